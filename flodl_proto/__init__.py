@@ -1,0 +1,1 @@
+"""flodl-proto: byte-exact implementation of flodl's cluster data-channel protocol."""

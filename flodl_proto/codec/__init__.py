@@ -1,0 +1,1 @@
+"""Pure codec: bytes <-> records. No sockets, no threads, no clocks."""

@@ -1,0 +1,55 @@
+"""Shared codec primitives: the end-of-stream sentinel, "need more data", bytes-like views.
+
+Upstream: the ``Ok(None)`` clean-EOF convention of ``controller/round_frame.rs`` and
+``relay/mux.rs`` readers (fab2s/floDl, ``flodl/src/distributed/``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+__all__ = ["END_OF_STREAM", "BytesLike", "EndOfStream", "NeedData", "as_view"]
+
+#: Anything the decoders accept without copying (NumPy arrays: pass ``memoryview(arr)``).
+BytesLike: TypeAlias = bytes | bytearray | memoryview
+
+
+class EndOfStream(enum.Enum):
+    """Type of the :data:`END_OF_STREAM` sentinel."""
+
+    END_OF_STREAM = "END_OF_STREAM"
+
+    def __repr__(self) -> str:
+        return "END_OF_STREAM"
+
+
+#: Returned (never raised) by a decoder when the input ended cleanly: at byte 0, or inside the
+#: 8-byte RoundFrame header, the 25-byte mux header or the 4-byte length prefix.
+END_OF_STREAM: Final = EndOfStream.END_OF_STREAM
+
+
+@dataclass(frozen=True, slots=True)
+class NeedData:
+    """Returned by an incremental decoder that needs at least ``nbytes`` more bytes.
+
+    Attributes:
+        nbytes: minimum number of further bytes (>= 1) before the next record can complete.
+    """
+
+    nbytes: int
+
+
+def as_view(data: BytesLike) -> memoryview:
+    """Return a flat unsigned-byte memoryview of ``data`` without copying.
+
+    Raises:
+        TypeError: ``data`` is not a contiguous bytes-like object.
+    """
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        if not mv.contiguous:
+            raise TypeError("decoders need a contiguous buffer")
+        mv = mv.cast("B")
+    return mv

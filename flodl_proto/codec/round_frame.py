@@ -1,0 +1,476 @@
+"""RoundFrame and TensorPayload: one reduce round's contribution or consensus.
+
+Layout (``spec/wire.yaml`` ``messages.round_frame``; all little-endian)::
+
+    magic u32 | num_tensors u32 | kind u8 | weight f64 |
+    per tensor: dtype u8 | ndim u8 | ndim x u32 dims | nbytes u64 | nbytes data bytes |
+    auth tag (8 bytes: HMAC-SHA256(salt, magic .. last data byte)[:8])
+
+Decoding never copies payload bytes: each :class:`TensorPayload` holds a memoryview slice of the
+input. Encoding returns a list of buffers (metadata pieces, the payload views themselves, the tag)
+ready for ``socket.sendmsg``; :func:`encode_round_frame_bytes` joins them for convenience.
+
+The reader accepts exactly what upstream's reader accepts: any dtype byte and any ``nbytes``
+(checked later by the fold and by :meth:`TensorPayload.array`); it checks magic, the tensor-count
+cap, the kind byte and the weight (finite, not below zero; ``-0.0`` passes) before the tag, and the
+running byte total against the frame ceiling before reading each payload.
+
+Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``RoundFrame``, ``TensorPayload``,
+``read_round_frame_streamed``, ``write_round_frame_streamed``, ``round_frame_wire_len``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import struct as _struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import protocol_error
+from ..spec import (
+    AUTH_TAG_LEN,
+    DEFAULT_FRAME_CEILING,
+    DTYPE_BF16,
+    DTYPE_F32,
+    ELEMENT_SIZE,
+    MAX_NDIM,
+    MAX_ROUND_FRAME_TENSORS,
+    ROUND_FRAME_FIXED_OVERHEAD,
+    ROUND_FRAME_HEADER_LEN,
+    ROUND_FRAME_MAGIC,
+    ROUND_KIND_CONTROL,
+    ROUND_KIND_MODEL,
+)
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from .auth import check_salt, new_mac, tag_as_u64, tags_equal
+from .structs import (
+    ROUND_FRAME_HEADER,
+    ROUND_FRAME_KIND,
+    ROUND_FRAME_WEIGHT,
+    TENSOR_DIMS,
+    TENSOR_META,
+    TENSOR_NBYTES,
+)
+
+__all__ = [
+    "Dtype",
+    "RoundFrame",
+    "RoundKind",
+    "TensorPayload",
+    "decode_round_frame",
+    "encode_round_frame",
+    "encode_round_frame_bytes",
+    "round_frame_wire_len",
+]
+
+_U32_MAX = 0xFFFFFFFF
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32_LE = np.dtype("<f4")
+
+
+class RoundKind(enum.IntEnum):
+    """RoundFrame kind byte: ``MODEL`` (divided once by the summed weight) or ``CONTROL``
+    (pure sum). Upstream: ``controller/round_frame.rs`` ``RoundKind``."""
+
+    MODEL = ROUND_KIND_MODEL
+    CONTROL = ROUND_KIND_CONTROL
+
+    @property
+    def label(self) -> str:
+        """Upstream's Debug spelling (``Model`` / ``Control``), used in error messages."""
+        return self.name.capitalize()
+
+
+class Dtype(enum.IntEnum):
+    """Known wire dtype tags: ``F32`` (4 bytes/element) and ``BF16`` (2 bytes/element).
+    A :class:`TensorPayload` may carry any byte; only these two can be summed or viewed."""
+
+    F32 = DTYPE_F32
+    BF16 = DTYPE_BF16
+
+    @property
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return ELEMENT_SIZE[int(self)]
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        """The NumPy dtype of the element bytes (``<f4`` or ``ml_dtypes.bfloat16``)."""
+        return _F32_LE if self is Dtype.F32 else _BF16
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TensorPayload:
+    """One tensor of a RoundFrame: wire dtype tag, shape and the raw payload bytes.
+
+    Attributes:
+        dtype: wire dtype tag, 0..255 (0 = f32, 1 = bf16; any other byte round-trips but cannot be
+            viewed or summed).
+        shape: dimensions, each 0..2**32-1, at most 255 of them.
+        data: the raw payload as a flat unsigned-byte memoryview (element bytes little-endian).
+            Any byte count round-trips; ``nbytes == 0`` with ``numel > 0`` is a zero-elided
+            payload (legal at protocol version 3 only; rejected by the version-2 fold).
+
+    Raises:
+        InvalidValue (local): a field is out of its wire range.
+
+    Upstream: ``controller/round_frame.rs`` ``TensorPayload``.
+    """
+
+    dtype: int
+    shape: tuple[int, ...]
+    data: memoryview
+
+    def __init__(self, dtype: int, shape: Iterable[int], data: BytesLike = b"") -> None:
+        shape_t = tuple(int(d) for d in shape)
+        if not 0 <= int(dtype) <= 0xFF:
+            raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
+        if len(shape_t) > MAX_NDIM:
+            raise protocol_error("frame.too_many_dims", index=0, ndim=len(shape_t), max=MAX_NDIM)
+        for i, d in enumerate(shape_t):
+            if not 0 <= d <= _U32_MAX:
+                raise protocol_error("frame.dim_too_large", index=0, dim=i, value=d)
+        object.__setattr__(self, "dtype", int(dtype))
+        object.__setattr__(self, "shape", shape_t)
+        object.__setattr__(self, "data", as_view(data))
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_array(cls, array: npt.ArrayLike, dtype: int | None = None) -> TensorPayload:
+        """Wrap a NumPy array's bytes (no copy when it is already contiguous little-endian).
+
+        Args:
+            array: f32 or ``ml_dtypes.bfloat16`` values (others are cast to ``dtype``).
+            dtype: wire dtype (``Dtype.F32`` / ``Dtype.BF16``); default: from the array's dtype,
+                f32 for anything that is not bfloat16.
+
+        Returns:
+            A payload of ``array.size * element_size`` bytes with ``array.shape``.
+
+        Raises:
+            InvalidValue (local): unknown ``dtype``.
+        """
+        arr = np.asarray(array)
+        if dtype is None:
+            dtype = Dtype.BF16 if arr.dtype == _BF16 else Dtype.F32
+        if dtype not in ELEMENT_SIZE:
+            raise protocol_error("payload.unknown_dtype", dtype=dtype)
+        target = Dtype(dtype).numpy
+        if arr.dtype != target:
+            arr = arr.astype(target)
+        arr = np.ascontiguousarray(arr)
+        return cls(int(dtype), arr.shape, memoryview(arr.reshape(-1).view(np.uint8)))
+
+    @classmethod
+    def elided(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
+        """A zero-elided payload: no bytes, meaning all zeros of ``dtype`` and ``shape``.
+
+        Only legal on the wire at protocol version 3 (version 2 folds reject it)."""
+        return cls(dtype, shape, b"")
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Payload byte count as carried on the wire."""
+        return self.data.nbytes
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (product of the shape; 1 for ndim 0)."""
+        return _numel(self.shape)
+
+    @property
+    def elided(self) -> bool:  # type: ignore[override]
+        """True when no payload bytes were carried (``nbytes == 0``, zero-numel tensors too)."""
+        return self.data.nbytes == 0
+
+    @property
+    def element_size(self) -> int | None:
+        """Bytes per element for a known dtype, else None."""
+        return ELEMENT_SIZE.get(self.dtype)
+
+    @property
+    def expected_nbytes(self) -> int | None:
+        """``numel * element_size`` for a known dtype, else None."""
+        es = self.element_size
+        return None if es is None else self.numel * es
+
+    def array(self, *, materialize_elided: bool = False, ceiling: int = DEFAULT_FRAME_CEILING
+              ) -> npt.NDArray[Any]:
+        """Return the values as a read-only NumPy view (no copy) of ``shape``.
+
+        f32 gives ``<f4``, bf16 gives ``ml_dtypes.bfloat16``. An elided payload with elements
+        raises unless ``materialize_elided`` is set, in which case fresh zeros are returned
+        (refused above ``ceiling`` bytes).
+
+        Raises:
+            InvalidValue: the dtype tag is unknown.
+            SchemaMismatch: the byte count does not match ``numel * element_size``.
+            LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
+        """
+        if self.dtype not in ELEMENT_SIZE:
+            raise protocol_error("tensor.unknown_dtype", dtype=self.dtype)
+        dt = Dtype(self.dtype)
+        expected = self.numel * dt.element_size
+        if self.nbytes != expected:
+            if self.nbytes == 0 and materialize_elided:
+                if expected > ceiling:
+                    raise protocol_error(
+                        "tensor.elided_too_large", shape=list(self.shape), nbytes=expected,
+                        ceiling=ceiling,
+                    )
+                return np.zeros(self.shape, dtype=dt.numpy)
+            raise protocol_error(
+                "tensor.nbytes_vs_shape", shape=list(self.shape), expected=expected,
+                got=self.nbytes,
+            )
+        arr = np.frombuffer(self.data, dtype=dt.numpy).reshape(self.shape)
+        arr.flags.writeable = False
+        return arr
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorPayload):
+            return NotImplemented
+        return self.dtype == other.dtype and self.shape == other.shape and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundFrame:
+    """A reduce round's frame: kind, realized-work weight and tensors.
+
+    Attributes:
+        kind: :class:`RoundKind` (Model: pre-scaled contributions / consensus; Control: pure sum).
+        weight: realized-work mass (f64), finite and not below zero (``-0.0`` allowed). From a
+            rank: its weight; in a consensus: the summed weight of the accepted frames.
+        tensors: the tensor payloads, at most 65,536.
+
+    Raises:
+        InvalidValue (local): bad kind or weight; LimitExceeded (local): too many tensors.
+
+    Upstream: ``controller/round_frame.rs`` ``RoundFrame``.
+    """
+
+    kind: RoundKind
+    weight: float
+    tensors: tuple[TensorPayload, ...]
+
+    def __init__(
+        self,
+        kind: RoundKind | int = RoundKind.MODEL,
+        weight: float = 1.0,
+        tensors: Iterable[TensorPayload] = (),
+    ) -> None:
+        try:
+            kind_e = RoundKind(kind)
+        except ValueError:
+            raise protocol_error(
+                "frame.bad_field", field="kind", value=kind, reason="not 0 (Model) or 1 (Control)"
+            ) from None
+        w = float(weight)
+        if not math.isfinite(w) or w < 0.0:
+            raise protocol_error(
+                "frame.bad_field", field="weight", value=w,
+                reason="not a finite non-negative realized-work mass",
+            )
+        ts = tuple(tensors)
+        if len(ts) > MAX_ROUND_FRAME_TENSORS:
+            raise protocol_error(
+                "frame.too_many_tensors_local", count=len(ts), cap=MAX_ROUND_FRAME_TENSORS
+            )
+        for t in ts:
+            if not isinstance(t, TensorPayload):
+                raise protocol_error(
+                    "frame.bad_field", field="tensors", value=type(t).__name__,
+                    reason="every tensor must be a TensorPayload",
+                )
+        object.__setattr__(self, "kind", kind_e)
+        object.__setattr__(self, "weight", w)
+        object.__setattr__(self, "tensors", ts)
+
+    @property
+    def wire_len(self) -> int:
+        """Exact encoded length in bytes, tag included (``round_frame_wire_len``)."""
+        return round_frame_wire_len(self.tensors)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RoundFrame):
+            return NotImplemented
+        return (
+            self.kind == other.kind
+            and _struct.pack("<d", self.weight) == _struct.pack("<d", other.weight)
+            and self.tensors == other.tensors
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
+    """Exact wire length of a frame carrying ``tensors``: 25 + sum(2 + 4*ndim + 8 + nbytes).
+
+    Upstream: ``controller/round_frame.rs`` ``round_frame_wire_len``.
+    """
+    n = ROUND_FRAME_FIXED_OVERHEAD
+    for t in tensors:
+        n += 2 + 4 * t.ndim + 8 + t.nbytes
+    return n
+
+
+def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
+    """Encode ``frame`` signed with ``salt`` as a list of buffers for ``socket.sendmsg``.
+
+    The list alternates small metadata ``bytes`` with the payload memoryviews themselves (no
+    payload copy) and ends with the 8-byte tag. ``b"".join(...)`` gives the wire bytes.
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes.
+
+    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
+    """
+    key = check_salt(salt)
+    pieces: list[BytesLike] = []
+    cur = bytearray(ROUND_FRAME_HEADER.build({"magic": ROUND_FRAME_MAGIC,
+                                              "num_tensors": len(frame.tensors)}))
+    cur += ROUND_FRAME_KIND.build({"kind": int(frame.kind)})
+    cur += ROUND_FRAME_WEIGHT.build({"weight": frame.weight})
+    for t in frame.tensors:
+        cur += TENSOR_META.build({"dtype": t.dtype, "ndim": t.ndim})
+        cur += TENSOR_DIMS.build({"dims": list(t.shape)}, ndim=t.ndim)
+        cur += TENSOR_NBYTES.build({"nbytes": t.nbytes})
+        if t.nbytes:
+            pieces.append(bytes(cur))
+            pieces.append(t.data)
+            cur = bytearray()
+    if cur:
+        pieces.append(bytes(cur))
+    mac = new_mac(key)
+    for p in pieces:
+        mac.update(p)
+    pieces.append(bytes(mac.digest()[:AUTH_TAG_LEN]))
+    return pieces
+
+
+def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
+    """Encode ``frame`` signed with ``salt`` into one ``bytes`` (copies the payloads once)."""
+    return b"".join(encode_round_frame(frame, salt))
+
+
+def _rust_f64(x: float) -> str:
+    """Format an f64 the way Rust's Display does for the values the reader rejects."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    r = repr(x)
+    return r[:-2] if r.endswith(".0") else r
+
+
+def decode_round_frame(
+    data: BytesLike,
+    salt: BytesLike,
+    *,
+    ceiling: int = DEFAULT_FRAME_CEILING,
+) -> tuple[RoundFrame, int] | EndOfStream:
+    """Decode and authenticate one RoundFrame from the start of ``data``.
+
+    Args:
+        data: bytes-like input; the payloads of the result are views into it (keep it alive and
+            unmodified while the frame is in use).
+        salt: the 16-byte session salt.
+        ceiling: frame ceiling in bytes (running total of ``nbytes``); default 1 GiB.
+
+    Returns:
+        ``(frame, consumed)`` (bytes after the frame are left alone), or :data:`END_OF_STREAM` if
+        ``data`` ends inside the 8-byte header (including empty input).
+
+    Raises:
+        BadMagic, LimitExceeded, InvalidValue, TruncatedInput, AuthenticationError (remote), in
+        upstream's order: magic, tensor cap, kind, weight, per tensor (meta, shape, nbytes,
+        ceiling, data), footer, tag.
+
+    Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed``.
+    """
+    key = check_salt(salt)
+    mv = as_view(data)
+    end = len(mv)
+    if end < ROUND_FRAME_HEADER_LEN:
+        return END_OF_STREAM
+    hdr = ROUND_FRAME_HEADER.parse(mv[0:8])
+    if hdr.magic != ROUND_FRAME_MAGIC:
+        raise protocol_error("frame.bad_magic", got=hdr.magic, expected=ROUND_FRAME_MAGIC)
+    num_tensors = hdr.num_tensors
+    if num_tensors > MAX_ROUND_FRAME_TENSORS:
+        raise protocol_error("frame.too_many_tensors", count=num_tensors,
+                             cap=MAX_ROUND_FRAME_TENSORS)
+    pos = 8
+    if end < pos + 1:
+        raise protocol_error("frame.kind_read_failed", offset=pos)
+    kind_byte = ROUND_FRAME_KIND.parse(mv[pos:pos + 1]).kind
+    if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
+        raise protocol_error("frame.unknown_kind", value=kind_byte)
+    pos += 1
+    if end < pos + 8:
+        raise protocol_error("frame.weight_read_failed", offset=pos)
+    weight = ROUND_FRAME_WEIGHT.parse(mv[pos:pos + 8]).weight
+    if not math.isfinite(weight) or weight < 0.0:
+        raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
+    pos += 8
+    total = 0
+    raw: list[tuple[int, tuple[int, ...], memoryview]] = []
+    for ti in range(num_tensors):
+        if end < pos + 2:
+            raise protocol_error("frame.meta_read_failed", index=ti, offset=pos)
+        meta = TENSOR_META.parse(mv[pos:pos + 2])
+        pos += 2
+        ndim = meta.ndim
+        if end < pos + 4 * ndim:
+            raise protocol_error("frame.shape_read_failed", index=ti, offset=pos)
+        dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
+        pos += 4 * ndim
+        if end < pos + 8:
+            raise protocol_error("frame.nbytes_read_failed", index=ti, offset=pos)
+        nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
+        pos += 8
+        total += nbytes
+        if total > ceiling:
+            raise protocol_error("frame.past_ceiling", index=ti, ceiling=ceiling, nbytes=nbytes,
+                                 total=total)
+        if end < pos + nbytes:
+            raise protocol_error("frame.data_read_failed", index=ti, got=end - pos, need=nbytes,
+                                 offset=pos)
+        raw.append((meta.dtype, dims, mv[pos:pos + nbytes]))
+        pos += nbytes
+    if end < pos + AUTH_TAG_LEN:
+        raise protocol_error("frame.footer_read_failed", offset=pos)
+    mac = new_mac(key)
+    mac.update(mv[0:pos])
+    computed = mac.digest()[:AUTH_TAG_LEN]
+    carried = mv[pos:pos + AUTH_TAG_LEN]
+    if not tags_equal(computed, carried):
+        raise protocol_error("frame.auth_failed", computed=tag_as_u64(computed),
+                             carried=tag_as_u64(carried))
+    pos += AUTH_TAG_LEN
+    tensors = [TensorPayload(d, s, v) for d, s, v in raw]
+    return RoundFrame(RoundKind(kind_byte), weight, tensors), pos

@@ -1,0 +1,213 @@
+"""Protocol errors: one class per error kind, raised as remote or local.
+
+Every error the package raises for protocol reasons is a :class:`ProtocolError`. Two orthogonal
+axes classify it:
+
+* **kind** (``error.kind``): the coarse category the golden vectors use — ``auth``, ``limit``,
+  ``truncated``, ``version``, ``magic``, ``sequence``, ``schema``, ``value``. One class per kind:
+  :class:`AuthenticationError`, :class:`LimitExceeded`, :class:`TruncatedInput`,
+  :class:`VersionMismatch`, :class:`BadMagic`, :class:`SequenceError`, :class:`SchemaMismatch`,
+  :class:`InvalidValue`.
+* **side**: :class:`RemoteProtocolError` when the peer's bytes are at fault,
+  :class:`LocalProtocolError` when the caller misused the API.
+
+Both axes work with ``except``: ``except AuthenticationError`` catches a MAC failure from either
+side, ``except RemoteProtocolError`` catches every peer fault. Constructing a kind class directly
+(``TruncatedInput("...")``) gives the remote variant; pass ``remote=False`` for the local one.
+
+Messages come from the error catalogue in ``spec/wire.yaml`` (:func:`protocol_error`), start with
+upstream's wording (so operators can grep for e.g. "HMAC verification failed") and name the field,
+the value and the limit.
+
+Upstream: errors are ``TensorError::new(format!(..))`` strings throughout
+``flodl/src/distributed/{controller,relay,wire.rs,cpu_reduce.rs}``; the kinds are this project's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "KIND_CLASSES",
+    "AuthenticationError",
+    "BadMagic",
+    "InvalidValue",
+    "LimitExceeded",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "SchemaMismatch",
+    "SequenceError",
+    "TruncatedInput",
+    "VersionMismatch",
+    "protocol_error",
+]
+
+
+class ProtocolError(Exception):
+    """Base of every protocol error.
+
+    Attributes:
+        kind: the error kind (``"auth"``, ``"limit"``, ... as in the vectors' ``error_kind``).
+        remote: True when the peer's bytes are at fault, False for local API misuse.
+        error_id: the catalogue id (``spec/wire.yaml`` ``errors``) or ``None`` for ad-hoc errors.
+        fields: the values the message was formatted from (field name, value, limit, offset).
+    """
+
+    kind: ClassVar[str] = "protocol"
+    remote: bool
+    error_id: str | None
+    fields: Mapping[str, Any]
+
+    def __new__(
+        cls,
+        message: str = "",
+        *,
+        remote: bool = True,
+        error_id: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> ProtocolError:
+        concrete = _CONCRETE.get((cls, remote), cls)
+        return super().__new__(concrete, message)
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        remote: bool = True,
+        error_id: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.remote = remote
+        self.error_id = error_id
+        self.fields = dict(fields or {})
+
+    @property
+    def message(self) -> str:
+        """The full human-readable message (also ``str(error)``)."""
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        base = _BASE_OF.get(type(self), type(self))
+        return (_rebuild, (base, self.message, self.remote, self.error_id, dict(self.fields)))
+
+
+def _rebuild(
+    base: type[ProtocolError],
+    message: str,
+    remote: bool,
+    error_id: str | None,
+    fields: dict[str, Any],
+) -> ProtocolError:
+    return base(message, remote=remote, error_id=error_id, fields=fields)
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that violate the protocol (bad MAC, truncated frame, wrong magic...)."""
+
+
+class LocalProtocolError(ProtocolError):
+    """The caller misused the API (bad argument, event not allowed in the current state...)."""
+
+
+class AuthenticationError(ProtocolError):
+    """An auth tag (HMAC-SHA256 truncated to 8 bytes) did not verify. Kind ``auth``."""
+
+    kind = "auth"
+
+
+class LimitExceeded(ProtocolError):
+    """A count or length is over its limit (frame ceiling, tensor-count cap). Kind ``limit``."""
+
+    kind = "limit"
+
+
+class TruncatedInput(ProtocolError):
+    """Input ended early, or a length prefix and body disagree. Kind ``truncated``."""
+
+    kind = "truncated"
+
+
+class VersionMismatch(ProtocolError):
+    """A protocol version field differs from the one this side speaks. Kind ``version``."""
+
+    kind = "version"
+
+
+class BadMagic(ProtocolError):
+    """A magic number (handshake, frame, record, channel) is wrong. Kind ``magic``."""
+
+    kind = "magic"
+
+
+class SequenceError(ProtocolError):
+    """A valid message where another was required, or a call with nothing to do. Kind
+    ``sequence``."""
+
+    kind = "sequence"
+
+
+class SchemaMismatch(ProtocolError):
+    """Frames of one round disagree, or a payload's byte count disagrees with its shape. Kind
+    ``schema``."""
+
+    kind = "schema"
+
+
+class InvalidValue(ProtocolError):
+    """A field outside its domain (unknown kind/dtype/variant, bad weight, rank out of range...).
+    Kind ``value``."""
+
+    kind = "value"
+
+
+#: kind name -> kind class
+KIND_CLASSES: dict[str, type[ProtocolError]] = {
+    c.kind: c
+    for c in (
+        AuthenticationError,
+        LimitExceeded,
+        TruncatedInput,
+        VersionMismatch,
+        BadMagic,
+        SequenceError,
+        SchemaMismatch,
+        InvalidValue,
+    )
+}
+
+_CONCRETE: dict[tuple[type[ProtocolError], bool], type[ProtocolError]] = {}
+_BASE_OF: dict[type[ProtocolError], type[ProtocolError]] = {}
+for _kind_cls in KIND_CLASSES.values():
+    for _remote, _side in ((True, RemoteProtocolError), (False, LocalProtocolError)):
+        _name = ("Remote" if _remote else "Local") + _kind_cls.__name__
+        _concrete = type(_name, (_kind_cls, _side), {"__module__": __name__})
+        _CONCRETE[(_kind_cls, _remote)] = _concrete
+        _BASE_OF[_concrete] = _kind_cls
+        # a concrete class constructs itself whatever `remote` says
+        _CONCRETE[(_concrete, True)] = _concrete
+        _CONCRETE[(_concrete, False)] = _concrete
+
+
+def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:
+    """Build the catalogued error ``error_id`` (``spec/wire.yaml`` ``errors``).
+
+    Args:
+        error_id: catalogue id, e.g. ``"frame.bad_magic"``.
+        remote: override the catalogue's default side (True: the peer's fault).
+        **fields: values for the message template (field names, values, limits, offsets).
+
+    Returns:
+        The exception (of the catalogue entry's kind class), ready to ``raise``.
+
+    Raises:
+        KeyError: ``error_id`` is not in the catalogue (a programming error).
+    """
+    from .spec import SPEC
+
+    entry = SPEC.errors[error_id]
+    side = entry.remote if remote is None else remote
+    message = entry.template.format(**fields)
+    return KIND_CLASSES[entry.kind](message, remote=side, error_id=error_id, fields=fields)

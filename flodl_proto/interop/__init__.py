@@ -1,0 +1,1 @@
+"""Interop checks: run golden vector files (the shared schema) against this implementation."""

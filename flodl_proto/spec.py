@@ -1,0 +1,301 @@
+"""The packaged protocol specification, loaded and validated once.
+
+``spec/wire.yaml`` is the single source of truth for every magic, version, size, kind code, limit,
+message layout and error message; ``spec/lifecycle.yaml`` declares the controller lifecycle. This
+module finds them (inside an installed wheel as ``flodl_proto/_spec/``, or beside the package in a
+source checkout / editable install), validates their structure, and exposes typed values:
+
+>>> from flodl_proto.spec import SPEC
+>>> hex(SPEC.const("ROUND_FRAME_MAGIC"))
+'0xf10d17f1'
+
+Module-level names (``ROUND_FRAME_MAGIC``, ``DEFAULT_FRAME_CEILING``, ...) mirror the constants so
+codec code can import them directly.
+
+Upstream: the constants live in ``flodl/src/distributed/controller/mod.rs``, ``relay/mux.rs`` and
+``wire.rs`` (repository fab2s/floDl).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+
+__all__ = [
+    "SPEC",
+    "ErrorEntry",
+    "Spec",
+    "SpecError",
+    "Version",
+    "check_version",
+    "find_spec_dir",
+    "net_timeout_scale",
+]
+
+#: A data-channel protocol version this package speaks.
+Version = Literal[2, 3]
+
+_KINDS: Final = frozenset(
+    {"auth", "limit", "truncated", "version", "magic", "sequence", "schema", "value"}
+)
+
+
+class SpecError(RuntimeError):
+    """The packaged spec is missing or malformed (a packaging defect, not a protocol error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEntry:
+    """One catalogue entry of ``spec/wire.yaml`` ``errors``.
+
+    Attributes:
+        id: catalogue id (``"frame.bad_magic"``).
+        kind: error kind (``"magic"``).
+        remote: default side: True when the peer's bytes are at fault.
+        template: ``str.format`` template of the message.
+        source: upstream file the wording comes from.
+    """
+
+    id: str
+    kind: str
+    remote: bool
+    template: str
+    source: str
+
+
+def find_spec_dir() -> Path:
+    """Return the directory holding ``wire.yaml`` and ``lifecycle.yaml``.
+
+    Looks, in order, at ``$FLODL_PROTO_SPEC_DIR``, ``flodl_proto/_spec`` (installed wheel) and
+    ``spec/`` beside the package (source checkout, editable install).
+
+    Raises:
+        SpecError: no candidate directory holds ``wire.yaml``.
+    """
+    here = Path(__file__).resolve().parent
+    candidates = []
+    env = os.environ.get("FLODL_PROTO_SPEC_DIR")
+    if env:
+        candidates.append(Path(env))
+    candidates += [here / "_spec", here.parent / "spec"]
+    for c in candidates:
+        if (c / "wire.yaml").is_file():
+            return c
+    raise SpecError(f"spec/wire.yaml not found (looked in {', '.join(map(str, candidates))})")
+
+
+class Spec:
+    """The validated contents of ``spec/wire.yaml`` (and access to ``lifecycle.yaml``).
+
+    Attributes:
+        path: directory the spec was loaded from.
+        raw: the parsed ``wire.yaml`` mapping (treat as read-only).
+        constants: constant name -> integer value.
+        errors: catalogue id -> :class:`ErrorEntry`.
+        default_version: the default data-channel protocol version (2).
+        supported_versions: the versions this package speaks (2, 3).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            raw = yaml.safe_load((path / "wire.yaml").read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as e:  # pragma: no cover - packaging defect
+            raise SpecError(f"cannot load {path / 'wire.yaml'}: {e}") from e
+        if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
+            raise SpecError("wire.yaml: missing or unknown 'schema'")
+        self.raw: Mapping[str, Any] = raw
+        self.constants: dict[str, int] = {}
+        for name, entry in _section(raw, "constants").items():
+            value = entry.get("value") if isinstance(entry, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise SpecError(f"wire.yaml: constant {name} has no integer value")
+            self.constants[name] = value
+        self.errors: dict[str, ErrorEntry] = {}
+        for eid, entry in _section(raw, "errors").items():
+            kind = entry.get("kind")
+            side = entry.get("side")
+            template = entry.get("template")
+            if kind not in _KINDS or side not in ("remote", "local"):
+                raise SpecError(f"wire.yaml: error {eid} has a bad kind/side ({kind}/{side})")
+            if not isinstance(template, str) or not template:
+                raise SpecError(f"wire.yaml: error {eid} has no template")
+            self.errors[eid] = ErrorEntry(
+                eid, kind, side == "remote", template, str(entry.get("source", ""))
+            )
+        versions = _section(raw, "versions")
+        self.default_version: int = int(versions["default"])
+        self.supported_versions: tuple[int, ...] = tuple(int(v) for v in versions["supported"])
+        if self.default_version not in self.supported_versions:
+            raise SpecError("wire.yaml: default version is not supported")
+        for ename, enum in _section(raw, "enums").items():
+            if not isinstance(enum.get("values"), dict):
+                raise SpecError(f"wire.yaml: enum {ename} has no values")
+        for mname, msg in _section(raw, "messages").items():
+            if "fields" not in msg and "parts" not in msg and "variants" not in msg:
+                raise SpecError(f"wire.yaml: message {mname} has no fields, parts or variants")
+
+    def const(self, name: str) -> int:
+        """Return the integer value of constant ``name``.
+
+        Raises:
+            KeyError: no such constant.
+        """
+        return self.constants[name]
+
+    def enum(self, name: str) -> dict[str, int]:
+        """Return ``{member name: code}`` of enum ``name`` (e.g. ``"RecordKind"``)."""
+        values = self.raw["enums"][name]["values"]
+        return {k: int(v["code"]) for k, v in values.items()}
+
+    def enum_entry(self, name: str) -> dict[str, Any]:
+        """Return the raw member mapping of enum ``name`` (codes plus extra attributes)."""
+        return dict(self.raw["enums"][name]["values"])
+
+    def timeout(self, name: str) -> float:
+        """Return the base duration (seconds) of timeout ``name``, before any scaling."""
+        return float(self.raw["timeouts"][name]["seconds"])
+
+    def timeout_scaled(self, name: str) -> bool:
+        """Return True when timeout ``name`` is multiplied by ``FLODL_NET_TIMEOUT_SCALE``."""
+        return bool(self.raw["timeouts"][name].get("scaled", False))
+
+    def message(self, name: str) -> dict[str, Any]:
+        """Return the raw message entry ``name`` of ``messages``."""
+        return dict(self.raw["messages"][name])
+
+    def lifecycle(self) -> dict[str, Any]:
+        """Return a deep copy of ``lifecycle.yaml`` (callers may consume it).
+
+        Raises:
+            SpecError: the file is missing or malformed.
+        """
+        return copy.deepcopy(_load_lifecycle(self.path))
+
+
+@cache
+def _load_lifecycle(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load((path / "lifecycle.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"cannot load {path / 'lifecycle.yaml'}: {e}") from e
+    if not isinstance(data, dict):
+        raise SpecError("lifecycle.yaml: not a mapping")
+    return data
+
+
+def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
+    sec = raw.get(name)
+    if not isinstance(sec, dict):
+        raise SpecError(f"wire.yaml: missing section {name!r}")
+    return sec
+
+
+SPEC: Final = Spec(find_spec_dir())
+
+
+def check_version(version: int) -> int:
+    """Validate a data-channel protocol version and return it.
+
+    Raises:
+        VersionMismatch (local): ``version`` is not 2 or 3.
+    """
+    if version not in SPEC.supported_versions:
+        from .errors import protocol_error
+
+        raise protocol_error(
+            "version.unsupported", got=version, supported=list(SPEC.supported_versions)
+        )
+    return version
+
+
+def net_timeout_scale() -> float:
+    """Return ``FLODL_NET_TIMEOUT_SCALE`` (finite, at least 0.1; default 1.0).
+
+    An unset, unparsable, non-finite or too small value falls back as upstream does: unparsable or
+    non-finite gives the default, below the minimum gives the minimum.
+
+    Upstream: ``flodl/src/distributed/wire.rs`` (net_timeout_scale).
+    """
+    entry = SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]
+    default = float(entry["default"])
+    minimum = float(entry["minimum"])
+    text = os.environ.get(str(entry["env"]))
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        return default
+    if not math.isfinite(value):
+        return default
+    return max(value, minimum)
+
+
+def _c(name: str) -> int:
+    return SPEC.const(name)
+
+
+HANDSHAKE_MAGIC_RANK: Final = _c("HANDSHAKE_MAGIC_RANK")
+HANDSHAKE_MAGIC_CONTROLLER_ACK: Final = _c("HANDSHAKE_MAGIC_CONTROLLER_ACK")
+ROUND_FRAME_MAGIC: Final = _c("ROUND_FRAME_MAGIC")
+MUX_RECORD_MAGIC: Final = _c("MUX_RECORD_MAGIC")
+MUX_PROTOCOL_VERSION: Final = _c("MUX_PROTOCOL_VERSION")
+MUX_HEADER_LEN: Final = _c("MUX_HEADER_LEN")
+MUX_AUTH_COVERED_HEADER_LEN: Final = _c("MUX_AUTH_COVERED_HEADER_LEN")
+HANDSHAKE_LEN: Final = _c("HANDSHAKE_LEN")
+HANDSHAKE_ACK_LEN: Final = _c("HANDSHAKE_ACK_LEN")
+CHANNEL_MAGIC_LEN: Final = _c("CHANNEL_MAGIC_LEN")
+LEN_PREFIX_LEN: Final = _c("LEN_PREFIX_LEN")
+ROUND_FRAME_HEADER_LEN: Final = _c("ROUND_FRAME_HEADER_LEN")
+ROUND_FRAME_FIXED_OVERHEAD: Final = _c("ROUND_FRAME_FIXED_OVERHEAD")
+AUTH_TAG_LEN: Final = _c("AUTH_TAG_LEN")
+SESSION_SALT_BYTES: Final = _c("SESSION_SALT_BYTES")
+MAX_ROUND_FRAME_TENSORS: Final = _c("MAX_ROUND_FRAME_TENSORS")
+MAX_NDIM: Final = _c("MAX_NDIM")
+DEFAULT_FRAME_CEILING: Final = _c("DEFAULT_FRAME_CEILING")
+FRAME_CEILING_FLOOR: Final = _c("FRAME_CEILING_FLOOR")
+READ_CHUNK: Final = _c("READ_CHUNK")
+CHANNEL_MAGIC_RENDEZVOUS: Final = _c("CHANNEL_MAGIC_RENDEZVOUS")
+CHANNEL_MAGIC_DATA: Final = _c("CHANNEL_MAGIC_DATA")
+CHANNEL_MAGIC_CONTROL: Final = _c("CHANNEL_MAGIC_CONTROL")
+CHANNEL_MAGIC_JOIN: Final = _c("CHANNEL_MAGIC_JOIN")
+CHANNEL_MAGIC_HTTP_GET: Final = _c("CHANNEL_MAGIC_HTTP_GET")
+CHANNEL_MAGIC_HTTP_POST: Final = _c("CHANNEL_MAGIC_HTTP_POST")
+DEFAULT_CONTROLLER_PORT: Final = _c("DEFAULT_CONTROLLER_PORT")
+RELAY_DATA_LOOPBACK_OFFSET: Final = _c("RELAY_DATA_LOOPBACK_OFFSET")
+RELAY_OUTBOUND_QUEUE: Final = _c("RELAY_OUTBOUND_QUEUE")
+DEFAULT_VERSION: Final = SPEC.default_version
+SUPPORTED_VERSIONS: Final = SPEC.supported_versions
+
+_dtypes = SPEC.enum_entry("Dtype")
+DTYPE_F32: Final = int(_dtypes["F32"]["code"])
+DTYPE_BF16: Final = int(_dtypes["BF16"]["code"])
+#: wire dtype tag -> element size in bytes
+ELEMENT_SIZE: Final[Mapping[int, int]] = {
+    int(v["code"]): int(v["element_size"]) for v in _dtypes.values()
+}
+_kinds = SPEC.enum("RoundKind")
+ROUND_KIND_MODEL: Final = _kinds["MODEL"]
+ROUND_KIND_CONTROL: Final = _kinds["CONTROL"]
+_rk = SPEC.enum("RecordKind")
+REC_DATA: Final = _rk["DATA"]
+REC_CONTROL: Final = _rk["CONTROL"]
+REC_HOST_FRAME: Final = _rk["HOST_FRAME"]
+REC_BROADCAST: Final = _rk["BROADCAST"]
+CONTROL_VARIANTS: Final[Mapping[str, int]] = SPEC.enum("ControlVariant")
+CHANNELS: Final[Mapping[str, int]] = SPEC.enum("Channel")
+_markers = SPEC.raw["messages"]["relay_control_msg"]["encoding"]["markers"]
+VARINT_SINGLE_BYTE_MAX: Final = int(_markers["single_byte_max"])
+VARINT_U16: Final = int(_markers["u16"])
+VARINT_U32: Final = int(_markers["u32"])
+VARINT_U64: Final = int(_markers["u64"])
+VARINT_U128: Final = int(_markers["u128"])
