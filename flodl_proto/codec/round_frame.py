@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 _U32_MAX = 0xFFFFFFFF
+_NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32_LE = np.dtype("<f4")
 
@@ -222,7 +223,8 @@ class TensorPayload:
         (refused above ``ceiling`` bytes).
 
         Raises:
-            InvalidValue: the dtype tag is unknown.
+            InvalidValue: the dtype tag is unknown; InvalidValue (local): more than 64 dimensions
+                (NumPy's limit; the wire allows 255).
             SchemaMismatch: the byte count does not match ``numel * element_size``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
         """
@@ -232,6 +234,9 @@ class TensorPayload:
         expected = self.numel * dt.element_size
         if self.nbytes != expected:
             if self.nbytes == 0 and materialize_elided:
+                if self.ndim > _NUMPY_MAX_NDIM:
+                    raise protocol_error("tensor.ndim_unsupported", ndim=self.ndim,
+                                         max=_NUMPY_MAX_NDIM)
                 if expected > ceiling:
                     raise protocol_error(
                         "tensor.elided_too_large", shape=list(self.shape), nbytes=expected,
@@ -242,6 +247,8 @@ class TensorPayload:
                 "tensor.nbytes_vs_shape", shape=list(self.shape), expected=expected,
                 got=self.nbytes,
             )
+        if self.ndim > _NUMPY_MAX_NDIM:
+            raise protocol_error("tensor.ndim_unsupported", ndim=self.ndim, max=_NUMPY_MAX_NDIM)
         arr = np.frombuffer(self.data, dtype=dt.numpy).reshape(self.shape)
         arr.flags.writeable = False
         return arr

@@ -1,0 +1,57 @@
+"""``flodl-proto`` command line (argparse).
+
+Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
+``register(subparsers) -> None``; the parser it adds sets ``func(args) -> int`` (the exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from . import commands
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the top-level parser with every subcommand of :mod:`flodl_proto.commands`."""
+    parser = argparse.ArgumentParser(
+        prog="flodl-proto",
+        description="flodl cluster data-channel protocol: codec, reference controller, relay, "
+        "rank client, interop vectors, docs.",
+    )
+    parser.add_argument("--log-level", default="WARNING",
+                        help="logging level (DEBUG, INFO, WARNING, ERROR); default WARNING")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{commands.__name__}.{info.name}")
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flodl-proto`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = getattr(args, "log_level", "WARNING")
+    logging.basicConfig(
+        level=getattr(logging, str(level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return int(func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Rank data-channel handshake (16 bytes), its ack (8 bytes), and the channel-select magic.
+
+Handshake (rank -> relay): ``magic u32 (0xF10D17C0) | version u32 | rank u32 | world_size u32``.
+Ack (relay -> rank): ``magic u32 (0xF10D17C1) | version u32``. Neither carries an auth tag. The
+handshake reader checks magic, version (exact) and world size, in that order, and does NOT check
+``rank < world_size`` (the relay checks its host rank set instead). Running out of input anywhere
+in a handshake, an ack or a channel magic is a :class:`~flodl_proto.errors.TruncatedInput` error,
+never a clean end of stream.
+
+Channel magic (relay -> controller, first 4 bytes of a cross-host connection): a little-endian
+u32 naming the channel (``CHANNEL_MAGIC_DATA`` = ``e1 17 0d f1`` on the data channel).
+
+Upstream: ``flodl/src/distributed/controller/mod.rs`` (``read_handshake``,
+``write_handshake_ack``), ``cpu_reduce.rs`` (``send_handshake``, ack check), ``wire.rs``
+(``write_channel_magic``, ``expect_channel_magic``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import protocol_error
+from ..spec import (
+    CHANNEL_MAGIC_DATA,
+    CHANNEL_MAGIC_LEN,
+    CHANNELS,
+    DEFAULT_VERSION,
+    HANDSHAKE_ACK_LEN,
+    HANDSHAKE_LEN,
+    HANDSHAKE_MAGIC_CONTROLLER_ACK,
+    HANDSHAKE_MAGIC_RANK,
+    check_version,
+)
+from ._common import BytesLike, as_view
+from .structs import CHANNEL_MAGIC, HANDSHAKE, HANDSHAKE_ACK
+
+__all__ = [
+    "Handshake",
+    "decode_ack",
+    "decode_handshake",
+    "encode_ack",
+    "encode_channel_magic",
+    "encode_handshake",
+    "expect_channel_magic",
+]
+
+_U32_MAX = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    """A decoded rank handshake.
+
+    Attributes:
+        rank: the rank id as sent (u32; may be >= world_size, see the spec's leniencies).
+        world_size: the rank's view of the world size (u32).
+        version: the protocol version it carried.
+    """
+
+    rank: int
+    world_size: int
+    version: int
+
+
+def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION) -> bytes:
+    """Encode the 16-byte rank handshake.
+
+    Raises:
+        InvalidValue (local): rank or world size outside u32; VersionMismatch (local): bad version.
+    """
+    check_version(version)
+    for name, v in (("rank", rank), ("world_size", world_size)):
+        if not 0 <= v <= _U32_MAX:
+            raise protocol_error("frame.bad_field", field=name, value=v, reason="not a u32")
+    return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version,
+                                  "rank": rank, "world_size": world_size}))
+
+
+def decode_handshake(data: BytesLike, expected_world_size: int,
+                     version: int = DEFAULT_VERSION) -> tuple[Handshake, int]:
+    """Read and check a rank handshake at the start of ``data``.
+
+    Returns:
+        ``(handshake, 16)``.
+
+    Raises:
+        TruncatedInput, BadMagic, VersionMismatch, InvalidValue (world size) — remote, in that
+        order; upstream's "cluster_controller: handshake ..." wording.
+    """
+    check_version(version)
+    mv = as_view(data)
+    if len(mv) < HANDSHAKE_LEN:
+        raise protocol_error("handshake.read_failed", got=len(mv), need=HANDSHAKE_LEN)
+    h = HANDSHAKE.parse(mv[:HANDSHAKE_LEN])
+    if h.magic != HANDSHAKE_MAGIC_RANK:
+        raise protocol_error("handshake.bad_magic", got=h.magic, expected=HANDSHAKE_MAGIC_RANK)
+    if h.version != version:
+        raise protocol_error("handshake.bad_version", got=h.version, expected=version)
+    if h.world_size != expected_world_size:
+        raise protocol_error("handshake.world_size_mismatch", got=h.world_size,
+                             expected=expected_world_size)
+    return Handshake(h.rank, h.world_size, h.version), HANDSHAKE_LEN
+
+
+def encode_ack(version: int = DEFAULT_VERSION) -> bytes:
+    """Encode the 8-byte handshake ack for protocol ``version``."""
+    check_version(version)
+    return bytes(HANDSHAKE_ACK.build({"magic": HANDSHAKE_MAGIC_CONTROLLER_ACK,
+                                      "version": version}))
+
+
+def decode_ack(data: BytesLike, version: int = DEFAULT_VERSION) -> int:
+    """Read and check a handshake ack at the start of ``data``; return the bytes consumed (8).
+
+    Raises:
+        TruncatedInput, BadMagic, VersionMismatch (remote), in that order; upstream's
+        "cpu_reduce: ..." wording.
+    """
+    check_version(version)
+    mv = as_view(data)
+    if len(mv) < HANDSHAKE_ACK_LEN:
+        raise protocol_error("ack.read_failed", got=len(mv), need=HANDSHAKE_ACK_LEN)
+    a = HANDSHAKE_ACK.parse(mv[:HANDSHAKE_ACK_LEN])
+    if a.magic != HANDSHAKE_MAGIC_CONTROLLER_ACK:
+        raise protocol_error("ack.bad_magic", got=a.magic, expected=HANDSHAKE_MAGIC_CONTROLLER_ACK)
+    if a.version != version:
+        raise protocol_error("ack.bad_version", got=a.version, expected=version)
+    return HANDSHAKE_ACK_LEN
+
+
+def encode_channel_magic(channel: str | int = "data") -> bytes:
+    """Encode the 4-byte channel-select magic of ``channel`` (a name of the spec's ``Channel``
+    enum — ``data``, ``control``, ``rendezvous``, ``join`` — or a raw u32).
+
+    Raises:
+        InvalidValue (local): unknown channel name or value outside u32.
+    """
+    value = CHANNELS.get(channel) if isinstance(channel, str) else channel
+    if value is None or not 0 <= value <= _U32_MAX:
+        raise protocol_error("frame.bad_field", field="channel", value=channel,
+                             reason=f"not one of {sorted(CHANNELS)} or a u32")
+    return bytes(CHANNEL_MAGIC.build({"magic": value}))
+
+
+def expect_channel_magic(data: BytesLike, expected: int = CHANNEL_MAGIC_DATA,
+                         what: str = "cluster_controller") -> int:
+    """Consume and check the channel magic at the start of ``data``; return 4.
+
+    Args:
+        expected: the magic this subsystem serves.
+        what: subsystem name that prefixes the error (upstream: ``cluster_controller``).
+
+    Raises:
+        TruncatedInput, BadMagic (remote).
+    """
+    mv = as_view(data)
+    if len(mv) < CHANNEL_MAGIC_LEN:
+        raise protocol_error("channel.read_failed", what=what, got=len(mv))
+    got = CHANNEL_MAGIC.parse(mv[:CHANNEL_MAGIC_LEN]).magic
+    if got != expected:
+        raise protocol_error("channel.bad_magic", what=what, got=got, expected=expected)
+    return CHANNEL_MAGIC_LEN

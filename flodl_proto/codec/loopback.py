@@ -1,0 +1,118 @@
+"""Length-framed loopback blobs (rank <-> relay) and the rank-side prefixed RoundFrame.
+
+Every blob on the loopback leg after the handshake is ``u32 LE length | body``; the body of a
+rank's blob is one RoundFrame and the relay's reply is the Broadcast payload verbatim. Readers
+reject a prefix above the frame ceiling before reading the body. Running out of input inside the
+4-byte prefix (including at byte 0) is a clean end of stream.
+
+Upstream: ``flodl/src/distributed/relay/mux.rs`` (``write_len_framed``, ``read_len_framed``,
+``read_len_prefix``), ``cpu_reduce.rs`` (``write_len_prefix``, ``read_framed_round``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import protocol_error
+from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
+from .structs import LEN_PREFIX
+
+__all__ = [
+    "decode_framed_round",
+    "decode_len_framed",
+    "decode_len_prefix",
+    "encode_framed_round",
+    "encode_len_framed",
+    "encode_len_prefix",
+]
+
+_U32_MAX = 0xFFFFFFFF
+
+
+def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> bytes:
+    """Encode the 4-byte prefix of a ``length``-byte blob.
+
+    Raises:
+        LimitExceeded (local): ``length`` above the frame ceiling or above u32.
+    """
+    if length > ceiling or length > _U32_MAX or length < 0:
+        raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, _U32_MAX))
+    return bytes(LEN_PREFIX.build({"length": length}))
+
+
+def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
+                      ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
+    """Return ``[prefix, *blob pieces]`` for a blob given as one buffer or a list of pieces."""
+    pieces: list[BytesLike] = (
+        [blob] if isinstance(blob, bytes | bytearray | memoryview) else list(blob)
+    )
+    length = sum(memoryview(p).nbytes for p in pieces)
+    return [encode_len_prefix(length, ceiling=ceiling), *pieces]
+
+
+def encode_framed_round(frame: RoundFrame, salt: BytesLike, *,
+                        ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
+    """What a rank writes to its relay: the frame's wire length as prefix, then the frame."""
+    return encode_len_framed(encode_round_frame(frame, salt), ceiling=ceiling)
+
+
+def decode_len_prefix(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+                      ) -> int | EndOfStream:
+    """Read the 4-byte prefix; :data:`END_OF_STREAM` if fewer than 4 bytes are present.
+
+    Raises:
+        LimitExceeded (remote): the length exceeds the frame ceiling.
+    """
+    mv = as_view(data)
+    if len(mv) < LEN_PREFIX_LEN:
+        return END_OF_STREAM
+    length: int = LEN_PREFIX.parse(mv[:LEN_PREFIX_LEN]).length
+    if length > ceiling:
+        raise protocol_error("len.too_large", length=length, ceiling=ceiling)
+    return length
+
+
+def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+                      ) -> tuple[memoryview, int] | EndOfStream:
+    """Read one length-framed blob: ``(blob view, consumed)`` or :data:`END_OF_STREAM`.
+
+    Raises:
+        LimitExceeded (remote): prefix above the ceiling; TruncatedInput (remote): short body.
+    """
+    mv = as_view(data)
+    length = decode_len_prefix(mv, ceiling=ceiling)
+    if length is END_OF_STREAM:
+        return END_OF_STREAM
+    end = LEN_PREFIX_LEN + length
+    if len(mv) < end:
+        raise protocol_error("len.body_read_failed", got=len(mv) - LEN_PREFIX_LEN, need=length)
+    return mv[LEN_PREFIX_LEN:end], end
+
+
+def decode_framed_round(data: BytesLike, salt: BytesLike, *,
+                        ceiling: int = DEFAULT_FRAME_CEILING
+                        ) -> tuple[RoundFrame, int] | EndOfStream:
+    """The rank-side read of a prefixed reply frame: the frame must fill its prefix exactly.
+
+    Returns:
+        ``(frame, 4 + prefix)``, or :data:`END_OF_STREAM` when input ends inside the prefix.
+
+    Raises:
+        LimitExceeded (remote): prefix above the ceiling.
+        TruncatedInput (remote): the body ends inside the frame header (also a zero prefix),
+            or the frame is shorter than its prefix; any RoundFrame reader error inside the body.
+    """
+    mv = as_view(data)
+    length = decode_len_prefix(mv, ceiling=ceiling)
+    if length is END_OF_STREAM:
+        return END_OF_STREAM
+    body = mv[LEN_PREFIX_LEN:LEN_PREFIX_LEN + length]
+    res = decode_round_frame(body, salt, ceiling=ceiling)
+    if res is END_OF_STREAM:
+        raise protocol_error("framed_round.body_ended", length=length, got=len(body))
+    frame, used = res
+    if used != length:
+        raise protocol_error("framed_round.underrun", short=length - used, length=length)
+    return frame, LEN_PREFIX_LEN + length

@@ -1,0 +1,422 @@
+"""Relay mux records (relay <-> controller) and the ``RelayControlMsg`` control messages.
+
+Record layout (``spec/wire.yaml`` ``messages.mux_record``; little-endian)::
+
+    magic u32 | version u32 (= 1) | kind u8 | rank u32 | payload_len u32 | auth tag 8 | payload
+
+The tag is ``HMAC-SHA256(salt, header[0:17] || payload)[:8]``. Kinds: Data (opaque, rank-tagged),
+Control (bincode ``RelayControlMsg``), HostFrame and Broadcast (one complete RoundFrame, with its
+own tag). The reader checks magic, version and ``payload_len`` against the frame ceiling, then the
+tag, and only then the kind and (for Control) the bincode payload; it ignores the rank field of
+non-Data records (reported as 0) and bytes after a complete control message.
+
+Control messages: :class:`Hello` (``{host, ranks}`` at version 2, ``{host, ranks, model_sigs}`` at
+version 3), :class:`HelloAck`, :class:`RankExit`, :class:`DeclareDead`.
+
+Upstream: ``flodl/src/distributed/relay/mux.rs`` (``MuxRecord``, ``RelayControlMsg``,
+``write_record``, ``read_record``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from ..errors import protocol_error
+from ..spec import (
+    AUTH_TAG_LEN,
+    CONTROL_VARIANTS,
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    MUX_AUTH_COVERED_HEADER_LEN,
+    MUX_HEADER_LEN,
+    MUX_PROTOCOL_VERSION,
+    MUX_RECORD_MAGIC,
+    REC_BROADCAST,
+    REC_CONTROL,
+    REC_DATA,
+    REC_HOST_FRAME,
+    check_version,
+)
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from .auth import check_salt, new_mac, tag_as_u64, tags_equal
+from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
+from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
+from .structs import MUX_HEADER
+
+__all__ = [
+    "MODEL_SIG_LEN",
+    "ControlMessage",
+    "DeclareDead",
+    "Hello",
+    "HelloAck",
+    "MuxHeader",
+    "MuxRecord",
+    "RankExit",
+    "RecordKind",
+    "decode_control",
+    "decode_mux_record",
+    "encode_control",
+    "encode_mux_record",
+    "encode_mux_record_bytes",
+    "encode_mux_record_parts",
+    "parse_mux_header",
+]
+
+#: length of one model signature in ``Hello.model_sigs``
+MODEL_SIG_LEN = 32
+_U32_MAX = 0xFFFFFFFF
+
+
+class RecordKind(enum.IntEnum):
+    """Mux record kind byte. Upstream: ``relay/mux.rs`` ``REC_*``."""
+
+    DATA = REC_DATA
+    CONTROL = REC_CONTROL
+    HOST_FRAME = REC_HOST_FRAME
+    BROADCAST = REC_BROADCAST
+
+
+# -- control messages ----------------------------------------------------------------------------
+def _check_rank(rank: int, field: str) -> int:
+    if not 0 <= int(rank) <= _U32_MAX:
+        raise protocol_error("bincode.value_out_of_range", field=field, value=rank, type="u32")
+    return int(rank)
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Relay -> controller, the first record of a connection: the host and the ranks it carries.
+
+    Attributes:
+        host: the relay's host name (diagnostic).
+        ranks: the host's global ranks (u32 each; upstream sends them ascending).
+        model_sigs: 32-byte model signatures; version 3 only (empty on the data channel); must be
+            empty to encode at version 2.
+
+    Raises:
+        InvalidValue (local): a rank does not fit u32 or a signature is not 32 bytes.
+    """
+
+    host: str
+    ranks: tuple[int, ...]
+    model_sigs: tuple[bytes, ...] = ()
+
+    def __init__(self, host: str, ranks: Iterable[int], model_sigs: Iterable[bytes] = ()) -> None:
+        object.__setattr__(self, "host", str(host))
+        object.__setattr__(self, "ranks", tuple(_check_rank(r, "Hello.ranks") for r in ranks))
+        sigs = tuple(bytes(s) for s in model_sigs)
+        for s in sigs:
+            encode_bytes_fixed(s, MODEL_SIG_LEN, field="Hello.model_sigs")
+        object.__setattr__(self, "model_sigs", sigs)
+
+
+@dataclass(frozen=True, slots=True)
+class HelloAck:
+    """Controller -> relay: the reply to an accepted :class:`Hello`."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankExit:
+    """Relay -> controller: local rank ``rank`` closed its connection (u32)."""
+
+    rank: int
+
+    def __post_init__(self) -> None:
+        _check_rank(self.rank, "RankExit.rank")
+
+
+@dataclass(frozen=True, slots=True)
+class DeclareDead:
+    """Controller -> relay: drop rank ``rank`` (u32) from the fold barrier."""
+
+    rank: int
+
+    def __post_init__(self) -> None:
+        _check_rank(self.rank, "DeclareDead.rank")
+
+
+ControlMessage: TypeAlias = Hello | HelloAck | RankExit | DeclareDead
+
+_VARIANT_OF = {
+    Hello: CONTROL_VARIANTS["Hello"],
+    HelloAck: CONTROL_VARIANTS["HelloAck"],
+    RankExit: CONTROL_VARIANTS["RankExit"],
+    DeclareDead: CONTROL_VARIANTS["DeclareDead"],
+}
+
+
+def encode_control(msg: ControlMessage, version: int = DEFAULT_VERSION) -> bytes:
+    """Encode a control message with bincode 2 ``standard()``.
+
+    Args:
+        msg: the message.
+        version: data-channel protocol version: 2 (``Hello{host, ranks}``) or 3 (``Hello{host,
+            ranks, model_sigs}``).
+
+    Raises:
+        VersionMismatch (local): unsupported version, or model signatures at version 2.
+
+    Upstream: ``relay/mux.rs`` ``encode`` (``RelayControlMsg``).
+    """
+    check_version(version)
+    out = bytearray(encode_varint(_VARIANT_OF[type(msg)], 32, field="variant"))
+    if isinstance(msg, Hello):
+        out += encode_string(msg.host)
+        out += encode_varint(len(msg.ranks), 64, field="Hello.ranks length")
+        for r in msg.ranks:
+            out += encode_varint(r, 32, field="Hello.ranks")
+        if version >= 3:
+            out += encode_varint(len(msg.model_sigs), 64, field="Hello.model_sigs length")
+            for s in msg.model_sigs:
+                out += s
+        elif msg.model_sigs:
+            raise protocol_error("control.model_sigs_v2", count=len(msg.model_sigs))
+    elif isinstance(msg, RankExit | DeclareDead):
+        out += encode_varint(msg.rank, 32, field=f"{type(msg).__name__}.rank")
+    return bytes(out)
+
+
+def decode_control(data: BytesLike, version: int = DEFAULT_VERSION) -> ControlMessage:
+    """Decode a bincode ``RelayControlMsg`` (bytes after the message are ignored).
+
+    Raises:
+        TruncatedInput, InvalidValue (remote): upstream's "relay_mux: bincode decode failed: ...".
+
+    Upstream: ``relay/mux.rs`` ``decode`` (``decode_from_slice``, consumed count discarded).
+    """
+    check_version(version)
+    rd = BincodeReader(as_view(data))
+    variant = rd.varint(32, "variant")
+    if variant == CONTROL_VARIANTS["Hello"]:
+        host = rd.string("Hello.host")
+        ranks = [rd.varint(32, "Hello.ranks") for _ in range(rd.seq_len("Hello.ranks"))]
+        sigs: list[bytes] = []
+        if version >= 3:
+            n = rd.seq_len("Hello.model_sigs")
+            sigs = [bytes(rd.raw(MODEL_SIG_LEN, "Hello.model_sigs")) for _ in range(n)]
+        return Hello(host, ranks, sigs)
+    if variant == CONTROL_VARIANTS["HelloAck"]:
+        return HelloAck()
+    if variant == CONTROL_VARIANTS["RankExit"]:
+        return RankExit(rd.varint(32, "RankExit.rank"))
+    if variant == CONTROL_VARIANTS["DeclareDead"]:
+        return DeclareDead(rd.varint(32, "DeclareDead.rank"))
+    raise protocol_error("bincode.invalid_variant", value=variant, count=len(CONTROL_VARIANTS))
+
+
+# -- records ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, eq=False)
+class MuxRecord:
+    """One relay <-> controller record.
+
+    Attributes:
+        kind: :class:`RecordKind`.
+        rank: u32; meaningful for Data records, 0 for the other kinds.
+        payload: the payload bytes as a memoryview (for Control: the bincode encoding).
+        control: the decoded control message of a Control record, else None.
+
+    Build with :meth:`data`, :meth:`control_msg`, :meth:`host_frame`, :meth:`broadcast`.
+    """
+
+    kind: RecordKind
+    rank: int
+    payload: memoryview
+    control: ControlMessage | None = None
+
+    @classmethod
+    def data(cls, rank: int, payload: BytesLike) -> MuxRecord:
+        """A Data record (opaque ``payload`` tagged with ``rank``; control channel only)."""
+        return cls(RecordKind.DATA, _check_rank(rank, "rank"), as_view(payload))
+
+    @classmethod
+    def control_msg(cls, msg: ControlMessage, version: int = DEFAULT_VERSION) -> MuxRecord:
+        """A Control record carrying ``msg`` encoded for protocol ``version``."""
+        return cls(RecordKind.CONTROL, 0, memoryview(encode_control(msg, version)), msg)
+
+    @classmethod
+    def host_frame(cls, payload: BytesLike) -> MuxRecord:
+        """A HostFrame record: ``payload`` is one encoded RoundFrame (relay -> controller)."""
+        return cls(RecordKind.HOST_FRAME, 0, as_view(payload))
+
+    @classmethod
+    def broadcast(cls, payload: BytesLike) -> MuxRecord:
+        """A Broadcast record: ``payload`` is the encoded consensus RoundFrame."""
+        return cls(RecordKind.BROADCAST, 0, as_view(payload))
+
+    def frame(self, salt: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> RoundFrame:
+        """Decode the RoundFrame a HostFrame / Broadcast payload carries (bytes after it are
+        ignored, as the controller does).
+
+        Raises:
+            TruncatedInput (remote): the payload ends inside the frame header.
+            any RoundFrame reader error (see :func:`decode_round_frame`).
+        """
+        res = decode_round_frame(self.payload, salt, ceiling=ceiling)
+        if res is END_OF_STREAM:
+            raise protocol_error("frame.kind_read_failed", offset=self.payload.nbytes)
+        return res[0]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MuxRecord):
+            return NotImplemented
+        return (self.kind, self.rank) == (other.kind, other.rank) and self.payload == other.payload
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class MuxHeader:
+    """The parsed 25-byte record header (before the payload is read).
+
+    Attributes:
+        kind: raw kind byte (validated only after the tag).
+        rank: raw rank field.
+        payload_len: payload length in bytes (already checked against the ceiling).
+        auth_tag: the 8 tag bytes.
+    """
+
+    kind: int
+    rank: int
+    payload_len: int
+    auth_tag: bytes
+
+
+def _header_bytes(kind: int, rank: int, payload_len: int, tag: bytes) -> bytes:
+    return bytes(MUX_HEADER.build({
+        "magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION, "kind": kind, "rank": rank,
+        "payload_len": payload_len, "auth_tag": tag,
+    }))
+
+
+def encode_mux_record_parts(
+    kind: int, rank: int, payload: Sequence[BytesLike], salt: BytesLike,
+    *, ceiling: int = DEFAULT_FRAME_CEILING,
+) -> list[BytesLike]:
+    """Encode a record whose payload is the concatenation of ``payload`` pieces (not copied).
+
+    Returns ``[header (25 bytes), *payload]`` for ``socket.sendmsg``; the tag covers header
+    bytes 0..17 and every payload piece. Use it to wrap :func:`encode_round_frame` output in a
+    HostFrame or Broadcast without copying tensor bytes.
+
+    Raises:
+        InvalidValue (local): bad salt or rank; LimitExceeded (local): payload above ``ceiling``.
+
+    Upstream: ``relay/mux.rs`` ``write_record``.
+    """
+    key = check_salt(salt)
+    _check_rank(rank, "rank")
+    length = sum(memoryview(p).nbytes for p in payload)
+    if length > min(ceiling, _U32_MAX):
+        raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
+    covered = _header_bytes(kind, rank, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
+    mac = new_mac(key)
+    mac.update(covered)
+    for p in payload:
+        mac.update(p)
+    tag = bytes(mac.digest()[:AUTH_TAG_LEN])
+    return [covered + tag, *payload]
+
+
+def encode_mux_record(record: MuxRecord, salt: BytesLike,
+                      *, ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
+    """Encode ``record`` signed with ``salt`` as ``[header, payload]`` buffers.
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): payload too large.
+    """
+    return encode_mux_record_parts(int(record.kind), record.rank, [record.payload], salt,
+                                   ceiling=ceiling)
+
+
+def encode_mux_record_bytes(record: MuxRecord, salt: BytesLike) -> bytes:
+    """Encode ``record`` signed with ``salt`` into one ``bytes``."""
+    return b"".join(encode_mux_record(record, salt))
+
+
+def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
+    """Encode ``frame`` inside a HostFrame or Broadcast record: ``[header, *frame buffers]``.
+
+    The frame is signed (inner tag) and the record is signed (outer tag), both with ``salt``;
+    tensor bytes are not copied.
+    """
+    return encode_mux_record_parts(int(kind), 0, encode_round_frame(frame, salt), salt)
+
+
+def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+                     ) -> MuxHeader | EndOfStream:
+    """Parse and check the 25-byte header at the start of ``data``.
+
+    Returns :data:`END_OF_STREAM` when ``data`` holds fewer than 25 bytes.
+
+    Raises:
+        BadMagic, VersionMismatch, LimitExceeded (remote), in that order.
+    """
+    mv = as_view(data)
+    if len(mv) < MUX_HEADER_LEN:
+        return END_OF_STREAM
+    h = MUX_HEADER.parse(mv[:MUX_HEADER_LEN])
+    if h.magic != MUX_RECORD_MAGIC:
+        raise protocol_error("mux.bad_magic", got=h.magic, expected=MUX_RECORD_MAGIC)
+    if h.version != MUX_PROTOCOL_VERSION:
+        raise protocol_error("mux.bad_version", got=h.version, expected=MUX_PROTOCOL_VERSION)
+    if h.payload_len > ceiling:
+        raise protocol_error("mux.payload_too_large", length=h.payload_len, ceiling=ceiling,
+                             kind=h.kind, rank=h.rank)
+    return MuxHeader(h.kind, h.rank, h.payload_len, bytes(h.auth_tag))
+
+
+def decode_mux_record(
+    data: BytesLike,
+    salt: BytesLike,
+    *,
+    version: int = DEFAULT_VERSION,
+    ceiling: int = DEFAULT_FRAME_CEILING,
+) -> tuple[MuxRecord, int] | EndOfStream:
+    """Decode and authenticate one record from the start of ``data``.
+
+    Args:
+        data: bytes-like input; the record payload is a view into it.
+        salt: 16-byte session salt.
+        version: data-channel protocol version (decides the ``Hello`` shape).
+        ceiling: frame ceiling for ``payload_len`` (bytes).
+
+    Returns:
+        ``(record, consumed)``, or :data:`END_OF_STREAM` when ``data`` ends inside the header.
+
+    Raises:
+        BadMagic, VersionMismatch, LimitExceeded, TruncatedInput, AuthenticationError,
+        InvalidValue (remote), in upstream's order (magic, version, ceiling, payload, tag, kind,
+        bincode).
+
+    Upstream: ``relay/mux.rs`` ``read_record``.
+    """
+    key = check_salt(salt)
+    check_version(version)
+    mv = as_view(data)
+    hdr = parse_mux_header(mv, ceiling=ceiling)
+    if hdr is END_OF_STREAM:
+        return END_OF_STREAM
+    end = MUX_HEADER_LEN + hdr.payload_len
+    if len(mv) < end:
+        raise protocol_error("mux.truncated", got=len(mv), need=end)
+    payload = mv[MUX_HEADER_LEN:end]
+    mac = new_mac(key)
+    mac.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
+    mac.update(payload)
+    computed = mac.digest()[:AUTH_TAG_LEN]
+    if not tags_equal(computed, hdr.auth_tag):
+        raise protocol_error("mux.auth_failed", computed=tag_as_u64(computed),
+                             carried=tag_as_u64(hdr.auth_tag), kind=hdr.kind, rank=hdr.rank,
+                             length=hdr.payload_len)
+    try:
+        kind = RecordKind(hdr.kind)
+    except ValueError:
+        raise protocol_error("mux.unknown_kind", kind=hdr.kind) from None
+    if kind is RecordKind.DATA:
+        return MuxRecord(kind, hdr.rank, payload), end
+    if kind is RecordKind.CONTROL:
+        return MuxRecord(kind, 0, payload, decode_control(payload, version)), end
+    return MuxRecord(kind, 0, payload), end

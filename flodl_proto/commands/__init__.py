@@ -1,0 +1,1 @@
+"""Subcommands of the ``flodl-proto`` CLI, one module each (``register(subparsers)``)."""

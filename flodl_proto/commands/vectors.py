@@ -1,0 +1,81 @@
+"""``flodl-proto vectors check [DIR ...]``: run golden vector folders against this package.
+
+With no DIR it checks the copy of the shared vectors bundled in the package
+(``flodl_proto/_vectors``), so any installation can run the interop self-check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..interop.registry import NotImplementedOp
+from ..interop.vectors import iter_cases, manifest_total, run_case
+
+__all__ = ["BUNDLED_VECTORS", "check_folders", "register"]
+
+#: the shared vectors shipped inside the package
+BUNDLED_VECTORS = Path(__file__).resolve().parent.parent / "_vectors"
+
+
+def register(sub: Any) -> None:
+    """Add the ``vectors`` subcommand."""
+    p = sub.add_parser("vectors", help="check golden vector folders (interop self-check)")
+    vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION")
+    c = vsub.add_parser("check", help="run every case of the given folders and their v2/")
+    c.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                   help="vector folders (default: the bundled copy of the shared vectors)")
+    c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
+    c.set_defaults(func=_check)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
+    """Run every case of ``dirs`` (and their ``v2/``), print a table per file; return the exit
+    code: 0 only if every case ran and passed and the counts match the manifests."""
+    out = out or sys.stdout
+    ok = True
+    for root in dirs:
+        if not root.is_dir():
+            print(f"{root}: not a directory", file=out)
+            return 2
+        stats: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        failures: list[str] = []
+        total = 0
+        for case in iter_cases(root):
+            total += 1
+            key = ("v2/" if case.version == 2 else "") + case.file
+            try:
+                run_case(case)
+                stats[key]["pass"] += 1
+            except NotImplementedOp as e:
+                stats[key]["not implemented"] += 1
+                failures.append(f"{case.id}: op {e} not implemented")
+            except Exception as e:  # report every failure kind, keep going
+                stats[key]["fail"] += 1
+                failures.append(f"{case.id}: {type(e).__name__}: {e}")
+        print(f"{root}", file=out)
+        print(f"  {'file':<28} {'pass':>5} {'fail':>5} {'n/i':>5}", file=out)
+        for key in sorted(stats):
+            s = stats[key]
+            print(f"  {key:<28} {s['pass']:>5} {s['fail']:>5} {s['not implemented']:>5}",
+                  file=out)
+        expected = manifest_total(root)
+        passed = sum(s["pass"] for s in stats.values())
+        print(f"  total: {passed}/{total} passed; manifests declare {expected}", file=out)
+        if failures and verbose:
+            for f in failures:
+                print(f"  FAIL {f}", file=out)
+        elif failures:
+            print(f"  {len(failures)} failing (first: {failures[0]}); -v lists all", file=out)
+        if failures or total != expected or total == 0:
+            ok = False
+    return 0 if ok else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    dirs = list(args.dirs) or [BUNDLED_VECTORS]
+    return check_folders(dirs, verbose=args.verbose)

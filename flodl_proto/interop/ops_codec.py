@@ -1,0 +1,203 @@
+"""Vector handlers for the codec files: handshake, channel_magic, round_frame, mux_record,
+len_framed (ops ``handshake.*``, ``channel_magic.*``, ``round_frame.*``, ``mux_record.*``,
+``len_framed.*``, ``framed_round.*``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codec import handshake as hs
+from ..codec import loopback
+from ..codec._common import END_OF_STREAM
+from ..codec.mux import decode_mux_record, encode_mux_record_bytes
+from ..codec.round_frame import decode_round_frame, encode_round_frame_bytes
+from .jsonio import (
+    compare_frame,
+    expect_error,
+    frame_from_json,
+    record_from_json,
+    record_to_json,
+    require,
+)
+from .registry import op
+
+
+def _hex(case: dict[str, Any], key: str = "bytes") -> bytes:
+    return bytes.fromhex(case[key])
+
+
+def _eof(case: dict[str, Any], result: object) -> None:
+    require(result is END_OF_STREAM, f"expected a clean end of stream, got {result!r}")
+
+
+@op("handshake.rank_write")
+def _handshake_rank_write(case: dict[str, Any], version: int) -> None:
+    got = hs.encode_handshake(case["rank_id"], case["world_size"], version)
+    require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
+    h, n = hs.decode_handshake(got, case["world_size"], version)
+    require(h.rank == case["rank_id"] and n == 16, f"read back rank {h.rank}")
+
+
+@op("handshake.ack_write")
+def _handshake_ack_write(case: dict[str, Any], version: int) -> None:
+    got = hs.encode_ack(version)
+    require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
+    require(hs.decode_ack(got, version) == 8, "ack not accepted")
+
+
+@op("handshake.read")
+def _handshake_read(case: dict[str, Any], version: int) -> None:
+    data, ws = _hex(case), case["expected_world_size"]
+    if case["expect"] == "error":
+        expect_error(case, lambda: hs.decode_handshake(data, ws, version))
+        return
+    h, _ = hs.decode_handshake(data, ws, version)
+    require(h.rank == case["rank_id"], f"rank {h.rank} != {case['rank_id']}")
+
+
+@op("handshake.ack_read")
+def _handshake_ack_read(case: dict[str, Any], version: int) -> None:
+    data = _hex(case)
+    if case["expect"] == "error":
+        expect_error(case, lambda: hs.decode_ack(data, version))
+        return
+    require(hs.decode_ack(data, version) == 8, "ack not accepted")
+
+
+@op("channel_magic.write")
+def _channel_magic_write(case: dict[str, Any], version: int) -> None:
+    got = hs.encode_channel_magic(case["channel"])
+    require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
+    require(hs.expect_channel_magic(got, int(case["magic"], 16)) == 4, "magic not accepted")
+
+
+@op("channel_magic.expect")
+def _channel_magic_expect(case: dict[str, Any], version: int) -> None:
+    data, expected, what = _hex(case), int(case["expected"], 16), case["what"]
+    if case["expect"] == "error":
+        expect_error(case, lambda: hs.expect_channel_magic(data, expected, what))
+        return
+    require(hs.expect_channel_magic(data, expected, what) == 4, "magic not accepted")
+
+
+@op("round_frame.roundtrip")
+def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
+    salt, want = _hex(case, "salt"), _hex(case)
+    frame = frame_from_json(case["frame"])
+    got = encode_round_frame_bytes(frame, salt)
+    require(got == want, f"encoded bytes differ:\n got {got.hex()}\nwant {want.hex()}")
+    require(frame.wire_len == case["wire_len"] == len(got), f"wire_len {frame.wire_len}")
+    require(got[-8:].hex() == case["mac"], "mac differs")
+    res = decode_round_frame(want, salt)
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    dec, n = res
+    require(n == len(want), f"consumed {n} of {len(want)}")
+    compare_frame(dec, case["frame"])
+
+
+@op("round_frame.read")
+def _round_frame_read(case: dict[str, Any], version: int) -> None:
+    salt, data = _hex(case, "salt"), _hex(case)
+    if case["expect"] == "error":
+        expect_error(case, lambda: decode_round_frame(data, salt))
+        return
+    res = decode_round_frame(data, salt)
+    if case["expect"] == "eof":
+        _eof(case, res)
+        return
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    dec, n = res
+    require(n == case["consumed"], f"consumed {n} != {case['consumed']}")
+    compare_frame(dec, case["frame"])
+
+
+@op("mux_record.roundtrip")
+def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
+    salt, want = _hex(case, "salt"), _hex(case)
+    rec = record_from_json(case["record"], version)
+    got = encode_mux_record_bytes(rec, salt)
+    require(got == want, f"encoded bytes differ:\n got {got.hex()}\nwant {want.hex()}")
+    require(got[:25].hex() == case["header"] and got[25:].hex() == case["payload"], "split")
+    require(got[17:25].hex() == case["auth_tag"], "auth tag differs")
+    if "bincode" in case:
+        require(bytes(rec.payload).hex() == case["bincode"], "bincode differs")
+    res = decode_mux_record(want, salt, version=version)
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    dec, n = res
+    require(n == len(want), f"consumed {n} of {len(want)}")
+    got_json = record_to_json(dec, version)
+    require(got_json == case["record"], f"decoded {got_json} != {case['record']}")
+
+
+@op("mux_record.read")
+def _mux_read(case: dict[str, Any], version: int) -> None:
+    salt, data = _hex(case, "salt"), _hex(case)
+    if case["expect"] == "error":
+        expect_error(case, lambda: decode_mux_record(data, salt, version=version))
+        return
+    res = decode_mux_record(data, salt, version=version)
+    if case["expect"] == "eof":
+        _eof(case, res)
+        return
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    dec, n = res
+    require(n == case["consumed"], f"consumed {n} != {case['consumed']}")
+    got_json = record_to_json(dec, version)
+    require(got_json == case["record"], f"decoded {got_json} != {case['record']}")
+
+
+@op("len_framed.roundtrip")
+def _len_roundtrip(case: dict[str, Any], version: int) -> None:
+    blob, want = _hex(case, "blob"), _hex(case)
+    got = b"".join(loopback.encode_len_framed(blob))
+    require(got == want, f"bytes {got.hex()} != {want.hex()}")
+    res = loopback.decode_len_framed(want)
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    require(bytes(res[0]) == blob and res[1] == len(want), "blob differs")
+
+
+@op("len_framed.read")
+def _len_read(case: dict[str, Any], version: int) -> None:
+    data = _hex(case)
+    if case["expect"] == "error":
+        expect_error(case, lambda: loopback.decode_len_framed(data))
+        return
+    res = loopback.decode_len_framed(data)
+    if case["expect"] == "eof":
+        _eof(case, res)
+        return
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    require(bytes(res[0]).hex() == case["blob"], "blob differs")
+
+
+@op("framed_round.roundtrip")
+def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
+    salt, want = _hex(case, "salt"), _hex(case)
+    frame = frame_from_json(case["frame"])
+    got = b"".join(loopback.encode_framed_round(frame, salt))
+    require(got == want, f"bytes {got.hex()} != {want.hex()}")
+    res = loopback.decode_framed_round(want, salt)
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    compare_frame(res[0], case["frame"])
+
+
+@op("framed_round.read")
+def _framed_read(case: dict[str, Any], version: int) -> None:
+    salt, data = _hex(case, "salt"), _hex(case)
+    if case["expect"] == "error":
+        expect_error(case, lambda: loopback.decode_framed_round(data, salt))
+        return
+    res = loopback.decode_framed_round(data, salt)
+    if case["expect"] == "eof":
+        _eof(case, res)
+        return
+    require(res is not END_OF_STREAM, "decoder reported end of stream")
+    assert res is not END_OF_STREAM
+    compare_frame(res[0], case["frame"])

@@ -1,0 +1,84 @@
+"""Load golden vector folders and run their cases.
+
+A folder holds ``*.json`` files of the shared schema (``flodl-oracle-vectors/1``) and usually a
+``v2/`` subfolder of the same; each file's top-level ``protocol_version`` says which version its
+cases are for. ``manifest.json`` counts the cases per file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import ops_codec  # noqa: F401  (registers handlers)
+from .registry import OPS, NotImplementedOp
+
+try:  # handlers of later subsystems register themselves when present
+    from . import ops_reduce  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+try:
+    from . import ops_controller  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+__all__ = ["Case", "iter_cases", "manifest_total", "run_case", "vector_folders"]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One vector case: its file stem, protocol version and JSON object."""
+
+    file: str
+    version: int
+    data: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        """The case's unique id."""
+        return str(self.data["id"])
+
+
+def vector_folders(root: Path) -> list[Path]:
+    """``root`` and its ``v2/`` subfolder (when present)."""
+    out = [root]
+    if (root / "v2").is_dir():
+        out.append(root / "v2")
+    return out
+
+
+def iter_cases(root: Path) -> Iterator[Case]:
+    """Yield every case of every ``*.json`` (manifest excluded) in ``root`` and ``root/v2``."""
+    for folder in vector_folders(root):
+        for path in sorted(folder.glob("*.json")):
+            if path.name == "manifest.json":
+                continue
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            for case in doc["cases"]:
+                yield Case(path.stem, int(doc["protocol_version"]), case)
+
+
+def manifest_total(root: Path) -> int:
+    """Sum of ``total_cases`` over the manifests of ``root`` and ``root/v2``."""
+    total = 0
+    for folder in vector_folders(root):
+        m = folder / "manifest.json"
+        if m.is_file():
+            total += int(json.loads(m.read_text(encoding="utf-8"))["total_cases"])
+    return total
+
+
+def run_case(case: Case) -> None:
+    """Run one case; return on success.
+
+    Raises:
+        VectorMismatch: this implementation's result differs from the case.
+        NotImplementedOp: no handler is registered for the case's ``op``.
+    """
+    handler = OPS.get(case.data["op"])
+    if handler is None:
+        raise NotImplementedOp(case.data["op"])
+    handler(case.data, case.version)

@@ -1,0 +1,29 @@
+"""Shared test configuration: Hypothesis profiles and the vector folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+# "ci": derandomized and bounded, used by default and by .ci/run; "deep": many examples.
+settings.register_profile(
+    "ci", derandomize=True, max_examples=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "deep", max_examples=2000, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+os.environ.setdefault("FLODL_NET_TIMEOUT_SCALE", "0.1")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def vectors_root() -> Path:
+    """The vector folder under test: ``$FLODL_VECTORS`` or ``../shared/vectors``."""
+    env = os.environ.get("FLODL_VECTORS")
+    return Path(env) if env else ROOT.parent / "shared" / "vectors"
