@@ -1,1 +1,108 @@
-"""Pure codec: bytes <-> records. No sockets, no threads, no clocks."""
+"""Pure codec: bytes <-> records. No sockets, no threads, no clocks.
+
+Every decoder takes any bytes-like object, never copies payload bytes, and returns the decoded
+object with the number of bytes consumed, or :data:`END_OF_STREAM`; every encoder returns a list
+of buffers for ``socket.sendmsg`` (plus a ``*_bytes`` convenience where useful).
+"""
+
+from __future__ import annotations
+
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData
+from .auth import check_salt, compute_tag
+from .handshake import (
+    Handshake,
+    decode_ack,
+    decode_handshake,
+    encode_ack,
+    encode_channel_magic,
+    encode_handshake,
+    expect_channel_magic,
+)
+from .loopback import (
+    decode_framed_round,
+    decode_len_framed,
+    decode_len_prefix,
+    encode_framed_round,
+    encode_len_framed,
+    encode_len_prefix,
+)
+from .mux import (
+    ControlMessage,
+    DeclareDead,
+    Hello,
+    HelloAck,
+    MuxHeader,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    decode_control,
+    decode_mux_record,
+    encode_control,
+    encode_frame_record,
+    encode_mux_record,
+    encode_mux_record_bytes,
+    encode_mux_record_parts,
+    parse_mux_header,
+)
+from .round_frame import (
+    Dtype,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_round_frame,
+    encode_round_frame,
+    encode_round_frame_bytes,
+    round_frame_extent,
+    round_frame_wire_len,
+)
+from .stream import LenFramedDecoder, MuxRecordDecoder, RoundFrameDecoder
+
+__all__ = [
+    "END_OF_STREAM",
+    "BytesLike",
+    "ControlMessage",
+    "DeclareDead",
+    "Dtype",
+    "EndOfStream",
+    "Handshake",
+    "Hello",
+    "HelloAck",
+    "LenFramedDecoder",
+    "MuxHeader",
+    "MuxRecord",
+    "MuxRecordDecoder",
+    "NeedData",
+    "RankExit",
+    "RecordKind",
+    "RoundFrame",
+    "RoundFrameDecoder",
+    "RoundKind",
+    "TensorPayload",
+    "check_salt",
+    "compute_tag",
+    "decode_ack",
+    "decode_control",
+    "decode_framed_round",
+    "decode_handshake",
+    "decode_len_framed",
+    "decode_len_prefix",
+    "decode_mux_record",
+    "decode_round_frame",
+    "encode_ack",
+    "encode_channel_magic",
+    "encode_control",
+    "encode_frame_record",
+    "encode_framed_round",
+    "encode_handshake",
+    "encode_len_framed",
+    "encode_len_prefix",
+    "encode_mux_record",
+    "encode_mux_record_bytes",
+    "encode_mux_record_parts",
+    "encode_round_frame",
+    "encode_round_frame_bytes",
+    "expect_channel_magic",
+    "parse_mux_header",
+    "round_frame_extent",
+    "round_frame_wire_len",
+]

@@ -76,8 +76,8 @@ class BincodeReader:
     """Sequential bincode-2 reader over a memoryview.
 
     Every read names the field it reads so errors say what was being decoded and where.
-    Errors (all remote): ``bincode.unexpected_end`` (TruncatedInput), ``bincode.invalid_integer_type``
-    and ``bincode.invalid_utf8`` (InvalidValue).
+    Errors (all remote): ``bincode.unexpected_end`` (TruncatedInput),
+    ``bincode.invalid_integer_type`` and ``bincode.invalid_utf8`` (InvalidValue).
     """
 
     __slots__ = ("_mv", "pos")

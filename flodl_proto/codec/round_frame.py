@@ -47,7 +47,7 @@ from ..spec import (
     ROUND_KIND_CONTROL,
     ROUND_KIND_MODEL,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
 from .auth import check_salt, new_mac, tag_as_u64, tags_equal
 from .structs import (
     ROUND_FRAME_HEADER,
@@ -66,6 +66,7 @@ __all__ = [
     "decode_round_frame",
     "encode_round_frame",
     "encode_round_frame_bytes",
+    "round_frame_extent",
     "round_frame_wire_len",
 ]
 
@@ -173,10 +174,10 @@ class TensorPayload:
         if arr.dtype != target:
             arr = arr.astype(target)
         arr = np.ascontiguousarray(arr)
-        return cls(int(dtype), arr.shape, memoryview(arr.reshape(-1).view(np.uint8)))
+        return cls(int(dtype), arr.shape, arr.reshape(-1).view(np.uint8).data)
 
     @classmethod
-    def elided(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
+    def elide(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
         """A zero-elided payload: no bytes, meaning all zeros of ``dtype`` and ``shape``.
 
         Only legal on the wire at protocol version 3 (version 2 folds reject it)."""
@@ -199,7 +200,7 @@ class TensorPayload:
         return _numel(self.shape)
 
     @property
-    def elided(self) -> bool:  # type: ignore[override]
+    def elided(self) -> bool:
         """True when no payload bytes were carried (``nbytes == 0``, zero-numel tensors too)."""
         return self.data.nbytes == 0
 
@@ -394,6 +395,95 @@ def _rust_f64(x: float) -> str:
     return r[:-2] if r.endswith(".0") else r
 
 
+def _walk(
+    mv: memoryview, ceiling: int, partial: bool,
+) -> tuple[int, float, list[tuple[int, tuple[int, ...], int, int]], int] | int:
+    """Walk a frame's structure, applying every pre-tag check in upstream's order.
+
+    Returns ``(kind byte, weight, [(dtype, shape, data start, nbytes)], body end)`` when the
+    whole body and footer are present. When they are not: with ``partial`` returns the minimum
+    total length needed to make progress (an int); without it raises the truncation error naming
+    the field. Never creates payload views.
+    """
+    end = len(mv)
+
+    def short(at_least: int, error_id: str, **fields: Any) -> int:
+        if partial:
+            return at_least
+        raise protocol_error(error_id, **fields)
+
+    if end < ROUND_FRAME_HEADER_LEN:
+        return ROUND_FRAME_HEADER_LEN  # callers map this to END_OF_STREAM when not partial
+    hdr = ROUND_FRAME_HEADER.parse(mv[0:8])
+    if hdr.magic != ROUND_FRAME_MAGIC:
+        raise protocol_error("frame.bad_magic", got=hdr.magic, expected=ROUND_FRAME_MAGIC)
+    num_tensors = hdr.num_tensors
+    if num_tensors > MAX_ROUND_FRAME_TENSORS:
+        raise protocol_error("frame.too_many_tensors", count=num_tensors,
+                             cap=MAX_ROUND_FRAME_TENSORS)
+    pos = 8
+    if end < pos + 1:
+        return short(pos + 1, "frame.kind_read_failed", offset=pos)
+    kind_byte = ROUND_FRAME_KIND.parse(mv[pos:pos + 1]).kind
+    if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
+        raise protocol_error("frame.unknown_kind", value=kind_byte)
+    pos += 1
+    if end < pos + 8:
+        return short(pos + 8, "frame.weight_read_failed", offset=pos)
+    weight = ROUND_FRAME_WEIGHT.parse(mv[pos:pos + 8]).weight
+    if not math.isfinite(weight) or weight < 0.0:
+        raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
+    pos += 8
+    total = 0
+    entries: list[tuple[int, tuple[int, ...], int, int]] = []
+    for ti in range(num_tensors):
+        if end < pos + 2:
+            return short(pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
+        meta = TENSOR_META.parse(mv[pos:pos + 2])
+        pos += 2
+        ndim = meta.ndim
+        if end < pos + 4 * ndim:
+            return short(pos + 4 * ndim, "frame.shape_read_failed", index=ti, offset=pos)
+        dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
+        pos += 4 * ndim
+        if end < pos + 8:
+            return short(pos + 8, "frame.nbytes_read_failed", index=ti, offset=pos)
+        nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
+        pos += 8
+        total += nbytes
+        if total > ceiling:
+            raise protocol_error("frame.past_ceiling", index=ti, ceiling=ceiling, nbytes=nbytes,
+                                 total=total)
+        if end < pos + nbytes:
+            return short(pos + nbytes, "frame.data_read_failed", index=ti, got=end - pos,
+                         need=nbytes, offset=pos)
+        entries.append((meta.dtype, dims, pos, nbytes))
+        pos += nbytes
+    if end < pos + AUTH_TAG_LEN:
+        return short(pos + AUTH_TAG_LEN, "frame.footer_read_failed", offset=pos)
+    return kind_byte, weight, entries, pos
+
+
+def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> int | NeedData:
+    """Total length of the frame starting ``data`` if it is all present, else how much is needed.
+
+    Applies every check upstream makes before the tag (magic, tensor cap, kind, weight, ceiling)
+    so a stream can reject hostile input before buffering it; never verifies the tag.
+
+    Returns:
+        the frame's full length in bytes (tag included), or ``NeedData(n)``: at least ``n`` more
+        bytes are needed before the structure can be walked further.
+
+    Raises:
+        BadMagic, LimitExceeded, InvalidValue (remote).
+    """
+    mv = as_view(data)
+    res = _walk(mv, ceiling, partial=True)
+    if isinstance(res, int):
+        return NeedData(res - len(mv))
+    return res[3] + AUTH_TAG_LEN
+
+
 def decode_round_frame(
     data: BytesLike,
     salt: BytesLike,
@@ -421,56 +511,10 @@ def decode_round_frame(
     """
     key = check_salt(salt)
     mv = as_view(data)
-    end = len(mv)
-    if end < ROUND_FRAME_HEADER_LEN:
+    res = _walk(mv, ceiling, partial=False)
+    if isinstance(res, int):
         return END_OF_STREAM
-    hdr = ROUND_FRAME_HEADER.parse(mv[0:8])
-    if hdr.magic != ROUND_FRAME_MAGIC:
-        raise protocol_error("frame.bad_magic", got=hdr.magic, expected=ROUND_FRAME_MAGIC)
-    num_tensors = hdr.num_tensors
-    if num_tensors > MAX_ROUND_FRAME_TENSORS:
-        raise protocol_error("frame.too_many_tensors", count=num_tensors,
-                             cap=MAX_ROUND_FRAME_TENSORS)
-    pos = 8
-    if end < pos + 1:
-        raise protocol_error("frame.kind_read_failed", offset=pos)
-    kind_byte = ROUND_FRAME_KIND.parse(mv[pos:pos + 1]).kind
-    if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
-        raise protocol_error("frame.unknown_kind", value=kind_byte)
-    pos += 1
-    if end < pos + 8:
-        raise protocol_error("frame.weight_read_failed", offset=pos)
-    weight = ROUND_FRAME_WEIGHT.parse(mv[pos:pos + 8]).weight
-    if not math.isfinite(weight) or weight < 0.0:
-        raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
-    pos += 8
-    total = 0
-    raw: list[tuple[int, tuple[int, ...], memoryview]] = []
-    for ti in range(num_tensors):
-        if end < pos + 2:
-            raise protocol_error("frame.meta_read_failed", index=ti, offset=pos)
-        meta = TENSOR_META.parse(mv[pos:pos + 2])
-        pos += 2
-        ndim = meta.ndim
-        if end < pos + 4 * ndim:
-            raise protocol_error("frame.shape_read_failed", index=ti, offset=pos)
-        dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
-        pos += 4 * ndim
-        if end < pos + 8:
-            raise protocol_error("frame.nbytes_read_failed", index=ti, offset=pos)
-        nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
-        pos += 8
-        total += nbytes
-        if total > ceiling:
-            raise protocol_error("frame.past_ceiling", index=ti, ceiling=ceiling, nbytes=nbytes,
-                                 total=total)
-        if end < pos + nbytes:
-            raise protocol_error("frame.data_read_failed", index=ti, got=end - pos, need=nbytes,
-                                 offset=pos)
-        raw.append((meta.dtype, dims, mv[pos:pos + nbytes]))
-        pos += nbytes
-    if end < pos + AUTH_TAG_LEN:
-        raise protocol_error("frame.footer_read_failed", offset=pos)
+    kind_byte, weight, entries, pos = res
     mac = new_mac(key)
     mac.update(mv[0:pos])
     computed = mac.digest()[:AUTH_TAG_LEN]
@@ -478,6 +522,5 @@ def decode_round_frame(
     if not tags_equal(computed, carried):
         raise protocol_error("frame.auth_failed", computed=tag_as_u64(computed),
                              carried=tag_as_u64(carried))
-    pos += AUTH_TAG_LEN
-    tensors = [TensorPayload(d, s, v) for d, s, v in raw]
-    return RoundFrame(RoundKind(kind_byte), weight, tensors), pos
+    tensors = [TensorPayload(d, s, mv[start:start + n]) for d, s, start, n in entries]
+    return RoundFrame(RoundKind(kind_byte), weight, tensors), pos + AUTH_TAG_LEN

@@ -50,7 +50,7 @@ _RECORD_NAMES = {
 
 def f64_bits(x: float) -> str:
     """``0x``-prefixed 16-digit hex of an f64's bit pattern."""
-    return "0x%016x" % struct.unpack("<Q", struct.pack("<d", x))[0]
+    return "0x{:016x}".format(struct.unpack("<Q", struct.pack("<d", x))[0])
 
 
 def _f64_from_bits(text: str) -> float:
@@ -126,7 +126,8 @@ def control_from_json(obj: dict[str, Any]) -> ControlMessage:
     """Build a control message from the vector schema's ``control`` object."""
     v = obj["variant"]
     if v == "Hello":
-        return Hello(obj["host"], obj["ranks"], [bytes.fromhex(s) for s in obj.get("model_sigs", [])])
+        sigs = [bytes.fromhex(s) for s in obj.get("model_sigs", [])]
+        return Hello(obj["host"], obj["ranks"], sigs)
     if v == "HelloAck":
         return HelloAck()
     if v == "RankExit":

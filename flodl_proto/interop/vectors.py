@@ -7,23 +7,20 @@ cases are for. ``manifest.json`` counts the cases per file.
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import ops_codec  # noqa: F401  (registers handlers)
 from .registry import OPS, NotImplementedOp
 
-try:  # handlers of later subsystems register themselves when present
-    from . import ops_reduce  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from . import ops_controller  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
+# every ops_* module of this package registers its handlers on import
+for _info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if _info.name.startswith("ops_"):
+        importlib.import_module(f"{__package__}.{_info.name}")
 
 __all__ = ["Case", "iter_cases", "manifest_total", "run_case", "vector_folders"]
 

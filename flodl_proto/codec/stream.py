@@ -1,0 +1,243 @@
+"""Incremental, bounded decoding of a byte stream: feed bytes, get records.
+
+One decoder per leg:
+
+* :class:`RoundFrameDecoder` — back-to-back RoundFrames;
+* :class:`MuxRecordDecoder` — relay <-> controller records (optionally after the channel magic);
+* :class:`LenFramedDecoder` — loopback length-prefixed blobs.
+
+Usage (sans-IO)::
+
+    dec = MuxRecordDecoder(salt, version=2)
+    dec.feed(chunk)            # any number of times
+    dec.feed_eof()             # when the peer closed
+    ev = dec.next_event()      # a record, NeedData(n), or END_OF_STREAM
+
+Memory is bounded: each record's length is checked against the frame ceiling (and every other
+pre-tag check of the leg is applied) as soon as its header is buffered, before its body is waited
+for; the buffer then grows only as bytes actually arrive. A complete record is decoded from its
+own ``bytes`` copy, so records stay valid while the decoder keeps buffering. (The socket runners
+do not use this path for tensor traffic: they read a record's header, then ``recv_into`` one
+buffer of exactly the record's length.)
+
+After an error the decoder is stuck: every further :meth:`next_event` re-raises it. Running out
+of input inside the clean-end-of-stream prefix of a leg (RoundFrame header, mux header, length
+prefix; including at byte 0) gives :data:`END_OF_STREAM`; anywhere else, the leg's truncation
+error.
+
+Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame.rs`` and
+``relay/mux.rs`` (``read_record``, ``read_len_framed``, committed reads).
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from ..errors import ProtocolError, protocol_error
+from ..spec import (
+    CHANNEL_MAGIC_LEN,
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    LEN_PREFIX_LEN,
+    MUX_HEADER_LEN,
+    ROUND_FRAME_HEADER_LEN,
+    check_version,
+)
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
+from .auth import check_salt
+from .handshake import expect_channel_magic
+from .loopback import decode_len_framed, decode_len_prefix
+from .mux import MuxRecord, decode_mux_record, parse_mux_header
+from .round_frame import RoundFrame, decode_round_frame, round_frame_extent
+
+__all__ = ["LenFramedDecoder", "MuxRecordDecoder", "RoundFrameDecoder"]
+
+T = TypeVar("T")
+
+
+class _StreamDecoder(Generic[T]):
+    """Buffering, end-of-stream and sticky-error logic shared by the leg decoders."""
+
+    #: bytes at the start of a record inside which end of input is a clean end of stream
+    _clean_prefix: int = 0
+
+    def __init__(self, ceiling: int) -> None:
+        self._buf = bytearray()
+        self._eof = False
+        self._error: ProtocolError | None = None
+        self.ceiling = ceiling
+        #: total bytes handed out as complete records so far
+        self.consumed = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as part of a record."""
+        return len(self._buf)
+
+    def feed(self, data: BytesLike) -> None:
+        """Append received bytes.
+
+        Raises:
+            SequenceError (local): bytes fed after :meth:`feed_eof`.
+        """
+        if self._eof:
+            raise protocol_error("stream.fed_after_eof", nbytes=as_view(data).nbytes)
+        self._buf += as_view(data)
+
+    def feed_eof(self) -> None:
+        """Signal that the peer closed the stream (no more bytes will be fed)."""
+        self._eof = True
+
+    def next_event(self) -> T | NeedData | EndOfStream:
+        """Return the next complete record, ``NeedData(n)``, or :data:`END_OF_STREAM`.
+
+        Raises:
+            RemoteProtocolError: the leg's reader error (sticky: raised again on every call).
+        """
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except ProtocolError as e:
+            self._error = e
+            raise
+
+    def _need(self) -> int | NeedData:
+        """Full length of the record at the buffer start, or NeedData."""
+        raise NotImplementedError
+
+    def _decode(self, record: bytes) -> T:
+        raise NotImplementedError
+
+    def _truncated(self, data: bytes) -> ProtocolError:
+        """The leg's error for input that ended mid-record (after the clean prefix)."""
+        raise NotImplementedError
+
+    def _next(self) -> T | NeedData | EndOfStream:
+        if len(self._buf) < self._clean_prefix:
+            if self._eof:
+                return END_OF_STREAM
+            return NeedData(self._clean_prefix - len(self._buf))
+        need = self._need()
+        if isinstance(need, NeedData):
+            if self._eof:
+                raise self._truncated(bytes(self._buf))
+            return need
+        record = bytes(self._buf[:need])
+        del self._buf[:need]
+        self.consumed += need
+        return self._decode(record)
+
+
+class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
+    """Back-to-back RoundFrames (e.g. a capture of one direction of a legacy stream).
+
+    Args:
+        salt: the 16-byte session salt.
+        ceiling: frame ceiling in bytes.
+    """
+
+    _clean_prefix = ROUND_FRAME_HEADER_LEN
+
+    def __init__(self, salt: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
+        super().__init__(ceiling)
+        self._salt = check_salt(salt)
+
+    def _need(self) -> int | NeedData:
+        return round_frame_extent(self._buf, ceiling=self.ceiling)
+
+    def _decode(self, record: bytes) -> RoundFrame:
+        res = decode_round_frame(record, self._salt, ceiling=self.ceiling)
+        assert res is not END_OF_STREAM
+        return res[0]
+
+    def _truncated(self, data: bytes) -> ProtocolError:
+        try:
+            decode_round_frame(data, self._salt, ceiling=self.ceiling)
+        except ProtocolError as e:
+            return e
+        raise AssertionError("a truncated frame decoded")  # pragma: no cover
+
+
+class MuxRecordDecoder(_StreamDecoder[MuxRecord]):
+    """Relay <-> controller mux records.
+
+    Args:
+        salt: the 16-byte session salt.
+        version: data-channel protocol version (decides the ``Hello`` shape).
+        ceiling: frame ceiling in bytes.
+        expect_magic: a channel magic (e.g. ``CHANNEL_MAGIC_DATA``) the stream must start with
+            (consumed and checked first, as the controller does), or None.
+        what: subsystem name for the channel-magic error.
+    """
+
+    _clean_prefix = MUX_HEADER_LEN
+
+    def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
+                 ceiling: int = DEFAULT_FRAME_CEILING, expect_magic: int | None = None,
+                 what: str = "cluster_controller") -> None:
+        super().__init__(ceiling)
+        self._salt = check_salt(salt)
+        self._version = check_version(version)
+        self._magic = expect_magic
+        self._what = what
+
+    def _next(self) -> MuxRecord | NeedData | EndOfStream:
+        if self._magic is not None:
+            if len(self._buf) < CHANNEL_MAGIC_LEN and not self._eof:
+                return NeedData(CHANNEL_MAGIC_LEN - len(self._buf))
+            expect_channel_magic(self._buf, self._magic, self._what)
+            del self._buf[:CHANNEL_MAGIC_LEN]
+            self.consumed += CHANNEL_MAGIC_LEN
+            self._magic = None
+        return super()._next()
+
+    def _need(self) -> int | NeedData:
+        hdr = parse_mux_header(self._buf, ceiling=self.ceiling)
+        assert hdr is not END_OF_STREAM
+        total = MUX_HEADER_LEN + hdr.payload_len
+        return total if len(self._buf) >= total else NeedData(total - len(self._buf))
+
+    def _decode(self, record: bytes) -> MuxRecord:
+        res = decode_mux_record(record, self._salt, version=self._version, ceiling=self.ceiling)
+        assert res is not END_OF_STREAM
+        return res[0]
+
+    def _truncated(self, data: bytes) -> ProtocolError:
+        try:
+            decode_mux_record(data, self._salt, version=self._version, ceiling=self.ceiling)
+        except ProtocolError as e:
+            return e
+        raise AssertionError("a truncated record decoded")  # pragma: no cover
+
+
+class LenFramedDecoder(_StreamDecoder[memoryview]):
+    """Loopback length-prefixed blobs; each event is the blob (a view of its own bytes).
+
+    Args:
+        ceiling: frame ceiling in bytes (checked on each prefix before the body is awaited).
+    """
+
+    _clean_prefix = LEN_PREFIX_LEN
+
+    def __init__(self, *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
+        super().__init__(ceiling)
+
+    def _need(self) -> int | NeedData:
+        length = decode_len_prefix(self._buf, ceiling=self.ceiling)
+        assert length is not END_OF_STREAM
+        total = LEN_PREFIX_LEN + length
+        return total if len(self._buf) >= total else NeedData(total - len(self._buf))
+
+    def _decode(self, record: bytes) -> memoryview:
+        return memoryview(record)[LEN_PREFIX_LEN:]
+
+    def _truncated(self, data: bytes) -> ProtocolError:
+        try:
+            decode_len_framed(data, ceiling=self.ceiling)
+        except ProtocolError as e:
+            return e
+        raise AssertionError("a truncated blob decoded")  # pragma: no cover
+
+
+
