@@ -6,8 +6,8 @@ module finds them (inside an installed wheel as ``flodl_proto/_spec/``, or besid
 source checkout / editable install), validates their structure, and exposes typed values:
 
 >>> from flodl_proto.spec import SPEC
->>> hex(SPEC.const("ROUND_FRAME_MAGIC"))
-'0xf10d17f1'
+>>> SPEC.const("MUX_HEADER_LEN")
+25
 
 Module-level names (``ROUND_FRAME_MAGIC``, ``DEFAULT_FRAME_CEILING``, ...) mirror the constants so
 codec code can import them directly.

@@ -1,0 +1,295 @@
+"""Codec properties: round trips of every record type, hostile input, zero copy."""
+
+from __future__ import annotations
+
+import math
+import struct
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flodl_proto import errors
+from flodl_proto.codec import (
+    END_OF_STREAM,
+    DeclareDead,
+    Dtype,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_ack,
+    decode_control,
+    decode_framed_round,
+    decode_handshake,
+    decode_len_framed,
+    decode_mux_record,
+    decode_round_frame,
+    encode_ack,
+    encode_control,
+    encode_frame_record,
+    encode_framed_round,
+    encode_handshake,
+    encode_len_framed,
+    encode_mux_record_bytes,
+    encode_round_frame,
+    encode_round_frame_bytes,
+    round_frame_extent,
+)
+from flodl_proto.codec._common import NeedData
+from flodl_proto.spec import DEFAULT_FRAME_CEILING, READ_CHUNK
+
+salts = st.binary(min_size=16, max_size=16)
+versions = st.sampled_from([2, 3])
+u32 = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> TensorPayload:
+    dtype = draw(st.sampled_from([0, 1, 2, 255]))
+    shape = draw(st.lists(st.integers(0, 5), min_size=0, max_size=4))
+    numel = math.prod(shape)
+    es = {0: 4, 1: 2}.get(dtype, 3)
+    mode = draw(st.sampled_from(["full", "elided", "odd"]))
+    n = {"full": numel * es, "elided": 0, "odd": draw(st.integers(0, 17))}[mode]
+    return TensorPayload(dtype, shape, draw(st.binary(min_size=n, max_size=n)))
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> RoundFrame:
+    weight = draw(st.one_of(st.floats(0, 1e300, allow_nan=False, allow_infinity=False),
+                            st.just(-0.0)))
+    return RoundFrame(draw(st.sampled_from(list(RoundKind))), weight,
+                      draw(st.lists(tensors(), max_size=5)))
+
+
+control_msgs = st.one_of(
+    st.builds(Hello, st.text(max_size=12), st.lists(u32, max_size=6)),
+    st.just(HelloAck()),
+    st.builds(RankExit, u32),
+    st.builds(DeclareDead, u32),
+)
+
+
+@given(frames(), salts)
+def test_round_frame_roundtrip(frame: RoundFrame, salt: bytes) -> None:
+    wire = encode_round_frame_bytes(frame, salt)
+    assert len(wire) == frame.wire_len
+    res = decode_round_frame(wire + b"tail", salt)
+    assert res is not END_OF_STREAM
+    got, n = res
+    assert n == len(wire)
+    assert got == frame
+    assert round_frame_extent(wire) == len(wire)
+
+
+@given(frames(), salts, st.integers(0, 200))
+def test_round_frame_any_cut_is_eof_or_truncated(frame: RoundFrame, salt: bytes, cut: int) -> None:
+    wire = encode_round_frame_bytes(frame, salt)
+    cut = min(cut, len(wire) - 1)
+    if cut < 8:
+        assert decode_round_frame(wire[:cut], salt) is END_OF_STREAM
+    else:
+        with pytest.raises(errors.TruncatedInput):
+            decode_round_frame(wire[:cut], salt)
+        assert isinstance(round_frame_extent(wire[:cut]), NeedData)
+
+
+@given(control_msgs, versions, salts)
+def test_control_record_roundtrip(msg: object, version: int, salt: bytes) -> None:
+    rec = MuxRecord.control_msg(msg, version)  # type: ignore[arg-type]
+    wire = encode_mux_record_bytes(rec, salt)
+    res = decode_mux_record(wire, salt, version=version)
+    assert res is not END_OF_STREAM
+    got, n = res
+    assert n == len(wire) and got == rec and got.control == msg
+
+
+@given(st.sampled_from([RecordKind.DATA, RecordKind.HOST_FRAME, RecordKind.BROADCAST]), u32,
+       st.binary(max_size=64), salts, versions)
+def test_opaque_record_roundtrip(kind: RecordKind, rank: int, payload: bytes, salt: bytes,
+                                 version: int) -> None:
+    rec = (MuxRecord.data(rank, payload) if kind is RecordKind.DATA
+           else MuxRecord(kind, 0, memoryview(payload)))
+    wire = encode_mux_record_bytes(rec, salt)
+    res = decode_mux_record(wire, salt, version=version)
+    assert res is not END_OF_STREAM
+    assert res[0] == rec and res[1] == len(wire)
+
+
+@given(frames(), salts, st.sampled_from([RecordKind.HOST_FRAME, RecordKind.BROADCAST]))
+def test_frame_record_wraps_frame_twice_signed(frame: RoundFrame, salt: bytes,
+                                               kind: RecordKind) -> None:
+    wire = b"".join(encode_frame_record(kind, frame, salt))
+    res = decode_mux_record(wire, salt)
+    assert res is not END_OF_STREAM
+    assert res[0].kind is kind and res[0].frame(salt) == frame
+
+
+@given(u32, u32, versions)
+def test_handshake_roundtrip(rank: int, world: int, version: int) -> None:
+    hs, n = decode_handshake(encode_handshake(rank, world, version), world, version)
+    assert (hs.rank, hs.world_size, hs.version, n) == (rank, world, version, 16)
+    assert decode_ack(encode_ack(version), version) == 8
+
+
+@given(versions)
+def test_handshake_other_version_rejected(version: int) -> None:
+    other = 5 - version
+    with pytest.raises(errors.VersionMismatch):
+        decode_handshake(encode_handshake(0, 1, other), 1, version)
+    with pytest.raises(errors.VersionMismatch):
+        decode_ack(encode_ack(other), version)
+
+
+@given(st.binary(max_size=300))
+def test_len_framed_roundtrip(blob: bytes) -> None:
+    wire = b"".join(encode_len_framed(blob))
+    res = decode_len_framed(wire)
+    assert res is not END_OF_STREAM
+    assert bytes(res[0]) == blob and res[1] == len(wire)
+
+
+@given(frames(), salts)
+def test_framed_round_roundtrip(frame: RoundFrame, salt: bytes) -> None:
+    wire = b"".join(encode_framed_round(frame, salt))
+    res = decode_framed_round(wire, salt)
+    assert res is not END_OF_STREAM and res[0] == frame
+
+
+def test_v3_hello_accepted_by_v2_reader_and_not_reverse() -> None:
+    v3 = encode_control(Hello("h0", [0, 1], [bytes(range(32))]), 3)
+    assert decode_control(v3, 2) == Hello("h0", [0, 1])
+    v2 = encode_control(Hello("h0", [0, 1]), 2)
+    with pytest.raises(errors.TruncatedInput):
+        decode_control(v2, 3)
+    with pytest.raises(errors.VersionMismatch) as ei:
+        encode_control(Hello("h0", [0], [bytes(32)]), 2)
+    assert isinstance(ei.value, errors.LocalProtocolError)
+
+
+@pytest.mark.parametrize("marker,kind", [(b"\xfd", errors.InvalidValue),
+                                         (b"\xfe", errors.InvalidValue),
+                                         (b"\xff", errors.InvalidValue)])
+def test_varint_marker_wider_than_u32_rejected(marker: bytes, kind: type) -> None:
+    with pytest.raises(kind) as ei:
+        decode_control(b"\x02" + marker + bytes(16), 2)
+    assert "invalid integer type" in str(ei.value)
+    assert decode_control(b"\x02\xfb\x03\x00", 2) == RankExit(3)  # non-minimal accepted
+
+
+# -- arbitrary bytes: a record, END_OF_STREAM or a RemoteProtocolError, nothing else --------
+def _oracle(fn: object, data: bytes) -> None:
+    try:
+        fn(data)  # type: ignore[operator]
+    except errors.RemoteProtocolError:
+        pass
+
+
+@given(st.binary(max_size=400), versions)
+def test_arbitrary_bytes_never_crash(data: bytes, version: int) -> None:
+    salt = bytes(16)
+    _oracle(lambda d: decode_round_frame(d, salt), data)
+    _oracle(lambda d: decode_mux_record(d, salt, version=version), data)
+    _oracle(lambda d: decode_len_framed(d), data)
+    _oracle(lambda d: decode_framed_round(d, salt), data)
+    _oracle(lambda d: decode_handshake(d, 4, version), data)
+    _oracle(lambda d: decode_ack(d, version), data)
+    _oracle(lambda d: decode_control(d, version), data)
+
+
+@given(st.binary(max_size=64), st.sampled_from([2, 3]))
+def test_prefixed_magic_bytes_never_crash(tail: bytes, version: int) -> None:
+    salt = bytes(16)
+    for head in (b"\xf1\x17\x0d\xf1", b"\xd0\x17\x0d\xf1\x01\x00\x00\x00"):
+        _oracle(lambda d: decode_round_frame(d, salt), head + tail)
+        _oracle(lambda d: decode_mux_record(d, salt, version=version), head + tail)
+
+
+def _peak_alloc(fn: object) -> int:
+    tracemalloc.start()
+    try:
+        fn()  # type: ignore[operator]
+    except errors.RemoteProtocolError:
+        pass
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("data", [
+    b"\xd0\x17\x0d\xf1\x01\x00\x00\x00\x01\x00\x00\x00\x00" + b"\xff\xff\xff\xff" + bytes(8),
+    b"\xd0\x17\x0d\xf1\x01\x00\x00\x00\x01\x00\x00\x00\x00" + b"\x00\x00\x00\x40" + bytes(8),
+    b"\xf1\x17\x0d\xf1\x01\x00\x00\x00\x00" + bytes(8) + b"\x00\x01\x04\x00\x00\x00"
+    + struct.pack("<Q", 2**40),
+    b"\xf1\x17\x0d\xf1\x01\x00\x01\x00",
+    b"\x00\x00\x00\x40",
+], ids=["mux-4GiB", "mux-1GiB", "frame-1TiB-nbytes", "frame-65537-tensors", "len-1GiB"])
+def test_hostile_length_claims_allocate_nothing(data: bytes) -> None:
+    salt = bytes(16)
+    for fn in (lambda: decode_mux_record(data, salt), lambda: decode_round_frame(data, salt),
+               lambda: decode_len_framed(data)):
+        assert _peak_alloc(fn) < 1 << 20
+    assert READ_CHUNK <= DEFAULT_FRAME_CEILING
+
+
+def test_decode_is_zero_copy() -> None:
+    arr = np.arange(1 << 16, dtype=np.float32)
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(arr)])
+    wire = bytearray(encode_round_frame_bytes(frame, bytes(16)))
+    res = decode_round_frame(wire, bytes(16))
+    assert res is not END_OF_STREAM
+    view = res[0].tensors[0].array()
+    assert np.shares_memory(view, np.frombuffer(wire, dtype=np.uint8))
+    assert not view.flags.writeable
+    np.testing.assert_array_equal(view, arr)
+
+
+def test_encode_does_not_copy_payloads() -> None:
+    arr = np.ones(1024, dtype=np.float32)
+    t = TensorPayload.from_array(arr)
+    pieces = encode_round_frame(RoundFrame(RoundKind.MODEL, 1.0, [t]), bytes(16))
+    assert any(isinstance(p, memoryview) and p.obj is t.data.obj for p in pieces)
+
+
+def test_tensor_payload_array_checks() -> None:
+    bf = TensorPayload.from_array(np.array([1.5, -3.0], dtype=ml_dtypes.bfloat16))
+    assert bf.dtype == Dtype.BF16 and bf.nbytes == 4
+    assert bf.array().dtype == np.dtype(ml_dtypes.bfloat16)
+    with pytest.raises(errors.InvalidValue):
+        TensorPayload(7, [2], bytes(8)).array()
+    with pytest.raises(errors.SchemaMismatch):
+        TensorPayload(0, [3], bytes(8)).array()
+    el = TensorPayload.elide(Dtype.F32, [2, 3])
+    assert el.elided and el.numel == 6
+    np.testing.assert_array_equal(el.array(materialize_elided=True), np.zeros((2, 3)))
+    with pytest.raises(errors.LimitExceeded):
+        TensorPayload.elide(Dtype.F32, [2**31, 4]).array(materialize_elided=True)
+
+
+def test_frame_validation_is_local() -> None:
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(errors.InvalidValue) as ei:
+            RoundFrame(RoundKind.MODEL, bad, [])
+        assert isinstance(ei.value, errors.LocalProtocolError)
+    with pytest.raises(errors.InvalidValue):
+        TensorPayload(0, [1] * 256, b"")
+    with pytest.raises(errors.InvalidValue):
+        TensorPayload(0, [2**32], b"")
+    with pytest.raises(errors.InvalidValue):
+        encode_round_frame_bytes(RoundFrame(), b"short")
+
+
+def test_wrong_salt_names_both_tags() -> None:
+    wire = encode_round_frame_bytes(RoundFrame(RoundKind.CONTROL, 0.0, []), bytes(16))
+    with pytest.raises(errors.AuthenticationError) as ei:
+        decode_round_frame(wire, b"\x01" * 16)
+    assert "HMAC verification failed (computed 0x" in str(ei.value)
+    assert ei.value.fields["carried"] == int.from_bytes(wire[-8:], "little")
