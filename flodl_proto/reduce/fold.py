@@ -1,0 +1,224 @@
+"""The fold monoid and the controller's realized-work reduce.
+
+:func:`sum_frames` is the element-wise sum shared by every fold tier (relay and controller): it
+never divides. :func:`reduce_realized_work` is the controller's reduce: the sum of the accepted
+frames, then (Model rounds with a positive mass only) multiplied once by the f32 reciprocal of
+the summed mass. The mass policies of the senders (:func:`gamma_mass`, :func:`mover_mass`) and
+the zero-mass rule (:func:`is_realized`) live here too.
+
+Byte exactness (pinned by the ``reduce`` vectors):
+
+* the sum is accumulated in f32 from ``+0.0`` in list order, bf16 widened exactly, and
+  re-encoded in the frame's dtype (bf16: round-to-nearest-even with upstream's NaN rule);
+* the weight sum starts from ``-0.0`` (Rust's f64 ``Sum``), so two ``-0.0`` weights sum to
+  ``-0.0`` and the round is zero-mass;
+* normalisation multiplies by ``np.float32(1.0 / w)`` (a reciprocal computed in f64, rounded to
+  f32), it does not divide: ``10 * f32(1/3) = 3.3333335``; a mass of ``1e-300`` gives ``+inf``;
+* bf16 consensus is rounded twice (sum -> bf16, then scaled -> bf16);
+* version 3: elided payloads add nothing; a tensor elided in every frame stays elided.
+  Version 2: elided payloads are rejected with upstream's byte-count errors.
+
+Every size is checked before anything is allocated (the accumulator included); the errors and
+their order are upstream's.
+
+Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``sum_frames``,
+``reduce_realized_work``), ``flodl/src/distributed/realized_work.rs``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from ..errors import protocol_error
+from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE, check_version
+from . import _kernels as K
+
+__all__ = [
+    "gamma_mass",
+    "is_realized",
+    "mover_mass",
+    "reduce_realized_work",
+    "sum_frames",
+]
+
+
+def gamma_mass(n: float, gamma: float) -> float:
+    """Realized-work mass of a params contribution: ``n ** gamma`` with the idle guard.
+
+    Args:
+        n: the unit's optimizer steps since the last sync.
+        gamma: the allocation exponent (1.0 plain work weighting, 0.0 unweighted over movers,
+            -1.0 per-step equal).
+
+    Returns:
+        0.0 when ``n <= 0`` (for any ``gamma``: no ``0 ** 0 = 1`` vote, no ``0 ** -1 = inf``);
+        ``n`` when ``gamma == 1.0``; else ``n ** gamma`` (f64 ``pow``).
+
+    Upstream: ``realized_work.rs`` ``gamma_mass``.
+    """
+    n = float(n)
+    if n <= 0.0:
+        return 0.0
+    if gamma == 1.0:
+        return n
+    return math.pow(n, float(gamma))
+
+
+def mover_mass(n: float) -> float:
+    """Realized-work mass of a buffers contribution: 1.0 if ``n > 0`` else 0.0.
+
+    Upstream: ``realized_work.rs`` ``mover_mass``.
+    """
+    return 1.0 if n > 0.0 else 0.0
+
+
+def is_realized(mass: float) -> bool:
+    """The zero-mass round rule: True when ``mass > 0.0`` (a round of mass 0, -0.0 or below
+    realized nothing; receivers keep their local state).
+
+    Upstream: ``realized_work.rs`` ``is_realized``.
+    """
+    return mass > 0.0
+
+
+def _view(p: TensorPayload) -> npt.NDArray[Any]:
+    return np.frombuffer(p.data, dtype=K.F32 if p.dtype == DTYPE_F32 else K.U16)
+
+
+def _check_schema(frames: Sequence[RoundFrame], v3: bool) -> None:
+    ref = frames[0]
+    for i in range(1, len(frames)):
+        f = frames[i]
+        if f.kind != ref.kind:
+            raise protocol_error("reduce.kind_mismatch", frame=i, got=f.kind.label,
+                                 expected=ref.kind.label)
+        if len(f.tensors) != len(ref.tensors):
+            raise protocol_error("reduce.count_mismatch", frame=i, got=len(f.tensors),
+                                 expected=len(ref.tensors))
+        for ti, (a, b) in enumerate(zip(ref.tensors, f.tensors, strict=True)):
+            if a.dtype != b.dtype:
+                raise protocol_error("reduce.dtype_mismatch", frame=i, index=ti, got=b.dtype,
+                                     expected=a.dtype)
+            if a.shape != b.shape:
+                raise protocol_error("reduce.shape_mismatch", frame=i, index=ti,
+                                     got=list(b.shape), expected=list(a.shape))
+            compare = not (a.elided or b.elided) if v3 else True
+            if compare and a.nbytes != b.nbytes:
+                raise protocol_error("reduce.nbytes_mismatch", frame=i, index=ti, got=b.nbytes,
+                                     expected=a.nbytes)
+
+
+def _plan(frames: Sequence[RoundFrame], v3: bool) -> list[list[TensorPayload] | None]:
+    """Per tensor: the payloads to add (None: elided in every frame). Raises upstream's per-tensor
+    errors in upstream's order, before anything is allocated."""
+    ref = frames[0]
+    plan: list[list[TensorPayload] | None] = []
+    for ti, t0 in enumerate(ref.tensors):
+        es = ELEMENT_SIZE.get(t0.dtype)
+        if es is None:
+            raise protocol_error("reduce.unknown_dtype", index=ti, dtype=t0.dtype)
+        expected = t0.numel * es
+        if (not v3 or not t0.elided) and t0.nbytes != expected:
+            raise protocol_error("reduce.seed_nbytes", index=ti, shape=list(t0.shape),
+                                 expected=expected, got=t0.nbytes)
+        if v3 and all(f.tensors[ti].elided for f in frames):
+            plan.append(None)
+            continue
+        contribs: list[TensorPayload] = []
+        for f in frames:
+            p = f.tensors[ti]
+            if v3 and p.elided:
+                continue
+            if p.nbytes != expected:
+                raise protocol_error("reduce.accumulate_nbytes", got=p.nbytes, numel=t0.numel,
+                                     element_size=es)
+            contribs.append(p)
+        plan.append(contribs)
+    return plan
+
+
+def _fold(frames: Sequence[RoundFrame], version: int, normalise: bool) -> RoundFrame:
+    check_version(version)
+    if not frames:
+        raise protocol_error("reduce.no_frames")
+    v3 = version >= 3
+    ref = frames[0]
+    weight = -0.0
+    for f in frames:
+        weight += f.weight
+    _check_schema(frames, v3)
+    plan = _plan(frames, v3)
+    scale: np.float32 | None = None
+    if normalise and ref.kind is RoundKind.MODEL and is_realized(weight):
+        with np.errstate(over="ignore"):
+            scale = np.float32(1.0 / weight)
+    ws = K.Workspace()
+    out: list[TensorPayload] = []
+    for t0, contribs in zip(ref.tensors, plan, strict=True):
+        if contribs is None:
+            out.append(TensorPayload(t0.dtype, t0.shape, b""))
+            continue
+        arr = K.sum_contributions([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws)
+        out.append(TensorPayload(t0.dtype, t0.shape, arr.view(np.uint8).data))
+    return RoundFrame(ref.kind, weight, out)
+
+
+def sum_frames(frames: Sequence[RoundFrame], *, version: int = DEFAULT_VERSION) -> RoundFrame:
+    """Element-wise sum of ``frames``, masses summed, kind kept: the fold monoid. Never divides.
+
+    Args:
+        frames: one round's frames (at least one), summed in list order. Every frame must carry
+            the same kind, tensor count, and per tensor the same dtype (f32 or bf16), shape and
+            byte length (version 3: byte lengths are compared between non-elided payloads only).
+        version: data-channel protocol version (2 or 3).
+
+    Returns:
+        A frame of frame 0's kind whose weight is the f64 sum of the weights (from ``-0.0``) and
+        whose tensors are the f32 sums re-encoded in each tensor's dtype (payloads are fresh
+        NumPy-backed buffers; version 3: a tensor elided in every frame stays elided).
+
+    Raises:
+        SequenceError (local): no frames (``reduce.no_frames``).
+        SchemaMismatch (remote): kind, tensor count, dtype, shape or byte-length disagreement, or
+            a payload whose byte count is not ``numel * element_size`` (version 2: any elided
+            payload with elements).
+        InvalidValue (remote): an unknown dtype tag in frame 0.
+        VersionMismatch (local): unsupported ``version``.
+
+    Upstream: ``controller/round_frame.rs`` ``sum_frames``.
+    """
+    return _fold(frames, version, normalise=False)
+
+
+def reduce_realized_work(
+    frames: Sequence[RoundFrame | None], *, version: int = DEFAULT_VERSION
+) -> RoundFrame:
+    """The controller's reduce: the realized-work consensus of the accepted frames.
+
+    Args:
+        frames: one entry per connection in connection order; ``None`` = nothing accepted from
+            it this round (it enters neither the sum nor the mass).
+        version: data-channel protocol version (2 or 3).
+
+    Returns:
+        ``sum_frames`` of the accepted frames; for a Model round whose summed weight ``w`` is
+        above zero, every non-elided payload is then multiplied element-wise by
+        ``np.float32(1.0 / w)`` in f32 and re-encoded (bf16: a second rounding). Control rounds and
+        zero-mass Model rounds are the pure sum. The weight is ``w`` (the accepted mass).
+
+    Raises:
+        SequenceError (local): no accepted frame (``reduce.no_accepted``).
+        SchemaMismatch, InvalidValue (remote), VersionMismatch (local): as :func:`sum_frames`.
+
+    Upstream: ``controller/round_frame.rs`` ``reduce_realized_work``.
+    """
+    accepted = [f for f in frames if f is not None]
+    if not accepted:
+        raise protocol_error("reduce.no_accepted")
+    return _fold(accepted, version, normalise=True)

@@ -1,0 +1,370 @@
+"""The relay's incremental per-round fold of its host's rank frames (the fold barrier).
+
+Each local rank deposits one loopback blob per round (a signed RoundFrame; bytes after its footer
+are ignored). The first deposit of a round is kept verbatim as the *seed* and pins the schema
+(kind, tensor count, per tensor dtype and shape); its weight starts the round's mass. The first
+later payload that carries bytes (version 3: elided payloads merge nothing; version 2: every
+payload merges) *promotes* the seed to f32 running sums, and every later payload is added in
+deposit order. The round completes when every local rank has deposited or is dead and at least
+one deposit exists; the completing call returns the HostFrame payload:
+
+* a round that never promoted (a single deposit, or version 3 later deposits that were all
+  elided) ships the seed frame's bytes verbatim (so a lone ``-0.0`` survives and an all-elided
+  round ships elided);
+* otherwise the f32 sums re-encoded in each tensor's dtype, signed with the salt, weight = the
+  summed weights, kind = the seed's.
+
+Any protocol error (parse, MAC, schema, double deposit) is fatal for the fold: it is raised, and
+raised again by every later call (the relay tears its data channel down). A frame from a rank that
+is already dead is dropped. A dead rank's already-merged contribution stays in the round.
+
+Error order follows upstream's streamed parse: a later deposit's tensors are checked and merged
+one at a time as the reader reaches them, before its footer is verified, so a schema error in an
+early tensor is reported before a truncation or MAC error further on; the frame's kind and tensor
+count are compared after the whole frame has been read.
+
+Departure (``sizes_before_allocation``): before promotion materialises the seed's elided tensors
+as zeros, the f32 image is checked against the frame ceiling (``fold.elided_too_large``).
+
+Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::accumulate``,
+``take_if_complete``, ``fold_and_ship``).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..codec._common import END_OF_STREAM, BytesLike, as_view
+from ..codec.auth import check_salt
+from ..codec.round_frame import (
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_round_frame,
+    encode_round_frame_bytes,
+)
+from ..errors import ProtocolError, protocol_error
+from ..spec import (
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    DTYPE_F32,
+    ELEMENT_SIZE,
+    ROUND_FRAME_HEADER_LEN,
+    check_version,
+)
+from . import _kernels as K
+
+__all__ = ["HostFold"]
+
+#: reader errors raised while tensor ``index`` is being read: tensors before it were delivered
+_PER_TENSOR_ERRORS = frozenset({
+    "frame.meta_read_failed", "frame.shape_read_failed", "frame.nbytes_read_failed",
+    "frame.past_ceiling", "frame.data_read_failed",
+})
+#: reader errors raised after every tensor was delivered
+_AFTER_TENSOR_ERRORS = frozenset({"frame.footer_read_failed", "frame.auth_failed"})
+
+_BODY_AT = ROUND_FRAME_HEADER_LEN + 1 + 8
+
+
+@dataclass(slots=True)
+class _Round:
+    kind: RoundKind
+    weight: float
+    seed: RoundFrame
+    seed_bytes: memoryview
+    deposited: set[int] = field(default_factory=set)
+    #: per-tensor (dtype, shape) pinned by the seed
+    schema: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    #: f32 running sums once promoted
+    sums: list[npt.NDArray[np.float32]] | None = None
+
+
+def _delivered(mv: memoryview, count: int) -> list[TensorPayload]:
+    """The first ``count`` tensors of a frame whose structure the reader already walked past."""
+    out: list[TensorPayload] = []
+    pos = _BODY_AT
+    for _ in range(count):
+        dtype, ndim = mv[pos], mv[pos + 1]
+        pos += 2
+        dims = struct.unpack_from(f"<{ndim}I", mv, pos)
+        pos += 4 * ndim
+        (nbytes,) = struct.unpack_from("<Q", mv, pos)
+        pos += 8
+        out.append(TensorPayload(dtype, dims, mv[pos:pos + nbytes]))
+        pos += nbytes
+    return out
+
+
+class HostFold:
+    """One relay's fold barrier over its local ranks, round after round.
+
+    Args:
+        local_ranks: the global rank ids this relay serves (the barrier's roster).
+        salt: the 16-byte session salt (verifies deposits, signs merged HostFrames).
+        version: data-channel protocol version (2 or 3).
+        ceiling: frame ceiling in bytes used to read deposits (default 1 GiB).
+
+    Thread-safe: a runner may call :meth:`deposit` from per-rank reader threads and
+    :meth:`declare_dead` from its upstream reader; calls are serialised by an internal lock (the
+    merge runs under it, as upstream's does).
+
+    Raises:
+        InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
+
+    Upstream: ``relay/agent.rs`` ``FoldCtx`` / ``HostFold``.
+    """
+
+    def __init__(
+        self,
+        local_ranks: Iterable[int],
+        salt: BytesLike,
+        *,
+        version: int = DEFAULT_VERSION,
+        ceiling: int = DEFAULT_FRAME_CEILING,
+    ) -> None:
+        self._ranks: tuple[int, ...] = tuple(sorted({int(r) for r in local_ranks}))
+        self._salt = check_salt(salt)
+        self._version = check_version(version)
+        self._ceiling = int(ceiling)
+        self._lock = threading.Lock()
+        self._dead: set[int] = set()
+        self._round: _Round | None = None
+        self._error: ProtocolError | None = None
+        self._rounds = 0
+        self._ws: K.Workspace | None = None
+
+    # -- introspection -------------------------------------------------------------------------
+    @property
+    def local_ranks(self) -> tuple[int, ...]:
+        """The roster, ascending."""
+        return self._ranks
+
+    @property
+    def version(self) -> int:
+        """The protocol version the fold applies (2 or 3)."""
+        return self._version
+
+    @property
+    def dead_ranks(self) -> frozenset[int]:
+        """Ranks out of the barrier (never revived)."""
+        with self._lock:
+            return frozenset(self._dead)
+
+    @property
+    def alive_ranks(self) -> tuple[int, ...]:
+        """Local ranks not dead, ascending (the ranks a Broadcast is fanned out to)."""
+        with self._lock:
+            return tuple(r for r in self._ranks if r not in self._dead)
+
+    @property
+    def deposited(self) -> frozenset[int]:
+        """Ranks that have deposited in the current (incomplete) round."""
+        with self._lock:
+            return frozenset(self._round.deposited) if self._round else frozenset()
+
+    @property
+    def rounds_completed(self) -> int:
+        """Number of HostFrames produced so far."""
+        return self._rounds
+
+    @property
+    def error(self) -> ProtocolError | None:
+        """The fatal error, once one happened (every later call raises it)."""
+        return self._error
+
+    # -- events --------------------------------------------------------------------------------
+    def deposit(self, rank: int, blob: BytesLike) -> bytes | None:
+        """Merge ``rank``'s loopback blob into the current round.
+
+        Args:
+            rank: a local rank.
+            blob: the loopback blob: one RoundFrame signed with the salt; bytes after its footer
+                are ignored. The seed keeps views into it until the round completes: do not
+                modify the buffer before then.
+
+        Returns:
+            The HostFrame payload (one signed RoundFrame) when this deposit completes the round
+            (the fold then starts the next round), else None. None too when ``rank`` is dead
+            (its frame is dropped).
+
+        Raises:
+            InvalidValue (local): ``rank`` is not a local rank (not fatal).
+            TruncatedInput (remote): empty blob or one ending inside the frame header
+                (``fold.truncated``), or any truncation the frame reader reports.
+            SequenceError (remote): ``rank`` already deposited this round.
+            SchemaMismatch (remote): kind, tensor count, dtype, shape or byte count disagrees
+                with the round's first deposit.
+            AuthenticationError, BadMagic, LimitExceeded, InvalidValue (remote): frame reader
+                errors.
+            LimitExceeded (remote): materialising the seed's elided tensors would exceed the
+                ceiling (``fold.elided_too_large``).
+            Any of these is fatal: the same error is raised by every later call.
+
+        Upstream: ``relay/agent.rs`` ``FoldCtx::deposit``.
+        """
+        with self._lock:
+            self._check_alive()
+            if rank not in self._ranks:
+                raise protocol_error("fold.unknown_rank", rank=rank, ranks=list(self._ranks))
+            if rank in self._dead:
+                return None
+            try:
+                if self._round is not None and rank in self._round.deposited:
+                    raise protocol_error("fold.double_deposit", rank=rank)
+                self._merge(rank, as_view(blob))
+                return self._take_if_complete()
+            except ProtocolError as e:
+                self._error = e
+                raise
+
+    def declare_dead(self, rank: int) -> bytes | None:
+        """Take ``rank`` out of the barrier for good (loopback EOF or the controller's
+        DeclareDead). Idempotent; any rank id is accepted.
+
+        Returns:
+            The HostFrame payload when this death completes the round, else None.
+
+        Raises:
+            the fold's fatal error, if it has one; LimitExceeded / SchemaMismatch... never
+            (completion only encodes what was already merged).
+
+        Upstream: ``relay/agent.rs`` ``FoldCtx::mark_dead``.
+        """
+        with self._lock:
+            self._check_alive()
+            self._dead.add(int(rank))
+            try:
+                return self._take_if_complete()
+            except ProtocolError as e:  # pragma: no cover - encoding merged sums cannot fail
+                self._error = e
+                raise
+
+    # -- internals -----------------------------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _workspace(self) -> K.Workspace:
+        if self._ws is None:
+            self._ws = K.Workspace()
+        return self._ws
+
+    def _merge(self, rank: int, mv: memoryview) -> None:
+        if self._round is None:
+            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling)
+            if res is END_OF_STREAM:
+                raise protocol_error("fold.truncated", rank=rank)
+            seed, consumed = res
+            self._round = _Round(
+                kind=seed.kind, weight=seed.weight, seed=seed, seed_bytes=mv[:consumed],
+                deposited={rank}, schema=[(t.dtype, t.shape) for t in seed.tensors],
+            )
+            return
+        rnd = self._round
+        reader_error: ProtocolError | None = None
+        frame: RoundFrame | None = None
+        try:
+            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling)
+        except ProtocolError as e:
+            reader_error = e
+            if e.error_id in _PER_TENSOR_ERRORS:
+                delivered = _delivered(mv, int(e.fields["index"]))
+            elif e.error_id in _AFTER_TENSOR_ERRORS:
+                count = int.from_bytes(mv[4:8], "little")
+                delivered = _delivered(mv, count)
+            else:
+                delivered = []
+        else:
+            if res is END_OF_STREAM:
+                raise protocol_error("fold.truncated", rank=rank)
+            frame = res[0]
+            delivered = list(frame.tensors)
+        expected = len(rnd.schema)
+        for ti, p in enumerate(delivered):
+            self._merge_tensor(rnd, rank, ti, p, expected)
+        if reader_error is not None:
+            raise reader_error
+        assert frame is not None
+        if frame.kind != rnd.kind:
+            raise protocol_error("fold.kind_mismatch", rank=rank, got=frame.kind.label,
+                                 expected=rnd.kind.label)
+        if len(frame.tensors) != expected:
+            raise protocol_error("fold.fewer_tensors", rank=rank, got=len(frame.tensors),
+                                 expected=expected)
+        rnd.weight += frame.weight
+        rnd.deposited.add(rank)
+
+    def _merge_tensor(
+        self, rnd: _Round, rank: int, ti: int, p: TensorPayload, expected: int
+    ) -> None:
+        if ti >= expected:
+            raise protocol_error("fold.more_tensors", rank=rank, expected=expected)
+        want_dtype, want_shape = rnd.schema[ti]
+        if p.dtype != want_dtype:
+            raise protocol_error("fold.dtype_mismatch", rank=rank, index=ti, got=p.dtype,
+                                 expected=want_dtype)
+        if p.shape != want_shape:
+            raise protocol_error("fold.shape_mismatch", rank=rank, index=ti, got=list(p.shape),
+                                 expected=list(want_shape))
+        if self._version >= 3 and p.elided:
+            return
+        if rnd.sums is None:
+            rnd.sums = self._promote(rnd)
+        acc = rnd.sums[ti]
+        es = ELEMENT_SIZE[p.dtype]  # known: promotion validated every seed dtype
+        if p.nbytes != acc.shape[0] * es:
+            raise protocol_error("fold.accumulate_nbytes", rank=rank, index=ti, got=p.nbytes,
+                                 numel=acc.shape[0], element_size=es)
+        K.accumulate(acc, _view(p), p.dtype, self._workspace())
+
+    def _promote(self, rnd: _Round) -> list[npt.NDArray[np.float32]]:
+        v3 = self._version >= 3
+        total = 0
+        for t in rnd.seed.tensors:  # every check first, in upstream's order, then allocate
+            es = ELEMENT_SIZE.get(t.dtype)
+            if es is None:
+                raise protocol_error("fold.unknown_dtype", dtype=t.dtype)
+            if (not v3 or not t.elided) and t.nbytes != t.numel * es:
+                raise protocol_error("fold.seed_promotion", got=t.nbytes, numel=t.numel,
+                                     element_size=es)
+            total += t.numel * es
+        if total > self._ceiling:
+            raise protocol_error("fold.elided_too_large", nbytes=total, ceiling=self._ceiling)
+        ws = self._workspace()
+        sums = [
+            K.promote(None if (v3 and t.elided) else _view(t), t.dtype, t.numel, ws)
+            for t in rnd.seed.tensors
+        ]
+        rnd.seed_bytes = memoryview(b"")  # the blob is no longer referenced
+        rnd.seed = RoundFrame(rnd.seed.kind, rnd.seed.weight, ())
+        return sums
+
+    def _take_if_complete(self) -> bytes | None:
+        rnd = self._round
+        if rnd is None:
+            return None
+        if not all(r in self._dead or r in rnd.deposited for r in self._ranks):
+            return None
+        self._round = None
+        self._rounds += 1
+        if rnd.sums is None:
+            return bytes(rnd.seed_bytes)
+        ws = self._workspace()
+        tensors = [
+            TensorPayload(dtype, shape,
+                          K.encode_sums(acc, dtype, ws).view(np.uint8).data)
+            for (dtype, shape), acc in zip(rnd.schema, rnd.sums, strict=True)
+        ]
+        return encode_round_frame_bytes(RoundFrame(rnd.kind, rnd.weight, tensors), self._salt)
+
+
+def _view(p: TensorPayload) -> npt.NDArray[Any]:
+    return np.frombuffer(p.data, dtype=K.F32 if p.dtype == DTYPE_F32 else K.U16)

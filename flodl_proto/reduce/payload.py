@@ -1,0 +1,187 @@
+"""Payload byte codec: f32 <-> bf16 bit conversion, payload encode / decode / scale.
+
+bf16 is the top half of an f32. Encoding rounds to nearest-even; a NaN keeps its sign and the top
+seven payload bits and gets the quiet bit (``(bits >> 16) | 0x0040``), so a NaN can never round
+into an infinity; decoding is exact (``bits << 16``). bf16 exists only on the wire: every sum,
+scale and outer step runs in f32.
+
+Element bytes are little-endian. Wire dtype tags: 0 = f32 (4 bytes per element), 1 = bf16
+(2 bytes); any other tag is refused with upstream's message.
+
+Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``f32_to_bf16_bits``,
+``bf16_bits_to_f32``, ``payload_element_size``, ``payload_to_f32``,
+``f32_slice_to_payload_bytes``, ``scale_payload_bytes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..codec._common import BytesLike, as_view
+from ..errors import protocol_error
+from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
+from . import _kernels as K
+
+__all__ = [
+    "bf16_bits_to_f32_bits",
+    "bf16_from_f32",
+    "bf16_to_f32",
+    "decode_payload",
+    "encode_payload",
+    "f32_bits_to_bf16_bits",
+    "payload_element_size",
+    "scale_payload",
+]
+
+
+def payload_element_size(dtype: int) -> int:
+    """Bytes per element of wire dtype ``dtype`` (4 for f32, 2 for bf16).
+
+    Raises:
+        InvalidValue (local): unknown dtype tag (``payload.unknown_dtype``).
+
+    Upstream: ``controller/round_frame.rs`` ``payload_element_size``.
+    """
+    es = ELEMENT_SIZE.get(dtype)
+    if es is None:
+        raise protocol_error("payload.unknown_dtype", dtype=dtype)
+    return es
+
+
+def bf16_from_f32(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
+    """bf16 bit patterns of f32 ``values`` (any shape; the result has the same shape).
+
+    Args:
+        values: f32 values (an array of another float dtype is first cast to f32). To convert
+            raw f32 bit patterns, pass ``bits.view(np.float32)``.
+
+    Returns:
+        ``uint16`` array: round-to-nearest-even, NaN -> ``(bits >> 16) | 0x0040``.
+
+    Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
+    """
+    src = np.ascontiguousarray(values, dtype=K.F32)
+    flat = src.reshape(-1)
+    out = np.empty(flat.shape[0], K.U16)
+    mask = np.empty(min(flat.shape[0], K.CHUNK_ELEMS), np.bool_)
+    with np.errstate(all="ignore"):
+        for s in range(0, flat.shape[0], K.CHUNK_ELEMS):
+            e = min(s + K.CHUNK_ELEMS, flat.shape[0])
+            K.encode_bf16(flat[s:e], out[s:e], mask)
+    return out.reshape(src.shape)
+
+
+def bf16_to_f32(bits: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """Exact f32 values of bf16 bit patterns ``bits`` (``uint16``, any shape).
+
+    Upstream: ``controller/round_frame.rs`` ``bf16_bits_to_f32``.
+    """
+    src = np.ascontiguousarray(bits, dtype=K.U16)
+    out = np.empty(src.shape, K.F32)
+    K.widen_bf16(src, out)
+    return out
+
+
+def f32_bits_to_bf16_bits(bits: int) -> int:
+    """bf16 bit pattern (0..0xFFFF) of one f32 given as its bit pattern (0..0xFFFFFFFF)."""
+    arr = np.array([bits], dtype=np.uint32).view(np.float32)
+    return int(bf16_from_f32(arr)[0])
+
+
+def bf16_bits_to_f32_bits(bits: int) -> int:
+    """f32 bit pattern of one bf16 bit pattern (exact widening)."""
+    return int(bf16_to_f32(np.array([bits], dtype=np.uint16)).view(np.uint32)[0])
+
+
+def encode_payload(dtype: int, values: npt.ArrayLike) -> bytes:
+    """Payload bytes of f32 ``values`` in wire dtype ``dtype``.
+
+    Args:
+        dtype: 0 (f32: the values' little-endian bytes, bit for bit) or 1 (bf16: rounded as
+            :func:`bf16_from_f32`).
+        values: f32 values, any shape (flattened in C order).
+
+    Returns:
+        ``numel * element_size`` bytes.
+
+    Raises:
+        InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), checked first.
+
+    Upstream: ``controller/round_frame.rs`` ``f32_slice_to_payload_bytes``.
+    """
+    payload_element_size(dtype)
+    src = np.ascontiguousarray(values, dtype=K.F32).reshape(-1)
+    if dtype == DTYPE_F32:
+        return src.tobytes()
+    return bf16_from_f32(src).tobytes()
+
+
+def _typed_view(dtype: int, data: BytesLike, n: int) -> npt.NDArray[Any]:
+    mv = as_view(data)
+    return np.frombuffer(mv, dtype=K.F32 if dtype == DTYPE_F32 else K.U16, count=n)
+
+
+def decode_payload(dtype: int, data: BytesLike) -> npt.NDArray[np.float32]:
+    """Decode payload bytes to a flat f32 array (exact for both dtypes).
+
+    Raises:
+        InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``).
+        SchemaMismatch (local): the byte count is not a whole number of elements
+            (``payload.bad_length``).
+
+    Upstream: ``controller/round_frame.rs`` ``payload_to_f32`` (sized from the bytes here; the
+    fold checks bytes against the shape before decoding).
+    """
+    es = payload_element_size(dtype)
+    nbytes = as_view(data).nbytes
+    if nbytes % es:
+        raise protocol_error("payload.bad_length", got=nbytes, element_size=es)
+    view = _typed_view(dtype, data, nbytes // es)
+    if dtype == DTYPE_F32:
+        return view.astype(K.F32)
+    return bf16_to_f32(view)
+
+
+def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any]) -> bytes:
+    """Multiply every element of a payload by ``factor``: decode to f32, multiply in f32, re-encode.
+
+    Args:
+        dtype: wire dtype tag (0 f32, 1 bf16).
+        data: the payload bytes (little-endian elements).
+        factor: the scale; converted to f32 first (round-to-nearest-even), the product is computed
+            in f32 and re-encoded once (one rounding for bf16).
+
+    Returns:
+        The scaled payload, same length. As upstream, trailing bytes that do not make a whole
+        element are left as they were.
+
+    Raises:
+        InvalidValue (local): unknown ``dtype`` (``scale.unknown_dtype``).
+
+    Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (also the rank-side
+    realized-work pre-scale, bit-identical to libtorch ``mul_scalar``).
+    """
+    if dtype not in (DTYPE_F32, DTYPE_BF16):
+        raise protocol_error("scale.unknown_dtype", dtype=dtype)
+    es = ELEMENT_SIZE[dtype]
+    mv = as_view(data)
+    n = mv.nbytes // es
+    out = bytearray(mv)
+    with np.errstate(all="ignore"):
+        f = np.float32(factor)
+        if dtype == DTYPE_F32:
+            dst32 = np.frombuffer(out, dtype=K.F32, count=n)
+            np.multiply(dst32, f, out=dst32)
+        else:
+            dst16 = np.frombuffer(out, dtype=K.U16, count=n)
+            ws = K.Workspace(min(n, K.CHUNK_ELEMS))
+            for s in range(0, n, K.CHUNK_ELEMS):
+                e = min(s + K.CHUNK_ELEMS, n)
+                t = ws.wide[: e - s]
+                K.widen_bf16(dst16[s:e], t)
+                np.multiply(t, f, out=t)
+                K.encode_bf16(t, dst16[s:e], ws.mask)
+    return bytes(out)
