@@ -1,0 +1,1021 @@
+"""Sans-IO cluster controller core: events in, actions out (h11 style; the clock is passed in).
+
+The core owns the lifecycle machine (:mod:`flodl_proto.fsm.lifecycle`), one round slot per
+accepted relay, and the :class:`~flodl_proto.membership.DeadRanks` ledger. It never touches a
+socket, a thread or a clock: a runner feeds it what happened and executes the actions it returns.
+
+Inputs (each returns a list of actions):
+
+* :meth:`ControllerCore.start` — the controller listens; relays may connect;
+* :meth:`ControllerCore.connection_opened` — a data-channel connection was accepted;
+* :meth:`ControllerCore.receive_data` — bytes arrived on a connection (any split; the core parses
+  them incrementally: the channel magic first, then mux records), or
+  :meth:`ControllerCore.receive_events` with events a runner pre-parsed on its reader thread with
+  the connection's :class:`RelayStream` (:meth:`ControllerCore.stream`);
+* :meth:`ControllerCore.connection_closed` — the peer closed (EOF) or the read failed;
+* :meth:`ControllerCore.write_failed` — sending a :class:`SendTo` failed (or stalled);
+* :meth:`ControllerCore.declare_dead` — a rank was declared dead from outside (the coordinator);
+* :meth:`ControllerCore.stop` — stop cleanly;
+* :meth:`ControllerCore.tick` — time passed (handshake deadlines, dead-rank forwarding).
+
+Outputs (actions): :class:`SendTo` (write these buffers to connection c), :class:`CloseConnection`,
+:class:`StopAccepting` (no more data-channel connections will be taken), :class:`RelayJoined` and
+:class:`RoundScattered` (notices for logs and status), :class:`CheckpointWindow` (write a
+consensus checkpoint off the hot path) and :class:`Finished` (the run is over, with its
+:class:`~flodl_proto.fsm.lifecycle.Outcome`). After :class:`Finished` every input is a no-op.
+
+Rules (upstream's, facts §d.8–§d.10, and this package's departures in ``spec/wire.yaml`` and
+``spec/lifecycle.yaml``):
+
+* accept phase: each connection sends the 4-byte data-channel magic, then one mux record that must
+  be ``Control(Hello)``; every announced rank must be ``< world_size`` and not yet announced (a
+  repeat inside one Hello counts); the relay gets ``Control(HelloAck)`` and a connection number in
+  acceptance order; the phase ends when every rank is covered, after which new connections are
+  closed. A connection that has not completed magic + Hello within 10 s fails the run. Any failure
+  in this phase ends the run and closes every connection (departure: upstream leaves earlier ones
+  open);
+* per relay: a HostFrame from a relay whose ranks are all dead is dropped; otherwise its payload
+  must hold a complete RoundFrame (bytes after it are ignored), which fills the relay's slot (a
+  second one overwrites the first); a Data record fails the run; ``RankExit`` for a rank the relay
+  carries ends the run cleanly unless that rank is dead (then it is ignored), and for a rank it
+  does not carry fails the run (departure); other Control records are ignored; a Broadcast from a
+  relay is dropped; EOF ends the run cleanly when the relay still carries an alive rank; a read
+  error fails the run when the relay still carries an alive rank;
+* round: a relay is expected while one of its ranks is alive; once every expected relay deposited,
+  the frames (connection order, ``None`` for the others) go through
+  :func:`~flodl_proto.reduce.reduce_realized_work`, the optional outer optimizer, then ONE
+  serialization of the consensus shared by a Broadcast to every relay with an alive rank; a failed
+  Broadcast write declares that relay's ranks dead and the round goes on (elastic scatter); when no
+  relay has an alive rank the run ends cleanly;
+* while a round is incomplete, every newly dead rank is forwarded once as
+  ``Control(DeclareDead{rank})`` to the relay carrying it (a failed forward is only logged).
+
+Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``ReduceSlots``,
+``reduce_reader``, ``forward_dead_diffs``, ``average_and_scatter``), ``outer_optimizer.rs``,
+``checkpoint_forge.rs``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
+
+from ..codec._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from ..codec.auth import check_salt
+from ..codec.handshake import expect_channel_magic
+from ..codec.mux import (
+    DeclareDead,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    decode_mux_record,
+    encode_frame_record,
+    encode_mux_record,
+    parse_mux_header,
+)
+from ..codec.round_frame import RoundFrame, RoundKind, decode_round_frame
+from ..errors import ProtocolError, protocol_error
+from ..membership import DeadRanks
+from ..reduce import OuterOptimizer, OuterStepper, is_realized, reduce_realized_work
+from ..spec import (
+    CHANNEL_MAGIC_DATA,
+    CHANNEL_MAGIC_LEN,
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    MUX_HEADER_LEN,
+    SPEC,
+    check_version,
+)
+from .lifecycle import ACCEPTING, REDUCING, Lifecycle, Outcome
+
+__all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "Action",
+    "CheckpointWindow",
+    "CloseConnection",
+    "ControllerCore",
+    "Finished",
+    "MagicReceived",
+    "RecordReceived",
+    "RelayInfo",
+    "RelayJoined",
+    "RelayStream",
+    "RoundScattered",
+    "SendKind",
+    "SendTo",
+    "StopAccepting",
+    "StreamEnded",
+    "StreamEvent",
+    "StreamFailed",
+]
+
+log = logging.getLogger(__name__)
+
+#: seconds a new connection has to deliver the channel magic and its Hello (not scaled)
+HANDSHAKE_TIMEOUT: Final = SPEC.timeout("HANDSHAKE_READ")
+_WHAT = "cluster_controller"
+
+
+# -- stream events (what a connection's byte stream turned into) ---------------------------------
+@dataclass(frozen=True, slots=True)
+class MagicReceived:
+    """The 4-byte data-channel magic arrived and matched.
+
+    Attributes:
+        nbytes: bytes consumed (4).
+    """
+
+    nbytes: int = CHANNEL_MAGIC_LEN
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RecordReceived:
+    """One authenticated mux record.
+
+    Attributes:
+        record: the record (its payload is a view of the bytes that were fed).
+        frame: for a HostFrame, the decoded inner RoundFrame, or :data:`END_OF_STREAM` when the
+            payload ends inside the frame header, or the :class:`ProtocolError` the frame reader
+            raised (the core decides whether it matters); None for other kinds.
+        nbytes: bytes consumed (25 + payload length).
+    """
+
+    record: MuxRecord
+    frame: RoundFrame | EndOfStream | ProtocolError | None
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    """The peer closed the connection at a record boundary or inside a 25-byte record header
+    (a clean end of stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailed:
+    """The stream is unusable: a reader error (bad magic, MAC, truncation, ceiling...) or a read
+    failure reported by the runner.
+
+    Attributes:
+        error: the error.
+    """
+
+    error: ProtocolError
+
+
+StreamEvent: TypeAlias = MagicReceived | RecordReceived | StreamEnded | StreamFailed
+
+
+class RelayStream:
+    """Incremental parser of one data-channel connection: channel magic, then mux records.
+
+    Pure (no I/O), so a runner may run it on the connection's reader thread (MACs are verified
+    there, in parallel) and hand the events to the core. Bytes that complete records in the chunk
+    they arrive in are decoded in place (zero copy: records and frames are views of the chunk, so
+    the caller must not modify a chunk while frames decoded from it are alive); a record split
+    across chunks is buffered, the buffer growing only as bytes arrive, and its header is checked
+    (magic, version, ``payload_len`` against the frame ceiling) as soon as it is complete. After a
+    :class:`StreamFailed` or :class:`StreamEnded` the stream is done and ignores further input.
+
+    Args:
+        salt: 16-byte session salt.
+        version: data-channel protocol version (the ``Hello`` shape).
+        ceiling: frame ceiling in bytes.
+        expect_magic: the channel magic the stream starts with (``None``: no magic).
+
+    Raises:
+        InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
+
+    Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
+    ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
+    """
+
+    __slots__ = ("_buf", "_ceiling", "_done", "_magic", "_salt", "_version", "bytes_in")
+
+    def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
+                 ceiling: int = DEFAULT_FRAME_CEILING,
+                 expect_magic: int | None = CHANNEL_MAGIC_DATA) -> None:
+        self._salt = check_salt(salt)
+        self._version = check_version(version)
+        self._ceiling = ceiling
+        self._magic = expect_magic
+        self._buf = bytearray()
+        self._done = False
+        #: total bytes fed (for statistics)
+        self.bytes_in = 0
+
+    @property
+    def done(self) -> bool:
+        """True once the stream ended or failed."""
+        return self._done
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete magic or record."""
+        return len(self._buf)
+
+    def feed(self, data: BytesLike) -> list[StreamEvent]:
+        """Parse ``data`` (the next bytes of the connection); return the events it completes."""
+        if self._done:
+            return []
+        mv = as_view(data)
+        self.bytes_in += mv.nbytes
+        events: list[StreamEvent] = []
+        try:
+            if self._buf:
+                self._buf += mv
+                self._drain_buffer(events)
+            else:
+                pos = self._parse_in_place(mv, events)
+                if pos < mv.nbytes:
+                    self._buf += mv[pos:]
+                    self._drain_buffer(events)
+        except ProtocolError as e:
+            self._fail(e, events)
+        return events
+
+    def feed_eof(self) -> list[StreamEvent]:
+        """The peer closed: return :class:`StreamEnded` (clean) or :class:`StreamFailed`."""
+        if self._done:
+            return []
+        self._done = True
+        buf = bytes(self._buf)
+        self._buf = bytearray()
+        try:
+            if self._magic is not None:
+                expect_channel_magic(buf, self._magic, _WHAT)  # raises: fewer than 4 bytes
+            if len(buf) < MUX_HEADER_LEN:
+                return [StreamEnded()]
+            decode_mux_record(buf, self._salt, version=self._version, ceiling=self._ceiling)
+        except ProtocolError as e:
+            return [StreamFailed(e)]
+        raise AssertionError("a buffered partial record decoded")  # pragma: no cover
+
+    def fail(self, error: ProtocolError) -> list[StreamEvent]:
+        """A read failure reported by the runner (e.g. a starved committed read)."""
+        if self._done:
+            return []
+        self._done = True
+        self._buf = bytearray()
+        return [StreamFailed(error)]
+
+    # -- internals -------------------------------------------------------------------------------
+    def _fail(self, error: ProtocolError, events: list[StreamEvent]) -> None:
+        self._done = True
+        self._buf = bytearray()
+        events.append(StreamFailed(error))
+
+    def _next_length(self, mv: memoryview) -> int | None:
+        """Bytes the next item needs from the start of ``mv``, or None while that is unknown."""
+        if self._magic is not None:
+            return CHANNEL_MAGIC_LEN
+        hdr = parse_mux_header(mv, ceiling=self._ceiling)
+        if hdr is END_OF_STREAM:
+            return None
+        return MUX_HEADER_LEN + hdr.payload_len
+
+    def _decode_one(self, mv: memoryview, events: list[StreamEvent]) -> None:
+        if self._magic is not None:
+            expect_channel_magic(mv, self._magic, _WHAT)
+            self._magic = None
+            events.append(MagicReceived())
+            return
+        res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling)
+        assert res is not END_OF_STREAM
+        record, n = res
+        frame: RoundFrame | EndOfStream | ProtocolError | None = None
+        if record.kind is RecordKind.HOST_FRAME:
+            try:
+                decoded = decode_round_frame(record.payload, self._salt, ceiling=self._ceiling)
+                frame = decoded if decoded is END_OF_STREAM else decoded[0]
+            except ProtocolError as e:
+                frame = e
+        events.append(RecordReceived(record, frame, n))
+
+    def _parse_in_place(self, mv: memoryview, events: list[StreamEvent]) -> int:
+        pos = 0
+        while not self._done:
+            need = self._next_length(mv[pos:])
+            if need is None or mv.nbytes - pos < need:
+                break
+            self._decode_one(mv[pos:pos + need], events)
+            pos += need
+        return pos
+
+    def _drain_buffer(self, events: list[StreamEvent]) -> None:
+        while not self._done:
+            need = self._next_length(memoryview(self._buf))
+            if need is None or len(self._buf) < need:
+                return
+            item = bytes(self._buf[:need])  # its own copy: views into it outlive the buffer
+            del self._buf[:need]
+            self._decode_one(memoryview(item), events)
+
+
+# -- actions ---------------------------------------------------------------------------------------
+class SendKind(enum.Enum):
+    """What a :class:`SendTo` carries (decides what a failed write means)."""
+
+    HELLO_ACK = "HelloAck"
+    DECLARE_DEAD = "DeclareDead"
+    BROADCAST = "Broadcast"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SendTo:
+    """Write ``buffers`` (in order, e.g. with ``socket.sendmsg``) to connection ``conn``.
+
+    Attributes:
+        conn: the runner's connection id.
+        buffers: the record's buffers; for a Broadcast the same tuple object is shared by every
+            relay of the round (one serialization).
+        kind: what the record is (:class:`SendKind`).
+        nbytes: total length in bytes.
+        round: the round number for a Broadcast, else None.
+    """
+
+    conn: int
+    buffers: tuple[BytesLike, ...]
+    kind: SendKind
+    nbytes: int
+    round: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConnection:
+    """Close connection ``conn`` (both directions).
+
+    Attributes:
+        conn: the runner's connection id.
+        reason: why (for logs).
+    """
+
+    conn: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopAccepting:
+    """Every rank is covered: no further data-channel connection will be accepted (a listener
+    serving only the data channel may close)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayJoined:
+    """A relay's Hello was accepted (notice).
+
+    Attributes:
+        conn: the runner's connection id.
+        relay: connection number in acceptance order (0-based; the reduce order).
+        host: the host name the relay announced.
+        ranks: the ranks it carries, as announced.
+    """
+
+    conn: int
+    relay: int
+    host: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundScattered:
+    """A round was reduced and its consensus scattered (notice).
+
+    Attributes:
+        round: round number (0-based).
+        kind: ``"model"`` or ``"control"``.
+        weight: the consensus weight (the accepted realized-work mass).
+        nbytes: the Broadcast record's length in bytes.
+        relays: number of relays the Broadcast was sent to.
+        contributors: number of relays whose frame entered the reduce.
+    """
+
+    round: int
+    kind: str
+    weight: float
+    nbytes: int
+    relays: int
+    contributors: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CheckpointWindow:
+    """The Model consensus frames of one sync window, to be written as a checkpoint off the hot
+    path (the runner writes ``consensus-<window>.npz``: ``p<i>`` from ``params``, ``b<j>`` from
+    ``buffers``, all float32).
+
+    Attributes:
+        window: window number (0-based, counting written windows).
+        params: the window's first realized Model consensus (the parameters).
+        buffers: its second realized Model consensus (the buffers), if any.
+    """
+
+    window: int
+    params: RoundFrame
+    buffers: RoundFrame | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The run is over.
+
+    Attributes:
+        outcome: clean, or the error (:class:`~flodl_proto.fsm.lifecycle.Outcome`).
+    """
+
+    outcome: Outcome
+
+
+Action: TypeAlias = (
+    SendTo | CloseConnection | StopAccepting | RelayJoined | RoundScattered | CheckpointWindow
+    | Finished
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayInfo:
+    """A snapshot of one accepted relay (for status).
+
+    Attributes:
+        relay: connection number (acceptance order).
+        conn: the runner's connection id.
+        host: announced host name.
+        ranks: announced ranks.
+        alive_ranks: the ranks not dead.
+        deposited: whether its slot holds a frame for the current round.
+        open: whether the connection is still open.
+    """
+
+    relay: int
+    conn: int
+    host: str
+    ranks: tuple[int, ...]
+    alive_ranks: tuple[int, ...]
+    deposited: bool
+    open: bool
+
+
+# -- internal state --------------------------------------------------------------------------------
+class _Relay:
+    __slots__ = ("conn", "frame", "host", "index", "ranks")
+
+    def __init__(self, index: int, conn: int, host: str, ranks: tuple[int, ...]) -> None:
+        self.index = index
+        self.conn = conn
+        self.host = host
+        self.ranks = ranks
+        self.frame: RoundFrame | None = None
+
+
+class _Conn:
+    __slots__ = ("closed", "deadline", "id", "relay", "stream")
+
+    def __init__(self, conn: int, stream: RelayStream, deadline: float) -> None:
+        self.id = conn
+        self.stream = stream
+        self.deadline = deadline
+        self.relay: _Relay | None = None
+        self.closed = False
+
+
+class _Guards:
+    """The lifecycle's guard model: reads the core's state on demand."""
+
+    __slots__ = ("_core", "state")
+
+    def __init__(self, core: ControllerCore) -> None:
+        self._core = core
+        self.state: Any = None  # written by the state machine library
+
+    @property
+    def every_rank_covered(self) -> bool:
+        return self._core.covered == self._core.world_size
+
+    @property
+    def round_complete(self) -> bool:
+        expected = self._core._expected()
+        return bool(expected) and all(r.frame is not None for r in expected)
+
+    @property
+    def no_relay_alive(self) -> bool:
+        return not self._core._expected()
+
+
+def _rust_debug(record: MuxRecord, limit: int = 256) -> str:
+    """Upstream's ``{:?}`` rendering of a mux record (payload lists capped at ``limit`` bytes)."""
+    def blist(mv: memoryview) -> str:
+        items = ", ".join(str(b) for b in bytes(mv[:limit]))
+        return f"[{items}{', ...' if mv.nbytes > limit else ''}]"
+
+    if record.kind is RecordKind.DATA:
+        return f"Data {{ rank: {record.rank}, payload: {blist(record.payload)} }}"
+    if record.kind is RecordKind.HOST_FRAME:
+        return f"HostFrame {{ payload: {blist(record.payload)} }}"
+    if record.kind is RecordKind.BROADCAST:
+        return f"Broadcast {{ payload: {blist(record.payload)} }}"
+    msg = record.control
+    if isinstance(msg, HelloAck):
+        return "Control(HelloAck)"
+    if isinstance(msg, RankExit | DeclareDead):
+        return f"Control({type(msg).__name__} {{ rank: {msg.rank} }})"
+    return f"Control({msg!r})"
+
+
+def _ranks_str(ranks: Iterable[int]) -> str:
+    return "[" + ", ".join(str(r) for r in ranks) + "]"
+
+
+class ControllerCore:
+    """The sans-IO cluster controller (see the module doc for the rules).
+
+    Args:
+        world_size: number of ranks (> 0).
+        salt: the 16-byte session salt (HMAC key of every record and frame).
+        version: data-channel protocol version, 2 (default) or 3.
+        dead_ranks: a ledger shared with a coordinator (default: a private one); its world size
+            must equal ``world_size``.
+        outer: optional outer optimizer applied to the consensus before scatter (parameters frames
+            only, via :class:`~flodl_proto.reduce.OuterStepper`).
+        checkpoint: emit :class:`CheckpointWindow` actions with each window's Model consensus.
+        ceiling: frame ceiling in bytes (default 1 GiB).
+
+    Raises:
+        InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
+            world size differs (``controller.ledger_mismatch``), or the salt is not 16 bytes.
+        VersionMismatch (local): unsupported version.
+
+    Upstream: ``controller/mod.rs`` ``ClusterController::start_from_source`` and
+    ``run_reduce_thread``.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        salt: BytesLike,
+        *,
+        version: int = DEFAULT_VERSION,
+        dead_ranks: DeadRanks | None = None,
+        outer: OuterOptimizer | None = None,
+        checkpoint: bool = False,
+        ceiling: int = DEFAULT_FRAME_CEILING,
+    ) -> None:
+        if world_size <= 0:
+            raise protocol_error("controller.world_size_zero")
+        ledger = dead_ranks if dead_ranks is not None else DeadRanks(world_size)
+        if ledger.world_size() != world_size:
+            raise protocol_error("controller.ledger_mismatch", ledger=ledger.world_size(),
+                                 world_size=world_size)
+        self.world_size = int(world_size)
+        self.salt = check_salt(salt)
+        self.version = check_version(version)
+        self.ceiling = int(ceiling)
+        self.dead_ranks = ledger
+        self._stepper = OuterStepper(outer) if outer is not None else None
+        self._checkpoint = checkpoint
+        self._conns: dict[int, _Conn] = {}
+        self._relays: list[_Relay] = []
+        self._rank_relay: dict[int, _Relay] = {}
+        self._forwarded: set[int] = set()
+        self.covered = 0
+        #: rounds reduced and scattered so far
+        self.rounds = 0
+        #: bytes parsed from relays / handed out in SendTo actions
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.last_round: RoundScattered | None = None
+        self._window = 0
+        self._ckpt_params: RoundFrame | None = None
+        self._ckpt_buffers: RoundFrame | None = None
+        self._actions: list[Action] = []
+        self.lifecycle = Lifecycle(_Guards(self))  # last: the library reads the guards now
+
+    # -- read-only state -------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """Lifecycle state id: ``idle``, ``accepting``, ``reducing`` or ``shutdown``."""
+        return self.lifecycle.state
+
+    @property
+    def finished(self) -> bool:
+        """True once the run is over (Shutdown)."""
+        return self.lifecycle.is_final
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The run's outcome once finished."""
+        return self.lifecycle.outcome
+
+    def relays(self) -> list[RelayInfo]:
+        """Snapshots of the accepted relays, in connection (acceptance) order."""
+        out = []
+        for r in self._relays:
+            alive = tuple(x for x in r.ranks if not self.dead_ranks.is_dead(x))
+            conn = self._conns.get(r.conn)
+            out.append(RelayInfo(r.index, r.conn, r.host, r.ranks, alive, r.frame is not None,
+                                 conn is not None and not conn.closed))
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready status snapshot: state, world size, version, relays and their ranks, dead
+        ranks, rounds reduced, bytes in/out, the last round, the outcome once finished."""
+        last = self.last_round
+        outcome = self.outcome
+        return {
+            "state": self.lifecycle.state_name,
+            "world_size": self.world_size,
+            "protocol_version": self.version,
+            "relays": [
+                {"relay": r.relay, "host": r.host, "ranks": list(r.ranks),
+                 "alive_ranks": list(r.alive_ranks), "deposited": r.deposited, "open": r.open}
+                for r in self.relays()
+            ],
+            "ranks_covered": self.covered,
+            "dead_ranks": self.dead_ranks.dead_ranks(),
+            "rounds_reduced": self.rounds,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "last_round": None if last is None else {
+                "round": last.round, "kind": last.kind, "weight": last.weight,
+                "bytes": last.nbytes, "relays": last.relays,
+            },
+            "outcome": None if outcome is None else {
+                "clean": outcome.clean, "reason": outcome.reason,
+                "error": None if outcome.error is None else str(outcome.error),
+            },
+        }
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def start(self) -> list[Action]:
+        """The controller is listening: Idle -> Accepting.
+
+        Raises:
+            LocalProtocolError (``controller.bad_event``): not in Idle.
+        """
+        self.lifecycle.fire("start")
+        return self._flush()
+
+    def connection_opened(self, conn: int, now: float) -> list[Action]:
+        """A data-channel connection ``conn`` (a runner-chosen id, unique per run) was accepted at
+        time ``now`` (seconds, any monotonic clock). It must deliver the channel magic and a
+        Hello within 10 s. After the accept phase it is closed at once.
+
+        Raises:
+            LocalProtocolError: in Idle (``controller.bad_event``) or ``conn`` reused
+                (``controller.unknown_connection``).
+        """
+        if self.finished:
+            return [CloseConnection(conn, "controller finished")]
+        if self.state not in (ACCEPTING, REDUCING):
+            raise protocol_error("controller.bad_event", event="connection_opened",
+                                 state=self.lifecycle.state_name)
+        if conn in self._conns:
+            raise protocol_error("controller.unknown_connection", conn=conn,
+                                 problem="already open")
+        c = _Conn(conn, RelayStream(self.salt, version=self.version, ceiling=self.ceiling),
+                  now + HANDSHAKE_TIMEOUT)
+        self._conns[conn] = c
+        if self.state == REDUCING:
+            log.info("controller: connection %s after the accept phase; closing it", conn)
+            self._close(c, "every rank is already covered")
+        return self._flush()
+
+    def stream(self, conn: int) -> RelayStream:
+        """The parser of connection ``conn`` (for a runner that parses on its reader thread and
+        passes the events to :meth:`receive_events`; use one or the other per connection).
+
+        Raises:
+            LocalProtocolError (``controller.unknown_connection``): ``conn`` was never opened.
+        """
+        return self._conn(conn).stream
+
+    def receive_data(self, conn: int, data: BytesLike) -> list[Action]:
+        """Bytes ``data`` arrived on ``conn`` (any split). Frames decoded from ``data`` may keep
+        views of it until their round is reduced: do not modify it meanwhile.
+
+        Raises:
+            LocalProtocolError (``controller.unknown_connection``): ``conn`` was never opened.
+        """
+        c = self._conn(conn)
+        if c.closed or self.finished:
+            return []
+        return self.receive_events(conn, c.stream.feed(data))
+
+    def receive_events(self, conn: int, events: Sequence[StreamEvent]) -> list[Action]:
+        """Handle events produced by ``stream(conn)`` (see :meth:`stream`)."""
+        c = self._conn(conn)
+        for ev in events:
+            if c.closed or self.finished:
+                break
+            if isinstance(ev, MagicReceived | RecordReceived):
+                self.bytes_in += ev.nbytes
+            if c.relay is None:
+                self._handshake_event(c, ev)
+            else:
+                self._relay_event(c, c.relay, ev)
+        self._evaluate()
+        return self._flush()
+
+    def connection_closed(self, conn: int, error: ProtocolError | None = None) -> list[Action]:
+        """The peer closed ``conn`` (EOF), or reading it failed with ``error``. EOF inside a
+        record (after its 25-byte header) is a truncation error; EOF at a record boundary or
+        inside a header is a clean end of stream.
+
+        Raises:
+            LocalProtocolError (``controller.unknown_connection``): ``conn`` was never opened.
+        """
+        c = self._conn(conn)
+        if c.closed or self.finished:
+            return []
+        events = c.stream.fail(error) if error is not None else c.stream.feed_eof()
+        return self.receive_events(conn, events)
+
+    def write_failed(self, conn: int, kind: SendKind, reason: str = "") -> list[Action]:
+        """Writing a :class:`SendTo` of ``kind`` to ``conn`` failed (error or write stall).
+
+        A failed Broadcast declares every rank of that relay dead and closes the connection
+        (elastic scatter: the run goes on with the others); a failed DeclareDead forward is only
+        logged; a failed HelloAck fails the run.
+        """
+        c = self._conn(conn)
+        if self.finished or c.relay is None:
+            return []
+        relay = c.relay
+        if kind is SendKind.BROADCAST:
+            log.warning("controller: consensus broadcast to relay %d (ranks %s) failed (%s); "
+                        "declaring its ranks dead and continuing with survivors",
+                        relay.index, _ranks_str(relay.ranks), reason or "write error")
+            for r in relay.ranks:
+                self.dead_ranks.declare_dead(r)
+            relay.frame = None
+            self._close(c, "broadcast write failed")
+            self._evaluate()
+        elif kind is SendKind.DECLARE_DEAD:
+            log.info("controller: DeclareDead forward to relay %d failed (%s); connection "
+                     "presumed dying", relay.index, reason or "write error")
+        else:
+            self._fail(protocol_error("controller.hello_ack_write_failed", conn=relay.index,
+                                      reason=reason or "write error"))
+        return self._flush()
+
+    def declare_dead(self, rank: int) -> list[Action]:
+        """Rank ``rank`` was declared dead from outside (a coordinator). Ranks never come back;
+        an out-of-range rank is a no-op."""
+        self.dead_ranks.declare_dead(rank)
+        self._evaluate()
+        return self._flush()
+
+    def stop(self, detail: str = "") -> list[Action]:
+        """Stop cleanly (an external shutdown); a no-op once finished."""
+        if not self.finished:
+            self._finish("stop", detail=detail or "shutdown requested")
+        return self._flush()
+
+    def tick(self, now: float) -> list[Action]:
+        """Time is ``now`` (same clock as :meth:`connection_opened`): enforce the handshake
+        deadline and forward deaths declared directly in a shared ledger."""
+        if self.finished:
+            return []
+        if self.state == ACCEPTING:
+            for c in list(self._conns.values()):
+                if c.relay is None and not c.closed and now >= c.deadline:
+                    what = "channel magic" if c.stream.bytes_in < CHANNEL_MAGIC_LEN else "Hello"
+                    self._fail(protocol_error("controller.handshake_timeout", conn=c.id,
+                                              what=what, seconds=_fmt_s(HANDSHAKE_TIMEOUT)))
+                    break
+        self._evaluate()
+        return self._flush()
+
+    # -- event handling --------------------------------------------------------------------------
+    def _conn(self, conn: int) -> _Conn:
+        c = self._conns.get(conn)
+        if c is None:
+            raise protocol_error("controller.unknown_connection", conn=conn, problem="not open")
+        return c
+
+    def _handshake_event(self, c: _Conn, ev: StreamEvent) -> None:
+        if isinstance(ev, MagicReceived):
+            return
+        if isinstance(ev, StreamFailed):
+            self._fail(ev.error)
+        elif isinstance(ev, StreamEnded):
+            self._fail(protocol_error("controller.closed_before_hello"))
+        elif not isinstance(ev.record.control, Hello):
+            self._fail(protocol_error("controller.expected_hello", got=_rust_debug(ev.record)))
+        else:
+            self._accept_hello(c, ev.record.control)
+
+    def _accept_hello(self, c: _Conn, hello: Hello) -> None:
+        seen: set[int] = set()
+        for r in hello.ranks:
+            if r >= self.world_size:
+                self._fail(protocol_error("controller.rank_out_of_range", rank=r,
+                                          world_size=self.world_size))
+                return
+            if r in self._rank_relay or r in seen:
+                self._fail(protocol_error("controller.rank_twice", rank=r))
+                return
+            seen.add(r)
+        self.lifecycle.fire("hello_accepted")
+        relay = _Relay(len(self._relays), c.id, hello.host, tuple(hello.ranks))
+        self._relays.append(relay)
+        for r in relay.ranks:
+            self._rank_relay[r] = relay
+        self.covered += len(relay.ranks)
+        c.relay = relay
+        log.info("controller: relay '%s' carries ranks %s (connection %d)", relay.host,
+                 _ranks_str(relay.ranks), relay.index)
+        self._send(c, encode_mux_record(MuxRecord.control_msg(HelloAck(), self.version),
+                                        self.salt), SendKind.HELLO_ACK)
+        self._actions.append(RelayJoined(c.id, relay.index, relay.host, relay.ranks))
+        if self.covered == self.world_size:
+            self.lifecycle.fire("all_covered")
+            log.info("controller: every rank covered by %d relay(s); reducing", len(self._relays))
+            self._actions.append(StopAccepting())
+            for other in list(self._conns.values()):
+                if other.relay is None and not other.closed:
+                    self._close(other, "every rank is already covered")
+
+    def _relay_event(self, c: _Conn, relay: _Relay, ev: StreamEvent) -> None:
+        alive = self._alive(relay)
+        if isinstance(ev, MagicReceived):  # pragma: no cover - the stream emits it once, first
+            return
+        if isinstance(ev, StreamEnded):
+            if alive:
+                self._finish("relay_eof", detail=f"relay {relay.index} ('{relay.host}', ranks "
+                             f"{_ranks_str(relay.ranks)}) closed its connection")
+            else:
+                self._close(c, "relay with no alive rank closed")
+            return
+        if isinstance(ev, StreamFailed):
+            if alive:
+                self._fail(ev.error)
+            else:
+                log.info("controller: read error on relay %d with no alive rank: %s",
+                         relay.index, ev.error)
+                self._close(c, "read error on a relay with no alive rank")
+            return
+        rec = ev.record
+        if rec.kind is RecordKind.HOST_FRAME:
+            if not alive:
+                log.debug("controller: late HostFrame from fully-dead relay %d dropped",
+                          relay.index)
+            elif isinstance(ev.frame, RoundFrame):
+                relay.frame = ev.frame
+            elif isinstance(ev.frame, ProtocolError):
+                self._fail(ev.frame)
+            else:
+                self._fail(protocol_error("controller.truncated_hostframe", conn=relay.index,
+                                          ranks=_ranks_str(relay.ranks)))
+        elif rec.kind is RecordKind.DATA:
+            self._fail(protocol_error("controller.data_record", rank=rec.rank))
+        elif rec.kind is RecordKind.BROADCAST:
+            log.warning("controller: unexpected Broadcast record from relay %d; dropping",
+                        relay.index)
+        elif isinstance(rec.control, RankExit):
+            rank = rec.control.rank
+            if rank not in relay.ranks:
+                self._fail(protocol_error("controller.foreign_rank_exit", conn=relay.index,
+                                          ranks=_ranks_str(relay.ranks), rank=rank))
+            elif not self.dead_ranks.is_dead(rank):
+                self._finish("rank_exit", detail=f"rank {rank} (relay {relay.index}, "
+                             f"'{relay.host}') exited")
+            else:
+                log.debug("controller: RankExit for dead rank %d ignored", rank)
+        else:
+            log.debug("controller: %s from relay %d ignored", _rust_debug(rec), relay.index)
+
+    # -- rounds ----------------------------------------------------------------------------------
+    def _alive(self, relay: _Relay) -> bool:
+        return any(not self.dead_ranks.is_dead(r) for r in relay.ranks)
+
+    def _expected(self) -> list[_Relay]:
+        return [r for r in self._relays if self._alive(r)]
+
+    def _evaluate(self) -> None:
+        """The round wait: end when no relay is alive, reduce when complete, else forward dead
+        ranks (upstream: ``wait_for_round`` and its poll hook)."""
+        while self.state == REDUCING:
+            expected = self._expected()
+            if not expected:
+                self._finish("all_dead", detail="no relay carries an alive rank")
+                return
+            if not all(r.frame is not None for r in expected):
+                self._forward_dead()
+                return
+            self._round(expected)
+
+    def _forward_dead(self) -> None:
+        for rank in self.dead_ranks.dead_ranks():
+            if rank in self._forwarded:
+                continue
+            self._forwarded.add(rank)
+            relay = self._rank_relay.get(rank)
+            if relay is None:
+                continue
+            c = self._conns[relay.conn]
+            if c.closed:
+                continue
+            log.info("controller: forwarding DeclareDead(%d) to relay %d", rank, relay.index)
+            self._send(c, encode_mux_record(MuxRecord.control_msg(DeclareDead(rank),
+                                                                  self.version), self.salt),
+                       SendKind.DECLARE_DEAD)
+
+    def _round(self, expected: list[_Relay]) -> None:
+        chosen = {r.index for r in expected}
+        frames = [r.frame if r.index in chosen else None for r in self._relays]
+        try:
+            consensus = reduce_realized_work(frames, version=self.version)
+            if self._stepper is not None:
+                consensus = self._stepper.process_frame(consensus)
+            buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt))
+        except ProtocolError as e:
+            self._fail(e)
+            return
+        self.lifecycle.fire("round_scattered")
+        for r in self._relays:
+            r.frame = None
+        del frames
+        nbytes = sum(memoryview(b).nbytes for b in buffers)
+        sent = 0
+        for r in expected:
+            c = self._conns[r.conn]
+            if not c.closed:
+                self._send(c, buffers, SendKind.BROADCAST, nbytes=nbytes, round=self.rounds)
+                sent += 1
+        notice = RoundScattered(self.rounds, consensus.kind.name.lower(), consensus.weight,
+                                nbytes, sent, len(expected))
+        self.rounds += 1
+        self.last_round = notice
+        self._actions.append(notice)
+        log.debug("controller: round %d %s weight %r, %d bytes to %d relay(s)", notice.round,
+                  notice.kind, notice.weight, nbytes, sent)
+        if self._checkpoint:
+            self._checkpoint_tap(consensus)
+
+    def _checkpoint_tap(self, frame: RoundFrame) -> None:
+        if frame.kind is RoundKind.CONTROL:
+            self._flush_window()
+        elif is_realized(frame.weight):
+            if self._ckpt_params is None:
+                self._ckpt_params = frame
+            elif self._ckpt_buffers is None:
+                self._ckpt_buffers = frame
+            else:  # a third Model consensus without a Control round: a new window
+                self._flush_window()
+                self._ckpt_params = frame
+
+    def _flush_window(self) -> None:
+        if self._ckpt_params is not None:
+            self._actions.append(CheckpointWindow(self._window, self._ckpt_params,
+                                                  self._ckpt_buffers))
+            self._window += 1
+        self._ckpt_params = None
+        self._ckpt_buffers = None
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _send(self, c: _Conn, buffers: Sequence[BytesLike], kind: SendKind, *,
+              nbytes: int | None = None, round: int | None = None) -> None:
+        bufs = buffers if isinstance(buffers, tuple) else tuple(buffers)
+        n = nbytes if nbytes is not None else sum(memoryview(b).nbytes for b in bufs)
+        self.bytes_out += n
+        self._actions.append(SendTo(c.id, bufs, kind, n, round))
+
+    def _close(self, c: _Conn, reason: str) -> None:
+        if not c.closed:
+            c.closed = True
+            self._actions.append(CloseConnection(c.id, reason))
+
+    def _fail(self, error: ProtocolError) -> None:
+        log.error("controller: %s", error)
+        self._finish("fail", error=error)
+
+    def _finish(self, event: str, *, error: ProtocolError | None = None, detail: str = "") -> None:
+        if self.finished:
+            return
+        if event == "fail":
+            self.lifecycle.fire("fail", error=error, detail=detail)
+        else:
+            self.lifecycle.fire(event, detail=detail)
+        if self._checkpoint:
+            self._flush_window()
+        for c in self._conns.values():
+            self._close(c, "controller finished")
+        for r in self._relays:
+            r.frame = None
+        outcome = self.outcome
+        assert outcome is not None
+        log.info("controller: finished: %s", outcome)
+        self._actions.append(Finished(outcome))
+
+    def _flush(self) -> list[Action]:
+        out, self._actions = self._actions, []
+        return out
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds:g}"

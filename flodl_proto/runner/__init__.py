@@ -1,0 +1,1 @@
+"""Socket runners: the only part of the package with sockets, threads and timeouts."""
