@@ -1,0 +1,286 @@
+"""Socket plumbing shared by the relay and the rank client.
+
+Every cluster socket here is a *blocking* Python socket whose timeouts are set at the OS level
+(``SO_RCVTIMEO`` / ``SO_SNDTIMEO``), so one socket can have a short read poll and a long
+write-stall ceiling at the same time (Python's own ``settimeout`` covers both directions and
+puts the descriptor in non-blocking mode). A timed-out ``recv`` or ``send`` then raises
+``BlockingIOError``, exactly like a Rust ``read``/``write`` with a timeout returns ``WouldBlock``.
+
+``socket.shutdown(SHUT_RDWR)`` from another thread wakes a blocked ``recv``/``send``; the
+runners use it to stop their threads before joining them.
+
+Upstream: ``flodl/src/distributed/wire.rs`` (``connect_with_retry``, ``WRITE_STALL_TIMEOUT``,
+``net_timeout_scale``), ``relay/mux.rs`` (committed reads, starvation ceiling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+from ..codec._common import BytesLike, as_view
+from ..errors import protocol_error
+from ..spec import SPEC, net_timeout_scale
+
+__all__ = [
+    "Stopped",
+    "committed_read_starvation",
+    "configure_socket",
+    "connect_attempts",
+    "connect_with_retry",
+    "format_addr",
+    "handshake_read_timeout",
+    "parse_addr",
+    "poll_interval",
+    "recv_exact_into",
+    "reduce_read_deadline",
+    "send_all",
+    "set_timeouts",
+    "shutdown_quietly",
+    "write_stall_timeout",
+]
+
+log = logging.getLogger(__name__)
+
+try:
+    _IOV_MAX = max(16, min(1024, int(os.sysconf("SC_IOV_MAX"))))
+except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+    _IOV_MAX = 1024
+
+
+class Stopped(Exception):
+    """A blocking read was abandoned because its owner asked the thread to stop."""
+
+
+def write_stall_timeout() -> float:
+    """SO_SNDTIMEO of every cluster socket, seconds: 30 s x ``FLODL_NET_TIMEOUT_SCALE``."""
+    return SPEC.timeout("WRITE_STALL") * net_timeout_scale()
+
+
+def connect_attempts() -> int:
+    """``connect_with_retry`` attempts: ``ceil(60 x scale)``, at least 1."""
+    attempts = int(SPEC.raw["timeouts"]["CONNECT_BACKOFF"]["attempts"])
+    return max(1, math.ceil(attempts * net_timeout_scale()))
+
+
+def handshake_read_timeout() -> float:
+    """Rank-side wait for the handshake ack, seconds (10 s, not scaled)."""
+    return SPEC.timeout("HANDSHAKE_READ")
+
+
+def reduce_read_deadline() -> float:
+    """Rank-side per-read deadline after the handshake, seconds: ``ceil(120 x scale)``, >= 1."""
+    return float(max(1, math.ceil(SPEC.timeout("REDUCE_READ_DEADLINE") * net_timeout_scale())))
+
+
+def poll_interval() -> float:
+    """Relay socket poll period, seconds (100 ms)."""
+    return SPEC.timeout("RELAY_POLL")
+
+
+def committed_read_starvation() -> float:
+    """A read inside a started record/blob that makes no progress this long fails (60 s)."""
+    return SPEC.timeout("COMMITTED_READ_STARVATION")
+
+
+def parse_addr(text: str) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``.
+
+    Raises:
+        ValueError: no port, or a port outside 0..65535.
+    """
+    host, sep, port_s = text.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_s)
+    if not 0 <= port <= 0xFFFF:
+        raise ValueError(f"port {port} out of range in {text!r}")
+    return host, port
+
+
+def format_addr(addr: tuple[str, int]) -> str:
+    """Format ``(host, port)`` as ``HOST:PORT``."""
+    host, port = addr[0], addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _timeval(seconds: float | None) -> bytes:
+    if seconds is None or seconds <= 0:
+        return struct.pack("ll", 0, 0)  # 0 = no timeout
+    sec = int(seconds)
+    usec = round((seconds - sec) * 1_000_000)
+    if sec == 0 and usec == 0:
+        usec = 1
+    return struct.pack("ll", sec, usec)
+
+
+def set_timeouts(sock: socket.socket, *, recv: float | None = None,
+                 send: float | None = None) -> None:
+    """Set the OS-level read / write timeouts (seconds; ``None`` = block forever).
+
+    The socket is left in blocking mode; a timed-out call raises ``BlockingIOError``.
+    """
+    sock.settimeout(None)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(recv))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(send))
+
+
+def configure_socket(sock: socket.socket, *, recv: float | None = None,
+                     send: float | None = None) -> None:
+    """TCP_NODELAY plus :func:`set_timeouts` (``send`` defaults to the write-stall ceiling)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    set_timeouts(sock, recv=recv, send=write_stall_timeout() if send is None else send)
+
+
+def connect_with_retry(addr: tuple[str, int], what: str, *,
+                       stop: threading.Event | None = None) -> socket.socket:
+    """TCP connect with the cluster retry budget (``connect_attempts()`` x 500 ms).
+
+    Args:
+        addr: ``(host, port)``.
+        what: names the dial in the error (``"relay upstream"``, ``"cpu_reduce"``).
+        stop: abandon the retries when set.
+
+    Returns:
+        A connected blocking socket (no timeouts set yet).
+
+    Raises:
+        ConnectionError: every attempt failed (message in upstream's wording:
+            ``"<what>: connect to HOST:PORT failed after N attempts (~Ss): <last error>"``).
+        Stopped: ``stop`` was set.
+
+    Upstream: ``wire.rs`` ``connect_with_retry``.
+    """
+    attempts = connect_attempts()
+    backoff = SPEC.timeout("CONNECT_BACKOFF")
+    last: OSError | None = None
+    for i in range(attempts):
+        if stop is not None and stop.is_set():
+            raise Stopped(what)
+        try:
+            return socket.create_connection(addr, timeout=max(backoff, 10.0))
+        except OSError as e:
+            last = e
+            log.debug("%s: connect attempt %d/%d to %s failed: %s", what, i + 1, attempts,
+                      format_addr(addr), e)
+            if i + 1 < attempts:
+                if stop is not None:
+                    if stop.wait(backoff):
+                        raise Stopped(what) from None
+                else:
+                    time.sleep(backoff)
+    raise ConnectionError(
+        f"{what}: connect to {format_addr(addr)} failed after {attempts} attempts "
+        f"(~{attempts * backoff:g}s): {last}"
+    )
+
+
+def recv_exact_into(
+    sock: socket.socket,
+    view: memoryview,
+    *,
+    stop: threading.Event | None = None,
+    committed: bool = False,
+    starvation: float | None = None,
+) -> int:
+    """Fill ``view`` from ``sock``; return the number of bytes read (short only at end of stream).
+
+    The socket's read timeout is the poll period: each timeout re-checks ``stop``. Until the
+    first byte arrives (``committed`` False) the wait is unbounded; once a byte of the unit
+    has arrived, a wait without progress longer than ``starvation`` seconds fails.
+
+    Raises:
+        Stopped: ``stop`` was set while waiting.
+        TimeoutError: no ``stop`` given and the read timed out (the caller's deadline).
+        TruncatedInput (remote): a committed read starved (``mux.starved``).
+        OSError: a socket error other than a reset (a reset counts as end of stream).
+    """
+    n = len(view)
+    got = 0
+    last = time.monotonic()
+    while got < n:
+        try:
+            r = sock.recv_into(view[got:], n - got)
+        except (BlockingIOError, TimeoutError):
+            if stop is None:
+                raise TimeoutError("read timed out") from None
+            if stop.is_set():
+                raise Stopped("read") from None
+            if (committed or got) and starvation is not None \
+                    and time.monotonic() - last > starvation:
+                raise protocol_error("mux.starved", seconds=int(starvation), got=got,
+                                     need=n) from None
+            continue
+        except InterruptedError:  # pragma: no cover - PEP 475 retries already
+            continue
+        except (ConnectionResetError, ConnectionAbortedError):
+            return got
+        if r == 0:
+            return got
+        got += r
+        last = time.monotonic()
+    return got
+
+
+def _flatten(buffers: Iterable[BytesLike]) -> list[memoryview]:
+    out = []
+    for b in buffers:
+        mv = as_view(b)
+        if mv.nbytes:
+            out.append(mv)
+    return out
+
+
+def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike) -> int:
+    """Write every buffer with ``sendmsg`` (batches of at most IOV_MAX, partial sends resumed).
+
+    Returns:
+        Bytes written.
+
+    Raises:
+        TimeoutError: the write-stall timeout expired without progress.
+        OSError: the connection failed.
+    """
+    if isinstance(buffers, bytes | bytearray | memoryview):
+        bufs = _flatten([buffers])
+    else:
+        bufs = _flatten(buffers)
+    total = 0
+    i = 0
+    while i < len(bufs):
+        try:
+            sent = sock.sendmsg(bufs[i:i + _IOV_MAX])
+        except BlockingIOError:
+            raise TimeoutError(
+                f"write stalled for {write_stall_timeout():g}s (peer not reading)"
+            ) from None
+        except InterruptedError:  # pragma: no cover
+            continue
+        total += sent
+        while sent and i < len(bufs):
+            ln = bufs[i].nbytes
+            if sent >= ln:
+                sent -= ln
+                i += 1
+            else:
+                bufs[i] = bufs[i][sent:]
+                sent = 0
+    return total
+
+
+def shutdown_quietly(sock: socket.socket | None, how: int = socket.SHUT_RDWR) -> None:
+    """``sock.shutdown(how)``, ignoring errors (wakes threads blocked on the socket)."""
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.shutdown(how)

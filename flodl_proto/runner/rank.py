@@ -1,0 +1,472 @@
+"""The rank-side client of the data channel: one rank talking to its host's relay.
+
+A :class:`RankClient` connects to the relay's loopback data port, sends the 16-byte handshake,
+checks the 8-byte ack, and then runs strictly alternating request/reply rounds: it writes
+``u32 length | RoundFrame`` and reads ``u32 length | consensus RoundFrame`` back (the controller's
+frame, forwarded verbatim by the relay). The reply must fill its length prefix exactly.
+
+Production path (:meth:`RankClient.all_reduce_scaled`): every tensor is pre-scaled by the
+rank's realized-work mass in f32 and rounded once into the wire dtype; an idle rank (scale 0.0)
+sends elided payloads at protocol version 3 and real zeros (``0.0 x T``) at version 2. The
+consensus is written back into the caller's arrays (``np.copyto`` from read-only views of the
+reply buffer, bf16 widened when the destination is f32) unless the round realized no work.
+
+Timeouts: connect with the cluster retry budget; 10 s for the ack; then ``ceil(120 s x
+FLODL_NET_TIMEOUT_SCALE)`` per read; the write-stall ceiling on every write.
+
+Upstream: ``flodl/src/distributed/cpu_reduce.rs`` (``CpuReduceClient``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec.auth import check_salt
+from ..codec.handshake import decode_ack, encode_handshake
+from ..codec.loopback import decode_framed_round, decode_len_prefix, encode_len_prefix
+from ..codec.round_frame import (
+    Dtype,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    encode_round_frame,
+)
+from ..errors import protocol_error
+from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
+from ..spec import (
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    HANDSHAKE_ACK_LEN,
+    LEN_PREFIX_LEN,
+    check_version,
+)
+from ._netio import (
+    configure_socket,
+    connect_with_retry,
+    handshake_read_timeout,
+    parse_addr,
+    recv_exact_into,
+    reduce_read_deadline,
+    send_all,
+    set_timeouts,
+    write_stall_timeout,
+)
+
+__all__ = ["RankClient", "ReduceReply"]
+
+log = logging.getLogger(__name__)
+
+_F32 = np.dtype("<f4")
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_U32_MAX = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReduceReply:
+    """The consensus of one round as a rank received it.
+
+    Attributes:
+        frame: the decoded consensus RoundFrame; its payloads are read-only views into ``raw``.
+        raw: the frame's wire bytes (tag included, length prefix excluded).
+        adopted: True when the consensus was written into the caller's arrays.
+    """
+
+    frame: RoundFrame
+    raw: memoryview
+    adopted: bool
+
+    @property
+    def weight(self) -> float:
+        """The consensus weight: the accepted realized-work mass (0.0: nothing realized)."""
+        return self.frame.weight
+
+    def digest(self) -> str:
+        """SHA-256 of the consensus frame's wire bytes, 64 lowercase hex digits."""
+        return hashlib.sha256(self.raw).hexdigest()
+
+    def arrays(self) -> list[npt.NDArray[np.float32]]:
+        """Fresh f32 copies of every tensor (elided payloads give zeros), shaped as on the wire.
+
+        Raises:
+            InvalidValue, SchemaMismatch: a payload with an unknown dtype or a byte count that
+                does not match its shape.
+        """
+        out = []
+        for p in self.frame.tensors:
+            a = p.array(materialize_elided=True)
+            out.append(np.array(a, dtype=_F32))
+        return out
+
+
+def _check_array(index: int, a: Any) -> npt.NDArray[Any]:
+    arr = np.asarray(a)
+    if arr.dtype not in (_F32, _BF16):
+        raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
+    for d, n in enumerate(arr.shape):
+        if n > _U32_MAX:
+            raise protocol_error("frame.dim_too_large", index=index, dim=d, value=n)
+    return arr
+
+
+def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None) -> TensorPayload:
+    """One tensor's payload in ``wire`` dtype, pre-scaled by ``scale`` (None: unscaled).
+
+    The product is computed in f32 and rounded once into the wire dtype (bf16 with upstream's
+    rounding and NaN rule).
+    """
+    src_bf16 = arr.dtype == _BF16
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if scale is None:
+        if src_bf16 == (wire is Dtype.BF16):
+            data: BytesLike = flat.view(np.uint8).data
+        elif src_bf16:  # bf16 staged, f32 wire: exact widening
+            data = bf16_to_f32(flat.view(np.uint16)).view(np.uint8).data
+        else:  # f32 staged, bf16 wire: one rounding
+            data = bf16_from_f32(flat).view(np.uint8).data
+        return TensorPayload(int(wire), arr.shape, data)
+    f = np.float32(scale)
+    with np.errstate(all="ignore"):
+        if src_bf16 and wire is Dtype.BF16:
+            data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f)
+        else:
+            wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
+            prod = np.multiply(wide, f, dtype=_F32)
+            if wire is Dtype.F32:
+                data = prod.view(np.uint8).data
+            else:
+                data = bf16_from_f32(prod).view(np.uint8).data
+    return TensorPayload(int(wire), arr.shape, data)
+
+
+class RankClient:
+    """A rank's data-channel connection to its host relay (or to anything speaking the
+    relay's loopback side).
+
+    Build with :meth:`connect`. Each reduce call is a blocking request/reply round; calls must
+    not overlap (one client per thread).
+
+    Attributes:
+        rank: this rank's id (``< world_size``).
+        world_size: the cluster's world size.
+        version: the data-channel protocol version (2 or 3).
+        wire_dtype: the wire dtype of Model rounds (``Dtype.F32`` or ``Dtype.BF16``); Control
+            rounds always ride f32.
+        ceiling: frame ceiling in bytes for reading replies.
+        rounds: completed rounds.
+        bytes_sent / bytes_received: loopback bytes, handshake included.
+        last_reply: the last :class:`ReduceReply`, or None.
+
+    Upstream: ``cpu_reduce.rs`` ``CpuReduceClient``.
+    """
+
+    def __init__(self, sock: socket.socket, rank: int, world_size: int, salt: bytes, *,
+                 version: int, wire_dtype: Dtype, ceiling: int) -> None:
+        self._sock: socket.socket | None = sock
+        self.rank = rank
+        self.world_size = world_size
+        self._salt = salt
+        self.version = version
+        self.wire_dtype = wire_dtype
+        self.ceiling = ceiling
+        self.rounds = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.last_reply: ReduceReply | None = None
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def connect(
+        cls,
+        addr: str | tuple[str, int],
+        rank: int,
+        world_size: int,
+        salt: BytesLike,
+        version: int = DEFAULT_VERSION,
+        *,
+        bf16: bool = False,
+        ceiling: int = DEFAULT_FRAME_CEILING,
+    ) -> RankClient:
+        """Connect to the relay at ``addr``, hand-shake, and return the ready client.
+
+        Args:
+            addr: ``"HOST:PORT"`` or ``(host, port)`` of the relay's loopback data port
+                (upstream's default: ``127.0.0.1:controller_port + 4``).
+            rank: this rank's id.
+            world_size: the cluster's world size (the relay checks it equals its own).
+            salt: the 16-byte session salt.
+            version: data-channel protocol version (2 default, or 3).
+            bf16: ship Model rounds as bf16 (``set_bf16_wire``); Control rounds stay f32.
+            ceiling: frame ceiling for replies, bytes.
+
+        Raises:
+            InvalidValue (local): ``world_size == 0`` (``client.world_size_zero``) or
+                ``rank >= world_size`` (``client.rank_out_of_range``), checked before dialing;
+                a bad salt.
+            VersionMismatch (local): unsupported ``version``.
+            ConnectionError: the relay could not be reached within the retry budget.
+            TruncatedInput, BadMagic, VersionMismatch (remote): the ack was missing (the relay
+                rejected the handshake and closed), or carried another magic or version.
+            TimeoutError: no ack within 10 s.
+
+        Upstream: ``cpu_reduce.rs`` ``CpuReduceClient::connect``.
+        """
+        key = check_salt(salt)
+        check_version(version)
+        if world_size <= 0:
+            raise protocol_error("client.world_size_zero")
+        if not 0 <= rank < world_size:
+            raise protocol_error("client.rank_out_of_range", rank=rank, world_size=world_size)
+        target = parse_addr(addr) if isinstance(addr, str) else (addr[0], int(addr[1]))
+        sock = connect_with_retry(target, "cpu_reduce")
+        try:
+            configure_socket(sock, recv=handshake_read_timeout(), send=write_stall_timeout())
+            hs = encode_handshake(rank, world_size, version)
+            send_all(sock, hs)
+            ack = bytearray(HANDSHAKE_ACK_LEN)
+            try:
+                got = recv_exact_into(sock, memoryview(ack))
+            except TimeoutError:
+                raise TimeoutError(
+                    f"cpu_reduce: no handshake ack within {handshake_read_timeout():g}s"
+                ) from None
+            decode_ack(memoryview(ack)[:got], version)
+            set_timeouts(sock, recv=reduce_read_deadline(), send=write_stall_timeout())
+        except BaseException:
+            sock.close()
+            raise
+        client = cls(sock, rank, world_size, key, version=version,
+                     wire_dtype=Dtype.BF16 if bf16 else Dtype.F32, ceiling=ceiling)
+        client.bytes_sent += len(hs)
+        client.bytes_received += HANDSHAKE_ACK_LEN
+        log.debug("rank %d connected to %s (world %d, v%d)", rank, target, world_size, version)
+        return client
+
+    # -- context manager ---------------------------------------------------------------------------
+    def __enter__(self) -> RankClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the relay then reports RankExit). Idempotent."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._sock is None
+
+    # -- the round trip ---------------------------------------------------------------------------
+    def _exchange(self, frame: RoundFrame) -> tuple[RoundFrame, memoryview]:
+        sock = self._sock
+        if sock is None:
+            raise OSError("cpu_reduce: client is closed")
+        pieces = encode_round_frame(frame, self._salt)
+        length = frame.wire_len
+        self.bytes_sent += send_all(sock, [encode_len_prefix(length, ceiling=self.ceiling),
+                                           *pieces])
+        prefix = bytearray(LEN_PREFIX_LEN)
+        try:
+            got = recv_exact_into(sock, memoryview(prefix))
+        except TimeoutError:
+            raise TimeoutError(
+                f"cpu_reduce: no averaged frame within {reduce_read_deadline():g}s "
+                f"(round {self.rounds})"
+            ) from None
+        if got < LEN_PREFIX_LEN:
+            raise protocol_error("client.reply_closed", round=self.rounds)
+        n = decode_len_prefix(prefix, ceiling=self.ceiling)
+        assert n is not END_OF_STREAM
+        buf = np.empty(LEN_PREFIX_LEN + n, dtype=np.uint8)
+        view = buf.data
+        view[:LEN_PREFIX_LEN] = prefix
+        try:
+            body = recv_exact_into(sock, view[LEN_PREFIX_LEN:])
+        except TimeoutError:
+            raise TimeoutError(
+                f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds})"
+            ) from None
+        self.bytes_received += LEN_PREFIX_LEN + body
+        if body < n:
+            raise protocol_error("framed_round.body_ended", length=n, got=body)
+        res = decode_framed_round(view, self._salt, ceiling=self.ceiling)
+        assert res is not END_OF_STREAM
+        self.rounds += 1
+        return res[0], view[LEN_PREFIX_LEN:]
+
+    def all_reduce(self, frame: RoundFrame) -> RoundFrame:
+        """Send ``frame`` as this rank's contribution and return the consensus frame.
+
+        Args:
+            frame: the contribution, already pre-scaled (Model) or raw (Control).
+
+        Returns:
+            The consensus RoundFrame (payloads are views into a fresh reply buffer);
+            :attr:`last_reply` holds its wire bytes too.
+
+        Raises:
+            TruncatedInput (remote): the relay closed before the reply
+                (``client.reply_closed``), or the reply ended inside / did not fill its prefix.
+            LimitExceeded (remote): the reply's prefix exceeds the frame ceiling.
+            AuthenticationError, BadMagic, InvalidValue (remote): frame reader errors.
+            TimeoutError: no reply within the read deadline; OSError: connection failure.
+
+        Upstream: ``cpu_reduce.rs`` ``all_reduce``.
+        """
+        reply, raw = self._exchange(frame)
+        self.last_reply = ReduceReply(reply, raw, False)
+        return reply
+
+    def all_reduce_scaled(
+        self,
+        arrays: Sequence[npt.NDArray[Any]],
+        scale: float,
+        kind: RoundKind | int = RoundKind.MODEL,
+        weight: float | None = None,
+        wire_dtype: Dtype | int | None = None,
+        *,
+        adopt: bool = True,
+    ) -> ReduceReply:
+        """Pre-scale ``arrays`` by ``scale``, reduce, and (optionally) adopt the consensus.
+
+        Args:
+            arrays: f32 or ``ml_dtypes.bfloat16`` arrays, any shapes (each dim < 2**32).
+            scale: the realized-work mass multiplied into every element in f32 before one
+                rounding into the wire dtype. ``0.0`` marks an idle rank: elided payloads at
+                protocol version 3, ``0.0 x T`` (so ``-0.0`` and NaN where T is negative or
+                not finite) at version 2.
+            kind: ``RoundKind.MODEL`` (default) or ``RoundKind.CONTROL``.
+            weight: the frame's weight (f64 realized-work mass, finite, >= 0); default ``scale``.
+            wire_dtype: Model rounds' wire dtype (default: the client's); Control rounds are
+                always f32.
+            adopt: write the consensus into ``arrays`` (in place) when the round realized work
+                (reply weight > 0) or is a Control round; a zero-mass Model reply leaves them
+                untouched.
+
+        Returns:
+            A :class:`ReduceReply` (``adopted`` says whether ``arrays`` were overwritten).
+
+        Raises:
+            InvalidValue (local): an array of another dtype (``client.bad_dtype``), a bad weight.
+            SchemaMismatch (local): the consensus does not fit ``arrays`` (count or shape).
+            Everything :meth:`all_reduce` raises.
+
+        Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (+ decode-into-request).
+        """
+        kind_e = RoundKind(kind)
+        arrs = [_check_array(i, a) for i, a in enumerate(arrays)]
+        if kind_e is RoundKind.CONTROL:
+            wire = Dtype.F32
+        else:
+            wire = Dtype(self.wire_dtype if wire_dtype is None else wire_dtype)
+        w = float(scale if weight is None else weight)
+        if scale == 0.0 and self.version >= 3:
+            tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
+        else:
+            tensors = [_payload(a, wire, float(scale)) for a in arrs]
+        reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
+        adopted = False
+        if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
+            decode_into(reply, arrs)
+            adopted = True
+        self.last_reply = ReduceReply(reply, raw, adopted)
+        return self.last_reply
+
+    def all_reduce_mean(self, arrays: Sequence[npt.NDArray[Any]]) -> ReduceReply:
+        """Plain mean over the cohort: Model round, scale 1.0, weight 1.0; the mean is written
+        into ``arrays``. Upstream: ``cpu_reduce.rs`` ``all_reduce_tensors``."""
+        return self.all_reduce_scaled(arrays, 1.0, RoundKind.MODEL, 1.0)
+
+    def broadcast_from_root(self, arrays: Sequence[npt.NDArray[Any]],
+                            root: int = 0) -> ReduceReply:
+        """Every rank ends with ``root``'s values in ``arrays``.
+
+        The root sends its tensors unscaled; the others send an elided frame (version 3) or
+        real zeros (``0.0 x T``, version 2); kind Control, weight 0.0, always f32. The Control
+        sum is the root's values (``-0.0`` becomes ``+0.0``), written into ``arrays``.
+
+        Raises:
+            InvalidValue (local): ``root`` outside the world; as :meth:`all_reduce_scaled`.
+
+        Upstream: ``cpu_reduce.rs`` ``broadcast_from_root``.
+        """
+        if not 0 <= root < self.world_size:
+            raise protocol_error("client.rank_out_of_range", rank=root,
+                                 world_size=self.world_size)
+        arrs = [_check_array(i, a) for i, a in enumerate(arrays)]
+        if self.rank == root:
+            tensors = [_payload(a, Dtype.F32, None) for a in arrs]
+            reply, raw = self._exchange(RoundFrame(RoundKind.CONTROL, 0.0, tensors))
+            decode_into(reply, arrs)
+            self.last_reply = ReduceReply(reply, raw, True)
+            return self.last_reply
+        return self.all_reduce_scaled(arrs, 0.0, RoundKind.CONTROL, 0.0)
+
+    def gather_counts(self, value: float) -> npt.NDArray[np.float64]:
+        """Control count-gather: every rank contributes ``value`` at its own slot.
+
+        Sends one f32 tensor of shape ``[world_size]`` holding ``float32(value)`` at index
+        ``rank`` and zeros elsewhere (kind Control, weight 0.0, f32). Returns the element-wise
+        sum (slots of ranks that contributed nothing stay 0) as float64.
+
+        Upstream: ``cpu_reduce.rs`` ``all_reduce_per_rank_f64``.
+        """
+        slots = np.zeros(self.world_size, dtype=_F32)
+        slots[self.rank] = np.float32(value)
+        tensors = [TensorPayload(int(Dtype.F32), slots.shape, slots.view(np.uint8).data)]
+        reply, raw = self._exchange(RoundFrame(RoundKind.CONTROL, 0.0, tensors))
+        self.last_reply = ReduceReply(reply, raw, False)
+        if len(reply.tensors) != 1:
+            raise protocol_error("client.reply_schema", index=0, reason=(
+                f"count gather expects 1 tensor, the consensus carries {len(reply.tensors)}"))
+        out = reply.tensors[0].array(materialize_elided=True)
+        return np.asarray(out, dtype=np.float64).reshape(-1)
+
+
+def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
+    """Write ``frame``'s tensors into ``arrays`` in place, without intermediate copies.
+
+    Each payload is viewed read-only and copied with ``np.copyto``: bf16 payloads are widened
+    exactly into f32 destinations, f32 payloads are rounded into bf16 destinations with
+    upstream's rule, same-dtype payloads are copied bit for bit; an elided payload zeroes the
+    destination.
+
+    Raises:
+        SchemaMismatch (local): tensor count or element count differs (``client.reply_schema``).
+        InvalidValue / SchemaMismatch: a payload with an unknown dtype or a byte count that does
+            not match its shape.
+        ValueError: a destination is read-only.
+
+    Upstream: ``cpu_reduce.rs`` (decode-into-destination).
+    """
+    if len(frame.tensors) != len(arrays):
+        raise protocol_error("client.reply_schema", index=len(arrays), reason=(
+            f"the consensus carries {len(frame.tensors)} tensors, the request {len(arrays)}"))
+    for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
+        if p.numel != dst.size:
+            raise protocol_error("client.reply_schema", index=i, reason=(
+                f"consensus shape {list(p.shape)} does not fit destination shape "
+                f"{list(dst.shape)}"))
+        if p.elided and p.numel:
+            dst[...] = 0
+            continue
+        src = p.array().reshape(dst.shape)
+        if dst.dtype == _BF16 and src.dtype != _BF16:
+            np.copyto(dst.view(np.uint16), bf16_from_f32(src))
+        else:
+            np.copyto(dst, src, casting="unsafe")
