@@ -1,0 +1,109 @@
+"""``flodl-proto rank``: a synthetic rank that reduces deterministic tensors through its relay.
+
+::
+
+    flodl-proto rank --relay HOST:PORT --rank R --world-size N --salt HEX
+                     [--rounds K] [--payload-mib M] [--bf16] [--protocol-version 2|3]
+
+Round ``k`` (1-based) of rank ``r`` contributes :func:`synthetic_tensors` ``(r, k, M)`` with the
+realized-work mass ``(r + k) % 4`` (so some rounds have an idle rank). After each round it prints
+exactly ``round K digest <sha256 of the consensus frame's bytes>`` (64 lowercase hex digits), and
+exits 0 after ``K`` rounds. Ranks of one run print identical digests. Exit 1 on a connection or
+protocol failure (the error on stderr), 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ProtocolError
+from ..runner._netio import parse_addr
+from ..runner.rank import RankClient
+from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from .relay import parse_salt
+
+__all__ = ["mass_of", "register", "synthetic_tensors"]
+
+_MIB = 1 << 20
+
+
+def synthetic_tensors(rank: int, round_: int, payload_mib: float = 0.0
+                      ) -> list[npt.NDArray[np.float32]]:
+    """Deterministic f32 tensors of ``rank`` for round ``round_``.
+
+    Returns shapes ``[4, 8]``, ``[257]`` and ``[]`` (a scalar) drawn from a generator seeded by
+    ``(rank, round_)``, plus, when ``payload_mib > 0``, one flat tensor of ``payload_mib`` MiB
+    (``(i mod 1021) / 64 + rank + round_``).
+    """
+    rng = np.random.default_rng([rank, round_])
+    out = [
+        rng.standard_normal((4, 8), dtype=np.float32),
+        rng.standard_normal(257, dtype=np.float32),
+        np.asarray(rng.standard_normal(dtype=np.float32)).reshape(()),
+    ]
+    n = int(payload_mib * _MIB) // 4
+    if n > 0:
+        big = (np.arange(n, dtype=np.int64) % 1021).astype(np.float32)
+        big *= np.float32(1.0 / 64.0)
+        big += np.float32(rank + round_)
+        out.append(big)
+    return out
+
+
+def mass_of(rank: int, round_: int) -> float:
+    """Realized-work mass of ``rank`` in round ``round_``: ``(rank + round_) % 4`` (0 = idle)."""
+    return float((rank + round_) % 4)
+
+
+def register(sub: Any) -> None:
+    """Add the ``rank`` subcommand."""
+    p = sub.add_parser(
+        "rank", help="run a synthetic rank against a relay and print each consensus digest",
+        description="Connect to a relay's loopback data port and reduce deterministic "
+        "synthetic tensors for K rounds, printing 'round K digest <sha256>' after each.",
+    )
+    p.add_argument("--relay", required=True, metavar="HOST:PORT",
+                   help="the relay's loopback data address")
+    p.add_argument("--rank", required=True, type=int, metavar="R")
+    p.add_argument("--world-size", required=True, type=int, metavar="N")
+    p.add_argument("--salt", metavar="HEX",
+                   help="16-byte session salt as 32 hex digits (default $FLODL_SESSION_SALT)")
+    p.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds (default 5)")
+    p.add_argument("--payload-mib", type=float, default=0.0, metavar="M",
+                   help="add one f32 tensor of M MiB to every frame (default 0)")
+    p.add_argument("--bf16", action="store_true", help="ship Model rounds as bf16")
+    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+                   default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the rank; return the exit code."""
+    try:
+        salt = parse_salt(args.salt)
+        addr = parse_addr(args.relay)
+        if args.rounds < 0 or args.payload_mib < 0:
+            raise ValueError("--rounds and --payload-mib must be >= 0")
+    except (ValueError, ProtocolError) as e:
+        print(f"flodl-proto rank: {e}", file=sys.stderr)
+        return 2
+    try:
+        with RankClient.connect(addr, args.rank, args.world_size, salt, args.protocol_version,
+                                bf16=args.bf16) as client:
+            for k in range(1, args.rounds + 1):
+                arrays = synthetic_tensors(args.rank, k, args.payload_mib)
+                mass = mass_of(args.rank, k)
+                reply = client.all_reduce_scaled(arrays, mass, weight=mass)
+                print(f"round {k} digest {reply.digest()}", flush=True)
+    except ProtocolError as e:
+        print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
+        return 2 if not e.remote and e.kind == "value" else 1
+    except OSError as e:
+        print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
+        return 1
+    return 0

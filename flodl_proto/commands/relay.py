@@ -1,0 +1,153 @@
+"""``flodl-proto relay``: run one host's data-channel relay.
+
+::
+
+    flodl-proto relay --controller HOST:PORT --ranks 0,1 --world-size N --salt HEX
+                      [--listen-port P] [--protocol-version 2|3] [--host NAME]
+
+The first stdout line, flushed at once, is exactly ``listening on 127.0.0.1:<bound port>``; the
+ranks of this host then connect there. When the relay ends it prints one ``relay stats ...`` line
+(bytes per leg, HostFrames, Broadcasts). Exit codes: 0 after a clean end (the controller closed,
+the last local rank left, SIGINT/SIGTERM), 1 when the relay failed (the error on stderr), 2 for
+a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from ..errors import ProtocolError, protocol_error
+from ..runner._netio import parse_addr
+from ..runner.relay import Relay
+from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+
+__all__ = ["SALT_ENV", "parse_ranks", "parse_salt", "register", "signals_stop"]
+
+#: environment variable holding the session salt (hex) when ``--salt`` is not given
+SALT_ENV = "FLODL_SESSION_SALT"
+
+
+def parse_salt(text: str | None) -> bytes:
+    """Parse a session salt written as 32 hex digits (``--salt``, else ``$FLODL_SESSION_SALT``).
+
+    Raises:
+        InvalidValue (local): missing (``salt.missing``) or not 16 bytes of hex (``salt.bad_hex``).
+    """
+    if text is None:
+        text = os.environ.get(SALT_ENV)
+    if text is None:
+        raise protocol_error("salt.missing", env=SALT_ENV)
+    clean = text.strip()
+    try:
+        raw = bytes.fromhex(clean)
+    except ValueError:
+        raw = b""
+    if len(raw) != SESSION_SALT_BYTES:
+        raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
+                             digits=2 * SESSION_SALT_BYTES, got=clean)
+    return raw
+
+
+def parse_ranks(text: str) -> list[int]:
+    """Parse ``"0,1,3"`` (ranges ``"0-3"`` allowed) into a list of rank ids.
+
+    Raises:
+        ValueError: not a comma-separated list of non-negative integers / ranges.
+    """
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    if not out or any(r < 0 for r in out):
+        raise ValueError(f"expected a list of ranks like 0,1 — got {text!r}")
+    return out
+
+
+@contextlib.contextmanager
+def signals_stop(stop: threading.Event) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM set ``stop`` instead of killing the process
+    (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def register(sub: Any) -> None:
+    """Add the ``relay`` subcommand."""
+    p = sub.add_parser(
+        "relay", help="run a host's data-channel relay (local ranks <-> controller)",
+        description="Accept this host's ranks on loopback, fold their frames and exchange one "
+        "HostFrame / Broadcast per round with the controller.",
+    )
+    p.add_argument("--controller", required=True, metavar="HOST:PORT",
+                   help="the controller's address")
+    p.add_argument("--ranks", required=True, metavar="R,R,...",
+                   help="this host's global rank ids, e.g. 0,1")
+    p.add_argument("--world-size", required=True, type=int, metavar="N")
+    p.add_argument("--salt", metavar="HEX",
+                   help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV})")
+    p.add_argument("--listen-port", type=int, default=None, metavar="P",
+                   help="loopback port for the ranks (default: controller port + 4; 0 = any)")
+    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+                   default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
+    p.add_argument("--host", default=None, help="host name announced in Hello")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the relay until it ends; return the exit code."""
+    try:
+        salt = parse_salt(args.salt)
+        ranks = parse_ranks(args.ranks)
+        controller = parse_addr(args.controller)
+        relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
+                      listen_port=args.listen_port, host=args.host)
+    except (ValueError, ProtocolError) as e:
+        print(f"flodl-proto relay: {e}", file=sys.stderr)
+        return 2
+    try:
+        relay.start()
+    except OSError as e:
+        print(f"flodl-proto relay: cannot listen on 127.0.0.1:{args.listen_port}: {e}",
+              file=sys.stderr)
+        return 2
+    host, port = relay.address
+    print(f"listening on {host}:{port}", flush=True)
+    stop = threading.Event()
+    try:
+        with signals_stop(stop):
+            while not relay.done and not stop.wait(0.1):
+                pass
+    finally:
+        err = relay.shutdown()
+    s = relay.stats
+    print(f"relay stats from_ranks={s.from_ranks} to_ranks={s.to_ranks} "
+          f"upstream_out={s.upstream_out} upstream_in={s.upstream_in} "
+          f"host_frames={s.host_frames} broadcasts={s.broadcasts}", flush=True)
+    if err is not None:
+        print(f"flodl-proto relay: {err}", file=sys.stderr)
+        return 1
+    return 0
