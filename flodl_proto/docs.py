@@ -1,0 +1,1037 @@
+"""Generate the protocol reference (``docs/protocol.md``) from the spec alone.
+
+Everything in the generated Markdown comes from ``spec/wire.yaml`` and ``spec/lifecycle.yaml``
+(through :data:`flodl_proto.spec.SPEC`): topology and legs, one section per message with a field
+table and an RFC-style byte diagram, auth tag coverage, worked examples, constants, enumerations,
+timeouts and limits, end-of-stream rules, leniencies, version differences, departures, the
+controller lifecycle (a mermaid ``stateDiagram-v2`` rendered here, plus a transitions table) and
+the error catalogue. The output is deterministic: no dates, versions, hostnames or file system
+paths, and every mapping is rendered in the order the spec writes it, so regenerating the file
+from an unchanged spec reproduces it byte for byte.
+
+>>> from flodl_proto.docs import byte_diagram, DiagramItem
+>>> print("\\n".join(byte_diagram([DiagramItem("magic", 4)])[2:5]))
++-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+|                             magic                             |
++-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+
+Upstream: the layouts documented are those of ``flodl/src/distributed/controller/mod.rs``,
+``controller/round_frame.rs``, ``relay/mux.rs`` and ``wire.rs`` (fab2s/floDl), as the spec
+records them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .spec import SPEC, Spec, SpecError
+
+__all__ = [
+    "DEFAULT_OUT",
+    "DiagramItem",
+    "byte_diagram",
+    "lifecycle_machines",
+    "mermaid_state_diagram",
+    "render_protocol_doc",
+    "write_protocol_doc",
+]
+
+#: where ``flodl-proto docs`` writes by default (relative to the working directory)
+DEFAULT_OUT = Path("docs/protocol.md")
+
+_ROW_BYTES = 4
+_CELL = 16  # characters per byte in a diagram row (8 bits x 2 characters)
+_ROW_CHARS = _ROW_BYTES * _CELL + 1
+_MESSAGES_SECTION = 3  # Overview, Conventions, Messages
+_VERSIONS_SENTINEL = "\0versions-anchor\0"
+
+
+# -------------------------------------------------------------------------------------------------
+# Markdown helpers
+# -------------------------------------------------------------------------------------------------
+def _text(value: Any) -> str:
+    """Render a spec scalar as one line of Markdown text (table-safe)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    s = " ".join(str(value).split())
+    return s.replace("|", "\\|")
+
+
+def _code(value: Any) -> str:
+    """Render ``value`` as an inline code span that survives backticks and table pipes."""
+    s = " ".join(str(value).split()).replace("|", "\\|")
+    if "`" in s:
+        return f"`` {s} ``"
+    return f"`{s}`"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(r) + " |")
+    return out
+
+
+def _anchor(title: str) -> str:
+    """GitHub-style heading anchor of ``title``."""
+    a = re.sub(r"[^\w\- ]", "", title.strip().lower())
+    return a.replace(" ", "-")
+
+
+def _hex_bytes_le(value: int, size: int) -> str:
+    return " ".join(f"{b:02x}" for b in value.to_bytes(size, "little"))
+
+
+def _human_bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+# -------------------------------------------------------------------------------------------------
+# RFC-style byte diagrams
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DiagramItem:
+    """One field of a byte diagram.
+
+    Attributes:
+        name: the label drawn in the field's box.
+        size: size in bytes, or ``None`` for a variable-length field (drawn open-ended with ``/``
+            edges; the next field then starts on a fresh row).
+    """
+
+    name: str
+    size: int | None
+
+
+@dataclass(slots=True)
+class _Cell:
+    field: int  # index of the DiagramItem
+    c0: int  # first byte column (0..3)
+    c1: int  # one past the last byte column (1..4)
+    label: str
+    left: str = "|"
+    right: str = "|"
+
+
+def _fit(candidates: Sequence[str], width: int) -> str:
+    for c in candidates:
+        if len(c) <= width:
+            return c
+    return ""
+
+
+def _layout(items: Sequence[DiagramItem]) -> list[list[_Cell]]:
+    rows: list[list[_Cell]] = []
+    row: list[_Cell] = []
+    col = 0
+    seen: set[int] = set()
+
+    def flush() -> None:
+        nonlocal row, col
+        if row:
+            rows.append(row)
+        row, col = [], 0
+
+    for idx, item in enumerate(items):
+        if item.size is None:
+            label = item.name
+            row.append(_Cell(idx, col, _ROW_BYTES, label, right="/"))
+            flush()
+            rows.append([_Cell(idx, 0, _ROW_BYTES, "", left="/", right="/")])
+            seen.add(idx)
+            continue
+        remaining = item.size
+        while remaining > 0:
+            take = min(remaining, _ROW_BYTES - col)
+            first = idx not in seen
+            seen.add(idx)
+            row.append(_Cell(idx, col, col + take, item.name if first else "\0cont"))
+            col += take
+            remaining -= take
+            if col == _ROW_BYTES:
+                flush()
+    flush()
+    return rows
+
+
+def _field_at(row: Sequence[_Cell] | None, byte: int) -> int | None:
+    if row is None:
+        return None
+    for c in row:
+        if c.c0 <= byte < c.c1:
+            return c.field
+    return None
+
+
+def _separator(upper: Sequence[_Cell] | None, lower: Sequence[_Cell] | None) -> str:
+    chars = [" "] * _ROW_CHARS
+    for bit in range(_ROW_BYTES * 8):
+        byte = bit // 8
+        u, d = _field_at(upper, byte), _field_at(lower, byte)
+        if u is None and d is None:
+            continue
+        chars[2 * bit + 1] = " " if (u is not None and u == d) else "-"
+    extent = 0
+    for r in (upper, lower):
+        if r:
+            extent = max(extent, max(c.c1 for c in r) * _CELL)
+    for pos in range(0, extent + 1, 2):
+        left = chars[pos - 1] if pos > 0 else " "
+        right = chars[pos + 1] if pos + 1 < _ROW_CHARS else " "
+        if left == "-" or right == "-" or pos in (0, extent):
+            chars[pos] = "+"
+    return "".join(chars).rstrip()
+
+
+def _row_line(row: Sequence[_Cell], above: Sequence[_Cell] | None,
+              items: Sequence[DiagramItem]) -> str:
+    chars = [" "] * _ROW_CHARS
+    chars[row[0].c0 * _CELL] = row[0].left
+    for c in row:
+        width = (c.c1 - c.c0) * _CELL - 1
+        label = c.label
+        if label == "\0cont":
+            joined = above is not None and all(
+                _field_at(above, b) == c.field for b in range(c.c0, c.c1)
+            )
+            name = items[c.field].name
+            label = "" if joined else _fit((f"{name} (cont.)", "(cont.)", ""), width)
+        else:
+            label = _fit((label, label.split(" ")[0], ""), width)
+        start = c.c0 * _CELL + 1 + (width - len(label)) // 2
+        for i, ch in enumerate(label):
+            chars[start + i] = ch
+        chars[c.c1 * _CELL] = c.right
+    return "".join(chars).rstrip()
+
+
+def byte_diagram(items: Sequence[DiagramItem]) -> list[str]:
+    """Draw ``items`` (in wire order) as an RFC-style box diagram, 32 bits (4 bytes) per row.
+
+    Each byte takes 16 characters (two per bit), so a row is 65 characters wide. A field that
+    spans several rows is continued with ``(cont.)`` or, when it fills whole rows below itself,
+    with an open box. A variable-length field has ``/`` edges and is followed by a fresh row.
+
+    Args:
+        items: the fields, each with its size in bytes (``None`` for variable length).
+
+    Returns:
+        The diagram's lines (two ruler lines, then boxes), without a trailing newline.
+    """
+    rows = _layout(items)
+    out = [
+        " " + "".join(f"{i:<20}" for i in range(3)) + "3",
+        " " + " ".join(str(i % 10) for i in range(32)),
+    ]
+    prev: list[_Cell] | None = None
+    for row in rows:
+        out.append(_separator(prev, row))
+        out.append(_row_line(row, prev, items))
+        prev = row
+    out.append(_separator(prev, None))
+    return [line.rstrip() for line in out]
+
+
+# -------------------------------------------------------------------------------------------------
+# Message layouts
+# -------------------------------------------------------------------------------------------------
+_REPEAT_TIMES = re.compile(r"^(\w+) times\b")
+
+
+def _type_size(spec: Spec, type_name: str) -> int | None:
+    t = spec.raw.get("types", {}).get(type_name)
+    if isinstance(t, dict) and isinstance(t.get("size"), int):
+        return int(t["size"])
+    return None
+
+
+def _constraint(spec: Spec, f: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    if "const" in f:
+        name = str(f["const"])
+        value = spec.constants.get(name)
+        if value is not None and f.get("type") == "u32" and value > 0xFFFF:
+            parts.append(f"= `{name}` (`0x{value:08X}`, bytes `{_hex_bytes_le(value, 4)}`)")
+        else:
+            parts.append(f"= `{name}` ({value})")
+    if "enum" in f:
+        enum = spec.raw.get("enums", {}).get(str(f["enum"]), {})
+        vals = enum.get("values", {}) if isinstance(enum, dict) else {}
+        listed = ", ".join(f"{k} = {_enum_code(v)}" for k, v in vals.items())
+        parts.append(f"enum [{f['enum']}](#{_anchor('enum ' + str(f['enum']))}): {listed}")
+    if "condition" in f:
+        parts.append(_text(f["condition"]))
+    return "; ".join(parts)
+
+
+def _enum_code(v: Any) -> str:
+    code = v.get("code") if isinstance(v, dict) else v
+    if isinstance(code, int) and code > 0xFF:
+        return f"0x{code:08X}"
+    if isinstance(code, int) and code > 9:
+        return f"0x{code:02X}"
+    return str(code)
+
+
+@dataclass(slots=True)
+class _FieldRow:
+    offset: str
+    size: str
+    type: str
+    name: str
+    repeat: str
+    doc: str
+    constraint: str
+
+
+def _fmt_off(base: str | None, const: int, terms: Sequence[str]) -> str:
+    out = base or ""
+    if const or not out:
+        out = f"{out}+{const}" if out else str(const)
+    for t in terms:
+        out = f"{out}+{t}"
+    return out
+
+
+def _message_rows(
+    spec: Spec, msg: Mapping[str, Any]
+) -> tuple[list[_FieldRow], list[tuple[str, list[DiagramItem]]], list[str]]:
+    """Field rows, diagram groups (title, items) and legend lines of one message."""
+    rows: list[_FieldRow] = []
+    groups: list[tuple[str, list[DiagramItem]]] = []
+    legend: list[str] = []
+    parts = msg.get("parts")
+    if parts is None:
+        parts = [{"name": "", "repeat": "once", "fields": msg.get("fields", [])}]
+    base: str | None = None
+    const = 0
+    terms: list[str] = []
+    after_repeat = False
+    # size of the trailing once-parts after the repeated ones (offsets from the end)
+    trailing: list[Mapping[str, Any]] = []
+    for p in reversed(parts):
+        if p.get("repeat", "once") != "once":
+            break
+        trailing.insert(0, p)
+    if len(trailing) == len(parts):
+        trailing = []
+    tail_size = sum(
+        int(f.get("size", 0)) for p in trailing for f in p.get("fields", [])
+        if isinstance(f.get("size"), int)
+    )
+    group_title = ""
+    group_items: list[DiagramItem] = []
+    group_kind = ""
+
+    def close_group() -> None:
+        nonlocal group_items
+        if group_items:
+            groups.append((group_title, group_items))
+        group_items = []
+
+    for p in parts:
+        repeat = str(p.get("repeat", "once"))
+        kind = "once" if repeat == "once" else "repeat"
+        if kind == "repeat" and base is None and not after_repeat:
+            close_group()
+            base = "T"
+            unit = repeat.split("per ", 1)[-1] if "per " in repeat else "entry"
+            legend.append(f"`T` is the offset where a {unit}'s entry starts (the first at "
+                          f"{const}); entries follow each other.")
+            const, terms = 0, []
+            group_title = f"each {unit} entry (offsets relative to `T`)"
+            group_kind = "repeat"
+        elif kind == "once" and base is not None:
+            close_group()
+            base, after_repeat = "L", True
+            const, terms = -tail_size, []
+            legend.append("`L` is the message's wire length.")
+            group_title = "after the last entry (offsets relative to `L`)"
+            group_kind = "tail"
+        elif not group_kind:
+            group_title = "fixed part" if msg.get("parts") else ""
+            group_kind = "once"
+        m = _REPEAT_TIMES.match(repeat)
+        count = m.group(1) if m else None
+        for f in p.get("fields", []):
+            size = f.get("size")
+            if count is not None and isinstance(size, int):
+                off = _fmt_off(base, const, [*terms, f"{size}·i"])
+                size_s = f"{size} each"
+                item = DiagramItem(f"{f['name']} ({f.get('type')}) x {count}", None)
+            elif isinstance(size, int):
+                if base is None and "offset" in f:
+                    const = int(f["offset"])
+                off = _fmt_off(base, const, terms)
+                size_s = str(size)
+                item = DiagramItem(str(f["name"]), size)
+            else:
+                off = _fmt_off(base, const, terms)
+                size_s = str(size)
+                item = DiagramItem(f"{f['name']} ({size} bytes)", None)
+            if base == "L":
+                off = f"L{const}" if const else "L"
+            rows.append(_FieldRow(
+                off, size_s, str(f.get("type", "")), str(f["name"]),
+                "" if repeat == "once" else repeat,
+                _text(f.get("doc", "")), _constraint(spec, f),
+            ))
+            group_items.append(item)
+            if count is not None and isinstance(size, int):
+                terms.append(f"{size}·{count}")
+            elif isinstance(size, int):
+                const += size
+            else:
+                terms.append(str(size))
+    close_group()
+    return rows, groups, legend
+
+
+def _render_message(spec: Spec, name: str, msg: Mapping[str, Any], number: str) -> list[str]:
+    title = str(msg.get("title", name))
+    out = [f"### {number} {title} (`{name}`)", ""]
+    meta = [
+        ("leg", _text(msg.get("leg"))),
+        ("direction", _text(msg.get("direction"))),
+        ("size", f"{msg['size']} bytes" if "size" in msg else "variable"),
+        ("auth tag", _text(msg.get("auth"))),
+        ("upstream", _code(msg["source"]) if msg.get("source") else ""),
+    ]
+    out += _table(["property", "value"], [(k, v) for k, v in meta if v])
+    out.append("")
+    if msg.get("doc"):
+        out += [_text(msg["doc"]).replace("\\|", "|"), ""]
+    if "fields" in msg or "parts" in msg:
+        rows, groups, legend = _message_rows(spec, msg)
+        has_repeat = any(r.repeat for r in rows)
+        header = ["offset", "size", "type", "field"]
+        if has_repeat:
+            header.append("repeat")
+        header += ["meaning", "constraints"]
+        table_rows = []
+        for r in rows:
+            cells = [f"`{r.offset}`", r.size, f"`{r.type}`", f"**{r.name}**"]
+            if has_repeat:
+                cells.append(_text(r.repeat))
+            cells += [r.doc, r.constraint]
+            table_rows.append(cells)
+        out += _table(header, table_rows)
+        out.append("")
+        for line in legend:
+            out += [line, ""]
+        for gtitle, items in groups:
+            if gtitle:
+                out += [f"Byte diagram, {gtitle}:", ""]
+            else:
+                out += ["Byte diagram:", ""]
+            out += ["```text", *byte_diagram(items), "```", ""]
+    if "kinds" in msg:
+        out += ["Payload by record kind:", ""]
+        kinds = msg["kinds"]
+        codes = spec.enum("RecordKind") if "RecordKind" in spec.raw.get("enums", {}) else {}
+        out += _table(
+            ["kind", "code", "payload", "on the data channel"],
+            [(f"`{k}`", _enum_code(codes.get(k, "")), _text(v.get("payload")),
+              _text(v.get("on_data_channel"))) for k, v in kinds.items()],
+        )
+        out.append("")
+    if "encoding" in msg:
+        enc = msg["encoding"]
+        out += [f"Encoding: **{_text(enc.get('name'))}**.", ""]
+        for rule in enc.get("rules", []):
+            out.append(f"- {_text(rule)}")
+        out.append("")
+        if "markers" in enc:
+            out += _table(["varint marker", "value"],
+                          [(f"`{k}`", _enum_code(v) if k != "single_byte_max" else str(v))
+                           for k, v in enc["markers"].items()])
+            out.append("")
+    if "variants" in msg:
+        vrows = []
+        for v in msg["variants"]:
+            fields = v.get("fields", [])
+            fdesc = "; ".join(
+                f"`{f['name']}`: `{f['type']}`"
+                + (f" (versions {', '.join(str(x) for x in f['versions'])})"
+                   if "versions" in f else "")
+                + (f": {_text(f['doc'])}" if f.get("doc") else "")
+                for f in fields
+            ) or "none"
+            vrows.append((f"**{v['name']}**", str(v.get("index", "")), fdesc))
+        out += _table(["variant", "index", "fields, in order"], vrows)
+        out.append("")
+        erows = []
+        for v in msg["variants"]:
+            for ver, ex in (v.get("example") or {}).items():
+                erows.append((_text(ver), _code(ex.get("value", "")), _code(ex.get("bytes", ""))))
+        if erows:
+            out += ["Examples:", ""]
+            out += _table(["version", "value", "bincode bytes"], erows)
+            out.append("")
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# Lifecycle
+# -------------------------------------------------------------------------------------------------
+_MACHINE_OPTIONS_SKIP = {"states", "name"}
+
+
+def lifecycle_machines(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Find the state machine definitions in a parsed ``lifecycle.yaml``.
+
+    Accepts one machine at the top level (a ``states`` mapping, named by ``machine`` or ``name``)
+    or several under any top-level key whose value holds a ``states`` mapping (one level of
+    nesting, e.g. ``machines: {controller: {...}, relay: {...}}``).
+
+    Returns:
+        ``[(machine name, definition mapping), ...]`` in file order; empty if none is found.
+    """
+    if isinstance(doc.get("states"), Mapping):
+        name = doc.get("machine") or doc.get("name") or "lifecycle"
+        return [(str(name), doc)]
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for key, value in doc.items():
+        if not isinstance(value, Mapping):
+            continue
+        if isinstance(value.get("states"), Mapping):
+            found.append((str(value.get("machine") or value.get("name") or key), value))
+            continue
+        for k2, v2 in value.items():
+            if isinstance(v2, Mapping) and isinstance(v2.get("states"), Mapping):
+                found.append((str(v2.get("machine") or v2.get("name") or k2), v2))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Transition:
+    source: str
+    event: str
+    target: str | None
+    guard: str
+    internal: bool
+    actions: str
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _guard_text(t: Mapping[str, Any]) -> str:
+    parts = [*_as_list(t.get("cond")), *(f"not {u}" for u in _as_list(t.get("unless")))]
+    parts += [f"valid {v}" for v in _as_list(t.get("validators"))]
+    return " and ".join(parts)
+
+
+def _walk_states(states: Mapping[Any, Any], parent: str | None,
+                 acc: list[tuple[str, str | None, Mapping[Any, Any]]]) -> None:
+    for sid, sdef in states.items():
+        sdef = sdef if isinstance(sdef, Mapping) else {}
+        acc.append((str(sid), parent, sdef))
+        inner = sdef.get("states")
+        if isinstance(inner, Mapping):
+            _walk_states(inner, str(sid), acc)
+
+
+def _transitions(states: list[tuple[str, str | None, Mapping[Any, Any]]]) -> list[_Transition]:
+    out: list[_Transition] = []
+    for sid, _parent, sdef in states:
+        on = sdef.get("on")
+        if on is None:
+            on = sdef.get(True)  # YAML 1.1 reads an unquoted `on` key as True
+        groups: list[tuple[str, Any]] = []
+        if isinstance(on, Mapping):
+            groups += [(str(ev), tl) for ev, tl in on.items()]
+        if sdef.get("transitions"):
+            groups.append(("", sdef["transitions"]))
+        for ev, tl in groups:
+            for t in tl if isinstance(tl, list) else [tl]:
+                if not isinstance(t, Mapping):
+                    continue
+                event = ev
+                if t.get("event"):
+                    event = f"{ev} {t['event']}".strip()
+                actions = []
+                for key in ("before", "on", "after"):
+                    for a in _as_list(t.get(key)):
+                        actions.append(f"{key}: {a}")
+                targets = str(t["target"]).split() if t.get("target") else [None]
+                for target in targets:
+                    out.append(_Transition(sid, event, target, _guard_text(t),
+                                           bool(t.get("internal")), "; ".join(actions)))
+    return out
+
+
+def _mermaid_id(sid: str) -> str:
+    return re.sub(r"\W", "_", sid)
+
+
+def mermaid_state_diagram(machine: Mapping[str, Any]) -> list[str]:
+    """Render a python-statemachine definition as a mermaid ``stateDiagram-v2`` (lines).
+
+    States are declared with their display ``name``; ``[*] -->`` marks initial states and
+    ``--> [*]`` final ones; each transition is labelled ``event [guard]`` (``cond`` as is,
+    ``unless`` as ``not ...``), eventless transitions are unlabelled but for their guard; nested
+    ``states`` become composite states. The rendering uses only the definition mapping, so the
+    output is stable across library versions.
+    """
+    acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
+    states = machine.get("states", {})
+    _walk_states(states if isinstance(states, Mapping) else {}, None, acc)
+    lines = ["stateDiagram-v2"]
+
+    def declare(parent: str | None, indent: str) -> None:
+        for sid, par, sdef in acc:
+            if par != parent:
+                continue
+            mid = _mermaid_id(sid)
+            children = isinstance(sdef.get("states"), Mapping) and sdef.get("states")
+            label = str(sdef.get("name") or sid).replace('"', "'")
+            if children:
+                lines.append(f'{indent}state "{label}" as {mid} {{')
+                declare(sid, indent + "    ")
+                lines.append(f"{indent}}}")
+            else:
+                lines.append(f'{indent}state "{label}" as {mid}')
+            if sdef.get("initial"):
+                lines.append(f"{indent}[*] --> {mid}")
+            if sdef.get("final"):
+                lines.append(f"{indent}{mid} --> [*]")
+
+    declare(None, "    ")
+    for t in _transitions(acc):
+        label = t.event
+        if t.guard:
+            label = f"{label} [{t.guard}]".strip()
+        target = _mermaid_id(t.target) if t.target else _mermaid_id(t.source)
+        arrow = f"    {_mermaid_id(t.source)} --> {target}"
+        lines.append(f"{arrow}: {label}" if label else arrow)
+    return lines
+
+
+def _render_mapping_table(title: str, value: Any) -> list[str]:
+    """Render a descriptive lifecycle key generically (mapping, list of mappings, scalar)."""
+    out = [f"**{title}**", ""]
+    if isinstance(value, Mapping):
+        out += _table(["name", "meaning"], [(f"`{k}`", _text(v)) for k, v in value.items()])
+    elif isinstance(value, list) and all(isinstance(v, Mapping) for v in value):
+        keys: list[str] = []
+        for v in value:
+            for k in v:
+                if str(k) not in keys:
+                    keys.append(str(k))
+        out += _table(keys, [[_text(v.get(k, "")) for k in keys] for v in value])
+    elif isinstance(value, list):
+        out += [f"- {_text(v)}" for v in value]
+    else:
+        out.append(_text(value))
+    out.append("")
+    return out
+
+
+def _render_lifecycle(doc: Mapping[str, Any] | None, number: int) -> list[str]:
+    out = [f"## {number}. Lifecycle", ""]
+    if doc is None:
+        return [*out, "The lifecycle spec (`spec/lifecycle.yaml`) is not available; "
+                "regenerate these docs once it exists.", ""]
+    machines = lifecycle_machines(doc)
+    if not machines:
+        return [*out, "`spec/lifecycle.yaml` declares no state machine.", ""]
+    docs_keys = set(_as_list(doc.get("x-docs-keys")))
+    for mname, m in machines:
+        out += [f"### {mname}", ""]
+        if m.get("doc"):
+            out += [_text(m["doc"]), ""]
+        acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
+        states = m.get("states", {})
+        _walk_states(states if isinstance(states, Mapping) else {}, None, acc)
+        out += ["```mermaid", *mermaid_state_diagram(m), "```", ""]
+        out += ["States:", ""]
+        srows = []
+        for sid, parent, sdef in acc:
+            flags = [f for f in ("initial", "final", "parallel") if sdef.get(f)]
+            srows.append((f"`{sid}`", _text(sdef.get("name", "")), ", ".join(flags),
+                          _text(parent or ""),
+                          ", ".join(f"`{a}`" for a in _as_list(sdef.get("enter"))),
+                          ", ".join(f"`{a}`" for a in _as_list(sdef.get("exit")))))
+        out += _table(["state", "name", "flags", "inside", "on enter", "on exit"], srows)
+        out.append("")
+        out += ["Transitions (an event not listed for a state is not allowed in it):", ""]
+        events = m.get("events") if isinstance(m.get("events"), Mapping) else {}
+        trows = []
+        for t in _transitions(acc):
+            trows.append((f"`{t.source}`", f"`{t.event}`" if t.event else "(eventless)",
+                          _text(t.guard), f"`{t.target or t.source}`",
+                          "internal" if t.internal else "", _text(t.actions),
+                          _text(events.get(t.event, "")) if isinstance(events, Mapping) else ""))
+        out += _table(["from", "event", "guard", "to", "kind", "actions", "event meaning"], trows)
+        out.append("")
+        options = [
+            (k, v) for k, v in m.items()
+            if k not in _MACHINE_OPTIONS_SKIP and k not in docs_keys and not isinstance(v, Mapping)
+            and not isinstance(v, list) and k != "machine"
+        ]
+        if options:
+            out += ["Machine options:", ""]
+            out += _table(["option", "value"],
+                          [(f"`{k}`", f"`{str(v).lower() if isinstance(v, bool) else v}`")
+                           for k, v in options])
+            out.append("")
+        for key in m:
+            if key in ("states", "doc", "machine", "name", "schema", "x-docs-keys", "events"):
+                continue
+            if key in dict(options):
+                continue
+            out += _render_mapping_table(str(key), m[key])
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# The whole document
+# -------------------------------------------------------------------------------------------------
+def _load_lifecycle(spec: Spec) -> Mapping[str, Any] | None:
+    try:
+        return spec.lifecycle()
+    except SpecError:
+        return None
+
+
+def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None = None,
+                        *, load_lifecycle: bool = True) -> str:
+    """Render the protocol reference as Markdown.
+
+    Args:
+        spec: the loaded wire spec (default: the packaged one).
+        lifecycle: a parsed ``lifecycle.yaml``; when ``None`` and ``load_lifecycle`` is set it is
+            read from the spec directory (a missing file renders a note instead of the diagram).
+        load_lifecycle: read ``lifecycle.yaml`` when ``lifecycle`` is not given.
+
+    Returns:
+        The whole document, ending with one newline. Depends on the spec only.
+
+    Upstream: documents the behaviour of ``flodl/src/distributed/`` as the spec records it.
+    """
+    raw = spec.raw
+    if lifecycle is None and load_lifecycle:
+        lifecycle = _load_lifecycle(spec)
+    sections: list[tuple[str, list[str]]] = []
+
+    title = str(raw.get("title", "protocol"))
+    head = [
+        f"# {title}: protocol reference",
+        "",
+        "<!-- Generated by `flodl-proto docs` from spec/wire.yaml and spec/lifecycle.yaml. "
+        "Do not edit: change the spec and regenerate. -->",
+        "",
+    ]
+    up = raw.get("upstream", {})
+    if up:
+        head += [
+            f"Upstream: `{up.get('repository', '')}` (mirror `{up.get('mirror', '')}`); "
+            f"every `source` below is relative to `{up.get('base_path', '')}/` unless it starts "
+            "with `flodl/`.",
+            "",
+        ]
+
+    n = 0
+
+    def section(name: str, body: list[str]) -> None:
+        nonlocal n
+        n += 1
+        sections.append((f"{n}. {name}", body))
+
+    # 1. overview -------------------------------------------------------------------------------
+    topo = raw.get("topology", {})
+    body: list[str] = []
+    if topo.get("doc"):
+        body += [_text(topo["doc"]), ""]
+    if topo.get("diagram"):
+        body += ["```text", *str(topo["diagram"]).rstrip("\n").split("\n"), "```", ""]
+    if topo.get("roles"):
+        body += _table(["role", "what it does", "upstream"],
+                       [(f"**{r['name']}**", _text(r.get("doc")), _code(r.get("source", "")))
+                        for r in topo["roles"]])
+        body.append("")
+    for leg in topo.get("legs", []):
+        body += [f"### Leg `{leg['name']}`: {_text(leg.get('between'))}", ""]
+        body += [f"Transport: {_text(leg.get('transport'))}.", ""]
+        msgs = ", ".join(f"[`{m}`](#{_anchor(_msg_heading(raw, m))})"
+                         for m in leg.get("messages", []))
+        if msgs:
+            body += [f"Messages: {msgs}.", ""]
+        for i, step in enumerate(leg.get("sequence", []), 1):
+            body.append(f"{i}. {_text(step)}")
+        body += ["", f"Upstream: {_code(leg.get('source', ''))}.", ""]
+    versions = raw.get("versions", {})
+    if versions:
+        body += ["### Protocol versions", ""]
+        body += _table(
+            ["version", "what it is", "default"],
+            [(str(v), _text(versions.get("notes", {}).get(v, "")),
+              "yes" if v == versions.get("default") else "")
+             for v in versions.get("supported", [])],
+        )
+        body += ["", "Section [Versions 2 and 3](#" + _VERSIONS_SENTINEL + ") lists every "
+                 "difference.", ""]
+    section("Overview", body)
+
+    # 2. conventions ------------------------------------------------------------------------------
+    body = [f"- {_text(c)}" for c in topo.get("conventions", [])]
+    body.append("")
+    body += ["Wire types:", ""]
+    body += _table(["type", "size", "meaning"],
+                   [(f"`{k}`", _text(v.get("size") if v.get("size") is not None else "variable"),
+                     _text(v.get("doc"))) for k, v in raw.get("types", {}).items()])
+    body.append("")
+    section("Conventions", body)
+
+    # 3. messages ---------------------------------------------------------------------------------
+    body = []
+    msgs = raw.get("messages", {})
+    msg_number = n + 1
+    assert msg_number == _MESSAGES_SECTION
+    for i, (mname, msg) in enumerate(msgs.items(), 1):
+        body += _render_message(spec, mname, msg, f"{msg_number}.{i}")
+    section("Messages", body)
+
+    # 4. auth -------------------------------------------------------------------------------------
+    auth = raw.get("auth", {})
+    body = [f"Algorithm: {_text(auth.get('algorithm'))}.", ""]
+    if auth.get("printed_as"):
+        body += [f"In error messages a tag is printed as {_text(auth['printed_as'])}.", ""]
+    body += _table(["message", "the tag covers"],
+                   [(f"[`{k}`](#{_anchor(_msg_heading(raw, k))})"
+                     if k in msgs else f"`{k}`", _text(v))
+                    for k, v in auth.get("coverage", {}).items()])
+    body.append("")
+    body += [f"- {_text(x)}" for x in auth.get("notes", [])]
+    body.append("")
+    section("Authentication tags", body)
+
+    # 5. examples ---------------------------------------------------------------------------------
+    body = []
+    ex_number = n + 1
+    for i, (ename, ex) in enumerate(raw.get("examples", {}).items(), 1):
+        body += _render_example(raw, ename, ex, f"{ex_number}.{i}")
+    section("Worked examples", body)
+
+    # 6. constants --------------------------------------------------------------------------------
+    body = _table(["name", "value", "type", "meaning", "upstream"],
+                  [(f"`{k}`", _const_value(v), _text(v.get("type")), _text(v.get("doc")),
+                    _code(v.get("source", ""))) for k, v in raw.get("constants", {}).items()])
+    body.append("")
+    section("Constants", body)
+
+    # 7. enums ------------------------------------------------------------------------------------
+    body = []
+    for ename, enum in raw.get("enums", {}).items():
+        body += [f"### Enum {ename}", ""]
+        if enum.get("doc"):
+            body += [f"{_text(enum['doc'])} (upstream {_code(enum.get('source', ''))}).", ""]
+        keys: list[str] = []
+        for v in enum.get("values", {}).values():
+            for k, kv in v.items():
+                if k not in ("code", "doc") and k not in keys and kv is not None:
+                    keys.append(k)
+        body += _table(["member", "code", *keys, "meaning"],
+                       [(f"`{m}`", f"`{_enum_code(v)}`",
+                         *[_text(v.get(k, "")) for k in keys], _text(v.get("doc", "")))
+                        for m, v in enum.get("values", {}).items()])
+        body.append("")
+    section("Enumerations", body)
+
+    # 8. timeouts and limits ----------------------------------------------------------------------
+    body = ["### Limits", ""]
+    body += _table(["name", "value", "meaning"],
+                   [(f"`{k}`", _const_value(v), _text(v.get("doc")))
+                    for k, v in raw.get("constants", {}).items()
+                    if v.get("type") in ("count", "bytes")])
+    body += ["", "### Timeouts", ""]
+    trows = []
+    for k, v in raw.get("timeouts", {}).items():
+        if "env" in v:
+            value = (f"env `{v['env']}`, default {v.get('default')}, minimum {v.get('minimum')}")
+            scaled = ""
+        else:
+            value = f"{_seconds(v.get('seconds'))}"
+            if "attempts" in v:
+                value += f" x {v['attempts']} attempts"
+            scaled = "yes" if v.get("scaled") else "no"
+        trows.append((f"`{k}`", value, scaled, _text(v.get("doc")), _code(v.get("source", ""))))
+    body += _table(["name", "value", "scaled", "meaning", "upstream"], trows)
+    body += ["", "`scaled` durations are multiplied by the net timeout scale "
+             "(`ENV_NET_TIMEOUT_SCALE`).", ""]
+    section("Timeouts and limits", body)
+
+    # 9. end of stream ----------------------------------------------------------------------------
+    body = ["Where running out of input is a clean end of stream (no record, no error):", ""]
+    body += _table(["where", "rule", "upstream"],
+                   [(f"`{e.get('where')}`", _text(e.get("rule")), _code(e.get("source", ""))
+                     if e.get("source") else "") for e in raw.get("end_of_stream", [])])
+    body.append("")
+    section("End of stream", body)
+
+    # 10. leniencies ------------------------------------------------------------------------------
+    body = ["Readers accept these values, as upstream's do; the value is checked later, where "
+            "named.", ""]
+    body += _table(["id", "where", "rule", "checked at"],
+                   [(f"`{x.get('id')}`", f"`{x.get('message')}.{x.get('field')}`",
+                     _text(x.get("rule")), _text(x.get("checked_at")))
+                    for x in raw.get("leniencies", [])])
+    body.append("")
+    section("Leniencies", body)
+
+    # 11. versions --------------------------------------------------------------------------------
+    body = ["Everything not listed is identical in both versions.", ""]
+    body += _table(["aspect", "version 2", "version 3"],
+                   [(_text(x.get("aspect")), _text(x.get("v2")), _text(x.get("v3")))
+                    for x in raw.get("version_differences", [])])
+    body.append("")
+    section("Versions 2 and 3", body)
+    versions_anchor = _anchor(sections[-1][0])
+
+    # 12. departures ------------------------------------------------------------------------------
+    body = ["Where this implementation deliberately differs from upstream (the wire bytes and "
+            "the error kinds stay the same):", ""]
+    body += _table(["id", "flodl-proto", "upstream"],
+                   [(f"`{x.get('id')}`", _text(x.get("ours")), _text(x.get("upstream")))
+                    for x in raw.get("departures", [])])
+    body.append("")
+    section("Departures from upstream", body)
+
+    # 13. lifecycle -------------------------------------------------------------------------------
+    lc = _render_lifecycle(lifecycle, n + 1)
+    section("Lifecycle", lc[2:])
+
+    # 14. errors ----------------------------------------------------------------------------------
+    body = ["Every error has a kind (the coarse category of the golden vectors) and a side: "
+            "`remote` when the peer's bytes are at fault, `local` when the caller misused the "
+            "API. Messages are Python `str.format` templates; the text before the first field "
+            "is upstream's wording.", ""]
+    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for eid, e in raw.get("errors", {}).items():
+        groups.setdefault(eid.split(".", 1)[0], []).append((eid, e))
+    for g, entries in groups.items():
+        body += [f"### Errors `{g}.*`", ""]
+        body += _table(["id", "kind", "side", "message template", "upstream"],
+                       [(f"`{eid}`", _text(e.get("kind")), _text(e.get("side")),
+                         _code(e.get("template", "")), _code(e.get("source", "")))
+                        for eid, e in entries])
+        body.append("")
+    section("Error catalogue", body)
+
+    out = list(head)
+    out += ["## Contents", ""]
+    for stitle, _ in sections:
+        out.append(f"- [{stitle}](#{_anchor(stitle)})")
+    out.append("")
+    for stitle, sbody in sections:
+        out += [f"## {stitle}", ""]
+        out += [line.replace(_VERSIONS_SENTINEL, versions_anchor) for line in sbody]
+    text = "\n".join(out)
+    text = re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
+    return text
+
+
+def _msg_heading(raw: Mapping[str, Any], name: str) -> str:
+    msgs = list(raw.get("messages", {}))
+    msg = raw.get("messages", {}).get(name, {})
+    idx = msgs.index(name) + 1 if name in msgs else 0
+    return f"{_MESSAGES_SECTION}.{idx} {msg.get('title', name)} ({name})"
+
+
+def _seconds(v: Any) -> str:
+    x = float(v)
+    if x < 1:
+        return f"{round(x * 1000)} ms"
+    return f"{x:g} s"
+
+
+def _const_value(v: Mapping[str, Any]) -> str:
+    value = v.get("value")
+    t = v.get("type")
+    if not isinstance(value, int):
+        return _text(value)
+    if t == "u32" and value > 0xFFFF:
+        return f"`0x{value:08X}` (bytes `{_hex_bytes_le(value, 4)}`)"
+    if t == "bytes":
+        return f"{value} ({_human_bytes(value)})"
+    return str(value)
+
+
+def _render_example(raw: Mapping[str, Any], name: str, ex: Mapping[str, Any],
+                    number: str) -> list[str]:
+    out = [f"### {number} {_text(ex.get('title', name))}", ""]
+    msg = str(ex.get("message", ""))
+    ver = ex.get("version")
+    meta = [f"Message [`{msg}`](#{_anchor(_msg_heading(raw, msg))})"]
+    meta.append("any protocol version" if ver in (None, "any") else f"protocol version {ver}")
+    salt = ex.get("salt")
+    meta.append(f"session salt `{salt}`" if salt else "no auth tag")
+    if ex.get("vector"):
+        meta.append(f"golden vector `{ex['vector']}`")
+    out += ["; ".join(meta) + ".", ""]
+    if ex.get("doc"):
+        out += [_text(ex["doc"]), ""]
+    steps = ex.get("steps", [])
+    if steps:
+        out += ["How to encode it:", ""]
+        out += [f"{i}. {_text(s)}" for i, s in enumerate(steps, 1)]
+        out.append("")
+    rows = []
+    offset = 0
+    all_bytes: list[str] = []
+    for f in ex.get("fields", []):
+        bs = str(f.get("bytes", "")).split()
+        rows.append((str(offset), str(len(bs)), f"`{' '.join(bs)}`", f"`{f.get('field')}`",
+                     _text(f.get("value", ""))))
+        offset += len(bs)
+        all_bytes += bs
+    out += _table(["offset", "size", "bytes", "field", "value"], rows)
+    out.append("")
+    out += [f"All {len(all_bytes)} bytes, in wire order:", "", "```text"]
+    for i in range(0, len(all_bytes), 16):
+        out.append(f"{i:04x}  " + " ".join(all_bytes[i:i + 16]))
+    out += ["```", ""]
+    for tag in ex.get("tags", []):
+        covers = " followed by ".join(
+            f"bytes {a} to {int(b) - 1} ({int(b) - int(a)} bytes)" for a, b in tag.get("covers", [])
+        )
+        out.append(f"- `{tag.get('field')}` = the first 8 bytes of HMAC-SHA256(key = the salt, "
+                   f"message = {covers}); the full HMAC is `{tag.get('hmac')}`.")
+    if ex.get("tags"):
+        out.append("")
+    return out
+
+
+def write_protocol_doc(path: Path | str = DEFAULT_OUT, spec: Spec = SPEC) -> bool:
+    """Render the docs and write them to ``path`` (parents created) when they differ.
+
+    Returns:
+        True when the file was written (absent or different), False when already current.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    p = Path(path)
+    text = render_protocol_doc(spec)
+    if p.is_file() and p.read_text(encoding="utf-8") == text:
+        return False
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8", newline="\n")
+    return True

@@ -1,0 +1,216 @@
+"""docs/protocol.md is generated from the spec and can never drift from it.
+
+The committed file must equal a fresh rendering; every message, constant, timeout, enum, error
+id and lifecycle state/event of the spec appears in it; the worked examples in the spec are
+byte-exact (they match the golden vectors and their tags verify); and the HostFrame layout the
+docs describe is enough to encode the worked example from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flodl_proto.cli import main
+from flodl_proto.codec._common import END_OF_STREAM
+from flodl_proto.codec.mux import decode_mux_record
+from flodl_proto.docs import (
+    DiagramItem,
+    byte_diagram,
+    lifecycle_machines,
+    mermaid_state_diagram,
+    render_protocol_doc,
+)
+from flodl_proto.spec import SPEC
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "protocol.md"
+BUNDLED = ROOT / "flodl_proto" / "_vectors"
+
+
+@pytest.fixture(scope="module")
+def rendered() -> str:
+    return render_protocol_doc()
+
+
+def test_committed_docs_are_current(rendered: str) -> None:
+    assert DOC.is_file(), "docs/protocol.md is missing: run `flodl-proto docs`"
+    assert DOC.read_text(encoding="utf-8") == rendered, (
+        "docs/protocol.md is out of date: run `flodl-proto docs` and commit the result"
+    )
+
+
+def test_cli_reproduces_committed_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    out = tmp_path / "p.md"
+    assert main(["docs", "--out", str(out)]) == 0
+    assert out.read_bytes() == DOC.read_bytes()
+    assert main(["docs", "--out", str(out), "--check"]) == 0
+    out.write_text("stale\n", encoding="utf-8")
+    assert main(["docs", "--out", str(out), "--check"]) == 1
+    capsys.readouterr()
+
+
+def test_rendering_is_deterministic_and_path_free(rendered: str) -> None:
+    assert render_protocol_doc() == rendered
+    assert rendered.endswith("\n") and not rendered.endswith("\n\n")
+    for leak in (str(ROOT), str(Path.home()), "/tmp/", str(SPEC.path)):
+        assert leak not in rendered
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", rendered), "a date leaked into the docs"
+
+
+def test_every_spec_item_appears(rendered: str) -> None:
+    raw = SPEC.raw
+    for name in raw["messages"]:
+        assert f"(`{name}`)" in rendered, f"message {name} has no section"
+    for name in raw["constants"]:
+        assert f"| `{name}` |" in rendered, f"constant {name} missing"
+    for name in raw["timeouts"]:
+        assert f"| `{name}` |" in rendered, f"timeout {name} missing"
+    for name in raw["enums"]:
+        assert f"### Enum {name}" in rendered, f"enum {name} missing"
+    for eid in SPEC.errors:
+        assert f"| `{eid}` |" in rendered, f"error {eid} missing"
+    for x in raw["leniencies"]:
+        assert f"`{x['id']}`" in rendered
+    for x in raw["departures"]:
+        assert f"`{x['id']}`" in rendered
+    for x in raw["version_differences"]:
+        assert x["aspect"].replace("|", "\\|") in rendered
+    for leg in raw["topology"]["legs"]:
+        assert f"### Leg `{leg['name']}`" in rendered
+    for ex in raw["examples"].values():
+        assert ex["title"] in rendered
+    for section in ("## 1. Overview", "Authentication tags", "Timeouts and limits",
+                    "End of stream", "Leniencies", "Versions 2 and 3",
+                    "Departures from upstream", "Lifecycle", "Error catalogue"):
+        assert section in rendered
+
+
+def test_byte_order_and_tag_coverage_are_stated(rendered: str) -> None:
+    assert "little-endian: least significant byte first" in rendered
+    for message, coverage in SPEC.raw["auth"]["coverage"].items():
+        assert f"`{message}`" in rendered and coverage in rendered
+
+
+def test_lifecycle_is_rendered(rendered: str) -> None:
+    lc = SPEC.lifecycle()
+    machines = lifecycle_machines(lc)
+    assert machines, "spec/lifecycle.yaml declares no machine"
+    assert "```mermaid\nstateDiagram-v2" in rendered
+    for _name, m in machines:
+        for sid, sdef in m["states"].items():
+            assert f" as {sid}" in rendered
+            on = sdef.get("on") or {}
+            for event in on:
+                assert f"| `{sid}` | `{event}` |" in rendered
+
+
+def test_missing_lifecycle_renders_a_note() -> None:
+    text = render_protocol_doc(lifecycle=None, load_lifecycle=False)
+    assert "not available" in text and "```mermaid" not in text
+
+
+def test_mermaid_renderer_handles_the_definition_format() -> None:
+    machine = {
+        "states": {
+            "a": {"initial": True, "name": "A", "on": {"go": [{"target": "b", "cond": "ready"}],
+                                                        "back": [{"target": "a", "internal": True,
+                                                                  "unless": "busy"}]}},
+            "b": {"states": {"b1": {"initial": True, "transitions": [{"target": "b2"}]},
+                             "b2": {"final": True}},
+                  True: {"done": [{"target": "c"}]}},  # an unquoted YAML `on` key
+            "c": {"final": True, "name": 'The "end"'},
+        }
+    }
+    lines = mermaid_state_diagram(machine)
+    assert lines[0] == "stateDiagram-v2"
+    text = "\n".join(lines)
+    assert '    state "A" as a' in text and "    [*] --> a" in text
+    assert "    a --> b: go [ready]" in text
+    assert "    a --> a: back [not busy]" in text
+    assert '    state "b" as b {' in text and "        [*] --> b1" in text
+    assert "    b1 --> b2" in lines and "    b --> c: done" in text
+    assert "    c --> [*]" in text and "The 'end'" in text
+    assert mermaid_state_diagram(machine) == lines
+
+
+def test_byte_diagram_geometry() -> None:
+    lines = byte_diagram([DiagramItem("magic", 4), DiagramItem("kind", 1),
+                          DiagramItem("rank", 4), DiagramItem("tag", 8),
+                          DiagramItem("payload", None)])
+    assert lines[0].startswith(" 0") and lines[1].startswith(" 0 1 2 3")
+    body = lines[2:]
+    assert all(len(line) <= 65 for line in lines)
+    assert body[0] == "+" + "-+" * 32
+    assert all(line[0] in "+|/" for line in body)
+    assert any("payload" in line and line.endswith("/") for line in body)
+    assert sum(1 for line in body if "magic" in line) == 1
+
+
+def _bundled_case(vector_id: str) -> dict[str, Any]:
+    folder = BUNDLED / "v2" if vector_id.startswith("v2/") else BUNDLED
+    file = vector_id.removeprefix("v2/").split("/", 1)[0]
+    doc = json.loads((folder / f"{file}.json").read_text(encoding="utf-8"))
+    for case in doc["cases"]:
+        if case["id"] == vector_id:
+            return dict(case)
+    raise AssertionError(f"vector {vector_id} not found")
+
+
+@pytest.mark.parametrize("name", list(SPEC.raw["examples"]))
+def test_spec_examples_are_byte_exact(name: str) -> None:
+    ex = SPEC.raw["examples"][name]
+    data = bytes.fromhex("".join(f["bytes"] for f in ex["fields"]).replace(" ", ""))
+    offsets: dict[str, tuple[int, int]] = {}
+    pos = 0
+    for f in ex["fields"]:
+        n = len(bytes.fromhex(f["bytes"]))
+        offsets[f["field"]] = (pos, pos + n)
+        pos += n
+    assert data == bytes.fromhex(_bundled_case(ex["vector"])["bytes"])
+    for tag in ex["tags"]:
+        salt = bytes.fromhex(ex["salt"])
+        msg = b"".join(data[a:b] for a, b in tag["covers"])
+        mac = hmac.new(salt, msg, hashlib.sha256).digest()
+        assert mac.hex() == tag["hmac"]
+        a, b = offsets[tag["field"]]
+        assert data[a:b] == mac[:8]
+    if ex["message"] == "mux_record":
+        version = 3 if ex["version"] == "any" else int(ex["version"])
+        res = decode_mux_record(data, bytes.fromhex(ex["salt"]), version=version)
+        assert res is not END_OF_STREAM and res[1] == len(data)
+
+
+def _doc_constant(text: str, name: str) -> int:
+    m = re.search(rf"^\| `{name}` \| `0x([0-9A-F]{{8}})`", text, re.M)
+    if m:
+        return int(m.group(1), 16)
+    m = re.search(rf"^\| `{name}` \| (\d+)", text, re.M)
+    assert m, f"constant {name} not found in the docs"
+    return int(m.group(1))
+
+
+def test_hostframe_encoder_from_the_docs_alone() -> None:
+    """Encode the worked HostFrame from what docs/protocol.md states, and compare."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("Mux record HostFrame carrying"):]
+    salt = bytes.fromhex(re.search(r"session salt `([0-9a-f]{32})`", section).group(1))  # type: ignore[union-attr]
+    dump = section[section.index("```text") + 8:section.index("```", section.index("```text") + 8)]
+    expected = bytes.fromhex("".join(line[6:] for line in dump.splitlines()).replace(" ", ""))
+    # the frame: magic, num_tensors, kind, weight, per tensor (dtype, ndim, dims, nbytes, data)
+    data = struct.pack("<3f", 3.0, 6.0, -1.5)
+    body = struct.pack("<IIBd", _doc_constant(text, "ROUND_FRAME_MAGIC"), 1, 0, 3.0)
+    body += struct.pack("<BBIQ", 0, 1, 3, len(data)) + data
+    frame = body + hmac.new(salt, body, hashlib.sha256).digest()[:8]
+    covered = struct.pack("<IIBII", _doc_constant(text, "MUX_RECORD_MAGIC"),
+                          _doc_constant(text, "MUX_PROTOCOL_VERSION"), 0x03, 0, len(frame))
+    record = covered + hmac.new(salt, covered + frame, hashlib.sha256).digest()[:8] + frame
+    assert record == expected
