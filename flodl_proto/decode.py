@@ -1,0 +1,632 @@
+"""Decode a captured data-channel byte stream into records, for operators reading what crossed
+the wire (``flodl-proto decode``).
+
+Two legs:
+
+* ``mux`` (relay <-> controller): the 4-byte channel magic first when present (the relay ->
+  controller direction starts with it, the other direction does not), then mux records; the
+  RoundFrame inside a HostFrame or Broadcast is decoded too.
+* ``loopback`` (rank <-> relay): the 16-byte handshake (rank -> relay) or the 8-byte ack
+  (relay -> rank) first when present, then length-framed RoundFrames.
+
+Every structural check of the codec's readers applies, in upstream's order, with upstream's error
+messages; decoding stops at the first failure, which is reported with the byte offset of the
+record it happened in. Auth tags are the exception: they are parsed separately from the
+structure, then, when a session salt is given, recomputed and compared (reported ``ok`` or
+``bad``, and decoding goes on); without a salt they are shown and reported ``unchecked``.
+The structure walk is the codec's own (:func:`flodl_proto.codec.round_frame.round_frame_extent`
+and its walker, :func:`flodl_proto.codec.mux.parse_mux_header`,
+:func:`flodl_proto.codec.mux.decode_control`, the handshake and length-prefix readers); only the
+tag comparison is done here, with :func:`flodl_proto.codec.auth.compute_tag`.
+
+Each record is a JSON-ready ``dict`` with at least ``offset`` and ``length`` (bytes, in the
+stream) and ``type``; tensors are summarized (dtype, shape, bytes, min/max/mean, elided) unless
+values are asked for.
+
+Upstream: the readers of ``flodl/src/distributed/relay/mux.rs`` (``read_record``,
+``read_len_framed``), ``controller/round_frame.rs`` (``read_round_frame_streamed``),
+``controller/mod.rs`` (``read_handshake``, channel magic) and ``cpu_reduce.rs`` (ack, prefixed
+reply frame).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .codec._common import END_OF_STREAM, BytesLike, as_view
+from .codec.auth import check_salt, compute_tag, tags_equal
+from .codec.handshake import decode_ack, decode_handshake, expect_channel_magic
+from .codec.loopback import decode_len_framed
+from .codec.mux import RecordKind, decode_control, parse_mux_header
+from .codec.round_frame import Dtype, RoundFrame, RoundKind, TensorPayload, _walk
+from .codec.structs import HANDSHAKE
+from .errors import ProtocolError, protocol_error
+from .interop.jsonio import control_to_json, f64_bits
+from .spec import (
+    AUTH_TAG_LEN,
+    CHANNEL_MAGIC_DATA,
+    CHANNEL_MAGIC_LEN,
+    CHANNELS,
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    ELEMENT_SIZE,
+    HANDSHAKE_ACK_LEN,
+    HANDSHAKE_LEN,
+    HANDSHAKE_MAGIC_CONTROLLER_ACK,
+    HANDSHAKE_MAGIC_RANK,
+    MUX_AUTH_COVERED_HEADER_LEN,
+    MUX_HEADER_LEN,
+    SUPPORTED_VERSIONS,
+    check_version,
+)
+
+__all__ = [
+    "EXIT_BAD_TAG",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "DecodeFailure",
+    "DecodeReport",
+    "Leg",
+    "ParsedFrame",
+    "TagStatus",
+    "decode_stream",
+    "format_table",
+    "parse_round_frame",
+    "tag_status",
+]
+
+Leg = Literal["mux", "loopback"]
+#: ``ok`` / ``bad`` when a salt was given, ``unchecked`` otherwise
+TagStatus = Literal["ok", "bad", "unchecked"]
+
+#: exit code: the stream decoded to its end (a clean end of stream included)
+EXIT_OK = 0
+#: exit code: decoding stopped at an error
+EXIT_ERROR = 1
+#: exit code: a salt was given and at least one auth tag did not verify (no error)
+EXIT_BAD_TAG = 3
+
+_DATA_PREVIEW = 64  # bytes of an opaque payload shown without --values
+_MAGIC_FAMILY = HANDSHAKE_MAGIC_RANK >> 8  # top 24 bits shared by every data-channel magic
+_U32 = struct.Struct("<I")
+
+
+# -------------------------------------------------------------------------------------------------
+# Tag-agnostic frame parsing
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ParsedFrame:
+    """A RoundFrame parsed without verifying its tag.
+
+    Attributes:
+        frame: the decoded frame (payloads are views into the input).
+        length: bytes consumed, tag included.
+        tag: the 8 tag bytes the frame carries.
+        covered: the number of leading bytes the tag covers (``length - 8``).
+    """
+
+    frame: RoundFrame
+    length: int
+    tag: bytes
+    covered: int
+
+
+def parse_round_frame(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+                      ) -> ParsedFrame | None:
+    """Parse one RoundFrame at the start of ``data`` with every reader check except the tag.
+
+    Args:
+        data: bytes-like input.
+        ceiling: frame ceiling in bytes (running total of ``nbytes``).
+
+    Returns:
+        The parsed frame, or ``None`` when ``data`` ends inside the 8-byte header (a clean end of
+        stream for the frame reader).
+
+    Raises:
+        BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote): exactly the errors, in the
+        order, of :func:`flodl_proto.codec.round_frame.decode_round_frame` before its tag check.
+
+    Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed`` (without the MAC step).
+    """
+    mv = as_view(data)
+    res = _walk(mv, ceiling, partial=False)
+    if isinstance(res, int):
+        return None
+    kind_byte, weight, entries, pos = res
+    tensors = [TensorPayload(d, s, mv[start:start + n]) for d, s, start, n in entries]
+    frame = RoundFrame(RoundKind(kind_byte), weight, tensors)
+    return ParsedFrame(frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN]), pos)
+
+
+def tag_status(salt: bytes | None, covered: list[BytesLike], carried: BytesLike) -> TagStatus:
+    """Recompute an auth tag over ``covered`` (in order) and compare it with ``carried``.
+
+    Returns ``"unchecked"`` without a salt, else ``"ok"`` or ``"bad"`` (constant-time compare).
+
+    Upstream: ``flodl/src/distributed/wire.rs`` (``hmac_sha256_64``), the MAC steps of
+    ``controller/round_frame.rs`` and ``relay/mux.rs``.
+    """
+    if salt is None:
+        return "unchecked"
+    return "ok" if tags_equal(compute_tag(salt, covered), carried) else "bad"
+
+
+# -------------------------------------------------------------------------------------------------
+# Report
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DecodeFailure:
+    """Where and why decoding stopped.
+
+    Attributes:
+        offset: byte offset (in the stream) of the record that could not be decoded.
+        message: the protocol error's message (upstream's wording).
+        kind: the error kind (``truncated``, ``magic``, ...).
+        error_id: the catalogue id, when the error has one.
+    """
+
+    offset: int
+    message: str
+    kind: str
+    error_id: str | None
+
+
+@dataclass(slots=True)
+class DecodeReport:
+    """The result of :func:`decode_stream`.
+
+    Attributes:
+        records: the decoded records, in stream order (JSON-ready dicts).
+        end: the offset where decoding ended (the end of the last complete record).
+        size: the stream's total length in bytes.
+        failure: why decoding stopped early, or None for a clean end of stream.
+        salted: True when tags were verified.
+        bad_tags: how many tags did not verify.
+        version: the protocol version the stream was decoded as.
+    """
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    end: int = 0
+    size: int = 0
+    failure: DecodeFailure | None = None
+    salted: bool = False
+    bad_tags: int = 0
+    version: int = DEFAULT_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        """0 (clean end), 1 (stopped at an error; wins over bad tags), 3 (some tag bad)."""
+        if self.failure is not None:
+            return EXIT_ERROR
+        if self.salted and self.bad_tags:
+            return EXIT_BAD_TAG
+        return EXIT_OK
+
+    def final_record(self) -> dict[str, Any]:
+        """The closing record: ``type`` ``end`` (clean) or ``error`` (with offset and message)."""
+        if self.failure is not None:
+            return {"type": "error", "offset": self.failure.offset,
+                    "error_kind": self.failure.kind, "error_id": self.failure.error_id,
+                    "error": self.failure.message}
+        rec: dict[str, Any] = {"type": "end", "offset": self.end, "records": len(self.records)}
+        if self.size > self.end:
+            rec["partial_header_bytes"] = self.size - self.end
+        if self.salted:
+            rec["bad_tags"] = self.bad_tags
+        return rec
+
+
+class _Stop(Exception):
+    """Internal: a ProtocolError at a known record offset."""
+
+    def __init__(self, offset: int, error: ProtocolError) -> None:
+        super().__init__(str(error))
+        self.offset = offset
+        self.error = error
+
+
+# -------------------------------------------------------------------------------------------------
+# Rendering helpers
+# -------------------------------------------------------------------------------------------------
+def _jfloat(x: float) -> float | str:
+    """A JSON-safe float: non-finite values become the strings ``NaN``, ``inf``, ``-inf``."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+def _dtype_name(code: int) -> str:
+    try:
+        return Dtype(code).name.lower()
+    except ValueError:
+        return f"unknown({code})"
+
+
+def _tensor_json(t: TensorPayload, version: int, values: bool) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "dtype": _dtype_name(t.dtype), "dtype_byte": t.dtype, "shape": list(t.shape),
+        "nbytes": t.nbytes, "elided": t.nbytes == 0 and t.numel > 0,
+    }
+    es = ELEMENT_SIZE.get(t.dtype)
+    if es is None:
+        obj["note"] = "unknown dtype tag (accepted by the reader, rejected by the fold)"
+    elif obj["elided"]:
+        if version < 3:
+            obj["note"] = "elided payload: not legal at protocol version 2 (the fold rejects it)"
+    elif t.nbytes != t.numel * es:
+        obj["note"] = (f"nbytes does not match the shape (expected {t.numel * es}); accepted by "
+                       "the reader, rejected by the fold")
+    elif t.numel > 0:
+        try:
+            arr = t.array()
+        except ProtocolError as e:  # e.g. more dimensions than NumPy supports
+            obj["note"] = str(e)
+        else:
+            wide = arr.astype(np.float64).reshape(-1)
+            with np.errstate(invalid="ignore", over="ignore"):
+                obj["min"] = _jfloat(float(np.min(wide)))
+                obj["max"] = _jfloat(float(np.max(wide)))
+                obj["mean"] = _jfloat(float(np.mean(wide)))
+            if values:
+                obj["values"] = [_jfloat(float(v)) for v in wide]
+    if values and "values" not in obj and t.nbytes:
+        obj["data"] = bytes(t.data).hex()
+    return obj
+
+
+def _frame_json(pf: ParsedFrame, status: TagStatus, version: int, values: bool
+                ) -> dict[str, Any]:
+    f = pf.frame
+    return {
+        "kind": f.kind.name.lower(), "kind_byte": int(f.kind), "weight": _jfloat(f.weight),
+        "weight_bits": f64_bits(f.weight), "num_tensors": len(f.tensors), "wire_len": pf.length,
+        "tag": pf.tag.hex(), "tag_status": status,
+        "tensors": [_tensor_json(t, version, values) for t in f.tensors],
+    }
+
+
+# -------------------------------------------------------------------------------------------------
+# Decoding
+# -------------------------------------------------------------------------------------------------
+class _Decoder:
+    def __init__(self, data: memoryview, salt: bytes | None, version: int | None,
+                 values: bool, ceiling: int) -> None:
+        self.mv = data
+        self.salt = salt
+        self.explicit_version = version
+        self.version = version if version is not None else DEFAULT_VERSION
+        self.values = values
+        self.ceiling = ceiling
+        self.report = DecodeReport(size=len(data), salted=salt is not None)
+
+    # -- shared ------------------------------------------------------------------------------------
+    def _emit(self, rec: dict[str, Any]) -> None:
+        self.report.records.append(rec)
+        self.report.end = int(rec["offset"]) + int(rec["length"])
+
+    def _count(self, status: TagStatus) -> TagStatus:
+        if status == "bad":
+            self.report.bad_tags += 1
+        return status
+
+    def _frame(self, body: memoryview, at: int) -> ParsedFrame | None:
+        try:
+            return parse_round_frame(body, ceiling=self.ceiling)
+        except ProtocolError as e:
+            raise _Stop(at, e) from None
+
+    def _frame_status(self, pf: ParsedFrame, body: memoryview) -> TagStatus:
+        return self._count(tag_status(self.salt, [body[:pf.covered]], pf.tag))
+
+    def run(self, leg: Leg) -> DecodeReport:
+        try:
+            if leg == "mux":
+                self._mux()
+            else:
+                self._loopback()
+        except _Stop as s:
+            e = s.error
+            self.report.failure = DecodeFailure(s.offset, str(e), e.kind, e.error_id)
+        self.report.version = self.version
+        return self.report
+
+    # -- mux leg ---------------------------------------------------------------------------------
+    def _mux(self) -> None:
+        mv = self.mv
+        pos = 0
+        if len(mv) >= CHANNEL_MAGIC_LEN:
+            first = _U32.unpack_from(mv, 0)[0]
+            if first in CHANNELS.values():
+                try:
+                    expect_channel_magic(mv, CHANNEL_MAGIC_DATA)
+                except ProtocolError as e:
+                    raise _Stop(0, e) from None
+                self._emit({"offset": 0, "length": CHANNEL_MAGIC_LEN, "type": "channel_magic",
+                            "channel": "data", "magic": f"0x{first:08x}"})
+                pos = CHANNEL_MAGIC_LEN
+        elif len(mv) and _U32.pack(CHANNEL_MAGIC_DATA).startswith(bytes(mv)):
+            try:
+                expect_channel_magic(mv, CHANNEL_MAGIC_DATA)
+            except ProtocolError as e:
+                raise _Stop(0, e) from None
+        while True:
+            rec = self._mux_record(pos)
+            if rec is None:
+                return
+            self._emit(rec)
+            pos += int(rec["length"])
+
+    def _mux_record(self, pos: int) -> dict[str, Any] | None:
+        mv = self.mv[pos:]
+        try:
+            hdr = parse_mux_header(mv, ceiling=self.ceiling)
+        except ProtocolError as e:
+            raise _Stop(pos, e) from None
+        if hdr is END_OF_STREAM:
+            return None
+        end = MUX_HEADER_LEN + hdr.payload_len
+        if len(mv) < end:
+            raise _Stop(pos, protocol_error("mux.truncated", got=len(mv), need=end))
+        payload = mv[MUX_HEADER_LEN:end]
+        status = self._count(tag_status(
+            self.salt, [mv[:MUX_AUTH_COVERED_HEADER_LEN], payload], hdr.auth_tag))
+        try:
+            kind = RecordKind(hdr.kind)
+        except ValueError:
+            raise _Stop(pos, protocol_error("mux.unknown_kind", kind=hdr.kind)) from None
+        rec: dict[str, Any] = {
+            "offset": pos, "length": end, "type": "mux_record", "kind": kind.name.lower(),
+            "kind_byte": int(kind), "rank": hdr.rank if kind is RecordKind.DATA else 0,
+            "payload_len": hdr.payload_len, "tag": hdr.auth_tag.hex(), "tag_status": status,
+        }
+        if kind is not RecordKind.DATA and hdr.rank:
+            rec["wire_rank"] = hdr.rank  # ignored by the reader (leniency mux_rank_ignored)
+        if kind is RecordKind.CONTROL:
+            try:
+                msg = decode_control(payload, self.version)
+            except ProtocolError as e:
+                raise _Stop(pos, e) from None
+            rec["control"] = control_to_json(msg, self.version)
+        elif kind is RecordKind.DATA:
+            shown = payload if self.values else payload[:_DATA_PREVIEW]
+            rec["payload"] = bytes(shown).hex()
+            if len(shown) < len(payload):
+                rec["payload_truncated"] = True
+        else:
+            pf = self._frame(payload, pos)
+            if pf is None:  # the payload ends inside the frame header
+                raise _Stop(pos, protocol_error("frame.kind_read_failed",
+                                                offset=payload.nbytes))
+            fj = _frame_json(pf, self._frame_status(pf, payload), self.version, self.values)
+            if pf.length < payload.nbytes:  # leniency hostframe_trailing
+                fj["trailing_bytes"] = payload.nbytes - pf.length
+            rec["frame"] = fj
+        return rec
+
+    # -- loopback leg ----------------------------------------------------------------------------
+    def _loopback(self) -> None:
+        mv = self.mv
+        pos = 0
+        direction = "unknown"
+        rank: int | None = None
+        head = bytes(mv[:CHANNEL_MAGIC_LEN])
+        if len(mv) >= CHANNEL_MAGIC_LEN:
+            first = _U32.unpack_from(mv, 0)[0]
+            if first >> 8 == _MAGIC_FAMILY:
+                if first == HANDSHAKE_MAGIC_CONTROLLER_ACK:
+                    pos, direction = self._ack(), "relay_to_rank"
+                else:
+                    pos, rank = self._handshake()
+                    direction = "rank_to_relay"
+        elif head and _U32.pack(HANDSHAKE_MAGIC_RANK).startswith(head):
+            self._handshake()  # a handshake cut inside its magic: truncated
+        elif head and _U32.pack(HANDSHAKE_MAGIC_CONTROLLER_ACK).startswith(head):
+            self._ack()
+        while True:
+            rec = self._blob(pos, direction, rank)
+            if rec is None:
+                return
+            self._emit(rec)
+            pos += int(rec["length"])
+
+    def _auto_version(self, carried: int) -> None:
+        if self.explicit_version is None and carried in SUPPORTED_VERSIONS:
+            self.version = carried
+
+    def _handshake(self) -> tuple[int, int | None]:
+        mv = self.mv
+        rank: int | None = None
+        try:
+            if len(mv) >= HANDSHAKE_LEN:
+                h = HANDSHAKE.parse(mv[:HANDSHAKE_LEN])
+                if h.magic == HANDSHAKE_MAGIC_RANK:
+                    self._auto_version(int(h.version))
+                expected_ws = int(h.world_size)
+            else:
+                expected_ws = 0
+            hs, n = decode_handshake(mv, expected_ws, check_version(self.version))
+        except ProtocolError as e:
+            raise _Stop(0, e) from None
+        rank = hs.rank
+        rec = {"offset": 0, "length": n, "type": "handshake", "rank": hs.rank,
+               "world_size": hs.world_size, "version": hs.version}
+        if hs.rank >= hs.world_size:
+            rec["note"] = ("rank >= world_size (accepted by the reader; the relay checks its "
+                           "rank set)")
+        self._emit(rec)
+        return n, rank
+
+    def _ack(self) -> int:
+        mv = self.mv
+        try:
+            if len(mv) >= HANDSHAKE_ACK_LEN:
+                self._auto_version(_U32.unpack_from(mv, 4)[0])
+            n = decode_ack(mv, check_version(self.version))
+        except ProtocolError as e:
+            raise _Stop(0, e) from None
+        self._emit({"offset": 0, "length": n, "type": "handshake_ack", "version": self.version})
+        return n
+
+    def _blob(self, pos: int, direction: str, rank: int | None) -> dict[str, Any] | None:
+        mv = self.mv[pos:]
+        try:
+            res = decode_len_framed(mv, ceiling=self.ceiling)
+        except ProtocolError as e:
+            raise _Stop(pos, e) from None
+        if res is END_OF_STREAM:
+            return None
+        body, n = res
+        length = n - 4
+        pf = self._frame(body, pos)
+        if pf is None:
+            if direction == "rank_to_relay":
+                err = protocol_error("fold.truncated", rank=rank)
+            else:
+                err = protocol_error("framed_round.body_ended", length=length, got=body.nbytes)
+            raise _Stop(pos, err)
+        rec: dict[str, Any] = {"offset": pos, "length": n, "type": "len_framed",
+                               "body_len": length}
+        fj = _frame_json(pf, self._frame_status(pf, body), self.version, self.values)
+        if pf.length < length:
+            if direction == "relay_to_rank":
+                raise _Stop(pos, protocol_error("framed_round.underrun", short=length - pf.length,
+                                                length=length))
+            fj["trailing_bytes"] = length - pf.length  # leniency loopback_trailing
+        rec["frame"] = fj
+        return rec
+
+
+def decode_stream(
+    data: BytesLike,
+    leg: Leg,
+    *,
+    salt: BytesLike | None = None,
+    version: int | None = None,
+    values: bool = False,
+    ceiling: int = DEFAULT_FRAME_CEILING,
+) -> DecodeReport:
+    """Decode one direction of one connection, from its first byte.
+
+    Args:
+        data: the captured bytes.
+        leg: ``"mux"`` (relay <-> controller) or ``"loopback"`` (rank <-> relay).
+        salt: the 16-byte session salt; with it every tag is verified (``ok``/``bad``), without it
+            tags are reported ``unchecked``.
+        version: the data-channel protocol version (2 or 3). ``None``: the version the loopback
+            handshake or ack carries when it is a supported one, else the default (2).
+        values: include every tensor element (``values``; raw ``data`` hex where the elements
+            cannot be decoded) instead of a summary only.
+        ceiling: frame ceiling in bytes.
+
+    Returns:
+        A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes; VersionMismatch (local): bad version.
+        ValueError: unknown ``leg``.
+
+    Upstream: the readers the receiving peer runs, in its order: ``controller/mod.rs``
+    (channel magic), ``relay/mux.rs`` (``read_record``, ``read_len_framed``),
+    ``controller/round_frame.rs`` (``read_round_frame_streamed``), ``cpu_reduce.rs``
+    (ack, prefixed reply frame), ``relay/agent.rs`` (deposited frames).
+    """
+    if leg not in ("mux", "loopback"):
+        raise ValueError(f"unknown leg {leg!r} (mux or loopback)")
+    key = check_salt(salt) if salt is not None else None
+    if version is not None:
+        check_version(version)
+    return _Decoder(as_view(data), key, version, values, ceiling).run(leg)
+
+
+# -------------------------------------------------------------------------------------------------
+# Table output
+# -------------------------------------------------------------------------------------------------
+def _num(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def _tensor_summary(t: Mapping[str, Any]) -> str:
+    s = f"{t['dtype']}{t['shape']} {t['nbytes']}B"
+    if t.get("elided"):
+        s += " elided"
+    if "min" in t:
+        s += f" min={_num(t['min'])} max={_num(t['max'])} mean={_num(t['mean'])}"
+    if "values" in t:
+        s += " values=[" + ", ".join(_num(v) for v in t["values"]) + "]"
+    elif "data" in t:
+        s += f" data={t['data']}"
+    if "note" in t:
+        s += f" ({t['note']})"
+    return s
+
+
+def _tag(status: str) -> str:
+    return {"ok": "ok", "bad": "BAD"}.get(status, "-")
+
+
+def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
+    t = rec["type"]
+    if t == "channel_magic":
+        return "channel_magic", "-", f"{rec['channel']} ({rec['magic']})"
+    if t == "handshake":
+        return "handshake", "-", (f"rank={rec['rank']} world_size={rec['world_size']} "
+                                  f"version={rec['version']}")
+    if t == "handshake_ack":
+        return "handshake_ack", "-", f"version={rec['version']}"
+    if t == "mux_record":
+        name = rec["kind"]
+        tag = _tag(rec["tag_status"])
+        if "control" in rec:
+            c = rec["control"]
+            name = f"control {c['variant']}"
+            fields = " ".join(f"{k}={v}" for k, v in c.items()
+                              if k not in ("variant", "variant_index"))
+            return name, tag, fields
+        if "frame" in rec:
+            return name, f"{tag}/{_tag(rec['frame']['tag_status'])}", _frame_summary(rec["frame"])
+        return name, tag, f"rank={rec['rank']} payload={rec.get('payload', '')}"
+    if t == "len_framed":
+        return "len_framed", _tag(rec["frame"]["tag_status"]), _frame_summary(rec["frame"])
+    return t, "-", ""
+
+
+def _frame_summary(f: Mapping[str, Any]) -> str:
+    parts = [f"{f['kind']} weight={_num(f['weight'])} tensors={f['num_tensors']}"]
+    parts += [_tensor_summary(t) for t in f["tensors"]]
+    if f.get("trailing_bytes"):
+        parts.append(f"+{f['trailing_bytes']} trailing bytes")
+    return "; ".join(parts)
+
+
+def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[str]:
+    """Yield the report as human-readable table lines (header, one line per record, the end).
+
+    Args:
+        report: a :class:`DecodeReport`.
+        stream: a label printed before the table (e.g. a TCP stream of a capture).
+    """
+    if stream is not None:
+        yield f"== {stream}"
+    yield f"{'offset':>8}  {'length':>8}  {'record':<20} {'tag':<9} details"
+    for rec in report.records:
+        name, tag, details = _details(rec)
+        yield f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+    fin = report.final_record()
+    if fin["type"] == "error":
+        yield f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"
+    else:
+        extra = (f" ({fin['partial_header_bytes']} bytes of an incomplete header ignored)"
+                 if "partial_header_bytes" in fin else "")
+        tags = f"; {fin['bad_tags']} bad tags" if "bad_tags" in fin else ""
+        yield f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{extra}{tags}"

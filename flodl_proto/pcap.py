@@ -1,0 +1,203 @@
+"""Reassemble the TCP byte streams to and from one port out of a packet capture.
+
+Reads libpcap and pcapng files with ``dpkt`` (the optional ``pcap`` extra:
+``pip install 'flodl-proto[pcap]'``); link layers Ethernet (with VLAN tags), Linux cooked
+capture v1 and v2, BSD loopback and raw IPv4/IPv6 are understood. Each direction of each TCP
+connection whose source or destination port is the given one becomes one :class:`TcpStream`,
+its payload bytes put back in sequence order: retransmitted and overlapping segments are
+de-duplicated (the first copy wins), segments captured out of order are re-ordered, and a stream
+stops at the first hole in the capture (``gap`` says so), since nothing after a missing byte can
+be framed reliably.
+
+This is a debugging aid for ``flodl-proto decode --pcap``; it is not a general TCP reassembler
+(no window or checksum validation, no IP fragment reassembly).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PcapError", "TcpStream", "read_tcp_streams"]
+
+_SEQ_MOD = 1 << 32
+_HALF = 1 << 31
+# link-layer header types (LINKTYPE_* of the pcap / pcapng formats; 12 and 14 are legacy raw)
+_LINK_NULL, _LINK_ETHERNET, _LINK_LOOP = 0, 1, 108
+_LINK_RAW = frozenset({101, 12, 14})
+_LINK_IPV4, _LINK_IPV6 = 228, 229
+_LINK_SLL, _LINK_SLL2 = 113, 276
+_TH_SYN = 0x02
+
+
+class PcapError(ValueError):
+    """The capture cannot be read (unknown format, unsupported link type, dpkt missing)."""
+
+
+@dataclass(slots=True)
+class TcpStream:
+    """One direction of one TCP connection.
+
+    Attributes:
+        src: ``"ip:port"`` of the sender (IPv6 addresses in brackets).
+        dst: ``"ip:port"`` of the receiver.
+        data: the reassembled payload bytes, from the first byte seen (the byte after the SYN
+            when the SYN was captured) up to the first hole.
+        gap: True when bytes were missing and the stream was cut there.
+        syn_seen: True when the connection's SYN for this direction was captured (so ``data``
+            starts at the connection's first byte).
+        packets: TCP segments captured for this direction (payload-less ones included).
+    """
+
+    src: str
+    dst: str
+    data: bytes = b""
+    gap: bool = False
+    syn_seen: bool = False
+    packets: int = 0
+    _segments: list[tuple[int, bytes]] = field(default_factory=list, repr=False)
+    _base: int | None = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        """``"src -> dst"``."""
+        return f"{self.src} -> {self.dst}"
+
+
+def _endpoint(addr: bytes, port: int) -> str:
+    ip = ipaddress.ip_address(addr)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def _ip_layer(dpkt: Any, linktype: int, buf: bytes) -> Any:
+    """Return the dpkt IP / IP6 packet inside a link-layer frame, or None."""
+    if linktype == _LINK_ETHERNET:
+        pkt = dpkt.ethernet.Ethernet(buf).data
+    elif linktype in (_LINK_NULL, _LINK_LOOP):
+        pkt = _raw_ip(dpkt, buf[4:])
+    elif linktype == _LINK_SLL:
+        pkt = dpkt.sll.SLL(buf).data
+    elif linktype == _LINK_SLL2:
+        pkt = dpkt.sll2.SLL2(buf).data
+    elif linktype in _LINK_RAW or linktype in (_LINK_IPV4, _LINK_IPV6):
+        pkt = _raw_ip(dpkt, buf)
+    else:
+        raise PcapError(f"unsupported link-layer type {linktype}")
+    return pkt if isinstance(pkt, dpkt.ip.IP | dpkt.ip6.IP6) else None
+
+
+def _raw_ip(dpkt: Any, buf: bytes) -> Any:
+    if not buf:
+        return None
+    version = buf[0] >> 4
+    if version == 4:
+        return dpkt.ip.IP(buf)
+    if version == 6:
+        return dpkt.ip6.IP6(buf)
+    return None
+
+
+def _dpkt() -> Any:
+    """Import dpkt (untyped, optional) with the submodules used here."""
+    try:
+        mod = importlib.import_module("dpkt")
+        for sub in ("pcap", "pcapng", "ethernet", "sll", "sll2", "ip", "ip6", "tcp"):
+            importlib.import_module(f"dpkt.{sub}")
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise PcapError("reading captures needs dpkt: pip install 'flodl-proto[pcap]'") from e
+    return mod
+
+
+def _packets(data: bytes) -> Iterator[tuple[int, bytes]]:
+    dpkt = _dpkt()
+    try:
+        reader = dpkt.pcap.UniversalReader(io.BytesIO(data))
+    except (ValueError, dpkt.UnpackError) as e:
+        raise PcapError(f"not a libpcap or pcapng capture: {e}") from None
+    linktype = int(reader.datalink())
+    try:
+        for _ts, buf in reader:
+            yield linktype, bytes(buf)
+    except (ValueError, dpkt.UnpackError) as e:
+        raise PcapError(f"capture is corrupt or truncated: {e}") from None
+
+
+def read_tcp_streams(data: bytes, port: int) -> list[TcpStream]:
+    """Reassemble every TCP stream to or from ``port`` in the capture ``data``.
+
+    Args:
+        data: the whole capture file (libpcap or pcapng).
+        port: the TCP port of interest (either end).
+
+    Returns:
+        The streams, one per direction of each connection, in the order their first segment
+        appears in the capture. A new SYN on a 4-tuple that already carried data starts a new
+        stream.
+
+    Raises:
+        PcapError: the capture cannot be read, or its link-layer type is not supported.
+
+    Upstream: none (a capture tool); the streams it yields are the TCP connections of
+    ``flodl/src/distributed/relay/`` and ``controller/``.
+    """
+    dpkt = _dpkt()
+    streams: list[TcpStream] = []
+    current: dict[tuple[str, str], TcpStream] = {}
+    for linktype, buf in _packets(data):
+        try:
+            ip = _ip_layer(dpkt, linktype, buf)
+        except (dpkt.UnpackError, IndexError):
+            continue  # a packet too short for its own headers
+        if ip is None or not isinstance(ip.data, dpkt.tcp.TCP):
+            continue
+        tcp = ip.data
+        if port not in (tcp.sport, tcp.dport):
+            continue
+        key = (_endpoint(ip.src, tcp.sport), _endpoint(ip.dst, tcp.dport))
+        st = current.get(key)
+        syn = bool(tcp.flags & _TH_SYN)
+        if st is None or (syn and st._segments):
+            st = TcpStream(key[0], key[1])
+            current[key] = st
+            streams.append(st)
+        st.packets += 1
+        if syn:
+            st.syn_seen = True
+            st._base = (tcp.seq + 1) % _SEQ_MOD
+            continue
+        payload = bytes(tcp.data)
+        if payload:
+            st._segments.append((tcp.seq, payload))
+    for st in streams:
+        _assemble(st)
+    return streams
+
+
+def _assemble(st: TcpStream) -> None:
+    if not st._segments:
+        return
+    base = st._base if st._base is not None else st._segments[0][0]
+    placed: list[tuple[int, int, bytes]] = []
+    for order, (seq, payload) in enumerate(st._segments):
+        rel = (seq - base) % _SEQ_MOD
+        if rel >= _HALF:  # before the base (captured out of order, no SYN seen)
+            rel -= _SEQ_MOD
+        placed.append((rel, order, payload))
+    if st._base is None:
+        low = min(p[0] for p in placed)
+        placed = [(r - low, o, p) for r, o, p in placed]
+    placed.sort()
+    out = bytearray()
+    for rel, _order, payload in placed:
+        if rel > len(out):
+            st.gap = True
+            break
+        if rel + len(payload) <= len(out):
+            continue  # retransmission of bytes already placed
+        out += payload[len(out) - rel:]
+    st.data = bytes(out)
+    st._segments = []

@@ -1,0 +1,553 @@
+"""``flodl-proto decode``: captured streams decode to the records that were sent.
+
+Streams are built with the codec for both legs and both protocol versions; corrupted copies must
+stop at the offset of the record that was damaged (exit 1), a wrong salt must give exit 3, and
+hex, stdin and pcap input must give the same records. The tag-agnostic parser must agree with
+the codec's verifying readers on every golden vector.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto.cli import main
+from flodl_proto.codec import (
+    END_OF_STREAM,
+    DeclareDead,
+    Dtype,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_mux_record,
+    decode_round_frame,
+    encode_ack,
+    encode_channel_magic,
+    encode_frame_record,
+    encode_framed_round,
+    encode_handshake,
+    encode_mux_record_bytes,
+)
+from flodl_proto.decode import (
+    EXIT_BAD_TAG,
+    EXIT_ERROR,
+    EXIT_OK,
+    decode_stream,
+    format_table,
+    parse_round_frame,
+    tag_status,
+)
+from flodl_proto.errors import AuthenticationError, ProtocolError
+from flodl_proto.interop.jsonio import control_to_json
+from flodl_proto.pcap import read_tcp_streams
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = ROOT / "flodl_proto" / "_vectors"
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+OTHER = bytes(16)
+
+
+def _frames(version: int) -> list[RoundFrame]:
+    out = [
+        RoundFrame(RoundKind.MODEL, 3.0, [TensorPayload.from_array(
+            np.array([3.0, 6.0, -1.5], np.float32))]),
+        RoundFrame(RoundKind.CONTROL, 0.0, [TensorPayload.from_array(
+            np.array([0.0, 2.0, 0.0, 0.0], np.float32))]),
+        RoundFrame(RoundKind.MODEL, 0.5, [
+            TensorPayload.from_array(np.arange(6, dtype=np.float32).reshape(2, 3)),
+            TensorPayload.from_array(np.array([1.0, -0.5], dtype=ml_dtypes.bfloat16)),
+        ]),
+    ]
+    if version == 3:
+        out.append(RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload(Dtype.F32, [8, 8], b"")]))
+    return out
+
+
+@dataclass
+class Sent:
+    """A stream and the records written into it, with their offsets."""
+
+    data: bytes
+    offsets: list[int]
+    records: list[Any]
+
+
+def _mux_up(version: int, salt: bytes = SALT) -> Sent:
+    """relay -> controller: channel magic, Hello, one HostFrame per frame, RankExit."""
+    parts: list[bytes] = [encode_channel_magic("data")]
+    records: list[Any] = ["magic"]
+    hello = Hello("host-a", [0, 1, 2])
+    parts.append(encode_mux_record_bytes(MuxRecord.control_msg(hello, version), salt))
+    records.append(hello)
+    for f in _frames(version):
+        parts.append(b"".join(encode_frame_record(RecordKind.HOST_FRAME, f, salt)))
+        records.append(f)
+    parts.append(encode_mux_record_bytes(MuxRecord.control_msg(RankExit(2), version), salt))
+    records.append(RankExit(2))
+    return _sent(parts, records)
+
+
+def _mux_down(version: int, salt: bytes = SALT) -> Sent:
+    """controller -> relay: HelloAck, one Broadcast per frame, DeclareDead."""
+    parts = [encode_mux_record_bytes(MuxRecord.control_msg(HelloAck(), version), salt)]
+    records: list[Any] = [HelloAck()]
+    for f in _frames(version):
+        parts.append(b"".join(encode_frame_record(RecordKind.BROADCAST, f, salt)))
+        records.append(f)
+    parts.append(encode_mux_record_bytes(MuxRecord.control_msg(DeclareDead(300), version), salt))
+    records.append(DeclareDead(300))
+    return _sent(parts, records)
+
+
+def _loop_up(version: int, salt: bytes = SALT) -> Sent:
+    """rank -> relay: handshake, then one length-framed frame per round."""
+    parts = [encode_handshake(1, 4, version)]
+    records: list[Any] = ["handshake"]
+    for f in _frames(version):
+        parts.append(b"".join(encode_framed_round(f, salt)))
+        records.append(f)
+    return _sent(parts, records)
+
+
+def _loop_down(version: int, salt: bytes = SALT) -> Sent:
+    """relay -> rank: ack, then one length-framed consensus per round."""
+    parts = [encode_ack(version)]
+    records: list[Any] = ["ack"]
+    for f in _frames(version):
+        parts.append(b"".join(encode_framed_round(f, salt)))
+        records.append(f)
+    return _sent(parts, records)
+
+
+def _sent(parts: list[bytes], records: list[Any]) -> Sent:
+    offsets, pos = [], 0
+    for p in parts:
+        offsets.append(pos)
+        pos += len(p)
+    return Sent(b"".join(parts), offsets, records)
+
+
+BUILDERS: dict[str, tuple[str, Callable[..., Sent]]] = {
+    "mux-up": ("mux", _mux_up),
+    "mux-down": ("mux", _mux_down),
+    "loopback-up": ("loopback", _loop_up),
+    "loopback-down": ("loopback", _loop_down),
+}
+STREAMS = [(name, v) for name in BUILDERS for v in (2, 3)]
+
+
+def _check_frame(got: dict[str, Any], want: RoundFrame, values: bool) -> None:
+    assert got["kind"] == want.kind.name.lower()
+    assert struct.pack("<d", got["weight"]) == struct.pack("<d", want.weight)
+    assert len(got["tensors"]) == len(want.tensors)
+    for gt, wt in zip(got["tensors"], want.tensors, strict=True):
+        assert gt["shape"] == list(wt.shape) and gt["nbytes"] == wt.nbytes
+        assert gt["dtype_byte"] == wt.dtype
+        if wt.nbytes == 0 and wt.numel > 0:
+            assert gt["elided"] is True
+            continue
+        arr = wt.array().astype(np.float64).reshape(-1)
+        assert gt["min"] == arr.min() and gt["max"] == arr.max()
+        assert gt["mean"] == pytest.approx(arr.mean())
+        if values:
+            assert gt["values"] == arr.tolist()
+        else:
+            assert "values" not in gt
+
+
+def _check_records(got: list[dict[str, Any]], sent: Sent, version: int, values: bool) -> None:
+    assert [r["offset"] for r in got] == sent.offsets
+    for rec, want in zip(got, sent.records, strict=True):
+        if want == "magic":
+            assert rec["type"] == "channel_magic" and rec["channel"] == "data"
+        elif want == "handshake":
+            assert rec["type"] == "handshake" and (rec["rank"], rec["world_size"]) == (1, 4)
+            assert rec["version"] == version
+        elif want == "ack":
+            assert rec["type"] == "handshake_ack" and rec["version"] == version
+        elif isinstance(want, RoundFrame):
+            _check_frame(rec["frame"], want, values)
+        else:
+            assert rec["type"] == "mux_record" and rec["kind"] == "control"
+            assert rec["control"] == control_to_json(want, version)
+
+
+@pytest.mark.parametrize(("name", "version"), STREAMS)
+@pytest.mark.parametrize("values", [False, True])
+def test_streams_decode_to_the_records_sent(name: str, version: int, values: bool) -> None:
+    leg, build = BUILDERS[name]
+    sent = build(version)
+    rep = decode_stream(sent.data, leg, salt=SALT, version=version, values=values)
+    assert rep.failure is None and rep.exit_code == EXIT_OK
+    assert rep.end == len(sent.data) and rep.bad_tags == 0
+    _check_records(rep.records, sent, version, values)
+    tags = [r.get("tag_status") for r in rep.records] + [
+        r["frame"]["tag_status"] for r in rep.records if "frame" in r]
+    assert "bad" not in tags and "ok" in tags
+    assert rep.final_record() == {"type": "end", "offset": len(sent.data),
+                                  "records": len(sent.offsets), "bad_tags": 0}
+
+
+@pytest.mark.parametrize(("name", "version"), STREAMS)
+def test_without_salt_tags_are_unchecked(name: str, version: int) -> None:
+    leg, build = BUILDERS[name]
+    sent = build(version, OTHER)
+    rep = decode_stream(sent.data, leg, version=version)
+    assert rep.exit_code == EXIT_OK
+    statuses = {r.get("tag_status") for r in rep.records} | {
+        r["frame"]["tag_status"] for r in rep.records if "frame" in r}
+    assert statuses <= {None, "unchecked"}
+    _check_records(rep.records, sent, version, False)
+
+
+@pytest.mark.parametrize(("name", "version"), STREAMS)
+def test_wrong_salt_reports_bad_tags_and_exit_3(name: str, version: int) -> None:
+    leg, build = BUILDERS[name]
+    sent = build(version)
+    rep = decode_stream(sent.data, leg, salt=OTHER, version=version)
+    assert rep.failure is None, "a bad tag must not stop decoding"
+    assert len(rep.records) == len(sent.offsets)
+    assert rep.bad_tags > 0 and rep.exit_code == EXIT_BAD_TAG
+
+
+@pytest.mark.parametrize(("name", "version"), STREAMS)
+def test_corrupted_copies_stop_at_the_damaged_record(name: str, version: int) -> None:
+    leg, build = BUILDERS[name]
+    sent = build(version)
+    ends = [*sent.offsets[1:], len(sent.data)]
+    for i, (start, end) in enumerate(zip(sent.offsets, ends, strict=True)):
+        # a wrong magic in record i (after the length prefix of a loopback blob: a damaged
+        # prefix only moves the frame boundary, which the relay's reader tolerates)
+        magic_at = start + 4 if leg == "loopback" and i > 0 else start
+        bad = bytearray(sent.data)
+        bad[magic_at] ^= 0x55
+        rep = decode_stream(bytes(bad), leg, salt=SALT, version=version)
+        assert rep.failure is not None, f"record {i}: corruption not detected"
+        assert rep.failure.offset == start and rep.exit_code == EXIT_ERROR
+        assert len(rep.records) == i
+        assert rep.final_record()["type"] == "error"
+        # record i cut short past its clean-end-of-stream prefix
+        cut = sent.data[:end - 1]
+        rep = decode_stream(cut, leg, salt=SALT, version=version)
+        assert rep.failure is not None and rep.failure.offset == start
+        assert rep.failure.kind == "truncated"
+        assert len(rep.records) == i
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_partial_header_at_the_end_is_a_clean_end(version: int) -> None:
+    sent = _mux_down(version)
+    data = sent.data + sent.data[:10]  # ten bytes of a next header
+    rep = decode_stream(data, "mux", salt=SALT, version=version)
+    assert rep.exit_code == EXIT_OK
+    assert rep.final_record()["partial_header_bytes"] == 10
+    loop = _loop_down(version)
+    rep = decode_stream(loop.data + b"\x07\x00", "loopback", salt=SALT)
+    assert rep.exit_code == EXIT_OK and rep.final_record()["partial_header_bytes"] == 2
+
+
+def test_inner_frame_tag_is_checked_separately() -> None:
+    sent = _mux_up(3)
+    bad = bytearray(sent.data)
+    # the last byte of the first HostFrame is its inner frame's tag; re-sign the record
+    start, end = sent.offsets[2], sent.offsets[3]
+    bad[end - 1] ^= 0x01
+    with pytest.raises(AuthenticationError):  # the record tag covers the inner tag too
+        decode_mux_record(bytes(bad[start:end]), SALT, version=3)
+    rep = decode_stream(bytes(bad), "mux", salt=SALT, version=3)
+    assert rep.failure is None and rep.exit_code == EXIT_BAD_TAG
+    hf = rep.records[2]
+    assert hf["tag_status"] == "bad" and hf["frame"]["tag_status"] == "bad"
+
+
+def test_version_mismatch_and_auto_version() -> None:
+    v3 = _loop_up(3)
+    assert decode_stream(v3.data, "loopback", salt=SALT).version == 3
+    rep = decode_stream(v3.data, "loopback", salt=SALT, version=2)
+    assert rep.failure is not None and rep.failure.kind == "version" and rep.failure.offset == 0
+    v2_hello = _mux_up(2)
+    rep = decode_stream(v2_hello.data, "mux", salt=SALT, version=3)
+    assert rep.failure is not None and rep.failure.offset == v2_hello.offsets[1]
+    assert rep.failure.message.startswith("relay_mux: bincode decode failed: ")
+
+
+def test_leniencies_are_reported() -> None:
+    f = _frames(2)[0]
+    from flodl_proto.codec import encode_mux_record_parts, encode_round_frame
+
+    payload = [*encode_round_frame(f, SALT), b"\xaa\xbb"]
+    rec = b"".join(encode_mux_record_parts(RecordKind.HOST_FRAME, 9, payload, SALT))
+    rep = decode_stream(rec, "mux", salt=SALT)
+    assert rep.exit_code == EXIT_OK
+    r = rep.records[0]
+    assert r["rank"] == 0 and r["wire_rank"] == 9 and r["frame"]["trailing_bytes"] == 2
+    elided = RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload(Dtype.F32, [4], b"")])
+    data = encode_handshake(0, 1, 2) + b"".join(encode_framed_round(elided, SALT))
+    rep = decode_stream(data, "loopback", salt=SALT)
+    t = rep.records[1]["frame"]["tensors"][0]
+    assert t["elided"] and "version 2" in t["note"]
+
+
+def test_bad_channel_magic_and_handshake() -> None:
+    ctl = encode_channel_magic("control") + _mux_down(2).data
+    rep = decode_stream(ctl, "mux")
+    assert rep.failure is not None and rep.failure.error_id == "channel.bad_magic"
+    rep = decode_stream(encode_channel_magic("data")[:2], "mux")
+    assert rep.failure is not None and rep.failure.error_id == "channel.read_failed"
+    rep = decode_stream(encode_handshake(0, 2, 2)[:9], "loopback")
+    assert rep.failure is not None and rep.failure.error_id == "handshake.read_failed"
+    rep = decode_stream(b"", "mux")
+    assert rep.exit_code == EXIT_OK and rep.records == []
+    with pytest.raises(ValueError):
+        decode_stream(b"", "nope")  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------------------------------------
+# CLI: files, hex, stdin, table, exit codes
+# -------------------------------------------------------------------------------------------------
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_cli_file_hex_and_stdin(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = _mux_up(2)
+    raw = tmp_path / "mux.bin"
+    raw.write_bytes(sent.data)
+    assert main(["decode", "--leg", "mux", "--salt", SALT.hex(), str(raw)]) == EXIT_OK
+    from_file = _json_lines(capsys.readouterr().out)
+    assert from_file[-1]["type"] == "end"
+    _check_records(from_file[:-1], sent, 2, False)
+
+    h = sent.data.hex()
+    hex_text = "\n".join(" ".join(h[i:i + 2] for i in range(j, min(j + 64, len(h)), 2))
+                         for j in range(0, len(h), 64)) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(hex_text.encode())))
+    assert main(["decode", "--leg", "mux", "--hex", "--salt", SALT.hex(), "-"]) == EXIT_OK
+    assert _json_lines(capsys.readouterr().out) == from_file
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(sent.data)))
+    assert main(["decode", "--salt", OTHER.hex()]) == EXIT_BAD_TAG
+    out = _json_lines(capsys.readouterr().out)
+    assert out[-1]["bad_tags"] > 0
+
+    bad = bytearray(sent.data)
+    bad[sent.offsets[3] + 1] ^= 0xFF
+    raw.write_bytes(bytes(bad))
+    assert main(["decode", "--salt", SALT.hex(), str(raw)]) == EXIT_ERROR
+    last = _json_lines(capsys.readouterr().out)[-1]
+    assert last["type"] == "error" and last["offset"] == sent.offsets[3]
+    assert last["error"].startswith("relay_mux: record magic")
+
+
+def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sent = _loop_down(3)
+    raw = tmp_path / "loop.hex"
+    raw.write_text(sent.data.hex(), encoding="ascii")
+    assert main(["decode", "--leg", "loopback", "--hex", "--format", "table", "--values",
+                 "--salt", SALT.hex(), str(raw)]) == EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["offset", "length", "record", "tag"]
+    assert "handshake_ack" in out[1] and "version=3" in out[1]
+    assert "values=[3, 6, -1.5]" in out[2] and " ok " in out[2]
+    assert out[-1].split()[1] == "END"
+    rep = decode_stream(sent.data, "loopback", salt=SALT, values=True)
+    assert list(format_table(rep)) == out
+
+
+def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["decode", "--salt", "abcd"])
+    assert e.value.code == 2
+    assert main(["decode", "--pcap", str(tmp_path / "x")]) == 2
+    assert main(["decode", "--port", "5", str(tmp_path / "x")]) == 2
+    assert main(["decode", str(tmp_path / "missing")]) == EXIT_ERROR
+    (tmp_path / "bad.hex").write_text("zz", encoding="ascii")
+    assert main(["decode", "--hex", str(tmp_path / "bad.hex")]) == EXIT_ERROR
+    capsys.readouterr()
+
+
+# -------------------------------------------------------------------------------------------------
+# pcap: a capture written here, byte by byte
+# -------------------------------------------------------------------------------------------------
+def _tcp_packet(src: tuple[str, int], dst: tuple[str, int], seq: int, flags: int,
+                payload: bytes = b"") -> bytes:
+    def ip4(a: str) -> bytes:
+        return bytes(int(x) for x in a.split("."))
+
+    tcp = struct.pack(">HHIIBBHHH", src[1], dst[1], seq & 0xFFFFFFFF, 0, 5 << 4, flags,
+                      65535, 0, 0) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, 6, 0,
+                     ip4(src[0]), ip4(dst[0])) + tcp
+    eth = b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00"
+    return eth + ip
+
+
+def _pcap(packets: list[bytes]) -> bytes:
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    for i, p in enumerate(packets):
+        out += struct.pack("<IIII", 1_700_000_000 + i, 0, len(p), len(p)) + p
+    return out
+
+
+def _segments(data: bytes, sizes: list[int]) -> list[tuple[int, bytes]]:
+    out, pos, k = [], 0, 0
+    while pos < len(data):
+        n = sizes[k % len(sizes)]
+        out.append((pos, data[pos:pos + n]))
+        pos += n
+        k += 1
+    return out
+
+
+SYN, ACK, PSH = 0x02, 0x10, 0x08
+
+
+def _capture(up: bytes, down: bytes, port: int, *, gap: bool = False) -> bytes:
+    relay, ctrl = ("10.0.0.2", 40001), ("10.0.0.1", port)
+    isn_up, isn_down = 0xFFFFFF00, 1000  # the relay's sequence numbers wrap around 2^32
+    pk = [_tcp_packet(relay, ctrl, isn_up, SYN), _tcp_packet(ctrl, relay, isn_down, SYN | ACK),
+          _tcp_packet(("10.0.0.9", 5555), ("10.0.0.1", 80), 7, PSH | ACK, b"noise")]
+    ups = _segments(up, [7, 40, 3])
+    downs = _segments(down, [50, 1])
+    order = list(range(len(ups)))
+    order[1], order[2] = order[2], order[1]  # one pair out of order
+    for n, i in enumerate(order):
+        off, seg = ups[i]
+        if gap and i == 3:
+            continue
+        pk.append(_tcp_packet(relay, ctrl, isn_up + 1 + off, PSH | ACK, seg))
+        if n == 4:  # a retransmission
+            pk.append(_tcp_packet(relay, ctrl, isn_up + 1 + off, PSH | ACK, seg))
+        if n < len(downs):
+            doff, dseg = downs[n]
+            pk.append(_tcp_packet(ctrl, relay, isn_down + 1 + doff, PSH | ACK, dseg))
+    for doff, dseg in downs[len(order):]:
+        pk.append(_tcp_packet(ctrl, relay, isn_down + 1 + doff, PSH | ACK, dseg))
+    return _pcap(pk)
+
+
+def test_pcap_reassembly() -> None:
+    up, down = _mux_up(3).data, _mux_down(3).data
+    streams = read_tcp_streams(_capture(up, down, 1337), 1337)
+    assert [(s.src, s.dst) for s in streams] == [("10.0.0.2:40001", "10.0.0.1:1337"),
+                                                  ("10.0.0.1:1337", "10.0.0.2:40001")]
+    assert streams[0].data == up and streams[1].data == down
+    assert all(s.syn_seen and not s.gap for s in streams)
+    cut = read_tcp_streams(_capture(up, down, 1337, gap=True), 1337)
+    assert cut[0].gap and up.startswith(cut[0].data) and len(cut[0].data) < len(up)
+    assert read_tcp_streams(_capture(up, down, 1337), 9999) == []
+
+
+def test_cli_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    up, down = _mux_up(3), _mux_down(3)
+    cap = tmp_path / "cap.pcap"
+    cap.write_bytes(_capture(up.data, down.data, 1337))
+    rc = main(["decode", "--pcap", str(cap), "--port", "1337", "--salt", SALT.hex(),
+               "--protocol-version", "3"])
+    assert rc == EXIT_OK
+    lines = _json_lines(capsys.readouterr().out)
+    first = [r for r in lines if r["stream"] == "10.0.0.2:40001 -> 10.0.0.1:1337"]
+    second = [r for r in lines if r["stream"] == "10.0.0.1:1337 -> 10.0.0.2:40001"]
+    assert len(first) + len(second) == len(lines)
+    _check_records(first[:-1], up, 3, False)
+    _check_records(second[:-1], down, 3, False)
+    assert first[-1]["type"] == second[-1]["type"] == "end"
+
+    cap.write_bytes(_capture(up.data, down.data, 1337, gap=True))
+    assert main(["decode", "--pcap", str(cap), "--port", "1337", "--salt", SALT.hex(),
+                 "--protocol-version", "3"]) == EXIT_ERROR
+    captured = capsys.readouterr()
+    assert "bytes missing from the capture" in captured.err
+    assert main(["decode", "--pcap", str(cap), "--port", "4242"]) == EXIT_ERROR
+    cap.write_bytes(b"not a capture")
+    assert main(["decode", "--pcap", str(cap), "--port", "1337"]) == EXIT_ERROR
+    capsys.readouterr()
+
+
+# -------------------------------------------------------------------------------------------------
+# The tag-agnostic parser agrees with the codec's verifying readers on every golden vector
+# -------------------------------------------------------------------------------------------------
+def _vector_cases(file: str, ops: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+    out = []
+    for folder, version in ((BUNDLED, 3), (BUNDLED / "v2", 2)):
+        doc = json.loads((folder / f"{file}.json").read_text(encoding="utf-8"))
+        out += [(version, c) for c in doc["cases"] if c["op"] in ops]
+    return out
+
+
+FRAME_CASES = _vector_cases("round_frame", ("round_frame.read", "round_frame.roundtrip"))
+MUX_CASES = _vector_cases("mux_record", ("mux_record.read", "mux_record.roundtrip"))
+
+
+@pytest.mark.parametrize(("version", "case"), FRAME_CASES, ids=[c["id"] for _, c in FRAME_CASES])
+def test_parser_agrees_with_codec_on_frames(version: int, case: dict[str, Any]) -> None:
+    data, salt = bytes.fromhex(case["bytes"]), bytes.fromhex(case["salt"])
+    try:
+        want: object = decode_round_frame(data, salt)
+    except ProtocolError as e:
+        want = e
+    try:
+        pf = parse_round_frame(data)
+    except ProtocolError as e:
+        assert isinstance(want, ProtocolError) and not isinstance(want, AuthenticationError)
+        assert (e.error_id, str(e)) == (want.error_id, str(want))
+        return
+    if pf is None:
+        assert want is END_OF_STREAM
+        return
+    status = tag_status(salt, [data[:pf.covered]], pf.tag)
+    if isinstance(want, AuthenticationError):
+        assert status == "bad"
+        return
+    assert not isinstance(want, ProtocolError) and want is not END_OF_STREAM
+    assert status == "ok" and want == (pf.frame, pf.length)  # type: ignore[comparison-overlap]
+
+
+@pytest.mark.parametrize(("version", "case"), MUX_CASES, ids=[c["id"] for _, c in MUX_CASES])
+def test_decode_agrees_with_codec_on_mux_records(version: int, case: dict[str, Any]) -> None:
+    data, salt = bytes.fromhex(case["bytes"]), bytes.fromhex(case["salt"])
+    try:
+        want: object = decode_mux_record(data, salt, version=version)
+    except ProtocolError as e:
+        want = e
+    rep = decode_stream(data, "mux", salt=salt, version=version)
+    first = rep.records[0] if rep.records else None
+    if want is END_OF_STREAM:
+        assert first is None and rep.failure is None
+    elif isinstance(want, AuthenticationError):
+        assert rep.bad_tags == 1  # counted before any later check can stop decoding
+        assert (first is not None and first["tag_status"] == "bad") or rep.failure is not None
+    elif isinstance(want, ProtocolError):
+        assert rep.failure is not None and rep.failure.offset == 0
+        assert rep.failure.message == str(want)
+    else:
+        assert isinstance(want, tuple)
+        rec, n = want
+        if rec.kind in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
+            try:
+                inner = parse_round_frame(rec.payload)
+            except ProtocolError:
+                inner = None
+            if inner is None:  # a valid record whose payload is not a frame: decoding stops
+                assert rep.failure is not None and rep.failure.offset == 0 and not rep.records
+                return
+        assert first is not None and first["length"] == n and first["tag_status"] == "ok"
+        assert first["kind_byte"] == int(rec.kind) and first["rank"] == rec.rank
+        if rec.control is not None:
+            assert first["control"] == control_to_json(rec.control, version)
