@@ -30,6 +30,10 @@ def register(sub: Any) -> None:
                    help="vector folders (default: the bundled copy of the shared vectors)")
     c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
     c.set_defaults(func=_check)
+    e = vsub.add_parser("export", help="write this implementation's vectors (v3 in DIR, v2 in "
+                        "DIR/v2) in the shared schema")
+    e.add_argument("dir", type=Path, metavar="DIR", help="output folder")
+    e.set_defaults(func=_export)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -79,3 +83,13 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
 def _check(args: argparse.Namespace) -> int:
     dirs = list(args.dirs) or [BUNDLED_VECTORS]
     return check_folders(dirs, verbose=args.verbose)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ..interop.export import export_vectors
+
+    counts = export_vectors(args.dir)
+    for version, n in sorted(counts.items(), reverse=True):
+        where = args.dir if version == 3 else args.dir / "v2"
+        print(f"{where}: {n} cases (protocol version {version})")
+    return 0

@@ -1,0 +1,160 @@
+"""``flodl-proto vectors export``: this implementation's vectors, in the shared schema, pass
+``vectors check``; they are deterministic; their error prefixes are portable."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flodl_proto.cli import main
+from flodl_proto.codec import handshake as hs
+from flodl_proto.codec import loopback
+from flodl_proto.codec.mux import decode_mux_record
+from flodl_proto.codec.round_frame import decode_round_frame
+from flodl_proto.commands.vectors import check_folders
+from flodl_proto.errors import ProtocolError
+from flodl_proto.interop.export import EXPORTED_FILES, SCHEMA, export_vectors, portable_prefix
+
+from .conftest import vectors_root
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("export")
+    export_vectors(root)
+    return root
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def test_layout_and_manifests(exported: Path) -> None:
+    for folder, version in ((exported, 3), (exported / "v2", 2)):
+        names = sorted(p.stem for p in folder.glob("*.json"))
+        assert names == sorted([*EXPORTED_FILES, "manifest"])
+        manifest = _load(folder / "manifest.json")
+        assert manifest["schema"] == SCHEMA and manifest["protocol_version"] == version
+        total = 0
+        for name in EXPORTED_FILES:
+            doc = _load(folder / f"{name}.json")
+            assert doc["schema"] == SCHEMA and doc["file"] == name
+            assert doc["protocol_version"] == version
+            counts = manifest["files"][name]
+            assert counts["cases"] == len(doc["cases"])
+            assert counts["ok"] == sum(c["expect"] == "ok" for c in doc["cases"])
+            assert counts["ok"] + counts["not_ok"] == counts["cases"]
+            total += counts["cases"]
+            for c in doc["cases"]:
+                assert c["id"].startswith("v2/" if version == 2 else name + "/")
+                assert c["expect"] in ("ok", "error", "eof")
+                if c["expect"] == "error":
+                    assert c["error"].startswith(c["error_prefix"]) and c["error_prefix"]
+        assert manifest["total_cases"] == total
+
+
+def test_ids_unique_and_all_verdicts_present(exported: Path) -> None:
+    ids: list[str] = []
+    verdicts: set[tuple[str, str]] = set()
+    for folder in (exported, exported / "v2"):
+        for name in EXPORTED_FILES:
+            for c in _load(folder / f"{name}.json")["cases"]:
+                ids.append(c["id"])
+                verdicts.add((name, c["expect"]))
+    assert len(ids) == len(set(ids))
+    for name in EXPORTED_FILES:
+        assert (name, "ok") in verdicts and (name, "error") in verdicts
+    for name in ("round_frame", "mux_record", "len_framed"):
+        assert (name, "eof") in verdicts
+
+
+def test_vectors_check_passes_on_export(exported: Path) -> None:
+    out = io.StringIO()
+    assert check_folders([exported], verbose=True, out=out) == 0, out.getvalue()
+    assert "FAIL" not in out.getvalue()
+
+
+def test_cli_export_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["vectors", "export", str(tmp_path)]) == 0
+    assert main(["vectors", "check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "manifests declare" in out
+
+
+def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:
+    export_vectors(tmp_path)
+    for rel in sorted(p.relative_to(exported) for p in exported.rglob("*.json")):
+        assert (tmp_path / rel).read_bytes() == (exported / rel).read_bytes(), rel
+
+
+def test_version_specific_content(exported: Path) -> None:
+    v3 = {c["id"]: c for c in _load(exported / "mux_record.json")["cases"]}
+    v2 = {c["id"]: c for c in _load(exported / "v2" / "mux_record.json")["cases"]}
+    h3 = v3["mux_record/roundtrip/control-hello-h0/salt-zero"]
+    h2 = v2["v2/mux_record/roundtrip/control-hello-h0/salt-zero"]
+    assert h3["bincode"] == "0002683002000100" and h2["bincode"] == "00026830020001"
+    assert "model_sigs" in h3["record"]["control"]
+    assert "model_sigs" not in h2["record"]["control"]
+    hs3 = {c["id"]: c for c in _load(exported / "handshake.json")["cases"]}
+    assert hs3["handshake/rank_write/r3-ws4"]["bytes"] == "c0170df1030000000300000004000000"
+    rf2 = _load(exported / "v2" / "round_frame.json")["cases"]
+    for c in rf2:  # no elided tensor with elements in a positive version-2 roundtrip
+        if c["op"] == "round_frame.roundtrip":
+            for t in c["frame"]["tensors"]:
+                assert not (t["elided"] and 0 not in t["shape"] and t["shape"] != [])
+
+
+def _run_error(case: dict[str, Any], version: int) -> ProtocolError | None:
+    b = bytes.fromhex(case.get("bytes", ""))
+    salt = bytes.fromhex(case["salt"]) if "salt" in case else b""
+    op = case["op"]
+    try:
+        if op == "handshake.read":
+            hs.decode_handshake(b, case["expected_world_size"], version)
+        elif op == "handshake.ack_read":
+            hs.decode_ack(b, version)
+        elif op == "channel_magic.expect":
+            hs.expect_channel_magic(b, int(case["expected"], 16), case["what"])
+        elif op == "round_frame.read":
+            decode_round_frame(b, salt)
+        elif op == "mux_record.read":
+            decode_mux_record(b, salt, version=version)
+        elif op == "len_framed.read":
+            loopback.decode_len_framed(b)
+        elif op == "framed_round.read":
+            loopback.decode_framed_round(b, salt)
+        else:
+            return None
+    except ProtocolError as e:
+        return e
+    return None
+
+
+def _shared_error_cases() -> list[tuple[int, dict[str, Any]]]:
+    root = vectors_root()
+    out: list[tuple[int, dict[str, Any]]] = []
+    for folder, version in ((root, 3), (root / "v2", 2)):
+        for name in EXPORTED_FILES:
+            path = folder / f"{name}.json"
+            if path.is_file():
+                out += [(version, c) for c in _load(path)["cases"] if c["expect"] == "error"]
+    return out
+
+
+SHARED_ERRORS = _shared_error_cases()
+
+
+@pytest.mark.parametrize(("version", "case"), SHARED_ERRORS,
+                         ids=[c["id"] for _, c in SHARED_ERRORS])
+def test_portable_prefix_is_a_prefix_of_upstreams_message(version: int,
+                                                          case: dict[str, Any]) -> None:
+    """The prefix this package exports for an error is a prefix of upstream's full message
+    for the same input (the shared vectors carry upstream's messages)."""
+    err = _run_error(case, version)
+    assert err is not None, f"{case['id']}: no error raised"
+    prefix = portable_prefix(err)
+    assert prefix and case["error"].startswith(prefix), (prefix, case["error"])
