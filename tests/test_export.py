@@ -136,6 +136,8 @@ def _run_error(case: dict[str, Any], version: int) -> ProtocolError | None:
 
 def _shared_error_cases() -> list[tuple[int, dict[str, Any]]]:
     root = vectors_root()
+    if not root.is_dir():  # the copy of the shared vectors bundled in the package
+        root = Path(__file__).resolve().parent.parent / "flodl_proto" / "_vectors"
     out: list[tuple[int, dict[str, Any]]] = []
     for folder, version in ((root, 3), (root / "v2", 2)):
         for name in EXPORTED_FILES:
