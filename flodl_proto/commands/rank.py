@@ -44,7 +44,7 @@ def synthetic_tensors(rank: int, round_: int, payload_mib: float = 0.0
     out = [
         rng.standard_normal((4, 8), dtype=np.float32),
         rng.standard_normal(257, dtype=np.float32),
-        np.asarray(rng.standard_normal(dtype=np.float32)).reshape(()),
+        rng.standard_normal(1, dtype=np.float32).reshape(()),
     ]
     n = int(payload_mib * _MIB) // 4
     if n > 0:

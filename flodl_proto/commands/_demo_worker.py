@@ -1,0 +1,178 @@
+"""One training rank of ``flodl-proto demo`` (run as ``python -m
+flodl_proto.commands._demo_worker CONFIG_JSON``; not a CLI subcommand).
+
+The task is linear least squares with a known optimum: every rank regenerates the same dataset
+from the seed, trains on its own shard (rows ``rank::world_size``) with minibatch SGD, and each
+round syncs through the protocol:
+
+1. a Control count-gather of the local steps taken this round (the realized work);
+2. unless the whole cohort was idle, a Model reduce of the parameters (plus an optional extra
+   tensor that loads the wire), pre-scaled by the rank's realized-work mass ``gamma_mass(steps,
+   1.0)`` — an idle rank ships weight 0 (elided at version 3, real zeros at version 2) — and the
+   consensus is adopted in place.
+
+Events go to stdout as one JSON object per line: ``ready``, ``round`` (per completed round),
+``kill-me`` (the rank to be killed stops there and waits to be killed), ``done`` or ``ended``
+(the stream ended: the run was stopped elsewhere).
+
+Upstream: the ``cluster_worker`` sync window (``sumcount_reduce``) and ``realized_work.rs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ProtocolError
+from ..reduce import gamma_mass
+from ..runner.rank import RankClient
+
+__all__ = [
+    "BATCH",
+    "FEATURES",
+    "SAMPLES",
+    "full_loss",
+    "lr_at",
+    "main",
+    "make_dataset",
+    "optimum",
+    "steps_table",
+]
+
+#: features of the regression (a bias column is appended)
+FEATURES = 16
+#: samples in the whole dataset (shared out round-robin between the ranks)
+SAMPLES = 4096
+#: minibatch size of a local SGD step
+BATCH = 128
+#: label noise standard deviation
+NOISE = 0.5
+_LR0 = 0.2
+_DECAY = 8.0
+#: local steps per round are drawn from these, with these probabilities (0 = idle)
+_STEP_CHOICES = (0, 1, 2, 3, 4)
+_STEP_P = (0.15, 0.2, 0.25, 0.2, 0.2)
+
+F32Array = npt.NDArray[np.float32]
+
+
+def make_dataset(seed: int) -> tuple[F32Array, F32Array]:
+    """The full dataset: ``X`` (``SAMPLES x (FEATURES + 1)`` f32, last column ones) and ``y``
+    (``SAMPLES`` f32) = ``X @ w_true + NOISE * e``."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((SAMPLES, FEATURES), dtype=np.float32)
+    x = np.hstack([x, np.ones((SAMPLES, 1), np.float32)])
+    w_true = rng.standard_normal(FEATURES + 1, dtype=np.float32)
+    y = (x @ w_true + NOISE * rng.standard_normal(SAMPLES, dtype=np.float32)).astype(np.float32)
+    return x, y
+
+
+def full_loss(x: F32Array, y: F32Array, w: npt.NDArray[Any]) -> float:
+    """Mean squared error / 2 of weights ``w`` over the whole dataset (computed in float64)."""
+    r = x.astype(np.float64) @ np.asarray(w, dtype=np.float64) - y.astype(np.float64)
+    return float(np.mean(r * r) / 2.0)
+
+
+def optimum(x: F32Array, y: F32Array) -> tuple[npt.NDArray[np.float64], float]:
+    """Closed-form least-squares optimum ``(w*, loss(w*))`` (float64)."""
+    w, *_ = np.linalg.lstsq(x.astype(np.float64), y.astype(np.float64), rcond=None)
+    return w, full_loss(x, y, w)
+
+
+def steps_table(seed: int, world_size: int, rounds: int) -> npt.NDArray[np.int64]:
+    """Local steps of every rank in every round, ``rounds x world_size``; some entries are 0
+    (idle ranks), never a whole row (one rank of an all-idle row is given one step)."""
+    rng = np.random.default_rng([seed, 99])
+    t = rng.choice(np.array(_STEP_CHOICES), size=(rounds, world_size), p=np.array(_STEP_P))
+    for k in range(rounds):
+        if not t[k].any():
+            t[k, k % world_size] = 1
+    return t.astype(np.int64)
+
+
+def lr_at(round_index: int) -> np.float32:
+    """Learning rate of round ``round_index`` (0-based): ``0.2 / (1 + k / 8)``."""
+    return np.float32(_LR0 / (1.0 + round_index / _DECAY))
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _train(cfg: dict[str, Any]) -> int:
+    rank = int(cfg["rank"])
+    world = int(cfg["world_size"])
+    seed = int(cfg["seed"])
+    rounds = int(cfg["rounds"])
+    kill_round = cfg.get("kill_round")
+    x, y = make_dataset(seed)
+    xs, ys = x[rank::world], y[rank::world]
+    table = steps_table(seed, world, rounds)
+    w = np.zeros(FEATURES + 1, np.float32)
+    n_extra = int(float(cfg.get("payload_mib", 0.0)) * (1 << 20)) // 4
+    extra = np.full(n_extra, np.float32(rank), np.float32)
+    salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
+    client = RankClient.connect(cfg["relay"], rank, world, salt, int(cfg["version"]),
+                                bf16=bool(cfg.get("bf16")))
+    _emit({"ev": "ready", "rank": rank})
+    try:
+        for k in range(1, rounds + 1):
+            if kill_round is not None and k == int(kill_round):
+                _emit({"ev": "kill-me", "rank": rank, "round": k})
+                sys.stdin.read()  # the demo kills this process now
+            t0 = time.perf_counter()
+            n = int(table[k - 1, rank])
+            lr = lr_at(k - 1)
+            brng = np.random.default_rng([seed, rank, k])
+            for _ in range(n):
+                idx = brng.integers(0, ys.shape[0], BATCH)
+                xb, yb = xs[idx], ys[idx]
+                g = xb.T @ (xb @ w - yb) / np.float32(BATCH)
+                w -= lr * g.astype(np.float32)
+            t1 = time.perf_counter()
+            counts = client.gather_counts(float(n))
+            weight = 0.0
+            digest = client.last_reply.digest() if client.last_reply else ""
+            if counts.sum() > 0:
+                mass = gamma_mass(float(n), 1.0)
+                arrays = [w, extra] if n_extra else [w]
+                rep = client.all_reduce_scaled(arrays, mass, weight=mass)
+                weight = rep.weight
+                digest = rep.digest()
+            t2 = time.perf_counter()
+            _emit({
+                "ev": "round", "rank": rank, "round": k, "steps": n,
+                "counts": [int(c) for c in counts], "weight": weight, "digest": digest,
+                "loss": full_loss(x, y, w), "t_round": t2 - t0, "t_sync": t2 - t1,
+                "bytes": client.bytes_sent + client.bytes_received,
+            })
+    except (ProtocolError, OSError) as e:
+        _emit({"ev": "ended", "rank": rank, "error": f"{type(e).__name__}: {e}"})
+        client.close()
+        return 0
+    client.close()
+    _emit({"ev": "done", "rank": rank, "w": [float(v) for v in w]})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``argv[0]`` is the JSON config (rank, world_size, seed, rounds, relay,
+    version, bf16, payload_mib, kill_round); the salt comes from ``$FLODL_SESSION_SALT``."""
+    args = sys.argv[1:] if argv is None else argv
+    cfg = json.loads(args[0])
+    try:
+        return _train(cfg)
+    except Exception as e:
+        _emit({"ev": "error", "rank": cfg.get("rank"), "error": f"{type(e).__name__}: {e}"})
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

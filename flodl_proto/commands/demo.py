@@ -1,0 +1,463 @@
+"""``flodl-proto demo``: a real local cluster that trains a model through the protocol.
+
+::
+
+    flodl-proto demo [--world-size 4] [--hosts 2] [--rounds 40] [--payload-mib 1] [--bf16]
+                     [--protocol-version 2|3] [--outer SPEC] [--kill-rank R@ROUND] [--seed S]
+
+It starts the reference controller (port mux, port 0), one relay per host (port 0) and one
+process per rank, all separate OS processes talking real TCP on loopback with real HMACs under a
+random session salt, and trains a linear least-squares model whose optimum is known in closed
+form. Every rank runs local SGD on its own shard; ranks take different numbers of local steps per
+round (so realized-work weights differ, and some rounds have an idle rank), and each round the
+parameters are averaged through the protocol (optionally through an outer optimizer at the
+controller). A progress bar runs while it trains; then a summary table: rounds, median and 95th
+percentile round time, bytes moved on every leg, loss at start and end against the optimum, and
+the consensus digest of every rank.
+
+Exit 0 only if every round completed, every rank holds the identical final consensus, and the
+final loss is within the printed tolerance of the optimum. With ``--kill-rank R@ROUND`` rank R's
+process is killed at round ROUND: its relay reports RankExit and the controller ends the run
+cleanly; the demo then checks that every surviving rank holds the identical consensus of the last
+completed round, reports it, and exits 0. Exit 1 when a check fails, 2 for a bad command line.
+No child process outlives the demo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from . import _demo_worker as worker
+from .controller import parse_outer
+
+__all__ = ["TOLERANCE", "partition", "register"]
+
+#: the final loss must be within this relative distance of the optimum's loss
+TOLERANCE = 0.01
+#: seconds without any event from the cluster before the demo gives up
+_STALL = 60.0
+_START = 30.0
+
+
+def partition(world_size: int, hosts: int) -> list[list[int]]:
+    """Split ranks ``0..world_size-1`` into ``hosts`` contiguous, as-even-as-possible groups."""
+    return [list(map(int, g)) for g in np.array_split(np.arange(world_size), hosts)]
+
+
+def _parse_kill(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    r, sep, k = text.partition("@")
+    if not sep:
+        raise ValueError(f"--kill-rank expects R@ROUND, got {text!r}")
+    return int(r), int(k)
+
+
+def register(sub: Any) -> None:
+    """Add the ``demo`` subcommand."""
+    p = sub.add_parser(
+        "demo", help="train a model on a real local cluster (controller, relays, ranks)",
+        description="Start a controller, H relays and W ranks as separate processes on "
+        "loopback and train a least-squares model through the protocol.",
+    )
+    p.add_argument("--world-size", type=int, default=4, metavar="W", help="ranks (default 4)")
+    p.add_argument("--hosts", type=int, default=2, metavar="H", help="relays (default 2)")
+    p.add_argument("--rounds", type=int, default=40, help="training rounds (default 40)")
+    p.add_argument("--payload-mib", type=float, default=1.0, metavar="M",
+                   help="extra f32 tensor of M MiB in every parameter frame (default 1)")
+    p.add_argument("--bf16", action="store_true", help="parameters ride the wire as bf16")
+    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+                   default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
+    p.add_argument("--outer", default=None, metavar="SPEC",
+                   help="outer optimizer at the controller: avg, slow-momentum:LR,MU or "
+                   "nesterov:LR,MU")
+    p.add_argument("--kill-rank", default=None, metavar="R@ROUND",
+                   help="kill rank R's process at round ROUND (the run then ends cleanly)")
+    p.add_argument("--seed", type=int, default=7, help="dataset seed (default 7)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+# -- child processes -----------------------------------------------------------------------------
+def _preexec() -> None:  # pragma: no cover - runs in the child
+    """Die with the demo: ask Linux to SIGKILL the child when its parent goes away."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class _Child:
+    name: str
+    proc: subprocess.Popen[str]
+    lines: queue.Queue[tuple[str, str | None]]
+    readers: list[threading.Thread] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+
+class _Cluster:
+    """The demo's child processes; :meth:`close` leaves none behind."""
+
+    def __init__(self, salt_hex: str) -> None:
+        self.children: list[_Child] = []
+        self.events: queue.Queue[tuple[str, str | None]] = queue.Queue()
+        self.env = dict(os.environ, FLODL_SESSION_SALT=salt_hex, PYTHONUNBUFFERED="1")
+
+    def spawn(self, name: str, args: Sequence[str], *, private: bool = False,
+              stdin: bool = False) -> _Child:
+        """Start ``python -m <args>``; stdout lines go to a private queue (``private``) or the
+        shared event queue, tagged with ``name``."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, env=self.env,
+            preexec_fn=_preexec if sys.platform.startswith("linux") else None,
+        )
+        q: queue.Queue[tuple[str, str | None]] = queue.Queue() if private else self.events
+        child = _Child(name, proc, q)
+        assert proc.stdout is not None and proc.stderr is not None
+        child.readers = [
+            threading.Thread(target=self._pump, args=(name, proc.stdout, q), daemon=False,
+                             name=f"demo-out-{name}"),
+            threading.Thread(target=self._collect, args=(proc.stderr, child.stderr),
+                             daemon=False, name=f"demo-err-{name}"),
+        ]
+        for t in child.readers:
+            t.start()
+        self.children.append(child)
+        return child
+
+    @staticmethod
+    def _pump(name: str, stream: IO[str], q: queue.Queue[tuple[str, str | None]]) -> None:
+        for line in stream:
+            q.put((name, line.rstrip("\n")))
+        q.put((name, None))
+
+    @staticmethod
+    def _collect(stream: IO[str], sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line.rstrip("\n"))
+            del sink[:-50]
+
+    @staticmethod
+    def first_line(child: _Child, timeout: float) -> str:
+        """The child's first stdout line (its ``listening on ...``).
+
+        Raises:
+            RuntimeError: it exited or stayed silent for ``timeout`` seconds.
+        """
+        try:
+            _, line = child.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"{child.name} printed nothing within {timeout:g}s") from None
+        if line is None:
+            child.proc.wait()
+            err = "\n".join(child.stderr[-5:])
+            raise RuntimeError(f"{child.name} exited ({child.proc.returncode}): {err}")
+        return line
+
+    def kill(self, child: _Child) -> None:
+        """SIGKILL one child."""
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.kill()
+
+    def close(self, grace: float = 5.0) -> None:
+        """Wait ``grace`` seconds for children to exit, then terminate / kill the rest; join
+        the reader threads."""
+        deadline = time.monotonic() + grace
+        for c in self.children:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                c.proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                c.proc.terminate()
+        for c in self.children:
+            try:
+                c.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                c.proc.wait()
+            if c.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    c.proc.stdin.close()
+        for c in self.children:
+            for t in c.readers:
+                t.join()
+            for s in (c.proc.stdout, c.proc.stderr):
+                if s is not None:
+                    s.close()
+
+
+def _addr_of(line: str, what: str) -> str:
+    prefix = "listening on "
+    if not line.startswith(prefix):
+        raise RuntimeError(f"{what}: expected '{prefix}HOST:PORT', got {line!r}")
+    return line[len(prefix):].strip()
+
+
+# -- the run -------------------------------------------------------------------------------------
+@dataclass
+class _Result:
+    rounds: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    final: dict[int, dict[str, Any]] = field(default_factory=dict)
+    killed: int | None = None
+    problems: list[str] = field(default_factory=list)
+    relay_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    controller_rc: int | None = None
+    relay_rc: dict[str, int | None] = field(default_factory=dict)
+    wall: float = 0.0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; return the exit code."""
+    console = Console()
+    try:
+        kill = _parse_kill(args.kill_rank)
+        if args.world_size < 1 or not 1 <= args.hosts <= args.world_size:
+            raise ValueError("need 1 <= --hosts <= --world-size")
+        if args.rounds < 1:
+            raise ValueError("--rounds must be >= 1")
+        if args.payload_mib < 0:
+            raise ValueError("--payload-mib must be >= 0")
+        parse_outer(args.outer)
+        if kill is not None and not (0 <= kill[0] < args.world_size
+                                     and 1 <= kill[1] <= args.rounds):
+            raise ValueError("--kill-rank R@ROUND needs R < world size and 1 <= ROUND <= rounds")
+    except ValueError as e:
+        print(f"flodl-proto demo: {e}", file=sys.stderr)
+        return 2
+    salt_hex = os.urandom(16).hex()
+    groups = partition(args.world_size, args.hosts)
+    cluster = _Cluster(salt_hex)
+    res = _Result()
+    stop = threading.Event()
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    t_start = time.perf_counter()
+    try:
+        _drive(args, console, cluster, groups, kill, res, stop)
+    except RuntimeError as e:
+        res.problems.append(str(e))
+    finally:
+        cluster.close(grace=0.0 if res.problems else 10.0)
+        for s, h in old.items():
+            signal.signal(s, h)
+        res.wall = time.perf_counter() - t_start
+    for c in cluster.children:
+        if c.name.startswith("relay"):
+            res.relay_rc[c.name] = c.proc.returncode
+        elif c.name == "controller":
+            res.controller_rc = c.proc.returncode
+    return _report(args, console, groups, kill, res, cluster)
+
+
+def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
+           groups: list[list[int]], kill: tuple[int, int] | None, res: _Result,
+           stop: threading.Event) -> None:
+    w = args.world_size
+    ctrl_args = ["flodl_proto.cli", "controller", "--listen", "127.0.0.1:0", "--world-size",
+                 str(w), "--protocol-version", str(args.protocol_version)]
+    if args.outer:
+        ctrl_args += ["--outer", args.outer]
+    ctrl = cluster.spawn("controller", ctrl_args, private=True)
+    ctrl_addr = _addr_of(cluster.first_line(ctrl, _START), "controller")
+    relay_addr: dict[int, str] = {}
+    relays = []
+    for h, ranks in enumerate(groups):
+        r = cluster.spawn(f"relay{h}", [
+            "flodl_proto.cli", "relay", "--controller", ctrl_addr, "--ranks",
+            ",".join(map(str, ranks)), "--world-size", str(w), "--listen-port", "0",
+            "--protocol-version", str(args.protocol_version), "--host", f"demo-host{h}",
+        ], private=True)
+        relays.append(r)
+    for h, (r, ranks) in enumerate(zip(relays, groups, strict=True)):
+        addr = _addr_of(cluster.first_line(r, _START), f"relay{h}")
+        for rank in ranks:
+            relay_addr[rank] = addr
+    workers = {}
+    for rank in range(w):
+        cfg = {"rank": rank, "world_size": w, "seed": args.seed, "rounds": args.rounds,
+               "relay": relay_addr[rank], "version": args.protocol_version, "bf16": args.bf16,
+               "payload_mib": args.payload_mib,
+               "kill_round": kill[1] if kill and kill[0] == rank else None}
+        workers[rank] = cluster.spawn(f"rank{rank}", [
+            "flodl_proto.commands._demo_worker", json.dumps(cfg)], stdin=True)
+
+    alive = set(range(w))
+    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                        console=console, disable=args.no_progress, transient=False)
+    with progress:
+        task = progress.add_task("rounds", total=args.rounds, info="")
+        done_min = 0
+        while alive:
+            if stop.is_set():
+                raise RuntimeError("interrupted")
+            try:
+                name, line = cluster.events.get(timeout=_STALL)
+            except queue.Empty:
+                raise RuntimeError(f"no progress for {_STALL:g}s; giving up") from None
+            rank = int(name[4:])
+            if line is None:
+                alive.discard(rank)
+                continue
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = ev.get("ev")
+            if kind == "round":
+                res.rounds.setdefault(int(ev["round"]), {})[rank] = ev
+                k_min = min((k for k in range(1, args.rounds + 1)
+                             if len(res.rounds.get(k, {})) < len(alive)), default=args.rounds + 1)
+                if k_min - 1 > done_min:
+                    done_min = k_min - 1
+                    r0 = res.rounds[done_min]
+                    loss = next(iter(r0.values()))["loss"]
+                    progress.update(task, completed=done_min, info=f"loss {loss:.5f}")
+            elif kind == "kill-me":
+                cluster.kill(workers[rank])
+                res.killed = rank
+                progress.console.print(f"killed rank {rank} at round {ev['round']}")
+            elif kind in ("done", "ended"):
+                res.final[rank] = ev
+            elif kind == "error":
+                raise RuntimeError(f"rank {rank} failed: {ev.get('error')}")
+    # every rank is gone: the relays and the controller end on their own
+    for c in [*relays, ctrl]:
+        try:
+            c.proc.wait(timeout=15.0)
+        except subprocess.TimeoutExpired:
+            res.problems.append(f"{c.name} did not exit after the ranks left")
+    for h, r in enumerate(relays):
+        for _ in range(8):
+            try:
+                _, line = r.lines.get(timeout=2.0)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            if line.startswith("relay stats "):
+                res.relay_stats[f"relay{h}"] = {
+                    k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
+            kill: tuple[int, int] | None, res: _Result, cluster: _Cluster) -> int:
+    w = args.world_size
+    x, y = worker.make_dataset(args.seed)
+    _, l_opt = worker.optimum(x, y)
+    l_start = worker.full_loss(x, y, np.zeros(worker.FEATURES + 1, np.float32))
+    survivors = [r for r in range(w) if r != res.killed]
+    complete = [k for k in sorted(res.rounds)
+                if all(r in res.rounds[k] for r in survivors)]
+    last = complete[-1] if complete else 0
+    digests = {r: res.rounds[last][r]["digest"] for r in survivors} if last else {}
+    problems = list(res.problems)
+    if kill is None:
+        if last != args.rounds:
+            problems.append(f"only {last} of {args.rounds} rounds completed")
+        missing = [r for r in range(w) if res.final.get(r, {}).get("ev") != "done"]
+        if missing:
+            why = {r: res.final.get(r, {}).get("error", "no report") for r in missing}
+            problems.append(f"ranks that did not finish: {why}")
+    else:
+        if res.killed is None:
+            problems.append(f"rank {kill[0]} never reached round {kill[1]}")
+        beyond = [r for r in survivors
+                  if any(r in res.rounds.get(k, {}) for k in range(last + 1, args.rounds + 1))]
+        if beyond:
+            problems.append(f"ranks {beyond} completed rounds past {last}")
+    if len(set(digests.values())) > 1:
+        problems.append("ranks hold different consensus frames")
+    l_end = res.rounds[last][survivors[0]]["loss"] if last else float("nan")
+    loss_ok = l_end <= l_opt * (1.0 + TOLERANCE)
+    if kill is None and not loss_ok:
+        problems.append(f"final loss {l_end:.6f} is not within {TOLERANCE:.0%} of the optimum "
+                        f"{l_opt:.6f}")
+    if res.controller_rc not in (0, None):
+        problems.append(f"controller exited with {res.controller_rc}")
+    for name, rc in res.relay_rc.items():
+        if rc not in (0, None):
+            problems.append(f"{name} exited with {rc}")
+
+    times = [max(ev["t_round"] for ev in res.rounds[k].values()) for k in complete]
+    syncs = [max(ev["t_sync"] for ev in res.rounds[k].values()) for k in complete]
+    idle_rounds = sum(1 for k in complete
+                      if any(ev["steps"] == 0 for ev in res.rounds[k].values()))
+    moved = sum(sum(v for k, v in s.items() if k not in ("host_frames", "broadcasts"))
+                for s in res.relay_stats.values())
+    t = Table(title="flodl-proto demo", show_header=True, header_style="bold")
+    t.add_column("", style="cyan", no_wrap=True)
+    t.add_column("value", overflow="fold")
+    outer = f", outer {args.outer}" if args.outer else ""
+    t.add_row("cluster", f"controller + {args.hosts} relays {groups} + {w} ranks "
+              f"(processes, loopback TCP, HMAC, protocol v{args.protocol_version}, "
+              f"{'bf16' if args.bf16 else 'f32'} wire{outer})")
+    t.add_row("rounds", f"{last} of {args.rounds} completed ({idle_rounds} with an idle rank)")
+    t.add_row("round time", f"median {statistics.median(times) * 1e3:.1f} ms, "
+              f"p95 {_pct(times, 95) * 1e3:.1f} ms" if times else "n/a")
+    t.add_row("sync time", f"median {statistics.median(syncs) * 1e3:.1f} ms, "
+              f"p95 {_pct(syncs, 95) * 1e3:.1f} ms" if syncs else "n/a")
+    t.add_row("bytes moved", f"{moved:,} ({moved / 2**20:.1f} MiB on all legs)" if moved
+              else "n/a")
+    t.add_row("loss start", f"{l_start:.6f}")
+    t.add_row("loss end", f"{l_end:.6f}")
+    verdict = "ok" if loss_ok else "not met"
+    if kill is not None:
+        verdict = f"not checked: the run was stopped at round {last}"
+    t.add_row("optimum", f"{l_opt:.6f} (closed form)")
+    t.add_row("loss vs optimum", f"{(l_end / l_opt - 1) * 100:+.3f} % (tolerance "
+              f"{TOLERANCE:.0%}: {verdict})")
+    for r in range(w):
+        if r == res.killed:
+            t.add_row(f"rank {r}", f"killed at round {kill[1] if kill else '?'}")
+        else:
+            t.add_row(f"rank {r}", digests.get(r, "n/a"))
+    t.add_row("wall time", f"{res.wall:.1f} s")
+    console.print(t)
+    if kill is not None and not problems:
+        console.print(f"rank {kill[0]} was killed at round {kill[1]}; the run ended cleanly; "
+                      f"the {len(survivors)} survivors hold the identical consensus of round "
+                      f"{last}: {next(iter(digests.values()), 'n/a')}")
+    if problems:
+        for p in problems:
+            console.print(f"[red]FAILED[/red]: {p}")
+        for c in cluster.children:
+            if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller"):
+                tail = "\n    ".join(c.stderr[-5:])
+                console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False)
+        return 1
+    if kill is None:
+        console.print("[green]OK[/green]: every round completed, every rank holds the identical "
+                      "consensus, final loss within tolerance of the optimum")
+    else:
+        console.print("[green]OK[/green]: the run ended cleanly after the kill and every "
+                      "survivor holds the identical consensus")
+    return 0

@@ -1,0 +1,438 @@
+"""RankClient: local checks, the handshake, the framed reply, the fused pre-scale, decoding into
+caller arrays, and upstream's client behaviours (cpu_reduce_tests.rs) through a real relay and
+controller."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto.codec import (
+    Dtype,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_round_frame,
+    encode_ack,
+    encode_round_frame_bytes,
+)
+from flodl_proto.codec._common import END_OF_STREAM
+from flodl_proto.errors import (
+    BadMagic,
+    InvalidValue,
+    LimitExceeded,
+    SchemaMismatch,
+    TruncatedInput,
+    VersionMismatch,
+)
+from flodl_proto.reduce import bf16_from_f32
+from flodl_proto.runner.controller import ReferenceController
+from flodl_proto.runner.rank import RankClient
+from flodl_proto.runner.relay import Relay
+
+from .cluster_util import SALT, frame, in_thread, leak_guard, recv_exact, values
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    with leak_guard():
+        yield
+
+
+# -- a scripted relay (server side of the loopback) ----------------------------------------------
+Script = Callable[["FakeRelay", socket.socket], Any]
+
+
+class FakeRelay:
+    """Accepts one client; ``script(self, conn)`` runs in a thread and talks raw bytes."""
+
+    def __init__(self, script: Script) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.listener.settimeout(20)
+        self.port = self.listener.getsockname()[1]
+        self.requests: list[RoundFrame] = []
+        self.result: dict[str, Any] = {}
+
+        def body() -> None:
+            conn, _ = self.listener.accept()
+            conn.settimeout(20)
+            try:
+                self.result["value"] = script(self, conn)
+            except BaseException as e:
+                self.result["error"] = e
+            finally:
+                conn.close()
+
+        self.thread = threading.Thread(target=body, name="fake-relay")
+        self.thread.start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def read_request(self, conn: socket.socket) -> RoundFrame:
+        n = int.from_bytes(recv_exact(conn, 4), "little")
+        body = recv_exact(conn, n)
+        res = decode_round_frame(body, SALT)
+        assert res is not END_OF_STREAM and res[1] == n
+        self.requests.append(res[0])
+        return res[0]
+
+    def close(self) -> None:
+        self.thread.join()
+        self.listener.close()
+        if "error" in self.result:
+            raise self.result["error"]
+
+
+def acking(version: int, then: Script | None = None) -> Script:
+    """Read the handshake, ack with ``version``, then run ``then``."""
+    def script(relay: FakeRelay, conn: socket.socket) -> Any:
+        hs = recv_exact(conn, 16)
+        conn.sendall(encode_ack(version))
+        return hs, (then(relay, conn) if then is not None else None)
+    return script
+
+
+def _reply(reply: RoundFrame | bytes, prefix: int | None = None
+           ) -> Script:
+    def then(relay: FakeRelay, conn: socket.socket) -> None:
+        relay.read_request(conn)
+        body = reply if isinstance(reply, bytes) else encode_round_frame_bytes(reply, SALT)
+        n = len(body) if prefix is None else prefix
+        conn.sendall(n.to_bytes(4, "little") + body)
+    return then
+
+
+# -- local checks ------------------------------------------------------------------------------
+def test_rank_out_of_range_and_zero_world_are_rejected_locally() -> None:
+    with pytest.raises(InvalidValue, match=r"cpu_reduce: rank_id 2 must be < world_size 2") as e:
+        RankClient.connect("127.0.0.1:1", 2, 2, SALT)
+    assert not e.value.remote
+    with pytest.raises(InvalidValue, match=r"cpu_reduce: world_size must be > 0"):
+        RankClient.connect("127.0.0.1:1", 0, 0, SALT)
+    with pytest.raises(VersionMismatch):
+        RankClient.connect("127.0.0.1:1", 0, 1, SALT, version=4)
+
+
+def test_connect_failure_is_reported_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.01")  # clamped to 0.1: 6 attempts
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(ConnectionError, match=rf"cpu_reduce: connect to 127.0.0.1:{port} failed"):
+        RankClient.connect(f"127.0.0.1:{port}", 0, 1, SALT)
+
+
+# -- handshake ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", [2, 3])
+def test_handshake_bytes_and_ack(version: int) -> None:
+    fake = FakeRelay(acking(version))
+    client = RankClient.connect(fake.addr, 3, 4, SALT, version)
+    client.close()
+    fake.close()
+    hs, _ = fake.result["value"]
+    assert hs == bytes.fromhex(f"c0170df10{version}000000030000000400000000"[:32])
+
+
+def test_ack_with_the_other_version_or_magic_or_missing() -> None:
+    fake = FakeRelay(acking(3))
+    with pytest.raises(VersionMismatch,
+                       match=r"cpu_reduce: controller protocol_version 3 != our version 2"):
+        RankClient.connect(fake.addr, 0, 1, SALT, 2)
+    fake.close()
+
+    def bad_magic(relay: FakeRelay, conn: socket.socket) -> None:
+        recv_exact(conn, 16)
+        conn.sendall(bytes.fromhex("c0170df102000000"))
+
+    fake = FakeRelay(bad_magic)
+    with pytest.raises(BadMagic, match="cpu_reduce: handshake ack magic 0xf10d17c0"):
+        RankClient.connect(fake.addr, 0, 1, SALT)
+    fake.close()
+
+    def refuse(relay: FakeRelay, conn: socket.socket) -> None:
+        recv_exact(conn, 16)
+
+    fake = FakeRelay(refuse)
+    with pytest.raises(TruncatedInput, match="cpu_reduce: handshake ack read failed"):
+        RankClient.connect(fake.addr, 0, 1, SALT)
+    fake.close()
+
+
+# -- the framed reply --------------------------------------------------------------------------
+def test_reply_must_fill_its_prefix_exactly() -> None:
+    reply = frame([1.0, 2.0])
+    body = encode_round_frame_bytes(reply, SALT)
+    # the prefix claims more than the frame: the frame ends early
+    fake = FakeRelay(acking(2, _reply(body + b"\0\0", prefix=len(body) + 2)))
+    with RankClient.connect(fake.addr, 0, 1, SALT) as c, \
+            pytest.raises(TruncatedInput, match="consumed 2 bytes fewer than its length prefix"):
+        c.all_reduce(frame([1.0, 2.0]))
+    fake.close()
+    # the peer dies inside the body
+    fake = FakeRelay(acking(2, _reply(body[:20], prefix=len(body))))
+    with RankClient.connect(fake.addr, 0, 1, SALT) as c, \
+            pytest.raises(TruncatedInput, match="stream ended inside a len-framed RoundFrame"):
+        c.all_reduce(frame([1.0, 2.0]))
+    fake.close()
+    # closed before the reply
+    fake = FakeRelay(acking(2, lambda r, conn: r.read_request(conn)))
+    with RankClient.connect(fake.addr, 0, 1, SALT) as c, \
+            pytest.raises(TruncatedInput, match="closed connection before sending averaged"):
+        c.all_reduce(frame([1.0, 2.0]))
+    fake.close()
+
+
+def test_reply_prefix_above_the_ceiling_is_rejected_before_reading() -> None:
+    fake = FakeRelay(acking(2, _reply(b"", prefix=1 << 30)))
+    with RankClient.connect(fake.addr, 0, 1, SALT, ceiling=1 << 20) as c, \
+            pytest.raises(LimitExceeded, match="exceeds the frame ceiling"):
+        c.all_reduce(frame([1.0]))
+    fake.close()
+
+
+# -- what goes on the wire --------------------------------------------------------------------
+def _capture(version: int, call: Callable[[RankClient], Any], reply: RoundFrame,
+             bf16: bool = False, rank: int = 0, world: int = 1) -> tuple[RoundFrame, Any]:
+    """Run ``call`` against a fake relay answering ``reply``; return (request, result)."""
+    fake = FakeRelay(acking(version, _reply(reply)))
+    try:
+        with RankClient.connect(fake.addr, rank, world, SALT, version, bf16=bf16) as c:
+            out = call(c)
+    except BaseException:
+        fake.thread.join()
+        fake.listener.close()
+        raise
+    fake.close()
+    return fake.requests[0], out
+
+
+def test_fused_scale_f32_and_bf16_wire() -> None:
+    x = np.array([1.0, -3.0, 0.1, 1e-3], np.float32)
+    sent, _ = _capture(2, lambda c: c.all_reduce_scaled([x.copy()], 0.3), frame([0, 0, 0, 0]))
+    assert sent.kind is RoundKind.MODEL and sent.weight == 0.3
+    assert bytes(sent.tensors[0].data) == (x * np.float32(0.3)).astype("<f4").tobytes()
+    sent, _ = _capture(2, lambda c: c.all_reduce_scaled([x.copy()], 0.3), frame([0, 0, 0, 0],
+                       dtype=Dtype.BF16), bf16=True)
+    assert sent.tensors[0].dtype == Dtype.BF16
+    assert bytes(sent.tensors[0].data) == bf16_from_f32(x * np.float32(0.3)).tobytes()
+    # a bf16 staging tensor: widened, scaled in f32, rounded once
+    xb = x.astype(ml_dtypes.bfloat16)
+    sent, _ = _capture(2, lambda c: c.all_reduce_scaled([xb.copy()], 1 / 7), frame(
+        [0, 0, 0, 0], dtype=Dtype.BF16), bf16=True)
+    expect = bf16_from_f32(xb.astype(np.float32) * np.float32(1 / 7)).tobytes()
+    assert bytes(sent.tensors[0].data) == expect
+
+
+def test_idle_rank_v3_sends_elided_v2_sends_real_zeros() -> None:
+    x = np.array([[1.0, -2.0], [np.nan, np.inf]], np.float32)
+    sent, _ = _capture(3, lambda c: c.all_reduce_scaled([x.copy()], 0.0), frame(
+        TensorPayload.elide(Dtype.F32, [2, 2]), weight=0.0))
+    assert sent.weight == 0.0 and sent.tensors[0].elided and sent.tensors[0].shape == (2, 2)
+    sent, _ = _capture(2, lambda c: c.all_reduce_scaled([x.copy()], 0.0), frame(
+        np.zeros(4), weight=0.0))
+    got = np.frombuffer(sent.tensors[0].data, "<f4")
+    assert np.signbit(got[1]) and got[0] == 0.0 and np.isnan(got[2]) and np.isnan(got[3])
+
+
+def test_zero_mass_reply_leaves_arrays_untouched() -> None:
+    x = np.array([1.0, 2.0], np.float32)
+    _, rep = _capture(2, lambda c: c.all_reduce_scaled([x], 0.0), frame([5.0, 6.0], weight=0.0))
+    assert not rep.adopted and x.tolist() == [1.0, 2.0] and rep.weight == 0.0
+    assert rep.arrays()[0].tolist() == [5.0, 6.0]
+
+
+def test_decode_into_widens_bf16_and_zeroes_elided() -> None:
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    y = np.ones((2, 2), np.float32)
+    reply = RoundFrame(RoundKind.MODEL, 2.0, [
+        TensorPayload(Dtype.BF16, [3], bf16_from_f32(np.array([1.5, -2.25, 1e30],
+                                                              np.float32)).tobytes()),
+        TensorPayload.elide(Dtype.BF16, [2, 2])])
+    _, rep = _capture(3, lambda c: c.all_reduce_scaled([x, y], 1.0), reply, bf16=True)
+    assert rep.adopted
+    assert x.tolist() == [1.5, -2.25, float(np.float32(ml_dtypes.bfloat16(1e30)))]
+    assert y.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    # bf16 destinations get the bf16 bytes verbatim
+    xb = np.zeros(3, ml_dtypes.bfloat16)
+    _, rep = _capture(3, lambda c: c.all_reduce_scaled([xb], 1.0), RoundFrame(
+        RoundKind.MODEL, 1.0, [reply.tensors[0]]), bf16=True)
+    assert xb.view(np.uint16).tobytes() == bytes(reply.tensors[0].data)
+
+
+def test_decode_into_refuses_drifted_destinations() -> None:
+    x = np.zeros(3, np.float32)
+    with pytest.raises(SchemaMismatch, match="decode into destination refused"):
+        _capture(2, lambda c: c.all_reduce_scaled([x], 1.0), frame([1.0, 2.0]))
+    with pytest.raises(InvalidValue, match="dtype float64 not supported"):
+        _capture(2, lambda c: c.all_reduce_scaled([np.zeros(2)], 1.0), frame([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_broadcast_and_gather_frames(version: int) -> None:
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    reply = frame([1.0, -2.0, 3.0], weight=0.0, kind=RoundKind.CONTROL)
+    sent, rep = _capture(version, lambda c: c.broadcast_from_root([x.copy()], 0), reply,
+                         bf16=True, rank=0, world=2)
+    assert sent.kind is RoundKind.CONTROL and sent.weight == 0.0
+    assert sent.tensors[0].dtype == Dtype.F32  # Control always rides f32
+    assert bytes(sent.tensors[0].data) == x.tobytes()
+    mine = np.array([9.0, 9.0, 9.0], np.float32)
+    sent, rep = _capture(version, lambda c: c.broadcast_from_root([mine], 0), reply,
+                         rank=1, world=2)
+    assert sent.tensors[0].elided == (version == 3)
+    assert mine.tolist() == [1.0, -2.0, 3.0] and rep.adopted
+    sent, counts = _capture(version, lambda c: c.gather_counts(5), frame(
+        [3.0, 5.0, 0.0], kind=RoundKind.CONTROL, weight=0.0), rank=1, world=3)
+    assert values(sent) == [[0.0, 5.0, 0.0]] and sent.kind is RoundKind.CONTROL
+    assert counts.dtype == np.float64 and counts.tolist() == [3.0, 5.0, 0.0]
+
+
+# -- through a real relay and controller (cpu_reduce_tests.rs) ---------------------------------
+class _Cluster:
+    def __init__(self, hosts: list[list[int]], version: int = 2) -> None:
+        self.world = sum(len(h) for h in hosts)
+        self.version = version
+        self.ctrl = ReferenceController(self.world, SALT, version=version).start()
+        self.relays = [Relay(self.ctrl.address, h, self.world, SALT, version=version,
+                             listen_port=0, host=f"h{i}").start() for i, h in enumerate(hosts)]
+        self.hosts = hosts
+
+    def run(self, fn: Callable[[RankClient], Any], bf16: bool = False) -> dict[int, Any]:
+        jobs = {}
+        for relay, ranks in zip(self.relays, self.hosts, strict=True):
+            for r in ranks:
+                def body(r: int = r, relay: Relay = relay) -> Any:
+                    with RankClient.connect(relay.address, r, self.world, SALT, self.version,
+                                            bf16=bf16) as c:
+                        return fn(c)
+                jobs[r] = in_thread(body)
+        out = {}
+        for r, (t, res) in jobs.items():
+            t.join()
+            if "error" in res:
+                raise res["error"]
+            out[r] = res["result"]
+        return out
+
+    def close(self) -> None:
+        for r in self.relays:
+            r.shutdown()
+        self.ctrl.shutdown()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Callable[..., _Cluster]]:
+    made: list[_Cluster] = []
+
+    def make(hosts: list[list[int]], version: int = 2) -> _Cluster:
+        made.append(_Cluster(hosts, version))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_two_rank_client_average_and_multi_round_persistence(
+        cluster: Callable[..., _Cluster]) -> None:
+    cl = cluster([[0, 1]])
+
+    def rounds(c: RankClient) -> list[list[float]]:
+        out = []
+        for k in range(3):
+            x = np.array([2.0, 4.0, 6.0], np.float32) * (c.rank + 1) + 4 * k
+            c.all_reduce_mean([x])
+            out.append(x.tolist())
+        return out
+
+    res = cl.run(rounds)
+    assert res[0] == res[1]
+    assert res[0][0] == [3.0, 6.0, 9.0]
+    assert [r[0] for r in res[0]] == [3.0, 7.0, 11.0]
+
+
+def test_three_rank_broadcast_from_root(cluster: Callable[..., _Cluster]) -> None:
+    cl = cluster([[0, 1], [2]], version=3)
+
+    def bcast(c: RankClient) -> list[list[float]]:
+        a = np.full(3, 10.0 * c.rank + 1, np.float32)
+        b = np.arange(4, dtype=np.float32).reshape(2, 2) * (c.rank + 1)
+        c.broadcast_from_root([a, b])
+        return [a.tolist(), b.reshape(-1).tolist()]
+
+    res = cl.run(bcast)
+    assert res[0] == res[1] == res[2] == [[1.0, 1.0, 1.0], [0.0, 1.0, 2.0, 3.0]]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_idle_nan_rank_cannot_poison_v3_but_does_v2(cluster: Callable[..., _Cluster],
+                                                    version: int) -> None:
+    cl = cluster([[0, 1], [2]], version=version)
+
+    def step(c: RankClient) -> list[float]:
+        x = {0: [2.0, 8.0], 1: [2.0, 8.0], 2: [np.nan, 1.0]}[c.rank]
+        arr = np.array(x, np.float32)
+        mass = {0: 1.0, 1: 2.0, 2: 0.0}[c.rank]
+        rep = c.all_reduce_scaled([arr], mass)
+        assert rep.weight == 3.0
+        return arr.tolist()
+
+    res = cl.run(step)
+    if version == 3:
+        assert res[0] == res[1] == res[2] == [2.0, 8.0]
+    else:
+        assert all(np.isnan(r[0]) and r[1] == 8.0 for r in res.values())
+
+
+def test_two_rank_scaled_weighted_average_bf16_wire_and_counts(
+        cluster: Callable[..., _Cluster]) -> None:
+    cl = cluster([[0], [1]])
+
+    def step(c: RankClient) -> tuple[list[float], list[float], float]:
+        counts = c.gather_counts({0: 3, 1: 1}[c.rank])
+        x = np.array({0: [2.0, 8.0], 1: [4.0, 16.0]}[c.rank], np.float32)
+        rep = c.all_reduce_scaled([x], float(counts[c.rank]))
+        return x.tolist(), counts.tolist(), rep.weight
+
+    res = cl.run(step, bf16=True)
+    assert res[0] == res[1] == ([2.5, 10.0], [3.0, 1.0], 4.0)
+
+
+def test_rank_cli_prints_digests(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    with ReferenceController(2, SALT) as ctrl:
+        relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0).start()
+        try:
+            procs = [subprocess.Popen(
+                [sys.executable, "-m", "flodl_proto.cli", "rank", "--relay",
+                 f"127.0.0.1:{relay.port}", "--rank", str(r), "--world-size", "2", "--salt",
+                 SALT.hex(), "--rounds", "3", "--payload-mib", "0.25"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+            outs = [p.communicate(timeout=60) for p in procs]
+            assert [p.returncode for p in procs] == [0, 0], outs
+            lines = [o[0].splitlines() for o in outs]
+            assert lines[0] == lines[1] and len(lines[0]) == 3
+            for k, line in enumerate(lines[0], 1):
+                head, digest = line.rsplit(" ", 1)
+                assert head == f"round {k} digest" and len(digest) == 64
+                int(digest, 16)
+            assert relay.wait(20) is None
+        finally:
+            relay.shutdown()
+    assert ctrl.outcome is not None and ctrl.outcome.clean
+

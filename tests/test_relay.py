@@ -1,0 +1,491 @@
+"""The Relay against a scripted controller: upstream's relay behaviours (relay/agent_tests.rs)
+and its failure modes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from flodl_proto.codec import (
+    DeclareDead,
+    Dtype,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    TensorPayload,
+    encode_round_frame_bytes,
+)
+from flodl_proto.errors import (
+    AuthenticationError,
+    InvalidValue,
+    SchemaMismatch,
+    SequenceError,
+    TruncatedInput,
+    VersionMismatch,
+)
+from flodl_proto.runner.rank import RankClient
+from flodl_proto.runner.relay import Relay, default_relay_port
+
+from .cluster_util import (
+    OTHER_SALT,
+    SALT,
+    ControllerConn,
+    FakeController,
+    RawRank,
+    frame,
+    in_thread,
+    leak_guard,
+    read_to_eof,
+    values,
+    wait_until,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    with leak_guard():
+        yield
+
+
+def _connect(relay: Relay, rank: int, world: int, version: int = 2,
+             salt: bytes = SALT) -> RankClient:
+    return RankClient.connect(relay.address, rank, world, salt, version)
+
+
+def _start(ctrl: FakeController, ranks: list[int], world: int, version: int = 2,
+           host: str = "h0") -> Relay:
+    return Relay(ctrl.address, ranks, world, SALT, version=version, listen_port=0,
+                 host=host).start()
+
+
+def _connect_all(relay: Relay, ranks: list[int], world: int,
+                 version: int = 2) -> list[RankClient]:
+    """Connect every rank concurrently (the relay accepts them one after the other)."""
+    jobs = [in_thread(_connect, relay, r, world, version) for r in ranks]
+    out = []
+    for t, res in jobs:
+        t.join()
+        if "error" in res:
+            raise res["error"]
+        out.append(res["result"])
+    return out
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_data_channel_end_to_end_one_rank(version: int) -> None:
+    """Magic, Hello (v2: {host, ranks}; v3: + empty model_sigs), a 1-rank fold is the identity
+    (the HostFrame carries the rank's frame verbatim), the Broadcast reaches the rank verbatim."""
+    with FakeController(version=version) as ctrl:
+        relay = _start(ctrl, [0], 1, version)
+        try:
+            t, res = in_thread(_connect, relay, 0, 1, version)
+            conn = ctrl.accept()
+            assert conn.read_magic() == bytes.fromhex("e1170df1")
+            raw = conn.read_raw_record()
+            expected = MuxRecord.control_msg(Hello("h0", [0]), version)
+            assert raw[25:] == bytes(expected.payload)
+            assert raw[25:] == (b"\x00\x02h0\x01\x00" + (b"\x00" if version == 3 else b""))
+            conn.send(MuxRecord.control_msg(HelloAck(), version))
+            t.join()
+            client = res["result"]
+            mine = frame([1.0, -2.5, 3.25], weight=2.0)
+            t2, res2 = in_thread(client.all_reduce, mine)
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            assert bytes(rec.payload) == encode_round_frame_bytes(mine, SALT)
+            consensus = frame([0.5, 1.5, 2.5], weight=2.0)
+            payload = conn.broadcast(consensus)
+            t2.join()
+            assert res2["result"] == consensus
+            assert bytes(client.last_reply.raw) == payload
+            client.close()
+            rec = conn.read_record()
+            assert rec is not None and rec.control == RankExit(0)
+            assert conn.read_record() is None  # last rank left: upstream closed
+            assert relay.wait(10) is None
+        finally:
+            relay.shutdown()
+
+
+def test_fold_sums_local_ranks_into_one_host_frame() -> None:
+    """[1,2] w3 + [10,20] w1 -> one HostFrame [11,22] w4; the Broadcast reaches both ranks."""
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            t, res = in_thread(_connect_all, relay, [0, 1], 2)
+            conn = ctrl.accept()
+            hello = conn.handshake()
+            assert hello.control == Hello("h0", [0, 1])
+            t.join()
+            c0, c1 = res["result"]
+            j0 = in_thread(c0.all_reduce, frame([1.0, 2.0], weight=3.0))
+            j1 = in_thread(c1.all_reduce, frame([10.0, 20.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            host = rec.frame(SALT)
+            assert values(host) == [[11.0, 22.0]] and host.weight == 4.0
+            payload = conn.broadcast(frame([2.75, 5.5], weight=4.0))
+            for t_, r_ in (j0, j1):
+                t_.join()
+                assert values(r_["result"]) == [[2.75, 5.5]]
+            assert bytes(c0.last_reply.raw) == payload == bytes(c1.last_reply.raw)
+            c0.close()
+            c1.close()
+            assert relay.wait(10) is None
+            assert relay.stats.host_frames == 1 and relay.stats.broadcasts == 1
+        finally:
+            relay.shutdown()
+
+
+def test_rank_exit_folds_the_remainder() -> None:
+    """Rank 0 deposited [4] w1.5, rank 1 closes: the relay ships HostFrame [4] w1.5, then
+    RankExit{1}; survivors keep flowing; the last rank leaving closes upstream."""
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            t, res = in_thread(_connect_all, relay, [0, 1], 2)
+            conn = ctrl.accept()
+            conn.handshake()
+            t.join()
+            c0, c1 = res["result"]
+            j0 = in_thread(c0.all_reduce, frame([4.0], weight=1.5))
+            wait_until(lambda: 0 in relay.fold.deposited)
+            c1.close()
+            first, second = conn.read_record(), conn.read_record()
+            assert first is not None and first.kind is RecordKind.HOST_FRAME
+            assert values(first.frame(SALT)) == [[4.0]] and first.frame(SALT).weight == 1.5
+            assert second is not None and second.control == RankExit(1)
+            conn.broadcast(frame([4.0], weight=1.5))
+            j0[0].join()
+            assert values(j0[1]["result"]) == [[4.0]]
+            # the survivor keeps flowing on its own
+            j0 = in_thread(c0.all_reduce, frame([7.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and values(rec.frame(SALT)) == [[7.0]]
+            conn.broadcast(frame([7.0]))
+            j0[0].join()
+            c0.close()
+            rec = conn.read_record()
+            assert rec is not None and rec.control == RankExit(0)
+            assert conn.read_record() is None
+            assert relay.wait(10) is None
+        finally:
+            relay.shutdown()
+
+
+def test_declare_dead_unblocks_the_barrier() -> None:
+    """Rank 0 deposited [9] w2, rank 1 never does: DeclareDead{1} completes the round; the
+    Broadcast goes to rank 0 only."""
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            t, res = in_thread(_connect, relay, 0, 2)
+            raw1 = RawRank(("127.0.0.1", relay.port))
+            assert raw1.handshake(1, 2) == bytes.fromhex("c1170df102000000")
+            conn = ctrl.accept()
+            conn.handshake()
+            t.join()
+            c0 = res["result"]
+            j0 = in_thread(c0.all_reduce, frame([9.0], weight=2.0))
+            wait_until(lambda: 0 in relay.fold.deposited)
+            conn.declare_dead(1)
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            assert values(rec.frame(SALT)) == [[9.0]] and rec.frame(SALT).weight == 2.0
+            conn.broadcast(frame([9.0], weight=2.0))
+            j0[0].join()
+            assert values(j0[1]["result"]) == [[9.0]]
+            # a frame from the dead rank is dropped (no HostFrame for it)
+            raw1.send_frame(frame([100.0]))
+            conn.close()  # controller gone: the relay ends and closes its ranks
+            assert relay.wait(10) is None
+            assert read_to_eof(raw1.sock) == b""  # rank 1 never got a broadcast
+            raw1.close()
+            c0.close()
+        finally:
+            relay.shutdown()
+
+
+def test_shuts_down_on_upstream_eof() -> None:
+    """The controller closing ends the relay cleanly; its ranks see end of stream."""
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            t, res = in_thread(_connect_all, relay, [0, 1], 2)
+            conn = ctrl.accept()
+            conn.handshake()
+            t.join()
+            c0, c1 = res["result"]
+            j0 = in_thread(c0.all_reduce, frame([1.0]))
+            conn.close()
+            assert relay.wait(10) is None
+            j0[0].join()
+            err = j0[1]["error"]
+            assert isinstance(err, TruncatedInput) and "closed connection before" in str(err)
+            with pytest.raises(TruncatedInput):
+                c1.all_reduce(frame([1.0]))
+            c0.close()
+            c1.close()
+        finally:
+            relay.shutdown()
+
+
+@pytest.mark.parametrize(("relay_version", "rank_version"), [(2, 3), (3, 2)])
+def test_rank_speaking_the_other_version_is_rejected(relay_version: int,
+                                                     rank_version: int) -> None:
+    with FakeController(version=relay_version) as ctrl:
+        relay = _start(ctrl, [0], 1, relay_version)
+        try:
+            with pytest.raises(TruncatedInput, match="handshake ack read failed"):
+                _connect(relay, 0, 1, rank_version)
+            err = relay.wait(10)
+            assert isinstance(err, VersionMismatch)
+            assert str(err).startswith(
+                f"cluster_controller: handshake protocol_version {rank_version} != "
+                f"{relay_version}")
+        finally:
+            relay.shutdown()
+
+
+def test_world_size_disagreement_is_rejected_on_the_wire() -> None:
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            with pytest.raises(TruncatedInput, match="handshake ack read failed"):
+                RankClient.connect(relay.address, 0, 3, SALT)
+            err = relay.wait(10)
+            assert isinstance(err, InvalidValue) and "world_size 3 != expected 2" in str(err)
+        finally:
+            relay.shutdown()
+
+
+def test_rank_outside_the_host_set_is_rejected() -> None:
+    """Upstream acks before checking the set; the relay then fails and closes the rank."""
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0], 2)
+        try:
+            client = _connect(relay, 1, 2)
+            err = relay.wait(10)
+            assert isinstance(err, InvalidValue)
+            assert str(err).startswith("relay: rank 1 connected but is not in this host's rank")
+            with pytest.raises(TruncatedInput):
+                client.all_reduce(frame([1.0]))
+            client.close()
+        finally:
+            relay.shutdown()
+
+
+def test_duplicate_rank_is_rejected() -> None:
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            a = _connect(relay, 0, 2)
+            b = _connect(relay, 0, 2)
+            err = relay.wait(10)
+            assert isinstance(err, InvalidValue)
+            assert str(err) == "relay: duplicate rank 0 connected on loopback"
+            a.close()
+            b.close()
+        finally:
+            relay.shutdown()
+
+
+def _two_rank_relay(ctrl: FakeController, version: int = 2
+                    ) -> tuple[Relay, RawRank, RawRank, ControllerConn]:
+    relay = _start(ctrl, [0, 1], 2, version)
+    r0 = RawRank(("127.0.0.1", relay.port))
+    r0.handshake(0, 2, version)
+    r1 = RawRank(("127.0.0.1", relay.port))
+    r1.handshake(1, 2, version)
+    conn = ctrl.accept()
+    conn.handshake()
+    return relay, r0, r1, conn
+
+
+def test_double_deposit_is_fatal() -> None:
+    with FakeController() as ctrl:
+        relay, r0, r1, _conn = _two_rank_relay(ctrl)
+        try:
+            r0.send_frame(frame([1.0]))
+            r0.send_frame(frame([1.0]))
+            err = relay.wait(10)
+            assert isinstance(err, SequenceError) and "deposited twice" in str(err)
+            assert r0.read_reply() is None and r1.read_reply() is None
+        finally:
+            relay.shutdown()
+            r0.close()
+            r1.close()
+
+
+def test_dtype_mix_is_fatal() -> None:
+    with FakeController() as ctrl:
+        relay, r0, r1, _conn = _two_rank_relay(ctrl)
+        try:
+            r0.send_frame(frame([1.0, 2.0]))
+            wait_until(lambda: 0 in relay.fold.deposited)
+            r1.send_frame(frame([1.0, 2.0], dtype=Dtype.BF16))
+            err = relay.wait(10)
+            assert isinstance(err, SchemaMismatch)
+            assert "dtype" in str(err) and "bf16_wire" in str(err)
+        finally:
+            relay.shutdown()
+            r0.close()
+            r1.close()
+
+
+def test_frame_with_another_salt_is_fatal() -> None:
+    with FakeController() as ctrl:
+        relay, r0, r1, _conn = _two_rank_relay(ctrl)
+        try:
+            r0.send_frame(frame([1.0]), salt=OTHER_SALT)
+            err = relay.wait(10)
+            assert isinstance(err, AuthenticationError)
+            assert "HMAC verification failed" in str(err)
+        finally:
+            relay.shutdown()
+            r0.close()
+            r1.close()
+
+
+def test_v2_fold_rejects_an_elided_deposit() -> None:
+    """Version 2 has no elision: a second, elided deposit fails the byte-count check."""
+    with FakeController() as ctrl:
+        relay, r0, r1, _conn = _two_rank_relay(ctrl)
+        try:
+            r0.send_frame(frame([1.0, 2.0]))
+            wait_until(lambda: 0 in relay.fold.deposited)
+            r1.send_frame(frame(TensorPayload.elide(Dtype.F32, [2]), weight=0.0))
+            err = relay.wait(10)
+            assert isinstance(err, SchemaMismatch) and "payload byte count 0" in str(err)
+        finally:
+            relay.shutdown()
+            r0.close()
+            r1.close()
+
+
+def test_upstream_record_with_another_salt_is_fatal() -> None:
+    with FakeController() as ctrl:
+        relay, r0, r1, conn = _two_rank_relay(ctrl)
+        try:
+            conn.broadcast(frame([1.0]), salt=OTHER_SALT)
+            err = relay.wait(10)
+            assert isinstance(err, AuthenticationError)
+            assert str(err).startswith("relay_mux: HMAC verification failed")
+        finally:
+            relay.shutdown()
+            r0.close()
+            r1.close()
+
+
+def test_controller_closing_before_helloack() -> None:
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0], 1)
+        try:
+            client = _connect(relay, 0, 1)
+            conn = ctrl.accept()
+            conn.read_magic()
+            conn.read_record()
+            conn.close()
+            err = relay.wait(10)
+            assert isinstance(err, TruncatedInput)
+            assert str(err) == "relay: controller closed connection before HelloAck"
+            client.close()
+        finally:
+            relay.shutdown()
+
+
+def test_controller_answering_something_else_than_helloack() -> None:
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0], 1)
+        try:
+            client = _connect(relay, 0, 1)
+            conn = ctrl.accept()
+            conn.read_magic()
+            conn.read_record()
+            conn.send(MuxRecord.control_msg(DeclareDead(0)))
+            err = relay.wait(10)
+            assert isinstance(err, SequenceError)
+            assert str(err) == "relay: expected HelloAck from controller, got DeclareDead"
+            client.close()
+        finally:
+            relay.shutdown()
+
+
+def test_shutdown_while_waiting_for_ranks_and_bad_rank_sets() -> None:
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        assert relay.shutdown(10) is None and relay.done
+    for ranks, world in (([], 2), ([0, 0], 2), ([2], 2), ([0], 0)):
+        with pytest.raises(InvalidValue, match="relay: rank set"):
+            Relay(("127.0.0.1", 1), ranks, world, SALT)
+    assert default_relay_port(1337) == 1341
+
+
+def test_stats_and_idle_elided_deposit_v3() -> None:
+    """Version 3: an idle rank's elided deposit merges nothing (the HostFrame equals the other
+    rank's contribution); an all-elided round ships elided."""
+    with FakeController(version=3) as ctrl:
+        relay, r0, r1, conn = _two_rank_relay(ctrl, version=3)
+        try:
+            r0.send_frame(frame(TensorPayload.elide(Dtype.F32, [2]), weight=0.0))
+            r1.send_frame(frame([2.0, 8.0], weight=3.0))
+            rec = conn.read_record()
+            assert rec is not None
+            host = rec.frame(SALT)
+            assert values(host) == [[2.0, 8.0]] and host.weight == 3.0
+            conn.broadcast(host)
+            assert r0.read_reply() == r1.read_reply() == bytes(rec.payload)
+            idle = frame(TensorPayload.elide(Dtype.F32, [2]), weight=0.0)
+            r0.send_frame(idle)
+            r1.send_frame(idle)
+            rec = conn.read_record()
+            assert rec is not None and rec.frame(SALT).tensors[0].elided
+            r0.close()
+            r1.close()
+            kinds = [conn.read_record() for _ in range(2)]
+            assert {k.control for k in kinds if k} == {RankExit(0), RankExit(1)}
+            assert conn.read_record() is None
+            assert relay.wait(10) is None
+            s = relay.stats
+            assert s.host_frames == 2 and s.broadcasts == 1 and s.upstream_in > 0
+        finally:
+            relay.shutdown()
+
+
+def test_relay_cli_prints_the_bound_port_and_stops_on_sigterm() -> None:
+    with FakeController() as ctrl:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flodl_proto.cli", "relay", "--controller",
+             f"127.0.0.1:{ctrl.port}", "--ranks", "0,1", "--world-size", "2", "--salt",
+             SALT.hex(), "--listen-port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().rstrip("\n")
+            assert line.startswith("listening on 127.0.0.1:")
+            port = int(line.rsplit(":", 1)[1])
+            assert port > 0
+            proc.terminate()
+            out, err = proc.communicate(timeout=20)
+            assert proc.returncode == 0, err
+            assert out.startswith("relay stats ")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def test_relay_cli_bad_arguments() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "flodl_proto.cli", "relay", "--controller", "127.0.0.1:1",
+         "--ranks", "0", "--world-size", "1", "--salt", "abcd"],
+        capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "salt" in res.stderr and res.stdout == ""
+
