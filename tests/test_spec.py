@@ -106,6 +106,8 @@ def test_magic_constants_written_only_in_the_spec() -> None:
     text = _source_text().lower()
     for m in magics:
         assert f"0x{m:08x}" not in text, f"magic 0x{m:08x} hard-coded in the package"
+    # nor any other member of the 0xF10D17xx magic family
+    assert not re.findall(r"0xf10d17[0-9a-f]{2}", text)
 
 
 def test_versions() -> None:

@@ -59,6 +59,7 @@ from ..codec.round_frame import (
 from ..errors import ProtocolError
 from ..spec import (
     CHANNELS,
+    CONTROL_HANDSHAKE_MAGIC_RANK,
     DEFAULT_FRAME_CEILING,
     HANDSHAKE_MAGIC_CONTROLLER_ACK,
     HANDSHAKE_MAGIC_RANK,
@@ -80,7 +81,7 @@ EXPORTED_FILES = ("handshake", "channel_magic", "round_frame", "mux_record", "le
 
 #: the coordinator control channel's rank handshake magic (outside the data-channel spec; used
 #: only as a wrong magic)
-_CONTROL_HANDSHAKE_MAGIC = 0xF10D17C2
+_CONTROL_HANDSHAKE_MAGIC = CONTROL_HANDSHAKE_MAGIC_RANK
 _SALTS = {"zero": bytes(16), "b": bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")}
 _CUT_BEFORE = ("failed to fill whole buffer",)
 _CUT_AFTER = ("bincode decode failed: ",)
