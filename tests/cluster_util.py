@@ -255,3 +255,13 @@ def wait_until(cond: Any, timeout: float = IO_TIMEOUT) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.005)
+
+
+def skip_deep_unless_selected(request: Any) -> None:
+    """Skip a ``@pytest.mark.deep`` test unless the run selected deep cases (``-m deep``)."""
+    import pytest
+
+    markexpr = str(request.config.getoption("markexpr") or "")
+    if request.node.get_closest_marker("deep") and (
+            "deep" not in markexpr or "not deep" in markexpr):
+        pytest.skip("deep case: select with -m deep")

@@ -312,13 +312,17 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     with progress:
         task = progress.add_task("rounds", total=args.rounds, info="")
         done_min = 0
+        last_event = time.monotonic()
         while alive:
             if stop.is_set():
                 raise RuntimeError("interrupted")
             try:
-                name, line = cluster.events.get(timeout=_STALL)
+                name, line = cluster.events.get(timeout=0.2)
             except queue.Empty:
-                raise RuntimeError(f"no progress for {_STALL:g}s; giving up") from None
+                if time.monotonic() - last_event > _STALL:
+                    raise RuntimeError(f"no progress for {_STALL:g}s; giving up") from None
+                continue
+            last_event = time.monotonic()
             rank = int(name[4:])
             if line is None:
                 alive.discard(rank)

@@ -128,21 +128,21 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ProtocolError) as e:
         print(f"flodl-proto relay: {e}", file=sys.stderr)
         return 2
-    try:
-        relay.start()
-    except OSError as e:
-        print(f"flodl-proto relay: cannot listen on 127.0.0.1:{args.listen_port}: {e}",
-              file=sys.stderr)
-        return 2
-    host, port = relay.address
-    print(f"listening on {host}:{port}", flush=True)
     stop = threading.Event()
-    try:
-        with signals_stop(stop):
+    with signals_stop(stop):  # installed before the port is announced
+        try:
+            relay.start()
+        except OSError as e:
+            print(f"flodl-proto relay: cannot listen on 127.0.0.1:{args.listen_port}: {e}",
+                  file=sys.stderr)
+            return 2
+        host, port = relay.address
+        print(f"listening on {host}:{port}", flush=True)
+        try:
             while not relay.done and not stop.wait(0.1):
                 pass
-    finally:
-        err = relay.shutdown()
+        finally:
+            err = relay.shutdown()
     s = relay.stats
     print(f"relay stats from_ranks={s.from_ranks} to_ranks={s.to_ranks} "
           f"upstream_out={s.upstream_out} upstream_in={s.upstream_in} "

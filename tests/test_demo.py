@@ -1,0 +1,112 @@
+"""``flodl-proto demo`` in a subprocess: a real local cluster trains to the optimum; a killed rank
+ends the run cleanly; no child process outlives the demo."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from .cluster_util import skip_deep_unless_selected
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(autouse=True)
+def _deep(request: pytest.FixtureRequest) -> None:
+    skip_deep_unless_selected(request)
+
+_DIGEST = re.compile(r"^│ rank (\d+)\s+│ ([0-9a-f]{60,64})", re.M)
+
+
+def _demo(*args: str, env: dict[str, str] | None = None,
+          timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", *args],
+        capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "COLUMNS": "120", **(env or {})})
+
+
+def _marked(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries ``marker``."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if marker.encode() in env and state != "Z":
+                pids.append(int(d))
+    return pids
+
+
+def test_demo_trains_to_the_optimum_with_identical_consensus() -> None:
+    res = _demo("--payload-mib", "0.25")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "40 of 40 completed" in res.stdout
+    digests = dict(_DIGEST.findall(res.stdout))
+    assert sorted(digests) == ["0", "1", "2", "3"] and len(set(digests.values())) == 1
+    assert "OK: every round completed" in res.stdout
+    assert "tolerance 1%: ok" in res.stdout
+
+
+def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:
+    res = _demo("--kill-rank", "1@3", "--payload-mib", "0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "killed at round 3" in res.stdout
+    assert "the run ended cleanly" in res.stdout
+    digests = dict(_DIGEST.findall(res.stdout))
+    assert sorted(digests) == ["0", "2", "3"] and len(set(digests.values())) == 1
+
+
+@pytest.mark.deep
+def test_demo_six_ranks_three_hosts_bf16_v3() -> None:
+    res = _demo("--world-size", "6", "--hosts", "3", "--bf16", "--protocol-version", "3")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len(set(dict(_DIGEST.findall(res.stdout)).values())) == 1
+
+
+def test_demo_rejects_bad_arguments() -> None:
+    for args in (["--kill-rank", "9@3"], ["--hosts", "5"], ["--outer", "bogus"]):
+        res = _demo(*args, timeout=60)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_interrupted_demo_leaves_no_process_behind() -> None:
+    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
+         "100000", "--payload-mib", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, marker: "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while len(_marked(marker)) < 8 and time.monotonic() < deadline:  # demo + 7 children
+            time.sleep(0.1)
+        assert len(_marked(marker)) >= 8
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 1
+        deadline = time.monotonic() + 10
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _marked(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
