@@ -1,0 +1,70 @@
+"""atheris driver for one target: ``python fuzz/driver.py TARGET [libFuzzer flags] [corpus dirs]``.
+
+The target's module (``fuzz/harnesses/TARGET.py``) and :mod:`flodl_proto` are imported inside
+``atheris.instrument_imports`` so the fuzzer sees their coverage. Before fuzzing, the address
+space is capped at what the process uses after start-up plus ``FLODL_FUZZ_AS_SLACK_MB``
+(default 512 MiB): the largest input is a few KiB, so an allocation sized from a hostile length
+claim (the 1 GiB ceiling, a 4 GiB ``payload_len``) fails with ``MemoryError`` and becomes a
+finding instead of going unnoticed, while one 64 MiB read chunk still fits.
+
+``fuzz/run.sh`` is the usual way in; see ``fuzz/README.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import resource
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _vm_size() -> int:
+    """Current virtual memory size of this process in bytes (0 if unknown)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def limit_address_space() -> None:
+    """Cap the address space at the current size plus ``FLODL_FUZZ_AS_SLACK_MB`` MiB."""
+    slack_mb = int(os.environ.get("FLODL_FUZZ_AS_SLACK_MB", "512"))
+    vm = _vm_size()
+    if slack_mb <= 0 or vm == 0:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = vm + (slack_mb << 20)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def main(argv: list[str]) -> None:
+    """Instrument and import the target named by ``argv[1]``, then hand over to libFuzzer."""
+    import atheris
+
+    logging.disable(logging.CRITICAL)  # the controller logs every failed run it is fed
+
+    from fuzz.harnesses import TARGETS
+
+    if len(argv) < 2 or argv[1] not in TARGETS:
+        sys.exit(f"usage: {argv[0]} TARGET [libFuzzer args]; targets: {' '.join(TARGETS)}")
+    target = argv[1]
+    with atheris.instrument_imports(include=["flodl_proto", "fuzz"]):
+        module = importlib.import_module(f"fuzz.harnesses.{target}")
+    limit_address_space()
+    atheris.Setup([argv[0], *argv[2:]], module.test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

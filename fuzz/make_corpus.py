@@ -1,0 +1,324 @@
+"""Regenerate the seed corpus (``fuzz/corpus/<target>/vec-*`` and ``seed-*``) from the shared
+golden vectors and a few hand-made hostile inputs.
+
+Usage::
+
+    python fuzz/make_corpus.py [VECTORS_DIR]     # default: $FLODL_VECTORS or ../shared/vectors
+
+Files are named after the vector id they come from (``vec-<id>``, ``/`` spelled ``__``) or after
+what they attack (``seed-<name>``); ``finding-*`` files (minimized fuzz findings) are never
+touched. Each file is a harness input: the parameter bytes the target's module docstring
+describes, followed by the wire bytes of the vector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "corpus"
+SALT_BIT = {"00" * 16: 0, "5a17c0de429901fe3c88b70d6e21f493": 4}
+CHANNEL_ORDER = [0xF10D17E0, 0xF10D17E1, 0xF10D17E2, 0xF10D17E3]  # the Channel enum by value
+SIGN = 2
+
+
+def _cases(root: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for folder in (root, root / "v2"):
+        for path in sorted(folder.glob("*.json")):
+            doc = json.loads(path.read_text())
+            if path.name == "manifest.json":
+                continue
+            for case in doc["cases"]:
+                yield int(doc["protocol_version"]), case
+
+
+def _name(case_id: str, suffix: str = "") -> str:
+    return "vec-" + case_id.replace("/", "__") + suffix
+
+
+def _stream(flags: int, sizes: bytes, payload: bytes) -> bytes:
+    return bytes((flags, len(sizes))) + sizes + payload
+
+
+def _vbit(version: int) -> int:
+    return 1 if version >= 3 else 0
+
+
+def _host_fold_input(c: dict[str, Any], version: int) -> bytes | None:
+    """A ``host_fold`` input replaying a relay_fold vector (raw deposits and deaths)."""
+    ranks = sorted(c["local_ranks"])
+    if not ranks or ranks != list(range(ranks[0], ranks[0] + len(ranks))) or len(ranks) > 4 \
+            or ranks[0] > 7:
+        return None
+    out = bytearray((_vbit(version) | SALT_BIT.get(c["salt"], 0) | SIGN,
+                     (len(ranks) - 1) | ranks[0] << 2, 0))
+    for step in c["steps"]:
+        idx = ranks.index(step["rank"]) if step["rank"] in ranks else None
+        if step["step"] == "deposit":
+            blob = bytes.fromhex(step["blob"])
+            if idx is None or len(blob) > 255:
+                return None
+            out += bytes((1 | idx << 2, len(blob))) + blob
+        else:
+            out += bytes((2 | (idx if idx is not None else min(step["rank"], 63)) << 2,))
+    return bytes(out)
+
+
+def _controller_input(c: dict[str, Any], version: int) -> bytes | None:
+    """A ``controller_core`` input replaying a controller_session vector's client side."""
+    if not 1 <= c["world_size"] <= 4:
+        return None
+    out = bytearray((_vbit(version) | SALT_BIT.get(c["salt"], 0), c["world_size"] - 1, 0))
+    for step in c["steps"]:
+        conn = step["conn"]
+        if conn > 3:
+            return None
+        if step["action"] == "connect":
+            out += bytes((conn << 3,))
+        elif step["action"] == "send":
+            raw = bytes.fromhex(step["bytes"])
+            for i in range(0, len(raw), 255):
+                piece = raw[i:i + 255]
+                out += bytes((1 | conn << 3, len(piece))) + piece
+        elif step["action"] == "close":
+            out += bytes((3 | conn << 3,))
+    return bytes(out)
+
+
+def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
+    """Map target -> file name -> harness input, for every vector whose bytes fit a target."""
+    out: dict[str, dict[str, bytes]] = {}
+
+    def put(target: str, name: str, data: bytes) -> None:
+        out.setdefault(target, {})[name] = data
+
+    frame_streams: dict[tuple[int, int], list[bytes]] = {}
+    for version, c in _cases(root):
+        op, cid = c["op"], c["id"]
+        raw = bytes.fromhex(c["bytes"]) if isinstance(c.get("bytes"), str) else None
+        sbit = SALT_BIT.get(c.get("salt", ""), 0)
+        ok = c["expect"] == "ok"
+        if op.startswith("handshake."):
+            assert raw is not None
+            ack = op.startswith("handshake.ack")
+            ws = c.get("expected_world_size", c.get("world_size", 0))
+            put("handshake", _name(cid),
+                bytes((_vbit(version) | (2 if ack else 0),)) + struct.pack("<I", ws) + raw)
+        elif op.startswith("channel_magic."):
+            assert raw is not None
+            want = int(c.get("expected", c.get("magic")), 16)
+            sel = CHANNEL_ORDER.index(want) | (0x80 if c.get("what") == "relay" else 0)
+            put("channel_magic", _name(cid), bytes((sel,)) + raw)
+        elif op.startswith("round_frame."):
+            assert raw is not None
+            flags = _vbit(version) | sbit | (SIGN if ok else 0)
+            put("round_frame", _name(cid), bytes((flags,)) + raw)
+            put("stream_round_frame", _name(cid), _stream(flags, b"", raw))
+            if ok:
+                frame_streams.setdefault((sbit, version), []).append(raw)
+        elif op.startswith("mux_record."):
+            assert raw is not None
+            flags = _vbit(version) | sbit | (SIGN if ok else 0)
+            put("mux_record", _name(cid), bytes((flags,)) + raw)
+            put("stream_mux", _name(cid), _stream(flags, b"", raw))
+            if "bincode" in c:
+                put("control", _name(cid), bytes((_vbit(version),)) + bytes.fromhex(c["bincode"]))
+        elif op.startswith("len_framed."):
+            assert raw is not None
+            put("len_framed", _name(cid), bytes((0x20 * _vbit(version),)) + raw)
+            put("stream_len_framed", _name(cid), _stream(0, b"", raw))
+        elif op.startswith("framed_round."):
+            assert raw is not None
+            flags = 1 | sbit | 0x20 * _vbit(version)
+            put("len_framed", _name(cid), bytes((flags,)) + raw)
+        elif op == "relay_fold":
+            fold_input = _host_fold_input(c, version)
+            if fold_input is not None:
+                put("host_fold", _name(cid), fold_input)
+            blobs = [bytes.fromhex(s["blob"]) for s in c["steps"] if s["step"] == "deposit"]
+            framed = b"".join(struct.pack("<I", len(b)) + b for b in blobs)
+            put("stream_len_framed", _name(cid), _stream(0, b"\x01\x05", framed))
+            for i, blob in enumerate(blobs[:2]):
+                put("round_frame", _name(cid, f"-deposit{i}"),
+                    bytes((_vbit(version) | sbit | SIGN,)) + blob)
+            for i, rec in enumerate(c.get("records", [])[:1]):
+                put("mux_record", _name(cid, f"-record{i}"),
+                    bytes((_vbit(version) | sbit | SIGN,)) + bytes.fromhex(rec["record_bytes"]))
+        elif op == "controller_session":
+            core_input = _controller_input(c, version)
+            if core_input is not None:
+                put("controller_core", _name(cid), core_input)
+            sbit = SALT_BIT.get(c["salt"], 0)
+            sent: dict[int, bytes] = {}
+            recv: dict[int, bytes] = {}
+            for s in c["steps"]:
+                if s["action"] == "send":
+                    sent[s["conn"]] = sent.get(s["conn"], b"") + bytes.fromhex(s["bytes"])
+                elif s["action"] == "recv":
+                    recv[s["conn"]] = recv.get(s["conn"], b"") + bytes.fromhex(s["bytes"])
+            for conn, stream in sorted(sent.items())[:2]:
+                flags = _vbit(version) | sbit | SIGN | 0x20
+                put("stream_mux", _name(cid, f"-send{conn}"), _stream(flags, b"\x07", stream))
+            for conn, stream in sorted(recv.items())[:1]:
+                flags = _vbit(version) | sbit | SIGN
+                put("stream_mux", _name(cid, f"-recv{conn}"), _stream(flags, b"\x19\x01", stream))
+    for (sbit, version), frames in sorted(frame_streams.items()):
+        flags = _vbit(version) | sbit | SIGN
+        tag = f"v{version}-salt{sbit >> 2}"
+        put("stream_round_frame", f"seed-three-frames-{tag}",
+            _stream(flags, b"\x01", b"".join(frames[:3])))
+        put("stream_round_frame", f"seed-frames-odd-chunks-{tag}",
+            _stream(flags, b"\x07\x00\x03\x11", b"".join(frames[:5])))
+    return out
+
+
+def _f32(*values: float) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def _host_fold_seeds() -> dict[str, bytes]:
+    """Built-frame rounds for the fold: both versions, f32 and bf16, elided and dead ranks."""
+    three = _f32(1.5, -2.0, 3e38)
+    out: dict[str, bytes] = {}
+    for version in (2, 3):
+        v = _vbit(version)
+        # two local ranks, schema: one tensor of shape (3,) (f32, then bf16)
+        out[f"seed-two-ranks-f32-v{version}"] = bytes((v, 1, 1, 4, 0x00, 0x00)) + three + bytes(
+            (0x04, 0x00)) + _f32(0.25, float("nan"), 3e38) + bytes((0x00, 0x02)) + three + bytes(
+            (0x06,))
+        out[f"seed-two-ranks-bf16-v{version}"] = bytes((v, 1, 1, 5, 0x00, 0x00)) + three[:6] \
+            + bytes((0x04, 0x00)) + three[6:] + bytes((0x06, 0x0A))
+        out[f"seed-elided-then-data-v{version}"] = bytes((v, 2, 2, 4, 3, 0x00, 0x10)) + bytes(
+            (0x04, 0x00)) + three + b"\x80\x3f" + bytes((0x08, 0x10))
+        out[f"seed-death-completes-v{version}"] = bytes((v, 3, 1, 2, 0x00, 0x02)) + _f32(7.0) \
+            + bytes((0x06, 0x0A, 0x0E, 0x01, 0x00))
+        out[f"seed-schema-mismatch-v{version}"] = bytes((v, 1, 1, 4, 0x00, 0x00)) + three + bytes(
+            (0x04, 0x40)) + three
+        out[f"seed-misuse-non-local-v{version}"] = bytes((v, 0, 0, 0x03, 0x00, 0x00, 0x02))
+    return out
+
+
+def _controller_seeds() -> dict[str, bytes]:
+    """Built sessions for the controller: one round with two relays, then exits and failures."""
+    vals = _f32(1.5, -2.0, 3.0)
+    hello_round = bytes((0x02, 2, 0x22, 0, 1, 5, 0x0A, 0, 0x2A, 1, 2, 0x10, 0x42, 0)) + vals \
+        + bytes((7, 0x4A, 0)) + vals + bytes((0x30,))
+    out: dict[str, bytes] = {}
+    for version in (2, 3):
+        v = _vbit(version)
+        head = bytes((v, 1, 1, 4))
+        out[f"seed-round-then-rank-exit-v{version}"] = head + hello_round + bytes((0x62, 0, 3))
+        out[f"seed-two-rounds-v{version}"] = head + hello_round + bytes((0x42, 2)) + vals \
+            + bytes((1, 0x4A, 2)) + vals + bytes((9, 0x1B))
+        out[f"seed-death-mid-round-v{version}"] = head + hello_round + bytes((0x42, 0)) + vals \
+            + bytes((7, 0x0E, 0x05, 0x05))
+        out[f"seed-broadcast-write-fails-v{version}"] = head + hello_round \
+            + bytes((0x24, 0x42, 0)) + vals + bytes((7,))
+        out[f"seed-handshake-timeout-v{version}"] = head + bytes((0x00, 0xFD, 0xFD))
+        out[f"seed-data-record-v{version}"] = head + hello_round + bytes((0xAA, 3, 1, 2, 3, 9))
+    return out
+
+
+def hand_seeds() -> dict[str, dict[str, bytes]]:
+    """Hostile length claims and edge cases that the vectors do not cover."""
+    rf_magic = struct.pack("<I", 0xF10D17F1)
+    mux = struct.pack("<II", 0xF10D17D0, 1)
+    weight = struct.pack("<d", 1.0)
+    return {
+        "round_frame": {
+            "seed-tensor-cap-plus-one": bytes((SIGN,)) + rf_magic + struct.pack("<I", 65537),
+            "seed-tensor-cap-no-tensors": bytes((SIGN,)) + rf_magic
+            + struct.pack("<I", 65536) + b"\0" + weight,
+            "seed-nbytes-u64-max": bytes((SIGN,)) + rf_magic + struct.pack("<I", 1) + b"\0"
+            + weight + b"\0\0" + b"\xff" * 8,
+            "seed-nbytes-sum-past-ceiling": bytes((SIGN | 0x18,)) + rf_magic
+            + struct.pack("<I", 2) + b"\1" + weight + b"\0\0" + struct.pack("<Q", 0)
+            + b"\0\0" + struct.pack("<Q", 1),
+            "seed-ndim-255": bytes((SIGN,)) + rf_magic + struct.pack("<I", 1) + b"\0" + weight
+            + b"\1\xff" + b"\1\0\0\0" * 255 + struct.pack("<Q", 0) + bytes(8),
+            "seed-elided-huge-v3": bytes((SIGN | 1,)) + rf_magic + struct.pack("<I", 1) + b"\0"
+            + weight + b"\0\2" + b"\xff\xff\xff\xff" * 2 + struct.pack("<Q", 0) + bytes(8),
+            "seed-negative-zero-weight": bytes((SIGN,)) + rf_magic + struct.pack("<I", 0) + b"\0"
+            + struct.pack("<d", -0.0) + bytes(8),
+        },
+        "mux_record": {
+            "seed-payload-len-4gib": bytes((SIGN,)) + mux + b"\3" + bytes(4)
+            + b"\xff\xff\xff\xff" + bytes(8),
+            "seed-payload-len-at-ceiling": bytes((SIGN,)) + mux + b"\3" + bytes(4)
+            + struct.pack("<I", 1 << 30) + bytes(8),
+            "seed-control-vec-len-u64-max": bytes((SIGN,)) + mux + b"\2" + bytes(4)
+            + struct.pack("<I", 13) + bytes(8) + b"\0\0\xfd" + b"\xff" * 8 + b"\0\0",
+        },
+        "control": {
+            "seed-host-len-u64-max": b"\1\0\xfd" + b"\xff" * 8,
+            "seed-ranks-len-u64-max": b"\0\0\0\xfd" + b"\xff" * 8 + b"\1",
+            "seed-model-sigs-len-u64-max": b"\1\0\0\0\xfd" + b"\xff" * 8,
+            "seed-noncanonical-rank": b"\0\2\xfc\1\0\0\0",
+            "seed-reserved-marker": b"\0\2\xff",
+            "seed-u128-marker-for-u32": b"\0\2\xfe" + b"\0" * 16,
+            "seed-bad-utf8-host": b"\0\0\2\xc3\x28\0",
+            "seed-v3-hello-to-v2-reader": b"\0\0\2h0\2\0\1\1" + bytes(32),
+        },
+        "len_framed": {
+            "seed-prefix-u32-max": b"\0\xff\xff\xff\xff",
+            "seed-framed-prefix-u32-max": b"\1\xff\xff\xff\xff",
+            "seed-framed-zero-prefix": b"\1\0\0\0\0",
+        },
+        "stream_round_frame": {
+            "seed-cap-byte-by-byte": _stream(SIGN, b"\1", rf_magic + struct.pack("<I", 65537)),
+            "seed-nbytes-at-ceiling-then-eof": _stream(
+                SIGN, b"\3", rf_magic + struct.pack("<I", 1) + b"\0" + weight + b"\0\0"
+                + struct.pack("<Q", 1 << 30)),
+        },
+        "stream_mux": {
+            "seed-payload-len-4gib": _stream(SIGN, b"\1", mux + b"\3" + bytes(4)
+                                             + b"\xff\xff\xff\xff" + bytes(8)),
+            "seed-magic-then-eof": _stream(0x20, b"\1", b"\xe1\x17\x0d"),
+        },
+        "host_fold": _host_fold_seeds(),
+        "controller_core": _controller_seeds(),
+        "stream_len_framed": {
+            "seed-prefix-at-ceiling-then-eof": _stream(0, b"\1", struct.pack("<I", 1 << 30)),
+            "seed-prefix-u32-max": _stream(0, b"", b"\xff\xff\xff\xff"),
+            "seed-empty-blobs": _stream(0, b"\2\0", bytes(12)),
+        },
+    }
+
+
+def write(seeds: dict[str, dict[str, bytes]]) -> int:
+    """Replace the ``vec-*`` / ``seed-*`` files of each target with ``seeds``; return the count."""
+    n = 0
+    for target, files in sorted(seeds.items()):
+        d = CORPUS / target
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.iterdir():
+            if old.name.startswith(("vec-", "seed-")):
+                old.unlink()
+        for name, data in sorted(files.items()):
+            (d / name).write_bytes(data)
+            n += 1
+    return n
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: regenerate the corpus from the vectors folder given or the default."""
+    root = Path(argv[1]) if len(argv) > 1 else Path(
+        os.environ.get("FLODL_VECTORS", HERE.parent.parent / "shared" / "vectors"))
+    if not root.is_dir():
+        print(f"vectors folder {root} not found", file=sys.stderr)
+        return 2
+    seeds = seeds_from_vectors(root)
+    for target, files in hand_seeds().items():
+        seeds.setdefault(target, {}).update(files)
+    print(f"wrote {write(seeds)} corpus files under {CORPUS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,228 @@
+"""Stateful property of the incremental stream decoders: a stream of valid records, fed in any
+split, yields exactly those records, each one as soon as its last byte arrives, then a clean end
+of stream. One machine per leg (RoundFrame, mux records with and without the channel magic,
+length-framed blobs) and a split-anything property over whole sequences."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from flodl_proto.codec import (
+    END_OF_STREAM,
+    DeclareDead,
+    Hello,
+    HelloAck,
+    LenFramedDecoder,
+    MuxRecord,
+    MuxRecordDecoder,
+    NeedData,
+    RankExit,
+    RoundFrame,
+    RoundFrameDecoder,
+    TensorPayload,
+    encode_channel_magic,
+    encode_len_framed,
+    encode_mux_record_bytes,
+    encode_round_frame_bytes,
+)
+from flodl_proto.errors import LocalProtocolError
+
+pytestmark = pytest.mark.stateful
+
+SALTS = (bytes(16), bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493"))
+LEGS = ("round_frame", "mux", "mux_magic", "len_framed")
+
+weights = st.floats(min_value=0.0, allow_nan=False, allow_infinity=False) | st.just(-0.0)
+shapes = st.lists(st.integers(0, 4), max_size=3).map(tuple)
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> TensorPayload:
+    """A tensor as a reader accepts it: any dtype byte and any byte count (leniencies)."""
+    dtype = draw(st.sampled_from([0, 1]) | st.integers(0, 255))
+    shape = draw(shapes)
+    n = 1
+    for d in shape:
+        n *= d
+    es = {0: 4, 1: 2}.get(dtype, 1)
+    data = draw(st.binary(min_size=n * es, max_size=n * es) | st.binary(max_size=12))
+    return TensorPayload(dtype, shape, data)
+
+
+frames = st.builds(RoundFrame, st.sampled_from([0, 1]), weights, st.lists(tensors(), max_size=3))
+u32 = st.integers(0, 2**32 - 1)
+controls = st.one_of(
+    st.builds(Hello, st.text(max_size=8), st.lists(u32, max_size=4)),
+    st.just(HelloAck()),
+    st.builds(RankExit, u32),
+    st.builds(DeclareDead, u32),
+)
+
+
+def record_wire(leg: str, salt: bytes, version: int, data: st.DataObject) -> tuple[Any, bytes]:
+    """Draw one valid record of ``leg``: ``(the record as the decoder returns it, its bytes)``."""
+    if leg == "round_frame":
+        frame = data.draw(frames)
+        return frame, encode_round_frame_bytes(frame, salt)
+    if leg == "len_framed":
+        blob = data.draw(st.binary(max_size=40))
+        return blob, b"".join(bytes(b) for b in encode_len_framed(blob))
+    choice = data.draw(st.sampled_from(["data", "control", "host_frame", "broadcast"]))
+    if choice == "data":
+        rec = MuxRecord.data(data.draw(u32), data.draw(st.binary(max_size=24)))
+    elif choice == "control":
+        rec = MuxRecord.control_msg(data.draw(controls), version)
+    else:
+        payload = encode_round_frame_bytes(data.draw(frames), salt)
+        rec = MuxRecord.host_frame(payload) if choice == "host_frame" else \
+            MuxRecord.broadcast(payload)
+    return rec, encode_mux_record_bytes(rec, salt)
+
+
+def decoder_for(leg: str, salt: bytes, version: int) -> Any:
+    """A fresh decoder of ``leg``."""
+    if leg == "round_frame":
+        return RoundFrameDecoder(salt)
+    if leg == "len_framed":
+        return LenFramedDecoder()
+    magic = 0xF10D17E1 if leg == "mux_magic" else None
+    return MuxRecordDecoder(salt, version=version, expect_magic=magic)
+
+
+def same(leg: str, got: Any, want: Any) -> bool:
+    """Record equality for ``leg`` (blobs compare by bytes, control messages too)."""
+    if leg == "len_framed":
+        return bytes(got) == want
+    if leg.startswith("mux"):
+        return bool(got == want and got.control == want.control)
+    return bool(got == want)
+
+
+class StreamSplitStateful(RuleBasedStateMachine):
+    """Records are appended to a stream and the stream is fed in arbitrary chunks."""
+
+    @initialize(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS),
+                version=st.sampled_from([2, 3]))
+    def setup(self, leg: str, salt: bytes, version: int) -> None:
+        self.leg, self.salt, self.version = leg, salt, version
+        self.dec = decoder_for(leg, salt, version)
+        self.wire = bytearray(encode_channel_magic("data") if leg == "mux_magic" else b"")
+        self.ends: list[int] = []  # end offset of each record in the stream
+        self.expected: list[Any] = []
+        self.got: list[Any] = []
+        self.fed = 0
+        self.eof = False
+
+    @precondition(lambda self: not self.eof)
+    @rule(data=st.data())
+    def append_record(self, data: st.DataObject) -> None:
+        rec, wire = record_wire(self.leg, self.salt, self.version, data)
+        self.wire += wire
+        self.ends.append(len(self.wire))
+        self.expected.append(rec)
+
+    @precondition(lambda self: not self.eof)
+    @rule(n=st.integers(0, 80))
+    def feed(self, n: int) -> None:
+        chunk = bytes(self.wire[self.fed:self.fed + n])
+        self.dec.feed(chunk)
+        self.fed += len(chunk)
+        self.drain()
+
+    @precondition(lambda self: not self.eof)
+    @rule()
+    def finish(self) -> None:
+        self.dec.feed(bytes(self.wire[self.fed:]))
+        self.fed = len(self.wire)
+        self.dec.feed_eof()
+        self.eof = True
+        self.drain()
+        assert self.dec.next_event() is END_OF_STREAM
+
+    @precondition(lambda self: self.eof)
+    @rule()
+    def after_the_end(self) -> None:
+        assert self.dec.next_event() is END_OF_STREAM
+        with pytest.raises(LocalProtocolError):
+            self.dec.feed(b"\0")
+
+    def drain(self) -> None:
+        while True:
+            ev = self.dec.next_event()
+            if isinstance(ev, NeedData):
+                assert not self.eof
+                assert ev.nbytes >= 1
+                return
+            if ev is END_OF_STREAM:
+                assert self.eof
+                return
+            self.got.append(ev)
+
+    @invariant()
+    def records_come_out_in_order_as_soon_as_complete(self) -> None:
+        if not hasattr(self, "dec"):
+            return
+        complete = sum(1 for end in self.ends if end <= self.fed)
+        assert len(self.got) == complete, (len(self.got), complete)
+        for got, want in zip(self.got, self.expected, strict=False):
+            assert same(self.leg, got, want)
+
+
+StreamSplitStateful.TestCase.settings = settings(stateful_step_count=30)
+TestStreamSplitStateful = StreamSplitStateful.TestCase
+
+
+@given(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS), version=st.sampled_from([2, 3]),
+       data=st.data())
+def test_stream_split_stateful_same_records_whatever_the_split(
+        leg: str, salt: bytes, version: int, data: st.DataObject) -> None:
+    """The whole sequence fed at once and fed in drawn splits give the same records."""
+    records, wire = [], bytearray(encode_channel_magic("data") if leg == "mux_magic" else b"")
+    for _ in range(data.draw(st.integers(0, 5))):
+        rec, w = record_wire(leg, salt, version, data)
+        records.append(rec)
+        wire += w
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=12)))
+    outs = []
+    for splits in ([], cuts):
+        dec = decoder_for(leg, salt, version)
+        got: list[Any] = []
+        prev = 0
+        for cut in [*splits, len(wire)]:
+            dec.feed(bytes(wire[prev:cut]))
+            prev = cut
+            while not isinstance(ev := dec.next_event(), NeedData):
+                got.append(ev)
+        dec.feed_eof()
+        while (ev := dec.next_event()) is not END_OF_STREAM:
+            got.append(ev)
+        assert dec.consumed == len(wire)
+        outs.append(got)
+    for got in outs:
+        assert len(got) == len(records)
+        assert all(same(leg, g, r) for g, r in zip(got, records, strict=True))
+
+
+def test_stream_stateful_trailing_partial_header_is_a_clean_end() -> None:
+    """A stream cut inside the clean-end prefix after whole records ends cleanly."""
+    salt = SALTS[1]
+    frame = RoundFrame(0, 1.0, [TensorPayload(0, (1,), struct.pack("<f", 2.0))])
+    wire = encode_round_frame_bytes(frame, salt)
+    dec = RoundFrameDecoder(salt)
+    dec.feed(wire + wire[:5])
+    assert dec.next_event() == frame
+    assert isinstance(dec.next_event(), NeedData)
+    dec.feed_eof()
+    assert dec.next_event() is END_OF_STREAM
