@@ -659,10 +659,18 @@ class ControllerCore:
         self.lifecycle.fire("start")
         return self._flush()
 
-    def connection_opened(self, conn: int, now: float) -> list[Action]:
+    def connection_opened(self, conn: int, now: float,
+                          stream: RelayStream | None = None) -> list[Action]:
         """A data-channel connection ``conn`` (a runner-chosen id, unique per run) was accepted at
         time ``now`` (seconds, any monotonic clock). It must deliver the channel magic and a
         Hello within 10 s. After the accept phase it is closed at once.
+
+        Args:
+            conn: the connection id.
+            now: the time, seconds.
+            stream: the connection's parser when the runner parses on its own reader thread
+                (then it passes the events to :meth:`receive_events`); default: a new one, fed
+                by :meth:`receive_data`.
 
         Raises:
             LocalProtocolError: in Idle (``controller.bad_event``) or ``conn`` reused
@@ -676,8 +684,9 @@ class ControllerCore:
         if conn in self._conns:
             raise protocol_error("controller.unknown_connection", conn=conn,
                                  problem="already open")
-        c = _Conn(conn, RelayStream(self.salt, version=self.version, ceiling=self.ceiling),
-                  now + HANDSHAKE_TIMEOUT)
+        if stream is None:
+            stream = RelayStream(self.salt, version=self.version, ceiling=self.ceiling)
+        c = _Conn(conn, stream, now + HANDSHAKE_TIMEOUT)
         self._conns[conn] = c
         if self.state == REDUCING:
             log.info("controller: connection %s after the accept phase; closing it", conn)

@@ -1,0 +1,161 @@
+"""``flodl-proto controller``: run the reference cluster controller.
+
+::
+
+    flodl-proto controller --listen HOST:PORT --world-size N
+                           (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
+                           [--protocol-version 2|3] [--no-port-mux]
+                           [--outer avg|slow-momentum:LR,MU|nesterov:LR,MU]
+                           [--checkpoint-dir DIR]
+
+The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` with the bound port.
+Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
+Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
+failed (the error on stderr), 2 for a bad command line (missing or malformed salt, world size 0,
+address in use, bad ``--outer``), with a one-line error.
+
+By default the controller serves flodl's single-port mux (data channel plus ``GET /status`` on the
+same port); ``--no-port-mux`` makes every connection a data-channel connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProtocolError
+from ..fsm.controller_core import RelayJoined
+from ..reduce import NesterovMomentum, OuterAvg, OuterOptimizer, SlowMomentum
+from ..runner._netio import format_addr, parse_addr
+from ..runner.controller import ControllerNotice, ReferenceController, RoundReport
+from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+from .relay import SALT_ENV, parse_salt, signals_stop
+
+__all__ = ["parse_outer", "register", "resolve_salt", "run"]
+
+_PROG = "flodl-proto controller"
+
+
+def parse_outer(text: str | None) -> OuterOptimizer | None:
+    """Parse ``--outer``: ``avg``, ``slow-momentum:LR,MU`` or ``nesterov:LR,MU`` (None: none).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if text is None:
+        return None
+    name, _, params = text.strip().partition(":")
+    name = name.lower()
+    if name == "avg" and not params:
+        return OuterAvg()
+    if name in ("slow-momentum", "nesterov"):
+        try:
+            lr_s, mu_s = params.split(",")
+            lr, mu = float(lr_s), float(mu_s)
+        except ValueError:
+            raise ValueError(f"--outer {text!r}: expected {name}:LR,MU (two numbers)") from None
+        return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
+    raise ValueError(f"--outer {text!r}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
+
+
+def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
+    """The session salt from ``--salt HEX``, ``--salt-file PATH`` (32 hex digits, or exactly 16
+    raw bytes) or ``$FLODL_SESSION_SALT``.
+
+    Raises:
+        InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``).
+        OSError: the salt file cannot be read.
+    """
+    if salt_file is not None:
+        raw = Path(salt_file).read_bytes()
+        try:
+            return parse_salt(raw.decode("ascii"))
+        except (UnicodeDecodeError, ProtocolError):
+            if len(raw) == SESSION_SALT_BYTES:
+                return raw
+            return parse_salt(raw.decode("latin-1"))
+    return parse_salt(salt)
+
+
+def register(sub: Any) -> None:
+    """Add the ``controller`` subcommand."""
+    p = sub.add_parser(
+        "controller", help="run the reference cluster controller (data channel)",
+        description="Accept relay connections until every rank is covered, then reduce and "
+        "scatter one consensus per round, byte-exact with flodl's ClusterController.",
+    )
+    p.add_argument("--listen", required=True, metavar="HOST:PORT",
+                   help="address to bind (port 0: any free port)")
+    p.add_argument("--world-size", required=True, type=int, metavar="N",
+                   help="number of ranks (> 0)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--salt", metavar="HEX",
+                   help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV})")
+    g.add_argument("--salt-file", metavar="PATH",
+                   help="file holding the salt (32 hex digits, or 16 raw bytes)")
+    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+                   default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
+    p.add_argument("--no-port-mux", action="store_true",
+                   help="every connection is a data-channel connection (no /status)")
+    p.add_argument("--outer", default=None, metavar="SPEC",
+                   help="outer optimizer: avg, slow-momentum:LR,MU or nesterov:LR,MU")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="write each window's consensus as consensus-<window>.npz here")
+    p.set_defaults(func=run)
+
+
+def _usage_error(message: str) -> int:
+    print(f"{_PROG}: error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _print_notice(notice: ControllerNotice) -> None:
+    if isinstance(notice, RelayJoined):
+        ranks = ", ".join(str(r) for r in notice.ranks)
+        print(f"relay {notice.relay} joined: host {notice.host!r} ranks [{ranks}]", flush=True)
+    elif isinstance(notice, RoundReport):
+        print(f"round {notice.round}: kind {notice.kind} weight {notice.weight:g} "
+              f"bytes {notice.nbytes} ms {notice.ms:.3f}", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the controller until the run ends; return the exit code (0, 1 or 2)."""
+    try:
+        host, port = parse_addr(args.listen)
+    except ValueError as e:
+        return _usage_error(f"--listen: {e}")
+    if args.world_size <= 0:
+        return _usage_error(f"--world-size must be > 0, got {args.world_size}")
+    try:
+        salt = resolve_salt(args.salt, args.salt_file)
+        outer = parse_outer(args.outer)
+    except (ProtocolError, ValueError, OSError) as e:
+        return _usage_error(str(e))
+    stop = threading.Event()
+    # signal handlers first: a SIGINT/SIGTERM right after the first line is a clean stop
+    with signals_stop(stop):
+        try:
+            ctl = ReferenceController(
+                args.world_size, salt, host=host, port=port, version=args.protocol_version,
+                port_mux=not args.no_port_mux, outer=outer, checkpoint_dir=args.checkpoint_dir,
+                on_notice=_print_notice,
+            )
+            ctl.start()
+        except (ProtocolError, OSError) as e:
+            return _usage_error(f"cannot listen on {args.listen}: {e}"
+                                if isinstance(e, OSError) else str(e))
+        try:
+            print(f"listening on {format_addr((host, ctl.port))}", flush=True)
+            while ctl.wait(0.2) is None:
+                if stop.is_set():
+                    ctl.request_stop("signal")
+        finally:
+            outcome = ctl.shutdown()
+    if outcome.clean:
+        print(f"controller finished: {outcome}", flush=True)
+        return 0
+    print(f"{_PROG}: error: {outcome.error}", file=sys.stderr, flush=True)
+    return 1

@@ -1,0 +1,117 @@
+"""Vector handler for ``controller_session.json`` (op ``controller_session``).
+
+Replays each case's steps over real loopback sockets against a
+:class:`~flodl_proto.runner.controller.ReferenceController` in direct mode (``port_mux=False``,
+bound to ``127.0.0.1`` port 0), then checks the bytes received per ``recv`` step, the
+controller's outcome (clean, or an error with the case's prefix and kind), and that every
+connection marked ``closed_by_controller: true`` was closed by the controller.
+
+Purely data-driven: any case of the same schema runs. Every wait has a deadline of a few seconds,
+so a failing case fails fast instead of hanging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Any, Final
+
+from ..fsm.lifecycle import Outcome
+from ..runner.controller import ReferenceController
+from .jsonio import require
+from .registry import VectorMismatch, op
+
+__all__: list[str] = []
+
+_HOST: Final = "127.0.0.1"
+_RECV_DEADLINE: Final = 5.0  # seconds a recv step waits for its bytes
+_END_DEADLINE: Final = 5.0  # seconds the replay waits for the controller's loop to end
+_AFTER_DEADLINE: Final = 3.0  # seconds to read what arrives on a connection after the end
+
+
+def _read(sock: socket.socket, n: int | None, deadline: float) -> tuple[bytes, bool]:
+    """Read ``n`` bytes (None: until end of stream) before ``deadline``; return (bytes, eof)."""
+    out = bytearray()
+    while n is None or len(out) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bytes(out), False
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536 if n is None else n - len(out))
+        except TimeoutError:
+            return bytes(out), False
+        except (ConnectionResetError, ConnectionAbortedError):
+            return bytes(out), True
+        if not chunk:
+            return bytes(out), True
+        out += chunk
+    return bytes(out), False
+
+
+def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
+    want = case["controller"]
+    if want["result"] == "ok":
+        require(outcome.clean, f"controller ended with {outcome}, want a clean exit")
+        return
+    require(not outcome.clean and outcome.error is not None,
+            f"controller ended with {outcome}, want error {want['error']!r}")
+    assert outcome.error is not None
+    msg = str(outcome.error)
+    require(msg.startswith(want["error_prefix"]),
+            f"controller error {msg!r} does not start with {want['error_prefix']!r}")
+    if "error_kind" in want:
+        require(outcome.error.kind == want["error_kind"],
+                f"controller error kind {outcome.error.kind!r}, want {want['error_kind']!r}")
+
+
+@op("controller_session")
+def _controller_session(case: dict[str, Any], version: int) -> None:
+    ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
+                              port=0, version=version, port_mux=False)
+    socks: dict[int, socket.socket] = {}
+    try:
+        ctl.start()
+        for n, step in enumerate(case["steps"]):
+            i, action = step["conn"], step["action"]
+            where = f"step {n} ({action} on connection {i})"
+            if action == "connect":
+                socks[i] = socket.create_connection((_HOST, ctl.port), timeout=_RECV_DEADLINE)
+            elif action == "send":
+                # the controller may already have closed the connection (a failed run)
+                with contextlib.suppress(OSError):
+                    socks[i].sendall(bytes.fromhex(step["bytes"]))
+            elif action == "recv":
+                want = bytes.fromhex(step["bytes"])
+                got, eof = _read(socks[i], len(want), time.monotonic() + _RECV_DEADLINE)
+                require(got == want, f"{where}: received {got.hex()} "
+                                     f"({'end of stream' if eof else 'timed out'}), "
+                                     f"want {want.hex()}")
+            elif action == "close":
+                socks.pop(i).close()
+            else:
+                raise VectorMismatch(f"{where}: unknown action")
+        if not case["controller"].get("exited_before_client_close", True):
+            for s in socks.values():
+                s.close()
+            socks.clear()
+        outcome = ctl.wait(_END_DEADLINE)
+        require(outcome is not None,
+                f"controller still running {_END_DEADLINE:g}s after the last step")
+        assert outcome is not None
+        _check_outcome(case, outcome)
+        for after in case["after"]:
+            i = after["conn"]
+            if i not in socks:
+                continue
+            want = bytes.fromhex(after["bytes"])
+            got, eof = _read(socks[i], None, time.monotonic() + _AFTER_DEADLINE)
+            require(got == want, f"connection {i} received {got.hex()} after the end, "
+                                 f"want {want.hex()}")
+            if after["closed_by_controller"]:
+                require(eof, f"connection {i} was not closed by the controller")
+    finally:
+        for s in socks.values():
+            s.close()
+        ctl.shutdown(timeout=_END_DEADLINE * 2)

@@ -1,0 +1,820 @@
+"""The reference cluster controller: :class:`ReferenceController` feeds the sans-IO
+:class:`~flodl_proto.fsm.controller_core.ControllerCore` from real sockets.
+
+Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shutdown`):
+
+* *accept*: takes TCP connections. With the **port mux** (the default, as flodl runs in
+  production) it peeks each connection's first 4 bytes (the channel magic, left in place) within
+  5 s x ``FLODL_NET_TIMEOUT_SCALE`` (ceil, at least 1 s): the data channel goes to the
+  controller, ``GET ``/``POST`` go to the status responder (``GET /status`` answers a JSON
+  status), and an unknown or unserved magic, an EOF or a timeout before 4 bytes drops only that
+  connection. **Direct** (``port_mux=False``) hands every connection to the controller, which
+  consumes the magic itself (a wrong magic ends the run with upstream's error), as upstream's
+  controller does when bound straight to a listener;
+* *coordinator*: owns the core; runs the reduce and executes the core's actions (scatter writes
+  are overlapped across relays on a small writer pool, each relay's records in order);
+* one *reader* per data connection: reads the 4-byte magic, then for each record the 25-byte
+  header, checks it (magic, version, ``payload_len`` against the frame ceiling), grows a reused
+  buffer to exactly the record's length as bytes arrive (64 MiB steps) and ``recv_into`` it; MACs
+  are verified here (the connection's :class:`~flodl_proto.fsm.controller_core.RelayStream`) and
+  the events go to the coordinator;
+* a *checkpoint* writer (with ``checkpoint_dir``): writes each window's consensus as ``.npz``;
+* short-lived *status* responders.
+
+Every data socket has TCP_NODELAY, a write-stall timeout (``SO_SNDTIMEO`` = 30 s x scale; a
+stalled Broadcast declares that relay's ranks dead and the round goes on) and a 100 ms read poll;
+a read inside a started record that makes no progress for 60 s fails.
+
+Upstream: ``flodl/src/distributed/controller/mod.rs`` (``ClusterController``),
+``port_mux.rs`` (``PortMux``, ``StreamSource``), ``wire.rs`` (write-stall timeout),
+``checkpoint_forge.rs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import queue
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec.mux import parse_mux_header
+from ..errors import ProtocolError
+from ..fsm.controller_core import (
+    Action,
+    CheckpointWindow,
+    CloseConnection,
+    ControllerCore,
+    Finished,
+    RelayJoined,
+    RelayStream,
+    RoundScattered,
+    SendKind,
+    SendTo,
+    StopAccepting,
+    StreamEvent,
+)
+from ..fsm.lifecycle import Outcome
+from ..membership import DeadRanks
+from ..reduce import OuterOptimizer
+from ..spec import (
+    CHANNEL_MAGIC_CONTROL,
+    CHANNEL_MAGIC_DATA,
+    CHANNEL_MAGIC_HTTP_GET,
+    CHANNEL_MAGIC_HTTP_POST,
+    CHANNEL_MAGIC_JOIN,
+    CHANNEL_MAGIC_LEN,
+    CHANNEL_MAGIC_RENDEZVOUS,
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    MUX_HEADER_LEN,
+    READ_CHUNK,
+    SPEC,
+    net_timeout_scale,
+)
+from ._netio import (
+    Stopped,
+    committed_read_starvation,
+    configure_socket,
+    format_addr,
+    recv_exact_into,
+    send_all,
+    shutdown_quietly,
+)
+
+__all__ = ["ControllerNotice", "ReferenceController", "RoundReport", "peek_timeout"]
+
+log = logging.getLogger(__name__)
+
+_REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
+_ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
+_PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
+_STATUS_READ_TIMEOUT: Final = 2.0  # seconds a status client has to send its request line
+_STATUS_MAX_REQUEST: Final = 8192  # bytes of an HTTP request head the responder reads at most
+_POOL_PER_CONN: Final = 3  # record buffers kept per connection
+_MAGIC_NAMES: Final = {
+    CHANNEL_MAGIC_CONTROL: "control",
+    CHANNEL_MAGIC_RENDEZVOUS: "rendezvous",
+    CHANNEL_MAGIC_JOIN: "join",
+}
+
+
+def peek_timeout() -> float:
+    """Port-mux deadline for a connection's 4-byte channel magic, seconds:
+    ``ceil(5 x FLODL_NET_TIMEOUT_SCALE)``, at least 1. Upstream: ``port_mux.rs``."""
+    return float(max(1, math.ceil(SPEC.timeout("PORT_MUX_PEEK") * net_timeout_scale())))
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    """One scattered round, as the runner saw it (passed to ``on_notice``).
+
+    Attributes:
+        round: round number (0-based).
+        kind: ``"model"`` or ``"control"``.
+        weight: consensus weight (accepted realized-work mass).
+        nbytes: Broadcast record length in bytes.
+        relays: relays the Broadcast was written to.
+        ms: milliseconds from the event that completed the round to the end of its scatter.
+        at: wall-clock time of the end of the scatter (seconds since the epoch).
+    """
+
+    round: int
+    kind: str
+    weight: float
+    nbytes: int
+    relays: int
+    ms: float
+    at: float
+
+
+ControllerNotice: TypeAlias = RelayJoined | RoundReport
+
+
+class _BufferPool:
+    """Record buffers of one connection, reused across rounds.
+
+    A buffer is free when nothing holds a view of it (frames decoded from a record are views of
+    its buffer; a bytearray with live views cannot be resized, which is the test used here)."""
+
+    __slots__ = ("_bufs",)
+
+    def __init__(self) -> None:
+        self._bufs: list[bytearray] = []
+
+    @staticmethod
+    def _free(buf: bytearray) -> bool:
+        try:
+            buf.append(0)
+        except BufferError:
+            return False
+        del buf[-1]
+        return True
+
+    def acquire(self) -> bytearray:
+        for buf in self._bufs:
+            if self._free(buf):
+                return buf
+        buf = bytearray(MUX_HEADER_LEN)
+        if len(self._bufs) < _POOL_PER_CONN:
+            self._bufs.append(buf)
+        return buf
+
+
+class _Conn:
+    """One data-channel connection: socket, parser, reader thread."""
+
+    __slots__ = ("addr", "closed", "id", "reader", "sock", "stream")
+
+    def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: RelayStream) -> None:
+        self.id = conn_id
+        self.sock = sock
+        self.addr = addr
+        self.stream = stream
+        self.reader: threading.Thread | None = None
+        self.closed = False
+
+
+class ReferenceController:
+    """A cluster controller on real sockets, byte-exact with flodl's ``ClusterController``.
+
+    Args:
+        world_size: number of ranks (> 0).
+        salt: 16-byte session salt.
+        host: address to bind (default ``127.0.0.1``).
+        port: port to bind (0: kernel-assigned, read back with :attr:`port`).
+        version: data-channel protocol version, 2 (default) or 3.
+        port_mux: peek the channel magic and serve ``GET /status`` on the same port (default);
+            False: every connection is a data-channel connection (direct mode).
+        outer: optional outer optimizer applied to the consensus before scatter.
+        checkpoint_dir: write each sync window's Model consensus as
+            ``consensus-<window>.npz`` (``p<i>`` params, ``b<j>`` buffers, float32) there.
+        dead_ranks: a ledger shared with a coordinator (default: a private one).
+        ceiling: frame ceiling in bytes.
+        on_notice: called on the coordinator thread with each :class:`RelayJoined` and
+            :class:`RoundReport` (keep it short; exceptions are logged and ignored).
+
+    Raises:
+        InvalidValue (local): ``world_size`` is 0, the ledger size differs, the salt is not 16
+            bytes; VersionMismatch (local): unsupported version.
+
+    Use as a context manager (``start()`` on enter, ``shutdown()`` on exit), or call
+    :meth:`start`, then :meth:`wait` and/or :meth:`shutdown`.
+
+    Upstream: ``controller/mod.rs`` ``ClusterController::start_with_dead_ranks`` /
+    ``start_from_source`` / ``shutdown``; ``port_mux.rs`` ``PortMux``.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        salt: BytesLike,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        version: int = DEFAULT_VERSION,
+        port_mux: bool = True,
+        outer: OuterOptimizer | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        dead_ranks: DeadRanks | None = None,
+        ceiling: int = DEFAULT_FRAME_CEILING,
+        on_notice: Callable[[ControllerNotice], None] | None = None,
+    ) -> None:
+        self._core = ControllerCore(world_size, salt, version=version, dead_ranks=dead_ranks,
+                                    outer=outer, checkpoint=checkpoint_dir is not None,
+                                    ceiling=ceiling)
+        self._host = host
+        self._req_port = int(port)
+        self._port_mux = port_mux
+        self._ceiling = ceiling
+        self._ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self._on_notice = on_notice
+        self._listener: socket.socket | None = None
+        self._port = 0
+        self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._stop = threading.Event()  # stops the accept thread and the readers
+        self._done = threading.Event()  # the coordinator finished its teardown
+        self._started = False
+        self._lock = threading.Lock()
+        self._conns: dict[int, _Conn] = {}
+        self._next_id = 0
+        self._threads: list[threading.Thread] = []  # accept, status responders, readers
+        self._coordinator: threading.Thread | None = None
+        self._writers: ThreadPoolExecutor | None = None
+        self._ckpt_queue: queue.Queue[CheckpointWindow | None] = queue.Queue()
+        self._ckpt_thread: threading.Thread | None = None
+        self._outcome: Outcome | None = None
+        self._status: dict[str, Any] = self._core.status()
+        self._last_report: RoundReport | None = None
+        self._accepting_data = True
+
+    # -- public API ------------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The bound TCP port (never 0 once started)."""
+        return self._port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` as bound."""
+        return self._host, self._port
+
+    @property
+    def world_size(self) -> int:
+        """The world size."""
+        return self._core.world_size
+
+    @property
+    def dead_ranks(self) -> DeadRanks:
+        """The dead-rank ledger."""
+        return self._core.dead_ranks
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The run's outcome once it is over, else None."""
+        return self._outcome
+
+    def start(self) -> ReferenceController:
+        """Bind, listen and start the threads. Returns ``self``.
+
+        Raises:
+            OSError: the address cannot be bound (e.g. the port is in use).
+            RuntimeError: already started.
+        """
+        if self._started:
+            raise RuntimeError("ReferenceController already started")
+        self._started = True
+        infos = socket.getaddrinfo(self._host, self._req_port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        family, _, _, _, sockaddr = infos[0]
+        lst = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lst.bind(sockaddr)
+            lst.listen(128)
+            lst.setblocking(False)
+        except OSError:
+            lst.close()
+            self._done.set()
+            raise
+        self._listener = lst
+        self._port = int(lst.getsockname()[1])
+        self._writers = ThreadPoolExecutor(max_workers=8,
+                                           thread_name_prefix="flodl-controller-write")
+        if self._ckpt_dir is not None:
+            self._ckpt_dir.mkdir(parents=True, exist_ok=True)
+            self._ckpt_thread = threading.Thread(target=self._checkpoint_loop,
+                                                 name="flodl-controller-checkpoint")
+            self._ckpt_thread.start()
+        self._run_actions(self._core.start(), time.monotonic())
+        accept = threading.Thread(target=self._accept_loop,
+                                  name=f"flodl-controller-accept:{self._port}")
+        self._threads.append(accept)
+        accept.start()
+        self._coordinator = threading.Thread(target=self._coordinate,
+                                             name=f"flodl-controller:{self._port}")
+        self._coordinator.start()
+        log.info("controller: listening on %s (world size %d, protocol version %d, %s)",
+                 format_addr(self.address), self.world_size, self._core.version,
+                 "port mux" if self._port_mux else "direct")
+        return self
+
+    def wait(self, timeout: float | None = None) -> Outcome | None:
+        """Wait until the run is over (at most ``timeout`` seconds); return the outcome, or None
+        if it is still running. Once over, every thread has been joined."""
+        if not self._started:
+            return None
+        if not self._done.wait(timeout):
+            return None
+        self._join_coordinator()
+        return self._outcome
+
+    def request_stop(self, detail: str = "") -> None:
+        """Ask the run to stop cleanly (thread- and signal-safe; returns at once)."""
+        self._events.put(("stop", detail))
+
+    def declare_dead(self, rank: int) -> None:
+        """Declare ``rank`` dead from outside (as a coordinator would); returns at once."""
+        self._events.put(("dead", int(rank)))
+
+    def shutdown(self, timeout: float | None = None) -> Outcome:
+        """Stop (cleanly, if still running), join every thread, close every socket; return the
+        outcome. Idempotent.
+
+        Raises:
+            TimeoutError: the threads did not finish within ``timeout`` seconds.
+        """
+        if not self._started:
+            self._started = True
+            self._done.set()
+            self._outcome = Outcome(True, "stop", None, "never started")
+            return self._outcome
+        if not self._done.is_set():
+            self.request_stop("shutdown()")
+        if not self._done.wait(timeout):
+            raise TimeoutError("controller did not shut down in time")
+        self._join_coordinator()
+        assert self._outcome is not None
+        return self._outcome
+
+    def status(self) -> dict[str, Any]:
+        """The latest JSON-ready status (state, world size, relays and ranks, dead ranks, rounds
+        reduced, bytes in/out, last round, listening address, mode)."""
+        with self._lock:
+            st = dict(self._status)
+        return st
+
+    def __enter__(self) -> ReferenceController:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.shutdown()
+
+    # -- coordinator -----------------------------------------------------------------------------
+    def _join_coordinator(self) -> None:
+        t = self._coordinator
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+    def _coordinate(self) -> None:
+        core = self._core
+        next_tick = time.monotonic() + _REDUCE_POLL
+        try:
+            while not core.finished:
+                timeout = max(0.0, next_tick - time.monotonic())
+                try:
+                    item = self._events.get(timeout=timeout)
+                except queue.Empty:
+                    item = None
+                t0 = time.monotonic()
+                if item is not None:
+                    actions = self._dispatch(item, t0)
+                else:
+                    actions = []
+                if t0 >= next_tick:
+                    actions += core.tick(t0)
+                    next_tick = t0 + _REDUCE_POLL
+                if actions:
+                    self._run_actions(actions, t0)
+        except Exception as e:  # pragma: no cover - a bug: fail the run rather than hang
+            log.exception("controller: coordinator crashed")
+            if not core.finished:
+                err = e if isinstance(e, ProtocolError) else None
+                self._outcome = Outcome(False, "fail", err, f"coordinator crashed: {e!r}")
+        finally:
+            self._teardown()
+
+    def _dispatch(self, item: tuple[Any, ...], now: float) -> list[Action]:
+        core = self._core
+        kind = item[0]
+        if kind == "events":
+            return core.receive_events(item[1], item[2])
+        if kind == "opened":
+            return core.connection_opened(item[1], now, stream=item[2])
+        if kind == "dead":
+            return core.declare_dead(item[1])
+        if kind == "stop":
+            return core.stop(item[1])
+        raise AssertionError(f"unknown event {kind!r}")  # pragma: no cover
+
+    def _run_actions(self, actions: list[Action], t0: float) -> None:
+        pending: list[SendTo] = []
+        reports: list[RoundScattered] = []
+        for a in actions:
+            if isinstance(a, SendTo):
+                pending.append(a)
+                continue
+            if pending:
+                self._send_batch(pending, t0)
+                pending = []
+            if isinstance(a, CloseConnection):
+                self._close_conn(a.conn, a.reason)
+            elif isinstance(a, RelayJoined):
+                self._notify(a)
+            elif isinstance(a, RoundScattered):
+                reports.append(a)
+            elif isinstance(a, CheckpointWindow):
+                self._ckpt_queue.put(a)
+            elif isinstance(a, StopAccepting):
+                self._accepting_data = False
+            elif isinstance(a, Finished):
+                self._outcome = a.outcome
+        if pending:
+            self._send_batch(pending, t0)
+        now = time.monotonic()
+        for r in reports:
+            rep = RoundReport(r.round, r.kind, r.weight, r.nbytes, r.relays,
+                              (now - t0) * 1000.0, time.time())
+            self._last_report = rep
+            log.info("controller: round %d %s weight %g, %d bytes to %d relay(s) in %.2f ms",
+                     rep.round, rep.kind, rep.weight, rep.nbytes, rep.relays, rep.ms)
+            self._notify(rep)
+        self._update_status()
+
+    def _notify(self, notice: ControllerNotice) -> None:
+        if self._on_notice is None:
+            return
+        try:
+            self._on_notice(notice)
+        except Exception:
+            log.exception("controller: on_notice callback failed")
+
+    def _update_status(self) -> None:
+        st = self._core.status()
+        st["listen"] = format_addr(self.address)
+        st["mode"] = "port mux" if self._port_mux else "direct"
+        rep = self._last_report
+        if rep is not None and st.get("last_round") is not None:
+            st["last_round"]["ms"] = round(rep.ms, 3)
+            st["last_round"]["at"] = rep.at
+        with self._lock:
+            self._status = st
+
+    def _send_batch(self, sends: list[SendTo], t0: float) -> None:
+        by_conn: dict[int, list[SendTo]] = {}
+        for s in sends:
+            by_conn.setdefault(s.conn, []).append(s)
+        failures: list[tuple[int, SendKind, str]] = []
+        if len(by_conn) == 1 or self._writers is None:
+            for conn_id, items in by_conn.items():
+                failures.extend(self._write_conn(conn_id, items))
+        else:
+            futures: list[Future[list[tuple[int, SendKind, str]]]] = [
+                self._writers.submit(self._write_conn, conn_id, items)
+                for conn_id, items in by_conn.items()
+            ]
+            for f in futures:
+                failures.extend(f.result())
+        for conn_id, kind, reason in failures:
+            self._run_actions(self._core.write_failed(conn_id, kind, reason), t0)
+
+    def _write_conn(self, conn_id: int, items: Sequence[SendTo]) -> list[tuple[int, SendKind, str]]:
+        conn = self._conns.get(conn_id)
+        out: list[tuple[int, SendKind, str]] = []
+        for s in items:
+            if conn is None or conn.closed:
+                out.append((conn_id, s.kind, "connection closed"))
+                continue
+            try:
+                send_all(conn.sock, s.buffers)
+            except OSError as e:
+                log.warning("controller: %s write to connection %d failed: %s", s.kind.value,
+                            conn_id, e)
+                out.append((conn_id, s.kind, str(e) or type(e).__name__))
+        return out
+
+    def _close_conn(self, conn_id: int, reason: str) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.closed:
+            return
+        conn.closed = True
+        log.debug("controller: closing connection %d (%s): %s", conn_id, conn.addr, reason)
+        shutdown_quietly(conn.sock)
+
+    def _teardown(self) -> None:
+        """Close everything and join every thread but the coordinator (which runs this)."""
+        self._stop.set()
+        lst = self._listener
+        for conn in list(self._conns.values()):
+            conn.closed = True
+            shutdown_quietly(conn.sock)
+        joined: set[threading.Thread] = set()
+        while True:
+            with self._lock:
+                todo = [t for t in self._threads if t not in joined]
+            if not todo:
+                break
+            for t in todo:
+                t.join()
+                joined.add(t)
+        if self._writers is not None:
+            self._writers.shutdown(wait=True)
+        if self._ckpt_thread is not None:
+            self._ckpt_queue.put(None)
+            self._ckpt_thread.join()
+        for conn in list(self._conns.values()):
+            with contextlib.suppress(OSError):
+                conn.sock.close()
+        if lst is not None:
+            with contextlib.suppress(OSError):
+                lst.close()
+        if self._outcome is None:
+            self._outcome = self._core.outcome or Outcome(False, "fail", None, "no outcome")
+        self._update_status()
+        self._done.set()
+
+    # -- accept / port mux -----------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        lst: socket.socket | None = self._listener
+        assert lst is not None
+        sel = selectors.DefaultSelector()
+        sel.register(lst, selectors.EVENT_READ)
+        pending: dict[socket.socket, tuple[float, str]] = {}  # sock -> (deadline, addr)
+        retry: dict[socket.socket, float] = {}  # partly-magic sockets, next peek time
+        deadline_s = peek_timeout()
+        try:
+            while not self._stop.is_set():
+                if lst is not None and not self._port_mux and not self._accepting_data:
+                    sel.unregister(lst)  # direct mode: no connection after the accept phase
+                    with contextlib.suppress(OSError):
+                        lst.close()
+                    lst = None
+                now = time.monotonic()
+                for s, at in list(retry.items()):
+                    if now >= at:
+                        del retry[s]
+                        sel.register(s, selectors.EVENT_READ)
+                for s, (dl, addr) in list(pending.items()):
+                    if now >= dl:
+                        log.info("controller: %s sent no channel magic within %gs; dropping",
+                                 addr, deadline_s)
+                        self._drop(s, sel, pending, retry)
+                wait = _ACCEPT_POLL * 5
+                if retry:
+                    wait = min(wait, max(0.0, min(retry.values()) - now))
+                for key, _ in sel.select(wait):
+                    if lst is not None and key.fileobj is lst:
+                        self._accept_ready(lst, sel, pending, deadline_s)
+                    else:
+                        peer = key.fileobj
+                        assert isinstance(peer, socket.socket)
+                        self._peek(peer, sel, pending, retry)
+        finally:
+            for s in list(pending):
+                with contextlib.suppress(OSError):
+                    s.close()
+            sel.close()
+
+    def _accept_ready(self, lst: socket.socket, sel: selectors.BaseSelector,
+                      pending: dict[socket.socket, tuple[float, str]], deadline_s: float) -> None:
+        while True:
+            try:
+                sock, raddr = lst.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("controller: accept failed: %s", e)
+                return
+            addr = format_addr((str(raddr[0]), int(raddr[1])))
+            if not self._port_mux:
+                self._open_data(sock, addr)
+                continue
+            sock.setblocking(False)
+            pending[sock] = (time.monotonic() + deadline_s, addr)
+            sel.register(sock, selectors.EVENT_READ)
+
+    def _drop(self, s: socket.socket, sel: selectors.BaseSelector,
+              pending: dict[socket.socket, tuple[float, str]],
+              retry: dict[socket.socket, float]) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(s)
+        pending.pop(s, None)
+        retry.pop(s, None)
+        with contextlib.suppress(OSError):
+            s.close()
+
+    def _peek(self, s: socket.socket, sel: selectors.BaseSelector,
+              pending: dict[socket.socket, tuple[float, str]],
+              retry: dict[socket.socket, float]) -> None:
+        addr = pending[s][1]
+        try:
+            head = s.recv(CHANNEL_MAGIC_LEN, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            log.info("controller: %s failed before its channel magic (%s); dropping", addr, e)
+            self._drop(s, sel, pending, retry)
+            return
+        if not head:
+            log.info("controller: %s closed before its channel magic; dropping", addr)
+            self._drop(s, sel, pending, retry)
+            return
+        if len(head) < CHANNEL_MAGIC_LEN:
+            sel.unregister(s)
+            retry[s] = time.monotonic() + _PEEK_RETRY
+            return
+        sel.unregister(s)
+        pending.pop(s, None)
+        magic = int.from_bytes(head, "little")
+        s.setblocking(True)
+        if magic == CHANNEL_MAGIC_DATA:
+            if not self._accepting_data:
+                log.info("controller: data-channel connection from %s after the accept phase; "
+                         "dropping", addr)
+                with contextlib.suppress(OSError):
+                    s.close()
+                return
+            self._open_data(s, addr)
+        elif magic in (CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST):
+            t = threading.Thread(target=self._serve_status, args=(s, addr),
+                                 name="flodl-controller-status")
+            with self._lock:
+                self._threads.append(t)
+            t.start()
+        else:
+            what = _MAGIC_NAMES.get(magic)
+            if what is not None:
+                log.info("controller: %s channel from %s is not served here; dropping", what,
+                         addr)
+            else:
+                log.info("controller: unknown channel magic 0x%08x from %s; dropping", magic,
+                         addr)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def _open_data(self, sock: socket.socket, addr: str) -> None:
+        try:
+            configure_socket(sock, recv=_REDUCE_POLL)
+        except OSError as e:
+            log.info("controller: cannot configure connection from %s (%s); dropping", addr, e)
+            with contextlib.suppress(OSError):
+                sock.close()
+            return
+        conn_id = self._next_id
+        self._next_id += 1
+        stream = RelayStream(self._core.salt, version=self._core.version, ceiling=self._ceiling)
+        conn = _Conn(conn_id, sock, addr, stream)
+        self._conns[conn_id] = conn
+        log.info("controller: data-channel connection %d from %s", conn_id, addr)
+        self._events.put(("opened", conn_id, stream))
+        t = threading.Thread(target=self._read_loop, args=(conn,),
+                             name=f"flodl-controller-relay{conn_id}")
+        conn.reader = t
+        with self._lock:
+            self._threads.append(t)
+        t.start()
+
+    # -- readers -----------------------------------------------------------------------------------
+    def _post(self, conn: _Conn, events: list[StreamEvent]) -> None:
+        if events:
+            self._events.put(("events", conn.id, events))
+
+    def _read_loop(self, conn: _Conn) -> None:
+        sock, stream = conn.sock, conn.stream
+        starve = committed_read_starvation()
+        pool = _BufferPool()
+        try:
+            magic = bytearray(CHANNEL_MAGIC_LEN)
+            got = recv_exact_into(sock, memoryview(magic), stop=self._stop, starvation=starve)
+            events = stream.feed(memoryview(magic)[:got])
+            if got < CHANNEL_MAGIC_LEN:
+                events += stream.feed_eof()
+            self._post(conn, events)
+            while not stream.done:
+                self._post(conn, self._read_record(sock, stream, pool, starve))
+        except Stopped:
+            pass
+        except ProtocolError as e:  # a starved committed read
+            self._post(conn, stream.fail(e))
+        except OSError as e:
+            log.debug("controller: read on connection %d failed: %s", conn.id, e)
+            self._post(conn, stream.feed_eof())
+
+    def _read_record(self, sock: socket.socket, stream: RelayStream, pool: _BufferPool,
+                     starve: float) -> list[StreamEvent]:
+        buf = pool.acquire()
+        view = memoryview(buf)
+        got = recv_exact_into(sock, view[:MUX_HEADER_LEN], stop=self._stop, starvation=starve)
+        if got < MUX_HEADER_LEN:
+            events = stream.feed(view[:got])
+            del view
+            return events + stream.feed_eof()
+        try:
+            hdr = parse_mux_header(view[:MUX_HEADER_LEN], ceiling=self._ceiling)
+        except ProtocolError:
+            return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
+        assert hdr is not END_OF_STREAM
+        total = MUX_HEADER_LEN + hdr.payload_len
+        while got < total:
+            if len(buf) < min(total, got + READ_CHUNK):
+                view.release()
+                target = min(total, got + READ_CHUNK)
+                buf.extend(bytes(target - len(buf)))
+                view = memoryview(buf)
+            upto = min(total, len(buf))
+            n = recv_exact_into(sock, view[got:upto], stop=self._stop, committed=True,
+                                starvation=starve)
+            got += n
+            if got < upto:  # EOF inside the record
+                events = stream.feed(view[:got])
+                del view
+                return events + stream.feed_eof()
+        events = stream.feed(view[:total])
+        del view
+        return events
+
+    # -- status ------------------------------------------------------------------------------------
+    def _serve_status(self, sock: socket.socket, addr: str) -> None:
+        try:
+            sock.settimeout(_STATUS_READ_TIMEOUT)
+            head = b""
+            while b"\r\n\r\n" not in head and b"\n\n" not in head \
+                    and len(head) < _STATUS_MAX_REQUEST:
+                chunk = sock.recv(_STATUS_MAX_REQUEST - len(head))
+                if not chunk:
+                    break
+                head += chunk
+            line = head.split(b"\n", 1)[0].decode("latin-1").strip()
+            parts = line.split()
+            method = parts[0] if parts else ""
+            path = parts[1].split("?", 1)[0] if len(parts) > 1 else ""
+            if method == "GET" and path in ("/status", "/status/"):
+                code, body = "200 OK", self.status()
+            elif method == "GET":
+                code, body = "404 Not Found", {"error": f"no such resource {path!r}; "
+                                                        "try GET /status"}
+            else:
+                code, body = "405 Method Not Allowed", {"error": f"{method} is not served"}
+            payload = json.dumps(body, default=str).encode()
+            resp = (f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+            sock.sendall(resp + payload)
+            log.debug("controller: status %s for %s (%s)", code, addr, line)
+        except OSError as e:
+            log.debug("controller: status request from %s failed: %s", addr, e)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _checkpoint_loop(self) -> None:
+        while True:
+            item = self._ckpt_queue.get()
+            if item is None:
+                return
+            try:
+                self._write_checkpoint(item)
+            except (OSError, ValueError, ProtocolError) as e:
+                log.error("controller: checkpoint of window %d failed: %s", item.window, e)
+
+    def _write_checkpoint(self, w: CheckpointWindow) -> None:
+        assert self._ckpt_dir is not None
+        arrays: dict[str, npt.NDArray[Any]] = {}
+        for prefix, frame in (("p", w.params), ("b", w.buffers)):
+            if frame is None:
+                continue
+            for i, t in enumerate(frame.tensors):
+                arrays[f"{prefix}{i}"] = np.asarray(t.array(materialize_elided=True),
+                                                    dtype=np.float32)
+        final = self._ckpt_dir / f"consensus-{w.window:06d}.npz"
+        tmp = self._ckpt_dir / f".{final.name}.tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, final)
+        log.info("controller: checkpoint %s written (%d tensors)", final, len(arrays))

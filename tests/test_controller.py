@@ -1,0 +1,453 @@
+"""The reference controller over real loopback sockets: ports of upstream's controller tests
+(flodl/src/distributed/controller_tests.rs), the port mux, ``GET /status`` and the CLI.
+
+Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec.mux import Hello, MuxRecord
+from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.errors import InvalidValue, LocalProtocolError
+from flodl_proto.reduce import reduce_realized_work
+from flodl_proto.runner.controller import ReferenceController
+
+from .fake_relay import SALT, FakeRelay, frame, values
+
+END = 5.0  # seconds to wait for the controller to end
+
+
+@pytest.fixture
+def controller_factory() -> Iterator[object]:
+    made: list[ReferenceController] = []
+
+    def make(world_size: int, **kw: object) -> ReferenceController:
+        kw.setdefault("port_mux", False)
+        ctl = ReferenceController(world_size, SALT, **kw)  # type: ignore[arg-type]
+        made.append(ctl)
+        return ctl.start()
+
+    yield make
+    for ctl in made:
+        ctl.shutdown(timeout=10)
+
+
+def _error(ctl: ReferenceController) -> str:
+    out = ctl.wait(END)
+    assert out is not None, "controller still running"
+    assert not out.clean, out
+    return str(out.error)
+
+
+@pytest.mark.timeout(30)
+def test_two_rank_average_one_round(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(2)
+    with FakeRelay(ctl.port, [0, 1]) as relay:
+        relay.expect_hello_ack()
+        # the relay folded ranks 0 ([1,2,3]) and 1 ([3,4,5]), weight 1 each
+        relay.send_host_frame(frame([4.0, 6.0, 8.0], weight=2.0))
+        got = relay.read_broadcast()
+        assert values(got) == [2.0, 3.0, 4.0]
+        assert got.weight == 2.0
+        relay.rank_exit(0)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "rank_exit"
+
+
+@pytest.mark.timeout(30)
+def test_three_ranks_multi_round_multi_tensor(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(3, version=3)
+    with FakeRelay(ctl.port, [0, 1], version=3) as a, FakeRelay(ctl.port, [2], version=3) as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        for rnd in range(2):
+            fa = frame(np.arange(4) + rnd, [[1.0, 2.0], [3.0, 4.0]], weight=2.0)
+            fb = frame(np.arange(4) * 3.0, [[5.0, 6.0], [7.0, 8.0]], weight=1.0)
+            b.send_host_frame(fb)
+            a.send_host_frame(fa)
+            ga, gb = a.read_broadcast(), b.read_broadcast()
+            assert ga == gb
+            want = reduce_realized_work([fa, fb], version=3)
+            assert ga == want
+            assert values(ga, 1) == pytest.approx([2.0, 8.0 / 3.0, 10.0 / 3.0, 4.0])
+            assert ga.tensors[1].shape == (2, 2)
+        b.close()
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "relay_eof"
+    assert ctl.status()["rounds_reduced"] == 2
+
+
+@pytest.mark.timeout(30)
+def test_rejects_non_hello_first_record(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, None) as relay:
+        relay.send_record(MuxRecord.data(0, b"\x01\x02"))
+        assert relay.at_eof()  # no HelloAck: dropped
+    assert _error(ctl).startswith("cluster_controller: expected relay Hello, got Data")
+
+
+@pytest.mark.timeout(30)
+def test_rejects_rank_out_of_range(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(2)
+    with FakeRelay(ctl.port, [0, 2]) as relay:
+        assert relay.at_eof()
+    assert _error(ctl) == "cluster_controller: relay announced rank 2 >= world_size 2"
+
+
+@pytest.mark.timeout(30)
+def test_rank_announced_twice_closes_every_connection(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(3)
+    with FakeRelay(ctl.port, [0, 1]) as a, FakeRelay(ctl.port, [1, 2]) as b:
+        a.expect_hello_ack()
+        assert b.at_eof()
+        assert a.at_eof()  # departure: the earlier relay is closed too
+    assert _error(ctl) == "cluster_controller: rank 1 announced by two relays"
+
+
+@pytest.mark.timeout(30)
+def test_rejects_round_frame_with_wrong_inner_salt(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        relay.send_host_frame(frame([1.0]), frame_salt=bytes(16))
+        assert "HMAC verification failed" in _error(ctl)
+        assert relay.at_eof()
+
+
+@pytest.mark.timeout(30)
+def test_rejects_data_record_on_data_channel(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        relay.send_record(MuxRecord.data(0, b"x"))
+        assert "HostFrame" in _error(ctl)
+
+
+@pytest.mark.timeout(30)
+def test_rejects_shape_mismatch_across_relays(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(2)
+    with FakeRelay(ctl.port, [0]) as a, FakeRelay(ctl.port, [1]) as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        a.send_host_frame(frame([1.0, 2.0]))
+        b.send_host_frame(frame([1.0, 2.0, 3.0]))
+        err = _error(ctl)
+        assert "shape" in err
+        assert a.at_eof() and b.at_eof()  # no partial round scattered
+
+
+@pytest.mark.timeout(30)
+def test_rejects_non_f32_dtype_in_reduce(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        odd = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(7, [2], b"\0" * 8)])
+        relay.send_host_frame(odd)
+        assert "dtype tag 7" in _error(ctl)
+
+
+@pytest.mark.timeout(60)
+def test_elastic_scatter_declares_stalled_relay_dead_and_continues(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(2)
+    n = 4 << 20  # 16 MiB of f32 per frame: more than the socket buffers hold
+    with FakeRelay(ctl.port, [0], rcvbuf=4096) as stalled, FakeRelay(ctl.port, [1]) as live:
+        stalled.expect_hello_ack()
+        live.expect_hello_ack()
+        stalled.send_host_frame(frame(np.full(n, 2.0), weight=1.0))
+        live.send_host_frame(frame(np.full(n, 3.0), weight=3.0))  # pre-scaled: 3 x 1.0
+        got = live.read_broadcast(timeout=20)  # the stalled write does not hold it back
+        assert values(got)[:2] == [1.25, 1.25] and got.weight == 4.0
+        # the stalled relay never reads: after the write stall its rank is declared dead
+        deadline = time.monotonic() + 20
+        while not ctl.dead_ranks.is_dead(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ctl.dead_ranks.is_dead(0) and not ctl.dead_ranks.is_dead(1)
+        live.send_host_frame(frame([3.0, 3.0], weight=3.0))
+        got2 = live.read_broadcast()
+        assert values(got2) == [1.0, 1.0] and got2.weight == 3.0
+        live.rank_exit(1)
+        out = ctl.wait(END)
+    assert out is not None and out.clean
+
+
+@pytest.mark.timeout(30)
+def test_two_host_fold_average_one_round(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(3)
+    with FakeRelay(ctl.port, [0, 1], host="h0") as a, FakeRelay(ctl.port, [2], host="h1") as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        a.send_host_frame(frame([3.0, 5.0], weight=2.0))  # ranks 0,1: [1,2] + [2,3]
+        b.send_host_frame(frame([3.0, 4.0], weight=1.0))
+        ga, gb = a.read_broadcast(), b.read_broadcast()
+        assert ga == gb
+        assert values(ga) == [2.0, 3.0] and ga.weight == 3.0
+
+
+def test_zero_world_size_errors() -> None:
+    with pytest.raises(InvalidValue) as ei:
+        ReferenceController(0, SALT)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert "world_size must be > 0" in str(ei.value)
+
+
+@pytest.mark.timeout(30)
+def test_dead_diff_forwarding_releases_a_relay(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(3)
+    with FakeRelay(ctl.port, [0]) as a, FakeRelay(ctl.port, [1, 2]) as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        a.send_host_frame(frame([3.0], weight=1.0))
+        b.send_host_frame(frame([6.0], weight=2.0))
+        assert values(a.read_broadcast()) == [3.0] and values(b.read_broadcast()) == [3.0]
+        # relay b's rank 2 is wedged; the coordinator declares it dead
+        a.send_host_frame(frame([5.0], weight=1.0))
+        ctl.declare_dead(2)
+        assert b.read_declare_dead() == 2  # the relay's fold is released
+        b.send_host_frame(frame([7.0], weight=1.0))  # rank 1 alone
+        assert values(a.read_broadcast()) == [6.0]
+        assert values(b.read_broadcast()) == [6.0]
+        b.rank_exit(2)  # a dead rank's exit is ignored
+        a.send_host_frame(frame([1.0], weight=1.0))
+        b.send_host_frame(frame([3.0], weight=1.0))
+        assert values(a.read_broadcast()) == [2.0]
+        ctl.declare_dead(0)
+        ctl.declare_dead(1)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "all_dead"
+
+
+@pytest.mark.timeout(30)
+def test_port_mux_drops_silent_and_unknown_connections(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(2, port_mux=True)
+    silent = socket.create_connection(("127.0.0.1", ctl.port), timeout=END)
+    unknown = socket.create_connection(("127.0.0.1", ctl.port), timeout=END)
+    unknown.sendall(b"\xde\xad\xbe\xef" + b"junk")
+    control = socket.create_connection(("127.0.0.1", ctl.port), timeout=END)
+    control.sendall(b"\xe2\x17\x0d\xf1")  # control channel: not served here
+    try:
+        with FakeRelay(ctl.port, [0]) as a, FakeRelay(ctl.port, [1]) as b:
+            a.expect_hello_ack()
+            b.expect_hello_ack()
+            for rnd in range(3):
+                a.send_host_frame(frame([float(rnd)], weight=1.0))
+                b.send_host_frame(frame([float(rnd + 2)], weight=1.0))
+                assert values(a.read_broadcast()) == [rnd + 1.0]
+                assert values(b.read_broadcast()) == [rnd + 1.0]
+            assert _closed(unknown) and _closed(control)
+            assert _closed(silent)  # dropped after the peek deadline
+            a.rank_exit(0)
+            out = ctl.wait(END)
+        assert out is not None and out.clean
+    finally:
+        for s in (silent, unknown, control):
+            s.close()
+
+
+def _closed(sock: socket.socket) -> bool:
+    """True when the peer closed ``sock`` (end of stream or reset) before the deadline."""
+    sock.settimeout(END)
+    try:
+        return sock.recv(16) == b""
+    except (ConnectionResetError, ConnectionAbortedError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def _http_get(port: int, path: str) -> tuple[str, dict[str, object]]:
+    with socket.create_connection(("127.0.0.1", port), timeout=END) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(), json.loads(body)
+
+
+@pytest.mark.timeout(30)
+def test_get_status_answers_during_a_run(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(2, port_mux=True)
+    with FakeRelay(ctl.port, [0, 1], host="node-a") as relay:
+        relay.expect_hello_ack()
+        relay.send_host_frame(frame([2.0, 4.0], weight=2.0))
+        relay.read_broadcast()
+        line, st = _http_get(ctl.port, "/status")
+        assert line == "HTTP/1.1 200 OK"
+        assert st["state"] == "Reducing" and st["world_size"] == 2
+        assert st["rounds_reduced"] == 1 and st["dead_ranks"] == []
+        relays = st["relays"]
+        assert isinstance(relays, list) and relays[0]["host"] == "node-a"
+        assert relays[0]["ranks"] == [0, 1]
+        assert isinstance(st["bytes_in"], int) and st["bytes_in"] > 0
+        assert isinstance(st["bytes_out"], int) and st["bytes_out"] > 0
+        last = st["last_round"]
+        assert isinstance(last, dict) and last["round"] == 0 and "ms" in last
+        line404, _ = _http_get(ctl.port, "/nope")
+        assert line404.startswith("HTTP/1.1 404")
+        relay.rank_exit(1)
+        assert ctl.wait(END) is not None
+
+
+@pytest.mark.timeout(30)
+def test_connection_after_coverage_is_closed(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1, port_mux=True)
+    with FakeRelay(ctl.port, [0]) as a:
+        a.expect_hello_ack()
+        with FakeRelay(ctl.port, [0]) as late:
+            assert late.at_eof()
+        a.send_host_frame(frame([1.0]))
+        assert values(a.read_broadcast()) == [1.0]
+
+
+@pytest.mark.timeout(30)
+def test_checkpoint_and_outer_optimizer(controller_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from flodl_proto.reduce import SlowMomentum
+
+    ctl = controller_factory(1, outer=SlowMomentum(0.5, 0.9), checkpoint_dir=tmp_path)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        control = frame([1.0], kind=RoundKind.CONTROL, weight=0.0)
+        stepped = []
+        for params in ([1.0, 2.0], [0.5, 1.0]):
+            relay.send_host_frame(control)
+            relay.read_broadcast()
+            relay.send_host_frame(frame(params, weight=1.0))
+            stepped.append(values(relay.read_broadcast()))
+            relay.send_host_frame(frame([9.0], weight=1.0))  # buffers pass through
+            assert values(relay.read_broadcast()) == [9.0]
+        # SlowMomentum(lr 0.5, mu 0.9): the first window anchors prev_global on the consensus;
+        # then g = [1,2] - [0.5,1] = [0.5,1], v = g, new = [1,2] - 0.5 v
+        assert stepped == [[1.0, 2.0], [0.75, 1.5]]
+        relay.rank_exit(0)
+        assert ctl.wait(END) is not None
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["consensus-000000.npz", "consensus-000001.npz"]
+    with np.load(tmp_path / "consensus-000000.npz") as z:
+        assert sorted(z.files) == ["b0", "p0"]
+        assert z["p0"].dtype == np.float32 and list(z["p0"]) == [1.0, 2.0]
+        assert list(z["b0"]) == [9.0]
+    with np.load(tmp_path / "consensus-000001.npz") as z:
+        assert list(z["p0"]) == [0.75, 1.5]  # the stepped global is what is checkpointed
+
+
+# -- CLI ------------------------------------------------------------------------------------
+SALT_HEX = SALT.hex()
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    e = dict(os.environ)
+    e.pop("FLODL_SESSION_SALT", None)
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "flodl_proto.cli", "controller", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+
+
+def _first_line(p: subprocess.Popen[str]) -> str:
+    assert p.stdout is not None
+    return p.stdout.readline().rstrip("\n")
+
+
+@pytest.mark.timeout(60)
+def test_cli_first_line_rounds_and_clean_exit() -> None:
+    p = _cli("--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX)
+    try:
+        line = _first_line(p)
+        assert line.startswith("listening on 127.0.0.1:")
+        port = int(line.rsplit(":", 1)[1])
+        assert port != 0
+        with FakeRelay(port, [0], host="cli-host") as relay:
+            relay.expect_hello_ack()
+            relay.send_host_frame(frame([1.0, 3.0], weight=2.0))
+            assert values(relay.read_broadcast()) == [0.5, 1.5]
+            relay.rank_exit(0)
+            out, err = p.communicate(timeout=20)
+    finally:
+        p.kill() if p.poll() is None else None
+    assert p.returncode == 0, err
+    assert "relay 0 joined: host 'cli-host' ranks [0]" in out
+    assert "round 0: kind model weight 2 bytes" in out
+
+
+@pytest.mark.timeout(60)
+def test_cli_sigterm_is_a_clean_exit_and_salt_from_env_and_file(tmp_path: Path) -> None:
+    p = _cli("--listen", "127.0.0.1:0", "--world-size", "2",
+             env={"FLODL_SESSION_SALT": SALT_HEX})
+    try:
+        assert _first_line(p).startswith("listening on 127.0.0.1:")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+    finally:
+        p.kill() if p.poll() is None else None
+    assert p.returncode == 0, err
+    salt_file = tmp_path / "salt"
+    salt_file.write_text(SALT_HEX + "\n")
+    q = _cli("--listen", "127.0.0.1:0", "--world-size", "2", "--salt-file", str(salt_file),
+             "--no-port-mux")
+    try:
+        assert _first_line(q).startswith("listening on 127.0.0.1:")
+        q.send_signal(signal.SIGINT)
+        q.communicate(timeout=20)
+    finally:
+        q.kill() if q.poll() is None else None
+    assert q.returncode == 0
+
+
+@pytest.mark.timeout(60)
+def test_cli_failure_exits_1() -> None:
+    p = _cli("--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX, "--no-port-mux")
+    try:
+        port = int(_first_line(p).rsplit(":", 1)[1])
+        with FakeRelay(port, [0], salt=bytes(16)):  # a Hello signed with another salt
+            _, err = p.communicate(timeout=20)
+    finally:
+        p.kill() if p.poll() is None else None
+    assert p.returncode == 1
+    assert "HMAC verification failed" in err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args,needle", [
+    (["--world-size", "0", "--salt", SALT_HEX], "world-size"),
+    (["--world-size", "2"], "no session salt"),
+    (["--world-size", "2", "--salt", "abcd"], "32 hex digits"),
+    (["--world-size", "2", "--salt", SALT_HEX, "--outer", "adam"], "--outer"),
+], ids=["world-size-0", "missing-salt", "bad-salt", "bad-outer"])
+def test_cli_usage_errors_exit_2(args: list[str], needle: str) -> None:
+    p = _cli("--listen", "127.0.0.1:0", *args)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+@pytest.mark.timeout(60)
+def test_cli_port_in_use_exits_2() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        p = _cli("--listen", f"127.0.0.1:{port}", "--world-size", "1", "--salt", SALT_HEX)
+        out, err = p.communicate(timeout=20)
+    assert p.returncode == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "cannot listen" in err
+
+
+def test_hello_model_is_used() -> None:
+    # keeps the fake relay honest: a version-2 Hello has no model_sigs
+    assert Hello("h", [0]).model_sigs == ()
