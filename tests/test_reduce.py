@@ -653,3 +653,56 @@ def test_errors_are_protocol_errors_with_kinds() -> None:
         assert e.kind == "schema" and e.error_id == "reduce.shape_mismatch"
     else:  # pragma: no cover
         raise AssertionError("no error")
+
+
+# -- kernels against a direct transcription of upstream's arithmetic ---------------------------
+def _upstream_bf16(bits: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint16]:
+    b = bits.astype(np.uint64)
+    nan = (b & 0x7FFFFFFF) > 0x7F800000
+    rne = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return np.where(nan, (b >> 16) | 0x0040, rne).astype(np.uint16)
+
+
+def _widen(b16: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
+    return (b16.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("weight", [3.0, 1e-300, 7e44, 0.0])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_kernel_matches_upstream_arithmetic_bit_for_bit(weight: float, threads: int) -> None:
+    rng = np.random.default_rng(int(weight != 0) + threads)
+    numel = (2 << 20) + 12345 if threads > 1 else 3 * (1 << 16) + 17
+    raw = [rng.integers(0, 1 << 16, numel, dtype=np.uint32).astype(np.uint16) for _ in range(3)]
+    raw[1][::97] = 0x7F80  # +inf here and there, to meet -inf and make default NaNs
+    raw[2][::89] = 0xFF80
+    frames = [frame(TensorPayload(BF16, [numel], r.tobytes()), weight=weight / 3) for r in raw]
+    out = reduce_realized_work(frames, version=3, threads=threads)
+    with np.errstate(all="ignore"):
+        acc = np.zeros(numel, np.float32)
+        for r in raw:
+            acc = acc + _widen(r)
+        summed = _upstream_bf16(acc.view(np.uint32))
+        w = -0.0
+        for f in frames:
+            w += f.weight
+        if w > 0:
+            scaled = _widen(summed) * np.float32(1.0 / w)
+            summed = _upstream_bf16(scaled.view(np.uint32))
+    got = np.frombuffer(out.tensors[0].data, "<u2")
+    assert np.array_equal(got, summed)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_f32_kernel_matches_sequential_numpy(threads: int) -> None:
+    rng = np.random.default_rng(5)
+    numel = (2 << 20) + 3 if threads > 1 else (1 << 16) + 3
+    raw = [rng.integers(0, 1 << 32, numel, dtype=np.uint64).astype(np.uint32) for _ in range(3)]
+    frames = [frame(TensorPayload(F32, [numel], r.tobytes()), weight=1.0) for r in raw]
+    out = reduce_realized_work(frames, version=2, threads=threads)
+    with np.errstate(all="ignore"):
+        acc = np.float32(0.0) + raw[0].view(np.float32)
+        for r in raw[1:]:
+            acc = acc + r.view(np.float32)
+        acc = acc * np.float32(1.0 / 3.0)
+    got = np.frombuffer(out.tensors[0].data, "<f4")
+    assert np.array_equal(got.view(np.uint32), acc.view(np.uint32))

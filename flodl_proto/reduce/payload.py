@@ -66,11 +66,11 @@ def bf16_from_f32(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
     src = np.ascontiguousarray(values, dtype=K.F32)
     flat = src.reshape(-1)
     out = np.empty(flat.shape[0], K.U16)
-    mask = np.empty(min(flat.shape[0], K.CHUNK_ELEMS), np.bool_)
+    ws = K.Workspace(min(flat.shape[0], K.CHUNK_ELEMS))
     with np.errstate(all="ignore"):
         for s in range(0, flat.shape[0], K.CHUNK_ELEMS):
             e = min(s + K.CHUNK_ELEMS, flat.shape[0])
-            K.encode_bf16(flat[s:e], out[s:e], mask)
+            K.encode_bf16(flat[s:e], out[s:e], ws)
     return out.reshape(src.shape)
 
 
@@ -183,5 +183,5 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any])
                 t = ws.wide[: e - s]
                 K.widen_bf16(dst16[s:e], t)
                 np.multiply(t, f, out=t)
-                K.encode_bf16(t, dst16[s:e], ws.mask)
+                K.encode_bf16(t, dst16[s:e], ws)
     return bytes(out)

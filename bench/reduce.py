@@ -1,0 +1,172 @@
+"""Benchmark: the controller's realized-work reduce of W frames, f32 and bf16.
+
+For each wire dtype, in a fresh subprocess (so peak-memory figures do not mix):
+
+* builds W frames of one tensor each, ``--mib`` MiB of payload per frame (standard-normal values,
+  rounded to bf16 for the bf16 wire), the payload a view at the odd offset a decoded RoundFrame
+  gives it (31 bytes into the frame buffer);
+* times ``reduce_realized_work`` (best of ``--repeat``) and reports the input consumed per second;
+* times NumPy ``a += b`` over the same bytes in the same run (``a`` an f32 accumulator, ``b`` each
+  frame's payload bytes viewed as f32, W times) — the physical-limit peer — and prints the ratio;
+* reports peak RSS growth: from before the frames were built (so the W inputs count), against the
+  bound (W + 2) x frame + 64 MiB, and the growth of the reduce alone.
+
+Targets: f32 >= 0.8x the peer, bf16 >= 0.5x, peak growth within the bound.
+
+Usage: ``python bench/reduce.py [--frames 4] [--mib 256] [--repeat 3] [--threads N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+MiB = 1 << 20
+PAYLOAD_OFFSET = 31  # header 17 + dtype/ndim 2 + one dim 4 + nbytes 8
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _run_one(dtype_name: str, frames: int, mib: int, repeat: int,
+             threads: int) -> dict[str, Any]:
+    from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+    from flodl_proto.reduce import bf16_from_f32, reduce_realized_work
+
+    dtype = {"f32": 0, "bf16": 1}[dtype_name]
+    nbytes = mib * MiB
+    elem = 4 if dtype == 0 else 2
+    numel = nbytes // elem
+    rng = np.random.default_rng(1)
+    _reset_peak()
+    rss_base = _status_kib("VmRSS")
+
+    bufs: list[bytearray] = []
+    frame_list: list[RoundFrame | None] = []
+    for i in range(frames):
+        buf = bytearray(nbytes + 64)
+        view = memoryview(buf)[PAYLOAD_OFFSET:PAYLOAD_OFFSET + nbytes]
+        if dtype == 0:
+            arr = np.frombuffer(view, "<f4")
+            step = 1 << 22
+            for s in range(0, numel, step):
+                arr[s:s + step] = rng.standard_normal(min(step, numel - s), dtype=np.float32)
+        else:
+            arr16 = np.frombuffer(view, "<u2")
+            step = 1 << 22
+            for s in range(0, numel, step):
+                n = min(step, numel - s)
+                # model-like values: standard normal, rounded to bf16
+                arr16[s:s + n] = bf16_from_f32(rng.standard_normal(n, dtype=np.float32))
+        bufs.append(buf)
+        frame_list.append(RoundFrame(RoundKind.MODEL, float(i + 1),
+                                     [TensorPayload(dtype, [numel], view)]))
+
+    rss_inputs = _status_kib("VmRSS")
+    reduce_times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = reduce_realized_work(frame_list, version=3, threads=threads)
+        reduce_times.append(time.perf_counter() - t0)
+        assert out.tensors[0].nbytes == nbytes
+        del out
+    peak_reduce = _status_kib("VmHWM")
+
+    acc = np.zeros(nbytes // 4, np.float32)
+    views = [np.frombuffer(memoryview(b)[PAYLOAD_OFFSET:PAYLOAD_OFFSET + nbytes], "<f4")
+             for b in bufs]
+    base_times = []
+    with np.errstate(all="ignore"):
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for v in views:
+                acc += v
+            base_times.append(time.perf_counter() - t0)
+    aligned = [np.frombuffer(memoryview(b)[32:32 + nbytes], "<f4") for b in bufs]
+    aligned_times = []
+    with np.errstate(all="ignore"):
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for v in aligned:
+                acc += v
+            aligned_times.append(time.perf_counter() - t0)
+
+    consumed = frames * nbytes
+    t_red, t_base, t_al = min(reduce_times), min(base_times), min(aligned_times)
+    return {
+        "dtype": dtype_name, "frames": frames, "mib": mib,
+        "reduce_s": t_red, "reduce_gbs": consumed / t_red / 1e9,
+        "numpy_gbs": consumed / t_base / 1e9, "numpy_aligned_gbs": consumed / t_al / 1e9,
+        "ratio": t_base / t_red, "ratio_aligned": t_al / t_red,
+        "peak_growth_mib": (peak_reduce - rss_base) / 1024,
+        "reduce_growth_mib": (peak_reduce - rss_inputs) / 1024,
+        "bound_mib": (frames + 2) * mib + 64,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--frames", type=int, default=4)
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="worker threads of the reduce (default 1)")
+    ap.add_argument("--one", choices=["f32", "bf16"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(_run_one(args.one, args.frames, args.mib, args.repeat, args.threads)))
+        return 0
+
+    targets = {"f32": 0.8, "bf16": 0.5}
+    rows = []
+    for name in ("f32", "bf16"):
+        cmd = [sys.executable, __file__, "--one", name, "--frames", str(args.frames),
+               "--mib", str(args.mib), "--repeat", str(args.repeat)]
+        cmd += ["--threads", str(args.threads)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": "0"})
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+
+    threads = args.threads
+    print(f"reduce_realized_work: W = {args.frames} frames x {args.mib} MiB, best of "
+          f"{args.repeat}, {threads} thread(s); numpy {np.__version__}; peer = numpy `a += b` "
+          f"over the same bytes (f32 view of each frame's payload), same run")
+    print()
+    print("| wire dtype | reduce GB/s (input) | numpy a+=b GB/s | ratio | target | "
+          "aligned a+=b GB/s | ratio vs aligned | peak RSS growth MiB | bound MiB | "
+          "reduce-only growth MiB | ok |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ok_all = True
+    for r in rows:
+        ok = r["ratio"] >= targets[r["dtype"]] and r["peak_growth_mib"] <= r["bound_mib"]
+        ok_all &= ok
+        print(f"| {r['dtype']} | {r['reduce_gbs']:.2f} | {r['numpy_gbs']:.2f} | "
+              f"{r['ratio']:.2f}x | >= {targets[r['dtype']]}x | {r['numpy_aligned_gbs']:.2f} | "
+              f"{r['ratio_aligned']:.2f}x | {r['peak_growth_mib']:.0f} | {r['bound_mib']} | "
+              f"{r['reduce_growth_mib']:.0f} | {'yes' if ok else 'NO'} |")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
