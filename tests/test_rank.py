@@ -436,3 +436,25 @@ def test_rank_cli_prints_digests(tmp_path: Any) -> None:
             relay.shutdown()
     assert ctrl.outcome is not None and ctrl.outcome.clean
 
+
+
+def test_realized_work_scattered_frame_is_the_consensus(cluster: Callable[..., _Cluster]) -> None:
+    """Counts [3, 5, 2] gathered through Control, values [1, 2, 3] weighted by gamma_mass(n, 1):
+    every rank adopts (3 + 10 + 6) / 10 = 1.9."""
+    from flodl_proto.reduce import gamma_mass
+
+    cl = cluster([[0, 1], [2]], version=3)
+
+    def step(c: RankClient) -> tuple[list[float], list[float]]:
+        n = {0: 3, 1: 5, 2: 2}[c.rank]
+        counts = c.gather_counts(n)
+        x = np.full(4, float(c.rank + 1), np.float32)
+        mass = gamma_mass(counts[c.rank], 1.0)
+        rep = c.all_reduce_scaled([x], mass)
+        assert rep.weight == 10.0 and rep.adopted
+        return counts.tolist(), x.tolist()
+
+    res = cl.run(step)
+    want = float(np.float32(19.0) * np.float32(1 / 10))
+    assert all(r == ([3.0, 5.0, 2.0], [want] * 4) for r in res.values())
+    assert abs(want - 1.9) < 1e-6
