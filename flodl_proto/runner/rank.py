@@ -119,11 +119,13 @@ def _check_array(index: int, a: Any) -> npt.NDArray[Any]:
     return arr
 
 
-def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None) -> TensorPayload:
+def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
+             out: npt.NDArray[np.float32] | None = None) -> TensorPayload:
     """One tensor's payload in ``wire`` dtype, pre-scaled by ``scale`` (None: unscaled).
 
     The product is computed in f32 and rounded once into the wire dtype (bf16 with upstream's
-    rounding and NaN rule).
+    rounding and NaN rule). ``out`` (f32, ``arr.size`` elements) receives an f32 product that
+    goes on the wire as is, sparing an allocation per round.
     """
     src_bf16 = arr.dtype == _BF16
     flat = np.ascontiguousarray(arr).reshape(-1)
@@ -141,7 +143,10 @@ def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None) -> TensorP
             data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f)
         else:
             wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
-            prod = np.multiply(wide, f, dtype=_F32)
+            if wire is Dtype.F32 and out is not None and not src_bf16:
+                prod = np.multiply(wide, f, out=out)
+            else:
+                prod = np.multiply(wide, f, dtype=_F32)
             if wire is Dtype.F32:
                 data = prod.view(np.uint8).data
             else:
@@ -183,6 +188,9 @@ class RankClient:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.last_reply: ReduceReply | None = None
+        #: per tensor index, the f32 buffer of the last pre-scaled payload (reused: a request's
+        #: payloads are not referenced once its round is over)
+        self._scratch: dict[int, npt.NDArray[np.float32]] = {}
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -378,7 +386,8 @@ class RankClient:
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
         else:
-            tensors = [_payload(a, wire, float(scale)) for a in arrs]
+            tensors = [_payload(a, wire, float(scale), self._scratch_for(i, a))
+                       for i, a in enumerate(arrs)]
         reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
         adopted = False
         if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
@@ -386,6 +395,13 @@ class RankClient:
             adopted = True
         self.last_reply = ReduceReply(reply, raw, adopted)
         return self.last_reply
+
+    def _scratch_for(self, index: int, arr: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+        buf = self._scratch.get(index)
+        if buf is None or buf.shape[0] != arr.size:
+            buf = np.empty(arr.size, dtype=_F32)
+            self._scratch[index] = buf
+        return buf
 
     def all_reduce_mean(self, arrays: Sequence[npt.NDArray[Any]]) -> ReduceReply:
         """Plain mean over the cohort: Model round, scale 1.0, weight 1.0; the mean is written

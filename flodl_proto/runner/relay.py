@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import check_salt
@@ -195,6 +196,8 @@ class Relay:
         self._workers: list[threading.Thread] = []
         self._queue: queue.Queue[object] = queue.Queue(maxsize=RELAY_OUTBOUND_QUEUE)
         self._active = len(self.ranks)
+        self._blob_bufs: dict[int, npt.NDArray[np.uint8]] = {}
+        self._record_buf: npt.NDArray[np.uint8] | None = None
 
     # -- public surface --------------------------------------------------------------------------
     @property
@@ -413,8 +416,11 @@ class Relay:
             return None  # end of stream inside the header is a clean end
         hdr = parse_mux_header(hv, ceiling=self.ceiling)
         assert hdr is not END_OF_STREAM
-        buf = np.empty(MUX_HEADER_LEN + hdr.payload_len, dtype=np.uint8)
-        view = buf.data
+        # the record is used synchronously (fan-out, control): its buffer is reused next time
+        size = MUX_HEADER_LEN + hdr.payload_len
+        if self._record_buf is None or self._record_buf.shape[0] != size:
+            self._record_buf = np.empty(size, dtype=np.uint8)
+        view = self._record_buf.data
         view[:MUX_HEADER_LEN] = hv
         body = recv_exact_into(sock, view[MUX_HEADER_LEN:], stop=self._stop, committed=True,
                                starvation=committed_read_starvation())
@@ -506,8 +512,7 @@ class Relay:
                 return None
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
             assert n is not END_OF_STREAM
-            buf = np.empty(n, dtype=np.uint8)
-            view = buf.data
+            view = self._blob_buffer(rank, n)
             body = recv_exact_into(sock, view, stop=self._stop, committed=True,
                                    starvation=committed_read_starvation())
             self._count("from_ranks", body)
@@ -522,6 +527,16 @@ class Relay:
                         self.host, rank, n, body)
             return None
         return view
+
+    def _blob_buffer(self, rank: int, n: int) -> memoryview:
+        """An ``n``-byte buffer for ``rank``'s next blob: last round's buffer when the fold no
+        longer holds it (the rank's previous deposit was consumed by a completed round), else a
+        fresh one (reusing spares the page faults of a fresh allocation every round)."""
+        buf = self._blob_bufs.get(rank)
+        if buf is None or buf.shape[0] != n or rank in self._fold.deposited:
+            buf = np.empty(n, dtype=np.uint8)
+            self._blob_bufs[rank] = buf
+        return buf.data
 
     def _upstream_reader(self) -> None:
         up = self._upstream
