@@ -127,6 +127,7 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             flags = _vbit(version) | sbit | (SIGN if ok else 0)
             put("mux_record", _name(cid), bytes((flags,)) + raw)
             put("stream_mux", _name(cid), _stream(flags, b"", raw))
+            put("relay_stream", _name(cid), _stream(flags | 0x20, b"", raw))
             if "bincode" in c:
                 put("control", _name(cid), bytes((_vbit(version),)) + bytes.fromhex(c["bincode"]))
         elif op.startswith("len_framed."):
@@ -165,6 +166,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             for conn, stream in sorted(sent.items())[:2]:
                 flags = _vbit(version) | sbit | SIGN | 0x20
                 put("stream_mux", _name(cid, f"-send{conn}"), _stream(flags, b"\x07", stream))
+                put("relay_stream", _name(cid, f"-send{conn}"),
+                    _stream(flags & ~0x20, b"\x05\x1d", stream))
             for conn, stream in sorted(recv.items())[:1]:
                 flags = _vbit(version) | sbit | SIGN
                 put("stream_mux", _name(cid, f"-recv{conn}"), _stream(flags, b"\x19\x01", stream))
@@ -222,6 +225,20 @@ def _controller_seeds() -> dict[str, bytes]:
             + bytes((0x24, 0x42, 0)) + vals + bytes((7,))
         out[f"seed-handshake-timeout-v{version}"] = head + bytes((0x00, 0xFD, 0xFD))
         out[f"seed-data-record-v{version}"] = head + hello_round + bytes((0xAA, 3, 1, 2, 3, 9))
+        # outer optimizer (bits 5-6) and checkpoint windows (bit 7): Control round, two Model
+        # rounds, then a Model round whose frames drop their tensor (a schema change)
+        for name, outer in (("avg", 0x20), ("slowmo", 0x40), ("nesterov", 0x60)):
+            out[f"seed-outer-{name}-checkpoint-v{version}"] = bytes((v | outer | 0x80, 1, 1, 4)) \
+                + hello_round.replace(bytes((0x42, 0)), bytes((0x42, 1))).replace(
+                    bytes((0x4A, 0)), bytes((0x4A, 1))) \
+                + bytes((0x42, 0)) + vals + bytes((3, 0x4A, 0)) + vals + bytes((9,)) \
+                + bytes((0x42, 4)) + vals + bytes((3, 0x4A, 4)) + vals + bytes((9,)) \
+                + bytes((0x42, 0x80)) + vals + bytes((3, 0x4A, 0x80)) + vals \
+                + bytes((9, 0x62, 0, 3))
+        # a single relay: its frame alone is the round (reaches the reduce's own checks)
+        out[f"seed-single-relay-v{version}"] = bytes((v, 0, 1, 4, 0x02, 1, 0x22, 7, 1, 2)) \
+            + bytes((0x42, 0)) \
+            + vals + bytes((5, 0x42, 0x40)) + vals + bytes((5,))
     return out
 
 

@@ -29,9 +29,9 @@ PREFIX=()
 # Runs per target in `ci` mode: a few seconds each on one core (the stateful targets and the
 # round-frame stream are slower per input).
 declare -A CI_RUNS=(
-  [handshake]=6000 [channel_magic]=6000 [round_frame]=3000 [control]=6000 [mux_record]=3000
-  [len_framed]=3000 [stream_round_frame]=1500 [stream_mux]=1500 [stream_len_framed]=3000
-  [host_fold]=1000 [controller_core]=400
+  [handshake]=4000 [channel_magic]=4000 [round_frame]=2000 [control]=4000 [mux_record]=2000
+  [len_framed]=2000 [stream_round_frame]=800 [stream_mux]=1200 [stream_len_framed]=2000
+  [relay_stream]=1200 [host_fold]=800 [controller_core]=300
 )
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }

@@ -29,7 +29,12 @@ from flodl_proto.codec import (
     encode_round_frame_bytes,
     round_frame_extent,
 )
-from flodl_proto.errors import LimitExceeded, RemoteProtocolError, TruncatedInput
+from flodl_proto.errors import (
+    LimitExceeded,
+    LocalProtocolError,
+    RemoteProtocolError,
+    TruncatedInput,
+)
 from fuzz.harnesses import TARGETS
 from fuzz.harnesses.common import SALTS
 
@@ -235,3 +240,23 @@ def test_finding_round_frame_stream_walk_is_linear(monkeypatch: pytest.MonkeyPat
         while not isinstance(dec.next_event(), NeedData):
             pass
     assert calls <= 10 * n, f"{calls} tensor headers parsed for a {n}-tensor frame"
+
+
+@pytest.mark.xfail(strict=True, raises=LocalProtocolError,
+                   reason="reduce: weights from peers that sum past the f64 range are refused "
+                          "with a local InvalidValue (RoundFrame refuses weight inf) instead of a "
+                          "remote error; pinned by fuzz/corpus/{host_fold,controller_core}/"
+                          "finding-weight-sum-overflow")
+@pytest.mark.parametrize("where", ["host_fold", "reduce"])
+def test_finding_weight_sum_overflow_is_a_remote_error(where: str) -> None:
+    from flodl_proto.reduce import HostFold, reduce_realized_work
+
+    frame = RoundFrame(0, 1.6e308, [TensorPayload(0, (2,), bytes(8))])
+    with pytest.raises(RemoteProtocolError):
+        if where == "host_fold":
+            fold = HostFold([0, 1], SALT)
+            wire = encode_round_frame_bytes(frame, SALT)
+            fold.deposit(0, wire)
+            fold.deposit(1, wire)
+        else:
+            reduce_realized_work([frame, frame])

@@ -19,6 +19,7 @@ TARGETS: tuple[str, ...] = (
     "stream_round_frame",
     "stream_mux",
     "stream_len_framed",
+    "relay_stream",
     "host_fold",
     "controller_core",
 )

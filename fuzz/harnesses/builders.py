@@ -10,8 +10,9 @@ from flodl_proto.codec import RoundFrame, TensorPayload
 
 from .common import Params
 
-#: weights a built frame can carry (finite, not below zero; -0.0 passes the reader)
-WEIGHTS: tuple[float, ...] = (1.0, 0.5, 0.0, 2.0, -0.0, 3.0, 1e-30, 1e30)
+#: weights a built frame can carry (finite, not below zero; -0.0 passes the reader; two of the
+#: largest sum past the f64 range)
+WEIGHTS: tuple[float, ...] = (1.0, 0.5, 0.0, 2.0, -0.0, 1.6e308, 1e-30, 1e30)
 #: shapes a built tensor can have (including zero-element ones)
 SHAPES: tuple[tuple[int, ...], ...] = ((), (1,), (3,), (2, 2), (0,), (2, 0, 3), (5,))
 #: element size of the two known dtypes

@@ -45,7 +45,15 @@ CEILINGS: tuple[int, int, int, int] = (DEFAULT_FRAME_CEILING, FRAME_CEILING_FLOO
 KNOWN_FINDINGS: frozenset[str] = frozenset({
     "stream-feed-after-error",  # codec/stream.py: feed() after an error raises BufferError
     "array-empty-huge-shape",  # codec/round_frame.py: TensorPayload.array() raises ValueError
+    "weight-sum-overflow",  # reduce: a summed weight of inf is refused as a *local* error
 })
+
+
+def is_weight_overflow(error: BaseException | None) -> bool:
+    """True for the local error the reduce raises when summed weights overflow to infinity
+    (the known finding ``weight-sum-overflow``), while that finding is tolerated."""
+    return (isinstance(error, LocalProtocolError) and error.error_id == "frame.bad_field"
+            and error.fields.get("field") == "weight" and known("weight-sum-overflow"))
 
 
 class Finding(AssertionError):
@@ -240,6 +248,7 @@ __all__ = [
     "check_frame_reencodes",
     "chunks",
     "exercise_views",
+    "is_weight_overflow",
     "known",
     "outcome_of",
     "remote",

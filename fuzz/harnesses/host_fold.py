@@ -25,6 +25,7 @@ zero not compared).
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from flodl_proto.reduce import HostFold
 from flodl_proto.spec import FRAME_CEILING_FLOOR
 
 from .builders import ELEMENT_SIZE, build_frame, read_schema
-from .common import SALTS, Finding, Params, check, resign_round_frames
+from .common import SALTS, Finding, Params, check, is_weight_overflow, resign_round_frames
 
 #: ceilings the fold may run with (bounded so accumulators stay within the memory budget)
 FOLD_CEILINGS: tuple[int, ...] = (FRAME_CEILING_FLOOR, 1 << 20, 1024, 0)
@@ -109,6 +110,13 @@ class Model:
         """Does a later deposit of ``frame`` promote the seed (carry bytes to merge)?"""
         return any(self.version < 3 or t.nbytes for t in frame.tensors)
 
+    def weight(self) -> float:
+        """The round's summed weight so far, in deposit order."""
+        weight = self.deposits[0][1].weight if self.deposits else 0.0
+        for _, f in self.deposits[1:]:
+            weight += f.weight
+        return weight
+
     def complete(self) -> bool:
         """Is the current round complete?"""
         got = {r for r, _ in self.deposits}
@@ -126,9 +134,7 @@ class Model:
             frame, n = res
             check(n == len(out), f"HostFrame has {len(out) - n} trailing bytes")
             check(frame.kind == seed.kind, f"kind {frame.kind} != seed {seed.kind}")
-            weight = seed.weight
-            for _, f in self.deposits[1:]:
-                weight += f.weight
+            weight = self.weight()
             check(struct.pack("<d", frame.weight) == struct.pack("<d", weight),
                   f"weight {frame.weight!r} != {weight!r}")
             check(len(frame.tensors) == len(seed.tensors), "tensor count")
@@ -177,6 +183,11 @@ def do_deposit(fold: HostFold, model: Model, rank: int, blob: bytes) -> None:
     res, err = _call(fold, "deposit", rank, blob)
     if _fatal_check(model, res, err, "deposit"):
         return
+    if is_weight_overflow(err) and model.deposits:
+        frame_res = decode_round_frame(blob, model.salt, ceiling=model.ceiling)
+        if frame_res is not END_OF_STREAM and math.isinf(model.weight() + frame_res[0].weight):
+            model.fatal = err
+            return
     if isinstance(err, LocalProtocolError):
         raise Finding(f"deposit by local rank {rank} raised {err!r}")
     if rank in model.dead:
@@ -239,6 +250,10 @@ def test_one_input(data: bytes) -> None:
     for _ in range(MAX_OPS):
         if p.pos >= len(data):
             break
+        if model.fatal is None:
+            check(fold.alive_ranks == tuple(r for r in ranks if r not in model.dead)
+                  and fold.deposited == {r for r, _ in model.deposits},
+                  f"fold reports alive {fold.alive_ranks}, deposited {set(fold.deposited)}")
         op = p.u8()
         kind, a = op & 3, op >> 2
         if kind == 0:
@@ -255,6 +270,9 @@ def test_one_input(data: bytes) -> None:
             rank = a if a >= 32 else ranks[a % len(ranks)]
             res, err = _call(fold, "declare_dead", rank)
             if _fatal_check(model, res, err, "declare_dead"):
+                continue
+            if is_weight_overflow(err) and math.isinf(model.weight()):
+                model.fatal = err
                 continue
             check(err is None, f"declare_dead({rank}) raised {err!r}")
             model.dead.add(rank)
