@@ -86,13 +86,19 @@ def bf16_to_f32(bits: npt.ArrayLike) -> npt.NDArray[np.float32]:
 
 
 def f32_bits_to_bf16_bits(bits: int) -> int:
-    """bf16 bit pattern (0..0xFFFF) of one f32 given as its bit pattern (0..0xFFFFFFFF)."""
+    """bf16 bit pattern (0..0xFFFF) of one f32 given as its bit pattern (0..0xFFFFFFFF).
+
+    Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
+    """
     arr = np.array([bits], dtype=np.uint32).view(np.float32)
     return int(bf16_from_f32(arr)[0])
 
 
 def bf16_bits_to_f32_bits(bits: int) -> int:
-    """f32 bit pattern of one bf16 bit pattern (exact widening)."""
+    """f32 bit pattern (0..0xFFFFFFFF) of one bf16 bit pattern (0..0xFFFF): ``bits << 16``.
+
+    Upstream: ``controller/round_frame.rs`` ``bf16_bits_to_f32``.
+    """
     return int(bf16_to_f32(np.array([bits], dtype=np.uint16)).view(np.uint32)[0])
 
 
