@@ -706,3 +706,15 @@ def test_f32_kernel_matches_sequential_numpy(threads: int) -> None:
         acc = acc * np.float32(1.0 / 3.0)
     got = np.frombuffer(out.tensors[0].data, "<f4")
     assert np.array_equal(got.view(np.uint32), acc.view(np.uint32))
+
+
+def test_weights_summing_past_f64_are_a_remote_error() -> None:
+    big = frame(tensor([1.0, 2.0]), weight=1.6e308)
+    with pytest.raises(InvalidValue, match="not a finite realized-work mass") as err:
+        reduce_realized_work([big, big])
+    assert err.value.remote and err.value.error_id == "reduce.weight_overflow"
+    fold = HostFold([0, 1], SALT)
+    fold.deposit(0, wire(big))
+    with pytest.raises(InvalidValue, match="takes the round's summed weight to inf") as err2:
+        fold.deposit(1, wire(big))
+    assert err2.value.remote and fold.error is err2.value

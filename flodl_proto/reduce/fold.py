@@ -157,6 +157,8 @@ def _fold(
         weight += f.weight
     _check_schema(frames, v3)
     plan = _plan(frames, v3)
+    if not math.isfinite(weight):  # departure: refused here rather than scattered
+        raise protocol_error("reduce.weight_overflow", count=len(frames), weight=weight)
     scale: np.float32 | None = None
     if normalise and ref.kind is RoundKind.MODEL and is_realized(weight):
         with np.errstate(over="ignore"):
@@ -197,7 +199,9 @@ def sum_frames(
         SchemaMismatch (remote): kind, tensor count, dtype, shape or byte-length disagreement, or
             a payload whose byte count is not ``numel * element_size`` (version 2: any elided
             payload with elements).
-        InvalidValue (remote): an unknown dtype tag in frame 0.
+        InvalidValue (remote): an unknown dtype tag in frame 0, or weights whose sum overflows
+            f64 (``reduce.weight_overflow``; upstream would scatter a frame of weight inf that
+            every reader rejects).
         VersionMismatch (local): unsupported ``version``.
 
     Upstream: ``controller/round_frame.rs`` ``sum_frames``.

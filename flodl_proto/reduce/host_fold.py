@@ -23,8 +23,11 @@ one at a time as the reader reaches them, before its footer is verified, so a sc
 early tensor is reported before a truncation or MAC error further on; the frame's kind and tensor
 count are compared after the whole frame has been read.
 
-Departure (``sizes_before_allocation``): before promotion materialises the seed's elided tensors
-as zeros, the f32 image is checked against the frame ceiling (``fold.elided_too_large``).
+Departures (fail-safe, same wire bytes otherwise): before promotion materialises the seed's
+elided tensors as zeros, the payload size is checked against the frame ceiling
+(``fold.elided_too_large``; upstream allocates, then ships a HostFrame the controller rejects);
+a deposit whose weight takes the round's sum past the f64 range is refused
+(``fold.weight_overflow``; upstream ships weight inf, which the controller rejects).
 
 Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::accumulate``,
 ``take_if_complete``, ``fold_and_ship``).
@@ -32,6 +35,7 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::acc
 
 from __future__ import annotations
 
+import math
 import struct
 import threading
 from collections.abc import Iterable
@@ -206,6 +210,7 @@ class HostFold:
                 errors.
             LimitExceeded (remote): materialising the seed's elided tensors would exceed the
                 ceiling (``fold.elided_too_large``).
+            InvalidValue (remote): the summed weight overflows f64 (``fold.weight_overflow``).
             Any of these is fatal: the same error is raised by every later call.
 
         Upstream: ``relay/agent.rs`` ``FoldCtx::deposit``.
@@ -299,7 +304,11 @@ class HostFold:
         if len(frame.tensors) != expected:
             raise protocol_error("fold.fewer_tensors", rank=rank, got=len(frame.tensors),
                                  expected=expected)
-        rnd.weight += frame.weight
+        total = rnd.weight + frame.weight
+        if not math.isfinite(total):  # departure: upstream ships weight inf, the controller fails
+            raise protocol_error("fold.weight_overflow", rank=rank, weight=frame.weight,
+                                 total=total)
+        rnd.weight = total
         rnd.deposited.add(rank)
 
     def _merge_tensor(
