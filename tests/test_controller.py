@@ -74,8 +74,8 @@ def test_three_ranks_multi_round_multi_tensor(controller_factory) -> None:  # ty
         a.expect_hello_ack()
         b.expect_hello_ack()
         for rnd in range(2):
-            fa = frame(np.arange(4) + rnd, [[1.0, 2.0], [3.0, 4.0]], weight=2.0)
-            fb = frame(np.arange(4) * 3.0, [[5.0, 6.0], [7.0, 8.0]], weight=1.0)
+            fa = frame(np.arange(4) + rnd, np.array([[1.0, 2.0], [3.0, 4.0]]), weight=2.0)
+            fb = frame(np.arange(4) * 3.0, np.array([[5.0, 6.0], [7.0, 8.0]]), weight=1.0)
             b.send_host_frame(fb)
             a.send_host_frame(fa)
             ga, gb = a.read_broadcast(), b.read_broadcast()
@@ -451,3 +451,24 @@ def test_cli_port_in_use_exits_2() -> None:
 def test_hello_model_is_used() -> None:
     # keeps the fake relay honest: a version-2 Hello has no model_sigs
     assert Hello("h", [0]).model_sigs == ()
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_joins_every_thread_and_closes_every_socket() -> None:
+    import threading
+
+    before = {t.ident for t in threading.enumerate()}
+    ctl = ReferenceController(2, SALT).start()  # port mux
+    relay = FakeRelay(ctl.port, [0])
+    relay.expect_hello_ack()
+    _http_get(ctl.port, "/status")
+    out = ctl.shutdown(timeout=10)
+    assert out.clean and out.reason == "stop"
+    assert relay.at_eof()
+    relay.close()
+    leftover = [t for t in threading.enumerate() if t.ident not in before]
+    assert leftover == [], leftover
+    assert not any(t.daemon for t in threading.enumerate() if t.name.startswith("flodl-"))
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", ctl.port), timeout=1).close()
+    assert ctl.shutdown() is out and ctl.wait(0) is out

@@ -709,13 +709,17 @@ class ControllerCore:
         Raises:
             LocalProtocolError (``controller.unknown_connection``): ``conn`` was never opened.
         """
+        if self.finished:
+            return []
         c = self._conn(conn)
-        if c.closed or self.finished:
+        if c.closed:
             return []
         return self.receive_events(conn, c.stream.feed(data))
 
     def receive_events(self, conn: int, events: Sequence[StreamEvent]) -> list[Action]:
         """Handle events produced by ``stream(conn)`` (see :meth:`stream`)."""
+        if self.finished:
+            return []
         c = self._conn(conn)
         for ev in events:
             if c.closed or self.finished:
@@ -737,8 +741,10 @@ class ControllerCore:
         Raises:
             LocalProtocolError (``controller.unknown_connection``): ``conn`` was never opened.
         """
+        if self.finished:
+            return []
         c = self._conn(conn)
-        if c.closed or self.finished:
+        if c.closed:
             return []
         events = c.stream.fail(error) if error is not None else c.stream.feed_eof()
         return self.receive_events(conn, events)
@@ -750,8 +756,10 @@ class ControllerCore:
         (elastic scatter: the run goes on with the others); a failed DeclareDead forward is only
         logged; a failed HelloAck fails the run.
         """
+        if self.finished:
+            return []
         c = self._conn(conn)
-        if self.finished or c.relay is None:
+        if c.relay is None:
             return []
         relay = c.relay
         if kind is SendKind.BROADCAST:
@@ -773,7 +781,9 @@ class ControllerCore:
 
     def declare_dead(self, rank: int) -> list[Action]:
         """Rank ``rank`` was declared dead from outside (a coordinator). Ranks never come back;
-        an out-of-range rank is a no-op."""
+        an out-of-range rank is a no-op, and so is any call once finished."""
+        if self.finished:
+            return []
         self.dead_ranks.declare_dead(rank)
         self._evaluate()
         return self._flush()

@@ -1,0 +1,745 @@
+"""The sans-IO controller core: upstream's rules driven with bytes and a fake clock, and a
+Hypothesis state machine checking the core against a simple model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from flodl_proto.codec.handshake import encode_channel_magic
+from flodl_proto.codec.mux import (
+    DeclareDead,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    decode_mux_record,
+    encode_frame_record,
+    encode_mux_record_bytes,
+)
+from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.errors import (
+    AuthenticationError,
+    InvalidValue,
+    LimitExceeded,
+    LocalProtocolError,
+    ProtocolError,
+    TruncatedInput,
+)
+from flodl_proto.fsm.controller_core import (
+    HANDSHAKE_TIMEOUT,
+    Action,
+    CheckpointWindow,
+    CloseConnection,
+    ControllerCore,
+    Finished,
+    RelayJoined,
+    RelayStream,
+    RoundScattered,
+    SendKind,
+    SendTo,
+    StopAccepting,
+    StreamEnded,
+    StreamFailed,
+)
+from flodl_proto.membership import DeadRanks
+from flodl_proto.reduce import OuterStepper, SlowMomentum, reduce_realized_work
+
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def f32(*vals: float, weight: float = 1.0, kind: RoundKind = RoundKind.MODEL) -> RoundFrame:
+    return RoundFrame(kind, weight, [TensorPayload.from_array(np.asarray(vals, np.float32))])
+
+
+def hello_bytes(ranks: Sequence[int], version: int = 2, host: str = "h") -> bytes:
+    return encode_channel_magic("data") + encode_mux_record_bytes(
+        MuxRecord.control_msg(Hello(host, list(ranks)), version), SALT)
+
+
+def control_bytes(msg: Any, version: int = 2) -> bytes:
+    return encode_mux_record_bytes(MuxRecord.control_msg(msg, version), SALT)
+
+
+def host_frame_bytes(f: RoundFrame, salt: bytes = SALT) -> bytes:
+    parts = encode_frame_record(RecordKind.HOST_FRAME, f, SALT)
+    if salt != SALT:
+        inner = b"".join(bytes(memoryview(p)) for p in
+                         encode_frame_record(RecordKind.HOST_FRAME, f, salt)[1:])
+        return encode_mux_record_bytes(MuxRecord.host_frame(inner), SALT)
+    return b"".join(bytes(memoryview(p)) for p in parts)
+
+
+def sent(actions: Sequence[Action], kind: SendKind | None = None) -> list[SendTo]:
+    return [a for a in actions if isinstance(a, SendTo) and (kind is None or a.kind is kind)]
+
+
+def record(send: SendTo, version: int = 2) -> MuxRecord:
+    data = b"".join(bytes(memoryview(b)) for b in send.buffers)
+    assert len(data) == send.nbytes
+    res = decode_mux_record(data, SALT, version=version)
+    assert isinstance(res, tuple)
+    rec, n = res
+    assert n == len(data)
+    return rec
+
+
+def finished(actions: Sequence[Action]) -> Finished | None:
+    out = [a for a in actions if isinstance(a, Finished)]
+    assert len(out) <= 1
+    return out[0] if out else None
+
+
+def closed(actions: Sequence[Action]) -> set[int]:
+    return {a.conn for a in actions if isinstance(a, CloseConnection)}
+
+
+def join(core: ControllerCore, conn: int, ranks: Sequence[int], now: float = 0.0) -> list[Action]:
+    acts = core.connection_opened(conn, now)
+    return acts + core.receive_data(conn, hello_bytes(ranks, core.version))
+
+
+def started(ws: int, **kw: Any) -> ControllerCore:
+    core = ControllerCore(ws, SALT, **kw)
+    assert core.start() == []
+    return core
+
+
+# -- accept phase ----------------------------------------------------------------------------------
+def test_byte_by_byte_handshake_then_round() -> None:
+    core = started(2)
+    assert core.connection_opened(7, 0.0) == []
+    data = hello_bytes([0, 1])
+    for byte in data[:-1]:
+        assert core.receive_data(7, bytes([byte])) == []
+    acts = core.receive_data(7, data[-1:])
+    acks = sent(acts, SendKind.HELLO_ACK)
+    assert len(acks) == 1 and isinstance(record(acks[0]).control, HelloAck)
+    assert RelayJoined(7, 0, "h", (0, 1)) in acts
+    assert any(isinstance(a, StopAccepting) for a in acts)
+    assert core.state == "reducing"
+    hf = host_frame_bytes(f32(2.0, 4.0, weight=2.0))
+    out: list[Action] = []
+    for i in range(0, len(hf), 5):
+        out += core.receive_data(7, hf[i:i + 5])
+    [b] = sent(out, SendKind.BROADCAST)
+    assert b.round == 0
+    assert record(b).frame(SALT) == reduce_realized_work([f32(2.0, 4.0, weight=2.0)])
+    [notice] = [a for a in out if isinstance(a, RoundScattered)]
+    assert (notice.round, notice.kind, notice.weight, notice.relays) == (0, "model", 2.0, 1)
+    assert core.rounds == 1 and core.bytes_in == len(data) + len(hf)
+
+
+def test_hello_and_first_frame_in_one_chunk() -> None:
+    core = started(1)
+    core.connection_opened(0, 0.0)
+    acts = core.receive_data(0, hello_bytes([0]) + host_frame_bytes(f32(1.0)))
+    assert [s.kind for s in sent(acts)] == [SendKind.HELLO_ACK, SendKind.BROADCAST]
+
+
+@pytest.mark.parametrize("payload,what", [(b"", "channel magic"), (b"\xe1\x17", "channel magic"),
+                                          (encode_channel_magic("data"), "Hello")])
+def test_handshake_deadline(payload: bytes, what: str) -> None:
+    core = started(2)
+    join(core, 0, [0])
+    core.connection_opened(1, 1.0)
+    core.receive_data(1, payload)
+    assert core.tick(1.0 + HANDSHAKE_TIMEOUT - 0.01) == []
+    acts = core.tick(1.0 + HANDSHAKE_TIMEOUT)
+    fin = finished(acts)
+    assert fin is not None and not fin.outcome.clean
+    assert str(fin.outcome.error) == (f"cluster_controller: relay on connection 1 sent no "
+                                      f"complete {what} within 10s")
+    assert closed(acts) == {0, 1}  # departure: every connection is closed
+
+
+def test_connection_after_coverage_is_closed() -> None:
+    core = started(1)
+    core.connection_opened(5, 0.0)  # still in its handshake when coverage completes
+    acts = join(core, 0, [0])
+    assert closed(acts) == {5}
+    assert closed(core.connection_opened(9, 1.0)) == {9}
+    assert core.receive_data(9, hello_bytes([0])) == []
+
+
+@pytest.mark.parametrize("ranks,error", [
+    ([0, 2], "cluster_controller: relay announced rank 2 >= world_size 2"),
+    ([1, 1], "cluster_controller: rank 1 announced by two relays"),
+])
+def test_bad_hello_fails(ranks: list[int], error: str) -> None:
+    core = started(2)
+    fin = finished(join(core, 0, ranks))
+    assert fin is not None and str(fin.outcome.error) == error
+    assert isinstance(fin.outcome.error, InvalidValue)
+
+
+def test_v2_core_accepts_a_v3_hello_with_model_sigs() -> None:
+    core = started(1, version=2)
+    core.connection_opened(0, 0.0)
+    v3 = encode_mux_record_bytes(MuxRecord.control_msg(Hello("h", [0], [b"\x01" * 32]), 3), SALT)
+    acts = core.receive_data(0, encode_channel_magic("data") + v3)
+    assert len(sent(acts, SendKind.HELLO_ACK)) == 1
+
+
+def test_v3_core_rejects_a_v2_hello() -> None:
+    core = started(1, version=3)
+    fin = finished(core.connection_opened(0, 0.0)
+                   + core.receive_data(0, hello_bytes([0], version=2)))
+    assert fin is not None
+    assert str(fin.outcome.error).startswith("relay_mux: bincode decode failed")
+
+
+def test_oversized_record_rejected_at_its_header() -> None:
+    core = ControllerCore(1, SALT, ceiling=1024)
+    core.start()
+    join(core, 0, [0])
+    big = host_frame_bytes(f32(*([0.0] * 300)))
+    acts = core.receive_data(0, big[:25])  # only the header: rejected before any payload
+    fin = finished(acts)
+    assert fin is not None and isinstance(fin.outcome.error, LimitExceeded)
+
+
+def test_eof_inside_header_is_clean_and_inside_payload_is_truncation() -> None:
+    core = started(1)
+    join(core, 0, [0])
+    hf = host_frame_bytes(f32(1.0))
+    core.receive_data(0, hf[:20])
+    fin = finished(core.connection_closed(0))
+    assert fin is not None and fin.outcome.clean and fin.outcome.reason == "relay_eof"
+    core = started(1)
+    join(core, 0, [0])
+    core.receive_data(0, hf[:40])
+    fin = finished(core.connection_closed(0))
+    assert fin is not None and isinstance(fin.outcome.error, TruncatedInput)
+    assert str(fin.outcome.error).startswith("relay_mux: peer closed mid-frame")
+
+
+# -- per-relay rules -------------------------------------------------------------------------------
+def test_second_hostframe_overwrites_the_first() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.receive_data(0, host_frame_bytes(f32(100.0)))
+    core.receive_data(0, host_frame_bytes(f32(2.0)))
+    acts = core.receive_data(1, host_frame_bytes(f32(4.0)))
+    b = sent(acts, SendKind.BROADCAST)
+    assert len(b) == 2 and b[0].buffers is b[1].buffers  # one serialization for all relays
+    assert record(b[0]).frame(SALT) == reduce_realized_work([f32(2.0), f32(4.0)])
+
+
+def test_rank_exit_rules() -> None:
+    core = started(3)
+    join(core, 0, [0, 1])
+    join(core, 1, [2])
+    core.declare_dead(1)
+    assert finished(core.receive_data(0, control_bytes(RankExit(1)))) is None  # dead: ignored
+    fin = finished(core.receive_data(0, control_bytes(RankExit(2))))  # not its rank
+    assert fin is not None and isinstance(fin.outcome.error, InvalidValue)
+    assert str(fin.outcome.error) == ("cluster_controller: relay on connection 0 (ranks [0, 1]) "
+                                      "sent RankExit for rank 2, which it does not carry")
+    core = started(2)
+    join(core, 0, [0, 1])
+    fin = finished(core.receive_data(0, control_bytes(RankExit(0))))
+    assert fin is not None and fin.outcome.clean and fin.outcome.reason == "rank_exit"
+
+
+def test_ignored_records_and_dead_relays() -> None:
+    core = started(3)
+    join(core, 0, [0])
+    join(core, 1, [1, 2])
+    bc = encode_mux_record_bytes(MuxRecord.broadcast(b"\x00"), SALT)
+    assert core.receive_data(0, bc) == []  # a Broadcast from a relay is dropped
+    assert core.receive_data(0, control_bytes(Hello("again", [0]))) == []
+    assert core.receive_data(0, control_bytes(HelloAck())) == []
+    assert core.receive_data(0, control_bytes(DeclareDead(0))) == []
+    acts = core.declare_dead(0)
+    [dd] = sent(acts, SendKind.DECLARE_DEAD)
+    assert dd.conn == 0 and record(dd).control == DeclareDead(0)
+    assert sent(core.declare_dead(0)) == []  # forwarded once
+    # a fully-dead relay: HostFrames dropped unparsed, EOF ignored
+    assert core.receive_data(0, host_frame_bytes(f32(1.0), salt=bytes(16))) == []
+    assert closed(core.connection_closed(0)) == {0}
+    assert not core.finished
+    acts = core.receive_data(1, host_frame_bytes(f32(6.0, weight=2.0)))
+    [b] = sent(acts, SendKind.BROADCAST)
+    want = reduce_realized_work([None, f32(6.0, weight=2.0)])
+    assert b.conn == 1 and record(b).frame(SALT) == want
+
+
+def test_alive_relay_errors_fail_the_run() -> None:
+    core = started(1)
+    join(core, 0, [0])
+    fin = finished(core.receive_data(0, host_frame_bytes(f32(1.0), salt=bytes(16))))
+    assert fin is not None and isinstance(fin.outcome.error, AuthenticationError)
+    core = started(1)
+    join(core, 0, [0])
+    fin = finished(core.receive_data(0, encode_mux_record_bytes(MuxRecord.data(3, b"x"), SALT)))
+    assert fin is not None and "per-rank Data record (rank 3)" in str(fin.outcome.error)
+    core = started(1)
+    join(core, 0, [0])
+    err = TruncatedInput("starved")
+    fin = finished(core.connection_closed(0, err))
+    assert fin is not None and fin.outcome.error is err
+
+
+def test_dead_relay_read_error_is_ignored() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.declare_dead(0)
+    acts = core.receive_data(0, b"\x00" * 25)  # a bad record header
+    assert finished(acts) is None and closed(acts) == {0}
+
+
+def test_every_rank_dead_ends_cleanly() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.declare_dead(0)
+    fin = finished(core.declare_dead(1))
+    assert fin is not None and fin.outcome.clean and fin.outcome.reason == "all_dead"
+
+
+def test_deaths_during_accept_are_forwarded_once_reducing() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    assert sent(core.declare_dead(0)) == []  # still accepting: nothing forwarded yet
+    acts = join(core, 1, [1])
+    assert [s.kind for s in sent(acts)] == [SendKind.HELLO_ACK, SendKind.DECLARE_DEAD]
+    assert sent(acts)[1].conn == 0
+
+
+def test_write_failures() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    acts = core.receive_data(1, host_frame_bytes(f32(3.0)))
+    assert len(sent(acts, SendKind.BROADCAST)) == 2
+    acts = core.write_failed(0, SendKind.BROADCAST, "stalled")
+    assert closed(acts) == {0} and core.dead_ranks.is_dead(0) and not core.finished
+    acts = core.receive_data(1, host_frame_bytes(f32(5.0)))
+    [b] = sent(acts, SendKind.BROADCAST)
+    assert b.conn == 1 and record(b).frame(SALT) == f32(5.0)
+    assert core.write_failed(1, SendKind.DECLARE_DEAD) == []  # only logged
+    fin = finished(core.write_failed(1, SendKind.BROADCAST))
+    assert fin is not None and fin.outcome.reason == "all_dead"
+    core = started(2)
+    join(core, 0, [0])
+    fin = finished(core.write_failed(0, SendKind.HELLO_ACK, "reset"))
+    assert fin is not None and str(fin.outcome.error) == (
+        "cluster_controller: HelloAck write to relay on connection 0 failed: reset")
+
+
+def test_stop_and_inputs_after_finish() -> None:
+    core = started(1)
+    fin = finished(core.stop())
+    assert fin is not None and fin.outcome.clean and core.state == "shutdown"
+    assert core.stop() == [] and core.tick(99.0) == [] and core.declare_dead(0) == []
+    assert closed(core.connection_opened(3, 0.0)) == {3}
+    idle = ControllerCore(1, SALT)
+    assert finished(idle.stop()) is not None
+    with pytest.raises(LocalProtocolError):
+        idle.start()
+
+
+def test_local_misuse() -> None:
+    with pytest.raises(InvalidValue, match="world_size must be > 0"):
+        ControllerCore(0, SALT)
+    with pytest.raises(InvalidValue, match=r"dead_ranks world_size \(3\) must match"):
+        ControllerCore(2, SALT, dead_ranks=DeadRanks(3))
+    core = ControllerCore(1, SALT)
+    with pytest.raises(LocalProtocolError, match="not allowed in state Idle"):
+        core.connection_opened(0, 0.0)
+    core.start()
+    with pytest.raises(LocalProtocolError, match="connection 4 is not open"):
+        core.receive_data(4, b"x")
+    core.connection_opened(0, 0.0)
+    with pytest.raises(LocalProtocolError, match="already open"):
+        core.connection_opened(0, 0.0)
+
+
+def test_outer_optimizer_and_checkpoint_windows() -> None:
+    core = started(1, outer=SlowMomentum(0.5, 0.9), checkpoint=True)
+    ref = OuterStepper(SlowMomentum(0.5, 0.9))
+    join(core, 0, [0])
+    windows: list[CheckpointWindow] = []
+    for params in ([1.0, 2.0], [0.5, 1.0]):
+        for f in (f32(1.0, kind=RoundKind.CONTROL, weight=0.0), f32(*params), f32(7.0)):
+            acts = core.receive_data(0, host_frame_bytes(f))
+            [b] = sent(acts, SendKind.BROADCAST)
+            assert record(b).frame(SALT) == ref.process_frame(reduce_realized_work([f]))
+            windows += [a for a in acts if isinstance(a, CheckpointWindow)]
+    acts = core.stop()
+    windows += [a for a in acts if isinstance(a, CheckpointWindow)]
+    assert [w.window for w in windows] == [0, 1]
+    assert windows[1].params.tensors[0].array().tolist() == [0.75, 1.5]
+    buffers = windows[1].buffers
+    assert buffers is not None and buffers.tensors[0].array().tolist() == [7.0]
+
+
+def test_status_snapshot() -> None:
+    core = started(2)
+    join(core, 0, [1, 0])
+    st_ = core.status()
+    assert st_["state"] == "Reducing" and st_["world_size"] == 2 and st_["ranks_covered"] == 2
+    assert st_["relays"] == [{"relay": 0, "host": "h", "ranks": [1, 0], "alive_ranks": [1, 0],
+                              "deposited": False, "open": True}]
+    assert st_["rounds_reduced"] == 0 and st_["last_round"] is None and st_["outcome"] is None
+
+
+def test_relay_stream_events() -> None:
+    s = RelayStream(SALT)
+    assert s.feed(b"\xe1\x17") == [] and s.buffered == 2
+    [ev] = s.feed_eof()
+    assert isinstance(ev, StreamFailed) and "reading channel magic failed" in str(ev.error)
+    s = RelayStream(SALT)
+    evs = s.feed(hello_bytes([0]))
+    assert len(evs) == 2
+    assert s.feed_eof() == [StreamEnded()] and s.done and s.feed(b"more") == []
+
+
+# -- a model-checked state machine over the core ---------------------------------------------------
+#: a flag that is rarely True (not at an integer boundary, which Hypothesis favours)
+RARE = st.integers(0, 30).map(lambda x: x == 13)
+#: a flag that is True about one time in five
+SOMETIMES = st.integers(0, 4).map(lambda x: x == 2)
+
+
+def _splits(data: Any, payload: bytes) -> list[bytes]:
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(payload)), max_size=3)))
+    out, prev = [], 0
+    for c in [*cuts, len(payload)]:
+        out.append(payload[prev:c])
+        prev = c
+    return out
+
+
+class ControllerCoreStateful(RuleBasedStateMachine):
+    """Random relays, Hellos, HostFrames, deaths, EOFs, write failures and ticks, checked against
+    a simple model: ranks are announced once, a round is scattered exactly when every expected
+    relay deposited, its consensus is the reduce of the deposits, dead ranks stay dead, Shutdown
+    is final."""
+
+    @initialize(ws=st.integers(1, 4), version=st.sampled_from([2, 3]))
+    def setup(self, ws: int, version: int) -> None:
+        self.ws, self.version = ws, version
+        self.core = ControllerCore(ws, SALT, version=version)
+        assert self.core.start() == []
+        self.now = 0.0
+        self.next_conn = 0
+        self.state = "accepting"
+        self.silent: dict[int, float] = {}  # conn -> opened at (no Hello yet)
+        self.relays: list[tuple[int, tuple[int, ...]]] = []  # (conn, ranks)
+        self.open: set[int] = set()  # open relay connections
+        self.covered: set[int] = set()
+        self.dead: set[int] = set()
+        self.forwarded: set[int] = set()
+        self.deposits: dict[int, RoundFrame] = {}
+        self.rounds = 0
+        self.expect_sends: list[tuple[int, SendKind, Any]] = []
+        self.expect_end: tuple[bool, str] | None = None
+        self.seen_dead: set[int] = set()
+
+    # -- model -----------------------------------------------------------------------------------
+    def _alive(self, i: int) -> bool:
+        return any(r not in self.dead for r in self.relays[i][1])
+
+    def _finish(self, clean: bool, reason: str) -> None:
+        event(f"finished: {reason}")
+        self.state = "shutdown"
+        self.expect_end = (clean, reason)
+
+    def _evaluate(self) -> None:
+        while self.state == "reducing":
+            expected = [i for i in range(len(self.relays)) if self._alive(i)]
+            if not expected:
+                self._finish(True, "all_dead")
+                return
+            if not all(i in self.deposits for i in expected):
+                for r in sorted(self.dead - self.forwarded):
+                    self.forwarded.add(r)
+                    owner = [i for i, (_, rs) in enumerate(self.relays) if r in rs]
+                    if owner and self.relays[owner[0]][0] in self.open:
+                        self.expect_sends.append((self.relays[owner[0]][0],
+                                                  SendKind.DECLARE_DEAD, r))
+                return
+            frames = [self.deposits.get(i) if i in expected else None
+                      for i in range(len(self.relays))]
+            want = reduce_realized_work(frames, version=self.version)
+            for i in expected:
+                self.expect_sends.append((self.relays[i][0], SendKind.BROADCAST, want))
+            self.deposits.clear()
+            self.rounds += 1
+            event(f"round scattered to {len(expected)} relay(s)")
+
+    def _check(self, actions: list[Action]) -> None:
+        got = sent(actions)
+        assert [(s.conn, s.kind) for s in got] == [(c, k) for c, k, _ in self.expect_sends]
+        broadcasts = [s for s in got if s.kind is SendKind.BROADCAST]
+        if broadcasts:
+            assert all(s.buffers is broadcasts[0].buffers for s in broadcasts)
+        for s, (_, kind, extra) in zip(got, self.expect_sends, strict=True):
+            rec = record(s, self.version)
+            if kind is SendKind.BROADCAST:
+                assert rec.frame(SALT) == extra
+            elif kind is SendKind.DECLARE_DEAD:
+                assert rec.control == DeclareDead(extra)
+            else:
+                assert isinstance(rec.control, HelloAck)
+        self.expect_sends = []
+        fin = finished(actions)
+        if self.expect_end is not None:
+            assert fin is not None, "the run should have ended"
+            assert (fin.outcome.clean, fin.outcome.reason) == self.expect_end, fin.outcome
+            if fin.outcome.error is not None:
+                event(f"failed with {fin.outcome.error.error_id}")
+            self.expect_end = None
+        else:
+            assert fin is None, fin
+
+    # -- rules -----------------------------------------------------------------------------------
+    # Run-ending inputs are gated by a draw so that runs live long enough to reduce rounds; after
+    # Shutdown every rule stays enabled and checks that its input is a no-op.
+    def _ended(self, acts: list[Action]) -> bool:
+        if self.state != "shutdown":
+            return False
+        assert acts == [], acts
+        return True
+
+    def _relay(self, data: Any) -> int:
+        return int(data.draw(st.sampled_from([i for i, (c, _) in enumerate(self.relays)
+                                              if c in self.open])))
+
+    @precondition(lambda self: self.state == "accepting")
+    @rule(data=st.data(), bad_hello=RARE, how=st.sampled_from(["range", "twice"]))
+    def hello(self, data: Any, bad_hello: bool, how: str) -> None:
+        bad = how if bad_hello else "none"
+        free = sorted(set(range(self.ws)) - self.covered)
+        ranks = data.draw(st.lists(st.sampled_from(free), unique=True, max_size=len(free),
+                                   min_size=data.draw(st.sampled_from([0, 1, 1, 1])))
+                          if free else st.just([]))
+        if bad == "range":
+            ranks = [*ranks, self.ws]
+        elif bad == "twice" and (self.covered or ranks):
+            ranks = [*ranks, sorted(self.covered | set(ranks))[0]]
+        conn = self.next_conn
+        self.next_conn += 1
+        acts = self.core.connection_opened(conn, self.now)
+        for chunk in _splits(data, hello_bytes(ranks, self.version)):
+            acts += self.core.receive_data(conn, chunk)
+        invalid = (any(r >= self.ws for r in ranks) or len(set(ranks)) < len(ranks)
+                   or bool(set(ranks) & self.covered))
+        if invalid:
+            self._finish(False, "fail")
+            self._check(acts)
+            return
+        self.expect_sends.append((conn, SendKind.HELLO_ACK, None))
+        self.relays.append((conn, tuple(ranks)))
+        self.open.add(conn)
+        self.covered |= set(ranks)
+        if len(self.covered) == self.ws:
+            self.state = "reducing"
+            assert any(isinstance(a, StopAccepting) for a in acts)
+            assert set(self.silent) <= closed(acts)
+            self.silent.clear()
+            self._evaluate()
+        self._check(acts)
+
+    @precondition(lambda self: self.state == "accepting")
+    @rule(data=st.data())
+    def cover_the_rest(self, data: Any) -> None:
+        """Relays announcing every uncovered rank (random partition), ending the accept phase."""
+        free = sorted(set(range(self.ws)) - self.covered)
+        while free and self.state == "accepting":
+            k = data.draw(st.integers(1, len(free)))
+            ranks, free = free[:k], free[k:]
+            conn = self.next_conn
+            self.next_conn += 1
+            acts = self.core.connection_opened(conn, self.now)
+            acts += self.core.receive_data(conn, hello_bytes(ranks, self.version))
+            self.expect_sends.append((conn, SendKind.HELLO_ACK, None))
+            self.relays.append((conn, tuple(ranks)))
+            self.open.add(conn)
+            self.covered |= set(ranks)
+            if not free:
+                self.state = "reducing"
+                self.silent.clear()
+                self._evaluate()
+            self._check(acts)
+
+    @precondition(lambda self: self.state == "reducing" and bool(self.open))
+    @rule(data=st.data(), weights=st.lists(st.sampled_from([0.0, 1.0, 2.5]), min_size=4,
+                                           max_size=4))
+    def every_relay_deposits(self, data: Any, weights: list[float]) -> None:
+        """Every open relay deposits (in a random order): a round, unless someone is dead."""
+        order = data.draw(st.permutations([i for i, (c, _) in enumerate(self.relays)
+                                           if c in self.open]))
+        acts: list[Action] = []
+        for n, i in enumerate(order):
+            f = f32(float(n), -0.5 * i, weight=weights[n % 4])
+            acts += self.core.receive_data(self.relays[i][0], host_frame_bytes(f))
+            if self._alive(i) and self.state == "reducing":
+                self.deposits[i] = f
+                self._evaluate()
+        self._check(acts)
+
+    @rule(magic=st.booleans(), go=RARE)
+    def silent_connection(self, magic: bool, go: bool) -> None:
+        if not go and self.state == "accepting":
+            return  # a silent connection ends the run at its deadline: drawn rarely
+        conn = self.next_conn
+        self.next_conn += 1
+        acts = self.core.connection_opened(conn, self.now)
+        if magic:
+            acts += self.core.receive_data(conn, encode_channel_magic("data"))
+        if self.state != "accepting":
+            assert closed(acts) == {conn}
+            assert sent(acts) == [] and finished(acts) is None
+            return
+        self.silent[conn] = self.now
+        self._check(acts)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(data=st.data(), weight=st.sampled_from([0.0, 1.0, 2.5]),
+          vals=st.lists(st.sampled_from([-1.5, 0.0, 0.25, 3.0]), min_size=2, max_size=2))
+    def deposit(self, data: Any, weight: float, vals: list[float]) -> None:
+        i = self._relay(data)
+        f = f32(*vals, weight=weight)
+        acts: list[Action] = []
+        for chunk in _splits(data, host_frame_bytes(f)):
+            acts += self.core.receive_data(self.relays[i][0], chunk)
+        if self._ended(acts):
+            return
+        if self._alive(i):
+            self.deposits[i] = f
+            self._evaluate()
+        self._check(acts)
+
+    @rule(data=st.data(), go=SOMETIMES)
+    def declare_dead(self, data: Any, go: bool) -> None:
+        if not go and self.state != "shutdown":
+            return
+        rank = data.draw(st.integers(0, self.ws))  # ws itself: out of range, a no-op
+        acts = self.core.declare_dead(rank)
+        if self._ended(acts):
+            return
+        if rank < self.ws:
+            self.dead.add(rank)
+        self._evaluate()
+        self._check(acts)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(data=st.data(), go=RARE)
+    def relay_eof(self, data: Any, go: bool) -> None:
+        i = self._relay(data)
+        if not go and self._alive(i) and self.state != "shutdown":
+            return  # ending the run: drawn rarely
+        conn = self.relays[i][0]
+        acts = self.core.connection_closed(conn)
+        if self._ended(acts):
+            return
+        if self._alive(i):
+            self._finish(True, "relay_eof")
+        else:
+            self.open.discard(conn)
+            assert closed(acts) == {conn}
+        self._check(acts)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(data=st.data(), go=RARE)
+    def rank_exit(self, data: Any, go: bool) -> None:
+        i = self._relay(data)
+        conn, ranks = self.relays[i]
+        rank = data.draw(st.sampled_from([*ranks, self.ws + 1]))
+        ends = rank not in ranks or rank not in self.dead
+        if not go and ends and self.state != "shutdown":
+            return
+        acts = self.core.receive_data(conn, control_bytes(RankExit(rank), self.version))
+        if self._ended(acts):
+            return
+        if rank not in ranks:
+            self._finish(False, "fail")
+        elif rank not in self.dead:
+            self._finish(True, "rank_exit")
+        self._check(acts)
+
+    @precondition(lambda self: self.state != "accepting" and bool(self.open))
+    @rule(data=st.data(), go=SOMETIMES)
+    def broadcast_write_failed(self, data: Any, go: bool) -> None:
+        if not go and self.state != "shutdown":
+            return
+        i = self._relay(data)
+        conn, ranks = self.relays[i]
+        acts = self.core.write_failed(conn, SendKind.BROADCAST, "test")
+        if self._ended(acts):
+            return
+        self.dead |= set(ranks)
+        self.deposits.pop(i, None)
+        self.open.discard(conn)
+        self._evaluate()
+        self._check(acts)
+
+    @rule(dt=st.sampled_from([0.1] * 10 + [4.0, 10.0]))
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        acts = self.core.tick(self.now)
+        if self._ended(acts):
+            return
+        if self.state == "accepting" and any(self.now >= t + HANDSHAKE_TIMEOUT
+                                             for t in self.silent.values()):
+            self._finish(False, "fail")
+        self._evaluate()
+        self._check(acts)
+
+    @rule(go=RARE)
+    def stop(self, go: bool) -> None:
+        if not go and self.state != "shutdown":
+            return
+        acts = self.core.stop()
+        if self._ended(acts):
+            return
+        self._finish(True, "stop")
+        self._check(acts)
+
+    # -- invariants ------------------------------------------------------------------------------
+    @invariant()
+    def lifecycle_state(self) -> None:
+        if hasattr(self, "core"):
+            assert self.core.state == self.state
+            assert self.core.finished == (self.state == "shutdown")
+            assert self.core.rounds == self.rounds
+
+    @invariant()
+    def one_relay_per_rank(self) -> None:
+        if hasattr(self, "core"):
+            seen: list[int] = []
+            for r in self.core.relays():
+                seen += r.ranks
+            assert len(seen) == len(set(seen))
+            assert all(0 <= x < self.ws for x in seen)
+
+    @invariant()
+    def dead_ranks_never_come_back(self) -> None:
+        if hasattr(self, "core"):
+            now = set(self.core.dead_ranks.dead_ranks())
+            assert self.seen_dead <= now
+            assert now == self.dead
+            self.seen_dead = now
+
+
+TestControllerCoreStateful = ControllerCoreStateful.TestCase
+TestControllerCoreStateful.settings = settings(stateful_step_count=40)
+TestControllerCoreStateful.pytestmark = [pytest.mark.stateful]
+
+
+def test_errors_are_protocol_errors() -> None:
+    assert issubclass(LimitExceeded, ProtocolError)

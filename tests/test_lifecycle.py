@@ -1,0 +1,203 @@
+"""The controller lifecycle class generated from spec/lifecycle.yaml, checked against the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from flodl_proto.errors import LocalProtocolError, SequenceError, protocol_error
+from flodl_proto.fsm import lifecycle as L
+from flodl_proto.spec import SPEC
+
+
+class Guards:
+    """A guard model whose answers the test sets directly."""
+
+    def __init__(self) -> None:
+        self.every_rank_covered = False
+        self.round_complete = False
+        self.no_relay_alive = False
+        self.state: Any = None
+
+
+def _oracle(state: str, event: str, g: Guards) -> str | None:
+    """The target state the spec gives ``event`` from ``state`` under the guards, or None."""
+    for src, ev, dst, cond, unless in L.transitions():
+        if src != state or ev != event:
+            continue
+        if cond is not None and not getattr(g, cond):
+            continue
+        if unless is not None and getattr(g, unless):
+            continue
+        return dst
+    return None
+
+
+def test_generated_class_matches_the_spec() -> None:
+    cls = L.lifecycle_class()
+    assert cls is L.lifecycle_class()  # built once
+    spec_states = L.lifecycle_definition()["states"]
+    assert [s.id for s in cls.states] == list(spec_states)
+    assert cls.initial_state.id == "idle"
+    assert [s.id for s in cls.final_states] == ["shutdown"]
+    generated = set()
+    for s in cls.states:
+        for t in s.transitions:
+            for ev in t.events:
+                generated.add((s.id, str(ev), t.target.id))
+    assert generated == {(src, ev, dst) for src, ev, dst, _, _ in L.transitions()}
+    assert L.STATES == ("idle", "accepting", "reducing", "shutdown")
+    assert L.CLEAN_EXIT_EVENTS == {"rank_exit", "relay_eof", "all_dead", "stop"}
+
+
+def test_definition_is_a_deep_copy_without_docs_keys() -> None:
+    d = L.lifecycle_definition()
+    assert set(d) == {"allow_event_without_transition", "catch_errors_as_events", "states"}
+    d["states"].clear()
+    assert L.lifecycle_definition()["states"]
+    assert SPEC.lifecycle()["states"]
+    assert "guards" in L.lifecycle_spec()
+
+
+def test_happy_path_records_a_clean_outcome() -> None:
+    g = Guards()
+    lc = L.Lifecycle(g)
+    assert lc.state == "idle" and lc.state_name == "Idle" and lc.outcome is None
+    lc.fire("start")
+    lc.fire("hello_accepted")
+    g.every_rank_covered = True
+    lc.fire("all_covered")
+    g.round_complete = True
+    lc.fire("round_scattered")
+    lc.fire("round_scattered")
+    assert lc.state == "reducing"
+    lc.fire("rank_exit", detail="rank 3 left")
+    assert lc.is_final
+    out = lc.outcome
+    assert out is not None and out.clean and out.reason == "rank_exit" and out.error is None
+    assert "rank 3 left" in str(out)
+
+
+def test_fail_records_the_error() -> None:
+    lc = L.Lifecycle(Guards())
+    lc.fire("start")
+    err = protocol_error("controller.closed_before_hello")
+    lc.fire("fail", error=err)
+    out = lc.outcome
+    assert out is not None and not out.clean and out.error is err and out.reason == "fail"
+    assert str(out).startswith("error: cluster_controller: relay closed")
+
+
+@pytest.mark.parametrize("event", ["round_scattered", "all_covered", "hello_accepted",
+                                   "rank_exit", "nonsense"])
+def test_event_not_allowed_in_idle_raises_local_protocol_error(event: str) -> None:
+    lc = L.Lifecycle(Guards())
+    with pytest.raises(SequenceError) as ei:
+        lc.fire(event)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "controller.bad_event"
+    assert str(ei.value) == f"controller: event {event!r} is not allowed in state Idle"
+    assert lc.state == "idle"
+
+
+def test_guards_are_enforced() -> None:
+    g = Guards()
+    lc = L.Lifecycle(g)
+    lc.fire("start")
+    with pytest.raises(LocalProtocolError):
+        lc.fire("all_covered")  # not every rank covered
+    g.every_rank_covered = True
+    with pytest.raises(LocalProtocolError):
+        lc.fire("hello_accepted")  # no relay joins after coverage
+    lc.fire("all_covered")
+    with pytest.raises(LocalProtocolError):
+        lc.fire("round_scattered")
+    with pytest.raises(LocalProtocolError):
+        lc.fire("all_dead")
+    g.no_relay_alive = True
+    lc.fire("all_dead")
+    assert lc.is_final
+
+
+@pytest.mark.parametrize("event", L.EVENTS)
+def test_shutdown_is_final(event: str) -> None:
+    g = Guards()
+    g.every_rank_covered = g.round_complete = g.no_relay_alive = True
+    lc = L.Lifecycle(g)
+    lc.fire("stop")
+    assert lc.allowed_events() == [] and lc.enabled_events() == []
+    with pytest.raises(LocalProtocolError):
+        lc.fire(event)
+    assert lc.state == "shutdown"
+
+
+def test_send_on_the_machine_raises_too() -> None:
+    sm = L.lifecycle_class()(model=Guards())
+    with pytest.raises(LocalProtocolError):
+        sm.send("round_scattered")
+
+
+def test_mermaid_lists_every_transition() -> None:
+    text = L.mermaid()
+    assert text.startswith("stateDiagram-v2\n    [*] --> Idle\n")
+    for _, ev, _, _, _ in L.transitions():
+        assert f": {ev}" in text
+    assert "Reducing --> Reducing: round_scattered [round_complete]" in text
+
+
+class LifecycleStateful(RuleBasedStateMachine):
+    """Fires any event (and unknown ones) at the generated class; the spec is the oracle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = Guards()
+        self.lc = L.Lifecycle(self.g)
+        self.state = "idle"
+
+    @rule(covered=st.booleans(), complete=st.booleans(), none_alive=st.booleans())
+    def set_guards(self, covered: bool, complete: bool, none_alive: bool) -> None:
+        self.g.every_rank_covered = covered
+        self.g.round_complete = complete
+        self.g.no_relay_alive = none_alive
+
+    @rule(event=st.sampled_from([*L.EVENTS, "bogus", "error.execution"]))
+    def fire(self, event: str) -> None:
+        target = _oracle(self.state, event, self.g)
+        kwargs: dict[str, Any] = {}
+        if event == "fail":
+            kwargs["error"] = protocol_error("controller.data_record", rank=0)
+        if target is None:
+            with pytest.raises(LocalProtocolError):
+                self.lc.fire(event, **kwargs)
+        else:
+            self.lc.fire(event, **kwargs)
+            self.state = target
+            if target == "shutdown":
+                out = self.lc.outcome
+                assert out is not None and out.reason == event
+                assert out.clean == (event in L.CLEAN_EXIT_EVENTS)
+
+    @invariant()
+    def state_matches_the_spec(self) -> None:
+        assert self.lc.state == self.state
+        assert self.lc.is_final == (self.state == "shutdown")
+        if self.state != "shutdown":
+            assert self.lc.outcome is None
+
+    @invariant()
+    def enabled_events_match_the_spec(self) -> None:
+        want = {e for e in L.EVENTS if _oracle(self.state, e, self.g) is not None}
+        assert set(self.lc.enabled_events()) == want
+        allowed = {ev for src, ev, _, _, _ in L.transitions() if src == self.state}
+        if self.state == "shutdown":
+            allowed = set()
+        assert set(self.lc.allowed_events()) == allowed
+
+
+TestLifecycleStateful = LifecycleStateful.TestCase
+TestLifecycleStateful.settings = settings(stateful_step_count=25)
+TestLifecycleStateful.pytestmark = [pytest.mark.stateful]
