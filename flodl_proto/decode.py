@@ -44,7 +44,8 @@ from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.handshake import decode_ack, decode_handshake, expect_channel_magic
 from .codec.loopback import decode_len_framed
 from .codec.mux import RecordKind, decode_control, parse_mux_header
-from .codec.round_frame import Dtype, RoundFrame, RoundKind, TensorPayload, _walk
+from .codec.round_frame import Dtype, RoundFrame, TensorPayload
+from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.structs import HANDSHAKE
 from .errors import ProtocolError, protocol_error
 from .interop.jsonio import control_to_json, f64_bits
@@ -135,14 +136,11 @@ def parse_round_frame(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
 
     Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed`` (without the MAC step).
     """
-    mv = as_view(data)
-    res = _walk(mv, ceiling, partial=False)
-    if isinstance(res, int):
+    res = _parse_unverified(data, ceiling=ceiling)
+    if res is END_OF_STREAM:
         return None
-    kind_byte, weight, entries, pos = res
-    tensors = [TensorPayload(d, s, mv[start:start + n]) for d, s, start, n in entries]
-    frame = RoundFrame(RoundKind(kind_byte), weight, tensors)
-    return ParsedFrame(frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN]), pos)
+    frame, consumed, tag = res
+    return ParsedFrame(frame, consumed, tag, consumed - AUTH_TAG_LEN)
 
 
 def tag_status(salt: bytes | None, covered: list[BytesLike], carried: BytesLike) -> TagStatus:

@@ -1,9 +1,10 @@
 """Rank data-channel handshake (16 bytes), its ack (8 bytes), and the channel-select magic.
 
-Handshake (rank -> relay): ``magic u32 (HANDSHAKE_MAGIC_RANK) | version u32 | rank u32 | world_size u32``.
-Ack (relay -> rank): ``magic u32 (HANDSHAKE_MAGIC_CONTROLLER_ACK) | version u32``. Neither carries an auth tag. The
-handshake reader checks magic, version (exact) and world size, in that order, and does NOT check
-``rank < world_size`` (the relay checks its host rank set instead). Running out of input anywhere
+Handshake (rank -> relay): ``magic u32 (HANDSHAKE_MAGIC_RANK) | version u32 | rank u32 |
+world_size u32``. Ack (relay -> rank): ``magic u32 (HANDSHAKE_MAGIC_CONTROLLER_ACK) | version u32``.
+Neither carries an auth tag. The handshake reader checks magic, version (exact) and world size,
+in that order, and does NOT check ``rank < world_size`` (the relay checks its host rank set
+instead). Running out of input anywhere
 in a handshake, an ack or a channel magic is a :class:`~flodl_proto.errors.TruncatedInput` error,
 never a clean end of stream.
 

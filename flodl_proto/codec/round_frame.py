@@ -66,6 +66,7 @@ __all__ = [
     "decode_round_frame",
     "encode_round_frame",
     "encode_round_frame_bytes",
+    "parse_round_frame",
     "round_frame_extent",
     "round_frame_wire_len",
 ]
@@ -226,6 +227,8 @@ class TensorPayload:
         Raises:
             InvalidValue: the dtype tag is unknown; InvalidValue (local): more than 64 dimensions
                 (NumPy's limit; the wire allows 255).
+            LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
+                type (legal on the wire, not representable as an array).
             SchemaMismatch: the byte count does not match ``numel * element_size``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
         """
@@ -243,14 +246,21 @@ class TensorPayload:
                         "tensor.elided_too_large", shape=list(self.shape), nbytes=expected,
                         ceiling=ceiling,
                     )
-                return np.zeros(self.shape, dtype=dt.numpy)
+                try:
+                    return np.zeros(self.shape, dtype=dt.numpy)
+                except ValueError:
+                    raise protocol_error("tensor.shape_unrepresentable",
+                                         shape=list(self.shape)) from None
             raise protocol_error(
                 "tensor.nbytes_vs_shape", shape=list(self.shape), expected=expected,
                 got=self.nbytes,
             )
         if self.ndim > _NUMPY_MAX_NDIM:
             raise protocol_error("tensor.ndim_unsupported", ndim=self.ndim, max=_NUMPY_MAX_NDIM)
-        arr = np.frombuffer(self.data, dtype=dt.numpy).reshape(self.shape)
+        try:
+            arr = np.frombuffer(self.data, dtype=dt.numpy).reshape(self.shape)
+        except ValueError:  # a zero-element shape whose other dims overflow NumPy's index type
+            raise protocol_error("tensor.shape_unrepresentable", shape=list(self.shape)) from None
         arr.flags.writeable = False
         return arr
 
@@ -395,73 +405,91 @@ def _rust_f64(x: float) -> str:
     return r[:-2] if r.endswith(".0") else r
 
 
-def _walk(
-    mv: memoryview, ceiling: int, partial: bool,
-) -> tuple[int, float, list[tuple[int, tuple[int, ...], int, int]], int] | int:
-    """Walk a frame's structure, applying every pre-tag check in upstream's order.
+class _FrameWalk:
+    """Resumable walk over a frame's structure, applying every pre-tag check in upstream's
+    order (magic, tensor cap, kind, weight; per tensor meta, shape, nbytes, ceiling, data;
+    footer). Never creates payload views.
 
-    Returns ``(kind byte, weight, [(dtype, shape, data start, nbytes)], body end)`` when the
-    whole body and footer are present. When they are not: with ``partial`` returns the minimum
-    total length needed to make progress (an int); without it raises the truncation error naming
-    the field. Never creates payload views.
+    :meth:`advance` may be called again with a longer buffer holding the same leading bytes: it
+    resumes at the last completed tensor, so trickled input is walked in linear time.
     """
-    end = len(mv)
 
-    def short(at_least: int, error_id: str, **fields: Any) -> int:
-        if partial:
-            return at_least
-        raise protocol_error(error_id, **fields)
+    __slots__ = ("ceiling", "entries", "kind", "num_tensors", "pos", "total", "weight")
 
-    if end < ROUND_FRAME_HEADER_LEN:
-        return ROUND_FRAME_HEADER_LEN  # callers map this to END_OF_STREAM when not partial
-    hdr = ROUND_FRAME_HEADER.parse(mv[0:8])
-    if hdr.magic != ROUND_FRAME_MAGIC:
-        raise protocol_error("frame.bad_magic", got=hdr.magic, expected=ROUND_FRAME_MAGIC)
-    num_tensors = hdr.num_tensors
-    if num_tensors > MAX_ROUND_FRAME_TENSORS:
-        raise protocol_error("frame.too_many_tensors", count=num_tensors,
-                             cap=MAX_ROUND_FRAME_TENSORS)
-    pos = 8
-    if end < pos + 1:
-        return short(pos + 1, "frame.kind_read_failed", offset=pos)
-    kind_byte = ROUND_FRAME_KIND.parse(mv[pos:pos + 1]).kind
-    if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
-        raise protocol_error("frame.unknown_kind", value=kind_byte)
-    pos += 1
-    if end < pos + 8:
-        return short(pos + 8, "frame.weight_read_failed", offset=pos)
-    weight = ROUND_FRAME_WEIGHT.parse(mv[pos:pos + 8]).weight
-    if not math.isfinite(weight) or weight < 0.0:
-        raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
-    pos += 8
-    total = 0
-    entries: list[tuple[int, tuple[int, ...], int, int]] = []
-    for ti in range(num_tensors):
-        if end < pos + 2:
-            return short(pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
-        meta = TENSOR_META.parse(mv[pos:pos + 2])
-        pos += 2
-        ndim = meta.ndim
-        if end < pos + 4 * ndim:
-            return short(pos + 4 * ndim, "frame.shape_read_failed", index=ti, offset=pos)
-        dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
-        pos += 4 * ndim
-        if end < pos + 8:
-            return short(pos + 8, "frame.nbytes_read_failed", index=ti, offset=pos)
-        nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
-        pos += 8
-        total += nbytes
-        if total > ceiling:
-            raise protocol_error("frame.past_ceiling", index=ti, ceiling=ceiling, nbytes=nbytes,
-                                 total=total)
-        if end < pos + nbytes:
-            return short(pos + nbytes, "frame.data_read_failed", index=ti, got=end - pos,
-                         need=nbytes, offset=pos)
-        entries.append((meta.dtype, dims, pos, nbytes))
-        pos += nbytes
-    if end < pos + AUTH_TAG_LEN:
-        return short(pos + AUTH_TAG_LEN, "frame.footer_read_failed", offset=pos)
-    return kind_byte, weight, entries, pos
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = ceiling
+        self.num_tensors = -1  # header not parsed yet
+        self.kind = -1
+        self.weight = 0.0
+        self.pos = 0
+        self.total = 0
+        self.entries: list[tuple[int, tuple[int, ...], int, int]] = []
+
+    def advance(self, mv: memoryview, partial: bool) -> int | None:
+        """Walk as far as ``mv`` allows.
+
+        Returns None when the body and the footer are present (``pos`` is the body end), else the
+        minimum total length needed to go on (with ``partial``; without it, the truncation error
+        naming the field is raised — except inside the 8-byte header, which returns 8).
+        """
+        end = len(mv)
+
+        def short(at_least: int, error_id: str, **fields: Any) -> int:
+            if partial:
+                return at_least
+            raise protocol_error(error_id, **fields)
+
+        if self.num_tensors < 0:
+            if end < ROUND_FRAME_HEADER_LEN:
+                return ROUND_FRAME_HEADER_LEN  # END_OF_STREAM for a whole-buffer reader
+            hdr = ROUND_FRAME_HEADER.parse(mv[0:8])
+            if hdr.magic != ROUND_FRAME_MAGIC:
+                raise protocol_error("frame.bad_magic", got=hdr.magic, expected=ROUND_FRAME_MAGIC)
+            if hdr.num_tensors > MAX_ROUND_FRAME_TENSORS:
+                raise protocol_error("frame.too_many_tensors", count=hdr.num_tensors,
+                                     cap=MAX_ROUND_FRAME_TENSORS)
+            self.num_tensors = hdr.num_tensors
+            self.pos = 8
+        if self.kind < 0:
+            pos = self.pos
+            if end < pos + 1:
+                return short(pos + 1, "frame.kind_read_failed", offset=pos)
+            kind_byte = ROUND_FRAME_KIND.parse(mv[pos:pos + 1]).kind
+            if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
+                raise protocol_error("frame.unknown_kind", value=kind_byte)
+            if end < pos + 9:
+                return short(pos + 9, "frame.weight_read_failed", offset=pos + 1)
+            weight = ROUND_FRAME_WEIGHT.parse(mv[pos + 1:pos + 9]).weight
+            if not math.isfinite(weight) or weight < 0.0:
+                raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
+            self.kind, self.weight, self.pos = kind_byte, weight, pos + 9
+        while len(self.entries) < self.num_tensors:
+            ti, pos = len(self.entries), self.pos
+            if end < pos + 2:
+                return short(pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
+            meta = TENSOR_META.parse(mv[pos:pos + 2])
+            pos += 2
+            ndim = meta.ndim
+            if end < pos + 4 * ndim:
+                return short(pos + 4 * ndim, "frame.shape_read_failed", index=ti, offset=pos)
+            dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
+            pos += 4 * ndim
+            if end < pos + 8:
+                return short(pos + 8, "frame.nbytes_read_failed", index=ti, offset=pos)
+            nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
+            pos += 8
+            total = self.total + nbytes
+            if total > self.ceiling:
+                raise protocol_error("frame.past_ceiling", index=ti, ceiling=self.ceiling,
+                                     nbytes=nbytes, total=total)
+            if end < pos + nbytes:
+                return short(pos + nbytes, "frame.data_read_failed", index=ti, got=end - pos,
+                             need=nbytes, offset=pos)
+            self.entries.append((meta.dtype, dims, pos, nbytes))
+            self.total, self.pos = total, pos + nbytes
+        if end < self.pos + AUTH_TAG_LEN:
+            return short(self.pos + AUTH_TAG_LEN, "frame.footer_read_failed", offset=self.pos)
+        return None
 
 
 def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> int | NeedData:
@@ -478,10 +506,33 @@ def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING)
         BadMagic, LimitExceeded, InvalidValue (remote).
     """
     mv = as_view(data)
-    res = _walk(mv, ceiling, partial=True)
-    if isinstance(res, int):
-        return NeedData(res - len(mv))
-    return res[3] + AUTH_TAG_LEN
+    walk = _FrameWalk(ceiling)
+    need = walk.advance(mv, partial=True)
+    if need is not None:
+        return NeedData(need - len(mv))
+    return walk.pos + AUTH_TAG_LEN
+
+
+def parse_round_frame(
+    data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING,
+) -> tuple[RoundFrame, int, bytes] | EndOfStream:
+    """Parse one RoundFrame WITHOUT verifying its auth tag (for inspection tools).
+
+    Every other check of :func:`decode_round_frame` is applied, in the same order. Returns
+    ``(frame, consumed, carried tag)``; the tag covers ``data[:consumed - 8]``. Never trust the
+    values before verifying the tag (:func:`flodl_proto.codec.auth.compute_tag`).
+
+    Raises:
+        BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote).
+    """
+    mv = as_view(data)
+    walk = _FrameWalk(ceiling)
+    if walk.advance(mv, partial=False) is not None:
+        return END_OF_STREAM
+    pos = walk.pos
+    tensors = [TensorPayload(d, s, mv[start:start + n]) for d, s, start, n in walk.entries]
+    frame = RoundFrame(RoundKind(walk.kind), walk.weight, tensors)
+    return frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN])
 
 
 def decode_round_frame(
@@ -511,16 +562,14 @@ def decode_round_frame(
     """
     key = check_salt(salt)
     mv = as_view(data)
-    res = _walk(mv, ceiling, partial=False)
-    if isinstance(res, int):
+    res = parse_round_frame(mv, ceiling=ceiling)
+    if res is END_OF_STREAM:
         return END_OF_STREAM
-    kind_byte, weight, entries, pos = res
+    frame, consumed, carried = res
     mac = new_mac(key)
-    mac.update(mv[0:pos])
+    mac.update(mv[0:consumed - AUTH_TAG_LEN])
     computed = mac.digest()[:AUTH_TAG_LEN]
-    carried = mv[pos:pos + AUTH_TAG_LEN]
     if not tags_equal(computed, carried):
         raise protocol_error("frame.auth_failed", computed=tag_as_u64(computed),
                              carried=tag_as_u64(carried))
-    tensors = [TensorPayload(d, s, mv[start:start + n]) for d, s, start, n in entries]
-    return RoundFrame(RoundKind(kind_byte), weight, tensors), pos + AUTH_TAG_LEN
+    return frame, consumed

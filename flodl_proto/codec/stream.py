@@ -35,6 +35,7 @@ from typing import Generic, TypeVar
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
+    AUTH_TAG_LEN,
     CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -48,7 +49,7 @@ from .auth import check_salt
 from .handshake import expect_channel_magic
 from .loopback import decode_len_framed, decode_len_prefix
 from .mux import MuxRecord, decode_mux_record, parse_mux_header
-from .round_frame import RoundFrame, decode_round_frame, round_frame_extent
+from .round_frame import RoundFrame, _FrameWalk, decode_round_frame
 
 __all__ = ["LenFramedDecoder", "MuxRecordDecoder", "RoundFrameDecoder"]
 
@@ -82,7 +83,12 @@ class _StreamDecoder(Generic[T]):
         """
         if self._eof:
             raise protocol_error("stream.fed_after_eof", nbytes=as_view(data).nbytes)
-        self._buf += as_view(data)
+        if self._error is not None:
+            return  # the stream is dead; the error is re-raised by next_event
+        try:
+            self._buf += as_view(data)
+        except BufferError:  # a caller still holds a view of the old buffer: move on from it
+            self._buf = self._buf + as_view(data)
 
     def feed_eof(self) -> None:
         """Signal that the peer closed the stream (no more bytes will be fed)."""
@@ -124,9 +130,16 @@ class _StreamDecoder(Generic[T]):
                 raise self._truncated(bytes(self._buf))
             return need
         record = bytes(self._buf[:need])
-        del self._buf[:need]
+        try:
+            del self._buf[:need]
+        except BufferError:  # a caller still holds a view of the old buffer: move on from it
+            self._buf = self._buf[need:]
         self.consumed += need
+        self._record_done()
         return self._decode(record)
+
+    def _record_done(self) -> None:
+        """Reset per-record parsing state (after a record left the buffer)."""
 
 
 class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
@@ -142,9 +155,23 @@ class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
     def __init__(self, salt: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
         super().__init__(ceiling)
         self._salt = check_salt(salt)
+        self._walk = _FrameWalk(ceiling)
+        self._want = 0
 
     def _need(self) -> int | NeedData:
-        return round_frame_extent(self._buf, ceiling=self.ceiling)
+        # resume the structure walk only once the bytes it waits for have arrived
+        if len(self._buf) < self._want:
+            return NeedData(self._want - len(self._buf))
+        with memoryview(self._buf) as mv:
+            want = self._walk.advance(mv, partial=True)
+        if want is not None:
+            self._want = want
+            return NeedData(want - len(self._buf))
+        return self._walk.pos + AUTH_TAG_LEN
+
+    def _record_done(self) -> None:
+        self._walk = _FrameWalk(self.ceiling)
+        self._want = 0
 
     def _decode(self, record: bytes) -> RoundFrame:
         res = decode_round_frame(record, self._salt, ceiling=self.ceiling)
