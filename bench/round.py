@@ -264,6 +264,7 @@ def _hosts(world: int) -> list[list[int]]:
 
 
 def main() -> int:
+    """Run the configurations chosen on the command line and print the table (exit code 0)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--full", action="store_true", help="W = 2, 4, 8 and 4, 64, 256 MiB")
