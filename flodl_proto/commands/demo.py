@@ -425,26 +425,23 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
               f"(processes, loopback TCP, HMAC, protocol v{args.protocol_version}, "
               f"{'bf16' if args.bf16 else 'f32'} wire{outer})")
     t.add_row("rounds", f"{last} of {args.rounds} completed ({idle_rounds} with an idle rank)")
-    t.add_row("round time", f"median {statistics.median(times) * 1e3:.1f} ms, "
-              f"p95 {_pct(times, 95) * 1e3:.1f} ms" if times else "n/a")
-    t.add_row("sync time", f"median {statistics.median(syncs) * 1e3:.1f} ms, "
-              f"p95 {_pct(syncs, 95) * 1e3:.1f} ms" if syncs else "n/a")
-    t.add_row("bytes moved", f"{moved:,} ({moved / 2**20:.1f} MiB on all legs)" if moved
+    t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
+                        f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
+                        f" / {_pct(syncs, 95) * 1e3:.1f} ms)") if times else "n/a")
+    t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
               else "n/a")
-    t.add_row("loss start", f"{l_start:.6f}")
-    t.add_row("loss end", f"{l_end:.6f}")
+    t.add_row("loss", f"start {l_start:.6f}, end {l_end:.6f}")
     verdict = "ok" if loss_ok else "not met"
     if kill is not None:
         verdict = f"not checked: the run was stopped at round {last}"
-    t.add_row("optimum", f"{l_opt:.6f} (closed form)")
-    t.add_row("loss vs optimum", f"{(l_end / l_opt - 1) * 100:+.3f} % (tolerance "
-              f"{TOLERANCE:.0%}: {verdict})")
+    t.add_row("optimum", f"{l_opt:.6f} (closed form); end is {(l_end / l_opt - 1) * 100:+.3f} % "
+              f"(tolerance {TOLERANCE:.0%}: {verdict})")
     for r in range(w):
         if r == res.killed:
             t.add_row(f"rank {r}", f"killed at round {kill[1] if kill else '?'}")
         else:
             t.add_row(f"rank {r}", digests.get(r, "n/a"))
-    t.add_row("wall time", f"{res.wall:.1f} s")
+    t.add_row("wall", f"{res.wall:.1f} s")
     console.print(t)
     if kill is not None and not problems:
         console.print(f"rank {kill[0]} was killed at round {kill[1]}; the run ended cleanly; "
