@@ -222,6 +222,33 @@ def test_eof_inside_header_is_clean_and_inside_payload_is_truncation() -> None:
     assert str(fin.outcome.error).startswith("relay_mux: peer closed mid-frame")
 
 
+def test_relay_ends_during_accept_are_held_until_coverage() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    assert core.connection_closed(0) == []  # an alive relay left: held, the accept phase goes on
+    acts = join(core, 1, [1])
+    assert [s.kind for s in sent(acts)] == [SendKind.HELLO_ACK]  # the next relay is still acked
+    fin = finished(acts)
+    assert fin is not None and fin.outcome.clean and fin.outcome.reason == "relay_eof"
+    assert closed(acts) == {0, 1}
+
+
+def test_reader_error_during_accept_is_held_and_a_clean_request_wins() -> None:
+    core = started(3)
+    join(core, 0, [0])
+    data = encode_mux_record_bytes(MuxRecord.data(0, b"x"), SALT)
+    assert core.receive_data(0, data + control_bytes(RankExit(0))) == []  # reader exited
+    fin = finished(join(core, 1, [1, 2]))
+    assert fin is not None and "per-rank Data record" in str(fin.outcome.error)
+    core = started(3)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.receive_data(0, data)
+    core.receive_data(1, control_bytes(RankExit(1)))
+    fin = finished(join(core, 2, [2]))
+    assert fin is not None and fin.outcome.clean and fin.outcome.reason == "rank_exit"
+
+
 # -- per-relay rules -------------------------------------------------------------------------------
 def test_second_hostframe_overwrites_the_first() -> None:
     core = started(2)
@@ -448,6 +475,9 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         self.expect_sends: list[tuple[int, SendKind, Any]] = []
         self.expect_end: tuple[bool, str] | None = None
         self.seen_dead: set[int] = set()
+        self.deaf: set[int] = set()  # relays whose reader has exited (EOF or error)
+        self.pending_exit: str | None = None  # held during the accept phase
+        self.pending_error = False
 
     # -- model -----------------------------------------------------------------------------------
     def _alive(self, i: int) -> bool:
@@ -458,8 +488,26 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         self.state = "shutdown"
         self.expect_end = (clean, reason)
 
+    def _reader_exit(self, reason: str) -> None:
+        if self.state == "reducing":
+            self._finish(True, reason)
+        elif self.pending_exit is None:
+            self.pending_exit = reason
+
+    def _reader_error(self) -> None:
+        if self.state == "reducing":
+            self._finish(False, "fail")
+        else:
+            self.pending_error = True
+
     def _evaluate(self) -> None:
         while self.state == "reducing":
+            if self.pending_exit is not None:
+                self._finish(True, self.pending_exit)
+                return
+            if self.pending_error:
+                self._finish(False, "fail")
+                return
             expected = [i for i in range(len(self.relays)) if self._alive(i)]
             if not expected:
                 self._finish(True, "all_dead")
@@ -587,7 +635,7 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         for n, i in enumerate(order):
             f = f32(float(n), -0.5 * i, weight=weights[n % 4])
             acts += self.core.receive_data(self.relays[i][0], host_frame_bytes(f))
-            if self._alive(i) and self.state == "reducing":
+            if self._alive(i) and i not in self.deaf and self.state == "reducing":
                 self.deposits[i] = f
                 self._evaluate()
         self._check(acts)
@@ -619,7 +667,7 @@ class ControllerCoreStateful(RuleBasedStateMachine):
             acts += self.core.receive_data(self.relays[i][0], chunk)
         if self._ended(acts):
             return
-        if self._alive(i):
+        if self._alive(i) and i not in self.deaf:
             self.deposits[i] = f
             self._evaluate()
         self._check(acts)
@@ -647,11 +695,14 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         acts = self.core.connection_closed(conn)
         if self._ended(acts):
             return
-        if self._alive(i):
-            self._finish(True, "relay_eof")
+        if i in self.deaf:
+            pass
+        elif self._alive(i):
+            self._reader_exit("relay_eof")
         else:
             self.open.discard(conn)
             assert closed(acts) == {conn}
+        self.deaf.add(i)
         self._check(acts)
 
     @precondition(lambda self: bool(self.open))
@@ -666,10 +717,13 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         acts = self.core.receive_data(conn, control_bytes(RankExit(rank), self.version))
         if self._ended(acts):
             return
-        if rank not in ranks:
-            self._finish(False, "fail")
+        if i in self.deaf:
+            pass
+        elif rank not in ranks:
+            self.deaf.add(i)
+            self._reader_error()
         elif rank not in self.dead:
-            self._finish(True, "rank_exit")
+            self._reader_exit("rank_exit")
         self._check(acts)
 
     @precondition(lambda self: self.state != "accepting" and bool(self.open))

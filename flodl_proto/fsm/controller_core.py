@@ -34,13 +34,16 @@ Rules (upstream's, facts §d.8–§d.10, and this package's departures in ``spec
   closed. A connection that has not completed magic + Hello within 10 s fails the run. Any failure
   in this phase ends the run and closes every connection (departure: upstream leaves earlier ones
   open);
-* per relay: a HostFrame from a relay whose ranks are all dead is dropped; otherwise its payload
-  must hold a complete RoundFrame (bytes after it are ignored), which fills the relay's slot (a
-  second one overwrites the first); a Data record fails the run; ``RankExit`` for a rank the relay
-  carries ends the run cleanly unless that rank is dead (then it is ignored), and for a rank it
-  does not carry fails the run (departure); other Control records are ignored; a Broadcast from a
-  relay is dropped; EOF ends the run cleanly when the relay still carries an alive rank; a read
-  error fails the run when the relay still carries an alive rank;
+* per relay (from its HelloAck on; upstream's per-relay reader): a HostFrame from a relay whose
+  ranks are all dead is dropped; otherwise its payload must hold a complete RoundFrame (bytes
+  after it are ignored), which fills the relay's slot (a second one overwrites the first); a Data
+  record fails the run; ``RankExit`` for a rank the relay carries ends the run cleanly unless that
+  rank is dead (then it is ignored), and for a rank it does not carry fails the run (departure);
+  other Control records are ignored; a Broadcast from a relay is dropped; EOF ends the run cleanly
+  when the relay still carries an alive rank; a read error fails the run when the relay still
+  carries an alive rank. After EOF or an error nothing more is read from that relay. While other
+  relays have still to join, such an end (the first clean request, else the first error) is held
+  and acted on as soon as every rank is covered, as upstream's reduce loop does;
 * round: a relay is expected while one of its ranks is alive; once every expected relay deposited,
   the frames (connection order, ``None`` for the others) go through
   :func:`~flodl_proto.reduce.reduce_realized_work`, the optional outer optimizer, then ONE
@@ -462,7 +465,7 @@ class RelayInfo:
 
 # -- internal state --------------------------------------------------------------------------------
 class _Relay:
-    __slots__ = ("conn", "frame", "host", "index", "ranks")
+    __slots__ = ("conn", "frame", "host", "index", "ranks", "reading")
 
     def __init__(self, index: int, conn: int, host: str, ranks: tuple[int, ...]) -> None:
         self.index = index
@@ -470,6 +473,7 @@ class _Relay:
         self.host = host
         self.ranks = ranks
         self.frame: RoundFrame | None = None
+        self.reading = True  # False once upstream's reader for it would have exited
 
 
 class _Conn:
@@ -581,6 +585,8 @@ class ControllerCore:
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
         self._forwarded: set[int] = set()
+        self._pending_exit: tuple[str, str] | None = None
+        self._pending_error: ProtocolError | None = None
         self.covered = 0
         #: rounds reduced and scattered so far
         self.rounds = 0
@@ -860,19 +866,23 @@ class ControllerCore:
                     self._close(other, "every rank is already covered")
 
     def _relay_event(self, c: _Conn, relay: _Relay, ev: StreamEvent) -> None:
+        if not relay.reading:  # upstream's reader thread for it has exited
+            return
         alive = self._alive(relay)
         if isinstance(ev, MagicReceived):  # pragma: no cover - the stream emits it once, first
             return
         if isinstance(ev, StreamEnded):
+            relay.reading = False
             if alive:
-                self._finish("relay_eof", detail=f"relay {relay.index} ('{relay.host}', ranks "
-                             f"{_ranks_str(relay.ranks)}) closed its connection")
+                self._reader_exit("relay_eof", f"relay {relay.index} ('{relay.host}', ranks "
+                                  f"{_ranks_str(relay.ranks)}) closed its connection")
             else:
                 self._close(c, "relay with no alive rank closed")
             return
         if isinstance(ev, StreamFailed):
+            relay.reading = False
             if alive:
-                self._fail(ev.error)
+                self._reader_error(ev.error)
             else:
                 log.info("controller: read error on relay %d with no alive rank: %s",
                          relay.index, ev.error)
@@ -885,28 +895,53 @@ class ControllerCore:
                           relay.index)
             elif isinstance(ev.frame, RoundFrame):
                 relay.frame = ev.frame
-            elif isinstance(ev.frame, ProtocolError):
-                self._fail(ev.frame)
             else:
-                self._fail(protocol_error("controller.truncated_hostframe", conn=relay.index,
-                                          ranks=_ranks_str(relay.ranks)))
+                relay.reading = False
+                self._reader_error(ev.frame if isinstance(ev.frame, ProtocolError) else
+                                   protocol_error("controller.truncated_hostframe",
+                                                  conn=relay.index,
+                                                  ranks=_ranks_str(relay.ranks)))
         elif rec.kind is RecordKind.DATA:
-            self._fail(protocol_error("controller.data_record", rank=rec.rank))
+            relay.reading = False
+            self._reader_error(protocol_error("controller.data_record", rank=rec.rank))
         elif rec.kind is RecordKind.BROADCAST:
             log.warning("controller: unexpected Broadcast record from relay %d; dropping",
                         relay.index)
         elif isinstance(rec.control, RankExit):
             rank = rec.control.rank
             if rank not in relay.ranks:
-                self._fail(protocol_error("controller.foreign_rank_exit", conn=relay.index,
-                                          ranks=_ranks_str(relay.ranks), rank=rank))
+                relay.reading = False
+                self._reader_error(protocol_error("controller.foreign_rank_exit",
+                                                  conn=relay.index,
+                                                  ranks=_ranks_str(relay.ranks), rank=rank))
             elif not self.dead_ranks.is_dead(rank):
-                self._finish("rank_exit", detail=f"rank {rank} (relay {relay.index}, "
-                             f"'{relay.host}') exited")
+                self._reader_exit("rank_exit", f"rank {rank} (relay {relay.index}, "
+                                  f"'{relay.host}') exited")
             else:
                 log.debug("controller: RankExit for dead rank %d ignored", rank)
         else:
             log.debug("controller: %s from relay %d ignored", _rust_debug(rec), relay.index)
+
+    def _reader_exit(self, event: str, detail: str) -> None:
+        """A relay asks for a clean end of the run: at once while reducing; during the accept
+        phase it is remembered (the first one) and acted on when every rank is covered."""
+        if self.state == REDUCING:
+            self._finish(event, detail=detail)
+        elif self._pending_exit is None:
+            log.info("controller: %s during the accept phase; the run ends once every rank is "
+                     "covered", detail)
+            self._pending_exit = (event, detail)
+
+    def _reader_error(self, error: ProtocolError) -> None:
+        """A relay's stream failed: the run fails at once while reducing; during the accept
+        phase the first such error is remembered and raised when every rank is covered (after a
+        pending clean exit, which wins, as upstream's round wait checks it first)."""
+        if self.state == REDUCING:
+            self._fail(error)
+        elif self._pending_error is None:
+            log.info("controller: %s (during the accept phase; reported once every rank is "
+                     "covered)", error)
+            self._pending_error = error
 
     # -- rounds ----------------------------------------------------------------------------------
     def _alive(self, relay: _Relay) -> bool:
@@ -919,6 +954,13 @@ class ControllerCore:
         """The round wait: end when no relay is alive, reduce when complete, else forward dead
         ranks (upstream: ``wait_for_round`` and its poll hook)."""
         while self.state == REDUCING:
+            if self._pending_exit is not None:
+                event, detail = self._pending_exit
+                self._finish(event, detail=detail)
+                return
+            if self._pending_error is not None:
+                self._fail(self._pending_error)
+                return
             expected = self._expected()
             if not expected:
                 self._finish("all_dead", detail="no relay carries an alive rank")
