@@ -61,6 +61,7 @@ Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -527,7 +528,11 @@ def _rust_debug(record: MuxRecord, limit: int = 256) -> str:
         return "Control(HelloAck)"
     if isinstance(msg, RankExit | DeclareDead):
         return f"Control({type(msg).__name__} {{ rank: {msg.rank} }})"
-    return f"Control({msg!r})"
+    if isinstance(msg, Hello):
+        sigs = ", ".join("[" + ", ".join(str(b) for b in s) + "]" for s in msg.model_sigs)
+        return (f"Control(Hello {{ host: {json.dumps(msg.host)}, ranks: {_ranks_str(msg.ranks)}, "
+                f"model_sigs: [{sigs}] }})")
+    return f"Control({msg!r})"  # pragma: no cover - every variant is handled above
 
 
 def _ranks_str(ranks: Iterable[int]) -> str:
