@@ -30,7 +30,7 @@ PREFIX=()
 # round-frame stream are slower per input).
 declare -A CI_RUNS=(
   [handshake]=4000 [channel_magic]=4000 [round_frame]=2000 [control]=4000 [mux_record]=2000
-  [len_framed]=2000 [stream_round_frame]=800 [stream_mux]=1200 [stream_len_framed]=2000
+  [len_framed]=2000 [stream_round_frame]=2000 [stream_mux]=1500 [stream_len_framed]=2000
   [relay_stream]=1200 [host_fold]=800 [controller_core]=300
 )
 

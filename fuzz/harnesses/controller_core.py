@@ -63,7 +63,7 @@ from flodl_proto.fsm.controller_core import (
 from flodl_proto.reduce import NesterovMomentum, OuterAvg, SlowMomentum
 
 from .builders import build_frame, read_schema
-from .common import SALTS, Finding, Params, check, is_weight_overflow
+from .common import SALTS, Finding, Params, check
 from .host_fold import FOLD_CEILINGS
 
 MAX_OPS = 64
@@ -126,8 +126,7 @@ class Driver:
             self.finished = True
             err = a.outcome.error
             check(a.outcome.clean == (err is None), f"outcome {a.outcome!r}")
-            if err is not None and not isinstance(err, RemoteProtocolError) \
-                    and not is_weight_overflow(err):
+            if err is not None and not isinstance(err, RemoteProtocolError):
                 raise Finding(f"the run failed with a non-remote error: {err!r}")
             check(self.opened <= self.closed,
                   f"Finished with connections {sorted(self.opened - self.closed)} open")

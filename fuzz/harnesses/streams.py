@@ -8,8 +8,9 @@ otherwise repeat until the bytes run out.
 Oracle: the same records and the same final outcome (clean END_OF_STREAM, or the same
 RemoteProtocolError with the same message) whatever the split; a record never completes before
 the bytes a ``NeedData`` asked for have arrived; ``NeedData`` asks for at least one byte and never
-comes after end of input; errors are sticky (the same object is raised again); END_OF_STREAM is
-repeated once reached; feeding after ``feed_eof`` is a LocalProtocolError (the caller's fault).
+comes after end of input; errors are sticky (the same object is raised again, and bytes fed
+after one are accepted and ignored); END_OF_STREAM is repeated once reached; feeding after
+``feed_eof`` is a LocalProtocolError (the caller's fault).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 from flodl_proto.codec import END_OF_STREAM, NeedData
 from flodl_proto.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
-from .common import Finding, Params, check, chunks, known, outcome_of
+from .common import Finding, Params, check, chunks, outcome_of
 
 
 class Decoder(Protocol):
@@ -80,14 +81,9 @@ def drive(dec: Decoder, payload: bytes, sizes: bytes) -> tuple[list[Any], Protoc
 
     for chunk in chunks(payload, sizes):
         if state["error"] is not None:
-            # a sans-IO caller may still hand over bytes it received before it saw the error
-            try:
-                dec.feed(chunk)
-            except ProtocolError:
-                pass
-            except BufferError:
-                if not known("stream-feed-after-error"):
-                    raise
+            # a sans-IO caller may still hand over bytes it received before it saw the error:
+            # they are accepted (and ignored), the error stays
+            dec.feed(chunk)
             break
         dec.feed(chunk)
         state["fed"] += len(chunk)
