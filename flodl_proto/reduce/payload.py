@@ -151,18 +151,19 @@ def decode_payload(dtype: int, data: BytesLike) -> npt.NDArray[np.float32]:
     return bf16_to_f32(view)
 
 
-def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any]) -> bytes:
+def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any]) -> memoryview:
     """Multiply every element of a payload by ``factor``: decode to f32, multiply in f32, re-encode.
 
     Args:
         dtype: wire dtype tag (0 f32, 1 bf16).
-        data: the payload bytes (little-endian elements).
+        data: the payload bytes (little-endian elements); not modified.
         factor: the scale; converted to f32 first (round-to-nearest-even), the product is computed
             in f32 and re-encoded once (one rounding for bf16).
 
     Returns:
-        The scaled payload, same length. As upstream, trailing bytes that do not make a whole
-        element are left as they were.
+        The scaled payload, same length, as a flat unsigned-byte memoryview over a fresh buffer
+        (one pass, no further copy). As upstream, trailing bytes that do not make a whole element
+        are left as they were.
 
     Raises:
         InvalidValue (local): unknown ``dtype`` (``scale.unknown_dtype``).
@@ -175,19 +176,22 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any])
     es = ELEMENT_SIZE[dtype]
     mv = as_view(data)
     n = mv.nbytes // es
-    out = bytearray(mv)
+    whole = n * es
+    out = np.empty(mv.nbytes, np.uint8)
+    if whole < mv.nbytes:
+        out[whole:] = np.frombuffer(mv[whole:], np.uint8)
+    src = _typed_view(dtype, mv, n)
     with np.errstate(all="ignore"):
         f = np.float32(factor)
         if dtype == DTYPE_F32:
-            dst32 = np.frombuffer(out, dtype=K.F32, count=n)
-            np.multiply(dst32, f, out=dst32)
+            np.multiply(src, f, out=out[:whole].view(K.F32))
         else:
-            dst16 = np.frombuffer(out, dtype=K.U16, count=n)
+            dst16 = out[:whole].view(K.U16)
             ws = K.Workspace(min(n, K.CHUNK_ELEMS))
             for s in range(0, n, K.CHUNK_ELEMS):
                 e = min(s + K.CHUNK_ELEMS, n)
                 t = ws.wide[: e - s]
-                K.widen_bf16(dst16[s:e], t)
+                K.widen_bf16(src[s:e], t)
                 np.multiply(t, f, out=t)
                 K.encode_bf16(t, dst16[s:e], ws)
-    return bytes(out)
+    return out.data
