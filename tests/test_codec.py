@@ -293,3 +293,9 @@ def test_wrong_salt_names_both_tags() -> None:
         decode_round_frame(wire, b"\x01" * 16)
     assert "HMAC verification failed (computed 0x" in str(ei.value)
     assert ei.value.fields["carried"] == int.from_bytes(wire[-8:], "little")
+
+
+def test_from_array_keeps_scalar_shape() -> None:
+    t = TensorPayload.from_array(np.float32(2.5))
+    assert t.shape == () and t.nbytes == 4 and float(t.array()) == 2.5
+    assert TensorPayload.from_array(np.zeros((2, 0), np.float32)).shape == (2, 0)

@@ -172,10 +172,11 @@ class TensorPayload:
         if dtype not in ELEMENT_SIZE:
             raise protocol_error("payload.unknown_dtype", dtype=dtype)
         target = Dtype(dtype).numpy
+        shape = arr.shape
         if arr.dtype != target:
             arr = arr.astype(target)
-        arr = np.ascontiguousarray(arr)
-        return cls(int(dtype), arr.shape, arr.reshape(-1).view(np.uint8).data)
+        arr = np.ascontiguousarray(arr)  # no copy when already C-contiguous (0-d becomes 1-d)
+        return cls(int(dtype), shape, arr.reshape(-1).view(np.uint8).data)
 
     @classmethod
     def elide(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
