@@ -49,7 +49,7 @@ def test_wheel_carries_spec_and_loads_it(tmp_path: Path) -> None:
         names = set(zf.namelist())
         zf.extractall(tmp_path / "site")
     assert "flodl_proto/_spec/wire.yaml" in names
-    assert "flodl_proto/_spec/lifecycle.yaml" in names or not (ROOT / "spec/lifecycle.yaml").exists()
+    assert "flodl_proto/_spec/lifecycle.yaml" in names
     assert "flodl_proto/_vectors/manifest.json" in names
     assert "flodl_proto/py.typed" in names
     probe = (
