@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # "ci": derandomized and bounded, used by default and by .ci/run; "deep": many examples.
@@ -27,3 +28,16 @@ def vectors_root() -> Path:
     """The vector folder under test: ``$FLODL_VECTORS`` or ``../shared/vectors``."""
     env = os.environ.get("FLODL_VECTORS")
     return Path(env) if env else ROOT.parent / "shared" / "vectors"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``@pytest.mark.deep`` cases unless the run selects them (``-m deep``)."""
+    markexpr = str(config.getoption("markexpr") or "")
+    if "deep" in markexpr and "not deep" not in markexpr:
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("deep") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
