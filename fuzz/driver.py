@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import resource
+import shlex
 import sys
 from pathlib import Path
 
@@ -56,13 +57,20 @@ def main(argv: list[str]) -> None:
 
     from fuzz.harnesses import TARGETS
 
-    if len(argv) < 2 or argv[1] not in TARGETS:
+    # libFuzzer re-runs argv[0] with its own flags for -merge, -minimize_crash and -fork: the
+    # target travels in the environment, argv[0] becomes a shell command running this file
+    if len(argv) > 1 and argv[1] in TARGETS:
+        target, rest = argv[1], argv[2:]
+    else:
+        target, rest = os.environ.get("FLODL_FUZZ_TARGET", ""), argv[1:]
+    if target not in TARGETS:
         sys.exit(f"usage: {argv[0]} TARGET [libFuzzer args]; targets: {' '.join(TARGETS)}")
-    target = argv[1]
+    os.environ["FLODL_FUZZ_TARGET"] = target
     with atheris.instrument_imports(include=["flodl_proto", "fuzz"]):
         module = importlib.import_module(f"fuzz.harnesses.{target}")
     limit_address_space()
-    atheris.Setup([argv[0], *argv[2:]], module.test_one_input)
+    argv0 = f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))}"
+    atheris.Setup([argv0, *rest], module.test_one_input)
     atheris.Fuzz()
 
 

@@ -3,12 +3,14 @@ golden vectors and a few hand-made hostile inputs.
 
 Usage::
 
-    python fuzz/make_corpus.py [VECTORS_DIR]     # default: $FLODL_VECTORS or ../shared/vectors
+    python fuzz/make_corpus.py [VECTORS_DIR]
+    # default: $FLODL_VECTORS, else ../shared/vectors, else flodl_proto/_vectors
 
 Files are named after the vector id they come from (``vec-<id>``, ``/`` spelled ``__``) or after
-what they attack (``seed-<name>``); ``finding-*`` files (minimized fuzz findings) are never
-touched. Each file is a harness input: the parameter bytes the target's module docstring
-describes, followed by the wire bytes of the vector.
+what they attack (``seed-<name>``); ``finding-*`` files (minimized fuzz findings) and ``cov-*``
+files (coverage-increasing inputs merged from campaigns) are never touched. Each file is a
+harness input: the parameter bytes the target's module docstring describes, followed by the wire
+bytes of the vector.
 """
 
 from __future__ import annotations
@@ -325,8 +327,14 @@ def write(seeds: dict[str, dict[str, bytes]]) -> int:
 
 def main(argv: list[str]) -> int:
     """Entry point: regenerate the corpus from the vectors folder given or the default."""
-    root = Path(argv[1]) if len(argv) > 1 else Path(
-        os.environ.get("FLODL_VECTORS", HERE.parent.parent / "shared" / "vectors"))
+    if len(argv) > 1:
+        root = Path(argv[1])
+    elif os.environ.get("FLODL_VECTORS"):
+        root = Path(os.environ["FLODL_VECTORS"])
+    else:  # the shared folder beside the checkout, else the copy bundled with the package
+        root = HERE.parent.parent / "shared" / "vectors"
+        if not root.is_dir():
+            root = HERE.parent / "flodl_proto" / "_vectors"
     if not root.is_dir():
         print(f"vectors folder {root} not found", file=sys.stderr)
         return 2

@@ -20,7 +20,8 @@ error object. A round completes exactly when each local rank has deposited or is
 deposit exists. A round that never promoted ships the first deposit's frame verbatim; otherwise
 the HostFrame decodes under the salt with the seed's kind and schema, the weights summed in
 deposit order, and per element the f32 sum of the merged contributions in deposit order
-(re-encoded in the tensor's dtype; NaN payloads and the sign of zero not compared).
+(re-encoded in the tensor's dtype; NaN payloads and the sign of zero not compared; at version 3
+a tensor elided in every deposit may ship elided or as zeros).
 """
 
 from __future__ import annotations
@@ -142,6 +143,9 @@ class Model:
             for i, (t, s) in enumerate(zip(frame.tensors, seed.tensors, strict=True)):
                 check((t.dtype, t.shape) == (s.dtype, s.shape), f"tensor {i} schema")
                 n_el = _numel(s.shape)
+                if self.version >= 3 and t.nbytes == 0 and all(
+                        f.tensors[i].nbytes == 0 for _, f in self.deposits):
+                    continue  # elided in every deposit: shipping it elided is fine too
                 check(t.nbytes == n_el * ELEMENT_SIZE[s.dtype], f"tensor {i} has {t.nbytes} B")
                 acc = np.zeros(n_el, np.float32)
                 with np.errstate(all="ignore"):
