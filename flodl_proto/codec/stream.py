@@ -67,7 +67,8 @@ class _StreamDecoder(Generic[T]):
         self._eof = False
         self._error: ProtocolError | None = None
         self.ceiling = ceiling
-        #: total bytes handed out as complete records so far
+        #: bytes taken off the stream so far: complete records handed out, plus a record that
+        #: was framed completely but then rejected (tag, kind or payload) and the channel magic
         self.consumed = 0
 
     @property
