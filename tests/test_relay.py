@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from flodl_proto.codec import (
     MuxRecord,
     RankExit,
     RecordKind,
+    RoundFrame,
     TensorPayload,
     encode_round_frame_bytes,
 )
@@ -489,3 +491,39 @@ def test_relay_cli_bad_arguments() -> None:
         capture_output=True, text=True, timeout=30)
     assert res.returncode == 2 and "salt" in res.stderr and res.stdout == ""
 
+
+
+def test_broadcast_fan_out_completes_when_the_run_ends_meanwhile() -> None:
+    """A Broadcast already received reaches every local rank whole even when, during the
+    fan-out, fast ranks leave, their RankExits hit the closed upstream and the relay winds down
+    (the controller ends the run on the first RankExit; a slow rank must still get the round's
+    consensus, as upstream's relay finishes a fan-out before it sees its shutdown flag)."""
+    big = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [1 << 22], bytes(16 << 20))])  # 16 MiB
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1, 2], 3)
+        try:
+            ranks = []
+            for r in range(3):
+                rr = RawRank(relay.address)
+                assert len(rr.handshake(r, 3)) == 8
+                ranks.append(rr)
+            conn = ctrl.accept()
+            conn.read_magic()
+            conn.read_raw_record()
+            conn.send(MuxRecord.control_msg(HelloAck(), 2))
+            for r, rr in enumerate(ranks):
+                rr.send_frame(frame([float(r)], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            payload = conn.broadcast(big)
+            conn.close()  # the run ended at the controller
+            for rr in ranks[:2]:  # fast ranks: read, leave; their RankExits meet a closed socket
+                assert rr.read_reply() == payload
+                rr.close()
+                time.sleep(0.2)
+            time.sleep(1.0)  # let the relay see the broken upstream and start winding down
+            assert ranks[2].read_reply() == payload  # the slow rank still gets the consensus
+            ranks[2].close()
+            relay.wait(10)
+        finally:
+            relay.shutdown()

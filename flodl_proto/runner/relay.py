@@ -187,6 +187,7 @@ class Relay:
         self._pending: list[socket.socket] = []
         self._upstream: socket.socket | None = None
         self._stop = threading.Event()
+        self._fanout_lock = threading.RLock()
         self._done = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -316,9 +317,13 @@ class Relay:
         with self._lock:
             socks = [*self._rank_socks.values(), *self._pending]
             up = self._upstream
-        for s in socks:
-            shutdown_quietly(s)
         shutdown_quietly(up)
+        # a Broadcast already received is delivered whole before the rank sockets go down
+        # (each rank write is bounded by the write-stall timeout), as upstream's relay does:
+        # its upstream reader finishes a fan-out before it sees the shutdown flag
+        with self._fanout_lock:
+            for s in socks:
+                shutdown_quietly(s)
 
     def _supervise(self) -> None:
         try:
@@ -565,6 +570,10 @@ class Relay:
                             self.host, rec.kind.name)
 
     def _fan_out(self, payload: memoryview) -> None:
+        with self._fanout_lock:
+            self._fan_out_locked(payload)
+
+    def _fan_out_locked(self, payload: memoryview) -> None:
         prefix = encode_len_prefix(payload.nbytes, ceiling=self.ceiling)
         for rank in self._fold.alive_ranks:
             sock = self._rank_socks.get(rank)
