@@ -13,7 +13,8 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from . import commands
+from . import __version__, commands
+from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 __all__ = ["build_parser", "main"]
 
@@ -25,8 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="flodl cluster data-channel protocol: codec, reference controller, relay, "
         "rank client, interop vectors, docs.",
     )
-    parser.add_argument("--log-level", default="WARNING",
-                        help="logging level (DEBUG, INFO, WARNING, ERROR); default WARNING")
+    parser.add_argument("--log-level", default="WARNING", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging level (default WARNING)")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {__version__} (data-channel protocol versions "
+                                f"{', '.join(map(str, SUPPORTED_VERSIONS))}; default "
+                                f"{DEFAULT_VERSION})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):

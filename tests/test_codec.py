@@ -299,3 +299,19 @@ def test_from_array_keeps_scalar_shape() -> None:
     t = TensorPayload.from_array(np.float32(2.5))
     assert t.shape == () and t.nbytes == 4 and float(t.array()) == 2.5
     assert TensorPayload.from_array(np.zeros((2, 0), np.float32)).shape == (2, 0)
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda: encode_round_frame_bytes(RoundFrame(), "00" * 16), "bytes.fromhex"),  # type: ignore[arg-type]
+    (lambda: encode_handshake(-1, 2), "handshake: rank = -1"),
+    (lambda: MuxRecord.data(-1, b""), "relay_mux: rank = -1"),
+    (lambda: encode_frame_record(RecordKind.CONTROL, RoundFrame(), bytes(16)), "kind"),
+    (lambda: RoundFrame(RoundKind.MODEL, "1", []), "weight = '1'"),  # type: ignore[arg-type]
+    (lambda: TensorPayload.from_array(np.array([1j])), "complex128"),
+    (lambda: encode_round_frame_bytes(RoundFrame(), b"short"), "16 bytes, got 5"),
+], ids=["hex-salt", "negative-rank", "mux-rank", "frame-in-control", "str-weight", "complex",
+        "short-salt"])
+def test_api_misuse_is_a_local_error_naming_the_field(call: object, fragment: str) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        call()  # type: ignore[operator]
+    assert fragment in str(ei.value)

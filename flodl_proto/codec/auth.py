@@ -30,8 +30,11 @@ def check_salt(salt: BytesLike) -> bytes:
         salt: the session salt, 16 bytes (any bytes-like object).
 
     Raises:
-        InvalidValue (local): the salt is not exactly 16 bytes.
+        InvalidValue (local): the salt is not exactly 16 bytes, or is text (hex strings must be
+            converted with ``bytes.fromhex``).
     """
+    if isinstance(salt, str):
+        raise protocol_error("salt.not_bytes", got=type(salt).__name__)
     b = bytes(salt)
     if len(b) != SESSION_SALT_BYTES:
         raise protocol_error("salt.bad_length", expected=SESSION_SALT_BYTES, got=len(b))
@@ -51,13 +54,16 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
     """Return the 8-byte tag over the concatenation of ``pieces`` (bytes-like, not copied).
 
     Args:
-        salt: the 16-byte session salt (already validated).
+        salt: the 16-byte session salt.
         pieces: the covered byte ranges, in wire order.
 
     Returns:
         8 bytes: ``HMAC-SHA256(salt, b"".join(pieces))[:8]``.
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes.
     """
-    mac = new_mac(salt)
+    mac = new_mac(check_salt(salt))
     for p in pieces:
         mac.update(p)
     return bytes(mac.digest()[:AUTH_TAG_LEN])

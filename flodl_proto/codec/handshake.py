@@ -72,7 +72,7 @@ def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION)
     check_version(version)
     for name, v in (("rank", rank), ("world_size", world_size)):
         if not 0 <= v <= _U32_MAX:
-            raise protocol_error("frame.bad_field", field=name, value=v, reason="not a u32")
+            raise protocol_error("handshake.bad_field", field=name, value=v, reason="not a u32")
     return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version,
                                   "rank": rank, "world_size": world_size}))
 
@@ -138,7 +138,7 @@ def encode_channel_magic(channel: str | int = "data") -> bytes:
     """
     value = CHANNELS.get(channel) if isinstance(channel, str) else channel
     if value is None or not 0 <= value <= _U32_MAX:
-        raise protocol_error("frame.bad_field", field="channel", value=channel,
+        raise protocol_error("handshake.bad_field", field="channel", value=channel,
                              reason=f"not one of {sorted(CHANNELS)} or a u32")
     return bytes(CHANNEL_MAGIC.build({"magic": value}))
 

@@ -44,7 +44,11 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
 
 def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
                       ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
-    """Return ``[prefix, *blob pieces]`` for a blob given as one buffer or a list of pieces."""
+    """Return ``[prefix, *blob pieces]`` for a blob given as one buffer or a list of pieces.
+
+    Raises:
+        LimitExceeded (local): the blob is longer than the frame ceiling (bytes) or than u32.
+    """
     pieces: list[BytesLike] = (
         [blob] if isinstance(blob, bytes | bytearray | memoryview) else list(blob)
     )
@@ -54,7 +58,12 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
 
 def encode_framed_round(frame: RoundFrame, salt: BytesLike, *,
                         ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
-    """What a rank writes to its relay: the frame's wire length as prefix, then the frame."""
+    """What a rank writes to its relay: the frame's wire length as prefix, then the frame.
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): the frame is
+            longer than the frame ceiling.
+    """
     return encode_len_framed(encode_round_frame(frame, salt), ceiling=ceiling)
 
 

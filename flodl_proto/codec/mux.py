@@ -82,7 +82,7 @@ class RecordKind(enum.IntEnum):
 # -- control messages ----------------------------------------------------------------------------
 def _check_rank(rank: int, field: str) -> int:
     if not 0 <= int(rank) <= _U32_MAX:
-        raise protocol_error("bincode.value_out_of_range", field=field, value=rank, type="u32")
+        raise protocol_error("mux.bad_field", field=field, value=rank, reason="not a u32")
     return int(rank)
 
 
@@ -332,7 +332,12 @@ def encode_mux_record(record: MuxRecord, salt: BytesLike,
 
 
 def encode_mux_record_bytes(record: MuxRecord, salt: BytesLike) -> bytes:
-    """Encode ``record`` signed with ``salt`` into one ``bytes``."""
+    """Encode ``record`` signed with ``salt`` into one ``bytes``.
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): payload above
+            the frame ceiling.
+    """
     return b"".join(encode_mux_record(record, salt))
 
 
@@ -341,7 +346,14 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike) ->
 
     The frame is signed (inner tag) and the record is signed (outer tag), both with ``salt``;
     tensor bytes are not copied.
+
+    Raises:
+        InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST, or the salt is not 16
+            bytes; LimitExceeded (local): the frame is above the frame ceiling.
     """
+    if kind not in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
+        raise protocol_error("mux.bad_field", field="kind", value=kind,
+                             reason="a RoundFrame rides in a HostFrame or Broadcast record")
     return encode_mux_record_parts(int(kind), 0, encode_round_frame(frame, salt), salt)
 
 

@@ -164,9 +164,13 @@ class TensorPayload:
             A payload of ``array.size * element_size`` bytes with ``array.shape``.
 
         Raises:
-            InvalidValue (local): unknown ``dtype``.
+            InvalidValue (local): unknown ``dtype``, or a complex / non-numeric array.
         """
         arr = np.asarray(array)
+        if arr.dtype != _BF16 and arr.dtype.kind not in "biuf":
+            raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
+                                 reason="only real numbers (f32, bf16, or a real dtype to cast) "
+                                        "can ride as f32 / bf16")
         if dtype is None:
             dtype = Dtype.BF16 if arr.dtype == _BF16 else Dtype.F32
         if dtype not in ELEMENT_SIZE:
@@ -308,6 +312,10 @@ class RoundFrame:
             raise protocol_error(
                 "frame.bad_field", field="kind", value=kind, reason="not 0 (Model) or 1 (Control)"
             ) from None
+        if isinstance(weight, str | bytes | bytearray) or not isinstance(
+                weight, int | float | np.integer | np.floating):
+            raise protocol_error("frame.bad_field", field="weight", value=weight,
+                                 reason="not a real number")
         w = float(weight)
         if not math.isfinite(w) or w < 0.0:
             raise protocol_error(
@@ -392,7 +400,11 @@ def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
 
 
 def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
-    """Encode ``frame`` signed with ``salt`` into one ``bytes`` (copies the payloads once)."""
+    """Encode ``frame`` signed with ``salt`` into one ``bytes`` (copies the payloads once).
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes.
+    """
     return b"".join(encode_round_frame(frame, salt))
 
 

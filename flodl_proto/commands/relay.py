@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ProtocolError, protocol_error
 from ..runner._netio import parse_addr
-from ..runner.relay import Relay
+from ..runner.relay import Relay, default_relay_port
 from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 
 __all__ = ["SALT_ENV", "parse_ranks", "parse_salt", "register", "signals_stop"]
@@ -63,16 +63,19 @@ def parse_ranks(text: str) -> list[int]:
         ValueError: not a comma-separated list of non-negative integers / ranges.
     """
     out: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        else:
-            out.append(int(part))
+    try:
+        for part in text.replace(" ", "").split(","):
+            if not part:
+                continue
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        out = []
     if not out or any(r < 0 for r in out):
-        raise ValueError(f"expected a list of ranks like 0,1 — got {text!r}")
+        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r}")
     return out
 
 
@@ -133,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             relay.start()
         except OSError as e:
-            print(f"flodl-proto relay: cannot listen on 127.0.0.1:{args.listen_port}: {e}",
-                  file=sys.stderr)
+            port = (args.listen_port if args.listen_port is not None
+                    else default_relay_port(controller[1]))
+            print(f"flodl-proto relay: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
             return 2
         host, port = relay.address
         print(f"listening on {host}:{port}", flush=True)

@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
                    help="vector folders (default: the bundled copy of the shared vectors)")
     c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
     c.set_defaults(func=_check)
-    e = vsub.add_parser("export", help="write this implementation's vectors (v3 in DIR, v2 in "
+    e = vsub.add_parser("export", help="write this implementation's codec vectors (handshake, "
+                        "channel_magic, round_frame, mux_record, len_framed; v3 in DIR, v2 in "
                         "DIR/v2) in the shared schema")
     e.add_argument("dir", type=Path, metavar="DIR", help="output folder")
     e.set_defaults(func=_export)
@@ -44,7 +45,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     ok = True
     for root in dirs:
         if not root.is_dir():
-            print(f"{root}: not a directory", file=out)
+            print(f"flodl-proto vectors: {root}: not a directory", file=sys.stderr)
             return 2
         stats: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         failures: list[str] = []

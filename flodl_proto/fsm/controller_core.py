@@ -1057,7 +1057,7 @@ class ControllerCore:
             self._actions.append(CloseConnection(c.id, reason))
 
     def _fail(self, error: ProtocolError) -> None:
-        log.error("controller: %s", error)
+        log.info("controller: run failed: %s", error)  # reported to the caller by the outcome
         self._finish("fail", error=error)
 
     def _finish(self, event: str, *, error: ProtocolError | None = None, detail: str = "") -> None:

@@ -306,7 +306,7 @@ class Relay:
         with self._lock:
             if self._error is None and not isinstance(err, Stopped):
                 self._error = err
-                log.error("relay %s (ranks %s): %s", self.host, list(self.ranks), err)
+                log.info("relay %s (ranks %s) failed: %s", self.host, list(self.ranks), err)
         self._wake_all()
 
     def _count(self, name: str, n: int) -> None:
