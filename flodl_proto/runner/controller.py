@@ -102,6 +102,8 @@ __all__ = ["ControllerNotice", "ReferenceController", "RoundReport", "peek_timeo
 log = logging.getLogger(__name__)
 
 _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
+#: period of the accept-phase note naming the ranks not covered yet (seconds)
+_WAITING_NOTE_PERIOD = 10.0
 _ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
 _PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
 _STATUS_READ_TIMEOUT: Final = 2.0  # seconds a status client has to send its request line
@@ -395,6 +397,7 @@ class ReferenceController:
     def _coordinate(self) -> None:
         core = self._core
         next_tick = time.monotonic() + _REDUCE_POLL
+        next_waiting_note = time.monotonic() + _WAITING_NOTE_PERIOD
         try:
             while not core.finished:
                 timeout = max(0.0, next_tick - time.monotonic())
@@ -410,6 +413,9 @@ class ReferenceController:
                 if t0 >= next_tick:
                     actions += core.tick(t0)
                     next_tick = t0 + _REDUCE_POLL
+                if t0 >= next_waiting_note:
+                    next_waiting_note = t0 + _WAITING_NOTE_PERIOD
+                    self._note_waiting()
                 if actions:
                     self._run_actions(actions, t0)
         except Exception as e:  # pragma: no cover - a bug: fail the run rather than hang
@@ -419,6 +425,19 @@ class ReferenceController:
                 self._outcome = Outcome(False, "fail", err, f"coordinator crashed: {e!r}")
         finally:
             self._teardown()
+
+    def _note_waiting(self) -> None:
+        """Log, during the accept phase, which ranks no relay has announced yet (upstream waits
+        for them without a deadline; the note tells an operator what it is waiting for)."""
+        st = self._core.status()
+        if st["state"] not in ("Idle", "Accepting"):
+            return
+        covered = {r for relay in st["relays"] for r in relay["ranks"]}
+        missing = [r for r in range(self._core.world_size) if r not in covered]
+        if missing:
+            shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
+            log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s",
+                        len(missing), self._core.world_size, shown)
 
     def _dispatch(self, item: tuple[Any, ...], now: float) -> list[Action]:
         core = self._core

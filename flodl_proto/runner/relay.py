@@ -31,6 +31,7 @@ import logging
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -83,6 +84,9 @@ from ._netio import (
 __all__ = ["Relay", "RelayStats", "default_relay_port"]
 
 log = logging.getLogger(__name__)
+
+#: period of the note naming the local ranks not connected yet (seconds)
+_WAITING_NOTE_PERIOD = 10.0
 
 #: queued after the last rank reader exits: the writer flushes and closes upstream
 _DRAINED = object()
@@ -361,9 +365,15 @@ class Relay:
     # -- phase 1: local ranks --------------------------------------------------------------------
     def _accept_ranks(self) -> None:
         assert self._listener is not None
+        next_note = time.monotonic() + _WAITING_NOTE_PERIOD
         while len(self._rank_socks) < len(self.ranks):
             if self._stop.is_set():
                 raise Stopped("accept")
+            if time.monotonic() >= next_note:  # upstream waits without a deadline; say for whom
+                next_note = time.monotonic() + _WAITING_NOTE_PERIOD
+                missing = [r for r in self.ranks if r not in self._rank_socks]
+                log.warning("relay %s: still waiting for local rank(s) %s to connect to %s:%d",
+                            self.host, missing, *self.address)
             try:
                 conn, peer = self._listener.accept()
             except (TimeoutError, BlockingIOError):
