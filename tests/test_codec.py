@@ -315,3 +315,15 @@ def test_api_misuse_is_a_local_error_naming_the_field(call: object, fragment: st
     with pytest.raises(errors.LocalProtocolError) as ei:
         call()  # type: ignore[operator]
     assert fragment in str(ei.value)
+
+
+@pytest.mark.parametrize("ceiling", [-1, 1.5, "1"])
+def test_bad_ceiling_is_a_local_error(ceiling: object) -> None:
+    from flodl_proto.codec import MuxRecordDecoder
+    for call in (lambda: decode_round_frame(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
+                 lambda: decode_mux_record(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
+                 lambda: decode_len_framed(b"", ceiling=ceiling),  # type: ignore[arg-type]
+                 lambda: MuxRecordDecoder(bytes(16), ceiling=ceiling)):  # type: ignore[arg-type]
+        with pytest.raises(errors.InvalidValue) as ei:
+            call()
+        assert isinstance(ei.value, errors.LocalProtocolError) and "ceiling" in str(ei.value)

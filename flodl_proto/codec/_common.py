@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-__all__ = ["END_OF_STREAM", "BytesLike", "EndOfStream", "NeedData", "as_view"]
+__all__ = ["END_OF_STREAM", "BytesLike", "EndOfStream", "NeedData", "as_view", "check_ceiling"]
 
 #: Anything the decoders accept without copying (NumPy arrays: pass ``memoryview(arr)``).
 BytesLike: TypeAlias = bytes | bytearray | memoryview
@@ -53,3 +53,16 @@ def as_view(data: BytesLike) -> memoryview:
             raise TypeError("decoders need a contiguous buffer")
         mv = mv.cast("B")
     return mv
+
+
+def check_ceiling(ceiling: int) -> int:
+    """Validate a frame ceiling argument (bytes) and return it.
+
+    Raises:
+        InvalidValue (local): ``ceiling`` is not a non-negative integer.
+    """
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 0:
+        from ..errors import protocol_error
+
+        raise protocol_error("ceiling.invalid", value=ceiling)
+    return ceiling

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..errors import protocol_error
 from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
 from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
 from .structs import LEN_PREFIX
 
@@ -37,6 +37,7 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
     Raises:
         LimitExceeded (local): ``length`` above the frame ceiling or above u32.
     """
+    check_ceiling(ceiling)
     if length > ceiling or length > _U32_MAX or length < 0:
         raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, _U32_MAX))
     return bytes(LEN_PREFIX.build({"length": length}))
@@ -74,6 +75,7 @@ def decode_len_prefix(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
     Raises:
         LimitExceeded (remote): the length exceeds the frame ceiling.
     """
+    check_ceiling(ceiling)
     mv = as_view(data)
     if len(mv) < LEN_PREFIX_LEN:
         return END_OF_STREAM

@@ -40,7 +40,7 @@ from ..spec import (
     REC_HOST_FRAME,
     check_version,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
 from .auth import check_salt, new_mac, tag_as_u64, tags_equal
 from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
 from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
@@ -307,6 +307,7 @@ def encode_mux_record_parts(
     Upstream: ``relay/mux.rs`` ``write_record``.
     """
     key = check_salt(salt)
+    check_ceiling(ceiling)
     _check_rank(rank, "rank")
     length = sum(memoryview(p).nbytes for p in payload)
     if length > min(ceiling, _U32_MAX):
@@ -366,6 +367,7 @@ def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
     Raises:
         BadMagic, VersionMismatch, LimitExceeded (remote), in that order.
     """
+    check_ceiling(ceiling)
     mv = as_view(data)
     if len(mv) < MUX_HEADER_LEN:
         return END_OF_STREAM

@@ -47,7 +47,7 @@ from ..spec import (
     ROUND_KIND_CONTROL,
     ROUND_KIND_MODEL,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
 from .auth import check_salt, new_mac, tag_as_u64, tags_equal
 from .structs import (
     ROUND_FRAME_HEADER,
@@ -430,7 +430,7 @@ class _FrameWalk:
     __slots__ = ("ceiling", "entries", "kind", "num_tensors", "pos", "total", "weight")
 
     def __init__(self, ceiling: int) -> None:
-        self.ceiling = ceiling
+        self.ceiling = check_ceiling(ceiling)
         self.num_tensors = -1  # header not parsed yet
         self.kind = -1
         self.weight = 0.0

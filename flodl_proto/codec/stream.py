@@ -44,7 +44,7 @@ from ..spec import (
     ROUND_FRAME_HEADER_LEN,
     check_version,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
 from .auth import check_salt
 from .handshake import expect_channel_magic
 from .loopback import decode_len_framed, decode_len_prefix
@@ -66,7 +66,7 @@ class _StreamDecoder(Generic[T]):
         self._buf = bytearray()
         self._eof = False
         self._error: ProtocolError | None = None
-        self.ceiling = ceiling
+        self.ceiling = check_ceiling(ceiling)
         #: bytes taken off the stream so far: complete records handed out, plus a record that
         #: was framed completely but then rejected (tag, kind or payload) and the channel magic
         self.consumed = 0
