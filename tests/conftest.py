@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture
+def compiled_kernels() -> Iterator[None]:
+    """Send every bf16 tensor, however small, to the compiled (numba) kernels for one test."""
+    from flodl_proto.reduce import _kernels as K
+
+    before = K.kernel_backend()
+    assert K.set_kernel_backend("numba", min_elems=0) == "numba"
+    try:
+        yield
+    finally:
+        K.set_kernel_backend(before, min_elems=K.JIT_MIN_ELEMS)
+
+
+@pytest.fixture
+def numpy_kernels() -> Iterator[None]:
+    """Use the NumPy kernels for every tensor for one test."""
+    from flodl_proto.reduce import _kernels as K
+
+    before = K.kernel_backend()
+    assert K.set_kernel_backend("numpy") == "numpy"
+    try:
+        yield
+    finally:
+        K.set_kernel_backend(before, min_elems=K.JIT_MIN_ELEMS)

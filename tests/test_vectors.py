@@ -34,3 +34,14 @@ def test_vector(case: Case) -> None:
         run_case(case)
     except NotImplementedOp as e:
         pytest.xfail(f"not yet implemented: op {e}")
+
+
+#: vector files whose arithmetic goes through the bf16 kernels
+KERNEL_FILES = ("reduce", "relay_fold", "bf16")
+KERNEL_CASES = [c for c in CASES if c.file in KERNEL_FILES]
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=[c.id for c in KERNEL_CASES])
+def test_vector_compiled_kernels(case: Case, compiled_kernels: None) -> None:
+    """The same cases with every tensor sent to the compiled (numba) kernels."""
+    run_case(case)

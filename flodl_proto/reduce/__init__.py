@@ -6,6 +6,8 @@ payload codec and the outer optimizers.
 * :func:`encode_payload`, :func:`decode_payload`, :func:`scale_payload`, :func:`bf16_from_f32`,
   :func:`bf16_to_f32` — payload bytes (``payload``);
 * :func:`gamma_mass`, :func:`mover_mass`, :func:`is_realized` — realized-work mass policies;
+* :func:`kernel_backend`, :func:`set_kernel_backend` — NumPy or compiled bf16 kernels
+  (``_kernels``);
 * :class:`OuterAvg`, :class:`SlowMomentum`, :class:`NesterovMomentum`, :class:`OuterStepper` —
   outer optimizers (``outer``).
 
@@ -15,6 +17,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs``, ``relay/agent.rs`
 
 from __future__ import annotations
 
+from ._kernels import kernel_backend, set_kernel_backend
 from .fold import gamma_mass, is_realized, mover_mass, reduce_realized_work, sum_frames
 from .host_fold import HostFold
 from .outer import NesterovMomentum, OuterAvg, OuterOptimizer, OuterStepper, SlowMomentum
@@ -44,9 +47,11 @@ __all__ = [
     "f32_bits_to_bf16_bits",
     "gamma_mass",
     "is_realized",
+    "kernel_backend",
     "mover_mass",
     "payload_element_size",
     "reduce_realized_work",
     "scale_payload",
+    "set_kernel_backend",
     "sum_frames",
 ]

@@ -26,6 +26,13 @@ integer ops on model-like data (and the bfloat16 -> float32 cast about 2x slower
 copy plus a shift). ``tests/test_bf16.py`` proves the integer path against upstream's formula on
 every bf16 pattern and on random f32 patterns.
 
+Two backends compute the bf16 paths, bit for bit alike (``tests/test_kernels.py`` checks them
+against each other on every bf16 pattern): these NumPy kernels (always available; about 25
+vectorised passes per output element) and, when the ``fast`` extra (``numba``) is installed,
+compiled single-pass loops (:mod:`flodl_proto.reduce._jit`), used for tensors of at least
+:data:`JIT_MIN_ELEMS` elements. ``FLODL_PROTO_KERNELS=numpy|numba|auto`` (default ``auto``) or
+:func:`set_kernel_backend` chooses. f32 paths are NumPy in both (already memory-bound).
+
 Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``accumulate_payload_into``,
 ``f32_slice_to_payload_bytes``, ``scale_payload_bytes``, ``f32_to_bf16_bits``,
 ``bf16_bits_to_f32``).
@@ -34,16 +41,19 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``accumulate_payl
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, Final, TypeVar
 
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32
 
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
@@ -53,6 +63,8 @@ __all__ = [
     "BF16",
     "CHUNK_ELEMS",
     "F32",
+    "JIT_MIN_ELEMS",
+    "KERNEL_BACKENDS",
     "PARALLEL_MIN_ELEMS",
     "U16",
     "Workspace",
@@ -60,7 +72,10 @@ __all__ = [
     "default_threads",
     "encode_bf16",
     "encode_sums",
+    "kernel_backend",
     "promote",
+    "scale_bf16",
+    "set_kernel_backend",
     "sum_contributions",
     "widen_bf16",
 ]
@@ -77,12 +92,20 @@ U16: Final = np.dtype("<u2")
 BF16: Final = np.dtype(ml_dtypes.bfloat16)
 _U32: Final = np.dtype("<u4")
 _ZERO: Final = np.float32(0.0)
+_ONE_F32: Final = np.float32(1.0)
 _QUIET16: Final = np.uint32(0x0040)
 _QUIET32: Final = np.uint32(0x00400000)
 _HALF_MINUS: Final = np.uint32(0x7FFF)
 _ONE: Final = np.uint32(1)
 _HIGH: Final = np.uint32(0xFFFF0000)
 _SIXTEEN: Final = np.uint32(16)
+
+#: The bf16 kernel backends: ``auto`` (compiled when ``numba`` is importable, else NumPy),
+#: ``numpy``, ``numba`` (the compiled loops; requires the ``fast`` extra).
+KERNEL_BACKENDS: Final = ("auto", "numpy", "numba")
+#: Tensors of fewer elements take the NumPy kernels even with the compiled backend (no
+#: compilation for small payloads; below one chunk the two cost about the same).
+JIT_MIN_ELEMS: Final = CHUNK_ELEMS
 
 F32Array = npt.NDArray[np.float32]
 U16Array = npt.NDArray[np.uint16]
@@ -96,6 +119,66 @@ def default_threads() -> int:
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         n = os.cpu_count() or 1
     return max(1, min(4, n))
+
+
+_backend_lock = threading.Lock()
+_backend: dict[str, Any] = {"name": None, "module": None, "min_elems": JIT_MIN_ELEMS}
+
+
+def set_kernel_backend(name: str | None = None, *, min_elems: int | None = None) -> str:
+    """Choose the bf16 kernel backend for this process.
+
+    Args:
+        name: one of :data:`KERNEL_BACKENDS`; None reads ``$FLODL_PROTO_KERNELS`` (default
+            ``auto``).
+        min_elems: tensors below this many elements use the NumPy kernels (default
+            :data:`JIT_MIN_ELEMS`; 0 sends every tensor to the compiled loops).
+
+    Returns:
+        The backend now in use: ``"numpy"`` or ``"numba"``.
+
+    Raises:
+        InvalidValue (local): unknown ``name`` (``kernels.unknown_backend``), or ``numba``
+            requested but not importable (``kernels.unavailable``).
+
+    The two backends produce identical bytes; only speed differs.
+    """
+    if name is None:
+        name = os.environ.get("FLODL_PROTO_KERNELS", "auto").strip().lower() or "auto"
+    if name not in KERNEL_BACKENDS:
+        raise protocol_error("kernels.unknown_backend", value=name,
+                             allowed=", ".join(KERNEL_BACKENDS))
+    module: ModuleType | None = None
+    if name != "numpy":
+        try:
+            module = importlib.import_module("._jit", __package__)
+        except ImportError as exc:
+            if name == "numba":
+                raise protocol_error("kernels.unavailable", reason=str(exc)) from exc
+    with _backend_lock:
+        _backend["module"] = module
+        _backend["name"] = "numba" if module is not None else "numpy"
+        if min_elems is not None:
+            _backend["min_elems"] = max(0, int(min_elems))
+        return str(_backend["name"])
+
+
+def kernel_backend() -> str:
+    """The bf16 kernel backend in use (``"numpy"`` or ``"numba"``), choosing it from
+    ``$FLODL_PROTO_KERNELS`` on first call (see :func:`set_kernel_backend`)."""
+    if _backend["name"] is None:
+        return set_kernel_backend(None)
+    return str(_backend["name"])
+
+
+def _jit_for(numel: int) -> ModuleType | None:
+    """The compiled kernels when selected and ``numel`` is large enough, else None."""
+    if _backend["name"] is None:
+        kernel_backend()
+    mod: ModuleType | None = _backend["module"]
+    if mod is None or numel < _backend["min_elems"]:
+        return None
+    return mod
 
 
 class Workspace:
@@ -265,6 +348,17 @@ def _sum_bf16(
     to upstream's encoding); normalisation rounds to bf16 in the f32 domain, multiplies, and the
     cast encodes (NaNs the multiply creates are default NaNs, which the cast encodes as upstream
     does, unless the scale is 0 or infinite, where the result is scanned again)."""
+    jit = _jit_for(stop - start)
+    if jit is not None:
+        f = _ONE_F32 if scale is None else np.float32(scale)
+        for s in _chunks(start, stop):
+            e = min(s + CHUNK_ELEMS, stop)
+            a = w.acc[: e - s]
+            jit.bf16_widen_first(a, views[0][s:e])
+            for v in views[1:]:
+                jit.bf16_accumulate(a, v[s:e])
+            jit.bf16_finish(a, out16[s:e], f, scale is not None)
+        return
     finite_scale = scale is None or bool(0.0 < scale < np.inf)
     for s in _chunks(start, stop):
         e = min(s + CHUNK_ELEMS, stop)
@@ -312,6 +406,10 @@ def promote(view: npt.NDArray[Any] | None, dtype: int, numel: int, ws: Workspace
     if dtype == DTYPE_F32:
         np.add(view, _ZERO, out=acc)
         return acc
+    jit = _jit_for(numel)
+    if jit is not None:
+        jit.bf16_widen_first(acc, view)
+        return acc
     for s in _chunks(0, numel):
         e = min(s + CHUNK_ELEMS, numel)
         a = acc[s:e]
@@ -329,6 +427,10 @@ def accumulate(acc: F32Array, view: npt.NDArray[Any], dtype: int, ws: Workspace)
     n = acc.shape[0]
     if dtype == DTYPE_F32:
         np.add(acc, view, out=acc)
+        return
+    jit = _jit_for(n)
+    if jit is not None:
+        jit.bf16_accumulate(acc, view)
         return
     for s in _chunks(0, n):
         e = min(s + CHUNK_ELEMS, n)
@@ -348,7 +450,31 @@ def encode_sums(acc: F32Array, dtype: int, ws: Workspace) -> npt.NDArray[Any]:
         return acc
     n = acc.shape[0]
     out: U16Array = np.empty(n, U16)
+    jit = _jit_for(n)
+    if jit is not None:
+        jit.bf16_encode(acc, out)
+        return out
     for s in _chunks(0, n):
         e = min(s + CHUNK_ELEMS, n)
         encode_bf16(acc[s:e], out[s:e], ws)
     return out
+
+
+@_quiet
+def scale_bf16(src: U16Array, dst: U16Array, factor: np.float32) -> None:
+    """``dst = encode(decode(src) * factor)`` for bf16 bits (same length; one rounding).
+
+    Upstream: ``scale_payload_bytes`` (bf16 arm).
+    """
+    n = src.shape[0]
+    jit = _jit_for(n)
+    if jit is not None:
+        jit.bf16_scale(src, dst, np.float32(factor))
+        return
+    ws = Workspace(min(n, CHUNK_ELEMS))
+    for s in _chunks(0, n):
+        e = min(s + CHUNK_ELEMS, n)
+        t = ws.wide[: e - s]
+        widen_bf16(src[s:e], t)
+        np.multiply(t, factor, out=t)
+        encode_bf16(t, dst[s:e], ws)

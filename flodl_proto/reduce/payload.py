@@ -186,12 +186,5 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any])
         if dtype == DTYPE_F32:
             np.multiply(src, f, out=out[:whole].view(K.F32))
         else:
-            dst16 = out[:whole].view(K.U16)
-            ws = K.Workspace(min(n, K.CHUNK_ELEMS))
-            for s in range(0, n, K.CHUNK_ELEMS):
-                e = min(s + K.CHUNK_ELEMS, n)
-                t = ws.wide[: e - s]
-                K.widen_bf16(src[s:e], t)
-                np.multiply(t, f, out=t)
-                K.encode_bf16(t, dst16[s:e], ws)
+            K.scale_bf16(src, out[:whole].view(K.U16), f)
     return out.data
