@@ -97,6 +97,18 @@ def test_encode_random_f32_patterns() -> None:
     assert ref == got
 
 
+def test_bf16_from_f32_random_patterns() -> None:
+    """The rank's f32 -> bf16 encode on random f32 patterns, odd length, 2-D shape kept."""
+    from flodl_proto.reduce import bf16_from_f32
+
+    rng = np.random.default_rng(9)
+    bits = rng.integers(0, 1 << 32, size=3 * 100_003, dtype=np.uint64).astype(np.uint32)
+    values = bits.view(np.float32).reshape(3, -1)
+    ref, got = _both(lambda: bf16_from_f32(values))
+    assert ref.shape == got.shape == (3, 100_003)
+    assert ref.tobytes() == got.tobytes()
+
+
 @pytest.mark.parametrize("factor", [0.25, 1 / 3, 0.0, float("inf"), 1e-40, 7e37, -2.5])
 def test_scale_payload_all_patterns(factor: float) -> None:
     data = ALL16.tobytes() + b"\x07"  # a trailing partial element is kept as it was

@@ -71,6 +71,7 @@ __all__ = [
     "accumulate",
     "default_threads",
     "encode_bf16",
+    "encode_bf16_array",
     "encode_sums",
     "kernel_backend",
     "promote",
@@ -478,3 +479,21 @@ def scale_bf16(src: U16Array, dst: U16Array, factor: np.float32) -> None:
         widen_bf16(src[s:e], t)
         np.multiply(t, factor, out=t)
         encode_bf16(t, dst[s:e], ws)
+
+
+@_quiet
+def encode_bf16_array(src: F32Array, dst: U16Array) -> None:
+    """bf16 bits of f32 ``src`` into ``dst`` (flat, same length, any size; upstream's rounding
+    and NaN rule), chunk by chunk on the NumPy backend.
+
+    Upstream: ``f32_to_bf16_bits``.
+    """
+    n = src.shape[0]
+    jit = _jit_for(n)
+    if jit is not None:
+        jit.bf16_encode(src, dst)
+        return
+    ws = Workspace(min(n, CHUNK_ELEMS))
+    for s in _chunks(0, n):
+        e = min(s + CHUNK_ELEMS, n)
+        encode_bf16(src[s:e], dst[s:e], ws)

@@ -66,11 +66,7 @@ def bf16_from_f32(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
     src = np.ascontiguousarray(values, dtype=K.F32)
     flat = src.reshape(-1)
     out = np.empty(flat.shape[0], K.U16)
-    ws = K.Workspace(min(flat.shape[0], K.CHUNK_ELEMS))
-    with np.errstate(all="ignore"):
-        for s in range(0, flat.shape[0], K.CHUNK_ELEMS):
-            e = min(s + K.CHUNK_ELEMS, flat.shape[0])
-            K.encode_bf16(flat[s:e], out[s:e], ws)
+    K.encode_bf16_array(flat, out)
     return out.reshape(src.shape)
 
 
