@@ -13,14 +13,89 @@ Upstream: ``flodl/src/distributed/wire.rs`` (hmac_sha256_64), ``controller/round
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import protocol_error
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
 from ._common import BytesLike
 
-__all__ = ["check_salt", "compute_tag", "new_mac", "tag_as_u64", "tags_equal"]
+__all__ = [
+    "Premac",
+    "check_salt",
+    "compute_tag",
+    "new_mac",
+    "tag_as_u64",
+    "tags_equal",
+    "update_in_parallel",
+]
+
+#: below this many bytes per MAC, :func:`update_in_parallel` hashes on the calling thread only
+PARALLEL_MAC_MIN = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Premac:
+    """A MAC a caller already computed over the bytes a tag covers (e.g. while they arrived).
+
+    A decoder given a ``Premac`` compares the carried tag with ``digest`` instead of hashing the
+    covered bytes again, but only when ``covered`` equals the number of bytes the tag covers
+    (otherwise it hashes them itself). Compute it with :func:`new_mac` over exactly those bytes of
+    the very buffer handed to the decoder, after they were written and before anything could
+    change them.
+
+    Attributes:
+        covered: how many covered bytes ``digest`` was computed over (a RoundFrame: the frame's
+            length minus its 8-byte tag; a mux record: header bytes 0..17 plus the payload).
+        digest: the HMAC-SHA256 digest (at least its first 8 bytes).
+    """
+
+    covered: int
+    digest: bytes
+
+
+def update_in_parallel(jobs: Sequence[tuple[Any, Sequence[BytesLike]]]) -> None:
+    """Feed each ``(mac, pieces)`` job's pieces to its MAC, the jobs running concurrently.
+
+    With two or more jobs of at least 1 MiB each, every job but the first runs on its own
+    short-lived thread (OpenSSL hashing releases the GIL, so two MACs over the same bytes take
+    about the time of one on two free cores); the first runs on the caller's thread. Every
+    thread is joined before this returns.
+
+    Raises:
+        whatever a job's ``update`` raises (re-raised on the caller's thread).
+    """
+    def run(mac: Any, pieces: Sequence[BytesLike]) -> None:
+        for p in pieces:
+            mac.update(p)
+
+    big = all(sum(memoryview(p).nbytes for p in pieces) >= PARALLEL_MAC_MIN
+              for _, pieces in jobs)
+    if len(jobs) < 2 or not big:
+        for mac, pieces in jobs:
+            run(mac, pieces)
+        return
+    errors: list[BaseException] = []
+
+    def guarded(mac: Any, pieces: Sequence[BytesLike]) -> None:
+        try:
+            run(mac, pieces)
+        except BaseException as e:  # pragma: no cover - hashing bytes-like input cannot fail
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=job, name="flodl-mac")
+               for job in jobs[1:]]
+    for t in threads:
+        t.start()
+    try:
+        run(*jobs[0])
+    finally:
+        for t in threads:
+            t.join()
+    if errors:  # pragma: no cover
+        raise errors[0]
 
 
 def check_salt(salt: BytesLike) -> bytes:

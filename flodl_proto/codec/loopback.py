@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from ..errors import protocol_error
 from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
+from .auth import Premac
 from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
 from .structs import LEN_PREFIX
 
@@ -103,9 +104,12 @@ def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
 
 
 def decode_framed_round(data: BytesLike, salt: BytesLike, *,
-                        ceiling: int = DEFAULT_FRAME_CEILING
+                        ceiling: int = DEFAULT_FRAME_CEILING, premac: Premac | None = None,
                         ) -> tuple[RoundFrame, int] | EndOfStream:
     """The rank-side read of a prefixed reply frame: the frame must fill its prefix exactly.
+
+    ``premac`` is a MAC the caller already computed over the frame's first bytes (after the
+    prefix), as :func:`~flodl_proto.codec.round_frame.decode_round_frame` takes it.
 
     Returns:
         ``(frame, 4 + prefix)``, or :data:`END_OF_STREAM` when input ends inside the prefix.
@@ -120,7 +124,7 @@ def decode_framed_round(data: BytesLike, salt: BytesLike, *,
     if length is END_OF_STREAM:
         return END_OF_STREAM
     body = mv[LEN_PREFIX_LEN:LEN_PREFIX_LEN + length]
-    res = decode_round_frame(body, salt, ceiling=ceiling)
+    res = decode_round_frame(body, salt, ceiling=ceiling, premac=premac)
     if res is END_OF_STREAM:
         raise protocol_error("framed_round.body_ended", length=length, got=len(body))
     frame, used = res

@@ -41,9 +41,9 @@ from ..spec import (
     check_version,
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
-from .auth import check_salt, new_mac, tag_as_u64, tags_equal
+from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal, update_in_parallel
 from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
-from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
+from .round_frame import RoundFrame, decode_round_frame, round_frame_pieces
 from .structs import MUX_HEADER
 
 __all__ = [
@@ -342,20 +342,40 @@ def encode_mux_record_bytes(record: MuxRecord, salt: BytesLike) -> bytes:
     return b"".join(encode_mux_record(record, salt))
 
 
-def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
+def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
+                        *, ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
     """Encode ``frame`` inside a HostFrame or Broadcast record: ``[header, *frame buffers]``.
 
     The frame is signed (inner tag) and the record is signed (outer tag), both with ``salt``;
-    tensor bytes are not copied.
+    tensor bytes are not copied. The two MACs run concurrently over the same bytes (the record
+    MAC takes the inner tag last), see :func:`~flodl_proto.codec.auth.update_in_parallel`.
 
     Raises:
         InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST, or the salt is not 16
-            bytes; LimitExceeded (local): the frame is above the frame ceiling.
+            bytes, or ``ceiling`` is not a non-negative integer; LimitExceeded (local): the frame
+            is above ``ceiling`` (default 1 GiB).
+
+    Upstream: ``relay/mux.rs`` ``write_record`` around ``round_frame.rs``
+    ``write_round_frame_streamed``.
     """
     if kind not in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
         raise protocol_error("mux.bad_field", field="kind", value=kind,
                              reason="a RoundFrame rides in a HostFrame or Broadcast record")
-    return encode_mux_record_parts(int(kind), 0, encode_round_frame(frame, salt), salt)
+    key = check_salt(salt)
+    check_ceiling(ceiling)
+    body = round_frame_pieces(frame)
+    length = sum(memoryview(p).nbytes for p in body) + AUTH_TAG_LEN
+    if length > min(ceiling, _U32_MAX):
+        raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
+    covered = _header_bytes(int(kind), 0, length,
+                            bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
+    inner = new_mac(key)
+    outer = new_mac(key)
+    outer.update(covered)
+    update_in_parallel([(inner, body), (outer, body)])
+    inner_tag = bytes(inner.digest()[:AUTH_TAG_LEN])
+    outer.update(inner_tag)
+    return [covered + bytes(outer.digest()[:AUTH_TAG_LEN]), *body, inner_tag]
 
 
 def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
@@ -388,6 +408,7 @@ def decode_mux_record(
     *,
     version: int = DEFAULT_VERSION,
     ceiling: int = DEFAULT_FRAME_CEILING,
+    premac: Premac | None = None,
 ) -> tuple[MuxRecord, int] | EndOfStream:
     """Decode and authenticate one record from the start of ``data``.
 
@@ -396,6 +417,9 @@ def decode_mux_record(
         salt: 16-byte session salt.
         version: data-channel protocol version (decides the ``Hello`` shape).
         ceiling: frame ceiling for ``payload_len`` (bytes).
+        premac: the MAC the caller already computed over header bytes 0..17 and the payload
+            (see :class:`~flodl_proto.codec.auth.Premac`); used when it covers ``17 +
+            payload_len`` bytes, else the covered bytes are hashed here.
 
     Returns:
         ``(record, consumed)``, or :data:`END_OF_STREAM` when ``data`` ends inside the header.
@@ -417,10 +441,13 @@ def decode_mux_record(
     if len(mv) < end:
         raise protocol_error("mux.truncated", got=len(mv), need=end)
     payload = mv[MUX_HEADER_LEN:end]
-    mac = new_mac(key)
-    mac.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
-    mac.update(payload)
-    computed = mac.digest()[:AUTH_TAG_LEN]
+    if premac is not None and premac.covered == MUX_AUTH_COVERED_HEADER_LEN + hdr.payload_len:
+        computed = premac.digest[:AUTH_TAG_LEN]
+    else:
+        mac = new_mac(key)
+        mac.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
+        mac.update(payload)
+        computed = mac.digest()[:AUTH_TAG_LEN]
     if not tags_equal(computed, hdr.auth_tag):
         raise protocol_error("mux.auth_failed", computed=tag_as_u64(computed),
                              carried=tag_as_u64(hdr.auth_tag), kind=hdr.kind, rank=hdr.rank,

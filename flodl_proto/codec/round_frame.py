@@ -48,7 +48,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
-from .auth import check_salt, new_mac, tag_as_u64, tags_equal
+from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal
 from .structs import (
     ROUND_FRAME_HEADER,
     ROUND_FRAME_KIND,
@@ -68,6 +68,7 @@ __all__ = [
     "encode_round_frame_bytes",
     "parse_round_frame",
     "round_frame_extent",
+    "round_frame_pieces",
     "round_frame_wire_len",
 ]
 
@@ -365,18 +366,16 @@ def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
     return n
 
 
-def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
-    """Encode ``frame`` signed with ``salt`` as a list of buffers for ``socket.sendmsg``.
+def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
+    """The wire bytes of ``frame`` up to (not including) its 8-byte tag, as buffers.
 
-    The list alternates small metadata ``bytes`` with the payload memoryviews themselves (no
-    payload copy) and ends with the 8-byte tag. ``b"".join(...)`` gives the wire bytes.
+    Small metadata ``bytes`` alternate with the payload buffers themselves (no payload copy);
+    the tag is the first 8 bytes of HMAC-SHA256 over exactly these pieces, appended last. Use it
+    to sign the frame while the pieces are hashed for another purpose too (a record MAC) or while
+    they are sent; :func:`encode_round_frame` is the one-call form.
 
-    Raises:
-        InvalidValue (local): the salt is not 16 bytes.
-
-    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
+    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (before the footer).
     """
-    key = check_salt(salt)
     pieces: list[BytesLike] = []
     cur = bytearray(ROUND_FRAME_HEADER.build({"magic": ROUND_FRAME_MAGIC,
                                               "num_tensors": len(frame.tensors)}))
@@ -392,6 +391,22 @@ def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
             cur = bytearray()
     if cur:
         pieces.append(bytes(cur))
+    return pieces
+
+
+def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
+    """Encode ``frame`` signed with ``salt`` as a list of buffers for ``socket.sendmsg``.
+
+    The list alternates small metadata ``bytes`` with the payload memoryviews themselves (no
+    payload copy) and ends with the 8-byte tag. ``b"".join(...)`` gives the wire bytes.
+
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes.
+
+    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
+    """
+    key = check_salt(salt)
+    pieces = round_frame_pieces(frame)
     mac = new_mac(key)
     for p in pieces:
         mac.update(p)
@@ -553,6 +568,7 @@ def decode_round_frame(
     salt: BytesLike,
     *,
     ceiling: int = DEFAULT_FRAME_CEILING,
+    premac: Premac | None = None,
 ) -> tuple[RoundFrame, int] | EndOfStream:
     """Decode and authenticate one RoundFrame from the start of ``data``.
 
@@ -561,6 +577,9 @@ def decode_round_frame(
             unmodified while the frame is in use).
         salt: the 16-byte session salt.
         ceiling: frame ceiling in bytes (running total of ``nbytes``); default 1 GiB.
+        premac: the MAC the caller already computed over ``data[:n]`` (see
+            :class:`~flodl_proto.codec.auth.Premac`); used when ``n`` is the frame's length
+            minus its tag, else the covered bytes are hashed here.
 
     Returns:
         ``(frame, consumed)`` (bytes after the frame are left alone), or :data:`END_OF_STREAM` if
@@ -579,9 +598,12 @@ def decode_round_frame(
     if res is END_OF_STREAM:
         return END_OF_STREAM
     frame, consumed, carried = res
-    mac = new_mac(key)
-    mac.update(mv[0:consumed - AUTH_TAG_LEN])
-    computed = mac.digest()[:AUTH_TAG_LEN]
+    if premac is not None and premac.covered == consumed - AUTH_TAG_LEN:
+        computed = premac.digest[:AUTH_TAG_LEN]
+    else:
+        mac = new_mac(key)
+        mac.update(mv[0:consumed - AUTH_TAG_LEN])
+        computed = mac.digest()[:AUTH_TAG_LEN]
     if not tags_equal(computed, carried):
         raise protocol_error("frame.auth_failed", computed=tag_as_u64(computed),
                              carried=tag_as_u64(carried))

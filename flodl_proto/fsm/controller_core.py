@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from ..codec._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
-from ..codec.auth import check_salt
+from ..codec.auth import Premac, check_salt
 from ..codec.handshake import expect_channel_magic
 from ..codec.mux import (
     DeclareDead,
@@ -223,8 +223,18 @@ class RelayStream:
         """Bytes held for an incomplete magic or record."""
         return len(self._buf)
 
-    def feed(self, data: BytesLike) -> list[StreamEvent]:
-        """Parse ``data`` (the next bytes of the connection); return the events it completes."""
+    def feed(self, data: BytesLike, *, premac: Premac | None = None,
+             frame_premac: Premac | None = None) -> list[StreamEvent]:
+        """Parse ``data`` (the next bytes of the connection); return the events it completes.
+
+        Args:
+            data: the next bytes.
+            premac: when ``data`` is exactly one whole record (and nothing is buffered), the
+                record MAC the runner computed as its bytes arrived (see
+                :class:`~flodl_proto.codec.auth.Premac`); otherwise ignored.
+            frame_premac: likewise, the MAC of the HostFrame's inner RoundFrame (over the
+                payload's bytes before its last 8), used when the frame fills the payload.
+        """
         if self._done:
             return []
         mv = as_view(data)
@@ -235,7 +245,7 @@ class RelayStream:
                 self._buf += mv
                 self._drain_buffer(events)
             else:
-                pos = self._parse_in_place(mv, events)
+                pos = self._parse_in_place(mv, events, premac, frame_premac)
                 if pos < mv.nbytes:
                     self._buf += mv[pos:]
                     self._drain_buffer(events)
@@ -283,31 +293,39 @@ class RelayStream:
             return None
         return MUX_HEADER_LEN + hdr.payload_len
 
-    def _decode_one(self, mv: memoryview, events: list[StreamEvent]) -> None:
+    def _decode_one(self, mv: memoryview, events: list[StreamEvent],
+                    premac: Premac | None = None, frame_premac: Premac | None = None) -> None:
         if self._magic is not None:
             expect_channel_magic(mv, self._magic, _WHAT)
             self._magic = None
             events.append(MagicReceived())
             return
-        res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling)
+        res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling,
+                                premac=premac)
         assert res is not END_OF_STREAM
         record, n = res
         frame: RoundFrame | EndOfStream | ProtocolError | None = None
         if record.kind is RecordKind.HOST_FRAME:
             try:
-                decoded = decode_round_frame(record.payload, self._salt, ceiling=self._ceiling)
+                decoded = decode_round_frame(record.payload, self._salt, ceiling=self._ceiling,
+                                             premac=frame_premac)
                 frame = decoded if decoded is END_OF_STREAM else decoded[0]
             except ProtocolError as e:
                 frame = e
         events.append(RecordReceived(record, frame, n))
 
-    def _parse_in_place(self, mv: memoryview, events: list[StreamEvent]) -> int:
+    def _parse_in_place(self, mv: memoryview, events: list[StreamEvent],
+                        premac: Premac | None = None,
+                        frame_premac: Premac | None = None) -> int:
         pos = 0
         while not self._done:
             need = self._next_length(mv[pos:])
             if need is None or mv.nbytes - pos < need:
                 break
-            self._decode_one(mv[pos:pos + need], events)
+            if pos == 0 and need == mv.nbytes and self._magic is None:  # the one whole record
+                self._decode_one(mv, events, premac, frame_premac)
+            else:
+                self._decode_one(mv[pos:pos + need], events)
             pos += need
         return pos
 

@@ -46,16 +46,18 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike, as_view
-from ..codec.auth import check_salt
+from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
     decode_round_frame,
     encode_round_frame_bytes,
+    parse_round_frame,
 )
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
+    AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     DTYPE_F32,
@@ -118,7 +120,10 @@ class HostFold:
 
     Thread-safe: a runner may call :meth:`deposit` from per-rank reader threads and
     :meth:`declare_dead` from its upstream reader; calls are serialised by an internal lock (the
-    merge runs under it, as upstream's does).
+    merge runs under it, as upstream's does). A deposit's MAC is computed before the lock is
+    taken (or handed in as a :class:`~flodl_proto.codec.auth.Premac` by a reader that hashed the
+    bytes as they arrived), so concurrent deposits verify in parallel; the verdict is applied
+    under the lock, at the point of upstream's streamed read (after the tensors were checked).
 
     Raises:
         InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
@@ -185,7 +190,8 @@ class HostFold:
         return self._error
 
     # -- events --------------------------------------------------------------------------------
-    def deposit(self, rank: int, blob: BytesLike) -> bytes | None:
+    def deposit(self, rank: int, blob: BytesLike, *,
+                premac: Premac | None = None) -> bytes | None:
         """Merge ``rank``'s loopback blob into the current round.
 
         Args:
@@ -193,6 +199,8 @@ class HostFold:
             blob: the loopback blob: one RoundFrame signed with the salt; bytes after its footer
                 are ignored. The seed keeps views into it until the round completes: do not
                 modify the buffer before then.
+            premac: the MAC of the blob's frame (its bytes before the tag) the caller computed
+                as they arrived; without it the MAC is computed here, before the fold's lock.
 
         Returns:
             The HostFrame payload (one signed RoundFrame) when this deposit completes the round
@@ -215,6 +223,31 @@ class HostFold:
 
         Upstream: ``relay/agent.rs`` ``FoldCtx::deposit``.
         """
+        res = self.deposit_frame(rank, blob, premac=premac)
+        if res is None:
+            return None
+        if isinstance(res, RoundFrame):
+            return encode_round_frame_bytes(res, self._salt)
+        return bytes(res)
+
+    def deposit_frame(self, rank: int, blob: BytesLike, *,
+                      premac: Premac | None = None) -> RoundFrame | memoryview | None:
+        """:meth:`deposit`, returning the completed round's HostFrame payload unencoded.
+
+        Returns:
+            None while the round is incomplete (or ``rank`` is dead); when this deposit completes
+            it, either the merged frame (f32 sums re-encoded in each tensor's dtype, summed
+            weight, the seed's kind; its payloads are fresh buffers) to be signed by the caller,
+            e.g. with :func:`~flodl_proto.codec.mux.encode_frame_record`, or a memoryview of the
+            seed frame's bytes (tag included; a view into the seed's blob, which the caller must
+            not modify while using it) to ship verbatim.
+
+        Raises:
+            as :meth:`deposit`.
+        """
+        mv = as_view(blob)
+        if premac is None and self._error is None:
+            premac = self._frame_mac(mv)
         with self._lock:
             self._check_alive()
             if rank not in self._ranks:
@@ -224,8 +257,8 @@ class HostFold:
             try:
                 if self._round is not None and rank in self._round.deposited:
                     raise protocol_error("fold.double_deposit", rank=rank)
-                self._merge(rank, as_view(blob))
-                return self._take_if_complete()
+                self._merge(rank, mv, premac)
+                return self._complete()
             except ProtocolError as e:
                 self._error = e
                 raise
@@ -243,14 +276,24 @@ class HostFold:
 
         Upstream: ``relay/agent.rs`` ``FoldCtx::mark_dead``.
         """
+        res = self.declare_dead_frame(rank)
+        if res is None:
+            return None
+        if isinstance(res, RoundFrame):
+            return encode_round_frame_bytes(res, self._salt)
+        return bytes(res)
+
+    def declare_dead_frame(self, rank: int) -> RoundFrame | memoryview | None:
+        """:meth:`declare_dead`, returning the completed round's HostFrame payload unencoded
+        (as :meth:`deposit_frame` does).
+
+        Raises:
+            as :meth:`declare_dead`.
+        """
         with self._lock:
             self._check_alive()
             self._dead.add(int(rank))
-            try:
-                return self._take_if_complete()
-            except ProtocolError as e:  # pragma: no cover - encoding merged sums cannot fail
-                self._error = e
-                raise
+            return self._complete()
 
     # -- internals -----------------------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -262,9 +305,23 @@ class HostFold:
             self._ws = K.Workspace()
         return self._ws
 
-    def _merge(self, rank: int, mv: memoryview) -> None:
+    def _frame_mac(self, mv: memoryview) -> Premac | None:
+        """The MAC of the frame at the start of ``mv`` (None when it does not parse: the
+        locked decode then reports the error in upstream's order)."""
+        try:
+            res = parse_round_frame(mv, ceiling=self._ceiling)
+        except ProtocolError:
+            return None
+        if res is END_OF_STREAM:
+            return None
+        covered = res[1] - AUTH_TAG_LEN
+        mac = new_mac(self._salt)
+        mac.update(mv[:covered])
+        return Premac(covered, mac.digest())
+
+    def _merge(self, rank: int, mv: memoryview, premac: Premac | None) -> None:
         if self._round is None:
-            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling)
+            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling, premac=premac)
             if res is END_OF_STREAM:
                 raise protocol_error("fold.truncated", rank=rank)
             seed, consumed = res
@@ -277,7 +334,7 @@ class HostFold:
         reader_error: ProtocolError | None = None
         frame: RoundFrame | None = None
         try:
-            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling)
+            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling, premac=premac)
         except ProtocolError as e:
             reader_error = e
             if e.error_id in _PER_TENSOR_ERRORS:
@@ -356,7 +413,14 @@ class HostFold:
         rnd.seed = RoundFrame(rnd.seed.kind, rnd.seed.weight, ())
         return sums
 
-    def _take_if_complete(self) -> bytes | None:
+    def _complete(self) -> RoundFrame | memoryview | None:
+        try:
+            return self._take_if_complete()
+        except ProtocolError as e:  # pragma: no cover - encoding merged sums cannot fail
+            self._error = e
+            raise
+
+    def _take_if_complete(self) -> RoundFrame | memoryview | None:
         rnd = self._round
         if rnd is None:
             return None
@@ -365,14 +429,14 @@ class HostFold:
         self._round = None
         self._rounds += 1
         if rnd.sums is None:
-            return bytes(rnd.seed_bytes)
+            return rnd.seed_bytes
         ws = self._workspace()
         tensors = [
             TensorPayload(dtype, shape,
                           K.encode_sums(acc, dtype, ws).view(np.uint8).data)
             for (dtype, shape), acc in zip(rnd.schema, rnd.sums, strict=True)
         ]
-        return encode_round_frame_bytes(RoundFrame(rnd.kind, rnd.weight, tensors), self._salt)
+        return RoundFrame(rnd.kind, rnd.weight, tensors)
 
 
 def _view(p: TensorPayload) -> npt.NDArray[Any]:

@@ -53,7 +53,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike
-from ..codec.mux import parse_mux_header
+from ..codec.auth import Premac, new_mac
+from ..codec.mux import RecordKind, parse_mux_header
 from ..errors import ProtocolError
 from ..fsm.controller_core import (
     Action,
@@ -73,6 +74,7 @@ from ..fsm.lifecycle import Outcome
 from ..membership import DeadRanks
 from ..reduce import OuterOptimizer
 from ..spec import (
+    AUTH_TAG_LEN,
     CHANNEL_MAGIC_CONTROL,
     CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_HTTP_GET,
@@ -82,17 +84,21 @@ from ..spec import (
     CHANNEL_MAGIC_RENDEZVOUS,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
+    MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     READ_CHUNK,
     SPEC,
     net_timeout_scale,
 )
 from ._netio import (
+    MacRange,
+    MacWorker,
     Stopped,
     committed_read_starvation,
     configure_socket,
     format_addr,
     recv_exact_into,
+    recv_hashing_into,
     send_all,
     shutdown_quietly,
 )
@@ -728,6 +734,7 @@ class ReferenceController:
         sock, stream = conn.sock, conn.stream
         starve = committed_read_starvation()
         pool = _BufferPool()
+        worker = MacWorker(f"flodl-controller-mac{conn.id}")
         try:
             magic = bytearray(CHANNEL_MAGIC_LEN)
             got = recv_exact_into(sock, memoryview(magic), stop=self._stop, starvation=starve)
@@ -736,7 +743,7 @@ class ReferenceController:
                 events += stream.feed_eof()
             self._post(conn, events)
             while not stream.done:
-                self._post(conn, self._read_record(sock, stream, pool, starve))
+                self._post(conn, self._read_record(sock, stream, pool, starve, worker))
         except Stopped:
             pass
         except ProtocolError as e:  # a starved committed read
@@ -744,9 +751,11 @@ class ReferenceController:
         except OSError as e:
             log.debug("controller: read on connection %d failed: %s", conn.id, e)
             self._post(conn, stream.feed_eof())
+        finally:
+            worker.close()
 
     def _read_record(self, sock: socket.socket, stream: RelayStream, pool: _BufferPool,
-                     starve: float) -> list[StreamEvent]:
+                     starve: float, worker: MacWorker) -> list[StreamEvent]:
         buf = pool.acquire()
         view = memoryview(buf)
         got = recv_exact_into(sock, view[:MUX_HEADER_LEN], stop=self._stop, starvation=starve)
@@ -760,6 +769,15 @@ class ReferenceController:
             return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
         assert hdr is not END_OF_STREAM
         total = MUX_HEADER_LEN + hdr.payload_len
+        # MACs computed as the payload arrives: the record's here, a HostFrame's inner frame
+        # (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
+        rec_mac = new_mac(self._core.salt)
+        rec_mac.update(view[:MUX_AUTH_COVERED_HEADER_LEN])
+        macs = [MacRange(rec_mac, MUX_HEADER_LEN, total)]
+        frame_mac = None
+        if hdr.kind == RecordKind.HOST_FRAME and hdr.payload_len > AUTH_TAG_LEN:
+            frame_mac = new_mac(self._core.salt)
+            macs.append(MacRange(frame_mac, MUX_HEADER_LEN, total - AUTH_TAG_LEN, worker))
         while got < total:
             if len(buf) < min(total, got + READ_CHUNK):
                 view.release()
@@ -767,14 +785,17 @@ class ReferenceController:
                 buf.extend(bytes(target - len(buf)))
                 view = memoryview(buf)
             upto = min(total, len(buf))
-            n = recv_exact_into(sock, view[got:upto], stop=self._stop, committed=True,
-                                starvation=starve)
+            n = recv_hashing_into(sock, view[:upto], macs, stop=self._stop, committed=True,
+                                  starvation=starve, start=got)
             got += n
             if got < upto:  # EOF inside the record
                 events = stream.feed(view[:got])
                 del view
                 return events + stream.feed_eof()
-        events = stream.feed(view[:total])
+        premac = Premac(MUX_AUTH_COVERED_HEADER_LEN + hdr.payload_len, rec_mac.digest())
+        frame_premac = (Premac(hdr.payload_len - AUTH_TAG_LEN, frame_mac.digest())
+                        if frame_mac is not None else None)
+        events = stream.feed(view[:total], premac=premac, frame_premac=frame_premac)
         del view
         return events
 

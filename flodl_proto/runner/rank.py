@@ -31,8 +31,8 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike
-from ..codec.auth import check_salt
+from ..codec._common import END_OF_STREAM, BytesLike, as_view
+from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.handshake import decode_ack, encode_handshake
 from ..codec.loopback import decode_framed_round, decode_len_prefix, encode_len_prefix
 from ..codec.round_frame import (
@@ -40,11 +40,12 @@ from ..codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    encode_round_frame,
+    round_frame_pieces,
 )
 from ..errors import protocol_error
 from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
 from ..spec import (
+    AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     HANDSHAKE_ACK_LEN,
@@ -52,11 +53,14 @@ from ..spec import (
     check_version,
 )
 from ._netio import (
+    HASH_STEP,
+    MacRange,
     configure_socket,
     connect_with_retry,
     handshake_read_timeout,
     parse_addr,
     recv_exact_into,
+    recv_hashing_into,
     reduce_read_deadline,
     send_all,
     set_timeouts,
@@ -284,10 +288,9 @@ class RankClient:
         sock = self._sock
         if sock is None:
             raise OSError("cpu_reduce: client is closed")
-        pieces = encode_round_frame(frame, self._salt)
         length = frame.wire_len
-        self.bytes_sent += send_all(sock, [encode_len_prefix(length, ceiling=self.ceiling),
-                                           *pieces])
+        prefix_out = encode_len_prefix(length, ceiling=self.ceiling)
+        self.bytes_sent += _send_signed(sock, prefix_out, round_frame_pieces(frame), self._salt)
         prefix = bytearray(LEN_PREFIX_LEN)
         try:
             got = recv_exact_into(sock, memoryview(prefix))
@@ -303,8 +306,11 @@ class RankClient:
         buf = np.empty(LEN_PREFIX_LEN + n, dtype=np.uint8)
         view = buf.data
         view[:LEN_PREFIX_LEN] = prefix
+        # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
+        mac = new_mac(self._salt)
+        covered = max(0, n - AUTH_TAG_LEN)
         try:
-            body = recv_exact_into(sock, view[LEN_PREFIX_LEN:])
+            body = recv_hashing_into(sock, view[LEN_PREFIX_LEN:], [MacRange(mac, 0, covered)])
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds})"
@@ -312,7 +318,8 @@ class RankClient:
         self.bytes_received += LEN_PREFIX_LEN + body
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)
-        res = decode_framed_round(view, self._salt, ceiling=self.ceiling)
+        res = decode_framed_round(view, self._salt, ceiling=self.ceiling,
+                                  premac=Premac(covered, mac.digest()))
         assert res is not END_OF_STREAM
         self.rounds += 1
         return res[0], view[LEN_PREFIX_LEN:]
@@ -452,6 +459,33 @@ class RankClient:
                 f"count gather expects 1 tensor, the consensus carries {len(reply.tensors)}"))
         out = reply.tensors[0].array(materialize_elided=True)
         return np.asarray(out, dtype=np.float64).reshape(-1)
+
+
+def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
+                 salt: bytes) -> int:
+    """Write ``prefix``, the frame ``pieces`` and their 8-byte tag, hashing each step of
+    :data:`HASH_STEP` bytes just before writing it, so the reader verifies step ``k`` while this
+    side hashes step ``k + 1``. The bytes are those of ``[prefix, *encode_round_frame(...)]``.
+
+    Returns:
+        Bytes written. Raises: as :func:`send_all`.
+    """
+    mac = new_mac(salt)
+    total = 0
+    batch: list[BytesLike] = [prefix]
+    size = len(prefix)
+    for p in pieces:
+        mv = as_view(p)
+        for at in range(0, mv.nbytes, HASH_STEP):
+            step = mv[at:at + HASH_STEP]
+            mac.update(step)
+            batch.append(step)
+            size += step.nbytes
+            if size >= HASH_STEP:
+                total += send_all(sock, batch)
+                batch, size = [], 0
+    batch.append(bytes(mac.digest()[:AUTH_TAG_LEN]))
+    return total + send_all(sock, batch)
 
 
 def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike
-from ..codec.auth import check_salt
+from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
 from ..codec.loopback import decode_len_prefix, encode_len_prefix
 from ..codec.mux import (
@@ -52,23 +52,28 @@ from ..codec.mux import (
     RankExit,
     RecordKind,
     decode_mux_record,
+    encode_frame_record,
     encode_mux_record,
     encode_mux_record_parts,
     parse_mux_header,
 )
+from ..codec.round_frame import RoundFrame
 from ..errors import ProtocolError, protocol_error
 from ..reduce import HostFold
 from ..spec import (
+    AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     HANDSHAKE_LEN,
     LEN_PREFIX_LEN,
+    MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     RELAY_DATA_LOOPBACK_OFFSET,
     RELAY_OUTBOUND_QUEUE,
     check_version,
 )
 from ._netio import (
+    MacRange,
     Stopped,
     committed_read_starvation,
     configure_socket,
@@ -77,6 +82,7 @@ from ._netio import (
     parse_addr,
     poll_interval,
     recv_exact_into,
+    recv_hashing_into,
     send_all,
     shutdown_quietly,
 )
@@ -87,6 +93,9 @@ log = logging.getLogger(__name__)
 
 #: period of the note naming the local ranks not connected yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
+
+#: Broadcast payloads from this size on are written to the local ranks concurrently (bytes)
+_PARALLEL_FAN_OUT_MIN = 1 << 20
 
 #: queued after the last rank reader exits: the writer flushes and closes upstream
 _DRAINED = object()
@@ -437,11 +446,16 @@ class Relay:
             self._record_buf = np.empty(size, dtype=np.uint8)
         view = self._record_buf.data
         view[:MUX_HEADER_LEN] = hv
-        body = recv_exact_into(sock, view[MUX_HEADER_LEN:], stop=self._stop, committed=True,
-                               starvation=committed_read_starvation())
+        # the record MAC is computed as the payload arrives (the tag is checked by the decode)
+        mac = new_mac(self._salt)
+        mac.update(hv[:MUX_AUTH_COVERED_HEADER_LEN])
+        body = recv_hashing_into(sock, view[MUX_HEADER_LEN:], [MacRange(mac, 0, hdr.payload_len)],
+                                 stop=self._stop, committed=True,
+                                 starvation=committed_read_starvation())
         self._count("upstream_in", body)
+        premac = Premac(MUX_AUTH_COVERED_HEADER_LEN + body, mac.digest())
         res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
-                                ceiling=self.ceiling)
+                                ceiling=self.ceiling, premac=premac)
         assert res is not END_OF_STREAM  # a short body raises mux.truncated
         return res[0]
 
@@ -475,23 +489,29 @@ class Relay:
             except queue.Full:
                 continue
 
-    def _ship(self, payload: bytes | None) -> None:
-        if payload is not None:
-            parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [payload], self._salt,
-                                            ceiling=self.ceiling)
-            self._count("host_frames", 1)
-            self._enqueue(parts)
+    def _ship(self, payload: RoundFrame | memoryview | None) -> None:
+        if payload is None:
+            return
+        if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
+            parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self._salt,
+                                        ceiling=self.ceiling)
+        else:  # the seed verbatim, copied: its blob buffer is reused for the rank's next frame
+            parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
+                                            self._salt, ceiling=self.ceiling)
+        self._count("host_frames", 1)
+        self._enqueue(parts)
 
     def _rank_reader(self, rank: int) -> None:
         sock = self._rank_socks[rank]
         try:
             while not self._stop.is_set():
-                blob = self._read_blob(rank, sock)
-                if blob is None:
+                got = self._read_blob(rank, sock)
+                if got is None:
                     break
+                blob, premac = got
                 with self._fold_lock:
                     # the deposit and its HostFrame are queued in round order
-                    self._ship(self._fold.deposit(rank, blob))
+                    self._ship(self._fold.deposit_frame(rank, blob, premac=premac))
             else:
                 return
             # local end of stream (or a broken loopback stream): out of the barrier, tell upstream
@@ -499,7 +519,7 @@ class Relay:
             exit_rec = encode_mux_record(MuxRecord.control_msg(RankExit(rank), self.version),
                                          self._salt)
             with self._fold_lock:
-                self._ship(self._fold.declare_dead(rank))
+                self._ship(self._fold.declare_dead_frame(rank))
                 self._enqueue(list(exit_rec))
         finally:
             with self._lock:
@@ -512,8 +532,11 @@ class Relay:
                 except Stopped:
                     pass
 
-    def _read_blob(self, rank: int, sock: socket.socket) -> memoryview | None:
-        """One loopback blob of ``rank``, or None when the rank is gone.
+    def _read_blob(self, rank: int,
+                   sock: socket.socket) -> tuple[memoryview, Premac | None] | None:
+        """One loopback blob of ``rank`` and the MAC of its bytes before the last 8 (computed as
+        they arrived: the frame's MAC when the frame fills the blob), or None when the rank is
+        gone.
 
         End of stream, a reset, a prefix above the ceiling, a blob cut short or starved: the
         rank is treated as gone (upstream's rank reader turns every read error into RankExit).
@@ -528,8 +551,10 @@ class Relay:
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
             assert n is not END_OF_STREAM
             view = self._blob_buffer(rank, n)
-            body = recv_exact_into(sock, view, stop=self._stop, committed=True,
-                                   starvation=committed_read_starvation())
+            mac = new_mac(self._salt) if n > AUTH_TAG_LEN else None
+            ranges = [MacRange(mac, 0, n - AUTH_TAG_LEN)] if mac is not None else []
+            body = recv_hashing_into(sock, view, ranges, stop=self._stop, committed=True,
+                                     starvation=committed_read_starvation())
             self._count("from_ranks", body)
         except ProtocolError as e:
             log.warning("relay %s: rank %d loopback stream failed: %s", self.host, rank, e)
@@ -541,7 +566,8 @@ class Relay:
             log.warning("relay %s: rank %d closed inside a %d-byte blob (%d bytes read)",
                         self.host, rank, n, body)
             return None
-        return view
+        premac = Premac(n - AUTH_TAG_LEN, mac.digest()) if mac is not None else None
+        return view, premac
 
     def _blob_buffer(self, rank: int, n: int) -> memoryview:
         """An ``n``-byte buffer for ``rank``'s next blob: last round's buffer when the fold no
@@ -574,7 +600,7 @@ class Relay:
                     continue
                 log.info("relay %s: controller declared rank %d dead", self.host, rank)
                 with self._fold_lock:
-                    self._ship(self._fold.declare_dead(rank))
+                    self._ship(self._fold.declare_dead_frame(rank))
             else:
                 log.warning("relay %s: ignoring unexpected %s record from the controller",
                             self.host, rec.kind.name)
@@ -585,14 +611,30 @@ class Relay:
 
     def _fan_out_locked(self, payload: memoryview) -> None:
         prefix = encode_len_prefix(payload.nbytes, ceiling=self.ceiling)
-        for rank in self._fold.alive_ranks:
-            sock = self._rank_socks.get(rank)
-            if sock is None:
-                continue
-            try:
-                self._count("to_ranks", send_all(sock, [prefix, payload]))
-            except OSError as e:  # the rank's reader will see the failure and report it
-                log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, e)
+        targets = [(rank, sock) for rank in self._fold.alive_ranks
+                   if (sock := self._rank_socks.get(rank)) is not None]
+        if len(targets) < 2 or payload.nbytes < _PARALLEL_FAN_OUT_MIN:
+            for rank, sock in targets:
+                self._send_to_rank(rank, sock, prefix, payload)
+            return
+        # each rank reads (and verifies) at its own pace: write to every rank at once
+        threads = [threading.Thread(target=self._send_to_rank, args=(rank, sock, prefix, payload),
+                                    name=f"flodl-relay-fan-r{rank}")
+                   for rank, sock in targets[1:]]
+        for t in threads:
+            t.start()
+        try:
+            self._send_to_rank(*targets[0], prefix, payload)
+        finally:
+            for t in threads:
+                t.join()
+
+    def _send_to_rank(self, rank: int, sock: socket.socket, prefix: bytes,
+                      payload: memoryview) -> None:
+        try:
+            self._count("to_ranks", send_all(sock, [prefix, payload]))
+        except OSError as e:  # the rank's reader will see the failure and report it
+            log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, e)
 
     def _outbound_writer(self) -> None:
         up = self._upstream
