@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from . import __version__, commands
+from .errors import LocalProtocolError
+from .reduce._kernels import check_backend_name
 from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 __all__ = ["build_parser", "main"]
@@ -46,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flodl-proto`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:  # a typo in the kernel choice is reported now, not at the first bf16 reduce
+        check_backend_name(os.environ.get("FLODL_PROTO_KERNELS", ""), origin="FLODL_PROTO_KERNELS")
+    except LocalProtocolError as exc:
+        parser.error(str(exc))
     level = getattr(args, "log_level", "WARNING")
     logging.basicConfig(
         level=getattr(logging, str(level).upper(), logging.WARNING),

@@ -54,7 +54,7 @@ def compiled_kernels() -> Iterator[None]:
     try:
         yield
     finally:
-        K.set_kernel_backend(before, min_elems=K.JIT_MIN_ELEMS)
+        K.set_kernel_backend(before)
 
 
 @pytest.fixture
@@ -67,4 +67,4 @@ def numpy_kernels() -> Iterator[None]:
     try:
         yield
     finally:
-        K.set_kernel_backend(before, min_elems=K.JIT_MIN_ELEMS)
+        K.set_kernel_backend(before)

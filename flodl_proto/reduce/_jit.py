@@ -1,4 +1,4 @@
-"""Compiled bf16 kernels of the fold (numba), bit-identical to the NumPy kernels.
+"""Compiled bf16 kernels of the fold (numba), giving the NumPy kernels' bytes.
 
 Imported only by :mod:`flodl_proto.reduce._kernels`, and only when the ``fast`` extra
 (``numba``) is installed and the compiled backend is selected (see
@@ -6,12 +6,13 @@ Imported only by :mod:`flodl_proto.reduce._kernels`, and only when the ``fast`` 
 first use (and cached on disk), that releases the GIL; the callers hand it flat arrays of equal
 length, in chunks when they want the working set to stay in cache.
 
-The arithmetic is upstream's, operation for operation, with x86-64 NaN rules made explicit:
-the compiler may swap the operands of a commutative ``+`` or ``*``, and x86 returns the *first*
-operand's NaN when both are NaN, so every add and multiply whose left operand is a NaN yields
-that NaN, quietened (``bits | 0x00400000``), as the hardware does for ``left + right``. Otherwise
-the hardware result is taken as is (a NaN on the right is quietened by the instruction; an
-invalid operation gives the default NaN ``0xFFC00000``).
+The arithmetic is upstream's, operation for operation. One choice is made explicit: when both
+operands of an add or multiply are NaN, x86 returns the *first* operand's NaN, but a compiler may
+swap the operands of a commutative ``+`` or ``*``, so every add and multiply whose left operand
+is a NaN yields that NaN, quietened (``bits | 0x00400000``). Which NaN survives is platform
+behaviour upstream (and NumPy's SIMD loops keep either one), so only NaN-ness is compared there.
+Otherwise the hardware result is taken as is (a single NaN operand is quietened by the
+instruction; an invalid operation gives the default NaN ``0xFFC00000``).
 
 Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``accumulate_payload_into``,
 ``f32_slice_to_payload_bytes``, ``scale_payload_bytes``, ``f32_to_bf16_bits``,
@@ -33,16 +34,29 @@ __all__ = ["bf16_accumulate", "bf16_encode", "bf16_finish", "bf16_scale", "bf16_
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+if getattr(numba.config, "DISABLE_JIT", False):
+    raise ImportError("numba's JIT is disabled (NUMBA_DISABLE_JIT)")
+
+
+def _njit(fn: _F, **options: Any) -> _F:
+    """Compile ``fn`` with the GIL released, no bounds checks and the NumPy error model,
+    cached on disk where numba finds a writable cache directory (else compiled per process)."""
+    try:
+        return cast(_F, numba.njit(nogil=True, boundscheck=False, cache=True,
+                                   error_model="numpy", **options)(fn))
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return cast(_F, numba.njit(nogil=True, boundscheck=False, cache=False,
+                                   error_model="numpy", **options)(fn))
+
+
 def _kernel(fn: _F) -> _F:
-    """Compile ``fn`` (GIL released, no bounds checks, cached on disk, NumPy error model)."""
-    return cast(_F, numba.njit(nogil=True, boundscheck=False, cache=True,
-                               error_model="numpy")(fn))
+    """A compiled kernel (see :func:`_njit`)."""
+    return _njit(fn)
 
 
 def _inline(fn: _F) -> _F:
     """As :func:`_kernel`, inlined into its callers."""
-    return cast(_F, numba.njit(inline="always", nogil=True, boundscheck=False, cache=True,
-                               error_model="numpy")(fn))
+    return _njit(fn, inline="always")
 
 
 def _bits_to_f32_impl(typingctx: Any, x: Any) -> Any:

@@ -26,8 +26,9 @@ integer ops on model-like data (and the bfloat16 -> float32 cast about 2x slower
 copy plus a shift). ``tests/test_bf16.py`` proves the integer path against upstream's formula on
 every bf16 pattern and on random f32 patterns.
 
-Two backends compute the bf16 paths, bit for bit alike (``tests/test_kernels.py`` checks them
-against each other on every bf16 pattern): these NumPy kernels (always available; about 25
+Two backends compute the bf16 paths, giving the same bytes (``tests/test_kernels.py`` checks them
+against each other on every bf16 pattern) except which payload survives when two NaNs meet,
+which upstream leaves to the platform too: these NumPy kernels (always available; about 25
 vectorised passes per output element) and, when the ``fast`` extra (``numba``) is installed,
 compiled single-pass loops (:mod:`flodl_proto.reduce._jit`), used for tensors of at least
 :data:`JIT_MIN_ELEMS` elements. ``FLODL_PROTO_KERNELS=numpy|numba|auto`` (default ``auto``) or
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import sys
 import threading
@@ -69,6 +71,7 @@ __all__ = [
     "U16",
     "Workspace",
     "accumulate",
+    "check_backend_name",
     "default_threads",
     "encode_bf16",
     "encode_bf16_array",
@@ -122,45 +125,70 @@ def default_threads() -> int:
     return max(1, min(4, n))
 
 
+_ENV: Final = "FLODL_PROTO_KERNELS"
 _backend_lock = threading.Lock()
 _backend: dict[str, Any] = {"name": None, "module": None, "min_elems": JIT_MIN_ELEMS}
+_log = logging.getLogger(__name__)
 
 
-def set_kernel_backend(name: str | None = None, *, min_elems: int | None = None) -> str:
+def check_backend_name(value: object, origin: str = "kernel backend") -> str:
+    """``value`` as a backend name of :data:`KERNEL_BACKENDS` (case and surrounding blanks
+    ignored; empty means ``auto``), without importing anything.
+
+    Raises:
+        InvalidValue (local): any other value (``kernels.unknown_backend``, naming ``origin``).
+    """
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name == "":
+        name = "auto"
+    if name not in KERNEL_BACKENDS:
+        raise protocol_error("kernels.unknown_backend", origin=origin, value=value,
+                             allowed=", ".join(KERNEL_BACKENDS))
+    return str(name)
+
+
+def set_kernel_backend(name: str | None = None, *, min_elems: int = JIT_MIN_ELEMS) -> str:
     """Choose the bf16 kernel backend for this process.
 
     Args:
-        name: one of :data:`KERNEL_BACKENDS`; None reads ``$FLODL_PROTO_KERNELS`` (default
-            ``auto``).
+        name: one of :data:`KERNEL_BACKENDS` (case-insensitive); None reads
+            ``$FLODL_PROTO_KERNELS`` (unset or empty: ``auto``).
         min_elems: tensors below this many elements use the NumPy kernels (default
             :data:`JIT_MIN_ELEMS`; 0 sends every tensor to the compiled loops).
 
     Returns:
-        The backend now in use: ``"numpy"`` or ``"numba"``.
+        The backend now in use: ``"numpy"`` or ``"numba"``. ``auto`` takes ``numba`` when it
+        imports and can compile, else NumPy (the reason is logged at INFO).
 
     Raises:
-        InvalidValue (local): unknown ``name`` (``kernels.unknown_backend``), or ``numba``
-            requested but not importable (``kernels.unavailable``).
+        InvalidValue (local): unknown ``name`` (``kernels.unknown_backend``), a ``min_elems``
+            that is not a non-negative integer (``kernels.bad_min_elems``), or ``numba``
+            requested but unusable (``kernels.unavailable``). On error the backend in use is
+            left as it was.
 
-    The two backends produce identical bytes; only speed differs.
+    The backends give identical bytes except in one place upstream leaves to the platform: when
+    two NaNs meet in an add or multiply, which NaN's payload survives (the compiled kernels keep
+    the left operand's, NumPy's SIMD loops either one). NaN-ness and every non-NaN value agree.
     """
     if name is None:
-        name = os.environ.get("FLODL_PROTO_KERNELS", "auto").strip().lower() or "auto"
-    if name not in KERNEL_BACKENDS:
-        raise protocol_error("kernels.unknown_backend", value=name,
-                             allowed=", ".join(KERNEL_BACKENDS))
+        name = check_backend_name(os.environ.get(_ENV, ""), origin=_ENV)
+    else:
+        name = check_backend_name(name)
+    if isinstance(min_elems, bool) or not isinstance(min_elems, (int, np.integer)) \
+            or min_elems < 0:
+        raise protocol_error("kernels.bad_min_elems", value=min_elems)
     module: ModuleType | None = None
     if name != "numpy":
         try:
             module = importlib.import_module("._jit", __package__)
-        except ImportError as exc:
+        except Exception as exc:  # ImportError, or numba refusing to set up (no cache, no JIT)
             if name == "numba":
                 raise protocol_error("kernels.unavailable", reason=str(exc)) from exc
+            _log.info("compiled bf16 kernels unavailable (%s); using the NumPy kernels", exc)
     with _backend_lock:
         _backend["module"] = module
         _backend["name"] = "numba" if module is not None else "numpy"
-        if min_elems is not None:
-            _backend["min_elems"] = max(0, int(min_elems))
+        _backend["min_elems"] = int(min_elems)
         return str(_backend["name"])
 
 
