@@ -173,3 +173,29 @@ def test_host_fold_rejects_a_wrong_premac() -> None:
 
 def test_plain_hmac_agrees() -> None:
     assert _mac(b"x") == hmac.new(SALT, b"x", "sha256").digest()
+
+
+@pytest.mark.parametrize("dtype", [0, 1])  # f32, bf16
+def test_host_fold_split_accumulate_is_bit_identical(dtype: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto.reduce import host_fold
+
+    rng = np.random.default_rng(3)
+    n = (1 << 21) + 3
+    blobs = []
+    for r in range(3):
+        a = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3)).astype(np.float32)
+        a[r::7] = -0.0
+        blobs.append(encode_round_frame_bytes(
+            RoundFrame(0, 1.0, [TensorPayload.from_array(a, dtype=dtype)]), SALT))
+
+    def fold() -> bytes | None:
+        f = HostFold([0, 1, 2], SALT)
+        out = None
+        for r, b in enumerate(blobs):
+            out = f.deposit(r, b)
+        return out
+
+    split = fold()
+    monkeypatch.setattr(host_fold, "_SPLIT_MIN_ELEMS", 1 << 62)
+    assert split is not None and split == fold()

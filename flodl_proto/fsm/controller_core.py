@@ -86,6 +86,7 @@ from ..codec.round_frame import RoundFrame, RoundKind, decode_round_frame
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
 from ..reduce import OuterOptimizer, OuterStepper, is_realized, reduce_realized_work
+from ..reduce._kernels import default_threads
 from ..spec import (
     CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_LEN,
@@ -604,6 +605,8 @@ class ControllerCore:
         self.dead_ranks = ledger
         self._stepper = OuterStepper(outer) if outer is not None else None
         self._checkpoint = checkpoint
+        #: the reduce splits large tensors across this many threads (the CPUs, at most 4)
+        self._reduce_threads = default_threads()
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
@@ -1013,7 +1016,8 @@ class ControllerCore:
         chosen = {r.index for r in expected}
         frames = [r.frame if r.index in chosen else None for r in self._relays]
         try:
-            consensus = reduce_realized_work(frames, version=self.version)
+            consensus = reduce_realized_work(frames, version=self.version,
+                                             threads=self._reduce_threads)
             if self._stepper is not None:
                 consensus = self._stepper.process_frame(consensus)
             buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt))

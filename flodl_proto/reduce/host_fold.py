@@ -79,6 +79,9 @@ _AFTER_TENSOR_ERRORS = frozenset({"frame.footer_read_failed", "frame.auth_failed
 
 _BODY_AT = ROUND_FRAME_HEADER_LEN + 1 + 8
 
+#: a tensor of at least this many elements is accumulated by two threads (2**21)
+_SPLIT_MIN_ELEMS = 1 << 21
+
 
 @dataclass(slots=True)
 class _Round:
@@ -149,6 +152,7 @@ class HostFold:
         self._error: ProtocolError | None = None
         self._rounds = 0
         self._ws: K.Workspace | None = None
+        self._ws2: K.Workspace | None = None
 
     # -- introspection -------------------------------------------------------------------------
     @property
@@ -389,7 +393,35 @@ class HostFold:
         if p.nbytes != acc.shape[0] * es:
             raise protocol_error("fold.accumulate_nbytes", rank=rank, index=ti, got=p.nbytes,
                                  numel=acc.shape[0], element_size=es)
-        K.accumulate(acc, _view(p), p.dtype, self._workspace())
+        self._accumulate(acc, _view(p), p.dtype)
+
+    def _accumulate(self, acc: npt.NDArray[np.float32], view: npt.NDArray[Any], dtype: int) -> None:
+        """``K.accumulate`` split in halves across two threads for a large tensor (the add is
+        element-wise, so the halves are independent; the second thread is joined here)."""
+        n = acc.shape[0]
+        if n < _SPLIT_MIN_ELEMS or K.default_threads() < 2:
+            K.accumulate(acc, view, dtype, self._workspace())
+            return
+        half = n // 2
+        if self._ws2 is None:
+            self._ws2 = K.Workspace()
+        ws2 = self._ws2
+        errors: list[BaseException] = []
+
+        def second() -> None:
+            try:
+                K.accumulate(acc[half:], view[half:], dtype, ws2)
+            except BaseException as e:  # pragma: no cover - re-raised below
+                errors.append(e)
+
+        t = threading.Thread(target=second, name="flodl-fold")
+        t.start()
+        try:
+            K.accumulate(acc[:half], view[:half], dtype, self._workspace())
+        finally:
+            t.join()
+        if errors:  # pragma: no cover - the kernel raises nothing on validated input
+            raise errors[0]
 
     def _promote(self, rnd: _Round) -> list[npt.NDArray[np.float32]]:
         v3 = self._version >= 3
