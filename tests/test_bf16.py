@@ -127,3 +127,21 @@ def test_scale_leaves_a_trailing_partial_element_alone() -> None:
     assert out[:4] == np.array([1.0], np.float32).tobytes() and out[4:] == b"\xaa\xbb"
     with pytest.raises(InvalidValue, match="scale_payload: unsupported wire dtype tag 3"):
         scale_payload(3, data, 0.5)
+
+
+@pytest.mark.parametrize("dtype", [0, 1])
+def test_scale_into_a_caller_buffer(dtype: int) -> None:
+    """``out=``: the same bytes as a fresh buffer, written over stale contents (a trailing
+    partial element copied too), a larger buffer used from its start; a bad buffer is refused."""
+    rng = np.random.default_rng(11 + dtype)
+    data = rng.integers(0, 256, 4 * 1001 + 3, dtype=np.uint8).tobytes()
+    want = bytes(scale_payload(dtype, data, 0.37))
+    out = np.full(len(data) + 64, 0xEE, np.uint8)
+    got = scale_payload(dtype, data, 0.37, out=out)
+    assert bytes(got) == want
+    assert np.frombuffer(got, np.uint8).ctypes.data == out.ctypes.data
+    assert bytes(out[len(data):]) == b"\xee" * 64
+    for bad in (np.empty(len(data) - 1, np.uint8), np.empty(len(data), np.uint16),
+                np.empty((2, len(data)), np.uint8)):
+        with pytest.raises(ValueError):
+            scale_payload(dtype, data, 0.37, out=bad)

@@ -179,6 +179,79 @@ def test_kernel_level_fold_all_patterns() -> None:
     assert np.array_equal(nan32, gn)
 
 
+@pytest.mark.parametrize("dtype", [0, 1])
+@pytest.mark.parametrize("count", [0, 1, 2, 3])
+@pytest.mark.parametrize("with_acc", [False, True])
+def test_fold_into_matches_the_kernel_sequence(dtype: int, count: int, with_acc: bool) -> None:
+    """fold_into (one pass: sums plus views, encoded) equals promote / accumulate / encode_sums,
+    on both backends; promote_into and encode_sums_into equal promote and encode_sums and
+    overwrite whatever their buffers held."""
+    n = 2 * 65_536 + 9
+    if dtype == 1:
+        views = _cohort(max(count, 1) + 1, seed=20 + count, n=n)
+    else:
+        rng = np.random.default_rng(30 + count)
+        views = [rng.standard_normal(n).astype(np.float32) for _ in range(max(count, 1) + 1)]
+        for i, v in enumerate(views):
+            v[i::11] = -0.0
+            v[i::97] = np.nan
+    start = views[-1] if with_acc else None
+    contribs = views[:count]
+    if not with_acc and count == 0:
+        start = None
+
+    def sequence() -> tuple[bytes, bytes]:
+        ws = K.Workspace()
+        if start is not None:
+            acc = K.promote(start, dtype, n, ws)
+            rest = contribs
+        elif contribs:
+            acc = K.promote(contribs[0], dtype, n, ws)
+            rest = contribs[1:]
+        else:
+            acc = K.promote(None, dtype, n, ws)
+            rest = []
+        for v in rest:
+            K.accumulate(acc, v, dtype, ws)
+        return K.encode_sums(acc, dtype, ws).tobytes(), acc.tobytes()
+
+    def one_pass() -> tuple[bytes, bytes]:
+        ws = K.Workspace()
+        acc = None
+        if start is not None:
+            acc = np.full(n, 7.0, np.float32)  # stale contents: promote_into overwrites them
+            K.promote_into(acc, start, dtype, ws)
+        out = np.full(n, 0x1234, np.uint16) if dtype == 1 else np.full(n, 5.0, np.float32)
+        K.fold_into(out, acc, contribs, dtype, ws)
+        return out.tobytes(), (acc.tobytes() if acc is not None else b"")
+
+    def encoded() -> bytes:
+        ws = K.Workspace()
+        acc = K.promote(views[0], dtype, n, ws)
+        if dtype == 0:
+            return K.encode_sums(acc, dtype, ws).tobytes()
+        out = np.full(n, 0xFFFF, np.uint16)
+        K.encode_sums_into(acc, out, ws)
+        return out.tobytes()
+
+    (ref16, ref32), (got16, got32) = _both(sequence)
+    (one16, one32), (onej16, onej32) = _both(one_pass)
+    if dtype == 1:
+        _assert_same(ref16, got16)
+        assert one16 == ref16 and onej16 == got16
+        if start is not None:
+            assert one32 == ref32 and onej32 == got32
+        e_np, e_jit = _both(encoded)
+        assert e_np == K.encode_sums(K.promote(views[0], 1, n, K.Workspace()), 1,
+                                     K.Workspace()).tobytes()
+        _assert_same(e_np, e_jit)
+    else:
+        assert one16 == ref16 == got16 == onej16
+        if start is not None:
+            assert one32 == ref32
+        assert _both(encoded)[0] == (views[0] + np.float32(0.0)).tobytes()
+
+
 def test_encode_random_f32_patterns() -> None:
     """encode_sums on 2**21 + 7 random f32 bit patterns (NaN payloads, subnormals, ties):
     exactly equal (no arithmetic, so no NaN choice)."""

@@ -76,8 +76,11 @@ __all__ = [
     "encode_bf16",
     "encode_bf16_array",
     "encode_sums",
+    "encode_sums_into",
+    "fold_into",
     "kernel_backend",
     "promote",
+    "promote_into",
     "scale_bf16",
     "set_kernel_backend",
     "sum_contributions",
@@ -429,22 +432,43 @@ def promote(view: npt.NDArray[Any] | None, dtype: int, numel: int, ws: Workspace
 
     Upstream: ``payload_to_f32`` (zeros, then one accumulate).
     """
-    acc: F32Array = np.zeros(numel, F32) if view is None else np.empty(numel, F32)
     if view is None:
-        return acc
+        return np.zeros(numel, F32)
+    acc: F32Array = np.empty(numel, F32)
+    promote_into(acc, view, dtype, ws)
+    return acc
+
+
+@_quiet
+def promote_into(acc: F32Array, view: npt.NDArray[Any] | None, dtype: int,
+                 ws: Workspace) -> None:
+    """:func:`promote` into an existing accumulator: ``acc[i] = 0.0 + decode(view[i])`` (every
+    element written, so ``acc`` may hold anything before; zeros when ``view`` is None).
+
+    Args:
+        acc: flat ``<f4`` array of the tensor's element count (a slice of a larger one is fine).
+        view: flat payload elements (``<f4`` for f32, ``<u2`` bf16 bits), same length, or None.
+        dtype: wire dtype tag (f32 or bf16).
+        ws: scratch of the calling thread.
+
+    Upstream: ``payload_to_f32`` (zeros, then one accumulate).
+    """
+    numel = acc.shape[0]
+    if view is None:
+        acc.fill(_ZERO)
+        return
     if dtype == DTYPE_F32:
         np.add(view, _ZERO, out=acc)
-        return acc
+        return
     jit = _jit_for(numel)
     if jit is not None:
         jit.bf16_widen_first(acc, view)
-        return acc
+        return
     for s in _chunks(0, numel):
         e = min(s + CHUNK_ELEMS, numel)
         a = acc[s:e]
         widen_bf16(view[s:e], a)
         np.add(a, _ZERO, out=a)
-    return acc
 
 
 @_quiet
@@ -477,16 +501,92 @@ def encode_sums(acc: F32Array, dtype: int, ws: Workspace) -> npt.NDArray[Any]:
     """
     if dtype == DTYPE_F32:
         return acc
+    out: U16Array = np.empty(acc.shape[0], U16)
+    encode_sums_into(acc, out, ws)
+    return out
+
+
+@_quiet
+def encode_sums_into(acc: F32Array, out: U16Array, ws: Workspace) -> None:
+    """bf16 bits of the f32 sums ``acc`` into ``out`` (flat, same length; every element
+    written): :func:`encode_sums`'s bf16 arm into a caller's buffer.
+
+    Upstream: ``f32_slice_to_payload_bytes`` (bf16 arm).
+    """
     n = acc.shape[0]
-    out: U16Array = np.empty(n, U16)
     jit = _jit_for(n)
     if jit is not None:
         jit.bf16_encode(acc, out)
-        return out
+        return
     for s in _chunks(0, n):
         e = min(s + CHUNK_ELEMS, n)
         encode_bf16(acc[s:e], out[s:e], ws)
-    return out
+
+
+@_quiet
+def fold_into(
+    out: npt.NDArray[Any],
+    acc: F32Array | None,
+    views: Sequence[npt.NDArray[Any]],
+    dtype: int,
+    ws: Workspace,
+) -> None:
+    """The last step of a fold in one pass: ``out = encode(sum)`` where ``sum`` is ``acc`` plus
+    every view in order (``acc`` None: ``0.0 + views[0]`` plus the rest; no views either:
+    ``+0.0``), each contribution widened and added in f32 exactly as :func:`promote` and
+    :func:`accumulate` do, then encoded as :func:`encode_sums` does (bit-identical to that
+    sequence), chunk by chunk so no f32 array is written when ``acc`` is None.
+
+    Args:
+        out: flat result array of ``dtype`` (``<f4`` or ``<u2``), every element written; for f32
+            it may be ``acc`` itself.
+        acc: flat ``<f4`` running sums of the same length, or None. When given it is updated in
+            place (it then holds the f32 sum).
+        views: flat payload elements (``<f4`` for f32, ``<u2`` bf16 bits), same length.
+        dtype: wire dtype tag (f32 or bf16).
+        ws: scratch of the calling thread.
+
+    Upstream: ``payload_to_f32``, ``accumulate_payload_into``, ``f32_slice_to_payload_bytes``.
+    """
+    n = out.shape[0]
+    if acc is None and not views:
+        out.fill(0)
+        return
+    if dtype == DTYPE_F32:
+        for s in _chunks(0, n):
+            e = min(s + CHUNK_ELEMS, n)
+            o = out[s:e]
+            rest = views
+            if acc is None:
+                np.add(views[0][s:e], _ZERO, out=o)
+                rest = views[1:]
+            elif acc is not out:
+                np.copyto(o, acc[s:e])
+            for v in rest:
+                np.add(o, v[s:e], out=o)
+            if acc is not None and acc is not out:
+                np.copyto(acc[s:e], o)
+        return
+    if dtype != DTYPE_BF16:  # pragma: no cover - callers validate the tag
+        raise ValueError(f"dtype {dtype}")
+    if acc is None:
+        _sum_bf16(views, 0, n, out, None, ws)
+        return
+    jit = _jit_for(n)
+    for s in _chunks(0, n):
+        e = min(s + CHUNK_ELEMS, n)
+        a = acc[s:e]
+        for v in views:
+            if jit is not None:
+                jit.bf16_accumulate(a, v[s:e])
+            else:
+                t = ws.wide[: e - s]
+                widen_bf16(v[s:e], t)
+                np.add(a, t, out=a)
+        if jit is not None:
+            jit.bf16_encode(a, out[s:e])
+        else:
+            encode_bf16(a, out[s:e], ws)
 
 
 @_quiet

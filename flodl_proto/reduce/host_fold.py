@@ -18,6 +18,14 @@ Any protocol error (parse, MAC, schema, double deposit) is fatal for the fold: i
 raised again by every later call (the relay tears its data channel down). A frame from a rank that
 is already dead is dropped. A dead rank's already-merged contribution stays in the round.
 
+How the sums are computed does not change them (each element is ``0.0 + seed + x1 + ...`` in
+f32, in deposit order, encoded once): a tensor's seed is widened into an f32 accumulator only
+when a deposit that does not complete the round merges into it; the deposit that completes the
+round adds into (and the completion encodes) each tensor in one pass straight to the output, so
+a two-rank host writes no f32 array at all. Accumulators and outputs are pooled arrays reused
+from round to round (no page faults on the fold's critical path), and a large tensor is split in
+halves across two threads.
+
 Error order follows upstream's streamed parse: a later deposit's tensors are checked and merged
 one at a time as the reader reaches them, before its footer is verified, so a schema error in an
 early tensor is reported before a truncation or MAC error further on; the frame's kind and tensor
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -79,8 +88,51 @@ _AFTER_TENSOR_ERRORS = frozenset({"frame.footer_read_failed", "frame.auth_failed
 
 _BODY_AT = ROUND_FRAME_HEADER_LEN + 1 + 8
 
-#: a tensor of at least this many elements is accumulated by two threads (2**21)
+#: a tensor of at least this many elements is promoted, accumulated and encoded by two threads
+#: (2**21)
 _SPLIT_MIN_ELEMS = 1 << 21
+
+
+class _ArrayPool:
+    """Flat arrays (f32 running sums, bf16 encodings) reused from round to round.
+
+    A fresh multi-MiB array costs a page fault per 4 KiB page on first touch, on the fold's
+    critical path; a pooled one is already mapped. An array is handed out only when nothing but
+    the pool references it (no view, memoryview or frame of a finished round holds it), and every
+    user overwrites all of its elements, so no round sees another round's data. Arrays not handed
+    out in the current or the previous round are dropped (:meth:`end_round`), so the pool holds
+    at most two rounds' working sets.
+    """
+
+    __slots__ = ("_entries", "_round")
+
+    #: references to a pooled array that nobody else holds: the entry list, the loop variable
+    #: and getrefcount's argument
+    _FREE_REFS = 3
+
+    def __init__(self) -> None:
+        self._entries: list[list[Any]] = []  # [array, last round it was handed out]
+        self._round = 0
+
+    def acquire(self, numel: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """A flat ``numel``-element array of ``dtype`` (contents unspecified)."""
+        for entry in self._entries:
+            arr = entry[0]
+            if (arr.shape[0] == numel and arr.dtype == dtype
+                    and sys.getrefcount(arr) <= self._FREE_REFS):
+                entry[1] = self._round
+                return arr  # type: ignore[no-any-return]
+        arr = np.empty(numel, dtype)
+        self._entries.append([arr, self._round])
+        return arr
+
+    def end_round(self) -> None:
+        """Close a round: drop the arrays not handed out in it or in the one before."""
+        self._entries = [e for e in self._entries if e[1] >= self._round - 1]
+        self._round += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(slots=True)
@@ -92,8 +144,12 @@ class _Round:
     deposited: set[int] = field(default_factory=set)
     #: per-tensor (dtype, shape) pinned by the seed
     schema: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
-    #: f32 running sums once promoted
-    sums: list[npt.NDArray[np.float32]] | None = None
+    #: once promoted: per tensor, its f32 running sums, or None while the seed's tensor has not
+    #: been materialised (it is folded straight into the output when the round's last deposit
+    #: merges into it, or at completion)
+    sums: list[npt.NDArray[np.float32] | None] | None = None
+    #: per tensor index, the encoded payload the round's last deposit produced
+    outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
 
 
 def _delivered(mv: memoryview, count: int) -> list[TensorPayload]:
@@ -153,6 +209,7 @@ class HostFold:
         self._rounds = 0
         self._ws: K.Workspace | None = None
         self._ws2: K.Workspace | None = None
+        self._pool = _ArrayPool()
 
     # -- introspection -------------------------------------------------------------------------
     @property
@@ -241,7 +298,8 @@ class HostFold:
         Returns:
             None while the round is incomplete (or ``rank`` is dead); when this deposit completes
             it, either the merged frame (f32 sums re-encoded in each tensor's dtype, summed
-            weight, the seed's kind; its payloads are fresh buffers) to be signed by the caller,
+            weight, the seed's kind; its payloads are the fold's buffers, reused by a later
+            round only once nothing references them any more) to be signed by the caller,
             e.g. with :func:`~flodl_proto.codec.mux.encode_frame_record`, or a memoryview of the
             seed frame's bytes (tag included; a view into the seed's blob, which the caller must
             not modify while using it) to ship verbatim.
@@ -354,8 +412,10 @@ class HostFold:
             frame = res[0]
             delivered = list(frame.tensors)
         expected = len(rnd.schema)
+        # the deposit that completes the round folds its tensors straight into the output
+        last = all(r == rank or r in self._dead or r in rnd.deposited for r in self._ranks)
         for ti, p in enumerate(delivered):
-            self._merge_tensor(rnd, rank, ti, p, expected)
+            self._merge_tensor(rnd, rank, ti, p, expected, last)
         if reader_error is not None:
             raise reader_error
         assert frame is not None
@@ -373,7 +433,7 @@ class HostFold:
         rnd.deposited.add(rank)
 
     def _merge_tensor(
-        self, rnd: _Round, rank: int, ti: int, p: TensorPayload, expected: int
+        self, rnd: _Round, rank: int, ti: int, p: TensorPayload, expected: int, last: bool
     ) -> None:
         if ti >= expected:
             raise protocol_error("fold.more_tensors", rank=rank, expected=expected)
@@ -388,19 +448,65 @@ class HostFold:
             return
         if rnd.sums is None:
             rnd.sums = self._promote(rnd)
-        acc = rnd.sums[ti]
+        numel = rnd.seed.tensors[ti].numel
         es = ELEMENT_SIZE[p.dtype]  # known: promotion validated every seed dtype
-        if p.nbytes != acc.shape[0] * es:
+        if p.nbytes != numel * es:
             raise protocol_error("fold.accumulate_nbytes", rank=rank, index=ti, got=p.nbytes,
-                                 numel=acc.shape[0], element_size=es)
+                                 numel=numel, element_size=es)
+        acc = rnd.sums[ti]
+        if last:  # no later deposit reads the sums: sum and encode in one pass
+            rnd.outs[ti] = self._fold_out(rnd, ti, acc, _view(p))
+            return
+        if acc is None:
+            acc = rnd.sums[ti] = self._materialise(rnd, ti)
         self._accumulate(acc, _view(p), p.dtype)
 
+    def _seed_view(self, rnd: _Round, ti: int) -> npt.NDArray[Any] | None:
+        """The seed's tensor ``ti`` as elements, or None for an elided one (zeros)."""
+        t = rnd.seed.tensors[ti]
+        return None if (self._version >= 3 and t.elided) else _view(t)
+
+    def _materialise(self, rnd: _Round, ti: int) -> npt.NDArray[np.float32]:
+        """Tensor ``ti``'s running sums: a pooled f32 array holding ``0.0 + seed``."""
+        t = rnd.seed.tensors[ti]
+        acc = self._pool.acquire(t.numel, K.F32)
+        view = self._seed_view(rnd, ti)
+        dtype = t.dtype
+        self._split(t.numel, lambda lo, hi, ws: K.promote_into(
+            acc[lo:hi], None if view is None else view[lo:hi], dtype, ws))
+        return acc
+
+    def _fold_out(self, rnd: _Round, ti: int, acc: npt.NDArray[np.float32] | None,
+                  view: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+        """Tensor ``ti``'s payload: its sums (``acc``, or ``0.0 + seed`` when None) plus
+        ``view`` (None: nothing more), encoded in its dtype, in one pass (``K.fold_into``)."""
+        dtype, _ = rnd.schema[ti]
+        numel = rnd.seed.tensors[ti].numel
+        if dtype == DTYPE_F32 and acc is not None:
+            if view is None:
+                return acc  # f32 sums are their own encoding
+            out = acc
+        else:
+            out = self._pool.acquire(numel, K.F32 if dtype == DTYPE_F32 else K.U16)
+        views = [] if acc is not None else [self._seed_view(rnd, ti)]
+        views.append(view)
+        present = [v for v in views if v is not None]
+        self._split(numel, lambda lo, hi, ws: K.fold_into(
+            out[lo:hi], None if acc is None else acc[lo:hi], [v[lo:hi] for v in present],
+            dtype, ws))
+        return out
+
     def _accumulate(self, acc: npt.NDArray[np.float32], view: npt.NDArray[Any], dtype: int) -> None:
-        """``K.accumulate`` split in halves across two threads for a large tensor (the add is
-        element-wise, so the halves are independent; the second thread is joined here)."""
-        n = acc.shape[0]
+        """``K.accumulate`` (split in halves across two threads for a large tensor)."""
+        self._split(acc.shape[0],
+                    lambda lo, hi, ws: K.accumulate(acc[lo:hi], view[lo:hi], dtype, ws))
+
+    def _split(self, n: int, body: Any) -> None:
+        """``body(lo, hi, workspace)`` over ``[0, n)``: in one call for a small tensor, else in
+        halves on two threads (the kernels are element-wise, so the halves are independent and
+        the result is bit-identical; the second thread is joined here, its error re-raised)."""
         if n < _SPLIT_MIN_ELEMS or K.default_threads() < 2:
-            K.accumulate(acc, view, dtype, self._workspace())
+            body(0, n, self._workspace())
             return
         half = n // 2
         if self._ws2 is None:
@@ -410,20 +516,20 @@ class HostFold:
 
         def second() -> None:
             try:
-                K.accumulate(acc[half:], view[half:], dtype, ws2)
+                body(half, n, ws2)
             except BaseException as e:  # pragma: no cover - re-raised below
                 errors.append(e)
 
         t = threading.Thread(target=second, name="flodl-fold")
         t.start()
         try:
-            K.accumulate(acc[:half], view[:half], dtype, self._workspace())
+            body(0, half, self._workspace())
         finally:
             t.join()
         if errors:  # pragma: no cover - the kernel raises nothing on validated input
             raise errors[0]
 
-    def _promote(self, rnd: _Round) -> list[npt.NDArray[np.float32]]:
+    def _promote(self, rnd: _Round) -> list[npt.NDArray[np.float32] | None]:
         v3 = self._version >= 3
         total = 0
         for t in rnd.seed.tensors:  # every check first, in upstream's order, then allocate
@@ -436,14 +542,9 @@ class HostFold:
             total += t.numel * es
         if total > self._ceiling:
             raise protocol_error("fold.elided_too_large", nbytes=total, ceiling=self._ceiling)
-        ws = self._workspace()
-        sums = [
-            K.promote(None if (v3 and t.elided) else _view(t), t.dtype, t.numel, ws)
-            for t in rnd.seed.tensors
-        ]
-        rnd.seed_bytes = memoryview(b"")  # the blob is no longer referenced
-        rnd.seed = RoundFrame(rnd.seed.kind, rnd.seed.weight, ())
-        return sums
+        # the seed's tensors are materialised (or folded into the output) when first needed;
+        # the seed's blob stays referenced until the round completes
+        return [None] * len(rnd.seed.tensors)
 
     def _complete(self) -> RoundFrame | memoryview | None:
         try:
@@ -461,13 +562,15 @@ class HostFold:
         self._round = None
         self._rounds += 1
         if rnd.sums is None:
+            self._pool.end_round()
             return rnd.seed_bytes
-        ws = self._workspace()
-        tensors = [
-            TensorPayload(dtype, shape,
-                          K.encode_sums(acc, dtype, ws).view(np.uint8).data)
-            for (dtype, shape), acc in zip(rnd.schema, rnd.sums, strict=True)
-        ]
+        tensors = []
+        for ti, ((dtype, shape), acc) in enumerate(zip(rnd.schema, rnd.sums, strict=True)):
+            out = rnd.outs.get(ti)
+            if out is None:  # not merged by the last deposit: encode the sums as they stand
+                out = self._fold_out(rnd, ti, acc, None)
+            tensors.append(TensorPayload(dtype, shape, out.view(np.uint8).data))
+        self._pool.end_round()
         return RoundFrame(rnd.kind, rnd.weight, tensors)
 
 

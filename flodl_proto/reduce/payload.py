@@ -147,7 +147,8 @@ def decode_payload(dtype: int, data: BytesLike) -> npt.NDArray[np.float32]:
     return bf16_to_f32(view)
 
 
-def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any]) -> memoryview:
+def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any], *,
+                  out: npt.NDArray[np.uint8] | None = None) -> memoryview:
     """Multiply every element of a payload by ``factor``: decode to f32, multiply in f32, re-encode.
 
     Args:
@@ -155,14 +156,18 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any])
         data: the payload bytes (little-endian elements); not modified.
         factor: the scale; converted to f32 first (round-to-nearest-even), the product is computed
             in f32 and re-encoded once (one rounding for bf16).
+        out: optional destination: a flat ``uint8`` array of at least ``len(data)`` bytes whose
+            first ``len(data)`` bytes receive the result (all of them written; it must not
+            overlap ``data``). Default: a fresh buffer.
 
     Returns:
         The scaled payload, same length, as a flat unsigned-byte memoryview over a fresh buffer
-        (one pass, no further copy). As upstream, trailing bytes that do not make a whole element
-        are left as they were.
+        (or over ``out``; one pass, no further copy). As upstream, trailing bytes that do not
+        make a whole element are left as they were.
 
     Raises:
         InvalidValue (local): unknown ``dtype`` (``scale.unknown_dtype``).
+        ValueError: ``out`` is not a flat ``uint8`` array of at least ``len(data)`` bytes.
 
     Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (also the rank-side
     realized-work pre-scale, bit-identical to libtorch ``mul_scalar``).
@@ -173,7 +178,12 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any])
     mv = as_view(data)
     n = mv.nbytes // es
     whole = n * es
-    out = np.empty(mv.nbytes, np.uint8)
+    if out is None:
+        out = np.empty(mv.nbytes, np.uint8)
+    else:
+        if out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < mv.nbytes:
+            raise ValueError(f"out must be a flat uint8 array of >= {mv.nbytes} bytes")
+        out = out[:mv.nbytes]
     if whole < mv.nbytes:
         out[whole:] = np.frombuffer(mv[whole:], np.uint8)
     src = _typed_view(dtype, mv, n)

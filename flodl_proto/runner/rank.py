@@ -129,7 +129,8 @@ def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
 
     The product is computed in f32 and rounded once into the wire dtype (bf16 with upstream's
     rounding and NaN rule). ``out`` (f32, ``arr.size`` elements) receives an f32 product that
-    goes on the wire as is, sparing an allocation per round.
+    goes on the wire as is, or the bf16 product of a bf16 array (in its first half), sparing an
+    allocation per round.
     """
     src_bf16 = arr.dtype == _BF16
     flat = np.ascontiguousarray(arr).reshape(-1)
@@ -144,7 +145,8 @@ def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
     f = np.float32(scale)
     with np.errstate(all="ignore"):
         if src_bf16 and wire is Dtype.BF16:
-            data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f)
+            dst = None if out is None else out.view(np.uint8)  # 4 bytes per element: room
+            data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f, out=dst)
         else:
             wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
             if wire is Dtype.F32 and out is not None and not src_bf16:

@@ -656,6 +656,8 @@ class Relay:
             assert isinstance(item, list)
             try:
                 n = send_all(up, item)
+                # the record's buffers (the fold's pooled arrays) are free for its next round
+                item = None
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as e:
                 log.info("relay %s: controller connection closed while writing: %s",
                          self.host, e)
