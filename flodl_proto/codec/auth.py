@@ -44,7 +44,10 @@ class Premac:
     covered bytes again, but only when ``covered`` equals the number of bytes the tag covers
     (otherwise it hashes them itself). Compute it with :func:`new_mac` over exactly those bytes of
     the very buffer handed to the decoder, after they were written and before anything could
-    change them.
+    change them. The decoder trusts it: a ``Premac`` computed over other bytes (another buffer,
+    an earlier round's frame of the same size) makes it accept whatever those bytes
+    authenticate, so never build one from anything but the bytes being decoded, and never take
+    one from a peer.
 
     Attributes:
         covered: how many covered bytes ``digest`` was computed over (a RoundFrame: the frame's
