@@ -473,3 +473,34 @@ def test_bf16_staging_scaled_into_the_reused_scratch() -> None:
         expect = bf16_from_f32(xb.astype(np.float32) * np.float32(scale)).tobytes()
         assert bytes(p.data) == expect
         assert np.frombuffer(p.data, np.uint8).ctypes.data == scratch.ctypes.data
+
+
+def test_reply_buffers_are_reused_only_when_released() -> None:
+    """Replies land in a reused buffer once nothing holds the earlier reply: a held reply (or
+    a view of its payload) is never overwritten by a later round; without one the client
+    alternates between two buffers (the last reply's and the next one)."""
+    replies = [frame(np.full(4096, float(k), np.float32)) for k in range(10)]
+
+    def rounds(relay: FakeRelay, conn: socket.socket) -> None:
+        for r in replies:
+            _reply(r)(relay, conn)
+
+    fake = FakeRelay(acking(2, rounds))
+    with RankClient.connect(fake.addr, 0, 1, SALT) as c:
+        held = c.all_reduce(frame(np.zeros(4096, np.float32)))
+        view = np.frombuffer(held.tensors[0].data, np.float32)
+        for k in range(1, 5):
+            got = c.all_reduce(frame(np.zeros(4096, np.float32)))
+            assert (np.frombuffer(got.tensors[0].data, np.float32) == float(k)).all()
+            del got
+            assert (view == 0.0).all()
+            assert len(c._reply_bufs) <= 2
+        del held, view
+        addrs = []
+        for k in range(5, 10):
+            got = c.all_reduce(frame(np.zeros(4096, np.float32)))
+            assert (np.frombuffer(got.tensors[0].data, np.float32) == float(k)).all()
+            addrs.append(np.frombuffer(got.tensors[0].data, np.uint8).ctypes.data)
+            del got
+        assert len(set(addrs[1:])) == 2 and addrs[1] == addrs[3] and addrs[2] == addrs[4]
+    fake.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -74,6 +75,11 @@ log = logging.getLogger(__name__)
 _F32 = np.dtype("<f4")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _U32_MAX = 0xFFFFFFFF
+#: reply buffers a client keeps for reuse (the last reply is held, the next one is read)
+_REPLY_BUFFERS = 2
+#: references to a kept reply buffer that nobody else holds: the list, the loop variable and
+#: getrefcount's argument
+_FREE_REFS = 3
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -197,6 +203,7 @@ class RankClient:
         #: per tensor index, the f32 buffer of the last pre-scaled payload (reused: a request's
         #: payloads are not referenced once its round is over)
         self._scratch: dict[int, npt.NDArray[np.float32]] = {}
+        self._reply_bufs: list[npt.NDArray[np.uint8]] = []
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -305,7 +312,7 @@ class RankClient:
             raise protocol_error("client.reply_closed", round=self.rounds)
         n = decode_len_prefix(prefix, ceiling=self.ceiling)
         assert n is not END_OF_STREAM
-        buf = np.empty(LEN_PREFIX_LEN + n, dtype=np.uint8)
+        buf = self._reply_buffer(LEN_PREFIX_LEN + n)
         view = buf.data
         view[:LEN_PREFIX_LEN] = prefix
         # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
@@ -333,7 +340,8 @@ class RankClient:
             frame: the contribution, already pre-scaled (Model) or raw (Control).
 
         Returns:
-            The consensus RoundFrame (payloads are views into a fresh reply buffer);
+            The consensus RoundFrame (payloads are views into a reply buffer no earlier
+            reply still held by anyone uses);
             :attr:`last_reply` holds its wire bytes too.
 
         Raises:
@@ -404,6 +412,25 @@ class RankClient:
             adopted = True
         self.last_reply = ReduceReply(reply, raw, adopted)
         return self.last_reply
+
+    def _reply_buffer(self, size: int) -> npt.NDArray[np.uint8]:
+        """A ``size``-byte buffer for the next reply: an earlier reply's when nothing references
+        it any more (its :class:`ReduceReply`, frame and payload views all dropped; the one in
+        :attr:`last_reply` is still referenced), else a fresh one. At most
+        :data:`_REPLY_BUFFERS` are kept; reusing spares a fresh multi-MiB buffer's page faults
+        while the reply arrives."""
+        for buf in self._reply_bufs:
+            if buf.shape[0] == size and sys.getrefcount(buf) <= _FREE_REFS:
+                return buf
+        fresh = np.empty(size, dtype=np.uint8)
+        if len(self._reply_bufs) < _REPLY_BUFFERS:
+            self._reply_bufs.append(fresh)
+        else:  # replace a buffer nobody holds (another size), if any
+            for i, buf in enumerate(self._reply_bufs):
+                if sys.getrefcount(buf) <= _FREE_REFS:
+                    self._reply_bufs[i] = fresh
+                    break
+        return fresh
 
     def _scratch_for(self, index: int, arr: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
         buf = self._scratch.get(index)
