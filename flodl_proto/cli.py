@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from . import __version__, commands
 from .errors import LocalProtocolError
-from .reduce._kernels import check_backend_name
+from .reduce._kernels import check_backend_name, set_kernel_backend
 from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 __all__ = ["build_parser", "main"]
@@ -49,8 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flodl-proto`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:  # a typo in the kernel choice is reported now, not at the first bf16 reduce
-        check_backend_name(os.environ.get("FLODL_PROTO_KERNELS", ""), origin="FLODL_PROTO_KERNELS")
+    try:  # a bad kernel choice is reported now, not at the first bf16 reduce of every process
+        if check_backend_name(os.environ.get("FLODL_PROTO_KERNELS", ""),
+                              origin="FLODL_PROTO_KERNELS") == "numba":
+            set_kernel_backend()
     except LocalProtocolError as exc:
         parser.error(str(exc))
     level = getattr(args, "log_level", "WARNING")

@@ -26,9 +26,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def vectors_root() -> Path:
-    """The vector folder under test: ``$FLODL_VECTORS`` or ``../shared/vectors``."""
+    """The vector folder under test: ``$FLODL_VECTORS``; else the shared vector folder
+    ``../shared/vectors`` beside the checkout when present; else the copy bundled in the package
+    (``flodl_proto/_vectors``)."""
     env = os.environ.get("FLODL_VECTORS")
-    return Path(env) if env else ROOT.parent / "shared" / "vectors"
+    if env:
+        return Path(env)
+    shared = ROOT.parent / "shared" / "vectors"
+    return shared if shared.is_dir() else ROOT / "flodl_proto" / "_vectors"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -362,3 +362,20 @@ def test_cli_rejects_bad_kernel_env(monkeypatch: pytest.MonkeyPatch,
     assert ei.value.code == 2
     assert "FLODL_PROTO_KERNELS must be one of auto, numpy, numba, got 'jit'" in \
         capsys.readouterr().err
+
+
+def test_cli_rejects_unloadable_numba_at_startup(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    before = K.kernel_backend()
+    monkeypatch.setenv("FLODL_PROTO_KERNELS", "numba")
+    monkeypatch.setitem(sys.modules, "flodl_proto.reduce._jit", None)
+    try:
+        with pytest.raises(SystemExit) as ei:
+            cli_main(["docs", "--check"])
+        assert ei.value.code == 2
+        err = capsys.readouterr().err
+        assert "kernel backend 'numba' requested but the compiled kernels cannot be loaded" in err
+        assert K.kernel_backend() == before
+    finally:
+        monkeypatch.undo()
+        K.set_kernel_backend(before)
