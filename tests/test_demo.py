@@ -83,22 +83,30 @@ def test_demo_rejects_bad_arguments() -> None:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
-def test_interrupted_demo_leaves_no_process_behind() -> None:
+@pytest.mark.parametrize("how", ["sigterm-to-demo", "ctrl-c-to-process-group"])
+def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
+    """SIGTERM to the demo, or a terminal's Ctrl-C (SIGINT to the whole process group): the
+    cluster is stopped, one line says so, no traceback, exit 130, no process left."""
     marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
          "100000", "--payload-mib", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, marker: "1"})
+        env={**os.environ, marker: "1"}, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while len(_marked(marker)) < 8 and time.monotonic() < deadline:  # demo + 7 children
             time.sleep(0.1)
         assert len(_marked(marker)) >= 8
         time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
-        assert proc.returncode == 1
+        if how == "sigterm-to-demo":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (out, err)
+        assert "interrupted after" in out
+        assert "Traceback" not in out + err
         deadline = time.monotonic() + 10
         while _marked(marker) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -19,7 +19,8 @@ Exit 0 only if every round completed, every rank holds the identical final conse
 final loss is within the printed tolerance of the optimum. With ``--kill-rank R@ROUND`` rank R's
 process is killed at round ROUND: its relay reports RankExit and the controller ends the run
 cleanly; the demo then checks that every surviving rank holds the identical consensus of the last
-completed round, reports it, and exits 0. Exit 1 when a check fails, 2 for a bad command line.
+completed round, reports it, and exits 0. Exit 1 when a check fails, 2 for a bad command line,
+130 when interrupted (Ctrl-C or SIGTERM: the cluster is stopped first).
 No child process outlives the demo.
 """
 
@@ -99,7 +100,9 @@ def register(sub: Any) -> None:
 
 # -- child processes -----------------------------------------------------------------------------
 def _preexec() -> None:  # pragma: no cover - runs in the child
-    """Die with the demo: ask Linux to SIGKILL the child when its parent goes away."""
+    """Die with the demo: ask Linux to SIGKILL the child when its parent goes away; ignore the
+    terminal's Ctrl-C (the demo handles it and stops its children itself)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
 
@@ -265,6 +268,11 @@ def run(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         res.wall = time.perf_counter() - t_start
+    if stop.is_set():
+        done = sum(1 for k in res.rounds if len(res.rounds[k]) == args.world_size)
+        console.print(f"[red]interrupted[/red] after {done} of {args.rounds} rounds; the cluster "
+                      "was stopped")
+        return 130
     for c in cluster.children:
         if c.name.startswith("relay"):
             res.relay_rc[c.name] = c.proc.returncode
