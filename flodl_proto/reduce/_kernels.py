@@ -74,7 +74,6 @@ __all__ = [
     "check_backend_name",
     "default_threads",
     "encode_bf16",
-    "encode_bf16_array",
     "encode_sums",
     "encode_sums_into",
     "fold_into",
@@ -140,6 +139,8 @@ def check_backend_name(value: object, origin: str = "kernel backend") -> str:
 
     Raises:
         InvalidValue (local): any other value (``kernels.unknown_backend``, naming ``origin``).
+
+    Upstream: none (a local configuration value).
     """
     name = value.strip().lower() if isinstance(value, str) else value
     if name == "":
@@ -197,7 +198,14 @@ def set_kernel_backend(name: str | None = None, *, min_elems: int = JIT_MIN_ELEM
 
 def kernel_backend() -> str:
     """The bf16 kernel backend in use (``"numpy"`` or ``"numba"``), choosing it from
-    ``$FLODL_PROTO_KERNELS`` on first call (see :func:`set_kernel_backend`)."""
+    ``$FLODL_PROTO_KERNELS`` on first call (see :func:`set_kernel_backend`).
+
+    Raises:
+        InvalidValue (local): on that first call, as :func:`set_kernel_backend` with no name
+            (a bad ``$FLODL_PROTO_KERNELS``, or ``numba`` requested and unusable).
+
+    Upstream: none (a local choice of how ``round_frame.rs``'s arithmetic is computed).
+    """
     if _backend["name"] is None:
         return set_kernel_backend(None)
     return str(_backend["name"])
@@ -555,17 +563,15 @@ def fold_into(
     if dtype == DTYPE_F32:
         for s in _chunks(0, n):
             e = min(s + CHUNK_ELEMS, n)
-            o = out[s:e]
+            o = out[s:e] if acc is None else acc[s:e]  # the running sums live here
             rest = views
             if acc is None:
                 np.add(views[0][s:e], _ZERO, out=o)
                 rest = views[1:]
-            elif acc is not out:
-                np.copyto(o, acc[s:e])
             for v in rest:
                 np.add(o, v[s:e], out=o)
             if acc is not None and acc is not out:
-                np.copyto(acc[s:e], o)
+                np.copyto(out[s:e], o)  # f32 sums are their own encoding
         return
     if dtype != DTYPE_BF16:  # pragma: no cover - callers validate the tag
         raise ValueError(f"dtype {dtype}")
@@ -607,21 +613,3 @@ def scale_bf16(src: U16Array, dst: U16Array, factor: np.float32) -> None:
         widen_bf16(src[s:e], t)
         np.multiply(t, factor, out=t)
         encode_bf16(t, dst[s:e], ws)
-
-
-@_quiet
-def encode_bf16_array(src: F32Array, dst: U16Array) -> None:
-    """bf16 bits of f32 ``src`` into ``dst`` (flat, same length, any size; upstream's rounding
-    and NaN rule), chunk by chunk on the NumPy backend.
-
-    Upstream: ``f32_to_bf16_bits``.
-    """
-    n = src.shape[0]
-    jit = _jit_for(n)
-    if jit is not None:
-        jit.bf16_encode(src, dst)
-        return
-    ws = Workspace(min(n, CHUNK_ELEMS))
-    for s in _chunks(0, n):
-        e = min(s + CHUNK_ELEMS, n)
-        encode_bf16(src[s:e], dst[s:e], ws)

@@ -66,7 +66,7 @@ def bf16_from_f32(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
     src = np.ascontiguousarray(values, dtype=K.F32)
     flat = src.reshape(-1)
     out = np.empty(flat.shape[0], K.U16)
-    K.encode_bf16_array(flat, out)
+    K.encode_sums_into(flat, out, K.Workspace(min(flat.shape[0], K.CHUNK_ELEMS)))
     return out.reshape(src.shape)
 
 
