@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .codec._common import END_OF_STREAM, BytesLike, as_view
+from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.handshake import decode_ack, decode_handshake, expect_channel_magic
 from .codec.loopback import decode_len_framed
@@ -64,7 +64,6 @@ from .spec import (
     MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     SUPPORTED_VERSIONS,
-    check_version,
 )
 
 __all__ = [

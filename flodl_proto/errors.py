@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from .spec import SPEC
+
 __all__ = [
     "KIND_CLASSES",
     "AuthenticationError",
@@ -205,8 +207,6 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
     Raises:
         KeyError: ``error_id`` is not in the catalogue (a programming error).
     """
-    from .spec import SPEC
-
     entry = SPEC.errors[error_id]
     side = entry.remote if remote is None else remote
     message = entry.template.format(**fields)

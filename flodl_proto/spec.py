@@ -35,7 +35,6 @@ __all__ = [
     "Spec",
     "SpecError",
     "Version",
-    "check_version",
     "find_spec_dir",
     "net_timeout_scale",
 ]
@@ -200,21 +199,6 @@ def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 SPEC: Final = Spec(find_spec_dir())
-
-
-def check_version(version: int) -> int:
-    """Validate a data-channel protocol version and return it.
-
-    Raises:
-        VersionMismatch (local): ``version`` is not 2 or 3.
-    """
-    if version not in SPEC.supported_versions:
-        from .errors import protocol_error
-
-        raise protocol_error(
-            "version.unsupported", got=version, supported=list(SPEC.supported_versions)
-        )
-    return version
 
 
 def net_timeout_scale() -> float:

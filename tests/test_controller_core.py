@@ -25,6 +25,11 @@ from flodl_proto.codec.mux import (
     encode_mux_record_bytes,
 )
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.codec.stream import (
+    RelayStream,
+    StreamEnded,
+    StreamFailed,
+)
 from flodl_proto.errors import (
     AuthenticationError,
     InvalidValue,
@@ -35,19 +40,18 @@ from flodl_proto.errors import (
 )
 from flodl_proto.fsm.controller_core import (
     HANDSHAKE_TIMEOUT,
+    ControllerCore,
+)
+from flodl_proto.fsm.events import (
     Action,
     CheckpointWindow,
     CloseConnection,
-    ControllerCore,
     Finished,
     RelayJoined,
-    RelayStream,
     RoundScattered,
     SendKind,
     SendTo,
     StopAccepting,
-    StreamEnded,
-    StreamFailed,
 )
 from flodl_proto.membership import DeadRanks
 from flodl_proto.reduce import OuterStepper, SlowMomentum, reduce_realized_work

@@ -12,6 +12,7 @@ from construct import Array, Bytes, FormatField
 
 from flodl_proto import errors, spec
 from flodl_proto.codec import structs
+from flodl_proto.codec._common import check_version
 
 PKG = Path(spec.__file__).resolve().parent
 
@@ -113,9 +114,9 @@ def test_magic_constants_written_only_in_the_spec() -> None:
 def test_versions() -> None:
     assert spec.DEFAULT_VERSION == 2
     assert spec.SUPPORTED_VERSIONS == (2, 3)
-    assert spec.check_version(3) == 3
+    assert check_version(3) == 3
     with pytest.raises(errors.VersionMismatch) as ei:
-        spec.check_version(4)
+        check_version(4)
     assert isinstance(ei.value, errors.LocalProtocolError)
 
 

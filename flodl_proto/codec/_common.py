@@ -10,7 +10,18 @@ import enum
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-__all__ = ["END_OF_STREAM", "BytesLike", "EndOfStream", "NeedData", "as_view", "check_ceiling"]
+from ..errors import protocol_error
+from ..spec import SPEC
+
+__all__ = [
+    "END_OF_STREAM",
+    "BytesLike",
+    "EndOfStream",
+    "NeedData",
+    "as_view",
+    "check_ceiling",
+    "check_version",
+]
 
 #: Anything the decoders accept without copying (NumPy arrays: pass ``memoryview(arr)``).
 BytesLike: TypeAlias = bytes | bytearray | memoryview
@@ -62,7 +73,21 @@ def check_ceiling(ceiling: int) -> int:
         InvalidValue (local): ``ceiling`` is not a non-negative integer.
     """
     if isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 0:
-        from ..errors import protocol_error
-
         raise protocol_error("ceiling.invalid", value=ceiling)
     return ceiling
+
+
+def check_version(version: int) -> int:
+    """Validate a data-channel protocol version and return it.
+
+    Raises:
+        VersionMismatch (local): ``version`` is not one of ``SPEC.supported_versions`` (2, 3).
+
+    Upstream: the version switch of ``flodl/src/distributed/relay/mux.rs`` (``Hello`` shape) and
+    ``controller/round_frame.rs`` (zero-elision from version 3).
+    """
+    if version not in SPEC.supported_versions:
+        raise protocol_error(
+            "version.unsupported", got=version, supported=list(SPEC.supported_versions)
+        )
+    return version

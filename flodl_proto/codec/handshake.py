@@ -30,9 +30,8 @@ from ..spec import (
     HANDSHAKE_LEN,
     HANDSHAKE_MAGIC_CONTROLLER_ACK,
     HANDSHAKE_MAGIC_RANK,
-    check_version,
 )
-from ._common import BytesLike, as_view
+from ._common import BytesLike, as_view, check_version
 from .structs import CHANNEL_MAGIC, HANDSHAKE, HANDSHAKE_ACK
 
 __all__ = [

@@ -20,6 +20,7 @@ Upstream: ``flodl/src/distributed/relay/mux.rs`` (``MuxRecord``, ``RelayControlM
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -38,9 +39,8 @@ from ..spec import (
     REC_CONTROL,
     REC_DATA,
     REC_HOST_FRAME,
-    check_version,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, check_version
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal, update_in_parallel
 from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
 from .round_frame import RoundFrame, decode_round_frame, round_frame_pieces
@@ -63,6 +63,8 @@ __all__ = [
     "encode_mux_record_bytes",
     "encode_mux_record_parts",
     "parse_mux_header",
+    "ranks_str",
+    "rust_debug",
 ]
 
 #: length of one model signature in ``Hello.model_sigs``
@@ -461,3 +463,36 @@ def decode_mux_record(
     if kind is RecordKind.CONTROL:
         return MuxRecord(kind, 0, payload, decode_control(payload, version)), end
     return MuxRecord(kind, 0, payload), end
+
+
+def rust_debug(record: MuxRecord, limit: int = 256) -> str:
+    """Upstream's ``{:?}`` rendering of a mux record, for messages that quote a record as
+    upstream's do (payload byte lists capped at ``limit`` bytes).
+
+    Upstream: Rust's derived ``Debug`` for ``relay/mux.rs`` ``MuxRecord`` / ``RelayControlMsg``.
+    """
+    def blist(mv: memoryview) -> str:
+        items = ", ".join(str(b) for b in bytes(mv[:limit]))
+        return f"[{items}{', ...' if mv.nbytes > limit else ''}]"
+
+    if record.kind is RecordKind.DATA:
+        return f"Data {{ rank: {record.rank}, payload: {blist(record.payload)} }}"
+    if record.kind is RecordKind.HOST_FRAME:
+        return f"HostFrame {{ payload: {blist(record.payload)} }}"
+    if record.kind is RecordKind.BROADCAST:
+        return f"Broadcast {{ payload: {blist(record.payload)} }}"
+    msg = record.control
+    if isinstance(msg, HelloAck):
+        return "Control(HelloAck)"
+    if isinstance(msg, RankExit | DeclareDead):
+        return f"Control({type(msg).__name__} {{ rank: {msg.rank} }})"
+    if isinstance(msg, Hello):
+        sigs = ", ".join("[" + ", ".join(str(b) for b in s) + "]" for s in msg.model_sigs)
+        return (f"Control(Hello {{ host: {json.dumps(msg.host)}, ranks: {ranks_str(msg.ranks)}, "
+                f"model_sigs: [{sigs}] }})")
+    return f"Control({msg!r})"  # pragma: no cover - every variant is handled above
+
+
+def ranks_str(ranks: Iterable[int]) -> str:
+    """A rank list as upstream's ``{:?}`` prints a ``Vec<u32>``: ``[0, 1, 2]``."""
+    return "[" + ", ".join(str(r) for r in ranks) + "]"

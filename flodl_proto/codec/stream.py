@@ -4,7 +4,10 @@ One decoder per leg:
 
 * :class:`RoundFrameDecoder` — back-to-back RoundFrames;
 * :class:`MuxRecordDecoder` — relay <-> controller records (optionally after the channel magic);
-* :class:`LenFramedDecoder` — loopback length-prefixed blobs.
+* :class:`LenFramedDecoder` — loopback length-prefixed blobs;
+* :class:`RelayStream` — one data-channel connection as the controller reads it (channel magic,
+  then mux records, a HostFrame's inner RoundFrame decoded too), pushed as :data:`StreamEvent`
+  values, zero copy for records that arrive whole.
 
 Usage (sans-IO)::
 
@@ -31,29 +34,49 @@ Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeAlias, TypeVar
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
+    CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     LEN_PREFIX_LEN,
     MUX_HEADER_LEN,
     ROUND_FRAME_HEADER_LEN,
+)
+from ._common import (
+    END_OF_STREAM,
+    BytesLike,
+    EndOfStream,
+    NeedData,
+    as_view,
+    check_ceiling,
     check_version,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
-from .auth import check_salt
+from .auth import Premac, check_salt
 from .handshake import expect_channel_magic
 from .loopback import decode_len_framed, decode_len_prefix
-from .mux import MuxRecord, decode_mux_record, parse_mux_header
+from .mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
 from .round_frame import RoundFrame, _FrameWalk, decode_round_frame
 
-__all__ = ["LenFramedDecoder", "MuxRecordDecoder", "RoundFrameDecoder"]
+__all__ = [
+    "LenFramedDecoder",
+    "MagicReceived",
+    "MuxRecordDecoder",
+    "RecordReceived",
+    "RelayStream",
+    "RoundFrameDecoder",
+    "StreamEnded",
+    "StreamEvent",
+    "StreamFailed",
+]
 
 T = TypeVar("T")
+_WHAT = "cluster_controller"
 
 
 class _StreamDecoder(Generic[T]):
@@ -268,4 +291,215 @@ class LenFramedDecoder(_StreamDecoder[memoryview]):
         raise AssertionError("a truncated blob decoded")  # pragma: no cover
 
 
+# -- the data channel as events (the runners' and the controller core's parser) -------------------
+@dataclass(frozen=True, slots=True)
+class MagicReceived:
+    """The 4-byte data-channel magic arrived and matched.
 
+    Attributes:
+        nbytes: bytes consumed (4).
+    """
+
+    nbytes: int = CHANNEL_MAGIC_LEN
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RecordReceived:
+    """One authenticated mux record.
+
+    Attributes:
+        record: the record (its payload is a view of the bytes that were fed).
+        frame: for a HostFrame, the decoded inner RoundFrame, or :data:`END_OF_STREAM` when the
+            payload ends inside the frame header, or the :class:`ProtocolError` the frame reader
+            raised (the core decides whether it matters); None for other kinds.
+        nbytes: bytes consumed (25 + payload length).
+    """
+
+    record: MuxRecord
+    frame: RoundFrame | EndOfStream | ProtocolError | None
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    """The peer closed the connection at a record boundary or inside a 25-byte record header
+    (a clean end of stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailed:
+    """The stream is unusable: a reader error (bad magic, MAC, truncation, ceiling...) or a read
+    failure reported by the runner.
+
+    Attributes:
+        error: the error.
+    """
+
+    error: ProtocolError
+
+
+StreamEvent: TypeAlias = MagicReceived | RecordReceived | StreamEnded | StreamFailed
+
+
+class RelayStream:
+    """Incremental parser of one data-channel connection: channel magic, then mux records.
+
+    Pure (no I/O), so a runner may run it on the connection's reader thread (MACs are verified
+    there, in parallel) and hand the events to the core. Bytes that complete records in the chunk
+    they arrive in are decoded in place (zero copy: records and frames are views of the chunk, so
+    the caller must not modify a chunk while frames decoded from it are alive); a record split
+    across chunks is buffered, the buffer growing only as bytes arrive, and its header is checked
+    (magic, version, ``payload_len`` against the frame ceiling) as soon as it is complete. After a
+    :class:`StreamFailed` or :class:`StreamEnded` the stream is done and ignores further input.
+
+    Args:
+        salt: 16-byte session salt.
+        version: data-channel protocol version (the ``Hello`` shape).
+        ceiling: frame ceiling in bytes.
+        expect_magic: the channel magic the stream starts with (``None``: no magic).
+
+    Raises:
+        InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
+
+    Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
+    ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
+    """
+
+    __slots__ = ("_buf", "_ceiling", "_done", "_magic", "_salt", "_version", "bytes_in")
+
+    def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
+                 ceiling: int = DEFAULT_FRAME_CEILING,
+                 expect_magic: int | None = CHANNEL_MAGIC_DATA) -> None:
+        self._salt = check_salt(salt)
+        self._version = check_version(version)
+        self._ceiling = ceiling
+        self._magic = expect_magic
+        self._buf = bytearray()
+        self._done = False
+        #: total bytes fed (for statistics)
+        self.bytes_in = 0
+
+    @property
+    def done(self) -> bool:
+        """True once the stream ended or failed."""
+        return self._done
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete magic or record."""
+        return len(self._buf)
+
+    def feed(self, data: BytesLike, *, premac: Premac | None = None,
+             frame_premac: Premac | None = None) -> list[StreamEvent]:
+        """Parse ``data`` (the next bytes of the connection); return the events it completes.
+
+        Args:
+            data: the next bytes.
+            premac: when ``data`` is exactly one whole record (and nothing is buffered), the
+                record MAC the runner computed as its bytes arrived (see
+                :class:`~flodl_proto.codec.auth.Premac`); otherwise ignored.
+            frame_premac: likewise, the MAC of the HostFrame's inner RoundFrame (over the
+                payload's bytes before its last 8), used when the frame fills the payload.
+        """
+        if self._done:
+            return []
+        mv = as_view(data)
+        self.bytes_in += mv.nbytes
+        events: list[StreamEvent] = []
+        try:
+            if self._buf:
+                self._buf += mv
+                self._drain_buffer(events)
+            else:
+                pos = self._parse_in_place(mv, events, premac, frame_premac)
+                if pos < mv.nbytes:
+                    self._buf += mv[pos:]
+                    self._drain_buffer(events)
+        except ProtocolError as e:
+            self._fail(e, events)
+        return events
+
+    def feed_eof(self) -> list[StreamEvent]:
+        """The peer closed: return :class:`StreamEnded` (clean) or :class:`StreamFailed`."""
+        if self._done:
+            return []
+        self._done = True
+        buf = bytes(self._buf)
+        self._buf = bytearray()
+        try:
+            if self._magic is not None:
+                expect_channel_magic(buf, self._magic, _WHAT)  # raises: fewer than 4 bytes
+            if len(buf) < MUX_HEADER_LEN:
+                return [StreamEnded()]
+            decode_mux_record(buf, self._salt, version=self._version, ceiling=self._ceiling)
+        except ProtocolError as e:
+            return [StreamFailed(e)]
+        raise AssertionError("a buffered partial record decoded")  # pragma: no cover
+
+    def fail(self, error: ProtocolError) -> list[StreamEvent]:
+        """A read failure reported by the runner (e.g. a starved committed read)."""
+        if self._done:
+            return []
+        self._done = True
+        self._buf = bytearray()
+        return [StreamFailed(error)]
+
+    # -- internals -------------------------------------------------------------------------------
+    def _fail(self, error: ProtocolError, events: list[StreamEvent]) -> None:
+        self._done = True
+        self._buf = bytearray()
+        events.append(StreamFailed(error))
+
+    def _next_length(self, mv: memoryview) -> int | None:
+        """Bytes the next item needs from the start of ``mv``, or None while that is unknown."""
+        if self._magic is not None:
+            return CHANNEL_MAGIC_LEN
+        hdr = parse_mux_header(mv, ceiling=self._ceiling)
+        if hdr is END_OF_STREAM:
+            return None
+        return MUX_HEADER_LEN + hdr.payload_len
+
+    def _decode_one(self, mv: memoryview, events: list[StreamEvent],
+                    premac: Premac | None = None, frame_premac: Premac | None = None) -> None:
+        if self._magic is not None:
+            expect_channel_magic(mv, self._magic, _WHAT)
+            self._magic = None
+            events.append(MagicReceived())
+            return
+        res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling,
+                                premac=premac)
+        assert res is not END_OF_STREAM
+        record, n = res
+        frame: RoundFrame | EndOfStream | ProtocolError | None = None
+        if record.kind is RecordKind.HOST_FRAME:
+            try:
+                decoded = decode_round_frame(record.payload, self._salt, ceiling=self._ceiling,
+                                             premac=frame_premac)
+                frame = decoded if decoded is END_OF_STREAM else decoded[0]
+            except ProtocolError as e:
+                frame = e
+        events.append(RecordReceived(record, frame, n))
+
+    def _parse_in_place(self, mv: memoryview, events: list[StreamEvent],
+                        premac: Premac | None = None,
+                        frame_premac: Premac | None = None) -> int:
+        pos = 0
+        while not self._done:
+            need = self._next_length(mv[pos:])
+            if need is None or mv.nbytes - pos < need:
+                break
+            if pos == 0 and need == mv.nbytes and self._magic is None:  # the one whole record
+                self._decode_one(mv, events, premac, frame_premac)
+            else:
+                self._decode_one(mv[pos:pos + need], events)
+            pos += need
+        return pos
+
+    def _drain_buffer(self, events: list[StreamEvent]) -> None:
+        while not self._done:
+            need = self._next_length(memoryview(self._buf))
+            if need is None or len(self._buf) < need:
+                return
+            item = bytes(self._buf[:need])  # its own copy: views into it outlive the buffer
+            del self._buf[:need]
+            self._decode_one(memoryview(item), events)

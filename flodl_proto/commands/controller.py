@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProtocolError
-from ..fsm.controller_core import RelayJoined
+from ..fsm.events import RelayJoined
 from ..reduce import NesterovMomentum, OuterAvg, OuterOptimizer, SlowMomentum
 from ..runner._netio import format_addr, parse_addr
 from ..runner.controller import ControllerNotice, ReferenceController, RoundReport

@@ -11,14 +11,16 @@ Inputs (each returns a list of actions):
 * :meth:`ControllerCore.receive_data` — bytes arrived on a connection (any split; the core parses
   them incrementally: the channel magic first, then mux records), or
   :meth:`ControllerCore.receive_events` with events a runner pre-parsed on its reader thread with
-  the connection's :class:`RelayStream` (:meth:`ControllerCore.stream`);
+  the connection's :class:`~flodl_proto.codec.stream.RelayStream`
+  (:meth:`ControllerCore.stream`);
 * :meth:`ControllerCore.connection_closed` — the peer closed (EOF) or the read failed;
 * :meth:`ControllerCore.write_failed` — sending a :class:`SendTo` failed (or stalled);
 * :meth:`ControllerCore.declare_dead` — a rank was declared dead from outside (the coordinator);
 * :meth:`ControllerCore.stop` — stop cleanly;
 * :meth:`ControllerCore.tick` — time passed (handshake deadlines, dead-rank forwarding).
 
-Outputs (actions): :class:`SendTo` (write these buffers to connection c), :class:`CloseConnection`,
+Outputs (actions, :mod:`flodl_proto.fsm.events`): :class:`SendTo` (write these buffers to
+connection c), :class:`CloseConnection`,
 :class:`StopAccepting` (no more data-channel connections will be taken), :class:`RelayJoined` and
 :class:`RoundScattered` (notices for logs and status), :class:`CheckpointWindow` (write a
 consensus checkpoint off the hot path) and :class:`Finished` (the run is over, with its
@@ -60,16 +62,12 @@ Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``
 
 from __future__ import annotations
 
-import enum
-import json
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from collections.abc import Sequence
+from typing import Any, Final
 
-from ..codec._common import END_OF_STREAM, BytesLike, EndOfStream, as_view
-from ..codec.auth import Premac, check_salt
-from ..codec.handshake import expect_channel_magic
+from ..codec._common import BytesLike, check_version
+from ..codec.auth import check_salt
 from ..codec.mux import (
     DeclareDead,
     Hello,
@@ -77,410 +75,50 @@ from ..codec.mux import (
     MuxRecord,
     RankExit,
     RecordKind,
-    decode_mux_record,
     encode_frame_record,
     encode_mux_record,
-    parse_mux_header,
+    ranks_str,
+    rust_debug,
 )
-from ..codec.round_frame import RoundFrame, RoundKind, decode_round_frame
+from ..codec.round_frame import RoundFrame, RoundKind
+from ..codec.stream import (
+    MagicReceived,
+    RecordReceived,
+    RelayStream,
+    StreamEnded,
+    StreamEvent,
+    StreamFailed,
+)
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
 from ..reduce import OuterOptimizer, OuterStepper, is_realized, reduce_realized_work
 from ..reduce._kernels import default_threads
 from ..spec import (
-    CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
-    MUX_HEADER_LEN,
     SPEC,
-    check_version,
+)
+from .events import (
+    Action,
+    CheckpointWindow,
+    CloseConnection,
+    Finished,
+    RelayInfo,
+    RelayJoined,
+    RoundScattered,
+    SendKind,
+    SendTo,
+    StopAccepting,
 )
 from .lifecycle import ACCEPTING, REDUCING, Lifecycle, Outcome
 
-__all__ = [
-    "HANDSHAKE_TIMEOUT",
-    "Action",
-    "CheckpointWindow",
-    "CloseConnection",
-    "ControllerCore",
-    "Finished",
-    "MagicReceived",
-    "RecordReceived",
-    "RelayInfo",
-    "RelayJoined",
-    "RelayStream",
-    "RoundScattered",
-    "SendKind",
-    "SendTo",
-    "StopAccepting",
-    "StreamEnded",
-    "StreamEvent",
-    "StreamFailed",
-]
+__all__ = ["HANDSHAKE_TIMEOUT", "ControllerCore"]
 
 log = logging.getLogger(__name__)
 
 #: seconds a new connection has to deliver the channel magic and its Hello (not scaled)
 HANDSHAKE_TIMEOUT: Final = SPEC.timeout("HANDSHAKE_READ")
-_WHAT = "cluster_controller"
-
-
-# -- stream events (what a connection's byte stream turned into) ---------------------------------
-@dataclass(frozen=True, slots=True)
-class MagicReceived:
-    """The 4-byte data-channel magic arrived and matched.
-
-    Attributes:
-        nbytes: bytes consumed (4).
-    """
-
-    nbytes: int = CHANNEL_MAGIC_LEN
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class RecordReceived:
-    """One authenticated mux record.
-
-    Attributes:
-        record: the record (its payload is a view of the bytes that were fed).
-        frame: for a HostFrame, the decoded inner RoundFrame, or :data:`END_OF_STREAM` when the
-            payload ends inside the frame header, or the :class:`ProtocolError` the frame reader
-            raised (the core decides whether it matters); None for other kinds.
-        nbytes: bytes consumed (25 + payload length).
-    """
-
-    record: MuxRecord
-    frame: RoundFrame | EndOfStream | ProtocolError | None
-    nbytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEnded:
-    """The peer closed the connection at a record boundary or inside a 25-byte record header
-    (a clean end of stream)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamFailed:
-    """The stream is unusable: a reader error (bad magic, MAC, truncation, ceiling...) or a read
-    failure reported by the runner.
-
-    Attributes:
-        error: the error.
-    """
-
-    error: ProtocolError
-
-
-StreamEvent: TypeAlias = MagicReceived | RecordReceived | StreamEnded | StreamFailed
-
-
-class RelayStream:
-    """Incremental parser of one data-channel connection: channel magic, then mux records.
-
-    Pure (no I/O), so a runner may run it on the connection's reader thread (MACs are verified
-    there, in parallel) and hand the events to the core. Bytes that complete records in the chunk
-    they arrive in are decoded in place (zero copy: records and frames are views of the chunk, so
-    the caller must not modify a chunk while frames decoded from it are alive); a record split
-    across chunks is buffered, the buffer growing only as bytes arrive, and its header is checked
-    (magic, version, ``payload_len`` against the frame ceiling) as soon as it is complete. After a
-    :class:`StreamFailed` or :class:`StreamEnded` the stream is done and ignores further input.
-
-    Args:
-        salt: 16-byte session salt.
-        version: data-channel protocol version (the ``Hello`` shape).
-        ceiling: frame ceiling in bytes.
-        expect_magic: the channel magic the stream starts with (``None``: no magic).
-
-    Raises:
-        InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
-
-    Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
-    ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
-    """
-
-    __slots__ = ("_buf", "_ceiling", "_done", "_magic", "_salt", "_version", "bytes_in")
-
-    def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
-                 ceiling: int = DEFAULT_FRAME_CEILING,
-                 expect_magic: int | None = CHANNEL_MAGIC_DATA) -> None:
-        self._salt = check_salt(salt)
-        self._version = check_version(version)
-        self._ceiling = ceiling
-        self._magic = expect_magic
-        self._buf = bytearray()
-        self._done = False
-        #: total bytes fed (for statistics)
-        self.bytes_in = 0
-
-    @property
-    def done(self) -> bool:
-        """True once the stream ended or failed."""
-        return self._done
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held for an incomplete magic or record."""
-        return len(self._buf)
-
-    def feed(self, data: BytesLike, *, premac: Premac | None = None,
-             frame_premac: Premac | None = None) -> list[StreamEvent]:
-        """Parse ``data`` (the next bytes of the connection); return the events it completes.
-
-        Args:
-            data: the next bytes.
-            premac: when ``data`` is exactly one whole record (and nothing is buffered), the
-                record MAC the runner computed as its bytes arrived (see
-                :class:`~flodl_proto.codec.auth.Premac`); otherwise ignored.
-            frame_premac: likewise, the MAC of the HostFrame's inner RoundFrame (over the
-                payload's bytes before its last 8), used when the frame fills the payload.
-        """
-        if self._done:
-            return []
-        mv = as_view(data)
-        self.bytes_in += mv.nbytes
-        events: list[StreamEvent] = []
-        try:
-            if self._buf:
-                self._buf += mv
-                self._drain_buffer(events)
-            else:
-                pos = self._parse_in_place(mv, events, premac, frame_premac)
-                if pos < mv.nbytes:
-                    self._buf += mv[pos:]
-                    self._drain_buffer(events)
-        except ProtocolError as e:
-            self._fail(e, events)
-        return events
-
-    def feed_eof(self) -> list[StreamEvent]:
-        """The peer closed: return :class:`StreamEnded` (clean) or :class:`StreamFailed`."""
-        if self._done:
-            return []
-        self._done = True
-        buf = bytes(self._buf)
-        self._buf = bytearray()
-        try:
-            if self._magic is not None:
-                expect_channel_magic(buf, self._magic, _WHAT)  # raises: fewer than 4 bytes
-            if len(buf) < MUX_HEADER_LEN:
-                return [StreamEnded()]
-            decode_mux_record(buf, self._salt, version=self._version, ceiling=self._ceiling)
-        except ProtocolError as e:
-            return [StreamFailed(e)]
-        raise AssertionError("a buffered partial record decoded")  # pragma: no cover
-
-    def fail(self, error: ProtocolError) -> list[StreamEvent]:
-        """A read failure reported by the runner (e.g. a starved committed read)."""
-        if self._done:
-            return []
-        self._done = True
-        self._buf = bytearray()
-        return [StreamFailed(error)]
-
-    # -- internals -------------------------------------------------------------------------------
-    def _fail(self, error: ProtocolError, events: list[StreamEvent]) -> None:
-        self._done = True
-        self._buf = bytearray()
-        events.append(StreamFailed(error))
-
-    def _next_length(self, mv: memoryview) -> int | None:
-        """Bytes the next item needs from the start of ``mv``, or None while that is unknown."""
-        if self._magic is not None:
-            return CHANNEL_MAGIC_LEN
-        hdr = parse_mux_header(mv, ceiling=self._ceiling)
-        if hdr is END_OF_STREAM:
-            return None
-        return MUX_HEADER_LEN + hdr.payload_len
-
-    def _decode_one(self, mv: memoryview, events: list[StreamEvent],
-                    premac: Premac | None = None, frame_premac: Premac | None = None) -> None:
-        if self._magic is not None:
-            expect_channel_magic(mv, self._magic, _WHAT)
-            self._magic = None
-            events.append(MagicReceived())
-            return
-        res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling,
-                                premac=premac)
-        assert res is not END_OF_STREAM
-        record, n = res
-        frame: RoundFrame | EndOfStream | ProtocolError | None = None
-        if record.kind is RecordKind.HOST_FRAME:
-            try:
-                decoded = decode_round_frame(record.payload, self._salt, ceiling=self._ceiling,
-                                             premac=frame_premac)
-                frame = decoded if decoded is END_OF_STREAM else decoded[0]
-            except ProtocolError as e:
-                frame = e
-        events.append(RecordReceived(record, frame, n))
-
-    def _parse_in_place(self, mv: memoryview, events: list[StreamEvent],
-                        premac: Premac | None = None,
-                        frame_premac: Premac | None = None) -> int:
-        pos = 0
-        while not self._done:
-            need = self._next_length(mv[pos:])
-            if need is None or mv.nbytes - pos < need:
-                break
-            if pos == 0 and need == mv.nbytes and self._magic is None:  # the one whole record
-                self._decode_one(mv, events, premac, frame_premac)
-            else:
-                self._decode_one(mv[pos:pos + need], events)
-            pos += need
-        return pos
-
-    def _drain_buffer(self, events: list[StreamEvent]) -> None:
-        while not self._done:
-            need = self._next_length(memoryview(self._buf))
-            if need is None or len(self._buf) < need:
-                return
-            item = bytes(self._buf[:need])  # its own copy: views into it outlive the buffer
-            del self._buf[:need]
-            self._decode_one(memoryview(item), events)
-
-
-# -- actions ---------------------------------------------------------------------------------------
-class SendKind(enum.Enum):
-    """What a :class:`SendTo` carries (decides what a failed write means)."""
-
-    HELLO_ACK = "HelloAck"
-    DECLARE_DEAD = "DeclareDead"
-    BROADCAST = "Broadcast"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class SendTo:
-    """Write ``buffers`` (in order, e.g. with ``socket.sendmsg``) to connection ``conn``.
-
-    Attributes:
-        conn: the runner's connection id.
-        buffers: the record's buffers; for a Broadcast the same tuple object is shared by every
-            relay of the round (one serialization).
-        kind: what the record is (:class:`SendKind`).
-        nbytes: total length in bytes.
-        round: the round number for a Broadcast, else None.
-    """
-
-    conn: int
-    buffers: tuple[BytesLike, ...]
-    kind: SendKind
-    nbytes: int
-    round: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CloseConnection:
-    """Close connection ``conn`` (both directions).
-
-    Attributes:
-        conn: the runner's connection id.
-        reason: why (for logs).
-    """
-
-    conn: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class StopAccepting:
-    """Every rank is covered: no further data-channel connection will be accepted (a listener
-    serving only the data channel may close)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RelayJoined:
-    """A relay's Hello was accepted (notice).
-
-    Attributes:
-        conn: the runner's connection id.
-        relay: connection number in acceptance order (0-based; the reduce order).
-        host: the host name the relay announced.
-        ranks: the ranks it carries, as announced.
-    """
-
-    conn: int
-    relay: int
-    host: str
-    ranks: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RoundScattered:
-    """A round was reduced and its consensus scattered (notice).
-
-    Attributes:
-        round: round number (0-based).
-        kind: ``"model"`` or ``"control"``.
-        weight: the consensus weight (the accepted realized-work mass).
-        nbytes: the Broadcast record's length in bytes.
-        relays: number of relays the Broadcast was sent to.
-        contributors: number of relays whose frame entered the reduce.
-    """
-
-    round: int
-    kind: str
-    weight: float
-    nbytes: int
-    relays: int
-    contributors: int
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class CheckpointWindow:
-    """The Model consensus frames of one sync window, to be written as a checkpoint off the hot
-    path (the runner writes ``consensus-<window>.npz``: ``p<i>`` from ``params``, ``b<j>`` from
-    ``buffers``, all float32).
-
-    Attributes:
-        window: window number (0-based, counting written windows).
-        params: the window's first realized Model consensus (the parameters).
-        buffers: its second realized Model consensus (the buffers), if any.
-    """
-
-    window: int
-    params: RoundFrame
-    buffers: RoundFrame | None
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The run is over.
-
-    Attributes:
-        outcome: clean, or the error (:class:`~flodl_proto.fsm.lifecycle.Outcome`).
-    """
-
-    outcome: Outcome
-
-
-Action: TypeAlias = (
-    SendTo | CloseConnection | StopAccepting | RelayJoined | RoundScattered | CheckpointWindow
-    | Finished
-)
-
-
-@dataclass(frozen=True, slots=True)
-class RelayInfo:
-    """A snapshot of one accepted relay (for status).
-
-    Attributes:
-        relay: connection number (acceptance order).
-        conn: the runner's connection id.
-        host: announced host name.
-        ranks: announced ranks.
-        alive_ranks: the ranks not dead.
-        deposited: whether its slot holds a frame for the current round.
-        open: whether the connection is still open.
-    """
-
-    relay: int
-    conn: int
-    host: str
-    ranks: tuple[int, ...]
-    alive_ranks: tuple[int, ...]
-    deposited: bool
-    open: bool
 
 
 # -- internal state --------------------------------------------------------------------------------
@@ -528,34 +166,6 @@ class _Guards:
     @property
     def no_relay_alive(self) -> bool:
         return not self._core._expected()
-
-
-def _rust_debug(record: MuxRecord, limit: int = 256) -> str:
-    """Upstream's ``{:?}`` rendering of a mux record (payload lists capped at ``limit`` bytes)."""
-    def blist(mv: memoryview) -> str:
-        items = ", ".join(str(b) for b in bytes(mv[:limit]))
-        return f"[{items}{', ...' if mv.nbytes > limit else ''}]"
-
-    if record.kind is RecordKind.DATA:
-        return f"Data {{ rank: {record.rank}, payload: {blist(record.payload)} }}"
-    if record.kind is RecordKind.HOST_FRAME:
-        return f"HostFrame {{ payload: {blist(record.payload)} }}"
-    if record.kind is RecordKind.BROADCAST:
-        return f"Broadcast {{ payload: {blist(record.payload)} }}"
-    msg = record.control
-    if isinstance(msg, HelloAck):
-        return "Control(HelloAck)"
-    if isinstance(msg, RankExit | DeclareDead):
-        return f"Control({type(msg).__name__} {{ rank: {msg.rank} }})"
-    if isinstance(msg, Hello):
-        sigs = ", ".join("[" + ", ".join(str(b) for b in s) + "]" for s in msg.model_sigs)
-        return (f"Control(Hello {{ host: {json.dumps(msg.host)}, ranks: {_ranks_str(msg.ranks)}, "
-                f"model_sigs: [{sigs}] }})")
-    return f"Control({msg!r})"  # pragma: no cover - every variant is handled above
-
-
-def _ranks_str(ranks: Iterable[int]) -> str:
-    return "[" + ", ".join(str(r) for r in ranks) + "]"
 
 
 class ControllerCore:
@@ -797,7 +407,7 @@ class ControllerCore:
         if kind is SendKind.BROADCAST:
             log.warning("controller: consensus broadcast to relay %d (ranks %s) failed (%s); "
                         "declaring its ranks dead and continuing with survivors",
-                        relay.index, _ranks_str(relay.ranks), reason or "write error")
+                        relay.index, ranks_str(relay.ranks), reason or "write error")
             for r in relay.ranks:
                 self.dead_ranks.declare_dead(r)
             relay.frame = None
@@ -856,7 +466,7 @@ class ControllerCore:
         elif isinstance(ev, StreamEnded):
             self._fail(protocol_error("controller.closed_before_hello"))
         elif not isinstance(ev.record.control, Hello):
-            self._fail(protocol_error("controller.expected_hello", got=_rust_debug(ev.record)))
+            self._fail(protocol_error("controller.expected_hello", got=rust_debug(ev.record)))
         else:
             self._accept_hello(c, ev.record.control)
 
@@ -879,7 +489,7 @@ class ControllerCore:
         self.covered += len(relay.ranks)
         c.relay = relay
         log.info("controller: relay '%s' carries ranks %s (connection %d)", relay.host,
-                 _ranks_str(relay.ranks), relay.index)
+                 ranks_str(relay.ranks), relay.index)
         self._send(c, encode_mux_record(MuxRecord.control_msg(HelloAck(), self.version),
                                         self.salt), SendKind.HELLO_ACK)
         self._actions.append(RelayJoined(c.id, relay.index, relay.host, relay.ranks))
@@ -901,7 +511,7 @@ class ControllerCore:
             relay.reading = False
             if alive:
                 self._reader_exit("relay_eof", f"relay {relay.index} ('{relay.host}', ranks "
-                                  f"{_ranks_str(relay.ranks)}) closed its connection")
+                                  f"{ranks_str(relay.ranks)}) closed its connection")
             else:
                 self._close(c, "relay with no alive rank closed")
             return
@@ -926,7 +536,7 @@ class ControllerCore:
                 self._reader_error(ev.frame if isinstance(ev.frame, ProtocolError) else
                                    protocol_error("controller.truncated_hostframe",
                                                   conn=relay.index,
-                                                  ranks=_ranks_str(relay.ranks)))
+                                                  ranks=ranks_str(relay.ranks)))
         elif rec.kind is RecordKind.DATA:
             relay.reading = False
             self._reader_error(protocol_error("controller.data_record", rank=rec.rank))
@@ -939,14 +549,14 @@ class ControllerCore:
                 relay.reading = False
                 self._reader_error(protocol_error("controller.foreign_rank_exit",
                                                   conn=relay.index,
-                                                  ranks=_ranks_str(relay.ranks), rank=rank))
+                                                  ranks=ranks_str(relay.ranks), rank=rank))
             elif not self.dead_ranks.is_dead(rank):
                 self._reader_exit("rank_exit", f"rank {rank} (relay {relay.index}, "
                                   f"'{relay.host}') exited")
             else:
                 log.debug("controller: RankExit for dead rank %d ignored", rank)
         else:
-            log.debug("controller: %s from relay %d ignored", _rust_debug(rec), relay.index)
+            log.debug("controller: %s from relay %d ignored", rust_debug(rec), relay.index)
 
     def _reader_exit(self, event: str, detail: str) -> None:
         """A relay asks for a clean end of the run: at once while reducing; during the accept

@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..codec._common import check_version
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import protocol_error
-from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE, check_version
+from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 
 __all__ = [

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike, as_view
+from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.round_frame import (
     RoundFrame,
@@ -72,7 +72,6 @@ from ..spec import (
     DTYPE_F32,
     ELEMENT_SIZE,
     ROUND_FRAME_HEADER_LEN,
-    check_version,
 )
 from . import _kernels as K
 

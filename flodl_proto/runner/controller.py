@@ -16,7 +16,7 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
 * one *reader* per data connection: reads the 4-byte magic, then for each record the 25-byte
   header, checks it (magic, version, ``payload_len`` against the frame ceiling), grows a reused
   buffer to exactly the record's length as bytes arrive (64 MiB steps) and ``recv_into`` it; MACs
-  are verified here (the connection's :class:`~flodl_proto.fsm.controller_core.RelayStream`) and
+  are verified here (the connection's :class:`~flodl_proto.codec.stream.RelayStream`) and
   the events go to the coordinator;
 * a *checkpoint* writer (with ``checkpoint_dir``): writes each window's consensus as ``.npz``;
 * short-lived *status* responders.
@@ -55,20 +55,22 @@ import numpy.typing as npt
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import Premac, new_mac
 from ..codec.mux import RecordKind, parse_mux_header
+from ..codec.stream import (
+    RelayStream,
+    StreamEvent,
+)
 from ..errors import ProtocolError
-from ..fsm.controller_core import (
+from ..fsm.controller_core import ControllerCore
+from ..fsm.events import (
     Action,
     CheckpointWindow,
     CloseConnection,
-    ControllerCore,
     Finished,
     RelayJoined,
-    RelayStream,
     RoundScattered,
     SendKind,
     SendTo,
     StopAccepting,
-    StreamEvent,
 )
 from ..fsm.lifecycle import Outcome
 from ..membership import DeadRanks

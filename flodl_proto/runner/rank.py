@@ -32,7 +32,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike, as_view
+from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.handshake import decode_ack, encode_handshake
 from ..codec.loopback import decode_framed_round, decode_len_prefix, encode_len_prefix
@@ -51,7 +51,6 @@ from ..spec import (
     DEFAULT_VERSION,
     HANDSHAKE_ACK_LEN,
     LEN_PREFIX_LEN,
-    check_version,
 )
 from ._netio import (
     HASH_STEP,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec._common import END_OF_STREAM, BytesLike, check_version
 from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
 from ..codec.loopback import decode_len_prefix, encode_len_prefix
@@ -70,7 +70,6 @@ from ..spec import (
     MUX_HEADER_LEN,
     RELAY_DATA_LOOPBACK_OFFSET,
     RELAY_OUTBOUND_QUEUE,
-    check_version,
 )
 from ._netio import (
     MacRange,

@@ -49,10 +49,10 @@ from flodl_proto.codec import (
     encode_mux_record_parts,
 )
 from flodl_proto.errors import RemoteProtocolError, protocol_error
-from flodl_proto.fsm.controller_core import (
+from flodl_proto.fsm.controller_core import ControllerCore
+from flodl_proto.fsm.events import (
     CheckpointWindow,
     CloseConnection,
-    ControllerCore,
     Finished,
     RelayJoined,
     RoundScattered,

@@ -1,5 +1,5 @@
 """Target ``relay_stream``: the controller's own incremental parser,
-:class:`~flodl_proto.fsm.controller_core.RelayStream`, fed a data-channel connection's bytes in
+:class:`~flodl_proto.codec.stream.RelayStream`, fed a data-channel connection's bytes in
 fuzzer-chosen chunks and compared with the one-shot readers (layout:
 :mod:`fuzz.harnesses.streams`).
 
@@ -25,14 +25,14 @@ from flodl_proto.codec import (
     decode_round_frame,
     expect_channel_magic,
 )
-from flodl_proto.errors import ProtocolError
-from flodl_proto.fsm.controller_core import (
+from flodl_proto.codec.stream import (
     MagicReceived,
     RecordReceived,
     RelayStream,
     StreamEnded,
     StreamFailed,
 )
+from flodl_proto.errors import ProtocolError
 from flodl_proto.spec import CHANNEL_MAGIC_DATA
 
 from .common import CEILINGS, SALTS, check, chunks, outcome_of, remote, resign_mux_records

@@ -1,0 +1,173 @@
+"""The cores' actions: what a sans-IO core asks its runner to do, and notices for logs and status.
+
+Every action is a frozen, slotted dataclass; a core returns a list of them from each input and
+never performs one itself. :data:`Action` is the controller core's union.
+
+Upstream: the socket writes, closes and log lines of ``flodl/src/distributed/controller/mod.rs``
+(``run_reduce_thread``, ``average_and_scatter``) that the core turns into values.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from ..codec._common import BytesLike
+from ..codec.round_frame import RoundFrame
+from .lifecycle import Outcome
+
+__all__ = [
+    "Action",
+    "CheckpointWindow",
+    "CloseConnection",
+    "Finished",
+    "RelayInfo",
+    "RelayJoined",
+    "RoundScattered",
+    "SendKind",
+    "SendTo",
+    "StopAccepting",
+]
+
+
+class SendKind(enum.Enum):
+    """What a :class:`SendTo` carries (decides what a failed write means)."""
+
+    HELLO_ACK = "HelloAck"
+    DECLARE_DEAD = "DeclareDead"
+    BROADCAST = "Broadcast"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SendTo:
+    """Write ``buffers`` (in order, e.g. with ``socket.sendmsg``) to connection ``conn``.
+
+    Attributes:
+        conn: the runner's connection id.
+        buffers: the record's buffers; for a Broadcast the same tuple object is shared by every
+            relay of the round (one serialization).
+        kind: what the record is (:class:`SendKind`).
+        nbytes: total length in bytes.
+        round: the round number for a Broadcast, else None.
+    """
+
+    conn: int
+    buffers: tuple[BytesLike, ...]
+    kind: SendKind
+    nbytes: int
+    round: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConnection:
+    """Close connection ``conn`` (both directions).
+
+    Attributes:
+        conn: the runner's connection id.
+        reason: why (for logs).
+    """
+
+    conn: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopAccepting:
+    """Every rank is covered: no further data-channel connection will be accepted (a listener
+    serving only the data channel may close)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayJoined:
+    """A relay's Hello was accepted (notice).
+
+    Attributes:
+        conn: the runner's connection id.
+        relay: connection number in acceptance order (0-based; the reduce order).
+        host: the host name the relay announced.
+        ranks: the ranks it carries, as announced.
+    """
+
+    conn: int
+    relay: int
+    host: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundScattered:
+    """A round was reduced and its consensus scattered (notice).
+
+    Attributes:
+        round: round number (0-based).
+        kind: ``"model"`` or ``"control"``.
+        weight: the consensus weight (the accepted realized-work mass).
+        nbytes: the Broadcast record's length in bytes.
+        relays: number of relays the Broadcast was sent to.
+        contributors: number of relays whose frame entered the reduce.
+    """
+
+    round: int
+    kind: str
+    weight: float
+    nbytes: int
+    relays: int
+    contributors: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CheckpointWindow:
+    """The Model consensus frames of one sync window, to be written as a checkpoint off the hot
+    path (the runner writes ``consensus-<window>.npz``: ``p<i>`` from ``params``, ``b<j>`` from
+    ``buffers``, all float32).
+
+    Attributes:
+        window: window number (0-based, counting written windows).
+        params: the window's first realized Model consensus (the parameters).
+        buffers: its second realized Model consensus (the buffers), if any.
+    """
+
+    window: int
+    params: RoundFrame
+    buffers: RoundFrame | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The run is over.
+
+    Attributes:
+        outcome: clean, or the error (:class:`~flodl_proto.fsm.lifecycle.Outcome`).
+    """
+
+    outcome: Outcome
+
+
+Action: TypeAlias = (
+    SendTo | CloseConnection | StopAccepting | RelayJoined | RoundScattered | CheckpointWindow
+    | Finished
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayInfo:
+    """A snapshot of one accepted relay (for status).
+
+    Attributes:
+        relay: connection number (acceptance order).
+        conn: the runner's connection id.
+        host: announced host name.
+        ranks: announced ranks.
+        alive_ranks: the ranks not dead.
+        deposited: whether its slot holds a frame for the current round.
+        open: whether the connection is still open.
+    """
+
+    relay: int
+    conn: int
+    host: str
+    ranks: tuple[int, ...]
+    alive_ranks: tuple[int, ...]
+    deposited: bool
+    open: bool
