@@ -19,11 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flodl_proto.codec.mux import Hello, MuxRecord
+from flodl_proto.codec.handshake import encode_channel_magic
+from flodl_proto.codec.mux import Hello, MuxRecord, RecordKind, max_hello_payload
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.codec.structs import MUX_HEADER
 from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.reduce import reduce_realized_work
 from flodl_proto.runner.controller import ReferenceController
+from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC, READ_CHUNK
 
 from .fake_relay import SALT, FakeRelay, frame, values
 
@@ -271,6 +274,119 @@ def test_port_mux_drops_silent_and_unknown_connections(controller_factory) -> No
     finally:
         for s in (silent, unknown, control):
             s.close()
+
+
+# -- memory under hostile length claims -----------------------------------------------------------
+#: a controller in a child process that answers "mem" with its traced Python allocations (bytes
+#: above the baseline taken once it listens: current, peak) and "wait" with its outcome
+_MEMORY_PROBE = """
+import json, sys, tracemalloc
+from flodl_proto.runner.controller import ReferenceController
+ctl = ReferenceController(int(sys.argv[1]), bytes.fromhex(sys.argv[2]), port_mux=True).start()
+tracemalloc.start()
+base = tracemalloc.get_traced_memory()[0]
+print(ctl.port, flush=True)
+for line in sys.stdin:
+    if line.strip() == "mem":
+        cur, peak = tracemalloc.get_traced_memory()
+        print(json.dumps([cur - base, peak - base]), flush=True)
+    elif line.strip() == "wait":
+        out = ctl.wait(10)
+        print(json.dumps(None if out is None else [out.clean, str(out.error)]), flush=True)
+ctl.shutdown(timeout=10)
+"""
+
+_GIB = 1 << 30
+_MIB = 1 << 20
+
+
+class _MemoryProbe:
+    def __init__(self, world_size: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _MEMORY_PROBE, str(world_size),
+                                      SALT.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.port = int(self._line())
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "memory probe exited"
+        return line
+
+    def ask(self, cmd: str) -> object:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _claim_header(kind: int, payload_len: int) -> bytes:
+    return MUX_HEADER.build({"magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION,
+                             "kind": kind, "rank": 0, "payload_len": payload_len,
+                             "auth_tag": bytes(8)})
+
+
+@pytest.mark.timeout(60)
+def test_hostile_first_records_claiming_1gib_hold_no_memory() -> None:
+    # 8 connections send the data magic and a record header claiming a 1 GiB payload, then stay
+    # silent: a first record may only be a Hello, so the claim is rejected from its header
+    probe = _MemoryProbe(4)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(8):
+            s = socket.create_connection(("127.0.0.1", probe.port), timeout=END)
+            s.sendall(encode_channel_magic("data")
+                      + _claim_header(RecordKind.CONTROL.value, _GIB))
+            socks.append(s)
+        outcome = probe.ask("wait")
+        assert isinstance(outcome, list)
+        clean, error = outcome
+        assert not clean
+        assert error == (f"cluster_controller: first record claims payload_len {_GIB} "
+                         f"(> {max_hello_payload(4)} bytes, the largest legal Hello for the "
+                         "world size; kind=0x02); corrupt or hostile peer")
+        mem = probe.ask("mem")
+        assert isinstance(mem, list)
+        assert mem[1] < 4 * _MIB, f"peak {mem[1]} bytes above the baseline"
+        assert all(_closed(s) for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+        probe.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_record_read_never_holds_two_read_chunks() -> None:
+    # an accepted relay claims a 1 GiB HostFrame and sends 16 bytes of it: the reader holds one
+    # READ_CHUNK for it, never a second (zero-filled) one beside it
+    probe = _MemoryProbe(1)
+    try:
+        with FakeRelay(probe.port, [0]) as relay:
+            relay.expect_hello_ack()
+            relay.send_raw(_claim_header(RecordKind.HOST_FRAME.value, _GIB) + bytes(16))
+            deadline = time.monotonic() + 20
+            mem = probe.ask("mem")
+            assert isinstance(mem, list)
+            while mem[0] < READ_CHUNK and time.monotonic() < deadline:
+                time.sleep(0.05)
+                mem = probe.ask("mem")
+                assert isinstance(mem, list)
+            assert mem[0] >= READ_CHUNK, f"current {mem[0]} bytes: the chunk was never grown"
+            assert mem[1] < READ_CHUNK + 8 * _MIB, f"peak {mem[1]} bytes above the baseline"
+    finally:
+        probe.close()
 
 
 def _closed(sock: socket.socket) -> bool:

@@ -23,13 +23,16 @@ from flodl_proto.codec.mux import (
     decode_mux_record,
     encode_frame_record,
     encode_mux_record_bytes,
+    max_hello_payload,
 )
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.stream import (
+    RecordReceived,
     RelayStream,
     StreamEnded,
     StreamFailed,
 )
+from flodl_proto.codec.structs import MUX_HEADER
 from flodl_proto.errors import (
     AuthenticationError,
     InvalidValue,
@@ -55,6 +58,12 @@ from flodl_proto.fsm.events import (
 )
 from flodl_proto.membership import DeadRanks
 from flodl_proto.reduce import OuterStepper, SlowMomentum, reduce_realized_work
+from flodl_proto.spec import (
+    DEFAULT_FRAME_CEILING,
+    MAX_HELLO_HOST_LEN,
+    MUX_PROTOCOL_VERSION,
+    MUX_RECORD_MAGIC,
+)
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 
@@ -436,6 +445,65 @@ def test_relay_stream_events() -> None:
     evs = s.feed(hello_bytes([0]))
     assert len(evs) == 2
     assert s.feed_eof() == [StreamEnded()] and s.done and s.feed(b"more") == []
+
+
+def widest_hello_payload(world_size: int) -> bytes:
+    """The largest legal Hello payload for ``world_size``: a 255-byte host name, every rank and
+    one model signature per rank, each varint at its widest accepted marker."""
+    def u32(v: int) -> bytes:
+        return b"\xfc" + v.to_bytes(4, "little")
+
+    def u64(v: int) -> bytes:
+        return b"\xfd" + v.to_bytes(8, "little")
+
+    host = b"h" * MAX_HELLO_HOST_LEN
+    return (u32(0) + u64(len(host)) + host + u64(world_size)
+            + b"".join(u32(r) for r in range(world_size))
+            + u64(world_size) + bytes(32) * world_size)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_widest_hello_fits_the_first_record_bound(version: int) -> None:
+    ws = 3
+    payload = widest_hello_payload(ws)
+    assert len(payload) == max_hello_payload(ws) == 287 + 37 * ws
+    core = started(ws, version=version)
+    core.connection_opened(0, 0.0)
+    rec = encode_mux_record_bytes(MuxRecord(RecordKind.CONTROL, 0, payload), SALT)
+    acts = core.receive_data(0, encode_channel_magic("data") + rec)
+    assert RelayJoined(0, 0, "h" * MAX_HELLO_HOST_LEN, (0, 1, 2)) in acts
+    assert core.state == "reducing" and finished(acts) is None
+
+
+@pytest.mark.parametrize("claim", [max_hello_payload(2) + 1, 1 << 30])
+def test_first_record_larger_than_any_hello_fails_from_its_header(claim: int) -> None:
+    core = started(2)
+    core.connection_opened(0, 0.0)
+    header = MUX_HEADER.build({"magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION,
+                               "kind": RecordKind.CONTROL.value, "rank": 0,
+                               "payload_len": claim, "auth_tag": bytes(8)})
+    acts = core.receive_data(0, encode_channel_magic("data") + header)  # no payload byte sent
+    fin = finished(acts)
+    assert fin is not None and not fin.outcome.clean
+    err = fin.outcome.error
+    assert isinstance(err, LimitExceeded) and err.error_id == "controller.hello_too_long"
+    assert str(err) == (f"cluster_controller: first record claims payload_len {claim} "
+                        f"(> {max_hello_payload(2)} bytes, the largest legal Hello for the world "
+                        "size; kind=0x02); corrupt or hostile peer")
+    assert core.stream(0).buffered == 0
+
+
+def test_hello_bound_applies_to_the_first_record_only() -> None:
+    s = RelayStream(SALT, hello_limit=max_hello_payload(1))
+    assert s.payload_limit == max_hello_payload(1)
+    assert len(s.feed(hello_bytes([0]))) == 2
+    assert s.payload_limit == DEFAULT_FRAME_CEILING
+    big = host_frame_bytes(f32(*([1.0] * 400)))
+    assert len(big) - 25 > max_hello_payload(1)
+    [ev] = s.feed(big)
+    assert isinstance(ev, RecordReceived) and isinstance(ev.frame, RoundFrame)
+    with pytest.raises(InvalidValue):
+        max_hello_payload(0)
 
 
 # -- a model-checked state machine over the core ---------------------------------------------------

@@ -31,6 +31,7 @@ from ..spec import (
     CONTROL_VARIANTS,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
+    MAX_HELLO_HOST_LEN,
     MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     MUX_PROTOCOL_VERSION,
@@ -62,6 +63,7 @@ __all__ = [
     "encode_mux_record",
     "encode_mux_record_bytes",
     "encode_mux_record_parts",
+    "max_hello_payload",
     "parse_mux_header",
     "ranks_str",
     "rust_debug",
@@ -378,6 +380,30 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     inner_tag = bytes(inner.digest()[:AUTH_TAG_LEN])
     outer.update(inner_tag)
     return [covered + bytes(outer.digest()[:AUTH_TAG_LEN]), *body, inner_tag]
+
+
+def max_hello_payload(world_size: int) -> int:
+    """The largest payload, in bytes, of a legal ``Control(Hello)`` for ``world_size`` ranks:
+    the bound on a relay's first record, checked from its header before any payload byte is
+    read (``spec/wire.yaml`` departure ``hello_bound``: upstream reads that record up to the
+    frame ceiling).
+
+    Every varint is counted at its widest legal form (readers accept non-minimal varints): the
+    variant (u32), the host name (u64 length + at most ``MAX_HELLO_HOST_LEN`` bytes), the ranks
+    (u64 count + ``world_size`` u32s) and the model signatures (u64 count + at most one
+    32-byte signature per rank; a version-2 reader ignores them but accepts them), so
+    ``287 + 37 x world_size``.
+
+    Raises:
+        InvalidValue (local): ``world_size`` is not a positive integer.
+
+    Upstream: ``relay/mux.rs`` ``RelayControlMsg::Hello`` (the layout); the bound is ours.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
+        raise protocol_error("controller.world_size_zero")
+    u32, u64 = 1 + 4, 1 + 8  # marker byte + the widest value the field's type allows
+    return (u32 + (u64 + MAX_HELLO_HOST_LEN) + (u64 + u32 * world_size)
+            + (u64 + MODEL_SIG_LEN * world_size))
 
 
 def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING

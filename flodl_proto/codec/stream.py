@@ -357,6 +357,11 @@ class RelayStream:
         version: data-channel protocol version (the ``Hello`` shape).
         ceiling: frame ceiling in bytes.
         expect_magic: the channel magic the stream starts with (``None``: no magic).
+        hello_limit: the largest payload, in bytes, the first record (which may only be a
+            ``Hello``) may claim, checked from its header (``LimitExceeded``,
+            ``controller.hello_too_long``); ``None``: only the frame ceiling. The controller
+            passes :func:`~flodl_proto.codec.mux.max_hello_payload` of its world size (spec
+            departure ``hello_bound``).
 
     Raises:
         InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
@@ -365,15 +370,18 @@ class RelayStream:
     ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
     """
 
-    __slots__ = ("_buf", "_ceiling", "_done", "_magic", "_salt", "_version", "bytes_in")
+    __slots__ = ("_buf", "_ceiling", "_done", "_hello_limit", "_magic", "_salt", "_version",
+                 "bytes_in")
 
     def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
                  ceiling: int = DEFAULT_FRAME_CEILING,
-                 expect_magic: int | None = CHANNEL_MAGIC_DATA) -> None:
+                 expect_magic: int | None = CHANNEL_MAGIC_DATA,
+                 hello_limit: int | None = None) -> None:
         self._salt = check_salt(salt)
         self._version = check_version(version)
         self._ceiling = ceiling
         self._magic = expect_magic
+        self._hello_limit = hello_limit
         self._buf = bytearray()
         self._done = False
         #: total bytes fed (for statistics)
@@ -383,6 +391,14 @@ class RelayStream:
     def done(self) -> bool:
         """True once the stream ended or failed."""
         return self._done
+
+    @property
+    def payload_limit(self) -> int:
+        """The largest payload, in bytes, the next record may claim: the Hello bound before the
+        first record, the frame ceiling after it. A reader that sees a larger ``payload_len``
+        in a header feeds the header alone; the stream then fails with the limit's error."""
+        return self._ceiling if self._hello_limit is None else min(self._ceiling,
+                                                                   self._hello_limit)
 
     @property
     def buffered(self) -> int:
@@ -457,6 +473,10 @@ class RelayStream:
         hdr = parse_mux_header(mv, ceiling=self._ceiling)
         if hdr is END_OF_STREAM:
             return None
+        limit = self._hello_limit
+        if limit is not None and hdr.payload_len > limit:
+            raise protocol_error("controller.hello_too_long", length=hdr.payload_len,
+                                 limit=limit, kind=hdr.kind)
         return MUX_HEADER_LEN + hdr.payload_len
 
     def _decode_one(self, mv: memoryview, events: list[StreamEvent],
@@ -470,6 +490,7 @@ class RelayStream:
                                 premac=premac)
         assert res is not END_OF_STREAM
         record, n = res
+        self._hello_limit = None  # only the first record is bounded by the Hello size
         frame: RoundFrame | EndOfStream | ProtocolError | None = None
         if record.kind is RecordKind.HOST_FRAME:
             try:

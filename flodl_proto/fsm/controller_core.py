@@ -77,6 +77,7 @@ from ..codec.mux import (
     RecordKind,
     encode_frame_record,
     encode_mux_record,
+    max_hello_payload,
     ranks_str,
     rust_debug,
 )
@@ -327,7 +328,8 @@ class ControllerCore:
             raise protocol_error("controller.unknown_connection", conn=conn,
                                  problem="already open")
         if stream is None:
-            stream = RelayStream(self.salt, version=self.version, ceiling=self.ceiling)
+            stream = RelayStream(self.salt, version=self.version, ceiling=self.ceiling,
+                                 hello_limit=max_hello_payload(self.world_size))
         c = _Conn(conn, stream, now + HANDSHAKE_TIMEOUT)
         self._conns[conn] = c
         if self.state == REDUCING:

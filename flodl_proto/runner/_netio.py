@@ -42,6 +42,7 @@ __all__ = [
     "connect_attempts",
     "connect_with_retry",
     "format_addr",
+    "grow_zeroed",
     "handshake_read_timeout",
     "parse_addr",
     "poll_interval",
@@ -355,6 +356,22 @@ def recv_hashing_into(
             if m.worker is not None:
                 m.worker.drain()
     return got - start
+
+
+#: the zero block :func:`grow_zeroed` appends (1 MiB): the most it adds beside the buffer
+_ZERO_STEP = bytes(1 << 20)
+
+
+def grow_zeroed(buf: bytearray, size: int) -> None:
+    """Grow ``buf`` to ``size`` bytes (zero-filled; a no-op when it is already that long).
+
+    Appends a shared 1 MiB zero block step by step, so growing a record buffer by a 64 MiB read
+    chunk never holds a second chunk-sized temporary (``buf.extend(bytes(n))`` builds one and
+    copies it: two chunks at the peak). The allocator grows a large buffer in place.
+    """
+    step = memoryview(_ZERO_STEP)
+    while len(buf) < size:
+        buf += step[:min(step.nbytes, size - len(buf))]
 
 
 def _flatten(buffers: Iterable[BytesLike]) -> list[memoryview]:

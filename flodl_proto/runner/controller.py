@@ -14,8 +14,10 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
 * *coordinator*: owns the core; runs the reduce and executes the core's actions (scatter writes
   are overlapped across relays on a small writer pool, each relay's records in order);
 * one *reader* per data connection: reads the 4-byte magic, then for each record the 25-byte
-  header, checks it (magic, version, ``payload_len`` against the frame ceiling), grows a reused
-  buffer to exactly the record's length as bytes arrive (64 MiB steps) and ``recv_into`` it; MACs
+  header, checks it (magic, version, ``payload_len`` against the frame ceiling, and for the
+  first record against the largest legal Hello for the world size), grows a reused buffer to
+  exactly the record's length as bytes arrive (64 MiB steps, never holding a second chunk as a
+  temporary) and ``recv_into`` it; MACs
   are verified here (the connection's :class:`~flodl_proto.codec.stream.RelayStream`) and
   the events go to the coordinator;
 * a *checkpoint* writer (with ``checkpoint_dir``): writes each window's consensus as ``.npz``;
@@ -54,7 +56,7 @@ import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import Premac, new_mac
-from ..codec.mux import RecordKind, parse_mux_header
+from ..codec.mux import RecordKind, max_hello_payload, parse_mux_header
 from ..codec.stream import (
     RelayStream,
     StreamEvent,
@@ -99,6 +101,7 @@ from ._netio import (
     committed_read_starvation,
     configure_socket,
     format_addr,
+    grow_zeroed,
     recv_exact_into,
     recv_hashing_into,
     send_all,
@@ -715,7 +718,8 @@ class ReferenceController:
             return
         conn_id = self._next_id
         self._next_id += 1
-        stream = RelayStream(self._core.salt, version=self._core.version, ceiling=self._ceiling)
+        stream = RelayStream(self._core.salt, version=self._core.version, ceiling=self._ceiling,
+                             hello_limit=max_hello_payload(self._core.world_size))
         conn = _Conn(conn_id, sock, addr, stream)
         self._conns[conn_id] = conn
         log.info("controller: data-channel connection %d from %s", conn_id, addr)
@@ -770,6 +774,8 @@ class ReferenceController:
         except ProtocolError:
             return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
         assert hdr is not END_OF_STREAM
+        if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
+            return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
         total = MUX_HEADER_LEN + hdr.payload_len
         # MACs computed as the payload arrives: the record's here, a HostFrame's inner frame
         # (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
@@ -783,8 +789,7 @@ class ReferenceController:
         while got < total:
             if len(buf) < min(total, got + READ_CHUNK):
                 view.release()
-                target = min(total, got + READ_CHUNK)
-                buf.extend(bytes(target - len(buf)))
+                grow_zeroed(buf, min(total, got + READ_CHUNK))
                 view = memoryview(buf)
             upto = min(total, len(buf))
             n = recv_hashing_into(sock, view[:upto], macs, stop=self._stop, committed=True,
