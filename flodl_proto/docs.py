@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .spec import SPEC, Spec, SpecError
+from .spec import (
+    SPEC,
+    Spec,
+    SpecError,
+    as_name_list,
+    lifecycle_machines,
+    lifecycle_transitions,
+    walk_lifecycle_states,
+)
 
 __all__ = [
     "DEFAULT_OUT",
@@ -486,97 +494,6 @@ def _render_message(spec: Spec, name: str, msg: Mapping[str, Any], number: str) 
 _MACHINE_OPTIONS_SKIP = {"states", "name"}
 
 
-def lifecycle_machines(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """Find the state machine definitions in a parsed ``lifecycle.yaml``.
-
-    Accepts one machine at the top level (a ``states`` mapping, named by ``machine`` or ``name``)
-    or several under any top-level key whose value holds a ``states`` mapping (one level of
-    nesting, e.g. ``machines: {controller: {...}, relay: {...}}``).
-
-    Returns:
-        ``[(machine name, definition mapping), ...]`` in file order; empty if none is found.
-    """
-    if isinstance(doc.get("states"), Mapping):
-        name = doc.get("machine") or doc.get("name") or "lifecycle"
-        return [(str(name), doc)]
-    found: list[tuple[str, Mapping[str, Any]]] = []
-    for key, value in doc.items():
-        if not isinstance(value, Mapping):
-            continue
-        if isinstance(value.get("states"), Mapping):
-            found.append((str(value.get("machine") or value.get("name") or key), value))
-            continue
-        for k2, v2 in value.items():
-            if isinstance(v2, Mapping) and isinstance(v2.get("states"), Mapping):
-                found.append((str(v2.get("machine") or v2.get("name") or k2), v2))
-    return found
-
-
-@dataclass(frozen=True, slots=True)
-class _Transition:
-    source: str
-    event: str
-    target: str | None
-    guard: str
-    internal: bool
-    actions: str
-
-
-def _as_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Sequence):
-        return [str(v) for v in value]
-    return [str(value)]
-
-
-def _guard_text(t: Mapping[str, Any]) -> str:
-    parts = [*_as_list(t.get("cond")), *(f"not {u}" for u in _as_list(t.get("unless")))]
-    parts += [f"valid {v}" for v in _as_list(t.get("validators"))]
-    return " and ".join(parts)
-
-
-def _walk_states(states: Mapping[Any, Any], parent: str | None,
-                 acc: list[tuple[str, str | None, Mapping[Any, Any]]]) -> None:
-    for sid, sdef in states.items():
-        sdef = sdef if isinstance(sdef, Mapping) else {}
-        acc.append((str(sid), parent, sdef))
-        inner = sdef.get("states")
-        if isinstance(inner, Mapping):
-            _walk_states(inner, str(sid), acc)
-
-
-def _transitions(states: list[tuple[str, str | None, Mapping[Any, Any]]]) -> list[_Transition]:
-    out: list[_Transition] = []
-    for sid, _parent, sdef in states:
-        on = sdef.get("on")
-        if on is None:
-            on = sdef.get(True)  # YAML 1.1 reads an unquoted `on` key as True
-        groups: list[tuple[str, Any]] = []
-        if isinstance(on, Mapping):
-            groups += [(str(ev), tl) for ev, tl in on.items()]
-        if sdef.get("transitions"):
-            groups.append(("", sdef["transitions"]))
-        for ev, tl in groups:
-            for t in tl if isinstance(tl, list) else [tl]:
-                if not isinstance(t, Mapping):
-                    continue
-                event = ev
-                if t.get("event"):
-                    event = f"{ev} {t['event']}".strip()
-                actions = []
-                for key in ("before", "on", "after"):
-                    for a in _as_list(t.get(key)):
-                        actions.append(f"{key}: {a}")
-                targets = str(t["target"]).split() if t.get("target") else [None]
-                for target in targets:
-                    out.append(_Transition(sid, event, target, _guard_text(t),
-                                           bool(t.get("internal")), "; ".join(actions)))
-    return out
-
-
 def _mermaid_id(sid: str) -> str:
     return re.sub(r"\W", "_", sid)
 
@@ -592,7 +509,7 @@ def mermaid_state_diagram(machine: Mapping[str, Any]) -> list[str]:
     """
     acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
     states = machine.get("states", {})
-    _walk_states(states if isinstance(states, Mapping) else {}, None, acc)
+    walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
     lines = ["stateDiagram-v2"]
 
     def declare(parent: str | None, indent: str) -> None:
@@ -614,7 +531,7 @@ def mermaid_state_diagram(machine: Mapping[str, Any]) -> list[str]:
                 lines.append(f"{indent}{mid} --> [*]")
 
     declare(None, "    ")
-    for t in _transitions(acc):
+    for t in lifecycle_transitions(acc):
         label = t.event
         if t.guard:
             label = f"{label} [{t.guard}]".strip()
@@ -652,14 +569,14 @@ def _render_lifecycle(doc: Mapping[str, Any] | None, number: int) -> list[str]:
     machines = lifecycle_machines(doc)
     if not machines:
         return [*out, "`spec/lifecycle.yaml` declares no state machine.", ""]
-    docs_keys = set(_as_list(doc.get("x-docs-keys")))
+    docs_keys = set(as_name_list(doc.get("x-docs-keys")))
     for mname, m in machines:
         out += [f"### {mname}", ""]
         if m.get("doc"):
             out += [_text(m["doc"]), ""]
         acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
         states = m.get("states", {})
-        _walk_states(states if isinstance(states, Mapping) else {}, None, acc)
+        walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
         out += ["```mermaid", *mermaid_state_diagram(m), "```", ""]
         out += ["States:", ""]
         srows = []
@@ -667,14 +584,14 @@ def _render_lifecycle(doc: Mapping[str, Any] | None, number: int) -> list[str]:
             flags = [f for f in ("initial", "final", "parallel") if sdef.get(f)]
             srows.append((f"`{sid}`", _text(sdef.get("name", "")), ", ".join(flags),
                           _text(parent or ""),
-                          ", ".join(f"`{a}`" for a in _as_list(sdef.get("enter"))),
-                          ", ".join(f"`{a}`" for a in _as_list(sdef.get("exit")))))
+                          ", ".join(f"`{a}`" for a in as_name_list(sdef.get("enter"))),
+                          ", ".join(f"`{a}`" for a in as_name_list(sdef.get("exit")))))
         out += _table(["state", "name", "flags", "inside", "on enter", "on exit"], srows)
         out.append("")
         out += ["Transitions (an event not listed for a state is not allowed in it):", ""]
         events = m.get("events") if isinstance(m.get("events"), Mapping) else {}
         trows = []
-        for t in _transitions(acc):
+        for t in lifecycle_transitions(acc):
             trows.append((f"`{t.source}`", f"`{t.event}`" if t.event else "(eventless)",
                           _text(t.guard), f"`{t.target or t.source}`",
                           "internal" if t.internal else "", _text(t.actions),

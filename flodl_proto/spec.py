@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,11 +32,17 @@ import yaml
 __all__ = [
     "SPEC",
     "ErrorEntry",
+    "LifecycleTransition",
     "Spec",
     "SpecError",
     "Version",
+    "as_name_list",
     "find_spec_dir",
+    "lifecycle_machines",
+    "lifecycle_transitions",
+    "machine_transitions",
     "net_timeout_scale",
+    "walk_lifecycle_states",
 ]
 
 #: A data-channel protocol version this package speaks.
@@ -189,6 +195,131 @@ def _load_lifecycle(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError("lifecycle.yaml: not a mapping")
     return data
+
+
+# -- lifecycle tables (spec/lifecycle.yaml), read once for the state machines and the docs --------
+def lifecycle_machines(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Find the state machine definitions in a parsed ``lifecycle.yaml``.
+
+    Accepts one machine at the top level (a ``states`` mapping, named by ``machine`` or ``name``)
+    or several under any top-level key whose value holds a ``states`` mapping (one level of
+    nesting, e.g. ``machines: {controller: {...}, relay: {...}}``).
+
+    Returns:
+        ``[(machine name, definition mapping), ...]`` in file order; empty if none is found.
+    """
+    if isinstance(doc.get("states"), Mapping):
+        name = doc.get("machine") or doc.get("name") or "lifecycle"
+        return [(str(name), doc)]
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for key, value in doc.items():
+        if not isinstance(value, Mapping):
+            continue
+        if isinstance(value.get("states"), Mapping):
+            found.append((str(value.get("machine") or value.get("name") or key), value))
+            continue
+        for k2, v2 in value.items():
+            if isinstance(v2, Mapping) and isinstance(v2.get("states"), Mapping):
+                found.append((str(v2.get("machine") or v2.get("name") or k2), v2))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleTransition:
+    """One transition row of a lifecycle definition.
+
+    Attributes:
+        source: the source state id.
+        event: the event name ("" for an eventless transition).
+        target: the target state id (None: a targetless, self transition).
+        guard: the guard as text (``cond`` as is, ``unless`` as ``not ...``, joined by "and").
+        internal: an internal transition (no exit/enter of the source).
+        actions: ``before``/``on``/``after`` callbacks as text.
+        cond: the ``cond`` guard names.
+        unless: the ``unless`` guard names.
+    """
+
+    source: str
+    event: str
+    target: str | None
+    guard: str
+    internal: bool
+    actions: str
+    cond: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+
+
+def as_name_list(value: Any) -> list[str]:
+    """A definition value that may be one name or a list of names, as a list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _guard_text(t: Mapping[str, Any]) -> str:
+    parts = [*as_name_list(t.get("cond")), *(f"not {u}" for u in as_name_list(t.get("unless")))]
+    parts += [f"valid {v}" for v in as_name_list(t.get("validators"))]
+    return " and ".join(parts)
+
+
+def walk_lifecycle_states(states: Mapping[Any, Any], parent: str | None,
+                          acc: list[tuple[str, str | None, Mapping[Any, Any]]]) -> None:
+    """Append ``(state id, parent id, definition)`` for ``states`` and their nested states to
+    ``acc``, depth first in document order."""
+    for sid, sdef in states.items():
+        sdef = sdef if isinstance(sdef, Mapping) else {}
+        acc.append((str(sid), parent, sdef))
+        inner = sdef.get("states")
+        if isinstance(inner, Mapping):
+            walk_lifecycle_states(inner, str(sid), acc)
+
+
+def lifecycle_transitions(
+    states: list[tuple[str, str | None, Mapping[Any, Any]]],
+) -> list[LifecycleTransition]:
+    """Every transition of the walked ``states`` (:func:`walk_lifecycle_states`), in document
+    order: one row per target of each ``on`` entry (and each eventless ``transitions`` entry).
+    YAML 1.1 reads an unquoted ``on`` key as True; both spellings are read."""
+    out: list[LifecycleTransition] = []
+    for sid, _parent, sdef in states:
+        on = sdef.get("on")
+        if on is None:
+            on = sdef.get(True)  # YAML 1.1 reads an unquoted `on` key as True
+        groups: list[tuple[str, Any]] = []
+        if isinstance(on, Mapping):
+            groups += [(str(ev), tl) for ev, tl in on.items()]
+        if sdef.get("transitions"):
+            groups.append(("", sdef["transitions"]))
+        for ev, tl in groups:
+            for t in tl if isinstance(tl, list) else [tl]:
+                if not isinstance(t, Mapping):
+                    continue
+                event = ev
+                if t.get("event"):
+                    event = f"{ev} {t['event']}".strip()
+                actions = []
+                for key in ("before", "on", "after"):
+                    for a in as_name_list(t.get(key)):
+                        actions.append(f"{key}: {a}")
+                targets = str(t["target"]).split() if t.get("target") else [None]
+                for target in targets:
+                    out.append(LifecycleTransition(
+                        sid, event, target, _guard_text(t), bool(t.get("internal")),
+                        "; ".join(actions), tuple(as_name_list(t.get("cond"))),
+                        tuple(as_name_list(t.get("unless")))))
+    return out
+
+
+def machine_transitions(machine: Mapping[str, Any]) -> list[LifecycleTransition]:
+    """The transition rows of one machine definition (see :func:`lifecycle_transitions`)."""
+    acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
+    states = machine.get("states", {})
+    walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
+    return lifecycle_transitions(acc)
 
 
 def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:

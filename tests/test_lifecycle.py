@@ -1,4 +1,5 @@
-"""The controller lifecycle class generated from spec/lifecycle.yaml, checked against the spec."""
+"""The controller and relay lifecycle classes generated from spec/lifecycle.yaml, checked against
+the spec."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from flodl_proto.docs import mermaid_state_diagram
 from flodl_proto.errors import LocalProtocolError, SequenceError, protocol_error
 from flodl_proto.fsm import lifecycle as L
 from flodl_proto.spec import SPEC
@@ -59,7 +61,7 @@ def test_definition_is_a_deep_copy_without_docs_keys() -> None:
     assert set(d) == {"allow_event_without_transition", "catch_errors_as_events", "states"}
     d["states"].clear()
     assert L.lifecycle_definition()["states"]
-    assert SPEC.lifecycle()["states"]
+    assert SPEC.lifecycle()["machines"]["controller"]["states"]
     assert "guards" in L.lifecycle_spec()
 
 
@@ -142,11 +144,79 @@ def test_send_on_the_machine_raises_too() -> None:
 
 
 def test_mermaid_lists_every_transition() -> None:
-    text = L.mermaid()
-    assert text.startswith("stateDiagram-v2\n    [*] --> Idle\n")
+    lines = mermaid_state_diagram(L.lifecycle_spec())
+    assert lines[:3] == ["stateDiagram-v2", '    state "Idle" as idle', "    [*] --> idle"]
+    text = "\n".join(lines)
     for _, ev, _, _, _ in L.transitions():
         assert f": {ev}" in text
-    assert "Reducing --> Reducing: round_scattered [round_complete]" in text
+    assert "    reducing --> reducing: round_scattered [round_complete]" in lines
+
+
+@pytest.mark.parametrize(("machine", "states", "events"), [
+    ("controller", L.LifecycleState, L.LifecycleEvent),
+    ("relay", L.RelayState, L.RelayEvent),
+])
+def test_enums_name_every_state_and_event_of_the_spec(machine: str, states: Any,
+                                                      events: Any) -> None:
+    spec = SPEC.lifecycle()["machines"][machine]
+    assert [s.value for s in states] == list(spec["states"])
+    assert {e.value for e in events} == set(spec["events"])
+    assert {e for _, e, _, _, _ in L.transitions(machine)} == set(spec["events"])
+
+
+class RelayGuards:
+    def __init__(self) -> None:
+        self.every_local_rank_connected = False
+        self.every_local_rank_gone = False
+        self.state: Any = None
+
+
+def test_relay_class_matches_the_spec() -> None:
+    cls = L.lifecycle_class("relay")
+    assert cls is L.lifecycle_class("relay") and cls is not L.lifecycle_class()
+    assert [s.id for s in cls.states] == [s.value for s in L.RelayState]
+    assert cls.initial_state.id == "accepting_ranks"
+    assert [s.id for s in cls.final_states] == ["done"]
+    generated = {(s.id, str(ev), t.target.id) for s in cls.states for t in s.transitions
+                 for ev in t.events}
+    assert generated == {(src, ev, dst) for src, ev, dst, _, _ in L.transitions("relay")}
+
+
+def test_relay_happy_path_and_drain() -> None:
+    g = RelayGuards()
+    lc = L.Lifecycle(g, "relay")
+    assert lc.state == L.RelayState.ACCEPTING_RANKS and lc.state_name == "AcceptingRanks"
+    lc.fire(L.RelayEvent.RANK_CONNECTED)
+    with pytest.raises(SequenceError) as ei:
+        lc.fire(L.RelayEvent.ALL_CONNECTED)  # a rank is still missing
+    assert ei.value.error_id == "relay.bad_event"
+    assert str(ei.value) == "relay: event 'all_connected' is not allowed in state AcceptingRanks"
+    g.every_local_rank_connected = True
+    lc.fire(L.RelayEvent.ALL_CONNECTED)
+    lc.fire(L.RelayEvent.HELLO_SENT)
+    assert lc.state == L.RelayState.AWAITING_HELLO_ACK
+    lc.fire(L.RelayEvent.HELLO_ACKED)
+    lc.fire(L.RelayEvent.RANK_LEFT)
+    with pytest.raises(LocalProtocolError):
+        lc.fire(L.RelayEvent.LAST_RANK_LEFT)
+    g.every_local_rank_gone = True
+    with pytest.raises(LocalProtocolError):
+        lc.fire(L.RelayEvent.RANK_LEFT)
+    lc.fire(L.RelayEvent.LAST_RANK_LEFT)
+    assert lc.state == L.RelayState.DRAINING
+    lc.fire(L.RelayEvent.DRAINED, detail="flushed")
+    assert lc.is_final and lc.allowed_events() == []
+    out = lc.outcome
+    assert out is not None and out.clean and out.reason == "drained" and out.detail == "flushed"
+
+
+def test_relay_fail_records_the_error() -> None:
+    lc = L.Lifecycle(RelayGuards(), "relay")
+    err = protocol_error("relay.closed_before_helloack")
+    lc.fire(L.RelayEvent.FAIL, error=err)
+    out = lc.outcome
+    assert lc.state == L.RelayState.DONE
+    assert out is not None and not out.clean and out.error is err and out.reason == "fail"
 
 
 class LifecycleStateful(RuleBasedStateMachine):

@@ -112,7 +112,7 @@ from .events import (
     SendTo,
     StopAccepting,
 )
-from .lifecycle import ACCEPTING, REDUCING, Lifecycle, Outcome
+from .lifecycle import Lifecycle, LifecycleEvent, LifecycleState, Outcome
 
 __all__ = ["HANDSHAKE_TIMEOUT", "ControllerCore"]
 
@@ -222,7 +222,7 @@ class ControllerCore:
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
         self._forwarded: set[int] = set()
-        self._pending_exit: tuple[str, str] | None = None
+        self._pending_exit: tuple[LifecycleEvent, str] | None = None
         self._pending_error: ProtocolError | None = None
         self.covered = 0
         #: rounds reduced and scattered so far
@@ -263,6 +263,13 @@ class ControllerCore:
                                  conn is not None and not conn.closed))
         return out
 
+    def uncovered_ranks(self) -> list[int]:
+        """The ranks no accepted relay has announced yet, ascending, while the run is in Idle or
+        Accepting; empty once the accept phase is over."""
+        if self.state not in (LifecycleState.IDLE, LifecycleState.ACCEPTING):
+            return []
+        return [r for r in range(self.world_size) if r not in self._rank_relay]
+
     def status(self) -> dict[str, Any]:
         """A JSON-ready status snapshot: state, world size, version, relays and their ranks, dead
         ranks, rounds reduced, bytes in/out, the last round, the outcome once finished."""
@@ -299,7 +306,7 @@ class ControllerCore:
         Raises:
             LocalProtocolError (``controller.bad_event``): not in Idle.
         """
-        self.lifecycle.fire("start")
+        self.lifecycle.fire(LifecycleEvent.START)
         return self._flush()
 
     def connection_opened(self, conn: int, now: float,
@@ -321,7 +328,7 @@ class ControllerCore:
         """
         if self.finished:
             return [CloseConnection(conn, "controller finished")]
-        if self.state not in (ACCEPTING, REDUCING):
+        if self.state not in (LifecycleState.ACCEPTING, LifecycleState.REDUCING):
             raise protocol_error("controller.bad_event", event="connection_opened",
                                  state=self.lifecycle.state_name)
         if conn in self._conns:
@@ -332,7 +339,7 @@ class ControllerCore:
                                  hello_limit=max_hello_payload(self.world_size))
         c = _Conn(conn, stream, now + HANDSHAKE_TIMEOUT)
         self._conns[conn] = c
-        if self.state == REDUCING:
+        if self.state == LifecycleState.REDUCING:
             log.info("controller: connection %s after the accept phase; closing it", conn)
             self._close(c, "every rank is already covered")
         return self._flush()
@@ -435,7 +442,7 @@ class ControllerCore:
     def stop(self, detail: str = "") -> list[Action]:
         """Stop cleanly (an external shutdown); a no-op once finished."""
         if not self.finished:
-            self._finish("stop", detail=detail or "shutdown requested")
+            self._finish(LifecycleEvent.STOP, detail=detail or "shutdown requested")
         return self._flush()
 
     def tick(self, now: float) -> list[Action]:
@@ -443,7 +450,7 @@ class ControllerCore:
         deadline and forward deaths declared directly in a shared ledger."""
         if self.finished:
             return []
-        if self.state == ACCEPTING:
+        if self.state == LifecycleState.ACCEPTING:
             for c in list(self._conns.values()):
                 if c.relay is None and not c.closed and now >= c.deadline:
                     what = "channel magic" if c.stream.bytes_in < CHANNEL_MAGIC_LEN else "Hello"
@@ -483,7 +490,7 @@ class ControllerCore:
                 self._fail(protocol_error("controller.rank_twice", rank=r))
                 return
             seen.add(r)
-        self.lifecycle.fire("hello_accepted")
+        self.lifecycle.fire(LifecycleEvent.HELLO_ACCEPTED)
         relay = _Relay(len(self._relays), c.id, hello.host, tuple(hello.ranks))
         self._relays.append(relay)
         for r in relay.ranks:
@@ -496,7 +503,7 @@ class ControllerCore:
                                         self.salt), SendKind.HELLO_ACK)
         self._actions.append(RelayJoined(c.id, relay.index, relay.host, relay.ranks))
         if self.covered == self.world_size:
-            self.lifecycle.fire("all_covered")
+            self.lifecycle.fire(LifecycleEvent.ALL_COVERED)
             log.info("controller: every rank covered by %d relay(s); reducing", len(self._relays))
             self._actions.append(StopAccepting())
             for other in list(self._conns.values()):
@@ -512,7 +519,8 @@ class ControllerCore:
         if isinstance(ev, StreamEnded):
             relay.reading = False
             if alive:
-                self._reader_exit("relay_eof", f"relay {relay.index} ('{relay.host}', ranks "
+                self._reader_exit(LifecycleEvent.RELAY_EOF,
+                                  f"relay {relay.index} ('{relay.host}', ranks "
                                   f"{ranks_str(relay.ranks)}) closed its connection")
             else:
                 self._close(c, "relay with no alive rank closed")
@@ -553,17 +561,17 @@ class ControllerCore:
                                                   conn=relay.index,
                                                   ranks=ranks_str(relay.ranks), rank=rank))
             elif not self.dead_ranks.is_dead(rank):
-                self._reader_exit("rank_exit", f"rank {rank} (relay {relay.index}, "
+                self._reader_exit(LifecycleEvent.RANK_EXIT, f"rank {rank} (relay {relay.index}, "
                                   f"'{relay.host}') exited")
             else:
                 log.debug("controller: RankExit for dead rank %d ignored", rank)
         else:
             log.debug("controller: %s from relay %d ignored", rust_debug(rec), relay.index)
 
-    def _reader_exit(self, event: str, detail: str) -> None:
+    def _reader_exit(self, event: LifecycleEvent, detail: str) -> None:
         """A relay asks for a clean end of the run: at once while reducing; during the accept
         phase it is remembered (the first one) and acted on when every rank is covered."""
-        if self.state == REDUCING:
+        if self.state == LifecycleState.REDUCING:
             self._finish(event, detail=detail)
         elif self._pending_exit is None:
             log.info("controller: %s during the accept phase; the run ends once every rank is "
@@ -574,7 +582,7 @@ class ControllerCore:
         """A relay's stream failed: the run fails at once while reducing; during the accept
         phase the first such error is remembered and raised when every rank is covered (after a
         pending clean exit, which wins, as upstream's round wait checks it first)."""
-        if self.state == REDUCING:
+        if self.state == LifecycleState.REDUCING:
             self._fail(error)
         elif self._pending_error is None:
             log.info("controller: %s (during the accept phase; reported once every rank is "
@@ -591,7 +599,7 @@ class ControllerCore:
     def _evaluate(self) -> None:
         """The round wait: end when no relay is alive, reduce when complete, else forward dead
         ranks (upstream: ``wait_for_round`` and its poll hook)."""
-        while self.state == REDUCING:
+        while self.state == LifecycleState.REDUCING:
             if self._pending_exit is not None:
                 event, detail = self._pending_exit
                 self._finish(event, detail=detail)
@@ -601,7 +609,7 @@ class ControllerCore:
                 return
             expected = self._expected()
             if not expected:
-                self._finish("all_dead", detail="no relay carries an alive rank")
+                self._finish(LifecycleEvent.ALL_DEAD, detail="no relay carries an alive rank")
                 return
             if not all(r.frame is not None for r in expected):
                 self._forward_dead()
@@ -636,7 +644,7 @@ class ControllerCore:
         except ProtocolError as e:
             self._fail(e)
             return
-        self.lifecycle.fire("round_scattered")
+        self.lifecycle.fire(LifecycleEvent.ROUND_SCATTERED)
         for r in self._relays:
             r.frame = None
         del frames
@@ -692,13 +700,14 @@ class ControllerCore:
 
     def _fail(self, error: ProtocolError) -> None:
         log.info("controller: run failed: %s", error)  # reported to the caller by the outcome
-        self._finish("fail", error=error)
+        self._finish(LifecycleEvent.FAIL, error=error)
 
-    def _finish(self, event: str, *, error: ProtocolError | None = None, detail: str = "") -> None:
+    def _finish(self, event: LifecycleEvent, *, error: ProtocolError | None = None,
+                detail: str = "") -> None:
         if self.finished:
             return
-        if event == "fail":
-            self.lifecycle.fire("fail", error=error, detail=detail)
+        if event is LifecycleEvent.FAIL:
+            self.lifecycle.fire(LifecycleEvent.FAIL, error=error, detail=detail)
         else:
             self.lifecycle.fire(event, detail=detail)
         if self._checkpoint:

@@ -1,29 +1,39 @@
-"""The controller lifecycle, generated from ``spec/lifecycle.yaml``.
+"""The controller and relay lifecycles, generated from ``spec/lifecycle.yaml``.
 
-States ``idle`` (initial) -> ``accepting`` -> ``reducing`` -> ``shutdown`` (final); events
-``start``, ``hello_accepted``, ``all_covered``, ``round_scattered``, the clean exits
-``rank_exit``, ``relay_eof``, ``all_dead``, ``stop``, and ``fail``. Guards (``every_rank_covered``,
-``round_complete``, ``no_relay_alive``) are boolean attributes of the machine's *model* (the
-controller core, or any object with those attributes). Entering ``shutdown`` records an
-:class:`Outcome` (clean, or the error given to ``fail`` as ``error=``).
+Controller: states ``idle`` (initial) -> ``accepting`` -> ``reducing`` -> ``shutdown`` (final);
+events ``start``, ``hello_accepted``, ``all_covered``, ``round_scattered``, the clean exits
+``rank_exit``, ``relay_eof``, ``all_dead``, ``stop``, and ``fail``. Guards
+(``every_rank_covered``, ``round_complete``, ``no_relay_alive``) are boolean attributes of the
+machine's *model* (the controller core, or any object with those attributes).
 
-The class is built once with python-statemachine 3.x
+Relay: ``accepting_ranks`` (initial) -> ``dialing`` -> ``awaiting_hello_ack`` -> ``folding`` ->
+``draining`` -> ``done`` (final); guards ``every_local_rank_connected``,
+``every_local_rank_gone``.
+
+Entering the final state records an :class:`Outcome` (clean, or the error given to ``fail`` as
+``error=``). State ids and event names are the :class:`LifecycleState` / :class:`LifecycleEvent`
+(controller) and :class:`RelayState` / :class:`RelayEvent` enums, checked against the spec when
+this module loads, so a core never names a state or an event by a free string.
+
+Each class is built once with python-statemachine 3.x
 (``statemachine.io.create_machine_class_from_definition``) from a deep copy of the spec, after
 the descriptive keys (``x-docs-keys``) are stripped. Two library defaults are overridden by the
 spec: an event that has no transition from the current state (unknown event, guard false, or any
-event after ``shutdown``) raises instead of being ignored, and callback errors propagate. Here that
-surfaces as :class:`~flodl_proto.errors.LocalProtocolError` (``SequenceError``, catalogue id
-``controller.bad_event``), never as the library's exception.
+event after the final state) raises instead of being ignored, and callback errors propagate. Here
+that surfaces as :class:`~flodl_proto.errors.LocalProtocolError` (``SequenceError``, catalogue id
+``controller.bad_event`` / ``relay.bad_event``), never as the library's exception.
 
-The machine is for lifecycle and round events only (a transition costs a few hundred
+The machines are for lifecycle and round events only (a transition costs a few hundred
 microseconds), never per byte or per tensor.
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (the module doc's state machine, and the
-control flow of ``run_reduce_thread``, ``ReduceSlots::wait_for_round`` and ``reduce_reader``).
+control flow of ``run_reduce_thread``, ``ReduceSlots::wait_for_round`` and ``reduce_reader``);
+``flodl/src/distributed/relay/agent.rs`` (``RelayChannel``).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,40 +45,109 @@ from statemachine.exceptions import TransitionNotAllowed
 from statemachine.io import create_machine_class_from_definition
 
 from ..errors import ProtocolError, protocol_error
-from ..spec import SPEC, SpecError
+from ..spec import SPEC, SpecError, machine_transitions
 
 __all__ = [
     "CLEAN_EXIT_EVENTS",
     "EVENTS",
     "GUARDS",
+    "MACHINES",
     "STATES",
     "Lifecycle",
+    "LifecycleEvent",
     "LifecycleModel",
+    "LifecycleState",
     "Outcome",
+    "RelayEvent",
+    "RelayLifecycleModel",
+    "RelayState",
     "lifecycle_class",
     "lifecycle_definition",
     "lifecycle_spec",
-    "mermaid",
     "transitions",
 ]
 
 log = logging.getLogger(__name__)
 
-IDLE: Final = "idle"
-ACCEPTING: Final = "accepting"
-REDUCING: Final = "reducing"
-SHUTDOWN: Final = "shutdown"
+#: the machines of ``spec/lifecycle.yaml``, by key
+MACHINES: Final = ("controller", "relay")
+
+
+class LifecycleState(enum.StrEnum):
+    """The controller lifecycle's state ids (``spec/lifecycle.yaml`` ``machines.controller``)."""
+
+    IDLE = "idle"
+    ACCEPTING = "accepting"
+    REDUCING = "reducing"
+    SHUTDOWN = "shutdown"
+
+
+class LifecycleEvent(enum.StrEnum):
+    """The controller lifecycle's events (``spec/lifecycle.yaml`` ``machines.controller``)."""
+
+    START = "start"
+    STOP = "stop"
+    FAIL = "fail"
+    HELLO_ACCEPTED = "hello_accepted"
+    ALL_COVERED = "all_covered"
+    ROUND_SCATTERED = "round_scattered"
+    RANK_EXIT = "rank_exit"
+    RELAY_EOF = "relay_eof"
+    ALL_DEAD = "all_dead"
+
+
+class RelayState(enum.StrEnum):
+    """The relay lifecycle's state ids (``spec/lifecycle.yaml`` ``machines.relay``)."""
+
+    ACCEPTING_RANKS = "accepting_ranks"
+    DIALING = "dialing"
+    AWAITING_HELLO_ACK = "awaiting_hello_ack"
+    FOLDING = "folding"
+    DRAINING = "draining"
+    DONE = "done"
+
+
+class RelayEvent(enum.StrEnum):
+    """The relay lifecycle's events (``spec/lifecycle.yaml`` ``machines.relay``)."""
+
+    RANK_CONNECTED = "rank_connected"
+    ALL_CONNECTED = "all_connected"
+    STOP = "stop"
+    FAIL = "fail"
+    HELLO_SENT = "hello_sent"
+    HELLO_ACKED = "hello_acked"
+    RANK_LEFT = "rank_left"
+    LAST_RANK_LEFT = "last_rank_left"
+    CONTROLLER_CLOSED = "controller_closed"
+    DRAINED = "drained"
+
+
+_ENUMS: Final[Mapping[str, tuple[type[enum.StrEnum], type[enum.StrEnum]]]] = {
+    "controller": (LifecycleState, LifecycleEvent),
+    "relay": (RelayState, RelayEvent),
+}
+
+#: the catalogue error for an event a machine does not allow in its state
+_BAD_EVENT: Final = {"controller": "controller.bad_event", "relay": "relay.bad_event"}
+
+# kept for callers that name the controller's states as constants
+IDLE: Final = LifecycleState.IDLE
+ACCEPTING: Final = LifecycleState.ACCEPTING
+REDUCING: Final = LifecycleState.REDUCING
+SHUTDOWN: Final = LifecycleState.SHUTDOWN
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a controller run ended (recorded on entering ``shutdown``).
+    """How a run ended (recorded on entering the final state: ``shutdown``, ``done``).
 
     Attributes:
-        clean: True for a clean end (RankExit of an alive rank, EOF of a relay with an alive rank,
-            every rank dead, external stop); False when the run failed.
-        reason: the lifecycle event that ended the run (``rank_exit``, ``relay_eof``,
-            ``all_dead``, ``stop`` or ``fail``).
+        clean: True for a clean end (controller: RankExit of an alive rank, EOF of a relay with
+            an alive rank, every rank dead, external stop; relay: drained, controller closed,
+            external stop); False when the run failed.
+        reason: the lifecycle event that ended the run (an ``outcomes`` key of the machine:
+            ``rank_exit``, ``relay_eof``, ``all_dead``, ``drained``, ``controller_closed``,
+            ``stop`` or ``fail``).
         error: the failure (a :class:`~flodl_proto.errors.ProtocolError`) when not clean.
         detail: a human-readable note (which relay, which rank), may be empty.
     """
@@ -85,7 +164,8 @@ class Outcome:
 
 
 class LifecycleModel(Protocol):
-    """What the lifecycle's guards read from the machine's model (booleans, evaluated on demand).
+    """What the controller lifecycle's guards read from the machine's model (booleans,
+    evaluated on demand).
 
     Attributes:
         every_rank_covered: every rank ``0..world_size-1`` was announced by an accepted relay.
@@ -103,104 +183,155 @@ class LifecycleModel(Protocol):
     def no_relay_alive(self) -> bool: ...
 
 
-def lifecycle_spec() -> dict[str, Any]:
-    """Return a deep copy of the whole ``spec/lifecycle.yaml`` (descriptive keys included).
+class RelayLifecycleModel(Protocol):
+    """What the relay lifecycle's guards read from the machine's model.
+
+    Attributes:
+        every_local_rank_connected: every rank of the host's set completed its handshake.
+        every_local_rank_gone: every local rank has left.
+    """
+
+    @property
+    def every_local_rank_connected(self) -> bool: ...
+
+    @property
+    def every_local_rank_gone(self) -> bool: ...
+
+
+def lifecycle_spec(machine: str = "controller") -> dict[str, Any]:
+    """Return a deep copy of one machine of ``spec/lifecycle.yaml`` (descriptive keys included).
+
+    Args:
+        machine: ``"controller"`` or ``"relay"``.
 
     Raises:
-        SpecError: the file is missing or malformed.
+        SpecError: the file is missing or malformed, or has no such machine.
     """
-    spec = SPEC.lifecycle()
-    if spec.get("schema") != "flodl-proto-lifecycle/1" or "states" not in spec:
-        raise SpecError("lifecycle.yaml: missing or unknown 'schema', or no 'states'")
+    doc = SPEC.lifecycle()
+    machines = doc.get("machines")
+    if (doc.get("schema") != "flodl-proto-lifecycle/2" or not isinstance(machines, dict)
+            or not isinstance(machines.get(machine), dict) or "states" not in machines[machine]):
+        raise SpecError(f"lifecycle.yaml: missing or unknown 'schema', or no machine {machine!r} "
+                        "with 'states'")
+    spec: dict[str, Any] = machines[machine]
+    spec["x-docs-keys"] = list(doc.get("x-docs-keys", []))
     return spec
 
 
-def lifecycle_definition() -> dict[str, Any]:
-    """Return the python-statemachine definition: a deep copy of the spec without the keys listed
-    in its ``x-docs-keys`` (``states`` and the class options remain)."""
-    spec = lifecycle_spec()
-    for key in list(spec.get("x-docs-keys", [])):
+def lifecycle_definition(machine: str = "controller") -> dict[str, Any]:
+    """Return one machine's python-statemachine definition: a deep copy of its spec without the
+    keys listed in ``x-docs-keys`` (``states`` and the class options remain)."""
+    spec = lifecycle_spec(machine)
+    for key in [*spec.pop("x-docs-keys"), "x-docs-keys"]:
         spec.pop(key, None)
     return spec
 
 
-def transitions() -> list[tuple[str, str, str, str | None, str | None]]:
-    """Every transition of the spec as ``(source, event, target, cond, unless)`` state ids,
-    in document order (the oracle the tests compare the generated class with)."""
-    out: list[tuple[str, str, str, str | None, str | None]] = []
-    for sid, sdef in lifecycle_definition()["states"].items():
-        for event, tlist in (sdef.get("on") or {}).items():
-            for t in tlist:
-                out.append((sid, str(event), str(t["target"]), t.get("cond"), t.get("unless")))
-    return out
+def transitions(machine: str = "controller") -> list[tuple[str, str, str, str | None, str | None]]:
+    """Every transition of one machine as ``(source, event, target, cond, unless)`` state ids,
+    in document order (the oracle the tests compare the generated class with), from the
+    transition rows :func:`flodl_proto.spec.machine_transitions` reads for the docs too."""
+    return [(t.source, t.event, t.target or t.source, t.cond[0] if t.cond else None,
+             t.unless[0] if t.unless else None)
+            for t in machine_transitions(lifecycle_definition(machine))]
 
 
-def _check_spec(spec: Mapping[str, Any]) -> None:
+def _check_spec(machine: str, spec: Mapping[str, Any]) -> None:
     states = spec["states"]
+    state_enum, event_enum = _ENUMS[machine]
     initial = [s for s, d in states.items() if d.get("initial")]
-    if initial != [IDLE] or not states.get(SHUTDOWN, {}).get("final"):
-        raise SpecError("lifecycle.yaml: idle must be the only initial state, shutdown final")
-    used = {g for _, _, _, c, u in transitions() for g in (c, u) if g}
+    finals = [s for s, d in states.items() if d.get("final")]
+    if len(initial) != 1 or len(finals) != 1:
+        raise SpecError(f"lifecycle.yaml: {machine} needs one initial and one final state")
+    rows = transitions(machine)
+    if list(states) != [s.value for s in state_enum]:
+        raise SpecError(f"lifecycle.yaml: {machine} states {list(states)} != "
+                        f"{state_enum.__name__} {[s.value for s in state_enum]}")
+    events = {e for _, e, _, _, _ in rows}
+    if events != {e.value for e in event_enum}:
+        raise SpecError(f"lifecycle.yaml: {machine} events {sorted(events)} != "
+                        f"{event_enum.__name__}")
+    used = {g for _, _, _, c, u in rows for g in (c, u) if g}
     declared = set(spec.get("guards", {}))
     if used != declared:
-        raise SpecError(f"lifecycle.yaml: guards used {sorted(used)} != declared "
+        raise SpecError(f"lifecycle.yaml: {machine} guards used {sorted(used)} != declared "
                         f"{sorted(declared)}")
-    events = {e for _, e, _, _, _ in transitions()}
     if events != set(spec.get("events", {})) or not set(spec["outcomes"]) <= events:
-        raise SpecError("lifecycle.yaml: events / outcomes tables do not match the transitions")
+        raise SpecError(f"lifecycle.yaml: {machine} events / outcomes tables do not match the "
+                        "transitions")
 
 
-_SPEC: Final = lifecycle_spec()
-_check_spec(_SPEC)
+_SPECS: Final = {m: lifecycle_spec(m) for m in MACHINES}
+for _m in MACHINES:
+    _check_spec(_m, _SPECS[_m])
+_SPEC: Final = _SPECS["controller"]
 
-#: state ids in document order
+#: controller state ids in document order
 STATES: Final[tuple[str, ...]] = tuple(_SPEC["states"])
-#: event names in first-use order
+#: controller event names in first-use order
 EVENTS: Final[tuple[str, ...]] = tuple(dict.fromkeys(e for _, e, _, _, _ in transitions()))
-#: guard name -> description
+#: controller guard name -> description
 GUARDS: Final[Mapping[str, str]] = dict(_SPEC["guards"])
-#: event name -> "clean" / "error", for the events that end the run
-OUTCOMES: Final[Mapping[str, str]] = dict(_SPEC["outcomes"])
-#: the events that end a run cleanly
+#: machine -> event name -> "clean" / "error", for the events that end the run
+_OUTCOMES: Final[Mapping[str, Mapping[str, str]]] = {
+    m: dict(_SPECS[m]["outcomes"]) for m in MACHINES
+}
+#: controller: event name -> "clean" / "error", for the events that end the run
+OUTCOMES: Final[Mapping[str, str]] = _OUTCOMES["controller"]
+#: the events that end a controller run cleanly
 CLEAN_EXIT_EVENTS: Final = frozenset(e for e, o in OUTCOMES.items() if o == "clean")
+_FINAL: Final = {
+    m: next(s for s, d in _SPECS[m]["states"].items() if d.get("final")) for m in MACHINES
+}
 
 
-def _record_outcome(self: Any, event: Any = None, error: ProtocolError | None = None,
-                    detail: str = "") -> None:
-    name = str(event) if event is not None else "fail"
-    clean = OUTCOMES.get(name) == "clean"
-    self.outcome = Outcome(clean, name, None if clean else error, detail)
-    log.debug("lifecycle: shutdown (%s)", self.outcome)
+def _outcome_recorder(machine: str) -> Any:
+    outcomes = _OUTCOMES[machine]
+
+    def record_outcome(self: Any, event: Any = None, error: ProtocolError | None = None,
+                       detail: str = "") -> None:
+        name = str(event) if event is not None else "fail"
+        clean = outcomes.get(name) == "clean"
+        self.outcome = Outcome(clean, name, None if clean else error, detail)
+        log.debug("lifecycle: %s final (%s)", machine, self.outcome)
+
+    return record_outcome
 
 
 def _state_names(machine: Any) -> str:
     return ", ".join(str(s.name) for s in machine.configuration) or "(none)"
 
 
-def _send(self: Any, event: str, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return StateChart.send(self, event, *args, **kwargs)
-    except TransitionNotAllowed:
-        raise protocol_error("controller.bad_event", event=event,
-                             state=_state_names(self)) from None
+def _sender(machine: str) -> Any:
+    error_id = _BAD_EVENT[machine]
+
+    def send(self: Any, event: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return StateChart.send(self, event, *args, **kwargs)
+        except TransitionNotAllowed:
+            raise protocol_error(error_id, event=str(event),
+                                 state=_state_names(self)) from None
+
+    return send
 
 
 @cache
-def lifecycle_class() -> Any:
-    """Return the python-statemachine class generated from the spec (built once).
+def lifecycle_class(machine: str = "controller") -> Any:
+    """Return the python-statemachine class generated from one machine of the spec (built once).
 
-    Instances take the guard model as ``model=`` (see :class:`LifecycleModel`); ``send(event,
-    **kwargs)`` raises ``LocalProtocolError`` (``controller.bad_event``) for an event not allowed
-    in the current state; after ``shutdown`` the instance's ``outcome`` is an :class:`Outcome`.
+    Instances take the guard model as ``model=`` (see :class:`LifecycleModel`,
+    :class:`RelayLifecycleModel`); ``send(event, **kwargs)`` raises ``LocalProtocolError``
+    (``controller.bad_event`` / ``relay.bad_event``) for an event not allowed in the current
+    state; after the final state the instance's ``outcome`` is an :class:`Outcome`.
 
     Raises:
         SpecError: the spec is malformed; ``statemachine`` errors for an invalid definition.
     """
-    definition = lifecycle_definition()  # a deep copy: the library consumes it
+    definition = lifecycle_definition(machine)  # a deep copy: the library consumes it
     cls = create_machine_class_from_definition(
-        str(_SPEC.get("machine", "ControllerLifecycle")),
-        record_outcome=_record_outcome,
-        send=_send,
+        str(_SPECS[machine].get("machine", machine)),
+        record_outcome=_outcome_recorder(machine),
+        send=_sender(machine),
         outcome=None,
         **definition,
     )
@@ -211,20 +342,27 @@ class Lifecycle:
     """A typed handle on one instance of the generated lifecycle class.
 
     Args:
-        model: the guard model (:class:`LifecycleModel`), read whenever a guarded event fires.
+        model: the guard model (:class:`LifecycleModel` for the controller,
+            :class:`RelayLifecycleModel` for the relay), read whenever a guarded event fires.
+        machine: ``"controller"`` (default) or ``"relay"``.
 
     Raises:
         statemachine.exceptions.InvalidDefinition: ``model`` lacks a guard attribute.
+        KeyError: unknown ``machine``.
     """
 
-    __slots__ = ("machine",)
+    __slots__ = ("_final", "kind", "machine")
 
-    def __init__(self, model: LifecycleModel) -> None:
-        self.machine: Any = lifecycle_class()(model=model)
+    def __init__(self, model: LifecycleModel | RelayLifecycleModel,
+                 machine: str = "controller") -> None:
+        self._final = str(_FINAL[machine])
+        #: which machine: ``"controller"`` or ``"relay"``
+        self.kind = machine
+        self.machine: Any = lifecycle_class(machine)(model=model)
 
     @property
     def state(self) -> str:
-        """Current state id (``idle``, ``accepting``, ``reducing``, ``shutdown``)."""
+        """Current state id (a :class:`LifecycleState` or :class:`RelayState` value)."""
         return str(next(iter(self.machine.configuration_values)))
 
     @property
@@ -234,8 +372,9 @@ class Lifecycle:
 
     @property
     def is_final(self) -> bool:
-        """True once ``shutdown`` was entered (no event is allowed any more)."""
-        return self.state == SHUTDOWN
+        """True once the final state (``shutdown``, ``done``) was entered (no event is allowed
+        any more)."""
+        return self.state == self._final
 
     @property
     def outcome(self) -> Outcome | None:
@@ -247,8 +386,9 @@ class Lifecycle:
         """Fire ``event`` (``error=`` for ``fail``; ``detail=`` optional for any run-ending event).
 
         Raises:
-            LocalProtocolError (SequenceError, ``controller.bad_event``): ``event`` is unknown, has
-                no transition from the current state, or its guard is false.
+            LocalProtocolError (SequenceError, ``controller.bad_event`` / ``relay.bad_event``):
+                ``event`` is unknown, has no transition from the current state, or its guard is
+                false.
         """
         self.machine.send(event, **kwargs)
 
@@ -259,14 +399,3 @@ class Lifecycle:
     def enabled_events(self) -> list[str]:
         """Events that would fire from the current state (guards evaluated on the model)."""
         return [str(e.id) for e in self.machine.enabled_events()]
-
-
-def mermaid() -> str:
-    """Render the lifecycle as a Mermaid ``stateDiagram-v2`` (guards in brackets)."""
-    names = {sid: d.get("name", sid) for sid, d in lifecycle_definition()["states"].items()}
-    lines = ["stateDiagram-v2", f"    [*] --> {names[IDLE]}"]
-    for src, event, dst, cond, unless in transitions():
-        guard = f" [{cond}]" if cond else (f" [not {unless}]" if unless else "")
-        lines.append(f"    {names[src]} --> {names[dst]}: {event}{guard}")
-    lines.append(f"    {names[SHUTDOWN]} --> [*]")
-    return "\n".join(lines) + "\n"

@@ -440,11 +440,7 @@ class ReferenceController:
     def _note_waiting(self) -> None:
         """Log, during the accept phase, which ranks no relay has announced yet (upstream waits
         for them without a deadline; the note tells an operator what it is waiting for)."""
-        st = self._core.status()
-        if st["state"] not in ("Idle", "Accepting"):
-            return
-        covered = {r for relay in st["relays"] for r in relay["ranks"]}
-        missing = [r for r in range(self._core.world_size) if r not in covered]
+        missing = self._core.uncovered_ranks()
         if missing:
             shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
             log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s",
