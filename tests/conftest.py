@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -36,17 +37,41 @@ def vectors_root() -> Path:
     return shared if shared.is_dir() else ROOT / "flodl_proto" / "_vectors"
 
 
+#: why the network-lab tests were deselected in this run (None: they ran, or none was collected)
+_NETLAB_DESELECTED: list[str] = []
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``@pytest.mark.deep`` cases unless the run selects them (``-m deep``)."""
+    """Deselect ``@pytest.mark.deep`` cases unless the run selects them (``-m deep``), and
+    ``@pytest.mark.netlab`` cases when the network lab cannot run here (the reason is printed in
+    the terminal summary, see :func:`pytest_terminal_summary`)."""
     markexpr = str(config.getoption("markexpr") or "")
-    if "deep" in markexpr and "not deep" not in markexpr:
-        return
-    keep, drop = [], []
+    drop_deep = not ("deep" in markexpr and "not deep" not in markexpr)
+    lab_items = [item for item in items if item.get_closest_marker("netlab")]
+    reason = None
+    if lab_items:
+        from flodl_proto.netlab import unavailable_reason
+
+        reason = unavailable_reason()
+    keep, drop, drop_lab = [], [], []
     for item in items:
-        (drop if item.get_closest_marker("deep") else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
+        if drop_deep and item.get_closest_marker("deep"):
+            drop.append(item)
+        elif reason is not None and item.get_closest_marker("netlab"):
+            drop_lab.append(item)
+        else:
+            keep.append(item)
+    if drop_lab:
+        _NETLAB_DESELECTED[:] = [f"{len(drop_lab)} network-lab test(s) deselected: {reason}"]
+    if drop or drop_lab:
+        config.hook.pytest_deselected(items=drop + drop_lab)
         items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print why the network-lab tests were deselected (never a silent skip)."""
+    for line in _NETLAB_DESELECTED:
+        terminalreporter.write_line(line, yellow=True, bold=True)
 
 
 @pytest.fixture

@@ -118,3 +118,34 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
         for pid in _marked(marker):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.netlab
+def test_demo_in_network_namespaces_shows_every_host_address_and_leaves_nothing() -> None:
+    res = _demo("--netns", "--hosts", "3", "--world-size", "6", "--payload-mib", "0",
+                timeout=170)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "network namespaces + bridge" in res.stdout
+    for address in ("198.18.0.1 ", "198.18.0.10 ", "198.18.0.11 ", "198.18.0.12 "):
+        assert address in res.stdout, res.stdout
+    digests = dict(_DIGEST.findall(res.stdout))
+    assert sorted(digests) == [str(r) for r in range(6)] and len(set(digests.values())) == 1
+    tags = set(re.findall(r"netns (flodl-lab-\d+-\d+)-", res.stdout))
+    assert len(tags) == 1
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert tags.pop() not in listed
+
+
+def test_demo_netns_without_the_lab_says_why_in_one_line_and_exits_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from flodl_proto import cli
+    from flodl_proto.commands import demo
+
+    monkeypatch.setattr(demo, "unavailable_reason",
+                        lambda: "the network lab needs root (network namespaces, veth, tc, "
+                                "nftables)")
+    assert cli.main(["demo", "--netns", "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("flodl-proto demo: --netns: the network lab needs root (network namespaces, "
+                   "veth, tc, nftables)\n")

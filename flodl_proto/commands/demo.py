@@ -4,6 +4,7 @@
 
     flodl-proto demo [--world-size 4] [--hosts 2] [--rounds 40] [--payload-mib 1] [--bf16]
                      [--protocol-version 2|3] [--outer SPEC] [--kill-rank R@ROUND] [--seed S]
+                     [--netns]
 
 It starts the reference controller (port mux, port 0), one relay per host (port 0) and one
 process per rank, all separate OS processes talking real TCP on loopback with real HMACs under a
@@ -22,6 +23,13 @@ cleanly; the demo then checks that every surviving rank holds the identical cons
 completed round, reports it, and exits 0. Exit 1 when a check fails, 2 for a bad command line,
 130 when interrupted (Ctrl-C or SIGTERM: the cluster is stopped first).
 No child process outlives the demo.
+
+With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller
+in a network namespace of its own at 198.18.0.1, each host's relay and ranks in one namespace per
+host (198.18.0.10, .11, ...), joined by a bridge; relays reach the controller over real
+interfaces, ranks reach their relay on the host's loopback. The summary shows every host's
+address. This needs root, iproute2 and nftables; when the lab cannot run here the demo says why
+in one line and exits 2. The namespaces are removed on every exit path.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -46,6 +54,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from . import _demo_worker as worker
 from .controller import parse_outer
@@ -95,6 +104,9 @@ def register(sub: Any) -> None:
                    help="kill rank R's process at round ROUND (the run then ends cleanly)")
     p.add_argument("--seed", type=int, default=7, help="dataset seed (default 7)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--netns", action="store_true",
+                   help="run the controller and every host in network namespaces of their own "
+                   "joined by a bridge (198.18.0.0/15 addresses; needs root)")
     p.set_defaults(func=run)
 
 
@@ -130,11 +142,15 @@ class _Cluster:
         self.env = dict(os.environ, FLODL_SESSION_SALT=salt_hex, PYTHONUNBUFFERED="1")
 
     def spawn(self, name: str, args: Sequence[str], *, private: bool = False,
-              stdin: bool = False) -> _Child:
-        """Start ``python -m <args>``; stdout lines go to a private queue (``private``) or the
-        shared event queue, tagged with ``name``."""
+              stdin: bool = False, wrap: Callable[[list[str]], list[str]] | None = None
+              ) -> _Child:
+        """Start ``python -m <args>`` (passed through ``wrap`` when given, e.g. to run it in a
+        network namespace); stdout lines go to a private queue (``private``) or the shared event
+        queue, tagged with ``name``."""
+        argv = [sys.executable, "-m", *args]
         proc = subprocess.Popen(
-            [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            wrap(argv) if wrap is not None else argv, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, env=self.env,
             preexec_fn=_preexec if sys.platform.startswith("linux") else None,
         )
@@ -231,6 +247,7 @@ class _Result:
     controller_rc: int | None = None
     relay_rc: dict[str, int | None] = field(default_factory=dict)
     wall: float = 0.0
+    lab: NetLab | None = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -251,6 +268,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"flodl-proto demo: {e}", file=sys.stderr)
         return 2
+    if args.netns:
+        reason = unavailable_reason()
+        if reason is not None:
+            print(f"flodl-proto demo: --netns: {reason}", file=sys.stderr)
+            return 2
     salt_hex = os.urandom(16).hex()
     groups = partition(args.world_size, args.hosts)
     cluster = _Cluster(salt_hex)
@@ -260,11 +282,15 @@ def run(args: argparse.Namespace) -> int:
         if threading.current_thread() is threading.main_thread() else {}
     t_start = time.perf_counter()
     try:
+        if args.netns:
+            res.lab = NetLab(args.hosts).start()
         _drive(args, console, cluster, groups, kill, res, stop)
-    except RuntimeError as e:
+    except RuntimeError as e:  # LabError included
         res.problems.append(str(e))
     finally:
         cluster.close(grace=0.0 if res.problems else 10.0)
+        if res.lab is not None:
+            res.lab.close()
         for s, h in old.items():
             signal.signal(s, h)
         res.wall = time.perf_counter() - t_start
@@ -285,11 +311,21 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
            groups: list[list[int]], kill: tuple[int, int] | None, res: _Result,
            stop: threading.Event) -> None:
     w = args.world_size
-    ctrl_args = ["flodl_proto.cli", "controller", "--listen", "127.0.0.1:0", "--world-size",
+    lab = res.lab
+
+    def place(node: int | None) -> Callable[[list[str]], list[str]] | None:
+        """Run in the lab's controller namespace (None) or host ``node``'s; no lab: as is."""
+        if lab is None:
+            return None
+        where = lab.controller if node is None else lab.hosts[node]
+        return lambda argv: lab.argv(where, argv)
+
+    listen = f"{lab.controller.address}:0" if lab is not None else "127.0.0.1:0"
+    ctrl_args = ["flodl_proto.cli", "controller", "--listen", listen, "--world-size",
                  str(w), "--protocol-version", str(args.protocol_version)]
     if args.outer:
         ctrl_args += ["--outer", args.outer]
-    ctrl = cluster.spawn("controller", ctrl_args, private=True)
+    ctrl = cluster.spawn("controller", ctrl_args, private=True, wrap=place(None))
     ctrl_addr = _addr_of(cluster.first_line(ctrl, _START), "controller")
     relay_addr: dict[int, str] = {}
     relays = []
@@ -298,12 +334,13 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
             "flodl_proto.cli", "relay", "--controller", ctrl_addr, "--ranks",
             ",".join(map(str, ranks)), "--world-size", str(w), "--listen-port", "0",
             "--protocol-version", str(args.protocol_version), "--host", f"demo-host{h}",
-        ], private=True)
+        ], private=True, wrap=place(h))
         relays.append(r)
     for h, (r, ranks) in enumerate(zip(relays, groups, strict=True)):
         addr = _addr_of(cluster.first_line(r, _START), f"relay{h}")
         for rank in ranks:
             relay_addr[rank] = addr
+    host_of = {rank: h for h, ranks in enumerate(groups) for rank in ranks}
     workers = {}
     for rank in range(w):
         cfg = {"rank": rank, "world_size": w, "seed": args.seed, "rounds": args.rounds,
@@ -311,7 +348,8 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
                "payload_mib": args.payload_mib,
                "kill_round": kill[1] if kill and kill[0] == rank else None}
         workers[rank] = cluster.spawn(f"rank{rank}", [
-            "flodl_proto.commands._demo_worker", json.dumps(cfg)], stdin=True)
+            "flodl_proto.commands._demo_worker", json.dumps(cfg)], stdin=True,
+            wrap=place(host_of[rank]))
 
     alive = set(range(w))
     progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
@@ -429,9 +467,15 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_column("", style="cyan", no_wrap=True)
     t.add_column("value", overflow="fold")
     outer = f", outer {args.outer}" if args.outer else ""
+    net = "network namespaces + bridge" if res.lab is not None else "loopback TCP"
     t.add_row("cluster", f"controller + {args.hosts} relays {groups} + {w} ranks "
-              f"(processes, loopback TCP, HMAC, protocol v{args.protocol_version}, "
+              f"(processes, {net}, HMAC, protocol v{args.protocol_version}, "
               f"{'bf16' if args.bf16 else 'f32'} wire{outer})")
+    if res.lab is not None:
+        t.add_row("controller", f"{res.lab.controller.address} (netns {res.lab.controller.netns})")
+        for h, node in enumerate(res.lab.hosts):
+            t.add_row(f"host {h}", f"{node.address} (netns {node.netns}): relay + ranks "
+                      f"{groups[h]} on the host's loopback")
     t.add_row("rounds", f"{last} of {args.rounds} completed ({idle_rounds} with an idle rank)")
     t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
                         f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"

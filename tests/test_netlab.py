@@ -1,0 +1,217 @@
+"""The cluster on real interfaces: hosts in network namespaces behind a bridge, with link
+faults (rate caps, packet loss, blackhole partitions, process kills).
+
+Every test here needs the network lab (root, iproute2, nftables); without it they are deselected
+and the reason is printed at the end of the run (``tests/conftest.py``). Each test checks that
+nothing of its lab is left behind: no namespace, no process.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from flodl_proto.netlab import LAB_NETWORK, NetLab, leftovers
+
+from .netlab_cluster import ROOT, LabCluster, wait_for
+
+pytestmark = [pytest.mark.netlab, pytest.mark.timeout(240)]
+
+
+def _addresses(netns: str | None) -> list[str]:
+    """Every IPv4 address of a namespace (None: this process's own)."""
+    argv = ["ip", "-4", "-o", "addr", "show"]
+    if netns is not None:
+        argv = ["ip", "-n", netns, "-4", "-o", "addr", "show"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return [line.split()[3].split("/")[0] for line in out.splitlines()]
+
+
+@pytest.fixture
+def lab(request: pytest.FixtureRequest) -> Iterator[NetLab]:
+    hosts = getattr(request, "param", 2)
+    with NetLab(hosts) as lab:
+        yield lab
+    assert leftovers(lab.tag) == []
+
+
+# -- the lab itself ------------------------------------------------------------------------------
+def test_lab_addresses_come_from_the_benchmarking_range_and_nothing_is_left() -> None:
+    before = _addresses(None)
+    with NetLab(3) as lab:
+        names = lab.namespaces
+        assert len(set(names)) == 5 and all(n.startswith(lab.tag + "-") for n in names)
+        for node in lab.nodes:
+            got = _addresses(node.netns)
+            assert sorted(got) == sorted(["127.0.0.1", node.address]), (node, got)
+            assert ipaddress.ip_address(node.address) in LAB_NETWORK
+        assert _addresses(lab.bridge_netns) == ["127.0.0.1"]
+        # the machine's own namespace gets nothing
+        assert _addresses(None) == before
+        assert not any(ipaddress.ip_address(a) in LAB_NETWORK for a in _addresses(None))
+        tag = lab.tag
+        assert leftovers(tag)
+    assert leftovers(tag) == []
+
+
+def test_two_labs_get_distinct_names() -> None:
+    with NetLab(1) as a, NetLab(1) as b:
+        assert a.tag != b.tag
+        assert not set(a.namespaces) & set(b.namespaces)
+    assert leftovers(a.tag) == [] and leftovers(b.tag) == []
+
+
+def test_a_failing_test_body_leaves_nothing_behind() -> None:
+    with pytest.raises(RuntimeError, match="boom"), NetLab(2) as lab:
+        sleeper = lab.popen(lab.hosts[0], ["sleep", "300"])
+        wait_for(lambda: lab.pids(lab.hosts[0]) == [sleeper.pid], 10, "the sleeper")
+        raise RuntimeError("boom")
+    assert leftovers(lab.tag) == []
+    assert sleeper.poll() is not None
+
+
+_OWNER = textwrap.dedent("""
+    import sys, time
+    from flodl_proto.netlab import NetLab
+    lab = NetLab(2).start()
+    lab.popen(lab.hosts[0], ["sleep", "300"])
+    lab.popen(lab.controller, ["sleep", "300"])
+    print(lab.tag, flush=True)
+    time.sleep(300)
+""")
+
+
+def _owner() -> tuple[subprocess.Popen[str], str]:
+    p = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True,
+                         cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.stdout is not None
+    tag = p.stdout.readline().strip()
+    assert tag, "the lab owner printed no tag"
+    assert any(x.startswith("pid:") for x in leftovers(tag))
+    return p, tag
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_lab_owner_stopped_by_a_signal_removes_its_lab(sig: signal.Signals) -> None:
+    p, tag = _owner()
+    try:
+        p.send_signal(sig)
+        assert p.wait(30) == -sig
+        assert leftovers(tag) == []
+    finally:
+        p.kill()
+        p.communicate()
+
+
+def test_a_lab_owner_killed_outright_is_swept_by_the_next_lab() -> None:
+    p, tag = _owner()
+    p.kill()
+    p.communicate()
+    # SIGKILL runs no clean-up; the children die with their parent, the namespaces stay
+    wait_for(lambda: not any(x.startswith("pid:") for x in leftovers(tag)), 10, "children")
+    assert leftovers(tag)
+    with NetLab(1) as lab:
+        assert leftovers(tag) == []
+    assert leftovers(lab.tag) == []
+
+
+def test_link_controls_apply_and_heal(lab: NetLab) -> None:
+    h0, h1 = lab.hosts
+    lab.set_rate(h0, 100)
+    qd = subprocess.run(["tc", "-n", h0.netns, "qdisc", "show", "dev", "eth0"],
+                        capture_output=True, text=True, check=True).stdout
+    assert "tbf" in qd and "rate 100Mbit" in qd
+    lab.set_loss(h1, 1.0)
+    lab.partition(h0)
+    rules = lab.rules()
+    assert 'iifname "vh0" drop' in rules and 'oifname "vh0" drop' in rules
+    assert 'iifname "vh1" numgen random mod 10000 < 100' in rules
+    lab.heal(h0)
+    lab.set_loss(h1, 0)
+    rules = lab.rules()
+    assert "vh0" not in rules and "vh1" not in rules
+    lab.set_rate(h0, None)
+    qd = subprocess.run(["tc", "-n", h0.netns, "qdisc", "show", "dev", "eth0"],
+                        capture_output=True, text=True, check=True).stdout
+    assert "tbf" not in qd
+    lab.link_down(h1)
+    link = subprocess.run(["ip", "-n", h1.netns, "link", "show", "eth0"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "NO-CARRIER" in link
+    lab.link_up(h1)
+
+
+# -- the cluster across namespaces ---------------------------------------------------------------
+@pytest.mark.parametrize(("lab", "groups", "version", "bf16"), [
+    (2, [[0, 1], [2, 3]], 2, False),
+    (3, [[0, 1], [2], [3, 4, 5]], 3, True),
+], indirect=["lab"], ids=["v2-f32-2hosts", "v3-bf16-3hosts"])
+def test_rounds_across_namespaces_are_byte_exact(lab: NetLab, groups: list[list[int]],
+                                                 version: int, bf16: bool) -> None:
+    with LabCluster(lab, groups, version=version, bf16=bf16, rounds=4,
+                    elems=1 << 16) as cl:
+        cl.check_rounds(range(cl.world), 1, 4)
+        for r in range(cl.world):
+            assert cl.event(r)["ev"] == "done"
+        codes = cl.finish()
+        assert all(c == 0 for c in codes.values()), (codes, cl.procs["controller"].stderr())
+        joined = cl.procs["controller"].stderr()
+        for h in range(len(groups)):
+            # the relays reached the controller from their own lab addresses
+            assert f"from {lab.hosts[h].address}:" in joined
+
+
+def test_rate_capped_run_is_byte_exact(lab: NetLab) -> None:
+    for node in lab.nodes:
+        lab.set_rate(node, 100)
+    groups = [[0, 1], [2, 3]]
+    with LabCluster(lab, groups, version=3, rounds=3, elems=1 << 20) as cl:
+        cl.check_rounds(range(4), 1, 3)
+        codes = cl.finish()
+        assert all(c == 0 for c in codes.values()), codes
+    # the frames went through the controller's capped link: its token bucket sent them
+    stats = subprocess.run(["tc", "-s", "-n", lab.controller.netns, "qdisc", "show", "dev",
+                            "eth0"], capture_output=True, text=True, check=True).stdout
+    sent = int(stats.split("Sent ", 1)[1].split()[0])
+    assert sent > 3 * 2 * (1 << 20) * 4, stats  # 3 rounds x 2 Broadcasts of >= 4 MiB
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_one_percent_packet_loss_is_byte_exact(lab: NetLab) -> None:
+    for node in lab.nodes:
+        lab.set_loss(node, 1.0)
+    groups = [[0, 1], [2, 3], [4, 5]]
+    with LabCluster(lab, groups, version=2, bf16=True, rounds=4, elems=1 << 18) as cl:
+        cl.check_rounds(range(6), 1, 4)
+        codes = cl.finish()
+        assert all(c == 0 for c in codes.values()), codes
+    assert sum(lab.dropped(n) for n in lab.nodes) > 0  # the loss was real
+
+
+def test_sigkill_of_a_host_relay_ends_the_run_as_upstream_does(lab: NetLab) -> None:
+    """Upstream: a relay connection that ends (EOF) while it carries alive ranks ends the run
+    cleanly; the other host's ranks see their relay close; nothing hangs."""
+    groups = [[0, 1], [2, 3]]
+    with LabCluster(lab, groups, version=2, rounds=6, elems=1 << 14, gate=True) as cl:
+        cl.go(range(4))
+        cl.check_rounds(range(4), 1, 1)
+        relay1 = cl.procs["relay1"].popen.pid
+        killed = lab.kill(lab.hosts[1])
+        assert relay1 in killed and len(killed) == 3  # the relay and its two ranks
+        cl.go([0, 1])
+        for r in (0, 1):
+            ev = cl.event(r)
+            assert ev["ev"] == "ended" and ev["round"] == 2, ev
+        codes = cl.finish()
+        assert codes["controller"] == 0 and codes["relay0"] == 0, codes
+        assert codes["relay1"] == -signal.SIGKILL
+        assert "relay_eof" in cl.procs["controller"].stdout(), cl.procs["controller"].stdout()
+        assert lab.pids(lab.hosts[1]) == [] and lab.pids(lab.controller) == []
+
