@@ -22,8 +22,8 @@ from flodl_proto.codec import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_mux_record,
-    decode_round_frame,
+    decode_mux_record_or_eos,
+    decode_round_frame_or_eos,
     encode_frame_record,
     encode_round_frame,
 )
@@ -105,11 +105,11 @@ def main() -> None:
         rows.append((name, nbytes / t_ours / 1e9, t_ref / t_ours, growth))
 
     row("RoundFrame encode+sign", lambda: encode_round_frame(frame, salt), 1, None)
-    row("RoundFrame decode+verify", lambda: decode_round_frame(frame_wire, salt), 1,
-        peak_growth(lambda: decode_round_frame(frame_wire, salt)))
+    row("RoundFrame decode+verify", lambda: decode_round_frame_or_eos(frame_wire, salt), 1,
+        peak_growth(lambda: decode_round_frame_or_eos(frame_wire, salt)))
 
     def host_decode() -> object:
-        res = decode_mux_record(record_wire, salt)
+        res = decode_mux_record_or_eos(record_wire, salt)
         assert not isinstance(res, type(None))
         rec = res[0]  # type: ignore[index]
         return rec.frame(salt)

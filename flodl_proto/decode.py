@@ -15,7 +15,7 @@ record it happened in. Auth tags are the exception: they are parsed separately f
 structure, then, when a session salt is given, recomputed and compared (reported ``ok`` or
 ``bad``, and decoding goes on); without a salt they are shown and reported ``unchecked``.
 The structure walk is the codec's own (:func:`flodl_proto.codec.round_frame.round_frame_extent`
-and its walker, :func:`flodl_proto.codec.mux.parse_mux_header`,
+and its walker, :func:`flodl_proto.codec.mux.parse_mux_header_or_eos`,
 :func:`flodl_proto.codec.mux.decode_control`, the handshake and length-prefix readers); only the
 tag comparison is done here, with :func:`flodl_proto.codec.auth.compute_tag`.
 
@@ -42,10 +42,11 @@ import numpy as np
 from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.handshake import decode_ack, decode_handshake, expect_channel_magic
-from .codec.loopback import decode_len_framed
-from .codec.mux import RecordKind, decode_control, parse_mux_header
+from .codec.loopback import decode_len_framed_or_eos
+from .codec.mux import RecordKind, decode_control, parse_mux_header_or_eos
 from .codec.round_frame import Dtype, RoundFrame, TensorPayload
 from .codec.round_frame import parse_round_frame as _parse_unverified
+from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
 from .codec.structs import HANDSHAKE
 from .errors import ProtocolError, protocol_error
 from .interop.jsonio import control_to_json, f64_bits
@@ -117,25 +118,30 @@ class ParsedFrame:
     covered: int
 
 
-def parse_round_frame(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
-                      ) -> ParsedFrame | None:
-    """Parse one RoundFrame at the start of ``data`` with every reader check except the tag.
+def parse_round_frame(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> ParsedFrame:
+    """Parse one complete RoundFrame at the start of ``data`` with every reader check but the tag.
 
     Args:
         data: bytes-like input.
         ceiling: frame ceiling in bytes (running total of ``nbytes``).
 
     Returns:
-        The parsed frame, or ``None`` when ``data`` ends inside the 8-byte header (a clean end of
-        stream for the frame reader).
+        The parsed frame (payloads are views into ``data``).
 
     Raises:
         BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote): exactly the errors, in the
-        order, of :func:`flodl_proto.codec.round_frame.decode_round_frame` before its tag check.
+        order, of :func:`flodl_proto.codec.round_frame.decode_round_frame` before its tag check
+        (input ending inside the 8-byte header is ``frame.header_read_failed``).
 
     Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed`` (without the MAC step).
     """
-    res = _parse_unverified(data, ceiling=ceiling)
+    frame, consumed, tag = _parse_unverified(data, ceiling=ceiling)
+    return ParsedFrame(frame, consumed, tag, consumed - AUTH_TAG_LEN)
+
+
+def _parse_frame_or_none(data: BytesLike, ceiling: int) -> ParsedFrame | None:
+    """:func:`parse_round_frame`, or None when ``data`` ends inside the 8-byte header."""
+    res = _parse_unverified_or_eos(data, ceiling=ceiling)
     if res is END_OF_STREAM:
         return None
     frame, consumed, tag = res
@@ -317,7 +323,7 @@ class _Decoder:
 
     def _frame(self, body: memoryview, at: int) -> ParsedFrame | None:
         try:
-            return parse_round_frame(body, ceiling=self.ceiling)
+            return _parse_frame_or_none(body, self.ceiling)
         except ProtocolError as e:
             raise _Stop(at, e) from None
 
@@ -365,7 +371,7 @@ class _Decoder:
     def _mux_record(self, pos: int) -> dict[str, Any] | None:
         mv = self.mv[pos:]
         try:
-            hdr = parse_mux_header(mv, ceiling=self.ceiling)
+            hdr = parse_mux_header_or_eos(mv, ceiling=self.ceiling)
         except ProtocolError as e:
             raise _Stop(pos, e) from None
         if hdr is END_OF_STREAM:
@@ -476,7 +482,7 @@ class _Decoder:
     def _blob(self, pos: int, direction: str, rank: int | None) -> dict[str, Any] | None:
         mv = self.mv[pos:]
         try:
-            res = decode_len_framed(mv, ceiling=self.ceiling)
+            res = decode_len_framed_or_eos(mv, ceiling=self.ceiling)
         except ProtocolError as e:
             raise _Stop(pos, e) from None
         if res is END_OF_STREAM:

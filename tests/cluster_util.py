@@ -30,7 +30,6 @@ from flodl_proto.codec import (
     encode_round_frame_bytes,
     parse_mux_header,
 )
-from flodl_proto.codec._common import END_OF_STREAM
 from flodl_proto.reduce import bf16_from_f32
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
@@ -108,16 +107,13 @@ class ControllerConn:
         if len(head) < 25:
             return None
         hdr = parse_mux_header(head)
-        assert hdr is not END_OF_STREAM
         body = recv_exact(self.sock, hdr.payload_len)
         res = decode_mux_record(head + body, self.salt, version=self.version)
-        assert res is not END_OF_STREAM
         return res[0]
 
     def read_raw_record(self) -> bytes:
         head = recv_exact(self.sock, 25)
         hdr = parse_mux_header(head)
-        assert hdr is not END_OF_STREAM
         return head + recv_exact(self.sock, hdr.payload_len)
 
     def handshake(self) -> MuxRecord:

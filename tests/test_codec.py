@@ -28,10 +28,14 @@ from flodl_proto.codec import (
     decode_ack,
     decode_control,
     decode_framed_round,
+    decode_framed_round_or_eos,
     decode_handshake,
     decode_len_framed,
+    decode_len_framed_or_eos,
     decode_mux_record,
+    decode_mux_record_or_eos,
     decode_round_frame,
+    decode_round_frame_or_eos,
     encode_ack,
     encode_control,
     encode_frame_record,
@@ -83,7 +87,6 @@ def test_round_frame_roundtrip(frame: RoundFrame, salt: bytes) -> None:
     wire = encode_round_frame_bytes(frame, salt)
     assert len(wire) == frame.wire_len
     res = decode_round_frame(wire + b"tail", salt)
-    assert res is not END_OF_STREAM
     got, n = res
     assert n == len(wire)
     assert got == frame
@@ -95,10 +98,14 @@ def test_round_frame_any_cut_is_eof_or_truncated(frame: RoundFrame, salt: bytes,
     wire = encode_round_frame_bytes(frame, salt)
     cut = min(cut, len(wire) - 1)
     if cut < 8:
-        assert decode_round_frame(wire[:cut], salt) is END_OF_STREAM
+        assert decode_round_frame_or_eos(wire[:cut], salt) is END_OF_STREAM
+        with pytest.raises(errors.TruncatedInput) as ei:
+            decode_round_frame(wire[:cut], salt)
+        assert ei.value.error_id == "frame.header_read_failed"
+        assert ei.value.fields == {"got": cut, "need": 8}
     else:
         with pytest.raises(errors.TruncatedInput):
-            decode_round_frame(wire[:cut], salt)
+            decode_round_frame_or_eos(wire[:cut], salt)
         assert isinstance(round_frame_extent(wire[:cut]), NeedData)
 
 
@@ -107,7 +114,6 @@ def test_control_record_roundtrip(msg: object, version: int, salt: bytes) -> Non
     rec = MuxRecord.control_msg(msg, version)  # type: ignore[arg-type]
     wire = encode_mux_record_bytes(rec, salt)
     res = decode_mux_record(wire, salt, version=version)
-    assert res is not END_OF_STREAM
     got, n = res
     assert n == len(wire) and got == rec and got.control == msg
 
@@ -120,7 +126,6 @@ def test_opaque_record_roundtrip(kind: RecordKind, rank: int, payload: bytes, sa
            else MuxRecord(kind, 0, memoryview(payload)))
     wire = encode_mux_record_bytes(rec, salt)
     res = decode_mux_record(wire, salt, version=version)
-    assert res is not END_OF_STREAM
     assert res[0] == rec and res[1] == len(wire)
 
 
@@ -129,7 +134,6 @@ def test_frame_record_wraps_frame_twice_signed(frame: RoundFrame, salt: bytes,
                                                kind: RecordKind) -> None:
     wire = b"".join(encode_frame_record(kind, frame, salt))
     res = decode_mux_record(wire, salt)
-    assert res is not END_OF_STREAM
     assert res[0].kind is kind and res[0].frame(salt) == frame
 
 
@@ -153,7 +157,6 @@ def test_handshake_other_version_rejected(version: int) -> None:
 def test_len_framed_roundtrip(blob: bytes) -> None:
     wire = b"".join(encode_len_framed(blob))
     res = decode_len_framed(wire)
-    assert res is not END_OF_STREAM
     assert bytes(res[0]) == blob and res[1] == len(wire)
 
 
@@ -161,7 +164,7 @@ def test_len_framed_roundtrip(blob: bytes) -> None:
 def test_framed_round_roundtrip(frame: RoundFrame, salt: bytes) -> None:
     wire = b"".join(encode_framed_round(frame, salt))
     res = decode_framed_round(wire, salt)
-    assert res is not END_OF_STREAM and res[0] == frame
+    assert res[0] == frame
 
 
 def test_v3_hello_accepted_by_v2_reader_and_not_reverse() -> None:
@@ -196,10 +199,10 @@ def _oracle(fn: object, data: bytes) -> None:
 @given(st.binary(max_size=400), versions)
 def test_arbitrary_bytes_never_crash(data: bytes, version: int) -> None:
     salt = bytes(16)
-    _oracle(lambda d: decode_round_frame(d, salt), data)
-    _oracle(lambda d: decode_mux_record(d, salt, version=version), data)
-    _oracle(lambda d: decode_len_framed(d), data)
-    _oracle(lambda d: decode_framed_round(d, salt), data)
+    _oracle(lambda d: decode_round_frame_or_eos(d, salt), data)
+    _oracle(lambda d: decode_mux_record_or_eos(d, salt, version=version), data)
+    _oracle(lambda d: decode_len_framed_or_eos(d), data)
+    _oracle(lambda d: decode_framed_round_or_eos(d, salt), data)
     _oracle(lambda d: decode_handshake(d, 4, version), data)
     _oracle(lambda d: decode_ack(d, version), data)
     _oracle(lambda d: decode_control(d, version), data)
@@ -209,8 +212,8 @@ def test_arbitrary_bytes_never_crash(data: bytes, version: int) -> None:
 def test_prefixed_magic_bytes_never_crash(tail: bytes, version: int) -> None:
     salt = bytes(16)
     for head in (b"\xf1\x17\x0d\xf1", b"\xd0\x17\x0d\xf1\x01\x00\x00\x00"):
-        _oracle(lambda d: decode_round_frame(d, salt), head + tail)
-        _oracle(lambda d: decode_mux_record(d, salt, version=version), head + tail)
+        _oracle(lambda d: decode_round_frame_or_eos(d, salt), head + tail)
+        _oracle(lambda d: decode_mux_record_or_eos(d, salt, version=version), head + tail)
 
 
 def _peak_alloc(fn: object) -> int:
@@ -234,8 +237,9 @@ def _peak_alloc(fn: object) -> int:
 ], ids=["mux-4GiB", "mux-1GiB", "frame-1TiB-nbytes", "frame-65537-tensors", "len-1GiB"])
 def test_hostile_length_claims_allocate_nothing(data: bytes) -> None:
     salt = bytes(16)
-    for fn in (lambda: decode_mux_record(data, salt), lambda: decode_round_frame(data, salt),
-               lambda: decode_len_framed(data)):
+    for fn in (lambda: decode_mux_record_or_eos(data, salt),
+               lambda: decode_round_frame_or_eos(data, salt),
+               lambda: decode_len_framed_or_eos(data)):
         assert _peak_alloc(fn) < 1 << 20
     assert READ_CHUNK <= DEFAULT_FRAME_CEILING
 
@@ -245,7 +249,6 @@ def test_decode_is_zero_copy() -> None:
     frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(arr)])
     wire = bytearray(encode_round_frame_bytes(frame, bytes(16)))
     res = decode_round_frame(wire, bytes(16))
-    assert res is not END_OF_STREAM
     view = res[0].tensors[0].array()
     assert np.shares_memory(view, np.frombuffer(wire, dtype=np.uint8))
     assert not view.flags.writeable
@@ -290,7 +293,7 @@ def test_frame_validation_is_local() -> None:
 def test_wrong_salt_names_both_tags() -> None:
     wire = encode_round_frame_bytes(RoundFrame(RoundKind.CONTROL, 0.0, []), bytes(16))
     with pytest.raises(errors.AuthenticationError) as ei:
-        decode_round_frame(wire, b"\x01" * 16)
+        decode_round_frame_or_eos(wire, b"\x01" * 16)
     assert "HMAC verification failed (computed 0x" in str(ei.value)
     assert ei.value.fields["carried"] == int.from_bytes(wire[-8:], "little")
 
@@ -320,10 +323,59 @@ def test_api_misuse_is_a_local_error_naming_the_field(call: object, fragment: st
 @pytest.mark.parametrize("ceiling", [-1, 1.5, "1"])
 def test_bad_ceiling_is_a_local_error(ceiling: object) -> None:
     from flodl_proto.codec import MuxRecordDecoder
-    for call in (lambda: decode_round_frame(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
-                 lambda: decode_mux_record(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
-                 lambda: decode_len_framed(b"", ceiling=ceiling),  # type: ignore[arg-type]
+    for call in (lambda: decode_round_frame_or_eos(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
+                 lambda: decode_mux_record_or_eos(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
+                 lambda: decode_len_framed_or_eos(b"", ceiling=ceiling),  # type: ignore[arg-type]
                  lambda: MuxRecordDecoder(bytes(16), ceiling=ceiling)):  # type: ignore[arg-type]
         with pytest.raises(errors.InvalidValue) as ei:
             call()
         assert isinstance(ei.value, errors.LocalProtocolError) and "ceiling" in str(ei.value)
+
+
+# -- whole-buffer decoders raise where the *_or_eos stream forms report END_OF_STREAM ------------
+_FRAME = RoundFrame(RoundKind.MODEL, 2.0,
+                    [TensorPayload.from_array(np.arange(3, dtype=np.float32))])
+
+
+@pytest.mark.parametrize(
+    ("whole", "or_eos", "wire", "header", "error_id"),
+    [
+        (lambda d: decode_round_frame(d, bytes(16)),
+         lambda d: decode_round_frame_or_eos(d, bytes(16)),
+         encode_round_frame_bytes(_FRAME, bytes(16)), 8, "frame.header_read_failed"),
+        (lambda d: decode_mux_record(d, bytes(16), version=2),
+         lambda d: decode_mux_record_or_eos(d, bytes(16), version=2),
+         encode_mux_record_bytes(MuxRecord.control_msg(RankExit(3)), bytes(16)), 25,
+         "mux.header_read_failed"),
+        (lambda d: decode_len_framed(d), lambda d: decode_len_framed_or_eos(d),
+         b"".join(encode_len_framed(b"abc")), 4, "len.prefix_read_failed"),
+        (lambda d: decode_framed_round(d, bytes(16)),
+         lambda d: decode_framed_round_or_eos(d, bytes(16)),
+         b"".join(bytes(b) for b in encode_framed_round(_FRAME, bytes(16))), 4,
+         "len.prefix_read_failed"),
+    ],
+    ids=["round_frame", "mux_record", "len_framed", "framed_round"],
+)
+def test_whole_buffer_decoders_raise_on_a_short_header(
+        whole: object, or_eos: object, wire: bytes, header: int, error_id: str) -> None:
+    assert callable(whole) and callable(or_eos)
+    for cut in range(header):
+        assert or_eos(wire[:cut]) is END_OF_STREAM
+        with pytest.raises(errors.TruncatedInput) as ei:
+            whole(wire[:cut])
+        assert ei.value.remote
+        assert (ei.value.error_id, ei.value.fields) == (error_id, {"got": cut, "need": header})
+        assert f"({cut} of {header} bytes" in str(ei.value)
+    # complete input: both forms give the same result
+    assert whole(wire) == or_eos(wire)
+    assert whole(wire)[1] == len(wire)
+
+
+def test_parse_mux_header_whole_and_stream_forms() -> None:
+    from flodl_proto.codec import parse_mux_header, parse_mux_header_or_eos
+    wire = encode_mux_record_bytes(MuxRecord.control_msg(RankExit(3)), bytes(16))
+    assert parse_mux_header(wire) == parse_mux_header_or_eos(wire)
+    assert parse_mux_header(wire).payload_len == len(wire) - 25
+    assert parse_mux_header_or_eos(wire[:24]) is END_OF_STREAM
+    with pytest.raises(errors.TruncatedInput, match=r"\(24 of 25 bytes"):
+        parse_mux_header(wire[:24])

@@ -20,7 +20,7 @@ from flodl_proto.codec.mux import (
     MuxRecord,
     RankExit,
     RecordKind,
-    decode_mux_record,
+    decode_mux_record_or_eos,
     encode_frame_record,
     encode_mux_record_bytes,
     max_hello_payload,
@@ -98,7 +98,7 @@ def sent(actions: Sequence[Action], kind: SendKind | None = None) -> list[SendTo
 def record(send: SendTo, version: int = 2) -> MuxRecord:
     data = b"".join(bytes(memoryview(b)) for b in send.buffers)
     assert len(data) == send.nbytes
-    res = decode_mux_record(data, SALT, version=version)
+    res = decode_mux_record_or_eos(data, SALT, version=version)
     assert isinstance(res, tuple)
     rec, n = res
     assert n == len(data)

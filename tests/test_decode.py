@@ -34,7 +34,7 @@ from flodl_proto.codec import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_mux_record,
+    decode_mux_record_or_eos,
     decode_round_frame,
     encode_ack,
     encode_channel_magic,
@@ -268,7 +268,7 @@ def test_inner_frame_tag_is_checked_separately() -> None:
     start, end = sent.offsets[2], sent.offsets[3]
     bad[end - 1] ^= 0x01
     with pytest.raises(AuthenticationError):  # the record tag covers the inner tag too
-        decode_mux_record(bytes(bad[start:end]), SALT, version=3)
+        decode_mux_record_or_eos(bytes(bad[start:end]), SALT, version=3)
     rep = decode_stream(bytes(bad), "mux", salt=SALT, version=3)
     assert rep.failure is None and rep.exit_code == EXIT_BAD_TAG
     hf = rep.records[2]
@@ -508,22 +508,19 @@ def test_parser_agrees_with_codec_on_frames(version: int, case: dict[str, Any]) 
         assert isinstance(want, ProtocolError) and not isinstance(want, AuthenticationError)
         assert (e.error_id, str(e)) == (want.error_id, str(want))
         return
-    if pf is None:
-        assert want is END_OF_STREAM
-        return
     status = tag_status(salt, [data[:pf.covered]], pf.tag)
     if isinstance(want, AuthenticationError):
         assert status == "bad"
         return
-    assert not isinstance(want, ProtocolError) and want is not END_OF_STREAM
-    assert status == "ok" and want == (pf.frame, pf.length)  # type: ignore[comparison-overlap]
+    assert not isinstance(want, ProtocolError)
+    assert status == "ok" and want == (pf.frame, pf.length)
 
 
 @pytest.mark.parametrize(("version", "case"), MUX_CASES, ids=[c["id"] for _, c in MUX_CASES])
 def test_decode_agrees_with_codec_on_mux_records(version: int, case: dict[str, Any]) -> None:
     data, salt = bytes.fromhex(case["bytes"]), bytes.fromhex(case["salt"])
     try:
-        want: object = decode_mux_record(data, salt, version=version)
+        want: object = decode_mux_record_or_eos(data, salt, version=version)
     except ProtocolError as e:
         want = e
     rep = decode_stream(data, "mux", salt=salt, version=version)
@@ -541,10 +538,8 @@ def test_decode_agrees_with_codec_on_mux_records(version: int, case: dict[str, A
         rec, n = want
         if rec.kind in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
             try:
-                inner = parse_round_frame(rec.payload)
-            except ProtocolError:
-                inner = None
-            if inner is None:  # a valid record whose payload is not a frame: decoding stops
+                parse_round_frame(rec.payload)
+            except ProtocolError:  # a valid record whose payload is not a frame: decoding stops
                 assert rep.failure is not None and rep.failure.offset == 0 and not rep.records
                 return
         assert first is not None and first["length"] == n and first["tag_status"] == "ok"

@@ -13,8 +13,8 @@ import pytest
 from flodl_proto.cli import main
 from flodl_proto.codec import handshake as hs
 from flodl_proto.codec import loopback
-from flodl_proto.codec.mux import decode_mux_record
-from flodl_proto.codec.round_frame import decode_round_frame
+from flodl_proto.codec.mux import decode_mux_record_or_eos
+from flodl_proto.codec.round_frame import decode_round_frame_or_eos
 from flodl_proto.commands.vectors import check_folders
 from flodl_proto.errors import ProtocolError
 from flodl_proto.interop.export import EXPORTED_FILES, SCHEMA, export_vectors, portable_prefix
@@ -120,13 +120,13 @@ def _run_error(case: dict[str, Any], version: int) -> ProtocolError | None:
         elif op == "channel_magic.expect":
             hs.expect_channel_magic(b, int(case["expected"], 16), case["what"])
         elif op == "round_frame.read":
-            decode_round_frame(b, salt)
+            decode_round_frame_or_eos(b, salt)
         elif op == "mux_record.read":
-            decode_mux_record(b, salt, version=version)
+            decode_mux_record_or_eos(b, salt, version=version)
         elif op == "len_framed.read":
-            loopback.decode_len_framed(b)
+            loopback.decode_len_framed_or_eos(b)
         elif op == "framed_round.read":
-            loopback.decode_framed_round(b, salt)
+            loopback.decode_framed_round_or_eos(b, salt)
         else:
             return None
     except ProtocolError as e:

@@ -15,7 +15,7 @@ from flodl_proto.codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_round_frame,
+    decode_round_frame_or_eos,
     encode_round_frame_bytes,
 )
 from flodl_proto.reduce import HostFold, host_fold
@@ -148,7 +148,7 @@ def test_encoded_deposit_output_decodes_to_the_same_sums() -> None:
         fold.deposit(0, encode_round_frame_bytes(frames[0], SALT))
         out = fold.deposit(1, encode_round_frame_bytes(frames[1], SALT))
         assert out is not None
-        host, _ = decode_round_frame(out, SALT)
+        host, _ = decode_round_frame_or_eos(out, SALT)
         assert [bytes(t.data) for t in host.tensors] == _expected(frames, 2)
 
 

@@ -14,15 +14,15 @@ from flodl_proto.codec import (
     RecordKind,
     RoundFrame,
     TensorPayload,
-    decode_mux_record,
-    decode_round_frame,
+    decode_mux_record_or_eos,
+    decode_round_frame_or_eos,
     encode_frame_record,
     encode_mux_record_parts,
     encode_round_frame,
     encode_round_frame_bytes,
 )
 from flodl_proto.codec.auth import Premac, new_mac, update_in_parallel
-from flodl_proto.codec.loopback import decode_framed_round, encode_framed_round
+from flodl_proto.codec.loopback import decode_framed_round_or_eos, encode_framed_round
 from flodl_proto.codec.round_frame import round_frame_pieces
 from flodl_proto.errors import AuthenticationError, LimitExceeded
 from flodl_proto.reduce import HostFold
@@ -51,9 +51,9 @@ def test_frame_record_equals_record_around_signed_frame(n: int) -> None:
     want = b"".join(encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0,
                                             encode_round_frame(frame, SALT), SALT))
     assert got == want
-    rec, used = decode_mux_record(got, SALT)  # type: ignore[misc]
+    rec, used = decode_mux_record_or_eos(got, SALT)  # type: ignore[misc]
     assert used == len(got)
-    assert decode_round_frame(rec.payload, SALT)[0] == frame  # type: ignore[index]
+    assert decode_round_frame_or_eos(rec.payload, SALT)[0] == frame  # type: ignore[index]
 
 
 def test_frame_record_ceiling() -> None:
@@ -84,27 +84,27 @@ def test_premac_used_only_when_it_covers_the_frame() -> None:
     wire = encode_round_frame_bytes(_frame(8), SALT)
     covered = len(wire) - 8
     good = Premac(covered, _mac(wire[:covered]))
-    assert decode_round_frame(wire, SALT, premac=good)[1] == len(wire)  # type: ignore[index]
+    assert decode_round_frame_or_eos(wire, SALT, premac=good)[1] == len(wire)  # type: ignore[index]
     # a MAC over other bytes makes the tag check fail: nothing is accepted on its word alone
     bad = Premac(covered, _mac(b"other bytes"))
     with pytest.raises(AuthenticationError):
-        decode_round_frame(wire, SALT, premac=bad)
+        decode_round_frame_or_eos(wire, SALT, premac=bad)
     # a premac of another length is ignored (the decoder hashes the frame itself)
     other = Premac(covered - 1, _mac(b"other bytes"))
-    assert decode_round_frame(wire, SALT, premac=other)[1] == len(wire)  # type: ignore[index]
+    assert decode_round_frame_or_eos(wire, SALT, premac=other)[1] == len(wire)  # type: ignore[index]
     framed = encode_framed_round(_frame(8), SALT)
     with pytest.raises(AuthenticationError):
-        decode_framed_round(b"".join(framed), SALT, premac=bad)
+        decode_framed_round_or_eos(b"".join(framed), SALT, premac=bad)
 
 
 def test_premac_of_a_mux_record() -> None:
     wire = b"".join(encode_frame_record(RecordKind.BROADCAST, _frame(8), SALT))
     covered = wire[:17] + wire[25:]
     good = Premac(len(covered), _mac(covered))
-    assert decode_mux_record(wire, SALT, premac=good)[1] == len(wire)  # type: ignore[index]
+    assert decode_mux_record_or_eos(wire, SALT, premac=good)[1] == len(wire)  # type: ignore[index]
     with pytest.raises(AuthenticationError):
-        decode_mux_record(wire, SALT, premac=Premac(len(covered), _mac(b"x")))
-    assert decode_mux_record(wire, SALT,  # type: ignore[index]
+        decode_mux_record_or_eos(wire, SALT, premac=Premac(len(covered), _mac(b"x")))
+    assert decode_mux_record_or_eos(wire, SALT,  # type: ignore[index]
                              premac=Premac(len(covered) + 1, _mac(b"x")))[1] == len(wire)
 
 

@@ -20,7 +20,7 @@ from flodl_proto.codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_round_frame,
+    decode_round_frame_or_eos,
     encode_round_frame_bytes,
 )
 from flodl_proto.errors import LocalProtocolError
@@ -151,7 +151,7 @@ def test_host_fold_all_patterns() -> None:
             frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(1, [n], v.tobytes())])
             out = hf.deposit(r, encode_round_frame_bytes(frame, SALT))
         assert out is not None
-        host, _ = decode_round_frame(out, SALT)
+        host, _ = decode_round_frame_or_eos(out, SALT)
         assert host.weight == 3.0
         return bytes(host.tensors[0].data)
 

@@ -22,7 +22,6 @@ from flodl_proto.codec import (
     encode_ack,
     encode_round_frame_bytes,
 )
-from flodl_proto.codec._common import END_OF_STREAM
 from flodl_proto.errors import (
     BadMagic,
     InvalidValue,
@@ -84,7 +83,7 @@ class FakeRelay:
         n = int.from_bytes(recv_exact(conn, 4), "little")
         body = recv_exact(conn, n)
         res = decode_round_frame(body, SALT)
-        assert res is not END_OF_STREAM and res[1] == n
+        assert res[1] == n
         self.requests.append(res[0])
         return res[0]
 

@@ -21,7 +21,7 @@ from flodl_proto.codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_round_frame,
+    decode_round_frame_or_eos,
     encode_round_frame_bytes,
 )
 from flodl_proto.errors import (
@@ -78,7 +78,7 @@ def wire(f: RoundFrame, salt: bytes = SALT) -> bytes:
 
 
 def read(data: bytes, salt: bytes = SALT) -> RoundFrame:
-    res = decode_round_frame(data, salt)
+    res = decode_round_frame_or_eos(data, salt)
     assert isinstance(res, tuple)
     return res[0]
 

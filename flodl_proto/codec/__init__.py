@@ -1,8 +1,13 @@
 """Pure codec: bytes <-> records. No sockets, no threads, no clocks.
 
-Every decoder takes any bytes-like object, never copies payload bytes, and returns the decoded
-object with the number of bytes consumed, or :data:`END_OF_STREAM`; every encoder returns a list
-of buffers for ``socket.sendmsg`` (plus a ``*_bytes`` convenience where useful).
+Every decoder takes any bytes-like object and never copies payload bytes. The whole-buffer
+decoders (``decode_round_frame``, ``decode_mux_record``, ``decode_len_framed``, ...) return the
+decoded object with the number of bytes consumed, or raise (input ending inside a header is a
+``TruncatedInput``). Their ``*_or_eos`` forms are for readers at a record boundary of a stream:
+input ending inside the header (including empty input) returns :data:`END_OF_STREAM`, a clean end
+of stream, as upstream's readers return ``Ok(None)``. The incremental decoders
+(:mod:`~flodl_proto.codec.stream`) do the same for bytes that arrive piece by piece. Every encoder
+returns a list of buffers for ``socket.sendmsg`` (plus a ``*_bytes`` convenience where useful).
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from .handshake import (
 )
 from .loopback import (
     decode_framed_round,
+    decode_framed_round_or_eos,
     decode_len_framed,
+    decode_len_framed_or_eos,
     decode_len_prefix,
+    decode_len_prefix_or_eos,
     encode_framed_round,
     encode_len_framed,
     encode_len_prefix,
@@ -37,12 +45,14 @@ from .mux import (
     RecordKind,
     decode_control,
     decode_mux_record,
+    decode_mux_record_or_eos,
     encode_control,
     encode_frame_record,
     encode_mux_record,
     encode_mux_record_bytes,
     encode_mux_record_parts,
     parse_mux_header,
+    parse_mux_header_or_eos,
 )
 from .round_frame import (
     Dtype,
@@ -50,6 +60,7 @@ from .round_frame import (
     RoundKind,
     TensorPayload,
     decode_round_frame,
+    decode_round_frame_or_eos,
     encode_round_frame,
     encode_round_frame_bytes,
     round_frame_extent,
@@ -83,11 +94,16 @@ __all__ = [
     "decode_ack",
     "decode_control",
     "decode_framed_round",
+    "decode_framed_round_or_eos",
     "decode_handshake",
     "decode_len_framed",
+    "decode_len_framed_or_eos",
     "decode_len_prefix",
+    "decode_len_prefix_or_eos",
     "decode_mux_record",
+    "decode_mux_record_or_eos",
     "decode_round_frame",
+    "decode_round_frame_or_eos",
     "encode_ack",
     "encode_channel_magic",
     "encode_control",
@@ -103,6 +119,7 @@ __all__ = [
     "encode_round_frame_bytes",
     "expect_channel_magic",
     "parse_mux_header",
+    "parse_mux_header_or_eos",
     "round_frame_extent",
     "round_frame_wire_len",
 ]

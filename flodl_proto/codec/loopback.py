@@ -13,17 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
 from .auth import Premac
-from .round_frame import RoundFrame, decode_round_frame, encode_round_frame
+from .round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_frame
 from .structs import LEN_PREFIX
 
 __all__ = [
     "decode_framed_round",
+    "decode_framed_round_or_eos",
     "decode_len_framed",
+    "decode_len_framed_or_eos",
     "decode_len_prefix",
+    "decode_len_prefix_or_eos",
     "encode_framed_round",
     "encode_len_framed",
     "encode_len_prefix",
@@ -69,9 +72,55 @@ def encode_framed_round(frame: RoundFrame, salt: BytesLike, *,
     return encode_len_framed(encode_round_frame(frame, salt), ceiling=ceiling)
 
 
-def decode_len_prefix(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+def _no_prefix(data: BytesLike) -> ProtocolError:
+    return protocol_error("len.prefix_read_failed", got=as_view(data).nbytes, need=LEN_PREFIX_LEN)
+
+
+def decode_len_prefix(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> int:
+    """Read the 4-byte prefix at the start of ``data`` (which must hold it).
+
+    Raises:
+        TruncatedInput (remote) ``len.prefix_read_failed``: fewer than 4 bytes.
+        LimitExceeded (remote): the length exceeds the frame ceiling.
+    """
+    length = decode_len_prefix_or_eos(data, ceiling=ceiling)
+    if length is END_OF_STREAM:
+        raise _no_prefix(data)
+    return length
+
+
+def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+                      ) -> tuple[memoryview, int]:
+    """Read one complete length-framed blob: ``(blob view, consumed)``.
+
+    Raises:
+        TruncatedInput (remote): fewer than 4 bytes (``len.prefix_read_failed``) or a short body;
+        LimitExceeded (remote): prefix above the ceiling.
+    """
+    res = decode_len_framed_or_eos(data, ceiling=ceiling)
+    if res is END_OF_STREAM:
+        raise _no_prefix(data)
+    return res
+
+
+def decode_framed_round(data: BytesLike, salt: BytesLike, *,
+                        ceiling: int = DEFAULT_FRAME_CEILING, premac: Premac | None = None,
+                        ) -> tuple[RoundFrame, int]:
+    """Whole-buffer form of :func:`decode_framed_round_or_eos`: ``(frame, 4 + prefix)``.
+
+    Raises:
+        TruncatedInput (remote) ``len.prefix_read_failed`` when ``data`` ends inside the prefix;
+        every error of :func:`decode_framed_round_or_eos`.
+    """
+    res = decode_framed_round_or_eos(data, salt, ceiling=ceiling, premac=premac)
+    if res is END_OF_STREAM:
+        raise _no_prefix(data)
+    return res
+
+
+def decode_len_prefix_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
                       ) -> int | EndOfStream:
-    """Read the 4-byte prefix; :data:`END_OF_STREAM` if fewer than 4 bytes are present.
+    """Stream form: the 4-byte prefix, or :data:`END_OF_STREAM` if fewer than 4 bytes are present.
 
     Raises:
         LimitExceeded (remote): the length exceeds the frame ceiling.
@@ -86,15 +135,15 @@ def decode_len_prefix(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
     return length
 
 
-def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+def decode_len_framed_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
                       ) -> tuple[memoryview, int] | EndOfStream:
-    """Read one length-framed blob: ``(blob view, consumed)`` or :data:`END_OF_STREAM`.
+    """Stream form: one length-framed blob, ``(blob view, consumed)``, or :data:`END_OF_STREAM`.
 
     Raises:
         LimitExceeded (remote): prefix above the ceiling; TruncatedInput (remote): short body.
     """
     mv = as_view(data)
-    length = decode_len_prefix(mv, ceiling=ceiling)
+    length = decode_len_prefix_or_eos(mv, ceiling=ceiling)
     if length is END_OF_STREAM:
         return END_OF_STREAM
     end = LEN_PREFIX_LEN + length
@@ -103,13 +152,13 @@ def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
     return mv[LEN_PREFIX_LEN:end], end
 
 
-def decode_framed_round(data: BytesLike, salt: BytesLike, *,
+def decode_framed_round_or_eos(data: BytesLike, salt: BytesLike, *,
                         ceiling: int = DEFAULT_FRAME_CEILING, premac: Premac | None = None,
                         ) -> tuple[RoundFrame, int] | EndOfStream:
-    """The rank-side read of a prefixed reply frame: the frame must fill its prefix exactly.
+    """Stream form of the rank-side read of a prefixed reply frame (it must fill its prefix).
 
     ``premac`` is a MAC the caller already computed over the frame's first bytes (after the
-    prefix), as :func:`~flodl_proto.codec.round_frame.decode_round_frame` takes it.
+    prefix), as :func:`~flodl_proto.codec.round_frame.decode_round_frame_or_eos` takes it.
 
     Returns:
         ``(frame, 4 + prefix)``, or :data:`END_OF_STREAM` when input ends inside the prefix.
@@ -120,11 +169,11 @@ def decode_framed_round(data: BytesLike, salt: BytesLike, *,
             or the frame is shorter than its prefix; any RoundFrame reader error inside the body.
     """
     mv = as_view(data)
-    length = decode_len_prefix(mv, ceiling=ceiling)
+    length = decode_len_prefix_or_eos(mv, ceiling=ceiling)
     if length is END_OF_STREAM:
         return END_OF_STREAM
     body = mv[LEN_PREFIX_LEN:LEN_PREFIX_LEN + length]
-    res = decode_round_frame(body, salt, ceiling=ceiling, premac=premac)
+    res = decode_round_frame_or_eos(body, salt, ceiling=ceiling, premac=premac)
     if res is END_OF_STREAM:
         raise protocol_error("framed_round.body_ended", length=length, got=len(body))
     frame, used = res

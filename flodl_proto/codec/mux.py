@@ -44,7 +44,7 @@ from ..spec import (
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, check_version
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal, update_in_parallel
 from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
-from .round_frame import RoundFrame, decode_round_frame, round_frame_pieces
+from .round_frame import RoundFrame, decode_round_frame_or_eos, round_frame_pieces
 from .structs import MUX_HEADER
 
 __all__ = [
@@ -59,12 +59,14 @@ __all__ = [
     "RecordKind",
     "decode_control",
     "decode_mux_record",
+    "decode_mux_record_or_eos",
     "encode_control",
     "encode_mux_record",
     "encode_mux_record_bytes",
     "encode_mux_record_parts",
     "max_hello_payload",
     "parse_mux_header",
+    "parse_mux_header_or_eos",
     "ranks_str",
     "rust_debug",
 ]
@@ -256,9 +258,9 @@ class MuxRecord:
 
         Raises:
             TruncatedInput (remote): the payload ends inside the frame header.
-            any RoundFrame reader error (see :func:`decode_round_frame`).
+            any RoundFrame reader error (see :func:`decode_round_frame_or_eos`).
         """
-        res = decode_round_frame(self.payload, salt, ceiling=ceiling)
+        res = decode_round_frame_or_eos(self.payload, salt, ceiling=ceiling)
         if res is END_OF_STREAM:
             raise protocol_error("frame.kind_read_failed", offset=self.payload.nbytes)
         return res[0]
@@ -406,9 +408,23 @@ def max_hello_payload(world_size: int) -> int:
             + (u64 + MODEL_SIG_LEN * world_size))
 
 
-def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
-                     ) -> MuxHeader | EndOfStream:
-    """Parse and check the 25-byte header at the start of ``data``.
+def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> MuxHeader:
+    """Parse and check the 25-byte header at the start of ``data`` (which must hold it).
+
+    Raises:
+        TruncatedInput (remote) ``mux.header_read_failed``: fewer than 25 bytes; then BadMagic,
+        VersionMismatch, LimitExceeded (remote), in that order.
+    """
+    hdr = parse_mux_header_or_eos(data, ceiling=ceiling)
+    if hdr is END_OF_STREAM:
+        raise protocol_error("mux.header_read_failed", got=as_view(data).nbytes,
+                             need=MUX_HEADER_LEN)
+    return hdr
+
+
+def parse_mux_header_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
+                            ) -> MuxHeader | EndOfStream:
+    """Stream form of :func:`parse_mux_header`.
 
     Returns :data:`END_OF_STREAM` when ``data`` holds fewer than 25 bytes.
 
@@ -437,8 +453,37 @@ def decode_mux_record(
     version: int = DEFAULT_VERSION,
     ceiling: int = DEFAULT_FRAME_CEILING,
     premac: Premac | None = None,
+) -> tuple[MuxRecord, int]:
+    """Decode and authenticate one complete record from the start of ``data``.
+
+    The whole-buffer form of :func:`decode_mux_record_or_eos` (same arguments and checks).
+
+    Returns:
+        ``(record, consumed)``; the record payload is a view into ``data``.
+
+    Raises:
+        TruncatedInput (remote) ``mux.header_read_failed`` when ``data`` ends inside the 25-byte
+        header (including empty input); every error of :func:`decode_mux_record_or_eos`.
+
+    Upstream: ``relay/mux.rs`` ``read_record`` (``Ok(None)`` is an error here).
+    """
+    res = decode_mux_record_or_eos(data, salt, version=version, ceiling=ceiling, premac=premac)
+    if res is END_OF_STREAM:
+        raise protocol_error("mux.header_read_failed", got=as_view(data).nbytes,
+                             need=MUX_HEADER_LEN)
+    return res
+
+
+def decode_mux_record_or_eos(
+    data: BytesLike,
+    salt: BytesLike,
+    *,
+    version: int = DEFAULT_VERSION,
+    ceiling: int = DEFAULT_FRAME_CEILING,
+    premac: Premac | None = None,
 ) -> tuple[MuxRecord, int] | EndOfStream:
-    """Decode and authenticate one record from the start of ``data``.
+    """Stream form: decode and authenticate one record from the start of ``data``, or report a
+    clean end of stream.
 
     Args:
         data: bytes-like input; the record payload is a view into it.
@@ -462,7 +507,7 @@ def decode_mux_record(
     key = check_salt(salt)
     check_version(version)
     mv = as_view(data)
-    hdr = parse_mux_header(mv, ceiling=ceiling)
+    hdr = parse_mux_header_or_eos(mv, ceiling=ceiling)
     if hdr is END_OF_STREAM:
         return END_OF_STREAM
     end = MUX_HEADER_LEN + hdr.payload_len

@@ -64,9 +64,11 @@ __all__ = [
     "RoundKind",
     "TensorPayload",
     "decode_round_frame",
+    "decode_round_frame_or_eos",
     "encode_round_frame",
     "encode_round_frame_bytes",
     "parse_round_frame",
+    "parse_round_frame_or_eos",
     "round_frame_extent",
     "round_frame_pieces",
     "round_frame_wire_len",
@@ -541,14 +543,12 @@ def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING)
     return walk.pos + AUTH_TAG_LEN
 
 
-def parse_round_frame(
+def parse_round_frame_or_eos(
     data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING,
 ) -> tuple[RoundFrame, int, bytes] | EndOfStream:
-    """Parse one RoundFrame WITHOUT verifying its auth tag (for inspection tools).
-
-    Every other check of :func:`decode_round_frame` is applied, in the same order. Returns
-    ``(frame, consumed, carried tag)``; the tag covers ``data[:consumed - 8]``. Never trust the
-    values before verifying the tag (:func:`flodl_proto.codec.auth.compute_tag`).
+    """Stream form of :func:`parse_round_frame`: :data:`END_OF_STREAM` instead of an error when
+    ``data`` ends inside the 8-byte header (including empty input), as a stream reader at a frame
+    boundary sees a clean close.
 
     Raises:
         BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote).
@@ -563,14 +563,66 @@ def parse_round_frame(
     return frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN])
 
 
+def parse_round_frame(
+    data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING,
+) -> tuple[RoundFrame, int, bytes]:
+    """Parse one complete RoundFrame WITHOUT verifying its auth tag (for inspection tools).
+
+    Every other check of :func:`decode_round_frame` is applied, in the same order. Returns
+    ``(frame, consumed, carried tag)``; the tag covers ``data[:consumed - 8]``. Never trust the
+    values before verifying the tag (:func:`flodl_proto.codec.auth.compute_tag`).
+
+    Raises:
+        BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote); ``data`` ending inside the
+        8-byte header is TruncatedInput ``frame.header_read_failed`` (see
+        :func:`parse_round_frame_or_eos` for the stream form).
+    """
+    res = parse_round_frame_or_eos(data, ceiling=ceiling)
+    if res is END_OF_STREAM:
+        raise protocol_error("frame.header_read_failed", got=as_view(data).nbytes,
+                             need=ROUND_FRAME_HEADER_LEN)
+    return res
+
+
 def decode_round_frame(
     data: BytesLike,
     salt: BytesLike,
     *,
     ceiling: int = DEFAULT_FRAME_CEILING,
     premac: Premac | None = None,
+) -> tuple[RoundFrame, int]:
+    """Decode and authenticate one complete RoundFrame from the start of ``data``.
+
+    The whole-buffer form: ``data`` must hold the frame. Arguments, checks and errors are those
+    of :func:`decode_round_frame_or_eos`, except that ``data`` ending inside the 8-byte header
+    (including empty input) raises TruncatedInput ``frame.header_read_failed``.
+
+    Returns:
+        ``(frame, consumed)``: payloads are views into ``data``; bytes after the frame are left
+        alone.
+
+    Raises:
+        BadMagic, LimitExceeded, InvalidValue, TruncatedInput, AuthenticationError (remote).
+
+    Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed`` (``Ok(None)`` is an
+    error here).
+    """
+    res = decode_round_frame_or_eos(data, salt, ceiling=ceiling, premac=premac)
+    if res is END_OF_STREAM:
+        raise protocol_error("frame.header_read_failed", got=as_view(data).nbytes,
+                             need=ROUND_FRAME_HEADER_LEN)
+    return res
+
+
+def decode_round_frame_or_eos(
+    data: BytesLike,
+    salt: BytesLike,
+    *,
+    ceiling: int = DEFAULT_FRAME_CEILING,
+    premac: Premac | None = None,
 ) -> tuple[RoundFrame, int] | EndOfStream:
-    """Decode and authenticate one RoundFrame from the start of ``data``.
+    """Stream form: decode and authenticate one RoundFrame from the start of ``data``, or
+    report a clean end of stream.
 
     Args:
         data: bytes-like input; the payloads of the result are views into it (keep it alive and
@@ -594,7 +646,7 @@ def decode_round_frame(
     """
     key = check_salt(salt)
     mv = as_view(data)
-    res = parse_round_frame(mv, ceiling=ceiling)
+    res = parse_round_frame_or_eos(mv, ceiling=ceiling)
     if res is END_OF_STREAM:
         return END_OF_STREAM
     frame, consumed, carried = res

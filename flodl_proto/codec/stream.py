@@ -59,9 +59,19 @@ from ._common import (
 )
 from .auth import Premac, check_salt
 from .handshake import expect_channel_magic
-from .loopback import decode_len_framed, decode_len_prefix
-from .mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
-from .round_frame import RoundFrame, _FrameWalk, decode_round_frame
+from .loopback import (
+    decode_len_framed,
+    decode_len_prefix,
+)
+from .mux import (
+    MuxRecord,
+    RecordKind,
+    decode_mux_record,
+    decode_mux_record_or_eos,
+    parse_mux_header,
+    parse_mux_header_or_eos,
+)
+from .round_frame import RoundFrame, _FrameWalk, decode_round_frame, decode_round_frame_or_eos
 
 __all__ = [
     "LenFramedDecoder",
@@ -199,7 +209,6 @@ class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
 
     def _decode(self, record: bytes) -> RoundFrame:
         res = decode_round_frame(record, self._salt, ceiling=self.ceiling)
-        assert res is not END_OF_STREAM
         return res[0]
 
     def _truncated(self, data: bytes) -> ProtocolError:
@@ -245,13 +254,11 @@ class MuxRecordDecoder(_StreamDecoder[MuxRecord]):
 
     def _need(self) -> int | NeedData:
         hdr = parse_mux_header(self._buf, ceiling=self.ceiling)
-        assert hdr is not END_OF_STREAM
         total = MUX_HEADER_LEN + hdr.payload_len
         return total if len(self._buf) >= total else NeedData(total - len(self._buf))
 
     def _decode(self, record: bytes) -> MuxRecord:
         res = decode_mux_record(record, self._salt, version=self._version, ceiling=self.ceiling)
-        assert res is not END_OF_STREAM
         return res[0]
 
     def _truncated(self, data: bytes) -> ProtocolError:
@@ -276,7 +283,6 @@ class LenFramedDecoder(_StreamDecoder[memoryview]):
 
     def _need(self) -> int | NeedData:
         length = decode_len_prefix(self._buf, ceiling=self.ceiling)
-        assert length is not END_OF_STREAM
         total = LEN_PREFIX_LEN + length
         return total if len(self._buf) >= total else NeedData(total - len(self._buf))
 
@@ -447,7 +453,7 @@ class RelayStream:
                 expect_channel_magic(buf, self._magic, _WHAT)  # raises: fewer than 4 bytes
             if len(buf) < MUX_HEADER_LEN:
                 return [StreamEnded()]
-            decode_mux_record(buf, self._salt, version=self._version, ceiling=self._ceiling)
+            decode_mux_record_or_eos(buf, self._salt, version=self._version, ceiling=self._ceiling)
         except ProtocolError as e:
             return [StreamFailed(e)]
         raise AssertionError("a buffered partial record decoded")  # pragma: no cover
@@ -470,7 +476,7 @@ class RelayStream:
         """Bytes the next item needs from the start of ``mv``, or None while that is unknown."""
         if self._magic is not None:
             return CHANNEL_MAGIC_LEN
-        hdr = parse_mux_header(mv, ceiling=self._ceiling)
+        hdr = parse_mux_header_or_eos(mv, ceiling=self._ceiling)
         if hdr is END_OF_STREAM:
             return None
         limit = self._hello_limit
@@ -488,14 +494,13 @@ class RelayStream:
             return
         res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling,
                                 premac=premac)
-        assert res is not END_OF_STREAM
         record, n = res
         self._hello_limit = None  # only the first record is bounded by the Hello size
         frame: RoundFrame | EndOfStream | ProtocolError | None = None
         if record.kind is RecordKind.HOST_FRAME:
             try:
-                decoded = decode_round_frame(record.payload, self._salt, ceiling=self._ceiling,
-                                             premac=frame_premac)
+                decoded = decode_round_frame_or_eos(record.payload, self._salt,
+                                                    ceiling=self._ceiling, premac=frame_premac)
                 frame = decoded if decoded is END_OF_STREAM else decoded[0]
             except ProtocolError as e:
                 frame = e

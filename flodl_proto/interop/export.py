@@ -35,7 +35,6 @@ import numpy as np
 
 from ..codec import handshake as hs
 from ..codec import loopback
-from ..codec._common import END_OF_STREAM
 from ..codec.auth import compute_tag
 from ..codec.mux import (
     DeclareDead,
@@ -45,6 +44,7 @@ from ..codec.mux import (
     RankExit,
     RecordKind,
     decode_mux_record,
+    decode_mux_record_or_eos,
     encode_control,
     encode_mux_record_bytes,
 )
@@ -53,7 +53,7 @@ from ..codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_round_frame,
+    decode_round_frame_or_eos,
     encode_round_frame_bytes,
 )
 from ..errors import ProtocolError
@@ -321,7 +321,7 @@ def _round_frame(version: int) -> _File:
     wire = encode_round_frame_bytes(base, salt)
 
     def read(data: bytes, s: bytes = salt) -> Callable[[], object]:
-        return lambda: decode_round_frame(data, s)
+        return lambda: decode_round_frame_or_eos(data, s)
 
     f.ok("round_frame.read", "trailing-bytes-left",
          "the reader consumes exactly one frame; bytes after the tag are left alone",
@@ -438,7 +438,6 @@ def _mux_record(version: int) -> _File:
 
     def read_ok(case: str, desc: str, data: bytes) -> None:
         res = decode_mux_record(data, salt, version=version)
-        assert res is not END_OF_STREAM
         f.ok("mux_record.read", case, desc, salt=salt.hex(), bytes=data.hex(), consumed=res[1],
              record=record_to_json(res[0], version))
 
@@ -464,7 +463,7 @@ def _mux_record(version: int) -> _File:
         f.eof("mux_record.read", case, desc, salt=salt.hex(), bytes=data.hex())
 
     def read(data: bytes, s: bytes = salt) -> Callable[[], object]:
-        return lambda: decode_mux_record(data, s, version=version)
+        return lambda: decode_mux_record_or_eos(data, s, version=version)
 
     tampered = bytearray(ack)
     tampered[-1] ^= 0x01
@@ -527,7 +526,7 @@ def _len_framed(version: int) -> _File:
          _u32(DEFAULT_FRAME_CEILING + 1) + b"\x00"),
         ("body-truncated", "prefix says 5, 2 body bytes follow", b"\x05\x00\x00\x00\x01\x02"),
     ):
-        f.error("len_framed.read", case, desc, partial(loopback.decode_len_framed, data),
+        f.error("len_framed.read", case, desc, partial(loopback.decode_len_framed_or_eos, data),
                 bytes=data.hex())
     for sname, s in _SALTS.items():
         f.ok("framed_round.roundtrip", "frame", "rank -> relay: u32 LE prefix equal to the "
@@ -550,7 +549,7 @@ def _len_framed(version: int) -> _File:
         ("bad-tag", "the frame's tag does not verify", bytes(bad_tag)),
     ):
         f.error("framed_round.read", case, desc,
-                partial(loopback.decode_framed_round, data, salt), salt=salt.hex(),
+                partial(loopback.decode_framed_round_or_eos, data, salt), salt=salt.hex(),
                 bytes=data.hex())
     return f
 

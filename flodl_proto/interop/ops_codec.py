@@ -9,8 +9,8 @@ from typing import Any
 from ..codec import handshake as hs
 from ..codec import loopback
 from ..codec._common import END_OF_STREAM
-from ..codec.mux import decode_mux_record, encode_mux_record_bytes
-from ..codec.round_frame import decode_round_frame, encode_round_frame_bytes
+from ..codec.mux import decode_mux_record_or_eos, encode_mux_record_bytes
+from ..codec.round_frame import decode_round_frame_or_eos, encode_round_frame_bytes
 from .jsonio import (
     compare_frame,
     expect_error,
@@ -88,7 +88,7 @@ def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
     require(got == want, f"encoded bytes differ:\n got {got.hex()}\nwant {want.hex()}")
     require(frame.wire_len == case["wire_len"] == len(got), f"wire_len {frame.wire_len}")
     require(got[-8:].hex() == case["mac"], "mac differs")
-    res = decode_round_frame(want, salt)
+    res = decode_round_frame_or_eos(want, salt)
     require(res is not END_OF_STREAM, "decoder reported end of stream")
     assert res is not END_OF_STREAM
     dec, n = res
@@ -100,9 +100,9 @@ def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
 def _round_frame_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
-        expect_error(case, lambda: decode_round_frame(data, salt))
+        expect_error(case, lambda: decode_round_frame_or_eos(data, salt))
         return
-    res = decode_round_frame(data, salt)
+    res = decode_round_frame_or_eos(data, salt)
     if case["expect"] == "eof":
         _eof(case, res)
         return
@@ -123,7 +123,7 @@ def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
     require(got[17:25].hex() == case["auth_tag"], "auth tag differs")
     if "bincode" in case:
         require(bytes(rec.payload).hex() == case["bincode"], "bincode differs")
-    res = decode_mux_record(want, salt, version=version)
+    res = decode_mux_record_or_eos(want, salt, version=version)
     require(res is not END_OF_STREAM, "decoder reported end of stream")
     assert res is not END_OF_STREAM
     dec, n = res
@@ -136,9 +136,9 @@ def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
 def _mux_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
-        expect_error(case, lambda: decode_mux_record(data, salt, version=version))
+        expect_error(case, lambda: decode_mux_record_or_eos(data, salt, version=version))
         return
-    res = decode_mux_record(data, salt, version=version)
+    res = decode_mux_record_or_eos(data, salt, version=version)
     if case["expect"] == "eof":
         _eof(case, res)
         return
@@ -155,7 +155,7 @@ def _len_roundtrip(case: dict[str, Any], version: int) -> None:
     blob, want = _hex(case, "blob"), _hex(case)
     got = b"".join(loopback.encode_len_framed(blob))
     require(got == want, f"bytes {got.hex()} != {want.hex()}")
-    res = loopback.decode_len_framed(want)
+    res = loopback.decode_len_framed_or_eos(want)
     require(res is not END_OF_STREAM, "decoder reported end of stream")
     assert res is not END_OF_STREAM
     require(bytes(res[0]) == blob and res[1] == len(want), "blob differs")
@@ -165,9 +165,9 @@ def _len_roundtrip(case: dict[str, Any], version: int) -> None:
 def _len_read(case: dict[str, Any], version: int) -> None:
     data = _hex(case)
     if case["expect"] == "error":
-        expect_error(case, lambda: loopback.decode_len_framed(data))
+        expect_error(case, lambda: loopback.decode_len_framed_or_eos(data))
         return
-    res = loopback.decode_len_framed(data)
+    res = loopback.decode_len_framed_or_eos(data)
     if case["expect"] == "eof":
         _eof(case, res)
         return
@@ -182,7 +182,7 @@ def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
     frame = frame_from_json(case["frame"])
     got = b"".join(loopback.encode_framed_round(frame, salt))
     require(got == want, f"bytes {got.hex()} != {want.hex()}")
-    res = loopback.decode_framed_round(want, salt)
+    res = loopback.decode_framed_round_or_eos(want, salt)
     require(res is not END_OF_STREAM, "decoder reported end of stream")
     assert res is not END_OF_STREAM
     compare_frame(res[0], case["frame"])
@@ -192,9 +192,9 @@ def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
 def _framed_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
-        expect_error(case, lambda: loopback.decode_framed_round(data, salt))
+        expect_error(case, lambda: loopback.decode_framed_round_or_eos(data, salt))
         return
-    res = loopback.decode_framed_round(data, salt)
+    res = loopback.decode_framed_round_or_eos(data, salt)
     if case["expect"] == "eof":
         _eof(case, res)
         return

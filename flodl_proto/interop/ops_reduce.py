@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..codec.mux import MuxRecord, RecordKind, encode_mux_record_bytes
-from ..codec.round_frame import RoundFrame, decode_round_frame, encode_round_frame_bytes
+from ..codec.round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_frame_bytes
 from ..membership import DeadRanks
 from ..reduce import (
     HostFold,
@@ -32,7 +32,7 @@ def _bits(text: str) -> int:
 
 
 def _decode(data: bytes, salt: bytes, what: str) -> RoundFrame:
-    res = decode_round_frame(data, salt)
+    res = decode_round_frame_or_eos(data, salt)
     if not isinstance(res, tuple):
         raise VectorMismatch(f"{what}: decoding reported end of stream")
     return res[0]

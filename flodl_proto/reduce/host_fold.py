@@ -60,9 +60,9 @@ from ..codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
-    decode_round_frame,
+    decode_round_frame_or_eos,
     encode_round_frame_bytes,
-    parse_round_frame,
+    parse_round_frame_or_eos,
 )
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
@@ -370,7 +370,7 @@ class HostFold:
         """The MAC of the frame at the start of ``mv`` (None when it does not parse: the
         locked decode then reports the error in upstream's order)."""
         try:
-            res = parse_round_frame(mv, ceiling=self._ceiling)
+            res = parse_round_frame_or_eos(mv, ceiling=self._ceiling)
         except ProtocolError:
             return None
         if res is END_OF_STREAM:
@@ -382,7 +382,7 @@ class HostFold:
 
     def _merge(self, rank: int, mv: memoryview, premac: Premac | None) -> None:
         if self._round is None:
-            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling, premac=premac)
+            res = decode_round_frame_or_eos(mv, self._salt, ceiling=self._ceiling, premac=premac)
             if res is END_OF_STREAM:
                 raise protocol_error("fold.truncated", rank=rank)
             seed, consumed = res
@@ -395,7 +395,7 @@ class HostFold:
         reader_error: ProtocolError | None = None
         frame: RoundFrame | None = None
         try:
-            res = decode_round_frame(mv, self._salt, ceiling=self._ceiling, premac=premac)
+            res = decode_round_frame_or_eos(mv, self._salt, ceiling=self._ceiling, premac=premac)
         except ProtocolError as e:
             reader_error = e
             if e.error_id in _PER_TENSOR_ERRORS:

@@ -54,7 +54,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec._common import BytesLike
 from ..codec.auth import Premac, new_mac
 from ..codec.mux import RecordKind, max_hello_payload, parse_mux_header
 from ..codec.stream import (
@@ -769,7 +769,6 @@ class ReferenceController:
             hdr = parse_mux_header(view[:MUX_HEADER_LEN], ceiling=self._ceiling)
         except ProtocolError:
             return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
-        assert hdr is not END_OF_STREAM
         if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
             return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
         total = MUX_HEADER_LEN + hdr.payload_len

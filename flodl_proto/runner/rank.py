@@ -35,7 +35,11 @@ import numpy.typing as npt
 from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.handshake import decode_ack, encode_handshake
-from ..codec.loopback import decode_framed_round, decode_len_prefix, encode_len_prefix
+from ..codec.loopback import (
+    decode_framed_round_or_eos,
+    decode_len_prefix,
+    encode_len_prefix,
+)
 from ..codec.round_frame import (
     Dtype,
     RoundFrame,
@@ -310,7 +314,6 @@ class RankClient:
         if got < LEN_PREFIX_LEN:
             raise protocol_error("client.reply_closed", round=self.rounds)
         n = decode_len_prefix(prefix, ceiling=self.ceiling)
-        assert n is not END_OF_STREAM
         buf = self._reply_buffer(LEN_PREFIX_LEN + n)
         view = buf.data
         view[:LEN_PREFIX_LEN] = prefix
@@ -326,7 +329,7 @@ class RankClient:
         self.bytes_received += LEN_PREFIX_LEN + body
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)
-        res = decode_framed_round(view, self._salt, ceiling=self.ceiling,
+        res = decode_framed_round_or_eos(view, self._salt, ceiling=self.ceiling,
                                   premac=Premac(covered, mac.digest()))
         assert res is not END_OF_STREAM
         self.rounds += 1

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike, check_version
+from ..codec._common import BytesLike, check_version
 from ..codec.auth import Premac, check_salt, new_mac
 from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
 from ..codec.loopback import decode_len_prefix, encode_len_prefix
@@ -438,7 +438,6 @@ class Relay:
         if got < MUX_HEADER_LEN:
             return None  # end of stream inside the header is a clean end
         hdr = parse_mux_header(hv, ceiling=self.ceiling)
-        assert hdr is not END_OF_STREAM
         # the record is used synchronously (fan-out, control): its buffer is reused next time
         size = MUX_HEADER_LEN + hdr.payload_len
         if self._record_buf is None or self._record_buf.shape[0] != size:
@@ -455,7 +454,6 @@ class Relay:
         premac = Premac(MUX_AUTH_COVERED_HEADER_LEN + body, mac.digest())
         res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
                                 ceiling=self.ceiling, premac=premac)
-        assert res is not END_OF_STREAM  # a short body raises mux.truncated
         return res[0]
 
     # -- phase 3: the fold barrier ---------------------------------------------------------------
@@ -548,7 +546,6 @@ class Relay:
             if got < LEN_PREFIX_LEN:
                 return None
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
-            assert n is not END_OF_STREAM
             view = self._blob_buffer(rank, n)
             mac = new_mac(self._salt) if n > AUTH_TAG_LEN else None
             ranges = [MacRange(mac, 0, n - AUTH_TAG_LEN)] if mac is not None else []

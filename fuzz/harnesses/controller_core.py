@@ -41,8 +41,8 @@ from flodl_proto.codec import (
     MuxRecord,
     RankExit,
     RecordKind,
-    decode_mux_record,
-    decode_round_frame,
+    decode_mux_record_or_eos,
+    decode_round_frame_or_eos,
     encode_channel_magic,
     encode_frame_record,
     encode_mux_record_bytes,
@@ -138,7 +138,7 @@ class Driver:
         check(a.conn in self.opened and a.conn not in self.closed, f"SendTo closed conn {a.conn}")
         wire = b"".join(bytes(b) for b in a.buffers)
         check(len(wire) == a.nbytes, f"SendTo nbytes {a.nbytes} != {len(wire)}")
-        res = decode_mux_record(wire, self.core.salt, version=self.core.version,
+        res = decode_mux_record_or_eos(wire, self.core.salt, version=self.core.version,
                                 ceiling=1 << 62)
         check(res is not EOS, "SendTo of an empty record")
         assert res is not EOS
@@ -155,7 +155,7 @@ class Driver:
         else:
             check(rec.kind is RecordKind.BROADCAST, f"Broadcast send carries {rec!r}")
             check(a.round == self.rounds, f"Broadcast for round {a.round}, at {self.rounds}")
-            fr = decode_round_frame(rec.payload, self.core.salt, ceiling=1 << 62)
+            fr = decode_round_frame_or_eos(rec.payload, self.core.salt, ceiling=1 << 62)
             check(fr is not EOS and fr[1] == rec.payload.nbytes, "Broadcast frame")
 
     def ensure_open(self, conn: int) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from flodl_proto.codec import END_OF_STREAM, RoundFrame, decode_round_frame
+from flodl_proto.codec import END_OF_STREAM, RoundFrame, decode_round_frame_or_eos
 from flodl_proto.codec import encode_round_frame_bytes as encode_frame
 from flodl_proto.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from flodl_proto.reduce import HostFold
@@ -130,7 +130,7 @@ class Model:
         if not self.promoted:
             check(out == self.seed_bytes, "an unpromoted round did not ship its seed verbatim")
         else:
-            res = decode_round_frame(out, self.salt, ceiling=1 << 62)
+            res = decode_round_frame_or_eos(out, self.salt, ceiling=1 << 62)
             check(res is not END_OF_STREAM, "empty HostFrame")
             assert res is not END_OF_STREAM
             frame, n = res
@@ -197,7 +197,7 @@ def do_deposit(fold: HostFold, model: Model, rank: int, blob: bytes) -> None:
     frame: RoundFrame | None = None
     consumed = 0
     try:
-        dec = decode_round_frame(blob, model.salt, ceiling=model.ceiling)
+        dec = decode_round_frame_or_eos(blob, model.salt, ceiling=model.ceiling)
     except RemoteProtocolError:
         expect_ok = False
     else:

@@ -1,5 +1,5 @@
-"""Target ``len_framed``: loopback length-prefixed blobs (``decode_len_framed``, what a relay
-reads from a rank) and the rank-side prefixed reply frame (``decode_framed_round``).
+"""Target ``len_framed``: loopback length-prefixed blobs (``decode_len_framed_or_eos``, what a relay
+reads from a rank) and the rank-side prefixed reply frame (``decode_framed_round_or_eos``).
 
 Input layout: ``flags u8 | wire bytes``. Flags: bit 0 mode (0: blob, 1: framed round), bit 1
 re-sign the frame inside each blob, bit 2 salt, bits 3-4 frame ceiling (1 GiB, 64 MiB, 1 KiB, 0),
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from flodl_proto.codec import (
     END_OF_STREAM,
-    decode_framed_round,
-    decode_len_framed,
-    decode_round_frame,
+    decode_framed_round_or_eos,
+    decode_len_framed_or_eos,
+    decode_round_frame_or_eos,
     encode_framed_round,
     encode_len_framed,
 )
@@ -52,9 +52,9 @@ def test_one_input(data: bytes) -> None:
         wire = bytes(buf)
     framed = bool(flags & 1)
     if framed:
-        res, err = remote(decode_framed_round, wire, salt, ceiling=ceiling)
+        res, err = remote(decode_framed_round_or_eos, wire, salt, ceiling=ceiling)
     else:
-        res, err = remote(decode_len_framed, wire, ceiling=ceiling)
+        res, err = remote(decode_len_framed_or_eos, wire, ceiling=ceiling)
     if len(wire) < 4:
         check(res is END_OF_STREAM, f"{len(wire)} bytes (inside the prefix) gave {res!r}/{err!r}")
         return
@@ -73,13 +73,13 @@ def test_one_input(data: bytes) -> None:
         blob, n = res
         check(n == 4 + length and bytes(blob) == body, f"blob {bytes(blob).hex()}, {n}")
         check(b"".join(encode_len_framed(blob, ceiling=ceiling)) == wire[:n], "blob re-encodes")
-        fres, ferr = remote(decode_round_frame, blob, salt, ceiling=ceiling)
+        fres, ferr = remote(decode_round_frame_or_eos, blob, salt, ceiling=ceiling)
         if ferr is None and fres is not END_OF_STREAM:
             assert fres is not None
             check_frame_reencodes(fres[0], salt, body[:fres[1]], "deposited frame")
             exercise_views(fres[0], version)
         return
-    fres, ferr = remote(decode_round_frame, body, salt, ceiling=ceiling)
+    fres, ferr = remote(decode_round_frame_or_eos, body, salt, ceiling=ceiling)
     if ferr is not None:
         check(outcome_of(err) == outcome_of(ferr), f"framed round {err!r}, frame reader {ferr!r}")
         return

@@ -1,4 +1,4 @@
-"""Target ``mux_record``: one relay <-> controller mux record read by ``decode_mux_record``,
+"""Target ``mux_record``: one relay <-> controller mux record read by ``decode_mux_record_or_eos``,
 with the bincode control message of Control records and the RoundFrame of HostFrame / Broadcast
 records.
 
@@ -26,10 +26,10 @@ from flodl_proto.codec import (
     MuxHeader,
     RecordKind,
     decode_control,
-    decode_mux_record,
+    decode_mux_record_or_eos,
     encode_mux_record_bytes,
     encode_mux_record_parts,
-    parse_mux_header,
+    parse_mux_header_or_eos,
 )
 from flodl_proto.errors import AuthenticationError, InvalidValue, TruncatedInput
 from flodl_proto.spec import MUX_HEADER_LEN
@@ -50,8 +50,8 @@ from .control import check_control
 
 def check_record_bytes(wire: bytes, salt: bytes, version: int, ceiling: int) -> None:
     """Decode one record from ``wire`` and apply the oracle (shared with the stream target)."""
-    res, err = remote(decode_mux_record, wire, salt, version=version, ceiling=ceiling)
-    hdr, herr = remote(parse_mux_header, wire, ceiling=ceiling)
+    res, err = remote(decode_mux_record_or_eos, wire, salt, version=version, ceiling=ceiling)
+    hdr, herr = remote(parse_mux_header_or_eos, wire, ceiling=ceiling)
     if len(wire) < MUX_HEADER_LEN:
         check(res is END_OF_STREAM and hdr is END_OF_STREAM,
               f"{len(wire)} bytes (inside the header) gave {res!r} / {err!r}")
@@ -92,9 +92,9 @@ def check_record_bytes(wire: bytes, salt: bytes, version: int, ceiling: int) -> 
     if rec.kind is RecordKind.DATA:
         check(encode_mux_record_bytes(rec, salt) == wire[:end], "Data record re-encodes")
     other = SALTS[1] if salt == SALTS[0] else SALTS[0]
-    _, err2 = remote(decode_mux_record, wire[:end], other, version=version, ceiling=ceiling)
+    _, err2 = remote(decode_mux_record_or_eos, wire[:end], other, version=version, ceiling=ceiling)
     check(isinstance(err2, AuthenticationError), f"record verified under the other salt: {err2!r}")
-    short, err3 = remote(decode_mux_record, wire[:end - 1], salt, version=version,
+    short, err3 = remote(decode_mux_record_or_eos, wire[:end - 1], salt, version=version,
                          ceiling=ceiling)
     if end - 1 < MUX_HEADER_LEN:
         check(short is END_OF_STREAM, f"empty-payload record one byte short gave {short!r}")

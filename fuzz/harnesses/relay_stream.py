@@ -21,8 +21,8 @@ from typing import Any
 from flodl_proto.codec import (
     END_OF_STREAM,
     RecordKind,
-    decode_mux_record,
-    decode_round_frame,
+    decode_mux_record_or_eos,
+    decode_round_frame_or_eos,
     expect_channel_magic,
 )
 from flodl_proto.codec.stream import (
@@ -71,7 +71,7 @@ def test_one_input(data: bytes) -> None:
             want.append(("magic",))
             pos = 4
     while end is None:
-        res, err = remote(decode_mux_record, payload[pos:], salt, version=version,
+        res, err = remote(decode_mux_record_or_eos, payload[pos:], salt, version=version,
                           ceiling=ceiling)
         if err is not None:
             end = ("failed", outcome_of(err))
@@ -81,7 +81,7 @@ def test_one_input(data: bytes) -> None:
             rec, n = res
             frame: Any = None
             if rec.kind is RecordKind.HOST_FRAME:
-                fres, ferr = remote(decode_round_frame, rec.payload, salt, ceiling=ceiling)
+                fres, ferr = remote(decode_round_frame_or_eos, rec.payload, salt, ceiling=ceiling)
                 frame = ferr if ferr is not None else (
                     fres if fres is END_OF_STREAM or fres is None else fres[0])
             want.append(("record", rec.kind, rec.rank, bytes(rec.payload), n,

@@ -1,4 +1,4 @@
-"""Target ``round_frame``: one RoundFrame read by ``decode_round_frame`` (and walked by
+"""Target ``round_frame``: one RoundFrame read by ``decode_round_frame_or_eos`` (and walked by
 ``round_frame_extent``).
 
 Input layout: ``flags u8 | wire bytes``. Flags: bit 0 protocol version (0: 2, 1: 3; a frame
@@ -17,7 +17,7 @@ from __future__ import annotations
 from flodl_proto.codec import (
     END_OF_STREAM,
     NeedData,
-    decode_round_frame,
+    decode_round_frame_or_eos,
     round_frame_extent,
 )
 from flodl_proto.errors import AuthenticationError, TruncatedInput
@@ -49,7 +49,7 @@ def test_one_input(data: bytes) -> None:
         resign_round_frames(buf, salt, ceiling, once=True)
         wire = bytes(buf)
 
-    res, err = remote(decode_round_frame, wire, salt, ceiling=ceiling)
+    res, err = remote(decode_round_frame_or_eos, wire, salt, ceiling=ceiling)
     ext, ext_err = remote(round_frame_extent, wire, ceiling=ceiling)
     if len(wire) < ROUND_FRAME_HEADER_LEN:
         check(res is END_OF_STREAM, f"{len(wire)} bytes (inside the header) gave {res!r} / {err!r}")
@@ -75,9 +75,9 @@ def test_one_input(data: bytes) -> None:
     check(sum(t.nbytes for t in frame.tensors) <= ceiling, "ceiling")
     check_frame_reencodes(frame, salt, wire[:n], "round_frame")
     other = SALTS[1 - ((flags >> 2) & 1)]
-    _, err2 = remote(decode_round_frame, wire[:n], other, ceiling=ceiling)
+    _, err2 = remote(decode_round_frame_or_eos, wire[:n], other, ceiling=ceiling)
     check(isinstance(err2, AuthenticationError),
           f"frame also verified under the other salt: {err2!r}")
-    _, err3 = remote(decode_round_frame, wire[:n - 1], salt, ceiling=ceiling)
+    _, err3 = remote(decode_round_frame_or_eos, wire[:n - 1], salt, ceiling=ceiling)
     check(isinstance(err3, TruncatedInput), f"frame one byte short gave {err3!r}")
     exercise_views(frame, version)

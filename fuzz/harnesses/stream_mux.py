@@ -13,7 +13,7 @@ from typing import Any
 from flodl_proto.codec import (
     END_OF_STREAM,
     MuxRecordDecoder,
-    decode_mux_record,
+    decode_mux_record_or_eos,
     expect_channel_magic,
 )
 from flodl_proto.errors import ProtocolError
@@ -44,7 +44,8 @@ def test_one_input(data: bytes) -> None:
                 return out, err, 0
             pos = 4
         while True:
-            res, err = remote(decode_mux_record, b[pos:], salt, version=version, ceiling=ceiling)
+            res, err = remote(decode_mux_record_or_eos, b[pos:], salt, version=version,
+                              ceiling=ceiling)
             if err is not None or res is END_OF_STREAM or res is None:
                 return out, err, pos
             out.append(res[0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flodl_proto.codec import END_OF_STREAM, RoundFrameDecoder, decode_round_frame
+from flodl_proto.codec import END_OF_STREAM, RoundFrameDecoder, decode_round_frame_or_eos
 from flodl_proto.errors import ProtocolError
 
 from .common import CEILINGS, SALTS, remote, resign_round_frames
@@ -29,7 +29,7 @@ def test_one_input(data: bytes) -> None:
         out: list[Any] = []
         pos = 0
         while True:
-            res, err = remote(decode_round_frame, b[pos:], salt, ceiling=ceiling)
+            res, err = remote(decode_round_frame_or_eos, b[pos:], salt, ceiling=ceiling)
             if err is not None or res is END_OF_STREAM or res is None:
                 return out, err, pos
             out.append(res[0])
