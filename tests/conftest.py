@@ -26,15 +26,16 @@ os.environ.setdefault("FLODL_NET_TIMEOUT_SCALE", "0.1")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: the copy of the shared golden vectors bundled in the package
+BUNDLED_VECTORS = ROOT / "flodl_proto" / "_vectors"
+
+
 def vectors_root() -> Path:
-    """The vector folder under test: ``$FLODL_VECTORS``; else the shared vector folder
-    ``../shared/vectors`` beside the checkout when present; else the copy bundled in the package
-    (``flodl_proto/_vectors``)."""
+    """The vector folder under test: ``$FLODL_VECTORS`` when set, else the copy bundled in the
+    package (``flodl_proto/_vectors``). Nothing outside the checkout is looked at: a bare clone
+    runs every test."""
     env = os.environ.get("FLODL_VECTORS")
-    if env:
-        return Path(env)
-    shared = ROOT.parent / "shared" / "vectors"
-    return shared if shared.is_dir() else ROOT / "flodl_proto" / "_vectors"
+    return Path(env) if env else BUNDLED_VECTORS
 
 
 #: why the network-lab tests were deselected in this run (None: they ran, or none was collected)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import filecmp
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,25 +15,37 @@ from flodl_proto.commands.vectors import BUNDLED_VECTORS
 from .conftest import ROOT, vectors_root
 
 
-def _same_tree(a: Path, b: Path) -> list[str]:
-    cmp = filecmp.dircmp(a, b)
-    diffs = [f"{a}/{n}" for n in cmp.left_only + cmp.right_only + cmp.diff_files]
-    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
-    diffs += [f"{a}/{n}" for n in mismatch + errors]
-    for sub in cmp.common_dirs:
-        diffs += _same_tree(a / sub, b / sub)
-    return diffs
+def test_vectors_root_default_is_the_bundled_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing outside the checkout is read: a bare clone runs the vector tests on the copy
+    bundled in the package."""
+    monkeypatch.delenv("FLODL_VECTORS", raising=False)
+    assert vectors_root() == ROOT / "flodl_proto" / "_vectors" == BUNDLED_VECTORS
+    monkeypatch.setenv("FLODL_VECTORS", "/elsewhere")
+    assert vectors_root() == Path("/elsewhere")
 
 
-def test_bundled_vectors_equal_shared_vectors() -> None:
-    shared = ROOT.parent / "shared" / "vectors"
-    if not shared.is_dir():
-        pytest.skip("../shared/vectors is not present beside this checkout")
-    assert _same_tree(BUNDLED_VECTORS, shared) == []
+def _vectors_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flodl_proto.cli", "vectors", *args],
+                          capture_output=True, text=True, timeout=120)
 
 
-def test_vectors_root_default() -> None:
-    assert vectors_root().name == "vectors"
+def test_vectors_compare(tmp_path: Path) -> None:
+    """``vectors compare DIR`` (what CI runs on the shared vectors): 0 for an identical tree,
+    1 naming each differing file, 2 for a missing folder."""
+    copy = tmp_path / "v"
+    shutil.copytree(BUNDLED_VECTORS, copy)
+    res = _vectors_cli("compare", str(copy))
+    assert (res.returncode, res.stdout.splitlines()[-1]) == (
+        0, f"{copy} is identical to {BUNDLED_VECTORS}")
+    (copy / "v2" / "handshake.json").write_text("{}", encoding="utf-8")
+    (copy / "extra.json").write_text("{}", encoding="utf-8")
+    res = _vectors_cli("compare", str(copy))
+    assert res.returncode == 1
+    assert res.stdout.splitlines() == [
+        "differs: extra.json", "differs: v2/handshake.json",
+        f"{copy} differs from {BUNDLED_VECTORS} (2 files)"]
+    res = _vectors_cli("compare", str(tmp_path / "absent"))
+    assert res.returncode == 2 and "not a directory" in res.stderr
 
 
 @pytest.mark.timeout(300)

@@ -1,5 +1,6 @@
-"""Golden vectors: every case of ``$FLODL_VECTORS`` (default ``../shared/vectors``) and its
-``v2/`` subfolder runs as one pytest case whose id is the vector's id. Purely data-driven."""
+"""Golden vectors: every case of ``$FLODL_VECTORS`` (default: the bundled copy,
+``flodl_proto/_vectors``) and its ``v2/`` subfolder runs as one pytest case whose id is the
+vector's id. Purely data-driven."""
 
 from __future__ import annotations
 

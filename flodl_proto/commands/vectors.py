@@ -1,6 +1,7 @@
-"""``flodl-proto vectors check [DIR ...]``: run golden vector folders against this package.
+"""``flodl-proto vectors check [DIR ...]``: run golden vector folders against this package;
+``flodl-proto vectors compare DIR``: is DIR byte for byte the bundled copy?
 
-With no DIR it checks the copy of the shared vectors bundled in the package
+With no DIR, ``check`` checks the copy of the shared vectors bundled in the package
 (``flodl_proto/_vectors``), so any installation can run the interop self-check.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import filecmp
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from ..interop.registry import NotImplementedOp
 from ..interop.vectors import iter_cases, manifest_total, run_case
 
-__all__ = ["BUNDLED_VECTORS", "check_folders", "register"]
+__all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
 #: the shared vectors shipped inside the package
 BUNDLED_VECTORS = Path(__file__).resolve().parent.parent / "_vectors"
@@ -30,6 +32,12 @@ def register(sub: Any) -> None:
                    help="vector folders (default: the bundled copy of the shared vectors)")
     c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
     c.set_defaults(func=_check)
+    m = vsub.add_parser("compare", help="compare a vector folder with the bundled copy, file by "
+                        "file (exit 0 identical, 1 different)")
+    m.add_argument("dir", type=Path, metavar="DIR", help="vector folder, e.g. a shared checkout")
+    m.add_argument("--bundled", type=Path, default=BUNDLED_VECTORS, metavar="DIR",
+                   help="the folder to compare with (default: the bundled copy)")
+    m.set_defaults(func=_compare)
     e = vsub.add_parser("export", help="write this implementation's codec vectors (handshake, "
                         "channel_magic, round_frame, mux_record, len_framed; v3 in DIR, v2 in "
                         "DIR/v2) in the shared schema")
@@ -79,6 +87,36 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
         if failures or total != expected or total == 0:
             ok = False
     return 0 if ok else 1
+
+
+def compare_folders(a: Path, b: Path) -> list[str]:
+    """Relative paths of the files that differ between folders ``a`` and ``b`` (present in one
+    only, or with different bytes), recursively; empty when the trees are identical."""
+    diffs: list[str] = []
+
+    def walk(rel: Path) -> None:
+        cmp = filecmp.dircmp(a / rel, b / rel)
+        names = cmp.left_only + cmp.right_only + cmp.common_funny
+        _, mismatch, errors = filecmp.cmpfiles(a / rel, b / rel, cmp.common_files, shallow=False)
+        diffs.extend(str(rel / n) for n in sorted(names + mismatch + errors))
+        for sub in sorted(cmp.common_dirs):
+            walk(rel / sub)
+
+    walk(Path("."))
+    return diffs
+
+
+def _compare(args: argparse.Namespace) -> int:
+    for d in (args.dir, args.bundled):
+        if not d.is_dir():
+            print(f"flodl-proto vectors: {d}: not a directory", file=sys.stderr)
+            return 2
+    diffs = compare_folders(args.dir, args.bundled)
+    for rel in diffs:
+        print(f"differs: {rel}")
+    print(f"{args.dir} {'differs from' if diffs else 'is identical to'} {args.bundled}"
+          + (f" ({len(diffs)} files)" if diffs else ""))
+    return 1 if diffs else 0
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -1,0 +1,7 @@
+"""``python -m flodl_proto``: the ``flodl-proto`` command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
