@@ -203,6 +203,38 @@ def test_elastic_scatter_declares_stalled_relay_dead_and_continues(controller_fa
     assert out is not None and out.clean
 
 
+@pytest.mark.timeout(60)
+def test_a_stalled_relay_delays_no_one(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    # relay S stops reading while its round-0 Broadcast (16 MiB) is being written, but keeps
+    # sending. Round 1 completes as soon as both relays deposit: the live relay gets it at once,
+    # with S's contribution in it (S is not dead yet); S's ranks are declared dead when its write
+    # deadline passes, and round 2 is the live relay's alone.
+    ctl = controller_factory(2)
+    n = 4 << 20
+    with FakeRelay(ctl.port, [0], rcvbuf=4096) as stalled, FakeRelay(ctl.port, [1]) as live:
+        stalled.expect_hello_ack()
+        live.expect_hello_ack()
+        stalled.send_host_frame(frame(np.full(n, 2.0), weight=1.0))
+        live.send_host_frame(frame(np.full(n, 3.0), weight=3.0))
+        got0 = live.read_broadcast(timeout=20)
+        assert values(got0)[:2] == [1.25, 1.25] and got0.weight == 4.0
+        del got0
+        stalled.send_host_frame(frame([4.0], weight=1.0))
+        live.send_host_frame(frame([6.0], weight=3.0))
+        got1 = live.read_broadcast(timeout=20)
+        assert values(got1) == [2.5] and got1.weight == 4.0  # (4 + 6) / 4: both relays
+        deadline = time.monotonic() + 30
+        while not ctl.dead_ranks.is_dead(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ctl.dead_ranks.is_dead(0) and not ctl.dead_ranks.is_dead(1)
+        live.send_host_frame(frame([6.0], weight=3.0))
+        got2 = live.read_broadcast()
+        assert values(got2) == [2.0] and got2.weight == 3.0
+        live.rank_exit(1)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "rank_exit"
+
+
 @pytest.mark.timeout(30)
 def test_two_host_fold_average_one_round(controller_factory) -> None:  # type: ignore[no-untyped-def]
     ctl = controller_factory(3)

@@ -383,40 +383,80 @@ def _flatten(buffers: Iterable[BytesLike]) -> list[memoryview]:
     return out
 
 
-def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike) -> int:
+def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
+             deadline: float | None = None) -> int:
     """Write every buffer with ``sendmsg`` (batches of at most IOV_MAX, partial sends resumed).
+
+    The write-stall timeout is a deadline for the whole call, not for each ``sendmsg``: a peer
+    that reads a little now and then cannot stretch it (a socket's ``SO_SNDTIMEO`` restarts on
+    every partial send; spec departure ``write_stall_deadline``). The first ``sendmsg`` is
+    bounded by the socket's own ``SO_SNDTIMEO`` (:func:`configure_socket` sets the write-stall
+    timeout); after a partial send ``SO_SNDTIMEO`` is lowered to the time left, and restored
+    before this returns.
+
+    Args:
+        sock: a blocking socket.
+        buffers: one bytes-like object, or a sequence of them written in order.
+        deadline: ``time.monotonic()`` value by which everything must be written (default: now
+            plus :func:`write_stall_timeout`); pass one deadline to several calls that write
+            one record.
 
     Returns:
         Bytes written.
 
     Raises:
-        TimeoutError: the write-stall timeout expired without progress.
+        TimeoutError: the deadline passed before everything was written (message: "write
+            stalled ...", with the bytes written and the total).
         OSError: the connection failed.
+
+    Upstream: ``wire.rs`` (``WRITE_STALL_TIMEOUT`` as the socket write timeout).
     """
     if isinstance(buffers, bytes | bytearray | memoryview):
         bufs = _flatten([buffers])
     else:
         bufs = _flatten(buffers)
+    rearm = deadline is not None  # a caller's deadline may be nearer than SO_SNDTIMEO
+    if deadline is None:
+        deadline = time.monotonic() + write_stall_timeout()
+    want = sum(b.nbytes for b in bufs)
     total = 0
     i = 0
-    while i < len(bufs):
-        try:
-            sent = sock.sendmsg(bufs[i:i + _IOV_MAX])
-        except BlockingIOError:
-            raise TimeoutError(
-                f"write stalled for {write_stall_timeout():g}s (peer not reading)"
-            ) from None
-        except InterruptedError:  # pragma: no cover
-            continue
-        total += sent
-        while sent and i < len(bufs):
-            ln = bufs[i].nbytes
-            if sent >= ln:
-                sent -= ln
-                i += 1
-            else:
-                bufs[i] = bufs[i][sent:]
-                sent = 0
+    saved: bytes | None = None  # the socket's SO_SNDTIMEO before this call lowered it
+
+    def stalled() -> TimeoutError:
+        return TimeoutError(f"write stalled: the {write_stall_timeout():g}s write-stall deadline "
+                            f"passed with {total} of {want} bytes written (peer not reading)")
+
+    try:
+        while i < len(bufs):
+            if rearm:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise stalled()
+                if saved is None:
+                    saved = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                            len(_timeval(1.0)))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(left))
+            try:
+                sent = sock.sendmsg(bufs[i:i + _IOV_MAX])
+            except BlockingIOError:
+                raise stalled() from None
+            except InterruptedError:  # pragma: no cover
+                continue
+            total += sent
+            while sent and i < len(bufs):
+                ln = bufs[i].nbytes
+                if sent >= ln:
+                    sent -= ln
+                    i += 1
+                else:
+                    bufs[i] = bufs[i][sent:]
+                    sent = 0
+            rearm = True  # a partial send: what is left gets only the time left
+    finally:
+        if saved is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, saved)
     return total
 
 

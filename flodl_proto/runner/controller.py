@@ -11,8 +11,13 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
   connection. **Direct** (``port_mux=False``) hands every connection to the controller, which
   consumes the magic itself (a wrong magic ends the run with upstream's error), as upstream's
   controller does when bound straight to a listener;
-* *coordinator*: owns the core; runs the reduce and executes the core's actions (scatter writes
-  are overlapped across relays on a small writer pool, each relay's records in order);
+* *coordinator*: owns the core; runs the reduce and executes the core's actions. It never
+  writes: each record goes to its connection's writer and the coordinator moves on;
+* one *writer* per data connection: writes that relay's records in order, each under a
+  write-stall deadline for the whole record, and reports each Broadcast written and every
+  failure to the coordinator. So a relay that stops reading delays no one (elastic scatter,
+  upstream's rule): the others get the consensus as soon as it is ready, and the stalled relay's
+  ranks are declared dead when its deadline passes (a round's report waits for all its writes);
 * one *reader* per data connection: reads the 4-byte magic, then for each record the 25-byte
   header, checks it (magic, version, ``payload_len`` against the frame ceiling, and for the
   first record against the largest legal Hello for the world size), grows a reused buffer to
@@ -23,9 +28,11 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
 * a *checkpoint* writer (with ``checkpoint_dir``): writes each window's consensus as ``.npz``;
 * short-lived *status* responders.
 
-Every data socket has TCP_NODELAY, a write-stall timeout (``SO_SNDTIMEO`` = 30 s x scale; a
-stalled Broadcast declares that relay's ranks dead and the round goes on) and a 100 ms read poll;
-a read inside a started record that makes no progress for 60 s fails.
+Every data socket has TCP_NODELAY, a write-stall deadline (30 s x scale for a whole record,
+spec departure ``write_stall_deadline``; a stalled Broadcast declares that relay's ranks dead and
+the round goes on) and a 100 ms read poll; a read inside a started record that makes no progress
+for 60 s fails. A connection's close waits for the records queued before it, and
+:meth:`ReferenceController.shutdown` lets the writers finish theirs (each within its deadline).
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (``ClusterController``),
 ``port_mux.rs`` (``PortMux``, ``StreamSource``), ``wire.rs`` (write-stall timeout),
@@ -44,8 +51,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -70,7 +76,6 @@ from ..fsm.events import (
     Finished,
     RelayJoined,
     RoundScattered,
-    SendKind,
     SendTo,
     StopAccepting,
 )
@@ -189,10 +194,16 @@ class _BufferPool:
         return buf
 
 
-class _Conn:
-    """One data-channel connection: socket, parser, reader thread."""
+#: an item of a connection's outbox: a record to write, a close request (its reason) or None
+#: (the writer exits)
+_OutItem: TypeAlias = SendTo | str | None
 
-    __slots__ = ("addr", "closed", "id", "reader", "sock", "stream")
+
+class _Conn:
+    """One data-channel connection: socket, parser, reader thread, writer thread and its outbox
+    (records are written in order; a close request closes after the records queued before it)."""
+
+    __slots__ = ("addr", "closed", "id", "outbox", "reader", "sock", "stream", "writer")
 
     def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: RelayStream) -> None:
         self.id = conn_id
@@ -200,7 +211,18 @@ class _Conn:
         self.addr = addr
         self.stream = stream
         self.reader: threading.Thread | None = None
+        self.writer: threading.Thread | None = None
+        self.outbox: queue.SimpleQueue[_OutItem] = queue.SimpleQueue()
         self.closed = False
+
+
+@dataclass(slots=True)
+class _Scatter:
+    """A scattered round whose Broadcast writes are not all done yet."""
+
+    notice: RoundScattered
+    t0: float
+    pending: int
 
 
 class ReferenceController:
@@ -268,7 +290,7 @@ class ReferenceController:
         self._next_id = 0
         self._threads: list[threading.Thread] = []  # accept, status responders, readers
         self._coordinator: threading.Thread | None = None
-        self._writers: ThreadPoolExecutor | None = None
+        self._scatters: dict[int, _Scatter] = {}  # round -> its unfinished scatter
         self._ckpt_queue: queue.Queue[CheckpointWindow | None] = queue.Queue()
         self._ckpt_thread: threading.Thread | None = None
         self._outcome: Outcome | None = None
@@ -327,8 +349,6 @@ class ReferenceController:
             raise
         self._listener = lst
         self._port = int(lst.getsockname()[1])
-        self._writers = ThreadPoolExecutor(max_workers=8,
-                                           thread_name_prefix="flodl-controller-write")
         if self._ckpt_dir is not None:
             self._ckpt_dir.mkdir(parents=True, exist_ok=True)
             self._ckpt_thread = threading.Thread(target=self._checkpoint_loop,
@@ -457,41 +477,65 @@ class ReferenceController:
             return core.declare_dead(item[1])
         if kind == "stop":
             return core.stop(item[1])
+        if kind == "written":
+            return self._written(item[1], item[2], item[3], now)
         raise AssertionError(f"unknown event {kind!r}")  # pragma: no cover
 
     def _run_actions(self, actions: list[Action], t0: float) -> None:
-        pending: list[SendTo] = []
-        reports: list[RoundScattered] = []
+        # records go to the connections' writers and are written there, concurrently: a relay
+        # that stops reading holds up only its own connection (elastic scatter)
+        broadcasts: dict[int, int] = {}  # round -> Broadcast records handed to writers
         for a in actions:
             if isinstance(a, SendTo):
-                pending.append(a)
-                continue
-            if pending:
-                self._send_batch(pending, t0)
-                pending = []
-            if isinstance(a, CloseConnection):
+                if a.round is not None:
+                    broadcasts[a.round] = broadcasts.get(a.round, 0) + 1
+                self._enqueue(a)
+            elif isinstance(a, CloseConnection):
                 self._close_conn(a.conn, a.reason)
             elif isinstance(a, RelayJoined):
                 self._notify(a)
             elif isinstance(a, RoundScattered):
-                reports.append(a)
+                n = broadcasts.pop(a.round, 0)
+                if n:
+                    self._scatters[a.round] = _Scatter(a, t0, n)
+                else:
+                    self._report(a, t0)
             elif isinstance(a, CheckpointWindow):
                 self._ckpt_queue.put(a)
             elif isinstance(a, StopAccepting):
                 self._accepting_data = False
             elif isinstance(a, Finished):
                 self._outcome = a.outcome
-        if pending:
-            self._send_batch(pending, t0)
-        now = time.monotonic()
-        for r in reports:
-            rep = RoundReport(r.round, r.kind, r.weight, r.nbytes, r.relays,
-                              (now - t0) * 1000.0, time.time())
-            self._last_report = rep
-            log.info("controller: round %d %s weight %g, %d bytes to %d relay(s) in %.2f ms",
-                     rep.round, rep.kind, rep.weight, rep.nbytes, rep.relays, rep.ms)
-            self._notify(rep)
         self._update_status()
+
+    def _enqueue(self, send: SendTo) -> None:
+        conn = self._conns.get(send.conn)
+        if conn is None or conn.closed:
+            self._events.put(("written", send.conn, send, "connection closed"))
+        else:
+            conn.outbox.put(send)
+
+    def _written(self, conn_id: int, send: SendTo, error: str | None,
+                 now: float) -> list[Action]:
+        """A writer finished ``send`` (``error``: why it failed, else None)."""
+        actions = self._core.write_failed(conn_id, send.kind, error) if error is not None else []
+        sc = self._scatters.get(send.round) if send.round is not None else None
+        if sc is not None:
+            sc.pending -= 1
+            if sc.pending == 0:
+                del self._scatters[sc.notice.round]
+                self._report(sc.notice, sc.t0, now)
+                self._update_status()
+        return actions
+
+    def _report(self, r: RoundScattered, t0: float, now: float | None = None) -> None:
+        end = time.monotonic() if now is None else now
+        rep = RoundReport(r.round, r.kind, r.weight, r.nbytes, r.relays, (end - t0) * 1000.0,
+                          time.time())
+        self._last_report = rep
+        log.info("controller: round %d %s weight %g, %d bytes to %d relay(s) in %.2f ms",
+                 rep.round, rep.kind, rep.weight, rep.nbytes, rep.relays, rep.ms)
+        self._notify(rep)
 
     def _notify(self, notice: ControllerNotice) -> None:
         if self._on_notice is None:
@@ -506,59 +550,62 @@ class ReferenceController:
         st["listen"] = format_addr(self.address)
         st["mode"] = "port mux" if self._port_mux else "direct"
         rep = self._last_report
-        if rep is not None and st.get("last_round") is not None:
-            st["last_round"]["ms"] = round(rep.ms, 3)
-            st["last_round"]["at"] = rep.at
+        last = st.get("last_round")
+        if last is not None:  # ms / at: null until the round's scatter is done
+            done = rep is not None and rep.round == last["round"]
+            last["ms"] = round(rep.ms, 3) if rep is not None and done else None
+            last["at"] = rep.at if rep is not None and done else None
         with self._lock:
             self._status = st
 
-    def _send_batch(self, sends: list[SendTo], t0: float) -> None:
-        by_conn: dict[int, list[SendTo]] = {}
-        for s in sends:
-            by_conn.setdefault(s.conn, []).append(s)
-        failures: list[tuple[int, SendKind, str]] = []
-        if len(by_conn) == 1 or self._writers is None:
-            for conn_id, items in by_conn.items():
-                failures.extend(self._write_conn(conn_id, items))
-        else:
-            futures: list[Future[list[tuple[int, SendKind, str]]]] = [
-                self._writers.submit(self._write_conn, conn_id, items)
-                for conn_id, items in by_conn.items()
-            ]
-            for f in futures:
-                failures.extend(f.result())
-        for conn_id, kind, reason in failures:
-            self._run_actions(self._core.write_failed(conn_id, kind, reason), t0)
-
-    def _write_conn(self, conn_id: int, items: Sequence[SendTo]) -> list[tuple[int, SendKind, str]]:
-        conn = self._conns.get(conn_id)
-        out: list[tuple[int, SendKind, str]] = []
-        for s in items:
-            if conn is None or conn.closed:
-                out.append((conn_id, s.kind, "connection closed"))
+    def _write_loop(self, conn: _Conn) -> None:
+        """The connection's writer: its records in order, each under the write-stall deadline
+        for the whole record; after a failure the records left are not written (each is
+        reported failed). Every Broadcast and every failure is reported to the coordinator."""
+        failed: str | None = None
+        while True:
+            item = conn.outbox.get()
+            if item is None:
+                return
+            if isinstance(item, str):  # close, after the records queued before
+                log.debug("controller: closing connection %d (%s): %s", conn.id, conn.addr,
+                          item)
+                shutdown_quietly(conn.sock)
+                failed = failed or "connection closed"
                 continue
-            try:
-                send_all(conn.sock, s.buffers)
-            except OSError as e:
-                log.warning("controller: %s write to connection %d failed: %s", s.kind.value,
-                            conn_id, e)
-                out.append((conn_id, s.kind, str(e) or type(e).__name__))
-        return out
+            error = failed
+            if error is None:
+                try:
+                    send_all(conn.sock, item.buffers)
+                except OSError as e:
+                    error = failed = str(e) or type(e).__name__
+                    log.warning("controller: %s write to connection %d failed: %s",
+                                item.kind.value, conn.id, error)
+            if error is not None or item.round is not None:
+                self._events.put(("written", conn.id, item, error))
+            item = None  # hold no record buffers while waiting
 
     def _close_conn(self, conn_id: int, reason: str) -> None:
         conn = self._conns.get(conn_id)
         if conn is None or conn.closed:
             return
         conn.closed = True
-        log.debug("controller: closing connection %d (%s): %s", conn_id, conn.addr, reason)
-        shutdown_quietly(conn.sock)
+        conn.outbox.put(reason)  # closed by its writer, once the records queued before are out
 
     def _teardown(self) -> None:
-        """Close everything and join every thread but the coordinator (which runs this)."""
+        """Close everything and join every thread but the coordinator (which runs this).
+
+        The writers finish the records already queued first (each within its write-stall
+        deadline), so a relay gets every Broadcast scattered before the end."""
+        for conn in list(self._conns.values()):
+            conn.closed = True
+            conn.outbox.put(None)
+        for conn in list(self._conns.values()):
+            if conn.writer is not None:
+                conn.writer.join()
         self._stop.set()
         lst = self._listener
         for conn in list(self._conns.values()):
-            conn.closed = True
             shutdown_quietly(conn.sock)
         joined: set[threading.Thread] = set()
         while True:
@@ -569,8 +616,10 @@ class ReferenceController:
             for t in todo:
                 t.join()
                 joined.add(t)
-        if self._writers is not None:
-            self._writers.shutdown(wait=True)
+        for conn in list(self._conns.values()):  # connections opened while stopping
+            if conn.writer is not None and conn.writer.is_alive():
+                conn.outbox.put(None)
+                conn.writer.join()
         if self._ckpt_thread is not None:
             self._ckpt_queue.put(None)
             self._ckpt_thread.join()
@@ -723,8 +772,11 @@ class ReferenceController:
         t = threading.Thread(target=self._read_loop, args=(conn,),
                              name=f"flodl-controller-relay{conn_id}")
         conn.reader = t
+        conn.writer = threading.Thread(target=self._write_loop, args=(conn,),
+                                       name=f"flodl-controller-write{conn_id}")
         with self._lock:
             self._threads.append(t)
+        conn.writer.start()
         t.start()
 
     # -- readers -----------------------------------------------------------------------------------

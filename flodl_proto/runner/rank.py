@@ -23,6 +23,7 @@ import hashlib
 import logging
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -499,8 +500,10 @@ def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
     side hashes step ``k + 1``. The bytes are those of ``[prefix, *encode_round_frame(...)]``.
 
     Returns:
-        Bytes written. Raises: as :func:`send_all`.
+        Bytes written. Raises: as :func:`send_all` (the write-stall deadline covers the whole
+        record, every step of it).
     """
+    deadline = time.monotonic() + write_stall_timeout()
     mac = new_mac(salt)
     total = 0
     batch: list[BytesLike] = [prefix]
@@ -513,10 +516,10 @@ def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
             batch.append(step)
             size += step.nbytes
             if size >= HASH_STEP:
-                total += send_all(sock, batch)
+                total += send_all(sock, batch, deadline=deadline)
                 batch, size = [], 0
     batch.append(bytes(mac.digest()[:AUTH_TAG_LEN]))
-    return total + send_all(sock, batch)
+    return total + send_all(sock, batch, deadline=deadline)
 
 
 def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:

@@ -1,0 +1,105 @@
+"""Socket plumbing (runner/_netio.py) over real loopback sockets: the write-stall deadline covers
+a whole record, and record buffers grow without a chunk-sized temporary.
+
+Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+
+from flodl_proto.runner._netio import configure_socket, grow_zeroed, send_all
+
+TRICKLE = 64 << 10  # bytes the slow peer reads at a time
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    with socket.create_server(("127.0.0.1", 0)) as lst:
+        rx = socket.socket()
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        rx.connect(lst.getsockname())
+        tx, _ = lst.accept()
+    tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    configure_socket(tx)  # the write-stall timeout as SO_SNDTIMEO
+    try:
+        yield tx, rx
+    finally:
+        tx.close()
+        rx.close()
+
+
+@pytest.mark.timeout(120)
+def test_write_stall_deadline_covers_the_whole_record(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    # the peer reads 64 KiB about every third of the write-stall timeout: every sendmsg makes
+    # some progress, so a timeout that restarted on each partial send would never fire before
+    # the 32 MiB record is through (about 500 timeouts); the deadline for the record fires
+    tx, rx = pair
+    stop = threading.Event()
+    got = [0]
+
+    def trickle() -> None:
+        rx.settimeout(0.2)
+        while not stop.wait(0.1):
+            try:
+                n = len(rx.recv(TRICKLE))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if n == 0:
+                return
+            got[0] += n
+
+    reader = threading.Thread(target=trickle)
+    reader.start()
+    record = bytes(32 << 20)
+    try:
+        with pytest.raises(TimeoutError) as ei:
+            send_all(tx, [record[:1 << 20], memoryview(record)[1 << 20:]])
+    finally:
+        stop.set()
+        reader.join()
+    msg = str(ei.value)
+    assert msg.startswith("write stalled: the 3s write-stall deadline passed with ")
+    assert msg.endswith(f" of {32 << 20} bytes written (peer not reading)")
+    assert got[0] > 0  # the peer did read: progress was made, and the deadline still fired
+    # the socket's own write timeout is restored once the call is over
+    raw = tx.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)
+    sec, usec = int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+    assert (sec, usec) == (3, 0)
+
+
+@pytest.mark.timeout(60)
+def test_an_explicit_deadline_spans_several_calls(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    import time
+
+    tx, _rx = pair
+    deadline = time.monotonic() - 1.0  # already passed: nothing may be written
+    with pytest.raises(TimeoutError) as ei:
+        send_all(tx, b"x" * 10, deadline=deadline)
+    assert "with 0 of 10 bytes written" in str(ei.value)
+
+
+def test_grow_zeroed_holds_no_chunk_sized_temporary() -> None:
+    buf = bytearray(b"abc")
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        grow_zeroed(buf, 64 << 20)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert len(buf) == 64 << 20 and buf[:3] == b"abc" and buf.count(0) == len(buf) - 3
+    # the buffer itself (with the allocator's over-allocation), never a second 64 MiB beside it
+    assert peak < (64 << 20) * 1.25
+    grow_zeroed(buf, 10)  # never shrinks
+    assert len(buf) == 64 << 20
