@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,9 @@ from flodl_proto.codec.mux import Hello, MuxRecord, RecordKind, max_hello_payloa
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.structs import MUX_HEADER
 from flodl_proto.errors import InvalidValue, LocalProtocolError
+from flodl_proto.fsm.events import SendKind, SendTo
 from flodl_proto.reduce import reduce_realized_work
+from flodl_proto.runner import controller as ctl_mod
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC, READ_CHUNK
 
@@ -233,6 +236,46 @@ def test_a_stalled_relay_delays_no_one(controller_factory) -> None:  # type: ign
         live.rank_exit(1)
         out = ctl.wait(END)
     assert out is not None and out.clean and out.reason == "rank_exit"
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("where", ["coordinator", "writer"])
+def test_an_unexpected_exception_in_the_scatter_fails_the_run(
+        controller_factory, monkeypatch: pytest.MonkeyPatch, where: str) -> None:  # type: ignore[no-untyped-def]
+    boom = _Boom("scatter exploded")
+    if where == "coordinator":  # handing the Broadcast to the writers
+        real_enqueue = ReferenceController._enqueue
+
+        def enqueue(self: ReferenceController, send: SendTo) -> None:
+            if send.kind is SendKind.BROADCAST:
+                raise boom
+            real_enqueue(self, send)
+
+        monkeypatch.setattr(ReferenceController, "_enqueue", enqueue)
+    else:  # writing the Broadcast, on the connection's writer thread
+        real_send_all = ctl_mod.send_all
+
+        def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
+            if bytes(memoryview(buffers[0])[8:9]) == bytes([RecordKind.BROADCAST.value]):
+                raise boom
+            return real_send_all(sock, buffers, **kw)
+
+        monkeypatch.setattr(ctl_mod, "send_all", send_all)
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        relay.send_host_frame(frame([1.0], weight=1.0))
+        out = ctl.wait(END)
+        assert out is not None and not out.clean and out.reason == "fail"
+        assert out.error is boom
+        assert ctl._core.state == "shutdown"
+        assert ctl.status()["outcome"] == {"clean": False, "reason": "fail",
+                                           "error": "scatter exploded"}
+        assert relay.at_eof()
 
 
 @pytest.mark.timeout(30)
@@ -604,6 +647,39 @@ def test_cli_usage_errors_exit_2(args: list[str], needle: str) -> None:
     assert p.returncode == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+_FAULTY_CLI = """
+import sys
+from flodl_proto.fsm.events import SendKind
+from flodl_proto.runner.controller import ReferenceController
+real = ReferenceController._enqueue
+def enqueue(self, send):
+    if send.kind is SendKind.BROADCAST:
+        raise RuntimeError("scatter exploded")
+    real(self, send)
+ReferenceController._enqueue = enqueue
+from flodl_proto.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_cli_unexpected_failure_is_one_line_exit_1() -> None:
+    p = subprocess.Popen([sys.executable, "-c", _FAULTY_CLI, "controller", "--listen",
+                          "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(_first_line(p).rsplit(":", 1)[1])
+        with FakeRelay(port, [0]) as relay:
+            relay.expect_hello_ack()
+            relay.send_host_frame(frame([1.0], weight=1.0))
+            _, err = p.communicate(timeout=20)
+    finally:
+        p.kill() if p.poll() is None else None
+    assert p.returncode == 1
+    assert err == ("flodl-proto controller: error: the controller failed unexpectedly: "
+                   "RuntimeError: scatter exploded\n")
 
 
 @pytest.mark.timeout(60)

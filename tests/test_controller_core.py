@@ -506,6 +506,23 @@ def test_hello_bound_applies_to_the_first_record_only() -> None:
         max_hello_payload(0)
 
 
+def test_runner_failure_fails_the_core_with_the_exception() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    boom = RuntimeError("scatter exploded")
+    acts = core.runner_failed(boom, "the coordinator")
+    fin = finished(acts)
+    assert fin is not None and core.state == "shutdown" and core.finished
+    assert fin.outcome.clean is False and fin.outcome.reason == "fail"
+    assert fin.outcome.error is boom and fin.outcome.detail == "runner failed in the coordinator"
+    assert closed(acts) == {0, 1}
+    assert core.status()["outcome"] == {"clean": False, "reason": "fail",
+                                        "error": "scatter exploded"}
+    assert core.runner_failed(ValueError("later"), "x") == [] and core.outcome is fin.outcome
+
+
 # -- a model-checked state machine over the core ---------------------------------------------------
 #: a flag that is rarely True (not at an integer boundary, which Hypothesis favours)
 RARE = st.integers(0, 30).map(lambda x: x == 13)

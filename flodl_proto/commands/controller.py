@@ -157,5 +157,18 @@ def run(args: argparse.Namespace) -> int:
     if outcome.clean:
         print(f"controller finished: {outcome}", flush=True)
         return 0
-    print(f"{_PROG}: error: {outcome.error}", file=sys.stderr, flush=True)
+    print(f"{_PROG}: error: {failure_line(outcome.error)}", file=sys.stderr, flush=True)
     return 1
+
+
+def failure_line(error: BaseException | None) -> str:
+    """One line for a failed run's error: a protocol error's message; for an unexpected
+    exception (a bug, or a failure outside the protocol) its type and first line."""
+    if error is None:
+        return "the run failed"
+    text = str(error).strip()
+    if isinstance(error, ProtocolError):
+        return text.splitlines()[0] if text else type(error).__name__
+    first = text.splitlines()[0] if text else ""
+    return f"the controller failed unexpectedly: {type(error).__name__}" + (
+        f": {first}" if first else "")

@@ -439,6 +439,23 @@ class ControllerCore:
         self._evaluate()
         return self._flush()
 
+    def runner_failed(self, error: Exception, where: str = "") -> list[Action]:
+        """The runner hit an unexpected exception (not a protocol error: a bug, or a failure
+        outside the protocol, e.g. inside the scatter): the run fails with ``error`` as the
+        outcome's error, carried as is (state Shutdown, every connection closed). A no-op once
+        finished.
+
+        Args:
+            error: the exception.
+            where: what the runner was doing (for the outcome's detail and the log).
+        """
+        if not self.finished:
+            log.info("controller: run failed: the runner failed%s: %r",
+                     f" ({where})" if where else "", error)
+            self._finish(LifecycleEvent.FAIL, error=error,
+                         detail=f"runner failed{' in ' + where if where else ''}")
+        return self._flush()
+
     def stop(self, detail: str = "") -> list[Action]:
         """Stop cleanly (an external shutdown); a no-op once finished."""
         if not self.finished:
@@ -702,7 +719,7 @@ class ControllerCore:
         log.info("controller: run failed: %s", error)  # reported to the caller by the outcome
         self._finish(LifecycleEvent.FAIL, error=error)
 
-    def _finish(self, event: LifecycleEvent, *, error: ProtocolError | None = None,
+    def _finish(self, event: LifecycleEvent, *, error: Exception | None = None,
                 detail: str = "") -> None:
         if self.finished:
             return

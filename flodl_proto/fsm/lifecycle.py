@@ -44,7 +44,7 @@ from statemachine import StateChart
 from statemachine.exceptions import TransitionNotAllowed
 from statemachine.io import create_machine_class_from_definition
 
-from ..errors import ProtocolError, protocol_error
+from ..errors import protocol_error
 from ..spec import SPEC, SpecError, machine_transitions
 
 __all__ = [
@@ -148,13 +148,15 @@ class Outcome:
         reason: the lifecycle event that ended the run (an ``outcomes`` key of the machine:
             ``rank_exit``, ``relay_eof``, ``all_dead``, ``drained``, ``controller_closed``,
             ``stop`` or ``fail``).
-        error: the failure (a :class:`~flodl_proto.errors.ProtocolError`) when not clean.
+        error: the failure when not clean: a :class:`~flodl_proto.errors.ProtocolError`, or
+            the unexpected exception a runner hit (a bug or an environment failure outside the
+            protocol, e.g. inside the controller's scatter), carried as is.
         detail: a human-readable note (which relay, which rank), may be empty.
     """
 
     clean: bool
     reason: str
-    error: ProtocolError | None = None
+    error: Exception | None = None
     detail: str = ""
 
     def __str__(self) -> str:
@@ -288,7 +290,7 @@ _FINAL: Final = {
 def _outcome_recorder(machine: str) -> Any:
     outcomes = _OUTCOMES[machine]
 
-    def record_outcome(self: Any, event: Any = None, error: ProtocolError | None = None,
+    def record_outcome(self: Any, event: Any = None, error: Exception | None = None,
                        detail: str = "") -> None:
         name = str(event) if event is not None else "fail"
         clean = outcomes.get(name) == "clean"

@@ -62,8 +62,9 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
     require(msg.startswith(want["error_prefix"]),
             f"controller error {msg!r} does not start with {want['error_prefix']!r}")
     if "error_kind" in want:
-        require(outcome.error.kind == want["error_kind"],
-                f"controller error kind {outcome.error.kind!r}, want {want['error_kind']!r}")
+        kind = getattr(outcome.error, "kind", type(outcome.error).__name__)
+        require(kind == want["error_kind"],
+                f"controller error kind {kind!r}, want {want['error_kind']!r}")
 
 
 @op("controller_session")

@@ -351,11 +351,13 @@ class ReferenceController:
         self._port = int(lst.getsockname()[1])
         if self._ckpt_dir is not None:
             self._ckpt_dir.mkdir(parents=True, exist_ok=True)
-            self._ckpt_thread = threading.Thread(target=self._checkpoint_loop,
-                                                 name="flodl-controller-checkpoint")
+            self._ckpt_thread = threading.Thread(
+                target=self._guarded, args=(self._checkpoint_loop, "the checkpoint writer"),
+                name="flodl-controller-checkpoint")
             self._ckpt_thread.start()
         self._run_actions(self._core.start(), time.monotonic())
-        accept = threading.Thread(target=self._accept_loop,
+        accept = threading.Thread(target=self._guarded,
+                                  args=(self._accept_loop, "the accept loop"),
                                   name=f"flodl-controller-accept:{self._port}")
         self._threads.append(accept)
         accept.start()
@@ -449,13 +451,35 @@ class ReferenceController:
                     self._note_waiting()
                 if actions:
                     self._run_actions(actions, t0)
-        except Exception as e:  # pragma: no cover - a bug: fail the run rather than hang
-            log.exception("controller: coordinator crashed")
-            if not core.finished:
-                err = e if isinstance(e, ProtocolError) else None
-                self._outcome = Outcome(False, "fail", err, f"coordinator crashed: {e!r}")
+        except Exception as e:  # a bug, or a failure outside the protocol: fail the run
+            self._crashed(e, "the coordinator")
         finally:
             self._teardown()
+
+    def _guarded(self, target: Callable[..., None], where: str, *args: Any) -> None:
+        """Run a thread's ``target``; an unexpected exception fails the run (through the
+        coordinator) instead of ending the thread silently."""
+        try:
+            target(*args)
+        except Exception as e:
+            log.debug("controller: unexpected error in %s", where, exc_info=e)
+            self._events.put(("crashed", where, e))
+
+    def _crashed(self, error: Exception, where: str) -> None:
+        """An unexpected exception on the coordinator: the core fails with it (Shutdown, the
+        exception as the outcome's error); the traceback goes to the debug log."""
+        log.debug("controller: unexpected error in %s", where, exc_info=error)
+        core = self._core
+        if core.finished:
+            log.warning("controller: unexpected error in %s after the run ended: %s: %s",
+                        where, type(error).__name__, error)
+            return
+        actions = core.runner_failed(error, where)
+        try:
+            self._run_actions(actions, time.monotonic())
+        except Exception as again:
+            log.debug("controller: closing after the failure failed too", exc_info=again)
+            self._outcome = core.outcome
 
     def _note_waiting(self) -> None:
         """Log, during the accept phase, which ranks no relay has announced yet (upstream waits
@@ -479,6 +503,9 @@ class ReferenceController:
             return core.stop(item[1])
         if kind == "written":
             return self._written(item[1], item[2], item[3], now)
+        if kind == "crashed":
+            log.debug("controller: %s failed; the run fails", item[1])
+            return core.runner_failed(item[2], item[1])
         raise AssertionError(f"unknown event {kind!r}")  # pragma: no cover
 
     def _run_actions(self, actions: list[Action], t0: float) -> None:
@@ -630,7 +657,8 @@ class ReferenceController:
             with contextlib.suppress(OSError):
                 lst.close()
         if self._outcome is None:
-            self._outcome = self._core.outcome or Outcome(False, "fail", None, "no outcome")
+            self._outcome = self._core.outcome or Outcome(
+                False, "fail", RuntimeError("the controller stopped without an outcome"))
         self._update_status()
         self._done.set()
 
@@ -737,7 +765,8 @@ class ReferenceController:
                 return
             self._open_data(s, addr)
         elif magic in (CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST):
-            t = threading.Thread(target=self._serve_status, args=(s, addr),
+            t = threading.Thread(target=self._guarded,
+                                 args=(self._serve_status, "a status responder", s, addr),
                                  name="flodl-controller-status")
             with self._lock:
                 self._threads.append(t)
@@ -769,10 +798,13 @@ class ReferenceController:
         self._conns[conn_id] = conn
         log.info("controller: data-channel connection %d from %s", conn_id, addr)
         self._events.put(("opened", conn_id, stream))
-        t = threading.Thread(target=self._read_loop, args=(conn,),
+        t = threading.Thread(target=self._guarded,
+                             args=(self._read_loop, f"the reader of connection {conn_id}", conn),
                              name=f"flodl-controller-relay{conn_id}")
         conn.reader = t
-        conn.writer = threading.Thread(target=self._write_loop, args=(conn,),
+        conn.writer = threading.Thread(target=self._guarded,
+                                       args=(self._write_loop,
+                                             f"the writer of connection {conn_id}", conn),
                                        name=f"flodl-controller-write{conn_id}")
         with self._lock:
             self._threads.append(t)
