@@ -1,11 +1,14 @@
 """Socket plumbing (runner/_netio.py) over real loopback sockets: the write-stall deadline covers
-a whole record, and record buffers grow without a chunk-sized temporary.
+a whole record, record buffers grow without a chunk-sized temporary, TCP keepalive is on for
+every data-channel socket (an addition to upstream), and a connection the kernel gave up on is
+reported as :class:`PeerTimedOut`, not as a poll timeout.
 
 Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has a deadline.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import tracemalloc
@@ -13,7 +16,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from flodl_proto.runner._netio import configure_socket, grow_zeroed, send_all
+from flodl_proto.runner import _netio
+from flodl_proto.runner._netio import (
+    PeerTimedOut,
+    configure_socket,
+    grow_zeroed,
+    keepalive_bound,
+    keepalive_settings,
+    recv_exact_into,
+    send_all,
+)
+from flodl_proto.spec import SPEC
 
 TRICKLE = 64 << 10  # bytes the slow peer reads at a time
 
@@ -103,3 +116,56 @@ def test_grow_zeroed_holds_no_chunk_sized_temporary() -> None:
     assert peak < (64 << 20) * 1.25
     grow_zeroed(buf, 10)  # never shrinks
     assert len(buf) == 64 << 20
+
+
+def test_keepalive_timings_come_from_the_spec_and_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = SPEC.raw["timeouts"]
+    assert raw["TCP_KEEPALIVE_IDLE"]["seconds"] == 30.0
+    assert raw["TCP_KEEPALIVE_INTERVAL"]["seconds"] == 5.0
+    assert raw["TCP_KEEPALIVE_INTERVAL"]["probes"] == 3
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "1")
+    assert keepalive_settings() == (30, 5, 3) and keepalive_bound() == 45.0
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")
+    assert keepalive_settings() == (3, 1, 3) and keepalive_bound() == 6.0
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_KEEPIDLE"), reason="needs Linux TCP options")
+def test_configure_socket_turns_keepalive_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")
+    lst = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(lst.getsockname())
+    b, _ = lst.accept()
+    with lst, a, b:
+        configure_socket(a, recv=0.1)
+        assert a.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 3
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 1
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 6000
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+class _TimedOutSocket:
+    """A socket whose every call fails as the kernel reports a dead connection (ETIMEDOUT)."""
+
+    def recv_into(self, view: memoryview, n: int) -> int:
+        raise TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+
+    def sendmsg(self, buffers: object) -> int:
+        raise TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+
+    def getpeername(self) -> tuple[str, int]:
+        return ("198.18.0.10", 4242)
+
+
+def test_a_connection_the_kernel_gave_up_on_is_reported_not_polled_again() -> None:
+    sock = _TimedOutSocket()
+    stop = threading.Event()
+    with pytest.raises(PeerTimedOut, match=r"read on the connection to 198\.18\.0\.10:4242 "
+                       r"failed: the peer did not answer for \d+s \(TCP keepalive"):
+        recv_exact_into(sock, memoryview(bytearray(4)), stop=stop)  # type: ignore[arg-type]
+    with pytest.raises(PeerTimedOut, match="write on the connection"):
+        send_all(sock, b"abc")  # type: ignore[arg-type]
+    assert issubclass(PeerTimedOut, ConnectionError)
+    assert not issubclass(PeerTimedOut, TimeoutError)
+    assert "PeerTimedOut" in _netio.__all__

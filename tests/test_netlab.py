@@ -14,13 +14,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from flodl_proto.netlab import LAB_NETWORK, NetLab, leftovers
+from flodl_proto.runner._netio import keepalive_bound
 
-from .netlab_cluster import ROOT, LabCluster, wait_for
+from .netlab_cluster import ROOT, LabCluster, Proc, wait_for
 
 pytestmark = [pytest.mark.netlab, pytest.mark.timeout(240)]
 
@@ -215,3 +217,47 @@ def test_sigkill_of_a_host_relay_ends_the_run_as_upstream_does(lab: NetLab) -> N
         assert "relay_eof" in cl.procs["controller"].stdout(), cl.procs["controller"].stdout()
         assert lab.pids(lab.hosts[1]) == [] and lab.pids(lab.controller) == []
 
+
+
+def _first_err(proc: Proc, *needles: str) -> float | None:
+    """Arrival time of the first stderr line of ``proc`` containing every one of ``needles``."""
+    return next((t for t, line in proc.err if all(n in line for n in needles)), None)
+
+
+#: slack on a detection bound: process scheduling on a loaded machine, the poll periods
+DETECTION_MARGIN = 5.0
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_partition_without_a_round_timeout_is_reported_by_keepalive(lab: NetLab) -> None:
+    """Host 1 is blackholed between rounds; nothing closes. TCP keepalive (and the user timeout
+    on the relay's unacknowledged HostFrame) reports the dead connection within the spec's
+    bound on both sides; the controller then ends the run as upstream does when a relay's
+    connection ends, and nothing hangs."""
+    bound = keepalive_bound()
+    groups = [[0, 1], [2, 3], [4, 5]]
+    with LabCluster(lab, groups, version=3, rounds=4, elems=1 << 12, gate=True) as cl:
+        cl.go(range(6))
+        cl.check_rounds(range(6), 1, 1)
+        t_cut = time.monotonic()
+        lab.partition(lab.hosts[1])
+        cl.go(range(6))
+        for r in range(6):
+            ev = cl.event(r, timeout=bound + 30)
+            assert ev["ev"] == "ended" and ev["round"] == 2, (r, ev)
+        codes = cl.finish()
+        ctl, relay1 = cl.procs["controller"], cl.procs["relay1"]
+        seen = _first_err(ctl, f"({lab.hosts[1].address}:", "is dead", "did not answer for")
+        assert seen is not None, ctl.stderr()
+        assert seen - t_cut <= bound + DETECTION_MARGIN, (seen - t_cut, bound)
+        assert codes["controller"] == 0 and "relay_eof" in ctl.stdout(), codes
+        # the partitioned relay's own connection failed the same way: a clear one-line error
+        assert codes["relay1"] == 1, codes
+        err = _first_err(relay1, "flodl-proto relay: ")
+        assert err is not None, relay1.stderr()
+        assert (f"flodl-proto relay: [Errno 110] controller {lab.controller.address}:{cl.port}: "
+                "read on the connection failed: the peer did not answer for") in relay1.stderr()
+        assert err - t_cut <= bound + DETECTION_MARGIN, (err - t_cut, bound)
+        assert codes["relay0"] == 0 and codes["relay2"] == 0, codes
+    for node in lab.nodes:
+        assert lab.pids(node) == []

@@ -16,6 +16,7 @@ Upstream: ``flodl/src/distributed/wire.rs`` (``connect_with_retry``, ``WRITE_STA
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -36,6 +37,7 @@ __all__ = [
     "HASH_STEP",
     "MacRange",
     "MacWorker",
+    "PeerTimedOut",
     "Stopped",
     "committed_read_starvation",
     "configure_socket",
@@ -44,6 +46,8 @@ __all__ = [
     "format_addr",
     "grow_zeroed",
     "handshake_read_timeout",
+    "keepalive_bound",
+    "keepalive_settings",
     "parse_addr",
     "poll_interval",
     "recv_exact_into",
@@ -68,6 +72,47 @@ except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
 
 class Stopped(Exception):
     """A blocking read was abandoned because its owner asked the thread to stop."""
+
+
+class PeerTimedOut(ConnectionError):
+    """The kernel gave up on the connection (``ETIMEDOUT``): keepalive probes went unanswered,
+    or sent data stayed unacknowledged, for :func:`keepalive_bound` seconds. The peer vanished
+    without closing (power loss, a partition, a frozen host)."""
+
+
+def keepalive_settings() -> tuple[int, int, int]:
+    """``(idle, interval, probes)`` of the TCP keepalive of every data-channel socket: idle and
+    interval in whole seconds (scaled by ``FLODL_NET_TIMEOUT_SCALE``, ceil, at least 1).
+
+    A departure (addition) from upstream: ``tcp_keepalive`` in ``spec/wire.yaml``.
+    """
+    scale = net_timeout_scale()
+    idle = max(1, math.ceil(SPEC.timeout("TCP_KEEPALIVE_IDLE") * scale))
+    interval = max(1, math.ceil(SPEC.timeout("TCP_KEEPALIVE_INTERVAL") * scale))
+    probes = int(SPEC.raw["timeouts"]["TCP_KEEPALIVE_INTERVAL"]["probes"])
+    return idle, interval, probes
+
+
+def keepalive_bound() -> float:
+    """Seconds within which a silent peer's connection fails: idle + probes x interval of
+    :func:`keepalive_settings` (also the socket's TCP_USER_TIMEOUT)."""
+    idle, interval, probes = keepalive_settings()
+    return float(idle + probes * interval)
+
+
+def set_keepalive(sock: socket.socket) -> None:
+    """Turn on TCP keepalive with :func:`keepalive_settings` and set TCP_USER_TIMEOUT to
+    :func:`keepalive_bound` (options the platform lacks are skipped)."""
+    idle, interval, probes = keepalive_settings()
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                        ("TCP_KEEPCNT", probes),
+                        ("TCP_USER_TIMEOUT", int(keepalive_bound() * 1000))):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, opt, value)
 
 
 def write_stall_timeout() -> float:
@@ -147,9 +192,11 @@ def set_timeouts(sock: socket.socket, *, recv: float | None = None,
 
 def configure_socket(sock: socket.socket, *, recv: float | None = None,
                      send: float | None = None) -> None:
-    """TCP_NODELAY plus :func:`set_timeouts` (``send`` defaults to the write-stall ceiling)."""
+    """TCP_NODELAY, TCP keepalive (:func:`set_keepalive`) and :func:`set_timeouts` (``send``
+    defaults to the write-stall ceiling)."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    set_keepalive(sock)
     set_timeouts(sock, recv=recv, send=write_stall_timeout() if send is None else send)
 
 
@@ -214,6 +261,7 @@ def recv_exact_into(
         Stopped: ``stop`` was set while waiting.
         TimeoutError: no ``stop`` given and the read timed out (the caller's deadline).
         TruncatedInput (remote): a committed read starved (``mux.starved``).
+        PeerTimedOut: the kernel gave up on the connection (keepalive or user timeout).
         OSError: a socket error other than a reset (a reset counts as end of stream).
     """
     n = len(view)
@@ -222,7 +270,9 @@ def recv_exact_into(
     while got < n:
         try:
             r = sock.recv_into(view[got:], n - got)
-        except (BlockingIOError, TimeoutError):
+        except (BlockingIOError, TimeoutError) as e:
+            if isinstance(e, TimeoutError) and e.errno == errno.ETIMEDOUT:
+                raise _timed_out(sock, "read") from None
             if stop is None:
                 raise TimeoutError("read timed out") from None
             if stop.is_set():
@@ -407,6 +457,7 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
     Raises:
         TimeoutError: the deadline passed before everything was written (message: "write
             stalled ...", with the bytes written and the total).
+        PeerTimedOut: the kernel gave up on the connection (keepalive or user timeout).
         OSError: the connection failed.
 
     Upstream: ``wire.rs`` (``WRITE_STALL_TIMEOUT`` as the socket write timeout).
@@ -441,6 +492,10 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
                 sent = sock.sendmsg(bufs[i:i + _IOV_MAX])
             except BlockingIOError:
                 raise stalled() from None
+            except TimeoutError as e:
+                if e.errno == errno.ETIMEDOUT:
+                    raise _timed_out(sock, "write") from None
+                raise
             except InterruptedError:  # pragma: no cover
                 continue
             total += sent
@@ -458,6 +513,16 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, saved)
     return total
+
+
+def _timed_out(sock: socket.socket, what: str) -> PeerTimedOut:
+    try:
+        peer = f" to {format_addr(sock.getpeername())}"
+    except OSError:  # already disconnected: the caller knows whom it talked to
+        peer = ""
+    return PeerTimedOut(errno.ETIMEDOUT,
+                        f"{what} on the connection{peer} failed: the peer did not answer for "
+                        f"{keepalive_bound():g}s (TCP keepalive / user timeout)")
 
 
 def shutdown_quietly(sock: socket.socket | None, how: int = socket.SHUT_RDWR) -> None:

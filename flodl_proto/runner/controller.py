@@ -31,8 +31,11 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
 Every data socket has TCP_NODELAY, a write-stall deadline (30 s x scale for a whole record,
 spec departure ``write_stall_deadline``; a stalled Broadcast declares that relay's ranks dead and
 the round goes on) and a 100 ms read poll; a read inside a started record that makes no progress
-for 60 s fails. A connection's close waits for the records queued before it, and
-:meth:`ReferenceController.shutdown` lets the writers finish theirs (each within its deadline).
+for 60 s fails; TCP keepalive with a matching TCP_USER_TIMEOUT (an addition to upstream,
+``tcp_keepalive`` in the spec: 45 s x scale) reports a relay that vanished without closing (a
+warning naming the connection), which then ends as an end of stream would. A connection's close
+waits for the records queued before it, and :meth:`ReferenceController.shutdown` lets the writers
+finish theirs (each within its deadline).
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (``ClusterController``),
 ``port_mux.rs`` (``PortMux``, ``StreamSource``), ``wire.rs`` (write-stall timeout),
@@ -102,6 +105,7 @@ from ..spec import (
 from ._netio import (
     MacRange,
     MacWorker,
+    PeerTimedOut,
     Stopped,
     committed_read_starvation,
     configure_socket,
@@ -834,6 +838,9 @@ class ReferenceController:
             pass
         except ProtocolError as e:  # a starved committed read
             self._post(conn, stream.fail(e))
+        except PeerTimedOut as e:  # keepalive: the relay vanished without closing
+            log.warning("controller: connection %d (%s) is dead: %s", conn.id, conn.addr, e)
+            self._post(conn, stream.feed_eof())
         except OSError as e:
             log.debug("controller: read on connection %d failed: %s", conn.id, e)
             self._post(conn, stream.feed_eof())

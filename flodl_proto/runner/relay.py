@@ -73,6 +73,7 @@ from ..spec import (
 )
 from ._netio import (
     MacRange,
+    PeerTimedOut,
     Stopped,
     committed_read_starvation,
     configure_socket,
@@ -430,6 +431,19 @@ class Relay:
                  format_addr(self._controller), list(self.ranks))
 
     def _read_record(self, sock: socket.socket) -> MuxRecord | None:
+        """Read one mux record from the controller; None at EOF.
+
+        Raises:
+            PeerTimedOut: the connection died silently (keepalive), naming the controller.
+            everything :meth:`_read_record_from` raises.
+        """
+        try:
+            return self._read_record_from(sock)
+        except PeerTimedOut as e:
+            raise PeerTimedOut(e.errno, f"controller {format_addr(self._controller)}: "
+                                        f"{e.strerror}") from None
+
+    def _read_record_from(self, sock: socket.socket) -> MuxRecord | None:
         """Read one mux record: header first (poll), then exactly its payload; None at EOF."""
         header = bytearray(MUX_HEADER_LEN)
         hv = memoryview(header)
