@@ -45,6 +45,7 @@ __all__ = [
     "lifecycle_machines",
     "mermaid_state_diagram",
     "render_protocol_doc",
+    "render_semantics",
     "write_protocol_doc",
 ]
 
@@ -852,6 +853,9 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
         body.append("")
     section("Error catalogue", body)
 
+    # 15. round semantics -------------------------------------------------------------------------
+    section("Round semantics", render_semantics(raw, n + 1))
+
     out = list(head)
     out += ["## Contents", ""]
     for stitle, _ in sections:
@@ -863,6 +867,48 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
     text = "\n".join(out)
     text = re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
     return text
+
+
+def render_semantics(raw: Mapping[str, Any], number: int) -> list[str]:
+    """Render the ``semantics`` section of the spec: one subsection per entry (its paragraph,
+    its rules as a numbered list, a worked example when it has one, the upstream source).
+
+    Args:
+        raw: the parsed ``wire.yaml``.
+        number: the section's number (subsections are ``number.k``).
+
+    Returns:
+        The section's body lines (no section heading). Subsection headings end with the entry's
+        id in backticks, which the conformance catalogue's ``semantics:<id>`` keys name.
+    """
+    body = ["The computation and the rules behind a round, as the conformance kit checks them "
+            "(see [conformance.md](conformance.md)). With these and the layouts above, a "
+            "consensus can be reproduced byte for byte.", ""]
+    for k, (sid, entry) in enumerate(raw.get("semantics", {}).items(), 1):
+        body += [f"### {number}.{k} {entry.get('title', sid)} (`{sid}`)", ""]
+        if entry.get("doc"):
+            body += [_text(entry["doc"]), ""]
+        body += [f"{i}. {_text(rule)}" for i, rule in enumerate(entry.get("rules", []), 1)]
+        body.append("")
+        ex = entry.get("example")
+        if ex:
+            body += [f"Worked example ({_text(ex.get('title', ''))}):", ""]
+            for i, fr in enumerate(ex.get("frames", [])):
+                vals = ", ".join(repr(float(v)) for v in fr["values"])
+                body.append(f"- frame {i} (connection order): weight {float(fr['weight'])!r}, "
+                            f"f32 payload [{vals}]")
+            sums = ", ".join(repr(float(v)) for v in ex.get("sum", []))
+            body += [
+                f"- f32 sum from +0.0 in that order: [{sums}], bytes `{ex.get('sum_hex', '')}`",
+                f"- summed mass W = {float(ex.get('weight', 0))!r}; inv = f32(1.0 / W), bytes "
+                f"`{ex.get('inv_hex', '')}`",
+                f"- consensus = sum x inv in f32, payload bytes `{ex.get('consensus_hex', '')}`, "
+                f"weight {float(ex.get('weight', 0))!r}",
+                "",
+            ]
+        if entry.get("source"):
+            body += [f"Upstream: {_code(entry['source'])}.", ""]
+    return body
 
 
 def _msg_heading(raw: Mapping[str, Any], name: str) -> str:

@@ -1,0 +1,239 @@
+"""``flodl-proto conform``: check any controller or relay against the protocol's case catalogue.
+
+::
+
+    flodl-proto conform controller --launch CMD [options]
+    flodl-proto conform relay --launch CMD [options]
+    flodl-proto conform controller|relay --list
+    flodl-proto conform docs [--out PATH] [--check]
+
+For each selected case and version the kit picks free ports, a fresh salt and the case's world
+size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_file}
+{world_size} {version}``; relay: ``{controller} {ranks} {world_size} {salt} {salt_file}
+{version} {listen_port}``), starts the target with ``FLODL_NET_TIMEOUT_SCALE`` set to
+``--timeout-scale``, waits until it listens, plays the case, then stops it (SIGTERM, SIGKILL
+after a bound) and records its exit status. One line per case, a summary by doc section.
+Exit codes: 0 when every selected MUST case passed, 1 when one failed, 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..spec import SUPPORTED_VERSIONS
+
+if TYPE_CHECKING:
+    from ..conform.catalogue import Case
+
+__all__ = ["register"]
+
+_PROG = "flodl-proto conform"
+_PLACEHOLDERS = {
+    "controller": "{host} {port} {salt} {salt_file} {world_size} {version}",
+    "relay": "{controller} {ranks} {world_size} {salt} {salt_file} {version} {listen_port}",
+}
+
+
+def _default_jobs() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def register(sub: Any) -> None:
+    """Add the ``conform`` subcommand."""
+    p = sub.add_parser(
+        "conform", help="conformance kit: check a controller or relay against the spec",
+        description="Run the conformance case catalogue against a controller or relay started "
+        "from --launch CMD, one fresh target per case.",
+    )
+    roles = p.add_subparsers(dest="role", metavar="ROLE", required=True)
+    for role in ("controller", "relay"):
+        r = roles.add_parser(role, help=f"check a {role}",
+                             description=f"Check a {role}. Placeholders of CMD: "
+                             f"{_PLACEHOLDERS[role]}.")
+        r.add_argument("--launch", metavar="CMD",
+                       help=f"command starting the target; placeholders {_PLACEHOLDERS[role]}")
+        r.add_argument("--version", dest="versions", type=int, action="append",
+                       choices=SUPPORTED_VERSIONS, metavar="2|3",
+                       help="protocol version to check (repeatable; default: both)")
+        r.add_argument("--cases", action="append", default=[], metavar="GLOB",
+                       help="only the case ids matching this shell glob (repeatable)")
+        r.add_argument("--level", choices=["must", "should"], type=str.lower,
+                       help="only MUST or only SHOULD cases (default: both)")
+        r.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+                       help="exported to the target as FLODL_NET_TIMEOUT_SCALE; scales the "
+                            "kit's waits that follow the target's timeouts (default 1)")
+        r.add_argument("--port-mux", action="store_true",
+                       help="the target serves the port mux: run the cases that need it")
+        r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
+                       help="cases run at the same time, each against its own target "
+                            f"(default {_default_jobs()}: the CPUs, at most 4)")
+        r.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
+        r.add_argument("--json", type=Path, metavar="PATH", help="write JSON results here")
+        r.add_argument("--list", action="store_true",
+                       help="list the selected cases (no target needed) and exit")
+        r.set_defaults(func=_run)
+    d = roles.add_parser("docs", help="generate docs/conformance.md from the catalogue")
+    d.add_argument("--out", type=Path, default=Path("docs/conformance.md"), metavar="PATH",
+                   help="output file (default: docs/conformance.md; '-' writes to stdout)")
+    d.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if PATH is missing or out of date")
+    d.set_defaults(func=_run_docs)
+
+
+# the kit and rich are imported when the command runs: other commands do not pay for them
+
+
+def _usage(message: str) -> int:
+    print(f"{_PROG}: error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _title(key: str) -> str:
+    from ..conform.sections import resolve_section
+
+    try:
+        return resolve_section(key).heading
+    except KeyError:
+        return key
+
+
+def _list(runs: list[tuple[Case, int]], skipped: list[tuple[Case, str]]) -> int:
+    seen: dict[str, list[int]] = {}
+    cases: dict[str, Case] = {}
+    for c, v in runs:
+        seen.setdefault(c.id, []).append(v)
+        cases[c.id] = c
+    for cid, vs in seen.items():
+        c = cases[cid]
+        err = f" error {c.error}" if c.error else ""
+        print(f"{cid}  {c.level}  v{','.join(map(str, vs))}  {_title(c.section)}{err}  "
+              f"- {c.title}")
+    for c, why in skipped:
+        print(f"{c.id}  {c.level}  not selected ({why})  - {c.title}")
+    print(f"{len(seen)} cases, {len(runs)} runs selected; {len(skipped)} not selected")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..conform.builders import CatalogueError
+    from ..conform.catalogue import load_catalogue, select_cases
+    from ..conform.player import CaseResult, KitSettings
+    from ..conform.report import (
+        case_line,
+        exit_code,
+        run_cases,
+        summary_by_section,
+        write_json,
+        write_junit,
+    )
+    from ..conform.target import LaunchedTarget, fill_placeholders
+
+    role = str(args.role)
+    if args.timeout_scale < 0.1 or args.timeout_scale != args.timeout_scale:
+        return _usage(f"--timeout-scale must be >= 0.1, got {args.timeout_scale}")
+    if args.jobs < 1:
+        return _usage(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        catalogue = load_catalogue()
+    except (CatalogueError, OSError) as e:
+        return _usage(f"catalogue: {e}")
+    versions = sorted(set(args.versions or SUPPORTED_VERSIONS))
+    level = args.level.upper() if args.level else None
+    runs, skipped = select_cases(catalogue, role=role, versions=versions, patterns=args.cases,
+                                 level=level, port_mux=args.port_mux)
+    if args.list:
+        return _list(runs, skipped)
+    if not args.launch:
+        return _usage("--launch CMD is required (or --list)")
+    probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
+    try:
+        fill_placeholders(args.launch, probe)
+    except ValueError as e:
+        return _usage(str(e))
+    if not runs:
+        return _usage("no case selected")
+    settings = KitSettings(timeout_scale=args.timeout_scale)
+    console = Console(stderr=False, highlight=False, soft_wrap=True)
+    lock = threading.Lock()
+    progress = Progress(TextColumn("[bold]conform {task.fields[role]}"), BarColumn(),
+                        MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
+                        TimeElapsedColumn(), console=console, transient=True)
+    failed = 0
+
+    def on_result(r: CaseResult) -> None:
+        nonlocal failed
+        with lock:
+            failed += not r.passed
+            for line in case_line(r, _title(r.case.section)):
+                style = "green" if r.passed else "red" if line.startswith("FAIL") else None
+                console.print(line, style=style, markup=False)
+            progress.update(task, advance=1, failed=failed)
+
+    with progress:
+        task = progress.add_task("cases", total=len(runs), role=role, failed=0)
+        results = run_cases(runs, lambda: LaunchedTarget(args.launch), settings, jobs=args.jobs,
+                            on_result=on_result)
+    console.print("")
+    console.print("summary by section:", markup=False)
+    for title, ok, bad, must_bad in summary_by_section(results, _title):
+        mark = "FAIL" if must_bad else "ok  "
+        console.print(f"  {mark} {title}: {ok} passed, {bad} failed"
+                      + (f" ({must_bad} MUST)" if must_bad else ""), markup=False)
+    for c, why in skipped:
+        console.print(f"  not selected: {c.id} ({why})", markup=False)
+    n_pass = sum(r.passed for r in results)
+    must_fail = sum(not r.passed and r.case.level == "MUST" for r in results)
+    should_fail = sum(not r.passed and r.case.level == "SHOULD" for r in results)
+    console.print(f"{role}: {n_pass} passed, {must_fail} MUST failed, {should_fail} SHOULD "
+                  f"failed, {len(skipped)} not selected", markup=False)
+    try:
+        if args.junit:
+            write_junit(args.junit, role, results, skipped, _title)
+        if args.json:
+            write_json(args.json, role, results, skipped, _title)
+    except OSError as e:
+        print(f"{_PROG}: cannot write the report: {e}", file=sys.stderr)
+        return 2
+    return exit_code(results)
+
+
+def _run_docs(args: argparse.Namespace) -> int:
+    from ..conform.builders import CatalogueError
+    from ..conform.doc import render_conformance_doc
+
+    try:
+        text = render_conformance_doc()
+    except CatalogueError as e:
+        return _usage(f"catalogue: {e}")
+    out: Path = args.out
+    if str(out) == "-":
+        sys.stdout.write(text)
+        return 0
+    current = out.read_text(encoding="utf-8") if out.is_file() else None
+    if args.check:
+        if current == text:
+            print(f"{out}: up to date")
+            return 0
+        print(f"{out}: out of date; run `flodl-proto conform docs --out {out}`", file=sys.stderr)
+        return 1
+    if current != text:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8", newline="\n")
+        print(f"{out}: written ({len(text.encode('utf-8'))} bytes)")
+    else:
+        print(f"{out}: up to date")
+    return 0

@@ -1,0 +1,454 @@
+"""Play one conformance case against a target: launch it, run the steps, stop it.
+
+Steps (each a mapping with one action key):
+
+* ``connect: C`` or ``{conn: C, rcvbuf: N, may_fail: true}`` — open connection ``C`` to the
+  target (controller role: its listener; relay role: the relay's loopback port, as a rank);
+  ``rcvbuf`` shrinks the kit's receive buffer first (a relay that stops reading);
+* ``accept: C`` — relay role: accept the relay's upstream connection on the kit's controller
+  listener;
+* ``send: {conn: C, <builder>: ...}`` — write bytes (:mod:`.builders`);
+* ``expect: {conn: C, <builder>: ..., within: s, within_scaled: s}`` — read exactly those bytes;
+* ``expect_hello: {conn: C, ranks: [..]}`` — read a relay's ``Control(Hello)`` record (any host
+  name), check its tag and its ranks;
+* ``expect_close: {conn: C, allow: N}`` — the target closes the connection (at most ``N`` bytes
+  before the end of stream; default none);
+* ``expect_silence: {conn: C, for: s}`` — nothing arrives and the connection stays open;
+* ``expect_no_reply: {conn: C, for: s}`` — nothing arrives (a close is fine);
+* ``close: C`` — close connection ``C``;
+* ``sleep: s``;
+* ``signal: TERM`` — send the target SIGTERM;
+* ``expect_exit: success|failure`` or ``{status: .., within: s, within_scaled: s}`` — the
+  target exits by itself with status 0 (success) or non-zero (failure).
+
+``within`` is in seconds; ``within_scaled`` is multiplied by the kit's timeout scale (the same
+scale the target runs with), for waits that follow one of the target's own timeouts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ..codec.mux import Hello, decode_mux_record, parse_mux_header
+from ..errors import ProtocolError
+from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
+from .builders import BuildContext, CatalogueError, build
+from .catalogue import Case
+from .target import CaseContext, Target, TargetError, TargetExit
+
+__all__ = ["CaseResult", "KitSettings", "play_case"]
+
+#: default wait of an expectation (seconds; only a failing target waits this long)
+DEFAULT_WITHIN: Final = 5.0
+#: default duration of an expected silence (seconds)
+DEFAULT_SILENCE: Final = 0.3
+_EXCERPT: Final = 16
+_MUX_MAGIC_LE: Final = MUX_RECORD_MAGIC.to_bytes(4, "little")
+
+
+@dataclass(frozen=True, slots=True)
+class KitSettings:
+    """How the kit runs cases.
+
+    Attributes:
+        timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``; scales the kit's
+            ``within_scaled`` waits too.
+        ready_timeout: seconds a target may take to listen.
+        stop_bound: seconds between SIGTERM and SIGKILL.
+        host: address the controller target binds.
+    """
+
+    timeout_scale: float = 1.0
+    ready_timeout: float = 20.0
+    stop_bound: float = 5.0
+    host: str = "127.0.0.1"
+
+
+@dataclass(slots=True)
+class CaseResult:
+    """The outcome of one case at one version.
+
+    Attributes:
+        case: the case.
+        version: the protocol version it ran at.
+        passed: every step held.
+        step: index of the failing step (None when passed, or the target did not start).
+        message: what went wrong (empty when passed).
+        expected: expected bytes (hex) of a failing byte expectation, else "".
+        observed: observed bytes (hex), else "".
+        offset: first differing byte offset of a failing byte expectation, else None.
+        payload_offset: for a mux record whose tag differs, the first differing byte after the
+            25-byte header (the bytes that made the tags differ), else None.
+        seconds: wall time of the case.
+        exit: how the target ended.
+        output: the target's last output lines (failing cases only).
+    """
+
+    case: Case
+    version: int
+    passed: bool = False
+    step: int | None = None
+    message: str = ""
+    expected: str = ""
+    observed: str = ""
+    offset: int | None = None
+    payload_offset: int | None = None
+    seconds: float = 0.0
+    exit: TargetExit | None = None
+    output: str = field(default="", repr=False)
+
+
+class StepFailed(Exception):
+    """A step did not hold (carries expected/observed bytes when it compared bytes)."""
+
+    def __init__(self, message: str, expected: bytes | None = None,
+                 observed: bytes | None = None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.observed = observed
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def first_difference(expected: bytes, observed: bytes) -> int | None:
+    """Offset of the first byte where ``observed`` differs from ``expected`` (a shorter or
+    longer ``observed`` differs at the shorter length), or None when equal."""
+    n = min(len(expected), len(observed))
+    for i in range(n):
+        if expected[i] != observed[i]:
+            return i
+    return None if len(expected) == len(observed) else n
+
+
+class _Conn:
+    """A kit-side connection with a buffer of bytes received but not consumed yet."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.eof = sock is None
+
+    def _fill(self, deadline: float) -> bool:
+        """Receive once before ``deadline``; False on timeout."""
+        if self.eof or self.sock is None:
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        self.sock.settimeout(left)
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except (TimeoutError, BlockingIOError):
+            return False
+        except OSError:  # reset / aborted: the peer is gone
+            self.eof = True
+            return True
+        if not chunk:
+            self.eof = True
+        self.buf += chunk
+        return True
+
+    def read(self, n: int, deadline: float) -> bytes:
+        """Up to ``n`` bytes: fewer only at end of stream or the deadline."""
+        while len(self.buf) < n and not self.eof and self._fill(deadline):
+            pass
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def read_to_end(self, deadline: float) -> tuple[bytes, bool]:
+        """Everything until end of stream (True) or the deadline (False)."""
+        while not self.eof and self._fill(deadline):
+            pass
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out, self.eof
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.eof = True
+
+
+def _payload_difference(expected: bytes, observed: bytes, offset: int | None) -> int | None:
+    """Where two mux records differing first in their auth tag differ after the header."""
+    if (offset is None or not expected.startswith(_MUX_MAGIC_LE)
+            or not MUX_AUTH_COVERED_HEADER_LEN <= offset < MUX_HEADER_LEN):
+        return None
+    rest = first_difference(expected[MUX_HEADER_LEN:], observed[MUX_HEADER_LEN:])
+    return None if rest is None else MUX_HEADER_LEN + rest
+
+
+def _hex(b: bytes, around: int | None = None) -> str:
+    if around is None or len(b) <= 2 * _EXCERPT + 8:
+        return b.hex() if len(b) <= 4 * _EXCERPT else f"{b[:2 * _EXCERPT].hex()}... ({len(b)} B)"
+    lo = max(0, around - _EXCERPT)
+    hi = min(len(b), around + _EXCERPT)
+    return (("..." if lo else "") + b[lo:hi].hex() + ("..." if hi < len(b) else "")
+            + f" ({len(b)} B)")
+
+
+class _Player:
+    def __init__(self, case: Case, version: int, target: Target, settings: KitSettings,
+                 ctx: CaseContext, listener: socket.socket | None) -> None:
+        self.case = case
+        self.version = version
+        self.target = target
+        self.settings = settings
+        self.ctx = ctx
+        self.listener = listener
+        self.address: tuple[str, int] = ("", 0)
+        self.conns: dict[str, _Conn] = {}
+        self.build_ctx = BuildContext(ctx.salt, version, ctx.world_size)
+        self.exit_status: int | None = None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def within(self, p: Any, default: float = DEFAULT_WITHIN) -> float:
+        if not isinstance(p, Mapping):
+            return default
+        base = float(p.get("within", default if "within_scaled" not in p else 0.0))
+        return base + float(p.get("within_scaled", 0.0)) * self.settings.timeout_scale
+
+    def conn(self, p: Any) -> tuple[str, _Conn]:
+        name = str(p["conn"] if isinstance(p, Mapping) else p)
+        if name not in self.conns:
+            raise CatalogueError(f"{self.case.id}: connection {name} used before it was opened")
+        return name, self.conns[name]
+
+    # -- actions ---------------------------------------------------------------------------------
+    def do_connect(self, p: Any) -> None:
+        opts = p if isinstance(p, Mapping) else {"conn": p}
+        name = str(opts["conn"])
+        host, port = self.address
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        if "rcvbuf" in opts:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(opts["rcvbuf"]))
+        s.settimeout(self.within(opts))
+        try:
+            s.connect((host, port))
+        except OSError as e:
+            s.close()
+            if not opts.get("may_fail"):
+                raise StepFailed(f"connect to {host}:{port} failed: {e}") from None
+            self.conns[name] = _Conn(None)
+            return
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conns[name] = _Conn(s)
+
+    def do_accept(self, p: Any) -> None:
+        opts = p if isinstance(p, Mapping) else {"conn": p}
+        if self.listener is None:
+            raise CatalogueError(f"{self.case.id}: accept is for relay cases")
+        self.listener.settimeout(self.within(opts, DEFAULT_WITHIN
+                                             + 1.0 * self.settings.timeout_scale))
+        try:
+            s, _ = self.listener.accept()
+        except TimeoutError:
+            raise StepFailed("the relay did not connect to the controller") from None
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conns[str(opts["conn"])] = _Conn(s)
+
+    def do_send(self, p: Mapping[str, Any], where: str) -> None:
+        _, c = self.conn(p)
+        data = build(p, self.build_ctx, where)
+        if c.sock is None:
+            return
+        c.sock.settimeout(self.within(p, 30.0))
+        # the target may already have closed the connection (a failing case): not our failure
+        with contextlib.suppress(OSError):
+            c.sock.sendall(data)
+
+    def do_expect(self, p: Mapping[str, Any], where: str) -> None:
+        name, c = self.conn(p)
+        want = build(p, self.build_ctx, where)
+        got = c.read(len(want), time.monotonic() + self.within(p))
+        if got != want:
+            why = ("end of stream" if c.eof else "timed out") if len(got) < len(want) else ""
+            raise StepFailed(f"connection {name}: expected {len(want)} bytes, observed "
+                             f"{len(got)}{' (' + why + ')' if why else ''}", want, got)
+
+    def do_expect_hello(self, p: Mapping[str, Any]) -> None:
+        name, c = self.conn(p)
+        deadline = time.monotonic() + self.within(p)
+        head = c.read(MUX_HEADER_LEN, deadline)
+        if len(head) < MUX_HEADER_LEN:
+            raise StepFailed(f"connection {name}: expected a Hello record, observed "
+                             f"{len(head)} bytes ({'end of stream' if c.eof else 'timed out'})",
+                             None, head)
+        try:
+            hdr = parse_mux_header(head)
+            body = c.read(hdr.payload_len, deadline)
+            res = decode_mux_record(head + body, self.ctx.salt, version=self.version)
+        except ProtocolError as e:
+            raise StepFailed(f"connection {name}: not a valid Hello record: {e}", None,
+                             head) from None
+        msg = res[0].control
+        if not isinstance(msg, Hello):
+            raise StepFailed(f"connection {name}: expected Control(Hello), observed "
+                             f"{type(msg).__name__ if msg is not None else 'another record'}",
+                             None, head + body)
+        want = tuple(int(r) for r in p["ranks"])
+        if msg.ranks != want:
+            raise StepFailed(f"connection {name}: Hello ranks {list(msg.ranks)}, expected "
+                             f"{list(want)} (ascending)")
+
+    def do_expect_close(self, p: Any) -> None:
+        name, c = self.conn(p)
+        allow = int(p.get("allow", 0)) if isinstance(p, Mapping) else 0
+        got, eof = c.read_to_end(time.monotonic() + self.within(p))
+        if not eof:
+            raise StepFailed(f"connection {name}: expected the target to close it; still open "
+                             f"after {self.within(p):g}s" + (f" ({len(got)} bytes received)"
+                                                              if got else ""), b"", got)
+        if len(got) > allow:
+            raise StepFailed(f"connection {name}: expected a close with at most {allow} bytes "
+                             f"before it, observed {len(got)} bytes", b"", got)
+
+    def do_silence(self, p: Any, close_ok: bool) -> None:
+        name, c = self.conn(p)
+        dur = float(p.get("for", DEFAULT_SILENCE)) if isinstance(p, Mapping) else DEFAULT_SILENCE
+        deadline = time.monotonic() + dur
+        while time.monotonic() < deadline and not c.buf and not c.eof:
+            c._fill(deadline)
+        if c.buf:
+            raise StepFailed(f"connection {name}: expected nothing for {dur:g}s, observed "
+                             f"{len(c.buf)} bytes", b"", bytes(c.buf))
+        if c.eof and not close_ok:
+            raise StepFailed(f"connection {name}: expected it to stay open for {dur:g}s; the "
+                             f"target closed it")
+
+    def do_expect_exit(self, p: Any) -> None:
+        want = p if isinstance(p, str) else str(p.get("status", "any"))
+        wait = self.within(p, DEFAULT_WITHIN)
+        status = self.target.wait_exit(wait)
+        if status is None:
+            raise StepFailed(f"expected the target to exit ({want}); still running after "
+                             f"{wait:g}s")
+        self.exit_status = status
+        if want == "success" and status != 0:
+            raise StepFailed(f"expected the target to exit with status 0, observed {status}")
+        if want == "failure" and status == 0:
+            raise StepFailed("expected the target to exit with a failure status, observed 0")
+
+    def step(self, i: int, s: Mapping[str, Any]) -> None:
+        where = f"{self.case.id} v{self.version} step {i}"
+        if "connect" in s:
+            self.do_connect(s["connect"])
+        elif "accept" in s:
+            self.do_accept(s["accept"])
+        elif "send" in s:
+            self.do_send(s["send"], where)
+        elif "expect" in s:
+            self.do_expect(s["expect"], where)
+        elif "expect_hello" in s:
+            self.do_expect_hello(s["expect_hello"])
+        elif "expect_close" in s:
+            self.do_expect_close(s["expect_close"])
+        elif "expect_silence" in s:
+            self.do_silence(s["expect_silence"], close_ok=False)
+        elif "expect_no_reply" in s:
+            self.do_silence(s["expect_no_reply"], close_ok=True)
+        elif "close" in s:
+            _, c = self.conn(s["close"])
+            c.close()
+        elif "sleep" in s:
+            time.sleep(float(s["sleep"]))
+        elif "signal" in s:
+            self.target.send_signal(int(getattr(signal, f"SIG{str(s['signal']).upper()}")))
+        elif "expect_exit" in s:
+            self.do_expect_exit(s["expect_exit"])
+        else:  # pragma: no cover - the catalogue loader rejects unknown actions
+            raise CatalogueError(f"{where}: unknown action {sorted(s)}")
+
+    def close_all(self) -> None:
+        for c in self.conns.values():
+            c.close()
+
+
+def play_case(case: Case, version: int, make_target: Callable[[], Target],
+              settings: KitSettings) -> CaseResult:
+    """Run ``case`` at ``version`` against a fresh target.
+
+    Picks free ports and a fresh salt (a vector case keeps its own), writes the salt file, opens
+    the kit's controller listener (relay role), starts the target, plays the steps and stops the
+    target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status.
+
+    Returns:
+        The result; a failing step, a target that does not start and a malformed step all give a
+        failed result (never an exception).
+    """
+    t0 = time.monotonic()
+    result = CaseResult(case, version)
+    salt = case.salt if case.salt is not None else secrets.token_bytes(16)
+    fd, salt_path = tempfile.mkstemp(prefix="flodl-conform-", suffix=".salt")
+    with os.fdopen(fd, "w") as f:
+        f.write(salt.hex() + "\n")
+    listener: socket.socket | None = None
+    target: Target | None = None
+    player: _Player | None = None
+    try:
+        host = settings.host
+        if case.role == "relay":
+            listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, 0))
+            listener.listen(8)
+            port, listen_port = int(listener.getsockname()[1]), _free_port("127.0.0.1")
+        else:
+            port, listen_port = _free_port(host), 0
+        ctx = CaseContext(case.role, version, case.world_size, salt, Path(salt_path), host, port,
+                          listen_port, case.ranks, settings.timeout_scale)
+        target = make_target()
+        player = _Player(case, version, target, settings, ctx, listener)
+        try:
+            player.address = target.start(ctx, settings.ready_timeout)
+        except (TargetError, ValueError) as e:
+            result.message = f"target did not start: {e}"
+            return result
+        for i, s in enumerate(case.steps[version]):
+            result.step = i
+            try:
+                player.step(i, s)
+            except StepFailed as e:
+                result.message = str(e)
+                if e.expected is not None or e.observed is not None:
+                    exp, obs = e.expected or b"", e.observed or b""
+                    result.offset = first_difference(exp, obs) if e.expected is not None else None
+                    result.payload_offset = _payload_difference(exp, obs, result.offset)
+                    at = result.payload_offset if result.payload_offset is not None \
+                        else result.offset
+                    result.expected = _hex(exp, at)
+                    result.observed = _hex(obs, at)
+                return result
+            except CatalogueError as e:
+                result.message = f"catalogue error: {e}"
+                return result
+        result.passed, result.step = True, None
+        return result
+    finally:
+        if player is not None:
+            player.close_all()
+        if target is not None:
+            result.exit = target.stop(settings.stop_bound)
+            if not result.passed:
+                result.output = target.output()
+        if listener is not None:
+            listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(salt_path)
+        result.seconds = time.monotonic() - t0

@@ -1,0 +1,143 @@
+"""Running a selection of cases and reporting the results: console lines, a summary by doc
+section, JUnit XML and JSON."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .catalogue import Case
+from .player import CaseResult, KitSettings, play_case
+from .target import Target
+
+__all__ = ["case_line", "exit_code", "run_cases", "summary_by_section", "write_json",
+           "write_junit"]
+
+
+def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target],
+              settings: KitSettings, *, jobs: int = 1,
+              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Play every ``(case, version)`` run, ``jobs`` at a time (each against its own target).
+
+    Returns:
+        The results in the order of ``runs``; ``on_result`` is called as each one completes.
+    """
+    def one(run: tuple[Case, int]) -> CaseResult:
+        res = play_case(run[0], run[1], make_target, settings)
+        if on_result is not None:
+            on_result(res)
+        return res
+
+    if jobs <= 1:
+        return [one(r) for r in runs]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
+        return list(pool.map(one, runs))
+
+
+def exit_code(results: Iterable[CaseResult]) -> int:
+    """0 when every MUST case passed, else 1."""
+    return 0 if all(r.passed for r in results if r.case.level == "MUST") else 1
+
+
+def case_line(r: CaseResult, section_title: str) -> list[str]:
+    """One ``PASS``/``FAIL`` line for a result, and for a failure the detail lines."""
+    tag = "PASS" if r.passed else "FAIL"
+    head = f"{tag} {r.case.id} v{r.version} [{r.case.level}] ({section_title})"
+    if r.passed:
+        return [head]
+    lines = [head]
+    where = f"step {r.step}: " if r.step is not None else ""
+    lines.append(f"     {where}{r.message}")
+    if r.expected or r.observed:
+        lines.append(f"     expected: {r.expected or '(nothing)'}")
+        lines.append(f"     observed: {r.observed or '(nothing)'}")
+    if r.offset is not None:
+        lines.append(f"     first differing byte offset: {r.offset}"
+                     + (" (the record's auth tag; first differing byte after the header: "
+                        f"{r.payload_offset})" if r.payload_offset is not None else ""))
+    if r.exit is not None:
+        lines.append(f"     target: {r.exit.describe()}")
+    return lines
+
+
+def summary_by_section(results: Iterable[CaseResult],
+                       title_of: Callable[[str], str]) -> list[tuple[str, int, int, int]]:
+    """``(section title, passed, failed, of which MUST failed)`` per doc section, in the order
+    sections first appear."""
+    acc: dict[str, list[int]] = {}
+    for r in results:
+        row = acc.setdefault(title_of(r.case.section), [0, 0, 0])
+        if r.passed:
+            row[0] += 1
+        else:
+            row[1] += 1
+            row[2] += r.case.level == "MUST"
+    return [(k, v[0], v[1], v[2]) for k, v in acc.items()]
+
+
+def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
+    return {
+        "id": r.case.id, "version": r.version, "level": r.case.level,
+        "section": r.case.section, "section_title": section_title, "error": r.case.error,
+        "title": r.case.title, "result": "pass" if r.passed else "fail",
+        "step": r.step, "message": r.message, "expected": r.expected, "observed": r.observed,
+        "first_difference": r.offset, "first_payload_difference": r.payload_offset,
+        "seconds": round(r.seconds, 3),
+        "exit_status": r.exit.status if r.exit is not None else None,
+        "exited_by_itself": r.exit.by_itself if r.exit is not None else None,
+    }
+
+
+def write_json(path: Path, role: str, results: Sequence[CaseResult],
+               not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str]) -> None:
+    """Write the results as JSON: role, counts, every result, the cases not selected."""
+    doc = {
+        "role": role,
+        "passed": sum(r.passed for r in results),
+        "failed": sum(not r.passed for r in results),
+        "must_failed": sum(not r.passed and r.case.level == "MUST" for r in results),
+        "results": [_result_json(r, title_of(r.case.section)) for r in results],
+        "not_selected": [{"id": c.id, "reason": why} for c, why in not_selected],
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def write_junit(path: Path, role: str, results: Sequence[CaseResult],
+                not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str]) -> None:
+    """Write JUnit XML: one ``testsuite`` per role and version, one ``testcase`` per case
+    (``failure`` with expected/observed; not-selected cases as ``skipped`` with the reason)."""
+    root = ET.Element("testsuites", name=f"flodl-proto conform {role}")
+    versions = sorted({r.version for r in results})
+    for v in versions:
+        rs = [r for r in results if r.version == v]
+        suite = ET.SubElement(root, "testsuite", name=f"{role} v{v}", tests=str(len(rs)),
+                              failures=str(sum(not r.passed for r in rs)), errors="0",
+                              skipped="0", time=f"{sum(r.seconds for r in rs):.3f}")
+        for r in rs:
+            tc = ET.SubElement(suite, "testcase", classname=f"{role}.v{v}", name=r.case.id,
+                               time=f"{r.seconds:.3f}")
+            ET.SubElement(tc, "properties").extend([
+                ET.Element("property", name="level", value=r.case.level),
+                ET.Element("property", name="section", value=title_of(r.case.section)),
+                ET.Element("property", name="error", value=r.case.error or ""),
+            ])
+            if not r.passed:
+                fail = ET.SubElement(tc, "failure", message=r.message,
+                                     type=f"{r.case.level} failed")
+                fail.text = "\n".join(case_line(r, title_of(r.case.section)))
+            if r.output:
+                ET.SubElement(tc, "system-out").text = r.output
+    if not_selected:
+        suite = ET.SubElement(root, "testsuite", name=f"{role} not selected",
+                              tests=str(len(not_selected)), failures="0", errors="0",
+                              skipped=str(len(not_selected)), time="0")
+        for c, why in not_selected:
+            tc = ET.SubElement(suite, "testcase", classname=f"{role}.not_selected", name=c.id,
+                               time="0")
+            ET.SubElement(tc, "skipped", message=why)
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,343 @@
+"""Targets of the conformance kit: the implementation under test, launched once per case.
+
+:class:`LaunchedTarget` runs a command line (``--launch CMD``) with the case's placeholders
+filled, waits until it listens, and stops it with SIGTERM, then SIGKILL after a bound, recording
+its exit status. :class:`InProcessTarget` runs this package's own controller or relay in the
+kit's process (fast self-checks and tests); it reports the exit status the command line would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final, Protocol
+
+__all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget", "Target",
+           "TargetError", "TargetExit", "fill_placeholders", "port_listening"]
+
+#: ``listening on HOST:PORT`` (the first line our controller and relay print)
+_LISTENING: Final = re.compile(r"listening on \[?([0-9A-Za-z.:-]*?)\]?:(\d+)\s*$")
+_OUTPUT_LINES: Final = 200
+
+
+class TargetError(RuntimeError):
+    """The target could not be started, or never became ready (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaseContext:
+    """Everything a target is launched with for one case.
+
+    Attributes:
+        role: ``controller`` or ``relay``.
+        version: protocol version (2 or 3).
+        world_size: the cluster's world size.
+        salt: the 16-byte session salt.
+        salt_file: a file holding the salt as 32 hex digits and a newline.
+        host: the address the controller target binds (``127.0.0.1``).
+        port: controller role: the port it binds; relay role: the kit controller's port.
+        listen_port: relay role: the loopback port the relay binds for its ranks.
+        ranks: relay role: the relay's ranks.
+        timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``.
+    """
+
+    role: str
+    version: int
+    world_size: int
+    salt: bytes
+    salt_file: Path
+    host: str
+    port: int
+    listen_port: int
+    ranks: tuple[int, ...]
+    timeout_scale: float
+
+    def placeholders(self) -> dict[str, str]:
+        """The values of the ``--launch`` placeholders for this case."""
+        common = {"world_size": str(self.world_size), "salt": self.salt.hex(),
+                  "salt_file": str(self.salt_file), "version": str(self.version)}
+        if self.role == "controller":
+            return {"host": self.host, "port": str(self.port), **common}
+        return {"controller": f"{self.host}:{self.port}",
+                "ranks": ",".join(str(r) for r in self.ranks),
+                "listen_port": str(self.listen_port), **common}
+
+
+@dataclass(frozen=True, slots=True)
+class TargetExit:
+    """How a target ended.
+
+    Attributes:
+        status: the exit code (negative: killed by that signal), or None (could not be reaped).
+        by_itself: True when it exited before the kit stopped it.
+        killed: True when SIGTERM did not stop it within the bound and SIGKILL was sent.
+    """
+
+    status: int | None
+    by_itself: bool
+    killed: bool = False
+
+    def describe(self) -> str:
+        """``exit 0`` / ``exit 1`` / ``killed by SIGKILL after SIGTERM`` ..."""
+        if self.status is None:
+            return "not reaped"
+        if self.status < 0:
+            text = f"killed by {signal.Signals(-self.status).name}"
+        else:
+            text = f"exit {self.status}"
+        if self.killed:
+            text += " (SIGTERM ignored)"
+        elif not self.by_itself:
+            text += " after SIGTERM"
+        return text
+
+
+class Target(Protocol):
+    """The implementation under test, for one case."""
+
+    def start(self, ctx: CaseContext, ready_timeout: float) -> tuple[str, int]:
+        """Start it and wait until it listens; return the address it listens on."""
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` s for it to exit by itself; its exit status, or None."""
+
+    def send_signal(self, sig: int) -> None:
+        """Deliver ``sig`` (SIGTERM: the stop request)."""
+
+    def stop(self, bound: float) -> TargetExit:
+        """Stop it (SIGTERM, then SIGKILL after ``bound`` s) and return how it ended."""
+
+    def output(self) -> str:
+        """The last lines it printed (stdout and stderr)."""
+
+
+def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
+    """Split ``template`` like a shell and fill ``{name}`` placeholders in every word.
+
+    Raises:
+        ValueError: an unknown placeholder or a malformed template (the message names it).
+    """
+    try:
+        words = shlex.split(template)
+    except ValueError as e:
+        raise ValueError(f"--launch: {e}") from None
+    out = []
+    for w in words:
+        try:
+            out.append(w.format_map(values))
+        except KeyError as e:
+            raise ValueError(f"--launch: unknown placeholder {{{e.args[0]}}} (this role has "
+                             f"{', '.join('{' + k + '}' for k in sorted(values))})") from None
+        except (ValueError, IndexError) as e:
+            raise ValueError(f"--launch: bad placeholder in {w!r}: {e}") from None
+    return out
+
+
+def port_listening(port: int) -> bool | None:
+    """Whether some socket on this machine listens on TCP ``port`` (Linux ``/proc/net``), or
+    None when that cannot be told without connecting."""
+    found = False
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found = True
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 3 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False if found else None
+
+
+class LaunchedTarget:
+    """A target started from a command line (``--launch CMD``).
+
+    Args:
+        template: the command, with placeholders (see :meth:`CaseContext.placeholders`).
+        env: extra environment variables.
+
+    The kit waits for the target's ``listening on HOST:PORT`` line, or (without one) until the
+    expected port is listening, read from ``/proc/net/tcp`` so that no probe connection reaches
+    the target; elsewhere it connects to probe.
+    """
+
+    def __init__(self, template: str, env: Mapping[str, str] | None = None) -> None:
+        self.template = template
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: deque[str] = deque(maxlen=_OUTPUT_LINES)
+        self._listening: tuple[str, int] | None = None
+        self._seen = threading.Condition()
+        self._readers: list[threading.Thread] = []
+
+    def _pump(self, stream: IO[str], tag: str) -> None:
+        for line in stream:
+            line = line.rstrip("\n")
+            with self._seen:
+                self._lines.append(f"{tag}{line}")
+                m = _LISTENING.search(line) if tag == "" else None
+                if m is not None and self._listening is None:
+                    self._listening = (m.group(1) or "127.0.0.1", int(m.group(2)))
+                self._seen.notify_all()
+        with self._seen:
+            self._seen.notify_all()
+
+    def start(self, ctx: CaseContext, ready_timeout: float) -> tuple[str, int]:
+        """Fill the placeholders, start the command in its own session and wait until it
+        listens.
+
+        Raises:
+            ValueError: a bad template. TargetError: it could not start, exited, or did not
+                listen within ``ready_timeout`` s.
+        """
+        argv = fill_placeholders(self.template, ctx.placeholders())
+        env = {**os.environ, **self.env, "FLODL_NET_TIMEOUT_SCALE": f"{ctx.timeout_scale:g}"}
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=env,
+                                          start_new_session=True, errors="replace")
+        except OSError as e:
+            raise TargetError(f"cannot start {argv[0]!r}: {e}") from None
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
+            t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
+            t.start()
+            self._readers.append(t)
+        expect = ctx.port if ctx.role == "controller" else ctx.listen_port
+        deadline = time.monotonic() + ready_timeout
+        with self._seen:
+            while True:
+                if self._listening is not None:
+                    return self._listening
+                if self._proc.poll() is not None:
+                    raise TargetError(f"the target exited ({self._proc.returncode}) before "
+                                      f"listening")
+                if port_listening(expect):
+                    return (ctx.host if ctx.role == "controller" else "127.0.0.1", expect)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TargetError(f"the target did not listen on port {expect} within "
+                                      f"{ready_timeout:g}s")
+                self._seen.wait(min(left, 0.02))
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Exit status once it exited by itself within ``timeout`` s, else None."""
+        assert self._proc is not None
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _signal_group(self, sig: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the target's process group."""
+        self._signal_group(sig)
+
+    def stop(self, bound: float) -> TargetExit:
+        """SIGTERM to its process group, SIGKILL after ``bound`` s; join the output readers."""
+        if self._proc is None:
+            return TargetExit(None, False)
+        by_itself = self._proc.poll() is not None
+        killed = False
+        if not by_itself:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self._proc.wait(bound)
+            except subprocess.TimeoutExpired:
+                killed = True
+                self._signal_group(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(bound)
+        # a SIGKILLed group can leave a grandchild holding the pipes: never wait on it forever
+        for t in self._readers:
+            t.join(bound)
+        return TargetExit(self._proc.returncode, by_itself, killed)
+
+    def output(self) -> str:
+        """The last lines printed (stderr lines prefixed ``stderr: ``)."""
+        with self._seen:
+            return "\n".join(self._lines)
+
+
+class InProcessHandle(Protocol):
+    """A controller or relay running in the kit's process (see :mod:`.inprocess`)."""
+
+    address: tuple[str, int]
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Exit status (0 clean, 1 failed) once it ended within ``timeout`` s, else None."""
+
+    def terminate(self, bound: float) -> int | None:
+        """Stop it as SIGTERM would; its exit status."""
+
+
+class InProcessTarget:
+    """A target running in the kit's own process, started by ``starter(ctx)``.
+
+    Used by the test suite and by the deliberately broken targets; exit statuses are those the
+    command line would return (0 clean, 1 failed).
+    """
+
+    def __init__(self, starter: Callable[[CaseContext], InProcessHandle]) -> None:
+        self._starter = starter
+        self._handle: InProcessHandle | None = None
+        self._exit: int | None = None
+        self._by_itself = False
+
+    def start(self, ctx: CaseContext, ready_timeout: float) -> tuple[str, int]:
+        """Start it (listening once ``starter`` returns).
+
+        Raises:
+            TargetError: the starter failed.
+        """
+        try:
+            self._handle = self._starter(ctx)
+        except (OSError, ValueError) as e:
+            raise TargetError(f"cannot start the in-process target: {e}") from None
+        return self._handle.address
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Exit status once it ended within ``timeout`` s, else None."""
+        assert self._handle is not None
+        status = self._handle.wait_exit(timeout)
+        if status is not None and self._exit is None:
+            self._exit, self._by_itself = status, True
+        return status
+
+    def send_signal(self, sig: int) -> None:
+        """SIGTERM / SIGINT: stop it as the command line's signal handler would."""
+        assert self._handle is not None
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            status = self._handle.terminate(10.0)
+            if self._exit is None:
+                self._exit, self._by_itself = status, True
+
+    def stop(self, bound: float) -> TargetExit:
+        """Stop it if still running; how it ended."""
+        if self._handle is None:
+            return TargetExit(None, False)
+        if self._exit is None:
+            status = self._handle.wait_exit(0)
+            if status is not None:
+                return TargetExit(status, True)
+            return TargetExit(self._handle.terminate(bound), False)
+        return TargetExit(self._exit, self._by_itself)
+
+    def output(self) -> str:
+        """Nothing: an in-process target logs through :mod:`logging`."""
+        return ""

@@ -1,0 +1,474 @@
+"""The conformance kit: catalogue, builders, case selection, reports, docs, and runs of the whole
+catalogue against this package's own controller and relay (in process), plus one launched
+end-to-end run of the command line per role and version."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import struct
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flodl_proto.cli import main
+from flodl_proto.codec.round_frame import RoundFrame, decode_round_frame, encode_round_frame_bytes
+from flodl_proto.conform import (
+    Case,
+    CatalogueError,
+    KitSettings,
+    load_catalogue,
+    run_cases,
+    select_cases,
+)
+from flodl_proto.conform.builders import BuildContext, build, frame_bytes, other_salt
+from flodl_proto.conform.catalogue import ACTIONS
+from flodl_proto.conform.doc import render_conformance_doc
+from flodl_proto.conform.inprocess import controller_target, relay_target
+from flodl_proto.conform.player import first_difference
+from flodl_proto.conform.report import case_line, exit_code, write_json, write_junit
+from flodl_proto.conform.sections import resolve_section
+from flodl_proto.conform.target import fill_placeholders
+from flodl_proto.reduce import reduce_realized_work, sum_frames
+from flodl_proto.spec import SPEC
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGUE = load_catalogue()
+SALT = bytes(range(16))
+#: cases whose waits follow an unscaled 10 s timeout: run once (version 3) in process
+SLOW = ("controller.lifecycle.handshake-deadline",)
+SETTINGS = KitSettings(timeout_scale=0.1)
+
+# -- catalogue ------------------------------------------------------------------------------------
+
+
+def test_catalogue_covers_the_issue_areas() -> None:
+    ids = {c.id for c in CATALOGUE}
+    roles = {c.role for c in CATALOGUE}
+    assert roles == {"controller", "relay"}
+    groups = {c.id.rsplit(".", 1)[0] for c in CATALOGUE}
+    for g in ("controller.magic", "controller.portmux", "controller.hello", "controller.round",
+              "controller.auth", "controller.schema", "controller.lifecycle", "controller.limits",
+              "controller.session", "relay.handshake", "relay.fold", "relay.auth",
+              "relay.schema", "relay.lifecycle", "relay.limits"):
+        assert g in groups, g
+    assert "controller.lifecycle.elastic-scatter" in ids
+    assert len(ids) == len(CATALOGUE)
+
+
+def test_every_case_links_a_section_and_a_known_error() -> None:
+    for c in CATALOGUE:
+        sec = resolve_section(c.section)  # raises for a key naming no heading
+        assert sec.anchor and sec.heading.split(" ", 1)[0][0].isdigit()
+        assert c.level in ("MUST", "SHOULD")
+        assert c.error is None or c.error in SPEC.errors
+        assert set(c.versions) <= {2, 3} and c.versions
+        for v in c.versions:
+            for s in c.steps[v]:
+                assert sum(a in s for a in ACTIONS) == 1
+
+
+def test_controller_session_vectors_are_cases_not_copies() -> None:
+    vec = {c.id: c for c in CATALOGUE if c.source != "conformance.yaml"}
+    raw = json.loads((ROOT / "flodl_proto" / "_vectors" / "controller_session.json")
+                     .read_text())
+    raw2 = json.loads((ROOT / "flodl_proto" / "_vectors" / "v2" / "controller_session.json")
+                      .read_text())
+    names = {c["id"].rsplit("/", 1)[-1] for c in raw["cases"] + raw2["cases"]}
+    assert {f"controller.session.{n}" for n in names} == set(vec)
+    one = vec["controller.session.one-relay-one-round"]
+    assert one.versions == (2, 3)
+    v3 = next(c for c in raw["cases"] if c["id"].endswith("/one-relay-one-round"))
+    assert one.salt == bytes.fromhex(v3["salt"])
+    assert one.steps[3][1] == {"send": {"conn": 0, "hex": v3["steps"][1]["bytes"]}}
+    assert one.steps[3][-1] == {"expect_exit": "success"}
+    assert vec["controller.session.hostframe-elided"].versions == (2,)
+    # the catalogue holds no step of these cases (not a second copy)
+    text = (ROOT / "spec" / "conformance.yaml").read_text()
+    assert v3["steps"][2]["bytes"] not in text
+
+
+def test_catalogue_rejects_malformed_entries(tmp_path: Path) -> None:
+    bad = tmp_path / "conformance.yaml"
+    base = ("schema: flodl-proto-conformance/1\ncases:\n  - {id: controller.x.y, title: t, "
+            "section: 'section:Lifecycle', level: MUST, steps: [{connect: 0}]%s}\n")
+    bad.write_text(base % ", error: no.such_error")
+    with pytest.raises(CatalogueError, match=r"no\.such_error"):
+        load_catalogue(bad)
+    bad.write_text(base.replace("level: MUST", "level: MAY") % "")
+    with pytest.raises(CatalogueError, match="level"):
+        load_catalogue(bad)
+    bad.write_text(base.replace("{connect: 0}", "{connect: 0, close: 0}") % "")
+    with pytest.raises(CatalogueError, match="exactly one action"):
+        load_catalogue(bad)
+    bad.write_text(base.replace("controller.x.y", "Controller x") % "")
+    with pytest.raises(CatalogueError, match="role"):
+        load_catalogue(bad)
+    bad.write_text(base % "" + (base % "").split("cases:\n")[1])
+    with pytest.raises(CatalogueError, match=r"duplicate case id controller\.x\.y"):
+        load_catalogue(bad)
+    bad.write_text("schema: [")
+    with pytest.raises(CatalogueError, match=r"conformance\.yaml"):
+        load_catalogue(bad)
+
+
+def _frame(params: Mapping[str, Any], version: int) -> RoundFrame:
+    raw = frame_bytes(params, BuildContext(SALT, version, 1), "test")
+    return decode_round_frame(raw, SALT)[0]
+
+
+def _encoded(frame: RoundFrame) -> bytes:
+    return encode_round_frame_bytes(frame, SALT)
+
+
+@pytest.mark.parametrize("case", [c for c in CATALOGUE if c.source == "conformance.yaml"],
+                         ids=lambda c: c.id)
+def test_expected_consensus_is_the_vector_pinned_reduce(case: Case) -> None:
+    """Every Broadcast a controller case expects is reduce_realized_work of the HostFrames it
+    sent (in Hello acceptance order); every HostFrame a relay case expects is the fold of the
+    deposits (a lone deposit verbatim)."""
+    checked = 0
+    for v in case.versions:
+        accepted: list[str] = []
+        deposits: dict[str, Mapping[str, Any]] = {}
+        order: list[str] = []
+        dead: set[str] = set()
+        round_taken = False
+        for s in case.steps[v]:
+            send, expect = s.get("send", {}), s.get("expect", {})
+            if "hello_ack" in expect:
+                accepted.append(str(expect["conn"]))
+            if "hello_ack" in send and case.role == "relay":
+                accepted = []
+            if "declare_dead" in send:
+                dead.add(f"r{send['declare_dead']['rank']}")
+            for key in ("host_frame", "framed"):
+                if key in send and "salt" not in send[key] and not any(
+                        t in send for t in ("flip", "cut", "record_salt")):
+                    if round_taken:
+                        deposits.clear()
+                        round_taken = False
+                    conn = str(send["conn"])
+                    if conn not in deposits:
+                        order.append(conn)
+                    deposits[conn] = send[key]
+            if "broadcast" in expect and deposits:
+                frames = [_frame(deposits[c], v) for c in accepted if c in deposits]
+                want = _encoded(reduce_realized_work(frames, version=v))
+                assert frame_bytes(expect["broadcast"], BuildContext(SALT, v, 1), "t") == want
+                checked += 1
+                round_taken = True
+            if "host_frame" in expect and deposits:
+                frames = [_frame(deposits[c], v) for c in order if c not in dead]
+                if len(frames) == 1:
+                    want = frame_bytes(deposits[order[0]], BuildContext(SALT, v, 1), "t")
+                else:
+                    want = _encoded(sum_frames(frames, version=v))
+                assert frame_bytes(expect["host_frame"], BuildContext(SALT, v, 1), "t") == want
+                deposits.clear()
+                order.clear()
+                checked += 1
+    if any("expect" in s and ("broadcast" in s["expect"] or "host_frame" in s["expect"])
+           for v in case.versions for s in case.steps[v]):
+        assert checked
+
+
+def test_semantics_worked_example_is_the_reduce() -> None:
+    ex = SPEC.raw["semantics"]["divide_once"]["example"]
+    frames = [RoundFrame(0, f["weight"], [_tensor(f["values"])]) for f in ex["frames"]]
+    out = reduce_realized_work(frames)
+    assert bytes(out.tensors[0].data).hex() == ex["consensus_hex"]
+    assert out.weight == ex["weight"]
+    assert np.float32(1.0 / ex["weight"]).tobytes().hex() == ex["inv_hex"]
+    assert bytes(sum_frames(frames).tensors[0].data).hex() == ex["sum_hex"]
+    assert [float(x) for x in np.frombuffer(bytes.fromhex(ex["sum_hex"]), np.float32)] == \
+        ex["sum"]
+
+
+def _tensor(values: list[float]) -> Any:
+    from flodl_proto.codec.round_frame import TensorPayload
+
+    return TensorPayload.from_array(np.array(values, np.float32))
+
+
+# -- builders ---------------------------------------------------------------------------------
+
+
+def test_builders_give_the_spec_worked_examples() -> None:
+    ctx2 = BuildContext(bytes(16), 2, 4)
+    ctx3 = BuildContext(bytes(16), 3, 4)
+    assert build({"handshake": {"rank": 3}}, ctx2, "t").hex() == "c0170df1020000000300000004000000"
+    assert build({"ack": {}}, ctx3, "t").hex() == "c1170df103000000"
+    assert build({"magic": "data"}, ctx2, "t").hex() == "e1170df1"
+    hello2 = build({"hello": {"host": "h0", "ranks": [0, 1]}}, ctx2, "t")
+    assert hello2.hex() == ("d0170df1010000000200000000070000008a2d9a3ccf46a58e"
+                            "00026830020001")
+    hello3 = build({"hello": {"host": "h0", "ranks": [0, 1]}}, ctx3, "t")
+    assert hello3.hex() == ("d0170df101000000020000000008000000bfb0f531cb8c2c6a"
+                            "0002683002000100")
+    assert build({"hello": {"host": "h0", "ranks": [0, 1], "version": 3}}, ctx2, "t") == hello3
+    frame = build({"frame": {"weight": 1, "tensors": [{"shape": [4],
+                                                       "values": [1, -2.5, 0, 3.25]}]}},
+                  ctx2, "t")
+    assert frame.hex().endswith("39a58785a03c12d1") and len(frame) == 55
+    framed = build({"framed": {"weight": 1, "tensors": [{"shape": [4],
+                                                         "values": [1, -2.5, 0, 3.25]}]}},
+                   ctx2, "t")
+    assert framed == struct.pack("<I", 55) + frame
+
+
+def test_builders_tamper_and_refuse() -> None:
+    ctx = BuildContext(SALT, 3, 2)
+    good = build({"host_frame": {"tensors": [{"shape": [2], "values": [1, 2]}]}}, ctx, "t")
+    flipped = build({"flip": -1, "host_frame": {"tensors": [{"shape": [2], "values": [1, 2]}]}},
+                    ctx, "t")
+    assert first_difference(good, flipped) == len(good) - 1
+    assert flipped[-1] == good[-1] ^ 1
+    cut = build({"cut": 3, "hex": "00010203"}, ctx, "t")
+    assert cut == b"\x00"
+    wrong = build({"record_salt": "wrong", "host_frame": {"tensors": [{"shape": [2],
+                                                                       "values": [1, 2]}]}},
+                  ctx, "t")
+    assert wrong[25:] == good[25:] and wrong[17:25] != good[17:25]
+    inner = build({"host_frame": {"salt": "wrong", "tensors": [{"shape": [2],
+                                                               "values": [1, 2]}]}}, ctx, "t")
+    assert inner[:17] == good[:17] and inner[-8:] != good[-8:]
+    assert other_salt(SALT) == bytes(b ^ 0xFF for b in SALT)
+    short = build({"frame": {"cut_tag": 4, "tensors": []}}, ctx, "t")
+    assert len(short) == 25 - 4
+    elided = build({"frame": {"weight": 0, "tensors": [{"shape": [64, 128], "elided": True},
+                                                       {"dtype": "bf16", "shape": [512],
+                                                        "elided": True}]}}, ctx, "t")
+    assert len(elided) == 57
+    header = build({"mux_header": {"kind": "host_frame", "payload_len": 4294967295}}, ctx, "t")
+    assert header.hex() == "d0170df10100000003" + "00000000" + "ffffffff" + "00" * 8
+    with pytest.raises(CatalogueError, match="not exact in f32"):
+        build({"frame": {"tensors": [{"shape": [1], "values": [0.1]}]}}, ctx, "t")
+    with pytest.raises(CatalogueError, match="not exact in bf16"):
+        build({"frame": {"tensors": [{"dtype": "bf16", "shape": [1], "values": [1.001]}]}},
+              ctx, "t")
+    with pytest.raises(CatalogueError, match="exactly one of"):
+        build({"hex": "00", "magic": "data"}, ctx, "t")
+    with pytest.raises(CatalogueError, match="2 values for shape"):
+        build({"frame": {"tensors": [{"shape": [3], "values": [1, 2]}]}}, ctx, "t")
+
+
+def test_first_difference() -> None:
+    assert first_difference(b"abc", b"abc") is None
+    assert first_difference(b"abc", b"abd") == 2
+    assert first_difference(b"abc", b"ab") == 2
+    assert first_difference(b"", b"x") == 0
+
+
+# -- selection, placeholders, reports ---------------------------------------------------------
+
+
+def test_select_cases_lists_port_mux_cases_as_not_selected() -> None:
+    runs, skipped = select_cases(CATALOGUE, role="controller", versions=[2, 3])
+    ids = {c.id for c, _ in runs}
+    assert "controller.portmux.status" not in ids
+    assert {c.id for c, _ in skipped} >= {"controller.portmux.status",
+                                          "controller.portmux.unknown-magic-dropped"}
+    assert all(why == "needs --port-mux" for _, why in skipped)
+    runs_mux, skipped_mux = select_cases(CATALOGUE, role="controller", versions=[3],
+                                         port_mux=True)
+    assert "controller.portmux.status" in {c.id for c, _ in runs_mux}
+    assert {c.id for c, _ in skipped_mux} == {"controller.magic.unknown",
+                                              "controller.session.wrong-channel-magic"}
+    only, _ = select_cases(CATALOGUE, role="relay", versions=[2], patterns=["relay.fold.*"],
+                           level="MUST")
+    assert only and all(c.id.startswith("relay.fold.") and v == 2 and c.level == "MUST"
+                        for c, v in only)
+    assert "relay.fold.elided" not in {c.id for c, _ in only}  # version 3 only
+    should, _ = select_cases(CATALOGUE, role="controller", versions=[2, 3], level="should")
+    assert should and all(c.level == "SHOULD" for c, _ in should)
+
+
+def test_fill_placeholders() -> None:
+    argv = fill_placeholders("ctl --listen {host}:{port} --salt-file '{salt_file}'",
+                             {"host": "127.0.0.1", "port": "5", "salt_file": "/t/a b"})
+    assert argv == ["ctl", "--listen", "127.0.0.1:5", "--salt-file", "/t/a b"]
+    with pytest.raises(ValueError, match=r"unknown placeholder \{ranks\}"):
+        fill_placeholders("relay --ranks {ranks}", {"host": "h"})
+
+
+def _inprocess(role: str, versions: list[int], patterns: Sequence[str] = (),
+               exclude: tuple[str, ...] = SLOW, port_mux: bool = False,
+               factory: Any = None) -> list[Any]:
+    runs, _ = select_cases(CATALOGUE, role=role, versions=versions, patterns=list(patterns),
+                           port_mux=port_mux)
+    runs = [(c, v) for c, v in runs if c.id not in exclude]
+    if factory is None:
+        factory = controller_target(port_mux=port_mux) if role == "controller" \
+            else relay_target()
+    return run_cases(runs, factory, SETTINGS, jobs=4)
+
+
+def _failures(results: list[Any]) -> str:
+    return "\n".join(line for r in results if not r.passed
+                     for line in case_line(r, r.case.section))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("version", [2, 3])
+def test_our_controller_passes_every_case_in_process(version: int) -> None:
+    results = _inprocess("controller", [version], exclude=SLOW if version == 2 else ())
+    assert results and all(r.passed for r in results), _failures(results)
+    assert exit_code(results) == 0
+    mux = _inprocess("controller", [version], ["controller.portmux.*", "controller.round.*"],
+                     port_mux=True)
+    assert len(mux) > 3 and all(r.passed for r in mux), _failures(mux)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("version", [2, 3])
+def test_our_relay_passes_every_case_in_process(version: int) -> None:
+    results = _inprocess("relay", [version])
+    assert results and all(r.passed for r in results), _failures(results)
+
+
+def test_reports_junit_json_and_failure_lines(tmp_path: Path) -> None:
+    # a controller that is not there: the target never listens, every case fails
+    from flodl_proto.conform.target import InProcessTarget
+
+    def broken(ctx: Any) -> Any:
+        raise OSError("nothing here")
+
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
+                           patterns=["controller.round.zero-mass"])
+    skipped = select_cases(CATALOGUE, role="controller", versions=[3])[1]
+    assert skipped
+    res = run_cases(runs, lambda: InProcessTarget(broken), SETTINGS)
+    assert len(res) == 1 and not res[0].passed
+    assert res[0].message == "target did not start: cannot start the in-process target: " \
+                             "nothing here"
+    assert exit_code(res) == 1
+    ok = _inprocess("controller", [3], ["controller.round.zero-mass",
+                                        "controller.lifecycle.foreign-rank-exit"])
+    write_junit(tmp_path / "j.xml", "controller", res + ok, skipped, str)
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["controller v3", "controller not selected"]
+    assert suites[0].get("tests") == "3" and suites[0].get("failures") == "1"
+    cases = [(tc.get("name"), tc.find("failure") is not None)
+             for tc in suites[0].findall("testcase")]
+    assert cases == [("controller.round.zero-mass", True), ("controller.round.zero-mass", False),
+                     ("controller.lifecycle.foreign-rank-exit", False)]
+    assert len(suites[1].findall("testcase/skipped")) == len(skipped)
+    write_json(tmp_path / "r.json", "controller", res + ok, skipped, str)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["failed"] == 1 and doc["must_failed"] == 1 and doc["passed"] == 2
+    assert doc["results"][0]["result"] == "fail"
+    assert {x["id"] for x in doc["not_selected"]} == {c.id for c, _ in skipped}
+
+
+def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
+    from flodl_proto.conform.player import play_case
+
+    case = next(c for c in CATALOGUE if c.id == "controller.round.two-rounds")
+    steps = list(case.steps[3])
+    steps[5] = {"expect": {"conn": 0, "broadcast": {"weight": 2, "tensors": [
+        {"shape": [2], "values": [1, 4]}]}}}
+    bad = dataclasses.replace(case, steps={3: tuple(steps)})
+    r = play_case(bad, 3, controller_target(), SETTINGS)
+    assert not r.passed and r.step == 5
+    assert r.offset == 17  # the record's tag covers the payload: it differs first
+    # header 25 + frame header 17 + tensor meta 14 + first element 4 = the second element;
+    # 3.0 is 00 00 40 40 and 4.0 is 00 00 80 40: its third byte
+    assert r.payload_offset == 25 + 17 + 2 + 4 + 8 + 4 + 2
+    assert "00004040" in r.observed and "00008040" in r.expected
+    lines = case_line(r, "15.3 Divide once")
+    assert lines[0] == "FAIL controller.round.two-rounds v3 [MUST] (15.3 Divide once)"
+    assert "     first differing byte offset: 17 (the record's auth tag; first differing byte " \
+           "after the header: 62)" in lines
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def test_cli_list_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "relay", "--list", "--version", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "relay.fold.elided  MUST  v3" in out
+    assert "relay.fold.elided-at-v2" not in out
+    assert main(["conform", "controller", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "controller.portmux.status  SHOULD  not selected (needs --port-mux)" in out
+
+
+def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "controller"]) == 2
+    assert "--launch CMD is required" in capsys.readouterr().err
+    assert main(["conform", "relay", "--launch", "x {port}"]) == 2
+    assert "unknown placeholder {port}" in capsys.readouterr().err
+    assert main(["conform", "controller", "--launch", "x", "--cases", "nothing.*"]) == 2
+    assert "no case selected" in capsys.readouterr().err
+    assert main(["conform", "controller", "--launch", "x", "--timeout-scale", "0"]) == 2
+
+
+_CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"
+_LAUNCH = {
+    "controller": f"{_CLI} controller --listen {{host}}:{{port}} --world-size {{world_size}} "
+                  "--salt-file {salt_file} --protocol-version {version} --no-port-mux",
+    "relay": f"{_CLI} relay --controller {{controller}} --ranks {{ranks}} "
+             "--world-size {world_size} --salt {salt} --protocol-version {version} "
+             "--listen-port {listen_port}",
+}
+_E2E_CASES = {
+    "controller": ["controller.session.bf16-round", "controller.round.f32-weighted",
+                   "controller.hello.rank-out-of-range", "controller.lifecycle.sigterm-clean-exit"],
+    "relay": ["relay.fold.two-ranks", "relay.handshake.duplicate-rank",
+              "relay.lifecycle.sigterm-clean-exit"],
+}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("role", ["controller", "relay"])
+def test_cli_end_to_end_launch(role: str, version: int, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["conform", role, "--version", str(version), "--timeout-scale", "0.1",
+            "--jobs", "2", "--junit", str(tmp_path / "j.xml"), "--json", str(tmp_path / "r.json"),
+            "--launch", _LAUNCH[role]]
+    for c in _E2E_CASES[role]:
+        argv += ["--cases", c]
+    assert main(argv) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    for c in _E2E_CASES[role]:
+        assert f"PASS {c} v{version}" in out
+    assert "summary by section:" in out
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("tests") == str(len(_E2E_CASES[role]))
+    assert suite.get("failures") == "0"
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert {r["id"] for r in doc["results"]} == set(_E2E_CASES[role])
+    by_id = {r["id"]: r for r in doc["results"]}
+    sig = f"{role}.lifecycle.sigterm-clean-exit"
+    assert by_id[sig]["exit_status"] == 0 and by_id[sig]["exited_by_itself"]
+
+
+# -- docs ---------------------------------------------------------------------------------------
+
+
+def test_conformance_doc_is_current() -> None:
+    text = render_conformance_doc()
+    current = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    assert current == text, "docs/conformance.md is stale: run `flodl-proto conform docs`"
+    for c in CATALOGUE:
+        assert f"| `{c.id}` | {c.level} |" in text
+        assert resolve_section(c.section).anchor in text
+    assert "--salt-file {salt_file}" in text
+
+
+def test_readme_has_a_conformance_section() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "## Conformance kit" in readme
+    assert "flodl-proto conform controller" in readme and "docs/conformance.md" in readme
