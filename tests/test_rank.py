@@ -4,6 +4,7 @@ controller."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -26,7 +27,9 @@ from flodl_proto.errors import (
     BadMagic,
     InvalidValue,
     LimitExceeded,
+    LocalProtocolError,
     SchemaMismatch,
+    SequenceError,
     TruncatedInput,
     VersionMismatch,
 )
@@ -191,6 +194,80 @@ def test_reply_must_fill_its_prefix_exactly() -> None:
     with RankClient.connect(fake.addr, 0, 1, SALT) as c, \
             pytest.raises(TruncatedInput, match="closed connection before sending averaged"):
         c.all_reduce(frame([1.0, 2.0]))
+    fake.close()
+
+
+def _closed_for_good(c: RankClient, why: str) -> None:
+    """``c`` closed itself: later calls raise at once, naming the failed round."""
+    assert c.closed and c.closed_reason is not None and c.closed_reason.startswith(why)
+    for call in (lambda: c.all_reduce(frame([1.0])),
+                 lambda: c.all_reduce_scaled([np.ones(2, np.float32)], 1.0),
+                 lambda: c.broadcast_from_root([np.ones(2, np.float32)]),
+                 lambda: c.gather_counts(1.0)):
+        with pytest.raises(SequenceError) as ei:
+            call()
+        assert isinstance(ei.value, LocalProtocolError)
+        assert str(ei.value) == (f"cpu_reduce: the client is closed ({c.closed_reason}); "
+                                 "nothing was sent; connect a new client")
+
+
+def test_a_write_stalled_part_way_closes_the_client() -> None:
+    # the relay acks, then stops reading: the 16 MiB frame stalls part-way; the client closes
+    # itself, so a second round cannot write a new frame into the middle of the first
+    def stall(relay: FakeRelay, conn: socket.socket) -> int:
+        relay.result["stalled"] = threading.Event()
+        relay.result["stalled"].wait(30)  # until the client gave up
+        got = 0
+        while chunk := conn.recv(1 << 20):
+            got += len(chunk)
+        return got
+
+    fake = FakeRelay(acking(2, stall))
+    c = RankClient.connect(fake.addr, 0, 1, SALT)
+    big = frame(np.zeros(4 << 20, np.float32))
+    with pytest.raises(TimeoutError, match=r"^cpu_reduce: the relay stopped reading while "
+                                           r"round 0 was being sent \(write stalled"):
+        c.all_reduce(big)
+    _closed_for_good(c, "round 0 failed: cpu_reduce: the relay stopped reading")
+    fake.result["stalled"].set()
+    fake.close()
+    _, received = fake.result["value"]
+    # what arrived after the handshake is a part of the first frame and nothing after it
+    assert 0 < received < 4 + big.wire_len
+
+
+def test_a_lost_relay_is_named_and_closes_the_client() -> None:
+    fake = FakeRelay(acking(2))  # acks, then closes the connection
+    c = RankClient.connect(fake.addr, 0, 1, SALT)
+    fake.close()
+    with pytest.raises((ConnectionError, TruncatedInput)) as ei:
+        c.all_reduce(frame(np.zeros(4 << 20, np.float32)))
+    msg = str(ei.value)
+    assert "Errno" not in msg
+    assert re.fullmatch(r"cpu_reduce: lost the relay while sending round 0: it closed the "
+                        r"connection \((broken pipe|connection reset by peer)\)|cpu_reduce: "
+                        r"controller closed connection before sending averaged frame back "
+                        r"\(round 0\)", msg), msg
+    _closed_for_good(c, "round 0 failed: cpu_reduce: ")
+
+
+def test_a_failed_read_closes_the_client_and_a_local_error_does_not() -> None:
+    reply = frame([1.0, 2.0])
+    body = encode_round_frame_bytes(reply, SALT)
+    fake = FakeRelay(acking(2, _reply(body[:20], prefix=len(body))))
+    with RankClient.connect(fake.addr, 0, 1, SALT) as c:
+        with pytest.raises(InvalidValue):  # a bad dtype: found before anything is written
+            c.all_reduce_scaled([np.ones(2, np.float64)], 1.0)
+        assert not c.closed
+        with pytest.raises(TruncatedInput, match="stream ended inside a len-framed RoundFrame"):
+            c.all_reduce(frame([1.0, 2.0]))
+        _closed_for_good(c, "round 0 failed: ")
+    fake.close()
+    assert c.closed_reason is not None and c.closed_reason.startswith("round 0 failed")
+    fake = FakeRelay(acking(2))
+    c2 = RankClient.connect(fake.addr, 0, 1, SALT)
+    c2.close()
+    _closed_for_good(c2, "closed by the caller")
     fake.close()
 
 

@@ -177,6 +177,13 @@ class RankClient:
     Build with :meth:`connect`. Each reduce call is a blocking request/reply round; calls must
     not overlap (one client per thread).
 
+    A round whose write or read fails or stops part-way (a connection error, a write stall, a
+    read deadline, a reply that ends early or fails its checks, an interrupt) leaves the stream
+    out of step, so the client closes itself: every later call raises ``SequenceError``
+    (``LocalProtocolError``, ``client.closed``, naming the round that failed) at once and writes
+    nothing. A local error found before anything is written (a bad dtype, a frame over the
+    ceiling) leaves the client usable.
+
     Attributes:
         rank: this rank's id (``< world_size``).
         world_size: the cluster's world size.
@@ -208,6 +215,7 @@ class RankClient:
         #: payloads are not referenced once its round is over)
         self._scratch: dict[int, npt.NDArray[np.float32]] = {}
         self._reply_bufs: list[npt.NDArray[np.uint8]] = []
+        self._closed_why: str | None = None
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -287,23 +295,56 @@ class RankClient:
 
     def close(self) -> None:
         """Close the connection (the relay then reports RankExit). Idempotent."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            sock.close()
+        self._abandon("closed by the caller")
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran."""
+        """True once :meth:`close` ran or a round failed part-way (see the class doc)."""
         return self._sock is None
+
+    @property
+    def closed_reason(self) -> str | None:
+        """Why the client is closed (``"closed by the caller"``, ``"round N failed: ..."``), or
+        None while it is open."""
+        return self._closed_why
+
+    def _abandon(self, why: str) -> None:
+        sock, self._sock = self._sock, None
+        if self._closed_why is None:
+            self._closed_why = why
+        if sock is not None:
+            sock.close()
+
+    def _open_socket(self) -> socket.socket:
+        """The socket, or ``client.closed`` (SequenceError, local) once closed."""
+        sock = self._sock
+        if sock is None:
+            raise protocol_error("client.closed", why=self._closed_why or "closed")
+        return sock
 
     # -- the round trip ---------------------------------------------------------------------------
     def _exchange(self, frame: RoundFrame) -> tuple[RoundFrame, memoryview]:
-        sock = self._sock
-        if sock is None:
-            raise OSError("cpu_reduce: client is closed")
-        length = frame.wire_len
-        prefix_out = encode_len_prefix(length, ceiling=self.ceiling)
-        self.bytes_sent += _send_signed(sock, prefix_out, round_frame_pieces(frame), self._salt)
+        sock = self._open_socket()
+        prefix_out = encode_len_prefix(frame.wire_len, ceiling=self.ceiling)
+        pieces = round_frame_pieces(frame)  # local errors: nothing written, the client stays
+        rnd = self.rounds
+        try:
+            return self._round_trip(sock, prefix_out, pieces)
+        except BaseException as e:  # the stream is out of step: close (see the class doc)
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self._abandon(f"round {rnd} failed: {text}")
+            raise
+
+    def _round_trip(self, sock: socket.socket, prefix_out: bytes,
+                    pieces: list[BytesLike]) -> tuple[RoundFrame, memoryview]:
+        try:
+            self.bytes_sent += _send_signed(sock, prefix_out, pieces, self._salt)
+        except TimeoutError as e:
+            raise TimeoutError(f"cpu_reduce: the relay stopped reading while round "
+                               f"{self.rounds} was being sent ({e})") from None
+        except OSError as e:
+            raise ConnectionError(f"cpu_reduce: lost the relay while sending round {self.rounds}: "
+                                  f"it closed the connection ({_os_reason(e)})") from e
         prefix = bytearray(LEN_PREFIX_LEN)
         try:
             got = recv_exact_into(sock, memoryview(prefix))
@@ -312,6 +353,9 @@ class RankClient:
                 f"cpu_reduce: no averaged frame within {reduce_read_deadline():g}s "
                 f"(round {self.rounds})"
             ) from None
+        except OSError as e:
+            raise ConnectionError(f"cpu_reduce: lost the relay while waiting for round "
+                                  f"{self.rounds}'s consensus ({_os_reason(e)})") from e
         if got < LEN_PREFIX_LEN:
             raise protocol_error("client.reply_closed", round=self.rounds)
         n = decode_len_prefix(prefix, ceiling=self.ceiling)
@@ -327,6 +371,9 @@ class RankClient:
             raise TimeoutError(
                 f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds})"
             ) from None
+        except OSError as e:
+            raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
+                                  f"{self.rounds}'s consensus ({_os_reason(e)})") from e
         self.bytes_received += LEN_PREFIX_LEN + body
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)
@@ -352,7 +399,13 @@ class RankClient:
                 (``client.reply_closed``), or the reply ended inside / did not fill its prefix.
             LimitExceeded (remote): the reply's prefix exceeds the frame ceiling.
             AuthenticationError, BadMagic, InvalidValue (remote): frame reader errors.
-            TimeoutError: no reply within the read deadline; OSError: connection failure.
+            TimeoutError: the relay stopped reading the frame (write-stall deadline) or sent no
+                reply within the read deadline.
+            ConnectionError: the relay closed the connection (the message says so and names
+                the round).
+            SequenceError (local, ``client.closed``): the client is closed (by :meth:`close`,
+                or because an earlier round failed part-way); nothing is written.
+            After any of the errors above but the last, the client is closed.
 
         Upstream: ``cpu_reduce.rs`` ``all_reduce``.
         """
@@ -396,6 +449,7 @@ class RankClient:
 
         Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (+ decode-into-request).
         """
+        self._open_socket()
         kind_e = RoundKind(kind)
         arrs = [_check_array(i, a) for i, a in enumerate(arrays)]
         if kind_e is RoundKind.CONTROL:
@@ -460,6 +514,7 @@ class RankClient:
 
         Upstream: ``cpu_reduce.rs`` ``broadcast_from_root``.
         """
+        self._open_socket()
         if not 0 <= root < self.world_size:
             raise protocol_error("client.rank_out_of_range", rank=root,
                                  world_size=self.world_size)
@@ -481,6 +536,7 @@ class RankClient:
 
         Upstream: ``cpu_reduce.rs`` ``all_reduce_per_rank_f64``.
         """
+        self._open_socket()
         slots = np.zeros(self.world_size, dtype=_F32)
         slots[self.rank] = np.float32(value)
         tensors = [TensorPayload(int(Dtype.F32), slots.shape, slots.view(np.uint8).data)]
@@ -491,6 +547,12 @@ class RankClient:
                 f"count gather expects 1 tensor, the consensus carries {len(reply.tensors)}"))
         out = reply.tensors[0].array(materialize_elided=True)
         return np.asarray(out, dtype=np.float64).reshape(-1)
+
+
+def _os_reason(e: OSError) -> str:
+    """A socket error in words ("broken pipe", "connection reset by peer"), without the
+    errno prefix."""
+    return (e.strerror or str(e) or type(e).__name__).lower()
 
 
 def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
