@@ -1,7 +1,12 @@
-"""``flodl-proto`` command line (argparse).
+"""``flodl-proto`` command line (argparse); ``python -m flodl_proto`` runs the same.
 
 Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
 ``register(subparsers) -> None``; the parser it adds sets ``func(args) -> int`` (the exit code).
+
+Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr and exit 130 (commands that
+stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves), and output
+piped into a reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command
+quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import importlib
 import logging
 import os
 import pkgutil
+import select
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -19,7 +26,12 @@ from .errors import LocalProtocolError
 from .reduce._kernels import check_backend_name, set_kernel_backend
 from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "build_parser", "main"]
+
+#: exit code after Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = 130
+#: exit code when the reader of stdout went away (128 + SIGPIPE)
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +59,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flodl-proto`` console script; returns the exit code."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
+        _stdout_gone()
+        print("flodl-proto: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_gone() -> bool:
+    """True when stdout is a pipe whose reader has gone; then point stdout at /dev/null so the
+    interpreter's final flush cannot fail again."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:  # a bad kernel choice is reported now, not at the first bf16 reduce of every process
@@ -65,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    return int(func(args))
+    code = int(func(args))
+    sys.stdout.flush()  # a reader that went away is noticed here, not at interpreter exit
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

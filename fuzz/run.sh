@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Fuzz flodl-proto's parsers and state machines with atheris (see fuzz/README.md).
 #
-#   fuzz/run.sh TARGET SECONDS      one target, time-bounded
-#   fuzz/run.sh all SECONDS         every target in turn; exits 1 on any finding
+#   fuzz/run.sh TARGET SECONDS      one target for SECONDS seconds
+#   fuzz/run.sh all SECONDS         every target in turn, SECONDS seconds EACH (so the whole run
+#                                   takes about SECONDS x the number of targets); exits 1 on any
+#                                   finding
 #   fuzz/run.sh ci                  every target with a fixed seed and a fixed number of runs
 #                                   (deterministic, a few seconds each); exits 1 on any finding
 #   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min)
 #   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris
 #   fuzz/run.sh list                the targets
+#
+# SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'.
+# Exit codes: 0 no finding, 1 a finding, 2 a usage error or atheris missing.
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
 # `all`, default 1); FLODL_FUZZ_WORK (work folder for grown corpora, logs and findings, default
@@ -34,7 +39,23 @@ declare -A CI_RUNS=(
   [relay_stream]=1500 [host_fold]=1200 [controller_core]=900
 )
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+# seconds N: N must be a whole number of seconds > 0
+seconds() {
+  case "$1" in
+    ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number of seconds, got '$1'" >&2; exit 2 ;;
+  esac
+  [ "$1" -gt 0 ] || { echo "fuzz: SECONDS must be > 0, got '$1'" >&2; exit 2; }
+}
+
+# need_atheris: the fuzzing modes need atheris (the fuzz extra); say so in one line
+need_atheris() {
+  "$PY" -c 'import atheris' >/dev/null 2>&1 || {
+    echo "fuzz: atheris is not installed for $PY: install the fuzz extra (pip install -e '.[fuzz]')" >&2
+    exit 2
+  }
+}
 
 targets() { "$PY" -c 'from fuzz.harnesses import TARGETS; print(" ".join(TARGETS))'; }
 
@@ -128,11 +149,12 @@ run_ci() {
 [ $# -ge 1 ] || usage
 case "$1" in
   list) targets ;;
-  ci) run_ci ;;
-  all) [ $# -eq 2 ] || usage; run_all "$2" ;;
+  ci) need_atheris; run_ci ;;
+  all) [ $# -eq 2 ] || usage; seconds "$2"; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage
     is_target "$2" || { echo "unknown target $2" >&2; exit 2; }
+    need_atheris
     "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 -exact_artifact_path="$3.min" \
       "${COMMON[@]}" "$3"
     ;;
@@ -153,6 +175,8 @@ EOF
   *)
     [ $# -eq 2 ] || usage
     is_target "$1" || { echo "unknown target $1; targets: $(targets)" >&2; exit 2; }
+    seconds "$2"
+    need_atheris
     timed "$1" "$2"
     ;;
 esac

@@ -379,3 +379,14 @@ def test_parse_mux_header_whole_and_stream_forms() -> None:
     assert parse_mux_header_or_eos(wire[:24]) is END_OF_STREAM
     with pytest.raises(errors.TruncatedInput, match=r"\(24 of 25 bytes"):
         parse_mux_header(wire[:24])
+
+
+def test_tags_equal_rejects_tags_of_the_wrong_length() -> None:
+    from flodl_proto.codec.auth import tags_equal
+    tag = bytes(range(8))
+    assert tags_equal(tag, bytearray(tag)) and tags_equal(memoryview(tag), tag)
+    assert not tags_equal(b"", b"")
+    assert not tags_equal(tag + b"\0", tag + b"\0")
+    assert not tags_equal(tag[:7], tag[:7])
+    assert not tags_equal(tag, tag[:7]) and not tags_equal(tag[:7], tag)
+    assert not tags_equal(tag, bytes(8))

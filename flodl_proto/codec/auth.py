@@ -148,8 +148,16 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
 
 
 def tags_equal(computed: BytesLike, carried: BytesLike) -> bool:
-    """Constant-time comparison of two 8-byte tags."""
-    return hmac.compare_digest(bytes(computed), bytes(carried))
+    """Constant-time comparison of two auth tags.
+
+    Returns:
+        True only when both are exactly 8 bytes (``AUTH_TAG_LEN``) and equal; a tag of any other
+        length (empty included) never matches.
+    """
+    a, b = bytes(computed), bytes(carried)
+    if len(a) != AUTH_TAG_LEN or len(b) != AUTH_TAG_LEN:
+        return False
+    return hmac.compare_digest(a, b)
 
 
 def tag_as_u64(tag: BytesLike) -> int:

@@ -12,7 +12,8 @@ The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` wi
 Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
 failed (the error on stderr), 2 for a bad command line (missing or malformed salt, world size 0,
-address in use, bad ``--outer``), with a one-line error.
+address in use, bad ``--outer``, a ``--checkpoint-dir`` that cannot be created or written), with
+a one-line error.
 
 By default the controller serves flodl's single-port mux (data channel plus ``GET /status`` on the
 same port); ``--no-port-mux`` makes every connection a data-channel connection.
@@ -21,6 +22,7 @@ same port); ``--no-port-mux`` makes every connection a data-channel connection.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 from pathlib import Path
@@ -31,10 +33,10 @@ from ..fsm.events import RelayJoined
 from ..reduce import NesterovMomentum, OuterAvg, OuterOptimizer, SlowMomentum
 from ..runner._netio import format_addr, parse_addr
 from ..runner.controller import ControllerNotice, ReferenceController, RoundReport
-from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
-from .relay import SALT_ENV, parse_salt, signals_stop
+from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from .relay import add_salt_options, resolve_salt, signals_stop
 
-__all__ = ["parse_outer", "register", "resolve_salt", "run"]
+__all__ = ["checkpoint_dir_problem", "parse_outer", "register", "resolve_salt", "run"]
 
 _PROG = "flodl-proto controller"
 
@@ -61,23 +63,20 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
     raise ValueError(f"--outer {text!r}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
 
 
-def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
-    """The session salt from ``--salt HEX``, ``--salt-file PATH`` (32 hex digits, or exactly 16
-    raw bytes) or ``$FLODL_SESSION_SALT``.
-
-    Raises:
-        InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``).
-        OSError: the salt file cannot be read.
-    """
-    if salt_file is not None:
-        raw = Path(salt_file).read_bytes()
-        try:
-            return parse_salt(raw.decode("ascii"))
-        except (UnicodeDecodeError, ProtocolError):
-            if len(raw) == SESSION_SALT_BYTES:
-                return raw
-            return parse_salt(raw.decode("latin-1"))
-    return parse_salt(salt)
+def checkpoint_dir_problem(path: Path) -> str | None:
+    """Create ``path`` (with its parents) if needed; return why checkpoints cannot be written
+    there, or None when they can."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return "exists and is not a directory"
+    except OSError as e:
+        return f"cannot create it: {e.strerror or e}"
+    if not path.is_dir():
+        return "exists and is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "not writable"
+    return None
 
 
 def register(sub: Any) -> None:
@@ -91,11 +90,7 @@ def register(sub: Any) -> None:
                    help="address to bind (port 0: any free port)")
     p.add_argument("--world-size", required=True, type=int, metavar="N",
                    help="number of ranks (> 0)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--salt", metavar="HEX",
-                   help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV})")
-    g.add_argument("--salt-file", metavar="PATH",
-                   help="file holding the salt (32 hex digits, or 16 raw bytes)")
+    add_salt_options(p)
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--no-port-mux", action="store_true",
@@ -134,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
         outer = parse_outer(args.outer)
     except (ProtocolError, ValueError, OSError) as e:
         return _usage_error(str(e))
+    if args.checkpoint_dir is not None:
+        problem = checkpoint_dir_problem(Path(args.checkpoint_dir))
+        if problem is not None:
+            return _usage_error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}")
     stop = threading.Event()
     # signal handlers first: a SIGINT/SIGTERM right after the first line is a clean stop
     with signals_stop(stop):

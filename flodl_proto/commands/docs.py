@@ -1,8 +1,14 @@
-"""``flodl-proto docs [--out PATH] [--check]``: generate the protocol reference from the spec.
+"""``flodl-proto docs [--out PATH] [--spec DIR] [--check]``: generate the protocol reference from
+the spec.
 
-Writes ``docs/protocol.md`` (or ``--out``) from ``spec/wire.yaml`` and ``spec/lifecycle.yaml``;
-with ``--check`` writes nothing and exits 1 when the file is missing or differs from what the spec
-generates (for CI).
+Writes ``docs/protocol.md`` (or ``--out``) from ``wire.yaml`` and ``lifecycle.yaml``; with
+``--check`` writes nothing and exits 1 when the file is missing or differs from what the spec
+generates (for CI). The spec read is the one of the checkout the output belongs to: the nearest
+``spec/wire.yaml`` found walking up from the output's folder (so an installed package run inside
+a source checkout documents that checkout's spec, not the copy installed with it); else ``--spec
+DIR``'s; else the one the package loads. The spec file read is named on every result line.
+Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
+2 for a bad command line or an unreadable spec.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..docs import DEFAULT_OUT, render_protocol_doc
+from ..spec import SPEC, Spec, SpecError
 
-__all__ = ["register"]
+__all__ = ["register", "spec_dir_for"]
+
+_PROG = "flodl-proto docs"
 
 
 def register(sub: Any) -> None:
@@ -22,28 +31,70 @@ def register(sub: Any) -> None:
     p = sub.add_parser("docs", help="generate docs/protocol.md from the spec")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="PATH",
                    help=f"output file (default: {DEFAULT_OUT}; '-' writes to stdout)")
+    p.add_argument("--spec", type=Path, default=None, metavar="DIR",
+                   help="folder holding wire.yaml and lifecycle.yaml (default: the spec/ of the "
+                   "checkout PATH is in, else the package's)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if PATH is missing or out of date")
     p.set_defaults(func=_run)
 
 
+def spec_dir_for(out: Path | None) -> Path:
+    """The spec folder documenting ``out``: the nearest ``spec/`` holding ``wire.yaml`` at or
+    above ``out``'s folder (``None`` or ``-``: the current folder), else the package's spec."""
+    start = Path.cwd() if out is None or str(out) == "-" else out.resolve().parent
+    for folder in (start, *start.parents):
+        if (folder / "spec" / "wire.yaml").is_file():
+            return folder / "spec"
+    return SPEC.path
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _run(args: argparse.Namespace) -> int:
-    text = render_protocol_doc()
     out: Path = args.out
+    spec_dir = args.spec if args.spec is not None else spec_dir_for(out)
+    try:
+        spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
+    except SpecError as e:
+        print(f"{_PROG}: error: {e}", file=sys.stderr)
+        return 2
+    text = render_protocol_doc(spec)
+    source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
     if str(out) == "-":
         sys.stdout.write(text)
         return 0
-    current = out.read_text(encoding="utf-8") if out.is_file() else None
+    if out.is_dir():
+        print(f"{_PROG}: error: --out {out} is a directory; give a file path", file=sys.stderr)
+        return 1
+    try:
+        current = out.read_text(encoding="utf-8") if out.is_file() else None
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{_PROG}: error: cannot read {out}: {e}", file=sys.stderr)
+        return 1
     if args.check:
         if current == text:
-            print(f"{out}: up to date")
+            print(f"{out}: up to date {source}")
             return 0
-        print(f"{out}: out of date; run `flodl-proto docs --out {out}`", file=sys.stderr)
+        print(f"{out}: {'missing' if current is None else 'out of date'} {source}; run "
+              f"`flodl-proto docs --out {out}`", file=sys.stderr)
         return 1
-    if current != text:
+    if current == text:
+        print(f"{out}: up to date {source}")
+        return 0
+    try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8", newline="\n")
-        print(f"{out}: written ({len(text.encode('utf-8'))} bytes)")
-    else:
-        print(f"{out}: up to date")
+    except FileExistsError:  # a file where a folder of the path should be
+        print(f"{_PROG}: error: cannot write {out}: Not a directory", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{_PROG}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"{out}: written ({len(text.encode('utf-8'))} bytes) {source}")
     return 0

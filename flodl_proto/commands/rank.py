@@ -2,8 +2,10 @@
 
 ::
 
-    flodl-proto rank --relay HOST:PORT --rank R --world-size N --salt HEX
-                     [--rounds K] [--payload-mib M] [--bf16] [--protocol-version 2|3]
+    flodl-proto rank --relay HOST:PORT --rank R --world-size N
+                     (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
+                     [--rounds K] [--interval SECONDS] [--payload-mib M] [--bf16]
+                     [--protocol-version 2|3]
 
 Round ``k`` (1-based) of rank ``r`` contributes :func:`synthetic_tensors` ``(r, k, M)`` with the
 realized-work mass ``(r + k) % 4`` (so some rounds have an idle rank). After each round it prints
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -25,7 +28,7 @@ from ..errors import ProtocolError
 from ..runner._netio import parse_addr
 from ..runner.rank import RankClient
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from .relay import parse_salt
+from .relay import add_salt_options, resolve_salt
 
 __all__ = ["mass_of", "register", "synthetic_tensors"]
 
@@ -71,11 +74,12 @@ def register(sub: Any) -> None:
                    help="the relay's loopback data address")
     p.add_argument("--rank", required=True, type=int, metavar="R")
     p.add_argument("--world-size", required=True, type=int, metavar="N")
-    p.add_argument("--salt", metavar="HEX",
-                   help="16-byte session salt as 32 hex digits (default $FLODL_SESSION_SALT)")
+    add_salt_options(p)
     p.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds (default 5)")
     p.add_argument("--payload-mib", type=float, default=0.0, metavar="M",
                    help="add one f32 tensor of M MiB to every frame (default 0)")
+    p.add_argument("--interval", type=float, default=0.0, metavar="SECONDS",
+                   help="pause between rounds (default 0), to watch a run (GET /status)")
     p.add_argument("--bf16", action="store_true", help="ship Model rounds as bf16")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
@@ -85,11 +89,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the rank; return the exit code."""
     try:
-        salt = parse_salt(args.salt)
+        salt = resolve_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay)
-        if args.rounds < 0 or args.payload_mib < 0:
-            raise ValueError("--rounds and --payload-mib must be >= 0")
-    except (ValueError, ProtocolError) as e:
+        if args.rounds < 0 or args.payload_mib < 0 or not args.interval >= 0:
+            raise ValueError("--rounds, --payload-mib and --interval must be >= 0")
+    except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: {e}", file=sys.stderr)
         return 2
     try:
@@ -100,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
                 mass = mass_of(args.rank, k)
                 reply = client.all_reduce_scaled(arrays, mass, weight=mass)
                 print(f"round {k} digest {reply.digest()}", flush=True)
+                if args.interval > 0 and k < args.rounds:
+                    time.sleep(args.interval)
     except ProtocolError as e:
         print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
         return 2 if not e.remote and e.kind == "value" else 1

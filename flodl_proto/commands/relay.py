@@ -2,7 +2,8 @@
 
 ::
 
-    flodl-proto relay --controller HOST:PORT --ranks 0,1 --world-size N --salt HEX
+    flodl-proto relay --controller HOST:PORT --ranks 0,1 --world-size N
+                      (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
                       [--listen-port P] [--protocol-version 2|3] [--host NAME]
 
 The first stdout line, flushed at once, is exactly ``listening on 127.0.0.1:<bound port>``; the
@@ -21,6 +22,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -29,7 +31,15 @@ from ..runner._netio import parse_addr
 from ..runner.relay import Relay, default_relay_port
 from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 
-__all__ = ["SALT_ENV", "parse_ranks", "parse_salt", "register", "signals_stop"]
+__all__ = [
+    "SALT_ENV",
+    "add_salt_options",
+    "parse_ranks",
+    "parse_salt",
+    "register",
+    "resolve_salt",
+    "signals_stop",
+]
 
 #: environment variable holding the session salt (hex) when ``--salt`` is not given
 SALT_ENV = "FLODL_SESSION_SALT"
@@ -54,6 +64,36 @@ def parse_salt(text: str | None) -> bytes:
         raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
                              digits=2 * SESSION_SALT_BYTES, got=clean)
     return raw
+
+
+def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
+    """The session salt from ``--salt HEX``, ``--salt-file PATH`` (32 hex digits, or exactly 16
+    raw bytes) or ``$FLODL_SESSION_SALT``.
+
+    Raises:
+        InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``).
+        OSError: the salt file cannot be read.
+    """
+    if salt_file is not None:
+        raw = Path(salt_file).read_bytes()
+        try:
+            return parse_salt(raw.decode("ascii"))
+        except (UnicodeDecodeError, ProtocolError):
+            if len(raw) == SESSION_SALT_BYTES:
+                return raw
+            return parse_salt(raw.decode("latin-1"))
+    return parse_salt(salt)
+
+
+def add_salt_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--salt HEX`` / ``--salt-file PATH`` (mutually exclusive; default
+    ``$FLODL_SESSION_SALT``) to a cluster command's parser."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--salt", metavar="HEX",
+                   help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV}); visible "
+                   "to other users in the process list, prefer --salt-file")
+    g.add_argument("--salt-file", metavar="PATH",
+                   help="file holding the salt (32 hex digits, or 16 raw bytes)")
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -110,8 +150,7 @@ def register(sub: Any) -> None:
     p.add_argument("--ranks", required=True, metavar="R,R,...",
                    help="this host's global rank ids, e.g. 0,1")
     p.add_argument("--world-size", required=True, type=int, metavar="N")
-    p.add_argument("--salt", metavar="HEX",
-                   help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV})")
+    add_salt_options(p)
     p.add_argument("--listen-port", type=int, default=None, metavar="P",
                    help="loopback port for the ranks (default: controller port + 4; 0 = any)")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
@@ -123,12 +162,12 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the relay until it ends; return the exit code."""
     try:
-        salt = parse_salt(args.salt)
+        salt = resolve_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks)
         controller = parse_addr(args.controller)
         relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
                       listen_port=args.listen_port, host=args.host)
-    except (ValueError, ProtocolError) as e:
+    except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto relay: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()

@@ -1,0 +1,325 @@
+"""The command line as a user meets it, in subprocesses: one line per failure and no traceback
+(Ctrl-C, a reader that stops early, unusable paths), ``python -m flodl_proto``, the salt file,
+``docs`` reading the spec of the checkout it writes into, ``fuzz/run.sh``'s usage errors and a
+hand-run cluster as the README describes it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from flodl_proto.codec import encode_ack
+
+from .cluster_util import recv_exact
+from .conftest import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
+
+
+def _cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flodl_proto", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def _one_error_line(stderr: str, *fragments: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+class _Proc:
+    """A CLI subprocess whose stdout and stderr lines arrive on a queue as they are printed."""
+
+    def __init__(self, *args: str) -> None:
+        self.p = subprocess.Popen([sys.executable, "-m", "flodl_proto", *args],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._pump, args=(name, s), daemon=True)
+                        for name, s in (("out", self.p.stdout), ("err", self.p.stderr))]
+        for t in self.readers:
+            t.start()
+
+    def _pump(self, name: str, stream: IO[str] | None) -> None:
+        assert stream is not None
+        for line in stream:
+            if name == "err":
+                self.err.append(line)
+            self.lines.put((name, line.rstrip("\n")))
+
+    def wait_for(self, fragment: str, timeout: float = 60) -> str:
+        while True:
+            _, line = self.lines.get(timeout=timeout)
+            if fragment in line:
+                return line
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        rc = self.p.wait(timeout=timeout)
+        for t in self.readers:
+            t.join(timeout)
+        return rc, "".join(self.err)
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.finish()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[_Proc]]:
+    started: list[_Proc] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+# -- item: python -m flodl_proto --------------------------------------------------------------
+def test_python_m_flodl_proto_is_the_cli() -> None:
+    res = _cli("--version")
+    assert res.returncode == 0 and res.stdout.startswith("flodl-proto 0.1.0 ")
+    res = _cli("vectors", "check")
+    assert res.returncode == 0 and res.stdout.splitlines()[0].endswith("_vectors")
+
+
+# -- item: output piped into a reader that stops early -----------------------------------------
+def _closed_reader(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE,
+                         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before the first line (``| head -0``)
+    if stdin is not None:
+        assert p.stdin is not None
+        p.stdin.write(stdin)
+        p.stdin.close()
+    err = p.stderr.read().decode()
+    return p.wait(timeout=90), err
+
+
+@pytest.mark.parametrize("args", [("vectors", "check"), ("docs", "--out", "-"),
+                                  ("decode", "--hex", "-")], ids=["vectors", "docs", "decode"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(args: tuple[str, ...]) -> None:
+    stdin = None
+    if args[0] == "decode":
+        from flodl_proto.codec import (
+            MuxRecord,
+            RankExit,
+            encode_channel_magic,
+            encode_mux_record_bytes,
+        )
+        rec = encode_mux_record_bytes(MuxRecord.control_msg(RankExit(1)), bytes.fromhex(SALT_HEX))
+        stdin = (encode_channel_magic() + rec * 2000).hex().encode()
+    rc, err = _closed_reader(*args, stdin=stdin)
+    assert (rc, err) == (141, "")
+
+
+# -- item: Ctrl-C ------------------------------------------------------------------------------
+def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc]) -> None:
+    p = _Proc("--log-level", "DEBUG", "rank", "--relay", f"127.0.0.1:{_closed_port()}",
+              "--rank", "0", "--world-size", "2", "--salt", SALT_HEX)
+    procs.append(p)
+    p.wait_for("connect attempt 1/")
+    p.p.send_signal(signal.SIGINT)
+    rc, err = p.finish()
+    assert rc == 130
+    assert "Traceback" not in err and err.splitlines()[-1] == "flodl-proto: interrupted"
+
+
+def test_ctrl_c_of_a_rank_mid_run(procs: list[_Proc]) -> None:
+    """The relay acks and takes the first frame, then stays silent: the rank waits for its
+    reply when Ctrl-C arrives."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(60)
+    try:
+        p = _Proc("rank", "--relay", f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0",
+                  "--world-size", "2", "--salt", SALT_HEX, "--rounds", "3")
+        procs.append(p)
+        conn, _ = lst.accept()
+        with conn:
+            conn.settimeout(60)
+            recv_exact(conn, 16)  # handshake
+            conn.sendall(encode_ack(2))
+            n = int.from_bytes(recv_exact(conn, 4), "little")
+            assert len(recv_exact(conn, n)) == n  # the rank's first frame: it now awaits a reply
+            p.p.send_signal(signal.SIGINT)
+            rc, err = p.finish()
+    finally:
+        lst.close()
+    assert rc == 130
+    assert "Traceback" not in err and err.strip() == "flodl-proto: interrupted"
+
+
+def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary runs after the cluster is gone: a KeyboardInterrupt there is one line, 130."""
+    from flodl_proto import cli
+    from flodl_proto.commands import demo
+
+    def no_cluster(*args: object) -> None:
+        return None
+
+    def interrupted(*args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "_drive", no_cluster)
+    monkeypatch.setattr(demo, "_report", interrupted)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["demo", "--no-progress", "--rounds", "10"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip() == "flodl-proto: interrupted"
+
+
+# -- item: unusable paths ----------------------------------------------------------------------
+def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
+    res = _cli("docs", "--out", str(tmp_path))
+    assert res.returncode == 1
+    _one_error_line(res.stderr, f"--out {tmp_path} is a directory")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = _cli("docs", "--out", str(blocker / "protocol.md"))
+    assert res.returncode == 1
+    _one_error_line(res.stderr, f"cannot write {blocker / 'protocol.md'}", "Not a directory")
+
+
+def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for where, why in ((blocker, "exists and is not a directory"),
+                       (blocker / "sub", "cannot create it: Not a directory")):
+        res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt",
+                   SALT_HEX, "--checkpoint-dir", str(where))
+        assert res.returncode == 2 and res.stdout == ""
+        _one_error_line(res.stderr, f"--checkpoint-dir {where}: {why}")
+        assert "listen" not in res.stderr
+
+
+# -- item: docs reads the spec of the checkout it writes into ----------------------------------
+def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
+    """As after ``pip install .``: the package's own spec is not the checkout's; editing the
+    checkout's spec makes ``docs --check`` there report the document out of date."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "spec", checkout / "spec")
+    shutil.copytree(ROOT / "docs", checkout / "docs")
+    res = _cli("docs", "--check", cwd=checkout)
+    assert res.returncode == 0
+    assert res.stdout.strip() == "docs/protocol.md: up to date (spec: spec/wire.yaml)"
+    wire = checkout / "spec" / "wire.yaml"
+    text = wire.read_text(encoding="utf-8")
+    assert "\ntitle: " in text
+    wire.write_text(text.replace("\ntitle: ", "\ntitle: edited ", 1), encoding="utf-8")
+    res = _cli("docs", "--check", cwd=checkout)
+    assert res.returncode == 1 and res.stdout == ""
+    _one_error_line(res.stderr, "docs/protocol.md: out of date (spec: spec/wire.yaml)")
+    res = _cli("docs", cwd=checkout)
+    assert res.returncode == 0 and "written" in res.stdout
+    assert "edited " in (checkout / "docs" / "protocol.md").read_text(encoding="utf-8")
+    # the package's spec is untouched, and --spec picks a spec explicitly
+    res = _cli("docs", "--check", "--spec", str(ROOT / "spec"), cwd=checkout)
+    assert res.returncode == 1
+
+
+# -- item: fuzz/run.sh -------------------------------------------------------------------------
+def _fuzz(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
+                          text=True, timeout=60,
+                          env={**os.environ, "PYTHON": sys.executable, **(env or {})})
+
+
+@pytest.mark.parametrize("args", [("round_frame", "abc"), ("all", "1.5"), ("all", "0"),
+                                  ("round_frame", "")])
+def test_fuzz_duration_must_be_whole_seconds(args: tuple[str, ...]) -> None:
+    res = _fuzz(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    _one_error_line(res.stderr, "fuzz: SECONDS must be")
+
+
+def test_fuzz_without_atheris_says_to_install_the_extra(tmp_path: Path) -> None:
+    shadow = tmp_path / "atheris"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('atheris hidden for this test')\n")
+    res = _fuzz("round_frame", "5", env={"PYTHONPATH": str(tmp_path)})
+    assert res.returncode == 2 and res.stdout == ""
+    _one_error_line(res.stderr, "atheris is not installed", "pip install -e '.[fuzz]'")
+    assert "FINDING" not in res.stderr
+
+
+def test_fuzz_help_says_all_n_is_per_target() -> None:
+    res = _fuzz()
+    assert res.returncode == 2
+    assert "every target in turn, SECONDS seconds EACH" in res.stdout
+
+
+# -- item: --salt-file and the README's hand-run cluster ---------------------------------------
+@pytest.mark.parametrize("command", ["relay", "rank"])
+def test_salt_file_errors_are_one_line(command: str, tmp_path: Path) -> None:
+    where = ["--controller", "127.0.0.1:1", "--ranks", "0"] if command == "relay" \
+        else ["--relay", "127.0.0.1:1", "--rank", "0"]
+    res = _cli(command, *where, "--world-size", "1", "--salt-file", str(tmp_path / "missing"))
+    assert res.returncode == 2
+    _one_error_line(res.stderr, "No such file or directory")
+    bad = tmp_path / "bad.hex"
+    bad.write_text("not a salt\n")
+    res = _cli(command, *where, "--world-size", "1", "--salt-file", str(bad))
+    assert res.returncode == 2
+    _one_error_line(res.stderr, "32 hex digits")
+    res = _cli(command, *where, "--world-size", "1", "--salt-file", str(bad), "--salt", SALT_HEX)
+    assert res.returncode == 2 and "not allowed with argument" in res.stderr
+
+
+def test_hand_run_cluster_with_salt_files(tmp_path: Path, procs: list[_Proc]) -> None:
+    """The README's cluster by hand: controller, relay, two ranks, all with --salt-file; the
+    ranks pace their rounds (--interval) so GET /status shows the run in progress."""
+    salt = tmp_path / "salt.hex"
+    salt.write_text(SALT_HEX + "\n")
+    s = ["--world-size", "2", "--salt-file", str(salt)]
+    ctl = _Proc("controller", "--listen", "127.0.0.1:0", *s)
+    procs.append(ctl)
+    addr = ctl.wait_for("listening on ").split()[-1]
+    relay = _Proc("relay", "--controller", addr, "--ranks", "0,1", "--listen-port", "0", *s)
+    procs.append(relay)
+    raddr = relay.wait_for("listening on ").split()[-1]
+    ranks = [_Proc("rank", "--relay", raddr, "--rank", str(r), *s, "--rounds", "4",
+                   "--interval", "0.3") for r in (0, 1)]
+    procs.extend(ranks)
+    first = [r.wait_for("round 1 digest") for r in ranks]
+    with urllib.request.urlopen(f"http://{addr}/status", timeout=30) as resp:
+        status = resp.read().decode()
+    assert '"ranks_covered": 2' in status and '"world_size": 2' in status
+    last = [r.wait_for("round 4 digest") for r in ranks]
+    assert first[0] == first[1] and last[0] == last[1]
+    for p in ranks:
+        rc, err = p.finish()
+        assert (rc, err) == (0, "")
+    assert relay.finish()[0] == 0
+    assert ctl.finish()[0] == 0
