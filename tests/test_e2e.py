@@ -1,7 +1,8 @@
 """End to end over loopback: ranks -> relays -> the reference controller -> back.
 
-Every rank must receive the identical consensus, equal to ``reduce_realized_work`` of the
-per-host folds of the frames sent; and the faults end the run cleanly without a hang.
+Every rank must receive the identical consensus, equal to the realized-work reduce of the
+per-host folds of the frames sent (computed by the tests' own reference, ``tests/reference.py``),
+in every round; and the faults end the run cleanly without a hang.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from flodl_proto.codec import (
     encode_round_frame_bytes,
 )
 from flodl_proto.errors import AuthenticationError, TruncatedInput
-from flodl_proto.reduce import bf16_from_f32, reduce_realized_work, sum_frames
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay
@@ -49,6 +49,7 @@ from .cluster_util import (
     values,
     wait_until,
 )
+from .reference import BF16_TAG, encode, ref_reduce, ref_sum
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,7 +91,8 @@ def _sent(rank: int, k: int, version: int, wire: Dtype) -> RoundFrame:
         if mass == 0.0 and version == 3:
             ts.append(TensorPayload.elide(wire, a.shape))
         elif wire is Dtype.BF16:
-            ts.append(TensorPayload(wire, a.shape, bf16_from_f32(a * np.float32(mass)).tobytes()))
+            scaled = [np.float32(x * np.float32(mass)) for x in a.reshape(-1)]
+            ts.append(TensorPayload(wire, a.shape, encode(scaled, BF16_TAG)))
         else:
             ts.append(TensorPayload(wire, a.shape, (a * np.float32(mass)).tobytes()))
     return RoundFrame(RoundKind.MODEL, mass, ts)
@@ -128,9 +130,9 @@ def _run_matrix(topology: str, dtype: str, version: int) -> None:
             assert "error" not in res, res.get("error")
             got[r] = res["result"]
         for k in range(ROUNDS):
-            folds = [sum_frames([_sent(r, k, version, wire) for r in h], version=version)
+            folds = [ref_sum([_sent(r, k, version, wire) for r in h], version=version)
                      for h in hosts]
-            expected = reduce_realized_work(folds, version=version)
+            expected = ref_reduce(folds, version=version)
             want = encode_round_frame_bytes(expected, SALT)
             for r in range(world):
                 raw, arrays = got[r][k]
@@ -192,9 +194,13 @@ def test_rank_killed_mid_round_ends_the_run_cleanly() -> None:
         jobs = {r: in_thread(c.all_reduce, frame([float(r), 1.0])) for r, c in clients.items()}
         victim.send_frame(frame([1.0, 1.0]))
         first = victim.read_reply()
-        for t, _ in jobs.values():
+        want = ref_reduce([ref_sum([frame([0.0, 1.0]), frame([1.0, 1.0])]),
+                           ref_sum([frame([2.0, 1.0]), frame([3.0, 1.0])])])
+        assert values(want) == [[1.5, 1.0]] and want.weight == 4.0  # (0+1+2+3)/4, 4/4
+        for r, (t, res) in jobs.items():
             t.join()
-        assert first is not None
+            assert res.get("result") == want, (r, res)
+        assert first == encode_round_frame_bytes(want, SALT)
         assert {bytes(c.last_reply.raw) for c in clients.values()} == {first}
         # round 2: the others send, the victim dies halfway through its frame
         jobs = {r: in_thread(c.all_reduce, frame([float(r), 2.0])) for r, c in clients.items()}
@@ -206,10 +212,14 @@ def test_rank_killed_mid_round_ends_the_run_cleanly() -> None:
         for r, (t, res) in jobs.items():
             t.join()
             outcomes[r] = res.get("result", res.get("error"))
-        # survivors end consistently: the same round-2 consensus for all, or end of stream
+        # survivors end consistently: the same round-2 consensus for all, or end of stream; a
+        # round 2 that completed folded host A without the victim
         frames = [o for o in outcomes.values() if isinstance(o, RoundFrame)]
         errors = [o for o in outcomes.values() if not isinstance(o, RoundFrame)]
         assert all(isinstance(e, TruncatedInput) for e in errors), errors
+        want2 = ref_reduce([frame([0.0, 2.0]), ref_sum([frame([2.0, 2.0]), frame([3.0, 2.0])])])
+        assert values(want2) == [[1.6666667461395264, 2.0]]  # 5 * f32(1/3), 6 * f32(1/3)
+        assert all(f == want2 for f in frames), frames
         assert len({bytes(clients[r].last_reply.raw) for r, o in outcomes.items()
                     if isinstance(o, RoundFrame)}) <= 1, frames
         outcome = ctrl.wait(30)
@@ -247,6 +257,10 @@ def test_relay_process_killed_mid_round_ends_the_run_cleanly() -> None:
             t.join()
             clients[r] = res["result"]
         first = _round(clients, 0)
+        want = ref_reduce([ref_sum([frame([0.0, 1.0]), frame([1.0, 1.0])]),
+                           ref_sum([frame([2.0, 1.0]), frame([3.0, 1.0])])])
+        assert values(want) == [[1.5, 1.0]]
+        assert first == dict.fromkeys(range(4), want), first
         assert len({bytes(c.last_reply.raw) for c in clients.values()}) == 1, first
         # round 2 starts; rank 3 has not sent yet when its relay dies
         jobs = {r: in_thread(clients[r].all_reduce, frame([1.0, 1.0])) for r in (0, 1, 2)}
@@ -301,7 +315,9 @@ def test_relay_that_stops_reading_is_declared_dead_and_the_other_host_goes_on(
         b.sendall(b"".join(encode_frame_record(RecordKind.HOST_FRAME, stuck, SALT)))
         for t, res in jobs.values():
             t.join()
-            assert res["result"].weight == 3.0  # round 1: all three ranks
+            rep = res["result"]
+            assert rep.weight == 3.0  # round 1: all three ranks, (1 + 2 + 3) / 3 everywhere
+            assert np.array_equal(rep.frame.tensors[0].array(), np.full(n, 2.0, np.float32))
         wait_until(lambda: ctrl.dead_ranks.is_dead(2), timeout=60)
         # round 2: only host A is expected now
         jobs = {r: in_thread(clients[r].all_reduce_scaled, [big[r].copy()], 1.0)
@@ -309,8 +325,8 @@ def test_relay_that_stops_reading_is_declared_dead_and_the_other_host_goes_on(
         for t, res in jobs.values():
             t.join()
             rep = res["result"]
-            assert rep.weight == 2.0
-            assert float(rep.frame.tensors[0].array()[0]) == 1.5
+            assert rep.weight == 2.0  # (1 + 2) / 2 everywhere
+            assert np.array_equal(rep.frame.tensors[0].array(), np.full(n, 1.5, np.float32))
         for c in clients.values():
             c.close()
         outcome = ctrl.wait(30)
