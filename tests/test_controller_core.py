@@ -3,14 +3,22 @@ Hypothesis state machine checking the core against a simple model."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import event, settings
+from hypothesis import event, settings, target
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from flodl_proto.codec.handshake import encode_channel_magic
 from flodl_proto.codec.mux import (
@@ -530,6 +538,10 @@ def test_runner_failure_fails_the_core_with_the_exception() -> None:
 RARE = st.integers(0, 30).map(lambda x: x == 13)
 #: a flag that is True about one time in five
 SOMETIMES = st.integers(0, 4).map(lambda x: x == 2)
+#: a flag that is True about one time in four
+OFTEN = st.integers(0, 99).map(lambda x: 40 <= x < 65)
+#: a flag that is True about one time in twenty
+ONE_IN_TWENTY = st.integers(0, 99).map(lambda x: 40 <= x < 45)
 
 
 def _splits(data: Any, payload: bytes) -> list[bytes]:
@@ -547,8 +559,16 @@ class ControllerCoreStateful(RuleBasedStateMachine):
     relay deposited, its consensus is the reduce of the deposits, dead ranks stay dead, Shutdown
     is final."""
 
-    @initialize(ws=st.integers(1, 4), version=st.sampled_from([2, 3]))
-    def setup(self, ws: int, version: int) -> None:
+    @initialize(data=st.data(), ws=st.integers(1, 4), version=st.sampled_from([2, 3]),
+                focus=st.sampled_from(["rounds", "eof", "fail", "deaths", "accept", "duplicate"]))
+    def setup(self, data: Any, ws: int, version: int, focus: str) -> None:
+        """A started core and the example's focus. ``accept``: the accept phase is driven by the
+        rules (Hellos, bad Hellos, silent connections); ``duplicate``: a relay announces some
+        ranks, then another relay announces one of them again (the run fails); otherwise every
+        rank is announced at once (a random partition into relays) and the run reduces rounds,
+        with one run-ending input drawn more often (``eof``: a relay EOF, ``fail``: a bad
+        record, ``deaths``: DeclareDead) or none (``rounds``)."""
+        STATS["examples"] += 1
         self.ws, self.version = ws, version
         self.core = ControllerCore(ws, SALT, version=version)
         assert self.core.start() == []
@@ -565,10 +585,17 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         self.rounds = 0
         self.expect_sends: list[tuple[int, SendKind, Any]] = []
         self.expect_end: tuple[bool, str] | None = None
+        self.expect_error: str | None = None
         self.seen_dead: set[int] = set()
         self.deaf: set[int] = set()  # relays whose reader has exited (EOF or error)
         self.pending_exit: str | None = None  # held during the accept phase
         self.pending_error = False
+        self.live_deaths = 0  # live ranks declared dead (DeclareDead or a failed write)
+        self.focus = focus
+        if focus == "duplicate":
+            self.announce_a_rank_twice(data)
+        elif focus != "accept":
+            self.cover_the_rest(data)
 
     # -- model -----------------------------------------------------------------------------------
     def _alive(self, i: int) -> bool:
@@ -576,6 +603,7 @@ class ControllerCoreStateful(RuleBasedStateMachine):
 
     def _finish(self, clean: bool, reason: str) -> None:
         event(f"finished: {reason}")
+        STATS[f"ended by {reason}"] += 1
         self.state = "shutdown"
         self.expect_end = (clean, reason)
 
@@ -639,8 +667,13 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         if self.expect_end is not None:
             assert fin is not None, "the run should have ended"
             assert (fin.outcome.clean, fin.outcome.reason) == self.expect_end, fin.outcome
+            if self.expect_error is not None:
+                assert fin.outcome.error is not None
+                assert fin.outcome.error.error_id == self.expect_error, fin.outcome.error
+                self.expect_error = None
             if fin.outcome.error is not None:
                 event(f"failed with {fin.outcome.error.error_id}")
+                STATS[f"failed with {fin.outcome.error.error_id}"] += 1
             self.expect_end = None
         else:
             assert fin is None, fin
@@ -654,31 +687,52 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         assert acts == [], acts
         return True
 
+    def _go(self, data: Any, focus: str) -> bool:
+        """Whether a run-ending input happens now: in an example focused on it, always once a
+        round was reduced (before that, about one time in four); otherwise rarely (one time in
+        twenty). Most examples reduce rounds and each ending is reached in many examples."""
+        if self.focus == focus and self.rounds:
+            return True
+        return bool(data.draw(OFTEN if self.focus == focus else ONE_IN_TWENTY, label="go"))
+
     def _relay(self, data: Any) -> int:
         return int(data.draw(st.sampled_from([i for i, (c, _) in enumerate(self.relays)
                                               if c in self.open])))
 
     @precondition(lambda self: self.state == "accepting")
-    @rule(data=st.data(), bad_hello=RARE, how=st.sampled_from(["range", "twice"]))
+    @rule(data=st.data(), bad_hello=st.integers(0, 99).map(lambda x: 30 <= x < 70),
+          how=st.sampled_from(["twice", "range", "twice"]))
     def hello(self, data: Any, bad_hello: bool, how: str) -> None:
         bad = how if bad_hello else "none"
+        STATS[f"Hello: {bad}"] += 1
         free = sorted(set(range(self.ws)) - self.covered)
         ranks = data.draw(st.lists(st.sampled_from(free), unique=True, max_size=len(free),
                                    min_size=data.draw(st.sampled_from([0, 1, 1, 1])))
                           if free else st.just([]))
         if bad == "range":
             ranks = [*ranks, self.ws]
-        elif bad == "twice" and (self.covered or ranks):
-            ranks = [*ranks, sorted(self.covered | set(ranks))[0]]
+        elif bad == "twice" and self.covered:  # a rank an earlier relay announced
+            ranks = [*ranks, sorted(self.covered)[0]]
+            STATS["Hello: a rank of another relay"] += 1
+        elif bad == "twice" and ranks:  # the same rank twice in one Hello
+            ranks = [*ranks, ranks[0]]
         conn = self.next_conn
         self.next_conn += 1
         acts = self.core.connection_opened(conn, self.now)
         for chunk in _splits(data, hello_bytes(ranks, self.version)):
             acts += self.core.receive_data(conn, chunk)
-        invalid = (any(r >= self.ws for r in ranks) or len(set(ranks)) < len(ranks)
-                   or bool(set(ranks) & self.covered))
-        if invalid:
+        seen, error = set(self.covered), None
+        for r in ranks:
+            if r >= self.ws:
+                error = "controller.rank_out_of_range"
+                break
+            if r in seen:  # announced by an earlier relay, or twice in this Hello
+                error = "controller.rank_twice"
+                break
+            seen.add(r)
+        if error is not None:
             self._finish(False, "fail")
+            self.expect_error = error
             self._check(acts)
             return
         self.expect_sends.append((conn, SendKind.HELLO_ACK, None))
@@ -691,6 +745,33 @@ class ControllerCoreStateful(RuleBasedStateMachine):
             assert set(self.silent) <= closed(acts)
             self.silent.clear()
             self._evaluate()
+        self._check(acts)
+
+    def announce_a_rank_twice(self, data: Any) -> None:
+        """A relay announces ranks; another relay then announces one of them (``rank_twice``).
+        With a world of one rank, one Hello carries rank 0 twice."""
+        if self.ws == 1:
+            self._hello_with_ranks([0, 0], "controller.rank_twice")
+            return
+        k = data.draw(st.integers(1, self.ws - 1), label="ranks of the first relay")
+        self._hello_with_ranks(list(range(k)), None)
+        STATS["Hello: a rank of another relay"] += 1
+        dup = data.draw(st.integers(0, k - 1), label="the rank announced again")
+        self._hello_with_ranks([k, dup], "controller.rank_twice")  # k < ws: a new rank first
+
+    def _hello_with_ranks(self, ranks: list[int], error: str | None) -> None:
+        conn = self.next_conn
+        self.next_conn += 1
+        acts = self.core.connection_opened(conn, self.now)
+        acts += self.core.receive_data(conn, hello_bytes(ranks, self.version))
+        if error is not None:
+            self._finish(False, "fail")
+            self.expect_error = error
+        else:
+            self.expect_sends.append((conn, SendKind.HELLO_ACK, None))
+            self.relays.append((conn, tuple(ranks)))
+            self.open.add(conn)
+            self.covered |= set(ranks)
         self._check(acts)
 
     @precondition(lambda self: self.state == "accepting")
@@ -763,24 +844,27 @@ class ControllerCoreStateful(RuleBasedStateMachine):
             self._evaluate()
         self._check(acts)
 
-    @rule(data=st.data(), go=SOMETIMES)
-    def declare_dead(self, data: Any, go: bool) -> None:
-        if not go and self.state != "shutdown":
+    @rule(data=st.data())
+    def declare_dead(self, data: Any) -> None:
+        if not self._go(data, "deaths") and self.state != "shutdown":
             return
         rank = data.draw(st.integers(0, self.ws))  # ws itself: out of range, a no-op
         acts = self.core.declare_dead(rank)
         if self._ended(acts):
             return
         if rank < self.ws:
+            if rank not in self.dead and self.state == "reducing":
+                self.live_deaths += 1
+                event("a live rank declared dead while reducing")
             self.dead.add(rank)
         self._evaluate()
         self._check(acts)
 
     @precondition(lambda self: bool(self.open))
-    @rule(data=st.data(), go=RARE)
-    def relay_eof(self, data: Any, go: bool) -> None:
+    @rule(data=st.data())
+    def relay_eof(self, data: Any) -> None:
         i = self._relay(data)
-        if not go and self._alive(i) and self.state != "shutdown":
+        if not self._go(data, "eof") and self._alive(i) and self.state != "shutdown":
             return  # ending the run: drawn rarely
         conn = self.relays[i][0]
         acts = self.core.connection_closed(conn)
@@ -827,10 +911,28 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         acts = self.core.write_failed(conn, SendKind.BROADCAST, "test")
         if self._ended(acts):
             return
+        if set(ranks) - self.dead:
+            self.live_deaths += 1
+            event("a relay with live ranks lost to a failed write")
         self.dead |= set(ranks)
         self.deposits.pop(i, None)
         self.open.discard(conn)
         self._evaluate()
+        self._check(acts)
+
+    @precondition(lambda self: self.state != "shutdown" and bool(self.open))
+    @rule(data=st.data(), how=st.sampled_from(["salt", "data"]))
+    def relay_sends_a_bad_record(self, data: Any, how: str) -> None:
+        """Rarely: a live relay's reader fails (a HostFrame signed with another salt, or a
+        per-rank Data record on the controller's channel); the run fails (held during accept)."""
+        i = self._relay(data)
+        if not self._go(data, "fail") or i in self.deaf or not self._alive(i):
+            return
+        bad = (host_frame_bytes(f32(1.0), salt=bytes(16)) if how == "salt" else
+               encode_mux_record_bytes(MuxRecord.data(self.relays[i][1][0], b"x"), SALT))
+        acts = self.core.receive_data(self.relays[i][0], bad)
+        self.deaf.add(i)
+        self._reader_error()
         self._check(acts)
 
     @rule(dt=st.sampled_from([0.1] * 10 + [4.0, 10.0]))
@@ -881,9 +983,42 @@ class ControllerCoreStateful(RuleBasedStateMachine):
             self.seen_dead = now
 
 
-TestControllerCoreStateful = ControllerCoreStateful.TestCase
-TestControllerCoreStateful.settings = settings(stateful_step_count=40)
-TestControllerCoreStateful.pytestmark = [pytest.mark.stateful]
+    def teardown(self) -> None:
+        if not hasattr(self, "core"):
+            return
+        if self.rounds:
+            STATS["examples with reduced rounds"] += 1
+        if self.live_deaths:
+            STATS["examples with deaths"] += 1
+        STATS["rounds"] += self.rounds
+        target(float(self.rounds), label="rounds reduced")
+        target(float(len(self.dead)), label="dead ranks")
+
+
+#: what the last run of the machine reached (reset by :func:`test_controller_core_state_machine`)
+STATS: Counter[str] = Counter()
+
+
+@pytest.mark.stateful
+def test_controller_core_state_machine() -> None:
+    """Run the machine under the loaded profile, then check what it reached: rounds reduced in
+    most examples, a run ended by a relay EOF, runs ended by a failure (a rank another relay
+    announced among them), live ranks declared dead.
+
+    The ``ci`` profile is derandomized: the run, and so these figures, change only when the
+    machine's rules or strategies change. The machine steers toward them (each example has a
+    focus; see ``setup``) rather than relying on luck."""
+    STATS.clear()
+    run_state_machine_as_test(ControllerCoreStateful, settings=settings(stateful_step_count=40))
+    print(dict(STATS))
+    examples = STATS["examples"]
+    assert examples >= settings().max_examples, STATS
+    assert STATS["examples with reduced rounds"] > examples / 2, STATS
+    assert STATS["ended by relay_eof"] >= 1, STATS
+    assert STATS["ended by fail"] >= 1, STATS
+    assert STATS["Hello: a rank of another relay"] >= 1, STATS
+    assert STATS["failed with controller.rank_twice"] >= 1, STATS
+    assert STATS["examples with deaths"] >= 1, STATS
 
 
 def test_errors_are_protocol_errors() -> None:
