@@ -26,12 +26,12 @@ from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.structs import MUX_HEADER
 from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.fsm.events import SendKind, SendTo
-from flodl_proto.reduce import reduce_realized_work
 from flodl_proto.runner import controller as ctl_mod
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC, READ_CHUNK
 
 from .fake_relay import SALT, FakeRelay, frame, values
+from .reference import ref_reduce
 
 END = 5.0  # seconds to wait for the controller to end
 
@@ -86,7 +86,7 @@ def test_three_ranks_multi_round_multi_tensor(controller_factory) -> None:  # ty
             a.send_host_frame(fa)
             ga, gb = a.read_broadcast(), b.read_broadcast()
             assert ga == gb
-            want = reduce_realized_work([fa, fb], version=3)
+            want = ref_reduce([fa, fb], version=3)
             assert ga == want
             assert values(ga, 1) == pytest.approx([2.0, 8.0 / 3.0, 10.0 / 3.0, 4.0])
             assert ga.tensors[1].shape == (2, 2)
