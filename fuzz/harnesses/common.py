@@ -199,19 +199,62 @@ def check_frame_reencodes(frame: RoundFrame, salt: bytes, wire: bytes | memoryvi
           f"  in : {bytes(wire).hex()}\n  out: {again.hex()}")
 
 
+#: NumPy's dimension limit (the wire allows 255)
+_NUMPY_MAX_NDIM = 64
+#: in an expected error set: the call may also succeed
+MAY_SUCCEED = "(may succeed)"
+
+
+def _expected_view_error(t: Any, version: int) -> tuple[type[ProtocolError], set[str]] | None:
+    """The error ``TensorPayload.array`` must raise for ``t`` (class and the error ids it may
+    carry), or None when it must return an array. Written from the method's documented rules,
+    not from its code."""
+    es = {0: 4, 1: 2}.get(t.dtype)
+    if es is None:
+        return RemoteProtocolError, {"tensor.unknown_dtype"}
+    numel = 1
+    for d in t.shape:
+        numel *= d
+    expected = numel * es
+    if t.nbytes != expected:
+        if t.nbytes == 0 and version >= 3:
+            if len(t.shape) > _NUMPY_MAX_NDIM:
+                return LocalProtocolError, {"tensor.ndim_unsupported"}
+            if expected > FRAME_CEILING_FLOOR:
+                return LocalProtocolError, {"tensor.elided_too_large"}
+            return None
+        return RemoteProtocolError, {"tensor.nbytes_vs_shape"}
+    if len(t.shape) > _NUMPY_MAX_NDIM:
+        return LocalProtocolError, {"tensor.ndim_unsupported"}
+    nonzero = 1
+    for d in t.shape:
+        nonzero *= d or 1
+    if numel == 0 and nonzero * es >= 1 << 62:
+        # a zero-element shape whose other dimensions may overflow NumPy's index type: the
+        # array or this error
+        return RemoteProtocolError, {"tensor.shape_unrepresentable", MAY_SUCCEED}
+    return None
+
+
 def exercise_views(frame: RoundFrame, version: int) -> None:
     """Use each tensor the way a fold would (``TensorPayload.array``) and hold it to the same
-    oracle. Two documented local refusals of the view helper are allowed: more dimensions than
-    NumPy carries, and zeros above the ceiling passed here (one read chunk)."""
+    oracle. The only errors tolerated are the documented ones, for the tensor that warrants
+    them: an unknown dtype or a byte count that does not match the shape (remote), more
+    dimensions than NumPy carries or zeros above the ceiling passed here (local, one read
+    chunk), and a zero-element shape NumPy cannot index (remote). A well-formed tensor must give
+    an array."""
     for t in frame.tensors:
+        want = _expected_view_error(t, version)
         try:
             arr = t.array(materialize_elided=version >= 3, ceiling=FRAME_CEILING_FLOOR)
-        except RemoteProtocolError:
+        except ProtocolError as e:
+            if want is None or not isinstance(e, want[0]) or e.error_id not in want[1]:
+                raise Finding(f"TensorPayload.array of dtype {t.dtype}, shape {t.shape}, "
+                              f"{t.nbytes} bytes raised {e!r}; expected {want}") from e
             continue
-        except LocalProtocolError as e:
-            if e.error_id in ("tensor.ndim_unsupported", "tensor.elided_too_large"):
-                continue
-            raise Finding(f"TensorPayload.array raised {e!r}") from e
+        if want is not None and MAY_SUCCEED not in want[1]:
+            raise Finding(f"TensorPayload.array of dtype {t.dtype}, shape {t.shape}, "
+                          f"{t.nbytes} bytes gave an array; expected {want}")
         check(arr.shape == t.shape, f"array shape {arr.shape} != {t.shape}")
         if t.nbytes:
             check(arr.nbytes == t.nbytes, f"array of {arr.nbytes} bytes from {t.nbytes}")
