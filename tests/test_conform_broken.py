@@ -1,0 +1,218 @@
+"""The conformance kit can fail: deliberately broken targets, each a small wrapper around this
+package's controller or relay that breaks one rule, make exactly their expected cases fail.
+
+Each broken target runs in the kit's process (the kit itself never decodes a controller's bytes,
+and only the relay's Hello, which the broken relays do not touch), against the role's whole
+catalogue at one version; the set of failing cases must equal the expected set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec import mux as mux_codec
+from flodl_proto.codec import round_frame as frame_codec
+from flodl_proto.codec.mux import DeclareDead, Hello
+from flodl_proto.codec.round_frame import RoundFrame, RoundKind
+from flodl_proto.conform import KitSettings, load_catalogue, run_cases, select_cases
+from flodl_proto.conform.inprocess import controller_target, relay_target
+from flodl_proto.conform.report import case_line
+from flodl_proto.fsm import controller_core
+from flodl_proto.reduce import reduce_realized_work, sum_frames
+from flodl_proto.runner import controller as controller_runner
+from flodl_proto.runner import relay as relay_runner
+from flodl_proto.runner.relay import Relay
+from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST
+
+CATALOGUE = load_catalogue()
+SETTINGS = KitSettings(timeout_scale=0.1)
+#: waits that follow an unscaled 10 s timeout; no broken target here touches the handshake read
+SLOW = {"controller.lifecycle.handshake-deadline"}
+
+
+# -- the breaks -----------------------------------------------------------------------------------
+
+
+def skip_tag_check(mp: pytest.MonkeyPatch) -> None:
+    """Accept any auth tag (frames and records)."""
+    mp.setattr(mux_codec, "tags_equal", lambda a, b: True)
+    mp.setattr(frame_codec, "tags_equal", lambda a, b: True)
+
+
+def divide_by_world_size(mp: pytest.MonkeyPatch) -> None:
+    """Normalise a Model round by the world size instead of the summed mass."""
+    def reduce(frames: Any, *, version: int, threads: int = 1) -> RoundFrame:
+        world = sys._getframe(1).f_locals["self"].world_size  # the calling ControllerCore
+        accepted = [f for f in frames if f is not None]
+        summed = sum_frames(accepted, version=version)
+        if summed.kind is not RoundKind.MODEL or not summed.weight > 0:
+            return summed
+        scaled = reduce_realized_work([RoundFrame(summed.kind, float(world), summed.tensors)],
+                                      version=version)
+        return RoundFrame(summed.kind, summed.weight, scaled.tensors)
+
+    mp.setattr(controller_core, "reduce_realized_work", reduce)
+
+
+def broadcast_before_all_deposited(mp: pytest.MonkeyPatch) -> None:
+    """Reduce and scatter as soon as one relay has deposited."""
+    orig = controller_core.ControllerCore._expected
+
+    def expected(self: Any) -> Any:
+        alive = orig(self)
+        return [r for r in alive if r.frame is not None] or alive
+
+    mp.setattr(controller_core.ControllerCore, "_expected", expected)
+
+
+def accept_duplicate_rank(mp: pytest.MonkeyPatch) -> None:
+    """Accept a rank already announced (by this Hello or an earlier relay)."""
+    orig = controller_core.ControllerCore._accept_hello
+
+    def accept(self: Any, c: Any, hello: Hello) -> None:
+        for r in hello.ranks:
+            self._rank_relay.pop(r, None)
+        orig(self, c, Hello(hello.host, list(dict.fromkeys(hello.ranks)), hello.model_sigs))
+
+    mp.setattr(controller_core.ControllerCore, "_accept_hello", accept)
+
+
+def keep_bad_magic_open(mp: pytest.MonkeyPatch) -> None:
+    """The port mux leaves a connection with an unknown magic open (and unserved)."""
+    orig = controller_runner.ReferenceController._peek
+    leaked: list[Any] = []
+
+    def peek(self: Any, s: Any, sel: Any, pending: Any, retry: Any) -> None:
+        try:
+            head = s.recv(4, __import__("socket").MSG_PEEK)
+        except OSError:
+            head = b""
+        known = (CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST)
+        if len(head) == 4 and int.from_bytes(head, "little") not in known:
+            sel.unregister(s)
+            pending.pop(s, None)
+            leaked.append(s)  # neither served nor closed
+            return
+        orig(self, s, sel, pending, retry)
+
+    mp.setattr(controller_runner.ReferenceController, "_peek", peek)
+
+
+class ForgetsDeclareDead(Relay):
+    """A relay that never acts on DeclareDead from the controller."""
+
+    def _read_record(self, sock: Any) -> Any:
+        while True:
+            rec = super()._read_record(sock)
+            if rec is None or not isinstance(rec.control, DeclareDead):
+                return rec
+
+
+def relay_accepts_duplicate_rank(mp: pytest.MonkeyPatch) -> None:
+    """The relay takes a second connection for a rank as one of its ranks not yet connected."""
+    orig = relay_runner.decode_handshake
+
+    def decode(data: Any, world_size: int, version: int) -> Any:
+        hs, n = orig(data, world_size, version)
+        relay = sys._getframe(1).f_locals["self"]  # the calling Relay
+        if hs.rank in relay._rank_socks:
+            free = [r for r in relay.ranks if r not in relay._rank_socks]
+            hs = dataclasses.replace(hs, rank=free[0]) if free else hs
+        return hs, n
+
+    mp.setattr(relay_runner, "decode_handshake", decode)
+
+
+def _run(role: str, version: int, factory: Callable[[], Any], port_mux: bool = False,
+         patterns: tuple[str, ...] = ()) -> tuple[set[str], str]:
+    runs, _ = select_cases(CATALOGUE, role=role, versions=[version], port_mux=port_mux,
+                           patterns=list(patterns))
+    runs = [(c, v) for c, v in runs if c.id not in SLOW]
+    results = run_cases(runs, factory, SETTINGS, jobs=4)
+    failed = {r.case.id for r in results if not r.passed}
+    text = "\n".join(line for r in results if not r.passed
+                     for line in case_line(r, r.case.section))
+    return failed, text
+
+
+BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None] | None,
+                        Callable[[], Any], bool, set[str]]] = {
+    "controller-skips-tag-check": ("controller", 3, skip_tag_check, controller_target(), False, {
+        "controller.session.hello-wrong-salt",
+        "controller.auth.frame-wrong-salt",
+        "controller.auth.record-wrong-salt",
+        "controller.auth.flipped-payload-byte",
+    }),
+    # every case whose summed mass differs from its world size (mass 0 is never divided)
+    "controller-divides-by-world-size": ("controller", 2, divide_by_world_size,
+                                         controller_target(), False, {
+        "controller.session.one-relay-one-round",  # mass 2, world 1
+        "controller.session.bf16-round",  # mass 3, world 2
+        "controller.session.two-relays-bf16",  # mass 4, world 2
+        "controller.round.f32-weighted",  # mass 3, world 2
+        "controller.round.bf16-weighted",  # mass 4, world 2
+        "controller.round.several-tensors",  # mass 4, world 1
+        "controller.round.two-rounds",  # masses 2 and 0.5, world 1
+        "controller.lifecycle.elastic-scatter",  # round 2: mass 1, world 2
+    }),
+    # every case in which two relays deposit in one round (a lone all-elided round scatters
+    # the same bytes either way)
+    "controller-broadcasts-early": ("controller", 3, broadcast_before_all_deposited,
+                                    controller_target(), False, {
+        "controller.session.two-relays-bf16",
+        "controller.session.schema-mismatch-across-relays",
+        "controller.round.f32-weighted",
+        "controller.round.bf16-weighted",
+        "controller.round.fold-order",
+        "controller.round.zero-mass",
+        "controller.round.control-pure-sum",
+        "controller.round.elided-idle-relay",
+        "controller.round.barrier",
+        "controller.schema.count-mismatch",
+        "controller.schema.dtype-mismatch",
+        "controller.schema.kind-mismatch",
+        "controller.lifecycle.eof-with-alive-ranks",
+        "controller.lifecycle.elastic-scatter",
+    }),
+    "controller-accepts-duplicate-rank": ("controller", 3, accept_duplicate_rank,
+                                          controller_target(), False, {
+        "controller.hello.duplicate-across-relays",
+        "controller.hello.duplicate-within-hello",
+    }),
+    "controller-mux-keeps-bad-magic-open": ("controller", 3, keep_bad_magic_open,
+                                            controller_target(port_mux=True), True, {
+        "controller.portmux.unknown-magic-dropped",
+    }),
+    "relay-forgets-declare-dead": ("relay", 3, None, relay_target(cls=ForgetsDeclareDead),
+                                   False, {"relay.fold.declare-dead"}),
+    "relay-accepts-duplicate-rank": ("relay", 2, relay_accepts_duplicate_rank, relay_target(),
+                                     False, {"relay.handshake.duplicate-rank"}),
+    "relay-skips-tag-check": ("relay", 3, skip_tag_check, relay_target(), False, {
+        "relay.auth.bad-tag-from-rank",
+        "relay.auth.flipped-byte-from-rank",
+        "relay.auth.broadcast-wrong-salt",
+    }),
+}
+
+
+@pytest.fixture
+def quiet_numpy() -> Iterator[None]:
+    with np.errstate(all="ignore"):
+        yield
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_target_fails_exactly_its_cases(name: str, monkeypatch: pytest.MonkeyPatch,
+                                               quiet_numpy: None) -> None:
+    role, version, brk, factory, port_mux, expected = BROKEN[name]
+    if brk is not None:
+        brk(monkeypatch)
+    failed, text = _run(role, version, factory, port_mux=port_mux)
+    assert failed == expected, f"{name}: failed {sorted(failed)}\n{text}"
