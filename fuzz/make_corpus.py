@@ -244,6 +244,36 @@ def _controller_seeds() -> dict[str, bytes]:
     return out
 
 
+def _relay_seeds() -> dict[str, bytes]:
+    """Built relay sessions: handshakes, dial, HelloAck, rounds, Broadcast, deaths and the drain,
+    then the ways the accept phase and the fold fail."""
+    vals = _f32(1.5, -2.0, 3.0)
+    accept = bytes((0x00, 0, 0x00, 1, 0x01, 0x02))  # ranks 0 and 1, dial, HelloAck
+    out: dict[str, bytes] = {}
+    for version in (2, 3):
+        v = _vbit(version)
+        head = bytes((v, 0x01, 1, 4))  # local ranks 0-1 of 2; one f32 tensor of shape (3,)
+        out[f"seed-rounds-then-drain-v{version}"] = head + accept \
+            + bytes((0x03, 0x00)) + vals + bytes((0x0B, 0x02)) + vals \
+            + bytes((0x0A, 0x00)) + vals + bytes((0x03, 0x00)) + vals \
+            + bytes((0x0C, 0x04, 0x05))
+        out[f"seed-declare-dead-mid-round-v{version}"] = head + accept \
+            + bytes((0x03, 0x00)) + vals + bytes((0x12, 1, 0x12, 5, 0x0A, 0x00)) + vals \
+            + bytes((0x3A,))
+        out[f"seed-elided-deposit-v{version}"] = head + accept \
+            + bytes((0x03, 0x10, 0x0B, 0x00)) + vals + bytes((0x0B, 0x10, 0x03, 0x10))
+        out[f"seed-double-deposit-v{version}"] = head + accept \
+            + bytes((0x03, 0x00)) + vals + bytes((0x03, 0x00)) + vals
+        out[f"seed-raw-blob-v{version}"] = head + accept + bytes((0x43, 5, 1, 2, 3, 4, 5))
+        out[f"seed-bad-world-size-v{version}"] = head + bytes((0x10, 0))
+        out[f"seed-duplicate-rank-v{version}"] = head + bytes((0x00, 0, 0x00, 0))
+        out[f"seed-rank-not-in-host-v{version}"] = head + bytes((0x00, 2))
+        out[f"seed-broadcast-before-helloack-v{version}"] = head + bytes((0x00, 0, 0x00, 1, 0x01,
+                                                                          0x0A, 0x00)) + vals
+        out[f"seed-eof-before-helloack-v{version}"] = head + bytes((0x00, 0, 0x00, 1, 0x01, 0x3A))
+    return out
+
+
 def hand_seeds() -> dict[str, dict[str, bytes]]:
     """Hostile length claims and edge cases that the vectors do not cover."""
     rf_magic = struct.pack("<I", 0xF10D17F1)
@@ -302,6 +332,7 @@ def hand_seeds() -> dict[str, dict[str, bytes]]:
         },
         "host_fold": _host_fold_seeds(),
         "controller_core": _controller_seeds(),
+        "relay_core": _relay_seeds(),
         "stream_len_framed": {
             "seed-prefix-at-ceiling-then-eof": _stream(0, b"\1", struct.pack("<I", 1 << 30)),
             "seed-prefix-u32-max": _stream(0, b"", b"\xff\xff\xff\xff"),

@@ -1,10 +1,12 @@
 """The cores' actions: what a sans-IO core asks its runner to do, and notices for logs and status.
 
 Every action is a frozen, slotted dataclass; a core returns a list of them from each input and
-never performs one itself. :data:`Action` is the controller core's union.
+never performs one itself. :data:`Action` is the controller core's union, :data:`RelayAction`
+the relay core's (:class:`Finished` serves both).
 
 Upstream: the socket writes, closes and log lines of ``flodl/src/distributed/controller/mod.rs``
-(``run_reduce_thread``, ``average_and_scatter``) that the core turns into values.
+(``run_reduce_thread``, ``average_and_scatter``) and ``relay/agent.rs`` (``RelayChannel``) that the
+cores turn into values.
 """
 
 from __future__ import annotations
@@ -18,16 +20,23 @@ from ..codec.round_frame import RoundFrame
 from .lifecycle import Outcome
 
 __all__ = [
+    "AckRank",
     "Action",
     "CheckpointWindow",
     "CloseConnection",
+    "DrainUpstream",
+    "FanOut",
     "Finished",
+    "RankConnected",
+    "RelayAction",
     "RelayInfo",
     "RelayJoined",
     "RoundScattered",
     "SendKind",
     "SendTo",
+    "SendUpstream",
     "StopAccepting",
+    "UpstreamKind",
 ]
 
 
@@ -171,3 +180,80 @@ class RelayInfo:
     alive_ranks: tuple[int, ...]
     deposited: bool
     open: bool
+
+
+# -- the relay core's actions -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AckRank:
+    """Write ``ack`` (the 8-byte handshake ack) to the loopback connection whose handshake was
+    just handed to the core. Sent before the rank is checked, as upstream does.
+
+    Attributes:
+        rank: the rank the handshake named.
+        ack: the ack bytes.
+    """
+
+    rank: int
+    ack: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RankConnected:
+    """The loopback connection whose handshake was just handed to the core is local rank
+    ``rank`` (the runner files it under that rank).
+
+    Attributes:
+        rank: the local rank.
+    """
+
+    rank: int
+
+
+class UpstreamKind(enum.Enum):
+    """What a :class:`SendUpstream` carries."""
+
+    HELLO = "Hello"
+    HOST_FRAME = "HostFrame"
+    RANK_EXIT = "RankExit"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SendUpstream:
+    """Write ``buffers`` (in order) to the controller connection. A Hello (with the channel magic
+    before it) is written at once, before anything is read; the others go through the runner's
+    bounded outbound queue in the order the core returned them (round order).
+
+    Attributes:
+        buffers: the record's buffers (a HostFrame's are the fold's pooled arrays: drop every
+            reference once written so a later round may reuse them).
+        kind: what the record is (:class:`UpstreamKind`).
+    """
+
+    buffers: tuple[BytesLike, ...]
+    kind: UpstreamKind
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FanOut:
+    """Write ``prefix`` then ``payload`` (a Broadcast's RoundFrame, verbatim) to each local rank
+    in ``ranks``; a failed write is only logged (that rank's reader reports it).
+
+    Attributes:
+        prefix: the 4-byte loopback length prefix.
+        payload: the Broadcast payload (a view of the record the runner read).
+        ranks: the alive local ranks, ascending.
+    """
+
+    prefix: bytes
+    payload: memoryview
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DrainUpstream:
+    """The last local rank left: write every queued record, then close the controller
+    connection's write side, then tell the core
+    (:meth:`~flodl_proto.fsm.relay_core.RelayCore.drained`)."""
+
+
+RelayAction: TypeAlias = AckRank | RankConnected | SendUpstream | FanOut | DrainUpstream | Finished

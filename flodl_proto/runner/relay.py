@@ -1,15 +1,17 @@
 """The per-host relay of the data channel: local ranks on loopback, one connection upstream.
 
-A :class:`Relay` binds the loopback data port (upstream's default: the controller's port + 4),
-accepts exactly its host's ranks and terminates their 16-byte handshakes itself (version, world
-size, rank in the host's set, no duplicates), then dials the controller, sends the data channel
-magic and ``Hello`` (ranks ascending; ``model_sigs`` empty at version 3, absent at version 2) and
-requires ``HelloAck``. It then runs the fold barrier:
+The relay's protocol rules (which ranks it accepts, the handshakes, Hello/HelloAck, the fold
+barrier, RankExit, DeclareDead, the drain) live in the sans-IO
+:class:`~flodl_proto.fsm.relay_core.RelayCore`; this runner owns the sockets, threads and
+buffers, feeds the core what happened (one lock serialises the calls) and executes the actions
+it returns. A :class:`Relay` binds the loopback data port (upstream's default: the controller's
+port + 4), reads each local rank's 16-byte handshake for the core, then dials the controller and
+sends what the core answers. It then runs the fold barrier:
 
 * one reader thread per local rank reads ``u32 length | RoundFrame`` blobs (prefix checked
   against the frame ceiling, then ``recv_into`` one buffer of exactly that length) and deposits
-  them into the :class:`~flodl_proto.reduce.HostFold`; the deposit (or death) that completes a
-  round queues one ``HostFrame`` record;
+  them into the core's :class:`~flodl_proto.reduce.HostFold`; the deposit (or death) that
+  completes a round queues one ``HostFrame`` record;
 * one upstream reader (the sole writer of the rank sockets) fans every ``Broadcast`` payload out
   verbatim (``u32 length | payload``) to every alive local rank, ignoring write failures, and
   applies ``DeclareDead``;
@@ -40,25 +42,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import BytesLike, check_version
-from ..codec.auth import Premac, check_salt, new_mac
-from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
-from ..codec.loopback import decode_len_prefix, encode_len_prefix
-from ..codec.mux import (
-    DeclareDead,
-    Hello,
-    HelloAck,
-    MuxRecord,
-    RankExit,
-    RecordKind,
-    decode_mux_record,
-    encode_frame_record,
-    encode_mux_record,
-    encode_mux_record_parts,
-    parse_mux_header,
+from ..codec._common import BytesLike
+from ..codec.auth import Premac, new_mac
+from ..codec.loopback import decode_len_prefix
+from ..codec.mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
+from ..errors import ProtocolError
+from ..fsm.events import (
+    AckRank,
+    DrainUpstream,
+    FanOut,
+    Finished,
+    RankConnected,
+    RelayAction,
+    SendUpstream,
+    UpstreamKind,
 )
-from ..codec.round_frame import RoundFrame
-from ..errors import ProtocolError, protocol_error
+from ..fsm.relay_core import RelayCore
 from ..reduce import HostFold
 from ..spec import (
     AUTH_TAG_LEN,
@@ -169,30 +168,19 @@ class Relay:
     ) -> None:
         self._controller = (parse_addr(controller) if isinstance(controller, str)
                             else (controller[0], int(controller[1])))
-        rank_list = [int(r) for r in ranks]
-        self.ranks: tuple[int, ...] = tuple(sorted(rank_list))
-        self.world_size = int(world_size)
-        reason = None
-        if not rank_list:
-            reason = "no ranks"
-        elif len(set(rank_list)) != len(rank_list):
-            reason = "a rank is listed twice"
-        elif self.world_size <= 0:
-            reason = "world_size must be > 0"
-        elif any(not 0 <= r < self.world_size for r in rank_list):
-            reason = "every rank must be < world_size"
-        if reason is not None:
-            raise protocol_error("relay.bad_rank_set", ranks=list(self.ranks),
-                                 world_size=world_size, reason=reason)
-        self._salt = check_salt(salt)
-        self.version = check_version(version)
+        self.host = host if host is not None else socket.gethostname()
+        self._core = RelayCore(ranks, world_size, salt, version=version, host=self.host,
+                               ceiling=ceiling)
+        self.ranks: tuple[int, ...] = self._core.ranks
+        self.world_size = self._core.world_size
+        self._salt = self._core.salt
+        self.version = self._core.version
         self._listen_host = listen_host
         self._listen_port = (default_relay_port(self._controller[1]) if listen_port is None
                              else int(listen_port))
-        self.host = host if host is not None else socket.gethostname()
-        self.ceiling = int(ceiling)
+        self.ceiling = self._core.ceiling
         self.stats = RelayStats()
-        self._fold = HostFold(self.ranks, self._salt, version=self.version, ceiling=self.ceiling)
+        self._fold = self._core.fold
 
         self._listener: socket.socket | None = None
         self._port: int | None = None
@@ -205,11 +193,11 @@ class Relay:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._lock = threading.Lock()  # bookkeeping: sockets, error, counters
-        self._fold_lock = threading.Lock()  # a fold event and the records it queues are atomic
+        # one core call and the records it queues are atomic (HostFrames leave in round order)
+        self._core_lock = threading.Lock()
         self._main: threading.Thread | None = None
         self._workers: list[threading.Thread] = []
         self._queue: queue.Queue[object] = queue.Queue(maxsize=RELAY_OUTBOUND_QUEUE)
-        self._active = len(self.ranks)
         self._blob_bufs: dict[int, npt.NDArray[np.uint8]] = {}
         self._record_buf: npt.NDArray[np.uint8] | None = None
 
@@ -234,6 +222,11 @@ class Relay:
     def fold(self) -> HostFold:
         """The relay's fold barrier (read-only use: alive ranks, rounds completed)."""
         return self._fold
+
+    @property
+    def core(self) -> RelayCore:
+        """The relay's protocol core (read-only use: state, outcome)."""
+        return self._core
 
     @property
     def connected(self) -> bool:
@@ -352,6 +345,11 @@ class Relay:
             self._wake_all()
             for t in self._workers:
                 t.join()
+            with self._core_lock:  # a no-op when the core already finished
+                if isinstance(self._error, ProtocolError):
+                    self._core.fail(self._error)
+                else:
+                    self._core.stop("relay shut down")
             self._release()
             self._done.set()
             log.info("relay %s finished%s", self.host,
@@ -380,7 +378,7 @@ class Relay:
                 raise Stopped("accept")
             if time.monotonic() >= next_note:  # upstream waits without a deadline; say for whom
                 next_note = time.monotonic() + _WAITING_NOTE_PERIOD
-                missing = [r for r in self.ranks if r not in self._rank_socks]
+                missing = self._core.missing_ranks()
                 log.warning("relay %s: still waiting for local rank(s) %s to connect to %s:%d",
                             self.host, missing, *self.address)
             try:
@@ -393,18 +391,19 @@ class Relay:
             hs = bytearray(HANDSHAKE_LEN)
             got = recv_exact_into(conn, memoryview(hs), stop=self._stop)
             self._count("from_ranks", got)
-            rank = decode_handshake(memoryview(hs)[:got], self.world_size, self.version)[0].rank
-            ack = encode_ack(self.version)
-            send_all(conn, ack)
-            self._count("to_ranks", len(ack))
-            if rank not in self.ranks:
-                raise protocol_error("relay.rank_not_in_host", rank=rank, ranks=list(self.ranks))
-            if rank in self._rank_socks:
-                raise protocol_error("relay.duplicate_rank", rank=rank)
-            with self._lock:
-                self._pending.remove(conn)
-                self._rank_socks[rank] = conn
-            log.debug("relay %s: rank %d connected from %s", self.host, rank, peer)
+            with self._core_lock:
+                actions = self._core.rank_handshake(memoryview(hs)[:got])
+            for a in actions:
+                if isinstance(a, AckRank):
+                    send_all(conn, a.ack)
+                    self._count("to_ranks", len(a.ack))
+                elif isinstance(a, RankConnected):
+                    with self._lock:
+                        self._pending.remove(conn)
+                        self._rank_socks[a.rank] = conn
+                    log.debug("relay %s: rank %d connected from %s", self.host, a.rank, peer)
+                else:
+                    self._raise_if_finished(a)
         with self._lock:
             lsock, self._listener = self._listener, None
         if lsock is not None:
@@ -418,17 +417,28 @@ class Relay:
         if self._stop.is_set():
             raise Stopped("dial")
         configure_socket(up, recv=poll_interval())
-        hello = MuxRecord.control_msg(Hello(self.host, self.ranks), self.version)
-        out = [encode_channel_magic("data"), *encode_mux_record(hello, self._salt)]
-        self._count("upstream_out", send_all(up, out))
+        with self._core_lock:
+            actions = self._core.dialed()
+        for a in actions:
+            if isinstance(a, SendUpstream):
+                self._count("upstream_out", send_all(up, list(a.buffers)))
+            else:
+                self._raise_if_finished(a)
         rec = self._read_record(up)
-        if rec is None:
-            raise protocol_error("relay.closed_before_helloack")
-        if not isinstance(rec.control, HelloAck):
-            got = type(rec.control).__name__ if rec.control is not None else rec.kind.name
-            raise protocol_error("relay.expected_helloack", got=got)
+        with self._core_lock:
+            actions = self._core.upstream_record(rec)
+        for a in actions:
+            self._raise_if_finished(a)
         log.info("relay %s: controller %s acknowledged ranks %s", self.host,
                  format_addr(self._controller), list(self.ranks))
+
+    def _raise_if_finished(self, action: RelayAction) -> None:
+        """The core ended the relay during the accept or dial phase: raise what ended it."""
+        if isinstance(action, Finished):
+            if action.outcome.error is not None:
+                raise action.outcome.error
+            raise Stopped(action.outcome.reason)
+        raise AssertionError(f"unexpected action {action!r}")  # pragma: no cover
 
     def _read_record(self, sock: socket.socket) -> MuxRecord | None:
         """Read one mux record from the controller; None at EOF.
@@ -500,17 +510,35 @@ class Relay:
             except queue.Full:
                 continue
 
-    def _ship(self, payload: RoundFrame | memoryview | None) -> None:
-        if payload is None:
-            return
-        if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
-            parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self._salt,
-                                        ceiling=self.ceiling)
-        else:  # the seed verbatim, copied: its blob buffer is reused for the rank's next frame
-            parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
-                                            self._salt, ceiling=self.ceiling)
-        self._count("host_frames", 1)
-        self._enqueue(parts)
+    def _core_call(self, method: Callable[..., list[RelayAction]], *args: Any,
+                   **kwargs: Any) -> None:
+        """Call a core input and execute its actions: the records it queues are queued under
+        the same lock (round order); a fan-out runs after the lock is released."""
+        fan_outs: list[FanOut] = []
+        with self._core_lock:
+            for a in method(*args, **kwargs):
+                if isinstance(a, FanOut):
+                    fan_outs.append(a)
+                elif isinstance(a, SendUpstream):
+                    if a.kind is UpstreamKind.HOST_FRAME:
+                        self._count("host_frames", 1)
+                    self._enqueue(list(a.buffers))
+                elif isinstance(a, DrainUpstream):
+                    self._enqueue(_DRAINED)
+                elif isinstance(a, Finished):
+                    self._finished(a)
+                else:  # pragma: no cover - accept-phase actions never come from these inputs
+                    raise AssertionError(f"unexpected action {a!r}")
+        for f in fan_outs:
+            self._fan_out(f)
+
+    def _finished(self, action: Finished) -> None:
+        """The core ended the relay: a clean end stops it, an error fails it."""
+        if action.outcome.error is not None:
+            self._fail(action.outcome.error)
+        else:
+            self._stop.set()
+            self._wake_all()
 
     def _rank_reader(self, rank: int) -> None:
         sock = self._rank_socks[rank]
@@ -520,28 +548,15 @@ class Relay:
                 if got is None:
                     break
                 blob, premac = got
-                with self._fold_lock:
-                    # the deposit and its HostFrame are queued in round order
-                    self._ship(self._fold.deposit_frame(rank, blob, premac=premac))
+                # the deposit and its HostFrame are queued in round order
+                self._core_call(self._core.rank_frame, rank, blob, premac=premac)
             else:
                 return
             # local end of stream (or a broken loopback stream): out of the barrier, tell upstream
-            log.info("relay %s: rank %d left", self.host, rank)
-            exit_rec = encode_mux_record(MuxRecord.control_msg(RankExit(rank), self.version),
-                                         self._salt)
-            with self._fold_lock:
-                self._ship(self._fold.declare_dead_frame(rank))
-                self._enqueue(list(exit_rec))
-        finally:
-            with self._lock:
-                self._active -= 1
-                last = self._active == 0
-            if last and not self._stop.is_set():
-                log.info("relay %s: last local rank left; closing upstream", self.host)
-                try:
-                    self._enqueue(_DRAINED)
-                except Stopped:
-                    pass
+            if not self._stop.is_set():
+                self._core_call(self._core.rank_left, rank)
+        except Stopped:
+            pass
 
     def _read_blob(self, rank: int,
                    sock: socket.socket) -> tuple[memoryview, Premac | None] | None:
@@ -594,34 +609,19 @@ class Relay:
         assert up is not None
         while not self._stop.is_set():
             rec = self._read_record(up)
-            if rec is None:
-                log.info("relay %s: controller closed the connection", self.host)
-                self._stop.set()
-                self._wake_all()
-                return
-            if rec.kind is RecordKind.BROADCAST:
+            if rec is not None and rec.kind is RecordKind.BROADCAST:
                 self._count("broadcasts", 1)
-                self._fan_out(rec.payload)
-            elif rec.kind is RecordKind.CONTROL and isinstance(rec.control, DeclareDead):
-                rank = rec.control.rank
-                if rank not in self.ranks:
-                    log.warning("relay %s: DeclareDead for rank %d, not one of ours %s",
-                                self.host, rank, list(self.ranks))
-                    continue
-                log.info("relay %s: controller declared rank %d dead", self.host, rank)
-                with self._fold_lock:
-                    self._ship(self._fold.declare_dead_frame(rank))
-            else:
-                log.warning("relay %s: ignoring unexpected %s record from the controller",
-                            self.host, rec.kind.name)
+            self._core_call(self._core.upstream_record, rec)
+            if rec is None:
+                return
 
-    def _fan_out(self, payload: memoryview) -> None:
+    def _fan_out(self, action: FanOut) -> None:
         with self._fanout_lock:
-            self._fan_out_locked(payload)
+            self._fan_out_locked(action.prefix, action.payload, action.ranks)
 
-    def _fan_out_locked(self, payload: memoryview) -> None:
-        prefix = encode_len_prefix(payload.nbytes, ceiling=self.ceiling)
-        targets = [(rank, sock) for rank in self._fold.alive_ranks
+    def _fan_out_locked(self, prefix: bytes, payload: memoryview,
+                        ranks: tuple[int, ...]) -> None:
+        targets = [(rank, sock) for rank in ranks
                    if (sock := self._rank_socks.get(rank)) is not None]
         if len(targets) < 2 or payload.nbytes < _PARALLEL_FAN_OUT_MIN:
             for rank, sock in targets:
@@ -658,8 +658,9 @@ class Relay:
                 continue
             if item is _DRAINED:
                 shutdown_quietly(up, socket.SHUT_WR)
-                self._stop.set()
+                self._stop.set()  # first: a thread blocked queueing under the core lock lets go
                 self._wake_all()
+                self._core_call(self._core.drained)
                 return
             if self._stop.is_set():
                 return
@@ -671,8 +672,10 @@ class Relay:
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as e:
                 log.info("relay %s: controller connection closed while writing: %s",
                          self.host, e)
-                self._stop.set()
+                self._stop.set()  # first: a thread blocked queueing under the core lock lets go
                 self._wake_all()
+                self._core_call(self._core.controller_closed,
+                                f"connection closed while writing: {e}")
                 return
             self._count("upstream_out", n)
 

@@ -22,4 +22,5 @@ TARGETS: tuple[str, ...] = (
     "relay_stream",
     "host_fold",
     "controller_core",
+    "relay_core",
 )

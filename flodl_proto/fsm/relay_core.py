@@ -1,0 +1,388 @@
+"""Sans-IO host relay core: events in, actions out (the relay's rules, without sockets or threads).
+
+The core owns the relay lifecycle (``spec/lifecycle.yaml`` ``machines.relay``), the host's rank
+set, and the fold barrier (:class:`~flodl_proto.reduce.HostFold`). The runner
+(:mod:`flodl_proto.runner.relay`) keeps the sockets, threads and buffers: it feeds the core what
+happened and executes the actions it returns (:data:`~flodl_proto.fsm.events.RelayAction`). The
+core is not thread-safe: the runner serialises calls (one lock) and executes the actions of one
+call before the next call, so HostFrames leave in round order.
+
+Inputs (each returns a list of actions):
+
+* :meth:`RelayCore.rank_handshake` — a loopback connection delivered its 16-byte handshake;
+* :meth:`RelayCore.dialed` — the controller connection is open;
+* :meth:`RelayCore.upstream_record` — a record (or the end of stream) from the controller;
+* :meth:`RelayCore.rank_frame` — a local rank's loopback blob (one signed RoundFrame);
+* :meth:`RelayCore.rank_left` — a local rank's loopback stream ended or broke;
+* :meth:`RelayCore.drained` — the drain requested by :class:`~flodl_proto.fsm.events.DrainUpstream`
+  completed;
+* :meth:`RelayCore.controller_closed` — a write found the controller connection closed;
+* :meth:`RelayCore.stop` / :meth:`RelayCore.fail` — stop cleanly / a runner-side protocol error.
+
+Rules (upstream's, facts §d.7, and ``spec/lifecycle.yaml``):
+
+* accept: every handshake must carry the protocol version and the world size; its rank gets the
+  ack first, then must be one of the host's ranks (``relay.rank_not_in_host``) and not connected
+  yet (``relay.duplicate_rank``); either failure ends the relay. When every local rank is
+  connected, the relay dials;
+* dial: the channel magic and ``Control(Hello{host, ranks ascending})`` (``model_sigs`` empty at
+  version 3); the first record back must be ``Control(HelloAck)`` (``relay.expected_helloack``;
+  end of stream: ``relay.closed_before_helloack``);
+* fold: each blob is deposited into the fold; a deposit or death that completes a round sends one
+  HostFrame (the merged frame signed here, or the seed's bytes verbatim, copied since the runner
+  reuses the blob's buffer); a fold error (MAC, schema, double deposit...) ends the relay. A
+  Broadcast is fanned out to the alive local ranks; ``DeclareDead`` for a local rank takes it out
+  of the barrier (for another rank it is logged and ignored); any other record is logged and
+  ignored. The end of the controller's stream ends the relay cleanly;
+* a local rank that leaves is declared dead in the fold and reported with ``RankExit``; after the
+  last one the queued records are flushed and the upstream connection closed (drain);
+* after :class:`~flodl_proto.fsm.events.Finished` every input is a no-op.
+
+Upstream: ``flodl/src/distributed/relay/agent.rs`` (``RelayChannel``, ``run_data_relay``,
+``FoldCtx``), ``relay/mux.rs``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from ..codec._common import BytesLike, check_version
+from ..codec.auth import Premac, check_salt
+from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
+from ..codec.loopback import encode_len_prefix
+from ..codec.mux import (
+    DeclareDead,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    encode_frame_record,
+    encode_mux_record,
+    encode_mux_record_parts,
+    ranks_str,
+)
+from ..codec.round_frame import RoundFrame
+from ..errors import ProtocolError, protocol_error
+from ..reduce import HostFold
+from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION
+from .events import (
+    AckRank,
+    DrainUpstream,
+    FanOut,
+    Finished,
+    RankConnected,
+    RelayAction,
+    SendUpstream,
+    UpstreamKind,
+)
+from .lifecycle import Lifecycle, Outcome, RelayEvent, RelayState
+
+__all__ = ["RelayCore"]
+
+log = logging.getLogger(__name__)
+
+
+class _Guards:
+    """The relay lifecycle's guard model: reads the core's state on demand."""
+
+    __slots__ = ("_core", "state")
+
+    def __init__(self, core: RelayCore) -> None:
+        self._core = core
+        self.state: Any = None  # written by the state machine library
+
+    @property
+    def every_local_rank_connected(self) -> bool:
+        return len(self._core._connected) == len(self._core.ranks)
+
+    @property
+    def every_local_rank_gone(self) -> bool:
+        return len(self._core._gone) == len(self._core.ranks)
+
+
+class RelayCore:
+    """The sans-IO host relay (see the module doc for the rules).
+
+    Args:
+        ranks: the host's global rank ids (non-empty, distinct, each < ``world_size``).
+        world_size: the cluster's world size (every handshake must carry it).
+        salt: the 16-byte session salt.
+        version: data-channel protocol version, 2 (default) or 3.
+        host: the host name announced in ``Hello``.
+        ceiling: frame ceiling in bytes.
+
+    Raises:
+        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt.
+        VersionMismatch (local): unsupported version.
+
+    Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
+    """
+
+    def __init__(self, ranks: Iterable[int], world_size: int, salt: BytesLike, *,
+                 version: int = DEFAULT_VERSION, host: str = "",
+                 ceiling: int = DEFAULT_FRAME_CEILING) -> None:
+        rank_list = [int(r) for r in ranks]
+        #: the host's ranks, ascending
+        self.ranks: tuple[int, ...] = tuple(sorted(rank_list))
+        self.world_size = int(world_size)
+        reason = None
+        if not rank_list:
+            reason = "no ranks"
+        elif len(set(rank_list)) != len(rank_list):
+            reason = "a rank is listed twice"
+        elif self.world_size <= 0:
+            reason = "world_size must be > 0"
+        elif any(not 0 <= r < self.world_size for r in rank_list):
+            reason = "every rank must be < world_size"
+        if reason is not None:
+            raise protocol_error("relay.bad_rank_set", ranks=list(self.ranks),
+                                 world_size=world_size, reason=reason)
+        self.salt = check_salt(salt)
+        self.version = check_version(version)
+        self.host = host
+        self.ceiling = int(ceiling)
+        #: the fold barrier (read-only use outside the core: alive ranks, rounds completed)
+        self.fold = HostFold(self.ranks, self.salt, version=self.version, ceiling=self.ceiling)
+        self._connected: set[int] = set()
+        self._gone: set[int] = set()
+        self._actions: list[RelayAction] = []
+        self.lifecycle = Lifecycle(_Guards(self), "relay")  # last: the library reads the guards
+
+    # -- read-only state -------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """Lifecycle state id (a :class:`~flodl_proto.fsm.lifecycle.RelayState` value)."""
+        return self.lifecycle.state
+
+    @property
+    def finished(self) -> bool:
+        """True once the relay is done."""
+        return self.lifecycle.is_final
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the relay ended, once finished."""
+        return self.lifecycle.outcome
+
+    def missing_ranks(self) -> list[int]:
+        """The local ranks not connected yet, ascending (empty once the accept phase is over)."""
+        if self.state != RelayState.ACCEPTING_RANKS:
+            return []
+        return [r for r in self.ranks if r not in self._connected]
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def rank_handshake(self, data: BytesLike) -> list[RelayAction]:
+        """A loopback connection delivered ``data``, its handshake (16 bytes; fewer when the
+        connection ended early).
+
+        Returns:
+            :class:`AckRank` and :class:`RankConnected`, or :class:`AckRank` then
+            :class:`Finished` (rank outside the host's set, or connected twice), or
+            :class:`Finished` alone (a handshake the reader rejects).
+
+        Raises:
+            LocalProtocolError (``relay.bad_event``): not accepting ranks.
+        """
+        if self.finished:
+            return []
+        if self.state != RelayState.ACCEPTING_RANKS:
+            raise protocol_error("relay.bad_event", event="rank_handshake",
+                                 state=self.lifecycle.state_name)
+        try:
+            rank = decode_handshake(data, self.world_size, self.version)[0].rank
+        except ProtocolError as e:
+            self._fail(e)
+            return self._flush()
+        self._actions.append(AckRank(rank, encode_ack(self.version)))
+        if rank not in self.ranks:
+            self._fail(protocol_error("relay.rank_not_in_host", rank=rank,
+                                      ranks=list(self.ranks)))
+        elif rank in self._connected:
+            self._fail(protocol_error("relay.duplicate_rank", rank=rank))
+        else:
+            self._connected.add(rank)
+            self._actions.append(RankConnected(rank))
+            if len(self._connected) == len(self.ranks):
+                self.lifecycle.fire(RelayEvent.ALL_CONNECTED)
+            else:
+                self.lifecycle.fire(RelayEvent.RANK_CONNECTED)
+        return self._flush()
+
+    def dialed(self) -> list[RelayAction]:
+        """The controller connection is open: send the channel magic and Hello.
+
+        Raises:
+            LocalProtocolError (``relay.bad_event``): not dialing.
+        """
+        if self.finished:
+            return []
+        self.lifecycle.fire(RelayEvent.HELLO_SENT)
+        hello = MuxRecord.control_msg(Hello(self.host, self.ranks), self.version)
+        self._actions.append(SendUpstream(
+            (encode_channel_magic("data"), *encode_mux_record(hello, self.salt)),
+            UpstreamKind.HELLO))
+        return self._flush()
+
+    def upstream_record(self, record: MuxRecord | None) -> list[RelayAction]:
+        """A record from the controller (already authenticated by the codec), or None at a clean
+        end of stream.
+
+        Raises:
+            LocalProtocolError (``relay.bad_event``): before the Hello was sent.
+        """
+        if self.finished:
+            return []
+        state = self.state
+        if state == RelayState.AWAITING_HELLO_ACK:
+            self._hello_ack(record)
+        elif state in (RelayState.FOLDING, RelayState.DRAINING):
+            self._controller_record(record)
+        else:
+            raise protocol_error("relay.bad_event", event="upstream_record",
+                                 state=self.lifecycle.state_name)
+        return self._flush()
+
+    def rank_frame(self, rank: int, blob: BytesLike, *,
+                   premac: Premac | None = None) -> list[RelayAction]:
+        """Local rank ``rank`` sent ``blob`` (one loopback blob). The fold keeps views into it
+        until the round completes: the runner must not modify it before then (see
+        :attr:`HostFold.deposited <flodl_proto.reduce.HostFold.deposited>`).
+
+        Args:
+            rank: a local rank.
+            blob: the blob.
+            premac: the MAC of the blob's bytes before its last 8, computed as they arrived.
+        """
+        if self.finished:
+            return []
+        try:
+            self._ship(self.fold.deposit_frame(rank, blob, premac=premac))
+        except ProtocolError as e:
+            self._fail(e)
+        return self._flush()
+
+    def rank_left(self, rank: int) -> list[RelayAction]:
+        """Local rank ``rank``'s loopback stream ended or broke (upstream's rank reader turns
+        every read error into an exit): out of the barrier, ``RankExit`` upstream, and after the
+        last one the drain. Repeats are no-ops."""
+        if self.finished or rank in self._gone or rank not in self.ranks:
+            return []
+        self._gone.add(rank)
+        log.info("relay %s: rank %d left", self.host, rank)
+        try:
+            self._ship(self.fold.declare_dead_frame(rank))
+        except ProtocolError as e:
+            self._fail(e)
+            return self._flush()
+        exit_rec = encode_mux_record(MuxRecord.control_msg(RankExit(rank), self.version),
+                                     self.salt)
+        self._actions.append(SendUpstream(tuple(exit_rec), UpstreamKind.RANK_EXIT))
+        if len(self._gone) == len(self.ranks):
+            log.info("relay %s: last local rank left; closing upstream", self.host)
+            self.lifecycle.fire(RelayEvent.LAST_RANK_LEFT)
+            self._actions.append(DrainUpstream())
+        else:
+            self.lifecycle.fire(RelayEvent.RANK_LEFT)
+        return self._flush()
+
+    def drained(self) -> list[RelayAction]:
+        """Every queued record was written and the upstream write side closed (clean end)."""
+        if not self.finished:
+            self._finish(RelayEvent.DRAINED, detail="every local rank left")
+        return self._flush()
+
+    def controller_closed(self, detail: str = "") -> list[RelayAction]:
+        """A write found the controller connection closed while folding or draining: a clean
+        end (a closed connection before HelloAck is :meth:`upstream_record` with None).
+
+        Raises:
+            LocalProtocolError (``relay.bad_event``): before HelloAck.
+        """
+        if not self.finished:
+            self._finish(RelayEvent.CONTROLLER_CLOSED,
+                         detail=detail or "the controller closed the connection")
+        return self._flush()
+
+    def stop(self, detail: str = "") -> list[RelayAction]:
+        """Stop cleanly (an external shutdown, or the runner gave up on an I/O error it reports
+        itself); a no-op once finished."""
+        if not self.finished:
+            self._finish(RelayEvent.STOP, detail=detail or "shutdown requested")
+        return self._flush()
+
+    def fail(self, error: ProtocolError) -> list[RelayAction]:
+        """A protocol error the runner met (a record the reader rejected, a truncated read)."""
+        if not self.finished:
+            self._fail(error)
+        return self._flush()
+
+    # -- rules -----------------------------------------------------------------------------------
+    def _hello_ack(self, record: MuxRecord | None) -> None:
+        if record is None:
+            self._fail(protocol_error("relay.closed_before_helloack"))
+        elif not isinstance(record.control, HelloAck):
+            got = (type(record.control).__name__ if record.control is not None
+                   else record.kind.name)
+            self._fail(protocol_error("relay.expected_helloack", got=got))
+        else:
+            self.lifecycle.fire(RelayEvent.HELLO_ACKED)
+            log.info("relay %s: controller acknowledged ranks %s", self.host,
+                     ranks_str(self.ranks))
+
+    def _controller_record(self, rec: MuxRecord | None) -> None:
+        if rec is None:
+            log.info("relay %s: controller closed the connection", self.host)
+            self._finish(RelayEvent.CONTROLLER_CLOSED,
+                         detail="the controller closed the connection")
+        elif rec.kind is RecordKind.BROADCAST:
+            payload = rec.payload
+            self._actions.append(FanOut(encode_len_prefix(payload.nbytes, ceiling=self.ceiling),
+                                        payload, self.fold.alive_ranks))
+        elif rec.kind is RecordKind.CONTROL and isinstance(rec.control, DeclareDead):
+            rank = rec.control.rank
+            if rank not in self.ranks:
+                log.warning("relay %s: DeclareDead for rank %d, not one of ours %s",
+                            self.host, rank, ranks_str(self.ranks))
+                return
+            log.info("relay %s: controller declared rank %d dead", self.host, rank)
+            try:
+                self._ship(self.fold.declare_dead_frame(rank))
+            except ProtocolError as e:
+                self._fail(e)
+        else:
+            log.warning("relay %s: ignoring unexpected %s record from the controller",
+                        self.host, rec.kind.name)
+
+    def _ship(self, payload: RoundFrame | memoryview | None) -> None:
+        if payload is None:
+            return
+        if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
+            parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self.salt,
+                                        ceiling=self.ceiling)
+        else:  # the seed verbatim, copied: the runner reuses its blob buffer for the next frame
+            parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
+                                            self.salt, ceiling=self.ceiling)
+        self._actions.append(SendUpstream(tuple(parts), UpstreamKind.HOST_FRAME))
+
+    def _fail(self, error: ProtocolError) -> None:
+        log.info("relay %s (ranks %s) failed: %s", self.host, ranks_str(self.ranks), error)
+        self._finish(RelayEvent.FAIL, error=error)
+
+    def _finish(self, event: RelayEvent, *, error: ProtocolError | None = None,
+                detail: str = "") -> None:
+        if self.finished:
+            return
+        if event is RelayEvent.FAIL:
+            self.lifecycle.fire(RelayEvent.FAIL, error=error, detail=detail)
+        else:
+            self.lifecycle.fire(event, detail=detail)
+        outcome = self.outcome
+        assert outcome is not None
+        self._actions.append(Finished(outcome))
+
+    def _flush(self) -> list[RelayAction]:
+        out, self._actions = self._actions, []
+        return out

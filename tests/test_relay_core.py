@@ -1,0 +1,541 @@
+"""The sans-IO relay core (:class:`~flodl_proto.fsm.relay_core.RelayCore`): the accept phase's
+rules one by one, and a Hypothesis state machine over the fold phase.
+
+The state machine builds deposits that are valid for the round by default (the round's schema,
+kind and a weight from a small exact set; small integer values, exact in f32 and bf16, so every
+sum is exact too; an elided deposit is an idle rank's, weight 0.0 as upstream sends it);
+faults (a bad tag, a second deposit in one round, a schema change) are a separate rule that
+fires rarely. Every HostFrame the core ships is checked against a plainly
+written reference kept in this test: the element-wise integer sum of the round's deposits (an
+elided deposit adds zeros), the sum of their weights, the first deposit's kind, and an elided
+tensor exactly when every deposit of the round was elided. ``test_relay_core_state_machine``
+runs it and checks, with the counts its rules record (also reported as ``hypothesis.event``),
+that the ``ci`` profile reaches multi-deposit summed rounds, deaths mid-round, RankExit and
+elided deposits (version 3).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from flodl_proto.codec import (
+    END_OF_STREAM,
+    DeclareDead,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_len_prefix,
+    decode_mux_record,
+    decode_round_frame,
+    encode_handshake,
+    encode_mux_record_bytes,
+    encode_round_frame_bytes,
+    expect_channel_magic,
+)
+from flodl_proto.errors import (
+    AuthenticationError,
+    InvalidValue,
+    LocalProtocolError,
+    RemoteProtocolError,
+    SchemaMismatch,
+    SequenceError,
+    TruncatedInput,
+)
+from flodl_proto.fsm.events import (
+    AckRank,
+    DrainUpstream,
+    FanOut,
+    Finished,
+    RankConnected,
+    SendUpstream,
+    UpstreamKind,
+)
+from flodl_proto.fsm.lifecycle import RelayState
+from flodl_proto.fsm.relay_core import RelayCore
+from flodl_proto.spec import CHANNEL_MAGIC_DATA
+
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+SHAPES = ((1,), (3,), (2, 2))
+
+#: how often the state machine reached each path (reset by the test that runs it)
+REACHED: Counter[str] = Counter()
+
+
+def _reach(name: str) -> None:
+    event(name)
+    REACHED[name] += 1
+
+
+def _record(rec: MuxRecord, version: int) -> MuxRecord:
+    """``rec`` as the runner hands it over: decoded from its signed bytes."""
+    res = decode_mux_record(encode_mux_record_bytes(rec, SALT), SALT, version=version)
+    assert res is not END_OF_STREAM
+    return res[0]
+
+
+def _upstream(actions: list[Any], kind: UpstreamKind) -> list[MuxRecord]:
+    out = []
+    for a in actions:
+        if isinstance(a, SendUpstream) and a.kind is kind:
+            wire = b"".join(bytes(b) for b in a.buffers)
+            res = decode_mux_record(wire, SALT, version=3, ceiling=1 << 40)
+            assert res is not END_OF_STREAM and res[1] == len(wire)
+            out.append(res[0])
+    return out
+
+
+def _connected_core(ranks: tuple[int, ...], world: int, version: int) -> RelayCore:
+    core = RelayCore(ranks, world, SALT, version=version, host="h0")
+    for r in ranks:
+        acts = core.rank_handshake(encode_handshake(r, world, version))
+        assert [type(a) for a in acts] == [AckRank, RankConnected]
+    assert core.state == RelayState.DIALING
+    (hello,) = core.dialed()
+    assert isinstance(hello, SendUpstream) and hello.kind is UpstreamKind.HELLO
+    assert core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), version),
+                                        version)) == []
+    assert core.state == RelayState.FOLDING
+    return core
+
+
+# -- accept phase and dial ----------------------------------------------------------------------
+def test_accept_dial_and_hello() -> None:
+    core = RelayCore([3, 1], 4, SALT, version=3, host="h7")
+    assert core.ranks == (1, 3) and core.missing_ranks() == [1, 3]
+    acts = core.rank_handshake(encode_handshake(3, 4, 3))
+    assert isinstance(acts[0], AckRank) and acts[0].rank == 3 and len(acts[0].ack) == 8
+    assert acts[1:] == [RankConnected(3)] and core.missing_ranks() == [1]
+    assert core.state == RelayState.ACCEPTING_RANKS
+    core.rank_handshake(encode_handshake(1, 4, 3))
+    assert core.state == RelayState.DIALING and core.missing_ranks() == []
+    (send,) = core.dialed()
+    assert isinstance(send, SendUpstream) and send.kind is UpstreamKind.HELLO
+    wire = b"".join(bytes(b) for b in send.buffers)
+    assert expect_channel_magic(wire, CHANNEL_MAGIC_DATA, "relay") == 4
+    res = decode_mux_record(wire[4:], SALT, version=3)
+    assert res is not END_OF_STREAM
+    hello = res[0].control
+    assert hello is not None and hello.host == "h7" and list(hello.ranks) == [1, 3]
+    assert list(hello.model_sigs) == []
+    assert core.state == RelayState.AWAITING_HELLO_ACK
+
+
+@pytest.mark.parametrize(("hs", "error", "acked"), [
+    (encode_handshake(0, 5, 2), InvalidValue, False),       # world size 5, not 4
+    (encode_handshake(0, 4, 2)[:9], TruncatedInput, False),
+    (encode_handshake(2, 4, 2), InvalidValue, True),         # not one of this host's ranks
+])
+def test_bad_handshake_fails_the_relay(hs: bytes, error: type[Exception], acked: bool) -> None:
+    core = RelayCore([0, 1], 4, SALT, version=2)
+    acts = core.rank_handshake(hs)
+    assert [type(a) for a in acts] == ([AckRank, Finished] if acked else [Finished])
+    fin = acts[-1]
+    assert isinstance(fin, Finished) and isinstance(fin.outcome.error, error)
+    assert isinstance(fin.outcome.error, RemoteProtocolError)
+    assert core.finished and core.state == RelayState.DONE
+    assert core.rank_handshake(encode_handshake(1, 4, 2)) == []
+
+
+def test_duplicate_rank_is_acked_then_fails() -> None:
+    core = RelayCore([0, 1], 2, SALT)
+    core.rank_handshake(encode_handshake(0, 2, 2))
+    acts = core.rank_handshake(encode_handshake(0, 2, 2))
+    assert [type(a) for a in acts] == [AckRank, Finished]
+    fin = acts[1]
+    assert isinstance(fin, Finished)
+    assert str(fin.outcome.error) == "relay: duplicate rank 0 connected on loopback"
+
+
+@pytest.mark.parametrize(("rec", "message"), [
+    (None, "relay: controller closed connection before HelloAck"),
+    (MuxRecord.broadcast(b"x"), "relay: expected HelloAck from controller, got BROADCAST"),
+    (MuxRecord.control_msg(DeclareDead(0)), "relay: expected HelloAck from controller, got "
+                                            "DeclareDead"),
+])
+def test_anything_but_hello_ack_fails(rec: MuxRecord | None, message: str) -> None:
+    core = RelayCore([0], 1, SALT)
+    core.rank_handshake(encode_handshake(0, 1, 2))
+    core.dialed()
+    (fin,) = core.upstream_record(rec)
+    assert isinstance(fin, Finished) and not fin.outcome.clean
+    assert str(fin.outcome.error) == message
+
+
+@pytest.mark.parametrize(("ranks", "world"), [([], 2), ([0, 0], 2), ([2], 2), ([0], 0)])
+def test_bad_rank_set_is_a_local_error(ranks: list[int], world: int) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        RelayCore(ranks, world, SALT)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "relay.bad_rank_set"
+
+
+def test_inputs_out_of_phase_are_local_errors() -> None:
+    core = RelayCore([0], 1, SALT)
+    with pytest.raises(SequenceError) as ei:
+        core.dialed()
+    assert ei.value.error_id == "relay.bad_event"
+    with pytest.raises(LocalProtocolError):
+        core.upstream_record(None)
+    with pytest.raises(LocalProtocolError):
+        core.controller_closed()
+    core = _connected_core((0,), 1, 2)
+    with pytest.raises(LocalProtocolError):
+        core.rank_handshake(encode_handshake(0, 1, 2))
+
+
+def test_last_rank_leaving_drains_then_finishes_cleanly() -> None:
+    core = _connected_core((0, 1), 2, 2)
+    acts = core.rank_left(1)
+    (exit_rec,) = _upstream(acts, UpstreamKind.RANK_EXIT)
+    assert exit_rec.control == RankExit(1) and not any(isinstance(a, DrainUpstream)
+                                                       for a in acts)
+    assert core.rank_left(1) == []  # a repeat is a no-op
+    acts = core.rank_left(0)
+    assert isinstance(acts[-1], DrainUpstream) and core.state == RelayState.DRAINING
+    (fin,) = core.drained()
+    assert isinstance(fin, Finished) and fin.outcome.clean and fin.outcome.reason == "drained"
+
+
+def test_single_rank_host_ships_each_frame_verbatim() -> None:
+    """A one-rank host (left out of the state machine, whose hosts have 2-4 ranks): every
+    deposit completes its round and goes upstream byte for byte."""
+    core = _connected_core((5,), 6, 3)
+    for weight in (1.0, 0.5):
+        frame = RoundFrame(RoundKind.MODEL, weight, [TensorPayload.from_array(
+            np.asarray([1.5, -2.0], np.float32))])
+        blob = encode_round_frame_bytes(frame, SALT)
+        (rec,) = _upstream(core.rank_frame(5, blob), UpstreamKind.HOST_FRAME)
+        assert bytes(rec.payload) == blob
+    assert core.fold.rounds_completed == 2
+
+
+# -- the fold phase as a state machine ----------------------------------------------------------
+class RelayCoreMachine(RuleBasedStateMachine):
+    """A RelayCore in its fold phase and a plainly written model of the round."""
+
+    @initialize(version=st.sampled_from([2, 3]), n=st.integers(2, 4), first=st.integers(0, 3),
+                 extra=st.integers(0, 2),
+                 schema=st.lists(st.tuples(st.sampled_from(["f32", "bf16"]),
+                                           st.sampled_from(SHAPES)), min_size=1, max_size=2))
+    def setup(self, version: int, n: int, first: int, extra: int,
+              schema: list[tuple[str, tuple[int, ...]]]) -> None:
+        self.version = version
+        self.ranks = tuple(range(first, first + n))
+        self.schema = schema
+        self.core = _connected_core(self.ranks, first + n + extra, version)
+        self.dead: set[int] = set()      # dead in the fold (left, or declared dead)
+        self.gone: set[int] = set()      # left: their reader is over
+        self.finished = False
+        self._new_round()
+
+    # -- the model -------------------------------------------------------------------------------
+    def _new_round(self) -> None:
+        self.deposits: dict[int, tuple[list[list[int]] | None, float, RoundKind]] = {}
+
+    def _expected_complete(self) -> bool:
+        return bool(self.deposits) and all(r in self.deposits or r in self.dead
+                                           for r in self.ranks)
+
+    def _check_host_frame(self, actions: list[Any]) -> None:
+        frames = _upstream(actions, UpstreamKind.HOST_FRAME)
+        if not self._expected_complete():
+            assert frames == []
+            return
+        assert len(frames) == 1, actions
+        res = decode_round_frame(frames[0].payload, SALT)
+        assert res is not END_OF_STREAM
+        frame = res[0]
+        contributions = list(self.deposits.values())
+        assert frame.kind is contributions[0][2]
+        assert frame.weight == sum(w for _, w, _ in contributions)
+        assert len(frame.tensors) == len(self.schema)
+        all_elided = all(vals is None for vals, _, _ in contributions)
+        for ti, (dtype, shape) in enumerate(self.schema):
+            t = frame.tensors[ti]
+            assert t.dtype == (0 if dtype == "f32" else 1) and tuple(t.shape) == shape
+            expected = [0] * _numel(shape)
+            for vals, _, _ in contributions:
+                if vals is not None:
+                    expected = [a + b for a, b in zip(expected, vals[ti], strict=True)]
+            if all_elided:
+                assert t.elided
+            else:
+                assert not t.elided
+                got = [float(x) for x in np.asarray(t.array(), dtype=np.float32).ravel()]
+                assert got == [float(x) for x in expected]
+        summed = sum(vals is not None for vals, _, _ in contributions)
+        _reach("round completed")
+        if summed >= 2:
+            _reach("multi-deposit summed round")
+        self._new_round()
+
+    def _frame(self, values: list[list[int]] | None, weight: float, kind: RoundKind,
+               schema: list[tuple[str, tuple[int, ...]]]) -> bytes:
+        tensors = []
+        for ti, (dtype, shape) in enumerate(schema):
+            if values is None:
+                tensors.append(TensorPayload(0 if dtype == "f32" else 1, shape, b""))
+                continue
+            npd = np.float32 if dtype == "f32" else ml_dtypes.bfloat16
+            tensors.append(TensorPayload.from_array(np.asarray(values[ti], np.float32)
+                                                    .astype(npd).reshape(shape)))
+        return encode_round_frame_bytes(RoundFrame(kind, weight, tensors), SALT)
+
+    def _round_kind(self, control: bool) -> RoundKind:
+        if self.deposits:
+            return next(iter(self.deposits.values()))[2]
+        return RoundKind.CONTROL if control else RoundKind.MODEL
+
+    def _finish_expected(self, actions: list[Any], error: type[Exception] | None) -> None:
+        fin = [a for a in actions if isinstance(a, Finished)]
+        assert len(fin) == 1 and actions[-1] is fin[0], actions
+        if error is None:
+            assert fin[0].outcome.clean
+        else:
+            assert isinstance(fin[0].outcome.error, error)
+            assert isinstance(fin[0].outcome.error, RemoteProtocolError)
+        self.finished = True
+
+    # -- valid inputs (the default) --------------------------------------------------------------
+    def _deposit(self, data: st.DataObject, rank: int, weight: float, control: bool,
+                 elide: int) -> None:
+        values: list[list[int]] | None = [
+            data.draw(st.lists(st.integers(-8, 8), min_size=_numel(s), max_size=_numel(s)))
+            for _, s in self.schema
+        ]
+        if self.version == 3 and elide == 0:
+            values, weight = None, 0.0  # an idle rank: weight 0.0, every payload elided
+        kind = self._round_kind(control)
+        blob = self._frame(values, weight, kind, self.schema)
+        actions = self.core.rank_frame(rank, memoryview(blob))
+        if rank in self.dead:  # declared dead by the controller: its frames are dropped
+            assert actions == []
+            _reach("frame from a dead rank dropped")
+            return
+        if values is None:
+            _reach("elided deposit (v3)")
+        self.deposits[rank] = (values, weight, kind)
+        assert not any(isinstance(a, Finished) for a in actions), actions
+        self._check_host_frame(actions)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), weight=st.sampled_from(WEIGHTS), control=st.booleans(),
+          elide=st.integers(0, 5))
+    def deposit(self, data: st.DataObject, weight: float, control: bool, elide: int) -> None:
+        """A valid frame for the round from an alive local rank that has not deposited yet."""
+        waiting = [r for r in self.ranks if r not in self.deposits and r not in self.dead]
+        if waiting:
+            self._deposit(data, data.draw(st.sampled_from(waiting)), weight, control, elide)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), weight=st.sampled_from(WEIGHTS), control=st.booleans(),
+          elide=st.integers(0, 5))
+    def another_deposit(self, data: st.DataObject, weight: float, control: bool,
+                        elide: int) -> None:
+        """Deposits are most of the traffic: the same rule again doubles their weight."""
+        self.deposit(data, weight, control, elide)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), gate=st.integers(0, 3))
+    def late_frame_from_a_dead_rank(self, data: st.DataObject, gate: int) -> None:
+        """A rank the controller declared dead still sends a frame: dropped."""
+        late = [r for r in self.ranks if r in self.dead and r not in self.gone]
+        if late and not gate:
+            self._deposit(data, data.draw(st.sampled_from(late)), 1.0, False, 1)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), gate=st.integers(0, 1))
+    def rank_leaves(self, data: st.DataObject, gate: int) -> None:
+        """Now and then a local rank's stream ends: out of the barrier, RankExit, and the
+        drain after the last one."""
+        if gate:
+            return
+        present = [r for r in self.ranks if r not in self.gone]
+        rank = data.draw(st.sampled_from(present))
+        if self.deposits and not self._expected_complete() and rank not in self.dead:
+            _reach("death mid-round")
+        self.dead.add(rank)
+        self.gone.add(rank)
+        actions = self.core.rank_left(rank)
+        exits = _upstream(actions, UpstreamKind.RANK_EXIT)
+        assert [e.control for e in exits] == [RankExit(rank)]
+        _reach("RankExit")
+        self._check_host_frame(actions)
+        if len(self.gone) == len(self.ranks):
+            assert isinstance(actions[-1], DrainUpstream)
+            assert self.core.state == RelayState.DRAINING
+            self._finish_expected(self.core.drained(), None)
+        else:
+            assert not any(isinstance(a, DrainUpstream) for a in actions)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), foreign=st.integers(0, 5))
+    def controller_declares_dead(self, data: st.DataObject, foreign: int) -> None:
+        """Now and then DeclareDead from the controller: a local rank leaves the barrier (no
+        RankExit); a rank of another host is ignored."""
+        if foreign > 1:
+            return
+        if foreign == 0:
+            rank = self.ranks[-1] + 1
+            actions = self.core.upstream_record(
+                _record(MuxRecord.control_msg(DeclareDead(rank), self.version), self.version))
+            assert actions == []
+            return
+        rank = data.draw(st.sampled_from(self.ranks))
+        if self.deposits and not self._expected_complete() and rank not in self.dead:
+            _reach("death mid-round")
+        self.dead.add(rank)
+        actions = self.core.upstream_record(
+            _record(MuxRecord.control_msg(DeclareDead(rank), self.version), self.version))
+        assert _upstream(actions, UpstreamKind.RANK_EXIT) == []
+        self._check_host_frame(actions)
+
+    @precondition(lambda self: not self.finished)
+    @rule(payload=st.binary(max_size=40))
+    def broadcast(self, payload: bytes) -> None:
+        """A Broadcast goes verbatim to the alive local ranks."""
+        actions = self.core.upstream_record(_record(MuxRecord.broadcast(payload), self.version))
+        assert len(actions) == 1 and isinstance(actions[0], FanOut)
+        fan = actions[0]
+        assert bytes(fan.payload) == payload
+        assert decode_len_prefix(fan.prefix) == len(payload)
+        assert fan.ranks == tuple(r for r in self.ranks if r not in self.dead)
+
+    @precondition(lambda self: not self.finished)
+    @rule(which=st.sampled_from(["rank_exit", "data", "host_frame", "hello_ack"]),
+          gate=st.integers(0, 2))
+    def other_controller_records_are_ignored(self, which: str, gate: int) -> None:
+        if gate:
+            return
+        rec = {"rank_exit": MuxRecord.control_msg(RankExit(0), self.version),
+               "data": MuxRecord.data(0, b"abc"), "host_frame": MuxRecord.host_frame(b"x"),
+               "hello_ack": MuxRecord.control_msg(HelloAck(), self.version)}[which]
+        assert self.core.upstream_record(_record(rec, self.version)) == []
+
+    @precondition(lambda self: not self.finished)
+    @rule(gate=st.integers(0, 19), how=st.sampled_from(["eof", "write", "stop"]))
+    def controller_goes_away(self, gate: int, how: str) -> None:
+        """Rarely: the controller closes (or the relay is stopped): a clean end."""
+        if gate:
+            return
+        if how == "eof":
+            actions = self.core.upstream_record(None)
+        elif how == "write":
+            actions = self.core.controller_closed("write failed")
+        else:
+            actions = self.core.stop()
+        self._finish_expected(actions, None)
+
+    # -- faults (a separate, rare rule) ----------------------------------------------------------
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), gate=st.integers(0, 11))
+    def deposit_with_a_bad_tag(self, data: st.DataObject, gate: int) -> None:
+        """Rarely: a frame whose auth tag does not match."""
+        if not gate:
+            self._faulty_deposit(data, "tag")
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), gate=st.integers(0, 11))
+    def second_deposit_in_a_round(self, data: st.DataObject, gate: int) -> None:
+        """Rarely: a rank deposits twice in one round."""
+        if not gate:
+            self._faulty_deposit(data, "double")
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), gate=st.integers(0, 11))
+    def deposit_of_another_schema(self, data: st.DataObject, gate: int) -> None:
+        """Rarely: a frame with one tensor more than the round's."""
+        if not gate:
+            self._faulty_deposit(data, "schema")
+
+    def _faulty_deposit(self, data: st.DataObject, fault: str) -> None:
+        """A deposit the fold must reject, which ends the relay with that error."""
+        alive = [r for r in self.ranks if r not in self.dead]
+        if not alive:
+            return
+        kind = self._round_kind(False)
+        values = [[1] * _numel(s) for _, s in self.schema]
+        if fault == "double":
+            done = [r for r in alive if r in self.deposits]
+            if not done:
+                return
+            rank, error = done[0], SequenceError
+            blob = self._frame(values, 1.0, kind, self.schema)
+        elif fault == "schema":
+            if not self.deposits:
+                return
+            rank = data.draw(st.sampled_from([r for r in alive if r not in self.deposits]))
+            schema = [*self.schema, ("f32", (1,))]
+            blob, error = self._frame([*values, [1]], 1.0, kind, schema), SchemaMismatch
+        else:
+            waiting = [r for r in alive if r not in self.deposits]
+            if not waiting:
+                return
+            rank = data.draw(st.sampled_from(waiting))
+            raw = bytearray(self._frame(values, 1.0, kind, self.schema))
+            raw[-1] ^= 0x01
+            blob, error = bytes(raw), AuthenticationError
+        _reach(f"fault: {fault}")
+        self._finish_expected(self.core.rank_frame(rank, blob), error)
+
+    # -- after the end every input is a no-op ----------------------------------------------------
+    @precondition(lambda self: self.finished)
+    @rule()
+    def inputs_after_the_end_do_nothing(self) -> None:
+        assert self.core.rank_frame(self.ranks[0], b"\x00") == []
+        assert self.core.rank_left(self.ranks[0]) == []
+        assert self.core.upstream_record(None) == []
+        assert self.core.stop() == []
+
+    @invariant()
+    def lifecycle_agrees(self) -> None:
+        if not hasattr(self, "core"):
+            return
+        assert self.core.finished == self.finished
+        if not self.finished:
+            want = (RelayState.DRAINING if len(self.gone) == len(self.ranks)
+                    else RelayState.FOLDING)
+            assert self.core.state == want
+            assert self.core.fold.alive_ranks == tuple(r for r in self.ranks
+                                                       if r not in self.dead)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@pytest.mark.stateful
+def test_relay_core_state_machine() -> None:
+    """Runs the machine with the loaded profile (``ci`` by default), then checks that it reached
+    the paths worth testing: most completed rounds summed two or more deposits, and deaths
+    mid-round, RankExit and elided deposits occurred."""
+    REACHED.clear()
+    run_state_machine_as_test(RelayCoreMachine, settings=settings(stateful_step_count=40))
+    rounds = REACHED["round completed"]
+    assert rounds >= 20, dict(REACHED)
+    assert REACHED["multi-deposit summed round"] * 2 > rounds, dict(REACHED)
+    for path in ("death mid-round", "RankExit", "elided deposit (v3)", "fault: tag",
+                 "fault: double", "fault: schema"):
+        assert REACHED[path] >= 1, (path, dict(REACHED))
