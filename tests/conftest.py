@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,28 @@ def vectors_root() -> Path:
 _NETLAB_DESELECTED: list[str] = []
 
 
+def missing_tool(marker: str) -> str | None:
+    """Why tests marked ``tshark`` or ``capture`` cannot run here, or None when they can.
+
+    ``tshark``: the tshark binary. ``capture``: tcpdump, unshare and ip, and root (the capture
+    runs in a private network namespace so only the cluster's own traffic is recorded).
+    """
+    if marker == "tshark" and shutil.which("tshark") is None:
+        return "tshark not found (apt-get install tshark)"
+    if marker == "capture":
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            return "capturing on a private loopback needs root"
+        for tool in ("tcpdump", "unshare", "ip"):
+            if shutil.which(tool) is None:
+                return f"{tool} not found"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``@pytest.mark.deep`` cases unless the run selects them (``-m deep``), and
-    ``@pytest.mark.netlab`` cases when the network lab cannot run here (the reason is printed in
-    the terminal summary, see :func:`pytest_terminal_summary`)."""
+    """Deselect ``@pytest.mark.deep`` cases unless the run selects them (``-m deep``),
+    ``@pytest.mark.netlab`` cases when the network lab cannot run here, and the ``tshark`` /
+    ``capture`` cases whose tools are missing (the reasons are printed in the terminal summary,
+    see :func:`pytest_terminal_summary`)."""
     markexpr = str(config.getoption("markexpr") or "")
     drop_deep = not ("deep" in markexpr and "not deep" not in markexpr)
     lab_items = [item for item in items if item.get_closest_marker("netlab")]
@@ -55,22 +74,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
         reason = unavailable_reason()
     keep, drop, drop_lab = [], [], []
+    tools: dict[str, int] = {}
     for item in items:
         if drop_deep and item.get_closest_marker("deep"):
             drop.append(item)
-        elif reason is not None and item.get_closest_marker("netlab"):
+            continue
+        if reason is not None and item.get_closest_marker("netlab"):
             drop_lab.append(item)
+            continue
+        why = None
+        for marker in ("tshark", "capture"):
+            if why is None and item.get_closest_marker(marker):
+                why = missing_tool(marker)
+        if why:
+            tools[why] = tools.get(why, 0) + 1
+            drop.append(item)
         else:
             keep.append(item)
     if drop_lab:
         _NETLAB_DESELECTED[:] = [f"{len(drop_lab)} network-lab test(s) deselected: {reason}"]
+    _NETLAB_DESELECTED.extend(f"{n} test(s) deselected: {why}" for why, n in tools.items())
     if drop or drop_lab:
         config.hook.pytest_deselected(items=drop + drop_lab)
         items[:] = keep
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print why the network-lab tests were deselected (never a silent skip)."""
+    """Print why network-lab and tool-dependent tests were deselected (never a silent skip)."""
     for line in _NETLAB_DESELECTED:
         terminalreporter.write_line(line, yellow=True, bold=True)
 

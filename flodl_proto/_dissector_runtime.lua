@@ -1,0 +1,803 @@
+-- ---------------------------------------------------------------------------------------------
+-- Runtime: the fixed part of the dissector. It interprets the SPEC table above (layouts, enums,
+-- limits, variants, error texts); it holds no per-field code.
+-- ---------------------------------------------------------------------------------------------
+local C = SPEC.const
+local ENUMS = SPEC.enums
+local LAYOUTS = SPEC.layouts
+local M = SPEC.markers
+
+local proto = Proto(SPEC.proto.name, SPEC.proto.description)
+
+-- Filter fields ---------------------------------------------------------------------------------
+local F, field_list = {}, {}
+for _, d in ipairs(SPEC.fields) do
+    local vs = nil
+    if d.enum then vs = ENUMS[d.enum].names end
+    local b = nil
+    if d.base then b = base[d.base] end
+    local f = ProtoField.new(d.label, d.abbrev, ftypes[d.ftype], vs, b, nil, d.doc)
+    F[d.abbrev] = f
+    field_list[#field_list + 1] = f
+end
+proto.fields = field_list
+local P = SPEC.proto.name .. "."
+local function field(name) return F[P .. name] end
+
+-- Expert infos ----------------------------------------------------------------------------------
+local E, expert_list = {}, {}
+for _, d in ipairs(SPEC.experts) do
+    local e = ProtoExpert.new(d.abbrev, d.text, expert.group[d.group], expert.severity[d.severity])
+    E[d.id] = e
+    expert_list[#expert_list + 1] = e
+end
+proto.experts = expert_list
+
+-- Preferences -----------------------------------------------------------------------------------
+local version_choices = { { 1, "auto", 0 } }
+for i, v in ipairs(SPEC.versions.supported) do
+    version_choices[#version_choices + 1] = { i + 1, tostring(v), v }
+end
+proto.prefs.ports = Pref.range("TCP ports", SPEC.ports,
+    "TCP ports always decoded as " .. SPEC.proto.name .. " (other ports are found by the "
+    .. "heuristic on the magics, or with Decode As)", 65535)
+proto.prefs.version = Pref.enum("Protocol version", 0,
+    "Data-channel protocol version: auto takes it from the handshake, the ack or a Hello's "
+    .. "model_sigs (default " .. SPEC.versions.default .. " until detected)", version_choices, false)
+proto.prefs.bytes_limit = Pref.uint("Payload field limit (bytes)", SPEC.bytes_field_limit,
+    "A payload above this size is shown as a byte range without a field value, which keeps "
+    .. "exports (tshark -T json) small; 0 = no limit")
+proto.prefs.ceiling = Pref.uint("Frame ceiling (bytes)", C.DEFAULT_FRAME_CEILING,
+    "A length above this is reported as malformed (the readers' default ceiling is 1 GiB)")
+
+-- Helpers ---------------------------------------------------------------------------------------
+local function errtext(id, args)
+    local t = SPEC.errors[id] or id
+    return (t:gsub("{([%w_]+):?([^}]*)}", function(name, spec)
+        local v = args[name]
+        if v == nil then return "{" .. name .. "}" end
+        if spec ~= "" then return string.format("%" .. spec, v) end
+        return tostring(v)
+    end))
+end
+
+local function fmt_num(x)
+    if x ~= x then return "NaN" end
+    if x == math.huge then return "inf" end
+    if x == -math.huge then return "-inf" end
+    if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%.1f", x) end
+    return string.format("%.6g", x)
+end
+
+local function fmt_bytes(n)
+    if n >= 1048576 then return string.format("%.1f MiB", n / 1048576) end
+    if n >= 1024 then return string.format("%.1f KiB", n / 1024) end
+    return string.format("%d B", n)
+end
+
+local function fmt_list(t)
+    local s = {}
+    for i, v in ipairs(t) do s[i] = tostring(v) end
+    return "[" .. table.concat(s, ",") .. "]"
+end
+
+local function f32_from_bits(b)
+    local sign = 1
+    if b >= 0x80000000 then sign = -1; b = b - 0x80000000 end
+    local e = math.floor(b / 0x800000)
+    local m = b % 0x800000
+    if e == 255 then
+        if m == 0 then return sign * math.huge end
+        return 0 / 0
+    end
+    if e == 0 then return sign * m * 2 ^ -149 end
+    return sign * (1 + m / 0x800000) * 2 ^ (e - 127)
+end
+
+-- element decoders by Dtype member name
+local ELEMENT = {
+    F32 = function(r) return r:le_float() end,
+    BF16 = function(r) return f32_from_bits(r:le_uint() * 65536) end,
+}
+
+local function u32(tvb, off) return tvb(off, 4):le_uint() end
+
+local function read_value(ty, r)
+    if ty == "u8" or ty == "u32" then return r:le_uint() end
+    if ty == "u64" then return r:le_uint64():tonumber() end
+    if ty == "f64" then return r:le_float() end
+    return nil
+end
+
+-- a zero-length range at off (Wireshark refuses a range starting past the end)
+local function at(tvb, off, len)
+    if off >= tvb:len() then return tvb(tvb:len() > 0 and tvb:len() - 1 or 0, 0) end
+    return tvb(off, len or 0)
+end
+
+-- Conversation state (per TCP connection) --------------------------------------------------------
+local f_tcp_stream = Field.new("tcp.stream")
+local convs = {}
+
+local function conv_of(pinfo)
+    local fi = f_tcp_stream()
+    local key
+    if fi then
+        key = "s" .. tostring(fi.value)
+    else
+        key = tostring(pinfo.src) .. ":" .. pinfo.src_port .. "/" .. tostring(pinfo.dst) .. ":"
+            .. pinfo.dst_port
+    end
+    local c = convs[key]
+    if not c then c = {}; convs[key] = c end
+    return c
+end
+
+function proto.init()
+    convs = {}
+end
+
+local function current_version(conv)
+    local p = proto.prefs.version
+    if p ~= 0 then return p, "preference" end
+    if conv.version then return conv.version, "detected" end
+    return SPEC.versions.default, "default"
+end
+
+local function is_supported(v)
+    for _, s in ipairs(SPEC.versions.supported) do if s == v then return true end end
+    return false
+end
+
+-- Layout walker ---------------------------------------------------------------------------------
+-- Adds the fields of a layout at off; fills vals/items by field name. Returns the new offset, or
+-- nil and the field that did not fit in the tvb.
+local function walk(tvb, off, tree, fields, vals, items, ctx)
+    for _, fd in ipairs(fields) do
+        local size = fd.size
+        if type(size) == "string" then size = vals[size] end
+        if off + size > tvb:len() then return nil, fd, off end
+        local r = at(tvb, off, size)
+        local item
+        local limit = proto.prefs.bytes_limit
+        if fd.type == "bytes" and limit > 0 and size > limit then
+            item = tree:add(r, fd.label .. ": " .. size .. " bytes (above the payload field limit)")
+        else
+            item = tree:add_le(F[fd.abbrev], r)
+        end
+        local v = read_value(fd.type, r)
+        vals[fd.name] = v
+        items[fd.name] = item
+        if fd.const and v ~= C[fd.const] then
+            local args = { got = v, expected = C[fd.const], what = ctx or SPEC.proto.name }
+            item:add_proto_expert_info(E[fd.expert], fd.error and errtext(fd.error, args)
+                or (fd.name .. " " .. tostring(v) .. " != " .. fd.const .. " " .. C[fd.const]))
+            vals._bad = fd.name
+        end
+        if fd.enum and ENUMS[fd.enum].names[v] == nil then
+            local args = { value = v, kind = v, got = v }
+            item:add_proto_expert_info(E.bad_value, fd.enum_error and errtext(fd.enum_error, args)
+                or ("unknown " .. fd.enum .. " " .. tostring(v)))
+            vals._bad = vals._bad or fd.name
+        end
+        if fd.tag then
+            item:append_text(" [" .. SPEC.verify_hint .. "]")
+            tree:add(field("auth_status"), r, "not verified"):set_generated()
+        end
+        off = off + size
+    end
+    return off
+end
+
+-- RoundFrame ------------------------------------------------------------------------------------
+local HOOK = {}  -- checks the spec states as conditions, keyed by field name
+
+HOOK[SPEC.round_frame_count] = function(v, item, st)
+    if v > C.MAX_ROUND_FRAME_TENSORS then
+        item:add_proto_expert_info(E.too_large, errtext("frame.too_many_tensors",
+            { count = v, cap = C.MAX_ROUND_FRAME_TENSORS }))
+        return false
+    end
+    return true
+end
+HOOK.weight = function(v, item, st)
+    if v ~= v or v == math.huge or v < 0 then
+        item:add_proto_expert_info(E.bad_value, errtext("frame.bad_weight", { weight = fmt_num(v) }))
+    end
+    return true
+end
+HOOK.nbytes = function(v, item, st, tv)
+    st.total = st.total + v
+    if st.total > proto.prefs.ceiling then
+        item:add_proto_expert_info(E.too_large, errtext("frame.past_ceiling",
+            { index = tv.index, ceiling = proto.prefs.ceiling, nbytes = v, total = st.total }))
+        return false
+    end
+    return true
+end
+
+-- after a tensor's parts: shape, element count, nbytes vs shape, first values
+local function tensor_done(tvb, ttree, tv, items, st)
+    local dims = tv.dims
+    local numel = 1
+    for _, d in ipairs(dims) do numel = numel * d end
+    local shape = fmt_list(dims):gsub(",", ", ")
+    local dname = ENUMS.Dtype.names[tv.dtype] or ("unknown(" .. tostring(tv.dtype) .. ")")
+    ttree:add(field("round_frame.shape"), at(tvb, tv.start), shape):set_generated()
+    ttree:add(field("round_frame.numel"), at(tvb, tv.start), UInt64(numel)):set_generated()
+    local es = ENUMS.Dtype.element_size[tv.dtype]
+    local nb = tv.nbytes
+    local elided = nb == 0 and numel > 0
+    if es == nil then
+        items.dtype:add_proto_expert_info(E.lenient, errtext("tensor.unknown_dtype",
+            { dtype = tv.dtype }) .. " (accepted by the reader, rejected by the fold)")
+    elseif elided then
+        ttree:add(field("round_frame.elided"), at(tvb, tv.start), 1):set_generated()
+        if st.version < 3 then
+            items.nbytes:add_proto_expert_info(E.version, "elided payload (nbytes 0, " .. numel
+                .. " elements) is not legal at protocol version " .. st.version
+                .. " (the fold rejects it)")
+        end
+    elseif nb ~= numel * es then
+        items.nbytes:add_proto_expert_info(E.nbytes_shape, errtext("tensor.nbytes_vs_shape",
+            { shape = shape, expected = numel * es, got = nb }))
+    elseif numel > 0 then
+        local n = math.min(numel, SPEC.preview_values)
+        local vals = {}
+        local dec = ELEMENT[ENUMS.Dtype.members[tv.dtype]]
+        for i = 0, n - 1 do vals[#vals + 1] = fmt_num(dec(tvb(tv.data_off + i * es, es))) end
+        local text = "[" .. table.concat(vals, ", ") .. (numel > n and ", …]" or "]")
+        ttree:add(field("round_frame.values"), at(tvb, tv.data_off, nb), text):set_generated()
+    end
+    ttree:set_text(string.format("Tensor %d: %s%s, %s%s", tv.index, dname, shape, fmt_bytes(nb),
+        elided and " (elided)" or ""))
+    st.tensors[#st.tensors + 1] = { dtype = dname, shape = dims, nbytes = nb }
+end
+
+-- Dissect the RoundFrame occupying tvb[off, tvb:len()). Returns a summary table; summary.bad is
+-- set when the frame is malformed.
+local function dissect_frame(tvb, off, tree, version)
+    local st = { total = 0, tensors = {}, version = version, vals = {} }
+    local vals, items = st.vals, {}
+    local parts = SPEC.round_frame
+    local p = off
+    local function truncated(part, at_off, need)
+        tree:add_proto_expert_info(E.truncated, errtext(part.truncated_error or "frame.kind_read_failed",
+            { offset = at_off - off, index = #st.tensors, got = tvb:len() - at_off, need = need }))
+        st.bad = "truncated"
+        return st
+    end
+    local i = 1
+    while i <= #parts do
+        local part = parts[i]
+        if part.group == "once" then
+            local np, fd, fo = walk(tvb, p, tree, part.fields, vals, items, "frame")
+            if not np then return truncated(part, fo, fd.size) end
+            if vals._bad then st.bad = vals._bad; return st end
+            for _, fd in ipairs(part.fields) do
+                local h = HOOK[fd.name]
+                if h and not h(vals[fd.name], items[fd.name], st) then st.bad = fd.name; return st end
+            end
+            p = np
+            i = i + 1
+        else
+            local j = i
+            while j <= #parts and parts[j].group == part.group do j = j + 1 end
+            local count = vals[part.count]
+            for t = 0, count - 1 do
+                local tstart = p
+                local ttree = tree:add(field("round_frame.tensor"), at(tvb, p, 1), t)
+                local tv, titems = { index = t, start = p, dims = {} }, {}
+                for k = i, j - 1 do
+                    local q = parts[k]
+                    local times = 1
+                    if q.times then times = tv[q.times] end
+                    for _ = 1, times do
+                        if q.data then tv.data_off = p end
+                        local np, fd, fo = walk(tvb, p, ttree, q.fields, tv, titems, "frame")
+                        if not np then
+                            ttree:set_len(math.max(1, math.min(p, tvb:len()) - tstart))
+                            local need = fd.size
+                            if type(need) == "string" then need = tv[need] end
+                            return truncated(q, fo, need)
+                        end
+                        for _, fd in ipairs(q.fields) do
+                            local h = HOOK[fd.name]
+                            if h and not h(tv[fd.name], titems[fd.name], st, tv) then
+                                st.bad = fd.name
+                                return st
+                            end
+                        end
+                        if q.times then tv.dims[#tv.dims + 1] = tv[q.fields[1].name] end
+                        p = np
+                    end
+                end
+                if p > tstart then ttree:set_len(p - tstart) end
+                tensor_done(tvb, ttree, tv, titems, st)
+            end
+            i = j
+        end
+    end
+    st.length = p - off
+    if p < tvb:len() then
+        tree:add(field("round_frame.trailing"), tvb(p), tvb:len() - p):add_proto_expert_info(
+            E.trailing, (tvb:len() - p) .. " bytes after the RoundFrame (ignored by the reader)")
+    end
+    tree:add(field("round_frame.total_nbytes"), at(tvb, off), UInt64(st.total)):set_generated()
+    st.kind = ENUMS.RoundKind.names[vals.kind]
+    st.weight = vals.weight
+    return st
+end
+
+local function frame_info(st)
+    if st.bad then return "malformed RoundFrame (" .. st.bad .. ")" end
+    return string.format("%s w=%s %d tensor%s %s", st.kind, fmt_num(st.weight), #st.tensors,
+        #st.tensors == 1 and "" or "s", fmt_bytes(st.total))
+end
+
+-- Bincode (RelayControlMsg) ---------------------------------------------------------------------
+local WIDTH = { [M.u16] = 2, [M.u32] = 4, [M.u64] = 8, [M.u128] = 16 }
+local MAX_WIDTH = { u8 = 1, u16 = 2, u32 = 4, u64 = 8 }
+local MARKER_NAME = { [M.u16] = "u16", [M.u32] = "u32", [M.u64] = "u64", [M.u128] = "u128" }
+
+-- nil when s is valid UTF-8, else a description of the first invalid byte
+local function utf8_error(s)
+    local i, n = 1, #s
+    while i <= n do
+        local c = s:byte(i)
+        local len, min
+        if c < 0x80 then len, min = 1, 0
+        elseif c >= 0xC2 and c <= 0xDF then len, min = 2, 0x80
+        elseif c >= 0xE0 and c <= 0xEF then len, min = 3, 0x800
+        elseif c >= 0xF0 and c <= 0xF4 then len, min = 4, 0x10000
+        else return string.format("invalid byte 0x%02x at index %d", c, i - 1) end
+        if i + len - 1 > n then return string.format("incomplete sequence at index %d", i - 1) end
+        local cp = len == 1 and c or (c % (2 ^ (7 - len)))
+        for k = 1, len - 1 do
+            local cc = s:byte(i + k)
+            if cc < 0x80 or cc > 0xBF then
+                return string.format("invalid continuation byte at index %d", i + k - 1)
+            end
+            cp = cp * 64 + (cc - 0x80)
+        end
+        if cp < min or cp > 0x10FFFF or (cp >= 0xD800 and cp <= 0xDFFF) then
+            return string.format("invalid code point at index %d", i - 1)
+        end
+        i = i + len
+    end
+    return nil
+end
+
+local function bc_fail(id, args) error({ id = id, args = args }, 0) end
+
+local function varint(tvb, p, limit, ty, fname, base_off)
+    if p >= limit then
+        bc_fail("bincode.unexpected_end", { field = fname, offset = p - base_off, need = 1 })
+    end
+    local b = tvb(p, 1):uint()
+    if b <= M.single_byte_max then return b, p + 1 end
+    local w = WIDTH[b]
+    if w == nil or w > MAX_WIDTH[ty] then
+        bc_fail("bincode.invalid_integer_type", { expected = ty, found = MARKER_NAME[b] or
+            string.format("marker 0x%02x", b), field = fname, offset = p - base_off })
+    end
+    if p + 1 + w > limit then
+        bc_fail("bincode.unexpected_end", { field = fname, offset = p - base_off,
+            need = p + 1 + w - limit })
+    end
+    local v
+    if w <= 4 then v = tvb(p + 1, w):le_uint() else v = tvb(p + 1, w):le_uint64():tonumber() end
+    return v, p + 1 + w
+end
+
+-- decode one value of type descriptor ty; adds items under tree when given
+local function bc_value(tvb, p, limit, ty, fd, tree, base_off)
+    if ty.kind == "uint" then
+        local v, np = varint(tvb, p, limit, ty.type, fd.name, base_off)
+        if tree then tree:add(F[fd.abbrev], tvb(p, np - p), v) end
+        return v, np
+    elseif ty.kind == "string" then
+        local n, q = varint(tvb, p, limit, "u64", fd.name, base_off)
+        if q + n > limit then
+            bc_fail("bincode.unexpected_end", { field = fd.name, offset = q - base_off,
+                need = q + n - limit })
+        end
+        local s = n > 0 and tvb(q, n):raw() or ""
+        local bad = utf8_error(s)
+        if bad then
+            bc_fail("bincode.invalid_utf8", { reason = bad, field = fd.name, offset = q - base_off })
+        end
+        if tree then
+            if n > 0 then tree:add_packet_field(F[fd.abbrev], tvb(q, n), ENC_UTF_8)
+            else tree:add(F[fd.abbrev], at(tvb, p, q - p), "") end
+        end
+        return s, q + n
+    elseif ty.kind == "array" then
+        if p + ty.len > limit then
+            bc_fail("bincode.unexpected_end", { field = fd.name, offset = p - base_off,
+                need = p + ty.len - limit })
+        end
+        if tree then tree:add(F[fd.abbrev], tvb(p, ty.len)) end
+        return tvb(p, ty.len):bytes():tohex(), p + ty.len
+    elseif ty.kind == "vec" then
+        local n, q = varint(tvb, p, limit, "u64", fd.name, base_off)
+        local out = {}
+        for k = 1, n do
+            local v
+            v, q = bc_value(tvb, q, limit, ty.elem, fd, tree, base_off)
+            out[k] = v
+        end
+        return out, q
+    end
+end
+
+-- decode a RelayControlMsg at protocol version `version`; raises {id, args} on failure
+local function bc_message(tvb, p0, limit, tree, version)
+    local idx, p = varint(tvb, p0, limit, "u32", "variant", p0)
+    local var = SPEC.variants[idx]
+    if var == nil then
+        local count = 0
+        for _ in pairs(SPEC.variants) do count = count + 1 end
+        bc_fail("bincode.invalid_variant", { value = idx, count = count })
+    end
+    if tree then tree:add(field("relay_control_msg.variant"), tvb(p0, p - p0), idx) end
+    local values = {}
+    for _, fd in ipairs(var.fields) do
+        local present = false
+        for _, v in ipairs(fd.versions) do if v == version then present = true end end
+        if present then values[fd.name], p = bc_value(tvb, p, limit, fd.type, fd, tree, p0) end
+    end
+    return { index = idx, var = var, values = values, endp = p }
+end
+
+-- the versions in which a decode of tvb[p0, limit) consumes it exactly (detection)
+local function bc_detect(tvb, p0, limit)
+    local exact = nil
+    local vs = SPEC.versions.supported
+    for k = #vs, 1, -1 do
+        local ok, res = pcall(bc_message, tvb, p0, limit, nil, vs[k])
+        if ok and res.endp == limit then
+            local differs = false
+            for _, fd in ipairs(res.var.fields) do
+                if #fd.versions < #vs then differs = true end
+            end
+            if differs then exact = vs[k] end
+            break
+        end
+    end
+    return exact
+end
+
+local FIXED = {
+    channel_magic = C.CHANNEL_MAGIC_LEN,
+    handshake = C.HANDSHAKE_LEN,
+    handshake_ack = C.HANDSHAKE_ACK_LEN,
+}
+
+-- Record dissectors -----------------------------------------------------------------------------
+local REC = {}
+
+local function new_record(tvb, tree, kind, direction)
+    local rtree = tree:add(proto, tvb())
+    rtree:add(field("kind"), at(tvb, 0, tvb:len()), kind):set_generated()
+    if direction and direction ~= "" then
+        rtree:add(field("direction"), at(tvb, 0, tvb:len()), direction):set_generated()
+    end
+    return rtree
+end
+
+local function add_ranks(rtree, tvb, ranks)
+    for _, r in ipairs(ranks or {}) do
+        rtree:add(field("rank"), at(tvb, 0, tvb:len()), r):set_generated()
+    end
+end
+
+local function add_version(rtree, tvb, conv)
+    local v, how = current_version(conv)
+    rtree:add(field("version"), at(tvb, 0, tvb:len()), v):append_text(" (" .. how .. ")")
+    return v
+end
+
+function REC.channel_magic(tvb, pinfo, tree, conv)
+    local R = SPEC.records.channel_magic
+    local rtree = new_record(tvb, tree, R.kind, R.direction)
+    local vals, items = {}, {}
+    if not walk(tvb, 0, rtree, LAYOUTS.channel_magic, vals, items, "cluster_controller") then
+        rtree:add_proto_expert_info(E.truncated, errtext(R.truncated_error,
+            { what = "cluster_controller", got = tvb:len(), need = C.CHANNEL_MAGIC_LEN }))
+        return R.kind .. " truncated"
+    end
+    local name = ENUMS.Channel.names[vals.magic] or string.format("0x%08x", vals.magic)
+    if vals.magic ~= C.CHANNEL_MAGIC_DATA then
+        items.magic:add_proto_expert_info(E.bad_magic, errtext("channel.bad_magic",
+            { what = "cluster_controller", got = vals.magic, expected = C.CHANNEL_MAGIC_DATA }))
+    end
+    if not pinfo.visited then conv.leg = "mux"; conv.relay_port = pinfo.src_port end
+    local info = R.kind .. " " .. name .. " " .. R.direction
+    rtree:append_text(", " .. info)
+    return info
+end
+
+local function handshake_like(name, tvb, pinfo, tree, conv)
+    local R = SPEC.records[name]
+    local rtree = new_record(tvb, tree, R.kind, R.direction)
+    local vals, items = {}, {}
+    if not walk(tvb, 0, rtree, LAYOUTS[name], vals, items, "cluster_controller") then
+        rtree:add_proto_expert_info(E.truncated, errtext(R.truncated_error,
+            { got = tvb:len(), need = FIXED[name] }))
+        return R.kind .. " " .. R.direction .. " truncated"
+    end
+    local v = vals.version
+    local pref = proto.prefs.version
+    local err = name == "handshake" and "handshake.bad_version" or "ack.bad_version"
+    if not is_supported(v) then
+        items.version:add_proto_expert_info(E.version, "protocol version " .. tostring(v)
+            .. " is not supported (supported: " .. table.concat(SPEC.versions.supported, ", ")
+            .. ")")
+    elseif pref ~= 0 and v ~= pref then
+        items.version:add_proto_expert_info(E.version, errtext(err, { got = v, expected = pref }))
+    end
+    if not pinfo.visited then
+        conv.leg = "loopback"
+        if is_supported(v) then conv.version = v end
+        if name == "handshake" then
+            conv.rank_port = pinfo.src_port
+            conv.ranks = { vals.rank }
+        else
+            conv.relay_port = pinfo.src_port
+        end
+    end
+    local info = R.kind .. " " .. R.direction
+    if name == "handshake" then
+        add_ranks(rtree, tvb, { vals.rank })
+        info = info .. string.format(" rank %d world %d", vals.rank, vals.world_size)
+    end
+    info = info .. " v" .. tostring(v)
+    rtree:append_text(", " .. info)
+    return info
+end
+function REC.handshake(tvb, pinfo, tree, conv) return handshake_like("handshake", tvb, pinfo, tree, conv) end
+function REC.handshake_ack(tvb, pinfo, tree, conv) return handshake_like("handshake_ack", tvb, pinfo, tree, conv) end
+
+local function loop_direction(pinfo, conv)
+    local R = SPEC.records.len_framed
+    if conv.rank_port then
+        if pinfo.src_port == conv.rank_port then return R.rank_to_relay end
+        return R.relay_to_rank
+    end
+    if conv.relay_port then
+        if pinfo.src_port == conv.relay_port then return R.relay_to_rank end
+        return R.rank_to_relay
+    end
+    return R.direction
+end
+
+function REC.len_framed(tvb, pinfo, tree, conv)
+    local R = SPEC.records.len_framed
+    local direction = loop_direction(pinfo, conv)
+    local rtree = new_record(tvb, tree, R.kind, direction)
+    if not pinfo.visited then conv.leg = "loopback" end
+    local version = add_version(rtree, tvb, conv)
+    local vals, items = {}, {}
+    local np = walk(tvb, 0, rtree, LAYOUTS.len_framed, vals, items)
+    if not np then
+        rtree:add_proto_expert_info(E.truncated, errtext("len.body_read_failed",
+            { got = tvb:len() - 4, need = vals.length or 4 }))
+        return R.kind .. " " .. direction .. " truncated"
+    end
+    add_ranks(rtree, tvb, conv.ranks)
+    local info = R.kind .. " " .. direction
+    if conv.ranks then info = info .. " rank " .. fmt_list(conv.ranks) end
+    local body = tvb(4, vals.length):tvb()
+    if vals.length < 4 or u32(body, 0) ~= C.ROUND_FRAME_MAGIC then
+        items.body:add_proto_expert_info(E.bad_magic, errtext("frame.bad_magic",
+            { got = vals.length >= 4 and u32(body, 0) or 0, expected = C.ROUND_FRAME_MAGIC }))
+        return info .. " (not a RoundFrame)"
+    end
+    local st = dissect_frame(body, 0, items.body, version)
+    info = info .. " " .. frame_info(st)
+    rtree:append_text(", " .. info)
+    return info
+end
+
+function REC.mux_record(tvb, pinfo, tree, conv)
+    local vals, items = {}, {}
+    local kind = tvb(8, 1):uint()
+    local kname = ENUMS.RecordKind.names[kind] or string.format("0x%02x", kind)
+    local direction = ENUMS.RecordKind.direction[kind] or ""
+    local rtree = new_record(tvb, tree, kname, nil)
+    if not pinfo.visited then conv.leg = "mux" end
+    local version = current_version(conv)
+    local np = walk(tvb, 0, rtree, LAYOUTS.mux_record, vals, items, "relay_mux")
+    if not np then
+        rtree:add_proto_expert_info(E.truncated, errtext("mux.truncated",
+            { got = tvb:len(), need = 25 + (vals.payload_len or 0) }))
+        rtree:add(field("direction"), at(tvb, 0), direction):set_generated()
+        return kname .. " " .. direction .. " truncated"
+    end
+    local info
+    local members = ENUMS.RecordKind.members
+    local m = members[kind]
+    local payload_off = tvb:len() - vals.payload_len
+    if m == "DATA" then
+        add_ranks(rtree, tvb, { vals.rank })
+        info = string.format("%s %s rank %d %s", kname, direction, vals.rank,
+            fmt_bytes(vals.payload_len))
+    elseif m == "CONTROL" then
+        local limit = tvb:len()
+        if proto.prefs.version == 0 and not pinfo.visited then
+            local det = bc_detect(tvb, payload_off, limit)
+            if det then conv.version = det end
+        end
+        version = current_version(conv)
+        local ok, res = pcall(bc_message, tvb, payload_off, limit, items.payload, version)
+        if not ok then
+            if type(res) ~= "table" then error(res, 0) end
+            local grp = res.id == "bincode.unexpected_end" and E.truncated or E.bad_value
+            items.payload:add_proto_expert_info(grp, errtext(res.id, res.args))
+            info = kname .. " " .. direction .. " (bincode error)"
+        else
+            direction = res.var.direction ~= "" and res.var.direction or direction
+            local v = res.values
+            info = string.format("%s %s %s", kname, res.var.name, direction)
+            if v.host then info = info .. " host " .. v.host end
+            if v.ranks then
+                add_ranks(rtree, tvb, v.ranks)
+                info = info .. " ranks " .. fmt_list(v.ranks)
+                if not pinfo.visited then conv.ranks = v.ranks; conv.host = v.host end
+            end
+            if v.rank then
+                add_ranks(rtree, tvb, { v.rank })
+                info = info .. " rank " .. v.rank
+            end
+            if v.model_sigs then info = info .. " model_sigs " .. #v.model_sigs end
+            if res.endp < limit then
+                items.payload:add_proto_expert_info(E.trailing, (limit - res.endp)
+                    .. " bytes after the message (ignored by the reader)")
+            end
+        end
+    elseif m == "HOST_FRAME" or m == "BROADCAST" then
+        add_ranks(rtree, tvb, conv.ranks)
+        info = kname .. " " .. direction
+        if conv.ranks then info = info .. " ranks " .. fmt_list(conv.ranks) end
+        local body = tvb(payload_off, vals.payload_len):tvb()
+        local st = dissect_frame(body, 0, items.payload, version)
+        info = info .. " " .. frame_info(st)
+    else
+        info = kname .. " (unknown kind)"
+    end
+    rtree:add(field("direction"), at(tvb, 0), direction):set_generated()
+    add_version(rtree, tvb, conv)
+    rtree:append_text(", " .. info)
+    return info
+end
+
+-- Framing ---------------------------------------------------------------------------------------
+local START = {}  -- first u32 of a record -> record name
+START[C.MUX_RECORD_MAGIC] = "mux_record"
+START[C.HANDSHAKE_MAGIC_RANK] = "handshake"
+START[C.HANDSHAKE_MAGIC_CONTROLLER_ACK] = "handshake_ack"
+for code, _ in pairs(ENUMS.Channel.names) do START[code] = "channel_magic" end
+
+
+-- Returns name, total length; or nil, bytes still needed (DESEGMENT_ONE_MORE_SEGMENT when
+-- unknown); or false, reason (cannot be framed: the rest of the segment is malformed).
+local function frame_pdu(tvb, off, conv)
+    local avail = tvb:len() - off
+    if avail < 4 then return nil, DESEGMENT_ONE_MORE_SEGMENT end
+    local m = u32(tvb, off)
+    local name = START[m]
+    if name == "mux_record" then
+        if avail < C.MUX_HEADER_LEN then return nil, C.MUX_HEADER_LEN - avail end
+        local plen = u32(tvb, off + 13)
+        if plen > proto.prefs.ceiling then
+            return false, errtext("mux.payload_too_large", { length = plen,
+                ceiling = proto.prefs.ceiling, kind = tvb(off + 8, 1):uint(),
+                rank = u32(tvb, off + 9) }), E.too_large
+        end
+        return name, C.MUX_HEADER_LEN + plen
+    elseif name then
+        return name, FIXED[name]
+    end
+    local framed = conv.leg == "loopback"
+    if not framed and conv.leg ~= "mux" then
+        if avail < 8 then return nil, DESEGMENT_ONE_MORE_SEGMENT end
+        framed = u32(tvb, off + 4) == C.ROUND_FRAME_MAGIC
+    end
+    if framed then
+        if m > proto.prefs.ceiling then
+            return false, errtext("len.too_large", { length = m, ceiling = proto.prefs.ceiling }),
+                E.too_large
+        end
+        return "len_framed", C.LEN_PREFIX_LEN + m
+    end
+    local expected = conv.leg == "mux" and "mux.bad_magic" or "frame.bad_magic"
+    local exp_val = conv.leg == "mux" and C.MUX_RECORD_MAGIC or C.ROUND_FRAME_MAGIC
+    return false, errtext(expected, { got = m, expected = exp_val }), E.bad_magic
+end
+
+-- (a local function: the heuristic calls it directly, since calling proto.dissector from Lua goes
+-- through Wireshark's dissector call, which takes the right to ask for reassembly away)
+local function dissect(tvb, pinfo, tree)
+    local len = tvb:len()
+    if len == 0 then return 0 end
+    local conv = conv_of(pinfo)
+    local infos = {}
+    local off = 0
+    while off < len do
+        local name, n, grp = frame_pdu(tvb, off, conv)
+        if name == nil then
+            if pinfo.can_desegment > 0 then
+                pinfo.desegment_offset = off
+                pinfo.desegment_len = n
+                break
+            end
+            -- no reassembly possible: show what is there as truncated
+            local rtree = tree:add(proto, tvb(off))
+            rtree:add(field("kind"), tvb(off), "Truncated"):set_generated()
+            rtree:add_proto_expert_info(E.truncated, "truncated record: " .. (len - off)
+                .. " bytes, the record header needs more")
+            infos[#infos + 1] = "truncated record"
+            off = len
+            break
+        elseif name == false then
+            local rtree = tree:add(proto, tvb(off))
+            rtree:add(field("kind"), tvb(off), "Malformed"):set_generated()
+            rtree:add_proto_expert_info(grp, n)
+            rtree:append_text(", " .. n)
+            infos[#infos + 1] = "Malformed: " .. n
+            off = len
+            break
+        end
+        if off + n > len then
+            if pinfo.can_desegment > 0 then
+                pinfo.desegment_offset = off
+                pinfo.desegment_len = off + n - len
+                break
+            end
+            n = len - off  -- dissect the truncated record (the walker reports it)
+        end
+        infos[#infos + 1] = REC[name](tvb(off, n):tvb(), pinfo, tree, conv)
+        off = off + n
+    end
+    if #infos > 0 then
+        -- TCP may call the dissector twice for one packet (a reassembled record, then the rest)
+        local text = table.concat(infos, " | ")
+        if tostring(pinfo.cols.protocol) == SPEC.proto.name then
+            pinfo.cols.info:append(" | " .. text)
+        else
+            pinfo.cols.protocol = SPEC.proto.name
+            pinfo.cols.info = text
+        end
+    end
+    return len
+end
+
+proto.dissector = dissect
+
+-- Registration ----------------------------------------------------------------------------------
+local function heuristic(tvb, pinfo, tree)
+    local len = tvb:len()
+    if len < 4 then return false end
+    local m = u32(tvb, 0)
+    local ok = START[m] ~= nil
+    if not ok and len >= 8 then
+        ok = u32(tvb, 4) == C.ROUND_FRAME_MAGIC and m <= proto.prefs.ceiling
+    end
+    if not ok then return false end
+    pinfo.conversation = proto
+    dissect(tvb, pinfo, tree)
+    return true
+end
+proto:register_heuristic("tcp", heuristic)
+
+local tcp_port = DissectorTable.get("tcp.port")
+local registered_ports = ""
+local function register_ports()
+    if registered_ports ~= "" then tcp_port:remove(registered_ports, proto) end
+    registered_ports = tostring(proto.prefs.ports)
+    if registered_ports ~= "" then tcp_port:add(registered_ports, proto) end
+end
+function proto.prefs_changed() register_ports() end
+register_ports()
+tcp_port:add_for_decode_as(proto)

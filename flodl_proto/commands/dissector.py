@@ -1,0 +1,62 @@
+"""``flodl-proto dissector [--out PATH] [--port N ...]``: write the Wireshark Lua dissector.
+
+The dissector is generated from ``spec/wire.yaml`` (see :mod:`flodl_proto.dissector`); ``--port``
+sets the TCP ports registered by default (repeatable; default: the controller port and the relay
+loopback port). Other ports are found by the dissector's heuristic on the magics, or set with
+Wireshark's Decode As.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..dissector import default_ports, render_dissector
+
+__all__ = ["register"]
+
+DEFAULT_OUT = "flodl_proto.lua"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"port {value} is not in 1..65535")
+    return value
+
+
+def register(sub: Any) -> None:
+    """Add the ``dissector`` subcommand to the CLI's subparsers."""
+    ports = ", ".join(map(str, default_ports()))
+    p = sub.add_parser(
+        "dissector", help="write a Wireshark Lua dissector generated from the spec",
+        description="Write a Wireshark Lua dissector for the data channel, generated from "
+        "spec/wire.yaml. Install it in Wireshark's personal Lua plugins folder, or load it with "
+        "`tshark -X lua_script:PATH`.",
+    )
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
+                   help=f"output file (default {DEFAULT_OUT}; '-' writes to stdout)")
+    p.add_argument("--port", type=_port, action="append", metavar="N",
+                   help=f"TCP port decoded as flodl by default (repeatable; default {ports})")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the dissector; return 0, or 1 when the file cannot be written."""
+    text = render_dissector(args.port)
+    if args.out == "-":
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.out)
+    try:
+        out.write_text(text, encoding="utf-8", newline="\n")
+    except OSError as e:
+        print(f"dissector: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"{out}: written ({len(text.encode('utf-8'))} bytes)")
+    return 0

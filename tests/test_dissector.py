@@ -1,0 +1,654 @@
+"""The Wireshark dissector generated from the spec, checked against ``flodl-proto decode``.
+
+Without tshark: the generator writes a dissector whose tables come from ``spec/wire.yaml`` (a
+changed spec changes them), whose runtime holds no per-field code, and whose filter-field table
+in ``docs/wireshark.md`` is current.
+
+With tshark (``tshark`` marker; deselected with a printed reason when absent): captures built
+from every golden vector of both versions, hand-built streams cut at awkward places, a malformed
+capture, and (``capture`` marker: root) a real ``demo`` run recorded with tcpdump are dissected
+with ``tshark -X lua_script:...``; record for record, tshark and ``flodl-proto decode --pcap``
+must list the same kind, ranks, weight, tensor dtypes, shapes and nbytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+import yaml
+
+from flodl_proto.cli import main
+from flodl_proto.codec import (
+    DeclareDead,
+    Dtype,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    encode_ack,
+    encode_channel_magic,
+    encode_frame_record,
+    encode_framed_round,
+    encode_handshake,
+    encode_mux_record_bytes,
+)
+from flodl_proto.dissector import (
+    PROTO_NAME,
+    default_ports,
+    filter_fields,
+    filter_fields_markdown,
+    render_dissector,
+)
+from flodl_proto.spec import SPEC, Spec
+
+from .conftest import ROOT, vectors_root
+from .pcap_writer import Capture, Connection
+
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+RUNTIME = ROOT / "flodl_proto" / "_dissector_runtime.lua"
+DOC = ROOT / "docs" / "wireshark.md"
+MUX_PORT, LOOP_PORT = 20000, 20004  # registered with the ports preference in the vector runs
+KIND_NAMES = {code: "".join(p.capitalize() for p in name.split("_"))
+              for name, code in SPEC.enum("RecordKind").items()}
+VARIANTS = {code: name for name, code in SPEC.enum("ControlVariant").items()}
+
+
+# -------------------------------------------------------------------------------------------------
+# Without tshark
+# -------------------------------------------------------------------------------------------------
+def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "f.lua"
+    assert main(["dissector", "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert text == render_dissector()
+    assert f'ports = "{",".join(map(str, default_ports()))}"' in text
+    assert default_ports() == [1337, 1341]
+    assert main(["dissector", "--out", str(out), "--port", "9000", "--port", "9004"]) == 0
+    assert 'ports = "9000,9004"' in out.read_text(encoding="utf-8")
+    assert main(["dissector", "--out", "-"]) == 0
+    assert capsys.readouterr().out.endswith(RUNTIME.read_text(encoding="utf-8"))
+    with pytest.raises(SystemExit) as e:
+        main(["dissector", "--port", "70000"])
+    assert e.value.code == 2
+    assert main(["dissector", "--out", str(tmp_path / "missing" / "f.lua")]) == 1
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_tables_come_from_the_spec(tmp_path: Path) -> None:
+    text = render_dissector()
+    for name, value in SPEC.constants.items():
+        assert re.search(rf"\b{name} = {value:#X}\b".replace("0X", "0x"), text) or \
+            f"{name} = {value}," in text, name
+    # a changed spec gives a changed dissector: move the mux magic and rename a Hello field
+    raw = yaml.safe_load((SPEC.path / "wire.yaml").read_text(encoding="utf-8"))
+    raw["constants"]["MUX_RECORD_MAGIC"]["value"] = 0xF10D17D9
+    raw["messages"]["relay_control_msg"]["variants"][0]["fields"][0]["name"] = "hostname"
+    (tmp_path / "wire.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    shutil.copy(SPEC.path / "lifecycle.yaml", tmp_path / "lifecycle.yaml")
+    changed = render_dissector(spec=Spec(tmp_path))
+    assert "MUX_RECORD_MAGIC = 0xF10D17D9" in changed
+    assert "MUX_RECORD_MAGIC = 0xF10D17D0" in text
+    assert f'"{PROTO_NAME}.relay_control_msg.hostname"' in changed
+    assert f'"{PROTO_NAME}.relay_control_msg.hostname"' not in text
+
+
+def test_every_wire_field_is_a_filter_field_and_the_runtime_names_none() -> None:
+    abbrevs = {f.abbrev for f in filter_fields()}
+    msgs = SPEC.raw["messages"]
+    wire: list[str] = []
+    for m in ("channel_magic", "handshake", "handshake_ack", "len_framed", "mux_record"):
+        wire += [f"{PROTO_NAME}.{m}.{f['name']}" for f in msgs[m]["fields"]]
+    for part in msgs["round_frame"]["parts"]:
+        wire += [f"{PROTO_NAME}.round_frame.{f['name']}" for f in part["fields"]]
+    for var in msgs["relay_control_msg"]["variants"]:
+        wire += [f"{PROTO_NAME}.relay_control_msg.{f['name']}" for f in var["fields"]]
+    assert set(wire) <= abbrevs
+    runtime = RUNTIME.read_text(encoding="utf-8")
+    for abbrev in wire:  # no per-field code: the runtime reaches wire fields only via the tables
+        assert abbrev not in runtime and abbrev.split(".", 1)[1] not in runtime, abbrev
+
+
+def test_docs_field_table_is_current() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    begin, end = "<!-- fields: begin -->\n", "<!-- fields: end -->"
+    assert text[text.index(begin) + len(begin):text.index(end)] == filter_fields_markdown(), \
+        "docs/wireshark.md: regenerate the table with flodl_proto.dissector.filter_fields_markdown"
+
+
+# -------------------------------------------------------------------------------------------------
+# tshark plumbing
+# -------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lua(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated dissector, checked to load into tshark (Lua enabled, also as root)."""
+    path = tmp_path_factory.mktemp("lua") / "flodl_proto.lua"
+    path.write_text(render_dissector(), encoding="utf-8")
+    res = subprocess.run(["tshark", "-G", "protocols", "-X", f"lua_script:{path}"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert f"\t{PROTO_NAME}\n" in res.stdout or res.stdout.rstrip().endswith(f"\t{PROTO_NAME}"), (
+        "tshark did not load the Lua dissector; check that Lua is enabled (enable_lua and, as "
+        "root, run_user_scripts_when_superuser in /usr/share/wireshark/init.lua)\n" + res.stderr)
+    return path
+
+
+def _tshark(pcap: Path, lua: Path, prefs: dict[str, str], *args: str) -> str:
+    cmd = ["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}"]
+    for k, v in prefs.items():
+        cmd += ["-o", f"{k}:{v}"]
+    res = subprocess.run([*cmd, *args], capture_output=True, text=True, errors="replace",
+                         timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "Lua: Error" not in res.stderr and "Error during loading" not in res.stderr, res.stderr
+    return res.stdout
+
+
+Pairs = list[tuple[str, Any]]
+
+
+def _get(pairs: Pairs, key: str, default: Any = None) -> Any:
+    return next((v for k, v in pairs if k == key), default)
+
+
+def _all(pairs: Pairs, key: str) -> list[Any]:
+    return [v for k, v in pairs if k == key]
+
+
+def _find_tree(pairs: Pairs, key: str) -> Pairs | None:
+    """The first (depth-first) sub-tree holding ``key``."""
+    if any(k == key for k, _ in pairs):
+        return pairs
+    for _, v in pairs:
+        if isinstance(v, list):
+            hit = _find_tree(v, key)
+            if hit is not None:
+                return hit
+    return None
+
+
+def _experts(pairs: Pairs) -> list[str]:
+    out: list[str] = []
+    for k, v in pairs:
+        if k == "_ws.expert" and isinstance(v, list):
+            out += [x for x, _ in v if x.startswith(f"{PROTO_NAME}.expert.")]
+        elif isinstance(v, list):
+            out += _experts(v)
+    return out
+
+
+def _num(v: Any, conv: Any = int) -> Any:
+    return None if v is None else conv(v)
+
+
+def _t_frame(ft: Pairs) -> dict[str, Any]:
+    """A RoundFrame from tshark's tree (None for fields a malformed frame does not reach)."""
+    p = f"{PROTO_NAME}.round_frame."
+    tensors = []
+    for t in _all(ft, p + "tensor_tree"):
+        tensors.append((_num(_get(t, p + "dtype")), [int(d) for d in _all(t, p + "dim")],
+                        _num(_get(t, p + "nbytes"))))
+    return {"kind": _num(_get(ft, p + "kind")), "weight": _get(ft, p + "weight"),
+            "tensors": tensors}
+
+
+def _t_record(rec: Pairs) -> dict[str, Any]:
+    p = f"{PROTO_NAME}."
+    kind = _get(rec, p + "kind")
+    out: dict[str, Any] = {"kind": kind, "ranks": [int(r) for r in _all(rec, p + "rank")]}
+    if kind == "Handshake":
+        out.update(rank=_num(_get(rec, p + "handshake.rank")),
+                   world_size=_num(_get(rec, p + "handshake.world_size")),
+                   version=_num(_get(rec, p + "handshake.version")))
+    elif kind == "HandshakeAck":
+        out["version"] = _num(_get(rec, p + "handshake_ack.version"))
+    elif kind == "Data":
+        out["rank"] = _num(_get(rec, p + "mux_record.rank"))
+    elif kind == "Control":
+        ct = _find_tree(rec, p + "relay_control_msg.variant") or []
+        out["variant"] = VARIANTS.get(int(_get(ct, p + "relay_control_msg.variant", -1)))
+        for name in ("host", "rank"):
+            v = _get(ct, f"{p}relay_control_msg.{name}")
+            if v is not None:
+                out[name] = int(v) if name == "rank" else v
+        if out["variant"] == "Hello":
+            out["hello_ranks"] = [int(r) for r in _all(ct, p + "relay_control_msg.ranks")]
+    ft = _find_tree(rec, p + "round_frame.magic")
+    if ft is not None and kind in ("HostFrame", "Broadcast", "LenFramed"):
+        out["frame"] = _t_frame(ft)
+    return out
+
+
+def tshark_records(pcap: Path, lua: Path, prefs: dict[str, str]
+                   ) -> dict[str, list[tuple[dict[str, Any], list[str]]]]:
+    """tshark's records per TCP direction (``"ip:port -> ip:port"``), with their expert ids."""
+    text = _tshark(pcap, lua, prefs, "-Y", PROTO_NAME, "-T", "json", "-J", PROTO_NAME)
+    assert "Lua Error" not in text, text[max(0, text.index("Lua Error") - 2000):][:4000]
+    packets = json.loads(text, object_pairs_hook=list) if text.strip() else []
+    ends = _tshark(pcap, lua, prefs, "-Y", PROTO_NAME, "-T", "fields", "-e", "ip.src",
+                   "-e", "tcp.srcport", "-e", "ip.dst", "-e", "tcp.dstport").splitlines()
+    assert len(ends) == len(packets)
+    out: dict[str, list[tuple[dict[str, Any], list[str]]]] = defaultdict(list)
+    for pkt, line in zip(packets, ends, strict=True):
+        src, sport, dst, dport = line.split("\t")
+        label = f"{src}:{sport} -> {dst}:{dport}"
+        layers = _get(_get(pkt, "_source"), "layers")
+        for k, rec in layers:
+            if k == PROTO_NAME:
+                out[label].append((_t_record(rec), _experts(rec)))
+    return dict(out)
+
+
+def _d_frame(f: dict[str, Any]) -> dict[str, Any]:
+    w = float(f["weight"])  # a float, or the strings NaN / inf / -inf
+    # tshark writes a double with 15 significant digits
+    return {"kind": f["kind_byte"], "weight": f"{w:.15g}",
+            "tensors": [(t["dtype_byte"], t["shape"], t["nbytes"]) for t in f["tensors"]]}
+
+
+def decode_records(pcap: Path, port: int, leg: str, version: int | None
+                   ) -> dict[str, tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """``flodl-proto decode --pcap`` per TCP direction: (records, final line)."""
+    args = ["decode", "--pcap", str(pcap), "--port", str(port), "--leg", leg]
+    if version is not None:
+        args += ["--protocol-version", str(version)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        main(args)
+    streams: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+    for line in buf.getvalue().splitlines():
+        obj = json.loads(line)
+        recs, _ = streams.get(obj["stream"], ([], {}))
+        if obj["type"] in ("end", "error"):
+            streams[obj["stream"]] = (recs, obj)
+        else:
+            recs.append(obj)
+            streams[obj["stream"]] = (recs, {})
+    return streams
+
+
+def _reverse(label: str) -> str:
+    a, b = label.split(" -> ")
+    return f"{b} -> {a}"
+
+
+def _d_canonical(streams: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]]
+                 ) -> dict[str, list[dict[str, Any]]]:
+    """decode's records in the comparison form, with the ranks the dissector attaches: a
+    connection's Hello ranks on its HostFrames and Broadcasts, its handshake rank on loopback
+    frames."""
+    conn_ranks: dict[str, list[int]] = {}
+    for label, (recs, _) in streams.items():
+        for r in recs:
+            c = r.get("control", {})
+            if c.get("variant") == "Hello":
+                conn_ranks[label] = conn_ranks[_reverse(label)] = list(c["ranks"])
+            if r["type"] == "handshake":
+                conn_ranks[label] = conn_ranks[_reverse(label)] = [r["rank"]]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for label, (recs, _) in streams.items():
+        canon = []
+        for r in recs:
+            t = r["type"]
+            if t == "channel_magic":
+                c: dict[str, Any] = {"kind": "ChannelMagic", "ranks": []}
+            elif t == "handshake":
+                c = {"kind": "Handshake", "ranks": [r["rank"]], "rank": r["rank"],
+                     "world_size": r["world_size"], "version": r["version"]}
+            elif t == "handshake_ack":
+                c = {"kind": "HandshakeAck", "ranks": [], "version": r["version"]}
+            elif t == "len_framed":
+                c = {"kind": "LenFramed", "ranks": conn_ranks.get(label, []),
+                     "frame": _d_frame(r["frame"])}
+            else:
+                kind = KIND_NAMES[r["kind_byte"]]
+                c = {"kind": kind, "ranks": []}
+                if kind == "Data":
+                    c["rank"] = c["ranks"] = r["rank"]
+                    c["ranks"] = [r["rank"]]
+                elif kind == "Control":
+                    ctl = r["control"]
+                    c["variant"] = ctl["variant"]
+                    if "host" in ctl:
+                        c["host"] = ctl["host"]
+                    if "rank" in ctl:
+                        c["rank"] = ctl["rank"]
+                        c["ranks"] = [ctl["rank"]]
+                    if ctl["variant"] == "Hello":
+                        c["hello_ranks"] = c["ranks"] = list(ctl["ranks"])
+                else:
+                    c["ranks"] = conn_ranks.get(label, [])
+                    c["frame"] = _d_frame(r["frame"])
+            canon.append(c)
+        out[label] = canon
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b or math.isclose(a, b, rel_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def compare(tshark: dict[str, list[tuple[dict[str, Any], list[str]]]],
+            decoded: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]],
+            *, expect_experts: bool, reassembly: bool = True) -> int:
+    """Assert tshark lists decode's records, stream by stream; where decode stopped at an error,
+    the records before it must agree and (``expect_experts``) tshark must raise expert info on
+    that stream. Returns the number of records compared."""
+    canon = _d_canonical(decoded)
+    n = 0
+    for label, want in canon.items():
+        got = tshark.get(label, [])
+        final = decoded[label][1]
+        failed = final.get("type") == "error"
+        if not failed:
+            extra = 0
+            if final.get("partial_header_bytes") and not reassembly:
+                # without reassembly the incomplete header left at the end is shown as truncated
+                extra = 1
+                assert got[-1] == ({"kind": "Truncated", "ranks": []},
+                                   [f"{PROTO_NAME}.expert.truncated"]), (label, got[-1])
+            assert len(got) == len(want) + extra, (label, [g[0]["kind"] for g in got],
+                                                   [w["kind"] for w in want])
+        else:
+            assert len(got) >= len(want), (label, got, want)
+        for i, w in enumerate(want):
+            assert _same(got[i][0], w), (label, i, got[i][0], w)
+        n += len(want)
+        if failed and expect_experts:
+            assert any(ex for _, ex in got[len(want):]), \
+                (label, final, got)
+    return n
+
+
+# -------------------------------------------------------------------------------------------------
+# Captures built from the golden vectors
+# -------------------------------------------------------------------------------------------------
+# file -> (leg, server-side ops: their bytes flow server -> client)
+_VECTOR_FILES = {
+    "channel_magic": ("mux", ()),
+    "handshake": ("loopback", ("handshake.ack_write", "handshake.ack_read")),
+    "len_framed": ("loopback", ()),
+    "round_frame": ("loopback", ()),  # a bare frame travels length-framed on the loopback
+    "mux_record": ("mux", ()),
+    "controller_session": ("mux", ()),
+}
+
+
+def _vector_streams(folder: Path) -> Iterable[tuple[str, str, list[tuple[bool, bytes]]]]:
+    """(case id, leg, [(from client, bytes), ...]) for every vector holding stream bytes."""
+    for name, (leg, server_ops) in _VECTOR_FILES.items():
+        doc = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        for case in doc["cases"]:
+            steps: list[tuple[bool, bytes]] = []
+            if name == "controller_session":
+                for conn in sorted({s.get("conn", 0) for s in case["steps"]}):
+                    steps = [(s["action"] == "send", bytes.fromhex(s["bytes"]))
+                             for s in case["steps"] + case.get("after", [])
+                             if s.get("conn", 0) == conn and s.get("bytes")]
+                    if steps:
+                        yield f"{case['id']}#{conn}", leg, steps
+                continue
+            if "bytes" not in case:
+                continue
+            data = bytes.fromhex(case["bytes"])
+            if name == "round_frame":
+                data = struct.pack("<I", len(data)) + data
+            yield case["id"], leg, [(case["op"] not in server_ops, data)]
+
+
+def _vector_capture(folder: Path, whole: bool) -> tuple[Capture, int]:
+    cap = Capture()
+    n = 0
+    for i, (_cid, leg, steps) in enumerate(_vector_streams(folder)):
+        server = MUX_PORT if leg == "mux" else LOOP_PORT
+        c = cap.connect(("10.0.0.2", 30000 + i), ("10.0.0.1", server))
+        for from_client, data in steps:
+            cap.send(c, from_client, data, (len(data),) if whole else (9, 1, 3, 7, 30, 2, 500))
+        cap.close(c)
+        n += 1
+    return cap, n
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("version", [3, 2])
+def test_vector_captures_match_decode(version: int, lua: Path, tmp_path: Path) -> None:
+    folder = vectors_root() / ("v2" if version == 2 else "")
+    prefs = {f"{PROTO_NAME}.version": str(version),
+             f"{PROTO_NAME}.ports": f"{MUX_PORT},{LOOP_PORT}"}
+    # segments cut at awkward places, TCP reassembly on: records agree
+    cap, nconn = _vector_capture(folder, whole=False)
+    assert nconn > 100
+    pcap = tmp_path / "cut.pcap"
+    pcap.write_bytes(cap.pcap())
+    got = tshark_records(pcap, lua, prefs)
+    decoded = {**decode_records(pcap, MUX_PORT, "mux", version),
+               **decode_records(pcap, LOOP_PORT, "loopback", version)}
+    failing = sum(1 for _, f in decoded.values() if f.get("type") == "error")
+    assert failing > 40  # the negative vectors
+    assert compare(got, decoded, expect_experts=False) > 100
+    # each stream in one segment, reassembly off: every stream decode rejects raises expert info
+    # (a record cut by the end of a capture is visible only without reassembly)
+    cap, _ = _vector_capture(folder, whole=True)
+    pcap = tmp_path / "whole.pcap"
+    pcap.write_bytes(cap.pcap())
+    got = tshark_records(pcap, lua, {**prefs, "tcp.desegment_tcp_streams": "FALSE"})
+    compare(got, decoded, expect_experts=True, reassembly=False)
+
+
+# -------------------------------------------------------------------------------------------------
+# Hand-built streams: heuristic, awkward segments, version detection, the info line
+# -------------------------------------------------------------------------------------------------
+def _frames(version: int) -> list[RoundFrame]:
+    out = [
+        RoundFrame(RoundKind.MODEL, 3.0, [TensorPayload.from_array(
+            np.array([3.0, 6.0, -1.5], np.float32))]),
+        RoundFrame(RoundKind.CONTROL, 0.0, [TensorPayload.from_array(
+            np.array([0.0, 2.0, 0.0, 0.0], np.float32))]),
+        RoundFrame(RoundKind.MODEL, 0.5, [
+            TensorPayload.from_array(np.arange(6, dtype=np.float32).reshape(2, 3)),
+            TensorPayload.from_array(np.array([1.0, -0.5], dtype=ml_dtypes.bfloat16)),
+            TensorPayload.from_array(np.zeros((), np.float32)),
+        ]),
+        RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+            np.linspace(-1, 1, 70000, dtype=np.float32))]),  # several segments
+    ]
+    if version == 3:
+        out.append(RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload(Dtype.F32, [8, 8], b"")]))
+    return out
+
+
+def _record(msg: Any, version: int) -> bytes:
+    return encode_mux_record_bytes(MuxRecord.control_msg(msg, version), SALT)
+
+
+def _cluster_capture(version: int) -> Capture:
+    """One relay (ranks 0, 1, 2) and one of its ranks, on ports no preference names."""
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cut = (9, 1, 3, 7, 25, 2, 1460, 17)
+    cap.send(loop, True, encode_handshake(1, 4, version), cut)
+    cap.send(loop, False, encode_ack(version), (8,))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("host-a", [0, 1, 2]),
+                                                               version), cut)
+    cap.send(mux, False, _record(HelloAck(), version), cut)
+    for f in _frames(version):
+        cap.send(loop, True, b"".join(encode_framed_round(f, SALT)), cut)
+        cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, f, SALT)), cut)
+        cap.send(mux, False, b"".join(encode_frame_record(RecordKind.BROADCAST, f, SALT)),
+                 (1460, 3))
+        cap.send(loop, False, b"".join(encode_framed_round(f, SALT)), (65000,))
+    # several records in one segment
+    cap.send(mux, True, _record(RankExit(2), version) + _record(RankExit(1), version), (4096,))
+    cap.send(mux, False, _record(DeclareDead(300), version), (4096,))
+    cap.close(mux)
+    cap.close(loop)
+    return cap
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("version", [2, 3])
+def test_cluster_streams_heuristic_and_version_detection(version: int, lua: Path,
+                                                         tmp_path: Path) -> None:
+    pcap = tmp_path / "cluster.pcap"
+    pcap.write_bytes(_cluster_capture(version).pcap())
+    got = tshark_records(pcap, lua, {})  # heuristic only, version auto
+    decoded = {**decode_records(pcap, 23456, "mux", version),
+               **decode_records(pcap, 23460, "loopback", version)}
+    # magic, Hello, HostFrames, 2 RankExit | HelloAck, Broadcasts, DeclareDead | handshake,
+    # frames | ack, frames
+    assert compare(got, decoded, expect_experts=False) == 4 * len(_frames(version)) + 8
+    assert all(not ex for recs in got.values() for _, ex in recs)
+    versions = _tshark(pcap, lua, {}, "-Y", PROTO_NAME, "-T", "fields", "-e",
+                       f"{PROTO_NAME}.version").split()
+    # the loopback's handshake and ack carry the version; the mux leg learns it from the Hello
+    # at version 3 (model_sigs) and keeps the default (2) otherwise
+    assert {v for line in versions for v in line.split(",")} == {str(version)}
+    info = _tshark(pcap, lua, {}, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-T", "fields",
+                   "-e", "_ws.col.Info").splitlines()
+    assert info[0] == "HostFrame relay→ctl ranks [0,1,2] Model w=3.0 1 tensor 12 B"
+    assert info[3] == "HostFrame relay→ctl ranks [0,1,2] Model w=1.0 1 tensor 273.4 KiB"
+    ranks = _tshark(pcap, lua, {}, "-Y", f'{PROTO_NAME}.kind == "Broadcast" && '
+                    f'{PROTO_NAME}.rank == 2', "-T", "fields", "-e", "frame.number")
+    assert len(ranks.split()) == len(_frames(version))
+    tree = _tshark(pcap, lua, {}, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-V")
+    assert "[First values: [3.0, 6.0, -1.5]]" in tree
+    assert "[First values: [1.0, -0.5]]" in tree  # bf16
+    assert "[Elements: 70000]" in tree and "[First values: [-1.0, -0.999971" in tree
+    assert "not verified: check with flodl-proto decode --salt-file" in tree
+
+
+# -------------------------------------------------------------------------------------------------
+# A malformed capture
+# -------------------------------------------------------------------------------------------------
+@pytest.mark.tshark
+def test_malformed_capture_raises_expert_info_and_later_records_dissect(lua: Path,
+                                                                       tmp_path: Path) -> None:
+    good = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload.from_array(
+        np.array([1.0, 2.0], np.float32))])
+    bad_nbytes = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload(Dtype.F32, [3], b"\0" * 8)])
+    hostframe = b"".join(encode_frame_record(RecordKind.HOST_FRAME, good, SALT))
+    inner = b"".join(encode_frame_record(RecordKind.HOST_FRAME, bad_nbytes, SALT))
+    # a HostFrame whose payload_len stops 10 bytes into the frame's data
+    cut_frame = bytearray(hostframe[:25 + 35])
+    struct.pack_into("<I", cut_frame, 13, 35)
+    too_long = bytearray(hostframe[:25])
+    struct.pack_into("<I", too_long, 13, 1 << 30)
+    cap = Capture()
+    c: Connection = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(c, True, encode_channel_magic("data") + _record(Hello("h", [4, 5]), 2))
+    cap.send(c, True, hostframe)
+    cap.send(c, True, b"\xde\xad\xbe\xef" * 10)          # bad magic
+    cap.send(c, True, hostframe)                         # dissects again
+    cap.send(c, True, inner)                             # nbytes 8 for shape [3] f32
+    cap.send(c, True, bytes(too_long) + b"\0" * 100)     # payload_len above the ceiling
+    cap.send(c, True, bytes(cut_frame))                  # truncated RoundFrame
+    cap.send(c, True, _record(RankExit(5), 2))           # still dissects
+    pcap = tmp_path / "bad.pcap"
+    pcap.write_bytes(cap.pcap())
+    got = tshark_records(pcap, lua, {f"{PROTO_NAME}.ceiling": str(1 << 20)})
+    recs = got["10.0.0.2:40001 -> 10.0.0.1:23456"]
+    kinds = [r["kind"] for r, _ in recs]
+    assert kinds == ["ChannelMagic", "Control", "HostFrame", "Malformed", "HostFrame",
+                     "HostFrame", "Malformed", "HostFrame", "Control"]
+    experts = [ex for _, ex in recs]
+    assert experts[3] == [f"{PROTO_NAME}.expert.bad_magic"]
+    assert experts[5] == [f"{PROTO_NAME}.expert.nbytes_shape"]
+    assert experts[6] == [f"{PROTO_NAME}.expert.too_large"]
+    assert experts[7] == [f"{PROTO_NAME}.expert.truncated"]
+    assert [e for i, e in enumerate(experts) if i not in (3, 5, 6, 7)] == [[]] * 5
+    assert recs[4][0]["frame"] == _t_like(good)
+    assert recs[8][0] == {"kind": "Control", "ranks": [5], "variant": "RankExit", "rank": 5}
+    msgs = _tshark(pcap, lua, {f"{PROTO_NAME}.ceiling": str(1 << 20)}, "-T", "fields",
+                   "-e", "_ws.expert.message", "-Y", "_ws.expert").splitlines()
+    assert "relay_mux: record magic 0xefbeadde != 0xf10d17d0" in msgs
+    assert "tensor shape [3] numel*element_size 12 != nbytes 8" in msgs
+    assert any(m.startswith("relay_mux: record payload_len 1073741824 exceeds the frame ceiling "
+                            "1048576") for m in msgs)
+    assert "cluster_controller: tensor[0] data read failed: failed to fill whole buffer (4 of 8 " \
+        "bytes at offset 31)" in msgs
+
+
+def _t_like(f: RoundFrame) -> dict[str, Any]:
+    return {"kind": int(f.kind), "weight": f"{f.weight:.15g}",
+            "tensors": [(t.dtype, list(t.shape), t.nbytes) for t in f.tensors]}
+
+
+# -------------------------------------------------------------------------------------------------
+# A real cluster, captured on a private loopback
+# -------------------------------------------------------------------------------------------------
+_CAPTURE_SCRIPT = r"""
+set -e
+ip link set lo up
+tcpdump -i lo -B 262144 -s 0 -w "$1" tcp 2> "$1.log" &
+td=$!
+for _ in $(seq 50); do grep -q listening "$1.log" 2>/dev/null && break; sleep 0.1; done
+shift
+"$@" > /dev/null 2>&1 || true
+sleep 0.3
+kill -INT $td
+wait $td || true
+"""
+
+
+@pytest.mark.tshark
+@pytest.mark.capture
+@pytest.mark.timeout(600)
+def test_demo_capture_matches_decode(lua: Path, tmp_path: Path) -> None:
+    pcap = tmp_path / "demo.pcap"
+    script = tmp_path / "capture.sh"
+    script.write_text(_CAPTURE_SCRIPT, encoding="utf-8")
+    subprocess.run(["unshare", "-n", "bash", str(script), str(pcap), sys.executable, "-m",
+                    "flodl_proto.cli", "demo", "--world-size", "4", "--hosts", "2",
+                    "--rounds", "5", "--no-progress"], check=True, timeout=500)
+    log = (tmp_path / "demo.pcap.log").read_text(encoding="utf-8")
+    assert re.search(r"^0 packets dropped by kernel$", log, re.M), log
+    prefs = {f"{PROTO_NAME}.bytes_limit": "256"}
+    got = tshark_records(pcap, lua, prefs)
+    servers = sorted({int(p) for p in _tshark(
+        pcap, lua, {}, "-Y", "tcp.flags.syn == 1 && tcp.flags.ack == 0", "-T", "fields",
+        "-e", "tcp.dstport").split()})
+    assert len(servers) == 3  # the controller and the two relays' loopback listeners
+    decoded: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+    for port in servers:
+        kinds = {r["kind"] for label, recs in got.items() if label.endswith(f":{port}")
+                 for r, _ in recs}
+        leg = "loopback" if "Handshake" in kinds else "mux"
+        decoded.update(decode_records(pcap, port, leg, None))
+    assert len(decoded) == 12  # 2 relays x 2 directions + 4 ranks x 2 directions
+    assert all(final.get("type") == "end" for _, final in decoded.values())
+    n = compare(got, decoded, expect_experts=False)
+    assert all(not ex for recs in got.values() for _, ex in recs)
+    hellos = sorted(r["hello_ranks"] for recs in got.values() for r, _ in recs
+                    if r.get("variant") == "Hello")
+    assert hellos == [[0, 1], [2, 3]]
+    hostframes = [r for recs in got.values() for r, _ in recs if r["kind"] == "HostFrame"]
+    broadcasts = [r for recs in got.values() for r, _ in recs if r["kind"] == "Broadcast"]
+    assert len(hostframes) == len(broadcasts) >= 10 and n > 60
+    big = [r for r in hostframes if any(t[2] >= 1 << 20 for t in r["frame"]["tensors"])]
+    assert len(big) >= 10  # the demo's 1 MiB tensor, reassembled from many segments
