@@ -652,3 +652,26 @@ def test_demo_capture_matches_decode(lua: Path, tmp_path: Path) -> None:
     assert len(hostframes) == len(broadcasts) >= 10 and n > 60
     big = [r for r in hostframes if any(t[2] >= 1 << 20 for t in r["frame"]["tensors"])]
     assert len(big) >= 10  # the demo's 1 MiB tensor, reassembled from many segments
+
+
+def test_decode_salt_file_verifies_what_the_dissector_cannot(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    """The tree's tags say 'check with flodl-proto decode --salt-file PATH': that command."""
+    pcap = tmp_path / "cluster.pcap"
+    pcap.write_bytes(_cluster_capture(3).pcap())
+    salt_file = tmp_path / "salt"
+    salt_file.write_text(SALT.hex() + "\n", encoding="ascii")
+    args = ["decode", "--pcap", str(pcap), "--port", "23456", "--protocol-version", "3"]
+    assert main([*args, "--salt-file", str(salt_file)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    tags = [r["tag_status"] for r in lines if r["type"] == "mux_record"]
+    tags += [r["frame"]["tag_status"] for r in lines if "frame" in r]
+    # 5 control records, and per frame a HostFrame and a Broadcast with two tags each
+    assert len(tags) == 5 + 4 * len(_frames(3)) and set(tags) == {"ok"}
+    salt_file.write_bytes(bytes(16))  # 16 raw bytes: another salt
+    assert main([*args, "--salt-file", str(salt_file)]) == 3
+    assert main([*args, "--salt-file", str(tmp_path / "none")]) == 1
+    assert "decode: --salt-file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--salt", SALT.hex(), "--salt-file", str(salt_file)])

@@ -2,7 +2,8 @@
 
 ::
 
-    flodl-proto decode [--leg mux|loopback] [--hex] [--salt HEX] [--protocol-version 2|3]
+    flodl-proto decode [--leg mux|loopback] [--hex] [--salt HEX | --salt-file PATH]
+                       [--protocol-version 2|3]
                        [--format json|table] [--values] [--pcap --port N] [FILE|-]
 
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text (whitespace ignored);
@@ -24,6 +25,7 @@ from typing import Any, TextIO
 from ..decode import EXIT_BAD_TAG, EXIT_ERROR, EXIT_OK, DecodeReport, decode_stream, format_table
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+from .relay import resolve_salt
 
 __all__ = ["register", "run"]
 
@@ -54,8 +56,12 @@ def register(sub: Any) -> None:
                    "rank<->relay (handshake or ack first, then length-framed frames). "
                    "Default mux")
     p.add_argument("--hex", action="store_true", help="the input is hex text (whitespace ignored)")
-    p.add_argument("--salt", type=_salt, metavar="HEX",
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--salt", type=_salt, metavar="HEX",
                    help="16-byte session salt in hex: verify every auth tag")
+    g.add_argument("--salt-file", metavar="PATH",
+                   help="file holding the session salt (32 hex digits, or 16 raw bytes): verify "
+                   "every auth tag")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS, default=None,
                    help="data-channel protocol version (default: the loopback handshake's, "
                    "else 2)")
@@ -102,6 +108,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.port is not None and not args.pcap:
         print("decode: --port is only meaningful with --pcap", file=sys.stderr)
         return 2
+    if getattr(args, "salt_file", None) is not None:
+        try:
+            args.salt = resolve_salt(None, args.salt_file)
+        except (OSError, ProtocolError) as e:
+            print(f"decode: --salt-file {args.salt_file}: {e}", file=sys.stderr)
+            return EXIT_ERROR
     try:
         data = _read_input(args.file, args.hex)
     except (OSError, ValueError) as e:
