@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -21,7 +22,13 @@ import numpy as np
 import pytest
 
 from flodl_proto.codec.handshake import encode_channel_magic
-from flodl_proto.codec.mux import Hello, MuxRecord, RecordKind, max_hello_payload
+from flodl_proto.codec.mux import (
+    Hello,
+    MuxRecord,
+    RecordKind,
+    encode_frame_record,
+    max_hello_payload,
+)
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.structs import MUX_HEADER
 from flodl_proto.errors import InvalidValue, LocalProtocolError
@@ -206,12 +213,14 @@ def test_elastic_scatter_declares_stalled_relay_dead_and_continues(controller_fa
     assert out is not None and out.clean
 
 
-@pytest.mark.timeout(60)
-def test_a_stalled_relay_delays_no_one(controller_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.timeout(90)
+def test_a_stalled_relay_delays_no_one(controller_factory,  # type: ignore[no-untyped-def]
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # relay S stops reading while its round-0 Broadcast (16 MiB) is being written, but keeps
     # sending. Round 1 completes as soon as both relays deposit: the live relay gets it at once,
     # with S's contribution in it (S is not dead yet); S's ranks are declared dead when its write
-    # deadline passes, and round 2 is the live relay's alone.
+    # deadline passes (6 s here), and round 2 is the live relay's alone.
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.2")
     ctl = controller_factory(2)
     n = 4 << 20
     with FakeRelay(ctl.port, [0], rcvbuf=4096) as stalled, FakeRelay(ctl.port, [1]) as live:
@@ -219,11 +228,14 @@ def test_a_stalled_relay_delays_no_one(controller_factory) -> None:  # type: ign
         live.expect_hello_ack()
         stalled.send_host_frame(frame(np.full(n, 2.0), weight=1.0))
         live.send_host_frame(frame(np.full(n, 3.0), weight=3.0))
+        deadline = time.monotonic() + 20
+        while ctl.status()["rounds_reduced"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stalled.send_host_frame(frame([4.0], weight=1.0))  # round 1, before anyone reads
+        live.send_host_frame(frame([6.0], weight=3.0))
         got0 = live.read_broadcast(timeout=20)
         assert values(got0)[:2] == [1.25, 1.25] and got0.weight == 4.0
         del got0
-        stalled.send_host_frame(frame([4.0], weight=1.0))
-        live.send_host_frame(frame([6.0], weight=3.0))
         got1 = live.read_broadcast(timeout=20)
         assert values(got1) == [2.5] and got1.weight == 4.0  # (4 + 6) / 4: both relays
         deadline = time.monotonic() + 30
@@ -236,6 +248,97 @@ def test_a_stalled_relay_delays_no_one(controller_factory) -> None:  # type: ign
         live.rank_exit(1)
         out = ctl.wait(END)
     assert out is not None and out.clean and out.reason == "rank_exit"
+
+
+def _reset(relay: FakeRelay) -> None:
+    """Close ``relay``'s connection with a reset (SO_LINGER on, 0 s) instead of a FIN."""
+    relay.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    relay.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_reset_at_a_record_boundary_is_a_clean_end(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    # spec end_of_stream connection_reset: a reset between records ends the stream like a close
+    ctl = controller_factory(2)
+    with FakeRelay(ctl.port, [0], host="h0") as a, FakeRelay(ctl.port, [1], host="h1") as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        a.send_host_frame(frame([1.0], weight=1.0))
+        b.send_host_frame(frame([3.0], weight=1.0))
+        assert values(a.read_broadcast()) == [2.0] and values(b.read_broadcast()) == [2.0]
+        _reset(b)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "relay_eof"
+    assert out.detail == "relay h1 (ranks 1) closed its connection: run ends cleanly, as flodl does"
+
+
+@pytest.mark.timeout(30)
+def test_a_reset_inside_a_record_is_a_truncation(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0], host="h0") as a:
+        a.expect_hello_ack()
+        record = b"".join(bytes(memoryview(p)) for p in
+                          encode_frame_record(RecordKind.HOST_FRAME, frame([1.0]), SALT))
+        a.send_raw(record[:40])  # the header and part of the payload
+        time.sleep(0.2)  # let the controller commit to the record before the reset
+        _reset(a)
+        err = _error(ctl)
+    assert err == ("relay_mux: peer closed mid-frame (committed read hit EOF) "
+                   f"(40 of {len(record)} bytes)")
+
+
+@pytest.mark.timeout(30)
+def test_every_end_names_the_relay_and_ranks(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(3)
+    with FakeRelay(ctl.port, [0], host="h0") as a, FakeRelay(ctl.port, [1, 2], host="h1") as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        b.rank_exit(2)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "rank_exit"
+    assert out.detail == "rank 2 of relay h1 (ranks 1,2) exited: run ends cleanly, as flodl does"
+    # an error while reading a relay's stream names that relay
+    ctl = controller_factory(2)
+    with FakeRelay(ctl.port, [0], host="h0") as a, FakeRelay(ctl.port, [1], host="h1") as b:
+        a.expect_hello_ack()
+        b.expect_hello_ack()
+        b.send_host_frame(frame([1.0]), frame_salt=bytes(16))
+        out = ctl.wait(END)
+    assert out is not None and not out.clean and out.detail == "reading relay h1 (ranks 1)"
+    assert str(out.error).startswith("cluster_controller: RoundFrame HMAC verification failed")
+    assert str(out).endswith(" [reading relay h1 (ranks 1)]")
+    # the run ends cleanly when every rank is dead: the dead ranks are named
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0], host="h0") as a:
+        a.expect_hello_ack()
+        ctl.declare_dead(0)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "all_dead"
+    assert out.detail == "no relay carries an alive rank (dead ranks 0): run ends cleanly, as " \
+                         "flodl does"
+
+
+@pytest.mark.timeout(30)
+def test_a_hello_of_the_other_version_says_the_versions_differ(controller_factory) -> None:  # type: ignore[no-untyped-def]
+    ctl = controller_factory(1, version=3)
+    with FakeRelay(ctl.port, [0], host="old", version=2):
+        out = ctl.wait(END)
+    assert out is not None and not out.clean
+    assert str(out.error).startswith("relay_mux: bincode decode failed")
+    assert out.detail == ("connection 0 (before its Hello); the relay sent a protocol-version-2 "
+                          "Hello to this version-3 controller: the protocol versions differ "
+                          "(set the same --protocol-version on both sides)")
+    # the reverse: a version-2 controller accepts a version-3 Hello (upstream does) and says
+    # the versions differ once the first elided payload fails the round
+    ctl = controller_factory(1, version=2)
+    with FakeRelay(ctl.port, [0], host="new", version=3) as relay:
+        relay.expect_hello_ack()
+        relay.send_host_frame(RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload.elide(0, [2])]))
+        out = ctl.wait(END)
+    assert out is not None and not out.clean
+    assert out.detail.startswith("reducing round 0 of relay new (ranks 0); relay new (ranks 0): "
+                                 "the relay sent a protocol-version-3 Hello to this version-2 "
+                                 "controller: the protocol versions differ")
 
 
 class _Boom(RuntimeError):
@@ -594,6 +697,8 @@ def test_cli_first_line_rounds_and_clean_exit() -> None:
         p.kill() if p.poll() is None else None
     assert p.returncode == 0, err
     assert "relay 0 joined: host 'cli-host' ranks [0]" in out
+    assert out.splitlines()[-1] == ("controller finished: clean (rank_exit: rank 0 of relay "
+                                    "cli-host (ranks 0) exited: run ends cleanly, as flodl does)")
     assert "round 0: kind model weight 2 bytes" in out
 
 
@@ -631,7 +736,9 @@ def test_cli_failure_exits_1() -> None:
     finally:
         p.kill() if p.poll() is None else None
     assert p.returncode == 1
-    assert "HMAC verification failed" in err
+    assert err.startswith("flodl-proto controller: error: connection 0 (before its Hello): "
+                          "relay_mux: HMAC verification failed")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.timeout(60)
@@ -678,8 +785,8 @@ def test_cli_unexpected_failure_is_one_line_exit_1() -> None:
     finally:
         p.kill() if p.poll() is None else None
     assert p.returncode == 1
-    assert err == ("flodl-proto controller: error: the controller failed unexpectedly: "
-                   "RuntimeError: scatter exploded\n")
+    assert err == ("flodl-proto controller: error: the controller failed unexpectedly in the "
+                   "coordinator: RuntimeError: scatter exploded\n")
 
 
 @pytest.mark.timeout(60)

@@ -526,7 +526,7 @@ def test_runner_failure_fails_the_core_with_the_exception() -> None:
     fin = finished(acts)
     assert fin is not None and core.state == "shutdown" and core.finished
     assert fin.outcome.clean is False and fin.outcome.reason == "fail"
-    assert fin.outcome.error is boom and fin.outcome.detail == "runner failed in the coordinator"
+    assert fin.outcome.error is boom and fin.outcome.detail == "in the coordinator"
     assert closed(acts) == {0, 1}
     assert core.status()["outcome"] == {"clean": False, "reason": "fail",
                                         "error": "scatter exploded"}

@@ -64,10 +64,12 @@ from .loopback import (
     decode_len_prefix,
 )
 from .mux import (
+    Hello,
     MuxRecord,
     RecordKind,
     decode_mux_record,
     decode_mux_record_or_eos,
+    encode_control,
     parse_mux_header,
     parse_mux_header_or_eos,
 )
@@ -339,12 +341,37 @@ class StreamFailed:
 
     Attributes:
         error: the error.
+        hint: a likely cause in words, when one is known (e.g. the relay's first record is a
+            Hello of the other protocol version: "the protocol versions differ"), else "".
     """
 
     error: ProtocolError
+    hint: str = ""
 
 
 StreamEvent: TypeAlias = MagicReceived | RecordReceived | StreamEnded | StreamFailed
+
+
+def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str:
+    """A hint when ``record`` (a whole mux record) is a ``Control(Hello)`` of the other
+    protocol version: a version-2 Hello read at version 3 fails to decode (its ``model_sigs``
+    are missing); a version-3 Hello read at version 2 decodes but leaves its ``model_sigs``
+    unread. Returns "" when the record is no such Hello.
+
+    Upstream: ``relay/mux.rs`` (``Hello`` gained ``model_sigs`` without a mux version bump).
+    """
+    other = 2 if version == 3 else 3
+    try:
+        rec, _ = decode_mux_record(record, salt, version=other)
+        if not isinstance(rec.control, Hello):
+            return ""
+        if version == 2 and len(encode_control(rec.control, 2)) >= rec.payload.nbytes:
+            return ""  # a version-2 Hello: nothing left unread
+    except ProtocolError:
+        return ""
+    return (f"the relay sent a protocol-version-{other} Hello to this version-{version} "
+            "controller: the protocol versions differ (set the same --protocol-version on both "
+            "sides)")
 
 
 class RelayStream:
@@ -376,7 +403,8 @@ class RelayStream:
     ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
     """
 
-    __slots__ = ("_buf", "_ceiling", "_done", "_hello_limit", "_magic", "_salt", "_version",
+    __slots__ = ("_buf", "_ceiling", "_done", "_first", "_hello_limit", "_hint", "_magic",
+                 "_salt", "_version",
                  "bytes_in")
 
     def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
@@ -388,6 +416,8 @@ class RelayStream:
         self._ceiling = ceiling
         self._magic = expect_magic
         self._hello_limit = hello_limit
+        self._first = True  # the next record is the first (a Hello on the data channel)
+        self._hint = ""
         self._buf = bytearray()
         self._done = False
         #: total bytes fed (for statistics)
@@ -470,7 +500,7 @@ class RelayStream:
     def _fail(self, error: ProtocolError, events: list[StreamEvent]) -> None:
         self._done = True
         self._buf = bytearray()
-        events.append(StreamFailed(error))
+        events.append(StreamFailed(error, self._hint))
 
     def _next_length(self, mv: memoryview) -> int | None:
         """Bytes the next item needs from the start of ``mv``, or None while that is unknown."""
@@ -492,9 +522,15 @@ class RelayStream:
             self._magic = None
             events.append(MagicReceived())
             return
-        res = decode_mux_record(mv, self._salt, version=self._version, ceiling=self._ceiling,
-                                premac=premac)
+        try:
+            res = decode_mux_record(mv, self._salt, version=self._version,
+                                    ceiling=self._ceiling, premac=premac)
+        except ProtocolError:
+            if self._first:
+                self._hint = other_version_hello(mv, self._salt, self._version)
+            raise
         record, n = res
+        self._first = False
         self._hello_limit = None  # only the first record is bounded by the Hello size
         frame: RoundFrame | EndOfStream | ProtocolError | None = None
         if record.kind is RecordKind.HOST_FRAME:

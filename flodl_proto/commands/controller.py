@@ -156,18 +156,20 @@ def run(args: argparse.Namespace) -> int:
     if outcome.clean:
         print(f"controller finished: {outcome}", flush=True)
         return 0
-    print(f"{_PROG}: error: {failure_line(outcome.error)}", file=sys.stderr, flush=True)
+    print(f"{_PROG}: error: {failure_line(outcome.error, outcome.detail)}", file=sys.stderr,
+          flush=True)
     return 1
 
 
-def failure_line(error: BaseException | None) -> str:
-    """One line for a failed run's error: a protocol error's message; for an unexpected
-    exception (a bug, or a failure outside the protocol) its type and first line."""
+def failure_line(error: BaseException | None, detail: str = "") -> str:
+    """One line for a failed run: ``detail`` (the relay and ranks, or the connection, involved)
+    then a protocol error's message; for an unexpected exception (a bug, or a failure outside
+    the protocol) its type and first line, with ``detail`` saying where it happened."""
     if error is None:
-        return "the run failed"
+        return detail or "the run failed"
     text = str(error).strip()
-    if isinstance(error, ProtocolError):
-        return text.splitlines()[0] if text else type(error).__name__
     first = text.splitlines()[0] if text else ""
-    return f"the controller failed unexpectedly: {type(error).__name__}" + (
-        f": {first}" if first else "")
+    if isinstance(error, ProtocolError):
+        return f"{detail}: {first}" if detail else first or type(error).__name__
+    return (f"the controller failed unexpectedly{' ' + detail if detail else ''}: "
+            f"{type(error).__name__}" + (f": {first}" if first else ""))

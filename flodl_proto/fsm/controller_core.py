@@ -77,6 +77,7 @@ from ..codec.mux import (
     RecordKind,
     encode_frame_record,
     encode_mux_record,
+    encode_mux_record_bytes,
     max_hello_payload,
     ranks_str,
     rust_debug,
@@ -89,6 +90,7 @@ from ..codec.stream import (
     StreamEnded,
     StreamEvent,
     StreamFailed,
+    other_version_hello,
 )
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
@@ -124,7 +126,7 @@ HANDSHAKE_TIMEOUT: Final = SPEC.timeout("HANDSHAKE_READ")
 
 # -- internal state --------------------------------------------------------------------------------
 class _Relay:
-    __slots__ = ("conn", "frame", "host", "index", "ranks", "reading")
+    __slots__ = ("conn", "frame", "hint", "host", "index", "ranks", "reading")
 
     def __init__(self, index: int, conn: int, host: str, ranks: tuple[int, ...]) -> None:
         self.index = index
@@ -133,6 +135,17 @@ class _Relay:
         self.ranks = ranks
         self.frame: RoundFrame | None = None
         self.reading = True  # False once upstream's reader for it would have exited
+        self.hint = ""  # a likely cause to add to an error on this relay's stream
+
+    @property
+    def name(self) -> str:
+        """``relay h1 (ranks 2,3)``: how messages name it."""
+        label = self.host if self.host.strip() else f"#{self.index}"
+        return f"relay {label} (ranks {','.join(map(str, self.ranks))})"
+
+
+#: how a clean end reads, whatever ended it: upstream ends the run cleanly there too
+_CLEAN_END = "run ends cleanly, as flodl does"
 
 
 class _Conn:
@@ -223,7 +236,7 @@ class ControllerCore:
         self._rank_relay: dict[int, _Relay] = {}
         self._forwarded: set[int] = set()
         self._pending_exit: tuple[LifecycleEvent, str] | None = None
-        self._pending_error: ProtocolError | None = None
+        self._pending_error: tuple[ProtocolError, str] | None = None
         self.covered = 0
         #: rounds reduced and scattered so far
         self.rounds = 0
@@ -414,20 +427,20 @@ class ControllerCore:
             return []
         relay = c.relay
         if kind is SendKind.BROADCAST:
-            log.warning("controller: consensus broadcast to relay %d (ranks %s) failed (%s); "
-                        "declaring its ranks dead and continuing with survivors",
-                        relay.index, ranks_str(relay.ranks), reason or "write error")
+            log.warning("controller: consensus broadcast to %s failed (%s); declaring its "
+                        "ranks dead and continuing with survivors", relay.name,
+                        reason or "write error")
             for r in relay.ranks:
                 self.dead_ranks.declare_dead(r)
             relay.frame = None
             self._close(c, "broadcast write failed")
             self._evaluate()
         elif kind is SendKind.DECLARE_DEAD:
-            log.info("controller: DeclareDead forward to relay %d failed (%s); connection "
-                     "presumed dying", relay.index, reason or "write error")
+            log.info("controller: DeclareDead forward to %s failed (%s); connection "
+                     "presumed dying", relay.name, reason or "write error")
         else:
             self._fail(protocol_error("controller.hello_ack_write_failed", conn=relay.index,
-                                      reason=reason or "write error"))
+                                      reason=reason or "write error"), relay.name)
         return self._flush()
 
     def declare_dead(self, rank: int) -> list[Action]:
@@ -452,8 +465,7 @@ class ControllerCore:
         if not self.finished:
             log.info("controller: run failed: the runner failed%s: %r",
                      f" ({where})" if where else "", error)
-            self._finish(LifecycleEvent.FAIL, error=error,
-                         detail=f"runner failed{' in ' + where if where else ''}")
+            self._finish(LifecycleEvent.FAIL, error=error, detail=f"in {where}" if where else "")
         return self._flush()
 
     def stop(self, detail: str = "") -> list[Action]:
@@ -472,7 +484,8 @@ class ControllerCore:
                 if c.relay is None and not c.closed and now >= c.deadline:
                     what = "channel magic" if c.stream.bytes_in < CHANNEL_MAGIC_LEN else "Hello"
                     self._fail(protocol_error("controller.handshake_timeout", conn=c.id,
-                                              what=what, seconds=_fmt_s(HANDSHAKE_TIMEOUT)))
+                                              what=what, seconds=_fmt_s(HANDSHAKE_TIMEOUT)),
+                               f"connection {c.id} (before its Hello)")
                     break
         self._evaluate()
         return self._flush()
@@ -487,24 +500,29 @@ class ControllerCore:
     def _handshake_event(self, c: _Conn, ev: StreamEvent) -> None:
         if isinstance(ev, MagicReceived):
             return
+        where = f"connection {c.id} (before its Hello)"
         if isinstance(ev, StreamFailed):
-            self._fail(ev.error)
+            self._fail(ev.error, f"{where}; {ev.hint}" if ev.hint else where)
         elif isinstance(ev, StreamEnded):
-            self._fail(protocol_error("controller.closed_before_hello"))
+            self._fail(protocol_error("controller.closed_before_hello"), where)
         elif not isinstance(ev.record.control, Hello):
-            self._fail(protocol_error("controller.expected_hello", got=rust_debug(ev.record)))
+            self._fail(protocol_error("controller.expected_hello", got=rust_debug(ev.record)),
+                       where)
         else:
-            self._accept_hello(c, ev.record.control)
+            self._accept_hello(c, ev.record.control, ev.record)
 
-    def _accept_hello(self, c: _Conn, hello: Hello) -> None:
+    def _accept_hello(self, c: _Conn, hello: Hello, record: MuxRecord) -> None:
+        where = f"connection {c.id} (host '{hello.host}', ranks {ranks_str(hello.ranks)})"
         seen: set[int] = set()
         for r in hello.ranks:
             if r >= self.world_size:
                 self._fail(protocol_error("controller.rank_out_of_range", rank=r,
-                                          world_size=self.world_size))
+                                          world_size=self.world_size), where)
                 return
             if r in self._rank_relay or r in seen:
-                self._fail(protocol_error("controller.rank_twice", rank=r))
+                first = self._rank_relay.get(r)
+                self._fail(protocol_error("controller.rank_twice", rank=r),
+                           where + (f"; {first.name} announced it first" if first else ""))
                 return
             seen.add(r)
         self.lifecycle.fire(LifecycleEvent.HELLO_ACCEPTED)
@@ -516,6 +534,11 @@ class ControllerCore:
         c.relay = relay
         log.info("controller: relay '%s' carries ranks %s (connection %d)", relay.host,
                  ranks_str(relay.ranks), relay.index)
+        if self.version == 2:  # a version-3 Hello decodes here too: say so, once
+            relay.hint = other_version_hello(encode_mux_record_bytes(record, self.salt),
+                                             self.salt, self.version)
+            if relay.hint:
+                log.warning("controller: %s: %s", relay.name, relay.hint)
         self._send(c, encode_mux_record(MuxRecord.control_msg(HelloAck(), self.version),
                                         self.salt), SendKind.HELLO_ACK)
         self._actions.append(RelayJoined(c.id, relay.index, relay.host, relay.ranks))
@@ -537,18 +560,17 @@ class ControllerCore:
             relay.reading = False
             if alive:
                 self._reader_exit(LifecycleEvent.RELAY_EOF,
-                                  f"relay {relay.index} ('{relay.host}', ranks "
-                                  f"{ranks_str(relay.ranks)}) closed its connection")
+                                  f"{relay.name} closed its connection: {_CLEAN_END}")
             else:
                 self._close(c, "relay with no alive rank closed")
             return
         if isinstance(ev, StreamFailed):
             relay.reading = False
             if alive:
-                self._reader_error(ev.error)
+                self._reader_error(ev.error, relay)
             else:
-                log.info("controller: read error on relay %d with no alive rank: %s",
-                         relay.index, ev.error)
+                log.info("controller: read error on %s with no alive rank: %s", relay.name,
+                         ev.error)
                 self._close(c, "read error on a relay with no alive rank")
             return
         rec = ev.record
@@ -563,10 +585,10 @@ class ControllerCore:
                 self._reader_error(ev.frame if isinstance(ev.frame, ProtocolError) else
                                    protocol_error("controller.truncated_hostframe",
                                                   conn=relay.index,
-                                                  ranks=ranks_str(relay.ranks)))
+                                                  ranks=ranks_str(relay.ranks)), relay)
         elif rec.kind is RecordKind.DATA:
             relay.reading = False
-            self._reader_error(protocol_error("controller.data_record", rank=rec.rank))
+            self._reader_error(protocol_error("controller.data_record", rank=rec.rank), relay)
         elif rec.kind is RecordKind.BROADCAST:
             log.warning("controller: unexpected Broadcast record from relay %d; dropping",
                         relay.index)
@@ -576,10 +598,11 @@ class ControllerCore:
                 relay.reading = False
                 self._reader_error(protocol_error("controller.foreign_rank_exit",
                                                   conn=relay.index,
-                                                  ranks=ranks_str(relay.ranks), rank=rank))
+                                                  ranks=ranks_str(relay.ranks), rank=rank),
+                                   relay)
             elif not self.dead_ranks.is_dead(rank):
-                self._reader_exit(LifecycleEvent.RANK_EXIT, f"rank {rank} (relay {relay.index}, "
-                                  f"'{relay.host}') exited")
+                self._reader_exit(LifecycleEvent.RANK_EXIT,
+                                  f"rank {rank} of {relay.name} exited: {_CLEAN_END}")
             else:
                 log.debug("controller: RankExit for dead rank %d ignored", rank)
         else:
@@ -595,16 +618,17 @@ class ControllerCore:
                      "covered", detail)
             self._pending_exit = (event, detail)
 
-    def _reader_error(self, error: ProtocolError) -> None:
+    def _reader_error(self, error: ProtocolError, relay: _Relay) -> None:
         """A relay's stream failed: the run fails at once while reducing; during the accept
         phase the first such error is remembered and raised when every rank is covered (after a
         pending clean exit, which wins, as upstream's round wait checks it first)."""
+        where = f"reading {relay.name}" + (f"; {relay.hint}" if relay.hint else "")
         if self.state == LifecycleState.REDUCING:
-            self._fail(error)
+            self._fail(error, where)
         elif self._pending_error is None:
-            log.info("controller: %s (during the accept phase; reported once every rank is "
-                     "covered)", error)
-            self._pending_error = error
+            log.info("controller: %s: %s (during the accept phase; reported once every rank is "
+                     "covered)", where, error)
+            self._pending_error = (error, where)
 
     # -- rounds ----------------------------------------------------------------------------------
     def _alive(self, relay: _Relay) -> bool:
@@ -622,11 +646,14 @@ class ControllerCore:
                 self._finish(event, detail=detail)
                 return
             if self._pending_error is not None:
-                self._fail(self._pending_error)
+                self._fail(*self._pending_error)
                 return
             expected = self._expected()
             if not expected:
-                self._finish(LifecycleEvent.ALL_DEAD, detail="no relay carries an alive rank")
+                dead = ",".join(map(str, self.dead_ranks.dead_ranks()))
+                self._finish(LifecycleEvent.ALL_DEAD,
+                             detail=f"no relay carries an alive rank (dead ranks {dead}): "
+                                    f"{_CLEAN_END}")
                 return
             if not all(r.frame is not None for r in expected):
                 self._forward_dead()
@@ -644,7 +671,7 @@ class ControllerCore:
             c = self._conns[relay.conn]
             if c.closed:
                 continue
-            log.info("controller: forwarding DeclareDead(%d) to relay %d", rank, relay.index)
+            log.info("controller: forwarding DeclareDead(%d) to %s", rank, relay.name)
             self._send(c, encode_mux_record(MuxRecord.control_msg(DeclareDead(rank),
                                                                   self.version), self.salt),
                        SendKind.DECLARE_DEAD)
@@ -659,7 +686,9 @@ class ControllerCore:
                 consensus = self._stepper.process_frame(consensus)
             buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt))
         except ProtocolError as e:
-            self._fail(e)
+            hints = "".join(f"; {r.name}: {r.hint}" for r in expected if r.hint)
+            self._fail(e, f"reducing round {self.rounds} of "
+                          + ", ".join(r.name for r in expected) + hints)
             return
         self.lifecycle.fire(LifecycleEvent.ROUND_SCATTERED)
         for r in self._relays:
@@ -715,9 +744,11 @@ class ControllerCore:
             c.closed = True
             self._actions.append(CloseConnection(c.id, reason))
 
-    def _fail(self, error: ProtocolError) -> None:
-        log.info("controller: run failed: %s", error)  # reported to the caller by the outcome
-        self._finish(LifecycleEvent.FAIL, error=error)
+    def _fail(self, error: ProtocolError, where: str = "") -> None:
+        """The run fails with ``error``; ``where`` (the outcome's detail) names the relay and
+        ranks, or the connection, involved."""
+        log.info("controller: run failed%s: %s", f" ({where})" if where else "", error)
+        self._finish(LifecycleEvent.FAIL, error=error, detail=where)
 
     def _finish(self, event: LifecycleEvent, *, error: Exception | None = None,
                 detail: str = "") -> None:

@@ -162,7 +162,7 @@ class Outcome:
     def __str__(self) -> str:
         if self.clean:
             return f"clean ({self.reason}{': ' + self.detail if self.detail else ''})"
-        return f"error: {self.error}"
+        return f"error: {self.error}" + (f" [{self.detail}]" if self.detail else "")
 
 
 class LifecycleModel(Protocol):
