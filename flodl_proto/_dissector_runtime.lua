@@ -592,7 +592,9 @@ function REC.len_framed(tvb, pinfo, tree, conv)
     if vals.length < 4 or u32(body, 0) ~= C.ROUND_FRAME_MAGIC then
         items.body:add_proto_expert_info(E.bad_magic, errtext("frame.bad_magic",
             { got = vals.length >= 4 and u32(body, 0) or 0, expected = C.ROUND_FRAME_MAGIC }))
-        return info .. " (not a RoundFrame)"
+        info = info .. " (not a RoundFrame)"
+        rtree:append_text(", " .. info)
+        return info
     end
     local st = dissect_frame(body, 0, items.body, version)
     info = info .. " " .. frame_info(st)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,10 @@ def missing_tool(marker: str) -> str | None:
         for tool in ("tcpdump", "unshare", "ip"):
             if shutil.which(tool) is None:
                 return f"{tool} not found"
+        probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True,
+                               timeout=30, check=False)
+        if probe.returncode != 0:
+            return f"cannot create a network namespace: {probe.stderr.strip() or 'unshare -n'}"
     return None
 
 

@@ -675,3 +675,29 @@ def test_decode_salt_file_verifies_what_the_dissector_cannot(tmp_path: Path,
     assert "decode: --salt-file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*args, "--salt", SALT.hex(), "--salt-file", str(salt_file)])
+
+
+@pytest.mark.tshark
+def test_decode_as_and_ports_preference_where_the_heuristic_cannot_tell(lua: Path,
+                                                                        tmp_path: Path) -> None:
+    """A loopback stream whose first segment is too short for the heuristic (it needs the
+    RoundFrame magic after the length prefix) is found through Decode As or the ports
+    preference."""
+    cap = Capture()
+    c = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    frames = _frames(2)
+    cap.send(c, True, b"".join(b"".join(encode_framed_round(f, SALT)) for f in frames),
+             (5, 20, 3, 1400))
+    pcap = tmp_path / "loop.pcap"
+    pcap.write_bytes(cap.pcap())
+    assert tshark_records(pcap, lua, {}) == {}
+    label = "127.0.0.1:40002 -> 127.0.0.1:23460"
+    want = [_t_like(f) for f in frames]
+    for prefs, args in (({}, ("-d", "tcp.port==23460,flodl")),
+                        ({f"{PROTO_NAME}.ports": "23460"}, ())):
+        text = _tshark(pcap, lua, prefs, *args, "-Y", f"{PROTO_NAME}.kind", "-T", "fields",
+                       "-e", f"{PROTO_NAME}.kind")
+        assert ",".join(text.split()).split(",") == ["LenFramed"] * len(frames)
+        if not args:
+            got = tshark_records(pcap, lua, prefs)
+            assert [r["frame"] for r, _ in got[label]] == want
