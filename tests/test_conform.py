@@ -418,7 +418,7 @@ _LAUNCH = {
     "controller": f"{_CLI} controller --listen {{host}}:{{port}} --world-size {{world_size}} "
                   "--salt-file {salt_file} --protocol-version {version} --no-port-mux",
     "relay": f"{_CLI} relay --controller {{controller}} --ranks {{ranks}} "
-             "--world-size {world_size} --salt {salt} --protocol-version {version} "
+             "--world-size {world_size} --salt-file {salt_file} --protocol-version {version} "
              "--listen-port {listen_port}",
 }
 _E2E_CASES = {

@@ -40,7 +40,8 @@ _PLACEHOLDERS = {
 
 
 def _default_jobs() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
+    # a case mostly waits (target start-up, silences, timeouts): two per CPU, at most 4
+    return max(1, min(4, 2 * (os.cpu_count() or 1)))
 
 
 def register(sub: Any) -> None:
@@ -71,7 +72,7 @@ def register(sub: Any) -> None:
                        help="the target serves the port mux: run the cases that need it")
         r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
                        help="cases run at the same time, each against its own target "
-                            f"(default {_default_jobs()}: the CPUs, at most 4)")
+                            f"(default {_default_jobs()}: two per CPU, at most 4)")
         r.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
         r.add_argument("--json", type=Path, metavar="PATH", help="write JSON results here")
         r.add_argument("--list", action="store_true",

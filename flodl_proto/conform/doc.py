@@ -16,8 +16,8 @@ _CONTROLLER_CMD: Final = ("flodl-proto controller --listen {host}:{port} "
                           "--world-size {world_size} --salt-file {salt_file} "
                           "--protocol-version {version} --no-port-mux")
 _RELAY_CMD: Final = ("flodl-proto relay --controller {controller} --ranks {ranks} "
-                     "--world-size {world_size} --salt {salt} --protocol-version {version} "
-                     "--listen-port {listen_port}")
+                     "--world-size {world_size} --salt-file {salt_file} "
+                     "--protocol-version {version} --listen-port {listen_port}")
 
 _INTRO: Final = f"""\
 # flodl data channel: conformance kit

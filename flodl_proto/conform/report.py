@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,25 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
 
     if jobs <= 1:
         return [one(r) for r in runs]
+    # the cases that wait longest start first, so their waits overlap the quick ones
+    order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
-        return list(pool.map(one, runs))
+        futures = {i: pool.submit(one, runs[i]) for i in order}
+        return [futures[i].result() for i in range(len(runs))]
+
+
+def _expected_wait(case: Case, version: int) -> float:
+    """A rough cost of the case: its explicit waits, silences and sleeps in seconds (the
+    longest start first)."""
+    total = 0.0
+    for s in case.steps[version]:
+        for p in s.values():
+            if isinstance(p, Mapping):
+                total += sum(float(p.get(k, 0)) for k in ("within", "for"))
+                total += float(p.get("within_scaled", 0))
+        if "sleep" in s:
+            total += float(s["sleep"])
+    return total
 
 
 def exit_code(results: Iterable[CaseResult]) -> int:
