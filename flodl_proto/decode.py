@@ -1,13 +1,18 @@
 """Decode a captured data-channel byte stream into records, for operators reading what crossed
 the wire (``flodl-proto decode``).
 
-Two legs:
+Three legs, told apart from the first bytes by :func:`detect_leg` (or named by the caller):
 
 * ``mux`` (relay <-> controller): the 4-byte channel magic first when present (the relay ->
   controller direction starts with it, the other direction does not), then mux records; the
   RoundFrame inside a HostFrame or Broadcast is decoded too.
 * ``loopback`` (rank <-> relay): the 16-byte handshake (rank -> relay) or the 8-byte ack
   (relay -> rank) first when present, then length-framed RoundFrames.
+* ``frame``: bare RoundFrames one after another (a frame cut out of a capture or written by
+  hand).
+
+A stream that ends inside a record (a capture stopped mid-record) is reported as such, not as a
+protocol error (:attr:`DecodeFailure.capture_ended`).
 
 Every structural check of the codec's readers applies, in upstream's order, with upstream's error
 messages; decoding stops at the first failure, which is reported with the byte offset of the
@@ -44,7 +49,7 @@ from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.handshake import decode_ack, decode_handshake, expect_channel_magic
 from .codec.loopback import decode_len_framed_or_eos
 from .codec.mux import RecordKind, decode_control, parse_mux_header_or_eos
-from .codec.round_frame import Dtype, RoundFrame, TensorPayload
+from .codec.round_frame import Dtype, RoundFrame, TensorPayload, round_frame_extent
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
 from .codec.structs import HANDSHAKE
@@ -62,13 +67,17 @@ from .spec import (
     HANDSHAKE_LEN,
     HANDSHAKE_MAGIC_CONTROLLER_ACK,
     HANDSHAKE_MAGIC_RANK,
+    LEN_PREFIX_LEN,
     MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
+    MUX_RECORD_MAGIC,
+    ROUND_FRAME_MAGIC,
     SUPPORTED_VERSIONS,
 )
 
 __all__ = [
     "EXIT_BAD_TAG",
+    "EXIT_CAPTURE_ENDED",
     "EXIT_ERROR",
     "EXIT_OK",
     "DecodeFailure",
@@ -77,12 +86,14 @@ __all__ = [
     "ParsedFrame",
     "TagStatus",
     "decode_stream",
+    "detect_leg",
     "format_table",
+    "parse_hex_dump",
     "parse_round_frame",
     "tag_status",
 ]
 
-Leg = Literal["mux", "loopback"]
+Leg = Literal["mux", "loopback", "frame"]
 #: ``ok`` / ``bad`` when a salt was given, ``unchecked`` otherwise
 TagStatus = Literal["ok", "bad", "unchecked"]
 
@@ -92,6 +103,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 #: exit code: a salt was given and at least one auth tag did not verify (no error)
 EXIT_BAD_TAG = 3
+#: exit code: the input ended inside a record (a capture stopped mid-record), nothing else wrong
+EXIT_CAPTURE_ENDED = 4
 
 _DATA_PREVIEW = 64  # bytes of an opaque payload shown without --values
 _MAGIC_FAMILY = HANDSHAKE_MAGIC_RANK >> 8  # top 24 bits shared by every data-channel magic
@@ -173,12 +186,15 @@ class DecodeFailure:
         message: the protocol error's message (upstream's wording).
         kind: the error kind (``truncated``, ``magic``, ...).
         error_id: the catalogue id, when the error has one.
+        capture_ended: True when the input simply ended inside the record (the bytes present
+            are consistent; a capture stopped there), not a protocol error.
     """
 
     offset: int
     message: str
     kind: str
     error_id: str | None
+    capture_ended: bool = False
 
 
 @dataclass(slots=True)
@@ -205,19 +221,27 @@ class DecodeReport:
 
     @property
     def exit_code(self) -> int:
-        """0 (clean end), 1 (stopped at an error; wins over bad tags), 3 (some tag bad)."""
-        if self.failure is not None:
+        """0 (clean end), 1 (stopped at a protocol error; wins over the others), 3 (some tag
+        bad), 4 (the input ended inside a record)."""
+        if self.failure is not None and not self.failure.capture_ended:
             return EXIT_ERROR
         if self.salted and self.bad_tags:
             return EXIT_BAD_TAG
+        if self.failure is not None:
+            return EXIT_CAPTURE_ENDED
         return EXIT_OK
 
     def final_record(self) -> dict[str, Any]:
-        """The closing record: ``type`` ``end`` (clean) or ``error`` (with offset and message)."""
-        if self.failure is not None:
-            return {"type": "error", "offset": self.failure.offset,
-                    "error_kind": self.failure.kind, "error_id": self.failure.error_id,
-                    "error": self.failure.message}
+        """The closing record: ``type`` ``end`` (clean), ``capture_ended`` (the input stopped
+        inside a record) or ``error`` (a protocol error), with offset and message."""
+        f = self.failure
+        if f is not None and f.capture_ended:
+            return {"type": "capture_ended", "offset": f.offset, "error_id": f.error_id,
+                    "error": f"capture ended inside a record at offset {f.offset} (a reader "
+                             f"would report: {f.message})"}
+        if f is not None:
+            return {"type": "error", "offset": f.offset, "error_kind": f.kind,
+                    "error_id": f.error_id, "error": f.message}
         rec: dict[str, Any] = {"type": "end", "offset": self.end, "records": len(self.records)}
         if self.size > self.end:
             rec["partial_header_bytes"] = self.size - self.end
@@ -227,12 +251,94 @@ class DecodeReport:
 
 
 class _Stop(Exception):
-    """Internal: a ProtocolError at a known record offset."""
+    """Internal: a ProtocolError at a known record offset (``ended``: the input ran out)."""
 
-    def __init__(self, offset: int, error: ProtocolError) -> None:
+    def __init__(self, offset: int, error: ProtocolError, ended: bool = False) -> None:
         super().__init__(str(error))
         self.offset = offset
         self.error = error
+        self.ended = ended
+
+
+#: errors that only say the input ran out (as the first bytes of a stream are read)
+_RAN_OUT = frozenset({"channel.read_failed", "handshake.read_failed", "ack.read_failed",
+                      "len.body_read_failed"})
+
+
+def detect_leg(data: BytesLike) -> tuple[Leg, str]:
+    """Tell the leg of a captured stream from its first bytes.
+
+    Returns:
+        ``(leg, why)``: ``mux`` for the data channel magic or a mux record header; ``loopback``
+        for the rank handshake, the relay's ack or a u32 length prefix followed by a RoundFrame;
+        ``frame`` for a bare RoundFrame; ``why`` names what was seen. Input too short to tell
+        (under 8 bytes) is ``mux``.
+
+    Raises:
+        ValueError: the first bytes are none of these (the caller should name the leg).
+    """
+    mv = as_view(data)
+    if len(mv) < 4:
+        return "mux", "too short to tell"
+    first = _U32.unpack_from(mv, 0)[0]
+    if first in CHANNELS.values():
+        return "mux", f"channel magic 0x{first:08x}"
+    if first == MUX_RECORD_MAGIC:
+        return "mux", "a mux record header"
+    if first == HANDSHAKE_MAGIC_RANK:
+        return "loopback", "the rank handshake"
+    if first == HANDSHAKE_MAGIC_CONTROLLER_ACK:
+        return "loopback", "the relay's handshake ack"
+    if first == ROUND_FRAME_MAGIC:
+        return "frame", "a bare RoundFrame"
+    if len(mv) >= LEN_PREFIX_LEN + 4 and _U32.unpack_from(mv, 4)[0] == ROUND_FRAME_MAGIC:
+        return "loopback", "a length prefix and a RoundFrame"
+    if len(mv) < 8:
+        return "mux", "too short to tell"
+    raise ValueError(f"cannot tell the leg from the first bytes ({bytes(mv[:8]).hex()}): not a "
+                     "channel magic, handshake, ack, RoundFrame, mux record or length-prefixed "
+                     "frame; name it with --leg")
+
+
+def parse_hex_dump(text: str) -> bytes:
+    """Bytes from hex text: plain hex (whitespace ignored), ``xxd`` output (``00000010: 0102
+    0304  ..``), ``hexdump -C`` output and the offset-prefixed dumps of ``docs/protocol.md``
+    (``0010  01 02 03 04``). A leading offset is recognised as such only when it equals the
+    number of bytes read so far (a line holding only that offset, 7 digits or more, is hexdump's
+    closing line); the ASCII column of a dump is ignored.
+
+    Raises:
+        ValueError: a line holds something other than hex digits (the line number is named).
+    """
+    out = bytearray()
+    for lineno, raw_line in enumerate(text.splitlines(), 1):
+        line = raw_line.strip()
+        if not line:
+            continue
+        if len(line) >= 7 and " " not in line and _is_offset(line, len(out)):
+            continue  # hexdump's closing line: the total length alone
+        body = line
+        head, sep, rest = line.partition(":")
+        if sep and _is_offset(head, len(out)):  # xxd: hex groups, two spaces, the ASCII column
+            body = rest.strip().split("  ")[0]
+        else:
+            parts = line.split(None, 1)
+            if len(parts) == 2 and _is_offset(parts[0], len(out)) and (
+                    line[len(parts[0]):len(parts[0]) + 2] == "  "):
+                body = parts[1].split("|")[0]  # docs / hexdump -C (ASCII column in |...|)
+        digits = "".join(body.split())
+        try:
+            out += bytes.fromhex(digits)
+        except ValueError:
+            raise ValueError(f"line {lineno}: not hex: {raw_line.strip()[:60]!r}") from None
+    return bytes(out)
+
+
+def _is_offset(token: str, expected: int) -> bool:
+    try:
+        return len(token) >= 4 and int(token, 16) == expected
+    except ValueError:
+        return False
 
 
 # -------------------------------------------------------------------------------------------------
@@ -334,11 +440,14 @@ class _Decoder:
         try:
             if leg == "mux":
                 self._mux()
+            elif leg == "frame":
+                self._frames()
             else:
                 self._loopback()
         except _Stop as s:
             e = s.error
-            self.report.failure = DecodeFailure(s.offset, str(e), e.kind, e.error_id)
+            ended = s.ended or e.error_id in _RAN_OUT
+            self.report.failure = DecodeFailure(s.offset, str(e), e.kind, e.error_id, ended)
         self.report.version = self.version
         return self.report
 
@@ -378,7 +487,7 @@ class _Decoder:
             return None
         end = MUX_HEADER_LEN + hdr.payload_len
         if len(mv) < end:
-            raise _Stop(pos, protocol_error("mux.truncated", got=len(mv), need=end))
+            raise _Stop(pos, protocol_error("mux.truncated", got=len(mv), need=end), ended=True)
         payload = mv[MUX_HEADER_LEN:end]
         status = self._count(tag_status(
             self.salt, [mv[:MUX_AUTH_COVERED_HEADER_LEN], payload], hdr.auth_tag))
@@ -414,6 +523,27 @@ class _Decoder:
                 fj["trailing_bytes"] = payload.nbytes - pf.length
             rec["frame"] = fj
         return rec
+
+    # -- bare RoundFrames --------------------------------------------------------------------------
+    def _frames(self) -> None:
+        pos = 0
+        while pos < len(self.mv):
+            mv = self.mv[pos:]
+            try:
+                extent = round_frame_extent(mv, ceiling=self.ceiling)
+            except ProtocolError as e:
+                raise _Stop(pos, e) from None
+            if not isinstance(extent, int):  # the frame goes on past the input
+                try:
+                    _parse_unverified(mv, ceiling=self.ceiling)
+                except ProtocolError as e:
+                    raise _Stop(pos, e, ended=True) from None
+            pf = self._frame(mv, pos)
+            if pf is None:
+                return
+            fj = _frame_json(pf, self._frame_status(pf, mv), self.version, self.values)
+            self._emit({"offset": pos, "length": pf.length, "type": "round_frame", "frame": fj})
+            pos += pf.length
 
     # -- loopback leg ----------------------------------------------------------------------------
     def _loopback(self) -> None:
@@ -521,7 +651,8 @@ def decode_stream(
 
     Args:
         data: the captured bytes.
-        leg: ``"mux"`` (relay <-> controller) or ``"loopback"`` (rank <-> relay).
+        leg: ``"mux"`` (relay <-> controller), ``"loopback"`` (rank <-> relay) or ``"frame"``
+            (bare RoundFrames); :func:`detect_leg` tells it from the first bytes.
         salt: the 16-byte session salt; with it every tag is verified (``ok``/``bad``), without it
             tags are reported ``unchecked``.
         version: the data-channel protocol version (2 or 3). ``None``: the version the loopback
@@ -542,8 +673,8 @@ def decode_stream(
     ``controller/round_frame.rs`` (``read_round_frame_streamed``), ``cpu_reduce.rs``
     (ack, prefixed reply frame), ``relay/agent.rs`` (deposited frames).
     """
-    if leg not in ("mux", "loopback"):
-        raise ValueError(f"unknown leg {leg!r} (mux or loopback)")
+    if leg not in ("mux", "loopback", "frame"):
+        raise ValueError(f"unknown leg {leg!r} (mux, loopback or frame; detect_leg tells)")
     key = check_salt(salt) if salt is not None else None
     if version is not None:
         check_version(version)
@@ -599,8 +730,8 @@ def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
         if "frame" in rec:
             return name, f"{tag}/{_tag(rec['frame']['tag_status'])}", _frame_summary(rec["frame"])
         return name, tag, f"rank={rec['rank']} payload={rec.get('payload', '')}"
-    if t == "len_framed":
-        return "len_framed", _tag(rec["frame"]["tag_status"]), _frame_summary(rec["frame"])
+    if t in ("len_framed", "round_frame"):
+        return t, _tag(rec["frame"]["tag_status"]), _frame_summary(rec["frame"])
     return t, "-", ""
 
 
@@ -628,6 +759,8 @@ def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[st
     fin = report.final_record()
     if fin["type"] == "error":
         yield f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"
+    elif fin["type"] == "capture_ended":
+        yield f"{fin['offset']:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} {fin['error']}"
     else:
         extra = (f" ({fin['partial_header_bytes']} bytes of an incomplete header ignored)"
                  if "partial_header_bytes" in fin else "")

@@ -323,3 +323,41 @@ def test_hand_run_cluster_with_salt_files(tmp_path: Path, procs: list[_Proc]) ->
         assert (rc, err) == (0, "")
     assert relay.finish()[0] == 0
     assert ctl.finish()[0] == 0
+
+
+# -- item: demo --rounds N and what the demo prints for a capture ------------------------------
+def test_demo_short_runs_pass_and_print_ports_and_salt_file(tmp_path: Path) -> None:
+    """Any --rounds the parser accepts finishes with 0 on a healthy cluster (the target is what
+    that many rounds reach); the demo names its controller and relay addresses and its salt
+    file, written on the first run and read on the next."""
+    salt = tmp_path / "demo-salt.hex"
+    env = {"COLUMNS": "200"}
+    for rounds, note in (("1", f"session salt: written to {salt}"),
+                         ("2", f"session salt: read from {salt}")):
+        res = _cli("demo", "--no-progress", "--payload-mib", "0", "--rounds", rounds,
+                   "--salt-file", str(salt), env=env, timeout=150)
+        assert res.returncode == 0, res.stdout + res.stderr
+        lines = res.stdout.splitlines()
+        assert lines[0] == note
+        assert any(ln.startswith("controller listening on 127.0.0.1:") for ln in lines)
+        relays = [ln for ln in lines if ln.startswith("relay") and " listening on " in ln]
+        assert [r.split()[0] for r in relays] == ["relay0", "relay1"]
+        assert f"{rounds} of {rounds} completed" in res.stdout
+        assert "OK: every round completed" in res.stdout
+    text = salt.read_text()
+    assert len(text.strip()) == 32 and int(text, 16) >= 0
+    assert salt.stat().st_mode & 0o777 == 0o600
+    res = _cli("demo", "--rounds", "0")
+    assert res.returncode == 2
+    _one_error_line(res.stderr, "--rounds must be >= 1")
+
+
+def test_demo_reference_loss_is_the_target_for_short_runs() -> None:
+    from flodl_proto.commands import _demo_worker as worker
+    x, y = worker.make_dataset(7)
+    _, l_opt = worker.optimum(x, y)
+    short = worker.reference_loss(7, 4, 2)
+    long = worker.reference_loss(7, 4, 40)
+    assert short > l_opt * 1.5  # two rounds are far from the optimum
+    assert l_opt <= long <= l_opt * 1.01  # forty rounds reach it within the tolerance
+    assert worker.reference_loss(7, 4, 2, bf16=True) == pytest.approx(short, rel=1e-2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 import sys
 from collections.abc import Callable
@@ -42,13 +43,17 @@ from flodl_proto.codec import (
     encode_framed_round,
     encode_handshake,
     encode_mux_record_bytes,
+    encode_round_frame_bytes,
 )
 from flodl_proto.decode import (
     EXIT_BAD_TAG,
+    EXIT_CAPTURE_ENDED,
     EXIT_ERROR,
     EXIT_OK,
     decode_stream,
+    detect_leg,
     format_table,
+    parse_hex_dump,
     parse_round_frame,
     tag_status,
 )
@@ -471,9 +476,10 @@ def test_cli_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
     cap.write_bytes(_capture(up.data, down.data, 1337, gap=True))
     assert main(["decode", "--pcap", str(cap), "--port", "1337", "--salt", SALT.hex(),
-                 "--protocol-version", "3"]) == EXIT_ERROR
+                 "--protocol-version", "3"]) == EXIT_CAPTURE_ENDED
     captured = capsys.readouterr()
     assert "bytes missing from the capture" in captured.err
+    assert _json_lines(captured.out)[-1]["type"] == "capture_ended"
     assert main(["decode", "--pcap", str(cap), "--port", "4242"]) == EXIT_ERROR
     cap.write_bytes(b"not a capture")
     assert main(["decode", "--pcap", str(cap), "--port", "1337"]) == EXIT_ERROR
@@ -546,3 +552,140 @@ def test_decode_agrees_with_codec_on_mux_records(version: int, case: dict[str, A
         assert first["kind_byte"] == int(rec.kind) and first["rank"] == rec.rank
         if rec.control is not None:
             assert first["control"] == control_to_json(rec.control, version)
+
+
+# -- leg detection, bare RoundFrames, hex dumps, captures that end mid-record ---------------------
+@pytest.mark.parametrize(("name", "version"), STREAMS)
+def test_the_leg_is_told_from_the_first_bytes(name: str, version: int) -> None:
+    leg, build = BUILDERS[name]
+    sent = build(version)
+    assert detect_leg(sent.data)[0] == leg
+    if name.startswith("loopback"):  # without its handshake / ack: a length-prefixed frame
+        rest = sent.data[sent.offsets[1]:]
+        assert detect_leg(rest) == ("loopback", "a length prefix and a RoundFrame")
+    if name == "mux-up":  # without the channel magic: a mux record header
+        assert detect_leg(sent.data[4:]) == ("mux", "a mux record header")
+
+
+def test_leg_detection_names_what_it_saw_or_refuses() -> None:
+    wire = encode_round_frame_bytes(_frames(2)[0], SALT)
+    assert detect_leg(wire) == ("frame", "a bare RoundFrame")
+    assert detect_leg(encode_handshake(1, 4, 2)) == ("loopback", "the rank handshake")
+    assert detect_leg(encode_ack(3)) == ("loopback", "the relay's handshake ack")
+    assert detect_leg(encode_channel_magic("data")) == ("mux", "channel magic 0xf10d17e1")
+    with pytest.raises(ValueError, match=r"cannot tell the leg from the first bytes "
+                                         r"\(0011223344556677\).*--leg"):
+        detect_leg(bytes.fromhex("0011223344556677"))
+
+
+def test_bare_round_frames_decode_with_tags(capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path) -> None:
+    frames = _frames(3)
+    wires = [encode_round_frame_bytes(f, SALT) for f in frames]
+    data = b"".join(wires)
+    rep = decode_stream(data, "frame", salt=SALT, version=3)
+    assert rep.exit_code == EXIT_OK and len(rep.records) == len(frames)
+    pos = 0
+    for rec, f, w in zip(rep.records, frames, wires, strict=True):
+        assert (rec["type"], rec["offset"], rec["length"]) == ("round_frame", pos, len(w))
+        assert rec["frame"]["tag_status"] == "ok"
+        _check_frame(rec["frame"], f, False)
+        pos += len(w)
+    assert decode_stream(data, "frame", salt=OTHER, version=3).exit_code == EXIT_BAD_TAG
+    raw = tmp_path / "frame.bin"
+    raw.write_bytes(wires[0])
+    assert main(["decode", "--salt", SALT.hex(), str(raw)]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "decode: frame leg (a bare RoundFrame; --leg to choose)"
+    out = _json_lines(captured.out)
+    assert [r["type"] for r in out] == ["round_frame", "end"]
+
+
+def _xxd(data: bytes) -> str:
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        groups = " ".join(chunk[i:i + 2].hex() for i in range(0, len(chunk), 2))
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}: {groups:<39}  {text}")
+    return "\n".join(lines) + "\n"
+
+
+def _hexdump_c(data: bytes) -> str:
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        left = " ".join(f"{b:02x}" for b in chunk[:8])
+        right = " ".join(f"{b:02x}" for b in chunk[8:])
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}  {left:<23}  {right:<23}  |{text}|")
+    return "\n".join(lines) + f"\n{len(data):08x}\n"
+
+
+def test_hex_dumps_in_every_usual_form() -> None:
+    data = _mux_up(2).data
+    forms = {
+        "plain": data.hex(),
+        "plain, spaced and wrapped": "\n".join(
+            " ".join(data[i:i + 8].hex(" ").split()) for i in range(0, len(data), 8)),
+        "xxd": _xxd(data),
+        "xxd -p": "\n".join(data[i:i + 30].hex() for i in range(0, len(data), 30)),
+        "hexdump -C": _hexdump_c(data),
+        "docs": "\n".join(f"{i:04x}  {data[i:i + 16].hex(' ')}" for i in range(0, len(data), 16)),
+    }
+    for name, text in forms.items():
+        assert parse_hex_dump(text) == data, name
+    # a leading token is an offset only when it counts the bytes so far
+    assert parse_hex_dump("c0170df1  02000000") == bytes.fromhex("c0170df102000000")
+    with pytest.raises(ValueError, match=r"line 2: not hex"):
+        parse_hex_dump("00 01\nzz\n")
+
+
+def test_the_docs_worked_example_decodes(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    m = re.search(r"### 5\.1 Rank handshake.*?```text\n(.*?)```", doc, re.S)
+    assert m is not None
+    dump = tmp_path / "hs.txt"
+    dump.write_text(m.group(1), encoding="ascii")
+    assert main(["decode", "--hex", str(dump)]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert "loopback leg (the rank handshake" in captured.err
+    first = _json_lines(captured.out)[0]
+    assert (first["type"], first["rank"], first["world_size"], first["version"]) == (
+        "handshake", 3, 4, 2)
+
+
+@pytest.mark.parametrize(("name", "version"), STREAMS)
+def test_a_capture_that_ends_mid_record_says_so(name: str, version: int) -> None:
+    leg, build = BUILDERS[name]
+    sent = build(version)
+    last = sent.offsets[-2]  # a frame record; the capture stops just past its header
+    cut = last + (25 if leg == "mux" else 4) + 1
+    rep = decode_stream(sent.data[:cut], leg, salt=SALT, version=version)
+    fin = rep.final_record()
+    assert rep.exit_code == EXIT_CAPTURE_ENDED and fin["type"] == "capture_ended"
+    assert fin["offset"] == last
+    assert fin["error"].startswith(f"capture ended inside a record at offset {last} ")
+    assert len(rep.records) == len(sent.offsets) - 2
+    table = list(format_table(rep))
+    assert "CAPTURE ENDED" in table[-1]
+
+
+def test_a_damaged_record_is_still_a_protocol_error() -> None:
+    sent = _mux_down(2)
+    bad = bytearray(sent.data)
+    bad[sent.offsets[1]] ^= 0x55  # the magic of the first Broadcast
+    rep = decode_stream(bytes(bad[:-3]), "mux", salt=SALT, version=2)
+    assert rep.exit_code == EXIT_ERROR and rep.final_record()["type"] == "error"
+
+
+def test_decode_salt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    salt = tmp_path / "salt.hex"
+    salt.write_text(SALT.hex() + "\n", encoding="ascii")
+    raw = tmp_path / "mux.bin"
+    raw.write_bytes(_mux_up(2).data)
+    assert main(["decode", "--salt-file", str(salt), str(raw)]) == EXIT_OK
+    assert _json_lines(capsys.readouterr().out)[-1]["bad_tags"] == 0
+    assert main(["decode", "--salt-file", str(tmp_path / "none"), str(raw)]) == 2
+    assert "decode: --salt-file" in capsys.readouterr().err

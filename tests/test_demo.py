@@ -57,7 +57,7 @@ def test_demo_trains_to_the_optimum_with_identical_consensus() -> None:
     digests = dict(_DIGEST.findall(res.stdout))
     assert sorted(digests) == ["0", "1", "2", "3"] and len(set(digests.values())) == 1
     assert "OK: every round completed" in res.stdout
-    assert "tolerance 1%: ok" in res.stdout
+    assert "end within 1% of it: ok" in res.stdout
 
 
 def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:

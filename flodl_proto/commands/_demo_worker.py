@@ -26,11 +26,12 @@ import sys
 import time
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import ProtocolError
-from ..reduce import gamma_mass
+from ..reduce import OuterOptimizer, gamma_mass
 from ..runner.rank import RankClient
 
 __all__ = [
@@ -38,10 +39,12 @@ __all__ = [
     "FEATURES",
     "SAMPLES",
     "full_loss",
+    "local_steps",
     "lr_at",
     "main",
     "make_dataset",
     "optimum",
+    "reference_loss",
     "steps_table",
 ]
 
@@ -101,6 +104,51 @@ def lr_at(round_index: int) -> np.float32:
     return np.float32(_LR0 / (1.0 + round_index / _DECAY))
 
 
+def local_steps(w: F32Array, xs: F32Array, ys: F32Array, n: int, lr: np.float32,
+                seed: int, rank: int, round_: int) -> None:
+    """Run rank ``rank``'s ``n`` minibatch SGD steps of round ``round_`` (1-based) on its shard
+    ``xs``/``ys``, updating ``w`` in place (f32)."""
+    brng = np.random.default_rng([seed, rank, round_])
+    for _ in range(n):
+        idx = brng.integers(0, ys.shape[0], BATCH)
+        xb, yb = xs[idx], ys[idx]
+        g = xb.T @ (xb @ w - yb) / np.float32(BATCH)
+        w -= lr * g.astype(np.float32)
+
+
+def reference_loss(seed: int, world_size: int, rounds: int, *, bf16: bool = False,
+                   outer: OuterOptimizer | None = None) -> float:
+    """The full-dataset loss after ``rounds`` rounds of this training, computed in one process
+    without the network: the same local steps, the parameters averaged by realized work (rounded
+    to bf16 on the way in and out with ``bf16``), then the outer optimizer when given. What a
+    healthy cluster reaches in that many rounds, up to f32 rounding (the demo's tolerance is
+    taken from it, so a short run is not held to the optimum)."""
+    x, y = make_dataset(seed)
+    table = steps_table(seed, world_size, rounds)
+    ws = [np.zeros(FEATURES + 1, np.float32) for _ in range(world_size)]
+    prev: list[F32Array] | None = None
+
+    def wire(a: F32Array) -> F32Array:
+        return a.astype(ml_dtypes.bfloat16).astype(np.float32) if bf16 else a
+
+    for k in range(1, rounds + 1):
+        for r in range(world_size):
+            local_steps(ws[r], x[r::world_size], y[r::world_size], int(table[k - 1, r]),
+                        lr_at(k - 1), seed, r, k)
+        n = table[k - 1].astype(np.float64)
+        if n.sum() <= 0:
+            continue
+        avg = (sum(n[r] * wire(ws[r]).astype(np.float64) for r in range(world_size))
+               / n.sum()).astype(np.float32)
+        if outer is not None:
+            new = outer.outer_step(prev if prev is not None else [avg], [avg])[0]
+            prev = [np.asarray(new, np.float32)]
+            avg = prev[0]
+        avg = wire(avg)
+        ws = [avg.copy() for _ in range(world_size)]
+    return full_loss(x, y, ws[0])
+
+
 def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -129,13 +177,7 @@ def _train(cfg: dict[str, Any]) -> int:
                 sys.stdin.read()  # the demo kills this process now
             t0 = time.perf_counter()
             n = int(table[k - 1, rank])
-            lr = lr_at(k - 1)
-            brng = np.random.default_rng([seed, rank, k])
-            for _ in range(n):
-                idx = brng.integers(0, ys.shape[0], BATCH)
-                xb, yb = xs[idx], ys[idx]
-                g = xb.T @ (xb @ w - yb) / np.float32(BATCH)
-                w -= lr * g.astype(np.float32)
+            local_steps(w, xs, ys, n, lr_at(k - 1), seed, rank, k)
             t1 = time.perf_counter()
             counts = client.gather_counts(float(n))
             weight = 0.0

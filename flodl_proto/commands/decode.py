@@ -2,17 +2,22 @@
 
 ::
 
-    flodl-proto decode [--leg mux|loopback] [--hex] [--salt HEX | --salt-file PATH]
-                       [--protocol-version 2|3]
-                       [--format json|table] [--values] [--pcap --port N] [FILE|-]
+    flodl-proto decode [--leg auto|mux|loopback|frame] [--hex] [--salt HEX | --salt-file PATH]
+                       [--protocol-version 2|3] [--format json|table] [--values]
+                       [--pcap --port N] [FILE|-]
 
-Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text (whitespace ignored);
-with ``--pcap`` it is a libpcap/pcapng capture and every TCP stream to or from ``--port`` is
-decoded, each direction on its own. Prints one JSON object per line per record (or a table), and
-last the end of the stream or the error that stopped decoding with its byte offset.
+Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd`` or
+``hexdump -C`` output, or the offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
+is a libpcap/pcapng capture and every TCP stream to or from ``--port`` is decoded, each
+direction on its own. The leg is told from the first bytes (data channel magic or mux record:
+``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
+``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
+line per record (or a table), and last the end of the stream, the point where the input ended
+inside a record, or the error that stopped decoding, with its byte offset.
 
-Exit codes: 0 every stream decoded to its end; 1 decoding stopped at an error (or the input could
-not be read); 3 ``--salt`` was given and some auth tag did not verify; 2 usage errors.
+Exit codes: 0 every stream decoded to its end; 1 decoding stopped at a protocol error (or the
+input could not be read); 3 ``--salt`` was given and some auth tag did not verify; 4 the input
+ended inside a record (a capture stopped mid-record); 2 usage errors.
 """
 
 from __future__ import annotations
@@ -22,10 +27,20 @@ import json
 import sys
 from typing import Any, TextIO
 
-from ..decode import EXIT_BAD_TAG, EXIT_ERROR, EXIT_OK, DecodeReport, decode_stream, format_table
+from ..decode import (
+    EXIT_BAD_TAG,
+    EXIT_CAPTURE_ENDED,
+    EXIT_ERROR,
+    EXIT_OK,
+    DecodeReport,
+    Leg,
+    decode_stream,
+    detect_leg,
+    format_table,
+    parse_hex_dump,
+)
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
-from .relay import resolve_salt
 
 __all__ = ["register", "run"]
 
@@ -46,22 +61,24 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "decode", help="decode a captured data-channel byte stream",
         description="Decode a captured byte stream of the data channel and print its records. "
-        "Exit codes: 0 clean end of stream, 1 stopped at an error, 3 a tag did not verify "
-        "(with --salt).",
+        "Exit codes: 0 clean end of stream, 1 stopped at a protocol error, 3 a tag did not "
+        "verify (with --salt), 4 the input ended inside a record.",
     )
     p.add_argument("file", nargs="?", default="-", metavar="FILE",
                    help="input file, or '-' for stdin (default)")
-    p.add_argument("--leg", choices=("mux", "loopback"), default="mux",
+    p.add_argument("--leg", choices=("auto", "mux", "loopback", "frame"), default="auto",
                    help="mux: relay<->controller (channel magic first if present); loopback: "
-                   "rank<->relay (handshake or ack first, then length-framed frames). "
-                   "Default mux")
-    p.add_argument("--hex", action="store_true", help="the input is hex text (whitespace ignored)")
+                   "rank<->relay (handshake or ack first, then length-framed frames); frame: "
+                   "bare RoundFrames. Default auto: told from the first bytes")
+    p.add_argument("--hex", action="store_true",
+                   help="the input is hex text: plain hex, xxd or hexdump -C output, or the "
+                   "dumps of docs/protocol.md")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--salt", type=_salt, metavar="HEX",
                    help="16-byte session salt in hex: verify every auth tag")
     g.add_argument("--salt-file", metavar="PATH",
-                   help="file holding the session salt (32 hex digits, or 16 raw bytes): verify "
-                   "every auth tag")
+                   help="file holding the session salt (32 hex digits, or 16 raw bytes), e.g. "
+                   "the one `demo --salt-file` wrote")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS, default=None,
                    help="data-channel protocol version (default: the loopback handshake's, "
                    "else 2)")
@@ -82,8 +99,7 @@ def _read_input(name: str, hex_text: bool) -> bytes:
         with open(name, "rb") as f:
             raw = f.read()
     if hex_text:
-        text = "".join(raw.decode("ascii").split())
-        return bytes.fromhex(text)
+        return parse_hex_dump(raw.decode("ascii"))
     return raw
 
 
@@ -108,12 +124,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.port is not None and not args.pcap:
         print("decode: --port is only meaningful with --pcap", file=sys.stderr)
         return 2
-    if getattr(args, "salt_file", None) is not None:
+    salt: bytes | None = args.salt
+    if args.salt_file is not None:
+        from .relay import resolve_salt
+
         try:
-            args.salt = resolve_salt(None, args.salt_file)
+            salt = resolve_salt(None, args.salt_file)
         except (OSError, ProtocolError) as e:
             print(f"decode: --salt-file {args.salt_file}: {e}", file=sys.stderr)
-            return EXIT_ERROR
+            return 2
     try:
         data = _read_input(args.file, args.hex)
     except (OSError, ValueError) as e:
@@ -145,14 +164,30 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         streams = [(None, data)]
     code = EXIT_OK
     for label, payload in streams:
+        leg: Leg
+        if args.leg == "auto":
+            try:
+                leg, why = detect_leg(payload)
+            except ValueError as e:
+                print(f"decode: {label + ': ' if label else ''}{e}", file=sys.stderr)
+                code = EXIT_ERROR
+                continue
+            print(f"decode: {label + ': ' if label else ''}{leg} leg ({why}; --leg to choose)",
+                  file=sys.stderr)
+        else:
+            leg = args.leg
         try:
-            report = decode_stream(payload, args.leg, salt=args.salt,
-                                   version=args.protocol_version, values=args.values)
+            report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
+                                   values=args.values)
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
             print(f"decode: {e}", file=sys.stderr)
             return EXIT_ERROR
         _print_report(report, args.format, out, label)
-        rc = report.exit_code
-        if rc == EXIT_ERROR or (rc == EXIT_BAD_TAG and code == EXIT_OK):
-            code = rc
+        code = _worse(code, report.exit_code)
     return code
+
+
+def _worse(a: int, b: int) -> int:
+    """The exit code of two streams together: error, then bad tag, then capture ended."""
+    order = (EXIT_OK, EXIT_CAPTURE_ENDED, EXIT_BAD_TAG, EXIT_ERROR)
+    return max(a, b, key=order.index)
