@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             salt = resolve_salt(None, args.salt_file)
         except (OSError, ProtocolError) as e:
             print(f"decode: --salt-file {args.salt_file}: {e}", file=sys.stderr)
-            return 2
+            return EXIT_ERROR
     try:
         data = _read_input(args.file, args.hex)
     except (OSError, ValueError) as e:
