@@ -336,7 +336,7 @@ def test_a_hello_of_the_other_version_says_the_versions_differ(controller_factor
         relay.send_host_frame(RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload.elide(0, [2])]))
         out = ctl.wait(END)
     assert out is not None and not out.clean
-    assert out.detail.startswith("reducing round 0 of relay new (ranks 0); relay new (ranks 0): "
+    assert out.detail.startswith("reducing round 1 of relay new (ranks 0); relay new (ranks 0): "
                                  "the relay sent a protocol-version-3 Hello to this version-2 "
                                  "controller: the protocol versions differ")
 
@@ -608,7 +608,7 @@ def test_get_status_answers_during_a_run(controller_factory) -> None:  # type: i
         assert isinstance(st["bytes_in"], int) and st["bytes_in"] > 0
         assert isinstance(st["bytes_out"], int) and st["bytes_out"] > 0
         last = st["last_round"]
-        assert isinstance(last, dict) and last["round"] == 0 and "ms" in last
+        assert isinstance(last, dict) and last["round"] == 1 and "ms" in last
         line404, _ = _http_get(ctl.port, "/nope")
         assert line404.startswith("HTTP/1.1 404")
         relay.rank_exit(1)
@@ -699,7 +699,7 @@ def test_cli_first_line_rounds_and_clean_exit() -> None:
     assert "relay 0 joined: host 'cli-host' ranks [0]" in out
     assert out.splitlines()[-1] == ("controller finished: clean (rank_exit: rank 0 of relay "
                                     "cli-host (ranks 0) exited: run ends cleanly, as flodl does)")
-    assert "round 0: kind model weight 2 bytes" in out
+    assert "round 1: kind model weight 2 bytes" in out
 
 
 @pytest.mark.timeout(60)
@@ -709,10 +709,11 @@ def test_cli_sigterm_is_a_clean_exit_and_salt_from_env_and_file(tmp_path: Path) 
     try:
         assert _first_line(p).startswith("listening on 127.0.0.1:")
         p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=20)
+        out, err = p.communicate(timeout=20)
     finally:
         p.kill() if p.poll() is None else None
     assert p.returncode == 0, err
+    assert err == "" and out.splitlines()[-1] == "controller finished: clean (stop: signal)"
     salt_file = tmp_path / "salt"
     salt_file.write_text(SALT_HEX + "\n")
     q = _cli("--listen", "127.0.0.1:0", "--world-size", "2", "--salt-file", str(salt_file),

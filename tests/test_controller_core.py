@@ -154,10 +154,10 @@ def test_byte_by_byte_handshake_then_round() -> None:
     for i in range(0, len(hf), 5):
         out += core.receive_data(7, hf[i:i + 5])
     [b] = sent(out, SendKind.BROADCAST)
-    assert b.round == 0
+    assert b.round == 1
     assert record(b).frame(SALT) == ref_reduce([f32(2.0, 4.0, weight=2.0)])
     [notice] = [a for a in out if isinstance(a, RoundScattered)]
-    assert (notice.round, notice.kind, notice.weight, notice.relays) == (0, "model", 2.0, 1)
+    assert (notice.round, notice.kind, notice.weight, notice.relays) == (1, "model", 2.0, 1)
     assert core.rounds == 1 and core.bytes_in == len(data) + len(hf)
 
 

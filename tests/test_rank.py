@@ -226,9 +226,9 @@ def test_a_write_stalled_part_way_closes_the_client() -> None:
     c = RankClient.connect(fake.addr, 0, 1, SALT)
     big = frame(np.zeros(4 << 20, np.float32))
     with pytest.raises(TimeoutError, match=r"^cpu_reduce: the relay stopped reading while "
-                                           r"round 0 was being sent \(write stalled"):
+                                           r"round 1 was being sent \(write stalled"):
         c.all_reduce(big)
-    _closed_for_good(c, "round 0 failed: cpu_reduce: the relay stopped reading")
+    _closed_for_good(c, "round 1 failed: cpu_reduce: the relay stopped reading")
     fake.result["stalled"].set()
     fake.close()
     _, received = fake.result["value"]
@@ -244,11 +244,11 @@ def test_a_lost_relay_is_named_and_closes_the_client() -> None:
         c.all_reduce(frame(np.zeros(4 << 20, np.float32)))
     msg = str(ei.value)
     assert "Errno" not in msg
-    assert re.fullmatch(r"cpu_reduce: lost the relay while sending round 0: it closed the "
+    assert re.fullmatch(r"cpu_reduce: lost the relay while sending round 1: it closed the "
                         r"connection \((broken pipe|connection reset by peer)\)|cpu_reduce: "
                         r"controller closed connection before sending averaged frame back "
-                        r"\(round 0\)", msg), msg
-    _closed_for_good(c, "round 0 failed: cpu_reduce: ")
+                        r"\(round 1\)", msg), msg
+    _closed_for_good(c, "round 1 failed: cpu_reduce: ")
 
 
 def test_a_failed_read_closes_the_client_and_a_local_error_does_not() -> None:
@@ -261,9 +261,9 @@ def test_a_failed_read_closes_the_client_and_a_local_error_does_not() -> None:
         assert not c.closed
         with pytest.raises(TruncatedInput, match="stream ended inside a len-framed RoundFrame"):
             c.all_reduce(frame([1.0, 2.0]))
-        _closed_for_good(c, "round 0 failed: ")
+        _closed_for_good(c, "round 1 failed: ")
     fake.close()
-    assert c.closed_reason is not None and c.closed_reason.startswith("round 0 failed")
+    assert c.closed_reason is not None and c.closed_reason.startswith("round 1 failed")
     fake = FakeRelay(acking(2))
     c2 = RankClient.connect(fake.addr, 0, 1, SALT)
     c2.close()

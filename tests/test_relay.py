@@ -3,6 +3,7 @@ and its failure modes."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from flodl_proto.errors import (
     TruncatedInput,
     VersionMismatch,
 )
+from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay, default_relay_port
 
@@ -478,10 +480,63 @@ def test_relay_cli_prints_the_bound_port_and_stops_on_sigterm() -> None:
             out, err = proc.communicate(timeout=20)
             assert proc.returncode == 0, err
             assert out.startswith("relay stats ")
+            assert out.splitlines()[-1] == "relay finished: clean (stop: stopped by a signal)"
+            assert err == ""
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+def _relay_cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "flodl_proto.cli", "relay", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_relay_cli_sigint_is_a_clean_stop() -> None:
+    with FakeController() as ctrl:
+        proc = _relay_cli("--controller", f"127.0.0.1:{ctrl.port}", "--ranks", "0",
+                          "--world-size", "1", "--salt", SALT.hex(), "--listen-port", "0")
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("listening on 127.0.0.1:")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0 and err == ""
+    assert out.splitlines()[-1] == "relay finished: clean (stop: stopped by a signal)"
+
+
+@pytest.mark.timeout(60)
+def test_relay_cli_says_why_it_exits_when_the_controller_refuses_its_hello() -> None:
+    # a version-2 relay dials a version-3 controller: the controller cannot read the Hello and
+    # closes; each side says the protocol versions differ
+    ctl = ReferenceController(1, SALT, version=3, port_mux=False).start()
+    try:
+        proc = _relay_cli("--controller", f"127.0.0.1:{ctl.port}", "--ranks", "0",
+                          "--world-size", "1", "--salt", SALT.hex(), "--listen-port", "0",
+                          "--host", "old", "--protocol-version", "2")
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline().rstrip("\n").rsplit(":", 1)[1])
+            with RankClient.connect(f"127.0.0.1:{port}", 0, 1, SALT, 2):
+                _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        outcome = ctl.wait(10)
+    finally:
+        ctl.shutdown(timeout=10)
+    assert proc.returncode == 1
+    assert err == ("flodl-proto relay: error: relay: controller closed connection before "
+                   "HelloAck (a controller rejects a Hello of another protocol version, or "
+                   "signed with another salt, and closes: check --protocol-version and the salt "
+                   "on both sides)\n")
+    assert outcome is not None and "the protocol versions differ" in outcome.detail
 
 
 def test_relay_cli_bad_arguments() -> None:

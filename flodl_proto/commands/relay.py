@@ -190,7 +190,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"relay stats from_ranks={s.from_ranks} to_ranks={s.to_ranks} "
           f"upstream_out={s.upstream_out} upstream_in={s.upstream_in} "
           f"host_frames={s.host_frames} broadcasts={s.broadcasts}", flush=True)
+    outcome = relay.core.outcome
     if err is not None:
-        print(f"flodl-proto relay: {err}", file=sys.stderr)
+        print(f"flodl-proto relay: error: {_why_failed(err)}", file=sys.stderr, flush=True)
         return 1
+    why = str(outcome) if outcome is not None else "clean (stop: shutdown requested)"
+    if stop.is_set() and (outcome is None or outcome.reason == "stop"):
+        why = "clean (stop: stopped by a signal)"
+    print(f"relay finished: {why}", flush=True)
     return 0
+
+
+def _why_failed(err: BaseException) -> str:
+    """The relay's error in one line, with the likely cause where one is known."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if isinstance(err, ProtocolError) and err.error_id == "relay.closed_before_helloack":
+        text += (" (a controller rejects a Hello of another protocol version, or signed with "
+                 "another salt, and closes: check --protocol-version and the salt on both sides)")
+    elif not isinstance(err, ProtocolError | OSError):
+        text = f"the relay failed unexpectedly: {type(err).__name__}: {text}"
+    return text

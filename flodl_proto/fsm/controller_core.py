@@ -509,9 +509,15 @@ class ControllerCore:
             self._fail(protocol_error("controller.expected_hello", got=rust_debug(ev.record)),
                        where)
         else:
-            self._accept_hello(c, ev.record.control, ev.record)
+            self._accept_hello(c, ev.record.control)
+            if c.relay is not None and self.version == 2:  # a version-3 Hello decodes too
+                relay = c.relay
+                relay.hint = other_version_hello(encode_mux_record_bytes(ev.record, self.salt),
+                                                 self.salt, self.version)
+                if relay.hint:
+                    log.warning("controller: %s: %s", relay.name, relay.hint)
 
-    def _accept_hello(self, c: _Conn, hello: Hello, record: MuxRecord) -> None:
+    def _accept_hello(self, c: _Conn, hello: Hello) -> None:
         where = f"connection {c.id} (host '{hello.host}', ranks {ranks_str(hello.ranks)})"
         seen: set[int] = set()
         for r in hello.ranks:
@@ -534,11 +540,6 @@ class ControllerCore:
         c.relay = relay
         log.info("controller: relay '%s' carries ranks %s (connection %d)", relay.host,
                  ranks_str(relay.ranks), relay.index)
-        if self.version == 2:  # a version-3 Hello decodes here too: say so, once
-            relay.hint = other_version_hello(encode_mux_record_bytes(record, self.salt),
-                                             self.salt, self.version)
-            if relay.hint:
-                log.warning("controller: %s: %s", relay.name, relay.hint)
         self._send(c, encode_mux_record(MuxRecord.control_msg(HelloAck(), self.version),
                                         self.salt), SendKind.HELLO_ACK)
         self._actions.append(RelayJoined(c.id, relay.index, relay.host, relay.ranks))
@@ -687,7 +688,7 @@ class ControllerCore:
             buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt))
         except ProtocolError as e:
             hints = "".join(f"; {r.name}: {r.hint}" for r in expected if r.hint)
-            self._fail(e, f"reducing round {self.rounds} of "
+            self._fail(e, f"reducing round {self.rounds + 1} of "
                           + ", ".join(r.name for r in expected) + hints)
             return
         self.lifecycle.fire(LifecycleEvent.ROUND_SCATTERED)
@@ -699,9 +700,10 @@ class ControllerCore:
         for r in expected:
             c = self._conns[r.conn]
             if not c.closed:
-                self._send(c, buffers, SendKind.BROADCAST, nbytes=nbytes, round=self.rounds)
+                self._send(c, buffers, SendKind.BROADCAST, nbytes=nbytes,
+                           round=self.rounds + 1)
                 sent += 1
-        notice = RoundScattered(self.rounds, consensus.kind.name.lower(), consensus.weight,
+        notice = RoundScattered(self.rounds + 1, consensus.kind.name.lower(), consensus.weight,
                                 nbytes, sent, len(expected))
         self.rounds += 1
         self.last_round = notice

@@ -109,7 +109,7 @@ class RoundScattered:
     """A round was reduced and its consensus scattered (notice).
 
     Attributes:
-        round: round number (0-based).
+        round: round number (1-based: the first round is round 1, in every role's messages).
         kind: ``"model"`` or ``"control"``.
         weight: the consensus weight (the accepted realized-work mass).
         nbytes: the Broadcast record's length in bytes.

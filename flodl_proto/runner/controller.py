@@ -147,7 +147,7 @@ class RoundReport:
     """One scattered round, as the runner saw it (passed to ``on_notice``).
 
     Attributes:
-        round: round number (0-based).
+        round: round number (1-based: the first round is round 1, in every role's messages).
         kind: ``"model"`` or ``"control"``.
         weight: consensus weight (accepted realized-work mass).
         nbytes: Broadcast record length in bytes.

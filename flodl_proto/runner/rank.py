@@ -191,7 +191,8 @@ class RankClient:
         wire_dtype: the wire dtype of Model rounds (``Dtype.F32`` or ``Dtype.BF16``); Control
             rounds always ride f32.
         ceiling: frame ceiling in bytes for reading replies.
-        rounds: completed rounds.
+        rounds: completed rounds (messages number rounds from 1: round ``rounds + 1`` is the
+            next).
         bytes_sent / bytes_received: loopback bytes, handshake included.
         last_reply: the last :class:`ReduceReply`, or None.
 
@@ -327,7 +328,7 @@ class RankClient:
         sock = self._open_socket()
         prefix_out = encode_len_prefix(frame.wire_len, ceiling=self.ceiling)
         pieces = round_frame_pieces(frame)  # local errors: nothing written, the client stays
-        rnd = self.rounds
+        rnd = self.rounds + 1  # rounds are numbered from 1 in every role's messages
         try:
             return self._round_trip(sock, prefix_out, pieces)
         except BaseException as e:  # the stream is out of step: close (see the class doc)
@@ -341,23 +342,24 @@ class RankClient:
             self.bytes_sent += _send_signed(sock, prefix_out, pieces, self._salt)
         except TimeoutError as e:
             raise TimeoutError(f"cpu_reduce: the relay stopped reading while round "
-                               f"{self.rounds} was being sent ({e})") from None
+                               f"{self.rounds + 1} was being sent ({e})") from None
         except OSError as e:
-            raise ConnectionError(f"cpu_reduce: lost the relay while sending round {self.rounds}: "
-                                  f"it closed the connection ({_os_reason(e)})") from e
+            raise ConnectionError(f"cpu_reduce: lost the relay while sending round "
+                                  f"{self.rounds + 1}: it closed the connection "
+                                  f"({_os_reason(e)})") from e
         prefix = bytearray(LEN_PREFIX_LEN)
         try:
             got = recv_exact_into(sock, memoryview(prefix))
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: no averaged frame within {reduce_read_deadline():g}s "
-                f"(round {self.rounds})"
+                f"(round {self.rounds + 1})"
             ) from None
         except OSError as e:
             raise ConnectionError(f"cpu_reduce: lost the relay while waiting for round "
-                                  f"{self.rounds}'s consensus ({_os_reason(e)})") from e
+                                  f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
         if got < LEN_PREFIX_LEN:
-            raise protocol_error("client.reply_closed", round=self.rounds)
+            raise protocol_error("client.reply_closed", round=self.rounds + 1)
         n = decode_len_prefix(prefix, ceiling=self.ceiling)
         buf = self._reply_buffer(LEN_PREFIX_LEN + n)
         view = buf.data
@@ -369,11 +371,11 @@ class RankClient:
             body = recv_hashing_into(sock, view[LEN_PREFIX_LEN:], [MacRange(mac, 0, covered)])
         except TimeoutError:
             raise TimeoutError(
-                f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds})"
+                f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
             ) from None
         except OSError as e:
             raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
-                                  f"{self.rounds}'s consensus ({_os_reason(e)})") from e
+                                  f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
         self.bytes_received += LEN_PREFIX_LEN + body
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)
