@@ -27,8 +27,12 @@ def test_tour_shows_codec_decode_and_pcap() -> None:
 
 
 def test_tour_runs(tmp_path: Path) -> None:
+    from .test_decode import _capture, _loop_down, _mux_up
+
     script = tmp_path / "tour.py"
     script.write_text(_tour(), encoding="utf-8")
+    # the tour's capture file: one mux connection to port 5555 (its tags under another salt)
+    (tmp_path / "run.pcap").write_bytes(_capture(_mux_up(2).data, _loop_down(2).data, 5555))
     res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -36,7 +40,10 @@ def test_tour_runs(tmp_path: Path) -> None:
     assert lines[0] == "[ 1.   -2.5   0.    3.25] 55"
     assert lines[1] == "frame.header_read_failed"
     assert lines[2].startswith("CONTROL Hello(host='h0', ranks=(0, 1)")
-    assert lines[-1] == "0"
+    assert lines[-4] == "0"
+    assert lines[-3:] == ["10.0.0.2:40001 -> 10.0.0.1:5555 mux 3",  # tags of another salt
+                          "10.0.0.1:5555 -> 10.0.0.2:40001 loopback 3",
+                          "10.0.0.9:5555 -> 10.0.0.1:80 mux 0"]  # 5 bytes: too short to tell
 
 
 @pytest.mark.timeout(300)
