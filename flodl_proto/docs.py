@@ -23,20 +23,23 @@ records them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .spec import (
-    SPEC,
-    Spec,
-    SpecError,
-    as_name_list,
-    lifecycle_machines,
-    lifecycle_transitions,
-    walk_lifecycle_states,
+from ._docs_lifecycle import _render_lifecycle, mermaid_state_diagram
+from ._markdown import (
+    DiagramItem,
+    _anchor,
+    _code,
+    _hex_bytes_le,
+    _human_bytes,
+    _table,
+    _text,
+    byte_diagram,
 )
+from .spec import SPEC, Spec, SpecError, lifecycle_machines
 
 __all__ = [
     "DEFAULT_OUT",
@@ -52,202 +55,8 @@ __all__ = [
 #: where ``flodl-proto docs`` writes by default (relative to the working directory)
 DEFAULT_OUT = Path("docs/protocol.md")
 
-_ROW_BYTES = 4
-_CELL = 16  # characters per byte in a diagram row (8 bits x 2 characters)
-_ROW_CHARS = _ROW_BYTES * _CELL + 1
 _MESSAGES_SECTION = 3  # Overview, Conventions, Messages
 _VERSIONS_SENTINEL = "\0versions-anchor\0"
-
-
-# -------------------------------------------------------------------------------------------------
-# Markdown helpers
-# -------------------------------------------------------------------------------------------------
-def _text(value: Any) -> str:
-    """Render a spec scalar as one line of Markdown text (table-safe)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    s = " ".join(str(value).split())
-    return s.replace("|", "\\|")
-
-
-def _code(value: Any) -> str:
-    """Render ``value`` as an inline code span that survives backticks and table pipes."""
-    s = " ".join(str(value).split()).replace("|", "\\|")
-    if "`" in s:
-        return f"`` {s} ``"
-    return f"`{s}`"
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for r in rows:
-        out.append("| " + " | ".join(r) + " |")
-    return out
-
-
-def _anchor(title: str) -> str:
-    """GitHub-style heading anchor of ``title``."""
-    a = re.sub(r"[^\w\- ]", "", title.strip().lower())
-    return a.replace(" ", "-")
-
-
-def _hex_bytes_le(value: int, size: int) -> str:
-    return " ".join(f"{b:02x}" for b in value.to_bytes(size, "little"))
-
-
-def _human_bytes(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} bytes"
-
-
-# -------------------------------------------------------------------------------------------------
-# RFC-style byte diagrams
-# -------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class DiagramItem:
-    """One field of a byte diagram.
-
-    Attributes:
-        name: the label drawn in the field's box.
-        size: size in bytes, or ``None`` for a variable-length field (drawn open-ended with ``/``
-            edges; the next field then starts on a fresh row).
-    """
-
-    name: str
-    size: int | None
-
-
-@dataclass(slots=True)
-class _Cell:
-    field: int  # index of the DiagramItem
-    c0: int  # first byte column (0..3)
-    c1: int  # one past the last byte column (1..4)
-    label: str
-    left: str = "|"
-    right: str = "|"
-
-
-def _fit(candidates: Sequence[str], width: int) -> str:
-    for c in candidates:
-        if len(c) <= width:
-            return c
-    return ""
-
-
-def _layout(items: Sequence[DiagramItem]) -> list[list[_Cell]]:
-    rows: list[list[_Cell]] = []
-    row: list[_Cell] = []
-    col = 0
-    seen: set[int] = set()
-
-    def flush() -> None:
-        nonlocal row, col
-        if row:
-            rows.append(row)
-        row, col = [], 0
-
-    for idx, item in enumerate(items):
-        if item.size is None:
-            label = item.name
-            row.append(_Cell(idx, col, _ROW_BYTES, label, right="/"))
-            flush()
-            rows.append([_Cell(idx, 0, _ROW_BYTES, "", left="/", right="/")])
-            seen.add(idx)
-            continue
-        remaining = item.size
-        while remaining > 0:
-            take = min(remaining, _ROW_BYTES - col)
-            first = idx not in seen
-            seen.add(idx)
-            row.append(_Cell(idx, col, col + take, item.name if first else "\0cont"))
-            col += take
-            remaining -= take
-            if col == _ROW_BYTES:
-                flush()
-    flush()
-    return rows
-
-
-def _field_at(row: Sequence[_Cell] | None, byte: int) -> int | None:
-    if row is None:
-        return None
-    for c in row:
-        if c.c0 <= byte < c.c1:
-            return c.field
-    return None
-
-
-def _separator(upper: Sequence[_Cell] | None, lower: Sequence[_Cell] | None) -> str:
-    chars = [" "] * _ROW_CHARS
-    for bit in range(_ROW_BYTES * 8):
-        byte = bit // 8
-        u, d = _field_at(upper, byte), _field_at(lower, byte)
-        if u is None and d is None:
-            continue
-        chars[2 * bit + 1] = " " if (u is not None and u == d) else "-"
-    extent = 0
-    for r in (upper, lower):
-        if r:
-            extent = max(extent, max(c.c1 for c in r) * _CELL)
-    for pos in range(0, extent + 1, 2):
-        left = chars[pos - 1] if pos > 0 else " "
-        right = chars[pos + 1] if pos + 1 < _ROW_CHARS else " "
-        if left == "-" or right == "-" or pos in (0, extent):
-            chars[pos] = "+"
-    return "".join(chars).rstrip()
-
-
-def _row_line(row: Sequence[_Cell], above: Sequence[_Cell] | None,
-              items: Sequence[DiagramItem]) -> str:
-    chars = [" "] * _ROW_CHARS
-    chars[row[0].c0 * _CELL] = row[0].left
-    for c in row:
-        width = (c.c1 - c.c0) * _CELL - 1
-        label = c.label
-        if label == "\0cont":
-            joined = above is not None and all(
-                _field_at(above, b) == c.field for b in range(c.c0, c.c1)
-            )
-            name = items[c.field].name
-            label = "" if joined else _fit((f"{name} (cont.)", "(cont.)", ""), width)
-        else:
-            label = _fit((label, label.split(" ")[0], ""), width)
-        start = c.c0 * _CELL + 1 + (width - len(label)) // 2
-        for i, ch in enumerate(label):
-            chars[start + i] = ch
-        chars[c.c1 * _CELL] = c.right
-    return "".join(chars).rstrip()
-
-
-def byte_diagram(items: Sequence[DiagramItem]) -> list[str]:
-    """Draw ``items`` (in wire order) as an RFC-style box diagram, 32 bits (4 bytes) per row.
-
-    Each byte takes 16 characters (two per bit), so a row is 65 characters wide. A field that
-    spans several rows is continued with ``(cont.)`` or, when it fills whole rows below itself,
-    with an open box. A variable-length field has ``/`` edges and is followed by a fresh row.
-
-    Args:
-        items: the fields, each with its size in bytes (``None`` for variable length).
-
-    Returns:
-        The diagram's lines (two ruler lines, then boxes), without a trailing newline.
-    """
-    rows = _layout(items)
-    out = [
-        " " + "".join(f"{i:<20}" for i in range(3)) + "3",
-        " " + " ".join(str(i % 10) for i in range(32)),
-    ]
-    prev: list[_Cell] | None = None
-    for row in rows:
-        out.append(_separator(prev, row))
-        out.append(_row_line(row, prev, items))
-        prev = row
-    out.append(_separator(prev, None))
-    return [line.rstrip() for line in out]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -486,136 +295,6 @@ def _render_message(spec: Spec, name: str, msg: Mapping[str, Any], number: str) 
             out += ["Examples:", ""]
             out += _table(["version", "value", "bincode bytes"], erows)
             out.append("")
-    return out
-
-
-# -------------------------------------------------------------------------------------------------
-# Lifecycle
-# -------------------------------------------------------------------------------------------------
-_MACHINE_OPTIONS_SKIP = {"states", "name"}
-
-
-def _mermaid_id(sid: str) -> str:
-    return re.sub(r"\W", "_", sid)
-
-
-def mermaid_state_diagram(machine: Mapping[str, Any]) -> list[str]:
-    """Render a python-statemachine definition as a mermaid ``stateDiagram-v2`` (lines).
-
-    States are declared with their display ``name``; ``[*] -->`` marks initial states and
-    ``--> [*]`` final ones; each transition is labelled ``event [guard]`` (``cond`` as is,
-    ``unless`` as ``not ...``), eventless transitions are unlabelled but for their guard; nested
-    ``states`` become composite states. The rendering uses only the definition mapping, so the
-    output is stable across library versions.
-    """
-    acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
-    states = machine.get("states", {})
-    walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
-    lines = ["stateDiagram-v2"]
-
-    def declare(parent: str | None, indent: str) -> None:
-        for sid, par, sdef in acc:
-            if par != parent:
-                continue
-            mid = _mermaid_id(sid)
-            children = isinstance(sdef.get("states"), Mapping) and sdef.get("states")
-            label = str(sdef.get("name") or sid).replace('"', "'")
-            if children:
-                lines.append(f'{indent}state "{label}" as {mid} {{')
-                declare(sid, indent + "    ")
-                lines.append(f"{indent}}}")
-            else:
-                lines.append(f'{indent}state "{label}" as {mid}')
-            if sdef.get("initial"):
-                lines.append(f"{indent}[*] --> {mid}")
-            if sdef.get("final"):
-                lines.append(f"{indent}{mid} --> [*]")
-
-    declare(None, "    ")
-    for t in lifecycle_transitions(acc):
-        label = t.event
-        if t.guard:
-            label = f"{label} [{t.guard}]".strip()
-        target = _mermaid_id(t.target) if t.target else _mermaid_id(t.source)
-        arrow = f"    {_mermaid_id(t.source)} --> {target}"
-        lines.append(f"{arrow}: {label}" if label else arrow)
-    return lines
-
-
-def _render_mapping_table(title: str, value: Any) -> list[str]:
-    """Render a descriptive lifecycle key generically (mapping, list of mappings, scalar)."""
-    out = [f"**{title}**", ""]
-    if isinstance(value, Mapping):
-        out += _table(["name", "meaning"], [(f"`{k}`", _text(v)) for k, v in value.items()])
-    elif isinstance(value, list) and all(isinstance(v, Mapping) for v in value):
-        keys: list[str] = []
-        for v in value:
-            for k in v:
-                if str(k) not in keys:
-                    keys.append(str(k))
-        out += _table(keys, [[_text(v.get(k, "")) for k in keys] for v in value])
-    elif isinstance(value, list):
-        out += [f"- {_text(v)}" for v in value]
-    else:
-        out.append(_text(value))
-    out.append("")
-    return out
-
-
-def _render_lifecycle(doc: Mapping[str, Any] | None, number: int) -> list[str]:
-    out = [f"## {number}. Lifecycle", ""]
-    if doc is None:
-        return [*out, "The lifecycle spec (`spec/lifecycle.yaml`) is not available; "
-                "regenerate these docs once it exists.", ""]
-    machines = lifecycle_machines(doc)
-    if not machines:
-        return [*out, "`spec/lifecycle.yaml` declares no state machine.", ""]
-    docs_keys = set(as_name_list(doc.get("x-docs-keys")))
-    for mname, m in machines:
-        out += [f"### {mname}", ""]
-        if m.get("doc"):
-            out += [_text(m["doc"]), ""]
-        acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
-        states = m.get("states", {})
-        walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
-        out += ["```mermaid", *mermaid_state_diagram(m), "```", ""]
-        out += ["States:", ""]
-        srows = []
-        for sid, parent, sdef in acc:
-            flags = [f for f in ("initial", "final", "parallel") if sdef.get(f)]
-            srows.append((f"`{sid}`", _text(sdef.get("name", "")), ", ".join(flags),
-                          _text(parent or ""),
-                          ", ".join(f"`{a}`" for a in as_name_list(sdef.get("enter"))),
-                          ", ".join(f"`{a}`" for a in as_name_list(sdef.get("exit")))))
-        out += _table(["state", "name", "flags", "inside", "on enter", "on exit"], srows)
-        out.append("")
-        out += ["Transitions (an event not listed for a state is not allowed in it):", ""]
-        events = m.get("events") if isinstance(m.get("events"), Mapping) else {}
-        trows = []
-        for t in lifecycle_transitions(acc):
-            trows.append((f"`{t.source}`", f"`{t.event}`" if t.event else "(eventless)",
-                          _text(t.guard), f"`{t.target or t.source}`",
-                          "internal" if t.internal else "", _text(t.actions),
-                          _text(events.get(t.event, "")) if isinstance(events, Mapping) else ""))
-        out += _table(["from", "event", "guard", "to", "kind", "actions", "event meaning"], trows)
-        out.append("")
-        options = [
-            (k, v) for k, v in m.items()
-            if k not in _MACHINE_OPTIONS_SKIP and k not in docs_keys and not isinstance(v, Mapping)
-            and not isinstance(v, list) and k != "machine"
-        ]
-        if options:
-            out += ["Machine options:", ""]
-            out += _table(["option", "value"],
-                          [(f"`{k}`", f"`{str(v).lower() if isinstance(v, bool) else v}`")
-                           for k, v in options])
-            out.append("")
-        for key in m:
-            if key in ("states", "doc", "machine", "name", "schema", "x-docs-keys", "events"):
-                continue
-            if key in dict(options):
-                continue
-            out += _render_mapping_table(str(key), m[key])
     return out
 
 

@@ -36,6 +36,7 @@ from .structs import CHANNEL_MAGIC, HANDSHAKE, HANDSHAKE_ACK
 
 __all__ = [
     "Handshake",
+    "channel_of",
     "decode_ack",
     "decode_handshake",
     "encode_ack",
@@ -160,3 +161,21 @@ def expect_channel_magic(data: BytesLike, expected: int = CHANNEL_MAGIC_DATA,
     if got != expected:
         raise protocol_error("channel.bad_magic", what=what, got=got, expected=expected)
     return CHANNEL_MAGIC_LEN
+
+
+def channel_of(data: BytesLike) -> tuple[int, str | None]:
+    """Read the channel-select magic at the start of ``data`` without judging it.
+
+    Returns:
+        ``(magic, name)``: the little-endian u32 and its name in the spec's ``Channel`` enum
+        (``data``, ``control``, ``rendezvous``, ``join``), or None for any other value.
+
+    Raises:
+        TruncatedInput (remote): fewer than 4 bytes (``channel.read_failed``).
+    """
+    mv = as_view(data)
+    if len(mv) < CHANNEL_MAGIC_LEN:
+        raise protocol_error("channel.read_failed", what="channel select", got=len(mv))
+    magic = int(CHANNEL_MAGIC.parse(mv[:CHANNEL_MAGIC_LEN]).magic)
+    names = {v: k for k, v in CHANNELS.items()}
+    return magic, names.get(magic)

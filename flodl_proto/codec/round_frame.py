@@ -63,8 +63,10 @@ __all__ = [
     "RoundFrame",
     "RoundKind",
     "TensorPayload",
+    "declared_tensor_count",
     "decode_round_frame",
     "decode_round_frame_or_eos",
+    "delivered_tensors",
     "encode_round_frame",
     "encode_round_frame_bytes",
     "parse_round_frame",
@@ -660,3 +662,34 @@ def decode_round_frame_or_eos(
         raise protocol_error("frame.auth_failed", computed=tag_as_u64(computed),
                              carried=tag_as_u64(carried))
     return frame, consumed
+
+
+def delivered_tensors(data: BytesLike, count: int) -> list[TensorPayload]:
+    """The first ``count`` tensors of a frame whose reader got past them before failing.
+
+    For a consumer that folds tensors as a streamed reader delivers them (upstream's relay fold
+    merges each tensor before the footer is read): given a reader error naming tensor ``count``
+    (or, for an error after the last tensor, :func:`declared_tensor_count`), it returns the
+    tensors the reader had already delivered. The structure up to them was checked by the reader
+    that failed; nothing is checked again and nothing is copied (payloads are views of
+    ``data``).
+    """
+    mv = as_view(data)
+    out: list[TensorPayload] = []
+    pos = ROUND_FRAME_HEADER_LEN + 1 + 8  # after the header, the kind byte and the weight
+    for _ in range(count):
+        meta = TENSOR_META.parse(mv[pos:pos + 2])
+        ndim = meta.ndim
+        pos += 2
+        dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
+        pos += 4 * ndim
+        nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
+        pos += 8
+        out.append(TensorPayload(meta.dtype, dims, mv[pos:pos + nbytes]))
+        pos += nbytes
+    return out
+
+
+def declared_tensor_count(data: BytesLike) -> int:
+    """The tensor count a frame's header declares (the header was checked by its reader)."""
+    return int(ROUND_FRAME_HEADER.parse(as_view(data)[:ROUND_FRAME_HEADER_LEN]).num_tensors)

@@ -13,7 +13,8 @@ import re
 from functools import cache
 from typing import Final
 
-from ..docs import _anchor, render_protocol_doc
+from .._markdown import _anchor
+from ..docs import render_protocol_doc
 
 __all__ = ["DocSection", "resolve_section"]
 

@@ -44,7 +44,6 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::acc
 from __future__ import annotations
 
 import math
-import struct
 import sys
 import threading
 from collections.abc import Iterable
@@ -55,23 +54,24 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
-from ..codec.auth import Premac, check_salt, new_mac
+from ..codec.auth import Premac, check_salt
+from ..codec.plans import frame_macs
 from ..codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
+    declared_tensor_count,
     decode_round_frame_or_eos,
+    delivered_tensors,
     encode_round_frame_bytes,
     parse_round_frame_or_eos,
 )
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
-    AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     DTYPE_F32,
     ELEMENT_SIZE,
-    ROUND_FRAME_HEADER_LEN,
 )
 from . import _kernels as K
 
@@ -84,8 +84,6 @@ _PER_TENSOR_ERRORS = frozenset({
 })
 #: reader errors raised after every tensor was delivered
 _AFTER_TENSOR_ERRORS = frozenset({"frame.footer_read_failed", "frame.auth_failed"})
-
-_BODY_AT = ROUND_FRAME_HEADER_LEN + 1 + 8
 
 #: a tensor of at least this many elements is promoted, accumulated and encoded by two threads
 #: (2**21)
@@ -149,22 +147,6 @@ class _Round:
     sums: list[npt.NDArray[np.float32] | None] | None = None
     #: per tensor index, the encoded payload the round's last deposit produced
     outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
-
-
-def _delivered(mv: memoryview, count: int) -> list[TensorPayload]:
-    """The first ``count`` tensors of a frame whose structure the reader already walked past."""
-    out: list[TensorPayload] = []
-    pos = _BODY_AT
-    for _ in range(count):
-        dtype, ndim = mv[pos], mv[pos + 1]
-        pos += 2
-        dims = struct.unpack_from(f"<{ndim}I", mv, pos)
-        pos += 4 * ndim
-        (nbytes,) = struct.unpack_from("<Q", mv, pos)
-        pos += 8
-        out.append(TensorPayload(dtype, dims, mv[pos:pos + nbytes]))
-        pos += nbytes
-    return out
 
 
 class HostFold:
@@ -375,10 +357,10 @@ class HostFold:
             return None
         if res is END_OF_STREAM:
             return None
-        covered = res[1] - AUTH_TAG_LEN
-        mac = new_mac(self._salt)
-        mac.update(mv[:covered])
-        return Premac(covered, mac.digest())
+        plan = frame_macs(res[1], self._salt)
+        if plan.mac is not None:
+            plan.mac.update(mv[plan.start:plan.stop])
+        return plan.premac()
 
     def _merge(self, rank: int, mv: memoryview, premac: Premac | None) -> None:
         if self._round is None:
@@ -399,10 +381,9 @@ class HostFold:
         except ProtocolError as e:
             reader_error = e
             if e.error_id in _PER_TENSOR_ERRORS:
-                delivered = _delivered(mv, int(e.fields["index"]))
+                delivered = delivered_tensors(mv, int(e.fields["index"]))
             elif e.error_id in _AFTER_TENSOR_ERRORS:
-                count = int.from_bytes(mv[4:8], "little")
-                delivered = _delivered(mv, count)
+                delivered = delivered_tensors(mv, declared_tensor_count(mv))
             else:
                 delivered = []
         else:

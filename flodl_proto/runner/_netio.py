@@ -16,13 +16,13 @@ Upstream: ``flodl/src/distributed/wire.rs`` (``connect_with_retry``, ``WRITE_STA
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import math
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -169,14 +169,20 @@ def format_addr(addr: tuple[str, int]) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class _Timeval(ctypes.Structure):
+    """The C ``struct timeval`` that ``SO_RCVTIMEO`` / ``SO_SNDTIMEO`` take (native longs)."""
+
+    _fields_ = (("tv_sec", ctypes.c_long), ("tv_usec", ctypes.c_long))
+
+
 def _timeval(seconds: float | None) -> bytes:
     if seconds is None or seconds <= 0:
-        return struct.pack("ll", 0, 0)  # 0 = no timeout
+        return bytes(_Timeval(0, 0))  # 0 = no timeout
     sec = int(seconds)
     usec = round((seconds - sec) * 1_000_000)
     if sec == 0 and usec == 0:
         usec = 1
-    return struct.pack("ll", sec, usec)
+    return bytes(_Timeval(sec, usec))
 
 
 def set_timeouts(sock: socket.socket, *, recv: float | None = None,
@@ -346,7 +352,7 @@ class MacRange:
     fills (after whatever the MAC was already fed, e.g. a record's covered header bytes).
 
     Attributes:
-        mac: a streaming MAC (``flodl_proto.codec.auth.new_mac``).
+        mac: a streaming MAC (from a :mod:`flodl_proto.codec.plans` plan).
         start, stop: the byte range of the filled view it covers (``stop`` clamped to the view).
         worker: run its updates on this :class:`MacWorker` (None: on the reading thread).
         done: bytes of the range already fed (maintained by the reader).

@@ -45,7 +45,6 @@ Upstream: ``flodl/src/distributed/controller/mod.rs`` (``ClusterController``),
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -60,12 +59,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
-
 from ..codec._common import BytesLike
-from ..codec.auth import Premac, new_mac
-from ..codec.mux import RecordKind, max_hello_payload, parse_mux_header
+from ..codec.handshake import channel_of
+from ..codec.mux import max_hello_payload
 from ..codec.stream import (
     RelayStream,
     StreamEvent,
@@ -86,36 +82,24 @@ from ..fsm.lifecycle import Outcome
 from ..membership import DeadRanks
 from ..reduce import OuterOptimizer
 from ..spec import (
-    AUTH_TAG_LEN,
-    CHANNEL_MAGIC_CONTROL,
     CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_HTTP_GET,
     CHANNEL_MAGIC_HTTP_POST,
-    CHANNEL_MAGIC_JOIN,
     CHANNEL_MAGIC_LEN,
-    CHANNEL_MAGIC_RENDEZVOUS,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
-    MUX_AUTH_COVERED_HEADER_LEN,
-    MUX_HEADER_LEN,
-    READ_CHUNK,
     SPEC,
     net_timeout_scale,
 )
 from ._netio import (
-    MacRange,
-    MacWorker,
-    PeerTimedOut,
-    Stopped,
-    committed_read_starvation,
     configure_socket,
     format_addr,
-    grow_zeroed,
-    recv_exact_into,
-    recv_hashing_into,
     send_all,
     shutdown_quietly,
 )
+from .checkpoint import write_checkpoint
+from .relay_reader import read_relay_connection
+from .status_http import serve_status
 
 __all__ = ["ControllerNotice", "ReferenceController", "RoundReport", "peek_timeout"]
 
@@ -126,14 +110,6 @@ _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 _WAITING_NOTE_PERIOD = 10.0
 _ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
 _PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
-_STATUS_READ_TIMEOUT: Final = 2.0  # seconds a status client has to send its request line
-_STATUS_MAX_REQUEST: Final = 8192  # bytes of an HTTP request head the responder reads at most
-_POOL_PER_CONN: Final = 3  # record buffers kept per connection
-_MAGIC_NAMES: Final = {
-    CHANNEL_MAGIC_CONTROL: "control",
-    CHANNEL_MAGIC_RENDEZVOUS: "rendezvous",
-    CHANNEL_MAGIC_JOIN: "join",
-}
 
 
 def peek_timeout() -> float:
@@ -166,36 +142,6 @@ class RoundReport:
 
 
 ControllerNotice: TypeAlias = RelayJoined | RoundReport
-
-
-class _BufferPool:
-    """Record buffers of one connection, reused across rounds.
-
-    A buffer is free when nothing holds a view of it (frames decoded from a record are views of
-    its buffer; a bytearray with live views cannot be resized, which is the test used here)."""
-
-    __slots__ = ("_bufs",)
-
-    def __init__(self) -> None:
-        self._bufs: list[bytearray] = []
-
-    @staticmethod
-    def _free(buf: bytearray) -> bool:
-        try:
-            buf.append(0)
-        except BufferError:
-            return False
-        del buf[-1]
-        return True
-
-    def acquire(self) -> bytearray:
-        for buf in self._bufs:
-            if self._free(buf):
-                return buf
-        buf = bytearray(MUX_HEADER_LEN)
-        if len(self._bufs) < _POOL_PER_CONN:
-            self._bufs.append(buf)
-        return buf
 
 
 #: an item of a connection's outbox: a record to write, a close request (its reason) or None
@@ -758,7 +704,7 @@ class ReferenceController:
             return
         sel.unregister(s)
         pending.pop(s, None)
-        magic = int.from_bytes(head, "little")
+        magic, channel = channel_of(head)
         s.setblocking(True)
         if magic == CHANNEL_MAGIC_DATA:
             if not self._accepting_data:
@@ -776,9 +722,8 @@ class ReferenceController:
                 self._threads.append(t)
             t.start()
         else:
-            what = _MAGIC_NAMES.get(magic)
-            if what is not None:
-                log.info("controller: %s channel from %s is not served here; dropping", what,
+            if channel is not None:
+                log.info("controller: %s channel from %s is not served here; dropping", channel,
                          addr)
             else:
                 log.info("controller: unknown channel magic 0x%08x from %s; dropping", magic,
@@ -821,109 +766,14 @@ class ReferenceController:
             self._events.put(("events", conn.id, events))
 
     def _read_loop(self, conn: _Conn) -> None:
-        sock, stream = conn.sock, conn.stream
-        starve = committed_read_starvation()
-        pool = _BufferPool()
-        worker = MacWorker(f"flodl-controller-mac{conn.id}")
-        try:
-            magic = bytearray(CHANNEL_MAGIC_LEN)
-            got = recv_exact_into(sock, memoryview(magic), stop=self._stop, starvation=starve)
-            events = stream.feed(memoryview(magic)[:got])
-            if got < CHANNEL_MAGIC_LEN:
-                events += stream.feed_eof()
-            self._post(conn, events)
-            while not stream.done:
-                self._post(conn, self._read_record(sock, stream, pool, starve, worker))
-        except Stopped:
-            pass
-        except ProtocolError as e:  # a starved committed read
-            self._post(conn, stream.fail(e))
-        except PeerTimedOut as e:  # keepalive: the relay vanished without closing
-            log.warning("controller: connection %d (%s) is dead: %s", conn.id, conn.addr, e)
-            self._post(conn, stream.feed_eof())
-        except OSError as e:
-            log.debug("controller: read on connection %d failed: %s", conn.id, e)
-            self._post(conn, stream.feed_eof())
-        finally:
-            worker.close()
-
-    def _read_record(self, sock: socket.socket, stream: RelayStream, pool: _BufferPool,
-                     starve: float, worker: MacWorker) -> list[StreamEvent]:
-        buf = pool.acquire()
-        view = memoryview(buf)
-        got = recv_exact_into(sock, view[:MUX_HEADER_LEN], stop=self._stop, starvation=starve)
-        if got < MUX_HEADER_LEN:
-            events = stream.feed(view[:got])
-            del view
-            return events + stream.feed_eof()
-        try:
-            hdr = parse_mux_header(view[:MUX_HEADER_LEN], ceiling=self._ceiling)
-        except ProtocolError:
-            return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
-        if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
-            return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
-        total = MUX_HEADER_LEN + hdr.payload_len
-        # MACs computed as the payload arrives: the record's here, a HostFrame's inner frame
-        # (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
-        rec_mac = new_mac(self._core.salt)
-        rec_mac.update(view[:MUX_AUTH_COVERED_HEADER_LEN])
-        macs = [MacRange(rec_mac, MUX_HEADER_LEN, total)]
-        frame_mac = None
-        if hdr.kind == RecordKind.HOST_FRAME and hdr.payload_len > AUTH_TAG_LEN:
-            frame_mac = new_mac(self._core.salt)
-            macs.append(MacRange(frame_mac, MUX_HEADER_LEN, total - AUTH_TAG_LEN, worker))
-        while got < total:
-            if len(buf) < min(total, got + READ_CHUNK):
-                view.release()
-                grow_zeroed(buf, min(total, got + READ_CHUNK))
-                view = memoryview(buf)
-            upto = min(total, len(buf))
-            n = recv_hashing_into(sock, view[:upto], macs, stop=self._stop, committed=True,
-                                  starvation=starve, start=got)
-            got += n
-            if got < upto:  # EOF inside the record
-                events = stream.feed(view[:got])
-                del view
-                return events + stream.feed_eof()
-        premac = Premac(MUX_AUTH_COVERED_HEADER_LEN + hdr.payload_len, rec_mac.digest())
-        frame_premac = (Premac(hdr.payload_len - AUTH_TAG_LEN, frame_mac.digest())
-                        if frame_mac is not None else None)
-        events = stream.feed(view[:total], premac=premac, frame_premac=frame_premac)
-        del view
-        return events
+        read_relay_connection(conn.sock, conn.stream, lambda events: self._post(conn, events),
+                              stop=self._stop, salt=self._core.salt, ceiling=self._ceiling,
+                              label=f"connection {conn.id} ({conn.addr})",
+                              worker_name=f"flodl-controller-mac{conn.id}")
 
     # -- status ------------------------------------------------------------------------------------
     def _serve_status(self, sock: socket.socket, addr: str) -> None:
-        try:
-            sock.settimeout(_STATUS_READ_TIMEOUT)
-            head = b""
-            while b"\r\n\r\n" not in head and b"\n\n" not in head \
-                    and len(head) < _STATUS_MAX_REQUEST:
-                chunk = sock.recv(_STATUS_MAX_REQUEST - len(head))
-                if not chunk:
-                    break
-                head += chunk
-            line = head.split(b"\n", 1)[0].decode("latin-1").strip()
-            parts = line.split()
-            method = parts[0] if parts else ""
-            path = parts[1].split("?", 1)[0] if len(parts) > 1 else ""
-            if method == "GET" and path in ("/status", "/status/"):
-                code, body = "200 OK", self.status()
-            elif method == "GET":
-                code, body = "404 Not Found", {"error": f"no such resource {path!r}; "
-                                                        "try GET /status"}
-            else:
-                code, body = "405 Method Not Allowed", {"error": f"{method} is not served"}
-            payload = json.dumps(body, default=str).encode()
-            resp = (f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-            sock.sendall(resp + payload)
-            log.debug("controller: status %s for %s (%s)", code, addr, line)
-        except OSError as e:
-            log.debug("controller: status request from %s failed: %s", addr, e)
-        finally:
-            with contextlib.suppress(OSError):
-                sock.close()
+        serve_status(sock, addr, self.status)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def _checkpoint_loop(self) -> None:
@@ -938,16 +788,4 @@ class ReferenceController:
 
     def _write_checkpoint(self, w: CheckpointWindow) -> None:
         assert self._ckpt_dir is not None
-        arrays: dict[str, npt.NDArray[Any]] = {}
-        for prefix, frame in (("p", w.params), ("b", w.buffers)):
-            if frame is None:
-                continue
-            for i, t in enumerate(frame.tensors):
-                arrays[f"{prefix}{i}"] = np.asarray(t.array(materialize_elided=True),
-                                                    dtype=np.float32)
-        final = self._ckpt_dir / f"consensus-{w.window:06d}.npz"
-        tmp = self._ckpt_dir / f".{final.name}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, final)
-        log.info("controller: checkpoint %s written (%d tensors)", final, len(arrays))
+        write_checkpoint(self._ckpt_dir, w)

@@ -33,14 +33,15 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
-from ..codec.auth import Premac, check_salt, new_mac
+from ..codec._common import END_OF_STREAM, BytesLike, check_version
+from ..codec.auth import check_salt
 from ..codec.handshake import decode_ack, encode_handshake
 from ..codec.loopback import (
     decode_framed_round_or_eos,
     decode_len_prefix,
     encode_len_prefix,
 )
+from ..codec.plans import frame_macs, signed_frame_batches
 from ..codec.round_frame import (
     Dtype,
     RoundFrame,
@@ -51,7 +52,6 @@ from ..codec.round_frame import (
 from ..errors import protocol_error
 from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
 from ..spec import (
-    AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     HANDSHAKE_ACK_LEN,
@@ -365,10 +365,10 @@ class RankClient:
         view = buf.data
         view[:LEN_PREFIX_LEN] = prefix
         # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
-        mac = new_mac(self._salt)
-        covered = max(0, n - AUTH_TAG_LEN)
+        plan = frame_macs(n, self._salt)
+        ranges = [MacRange(plan.mac, plan.start, plan.stop)] if plan.mac is not None else []
         try:
-            body = recv_hashing_into(sock, view[LEN_PREFIX_LEN:], [MacRange(mac, 0, covered)])
+            body = recv_hashing_into(sock, view[LEN_PREFIX_LEN:], ranges)
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
@@ -380,7 +380,7 @@ class RankClient:
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)
         res = decode_framed_round_or_eos(view, self._salt, ceiling=self.ceiling,
-                                  premac=Premac(covered, mac.digest()))
+                                  premac=plan.premac())
         assert res is not END_OF_STREAM
         self.rounds += 1
         return res[0], view[LEN_PREFIX_LEN:]
@@ -568,22 +568,10 @@ def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
         record, every step of it).
     """
     deadline = time.monotonic() + write_stall_timeout()
-    mac = new_mac(salt)
     total = 0
-    batch: list[BytesLike] = [prefix]
-    size = len(prefix)
-    for p in pieces:
-        mv = as_view(p)
-        for at in range(0, mv.nbytes, HASH_STEP):
-            step = mv[at:at + HASH_STEP]
-            mac.update(step)
-            batch.append(step)
-            size += step.nbytes
-            if size >= HASH_STEP:
-                total += send_all(sock, batch, deadline=deadline)
-                batch, size = [], 0
-    batch.append(bytes(mac.digest()[:AUTH_TAG_LEN]))
-    return total + send_all(sock, batch, deadline=deadline)
+    for batch in signed_frame_batches(prefix, pieces, salt, HASH_STEP):
+        total += send_all(sock, batch, deadline=deadline)
+    return total
 
 
 def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:

@@ -43,9 +43,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import BytesLike
-from ..codec.auth import Premac, new_mac
+from ..codec.auth import Premac
 from ..codec.loopback import decode_len_prefix
 from ..codec.mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
+from ..codec.plans import frame_macs, record_macs
 from ..errors import ProtocolError
 from ..fsm.events import (
     AckRank,
@@ -60,12 +61,10 @@ from ..fsm.events import (
 from ..fsm.relay_core import RelayCore
 from ..reduce import HostFold
 from ..spec import (
-    AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     HANDSHAKE_LEN,
     LEN_PREFIX_LEN,
-    MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     RELAY_DATA_LOOPBACK_OFFSET,
     RELAY_OUTBOUND_QUEUE,
@@ -469,13 +468,14 @@ class Relay:
         view = self._record_buf.data
         view[:MUX_HEADER_LEN] = hv
         # the record MAC is computed as the payload arrives (the tag is checked by the decode)
-        mac = new_mac(self._salt)
-        mac.update(hv[:MUX_AUTH_COVERED_HEADER_LEN])
-        body = recv_hashing_into(sock, view[MUX_HEADER_LEN:], [MacRange(mac, 0, hdr.payload_len)],
+        plan = record_macs(hv, hdr, self._salt)
+        body = recv_hashing_into(sock, view[MUX_HEADER_LEN:],
+                                 [MacRange(plan.record, plan.record_start - MUX_HEADER_LEN,
+                                           plan.record_stop - MUX_HEADER_LEN)],
                                  stop=self._stop, committed=True,
                                  starvation=committed_read_starvation())
         self._count("upstream_in", body)
-        premac = Premac(MUX_AUTH_COVERED_HEADER_LEN + body, mac.digest())
+        premac = plan.premac(body)
         res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
                                 ceiling=self.ceiling, premac=premac)
         return res[0]
@@ -576,8 +576,8 @@ class Relay:
                 return None
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
             view = self._blob_buffer(rank, n)
-            mac = new_mac(self._salt) if n > AUTH_TAG_LEN else None
-            ranges = [MacRange(mac, 0, n - AUTH_TAG_LEN)] if mac is not None else []
+            plan = frame_macs(n, self._salt)
+            ranges = [MacRange(plan.mac, plan.start, plan.stop)] if plan.mac is not None else []
             body = recv_hashing_into(sock, view, ranges, stop=self._stop, committed=True,
                                      starvation=committed_read_starvation())
             self._count("from_ranks", body)
@@ -591,8 +591,7 @@ class Relay:
             log.warning("relay %s: rank %d closed inside a %d-byte blob (%d bytes read)",
                         self.host, rank, n, body)
             return None
-        premac = Premac(n - AUTH_TAG_LEN, mac.digest()) if mac is not None else None
-        return view, premac
+        return view, plan.premac()
 
     def _blob_buffer(self, rank: int, n: int) -> memoryview:
         """An ``n``-byte buffer for ``rank``'s next blob: last round's buffer when the fold no

@@ -1,0 +1,168 @@
+"""The controller's read side of one relay connection: bytes -> codec -> events for the core.
+
+One reader thread per relay connection reads the channel magic, then each mux record: its
+25-byte header (checked at once: magic, version, ``payload_len`` against the frame ceiling and,
+for the first record, the largest legal Hello), then the payload into a pooled buffer grown in
+64 MiB steps as bytes arrive, the MACs computed meanwhile as the codec's plan names them
+(:func:`~flodl_proto.codec.plans.record_macs`; a HostFrame's inner frame on a worker thread).
+The connection's :class:`~flodl_proto.codec.stream.RelayStream` turns the bytes into events
+(verifying the tags against the MACs); the events go to the coordinator through ``post``.
+
+Upstream: ``flodl/src/distributed/controller/mod.rs`` (``reduce_reader``), ``relay/mux.rs``
+(``read_record``: committed reads, EOF inside a header is a clean end).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from ..codec.mux import parse_mux_header
+from ..codec.plans import record_macs
+from ..codec.stream import RelayStream, StreamEvent
+from ..errors import ProtocolError
+from ..spec import CHANNEL_MAGIC_LEN, MUX_HEADER_LEN, READ_CHUNK
+from ._netio import (
+    MacRange,
+    MacWorker,
+    PeerTimedOut,
+    Stopped,
+    committed_read_starvation,
+    grow_zeroed,
+    recv_exact_into,
+    recv_hashing_into,
+)
+
+__all__ = ["POOL_PER_CONN", "BufferPool", "read_relay_connection"]
+
+log = logging.getLogger("flodl_proto.runner.controller")
+
+#: record buffers kept per connection
+POOL_PER_CONN: Final = 3
+
+
+class BufferPool:
+    """Record buffers of one connection, reused across rounds.
+
+    A buffer is free when nothing holds a view of it (frames decoded from a record are views of
+    its buffer; a bytearray with live views cannot be resized, which is the test used here)."""
+
+    __slots__ = ("_bufs",)
+
+    def __init__(self) -> None:
+        self._bufs: list[bytearray] = []
+
+    @staticmethod
+    def _free(buf: bytearray) -> bool:
+        try:
+            buf.append(0)
+        except BufferError:
+            return False
+        del buf[-1]
+        return True
+
+    def acquire(self) -> bytearray:
+        """A free buffer of the pool (grown by the reader as a record needs), or a new one."""
+        for buf in self._bufs:
+            if self._free(buf):
+                return buf
+        buf = bytearray(MUX_HEADER_LEN)
+        if len(self._bufs) < POOL_PER_CONN:
+            self._bufs.append(buf)
+        return buf
+
+
+
+def read_relay_connection(sock: socket.socket, stream: RelayStream,
+                          post: Callable[[list[StreamEvent]], None], *,
+                          stop: threading.Event, salt: bytes, ceiling: int, label: str,
+                          worker_name: str) -> None:
+    """Read one relay connection until its stream is done, posting its events.
+
+    Args:
+        sock: the connection.
+        stream: its parser (channel magic, then records).
+        post: called with each non-empty list of events, in order.
+        stop: set when the controller stops (reads poll it).
+        salt: the session salt (MAC key).
+        ceiling: frame ceiling in bytes.
+        label: names the connection in logs.
+        worker_name: the inner-frame MAC worker thread's name.
+
+    A starved committed read fails the stream; a dead connection (keepalive), EOF or a read
+    error ends it (EOF); a stop returns quietly.
+    """
+    starve = committed_read_starvation()
+    pool = BufferPool()
+    worker = MacWorker(worker_name)
+
+    def emit(events: list[StreamEvent]) -> None:
+        if events:
+            post(events)
+
+    try:
+        magic = bytearray(CHANNEL_MAGIC_LEN)
+        got = recv_exact_into(sock, memoryview(magic), stop=stop, starvation=starve)
+        events = stream.feed(memoryview(magic)[:got])
+        if got < CHANNEL_MAGIC_LEN:
+            events += stream.feed_eof()
+        emit(events)
+        while not stream.done:
+            emit(_read_record(sock, stream, pool, starve, worker, stop, salt, ceiling))
+    except Stopped:
+        pass
+    except ProtocolError as e:  # a starved committed read
+        emit(stream.fail(e))
+    except PeerTimedOut as e:  # keepalive: the relay vanished without closing
+        log.warning("controller: %s is dead: %s", label, e)
+        emit(stream.feed_eof())
+    except OSError as e:
+        log.debug("controller: read on %s failed: %s", label, e)
+        emit(stream.feed_eof())
+    finally:
+        worker.close()
+
+
+def _read_record(sock: socket.socket, stream: RelayStream, pool: BufferPool, starve: float,
+                 worker: MacWorker, stop: threading.Event, salt: bytes,
+                 ceiling: int) -> list[StreamEvent]:
+    buf = pool.acquire()
+    view = memoryview(buf)
+    got = recv_exact_into(sock, view[:MUX_HEADER_LEN], stop=stop, starvation=starve)
+    if got < MUX_HEADER_LEN:
+        events = stream.feed(view[:got])
+        del view
+        return events + stream.feed_eof()
+    try:
+        hdr = parse_mux_header(view[:MUX_HEADER_LEN], ceiling=ceiling)
+    except ProtocolError:
+        return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
+    if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
+        return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
+    # MACs computed as the payload arrives: the record's here, a HostFrame's inner frame
+    # (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
+    plan = record_macs(view[:MUX_HEADER_LEN], hdr, salt, inner_frame=True)
+    total = plan.size
+    macs = [MacRange(plan.record, plan.record_start, plan.record_stop)]
+    if plan.frame is not None:
+        macs.append(MacRange(plan.frame, plan.frame_start, plan.frame_stop, worker))
+    while got < total:
+        if len(buf) < min(total, got + READ_CHUNK):
+            view.release()
+            grow_zeroed(buf, min(total, got + READ_CHUNK))
+            view = memoryview(buf)
+        upto = min(total, len(buf))
+        n = recv_hashing_into(sock, view[:upto], macs, stop=stop, committed=True,
+                              starvation=starve, start=got)
+        got += n
+        if got < upto:  # EOF inside the record
+            events = stream.feed(view[:got])
+            del view
+            return events + stream.feed_eof()
+    events = stream.feed(view[:total], premac=plan.premac(),
+                         frame_premac=plan.frame_premac())
+    del view
+    return events

@@ -1,0 +1,67 @@
+"""The controller's ``GET /status`` responder (on the port mux, beside the data channel).
+
+One short-lived thread per request: read the request head (bounded in time and size), answer
+``GET /status`` with the status JSON, ``404`` for another path, ``405`` for another method, then
+close. The responder knows nothing of the controller: it is handed the status callable.
+
+Upstream: ``flodl/src/distributed/controller/mod.rs`` (the port mux serving ``GET /status``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["serve_status"]
+
+log = logging.getLogger("flodl_proto.runner.controller")
+
+_STATUS_READ_TIMEOUT: Final = 2.0  # seconds a status client has to send its request line
+_STATUS_MAX_REQUEST: Final = 8192  # bytes of an HTTP request head the responder reads at most
+
+
+def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, Any]]) -> None:
+    """Answer one HTTP request on ``sock`` (from ``addr``) and close it.
+
+    Args:
+        sock: the accepted connection (its first 4 bytes, ``GET `` or ``POST``, still unread).
+        addr: the peer, for logs.
+        status: returns the JSON-ready status.
+
+    Socket errors are logged at debug level, never raised.
+    """
+    try:
+        sock.settimeout(_STATUS_READ_TIMEOUT)
+        head = b""
+        while b"\r\n\r\n" not in head and b"\n\n" not in head \
+                and len(head) < _STATUS_MAX_REQUEST:
+            chunk = sock.recv(_STATUS_MAX_REQUEST - len(head))
+            if not chunk:
+                break
+            head += chunk
+        line = head.split(b"\n", 1)[0].decode("latin-1").strip()
+        parts = line.split()
+        method = parts[0] if parts else ""
+        path = parts[1].split("?", 1)[0] if len(parts) > 1 else ""
+        if method == "GET" and path in ("/status", "/status/"):
+            code, body = "200 OK", status()
+        elif method == "GET":
+            code, body = "404 Not Found", {"error": f"no such resource {path!r}; "
+                                                    "try GET /status"}
+        else:
+            code, body = "405 Method Not Allowed", {"error": f"{method} is not served"}
+        payload = json.dumps(body, default=str).encode()
+        resp = (f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+        sock.sendall(resp + payload)
+        log.debug("controller: status %s for %s (%s)", code, addr, line)
+    except OSError as e:
+        log.debug("controller: status request from %s failed: %s", addr, e)
+    finally:
+        with contextlib.suppress(OSError):
+            sock.close()
+
