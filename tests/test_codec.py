@@ -216,31 +216,45 @@ def test_prefixed_magic_bytes_never_crash(tail: bytes, version: int) -> None:
         _oracle(lambda d: decode_mux_record_or_eos(d, salt, version=version), head + tail)
 
 
-def _peak_alloc(fn: object) -> int:
+def _peak_alloc(fn: object) -> tuple[int, str]:
+    """Peak traced allocation of ``fn()`` and its outcome: the error id of the
+    RemoteProtocolError it raised, or ``"eos"`` for END_OF_STREAM (anything else fails)."""
     tracemalloc.start()
     try:
-        fn()  # type: ignore[operator]
-    except errors.RemoteProtocolError:
-        pass
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return peak
+        res = fn()  # type: ignore[operator]
+    except errors.RemoteProtocolError as e:
+        outcome = str(e.error_id)
+    else:
+        assert res is END_OF_STREAM, res
+        outcome = "eos"
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak, outcome
 
 
-@pytest.mark.parametrize("data", [
-    b"\xd0\x17\x0d\xf1\x01\x00\x00\x00\x01\x00\x00\x00\x00" + b"\xff\xff\xff\xff" + bytes(8),
-    b"\xd0\x17\x0d\xf1\x01\x00\x00\x00\x01\x00\x00\x00\x00" + b"\x00\x00\x00\x40" + bytes(8),
-    b"\xf1\x17\x0d\xf1\x01\x00\x00\x00\x00" + bytes(8) + b"\x00\x01\x04\x00\x00\x00"
-    + struct.pack("<Q", 2**40),
-    b"\xf1\x17\x0d\xf1\x01\x00\x01\x00",
-    b"\x00\x00\x00\x40",
+@pytest.mark.parametrize(("data", "outcomes"), [
+    (b"\xd0\x17\x0d\xf1\x01\x00\x00\x00\x01\x00\x00\x00\x00" + b"\xff\xff\xff\xff" + bytes(8),
+     ("mux.payload_too_large", "frame.bad_magic", "len.too_large")),
+    (b"\xd0\x17\x0d\xf1\x01\x00\x00\x00\x01\x00\x00\x00\x00" + b"\x00\x00\x00\x40" + bytes(8),
+     ("mux.truncated", "frame.bad_magic", "len.too_large")),
+    (b"\xf1\x17\x0d\xf1\x01\x00\x00\x00\x00" + bytes(8) + b"\x00\x01\x04\x00\x00\x00"
+     + struct.pack("<Q", 2**40), ("mux.bad_magic", "frame.past_ceiling", "len.too_large")),
+    (b"\xf1\x17\x0d\xf1\x01\x00\x01\x00", ("eos", "frame.too_many_tensors", "len.too_large")),
+    (b"\x00\x00\x00\x40", ("eos", "eos", "len.body_read_failed")),
 ], ids=["mux-4GiB", "mux-1GiB", "frame-1TiB-nbytes", "frame-65537-tensors", "len-1GiB"])
-def test_hostile_length_claims_allocate_nothing(data: bytes) -> None:
+def test_hostile_length_claims_allocate_nothing(data: bytes, outcomes: tuple[str, ...]) -> None:
+    """Each decoder refuses the claim (or sees a clean end) with its own error, allocating
+    nothing near the claimed size."""
     salt = bytes(16)
+    got = []
     for fn in (lambda: decode_mux_record_or_eos(data, salt),
                lambda: decode_round_frame_or_eos(data, salt),
                lambda: decode_len_framed_or_eos(data)):
-        assert _peak_alloc(fn) < 1 << 20
+        peak, outcome = _peak_alloc(fn)
+        assert peak < 1 << 20
+        got.append(outcome)
+    assert tuple(got) == outcomes
     assert READ_CHUNK <= DEFAULT_FRAME_CEILING
 
 
