@@ -1,0 +1,106 @@
+"""bf16 encoding rounds to nearest, ties to even, never truncates, on both kernel backends
+(NumPy and compiled), through every public path that encodes bf16: the fold monoid, the
+controller's reduce (sum, then scaled product), the relay's HostFold, the f32 -> bf16 helper and
+the payload scale.
+
+The inputs are chosen so that truncation (keeping the top 16 bits) gives a different answer
+from rounding: ``0x3F80C000`` rounds up to ``0x3F81`` (truncation: ``0x3F80``), the tie
+``0x3F818000`` goes to the even ``0x3F82`` (truncation: ``0x3F81``), the tie ``0x3F808000``
+stays at the even ``0x3F80``. Expected bytes come from the tests' own reference
+(``tests/reference.py``)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
+from flodl_proto.reduce import (
+    HostFold,
+    bf16_from_f32,
+    reduce_realized_work,
+    scale_payload,
+    sum_frames,
+)
+
+from .reference import BF16_TAG, bf16_bits, ref_reduce, ref_sum
+
+SALT = bytes(range(16))
+#: (a, b) bf16 bit patterns whose f32 sum is not a bf16 value: (sum bits, rounded, truncated)
+PAIRS = [
+    (0x3F80, 0x3BC0, 0x3F80C000, 0x3F81, 0x3F80),  # 1 + 3 * 2**-9: above half, rounds up
+    (0x3F81, 0x3B80, 0x3F818000, 0x3F82, 0x3F81),  # a tie with an odd lower half: up to even
+    (0x3F80, 0x3B80, 0x3F808000, 0x3F80, 0x3F80),  # a tie with an even lower half: stays
+    (0xBF80, 0xBBC0, 0xBF80C000, 0xBF81, 0xBF80),  # the same below zero
+]
+#: elements per tensor: the patterns repeated (long enough for any kernel's vector loop)
+N = 64 * len(PAIRS)
+
+backends = pytest.mark.parametrize("kernels", ["numpy_kernels", "compiled_kernels"])
+
+
+def _bf16(bits: list[int]) -> TensorPayload:
+    return TensorPayload(BF16_TAG, (len(bits),), struct.pack(f"<{len(bits)}H", *bits))
+
+
+def _frames(weights: tuple[float, float] = (1.0, 0.0)) -> list[RoundFrame]:
+    a = [p[0] for p in PAIRS] * (N // len(PAIRS))
+    b = [p[1] for p in PAIRS] * (N // len(PAIRS))
+    return [RoundFrame(RoundKind.MODEL, weights[0], [_bf16(a)]),
+            RoundFrame(RoundKind.MODEL, weights[1], [_bf16(b)])]
+
+
+def _bits(t: TensorPayload) -> list[int]:
+    return list(struct.unpack(f"<{t.nbytes // 2}H", bytes(t.data)))
+
+
+def test_the_cases_tell_rounding_from_truncation() -> None:
+    for a, b, total, rounded, truncated in PAIRS:
+        wide = [np.float32(struct.unpack("<f", struct.pack("<I", x << 16))[0]) for x in (a, b)]
+        s = np.float32(wide[0] + wide[1])
+        assert struct.unpack("<I", struct.pack("<f", float(s)))[0] == total
+        assert bf16_bits(s) == rounded and total >> 16 == truncated
+    assert any(r != t for *_, r, t in PAIRS)
+
+
+@backends
+def test_fold_monoid_rounds(kernels: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(kernels)
+    got = sum_frames(_frames(), version=3)
+    assert _bits(got.tensors[0]) == [p[3] for p in PAIRS] * (N // len(PAIRS))
+    assert got == ref_sum(_frames(), version=3)
+
+
+@backends
+def test_controller_reduce_rounds_the_sum_then_the_product(kernels: str,
+                                                           request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(kernels)
+    for weights in ((1.0, 0.0), (2.0, 1.0), (0.5, 0.25)):
+        frames = _frames(weights)
+        assert reduce_realized_work(frames, version=3) == ref_reduce(frames, version=3), weights
+
+
+@backends
+def test_host_fold_rounds(kernels: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(kernels)
+    fold = HostFold([0, 1], SALT, version=3)
+    a, b = _frames()
+    assert fold.deposit(0, encode_round_frame_bytes(a, SALT)) is None
+    out = fold.deposit(1, encode_round_frame_bytes(b, SALT))
+    assert out == encode_round_frame_bytes(ref_sum([a, b], version=3), SALT)
+
+
+@backends
+def test_f32_to_bf16_and_scale_round(kernels: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(kernels)
+    sums = np.array([struct.unpack("<f", struct.pack("<I", p[2]))[0] for p in PAIRS] * 64,
+                    np.float32)
+    want = [p[3] for p in PAIRS] * 64
+    assert np.asarray(bf16_from_f32(sums)).view(np.uint16).tolist() == want
+    # scaling 1.0-ish bf16 values by 1 + 3 * 2**-9 gives the same products as the sums above
+    ones = struct.pack("<H", 0x3F80) * len(sums)
+    factor = struct.unpack("<f", struct.pack("<I", 0x3F80C000))[0]
+    scaled = bytes(scale_payload(BF16_TAG, ones, factor))
+    assert set(struct.unpack(f"<{len(sums)}H", scaled)) == {0x3F81}
