@@ -95,7 +95,6 @@ from ..codec.stream import (
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
 from ..reduce import OuterOptimizer, OuterStepper, is_realized, reduce_realized_work
-from ..reduce._kernels import default_threads
 from ..spec import (
     CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
@@ -116,12 +115,14 @@ from .events import (
 )
 from .lifecycle import Lifecycle, LifecycleEvent, LifecycleState, Outcome
 
-__all__ = ["HANDSHAKE_TIMEOUT", "ControllerCore"]
+__all__ = ["HANDSHAKE_TIMEOUT", "REDUCE_POLL", "ControllerCore"]
 
 log = logging.getLogger(__name__)
 
 #: seconds a new connection has to deliver the channel magic and its Hello (not scaled)
 HANDSHAKE_TIMEOUT: Final = SPEC.timeout("HANDSHAKE_READ")
+#: upstream's round-wait poll period (seconds): deaths in a shared ledger are forwarded on it
+REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 
 
 # -- internal state --------------------------------------------------------------------------------
@@ -195,6 +196,9 @@ class ControllerCore:
             only, via :class:`~flodl_proto.reduce.OuterStepper`).
         checkpoint: emit :class:`CheckpointWindow` actions with each window's Model consensus.
         ceiling: frame ceiling in bytes (default 1 GiB).
+        reduce_threads: threads the reduce may split a large tensor across (default 1; the
+            socket runner passes :func:`~flodl_proto.reduce.default_threads`); the core itself
+            starts none.
 
     Raises:
         InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
@@ -215,6 +219,7 @@ class ControllerCore:
         outer: OuterOptimizer | None = None,
         checkpoint: bool = False,
         ceiling: int = DEFAULT_FRAME_CEILING,
+        reduce_threads: int = 1,
     ) -> None:
         if world_size <= 0:
             raise protocol_error("controller.world_size_zero")
@@ -229,8 +234,8 @@ class ControllerCore:
         self.dead_ranks = ledger
         self._stepper = OuterStepper(outer) if outer is not None else None
         self._checkpoint = checkpoint
-        #: the reduce splits large tensors across this many threads (the CPUs, at most 4)
-        self._reduce_threads = default_threads()
+        #: threads the reduce may split a large tensor across (bit-identical for any count)
+        self._reduce_threads = max(1, int(reduce_threads))
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
@@ -248,7 +253,8 @@ class ControllerCore:
         self._ckpt_params: RoundFrame | None = None
         self._ckpt_buffers: RoundFrame | None = None
         self._actions: list[Action] = []
-        self.lifecycle = Lifecycle(_Guards(self))  # last: the library reads the guards now
+        self.lifecycle_guards = _Guards(self)
+        self.lifecycle = Lifecycle(self.lifecycle_guards)  # last: the library reads the guards
 
     # -- read-only state -------------------------------------------------------------------------
     @property
@@ -473,6 +479,20 @@ class ControllerCore:
         if not self.finished:
             self._finish(LifecycleEvent.STOP, detail=detail or "shutdown requested")
         return self._flush()
+
+    def next_deadline(self, now: float) -> float | None:
+        """When the core next needs :meth:`tick` (same clock as ``now``): in the accept phase the
+        earliest handshake deadline of a connection without a Hello yet; while a round waits,
+        ``now`` + :data:`REDUCE_POLL` (deaths written straight into a shared ledger are forwarded
+        on it); else None."""
+        if self.finished:
+            return None
+        if self.state == LifecycleState.ACCEPTING:
+            return min((c.deadline for c in self._conns.values()
+                        if c.relay is None and not c.closed), default=None)
+        if self.state == LifecycleState.REDUCING and not self.lifecycle_guards.round_complete:
+            return now + REDUCE_POLL
+        return None
 
     def tick(self, now: float) -> list[Action]:
         """Time is ``now`` (same clock as :meth:`connection_opened`): enforce the handshake

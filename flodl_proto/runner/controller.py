@@ -81,6 +81,7 @@ from ..fsm.events import (
 from ..fsm.lifecycle import Outcome
 from ..membership import DeadRanks
 from ..reduce import OuterOptimizer
+from ..reduce._kernels import default_threads
 from ..spec import (
     CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_HTTP_GET,
@@ -222,7 +223,7 @@ class ReferenceController:
     ) -> None:
         self._core = ControllerCore(world_size, salt, version=version, dead_ranks=dead_ranks,
                                     outer=outer, checkpoint=checkpoint_dir is not None,
-                                    ceiling=ceiling)
+                                    ceiling=ceiling, reduce_threads=default_threads())
         self._host = host
         self._req_port = int(port)
         self._port_mux = port_mux
@@ -396,6 +397,11 @@ class ReferenceController:
                 if t0 >= next_tick:
                     actions += core.tick(t0)
                     next_tick = t0 + _REDUCE_POLL
+                # the core names when it next needs a tick (a handshake deadline, the round
+                # wait's poll); between those the loop still wakes every poll period
+                wanted = core.next_deadline(t0)
+                if wanted is not None and wanted < next_tick:
+                    next_tick = wanted
                 if t0 >= next_waiting_note:
                     next_waiting_note = t0 + _WAITING_NOTE_PERIOD
                     self._note_waiting()

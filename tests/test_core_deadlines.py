@@ -1,0 +1,68 @@
+"""``ControllerCore.next_deadline``: the core names when it needs its clock (aioquic's
+``get_timer``), and the reduce's parallelism is handed in by the runner."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flodl_proto.codec import (
+    MuxRecord,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    encode_channel_magic,
+    encode_frame_record,
+)
+from flodl_proto.codec.mux import Hello, encode_mux_record_bytes
+from flodl_proto.fsm.controller_core import HANDSHAKE_TIMEOUT, REDUCE_POLL, ControllerCore
+from flodl_proto.fsm.events import RoundScattered
+
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+
+
+def _hello(ranks: list[int]) -> bytes:
+    return encode_channel_magic("data") + encode_mux_record_bytes(
+        MuxRecord.control_msg(Hello("h", ranks)), SALT)
+
+
+def _frame(value: float) -> bytes:
+    f = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(np.asarray([value],
+                                                                              np.float32))])
+    return b"".join(bytes(b) for b in encode_frame_record(RecordKind.HOST_FRAME, f, SALT))
+
+
+def test_next_deadline_follows_the_phases() -> None:
+    core = ControllerCore(2, SALT)
+    assert core.next_deadline(0.0) is None  # idle
+    core.start()
+    assert core.next_deadline(1.0) is None  # accepting, nobody connected
+    core.connection_opened(7, 2.0)
+    core.connection_opened(8, 3.0)
+    assert core.next_deadline(4.0) == 2.0 + HANDSHAKE_TIMEOUT  # the earliest pending Hello
+    core.receive_data(7, _hello([0]))
+    assert core.next_deadline(4.0) == 3.0 + HANDSHAKE_TIMEOUT
+    core.receive_data(8, _hello([1]))
+    assert core.state == "reducing"
+    assert core.next_deadline(5.0) == 5.0 + REDUCE_POLL  # a round waits
+    core.receive_data(7, _frame(1.0))
+    assert core.next_deadline(6.0) == 6.0 + REDUCE_POLL  # still waiting for relay 1
+    acts = core.receive_data(8, _frame(2.0))
+    assert any(isinstance(a, RoundScattered) for a in acts)
+    assert core.next_deadline(7.0) == 7.0 + REDUCE_POLL  # the next round waits
+    core.stop()
+    assert core.next_deadline(8.0) is None
+
+
+def test_reduce_threads_do_not_change_the_consensus() -> None:
+    outs = []
+    for threads in (1, 3):
+        core = ControllerCore(1, SALT, reduce_threads=threads)
+        core.start()
+        core.connection_opened(0, 0.0)
+        core.receive_data(0, _hello([0]))
+        acts = core.receive_data(0, _frame(3.5))
+        notice = [a for a in acts if isinstance(a, RoundScattered)]
+        assert len(notice) == 1 and notice[0].weight == 1.0
+        outs.append([bytes(b) for a in acts if hasattr(a, "buffers") for b in a.buffers])
+    assert outs[0] == outs[1]
