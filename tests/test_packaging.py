@@ -75,3 +75,18 @@ def test_wheel_carries_spec_and_loads_it(tmp_path: Path) -> None:
     spec_dir, magic = res.stdout.split()
     assert Path(spec_dir) == tmp_path / "site" / "flodl_proto" / "_spec"
     assert int(magic) == 0xF10D17F1
+    # installed from the wheel, run in a checkout whose spec was edited afterwards: docs --check
+    # reads that checkout's spec and says the document is out of date
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "spec", checkout / "spec")
+    shutil.copytree(ROOT / "docs", checkout / "docs")
+    wire = checkout / "spec" / "wire.yaml"
+    wire.write_text(wire.read_text(encoding="utf-8").replace("\ntitle: ", "\ntitle: edited ", 1),
+                    encoding="utf-8")
+    res = subprocess.run(
+        [sys.executable, "-m", "flodl_proto", "docs", "--check"], capture_output=True,
+        text=True, cwd=checkout,
+        env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"},
+    )
+    assert res.returncode == 1 and "up to date" not in res.stdout + res.stderr
+    assert res.stderr.startswith("docs/protocol.md: out of date (spec: spec/wire.yaml)")
