@@ -8,7 +8,7 @@ catalogue at one version; the set of failing cases must equal the expected set.
 
 from __future__ import annotations
 
-import dataclasses
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,16 +18,16 @@ import pytest
 
 from flodl_proto.codec import mux as mux_codec
 from flodl_proto.codec import round_frame as frame_codec
+from flodl_proto.codec.handshake import decode_handshake, encode_handshake
 from flodl_proto.codec.mux import DeclareDead, Hello
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind
 from flodl_proto.conform import KitSettings, load_catalogue, run_cases, select_cases
 from flodl_proto.conform.inprocess import controller_target, relay_target
 from flodl_proto.conform.report import case_line
-from flodl_proto.fsm import controller_core
+from flodl_proto.errors import ProtocolError
+from flodl_proto.fsm import controller_core, relay_core
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.runner import controller as controller_runner
-from flodl_proto.runner import relay as relay_runner
-from flodl_proto.runner.relay import Relay
 from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST
 
 CATALOGUE = load_catalogue()
@@ -75,10 +75,11 @@ def accept_duplicate_rank(mp: pytest.MonkeyPatch) -> None:
     """Accept a rank already announced (by this Hello or an earlier relay)."""
     orig = controller_core.ControllerCore._accept_hello
 
-    def accept(self: Any, c: Any, hello: Hello) -> None:
+    def accept(self: Any, c: Any, hello: Hello, *rest: Any) -> None:
         for r in hello.ranks:
             self._rank_relay.pop(r, None)
-        orig(self, c, Hello(hello.host, list(dict.fromkeys(hello.ranks)), hello.model_sigs))
+        orig(self, c, Hello(hello.host, list(dict.fromkeys(hello.ranks)), hello.model_sigs),
+             *rest)
 
     mp.setattr(controller_core.ControllerCore, "_accept_hello", accept)
 
@@ -90,7 +91,7 @@ def keep_bad_magic_open(mp: pytest.MonkeyPatch) -> None:
 
     def peek(self: Any, s: Any, sel: Any, pending: Any, retry: Any) -> None:
         try:
-            head = s.recv(4, __import__("socket").MSG_PEEK)
+            head = s.recv(4, socket.MSG_PEEK)
         except OSError:
             head = b""
         known = (CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST)
@@ -104,29 +105,33 @@ def keep_bad_magic_open(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(controller_runner.ReferenceController, "_peek", peek)
 
 
-class ForgetsDeclareDead(Relay):
-    """A relay that never acts on DeclareDead from the controller."""
+def forget_declare_dead(mp: pytest.MonkeyPatch) -> None:
+    """The relay never acts on DeclareDead from the controller."""
+    orig = relay_core.RelayCore._controller_record
 
-    def _read_record(self, sock: Any) -> Any:
-        while True:
-            rec = super()._read_record(sock)
-            if rec is None or not isinstance(rec.control, DeclareDead):
-                return rec
+    def record(self: Any, rec: Any) -> None:
+        if rec is not None and isinstance(rec.control, DeclareDead):
+            return
+        orig(self, rec)
+
+    mp.setattr(relay_core.RelayCore, "_controller_record", record)
 
 
 def relay_accepts_duplicate_rank(mp: pytest.MonkeyPatch) -> None:
     """The relay takes a second connection for a rank as one of its ranks not yet connected."""
-    orig = relay_runner.decode_handshake
+    orig = relay_core.RelayCore.rank_handshake
 
-    def decode(data: Any, world_size: int, version: int) -> Any:
-        hs, n = orig(data, world_size, version)
-        relay = sys._getframe(1).f_locals["self"]  # the calling Relay
-        if hs.rank in relay._rank_socks:
-            free = [r for r in relay.ranks if r not in relay._rank_socks]
-            hs = dataclasses.replace(hs, rank=free[0]) if free else hs
-        return hs, n
+    def handshake(self: Any, data: Any) -> Any:
+        try:
+            hs = decode_handshake(data, self.world_size, self.version)[0]
+        except ProtocolError:
+            return orig(self, data)
+        free = [r for r in self.ranks if r not in self._connected]
+        if hs.rank in self._connected and free:
+            data = encode_handshake(free[0], hs.world_size, self.version)
+        return orig(self, data)
 
-    mp.setattr(relay_runner, "decode_handshake", decode)
+    mp.setattr(relay_core.RelayCore, "rank_handshake", handshake)
 
 
 def _run(role: str, version: int, factory: Callable[[], Any], port_mux: bool = False,
@@ -141,7 +146,7 @@ def _run(role: str, version: int, factory: Callable[[], Any], port_mux: bool = F
     return failed, text
 
 
-BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None] | None,
+BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
                         Callable[[], Any], bool, set[str]]] = {
     "controller-skips-tag-check": ("controller", 3, skip_tag_check, controller_target(), False, {
         "controller.session.hello-wrong-salt",
@@ -189,8 +194,8 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None] | None,
                                             controller_target(port_mux=True), True, {
         "controller.portmux.unknown-magic-dropped",
     }),
-    "relay-forgets-declare-dead": ("relay", 3, None, relay_target(cls=ForgetsDeclareDead),
-                                   False, {"relay.fold.declare-dead"}),
+    "relay-forgets-declare-dead": ("relay", 3, forget_declare_dead, relay_target(), False,
+                                   {"relay.fold.declare-dead"}),
     "relay-accepts-duplicate-rank": ("relay", 2, relay_accepts_duplicate_rank, relay_target(),
                                      False, {"relay.handshake.duplicate-rank"}),
     "relay-skips-tag-check": ("relay", 3, skip_tag_check, relay_target(), False, {
@@ -212,7 +217,6 @@ def quiet_numpy() -> Iterator[None]:
 def test_broken_target_fails_exactly_its_cases(name: str, monkeypatch: pytest.MonkeyPatch,
                                                quiet_numpy: None) -> None:
     role, version, brk, factory, port_mux, expected = BROKEN[name]
-    if brk is not None:
-        brk(monkeypatch)
+    brk(monkeypatch)
     failed, text = _run(role, version, factory, port_mux=port_mux)
     assert failed == expected, f"{name}: failed {sorted(failed)}\n{text}"

@@ -1,8 +1,9 @@
 """Bytes the conformance kit sends or expects, built from a case step's parameters.
 
 A step names one *builder* (``magic``, ``handshake``, ``ack``, ``hello``, ``hello_ack``,
-``rank_exit``, ``declare_dead``, ``data``, ``host_frame``, ``broadcast``, ``frame``, ``framed``,
-``len_prefix``, ``mux_header`` or raw ``hex``) with its parameters, and optionally tampers with
+``rank_exit``, ``declare_dead``, ``data``, ``record`` (any kind, a raw payload, signed),
+``host_frame``, ``broadcast``, ``frame``, ``framed``, ``len_prefix``, ``mux_header`` (a raw
+header, for hostile length claims) or raw ``hex``) with its parameters, and optionally tampers with
 the result (``record_salt: wrong`` signs the mux record with another salt; ``flip: N`` flips the
 low bit of byte ``N``, negative from the end; ``cut: N`` drops the last ``N`` bytes). Records and
 frames are signed with the case's session salt unless told otherwise; the kit's own codec

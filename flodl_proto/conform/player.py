@@ -142,7 +142,7 @@ class _Conn:
         self.buf = bytearray()
         self.eof = sock is None
 
-    def _fill(self, deadline: float) -> bool:
+    def fill(self, deadline: float) -> bool:
         """Receive once before ``deadline``; False on timeout."""
         if self.eof or self.sock is None:
             return False
@@ -164,7 +164,7 @@ class _Conn:
 
     def read(self, n: int, deadline: float) -> bytes:
         """Up to ``n`` bytes: fewer only at end of stream or the deadline."""
-        while len(self.buf) < n and not self.eof and self._fill(deadline):
+        while len(self.buf) < n and not self.eof and self.fill(deadline):
             pass
         out = bytes(self.buf[:n])
         del self.buf[:n]
@@ -172,7 +172,7 @@ class _Conn:
 
     def read_to_end(self, deadline: float) -> tuple[bytes, bool]:
         """Everything until end of stream (True) or the deadline (False)."""
-        while not self.eof and self._fill(deadline):
+        while not self.eof and self.fill(deadline):
             pass
         out = bytes(self.buf)
         self.buf.clear()
@@ -324,7 +324,7 @@ class _Player:
         dur = float(p.get("for", DEFAULT_SILENCE)) if isinstance(p, Mapping) else DEFAULT_SILENCE
         deadline = time.monotonic() + dur
         while time.monotonic() < deadline and not c.buf and not c.eof:
-            c._fill(deadline)
+            c.fill(deadline)
         if c.buf:
             raise StepFailed(f"connection {name}: expected nothing for {dur:g}s, observed "
                              f"{len(c.buf)} bytes", b"", bytes(c.buf))
