@@ -472,3 +472,63 @@ def test_readme_has_a_conformance_section() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "## Conformance kit" in readme
     assert "flodl-proto conform controller" in readme and "docs/conformance.md" in readme
+
+
+# -- launched targets: readiness without a listening line, SIGTERM then SIGKILL -----------------
+
+
+def _ctx(tmp_path: Path, port: int) -> Any:
+    from flodl_proto.conform.target import CaseContext
+
+    return CaseContext("controller", 3, 1, SALT, tmp_path / "salt", "127.0.0.1", port, 0, (), 0.1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_SILENT_LISTENER = ("import signal, socket, time; {ignore}"
+                    "s = socket.socket(); s.bind(('127.0.0.1', {{port}})); s.listen(); "
+                    "time.sleep(60)")
+
+
+@pytest.mark.timeout(60)
+def test_launched_target_ready_from_proc_net_and_stopped_by_sigterm(tmp_path: Path) -> None:
+    from flodl_proto.conform.target import LaunchedTarget, port_listening
+
+    port = _free_port()
+    code = _SILENT_LISTENER.format(ignore="")
+    t = LaunchedTarget(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
+    assert t.start(_ctx(tmp_path, port), 20.0) == ("127.0.0.1", port)
+    assert port_listening(port) is True
+    assert t.wait_exit(0.1) is None
+    ex = t.stop(5.0)
+    assert (ex.status, ex.by_itself, ex.killed) == (-15, False, False)
+    assert ex.describe() == "ended by SIGTERM (no handler)"
+    assert port_listening(port) is False
+
+
+@pytest.mark.timeout(60)
+def test_launched_target_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    from flodl_proto.conform.target import LaunchedTarget
+
+    port = _free_port()
+    code = _SILENT_LISTENER.format(ignore="signal.signal(signal.SIGTERM, signal.SIG_IGN); ")
+    t = LaunchedTarget(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
+    t.start(_ctx(tmp_path, port), 20.0)
+    ex = t.stop(0.5)
+    assert (ex.status, ex.by_itself, ex.killed) == (-9, False, True)
+    assert ex.describe() == "killed by SIGKILL (SIGTERM ignored)"
+
+
+def test_launched_target_that_exits_early_is_reported(tmp_path: Path) -> None:
+    from flodl_proto.conform.target import LaunchedTarget, TargetError
+
+    t = LaunchedTarget(f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(3)'")
+    with pytest.raises(TargetError, match=r"exited \(3\) before listening"):
+        t.start(_ctx(tmp_path, _free_port()), 20.0)
+    assert t.stop(1.0).status == 3

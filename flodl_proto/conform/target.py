@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -88,18 +89,16 @@ class TargetExit:
     killed: bool = False
 
     def describe(self) -> str:
-        """``exit 0`` / ``exit 1`` / ``killed by SIGKILL after SIGTERM`` ..."""
+        """``exit 0``, ``exit 0 after SIGTERM``, ``ended by SIGTERM (no handler)``,
+        ``killed by SIGKILL (SIGTERM ignored)`` ..."""
         if self.status is None:
             return "not reaped"
-        if self.status < 0:
-            text = f"killed by {signal.Signals(-self.status).name}"
-        else:
-            text = f"exit {self.status}"
         if self.killed:
-            text += " (SIGTERM ignored)"
-        elif not self.by_itself:
-            text += " after SIGTERM"
-        return text
+            return "killed by SIGKILL (SIGTERM ignored)"
+        if self.status < 0:
+            name = signal.Signals(-self.status).name
+            return f"ended by {name}" + ("" if self.by_itself else " (no handler)")
+        return f"exit {self.status}" + ("" if self.by_itself else " after SIGTERM")
 
 
 class Target(Protocol):
@@ -160,6 +159,14 @@ def port_listening(port: int) -> bool | None:
     return False if found else None
 
 
+def _probe(addr: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(addr, timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
 class LaunchedTarget:
     """A target started from a command line (``--launch CMD``).
 
@@ -169,7 +176,8 @@ class LaunchedTarget:
 
     The kit waits for the target's ``listening on HOST:PORT`` line, or (without one) until the
     expected port is listening, read from ``/proc/net/tcp`` so that no probe connection reaches
-    the target; elsewhere it connects to probe.
+    the target; where there is no ``/proc/net`` it polls the port by connecting (a target that
+    takes that probe for a peer should print the line).
     """
 
     def __init__(self, template: str, env: Mapping[str, str] | None = None) -> None:
@@ -223,8 +231,12 @@ class LaunchedTarget:
                 if self._proc.poll() is not None:
                     raise TargetError(f"the target exited ({self._proc.returncode}) before "
                                       f"listening")
-                if port_listening(expect):
-                    return (ctx.host if ctx.role == "controller" else "127.0.0.1", expect)
+                addr = (ctx.host if ctx.role == "controller" else "127.0.0.1", expect)
+                listening = port_listening(expect)
+                if listening is None:  # no /proc/net: poll by connecting (the probe is a peer)
+                    listening = _probe(addr)
+                if listening:
+                    return addr
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TargetError(f"the target did not listen on port {expect} within "
