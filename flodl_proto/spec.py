@@ -414,6 +414,14 @@ REC_HOST_FRAME: Final = _rk["HOST_FRAME"]
 REC_BROADCAST: Final = _rk["BROADCAST"]
 CONTROL_VARIANTS: Final[Mapping[str, int]] = SPEC.enum("ControlVariant")
 CHANNELS: Final[Mapping[str, int]] = SPEC.enum("Channel")
+#: the largest u32 (``types.u32``: 4 bytes)
+U32_MAX: Final = (1 << (8 * int(SPEC.raw["types"]["u32"]["size"]))) - 1
+_hello_fields = {f["name"]: f for f in next(
+    v for v in SPEC.raw["messages"]["relay_control_msg"]["variants"] if v["name"] == "Hello"
+)["fields"]}
+#: bytes of one model signature in ``Hello.model_sigs`` (its type ``Vec<[u8; N]>``)
+MODEL_SIG_LEN: Final = int(str(_hello_fields["model_sigs"]["type"]).rsplit(";", 1)[1]
+                           .strip(" ]>"))
 _markers = SPEC.raw["messages"]["relay_control_msg"]["encoding"]["markers"]
 VARINT_SINGLE_BYTE_MAX: Final = int(_markers["single_byte_max"])
 VARINT_U16: Final = int(_markers["u16"])

@@ -30,6 +30,7 @@ from ..spec import (
     HANDSHAKE_LEN,
     HANDSHAKE_MAGIC_CONTROLLER_ACK,
     HANDSHAKE_MAGIC_RANK,
+    U32_MAX,
 )
 from ._common import BytesLike, as_view, check_version
 from .structs import CHANNEL_MAGIC, HANDSHAKE, HANDSHAKE_ACK
@@ -45,7 +46,6 @@ __all__ = [
     "expect_channel_magic",
 ]
 
-_U32_MAX = 0xFFFFFFFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION)
     """
     check_version(version)
     for name, v in (("rank", rank), ("world_size", world_size)):
-        if not 0 <= v <= _U32_MAX:
+        if not 0 <= v <= U32_MAX:
             raise protocol_error("handshake.bad_field", field=name, value=v, reason="not a u32")
     return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version,
                                   "rank": rank, "world_size": world_size}))
@@ -137,7 +137,7 @@ def encode_channel_magic(channel: str | int = "data") -> bytes:
         InvalidValue (local): unknown channel name or value outside u32.
     """
     value = CHANNELS.get(channel) if isinstance(channel, str) else channel
-    if value is None or not 0 <= value <= _U32_MAX:
+    if value is None or not 0 <= value <= U32_MAX:
         raise protocol_error("handshake.bad_field", field="channel", value=channel,
                              reason=f"not one of {sorted(CHANNELS)} or a u32")
     return bytes(CHANNEL_MAGIC.build({"magic": value}))

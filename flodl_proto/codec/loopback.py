@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import ProtocolError, protocol_error
-from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN
+from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN, U32_MAX
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
 from .auth import Premac
 from .round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_frame
@@ -32,7 +32,6 @@ __all__ = [
     "encode_len_prefix",
 ]
 
-_U32_MAX = 0xFFFFFFFF
 
 
 def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> bytes:
@@ -42,8 +41,8 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
         LimitExceeded (local): ``length`` above the frame ceiling or above u32.
     """
     check_ceiling(ceiling)
-    if length > ceiling or length > _U32_MAX or length < 0:
-        raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, _U32_MAX))
+    if length > ceiling or length > U32_MAX or length < 0:
+        raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, U32_MAX))
     return bytes(LEN_PREFIX.build({"length": length}))
 
 

@@ -32,6 +32,7 @@ from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     MAX_HELLO_HOST_LEN,
+    MODEL_SIG_LEN,
     MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     MUX_PROTOCOL_VERSION,
@@ -40,6 +41,7 @@ from ..spec import (
     REC_CONTROL,
     REC_DATA,
     REC_HOST_FRAME,
+    U32_MAX,
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, check_version
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal, update_in_parallel
@@ -71,9 +73,6 @@ __all__ = [
     "rust_debug",
 ]
 
-#: length of one model signature in ``Hello.model_sigs``
-MODEL_SIG_LEN = 32
-_U32_MAX = 0xFFFFFFFF
 
 
 class RecordKind(enum.IntEnum):
@@ -87,7 +86,7 @@ class RecordKind(enum.IntEnum):
 
 # -- control messages ----------------------------------------------------------------------------
 def _check_rank(rank: int, field: str) -> int:
-    if not 0 <= int(rank) <= _U32_MAX:
+    if not 0 <= int(rank) <= U32_MAX:
         raise protocol_error("mux.bad_field", field=field, value=rank, reason="not a u32")
     return int(rank)
 
@@ -316,7 +315,7 @@ def encode_mux_record_parts(
     check_ceiling(ceiling)
     _check_rank(rank, "rank")
     length = sum(memoryview(p).nbytes for p in payload)
-    if length > min(ceiling, _U32_MAX):
+    if length > min(ceiling, U32_MAX):
         raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
     covered = _header_bytes(kind, rank, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
     mac = new_mac(key)
@@ -371,7 +370,7 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     check_ceiling(ceiling)
     body = round_frame_pieces(frame)
     length = sum(memoryview(p).nbytes for p in body) + AUTH_TAG_LEN
-    if length > min(ceiling, _U32_MAX):
+    if length > min(ceiling, U32_MAX):
         raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
     covered = _header_bytes(int(kind), 0, length,
                             bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]

@@ -46,6 +46,7 @@ from ..spec import (
     ROUND_FRAME_MAGIC,
     ROUND_KIND_CONTROL,
     ROUND_KIND_MODEL,
+    U32_MAX,
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal
@@ -76,7 +77,6 @@ __all__ = [
     "round_frame_wire_len",
 ]
 
-_U32_MAX = 0xFFFFFFFF
 _NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32_LE = np.dtype("<f4")
@@ -149,7 +149,7 @@ class TensorPayload:
         if len(shape_t) > MAX_NDIM:
             raise protocol_error("frame.too_many_dims", index=0, ndim=len(shape_t), max=MAX_NDIM)
         for i, d in enumerate(shape_t):
-            if not 0 <= d <= _U32_MAX:
+            if not 0 <= d <= U32_MAX:
                 raise protocol_error("frame.dim_too_large", index=0, dim=i, value=d)
         object.__setattr__(self, "dtype", int(dtype))
         object.__setattr__(self, "shape", shape_t)

@@ -56,6 +56,7 @@ from ..spec import (
     DEFAULT_VERSION,
     HANDSHAKE_ACK_LEN,
     LEN_PREFIX_LEN,
+    U32_MAX,
 )
 from ._netio import (
     HASH_STEP,
@@ -78,7 +79,6 @@ log = logging.getLogger(__name__)
 
 _F32 = np.dtype("<f4")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_U32_MAX = 0xFFFFFFFF
 #: reply buffers a client keeps for reuse (the last reply is held, the next one is read)
 _REPLY_BUFFERS = 2
 #: references to a kept reply buffer that nobody else holds: the list, the loop variable and
@@ -128,7 +128,7 @@ def _check_array(index: int, a: Any) -> npt.NDArray[Any]:
     if arr.dtype not in (_F32, _BF16):
         raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
     for d, n in enumerate(arr.shape):
-        if n > _U32_MAX:
+        if n > U32_MAX:
             raise protocol_error("frame.dim_too_large", index=index, dim=d, value=n)
     return arr
 
