@@ -32,7 +32,7 @@ from flodl_proto.codec import (
     encode_mux_record_bytes,
     encode_round_frame_bytes,
 )
-from flodl_proto.errors import AuthenticationError, TruncatedInput
+from flodl_proto.errors import AuthenticationError, SequenceError, TruncatedInput
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay
@@ -225,9 +225,12 @@ def test_rank_killed_mid_round_ends_the_run_cleanly() -> None:
         outcome = ctrl.wait(30)
         assert outcome is not None and outcome.clean and outcome.reason == "rank_exit"
         assert [r.wait(30) for r in relays] == [None, None]
-        for c in clients.values():  # everyone sees end of stream, nobody hangs
-            with pytest.raises((TruncatedInput, OSError)):
+        for r, c in clients.items():  # everyone sees end of stream, nobody hangs
+            with pytest.raises((TruncatedInput, SequenceError, OSError)) as ei:
                 c.all_reduce(frame([0.0, 0.0]))
+            if isinstance(ei.value, SequenceError):  # round 2 failed: the client closed itself
+                assert ei.value.error_id == "client.closed" and isinstance(outcomes[r],
+                                                                           TruncatedInput)
             c.close()
     finally:
         victim.close()
