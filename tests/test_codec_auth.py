@@ -210,3 +210,13 @@ def test_mutated_frames_past_the_tag_never_crash(frame: RoundFrame,
         got, n = res
         if isinstance(got, RoundFrame):  # an accepted frame's encoding is unique
             assert encode_round_frame_bytes(got, salt) == data[:n]
+
+
+def test_tags_of_the_wrong_length_never_match() -> None:
+    from flodl_proto.codec.auth import tags_equal
+
+    good = bytes(range(8))
+    assert tags_equal(good, bytes(good))
+    for a, b in ((good[:7], good), (good, good[:7]), (good[:7], good[:7]), (b"", b""),
+                 (good + b"\0", good + b"\0")):
+        assert not tags_equal(a, b), (a, b)

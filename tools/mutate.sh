@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Mutation testing of one package (or all three) with mutmut, against that package's own unit and
+# property tests (never the golden vectors).
+#
+#   tools/mutate.sh codec|reduce|fsm|all [--files a.py,b.py] [--keep]
+#   tools/mutate.sh sample
+#
+# The checkout (tracked and untracked, not ignored files) is copied to a temporary directory, the
+# package's [tool.mutmut] section is appended to the copy's pyproject.toml, and mutmut runs there
+# under `nice -n 10` with at most 2 worker processes. It prints mutmut's summary and the surviving
+# mutants (`mutmut results`); docs/testing.md records the judged survivors.
+#
+# --files: mutate only these modules of the package (names relative to flodl_proto/<package>/),
+# e.g. to run a package module by module on a busy machine.
+# --keep: keep the temporary directory (its path is printed).
+# sample: the fixed small sample CI runs (a minute or two, so the habit does not rot): the
+# mutants of the tag functions of flodl_proto/codec/auth.py (compute_tag, tags_equal, tag_as_u64,
+# new_mac) against tests/test_codec_auth.py; exit status 1 when one survives that is not listed
+# in tools/mutants-equivalent.txt (mutants judged equivalent, each with its reason).
+#
+# Environment: PYTHON (default .venv/bin/python, then python3) must have mutmut installed (the
+# `test` extra).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
+fi
+PY="$(command -v "$PY")"
+
+pkg="${1:-}"
+shift || true
+files=""
+keep=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --files) files="$2"; shift 2 ;;
+        --keep) keep=1; shift ;;
+        *) echo "mutate.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+tests_for() {
+    case "$1" in
+        codec) echo "tests/test_codec.py tests/test_codec_auth.py tests/test_stream_stateful.py" ;;
+        reduce) echo "tests/test_reduce.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_host_fold_stateful.py" ;;
+        fsm) echo "tests/test_controller_core.py tests/test_lifecycle.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
+        sample) echo "tests/test_codec_auth.py" ;;
+        *) return 1 ;;
+    esac
+}
+
+run_one() {
+    local p="$1" work tests only=() f
+    tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package $p (codec, reduce, fsm, all, sample)" >&2; exit 2; }
+    if [ "$p" = sample ]; then
+        only=("flodl_proto/codec/auth.py")
+    elif [ -n "$files" ]; then
+        for f in ${files//,/ }; do only+=("flodl_proto/$p/$f"); done
+    else
+        only=("flodl_proto/$p/*")
+    fi
+    work="$(mktemp -d "${TMPDIR:-/tmp}/flodl-mutate-$p.XXXXXX")"
+    (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$work"
+    {
+        echo
+        echo "[tool.mutmut]"
+        echo "source_paths = [\"flodl_proto\"]"
+        printf 'only_mutate = ['
+        local first=1 t
+        for t in "${only[@]}"; do
+            [ $first -eq 1 ] || printf ', '
+            printf '"%s"' "$t"
+            first=0
+        done
+        echo ']'
+        # the compiled (numba) kernels cannot run through mutmut's trampolines
+        echo "do_not_mutate = [\"flodl_proto/reduce/_jit.py\"]"
+        echo "also_copy = [\"fuzz/\", \"spec/\"]"
+        printf 'pytest_add_cli_args_test_selection = ['
+        first=1
+        for t in $tests; do
+            [ $first -eq 1 ] || printf ', '
+            printf '"%s"' "$t"
+            first=0
+        done
+        echo ']'
+        echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-p", "no:randomly"]'
+    } >> "$work/pyproject.toml"
+    echo "== mutation testing ${only[*]} in $work"
+    echo "   tests: $tests"
+    local rc=0 names=()
+    if [ "$p" = sample ]; then
+        names=("flodl_proto.codec.auth.x_compute_tag__mutmut_*" "flodl_proto.codec.auth.x_tags_equal__mutmut_*"
+               "flodl_proto.codec.auth.x_tag_as_u64__mutmut_*" "flodl_proto.codec.auth.x_new_mac__mutmut_*")
+    fi
+    (cd "$work" && HYPOTHESIS_PROFILE=ci FLODL_NET_TIMEOUT_SCALE=0.1 \
+        nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") || rc=$?
+    (cd "$work" && "$PY" -m mutmut export-cicd-stats >/dev/null 2>&1 && cat mutants/mutmut-cicd-stats.json) || true
+    echo
+    echo "== surviving mutants (${only[*]})"
+    local survivors
+    survivors="$(cd "$work" && "$PY" -m mutmut results 2>/dev/null | grep -E ': (survived|no tests)' \
+        | grep -v -F -f <(sed -n 's/^\([^ #][^ ]*\) .*/\1:/p' "$ROOT/tools/mutants-equivalent.txt") || true)"
+    echo "${survivors:-none}"
+    if [ $keep -eq 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+    if [ "$p" = sample ] && [ -n "$survivors" ]; then return 1; fi
+    return $rc
+}
+
+if [ "$pkg" = all ]; then
+    status=0
+    for p in codec reduce fsm; do run_one "$p" || status=1; done
+    exit $status
+fi
+run_one "$pkg"
