@@ -464,6 +464,9 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
         if "env" in v:
             value = (f"env `{v['env']}`, default {v.get('default')}, minimum {v.get('minimum')}")
             scaled = ""
+        elif "option" in v:
+            value = f"off unless `{v['option']}`"
+            scaled = "yes" if v.get("scaled") else "no"
         else:
             value = f"{_seconds(v.get('seconds'))}"
             if "attempts" in v:

@@ -111,12 +111,14 @@ class LabCluster:
         version, bf16, rounds, elems: the ranks' protocol version, wire dtype, rounds and
             large-tensor elements.
         gate: ranks wait for :meth:`go` before each round.
+        scale: ``FLODL_NET_TIMEOUT_SCALE`` of every process (default: this process's, else 0.1).
         controller_args, relay_args: extra command-line arguments.
     """
 
     def __init__(self, lab: NetLab, groups: list[list[int]], *, version: int = 2,
                  bf16: bool = False, rounds: int = 3, elems: int = 1 << 12, gate: bool = False,
-                 controller_args: Sequence[str] = (), relay_args: Sequence[str] = ()) -> None:
+                 controller_args: Sequence[str] = (), relay_args: Sequence[str] = (),
+                 scale: float | None = None) -> None:
         self.lab = lab
         self.groups = groups
         self.world = sum(len(g) for g in groups)
@@ -129,6 +131,8 @@ class LabCluster:
         self.env = dict(os.environ, FLODL_SESSION_SALT=SALT.hex(), PYTHONUNBUFFERED="1",
                         PYTHONPATH=str(ROOT))
         self.env.setdefault("FLODL_NET_TIMEOUT_SCALE", "0.1")
+        if scale is not None:
+            self.env["FLODL_NET_TIMEOUT_SCALE"] = str(scale)
 
     # -- processes -------------------------------------------------------------------------------
     def _spawn(self, name: str, node: Node, argv: list[str], stdin: bool = False) -> Proc:

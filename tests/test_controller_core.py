@@ -1023,3 +1023,60 @@ def test_controller_core_state_machine() -> None:
 
 def test_errors_are_protocol_errors() -> None:
     assert issubclass(LimitExceeded, ProtocolError)
+
+
+# -- round deadline (an addition to upstream, off by default) --------------------------------------
+def test_round_deadline_declares_the_silent_relay_dead_and_the_round_goes_on() -> None:
+    core = started(4, round_timeout=2.5)
+    join(core, 10, [0, 1])
+    join(core, 11, [2, 3])
+    assert core.next_round_deadline() is None  # no HostFrame yet: the clock has not started
+    acts = core.receive_data(10, host_frame_bytes(f32(2.0, 4.0, weight=2.0)), now=100.0)
+    assert acts == [] and core.next_round_deadline() == 102.5
+    assert core.tick(102.4) == []  # not yet
+    acts = core.tick(102.5)
+    dd = sent(acts, SendKind.DECLARE_DEAD)
+    assert [(s.conn, record(s).control) for s in dd] == [(11, DeclareDead(2)),
+                                                         (11, DeclareDead(3))]
+    closes = [a for a in acts if isinstance(a, CloseConnection)]
+    assert closes == [CloseConnection(11, "round timeout: its ranks were declared dead", True)]
+    assert acts.index(dd[-1]) < acts.index(closes[0])  # DeclareDead first, then FIN
+    bc = sent(acts, SendKind.BROADCAST)
+    assert [s.conn for s in bc] == [10]
+    consensus = record(bc[0]).frame(SALT)
+    assert consensus is not None and consensus.weight == 2.0
+    assert consensus.tensors[0].array().tolist() == [1.0, 2.0]
+    assert core.dead_ranks.dead_ranks() == [2, 3]
+    assert core.status()["round_timeouts"] == [
+        {"round": 0, "relay": 1, "host": "h", "ranks": [2, 3], "waited": 2.5}]
+    assert core.status()["round_timeout"] == 2.5
+    # the next round waits for relay 0 only; its clock starts at its first HostFrame again
+    assert core.next_round_deadline() is None
+    acts = core.receive_data(10, host_frame_bytes(f32(1.0, 1.0, weight=2.0)), now=200.0)
+    assert [s.conn for s in sent(acts, SendKind.BROADCAST)] == [10]
+    # whatever the given-up relay still sends is never read into a round
+    assert core.receive_data(11, host_frame_bytes(f32(9.0, 9.0)), now=201.0) == []
+    assert core.round_timeouts[0]["ranks"] == [2, 3] and core.rounds == 2
+
+
+def test_round_deadline_is_off_by_default_and_a_complete_round_resets_it() -> None:
+    core = started(4)
+    join(core, 1, [0, 1])
+    join(core, 2, [2, 3])
+    core.receive_data(1, host_frame_bytes(f32(1.0)), now=0.0)
+    assert core.next_round_deadline() is None and core.tick(1e9) == []
+    assert core.dead_ranks.dead_ranks() == []
+    timed = started(4, round_timeout=1.0)
+    join(timed, 1, [0, 1])
+    join(timed, 2, [2, 3])
+    timed.receive_data(1, host_frame_bytes(f32(1.0)), now=0.0)
+    acts = timed.receive_data(2, host_frame_bytes(f32(3.0)), now=0.9)
+    assert len(sent(acts, SendKind.BROADCAST)) == 2
+    assert timed.next_round_deadline() is None and timed.tick(5.0) == []
+    assert timed.round_timeouts == [] and timed.dead_ranks.dead_ranks() == []
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_round_deadline_must_be_a_positive_number(bad: float) -> None:
+    with pytest.raises(LocalProtocolError, match="round_timeout must be a positive number"):
+        ControllerCore(2, SALT, round_timeout=bad)

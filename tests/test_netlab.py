@@ -9,13 +9,16 @@ nothing of its lab is left behind: no namespace, no process.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -261,3 +264,79 @@ def test_partition_without_a_round_timeout_is_reported_by_keepalive(lab: NetLab)
         assert codes["relay0"] == 0 and codes["relay2"] == 0, codes
     for node in lab.nodes:
         assert lab.pids(node) == []
+
+
+def _status(lab: NetLab, port: int) -> dict[str, Any]:
+    """``GET /status`` of the controller, from inside the controller's namespace."""
+    def get() -> dict[str, Any]:
+        with socket.create_connection((lab.controller.address, port), timeout=10) as s:
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return dict(json.loads(data.split(b"\r\n\r\n", 1)[1]))
+
+    return lab.call_in(lab.controller, get)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_partition_with_a_round_timeout_goes_on_without_the_host(version: int) -> None:
+    """Host 1 is blackholed between rounds; with --round-timeout its ranks are declared dead
+    within the deadline (+ margin), the other hosts' rounds go on byte-exact, /status lists the
+    event; after healing, host 1's relay learns it was declared dead and ends with a clear
+    message; nothing is left behind.
+
+    The partitioned relay's own keepalive bound (from its unacknowledged HostFrame) must not run
+    out before the round deadline has passed and the partition is healed: this cluster runs at
+    FLODL_NET_TIMEOUT_SCALE 0.2 (round deadline 3 s, keepalive bound 12 s), so a loaded machine
+    does not turn the scenario into the keepalive one."""
+    scale = 0.2
+    timeout = 15.0 * scale  # --round-timeout 15, scaled
+    groups = [[0, 1], [2, 3], [4, 5]]
+    survivors = [[0, 1], [], [4, 5]]
+    with NetLab(3) as lab, LabCluster(lab, groups, version=version, bf16=version == 3,
+                                      rounds=5, elems=1 << 12, gate=True, scale=scale,
+                                      controller_args=["--round-timeout", "15"]) as cl:
+        for k in (1, 2):  # every relay folds (and loads its kernels) before the partition
+            cl.go(range(6))
+            cl.check_rounds(range(6), k, 1)
+        lab.partition(lab.hosts[1])
+        t_go = time.monotonic()
+        cl.go(range(6))
+        ctl = cl.procs["controller"]
+
+        def detected() -> float | None:
+            return _first_err(ctl, "('h1', ranks [2, 3]) sent no HostFrame within",
+                              "round timeout")
+
+        wait_for(lambda: detected() is not None, timeout + 30, "the round timeout")
+        lab.heal(lab.hosts[1])
+        seen = detected()
+        assert seen is not None and seen - t_go <= timeout + DETECTION_MARGIN, \
+            (seen, t_go, timeout)
+        assert "('h0'" not in ctl.stderr() and "('h2'" not in ctl.stderr()
+        cl.check_rounds([0, 1, 4, 5], 3, 1, groups=survivors)
+        relay1 = cl.procs["relay1"]
+        assert relay1.wait() == 1
+        assert ("flodl-proto relay: the controller declared every rank of this host dead "
+                "(ranks [2, 3]) and closed the connection; the run goes on without this host"
+                ) in relay1.stderr(), relay1.stderr()
+        for r in (2, 3):
+            ev = cl.event(r)
+            assert ev["ev"] == "ended" and ev["round"] == 3, ev
+        st = _status(lab, cl.port)
+        assert st["dead_ranks"] == [2, 3]
+        assert [(t["round"], t["host"], t["ranks"]) for t in st["round_timeouts"]] == \
+            [(2, "h1", [2, 3])]
+        assert st["round_timeout"] == pytest.approx(timeout)
+        # the survivors go on; host 1's late HostFrame never counted
+        for k in (4, 5):
+            cl.go([0, 1, 4, 5])
+            cl.check_rounds([0, 1, 4, 5], k, 1, groups=survivors)
+        for r in (0, 1, 4, 5):
+            assert cl.event(r)["ev"] == "done"
+        codes = cl.finish()
+        assert codes["controller"] == 0 and codes["relay0"] == 0 and codes["relay2"] == 0, codes
+        for node in lab.nodes:
+            assert lab.pids(node) == []
+    assert leftovers(lab.tag) == []

@@ -6,7 +6,7 @@
                            (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
                            [--protocol-version 2|3] [--no-port-mux]
                            [--outer avg|slow-momentum:LR,MU|nesterov:LR,MU]
-                           [--checkpoint-dir DIR]
+                           [--checkpoint-dir DIR] [--round-timeout SECONDS]
 
 The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` with the bound port.
 Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
@@ -14,6 +14,11 @@ Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1
 failed (the error on stderr), 2 for a bad command line (missing or malformed salt, world size 0,
 address in use, bad ``--outer``, a ``--checkpoint-dir`` that cannot be created or written), with
 a one-line error.
+
+``--round-timeout SECONDS`` (an addition to upstream, off by default; scaled by
+``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has not arrived that long after the round's
+first one has its ranks declared dead, and the round completes with the others (a warning on
+stderr; ``round_timeouts`` in ``GET /status``).
 
 By default the controller serves flodl's single-port mux (data channel plus ``GET /status`` on the
 same port); ``--no-port-mux`` makes every connection a data-channel connection.
@@ -99,6 +104,10 @@ def register(sub: Any) -> None:
                    help="outer optimizer: avg, slow-momentum:LR,MU or nesterov:LR,MU")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="write each window's consensus as consensus-<window>.npz here")
+    p.add_argument("--round-timeout", type=float, default=None, metavar="SECONDS",
+                   help="declare a relay's ranks dead when its HostFrame has not arrived this "
+                   "long after the round's first one (scaled by FLODL_NET_TIMEOUT_SCALE; "
+                   "default: no deadline, as upstream)")
     p.set_defaults(func=run)
 
 
@@ -140,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             ctl = ReferenceController(
                 args.world_size, salt, host=host, port=port, version=args.protocol_version,
                 port_mux=not args.no_port_mux, outer=outer, checkpoint_dir=args.checkpoint_dir,
-                on_notice=_print_notice,
+                on_notice=_print_notice, round_timeout=args.round_timeout,
             )
             ctl.start()
         except (ProtocolError, OSError) as e:

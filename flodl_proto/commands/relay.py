@@ -5,10 +5,14 @@
     flodl-proto relay --controller HOST:PORT --ranks 0,1 --world-size N
                       (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
                       [--listen-port P] [--protocol-version 2|3] [--host NAME]
+                      [--rank-timeout SECONDS]
 
 The first stdout line, flushed at once, is exactly ``listening on 127.0.0.1:<bound port>``; the
 ranks of this host then connect there. When the relay ends it prints one ``relay stats ...`` line
-(bytes per leg, HostFrames, Broadcasts). Exit codes: 0 after a clean end (the controller closed,
+(bytes per leg, HostFrames, Broadcasts). ``--rank-timeout SECONDS`` (an addition to upstream, off
+by default; scaled by ``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
+long after the round's first local one is declared dead, its connection closed, and the host's
+round goes on without it (a warning on stderr). Exit codes: 0 after a clean end (the controller closed,
 the last local rank left, SIGINT/SIGTERM), 1 when the relay failed (the error on stderr), 2 for
 a bad command line.
 """
@@ -156,6 +160,10 @@ def register(sub: Any) -> None:
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--host", default=None, help="host name announced in Hello")
+    p.add_argument("--rank-timeout", type=float, default=None, metavar="SECONDS",
+                   help="declare a local rank dead when its frame has not arrived this long "
+                   "after the round's first local one (scaled by FLODL_NET_TIMEOUT_SCALE; "
+                   "default: no deadline, as upstream)")
     p.set_defaults(func=run)
 
 
@@ -166,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
         ranks = parse_ranks(args.ranks)
         controller = parse_addr(args.controller)
         relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
-                      listen_port=args.listen_port, host=args.host)
+                      listen_port=args.listen_port, host=args.host,
+                      rank_timeout=args.rank_timeout)
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto relay: {e}", file=sys.stderr)
         return 2

@@ -53,7 +53,13 @@ Rules (upstream's, facts §d.8–§d.10, and this package's departures in ``spec
   Broadcast write declares that relay's ranks dead and the round goes on (elastic scatter); when no
   relay has an alive rank the run ends cleanly;
 * while a round is incomplete, every newly dead rank is forwarded once as
-  ``Control(DeclareDead{rank})`` to the relay carrying it (a failed forward is only logged).
+  ``Control(DeclareDead{rank})`` to the relay carrying it (a failed forward is only logged);
+* round deadline (an addition, off by default: ``round_timeout``, departure ``round_timeout``): a
+  :class:`~flodl_proto.fsm.deadline.RoundDeadline` starts at the round's first HostFrame (the
+  time passed to :meth:`ControllerCore.receive_events`); when :meth:`ControllerCore.tick` finds it
+  expired, every expected relay without a HostFrame has its ranks declared dead in the ledger,
+  gets ``DeclareDead`` for each, then its connection is closed, and the round completes with the
+  others. Each such event is logged and kept in :attr:`ControllerCore.round_timeouts` (status).
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``ReduceSlots``,
 ``reduce_reader``, ``forward_dead_diffs``, ``average_and_scatter``), ``outer_optimizer.rs``,
@@ -101,6 +107,7 @@ from ..spec import (
     DEFAULT_VERSION,
     SPEC,
 )
+from .deadline import RoundDeadline
 from .events import (
     Action,
     CheckpointWindow,
@@ -199,10 +206,14 @@ class ControllerCore:
         reduce_threads: threads the reduce may split a large tensor across (default 1; the
             socket runner passes :func:`~flodl_proto.reduce.default_threads`); the core itself
             starts none.
+        round_timeout: seconds after a round's first HostFrame after which the relays that have
+            not sent theirs are declared dead (None, the default: no deadline, as upstream). The
+            caller applies ``FLODL_NET_TIMEOUT_SCALE``.
 
     Raises:
         InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
-            world size differs (``controller.ledger_mismatch``), or the salt is not 16 bytes.
+            world size differs (``controller.ledger_mismatch``), the salt is not 16 bytes, or
+            ``round_timeout`` is not a positive number (``deadline.bad_timeout``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``controller/mod.rs`` ``ClusterController::start_from_source`` and
@@ -220,6 +231,7 @@ class ControllerCore:
         checkpoint: bool = False,
         ceiling: int = DEFAULT_FRAME_CEILING,
         reduce_threads: int = 1,
+        round_timeout: float | None = None,
     ) -> None:
         if world_size <= 0:
             raise protocol_error("controller.world_size_zero")
@@ -253,6 +265,9 @@ class ControllerCore:
         self._ckpt_params: RoundFrame | None = None
         self._ckpt_buffers: RoundFrame | None = None
         self._actions: list[Action] = []
+        self._deadline = RoundDeadline(round_timeout)
+        #: relays given up by the round deadline: dicts of round, relay, host, ranks, waited (s)
+        self.round_timeouts: list[dict[str, Any]] = []
         self.lifecycle_guards = _Guards(self)
         self.lifecycle = Lifecycle(self.lifecycle_guards)  # last: the library reads the guards
 
@@ -306,6 +321,8 @@ class ControllerCore:
             "ranks_covered": self.covered,
             "dead_ranks": self.dead_ranks.dead_ranks(),
             "rounds_reduced": self.rounds,
+            "round_timeout": self._deadline.timeout,
+            "round_timeouts": [dict(t) for t in self.round_timeouts],
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "last_round": None if last is None else {
@@ -372,9 +389,11 @@ class ControllerCore:
         """
         return self._conn(conn).stream
 
-    def receive_data(self, conn: int, data: BytesLike) -> list[Action]:
-        """Bytes ``data`` arrived on ``conn`` (any split). Frames decoded from ``data`` may keep
-        views of it until their round is reduced: do not modify it meanwhile.
+    def receive_data(self, conn: int, data: BytesLike, now: float | None = None
+                     ) -> list[Action]:
+        """Bytes ``data`` arrived on ``conn`` (any split) at time ``now`` (the clock of
+        :meth:`tick`; needed for the round deadline). Frames decoded from ``data`` may keep views
+        of it until their round is reduced: do not modify it meanwhile.
 
         Raises:
             LocalProtocolError (``controller.unknown_connection``): ``conn`` was never opened.
@@ -384,10 +403,13 @@ class ControllerCore:
         c = self._conn(conn)
         if c.closed:
             return []
-        return self.receive_events(conn, c.stream.feed(data))
+        return self.receive_events(conn, c.stream.feed(data), now)
 
-    def receive_events(self, conn: int, events: Sequence[StreamEvent]) -> list[Action]:
-        """Handle events produced by ``stream(conn)`` (see :meth:`stream`)."""
+    def receive_events(self, conn: int, events: Sequence[StreamEvent],
+                       now: float | None = None) -> list[Action]:
+        """Handle events produced by ``stream(conn)`` (see :meth:`stream`) at time ``now`` (the
+        clock of :meth:`tick`; a HostFrame starts the round deadline then; None: no deadline
+        starts)."""
         if self.finished:
             return []
         c = self._conn(conn)
@@ -400,6 +422,8 @@ class ControllerCore:
                 self._handshake_event(c, ev)
             else:
                 self._relay_event(c, c.relay, ev)
+                if now is not None and c.relay.frame is not None:
+                    self._deadline.deposit(now)
         self._evaluate()
         return self._flush()
 
@@ -491,14 +515,23 @@ class ControllerCore:
             return min((c.deadline for c in self._conns.values()
                         if c.relay is None and not c.closed), default=None)
         if self.state == LifecycleState.REDUCING and not self.lifecycle_guards.round_complete:
-            return now + REDUCE_POLL
+            due = self._deadline.due()  # the round deadline (an addition), when configured
+            return now + REDUCE_POLL if due is None else min(now + REDUCE_POLL, due)
         return None
+
+    def next_round_deadline(self) -> float | None:
+        """When the current round's deadline expires (the :meth:`tick` clock), or None (no
+        round deadline configured, or no HostFrame yet this round)."""
+        return self._deadline.due() if self.state == LifecycleState.REDUCING else None
 
     def tick(self, now: float) -> list[Action]:
         """Time is ``now`` (same clock as :meth:`connection_opened`): enforce the handshake
-        deadline and forward deaths declared directly in a shared ledger."""
+        deadline and the round deadline, and forward deaths declared directly in a shared
+        ledger."""
         if self.finished:
             return []
+        if self.state == LifecycleState.REDUCING and self._deadline.expired(now):
+            self._round_deadline_expired(now)
         if self.state == LifecycleState.ACCEPTING:
             for c in list(self._conns.values()):
                 if c.relay is None and not c.closed and now >= c.deadline:
@@ -652,6 +685,27 @@ class ControllerCore:
             self._pending_error = (error, where)
 
     # -- rounds ----------------------------------------------------------------------------------
+    def _round_deadline_expired(self, now: float) -> None:
+        """Give up the expected relays without a HostFrame: their ranks are declared dead (the
+        ledger a coordinator uses), each gets DeclareDead, then its connection is closed."""
+        waited = self._deadline.waited(now)
+        late = [r for r in self._expected() if r.frame is None]
+        for relay in late:
+            alive = [r for r in relay.ranks if not self.dead_ranks.is_dead(r)]
+            log.warning("controller: round %d: relay %d ('%s', ranks %s) sent no HostFrame "
+                        "within %gs of the round's first one (round timeout); declaring its "
+                        "ranks dead and going on without it", self.rounds, relay.index,
+                        relay.host, ranks_str(relay.ranks), self._deadline.timeout)
+            self.round_timeouts.append({"round": self.rounds, "relay": relay.index,
+                                        "host": relay.host, "ranks": alive,
+                                        "waited": round(waited, 3)})
+            for r in alive:
+                self.dead_ranks.declare_dead(r)
+        self._forward_dead()
+        for relay in late:
+            self._close(self._conns[relay.conn], "round timeout: its ranks were declared dead",
+                        drain=True)
+
     def _alive(self, relay: _Relay) -> bool:
         return any(not self.dead_ranks.is_dead(r) for r in relay.ranks)
 
@@ -680,6 +734,7 @@ class ControllerCore:
                 self._forward_dead()
                 return
             self._round(expected)
+            self._deadline.reset()
 
     def _forward_dead(self) -> None:
         for rank in self.dead_ranks.dead_ranks():
@@ -761,10 +816,10 @@ class ControllerCore:
         self.bytes_out += n
         self._actions.append(SendTo(c.id, bufs, kind, n, round))
 
-    def _close(self, c: _Conn, reason: str) -> None:
+    def _close(self, c: _Conn, reason: str, *, drain: bool = False) -> None:
         if not c.closed:
             c.closed = True
-            self._actions.append(CloseConnection(c.id, reason))
+            self._actions.append(CloseConnection(c.id, reason, drain))
 
     def _fail(self, error: ProtocolError, where: str = "") -> None:
         """The run fails with ``error``; ``where`` (the outcome's detail) names the relay and

@@ -24,6 +24,7 @@ __all__ = [
     "Action",
     "CheckpointWindow",
     "CloseConnection",
+    "CloseRank",
     "DrainUpstream",
     "FanOut",
     "Finished",
@@ -70,15 +71,20 @@ class SendTo:
 
 @dataclass(frozen=True, slots=True)
 class CloseConnection:
-    """Close connection ``conn`` (both directions).
+    """Close connection ``conn`` once the records queued before it are written.
 
     Attributes:
         conn: the runner's connection id.
         reason: why (for logs).
+        drain: False: close both directions. True: send FIN only and keep reading, discarding
+            whatever arrives, until the peer closes (a relay given up by the round deadline gets
+            its DeclareDead records and the end of stream even if its late HostFrame is still
+            on the way; closing the reading side would answer that HostFrame with a reset).
     """
 
     conn: int
     reason: str
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,4 +262,19 @@ class DrainUpstream:
     (:meth:`~flodl_proto.fsm.relay_core.RelayCore.drained`)."""
 
 
-RelayAction: TypeAlias = AckRank | RankConnected | SendUpstream | FanOut | DrainUpstream | Finished
+@dataclass(frozen=True, slots=True)
+class CloseRank:
+    """Close local rank ``rank``'s loopback connection (its rank deadline passed; it is already
+    out of the fold, and no RankExit follows when its stream ends).
+
+    Attributes:
+        rank: the local rank.
+        reason: why (for logs).
+    """
+
+    rank: int
+    reason: str
+
+
+RelayAction: TypeAlias = (AckRank | RankConnected | SendUpstream | FanOut | DrainUpstream
+                          | CloseRank | Finished)

@@ -36,6 +36,15 @@ Rules (upstream's, facts §d.7, and ``spec/lifecycle.yaml``):
   ignored. The end of the controller's stream ends the relay cleanly;
 * a local rank that leaves is declared dead in the fold and reported with ``RankExit``; after the
   last one the queued records are flushed and the upstream connection closed (drain);
+* when the controller has declared every local rank dead and then closes the connection, the
+  relay fails with ``relay.host_declared_dead`` (the run goes on without this host: the
+  controller's round deadline, or a coordinator, gave it up);
+* rank deadline (an addition, off by default: ``rank_timeout``, departure ``rank_timeout``): a
+  :class:`~flodl_proto.fsm.deadline.RoundDeadline` starts at the round's first local deposit
+  (the time passed to :meth:`RelayCore.rank_frame`); when :meth:`RelayCore.tick` finds it
+  expired, every alive local rank without a deposit is declared dead in the fold (which
+  completes the host's round) and its connection is closed (:class:`CloseRank`); no
+  ``RankExit`` is sent for it, then or when its stream ends (upstream ends the run on one);
 * after :class:`~flodl_proto.fsm.events.Finished` every input is a no-op.
 
 Upstream: ``flodl/src/distributed/relay/agent.rs`` (``RelayChannel``, ``run_data_relay``,
@@ -68,8 +77,10 @@ from ..codec.round_frame import RoundFrame
 from ..errors import ProtocolError, protocol_error
 from ..reduce import HostFold
 from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION
+from .deadline import RoundDeadline
 from .events import (
     AckRank,
+    CloseRank,
     DrainUpstream,
     FanOut,
     Finished,
@@ -113,9 +124,13 @@ class RelayCore:
         version: data-channel protocol version, 2 (default) or 3.
         host: the host name announced in ``Hello``.
         ceiling: frame ceiling in bytes.
+        rank_timeout: seconds after a round's first local deposit after which the local ranks
+            that have not sent their frame are declared dead (None, the default: no deadline,
+            as upstream). The caller applies ``FLODL_NET_TIMEOUT_SCALE``.
 
     Raises:
-        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt.
+        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, or a
+            ``rank_timeout`` that is not a positive number (``deadline.bad_timeout``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -123,7 +138,8 @@ class RelayCore:
 
     def __init__(self, ranks: Iterable[int], world_size: int, salt: BytesLike, *,
                  version: int = DEFAULT_VERSION, host: str = "",
-                 ceiling: int = DEFAULT_FRAME_CEILING) -> None:
+                 ceiling: int = DEFAULT_FRAME_CEILING,
+                 rank_timeout: float | None = None) -> None:
         rank_list = [int(r) for r in ranks]
         #: the host's ranks, ascending
         self.ranks: tuple[int, ...] = tuple(sorted(rank_list))
@@ -148,6 +164,10 @@ class RelayCore:
         self.fold = HostFold(self.ranks, self.salt, version=self.version, ceiling=self.ceiling)
         self._connected: set[int] = set()
         self._gone: set[int] = set()
+        self._declared_dead: set[int] = set()  # by the controller's DeclareDead
+        self._deadline = RoundDeadline(rank_timeout, "rank_timeout")
+        #: local ranks given up by the rank deadline: dicts of round, rank, waited (s)
+        self.rank_timeouts: list[dict[str, Any]] = []
         self._actions: list[RelayAction] = []
         self.lifecycle = Lifecycle(_Guards(self), "relay")  # last: the library reads the guards
 
@@ -246,7 +266,7 @@ class RelayCore:
         return self._flush()
 
     def rank_frame(self, rank: int, blob: BytesLike, *,
-                   premac: Premac | None = None) -> list[RelayAction]:
+                   premac: Premac | None = None, now: float | None = None) -> list[RelayAction]:
         """Local rank ``rank`` sent ``blob`` (one loopback blob). The fold keeps views into it
         until the round completes: the runner must not modify it before then (see
         :attr:`HostFold.deposited <flodl_proto.reduce.HostFold.deposited>`).
@@ -255,19 +275,53 @@ class RelayCore:
             rank: a local rank.
             blob: the blob.
             premac: the MAC of the blob's bytes before its last 8, computed as they arrived.
+            now: the time (the clock of :meth:`tick`); the round's first deposit starts the
+                rank deadline (None: it does not start).
         """
         if self.finished:
             return []
+        if now is not None and rank in self.fold.alive_ranks:
+            self._deadline.deposit(now)
         try:
             self._ship(self.fold.deposit_frame(rank, blob, premac=premac))
         except ProtocolError as e:
             self._fail(e)
         return self._flush()
 
+    def next_deadline(self) -> float | None:
+        """When the current round's rank deadline expires (the :meth:`tick` clock), or None (no
+        rank deadline configured, or no local deposit yet this round)."""
+        return None if self.finished else self._deadline.due()
+
+    def tick(self, now: float) -> list[RelayAction]:
+        """Time is ``now``: enforce the rank deadline (see the module doc)."""
+        if self.finished or not self._deadline.expired(now):
+            return []
+        waited = self._deadline.waited(now)
+        late = [r for r in self.fold.alive_ranks if r not in self.fold.deposited]
+        round_ = self.fold.rounds_completed
+        for rank in late:
+            log.warning("relay %s: round %d: local rank %d sent no frame within %gs of the "
+                        "round's first one (rank timeout); declaring it dead and going on "
+                        "without it", self.host, round_, rank, self._deadline.timeout)
+            self.rank_timeouts.append({"round": round_, "rank": rank,
+                                       "waited": round(waited, 3)})
+            self._gone.add(rank)
+            try:
+                self._ship(self.fold.declare_dead_frame(rank))
+            except ProtocolError as e:
+                self._fail(e)
+                return self._flush()
+            self._actions.append(CloseRank(rank, "rank timeout"))
+        self._deadline.reset()
+        self._after_gone()
+        return self._flush()
+
     def rank_left(self, rank: int) -> list[RelayAction]:
         """Local rank ``rank``'s loopback stream ended or broke (upstream's rank reader turns
         every read error into an exit): out of the barrier, ``RankExit`` upstream, and after the
-        last one the drain. Repeats are no-ops."""
+        last one the drain. Repeats are no-ops, and so is a rank given up by the rank deadline
+        (already out, no RankExit)."""
         if self.finished or rank in self._gone or rank not in self.ranks:
             return []
         self._gone.add(rank)
@@ -280,13 +334,17 @@ class RelayCore:
         exit_rec = encode_mux_record(MuxRecord.control_msg(RankExit(rank), self.version),
                                      self.salt)
         self._actions.append(SendUpstream(tuple(exit_rec), UpstreamKind.RANK_EXIT))
+        self._after_gone()
+        return self._flush()
+
+    def _after_gone(self) -> None:
+        """After the last local rank is gone: drain; else a rank-left transition."""
         if len(self._gone) == len(self.ranks):
             log.info("relay %s: last local rank left; closing upstream", self.host)
             self.lifecycle.fire(RelayEvent.LAST_RANK_LEFT)
             self._actions.append(DrainUpstream())
         else:
             self.lifecycle.fire(RelayEvent.RANK_LEFT)
-        return self._flush()
 
     def drained(self) -> list[RelayAction]:
         """Every queued record was written and the upstream write side closed (clean end)."""
@@ -334,6 +392,10 @@ class RelayCore:
 
     def _controller_record(self, rec: MuxRecord | None) -> None:
         if rec is None:
+            if self._declared_dead >= set(self.ranks):
+                self._fail(protocol_error("relay.host_declared_dead",
+                                          ranks=ranks_str(sorted(self._declared_dead))))
+                return
             log.info("relay %s: controller closed the connection", self.host)
             self._finish(RelayEvent.CONTROLLER_CLOSED,
                          detail="the controller closed the connection")
@@ -347,7 +409,8 @@ class RelayCore:
                 log.warning("relay %s: DeclareDead for rank %d, not one of ours %s",
                             self.host, rank, ranks_str(self.ranks))
                 return
-            log.info("relay %s: controller declared rank %d dead", self.host, rank)
+            log.warning("relay %s: controller declared rank %d dead", self.host, rank)
+            self._declared_dead.add(rank)
             try:
                 self._ship(self.fold.declare_dead_frame(rank))
             except ProtocolError as e:
@@ -366,6 +429,7 @@ class RelayCore:
             parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
                                             self.salt, ceiling=self.ceiling)
         self._actions.append(SendUpstream(tuple(parts), UpstreamKind.HOST_FRAME))
+        self._deadline.reset()  # the host's round is complete
 
     def _fail(self, error: ProtocolError) -> None:
         log.info("relay %s (ranks %s) failed: %s", self.host, ranks_str(self.ranks), error)

@@ -68,6 +68,7 @@ from ..codec.stream import (
 )
 from ..errors import ProtocolError
 from ..fsm.controller_core import ControllerCore
+from ..fsm.deadline import check_timeout
 from ..fsm.events import (
     Action,
     CheckpointWindow,
@@ -145,6 +146,12 @@ class RoundReport:
 ControllerNotice: TypeAlias = RelayJoined | RoundReport
 
 
+class _Drain(str):
+    """A close request (its reason) that sends FIN only: see ``CloseConnection.drain``."""
+
+    __slots__ = ()
+
+
 #: an item of a connection's outbox: a record to write, a close request (its reason) or None
 #: (the writer exits)
 _OutItem: TypeAlias = SendTo | str | None
@@ -194,10 +201,16 @@ class ReferenceController:
         ceiling: frame ceiling in bytes.
         on_notice: called on the coordinator thread with each :class:`RelayJoined` and
             :class:`RoundReport` (keep it short; exceptions are logged and ignored).
+        round_timeout: seconds (before ``FLODL_NET_TIMEOUT_SCALE``, applied here) after a
+            round's first HostFrame after which a relay that has not sent its own has its ranks
+            declared dead and the round completes without it (an addition to upstream, spec
+            departure ``round_timeout``; default None: no deadline). Logged, and listed in
+            :meth:`status` as ``round_timeouts``.
 
     Raises:
         InvalidValue (local): ``world_size`` is 0, the ledger size differs, the salt is not 16
-            bytes; VersionMismatch (local): unsupported version.
+            bytes, ``round_timeout`` is not a positive number; VersionMismatch (local):
+            unsupported version.
 
     Use as a context manager (``start()`` on enter, ``shutdown()`` on exit), or call
     :meth:`start`, then :meth:`wait` and/or :meth:`shutdown`.
@@ -220,10 +233,14 @@ class ReferenceController:
         dead_ranks: DeadRanks | None = None,
         ceiling: int = DEFAULT_FRAME_CEILING,
         on_notice: Callable[[ControllerNotice], None] | None = None,
+        round_timeout: float | None = None,
     ) -> None:
+        timeout = check_timeout("round_timeout", round_timeout)
+        scaled = None if timeout is None else timeout * net_timeout_scale()
         self._core = ControllerCore(world_size, salt, version=version, dead_ranks=dead_ranks,
                                     outer=outer, checkpoint=checkpoint_dir is not None,
-                                    ceiling=ceiling, reduce_threads=default_threads())
+                                    ceiling=ceiling, reduce_threads=default_threads(),
+                                    round_timeout=scaled)
         self._host = host
         self._req_port = int(port)
         self._port_mux = port_mux
@@ -450,7 +467,7 @@ class ReferenceController:
         core = self._core
         kind = item[0]
         if kind == "events":
-            return core.receive_events(item[1], item[2])
+            return core.receive_events(item[1], item[2], now)
         if kind == "opened":
             return core.connection_opened(item[1], now, stream=item[2])
         if kind == "dead":
@@ -474,7 +491,7 @@ class ReferenceController:
                     broadcasts[a.round] = broadcasts.get(a.round, 0) + 1
                 self._enqueue(a)
             elif isinstance(a, CloseConnection):
-                self._close_conn(a.conn, a.reason)
+                self._close_conn(a.conn, a.reason, drain=a.drain)
             elif isinstance(a, RelayJoined):
                 self._notify(a)
             elif isinstance(a, RoundScattered):
@@ -553,7 +570,8 @@ class ReferenceController:
             if isinstance(item, str):  # close, after the records queued before
                 log.debug("controller: closing connection %d (%s): %s", conn.id, conn.addr,
                           item)
-                shutdown_quietly(conn.sock)
+                shutdown_quietly(conn.sock, socket.SHUT_WR if isinstance(item, _Drain)
+                                 else socket.SHUT_RDWR)
                 failed = failed or "connection closed"
                 continue
             error = failed
@@ -568,12 +586,14 @@ class ReferenceController:
                 self._events.put(("written", conn.id, item, error))
             item = None  # hold no record buffers while waiting
 
-    def _close_conn(self, conn_id: int, reason: str) -> None:
+    def _close_conn(self, conn_id: int, reason: str, *, drain: bool = False) -> None:
         conn = self._conns.get(conn_id)
         if conn is None or conn.closed:
             return
         conn.closed = True
-        conn.outbox.put(reason)  # closed by its writer, once the records queued before are out
+        # closed by its writer, once the records queued before are out; a drained connection
+        # only gets FIN (its reader goes on reading and the core ignores what arrives)
+        conn.outbox.put(_Drain(reason) if drain else reason)
 
     def _teardown(self) -> None:
         """Close everything and join every thread but the coordinator (which runs this).

@@ -48,8 +48,10 @@ from ..codec.loopback import decode_len_prefix
 from ..codec.mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
 from ..codec.plans import frame_macs, record_macs
 from ..errors import ProtocolError
+from ..fsm.deadline import check_timeout
 from ..fsm.events import (
     AckRank,
+    CloseRank,
     DrainUpstream,
     FanOut,
     Finished,
@@ -68,6 +70,7 @@ from ..spec import (
     MUX_HEADER_LEN,
     RELAY_DATA_LOOPBACK_OFFSET,
     RELAY_OUTBOUND_QUEUE,
+    net_timeout_scale,
 )
 from ._netio import (
     MacRange,
@@ -142,11 +145,16 @@ class Relay:
             default), ``0`` = any free port (read :attr:`port` after :meth:`start`).
         host: the host name announced in ``Hello`` (diagnostic; default the machine's name).
         ceiling: frame ceiling in bytes for every length read (default 1 GiB).
+        rank_timeout: seconds (before ``FLODL_NET_TIMEOUT_SCALE``, applied here) after a
+            round's first local deposit after which a local rank that has not sent its frame is
+            declared dead, its connection closed, and the host's round completes without it (an
+            addition to upstream, spec departure ``rank_timeout``; default None: no deadline).
 
     Use as a context manager, or call :meth:`start`, then :meth:`wait` (or :meth:`shutdown`).
 
     Raises:
-        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt.
+        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, a
+            ``rank_timeout`` that is not a positive number (``deadline.bad_timeout``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -164,12 +172,16 @@ class Relay:
         listen_port: int | None = None,
         host: str | None = None,
         ceiling: int = DEFAULT_FRAME_CEILING,
+        rank_timeout: float | None = None,
     ) -> None:
         self._controller = (parse_addr(controller) if isinstance(controller, str)
                             else (controller[0], int(controller[1])))
         self.host = host if host is not None else socket.gethostname()
+        timeout = check_timeout("rank_timeout", rank_timeout)
         self._core = RelayCore(ranks, world_size, salt, version=version, host=self.host,
-                               ceiling=ceiling)
+                               ceiling=ceiling,
+                               rank_timeout=None if timeout is None
+                               else timeout * net_timeout_scale())
         self.ranks: tuple[int, ...] = self._core.ranks
         self.world_size = self._core.world_size
         self._salt = self._core.salt
@@ -336,7 +348,9 @@ class Relay:
             self._dial_upstream()
             self._ready.set()
             self._spawn_workers()
-            self._stop.wait()
+            while not self._stop.wait(poll_interval()):
+                if self._core.next_deadline() is not None:  # the rank deadline (if any)
+                    self._core_call(self._core.tick, time.monotonic())
         except BaseException as e:  # every failure ends the relay; reported by wait()
             self._fail(e)
         finally:
@@ -525,6 +539,10 @@ class Relay:
                     self._enqueue(list(a.buffers))
                 elif isinstance(a, DrainUpstream):
                     self._enqueue(_DRAINED)
+                elif isinstance(a, CloseRank):
+                    with self._lock:
+                        sock = self._rank_socks.get(a.rank)
+                    shutdown_quietly(sock)  # its reader ends; the core sends no RankExit
                 elif isinstance(a, Finished):
                     self._finished(a)
                 else:  # pragma: no cover - accept-phase actions never come from these inputs
@@ -549,7 +567,8 @@ class Relay:
                     break
                 blob, premac = got
                 # the deposit and its HostFrame are queued in round order
-                self._core_call(self._core.rank_frame, rank, blob, premac=premac)
+                self._core_call(self._core.rank_frame, rank, blob, premac=premac,
+                                now=time.monotonic())
             else:
                 return
             # local end of stream (or a broken loopback stream): out of the barrier, tell upstream

@@ -1,0 +1,352 @@
+"""WAN benchmark: round time against the network floor, with the cluster in the network lab.
+
+The controller and every host run in network namespaces of their own joined by a bridge
+(``flodl_proto.netlab``); every link (the controller's and each host's) is capped at the same rate
+in each direction with a token bucket. Each host runs one relay and two ranks. For each
+configuration (world size W on W / 2 hosts, wire dtype, link cap) it runs H warm-up rounds (every
+relay folds once: compiled kernels load) and ``--rounds`` measured rounds of 64 MiB frames (four
+tensors) at protocol version 3 in which one host's ranks are idle each round (round k: host
+k mod H). Idle ranks send elided frames of weight 0, so that host's HostFrame is elided too: the
+relay fold keeps an all-elided round elided, while a tensor elided by only some deposits, or only
+some tensors of a frame, comes out of the fold as real zeros, as upstream's fold does. It prints
+the median round time (max over ranks) beside the network floor:
+
+    floor = (bytes into the controller + bytes out of it) per round / link cap
+
+Every host's HostFrame must reach the controller before the consensus exists, and every host's
+Broadcast leaves it afterwards, so the two directions of the controller's link cannot overlap
+within a round: the floor is the sum of both directions' bytes divided by the cap. Bytes are the
+mux records' bytes (record header, frame, tags; not TCP/IP headers, about 5 % more on the wire).
+
+Target: round time <= 1.2 x floor at 100 Mbit/s (the network, not the CPU, is the bottleneck
+there); the 1 Gbit/s rows are printed for information (on a 2-core machine the CPU is the
+bottleneck there). Exit 1 when a target is missed (``--no-verdict``: always 0).
+
+Before each configuration the script waits (up to ``--quiet-wait`` seconds) for the machine to be
+quiet (other processes using less than ``--quiet-cores`` cores) and records the CPU time other
+processes used during the run, in cores, beside the figures.
+
+    sudo python bench/wan.py                  # W = 4, 8; f32, bf16; 100 Mbit/s and 1 Gbit/s
+    sudo python bench/wan.py --write          # also replace the WAN section of bench/RESULTS.md
+    sudo python bench/wan.py --caps 100 --worlds 4 --no-verdict
+
+Needs root, iproute2 and nftables (the network lab); says why in one line and exits 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MiB = 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
+TENSORS = 4
+SECTION = "## WAN (bench/wan.py)"
+TARGET = 1.2
+TARGET_CAP = 100
+
+
+# -- rank worker (a separate process, inside a host's namespace) ---------------------------------
+def worker(cfg: dict[str, Any]) -> None:
+    """One rank: connect, run warm-up + measured rounds, print one JSON line of round times."""
+    import ml_dtypes
+
+    from flodl_proto.codec import Dtype, RoundFrame, RoundKind, TensorPayload
+    from flodl_proto.runner.rank import RankClient
+
+    bf16 = cfg["dtype"] == "bf16"
+    wire = Dtype.BF16 if bf16 else Dtype.F32
+    per = int(cfg["mib"] * MiB) // TENSORS // (2 if bf16 else 4)
+    tensors = []
+    for _ in range(TENSORS):
+        a = (np.arange(per, dtype=np.float32) % 997) * np.float32(1e-3) + np.float32(cfg["rank"])
+        data = a.astype(ml_dtypes.bfloat16) if bf16 else a
+        tensors.append(TensorPayload(int(wire), (per,), data.view(np.uint8).data))
+    full = RoundFrame(RoundKind.MODEL, 1.0, tensors)
+    idle = RoundFrame(RoundKind.MODEL, 0.0,
+                      [TensorPayload.elide(int(wire), (per,)) for _ in range(TENSORS)])
+    salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
+    times = []
+    with RankClient.connect(cfg["relay"], cfg["rank"], cfg["world"], salt, 3) as client:
+        for k in range(cfg["warmup"] + cfg["rounds"]):
+            t0 = time.perf_counter()
+            client.all_reduce(idle if k % cfg["hosts"] == cfg["host"] else full)
+            dt = time.perf_counter() - t0
+            if k >= cfg["warmup"]:
+                times.append(dt)
+    print(json.dumps({"rank": cfg["rank"], "times": times}), flush=True)
+
+
+# -- machine load --------------------------------------------------------------------------------
+def _busy_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals) - idle, sum(vals)
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process and its reaped children."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+def _tick() -> float:
+    return float(os.sysconf("SC_CLK_TCK"))
+
+
+def others_cores(seconds: float = 1.0) -> float:
+    """Cores other processes kept busy over the next ``seconds`` (this process idle)."""
+    b0, _ = _busy_ticks()
+    own0 = _own_cpu()
+    time.sleep(seconds)
+    b1, _ = _busy_ticks()
+    return max(0.0, ((b1 - b0) / _tick() - (_own_cpu() - own0)) / seconds)
+
+
+def wait_quiet(limit: float, max_wait: float) -> tuple[float, float]:
+    """Wait until other processes use less than ``limit`` cores (at most ``max_wait`` s);
+    return (seconds waited, their last measured use in cores)."""
+    t0 = time.monotonic()
+    load = others_cores()
+    while load >= limit and time.monotonic() - t0 < max_wait:
+        load = others_cores(2.0)
+    return time.monotonic() - t0, load
+
+
+# -- one configuration in the lab ----------------------------------------------------------------
+@dataclass
+class Result:
+    """One configuration's figures."""
+
+    world: int
+    hosts: int
+    dtype: str
+    cap: float
+    median: float
+    bytes_in: int
+    bytes_out: int
+    others: float  # cores other processes used during the run
+    waited: float
+
+    @property
+    def floor(self) -> float:
+        return (self.bytes_in + self.bytes_out) * 8 / (self.cap * 1e6)
+
+    @property
+    def ratio(self) -> float:
+        return self.median / self.floor
+
+
+def _spawn(lab: Any, node: Any, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    p: subprocess.Popen[str] = lab.popen(node, [sys.executable, *argv], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=env,
+                                         cwd=str(ROOT))
+    return p
+
+
+def _readline(p: subprocess.Popen[str], what: str, timeout: float = 120.0) -> str:
+    q: queue.Queue[str] = queue.Queue()
+    t = threading.Thread(target=lambda: q.put(p.stdout.readline() if p.stdout else ""))
+    t.start()
+    try:
+        line = q.get(timeout=timeout)
+    except queue.Empty:
+        raise RuntimeError(f"{what}: no output within {timeout:g}s") from None
+    finally:
+        t.join(timeout=1.0)
+    if not line:
+        raise RuntimeError(f"{what} exited: {p.stderr.read()[-2000:] if p.stderr else ''}")
+    return line.strip()
+
+
+def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> Result:
+    """Build a lab of ``world / 2`` hosts capped at ``cap`` Mbit/s and run one configuration."""
+    from flodl_proto.netlab import NetLab
+
+    hosts = [[2 * h, 2 * h + 1] for h in range(world // 2)]
+    env = dict(os.environ, FLODL_SESSION_SALT=os.urandom(16).hex(), PYTHONUNBUFFERED="1",
+               FLODL_NET_TIMEOUT_SCALE="1.0", PYTHONPATH=str(ROOT))
+    with NetLab(len(hosts)) as lab:
+        for node in lab.nodes:
+            lab.set_rate(node, cap)
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            ctrl = _spawn(lab, lab.controller, [
+                "-m", "flodl_proto.cli", "controller", "--listen", f"{lab.controller.address}:0",
+                "--world-size", str(world), "--protocol-version", "3"], env)
+            procs.append(ctrl)
+            caddr = _readline(ctrl, "controller").split()[-1]
+            relays = [_spawn(lab, lab.hosts[h], [
+                "-m", "flodl_proto.cli", "relay", "--controller", caddr, "--ranks",
+                ",".join(map(str, g)), "--world-size", str(world), "--listen-port", "0",
+                "--protocol-version", "3", "--host", f"h{h}"], env)
+                for h, g in enumerate(hosts)]
+            procs += relays
+            relay_addr = [_readline(r, f"relay{h}").split()[-1] for h, r in enumerate(relays)]
+            ranks = []
+            for h, g in enumerate(hosts):
+                for rank in g:
+                    cfg = {"rank": rank, "world": world, "relay": relay_addr[h], "mib": mib,
+                           "dtype": dtype, "warmup": len(hosts), "rounds": rounds, "host": h,
+                           "hosts": len(hosts)}
+                    ranks.append(_spawn(lab, lab.hosts[h], [
+                        str(Path(__file__).resolve()), "--worker", json.dumps(cfg)], env))
+            procs += ranks
+            b0, _ = _busy_ticks()
+            own0 = _own_cpu()
+            t0 = time.monotonic()
+            per_rank = []
+            for p in ranks:
+                out, err = p.communicate(timeout=3600)
+                if p.returncode != 0:
+                    for q in procs[:1 + len(hosts)]:  # the controller's and relays' last words
+                        if q.poll() is None:
+                            q.kill()
+                    tails = "\n".join(q.communicate()[1][-1500:] for q in procs[:1 + len(hosts)])
+                    raise RuntimeError(f"rank failed: {err[-1500:]}\n{tails}")
+                per_rank.append(json.loads(out.strip().splitlines()[-1])["times"])
+            for p in procs:
+                p.wait(timeout=120)
+            wall = time.monotonic() - t0
+            b1, _ = _busy_ticks()
+            others = max(0.0, ((b1 - b0) / _tick() - (_own_cpu() - own0)) / wall)
+            ctl_out = ctrl.communicate()[0]
+            relay_out = [r.communicate()[0] for r in relays]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate()
+    times = [max(ts) for ts in zip(*per_rank, strict=True)]
+    # the relays' counters: every byte each relay wrote to / read from the controller over the
+    # warm-up and the measured rounds (Hello, HelloAck, RankExits: a few hundred bytes in all)
+    up = sum(int(re.search(r"upstream_out=(\d+)", o).group(1))  # type: ignore[union-attr]
+             for o in relay_out)
+    down = sum(int(re.search(r"upstream_in=(\d+)", o).group(1))  # type: ignore[union-attr]
+               for o in relay_out)
+    if "round" not in ctl_out:
+        raise RuntimeError("the controller reported no round")
+    total = len(hosts) + rounds
+    per_round_in, per_round_out = up / total, down / total
+    return Result(world, len(hosts), dtype, cap, statistics.median(times), int(per_round_in),
+                  int(per_round_out), others, 0.0)
+
+
+def _unit(cap: float) -> str:
+    return f"{cap / 1000:g} Gbit/s" if cap >= 1000 else f"{cap:g} Mbit/s"
+
+
+def main() -> int:
+    """Run the configurations, print the table and the verdict; return the exit code."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--worlds", default="4,8", help="comma-separated world sizes (even)")
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--caps", default="100,1000", help="link caps in Mbit/s")
+    ap.add_argument("--mib", type=float, default=64.0, help="frame size in MiB (default 64)")
+    ap.add_argument("--rounds", type=int, default=3, help="measured rounds (default 3)")
+    ap.add_argument("--quiet-cores", type=float, default=0.5,
+                    help="wait until other processes use fewer cores than this (default 0.5)")
+    ap.add_argument("--quiet-wait", type=float, default=120.0,
+                    help="longest wait for a quiet machine, seconds (default 120)")
+    ap.add_argument("--no-verdict", action="store_true", help="exploration: always exit 0")
+    ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
+    args = ap.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return 0
+    sys.path.insert(0, str(ROOT))
+    from flodl_proto.netlab import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        print(f"bench/wan.py: {reason}", file=sys.stderr)
+        return 2
+    worlds = [int(w) for w in args.worlds.split(",")]
+    if any(w < 2 or w % 2 for w in worlds):
+        print("bench/wan.py: world sizes must be even (two ranks per host)", file=sys.stderr)
+        return 2
+    dtypes = args.dtypes.split(",")
+    caps = [float(c) for c in args.caps.split(",")]
+    cores = _cores()
+    header = ("| W | hosts | dtype | link cap | median round | network floor | ratio | "
+              "in / out per round | other processes |\n"
+              "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    intro = (f"{cores} cores; {args.mib:g} MiB frames (4 tensors), protocol v3, one host idle "
+             f"per round (elided), H warm-up + {args.rounds} measured rounds; other processes ="
+             " cores other processes kept busy during the run")
+    print(intro, flush=True)
+    print(header, flush=True)
+    results: list[Result] = []
+    lines = []
+    for cap in caps:
+        for world in worlds:
+            for dtype in dtypes:
+                waited, _ = wait_quiet(args.quiet_cores, args.quiet_wait)
+                res = run_config(world, dtype, cap, args.mib, args.rounds)
+                res.waited = waited
+                results.append(res)
+                row = (f"| {res.world} | {res.hosts} | {dtype} | {_unit(cap)} | "
+                       f"{res.median:.2f} s | {res.floor:.2f} s | {res.ratio:.2f} | "
+                       f"{res.bytes_in / MiB:.1f} / {res.bytes_out / MiB:.1f} MiB | "
+                       f"{res.others:.2f} cores |")
+                lines.append(row)
+                print(row, flush=True)
+    judged = [r for r in results if r.cap == TARGET_CAP]
+    worst = max((r.ratio for r in judged), default=None)
+    if worst is None:
+        verdict = f"no {TARGET_CAP} Mbit/s configuration run: no verdict"
+        ok = True
+    else:
+        ok = worst <= TARGET
+        verdict = (f"target round <= {TARGET} x network floor at {TARGET_CAP} Mbit/s: "
+                   f"{'met' if ok else 'NOT met'} (worst {worst:.2f})")
+    print(verdict, flush=True)
+    if args.write:
+        _write_results("\n".join([intro, "", header, *lines, verdict]))
+    if args.no_verdict:
+        return 0
+    return 0 if ok else 1
+
+
+def _write_results(body: str) -> None:
+    path = ROOT / "bench" / "RESULTS.md"
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    section = (f"{SECTION}\n\n`sudo python bench/wan.py` — the cluster in the network lab "
+               "(controller and each host in network namespaces behind a bridge; every link "
+               "capped with a token bucket in both directions), median round (max over ranks) "
+               "against the network floor, (bytes into + out of the controller per round) / "
+               "cap; see the script's docstring.\n\n```\n" + body + "\n```\n")
+    start = text.find(SECTION)
+    if start >= 0:
+        nxt = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + ("\n" + text[nxt + 1:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

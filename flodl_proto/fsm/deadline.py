@@ -1,0 +1,74 @@
+"""Round deadlines (an addition to upstream): the decision when a silent peer's share of a round
+is given up. Sans-IO: the clock is passed in.
+
+A :class:`RoundDeadline` starts at the round's first deposit (the first HostFrame at the
+controller, the first local rank's frame at a relay) and expires ``timeout`` seconds later; the
+core that owns it then declares the peers that have not deposited dead and completes the round
+with the others. Departures ``round_timeout`` and ``rank_timeout`` in ``spec/wire.yaml``; the
+timeouts are off unless configured (upstream leaves failure detection to its coordinator).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import protocol_error
+
+__all__ = ["RoundDeadline", "check_timeout"]
+
+
+def check_timeout(name: str, seconds: float | None) -> float | None:
+    """``seconds`` as a float when it is a positive finite number, None when None.
+
+    Raises:
+        InvalidValue (local, ``deadline.bad_timeout``): zero, negative, NaN or infinite.
+    """
+    if seconds is None:
+        return None
+    value = float(seconds)
+    if not (math.isfinite(value) and value > 0):
+        raise protocol_error("deadline.bad_timeout", name=name, value=seconds)
+    return value
+
+
+class RoundDeadline:
+    """The deadline of the current round.
+
+    Args:
+        timeout: seconds from the round's first deposit (None: never expires).
+
+    Raises:
+        InvalidValue (local, ``deadline.bad_timeout``): ``timeout`` is not positive and finite.
+    """
+
+    __slots__ = ("started", "timeout")
+
+    def __init__(self, timeout: float | None, name: str = "round_timeout") -> None:
+        self.timeout = check_timeout(name, timeout)
+        #: time of the current round's first deposit (None: no deposit yet)
+        self.started: float | None = None
+
+    def deposit(self, now: float) -> None:
+        """A deposit arrived at ``now`` (seconds, any monotonic clock): the first one of the
+        round starts the clock."""
+        if self.started is None:
+            self.started = now
+
+    def due(self) -> float | None:
+        """When the deadline expires (None: disabled, or no deposit yet this round)."""
+        if self.timeout is None or self.started is None:
+            return None
+        return self.started + self.timeout
+
+    def expired(self, now: float) -> bool:
+        """True when the deadline has passed at ``now``."""
+        due = self.due()
+        return due is not None and now >= due
+
+    def waited(self, now: float) -> float:
+        """Seconds since the round's first deposit (0.0 before it)."""
+        return 0.0 if self.started is None else max(0.0, now - self.started)
+
+    def reset(self) -> None:
+        """The round completed: the next deposit starts the next round's clock."""
+        self.started = None
