@@ -61,6 +61,7 @@ from flodl_proto.errors import (
 )
 from flodl_proto.fsm.events import (
     AckRank,
+    CloseRank,
     DrainUpstream,
     FanOut,
     Finished,
@@ -539,3 +540,69 @@ def test_relay_core_state_machine() -> None:
     for path in ("death mid-round", "RankExit", "elided deposit (v3)", "fault: tag",
                  "fault: double", "fault: schema"):
         assert REACHED[path] >= 1, (path, dict(REACHED))
+
+
+# -- additions to upstream: the rank deadline, a host declared dead --------------------------------
+def _blob(value: float, weight: float = 1.0) -> bytes:
+    return encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, weight, [
+        TensorPayload.from_array(np.asarray([value, 2 * value], np.float32))]), SALT)
+
+
+def _timed_core(timeout: float | None) -> RelayCore:
+    core = RelayCore((0, 1, 2), 3, SALT, version=2, host="h0", rank_timeout=timeout)
+    for r in (0, 1, 2):
+        core.rank_handshake(encode_handshake(r, 3, 2))
+    core.dialed()
+    core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), 2), 2))
+    return core
+
+
+def test_rank_deadline_declares_the_silent_rank_dead_and_ships_the_others() -> None:
+    core = _timed_core(1.5)
+    assert core.next_deadline() is None
+    assert core.rank_frame(0, _blob(1.0), now=10.0) == []
+    assert core.next_deadline() == 11.5
+    assert core.rank_frame(2, _blob(3.0), now=10.5) == []
+    assert core.tick(11.4) == []
+    acts = core.tick(11.5)
+    (host_frame,) = _upstream(acts, UpstreamKind.HOST_FRAME)
+    frame = decode_round_frame(host_frame.payload, SALT)[0]
+    assert frame.weight == 2.0 and frame.tensors[0].array().tolist() == [4.0, 8.0]
+    assert CloseRank(1, "rank timeout") in acts
+    assert _upstream(acts, UpstreamKind.RANK_EXIT) == []  # no RankExit: that ends the run
+    assert core.rank_timeouts == [{"round": 0, "rank": 1, "waited": 1.5}]
+    assert core.fold.alive_ranks == (0, 2) and core.next_deadline() is None
+    # its stream ends afterwards: still no RankExit; the others fold on
+    assert core.rank_left(1) == []
+    core.rank_frame(0, _blob(1.0), now=20.0)
+    (rec,) = _upstream(core.rank_frame(2, _blob(1.0), now=20.1), UpstreamKind.HOST_FRAME)
+    assert decode_round_frame(rec.payload, SALT)[0].weight == 2.0
+    assert not core.finished
+
+
+def test_rank_deadline_is_off_by_default_and_validated() -> None:
+    core = _timed_core(None)
+    core.rank_frame(0, _blob(1.0), now=0.0)
+    assert core.next_deadline() is None and core.tick(1e9) == []
+    assert core.fold.alive_ranks == (0, 1, 2)
+    for bad in (0.0, -2.0, float("nan")):
+        with pytest.raises(InvalidValue, match="rank_timeout must be a positive number"):
+            RelayCore((0,), 1, SALT, rank_timeout=bad)
+
+
+def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_message() -> None:
+    core = _connected_core((2, 3), 4, 3)
+    for r in (2, 3):
+        assert _upstream(core.upstream_record(_record(
+            MuxRecord.control_msg(DeclareDead(r), 3), 3)), UpstreamKind.RANK_EXIT) == []
+    (fin,) = core.upstream_record(None)
+    assert isinstance(fin, Finished) and not fin.outcome.clean
+    assert isinstance(fin.outcome.error, SequenceError)
+    assert str(fin.outcome.error) == (
+        "the controller declared every rank of this host dead (ranks [2, 3]) and closed the "
+        "connection; the run goes on without this host")
+    # only some ranks declared dead: the end of stream is the usual clean end
+    core = _connected_core((2, 3), 4, 3)
+    core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(2), 3), 3))
+    (fin,) = core.upstream_record(None)
+    assert isinstance(fin, Finished) and fin.outcome.clean

@@ -12,9 +12,9 @@ ranks of this host then connect there. When the relay ends it prints one ``relay
 (bytes per leg, HostFrames, Broadcasts). ``--rank-timeout SECONDS`` (an addition to upstream, off
 by default; scaled by ``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
 long after the round's first local one is declared dead, its connection closed, and the host's
-round goes on without it (a warning on stderr). Exit codes: 0 after a clean end (the controller closed,
-the last local rank left, SIGINT/SIGTERM), 1 when the relay failed (the error on stderr), 2 for
-a bad command line.
+round goes on without it (a warning on stderr). Exit codes: 0 after a clean end (the controller
+closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay failed (the error on stderr,
+e.g. the controller declared every rank of this host dead), 2 for a bad command line.
 """
 
 from __future__ import annotations
