@@ -131,6 +131,9 @@ class LabCluster:
         self.env = dict(os.environ, FLODL_SESSION_SALT=SALT.hex(), PYTHONUNBUFFERED="1",
                         PYTHONPATH=str(ROOT))
         self.env.setdefault("FLODL_NET_TIMEOUT_SCALE", "0.1")
+        # the NumPy kernels (the compiled ones give the same bytes): no compile or cache load
+        # stretches a round on a loaded machine; these tests are about the network
+        self.env["FLODL_PROTO_KERNELS"] = "numpy"
         if scale is not None:
             self.env["FLODL_NET_TIMEOUT_SCALE"] = str(scale)
 
@@ -217,7 +220,7 @@ class LabCluster:
             got = []
             while len(got) < upto:
                 ev = self.event(r)
-                assert ev["ev"] == "round", (r, ev, self.procs[f"rank{r}"].stderr()[-800:])
+                assert ev["ev"] == "round", (r, ev, self.procs["controller"].stderr()[-1500:])
                 got.append(ev)
             out[r] = got
         return out
@@ -273,6 +276,15 @@ def _collect(stream: IO[str], sink: list[tuple[float, str]]) -> None:
     for line in stream:
         sink.append((time.monotonic(), line.rstrip("\n")))
     stream.close()
+
+
+def record_figure(scenario: str, **values: Any) -> None:
+    """Append one JSON line of measured figures to ``$FLODL_NETLAB_FIGURES`` when it is set
+    (the numbers docs/reliability.md reports); a no-op otherwise."""
+    path = os.environ.get("FLODL_NETLAB_FIGURES")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"scenario": scenario, **values}) + "\n")
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = EVENT_TIMEOUT, what: str = "") -> None:

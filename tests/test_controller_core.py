@@ -1048,7 +1048,7 @@ def test_round_deadline_declares_the_silent_relay_dead_and_the_round_goes_on() -
     assert consensus.tensors[0].array().tolist() == [1.0, 2.0]
     assert core.dead_ranks.dead_ranks() == [2, 3]
     assert core.status()["round_timeouts"] == [
-        {"round": 0, "relay": 1, "host": "h", "ranks": [2, 3], "waited": 2.5}]
+        {"round": 1, "relay": 1, "host": "h", "ranks": [2, 3], "waited": 2.5}]
     assert core.status()["round_timeout"] == 2.5
     # the next round waits for relay 0 only; its clock starts at its first HostFrame again
     assert core.next_round_deadline() is None

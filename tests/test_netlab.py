@@ -25,7 +25,7 @@ import pytest
 from flodl_proto.netlab import LAB_NETWORK, NetLab, leftovers
 from flodl_proto.runner._netio import keepalive_bound
 
-from .netlab_cluster import ROOT, LabCluster, Proc, wait_for
+from .netlab_cluster import ROOT, LabCluster, Proc, record_figure, wait_for
 
 pytestmark = [pytest.mark.netlab, pytest.mark.timeout(240)]
 
@@ -171,6 +171,8 @@ def test_rounds_across_namespaces_are_byte_exact(lab: NetLab, groups: list[list[
         for h in range(len(groups)):
             # the relays reached the controller from their own lab addresses
             assert f"from {lab.hosts[h].address}:" in joined
+    record_figure("byte-exact", version=version, bf16=bf16, hosts=len(groups),
+                  world=sum(map(len, groups)), rounds=4, byte_exact=True)
 
 
 def test_rate_capped_run_is_byte_exact(lab: NetLab) -> None:
@@ -186,6 +188,8 @@ def test_rate_capped_run_is_byte_exact(lab: NetLab) -> None:
                             "eth0"], capture_output=True, text=True, check=True).stdout
     sent = int(stats.split("Sent ", 1)[1].split()[0])
     assert sent > 3 * 2 * (1 << 20) * 4, stats  # 3 rounds x 2 Broadcasts of >= 4 MiB
+    record_figure("rate-100mbit", version=3, hosts=2, world=4, rounds=3, byte_exact=True,
+                  controller_tbf_bytes=sent)
 
 
 @pytest.mark.parametrize("lab", [3], indirect=True)
@@ -199,7 +203,10 @@ def test_one_percent_packet_loss_is_byte_exact(lab: NetLab) -> None:
         cl.check_rounds(range(6), 1, 4)
         codes = cl.finish()
         assert all(c == 0 for c in codes.values()), codes
-    assert sum(lab.dropped(n) for n in lab.nodes) > 0  # the loss was real
+    dropped = sum(lab.dropped(n) for n in lab.nodes)
+    assert dropped > 0  # the loss was real
+    record_figure("loss-1pct", version=2, bf16=True, hosts=3, world=6, rounds=4,
+                  byte_exact=True, dropped_packets=dropped)
 
 
 def test_sigkill_of_a_host_relay_ends_the_run_as_upstream_does(lab: NetLab) -> None:
@@ -221,6 +228,8 @@ def test_sigkill_of_a_host_relay_ends_the_run_as_upstream_does(lab: NetLab) -> N
         assert codes["relay1"] == -signal.SIGKILL
         assert "relay_eof" in cl.procs["controller"].stdout(), cl.procs["controller"].stdout()
         assert lab.pids(lab.hosts[1]) == [] and lab.pids(lab.controller) == []
+        record_figure("sigkill-relay", rounds_completed=1, controller_exit=codes["controller"],
+                      outcome="relay_eof", survivors_ended_in_round=2)
 
 
 
@@ -260,10 +269,14 @@ def test_partition_without_a_round_timeout_is_reported_by_keepalive(lab: NetLab)
         assert codes["relay1"] == 1, codes
         err = _first_err(relay1, "flodl-proto relay: ")
         assert err is not None, relay1.stderr()
-        assert (f"flodl-proto relay: [Errno 110] controller {lab.controller.address}:{cl.port}: "
-                "read on the connection failed: the peer did not answer for") in relay1.stderr()
+        last = relay1.stderr().splitlines()[-1]
+        assert last.startswith("flodl-proto relay: ") and (
+            f"controller {lab.controller.address}:{cl.port}: read on the connection failed: the "
+            "peer did not answer for") in last, relay1.stderr()
         assert err - t_cut <= bound + DETECTION_MARGIN, (err - t_cut, bound)
         assert codes["relay0"] == 0 and codes["relay2"] == 0, codes
+        record_figure("partition-keepalive", bound=bound, controller_detect=seen - t_cut,
+                      relay_detect=err - t_cut, rounds_completed=1)
     for node in lab.nodes:
         assert lab.pids(node) == []
 
@@ -320,16 +333,17 @@ def test_partition_with_a_round_timeout_goes_on_without_the_host(version: int) -
         cl.check_rounds([0, 1, 4, 5], 3, 1, groups=survivors)
         relay1 = cl.procs["relay1"]
         assert relay1.wait() == 1
-        assert ("flodl-proto relay: the controller declared every rank of this host dead "
-                "(ranks [2, 3]) and closed the connection; the run goes on without this host"
-                ) in relay1.stderr(), relay1.stderr()
+        last = relay1.stderr().splitlines()[-1]
+        assert last.startswith("flodl-proto relay: ") and last.endswith(
+            "the controller declared every rank of this host dead (ranks [2, 3]) and closed the "
+            "connection; the run goes on without this host"), relay1.stderr()
         for r in (2, 3):
             ev = cl.event(r)
             assert ev["ev"] == "ended" and ev["round"] == 3, ev
         st = _status(lab, cl.port)
         assert st["dead_ranks"] == [2, 3]
         assert [(t["round"], t["host"], t["ranks"]) for t in st["round_timeouts"]] == \
-            [(2, "h1", [2, 3])]
+            [(3, "h1", [2, 3])]
         assert st["round_timeout"] == pytest.approx(timeout)
         # the survivors go on; host 1's late HostFrame never counted
         for k in (4, 5):
@@ -341,4 +355,8 @@ def test_partition_with_a_round_timeout_goes_on_without_the_host(version: int) -
         assert codes["controller"] == 0 and codes["relay0"] == 0 and codes["relay2"] == 0, codes
         for node in lab.nodes:
             assert lab.pids(node) == []
+        relay_end = next(t for t, line in relay1.err if "declared every rank" in line)
+        record_figure("partition-round-timeout", version=version, bf16=version == 3,
+                      timeout=timeout, detect=seen - t_go, relay_end_after_go=relay_end - t_go,
+                      rounds_completed_by_survivors=5, byte_exact=True)
     assert leftovers(lab.tag) == []

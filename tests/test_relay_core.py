@@ -570,7 +570,7 @@ def test_rank_deadline_declares_the_silent_rank_dead_and_ships_the_others() -> N
     assert frame.weight == 2.0 and frame.tensors[0].array().tolist() == [4.0, 8.0]
     assert CloseRank(1, "rank timeout") in acts
     assert _upstream(acts, UpstreamKind.RANK_EXIT) == []  # no RankExit: that ends the run
-    assert core.rank_timeouts == [{"round": 0, "rank": 1, "waited": 1.5}]
+    assert core.rank_timeouts == [{"round": 1, "rank": 1, "waited": 1.5}]
     assert core.fold.alive_ranks == (0, 2) and core.next_deadline() is None
     # its stream ends afterwards: still no RankExit; the others fold on
     assert core.rank_left(1) == []

@@ -266,7 +266,8 @@ class ControllerCore:
         self._ckpt_buffers: RoundFrame | None = None
         self._actions: list[Action] = []
         self._deadline = RoundDeadline(round_timeout)
-        #: relays given up by the round deadline: dicts of round, relay, host, ranks, waited (s)
+        #: relays given up by the round deadline: dicts of round (from 1), relay, host, ranks,
+        #: waited (seconds)
         self.round_timeouts: list[dict[str, Any]] = []
         self.lifecycle_guards = _Guards(self)
         self.lifecycle = Lifecycle(self.lifecycle_guards)  # last: the library reads the guards
@@ -694,9 +695,9 @@ class ControllerCore:
             alive = [r for r in relay.ranks if not self.dead_ranks.is_dead(r)]
             log.warning("controller: round %d: relay %d ('%s', ranks %s) sent no HostFrame "
                         "within %gs of the round's first one (round timeout); declaring its "
-                        "ranks dead and going on without it", self.rounds, relay.index,
+                        "ranks dead and going on without it", self.rounds + 1, relay.index,
                         relay.host, ranks_str(relay.ranks), self._deadline.timeout)
-            self.round_timeouts.append({"round": self.rounds, "relay": relay.index,
+            self.round_timeouts.append({"round": self.rounds + 1, "relay": relay.index,
                                         "host": relay.host, "ranks": alive,
                                         "waited": round(waited, 3)})
             for r in alive:

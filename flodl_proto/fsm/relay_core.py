@@ -166,7 +166,7 @@ class RelayCore:
         self._gone: set[int] = set()
         self._declared_dead: set[int] = set()  # by the controller's DeclareDead
         self._deadline = RoundDeadline(rank_timeout, "rank_timeout")
-        #: local ranks given up by the rank deadline: dicts of round, rank, waited (s)
+        #: local ranks given up by the rank deadline: dicts of round (from 1), rank, waited (s)
         self.rank_timeouts: list[dict[str, Any]] = []
         self._actions: list[RelayAction] = []
         self.lifecycle = Lifecycle(_Guards(self), "relay")  # last: the library reads the guards
@@ -299,7 +299,7 @@ class RelayCore:
             return []
         waited = self._deadline.waited(now)
         late = [r for r in self.fold.alive_ranks if r not in self.fold.deposited]
-        round_ = self.fold.rounds_completed
+        round_ = self.fold.rounds_completed + 1
         for rank in late:
             log.warning("relay %s: round %d: local rank %d sent no frame within %gs of the "
                         "round's first one (rank timeout); declaring it dead and going on "
