@@ -83,7 +83,7 @@ class Driver:
         self.acked: set[int] = set()
         self.finished = False
         self.stopped_accepting = False
-        self.rounds = 0
+        self.rounds = 0  # rounds scattered so far (round numbers are 1-based)
 
     def call(self, name: str, *args: Any) -> None:
         """Call ``core.<name>(*args)`` and check the actions (no exception is acceptable)."""
@@ -120,7 +120,7 @@ class Driver:
             check(not self.stopped_accepting, "StopAccepting twice")
             self.stopped_accepting = True
         elif isinstance(a, RoundScattered):
-            check(a.round == self.rounds, f"round {a.round}, expected {self.rounds}")
+            check(a.round == self.rounds + 1, f"round {a.round}, expected {self.rounds + 1}")
             self.rounds += 1
         elif isinstance(a, Finished):
             self.finished = True
@@ -154,7 +154,8 @@ class Driver:
                   f"DeclareDead send carries {rec!r}")
         else:
             check(rec.kind is RecordKind.BROADCAST, f"Broadcast send carries {rec!r}")
-            check(a.round == self.rounds, f"Broadcast for round {a.round}, at {self.rounds}")
+            check(a.round == self.rounds + 1,
+                  f"Broadcast for round {a.round}, expected {self.rounds + 1}")
             fr = decode_round_frame_or_eos(rec.payload, self.core.salt, ceiling=1 << 62)
             check(fr is not EOS and fr[1] == rec.payload.nbytes, "Broadcast frame")
 
