@@ -12,6 +12,7 @@
 #
 # --files: mutate only these modules of the package (names relative to flodl_proto/<package>/),
 # e.g. to run a package module by module on a busy machine.
+# --tests: run this narrower selection of the package's tests (space-separated paths) instead.
 # --keep: keep the temporary directory (its path is printed).
 # sample: the fixed small sample CI runs (a minute or two, so the habit does not rot): the
 # mutants of the tag functions of flodl_proto/codec/auth.py (compute_tag, tags_equal, tag_as_u64,
@@ -32,10 +33,12 @@ PY="$(command -v "$PY")"
 pkg="${1:-}"
 shift || true
 files=""
+only_tests=""
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --files) files="$2"; shift 2 ;;
+        --tests) only_tests="$2"; shift 2 ;;
         --keep) keep=1; shift ;;
         *) echo "mutate.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -44,7 +47,7 @@ done
 tests_for() {
     case "$1" in
         codec) echo "tests/test_codec.py tests/test_codec_auth.py tests/test_stream_stateful.py" ;;
-        reduce) echo "tests/test_reduce.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_host_fold_stateful.py" ;;
+        reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_host_fold_stateful.py" ;;
         fsm) echo "tests/test_controller_core.py tests/test_lifecycle.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
         sample) echo "tests/test_codec_auth.py" ;;
         *) return 1 ;;
@@ -54,6 +57,7 @@ tests_for() {
 run_one() {
     local p="$1" work tests only=() f
     tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package $p (codec, reduce, fsm, all, sample)" >&2; exit 2; }
+    if [ -n "$only_tests" ]; then tests="$only_tests"; fi
     if [ "$p" = sample ]; then
         only=("flodl_proto/codec/auth.py")
     elif [ -n "$files" ]; then
