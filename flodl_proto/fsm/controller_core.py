@@ -107,6 +107,7 @@ from ..spec import (
     DEFAULT_VERSION,
     SPEC,
 )
+from ._controller_state import _Conn, _Guards, _Relay
 from .deadline import RoundDeadline
 from .events import (
     Action,
@@ -132,62 +133,8 @@ HANDSHAKE_TIMEOUT: Final = SPEC.timeout("HANDSHAKE_READ")
 REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 
 
-# -- internal state --------------------------------------------------------------------------------
-class _Relay:
-    __slots__ = ("conn", "frame", "hint", "host", "index", "ranks", "reading")
-
-    def __init__(self, index: int, conn: int, host: str, ranks: tuple[int, ...]) -> None:
-        self.index = index
-        self.conn = conn
-        self.host = host
-        self.ranks = ranks
-        self.frame: RoundFrame | None = None
-        self.reading = True  # False once upstream's reader for it would have exited
-        self.hint = ""  # a likely cause to add to an error on this relay's stream
-
-    @property
-    def name(self) -> str:
-        """``relay h1 (ranks 2,3)``: how messages name it."""
-        label = self.host if self.host.strip() else f"#{self.index}"
-        return f"relay {label} (ranks {','.join(map(str, self.ranks))})"
-
-
 #: how a clean end reads, whatever ended it: upstream ends the run cleanly there too
 _CLEAN_END = "run ends cleanly, as flodl does"
-
-
-class _Conn:
-    __slots__ = ("closed", "deadline", "id", "relay", "stream")
-
-    def __init__(self, conn: int, stream: RelayStream, deadline: float) -> None:
-        self.id = conn
-        self.stream = stream
-        self.deadline = deadline
-        self.relay: _Relay | None = None
-        self.closed = False
-
-
-class _Guards:
-    """The lifecycle's guard model: reads the core's state on demand."""
-
-    __slots__ = ("_core", "state")
-
-    def __init__(self, core: ControllerCore) -> None:
-        self._core = core
-        self.state: Any = None  # written by the state machine library
-
-    @property
-    def every_rank_covered(self) -> bool:
-        return self._core.covered == self._core.world_size
-
-    @property
-    def round_complete(self) -> bool:
-        expected = self._core._expected()
-        return bool(expected) and all(r.frame is not None for r in expected)
-
-    @property
-    def no_relay_alive(self) -> bool:
-        return not self._core._expected()
 
 
 class ControllerCore:
@@ -538,7 +485,7 @@ class ControllerCore:
                 if c.relay is None and not c.closed and now >= c.deadline:
                     what = "channel magic" if c.stream.bytes_in < CHANNEL_MAGIC_LEN else "Hello"
                     self._fail(protocol_error("controller.handshake_timeout", conn=c.id,
-                                              what=what, seconds=_fmt_s(HANDSHAKE_TIMEOUT)),
+                                              what=what, seconds=f"{HANDSHAKE_TIMEOUT:g}"),
                                f"connection {c.id} (before its Hello)")
                     break
         self._evaluate()
@@ -850,7 +797,3 @@ class ControllerCore:
     def _flush(self) -> list[Action]:
         out, self._actions = self._actions, []
         return out
-
-
-def _fmt_s(seconds: float) -> str:
-    return f"{seconds:g}"

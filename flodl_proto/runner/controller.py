@@ -101,6 +101,7 @@ from ._netio import (
 )
 from .checkpoint import write_checkpoint
 from .relay_reader import read_relay_connection
+from .reports import RoundReport
 from .status_http import serve_status
 
 __all__ = ["ControllerNotice", "ReferenceController", "RoundReport", "peek_timeout"]
@@ -118,29 +119,6 @@ def peek_timeout() -> float:
     """Port-mux deadline for a connection's 4-byte channel magic, seconds:
     ``ceil(5 x FLODL_NET_TIMEOUT_SCALE)``, at least 1. Upstream: ``port_mux.rs``."""
     return float(max(1, math.ceil(SPEC.timeout("PORT_MUX_PEEK") * net_timeout_scale())))
-
-
-@dataclass(frozen=True, slots=True)
-class RoundReport:
-    """One scattered round, as the runner saw it (passed to ``on_notice``).
-
-    Attributes:
-        round: round number (1-based: the first round is round 1, in every role's messages).
-        kind: ``"model"`` or ``"control"``.
-        weight: consensus weight (accepted realized-work mass).
-        nbytes: Broadcast record length in bytes.
-        relays: relays the Broadcast was written to.
-        ms: milliseconds from the event that completed the round to the end of its scatter.
-        at: wall-clock time of the end of the scatter (seconds since the epoch).
-    """
-
-    round: int
-    kind: str
-    weight: float
-    nbytes: int
-    relays: int
-    ms: float
-    at: float
 
 
 ControllerNotice: TypeAlias = RelayJoined | RoundReport

@@ -1,0 +1,65 @@
+"""The controller core's internal per-relay and per-connection state, and its lifecycle guard
+model (the guards read the core on demand). Internal to :mod:`flodl_proto.fsm.controller_core`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codec.round_frame import RoundFrame
+from ..codec.stream import RelayStream
+
+__all__: list[str] = []
+
+
+class _Relay:
+    __slots__ = ("conn", "frame", "hint", "host", "index", "ranks", "reading")
+
+    def __init__(self, index: int, conn: int, host: str, ranks: tuple[int, ...]) -> None:
+        self.index = index
+        self.conn = conn
+        self.host = host
+        self.ranks = ranks
+        self.frame: RoundFrame | None = None
+        self.reading = True  # False once upstream's reader for it would have exited
+        self.hint = ""  # a likely cause to add to an error on this relay's stream
+
+    @property
+    def name(self) -> str:
+        """``relay h1 (ranks 2,3)``: how messages name it."""
+        label = self.host if self.host.strip() else f"#{self.index}"
+        return f"relay {label} (ranks {','.join(map(str, self.ranks))})"
+
+
+class _Conn:
+    __slots__ = ("closed", "deadline", "id", "relay", "stream")
+
+    def __init__(self, conn: int, stream: RelayStream, deadline: float) -> None:
+        self.id = conn
+        self.stream = stream
+        self.deadline = deadline
+        self.relay: _Relay | None = None
+        self.closed = False
+
+
+class _Guards:
+    """The lifecycle's guard model: reads the core's state on demand."""
+
+    __slots__ = ("_core", "state")
+
+    def __init__(self, core: Any) -> None:  # the ControllerCore (no import: no cycle)
+        self._core = core
+        self.state: Any = None  # written by the state machine library
+
+    @property
+    def every_rank_covered(self) -> bool:
+        return bool(self._core.covered == self._core.world_size)
+
+    @property
+    def round_complete(self) -> bool:
+        expected = self._core._expected()
+        return bool(expected) and all(r.frame is not None for r in expected)
+
+    @property
+    def no_relay_alive(self) -> bool:
+        return not self._core._expected()
