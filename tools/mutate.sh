@@ -29,6 +29,10 @@ if [ -z "$PY" ]; then
     if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
 fi
 PY="$(command -v "$PY")"
+case "$PY" in
+    /*) ;;
+    *) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;;  # the runs cd into a copy
+esac
 
 pkg="${1:-}"
 shift || true
@@ -107,7 +111,7 @@ run_one() {
     local survivors
     survivors="$(cd "$work" && "$PY" -m mutmut results 2>/dev/null | grep -E ': (survived|no tests)' \
         | grep -v -F -f <(sed -n 's/^\([^ #][^ ]*\) .*/\1:/p' "$ROOT/tools/mutants-equivalent.txt") || true)"
-    echo "${survivors:-none}"
+    if [ $rc -ne 0 ]; then echo "mutmut did not complete (exit $rc)"; else echo "${survivors:-none}"; fi
     if [ $keep -eq 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
     if [ "$p" = sample ] && [ -n "$survivors" ]; then return 1; fi
     return $rc
