@@ -3,22 +3,39 @@
 For each configuration (world size W on H hosts, frame size, wire dtype) it starts
 ``flodl-proto controller`` (port mux), H ``flodl-proto relay`` processes and W rank processes,
 runs warm-up + measured rounds of ``all_reduce_scaled`` (mean, consensus adopted into the rank's
-arrays), and prints the median round time beside:
+arrays), and prints the median and 95th-percentile round time beside:
 
 (a) the CPU floor of this protocol on this machine, computed in the same run: the bytes every
     party must hash (every MAC the protocol requires, at ranks, relays and controller), add
     (fold accumulations), scale/encode and copy (loopback TCP: one copy in, one copy out per leg;
     the decode into the rank's arrays) per round, each divided by its single-core rate measured
     here, summed, and divided by the number of cores — ranks, relays and controller share them;
-(b) ``torch.distributed`` gloo ``all_reduce`` of the same size and W, when torch is installed.
+(b) upstream flodl's median round at 4 KiB and 64 KiB (measured back to back on the reference
+    machine, f32, protocol v2; the same figures are the target for every dtype and version);
+(c) ``torch.distributed`` gloo ``all_reduce`` of the same size and W, when torch is installed.
 
-    python bench/round.py            # quick: W = 2, 4; frames 4, 64 MiB; f32 and bf16
-    python bench/round.py --full     # W = 2, 4, 8; frames 4, 64, 256 MiB; f32 and bf16
-    python bench/round.py --write    # also replace the "Round" section of bench/RESULTS.md
+Every process of the cluster records the stages of every round (``FLODL_STAGE_TRACE``,
+:mod:`flodl_proto.runner.stages`); the bench prints the stage breakdown of each row's median round
+(rank send, relay deposits -> HostFrame sent, controller last HostFrame -> Broadcast sent, relay
+Broadcast -> fan-out done, and the gaps between parties: wire and wake-up time, the last one
+including the rank's parse of the reply). Peak RSS per role is the largest ``ru_maxrss`` of the
+role's processes.
 
-The last line is the verdict (target: round <= 1.5 x floor at >= 64 MiB); the exit code is 0 when
-the target is met, 1 when it is missed or no >= 64 MiB configuration ran; ``--no-verdict`` exits 0
-whatever the verdict (exploration).
+Quiet-machine guard: before each configuration the bench waits (at most ``--max-wait`` seconds)
+until other processes use under 0.1 core; it records their CPU use during the configuration (all
+CPU time of the machine, ``/proc/stat`` user + nice + system, minus that of the bench's own process
+tree) and reruns a configuration they disturbed (over 0.1 core) up to ``--reruns`` times; a row
+still disturbed is marked ``!``.
+
+    python bench/round.py                  # quick: W = 2, 4; frames 4 KiB, 64 KiB, 4 MiB, 64 MiB
+    python bench/round.py --full           # W = 2, 4, 8; 4 KiB .. 256 MiB; f32 and bf16
+    python bench/round.py --sizes 4k,1m    # sizes with a unit (k = KiB, m = MiB, g = GiB)
+    python bench/round.py --write          # also replace this version's section of RESULTS.md
+
+Targets (the verdict lines): 4 KiB and 64 KiB: median <= upstream's and p95 <= 2 x median;
+4 MiB: median <= 1.35 x floor; >= 64 MiB: median <= 1.25 x floor. The last line is ``targets
+met``, ``TARGETS MISSED`` or ``no configuration with a target ran``; the exit code is 0 only for
+the first; ``--no-verdict`` exits 0 whatever the verdict (exploration).
 
 Frame size = bytes of tensor payload on the wire per rank (bf16 frames carry twice as many
 elements as f32 frames of the same size).
@@ -27,26 +44,81 @@ elements as f32 frames of the same size).
 from __future__ import annotations
 
 import argparse
+import datetime
 import hmac
 import json
 import os
 import queue
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import ml_dtypes
 import numpy as np
 
+from flodl_proto.runner import stages
+
+KiB = 1 << 10
 MiB = 1 << 20
+GiB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
 TENSORS = 4
 SECTION = "## Round (bench/round.py)"
+#: other processes' CPU use (cores) above which a configuration counts as disturbed
+QUIET = 0.1
+#: upstream flodl's median round (seconds) by (world size, frame bytes); 2/1, 4/2, 8/2 hosts
+UPSTREAM = {(2, 4 * KiB): 0.43e-3, (4, 4 * KiB): 1.10e-3, (8, 4 * KiB): 1.83e-3,
+            (2, 64 * KiB): 1.19e-3, (4, 64 * KiB): 3.01e-3, (8, 64 * KiB): 4.05e-3}
+#: round <= this x CPU floor: at 4 MiB, and at 64 MiB and above
+FLOOR_4M = 1.35
+FLOOR_LARGE = 1.25
+#: p95 <= this x median at the small frames
+P95_SPREAD = 2.0
+#: the stage breakdown's columns (short names of stages.SEGMENTS, in order)
+STAGE_COLUMNS = ("rank send", "->relay", "relay fold", "->ctl", "ctl", "->relay", "fan-out",
+                 "->rank")
+_UNITS = {"k": KiB, "m": MiB, "g": GiB}
+
+
+def parse_size(text: str) -> int:
+    """Frame size in bytes from ``4k`` / ``64K`` / ``1m`` / ``256m`` / ``1g`` (KiB, MiB, GiB);
+    a bare number is MiB (``64`` = 64 MiB). Raises ``ValueError`` naming the text when it is not
+    a positive size of whole bytes divisible into the bench's 4 tensors of 4-byte elements."""
+    t = text.strip().lower().removesuffix("ib")
+    unit = _UNITS.get(t[-1:], None)
+    try:
+        n = float(t[:-1] if unit else t) * (unit or MiB)
+    except ValueError:
+        raise ValueError(f"frame size {text!r}: expected e.g. 4k, 64k, 1m, 256m") from None
+    if n <= 0 or n != int(n) or int(n) % (TENSORS * 4):
+        raise ValueError(f"frame size {text!r}: must be a positive multiple of "
+                         f"{TENSORS * 4} bytes")
+    return int(n)
+
+
+def size_label(nbytes: int) -> str:
+    """``4 KiB``, ``64 MiB``, ``1.5 MiB``, ``1000 B``."""
+    if nbytes >= MiB:
+        return f"{nbytes / MiB:g} MiB"
+    if nbytes >= KiB:
+        return f"{nbytes / KiB:g} KiB"
+    return f"{nbytes} B"
+
+
+def _ms(sec: float) -> str:
+    return f"{sec * 1e3:.2f} ms" if sec < 0.1 else f"{sec * 1e3:.1f} ms"
+
+
+def p95(values: list[float]) -> float:
+    """95th percentile (linear interpolation between order statistics, numpy's default)."""
+    return float(np.percentile(np.asarray(values), 95)) if values else float("nan")
 
 
 # -- rank worker (a separate process) ------------------------------------------------------------
@@ -54,7 +126,7 @@ def worker(cfg: dict[str, Any]) -> None:
     """One rank: connect, run warm-up + measured rounds, print one JSON line of round times."""
     from flodl_proto.runner.rank import RankClient
 
-    nbytes = int(cfg["mib"] * MiB)
+    nbytes = int(cfg["nbytes"])
     bf16 = cfg["dtype"] == "bf16"
     per = nbytes // TENSORS // (2 if bf16 else 4)
     arrays = []
@@ -72,7 +144,7 @@ def worker(cfg: dict[str, Any]) -> None:
             dt = time.perf_counter() - t0
             if k >= cfg["warmup"]:
                 times.append(dt)
-    print(json.dumps({"rank": cfg["rank"], "times": times}), flush=True)
+    print(json.dumps({"rank": cfg["rank"], "times": times, "hwm_kib": vm_hwm_kib()}), flush=True)
 
 
 # -- single-core rates ---------------------------------------------------------------------------
@@ -151,71 +223,239 @@ def floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: str, r
     return t / cores, parts
 
 
+# -- quiet-machine guard -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU time used so far, in clock ticks: ``busy`` by the whole machine (user + nice +
+    system of ``/proc/stat``'s ``cpu`` line), ``own`` by this process and its descendants
+    (utime + stime + cutime + cstime, so reaped children count); ``t`` monotonic seconds."""
+
+    t: float
+    busy: int
+    own: int
+
+
+def machine_busy(stat_text: str) -> int:
+    """User + nice + system ticks of ``/proc/stat``'s first (all-CPU) line."""
+    f = stat_text.split("\n", 1)[0].split()
+    if not f or f[0] != "cpu":
+        raise ValueError(f"/proc/stat: unexpected first line {f[:3]}")
+    return int(f[1]) + int(f[2]) + int(f[3])
+
+
+def tree_ticks(root: int, stats: dict[int, str]) -> int:
+    """CPU ticks (utime + stime + cutime + cstime) of ``root`` and every descendant, from the
+    text of each process's ``/proc/<pid>/stat`` (``stats``: pid -> text)."""
+    kids: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for pid, text in stats.items():
+        f = text[text.rfind(")") + 2:].split()  # fields from the state on (field 3)
+        kids.setdefault(int(f[1]), []).append(pid)
+        ticks[pid] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(kids.get(pid, ()))
+    return total
+
+
+def cpu_sample() -> CpuSample | None:
+    """The machine's and this process tree's CPU time now; None without ``/proc``."""
+    try:
+        busy = machine_busy(Path("/proc/stat").read_text())
+    except OSError:
+        return None
+    stats = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stats[int(d)] = Path(f"/proc/{d}/stat").read_text()
+            except OSError:  # the process ended meanwhile
+                continue
+    return CpuSample(time.monotonic(), busy, tree_ticks(os.getpid(), stats))
+
+
+def others_cores(a: CpuSample | None, b: CpuSample | None) -> float | None:
+    """Cores other processes used on average between two samples (never below 0); None when
+    either sample is missing or no time passed."""
+    if a is None or b is None or b.t <= a.t:
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return max(0.0, ((b.busy - a.busy) - (b.own - a.own)) / tick / (b.t - a.t))
+
+
+def wait_quiet(max_wait: float, window: float = 1.0) -> float | None:
+    """Wait until other processes use under :data:`QUIET` cores over one ``window`` (seconds),
+    at most ``max_wait`` seconds; return the last window's figure (None without ``/proc``)."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        a = cpu_sample()
+        time.sleep(window)
+        used = others_cores(a, cpu_sample())
+        if used is None or used < QUIET or time.monotonic() >= deadline:
+            return used
+
+
 # -- cluster driver ------------------------------------------------------------------------------
-def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-
-
-def _first_line(p: subprocess.Popen[str], what: str, timeout: float = 60.0) -> str:
-    q: queue.Queue[str] = queue.Queue()
-    assert p.stdout is not None
-    t = threading.Thread(target=lambda: q.put(p.stdout.readline() if p.stdout else ""))
-    t.start()
+def vm_hwm_kib(pid: int | str = "self") -> int:
+    """Peak resident set size (``VmHWM`` of ``/proc/<pid>/status``) in KiB; 0 when unknown."""
     try:
-        line = q.get(timeout=timeout)
-    except queue.Empty:
-        raise RuntimeError(f"{what}: no output") from None
-    finally:
-        t.join(timeout=1.0)
-    if not line.startswith("listening on "):
-        raise RuntimeError(f"{what}: {line!r} {p.stderr.read() if p.stderr else ''}")
-    return line.split()[-1]
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
-def run_cluster(world: int, hosts: list[list[int]], mib: float, dtype: str, version: int,
-                warmup: int, rounds: int) -> list[float]:
-    """Run one configuration; return the per-round times (max over ranks), seconds."""
-    env = dict(os.environ, FLODL_SESSION_SALT=os.urandom(16).hex())
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        ctrl = _spawn(["-m", "flodl_proto.cli", "controller", "--listen", "127.0.0.1:0",
-                       "--world-size", str(world), "--protocol-version", str(version)], env)
-        procs.append(ctrl)
-        caddr = _first_line(ctrl, "controller")
-        relay_of = {}
-        relays = []
-        for i, g in enumerate(hosts):
-            r = _spawn(["-m", "flodl_proto.cli", "relay", "--controller", caddr, "--ranks",
-                        ",".join(map(str, g)), "--world-size", str(world), "--listen-port", "0",
-                        "--protocol-version", str(version), "--host", f"bench{i}"], env)
-            procs.append(r)
-            relays.append((r, g))
-        for r, g in relays:
-            addr = _first_line(r, "relay")
-            for rank in g:
-                relay_of[rank] = addr
-        ranks = []
-        for rank in range(world):
-            cfg = {"rank": rank, "world": world, "relay": relay_of[rank], "mib": mib,
-                   "dtype": dtype, "version": version, "warmup": warmup, "rounds": rounds}
-            p = _spawn([str(Path(__file__).resolve()), "--worker", json.dumps(cfg)], env)
-            procs.append(p)
-            ranks.append(p)
-        per_rank = []
-        for p in ranks:
-            out, err = p.communicate(timeout=3600)
-            if p.returncode != 0:
-                raise RuntimeError(f"rank failed: {err[-2000:]}")
-            per_rank.append(json.loads(out.strip().splitlines()[-1])["times"])
-        for p in procs:
-            p.wait(timeout=60)
-        return [max(ts) for ts in zip(*per_rank, strict=True)]
-    finally:
-        for p in procs:
-            if p.poll() is None:
+class _Proc:
+    """A child process whose stdout and stderr are drained by threads (so a chatty child never
+    blocks on a full pipe); ``first`` receives its first stdout line."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.first: queue.Queue[str] = queue.Queue()
+        self.hwm_kib = 0
+        assert self.p.stdout is not None and self.p.stderr is not None
+        self._threads = [threading.Thread(target=self._drain, args=(self.p.stdout, self.out,
+                                                                    True), daemon=True),
+                         threading.Thread(target=self._drain, args=(self.p.stderr, self.err,
+                                                                    False), daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _drain(self, stream: IO[str], sink: list[str], announce: bool) -> None:
+        for line in stream:
+            if announce and not sink:
+                self.first.put(line)
+            sink.append(line)
+        if announce and not sink:
+            self.first.put("")
+
+    def address(self, what: str, timeout: float = 60.0) -> str:
+        """The address of the child's ``listening on ADDR`` first line."""
+        try:
+            line = self.first.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"{what}: no output") from None
+        if not line.startswith("listening on "):
+            time.sleep(0.2)
+            raise RuntimeError(f"{what}: {line!r} {''.join(self.err[-20:])}")
+        return line.split()[-1]
+
+    def sample_hwm(self) -> None:
+        """Take the child's peak RSS so far (``VmHWM``) while it runs. (Not ``ru_maxrss``: a
+        child started by vfork inherits the bench's own peak into it.)"""
+        if self.p.returncode is None:
+            self.hwm_kib = max(self.hwm_kib, vm_hwm_kib(self.p.pid))
+
+    def reap(self, timeout: float) -> int:
+        """Wait for the exit (kill after ``timeout`` seconds); return the exit code (at once
+        when it was reaped before)."""
+        if self.p.returncode is not None:
+            return self.p.returncode
+        self.sample_hwm()
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() >= deadline:
+                os.kill(self.p.pid, signal.SIGKILL)  # not Popen.kill: its poll() would reap
+                deadline = float("inf")
+            time.sleep(0.01)
+        self.p.returncode = os.waitstatus_to_exitcode(status)
+        for t in self._threads:
+            t.join(timeout=5.0)
+        return self.p.returncode
+
+    def kill(self) -> None:
+        if self.p.returncode is None:
+            os.kill(self.p.pid, signal.SIGKILL)
+            self.reap(60.0)
+
+
+@dataclass
+class ClusterRun:
+    """One configuration's measured rounds: ``times`` (seconds, the slowest rank's each round),
+    ``stages`` (the traced rounds after the warm-up) and ``rss_kib`` (peak RSS per role)."""
+
+    times: list[float]
+    stages: list[stages.RoundStages] = field(default_factory=list)
+    rss_kib: dict[str, int] = field(default_factory=dict)
+
+
+def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, version: int,
+                warmup: int, rounds: int, trace: bool = True) -> ClusterRun:
+    """Run one configuration: controller, relays and ranks as processes; see :class:`ClusterRun`.
+    Raises ``RuntimeError`` when a process fails."""
+    with tempfile.TemporaryDirectory(prefix="flodl-round-") as tmp:
+        env = dict(os.environ, FLODL_SESSION_SALT=os.urandom(16).hex())
+        env.pop(stages.ENV, None)
+        trace_path = Path(tmp) / "stages.tsv"
+        if trace:
+            env[stages.ENV] = str(trace_path)
+        procs: list[tuple[str, _Proc]] = []
+        done = threading.Event()
+        try:
+            ctrl = _Proc(["-m", "flodl_proto.cli", "controller", "--listen", "127.0.0.1:0",
+                          "--world-size", str(world), "--protocol-version", str(version)], env)
+            procs.append(("controller", ctrl))
+            caddr = ctrl.address("controller")
+            relay_of = {}
+            relays = []
+            for i, g in enumerate(hosts):
+                r = _Proc(["-m", "flodl_proto.cli", "relay", "--controller", caddr, "--ranks",
+                           ",".join(map(str, g)), "--world-size", str(world), "--listen-port",
+                           "0", "--protocol-version", str(version), "--host", f"bench{i}"], env)
+                procs.append(("relay", r))
+                relays.append((r, g))
+            for r, g in relays:
+                addr = r.address("relay")
+                for rank in g:
+                    relay_of[rank] = addr
+            def sample() -> None:  # the controller's and relays' peak RSS while they run
+                while not done.wait(0.25):
+                    for _, q in procs[:1 + len(hosts)]:
+                        q.sample_hwm()
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            ranks = []
+            for rank in range(world):
+                cfg = {"rank": rank, "world": world, "relay": relay_of[rank], "nbytes": nbytes,
+                       "dtype": dtype, "version": version, "warmup": warmup, "rounds": rounds}
+                p = _Proc([str(Path(__file__).resolve()), "--worker", json.dumps(cfg)], env)
+                procs.append(("rank", p))
+                ranks.append(p)
+            per_rank = []
+            for p in ranks:
+                if p.reap(3600.0) != 0:
+                    raise RuntimeError(f"rank failed: {''.join(p.err)[-2000:]}")
+                report = json.loads(p.out[-1])
+                per_rank.append(report["times"])
+                p.hwm_kib = report["hwm_kib"]
+            done.set()
+            sampler.join()
+            for name, p in procs:
+                if p.reap(60.0) != 0:
+                    raise RuntimeError(f"{name} exited with {p.p.returncode}: "
+                                       f"{''.join(p.err)[-2000:]}")
+        finally:
+            done.set()
+            for _, p in procs:
                 p.kill()
-            p.communicate()
+        rss: dict[str, int] = {}
+        for name, p in procs:
+            rss[name] = max(rss.get(name, 0), p.hwm_kib)
+        traced = (stages.breakdown(stages.read_trace(trace_path), skip=warmup)
+                  if trace and trace_path.exists() else [])
+        times = [max(ts) for ts in zip(*per_rank, strict=True)]
+        return ClusterRun(times, traced, rss)
 
 
 # -- torch gloo (optional) -----------------------------------------------------------------------
@@ -238,7 +478,7 @@ def _gloo_worker(rank: int, world: int, port: int, numel: int, dtype: str, round
     out.put((rank, times))
 
 
-def gloo_round(world: int, mib: float, dtype: str, rounds: int) -> float | None:
+def gloo_round(world: int, nbytes: int, dtype: str, rounds: int) -> float | None:
     """Median gloo all_reduce time of the same payload, or None without torch."""
     try:
         import torch.multiprocessing as tmp
@@ -250,7 +490,7 @@ def gloo_round(world: int, mib: float, dtype: str, rounds: int) -> float | None:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    numel = int(mib * MiB) // (2 if dtype == "bf16" else 4)
+    numel = nbytes // (2 if dtype == "bf16" else 4)
     ctx = tmp.get_context("spawn")
     q = ctx.Queue()
     ps = [ctx.Process(target=_gloo_worker, args=(r, world, port, numel, dtype, rounds, q))
@@ -264,68 +504,259 @@ def gloo_round(world: int, mib: float, dtype: str, rounds: int) -> float | None:
     return statistics.median(per_round)
 
 
-# -- main ----------------------------------------------------------------------------------------
+# -- rows and verdicts ---------------------------------------------------------------------------
 def _hosts(world: int) -> list[list[int]]:
     h = 1 if world <= 2 else 2
     return [list(map(int, g)) for g in np.array_split(np.arange(world), h)]
 
 
-def main() -> int:
-    """Run the configurations chosen on the command line, print the table and the verdict.
+def default_rounds(nbytes: int) -> tuple[int, int]:
+    """(warm-up, measured) rounds by frame size: small frames need many rounds for a p95."""
+    if nbytes < MiB:
+        return 5, 50
+    if nbytes < 64 * MiB:
+        return 2, 20
+    return (1, 5) if nbytes < 256 * MiB else (1, 3)
 
-    Returns the exit code: 0 when the target is met, 1 when it is missed or no configuration of
-    at least 64 MiB ran (``--no-verdict``: always 0, for exploration)."""
+
+@dataclass
+class Row:
+    """One configuration's result: its cluster run, CPU floor (seconds), gloo's median (None
+    without torch), other processes' CPU use during the run (cores; None without ``/proc``)
+    and how many runs it took."""
+
+    world: int
+    hosts: list[list[int]]
+    nbytes: int
+    dtype: str
+    run: ClusterRun
+    floor: float
+    gloo: float | None = None
+    others: float | None = None
+    attempts: int = 1
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.run.times)
+
+    @property
+    def p95(self) -> float:
+        return p95(self.run.times)
+
+    @property
+    def disturbed(self) -> bool:
+        return self.others is not None and self.others > QUIET
+
+    @property
+    def layout(self) -> str:
+        return f"{len(self.hosts)} ({'+'.join(str(len(g)) for g in self.hosts)} ranks)"
+
+
+def check(row: Row) -> tuple[str, bool, float, float] | None:
+    """The row's target: (class, met, figure, second figure) or None when it has none.
+    Classes: ``small`` (figure: median / upstream, second: p95 / median), ``4 MiB`` and
+    ``large`` (figure: median / floor, second: 0)."""
+    med = row.median
+    if row.nbytes in (4 * KiB, 64 * KiB):
+        up = UPSTREAM.get((row.world, row.nbytes))
+        if up is None:
+            return None
+        spread = row.p95 / med
+        return "small", med <= up and spread <= P95_SPREAD, med / up, spread
+    ratio = med / row.floor
+    if row.nbytes == 4 * MiB:
+        return "4 MiB", ratio <= FLOOR_4M, ratio, 0.0
+    if row.nbytes >= 64 * MiB:
+        return "large", ratio <= FLOOR_LARGE, ratio, 0.0
+    return None
+
+
+def verdicts(rows: list[Row]) -> tuple[list[str], bool]:
+    """The verdict lines (one per target class that ran, a disturbance note, then ``targets
+    met`` / ``TARGETS MISSED`` / ``no configuration with a target ran``) and whether all
+    targets were met."""
+    by: dict[str, list[tuple[bool, float, float]]] = {}
+    for r in rows:
+        c = check(r)
+        if c is not None:
+            by.setdefault(c[0], []).append(c[1:])
+    lines = []
+    if "small" in by:
+        v = by["small"]
+        lines.append(f"target 4 KiB and 64 KiB: median <= upstream and p95 <= {P95_SPREAD:g} x "
+                     f"median: {'met' if all(ok for ok, *_ in v) else 'NOT met'} "
+                     f"({sum(ok for ok, *_ in v)} of {len(v)} rows; worst median "
+                     f"{max(a for _, a, _ in v):.2f} x upstream, worst p95 "
+                     f"{max(b for *_, b in v):.2f} x median)")
+    for cls, text, limit in (("4 MiB", "4 MiB", FLOOR_4M), ("large", ">= 64 MiB", FLOOR_LARGE)):
+        if cls in by:
+            v = by[cls]
+            lines.append(f"target {text}: median <= {limit:g} x floor: "
+                         f"{'met' if all(ok for ok, *_ in v) else 'NOT met'} "
+                         f"({sum(ok for ok, *_ in v)} of {len(v)} rows; worst "
+                         f"{max(a for _, a, _ in v):.2f})")
+    bad = sum(r.disturbed for r in rows)
+    if bad:
+        lines.append(f"{bad} row(s) disturbed by other processes (> {QUIET:g} core) after every "
+                     "rerun: marked !")
+    met = bool(by) and all(ok for v in by.values() for ok, *_ in v)
+    lines.append("targets met" if met else "TARGETS MISSED" if by
+                 else "no configuration with a target ran")
+    return lines, met
+
+
+TABLE_HEADER = (
+    "| W | hosts | frame | dtype | rounds | median | p95 | CPU floor | ratio | upstream | target "
+    "| others | peak RSS MiB ctl / relay / rank | gloo |\n"
+    "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
+    "| ---: |")
+
+
+def format_row(row: Row) -> str:
+    """The row's line of the results table."""
+    up = UPSTREAM.get((row.world, row.nbytes))
+    c = check(row)
+    target = "-" if c is None else ("ok" if c[1] else "MISS")
+    others = "n/a" if row.others is None else f"{row.others:.2f}" + (" !" if row.disturbed
+                                                                     else "")
+    if row.attempts > 1:
+        others += f" ({row.attempts} runs)"
+    rss = " / ".join(f"{row.run.rss_kib[k] / 1024:.0f}" if k in row.run.rss_kib else "?"
+                     for k in ("controller", "relay", "rank"))
+    return (f"| {row.world} | {row.layout} | {size_label(row.nbytes)} | {row.dtype} | "
+            f"{len(row.run.times)} | {_ms(row.median)} | {_ms(row.p95)} | {_ms(row.floor)} | "
+            f"{row.median / row.floor:.2f} | {_ms(up) if up else '-'} | {target} | {others} | "
+            f"{rss} | {_ms(row.gloo) if row.gloo is not None else 'n/a'} |")
+
+
+STAGE_HEADER = (
+    "| W | frame | dtype | traced median round | " + " | ".join(STAGE_COLUMNS) + " |\n"
+    "| ---: | ---: | --- | ---: | " + " | ".join("---:" for _ in STAGE_COLUMNS) + " |")
+
+
+def format_stages(row: Row) -> str:
+    """The row's median traced round, each part in ms (``-`` for a part not traced)."""
+    med = stages.median_round(row.run.stages)
+    if med is None:
+        return (f"| {row.world} | {size_label(row.nbytes)} | {row.dtype} | not traced | "
+                + " | ".join("-" for _ in STAGE_COLUMNS) + " |")
+    parts = {label: sec for label, sec, _ in med.parts}
+
+    def num(sec: float) -> str:
+        return f"{sec * 1e3:.3f}" if abs(sec) < 0.01 else f"{sec * 1e3:.1f}"
+
+    cells = [num(parts[label]) if label in parts else "-" for label, *_ in stages.SEGMENTS]
+    return (f"| {row.world} | {size_label(row.nbytes)} | {row.dtype} | {num(med.total)} | "
+            + " | ".join(cells) + " |")
+
+
+STAGE_LEGEND = (
+    "Stage breakdown of each row's median traced round, ms (the round from the last rank's "
+    "send to the last rank's reply parsed; each stage's latest time over the parties): rank "
+    "send; ->relay = rank send done to the relay's last deposit (wire, wake-up); relay fold = "
+    "relay deposits to HostFrame sent; ->ctl = to the controller's last HostFrame; ctl = "
+    "controller last HostFrame to Broadcast sent; ->relay = to the relay's Broadcast read; "
+    "fan-out = relay Broadcast to fan-out done; ->rank = to the rank's reply parsed.")
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
+                                "flodl_proto"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + (" (package modified)" if dirty else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the configurations chosen on the command line, print the table, the stage breakdown
+    and the verdict lines. Returns the exit code: 0 when every target that ran was met, 1 when
+    one was missed or no configuration with a target ran (``--no-verdict``: always 0)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--full", action="store_true", help="W = 2, 4, 8 and 4, 64, 256 MiB")
+    ap.add_argument("--full", action="store_true",
+                    help="W = 2, 4, 8 and 4 KiB, 64 KiB, 1, 4, 64, 256 MiB")
     ap.add_argument("--worlds", default=None, help="comma-separated world sizes")
-    ap.add_argument("--sizes", default=None, help="comma-separated frame sizes in MiB")
+    ap.add_argument("--sizes", default=None,
+                    help="comma-separated frame sizes, e.g. 4k,64k,1m,4m,64m (bare: MiB)")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--protocol-version", type=int, default=2, choices=(2, 3))
-    ap.add_argument("--rounds", type=int, default=None, help="measured rounds (default 5; 3 "
-                    "at 256 MiB)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="measured rounds (default 50 below 1 MiB, 20 below 64 MiB, 5, 3 at "
+                    "256 MiB)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up rounds (default 5 below "
+                    "1 MiB, 2 below 64 MiB, else 1)")
+    ap.add_argument("--max-wait", type=float, default=120.0,
+                    help="seconds to wait for a quiet machine before each configuration")
+    ap.add_argument("--reruns", type=int, default=2,
+                    help="reruns of a configuration other processes disturbed")
+    ap.add_argument("--time-budget", type=float, default=None,
+                    help="seconds; start no configuration after this (the rest is listed)")
+    ap.add_argument("--no-trace", action="store_true", help="run without the stage trace")
+    ap.add_argument("--note", default=None, help="a sentence written above the table")
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     ap.add_argument("--no-verdict", action="store_true",
-                    help="exit 0 even when the target is missed (exploration)")
-    args = ap.parse_args()
+                    help="exit 0 even when a target is missed (exploration)")
+    args = ap.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
         return 0
     worlds = [int(w) for w in (args.worlds or ("2,4,8" if args.full else "2,4")).split(",")]
-    sizes = [float(s) for s in (args.sizes or ("4,64,256" if args.full else "4,64")).split(",")]
+    try:
+        sizes = [parse_size(s) for s in (args.sizes or (
+            "4k,64k,1m,4m,64m,256m" if args.full else "4k,64k,4m,64m")).split(",")]
+    except ValueError as e:
+        ap.error(str(e))
     dtypes = args.dtypes.split(",")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
     os.environ.setdefault("FLODL_NET_TIMEOUT_SCALE", "1.0")
-    print(f"{cores} cores; single-core rates are re-measured before every configuration "
-          "(other processes may share the machine)", flush=True)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    info = (f"{when}, commit {_commit()}, protocol v{args.protocol_version}, {cores} cores; "
+            "single-core rates are re-measured before every configuration")
+    print(info, flush=True)
+    t_start = time.monotonic()
     all_rates: list[Rates] = []
-    rows = []
-    lines: list[str] = []
-    header = ("| W | hosts | frame | dtype | median round | CPU floor | ratio | gloo |\n"
-              "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |")
-    print(header, flush=True)
-    for world in worlds:
-        hosts = _hosts(world)
-        for mib in sizes:
-            rounds = args.rounds or (3 if mib >= 256 else 5)
-            warmup = 1
+    rows: list[Row] = []
+    skipped: list[str] = []
+    print(TABLE_HEADER, flush=True)
+    for nbytes in sizes:
+        warmup, rounds = default_rounds(nbytes)
+        warmup = args.warmup if args.warmup is not None else warmup
+        rounds = args.rounds or rounds
+        for world in worlds:
+            hosts = _hosts(world)
             for dtype in dtypes:
-                rates = measure_rates()
+                if (args.time_budget is not None
+                        and time.monotonic() - t_start > args.time_budget):
+                    skipped.append(f"W={world} {size_label(nbytes)} {dtype}")
+                    continue
+                for attempt in range(1, args.reruns + 2):
+                    if args.max_wait > 0:
+                        quiet = wait_quiet(args.max_wait)
+                        if quiet is not None and quiet >= QUIET:
+                            print(f"  (not quiet after {args.max_wait:g} s: others use "
+                                  f"{quiet:.2f} core; running anyway)", flush=True)
+                    rates = measure_rates()
+                    a = cpu_sample()
+                    run = run_cluster(world, hosts, nbytes, dtype, args.protocol_version, warmup,
+                                      rounds, not args.no_trace)
+                    others = others_cores(a, cpu_sample())
+                    floor, _ = floor_seconds(world, hosts, nbytes, dtype, rates, cores)
+                    row = Row(world, hosts, nbytes, dtype, run, floor, None, others, attempt)
+                    if not row.disturbed or attempt == args.reruns + 1:
+                        break
+                    print(f"  (W={world} {size_label(nbytes)} {dtype} disturbed: others used "
+                          f"{others:.2f} core; rerun)", flush=True)
                 all_rates.append(rates)
-                times = run_cluster(world, hosts, mib, dtype, args.protocol_version, warmup,
-                                    rounds)
-                med = statistics.median(times)
-                floor, _ = floor_seconds(world, hosts, int(mib * MiB), dtype, rates, cores)
-                gloo = gloo_round(world, mib, dtype, rounds)
-                gtxt = f"{gloo * 1e3:.1f} ms" if gloo is not None else "n/a"
-                layout = f"{len(hosts)} ({'+'.join(str(len(g)) for g in hosts)} ranks)"
-                row = (f"| {world} | {layout} | {mib:g} MiB | "
-                       f"{dtype} | {med * 1e3:.1f} ms | {floor * 1e3:.1f} ms | "
-                       f"{med / floor:.2f} | {gtxt} |")
-                rows.append((mib, med / floor))
-                lines.append(row)
-                print(row, flush=True)
+                row.gloo = gloo_round(world, nbytes, dtype, rounds)
+                rows.append(row)
+                print(format_row(row), flush=True)
+    if not all_rates:
+        all_rates.append(measure_rates())
     med_rates = Rates(*(statistics.median(getattr(r, f) for r in all_rates)
                         for f in ("hash", "add_f32", "add_bf16", "scale_f32", "scale_bf16",
                                   "copy")))
@@ -335,28 +766,48 @@ def main() -> int:
                  f"{med_rates.scale_bf16 / 1e9:.2f}, copy {med_rates.copy / 1e9:.2f}; {cores} "
                  "cores")
     print(rate_line, flush=True)
-    big = [r for m, r in rows if m >= 64]
-    met = bool(big) and max(big) <= 1.5
-    verdict = (f"target round <= 1.5 x floor at >= 64 MiB: "
-               f"{'met' if met else 'NOT met'}"
-               f" (worst {max(big):.2f})" if big else "no >= 64 MiB configuration run")
-    print(verdict, flush=True)
+    stage_lines = [format_stages(r) for r in rows]
+    print("\n" + STAGE_HEADER, *stage_lines, sep="\n", flush=True)
+    notes = []
+    if skipped:
+        notes.append(f"Not run (time budget of {args.time_budget:g} s spent): "
+                     + ", ".join(skipped) + ".")
+        print(notes[-1], flush=True)
+    lines, met = verdicts(rows)
+    print(*lines, sep="\n", flush=True)
     if args.write:
-        _write_results("\n".join([rate_line, "", header, *lines, verdict]))
+        if args.note:
+            notes.insert(0, args.note)
+        _write_results(args.protocol_version, info, notes, rate_line,
+                       [TABLE_HEADER, *(format_row(r) for r in rows)],
+                       [STAGE_HEADER, *stage_lines], lines)
     return 0 if met or args.no_verdict else 1
 
 
-def _write_results(body: str) -> None:
+def section_title(version: int) -> str:
+    """The RESULTS.md section a run of ``version`` replaces."""
+    return SECTION if version == 2 else f"## Round, protocol v{version} (bench/round.py)"
+
+
+def _write_results(version: int, info: str, notes: list[str], rate_line: str,
+                   table: list[str], stage_table: list[str], verdict: list[str]) -> None:
     path = ROOT / "bench" / "RESULTS.md"
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    section = (f"{SECTION}\n\n`python bench/round.py` — the Python cluster (controller, relays and "
-               "ranks as separate processes on loopback), median of the "
-               "measured rounds after one warm-up; the CPU floor is computed in the same run "
-               "from single-core rates (see the script's docstring); gloo is `n/a` when torch "
-               "is not installed.\n\n```\n" + body + "\n```\n")
-    start = text.find(SECTION)
+    title = section_title(version)
+    section = "\n".join([
+        title, "",
+        "`python bench/round.py` — the Python cluster (controller, relays and ranks as separate "
+        "processes on loopback); median and p95 of the measured rounds after the warm-up; the "
+        "CPU floor is computed in the same run from single-core rates (see the script's "
+        "docstring); upstream = upstream flodl's median round on the reference machine; others "
+        "= other processes' CPU use during the configuration (cores; `!`: over 0.1 after every "
+        "rerun); gloo is `n/a` when torch is not installed.", "",
+        info + ".", "", *(n + "\n" for n in notes), rate_line + ".", "",
+        *table, "", STAGE_LEGEND, "", *stage_table, "",
+        "```", *verdict, "```", ""])
+    start = text.find(title + "\n")
     if start >= 0:
-        nxt = text.find("\n## ", start + len(SECTION))
+        nxt = text.find("\n## ", start + len(title))
         text = text[:start] + section + ("\n" + text[nxt + 1:] if nxt >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section

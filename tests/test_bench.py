@@ -6,6 +6,7 @@ agreement between its verdict line and its exit code is checked."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,42 +27,235 @@ def _load(name: str) -> ModuleType:
     return mod
 
 
-@pytest.mark.parametrize(("ratio", "extra", "code"), [
-    (1.2, [], 0), (1.5, [], 0), (1.6, [], 1), (1.6, ["--no-verdict"], 0),
-])
-def test_round_bench_exit_code_follows_the_verdict(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        ratio: float, extra: list[str], code: int) -> None:
-    rb = _load("round")
-    rates = rb.Rates(1e9, 2e9, 1e9, 2e9, 1e9, 4e9)
+RATES = (1e9, 2e9, 1e9, 2e9, 1e9, 4e9)
+
+
+def _fake(monkeypatch: pytest.MonkeyPatch, rb: ModuleType, times: Any,
+          others: list[float] | None = None) -> list[tuple[int, int, str]]:
+    """Replace everything round.py times or samples by fixed figures: rates, gloo, the quiet
+    wait, the CPU samples (``others``: other processes' cores per run, in order; None: no
+    /proc) and the cluster (``times(world, nbytes, dtype, floor)`` -> round times). Returns the
+    list of configurations run."""
+    rates = rb.Rates(*RATES)
     monkeypatch.setattr(rb, "measure_rates", lambda: rates)
     monkeypatch.setattr(rb, "gloo_round", lambda *a: None)
+    monkeypatch.setattr(rb, "wait_quiet", lambda *a: None)
+    monkeypatch.setattr(rb.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    runs: list[tuple[int, int, str]] = []
+    busy = list(others or [])
+    monkeypatch.setattr(rb, "cpu_sample", lambda: None)
+    if others is not None:
+        monkeypatch.setattr(rb, "others_cores", lambda a, b: busy.pop(0))
 
-    def run_cluster(world: int, hosts: Any, mib: float, dtype: str, *a: Any) -> list[float]:
-        floor, _ = rb.floor_seconds(world, hosts, int(mib * rb.MiB), dtype, rates, 2)
-        return [floor * ratio] * 3
+    def run_cluster(world: int, hosts: Any, nbytes: int, dtype: str, *a: Any) -> Any:
+        runs.append((world, nbytes, dtype))
+        floor, _ = rb.floor_seconds(world, hosts, nbytes, dtype, rates, 2)
+        return rb.ClusterRun(list(times(world, nbytes, dtype, floor)), [],
+                             {"controller": 40 << 10, "relay": 50 << 10, "rank": 60 << 10})
 
     monkeypatch.setattr(rb, "run_cluster", run_cluster)
-    monkeypatch.setattr(rb.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
-    monkeypatch.setattr(sys, "argv", ["round.py", "--worlds", "2", "--sizes", "64",
-                                      "--dtypes", "f32", *extra])
-    assert rb.main() == code
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == (f"target round <= 1.5 x floor at >= 64 MiB: "
-                    f"{'met' if ratio <= 1.5 else 'NOT met'} (worst {ratio:.2f})")
+    return runs
 
 
-def test_round_bench_without_a_large_configuration_fails(
+@pytest.mark.parametrize(("size", "ratio", "extra", "code", "verdict"), [
+    ("64m", 1.2, [], 0, "target >= 64 MiB: median <= 1.25 x floor: met (1 of 1 rows; worst 1.20)"),
+    ("256m", 1.25, [], 0,
+     "target >= 64 MiB: median <= 1.25 x floor: met (1 of 1 rows; worst 1.25)"),
+    ("64m", 1.3, [], 1,
+     "target >= 64 MiB: median <= 1.25 x floor: NOT met (0 of 1 rows; worst 1.30)"),
+    ("64m", 1.3, ["--no-verdict"], 0,
+     "target >= 64 MiB: median <= 1.25 x floor: NOT met (0 of 1 rows; worst 1.30)"),
+    ("4m", 1.35, [], 0, "target 4 MiB: median <= 1.35 x floor: met (1 of 1 rows; worst 1.35)"),
+    ("4", 1.4, [], 1, "target 4 MiB: median <= 1.35 x floor: NOT met (0 of 1 rows; worst 1.40)"),
+])
+def test_round_bench_floor_targets_set_the_exit_code(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        size: str, ratio: float, extra: list[str], code: int, verdict: str) -> None:
+    rb = _load("round")
+    _fake(monkeypatch, rb, lambda w, n, d, floor: [floor * ratio] * 3)
+    assert rb.main(["--worlds", "2", "--sizes", size, "--dtypes", "f32", *extra]) == code
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2:] == [verdict, "targets met" if code == 0 and not extra else
+                          "TARGETS MISSED"]
+
+
+@pytest.mark.parametrize(("world", "size", "times_ms", "verdict"), [
+    # median at upstream's figure, p95 within 2 x median
+    (2, "4k", [0.43] * 49 + [0.8], "met (1 of 1 rows; worst median 1.00 x upstream, worst p95 "
+     "1.00 x median)"),
+    # median above upstream's 1.10 ms at W = 4
+    (4, "4k", [1.11] * 50, "NOT met (0 of 1 rows; worst median 1.01 x upstream, worst p95 "
+     "1.00 x median)"),
+    # median fine, but a tail: p95 = 2.5 x median
+    (8, "64k", [2.0] * 45 + [5.0] * 5, "NOT met (0 of 1 rows; worst median 0.49 x upstream, "
+     "worst p95 2.50 x median)"),
+])
+def test_round_bench_small_frames_against_upstream(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        world: int, size: str, times_ms: list[float], verdict: str) -> None:
+    rb = _load("round")
+    runs = _fake(monkeypatch, rb, lambda w, n, d, f: [t / 1e3 for t in times_ms])
+    met = verdict.startswith("met")
+    assert rb.main(["--worlds", str(world), "--sizes", size, "--dtypes", "bf16"]) == (
+        0 if met else 1)
+    assert runs == [(world, rb.parse_size(size), "bf16")]
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-2:] == ["target 4 KiB and 64 KiB: median <= upstream and p95 <= 2 x median: "
+                        + verdict, "targets met" if met else "TARGETS MISSED"]
+    row = next(line for line in out if line.startswith(f"| {world} |"))
+    up = rb.UPSTREAM[(world, rb.parse_size(size))]
+    assert f"| {rb._ms(up)} | {'ok' if met else 'MISS'} | n/a | 40 / 50 / 60 | n/a |" in row
+
+
+def test_round_bench_without_a_target_configuration_fails(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     rb = _load("round")
-    rates = rb.Rates(1e9, 2e9, 1e9, 2e9, 1e9, 4e9)
-    monkeypatch.setattr(rb, "measure_rates", lambda: rates)
-    monkeypatch.setattr(rb, "gloo_round", lambda *a: None)
-    monkeypatch.setattr(rb, "run_cluster", lambda *a: [0.001])
-    monkeypatch.setattr(sys, "argv", ["round.py", "--worlds", "2", "--sizes", "4",
-                                      "--dtypes", "f32"])
-    assert rb.main() == 1
-    assert capsys.readouterr().out.strip().endswith("no >= 64 MiB configuration run")
+    _fake(monkeypatch, rb, lambda *a: [0.001])
+    assert rb.main(["--worlds", "2", "--sizes", "1m", "--dtypes", "f32"]) == 1
+    assert capsys.readouterr().out.strip().endswith("no configuration with a target ran")
+    # W = 3 has no upstream figure, so its 4 KiB row has no target either
+    assert rb.main(["--worlds", "3", "--sizes", "4k", "--dtypes", "f32"]) == 1
+    assert capsys.readouterr().out.strip().endswith("no configuration with a target ran")
+
+
+def test_round_bench_full_runs_every_configuration_small_frames_first(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    rb = _load("round")
+    runs = _fake(monkeypatch, rb, lambda w, n, d, floor: [floor])
+    assert rb.main(["--full", "--protocol-version", "3", "--no-verdict"]) == 0
+    sizes = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20]
+    assert runs == [(w, n, d) for n in sizes for w in (2, 4, 8) for d in ("f32", "bf16")]
+    out = capsys.readouterr().out
+    assert "protocol v3" in out.splitlines()[0]
+
+
+def test_round_bench_reruns_a_disturbed_configuration(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    rb = _load("round")
+    # first configuration: disturbed once, then quiet; second: disturbed on all three runs
+    runs = _fake(monkeypatch, rb, lambda w, n, d, floor: [floor], [0.5, 0.05, 0.3, 0.2, 0.4])
+    assert rb.main(["--worlds", "2", "--sizes", "64m", "--dtypes", "f32,bf16", "--reruns",
+                    "2"]) == 0  # a disturbed row is marked; the verdict is on its figures
+    assert runs == [(2, 64 << 20, "f32")] * 2 + [(2, 64 << 20, "bf16")] * 3
+    out = capsys.readouterr().out.strip().splitlines()
+    rows = [line for line in out if line.startswith("| 2 |")]
+    assert "| 0.05 (2 runs) |" in rows[0]
+    assert "| 0.40 ! (3 runs) |" in rows[1]
+    assert out[-3:] == [
+        "target >= 64 MiB: median <= 1.25 x floor: met (2 of 2 rows; worst 1.00)",
+        "1 row(s) disturbed by other processes (> 0.1 core) after every rerun: marked !",
+        "targets met"]
+
+
+def test_round_bench_write_replaces_its_section(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rb = _load("round")
+    runs = _fake(monkeypatch, rb, lambda w, n, d, floor: [floor])
+    del runs
+    (tmp_path / "bench").mkdir()
+    results = tmp_path / "bench" / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n## Round (bench/round.py)\n\nformer figures\n\n"
+                       "## Reduce (bench/reduce.py)\n\nkept\n", encoding="utf-8")
+    monkeypatch.setattr(rb, "ROOT", tmp_path)
+    for version in (2, 3):
+        assert rb.main(["--worlds", "2", "--sizes", "4m", "--dtypes", "f32", "--write",
+                        "--note", "A note.", "--protocol-version", str(version)]) == 0
+    text = results.read_text(encoding="utf-8")
+    assert "former figures" not in text and text.count("## Reduce (bench/reduce.py)\n\nkept\n") == 1
+    v2 = text[text.index("## Round (bench/round.py)"):text.index("## Reduce")]
+    v3 = text[text.index("## Round, protocol v3 (bench/round.py)"):]
+    for sec, v in ((v2, 2), (v3, 3)):
+        assert f"protocol v{v}, 2 cores" in sec and "A note.\n" in sec
+        assert rb.TABLE_HEADER in sec and rb.STAGE_HEADER in sec
+        assert "| 2 | 1 (2 ranks) | 4 MiB | f32 | 1 | 42.99 ms |" in sec
+        assert "| 2 | 4 MiB | f32 | not traced |" in sec
+        assert sec.rstrip().endswith("targets met\n```")
+
+
+@pytest.mark.parametrize(("text", "nbytes", "label"), [
+    ("4k", 4096, "4 KiB"), ("64K", 65536, "64 KiB"), ("1m", 1 << 20, "1 MiB"),
+    ("4MiB", 4 << 20, "4 MiB"), ("256m", 256 << 20, "256 MiB"), ("64", 64 << 20, "64 MiB"),
+    ("0.5m", 1 << 19, "512 KiB"), ("1g", 1 << 30, "1024 MiB"),
+])
+def test_parse_size(text: str, nbytes: int, label: str) -> None:
+    rb = _load("round")
+    assert rb.parse_size(text) == nbytes
+    assert rb.size_label(nbytes) == label
+
+
+@pytest.mark.parametrize("text", ["", "k", "4x", "-4k", "0", "0.001k", "1000b"])
+def test_parse_size_rejects(text: str) -> None:
+    rb = _load("round")
+    with pytest.raises(ValueError, match=f"frame size {text!r}"):
+        rb.parse_size(text)
+
+
+def test_round_bench_rejects_a_bad_size_on_the_command_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rb = _load("round")
+    with pytest.raises(SystemExit) as e:
+        rb.main(["--sizes", "4k,4x"])
+    assert e.value.code == 2
+    assert "frame size '4x'" in capsys.readouterr().err
+
+
+def test_quiet_guard_arithmetic() -> None:
+    rb = _load("round")
+    assert rb.machine_busy("cpu  100 20 30 400 5 6 7 8 0 0\ncpu0 1 2 3 4\n") == 150
+    with pytest.raises(ValueError, match="/proc/stat"):
+        rb.machine_busy("intr 1 2 3\n")
+    # /proc/<pid>/stat: pid (comm) state ppid ... utime stime cutime cstime (fields 14-17)
+    def stat(pid: int, ppid: int, ticks: tuple[int, int, int, int], comm: str = "py") -> str:
+        return f"{pid} ({comm}) S {ppid} " + "0 " * 9 + " ".join(map(str, ticks)) + " 20 0"
+    stats = {1: stat(1, 0, (1000, 0, 0, 0)), 10: stat(10, 1, (5, 1, 3, 1), "a) b"),
+             11: stat(11, 10, (7, 2, 0, 0)), 12: stat(12, 11, (1, 1, 0, 0)),
+             13: stat(13, 1, (50, 0, 0, 0))}
+    assert rb.tree_ticks(10, stats) == 10 + 9 + 2
+    assert rb.tree_ticks(13, stats) == 50
+    tick = os.sysconf("SC_CLK_TCK")
+    a = rb.CpuSample(10.0, 1000, 100)
+    b = rb.CpuSample(12.0, 1000 + 3 * tick, 100 + 2 * tick)  # 3 s busy, 2 s ours, in 2 s
+    assert rb.others_cores(a, b) == 0.5
+    assert rb.others_cores(a, rb.CpuSample(12.0, 1000 + tick, 100 + 2 * tick)) == 0.0
+    assert rb.others_cores(None, b) is None and rb.others_cores(b, a) is None
+    assert isinstance(rb.cpu_sample(), rb.CpuSample) is Path("/proc/stat").exists()
+
+
+def test_wait_quiet_stops_at_the_first_quiet_window_or_at_max_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rb = _load("round")
+    tick = os.sysconf("SC_CLK_TCK")
+    seq: list[tuple[int, int]] = []
+    samples = iter([(0, 0), (tick, 0), (tick, 0), (tick + tick // 20, 0)])
+    t = iter(range(100))
+
+    def sample() -> Any:
+        busy, own = next(samples)
+        seq.append((busy, own))
+        return rb.CpuSample(float(next(t)), busy, own)
+
+    monkeypatch.setattr(rb, "cpu_sample", sample)
+    monkeypatch.setattr(rb.time, "sleep", lambda s: None)
+    assert rb.wait_quiet(3600.0) == 0.05  # a busy window (1 core), then a quiet one
+    assert len(seq) == 4
+    samples = iter([(0, 0), (tick, 0)])
+    assert rb.wait_quiet(0.0) == 1.0  # no time to wait: the busy figure is returned
+
+
+def test_format_stages_of_the_median_round() -> None:
+    rb = _load("round")
+    from flodl_proto.runner.stages import SEGMENTS, RoundStages
+
+    def rnd(k: int, total: float) -> RoundStages:
+        return RoundStages(k, total, tuple((label, total / 8, gap) for label, _, _, gap
+                                           in SEGMENTS[:-1]))
+    run = rb.ClusterRun([0.1, 0.2, 0.3], [rnd(0, 0.004), rnd(1, 0.008), rnd(2, 0.08)])
+    row = rb.Row(2, [[0, 1]], 4096, "f32", run, 0.001)
+    assert rb.format_stages(row) == (
+        "| 2 | 4 KiB | f32 | 8.000 | " + " | ".join(["1.000"] * 7) + " | - |")
+    assert rb.format_stages(rb.Row(2, [[0, 1]], 4096, "f32", rb.ClusterRun([0.1]), 0.001)) == (
+        "| 2 | 4 KiB | f32 | not traced | " + " | ".join(["-"] * 8) + " |")
 
 
 def test_round_bench_floor_scales_into_a_reused_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
