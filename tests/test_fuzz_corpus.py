@@ -216,20 +216,22 @@ def test_finding_round_frame_stream_walk_is_linear(monkeypatch: pytest.MonkeyPat
     import flodl_proto.codec.round_frame as rf
 
     calls = 0
-    real = rf.TENSOR_META
+    real = rf._META
 
     class Counting:
-        def parse(self, data: Any) -> Any:
+        size = real.size
+
+        def unpack_from(self, data: Any, offset: int = 0) -> Any:
             nonlocal calls
             calls += 1
-            return real.parse(data)
+            return real.unpack_from(data, offset)
 
-        def build(self, obj: Any, **kw: Any) -> Any:
-            return real.build(obj, **kw)
+        def pack(self, *values: Any) -> bytes:
+            return real.pack(*values)
 
     n = 300
     wire = encode_round_frame_bytes(RoundFrame(0, 1.0, [TensorPayload(0, ())] * n), SALT)
-    monkeypatch.setattr(rf, "TENSOR_META", Counting())
+    monkeypatch.setattr(rf, "_META", Counting())
     dec = RoundFrameDecoder(SALT)
     got = []
     for i in range(0, len(wire), 10):

@@ -271,3 +271,30 @@ class LifecycleStateful(RuleBasedStateMachine):
 TestLifecycleStateful = LifecycleStateful.TestCase
 TestLifecycleStateful.settings = settings(stateful_step_count=25)
 TestLifecycleStateful.pytestmark = [pytest.mark.stateful]
+
+
+@pytest.mark.parametrize("machine", L.MACHINES)
+def test_internal_shortcuts_are_guarded_self_transitions_of_the_spec(machine: str) -> None:
+    """Lifecycle.fire skips the library only for an internal self-transition that carries
+    nothing but guards (round_scattered once per round): each such entry is one in the spec."""
+    rows = L._SHORTCUTS[machine]
+    assert rows  # hello_accepted / round_scattered (controller), rank_connected / rank_left
+    spec_states = L.lifecycle_spec(machine)["states"]
+    for (state, event), guards in rows.items():
+        (row,) = spec_states[state]["on"][event]
+        assert row["target"] == state and row["internal"] is True
+        assert {(row[k], k == "cond") for k in ("cond", "unless") if k in row} == set(guards)
+
+
+def test_round_scattered_shortcut_still_enforces_its_guard() -> None:
+    g = Guards()
+    lc = L.Lifecycle(g)
+    lc.fire("start")
+    g.every_rank_covered = True
+    lc.fire("all_covered")
+    g.round_complete = True
+    lc.fire("round_scattered")
+    g.round_complete = False
+    with pytest.raises(SequenceError):
+        lc.fire("round_scattered")
+    assert lc.state == "reducing"

@@ -136,3 +136,34 @@ def test_net_timeout_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     assert spec.net_timeout_scale() == 1.0
     monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "2.5")
     assert spec.net_timeout_scale() == 2.5
+
+
+def _sample(subcon: Any, k: int) -> Any:
+    """A distinct in-range value for one field (k-th sample): ints near the top of their range,
+    floats with a fraction, tag bytes."""
+    if isinstance(subcon, Bytes):
+        return bytes((k + i) & 0xFF for i in range(int(subcon.length)))
+    if subcon.fmtstr.endswith("d"):
+        return -1.5 * (k + 1)
+    return (1 << (8 * subcon.length)) - 1 - k
+
+
+@pytest.mark.parametrize("struct_name", sorted(structs.STRUCTS))
+def test_packed_form_is_the_same_layout(struct_name: str) -> None:
+    """The precompiled struct the hot path uses writes and reads exactly what the construct
+    declaration does, field for field."""
+    st = structs.STRUCTS[struct_name]
+    packed = structs.PACKED[struct_name]
+    assert packed.size == st.sizeof()
+    values = [_sample(s.subcon, k) for k, s in enumerate(st.subcons)]
+    wire = st.build(dict(zip([s.name for s in st.subcons], values, strict=True)))
+    assert packed.pack(*values) == wire
+    assert list(packed.unpack(wire)) == values
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 5])
+def test_dims_packed_is_tensor_dims(ndim: int) -> None:
+    dims = [0xFFFF_FFFF - i for i in range(ndim)]
+    wire = structs.TENSOR_DIMS.build({"dims": dims}, ndim=ndim)
+    assert structs.dims_packed(ndim).pack(*dims) == wire
+    assert list(structs.dims_packed(ndim).unpack(wire)) == dims

@@ -18,7 +18,9 @@ from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN, U32_MAX
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
 from .auth import Premac
 from .round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_frame
-from .structs import LEN_PREFIX
+from .structs import PACKED
+
+_LEN_PREFIX = PACKED["LEN_PREFIX"]  # the precompiled LEN_PREFIX declaration
 
 __all__ = [
     "decode_framed_round",
@@ -43,7 +45,7 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
     check_ceiling(ceiling)
     if length > ceiling or length > U32_MAX or length < 0:
         raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, U32_MAX))
-    return bytes(LEN_PREFIX.build({"length": length}))
+    return _LEN_PREFIX.pack(length)
 
 
 def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
@@ -128,7 +130,7 @@ def decode_len_prefix_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CE
     mv = as_view(data)
     if len(mv) < LEN_PREFIX_LEN:
         return END_OF_STREAM
-    length: int = LEN_PREFIX.parse(mv[:LEN_PREFIX_LEN]).length
+    length = int(_LEN_PREFIX.unpack_from(mv, 0)[0])
     if length > ceiling:
         raise protocol_error("len.too_large", length=length, ceiling=ceiling)
     return length

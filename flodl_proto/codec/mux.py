@@ -47,7 +47,9 @@ from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceili
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal, update_in_parallel
 from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
 from .round_frame import RoundFrame, decode_round_frame_or_eos, round_frame_pieces
-from .structs import MUX_HEADER
+from .structs import PACKED
+
+_MUX_HEADER = PACKED["MUX_HEADER"]  # the precompiled MUX_HEADER declaration
 
 __all__ = [
     "MODEL_SIG_LEN",
@@ -290,10 +292,8 @@ class MuxHeader:
 
 
 def _header_bytes(kind: int, rank: int, payload_len: int, tag: bytes) -> bytes:
-    return bytes(MUX_HEADER.build({
-        "magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION, "kind": kind, "rank": rank,
-        "payload_len": payload_len, "auth_tag": tag,
-    }))
+    return _MUX_HEADER.pack(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION, kind, rank, payload_len,
+                            bytes(tag))
 
 
 def encode_mux_record_parts(
@@ -434,15 +434,15 @@ def parse_mux_header_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEI
     mv = as_view(data)
     if len(mv) < MUX_HEADER_LEN:
         return END_OF_STREAM
-    h = MUX_HEADER.parse(mv[:MUX_HEADER_LEN])
-    if h.magic != MUX_RECORD_MAGIC:
-        raise protocol_error("mux.bad_magic", got=h.magic, expected=MUX_RECORD_MAGIC)
-    if h.version != MUX_PROTOCOL_VERSION:
-        raise protocol_error("mux.bad_version", got=h.version, expected=MUX_PROTOCOL_VERSION)
-    if h.payload_len > ceiling:
-        raise protocol_error("mux.payload_too_large", length=h.payload_len, ceiling=ceiling,
-                             kind=h.kind, rank=h.rank)
-    return MuxHeader(h.kind, h.rank, h.payload_len, bytes(h.auth_tag))
+    magic, version, kind, rank, payload_len, tag = _MUX_HEADER.unpack_from(mv, 0)
+    if magic != MUX_RECORD_MAGIC:
+        raise protocol_error("mux.bad_magic", got=magic, expected=MUX_RECORD_MAGIC)
+    if version != MUX_PROTOCOL_VERSION:
+        raise protocol_error("mux.bad_version", got=version, expected=MUX_PROTOCOL_VERSION)
+    if payload_len > ceiling:
+        raise protocol_error("mux.payload_too_large", length=payload_len, ceiling=ceiling,
+                             kind=kind, rank=rank)
+    return MuxHeader(kind, rank, payload_len, tag)
 
 
 def decode_mux_record(

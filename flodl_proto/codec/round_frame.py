@@ -50,14 +50,14 @@ from ..spec import (
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal
-from .structs import (
-    ROUND_FRAME_HEADER,
-    ROUND_FRAME_KIND,
-    ROUND_FRAME_WEIGHT,
-    TENSOR_DIMS,
-    TENSOR_META,
-    TENSOR_NBYTES,
-)
+from .structs import PACKED, dims_packed
+
+# the precompiled forms of the structs.py declarations (the hot path of every round)
+_HEADER = PACKED["ROUND_FRAME_HEADER"]
+_KIND = PACKED["ROUND_FRAME_KIND"]
+_WEIGHT = PACKED["ROUND_FRAME_WEIGHT"]
+_META = PACKED["TENSOR_META"]
+_NBYTES = PACKED["TENSOR_NBYTES"]
 
 __all__ = [
     "Dtype",
@@ -381,15 +381,17 @@ def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (before the footer).
     """
     pieces: list[BytesLike] = []
-    cur = bytearray(ROUND_FRAME_HEADER.build({"magic": ROUND_FRAME_MAGIC,
-                                              "num_tensors": len(frame.tensors)}))
-    cur += ROUND_FRAME_KIND.build({"kind": int(frame.kind)})
-    cur += ROUND_FRAME_WEIGHT.build({"weight": frame.weight})
+    cur = bytearray(_HEADER.pack(ROUND_FRAME_MAGIC, len(frame.tensors)))
+    cur += _KIND.pack(int(frame.kind))
+    cur += _WEIGHT.pack(frame.weight)
     for t in frame.tensors:
-        cur += TENSOR_META.build({"dtype": t.dtype, "ndim": t.ndim})
-        cur += TENSOR_DIMS.build({"dims": list(t.shape)}, ndim=t.ndim)
-        cur += TENSOR_NBYTES.build({"nbytes": t.nbytes})
-        if t.nbytes:
+        ndim = len(t.shape)
+        nbytes = t.data.nbytes
+        cur += _META.pack(t.dtype, ndim)
+        if ndim:
+            cur += dims_packed(ndim).pack(*t.shape)
+        cur += _NBYTES.pack(nbytes)
+        if nbytes:
             pieces.append(bytes(cur))
             pieces.append(t.data)
             cur = bytearray()
@@ -474,24 +476,24 @@ class _FrameWalk:
         if self.num_tensors < 0:
             if end < ROUND_FRAME_HEADER_LEN:
                 return ROUND_FRAME_HEADER_LEN  # END_OF_STREAM for a whole-buffer reader
-            hdr = ROUND_FRAME_HEADER.parse(mv[0:8])
-            if hdr.magic != ROUND_FRAME_MAGIC:
-                raise protocol_error("frame.bad_magic", got=hdr.magic, expected=ROUND_FRAME_MAGIC)
-            if hdr.num_tensors > MAX_ROUND_FRAME_TENSORS:
-                raise protocol_error("frame.too_many_tensors", count=hdr.num_tensors,
+            magic, num_tensors = _HEADER.unpack_from(mv, 0)
+            if magic != ROUND_FRAME_MAGIC:
+                raise protocol_error("frame.bad_magic", got=magic, expected=ROUND_FRAME_MAGIC)
+            if num_tensors > MAX_ROUND_FRAME_TENSORS:
+                raise protocol_error("frame.too_many_tensors", count=num_tensors,
                                      cap=MAX_ROUND_FRAME_TENSORS)
-            self.num_tensors = hdr.num_tensors
-            self.pos = 8
+            self.num_tensors = num_tensors
+            self.pos = ROUND_FRAME_HEADER_LEN
         if self.kind < 0:
             pos = self.pos
             if end < pos + 1:
                 return short(pos + 1, "frame.kind_read_failed", offset=pos)
-            kind_byte = ROUND_FRAME_KIND.parse(mv[pos:pos + 1]).kind
+            (kind_byte,) = _KIND.unpack_from(mv, pos)
             if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
                 raise protocol_error("frame.unknown_kind", value=kind_byte)
             if end < pos + 9:
                 return short(pos + 9, "frame.weight_read_failed", offset=pos + 1)
-            weight = ROUND_FRAME_WEIGHT.parse(mv[pos + 1:pos + 9]).weight
+            (weight,) = _WEIGHT.unpack_from(mv, pos + 1)
             if not math.isfinite(weight) or weight < 0.0:
                 raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
             self.kind, self.weight, self.pos = kind_byte, weight, pos + 9
@@ -499,16 +501,15 @@ class _FrameWalk:
             ti, pos = len(self.entries), self.pos
             if end < pos + 2:
                 return short(pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
-            meta = TENSOR_META.parse(mv[pos:pos + 2])
+            dtype, ndim = _META.unpack_from(mv, pos)
             pos += 2
-            ndim = meta.ndim
             if end < pos + 4 * ndim:
                 return short(pos + 4 * ndim, "frame.shape_read_failed", index=ti, offset=pos)
-            dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
+            dims = dims_packed(ndim).unpack_from(mv, pos) if ndim else ()
             pos += 4 * ndim
             if end < pos + 8:
                 return short(pos + 8, "frame.nbytes_read_failed", index=ti, offset=pos)
-            nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
+            (nbytes,) = _NBYTES.unpack_from(mv, pos)
             pos += 8
             total = self.total + nbytes
             if total > self.ceiling:
@@ -517,7 +518,7 @@ class _FrameWalk:
             if end < pos + nbytes:
                 return short(pos + nbytes, "frame.data_read_failed", index=ti, got=end - pos,
                              need=nbytes, offset=pos)
-            self.entries.append((meta.dtype, dims, pos, nbytes))
+            self.entries.append((dtype, dims, pos, nbytes))
             self.total, self.pos = total, pos + nbytes
         if end < self.pos + AUTH_TAG_LEN:
             return short(self.pos + AUTH_TAG_LEN, "frame.footer_read_failed", offset=self.pos)
@@ -678,18 +679,17 @@ def delivered_tensors(data: BytesLike, count: int) -> list[TensorPayload]:
     out: list[TensorPayload] = []
     pos = ROUND_FRAME_HEADER_LEN + 1 + 8  # after the header, the kind byte and the weight
     for _ in range(count):
-        meta = TENSOR_META.parse(mv[pos:pos + 2])
-        ndim = meta.ndim
+        dtype, ndim = _META.unpack_from(mv, pos)
         pos += 2
-        dims = tuple(TENSOR_DIMS.parse(mv[pos:pos + 4 * ndim], ndim=ndim).dims) if ndim else ()
+        dims = dims_packed(ndim).unpack_from(mv, pos) if ndim else ()
         pos += 4 * ndim
-        nbytes = TENSOR_NBYTES.parse(mv[pos:pos + 8]).nbytes
+        (nbytes,) = _NBYTES.unpack_from(mv, pos)
         pos += 8
-        out.append(TensorPayload(meta.dtype, dims, mv[pos:pos + nbytes]))
+        out.append(TensorPayload(dtype, dims, mv[pos:pos + nbytes]))
         pos += nbytes
     return out
 
 
 def declared_tensor_count(data: BytesLike) -> int:
     """The tensor count a frame's header declares (the header was checked by its reader)."""
-    return int(ROUND_FRAME_HEADER.parse(as_view(data)[:ROUND_FRAME_HEADER_LEN]).num_tensors)
+    return int(_HEADER.unpack_from(as_view(data)[:ROUND_FRAME_HEADER_LEN], 0)[1])

