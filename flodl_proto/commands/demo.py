@@ -13,8 +13,11 @@ form. Every rank runs local SGD on its own shard; ranks take different numbers o
 round (so realized-work weights differ, and some rounds have an idle rank), and each round the
 parameters are averaged through the protocol (optionally through an outer optimizer at the
 controller). A progress bar runs while it trains; then a summary table: rounds, median and 95th
-percentile round time, bytes moved on every leg, loss at start and end against the optimum, and
-the consensus digest of every rank.
+percentile round time, the stage breakdown of the median round (every process records its
+stages, :mod:`flodl_proto.runner.stages`: rank send, relay deposits to HostFrame, controller last
+HostFrame to Broadcast, relay fan-out, rank reply parsed, and the wire and wake-up gaps between
+them), bytes moved on every leg, loss at start and end against the optimum, and the consensus
+digest of every rank.
 
 Exit 0 only if every round completed, every rank holds the identical final consensus, and the
 final loss is within the printed tolerance (1 %) of the target: the optimum's loss, or, when
@@ -46,6 +49,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +64,7 @@ from rich.table import Table
 
 from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
+from ..runner import stages
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from . import _demo_worker as worker
 from .controller import parse_outer
@@ -145,10 +150,13 @@ class _Child:
 class _Cluster:
     """The demo's child processes; :meth:`close` leaves none behind."""
 
-    def __init__(self, salt_hex: str) -> None:
+    def __init__(self, salt_hex: str, trace: Path | None = None) -> None:
         self.children: list[_Child] = []
         self.events: queue.Queue[tuple[str, str | None]] = queue.Queue()
         self.env = dict(os.environ, FLODL_SESSION_SALT=salt_hex, PYTHONUNBUFFERED="1")
+        self.env.pop(stages.ENV, None)
+        if trace is not None:  # every child records its round stages there at exit
+            self.env[stages.ENV] = str(trace)
 
     def spawn(self, name: str, args: Sequence[str], *, private: bool = False,
               stdin: bool = False, wrap: Callable[[list[str]], list[str]] | None = None
@@ -257,6 +265,7 @@ class _Result:
     relay_rc: dict[str, int | None] = field(default_factory=dict)
     wall: float = 0.0
     lab: NetLab | None = None
+    stages: list[stages.RoundStages] = field(default_factory=list)
 
 
 def _session_salt(path: str | None) -> tuple[str, str]:
@@ -309,7 +318,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     console.print(salt_note, markup=False, highlight=False, soft_wrap=True)
     groups = partition(args.world_size, args.hosts)
-    cluster = _Cluster(salt_hex)
+    with tempfile.TemporaryDirectory(prefix="flodl-demo-") as tmp:
+        trace = Path(tmp) / "stages.tsv"
+        return _run_cluster(args, console, groups, kill, _Cluster(salt_hex, trace), trace)
+
+
+def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[int]],
+                 kill: tuple[int, int] | None, cluster: _Cluster, trace: Path) -> int:
+    """Run the cluster, read the stage trace its processes wrote to ``trace``, report."""
     res = _Result()
     stop = threading.Event()
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
@@ -328,6 +344,10 @@ def run(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         res.wall = time.perf_counter() - t_start
+    try:  # written by every child at its exit
+        res.stages = stages.breakdown(stages.read_trace(trace)) if trace.exists() else []
+    except (OSError, ValueError) as e:
+        res.problems.append(f"stage trace unreadable: {e}")
     if stop.is_set():
         done = sum(1 for k in res.rounds if len(res.rounds[k]) == args.world_size)
         console.print(f"[red]interrupted[/red] after {done} of {args.rounds} rounds; the cluster "
@@ -525,6 +545,7 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
                         f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
                         f" / {_pct(syncs, 95) * 1e3:.1f} ms)") if times else "n/a")
+    t.add_row("stages", "\n".join(stages.format_breakdown(res.stages)) or "not traced")
     t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
               else "n/a")
     t.add_row("loss", f"start {l_start:.6f}, end {l_end:.6f}")
