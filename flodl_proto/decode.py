@@ -19,10 +19,11 @@ messages; decoding stops at the first failure, which is reported with the byte o
 record it happened in. Auth tags are the exception: they are parsed separately from the
 structure, then, when a session salt is given, recomputed and compared (reported ``ok`` or
 ``bad``, and decoding goes on); without a salt they are shown and reported ``unchecked``.
-The structure walk is the codec's own (:func:`flodl_proto.codec.round_frame.round_frame_extent`
-and its walker, :func:`flodl_proto.codec.mux.parse_mux_header_or_eos`,
-:func:`flodl_proto.codec.mux.decode_control`, the handshake and length-prefix readers); only the
-tag comparison is done here, with :func:`flodl_proto.codec.auth.compute_tag`.
+The structure walk is the codec's own (the mux leg is read by
+:class:`flodl_proto.codec.stream.MuxStream`, the controller's parser, with its tag checks off;
+frames by :func:`flodl_proto.codec.round_frame.round_frame_extent` and its walker; the handshake
+and length-prefix readers); only the tag comparison is done here, with
+:func:`flodl_proto.codec.auth.compute_tag`.
 
 Each record is a JSON-ready ``dict`` with at least ``offset`` and ``length`` (bytes, in the
 stream) and ``type``; tensors are summarized (dtype, shape, bytes, min/max/mean, elided) unless
@@ -46,12 +47,13 @@ import numpy as np
 
 from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
-from .codec.handshake import decode_ack, decode_handshake, expect_channel_magic
+from .codec.handshake import decode_ack, decode_handshake
 from .codec.loopback import decode_len_framed_or_eos
-from .codec.mux import RecordKind, decode_control, parse_mux_header_or_eos
+from .codec.mux import MuxHeader, MuxRecord, RecordKind, parse_mux_header_or_eos
 from .codec.round_frame import Dtype, RoundFrame, TensorPayload, round_frame_extent
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
+from .codec.stream import MagicReceived, MuxStream, RecordReceived, StreamFailed
 from .codec.structs import HANDSHAKE
 from .errors import ProtocolError, protocol_error
 from .interop.jsonio import control_to_json, f64_bits
@@ -454,60 +456,57 @@ class _Decoder:
     # -- mux leg ---------------------------------------------------------------------------------
     def _mux(self) -> None:
         mv = self.mv
-        pos = 0
+        magic: int | None = None  # the relay -> controller direction starts with the magic
         if len(mv) >= CHANNEL_MAGIC_LEN:
-            first = _U32.unpack_from(mv, 0)[0]
-            if first in CHANNELS.values():
-                try:
-                    expect_channel_magic(mv, CHANNEL_MAGIC_DATA)
-                except ProtocolError as e:
-                    raise _Stop(0, e) from None
-                self._emit({"offset": 0, "length": CHANNEL_MAGIC_LEN, "type": "channel_magic",
-                            "channel": "data", "magic": f"0x{first:08x}"})
-                pos = CHANNEL_MAGIC_LEN
+            if _U32.unpack_from(mv, 0)[0] in CHANNELS.values():
+                magic = CHANNEL_MAGIC_DATA  # another channel's magic: the stream reports it
         elif len(mv) and _U32.pack(CHANNEL_MAGIC_DATA).startswith(bytes(mv)):
-            try:
-                expect_channel_magic(mv, CHANNEL_MAGIC_DATA)
-            except ProtocolError as e:
-                raise _Stop(0, e) from None
-        while True:
-            rec = self._mux_record(pos)
-            if rec is None:
-                return
-            self._emit(rec)
-            pos += int(rec["length"])
+            magic = CHANNEL_MAGIC_DATA  # cut inside the magic: the stream reports it
+        # tags are compared here (reported, not enforced), so the stream checks none
+        stream = MuxStream(None, version=self.version, ceiling=self.ceiling,
+                           expect_magic=magic)
+        pos = 0
+        for ev in [*stream.feed(mv), *stream.feed_eof()]:
+            if isinstance(ev, MagicReceived):
+                self._emit({"offset": 0, "length": ev.nbytes, "type": "channel_magic",
+                            "channel": "data", "magic": f"0x{magic:08x}"})
+                pos += ev.nbytes
+            elif isinstance(ev, RecordReceived):
+                self._emit(self._mux_record(pos, ev.record, ev.header, ev.nbytes))
+                pos += ev.nbytes
+            elif isinstance(ev, StreamFailed):
+                if magic is None or pos > 0:  # a record failed, not the magic
+                    self._failed_record_tag(pos)
+                raise _Stop(pos, ev.error, ended=ev.error.error_id == "mux.truncated")
 
-    def _mux_record(self, pos: int) -> dict[str, Any] | None:
+    def _mux_tag(self, pos: int, hdr: MuxHeader, payload: memoryview) -> TagStatus:
+        covered = self.mv[pos:pos + MUX_AUTH_COVERED_HEADER_LEN]
+        return self._count(tag_status(self.salt, [covered, payload], hdr.auth_tag))
+
+    def _failed_record_tag(self, pos: int) -> None:
+        """Count the tag of a whole record that failed after its tag step (kind, bincode)."""
         mv = self.mv[pos:]
         try:
             hdr = parse_mux_header_or_eos(mv, ceiling=self.ceiling)
-        except ProtocolError as e:
-            raise _Stop(pos, e) from None
-        if hdr is END_OF_STREAM:
-            return None
-        end = MUX_HEADER_LEN + hdr.payload_len
-        if len(mv) < end:
-            raise _Stop(pos, protocol_error("mux.truncated", got=len(mv), need=end), ended=True)
-        payload = mv[MUX_HEADER_LEN:end]
-        status = self._count(tag_status(
-            self.salt, [mv[:MUX_AUTH_COVERED_HEADER_LEN], payload], hdr.auth_tag))
-        try:
-            kind = RecordKind(hdr.kind)
-        except ValueError:
-            raise _Stop(pos, protocol_error("mux.unknown_kind", kind=hdr.kind)) from None
+        except ProtocolError:
+            return  # failed in its header: no tag step
+        if hdr is not END_OF_STREAM and len(mv) >= MUX_HEADER_LEN + hdr.payload_len:
+            self._mux_tag(pos, hdr, mv[MUX_HEADER_LEN:MUX_HEADER_LEN + hdr.payload_len])
+
+    def _mux_record(self, pos: int, record: MuxRecord, hdr: MuxHeader, end: int
+                    ) -> dict[str, Any]:
+        payload = record.payload
+        status = self._mux_tag(pos, hdr, payload)
+        kind = record.kind
         rec: dict[str, Any] = {
             "offset": pos, "length": end, "type": "mux_record", "kind": kind.name.lower(),
-            "kind_byte": int(kind), "rank": hdr.rank if kind is RecordKind.DATA else 0,
+            "kind_byte": int(kind), "rank": record.rank,
             "payload_len": hdr.payload_len, "tag": hdr.auth_tag.hex(), "tag_status": status,
         }
         if kind is not RecordKind.DATA and hdr.rank:
             rec["wire_rank"] = hdr.rank  # ignored by the reader (leniency mux_rank_ignored)
-        if kind is RecordKind.CONTROL:
-            try:
-                msg = decode_control(payload, self.version)
-            except ProtocolError as e:
-                raise _Stop(pos, e) from None
-            rec["control"] = control_to_json(msg, self.version)
+        if record.control is not None:
+            rec["control"] = control_to_json(record.control, self.version)
         elif kind is RecordKind.DATA:
             shown = payload if self.values else payload[:_DATA_PREVIEW]
             rec["payload"] = bytes(shown).hex()

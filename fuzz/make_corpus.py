@@ -128,8 +128,7 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             assert raw is not None
             flags = _vbit(version) | sbit | (SIGN if ok else 0)
             put("mux_record", _name(cid), bytes((flags,)) + raw)
-            put("stream_mux", _name(cid), _stream(flags, b"", raw))
-            put("relay_stream", _name(cid), _stream(flags | 0x20, b"", raw))
+            put("mux_stream", _name(cid), _stream(flags | 0x20, b"", raw))
             if "bincode" in c:
                 put("control", _name(cid), bytes((_vbit(version),)) + bytes.fromhex(c["bincode"]))
         elif op.startswith("len_framed."):
@@ -165,14 +164,12 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
                     sent[s["conn"]] = sent.get(s["conn"], b"") + bytes.fromhex(s["bytes"])
                 elif s["action"] == "recv":
                     recv[s["conn"]] = recv.get(s["conn"], b"") + bytes.fromhex(s["bytes"])
-            for conn, stream in sorted(sent.items())[:2]:
-                flags = _vbit(version) | sbit | SIGN | 0x20
-                put("stream_mux", _name(cid, f"-send{conn}"), _stream(flags, b"\x07", stream))
-                put("relay_stream", _name(cid, f"-send{conn}"),
-                    _stream(flags & ~0x20, b"\x05\x1d", stream))
-            for conn, stream in sorted(recv.items())[:1]:
+            for conn, stream in sorted(sent.items())[:2]:  # relay -> controller: the magic first
                 flags = _vbit(version) | sbit | SIGN
-                put("stream_mux", _name(cid, f"-recv{conn}"), _stream(flags, b"\x19\x01", stream))
+                put("mux_stream", _name(cid, f"-send{conn}"), _stream(flags, b"\x05\x1d", stream))
+            for conn, stream in sorted(recv.items())[:1]:  # controller -> relay: no magic
+                flags = _vbit(version) | sbit | SIGN | 0x20
+                put("mux_stream", _name(cid, f"-recv{conn}"), _stream(flags, b"\x19\x01", stream))
     for (sbit, version), frames in sorted(frame_streams.items()):
         flags = _vbit(version) | sbit | SIGN
         tag = f"v{version}-salt{sbit >> 2}"
@@ -325,10 +322,10 @@ def hand_seeds() -> dict[str, dict[str, bytes]]:
                 SIGN, b"\3", rf_magic + struct.pack("<I", 1) + b"\0" + weight + b"\0\0"
                 + struct.pack("<Q", 1 << 30)),
         },
-        "stream_mux": {
-            "seed-payload-len-4gib": _stream(SIGN, b"\1", mux + b"\3" + bytes(4)
+        "mux_stream": {
+            "seed-payload-len-4gib": _stream(SIGN | 0x20, b"\1", mux + b"\3" + bytes(4)
                                              + b"\xff\xff\xff\xff" + bytes(8)),
-            "seed-magic-then-eof": _stream(0x20, b"\1", b"\xe1\x17\x0d"),
+            "seed-magic-then-eof": _stream(0, b"\1", b"\xe1\x17\x0d"),
         },
         "host_fold": _host_fold_seeds(),
         "controller_core": _controller_seeds(),

@@ -35,8 +35,8 @@ PREFIX=()
 # per input). Loading the corpus counts as runs, so each count is well above its corpus size.
 declare -A CI_RUNS=(
   [handshake]=4000 [channel_magic]=4000 [round_frame]=2000 [control]=4000 [mux_record]=2000
-  [len_framed]=2000 [stream_round_frame]=2000 [stream_mux]=1500 [stream_len_framed]=2000
-  [relay_stream]=1500 [host_fold]=1200 [controller_core]=900 [relay_core]=900
+  [len_framed]=2000 [stream_round_frame]=2000 [stream_len_framed]=2000 [mux_stream]=2000
+  [host_fold]=1200 [controller_core]=900 [relay_core]=900
 )
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import socket
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from flodl_proto.codec._common import END_OF_STREAM, NeedData
 from flodl_proto.codec.handshake import encode_channel_magic
 from flodl_proto.codec.mux import (
     DeclareDead,
@@ -27,7 +27,7 @@ from flodl_proto.codec.mux import (
     encode_mux_record_bytes,
 )
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
-from flodl_proto.codec.stream import MuxRecordDecoder
+from flodl_proto.codec.stream import MuxStream, RecordReceived, StreamFailed
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 DEADLINE = 5.0
@@ -68,7 +68,9 @@ class FakeRelay:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(DEADLINE)
         self.sock.connect(("127.0.0.1", port))
-        self._dec = MuxRecordDecoder(salt, version=version)
+        # the controller -> relay direction: no channel magic
+        self._stream = MuxStream(salt, version=version, expect_magic=None)
+        self._records: deque[MuxRecord] = deque()
         if magic is True:
             self.sock.sendall(encode_channel_magic("data"))
         elif magic is not False:
@@ -103,13 +105,9 @@ class FakeRelay:
     def read_record(self, timeout: float = DEADLINE) -> MuxRecord | None:
         """The next record, or None at end of stream (raises TimeoutError on the deadline)."""
         deadline = time.monotonic() + timeout
-        while True:
-            ev = self._dec.next_event()
-            if isinstance(ev, MuxRecord):
-                return ev
-            if ev is END_OF_STREAM:
+        while not self._records:
+            if self._stream.done:
                 return None
-            assert isinstance(ev, NeedData)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("no record from the controller in time")
@@ -118,10 +116,12 @@ class FakeRelay:
                 chunk = self.sock.recv(1 << 20)
             except (ConnectionResetError, ConnectionAbortedError):
                 chunk = b""
-            if chunk:
-                self._dec.feed(chunk)
-            else:
-                self._dec.feed_eof()
+            for ev in self._stream.feed(chunk) if chunk else self._stream.feed_eof():
+                if isinstance(ev, StreamFailed):
+                    raise ev.error
+                if isinstance(ev, RecordReceived):
+                    self._records.append(ev.record)
+        return self._records.popleft()
 
     def expect_hello_ack(self) -> None:
         rec = self.read_record()

@@ -336,11 +336,11 @@ def test_api_misuse_is_a_local_error_naming_the_field(call: object, fragment: st
 
 @pytest.mark.parametrize("ceiling", [-1, 1.5, "1"])
 def test_bad_ceiling_is_a_local_error(ceiling: object) -> None:
-    from flodl_proto.codec import MuxRecordDecoder
+    from flodl_proto.codec import MuxStream
     for call in (lambda: decode_round_frame_or_eos(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
                  lambda: decode_mux_record_or_eos(b"", bytes(16), ceiling=ceiling),  # type: ignore[arg-type]
                  lambda: decode_len_framed_or_eos(b"", ceiling=ceiling),  # type: ignore[arg-type]
-                 lambda: MuxRecordDecoder(bytes(16), ceiling=ceiling)):  # type: ignore[arg-type]
+                 lambda: MuxStream(bytes(16), ceiling=ceiling)):  # type: ignore[arg-type]
         with pytest.raises(errors.InvalidValue) as ei:
             call()
         assert isinstance(ei.value, errors.LocalProtocolError) and "ceiling" in str(ei.value)

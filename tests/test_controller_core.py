@@ -35,8 +35,8 @@ from flodl_proto.codec.mux import (
 )
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.stream import (
+    MuxStream,
     RecordReceived,
-    RelayStream,
     StreamEnded,
     StreamFailed,
 )
@@ -446,12 +446,12 @@ def test_status_snapshot() -> None:
     assert st_["rounds_reduced"] == 0 and st_["last_round"] is None and st_["outcome"] is None
 
 
-def test_relay_stream_events() -> None:
-    s = RelayStream(SALT)
+def test_mux_stream_events() -> None:
+    s = MuxStream(SALT)
     assert s.feed(b"\xe1\x17") == [] and s.buffered == 2
     [ev] = s.feed_eof()
     assert isinstance(ev, StreamFailed) and "reading channel magic failed" in str(ev.error)
-    s = RelayStream(SALT)
+    s = MuxStream(SALT)
     evs = s.feed(hello_bytes([0]))
     assert len(evs) == 2
     assert s.feed_eof() == [StreamEnded()] and s.done and s.feed(b"more") == []
@@ -504,7 +504,7 @@ def test_first_record_larger_than_any_hello_fails_from_its_header(claim: int) ->
 
 
 def test_hello_bound_applies_to_the_first_record_only() -> None:
-    s = RelayStream(SALT, hello_limit=max_hello_payload(1))
+    s = MuxStream(SALT, hello_limit=max_hello_payload(1))
     assert s.payload_limit == max_hello_payload(1)
     assert len(s.feed(hello_bytes([0]))) == 2
     assert s.payload_limit == DEFAULT_FRAME_CEILING

@@ -17,7 +17,7 @@ import pytest
 
 from flodl_proto.codec import (
     LenFramedDecoder,
-    MuxRecordDecoder,
+    MuxStream,
     NeedData,
     RoundFrame,
     RoundFrameDecoder,
@@ -30,6 +30,7 @@ from flodl_proto.codec import (
     encode_round_frame_bytes,
     round_frame_extent,
 )
+from flodl_proto.codec.stream import StreamFailed
 from flodl_proto.errors import (
     LimitExceeded,
     RemoteProtocolError,
@@ -85,6 +86,19 @@ def _stream(decoder: Any, data: bytes) -> None:
     decoder.next_event()
 
 
+def _mux_stream(data: bytes) -> None:
+    """Feed ``data`` to a MuxStream (no channel magic) 7 bytes at a time, then end it; raise the
+    error it fails with."""
+    stream = MuxStream(SALT, expect_magic=None)
+    events = []
+    for i in range(0, len(data), 7):
+        events += stream.feed(data[i:i + 7])
+    events += stream.feed_eof()
+    for ev in events:
+        if isinstance(ev, StreamFailed):
+            raise ev.error
+
+
 HOSTILE: list[tuple[str, Callable[[], object], type[Exception]]] = [
     ("frame: 65,537 tensors", lambda: decode_round_frame(_frame_head(65537), SALT),
      LimitExceeded),
@@ -117,10 +131,10 @@ HOSTILE: list[tuple[str, Callable[[], object], type[Exception]]] = [
         b"\0\0\0\xfd" + b"\xff" * 8, 3), TruncatedInput),
     ("stream: frame with nbytes at the ceiling", lambda: _stream(
         RoundFrameDecoder(SALT), _frame_head(1) + _tensor(GIB) + bytes(64)), TruncatedInput),
-    ("stream: mux payload_len at the ceiling", lambda: _stream(
-        MuxRecordDecoder(SALT), _mux_head(3, GIB) + bytes(64)), TruncatedInput),
-    ("stream: mux payload_len 4 GiB - 1", lambda: _stream(
-        MuxRecordDecoder(SALT), _mux_head(3, 0xFFFFFFFF)), LimitExceeded),
+    ("stream: mux payload_len at the ceiling", lambda: _mux_stream(
+        _mux_head(3, GIB) + bytes(64)), TruncatedInput),
+    ("stream: mux payload_len 4 GiB - 1", lambda: _mux_stream(
+        _mux_head(3, 0xFFFFFFFF)), LimitExceeded),
     ("stream: len prefix at the ceiling", lambda: _stream(
         LenFramedDecoder(), struct.pack("<I", GIB) + bytes(64)), TruncatedInput),
     ("view: elided tensor of 16 GiB", lambda: TensorPayload(0, (1 << 16, 1 << 16)).array(

@@ -1,7 +1,11 @@
 """Stateful property of the incremental stream decoders: a stream of valid records, fed in any
 split, yields exactly those records, each one as soon as its last byte arrives, then a clean end
-of stream. One machine per leg (RoundFrame, mux records with and without the channel magic,
-length-framed blobs) and a split-anything property over whole sequences."""
+of stream. One machine per leg (RoundFrame, mux records with and without the channel magic and
+with copies, length-framed blobs) and a split-anything property over whole sequences.
+
+The RoundFrame and length-framed legs are pull decoders (``next_event``: a record, ``NeedData``
+or ``END_OF_STREAM``); the mux legs are the one mux parser, :class:`MuxStream`, which pushes
+events from ``feed``. :class:`Leg` drives both the same way."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from flodl_proto.codec import (
     HelloAck,
     LenFramedDecoder,
     MuxRecord,
-    MuxRecordDecoder,
+    MuxStream,
     NeedData,
     RankExit,
     RoundFrame,
@@ -37,12 +41,13 @@ from flodl_proto.codec import (
     encode_mux_record_bytes,
     encode_round_frame_bytes,
 )
+from flodl_proto.codec.stream import MagicReceived, RecordReceived, StreamEnded
 from flodl_proto.errors import LocalProtocolError
 
 pytestmark = pytest.mark.stateful
 
 SALTS = (bytes(16), bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493"))
-LEGS = ("round_frame", "mux", "mux_magic", "len_framed")
+LEGS = ("round_frame", "mux", "mux_magic", "mux_copy", "len_framed")
 
 weights = st.floats(min_value=0.0, allow_nan=False, allow_infinity=False) | st.just(-0.0)
 shapes = st.lists(st.integers(0, 4), max_size=3).map(tuple)
@@ -91,14 +96,89 @@ def record_wire(leg: str, salt: bytes, version: int, data: st.DataObject) -> tup
     return rec, encode_mux_record_bytes(rec, salt)
 
 
-def decoder_for(leg: str, salt: bytes, version: int) -> Any:
-    """A fresh decoder of ``leg``."""
-    if leg == "round_frame":
-        return RoundFrameDecoder(salt)
-    if leg == "len_framed":
-        return LenFramedDecoder()
-    magic = 0xF10D17E1 if leg == "mux_magic" else None
-    return MuxRecordDecoder(salt, version=version, expect_magic=magic)
+class Leg:
+    """One decoder of ``leg`` behind one interface: ``feed`` a chunk and get the records it
+    completed, ``end`` the input and get the rest, ``consumed`` bytes in whole records (and the
+    channel magic)."""
+
+    def __init__(self, leg: str, salt: bytes, version: int) -> None:
+        self.leg = leg
+        self.consumed = 0
+        self.ended = False
+        self.pull: Any = None
+        self.push: MuxStream | None = None
+        self.magic = leg == "mux_magic"
+        if leg == "round_frame":
+            self.pull = RoundFrameDecoder(salt)
+        elif leg == "len_framed":
+            self.pull = LenFramedDecoder()
+        else:
+            self.push = MuxStream(salt, version=version,
+                                  expect_magic=0xF10D17E1 if self.magic else None,
+                                  copy=leg == "mux_copy")
+        #: with copies, each chunk is fed from a buffer that is overwritten after the feed:
+        #: records must not depend on it
+        self.clobber = leg == "mux_copy"
+
+    def feed(self, chunk: bytes) -> list[Any]:
+        """Feed ``chunk``; return the records it completed."""
+        if self.push is None:
+            self.pull.feed(chunk)
+            return self._drain()
+        if not self.clobber:
+            return self._records(self.push.feed(chunk))
+        scratch = bytearray(chunk)
+        out = self._records(self.push.feed(scratch))
+        scratch[:] = b"\xa5" * len(scratch)
+        return out
+
+    def end(self) -> list[Any]:
+        """End of input: the records still to come, then a clean end of stream."""
+        self.ended = True
+        if self.push is None:
+            self.pull.feed_eof()
+            out = self._drain()
+            assert self.pull.next_event() is END_OF_STREAM
+            return out
+        events = self.push.feed_eof()
+        assert len(events) == 1 and isinstance(events[0], StreamEnded), events
+        assert self.push.done
+        return []
+
+    def after_the_end(self) -> None:
+        """Nothing happens after the end; a pull decoder refuses more bytes."""
+        if self.push is None:
+            assert self.pull.next_event() is END_OF_STREAM
+            with pytest.raises(LocalProtocolError):
+                self.pull.feed(b"\0")
+        else:
+            assert self.push.feed(b"\0") == [] and self.push.feed_eof() == []
+
+    def _drain(self) -> list[Any]:
+        got = []
+        while True:
+            ev = self.pull.next_event()
+            if isinstance(ev, NeedData):
+                assert not self.ended
+                assert ev.nbytes >= 1
+                break
+            if ev is END_OF_STREAM:
+                assert self.ended
+                break
+            got.append(ev)
+        self.consumed = self.pull.consumed
+        return got
+
+    def _records(self, events: list[Any]) -> list[Any]:
+        got = []
+        for ev in events:
+            if isinstance(ev, MagicReceived):
+                assert self.magic and self.consumed == 0
+            else:
+                assert isinstance(ev, RecordReceived), ev
+                got.append(ev.record)
+            self.consumed += ev.nbytes
+        return got
 
 
 def same(leg: str, got: Any, want: Any) -> bool:
@@ -117,7 +197,7 @@ class StreamSplitStateful(RuleBasedStateMachine):
                 version=st.sampled_from([2, 3]))
     def setup(self, leg: str, salt: bytes, version: int) -> None:
         self.leg, self.salt, self.version = leg, salt, version
-        self.dec = decoder_for(leg, salt, version)
+        self.dec = Leg(leg, salt, version)
         self.wire = bytearray(encode_channel_magic("data") if leg == "mux_magic" else b"")
         self.ends: list[int] = []  # end offset of each record in the stream
         self.expected: list[Any] = []
@@ -137,38 +217,22 @@ class StreamSplitStateful(RuleBasedStateMachine):
     @rule(n=st.integers(0, 80))
     def feed(self, n: int) -> None:
         chunk = bytes(self.wire[self.fed:self.fed + n])
-        self.dec.feed(chunk)
+        self.got += self.dec.feed(chunk)
         self.fed += len(chunk)
-        self.drain()
 
     @precondition(lambda self: not self.eof)
     @rule()
     def finish(self) -> None:
-        self.dec.feed(bytes(self.wire[self.fed:]))
+        self.got += self.dec.feed(bytes(self.wire[self.fed:]))
         self.fed = len(self.wire)
-        self.dec.feed_eof()
         self.eof = True
-        self.drain()
-        assert self.dec.next_event() is END_OF_STREAM
+        self.got += self.dec.end()
+        assert self.dec.consumed == len(self.wire)
 
     @precondition(lambda self: self.eof)
     @rule()
     def after_the_end(self) -> None:
-        assert self.dec.next_event() is END_OF_STREAM
-        with pytest.raises(LocalProtocolError):
-            self.dec.feed(b"\0")
-
-    def drain(self) -> None:
-        while True:
-            ev = self.dec.next_event()
-            if isinstance(ev, NeedData):
-                assert not self.eof
-                assert ev.nbytes >= 1
-                return
-            if ev is END_OF_STREAM:
-                assert self.eof
-                return
-            self.got.append(ev)
+        self.dec.after_the_end()
 
     @invariant()
     def records_come_out_in_order_as_soon_as_complete(self) -> None:
@@ -197,17 +261,13 @@ def test_stream_split_stateful_same_records_whatever_the_split(
     cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=12)))
     outs = []
     for splits in ([], cuts):
-        dec = decoder_for(leg, salt, version)
+        dec = Leg(leg, salt, version)
         got: list[Any] = []
         prev = 0
         for cut in [*splits, len(wire)]:
-            dec.feed(bytes(wire[prev:cut]))
+            got += dec.feed(bytes(wire[prev:cut]))
             prev = cut
-            while not isinstance(ev := dec.next_event(), NeedData):
-                got.append(ev)
-        dec.feed_eof()
-        while (ev := dec.next_event()) is not END_OF_STREAM:
-            got.append(ev)
+        got += dec.end()
         assert dec.consumed == len(wire)
         outs.append(got)
     for got in outs:

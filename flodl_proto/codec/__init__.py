@@ -66,7 +66,7 @@ from .round_frame import (
     round_frame_extent,
     round_frame_wire_len,
 )
-from .stream import LenFramedDecoder, MuxRecordDecoder, RoundFrameDecoder
+from .stream import LenFramedDecoder, MuxStream, RoundFrameDecoder
 
 __all__ = [
     "END_OF_STREAM",
@@ -81,7 +81,7 @@ __all__ = [
     "LenFramedDecoder",
     "MuxHeader",
     "MuxRecord",
-    "MuxRecordDecoder",
+    "MuxStream",
     "NeedData",
     "RankExit",
     "RecordKind",

@@ -72,6 +72,7 @@ __all__ = [
     "parse_mux_header",
     "parse_mux_header_or_eos",
     "ranks_str",
+    "read_mux_record_or_eos",
     "rust_debug",
 ]
 
@@ -503,7 +504,37 @@ def decode_mux_record_or_eos(
 
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
-    key = check_salt(salt)
+    res = read_mux_record_or_eos(data, check_salt(salt), version=version, ceiling=ceiling,
+                                 premac=premac)
+    return res if res is END_OF_STREAM else (res[0], res[2])
+
+
+def read_mux_record_or_eos(
+    data: BytesLike,
+    salt: bytes | None,
+    *,
+    version: int = DEFAULT_VERSION,
+    ceiling: int = DEFAULT_FRAME_CEILING,
+    premac: Premac | None = None,
+) -> tuple[MuxRecord, MuxHeader, int] | EndOfStream:
+    """:func:`decode_mux_record_or_eos` that also returns the parsed header, and with
+    ``salt=None`` skips the tag check (every other check in the same order), for tools that
+    report tags instead of enforcing them.
+
+    Args:
+        data: bytes-like input; the record payload is a view into it.
+        salt: the 16-byte session salt (checked by the caller), or None: the tag is not checked.
+        version, ceiling, premac: as for :func:`decode_mux_record_or_eos`.
+
+    Returns:
+        ``(record, header, consumed)``, or :data:`END_OF_STREAM` when ``data`` ends inside the
+        header. ``header.rank`` is the wire's rank field (the record's is 0 for non-Data kinds).
+
+    Raises:
+        every error of :func:`decode_mux_record_or_eos` (without ``salt``, no AuthenticationError).
+
+    Upstream: ``relay/mux.rs`` ``read_record``.
+    """
     check_version(version)
     mv = as_view(data)
     hdr = parse_mux_header_or_eos(mv, ceiling=ceiling)
@@ -513,26 +544,27 @@ def decode_mux_record_or_eos(
     if len(mv) < end:
         raise protocol_error("mux.truncated", got=len(mv), need=end)
     payload = mv[MUX_HEADER_LEN:end]
-    if premac is not None and premac.covered == MUX_AUTH_COVERED_HEADER_LEN + hdr.payload_len:
-        computed = premac.digest[:AUTH_TAG_LEN]
-    else:
-        mac = new_mac(key)
-        mac.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
-        mac.update(payload)
-        computed = mac.digest()[:AUTH_TAG_LEN]
-    if not tags_equal(computed, hdr.auth_tag):
-        raise protocol_error("mux.auth_failed", computed=tag_as_u64(computed),
-                             carried=tag_as_u64(hdr.auth_tag), kind=hdr.kind, rank=hdr.rank,
-                             length=hdr.payload_len)
+    if salt is not None:
+        if premac is not None and premac.covered == MUX_AUTH_COVERED_HEADER_LEN + hdr.payload_len:
+            computed = premac.digest[:AUTH_TAG_LEN]
+        else:
+            mac = new_mac(salt)
+            mac.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
+            mac.update(payload)
+            computed = mac.digest()[:AUTH_TAG_LEN]
+        if not tags_equal(computed, hdr.auth_tag):
+            raise protocol_error("mux.auth_failed", computed=tag_as_u64(computed),
+                                 carried=tag_as_u64(hdr.auth_tag), kind=hdr.kind, rank=hdr.rank,
+                                 length=hdr.payload_len)
     try:
         kind = RecordKind(hdr.kind)
     except ValueError:
         raise protocol_error("mux.unknown_kind", kind=hdr.kind) from None
     if kind is RecordKind.DATA:
-        return MuxRecord(kind, hdr.rank, payload), end
+        return MuxRecord(kind, hdr.rank, payload), hdr, end
     if kind is RecordKind.CONTROL:
-        return MuxRecord(kind, 0, payload, decode_control(payload, version)), end
-    return MuxRecord(kind, 0, payload), end
+        return MuxRecord(kind, 0, payload, decode_control(payload, version)), hdr, end
+    return MuxRecord(kind, 0, payload), hdr, end
 
 
 def rust_debug(record: MuxRecord, limit: int = 256) -> str:

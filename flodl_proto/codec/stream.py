@@ -3,30 +3,38 @@
 One decoder per leg:
 
 * :class:`RoundFrameDecoder` — back-to-back RoundFrames;
-* :class:`MuxRecordDecoder` — relay <-> controller records (optionally after the channel magic);
 * :class:`LenFramedDecoder` — loopback length-prefixed blobs;
-* :class:`RelayStream` — one data-channel connection as the controller reads it (channel magic,
-  then mux records, a HostFrame's inner RoundFrame decoded too), pushed as :data:`StreamEvent`
-  values, zero copy for records that arrive whole.
+* :class:`MuxStream` — relay <-> controller: the channel magic (when expected), then mux records
+  (a HostFrame's inner RoundFrame decoded too), pushed as :data:`StreamEvent` values. It is the
+  one mux parser: the controller runs it on each relay connection (zero copy for records that
+  arrive whole), the decode CLI without tag checks, tests and tools with ``copy=True``.
 
-Usage (sans-IO)::
+Usage of the pull decoders (sans-IO)::
 
-    dec = MuxRecordDecoder(salt, version=2)
+    dec = RoundFrameDecoder(salt)
     dec.feed(chunk)            # any number of times
     dec.feed_eof()             # when the peer closed
     ev = dec.next_event()      # a record, NeedData(n), or END_OF_STREAM
 
+and of the mux stream::
+
+    stream = MuxStream(salt, version=2, expect_magic=None)
+    for ev in stream.feed(chunk):   # MagicReceived, RecordReceived, StreamEnded, StreamFailed
+        ...
+    events = stream.feed_eof()      # when the peer closed: StreamEnded or StreamFailed
+
 Memory is bounded: each record's length is checked against the frame ceiling (and every other
 pre-tag check of the leg is applied) as soon as its header is buffered, before its body is waited
-for; the buffer then grows only as bytes actually arrive. A complete record is decoded from its
-own ``bytes`` copy, so records stay valid while the decoder keeps buffering. (The socket runners
-do not use this path for tensor traffic: they read a record's header, then ``recv_into`` one
-buffer of exactly the record's length.)
+for; the buffer then grows only as bytes actually arrive. A pull decoder decodes a complete
+record from its own ``bytes`` copy, so records stay valid while the decoder keeps buffering.
+(The socket runners do not use the pull decoders for tensor traffic: they read a record's
+header, then ``recv_into`` one buffer of exactly the record's length.)
 
-After an error the decoder is stuck: every further :meth:`next_event` re-raises it. Running out
-of input inside the clean-end-of-stream prefix of a leg (RoundFrame header, mux header, length
-prefix; including at byte 0) gives :data:`END_OF_STREAM`; anywhere else, the leg's truncation
-error.
+After an error a pull decoder is stuck: every further :meth:`next_event` re-raises it; a
+:class:`MuxStream` reports one :class:`StreamFailed` and ignores further input. Running out of
+input inside the clean-end-of-stream prefix of a leg (RoundFrame header, mux header, length
+prefix; including at byte 0) gives :data:`END_OF_STREAM` (:class:`StreamEnded`); anywhere else,
+the leg's truncation error.
 
 Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame.rs`` and
 ``relay/mux.rs`` (``read_record``, ``read_len_framed``, committed reads).
@@ -65,20 +73,26 @@ from .loopback import (
 )
 from .mux import (
     Hello,
+    MuxHeader,
     MuxRecord,
     RecordKind,
     decode_mux_record,
-    decode_mux_record_or_eos,
     encode_control,
-    parse_mux_header,
     parse_mux_header_or_eos,
+    read_mux_record_or_eos,
 )
-from .round_frame import RoundFrame, _FrameWalk, decode_round_frame, decode_round_frame_or_eos
+from .round_frame import (
+    RoundFrame,
+    _FrameWalk,
+    decode_round_frame,
+    decode_round_frame_or_eos,
+    parse_round_frame_or_eos,
+)
 
 __all__ = [
     "LenFramedDecoder",
     "MagicReceived",
-    "MuxRecordDecoder",
+    "MuxStream",
     "RecordReceived",
     "RelayStream",
     "RoundFrameDecoder",
@@ -221,56 +235,6 @@ class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
         raise AssertionError("a truncated frame decoded")  # pragma: no cover
 
 
-class MuxRecordDecoder(_StreamDecoder[MuxRecord]):
-    """Relay <-> controller mux records.
-
-    Args:
-        salt: the 16-byte session salt.
-        version: data-channel protocol version (decides the ``Hello`` shape).
-        ceiling: frame ceiling in bytes.
-        expect_magic: a channel magic (e.g. ``CHANNEL_MAGIC_DATA``) the stream must start with
-            (consumed and checked first, as the controller does), or None.
-        what: subsystem name for the channel-magic error.
-    """
-
-    _clean_prefix = MUX_HEADER_LEN
-
-    def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
-                 ceiling: int = DEFAULT_FRAME_CEILING, expect_magic: int | None = None,
-                 what: str = "cluster_controller") -> None:
-        super().__init__(ceiling)
-        self._salt = check_salt(salt)
-        self._version = check_version(version)
-        self._magic = expect_magic
-        self._what = what
-
-    def _next(self) -> MuxRecord | NeedData | EndOfStream:
-        if self._magic is not None:
-            if len(self._buf) < CHANNEL_MAGIC_LEN and not self._eof:
-                return NeedData(CHANNEL_MAGIC_LEN - len(self._buf))
-            expect_channel_magic(self._buf, self._magic, self._what)
-            del self._buf[:CHANNEL_MAGIC_LEN]
-            self.consumed += CHANNEL_MAGIC_LEN
-            self._magic = None
-        return super()._next()
-
-    def _need(self) -> int | NeedData:
-        hdr = parse_mux_header(self._buf, ceiling=self.ceiling)
-        total = MUX_HEADER_LEN + hdr.payload_len
-        return total if len(self._buf) >= total else NeedData(total - len(self._buf))
-
-    def _decode(self, record: bytes) -> MuxRecord:
-        res = decode_mux_record(record, self._salt, version=self._version, ceiling=self.ceiling)
-        return res[0]
-
-    def _truncated(self, data: bytes) -> ProtocolError:
-        try:
-            decode_mux_record(data, self._salt, version=self._version, ceiling=self.ceiling)
-        except ProtocolError as e:
-            return e
-        raise AssertionError("a truncated record decoded")  # pragma: no cover
-
-
 class LenFramedDecoder(_StreamDecoder[memoryview]):
     """Loopback length-prefixed blobs; each event is the blob (a view of its own bytes).
 
@@ -299,7 +263,7 @@ class LenFramedDecoder(_StreamDecoder[memoryview]):
         raise AssertionError("a truncated blob decoded")  # pragma: no cover
 
 
-# -- the data channel as events (the runners' and the controller core's parser) -------------------
+# -- the mux stream as events (the controller's parser, and the tools') ----------------------------
 @dataclass(frozen=True, slots=True)
 class MagicReceived:
     """The 4-byte data-channel magic arrived and matched.
@@ -313,19 +277,23 @@ class MagicReceived:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RecordReceived:
-    """One authenticated mux record.
+    """One mux record (authenticated, unless the stream checks no tags).
 
     Attributes:
-        record: the record (its payload is a view of the bytes that were fed).
+        record: the record (its payload is a view of the bytes that were fed, or of the stream's
+            own copy of them with ``copy=True`` or when the record arrived split).
         frame: for a HostFrame, the decoded inner RoundFrame, or :data:`END_OF_STREAM` when the
             payload ends inside the frame header, or the :class:`ProtocolError` the frame reader
             raised (the core decides whether it matters); None for other kinds.
         nbytes: bytes consumed (25 + payload length).
+        header: the record's parsed 25-byte header (its ``rank`` is the wire's rank field and
+            its ``auth_tag`` the carried tag, for tools that show them).
     """
 
     record: MuxRecord
     frame: RoundFrame | EndOfStream | ProtocolError | None
     nbytes: int
+    header: MuxHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,48 +342,57 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
             "sides)")
 
 
-class RelayStream:
-    """Incremental parser of one data-channel connection: channel magic, then mux records.
+class MuxStream:
+    """Incremental parser of one relay <-> controller stream: the channel magic (when expected),
+    then mux records, pushed as :data:`StreamEvent` values.
 
     Pure (no I/O), so a runner may run it on the connection's reader thread (MACs are verified
     there, in parallel) and hand the events to the core. Bytes that complete records in the chunk
     they arrive in are decoded in place (zero copy: records and frames are views of the chunk, so
-    the caller must not modify a chunk while frames decoded from it are alive); a record split
-    across chunks is buffered, the buffer growing only as bytes arrive, and its header is checked
-    (magic, version, ``payload_len`` against the frame ceiling) as soon as it is complete. After a
-    :class:`StreamFailed` or :class:`StreamEnded` the stream is done and ignores further input.
+    the caller must not modify a chunk while records decoded from it are alive; ``copy=True``
+    lifts that); a record split across chunks is buffered, the buffer growing only as bytes
+    arrive, and its header is checked (magic, version, ``payload_len`` against the frame ceiling)
+    as soon as it is complete. After a :class:`StreamFailed` or :class:`StreamEnded` the stream
+    is done and ignores further input.
 
     Args:
-        salt: 16-byte session salt.
+        salt: 16-byte session salt; ``None``: tags are not checked (every other check is, in
+            the same order), for tools that report tags rather than enforce them (the decode
+            CLI); a HostFrame's inner frame is then parsed without its tag too.
         version: data-channel protocol version (the ``Hello`` shape).
         ceiling: frame ceiling in bytes.
-        expect_magic: the channel magic the stream starts with (``None``: no magic).
+        expect_magic: the channel magic the stream starts with (the relay -> controller
+            direction); ``None``: no magic (the controller -> relay direction).
         hello_limit: the largest payload, in bytes, the first record (which may only be a
             ``Hello``) may claim, checked from its header (``LimitExceeded``,
             ``controller.hello_too_long``); ``None``: only the frame ceiling. The controller
             passes :func:`~flodl_proto.codec.mux.max_hello_payload` of its world size (spec
             departure ``hello_bound``).
+        copy: decode every record from the stream's own copy of its bytes, so records stay
+            valid whatever the caller does with the chunks it fed (one copy per record; the
+            default decodes records that arrive whole in place).
 
     Raises:
-        InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
+        InvalidValue (local): bad salt or ceiling; VersionMismatch (local): unsupported version.
 
     Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
     ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
     """
 
-    __slots__ = ("_buf", "_ceiling", "_done", "_first", "_hello_limit", "_hint", "_magic",
-                 "_salt", "_version",
+    __slots__ = ("_buf", "_ceiling", "_copy", "_done", "_first", "_hello_limit", "_hint",
+                 "_magic", "_salt", "_version",
                  "bytes_in")
 
-    def __init__(self, salt: BytesLike, *, version: int = DEFAULT_VERSION,
+    def __init__(self, salt: BytesLike | None, *, version: int = DEFAULT_VERSION,
                  ceiling: int = DEFAULT_FRAME_CEILING,
                  expect_magic: int | None = CHANNEL_MAGIC_DATA,
-                 hello_limit: int | None = None) -> None:
-        self._salt = check_salt(salt)
+                 hello_limit: int | None = None, copy: bool = False) -> None:
+        self._salt = check_salt(salt) if salt is not None else None
         self._version = check_version(version)
-        self._ceiling = ceiling
+        self._ceiling = check_ceiling(ceiling)
         self._magic = expect_magic
         self._hello_limit = hello_limit
+        self._copy = copy
         self._first = True  # the next record is the first (a Hello on the data channel)
         self._hint = ""
         self._buf = bytearray()
@@ -483,7 +460,7 @@ class RelayStream:
                 expect_channel_magic(buf, self._magic, _WHAT)  # raises: fewer than 4 bytes
             if len(buf) < MUX_HEADER_LEN:
                 return [StreamEnded()]
-            decode_mux_record_or_eos(buf, self._salt, version=self._version, ceiling=self._ceiling)
+            read_mux_record_or_eos(buf, self._salt, version=self._version, ceiling=self._ceiling)
         except ProtocolError as e:
             return [StreamFailed(e)]
         raise AssertionError("a buffered partial record decoded")  # pragma: no cover
@@ -523,24 +500,31 @@ class RelayStream:
             events.append(MagicReceived())
             return
         try:
-            res = decode_mux_record(mv, self._salt, version=self._version,
-                                    ceiling=self._ceiling, premac=premac)
+            res = read_mux_record_or_eos(mv, self._salt, version=self._version,
+                                         ceiling=self._ceiling, premac=premac)
         except ProtocolError:
-            if self._first:
+            if self._first and self._salt is not None:
                 self._hint = other_version_hello(mv, self._salt, self._version)
             raise
-        record, n = res
+        if res is END_OF_STREAM:  # pragma: no cover - the caller passes one whole record
+            raise AssertionError("a whole record read as end of stream")
+        record, header, n = res
         self._first = False
         self._hello_limit = None  # only the first record is bounded by the Hello size
         frame: RoundFrame | EndOfStream | ProtocolError | None = None
         if record.kind is RecordKind.HOST_FRAME:
             try:
-                decoded = decode_round_frame_or_eos(record.payload, self._salt,
-                                                    ceiling=self._ceiling, premac=frame_premac)
-                frame = decoded if decoded is END_OF_STREAM else decoded[0]
+                if self._salt is None:
+                    parsed = parse_round_frame_or_eos(record.payload, ceiling=self._ceiling)
+                    frame = parsed if parsed is END_OF_STREAM else parsed[0]
+                else:
+                    decoded = decode_round_frame_or_eos(record.payload, self._salt,
+                                                        ceiling=self._ceiling,
+                                                        premac=frame_premac)
+                    frame = decoded if decoded is END_OF_STREAM else decoded[0]
             except ProtocolError as e:
                 frame = e
-        events.append(RecordReceived(record, frame, n))
+        events.append(RecordReceived(record, frame, n, header))
 
     def _parse_in_place(self, mv: memoryview, events: list[StreamEvent],
                         premac: Premac | None = None,
@@ -550,10 +534,13 @@ class RelayStream:
             need = self._next_length(mv[pos:])
             if need is None or mv.nbytes - pos < need:
                 break
+            item = mv[pos:pos + need]
+            if self._copy:
+                item = memoryview(bytes(item))
             if pos == 0 and need == mv.nbytes and self._magic is None:  # the one whole record
-                self._decode_one(mv, events, premac, frame_premac)
+                self._decode_one(item, events, premac, frame_premac)
             else:
-                self._decode_one(mv[pos:pos + need], events)
+                self._decode_one(item, events)
             pos += need
         return pos
 
@@ -565,3 +552,7 @@ class RelayStream:
             item = bytes(self._buf[:need])  # its own copy: views into it outlive the buffer
             del self._buf[:need]
             self._decode_one(memoryview(item), events)
+
+
+#: the name the controller's parser had before it became the one mux parser (same class)
+RelayStream = MuxStream

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec.round_frame import RoundFrame
-from ..codec.stream import RelayStream
+from ..codec.stream import MuxStream
 
 __all__: list[str] = []
 
@@ -34,7 +34,7 @@ class _Relay:
 class _Conn:
     __slots__ = ("closed", "deadline", "id", "relay", "stream")
 
-    def __init__(self, conn: int, stream: RelayStream, deadline: float) -> None:
+    def __init__(self, conn: int, stream: MuxStream, deadline: float) -> None:
         self.id = conn
         self.stream = stream
         self.deadline = deadline

@@ -11,7 +11,7 @@ Inputs (each returns a list of actions):
 * :meth:`ControllerCore.receive_data` — bytes arrived on a connection (any split; the core parses
   them incrementally: the channel magic first, then mux records), or
   :meth:`ControllerCore.receive_events` with events a runner pre-parsed on its reader thread with
-  the connection's :class:`~flodl_proto.codec.stream.RelayStream`
+  the connection's :class:`~flodl_proto.codec.stream.MuxStream`
   (:meth:`ControllerCore.stream`);
 * :meth:`ControllerCore.connection_closed` — the peer closed (EOF) or the read failed;
 * :meth:`ControllerCore.write_failed` — sending a :class:`SendTo` failed (or stalled);
@@ -91,8 +91,8 @@ from ..codec.mux import (
 from ..codec.round_frame import RoundFrame, RoundKind
 from ..codec.stream import (
     MagicReceived,
+    MuxStream,
     RecordReceived,
-    RelayStream,
     StreamEnded,
     StreamEvent,
     StreamFailed,
@@ -294,7 +294,7 @@ class ControllerCore:
         return self._flush()
 
     def connection_opened(self, conn: int, now: float,
-                          stream: RelayStream | None = None) -> list[Action]:
+                          stream: MuxStream | None = None) -> list[Action]:
         """A data-channel connection ``conn`` (a runner-chosen id, unique per run) was accepted at
         time ``now`` (seconds, any monotonic clock). It must deliver the channel magic and a
         Hello within 10 s. After the accept phase it is closed at once.
@@ -319,8 +319,8 @@ class ControllerCore:
             raise protocol_error("controller.unknown_connection", conn=conn,
                                  problem="already open")
         if stream is None:
-            stream = RelayStream(self.salt, version=self.version, ceiling=self.ceiling,
-                                 hello_limit=max_hello_payload(self.world_size))
+            stream = MuxStream(self.salt, version=self.version, ceiling=self.ceiling,
+                               hello_limit=max_hello_payload(self.world_size))
         c = _Conn(conn, stream, now + HANDSHAKE_TIMEOUT)
         self._conns[conn] = c
         if self.state == LifecycleState.REDUCING:
@@ -328,7 +328,7 @@ class ControllerCore:
             self._close(c, "every rank is already covered")
         return self._flush()
 
-    def stream(self, conn: int) -> RelayStream:
+    def stream(self, conn: int) -> MuxStream:
         """The parser of connection ``conn`` (for a runner that parses on its reader thread and
         passes the events to :meth:`receive_events`; use one or the other per connection).
 

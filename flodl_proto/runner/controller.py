@@ -23,7 +23,7 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
   first record against the largest legal Hello for the world size), grows a reused buffer to
   exactly the record's length as bytes arrive (64 MiB steps, never holding a second chunk as a
   temporary) and ``recv_into`` it; MACs
-  are verified here (the connection's :class:`~flodl_proto.codec.stream.RelayStream`) and
+  are verified here (the connection's :class:`~flodl_proto.codec.stream.MuxStream`) and
   the events go to the coordinator;
 * a *checkpoint* writer (with ``checkpoint_dir``): writes each window's consensus as ``.npz``;
 * short-lived *status* responders.
@@ -63,7 +63,7 @@ from ..codec._common import BytesLike
 from ..codec.handshake import channel_of
 from ..codec.mux import max_hello_payload
 from ..codec.stream import (
-    RelayStream,
+    MuxStream,
     StreamEvent,
 )
 from ..errors import ProtocolError
@@ -141,7 +141,7 @@ class _Conn:
 
     __slots__ = ("addr", "closed", "id", "outbox", "reader", "sock", "stream", "writer")
 
-    def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: RelayStream) -> None:
+    def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: MuxStream) -> None:
         self.id = conn_id
         self.sock = sock
         self.addr = addr
@@ -745,8 +745,8 @@ class ReferenceController:
             return
         conn_id = self._next_id
         self._next_id += 1
-        stream = RelayStream(self._core.salt, version=self._core.version, ceiling=self._ceiling,
-                             hello_limit=max_hello_payload(self._core.world_size))
+        stream = MuxStream(self._core.salt, version=self._core.version, ceiling=self._ceiling,
+                           hello_limit=max_hello_payload(self._core.world_size))
         conn = _Conn(conn_id, sock, addr, stream)
         self._conns[conn_id] = conn
         log.info("controller: data-channel connection %d from %s", conn_id, addr)
