@@ -23,7 +23,7 @@ records them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,26 +308,21 @@ def _load_lifecycle(spec: Spec) -> Mapping[str, Any] | None:
         return None
 
 
-def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None = None,
-                        *, load_lifecycle: bool = True) -> str:
-    """Render the protocol reference as Markdown.
+@dataclass(frozen=True, slots=True)
+class _DocInput:
+    """What every section renders from: the spec, its raw document, the parsed lifecycle."""
 
-    Args:
-        spec: the loaded wire spec (default: the packaged one).
-        lifecycle: a parsed ``lifecycle.yaml``; when ``None`` and ``load_lifecycle`` is set it is
-            read from the spec directory (a missing file renders a note instead of the diagram).
-        load_lifecycle: read ``lifecycle.yaml`` when ``lifecycle`` is not given.
+    spec: Spec
+    raw: Mapping[str, Any]
+    lifecycle: Mapping[str, Any] | None
 
-    Returns:
-        The whole document, ending with one newline. Depends on the spec only.
+    @property
+    def topology(self) -> Mapping[str, Any]:
+        return self.raw.get("topology", {})  # type: ignore[no-any-return]
 
-    Upstream: documents the behaviour of ``flodl/src/distributed/`` as the spec records it.
-    """
-    raw = spec.raw
-    if lifecycle is None and load_lifecycle:
-        lifecycle = _load_lifecycle(spec)
-    sections: list[tuple[str, list[str]]] = []
 
+def _head(raw: Mapping[str, Any]) -> list[str]:
+    """The title, the generated-file note and the upstream line."""
     title = str(raw.get("title", "protocol"))
     head = [
         f"# {title}: protocol reference",
@@ -344,16 +339,12 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
             "with `flodl/`.",
             "",
         ]
+    return head
 
-    n = 0
 
-    def section(name: str, body: list[str]) -> None:
-        nonlocal n
-        n += 1
-        sections.append((f"{n}. {name}", body))
-
-    # 1. overview -------------------------------------------------------------------------------
-    topo = raw.get("topology", {})
+def _overview(d: _DocInput, number: int) -> list[str]:
+    """Topology, roles, each leg's sequence, the protocol versions."""
+    raw, topo = d.raw, d.topology
     body: list[str] = []
     if topo.get("doc"):
         body += [_text(topo["doc"]), ""]
@@ -385,28 +376,35 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
         )
         body += ["", "Section [Versions 2 and 3](#" + _VERSIONS_SENTINEL + ") lists every "
                  "difference.", ""]
-    section("Overview", body)
+    return body
 
-    # 2. conventions ------------------------------------------------------------------------------
-    body = [f"- {_text(c)}" for c in topo.get("conventions", [])]
+
+def _conventions(d: _DocInput, number: int) -> list[str]:
+    """The conventions list and the wire types."""
+    body = [f"- {_text(c)}" for c in d.topology.get("conventions", [])]
     body.append("")
     body += ["Wire types:", ""]
     body += _table(["type", "size", "meaning"],
                    [(f"`{k}`", _text(v.get("size") if v.get("size") is not None else "variable"),
-                     _text(v.get("doc"))) for k, v in raw.get("types", {}).items()])
+                     _text(v.get("doc"))) for k, v in d.raw.get("types", {}).items()])
     body.append("")
-    section("Conventions", body)
+    return body
 
-    # 3. messages ---------------------------------------------------------------------------------
-    body = []
+
+def _messages(d: _DocInput, number: int) -> list[str]:
+    """One subsection per message: layout table, byte diagram, checks."""
+    if number != _MESSAGES_SECTION:  # pragma: no cover - the section order is fixed below
+        raise AssertionError(f"the messages section is numbered {number}")
+    body: list[str] = []
+    for i, (mname, msg) in enumerate(d.raw.get("messages", {}).items(), 1):
+        body += _render_message(d.spec, mname, msg, f"{number}.{i}")
+    return body
+
+
+def _auth(d: _DocInput, number: int) -> list[str]:
+    """The MAC algorithm and what each tag covers."""
+    raw = d.raw
     msgs = raw.get("messages", {})
-    msg_number = n + 1
-    assert msg_number == _MESSAGES_SECTION
-    for i, (mname, msg) in enumerate(msgs.items(), 1):
-        body += _render_message(spec, mname, msg, f"{msg_number}.{i}")
-    section("Messages", body)
-
-    # 4. auth -------------------------------------------------------------------------------------
     auth = raw.get("auth", {})
     body = [f"Algorithm: {_text(auth.get('algorithm'))}.", ""]
     if auth.get("printed_as"):
@@ -418,25 +416,30 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
     body.append("")
     body += [f"- {_text(x)}" for x in auth.get("notes", [])]
     body.append("")
-    section("Authentication tags", body)
+    return body
 
-    # 5. examples ---------------------------------------------------------------------------------
-    body = []
-    ex_number = n + 1
-    for i, (ename, ex) in enumerate(raw.get("examples", {}).items(), 1):
-        body += _render_example(raw, ename, ex, f"{ex_number}.{i}")
-    section("Worked examples", body)
 
-    # 6. constants --------------------------------------------------------------------------------
+def _examples(d: _DocInput, number: int) -> list[str]:
+    """The worked examples, byte by byte."""
+    body: list[str] = []
+    for i, (ename, ex) in enumerate(d.raw.get("examples", {}).items(), 1):
+        body += _render_example(d.raw, ename, ex, f"{number}.{i}")
+    return body
+
+
+def _constants(d: _DocInput, number: int) -> list[str]:
+    """Every constant with its value, type, meaning and upstream source."""
     body = _table(["name", "value", "type", "meaning", "upstream"],
                   [(f"`{k}`", _const_value(v), _text(v.get("type")), _text(v.get("doc")),
-                    _code(v.get("source", ""))) for k, v in raw.get("constants", {}).items()])
+                    _code(v.get("source", ""))) for k, v in d.raw.get("constants", {}).items()])
     body.append("")
-    section("Constants", body)
+    return body
 
-    # 7. enums ------------------------------------------------------------------------------------
-    body = []
-    for ename, enum in raw.get("enums", {}).items():
+
+def _enums(d: _DocInput, number: int) -> list[str]:
+    """One table per enumeration."""
+    body: list[str] = []
+    for ename, enum in d.raw.get("enums", {}).items():
         body += [f"### Enum {ename}", ""]
         if enum.get("doc"):
             body += [f"{_text(enum['doc'])} (upstream {_code(enum.get('source', ''))}).", ""]
@@ -450,9 +453,12 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
                          *[_text(v.get(k, "")) for k in keys], _text(v.get("doc", "")))
                         for m, v in enum.get("values", {}).items()])
         body.append("")
-    section("Enumerations", body)
+    return body
 
-    # 8. timeouts and limits ----------------------------------------------------------------------
+
+def _timeouts_and_limits(d: _DocInput, number: int) -> list[str]:
+    """The count and byte limits, then every timeout."""
+    raw = d.raw
     body = ["### Limits", ""]
     body += _table(["name", "value", "meaning"],
                    [(f"`{k}`", _const_value(v), _text(v.get("doc")))
@@ -476,55 +482,65 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
     body += _table(["name", "value", "scaled", "meaning", "upstream"], trows)
     body += ["", "`scaled` durations are multiplied by the net timeout scale "
              "(`ENV_NET_TIMEOUT_SCALE`).", ""]
-    section("Timeouts and limits", body)
+    return body
 
-    # 9. end of stream ----------------------------------------------------------------------------
+
+def _end_of_stream(d: _DocInput, number: int) -> list[str]:
+    """Where running out of input is a clean end of stream."""
     body = ["Where running out of input is a clean end of stream (no record, no error):", ""]
     body += _table(["where", "rule", "upstream"],
                    [(f"`{e.get('where')}`", _text(e.get("rule")), _code(e.get("source", ""))
-                     if e.get("source") else "") for e in raw.get("end_of_stream", [])])
+                     if e.get("source") else "") for e in d.raw.get("end_of_stream", [])])
     body.append("")
-    section("End of stream", body)
+    return body
 
-    # 10. leniencies ------------------------------------------------------------------------------
+
+def _leniencies(d: _DocInput, number: int) -> list[str]:
+    """Values readers accept, as upstream's do, and where they are checked later."""
     body = ["Readers accept these values, as upstream's do; the value is checked later, where "
             "named.", ""]
     body += _table(["id", "where", "rule", "checked at"],
                    [(f"`{x.get('id')}`", f"`{x.get('message')}.{x.get('field')}`",
                      _text(x.get("rule")), _text(x.get("checked_at")))
-                    for x in raw.get("leniencies", [])])
+                    for x in d.raw.get("leniencies", [])])
     body.append("")
-    section("Leniencies", body)
+    return body
 
-    # 11. versions --------------------------------------------------------------------------------
+
+def _versions(d: _DocInput, number: int) -> list[str]:
+    """Every difference between protocol versions 2 and 3."""
     body = ["Everything not listed is identical in both versions.", ""]
     body += _table(["aspect", "version 2", "version 3"],
                    [(_text(x.get("aspect")), _text(x.get("v2")), _text(x.get("v3")))
-                    for x in raw.get("version_differences", [])])
+                    for x in d.raw.get("version_differences", [])])
     body.append("")
-    section("Versions 2 and 3", body)
-    versions_anchor = _anchor(sections[-1][0])
+    return body
 
-    # 12. departures ------------------------------------------------------------------------------
+
+def _departures(d: _DocInput, number: int) -> list[str]:
+    """Where this implementation deliberately differs from upstream."""
     body = ["Where this implementation deliberately differs from upstream (the wire bytes and "
             "the error kinds stay the same):", ""]
     body += _table(["id", "flodl-proto", "upstream"],
                    [(f"`{x.get('id')}`", _text(x.get("ours")), _text(x.get("upstream")))
-                    for x in raw.get("departures", [])])
+                    for x in d.raw.get("departures", [])])
     body.append("")
-    section("Departures from upstream", body)
+    return body
 
-    # 13. lifecycle -------------------------------------------------------------------------------
-    lc = _render_lifecycle(lifecycle, n + 1)
-    section("Lifecycle", lc[2:])
 
-    # 14. errors ----------------------------------------------------------------------------------
+def _lifecycle(d: _DocInput, number: int) -> list[str]:
+    """The lifecycle diagrams and transition tables (without their own section heading)."""
+    return _render_lifecycle(d.lifecycle, number)[2:]
+
+
+def _errors(d: _DocInput, number: int) -> list[str]:
+    """The error catalogue, one table per id prefix."""
     body = ["Every error has a kind (the coarse category of the golden vectors) and a side: "
             "`remote` when the peer's bytes are at fault, `local` when the caller misused the "
             "API. Messages are Python `str.format` templates; the text before the first field "
             "is upstream's wording.", ""]
     groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-    for eid, e in raw.get("errors", {}).items():
+    for eid, e in d.raw.get("errors", {}).items():
         groups.setdefault(eid.split(".", 1)[0], []).append((eid, e))
     for g, entries in groups.items():
         body += [f"### Errors `{g}.*`", ""]
@@ -533,12 +549,58 @@ def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None =
                          _code(e.get("template", "")), _code(e.get("source", "")))
                         for eid, e in entries])
         body.append("")
-    section("Error catalogue", body)
+    return body
 
-    # 15. round semantics -------------------------------------------------------------------------
-    section("Round semantics", render_semantics(raw, n + 1))
 
-    out = list(head)
+def _semantics(d: _DocInput, number: int) -> list[str]:
+    """The round semantics (fold, reduce, scatter)."""
+    return render_semantics(d.raw, number)
+
+
+_VERSIONS_TITLE = "Versions 2 and 3"
+
+#: the document's sections in order: title, renderer of the body (given the section number)
+_SECTIONS: tuple[tuple[str, Callable[[_DocInput, int], list[str]]], ...] = (
+    ("Overview", _overview),
+    ("Conventions", _conventions),
+    ("Messages", _messages),
+    ("Authentication tags", _auth),
+    ("Worked examples", _examples),
+    ("Constants", _constants),
+    ("Enumerations", _enums),
+    ("Timeouts and limits", _timeouts_and_limits),
+    ("End of stream", _end_of_stream),
+    ("Leniencies", _leniencies),
+    (_VERSIONS_TITLE, _versions),
+    ("Departures from upstream", _departures),
+    ("Lifecycle", _lifecycle),
+    ("Error catalogue", _errors),
+    ("Round semantics", _semantics),
+)
+
+
+def render_protocol_doc(spec: Spec = SPEC, lifecycle: Mapping[str, Any] | None = None,
+                        *, load_lifecycle: bool = True) -> str:
+    """Render the protocol reference as Markdown.
+
+    Args:
+        spec: the loaded wire spec (default: the packaged one).
+        lifecycle: a parsed ``lifecycle.yaml``; when ``None`` and ``load_lifecycle`` is set it is
+            read from the spec directory (a missing file renders a note instead of the diagram).
+        load_lifecycle: read ``lifecycle.yaml`` when ``lifecycle`` is not given.
+
+    Returns:
+        The whole document, ending with one newline. Depends on the spec only.
+
+    Upstream: documents the behaviour of ``flodl/src/distributed/`` as the spec records it.
+    """
+    if lifecycle is None and load_lifecycle:
+        lifecycle = _load_lifecycle(spec)
+    d = _DocInput(spec, spec.raw, lifecycle)
+    sections = [(f"{n}. {title}", render(d, n))
+                for n, (title, render) in enumerate(_SECTIONS, 1)]
+    versions_anchor = next(_anchor(t) for t, _ in sections if t.endswith(f". {_VERSIONS_TITLE}"))
+    out = _head(d.raw)
     out += ["## Contents", ""]
     for stitle, _ in sections:
         out.append(f"- [{stitle}](#{_anchor(stitle)})")
