@@ -1,15 +1,61 @@
 """flodl-proto: byte-exact implementation of flodl's cluster data-channel protocol.
 
-The public surface: the codec (:mod:`flodl_proto.codec`, re-exported here), the error classes
-(:mod:`flodl_proto.errors`), the spec (:mod:`flodl_proto.spec`). The reduce engine
-(:mod:`flodl_proto.reduce`), the controller lifecycle (:mod:`flodl_proto.fsm`) and the socket
-runners (:mod:`flodl_proto.runner`) are imported from their modules.
+The top level is deliberately narrow: the message types, one encoder and one decoder per message
+(the whole-buffer forms), the error classes and the protocol-version constants. Everything else is
+imported from its module: the rest of the codec (buffer-list encoders for ``socket.sendmsg``, the
+``*_or_eos`` stream forms, the incremental decoders, ``END_OF_STREAM``) from
+:mod:`flodl_proto.codec`, the spec's constants from :mod:`flodl_proto.spec`, the reduce engine
+from :mod:`flodl_proto.reduce`, the sans-IO cores from :mod:`flodl_proto.fsm` and the socket
+runners from :mod:`flodl_proto.runner`.
+
+=====================  =========================================================================
+message                encode / decode
+=====================  =========================================================================
+handshake              :func:`encode_handshake` / :func:`decode_handshake` (:class:`Handshake`)
+handshake ack          :func:`encode_ack` / :func:`decode_ack`
+channel magic          :func:`encode_channel_magic` / :func:`expect_channel_magic`
+RoundFrame             :func:`encode_round_frame_bytes` / :func:`decode_round_frame`
+                       (:class:`RoundFrame`, :class:`TensorPayload`, :class:`RoundKind`,
+                       :class:`Dtype`)
+length-framed blob     :func:`encode_len_framed` / :func:`decode_len_framed`
+mux record             :func:`encode_mux_record_bytes` / :func:`decode_mux_record`
+                       (:class:`MuxRecord`, :class:`RecordKind`)
+control message        :func:`encode_control` / :func:`decode_control` (:class:`Hello`,
+                       :class:`HelloAck`, :class:`RankExit`, :class:`DeclareDead`;
+                       :data:`ControlMessage`)
+=====================  =========================================================================
 """
 
 from __future__ import annotations
 
-from .codec import *  # noqa: F403
-from .codec import __all__ as _codec_all
+from .codec import (
+    ControlMessage,
+    DeclareDead,
+    Dtype,
+    Handshake,
+    Hello,
+    HelloAck,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_ack,
+    decode_control,
+    decode_handshake,
+    decode_len_framed,
+    decode_mux_record,
+    decode_round_frame,
+    encode_ack,
+    encode_channel_magic,
+    encode_control,
+    encode_handshake,
+    encode_len_framed,
+    encode_mux_record_bytes,
+    encode_round_frame_bytes,
+    expect_channel_magic,
+)
 from .errors import (
     AuthenticationError,
     BadMagic,
@@ -23,25 +69,49 @@ from .errors import (
     TruncatedInput,
     VersionMismatch,
 )
-from .spec import DEFAULT_VERSION, SPEC, SUPPORTED_VERSIONS
+from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 __version__ = "0.1.0"
 
 __all__ = [
-    *_codec_all,
     "DEFAULT_VERSION",
-    "SPEC",
     "SUPPORTED_VERSIONS",
     "AuthenticationError",
     "BadMagic",
+    "ControlMessage",
+    "DeclareDead",
+    "Dtype",
+    "Handshake",
+    "Hello",
+    "HelloAck",
     "InvalidValue",
     "LimitExceeded",
     "LocalProtocolError",
+    "MuxRecord",
     "ProtocolError",
+    "RankExit",
+    "RecordKind",
     "RemoteProtocolError",
+    "RoundFrame",
+    "RoundKind",
     "SchemaMismatch",
     "SequenceError",
+    "TensorPayload",
     "TruncatedInput",
     "VersionMismatch",
     "__version__",
+    "decode_ack",
+    "decode_control",
+    "decode_handshake",
+    "decode_len_framed",
+    "decode_mux_record",
+    "decode_round_frame",
+    "encode_ack",
+    "encode_channel_magic",
+    "encode_control",
+    "encode_handshake",
+    "encode_len_framed",
+    "encode_mux_record_bytes",
+    "encode_round_frame_bytes",
+    "expect_channel_magic",
 ]

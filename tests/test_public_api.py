@@ -1,0 +1,71 @@
+"""The top-level package exports a narrow, documented surface: the message types, one encoder and
+one decoder per wire message, the error classes and the protocol-version constants. Everything
+else comes from its module (``flodl_proto.codec``, ``flodl_proto.spec``, ...)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import flodl_proto
+from flodl_proto import codec, errors
+from flodl_proto.spec import SPEC
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+#: each message of spec/wire.yaml -> its top-level encoder and decoder
+PER_MESSAGE = {
+    "handshake": ("encode_handshake", "decode_handshake"),
+    "handshake_ack": ("encode_ack", "decode_ack"),
+    "channel_magic": ("encode_channel_magic", "expect_channel_magic"),
+    "round_frame": ("encode_round_frame_bytes", "decode_round_frame"),
+    "len_framed": ("encode_len_framed", "decode_len_framed"),
+    "mux_record": ("encode_mux_record_bytes", "decode_mux_record"),
+    "relay_control_msg": ("encode_control", "decode_control"),
+}
+MESSAGE_TYPES = {"ControlMessage", "DeclareDead", "Dtype", "Handshake", "Hello", "HelloAck",
+                 "MuxRecord", "RankExit", "RecordKind", "RoundFrame", "RoundKind",
+                 "TensorPayload"}
+ERRORS = {"AuthenticationError", "BadMagic", "InvalidValue", "LimitExceeded",
+          "LocalProtocolError", "ProtocolError", "RemoteProtocolError", "SchemaMismatch",
+          "SequenceError", "TruncatedInput", "VersionMismatch"}
+VERSIONS = {"DEFAULT_VERSION", "SUPPORTED_VERSIONS"}
+
+
+def test_root_all_is_exactly_the_narrow_list() -> None:
+    codecs = {name for pair in PER_MESSAGE.values() for name in pair}
+    assert set(PER_MESSAGE) == set(SPEC.raw["messages"])
+    assert set(flodl_proto.__all__) == MESSAGE_TYPES | codecs | ERRORS | VERSIONS | {
+        "__version__"}
+    assert len(flodl_proto.__all__) == len(set(flodl_proto.__all__))
+
+
+def test_root_names_are_the_modules_objects() -> None:
+    for name in MESSAGE_TYPES | {n for pair in PER_MESSAGE.values() for n in pair}:
+        assert getattr(flodl_proto, name) is getattr(codec, name), name
+    for name in ERRORS:
+        assert getattr(flodl_proto, name) is getattr(errors, name), name
+    assert flodl_proto.DEFAULT_VERSION in flodl_proto.SUPPORTED_VERSIONS
+
+
+def test_the_rest_of_the_codec_is_not_at_the_top_level() -> None:
+    for name in ("END_OF_STREAM", "NeedData", "MuxStream", "encode_round_frame",
+                 "encode_frame_record", "decode_round_frame_or_eos", "parse_mux_header"):
+        assert hasattr(codec, name), name
+        assert not hasattr(flodl_proto, name), name
+
+
+def test_every_public_callable_has_a_docstring() -> None:
+    for name in flodl_proto.__all__:
+        obj = getattr(flodl_proto, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert (obj.__doc__ or "").strip(), name
+
+
+def test_readme_lists_the_top_level() -> None:
+    text = README.read_text()
+    start = text.index("* `flodl_proto` — the narrow top level")
+    bullet = text[start:text.index("\n* ", start + 1)]
+    listed = set(re.findall(r"`([A-Za-z_]+)`", bullet)) - {"flodl_proto", "__all__"}
+    assert listed == set(flodl_proto.__all__) - {"__version__"}
