@@ -51,6 +51,7 @@ from flodl_proto.errors import (
 )
 from flodl_proto.fsm.controller_core import (
     HANDSHAKE_TIMEOUT,
+    REDUCE_POLL,
     ControllerCore,
 )
 from flodl_proto.fsm.events import (
@@ -1080,3 +1081,112 @@ def test_round_deadline_is_off_by_default_and_a_complete_round_resets_it() -> No
 def test_round_deadline_must_be_a_positive_number(bad: float) -> None:
     with pytest.raises(LocalProtocolError, match="round_timeout must be a positive number"):
         ControllerCore(2, SALT, round_timeout=bad)
+
+
+def test_status_after_a_round_and_a_clean_stop() -> None:
+    core = started(1, round_timeout=2.5)
+    hello = hello_bytes([0])
+    frame = host_frame_bytes(f32(1.0, 2.0, weight=3.0))
+    acts = core.connection_opened(0, 0.0) + core.receive_data(0, hello)
+    acts += core.receive_data(0, frame)
+    [bcast] = sent(acts, SendKind.BROADCAST)
+    assert core.status() == {
+        "state": "Reducing", "world_size": 1, "protocol_version": 2,
+        "relays": [{"relay": 0, "host": "h", "ranks": [0], "alive_ranks": [0],
+                    "deposited": False, "open": True}],
+        "ranks_covered": 1, "dead_ranks": [], "rounds_reduced": 1, "round_timeout": 2.5,
+        "round_timeouts": [], "bytes_in": len(hello) + len(frame),
+        "bytes_out": sum(s.nbytes for s in sent(acts)),
+        "last_round": {"round": 1, "kind": "model", "weight": 3.0, "bytes": bcast.nbytes,
+                       "relays": 1},
+        "outcome": None,
+    }
+    core.stop()
+    st_ = core.status()
+    assert st_["state"] == "Shutdown" and st_["rounds_reduced"] == 1
+    assert st_["outcome"] == {"clean": True, "reason": "stop", "error": None}
+
+
+def test_round_deadline_is_none_once_stopped() -> None:
+    core = started(2, round_timeout=2.5)
+    join(core, 0, [0], now=1.0)
+    join(core, 1, [1], now=1.0)
+    core.receive_data(0, host_frame_bytes(f32(1.0)), now=4.0)
+    assert core.next_round_deadline() == 6.5
+    core.stop()
+    assert core.next_round_deadline() is None  # not reducing any more
+
+
+def test_runner_failure_without_a_place() -> None:
+    core = started(1)
+    join(core, 0, [0])
+    fin = finished(core.runner_failed(RuntimeError("x")))
+    assert fin is not None and fin.outcome.detail == ""
+
+
+def test_checkpoint_windows_without_control_rounds() -> None:
+    core = started(1, checkpoint=True)
+    join(core, 0, [0])
+    windows: list[CheckpointWindow] = []
+    for v, kind in [(1.0, RoundKind.MODEL), (2.0, RoundKind.MODEL), (0.0, RoundKind.CONTROL),
+                    (3.0, RoundKind.MODEL), (4.0, RoundKind.MODEL), (5.0, RoundKind.MODEL)]:
+        f = f32(v, kind=kind, weight=0.0 if kind is RoundKind.CONTROL else 1.0)
+        acts = core.receive_data(0, host_frame_bytes(f))
+        windows += [a for a in acts if isinstance(a, CheckpointWindow)]
+    windows += [a for a in core.stop() if isinstance(a, CheckpointWindow)]
+    # Control closes window 0 (1.0, 2.0); a third Model consensus closes window 1 (3.0, 4.0)
+    # and opens window 2 with 5.0 as its parameters, flushed without buffers at the stop
+    got = [(w.window, w.params.tensors[0].array().tolist(),
+            None if w.buffers is None else w.buffers.tensors[0].array().tolist())
+           for w in windows]
+    assert got == [(0, [1.0], [2.0]), (1, [3.0], [4.0]), (2, [5.0], None)]
+
+
+def test_relay_snapshots_and_uncovered_ranks() -> None:
+    core = ControllerCore(3, SALT)
+    assert core.uncovered_ranks() == [0, 1, 2]
+    core.start()
+    join(core, 5, [2])
+    assert core.uncovered_ranks() == [0, 1]
+    join(core, 9, [1, 0])
+    assert core.uncovered_ranks() == []  # accept phase over
+    assert [(r.relay, r.conn, r.ranks, r.alive_ranks, r.deposited, r.open)
+            for r in core.relays()] == [(0, 5, (2,), (2,), False, True),
+                                        (1, 9, (1, 0), (1, 0), False, True)]
+    core.receive_data(5, host_frame_bytes(f32(1.0)))
+    assert [r.deposited for r in core.relays()] == [True, False]
+    core.receive_data(9, host_frame_bytes(f32(2.0)))
+    acts = core.write_failed(5, SendKind.BROADCAST, "stalled")
+    assert CloseConnection(5, "broadcast write failed", False) in acts
+    assert [(r.alive_ranks, r.deposited, r.open) for r in core.relays()] == [
+        ((), False, False), ((1, 0), False, True)]
+
+
+def test_hello_ack_write_failure_without_a_reason() -> None:
+    core = started(2)
+    join(core, 0, [0], now=0.0)
+    fin = finished(core.write_failed(0, SendKind.HELLO_ACK))
+    assert fin is not None and str(fin.outcome.error) == (
+        "cluster_controller: HelloAck write to relay on connection 0 failed: write error")
+    assert fin.outcome.detail == "relay h (ranks 0)"
+
+
+def test_next_deadline_is_the_earlier_of_the_poll_and_the_round_deadline() -> None:
+    core = started(2, round_timeout=2.5)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    assert core.next_deadline(1.0) == 1.0 + REDUCE_POLL  # no deposit yet: the poll only
+    core.receive_data(0, host_frame_bytes(f32(1.0)), now=4.0)  # the round expires at 6.5
+    assert core.next_deadline(4.0) == min(4.0 + REDUCE_POLL, 6.5)
+    late = 6.5 - REDUCE_POLL / 2
+    assert core.next_deadline(late) == 6.5
+
+
+def test_round_deadline_records_the_wait_to_the_millisecond() -> None:
+    core = started(2, round_timeout=2.5)
+    join(core, 10, [0])
+    join(core, 11, [1])
+    core.receive_data(10, host_frame_bytes(f32(2.0)), now=100.0)
+    core.tick(102.56789)
+    assert core.round_timeouts == [
+        {"round": 1, "relay": 1, "host": "h", "ranks": [1], "waited": 2.568}]

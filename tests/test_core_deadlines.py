@@ -16,6 +16,7 @@ from flodl_proto.codec import (
 )
 from flodl_proto.codec.mux import Hello, encode_mux_record_bytes
 from flodl_proto.fsm.controller_core import HANDSHAKE_TIMEOUT, REDUCE_POLL, ControllerCore
+from flodl_proto.fsm.deadline import RoundDeadline
 from flodl_proto.fsm.events import RoundScattered
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
@@ -66,3 +67,14 @@ def test_reduce_threads_do_not_change_the_consensus() -> None:
         assert len(notice) == 1 and notice[0].weight == 1.0
         outs.append([bytes(b) for a in acts if hasattr(a, "buffers") for b in a.buffers])
     assert outs[0] == outs[1]
+
+
+def test_round_deadline_waited_counts_from_the_first_deposit() -> None:
+    d = RoundDeadline(1.5)
+    assert d.waited(5.0) == 0.0 and d.due() is None and not d.expired(5.0)
+    d.deposit(2.0)
+    d.deposit(3.0)  # only the round's first deposit starts the clock
+    assert d.waited(2.25) == 0.25 and d.waited(1.0) == 0.0  # an earlier clock reading: 0
+    assert d.due() == 3.5 and not d.expired(3.25) and d.expired(3.5)
+    d.reset()
+    assert d.started is None and d.waited(9.0) == 0.0

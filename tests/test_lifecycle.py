@@ -3,6 +3,7 @@ the spec."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from flodl_proto.docs import mermaid_state_diagram
 from flodl_proto.errors import LocalProtocolError, SequenceError, protocol_error
 from flodl_proto.fsm import lifecycle as L
-from flodl_proto.spec import SPEC
+from flodl_proto.spec import SPEC, SpecError
 
 
 class Guards:
@@ -298,3 +299,137 @@ def test_round_scattered_shortcut_still_enforces_its_guard() -> None:
     with pytest.raises(SequenceError):
         lc.fire("round_scattered")
     assert lc.state == "reducing"
+# -- the checks and callbacks built when the module loads ------------------------------------------
+# _check_spec, _outcome_recorder and _sender run once at import (or when a class is first built),
+# so the tests above exercise them only indirectly; these call them directly with exact results.
+def _spec(machine: str = "controller") -> dict[str, Any]:
+    return L.lifecycle_spec(machine)
+
+
+@pytest.mark.parametrize("machine", L.MACHINES)
+def test_check_spec_accepts_the_spec(machine: str) -> None:
+    assert L._check_spec(machine, _spec(machine)) is None
+
+
+def _spec_error(machine: str, spec: dict[str, Any]) -> str:
+    with pytest.raises(SpecError) as ei:
+        L._check_spec(machine, spec)
+    return str(ei.value)
+
+
+@pytest.mark.parametrize(("initial", "final"), [([], ["shutdown"]), (["idle", "accepting"],
+                                                                      ["shutdown"]),
+                                                 (["idle"], []), (["idle"], ["reducing",
+                                                                             "shutdown"])])
+def test_check_spec_needs_one_initial_and_one_final_state(initial: list[str],
+                                                          final: list[str]) -> None:
+    spec = _spec()
+    for name, d in spec["states"].items():
+        d.pop("initial", None)
+        d.pop("final", None)
+        if name in initial:
+            d["initial"] = True
+        if name in final:
+            d["final"] = True
+    assert _spec_error("controller", spec) == (
+        "lifecycle.yaml: controller needs one initial and one final state")
+
+
+def test_check_spec_states_follow_the_enum() -> None:
+    spec = _spec()
+    states = spec["states"]
+    spec["states"] = {k: states[k] for k in ("accepting", "idle", "reducing", "shutdown")}
+    assert _spec_error("controller", spec) == (
+        "lifecycle.yaml: controller states ['accepting', 'idle', 'reducing', 'shutdown'] != "
+        "LifecycleState ['idle', 'accepting', 'reducing', 'shutdown']")
+
+
+def test_check_spec_events_follow_the_enum(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = L.transitions("relay")
+    monkeypatch.setattr(L, "transitions", lambda machine: [*rows, ("done", "x", "done", None,
+                                                                   None)])
+    assert _spec_error("relay", _spec("relay")) == (
+        f"lifecycle.yaml: relay events {sorted({r[1] for r in rows} | {'x'})} != RelayEvent")
+
+
+def test_check_spec_guards_used_and_declared() -> None:
+    spec = _spec()
+    spec["guards"]["spare"] = "never used"
+    assert _spec_error("controller", spec) == (
+        "lifecycle.yaml: controller guards used ['every_rank_covered', 'no_relay_alive', "
+        "'round_complete'] != declared ['every_rank_covered', 'no_relay_alive', "
+        "'round_complete', 'spare']")
+    del spec["guards"]
+    assert _spec_error("controller", spec).startswith(
+        "lifecycle.yaml: controller guards used ['every_rank_covered', 'no_relay_alive', "
+        "'round_complete'] != declared []")
+
+
+def test_check_spec_events_and_outcomes_tables() -> None:
+    msg = "lifecycle.yaml: controller events / outcomes tables do not match the transitions"
+    spec = _spec()
+    del spec["events"]["stop"]
+    assert _spec_error("controller", spec) == msg
+    spec = _spec()
+    del spec["events"]
+    assert _spec_error("controller", spec) == msg
+    spec = _spec()
+    spec["outcomes"]["nonsense"] = "clean"
+    assert _spec_error("controller", spec) == msg
+    spec = _spec()  # an outcome for every event is allowed
+    spec["outcomes"] = {e.value: "error" for e in L.LifecycleEvent}
+    assert L._check_spec("controller", spec) is None
+
+
+@pytest.mark.parametrize("machine", L.MACHINES)
+def test_outcome_recorder(machine: str) -> None:
+    record = L._outcome_recorder(machine)
+    clean_event = "stop"
+    obj = SimpleNamespace()
+    err = protocol_error("controller.closed_before_hello")
+    record(obj, clean_event, error=err, detail="why")
+    assert obj.outcome == L.Outcome(True, "stop", None, "why")
+    record(obj, L.LifecycleEvent.STOP)
+    assert obj.outcome == L.Outcome(True, "stop", None, "")
+    record(obj, "fail", error=err, detail="d")
+    assert obj.outcome == L.Outcome(False, "fail", err, "d")
+    record(obj)
+    assert obj.outcome == L.Outcome(False, "fail", None, "")
+    record(obj, None, err)
+    assert obj.outcome == L.Outcome(False, "fail", err, "")
+
+
+def test_outcome_recorder_uses_each_machines_outcomes() -> None:
+    obj = SimpleNamespace()
+    L._outcome_recorder("relay")(obj, "drained")
+    assert obj.outcome == L.Outcome(True, "drained", None, "")
+    L._outcome_recorder("controller")(obj, "drained")  # not a controller outcome
+    assert obj.outcome == L.Outcome(False, "drained", None, "")
+    L._outcome_recorder("controller")(obj, "rank_exit")
+    assert obj.outcome == L.Outcome(True, "rank_exit", None, "")
+
+
+def test_sender_forwards_and_names_the_machine() -> None:
+    send = L._sender("relay")
+    sm = L.lifecycle_class("relay")(model=RelayGuards())
+    err = protocol_error("relay.closed_before_helloack")
+    assert send(sm, L.RelayEvent.FAIL, error=err, detail="d") is None
+    assert sm.outcome == L.Outcome(False, "fail", err, "d")
+    with pytest.raises(SequenceError) as ei:
+        send(sm, "stop")
+    assert ei.value.error_id == "relay.bad_event"
+    assert str(ei.value) == "relay: event 'stop' is not allowed in state Done"
+    send = L._sender("controller")
+    sm = L.lifecycle_class()(model=Guards())
+    with pytest.raises(SequenceError) as ei:
+        send(sm, L.LifecycleEvent.ALL_DEAD)
+    assert ei.value.error_id == "controller.bad_event"
+    assert str(ei.value) == "controller: event 'all_dead' is not allowed in state Idle"
+
+
+def test_outcome_text() -> None:
+    err = protocol_error("controller.closed_before_hello")
+    assert str(L.Outcome(True, "stop")) == "clean (stop)"
+    assert str(L.Outcome(True, "stop", None, "by request")) == "clean (stop: by request)"
+    assert str(L.Outcome(False, "fail", err)) == f"error: {err}"
+    assert str(L.Outcome(False, "fail", err, "relay 2")) == f"error: {err} [relay 2]"

@@ -606,3 +606,24 @@ def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_messa
     core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(2), 3), 3))
     (fin,) = core.upstream_record(None)
     assert isinstance(fin, Finished) and fin.outcome.clean
+
+
+def test_rank_deadline_records_the_wait_to_the_millisecond_and_stops_when_finished() -> None:
+    core = _timed_core(1.5)
+    core.rank_frame(0, _blob(1.0), now=10.0)
+    core.tick(11.56789)
+    assert core.rank_timeouts == [{"round": 1, "rank": 1, "waited": 1.568},
+                                  {"round": 1, "rank": 2, "waited": 1.568}]
+    core = _timed_core(1.5)
+    core.rank_frame(0, _blob(1.0), now=10.0)
+    assert core.next_deadline() == 11.5
+    core.stop()
+    assert core.finished and core.next_deadline() is None
+
+
+def test_fail_ends_the_relay_with_the_error_once() -> None:
+    core = _timed_core(None)
+    err = RemoteProtocolError("boom")
+    (fin,) = [a for a in core.fail(err) if isinstance(a, Finished)]
+    assert not fin.outcome.clean and fin.outcome.error is err and fin.outcome.reason == "fail"
+    assert core.fail(RemoteProtocolError("later")) == [] and core.outcome is fin.outcome

@@ -2,7 +2,7 @@
 # Mutation testing of one package (or all three) with mutmut, against that package's own unit and
 # property tests (never the golden vectors).
 #
-#   tools/mutate.sh codec|reduce|fsm|all [--files a.py,b.py] [--keep]
+#   tools/mutate.sh codec|reduce|fsm|all [--files a.py,b.py] [--tests "a b"] [--mutants "m ..."] [--keep]
 #   tools/mutate.sh sample
 #
 # The checkout (tracked and untracked, not ignored files) is copied to a temporary directory, the
@@ -13,6 +13,8 @@
 # --files: mutate only these modules of the package (names relative to flodl_proto/<package>/),
 # e.g. to run a package module by module on a busy machine.
 # --tests: run this narrower selection of the package's tests (space-separated paths) instead.
+# --mutants: run only these mutants (space-separated names or fnmatch patterns, as `mutmut
+# results` prints them), e.g. to re-run the survivors of a run after adding tests.
 # --keep: keep the temporary directory (its path is printed).
 # sample: the fixed small sample CI runs (a minute or two, so the habit does not rot): the
 # mutants of the tag functions of flodl_proto/codec/auth.py (compute_tag, tags_equal, tag_as_u64,
@@ -38,11 +40,13 @@ pkg="${1:-}"
 shift || true
 files=""
 only_tests=""
+mutants=""
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --files) files="$2"; shift 2 ;;
         --tests) only_tests="$2"; shift 2 ;;
+        --mutants) mutants="$2"; shift 2 ;;
         --keep) keep=1; shift ;;
         *) echo "mutate.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -50,11 +54,20 @@ done
 
 tests_for() {
     case "$1" in
-        codec) echo "tests/test_codec.py tests/test_codec_auth.py tests/test_stream_stateful.py" ;;
+        codec) echo "tests/test_codec.py tests/test_codec_auth.py tests/test_hot_path.py tests/test_stream_stateful.py" ;;
         reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_host_fold_stateful.py" ;;
-        fsm) echo "tests/test_controller_core.py tests/test_lifecycle.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
+        fsm) echo "tests/test_controller_core.py tests/test_core_deadlines.py tests/test_lifecycle.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
         sample) echo "tests/test_codec_auth.py" ;;
         *) return 1 ;;
+    esac
+}
+
+# long state machines left out of the per-mutant runs (each would add 15-20 s of CPU to every
+# surviving mutant of its package); the unit tests of the same modules run instead
+deselected_for() {
+    case "$1" in
+        fsm) echo "tests/test_lifecycle.py::TestLifecycleStateful::runTest tests/test_controller_core.py::test_controller_core_state_machine" ;;
+        *) echo "" ;;
     esac
 }
 
@@ -94,7 +107,13 @@ run_one() {
             first=0
         done
         echo ']'
-        echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-p", "no:randomly"]'
+        printf 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-p", "no:randomly"'
+        for t in $(deselected_for "$p"); do printf ', "--deselect", "%s"' "$t"; done
+        echo ']'
+        # log calls: their text is for operators, not protocol behaviour (see docs/testing.md)
+        echo 'do_not_mutate_patterns = ["^\\s*_?log\\.(debug|info|warning|error|exception)\\("]'
+        # a mutant that loops is stopped after a few times its tests' usual CPU time
+        echo 'timeout_multiplier = 10.0'
     } >> "$work/pyproject.toml"
     echo "== mutation testing ${only[*]} in $work"
     echo "   tests: $tests"
@@ -102,6 +121,8 @@ run_one() {
     if [ "$p" = sample ]; then
         names=("flodl_proto.codec.auth.x_compute_tag__mutmut_*" "flodl_proto.codec.auth.x_tags_equal__mutmut_*"
                "flodl_proto.codec.auth.x_tag_as_u64__mutmut_*" "flodl_proto.codec.auth.x_new_mac__mutmut_*")
+    elif [ -n "$mutants" ]; then
+        read -r -a names <<< "$mutants"
     fi
     (cd "$work" && HYPOTHESIS_PROFILE=ci FLODL_NET_TIMEOUT_SCALE=0.1 \
         nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") || rc=$?
@@ -112,6 +133,9 @@ run_one() {
     survivors="$(cd "$work" && "$PY" -m mutmut results 2>/dev/null | grep -E ': (survived|no tests)' \
         | grep -v -F -f <(sed -n 's/^\([^ #][^ ]*\) .*/\1:/p' "$ROOT/tools/mutants-equivalent.txt") || true)"
     if [ $rc -ne 0 ]; then echo "mutmut did not complete (exit $rc)"; else echo "${survivors:-none}"; fi
+    # a timeout is a mutant whose tests did not finish in time (a loop, or a loaded machine):
+    # listed so it can be re-run with --mutants
+    (cd "$work" && "$PY" -m mutmut results 2>/dev/null | grep -E ': timeout' | sed 's/^/timeout: /') || true
     if [ $keep -eq 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
     if [ "$p" = sample ] && [ -n "$survivors" ]; then return 1; fi
     return $rc
