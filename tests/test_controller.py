@@ -350,17 +350,20 @@ class _Boom(RuntimeError):
 def test_an_unexpected_exception_in_the_scatter_fails_the_run(
         controller_factory, monkeypatch: pytest.MonkeyPatch, where: str) -> None:  # type: ignore[no-untyped-def]
     boom = _Boom("scatter exploded")
-    if where == "coordinator":  # handing the Broadcast to the writers
-        real_enqueue = ReferenceController._enqueue
+    if where == "coordinator":  # writing the Broadcast or handing it to the writers
+        real_send = ReferenceController._send
 
-        def enqueue(self: ReferenceController, send: SendTo) -> None:
+        def send(self: ReferenceController, send: SendTo, now: float) -> bool:
             if send.kind is SendKind.BROADCAST:
                 raise boom
-            real_enqueue(self, send)
+            return real_send(self, send, now)
 
-        monkeypatch.setattr(ReferenceController, "_enqueue", enqueue)
+        monkeypatch.setattr(ReferenceController, "_send", send)
     else:  # writing the Broadcast, on the connection's writer thread
         real_send_all = ctl_mod.send_all
+        # the socket takes nothing without waiting: every record goes to the writer
+        monkeypatch.setattr(ctl_mod, "send_now",
+                            lambda sock, buffers: [memoryview(b) for b in buffers])
 
         def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
             if bytes(memoryview(buffers[0])[8:9]) == bytes([RecordKind.BROADCAST.value]):
@@ -761,12 +764,12 @@ _FAULTY_CLI = """
 import sys
 from flodl_proto.fsm.events import SendKind
 from flodl_proto.runner.controller import ReferenceController
-real = ReferenceController._enqueue
-def enqueue(self, send):
+real = ReferenceController._send
+def send(self, send, now):
     if send.kind is SendKind.BROADCAST:
         raise RuntimeError("scatter exploded")
-    real(self, send)
-ReferenceController._enqueue = enqueue
+    return real(self, send, now)
+ReferenceController._send = send
 from flodl_proto.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -826,3 +829,30 @@ def test_shutdown_joins_every_thread_and_closes_every_socket() -> None:
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", ctl.port), timeout=1).close()
     assert ctl.shutdown() is out and ctl.wait(0) is out
+
+
+@pytest.mark.timeout(30)
+def test_a_small_round_starts_no_thread_and_skips_the_writer(
+        controller_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The small-frame path: the inner-frame MAC of a small HostFrame is computed on the reading
+    thread (no MAC worker is started), and the Broadcast is written by the thread that completed
+    the round, not handed to the connection's writer."""
+    import threading
+
+    writer_calls: list[int] = []
+    real_send_all = ctl_mod.send_all
+
+    def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
+        writer_calls.append(len(buffers))
+        return real_send_all(sock, buffers, **kw)
+
+    monkeypatch.setattr(ctl_mod, "send_all", send_all)
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        for k in range(3):
+            relay.send_host_frame(frame([float(k)], weight=1.0))
+            assert values(relay.read_broadcast()) == [float(k)]
+        names = [t.name for t in threading.enumerate()]
+        assert not [n for n in names if n.startswith("flodl-controller-mac")], names
+        assert writer_calls == []

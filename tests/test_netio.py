@@ -169,3 +169,43 @@ def test_a_connection_the_kernel_gave_up_on_is_reported_not_polled_again() -> No
     assert issubclass(PeerTimedOut, ConnectionError)
     assert not issubclass(PeerTimedOut, TimeoutError)
     assert "PeerTimedOut" in _netio.__all__
+
+
+@pytest.mark.timeout(30)
+def test_send_now_writes_a_small_record_in_one_call(pair: tuple[socket.socket, socket.socket],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small record goes out whole in one non-blocking sendmsg from the calling thread."""
+    tx, rx = pair
+    calls: list[int] = []
+    real = socket.socket.sendmsg
+
+    class Counting(socket.socket):
+        def sendmsg(self, buffers, *args):  # type: ignore[no-untyped-def, override]
+            calls.append(args[1] if len(args) > 1 else 0)
+            return real(self, buffers, *args)
+
+    sock = Counting(fileno=tx.detach())
+    try:
+        assert _netio.send_now(sock, [b"head", memoryview(b"payload"), b"tag"]) == []
+        assert calls == [socket.MSG_DONTWAIT]
+        got = bytearray(14)
+        assert recv_exact_into(rx, memoryview(got)) == 14
+        assert bytes(got) == b"headpayloadtag"
+    finally:
+        sock.close()
+
+
+@pytest.mark.timeout(30)
+def test_send_now_never_waits_and_returns_what_is_left(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """A peer that does not read: the attempt stops at a full send buffer and returns the rest
+    (for the writer thread); the bytes written plus the rest are the record, in order."""
+    tx, _rx = pair
+    record = bytes(range(256)) * 4096  # 1 MiB, far above both 4 KiB buffers
+    rest = _netio.send_now(tx, [record[:1000], memoryview(record)[1000:]])
+    left = sum(b.nbytes for b in rest)
+    assert 0 < left < len(record)
+    assert b"".join(bytes(b) for b in rest) == record[len(record) - left:]
+    tx.close()
+    rest2 = _netio.send_now(tx, [b"x"])  # a closed socket: no exception, nothing written
+    assert [bytes(b) for b in rest2] == [b"x"]

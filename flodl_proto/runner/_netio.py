@@ -34,6 +34,7 @@ from ..errors import protocol_error
 from ..spec import SPEC, net_timeout_scale
 
 __all__ = [
+    "DIRECT_WRITE_MAX",
     "HASH_STEP",
     "MacRange",
     "MacWorker",
@@ -54,6 +55,7 @@ __all__ = [
     "recv_hashing_into",
     "reduce_read_deadline",
     "send_all",
+    "send_now",
     "set_timeouts",
     "shutdown_quietly",
     "write_stall_timeout",
@@ -63,6 +65,11 @@ log = logging.getLogger(__name__)
 
 #: bytes received between two MAC updates by :func:`recv_hashing_into` (4 MiB)
 HASH_STEP = 4 << 20
+
+#: records up to this size are written by the thread that produced them (:func:`send_now`)
+#: when nothing is queued before them on their connection; larger ones, and whatever a
+#: non-blocking write left, go to the connection's writer thread (bytes)
+DIRECT_WRITE_MAX = 1 << 20
 
 try:
     _IOV_MAX = max(16, min(1024, int(os.sysconf("SC_IOV_MAX"))))
@@ -519,6 +526,35 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, saved)
     return total
+
+
+def send_now(sock: socket.socket, buffers: Sequence[BytesLike]) -> list[memoryview]:
+    """Write as much of ``buffers`` as the socket takes without waiting (``MSG_DONTWAIT``
+    ``sendmsg`` calls) and return what is left (an empty list: everything was written).
+
+    Never blocks and never raises: a full send buffer, and any socket error, end the attempt
+    with the rest returned, so the caller hands it to a writer thread whose :func:`send_all`
+    waits under the write-stall deadline and reports the error. One ``sendmsg`` writes a small
+    record whole (TCP_NODELAY: one segment, no Nagle wait).
+    """
+    bufs = _flatten(buffers)
+    i = 0
+    while i < len(bufs):
+        try:
+            sent = sock.sendmsg(bufs[i:i + _IOV_MAX], [], socket.MSG_DONTWAIT)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries already
+            continue
+        except OSError:  # full (BlockingIOError) or failed: the writer takes over
+            break
+        while sent and i < len(bufs):
+            ln = bufs[i].nbytes
+            if sent >= ln:
+                sent -= ln
+                i += 1
+            else:
+                bufs[i] = bufs[i][sent:]
+                sent = 0
+    return bufs[i:]
 
 
 def _timed_out(sock: socket.socket, what: str) -> PeerTimedOut:

@@ -54,16 +54,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
 from ..codec._common import BytesLike
 from ..codec.handshake import channel_of
-from ..codec.mux import max_hello_payload
+from ..codec.mux import RecordKind, max_hello_payload
 from ..codec.stream import (
     MuxStream,
+    RecordReceived,
     StreamEvent,
 )
 from ..errors import ProtocolError
@@ -93,10 +94,13 @@ from ..spec import (
     SPEC,
     net_timeout_scale,
 )
+from . import stages
 from ._netio import (
+    DIRECT_WRITE_MAX,
     configure_socket,
     format_addr,
     send_all,
+    send_now,
     shutdown_quietly,
 )
 from .checkpoint import write_checkpoint
@@ -135,11 +139,56 @@ class _Drain(str):
 _OutItem: TypeAlias = SendTo | str | None
 
 
+# -- what the coordinator's queue carries (everything else runs where it happens) -------------
+@dataclass(frozen=True, slots=True)
+class _StopRequested:
+    """:meth:`ReferenceController.request_stop` (thread- and signal-safe, hence queued)."""
+
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _DeadDeclared:
+    """:meth:`ReferenceController.declare_dead` from outside."""
+
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A connection's writer finished ``send`` (``error``: why it failed, else None)."""
+
+    conn: int
+    send: SendTo
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Crashed:
+    """An unexpected exception on a runner thread: the run fails."""
+
+    where: str
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    """The core finished on another thread: the coordinator tears down."""
+
+
+_Message: TypeAlias = _StopRequested | _DeadDeclared | _Written | _Crashed | _Wake
+
+
 class _Conn:
     """One data-channel connection: socket, parser, reader thread, writer thread and its outbox
-    (records are written in order; a close request closes after the records queued before it)."""
+    (records are written in order; a close request closes after the records queued before it).
 
-    __slots__ = ("addr", "closed", "id", "outbox", "reader", "sock", "stream", "writer")
+    ``queued`` counts the outbox items not finished yet (under ``out_lock``): a record is
+    written directly by the thread that produced it only when it is 0, so nothing overtakes a
+    record still in the outbox."""
+
+    __slots__ = ("addr", "closed", "id", "out_lock", "outbox", "queued", "reader", "sock",
+                 "stream", "writer")
 
     def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: MuxStream) -> None:
         self.id = conn_id
@@ -149,6 +198,8 @@ class _Conn:
         self.reader: threading.Thread | None = None
         self.writer: threading.Thread | None = None
         self.outbox: queue.SimpleQueue[_OutItem] = queue.SimpleQueue()
+        self.out_lock = threading.Lock()
+        self.queued = 0
         self.closed = False
 
 
@@ -227,7 +278,10 @@ class ReferenceController:
         self._on_notice = on_notice
         self._listener: socket.socket | None = None
         self._port = 0
-        self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._events: queue.Queue[_Message] = queue.Queue()
+        # every core call and the execution of its actions (readers, accept, writers,
+        # coordinator)
+        self._core_lock = threading.RLock()
         self._stop = threading.Event()  # stops the accept thread and the readers
         self._done = threading.Event()  # the coordinator finished its teardown
         self._started = False
@@ -301,7 +355,8 @@ class ReferenceController:
                 target=self._guarded, args=(self._checkpoint_loop, "the checkpoint writer"),
                 name="flodl-controller-checkpoint")
             self._ckpt_thread.start()
-        self._run_actions(self._core.start(), time.monotonic())
+        with self._core_lock:
+            self._run_actions(self._core.start(), time.monotonic())
         accept = threading.Thread(target=self._guarded,
                                   args=(self._accept_loop, "the accept loop"),
                                   name=f"flodl-controller-accept:{self._port}")
@@ -327,11 +382,11 @@ class ReferenceController:
 
     def request_stop(self, detail: str = "") -> None:
         """Ask the run to stop cleanly (thread- and signal-safe; returns at once)."""
-        self._events.put(("stop", detail))
+        self._events.put(_StopRequested(detail))
 
     def declare_dead(self, rank: int) -> None:
         """Declare ``rank`` dead from outside (as a coordinator would); returns at once."""
-        self._events.put(("dead", int(rank)))
+        self._events.put(_DeadDeclared(int(rank)))
 
     def shutdown(self, timeout: float | None = None) -> Outcome:
         """Stop (cleanly, if still running), join every thread, close every socket; return the
@@ -381,31 +436,48 @@ class ReferenceController:
             while not core.finished:
                 timeout = max(0.0, next_tick - time.monotonic())
                 try:
-                    item = self._events.get(timeout=timeout)
+                    item: _Message | None = self._events.get(timeout=timeout)
                 except queue.Empty:
                     item = None
-                t0 = time.monotonic()
-                if item is not None:
-                    actions = self._dispatch(item, t0)
-                else:
-                    actions = []
-                if t0 >= next_tick:
-                    actions += core.tick(t0)
-                    next_tick = t0 + _REDUCE_POLL
-                # the core names when it next needs a tick (a handshake deadline, the round
-                # wait's poll); between those the loop still wakes every poll period
-                wanted = core.next_deadline(t0)
-                if wanted is not None and wanted < next_tick:
-                    next_tick = wanted
-                if t0 >= next_waiting_note:
-                    next_waiting_note = t0 + _WAITING_NOTE_PERIOD
-                    self._note_waiting()
-                if actions:
-                    self._run_actions(actions, t0)
+                with self._core_lock:
+                    if core.finished:
+                        break
+                    t0 = time.monotonic()
+                    actions = self._dispatch(item, t0) if item is not None else []
+                    if t0 >= next_tick:
+                        actions += core.tick(t0)
+                        next_tick = t0 + _REDUCE_POLL
+                    # the core names when it next needs a tick (a handshake deadline, the round
+                    # wait's poll); between those the loop still wakes every poll period
+                    wanted = core.next_deadline(t0)
+                    if wanted is not None and wanted < next_tick:
+                        next_tick = wanted
+                    if t0 >= next_waiting_note:
+                        next_waiting_note = t0 + _WAITING_NOTE_PERIOD
+                        self._note_waiting()
+                    if actions:
+                        self._run_actions(actions, t0)
         except Exception as e:  # a bug, or a failure outside the protocol: fail the run
-            self._crashed(e, "the coordinator")
+            with self._core_lock:
+                self._crashed(e, "the coordinator")
         finally:
             self._teardown()
+
+    def _inline(self, call: Callable[[float], list[Action]]) -> None:
+        """Run one core input on the calling thread (a reader, the accept loop, a writer) and
+        execute its actions there: no hand-off to the coordinator on the round's path. Once the
+        core has finished, inputs are dropped; the thread that finishes it wakes the
+        coordinator, which tears down."""
+        with self._core_lock:
+            if self._core.finished:
+                return
+            t0 = time.monotonic()
+            try:
+                self._run_actions(call(t0), t0)
+            except Exception as e:  # a bug, or a failure outside the protocol: fail the run
+                self._crashed(e, "the coordinator")
+            if self._core.finished:
+                self._events.put(_Wake())
 
     def _guarded(self, target: Callable[..., None], where: str, *args: Any) -> None:
         """Run a thread's ``target``; an unexpected exception fails the run (through the
@@ -414,7 +486,7 @@ class ReferenceController:
             target(*args)
         except Exception as e:
             log.debug("controller: unexpected error in %s", where, exc_info=e)
-            self._events.put(("crashed", where, e))
+            self._events.put(_Crashed(where, e))
 
     def _crashed(self, error: Exception, where: str) -> None:
         """An unexpected exception on the coordinator: the core fails with it (Shutdown, the
@@ -441,33 +513,30 @@ class ReferenceController:
             log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s",
                         len(missing), self._core.world_size, shown)
 
-    def _dispatch(self, item: tuple[Any, ...], now: float) -> list[Action]:
+    def _dispatch(self, item: _Message, now: float) -> list[Action]:
         core = self._core
-        kind = item[0]
-        if kind == "events":
-            return core.receive_events(item[1], item[2], now)
-        if kind == "opened":
-            return core.connection_opened(item[1], now, stream=item[2])
-        if kind == "dead":
-            return core.declare_dead(item[1])
-        if kind == "stop":
-            return core.stop(item[1])
-        if kind == "written":
-            return self._written(item[1], item[2], item[3], now)
-        if kind == "crashed":
-            log.debug("controller: %s failed; the run fails", item[1])
-            return core.runner_failed(item[2], item[1])
-        raise AssertionError(f"unknown event {kind!r}")  # pragma: no cover
+        if isinstance(item, _StopRequested):
+            return core.stop(item.detail)
+        if isinstance(item, _DeadDeclared):
+            return core.declare_dead(item.rank)
+        if isinstance(item, _Written):
+            return self._written(item.conn, item.send, item.error, now)
+        if isinstance(item, _Crashed):
+            log.debug("controller: %s failed; the run fails", item.where)
+            return core.runner_failed(item.error, item.where)
+        return []  # _Wake: the loop sees the finished core
 
     def _run_actions(self, actions: list[Action], t0: float) -> None:
-        # records go to the connections' writers and are written there, concurrently: a relay
-        # that stops reading holds up only its own connection (elastic scatter)
+        # a small record is written here when its connection has nothing queued; the others go
+        # to the connections' writers and are written there, concurrently: a relay that stops
+        # reading holds up only its own connection (elastic scatter)
+        if any(isinstance(a, SendTo) and a.round is not None for a in actions):
+            self._update_status()  # a relay that has the Broadcast sees the round in /status
         broadcasts: dict[int, int] = {}  # round -> Broadcast records handed to writers
         for a in actions:
             if isinstance(a, SendTo):
-                if a.round is not None:
+                if not self._send(a, t0) and a.round is not None:
                     broadcasts[a.round] = broadcasts.get(a.round, 0) + 1
-                self._enqueue(a)
             elif isinstance(a, CloseConnection):
                 self._close_conn(a.conn, a.reason, drain=a.drain)
             elif isinstance(a, RelayJoined):
@@ -486,12 +555,30 @@ class ReferenceController:
                 self._outcome = a.outcome
         self._update_status()
 
-    def _enqueue(self, send: SendTo) -> None:
+    def _send(self, send: SendTo, now: float) -> bool:
+        """Write ``send`` now when its connection's outbox is empty and it is small (one
+        non-blocking ``sendmsg``); else hand it (or what the attempt left) to the connection's
+        writer. Returns True when it was written whole here."""
         conn = self._conns.get(send.conn)
         if conn is None or conn.closed:
-            self._events.put(("written", send.conn, send, "connection closed"))
-        else:
+            self._events.put(_Written(send.conn, send, "connection closed"))
+            return False
+        with conn.out_lock:
+            if conn.queued == 0 and send.nbytes <= DIRECT_WRITE_MAX:
+                rest = send_now(conn.sock, send.buffers)
+                if not rest:
+                    if send.round is not None:
+                        stages.mark("controller", send.round - 1, "broadcast_sent")
+                    return True
+                send = replace(send, buffers=tuple(rest))
+            conn.queued += 1
             conn.outbox.put(send)
+        return False
+
+    def _queue_close(self, conn: _Conn, item: str) -> None:
+        with conn.out_lock:
+            conn.queued += 1
+            conn.outbox.put(item)
 
     def _written(self, conn_id: int, send: SendTo, error: str | None,
                  now: float) -> list[Action]:
@@ -551,6 +638,8 @@ class ReferenceController:
                 shutdown_quietly(conn.sock, socket.SHUT_WR if isinstance(item, _Drain)
                                  else socket.SHUT_RDWR)
                 failed = failed or "connection closed"
+                with conn.out_lock:
+                    conn.queued -= 1
                 continue
             error = failed
             if error is None:
@@ -560,9 +649,17 @@ class ReferenceController:
                     error = failed = str(e) or type(e).__name__
                     log.warning("controller: %s write to connection %d failed: %s",
                                 item.kind.value, conn.id, error)
+            with conn.out_lock:
+                conn.queued -= 1
+            if error is None and item.round is not None:
+                stages.mark("controller", item.round - 1, "broadcast_sent")
             if error is not None or item.round is not None:
-                self._events.put(("written", conn.id, item, error))
+                self._inline_written(_Written(conn.id, item, error))
             item = None  # hold no record buffers while waiting
+
+    def _inline_written(self, done: _Written) -> None:
+        """A writer's report, run on the writer thread (core lock held)."""
+        self._inline(lambda now: self._written(done.conn, done.send, done.error, now))
 
     def _close_conn(self, conn_id: int, reason: str, *, drain: bool = False) -> None:
         conn = self._conns.get(conn_id)
@@ -571,7 +668,7 @@ class ReferenceController:
         conn.closed = True
         # closed by its writer, once the records queued before are out; a drained connection
         # only gets FIN (its reader goes on reading and the core ignores what arrives)
-        conn.outbox.put(_Drain(reason) if drain else reason)
+        self._queue_close(conn, _Drain(reason) if drain else reason)
 
     def _teardown(self) -> None:
         """Close everything and join every thread but the coordinator (which runs this).
@@ -748,9 +845,10 @@ class ReferenceController:
         stream = MuxStream(self._core.salt, version=self._core.version, ceiling=self._ceiling,
                            hello_limit=max_hello_payload(self._core.world_size))
         conn = _Conn(conn_id, sock, addr, stream)
-        self._conns[conn_id] = conn
+        with self._core_lock:
+            self._conns[conn_id] = conn
         log.info("controller: data-channel connection %d from %s", conn_id, addr)
-        self._events.put(("opened", conn_id, stream))
+        self._inline(lambda now: self._core.connection_opened(conn_id, now, stream=stream))
         t = threading.Thread(target=self._guarded,
                              args=(self._read_loop, f"the reader of connection {conn_id}", conn),
                              name=f"flodl-controller-relay{conn_id}")
@@ -766,8 +864,13 @@ class ReferenceController:
 
     # -- readers -----------------------------------------------------------------------------------
     def _post(self, conn: _Conn, events: list[StreamEvent]) -> None:
-        if events:
-            self._events.put(("events", conn.id, events))
+        if not events:
+            return
+        if stages.is_enabled() and any(isinstance(e, RecordReceived)
+                                       and e.record.kind is RecordKind.HOST_FRAME
+                                       for e in events):
+            stages.mark("controller", self._core.rounds, "hostframes_done")
+        self._inline(lambda now: self._core.receive_events(conn.id, events, now))
 
     def _read_loop(self, conn: _Conn) -> None:
         read_relay_connection(conn.sock, conn.stream, lambda events: self._post(conn, events),

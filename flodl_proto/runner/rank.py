@@ -58,6 +58,7 @@ from ..spec import (
     LEN_PREFIX_LEN,
     U32_MAX,
 )
+from . import stages
 from ._netio import (
     HASH_STEP,
     MacRange,
@@ -338,6 +339,7 @@ class RankClient:
 
     def _round_trip(self, sock: socket.socket, prefix_out: bytes,
                     pieces: list[BytesLike]) -> tuple[RoundFrame, memoryview]:
+        stages.mark("rank", self.rounds, "send_start")
         try:
             self.bytes_sent += _send_signed(sock, prefix_out, pieces, self._salt)
         except TimeoutError as e:
@@ -347,6 +349,7 @@ class RankClient:
             raise ConnectionError(f"cpu_reduce: lost the relay while sending round "
                                   f"{self.rounds + 1}: it closed the connection "
                                   f"({_os_reason(e)})") from e
+        stages.mark("rank", self.rounds, "send_done")
         prefix = bytearray(LEN_PREFIX_LEN)
         try:
             got = recv_exact_into(sock, memoryview(prefix))
@@ -412,6 +415,7 @@ class RankClient:
         Upstream: ``cpu_reduce.rs`` ``all_reduce``.
         """
         reply, raw = self._exchange(frame)
+        stages.mark("rank", self.rounds - 1, "reply_parsed")
         self.last_reply = ReduceReply(reply, raw, False)
         return reply
 
@@ -469,6 +473,7 @@ class RankClient:
         if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
             decode_into(reply, arrs)
             adopted = True
+        stages.mark("rank", self.rounds - 1, "reply_parsed")
         self.last_reply = ReduceReply(reply, raw, adopted)
         return self.last_reply
 

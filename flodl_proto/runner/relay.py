@@ -15,7 +15,11 @@ sends what the core answers. It then runs the fold barrier:
 * one upstream reader (the sole writer of the rank sockets) fans every ``Broadcast`` payload out
   verbatim (``u32 length | payload``) to every alive local rank, ignoring write failures, and
   applies ``DeclareDead``;
-* one outbound writer (the sole writer upstream) drains a bounded queue of 64 records.
+* records upstream (HostFrame, RankExit) are written by the thread whose core call produced
+  them when they are small (up to 1 MiB) and nothing is queued before them, with one
+  non-blocking ``sendmsg``; the others, and whatever that write left, go to one outbound
+  writer thread through a bounded queue of 64 records (round order is kept: the core lock
+  serialises the producers, and nothing is written directly while the queue holds a record).
 
 A local rank that closes (or whose stream breaks) is marked dead in the fold (which may complete
 the round) and reported upstream with ``RankExit``. The relay ends when the controller closes its
@@ -72,7 +76,9 @@ from ..spec import (
     RELAY_OUTBOUND_QUEUE,
     net_timeout_scale,
 )
+from . import stages
 from ._netio import (
+    DIRECT_WRITE_MAX,
     MacRange,
     PeerTimedOut,
     Stopped,
@@ -85,6 +91,7 @@ from ._netio import (
     recv_exact_into,
     recv_hashing_into,
     send_all,
+    send_now,
     shutdown_quietly,
 )
 
@@ -209,6 +216,9 @@ class Relay:
         self._main: threading.Thread | None = None
         self._workers: list[threading.Thread] = []
         self._queue: queue.Queue[object] = queue.Queue(maxsize=RELAY_OUTBOUND_QUEUE)
+        # records in the outbound queue not written yet; direct writes only when it is 0
+        self._out_lock = threading.Lock()
+        self._out_queued = 0
         self._blob_bufs: dict[int, npt.NDArray[np.uint8]] = {}
         self._record_buf: npt.NDArray[np.uint8] | None = None
 
@@ -536,9 +546,9 @@ class Relay:
                 elif isinstance(a, SendUpstream):
                     if a.kind is UpstreamKind.HOST_FRAME:
                         self._count("host_frames", 1)
-                    self._enqueue(list(a.buffers))
+                    self._send_upstream(a)
                 elif isinstance(a, DrainUpstream):
-                    self._enqueue(_DRAINED)
+                    self._queue_upstream(_DRAINED)
                 elif isinstance(a, CloseRank):
                     with self._lock:
                         sock = self._rank_socks.get(a.rank)
@@ -549,6 +559,37 @@ class Relay:
                     raise AssertionError(f"unexpected action {a!r}")
         for f in fan_outs:
             self._fan_out(f)
+
+    def _send_upstream(self, action: SendUpstream) -> None:
+        """Write a record upstream now (small, nothing queued before it: one non-blocking
+        ``sendmsg``), else queue it, or what that write left, for the outbound writer."""
+        host_frame = action.kind is UpstreamKind.HOST_FRAME
+        rnd = self._fold.rounds_completed - 1
+        buffers = list(action.buffers)
+        up = self._upstream
+        with self._out_lock:
+            direct = self._out_queued == 0 and up is not None
+        if direct and up is not None:
+            nbytes = sum(memoryview(b).nbytes for b in buffers)
+            if nbytes <= DIRECT_WRITE_MAX:
+                rest = send_now(up, buffers)
+                self._count("upstream_out", nbytes - sum(b.nbytes for b in rest))
+                if not rest:
+                    if host_frame:
+                        stages.mark("relay", rnd, "hostframe_sent")
+                    return
+                buffers = list(rest)
+        self._queue_upstream((buffers, rnd if host_frame else None))
+
+    def _queue_upstream(self, item: object) -> None:
+        with self._out_lock:
+            self._out_queued += 1
+        try:
+            self._enqueue(item)
+        except BaseException:
+            with self._out_lock:
+                self._out_queued -= 1
+            raise
 
     def _finished(self, action: Finished) -> None:
         """The core ended the relay: a clean end stops it, an error fails it."""
@@ -566,6 +607,7 @@ class Relay:
                 if got is None:
                     break
                 blob, premac = got
+                stages.mark("relay", self._fold.rounds_completed, "deposits_done")
                 # the deposit and its HostFrame are queued in round order
                 self._core_call(self._core.rank_frame, rank, blob, premac=premac,
                                 now=time.monotonic())
@@ -627,9 +669,14 @@ class Relay:
         assert up is not None
         while not self._stop.is_set():
             rec = self._read_record(up)
-            if rec is not None and rec.kind is RecordKind.BROADCAST:
+            broadcast = rec is not None and rec.kind is RecordKind.BROADCAST
+            if broadcast:
+                rnd = self.stats.broadcasts
+                stages.mark("relay", rnd, "broadcast_read")
                 self._count("broadcasts", 1)
             self._core_call(self._core.upstream_record, rec)
+            if broadcast:
+                stages.mark("relay", rnd, "fanout_done")
             if rec is None:
                 return
 
@@ -682,11 +729,17 @@ class Relay:
                 return
             if self._stop.is_set():
                 return
-            assert isinstance(item, list)
+            assert isinstance(item, tuple)
+            buffers, host_frame_round = item
+            item = None
             try:
-                n = send_all(up, item)
+                n = send_all(up, buffers)
                 # the record's buffers (the fold's pooled arrays) are free for its next round
-                item = None
+                buffers = None
+                with self._out_lock:
+                    self._out_queued -= 1
+                if host_frame_round is not None:
+                    stages.mark("relay", host_frame_round, "hostframe_sent")
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as e:
                 log.info("relay %s: controller connection closed while writing: %s",
                          self.host, e)

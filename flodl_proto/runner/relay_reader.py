@@ -4,7 +4,9 @@ One reader thread per relay connection reads the channel magic, then each mux re
 25-byte header (checked at once: magic, version, ``payload_len`` against the frame ceiling and,
 for the first record, the largest legal Hello), then the payload into a pooled buffer grown in
 64 MiB steps as bytes arrive, the MACs computed meanwhile as the codec's plan names them
-(:func:`~flodl_proto.codec.plans.record_macs`; a HostFrame's inner frame on a worker thread).
+(:func:`~flodl_proto.codec.plans.record_macs`; the inner frame of a HostFrame of at least
+:data:`~flodl_proto.codec.auth.PARALLEL_MAC_MIN` bytes on a worker thread, started at the first
+such record; a smaller one on the reading thread, as a hand-off costs more than it saves).
 The connection's :class:`~flodl_proto.codec.stream.RelayStream` turns the bytes into events
 (verifying the tags against the MACs); the events go to the coordinator through ``post``.
 
@@ -20,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+from ..codec.auth import PARALLEL_MAC_MIN
 from ..codec.mux import parse_mux_header
 from ..codec.plans import record_macs
 from ..codec.stream import RelayStream, StreamEvent
@@ -97,7 +100,7 @@ def read_relay_connection(sock: socket.socket, stream: RelayStream,
     """
     starve = committed_read_starvation()
     pool = BufferPool()
-    worker = MacWorker(worker_name)
+    worker = _LazyWorker(worker_name)
 
     def emit(events: list[StreamEvent]) -> None:
         if events:
@@ -126,8 +129,27 @@ def read_relay_connection(sock: socket.socket, stream: RelayStream,
         worker.close()
 
 
+class _LazyWorker:
+    """The connection's inner-frame MAC worker, started when a large HostFrame first needs it."""
+
+    __slots__ = ("_name", "_worker")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._worker: MacWorker | None = None
+
+    def get(self) -> MacWorker:
+        if self._worker is None:
+            self._worker = MacWorker(self._name)
+        return self._worker
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+
+
 def _read_record(sock: socket.socket, stream: RelayStream, pool: BufferPool, starve: float,
-                 worker: MacWorker, stop: threading.Event, salt: bytes,
+                 worker: _LazyWorker, stop: threading.Event, salt: bytes,
                  ceiling: int) -> list[StreamEvent]:
     buf = pool.acquire()
     view = memoryview(buf)
@@ -148,7 +170,9 @@ def _read_record(sock: socket.socket, stream: RelayStream, pool: BufferPool, sta
     total = plan.size
     macs = [MacRange(plan.record, plan.record_start, plan.record_stop)]
     if plan.frame is not None:
-        macs.append(MacRange(plan.frame, plan.frame_start, plan.frame_stop, worker))
+        big = plan.frame_stop - plan.frame_start >= PARALLEL_MAC_MIN
+        macs.append(MacRange(plan.frame, plan.frame_start, plan.frame_stop,
+                             worker.get() if big else None))
     while got < total:
         if len(buf) < min(total, got + READ_CHUNK):
             view.release()
