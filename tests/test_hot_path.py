@@ -199,3 +199,31 @@ def test_host_fold_split_accumulate_is_bit_identical(dtype: int,
     split = fold()
     monkeypatch.setattr(host_fold, "_SPLIT_MIN_ELEMS", 1 << 62)
     assert split is not None and split == fold()
+
+
+def test_update_in_parallel_uses_only_the_callers_executor() -> None:
+    """Two MACs of a large frame run side by side on the executor the caller owns; small ones,
+    or no executor, run on the calling thread (nothing is submitted, no thread is started)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = np.random.default_rng(2).integers(0, 255, 2 << 20, dtype=np.uint8).data
+    submitted: list[int] = []
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+            submitted.append(1)
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(max_workers=1) as pool:
+        a, b = new_mac(SALT), new_mac(SALT)
+        update_in_parallel([(a, [data]), (b, [data])], pool)
+        assert a.digest() == b.digest() == _mac(data)
+        assert submitted == [1]
+        small = data[:4096]
+        c, d = new_mac(SALT), new_mac(SALT)
+        update_in_parallel([(c, [small]), (d, [small])], pool)
+        assert c.digest() == d.digest() == _mac(small) and submitted == [1]
+    before = threading.active_count()
+    e, f = new_mac(SALT), new_mac(SALT)
+    update_in_parallel([(e, [data]), (f, [data])])
+    assert e.digest() == _mac(data) and threading.active_count() == before

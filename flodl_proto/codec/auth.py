@@ -13,8 +13,8 @@ Upstream: ``flodl/src/distributed/wire.rs`` (hmac_sha256_64), ``controller/round
 from __future__ import annotations
 
 import hmac
-import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +59,16 @@ class Premac:
     digest: bytes
 
 
-def update_in_parallel(jobs: Sequence[tuple[Any, Sequence[BytesLike]]]) -> None:
-    """Feed each ``(mac, pieces)`` job's pieces to its MAC, the jobs running concurrently.
+def update_in_parallel(jobs: Sequence[tuple[Any, Sequence[BytesLike]]],
+                       executor: Executor | None = None) -> None:
+    """Feed each ``(mac, pieces)`` job's pieces to its MAC, concurrently when asked and worth it.
 
-    With two or more jobs of at least 1 MiB each, every job but the first runs on its own
-    short-lived thread (OpenSSL hashing releases the GIL, so two MACs over the same bytes take
-    about the time of one on two free cores); the first runs on the caller's thread. Every
-    thread is joined before this returns.
+    With an ``executor`` and two or more jobs of at least :data:`PARALLEL_MAC_MIN` bytes each,
+    every job but the first is submitted to the executor (OpenSSL hashing releases the GIL, so
+    two MACs over the same bytes take about the time of one on two free cores) and the first
+    runs on the caller's thread; every job has finished when this returns. Otherwise (no
+    executor, one job, or a small one: a hand-off costs more than it saves) all run on the
+    caller's thread. This function starts no thread: the caller owns the executor.
 
     Raises:
         whatever a job's ``update`` raises (re-raised on the caller's thread).
@@ -74,31 +77,20 @@ def update_in_parallel(jobs: Sequence[tuple[Any, Sequence[BytesLike]]]) -> None:
         for p in pieces:
             mac.update(p)
 
-    big = all(sum(memoryview(p).nbytes for p in pieces) >= PARALLEL_MAC_MIN
-              for _, pieces in jobs)
-    if len(jobs) < 2 or not big:
+    big = executor is not None and len(jobs) >= 2 and all(
+        sum(memoryview(p).nbytes for p in pieces) >= PARALLEL_MAC_MIN for _, pieces in jobs)
+    if not big or executor is None:
         for mac, pieces in jobs:
             run(mac, pieces)
         return
-    errors: list[BaseException] = []
-
-    def guarded(mac: Any, pieces: Sequence[BytesLike]) -> None:
-        try:
-            run(mac, pieces)
-        except BaseException as e:  # pragma: no cover - hashing bytes-like input cannot fail
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=job, name="flodl-mac")
-               for job in jobs[1:]]
-    for t in threads:
-        t.start()
+    futures = [executor.submit(run, *job) for job in jobs[1:]]
     try:
         run(*jobs[0])
     finally:
-        for t in threads:
-            t.join()
-    if errors:  # pragma: no cover
-        raise errors[0]
+        for f in futures:
+            f.exception()  # waits; the caller's buffers stay unchanged until every job ran
+    for f in futures:
+        f.result()  # re-raises a job's error (hashing bytes-like input cannot fail)
 
 
 def check_salt(salt: BytesLike) -> bytes:

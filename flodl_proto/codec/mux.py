@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -349,12 +350,14 @@ def encode_mux_record_bytes(record: MuxRecord, salt: BytesLike) -> bytes:
 
 
 def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
-                        *, ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
+                        *, ceiling: int = DEFAULT_FRAME_CEILING,
+                        mac_executor: Executor | None = None) -> list[BytesLike]:
     """Encode ``frame`` inside a HostFrame or Broadcast record: ``[header, *frame buffers]``.
 
     The frame is signed (inner tag) and the record is signed (outer tag), both with ``salt``;
-    tensor bytes are not copied. The two MACs run concurrently over the same bytes (the record
-    MAC takes the inner tag last), see :func:`~flodl_proto.codec.auth.update_in_parallel`.
+    tensor bytes are not copied. With ``mac_executor`` the two MACs run concurrently over the
+    same bytes of a large frame (the record MAC takes the inner tag last), see
+    :func:`~flodl_proto.codec.auth.update_in_parallel`; without one, both on the calling thread.
 
     Raises:
         InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST, or the salt is not 16
@@ -378,7 +381,7 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     inner = new_mac(key)
     outer = new_mac(key)
     outer.update(covered)
-    update_in_parallel([(inner, body), (outer, body)])
+    update_in_parallel([(inner, body), (outer, body)], mac_executor)
     inner_tag = bytes(inner.digest()[:AUTH_TAG_LEN])
     outer.update(inner_tag)
     return [covered + bytes(outer.digest()[:AUTH_TAG_LEN]), *body, inner_tag]

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any, Final
 
 from ..codec._common import BytesLike, check_version
@@ -156,6 +157,9 @@ class ControllerCore:
         round_timeout: seconds after a round's first HostFrame after which the relays that have
             not sent theirs are declared dead (None, the default: no deadline, as upstream). The
             caller applies ``FLODL_NET_TIMEOUT_SCALE``.
+        mac_executor: an executor (the runner's, one worker is enough) on which the Broadcast's
+            record MAC runs beside its frame MAC when the consensus is at least 1 MiB (None, the
+            default: both on the calling thread); the core itself starts no thread.
 
     Raises:
         InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
@@ -179,6 +183,7 @@ class ControllerCore:
         ceiling: int = DEFAULT_FRAME_CEILING,
         reduce_threads: int = 1,
         round_timeout: float | None = None,
+        mac_executor: Executor | None = None,
     ) -> None:
         if world_size <= 0:
             raise protocol_error("controller.world_size_zero")
@@ -195,6 +200,9 @@ class ControllerCore:
         self._checkpoint = checkpoint
         #: threads the reduce may split a large tensor across (bit-identical for any count)
         self._reduce_threads = max(1, int(reduce_threads))
+        #: runs the Broadcast's second MAC beside the first for a large consensus (None: both
+        #: on the calling thread); owned by the runner
+        self._mac_executor = mac_executor
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
@@ -708,7 +716,8 @@ class ControllerCore:
                                              threads=self._reduce_threads)
             if self._stepper is not None:
                 consensus = self._stepper.process_frame(consensus)
-            buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt))
+            buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt,
+                                                mac_executor=self._mac_executor))
         except ProtocolError as e:
             hints = "".join(f"; {r.name}: {r.hint}" for r in expected if r.hint)
             self._fail(e, f"reducing round {self.rounds + 1} of "

@@ -380,7 +380,7 @@ class Lifecycle:
         KeyError: unknown ``machine``.
     """
 
-    __slots__ = ("_final", "_model", "_shortcuts", "kind", "machine")
+    __slots__ = ("_final", "_model", "_shortcuts", "_state", "kind", "machine")
 
     def __init__(self, model: LifecycleModel | RelayLifecycleModel,
                  machine: str = "controller") -> None:
@@ -390,11 +390,17 @@ class Lifecycle:
         self.machine: Any = lifecycle_class(machine)(model=model)
         self._model = model
         self._shortcuts = _SHORTCUTS[machine]
+        self._state = self._read_state()
+
+    def _read_state(self) -> str:
+        return str(next(iter(self.machine.configuration_values)))
 
     @property
     def state(self) -> str:
-        """Current state id (a :class:`LifecycleState` or :class:`RelayState` value)."""
-        return str(next(iter(self.machine.configuration_values)))
+        """Current state id (a :class:`LifecycleState` or :class:`RelayState` value; read from
+        the machine after each :meth:`fire`, as the library's lookup is slow for a per-round
+        question)."""
+        return self._state
 
     @property
     def state_name(self) -> str:
@@ -425,7 +431,10 @@ class Lifecycle:
             guards = self._shortcuts.get((self.state, str(event)))
             if guards is not None and all(self._guard(name) is wanted for name, wanted in guards):
                 return  # an internal self-transition whose guards hold: nothing changes
-        self.machine.send(event, **kwargs)
+        try:
+            self.machine.send(event, **kwargs)
+        finally:
+            self._state = self._read_state()
 
     def _guard(self, name: str) -> bool:
         value = getattr(self._model, name)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from typing import Any
 
 from ..codec._common import BytesLike, check_version
@@ -127,6 +128,9 @@ class RelayCore:
         rank_timeout: seconds after a round's first local deposit after which the local ranks
             that have not sent their frame are declared dead (None, the default: no deadline,
             as upstream). The caller applies ``FLODL_NET_TIMEOUT_SCALE``.
+        mac_executor: an executor (the runner's) on which a merged HostFrame's record MAC runs
+            beside its frame MAC when the frame is at least 1 MiB (None, the default: both on
+            the calling thread); the core itself starts no thread.
 
     Raises:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, or a
@@ -139,7 +143,8 @@ class RelayCore:
     def __init__(self, ranks: Iterable[int], world_size: int, salt: BytesLike, *,
                  version: int = DEFAULT_VERSION, host: str = "",
                  ceiling: int = DEFAULT_FRAME_CEILING,
-                 rank_timeout: float | None = None) -> None:
+                 rank_timeout: float | None = None,
+                 mac_executor: Executor | None = None) -> None:
         rank_list = [int(r) for r in ranks]
         #: the host's ranks, ascending
         self.ranks: tuple[int, ...] = tuple(sorted(rank_list))
@@ -160,6 +165,9 @@ class RelayCore:
         self.version = check_version(version)
         self.host = host
         self.ceiling = int(ceiling)
+        #: runs a large HostFrame's second MAC beside the first (None: both on the calling
+        #: thread); owned by the runner
+        self._mac_executor = mac_executor
         #: the fold barrier (read-only use outside the core: alive ranks, rounds completed)
         self.fold = HostFold(self.ranks, self.salt, version=self.version, ceiling=self.ceiling)
         self._connected: set[int] = set()
@@ -424,7 +432,7 @@ class RelayCore:
             return
         if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
             parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self.salt,
-                                        ceiling=self.ceiling)
+                                        ceiling=self.ceiling, mac_executor=self._mac_executor)
         else:  # the seed verbatim, copied: the runner reuses its blob buffer for the next frame
             parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
                                             self.salt, ceiling=self.ceiling)

@@ -54,6 +54,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -266,10 +267,14 @@ class ReferenceController:
     ) -> None:
         timeout = check_timeout("round_timeout", round_timeout)
         scaled = None if timeout is None else timeout * net_timeout_scale()
+        # the Broadcast's two MACs of a large consensus run side by side (threads start at the
+        # first such round; joined by the teardown)
+        self._mac_pool = ThreadPoolExecutor(max_workers=1,
+                                            thread_name_prefix="flodl-controller-mac")
         self._core = ControllerCore(world_size, salt, version=version, dead_ranks=dead_ranks,
                                     outer=outer, checkpoint=checkpoint_dir is not None,
                                     ceiling=ceiling, reduce_threads=default_threads(),
-                                    round_timeout=scaled)
+                                    round_timeout=scaled, mac_executor=self._mac_pool)
         self._host = host
         self._req_port = int(port)
         self._port_mux = port_mux
@@ -701,6 +706,7 @@ class ReferenceController:
         if self._ckpt_thread is not None:
             self._ckpt_queue.put(None)
             self._ckpt_thread.join()
+        self._mac_pool.shutdown(wait=True)
         for conn in list(self._conns.values()):
             with contextlib.suppress(OSError):
                 conn.sock.close()

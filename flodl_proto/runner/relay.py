@@ -39,6 +39,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -185,10 +186,14 @@ class Relay:
                             else (controller[0], int(controller[1])))
         self.host = host if host is not None else socket.gethostname()
         timeout = check_timeout("rank_timeout", rank_timeout)
+        # a large HostFrame's two MACs run side by side (the thread starts at the first such
+        # round; joined when the relay finishes)
+        self._mac_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flodl-relay-mac")
         self._core = RelayCore(ranks, world_size, salt, version=version, host=self.host,
                                ceiling=ceiling,
                                rank_timeout=None if timeout is None
-                               else timeout * net_timeout_scale())
+                               else timeout * net_timeout_scale(),
+                               mac_executor=self._mac_pool)
         self.ranks: tuple[int, ...] = self._core.ranks
         self.world_size = self._core.world_size
         self._salt = self._core.salt
@@ -368,6 +373,7 @@ class Relay:
             self._wake_all()
             for t in self._workers:
                 t.join()
+            self._mac_pool.shutdown(wait=True)
             with self._core_lock:  # a no-op when the core already finished
                 if isinstance(self._error, ProtocolError):
                     self._core.fail(self._error)
