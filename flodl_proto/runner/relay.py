@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -106,8 +106,24 @@ _WAITING_NOTE_PERIOD = 10.0
 #: Broadcast payloads from this size on are written to the local ranks concurrently (bytes)
 _PARALLEL_FAN_OUT_MIN = 1 << 20
 
-#: queued after the last rank reader exits: the writer flushes and closes upstream
-_DRAINED = object()
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """An outbound-queue item: a record (or what a direct write left of it) to write upstream.
+
+    ``host_frame_round``: the round (from 0) of a HostFrame, for the stage trace; None for
+    other records."""
+
+    buffers: list[BytesLike]
+    host_frame_round: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Drained:
+    """An outbound-queue item queued after the last local rank left: the writer flushes and
+    closes upstream."""
+
+
+_Outbound: TypeAlias = _Record | _Drained
 
 
 def default_relay_port(controller_port: int) -> int:
@@ -220,7 +236,7 @@ class Relay:
         self._core_lock = threading.Lock()
         self._main: threading.Thread | None = None
         self._workers: list[threading.Thread] = []
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=RELAY_OUTBOUND_QUEUE)
+        self._queue: queue.Queue[_Outbound] = queue.Queue(maxsize=RELAY_OUTBOUND_QUEUE)
         # records in the outbound queue not written yet; direct writes only when it is 0
         self._out_lock = threading.Lock()
         self._out_queued = 0
@@ -530,7 +546,7 @@ class Relay:
         except BaseException as e:
             self._fail(e)
 
-    def _enqueue(self, item: object) -> None:
+    def _enqueue(self, item: _Outbound) -> None:
         while True:
             if self._stop.is_set():
                 raise Stopped("enqueue")
@@ -554,7 +570,7 @@ class Relay:
                         self._count("host_frames", 1)
                     self._send_upstream(a)
                 elif isinstance(a, DrainUpstream):
-                    self._queue_upstream(_DRAINED)
+                    self._queue_upstream(_Drained())
                 elif isinstance(a, CloseRank):
                     with self._lock:
                         sock = self._rank_socks.get(a.rank)
@@ -585,9 +601,9 @@ class Relay:
                         stages.mark("relay", rnd, "hostframe_sent")
                     return
                 buffers = list(rest)
-        self._queue_upstream((buffers, rnd if host_frame else None))
+        self._queue_upstream(_Record(buffers, rnd if host_frame else None))
 
-    def _queue_upstream(self, item: object) -> None:
+    def _queue_upstream(self, item: _Outbound) -> None:
         with self._out_lock:
             self._out_queued += 1
         try:
@@ -727,7 +743,7 @@ class Relay:
                 if self._stop.is_set():
                     return
                 continue
-            if item is _DRAINED:
+            if isinstance(item, _Drained):
                 shutdown_quietly(up, socket.SHUT_WR)
                 self._stop.set()  # first: a thread blocked queueing under the core lock lets go
                 self._wake_all()
@@ -735,13 +751,13 @@ class Relay:
                 return
             if self._stop.is_set():
                 return
-            assert isinstance(item, tuple)
-            buffers, host_frame_round = item
-            item = None
+            buffers = item.buffers
+            host_frame_round = item.host_frame_round
+            del item
             try:
                 n = send_all(up, buffers)
                 # the record's buffers (the fold's pooled arrays) are free for its next round
-                buffers = None
+                del buffers
                 with self._out_lock:
                     self._out_queued -= 1
                 if host_frame_round is not None:
