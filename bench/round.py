@@ -656,7 +656,9 @@ STAGE_LEGEND = (
     "send; ->relay = rank send done to the relay's last deposit (wire, wake-up); relay fold = "
     "relay deposits to HostFrame sent; ->ctl = to the controller's last HostFrame; ctl = "
     "controller last HostFrame to Broadcast sent; ->relay = to the relay's Broadcast read; "
-    "fan-out = relay Broadcast to fan-out done; ->rank = to the rank's reply parsed.")
+    "fan-out = relay Broadcast to fan-out done; ->rank = to the rank's reply parsed. A gap is "
+    "negative when the receiving party went on before the sending one took its own time after "
+    "the write (it was descheduled).")
 
 
 def _commit() -> str:

@@ -14,6 +14,8 @@ import uuid
 
 import pytest
 
+from flodl_proto.runner.stages import SEGMENTS
+
 from .cluster_util import skip_deep_unless_selected
 
 pytestmark = pytest.mark.timeout(180)
@@ -58,6 +60,12 @@ def test_demo_trains_to_the_optimum_with_identical_consensus() -> None:
     assert sorted(digests) == ["0", "1", "2", "3"] and len(set(digests.values())) == 1
     assert "OK: every round completed" in res.stdout
     assert "end within 1% of it: ok" in res.stdout
+    # the stage breakdown of the median traced round: its total, then every part with its share
+    assert re.search(r"stages\s+[│|] median of \d+ rounds \(round \d+\): \d+\.\d{3} ms from the "
+                     r"last rank's send to its reply parsed", res.stdout), res.stdout
+    for label, _, _, gap in SEGMENTS:
+        assert re.search(re.escape(label) + r"\s+-?\d+\.\d{3} ms\s+-?\d+ %"
+                         + ("  gap" if gap else r"\s+[│|]"), res.stdout), (label, res.stdout)
 
 
 def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:

@@ -138,7 +138,8 @@ def test_breakdown_takes_each_stage_latest_and_the_median_round() -> None:
 
 def test_format_breakdown_lines() -> None:
     lines = stages.format_breakdown(stages.breakdown(_round(0, 0, 1000)))
-    assert lines[0] == "median round 0: 1.200 ms from the last rank's send to its reply parsed"
+    assert lines[0] == ("median of 1 rounds (round 0): 1.200 ms from the last rank's send to its "
+                        "reply parsed")
     assert lines[1] == ("  rank send" + " " * 34 + "    0.100 ms    8 %")
     assert lines[2] == ("  rank -> relay (wire, wake-up)" + " " * 14
                         + "    0.200 ms   17 %  gap")

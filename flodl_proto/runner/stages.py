@@ -226,14 +226,15 @@ def median_round(rounds: list[RoundStages]) -> RoundStages | None:
 
 
 def format_breakdown(rounds: list[RoundStages]) -> list[str]:
-    """Text lines: the median round's total and every part in ms with its share of the total
-    (gaps marked ``gap``), e.g. ``  relay Broadcast -> fan-out done     0.210 ms  12 %``. An
+    """Text lines: the median round's total (``median of N rounds (round K): ...``; K counts the
+    protocol's rounds from 0) and every part in ms with its share of the total (gaps marked
+    ``gap``), e.g. ``  relay Broadcast -> fan-out done     0.210 ms  12 %``. An
     empty list when no round was traced."""
     med = median_round(rounds)
     if med is None:
         return []
-    lines = [f"median round {med.round}: {med.total * 1e3:.3f} ms from the last rank's send to "
-             "its reply parsed"]
+    lines = [f"median of {len(rounds)} rounds (round {med.round}): {med.total * 1e3:.3f} ms from "
+             "the last rank's send to its reply parsed"]
     width = max(len(label) for label, *_ in SEGMENTS)
     for label, sec, gap in med.parts:
         share = 100.0 * sec / med.total if med.total > 0 else 0.0
