@@ -480,8 +480,7 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
     else:
         bufs = _flatten(buffers)
     rearm = deadline is not None  # a caller's deadline may be nearer than SO_SNDTIMEO
-    if deadline is None:
-        deadline = time.monotonic() + write_stall_timeout()
+    started = time.monotonic()  # the default deadline is computed only if a send is partial
     want = sum(b.nbytes for b in bufs)
     total = 0
     i = 0
@@ -494,6 +493,8 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
     try:
         while i < len(bufs):
             if rearm:
+                if deadline is None:
+                    deadline = started + write_stall_timeout()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise stalled()

@@ -418,6 +418,15 @@ class ReferenceController:
         reduced, bytes in/out, last round, listening address, mode)."""
         with self._lock:
             st = dict(self._status)
+            rep = self._last_report
+        st["listen"] = format_addr(self.address)
+        st["mode"] = "port mux" if self._port_mux else "direct"
+        last = st.get("last_round")
+        if last is not None:  # ms / at: null until the round's scatter is done
+            done = rep is not None and rep.round == last["round"]
+            st["last_round"] = last = dict(last)
+            last["ms"] = round(rep.ms, 3) if rep is not None and done else None
+            last["at"] = rep.at if rep is not None and done else None
         return st
 
     def __enter__(self) -> ReferenceController:
@@ -535,8 +544,9 @@ class ReferenceController:
         # a small record is written here when its connection has nothing queued; the others go
         # to the connections' writers and are written there, concurrently: a relay that stops
         # reading holds up only its own connection (elastic scatter)
-        if any(isinstance(a, SendTo) and a.round is not None for a in actions):
-            self._update_status()  # a relay that has the Broadcast sees the round in /status
+        # the core is done with this input: its status first, so a relay that has the
+        # Broadcast already sees the round in /status
+        self._update_status()
         broadcasts: dict[int, int] = {}  # round -> Broadcast records handed to writers
         for a in actions:
             if isinstance(a, SendTo):
@@ -558,7 +568,6 @@ class ReferenceController:
                 self._accepting_data = False
             elif isinstance(a, Finished):
                 self._outcome = a.outcome
-        self._update_status()
 
     def _send(self, send: SendTo, now: float) -> bool:
         """Write ``send`` now when its connection's outbox is empty and it is small (one
@@ -602,7 +611,8 @@ class ReferenceController:
         end = time.monotonic() if now is None else now
         rep = RoundReport(r.round, r.kind, r.weight, r.nbytes, r.relays, (end - t0) * 1000.0,
                           time.time())
-        self._last_report = rep
+        with self._lock:
+            self._last_report = rep
         log.info("controller: round %d %s weight %g, %d bytes to %d relay(s) in %.2f ms",
                  rep.round, rep.kind, rep.weight, rep.nbytes, rep.relays, rep.ms)
         self._notify(rep)
@@ -616,15 +626,9 @@ class ReferenceController:
             log.exception("controller: on_notice callback failed")
 
     def _update_status(self) -> None:
+        """Snapshot the core's status (once per batch of actions; :meth:`status` adds the
+        address, the mode and the last round's time)."""
         st = self._core.status()
-        st["listen"] = format_addr(self.address)
-        st["mode"] = "port mux" if self._port_mux else "direct"
-        rep = self._last_report
-        last = st.get("last_round")
-        if last is not None:  # ms / at: null until the round's scatter is done
-            done = rep is not None and rep.round == last["round"]
-            last["ms"] = round(rep.ms, 3) if rep is not None and done else None
-            last["at"] = rep.at if rep is not None and done else None
         with self._lock:
             self._status = st
 
