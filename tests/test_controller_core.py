@@ -1190,3 +1190,161 @@ def test_round_deadline_records_the_wait_to_the_millisecond() -> None:
     core.tick(102.56789)
     assert core.round_timeouts == [
         {"round": 1, "relay": 1, "host": "h", "ranks": [1], "waited": 2.568}]
+
+
+# -- how each run ends: the outcome's error id and detail, and every close with its reason --------
+def _opened(ws: int, conn: int = 3) -> ControllerCore:
+    core = started(ws)
+    core.connection_opened(conn, 0.0)
+    return core
+
+
+def _two_relays() -> ControllerCore:
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    return core
+
+
+def _end_closed_before_hello() -> list[Action]:
+    core = _opened(2)
+    return core.receive_data(3, encode_channel_magic("data")) + core.connection_closed(3)
+
+
+def _end_expected_hello() -> list[Action]:
+    return _opened(2).receive_data(3, encode_channel_magic("data") + control_bytes(HelloAck()))
+
+
+def _end_wrong_version_hello() -> list[Action]:
+    core = started(1, version=3)
+    return core.connection_opened(0, 0.0) + core.receive_data(0, hello_bytes([0], version=2))
+
+
+def _end_duplicate_rank() -> list[Action]:
+    core = started(2)
+    join(core, 0, [1])
+    return join(core, 1, [1])
+
+
+def _end_rank_exit() -> list[Action]:
+    core = started(2)
+    join(core, 0, [0, 1])
+    return core.receive_data(0, control_bytes(RankExit(0)))
+
+
+def _end_all_dead() -> list[Action]:
+    core = _two_relays()
+    core.declare_dead(0)
+    return core.declare_dead(1)
+
+
+def _end_empty_hostframe() -> list[Action]:
+    core = started(1)
+    join(core, 0, [0])
+    return core.receive_data(0, encode_mux_record_bytes(MuxRecord.host_frame(b""), SALT))
+
+
+def _end_reduce_failure() -> list[Action]:
+    core = _two_relays()
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    return core.receive_data(1, host_frame_bytes(f32(1.0, 2.0)))
+
+
+_BEFORE_HELLO = "connection 3 (before its Hello)"
+_CLEAN = "run ends cleanly, as flodl does"
+
+
+@pytest.mark.parametrize(("scenario", "outcome", "closes"), [
+    (_end_closed_before_hello,
+     (False, "fail", "controller.closed_before_hello", _BEFORE_HELLO), {3}),
+    (_end_expected_hello,
+     (False, "fail", "controller.expected_hello", _BEFORE_HELLO), {3}),
+    (lambda: _opened(2).receive_data(3, b"\x00\x00\x00\x00"),
+     (False, "fail", "channel.bad_magic", _BEFORE_HELLO), {3}),
+    (_end_wrong_version_hello,
+     (False, "fail", "bincode.unexpected_end",
+      "connection 0 (before its Hello); the relay sent a protocol-version-2 Hello to this "
+      "version-3 controller: the protocol versions differ (set the same --protocol-version on "
+      "both sides)"), {0}),
+    (lambda: _opened(2, 4).tick(HANDSHAKE_TIMEOUT),
+     (False, "fail", "controller.handshake_timeout", "connection 4 (before its Hello)"), {4}),
+    (lambda: join(started(2), 0, [0, 2]),
+     (False, "fail", "controller.rank_out_of_range", "connection 0 (host 'h', ranks [0, 2])"),
+     {0}),
+    (_end_duplicate_rank,
+     (False, "fail", "controller.rank_twice",
+      "connection 1 (host 'h', ranks [1]); relay h (ranks 1) announced it first"), {0, 1}),
+    (lambda: _two_relays().connection_closed(0),
+     (True, "relay_eof", None, f"relay h (ranks 0) closed its connection: {_CLEAN}"), {0, 1}),
+    (_end_rank_exit,
+     (True, "rank_exit", None, f"rank 0 of relay h (ranks 0,1) exited: {_CLEAN}"), {0}),
+    (_end_all_dead,
+     (True, "all_dead", None, f"no relay carries an alive rank (dead ranks 0,1): {_CLEAN}"),
+     {0, 1}),
+    (_end_empty_hostframe,
+     (False, "fail", "controller.truncated_hostframe", "reading relay h (ranks 0)"), {0}),
+    (_end_reduce_failure,
+     (False, "fail", "reduce.shape_mismatch",
+      "reducing round 1 of relay h (ranks 0), relay h (ranks 1)"), {0, 1}),
+    (lambda: _two_relays().stop(), (True, "stop", None, "shutdown requested"), {0, 1}),
+])
+def test_how_the_run_ends(scenario: Any, outcome: tuple[Any, ...], closes: set[int]) -> None:
+    acts = scenario()
+    fin = finished(acts)
+    assert fin is not None
+    o = fin.outcome
+    assert (o.clean, o.reason, getattr(o.error, "error_id", None), o.detail) == outcome
+    assert (o.error is None) == o.clean
+    assert [a for a in acts if isinstance(a, CloseConnection)] == [
+        CloseConnection(c, "controller finished", False) for c in sorted(closes)]
+
+
+def test_closes_that_do_not_end_the_run() -> None:
+    core = started(1)
+    core.connection_opened(5, 0.0)
+    assert [a for a in join(core, 0, [0]) if isinstance(a, CloseConnection)] == [
+        CloseConnection(5, "every rank is already covered", False)]
+    core.stop()
+    assert core.connection_opened(9, 1.0) == [CloseConnection(9, "controller finished")]
+    core = _two_relays()
+    core.declare_dead(0)
+    assert core.connection_closed(0) == [CloseConnection(0, "relay with no alive rank closed")]
+    assert not core.finished
+    core = _two_relays()
+    core.declare_dead(0)
+    acts = core.receive_data(0, b"\x00" * 25)
+    assert acts == [CloseConnection(0, "read error on a relay with no alive rank")]
+    assert core.receive_data(0, b"\x00" * 25) == []  # no longer read
+
+
+def test_misuse_names_the_event_and_the_connection() -> None:
+    with pytest.raises(LocalProtocolError) as ei:
+        ControllerCore(1, SALT).connection_opened(0, 0.0)
+    assert str(ei.value) == "controller: event 'connection_opened' is not allowed in state Idle"
+    with pytest.raises(LocalProtocolError) as ei:
+        started(1).receive_data(7, b"x")
+    assert ei.value.error_id == "controller.unknown_connection"
+    assert str(ei.value) == "controller: connection 7 is not open"
+
+
+def test_a_frame_deposited_before_its_relay_died_is_left_out() -> None:
+    core = _two_relays()
+    core.receive_data(0, host_frame_bytes(f32(100.0)))
+    core.declare_dead(0)
+    acts = core.receive_data(1, host_frame_bytes(f32(4.0, weight=2.0)))
+    [b] = sent(acts, SendKind.BROADCAST)
+    assert record(b).frame(SALT) == ref_reduce([None, f32(4.0, weight=2.0)])
+
+
+def test_a_round_counts_the_relays_it_was_sent_to_and_forgets_deposits_at_the_end() -> None:
+    core = _two_relays()
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    acts = core.receive_data(1, host_frame_bytes(f32(3.0)))
+    assert all(isinstance(s.buffers, tuple) for s in sent(acts))
+    notice = [a for a in acts if isinstance(a, RoundScattered)]
+    assert [(n.round, n.relays) for n in notice] == [(1, 2)]
+    assert core.status()["last_round"]["relays"] == 2
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    assert [r.deposited for r in core.relays()] == [True, False]
+    core.stop()
+    assert [r.deposited for r in core.relays()] == [False, False]

@@ -433,3 +433,22 @@ def test_outcome_text() -> None:
     assert str(L.Outcome(True, "stop", None, "by request")) == "clean (stop: by request)"
     assert str(L.Outcome(False, "fail", err)) == f"error: {err}"
     assert str(L.Outcome(False, "fail", err, "relay 2")) == f"error: {err} [relay 2]"
+
+
+def test_state_names_join_the_configuration() -> None:
+    assert L._state_names(SimpleNamespace(configuration=[])) == "(none)"
+    two = [SimpleNamespace(name="Idle"), SimpleNamespace(name="Accepting")]
+    assert L._state_names(SimpleNamespace(configuration=two)) == "Idle, Accepting"
+
+
+def test_allowed_and_enabled_events_are_event_names() -> None:
+    lc = L.Lifecycle(Guards())
+    assert lc.allowed_events() == ["start", "stop", "fail"]
+    assert lc.enabled_events() == ["start", "stop", "fail"]
+
+
+def test_lifecycle_spec_without_docs_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = SPEC.lifecycle()
+    doc.pop("x-docs-keys", None)
+    monkeypatch.setattr(SPEC, "lifecycle", lambda: doc)
+    assert L.lifecycle_spec("relay")["x-docs-keys"] == []
