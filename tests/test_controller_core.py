@@ -1348,3 +1348,31 @@ def test_a_round_counts_the_relays_it_was_sent_to_and_forgets_deposits_at_the_en
     assert [r.deposited for r in core.relays()] == [True, False]
     core.stop()
     assert [r.deposited for r in core.relays()] == [False, False]
+
+
+def test_a_version_3_core_folds_an_elided_host_frame() -> None:
+    core = started(2, version=3)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    idle = RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload(0, (2,), b"")])  # f32, elided
+    core.receive_data(0, host_frame_bytes(idle))
+    acts = core.receive_data(1, host_frame_bytes(f32(1.0, 3.0, weight=2.0)))
+    [b, _] = sent(acts, SendKind.BROADCAST)
+    assert record(b, 3).frame(SALT) == ref_reduce([None, f32(1.0, 3.0, weight=2.0)])
+
+
+def test_only_a_host_frame_starts_the_round_clock() -> None:
+    core = started(2, round_timeout=2.5)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.receive_data(0, control_bytes(HelloAck()), now=5.0)  # ignored: no deposit
+    assert core.next_round_deadline() is None
+
+
+def test_deaths_are_forwarded_past_ranks_already_forwarded() -> None:
+    core = started(3)
+    join(core, 0, [0])
+    join(core, 1, [1, 2])
+    assert [record(s).control for s in sent(core.declare_dead(0))] == [DeclareDead(0)]
+    acts = core.declare_dead(2)
+    assert [(s.conn, record(s).control) for s in sent(acts)] == [(1, DeclareDead(2))]
