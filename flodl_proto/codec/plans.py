@@ -54,6 +54,13 @@ class FrameMacs:
             return None
         return Premac(self.stop - self.start, self.mac.digest())
 
+    def ranges(self, offset: int = 0) -> list[tuple[Any, int, int]]:
+        """``(mac, start, stop)`` for an I/O reader: the covered range shifted by ``offset``
+        (where the frame starts in the reader's buffer); empty without a MAC."""
+        if self.mac is None:
+            return []
+        return [(self.mac, self.start + offset, self.stop + offset)]
+
 
 def frame_macs(n: int, salt: bytes) -> FrameMacs:
     """The plan for a RoundFrame expected to fill an ``n``-byte buffer (``n`` from its length
@@ -91,6 +98,14 @@ class RecordMacs:
         (default: all of them)."""
         got = self.record_stop - self.record_start if payload_got is None else payload_got
         return Premac(MUX_AUTH_COVERED_HEADER_LEN + got, self.record.digest())
+
+    def ranges(self) -> list[tuple[Any, int, int]]:
+        """``(mac, start, stop)`` for an I/O reader, offsets into the record buffer: the record
+        MAC over the payload first, then the inner frame's MAC (when planned)."""
+        out = [(self.record, self.record_start, self.record_stop)]
+        if self.frame is not None:
+            out.append((self.frame, self.frame_start, self.frame_stop))
+        return out
 
     def frame_premac(self) -> Premac | None:
         """The inner frame's digest for the decoder (None when there is no inner-frame MAC)."""

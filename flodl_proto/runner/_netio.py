@@ -25,11 +25,12 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..codec._common import BytesLike, as_view
+from ..codec.auth import PARALLEL_MAC_MIN
 from ..errors import protocol_error
 from ..spec import SPEC, net_timeout_scale
 
@@ -51,6 +52,7 @@ __all__ = [
     "keepalive_settings",
     "parse_addr",
     "poll_interval",
+    "read_record_into",
     "recv_exact_into",
     "recv_hashing_into",
     "reduce_read_deadline",
@@ -419,6 +421,67 @@ def recv_hashing_into(
             if m.worker is not None:
                 m.worker.drain()
     return got - start
+
+
+def read_record_into(
+    sock: socket.socket,
+    buf: bytearray | memoryview,
+    size: int,
+    ranges: Sequence[tuple[Any, int, int]],
+    *,
+    start: int = 0,
+    stop: threading.Event | None = None,
+    starvation: float | None = None,
+    grow_step: int | None = None,
+    worker: Callable[[], MacWorker] | None = None,
+    parallel_min: int = PARALLEL_MAC_MIN,
+) -> tuple[memoryview, int]:
+    """Read the rest of one record, frame or blob into ``buf``: bytes ``start..size`` (the bytes
+    before ``start``, e.g. a header already read, are in place), every MAC of the codec's read
+    plan fed its range as the bytes arrive. The one body reader of every runner (the controller
+    per relay, the relay upstream and per rank, the rank's reply).
+
+    Args:
+        sock: the connection.
+        buf: the destination. A ``bytearray`` with ``grow_step`` is grown (zero-filled, in steps
+            of ``grow_step`` bytes as the bytes arrive, so a hostile length claim costs memory
+            only as fast as the peer sends); otherwise it must hold ``size`` bytes.
+        size: the unit's length in ``buf`` (bytes).
+        ranges: ``(mac, start, stop)`` of the plan (``plans.FrameMacs.ranges`` /
+            ``plans.RecordMacs.ranges``): offsets into ``buf``; bytes before ``start`` were fed.
+        start: bytes already in ``buf``.
+        stop, starvation: as :func:`recv_exact_into` (the read is committed: a unit has begun).
+        worker: gives the MAC worker for a range after the first of at least ``parallel_min``
+            bytes (hashed beside the reading thread); None, or a smaller range: on this thread.
+
+    Returns:
+        ``(view, got)``: a view of ``buf`` (release it, or drop it, before growing ``buf``
+        again) and the bytes now in it (``got < size``: the stream ended inside the unit; the
+        MACs then cover only what arrived).
+
+    Raises:
+        everything :func:`recv_exact_into` raises.
+    """
+    macs = [MacRange(mac, lo, hi, worker() if worker is not None and i and hi - lo >= parallel_min
+                     else None)
+            for i, (mac, lo, hi) in enumerate(ranges)]
+    for m in macs:
+        m.done = max(0, min(start, m.stop) - m.start)
+    view = memoryview(buf)
+    got = start
+    while got < size:
+        if grow_step is not None and isinstance(buf, bytearray) \
+                and len(buf) < min(size, got + grow_step):
+            view.release()
+            grow_zeroed(buf, min(size, got + grow_step))
+            view = memoryview(buf)
+        upto = min(size, len(view))
+        n = recv_hashing_into(sock, view[:upto], macs, stop=stop, committed=True,
+                              starvation=starvation, start=got)
+        got += n
+        if got < upto:  # end of stream inside the unit
+            break
+    return view, got
 
 
 #: the zero block :func:`grow_zeroed` appends (1 MiB): the most it adds beside the buffer

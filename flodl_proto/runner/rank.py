@@ -61,13 +61,12 @@ from ..spec import (
 from . import stages
 from ._netio import (
     HASH_STEP,
-    MacRange,
     configure_socket,
     connect_with_retry,
     handshake_read_timeout,
     parse_addr,
+    read_record_into,
     recv_exact_into,
-    recv_hashing_into,
     reduce_read_deadline,
     send_all,
     set_timeouts,
@@ -369,9 +368,10 @@ class RankClient:
         view[:LEN_PREFIX_LEN] = prefix
         # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
         plan = frame_macs(n, self._salt)
-        ranges = [MacRange(plan.mac, plan.start, plan.stop)] if plan.mac is not None else []
         try:
-            body = recv_hashing_into(sock, view[LEN_PREFIX_LEN:], ranges)
+            _, got = read_record_into(sock, view, LEN_PREFIX_LEN + n,
+                                      plan.ranges(LEN_PREFIX_LEN), start=LEN_PREFIX_LEN)
+            body = got - LEN_PREFIX_LEN
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"

@@ -80,7 +80,6 @@ from ..spec import (
 from . import stages
 from ._netio import (
     DIRECT_WRITE_MAX,
-    MacRange,
     PeerTimedOut,
     Stopped,
     committed_read_starvation,
@@ -89,8 +88,8 @@ from ._netio import (
     format_addr,
     parse_addr,
     poll_interval,
+    read_record_into,
     recv_exact_into,
-    recv_hashing_into,
     send_all,
     send_now,
     shutdown_quietly,
@@ -515,11 +514,9 @@ class Relay:
         view[:MUX_HEADER_LEN] = hv
         # the record MAC is computed as the payload arrives (the tag is checked by the decode)
         plan = record_macs(hv, hdr, self._salt)
-        body = recv_hashing_into(sock, view[MUX_HEADER_LEN:],
-                                 [MacRange(plan.record, plan.record_start - MUX_HEADER_LEN,
-                                           plan.record_stop - MUX_HEADER_LEN)],
-                                 stop=self._stop, committed=True,
-                                 starvation=committed_read_starvation())
+        _, got = read_record_into(sock, view, size, plan.ranges(), start=MUX_HEADER_LEN,
+                                  stop=self._stop, starvation=committed_read_starvation())
+        body = got - MUX_HEADER_LEN
         self._count("upstream_in", body)
         premac = plan.premac(body)
         res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
@@ -660,9 +657,8 @@ class Relay:
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
             view = self._blob_buffer(rank, n)
             plan = frame_macs(n, self._salt)
-            ranges = [MacRange(plan.mac, plan.start, plan.stop)] if plan.mac is not None else []
-            body = recv_hashing_into(sock, view, ranges, stop=self._stop, committed=True,
-                                     starvation=committed_read_starvation())
+            _, body = read_record_into(sock, view, n, plan.ranges(), stop=self._stop,
+                                       starvation=committed_read_starvation())
             self._count("from_ranks", body)
         except ProtocolError as e:
             log.warning("relay %s: rank %d loopback stream failed: %s", self.host, rank, e)

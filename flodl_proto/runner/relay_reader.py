@@ -29,14 +29,12 @@ from ..codec.stream import RelayStream, StreamEvent
 from ..errors import ProtocolError
 from ..spec import CHANNEL_MAGIC_LEN, MUX_HEADER_LEN, READ_CHUNK
 from ._netio import (
-    MacRange,
     MacWorker,
     PeerTimedOut,
     Stopped,
     committed_read_starvation,
-    grow_zeroed,
+    read_record_into,
     recv_exact_into,
-    recv_hashing_into,
 )
 
 __all__ = ["POOL_PER_CONN", "BufferPool", "read_relay_connection"]
@@ -164,28 +162,18 @@ def _read_record(sock: socket.socket, stream: RelayStream, pool: BufferPool, sta
         return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
     if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
         return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
-    # MACs computed as the payload arrives: the record's here, a HostFrame's inner frame
-    # (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
+    # MACs computed as the payload arrives: the record's here, a large HostFrame's inner
+    # frame (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
     plan = record_macs(view[:MUX_HEADER_LEN], hdr, salt, inner_frame=True)
     total = plan.size
-    macs = [MacRange(plan.record, plan.record_start, plan.record_stop)]
-    if plan.frame is not None:
-        big = plan.frame_stop - plan.frame_start >= PARALLEL_MAC_MIN
-        macs.append(MacRange(plan.frame, plan.frame_start, plan.frame_stop,
-                             worker.get() if big else None))
-    while got < total:
-        if len(buf) < min(total, got + READ_CHUNK):
-            view.release()
-            grow_zeroed(buf, min(total, got + READ_CHUNK))
-            view = memoryview(buf)
-        upto = min(total, len(buf))
-        n = recv_hashing_into(sock, view[:upto], macs, stop=stop, committed=True,
-                              starvation=starve, start=got)
-        got += n
-        if got < upto:  # EOF inside the record
-            events = stream.feed(view[:got])
-            del view
-            return events + stream.feed_eof()
+    view.release()  # the buffer grows as the payload arrives
+    view, got = read_record_into(sock, buf, total, plan.ranges(), start=MUX_HEADER_LEN,
+                                 stop=stop, starvation=starve, grow_step=READ_CHUNK,
+                                 worker=worker.get, parallel_min=PARALLEL_MAC_MIN)
+    if got < total:  # EOF inside the record
+        events = stream.feed(view[:got])
+        del view
+        return events + stream.feed_eof()
     events = stream.feed(view[:total], premac=plan.premac(),
                          frame_premac=plan.frame_premac())
     del view
