@@ -4,9 +4,9 @@ The top level is deliberately narrow: the message types, one encoder and one dec
 (the whole-buffer forms), the error classes and the protocol-version constants. Everything else is
 imported from its module: the rest of the codec (buffer-list encoders for ``socket.sendmsg``, the
 ``*_or_eos`` stream forms, the incremental decoders, ``END_OF_STREAM``) from
-:mod:`flodl_proto.codec`, the spec's constants from :mod:`flodl_proto.spec`, the reduce engine
-from :mod:`flodl_proto.reduce`, the sans-IO cores from :mod:`flodl_proto.fsm` and the socket
-runners from :mod:`flodl_proto.runner`.
+:mod:`flodl_proto.codec`, the spec's constants from :mod:`flodl_proto.spec`, ``HOST:PORT``
+addresses from :mod:`flodl_proto.addr`, the reduce engine from :mod:`flodl_proto.reduce`, the
+sans-IO cores from :mod:`flodl_proto.fsm` and the socket runners from :mod:`flodl_proto.runner`.
 
 =====================  =========================================================================
 message                encode / decode

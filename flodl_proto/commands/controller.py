@@ -33,10 +33,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..addr import format_addr, parse_addr
 from ..errors import ProtocolError
 from ..fsm.events import RelayJoined
 from ..reduce import NesterovMomentum, OuterAvg, OuterOptimizer, SlowMomentum
-from ..runner._netio import format_addr, parse_addr
 from ..runner.controller import ControllerNotice, ReferenceController, RoundReport
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from .relay import add_salt_options, resolve_salt, signals_stop
@@ -128,9 +128,9 @@ def _print_notice(notice: ControllerNotice) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the controller until the run ends; return the exit code (0, 1 or 2)."""
     try:
-        host, port = parse_addr(args.listen)
-    except ValueError as e:
-        return _usage_error(f"--listen: {e}")
+        host, port = parse_addr(args.listen, field="--listen")
+    except ProtocolError as e:
+        return _usage_error(str(e))
     if args.world_size <= 0:
         return _usage_error(f"--world-size must be > 0, got {args.world_size}")
     try:

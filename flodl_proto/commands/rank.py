@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..addr import parse_addr
 from ..errors import ProtocolError
-from ..runner._netio import parse_addr
 from ..runner.rank import RankClient
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from .relay import add_salt_options, resolve_salt
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the rank; return the exit code."""
     try:
         salt = resolve_salt(args.salt, args.salt_file)
-        addr = parse_addr(args.relay)
+        addr = parse_addr(args.relay, field="--relay")
         if args.rounds < 0 or args.payload_mib < 0 or not args.interval >= 0:
             raise ValueError("--rounds, --payload-mib and --interval must be >= 0")
     except (ValueError, ProtocolError, OSError) as e:

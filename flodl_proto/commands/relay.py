@@ -30,8 +30,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..addr import parse_addr
 from ..errors import ProtocolError, protocol_error
-from ..runner._netio import parse_addr
 from ..runner.relay import Relay, default_relay_port
 from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         salt = resolve_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks)
-        controller = parse_addr(args.controller)
+        controller = parse_addr(args.controller, field="--controller")
         relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
                       listen_port=args.listen_port, host=args.host,
                       rank_timeout=args.rank_timeout)

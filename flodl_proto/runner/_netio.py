@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..addr import format_addr, parse_addr
 from ..codec._common import BytesLike, as_view
 from ..codec.auth import PARALLEL_MAC_MIN
 from ..errors import protocol_error
@@ -153,29 +154,6 @@ def poll_interval() -> float:
 def committed_read_starvation() -> float:
     """A read inside a started record/blob that makes no progress this long fails (60 s)."""
     return SPEC.timeout("COMMITTED_READ_STARVATION")
-
-
-def parse_addr(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``.
-
-    Raises:
-        ValueError: no port, or a port outside 0..65535.
-    """
-    host, sep, port_s = text.strip().rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    port = int(port_s)
-    if not 0 <= port <= 0xFFFF:
-        raise ValueError(f"port {port} out of range in {text!r}")
-    return host, port
-
-
-def format_addr(addr: tuple[str, int]) -> str:
-    """Format ``(host, port)`` as ``HOST:PORT``."""
-    host, port = addr[0], addr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Timeval(ctypes.Structure):

@@ -1,0 +1,78 @@
+"""``HOST:PORT`` addresses as the command line and the runners take them.
+
+A TCP endpoint is written ``HOST:PORT``: ``127.0.0.1:5555``, ``node-3:5555``, or, for an IPv6
+literal, ``[::1]:5555`` (a bare ``::1:5555`` is read as host ``::1``, port 5555: the port is
+always after the last colon). :func:`parse_addr` reads that text into ``(host, port)``;
+:func:`format_addr` writes it back, bracketing a host that contains a colon. Host names are not
+resolved here (the socket calls do that).
+
+Upstream: none for the text form, which is this package's command-line syntax; the runners dial
+the result as ``flodl/src/distributed/wire.rs`` ``connect_with_retry`` dials its address.
+"""
+
+from __future__ import annotations
+
+from .errors import protocol_error
+
+__all__ = ["PORT_MAX", "format_addr", "parse_addr"]
+
+#: the largest TCP port number
+PORT_MAX = 0xFFFF
+
+
+def parse_addr(text: str, *, field: str = "address") -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``.
+
+    Leading and trailing whitespace is ignored; the port is decimal digits only (no sign, no
+    underscores), 0 to 65535.
+
+    Args:
+        text: the address text.
+        field: what the text is, for the error message (e.g. ``"--listen"``).
+
+    Returns:
+        ``(host, port)``: the host without brackets, the port as an int.
+
+    Raises:
+        InvalidValue (local) ``addr.invalid``: not a string, no colon, no host, unbalanced
+        brackets, a port that is not decimal digits or above 65535; the message names ``field``
+        and the text.
+    """
+    if not isinstance(text, str):
+        raise protocol_error("addr.invalid", field=field, value=text, reason="not a string")
+    host, sep, port_s = text.strip().rpartition(":")
+    if not sep:
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason="no port")
+    if host.startswith("[") != host.endswith("]"):
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason="unbalanced brackets around the host")
+    if host.startswith("["):
+        host = host[1:-1]
+    if not host:
+        raise protocol_error("addr.invalid", field=field, value=text, reason="no host")
+    if not (port_s.isascii() and port_s.isdigit()):
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason=f"port {port_s!r} is not a decimal number")
+    port = int(port_s)
+    if port > PORT_MAX:
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason=f"port {port} is out of range 0..{PORT_MAX}")
+    return host, port
+
+
+def format_addr(addr: tuple[str, int]) -> str:
+    """Format ``(host, port)`` as ``HOST:PORT``, the inverse of :func:`parse_addr`.
+
+    A host containing a colon (an IPv6 literal) is bracketed: ``("::1", 5555)`` gives
+    ``"[::1]:5555"``. Extra tuple items (an IPv6 socket address's flow info and scope id) are
+    ignored.
+
+    Args:
+        addr: ``(host, port)``, e.g. a socket's ``getsockname()``.
+
+    Returns:
+        The address text.
+    """
+    host, port = addr[0], addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,90 @@
+"""``flodl_proto.addr``: HOST:PORT text to ``(host, port)`` and back; bad text is a local
+InvalidValue naming the field and the value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from flodl_proto.addr import PORT_MAX, format_addr, parse_addr
+from flodl_proto.errors import InvalidValue, LocalProtocolError
+from flodl_proto.runner import _netio
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("127.0.0.1:5555", ("127.0.0.1", 5555)),
+    ("node-3:0", ("node-3", 0)),
+    ("  localhost:65535\n", ("localhost", 65535)),
+    ("[::1]:5555", ("::1", 5555)),
+    ("[fe80::1%eth0]:80", ("fe80::1%eth0", 80)),
+    ("::1:5555", ("::1", 5555)),  # the port is after the last colon
+    ("h:007", ("h", 7)),
+])
+def test_parse_addr(text: str, want: tuple[str, int]) -> None:
+    assert parse_addr(text) == want
+
+
+@pytest.mark.parametrize(("addr", "want"), [
+    (("127.0.0.1", 5555), "127.0.0.1:5555"),
+    (("::1", 5555), "[::1]:5555"),
+    (("::1", 80, 0, 0), "[::1]:80"),  # an IPv6 socket address's extra items are ignored
+    (("node-3", 0), "node-3:0"),
+])
+def test_format_addr(addr: tuple[str, int], want: str) -> None:
+    assert format_addr(addr) == want
+    assert parse_addr(want) == (addr[0], addr[1])
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("localhost", "no port"),
+    ("", "no port"),
+    (":5555", "no host"),
+    ("[]:5555", "no host"),
+    ("[::1:5555", "unbalanced brackets around the host"),
+    ("::1]:5555", "unbalanced brackets around the host"),
+    ("host:", "port '' is not a decimal number"),
+    ("host:http", "port 'http' is not a decimal number"),
+    ("host:-1", "port '-1' is not a decimal number"),
+    ("host:+80", "port '+80' is not a decimal number"),
+    ("host:8_0", "port '8_0' is not a decimal number"),
+    ("host:\u0665", "port '\u0665' is not a decimal number"),  # a non-ASCII digit
+    ("host:65536", f"port 65536 is out of range 0..{PORT_MAX}"),
+    ("host:99999999999999999999", "port 99999999999999999999 is out of range 0..65535"),
+])
+def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(text, field="--controller")
+    e = ei.value
+    assert isinstance(e, LocalProtocolError)
+    assert e.error_id == "addr.invalid"
+    assert e.fields == {"field": "--controller", "value": text, "reason": reason}
+    assert str(e) == f"--controller = {text!r} is not a HOST:PORT address: {reason}"
+
+
+def test_parse_addr_not_a_string() -> None:
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(5555)  # type: ignore[arg-type]
+    assert str(ei.value) == "address = 5555 is not a HOST:PORT address: not a string"
+
+
+def test_netio_reexports_the_same_functions() -> None:
+    assert _netio.parse_addr is parse_addr
+    assert _netio.format_addr is format_addr
+
+
+@pytest.mark.parametrize(("role", "option"), [("controller", "--listen"),
+                                              ("relay", "--controller"),
+                                              ("rank", "--relay")])
+def test_cli_bad_address_is_one_line(role: str, option: str) -> None:
+    extra = {"controller": ["--world-size", "1"],
+             "relay": ["--ranks", "0", "--world-size", "1"],
+             "rank": ["--rank", "0", "--world-size", "1"]}[role]
+    res = subprocess.run([sys.executable, "-m", "flodl_proto.cli", role, option, "nowhere",
+                          "--salt", "00" * 16, *extra],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert f"{option} = 'nowhere' is not a HOST:PORT address: no port" in lines[0]
