@@ -129,6 +129,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             flags = _vbit(version) | sbit | (SIGN if ok else 0)
             put("mux_record", _name(cid), bytes((flags,)) + raw)
             put("mux_stream", _name(cid), _stream(flags | 0x20, b"", raw))
+            if not ok:  # the same bytes with the tag checks off (as the decode CLI reads)
+                put("mux_stream", _name(cid, "-untagged"), _stream(flags | 0xA0, b"", raw))
             if "bincode" in c:
                 put("control", _name(cid), bytes((_vbit(version),)) + bytes.fromhex(c["bincode"]))
         elif op.startswith("len_framed."):
@@ -167,6 +169,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             for conn, stream in sorted(sent.items())[:2]:  # relay -> controller: the magic first
                 flags = _vbit(version) | sbit | SIGN
                 put("mux_stream", _name(cid, f"-send{conn}"), _stream(flags, b"\x05\x1d", stream))
+                put("mux_stream", _name(cid, f"-send{conn}-copy"),
+                    _stream(flags | 0x40, b"\x0b\x03", stream))
             for conn, stream in sorted(recv.items())[:1]:  # controller -> relay: no magic
                 flags = _vbit(version) | sbit | SIGN | 0x20
                 put("mux_stream", _name(cid, f"-recv{conn}"), _stream(flags, b"\x19\x01", stream))

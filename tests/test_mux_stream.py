@@ -1,0 +1,90 @@
+"""``codec.stream.MuxStream``, the one mux parser, in its three uses: zero copy by default (the
+controller's reader feeds one buffer per record), ``copy=True`` for callers that reuse their
+chunks, and ``salt=None`` (every check but the tag, as the decode CLI reads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flodl_proto.codec import (
+    MuxRecord,
+    RoundFrame,
+    TensorPayload,
+    encode_channel_magic,
+    encode_mux_record_bytes,
+    encode_round_frame_bytes,
+)
+from flodl_proto.codec.mux import parse_mux_header
+from flodl_proto.codec.stream import (
+    MagicReceived,
+    MuxStream,
+    RecordReceived,
+    StreamEnded,
+    StreamFailed,
+)
+from flodl_proto.errors import AuthenticationError, InvalidValue
+
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+OTHER = bytes(16)
+FRAME = RoundFrame(0, 2.0, [TensorPayload(0, (2,), bytes(range(8)))])
+
+
+def _records(events: list[object]) -> list[RecordReceived]:
+    assert all(isinstance(ev, RecordReceived) for ev in events), events
+    return [ev for ev in events if isinstance(ev, RecordReceived)]
+
+
+def test_default_decodes_a_whole_record_in_place() -> None:
+    wire = bytearray(encode_mux_record_bytes(MuxRecord.data(7, b"payload"), SALT))
+    [ev] = _records(MuxStream(SALT, expect_magic=None).feed(wire))
+    assert ev.record.payload.obj is wire  # a view of the fed buffer, no copy
+    assert (ev.record.rank, bytes(ev.record.payload), ev.nbytes) == (7, b"payload", len(wire))
+    assert ev.header == parse_mux_header(wire)
+
+
+def test_copy_records_outlive_the_chunk() -> None:
+    two = (encode_mux_record_bytes(MuxRecord.data(1, b"first"), SALT)
+           + encode_mux_record_bytes(MuxRecord.data(2, b"second"), SALT))
+    for cut in (len(two), 30, 50):  # whole, the first record split, the second split
+        stream = MuxStream(SALT, expect_magic=None, copy=True)
+        got = []
+        for part in (two[:cut], two[cut:]):
+            buf = bytearray(part)
+            got += _records(stream.feed(buf))
+            buf[:] = b"\xa5" * len(buf)  # the caller reuses its buffer
+            assert all(ev.record.payload.obj is not buf for ev in got)
+        assert [(ev.record.rank, bytes(ev.record.payload)) for ev in got] == [
+            (1, b"first"), (2, b"second")]
+        assert stream.feed_eof() == [StreamEnded()]
+
+
+def test_without_salt_every_check_but_the_tag() -> None:
+    wire = (encode_channel_magic("data")
+            + encode_mux_record_bytes(MuxRecord.data(3, b"x"), OTHER)
+            + encode_mux_record_bytes(MuxRecord.host_frame(encode_round_frame_bytes(FRAME, OTHER)),
+                                      OTHER))
+    checked = MuxStream(SALT).feed(wire)
+    assert isinstance(checked[0], MagicReceived)
+    assert isinstance(checked[1], StreamFailed)
+    assert isinstance(checked[1].error, AuthenticationError)
+    assert checked[1].error.error_id == "mux.auth_failed"
+
+    events = MuxStream(None).feed(wire)
+    assert isinstance(events[0], MagicReceived)
+    data, host = _records(events[1:])
+    assert (data.record.rank, bytes(data.record.payload)) == (3, b"x")
+    assert data.header.auth_tag == wire[4 + 17:4 + 25]  # the carried tag, for the caller to check
+    assert host.frame == FRAME  # the inner frame is parsed without its tag too
+
+    unknown_kind = bytearray(encode_mux_record_bytes(MuxRecord.data(0, b""), OTHER))
+    unknown_kind[8] = 9
+    [failed] = MuxStream(None, expect_magic=None).feed(unknown_kind)
+    assert isinstance(failed, StreamFailed) and failed.error.error_id == "mux.unknown_kind"
+
+
+@pytest.mark.parametrize("ceiling", [-1, 1.5])
+def test_bad_arguments_are_local_errors(ceiling: object) -> None:
+    with pytest.raises(InvalidValue):
+        MuxStream(SALT, ceiling=ceiling)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        MuxStream(b"short")
