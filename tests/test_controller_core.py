@@ -1376,3 +1376,15 @@ def test_deaths_are_forwarded_past_ranks_already_forwarded() -> None:
     assert [record(s).control for s in sent(core.declare_dead(0))] == [DeclareDead(0)]
     acts = core.declare_dead(2)
     assert [(s.conn, record(s).control) for s in sent(acts)] == [(1, DeclareDead(2))]
+
+
+def test_deaths_are_forwarded_past_a_closed_relay() -> None:
+    core = started(3)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    core.declare_dead(0)
+    assert closed(core.connection_closed(0)) == {0}  # no alive rank: closed, accept goes on
+    core.declare_dead(1)
+    acts = join(core, 2, [2])  # coverage: the deaths so far are forwarded
+    assert [(s.conn, s.kind) for s in sent(acts)] == [(2, SendKind.HELLO_ACK),
+                                                      (1, SendKind.DECLARE_DEAD)]
