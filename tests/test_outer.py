@@ -38,7 +38,12 @@ def test_count_and_schema_changes_name_their_fields() -> None:
 
 
 def test_a_parameters_frame_without_tensors() -> None:
-    out = OuterStepper().process_frame(_model())
+    s = OuterStepper()
+    assert s.seen_params_this_window is False
+    out = s.process_frame(_model())
+    assert s.seen_params_this_window is True
+    s.process_frame(CONTROL)
+    assert s.seen_params_this_window is False
     assert out.kind is RoundKind.MODEL and out.weight == 1.0 and list(out.tensors) == []
 
 
