@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.errors import ProtocolError
 from flodl_proto.reduce import _kernels as K
-from flodl_proto.reduce.payload import bf16_to_f32, decode_payload, scale_payload
+from flodl_proto.reduce import reduce_realized_work
+from flodl_proto.reduce.payload import bf16_from_f32, bf16_to_f32, decode_payload, scale_payload
 
 
 def test_an_out_buffer_of_exactly_the_payload_size_is_accepted() -> None:
@@ -82,3 +85,38 @@ def test_backend_selection_from_the_environment(monkeypatch: pytest.MonkeyPatch)
         assert dict(ei.value.fields) == {"value": -1}
     finally:
         K.set_kernel_backend(before)
+
+
+def test_check_backend_name_refuses_a_non_string() -> None:
+    for value in (None, 3):
+        with pytest.raises(ProtocolError) as ei:
+            K.check_backend_name(value, origin="here")
+        assert ei.value.error_id == "kernels.unknown_backend"
+        assert dict(ei.value.fields)["value"] == value
+
+
+def test_bf16_from_f32_takes_plain_floats() -> None:
+    assert bf16_from_f32([1.0, 3.0, -0.5]).tolist() == [0x3F80, 0x4040, 0xBF00]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_quiet_nan_survives_the_reduce_with_its_sign_and_payload(backend: str) -> None:
+    before = K.kernel_backend()
+    try:
+        K.set_kernel_backend(backend)
+        bits = np.asarray([0x7FC0, 0x3F80], np.uint16).tobytes()  # +qNaN, 1.0
+        f = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(1, (2,), bits)])
+        out = reduce_realized_work([f, f], version=3)
+        assert np.frombuffer(bytes(out.tensors[0].data), np.uint16).tolist() == [0x7FC0, 0x3F80]
+    finally:
+        K.set_kernel_backend(before)
+
+
+def test_a_parallel_split_of_an_uneven_size_matches_one_thread() -> None:
+    n = K.PARALLEL_MIN_ELEMS * 3 // 2  # 1.5 split units: one worker
+    rng = np.random.default_rng(5)
+    f = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        rng.standard_normal(n).astype(np.float32).astype(ml_dtypes.bfloat16))])
+    one = reduce_realized_work([f, f], version=3, threads=1)
+    two = reduce_realized_work([f, f], version=3, threads=2)
+    assert bytes(two.tensors[0].data) == bytes(one.tensors[0].data)
