@@ -452,3 +452,35 @@ def test_lifecycle_spec_without_docs_keys(monkeypatch: pytest.MonkeyPatch) -> No
     doc.pop("x-docs-keys", None)
     monkeypatch.setattr(SPEC, "lifecycle", lambda: doc)
     assert L.lifecycle_spec("relay")["x-docs-keys"] == []
+
+
+def test_internal_shortcuts_of_the_spec() -> None:
+    # built once at import: called here so its rules are tested directly
+    assert L._internal_shortcuts(_spec()) == {
+        ("accepting", "hello_accepted"): (("every_rank_covered", False),),
+        ("reducing", "round_scattered"): (("round_complete", True),)}
+    assert L._internal_shortcuts(_spec("relay")) == {
+        ("accepting_ranks", "rank_connected"): (("every_local_rank_connected", False),),
+        ("folding", "rank_left"): (("every_local_rank_gone", False),)}
+
+
+@pytest.mark.parametrize(("rows", "want"), [
+    ([{"target": "s", "internal": True}], ()),
+    ([{"target": "s", "internal": True, "cond": "a", "unless": "b"}], (("a", True),
+                                                                      ("b", False))),
+    ([{"target": "s", "internal": True, "unless": "b"}], (("b", False),)),
+    ([{"target": "t", "internal": True}], None),  # leaves the state
+    ([{"target": "s"}], None),  # not internal
+    ([{"target": "s", "internal": "yes"}], None),
+    ([{"target": "s", "internal": True, "on": "x"}], None),  # a callback: not guards only
+    ([{"target": "s", "internal": True, "cond": ["a", "b"]}], None),  # a guard list
+    ([{"target": "s", "internal": True}, {"target": "t"}], None),  # two rows
+    ({"target": "s", "internal": True}, None),  # not a list of rows
+])
+def test_internal_shortcuts_take_only_guard_only_self_transitions(rows: Any,
+                                                                  want: Any) -> None:
+    spec = {"states": {"s": {"on": {"e": rows, "f": [{"target": "s", "internal": True}]}},
+                       "t": {}, "u": {"on": None}}}
+    got = L._internal_shortcuts(spec)
+    assert got.pop(("s", "f")) == ()  # an event after the one under test is still seen
+    assert got == ({} if want is None else {("s", "e"): want})

@@ -67,6 +67,7 @@ tests_for() {
 deselected_for() {
     case "$1" in
         fsm) echo "tests/test_lifecycle.py::TestLifecycleStateful::runTest tests/test_controller_core.py::test_controller_core_state_machine" ;;
+        reduce) echo "tests/test_host_fold_stateful.py::test_host_fold_state_machine" ;;
         *) echo "" ;;
     esac
 }
