@@ -1388,3 +1388,57 @@ def test_deaths_are_forwarded_past_a_closed_relay() -> None:
     acts = join(core, 2, [2])  # coverage: the deaths so far are forwarded
     assert [(s.conn, s.kind) for s in sent(acts)] == [(2, SendKind.HELLO_ACK),
                                                       (1, SendKind.DECLARE_DEAD)]
+
+
+_V3_HINT = ("the relay sent a protocol-version-3 Hello to this version-2 controller: the protocol "
+            "versions differ (set the same --protocol-version on both sides)")
+
+
+def _v3_hello(ranks: list[int]) -> bytes:
+    return encode_channel_magic("data") + encode_mux_record_bytes(
+        MuxRecord.control_msg(Hello("h", ranks, [b"\x01" * 32]), 3), SALT)
+
+
+def test_a_version_3_hello_at_a_version_2_controller_is_named_in_later_errors() -> None:
+    core = started(2, version=2)
+    core.connection_opened(0, 0.0)
+    core.receive_data(0, _v3_hello([0]))  # decodes at version 2, its model_sigs unread
+    join(core, 1, [1])
+    fin = finished(core.receive_data(0, host_frame_bytes(f32(1.0), salt=bytes(16))))
+    assert fin is not None and fin.outcome.detail == f"reading relay h (ranks 0); {_V3_HINT}"
+    core = started(2, version=2)
+    core.connection_opened(0, 0.0)
+    core.receive_data(0, _v3_hello([0]))
+    join(core, 1, [1])
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    fin = finished(core.receive_data(1, host_frame_bytes(f32(1.0, 2.0))))
+    assert fin is not None and fin.outcome.detail == (
+        f"reducing round 1 of relay h (ranks 0), relay h (ranks 1); relay h (ranks 0): "
+        f"{_V3_HINT}")
+
+
+def test_other_version_hello() -> None:
+    from flodl_proto.codec.stream import other_version_hello
+    v3 = _v3_hello([0])[4:]
+    assert other_version_hello(v3, SALT, 2) == _V3_HINT
+    v3_no_sigs = encode_mux_record_bytes(MuxRecord.control_msg(Hello("h", [0]), 3), SALT)
+    assert other_version_hello(v3_no_sigs, SALT, 2) == _V3_HINT  # its empty list unread
+    assert other_version_hello(hello_bytes([0])[4:], SALT, 2) == ""  # a version-2 Hello
+    assert other_version_hello(control_bytes(RankExit(0)), SALT, 2) == ""
+
+
+def test_an_empty_host_frame_names_the_connection_and_ranks() -> None:
+    core = started(3)
+    join(core, 0, [2, 0])
+    join(core, 1, [1])
+    fin = finished(core.receive_data(0, encode_mux_record_bytes(MuxRecord.host_frame(b""), SALT)))
+    assert fin is not None
+    assert dict(fin.outcome.error.fields) == {"conn": 0, "ranks": "[2, 0]"}  # type: ignore[union-attr]
+
+
+def test_a_round_notice_counts_contributors() -> None:
+    core = _two_relays()
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    acts = core.receive_data(1, host_frame_bytes(f32(3.0)))
+    [notice] = [a for a in acts if isinstance(a, RoundScattered)]
+    assert (notice.relays, notice.contributors) == (2, 2)

@@ -484,3 +484,24 @@ def test_internal_shortcuts_take_only_guard_only_self_transitions(rows: Any,
     got = L._internal_shortcuts(spec)
     assert got.pop(("s", "f")) == ()  # an event after the one under test is still seen
     assert got == ({} if want is None else {("s", "e"): want})
+
+
+def test_transitions_carry_unless_guards() -> None:
+    assert ("accepting", "hello_accepted", "accepting", None, "every_rank_covered") in (
+        L.transitions())
+
+
+@pytest.mark.parametrize("doc", [
+    {"schema": "flodl-proto-lifecycle/1", "machines": {"relay": {"states": {}}}},
+    {"schema": "flodl-proto-lifecycle/2", "machines": [{"states": {}}]},
+    {"schema": "flodl-proto-lifecycle/2", "machines": {"relay": ["states"]}},
+    {"schema": "flodl-proto-lifecycle/2", "machines": {"relay": {"initial": "x"}}},
+    {"schema": "flodl-proto-lifecycle/2", "machines": {"controller": {"states": {}}}},
+])
+def test_lifecycle_spec_refuses_a_malformed_document(monkeypatch: pytest.MonkeyPatch,
+                                                     doc: dict[str, Any]) -> None:
+    monkeypatch.setattr(SPEC, "lifecycle", lambda: doc)
+    with pytest.raises(SpecError) as ei:
+        L.lifecycle_spec("relay")
+    assert str(ei.value) == ("lifecycle.yaml: missing or unknown 'schema', or no machine "
+                             "'relay' with 'states'")

@@ -42,7 +42,7 @@ Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeAlias, TypeVar
 
 from ..errors import ProtocolError, protocol_error
@@ -333,7 +333,9 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
         rec, _ = decode_mux_record(record, salt, version=other)
         if not isinstance(rec.control, Hello):
             return ""
-        if version == 2 and len(encode_control(rec.control, 2)) >= rec.payload.nbytes:
+        # the Hello as version 2 writes it (no model_sigs, which version 2 refuses to encode)
+        as_v2 = replace(rec.control, model_sigs=())
+        if version == 2 and len(encode_control(as_v2, 2)) >= rec.payload.nbytes:
             return ""  # a version-2 Hello: nothing left unread
     except ProtocolError:
         return ""
