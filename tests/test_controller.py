@@ -33,7 +33,7 @@ from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.structs import MUX_HEADER
 from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.fsm.events import SendKind, SendTo
-from flodl_proto.runner import controller as ctl_mod
+from flodl_proto.runner import _controller_conn as conn_mod
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC, READ_CHUNK
 
@@ -360,9 +360,9 @@ def test_an_unexpected_exception_in_the_scatter_fails_the_run(
 
         monkeypatch.setattr(ReferenceController, "_send", send)
     else:  # writing the Broadcast, on the connection's writer thread
-        real_send_all = ctl_mod.send_all
+        real_send_all = conn_mod.send_all
         # the socket takes nothing without waiting: every record goes to the writer
-        monkeypatch.setattr(ctl_mod, "send_now",
+        monkeypatch.setattr(conn_mod, "send_now",
                             lambda sock, buffers: [memoryview(b) for b in buffers])
 
         def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
@@ -370,7 +370,7 @@ def test_an_unexpected_exception_in_the_scatter_fails_the_run(
                 raise boom
             return real_send_all(sock, buffers, **kw)
 
-        monkeypatch.setattr(ctl_mod, "send_all", send_all)
+        monkeypatch.setattr(conn_mod, "send_all", send_all)
     ctl = controller_factory(1)
     with FakeRelay(ctl.port, [0]) as relay:
         relay.expect_hello_ack()
@@ -840,13 +840,13 @@ def test_a_small_round_starts_no_thread_and_skips_the_writer(
     import threading
 
     writer_calls: list[int] = []
-    real_send_all = ctl_mod.send_all
+    real_send_all = conn_mod.send_all
 
     def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
         writer_calls.append(len(buffers))
         return real_send_all(sock, buffers, **kw)
 
-    monkeypatch.setattr(ctl_mod, "send_all", send_all)
+    monkeypatch.setattr(conn_mod, "send_all", send_all)
     ctl = controller_factory(1)
     with FakeRelay(ctl.port, [0]) as relay:
         relay.expect_hello_ack()

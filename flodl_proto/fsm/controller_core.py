@@ -157,9 +157,8 @@ class ControllerCore:
         round_timeout: seconds after a round's first HostFrame after which the relays that have
             not sent theirs are declared dead (None, the default: no deadline, as upstream). The
             caller applies ``FLODL_NET_TIMEOUT_SCALE``.
-        mac_executor: an executor (the runner's, one worker is enough) on which the Broadcast's
-            record MAC runs beside its frame MAC when the consensus is at least 1 MiB (None, the
-            default: both on the calling thread); the core itself starts no thread.
+        mac_executor: runs a 1 MiB+ Broadcast's record MAC beside its frame MAC (the runner's;
+            None, the default: both on the calling thread).
 
     Raises:
         InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
@@ -171,20 +170,11 @@ class ControllerCore:
     ``run_reduce_thread``.
     """
 
-    def __init__(
-        self,
-        world_size: int,
-        salt: BytesLike,
-        *,
-        version: int = DEFAULT_VERSION,
-        dead_ranks: DeadRanks | None = None,
-        outer: OuterOptimizer | None = None,
-        checkpoint: bool = False,
-        ceiling: int = DEFAULT_FRAME_CEILING,
-        reduce_threads: int = 1,
-        round_timeout: float | None = None,
-        mac_executor: Executor | None = None,
-    ) -> None:
+    def __init__(self, world_size: int, salt: BytesLike, *, version: int = DEFAULT_VERSION,
+                 dead_ranks: DeadRanks | None = None, outer: OuterOptimizer | None = None,
+                 checkpoint: bool = False, ceiling: int = DEFAULT_FRAME_CEILING,
+                 reduce_threads: int = 1, round_timeout: float | None = None,
+                 mac_executor: Executor | None = None) -> None:
         if world_size <= 0:
             raise protocol_error("controller.world_size_zero")
         ledger = dead_ranks if dead_ranks is not None else DeadRanks(world_size)
@@ -200,8 +190,6 @@ class ControllerCore:
         self._checkpoint = checkpoint
         #: threads the reduce may split a large tensor across (bit-identical for any count)
         self._reduce_threads = max(1, int(reduce_threads))
-        #: runs the Broadcast's second MAC beside the first for a large consensus (None: both
-        #: on the calling thread); owned by the runner
         self._mac_executor = mac_executor
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []

@@ -9,24 +9,22 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
   controller, ``GET ``/``POST`` go to the status responder (``GET /status`` answers a JSON
   status), and an unknown or unserved magic, an EOF or a timeout before 4 bytes drops only that
   connection. **Direct** (``port_mux=False``) hands every connection to the controller, which
-  consumes the magic itself (a wrong magic ends the run with upstream's error), as upstream's
-  controller does when bound straight to a listener;
-* *coordinator*: owns the core; runs the reduce and executes the core's actions. It never
-  writes: each record goes to its connection's writer and the coordinator moves on;
-* one *writer* per data connection: writes that relay's records in order, each under a
-  write-stall deadline for the whole record, and reports each Broadcast written and every
-  failure to the coordinator. So a relay that stops reading delays no one (elastic scatter,
-  upstream's rule): the others get the consensus as soon as it is ready, and the stalled relay's
-  ranks are declared dead when its deadline passes (a round's report waits for all its writes);
-* one *reader* per data connection: reads the 4-byte magic, then for each record the 25-byte
-  header, checks it (magic, version, ``payload_len`` against the frame ceiling, and for the
-  first record against the largest legal Hello for the world size), grows a reused buffer to
-  exactly the record's length as bytes arrive (64 MiB steps, never holding a second chunk as a
-  temporary) and ``recv_into`` it; MACs
-  are verified here (the connection's :class:`~flodl_proto.codec.stream.MuxStream`) and
-  the events go to the coordinator;
-* a *checkpoint* writer (with ``checkpoint_dir``): writes each window's consensus as ``.npz``;
-* short-lived *status* responders.
+  consumes the magic itself (a wrong magic ends the run with upstream's error);
+* one *reader* per data connection: reads the magic, then each record's 25-byte header (checked
+  at once: magic, version, ``payload_len`` against the frame ceiling and, for the first record,
+  the largest legal Hello), then the payload into a reused buffer grown as bytes arrive, hashed
+  as it arrives (:func:`~flodl_proto.runner._netio.read_record_into`); the connection's
+  :class:`~flodl_proto.codec.stream.MuxStream` verifies the tags, and the reader itself runs
+  the core on the events (one core lock) and executes its actions, the round's reduce included;
+* one *writer* per data connection: a record of up to 1 MiB is written by the thread that
+  produced it when its connection has nothing queued (one non-blocking ``sendmsg``); larger
+  records, and whatever that write left, are written here in order, each under a write-stall
+  deadline for the whole record. So a relay that stops reading delays no one (elastic scatter,
+  upstream's rule), and its ranks are declared dead when its deadline passes (a round's report
+  waits for all its writes);
+* *coordinator*: ticks the core's clock and takes the inputs from elsewhere (stop, declare
+  dead, a crash) as typed messages; tears down at the end;
+* a *checkpoint* writer (with ``checkpoint_dir``), and short-lived *status* responders.
 
 Every data socket has TCP_NODELAY, a write-stall deadline (30 s x scale for a whole record,
 spec departure ``write_stall_deadline``; a stalled Broadcast declares that relay's ranks dead and
@@ -55,7 +53,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeAlias
@@ -96,12 +93,20 @@ from ..spec import (
     net_timeout_scale,
 )
 from . import stages
+from ._controller_conn import (
+    Conn,
+    Crashed,
+    DeadDeclared,
+    Drain,
+    Message,
+    Scatter,
+    StopRequested,
+    Wake,
+    Written,
+)
 from ._netio import (
-    DIRECT_WRITE_MAX,
     configure_socket,
     format_addr,
-    send_all,
-    send_now,
     shutdown_quietly,
 )
 from .checkpoint import write_checkpoint
@@ -127,90 +132,6 @@ def peek_timeout() -> float:
 
 
 ControllerNotice: TypeAlias = RelayJoined | RoundReport
-
-
-class _Drain(str):
-    """A close request (its reason) that sends FIN only: see ``CloseConnection.drain``."""
-
-    __slots__ = ()
-
-
-#: an item of a connection's outbox: a record to write, a close request (its reason) or None
-#: (the writer exits)
-_OutItem: TypeAlias = SendTo | str | None
-
-
-# -- what the coordinator's queue carries (everything else runs where it happens) -------------
-@dataclass(frozen=True, slots=True)
-class _StopRequested:
-    """:meth:`ReferenceController.request_stop` (thread- and signal-safe, hence queued)."""
-
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class _DeadDeclared:
-    """:meth:`ReferenceController.declare_dead` from outside."""
-
-    rank: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Written:
-    """A connection's writer finished ``send`` (``error``: why it failed, else None)."""
-
-    conn: int
-    send: SendTo
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Crashed:
-    """An unexpected exception on a runner thread: the run fails."""
-
-    where: str
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class _Wake:
-    """The core finished on another thread: the coordinator tears down."""
-
-
-_Message: TypeAlias = _StopRequested | _DeadDeclared | _Written | _Crashed | _Wake
-
-
-class _Conn:
-    """One data-channel connection: socket, parser, reader thread, writer thread and its outbox
-    (records are written in order; a close request closes after the records queued before it).
-
-    ``queued`` counts the outbox items not finished yet (under ``out_lock``): a record is
-    written directly by the thread that produced it only when it is 0, so nothing overtakes a
-    record still in the outbox."""
-
-    __slots__ = ("addr", "closed", "id", "out_lock", "outbox", "queued", "reader", "sock",
-                 "stream", "writer")
-
-    def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: MuxStream) -> None:
-        self.id = conn_id
-        self.sock = sock
-        self.addr = addr
-        self.stream = stream
-        self.reader: threading.Thread | None = None
-        self.writer: threading.Thread | None = None
-        self.outbox: queue.SimpleQueue[_OutItem] = queue.SimpleQueue()
-        self.out_lock = threading.Lock()
-        self.queued = 0
-        self.closed = False
-
-
-@dataclass(slots=True)
-class _Scatter:
-    """A scattered round whose Broadcast writes are not all done yet."""
-
-    notice: RoundScattered
-    t0: float
-    pending: int
 
 
 class ReferenceController:
@@ -283,7 +204,7 @@ class ReferenceController:
         self._on_notice = on_notice
         self._listener: socket.socket | None = None
         self._port = 0
-        self._events: queue.Queue[_Message] = queue.Queue()
+        self._events: queue.Queue[Message] = queue.Queue()
         # every core call and the execution of its actions (readers, accept, writers,
         # coordinator)
         self._core_lock = threading.RLock()
@@ -291,11 +212,11 @@ class ReferenceController:
         self._done = threading.Event()  # the coordinator finished its teardown
         self._started = False
         self._lock = threading.Lock()
-        self._conns: dict[int, _Conn] = {}
+        self._conns: dict[int, Conn] = {}
         self._next_id = 0
         self._threads: list[threading.Thread] = []  # accept, status responders, readers
         self._coordinator: threading.Thread | None = None
-        self._scatters: dict[int, _Scatter] = {}  # round -> its unfinished scatter
+        self._scatters: dict[int, Scatter] = {}  # round -> its unfinished scatter
         self._ckpt_queue: queue.Queue[CheckpointWindow | None] = queue.Queue()
         self._ckpt_thread: threading.Thread | None = None
         self._outcome: Outcome | None = None
@@ -387,11 +308,11 @@ class ReferenceController:
 
     def request_stop(self, detail: str = "") -> None:
         """Ask the run to stop cleanly (thread- and signal-safe; returns at once)."""
-        self._events.put(_StopRequested(detail))
+        self._events.put(StopRequested(detail))
 
     def declare_dead(self, rank: int) -> None:
         """Declare ``rank`` dead from outside (as a coordinator would); returns at once."""
-        self._events.put(_DeadDeclared(int(rank)))
+        self._events.put(DeadDeclared(int(rank)))
 
     def shutdown(self, timeout: float | None = None) -> Outcome:
         """Stop (cleanly, if still running), join every thread, close every socket; return the
@@ -450,7 +371,7 @@ class ReferenceController:
             while not core.finished:
                 timeout = max(0.0, next_tick - time.monotonic())
                 try:
-                    item: _Message | None = self._events.get(timeout=timeout)
+                    item: Message | None = self._events.get(timeout=timeout)
                 except queue.Empty:
                     item = None
                 with self._core_lock:
@@ -491,7 +412,7 @@ class ReferenceController:
             except Exception as e:  # a bug, or a failure outside the protocol: fail the run
                 self._crashed(e, "the coordinator")
             if self._core.finished:
-                self._events.put(_Wake())
+                self._events.put(Wake())
 
     def _guarded(self, target: Callable[..., None], where: str, *args: Any) -> None:
         """Run a thread's ``target``; an unexpected exception fails the run (through the
@@ -500,7 +421,7 @@ class ReferenceController:
             target(*args)
         except Exception as e:
             log.debug("controller: unexpected error in %s", where, exc_info=e)
-            self._events.put(_Crashed(where, e))
+            self._events.put(Crashed(where, e))
 
     def _crashed(self, error: Exception, where: str) -> None:
         """An unexpected exception on the coordinator: the core fails with it (Shutdown, the
@@ -527,18 +448,18 @@ class ReferenceController:
             log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s",
                         len(missing), self._core.world_size, shown)
 
-    def _dispatch(self, item: _Message, now: float) -> list[Action]:
+    def _dispatch(self, item: Message, now: float) -> list[Action]:
         core = self._core
-        if isinstance(item, _StopRequested):
+        if isinstance(item, StopRequested):
             return core.stop(item.detail)
-        if isinstance(item, _DeadDeclared):
+        if isinstance(item, DeadDeclared):
             return core.declare_dead(item.rank)
-        if isinstance(item, _Written):
+        if isinstance(item, Written):
             return self._written(item.conn, item.send, item.error, now)
-        if isinstance(item, _Crashed):
+        if isinstance(item, Crashed):
             log.debug("controller: %s failed; the run fails", item.where)
             return core.runner_failed(item.error, item.where)
-        return []  # _Wake: the loop sees the finished core
+        return []  # Wake: the loop sees the finished core
 
     def _run_actions(self, actions: list[Action], t0: float) -> None:
         # a small record is written here when its connection has nothing queued; the others go
@@ -559,7 +480,7 @@ class ReferenceController:
             elif isinstance(a, RoundScattered):
                 n = broadcasts.pop(a.round, 0)
                 if n:
-                    self._scatters[a.round] = _Scatter(a, t0, n)
+                    self._scatters[a.round] = Scatter(a, t0, n)
                 else:
                     self._report(a, t0)
             elif isinstance(a, CheckpointWindow):
@@ -570,29 +491,17 @@ class ReferenceController:
                 self._outcome = a.outcome
 
     def _send(self, send: SendTo, now: float) -> bool:
-        """Write ``send`` now when its connection's outbox is empty and it is small (one
-        non-blocking ``sendmsg``); else hand it (or what the attempt left) to the connection's
-        writer. Returns True when it was written whole here."""
+        """Write ``send`` now, or hand it to its connection's writer (:meth:`Conn.write_now`).
+        Returns True when it was written whole here."""
         conn = self._conns.get(send.conn)
         if conn is None or conn.closed:
-            self._events.put(_Written(send.conn, send, "connection closed"))
+            self._events.put(Written(send.conn, send, "connection closed"))
             return False
-        with conn.out_lock:
-            if conn.queued == 0 and send.nbytes <= DIRECT_WRITE_MAX:
-                rest = send_now(conn.sock, send.buffers)
-                if not rest:
-                    if send.round is not None:
-                        stages.mark("controller", send.round - 1, "broadcast_sent")
-                    return True
-                send = replace(send, buffers=tuple(rest))
-            conn.queued += 1
-            conn.outbox.put(send)
-        return False
-
-    def _queue_close(self, conn: _Conn, item: str) -> None:
-        with conn.out_lock:
-            conn.queued += 1
-            conn.outbox.put(item)
+        if not conn.write_now(send):
+            return False
+        if send.round is not None:
+            stages.mark("controller", send.round - 1, "broadcast_sent")
+        return True
 
     def _written(self, conn_id: int, send: SendTo, error: str | None,
                  now: float) -> list[Action]:
@@ -632,41 +541,10 @@ class ReferenceController:
         with self._lock:
             self._status = st
 
-    def _write_loop(self, conn: _Conn) -> None:
-        """The connection's writer: its records in order, each under the write-stall deadline
-        for the whole record; after a failure the records left are not written (each is
-        reported failed). Every Broadcast and every failure is reported to the coordinator."""
-        failed: str | None = None
-        while True:
-            item = conn.outbox.get()
-            if item is None:
-                return
-            if isinstance(item, str):  # close, after the records queued before
-                log.debug("controller: closing connection %d (%s): %s", conn.id, conn.addr,
-                          item)
-                shutdown_quietly(conn.sock, socket.SHUT_WR if isinstance(item, _Drain)
-                                 else socket.SHUT_RDWR)
-                failed = failed or "connection closed"
-                with conn.out_lock:
-                    conn.queued -= 1
-                continue
-            error = failed
-            if error is None:
-                try:
-                    send_all(conn.sock, item.buffers)
-                except OSError as e:
-                    error = failed = str(e) or type(e).__name__
-                    log.warning("controller: %s write to connection %d failed: %s",
-                                item.kind.value, conn.id, error)
-            with conn.out_lock:
-                conn.queued -= 1
-            if error is None and item.round is not None:
-                stages.mark("controller", item.round - 1, "broadcast_sent")
-            if error is not None or item.round is not None:
-                self._inline_written(_Written(conn.id, item, error))
-            item = None  # hold no record buffers while waiting
+    def _write_loop(self, conn: Conn) -> None:
+        conn.write_loop(self._inline_written)
 
-    def _inline_written(self, done: _Written) -> None:
+    def _inline_written(self, done: Written) -> None:
         """A writer's report, run on the writer thread (core lock held)."""
         self._inline(lambda now: self._written(done.conn, done.send, done.error, now))
 
@@ -677,7 +555,7 @@ class ReferenceController:
         conn.closed = True
         # closed by its writer, once the records queued before are out; a drained connection
         # only gets FIN (its reader goes on reading and the core ignores what arrives)
-        self._queue_close(conn, _Drain(reason) if drain else reason)
+        conn.queue_close(Drain(reason) if drain else reason)
 
     def _teardown(self) -> None:
         """Close everything and join every thread but the coordinator (which runs this).
@@ -854,7 +732,7 @@ class ReferenceController:
         self._next_id += 1
         stream = MuxStream(self._core.salt, version=self._core.version, ceiling=self._ceiling,
                            hello_limit=max_hello_payload(self._core.world_size))
-        conn = _Conn(conn_id, sock, addr, stream)
+        conn = Conn(conn_id, sock, addr, stream)
         with self._core_lock:
             self._conns[conn_id] = conn
         log.info("controller: data-channel connection %d from %s", conn_id, addr)
@@ -873,7 +751,7 @@ class ReferenceController:
         t.start()
 
     # -- readers -----------------------------------------------------------------------------------
-    def _post(self, conn: _Conn, events: list[StreamEvent]) -> None:
+    def _post(self, conn: Conn, events: list[StreamEvent]) -> None:
         if not events:
             return
         if stages.is_enabled() and any(isinstance(e, RecordReceived)
@@ -882,7 +760,7 @@ class ReferenceController:
             stages.mark("controller", self._core.rounds, "hostframes_done")
         self._inline(lambda now: self._core.receive_events(conn.id, events, now))
 
-    def _read_loop(self, conn: _Conn) -> None:
+    def _read_loop(self, conn: Conn) -> None:
         read_relay_connection(conn.sock, conn.stream, lambda events: self._post(conn, events),
                               stop=self._stop, salt=self._core.salt, ceiling=self._ceiling,
                               label=f"connection {conn.id} ({conn.addr})",
