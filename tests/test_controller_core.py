@@ -1433,7 +1433,8 @@ def test_an_empty_host_frame_names_the_connection_and_ranks() -> None:
     join(core, 1, [1])
     fin = finished(core.receive_data(0, encode_mux_record_bytes(MuxRecord.host_frame(b""), SALT)))
     assert fin is not None
-    assert dict(fin.outcome.error.fields) == {"conn": 0, "ranks": "[2, 0]"}  # type: ignore[union-attr]
+    err = fin.outcome.error
+    assert isinstance(err, ProtocolError) and dict(err.fields) == {"conn": 0, "ranks": "[2, 0]"}
 
 
 def test_a_round_notice_counts_contributors() -> None:
@@ -1442,3 +1443,62 @@ def test_a_round_notice_counts_contributors() -> None:
     acts = core.receive_data(1, host_frame_bytes(f32(3.0)))
     [notice] = [a for a in acts if isinstance(a, RoundScattered)]
     assert (notice.relays, notice.contributors) == (2, 2)
+
+
+def test_more_exact_messages_and_details() -> None:
+    core = started(2)
+    core.connection_opened(3, 0.0)
+    with pytest.raises(LocalProtocolError) as ei:
+        core.connection_opened(3, 0.0)
+    assert str(ei.value) == "controller: connection 3 is already open"
+    assert dict(ei.value.fields) == {"conn": 3, "problem": "already open"}
+    with pytest.raises(InvalidValue) as ei:
+        ControllerCore(2, SALT, dead_ranks=DeadRanks(3))
+    assert dict(ei.value.fields) == {"ledger": 3, "world_size": 2}
+    fin = finished(join(started(2), 0, [1, 1]))  # a rank twice in one Hello: no first relay
+    assert fin is not None and fin.outcome.detail == "connection 0 (host 'h', ranks [1, 1])"
+    core = _opened(2)
+    fin = finished(core.receive_data(3, encode_channel_magic("data") + control_bytes(HelloAck())))
+    assert fin is not None
+    assert str(fin.outcome.error) == (
+        "cluster_controller: expected relay Hello, got Control(HelloAck)")
+
+
+def test_a_held_relay_end_keeps_its_detail() -> None:
+    core = started(2)
+    join(core, 0, [0])
+    core.connection_closed(0)
+    fin = finished(join(core, 1, [1]))
+    assert fin is not None and fin.outcome.detail == (
+        "relay h (ranks 0) closed its connection: run ends cleanly, as flodl does")
+
+
+def test_records_after_the_end_in_one_chunk_are_not_read() -> None:
+    core = started(1)
+    join(core, 0, [0])
+    data = encode_mux_record_bytes(MuxRecord.data(0, b"x"), SALT)
+    acts = core.receive_data(0, data + control_bytes(RankExit(0)))
+    fin = finished(acts)
+    assert fin is not None
+    assert fin.outcome.error.error_id == "controller.data_record"  # type: ignore[union-attr]
+
+
+def test_connections_after_coverage_and_sends_are_tuples() -> None:
+    core = started(1)
+    acts = join(core, 0, [0])
+    assert all(isinstance(s.buffers, tuple) for s in sent(acts))
+    assert core.connection_opened(7, 1.0) == [
+        CloseConnection(7, "every rank is already covered")]
+
+
+def test_no_checkpoint_windows_unless_asked_and_no_outer_step_unless_given() -> None:
+    core = started(1)
+    join(core, 0, [0])
+    f = RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.asarray([1.0], np.float32)),
+        TensorPayload(1, (1,), np.asarray([0x3F80], np.uint16).tobytes())])  # f32, then bf16
+    acts = core.receive_data(0, host_frame_bytes(f)) + core.stop()
+    assert not any(isinstance(a, CheckpointWindow) for a in acts)
+    [b] = sent(acts, SendKind.BROADCAST)
+    got = record(b).frame(SALT)
+    assert got is not None and [t.dtype for t in got.tensors] == [0, 1]  # dtypes kept

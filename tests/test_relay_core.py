@@ -627,3 +627,21 @@ def test_fail_ends_the_relay_with_the_error_once() -> None:
     (fin,) = [a for a in core.fail(err) if isinstance(a, Finished)]
     assert not fin.outcome.clean and fin.outcome.error is err and fin.outcome.reason == "fail"
     assert core.fail(RemoteProtocolError("later")) == [] and core.outcome is fin.outcome
+
+
+def test_clean_ends_carry_their_detail() -> None:
+    core = _connected_core((0,), 1, 2)
+    core.rank_left(0)
+    (fin,) = core.drained()
+    assert isinstance(fin, Finished) and fin.outcome.detail == "every local rank left"
+    core = _connected_core((0,), 1, 2)
+    (fin,) = [a for a in core.controller_closed() if isinstance(a, Finished)]
+    assert fin.outcome.clean and fin.outcome.reason == "controller_closed"
+    assert fin.outcome.detail == "the controller closed the connection"
+    core = _connected_core((0,), 1, 2)
+    (fin,) = [a for a in core.controller_closed("write failed") if isinstance(a, Finished)]
+    assert fin.outcome.detail == "write failed"
+    core = _connected_core((0,), 1, 2)
+    (fin,) = [a for a in core.upstream_record(None) if isinstance(a, Finished)]
+    assert fin.outcome.clean and fin.outcome.reason == "controller_closed"
+    assert fin.outcome.detail == "the controller closed the connection"
