@@ -1502,3 +1502,16 @@ def test_no_checkpoint_windows_unless_asked_and_no_outer_step_unless_given() -> 
     [b] = sent(acts, SendKind.BROADCAST)
     got = record(b).frame(SALT)
     assert got is not None and [t.dtype for t in got.tensors] == [0, 1]  # dtypes kept
+
+
+@pytest.mark.parametrize(("first", "error_id"), [
+    (encode_mux_record_bytes(MuxRecord.host_frame(b""), SALT), "controller.truncated_hostframe"),
+    (control_bytes(RankExit(2)), "controller.foreign_rank_exit"),
+])
+def test_a_held_reader_error_stops_reading_that_relay(first: bytes, error_id: str) -> None:
+    core = started(2)
+    join(core, 0, [0])
+    assert core.receive_data(0, first + control_bytes(RankExit(0))) == []  # held, not read on
+    fin = finished(join(core, 1, [1]))
+    assert fin is not None and not fin.outcome.clean
+    assert fin.outcome.error.error_id == error_id  # type: ignore[union-attr]
