@@ -66,7 +66,7 @@ tests_for() {
 # surviving mutant of its package); the unit tests of the same modules run instead
 deselected_for() {
     case "$1" in
-        fsm) echo "tests/test_lifecycle.py::TestLifecycleStateful::runTest tests/test_controller_core.py::test_controller_core_state_machine" ;;
+        fsm) echo "tests/test_lifecycle.py::TestLifecycleStateful::runTest tests/test_controller_core.py::test_controller_core_state_machine tests/test_relay_core.py::test_relay_core_state_machine" ;;
         reduce) echo "tests/test_host_fold_stateful.py::test_host_fold_state_machine" ;;
         *) echo "" ;;
     esac
