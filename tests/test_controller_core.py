@@ -1515,3 +1515,22 @@ def test_a_held_reader_error_stops_reading_that_relay(first: bytes, error_id: st
     fin = finished(join(core, 1, [1]))
     assert fin is not None and not fin.outcome.clean
     assert fin.outcome.error.error_id == error_id  # type: ignore[union-attr]
+
+
+def test_reader_errors_of_a_version_3_core_carry_no_hint() -> None:
+    core = started(1, version=3)
+    join(core, 0, [0])
+    fin = finished(core.receive_data(0, host_frame_bytes(f32(1.0), salt=bytes(16))))
+    assert fin is not None and fin.outcome.detail == "reading relay h (ranks 0)"
+
+
+def test_a_reduce_failure_lists_every_relays_hint() -> None:
+    core = started(2, version=2)
+    for conn in (0, 1):
+        core.connection_opened(conn, 0.0)
+        core.receive_data(conn, _v3_hello([conn]))
+    core.receive_data(0, host_frame_bytes(f32(1.0)))
+    fin = finished(core.receive_data(1, host_frame_bytes(f32(1.0, 2.0))))
+    assert fin is not None and fin.outcome.detail == (
+        f"reducing round 1 of relay h (ranks 0), relay h (ranks 1); relay h (ranks 0): "
+        f"{_V3_HINT}; relay h (ranks 1): {_V3_HINT}")

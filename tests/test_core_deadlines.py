@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from flodl_proto.codec import (
     MuxRecord,
@@ -15,6 +16,7 @@ from flodl_proto.codec import (
     encode_frame_record,
 )
 from flodl_proto.codec.mux import Hello, encode_mux_record_bytes
+from flodl_proto.errors import InvalidValue
 from flodl_proto.fsm.controller_core import HANDSHAKE_TIMEOUT, REDUCE_POLL, ControllerCore
 from flodl_proto.fsm.deadline import RoundDeadline
 from flodl_proto.fsm.events import RoundScattered
@@ -78,3 +80,10 @@ def test_round_deadline_waited_counts_from_the_first_deposit() -> None:
     assert d.due() == 3.5 and not d.expired(3.25) and d.expired(3.5)
     d.reset()
     assert d.started is None and d.waited(9.0) == 0.0
+
+
+def test_a_bad_timeout_names_its_value() -> None:
+    with pytest.raises(InvalidValue) as ei:
+        RoundDeadline(-1.0)
+    assert dict(ei.value.fields) == {"name": "round_timeout", "value": -1.0}
+    assert str(ei.value) == "round_timeout must be a positive number of seconds, got -1.0"

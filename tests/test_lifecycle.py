@@ -505,3 +505,35 @@ def test_lifecycle_spec_refuses_a_malformed_document(monkeypatch: pytest.MonkeyP
         L.lifecycle_spec("relay")
     assert str(ei.value) == ("lifecycle.yaml: missing or unknown 'schema', or no machine "
                              "'relay' with 'states'")
+
+
+def test_guards_may_be_methods_and_the_kind_is_kept() -> None:
+    class MethodGuards:
+        def __init__(self) -> None:
+            self.complete = False
+
+        def every_rank_covered(self) -> bool:
+            return True
+
+        def round_complete(self) -> bool:
+            return self.complete
+
+        def no_relay_alive(self) -> bool:
+            return False
+
+    g = MethodGuards()
+    lc = L.Lifecycle(g)
+    assert lc.kind == "controller" and L.Lifecycle(RelayGuards(), "relay").kind == "relay"
+    lc.fire("start")
+    lc.fire("all_covered")
+    with pytest.raises(SequenceError):
+        lc.fire("round_scattered")  # the method answers False: not a truthy bound method
+    g.complete = True
+    lc.fire("round_scattered")
+    assert lc.state == "reducing"
+
+
+def test_internal_shortcuts_refuse_an_unless_list() -> None:
+    spec = {"states": {"s": {"on": {"e": [{"target": "s", "internal": True,
+                                           "unless": ["a", "b"]}]}}}}
+    assert L._internal_shortcuts(spec) == {}

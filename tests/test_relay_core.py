@@ -645,3 +645,93 @@ def test_clean_ends_carry_their_detail() -> None:
     (fin,) = [a for a in core.upstream_record(None) if isinstance(a, Finished)]
     assert fin.outcome.clean and fin.outcome.reason == "controller_closed"
     assert fin.outcome.detail == "the controller closed the connection"
+
+
+@pytest.mark.parametrize(("ranks", "world", "reason"), [
+    ([], 1, "no ranks"), ([0, 0], 2, "a rank is listed twice"),
+    ([0], 0, "world_size must be > 0"), ([3], 2, "every rank must be < world_size")])
+def test_a_bad_rank_set_names_its_reason(ranks: list[int], world: int, reason: str) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        RelayCore(ranks, world, SALT)
+    assert dict(ei.value.fields) == {"ranks": ranks, "world_size": world, "reason": reason}
+    assert str(ei.value) == f"relay: rank set {ranks} is invalid for world_size {world}: {reason}"
+
+
+def test_out_of_phase_inputs_name_the_event_and_state() -> None:
+    core = _connected_core((0,), 1, 2)
+    with pytest.raises(SequenceError) as ei:
+        core.rank_handshake(encode_handshake(0, 1, 2))
+    assert dict(ei.value.fields) == {"event": "rank_handshake", "state": "Folding"}
+    with pytest.raises(SequenceError) as ei:
+        RelayCore([0], 1, SALT).upstream_record(None)
+    assert dict(ei.value.fields) == {"event": "upstream_record", "state": "AcceptingRanks"}
+
+
+def test_a_rank_of_another_host_fails_the_relay_with_its_fields() -> None:
+    core = RelayCore([0, 1], 3, SALT)
+    (fin,) = [a for a in core.rank_handshake(encode_handshake(2, 3, 2)) if isinstance(a, Finished)]
+    assert fin.outcome.error.error_id == "relay.rank_not_in_host"  # type: ignore[union-attr]
+    assert dict(fin.outcome.error.fields) == {"rank": 2, "ranks": [0, 1]}  # type: ignore[union-attr]
+
+
+def test_default_host_name_and_stop_and_fail_details() -> None:
+    core = RelayCore([0], 1, SALT)
+    core.rank_handshake(encode_handshake(0, 1, 2))
+    (hello,) = core.dialed()
+    wire = b"".join(bytes(b) for b in hello.buffers)
+    assert expect_channel_magic(wire[:4], CHANNEL_MAGIC_DATA) == 4
+    rec = decode_mux_record(wire[4:], SALT, version=2)
+    assert rec is not END_OF_STREAM and rec[0].control.host == ""  # type: ignore[union-attr]
+    core = _connected_core((0,), 1, 2)
+    (fin,) = [a for a in core.stop() if isinstance(a, Finished)]
+    assert fin.outcome.detail == "shutdown requested"
+    core = _connected_core((0,), 1, 2)
+    (fin,) = [a for a in core.stop("by request") if isinstance(a, Finished)]
+    assert fin.outcome.detail == "by request"
+    core = _connected_core((0,), 1, 2)
+    (fin,) = [a for a in core.fail(RemoteProtocolError("x")) if isinstance(a, Finished)]
+    assert fin.outcome.detail == ""
+
+
+def test_other_control_records_while_folding_are_ignored() -> None:
+    core = _connected_core((0, 1), 2, 2)
+    assert core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), 2), 2)) == []
+    assert core.upstream_record(_record(MuxRecord.control_msg(RankExit(0), 2), 2)) == []
+    assert not core.finished
+
+
+def test_broadcast_fans_out_with_its_length_prefix_to_alive_ranks() -> None:
+    core = _connected_core((0, 1, 2), 3, 2)
+    core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(1), 2), 2))
+    payload = _blob(3.0)
+    (fan,) = core.upstream_record(_record(MuxRecord.broadcast(payload), 2))
+    assert isinstance(fan, FanOut)
+    assert bytes(fan.prefix) == len(payload).to_bytes(4, "little")
+    assert bytes(fan.payload) == payload and fan.ranks == (0, 2)
+
+
+def test_a_shipped_host_frame_is_a_rank_0_record() -> None:
+    core = _connected_core((0,), 1, 2)
+    (rec,) = _upstream(core.rank_frame(0, _blob(1.0)), UpstreamKind.HOST_FRAME)
+    assert rec.rank == 0 and bytes(rec.payload) == _blob(1.0)
+
+
+def test_a_version_3_relay_folds_an_elided_deposit() -> None:
+    core = _connected_core((0, 1), 2, 3)
+    idle = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 0.0,
+                                               [TensorPayload(0, (2,), b"")]), SALT)
+    core.rank_frame(0, idle)
+    (rec,) = _upstream(core.rank_frame(1, _blob(1.0)), UpstreamKind.HOST_FRAME)
+    frame = decode_round_frame(rec.payload, SALT)[0]
+    assert frame.weight == 1.0 and frame.tensors[0].array().tolist() == [1.0, 2.0]
+
+
+def test_a_deposit_over_the_ceiling_fails_the_relay() -> None:
+    core = RelayCore((0,), 1, SALT, ceiling=64)
+    core.rank_handshake(encode_handshake(0, 1, 2))
+    core.dialed()
+    core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), 2), 2))
+    big = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.zeros(64, np.float32))]), SALT)
+    (fin,) = [a for a in core.rank_frame(0, big) if isinstance(a, Finished)]
+    assert not fin.outcome.clean
