@@ -735,3 +735,4 @@ def test_a_deposit_over_the_ceiling_fails_the_relay() -> None:
         TensorPayload.from_array(np.zeros(64, np.float32))]), SALT)
     (fin,) = [a for a in core.rank_frame(0, big) if isinstance(a, Finished)]
     assert not fin.outcome.clean
+    assert fin.outcome.error.error_id == "frame.past_ceiling"  # type: ignore[union-attr]
