@@ -572,9 +572,12 @@ def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
         Bytes written. Raises: as :func:`send_all` (the write-stall deadline covers the whole
         record, every step of it).
     """
-    deadline = time.monotonic() + write_stall_timeout()
+    started = time.monotonic()
+    deadline: float | None = None  # one batch (a frame under HASH_STEP): send_all's own
     total = 0
-    for batch in signed_frame_batches(prefix, pieces, salt, HASH_STEP):
+    for i, batch in enumerate(signed_frame_batches(prefix, pieces, salt, HASH_STEP)):
+        if i == 1:
+            deadline = started + write_stall_timeout()
         total += send_all(sock, batch, deadline=deadline)
     return total
 
