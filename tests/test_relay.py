@@ -582,3 +582,46 @@ def test_broadcast_fan_out_completes_when_the_run_ends_meanwhile() -> None:
             relay.wait(10)
         finally:
             relay.shutdown()
+
+
+def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small-frame path: the HostFrame goes upstream from the rank reader that completed
+    the round (one non-blocking sendmsg), not through the outbound writer's send_all."""
+    import socket as socket_mod
+
+    from flodl_proto.runner import relay as relay_mod
+
+    upstream_writes: list[int] = []
+    real_send_all = relay_mod.send_all
+
+    def send_all(sock: socket_mod.socket, buffers: object, **kw: object) -> int:
+        if sock is relay._upstream:
+            upstream_writes.append(1)
+        return real_send_all(sock, buffers, **kw)  # type: ignore[arg-type]
+
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        try:
+            t, res = in_thread(_connect_all, relay, [0, 1], 2)
+            conn = ctrl.accept()
+            conn.handshake()
+            t.join()
+            c0, c1 = res["result"]
+            monkeypatch.setattr(relay_mod, "send_all", send_all)
+            for k in range(3):
+                j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
+                j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
+                rec = conn.read_record()
+                assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+                assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
+                conn.broadcast(frame([1.5, 1.5], weight=2.0))
+                for t_, r_ in (j0, j1):
+                    t_.join()
+                    assert values(r_["result"]) == [[1.5, 1.5]]
+            assert upstream_writes == [] and relay.stats.host_frames == 3
+            c0.close()
+            c1.close()
+            assert relay.wait(10) is None
+        finally:
+            relay.shutdown()
