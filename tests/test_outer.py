@@ -76,3 +76,12 @@ def test_momentum_restored_from_plain_lists_is_f32() -> None:
     state = s.checkpoint_state()
     assert state is not None
     assert state[0].tolist() == [np.float32(np.float32(0.1) * np.float32(0.5)), 1.0]
+
+
+def test_restored_momentum_is_a_copy() -> None:
+    s = OuterStepper(SlowMomentum(1.0, 0.5))
+    saved = np.asarray([1.0, 2.0], np.float32)
+    s.load_checkpoint_state([saved])
+    saved[:] = 99.0  # the caller reuses its array
+    state = s.checkpoint_state()
+    assert state is not None and state[0].tolist() == [1.0, 2.0]

@@ -1,0 +1,43 @@
+"""HostFold edges written out exactly: the death that completes a round returns its HostFrame
+payload, a seed whose payload disagrees with its shape names every field."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
+from flodl_proto.errors import ProtocolError
+from flodl_proto.reduce import HostFold
+from flodl_proto.reduce.payload import encode_payload
+
+SALT = bytes(range(16))
+
+
+def _blob(*values: float) -> bytes:
+    return encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.asarray(values, np.float32))]), SALT)
+
+
+def test_the_death_that_completes_a_round_returns_its_payload() -> None:
+    f = HostFold([0, 1], SALT)
+    assert f.deposit(0, _blob(1.0, 2.0)) is None
+    out = f.declare_dead(1)
+    assert isinstance(out, bytes) and out == _blob(1.0, 2.0)  # one depositor: verbatim
+    assert f.declare_dead(1) is None  # idempotent
+
+
+def test_a_seed_whose_payload_disagrees_with_its_shape() -> None:
+    bad = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload(0, (3,), bytes(8))]), SALT)
+    f = HostFold([0, 1], SALT)
+    with pytest.raises(ProtocolError) as ei:
+        f.deposit(0, bad)
+        f.deposit(1, bad)
+    assert ei.value.error_id == "fold.seed_promotion"
+    assert dict(ei.value.fields) == {"got": 8, "numel": 3, "element_size": 4}
+
+
+def test_encode_payload_of_plain_floats() -> None:
+    assert encode_payload(0, [1.5, -2.0]) == np.asarray([1.5, -2.0], np.float32).tobytes()
+    assert encode_payload(1, [[1.0], [3.0]]) == np.asarray([0x3F80, 0x4040], np.uint16).tobytes()
