@@ -736,3 +736,24 @@ def test_a_deposit_over_the_ceiling_fails_the_relay() -> None:
     (fin,) = [a for a in core.rank_frame(0, big) if isinstance(a, Finished)]
     assert not fin.outcome.clean
     assert fin.outcome.error.error_id == "frame.past_ceiling"  # type: ignore[union-attr]
+
+
+def test_the_seed_shipped_verbatim_is_a_rank_0_host_frame_record() -> None:
+    core = _connected_core((0,), 1, 2)
+    (up,) = [a for a in core.rank_frame(0, _blob(1.0)) if isinstance(a, SendUpstream)]
+    assert b"".join(bytes(b) for b in up.buffers) == encode_mux_record_bytes(
+        MuxRecord.host_frame(_blob(1.0)), SALT)
+
+
+def test_a_rank_leaving_completes_the_round() -> None:
+    core = _connected_core((0, 1), 2, 2)
+    core.rank_frame(0, _blob(2.0))
+    (rec,) = _upstream(core.rank_left(1), UpstreamKind.HOST_FRAME)
+    assert bytes(rec.payload) == _blob(2.0)
+
+
+def test_a_dead_ranks_frame_does_not_start_the_clock() -> None:
+    core = _timed_core(1.5)
+    core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(1), 2), 2))
+    core.rank_frame(1, _blob(1.0), now=10.0)
+    assert core.next_deadline() is None
