@@ -41,3 +41,32 @@ def test_a_seed_whose_payload_disagrees_with_its_shape() -> None:
 def test_encode_payload_of_plain_floats() -> None:
     assert encode_payload(0, [1.5, -2.0]) == np.asarray([1.5, -2.0], np.float32).tobytes()
     assert encode_payload(1, [[1.0], [3.0]]) == np.asarray([0x3F80, 0x4040], np.uint16).tobytes()
+
+
+@pytest.mark.parametrize(("ceiling", "refused"), [(500, True), (799, True), (800, False)])
+def test_an_elided_seed_counts_every_tensor_against_the_ceiling(ceiling: int,
+                                                                refused: bool) -> None:
+    elided = TensorPayload(0, (100,), b"")
+    full = TensorPayload.from_array(np.ones(100, np.float32))
+    seed = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 0.0, [elided, elided]), SALT)
+    part = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [full, elided]), SALT)
+    f = HostFold([0, 1], SALT, version=3, ceiling=ceiling)
+    f.deposit(0, seed)
+    if not refused:
+        assert f.deposit(1, part) is not None
+        return
+    with pytest.raises(ProtocolError) as ei:
+        f.deposit(1, part)
+    assert ei.value.error_id == "fold.elided_too_large"
+    assert dict(ei.value.fields) == {"nbytes": 800, "ceiling": ceiling}
+
+
+def test_a_deposit_with_more_tensors_than_the_seed() -> None:
+    f = HostFold([0, 1], SALT)
+    f.deposit(0, _blob(1.0))
+    two = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.ones(1, np.float32))] * 2), SALT)
+    with pytest.raises(ProtocolError) as ei:
+        f.deposit(1, two)
+    assert ei.value.error_id == "fold.more_tensors"
+    assert dict(ei.value.fields) == {"rank": 1, "expected": 1}
