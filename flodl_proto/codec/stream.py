@@ -94,7 +94,6 @@ __all__ = [
     "MagicReceived",
     "MuxStream",
     "RecordReceived",
-    "RelayStream",
     "RoundFrameDecoder",
     "StreamEnded",
     "StreamEvent",
@@ -555,6 +554,3 @@ class MuxStream:
             del self._buf[:need]
             self._decode_one(memoryview(item), events)
 
-
-#: the name the controller's parser had before it became the one mux parser (same class)
-RelayStream = MuxStream

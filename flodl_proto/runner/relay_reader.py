@@ -7,7 +7,7 @@ for the first record, the largest legal Hello), then the payload into a pooled b
 (:func:`~flodl_proto.codec.plans.record_macs`; the inner frame of a HostFrame of at least
 :data:`~flodl_proto.codec.auth.PARALLEL_MAC_MIN` bytes on a worker thread, started at the first
 such record; a smaller one on the reading thread, as a hand-off costs more than it saves).
-The connection's :class:`~flodl_proto.codec.stream.RelayStream` turns the bytes into events
+The connection's :class:`~flodl_proto.codec.stream.MuxStream` turns the bytes into events
 (verifying the tags against the MACs); the events go to the coordinator through ``post``.
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (``reduce_reader``), ``relay/mux.rs``
@@ -25,7 +25,7 @@ from typing import Final
 from ..codec.auth import PARALLEL_MAC_MIN
 from ..codec.mux import parse_mux_header
 from ..codec.plans import record_macs
-from ..codec.stream import RelayStream, StreamEvent
+from ..codec.stream import MuxStream, StreamEvent
 from ..errors import ProtocolError
 from ..spec import CHANNEL_MAGIC_LEN, MUX_HEADER_LEN, READ_CHUNK
 from ._netio import (
@@ -77,7 +77,7 @@ class BufferPool:
 
 
 
-def read_relay_connection(sock: socket.socket, stream: RelayStream,
+def read_relay_connection(sock: socket.socket, stream: MuxStream,
                           post: Callable[[list[StreamEvent]], None], *,
                           stop: threading.Event, salt: bytes, ceiling: int, label: str,
                           worker_name: str) -> None:
@@ -146,7 +146,7 @@ class _LazyWorker:
             self._worker.close()
 
 
-def _read_record(sock: socket.socket, stream: RelayStream, pool: BufferPool, starve: float,
+def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starve: float,
                  worker: _LazyWorker, stop: threading.Event, salt: bytes,
                  ceiling: int) -> list[StreamEvent]:
     buf = pool.acquire()
