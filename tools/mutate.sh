@@ -68,6 +68,7 @@ deselected_for() {
     case "$1" in
         fsm) echo "tests/test_lifecycle.py::TestLifecycleStateful::runTest tests/test_controller_core.py::test_controller_core_state_machine tests/test_relay_core.py::test_relay_core_state_machine" ;;
         reduce) echo "tests/test_host_fold_stateful.py::test_host_fold_state_machine" ;;
+        codec) echo "tests/test_stream_stateful.py::TestStreamSplitStateful::runTest" ;;
         *) echo "" ;;
     esac
 }
