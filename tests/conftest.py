@@ -18,6 +18,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
+    # tools/mutate.sh: the same derandomized examples for every mutant, fewer of them, so a
+    # surviving mutant's property tests stay short; exact-value unit tests do most of the killing
+    "mutation", derandomize=True, max_examples=20, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
     "deep", max_examples=2000, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -54,7 +54,7 @@ done
 
 tests_for() {
     case "$1" in
-        codec) echo "tests/test_codec.py tests/test_codec_auth.py tests/test_hot_path.py tests/test_stream_stateful.py" ;;
+        codec) echo "$(cd "$ROOT" && ls tests/test_codec*.py | tr '\n' ' ')tests/test_mux_stream.py tests/test_hot_path.py tests/test_stream_stateful.py" ;;
         reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_outer.py tests/test_scale_payload.py tests/test_host_fold_edges.py tests/test_hot_path.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_host_fold_stateful.py" ;;
         fsm) echo "tests/test_controller_core.py tests/test_core_deadlines.py tests/test_lifecycle.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
         sample) echo "tests/test_codec_auth.py" ;;
@@ -126,7 +126,7 @@ run_one() {
     elif [ -n "$mutants" ]; then
         read -r -a names <<< "$mutants"
     fi
-    (cd "$work" && HYPOTHESIS_PROFILE=ci FLODL_NET_TIMEOUT_SCALE=0.1 \
+    (cd "$work" && HYPOTHESIS_PROFILE=mutation FLODL_NET_TIMEOUT_SCALE=0.1 \
         nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") || rc=$?
     (cd "$work" && "$PY" -m mutmut export-cicd-stats >/dev/null 2>&1 && cat mutants/mutmut-cicd-stats.json) || true
     echo
