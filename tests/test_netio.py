@@ -209,3 +209,25 @@ def test_send_now_never_waits_and_returns_what_is_left(
     tx.close()
     rest2 = _netio.send_now(tx, [b"x"])  # a closed socket: no exception, nothing written
     assert [bytes(b) for b in rest2] == [b"x"]
+
+
+def test_advance_skips_written_buffers_and_keeps_the_tail_of_a_partial_one() -> None:
+    """The buffer advance shared by send_all and send_now: partial sends that end inside a
+    buffer, exactly on a boundary, and across several buffers."""
+    data = [b"abcd", b"ef", b"ghijk"]
+    bufs = [memoryview(b) for b in data]
+    i = _netio._advance(bufs, 0, 0)  # nothing sent
+    assert i == 0 and [bytes(b) for b in bufs] == [b"abcd", b"ef", b"ghijk"]
+    i = _netio._advance(bufs, i, 3)  # inside the first buffer
+    assert i == 0 and [bytes(b) for b in bufs[i:]] == [b"d", b"ef", b"ghijk"]
+    assert bufs[0].obj is data[0]  # a view of the caller's bytes, not a copy
+    i = _netio._advance(bufs, i, 3)  # the first buffer's tail, then exactly the second
+    assert i == 2 and [bytes(b) for b in bufs[i:]] == [b"ghijk"]
+    i = _netio._advance(bufs, i, 2)
+    assert i == 2 and [bytes(b) for b in bufs[i:]] == [b"ijk"]
+    i = _netio._advance(bufs, i, 3)  # the rest
+    assert i == 3 and bufs[i:] == []
+    bufs = [memoryview(b) for b in data]
+    assert _netio._advance(bufs, 0, 9) == 2  # across two boundaries into the third
+    assert bytes(bufs[2]) == b"jk"
+    assert _netio._advance(bufs, 1, 0) == 1  # a zero-byte send changes nothing

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -82,6 +83,25 @@ def _connect_all(relay: Relay, ranks: list[int], world: int,
     return out
 
 
+@contextmanager
+def _relay_with_clients(ctrl: FakeController, ranks: list[int], world: int
+                        ) -> Iterator[tuple[Relay, list[RankClient], ControllerConn]]:
+    """A relay for ``ranks`` with every rank connected as a RankClient and the controller's
+    side of the handshake done (its Hello checked); the relay is shut down on exit."""
+    relay = _start(ctrl, ranks, world)
+    try:
+        t, res = in_thread(_connect_all, relay, ranks, world)
+        conn = ctrl.accept()
+        hello = conn.handshake()
+        assert hello.control == Hello("h0", ranks)
+        t.join()
+        if "error" in res:
+            raise res["error"]
+        yield relay, res["result"], conn
+    finally:
+        relay.shutdown()
+
+
 @pytest.mark.parametrize("version", [2, 3])
 def test_data_channel_end_to_end_one_rank(version: int) -> None:
     """Magic, Hello (v2: {host, ranks}; v3: + empty model_sigs), a 1-rank fold is the identity
@@ -120,68 +140,49 @@ def test_data_channel_end_to_end_one_rank(version: int) -> None:
 
 def test_fold_sums_local_ranks_into_one_host_frame() -> None:
     """[1,2] w3 + [10,20] w1 -> one HostFrame [11,22] w4; the Broadcast reaches both ranks."""
-    with FakeController() as ctrl:
-        relay = _start(ctrl, [0, 1], 2)
-        try:
-            t, res = in_thread(_connect_all, relay, [0, 1], 2)
-            conn = ctrl.accept()
-            hello = conn.handshake()
-            assert hello.control == Hello("h0", [0, 1])
-            t.join()
-            c0, c1 = res["result"]
-            j0 = in_thread(c0.all_reduce, frame([1.0, 2.0], weight=3.0))
-            j1 = in_thread(c1.all_reduce, frame([10.0, 20.0], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
-            host = rec.frame(SALT)
-            assert values(host) == [[11.0, 22.0]] and host.weight == 4.0
-            payload = conn.broadcast(frame([2.75, 5.5], weight=4.0))
-            for t_, r_ in (j0, j1):
-                t_.join()
-                assert values(r_["result"]) == [[2.75, 5.5]]
-            assert bytes(c0.last_reply.raw) == payload == bytes(c1.last_reply.raw)
-            c0.close()
-            c1.close()
-            assert relay.wait(10) is None
-            assert relay.stats.host_frames == 1 and relay.stats.broadcasts == 1
-        finally:
-            relay.shutdown()
+    with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
+        j0 = in_thread(c0.all_reduce, frame([1.0, 2.0], weight=3.0))
+        j1 = in_thread(c1.all_reduce, frame([10.0, 20.0], weight=1.0))
+        rec = conn.read_record()
+        assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+        host = rec.frame(SALT)
+        assert values(host) == [[11.0, 22.0]] and host.weight == 4.0
+        payload = conn.broadcast(frame([2.75, 5.5], weight=4.0))
+        for t_, r_ in (j0, j1):
+            t_.join()
+            assert values(r_["result"]) == [[2.75, 5.5]]
+        assert bytes(c0.last_reply.raw) == payload == bytes(c1.last_reply.raw)
+        c0.close()
+        c1.close()
+        assert relay.wait(10) is None
+        assert relay.stats.host_frames == 1 and relay.stats.broadcasts == 1
 
 
 def test_rank_exit_folds_the_remainder() -> None:
     """Rank 0 deposited [4] w1.5, rank 1 closes: the relay ships HostFrame [4] w1.5, then
     RankExit{1}; survivors keep flowing; the last rank leaving closes upstream."""
-    with FakeController() as ctrl:
-        relay = _start(ctrl, [0, 1], 2)
-        try:
-            t, res = in_thread(_connect_all, relay, [0, 1], 2)
-            conn = ctrl.accept()
-            conn.handshake()
-            t.join()
-            c0, c1 = res["result"]
-            j0 = in_thread(c0.all_reduce, frame([4.0], weight=1.5))
-            wait_until(lambda: 0 in relay.fold.deposited)
-            c1.close()
-            first, second = conn.read_record(), conn.read_record()
-            assert first is not None and first.kind is RecordKind.HOST_FRAME
-            assert values(first.frame(SALT)) == [[4.0]] and first.frame(SALT).weight == 1.5
-            assert second is not None and second.control == RankExit(1)
-            conn.broadcast(frame([4.0], weight=1.5))
-            j0[0].join()
-            assert values(j0[1]["result"]) == [[4.0]]
-            # the survivor keeps flowing on its own
-            j0 = in_thread(c0.all_reduce, frame([7.0], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and values(rec.frame(SALT)) == [[7.0]]
-            conn.broadcast(frame([7.0]))
-            j0[0].join()
-            c0.close()
-            rec = conn.read_record()
-            assert rec is not None and rec.control == RankExit(0)
-            assert conn.read_record() is None
-            assert relay.wait(10) is None
-        finally:
-            relay.shutdown()
+    with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
+        j0 = in_thread(c0.all_reduce, frame([4.0], weight=1.5))
+        wait_until(lambda: 0 in relay.fold.deposited)
+        c1.close()
+        first, second = conn.read_record(), conn.read_record()
+        assert first is not None and first.kind is RecordKind.HOST_FRAME
+        assert values(first.frame(SALT)) == [[4.0]] and first.frame(SALT).weight == 1.5
+        assert second is not None and second.control == RankExit(1)
+        conn.broadcast(frame([4.0], weight=1.5))
+        j0[0].join()
+        assert values(j0[1]["result"]) == [[4.0]]
+        # the survivor keeps flowing on its own
+        j0 = in_thread(c0.all_reduce, frame([7.0], weight=1.0))
+        rec = conn.read_record()
+        assert rec is not None and values(rec.frame(SALT)) == [[7.0]]
+        conn.broadcast(frame([7.0]))
+        j0[0].join()
+        c0.close()
+        rec = conn.read_record()
+        assert rec is not None and rec.control == RankExit(0)
+        assert conn.read_record() is None
+        assert relay.wait(10) is None
 
 
 def test_declare_dead_unblocks_the_barrier() -> None:
@@ -219,26 +220,17 @@ def test_declare_dead_unblocks_the_barrier() -> None:
 
 def test_shuts_down_on_upstream_eof() -> None:
     """The controller closing ends the relay cleanly; its ranks see end of stream."""
-    with FakeController() as ctrl:
-        relay = _start(ctrl, [0, 1], 2)
-        try:
-            t, res = in_thread(_connect_all, relay, [0, 1], 2)
-            conn = ctrl.accept()
-            conn.handshake()
-            t.join()
-            c0, c1 = res["result"]
-            j0 = in_thread(c0.all_reduce, frame([1.0]))
-            conn.close()
-            assert relay.wait(10) is None
-            j0[0].join()
-            err = j0[1]["error"]
-            assert isinstance(err, TruncatedInput) and "closed connection before" in str(err)
-            with pytest.raises(TruncatedInput):
-                c1.all_reduce(frame([1.0]))
-            c0.close()
-            c1.close()
-        finally:
-            relay.shutdown()
+    with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
+        j0 = in_thread(c0.all_reduce, frame([1.0]))
+        conn.close()
+        assert relay.wait(10) is None
+        j0[0].join()
+        err = j0[1]["error"]
+        assert isinstance(err, TruncatedInput) and "closed connection before" in str(err)
+        with pytest.raises(TruncatedInput):
+            c1.all_reduce(frame([1.0]))
+        c0.close()
+        c1.close()
 
 
 @pytest.mark.parametrize(("relay_version", "rank_version"), [(2, 3), (3, 2)])
@@ -600,28 +592,19 @@ def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
             upstream_writes.append(1)
         return real_send_all(sock, buffers, **kw)  # type: ignore[arg-type]
 
-    with FakeController() as ctrl:
-        relay = _start(ctrl, [0, 1], 2)
-        try:
-            t, res = in_thread(_connect_all, relay, [0, 1], 2)
-            conn = ctrl.accept()
-            conn.handshake()
-            t.join()
-            c0, c1 = res["result"]
-            monkeypatch.setattr(relay_mod, "send_all", send_all)
-            for k in range(3):
-                j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
-                j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
-                rec = conn.read_record()
-                assert rec is not None and rec.kind is RecordKind.HOST_FRAME
-                assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
-                conn.broadcast(frame([1.5, 1.5], weight=2.0))
-                for t_, r_ in (j0, j1):
-                    t_.join()
-                    assert values(r_["result"]) == [[1.5, 1.5]]
-            assert upstream_writes == [] and relay.stats.host_frames == 3
-            c0.close()
-            c1.close()
-            assert relay.wait(10) is None
-        finally:
-            relay.shutdown()
+    with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
+        monkeypatch.setattr(relay_mod, "send_all", send_all)
+        for k in range(3):
+            j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
+            j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
+            conn.broadcast(frame([1.5, 1.5], weight=2.0))
+            for t_, r_ in (j0, j1):
+                t_.join()
+                assert values(r_["result"]) == [[1.5, 1.5]]
+        assert upstream_writes == [] and relay.stats.host_frames == 3
+        c0.close()
+        c1.close()
+        assert relay.wait(10) is None

@@ -145,3 +145,49 @@ def test_format_breakdown_lines() -> None:
                         + "    0.200 ms   17 %  gap")
     assert len(lines) == 9
     assert stages.format_breakdown([]) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_runners_mark_rounds_from_0() -> None:
+    """Two rounds through the real controller, one relay and two ranks (threads of this
+    process): every stage of the table is marked for rounds 0 and 1 (once per party, and the
+    relay's deposits_done once per deposit: the breakdown takes its latest), although the
+    controller core numbers these rounds 1 and 2 (RoundScattered.round)."""
+    import numpy as np
+
+    from flodl_proto.runner.controller import ReferenceController
+    from flodl_proto.runner.rank import RankClient
+    from flodl_proto.runner.relay import Relay
+
+    from .cluster_util import SALT, in_thread
+
+    stages.enable()
+    ctrl = ReferenceController(2, SALT).start()
+    relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0).start()
+    try:
+        def rank_main(rank: int) -> None:
+            with RankClient.connect(relay.address, rank, 2, SALT) as c:
+                for _ in range(2):
+                    c.all_reduce_scaled([np.ones(4, dtype=np.float32)], 1.0)
+
+        jobs = [in_thread(rank_main, r) for r in (0, 1)]
+        for t, res in jobs:
+            t.join()
+            assert "error" not in res, res.get("error")
+        assert relay.wait(20) is None
+        outcome = ctrl.wait(20)
+        assert outcome is not None and outcome.clean, outcome
+    finally:
+        relay.shutdown()
+        ctrl.shutdown()
+    got = stages.disable()
+    per_stage: dict[tuple[str, str], list[int]] = {}
+    for r in got:
+        per_stage.setdefault((r.role, r.stage), []).append(r.round)
+    ranks_twice = [0, 0, 1, 1]  # two ranks mark each of their stages in every round
+    assert {k: sorted(v) for k, v in per_stage.items()} == {
+        ("rank", "send_start"): ranks_twice, ("rank", "send_done"): ranks_twice,
+        ("relay", "deposits_done"): ranks_twice, ("relay", "hostframe_sent"): [0, 1],
+        ("controller", "hostframes_done"): [0, 1], ("controller", "broadcast_sent"): [0, 1],
+        ("relay", "broadcast_read"): [0, 1], ("relay", "fanout_done"): [0, 1],
+        ("rank", "reply_parsed"): ranks_twice}

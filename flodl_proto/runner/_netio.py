@@ -487,6 +487,25 @@ def _flatten(buffers: Iterable[BytesLike]) -> list[memoryview]:
     return out
 
 
+def _advance(bufs: list[memoryview], i: int, sent: int) -> int:
+    """Account for ``sent`` bytes of a ``sendmsg`` that started at ``bufs[i]``.
+
+    Buffers written whole are skipped; a buffer written in part is replaced in ``bufs`` by the
+    view of its unwritten tail (no copy). Returns the index of the first buffer with bytes left
+    (``len(bufs)`` when everything was written). ``sent`` is in bytes, at most what
+    ``bufs[i:]`` holds (``sendmsg`` never reports more than it was given).
+    """
+    while sent and i < len(bufs):
+        ln = bufs[i].nbytes
+        if sent >= ln:
+            sent -= ln
+            i += 1
+        else:
+            bufs[i] = bufs[i][sent:]
+            sent = 0
+    return i
+
+
 def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
              deadline: float | None = None) -> int:
     """Write every buffer with ``sendmsg`` (batches of at most IOV_MAX, partial sends resumed).
@@ -554,14 +573,7 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
             except InterruptedError:  # pragma: no cover
                 continue
             total += sent
-            while sent and i < len(bufs):
-                ln = bufs[i].nbytes
-                if sent >= ln:
-                    sent -= ln
-                    i += 1
-                else:
-                    bufs[i] = bufs[i][sent:]
-                    sent = 0
+            i = _advance(bufs, i, sent)
             rearm = True  # a partial send: what is left gets only the time left
     finally:
         if saved is not None:
@@ -588,14 +600,7 @@ def send_now(sock: socket.socket, buffers: Sequence[BytesLike]) -> list[memoryvi
             continue
         except OSError:  # full (BlockingIOError) or failed: the writer takes over
             break
-        while sent and i < len(bufs):
-            ln = bufs[i].nbytes
-            if sent >= ln:
-                sent -= ln
-                i += 1
-            else:
-                bufs[i] = bufs[i][sent:]
-                sent = 0
+        i = _advance(bufs, i, sent)
     return bufs[i:]
 
 

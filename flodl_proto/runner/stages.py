@@ -31,7 +31,9 @@ rank       ``reply_parsed``    the rank has parsed the reply into its arrays
 ========== =================== ===========================================================
 
 ``round`` is the party's own count of the session's rounds from 0 (a rank counts its
-all-reduce calls); every party counts the same rounds, so one number names one round everywhere.
+all-reduce calls, a relay its folded rounds and Broadcasts; the controller passes its core's round
+number, which counts from 1, minus one); every party counts the same rounds, so one number names
+one round everywhere.
 
 :func:`breakdown` turns the records of many processes into per-round stage durations (with the
 gaps between stages: wire and wake-up time), and :func:`format_breakdown` prints the median
@@ -99,8 +101,10 @@ def mark(role: str, round: int, stage: str) -> None:
     """Record that ``role``'s process reached ``stage`` of ``round`` now (no-op when off).
 
     ``role``: ``"rank"``, ``"relay"`` or ``"controller"``; ``stage``: one of :data:`STAGES`;
-    ``round``: the party's count of the session's rounds from 0. Never raises; costs one global
-    check while tracing is off.
+    ``round``: the party's count of the session's rounds from 0 (the session's first round is
+    0), i.e. one less than the round number the controller core reports and logs
+    (``RoundScattered.round``, which counts from 1).
+    Never raises; costs one global check while tracing is off.
     """
     if _on:
         _buffer.append(Record(role, os.getpid(), round, stage, time.monotonic_ns()))
