@@ -104,3 +104,89 @@ def test_f32_to_bf16_and_scale_round(kernels: str, request: pytest.FixtureReques
     factor = struct.unpack("<f", struct.pack("<I", 0x3F80C000))[0]
     scaled = bytes(scale_payload(BF16_TAG, ones, factor))
     assert set(struct.unpack(f"<{len(sums)}H", scaled)) == {0x3F81}
+
+
+# -- the small-tensor kernels (ml_dtypes' cast, NaN lanes patched) ---------------------------------
+#: (f32 bits, upstream's bf16 bits): ties to even, above half, overflow to infinity, subnormals,
+#: signed zeros, infinities, and NaNs (sign and top payload bits kept, quiet bit set)
+ENCODE_CASES = [
+    (0x3F800000, 0x3F80), (0x3F80C000, 0x3F81), (0x3F818000, 0x3F82), (0x3F808000, 0x3F80),
+    (0x3F808001, 0x3F81), (0xBF80C000, 0xBF81), (0x7F7FFFFF, 0x7F80), (0xFF7FFFFF, 0xFF80),
+    (0x7F7F7FFF, 0x7F7F), (0x00008000, 0x0000), (0x00018000, 0x0002), (0x00017FFF, 0x0001),
+    (0x80000000, 0x8000), (0x00000000, 0x0000), (0x7F800000, 0x7F80), (0xFF800000, 0xFF80),
+    (0x7FA00001, 0x7FE0), (0xFF812345, 0xFFC1), (0x7FC00000, 0x7FC0), (0x7F800001, 0x7FC0),
+    (0xFFFFFFFF, 0xFFFF),
+]
+
+
+def _f32(bits: list[int]) -> np.ndarray:
+    return np.array(bits, dtype=np.uint32).view(np.float32)
+
+
+def test_encode_bf16_small_exact_values() -> None:
+    from flodl_proto.reduce import _kernels as K
+
+    src = _f32([a for a, _ in ENCODE_CASES])
+    want = [b for _, b in ENCODE_CASES]
+    for may in (None, True):
+        dst = np.full(len(src), 0xAAAA, np.uint16)
+        with np.errstate(all="ignore"):
+            K.encode_bf16_small(src, dst, may)
+        assert [int(x) for x in dst] == want
+    # told there is no NaN: the NaN lanes keep the cast's default NaN (no scan, no patch)
+    dst = np.zeros(len(src), np.uint16)
+    with np.errstate(all="ignore"):
+        K.encode_bf16_small(src, dst, False)
+    assert [int(x) for x in dst] == [0x7FC0 if b in (0x7FE0, 0x7FC0) else
+                                     0xFFC0 if b in (0xFFC1, 0xFFFF) else b for b in want]
+    finite = _f32([0x3F80C000, 0x3F818000])
+    dst = np.zeros(2, np.uint16)
+    K.encode_bf16_small(finite, dst, False)
+    assert dst.tolist() == [0x3F81, 0x3F82]
+    empty = np.zeros(0, np.uint16)
+    K.encode_bf16_small(np.zeros(0, np.float32), empty)  # no scan of an empty array
+    assert empty.size == 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 1 << 13, (1 << 14) - 1, 1 << 14, (1 << 14) + 3])
+def test_encode_bf16_small_and_large_paths_agree(n: int) -> None:
+    """encode_bf16 takes the cast below SMALL_ELEMS and the integer ops from there on; both
+    give the integer rule's bytes, NaNs included, on either side of the threshold."""
+    from flodl_proto.reduce import _kernels as K
+
+    assert K.SMALL_ELEMS == 1 << 14
+    rng = np.random.default_rng(n)
+    bits = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    bits[: min(n, len(ENCODE_CASES))] = [a for a, _ in ENCODE_CASES][: min(n, len(ENCODE_CASES))]
+    u = bits.astype(np.uint64)
+    ref = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    src = bits.view(np.float32)
+    nan = np.isnan(src)
+    ref[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)
+    dst = np.zeros(n, np.uint16)
+    with np.errstate(all="ignore"):
+        K.encode_bf16(src, dst, K.Workspace(n))
+    assert np.array_equal(dst, ref)
+    direct = np.zeros(n, np.uint16)
+    with np.errstate(all="ignore"):
+        K.encode_bf16_small(src, direct)
+    assert np.array_equal(direct, ref)
+
+
+def test_round_bf16_small_exact_values() -> None:
+    from flodl_proto.reduce import _kernels as K
+
+    src = _f32([a for a, _ in ENCODE_CASES])
+    a = src.copy()
+    with np.errstate(all="ignore"):
+        K.round_bf16_small(a, K.Workspace(len(a)), True)
+    assert a.view(np.uint32).tolist() == [b << 16 for _, b in ENCODE_CASES]
+    # the general rounding gives the same bits (it takes the small path below SMALL_ELEMS)
+    big = np.tile(src, (K.SMALL_ELEMS // len(src)) + 1)
+    ref = big.copy()
+    with np.errstate(all="ignore"):
+        K._round_bf16(ref, K.Workspace(len(ref)), True)
+    assert ref.view(np.uint32)[: len(src)].tolist() == [b << 16 for _, b in ENCODE_CASES]
+    finite = _f32([0x3F80C000, 0x3F818000, 0x3F808000])
+    K.round_bf16_small(finite, K.Workspace(3), False)
+    assert finite.view(np.uint32).tolist() == [0x3F810000, 0x3F820000, 0x3F800000]

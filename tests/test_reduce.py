@@ -718,3 +718,86 @@ def test_weights_summing_past_f64_are_a_remote_error() -> None:
     with pytest.raises(InvalidValue, match="takes the round's summed weight to inf") as err2:
         fold.deposit(1, wire(big))
     assert err2.value.remote and fold.error is err2.value
+
+
+# -- the small-tensor path (every tensor under K.SMALL_ELEMS elements) ----------------------------
+def test_sum_small_f32_exact_values() -> None:
+    from flodl_proto.reduce import _kernels as K
+
+    a = np.array([-0.0, 1.0, 3e38, 0.5], np.float32)
+    b = np.array([-0.0, 2.0, 3e38, -0.5], np.float32)
+    ws = K.Workspace(4)
+    with np.errstate(all="ignore"):
+        plain = K.sum_small([a], F32, 4, None, ws)
+        two = K.sum_small([a, b], F32, 4, None, ws)
+        scaled = K.sum_small([a, b], F32, 4, np.float32(1 / 3), ws)
+    # 0.0 + -0.0 is +0.0: a lone -0.0 becomes +0.0, as in the general path
+    assert plain.view(np.uint32).tolist() == [0, 0x3F800000, 0x7F61B1E6, 0x3F000000]
+    assert two.tolist() == [0.0, 3.0, float("inf"), 0.0]
+    assert two.view(np.uint32)[0] == 0 and two.view(np.uint32)[3] == 0
+    assert scaled.view(np.uint32).tolist() == [0, 0x3F800000, 0x7F800000, 0]
+    assert plain is not a and plain.dtype == np.float32 and a[0] == 0.0  # inputs untouched
+    assert a.view(np.uint32)[0] == 0x80000000
+
+
+def test_sum_small_bf16_exact_values() -> None:
+    from flodl_proto.reduce import _kernels as K
+
+    a = np.array([0x3F80, 0x3F81, 0x8000, 0x7FA1], np.uint16)  # 1, 1.0078125, -0, NaN
+    b = np.array([0x3BC0, 0x3B80, 0x8000, 0x3F80], np.uint16)
+    ws = K.Workspace(4)
+    with np.errstate(all="ignore"):
+        pure = K.sum_small([a, b], BF16, 4, None, ws)
+        scaled = K.sum_small([a, b], BF16, 4, np.float32(1 / 3), ws)
+    # 1 + 3 * 2**-9 rounds up; the tie goes to even; 0 + -0 + -0 = +0; the NaN keeps its bits
+    assert pure.tolist() == [0x3F81, 0x3F82, 0x0000, 0x7FE1]
+    # the sum is rounded to bf16 first, then scaled and rounded again (two roundings)
+    assert scaled.tolist() == [0x3EAC, 0x3EAD, 0x0000, 0x7FE1]
+    assert pure.dtype == np.uint16 and pure.shape == (4,)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("normalise", [False, True])
+def test_small_fold_matches_the_general_path(dtype: int, normalise: bool) -> None:
+    """A round whose tensors are all under SMALL_ELEMS goes through the small path; the same
+    tensors padded past the threshold go through the general one: same leading bytes."""
+    from flodl_proto.reduce import _kernels as K
+
+    rng = np.random.default_rng(7 + dtype)
+    n = 257
+    vals = [rng.standard_normal(n).astype(np.float32) * 100 for _ in range(3)]
+    vals[1][:4] = [np.inf, -np.inf, np.nan, -0.0]
+    big_n = K.SMALL_ELEMS + 5
+
+    def frames(size: int) -> list[RoundFrame]:
+        out = []
+        for k, v in enumerate(vals):
+            full = np.zeros(size, np.float32)
+            full[:n] = v
+            out.append(frame(tensor(full[:n] if size == n else full, dtype),
+                             tensor(full[:3] * 2, dtype), weight=float(k + 1)))
+        return out
+
+    fn = reduce_realized_work if normalise else sum_frames
+    small, large = fn(frames(n)), fn(frames(big_n))
+    es = 4 if dtype == F32 else 2
+    assert bytes(small.tensors[0].data) == bytes(large.tensors[0].data)[: n * es]
+    assert bytes(small.tensors[1].data) == bytes(large.tensors[1].data)
+    assert small.weight == large.weight == 6.0
+    assert small.tensors[0].shape == (n,) and small.tensors[1].shape == (3,)
+
+
+def test_small_fold_exact_values_and_elided_tensors() -> None:
+    f1 = frame(tensor([1.0, 2.0]), elided([3]), tensor([-0.0]), weight=1.0)
+    f2 = frame(tensor([3.0, -0.0]), elided([3]), tensor([-0.0]), weight=3.0)
+    out = reduce_realized_work([f1, f2], version=3)
+    assert values(out.tensors[0]) == [1.0, 0.5]
+    assert out.tensors[1].elided and out.tensors[1].shape == (3,)
+    assert out.tensors[2].data.tobytes() == b"\x00\x00\x00\x00"  # +0.0
+    assert out.weight == 4.0 and out.kind is MODEL
+    c = sum_frames([frame(tensor([1.5]), kind=CONTROL, weight=0.0),
+                    frame(tensor([2.0]), kind=CONTROL, weight=0.0)])
+    assert values(c.tensors[0]) == [3.5] and c.kind is CONTROL
+    assert f64_bits(c.weight) == 0  # -0.0 + 0.0 + 0.0 = +0.0
+    empty = sum_frames([frame(weight=2.0), frame(weight=0.5)])
+    assert empty.tensors == () and empty.weight == 2.5

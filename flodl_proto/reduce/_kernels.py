@@ -68,12 +68,14 @@ __all__ = [
     "JIT_MIN_ELEMS",
     "KERNEL_BACKENDS",
     "PARALLEL_MIN_ELEMS",
+    "SMALL_ELEMS",
     "U16",
     "Workspace",
     "accumulate",
     "check_backend_name",
     "default_threads",
     "encode_bf16",
+    "encode_bf16_small",
     "encode_sums",
     "encode_sums_into",
     "fold_into",
@@ -83,6 +85,7 @@ __all__ = [
     "scale_bf16",
     "set_kernel_backend",
     "sum_contributions",
+    "sum_small",
     "widen_bf16",
 ]
 
@@ -92,6 +95,11 @@ __all__ = [
 CHUNK_ELEMS: Final = 1 << 16
 #: Tensors below this many elements per worker are summed on the calling thread only.
 PARALLEL_MIN_ELEMS: Final = 1 << 20
+#: Below this many elements, bf16 encoding uses ml_dtypes' cast (one call; bit-identical to the
+#: integer rounding for every non-NaN f32, NaN lanes patched after it) and :func:`sum_small`
+#: sums a tensor in one pass with no per-tensor set-up: per-call overhead dominates there. At a
+#: full chunk the integer ops are as fast as the cast (measured), so large tensors keep them.
+SMALL_ELEMS: Final = 1 << 14
 
 F32: Final = np.dtype("<f4")
 U16: Final = np.dtype("<u2")
@@ -253,6 +261,9 @@ def encode_bf16(
             to scan.
     """
     n = src.shape[0]
+    if n < SMALL_ELEMS:
+        encode_bf16_small(src, dst, may_have_nan)
+        return
     u = src.view(_U32)
     t = ws.tmp[:n]
     np.right_shift(u, _SIXTEEN, out=t)
@@ -267,6 +278,53 @@ def encode_bf16(
         m = np.isnan(src, out=ws.mask[:n])
         if m.any():
             dst[m] = ((u[m] >> _SIXTEEN) | _QUIET16).astype(U16)
+
+
+def encode_bf16_small(src: F32Array, dst: U16Array, may_have_nan: bool | None = None) -> None:
+    """:func:`encode_bf16` for a short ``src`` (any length; the fast choice below
+    :data:`SMALL_ELEMS`): ml_dtypes' float32 -> bfloat16 cast, which rounds to nearest-even
+    exactly as upstream's integer rule for every non-NaN value (subnormals, overflow to infinity
+    and signed zeros included), then NaN lanes re-encoded with upstream's rule
+    (``(bits >> 16) | 0x0040``; the cast would give the default NaN). Same arguments as
+    :func:`encode_bf16`; call it with NumPy's invalid-value warning off (a NaN cast warns).
+
+    Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
+    """
+    np.copyto(dst.view(BF16), src, casting="unsafe")
+    if may_have_nan is None:
+        may_have_nan = bool(src.shape[0]) and bool(np.isnan(src.min()))
+    if may_have_nan:
+        m = np.isnan(src)
+        if m.any():
+            dst[m] = ((src.view(_U32)[m] >> _SIXTEEN) | _QUIET16).astype(U16)
+
+
+def sum_small(
+    views: Sequence[npt.NDArray[Any]],
+    dtype: int,
+    numel: int,
+    scale: np.float32 | None,
+    ws: Workspace,
+) -> npt.NDArray[Any]:
+    """:func:`sum_contributions` for a tensor of fewer than :data:`SMALL_ELEMS` elements, on the
+    calling thread, with no per-call set-up: no warning context (the caller holds
+    ``np.errstate(all="ignore")`` around its whole fold), no closure, no thread split. Same
+    arguments (``ws`` of at least ``numel`` elements for bf16) and bit-identical result: a new
+    flat ``<f4`` or ``<u2`` array of ``numel`` elements.
+
+    Upstream: ``controller/round_frame.rs`` ``sum_frames`` / ``reduce_realized_work`` (per
+    tensor).
+    """
+    if dtype == DTYPE_F32:
+        out32: F32Array = np.add(views[0], _ZERO)
+        for v in views[1:]:
+            np.add(out32, v, out=out32)
+        if scale is not None:
+            np.multiply(out32, scale, out=out32)
+        return out32
+    out16: U16Array = np.empty(numel, U16)
+    _sum_bf16(views, 0, numel, out16, scale, ws)
+    return out16
 
 
 def _chunks(start: int, stop: int) -> range:
@@ -420,6 +478,9 @@ def _sum_bf16(
 def _round_bf16(a: F32Array, ws: Workspace, has_nan: bool) -> None:
     """``a = widen(encode_bf16(a))`` in place (rounding to bf16 precision in the f32 domain)."""
     n = a.shape[0]
+    if n < SMALL_ELEMS:
+        round_bf16_small(a, ws, has_nan)
+        return
     u = a.view(_U32)
     if has_nan:
         m = np.isnan(a, out=ws.mask[:n])
@@ -432,6 +493,17 @@ def _round_bf16(a: F32Array, ws: Workspace, has_nan: bool) -> None:
     np.bitwise_and(u, _HIGH, out=u)
     if has_nan:
         u[m] = nan_bits
+
+
+def round_bf16_small(a: F32Array, ws: Workspace, has_nan: bool) -> None:
+    """:func:`_round_bf16` for a short ``a`` (the fast choice below :data:`SMALL_ELEMS`):
+    encoded with :func:`encode_bf16_small` into the workspace, then widened back into ``a``
+    (bit-identical: a NaN keeps its sign and top payload bits with the quiet bit set). ``ws``
+    holds at least ``len(a)`` elements; ``has_nan``: whether ``a`` may hold a NaN."""
+    n = a.shape[0]
+    bits = ws.tmp[:n].view(U16)[:n]
+    encode_bf16_small(a, bits, has_nan)
+    widen_bf16(bits, a)
 
 
 @_quiet

@@ -164,6 +164,8 @@ def _fold(
     if normalise and ref.kind is RoundKind.MODEL and is_realized(weight):
         with np.errstate(over="ignore"):
             scale = np.float32(1.0 / weight)
+    if all(t.numel < K.SMALL_ELEMS for t in ref.tensors):
+        return RoundFrame(ref.kind, weight, _sum_small_tensors(ref, plan, scale))
     ws = K.Workspace()
     out: list[TensorPayload] = []
     for t0, contribs in zip(ref.tensors, plan, strict=True):
@@ -174,6 +176,24 @@ def _fold(
                                   workers)
         out.append(TensorPayload(t0.dtype, t0.shape, arr.view(np.uint8).data))
     return RoundFrame(ref.kind, weight, out)
+
+
+def _sum_small_tensors(ref: RoundFrame, plan: list[list[TensorPayload] | None],
+                       scale: np.float32 | None) -> list[TensorPayload]:
+    """The summed tensors of a fold whose every tensor has fewer than ``K.SMALL_ELEMS``
+    elements: :func:`K.sum_small` per tensor under one warning context and one workspace of
+    the largest tensor's size (bit-identical to the general path; the per-tensor set-up is what
+    a small round's reduce spends its time on)."""
+    ws = K.Workspace(max([t.numel for t in ref.tensors], default=0))
+    out: list[TensorPayload] = []
+    with np.errstate(all="ignore"):
+        for t0, contribs in zip(ref.tensors, plan, strict=True):
+            if contribs is None:
+                out.append(TensorPayload(t0.dtype, t0.shape, b""))
+                continue
+            arr = K.sum_small([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws)
+            out.append(TensorPayload(t0.dtype, t0.shape, arr.view(np.uint8).data))
+    return out
 
 
 def sum_frames(
