@@ -170,6 +170,23 @@ def test_encode_control_model_sigs_at_version_2_is_local() -> None:
                       "signatures)")
 
 
+@pytest.mark.parametrize(("msg", "field"), [
+    (RankExit(1), "RankExit.rank"), (DeclareDead(1), "DeclareDead.rank"),
+    (Hello("h", [1]), "Hello.ranks"),
+])
+def test_encode_control_rechecks_rank_width(msg: object, field: str) -> None:
+    """The encoder writes ranks as u32s itself: a rank forced past u32 after construction (the
+    constructors refuse one) is refused again, naming the field."""
+    if isinstance(msg, Hello):
+        object.__setattr__(msg, "ranks", (0, 2**32))
+    else:
+        object.__setattr__(msg, "rank", 2**32)
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        encode_control(msg, 3)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.fields == {"field": field, "value": 2**32, "type": "u32"}
+
+
 @pytest.mark.parametrize("version", [1, 4])
 def test_control_codec_rejects_unsupported_version(version: int) -> None:
     for call in (lambda: encode_control(HelloAck(), version),
