@@ -801,3 +801,63 @@ def test_small_fold_exact_values_and_elided_tensors() -> None:
     assert f64_bits(c.weight) == 0  # -0.0 + 0.0 + 0.0 = +0.0
     empty = sum_frames([frame(weight=2.0), frame(weight=0.5)])
     assert empty.tensors == () and empty.weight == 2.5
+
+
+@pytest.mark.parametrize("with_acc", [False, True])
+def test_fold_small_exact_values(with_acc: bool) -> None:
+    from flodl_proto.reduce import _kernels as K
+
+    ws = K.Workspace(4)
+    seed = np.array([1.0, -0.0, 2.0, 0.5], np.float32)
+    x = np.array([2.0, -0.0, -2.0, 0.25], np.float32)
+    acc = (seed + np.float32(0.0)) if with_acc else None
+    views = [x] if with_acc else [seed, x]
+    out = np.full(4, 7.0, np.float32)
+    K.fold_small(out, acc, views, F32, ws)
+    assert out.view(np.uint32).tolist() == [0x40400000, 0, 0, 0x3F400000]  # 3, +0, +0, 0.75
+    if acc is not None:
+        assert acc.tolist() == [3.0, 0.0, 0.0, 0.75]  # the running sums are updated
+        same = acc.copy()
+        K.fold_small(same, same, [x], F32, ws)  # f32: the output may be the sums themselves
+        assert same.tolist() == [5.0, 0.0, -2.0, 1.0]
+    a16 = np.array([0x3F80, 0x3F81, 0x8000, 0x7FA1], np.uint16)
+    b16 = np.array([0x3BC0, 0x3B80, 0x8000, 0x3F80], np.uint16)
+    out16 = np.zeros(4, np.uint16)
+    acc16 = None
+    if with_acc:
+        acc16 = np.zeros(4, np.float32)
+        K.promote_into(acc16, a16, BF16, ws)
+    with np.errstate(all="ignore"):
+        K.fold_small(out16, acc16, [b16] if with_acc else [a16, b16], BF16, ws)
+    assert out16.tolist() == [0x3F81, 0x3F82, 0x0000, 0x7FE1]
+    zeros = np.full(3, 9, np.uint16)
+    K.fold_small(zeros, None, [], BF16, ws)
+    assert zeros.tolist() == [0, 0, 0]
+
+
+def test_host_fold_small_and_large_tensors_agree() -> None:
+    """The relay's fold takes K.fold_small below SMALL_ELEMS and the chunked kernels from there
+    on: the same leading bytes either way, f32 and bf16, two and three ranks."""
+    from flodl_proto.reduce import _kernels as K
+
+    rng = np.random.default_rng(3)
+    for dtype in (F32, BF16):
+        for ranks in (2, 3):
+            out = []
+            small = [rng.standard_normal(100).astype(np.float32) for _ in range(ranks)]
+            padded = [np.concatenate([b, np.zeros(K.SMALL_ELEMS + 1 - 100, np.float32)])
+                      for b in small]
+            for base in (small, padded):
+                fold = HostFold(range(ranks), SALT)
+                res = None
+                for r in range(ranks):
+                    res = fold.deposit_frame(r, wire(frame(tensor(base[r], dtype))))
+                assert isinstance(res, RoundFrame)
+                out.append(bytes(res.tensors[0].data)[: 100 * (4 if dtype == F32 else 2)])
+            assert out[0] == out[1]
+    dead = HostFold([0, 1, 2], SALT)
+    dead.deposit_frame(0, wire(frame(tensor([1.0, 2.0]))))
+    dead.deposit_frame(1, wire(frame(tensor([0.5, -3.0]), weight=2.0)))
+    shipped = dead.declare_dead_frame(2)  # completes the round: the sums encoded as they stand
+    assert isinstance(shipped, RoundFrame)
+    assert values(shipped.tensors[0]) == [1.5, -1.0] and shipped.weight == 3.0

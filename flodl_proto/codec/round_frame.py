@@ -26,7 +26,7 @@ import math
 import struct as _struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import ml_dtypes
 import numpy as np
@@ -156,6 +156,28 @@ class TensorPayload:
         object.__setattr__(self, "data", as_view(data))
 
     # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def trusted(cls, dtype: int, shape: tuple[int, ...], data: memoryview) -> TensorPayload:
+        """A payload from fields already known to be in range, built without checking them
+        again: for the frame reader and the folds, which build payloads from a checked frame's
+        fields on every round.
+
+        Args:
+            dtype: 0..255. shape: a tuple of at most 255 ints, each 0..2**32-1. data: a flat
+                unsigned-byte memoryview (a slice of a frame's view, or
+                ``ndarray.view(np.uint8).data`` of a 1-D array).
+
+        Returns:
+            The payload, equal to ``TensorPayload(dtype, shape, data)`` for such values.
+            Anything else gives a payload that breaks the class's invariants: build values of
+            unknown origin with the constructor, which checks them.
+        """
+        p = object.__new__(cls)
+        object.__setattr__(p, "dtype", dtype)
+        object.__setattr__(p, "shape", shape)
+        object.__setattr__(p, "data", data)
+        return p
+
     @classmethod
     def from_array(cls, array: npt.ArrayLike, dtype: int | None = None) -> TensorPayload:
         """Wrap a NumPy array's bytes (no copy when it is already contiguous little-endian).
@@ -342,6 +364,21 @@ class RoundFrame:
         object.__setattr__(self, "weight", w)
         object.__setattr__(self, "tensors", ts)
 
+    @classmethod
+    def trusted(cls, kind: RoundKind, weight: float, tensors: tuple[TensorPayload, ...]
+                ) -> RoundFrame:
+        """A frame from fields already known to be valid, built without checking them again
+        (the frame reader's and the folds' per-round construction): ``kind`` a
+        :class:`RoundKind`, ``weight`` a finite float not below zero (``-0.0`` allowed),
+        ``tensors`` a tuple of at most 65,536 :class:`TensorPayload`. Equal to
+        ``RoundFrame(kind, weight, tensors)`` for such values; use the constructor for values
+        of unknown origin."""
+        f = object.__new__(cls)
+        object.__setattr__(f, "kind", kind)
+        object.__setattr__(f, "weight", weight)
+        object.__setattr__(f, "tensors", tensors)
+        return f
+
     @property
     def wire_len(self) -> int:
         """Exact encoded length in bytes, tag included (``round_frame_wire_len``)."""
@@ -525,6 +562,10 @@ class _FrameWalk:
         return None
 
 
+#: kind byte -> RoundKind (the walk accepts only these two bytes)
+_KINDS: Final = {int(k): k for k in RoundKind}
+
+
 def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> int | NeedData:
     """Total length of the frame starting ``data`` if it is all present, else how much is needed.
 
@@ -561,8 +602,9 @@ def parse_round_frame_or_eos(
     if walk.advance(mv, partial=False) is not None:
         return END_OF_STREAM
     pos = walk.pos
-    tensors = [TensorPayload(d, s, mv[start:start + n]) for d, s, start, n in walk.entries]
-    frame = RoundFrame(RoundKind(walk.kind), walk.weight, tensors)
+    tensors = tuple([TensorPayload.trusted(d, s, mv[start:start + n])
+                     for d, s, start, n in walk.entries])
+    frame = RoundFrame.trusted(_KINDS[walk.kind], walk.weight, tensors)
     return frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN])
 
 
@@ -685,7 +727,7 @@ def delivered_tensors(data: BytesLike, count: int) -> list[TensorPayload]:
         pos += 4 * ndim
         (nbytes,) = _NBYTES.unpack_from(mv, pos)
         pos += 8
-        out.append(TensorPayload(dtype, dims, mv[pos:pos + nbytes]))
+        out.append(TensorPayload.trusted(dtype, dims, mv[pos:pos + nbytes]))
         pos += nbytes
     return out
 

@@ -79,6 +79,7 @@ __all__ = [
     "encode_sums",
     "encode_sums_into",
     "fold_into",
+    "fold_small",
     "kernel_backend",
     "promote",
     "promote_into",
@@ -665,6 +666,44 @@ def fold_into(
             jit.bf16_encode(a, out[s:e])
         else:
             encode_bf16(a, out[s:e], ws)
+
+
+def fold_small(
+    out: npt.NDArray[Any],
+    acc: F32Array | None,
+    views: Sequence[npt.NDArray[Any]],
+    dtype: int,
+    ws: Workspace,
+) -> None:
+    """:func:`fold_into` for a tensor of fewer than :data:`SMALL_ELEMS` elements, in one pass
+    with no per-call set-up: no warning context (the caller holds ``np.errstate(all="ignore")``
+    around its fold), no chunk loop. Same arguments (``ws`` of at least ``len(out)`` elements),
+    same result bit for bit.
+
+    Upstream: ``payload_to_f32``, ``accumulate_payload_into``, ``f32_slice_to_payload_bytes``.
+    """
+    if acc is None and not views:
+        out.fill(0)
+        return
+    if dtype == DTYPE_F32:
+        o = out if acc is None else acc  # the running sums live here
+        rest = views
+        if acc is None:
+            np.add(views[0], _ZERO, out=o)
+            rest = views[1:]
+        for v in rest:
+            np.add(o, v, out=o)
+        if acc is not None and acc is not out:
+            np.copyto(out, o)  # f32 sums are their own encoding
+        return
+    if acc is None:
+        _sum_bf16(views, 0, out.shape[0], out, None, ws)
+        return
+    t = ws.wide[: acc.shape[0]]
+    for v in views:
+        widen_bf16(v, t)
+        np.add(acc, t, out=acc)
+    encode_bf16_small(acc, out)
 
 
 @_quiet

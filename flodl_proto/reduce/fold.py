@@ -165,7 +165,7 @@ def _fold(
         with np.errstate(over="ignore"):
             scale = np.float32(1.0 / weight)
     if all(t.numel < K.SMALL_ELEMS for t in ref.tensors):
-        return RoundFrame(ref.kind, weight, _sum_small_tensors(ref, plan, scale))
+        return RoundFrame.trusted(ref.kind, weight, tuple(_sum_small_tensors(ref, plan, scale)))
     ws = K.Workspace()
     out: list[TensorPayload] = []
     for t0, contribs in zip(ref.tensors, plan, strict=True):
@@ -192,7 +192,7 @@ def _sum_small_tensors(ref: RoundFrame, plan: list[list[TensorPayload] | None],
                 out.append(TensorPayload(t0.dtype, t0.shape, b""))
                 continue
             arr = K.sum_small([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws)
-            out.append(TensorPayload(t0.dtype, t0.shape, arr.view(np.uint8).data))
+            out.append(TensorPayload.trusted(t0.dtype, t0.shape, arr.view(np.uint8).data))
     return out
 
 

@@ -300,8 +300,9 @@ class HostFold:
             try:
                 if self._round is not None and rank in self._round.deposited:
                     raise protocol_error("fold.double_deposit", rank=rank)
-                self._merge(rank, mv, premac)
-                return self._complete()
+                with np.errstate(all="ignore"):  # the kernels' own context, once per deposit
+                    self._merge(rank, mv, premac)
+                    return self._complete()
             except ProtocolError as e:
                 self._error = e
                 raise
@@ -333,7 +334,7 @@ class HostFold:
         Raises:
             as :meth:`declare_dead`.
         """
-        with self._lock:
+        with self._lock, np.errstate(all="ignore"):  # the kernels' context (see deposit_frame)
             self._check_alive()
             self._dead.add(int(rank))
             return self._complete()
@@ -471,6 +472,9 @@ class HostFold:
         views = [] if acc is not None else [self._seed_view(rnd, ti)]
         views.append(view)
         present = [v for v in views if v is not None]
+        if numel < K.SMALL_ELEMS:  # under deposit_frame's warning context: no set-up per call
+            K.fold_small(out, acc, present, dtype, self._workspace())
+            return out
         self._split(numel, lambda lo, hi, ws: K.fold_into(
             out[lo:hi], None if acc is None else acc[lo:hi], [v[lo:hi] for v in present],
             dtype, ws))
@@ -549,9 +553,9 @@ class HostFold:
             out = rnd.outs.get(ti)
             if out is None:  # not merged by the last deposit: encode the sums as they stand
                 out = self._fold_out(rnd, ti, acc, None)
-            tensors.append(TensorPayload(dtype, shape, out.view(np.uint8).data))
+            tensors.append(TensorPayload.trusted(dtype, shape, out.view(np.uint8).data))
         self._pool.end_round()
-        return RoundFrame(rnd.kind, rnd.weight, tensors)
+        return RoundFrame.trusted(rnd.kind, rnd.weight, tuple(tensors))
 
 
 def _view(p: TensorPayload) -> npt.NDArray[Any]:
