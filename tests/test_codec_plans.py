@@ -89,6 +89,15 @@ def test_frame_macs_premac_authenticates_the_spec_example() -> None:
     assert frame_macs(9, SALT).mac.digest() == mac(SALT, b"")
 
 
+def test_frame_macs_premac_counts_the_covered_range() -> None:
+    # a plan over buffer[3:10] (the attributes name the range; frame_macs starts at 0)
+    buf = bytes(range(20))
+    plan = FrameMacs(hmac.new(SALT, digestmod="sha256"), 3, 10)
+    assert plan.ranges(2) == [(plan.mac, 5, 12)]
+    feed(plan.ranges(), buf)
+    assert plan.premac() == Premac(7, mac(SALT, buf[3:10]))
+
+
 # -- record_macs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, rank", [(1, 7), (2, 0), (4, 0)])
 def test_record_macs_cover_the_header_prefix_and_the_payload(kind: int, rank: int) -> None:

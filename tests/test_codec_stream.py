@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import pytest
 
 from flodl_proto.codec import END_OF_STREAM, Hello, NeedData, RecordKind, RoundFrame
+from flodl_proto.codec import stream as stream_module
 from flodl_proto.codec.auth import Premac
 from flodl_proto.codec.stream import (
     LenFramedDecoder,
@@ -399,13 +400,14 @@ def test_mux_stream_defaults() -> None:
     stream = MuxStream(SALT)
     assert (stream.done, stream.buffered, stream.bytes_in, stream.payload_limit) == (
         False, 0, 0, GiB)
-    # the default expects the data-channel magic, then records of protocol version 3
-    events = stream.feed(DATA_MAGIC + mux(SALT, 2, V3_HELLO))
+    # the default expects the data-channel magic, then records of protocol version 2 (a
+    # version-2 Hello, which version 3 refuses)
+    events = stream.feed(DATA_MAGIC + mux(SALT, 2, V2_HELLO))
     assert isinstance(events[0], MagicReceived) and events[0].nbytes == 4
     [rec] = events[1:]
     assert isinstance(rec, RecordReceived)
-    assert isinstance(rec.record.control, Hello) and rec.record.control.model_sigs == ()
-    assert stream.bytes_in == 4 + 25 + 8
+    assert isinstance(rec.record.control, Hello) and rec.record.control.ranks == (0, 1)
+    assert stream.bytes_in == 4 + 25 + 7
     assert stream.feed_eof() == [StreamEnded()]
     assert stream.done
 
@@ -673,6 +675,11 @@ def test_other_version_hello(salt: bytes) -> None:
     sig = bytes(range(32))
     assert other_version_hello(mux(salt, 2, V2_HELLO + b"\x01" + sig), salt, 2) == V3_HINT_AT_V2
     assert other_version_hello(v2, salt, 2) == ""  # a version-2 Hello: nothing unread at 2
+    # not decodable at version 3 either: a count of 5 signatures with none there, and a
+    # version-2 Hello with a non-minimal varint (the host name's length as 0xfb + u16)
+    assert other_version_hello(mux(salt, 2, V2_HELLO + b"\x05"), salt, 2) == ""
+    non_minimal = mux(salt, 2, bytes.fromhex("00fb02006830020001"))
+    assert other_version_hello(non_minimal, salt, 2) == ""
     for payload in (HELLO_ACK, RANK_EXIT_3, b"\x03\x05"):  # other control messages
         assert other_version_hello(mux(salt, 2, payload), salt, 3) == ""
         assert other_version_hello(mux(salt, 2, payload), salt, 2) == ""
@@ -777,3 +784,37 @@ def test_fail_reports_once_and_ends_the_stream() -> None:
     ended = MuxStream(SALT, expect_magic=None)
     assert ended.feed_eof() == [StreamEnded()]
     assert ended.fail(err) == []
+
+
+# -- the leg's ceiling reaches the whole-record decoders --------------------------------------
+def test_whole_record_decoders_get_the_streams_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model-derived ceiling may exceed the 1 GiB default; a frame larger than the default is
+    too big to build in a test, so this checks the ceiling each whole-record decoder is handed
+    (the header walk has checked the same bytes against it already)."""
+    seen: list[tuple[str, object]] = []
+
+    def spy(name: str) -> None:
+        real = getattr(stream_module, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            seen.append((name, kwargs.get("ceiling")))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(stream_module, name, wrapper)
+
+    for name in ("decode_round_frame", "decode_round_frame_or_eos", "parse_round_frame_or_eos",
+                 "read_mux_record_or_eos"):
+        spy(name)
+    ceiling = 3 * GiB
+    dec = RoundFrameDecoder(SALT, ceiling=ceiling)
+    dec.feed(frame_bytes(SALT))
+    assert isinstance(dec.next_event(), RoundFrame)
+    [signed] = MuxStream(SALT, expect_magic=None, ceiling=ceiling).feed(mux(SALT, 3,
+                                                                            frame_bytes(SALT)))
+    [unsigned] = MuxStream(None, expect_magic=None, ceiling=ceiling).feed(mux(ZERO, 3,
+                                                                             frame_bytes(SALT)))
+    assert isinstance(signed, RecordReceived) and isinstance(signed.frame, RoundFrame)
+    assert isinstance(unsigned, RecordReceived) and isinstance(unsigned.frame, RoundFrame)
+    assert seen == [("decode_round_frame", ceiling),
+                    ("read_mux_record_or_eos", ceiling), ("decode_round_frame_or_eos", ceiling),
+                    ("read_mux_record_or_eos", ceiling), ("parse_round_frame_or_eos", ceiling)]
