@@ -1,0 +1,780 @@
+"""RoundFrame and TensorPayload against frames built by hand from ``spec/wire.yaml``.
+
+Layout (``messages.round_frame``, little-endian): magic u32 (0xF10D17F1) | num_tensors u32 |
+kind u8 | weight f64 | per tensor: dtype u8 | ndim u8 | ndim x u32 | nbytes u64 | data |
+tag = HMAC-SHA256(salt, magic .. last data byte)[:8]. Every expected byte string, offset, field
+and message below is written out here with :mod:`struct` / :mod:`hmac` and the error catalogue's
+templates, never taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import struct
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto import errors
+from flodl_proto.codec import (
+    END_OF_STREAM,
+    Dtype,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_round_frame,
+    decode_round_frame_or_eos,
+    encode_round_frame,
+    encode_round_frame_bytes,
+    round_frame_extent,
+)
+from flodl_proto.codec._common import NeedData
+from flodl_proto.codec.auth import Premac
+from flodl_proto.codec.round_frame import (
+    _FrameWalk,
+    _rust_f64,
+    declared_tensor_count,
+    delivered_tensors,
+    parse_round_frame,
+    parse_round_frame_or_eos,
+    round_frame_pieces,
+    round_frame_wire_len,
+)
+
+MAGIC = 0xF10D17F1
+SALT = bytes(range(16))
+GIB = 1 << 30
+
+
+def head(count: int, kind: int = 0, weight: float = 1.0, magic: int = MAGIC) -> bytes:
+    """Header, kind byte and weight: 17 bytes."""
+    return struct.pack("<IIBd", magic, count, kind, weight)
+
+
+def tensor(dtype: int, shape: list[int], data: bytes, nbytes: int | None = None) -> bytes:
+    """One tensor entry: meta, dims, nbytes (``len(data)`` unless given), data."""
+    return (struct.pack("<BB", dtype, len(shape)) + struct.pack(f"<{len(shape)}I", *shape)
+            + struct.pack("<Q", len(data) if nbytes is None else nbytes) + data)
+
+
+def tag(body: bytes, salt: bytes = SALT) -> bytes:
+    return hmac.new(salt, body, hashlib.sha256).digest()[:8]
+
+
+def signed(body: bytes, salt: bytes = SALT) -> bytes:
+    return body + tag(body, salt)
+
+
+def u64(b: bytes) -> int:
+    return int.from_bytes(b, "little")
+
+
+def expect(ei: pytest.ExceptionInfo[Any], kind: type, remote: bool, error_id: str,
+           fields: dict[str, Any], message: str) -> None:
+    err = ei.value
+    assert isinstance(err, kind)
+    assert isinstance(err, errors.RemoteProtocolError if remote else errors.LocalProtocolError)
+    assert err.remote is remote
+    assert err.error_id == error_id
+    assert err.fields == fields
+    assert str(err) == message
+
+
+# The reference frame: Control, weight 2.0, tensor 0 = f32 [2] (8 bytes), tensor 1 = bf16 [3]
+# (6 bytes). Offsets: kind 8, weight 9, t0 meta 17, dims 19, nbytes 23, data 31..39; t1 meta 39,
+# dims 41, nbytes 45, data 53..59; footer 59..67.
+T0 = struct.pack("<2f", 1.5, -2.0)
+T1 = bytes([0x80, 0x3F, 0x00, 0x40, 0x00, 0xC0])  # bf16 1.0, 2.0, -2.0
+BODY = head(2, 1, 2.0) + tensor(0, [2], T0) + tensor(1, [3], T1)
+WIRE = signed(BODY)
+# the smallest total length needed at each stage: header, kind, weight, t0 meta/dims/nbytes/data,
+# t1 meta/dims/nbytes/data, footer
+STEPS = [8, 9, 17, 19, 23, 31, 39, 41, 45, 53, 59, 67]
+
+
+def test_reference_frame_offsets() -> None:
+    assert len(BODY) == 59 and len(WIRE) == 67
+
+
+# -- enums -----------------------------------------------------------------------------------------
+def test_enums() -> None:
+    assert RoundKind.MODEL.label == "Model" and RoundKind.CONTROL.label == "Control"
+    assert (int(RoundKind.MODEL), int(RoundKind.CONTROL)) == (0, 1)
+    assert Dtype.F32.element_size == 4 and Dtype.BF16.element_size == 2
+    assert Dtype.F32.numpy == np.dtype("<f4")
+    assert Dtype.BF16.numpy == np.dtype(ml_dtypes.bfloat16)
+
+
+# -- TensorPayload construction --------------------------------------------------------------------
+def test_tensor_payload_fields() -> None:
+    t = TensorPayload(Dtype.BF16, [np.int64(2), np.uint32(3)], bytearray(12))
+    assert type(t.dtype) is int and t.dtype == 1
+    assert t.shape == (2, 3) and all(type(d) is int for d in t.shape)
+    assert isinstance(t.data, memoryview) and t.data.format == "B" and t.nbytes == 12
+    g = TensorPayload(255, (d for d in [4]), b"ab")
+    assert g.dtype == 255 and g.shape == (4,) and bytes(g.data) == b"ab"
+    e = TensorPayload(0, [])
+    assert e.shape == () and e.nbytes == 0 and bytes(e.data) == b""
+
+
+def test_tensor_payload_bounds_accepted() -> None:
+    t = TensorPayload(0, [1] * 255 + [], b"")
+    assert t.ndim == 255
+    assert TensorPayload(0, [0, 2**32 - 1]).shape == (0, 2**32 - 1)
+
+
+@pytest.mark.parametrize("dtype", [-1, 256, 1000])
+def test_tensor_payload_bad_dtype(dtype: int) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(dtype, [1], b"")
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "dtype", "value": dtype, "reason": "not a u8"},
+           f"round_frame: dtype = {dtype} is invalid: not a u8")
+
+
+def test_tensor_payload_too_many_dims() -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(0, [1] * 256, b"")
+    expect(ei, errors.InvalidValue, False, "frame.too_many_dims",
+           {"index": 0, "ndim": 256, "max": 255},
+           "round_frame: tensor[0] has 256 dimensions; the u8 ndim field carries at most 255")
+
+
+@pytest.mark.parametrize(("shape", "dim", "value"), [
+    ([2, -1], 1, -1), ([2**32], 0, 2**32), ([1, 1, 2**40], 2, 2**40)])
+def test_tensor_payload_dim_out_of_u32(shape: list[int], dim: int, value: int) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(0, shape, b"")
+    expect(ei, errors.InvalidValue, False, "frame.dim_too_large",
+           {"index": 0, "dim": dim, "value": value},
+           f"cpu_reduce: tensor[0] dim[{dim}] = {value} doesn't fit in u32")
+
+
+def test_tensor_payload_properties() -> None:
+    t = TensorPayload(0, [2, 3], bytes(24))
+    assert (t.nbytes, t.ndim, t.numel, t.elided, t.element_size, t.expected_nbytes) == (
+        24, 2, 6, False, 4, 24)
+    b = TensorPayload(1, [2, 3, 4], b"")
+    assert (b.nbytes, b.ndim, b.numel, b.elided, b.element_size, b.expected_nbytes) == (
+        0, 3, 24, True, 2, 48)
+    s = TensorPayload(9, [], b"xyz")
+    assert (s.nbytes, s.ndim, s.numel, s.elided, s.element_size, s.expected_nbytes) == (
+        3, 0, 1, False, None, None)
+    z = TensorPayload(0, [5, 0, 7], b"")
+    assert (z.numel, z.elided, z.expected_nbytes) == (0, True, 0)
+    assert TensorPayload(0, [7]).numel == 7
+
+
+def test_elide() -> None:
+    t = TensorPayload.elide(Dtype.BF16, [3, 2])
+    assert type(t.dtype) is int and t.dtype == 1 and t.shape == (3, 2)
+    assert t.nbytes == 0 and bytes(t.data) == b"" and t.elided
+
+
+def test_repr() -> None:
+    assert repr(TensorPayload(1, (2, 3), bytes(12))) == (
+        "TensorPayload(dtype=1, shape=[2, 3], nbytes=12)")
+
+
+# -- from_array ----------------------------------------------------------------------------------
+def test_from_array_f32_is_a_view() -> None:
+    arr = np.array([[1.0, -2.5], [3.0, 0.5]], dtype="<f4")
+    t = TensorPayload.from_array(arr)
+    assert t.dtype == 0 and type(t.dtype) is int and t.shape == (2, 2)
+    assert bytes(t.data) == struct.pack("<4f", 1.0, -2.5, 3.0, 0.5)
+    assert t.data.format == "B" and t.data.ndim == 1
+    assert np.shares_memory(np.frombuffer(t.data, np.uint8), arr)
+
+
+def test_from_array_bf16() -> None:
+    arr = np.array([1.0, 2.0, -2.0], dtype=ml_dtypes.bfloat16)
+    t = TensorPayload.from_array(arr)
+    assert t.dtype == 1 and t.shape == (3,) and bytes(t.data) == T1
+
+
+@pytest.mark.parametrize(("values", "np_dtype"), [
+    ([1.5, -2.0, 3.0], "<f8"), ([1, -2, 3], "<i8"), ([1, 2, 3], "<u2"), ([1.5, -2.0, 3.0], ">f4"),
+    ([True, False, True], "?"),
+])
+def test_from_array_casts_real_dtypes_to_f32(values: list[Any], np_dtype: str) -> None:
+    t = TensorPayload.from_array(np.array(values, dtype=np_dtype))
+    assert t.dtype == 0 and t.shape == (3,)
+    assert bytes(t.data) == struct.pack("<3f", *[float(v) for v in values])
+
+
+def test_from_array_explicit_dtype_casts() -> None:
+    t = TensorPayload.from_array(np.array([1.0, 2.0, -2.0], dtype="<f4"), Dtype.BF16)
+    assert t.dtype == 1 and bytes(t.data) == T1
+    u = TensorPayload.from_array(np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16), dtype=0)
+    assert u.dtype == 0 and bytes(u.data) == struct.pack("<2f", 1.5, -2.0)
+
+
+def test_from_array_scalar_strided_and_empty() -> None:
+    s = TensorPayload.from_array(np.float32(2.5))
+    assert s.shape == () and bytes(s.data) == struct.pack("<f", 2.5)
+    st = TensorPayload.from_array(np.arange(8, dtype=np.float32).reshape(2, 4)[:, ::2])
+    assert st.shape == (2, 2) and bytes(st.data) == struct.pack("<4f", 0, 2, 4, 6)
+    e = TensorPayload.from_array(np.zeros((2, 0), np.float32))
+    assert e.shape == (2, 0) and e.nbytes == 0
+    lst = TensorPayload.from_array([[1, 2, 3]])
+    assert lst.shape == (1, 3) and bytes(lst.data) == struct.pack("<3f", 1, 2, 3)
+
+
+@pytest.mark.parametrize(("array", "name"), [
+    (np.array([1j]), "complex128"), (np.array(["a"]), "<U1"), (np.array([None]), "object"),
+])
+def test_from_array_refuses_non_real(array: Any, name: str) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(array)
+    reason = "only real numbers (f32, bf16, or a real dtype to cast) can ride as f32 / bf16"
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "array dtype", "value": name, "reason": reason},
+           f"round_frame: array dtype = {name!r} is invalid: {reason}")
+
+
+@pytest.mark.parametrize("dtype", [2, 7, 255])
+def test_from_array_unknown_dtype(dtype: int) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(np.zeros(2, np.float32), dtype)
+    expect(ei, errors.InvalidValue, False, "payload.unknown_dtype", {"dtype": dtype},
+           f"unsupported wire dtype tag {dtype} (0 = f32, 1 = bf16); extend "
+           "round_frame.rs::payload_element_size and the codec helpers together")
+
+
+# -- array -----------------------------------------------------------------------------------------
+def test_array_f32_is_a_read_only_view() -> None:
+    buf = bytearray(struct.pack("<6f", 0, 1, 2, 3, 4, 5.5))
+    t = TensorPayload(0, [2, 3], buf)
+    a = t.array()
+    assert a.dtype == np.dtype("<f4") and a.shape == (2, 3)
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.5]]
+    assert not a.flags.writeable
+    assert np.shares_memory(a, np.frombuffer(buf, np.uint8))
+
+
+def test_array_bf16() -> None:
+    a = TensorPayload(1, [3], bytearray(T1)).array()
+    assert a.dtype == np.dtype(ml_dtypes.bfloat16) and a.shape == (3,)
+    assert a.astype(np.float32).tolist() == [1.0, 2.0, -2.0]
+    assert not a.flags.writeable
+
+
+def test_array_zero_element_shapes() -> None:
+    a = TensorPayload(0, [2, 0], b"").array()
+    assert a.shape == (2, 0) and a.dtype == np.dtype("<f4")
+    s = TensorPayload(1, [], b"\x80\x3f").array()
+    assert s.shape == () and float(s) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [2, 9, 255])
+def test_array_unknown_dtype(dtype: int) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(dtype, [2], bytes(8)).array(materialize_elided=True)
+    expect(ei, errors.InvalidValue, True, "tensor.unknown_dtype", {"dtype": dtype},
+           f"unsupported wire dtype tag {dtype} (0 = f32, 1 = bf16); extend "
+           "round_frame.rs::payload_element_size and the codec helpers together")
+
+
+@pytest.mark.parametrize(("dtype", "shape", "n", "expected", "materialize"), [
+    (0, [3], 8, 12, False), (0, [3], 8, 12, True), (1, [2, 2], 16, 8, True),
+    (0, [2, 3], 0, 24, False), (1, [5], 0, 10, False), (0, [], 0, 4, False),
+])
+def test_array_byte_count_must_match_the_shape(dtype: int, shape: list[int], n: int,
+                                               expected: int, materialize: bool) -> None:
+    with pytest.raises(errors.SchemaMismatch) as ei:
+        TensorPayload(dtype, shape, bytes(n)).array(materialize_elided=materialize)
+    expect(ei, errors.SchemaMismatch, True, "tensor.nbytes_vs_shape",
+           {"shape": shape, "expected": expected, "got": n},
+           f"tensor shape {shape} numel*element_size {expected} != nbytes {n}")
+
+
+def test_array_materialises_elided_zeros() -> None:
+    z = TensorPayload.elide(0, [2, 3]).array(materialize_elided=True)
+    assert z.dtype == np.dtype("<f4") and z.shape == (2, 3) and not z.any()
+    b = TensorPayload.elide(1, [4]).array(materialize_elided=True, ceiling=8)
+    assert b.dtype == np.dtype(ml_dtypes.bfloat16) and b.shape == (4,) and not b.any()
+    d = TensorPayload.elide(0, [1] * 64).array(materialize_elided=True, ceiling=4)
+    assert d.shape == (1,) * 64
+
+
+def test_array_materialise_refused_above_the_ceiling() -> None:
+    with pytest.raises(errors.LimitExceeded) as ei:
+        TensorPayload.elide(1, [4]).array(materialize_elided=True, ceiling=7)
+    expect(ei, errors.LimitExceeded, False, "tensor.elided_too_large",
+           {"shape": [4], "nbytes": 8, "ceiling": 7},
+           "tensor shape [4] would materialise 8 bytes of zeros, above the frame ceiling 7")
+    with pytest.raises(errors.LimitExceeded) as ei:
+        TensorPayload.elide(0, [GIB // 4 + 1]).array(materialize_elided=True)
+    assert ei.value.fields == {"shape": [GIB // 4 + 1], "nbytes": GIB + 4, "ceiling": GIB}
+
+
+def test_array_too_many_dims_for_numpy() -> None:
+    for t in (TensorPayload(0, [1] * 65, bytes(4)), TensorPayload.elide(0, [1] * 65)):
+        with pytest.raises(errors.InvalidValue) as ei:
+            t.array(materialize_elided=True)
+        expect(ei, errors.InvalidValue, False, "tensor.ndim_unsupported", {"ndim": 65, "max": 64},
+               "tensor has 65 dimensions; NumPy arrays carry at most 64 (use the raw payload "
+               "bytes)")
+    assert TensorPayload(0, [1] * 64, bytes(4)).array().shape == (1,) * 64
+
+
+@pytest.mark.parametrize(("shape", "data", "kwargs"), [
+    ([0] + [2**32 - 1] * 3, b"", {}),
+    ([2**32 - 1] * 4, b"", {"materialize_elided": True, "ceiling": 1 << 200}),
+], ids=["zero-numel", "elided"])
+def test_array_shape_unrepresentable(shape: list[int], data: bytes, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(errors.LimitExceeded) as ei:
+        TensorPayload(0, shape, data).array(**kwargs)
+    expect(ei, errors.LimitExceeded, True, "tensor.shape_unrepresentable", {"shape": shape},
+           f"tensor shape {shape} cannot be represented as a NumPy array (dimensions overflow "
+           "its index type)")
+
+
+# -- equality ------------------------------------------------------------------------------------
+def test_tensor_payload_equality() -> None:
+    t = TensorPayload(0, [2], bytes(T0))
+    assert t == TensorPayload(0, (2,), bytearray(T0))
+    assert t != TensorPayload(1, [2], T0)
+    assert t != TensorPayload(0, [1, 2], T0)
+    assert t != TensorPayload(0, [2], T0[:-1] + b"\x00")
+    assert t.__eq__(T0) is NotImplemented
+    with pytest.raises(TypeError):
+        hash(t)
+
+
+def test_round_frame_equality() -> None:
+    t = TensorPayload(0, [2], T0)
+    f = RoundFrame(RoundKind.MODEL, 1.0, [t])
+    assert f == RoundFrame(0, 1, [TensorPayload(0, [2], bytearray(T0))])
+    assert f != RoundFrame(RoundKind.CONTROL, 1.0, [t])
+    assert f != RoundFrame(RoundKind.MODEL, 1.5, [t])
+    assert f != RoundFrame(RoundKind.MODEL, 1.0, [])
+    assert RoundFrame(0, 0.0) != RoundFrame(0, -0.0)
+    assert f.__eq__(t) is NotImplemented
+    with pytest.raises(TypeError):
+        hash(f)
+
+
+# -- RoundFrame construction ---------------------------------------------------------------------
+def test_round_frame_defaults_and_coercion() -> None:
+    d = RoundFrame()
+    assert d.kind is RoundKind.MODEL and d.weight == 1.0 and d.tensors == ()
+    f = RoundFrame(1, np.float32(0.5), (t for t in [TensorPayload(0, [])]))
+    assert f.kind is RoundKind.CONTROL and type(f.weight) is float and f.weight == 0.5
+    assert f.tensors == (TensorPayload(0, []),) and type(f.tensors) is tuple
+    for w, want in ((3, 3.0), (np.int64(7), 7.0), (True, 1.0), (0.0, 0.0), (5e-324, 5e-324),
+                    (1e308, 1e308)):
+        got = RoundFrame(0, w).weight
+        assert type(got) is float and got == want
+    neg = RoundFrame(0, -0.0).weight
+    assert neg == 0.0 and math.copysign(1.0, neg) == -1.0
+
+
+@pytest.mark.parametrize("kind", [2, -1, 255, "Model", None])
+def test_round_frame_bad_kind(kind: Any) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(kind, 1.0)
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "kind", "value": kind, "reason": "not 0 (Model) or 1 (Control)"},
+           f"round_frame: kind = {kind!r} is invalid: not 0 (Model) or 1 (Control)")
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__
+
+
+@pytest.mark.parametrize("weight", ["1", b"1", bytearray(b"1"), None, 1j, [1.0]])
+def test_round_frame_weight_not_a_number(weight: Any) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(0, weight)
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "weight", "value": weight, "reason": "not a real number"},
+           f"round_frame: weight = {weight!r} is invalid: not a real number")
+
+
+@pytest.mark.parametrize("weight", [-1.0, -5e-324, float("inf"), float("-inf"), -3])
+def test_round_frame_weight_out_of_range(weight: float) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(0, weight)
+    reason = "not a finite non-negative realized-work mass"
+    w = float(weight)
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "weight", "value": w, "reason": reason},
+           f"round_frame: weight = {w!r} is invalid: {reason}")
+
+
+def test_round_frame_weight_nan() -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(0, float("nan"))
+    assert isinstance(ei.value, errors.LocalProtocolError)
+    assert ei.value.error_id == "frame.bad_field" and math.isnan(ei.value.fields["value"])
+    assert str(ei.value) == ("round_frame: weight = nan is invalid: not a finite non-negative "
+                             "realized-work mass")
+
+
+def test_round_frame_tensor_cap() -> None:
+    t = TensorPayload(0, [])
+    assert len(RoundFrame(0, 1.0, [t] * 65536).tensors) == 65536
+    with pytest.raises(errors.LimitExceeded) as ei:
+        RoundFrame(0, 1.0, [t] * 65537)
+    expect(ei, errors.LimitExceeded, False, "frame.too_many_tensors_local",
+           {"count": 65537, "cap": 65536},
+           "round_frame: 65537 tensors exceed the cap of 65536 a reader accepts")
+
+
+def test_round_frame_tensors_must_be_payloads() -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(0, 1.0, [TensorPayload(0, []), b"x"])  # type: ignore[list-item]
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "tensors", "value": "bytes", "reason": "every tensor must be a TensorPayload"},
+           "round_frame: tensors = 'bytes' is invalid: every tensor must be a TensorPayload")
+
+
+# -- encoding ------------------------------------------------------------------------------------
+A = TensorPayload(0, [2], T0)
+B = TensorPayload.elide(0, [3])
+C = TensorPayload(9, [], b"xyz")
+D = TensorPayload.elide(1, [2, 2])
+
+
+def test_wire_len() -> None:
+    assert round_frame_wire_len([]) == 25
+    # A 2+4+8+8, B 2+4+8+0, C 2+0+8+3, D 2+8+8+0
+    assert round_frame_wire_len([A, B, C, D]) == 25 + 22 + 14 + 13 + 18
+    assert round_frame_wire_len(iter([A, C])) == 25 + 22 + 13
+    assert RoundFrame(0, 1.0, [A, B, C, D]).wire_len == 92
+
+
+def test_round_frame_pieces_alternate_metadata_and_payload_views() -> None:
+    frame = RoundFrame(RoundKind.CONTROL, 0.25, [A, B, C, D])
+    pieces = round_frame_pieces(frame)
+    assert len(pieces) == 5
+    assert pieces[0] == head(4, 1, 0.25) + struct.pack("<BBIQ", 0, 1, 2, 8)
+    assert pieces[1] is A.data
+    assert pieces[2] == struct.pack("<BBIQ", 0, 1, 3, 0) + struct.pack("<BBQ", 9, 0, 3)
+    assert pieces[3] is C.data
+    assert pieces[4] == struct.pack("<BBIIQ", 1, 2, 2, 2, 0)
+    assert all(type(p) is bytes for p in (pieces[0], pieces[2], pieces[4]))
+    assert round_frame_pieces(RoundFrame(0, 1.0, [])) == [head(0, 0, 1.0)]
+    last = round_frame_pieces(RoundFrame(0, 1.0, [C]))
+    assert len(last) == 2 and last[1] is C.data
+    assert last[0] == head(1) + struct.pack("<BBQ", 9, 0, 3)
+
+
+def test_encode_round_frame() -> None:
+    frame = RoundFrame(RoundKind.CONTROL, 0.25, [A, B, C, D])
+    body = head(4, 1, 0.25) + tensor(0, [2], T0) + tensor(0, [3], b"") + tensor(9, [], b"xyz") \
+        + tensor(1, [2, 2], b"")
+    pieces = encode_round_frame(frame, SALT)
+    assert len(pieces) == 6 and pieces[1] is A.data and pieces[3] is C.data
+    assert type(pieces[-1]) is bytes and pieces[-1] == tag(body)
+    assert b"".join(pieces) == signed(body)
+    wire = encode_round_frame_bytes(frame, bytearray(SALT))
+    assert type(wire) is bytes and wire == signed(body) and len(wire) == 92
+    assert encode_round_frame_bytes(RoundFrame(), b"\xff" * 16) == signed(head(0), b"\xff" * 16)
+
+
+def test_encode_refuses_a_bad_salt() -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        encode_round_frame(RoundFrame(), b"short")
+    assert isinstance(ei.value, errors.LocalProtocolError)
+    assert ei.value.error_id == "salt.bad_length"
+
+
+# -- reading -------------------------------------------------------------------------------------
+def test_parse_reference_frame() -> None:
+    buf = bytearray(WIRE + b"tail")
+    frame, consumed, carried = parse_round_frame(buf)
+    assert consumed == 67 and type(carried) is bytes and carried == tag(BODY)
+    assert frame.kind is RoundKind.CONTROL and frame.weight == 2.0
+    assert frame.tensors == (TensorPayload(0, [2], T0), TensorPayload(1, [3], T1))
+    assert all(t.data.obj is buf for t in frame.tensors)
+    buf[31] ^= 0xFF  # the payloads are views of the input
+    assert bytes(frame.tensors[0].data)[0] == T0[0] ^ 0xFF
+    res = parse_round_frame_or_eos(WIRE)
+    assert not isinstance(res, type(END_OF_STREAM))
+    assert res[1] == 67 and res[2] == tag(BODY) and res[0].tensors[1].shape == (3,)
+
+
+def test_decode_reference_frame() -> None:
+    buf = bytearray(WIRE + b"\x00" * 5)
+    frame, consumed = decode_round_frame(buf, SALT)
+    assert consumed == 67
+    assert frame == RoundFrame(1, 2.0, [TensorPayload(0, [2], T0), TensorPayload(1, [3], T1)])
+    assert frame.tensors[1].data.obj is buf
+    res = decode_round_frame_or_eos(WIRE, SALT)
+    assert not isinstance(res, type(END_OF_STREAM)) and res[1] == 67 and res[0] == frame
+    assert round_frame_extent(WIRE + b"more") == 67
+
+
+def test_frame_with_dimensionless_and_empty_tensors() -> None:
+    body = head(3, 0, 0.5) + tensor(9, [], b"xyz") + tensor(0, [4, 0], b"") + tensor(0, [2], b"")
+    frame, consumed = decode_round_frame(signed(body), SALT)
+    assert consumed == len(body) + 8 == 70
+    assert frame.tensors == (TensorPayload(9, [], b"xyz"), TensorPayload(0, [4, 0]),
+                             TensorPayload(0, [2]))
+
+
+def test_negative_zero_weight_passes() -> None:
+    frame, _ = decode_round_frame(signed(head(0, 0, -0.0)), SALT)
+    assert math.copysign(1.0, frame.weight) == -1.0
+
+
+@pytest.mark.parametrize("n", range(68))
+def test_extent_and_resumable_walk_need_exactly_the_next_field(n: int) -> None:
+    need = next((s for s in STEPS if s > n), None)
+    got = round_frame_extent(WIRE[:n])
+    assert got == (67 if need is None else NeedData(need - n))
+
+
+def test_walk_resumes_across_a_trickle() -> None:
+    walk = _FrameWalk(1000)
+    assert (walk.ceiling, walk.num_tensors, walk.kind, walk.weight, walk.pos, walk.total,
+            walk.entries) == (1000, -1, -1, 0.0, 0, 0, [])
+    mv = memoryview(WIRE)
+    seen = []
+    for n in range(len(WIRE) + 1):
+        seen.append(walk.advance(mv[:n], True))
+    expected = [next(s for s in STEPS if s > n) for n in range(67)] + [None]
+    assert seen == expected
+    assert (walk.num_tensors, walk.kind, walk.weight, walk.pos, walk.total) == (2, 1, 2.0, 59, 14)
+    assert walk.entries == [(0, (2,), 31, 8), (1, (3,), 53, 6)]
+
+
+def test_walk_jumps_straight_to_the_end() -> None:
+    walk = _FrameWalk(14)
+    assert walk.advance(memoryview(WIRE)[:30], True) == 31
+    assert walk.advance(memoryview(WIRE)[:60], True) == 67
+    assert walk.advance(memoryview(WIRE), False) is None
+    assert walk.entries == [(0, (2,), 31, 8), (1, (3,), 53, 6)] and walk.total == 14
+
+
+def test_walk_whole_buffer_short_header_returns_eight() -> None:
+    assert _FrameWalk(0).advance(memoryview(WIRE)[:7], False) == 8
+
+
+# truncation anywhere after the header: the whole-buffer reader names the field and the offset
+_TRUNC = (
+    [(n, "frame.kind_read_failed", {"offset": 8},
+      "cluster_controller: frame kind read failed: failed to fill whole buffer (offset 8)")
+     for n in [8]]
+    + [(n, "frame.weight_read_failed", {"offset": 9},
+        "cluster_controller: frame weight read failed: failed to fill whole buffer (offset 9)")
+       for n in [9, 16]]
+    + [(n, "frame.meta_read_failed", {"index": i, "offset": o},
+        f"cluster_controller: tensor[{i}] meta read failed: failed to fill whole buffer "
+        f"(offset {o})") for n, i, o in [(17, 0, 17), (18, 0, 17), (39, 1, 39), (40, 1, 39)]]
+    + [(n, "frame.shape_read_failed", {"index": i, "offset": o},
+        f"cluster_controller: tensor[{i}] shape read failed: failed to fill whole buffer "
+        f"(offset {o})") for n, i, o in [(19, 0, 19), (22, 0, 19), (41, 1, 41), (44, 1, 41)]]
+    + [(n, "frame.nbytes_read_failed", {"index": i, "offset": o},
+        f"cluster_controller: tensor[{i}] nbytes read failed: failed to fill whole buffer "
+        f"(offset {o})") for n, i, o in [(23, 0, 23), (30, 0, 23), (45, 1, 45), (52, 1, 45)]]
+    + [(n, "frame.data_read_failed", {"index": i, "got": g, "need": nd, "offset": o},
+        f"cluster_controller: tensor[{i}] data read failed: failed to fill whole buffer ({g} of "
+        f"{nd} bytes at offset {o})")
+       for n, i, g, nd, o in [(31, 0, 0, 8, 31), (38, 0, 7, 8, 31), (53, 1, 0, 6, 53),
+                              (58, 1, 5, 6, 53)]]
+    + [(n, "frame.footer_read_failed", {"offset": 59},
+        "cluster_controller: frame HMAC footer read failed: failed to fill whole buffer (sender "
+        "at PROTOCOL_VERSION < 2, or stream truncated mid-frame) (offset 59)") for n in [59, 66]]
+)
+
+
+@pytest.mark.parametrize(("n", "error_id", "fields", "message"), _TRUNC)
+def test_truncation_names_the_field(n: int, error_id: str, fields: dict[str, Any],
+                                    message: str) -> None:
+    for call in (lambda: parse_round_frame(WIRE[:n]), lambda: parse_round_frame_or_eos(WIRE[:n]),
+                 lambda: decode_round_frame(WIRE[:n], SALT),
+                 lambda: decode_round_frame_or_eos(WIRE[:n], SALT)):
+        with pytest.raises(errors.TruncatedInput) as ei:
+            call()
+        expect(ei, errors.TruncatedInput, True, error_id, fields, message)
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_short_header(n: int) -> None:
+    assert parse_round_frame_or_eos(WIRE[:n]) is END_OF_STREAM
+    assert decode_round_frame_or_eos(WIRE[:n], SALT) is END_OF_STREAM
+    msg = (f"RoundFrame header read failed: input ended inside the 8-byte header ({n} of 8 bytes; "
+           "a stream reader takes this as a clean end of stream)")
+    for call in (lambda: parse_round_frame(WIRE[:n]), lambda: decode_round_frame(WIRE[:n], SALT)):
+        with pytest.raises(errors.TruncatedInput) as ei:
+            call()
+        expect(ei, errors.TruncatedInput, True, "frame.header_read_failed",
+               {"got": n, "need": 8}, msg)
+
+
+def _all_readers(data: bytes, **kw: Any) -> list[Any]:
+    return [lambda: parse_round_frame(data, **kw), lambda: parse_round_frame_or_eos(data, **kw),
+            lambda: decode_round_frame(data, SALT, **kw),
+            lambda: decode_round_frame_or_eos(data, SALT, **kw),
+            lambda: round_frame_extent(data, **kw)]
+
+
+@pytest.mark.parametrize(("data", "kind", "error_id", "fields", "message"), [
+    (head(0, magic=0xDEADBEEF), errors.BadMagic, "frame.bad_magic",
+     {"got": 0xDEADBEEF, "expected": MAGIC},
+     "cluster_controller: frame magic 0xdeadbeef != 0xf10d17f1"),
+    (struct.pack("<II", 0xF10D17F0, 2**32 - 1), errors.BadMagic, "frame.bad_magic",
+     {"got": 0xF10D17F0, "expected": MAGIC},
+     "cluster_controller: frame magic 0xf10d17f0 != 0xf10d17f1"),
+    (struct.pack("<IIB", MAGIC, 65537, 7), errors.LimitExceeded, "frame.too_many_tensors",
+     {"count": 65537, "cap": 65536},
+     "cluster_controller: frame claims 65537 tensors (> 65536); corrupt or hostile peer"),
+    (struct.pack("<II", MAGIC, 2**32 - 1), errors.LimitExceeded, "frame.too_many_tensors",
+     {"count": 2**32 - 1, "cap": 65536},
+     "cluster_controller: frame claims 4294967295 tensors (> 65536); corrupt or hostile peer"),
+    (struct.pack("<IIB", MAGIC, 0, 2), errors.InvalidValue, "frame.unknown_kind", {"value": 2},
+     "cluster_controller: unknown RoundKind wire byte 2"),
+    (head(0, 255, float("nan")), errors.InvalidValue, "frame.unknown_kind", {"value": 255},
+     "cluster_controller: unknown RoundKind wire byte 255"),
+], ids=["magic", "magic-before-count", "count", "count-max", "kind", "kind-before-weight"])
+def test_header_checks(data: bytes, kind: type, error_id: str, fields: dict[str, Any],
+                       message: str) -> None:
+    for call in _all_readers(data):
+        with pytest.raises(kind) as ei:
+            call()
+        expect(ei, kind, True, error_id, fields, message)
+
+
+def test_tensor_cap_itself_is_accepted() -> None:
+    data = struct.pack("<II", MAGIC, 65536)
+    assert round_frame_extent(data) == NeedData(1)
+    with pytest.raises(errors.TruncatedInput) as ei:
+        parse_round_frame(data)
+    assert ei.value.error_id == "frame.kind_read_failed"
+    assert declared_tensor_count(data) == 65536
+
+
+@pytest.mark.parametrize(("weight", "text"), [
+    (float("nan"), "NaN"), (float("inf"), "inf"), (float("-inf"), "-inf"), (-1.0, "-1"),
+    (-0.5, "-0.5"), (-5e-324, "-5e-324"), (-2.5e16, "-2.5e+16"),
+])
+def test_bad_weight(weight: float, text: str) -> None:
+    data = head(1, 0, weight)  # the weight is checked before the (missing) tensor
+    for call in _all_readers(data):
+        with pytest.raises(errors.InvalidValue) as ei:
+            call()
+        expect(ei, errors.InvalidValue, True, "frame.bad_weight", {"weight": text},
+               f"cluster_controller: frame weight {text} is not a finite non-negative "
+               "realized-work mass")
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (float("nan"), "NaN"), (-float("nan"), "NaN"), (float("inf"), "inf"), (float("-inf"), "-inf"),
+    (-1.0, "-1"), (-10.0, "-10"), (0.0, "0"), (2.0, "2"), (-0.5, "-0.5"), (-1e-300, "-1e-300"),
+    (1e300, "1e+300"), (-1.25, "-1.25"),
+])
+def test_rust_f64(x: float, text: str) -> None:
+    assert _rust_f64(x) == text
+
+
+def test_ceiling_is_a_running_total() -> None:
+    message = ("cluster_controller: tensor[1] pushes frame past the 13 byte ceiling; corrupt or "
+               "hostile peer, or a model that has outgrown the frame ceiling (nbytes 6, running "
+               "total 14)")
+    for call in _all_readers(WIRE, ceiling=13):
+        with pytest.raises(errors.LimitExceeded) as ei:
+            call()
+        expect(ei, errors.LimitExceeded, True, "frame.past_ceiling",
+               {"index": 1, "ceiling": 13, "nbytes": 6, "total": 14}, message)
+    assert round_frame_extent(WIRE, ceiling=14) == 67
+    assert parse_round_frame(WIRE, ceiling=14)[1] == 67
+    assert decode_round_frame(WIRE, SALT, ceiling=14)[1] == 67
+    res = decode_round_frame_or_eos(WIRE, SALT, ceiling=14)
+    assert not isinstance(res, type(END_OF_STREAM)) and res[1] == 67
+    with pytest.raises(errors.LimitExceeded) as ei:
+        parse_round_frame(WIRE, ceiling=7)
+    assert ei.value.fields == {"index": 0, "ceiling": 7, "nbytes": 8, "total": 8}
+
+
+def test_ceiling_is_checked_before_waiting_for_the_data() -> None:
+    over = head(1) + tensor(0, [1], b"", nbytes=GIB + 1)
+    for call in _all_readers(over):
+        with pytest.raises(errors.LimitExceeded) as ei:
+            call()
+        assert ei.value.fields == {"index": 0, "ceiling": GIB, "nbytes": GIB + 1, "total": GIB + 1}
+    at = head(1) + tensor(0, [1], b"", nbytes=GIB)
+    assert round_frame_extent(at) == NeedData(GIB)
+    with pytest.raises(errors.TruncatedInput) as ei:
+        parse_round_frame(at)
+    assert ei.value.fields == {"index": 0, "got": 0, "need": GIB, "offset": 31}
+
+
+@pytest.mark.parametrize("ceiling", [-1, 1.5, True, "1"])
+def test_readers_refuse_a_bad_ceiling(ceiling: Any) -> None:
+    for call in _all_readers(WIRE, ceiling=ceiling):
+        with pytest.raises(errors.InvalidValue) as ei:
+            call()
+        assert ei.value.error_id == "ceiling.invalid" and not ei.value.remote
+
+
+def test_decode_checks_the_salt_first() -> None:
+    for call in (lambda: decode_round_frame_or_eos(b"", b"short"),
+                 lambda: decode_round_frame(b"", b"short")):
+        with pytest.raises(errors.InvalidValue) as ei:
+            call()
+        assert ei.value.error_id == "salt.bad_length" and not ei.value.remote
+
+
+# bytes whose change keeps the frame well-formed: weight, dtype, a dim, payloads, the tag
+@pytest.mark.parametrize("flip", [9, 16, 17, 19, 31, 38, 53, 58, 59, 66])
+def test_tag_covers_magic_through_last_payload_byte(flip: int) -> None:
+    bad = bytearray(WIRE)
+    bad[flip] ^= 0x01
+    carried = bytes(bad[59:67])
+    computed = tag(bytes(bad[:59]))
+    assert computed != carried
+    for call in (lambda: decode_round_frame(bad, SALT),
+                 lambda: decode_round_frame_or_eos(bad, SALT)):
+        with pytest.raises(errors.AuthenticationError) as ei:
+            call()
+        expect(ei, errors.AuthenticationError, True, "frame.auth_failed",
+               {"computed": u64(computed), "carried": u64(carried)},
+               f"cluster_controller: RoundFrame HMAC verification failed (computed "
+               f"0x{u64(computed):016x}, wire carried 0x{u64(carried):016x}); session salt "
+               "disagreement, tampered frame, or payload corruption")
+
+
+def test_wrong_salt() -> None:
+    with pytest.raises(errors.AuthenticationError) as ei:
+        decode_round_frame(WIRE, bytes(16))
+    assert ei.value.fields == {"computed": u64(tag(BODY, bytes(16))), "carried": u64(tag(BODY))}
+
+
+def test_premac_is_used_when_it_covers_the_frame() -> None:
+    full = hmac.new(SALT, BODY, hashlib.sha256).digest()
+    assert decode_round_frame(WIRE, SALT, premac=Premac(59, full))[1] == 67
+    bogus = Premac(59, b"\x01" * 32)
+    for call in (lambda: decode_round_frame(WIRE, SALT, premac=bogus),
+                 lambda: decode_round_frame_or_eos(WIRE, SALT, premac=bogus)):
+        with pytest.raises(errors.AuthenticationError) as ei:
+            call()
+        assert ei.value.fields == {"computed": u64(b"\x01" * 8), "carried": u64(tag(BODY))}
+    for covered in (58, 60, 67):  # any other coverage is ignored: the frame is hashed here
+        assert decode_round_frame(WIRE, SALT, premac=Premac(covered, b"\x01" * 32))[1] == 67
+
+
+# -- delivered_tensors / declared_tensor_count -----------------------------------------------------
+def test_delivered_tensors() -> None:
+    body = head(4, 0, 1.0) + tensor(0, [2], T0) + tensor(9, [], b"xyz") + tensor(1, [3], T1) \
+        + tensor(0, [1, 1], b"")
+    buf = bytearray(body[:-3])  # the reader failed inside tensor 3
+    assert delivered_tensors(buf, 0) == []
+    got = delivered_tensors(buf, 3)
+    assert got == [TensorPayload(0, [2], T0), TensorPayload(9, [], b"xyz"),
+                   TensorPayload(1, [3], T1)]
+    assert all(t.data.obj is buf for t in got)
+    assert delivered_tensors(body, 4)[3] == TensorPayload(0, [1, 1])
+    assert delivered_tensors(memoryview(body), 1) == [TensorPayload(0, [2], T0)]
+
+
+@pytest.mark.parametrize(("data", "count"), [
+    (WIRE, 2), (struct.pack("<II", MAGIC, 0), 0), (struct.pack("<II", MAGIC, 70000) + b"x", 70000),
+    (bytearray(struct.pack("<II", 0, 2**32 - 1)), 2**32 - 1),
+])
+def test_declared_tensor_count(data: bytes, count: int) -> None:
+    got = declared_tensor_count(data)
+    assert type(got) is int and got == count
