@@ -292,6 +292,12 @@ def test_array_byte_count_must_match_the_shape(dtype: int, shape: list[int], n: 
            f"tensor shape {shape} numel*element_size {expected} != nbytes {n}")
 
 
+def test_array_does_not_materialise_by_default() -> None:
+    with pytest.raises(errors.SchemaMismatch) as ei:
+        TensorPayload.elide(0, [2]).array()
+    assert ei.value.fields == {"shape": [2], "expected": 8, "got": 0}
+
+
 def test_array_materialises_elided_zeros() -> None:
     z = TensorPayload.elide(0, [2, 3]).array(materialize_elided=True)
     assert z.dtype == np.dtype("<f4") and z.shape == (2, 3) and not z.any()
@@ -528,18 +534,26 @@ def test_extent_and_resumable_walk_need_exactly_the_next_field(n: int) -> None:
     assert got == (67 if need is None else NeedData(need - n))
 
 
-def test_walk_resumes_across_a_trickle() -> None:
+_MODEL_BODY = head(1, 0, 0.0) + tensor(9, [], b"ab")
+_EMPTY_BODY = head(0, 0, 3.0)
+
+
+@pytest.mark.parametrize(("wire", "steps", "last"), [
+    (WIRE, STEPS, (2, 1, 2.0, 59, 14, [(0, (2,), 31, 8), (1, (3,), 53, 6)])),
+    (signed(_MODEL_BODY), [8, 9, 17, 19, 27, 29, 37], (1, 0, 0.0, 29, 2, [(9, (), 27, 2)])),
+    (signed(_EMPTY_BODY), [8, 9, 17, 25], (0, 0, 3.0, 17, 0, [])),
+], ids=["control", "model", "no-tensors"])
+def test_walk_resumes_across_a_trickle(wire: bytes, steps: list[int],
+                                       last: tuple[Any, ...]) -> None:
     walk = _FrameWalk(1000)
     assert (walk.ceiling, walk.num_tensors, walk.kind, walk.weight, walk.pos, walk.total,
             walk.entries) == (1000, -1, -1, 0.0, 0, 0, [])
-    mv = memoryview(WIRE)
-    seen = []
-    for n in range(len(WIRE) + 1):
-        seen.append(walk.advance(mv[:n], True))
-    expected = [next(s for s in STEPS if s > n) for n in range(67)] + [None]
-    assert seen == expected
-    assert (walk.num_tensors, walk.kind, walk.weight, walk.pos, walk.total) == (2, 1, 2.0, 59, 14)
-    assert walk.entries == [(0, (2,), 31, 8), (1, (3,), 53, 6)]
+    mv = memoryview(wire)
+    seen = [walk.advance(mv[:n], True) for n in range(len(wire) + 1)]
+    assert seen == [next(s for s in steps if s > n) for n in range(len(wire))] + [None]
+    assert (walk.num_tensors, walk.kind, walk.weight, walk.pos, walk.total, walk.entries) == last
+    assert walk.advance(mv, False) is None  # walking a complete frame again changes nothing
+    assert (walk.num_tensors, walk.kind, walk.weight, walk.pos, walk.total, walk.entries) == last
 
 
 def test_walk_jumps_straight_to_the_end() -> None:
