@@ -536,13 +536,16 @@ def test_extent_and_resumable_walk_need_exactly_the_next_field(n: int) -> None:
 
 _MODEL_BODY = head(1, 0, 0.0) + tensor(9, [], b"ab")
 _EMPTY_BODY = head(0, 0, 3.0)
+_MATRIX_BODY = head(1, 1, 1.0) + tensor(1, [2, 2], bytes(range(8)))
 
 
 @pytest.mark.parametrize(("wire", "steps", "last"), [
     (WIRE, STEPS, (2, 1, 2.0, 59, 14, [(0, (2,), 31, 8), (1, (3,), 53, 6)])),
     (signed(_MODEL_BODY), [8, 9, 17, 19, 27, 29, 37], (1, 0, 0.0, 29, 2, [(9, (), 27, 2)])),
     (signed(_EMPTY_BODY), [8, 9, 17, 25], (0, 0, 3.0, 17, 0, [])),
-], ids=["control", "model", "no-tensors"])
+    (signed(_MATRIX_BODY), [8, 9, 17, 19, 27, 35, 43, 51],
+     (1, 1, 1.0, 43, 8, [(1, (2, 2), 35, 8)])),
+], ids=["control", "model", "no-tensors", "two-dims"])
 def test_walk_resumes_across_a_trickle(wire: bytes, steps: list[int],
                                        last: tuple[Any, ...]) -> None:
     walk = _FrameWalk(1000)
