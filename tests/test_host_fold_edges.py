@@ -70,3 +70,35 @@ def test_a_deposit_with_more_tensors_than_the_seed() -> None:
         f.deposit(1, two)
     assert ei.value.error_id == "fold.more_tensors"
     assert dict(ei.value.fields) == {"rank": 1, "expected": 1}
+
+
+def test_the_array_pool_keeps_two_rounds_and_reuses_free_arrays() -> None:
+    """An array not handed out in the round just closed or the one before is dropped; a free
+    array of the same size and dtype is handed out again, one still referenced is not."""
+    from flodl_proto.reduce.host_fold import _ArrayPool
+
+    f32 = np.dtype("<f4")
+    pool = _ArrayPool()
+    first = pool.acquire(4, f32)
+    assert pool.acquire(4, f32) is not first  # still referenced here: a second array
+    assert len(pool) == 2
+    first_id = id(first)
+    del first
+    pool.end_round()  # round 0 closed: both were handed out in it
+    assert len(pool) == 2
+    again = pool.acquire(4, f32)  # round 1: the free array of round 0 again
+    assert id(again) == first_id
+    del again
+    assert pool.acquire(5, f32).shape == (5,) and len(pool) == 3  # another size: a new array
+    pool.end_round()  # round 1 closed: rounds 0 and 1 are kept
+    assert len(pool) == 3
+    pool.end_round()  # round 2 closed: the array last handed out in round 0 goes
+    assert len(pool) == 2
+    pool.end_round()  # round 3 closed: nothing was handed out in rounds 2 and 3
+    assert len(pool) == 0
+    pool.acquire(4, f32)  # round 4
+    pool.end_round()
+    pool.end_round()
+    assert len(pool) == 1
+    pool.end_round()
+    assert len(pool) == 0

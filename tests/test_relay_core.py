@@ -757,3 +757,57 @@ def test_a_dead_ranks_frame_does_not_start_the_clock() -> None:
     core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(1), 2), 2))
     core.rank_frame(1, _blob(1.0), now=10.0)
     assert core.next_deadline() is None
+
+
+@pytest.mark.parametrize("ranks", [(0,), (0, 1)])
+def test_a_host_frame_record_over_the_ceiling_fails_the_relay(ranks: tuple[int, ...]) -> None:
+    """The ceiling bounds a deposit's tensor bytes (16 f32 = 64 bytes: accepted at ceiling 64)
+    and the whole HostFrame record payload: the frame's 8-byte header, kind (1), weight (8),
+    the tensor's dtype and ndim (2), one dim (4), nbytes (8), 64 data bytes and the 8-byte tag,
+    103 bytes, so shipping fails the relay, both for a seed shipped verbatim (one rank) and
+    for merged sums (two ranks)."""
+    core = RelayCore(ranks, len(ranks), SALT, ceiling=64)
+    for r in ranks:
+        core.rank_handshake(encode_handshake(r, len(ranks), 2))
+    core.dialed()
+    core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), 2), 2))
+    deposit = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.arange(16, dtype=np.float32))]), SALT)
+    assert len(deposit) == 103
+    for r in ranks[:-1]:
+        assert core.rank_frame(r, deposit) == []
+    acts = core.rank_frame(ranks[-1], deposit)
+    assert not [a for a in acts if isinstance(a, SendUpstream)]
+    (fin,) = [a for a in acts if isinstance(a, Finished)]
+    err = fin.outcome.error
+    assert isinstance(err, LocalProtocolError)
+    assert err.error_id == "mux.payload_too_large_local"
+    assert dict(err.fields) == {"length": 103, "ceiling": 64}
+
+
+@pytest.mark.parametrize("completion", ["rank_left", "declare_dead", "rank_deadline"])
+def test_a_round_completed_by_a_death_fails_the_relay_when_its_record_is_over_the_ceiling(
+        completion: str) -> None:
+    """As above, with the round completed by rank 1's death (its stream ending, the
+    controller's DeclareDead, or the rank deadline): the relay fails with the encoder's error."""
+    core = RelayCore((0, 1), 2, SALT, ceiling=64, rank_timeout=1.0)
+    for r in (0, 1):
+        core.rank_handshake(encode_handshake(r, 2, 2))
+    core.dialed()
+    core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), 2), 2))
+    deposit = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.arange(16, dtype=np.float32))]), SALT)
+    assert core.rank_frame(0, deposit, now=10.0) == []
+    if completion == "rank_left":
+        acts = core.rank_left(1)
+    elif completion == "declare_dead":
+        acts = core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(1), 2), 2))
+    else:
+        acts = core.tick(11.5)
+    assert not [a for a in acts if isinstance(a, SendUpstream)]
+    (fin,) = [a for a in acts if isinstance(a, Finished)]
+    err = fin.outcome.error
+    assert isinstance(err, LocalProtocolError)
+    assert err.error_id == "mux.payload_too_large_local"
+    assert dict(err.fields) == {"length": 103, "ceiling": 64}
+    assert core.finished
