@@ -102,3 +102,147 @@ def test_the_array_pool_keeps_two_rounds_and_reuses_free_arrays() -> None:
     assert len(pool) == 1
     pool.end_round()
     assert len(pool) == 0
+
+
+# -- every fold error names its fields exactly; the fold stays failed -----------------------------
+
+def _frame(*tensors: TensorPayload, weight: float = 1.0,
+           kind: RoundKind = RoundKind.MODEL) -> bytes:
+    return encode_round_frame_bytes(RoundFrame(kind, weight, list(tensors)), SALT)
+
+
+def _f32(*values: float) -> TensorPayload:
+    return TensorPayload.from_array(np.asarray(values, np.float32))
+
+
+def _bf16(*values: float) -> TensorPayload:
+    """bf16 payload of values exact in bf16 (the top 16 bits of their f32 patterns)."""
+    bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).astype("<u2")
+    return TensorPayload(1, (len(values),), bits.tobytes())
+
+
+def _fails(fold: HostFold, rank: int, blob: bytes, error_id: str,
+           fields: dict[str, object]) -> None:
+    with pytest.raises(ProtocolError) as ei:
+        fold.deposit(rank, blob)
+    assert ei.value.error_id == error_id
+    assert dict(ei.value.fields) == fields
+    assert fold.error is ei.value
+    with pytest.raises(ProtocolError) as again:  # fatal: every later call raises it again
+        fold.declare_dead(rank)
+    assert again.value is ei.value
+
+
+def _seeded(blob: bytes, ranks: tuple[int, ...] = (0, 1), **kw: int) -> HostFold:
+    f = HostFold(ranks, SALT, **kw)
+    assert f.deposit(ranks[0], blob) is None
+    return f
+
+
+def test_fold_errors_name_their_fields() -> None:
+    one = _frame(_f32(1.0))
+    f = HostFold([0, 1], SALT)
+    with pytest.raises(ProtocolError) as ei:
+        f.deposit(7, one)
+    assert ei.value.error_id == "fold.unknown_rank"
+    assert dict(ei.value.fields) == {"rank": 7, "ranks": [0, 1]}
+    assert f.error is None  # local misuse is not fatal
+    _fails(HostFold([0, 1], SALT), 0, b"", "fold.truncated", {"rank": 0})
+    _fails(_seeded(one), 1, b"", "fold.truncated", {"rank": 1})
+    _fails(_seeded(one), 0, one, "fold.double_deposit", {"rank": 0})
+    _fails(_seeded(one), 1, _frame(_f32(1.0), kind=RoundKind.CONTROL), "fold.kind_mismatch",
+           {"rank": 1, "got": "Control", "expected": "Model"})
+    _fails(_seeded(_frame(_f32(1.0), _f32(2.0))), 1, one, "fold.fewer_tensors",
+           {"rank": 1, "got": 1, "expected": 2})
+    _fails(_seeded(one), 1, _frame(_f32(1.0), _f32(2.0)), "fold.more_tensors",
+           {"rank": 1, "expected": 1})
+    _fails(_seeded(one), 1, _frame(_bf16(1.0)), "fold.dtype_mismatch",
+           {"rank": 1, "index": 0, "got": 1, "expected": 0})
+    _fails(_seeded(one), 1, _frame(_f32(1.0, 2.0)), "fold.shape_mismatch",
+           {"rank": 1, "index": 0, "got": [2], "expected": [1]})
+    _fails(_seeded(_frame(_f32(1.0, 2.0)), version=2), 1,
+           _frame(TensorPayload(0, (2,), b""), weight=0.0), "fold.accumulate_nbytes",
+           {"rank": 1, "index": 0, "got": 0, "numel": 2, "element_size": 4})
+    _fails(_seeded(_frame(TensorPayload(9, (1,), bytes(4)))), 1,
+           _frame(TensorPayload(9, (1,), bytes(4))), "fold.unknown_dtype", {"dtype": 9})
+    _fails(_seeded(_frame(_f32(1.0), weight=1.5e308)), 1, _frame(_f32(1.0), weight=1.5e308),
+           "fold.weight_overflow", {"rank": 1, "weight": 1.5e308, "total": float("inf")})
+
+
+def test_a_later_deposit_is_checked_tensor_by_tensor_up_to_a_reader_error() -> None:
+    """The reader fails at tensor 1 (past the ceiling: 64 + 4 bytes > 64): tensor 0 was
+    delivered first and its schema error wins; with tensor 0 matching, the reader's error."""
+    seed = _frame(TensorPayload.from_array(np.arange(16, dtype=np.float32)))
+    over = _frame(TensorPayload.from_array(np.arange(16, dtype=np.float32)), _f32(1.0))
+    _fails(_seeded(seed, ceiling=64), 1, over, "frame.past_ceiling",
+           {"index": 1, "ceiling": 64, "nbytes": 4, "total": 68})
+    wrong0 = _frame(TensorPayload.from_array(np.arange(8, dtype=np.float32)), _f32(*range(9)))
+    _fails(_seeded(seed, ceiling=64), 1, wrong0, "fold.shape_mismatch",
+           {"rank": 1, "index": 0, "got": [8], "expected": [16]})
+    _fails(HostFold([0, 1], SALT, ceiling=60), 0, seed, "frame.past_ceiling",
+           {"index": 0, "ceiling": 60, "nbytes": 64, "total": 64})
+    bad_magic = b"\x00" + one_frame()[1:]
+    _fails(_seeded(one_frame()), 1, bad_magic, "frame.bad_magic",
+           {"got": 0xF10D1700, "expected": 0xF10D17F1})
+
+
+def one_frame() -> bytes:
+    return _frame(_f32(1.0))
+
+
+def test_the_fold_trusts_the_premac_it_is_handed() -> None:
+    """A premac is the MAC of the bytes as they arrived: the fold compares the frame's tag with
+    it and does not hash the bytes again, so a premac of other bytes (here a frame of the same
+    size with other values) fails a frame whose own tag is right, as the seed and later."""
+    from flodl_proto.codec.auth import Premac, new_mac
+
+    good, other = _frame(_f32(1.0, 2.0)), _frame(_f32(3.0, 4.0))
+    assert len(good) == len(other)
+    mac = new_mac(SALT)
+    mac.update(other[:-8])
+    wrong = Premac(len(other) - 8, mac.digest())
+    f = HostFold([0, 1], SALT)
+    with pytest.raises(ProtocolError) as ei:
+        f.deposit(0, good, premac=wrong)
+    assert ei.value.error_id == "frame.auth_failed"
+    f = _seeded(good)
+    with pytest.raises(ProtocolError) as ei:
+        f.deposit(1, good, premac=wrong)
+    assert ei.value.error_id == "frame.auth_failed"
+    right = new_mac(SALT)
+    right.update(other[:-8])  # the premac of the bytes handed over: accepted
+    f = _seeded(good)
+    out = f.deposit(1, other, premac=Premac(len(other) - 8, right.digest()))
+    assert out == _frame(_f32(4.0, 6.0), weight=2.0)
+
+
+@pytest.mark.parametrize("dtype", [0, 1])
+@pytest.mark.parametrize("dies", [0, 2])
+def test_a_death_mid_round_does_not_make_an_early_deposit_the_last(dtype: int, dies: int) -> None:
+    """Three ranks; rank ``dies`` is declared dead after rank 0's seed (its own seed stays in
+    the round) or before depositing. The round completes on the last live deposit and sums
+    every deposit made: 1 + 2 (+ 4) per element, weights likewise."""
+    make = _f32 if dtype == 0 else _bf16
+    f = HostFold([0, 1, 2], SALT)
+    assert f.deposit(0, _frame(make(1.0, 10.0), weight=1.0)) is None
+    assert f.declare_dead(dies) is None
+    out = f.deposit(1, _frame(make(2.0, 20.0), weight=2.0))
+    if dies == 0:
+        assert out is None
+        out = f.deposit(2, _frame(make(4.0, 40.0), weight=4.0))
+        assert out == _frame(make(7.0, 70.0), weight=7.0)
+    else:
+        assert out == _frame(make(3.0, 30.0), weight=3.0)
+    assert f.rounds_completed == 1
+
+
+def test_rounds_completed_counts_every_host_frame() -> None:
+    f = HostFold([0, 1], SALT)
+    for k in range(3):
+        assert f.rounds_completed == k
+        f.deposit(0, _frame(_f32(1.0)))
+        assert f.deposit(1, _frame(_f32(2.0))) == _frame(_f32(3.0), weight=2.0)
+    assert f.rounds_completed == 3
+    f.deposit(0, _frame(_f32(1.0)))
+    assert f.declare_dead(1) == _frame(_f32(1.0))  # a lone deposit: verbatim
+    assert f.rounds_completed == 4
