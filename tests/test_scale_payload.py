@@ -120,3 +120,31 @@ def test_a_parallel_split_of_an_uneven_size_matches_one_thread() -> None:
     one = reduce_realized_work([f, f], version=3, threads=1)
     two = reduce_realized_work([f, f], version=3, threads=2)
     assert bytes(two.tensors[0].data) == bytes(one.tensors[0].data)
+
+
+def test_scale_bf16_small_path_exact_values_and_threshold() -> None:
+    """Below K.SMALL_ELEMS the bf16 scale takes one scratch array and the cast encoder; from
+    there on the chunked kernels: both give upstream's bytes (one rounding, NaN rule)."""
+    import numpy as np
+
+    from flodl_proto.reduce import _kernels as K
+
+    src = np.array([0x3F80, 0x3F81, 0x8000, 0x7FA1, 0xFF80, 0x7F7F, 0x0001], np.uint16)
+    dst = np.zeros(len(src), np.uint16)
+    with np.errstate(all="ignore"):
+        K.scale_bf16(src, dst, np.float32(1.5))
+    # 1.5, 1.0078125 * 1.5 = 1.51171875 (tie -> even 0x3FC2), -0 * 1.5 = -0, NaN kept quiet,
+    # -inf, max finite * 1.5 overflows to +inf, the smallest subnormal * 1.5 rounds to even
+    assert dst.tolist() == [0x3FC0, 0x3FC2, 0x8000, 0x7FE1, 0xFF80, 0x7F80, 0x0002]
+    rng = np.random.default_rng(11)
+    for n in (K.SMALL_ELEMS - 1, K.SMALL_ELEMS):
+        bits = rng.integers(0, 1 << 16, n, dtype=np.uint32).astype(np.uint16)
+        got = np.zeros(n, np.uint16)
+        with np.errstate(all="ignore"):
+            K.scale_bf16(bits, got, np.float32(1 / 3))
+            wide = (bits.astype(np.uint32) << 16).view(np.float32) * np.float32(1 / 3)
+        u = wide.view(np.uint32).astype(np.uint64)
+        ref = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        nan = np.isnan(wide)
+        ref[nan] = ((wide.view(np.uint32)[nan] >> 16) | 0x40).astype(np.uint16)
+        assert np.array_equal(got, ref)

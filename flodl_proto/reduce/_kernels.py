@@ -717,6 +717,12 @@ def scale_bf16(src: U16Array, dst: U16Array, factor: np.float32) -> None:
     if jit is not None:
         jit.bf16_scale(src, dst, np.float32(factor))
         return
+    if n < SMALL_ELEMS:  # one scratch array, no workspace, no chunk loop
+        wide = np.empty(n, F32)
+        widen_bf16(src, wide)
+        np.multiply(wide, factor, out=wide)
+        encode_bf16_small(wide, dst)
+        return
     ws = Workspace(min(n, CHUNK_ELEMS))
     for s in _chunks(0, n):
         e = min(s + CHUNK_ELEMS, n)
