@@ -121,10 +121,30 @@ def test_rank_out_of_range_and_zero_world_are_rejected_locally() -> None:
     with pytest.raises(InvalidValue, match=r"cpu_reduce: rank_id 2 must be < world_size 2") as e:
         RankClient.connect("127.0.0.1:1", 2, 2, SALT)
     assert not e.value.remote
+    with pytest.raises(InvalidValue) as e:
+        RankClient.connect("127.0.0.1:1", -1, 2, SALT)
+    assert str(e.value) == "cpu_reduce: rank_id -1 must be >= 0"
+    assert e.value.error_id == "client.rank_negative" and not e.value.remote
     with pytest.raises(InvalidValue, match=r"cpu_reduce: world_size must be > 0"):
         RankClient.connect("127.0.0.1:1", 0, 0, SALT)
     with pytest.raises(VersionMismatch):
         RankClient.connect("127.0.0.1:1", 0, 1, SALT, version=4)
+
+
+def test_broadcast_root_outside_the_world_is_rejected_before_sending() -> None:
+    fake = FakeRelay(acking(2))
+    try:
+        with RankClient.connect(fake.addr, 0, 2, SALT) as c:
+            for root, message, error_id in (
+                    (-1, "cpu_reduce: rank_id -1 must be >= 0", "client.rank_negative"),
+                    (2, "cpu_reduce: rank_id 2 must be < world_size 2",
+                     "client.rank_out_of_range")):
+                with pytest.raises(InvalidValue) as e:
+                    c.broadcast_from_root([np.ones(2, np.float32)], root)
+                assert (str(e.value), e.value.error_id) == (message, error_id)
+                assert not c.closed
+    finally:
+        fake.close()
 
 
 def test_connect_failure_is_reported_clearly(monkeypatch: pytest.MonkeyPatch) -> None:

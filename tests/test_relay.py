@@ -608,3 +608,25 @@ def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
         c0.close()
         c1.close()
         assert relay.wait(10) is None
+
+
+def test_a_listen_port_outside_the_port_range_is_a_typed_error() -> None:
+    with pytest.raises(InvalidValue) as e:
+        Relay(("127.0.0.1", 65533), [0], 1, SALT)
+    assert str(e.value) == ("relay: listen port 65537 is out of range 0..65535 (the "
+                            "controller's port + 4)")
+    assert e.value.error_id == "relay.bad_listen_port" and not e.value.remote
+    for port in (-1, 65536):
+        with pytest.raises(InvalidValue) as e:
+            Relay("127.0.0.1:1", [0], 1, SALT, listen_port=port)
+        assert str(e.value) == f"relay: listen port {port} is out of range 0..65535"
+
+
+def test_relay_cli_listen_port_out_of_range_is_one_line_and_exit_2() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "flodl_proto.cli", "relay", "--controller", "127.0.0.1:1",
+         "--ranks", "0", "--world-size", "1", "--salt", SALT.hex(), "--listen-port", "99999"],
+        capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == ("flodl-proto relay: relay: listen port 99999 is out of range "
+                          "0..65535\n")

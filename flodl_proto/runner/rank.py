@@ -245,7 +245,8 @@ class RankClient:
 
         Raises:
             InvalidValue (local): ``world_size == 0`` (``client.world_size_zero``) or
-                ``rank >= world_size`` (``client.rank_out_of_range``), checked before dialing;
+                ``rank >= world_size`` (``client.rank_out_of_range``) or ``rank < 0``
+                (``client.rank_negative``), checked before dialing;
                 a bad salt.
             VersionMismatch (local): unsupported ``version``.
             ConnectionError: the relay could not be reached within the retry budget.
@@ -259,7 +260,9 @@ class RankClient:
         check_version(version)
         if world_size <= 0:
             raise protocol_error("client.world_size_zero")
-        if not 0 <= rank < world_size:
+        if rank < 0:
+            raise protocol_error("client.rank_negative", rank=rank)
+        if rank >= world_size:
             raise protocol_error("client.rank_out_of_range", rank=rank, world_size=world_size)
         target = parse_addr(addr) if isinstance(addr, str) else (addr[0], int(addr[1]))
         sock = connect_with_retry(target, "cpu_reduce")
@@ -522,7 +525,9 @@ class RankClient:
         Upstream: ``cpu_reduce.rs`` ``broadcast_from_root``.
         """
         self._open_socket()
-        if not 0 <= root < self.world_size:
+        if root < 0:
+            raise protocol_error("client.rank_negative", rank=root)
+        if root >= self.world_size:
             raise protocol_error("client.rank_out_of_range", rank=root,
                                  world_size=self.world_size)
         arrs = [_check_array(i, a) for i, a in enumerate(arrays)]

@@ -47,12 +47,13 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from ..addr import PORT_MAX
 from ..codec._common import BytesLike
 from ..codec.auth import Premac
 from ..codec.loopback import decode_len_prefix
 from ..codec.mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
 from ..codec.plans import frame_macs, record_macs
-from ..errors import ProtocolError
+from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
 from ..fsm.events import (
     AckRank,
@@ -177,7 +178,9 @@ class Relay:
 
     Raises:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, a
-            ``rank_timeout`` that is not a positive number (``deadline.bad_timeout``).
+            ``rank_timeout`` that is not a positive number (``deadline.bad_timeout``), a
+            ``listen_port`` (given, or the controller's port + 4) outside 0..65535
+            (``relay.bad_listen_port``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -214,8 +217,13 @@ class Relay:
         self._salt = self._core.salt
         self.version = self._core.version
         self._listen_host = listen_host
-        self._listen_port = (default_relay_port(self._controller[1]) if listen_port is None
-                             else int(listen_port))
+        port = (default_relay_port(self._controller[1]) if listen_port is None
+                else int(listen_port))
+        if not 0 <= port <= PORT_MAX:
+            raise protocol_error("relay.bad_listen_port", port=port, max=PORT_MAX,
+                                 why=" (the controller's port + 4)" if listen_port is None
+                                 else "")
+        self._listen_port = port
         self.ceiling = self._core.ceiling
         self.stats = RelayStats()
         self._fold = self._core.fold
