@@ -246,3 +246,67 @@ def test_rounds_completed_counts_every_host_frame() -> None:
     f.deposit(0, _frame(_f32(1.0)))
     assert f.declare_dead(1) == _frame(_f32(1.0))  # a lone deposit: verbatim
     assert f.rounds_completed == 4
+
+
+@pytest.mark.parametrize("dtype", [0, 1])
+def test_a_promoted_round_ships_a_tensor_elided_by_every_deposit_as_zeros(dtype: int) -> None:
+    """Version 3: the seed elides both tensors, the last deposit carries tensor 0 only. The
+    round was promoted, so tensor 1 (never merged) ships as zeros, not elided."""
+    make = _f32 if dtype == 0 else _bf16
+    elided = TensorPayload(dtype, (2,), b"")
+    f = _seeded(_frame(elided, elided, weight=0.0), version=3)
+    out = f.deposit(1, _frame(make(1.0, 2.0), elided, weight=1.0))
+    assert out == _frame(make(1.0, 2.0), make(0.0, 0.0), weight=1.0)
+
+
+def test_overflow_and_nan_arithmetic_emits_no_warning() -> None:
+    """inf and NaN results are the protocol's arithmetic, not errors: neither the relay's fold
+    nor the controller's reduce lets NumPy warn about them (warnings are errors here)."""
+    import warnings
+
+    from flodl_proto.reduce import reduce_realized_work, sum_frames
+    from flodl_proto.reduce._kernels import SMALL_ELEMS
+
+    big = 3e38
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for make in (_f32, _bf16):
+            f = HostFold([0, 1, 2], SALT)
+            f.deposit(0, _frame(make(big, float("inf"))))
+            f.deposit(1, _frame(make(big, float("-inf"))))  # sums materialised: inf, NaN
+            out = f.deposit(2, _frame(make(big, 1.0)))
+            assert out is not None
+            frames = [RoundFrame(RoundKind.MODEL, 1.0, [make(big, float("inf"))]),
+                      RoundFrame(RoundKind.MODEL, 1.0, [make(big, float("-inf"))])]
+            summed = sum_frames(frames)
+            assert np.isinf(summed.tensors[0].array()[0])
+            assert np.isnan(summed.tensors[0].array()[1])
+            reduced = reduce_realized_work(frames)
+            assert np.isinf(reduced.tensors[0].array()[0])
+        many = np.full(SMALL_ELEMS, big, np.float32)  # the general (chunked) path
+        frames = [RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(many)])] * 2
+        assert np.isinf(sum_frames(frames).tensors[0].array()).all()
+        f = HostFold([0, 1], SALT)
+        f.deposit(0, encode_round_frame_bytes(frames[0], SALT))
+        f.deposit(1, encode_round_frame_bytes(frames[1], SALT))
+        f2 = HostFold([0, 1, 2], SALT)
+        f2.deposit(0, _frame(_f32(big)))
+        f2.deposit(1, _frame(_f32(big)))
+        assert f2.declare_dead(2) == _frame(_f32(float("inf")), weight=2.0)
+
+
+def test_a_small_bf16_round_sums_tensors_of_different_sizes() -> None:
+    """The small path's one workspace serves every tensor of the round (sizes 1, 5 and 3)."""
+    from flodl_proto.reduce import reduce_realized_work, sum_frames
+
+    a = RoundFrame(RoundKind.MODEL, 1.0, [_bf16(1.0), _bf16(1.0, 2.0, 3.0, 4.0, 5.0),
+                                          _bf16(0.5, 0.25, 8.0)])
+    b = RoundFrame(RoundKind.MODEL, 3.0, [_bf16(2.0), _bf16(4.0, 4.0, 4.0, 4.0, 4.0),
+                                          _bf16(0.5, 0.75, -8.0)])
+    out = sum_frames([a, b])
+    assert [t.array().tolist() for t in out.tensors] == [[3.0], [5.0, 6.0, 7.0, 8.0, 9.0],
+                                                         [1.0, 1.0, 0.0]]
+    avg = reduce_realized_work([a, b])
+    assert [t.array().tolist() for t in avg.tensors] == [[0.75], [1.25, 1.5, 1.75, 2.0, 2.25],
+                                                         [0.25, 0.25, 0.0]]
+    assert out.weight == avg.weight == 4.0
