@@ -310,3 +310,25 @@ def test_a_small_bf16_round_sums_tensors_of_different_sizes() -> None:
     assert [t.array().tolist() for t in avg.tensors] == [[0.75], [1.25, 1.5, 1.75, 2.0, 2.25],
                                                          [0.25, 0.25, 0.0]]
     assert out.weight == avg.weight == 4.0
+
+
+@pytest.mark.parametrize("dtype", [0, 1])
+def test_a_zero_element_tensor_beside_a_large_one(dtype: int) -> None:
+    """A round with one tensor of SMALL_ELEMS elements (the chunked path) and one of zero
+    elements: the large one sums element-wise, the empty one stays empty, in the controller's
+    reduce (one thread) and the relay's fold."""
+    from flodl_proto.reduce import reduce_realized_work, sum_frames
+    from flodl_proto.reduce._kernels import SMALL_ELEMS
+
+    make = _f32 if dtype == 0 else _bf16
+    ones = [1.0] * SMALL_ELEMS
+    empty = TensorPayload(dtype, (0,), b"")
+    a = RoundFrame(RoundKind.MODEL, 1.0, [make(*ones), empty])
+    b = RoundFrame(RoundKind.MODEL, 1.0, [make(*[2.0] * SMALL_ELEMS), empty])
+    want = RoundFrame(RoundKind.MODEL, 2.0, [make(*[3.0] * SMALL_ELEMS), empty])
+    assert sum_frames([a, b], threads=1) == want
+    assert reduce_realized_work([a, b], threads=1) == RoundFrame(
+        RoundKind.MODEL, 2.0, [make(*[1.5] * SMALL_ELEMS), empty])
+    f = HostFold([0, 1], SALT)
+    f.deposit(0, encode_round_frame_bytes(a, SALT))
+    assert f.deposit(1, encode_round_frame_bytes(b, SALT)) == encode_round_frame_bytes(want, SALT)
