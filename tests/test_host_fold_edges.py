@@ -293,6 +293,14 @@ def test_overflow_and_nan_arithmetic_emits_no_warning() -> None:
         f2.deposit(0, _frame(_f32(big)))
         f2.deposit(1, _frame(_f32(big)))
         assert f2.declare_dead(2) == _frame(_f32(float("inf")), weight=2.0)
+        f3 = HostFold([0, 1], SALT)  # the completing deposit's own add overflows
+        f3.deposit(0, _frame(_f32(big)))
+        assert f3.deposit(1, _frame(_f32(big))) == _frame(_f32(float("inf")), weight=2.0)
+        f4 = HostFold([0, 1, 2], SALT)  # a death completes the round: NaN sums encoded
+        f4.deposit(0, _frame(_bf16(float("inf"))))
+        f4.deposit(1, _frame(_bf16(float("-inf"))))
+        out4 = f4.declare_dead_frame(2)
+        assert isinstance(out4, RoundFrame) and np.isnan(out4.tensors[0].array()[0])
 
 
 def test_a_small_bf16_round_sums_tensors_of_different_sizes() -> None:
