@@ -85,6 +85,17 @@ def test_cli_export_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "manifests declare" in out
 
 
+def test_cli_export_to_an_unwritable_folder_is_one_line_and_exit_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    target = blocker / "vectors"
+    assert main(["vectors", "export", str(target)]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == f"flodl-proto vectors: cannot write {target}: Not a directory\n"
+
+
 def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:
     export_vectors(tmp_path)
     for rel in sorted(p.relative_to(exported) for p in exported.rglob("*.json")):

@@ -127,7 +127,12 @@ def _check(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from ..interop.export import export_vectors
 
-    counts = export_vectors(args.dir)
+    try:
+        counts = export_vectors(args.dir)
+    except OSError as e:
+        print(f"flodl-proto vectors: cannot write {e.filename or args.dir}: "
+              f"{e.strerror or e}", file=sys.stderr)
+        return 1
     for version, n in sorted(counts.items(), reverse=True):
         where = args.dir if version == 3 else args.dir / "v2"
         print(f"{where}: {n} cases (protocol version {version})")
