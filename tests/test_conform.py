@@ -468,6 +468,22 @@ def test_conformance_doc_is_current() -> None:
     assert "--salt-file {salt_file}" in text
 
 
+def test_conform_docs_unwritable_or_missing_output_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = blocker / "docs" / "conformance.md"
+    assert main(["conform", "docs", "--out", str(out)]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == f"flodl-proto conform: error: cannot write {out}: Not a directory\n"
+    missing = tmp_path / "conformance.md"
+    assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
+    cap = capsys.readouterr()
+    assert cap.err == (f"{missing}: missing; run `flodl-proto conform docs --out {missing}`\n")
+    assert not missing.exists()
+
+
 def test_readme_has_a_conformance_section() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "## Conformance kit" in readme

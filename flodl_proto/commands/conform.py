@@ -229,11 +229,16 @@ def _run_docs(args: argparse.Namespace) -> int:
         if current == text:
             print(f"{out}: up to date")
             return 0
-        print(f"{out}: out of date; run `flodl-proto conform docs --out {out}`", file=sys.stderr)
+        state = "missing" if current is None else "out of date"
+        print(f"{out}: {state}; run `flodl-proto conform docs --out {out}`", file=sys.stderr)
         return 1
     if current != text:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8", newline="\n")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8", newline="\n")
+        except OSError as e:
+            print(f"{_PROG}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+            return 1
         print(f"{out}: written ({len(text.encode('utf-8'))} bytes)")
     else:
         print(f"{out}: up to date")
