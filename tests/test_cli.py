@@ -327,6 +327,7 @@ def test_hand_run_cluster_with_salt_files(tmp_path: Path, procs: list[_Proc]) ->
 
 
 # -- item: demo --rounds N and what the demo prints for a capture ------------------------------
+@pytest.mark.timeout(420)  # three demo runs of up to 150 s, 150 s and 90 s: the module's 120 s
 def test_demo_short_runs_pass_and_print_ports_and_salt_file(tmp_path: Path) -> None:
     """Any --rounds the parser accepts finishes with 0 on a healthy cluster (the target is what
     that many rounds reach); the demo names its controller and relay addresses and its salt
