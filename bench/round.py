@@ -21,6 +21,13 @@ Broadcast -> fan-out done, and the gaps between parties: wire and wake-up time, 
 including the rank's parse of the reply). Peak RSS per role is the largest ``ru_maxrss`` of the
 role's processes.
 
+CPU per round per party: every rank waits after its warm-up and again after its last measured
+round while the bench samples the controller's and the relays' CPU time (all threads:
+``/proc/<pid>/task/*/schedstat``, exact; the tick count of ``/proc/<pid>/stat`` when threads
+ended in between); each rank measures its own (``time.process_time``) over the measured rounds.
+The table gives the controller's, a relay's (mean) and a rank's (mean) CPU milliseconds per
+round: robust on a busy machine, where the round times are not.
+
 Quiet-machine guard: before each configuration the bench waits (at most ``--max-wait`` seconds)
 until other processes use under 0.1 core; it records their CPU use during the configuration (all
 CPU time of the machine, ``/proc/stat`` user + nice + system, minus that of the bench's own process
@@ -136,15 +143,24 @@ def worker(cfg: dict[str, Any]) -> None:
         arrays.append(a.astype(ml_dtypes.bfloat16) if bf16 else a)
     salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
     times = []
+    pause = bool(cfg.get("pause"))
     with RankClient.connect(cfg["relay"], cfg["rank"], cfg["world"], salt, cfg["version"],
                             bf16=bf16) as client:
-        for k in range(cfg["warmup"] + cfg["rounds"]):
+        for _ in range(cfg["warmup"]):
+            client.all_reduce_scaled(arrays, 1.0)
+        if pause:  # the bench samples the controller's and relays' CPU while every rank waits
+            print("warm", flush=True)
+            sys.stdin.readline()
+        cpu0 = time.process_time()
+        for _ in range(cfg["rounds"]):
             t0 = time.perf_counter()
             client.all_reduce_scaled(arrays, 1.0)
-            dt = time.perf_counter() - t0
-            if k >= cfg["warmup"]:
-                times.append(dt)
-    print(json.dumps({"rank": cfg["rank"], "times": times, "hwm_kib": vm_hwm_kib()}), flush=True)
+            times.append(time.perf_counter() - t0)
+        cpu = time.process_time() - cpu0
+        print(json.dumps({"rank": cfg["rank"], "times": times, "cpu": cpu,
+                          "hwm_kib": vm_hwm_kib()}), flush=True)
+        if pause:  # stay connected until the bench has taken its second sample
+            sys.stdin.readline()
 
 
 # -- single-core rates ---------------------------------------------------------------------------
@@ -309,16 +325,52 @@ def vm_hwm_kib(pid: int | str = "self") -> int:
     return 0
 
 
+def process_cpu_ns(pid: int) -> tuple[int, int] | None:
+    """CPU time a process has used so far, two ways: the sum of its live threads' run time
+    (``/proc/<pid>/task/*/schedstat``, nanoseconds, exact) and its whole CPU time in clock
+    ticks (``/proc/<pid>/stat`` utime + stime: threads that have ended count too, but only to
+    the tick). None when the process is gone or there is no ``/proc``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        f = text[text.rfind(")") + 2:].split()
+        ticks = int(f[11]) + int(f[12])
+        ns = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                ns += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+                continue
+    except (OSError, ValueError, IndexError):
+        return None
+    return ns, ticks
+
+
+def cpu_between(a: tuple[int, int] | None, b: tuple[int, int] | None) -> float | None:
+    """Seconds of CPU a process used between two :func:`process_cpu_ns` samples: the threads'
+    exact run time, unless the tick count grew by more than two ticks beyond it (threads that
+    ended between the samples, e.g. a large record's helper threads): then the tick count.
+    None when a sample is missing."""
+    if a is None or b is None:
+        return None
+    tick = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+    exact = max(0, b[0] - a[0]) / 1e9
+    ticks = max(0, b[1] - a[1]) * tick
+    return ticks if ticks > exact + 2 * tick else exact
+
+
 class _Proc:
     """A child process whose stdout and stderr are drained by threads (so a chatty child never
-    blocks on a full pipe); ``first`` receives its first stdout line."""
+    blocks on a full pipe); ``first`` receives its first stdout line, ``lines`` every line;
+    ``stdin`` is a pipe when asked for (:meth:`tell` writes a line to it)."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], stdin: bool = False) -> None:
         self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
+                                  stderr=subprocess.PIPE, text=True, env=env,
+                                  stdin=subprocess.PIPE if stdin else subprocess.DEVNULL)
         self.out: list[str] = []
         self.err: list[str] = []
         self.first: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[str] = queue.Queue()
         self.hwm_kib = 0
         assert self.p.stdout is not None and self.p.stderr is not None
         self._threads = [threading.Thread(target=self._drain, args=(self.p.stdout, self.out,
@@ -332,9 +384,34 @@ class _Proc:
         for line in stream:
             if announce and not sink:
                 self.first.put(line)
+            if announce:
+                self.lines.put(line)
             sink.append(line)
         if announce and not sink:
             self.first.put("")
+        if announce:
+            self.lines.put("")  # end of output
+
+    def next_line(self, what: str, timeout: float = 3600.0) -> str:
+        """The child's next stdout line; ``RuntimeError`` when it ends its output first (or
+        says nothing for ``timeout`` seconds)."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"{what}: no output for {timeout:g} s") from None
+        if not line:
+            self.p.wait(timeout=60)
+            raise RuntimeError(f"{what} ended: {''.join(self.err[-20:])[-2000:]}")
+        return line
+
+    def tell(self) -> None:
+        """Write one line to the child's stdin (a go-ahead); a child that is gone is ignored."""
+        if self.p.stdin is not None:
+            try:
+                self.p.stdin.write("\n")
+                self.p.stdin.flush()
+            except OSError:
+                pass
 
     def address(self, what: str, timeout: float = 60.0) -> str:
         """The address of the child's ``listening on ADDR`` first line."""
@@ -382,11 +459,14 @@ class _Proc:
 @dataclass
 class ClusterRun:
     """One configuration's measured rounds: ``times`` (seconds, the slowest rank's each round),
-    ``stages`` (the traced rounds after the warm-up) and ``rss_kib`` (peak RSS per role)."""
+    ``stages`` (the traced rounds after the warm-up), ``rss_kib`` (peak RSS per role) and
+    ``cpu`` (CPU seconds per measured round per role: the controller's, the mean of the
+    relays' and the mean of the ranks'; a role whose CPU could not be sampled is absent)."""
 
     times: list[float]
     stages: list[stages.RoundStages] = field(default_factory=list)
     rss_kib: dict[str, int] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, version: int,
@@ -428,17 +508,36 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             ranks = []
             for rank in range(world):
                 cfg = {"rank": rank, "world": world, "relay": relay_of[rank], "nbytes": nbytes,
-                       "dtype": dtype, "version": version, "warmup": warmup, "rounds": rounds}
-                p = _Proc([str(Path(__file__).resolve()), "--worker", json.dumps(cfg)], env)
+                       "dtype": dtype, "version": version, "warmup": warmup, "rounds": rounds,
+                       "pause": True}
+                p = _Proc([str(Path(__file__).resolve()), "--worker", json.dumps(cfg)], env,
+                          stdin=True)
                 procs.append(("rank", p))
                 ranks.append(p)
-            per_rank = []
+            # CPU per round: the controller and relays are sampled while every rank waits
+            # after its warm-up and again after its last measured round (nothing else runs)
+            servers = procs[:1 + len(hosts)]
             for p in ranks:
+                p.next_line("rank")  # "warm"
+            before = [process_cpu_ns(q.p.pid) for _, q in servers]
+            for p in ranks:
+                p.tell()
+            reports = [json.loads(p.next_line("rank")) for p in ranks]
+            after = [process_cpu_ns(q.p.pid) for _, q in servers]
+            for p in ranks:
+                p.tell()
+            per_rank = []
+            for p, report in zip(ranks, reports, strict=True):
                 if p.reap(3600.0) != 0:
                     raise RuntimeError(f"rank failed: {''.join(p.err)[-2000:]}")
-                report = json.loads(p.out[-1])
                 per_rank.append(report["times"])
                 p.hwm_kib = report["hwm_kib"]
+            used = [cpu_between(a, b) for a, b in zip(before, after, strict=True)]
+            cpu: dict[str, float] = {"rank": statistics.mean(r["cpu"] for r in reports) / rounds}
+            if used[0] is not None:
+                cpu["controller"] = used[0] / rounds
+            if used[1:] and all(u is not None for u in used[1:]):
+                cpu["relay"] = statistics.mean(u for u in used[1:] if u is not None) / rounds
             done.set()
             sampler.join()
             for name, p in procs:
@@ -455,7 +554,7 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
         traced = (stages.breakdown(stages.read_trace(trace_path), skip=warmup)
                   if trace and trace_path.exists() else [])
         times = [max(ts) for ts in zip(*per_rank, strict=True)]
-        return ClusterRun(times, traced, rss)
+        return ClusterRun(times, traced, rss, cpu)
 
 
 # -- torch gloo (optional) -----------------------------------------------------------------------
@@ -607,9 +706,21 @@ def verdicts(rows: list[Row]) -> tuple[list[str], bool]:
 
 TABLE_HEADER = (
     "| W | hosts | frame | dtype | rounds | median | p95 | CPU floor | ratio | upstream | target "
-    "| others | peak RSS MiB ctl / relay / rank | gloo |\n"
+    "| others | CPU ms/round ctl / relay / rank | peak RSS MiB ctl / relay / rank | gloo |\n"
     "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
-    "| ---: |")
+    "| ---: | ---: |")
+
+
+def cpu_cell(cpu: dict[str, float]) -> str:
+    """``ctl / relay / rank`` CPU ms per round (``?`` for a role not sampled), e.g.
+    ``0.41 / 0.38 / 0.21``; two decimals below 10 ms, one from there."""
+    def ms(role: str) -> str:
+        if role not in cpu:
+            return "?"
+        v = cpu[role] * 1e3
+        return f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+    return " / ".join(ms(k) for k in ("controller", "relay", "rank"))
 
 
 def format_row(row: Row) -> str:
@@ -626,7 +737,8 @@ def format_row(row: Row) -> str:
     return (f"| {row.world} | {row.layout} | {size_label(row.nbytes)} | {row.dtype} | "
             f"{len(row.run.times)} | {_ms(row.median)} | {_ms(row.p95)} | {_ms(row.floor)} | "
             f"{row.median / row.floor:.2f} | {_ms(up) if up else '-'} | {target} | {others} | "
-            f"{rss} | {_ms(row.gloo) if row.gloo is not None else 'n/a'} |")
+            f"{cpu_cell(row.run.cpu)} | {rss} | "
+            f"{_ms(row.gloo) if row.gloo is not None else 'n/a'} |")
 
 
 STAGE_HEADER = (
@@ -803,7 +915,8 @@ def _write_results(version: int, info: str, notes: list[str], rate_line: str,
         "CPU floor is computed in the same run from single-core rates (see the script's "
         "docstring); upstream = upstream flodl's median round on the reference machine; others "
         "= other processes' CPU use during the configuration (cores; `!`: over 0.1 after every "
-        "rerun); gloo is `n/a` when torch is not installed.", "",
+        "rerun); CPU ms/round = CPU time per measured round of the controller, of a relay (mean) "
+        "and of a rank (mean), all threads; gloo is `n/a` when torch is not installed.", "",
         info + ".", "", *(n + "\n" for n in notes), rate_line + ".", "",
         *table, "", STAGE_LEGEND, "", *stage_table, "",
         "```", *verdict, "```", ""])

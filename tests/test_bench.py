@@ -51,7 +51,8 @@ def _fake(monkeypatch: pytest.MonkeyPatch, rb: ModuleType, times: Any,
         runs.append((world, nbytes, dtype))
         floor, _ = rb.floor_seconds(world, hosts, nbytes, dtype, rates, 2)
         return rb.ClusterRun(list(times(world, nbytes, dtype, floor)), [],
-                             {"controller": 40 << 10, "relay": 50 << 10, "rank": 60 << 10})
+                             {"controller": 40 << 10, "relay": 50 << 10, "rank": 60 << 10},
+                             {"controller": 0.4e-3, "relay": 0.5e-3, "rank": 0.25e-3})
 
     monkeypatch.setattr(rb, "run_cluster", run_cluster)
     return runs
@@ -104,7 +105,8 @@ def test_round_bench_small_frames_against_upstream(
                         + verdict, "targets met" if met else "TARGETS MISSED"]
     row = next(line for line in out if line.startswith(f"| {world} |"))
     up = rb.UPSTREAM[(world, rb.parse_size(size))]
-    assert f"| {rb._ms(up)} | {'ok' if met else 'MISS'} | n/a | 40 / 50 / 60 | n/a |" in row
+    assert (f"| {rb._ms(up)} | {'ok' if met else 'MISS'} | n/a | 0.40 / 0.50 / 0.25 "
+            "| 40 / 50 / 60 | n/a |") in row
 
 
 def test_round_bench_without_a_target_configuration_fails(
@@ -285,3 +287,20 @@ def test_codec_bench_exit_code_follows_the_verdict() -> None:
     assert res.returncode == (0 if last == "targets met" else 1), res.stderr
     res = subprocess.run([*cmd, "--no-verdict"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+def test_cpu_cell_and_cpu_between() -> None:
+    rb = _load("round")
+    assert rb.cpu_cell({"controller": 0.4e-3, "relay": 12.34e-3, "rank": 0.0}) == \
+        "0.40 / 12.3 / 0.00"
+    assert rb.cpu_cell({"rank": 1e-3}) == "? / ? / 1.00"
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    # the threads' exact run time, within two ticks of the tick count
+    assert rb.cpu_between((1_000_000_000, 100), (1_250_000_000, 100 + round(0.25 / tick))) \
+        == 0.25
+    # threads ended in between: the tick count is larger by more than two ticks, it wins
+    assert rb.cpu_between((0, 0), (10_000_000, 100)) == pytest.approx(100 * tick)
+    assert rb.cpu_between(None, (1, 1)) is None and rb.cpu_between((1, 1), None) is None
+    own = rb.process_cpu_ns(os.getpid())
+    assert own is not None and own[0] > 0 and own[1] >= 0
+    assert rb.process_cpu_ns(2 ** 22 + 12345) is None  # no such process

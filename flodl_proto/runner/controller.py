@@ -121,6 +121,9 @@ log = logging.getLogger(__name__)
 _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 #: period of the accept-phase note naming the ranks not covered yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
+#: seconds :meth:`ReferenceController.status` waits for the core to retake a stale snapshot
+#: (a large round's reduce can hold the core longer: the last snapshot is served meanwhile)
+_STATUS_CORE_WAIT = 0.5
 _ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
 _PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
 
@@ -221,6 +224,7 @@ class ReferenceController:
         self._ckpt_thread: threading.Thread | None = None
         self._outcome: Outcome | None = None
         self._status: dict[str, Any] = self._core.status()
+        self._status_stale = False  # the core changed since the snapshot (core lock held)
         self._last_report: RoundReport | None = None
         self._accepting_data = True
 
@@ -336,7 +340,20 @@ class ReferenceController:
 
     def status(self) -> dict[str, Any]:
         """The latest JSON-ready status (state, world size, relays and ranks, dead ranks, rounds
-        reduced, bytes in/out, last round, listening address, mode)."""
+        reduced, bytes in/out, last round, listening address, mode).
+
+        The core's part is a snapshot retaken here when the core changed since the last one
+        (not on the round's path): when the core is busy for more than half a second (a large
+        round's reduce), the last snapshot is returned."""
+        if self._status_stale and self._core_lock.acquire(timeout=_STATUS_CORE_WAIT):
+            try:
+                if self._status_stale:
+                    self._status_stale = False
+                    core_st = self._core.status()
+                    with self._lock:
+                        self._status = core_st
+            finally:
+                self._core_lock.release()
         with self._lock:
             st = dict(self._status)
             rep = self._last_report
@@ -535,11 +552,10 @@ class ReferenceController:
             log.exception("controller: on_notice callback failed")
 
     def _update_status(self) -> None:
-        """Snapshot the core's status (once per batch of actions; :meth:`status` adds the
-        address, the mode and the last round's time)."""
-        st = self._core.status()
-        with self._lock:
-            self._status = st
+        """The core's status changed (once per batch of actions, core lock held): the snapshot
+        is retaken when :meth:`status` is next asked (it adds the address, the mode and the
+        last round's time), not on the round's path."""
+        self._status_stale = True
 
     def _write_loop(self, conn: Conn) -> None:
         conn.write_loop(self._inline_written)

@@ -140,34 +140,35 @@ def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
     The product is computed in f32 and rounded once into the wire dtype (bf16 with upstream's
     rounding and NaN rule). ``out`` (f32, ``arr.size`` elements) receives an f32 product that
     goes on the wire as is, or the bf16 product of a bf16 array (in its first half), sparing an
-    allocation per round.
+    allocation per round. With a ``scale``, call it with NumPy's float warnings off
+    (``np.errstate(all="ignore")``: the protocol's arithmetic overflows and makes NaNs by
+    design); ``arr`` comes from :func:`_check_array` (its shape fits the wire).
     """
     src_bf16 = arr.dtype == _BF16
     flat = np.ascontiguousarray(arr).reshape(-1)
     if scale is None:
         if src_bf16 == (wire is Dtype.BF16):
-            data: BytesLike = flat.view(np.uint8).data
+            data: memoryview = flat.view(np.uint8).data
         elif src_bf16:  # bf16 staged, f32 wire: exact widening
             data = bf16_to_f32(flat.view(np.uint16)).view(np.uint8).data
         else:  # f32 staged, bf16 wire: one rounding
             data = bf16_from_f32(flat).view(np.uint8).data
-        return TensorPayload(int(wire), arr.shape, data)
+        return TensorPayload.trusted(int(wire), arr.shape, data)
     f = np.float32(scale)
-    with np.errstate(all="ignore"):
-        if src_bf16 and wire is Dtype.BF16:
-            dst = None if out is None else out.view(np.uint8)  # 4 bytes per element: room
-            data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f, out=dst)
+    if src_bf16 and wire is Dtype.BF16:
+        dst = None if out is None else out.view(np.uint8)  # 4 bytes per element: room
+        data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f, out=dst)
+    else:
+        wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
+        if wire is Dtype.F32 and out is not None and not src_bf16:
+            prod = np.multiply(wide, f, out=out)
         else:
-            wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
-            if wire is Dtype.F32 and out is not None and not src_bf16:
-                prod = np.multiply(wide, f, out=out)
-            else:
-                prod = np.multiply(wide, f, dtype=_F32)
-            if wire is Dtype.F32:
-                data = prod.view(np.uint8).data
-            else:
-                data = bf16_from_f32(prod).view(np.uint8).data
-    return TensorPayload(int(wire), arr.shape, data)
+            prod = np.multiply(wide, f, dtype=_F32)
+        if wire is Dtype.F32:
+            data = prod.view(np.uint8).data
+        else:
+            data = bf16_from_f32(prod).view(np.uint8).data
+    return TensorPayload.trusted(int(wire), arr.shape, data)
 
 
 class RankClient:
@@ -469,8 +470,10 @@ class RankClient:
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
         else:
-            tensors = [_payload(a, wire, float(scale), self._scratch_for(i, a))
-                       for i, a in enumerate(arrs)]
+            f = float(scale)
+            with np.errstate(all="ignore"):
+                tensors = [_payload(a, wire, f, self._scratch_for(i, a))
+                           for i, a in enumerate(arrs)]
         reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
         adopted = False
         if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
