@@ -363,3 +363,72 @@ def test_demo_reference_loss_is_the_target_for_short_runs() -> None:
     assert short > l_opt * 1.5  # two rounds are far from the optimum
     assert l_opt <= long <= l_opt * 1.01  # forty rounds reach it within the tolerance
     assert worker.reference_loss(7, 4, 2, bf16=True) == pytest.approx(short, rel=1e-2)
+
+
+# -- item: messages name the option and carry one prefix ----------------------------------------
+def _run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from flodl_proto.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse usage errors
+        code = int(e.code or 0)
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0,5",
+                             "--world-size", "2", "--salt", SALT_HEX)
+    assert code == 2
+    assert err == ("flodl-proto relay: rank set [0, 5] is invalid for world_size 2: every rank "
+                   "must be < world_size\n")
+
+
+@pytest.mark.parametrize(("command", "where", "prefix"), [
+    ("controller", ["--listen", "127.0.0.1:0"], "flodl-proto controller: error: "),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "flodl-proto relay: "),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"], "flodl-proto rank: "),
+])
+def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix: str,
+                                          tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.hex"
+    code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
+                             "--salt-file", str(missing))
+    assert code == 2
+    assert err == f"{prefix}--salt-file {missing}: No such file or directory\n"
+    bad = tmp_path / "bad.hex"
+    bad.write_text("not a salt\n")
+    code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
+                             "--salt-file", str(bad))
+    assert code == 2
+    assert err.startswith(f"{prefix}--salt-file {bad}: ") and "32 hex digits" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("command", "where", "option"), [
+    ("controller", ["--listen", "127.0.0.1:0"], "--round-timeout"),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "--rank-timeout"),
+])
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_timeouts_are_checked_as_cli_options(command: str, where: list[str], option: str,
+                                             value: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
+                             option, value)
+    assert code == 2
+    assert err.splitlines()[-1] == (f"flodl-proto {command}: error: argument {option}: must be "
+                                    f"a positive number of seconds, got '{value}'")
+
+
+def test_docs_and_rank_help_describe_their_options(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run_main(capsys, "docs", "--help")
+    assert code == 0
+    assert "Write the protocol reference" in " ".join(out.split())
+    code, out, _ = _run_main(capsys, "rank", "--help")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "--rank R this rank's global id, 0 <= R < N" in flat
+    assert "--world-size N number of ranks in the whole run (every host)" in flat

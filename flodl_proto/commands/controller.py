@@ -39,7 +39,7 @@ from ..fsm.events import RelayJoined
 from ..reduce import NesterovMomentum, OuterAvg, OuterOptimizer, SlowMomentum
 from ..runner.controller import ControllerNotice, ReferenceController, RoundReport
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from .relay import add_salt_options, resolve_salt, signals_stop
+from .relay import add_salt_options, cli_salt, positive_seconds, resolve_salt, signals_stop
 
 __all__ = ["checkpoint_dir_problem", "parse_outer", "register", "resolve_salt", "run"]
 
@@ -104,7 +104,7 @@ def register(sub: Any) -> None:
                    help="outer optimizer: avg, slow-momentum:LR,MU or nesterov:LR,MU")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="write each window's consensus as consensus-<window>.npz here")
-    p.add_argument("--round-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--round-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="declare a relay's ranks dead when its HostFrame has not arrived this "
                    "long after the round's first one (scaled by FLODL_NET_TIMEOUT_SCALE; "
                    "default: no deadline, as upstream)")
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.world_size <= 0:
         return _usage_error(f"--world-size must be > 0, got {args.world_size}")
     try:
-        salt = resolve_salt(args.salt, args.salt_file)
+        salt = cli_salt(args.salt, args.salt_file)
         outer = parse_outer(args.outer)
     except (ProtocolError, ValueError, OSError) as e:
         return _usage_error(str(e))

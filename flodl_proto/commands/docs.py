@@ -28,7 +28,11 @@ _PROG = "flodl-proto docs"
 
 def register(sub: Any) -> None:
     """Add the ``docs`` subcommand to the CLI's subparsers."""
-    p = sub.add_parser("docs", help="generate docs/protocol.md from the spec")
+    p = sub.add_parser(
+        "docs", help="generate docs/protocol.md from the spec",
+        description="Write the protocol reference (message layouts, constants, limits, "
+        "lifecycles, worked examples) generated from spec/wire.yaml and spec/lifecycle.yaml, "
+        "or with --check tell whether the written file is up to date.")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="PATH",
                    help=f"output file (default: {DEFAULT_OUT}; '-' writes to stdout)")
     p.add_argument("--spec", type=Path, default=None, metavar="DIR",

@@ -28,7 +28,7 @@ from ..addr import parse_addr
 from ..errors import ProtocolError
 from ..runner.rank import RankClient
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from .relay import add_salt_options, resolve_salt
+from .relay import add_salt_options, cli_salt
 
 __all__ = ["mass_of", "register", "synthetic_tensors"]
 
@@ -72,8 +72,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--relay", required=True, metavar="HOST:PORT",
                    help="the relay's loopback data address")
-    p.add_argument("--rank", required=True, type=int, metavar="R")
-    p.add_argument("--world-size", required=True, type=int, metavar="N")
+    p.add_argument("--rank", required=True, type=int, metavar="R",
+                   help="this rank's global id, 0 <= R < N (one of the relay's --ranks)")
+    p.add_argument("--world-size", required=True, type=int, metavar="N",
+                   help="number of ranks in the whole run (every host)")
     add_salt_options(p)
     p.add_argument("--rounds", type=int, default=5, metavar="K", help="rounds (default 5)")
     p.add_argument("--payload-mib", type=float, default=0.0, metavar="M",
@@ -89,7 +91,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the rank; return the exit code."""
     try:
-        salt = resolve_salt(args.salt, args.salt_file)
+        salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay")
         if args.rounds < 0 or args.payload_mib < 0 or not args.interval >= 0:
             raise ValueError("--rounds, --payload-mib and --interval must be >= 0")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -89,6 +90,38 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
     return parse_salt(salt)
 
 
+def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
+    """:func:`resolve_salt` for a command line: a failure names the option that caused it.
+
+    Raises:
+        ValueError: one line naming ``--salt-file PATH`` (unreadable file or not a salt) or the
+            salt's problem (``--salt`` / ``$FLODL_SESSION_SALT`` missing or malformed).
+    """
+    try:
+        return resolve_salt(salt, salt_file)
+    except OSError as e:
+        raise ValueError(f"--salt-file {salt_file}: {e.strerror or e}") from None
+    except ProtocolError as e:
+        if salt_file is not None:
+            raise ValueError(f"--salt-file {salt_file}: {e}") from None
+        raise ValueError(str(e)) from None
+
+
+def positive_seconds(text: str) -> float:
+    """argparse ``type=`` for a timeout option: a finite number of seconds > 0.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or not > 0 (argparse names the option).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def add_salt_options(p: argparse.ArgumentParser) -> None:
     """Add ``--salt HEX`` / ``--salt-file PATH`` (mutually exclusive; default
     ``$FLODL_SESSION_SALT``) to a cluster command's parser."""
@@ -153,14 +186,15 @@ def register(sub: Any) -> None:
                    help="the controller's address")
     p.add_argument("--ranks", required=True, metavar="R,R,...",
                    help="this host's global rank ids, e.g. 0,1")
-    p.add_argument("--world-size", required=True, type=int, metavar="N")
+    p.add_argument("--world-size", required=True, type=int, metavar="N",
+                   help="number of ranks in the whole run (every host)")
     add_salt_options(p)
     p.add_argument("--listen-port", type=int, default=None, metavar="P",
                    help="loopback port for the ranks (default: controller port + 4; 0 = any)")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--host", default=None, help="host name announced in Hello")
-    p.add_argument("--rank-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--rank-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="declare a local rank dead when its frame has not arrived this long "
                    "after the round's first local one (scaled by FLODL_NET_TIMEOUT_SCALE; "
                    "default: no deadline, as upstream)")
@@ -170,14 +204,15 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the relay until it ends; return the exit code."""
     try:
-        salt = resolve_salt(args.salt, args.salt_file)
+        salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks)
         controller = parse_addr(args.controller, field="--controller")
         relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
                       listen_port=args.listen_port, host=args.host,
                       rank_timeout=args.rank_timeout)
     except (ValueError, ProtocolError, OSError) as e:
-        print(f"flodl-proto relay: {e}", file=sys.stderr)
+        msg = str(e)  # the relay's own errors already start with "relay: "
+        print(f"flodl-proto relay: {msg.removeprefix('relay: ')}", file=sys.stderr)
         return 2
     stop = threading.Event()
     with signals_stop(stop):  # installed before the port is announced
