@@ -14,7 +14,8 @@ import uuid
 
 import pytest
 
-from flodl_proto.runner.stages import SEGMENTS
+from flodl_proto.commands.demo import model_rounds, stage_lines
+from flodl_proto.runner.stages import SEGMENTS, RoundStages
 
 from .cluster_util import skip_deep_unless_selected
 
@@ -61,11 +62,14 @@ def test_demo_trains_to_the_optimum_with_identical_consensus() -> None:
     assert "OK: every round completed" in res.stdout
     assert "end within 1% of it: ok" in res.stdout
     # the stage breakdown of the median traced round: its total, then every part with its share
-    assert re.search(r"stages\s+[│|] median of \d+ rounds \(round \d+\): \d+\.\d{3} ms from the "
-                     r"last rank's send to its reply parsed", res.stdout), res.stdout
+    m = re.search(r"stages\s+[│|] round (\d+)'s Model reduce, the median of (\d+) traced: "
+                  r"\d+\.\d{3} ms\s+[│|]\n[│|]\s+[│|] from the last rank's send to its reply "
+                  r"parsed", res.stdout)
+    assert m, res.stdout
+    assert 1 <= int(m[1]) <= 40 and 1 <= int(m[2]) <= 40
     for label, _, _, gap in SEGMENTS:
-        assert re.search(re.escape(label) + r"\s+-?\d+\.\d{3} ms\s+-?\d+ %"
-                         + ("  gap" if gap else r"\s+[│|]"), res.stdout), (label, res.stdout)
+        assert re.search(re.escape(label) + r"\s+-?\d+\.\d{3} ms\s*-?\d+%"
+                         + (" gap" if gap else r"\s+[│|]"), res.stdout), (label, res.stdout)
 
 
 def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:
@@ -157,3 +161,34 @@ def test_demo_netns_without_the_lab_says_why_in_one_line_and_exits_2(
     assert out == ""
     assert err == ("flodl-proto demo: --netns: the network lab needs root (network namespaces, "
                    "veth, tc, nftables)\n")
+
+
+def _ev(counts: list[int]) -> dict[int, dict[str, object]]:
+    return {0: {"counts": counts}, 1: {"counts": counts}}
+
+
+def test_model_rounds_number_the_reduces_as_the_demo_counts_its_rounds() -> None:
+    """Each demo round is a Control gather (protocol round 2k-2 when none was skipped), then a
+    Model reduce unless every rank was idle; the map stops at the first missing round."""
+    rounds = {1: _ev([1, 2]), 2: _ev([0, 0]), 3: _ev([0, 3]), 5: _ev([1, 1])}
+    assert model_rounds(rounds) == {1: 1, 4: 3}
+    assert model_rounds({}) == {}
+    assert model_rounds({k: _ev([1, 1]) for k in range(1, 6)}) == {1: 1, 3: 2, 5: 3, 7: 4, 9: 5}
+
+
+def test_stage_lines_name_the_demo_round_and_fit_80_columns() -> None:
+    parts = tuple((label, (11.801 if gap else -0.201) / 1e3, gap) for label, *_, gap in SEGMENTS)
+    traced = [RoundStages(r, t / 1e3, parts) for r, t in ((1, 50.0), (3, 39.363), (5, 20.0),
+                                                          (7, 39.363), (9, 60.0))]
+    lines = stage_lines(traced, {1: 1, 3: 2, 5: 3, 7: 4, 9: 5})
+    assert lines[:4] == [
+        "round 2's Model reduce, the median of 5 traced: 39.363 ms",
+        "from the last rank's send to its reply parsed",
+        "rank send" + " " * 34 + "  -0.201 ms  -1%",
+        "rank -> relay (wire, wake-up)" + " " * 14 + "  11.801 ms  30% gap",
+    ]
+    assert len(lines) == 2 + len(SEGMENTS)
+    assert max(len(ln) for ln in lines) == 63  # + the table's frame and first column: <= 80
+    assert stage_lines(traced, {})[0] == ("protocol round 4, the median of 5 traced: "
+                                          "39.363 ms")
+    assert stage_lines([], {}) == []

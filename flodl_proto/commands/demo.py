@@ -70,7 +70,7 @@ from . import _demo_worker as worker
 from .controller import parse_outer
 from .relay import resolve_salt
 
-__all__ = ["TOLERANCE", "partition", "register"]
+__all__ = ["TOLERANCE", "model_rounds", "partition", "register", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -251,6 +251,49 @@ def _addr_of(line: str, what: str) -> str:
     if not line.startswith(prefix):
         raise RuntimeError(f"{what}: expected '{prefix}HOST:PORT', got {line!r}")
     return line[len(prefix):].strip()
+
+
+# -- the stage breakdown -------------------------------------------------------------------------
+def model_rounds(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, int]:
+    """Map the protocol's round count (from 0, as :func:`flodl_proto.runner.stages.mark` counts)
+    of every Model reduce to the demo round (from 1) it belongs to.
+
+    ``rounds``: the demo's ``round`` events, by demo round then rank. Each demo round is one
+    Control count-gather, then one Model reduce unless the whole cohort was idle (every count
+    0). The map stops at the first demo round no rank reported.
+    """
+    out: dict[int, int] = {}
+    protocol = 0
+    for k in range(1, max(rounds, default=0) + 1):
+        events = rounds.get(k)
+        if not events:
+            break
+        protocol += 1  # the Control count-gather
+        if sum(next(iter(events.values()))["counts"]) > 0:
+            out[protocol] = k
+            protocol += 1
+    return out
+
+
+def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) -> list[str]:
+    """The summary's stage breakdown: which round is the median of the traced rounds (the Model
+    reduces; numbered as the demo counts its rounds, via ``demo_round`` from
+    :func:`model_rounds`), its total, then every part in ms with its share of the total, gaps
+    marked ``gap``. Lines are at most 63 characters, so the summary table stays within 80
+    columns. An empty list when no round was traced."""
+    med = stages.median_round(traced)
+    if med is None:
+        return []
+    k = demo_round.get(med.round)
+    which = f"round {k}'s Model reduce" if k is not None \
+        else f"protocol round {med.round + 1}"
+    lines = [f"{which}, the median of {len(traced)} traced: {med.total * 1e3:.3f} ms",
+             "from the last rank's send to its reply parsed"]
+    width = max(len(label) for label, *_ in stages.SEGMENTS)
+    for label, sec, gap in med.parts:
+        share = 100.0 * sec / med.total if med.total > 0 else 0.0
+        lines.append(f"{label:<{width}}{sec * 1e3:8.3f} ms{share:4.0f}%" + (" gap" if gap else ""))
+    return lines
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -545,7 +588,8 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
                         f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
                         f" / {_pct(syncs, 95) * 1e3:.1f} ms)") if times else "n/a")
-    t.add_row("stages", "\n".join(stages.format_breakdown(res.stages)) or "not traced")
+    t.add_row("stages", "\n".join(stage_lines(res.stages, model_rounds(res.rounds)))
+              or "not traced")
     t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
               else "n/a")
     t.add_row("loss", f"start {l_start:.6f}, end {l_end:.6f}")
