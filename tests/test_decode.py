@@ -387,6 +387,54 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     capsys.readouterr()
 
 
+class _Endless(io.RawIOBase):
+    """A stdin that never ends (``/dev/zero``): counts the bytes handed out."""
+
+    def __init__(self) -> None:
+        self.given = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = len(b)
+        b[:n] = bytes(n)
+        self.given += n
+        return n
+
+
+def test_cli_input_is_bounded_by_max_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    endless = _Endless()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(endless)))
+    assert main(["decode", "--max-input", "5000", "-"]) == EXIT_ERROR
+    got = capsys.readouterr()
+    assert got.out == ""
+    assert got.err == ("decode: the input is longer than --max-input 5000 bytes; give a larger "
+                       "--max-input to decode it\n")
+    assert endless.given <= 5001 + io.DEFAULT_BUFFER_SIZE  # read up to the limit, not to the end
+
+    sent = _mux_up(2)
+    raw = tmp_path / "mux.bin"
+    raw.write_bytes(sent.data)
+    n = len(sent.data)
+    assert main(["decode", "--max-input", str(n), "--salt", SALT.hex(), str(raw)]) == EXIT_OK
+    assert _json_lines(capsys.readouterr().out)[-1]["type"] == "end"
+    assert main(["decode", "--max-input", str(n - 1), str(raw)]) == EXIT_ERROR
+    assert capsys.readouterr().err == (f"decode: the input is longer than --max-input {n - 1} "
+                                       "bytes; give a larger --max-input to decode it\n")
+    raw.write_text(sent.data.hex(), encoding="ascii")  # the limit counts the bytes read
+    assert main(["decode", "--hex", "--max-input", str(2 * n - 1), str(raw)]) == EXIT_ERROR
+    assert "--max-input" in capsys.readouterr().err
+    for bad, why in (("0", "must be at least 1 byte, got 0"),
+                     ("4G", "expected a number of bytes, got '4G'")):
+        with pytest.raises(SystemExit) as e:
+            main(["decode", "--max-input", bad, str(raw)])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"flodl-proto decode: error: argument --max-input: {why}")
+
+
 # -------------------------------------------------------------------------------------------------
 # pcap: a capture written here, byte by byte
 # -------------------------------------------------------------------------------------------------

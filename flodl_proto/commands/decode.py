@@ -4,7 +4,7 @@
 
     flodl-proto decode [--leg auto|mux|loopback|frame] [--hex] [--salt HEX | --salt-file PATH]
                        [--protocol-version 2|3] [--format json|table] [--values]
-                       [--pcap --port N] [FILE|-]
+                       [--pcap --port N] [--max-input BYTES] [FILE|-]
 
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd`` or
 ``hexdump -C`` output, or the offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
@@ -14,6 +14,10 @@ direction on its own. The leg is told from the first bytes (data channel magic o
 ``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
 line per record (or a table), and last the end of the stream, the point where the input ended
 inside a record, or the error that stopped decoding, with its byte offset.
+
+The input is read whole before decoding, in chunks and at most ``--max-input`` bytes of it
+(default :data:`DEFAULT_MAX_INPUT`, 4 GiB); a longer input (``/dev/zero``, an endless pipe) stops
+the command with one line naming the option and the limit, exit 1.
 
 Exit codes: 0 every stream decoded to its end; 1 decoding stopped at a protocol error (or the
 input could not be read); 3 ``--salt`` was given and some auth tag did not verify; 4 the input
@@ -25,7 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from ..decode import (
     EXIT_BAD_TAG,
@@ -42,7 +46,25 @@ from ..decode import (
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 
-__all__ = ["register", "run"]
+__all__ = ["DEFAULT_MAX_INPUT", "register", "run"]
+
+#: default of ``--max-input``: the most input bytes ``decode`` reads (4 GiB)
+DEFAULT_MAX_INPUT = 4 << 30
+_CHUNK = 1 << 20
+
+
+class _InputTooLarge(Exception):
+    """The input has more than ``--max-input`` bytes."""
+
+
+def _byte_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {n}")
+    return n
 
 
 def _salt(text: str) -> bytes:
@@ -62,7 +84,8 @@ def register(sub: Any) -> None:
         "decode", help="decode a captured data-channel byte stream",
         description="Decode a captured byte stream of the data channel and print its records. "
         "Exit codes: 0 clean end of stream, 1 stopped at a protocol error, 3 a tag did not "
-        "verify (with --salt), 4 the input ended inside a record.",
+        "verify (with --salt), 4 the input ended inside a record. At most --max-input bytes "
+        "are read.",
     )
     p.add_argument("file", nargs="?", default="-", metavar="FILE",
                    help="input file, or '-' for stdin (default)")
@@ -89,15 +112,32 @@ def register(sub: Any) -> None:
     p.add_argument("--pcap", action="store_true",
                    help="FILE is a libpcap/pcapng capture; decode the TCP streams of --port")
     p.add_argument("--port", type=int, metavar="N", help="TCP port of the streams (with --pcap)")
+    p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
+                   help="read at most this many input bytes; a longer input stops the command "
+                   f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")
     p.set_defaults(func=run)
 
 
-def _read_input(name: str, hex_text: bool) -> bytes:
+def _read_limited(f: BinaryIO, limit: int) -> bytes:
+    """Read ``f`` to its end in chunks; raise :class:`_InputTooLarge` past ``limit`` bytes."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = f.read(min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise _InputTooLarge
+        chunks.append(chunk)
+
+
+def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
     if name == "-":
-        raw = sys.stdin.buffer.read()
+        raw = _read_limited(sys.stdin.buffer, limit)
     else:
         with open(name, "rb") as f:
-            raw = f.read()
+            raw = _read_limited(f, limit)
     if hex_text:
         return parse_hex_dump(raw.decode("ascii"))
     return raw
@@ -134,7 +174,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"decode: --salt-file {args.salt_file}: {e}", file=sys.stderr)
             return EXIT_ERROR
     try:
-        data = _read_input(args.file, args.hex)
+        data = _read_input(args.file, args.hex, args.max_input)
+    except _InputTooLarge:
+        print(f"decode: the input is longer than --max-input {args.max_input} bytes; give a "
+              "larger --max-input to decode it", file=sys.stderr)
+        return EXIT_ERROR
     except (OSError, ValueError) as e:
         print(f"decode: cannot read input: {e}", file=sys.stderr)
         return EXIT_ERROR
