@@ -121,9 +121,7 @@ log = logging.getLogger(__name__)
 _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 #: period of the accept-phase note naming the ranks not covered yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
-#: seconds :meth:`ReferenceController.status` waits for the core to retake a stale snapshot
-#: (a large round's reduce can hold the core longer: the last snapshot is served meanwhile)
-_STATUS_CORE_WAIT = 0.5
+_STATUS_CORE_WAIT = 0.5  # seconds status() waits for a busy core (then: the last snapshot)
 _ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
 _PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
 
@@ -342,9 +340,8 @@ class ReferenceController:
         """The latest JSON-ready status (state, world size, relays and ranks, dead ranks, rounds
         reduced, bytes in/out, last round, listening address, mode).
 
-        The core's part is a snapshot retaken here when the core changed since the last one
-        (not on the round's path): when the core is busy for more than half a second (a large
-        round's reduce), the last snapshot is returned."""
+        The core's part is retaken here when the core changed since the last snapshot (not on
+        the round's path); a core busy for over 0.5 s (a large reduce) gives the last one."""
         if self._status_stale and self._core_lock.acquire(timeout=_STATUS_CORE_WAIT):
             try:
                 if self._status_stale:
