@@ -7,7 +7,9 @@ connection whose source or destination port is the given one becomes one :class:
 its payload bytes put back in sequence order: retransmitted and overlapping segments are
 de-duplicated (the first copy wins), segments captured out of order are re-ordered, and a stream
 stops at the first hole in the capture (``gap`` says so), since nothing after a missing byte can
-be framed reliably.
+be framed reliably. A capture cut short inside its file header or a packet record (dpkt's
+readers would hand out the partial packet as a whole one) raises :class:`CaptureTruncated`, which
+carries the streams of the whole packets before the cut.
 
 This is a debugging aid for ``flodl-proto decode --pcap``; it is not a general TCP reassembler
 (no window or checksum validation, no IP fragment reassembly).
@@ -22,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PcapError", "TcpStream", "read_tcp_streams"]
+__all__ = ["CaptureTruncated", "PcapError", "TcpStream", "read_tcp_streams"]
 
 _SEQ_MOD = 1 << 32
 _HALF = 1 << 31
@@ -36,6 +38,49 @@ _TH_SYN = 0x02
 
 class PcapError(ValueError):
     """The capture cannot be read (unknown format, unsupported link type, dpkt missing)."""
+
+
+class CaptureTruncated(PcapError):
+    """The capture ends inside its file header or inside a packet record (a copy cut short, a
+    capture still being written).
+
+    Attributes:
+        size: the capture's length in bytes (where it ends).
+        complete: bytes of whole records before the cut (the file header included); 0 when the
+            file header itself is cut.
+        streams: what :func:`read_tcp_streams` reassembled from the whole packets before the
+            cut (empty from the reader itself).
+    """
+
+    def __init__(self, size: int, complete: int) -> None:
+        self.size = size
+        self.complete = complete
+        self.streams: list[TcpStream] = []
+        where = ("inside its file header" if complete == 0
+                 else f"inside the packet record that starts at byte {complete}")
+        super().__init__(f"the capture is truncated: it ends at byte {size}, {where}")
+
+
+#: the first 4 bytes of a libpcap (micro- and nanosecond, both byte orders) or pcapng file
+_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+           b"\x0a\x0d\x0d\x0a")
+
+
+class _Watched(io.BytesIO):
+    """A BytesIO that notes a read cut short by the end of the data (dpkt's readers take a
+    short read of a packet's body as the whole packet)."""
+
+    short = False
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        got = super().read(size)
+        if size is not None and size > 0 and len(got) < size:
+            self.short = True
+        return got
+
+    def seek(self, pos: int, whence: int = 0, /) -> int:
+        self.short = False
+        return super().seek(pos, whence)
 
 
 @dataclass(slots=True)
@@ -113,17 +158,38 @@ def _dpkt() -> Any:
 
 
 def _packets(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Yield (link type, frame bytes) of every whole packet record.
+
+    Raises:
+        CaptureTruncated: the data ends inside the file header or a packet record (after the
+            whole packets before it were yielded).
+        PcapError: not a capture, or a corrupt one.
+    """
     dpkt = _dpkt()
+    f = _Watched(data)
     try:
-        reader = dpkt.pcap.UniversalReader(io.BytesIO(data))
+        reader = dpkt.pcap.UniversalReader(f)
     except (ValueError, dpkt.UnpackError) as e:
+        if f.short and any(m.startswith(data[:4]) for m in _MAGICS) and data:
+            raise CaptureTruncated(len(data), 0) from None
         raise PcapError(f"not a libpcap or pcapng capture: {e}") from None
     linktype = int(reader.datalink())
-    try:
-        for _ts, buf in reader:
-            yield linktype, bytes(buf)
-    except (ValueError, dpkt.UnpackError) as e:
-        raise PcapError(f"capture is corrupt or truncated: {e}") from None
+    records = iter(reader)
+    while True:
+        complete = f.tell()
+        try:
+            _ts, buf = next(records)
+        except StopIteration:  # pcapng's reader stops at a block header cut short
+            if f.short and f.tell() > complete:
+                raise CaptureTruncated(len(data), complete) from None
+            return
+        except (ValueError, dpkt.UnpackError) as e:
+            if f.short:
+                raise CaptureTruncated(len(data), complete) from None
+            raise PcapError(f"capture is corrupt: {e}") from None
+        if f.short:  # dpkt handed out the part of the packet that was there
+            raise CaptureTruncated(len(data), complete)
+        yield linktype, bytes(buf)
 
 
 def read_tcp_streams(data: bytes, port: int) -> list[TcpStream]:
@@ -139,6 +205,9 @@ def read_tcp_streams(data: bytes, port: int) -> list[TcpStream]:
         stream.
 
     Raises:
+        CaptureTruncated: the capture ends inside its file header or inside a packet record;
+            its ``streams`` hold what the whole packets before the cut carry (as returned
+            otherwise).
         PcapError: the capture cannot be read, or its link-layer type is not supported.
 
     Upstream: none (a capture tool); the streams it yields are the TCP connections of
@@ -147,7 +216,21 @@ def read_tcp_streams(data: bytes, port: int) -> list[TcpStream]:
     dpkt = _dpkt()
     streams: list[TcpStream] = []
     current: dict[tuple[str, str], TcpStream] = {}
-    for linktype, buf in _packets(data):
+    try:
+        _collect(dpkt, _packets(data), port, streams, current)
+    except CaptureTruncated as e:
+        for st in streams:
+            _assemble(st)
+        e.streams = streams
+        raise
+    for st in streams:
+        _assemble(st)
+    return streams
+
+
+def _collect(dpkt: Any, packets: Iterator[tuple[int, bytes]], port: int,
+             streams: list[TcpStream], current: dict[tuple[str, str], TcpStream]) -> None:
+    for linktype, buf in packets:
         try:
             ip = _ip_layer(dpkt, linktype, buf)
         except (dpkt.UnpackError, IndexError):
@@ -172,9 +255,6 @@ def read_tcp_streams(data: bytes, port: int) -> list[TcpStream]:
         payload = bytes(tcp.data)
         if payload:
             st._segments.append((tcp.seq, payload))
-    for st in streams:
-        _assemble(st)
-    return streams
 
 
 def _assemble(st: TcpStream) -> None:

@@ -59,7 +59,7 @@ from flodl_proto.decode import (
 )
 from flodl_proto.errors import AuthenticationError, ProtocolError
 from flodl_proto.interop.jsonio import control_to_json
-from flodl_proto.pcap import read_tcp_streams
+from flodl_proto.pcap import CaptureTruncated, read_tcp_streams
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "flodl_proto" / "_vectors"
@@ -532,6 +532,94 @@ def test_cli_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cap.write_bytes(b"not a capture")
     assert main(["decode", "--pcap", str(cap), "--port", "1337"]) == EXIT_ERROR
     capsys.readouterr()
+
+
+def _record_starts(cap: bytes) -> list[int]:
+    """Byte offsets of every packet record of a libpcap file written by :func:`_pcap`."""
+    out, pos = [], 24
+    while pos < len(cap):
+        out.append(pos)
+        pos += 16 + struct.unpack_from("<I", cap, pos + 8)[0]
+    assert pos == len(cap)
+    return out
+
+
+def test_a_truncated_capture_is_reported_with_the_streams_before_the_cut() -> None:
+    up, down = _mux_up(3).data, _mux_down(3).data
+    cap = _capture(up, down, 1337)
+    starts = _record_starts(cap)
+    for cut in (1, 10, 23):  # inside the file header
+        with pytest.raises(CaptureTruncated) as ei:
+            read_tcp_streams(cap[:cut], 1337)
+        assert (ei.value.size, ei.value.complete, ei.value.streams) == (cut, 0, [])
+        assert str(ei.value) == (f"the capture is truncated: it ends at byte {cut}, inside its "
+                                 "file header")
+    for k in (0, 1, 5, len(starts) - 1):
+        start = starts[k]
+        end = starts[k + 1] if k + 1 < len(starts) else len(cap)
+        whole = read_tcp_streams(cap[:start], 1337)  # a cut between records is a whole capture
+        for cut in (start + 1, start + 15, start + 16, start + 30, end - 1):  # header, data
+            with pytest.raises(CaptureTruncated) as ei:
+                read_tcp_streams(cap[:cut], 1337)
+            assert (ei.value.size, ei.value.complete) == (cut, start)
+            assert ei.value.streams == whole
+            assert str(ei.value) == (f"the capture is truncated: it ends at byte {cut}, inside "
+                                     f"the packet record that starts at byte {start}")
+
+
+def test_a_truncated_pcapng_capture_is_reported() -> None:
+    import dpkt
+
+    buf = io.BytesIO()
+    writer = dpkt.pcapng.Writer(buf, linktype=1)
+    writer.writepkt(_tcp_packet(("10.0.0.2", 40001), ("10.0.0.1", 1337), 5, SYN), ts=1)
+    first = len(buf.getvalue())
+    writer.writepkt(_tcp_packet(("10.0.0.1", 1337), ("10.0.0.2", 40001), 9, SYN | ACK), ts=2)
+    ng = buf.getvalue()
+    assert [st.label for st in read_tcp_streams(ng, 1337)] == [
+        "10.0.0.2:40001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:40001"]
+    for cut in (first + 4, first + 20, len(ng) - 1):  # block header, block body
+        with pytest.raises(CaptureTruncated) as ei:
+            read_tcp_streams(ng[:cut], 1337)
+        assert (ei.value.size, ei.value.complete) == (cut, first)
+        assert [st.label for st in ei.value.streams] == ["10.0.0.2:40001 -> 10.0.0.1:1337"]
+    with pytest.raises(CaptureTruncated) as ei:
+        read_tcp_streams(ng[:30], 1337)
+    assert ei.value.complete == 0
+
+
+def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    up, down = _mux_up(3), _mux_down(3)
+    full = _capture(up.data, down.data, 1337)
+    starts = _record_starts(full)
+    cap = tmp_path / "cap.pcap"
+    args = ["decode", "--pcap", str(cap), "--port", "1337", "--salt", SALT.hex(),
+            "--protocol-version", "3"]
+    cap.write_bytes(full[:100])  # the SYN, the SYN-ACK, then the cut
+    assert main(args) == EXIT_CAPTURE_ENDED
+    got = capsys.readouterr()
+    assert got.err.splitlines()[0] == ("decode: the capture is truncated: it ends at byte 100, "
+                                       f"inside the packet record that starts at byte "
+                                       f"{starts[1]}; the streams stop before it")
+    assert [r["type"] for r in _json_lines(got.out)] == ["end"]
+    cut = starts[-1] + 20  # inside the last packet's data: every earlier record decodes
+    cap.write_bytes(full[:cut])
+    assert main(args) == EXIT_CAPTURE_ENDED
+    got = capsys.readouterr()
+    assert got.err.splitlines()[0] == (f"decode: the capture is truncated: it ends at byte {cut}, "
+                                       f"inside the packet record that starts at byte "
+                                       f"{starts[-1]}; the streams stop before it")
+    lines = _json_lines(got.out)
+    first = [r for r in lines if r["stream"] == "10.0.0.2:40001 -> 10.0.0.1:1337"]
+    second = [r for r in lines if r["stream"] == "10.0.0.1:1337 -> 10.0.0.2:40001"]
+    _check_records(second[:-1], down, 3, False)  # the last packet is the relay's last segment
+    assert [r["offset"] for r in first[:-1]] == up.offsets[:-1]
+    assert [r["type"] for r in (first[-1], second[-1])] == ["end", "end"]
+    cap.write_bytes(full[:10])
+    assert main(args) == EXIT_CAPTURE_ENDED
+    got = capsys.readouterr()
+    assert (got.out, got.err) == ("", "decode: the capture is truncated: it ends at byte 10, "
+                                  "inside its file header\n")
 
 
 # -------------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd`` or
 ``hexdump -C`` output, or the offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
 is a libpcap/pcapng capture and every TCP stream to or from ``--port`` is decoded, each
-direction on its own. The leg is told from the first bytes (data channel magic or mux record:
-``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
+direction on its own; a capture that ends inside its file header or a packet record is reported
+on stderr with the byte it ends at, the streams of the whole packets before the cut are
+decoded, and the exit code is 4. The leg is told from the first bytes (data channel magic or mux
+record: ``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
 ``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
 line per record (or a table), and last the end of the stream, the point where the input ended
 inside a record, or the error that stopped decoding, with its byte offset.
@@ -21,7 +23,8 @@ the command with one line naming the option and the limit, exit 1.
 
 Exit codes: 0 every stream decoded to its end; 1 decoding stopped at a protocol error (or the
 input could not be read); 3 ``--salt`` was given and some auth tag did not verify; 4 the input
-ended inside a record (a capture stopped mid-record); 2 usage errors.
+ended inside a record (a capture stopped mid-record, or a ``--pcap`` capture file cut short);
+2 usage errors.
 """
 
 from __future__ import annotations
@@ -183,15 +186,24 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"decode: cannot read input: {e}", file=sys.stderr)
         return EXIT_ERROR
     streams: list[tuple[str | None, bytes]]
+    code = EXIT_OK
     if args.pcap:
-        from ..pcap import PcapError, read_tcp_streams
+        from ..pcap import CaptureTruncated, PcapError, read_tcp_streams
 
         try:
             tcp = read_tcp_streams(data, args.port)
+        except CaptureTruncated as e:
+            print(f"decode: {e}" + ("; the streams stop before it" if e.complete else ""),
+                  file=sys.stderr)
+            if not e.complete:
+                return EXIT_CAPTURE_ENDED
+            code, tcp = EXIT_CAPTURE_ENDED, e.streams
         except PcapError as e:
             print(f"decode: {e}", file=sys.stderr)
             return EXIT_ERROR
         if not tcp:
+            if code == EXIT_CAPTURE_ENDED:  # the line above says why there is nothing more
+                return code
             print(f"decode: no TCP stream to or from port {args.port} in the capture",
                   file=sys.stderr)
             return EXIT_ERROR
@@ -206,7 +218,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             streams.append((st.label, st.data))
     else:
         streams = [(None, data)]
-    code = EXIT_OK
     for label, payload in streams:
         leg: Leg
         if args.leg == "auto":
