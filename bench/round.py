@@ -26,7 +26,8 @@ round while the bench samples the controller's and the relays' CPU time (all thr
 ``/proc/<pid>/task/*/schedstat``, exact; the tick count of ``/proc/<pid>/stat`` when threads
 ended in between); each rank measures its own (``time.process_time``) over the measured rounds.
 The table gives the controller's, a relay's (mean) and a rank's (mean) CPU milliseconds per
-round: robust on a busy machine, where the round times are not.
+round: other load moves it less than the round times, but two runs of one configuration still
+differ (up to 40 % on the 2-core reference machine).
 
 Quiet-machine guard: before each configuration the bench waits (at most ``--max-wait`` seconds)
 until other processes use under 0.1 core; it records their CPU use during the configuration (all
