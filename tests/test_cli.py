@@ -45,12 +45,20 @@ def _one_error_line(stderr: str, *fragments: str) -> None:
         assert f in lines[0], lines[0]
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Proc:
     """A CLI subprocess whose stdout and stderr lines arrive on a queue as they are printed."""
 
     def __init__(self, *args: str) -> None:
+        # SIGINT at its default, as in a terminal: a test run started in the background by a
+        # shell without job control inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt in the child
         self.p = subprocess.Popen([sys.executable, "-m", "flodl_proto", *args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=_sigint_default)
         self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
         self.err: list[str] = []
         self.readers = [threading.Thread(target=self._pump, args=(name, s), daemon=True)
