@@ -15,6 +15,8 @@ import pytest
 from flodl_proto import errors
 from flodl_proto.codec import handshake as hs
 
+from .codec_util import check
+
 #: spec constants, written out (little-endian u32s on the wire)
 MAGIC_RANK = 0xF10D17C0
 MAGIC_ACK = 0xF10D17C1
@@ -27,19 +29,6 @@ U32_MAX = 2**32 - 1
 
 def handshake(magic: int, version: int, rank: int, world_size: int) -> bytes:
     return struct.pack("<IIII", magic, version, rank, world_size)
-
-
-def check(exc: pytest.ExceptionInfo[errors.ProtocolError], cls: type[errors.ProtocolError],
-          remote: bool, error_id: str, message: str, **fields: object) -> None:
-    """The error is ``cls`` on the given side, with this catalogue id, message and fields."""
-    e = exc.value
-    assert isinstance(e, cls)
-    assert isinstance(e, errors.RemoteProtocolError if remote else errors.LocalProtocolError)
-    assert not isinstance(e, errors.LocalProtocolError if remote else errors.RemoteProtocolError)
-    assert e.remote is remote
-    assert e.error_id == error_id
-    assert str(e) == message
-    assert dict(e.fields) == fields
 
 
 # -- encode_handshake ---------------------------------------------------------------------------

@@ -21,6 +21,8 @@ from flodl_proto.codec import END_OF_STREAM, RoundFrame, RoundKind, TensorPayloa
 from flodl_proto.codec import loopback as lb
 from flodl_proto.codec.auth import Premac
 
+from .codec_util import check
+
 FRAME_MAGIC = 0xF10D17F1
 ZERO_SALT = bytes(16)
 SALT = bytes(range(1, 17))
@@ -56,18 +58,6 @@ def spec_frame() -> RoundFrame:
 
 def joined(pieces: list[bytes | bytearray | memoryview]) -> bytes:
     return b"".join(bytes(memoryview(p)) for p in pieces)
-
-
-def check(exc: pytest.ExceptionInfo[errors.ProtocolError], cls: type[errors.ProtocolError],
-          remote: bool, error_id: str, message: str, **fields: object) -> None:
-    """The error is ``cls`` on the given side, with this catalogue id, message and fields."""
-    e = exc.value
-    assert isinstance(e, cls)
-    assert isinstance(e, errors.RemoteProtocolError if remote else errors.LocalProtocolError)
-    assert not isinstance(e, errors.LocalProtocolError if remote else errors.RemoteProtocolError)
-    assert e.error_id == error_id
-    assert str(e) == message
-    assert dict(e.fields) == fields
 
 
 def test_hand_builder_matches_the_spec_example() -> None:
