@@ -672,7 +672,8 @@ def test_demo_capture_matches_decode(lua: Path, tmp_path: Path) -> None:
         leg = "loopback" if "Handshake" in kinds else "mux"
         decoded.update(decode_records(pcap, port, leg, None))
     assert len(decoded) == 12  # 2 relays x 2 directions + 4 ranks x 2 directions
-    assert all(final.get("type") == "end" for _, final in decoded.values())
+    assert all(final.get("type") == "end" for _, final in decoded.values()), {
+        label: final for label, (_, final) in decoded.items() if final.get("type") != "end"}
     n = compare(got, decoded, expect_experts=False)
     assert all(not ex for recs in got.values() for _, ex in recs)
     hellos = sorted(r["hello_ranks"] for recs in got.values() for r, _ in recs
