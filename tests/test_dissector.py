@@ -636,12 +636,19 @@ def _t_like(f: RoundFrame) -> dict[str, Any]:
 _CAPTURE_SCRIPT = r"""
 set -e
 ip link set lo up
-tcpdump -i lo -B 262144 -s 0 -w "$1" tcp 2> "$1.log" &
+pcap=$1
+tcpdump -i lo -B 262144 -s 0 -U -w "$pcap" tcp or udp port 9 2> "$pcap.log" &
 td=$!
-for _ in $(seq 50); do grep -q listening "$1.log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 50); do grep -q listening "$pcap.log" 2>/dev/null && break; sleep 0.1; done
 shift
 "$@" > /dev/null 2>&1 || true
-sleep 0.3
+# tcpdump drops what it has not yet taken from its ring buffer when it is stopped (and does not
+# count it as dropped), so stop it only once it has written a marker sent after the demo.
+echo end > /dev/udp/127.0.0.1/9
+for _ in $(seq 600); do
+  [ -n "$(tcpdump -r "$pcap" -c 1 udp port 9 2>/dev/null)" ] && break
+  sleep 0.1
+done
 kill -INT $td
 wait $td || true
 """
