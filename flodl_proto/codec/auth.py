@@ -111,13 +111,33 @@ def check_salt(salt: BytesLike) -> bytes:
     return b
 
 
+try:  # OpenSSL's HMAC, which hmac.new wraps on CPython: its update and digest are direct calls
+    from _hashlib import hmac_new as _openssl_hmac
+except ImportError:  # pragma: no cover - a Python without OpenSSL's hashlib
+    _openssl_hmac = None  # type: ignore[assignment]
+
+#: ``(salt, keyed MAC)`` of the last salt :func:`new_mac` was asked for (a process keeps one
+#: session salt): each new MAC is a copy of that keyed one, which skips the key set-up
+_keyed: tuple[bytes, Any] = (b"", None)
+
+
 def new_mac(salt: bytes) -> Any:
     """Return a streaming HMAC-SHA256 object keyed with ``salt`` (OpenSSL-backed ``hmac``).
 
     ``update`` it with memoryview slices (no copies; the GIL is released on large buffers) and
-    take ``digest()[:8]`` as the tag.
+    take ``digest()[:8]`` as the tag. The object is a copy of one keyed MAC kept for the last
+    salt asked for: OpenSSL's HMAC object (the one ``hmac.new`` wraps), or ``hmac.HMAC`` where
+    Python has no OpenSSL hashlib.
     """
-    return hmac.new(salt, digestmod="sha256")
+    global _keyed
+    key, base = _keyed
+    if base is None or key != salt:
+        if _openssl_hmac is None:
+            base = hmac.new(salt, digestmod="sha256")
+        else:
+            base = _openssl_hmac(salt, digestmod="sha256")
+        _keyed = (bytes(salt), base)
+    return base.copy()
 
 
 def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:

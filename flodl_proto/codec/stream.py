@@ -42,7 +42,7 @@ Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
 from ..errors import ProtocolError, protocol_error
@@ -77,7 +77,6 @@ from .mux import (
     MuxRecord,
     RecordKind,
     decode_mux_record,
-    encode_control,
     parse_mux_header_or_eos,
     read_mux_record_or_eos,
 )
@@ -332,10 +331,6 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
         rec, _ = decode_mux_record(record, salt, version=other)
         if not isinstance(rec.control, Hello):
             return ""
-        # the Hello as version 2 writes it (no model_sigs, which version 2 refuses to encode)
-        as_v2 = replace(rec.control, model_sigs=())
-        if version == 2 and len(encode_control(as_v2, 2)) >= rec.payload.nbytes:
-            return ""  # a version-2 Hello: nothing left unread
     except ProtocolError:
         return ""
     return (f"the relay sent a protocol-version-{other} Hello to this version-{version} "
@@ -442,9 +437,8 @@ class MuxStream:
                 self._drain_buffer(events)
             else:
                 pos = self._parse_in_place(mv, events, premac, frame_premac)
-                if pos < mv.nbytes:
+                if pos < mv.nbytes:  # an item the chunk does not complete: kept for the next
                     self._buf += mv[pos:]
-                    self._drain_buffer(events)
         except ProtocolError as e:
             self._fail(e, events)
         return events

@@ -509,9 +509,10 @@ class Relay:
         """Read one mux record: header first (poll), then exactly its payload; None at EOF."""
         header = bytearray(MUX_HEADER_LEN)
         hv = memoryview(header)
-        got = recv_exact_into(sock, hv, stop=self._stop, starvation=committed_read_starvation())
-        self._count("upstream_in", got)
+        starve = committed_read_starvation()
+        got = recv_exact_into(sock, hv, stop=self._stop, starvation=starve)
         if got < MUX_HEADER_LEN:
+            self._count("upstream_in", got)
             return None  # end of stream inside the header is a clean end
         hdr = parse_mux_header(hv, ceiling=self.ceiling)
         # the record is used synchronously (fan-out, control): its buffer is reused next time
@@ -522,10 +523,14 @@ class Relay:
         view[:MUX_HEADER_LEN] = hv
         # the record MAC is computed as the payload arrives (the tag is checked by the decode)
         plan = record_macs(hv, hdr, self._salt)
-        _, got = read_record_into(sock, view, size, plan.ranges(), start=MUX_HEADER_LEN,
-                                  stop=self._stop, starvation=committed_read_starvation())
+        try:
+            _, got = read_record_into(sock, view, size, plan.ranges(), start=MUX_HEADER_LEN,
+                                      stop=self._stop, starvation=starve)
+        except BaseException:
+            self._count("upstream_in", MUX_HEADER_LEN)
+            raise
         body = got - MUX_HEADER_LEN
-        self._count("upstream_in", body)
+        self._count("upstream_in", got)  # the header and the payload
         premac = plan.premac(body)
         res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
                                 ceiling=self.ceiling, premac=premac)
@@ -656,24 +661,27 @@ class Relay:
         rank is treated as gone (upstream's rank reader turns every read error into RankExit).
         """
         prefix = bytearray(LEN_PREFIX_LEN)
+        counted = 0  # bytes read, counted once per blob (or when the read fails)
         try:
-            got = recv_exact_into(sock, memoryview(prefix), stop=self._stop,
-                                  starvation=committed_read_starvation())
-            self._count("from_ranks", got)
+            starve = committed_read_starvation()
+            got = counted = recv_exact_into(sock, memoryview(prefix), stop=self._stop,
+                                            starvation=starve)
             if got < LEN_PREFIX_LEN:
                 return None
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
             view = self._blob_buffer(rank, n)
             plan = frame_macs(n, self._salt)
             _, body = read_record_into(sock, view, n, plan.ranges(), stop=self._stop,
-                                       starvation=committed_read_starvation())
-            self._count("from_ranks", body)
+                                       starvation=starve)
+            counted += body
         except ProtocolError as e:
             log.warning("relay %s: rank %d loopback stream failed: %s", self.host, rank, e)
             return None
         except OSError as e:
             log.info("relay %s: rank %d loopback read failed: %s", self.host, rank, e)
             return None
+        finally:
+            self._count("from_ranks", counted)
         if body < n:
             log.warning("relay %s: rank %d closed inside a %d-byte blob (%d bytes read)",
                         self.host, rank, n, body)
