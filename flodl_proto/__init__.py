@@ -24,52 +24,61 @@ control message        :func:`encode_control` / :func:`decode_control` (:class:`
                        :class:`HelloAck`, :class:`RankExit`, :class:`DeclareDead`;
                        :data:`ControlMessage`)
 =====================  =========================================================================
+
+Importing the package is cheap: each name above is imported from its module (and NumPy with it)
+the first time it is used, as are the submodules (``flodl_proto.codec``, ...) when reached as
+attributes, so ``flodl-proto --help`` does not pay for NumPy and ml_dtypes.
 """
 
 from __future__ import annotations
 
-from .codec import (
-    ControlMessage,
-    DeclareDead,
-    Dtype,
-    Handshake,
-    Hello,
-    HelloAck,
-    MuxRecord,
-    RankExit,
-    RecordKind,
-    RoundFrame,
-    RoundKind,
-    TensorPayload,
-    decode_ack,
-    decode_control,
-    decode_handshake,
-    decode_len_framed,
-    decode_mux_record,
-    decode_round_frame,
-    encode_ack,
-    encode_channel_magic,
-    encode_control,
-    encode_handshake,
-    encode_len_framed,
-    encode_mux_record_bytes,
-    encode_round_frame_bytes,
-    expect_channel_magic,
-)
-from .errors import (
-    AuthenticationError,
-    BadMagic,
-    InvalidValue,
-    LimitExceeded,
-    LocalProtocolError,
-    ProtocolError,
-    RemoteProtocolError,
-    SchemaMismatch,
-    SequenceError,
-    TruncatedInput,
-    VersionMismatch,
-)
-from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .codec import (
+        ControlMessage,
+        DeclareDead,
+        Dtype,
+        Handshake,
+        Hello,
+        HelloAck,
+        MuxRecord,
+        RankExit,
+        RecordKind,
+        RoundFrame,
+        RoundKind,
+        TensorPayload,
+        decode_ack,
+        decode_control,
+        decode_handshake,
+        decode_len_framed,
+        decode_mux_record,
+        decode_round_frame,
+        encode_ack,
+        encode_channel_magic,
+        encode_control,
+        encode_handshake,
+        encode_len_framed,
+        encode_mux_record_bytes,
+        encode_round_frame_bytes,
+        expect_channel_magic,
+    )
+    from .errors import (
+        AuthenticationError,
+        BadMagic,
+        InvalidValue,
+        LimitExceeded,
+        LocalProtocolError,
+        ProtocolError,
+        RemoteProtocolError,
+        SchemaMismatch,
+        SequenceError,
+        TruncatedInput,
+        VersionMismatch,
+    )
+    from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 __version__ = "0.1.0"
 
@@ -115,3 +124,34 @@ __all__ = [
     "encode_round_frame_bytes",
     "expect_channel_magic",
 ]
+
+#: the module each name of :data:`__all__` is imported from on first use (the rest: ``codec``)
+_HOMES = {
+    **dict.fromkeys(("DEFAULT_VERSION", "SUPPORTED_VERSIONS"), "spec"),
+    **dict.fromkeys(("AuthenticationError", "BadMagic", "InvalidValue", "LimitExceeded",
+                     "LocalProtocolError", "ProtocolError", "RemoteProtocolError",
+                     "SchemaMismatch", "SequenceError", "TruncatedInput", "VersionMismatch"),
+                    "errors"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a name of :data:`__all__`, or a submodule, on first access (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is neither (as for any module attribute).
+    """
+    if name in __all__:
+        value: object = getattr(importlib.import_module(f".{_HOMES.get(name, 'codec')}",
+                                                        __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, including those not imported yet."""
+    return sorted(set(globals()) | set(__all__))

@@ -3,10 +3,15 @@
 Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
 ``register(subparsers) -> None``; the parser it adds sets ``func(args) -> int`` (the exit code).
 
-Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr and exit 130 (commands that
-stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves), and output
+Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr and exit 130, also while the
+command's modules are still being imported (commands that stop cleanly on a signal, such as
+``controller`` and ``relay``, handle it themselves once running), and output
 piped into a reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command
 quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``).
+
+Start-up stays cheap: this module and the command modules import only the standard library and the
+spec at module level; a command imports NumPy, the codec and the runners when it runs, so
+``--help``, ``--version`` and a usage error do not wait for them.
 """
 
 from __future__ import annotations
@@ -21,10 +26,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from . import __version__, commands
-from .errors import LocalProtocolError
-from .reduce._kernels import check_backend_name, set_kernel_backend
-from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from . import __version__
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -36,6 +38,9 @@ EXIT_BROKEN_PIPE = 141
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every subcommand of :mod:`flodl_proto.commands`."""
+    from . import commands
+    from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+
     parser = argparse.ArgumentParser(
         prog="flodl-proto",
         description="flodl cluster data-channel protocol: codec, reference controller, relay, "
@@ -59,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flodl-proto`` console script; returns the exit code."""
-    try:
+    try:  # everything beyond the standard library is imported in here, so Ctrl-C is one line
         return _main(argv)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
@@ -92,12 +97,16 @@ def _stdout_gone() -> bool:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:  # a bad kernel choice is reported now, not at the first bf16 reduce of every process
-        if check_backend_name(os.environ.get("FLODL_PROTO_KERNELS", ""),
-                              origin="FLODL_PROTO_KERNELS") == "numba":
-            set_kernel_backend()
-    except LocalProtocolError as exc:
-        parser.error(str(exc))
+    kernels = os.environ.get("FLODL_PROTO_KERNELS", "")
+    if kernels.strip():  # unset or empty is auto: nothing to check, and NumPy not imported
+        from .errors import LocalProtocolError
+        from .reduce._kernels import check_backend_name, set_kernel_backend
+
+        try:  # a bad kernel choice is reported now, not at the first bf16 reduce of every process
+            if check_backend_name(kernels, origin="FLODL_PROTO_KERNELS") == "numba":
+                set_kernel_backend()
+        except LocalProtocolError as exc:
+            parser.error(str(exc))
     level = getattr(args, "log_level", "WARNING")
     logging.basicConfig(
         level=getattr(logging, str(level).upper(), logging.WARNING),

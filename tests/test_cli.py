@@ -209,6 +209,80 @@ def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPa
     assert "Traceback" not in err and err.strip() == "flodl-proto: interrupted"
 
 
+#: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, with an
+#: import hook that raises KeyboardInterrupt (as Ctrl-C would) when the module ``sys.argv[1]`` is
+#: first imported; the CLI's own arguments follow
+_INTERRUPTED_IMPORT = """
+import importlib.abc, sys
+from importlib.metadata import entry_points
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            raise KeyboardInterrupt
+        return None
+
+TARGET = sys.argv[1]
+sys.argv = ["flodl-proto", *sys.argv[2:]]
+(ep,) = entry_points(group="console_scripts", name="flodl-proto")
+sys.meta_path.insert(0, Interrupt())
+rc = ep.load()()
+print("imported" if TARGET in sys.modules else "never imported", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize(("module", "args"), [
+    ("flodl_proto.spec", ("--help",)),  # while the parser is built
+    ("flodl_proto.runner.controller",  # while the command's modules are imported
+     ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX)),
+    ("ml_dtypes", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
+                   "--salt", SALT_HEX)),
+])
+def test_ctrl_c_while_the_cli_imports_is_one_line(module: str, args: tuple[str, ...]) -> None:
+    res = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT, module, *args],
+                         capture_output=True, text=True, timeout=90)
+    assert res.returncode == 130, res.stderr
+    assert res.stdout == ""
+    assert res.stderr.splitlines() == ["flodl-proto: interrupted", "never imported"]
+
+
+#: run in a fresh interpreter: the CLI with the arguments given, then the heavy modules it
+#: imported (none expected for help, version and usage errors)
+_IMPORTED_BY = """
+import sys
+from flodl_proto.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+heavy = ("numpy", "ml_dtypes", "rich", "numba", "flodl_proto.codec", "flodl_proto.fsm",
+         "flodl_proto.reduce", "flodl_proto.runner")
+print(code, *sorted(m for m in heavy if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("--help",), 0),
+    (("--version",), 0),
+    ((), 2),
+    (("controller", "--help"), 0),
+    (("demo", "--help"), 0),
+    (("relay", "--ranks", "0"), 2),  # argparse: required options missing
+    (("controller", "--listen", "nowhere", "--world-size", "1", "--salt", SALT_HEX), 2),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "x", "--world-size", "1",
+      "--salt", SALT_HEX), 2),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1"), 2),  # no salt
+    (("demo", "--rounds", "0"), 2),
+])
+def test_help_and_usage_errors_do_not_import_numpy(args: tuple[str, ...], code: int) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FLODL_PROTO_KERNELS", "FLODL_SESSION_SALT")}
+    res = subprocess.run([sys.executable, "-c", _IMPORTED_BY, *args], capture_output=True,
+                         text=True, timeout=90, env=env)
+    assert res.stderr.splitlines()[-1] == str(code), res.stderr
+
+
 # -- item: unusable paths ----------------------------------------------------------------------
 def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     res = _cli("docs", "--out", str(tmp_path))

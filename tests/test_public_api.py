@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import flodl_proto
@@ -69,3 +71,35 @@ def test_readme_lists_the_top_level() -> None:
     bullet = text[start:text.index("\n* ", start + 1)]
     listed = set(re.findall(r"`([A-Za-z_]+)`", bullet)) - {"flodl_proto", "__all__"}
     assert listed == set(flodl_proto.__all__) - {"__version__"}
+
+
+#: run in a fresh interpreter: what a bare ``import flodl_proto`` imports, then every name
+_LAZY_ROOT = """
+import sys
+import flodl_proto
+heavy = ("numpy", "ml_dtypes", "flodl_proto.codec", "flodl_proto.errors", "flodl_proto.spec")
+print(*sorted(m for m in heavy if m in sys.modules))
+print(sorted(set(flodl_proto.__all__) - set(dir(flodl_proto))))
+print(flodl_proto.fsm.__name__, flodl_proto.runner.stages.__name__)
+from flodl_proto import *
+print(encode_ack.__module__, InvalidValue.__module__, DEFAULT_VERSION in SUPPORTED_VERSIONS)
+try:
+    flodl_proto.END_OF_STREAM
+except AttributeError as e:
+    print(e)
+"""
+
+
+def test_import_is_lazy_and_every_name_resolves() -> None:
+    """``import flodl_proto`` imports neither NumPy nor the codec; a name of ``__all__`` (or a
+    submodule reached as an attribute) is imported when first used, and ``import *`` gives them
+    all."""
+    res = subprocess.run([sys.executable, "-c", _LAZY_ROOT], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert res.stdout.splitlines() == [
+        "",
+        "[]",
+        "flodl_proto.fsm flodl_proto.runner.stages",
+        "flodl_proto.codec.handshake flodl_proto.errors True",
+        "module 'flodl_proto' has no attribute 'END_OF_STREAM'",
+    ]

@@ -31,15 +31,16 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..addr import format_addr, parse_addr
 from ..errors import ProtocolError
-from ..fsm.events import RelayJoined
-from ..reduce import NesterovMomentum, OuterAvg, OuterOptimizer, SlowMomentum
-from ..runner.controller import ControllerNotice, ReferenceController, RoundReport
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from .relay import add_salt_options, cli_salt, positive_seconds, resolve_salt, signals_stop
+
+if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
+    from ..reduce import OuterOptimizer
+    from ..runner.controller import ControllerNotice
 
 __all__ = ["checkpoint_dir_problem", "parse_outer", "register", "resolve_salt", "run"]
 
@@ -56,6 +57,8 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
         return None
     name, _, params = text.strip().partition(":")
     name = name.lower()
+    from ..reduce import NesterovMomentum, OuterAvg, SlowMomentum
+
     if name == "avg" and not params:
         return OuterAvg()
     if name in ("slow-momentum", "nesterov"):
@@ -117,6 +120,9 @@ def _usage_error(message: str) -> int:
 
 
 def _print_notice(notice: ControllerNotice) -> None:
+    from ..fsm.events import RelayJoined
+    from ..runner.controller import RoundReport
+
     if isinstance(notice, RelayJoined):
         ranks = ", ".join(str(r) for r in notice.ranks)
         print(f"relay {notice.relay} joined: host {notice.host!r} ranks [{ranks}]", flush=True)
@@ -142,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         problem = checkpoint_dir_problem(Path(args.checkpoint_dir))
         if problem is not None:
             return _usage_error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}")
+    from ..runner.controller import ReferenceController  # here: usage errors skip NumPy
+
     stop = threading.Event()
     # signal handlers first: a SIGINT/SIGTERM right after the first line is a clean stop
     with signals_stop(stop):

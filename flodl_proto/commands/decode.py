@@ -32,22 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-from ..decode import (
-    EXIT_BAD_TAG,
-    EXIT_CAPTURE_ENDED,
-    EXIT_ERROR,
-    EXIT_OK,
-    DecodeReport,
-    Leg,
-    decode_stream,
-    detect_leg,
-    format_table,
-    parse_hex_dump,
-)
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+
+if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
+    from ..decode import DecodeReport, Leg
 
 __all__ = ["DEFAULT_MAX_INPUT", "register", "run"]
 
@@ -142,6 +133,8 @@ def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
         with open(name, "rb") as f:
             raw = _read_limited(f, limit)
     if hex_text:
+        from ..decode import parse_hex_dump
+
         return parse_hex_dump(raw.decode("ascii"))
     return raw
 
@@ -149,6 +142,8 @@ def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
 def _print_report(report: DecodeReport, fmt: str, out: TextIO,
                   stream: str | None = None) -> None:
     if fmt == "table":
+        from ..decode import format_table
+
         for line in format_table(report, stream):
             print(line, file=out)
         return
@@ -160,6 +155,8 @@ def _print_report(report: DecodeReport, fmt: str, out: TextIO,
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``decode`` with parsed ``args``; print to ``out`` (default stdout); return the exit
     code."""
+    from ..decode import EXIT_CAPTURE_ENDED, EXIT_ERROR, EXIT_OK, decode_stream, detect_leg
+
     out = out or sys.stdout
     if args.pcap and args.port is None:
         print("decode: --pcap needs --port N", file=sys.stderr)
@@ -244,5 +241,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _worse(a: int, b: int) -> int:
     """The exit code of two streams together: error, then bad tag, then capture ended."""
+    from ..decode import EXIT_BAD_TAG, EXIT_CAPTURE_ENDED, EXIT_ERROR, EXIT_OK
+
     order = (EXIT_OK, EXIT_CAPTURE_ENDED, EXIT_BAD_TAG, EXIT_ERROR)
     return max(a, b, key=order.index)

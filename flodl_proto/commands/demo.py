@@ -55,20 +55,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
-from ..runner import stages
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from . import _demo_worker as worker
 from .controller import parse_outer
 from .relay import resolve_salt
+
+if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
+    from rich.console import Console
+
+    from ..runner import stages
 
 __all__ = ["TOLERANCE", "model_rounds", "partition", "register", "stage_lines"]
 
@@ -81,6 +79,8 @@ _START = 30.0
 
 def partition(world_size: int, hosts: int) -> list[list[int]]:
     """Split ranks ``0..world_size-1`` into ``hosts`` contiguous, as-even-as-possible groups."""
+    import numpy as np
+
     return [list(map(int, g)) for g in np.array_split(np.arange(world_size), hosts)]
 
 
@@ -151,6 +151,8 @@ class _Cluster:
     """The demo's child processes; :meth:`close` leaves none behind."""
 
     def __init__(self, salt_hex: str, trace: Path | None = None) -> None:
+        from ..runner import stages
+
         self.children: list[_Child] = []
         self.events: queue.Queue[tuple[str, str | None]] = queue.Queue()
         self.env = dict(os.environ, FLODL_SESSION_SALT=salt_hex, PYTHONUNBUFFERED="1")
@@ -281,6 +283,8 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
     :func:`model_rounds`), its total, then every part in ms with its share of the total, gaps
     marked ``gap``. Lines are at most 63 characters, so the summary table stays within 80
     columns. An empty list when no round was traced."""
+    from ..runner import stages
+
     med = stages.median_round(traced)
     if med is None:
         return []
@@ -333,7 +337,6 @@ def _session_salt(path: str | None) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
-    console = Console()
     try:
         kill = _parse_kill(args.kill_rank)
         if args.world_size < 1 or not 1 <= args.hosts <= args.world_size:
@@ -359,6 +362,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ProtocolError) as e:
         print(f"flodl-proto demo: --salt-file {args.salt_file}: {e}", file=sys.stderr)
         return 2
+    from rich.console import Console  # here: usage errors skip rich
+
+    console = Console()
     console.print(salt_note, markup=False, highlight=False, soft_wrap=True)
     groups = partition(args.world_size, args.hosts)
     with tempfile.TemporaryDirectory(prefix="flodl-demo-") as tmp:
@@ -369,6 +375,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[int]],
                  kill: tuple[int, int] | None, cluster: _Cluster, trace: Path) -> int:
     """Run the cluster, read the stage trace its processes wrote to ``trace``, report."""
+    from ..runner import stages
+
     res = _Result()
     stop = threading.Event()
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
@@ -407,6 +415,14 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
 def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
            groups: list[list[int]], kill: tuple[int, int] | None, res: _Result,
            stop: threading.Event) -> None:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     w = args.world_size
     lab = res.lab
 
@@ -518,11 +534,18 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
 
 
 def _pct(values: list[float], q: float) -> float:
+    import numpy as np
+
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
             kill: tuple[int, int] | None, res: _Result, cluster: _Cluster) -> int:
+    import numpy as np
+    from rich.table import Table
+
+    from . import _demo_worker as worker
+
     w = args.world_size
     x, y = worker.make_dataset(args.seed)
     _, l_opt = worker.optimum(x, y)

@@ -19,16 +19,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from ..addr import parse_addr
 from ..errors import ProtocolError
-from ..runner.rank import RankClient
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from .relay import add_salt_options, cli_salt
+
+if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["mass_of", "register", "synthetic_tensors"]
 
@@ -43,6 +43,8 @@ def synthetic_tensors(rank: int, round_: int, payload_mib: float = 0.0
     ``(rank, round_)``, plus, when ``payload_mib > 0``, one flat tensor of ``payload_mib`` MiB
     (``(i mod 1021) / 64 + rank + round_``).
     """
+    import numpy as np
+
     rng = np.random.default_rng([rank, round_])
     out = [
         rng.standard_normal((4, 8), dtype=np.float32),
@@ -98,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: {e}", file=sys.stderr)
         return 2
+    from ..runner.rank import RankClient  # here: usage errors skip NumPy
+
     try:
         with RankClient.connect(addr, args.rank, args.world_size, salt, args.protocol_version,
                                 bf16=args.bf16) as client:

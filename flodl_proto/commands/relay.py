@@ -33,7 +33,6 @@ from typing import Any
 
 from ..addr import parse_addr
 from ..errors import ProtocolError, protocol_error
-from ..runner.relay import Relay, default_relay_port
 from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 
 __all__ = [
@@ -207,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks)
         controller = parse_addr(args.controller, field="--controller")
+        from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
+
         relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
                       listen_port=args.listen_port, host=args.host,
                       rank_timeout=args.rank_timeout)
