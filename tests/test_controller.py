@@ -6,6 +6,7 @@ Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -794,15 +795,19 @@ def test_cli_unexpected_failure_is_one_line_exit_1() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_cli_port_in_use_exits_2() -> None:
+def test_cli_port_in_use_exits_1() -> None:
+    """A port in use is the environment's failure (exit 1, as a failed run), not a usage error
+    (2): the command line was right."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
         p = _cli("--listen", f"127.0.0.1:{port}", "--world-size", "1", "--salt", SALT_HEX)
         out, err = p.communicate(timeout=20)
-    assert p.returncode == 2 and out == ""
-    assert len(err.strip().splitlines()) == 1 and "cannot listen" in err
+    assert p.returncode == 1 and out == ""
+    assert err.startswith(f"flodl-proto controller: error: cannot listen on 127.0.0.1:{port}: "
+                          f"[Errno {errno.EADDRINUSE}] ")
+    assert len(err.splitlines()) == 1, err
 
 
 def test_hello_model_is_used() -> None:

@@ -3,7 +3,9 @@ and its failure modes."""
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -629,3 +631,20 @@ def test_relay_cli_listen_port_out_of_range_is_one_line_and_exit_2() -> None:
         capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout) == (2, "")
     assert res.stderr == "flodl-proto relay: listen port 99999 is out of range 0..65535\n"
+
+
+def test_relay_cli_port_in_use_is_one_line_and_exit_1() -> None:
+    """A port in use is the environment's failure (exit 1, as a failed run), not a usage error
+    (2): the command line was right."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res = subprocess.run(
+            [sys.executable, "-m", "flodl_proto", "relay", "--controller", "127.0.0.1:1",
+             "--ranks", "0", "--world-size", "1", "--salt", SALT.hex(), "--listen-port",
+             str(port)], capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr.startswith(f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port}: "
+                                 f"[Errno {errno.EADDRINUSE}] ")
+    assert len(res.stderr.splitlines()) == 1, res.stderr

@@ -11,9 +11,9 @@
 The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` with the bound port.
 Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
-failed (the error on stderr), 2 for a bad command line (missing or malformed salt, world size 0,
-address in use, bad ``--outer``, a ``--checkpoint-dir`` that cannot be created or written), with
-a one-line error.
+failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
+because it is in use), 2 for a bad command line (missing or malformed salt, world size 0, bad
+``--outer``, a ``--checkpoint-dir`` that cannot be created or written), with a one-line error.
 
 ``--round-timeout SECONDS`` (an addition to upstream, off by default; scaled by
 ``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has not arrived that long after the round's
@@ -160,9 +160,12 @@ def run(args: argparse.Namespace) -> int:
                 on_notice=_print_notice, round_timeout=args.round_timeout,
             )
             ctl.start()
-        except (ProtocolError, OSError) as e:
-            return _usage_error(f"cannot listen on {args.listen}: {e}"
-                                if isinstance(e, OSError) else str(e))
+        except ProtocolError as e:
+            return _usage_error(str(e))
+        except OSError as e:  # e.g. the address is in use: the environment, not the command line
+            print(f"{_PROG}: error: cannot listen on {args.listen}: {e}", file=sys.stderr,
+                  flush=True)
+            return 1
         try:
             print(f"listening on {format_addr((host, ctl.port))}", flush=True)
             while ctl.wait(0.2) is None:

@@ -13,8 +13,9 @@ ranks of this host then connect there. When the relay ends it prints one ``relay
 by default; scaled by ``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
 long after the round's first local one is declared dead, its connection closed, and the host's
 round goes on without it (a warning on stderr). Exit codes: 0 after a clean end (the controller
-closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay failed (the error on stderr,
-e.g. the controller declared every rank of this host dead), 2 for a bad command line.
+closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay failed or could not start
+(the error on stderr, e.g. the controller declared every rank of this host dead, or the loopback
+port cannot be bound because it is in use), 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -222,8 +223,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             port = (args.listen_port if args.listen_port is not None
                     else default_relay_port(controller[1]))
-            print(f"flodl-proto relay: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
-            return 2
+            print(f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port}: {e}",
+                  file=sys.stderr)
+            return 1  # the environment (e.g. the port is in use), not the command line
         host, port = relay.address
         print(f"listening on {host}:{port}", flush=True)
         try:
