@@ -36,8 +36,10 @@ number, which counts from 1, minus one); every party counts the same rounds, so 
 one round everywhere.
 
 :func:`breakdown` turns the records of many processes into per-round stage durations (with the
-gaps between stages: wire and wake-up time), and :func:`format_breakdown` prints the median
-round's. No upstream counterpart: upstream flodl (``flodl/src/distributed``) has no stage trace.
+gaps between stages: wire and wake-up time), and :func:`median_round` picks the median round;
+the demo's summary (:func:`flodl_proto.commands.demo.stage_lines`, rounds numbered from 1 as the
+demo counts them) and ``bench/round.py`` print it. No upstream counterpart: upstream flodl
+(``flodl/src/distributed``) has no stage trace.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from typing import NamedTuple
 
 __all__ = [
     "ENV", "SEGMENTS", "STAGES", "Record", "RoundStages", "breakdown", "disable", "enable",
-    "flush", "format_breakdown", "is_enabled", "mark", "median_round", "read_trace", "records",
+    "flush", "is_enabled", "mark", "median_round", "read_trace", "records",
 ]
 
 #: the environment variable naming the trace file
@@ -227,24 +229,6 @@ def median_round(rounds: list[RoundStages]) -> RoundStages | None:
         return None
     med = statistics.median_low(r.total for r in rounds)
     return next(r for r in rounds if r.total == med)
-
-
-def format_breakdown(rounds: list[RoundStages]) -> list[str]:
-    """Text lines: the median round's total (``median of N rounds (round K): ...``; K counts the
-    protocol's rounds from 0) and every part in ms with its share of the total (gaps marked
-    ``gap``), e.g. ``  relay Broadcast -> fan-out done     0.210 ms  12 %``. An
-    empty list when no round was traced."""
-    med = median_round(rounds)
-    if med is None:
-        return []
-    lines = [f"median of {len(rounds)} rounds (round {med.round}): {med.total * 1e3:.3f} ms from "
-             "the last rank's send to its reply parsed"]
-    width = max(len(label) for label, *_ in SEGMENTS)
-    for label, sec, gap in med.parts:
-        share = 100.0 * sec / med.total if med.total > 0 else 0.0
-        lines.append(f"  {label:<{width}} {sec * 1e3:8.3f} ms {share:4.0f} %"
-                     + ("  gap" if gap else ""))
-    return lines
 
 
 atexit.register(_flush_at_exit)
