@@ -7,6 +7,7 @@ Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -808,6 +809,61 @@ def test_cli_port_in_use_exits_1() -> None:
     assert err.startswith(f"flodl-proto controller: error: cannot listen on 127.0.0.1:{port}: "
                           f"[Errno {errno.EADDRINUSE}] ")
     assert len(err.splitlines()) == 1, err
+
+
+#: rounds the unread-stdout test runs: far more lines than a 4 KiB pipe and the controller's
+#: backlog hold together
+_UNREAD_ROUNDS = 600
+
+
+@pytest.mark.timeout(120)
+def test_cli_rounds_go_on_while_nobody_reads_stdout() -> None:
+    """A pipe nobody reads fills (here shrunk to one page, 4 KiB); the round lines then wait in
+    the controller's bounded backlog or are dropped and counted, and every round still completes.
+    Once the pipe is read, the controller ends cleanly: the lines written plus the ones the
+    warning counts are one per relay joined and per round."""
+    from flodl_proto.commands.controller import STDOUT_BACKLOG
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    e = {k: v for k, v in os.environ.items() if k != "FLODL_SESSION_SALT"}
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto.cli", "controller", "--listen",
+                          "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX],
+                         stdout=write_end, stderr=subprocess.PIPE, text=True, env=e)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as out:
+        try:
+            first = b""
+            while not first.endswith(b"\n"):  # the first line only, byte by byte
+                first += out.read(1)
+            assert first.startswith(b"listening on 127.0.0.1:")
+            port = int(first.decode().rsplit(":", 1)[1])
+            with FakeRelay(port, [0]) as relay:
+                relay.expect_hello_ack()
+                for k in range(_UNREAD_ROUNDS):
+                    relay.send_host_frame(frame([float(k)], weight=1.0))
+                    assert values(relay.read_broadcast()) == [float(k)]
+                relay.rank_exit(0)
+                rest = out.read()  # now stdout is read: the controller can finish
+                assert p.wait(timeout=60) == 0
+            assert p.stderr is not None
+            err = p.stderr.read()
+        finally:
+            p.kill() if p.poll() is None else None
+    lines = rest.decode().splitlines()
+    assert lines[-1].startswith("controller finished: clean")
+    progress = lines[:-1]
+    assert sum(ln.startswith("relay 0 joined") for ln in progress) <= 1
+    assert all(ln.startswith(("relay 0 joined", "round ")) for ln in progress), progress[:3]
+    warning = err.strip().splitlines()
+    assert len(warning) == 1, err
+    prefix = "flodl-proto controller: warning: "
+    assert warning[0].startswith(prefix), err
+    assert warning[0].endswith(" progress lines dropped: stdout was not read fast enough")
+    dropped = int(warning[0][len(prefix):].split()[0])
+    assert len(progress) + dropped == 1 + _UNREAD_ROUNDS
+    # at most: the backlog, the line being written and what the pipe held
+    assert len(progress) <= STDOUT_BACKLOG + 1 + 4096 // min(len(ln) + 1 for ln in progress)
 
 
 def test_hello_model_is_used() -> None:

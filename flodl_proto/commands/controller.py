@@ -10,6 +10,9 @@
 
 The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` with the bound port.
 Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
+Those lines are written by a thread of their own, so a stdout that is read slowly, or not at all
+(a full pipe), never holds up a round: at most :data:`STDOUT_BACKLOG` lines wait, later ones are
+dropped, and the number dropped is one warning line on stderr when the run ends.
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (missing or malformed salt, world size 0, bad
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import sys
 import threading
 from pathlib import Path
@@ -42,9 +46,19 @@ if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors 
     from ..reduce import OuterOptimizer
     from ..runner.controller import ControllerNotice
 
-__all__ = ["checkpoint_dir_problem", "parse_outer", "register", "resolve_salt", "run"]
+__all__ = [
+    "STDOUT_BACKLOG",
+    "checkpoint_dir_problem",
+    "notice_line",
+    "parse_outer",
+    "register",
+    "resolve_salt",
+    "run",
+]
 
 _PROG = "flodl-proto controller"
+#: progress lines (relay joined, round) that may wait for stdout; more are dropped and counted
+STDOUT_BACKLOG = 256
 
 
 def parse_outer(text: str | None) -> OuterOptimizer | None:
@@ -119,16 +133,75 @@ def _usage_error(message: str) -> int:
     return 2
 
 
-def _print_notice(notice: ControllerNotice) -> None:
+def notice_line(notice: ControllerNotice) -> str | None:
+    """The stdout line of a controller notice: ``relay R joined: host 'H' ranks [0, 1]`` or
+    ``round K: kind KIND weight W bytes B ms T``; None for any other notice."""
     from ..fsm.events import RelayJoined
     from ..runner.controller import RoundReport
 
     if isinstance(notice, RelayJoined):
         ranks = ", ".join(str(r) for r in notice.ranks)
-        print(f"relay {notice.relay} joined: host {notice.host!r} ranks [{ranks}]", flush=True)
-    elif isinstance(notice, RoundReport):
-        print(f"round {notice.round}: kind {notice.kind} weight {notice.weight:g} "
-              f"bytes {notice.nbytes} ms {notice.ms:.3f}", flush=True)
+        return f"relay {notice.relay} joined: host {notice.host!r} ranks [{ranks}]"
+    if isinstance(notice, RoundReport):
+        return (f"round {notice.round}: kind {notice.kind} weight {notice.weight:g} "
+                f"bytes {notice.nbytes} ms {notice.ms:.3f}")
+    return None
+
+
+class _StdoutLines:
+    """Lines for stdout, written by a thread of their own: :meth:`put` never blocks (it runs on
+    the controller's coordinator thread, mid-round); when ``backlog`` lines are already waiting
+    the line is dropped and counted in :attr:`dropped`."""
+
+    def __init__(self, backlog: int = STDOUT_BACKLOG) -> None:
+        self._lines: queue.Queue[str | None] = queue.Queue(backlog)
+        self._writer = threading.Thread(target=self._write, name="flodl-controller-stdout",
+                                        daemon=True)
+        self.dropped = 0
+
+    def put(self, line: str | None) -> None:
+        """Queue ``line`` for stdout (None: nothing), or count it as dropped."""
+        if line is None:
+            return
+        try:
+            self._lines.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
+
+    def start(self) -> None:
+        """Start writing (lines queued before wait until now)."""
+        self._writer.start()
+
+    def close(self) -> None:
+        """Write the lines still waiting, then stop: waits for stdout to take them (Ctrl-C
+        interrupts the wait)."""
+        if self._writer.is_alive():
+            self._lines.put(None)
+            self._writer.join()
+
+    def _write(self) -> None:
+        # straight to the file descriptor: a write blocked on a full pipe then holds no lock of
+        # sys.stdout, which the interpreter needs at exit (Ctrl-C while close() waits)
+        try:
+            fd: int | None = sys.stdout.fileno()
+            sys.stdout.flush()
+        except (AttributeError, OSError, ValueError):
+            fd = None  # stdout replaced by an object without a descriptor
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        broken = False  # stdout failed (its reader went away): take the lines, write none
+        while (line := self._lines.get()) is not None:
+            if broken:
+                continue
+            try:
+                if fd is None:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+                else:
+                    view = memoryview(f"{line}\n".encode(encoding, "replace"))
+                    while view:
+                        view = view[os.write(fd, view):]
+            except (OSError, ValueError):
+                broken = True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,13 +224,15 @@ def run(args: argparse.Namespace) -> int:
     from ..runner.controller import ReferenceController  # here: usage errors skip NumPy
 
     stop = threading.Event()
+    lines = _StdoutLines()
     # signal handlers first: a SIGINT/SIGTERM right after the first line is a clean stop
     with signals_stop(stop):
         try:
             ctl = ReferenceController(
                 args.world_size, salt, host=host, port=port, version=args.protocol_version,
                 port_mux=not args.no_port_mux, outer=outer, checkpoint_dir=args.checkpoint_dir,
-                on_notice=_print_notice, round_timeout=args.round_timeout,
+                on_notice=lambda notice: lines.put(notice_line(notice)),
+                round_timeout=args.round_timeout,
             )
             ctl.start()
         except ProtocolError as e:
@@ -168,11 +243,16 @@ def run(args: argparse.Namespace) -> int:
             return 1
         try:
             print(f"listening on {format_addr((host, ctl.port))}", flush=True)
+            lines.start()  # after the first line, which stays first
             while ctl.wait(0.2) is None:
                 if stop.is_set():
                     ctl.request_stop("signal")
         finally:
             outcome = ctl.shutdown()
+    lines.close()  # outside signals_stop: Ctrl-C interrupts a wait for an unread stdout
+    if lines.dropped:
+        print(f"{_PROG}: warning: {lines.dropped} progress lines dropped: stdout was not read "
+              "fast enough", file=sys.stderr, flush=True)
     if outcome.clean:
         print(f"controller finished: {outcome}", flush=True)
         return 0
