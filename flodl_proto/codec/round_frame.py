@@ -113,6 +113,15 @@ class Dtype(enum.IntEnum):
         return _F32_LE if self is Dtype.F32 else _BF16
 
 
+#: the trusted constructors' building blocks, bound once (a frozen dataclass's fields are set
+#: through ``object.__setattr__``)
+_new = object.__new__
+_setattr = object.__setattr__
+
+#: the NumPy dtype of each viewable wire dtype tag (:attr:`Dtype.numpy`, keyed by the tag)
+_NUMPY_DTYPE: dict[int, np.dtype[Any]] = {int(d): d.numpy for d in Dtype}
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -172,10 +181,10 @@ class TensorPayload:
             Anything else gives a payload that breaks the class's invariants: build values of
             unknown origin with the constructor, which checks them.
         """
-        p = object.__new__(cls)
-        object.__setattr__(p, "dtype", dtype)
-        object.__setattr__(p, "shape", shape)
-        object.__setattr__(p, "data", data)
+        p = _new(cls)
+        _setattr(p, "dtype", dtype)
+        _setattr(p, "shape", shape)
+        _setattr(p, "data", data)
         return p
 
     @classmethod
@@ -264,35 +273,40 @@ class TensorPayload:
             SchemaMismatch: the byte count does not match ``numel * element_size``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
         """
-        if self.dtype not in ELEMENT_SIZE:
+        element_size = ELEMENT_SIZE.get(self.dtype)
+        if element_size is None:
             raise protocol_error("tensor.unknown_dtype", dtype=self.dtype)
-        dt = Dtype(self.dtype)
-        expected = self.numel * dt.element_size
-        if self.nbytes != expected:
-            if self.nbytes == 0 and materialize_elided:
-                if self.ndim > _NUMPY_MAX_NDIM:
-                    raise protocol_error("tensor.ndim_unsupported", ndim=self.ndim,
+        np_dtype = _NUMPY_DTYPE[self.dtype]
+        shape = self.shape
+        expected = _numel(shape) * element_size
+        nbytes = self.data.nbytes
+        if nbytes != expected:
+            if nbytes == 0 and materialize_elided:
+                if len(shape) > _NUMPY_MAX_NDIM:
+                    raise protocol_error("tensor.ndim_unsupported", ndim=len(shape),
                                          max=_NUMPY_MAX_NDIM)
                 if expected > ceiling:
                     raise protocol_error(
-                        "tensor.elided_too_large", shape=list(self.shape), nbytes=expected,
+                        "tensor.elided_too_large", shape=list(shape), nbytes=expected,
                         ceiling=ceiling,
                     )
                 try:
-                    return np.zeros(self.shape, dtype=dt.numpy)
+                    return np.zeros(shape, dtype=np_dtype)
                 except ValueError:
                     raise protocol_error("tensor.shape_unrepresentable",
-                                         shape=list(self.shape)) from None
+                                         shape=list(shape)) from None
             raise protocol_error(
-                "tensor.nbytes_vs_shape", shape=list(self.shape), expected=expected,
-                got=self.nbytes,
+                "tensor.nbytes_vs_shape", shape=list(shape), expected=expected, got=nbytes,
             )
-        if self.ndim > _NUMPY_MAX_NDIM:
-            raise protocol_error("tensor.ndim_unsupported", ndim=self.ndim, max=_NUMPY_MAX_NDIM)
-        try:
-            arr = np.frombuffer(self.data, dtype=dt.numpy).reshape(self.shape)
-        except ValueError:  # a zero-element shape whose other dims overflow NumPy's index type
-            raise protocol_error("tensor.shape_unrepresentable", shape=list(self.shape)) from None
+        if len(shape) > _NUMPY_MAX_NDIM:
+            raise protocol_error("tensor.ndim_unsupported", ndim=len(shape), max=_NUMPY_MAX_NDIM)
+        arr = np.frombuffer(self.data, dtype=np_dtype)  # flat, of exactly numel elements
+        if len(shape) != 1:
+            try:
+                arr = arr.reshape(shape)
+            except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
+                raise protocol_error("tensor.shape_unrepresentable",
+                                     shape=list(shape)) from None
         arr.flags.writeable = False
         return arr
 
@@ -373,10 +387,10 @@ class RoundFrame:
         ``tensors`` a tuple of at most 65,536 :class:`TensorPayload`. Equal to
         ``RoundFrame(kind, weight, tensors)`` for such values; use the constructor for values
         of unknown origin."""
-        f = object.__new__(cls)
-        object.__setattr__(f, "kind", kind)
-        object.__setattr__(f, "weight", weight)
-        object.__setattr__(f, "tensors", tensors)
+        f = _new(cls)
+        _setattr(f, "kind", kind)
+        _setattr(f, "weight", weight)
+        _setattr(f, "tensors", tensors)
         return f
 
     @property
@@ -476,6 +490,10 @@ def _rust_f64(x: float) -> str:
     return r[:-2] if r.endswith(".0") else r
 
 
+_META_UNPACK = _META.unpack_from
+_NBYTES_UNPACK = _NBYTES.unpack_from
+
+
 class _FrameWalk:
     """Resumable walk over a frame's structure, applying every pre-tag check in upstream's
     order (magic, tensor cap, kind, weight; per tensor meta, shape, nbytes, ceiling, data;
@@ -504,12 +522,6 @@ class _FrameWalk:
         naming the field is raised — except inside the 8-byte header, which returns 8).
         """
         end = len(mv)
-
-        def short(at_least: int, error_id: str, **fields: Any) -> int:
-            if partial:
-                return at_least
-            raise protocol_error(error_id, **fields)
-
         if self.num_tensors < 0:
             if end < ROUND_FRAME_HEADER_LEN:
                 return ROUND_FRAME_HEADER_LEN  # END_OF_STREAM for a whole-buffer reader
@@ -524,42 +536,54 @@ class _FrameWalk:
         if self.kind < 0:
             pos = self.pos
             if end < pos + 1:
-                return short(pos + 1, "frame.kind_read_failed", offset=pos)
+                return _short(partial, pos + 1, "frame.kind_read_failed", offset=pos)
             (kind_byte,) = _KIND.unpack_from(mv, pos)
             if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
                 raise protocol_error("frame.unknown_kind", value=kind_byte)
             if end < pos + 9:
-                return short(pos + 9, "frame.weight_read_failed", offset=pos + 1)
+                return _short(partial, pos + 9, "frame.weight_read_failed", offset=pos + 1)
             (weight,) = _WEIGHT.unpack_from(mv, pos + 1)
             if not math.isfinite(weight) or weight < 0.0:
                 raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
             self.kind, self.weight, self.pos = kind_byte, weight, pos + 9
-        while len(self.entries) < self.num_tensors:
-            ti, pos = len(self.entries), self.pos
+        entries, ceiling = self.entries, self.ceiling
+        ti, pos, total = len(entries), self.pos, self.total
+        while ti < self.num_tensors:  # pos and total: the last completed tensor's, as stored
             if end < pos + 2:
-                return short(pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
-            dtype, ndim = _META.unpack_from(mv, pos)
-            pos += 2
-            if end < pos + 4 * ndim:
-                return short(pos + 4 * ndim, "frame.shape_read_failed", index=ti, offset=pos)
-            dims = dims_packed(ndim).unpack_from(mv, pos) if ndim else ()
-            pos += 4 * ndim
-            if end < pos + 8:
-                return short(pos + 8, "frame.nbytes_read_failed", index=ti, offset=pos)
-            (nbytes,) = _NBYTES.unpack_from(mv, pos)
-            pos += 8
-            total = self.total + nbytes
-            if total > self.ceiling:
-                raise protocol_error("frame.past_ceiling", index=ti, ceiling=self.ceiling,
+                return _short(partial, pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
+            dtype, ndim = _META_UNPACK(mv, pos)
+            at = pos + 2
+            if end < at + 4 * ndim:
+                return _short(partial, at + 4 * ndim, "frame.shape_read_failed", index=ti,
+                              offset=at)
+            dims = dims_packed(ndim).unpack_from(mv, at) if ndim else ()
+            at += 4 * ndim
+            if end < at + 8:
+                return _short(partial, at + 8, "frame.nbytes_read_failed", index=ti, offset=at)
+            (nbytes,) = _NBYTES_UNPACK(mv, at)
+            at += 8
+            total += nbytes
+            if total > ceiling:
+                raise protocol_error("frame.past_ceiling", index=ti, ceiling=ceiling,
                                      nbytes=nbytes, total=total)
-            if end < pos + nbytes:
-                return short(pos + nbytes, "frame.data_read_failed", index=ti, got=end - pos,
-                             need=nbytes, offset=pos)
-            self.entries.append((dtype, dims, pos, nbytes))
-            self.total, self.pos = total, pos + nbytes
+            if end < at + nbytes:
+                return _short(partial, at + nbytes, "frame.data_read_failed", index=ti,
+                              got=end - at, need=nbytes, offset=at)
+            entries.append((dtype, dims, at, nbytes))
+            ti, pos = ti + 1, at + nbytes
+            self.total, self.pos = total, pos
         if end < self.pos + AUTH_TAG_LEN:
-            return short(self.pos + AUTH_TAG_LEN, "frame.footer_read_failed", offset=self.pos)
+            return _short(partial, self.pos + AUTH_TAG_LEN, "frame.footer_read_failed",
+                          offset=self.pos)
         return None
+
+
+def _short(partial: bool, at_least: int, error_id: str, **fields: Any) -> int:
+    """A walk that ran out of input: with ``partial``, the total length needed to go on;
+    without it, the truncation error ``error_id`` naming the field."""
+    if partial:
+        return at_least
+    raise protocol_error(error_id, **fields)
 
 
 #: kind byte -> RoundKind (the walk accepts only these two bytes)

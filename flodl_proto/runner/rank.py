@@ -617,7 +617,9 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
         if p.elided and p.numel:
             dst[...] = 0
             continue
-        src = p.array().reshape(dst.shape)
+        src = p.array()
+        if src.shape != dst.shape:
+            src = src.reshape(dst.shape)
         if dst.dtype == _BF16 and src.dtype != _BF16:
             np.copyto(dst.view(np.uint16), bf16_from_f32(src))
         else:
