@@ -22,6 +22,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``RoundFrame``, `
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import struct as _struct
 from collections.abc import Iterable, Sequence
@@ -432,23 +433,34 @@ def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (before the footer).
     """
     pieces: list[BytesLike] = []
-    cur = bytearray(_HEADER.pack(ROUND_FRAME_MAGIC, len(frame.tensors)))
-    cur += _KIND.pack(int(frame.kind))
-    cur += _WEIGHT.pack(frame.weight)
+    cur = _FRAME_HEAD.pack(ROUND_FRAME_MAGIC, len(frame.tensors), int(frame.kind), frame.weight)
     for t in frame.tensors:
-        ndim = len(t.shape)
+        shape = t.shape
         nbytes = t.data.nbytes
-        cur += _META.pack(t.dtype, ndim)
-        if ndim:
-            cur += dims_packed(ndim).pack(*t.shape)
-        cur += _NBYTES.pack(nbytes)
+        cur += _tensor_head(len(shape)).pack(t.dtype, len(shape), *shape, nbytes)
         if nbytes:
-            pieces.append(bytes(cur))
+            pieces.append(cur)
             pieces.append(t.data)
-            cur = bytearray()
+            cur = b""
     if cur:
-        pieces.append(bytes(cur))
+        pieces.append(cur)
     return pieces
+
+
+def _joined(*parts: _struct.Struct) -> _struct.Struct:
+    """One struct for consecutive little-endian fields (the declared structs' formats, each
+    ``<`` without padding, written one after the other)."""
+    return _struct.Struct("<" + "".join(p.format.lstrip("<") for p in parts))
+
+
+#: header, kind and weight: the first 17 bytes of a frame
+_FRAME_HEAD = _joined(_HEADER, _KIND, _WEIGHT)
+
+
+@functools.cache
+def _tensor_head(ndim: int) -> _struct.Struct:
+    """A tensor's meta, ``ndim`` dims and nbytes as one struct (what precedes its data)."""
+    return _joined(_META, dims_packed(ndim), _NBYTES)
 
 
 def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
