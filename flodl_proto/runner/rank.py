@@ -460,12 +460,13 @@ class RankClient:
         Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (+ decode-into-request).
         """
         self._open_socket()
-        kind_e = RoundKind(kind)
+        kind_e = kind if isinstance(kind, RoundKind) else RoundKind(kind)
         arrs = [_check_array(i, a) for i, a in enumerate(arrays)]
         if kind_e is RoundKind.CONTROL:
             wire = Dtype.F32
         else:
-            wire = Dtype(self.wire_dtype if wire_dtype is None else wire_dtype)
+            want = self.wire_dtype if wire_dtype is None else wire_dtype
+            wire = want if isinstance(want, Dtype) else Dtype(want)
         w = float(scale if weight is None else weight)
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
