@@ -9,6 +9,7 @@ Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has
 from __future__ import annotations
 
 import errno
+import hmac
 import socket
 import threading
 import tracemalloc
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from flodl_proto.codec.auth import PARALLEL_MAC_MIN
 from flodl_proto.runner import _netio
 from flodl_proto.runner._netio import (
     PeerTimedOut,
@@ -231,3 +233,30 @@ def test_advance_skips_written_buffers_and_keeps_the_tail_of_a_partial_one() -> 
     assert _netio._advance(bufs, 0, 9) == 2  # across two boundaries into the third
     assert bytes(bufs[2]) == b"jk"
     assert _netio._advance(bufs, 1, 0) == 1  # a zero-byte send changes nothing
+
+
+@pytest.mark.parametrize("parallel_min", [PARALLEL_MAC_MIN, 1],
+                         ids=["one-step", "stepped"])
+@pytest.mark.parametrize("cut", [0, 30], ids=["whole", "eof-inside"])
+def test_read_record_into_feeds_each_range_once(
+        pair: tuple[socket.socket, socket.socket], parallel_min: int, cut: int) -> None:
+    # a small unit is read in one step (the default parallel_min), a larger one by the stepped
+    # reader (forced here by parallel_min=1): both fill the buffer, grow a short bytearray and
+    # feed each MAC exactly the bytes of its range that arrived, after what it was already fed
+    a, b = pair
+    salt = bytes(range(16))
+    record = bytes(range(256)) * 2  # 512 bytes; the first 25 are already in the buffer
+    size, start = len(record), 25
+    a.sendall(record[start:size - cut])
+    if cut:
+        a.shutdown(socket.SHUT_WR)
+    buf = bytearray(record[:start])  # shorter than the unit: grown as it arrives
+    head, inner = hmac.new(salt, digestmod="sha256"), hmac.new(salt, digestmod="sha256")
+    head.update(record[:start])  # a range that starts before `start`: those bytes were fed
+    ranges = [(head, 10, size), (inner, start, size - 8)]
+    view, got = _netio.read_record_into(b, buf, size, ranges, start=start, grow_step=1 << 20,
+                                        parallel_min=parallel_min)
+    assert got == size - cut and len(buf) == size
+    assert bytes(view[:got]) == record[:got]
+    assert head.digest() == hmac.new(salt, record[:got], "sha256").digest()
+    assert inner.digest() == hmac.new(salt, record[start:min(got, size - 8)], "sha256").digest()
