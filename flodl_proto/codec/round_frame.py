@@ -447,20 +447,17 @@ def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
     return pieces
 
 
-def _joined(*parts: _struct.Struct) -> _struct.Struct:
-    """One struct for consecutive little-endian fields (the declared structs' formats, each
-    ``<`` without padding, written one after the other)."""
-    return _struct.Struct("<" + "".join(p.format.lstrip("<") for p in parts))
-
-
-#: header, kind and weight: the first 17 bytes of a frame
-_FRAME_HEAD = _joined(_HEADER, _KIND, _WEIGHT)
+#: header, kind and weight, the first 17 bytes of a frame, as one struct (the declared structs'
+#: little-endian formats, which have no padding, written one after the other)
+_FRAME_HEAD: Final = _struct.Struct(
+    "<" + "".join(p.format.lstrip("<") for p in (_HEADER, _KIND, _WEIGHT)))
 
 
 @functools.cache
 def _tensor_head(ndim: int) -> _struct.Struct:
     """A tensor's meta, ``ndim`` dims and nbytes as one struct (what precedes its data)."""
-    return _joined(_META, dims_packed(ndim), _NBYTES)
+    return _struct.Struct(
+        "<" + "".join(p.format.lstrip("<") for p in (_META, dims_packed(ndim), _NBYTES)))
 
 
 def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
