@@ -26,6 +26,7 @@ from flodl_proto.codec import (
     RoundFrame,
     RoundKind,
     TensorPayload,
+    auth,
     decode_mux_record,
     decode_mux_record_or_eos,
     decode_round_frame,
@@ -220,3 +221,27 @@ def test_tags_of_the_wrong_length_never_match() -> None:
     for a, b in ((good[:7], good), (good, good[:7]), (good[:7], good[:7]), (b"", b""),
                  (good + b"\0", good + b"\0")):
         assert not tags_equal(a, b), (a, b)
+
+
+@pytest.mark.parametrize("openssl", [True, False], ids=["openssl", "hmac-module"])
+def test_new_mac_follows_the_salt_asked_for(monkeypatch: pytest.MonkeyPatch,
+                                            openssl: bool) -> None:
+    # each MAC is a copy of one keyed MAC kept for the last salt: alternating salts (and a
+    # salt given as a bytearray) re-key it every time, and the copies are independent
+    if not openssl:
+        monkeypatch.setattr(auth, "_openssl_hmac", None)
+    monkeypatch.setattr(auth, "_keyed", (b"", None))
+    first, other = bytes(range(16)), bytes(range(16, 32))
+    for salt in (first, other, first, bytearray(other), other):
+        mac = auth.new_mac(salt)  # type: ignore[arg-type]
+        if not openssl:
+            assert isinstance(mac, hmac.HMAC)
+        mac.update(b"abc")
+        second = auth.new_mac(salt)  # type: ignore[arg-type]
+        second.update(b"xyz")
+        assert mac.digest() == hmac.new(bytes(salt), b"abc", hashlib.sha256).digest()
+        assert second.digest() == hmac.new(bytes(salt), b"xyz", hashlib.sha256).digest()
+        assert auth._keyed[0] == bytes(salt) and type(auth._keyed[0]) is bytes
+        kept = auth._keyed
+        auth.new_mac(bytes(salt))
+        assert auth._keyed is kept  # the same salt again: the keyed MAC is reused

@@ -65,30 +65,6 @@ def test_new_mac_is_hmac_sha256_keyed_with_the_salt() -> None:
     assert m.digest_size == 32
 
 
-@pytest.mark.parametrize("openssl", [True, False], ids=["openssl", "hmac-module"])
-def test_new_mac_follows_the_salt_asked_for(monkeypatch: pytest.MonkeyPatch,
-                                            openssl: bool) -> None:
-    # each MAC is a copy of one keyed MAC kept for the last salt: alternating salts (and a
-    # salt given as a bytearray) re-key it every time, and the copies are independent
-    if not openssl:
-        monkeypatch.setattr(auth, "_openssl_hmac", None)
-    monkeypatch.setattr(auth, "_keyed", (b"", None))
-    other = bytes(range(16, 32))
-    for salt in (SALT, other, SALT, bytearray(other), other):
-        mac = auth.new_mac(salt)  # type: ignore[arg-type]
-        if not openssl:
-            assert isinstance(mac, hmac.HMAC)
-        mac.update(b"abc")
-        second = auth.new_mac(salt)  # type: ignore[arg-type]
-        second.update(b"xyz")
-        assert mac.digest() == sha(bytes(salt), b"abc")
-        assert second.digest() == sha(bytes(salt), b"xyz")
-        assert auth._keyed[0] == bytes(salt) and type(auth._keyed[0]) is bytes
-        kept = auth._keyed
-        auth.new_mac(bytes(salt))
-        assert auth._keyed is kept  # the same salt again: the keyed MAC is reused
-
-
 def test_compute_tag() -> None:
     assert auth.compute_tag(SALT, [b"ab", bytearray(b"c"), memoryview(b"")]) == (
         sha(SALT, b"abc")[:8])
