@@ -242,3 +242,38 @@ def test_an_error_raised_by_a_completion_is_fatal(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ProtocolError) as ei2:
         f.declare_dead(0)
     assert ei2.value is err
+
+
+@pytest.mark.parametrize(("n", "cpus", "ranges"), [
+    (2 * MI, 2, [(0, MI), (MI, 2 * MI)]),
+    (2 * MI + 3, 4, [(0, MI + 1), (MI + 1, 2 * MI + 3)]),  # halves, whatever the CPU count
+    (2 * MI - 1, 2, [(0, 2 * MI - 1)]),  # below 2**21 elements: one call
+    (10, 2, [(0, 10)]),
+    (4 * MI, 1, [(0, 4 * MI)]),  # one CPU: one call
+])
+def test_the_relay_fold_splits_a_large_tensor_in_halves(
+        monkeypatch: pytest.MonkeyPatch, n: int, cpus: int, ranges: list[tuple[int, int]]) -> None:
+    """HostFold's split: the lower half on the calling thread with the fold's workspace, the
+    upper half on a thread named ``flodl-fold`` with a second workspace kept for later rounds."""
+    monkeypatch.setattr(K, "default_threads", lambda: cpus)
+    f = HostFold([0], SALT)
+    body = _Recorder()
+    f._split(n, body)
+    calls = sorted(body.calls)
+    assert [(s, e) for s, e, *_ in calls] == ranges
+    me = threading.current_thread().name
+    assert calls[0][2] == me
+    if len(calls) == 2:
+        assert calls[1][2] == "flodl-fold"
+        second = f._ws2
+        assert second is not None and second is not f._workspace()
+        f._split(n, body)  # the second workspace is reused
+        assert f._ws2 is second
+
+
+def test_the_relay_fold_raises_its_second_thread_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(K, "default_threads", lambda: 2)
+    body = _Recorder(fail_from=MI)
+    with pytest.raises(ValueError, match=r"^range 1048576\.\.2097152 failed$"):
+        HostFold([0], SALT)._split(2 * MI, body)
+    assert sorted(c[:2] for c in body.calls) == [(0, MI), (MI, 2 * MI)]
