@@ -277,3 +277,17 @@ def test_the_relay_fold_raises_its_second_thread_error(monkeypatch: pytest.Monke
     with pytest.raises(ValueError, match=r"^range 1048576\.\.2097152 failed$"):
         HostFold([0], SALT)._split(2 * MI, body)
     assert sorted(c[:2] for c in body.calls) == [(0, MI), (MI, 2 * MI)]
+
+
+def test_a_tiny_mass_gives_an_infinite_scale_without_warning() -> None:
+    """f32(1.0 / 1e-300) overflows to inf: the protocol's arithmetic, not an error (warnings are
+    errors here)."""
+    frame = RoundFrame(RoundKind.MODEL, 1e-300, [TensorPayload.from_array(
+        np.asarray([1.0, 0.0, -2.0], np.float32))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = reduce_realized_work([frame])
+    got = np.frombuffer(out.tensors[0].data, np.uint32).tolist()
+    assert got[0::2] == [0x7F800000, 0xFF800000]  # inf, -inf
+    assert got[1] & 0x7FFFFFFF == 0x7FC00000  # 0 * inf: the default NaN (its sign is the CPU's)
+    assert out.weight == 1e-300
