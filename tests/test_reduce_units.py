@@ -291,3 +291,22 @@ def test_a_tiny_mass_gives_an_infinite_scale_without_warning() -> None:
     assert got[0::2] == [0x7F800000, 0xFF800000]  # inf, -inf
     assert got[1] & 0x7FFFFFFF == 0x7FC00000  # 0 * inf: the default NaN (its sign is the CPU's)
     assert out.weight == 1e-300
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_partial_last_chunk_touches_only_its_own_elements(backend: str) -> None:
+    """A bf16 sum of CHUNK_ELEMS + 5 elements whose views and output are slices of larger
+    arrays: the last (partial) chunk reads and writes its 5 elements only; what follows the
+    output slice is left as it was."""
+    n = CHUNK + 5
+    parents = [np.full(2 * CHUNK, 0x3F80, np.uint16), np.full(2 * CHUNK, 0x4000, np.uint16)]
+    out = np.full(2 * CHUNK, 0xABCD, np.uint16)
+    before = K.kernel_backend()
+    try:
+        K.set_kernel_backend(backend)
+        with np.errstate(all="ignore"):
+            K._sum_bf16([p[:n] for p in parents], 0, n, out[:n], None, K.Workspace())
+    finally:
+        K.set_kernel_backend(before)
+    assert (out[:n] == 0x4040).all()  # 1.0 + 2.0 = 3.0
+    assert (out[n:] == 0xABCD).all()
