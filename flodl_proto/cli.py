@@ -75,6 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _stdout_gone():
             raise
         return EXIT_BROKEN_PIPE
+    except OSError as exc:  # e.g. stdout is a full disk (``> /dev/full``): one line, not a trace
+        _flush_or_quiet_stdout()
+        what = f"{exc.filename}: " if exc.filename else "cannot write output: "
+        print(f"flodl-proto: error: {what}{exc.strerror or exc}", file=sys.stderr, flush=True)
+        return 1
 
 
 def _stdout_gone() -> bool:
@@ -92,6 +97,24 @@ def _stdout_gone() -> bool:
         os.dup2(devnull, fd)
         os.close(devnull)
     return gone
+
+
+def _flush_or_quiet_stdout() -> None:
+    """Flush stdout; when that fails too (the failed write was stdout's), point stdout at
+    /dev/null, so the output still waiting there and the interpreter's final flush cannot fail
+    again."""
+    try:
+        sys.stdout.flush()
+        return
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -118,7 +141,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return 2
     code = int(func(args))
-    sys.stdout.flush()  # a reader that went away is noticed here, not at interpreter exit
+    if sys.stdout is not None:  # None: started with stdout closed (``>&-``)
+        sys.stdout.flush()  # a reader that went away is noticed here, not at interpreter exit
     return code
 
 

@@ -514,3 +514,57 @@ def test_docs_and_rank_help_describe_their_options(
     flat = " ".join(out.split())
     assert "--rank R this rank's global id, 0 <= R < N" in flat
     assert "--world-size N number of ranks in the whole run (every host)" in flat
+
+
+# -- item: a stdout that cannot be written (``> /dev/full``, ``>&-``) ---------------------------
+_UNWRITABLE_STDOUT_ARGS = [
+    ("vectors", "check"),
+    ("decode", "--leg", "mux", "--hex", "-"),
+    ("dissector", "--out", "-"),
+    ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX),
+]
+
+
+def _decode_input() -> bytes:
+    from flodl_proto.codec import MuxRecord, RankExit, encode_channel_magic, encode_mux_record_bytes
+    rec = encode_mux_record_bytes(MuxRecord.control_msg(RankExit(1)), bytes.fromhex(SALT_HEX))
+    return (encode_channel_magic() + rec * 3).hex().encode()
+
+
+@pytest.mark.parametrize("args", _UNWRITABLE_STDOUT_ARGS, ids=lambda a: a[0])
+def test_a_full_stdout_is_one_line_and_exit_1(args: tuple[str, ...]) -> None:
+    with open("/dev/full", "wb") as full:
+        res = subprocess.run([sys.executable, "-m", "flodl_proto", *args], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=90,
+                             input=_decode_input().decode() if args[0] == "decode" else "")
+    assert res.returncode == 1, res.stderr
+    _one_error_line(res.stderr, "flodl-proto: error: cannot write output: No space left on device")
+
+
+def _close_stdout() -> None:
+    os.close(1)
+
+
+@pytest.mark.parametrize("args", [*_UNWRITABLE_STDOUT_ARGS[:3], ("docs", "--out", "-"),
+                                  ("conform", "docs", "--out", "-")], ids=" ".join)
+def test_a_closed_stdout_is_no_traceback(args: tuple[str, ...]) -> None:
+    # started with ``>&-``: Python has no sys.stdout and print() writes nothing
+    res = subprocess.run([sys.executable, "-m", "flodl_proto", *args], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, timeout=90, preexec_fn=_close_stdout,
+                         input=_decode_input().decode() if args[0] == "decode" else "")
+    assert (res.returncode, res.stderr) == (0, "")
+
+
+def test_controller_progress_lines_with_no_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``flodl-proto controller ... >&-``: sys.stdout is None; the writer thread takes the lines
+    from flodl_proto.commands.controller import _StdoutLines
+
+    failures: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    monkeypatch.setattr(sys, "stdout", None)
+    lines = _StdoutLines(backlog=4)
+    lines.put("relay 0 joined: host 'h0' ranks [0]")
+    lines.start()
+    lines.put("round 1: kind Model weight 1 bytes 8 ms 0.100")
+    lines.close()
+    assert (failures, lines.dropped) == ([], 0)

@@ -222,7 +222,7 @@ def _run_docs(args: argparse.Namespace) -> int:
         return _usage(f"catalogue: {e}")
     out: Path = args.out
     if str(out) == "-":
-        sys.stdout.write(text)
+        print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     current = out.read_text(encoding="utf-8") if out.is_file() else None
     if args.check:

@@ -200,7 +200,7 @@ class _StdoutLines:
                     view = memoryview(f"{line}\n".encode(encoding, "replace"))
                     while view:
                         view = view[os.write(fd, view):]
-            except (OSError, ValueError):
+            except (AttributeError, OSError, ValueError):  # AttributeError: stdout is None
                 broken = True
 
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the dissector; return 0, or 1 when the file cannot be written."""
     text = render_dissector(args.port)
     if args.out == "-":
-        sys.stdout.write(text)
+        print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     out = Path(args.out)
     try:

@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     text = render_protocol_doc(spec)
     source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
     if str(out) == "-":
-        sys.stdout.write(text)
+        print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if out.is_dir():
         print(f"{_PROG}: error: --out {out} is a directory; give a file path", file=sys.stderr)
