@@ -7,6 +7,7 @@ Bodies and kernels are replaced by recorders here, so nothing large is allocated
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from types import SimpleNamespace
@@ -160,6 +161,45 @@ def test_the_first_kernel_call_chooses_the_backend_from_the_environment(
     monkeypatch.setenv("FLODL_PROTO_KERNELS", "numpy")
     assert K._jit_for(1 << 30) is None
     assert K._backend["name"] == "numpy"
+
+
+def test_a_range_too_short_for_the_compiled_kernels_chooses_no_backend(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small ranges never choose the backend (so numba is not imported for them); the first
+    range of JIT_MIN_ELEMS elements does."""
+    monkeypatch.setitem(K._backend, "name", None)
+    monkeypatch.setitem(K._backend, "module", None)
+    monkeypatch.setitem(K._backend, "min_elems", K.JIT_MIN_ELEMS)
+    monkeypatch.setenv("FLODL_PROTO_KERNELS", "gpu")  # an error only when the choice is made
+    assert K._jit_for(K.JIT_MIN_ELEMS - 1) is None
+    assert K._backend["name"] is None
+    with pytest.raises(LocalProtocolError):
+        K._jit_for(K.JIT_MIN_ELEMS)
+    assert K._backend["name"] is None
+
+
+_SMALL_BF16_ROUND = """
+import sys
+import numpy as np
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.reduce import bf16_from_f32, reduce_realized_work
+t = TensorPayload(1, (2048,), bf16_from_f32(np.full(2048, 1.5, np.float32)).tobytes())
+out = reduce_realized_work([RoundFrame(RoundKind.MODEL, 1.0, [t]),
+                            RoundFrame(RoundKind.MODEL, 3.0, [t])])
+print(out.tensors[0].data[:2].hex(), "numba" in sys.modules)
+"""
+
+
+def test_a_process_that_only_sums_small_bf16_tensors_never_imports_numba() -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_PROTO_KERNELS"}
+    res = subprocess.run([sys.executable, "-c", _SMALL_BF16_ROUND], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    # contributions arrive pre-scaled: (1.5 + 1.5) / (1 + 3) = 0.75 = bf16 0x3f40 (LE 403f)
+    assert res.stdout.split() == ["403f", "False"]
 
 
 @pytest.mark.parametrize("dtype", [0, 1])

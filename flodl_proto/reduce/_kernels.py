@@ -221,8 +221,13 @@ def kernel_backend() -> str:
 
 
 def _jit_for(numel: int) -> ModuleType | None:
-    """The compiled kernels when selected and ``numel`` is large enough, else None."""
+    """The compiled kernels when selected and ``numel`` is large enough, else None.
+
+    The backend is chosen (and numba imported, about 64 MiB) on the first range long enough for
+    the compiled kernels, so a process that only sums small tensors never loads them."""
     if _backend["name"] is None:
+        if numel < _backend["min_elems"]:
+            return None
         kernel_backend()
     mod: ModuleType | None = _backend["module"]
     if mod is None or numel < _backend["min_elems"]:
