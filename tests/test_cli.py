@@ -568,3 +568,26 @@ def test_controller_progress_lines_with_no_stdout(monkeypatch: pytest.MonkeyPatc
     lines.put("round 1: kind Model weight 1 bytes 8 ms 0.100")
     lines.close()
     assert (failures, lines.dropped) == ([], 0)
+
+
+# -- item: --world-size beyond the handshake's u32 field, a non-finite --outer -----------------
+@pytest.mark.parametrize("command,where", [
+    ("controller", ["--listen", "127.0.0.1:0"]),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"]),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"]),
+])
+@pytest.mark.parametrize("world_size", ["0", "4294967296", "99999999999"])
+def test_world_size_out_of_the_u32_range_is_a_usage_error(command: str, where: list[str],
+                                                          world_size: str) -> None:
+    res = _cli(command, *where, "--world-size", world_size, "--salt", SALT_HEX, timeout=30)
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, f"--world-size must be in 1..4294967295 (the handshake's u32 "
+                                f"field), got {world_size}")
+
+
+@pytest.mark.parametrize("outer", ["nesterov:nan,0.9", "slow-momentum:0.5,inf"])
+def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str) -> None:
+    res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX,
+               "--outer", outer, timeout=30)
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, f"--outer {outer!r}: expected", "(two finite numbers)")

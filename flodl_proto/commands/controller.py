@@ -30,6 +30,7 @@ same port); ``--no-port-mux`` makes every connection a data-channel connection.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import queue
 import sys
@@ -40,7 +41,14 @@ from typing import TYPE_CHECKING, Any
 from ..addr import format_addr, parse_addr
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from .relay import add_salt_options, cli_salt, positive_seconds, resolve_salt, signals_stop
+from .relay import (
+    add_salt_options,
+    check_world_size,
+    cli_salt,
+    positive_seconds,
+    resolve_salt,
+    signals_stop,
+)
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
     from ..reduce import OuterOptimizer
@@ -79,8 +87,11 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
         try:
             lr_s, mu_s = params.split(",")
             lr, mu = float(lr_s), float(mu_s)
+            if not (math.isfinite(lr) and math.isfinite(mu)):
+                raise ValueError
         except ValueError:
-            raise ValueError(f"--outer {text!r}: expected {name}:LR,MU (two numbers)") from None
+            raise ValueError(f"--outer {text!r}: expected {name}:LR,MU "
+                             "(two finite numbers)") from None
         return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
     raise ValueError(f"--outer {text!r}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
 
@@ -210,9 +221,8 @@ def run(args: argparse.Namespace) -> int:
         host, port = parse_addr(args.listen, field="--listen")
     except ProtocolError as e:
         return _usage_error(str(e))
-    if args.world_size <= 0:
-        return _usage_error(f"--world-size must be > 0, got {args.world_size}")
     try:
+        check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         outer = parse_outer(args.outer)
     except (ProtocolError, ValueError, OSError) as e:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..addr import parse_addr
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from .relay import add_salt_options, cli_salt
+from .relay import add_salt_options, check_world_size, cli_salt
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
     import numpy as np
@@ -93,6 +93,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the rank; return the exit code."""
     try:
+        check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay")
         if args.rounds < 0 or args.payload_mib < 0 or not args.interval >= 0:

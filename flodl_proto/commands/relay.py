@@ -34,7 +34,7 @@ from typing import Any
 
 from ..addr import parse_addr
 from ..errors import ProtocolError, protocol_error
-from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS, U32_MAX
 
 __all__ = [
     "SALT_ENV",
@@ -105,6 +105,17 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
         if salt_file is not None:
             raise ValueError(f"--salt-file {salt_file}: {e}") from None
         raise ValueError(str(e)) from None
+
+
+def check_world_size(world_size: int) -> None:
+    """Check ``--world-size``: 1 up to the largest value of the handshake's u32 field.
+
+    Raises:
+        ValueError: out of that range (the message names the option and the value).
+    """
+    if not 1 <= world_size <= U32_MAX:
+        raise ValueError(f"--world-size must be in 1..{U32_MAX} (the handshake's u32 field), "
+                         f"got {world_size}")
 
 
 def positive_seconds(text: str) -> float:
@@ -204,6 +215,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the relay until it ends; return the exit code."""
     try:
+        check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks)
         controller = parse_addr(args.controller, field="--controller")
