@@ -591,3 +591,28 @@ def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str) -> None:
                "--outer", outer, timeout=30)
     assert res.returncode == 2, res.stderr
     _one_error_line(res.stderr, f"--outer {outer!r}: expected", "(two finite numbers)")
+
+
+# -- item: a salt file is read no further than a salt could be (``--salt-file /dev/zero``) -------
+@pytest.mark.parametrize("command,where,prefix", [
+    ("controller", ["--listen", "127.0.0.1:0", "--world-size", "1"],
+     "flodl-proto controller: error: "),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1"],
+     "flodl-proto relay: "),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1"],
+     "flodl-proto rank: "),
+    ("decode", ["-"], "decode: "),
+])
+@pytest.mark.parametrize("big", ["file", "dev-zero"])
+def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: list[str],
+                                                         prefix: str, big: str,
+                                                         tmp_path: Path) -> None:
+    from flodl_proto.commands.relay import SALT_FILE_MAX_BYTES
+
+    path = tmp_path / "salt.hex"
+    path.write_text(SALT_HEX * 200)
+    salt_file = str(path) if big == "file" else "/dev/zero"
+    res = _cli(command, *where, "--salt-file", salt_file, timeout=30)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == (f"{prefix}--salt-file {salt_file}: longer than {SALT_FILE_MAX_BYTES} "
+                          "bytes: not a session salt (32 hex digits, or 16 raw bytes)\n")

@@ -24,7 +24,7 @@ the command with one line naming the option and the limit, exit 1.
 Exit codes: 0 every stream decoded to its end; 1 decoding stopped at a protocol error (or the
 input could not be read); 3 ``--salt`` was given and some auth tag did not verify; 4 the input
 ended inside a record (a capture stopped mid-record, or a ``--pcap`` capture file cut short);
-2 usage errors.
+2 usage errors (a ``--salt`` or ``--salt-file`` that holds no salt, or cannot be read, too).
 """
 
 from __future__ import annotations
@@ -166,13 +166,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     salt: bytes | None = args.salt
     if args.salt_file is not None:
-        from .relay import resolve_salt
+        from .relay import cli_salt
 
         try:
-            salt = resolve_salt(None, args.salt_file)
-        except (OSError, ProtocolError) as e:
-            print(f"decode: --salt-file {args.salt_file}: {e}", file=sys.stderr)
-            return EXIT_ERROR
+            salt = cli_salt(None, args.salt_file)
+        except ValueError as e:  # a missing or malformed salt: the command line, as --salt
+            print(f"decode: {e}", file=sys.stderr)
+            return 2
     try:
         data = _read_input(args.file, args.hex, args.max_input)
     except _InputTooLarge:

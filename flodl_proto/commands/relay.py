@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import signal
@@ -38,6 +39,7 @@ from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS, U32_
 
 __all__ = [
     "SALT_ENV",
+    "SALT_FILE_MAX_BYTES",
     "add_salt_options",
     "parse_ranks",
     "parse_salt",
@@ -71,16 +73,25 @@ def parse_salt(text: str | None) -> bytes:
     return raw
 
 
+#: the most a salt file is read (32 hex digits and a line end, or 16 raw bytes, fit many times)
+SALT_FILE_MAX_BYTES = 4096
+
+
 def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
     """The session salt from ``--salt HEX``, ``--salt-file PATH`` (32 hex digits, or exactly 16
     raw bytes) or ``$FLODL_SESSION_SALT``.
 
     Raises:
         InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``).
-        OSError: the salt file cannot be read.
+        OSError: the salt file cannot be read, or is longer than :data:`SALT_FILE_MAX_BYTES`
+            (``/dev/zero``: read no further, so memory stays bounded).
     """
     if salt_file is not None:
-        raw = Path(salt_file).read_bytes()
+        with Path(salt_file).open("rb") as f:
+            raw = f.read(SALT_FILE_MAX_BYTES + 1)
+        if len(raw) > SALT_FILE_MAX_BYTES:
+            raise OSError(errno.EFBIG, f"longer than {SALT_FILE_MAX_BYTES} bytes: not a session "
+                          "salt (32 hex digits, or 16 raw bytes)", salt_file)
         try:
             return parse_salt(raw.decode("ascii"))
         except (UnicodeDecodeError, ProtocolError):
