@@ -144,7 +144,8 @@ def __getattr__(name: str) -> object:
     if name in __all__:
         value: object = getattr(importlib.import_module(f".{_HOMES.get(name, 'codec')}",
                                                         __name__), name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+    elif (name.isidentifier() and not name.startswith("_")
+          and importlib.util.find_spec(f"{__name__}.{name}")):
         value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import flodl_proto
 from flodl_proto import codec, errors
 from flodl_proto.spec import SPEC
@@ -103,3 +105,12 @@ def test_import_is_lazy_and_every_name_resolves() -> None:
         "flodl_proto.codec.handshake flodl_proto.errors True",
         "module 'flodl_proto' has no attribute 'END_OF_STREAM'",
     ]
+
+
+@pytest.mark.parametrize("name", ["a.b", "codec.nothing", "no-such", "", "END_OF_STREAM"])
+def test_a_name_that_is_no_attribute_is_attribute_error(name: str) -> None:
+    # getattr/hasattr rely on AttributeError; a dotted name once raised ModuleNotFoundError
+    assert not hasattr(flodl_proto, name)
+    message = f"module 'flodl_proto' has no attribute {name!r}"
+    with pytest.raises(AttributeError, match=re.escape(message)):
+        getattr(flodl_proto, name)
