@@ -10,6 +10,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -809,6 +810,43 @@ def test_cli_port_in_use_exits_1() -> None:
     assert err.startswith(f"flodl-proto controller: error: cannot listen on 127.0.0.1:{port}: "
                           f"[Errno {errno.EADDRINUSE}] ")
     assert len(err.splitlines()) == 1, err
+
+
+#: the address-space limit the largest-world test runs the controller under: a per-rank list of
+#: 2**32 - 1 entries (32 GiB) would not fit, Python with NumPy and the controller's threads does
+_WORLD_TEST_AS_LIMIT = 2 << 30
+
+
+def _limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (_WORLD_TEST_AS_LIMIT, _WORLD_TEST_AS_LIMIT))
+
+
+@pytest.mark.timeout(90)
+def test_cli_the_largest_world_starts_in_bounded_memory_and_stops_cleanly() -> None:
+    """``--world-size 4294967295`` (the u32 maximum the CLI accepts) under a 2 GiB address-space
+    limit: the controller starts, accepts a relay carrying the first and the last rank, waits for
+    the others as for any world whose relays have not all arrived, and SIGTERM ends it cleanly."""
+    world = 2**32 - 1
+    e = {k: v for k, v in os.environ.items() if k != "FLODL_SESSION_SALT"}
+    e["OPENBLAS_NUM_THREADS"] = "1"  # NumPy's BLAS threads reserve address space of their own
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto.cli", "controller", "--listen",
+                          "127.0.0.1:0", "--world-size", str(world), "--salt", SALT_HEX],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                         preexec_fn=_limit_address_space)
+    try:
+        line = _first_line(p)
+        assert line.startswith("listening on 127.0.0.1:"), p.communicate(timeout=20)
+        port = int(line.rsplit(":", 1)[1])
+        with FakeRelay(port, [0, world - 1], host="edge") as relay:
+            relay.expect_hello_ack()
+            assert p.stdout is not None
+            assert p.stdout.readline() == f"relay 0 joined: host 'edge' ranks [0, {world - 1}]\n"
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=30)
+    finally:
+        p.kill() if p.poll() is None else None
+    assert (p.returncode, err) == (0, "")
+    assert out == "controller finished: clean (stop: signal)\n"
 
 
 #: rounds the unread-stdout test runs: far more lines than a 4 KiB pipe and the controller's

@@ -3,6 +3,7 @@ Hypothesis state machine checking the core against a simple model."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -1140,6 +1141,48 @@ def test_checkpoint_windows_without_control_rounds() -> None:
             None if w.buffers is None else w.buffers.tensors[0].array().tolist())
            for w in windows]
     assert got == [(0, [1.0], [2.0]), (1, [3.0], [4.0]), (2, [5.0], None)]
+
+
+def test_uncovered_ranks_limit_and_count() -> None:
+    core = ControllerCore(4, SALT)
+    assert core.uncovered_count() == 4
+    assert core.uncovered_ranks(0) == [] and core.uncovered_ranks(-3) == []
+    assert core.uncovered_ranks(3) == [0, 1, 2]
+    assert core.uncovered_ranks(9) == [0, 1, 2, 3] == core.uncovered_ranks()
+    core.start()
+    join(core, 5, [0, 2])
+    assert core.uncovered_count() == 2
+    assert core.uncovered_ranks(1) == [1] and core.uncovered_ranks(2) == [1, 3]
+    join(core, 6, [3, 1])
+    assert core.state == "reducing"
+    assert core.uncovered_count() == 0 and core.uncovered_ranks(1) == []
+
+
+def test_the_largest_world_costs_memory_by_relays_and_deaths_not_by_ranks() -> None:
+    # 2**32 - 1 ranks, the most the handshake's u32 field carries: the core starts, accepts a
+    # relay, lists the lowest uncovered ranks, takes deaths and reports its status, all in a
+    # small, world-size-independent amount of memory (a per-rank list would need 32 GiB)
+    world = 2**32 - 1
+    tracemalloc.start()
+    try:
+        core = started(world)
+        acts = join(core, 5, [world - 1, 0])
+        assert [record(a).control for a in sent(acts)] == [HelloAck()]
+        assert core.uncovered_count() == world - 2
+        assert core.uncovered_ranks(3) == [1, 2, 3]
+        assert core.declare_dead(world - 1) == [] and core.declare_dead(7) == []
+        assert core.declare_dead(world) == []  # out of range: a no-op
+        status = core.status()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+    assert core.state == "accepting"
+    assert core.dead_ranks.dead_ranks() == [7, world - 1]
+    assert status["world_size"] == world and status["ranks_covered"] == 2
+    assert status["dead_ranks"] == [7, world - 1]
+    assert status["relays"] == [{"relay": 0, "host": "h", "ranks": [world - 1, 0],
+                                 "alive_ranks": [0], "deposited": False, "open": True}]
 
 
 def test_relay_snapshots_and_uncovered_ranks() -> None:

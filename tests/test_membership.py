@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import tracemalloc
 
 import pytest
 
@@ -60,3 +61,53 @@ def test_concurrent_declares_count_once() -> None:
         t.join()
     assert d.dead_count() == 64
     assert d.dead_ranks() == list(range(64))
+
+
+def test_alive_ranks_lists_the_lowest_up_to_a_limit() -> None:
+    d = DeadRanks(6)
+    d.declare_dead(1)
+    d.declare_dead(2)
+    assert d.alive_ranks() == [0, 3, 4, 5] == d.alive_ranks(10)
+    assert d.alive_ranks(2) == [0, 3]
+    assert d.alive_ranks(0) == [] and d.alive_ranks(-1) == []
+
+
+@pytest.mark.parametrize("world", [0, 1, 2, 5])
+def test_answers_match_a_per_rank_list(world: int) -> None:
+    # the sparse ledger answers exactly as one flag per rank would (upstream's layout)
+    d = DeadRanks(world)
+    flags = [False] * world
+    for rank in [world, 0, -1, world - 1, 0, world + 3, 1]:
+        changed = 0 <= rank < world and not flags[rank]
+        if changed:
+            flags[rank] = True
+        assert d.declare_dead(rank) is changed
+        for r in range(-2, world + 2):
+            assert d.is_dead(r) is (0 <= r < world and flags[r])
+        assert d.dead_count() == sum(flags)
+        assert d.dead_ranks() == [r for r in range(world) if flags[r]]
+        assert d.alive_ranks() == [r for r in range(world) if not flags[r]]
+        assert repr(d) == f"DeadRanks(world_size={world}, dead={d.dead_ranks()})"
+    assert d.world_size() == world
+
+
+def test_the_largest_world_is_sparse() -> None:
+    # 2**32 - 1 ranks (the handshake's u32 maximum): memory follows the deaths, not the world
+    world = 2**32 - 1
+    tracemalloc.start()
+    try:
+        d = DeadRanks(world)
+        assert d.declare_dead(world - 1) is True
+        assert d.declare_dead(world) is False
+        assert d.declare_dead(0) is True
+        alive = d.alive_ranks(3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert d.world_size() == world
+    assert d.is_dead(world - 1) and d.is_dead(0) and not d.is_dead(1) and not d.is_dead(world)
+    assert d.dead_count() == 2
+    assert d.dead_ranks() == [0, world - 1]
+    assert alive == [1, 2, 3]
+    assert repr(d) == f"DeadRanks(world_size={world}, dead=[0, {world - 1}])"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -394,6 +395,30 @@ def test_broadcast_and_gather_frames(version: int) -> None:
         [3.0, 5.0, 0.0], kind=RoundKind.CONTROL, weight=0.0), rank=1, world=3)
     assert values(sent) == [[0.0, 5.0, 0.0]] and sent.kind is RoundKind.CONTROL
     assert counts.dtype == np.float64 and counts.tolist() == [3.0, 5.0, 0.0]
+
+
+def test_gather_counts_of_a_world_beyond_the_ceiling_is_refused_before_allocating() -> None:
+    # the largest world the handshake carries: the [world_size] f32 tensor (16 GiB) is refused
+    # from its size alone; nothing is sent and the client stays usable (a later round works)
+    world = 2**32 - 1
+    reply = frame([4.0], weight=1.0)
+    fake = FakeRelay(acking(2, _reply(reply)))
+    with RankClient.connect(fake.addr, world - 1, world, SALT, 2) as c:
+        tracemalloc.start()
+        try:
+            with pytest.raises(LimitExceeded) as ei:
+                c.gather_counts(1.0)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert isinstance(ei.value, LocalProtocolError)
+        assert str(ei.value) == (f"len-framed blob length {4 * world} exceeds the frame "
+                                 f"ceiling {c.ceiling}")
+        assert peak < 1 << 20
+        assert not c.closed
+        assert values(c.all_reduce(frame([4.0]))) == [[4.0]]
+    fake.close()
+    assert len(fake.requests) == 1
 
 
 # -- through a real relay and controller (cpu_reduce_tests.rs) ---------------------------------

@@ -10,8 +10,9 @@
 # under `nice -n 10` with at most 2 worker processes. It prints mutmut's summary and the surviving
 # mutants (`mutmut results`); docs/testing.md records the judged survivors.
 #
-# --files: mutate only these modules of the package (names relative to flodl_proto/<package>/),
-# e.g. to run a package module by module on a busy machine.
+# --files: mutate only these modules of the package (names relative to flodl_proto/<package>/,
+# or a module the package takes along, e.g. membership.py for fsm), e.g. to run a package module
+# by module on a busy machine.
 # --tests: run this narrower selection of the package's tests (space-separated paths) instead.
 # --mutants: run only these mutants (space-separated names or fnmatch patterns, as `mutmut
 # results` prints them), e.g. to re-run the survivors of a run after adding tests.
@@ -56,9 +57,18 @@ tests_for() {
     case "$1" in
         codec) echo "$(cd "$ROOT" && ls tests/test_codec*.py | tr '\n' ' ')tests/test_mux_stream.py tests/test_hot_path.py tests/test_stream_stateful.py" ;;
         reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_outer.py tests/test_scale_payload.py tests/test_host_fold_edges.py tests/test_hot_path.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_reduce_units.py tests/test_host_fold_stateful.py" ;;
-        fsm) echo "tests/test_controller_core.py tests/test_core_deadlines.py tests/test_lifecycle.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
+        fsm) echo "tests/test_controller_core.py tests/test_core_deadlines.py tests/test_lifecycle.py tests/test_membership.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
         sample) echo "tests/test_codec_auth.py" ;;
         *) return 1 ;;
+    esac
+}
+
+# modules outside flodl_proto/<package>/ mutated with a package (names relative to flodl_proto/):
+# the dead-rank ledger the controller core keeps
+extra_modules_for() {
+    case "$1" in
+        fsm) echo "membership.py" ;;
+        *) echo "" ;;
     esac
 }
 
@@ -80,9 +90,16 @@ run_one() {
     if [ "$p" = sample ]; then
         only=("flodl_proto/codec/auth.py")
     elif [ -n "$files" ]; then
-        for f in ${files//,/ }; do only+=("flodl_proto/$p/$f"); done
+        for f in ${files//,/ }; do
+            if [[ " $(extra_modules_for "$p") " == *" $f "* ]]; then
+                only+=("flodl_proto/$f")
+            else
+                only+=("flodl_proto/$p/$f")
+            fi
+        done
     else
         only=("flodl_proto/$p/*")
+        for f in $(extra_modules_for "$p"); do only+=("flodl_proto/$f"); done
     fi
     work="$(mktemp -d "${TMPDIR:-/tmp}/flodl-mutate-$p.XXXXXX")"
     (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$work"

@@ -121,6 +121,8 @@ log = logging.getLogger(__name__)
 _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 #: period of the accept-phase note naming the ranks not covered yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
+#: uncovered ranks the waiting note lists (the lowest; the count is always given)
+_WAITING_SHOWN = 16
 _STATUS_CORE_WAIT = 0.5  # seconds status() waits for a busy core (then: the last snapshot)
 _ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
 _PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
@@ -456,11 +458,13 @@ class ReferenceController:
     def _note_waiting(self) -> None:
         """Log, during the accept phase, which ranks no relay has announced yet (upstream waits
         for them without a deadline; the note tells an operator what it is waiting for)."""
-        missing = self._core.uncovered_ranks()
+        missing = self._core.uncovered_count()
         if missing:
-            shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
+            # the lowest few only: the world size may be as large as 2**32 - 1
+            shown = (", ".join(map(str, self._core.uncovered_ranks(_WAITING_SHOWN)))
+                     + (" ..." if missing > _WAITING_SHOWN else ""))
             log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s",
-                        len(missing), self._core.world_size, shown)
+                        missing, self._core.world_size, shown)
 
     def _dispatch(self, item: Message, now: float) -> list[Action]:
         core = self._core

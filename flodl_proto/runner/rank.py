@@ -550,9 +550,19 @@ class RankClient:
         ``rank`` and zeros elsewhere (kind Control, weight 0.0, f32). Returns the element-wise
         sum (slots of ranks that contributed nothing stay 0) as float64.
 
+        Raises:
+            LimitExceeded (local, ``len.write_too_large``): the tensor's ``4 x world_size`` bytes
+                alone exceed the frame ceiling (checked before the tensor is allocated, so a
+                world of up to ``2**32 - 1`` ranks costs nothing here; nothing is sent and the
+                client stays usable).
+
         Upstream: ``cpu_reduce.rs`` ``all_reduce_per_rank_f64``.
         """
         self._open_socket()
+        nbytes = 4 * self.world_size
+        if nbytes > self.ceiling:
+            raise protocol_error("len.write_too_large", length=nbytes,
+                                 ceiling=min(self.ceiling, U32_MAX))
         slots = np.zeros(self.world_size, dtype=_F32)
         slots[self.rank] = np.float32(value)
         tensors = [TensorPayload(int(Dtype.F32), slots.shape, slots.view(np.uint8).data)]
