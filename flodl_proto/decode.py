@@ -11,8 +11,12 @@ Three legs, told apart from the first bytes by :func:`detect_leg` (or named by t
 * ``frame``: bare RoundFrames one after another (a frame cut out of a capture or written by
   hand).
 
-A stream that ends inside a record (a capture stopped mid-record) is reported as such, not as a
-protocol error (:attr:`DecodeFailure.capture_ended`).
+A stream decodes cleanly only when it ends at a record boundary. A stream that ends anywhere
+inside a record, its header included (a capture stopped mid-record), is reported as such, not as
+a protocol error (:attr:`DecodeFailure.capture_ended`), with the error a whole-buffer reader would
+give (inside a header, that message says flodl's stream reader takes the cut as a clean end of
+stream). The bytes present are checked as far as they go: a cut header whose first 4 bytes are not
+the record's magic (mux record, RoundFrame) is a protocol error, not a capture that ended.
 
 Every structural check of the codec's readers applies, in upstream's order, with upstream's error
 messages; decoding stops at the first failure, which is reported with the byte offset of the
@@ -73,6 +77,7 @@ from .spec import (
     MUX_AUTH_COVERED_HEADER_LEN,
     MUX_HEADER_LEN,
     MUX_RECORD_MAGIC,
+    ROUND_FRAME_HEADER_LEN,
     ROUND_FRAME_MAGIC,
     SUPPORTED_VERSIONS,
 )
@@ -188,8 +193,8 @@ class DecodeFailure:
         message: the protocol error's message (upstream's wording).
         kind: the error kind (``truncated``, ``magic``, ...).
         error_id: the catalogue id, when the error has one.
-        capture_ended: True when the input simply ended inside the record (the bytes present
-            are consistent; a capture stopped there), not a protocol error.
+        capture_ended: True when the input simply ended inside the record, its header included
+            (the bytes present are consistent; a capture stopped there), not a protocol error.
     """
 
     offset: int
@@ -234,8 +239,9 @@ class DecodeReport:
         return EXIT_OK
 
     def final_record(self) -> dict[str, Any]:
-        """The closing record: ``type`` ``end`` (clean), ``capture_ended`` (the input stopped
-        inside a record) or ``error`` (a protocol error), with offset and message."""
+        """The closing record: ``type`` ``end`` (clean: the input ended at a record boundary),
+        ``capture_ended`` (the input stopped inside a record, its header included) or ``error``
+        (a protocol error), with offset and message."""
         f = self.failure
         if f is not None and f.capture_ended:
             return {"type": "capture_ended", "offset": f.offset, "error_id": f.error_id,
@@ -245,8 +251,6 @@ class DecodeReport:
             return {"type": "error", "offset": f.offset, "error_kind": f.kind,
                     "error_id": f.error_id, "error": f.message}
         rec: dict[str, Any] = {"type": "end", "offset": self.end, "records": len(self.records)}
-        if self.size > self.end:
-            rec["partial_header_bytes"] = self.size - self.end
         if self.salted:
             rec["bad_tags"] = self.bad_tags
         return rec
@@ -446,12 +450,32 @@ class _Decoder:
                 self._frames()
             else:
                 self._loopback()
+            if self.report.end < len(self.mv):
+                self._cut_in_header(leg)
         except _Stop as s:
             e = s.error
             ended = s.ended or e.error_id in _RAN_OUT
             self.report.failure = DecodeFailure(s.offset, str(e), e.kind, e.error_id, ended)
         self.report.version = self.version
         return self.report
+
+    def _cut_in_header(self, leg: Leg) -> None:
+        """The input ends inside the header of the record after the last whole one (the
+        ``*_or_eos`` readers' clean end): raise the capture's end, or the bad magic the bytes
+        present already show."""
+        pos = self.report.end
+        got = len(self.mv) - pos
+        if leg == "mux":
+            if got >= 4 and (magic := _U32.unpack_from(self.mv, pos)[0]) != MUX_RECORD_MAGIC:
+                raise _Stop(pos, protocol_error("mux.bad_magic", got=magic,
+                                                expected=MUX_RECORD_MAGIC))
+            raise _Stop(pos, protocol_error("mux.header_read_failed", got=got,
+                                            need=MUX_HEADER_LEN), ended=True)
+        if leg == "loopback":  # a u32 length prefix: no magic to check
+            raise _Stop(pos, protocol_error("len.prefix_read_failed", got=got,
+                                            need=LEN_PREFIX_LEN), ended=True)
+        raise _Stop(pos, protocol_error("frame.header_read_failed", got=got,
+                                        need=ROUND_FRAME_HEADER_LEN), ended=True)
 
     # -- mux leg ---------------------------------------------------------------------------------
     def _mux(self) -> None:
@@ -533,6 +557,9 @@ class _Decoder:
             except ProtocolError as e:
                 raise _Stop(pos, e) from None
             if not isinstance(extent, int):  # the frame goes on past the input
+                if len(mv) >= 4 and (magic := _U32.unpack_from(mv, 0)[0]) != ROUND_FRAME_MAGIC:
+                    raise _Stop(pos, protocol_error("frame.bad_magic", got=magic,
+                                                    expected=ROUND_FRAME_MAGIC))
                 try:
                     _parse_unverified(mv, ceiling=self.ceiling)
                 except ProtocolError as e:
@@ -761,7 +788,5 @@ def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[st
     elif fin["type"] == "capture_ended":
         yield f"{fin['offset']:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} {fin['error']}"
     else:
-        extra = (f" ({fin['partial_header_bytes']} bytes of an incomplete header ignored)"
-                 if "partial_header_bytes" in fin else "")
         tags = f"; {fin['bad_tags']} bad tags" if "bad_tags" in fin else ""
-        yield f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{extra}{tags}"
+        yield f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{tags}"

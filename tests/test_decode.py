@@ -50,6 +50,7 @@ from flodl_proto.decode import (
     EXIT_CAPTURE_ENDED,
     EXIT_ERROR,
     EXIT_OK,
+    Leg,
     decode_stream,
     detect_leg,
     format_table,
@@ -60,6 +61,7 @@ from flodl_proto.decode import (
 from flodl_proto.errors import AuthenticationError, ProtocolError
 from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.pcap import CaptureTruncated, read_tcp_streams
+from flodl_proto.spec import MUX_RECORD_MAGIC, ROUND_FRAME_MAGIC
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "flodl_proto" / "_vectors"
@@ -255,15 +257,45 @@ def test_corrupted_copies_stop_at_the_damaged_record(name: str, version: int) ->
 
 
 @pytest.mark.parametrize("version", [2, 3])
-def test_partial_header_at_the_end_is_a_clean_end(version: int) -> None:
+def test_a_cut_inside_a_header_is_a_capture_that_ended(version: int) -> None:
+    """One rule for every leg: only a record boundary is a clean end; a cut inside the next
+    record's header is ``capture_ended`` (exit 4), as a cut inside its body is."""
     sent = _mux_down(version)
     data = sent.data + sent.data[:10]  # ten bytes of a next header
     rep = decode_stream(data, "mux", salt=SALT, version=version)
-    assert rep.exit_code == EXIT_OK
-    assert rep.final_record()["partial_header_bytes"] == 10
+    assert rep.exit_code == EXIT_CAPTURE_ENDED and len(rep.records) == len(sent.offsets)
+    n = len(sent.data)
+    assert rep.final_record() == {
+        "type": "capture_ended", "offset": n, "error_id": "mux.header_read_failed",
+        "error": f"capture ended inside a record at offset {n} (a reader would report: "
+                 "relay_mux: record header read failed: input ended inside the 25-byte header "
+                 "(10 of 25 bytes; a stream reader takes this as a clean end of stream))"}
     loop = _loop_down(version)
     rep = decode_stream(loop.data + b"\x07\x00", "loopback", salt=SALT)
-    assert rep.exit_code == EXIT_OK and rep.final_record()["partial_header_bytes"] == 2
+    n = len(loop.data)
+    assert rep.exit_code == EXIT_CAPTURE_ENDED
+    assert (rep.final_record()["offset"], rep.final_record()["error_id"]) == (
+        n, "len.prefix_read_failed")
+    frames = b"".join(encode_round_frame_bytes(f, SALT) for f in _frames(version))
+    for cut in (3, 4, 7):  # inside the next frame's 8-byte header, its magic whole or not
+        rep = decode_stream(frames + frames[:cut], "frame", salt=SALT)
+        assert rep.exit_code == EXIT_CAPTURE_ENDED
+        assert (rep.final_record()["offset"], rep.final_record()["error_id"]) == (
+            len(frames), "frame.header_read_failed")
+    assert decode_stream(frames, "frame", salt=SALT).final_record()["type"] == "end"
+
+
+@pytest.mark.parametrize(("leg", "error_id"), [("mux", "mux.bad_magic"),
+                                               ("frame", "frame.bad_magic")])
+def test_a_cut_header_with_a_wrong_magic_is_a_protocol_error(leg: Leg, error_id: str) -> None:
+    """The bytes of a cut header are checked as far as they go: 4 of them not being the record's
+    magic is no capture that ended (exit 1)."""
+    rep = decode_stream(b"garbage", leg)
+    assert rep.exit_code == EXIT_ERROR
+    fin = rep.final_record()
+    assert (fin["type"], fin["offset"], fin["error_id"]) == ("error", 0, error_id)
+    assert fin["error"].endswith("magic 0x62726167 != 0x" + (
+        f"{MUX_RECORD_MAGIC:08x}" if leg == "mux" else f"{ROUND_FRAME_MAGIC:08x}"))
 
 
 def test_inner_frame_tag_is_checked_separately() -> None:
@@ -381,10 +413,59 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert e.value.code == 2
     assert main(["decode", "--pcap", str(tmp_path / "x")]) == 2
     assert main(["decode", "--port", "5", str(tmp_path / "x")]) == 2
-    assert main(["decode", str(tmp_path / "missing")]) == EXIT_ERROR
-    (tmp_path / "bad.hex").write_text("zz", encoding="ascii")
-    assert main(["decode", "--hex", str(tmp_path / "bad.hex")]) == EXIT_ERROR
     capsys.readouterr()
+    # an input that cannot be opened or read is a bad command line, as a --salt-file is
+    missing = tmp_path / "missing"
+    assert main(["decode", str(missing)]) == 2
+    assert capsys.readouterr() == ("", f"decode: cannot read input {missing}: No such file or "
+                                       "directory\n")
+    assert main(["decode", str(tmp_path)]) == 2
+    assert capsys.readouterr() == ("", f"decode: cannot read input {tmp_path}: Is a "
+                                       "directory\n")
+
+
+def test_cli_closed_stdin_is_one_line(capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # started with ``<&-``
+    assert main(["decode"]) == 2
+    assert capsys.readouterr() == ("", "decode: cannot read input stdin: it is closed\n")
+
+
+def test_cli_hex_input_that_is_not_hex(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.hex"
+    bad.write_bytes(b"0011\n22\xd0\x01")
+    assert main(["decode", "--hex", str(bad)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "decode: input is not hex: byte 0xd0 at offset 7 "
+                                       "(--hex takes hex text)\n")
+    bad.write_text("00 11\nzz 22\n", encoding="ascii")
+    assert main(["decode", "--hex", str(bad)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "decode: input is not hex: line 2: 'zz 22' (--hex takes "
+                                       "hex text)\n")
+
+
+def test_cli_input_ending_inside_a_header(capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both paths follow one rule: bytes that contradict the record's magic are a protocol error
+    (exit 1); a header cut short with nothing wrong in it is a capture that ended (exit 4)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"garbage")))
+    assert main(["decode"]) == EXIT_ERROR
+    got = capsys.readouterr()
+    assert got.err == "decode: mux leg (too short to tell; --leg to choose)\n"
+    assert _json_lines(got.out) == [{
+        "type": "error", "offset": 0, "error_kind": "magic", "error_id": "mux.bad_magic",
+        "error": f"relay_mux: record magic 0x62726167 != 0x{MUX_RECORD_MAGIC:08x}"}]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"00112233")))
+    assert main(["decode", "--hex", "--leg", "frame"]) == EXIT_ERROR
+    assert _json_lines(capsys.readouterr().out)[-1]["error_id"] == "frame.bad_magic"
+    head = struct.pack("<I", ROUND_FRAME_MAGIC)[:3].hex()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(head.encode())))
+    assert main(["decode", "--hex", "--leg", "frame"]) == EXIT_CAPTURE_ENDED
+    assert _json_lines(capsys.readouterr().out) == [{
+        "type": "capture_ended", "offset": 0, "error_id": "frame.header_read_failed",
+        "error": "capture ended inside a record at offset 0 (a reader would report: RoundFrame "
+                 "header read failed: input ended inside the 8-byte header (3 of 8 bytes; a "
+                 "stream reader takes this as a clean end of stream))"}]
 
 
 class _Endless(io.RawIOBase):
@@ -614,7 +695,10 @@ def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFix
     second = [r for r in lines if r["stream"] == "10.0.0.1:1337 -> 10.0.0.2:40001"]
     _check_records(second[:-1], down, 3, False)  # the last packet is the relay's last segment
     assert [r["offset"] for r in first[:-1]] == up.offsets[:-1]
-    assert [r["type"] for r in (first[-1], second[-1])] == ["end", "end"]
+    # the relay's stream lost the start of its last record with the cut packet: a cut inside
+    # that record's header is a capture that ended too
+    assert (first[-1]["type"], first[-1]["offset"]) == ("capture_ended", up.offsets[-1])
+    assert second[-1]["type"] == "end"
     cap.write_bytes(full[:10])
     assert main(args) == EXIT_CAPTURE_ENDED
     got = capsys.readouterr()

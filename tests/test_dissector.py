@@ -358,7 +358,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def compare(tshark: dict[str, list[tuple[dict[str, Any], list[str]]]],
             decoded: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]],
-            *, expect_experts: bool, reassembly: bool = True) -> int:
+            *, expect_experts: bool) -> int:
     """Assert tshark lists decode's records, stream by stream; where decode stopped at an error,
     the records before it must agree and (``expect_experts``) tshark must raise expert info on
     that stream. Returns the number of records compared."""
@@ -369,14 +369,8 @@ def compare(tshark: dict[str, list[tuple[dict[str, Any], list[str]]]],
         final = decoded[label][1]
         failed = final.get("type") in ("error", "capture_ended")
         if not failed:
-            extra = 0
-            if final.get("partial_header_bytes") and not reassembly:
-                # without reassembly the incomplete header left at the end is shown as truncated
-                extra = 1
-                assert got[-1] == ({"kind": "Truncated", "ranks": []},
-                                   [f"{PROTO_NAME}.expert.truncated"]), (label, got[-1])
-            assert len(got) == len(want) + extra, (label, [g[0]["kind"] for g in got],
-                                                   [w["kind"] for w in want])
+            assert len(got) == len(want), (label, [g[0]["kind"] for g in got],
+                                           [w["kind"] for w in want])
         else:
             assert len(got) >= len(want), (label, got, want)
         for i, w in enumerate(want):
@@ -460,7 +454,7 @@ def test_vector_captures_match_decode(version: int, lua: Path, tmp_path: Path) -
     pcap = tmp_path / "whole.pcap"
     pcap.write_bytes(cap.pcap())
     got = tshark_records(pcap, lua, {**prefs, "tcp.desegment_tcp_streams": "FALSE"})
-    compare(got, decoded, expect_experts=True, reassembly=False)
+    compare(got, decoded, expect_experts=True)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -21,10 +21,13 @@ The input is read whole before decoding, in chunks and at most ``--max-input`` b
 (default :data:`DEFAULT_MAX_INPUT`, 4 GiB); a longer input (``/dev/zero``, an endless pipe) stops
 the command with one line naming the option and the limit, exit 1.
 
-Exit codes: 0 every stream decoded to its end; 1 decoding stopped at a protocol error (or the
-input could not be read); 3 ``--salt`` was given and some auth tag did not verify; 4 the input
-ended inside a record (a capture stopped mid-record, or a ``--pcap`` capture file cut short);
-2 usage errors (a ``--salt`` or ``--salt-file`` that holds no salt, or cannot be read, too).
+Exit codes: 0 every stream ended at a record boundary, each record decoded; 1 decoding stopped
+at a protocol error, or the input is not what was asked for (``--hex`` text that is not hex, a
+``--pcap`` file that is not a capture, longer than ``--max-input``); 3 ``--salt`` was given and
+some auth tag did not verify; 4 the input ended inside a record, its header included (a capture
+stopped mid-record, or a ``--pcap`` capture file cut short: normal for a capture, so it is not
+1); 2 usage errors (FILE, or a ``--salt-file``, that cannot be opened or read; a ``--salt`` or
+``--salt-file`` that holds no salt).
 """
 
 from __future__ import annotations
@@ -77,9 +80,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "decode", help="decode a captured data-channel byte stream",
         description="Decode a captured byte stream of the data channel and print its records. "
-        "Exit codes: 0 clean end of stream, 1 stopped at a protocol error, 3 a tag did not "
-        "verify (with --salt), 4 the input ended inside a record. At most --max-input bytes "
-        "are read.",
+        "Exit codes: 0 every stream ended at a record boundary, 1 stopped at a protocol error "
+        "or the input is not hex (--hex) / not a capture (--pcap), 2 bad command line (FILE or "
+        "--salt-file cannot be read), 3 a tag did not verify (with --salt), 4 the input ended "
+        "inside a record (header included): the capture stopped there. At most --max-input "
+        "bytes are read.",
     )
     p.add_argument("file", nargs="?", default="-", metavar="FILE",
                    help="input file, or '-' for stdin (default)")
@@ -126,17 +131,44 @@ def _read_limited(f: BinaryIO, limit: int) -> bytes:
         chunks.append(chunk)
 
 
-def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
-    if name == "-":
-        raw = _read_limited(sys.stdin.buffer, limit)
-    else:
-        with open(name, "rb") as f:
-            raw = _read_limited(f, limit)
-    if hex_text:
-        from ..decode import parse_hex_dump
+class _Unreadable(Exception):
+    """The input named on the command line cannot be opened or read (a usage error, exit 2)."""
 
-        return parse_hex_dump(raw.decode("ascii"))
-    return raw
+
+class _NotHex(Exception):
+    """``--hex`` input that is not hex text (bad input, exit 1)."""
+
+
+def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
+    """The input's bytes (hex text decoded with ``hex_text``).
+
+    Raises:
+        _Unreadable: FILE cannot be opened or read, or stdin is closed.
+        _InputTooLarge: more than ``limit`` bytes.
+        _NotHex: ``hex_text`` and the text is not hex (offset or line named).
+    """
+    try:
+        if name == "-":
+            if sys.stdin is None:  # started with stdin closed (``<&-``)
+                raise _Unreadable("stdin: it is closed")
+            raw = _read_limited(sys.stdin.buffer, limit)
+        else:
+            with open(name, "rb") as f:
+                raw = _read_limited(f, limit)
+    except OSError as e:
+        raise _Unreadable(f"{e.filename or name}: {e.strerror or e}") from None
+    if not hex_text:
+        return raw
+    from ..decode import parse_hex_dump
+
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise _NotHex(f"byte 0x{raw[e.start]:02x} at offset {e.start}") from None
+    try:
+        return parse_hex_dump(text)
+    except ValueError as e:  # "line N: not hex: '...'"
+        raise _NotHex(str(e).replace(": not hex:", ":", 1)) from None
 
 
 def _print_report(report: DecodeReport, fmt: str, out: TextIO,
@@ -179,8 +211,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"decode: the input is longer than --max-input {args.max_input} bytes; give a "
               "larger --max-input to decode it", file=sys.stderr)
         return EXIT_ERROR
-    except (OSError, ValueError) as e:
-        print(f"decode: cannot read input: {e}", file=sys.stderr)
+    except _Unreadable as e:  # a path of the command line, as --salt-file: a usage error
+        print(f"decode: cannot read input {e}", file=sys.stderr)
+        return 2
+    except _NotHex as e:
+        print(f"decode: input is not hex: {e} (--hex takes hex text)", file=sys.stderr)
         return EXIT_ERROR
     streams: list[tuple[str | None, bytes]]
     code = EXIT_OK
