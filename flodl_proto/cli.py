@@ -7,7 +7,9 @@ Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr and exit 1
 command's modules are still being imported (commands that stop cleanly on a signal, such as
 ``controller`` and ``relay``, handle it themselves once running), and output
 piped into a reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command
-quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``).
+quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot
+be written (``> /dev/full``) is one line on stderr and exit 1, for ``--help`` and ``--version``
+too.
 
 Start-up stays cheap: this module and the command modules import only the standard library and the
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
@@ -25,6 +27,7 @@ import select
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 
@@ -36,12 +39,31 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
+class _Parser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose ``--help``, ``--version`` and usage text on
+    stdout is flushed and whose write errors are raised (argparse ignores them, so ``--help >
+    /dev/full`` exited 0 having written nothing): :func:`main` turns them into one line and exit
+    1, or exit 141 for a reader that went away. Writes to stderr stay best-effort. Subparsers are
+    of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message:
+            return
+        if file is None:
+            file = sys.stderr
+        if file is not None and file is sys.stdout:
+            file.write(message)
+            file.flush()
+            return
+        super()._print_message(message, file)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every subcommand of :mod:`flodl_proto.commands`."""
     from . import commands
     from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flodl-proto",
         description="flodl cluster data-channel protocol: codec, reference controller, relay, "
         "rank client, interop vectors, docs.",

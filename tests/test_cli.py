@@ -5,6 +5,8 @@ hand-run cluster as the README describes it."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import queue
 import shutil
@@ -16,7 +18,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -539,6 +541,29 @@ def test_a_full_stdout_is_one_line_and_exit_1(args: tuple[str, ...]) -> None:
                              input=_decode_input().decode() if args[0] == "decode" else "")
     assert res.returncode == 1, res.stderr
     _one_error_line(res.stderr, "flodl-proto: error: cannot write output: No space left on device")
+
+
+class _FullDisk(io.RawIOBase):
+    """A stdout whose every write fails as ``/dev/full`` does (ENOSPC)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("decode", "--help"),
+                                  ("vectors", "check", "--help"), ("vectors",), ()],
+                         ids=lambda a: " ".join(a) or "no-command")
+def test_help_and_version_on_a_full_stdout_are_one_line_and_exit_1(
+        args: tuple[str, ...], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # argparse ignores its write errors: ``--help > /dev/full`` used to exit 0, writing nothing
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(_FullDisk())))
+    code, _, err = _run_main(capsys, *args)
+    assert (code, err) == (1, "flodl-proto: error: cannot write output: No space left on "
+                              "device\n")
 
 
 def _close_stdout() -> None:

@@ -413,6 +413,17 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conform", "controller", "--launch", "x", "--timeout-scale", "0"]) == 2
 
 
+def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # an output file written after the run, as `docs --out`: exit 1 (2 is a bad command line)
+    junit = tmp_path / "missing" / "j.xml"
+    assert main(["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
+                 "--cases", "controller.session.one-relay-one-round", "--version", "2",
+                 "--junit", str(junit)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"flodl-proto conform: error: cannot write the report {junit}: No such file or directory"]
+
+
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"
 _LAUNCH = {
     "controller": f"{_CLI} controller --listen {{host}}:{{port}} --world-size {{world_size}} "

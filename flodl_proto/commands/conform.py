@@ -13,7 +13,8 @@ size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_fi
 {version} {listen_port}``), starts the target with ``FLODL_NET_TIMEOUT_SCALE`` set to
 ``--timeout-scale``, waits until it listens, plays the case, then stops it (SIGTERM, SIGKILL
 after a bound) and records its exit status. One line per case, a summary by doc section.
-Exit codes: 0 when every selected MUST case passed, 1 when one failed, 2 for a bad command line.
+Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
+``--json`` report cannot be written, 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -207,8 +208,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             write_json(args.json, role, results, skipped, _title)
     except OSError as e:
-        print(f"{_PROG}: cannot write the report: {e}", file=sys.stderr)
-        return 2
+        # after the run, as any output file: exit 1 (a bad command line is found before it)
+        print(f"{_PROG}: error: cannot write the report {e.filename}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
     return exit_code(results)
 
 
