@@ -1156,6 +1156,12 @@ def test_uncovered_ranks_limit_and_count() -> None:
     join(core, 6, [3, 1])
     assert core.state == "reducing"
     assert core.uncovered_count() == 0 and core.uncovered_ranks(1) == []
+    # a run that ends during the accept phase lists none, though ranks were never announced
+    stopped = started(3)
+    join(stopped, 5, [1])
+    stopped.stop()
+    assert stopped.state == "shutdown"
+    assert stopped.uncovered_count() == 0 and stopped.uncovered_ranks() == []
 
 
 def test_the_largest_world_costs_memory_by_relays_and_deaths_not_by_ranks() -> None:

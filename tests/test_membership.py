@@ -41,8 +41,9 @@ def test_empty_world_is_allowed() -> None:
 
 
 def test_negative_world_size_is_refused() -> None:
-    with pytest.raises(InvalidValue):
+    with pytest.raises(InvalidValue) as ei:
         DeadRanks(-1)
+    assert str(ei.value) == "dead_ranks: world_size -1 must not be negative"
 
 
 def test_concurrent_declares_count_once() -> None:
