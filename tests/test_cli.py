@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import pytest
 
-from flodl_proto.codec import encode_ack
+from flodl_proto.codec import encode_ack, encode_handshake
 
 from .cluster_util import recv_exact
 from .conftest import ROOT
@@ -160,6 +160,58 @@ def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc]) -> None:
     rc, err = p.finish()
     assert rc == 130
     assert "Traceback" not in err and err.splitlines()[-1] == "flodl-proto: interrupted"
+
+
+# -- item: a peer that is not there yet is retried, and stderr says so once ------------------
+def test_rank_says_once_it_waits_for_the_relay_then_gives_up(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto.runner import _netio
+
+    monkeypatch.setattr(_netio, "connect_attempts", lambda: 3)  # 1 s of retries, not 30
+    port = _closed_port()
+    code, out, err = _run_main(capsys, "rank", "--relay", f"127.0.0.1:{port}", "--rank", "0",
+                               "--world-size", "1", "--salt", SALT_HEX)
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        f"flodl-proto rank 0: waiting for the relay: connect to 127.0.0.1:{port} failed: "
+        "Connection refused; retrying every 0.5s, giving up after ~1.5s (3 attempts)",
+        f"flodl-proto rank 0: cpu_reduce: connect to 127.0.0.1:{port} failed after 3 attempts "
+        "(~1.5s): [Errno 111] Connection refused"]
+
+
+def test_relay_says_once_it_waits_for_the_controller_then_gives_up(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto.runner import _netio
+
+    monkeypatch.setattr(_netio, "connect_attempts", lambda: 3)  # 1 s of retries, not 30
+    port, rport = _closed_port(), _closed_port()
+    acked: list[bytes] = []
+
+    def one_rank() -> None:  # once the ranks are in, the relay dials the controller
+        for _ in range(600):
+            try:
+                rank = socket.create_connection(("127.0.0.1", rport), timeout=60)
+                break
+            except OSError:
+                threading.Event().wait(0.05)  # the relay is not listening yet
+        with rank:
+            rank.sendall(encode_handshake(0, 1))
+            acked.append(recv_exact(rank, 8))
+            rank.recv(1)  # held open until the relay ends
+
+    t = threading.Thread(target=one_rank, daemon=True)
+    t.start()
+    code, out, err = _run_main(capsys, "relay", "--controller", f"127.0.0.1:{port}", "--ranks",
+                               "0", "--world-size", "1", "--salt", SALT_HEX, "--listen-port",
+                               str(rport))
+    t.join(60)
+    assert (code, acked) == (1, [encode_ack(2)])
+    assert out.splitlines()[0] == f"listening on 127.0.0.1:{rport}"
+    assert err.splitlines() == [
+        f"flodl-proto relay: waiting for the controller: connect to 127.0.0.1:{port} failed: "
+        "Connection refused; retrying every 0.5s, giving up after ~1.5s (3 attempts)",
+        f"flodl-proto relay: error: relay upstream: connect to 127.0.0.1:{port} failed after "
+        "3 attempts (~1.5s): [Errno 111] Connection refused"]
 
 
 def test_ctrl_c_of_a_rank_mid_run(procs: list[_Proc]) -> None:

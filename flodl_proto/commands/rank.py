@@ -10,8 +10,11 @@
 Round ``k`` (1-based) of rank ``r`` contributes :func:`synthetic_tensors` ``(r, k, M)`` with the
 realized-work mass ``(r + k) % 4`` (so some rounds have an idle rank). After each round it prints
 exactly ``round K digest <sha256 of the consensus frame's bytes>`` (64 lowercase hex digits), and
-exits 0 after ``K`` rounds. Ranks of one run print identical digests. Exit 1 on a connection or
-protocol failure (the error on stderr), 2 for a bad command line.
+exits 0 after ``K`` rounds. Ranks of one run print identical digests. A relay that is not there
+yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once
+(``waiting for the relay: connect to HOST:PORT failed: ...; retrying every 0.5s, giving up after
+~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
+reached in that time too), 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -104,8 +107,12 @@ def run(args: argparse.Namespace) -> int:
     from ..runner.rank import RankClient  # here: usage errors skip NumPy
 
     try:
+        def waiting(line: str) -> None:  # once: the relay is not there yet
+            print(f"flodl-proto rank {args.rank}: waiting for the relay: {line}",
+                  file=sys.stderr, flush=True)
+
         with RankClient.connect(addr, args.rank, args.world_size, salt, args.protocol_version,
-                                bf16=args.bf16) as client:
+                                bf16=args.bf16, on_retry=waiting) as client:
             for k in range(1, args.rounds + 1):
                 arrays = synthetic_tensors(args.rank, k, args.payload_mib)
                 mass = mass_of(args.rank, k)

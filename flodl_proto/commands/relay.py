@@ -12,10 +12,14 @@ ranks of this host then connect there. When the relay ends it prints one ``relay
 (bytes per leg, HostFrames, Broadcasts). ``--rank-timeout SECONDS`` (an addition to upstream, off
 by default; scaled by ``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
 long after the round's first local one is declared dead, its connection closed, and the host's
-round goes on without it (a warning on stderr). Exit codes: 0 after a clean end (the controller
-closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay failed or could not start
-(the error on stderr, e.g. the controller declared every rank of this host dead, or the loopback
-port cannot be bound because it is in use), 2 for a bad command line.
+round goes on without it (a warning on stderr). The relay dials the controller once its ranks
+have connected; a controller that is not there yet is retried every 0.5 s for about 30 s (x
+``FLODL_NET_TIMEOUT_SCALE``), which stderr says once (``waiting for the controller: connect to
+HOST:PORT failed: ...; retrying every 0.5s, giving up after ~30s``). Exit codes: 0 after a
+clean end (the controller closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay
+failed or could not start (the error on stderr, e.g. the controller declared every rank of this
+host dead, the controller could not be reached in the retry time, or the loopback port cannot be
+bound because it is in use), 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -232,9 +236,13 @@ def run(args: argparse.Namespace) -> int:
         controller = parse_addr(args.controller, field="--controller")
         from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
 
+        def waiting(line: str) -> None:  # once: the controller is not there yet
+            print(f"flodl-proto relay: waiting for the controller: {line}", file=sys.stderr,
+                  flush=True)
+
         relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
                       listen_port=args.listen_port, host=args.host,
-                      rank_timeout=args.rank_timeout)
+                      rank_timeout=args.rank_timeout, on_retry=waiting)
     except (ValueError, ProtocolError, OSError) as e:
         msg = str(e)  # the relay's own errors already start with "relay: "
         print(f"flodl-proto relay: {msg.removeprefix('relay: ')}", file=sys.stderr)

@@ -194,13 +194,18 @@ def configure_socket(sock: socket.socket, *, recv: float | None = None,
 
 
 def connect_with_retry(addr: tuple[str, int], what: str, *,
-                       stop: threading.Event | None = None) -> socket.socket:
+                       stop: threading.Event | None = None,
+                       on_retry: Callable[[str], None] | None = None) -> socket.socket:
     """TCP connect with the cluster retry budget (``connect_attempts()`` x 500 ms).
 
     Args:
         addr: ``(host, port)``.
         what: names the dial in the error (``"relay upstream"``, ``"cpu_reduce"``).
         stop: abandon the retries when set.
+        on_retry: called once, when the first attempt failed and more follow, with one line
+            naming the address, the error, the retry period and the budget (``"connect to
+            HOST:PORT failed: <error>; retrying every 0.5s, giving up after ~30s (60
+            attempts)"``), so a command can say it is waiting instead of retrying silently.
 
     Returns:
         A connected blocking socket (no timeouts set yet).
@@ -225,6 +230,10 @@ def connect_with_retry(addr: tuple[str, int], what: str, *,
             log.debug("%s: connect attempt %d/%d to %s failed: %s", what, i + 1, attempts,
                       format_addr(addr), e)
             if i + 1 < attempts:
+                if i == 0 and on_retry is not None:
+                    on_retry(f"connect to {format_addr(addr)} failed: {e.strerror or e}; "
+                             f"retrying every {backoff:g}s, giving up after "
+                             f"~{attempts * backoff:g}s ({attempts} attempts)")
                 if stop is not None:
                     if stop.wait(backoff):
                         raise Stopped(what) from None

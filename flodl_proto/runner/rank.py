@@ -24,7 +24,7 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -231,6 +231,7 @@ class RankClient:
         *,
         bf16: bool = False,
         ceiling: int = DEFAULT_FRAME_CEILING,
+        on_retry: Callable[[str], None] | None = None,
     ) -> RankClient:
         """Connect to the relay at ``addr``, hand-shake, and return the ready client.
 
@@ -243,6 +244,9 @@ class RankClient:
             version: data-channel protocol version (2 default, or 3).
             bf16: ship Model rounds as bf16 (``set_bf16_wire``); Control rounds stay f32.
             ceiling: frame ceiling for replies, bytes.
+            on_retry: called once with one line when the first connect attempt failed and the
+                retries begin (address, error, retry period, budget); see
+                :func:`flodl_proto.runner._netio.connect_with_retry`.
 
         Raises:
             InvalidValue (local): ``world_size == 0`` (``client.world_size_zero``) or
@@ -266,7 +270,7 @@ class RankClient:
         if rank >= world_size:
             raise protocol_error("client.rank_out_of_range", rank=rank, world_size=world_size)
         target = parse_addr(addr) if isinstance(addr, str) else (addr[0], int(addr[1]))
-        sock = connect_with_retry(target, "cpu_reduce")
+        sock = connect_with_retry(target, "cpu_reduce", on_retry=on_retry)
         try:
             configure_socket(sock, recv=handshake_read_timeout(), send=write_stall_timeout())
             hs = encode_handshake(rank, world_size, version)

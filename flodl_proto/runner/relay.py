@@ -173,6 +173,9 @@ class Relay:
             round's first local deposit after which a local rank that has not sent its frame is
             declared dead, its connection closed, and the host's round completes without it (an
             addition to upstream, spec departure ``rank_timeout``; default None: no deadline).
+        on_retry: called once (from the relay's thread) with one line when the first connect
+            attempt to the controller failed and the retries begin (address, error, retry
+            period, budget); see :func:`flodl_proto.runner._netio.connect_with_retry`.
 
     Use as a context manager, or call :meth:`start`, then :meth:`wait` (or :meth:`shutdown`).
 
@@ -199,7 +202,9 @@ class Relay:
         host: str | None = None,
         ceiling: int = DEFAULT_FRAME_CEILING,
         rank_timeout: float | None = None,
+        on_retry: Callable[[str], None] | None = None,
     ) -> None:
+        self._on_retry = on_retry
         self._controller = (parse_addr(controller) if isinstance(controller, str)
                             else (controller[0], int(controller[1])))
         self.host = host if host is not None else socket.gethostname()
@@ -463,7 +468,8 @@ class Relay:
 
     # -- phase 2: upstream -----------------------------------------------------------------------
     def _dial_upstream(self) -> None:
-        up = connect_with_retry(self._controller, "relay upstream", stop=self._stop)
+        up = connect_with_retry(self._controller, "relay upstream", stop=self._stop,
+                                on_retry=self._on_retry)
         with self._lock:
             self._upstream = up
         if self._stop.is_set():
