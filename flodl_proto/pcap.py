@@ -152,8 +152,9 @@ def _dpkt() -> Any:
         mod = importlib.import_module("dpkt")
         for sub in ("pcap", "pcapng", "ethernet", "sll", "sll2", "ip", "ip6", "tcp"):
             importlib.import_module(f"dpkt.{sub}")
-    except ImportError as e:  # pragma: no cover - exercised only without the extra
-        raise PcapError("reading captures needs dpkt: pip install 'flodl-proto[pcap]'") from e
+    except ImportError as e:  # the optional extra is not installed
+        raise PcapError("reading captures needs dpkt, the pcap extra: "
+                        "pip install 'flodl-proto[pcap]'") from e
     return mod
 
 

@@ -415,13 +415,20 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    # an output file written after the run, as `docs --out`: exit 1 (2 is a bad command line)
-    junit = tmp_path / "missing" / "j.xml"
-    assert main(["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
-                 "--cases", "controller.session.one-relay-one-round", "--version", "2",
-                 "--junit", str(junit)]) == 1
+    # an output file written after the run, as `docs --out`: exit 1 (2 is a bad command line);
+    # missing parent folders are created, as a generator's
+    run = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
+           "--cases", "controller.session.one-relay-one-round", "--version", "2"]
+    nested = tmp_path / "reports" / "ci" / "r.json"
+    assert main([*run, "--json", str(nested)]) == 1  # the target is no controller: FAIL
+    assert json.loads(nested.read_text(encoding="utf-8"))["must_failed"] == 1
+    assert capsys.readouterr().err == ""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    junit = blocker / "j.xml"
+    assert main([*run, "--junit", str(junit)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"flodl-proto conform: error: cannot write the report {junit}: No such file or directory"]
+        f"flodl-proto conform: error: cannot write the report {junit}: Not a directory"]
 
 
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"

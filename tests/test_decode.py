@@ -588,6 +588,16 @@ def test_pcap_reassembly() -> None:
     assert read_tcp_streams(_capture(up, down, 1337), 9999) == []
 
 
+def test_cli_pcap_without_the_extra_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    cap = tmp_path / "cap.pcap"
+    cap.write_bytes(_capture(_mux_up(2).data, _mux_down(2).data, 1337))
+    monkeypatch.setitem(sys.modules, "dpkt", None)  # ``import dpkt`` fails: no pcap extra
+    assert main(["decode", "--pcap", "--port", "1337", str(cap)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "decode: reading captures needs dpkt, the pcap extra: "
+                                       "pip install 'flodl-proto[pcap]'\n")
+
+
 def test_cli_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     up, down = _mux_up(3), _mux_down(3)
     cap = tmp_path / "cap.pcap"

@@ -89,8 +89,17 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as e:
         main(["dissector", "--port", "70000"])
     assert e.value.code == 2
-    assert main(["dissector", "--out", str(tmp_path / "missing" / "f.lua")]) == 1
-    assert "cannot write" in capsys.readouterr().err
+    capsys.readouterr()
+    nested = tmp_path / "plugins" / "lua" / "f.lua"  # missing parents are created
+    assert main(["dissector", "--out", str(nested)]) == 0
+    assert nested.read_text(encoding="utf-8") == render_dissector()
+    size = len(render_dissector().encode("utf-8"))
+    assert capsys.readouterr() == (f"{nested}: written ({size} bytes)\n", "")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["dissector", "--out", str(blocker / "f.lua")]) == 1
+    assert capsys.readouterr() == ("", f"dissector: cannot write {blocker / 'f.lua'}: Not a "
+                                       "directory\n")
 
 
 def test_tables_come_from_the_spec(tmp_path: Path) -> None:

@@ -57,6 +57,14 @@ def test_cli_reproduces_committed_file(tmp_path: Path, capsys: pytest.CaptureFix
     capsys.readouterr()
 
 
+def test_cli_creates_missing_parents(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     rendered: str) -> None:
+    out = tmp_path / "site" / "ref" / "protocol.md"
+    assert main(["docs", "--out", str(out), "--spec", str(SPEC.path)]) == 0
+    assert out.read_text(encoding="utf-8") == rendered
+    assert capsys.readouterr().out.startswith(f"{out}: written (")
+
+
 def test_rendering_is_deterministic_and_path_free(rendered: str) -> None:
     assert render_protocol_doc() == rendered
     assert rendered.endswith("\n") and not rendered.endswith("\n\n")

@@ -85,6 +85,14 @@ def test_cli_export_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "manifests declare" in out
 
 
+def test_cli_export_creates_missing_parents(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "out" / "vectors"
+    assert main(["vectors", "export", str(target)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"{target}: ")
+    assert (target / "v2").is_dir()
+
+
 def test_cli_export_to_an_unwritable_folder_is_one_line_and_exit_1(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"

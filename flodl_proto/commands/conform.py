@@ -74,14 +74,17 @@ def register(sub: Any) -> None:
         r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
                        help="cases run at the same time, each against its own target "
                             f"(default {_default_jobs()}: two per CPU, at most 4)")
-        r.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML here")
-        r.add_argument("--json", type=Path, metavar="PATH", help="write JSON results here")
+        r.add_argument("--junit", type=Path, metavar="PATH",
+                       help="write JUnit XML here (missing parent folders are created)")
+        r.add_argument("--json", type=Path, metavar="PATH",
+                       help="write JSON results here (missing parent folders are created)")
         r.add_argument("--list", action="store_true",
                        help="list the selected cases (no target needed) and exit")
         r.set_defaults(func=_run)
     d = roles.add_parser("docs", help="generate docs/conformance.md from the catalogue")
     d.add_argument("--out", type=Path, default=Path("docs/conformance.md"), metavar="PATH",
-                   help="output file (default: docs/conformance.md; '-' writes to stdout)")
+                   help="output file (default: docs/conformance.md; '-' writes to stdout); "
+                   "missing parent folders are created")
     d.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if PATH is missing or out of date")
     d.set_defaults(func=_run_docs)
@@ -202,16 +205,17 @@ def _run(args: argparse.Namespace) -> int:
     should_fail = sum(not r.passed and r.case.level == "SHOULD" for r in results)
     console.print(f"{role}: {n_pass} passed, {must_fail} MUST failed, {should_fail} SHOULD "
                   f"failed, {len(skipped)} not selected", markup=False)
-    try:
-        if args.junit:
-            write_junit(args.junit, role, results, skipped, _title)
-        if args.json:
-            write_json(args.json, role, results, skipped, _title)
-    except OSError as e:
-        # after the run, as any output file: exit 1 (a bad command line is found before it)
-        print(f"{_PROG}: error: cannot write the report {e.filename}: {e.strerror or e}",
-              file=sys.stderr)
-        return 1
+    for path, write in ((args.junit, write_junit), (args.json, write_json)):
+        if path is None:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
+            write(path, role, results, skipped, _title)
+        except OSError as e:
+            # after the run, as any output file: exit 1 (a bad command line is found before it)
+            why = "Not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
+            print(f"{_PROG}: error: cannot write the report {path}: {why}", file=sys.stderr)
+            return 1
     return exit_code(results)
 
 

@@ -109,7 +109,8 @@ def register(sub: Any) -> None:
     p.add_argument("--values", action="store_true",
                    help="print every tensor element instead of a summary")
     p.add_argument("--pcap", action="store_true",
-                   help="FILE is a libpcap/pcapng capture; decode the TCP streams of --port")
+                   help="FILE is a libpcap/pcapng capture; decode the TCP streams of --port "
+                   "(needs the pcap extra: pip install 'flodl-proto[pcap]')")
     p.add_argument("--port", type=int, metavar="N", help="TCP port of the streams (with --pcap)")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "

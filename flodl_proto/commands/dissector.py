@@ -40,7 +40,8 @@ def register(sub: Any) -> None:
         "`tshark -X lua_script:PATH`.",
     )
     p.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
-                   help=f"output file (default {DEFAULT_OUT}; '-' writes to stdout)")
+                   help=f"output file (default {DEFAULT_OUT}; '-' writes to stdout); missing "
+                   "parent folders are created, e.g. Wireshark's personal plugins folder")
     p.add_argument("--port", type=_port, action="append", metavar="N",
                    help=f"TCP port decoded as flodl by default (repeatable; default {ports})")
     p.set_defaults(func=run)
@@ -54,7 +55,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # as `docs --out`: a generator's output
         out.write_text(text, encoding="utf-8", newline="\n")
+    except FileExistsError:  # a file where a folder of the path should be
+        print(f"dissector: cannot write {out}: Not a directory", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"dissector: cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 1

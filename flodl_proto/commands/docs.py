@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
         "lifecycles, worked examples) generated from spec/wire.yaml and spec/lifecycle.yaml, "
         "or with --check tell whether the written file is up to date.")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="PATH",
-                   help=f"output file (default: {DEFAULT_OUT}; '-' writes to stdout)")
+                   help=f"output file (default: {DEFAULT_OUT}; '-' writes to stdout); missing "
+                   "parent folders are created")
     p.add_argument("--spec", type=Path, default=None, metavar="DIR",
                    help="folder holding wire.yaml and lifecycle.yaml (default: the spec/ of the "
                    "checkout PATH is in, else the package's)")

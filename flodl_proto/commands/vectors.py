@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
     e = vsub.add_parser("export", help="write this implementation's codec vectors (handshake, "
                         "channel_magic, round_frame, mux_record, len_framed; v3 in DIR, v2 in "
                         "DIR/v2) in the shared schema")
-    e.add_argument("dir", type=Path, metavar="DIR", help="output folder")
+    e.add_argument("dir", type=Path, metavar="DIR",
+                   help="output folder, created with its missing parents if need be")
     e.set_defaults(func=_export)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
