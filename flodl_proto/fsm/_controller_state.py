@@ -4,6 +4,8 @@ model (the guards read the core on demand). Internal to :mod:`flodl_proto.fsm.co
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Container
 from typing import Any
 
 from ..codec.round_frame import RoundFrame
@@ -63,3 +65,15 @@ class _Guards:
     @property
     def no_relay_alive(self) -> bool:
         return not self._core._expected()
+
+
+def lowest_not_in(world_size: int, taken: Container[int], limit: int | None) -> list[int]:
+    """The ranks ``0 <= r < world_size`` not in ``taken``, ascending: the lowest ``limit`` of them
+    (a negative limit: none), or all when ``limit`` is None (then up to ``world_size`` ints, which
+    may be ``2**32 - 1``). Takes at most ``limit`` plus the number of taken ranks below the last
+    one listed steps, whatever ``world_size`` is.
+
+    Upstream: none (upstream waits for uncovered ranks without listing them).
+    """
+    ranks = (r for r in range(world_size) if r not in taken)
+    return list(ranks if limit is None else itertools.islice(ranks, max(0, limit)))

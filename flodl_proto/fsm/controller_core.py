@@ -68,7 +68,6 @@ Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -109,7 +108,7 @@ from ..spec import (
     DEFAULT_VERSION,
     SPEC,
 )
-from ._controller_state import _Conn, _Guards, _Relay
+from ._controller_state import _Conn, _Guards, _Relay, lowest_not_in
 from .deadline import RoundDeadline
 from .events import (
     Action,
@@ -243,28 +242,15 @@ class ControllerCore:
         return out
 
     def uncovered_count(self) -> int:
-        """How many ranks no accepted relay has announced yet, while the run is in Idle or
-        Accepting; 0 once the accept phase is over."""
-        if self.state not in (LifecycleState.IDLE, LifecycleState.ACCEPTING):
-            return 0
-        return self.world_size - self.covered
+        """How many ranks no accepted relay has announced (0 once the accept phase is over)."""
+        accepting = self.state in (LifecycleState.IDLE, LifecycleState.ACCEPTING)
+        return self.world_size - self.covered if accepting else 0
 
     def uncovered_ranks(self, limit: int | None = None) -> list[int]:
-        """The ranks no accepted relay has announced yet, ascending, while the run is in Idle or
-        Accepting; empty once the accept phase is over.
-
-        Args:
-            limit: list at most this many (the lowest); None lists them all, which is
-                ``world_size - covered`` ints: a runner that reports them passes a limit, as the
-                world size may be as large as ``2**32 - 1``. Takes at most ``limit + covered``
-                steps. A negative limit lists none.
-
-        Upstream: none (upstream waits for the ranks without listing them).
-        """
-        if self.state not in (LifecycleState.IDLE, LifecycleState.ACCEPTING):
-            return []
-        ranks = (r for r in range(self.world_size) if r not in self._rank_relay)
-        return list(ranks if limit is None else itertools.islice(ranks, max(0, limit)))
+        """The lowest ``limit`` ranks no relay has announced (None: all, up to ``2**32 - 1``: a
+        runner that reports them passes a limit), ascending; empty after the accept phase."""
+        return (lowest_not_in(self.world_size, self._rank_relay, limit)
+                if self.uncovered_count() else [])
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready status snapshot: state, world size, version, relays and their ranks, dead

@@ -121,8 +121,7 @@ log = logging.getLogger(__name__)
 _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 #: period of the accept-phase note naming the ranks not covered yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
-#: uncovered ranks the waiting note lists (the lowest; the count is always given)
-_WAITING_SHOWN = 16
+_WAITING_SHOWN = 16  # uncovered ranks the waiting note lists (the lowest; up to 2**32 - 1 exist)
 _STATUS_CORE_WAIT = 0.5  # seconds status() waits for a busy core (then: the last snapshot)
 _ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
 _PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
@@ -458,13 +457,10 @@ class ReferenceController:
     def _note_waiting(self) -> None:
         """Log, during the accept phase, which ranks no relay has announced yet (upstream waits
         for them without a deadline; the note tells an operator what it is waiting for)."""
-        missing = self._core.uncovered_count()
-        if missing:
-            # the lowest few only: the world size may be as large as 2**32 - 1
-            shown = (", ".join(map(str, self._core.uncovered_ranks(_WAITING_SHOWN)))
-                     + (" ..." if missing > _WAITING_SHOWN else ""))
-            log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s",
-                        missing, self._core.world_size, shown)
+        if missing := self._core.uncovered_count():
+            shown = ", ".join(map(str, self._core.uncovered_ranks(_WAITING_SHOWN)))
+            log.warning("controller: still waiting for relays to announce %d of %d rank(s): %s%s",
+                        missing, self._core.world_size, shown, " ..." * (missing > _WAITING_SHOWN))
 
     def _dispatch(self, item: Message, now: float) -> list[Action]:
         core = self._core
