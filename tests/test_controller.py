@@ -845,8 +845,15 @@ def test_cli_the_largest_world_starts_in_bounded_memory_and_stops_cleanly() -> N
             out, err = p.communicate(timeout=30)
     finally:
         p.kill() if p.poll() is None else None
-    assert (p.returncode, err) == (0, "")
+    assert p.returncode == 0, err
     assert out == "controller finished: clean (stop: signal)\n"
+    # a loaded machine may reach the accept-phase note (every 10 s): it lists 16 ranks at most
+    notes = {f"still waiting for relays to announce {world} of {world} rank(s): "
+             + ", ".join(map(str, range(16))) + " ...",
+             f"still waiting for relays to announce {world - 2} of {world} rank(s): "
+             + ", ".join(map(str, range(1, 17))) + " ..."}
+    for ln in err.splitlines():
+        assert ln.split("controller: ", 2)[-1] in notes, err
 
 
 #: rounds the unread-stdout test runs: far more lines than a 4 KiB pipe and the controller's
