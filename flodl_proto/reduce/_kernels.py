@@ -87,6 +87,7 @@ __all__ = [
     "set_kernel_backend",
     "sum_contributions",
     "sum_small",
+    "sum_small_batch",
     "widen_bf16",
 ]
 
@@ -330,6 +331,79 @@ def sum_small(
         return out32
     out16: U16Array = np.empty(numel, U16)
     _sum_bf16(views, 0, numel, out16, scale, ws)
+    return out16
+
+
+def sum_small_batch(
+    contribs: Sequence[Sequence[npt.NDArray[Any]]],
+    dtype: int,
+    total: int,
+    scale: np.float32 | None,
+    ws: Workspace,
+) -> npt.NDArray[Any]:
+    """:func:`sum_small` of several tensors of one dtype at once: the tensors' sums laid end to
+    end in one flat array, each element bit-identical to :func:`sum_small` of its tensor (the
+    arithmetic is element-wise; the NaN scans only decide whether NaN lanes are re-encoded, and
+    they are re-encoded by the same rule wherever they sit). One widening, one add per
+    contribution and one encode for the whole batch instead of per tensor: what a round of small
+    tensors spends its reduce on is the per-call cost, not the elements.
+
+    Args:
+        contribs: per contribution, in summing order, the flat element arrays of the batch's
+            tensors in tensor order (``<f4`` for f32, ``<u2`` bf16 bits); every contribution
+            has the same tensors, and their lengths add up to ``total``. At least one.
+        dtype: wire dtype tag (f32 or bf16) of every tensor.
+        total: the batch's element count.
+        scale: as :func:`sum_small` (upstream's normalisation, two roundings for bf16).
+        ws: scratch of at least ``total`` elements (bf16 only).
+
+    Returns:
+        A new flat ``<f4`` or ``<u2`` array of ``total`` elements: tensor ``i``'s payload is the
+        slice after the elements of tensors ``0 .. i-1``. Call it with NumPy's float warnings
+        off (``np.errstate(all="ignore")``), as :func:`sum_small`.
+
+    Upstream: ``controller/round_frame.rs`` ``sum_frames`` / ``reduce_realized_work`` (per
+    tensor; this is the same sum over several tensors).
+    """
+    first = contribs[0]
+    if dtype == DTYPE_F32:
+        out32: F32Array = np.empty(total, F32)
+        np.concatenate(first, out=out32)
+        np.add(out32, _ZERO, out=out32)
+        if len(contribs) > 1:
+            segs = []
+            at = 0
+            for v in first:
+                segs.append(out32[at:at + v.shape[0]])
+                at += v.shape[0]
+            for c in contribs[1:]:  # added tensor by tensor from the frames (no gather copy)
+                for seg, v in zip(segs, c, strict=True):
+                    np.add(seg, v, out=seg)
+        if scale is not None:
+            np.multiply(out32, scale, out=out32)
+        return out32
+    out16: U16Array = np.empty(total, U16)
+    if total == 0:
+        return out16
+    a = ws.acc[:total]
+    au = a.view(_U32)
+    np.concatenate(first, out=au)  # the exact widening of every tensor: bits << 16
+    np.left_shift(au, _SIXTEEN, out=au)
+    np.add(a, _ZERO, out=a)
+    if len(contribs) > 1:
+        t = ws.wide[:total]
+        tu = t.view(_U32)
+        for c in contribs[1:]:
+            np.concatenate(c, out=tu)
+            np.left_shift(tu, _SIXTEEN, out=tu)
+            np.add(a, t, out=a)
+    may_have_nan = has_nan = bool(np.isnan(np.min(a)))
+    if scale is not None:
+        round_bf16_small(a, ws, has_nan)
+        np.multiply(a, scale, out=a)
+        # a zero or infinite scale can make a NaN (0 * inf) where the sum had none
+        may_have_nan = has_nan or not bool(0.0 < scale < np.inf)
+    encode_bf16_small(a, out16, may_have_nan)
     return out16
 
 

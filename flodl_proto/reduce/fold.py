@@ -181,18 +181,50 @@ def _fold(
 def _sum_small_tensors(ref: RoundFrame, plan: list[list[TensorPayload] | None],
                        scale: np.float32 | None) -> list[TensorPayload]:
     """The summed tensors of a fold whose every tensor has fewer than ``K.SMALL_ELEMS``
-    elements: :func:`K.sum_small` per tensor under one warning context and one workspace of
-    the largest tensor's size (bit-identical to the general path; the per-tensor set-up is what
-    a small round's reduce spends its time on)."""
-    ws = K.Workspace(max([t.numel for t in ref.tensors], default=0))
+    elements, under one warning context: consecutive tensors of one dtype that every frame
+    carries are summed together by :func:`K.sum_small_batch` (at most ``K.CHUNK_ELEMS``
+    elements a batch; their payloads are slices of one array), any other tensor by
+    :func:`K.sum_small` (bit-identical to the general path; the per-tensor set-up is what a
+    small round's reduce spends its time on)."""
+    count = len(plan)
+    full = max((len(c) for c in plan if c is not None), default=0)
+    ws = K.Workspace(min(K.CHUNK_ELEMS, sum(t.numel for t in ref.tensors)))
     out: list[TensorPayload] = []
     with np.errstate(all="ignore"):
-        for t0, contribs in zip(ref.tensors, plan, strict=True):
+        i = 0
+        while i < count:
+            t0 = ref.tensors[i]
+            contribs = plan[i]
             if contribs is None:
                 out.append(TensorPayload(t0.dtype, t0.shape, b""))
+                i += 1
                 continue
-            arr = K.sum_small([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws)
-            out.append(TensorPayload.trusted(t0.dtype, t0.shape, arr.view(np.uint8).data))
+            if len(contribs) != full:  # version 3: elided in some frames, summed on its own
+                arr = K.sum_small([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws)
+                out.append(TensorPayload.trusted(t0.dtype, t0.shape, arr.view(np.uint8).data))
+                i += 1
+                continue
+            dtype = t0.dtype
+            j = i + 1
+            total = t0.numel
+            while j < count:  # the batch: tensors i .. j-1
+                c = plan[j]
+                n = ref.tensors[j].numel
+                if c is None or len(c) != full or ref.tensors[j].dtype != dtype \
+                        or total + n > K.CHUNK_ELEMS:
+                    break
+                total += n
+                j += 1
+            batch = plan[i:j]
+            views = [[_view(c[k]) for c in batch] for k in range(full)]  # type: ignore[index]
+            data = K.sum_small_batch(views, dtype, total, scale, ws).view(np.uint8).data
+            es = ELEMENT_SIZE[dtype]
+            at = 0
+            for t in ref.tensors[i:j]:
+                stop = at + t.numel * es
+                out.append(TensorPayload.trusted(dtype, t.shape, data[at:stop]))
+                at = stop
+            i = j
     return out
 
 

@@ -395,8 +395,9 @@ class HostFold:
         expected = len(rnd.schema)
         # the deposit that completes the round folds its tensors straight into the output
         last = all(r == rank or r in self._dead or r in rnd.deposited for r in self._ranks)
-        for ti, p in enumerate(delivered):
-            self._merge_tensor(rnd, rank, ti, p, expected, last)
+        if not (last and frame is not None and self._fold_last_small(rnd, rank, delivered)):
+            for ti, p in enumerate(delivered):
+                self._merge_tensor(rnd, rank, ti, p, expected, last)
         if reader_error is not None:
             raise reader_error
         assert frame is not None
@@ -441,6 +442,57 @@ class HostFold:
         if acc is None:
             acc = rnd.sums[ti] = self._materialise(rnd, ti)
         self._accumulate(acc, _view(p), p.dtype)
+
+    def _fold_last_small(self, rnd: _Round, rank: int, tensors: list[TensorPayload]) -> bool:
+        """The completing deposit of a round whose tensors are all small, folded with the seed
+        in batches (``K.sum_small_batch``: one widening, add and encode per run of consecutive
+        tensors of one dtype, at most ``K.CHUNK_ELEMS`` elements; each tensor's payload a slice
+        of its batch's array), bit-identical to :meth:`_merge_tensor` tensor by tensor.
+
+        Taken only when nothing was accumulated yet (the seed is the only earlier deposit),
+        every tensor of the seed has fewer than ``K.SMALL_ELEMS`` elements, the deposit has the
+        seed's tensor count, dtypes and shapes, and (version 3) no payload of either is elided;
+        then the remaining checks raise the per-tensor path's errors in its order (the seed's
+        promotion checks, then each tensor's byte count). Returns False, having changed
+        nothing, when the per-tensor path must run."""
+        if len(tensors) != len(rnd.schema) or (
+                rnd.sums is not None and any(a is not None for a in rnd.sums)):
+            return False
+        seed = rnd.seed.tensors
+        v3 = self._version >= 3
+        for ti, p in enumerate(tensors):
+            want_dtype, want_shape = rnd.schema[ti]
+            if p.dtype != want_dtype or p.shape != want_shape \
+                    or seed[ti].numel >= K.SMALL_ELEMS or (v3 and (p.elided or seed[ti].elided)):
+                return False
+        if rnd.sums is None:
+            rnd.sums = self._promote(rnd)
+        for ti, p in enumerate(tensors):
+            numel = seed[ti].numel
+            es = ELEMENT_SIZE[p.dtype]  # known: promotion validated every seed dtype
+            if p.nbytes != numel * es:
+                raise protocol_error("fold.accumulate_nbytes", rank=rank, index=ti,
+                                     got=p.nbytes, numel=numel, element_size=es)
+        ws = self._workspace()
+        count = len(tensors)
+        i = 0
+        while i < count:
+            dtype = tensors[i].dtype
+            total = seed[i].numel
+            j = i + 1
+            while j < count and tensors[j].dtype == dtype \
+                    and total + seed[j].numel <= K.CHUNK_ELEMS:
+                total += seed[j].numel
+                j += 1
+            out = K.sum_small_batch([[_view(t) for t in seed[i:j]],
+                                     [_view(t) for t in tensors[i:j]]], dtype, total, None, ws)
+            at = 0
+            for ti in range(i, j):
+                stop = at + seed[ti].numel
+                rnd.outs[ti] = out[at:stop]
+                at = stop
+            i = j
+        return True
 
     def _seed_view(self, rnd: _Round, ti: int) -> npt.NDArray[Any] | None:
         """The seed's tensor ``ti`` as elements, or None for an elided one (zeros)."""
