@@ -104,7 +104,7 @@ def _owners(frame: RoundFrame) -> list[Any]:
     """The array each payload's bytes belong to (one per batch)."""
     roots = []
     for t in frame.tensors:
-        x = t.data.obj
+        x: Any = t.data.obj
         while isinstance(x, np.ndarray) and isinstance(x.base, np.ndarray):
             x = x.base
         roots.append(x)

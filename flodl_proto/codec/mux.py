@@ -456,6 +456,7 @@ def decode_mux_record(
     version: int = DEFAULT_VERSION,
     ceiling: int = DEFAULT_FRAME_CEILING,
     premac: Premac | None = None,
+    header: MuxHeader | None = None,
 ) -> tuple[MuxRecord, int]:
     """Decode and authenticate one complete record from the start of ``data``.
 
@@ -470,7 +471,8 @@ def decode_mux_record(
 
     Upstream: ``relay/mux.rs`` ``read_record`` (``Ok(None)`` is an error here).
     """
-    res = decode_mux_record_or_eos(data, salt, version=version, ceiling=ceiling, premac=premac)
+    res = decode_mux_record_or_eos(data, salt, version=version, ceiling=ceiling, premac=premac,
+                                   header=header)
     if res is END_OF_STREAM:
         raise protocol_error("mux.header_read_failed", got=as_view(data).nbytes,
                              need=MUX_HEADER_LEN)
@@ -484,6 +486,7 @@ def decode_mux_record_or_eos(
     version: int = DEFAULT_VERSION,
     ceiling: int = DEFAULT_FRAME_CEILING,
     premac: Premac | None = None,
+    header: MuxHeader | None = None,
 ) -> tuple[MuxRecord, int] | EndOfStream:
     """Stream form: decode and authenticate one record from the start of ``data``, or report a
     clean end of stream.
@@ -496,6 +499,9 @@ def decode_mux_record_or_eos(
         premac: the MAC the caller already computed over header bytes 0..17 and the payload
             (see :class:`~flodl_proto.codec.auth.Premac`); used when it covers ``17 +
             payload_len`` bytes, else the covered bytes are hashed here.
+        header: the header :func:`parse_mux_header` already returned for ``data``'s first 25
+            bytes with this ``ceiling`` (a reader that checked it before reading the payload);
+            it is then not parsed again. None: parsed here.
 
     Returns:
         ``(record, consumed)``, or :data:`END_OF_STREAM` when ``data`` ends inside the header.
@@ -508,7 +514,7 @@ def decode_mux_record_or_eos(
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
     res = read_mux_record_or_eos(data, check_salt(salt), version=version, ceiling=ceiling,
-                                 premac=premac)
+                                 premac=premac, header=header)
     return res if res is END_OF_STREAM else (res[0], res[2])
 
 
@@ -519,6 +525,7 @@ def read_mux_record_or_eos(
     version: int = DEFAULT_VERSION,
     ceiling: int = DEFAULT_FRAME_CEILING,
     premac: Premac | None = None,
+    header: MuxHeader | None = None,
 ) -> tuple[MuxRecord, MuxHeader, int] | EndOfStream:
     """:func:`decode_mux_record_or_eos` that also returns the parsed header, and with
     ``salt=None`` skips the tag check (every other check in the same order), for tools that
@@ -528,6 +535,9 @@ def read_mux_record_or_eos(
         data: bytes-like input; the record payload is a view into it.
         salt: the 16-byte session salt (checked by the caller), or None: the tag is not checked.
         version, ceiling, premac: as for :func:`decode_mux_record_or_eos`.
+        header: the header :func:`parse_mux_header` already returned for ``data``'s first 25
+            bytes with this ``ceiling`` (a reader that read and checked the header before the
+            payload), so it is not parsed again; None: parsed here.
 
     Returns:
         ``(record, header, consumed)``, or :data:`END_OF_STREAM` when ``data`` ends inside the
@@ -540,9 +550,13 @@ def read_mux_record_or_eos(
     """
     check_version(version)
     mv = as_view(data)
-    hdr = parse_mux_header_or_eos(mv, ceiling=ceiling)
-    if hdr is END_OF_STREAM:
-        return END_OF_STREAM
+    if header is None:
+        parsed = parse_mux_header_or_eos(mv, ceiling=ceiling)
+        if parsed is END_OF_STREAM:
+            return END_OF_STREAM
+        hdr = parsed
+    else:
+        hdr = header
     end = MUX_HEADER_LEN + hdr.payload_len
     if len(mv) < end:
         raise protocol_error("mux.truncated", got=len(mv), need=end)

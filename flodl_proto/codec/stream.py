@@ -415,7 +415,8 @@ class MuxStream:
         return len(self._buf)
 
     def feed(self, data: BytesLike, *, premac: Premac | None = None,
-             frame_premac: Premac | None = None) -> list[StreamEvent]:
+             frame_premac: Premac | None = None,
+             header: MuxHeader | None = None) -> list[StreamEvent]:
         """Parse ``data`` (the next bytes of the connection); return the events it completes.
 
         Args:
@@ -425,6 +426,11 @@ class MuxStream:
                 :class:`~flodl_proto.codec.auth.Premac`); otherwise ignored.
             frame_premac: likewise, the MAC of the HostFrame's inner RoundFrame (over the
                 payload's bytes before its last 8), used when the frame fills the payload.
+            header: likewise, the header
+                :func:`~flodl_proto.codec.mux.parse_mux_header` returned for the record's
+                first 25 bytes (the runner's read of the header before the payload), so the
+                stream does not parse it again; ignored when its payload is above
+                :attr:`payload_limit` (the stream then reports the limit from the bytes).
         """
         if self._done:
             return []
@@ -436,7 +442,7 @@ class MuxStream:
                 self._buf += mv
                 self._drain_buffer(events)
             else:
-                pos = self._parse_in_place(mv, events, premac, frame_premac)
+                pos = self._parse_in_place(mv, events, premac, frame_premac, header)
                 if pos < mv.nbytes:  # an item the chunk does not complete: kept for the next
                     self._buf += mv[pos:]
         except ProtocolError as e:
@@ -481,6 +487,10 @@ class MuxStream:
         hdr = parse_mux_header_or_eos(mv, ceiling=self._ceiling)
         if hdr is END_OF_STREAM:
             return None
+        return self._record_length(hdr)
+
+    def _record_length(self, hdr: MuxHeader) -> int:
+        """The bytes of the record ``hdr`` heads, checking the first record's Hello bound."""
         limit = self._hello_limit
         if limit is not None and hdr.payload_len > limit:
             raise protocol_error("controller.hello_too_long", length=hdr.payload_len,
@@ -488,7 +498,8 @@ class MuxStream:
         return MUX_HEADER_LEN + hdr.payload_len
 
     def _decode_one(self, mv: memoryview, events: list[StreamEvent],
-                    premac: Premac | None = None, frame_premac: Premac | None = None) -> None:
+                    premac: Premac | None = None, frame_premac: Premac | None = None,
+                    header: MuxHeader | None = None) -> None:
         if self._magic is not None:
             expect_channel_magic(mv, self._magic, _WHAT)
             self._magic = None
@@ -496,7 +507,7 @@ class MuxStream:
             return
         try:
             res = read_mux_record_or_eos(mv, self._salt, version=self._version,
-                                         ceiling=self._ceiling, premac=premac)
+                                         ceiling=self._ceiling, premac=premac, header=header)
         except ProtocolError:
             if self._first and self._salt is not None:
                 self._hint = other_version_hello(mv, self._salt, self._version)
@@ -523,17 +534,25 @@ class MuxStream:
 
     def _parse_in_place(self, mv: memoryview, events: list[StreamEvent],
                         premac: Premac | None = None,
-                        frame_premac: Premac | None = None) -> int:
+                        frame_premac: Premac | None = None,
+                        header: MuxHeader | None = None) -> int:
         pos = 0
-        while not self._done:
-            need = self._next_length(mv[pos:])
-            if need is None or mv.nbytes - pos < need:
+        end = mv.nbytes
+        if header is not None and (self._magic is not None
+                                   or header.payload_len > self.payload_limit):
+            header = None  # not a record the runner may vouch for: parsed from the bytes
+        while not self._done and pos < end:
+            if pos == 0 and header is not None:
+                need: int | None = self._record_length(header)
+            else:
+                need = self._next_length(mv[pos:])
+            if need is None or end - pos < need:
                 break
             item = mv[pos:pos + need]
             if self._copy:
                 item = memoryview(bytes(item))
-            if pos == 0 and need == mv.nbytes and self._magic is None:  # the one whole record
-                self._decode_one(item, events, premac, frame_premac)
+            if pos == 0 and need == end and self._magic is None:  # the one whole record
+                self._decode_one(item, events, premac, frame_premac, header)
             else:
                 self._decode_one(item, events)
             pos += need

@@ -539,7 +539,7 @@ class Relay:
         self._count("upstream_in", got)  # the header and the payload
         premac = plan.premac(body)
         res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
-                                ceiling=self.ceiling, premac=premac)
+                                ceiling=self.ceiling, premac=premac, header=hdr)
         return res[0]
 
     # -- phase 3: the fold barrier ---------------------------------------------------------------

@@ -175,6 +175,6 @@ def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starv
         del view
         return events + stream.feed_eof()
     events = stream.feed(view[:total], premac=plan.premac(),
-                         frame_premac=plan.frame_premac())
+                         frame_premac=plan.frame_premac(), header=hdr)
     del view
     return events
