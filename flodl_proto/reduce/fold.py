@@ -164,8 +164,10 @@ def _fold(
     if normalise and ref.kind is RoundKind.MODEL and is_realized(weight):
         with np.errstate(over="ignore"):
             scale = np.float32(1.0 / weight)
-    if all(t.numel < K.SMALL_ELEMS for t in ref.tensors):
-        return RoundFrame.trusted(ref.kind, weight, tuple(_sum_small_tensors(ref, plan, scale)))
+    numels = [t.numel for t in ref.tensors]
+    if max(numels, default=0) < K.SMALL_ELEMS:
+        return RoundFrame.trusted(ref.kind, weight,
+                                  tuple(_sum_small_tensors(ref, numels, plan, scale)))
     ws = K.Workspace()
     out: list[TensorPayload] = []
     for t0, contribs in zip(ref.tensors, plan, strict=True):
@@ -178,17 +180,18 @@ def _fold(
     return RoundFrame(ref.kind, weight, out)
 
 
-def _sum_small_tensors(ref: RoundFrame, plan: list[list[TensorPayload] | None],
+def _sum_small_tensors(ref: RoundFrame, numels: list[int],
+                       plan: list[list[TensorPayload] | None],
                        scale: np.float32 | None) -> list[TensorPayload]:
     """The summed tensors of a fold whose every tensor has fewer than ``K.SMALL_ELEMS``
     elements, under one warning context: consecutive tensors of one dtype that every frame
     carries are summed together by :func:`K.sum_small_batch` (at most ``K.CHUNK_ELEMS``
     elements a batch; their payloads are slices of one array), any other tensor by
     :func:`K.sum_small` (bit-identical to the general path; the per-tensor set-up is what a
-    small round's reduce spends its time on)."""
+    small round's reduce spends its time on). ``numels``: each tensor's element count."""
     count = len(plan)
-    full = max((len(c) for c in plan if c is not None), default=0)
-    ws = K.Workspace(min(K.CHUNK_ELEMS, sum(t.numel for t in ref.tensors)))
+    full = max([len(c) for c in plan if c is not None], default=0)
+    ws = K.Workspace(min(K.CHUNK_ELEMS, sum(numels)))
     out: list[TensorPayload] = []
     with np.errstate(all="ignore"):
         i = 0
@@ -200,16 +203,16 @@ def _sum_small_tensors(ref: RoundFrame, plan: list[list[TensorPayload] | None],
                 i += 1
                 continue
             if len(contribs) != full:  # version 3: elided in some frames, summed on its own
-                arr = K.sum_small([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws)
+                arr = K.sum_small([_view(p) for p in contribs], t0.dtype, numels[i], scale, ws)
                 out.append(TensorPayload.trusted(t0.dtype, t0.shape, arr.view(np.uint8).data))
                 i += 1
                 continue
             dtype = t0.dtype
             j = i + 1
-            total = t0.numel
+            total = numels[i]
             while j < count:  # the batch: tensors i .. j-1
                 c = plan[j]
-                n = ref.tensors[j].numel
+                n = numels[j]
                 if c is None or len(c) != full or ref.tensors[j].dtype != dtype \
                         or total + n > K.CHUNK_ELEMS:
                     break
@@ -220,9 +223,9 @@ def _sum_small_tensors(ref: RoundFrame, plan: list[list[TensorPayload] | None],
             data = K.sum_small_batch(views, dtype, total, scale, ws).view(np.uint8).data
             es = ELEMENT_SIZE[dtype]
             at = 0
-            for t in ref.tensors[i:j]:
-                stop = at + t.numel * es
-                out.append(TensorPayload.trusted(dtype, t.shape, data[at:stop]))
+            for k in range(i, j):
+                stop = at + numels[k] * es
+                out.append(TensorPayload.trusted(dtype, ref.tensors[k].shape, data[at:stop]))
                 at = stop
             i = j
     return out

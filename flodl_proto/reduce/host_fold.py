@@ -459,16 +459,17 @@ class HostFold:
                 rnd.sums is not None and any(a is not None for a in rnd.sums)):
             return False
         seed = rnd.seed.tensors
+        numels = [t.numel for t in seed]
         v3 = self._version >= 3
         for ti, p in enumerate(tensors):
             want_dtype, want_shape = rnd.schema[ti]
             if p.dtype != want_dtype or p.shape != want_shape \
-                    or seed[ti].numel >= K.SMALL_ELEMS or (v3 and (p.elided or seed[ti].elided)):
+                    or numels[ti] >= K.SMALL_ELEMS or (v3 and (p.elided or seed[ti].elided)):
                 return False
         if rnd.sums is None:
             rnd.sums = self._promote(rnd)
         for ti, p in enumerate(tensors):
-            numel = seed[ti].numel
+            numel = numels[ti]
             es = ELEMENT_SIZE[p.dtype]  # known: promotion validated every seed dtype
             if p.nbytes != numel * es:
                 raise protocol_error("fold.accumulate_nbytes", rank=rank, index=ti,
@@ -478,17 +479,17 @@ class HostFold:
         i = 0
         while i < count:
             dtype = tensors[i].dtype
-            total = seed[i].numel
+            total = numels[i]
             j = i + 1
             while j < count and tensors[j].dtype == dtype \
-                    and total + seed[j].numel <= K.CHUNK_ELEMS:
-                total += seed[j].numel
+                    and total + numels[j] <= K.CHUNK_ELEMS:
+                total += numels[j]
                 j += 1
             out = K.sum_small_batch([[_view(t) for t in seed[i:j]],
                                      [_view(t) for t in tensors[i:j]]], dtype, total, None, ws)
             at = 0
             for ti in range(i, j):
-                stop = at + seed[ti].numel
+                stop = at + numels[ti]
                 rnd.outs[ti] = out[at:stop]
                 at = stop
             i = j
