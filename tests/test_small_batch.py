@@ -114,17 +114,18 @@ def _owners(frame: RoundFrame) -> list[Any]:
 def test_the_controller_batches_runs_of_one_dtype_up_to_a_chunk() -> None:
     """Tensors: f32 x 3 (a batch), bf16 x 2 (a batch), f32 of 16,383 elements x 5 (the fifth
     would pass CHUNK_ELEMS: two batches), f32 x 1 elided by frame 1 (alone), f32 x 1 elided by
-    every frame (empty), f32 x 1. Version 3, two frames of weights 1 and 2."""
+    every frame (empty), f32 x 1, bf16 x 1 elided by frame 0 (alone). Version 3, two frames of
+    weights 1 and 2."""
     big = K.SMALL_ELEMS - 1
     spec = ([(F32, (2, 3))] * 3 + [(BF16, (7,))] * 2 + [(F32, (big,))] * 5
-            + [(F32, (4,)), (F32, (3,)), (F32, (5,))])
+            + [(F32, (40,)), (F32, (3,)), (F32, (5,)), (BF16, (30,))])
     rng = np.random.default_rng(7)
     frames = []
     for k in range(2):
         ts = []
         for i, (dtype, shape) in enumerate(spec):
             n = int(np.prod(shape))
-            if (i == 10 and k == 1) or i == 11:
+            if (i == 10 and k == 1) or i == 11 or (i == 13 and k == 0):
                 ts.append(TensorPayload(dtype, shape, b""))
             else:
                 ts.append(_payload(_elements(rng, n, dtype, k == 0), dtype, shape))
@@ -135,10 +136,20 @@ def test_the_controller_batches_runs_of_one_dtype_up_to_a_chunk() -> None:
         scale = np.float32(1.0 / 3.0) if normalise else None
         assert [t.data.tobytes() for t in out.tensors] == _reference(frames, scale)
         assert [(t.dtype, t.shape) for t in out.tensors] == spec
+        assert all(t.data.format == "B" and t.data.ndim == 1 for t in out.tensors)
         o = _owners(out)
         assert o[0] is o[1] is o[2] and o[3] is o[4] and o[2] is not o[3]
         assert o[5] is o[6] is o[7] is o[8] and o[9] is not o[8] and o[4] is not o[5]
         assert o[10] is not o[12] and o[9] is not o[12] and out.tensors[11].nbytes == 0
+        assert o[13] is not o[12]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_frames_without_tensors_sum_to_a_frame_without_tensors(version: int) -> None:
+    frames = [_frame([], weight=1.0), _frame([], weight=3.0)]
+    for out in (sum_frames(frames, version=version),
+                reduce_realized_work(frames, version=version)):
+        assert out.tensors == () and out.weight == 4.0 and out.kind is RoundKind.MODEL
 
 
 def test_a_batch_may_fill_a_chunk_exactly() -> None:
