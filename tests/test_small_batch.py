@@ -258,3 +258,12 @@ def test_a_dtype_mismatch_in_a_small_completing_deposit_is_the_per_tensor_error(
         fold.deposit_frame(1, _blob(_frame([good, other])))
     assert exc.value.error_id == "fold.dtype_mismatch"
     assert exc.value.fields == {"rank": 1, "index": 1, "got": BF16, "expected": F32}
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_round_without_tensors_ships_its_seed_verbatim(version: int) -> None:
+    seed = _blob(_frame([], weight=1.0))
+    fold = HostFold([0, 1], SALT, version=version)
+    fold.deposit_frame(0, seed)
+    out = fold.deposit_frame(1, _blob(_frame([], weight=2.0)))
+    assert isinstance(out, memoryview) and bytes(out) == seed

@@ -341,42 +341,31 @@ def sum_small_batch(
     scale: np.float32 | None,
     ws: Workspace,
 ) -> npt.NDArray[Any]:
-    """:func:`sum_small` of several tensors of one dtype at once: the tensors' sums laid end to
-    end in one flat array, each element bit-identical to :func:`sum_small` of its tensor (the
-    arithmetic is element-wise; the NaN scans only decide whether NaN lanes are re-encoded, and
-    they are re-encoded by the same rule wherever they sit). One widening, one add per
-    contribution and one encode for the whole batch instead of per tensor: what a round of small
-    tensors spends its reduce on is the per-call cost, not the elements.
+    """:func:`sum_small` of a run of tensors of one dtype laid end to end, in one pass (one
+    widening, one add per contribution, one encode): each element bit-identical to
+    :func:`sum_small` of its tensor (element-wise arithmetic; the NaN scans only decide whether
+    NaN lanes are re-encoded, by the same rule wherever they sit).
 
     Args:
-        contribs: per contribution, in summing order, the flat element arrays of the batch's
-            tensors in tensor order (``<f4`` for f32, ``<u2`` bf16 bits); every contribution
-            has the same tensors, and their lengths add up to ``total``. At least one.
-        dtype: wire dtype tag (f32 or bf16) of every tensor.
-        total: the batch's element count.
-        scale: as :func:`sum_small` (upstream's normalisation, two roundings for bf16).
+        contribs: per contribution, in summing order, the run's flat element arrays in tensor
+            order (``<f4`` for f32, ``<u2`` bf16 bits), lengths adding up to ``total``.
+        dtype, scale: as :func:`sum_small`. total: the run's element count.
         ws: scratch of at least ``total`` elements (bf16 only).
 
     Returns:
-        A new flat ``<f4`` or ``<u2`` array of ``total`` elements: tensor ``i``'s payload is the
-        slice after the elements of tensors ``0 .. i-1``. Call it with NumPy's float warnings
-        off (``np.errstate(all="ignore")``), as :func:`sum_small`.
+        A new flat ``<f4`` or ``<u2`` array of ``total`` elements (tensor ``i`` after tensors
+        ``0 .. i-1``). Call it with NumPy's float warnings off, as :func:`sum_small`.
 
-    Upstream: ``controller/round_frame.rs`` ``sum_frames`` / ``reduce_realized_work`` (per
-    tensor; this is the same sum over several tensors).
+    Upstream: ``controller/round_frame.rs`` ``sum_frames`` / ``reduce_realized_work``.
     """
     first = contribs[0]
     if dtype == DTYPE_F32:
         out32: F32Array = np.empty(total, F32)
         np.concatenate(first, out=out32)
         np.add(out32, _ZERO, out=out32)
-        if len(contribs) > 1:
-            segs = []
-            at = 0
-            for v in first:
-                segs.append(out32[at:at + v.shape[0]])
-                at += v.shape[0]
-            for c in contribs[1:]:  # added tensor by tensor from the frames (no gather copy)
+        if len(contribs) > 1:  # the later ones added tensor by tensor (no gather copy)
+            segs = np.split(out32, np.cumsum([v.shape[0] for v in first[:-1]]))
+            for c in contribs[1:]:
                 for seg, v in zip(segs, c, strict=True):
                     np.add(seg, v, out=seg)
         if scale is not None:
@@ -398,10 +387,9 @@ def sum_small_batch(
             np.left_shift(tu, _SIXTEEN, out=tu)
             np.add(a, t, out=a)
     may_have_nan = has_nan = bool(np.isnan(np.min(a)))
-    if scale is not None:
+    if scale is not None:  # a zero or infinite scale can make a NaN (0 * inf) where none was
         round_bf16_small(a, ws, has_nan)
         np.multiply(a, scale, out=a)
-        # a zero or infinite scale can make a NaN (0 * inf) where the sum had none
         may_have_nan = has_nan or not bool(0.0 < scale < np.inf)
     encode_bf16_small(a, out16, may_have_nan)
     return out16

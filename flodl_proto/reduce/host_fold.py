@@ -450,14 +450,15 @@ class HostFold:
         of its batch's array), bit-identical to :meth:`_merge_tensor` tensor by tensor.
 
         Taken only when nothing was accumulated yet (the seed is the only earlier deposit),
-        every tensor of the seed has fewer than ``K.SMALL_ELEMS`` elements, the deposit has the
-        seed's tensor count, dtypes and shapes, and (version 3) no payload of either is elided;
+        the round has tensors, every tensor of the seed has fewer than ``K.SMALL_ELEMS``
+        elements, the deposit has the seed's tensor count, dtypes and shapes, and (version 3)
+        no payload of either is elided;
         then the remaining checks raise the per-tensor path's errors in its order (the seed's
         promotion checks, then each tensor's byte count). Returns False, having changed
         nothing, when the per-tensor path must run."""
-        if len(tensors) != len(rnd.schema) or (
+        if not tensors or len(tensors) != len(rnd.schema) or (
                 rnd.sums is not None and any(a is not None for a in rnd.sums)):
-            return False
+            return False  # a round without tensors never promotes: its seed ships verbatim
         seed = rnd.seed.tensors
         numels = [t.numel for t in seed]
         v3 = self._version >= 3
