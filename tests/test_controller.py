@@ -16,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -962,3 +963,33 @@ def test_a_small_round_starts_no_thread_and_skips_the_writer(
         names = [t.name for t in threading.enumerate()]
         assert not [n for n in names if n.startswith("flodl-controller-mac")], names
         assert writer_calls == []
+
+
+@pytest.mark.timeout(30)
+def test_a_thread_is_visible_to_teardown_only_once_started(
+        controller_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The accept loop can still open a connection while the coordinator tears down, and
+    joining a thread that was never started raises: a connection's writer is published on the
+    connection only after it starts, and a reader or status responder is added to the joined
+    threads and started under one lock hold."""
+    seen: list[tuple[str, bool]] = []
+    ctl = None
+    start = threading.Thread.start
+
+    def watched_start(self: threading.Thread) -> None:
+        if ctl is not None and self.name.startswith("flodl-controller-write"):
+            seen.append(("writer", any(c.writer is self for c in list(ctl._conns.values()))))
+        elif ctl is not None and self.name.startswith(("flodl-controller-relay",
+                                                       "flodl-controller-status")):
+            seen.append((self.name.split("-")[2].rstrip("0123456789"), ctl._lock.locked()))
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", watched_start)
+    ctl = controller_factory(1, port_mux=True)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        assert _http_get(ctl.port, "/status")[0].startswith("HTTP/1.1 200")
+        relay.rank_exit(0)
+        out = ctl.wait(END)
+    assert out is not None and out.clean
+    assert sorted(seen) == [("relay", True), ("status", True), ("writer", False)]

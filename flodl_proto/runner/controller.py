@@ -722,7 +722,7 @@ class ReferenceController:
                                  name="flodl-controller-status")
             with self._lock:
                 self._threads.append(t)
-            t.start()
+                t.start()
         else:
             if channel is not None:
                 log.info("controller: %s channel from %s is not served here; dropping", channel,
@@ -754,14 +754,17 @@ class ReferenceController:
                              args=(self._read_loop, f"the reader of connection {conn_id}", conn),
                              name=f"flodl-controller-relay{conn_id}")
         conn.reader = t
-        conn.writer = threading.Thread(target=self._guarded,
-                                       args=(self._write_loop,
-                                             f"the writer of connection {conn_id}", conn),
-                                       name=f"flodl-controller-write{conn_id}")
+        writer = threading.Thread(target=self._guarded,
+                                  args=(self._write_loop, f"the writer of connection {conn_id}",
+                                        conn),
+                                  name=f"flodl-controller-write{conn_id}")
+        # A thread becomes visible to _teardown (which joins it) only once it is started: the
+        # accept loop can still open a connection while the coordinator tears down.
+        writer.start()
+        conn.writer = writer
         with self._lock:
             self._threads.append(t)
-        conn.writer.start()
-        t.start()
+            t.start()
 
     # -- readers -----------------------------------------------------------------------------------
     def _post(self, conn: Conn, events: list[StreamEvent]) -> None:
