@@ -267,3 +267,61 @@ def test_a_round_without_tensors_ships_its_seed_verbatim(version: int) -> None:
     fold.deposit_frame(0, seed)
     out = fold.deposit_frame(1, _blob(_frame([], weight=2.0)))
     assert isinstance(out, memoryview) and bytes(out) == seed
+
+
+def test_a_relay_batch_may_fill_a_chunk_exactly() -> None:
+    n = K.CHUNK_ELEMS // 8
+    rng = np.random.default_rng(13)
+    frames = [_frame([_payload(_elements(rng, n, F32, False), F32, (n,)) for _ in range(8)])
+              for _ in range(2)]
+    fold = HostFold([0, 1], SALT)
+    fold.deposit_frame(0, _blob(frames[0]))
+    out = fold.deposit_frame(1, _blob(frames[1]))
+    assert isinstance(out, RoundFrame)
+    assert [t.data.tobytes() for t in out.tensors] == _reference(frames, None)
+    assert len({id(x) for x in _owners(out)}) == 1
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_three_ranks_complete_on_the_per_tensor_path(dtype: int) -> None:
+    """The second deposit promotes the seed to running sums: the third, which completes the
+    round, adds to them tensor by tensor (no batch), and the result is the three-way sum."""
+    spec = [(dtype, (5,)), (dtype, (2, 3))]
+    rng = np.random.default_rng(17)
+    frames = [_frame([_payload(_elements(rng, int(np.prod(s)), d, False), d, s)
+                      for d, s in spec]) for _ in range(3)]
+    fold = HostFold([0, 1, 2], SALT)
+    assert fold.deposit_frame(0, _blob(frames[0])) is None
+    assert fold.deposit_frame(1, _blob(frames[1])) is None
+    out = fold.deposit_frame(2, _blob(frames[2]))
+    assert isinstance(out, RoundFrame) and out.weight == 3.0
+    assert [t.data.tobytes() for t in out.tensors] == _reference(frames, None)
+
+
+def test_a_small_completing_deposit_with_more_tensors_than_the_seed() -> None:
+    good = _payload(np.ones(3, np.float32), F32, (3,))
+    fold = HostFold([0, 1], SALT)
+    fold.deposit_frame(0, _blob(_frame([good])))
+    with pytest.raises(ProtocolError) as exc:
+        fold.deposit_frame(1, _blob(_frame([good, good])))
+    assert exc.value.error_id == "fold.more_tensors"
+    assert exc.value.fields == {"rank": 1, "expected": 1}
+
+
+@pytest.mark.parametrize("elided_by", ["seed", "deposit"])
+def test_version_3_small_elided_payloads_add_nothing(elided_by: str) -> None:
+    """A small tensor elided by the seed or by the completing deposit: the sum is the other
+    frame's payload (plus 0.0), the other tensors are summed as usual."""
+    rng = np.random.default_rng(19)
+    a = [_payload(_elements(rng, 6, F32, False), F32, (6,)) for _ in range(2)]
+    b = [_payload(_elements(rng, 6, F32, False), F32, (6,)) for _ in range(2)]
+    elided = TensorPayload(F32, (6,), b"")
+    if elided_by == "seed":
+        frames = [_frame([a[0], elided]), _frame([b[0], b[1]])]
+    else:
+        frames = [_frame([a[0], a[1]]), _frame([b[0], elided])]
+    fold = HostFold([0, 1], SALT, version=3)
+    fold.deposit_frame(0, _blob(frames[0]))
+    out = fold.deposit_frame(1, _blob(frames[1]))
+    assert isinstance(out, RoundFrame)
+    assert [t.data.tobytes() for t in out.tensors] == _reference(frames, None)
