@@ -150,6 +150,35 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(args: tuple[str, ...
     assert (rc, err) == (141, "")
 
 
+def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
+    """``flodl-proto rank ... | head -0``: the first digest line meets a closed pipe; the rank
+    ends with 141 and nothing on stderr, as every command does (not a connection failure)."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(60)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                              f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0",
+                              "--world-size", "1", "--salt", SALT_HEX, "--rounds", "3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()  # the reader is gone before the first line
+        conn, _ = lst.accept()
+        with conn:
+            conn.settimeout(60)
+            recv_exact(conn, 16)  # handshake
+            conn.sendall(encode_ack(2))
+            head = recv_exact(conn, 4)
+            frame = recv_exact(conn, int.from_bytes(head, "little"))
+            conn.sendall(head + frame)  # one rank: its own frame is the consensus
+            err = p.stderr.read().decode()
+            rc = p.wait(timeout=60)
+    finally:
+        lst.close()
+    assert (rc, err) == (141, "")
+
+
 # -- item: Ctrl-C ------------------------------------------------------------------------------
 def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc]) -> None:
     p = _Proc("--log-level", "DEBUG", "rank", "--relay", f"127.0.0.1:{_closed_port()}",

@@ -14,7 +14,8 @@ exits 0 after ``K`` rounds. Ranks of one run print identical digests. A relay th
 yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once
 (``waiting for the relay: connect to HOST:PORT failed: ...; retrying every 0.5s, giving up after
 ~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
-reached in that time too), 2 for a bad command line.
+reached in that time too), 2 for a bad command line; output piped into a reader that stops early
+(``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank would).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..runner.rank import RankClient  # here: usage errors skip NumPy
 
+    stdout_gone = False
     try:
         def waiting(line: str) -> None:  # once: the relay is not there yet
             print(f"flodl-proto rank {args.rank}: waiting for the relay: {line}",
@@ -117,13 +119,19 @@ def run(args: argparse.Namespace) -> int:
                 arrays = synthetic_tensors(args.rank, k, args.payload_mib)
                 mass = mass_of(args.rank, k)
                 reply = client.all_reduce_scaled(arrays, mass, weight=mass)
-                print(f"round {k} digest {reply.digest()}", flush=True)
+                try:
+                    print(f"round {k} digest {reply.digest()}", flush=True)
+                except BrokenPipeError:
+                    stdout_gone = True  # the reader of stdout went away (``| head -1``)
+                    raise
                 if args.interval > 0 and k < args.rounds:
                     time.sleep(args.interval)
     except ProtocolError as e:
         print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
         return 2 if not e.remote and e.kind == "value" else 1
     except OSError as e:
+        if stdout_gone:
+            raise  # not a connection failure: the CLI ends quietly with 141, as for every command
         print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
         return 1
     return 0
