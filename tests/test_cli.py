@@ -179,6 +179,40 @@ def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
     assert (rc, err) == (141, "")
 
 
+@pytest.mark.parametrize(("option", "value", "shown"),
+                         [("--payload-mib", "inf", "inf"), ("--payload-mib", "nan", "nan"),
+                          ("--payload-mib", "-1", "-1.0"), ("--interval", "inf", "inf"),
+                          ("--interval", "nan", "nan")])
+def test_rank_payload_and_interval_must_be_finite(option: str, value: str, shown: str) -> None:
+    res = _cli("rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
+               "--world-size", "1", "--salt", SALT_HEX, option, value)
+    assert res.returncode == 2
+    assert res.stderr == f"flodl-proto rank: {option} must be a finite number >= 0, got {shown}\n"
+
+
+def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
+    """The relay acks; the rank then cannot build its 1e12 MiB tensor: one line, exit 1."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(60)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                              f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0",
+                              "--world-size", "1", "--salt", SALT_HEX, "--payload-mib", "1e12"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        conn, _ = lst.accept()
+        with conn:
+            conn.settimeout(60)
+            recv_exact(conn, 16)  # handshake
+            conn.sendall(encode_ack(2))
+            out, err = p.communicate(timeout=60)
+    finally:
+        lst.close()
+    assert (p.returncode, out) == (1, "")
+    assert err == "flodl-proto rank 0: cannot allocate the --payload-mib 1000000000000.0 tensor\n"
+
+
 # -- item: Ctrl-C ------------------------------------------------------------------------------
 def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc]) -> None:
     p = _Proc("--log-level", "DEBUG", "rank", "--relay", f"127.0.0.1:{_closed_port()}",

@@ -21,6 +21,7 @@ reached in that time too), 2 for a bad command line; output piped into a reader 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -100,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay")
-        if args.rounds < 0 or args.payload_mib < 0 or not args.interval >= 0:
-            raise ValueError("--rounds, --payload-mib and --interval must be >= 0")
+        if args.rounds < 0:
+            raise ValueError(f"--rounds must be >= 0, got {args.rounds}")
+        for option, value in (("--payload-mib", args.payload_mib), ("--interval", args.interval)):
+            if not 0 <= value < math.inf:  # nan and inf too: no frame or pause of that size
+                raise ValueError(f"{option} must be a finite number >= 0, got {value}")
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: {e}", file=sys.stderr)
         return 2
@@ -129,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
     except ProtocolError as e:
         print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
         return 2 if not e.remote and e.kind == "value" else 1
+    except MemoryError:  # --payload-mib larger than this machine can hold
+        print(f"flodl-proto rank {args.rank}: cannot allocate the --payload-mib "
+              f"{args.payload_mib} tensor", file=sys.stderr)
+        return 1
     except OSError as e:
         if stdout_gone:
             raise  # not a connection failure: the CLI ends quietly with 141, as for every command
