@@ -754,12 +754,10 @@ class ReferenceController:
                              args=(self._read_loop, f"the reader of connection {conn_id}", conn),
                              name=f"flodl-controller-relay{conn_id}")
         conn.reader = t
-        writer = threading.Thread(target=self._guarded,
+        writer = threading.Thread(target=self._guarded, name=f"flodl-controller-write{conn_id}",
                                   args=(self._write_loop, f"the writer of connection {conn_id}",
-                                        conn),
-                                  name=f"flodl-controller-write{conn_id}")
-        # A thread becomes visible to _teardown (which joins it) only once it is started: the
-        # accept loop can still open a connection while the coordinator tears down.
+                                        conn))
+        # _teardown (joining) sees a thread only once started: the accept loop runs meanwhile
         writer.start()
         conn.writer = writer
         with self._lock:
