@@ -476,7 +476,7 @@ for line in sys.stdin:
         cur, peak = tracemalloc.get_traced_memory()
         print(json.dumps([cur - base, peak - base]), flush=True)
     elif line.strip() == "wait":
-        out = ctl.wait(10)
+        out = ctl.wait(45)  # returns as soon as the run ends; a loaded machine is slow
         print(json.dumps(None if out is None else [out.clean, str(out.error)]), flush=True)
 ctl.shutdown(timeout=10)
 """
