@@ -426,9 +426,13 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     junit = blocker / "j.xml"
+    # found before the run: no case runs (nothing on stdout)
     assert main([*run, "--junit", str(junit)]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        f"flodl-proto conform: error: cannot write the report {junit}: Not a directory"]
+    assert capsys.readouterr() == (
+        "", f"flodl-proto conform: error: cannot write the report {junit}: Not a directory\n")
+    assert main([*run, "--json", str(tmp_path)]) == 1
+    assert capsys.readouterr() == (
+        "", f"flodl-proto conform: error: cannot write the report {tmp_path}: Is a directory\n")
 
 
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"

@@ -14,7 +14,8 @@ size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_fi
 ``--timeout-scale``, waits until it listens, plays the case, then stops it (SIGTERM, SIGKILL
 after a bound) and records its exit status. One line per case, a summary by doc section.
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
-``--json`` report cannot be written, 2 for a bad command line.
+``--json`` report cannot be written (checked before the run, and when written), 2 for a bad
+command line.
 """
 
 from __future__ import annotations
@@ -171,6 +172,9 @@ def _run(args: argparse.Namespace) -> int:
         return _usage(str(e))
     if not runs:
         return _usage("no case selected")
+    for path in (args.junit, args.json):  # found now rather than after a run of every case
+        if path is not None and (why := _unwritable(path)) is not None:
+            return _report_error(path, why)
     settings = KitSettings(timeout_scale=args.timeout_scale)
     console = Console(stderr=False, highlight=False, soft_wrap=True)
     lock = threading.Lock()
@@ -211,12 +215,31 @@ def _run(args: argparse.Namespace) -> int:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
             write(path, role, results, skipped, _title)
-        except OSError as e:
-            # after the run, as any output file: exit 1 (a bad command line is found before it)
-            why = "Not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
-            print(f"{_PROG}: error: cannot write the report {path}: {why}", file=sys.stderr)
-            return 1
+        except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)
+            return _report_error(path, _os_reason(e))
     return exit_code(results)
+
+
+def _os_reason(e: OSError) -> str:
+    return "Not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the report ``path`` cannot be written (its missing parent folders are created), or
+    None when it looks writable: the folder exists and is writable, and ``path`` is no folder."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
+    except OSError as e:
+        return _os_reason(e)
+    if path.is_dir():
+        return "Is a directory"
+    target = path if path.exists() else path.parent
+    return None if os.access(target, os.W_OK) else "Permission denied"
+
+
+def _report_error(path: Path, why: str) -> int:
+    print(f"{_PROG}: error: cannot write the report {path}: {why}", file=sys.stderr)
+    return 1
 
 
 def _run_docs(args: argparse.Namespace) -> int:
