@@ -697,17 +697,62 @@ def test_a_closed_stdout_is_no_traceback(args: tuple[str, ...]) -> None:
 
 def test_controller_progress_lines_with_no_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
     # ``flodl-proto controller ... >&-``: sys.stdout is None; the writer thread takes the lines
-    from flodl_proto.commands.controller import _StdoutLines
+    from flodl_proto.commands._output import LineWriter
 
     failures: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", failures.append)
     monkeypatch.setattr(sys, "stdout", None)
-    lines = _StdoutLines(backlog=4)
+    lines = LineWriter("stdout", backlog=4)
     lines.put("relay 0 joined: host 'h0' ranks [0]")
     lines.start()
     lines.put("round 1: kind Model weight 1 bytes 8 ms 0.100")
     lines.close()
     assert (failures, lines.dropped) == ([], 0)
+
+
+@pytest.mark.timeout(60)
+def test_log_records_never_wait_for_an_unread_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a warning logged mid-round (the coordinator's round timeout, a rank's runner) while nobody
+    # reads stderr (a full 4 KiB pipe): queued or dropped and counted, never blocking the caller;
+    # on exit the waiting records are written once stderr is read, and the handler is restored
+    import fcntl
+    import logging
+
+    from flodl_proto.commands._output import STDOUT_BACKLOG, LogLines, queued_stderr_logging
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    stderr = os.fdopen(write_end, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stderr", stderr)
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(
+        lambda: os.read(read_end, 65536), b"")))
+    n = 1000
+    try:
+        with queued_stderr_logging() as log_lines:
+            try:
+                assert handler not in root.handlers
+                for i in range(n):  # returns without anyone reading stderr
+                    logging.getLogger("flodl_proto.test").warning("round %d: relay late", i)
+                assert log_lines.dropped > 0
+            finally:
+                reader.start()  # now stderr is read: the exit can write what waits
+        assert handler in root.handlers
+        assert not any(isinstance(h, LogLines) for h in root.handlers)
+    finally:
+        root.removeHandler(handler)
+        stderr.close()
+        reader.join(30)
+        os.close(read_end)
+    lines = b"".join(chunks).decode().splitlines()
+    assert lines[0] == "WARNING flodl_proto.test: round 0: relay late"
+    got = [int(ln.split()[3].rstrip(":")) for ln in lines]
+    assert got == sorted(got) and len(got) + log_lines.dropped == n
+    assert len(got) <= STDOUT_BACKLOG + 1 + 4096 // len(lines[0])
 
 
 # -- item: --world-size beyond the handshake's u32 field, a non-finite --outer -----------------

@@ -559,6 +559,69 @@ def test_rank_cli_prints_digests(tmp_path: Any) -> None:
 
 
 
+#: rounds the unread-stdout test runs: far more digest lines than a 4 KiB pipe and the backlog
+#: hold together
+_UNREAD_ROUNDS = 600
+
+
+@pytest.mark.timeout(120)
+def test_rank_cli_rounds_go_on_while_nobody_reads_stdout() -> None:
+    """A stdout pipe nobody reads fills (here shrunk to one page, 4 KiB); the digest lines then
+    wait in the rank's bounded backlog or are dropped and counted, and every round still completes
+    (the fake relay answers all of them before stdout is read). Once stdout is read, the rank
+    exits 0: the lines written plus the ones the warning counts are one per round."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    from flodl_proto.commands._output import STDOUT_BACKLOG
+
+    def serve(relay: FakeRelay, conn: socket.socket) -> None:
+        for _ in range(_UNREAD_ROUNDS):  # echo each contribution as the consensus
+            conn.sendall(_echo(relay.read_request(conn)))
+        assert conn.recv(1) == b""  # the rank closes after its last round
+
+    fake = FakeRelay(acking(2, serve))
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    e = {k: v for k, v in os.environ.items() if k != "FLODL_SESSION_SALT"}
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto.cli", "rank", "--relay", fake.addr,
+                          "--rank", "0", "--world-size", "1", "--salt", SALT.hex(), "--rounds",
+                          str(_UNREAD_ROUNDS)],
+                         stdout=write_end, stderr=subprocess.PIPE, text=True, env=e)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as out:
+        try:
+            fake.thread.join(100)  # every round answered while nobody reads stdout
+            assert not fake.thread.is_alive() and len(fake.requests) == _UNREAD_ROUNDS
+            rest = out.read()  # now stdout is read: the rank can finish
+            assert p.wait(timeout=60) == 0
+            assert p.stderr is not None
+            err = p.stderr.read()
+        finally:
+            p.kill() if p.poll() is None else None
+    fake.close()
+    lines = rest.decode().splitlines()
+    rounds = [int(m.group(1)) for ln in lines
+              if (m := re.fullmatch(r"round (\d+) digest [0-9a-f]{64}", ln))]
+    assert len(rounds) == len(lines) and rounds == sorted(set(rounds)) and rounds[0] == 1
+    warning = err.strip().splitlines()
+    assert len(warning) == 1, err
+    prefix = "flodl-proto rank 0: warning: "
+    assert warning[0].startswith(prefix), err
+    assert warning[0].endswith(" progress lines dropped: stdout was not read fast enough")
+    dropped = int(warning[0][len(prefix):].split()[0])
+    assert len(lines) + dropped == _UNREAD_ROUNDS
+    # at most: the backlog, the line being written and what the pipe held
+    assert len(lines) <= STDOUT_BACKLOG + 1 + 4096 // min(len(ln) + 1 for ln in lines)
+
+
+def _echo(request: RoundFrame) -> bytes:
+    body = encode_round_frame_bytes(request, SALT)
+    return len(body).to_bytes(4, "little") + body
+
+
 def test_realized_work_scattered_frame_is_the_consensus(cluster: Callable[..., _Cluster]) -> None:
     """Counts [3, 5, 2] gathered through Control, values [1, 2, 3] weighted by gamma_mass(n, 1):
     every rank adopts (3 + 10 + 6) / 10 = 1.9."""

@@ -12,7 +12,8 @@ The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` wi
 Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
 Those lines are written by a thread of their own, so a stdout that is read slowly, or not at all
 (a full pipe), never holds up a round: at most :data:`STDOUT_BACKLOG` lines wait, later ones are
-dropped, and the number dropped is one warning line on stderr when the run ends.
+dropped, and the number dropped is one warning line on stderr when the run ends. Log records
+(warnings such as a round timeout) go to stderr the same way, through a backlog of their own.
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (missing or malformed salt, world size 0, bad
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import queue
 import sys
 import threading
 from pathlib import Path
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..addr import format_addr, parse_addr
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
     add_salt_options,
     check_world_size,
@@ -65,8 +66,6 @@ __all__ = [
 ]
 
 _PROG = "flodl-proto controller"
-#: progress lines (relay joined, round) that may wait for stdout; more are dropped and counted
-STDOUT_BACKLOG = 256
 
 
 def parse_outer(text: str | None) -> OuterOptimizer | None:
@@ -159,62 +158,6 @@ def notice_line(notice: ControllerNotice) -> str | None:
     return None
 
 
-class _StdoutLines:
-    """Lines for stdout, written by a thread of their own: :meth:`put` never blocks (it runs on
-    the controller's coordinator thread, mid-round); when ``backlog`` lines are already waiting
-    the line is dropped and counted in :attr:`dropped`."""
-
-    def __init__(self, backlog: int = STDOUT_BACKLOG) -> None:
-        self._lines: queue.Queue[str | None] = queue.Queue(backlog)
-        self._writer = threading.Thread(target=self._write, name="flodl-controller-stdout",
-                                        daemon=True)
-        self.dropped = 0
-
-    def put(self, line: str | None) -> None:
-        """Queue ``line`` for stdout (None: nothing), or count it as dropped."""
-        if line is None:
-            return
-        try:
-            self._lines.put_nowait(line)
-        except queue.Full:
-            self.dropped += 1
-
-    def start(self) -> None:
-        """Start writing (lines queued before wait until now)."""
-        self._writer.start()
-
-    def close(self) -> None:
-        """Write the lines still waiting, then stop: waits for stdout to take them (Ctrl-C
-        interrupts the wait)."""
-        if self._writer.is_alive():
-            self._lines.put(None)
-            self._writer.join()
-
-    def _write(self) -> None:
-        # straight to the file descriptor: a write blocked on a full pipe then holds no lock of
-        # sys.stdout, which the interpreter needs at exit (Ctrl-C while close() waits)
-        try:
-            fd: int | None = sys.stdout.fileno()
-            sys.stdout.flush()
-        except (AttributeError, OSError, ValueError):
-            fd = None  # stdout replaced by an object without a descriptor
-        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-        broken = False  # stdout failed (its reader went away): take the lines, write none
-        while (line := self._lines.get()) is not None:
-            if broken:
-                continue
-            try:
-                if fd is None:
-                    sys.stdout.write(line + "\n")
-                    sys.stdout.flush()
-                else:
-                    view = memoryview(f"{line}\n".encode(encoding, "replace"))
-                    while view:
-                        view = view[os.write(fd, view):]
-            except (AttributeError, OSError, ValueError):  # AttributeError: stdout is None
-                broken = True
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the controller until the run ends; return the exit code (0, 1 or 2)."""
     try:
@@ -234,9 +177,9 @@ def run(args: argparse.Namespace) -> int:
     from ..runner.controller import ReferenceController  # here: usage errors skip NumPy
 
     stop = threading.Event()
-    lines = _StdoutLines()
+    lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-controller-stdout")
     # signal handlers first: a SIGINT/SIGTERM right after the first line is a clean stop
-    with signals_stop(stop):
+    with queued_stderr_logging() as log_lines, signals_stop(stop):
         try:
             ctl = ReferenceController(
                 args.world_size, salt, host=host, port=port, version=args.protocol_version,
@@ -260,9 +203,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             outcome = ctl.shutdown()
     lines.close()  # outside signals_stop: Ctrl-C interrupts a wait for an unread stdout
-    if lines.dropped:
-        print(f"{_PROG}: warning: {lines.dropped} progress lines dropped: stdout was not read "
-              "fast enough", file=sys.stderr, flush=True)
+    report_dropped(_PROG, lines, log_lines)
     if outcome.clean:
         print(f"controller finished: {outcome}", flush=True)
         return 0

@@ -16,6 +16,13 @@ yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which
 ~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
 reached in that time too), 2 for a bad command line; output piped into a reader that stops early
 (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank would).
+
+The digest lines are written by a thread of their own, so a stdout that is read slowly, or not at
+all (a full pipe), never holds up a round (and with it the whole cluster): at most
+:data:`~flodl_proto.commands._output.STDOUT_BACKLOG` lines wait, later ones are dropped, and the
+number dropped is one warning line on stderr when the rank ends (before the error line, if any).
+Log records go to stderr the same way. At the end the rank waits for stdout to take the lines
+still waiting.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..addr import parse_addr
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import add_salt_options, check_world_size, cli_salt
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
@@ -111,35 +119,43 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..runner.rank import RankClient  # here: usage errors skip NumPy
 
+    prog = f"flodl-proto rank {args.rank}"
+    lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-rank-stdout")
+    lines.start()
+    failure: tuple[int, str] | None = None
     stdout_gone = False
     try:
-        def waiting(line: str) -> None:  # once: the relay is not there yet
-            print(f"flodl-proto rank {args.rank}: waiting for the relay: {line}",
-                  file=sys.stderr, flush=True)
+        with queued_stderr_logging() as log_lines:
+            def waiting(line: str) -> None:  # once, before any round: the relay is not there yet
+                log_lines.put(f"{prog}: waiting for the relay: {line}")
 
-        with RankClient.connect(addr, args.rank, args.world_size, salt, args.protocol_version,
-                                bf16=args.bf16, on_retry=waiting) as client:
-            for k in range(1, args.rounds + 1):
-                arrays = synthetic_tensors(args.rank, k, args.payload_mib)
-                mass = mass_of(args.rank, k)
-                reply = client.all_reduce_scaled(arrays, mass, weight=mass)
-                try:
-                    print(f"round {k} digest {reply.digest()}", flush=True)
-                except BrokenPipeError:
-                    stdout_gone = True  # the reader of stdout went away (``| head -1``)
-                    raise
-                if args.interval > 0 and k < args.rounds:
-                    time.sleep(args.interval)
-    except ProtocolError as e:
-        print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
-        return 2 if not e.remote and e.kind == "value" else 1
-    except MemoryError:  # --payload-mib larger than this machine can hold
-        print(f"flodl-proto rank {args.rank}: cannot allocate the --payload-mib "
-              f"{args.payload_mib} tensor", file=sys.stderr)
-        return 1
-    except OSError as e:
-        if stdout_gone:
-            raise  # not a connection failure: the CLI ends quietly with 141, as for every command
-        print(f"flodl-proto rank {args.rank}: {e}", file=sys.stderr)
-        return 1
+            try:
+                with RankClient.connect(addr, args.rank, args.world_size, salt,
+                                        args.protocol_version, bf16=args.bf16,
+                                        on_retry=waiting) as client:
+                    for k in range(1, args.rounds + 1):
+                        arrays = synthetic_tensors(args.rank, k, args.payload_mib)
+                        mass = mass_of(args.rank, k)
+                        reply = client.all_reduce_scaled(arrays, mass, weight=mass)
+                        if lines.broken:  # the reader of stdout went away (``| head -1``)
+                            stdout_gone = True
+                            raise BrokenPipeError("stdout")
+                        lines.put(f"round {k} digest {reply.digest()}")
+                        if args.interval > 0 and k < args.rounds:
+                            time.sleep(args.interval)
+            except ProtocolError as e:
+                failure = (2 if not e.remote and e.kind == "value" else 1, f"{prog}: {e}")
+            except MemoryError:  # --payload-mib larger than this machine can hold
+                failure = (1, f"{prog}: cannot allocate the --payload-mib {args.payload_mib} "
+                              "tensor")
+            except OSError as e:
+                if stdout_gone:
+                    raise  # not a connection failure: the CLI ends quietly with 141
+                failure = (1, f"{prog}: {e}")
+    finally:
+        lines.close()  # the digest lines still waiting: waits for stdout to take them
+    report_dropped(prog, lines, log_lines)
+    if failure is not None:
+        print(failure[1], file=sys.stderr, flush=True)
+        return failure[0]
     return 0

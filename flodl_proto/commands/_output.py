@@ -1,0 +1,159 @@
+"""Progress output that never holds up a run: lines (and log records) for stdout or stderr are
+queued and written by a thread of their own, so a stream that is read slowly, or not at all (a
+full pipe), never blocks the thread that produced them (the controller's coordinator mid-round, a
+rank's round loop). At most ``backlog`` lines wait; later ones are dropped and counted, and the
+command reports the count in one stderr line when it ends.
+
+Used by ``flodl-proto controller`` (relay-joined and round lines, log records) and ``flodl-proto
+rank`` (digest lines, log records). Upstream: none (the upstream binaries print directly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import sys
+import threading
+from collections.abc import Iterator
+
+__all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", "report_dropped"]
+
+#: lines that may wait for their stream; more are dropped and counted
+STDOUT_BACKLOG = 256
+
+
+class LineWriter:
+    """Lines for ``sys.stdout`` or ``sys.stderr`` (``stream``), written by a thread of their own:
+    :meth:`put` never blocks; when ``backlog`` lines are already waiting the line is dropped and
+    counted in :attr:`dropped`.
+
+    Args:
+        stream: ``"stdout"`` or ``"stderr"``: the ``sys`` attribute written to, read when the
+            writer starts.
+        backlog: lines that may wait (> 0).
+        name: the writer thread's name.
+    """
+
+    def __init__(self, stream: str = "stdout", backlog: int = STDOUT_BACKLOG,
+                 name: str = "flodl-stdout") -> None:
+        self._stream = stream
+        self._lines: queue.Queue[str | None] = queue.Queue(backlog)
+        self._writer = threading.Thread(target=self._write, name=name, daemon=True)
+        self.dropped = 0
+        #: set once a write failed (the stream's reader went away): later lines are discarded
+        self.broken = False
+
+    def put(self, line: str | None) -> None:
+        """Queue ``line`` (without its newline; None: nothing), or count it as dropped."""
+        if line is None:
+            return
+        try:
+            self._lines.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
+
+    def start(self) -> None:
+        """Start writing (lines queued before wait until now)."""
+        self._writer.start()
+
+    def close(self) -> None:
+        """Write the lines still waiting, then stop: waits for the stream to take them (Ctrl-C
+        interrupts the wait). A writer never started is left as is."""
+        if self._writer.is_alive():
+            self._lines.put(None)
+            self._writer.join()
+
+    def _write(self) -> None:
+        # straight to the file descriptor: a write blocked on a full pipe then holds no lock of
+        # the stream object, which the interpreter needs at exit (Ctrl-C while close() waits)
+        out = getattr(sys, self._stream)
+        try:
+            fd: int | None = out.fileno()
+            out.flush()
+        except (AttributeError, OSError, ValueError):
+            fd = None  # the stream replaced by an object without a descriptor, or None
+        encoding = getattr(out, "encoding", None) or "utf-8"
+        broken = False  # the stream failed (its reader went away): take the lines, write none
+        while (line := self._lines.get()) is not None:
+            if broken:
+                continue
+            try:
+                if fd is None:
+                    out.write(line + "\n")
+                    out.flush()
+                else:
+                    view = memoryview(f"{line}\n".encode(encoding, "replace"))
+                    while view:
+                        view = view[os.write(fd, view):]
+            except (AttributeError, OSError, ValueError):  # AttributeError: the stream is None
+                broken = self.broken = True
+
+
+class LogLines(logging.Handler):
+    """A logging handler that formats each record into one line and queues it on a
+    :class:`LineWriter` (never blocking the logging thread; a full backlog drops the record)."""
+
+    def __init__(self, writer: LineWriter, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Queue the formatted record."""
+        try:
+            text = self.format(record)
+        except Exception:  # a record whose message cannot be formatted: as logging does
+            self.handleError(record)
+            return
+        self.writer.put(text)
+
+
+def _stderr_handlers(root: logging.Logger) -> list[logging.Handler]:
+    return [h for h in root.handlers
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+            and h.stream is sys.stderr]
+
+
+@contextlib.contextmanager
+def queued_stderr_logging(backlog: int = STDOUT_BACKLOG) -> Iterator[LineWriter]:
+    """For the body of the block, the root logger's handlers that write to ``sys.stderr`` are
+    replaced by one :class:`LogLines` on a stderr :class:`LineWriter` with their formatter and
+    level, so a warning logged mid-round never waits for an unread stderr. On exit the records
+    still waiting are written (waiting for stderr to take them) and the handlers are restored.
+    When no root handler writes to ``sys.stderr`` nothing is replaced (the writer stays idle).
+
+    Yields:
+        the writer (its :attr:`LineWriter.dropped` counts the records dropped).
+    """
+    root = logging.getLogger()
+    old = _stderr_handlers(root)
+    writer = LineWriter("stderr", backlog, name="flodl-stderr")
+    if not old:  # nothing logs to stderr: nothing to replace
+        yield writer
+        return
+    handler = LogLines(writer, old[0].level)
+    handler.setFormatter(old[0].formatter)
+    for h in old:
+        root.removeHandler(h)
+    root.addHandler(handler)
+    writer.start()
+    try:
+        yield writer
+    finally:
+        root.removeHandler(handler)
+        for h in old:
+            root.addHandler(h)
+        writer.close()
+
+
+def report_dropped(prog: str, lines: LineWriter, log_lines: LineWriter) -> None:
+    """Print, on stderr, one warning line per writer that dropped lines:
+    ``PROG: warning: N progress lines dropped: stdout was not read fast enough`` and
+    ``PROG: warning: N log lines dropped: stderr was not read fast enough``."""
+    if lines.dropped:
+        print(f"{prog}: warning: {lines.dropped} progress lines dropped: stdout was not read "
+              "fast enough", file=sys.stderr, flush=True)
+    if log_lines.dropped:
+        print(f"{prog}: warning: {log_lines.dropped} log lines dropped: stderr was not read "
+              "fast enough", file=sys.stderr, flush=True)
