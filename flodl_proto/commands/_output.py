@@ -121,7 +121,8 @@ def queued_stderr_logging(backlog: int = STDOUT_BACKLOG) -> Iterator[LineWriter]
     replaced by one :class:`LogLines` on a stderr :class:`LineWriter` with their formatter and
     level, so a warning logged mid-round never waits for an unread stderr. On exit the records
     still waiting are written (waiting for stderr to take them) and the handlers are restored.
-    When no root handler writes to ``sys.stderr`` nothing is replaced (the writer stays idle).
+    When no root handler writes to ``sys.stderr`` nothing is replaced; the writer still takes
+    the command's own stderr lines (:meth:`LineWriter.put`).
 
     Yields:
         the writer (its :attr:`LineWriter.dropped` counts the records dropped).
@@ -129,21 +130,20 @@ def queued_stderr_logging(backlog: int = STDOUT_BACKLOG) -> Iterator[LineWriter]
     root = logging.getLogger()
     old = _stderr_handlers(root)
     writer = LineWriter("stderr", backlog, name="flodl-stderr")
-    if not old:  # nothing logs to stderr: nothing to replace
-        yield writer
-        return
-    handler = LogLines(writer, old[0].level)
-    handler.setFormatter(old[0].formatter)
-    for h in old:
-        root.removeHandler(h)
-    root.addHandler(handler)
+    handler = LogLines(writer, old[0].level if old else logging.NOTSET)
+    if old:
+        handler.setFormatter(old[0].formatter)
+        for h in old:
+            root.removeHandler(h)
+        root.addHandler(handler)
     writer.start()
     try:
         yield writer
     finally:
-        root.removeHandler(handler)
-        for h in old:
-            root.addHandler(h)
+        if old:
+            root.removeHandler(handler)
+            for h in old:
+                root.addHandler(h)
         writer.close()
 
 
