@@ -154,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
                 failure = (1, f"{prog}: {e}")
     finally:
         lines.close()  # the digest lines still waiting: waits for stdout to take them
+    if lines.broken:  # the reader of stdout went away: quietly 141, as every command
+        raise BrokenPipeError("stdout")
     report_dropped(prog, lines, log_lines)
     if failure is not None:
         print(failure[1], file=sys.stderr, flush=True)
