@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from flodl_proto.codec import (
+    END_OF_STREAM,
     LenFramedDecoder,
     MuxStream,
     NeedData,
@@ -272,6 +273,35 @@ def test_finding_weight_sum_overflow_is_a_remote_error(where: str) -> None:
             fold.deposit(1, wire)
         else:
             reduce_realized_work([frame, frame])
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_finding_host_frame_over_the_ceiling_is_a_remote_error(version: int) -> None:
+    """A relay whose HostFrame record would exceed its frame ceiling while the rank's frame is
+    within it (ceiling 0, a frame without tensors: 0 tensor bytes, a 25-byte record payload)
+    fails with a remote error; it used to be the encoder's local ``mux.payload_too_large_local``,
+    peer bytes surfacing as caller misuse. Pinned by
+    fuzz/corpus/relay_core/finding-host-frame-over-ceiling."""
+    from flodl_proto.codec import HelloAck, MuxRecord, encode_handshake, encode_mux_record_bytes
+    from flodl_proto.fsm.events import Finished, SendUpstream
+    from flodl_proto.fsm.relay_core import RelayCore
+
+    core = RelayCore([0], 1, SALT, version=version, ceiling=0)
+    core.rank_handshake(encode_handshake(0, 1, version))
+    core.dialed()
+    res = decode_mux_record(encode_mux_record_bytes(MuxRecord.control_msg(HelloAck(), version),
+                                                    SALT), SALT, version=version)
+    assert res is not END_OF_STREAM
+    core.upstream_record(res[0])
+    blob = encode_round_frame_bytes(RoundFrame(0, 1.0, []), SALT)
+    assert len(blob) == 25
+    acts = core.rank_frame(0, blob)
+    assert not [a for a in acts if isinstance(a, SendUpstream)]
+    (fin,) = [a for a in acts if isinstance(a, Finished)]
+    err = fin.outcome.error
+    assert isinstance(err, RemoteProtocolError) and isinstance(err, LimitExceeded)
+    assert err.error_id == "relay.host_frame_too_large"
+    assert dict(err.fields) == {"length": 25, "ceiling": 0}
 
 
 def test_findings_pass_strictly(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,6 +53,7 @@ from flodl_proto.codec import (
 from flodl_proto.errors import (
     AuthenticationError,
     InvalidValue,
+    LimitExceeded,
     LocalProtocolError,
     RemoteProtocolError,
     SchemaMismatch,
@@ -765,7 +766,9 @@ def test_a_host_frame_record_over_the_ceiling_fails_the_relay(ranks: tuple[int, 
     and the whole HostFrame record payload: the frame's 8-byte header, kind (1), weight (8),
     the tensor's dtype and ndim (2), one dim (4), nbytes (8), 64 data bytes and the 8-byte tag,
     103 bytes, so shipping fails the relay, both for a seed shipped verbatim (one rank) and
-    for merged sums (two ranks)."""
+    for merged sums (two ranks). The ranks' bytes caused it, so the error is a remote one
+    (departure ``host_frame_over_ceiling``: upstream ships the record and its controller rejects
+    it), with the encoder's local error as its cause."""
     core = RelayCore(ranks, len(ranks), SALT, ceiling=64)
     for r in ranks:
         core.rank_handshake(encode_handshake(r, len(ranks), 2))
@@ -780,16 +783,20 @@ def test_a_host_frame_record_over_the_ceiling_fails_the_relay(ranks: tuple[int, 
     assert not [a for a in acts if isinstance(a, SendUpstream)]
     (fin,) = [a for a in acts if isinstance(a, Finished)]
     err = fin.outcome.error
-    assert isinstance(err, LocalProtocolError)
-    assert err.error_id == "mux.payload_too_large_local"
+    assert isinstance(err, RemoteProtocolError) and isinstance(err, LimitExceeded)
+    assert err.error_id == "relay.host_frame_too_large"
     assert dict(err.fields) == {"length": 103, "ceiling": 64}
+    assert str(err).startswith("relay: the host's HostFrame record of 103 bytes exceeds the "
+                               "frame ceiling 64; ")
+    assert isinstance(err.__cause__, LocalProtocolError)
+    assert err.__cause__.error_id == "mux.payload_too_large_local"
 
 
 @pytest.mark.parametrize("completion", ["rank_left", "declare_dead", "rank_deadline"])
 def test_a_round_completed_by_a_death_fails_the_relay_when_its_record_is_over_the_ceiling(
         completion: str) -> None:
     """As above, with the round completed by rank 1's death (its stream ending, the
-    controller's DeclareDead, or the rank deadline): the relay fails with the encoder's error."""
+    controller's DeclareDead, or the rank deadline): the relay fails with the same remote error."""
     core = RelayCore((0, 1), 2, SALT, ceiling=64, rank_timeout=1.0)
     for r in (0, 1):
         core.rank_handshake(encode_handshake(r, 2, 2))
@@ -807,7 +814,11 @@ def test_a_round_completed_by_a_death_fails_the_relay_when_its_record_is_over_th
     assert not [a for a in acts if isinstance(a, SendUpstream)]
     (fin,) = [a for a in acts if isinstance(a, Finished)]
     err = fin.outcome.error
-    assert isinstance(err, LocalProtocolError)
-    assert err.error_id == "mux.payload_too_large_local"
+    assert isinstance(err, RemoteProtocolError) and isinstance(err, LimitExceeded)
+    assert err.error_id == "relay.host_frame_too_large"
     assert dict(err.fields) == {"length": 103, "ceiling": 64}
+    assert str(err).startswith("relay: the host's HostFrame record of 103 bytes exceeds the "
+                               "frame ceiling 64; ")
+    assert isinstance(err.__cause__, LocalProtocolError)
+    assert err.__cause__.error_id == "mux.payload_too_large_local"
     assert core.finished

@@ -75,7 +75,7 @@ from ..codec.mux import (
     ranks_str,
 )
 from ..codec.round_frame import RoundFrame
-from ..errors import ProtocolError, protocol_error
+from ..errors import LimitExceeded, ProtocolError, protocol_error
 from ..reduce import HostFold
 from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION
 from .deadline import RoundDeadline
@@ -430,12 +430,17 @@ class RelayCore:
     def _ship(self, payload: RoundFrame | memoryview | None) -> None:
         if payload is None:
             return
-        if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
-            parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self.salt,
-                                        ceiling=self.ceiling, mac_executor=self._mac_executor)
-        else:  # the seed verbatim, copied: the runner reuses its blob buffer for the next frame
-            parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
-                                            self.salt, ceiling=self.ceiling)
+        try:
+            if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
+                parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self.salt,
+                                            ceiling=self.ceiling, mac_executor=self._mac_executor)
+            else:  # the seed verbatim, copied: the runner reuses its blob buffer for the next one
+                parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
+                                                self.salt, ceiling=self.ceiling)
+        except LimitExceeded as e:  # the record, not any one deposit, is over the ceiling
+            f = dict(e.fields)
+            raise protocol_error("relay.host_frame_too_large", length=f["length"],
+                                 ceiling=f["ceiling"]) from e
         self._actions.append(SendUpstream(tuple(parts), UpstreamKind.HOST_FRAME))
         self._deadline.reset()  # the host's round is complete
 
