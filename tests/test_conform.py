@@ -348,6 +348,10 @@ def test_reports_junit_json_and_failure_lines(tmp_path: Path) -> None:
     assert len(res) == 1 and not res[0].passed
     assert res[0].message == "target did not start: cannot start the in-process target: " \
                              "nothing here"
+    assert res[0].exit is None  # it never started: nothing to reap, no "target:" line
+    assert case_line(res[0], "S") == [
+        "FAIL controller.round.zero-mass v3 [MUST] (S)",
+        "     target did not start: cannot start the in-process target: nothing here"]
     assert exit_code(res) == 1
     ok = _inprocess("controller", [3], ["controller.round.zero-mass",
                                         "controller.lifecycle.foreign-rank-exit"])
@@ -433,6 +437,35 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
     assert main([*run, "--json", str(tmp_path)]) == 1
     assert capsys.readouterr() == (
         "", f"flodl-proto conform: error: cannot write the report {tmp_path}: Is a directory\n")
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_cli_launch_that_cannot_start_is_one_line_exit_2(
+        jobs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the program named by --launch cannot be executed: one usage line naming it and the OS
+    # error, exit 2, no case runs (nothing on stdout; no "target: not reaped")
+    run = ["conform", "controller", "--timeout-scale", "0.1", "--version", "2", "--jobs", jobs]
+    missing = tmp_path / "nonexistent"
+    assert main([*run, "--launch", f"{missing} --port {{port}}"]) == 2
+    assert capsys.readouterr() == ("", "flodl-proto conform: error: --launch: cannot start the "
+                                       f"target '{missing}': No such file or directory\n")
+    not_executable = tmp_path / "target.sh"
+    not_executable.write_text("#!/bin/sh\n")
+    not_executable.chmod(0o644)
+    assert main([*run, "--launch", f"{not_executable} {{port}}"]) == 2
+    assert capsys.readouterr() == ("", "flodl-proto conform: error: --launch: cannot start the "
+                                       f"target '{not_executable}': Permission denied\n")
+
+
+def test_launched_target_that_cannot_start_is_a_launch_error(tmp_path: Path) -> None:
+    from flodl_proto.conform.target import LaunchedTarget, TargetLaunchError
+
+    t = LaunchedTarget(f"{tmp_path / 'nonexistent'} {{port}}")
+    with pytest.raises(TargetLaunchError) as info:
+        t.start(_ctx(tmp_path, _free_port()), 20.0)
+    assert (info.value.command, info.value.reason) == (str(tmp_path / "nonexistent"),
+                                                       "No such file or directory")
+    assert t.stop(1.0) is None  # never started: nothing to reap
 
 
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"

@@ -15,7 +15,8 @@ size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_fi
 after a bound) and records its exit status. One line per case, a summary by doc section.
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
 ``--json`` report cannot be written (checked before the run, and when written), 2 for a bad
-command line.
+command line, a ``--launch`` command that cannot be started included (no such program, not
+executable: one line naming it and the OS error, and no case runs).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _PROG = "flodl-proto conform"
+_EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case failed, or a "
+               "--junit/--json report cannot be written; 2 a bad command line, or a --launch "
+               "command that cannot be started (no such program, not executable)")
 _PLACEHOLDERS = {
     "controller": "{host} {port} {salt} {salt_file} {world_size} {version}",
     "relay": "{controller} {ranks} {world_size} {salt} {salt_file} {version} {listen_port}",
@@ -57,7 +61,7 @@ def register(sub: Any) -> None:
     for role in ("controller", "relay"):
         r = roles.add_parser(role, help=f"check a {role}",
                              description=f"Check a {role}. Placeholders of CMD: "
-                             f"{_PLACEHOLDERS[role]}.")
+                             f"{_PLACEHOLDERS[role]}.", epilog=_EXIT_CODES)
         r.add_argument("--launch", metavar="CMD",
                        help=f"command starting the target; placeholders {_PLACEHOLDERS[role]}")
         r.add_argument("--version", dest="versions", type=int, action="append",
@@ -146,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         write_json,
         write_junit,
     )
-    from ..conform.target import LaunchedTarget, fill_placeholders
+    from ..conform.target import LaunchedTarget, TargetLaunchError, fill_placeholders
 
     role = str(args.role)
     if args.timeout_scale < 0.1 or args.timeout_scale != args.timeout_scale:
@@ -180,7 +184,8 @@ def _run(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     progress = Progress(TextColumn("[bold]conform {task.fields[role]}"), BarColumn(),
                         MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
-                        TimeElapsedColumn(), console=console, transient=True)
+                        TimeElapsedColumn(), console=console, transient=True,
+                        disable=not console.is_interactive)  # else it ends with a blank line
     failed = 0
 
     def on_result(r: CaseResult) -> None:
@@ -192,10 +197,13 @@ def _run(args: argparse.Namespace) -> int:
                 console.print(line, style=style, markup=False)
             progress.update(task, advance=1, failed=failed)
 
-    with progress:
-        task = progress.add_task("cases", total=len(runs), role=role, failed=0)
-        results = run_cases(runs, lambda: LaunchedTarget(args.launch), settings, jobs=args.jobs,
-                            on_result=on_result)
+    try:
+        with progress:
+            task = progress.add_task("cases", total=len(runs), role=role, failed=0)
+            results = run_cases(runs, lambda: LaunchedTarget(args.launch), settings,
+                                jobs=args.jobs, on_result=on_result)
+    except TargetLaunchError as e:  # the command named on the command line: every case would fail
+        return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}")
     console.print("")
     console.print("summary by section:", markup=False)
     for title, ok, bad, must_bad in summary_by_section(results, _title):

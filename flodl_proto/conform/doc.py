@@ -35,7 +35,10 @@ SIGKILL after 5 s).
 Levels: **MUST** cases check flodl's behaviour as the golden vectors and upstream pin it; a
 conforming implementation passes every one. **SHOULD** cases check this package's stricter
 choices (the departures from upstream listed in protocol.md); upstream itself fails some of
-them. The kit exits 0 when every selected MUST case passed.
+them. The kit exits 0 when every selected MUST case passed, 1 when one failed (or a `--junit` /
+`--json` report cannot be written), and 2 for a bad command line, a `--launch` command that
+cannot be started included (no such program, not executable): then it prints one line naming the
+program and the OS error, and runs no case.
 
 ## Running the kit
 

@@ -44,7 +44,7 @@ from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
 from .builders import BuildContext, CatalogueError, build
 from .catalogue import Case
-from .target import CaseContext, Target, TargetError, TargetExit
+from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
 __all__ = ["CaseResult", "KitSettings", "play_case"]
 
@@ -389,8 +389,12 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status.
 
     Returns:
-        The result; a failing step, a target that does not start and a malformed step all give a
-        failed result (never an exception).
+        The result; a failing step, a target that exits or never listens and a malformed step
+        all give a failed result.
+
+    Raises:
+        TargetLaunchError: the target's command could not be executed (every case would fail the
+            same way; the caller stops the run).
     """
     t0 = time.monotonic()
     result = CaseResult(case, version)
@@ -417,6 +421,8 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
         player = _Player(case, version, target, settings, ctx, listener)
         try:
             player.address = target.start(ctx, settings.ready_timeout)
+        except TargetLaunchError:
+            raise
         except (TargetError, ValueError) as e:
             result.message = f"target did not start: {e}"
             return result

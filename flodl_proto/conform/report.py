@@ -25,6 +25,10 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
 
     Returns:
         The results in the order of ``runs``; ``on_result`` is called as each one completes.
+
+    Raises:
+        TargetLaunchError: the target's command could not be executed; the runs not started yet
+            are cancelled.
     """
     def one(run: tuple[Case, int]) -> CaseResult:
         res = play_case(run[0], run[1], make_target, settings)
@@ -38,7 +42,12 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
     order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
         futures = {i: pool.submit(one, runs[i]) for i in order}
-        return [futures[i].result() for i in range(len(runs))]
+        try:
+            return [futures[i].result() for i in range(len(runs))]
+        except BaseException:
+            for f in futures.values():
+                f.cancel()
+            raise
 
 
 def _expected_wait(case: Case, version: int) -> float:

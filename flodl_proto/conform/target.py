@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import IO, Final, Protocol
 
 __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget", "Target",
-           "TargetError", "TargetExit", "fill_placeholders", "port_listening"]
+           "TargetError", "TargetExit", "TargetLaunchError", "fill_placeholders",
+           "port_listening"]
 
 #: ``listening on HOST:PORT`` (the first line our controller and relay print)
 _LISTENING: Final = re.compile(r"listening on \[?([0-9A-Za-z.:-]*?)\]?:(\d+)\s*$")
@@ -33,6 +34,21 @@ _OUTPUT_LINES: Final = 200
 
 class TargetError(RuntimeError):
     """The target could not be started, or never became ready (the message says why)."""
+
+
+class TargetLaunchError(TargetError):
+    """The target's command could not be executed at all (no such program, not executable, no
+    process could be created): every case would fail the same way, so the kit stops.
+
+    Attributes:
+        command: the program named by ``--launch`` (its first word, placeholders filled).
+        reason: the operating system's error text (``No such file or directory``).
+    """
+
+    def __init__(self, command: str, reason: str) -> None:
+        super().__init__(f"cannot start {command!r}: {reason}")
+        self.command = command
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +129,9 @@ class Target(Protocol):
     def send_signal(self, sig: int) -> None:
         """Deliver ``sig`` (SIGTERM: the stop request)."""
 
-    def stop(self, bound: float) -> TargetExit:
-        """Stop it (SIGTERM, then SIGKILL after ``bound`` s) and return how it ended."""
+    def stop(self, bound: float) -> TargetExit | None:
+        """Stop it (SIGTERM, then SIGKILL after ``bound`` s) and return how it ended; None when
+        it never started."""
 
     def output(self) -> str:
         """The last lines it printed (stdout and stderr)."""
@@ -206,8 +223,8 @@ class LaunchedTarget:
         listens.
 
         Raises:
-            ValueError: a bad template. TargetError: it could not start, exited, or did not
-                listen within ``ready_timeout`` s.
+            ValueError: a bad template. TargetLaunchError: the command could not be executed.
+                TargetError: it exited, or did not listen within ``ready_timeout`` s.
         """
         argv = fill_placeholders(self.template, ctx.placeholders())
         env = {**os.environ, **self.env, "FLODL_NET_TIMEOUT_SCALE": f"{ctx.timeout_scale:g}"}
@@ -216,7 +233,7 @@ class LaunchedTarget:
                                           stderr=subprocess.PIPE, text=True, env=env,
                                           start_new_session=True, errors="replace")
         except OSError as e:
-            raise TargetError(f"cannot start {argv[0]!r}: {e}") from None
+            raise TargetLaunchError(argv[0], e.strerror or str(e)) from None
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
@@ -260,10 +277,11 @@ class LaunchedTarget:
         """Send ``sig`` to the target's process group."""
         self._signal_group(sig)
 
-    def stop(self, bound: float) -> TargetExit:
-        """SIGTERM to its process group, SIGKILL after ``bound`` s; join the output readers."""
+    def stop(self, bound: float) -> TargetExit | None:
+        """SIGTERM to its process group, SIGKILL after ``bound`` s; join the output readers.
+        None when it never started."""
         if self._proc is None:
-            return TargetExit(None, False)
+            return None
         by_itself = self._proc.poll() is not None
         killed = False
         if not by_itself:
@@ -339,10 +357,10 @@ class InProcessTarget:
             if self._exit is None:
                 self._exit, self._by_itself = status, True
 
-    def stop(self, bound: float) -> TargetExit:
-        """Stop it if still running; how it ended."""
+    def stop(self, bound: float) -> TargetExit | None:
+        """Stop it if still running; how it ended (None when it never started)."""
         if self._handle is None:
-            return TargetExit(None, False)
+            return None
         if self._exit is None:
             status = self._handle.wait_exit(0)
             if status is not None:
