@@ -304,6 +304,38 @@ def test_finding_host_frame_over_the_ceiling_is_a_remote_error(version: int) -> 
     assert dict(err.fields) == {"length": 25, "ceiling": 0}
 
 
+@pytest.mark.parametrize("version", [2, 3])
+def test_finding_broadcast_over_the_ceiling_is_a_remote_error(version: int) -> None:
+    """A relay fed a Broadcast above its frame ceiling (read by a caller with a larger ceiling:
+    ceiling 0, a frame without tensors, 25 bytes) fails with the remote error the runner's reader
+    raises for that record; it used to raise the length-prefix encoder's local
+    ``len.write_too_large`` out of ``upstream_record``. Pinned by
+    fuzz/corpus/relay_core/finding-broadcast-over-ceiling."""
+    from flodl_proto.codec import HelloAck, MuxRecord, encode_handshake, encode_mux_record_bytes
+    from flodl_proto.fsm.events import FanOut, Finished
+    from flodl_proto.fsm.relay_core import RelayCore
+
+    def record(rec: MuxRecord) -> MuxRecord:
+        res = decode_mux_record(encode_mux_record_bytes(rec, SALT), SALT, version=version)
+        assert res is not END_OF_STREAM
+        return res[0]
+
+    core = RelayCore([0], 1, SALT, version=version, ceiling=0)
+    core.rank_handshake(encode_handshake(0, 1, version))
+    core.dialed()
+    core.upstream_record(record(MuxRecord.control_msg(HelloAck(), version)))
+    payload = encode_round_frame_bytes(RoundFrame(0, 1.0, []), SALT)
+    assert len(payload) == 25
+    acts = core.upstream_record(record(MuxRecord.broadcast(payload)))
+    assert not [a for a in acts if isinstance(a, FanOut)]
+    (fin,) = acts
+    assert isinstance(fin, Finished) and core.finished
+    err = fin.outcome.error
+    assert isinstance(err, RemoteProtocolError) and isinstance(err, LimitExceeded)
+    assert err.error_id == "mux.payload_too_large"
+    assert dict(err.fields) == {"length": 25, "ceiling": 0, "kind": 4, "rank": 0}
+
+
 def test_findings_pass_strictly(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ``finding-*`` corpus file passes with every tolerance switched off."""
     monkeypatch.setenv("FLODL_FUZZ_STRICT", "1")

@@ -31,9 +31,10 @@ Rules (upstream's, facts §d.7, and ``spec/lifecycle.yaml``):
 * fold: each blob is deposited into the fold; a deposit or death that completes a round sends one
   HostFrame (the merged frame signed here, or the seed's bytes verbatim, copied since the runner
   reuses the blob's buffer); a fold error (MAC, schema, double deposit...) ends the relay. A
-  Broadcast is fanned out to the alive local ranks; ``DeclareDead`` for a local rank takes it out
-  of the barrier (for another rank it is logged and ignored); any other record is logged and
-  ignored. The end of the controller's stream ends the relay cleanly;
+  Broadcast is fanned out to the alive local ranks (one above the frame ceiling ends the relay
+  with ``mux.payload_too_large``, as the runner's reader would); ``DeclareDead`` for a local
+  rank takes it out of the barrier (for another rank it is logged and ignored); any other
+  record is logged and ignored. The end of the controller's stream ends the relay cleanly;
 * a local rank that leaves is declared dead in the fold and reported with ``RankExit``; after the
   last one the queued records are flushed and the upstream connection closed (drain);
 * when the controller has declared every local rank dead and then closes the connection, the
@@ -258,6 +259,10 @@ class RelayCore:
         """A record from the controller (already authenticated by the codec), or None at a clean
         end of stream.
 
+        A Broadcast whose payload is above this relay's frame ceiling ends the relay with the
+        remote ``mux.payload_too_large`` the runner's reader raises for such a record, whatever
+        ceiling the caller read it with (the ranks' length prefix is bounded by the ceiling).
+
         Raises:
             LocalProtocolError (``relay.bad_event``): before the Hello was sent.
         """
@@ -409,6 +414,11 @@ class RelayCore:
                          detail="the controller closed the connection")
         elif rec.kind is RecordKind.BROADCAST:
             payload = rec.payload
+            if payload.nbytes > self.ceiling:  # a caller that read it with a larger ceiling
+                self._fail(protocol_error("mux.payload_too_large", length=payload.nbytes,
+                                          ceiling=self.ceiling, kind=int(rec.kind),
+                                          rank=rec.rank))
+                return
             self._actions.append(FanOut(encode_len_prefix(payload.nbytes, ceiling=self.ceiling),
                                         payload, self.fold.alive_ranks))
         elif rec.kind is RecordKind.CONTROL and isinstance(rec.control, DeclareDead):

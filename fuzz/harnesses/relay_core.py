@@ -26,9 +26,11 @@ just fed and decodes as an ack; :class:`RankConnected` names a local rank not co
 the Hello is sent once, from ``dialed``, and carries the channel magic and ``Hello{host, ranks
 ascending}``; a HostFrame record decodes with the salt and its frame too, one per completed fold
 round; a RankExit names the rank that just left, once per rank; a FanOut's prefix gives the
-payload length and its ranks are the fold's alive ranks; DrainUpstream comes once, when the last
-local rank left; ``Finished`` comes once, its error (if any) a RemoteProtocolError; after it every
-input is a no-op. At the end ``stop()`` must finish a relay still running.
+payload length and its ranks are the fold's alive ranks; a Broadcast above the relay's ceiling
+(records are read here without one) ends the relay with the reader's ``mux.payload_too_large``;
+DrainUpstream comes once, when the last local rank left; ``Finished`` comes once, its error (if
+any) a RemoteProtocolError; after it every input is a no-op. At the end ``stop()`` must finish a
+relay still running.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from flodl_proto.codec import (
     encode_round_frame_bytes,
     expect_channel_magic,
 )
-from flodl_proto.errors import RemoteProtocolError, protocol_error
+from flodl_proto.errors import LimitExceeded, RemoteProtocolError, protocol_error
 from flodl_proto.fsm.events import (
     AckRank,
     DrainUpstream,
@@ -160,6 +162,18 @@ class Driver:
             self.host_frames += 1
 
 
+def check_broadcast_over_ceiling(acts: list[Any], rec: MuxRecord, ceiling: int) -> None:
+    """A Broadcast above the relay's ceiling (the harness reads records with no ceiling) ends the
+    relay with the reader's remote error, exactly as if the runner's reader had rejected it."""
+    check(len(acts) == 1 and isinstance(acts[0], Finished), f"over-ceiling Broadcast gave {acts!r}")
+    err = acts[0].outcome.error
+    check(isinstance(err, LimitExceeded) and isinstance(err, RemoteProtocolError)
+          and err.error_id == "mux.payload_too_large"
+          and dict(err.fields) == {"length": rec.payload.nbytes, "ceiling": ceiling,
+                                   "kind": int(RecordKind.BROADCAST), "rank": 0},
+          f"over-ceiling Broadcast ended the relay with {err!r}")
+
+
 def _handshake(p: Params, mode: int, core: RelayCore, world: int) -> bytes:
     if mode == 1:
         return p.take(p.u8() % 24)
@@ -222,7 +236,10 @@ def test_one_input(data: bytes) -> None:
         elif kind == 2:
             rec = _record(p, a & 7, core, schema, world)
             if state in (RelayState.AWAITING_HELLO_ACK, RelayState.FOLDING, RelayState.DRAINING):
-                d.call("upstream_record", rec)
+                acts = d.call("upstream_record", rec)
+                if (state != RelayState.AWAITING_HELLO_ACK and rec is not None
+                        and rec.kind is RecordKind.BROADCAST and rec.payload.nbytes > core.ceiling):
+                    check_broadcast_over_ceiling(acts, rec, core.ceiling)
         elif kind == 3:
             rank = core.ranks[a % n]
             blob = (p.take(p.u8()) if a & 8 else
