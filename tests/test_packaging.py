@@ -45,7 +45,30 @@ def test_vectors_compare(tmp_path: Path) -> None:
         "differs: extra.json", "differs: v2/handshake.json",
         f"{copy} differs from {BUNDLED_VECTORS} (2 files)"]
     res = _vectors_cli("compare", str(tmp_path / "absent"))
-    assert res.returncode == 2 and "not a directory" in res.stderr
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"flodl-proto vectors: {tmp_path / 'absent'}: does not exist\n")
+
+
+def test_vectors_check_unusable_folder_is_one_line_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vectors check`` on a folder it cannot use: one line naming it, exit 2 (as the other
+    input paths), nothing run and nothing on stdout, even after a good folder."""
+    from flodl_proto.cli import main
+
+    empty = tmp_path / "empty"
+    (empty / "v2").mkdir(parents=True)
+    (empty / "manifest.json").write_text('{"total_cases": 0}', encoding="utf-8")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("", encoding="utf-8")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for path, why in ((empty, f"no vectors found under {empty}"),
+                      (tmp_path / "absent", f"{tmp_path / 'absent'}: does not exist"),
+                      (a_file, f"{a_file}: not a directory"),
+                      (bad, f"{bad / 'x.json'}: not a vector file (no key 'protocol_version')")):
+        (bad / "x.json").write_text("{}", encoding="utf-8")
+        assert main(["vectors", "check", str(BUNDLED_VECTORS), str(path)]) == 2
+        assert capsys.readouterr() == ("", f"flodl-proto vectors: {why}\n")
 
 
 @pytest.mark.timeout(300)

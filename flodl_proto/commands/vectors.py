@@ -24,7 +24,11 @@ def register(sub: Any) -> None:
     """Add the ``vectors`` subcommand."""
     p = sub.add_parser("vectors", help="check golden vector folders (interop self-check)")
     vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION")
-    c = vsub.add_parser("check", help="run every case of the given folders and their v2/")
+    c = vsub.add_parser("check", help="run every case of the given folders and their v2/",
+                        description="Run every case of the given vector folders and their v2/. "
+                        "Exit 0 when every case passed and the counts match the manifests, 1 "
+                        "when not, 2 when a folder does not exist, is no folder, holds no "
+                        "vectors or holds a file that is not one (one line naming it).")
     c.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
                    help="vector folders (default: the bundled copy of the shared vectors)")
     c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
@@ -44,22 +48,52 @@ def register(sub: Any) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+def _not_a_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a vector folder (``... does not exist``, ``... not a
+    directory``), or None when it is a folder."""
+    if path.is_dir():
+        return None
+    return f"{path}: {'not a directory' if path.exists() else 'does not exist'}"
+
+
+def _load_cases(root: Path) -> list[Any] | str:
+    """Every case of the folder ``root`` and its ``v2/``, or the one-line reason it holds no
+    usable vectors (missing, not a folder, no case, an unreadable or malformed case file)."""
+    from ..interop.vectors import VectorFileError, iter_cases
+
+    if (why := _not_a_folder(root)) is not None:
+        return why
+    try:
+        cases = list(iter_cases(root))
+    except OSError as e:
+        return f"{e.filename or root}: {e.strerror or e}"
+    except VectorFileError as e:
+        return str(e)
+    return cases if cases else f"no vectors found under {root}"
+
+
 def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
     """Run every case of ``dirs`` (and their ``v2/``), print a table per file; return the exit
-    code: 0 only if every case ran and passed and the counts match the manifests."""
+    code: 0 only if every case ran and passed and the counts match the manifests, 2 (one line on
+    stderr, nothing run) when a folder does not exist, is no folder, holds no vectors or holds
+    a case file that cannot be read or is not a vector file."""
     from ..interop.registry import NotImplementedOp
-    from ..interop.vectors import iter_cases, manifest_total, run_case
+    from ..interop.vectors import manifest_total, run_case
 
     out = out or sys.stdout
     ok = True
-    for root in dirs:
-        if not root.is_dir():
-            print(f"flodl-proto vectors: {root}: not a directory", file=sys.stderr)
+    loaded = []
+    for root in dirs:  # every folder is checked before any case runs
+        cases = _load_cases(root)
+        if isinstance(cases, str):
+            print(f"flodl-proto vectors: {cases}", file=sys.stderr)
             return 2
+        loaded.append((root, cases))
+    for root, cases in loaded:
         stats: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         failures: list[str] = []
         total = 0
-        for case in iter_cases(root):
+        for case in cases:
             total += 1
             key = ("v2/" if case.version == 2 else "") + case.file
             try:
@@ -109,8 +143,8 @@ def compare_folders(a: Path, b: Path) -> list[str]:
 
 def _compare(args: argparse.Namespace) -> int:
     for d in (args.dir, args.bundled):
-        if not d.is_dir():
-            print(f"flodl-proto vectors: {d}: not a directory", file=sys.stderr)
+        if (why := _not_a_folder(d)) is not None:
+            print(f"flodl-proto vectors: {why}", file=sys.stderr)
             return 2
     diffs = compare_folders(args.dir, args.bundled)
     for rel in diffs:

@@ -22,7 +22,13 @@ for _info in pkgutil.iter_modules([str(Path(__file__).parent)]):
     if _info.name.startswith("ops_"):
         importlib.import_module(f"{__package__}.{_info.name}")
 
-__all__ = ["Case", "iter_cases", "manifest_total", "run_case", "vector_folders"]
+__all__ = ["Case", "VectorFileError", "iter_cases", "manifest_total", "run_case",
+           "vector_folders"]
+
+
+class VectorFileError(ValueError):
+    """A ``*.json`` file of a vector folder that is not a vector file of the shared schema (not
+    JSON, or without ``protocol_version`` / ``cases``); the message names the file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +54,23 @@ def vector_folders(root: Path) -> list[Path]:
 
 
 def iter_cases(root: Path) -> Iterator[Case]:
-    """Yield every case of every ``*.json`` (manifest excluded) in ``root`` and ``root/v2``."""
+    """Yield every case of every ``*.json`` (manifest excluded) in ``root`` and ``root/v2``.
+
+    Raises:
+        OSError: a file cannot be read. VectorFileError: a file is not a vector file.
+    """
     for folder in vector_folders(root):
         for path in sorted(folder.glob("*.json")):
             if path.name == "manifest.json":
                 continue
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            for case in doc["cases"]:
-                yield Case(path.stem, int(doc["protocol_version"]), case)
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+                version, cases = int(doc["protocol_version"]), list(doc["cases"])
+            except (ValueError, KeyError, TypeError) as e:
+                why = f"no key {e}" if isinstance(e, KeyError) else str(e)
+                raise VectorFileError(f"{path}: not a vector file ({why})") from None
+            for case in cases:
+                yield Case(path.stem, version, case)
 
 
 def manifest_total(root: Path) -> int:
