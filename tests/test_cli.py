@@ -412,6 +412,27 @@ def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     _one_error_line(res.stderr, f"cannot write {blocker / 'protocol.md'}", "Not a directory")
 
 
+@pytest.mark.parametrize("cmd", [("docs",), ("conform", "docs")], ids=" ".join)
+def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # with --check, PATH is an input: one that cannot be read is a usage error (2), one line
+    # naming it and the OS error; a PATH that does not exist is "missing" (a failed check, 1)
+    prog = f"flodl-proto {cmd[0]}"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(loop)
+    for out, why in ((tmp_path, "Is a directory"), (blocker / "protocol.md", "Not a directory"),
+                     (loop, "Too many levels of symbolic links")):
+        assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
+            2, "", f"{prog}: error: cannot read {out}: {why}\n")
+    code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
+    assert (code, out_text) == (1, "") and err.startswith(f"{tmp_path / 'none.md'}: missing")
+    code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(blocker))
+    assert (code, out_text) == (1, "") and err.startswith(f"{blocker}: out of date")
+
+
 def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

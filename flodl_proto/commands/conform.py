@@ -16,7 +16,8 @@ after a bound) and records its exit status. One line per case, a summary by doc 
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
 ``--json`` report cannot be written (checked before the run, and when written), 2 for a bad
 command line, a ``--launch`` command that cannot be started included (no such program, not
-executable: one line naming it and the OS error, and no case runs).
+executable: one line naming it and the OS error, and no case runs). ``docs --check``: 0 up to
+date, 1 missing or out of date, 2 when PATH cannot be read.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def register(sub: Any) -> None:
                    help="output file (default: docs/conformance.md; '-' writes to stdout); "
                    "missing parent folders are created")
     d.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if PATH is missing or out of date")
+                   help="write nothing; exit 1 if PATH is missing or out of date, 2 if it "
+                   "cannot be read")
     d.set_defaults(func=_run_docs)
 
 
@@ -262,14 +264,21 @@ def _run_docs(args: argparse.Namespace) -> int:
     if str(out) == "-":
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
-    current = out.read_text(encoding="utf-8") if out.is_file() else None
-    if args.check:
-        if current == text:
+    if args.check:  # PATH is the input: one that cannot be read is exit 2, as `docs --check`
+        from .docs import read_for_check
+
+        try:
+            found = read_for_check(out)
+        except OSError as e:
+            print(f"{_PROG}: error: cannot read {out}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        if found == text.encode("utf-8"):
             print(f"{out}: up to date")
             return 0
-        state = "missing" if current is None else "out of date"
+        state = "missing" if found is None else "out of date"
         print(f"{out}: {state}; run `flodl-proto conform docs --out {out}`", file=sys.stderr)
         return 1
+    current = out.read_text(encoding="utf-8") if out.is_file() else None
     if current != text:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,12 +8,16 @@ generates (for CI). The spec read is the one of the checkout the output belongs 
 a source checkout documents that checkout's spec, not the copy installed with it); else ``--spec
 DIR``'s; else the one the package loads. The spec file read is named on every result line.
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
-2 for a bad command line or an unreadable spec.
+2 for a bad command line, an unreadable spec, or (``--check``) a PATH that cannot be read (one
+line naming it and the OS error; a PATH that does not exist is ``missing``, exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from typing import Any
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..spec import SPEC, Spec, SpecError
 
-__all__ = ["register", "spec_dir_for"]
+__all__ = ["read_for_check", "register", "spec_dir_for"]
 
 _PROG = "flodl-proto docs"
 
@@ -40,14 +44,41 @@ def register(sub: Any) -> None:
                    help="folder holding wire.yaml and lifecycle.yaml (default: the spec/ of the "
                    "checkout PATH is in, else the package's)")
     p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if PATH is missing or out of date")
+                   help="write nothing; exit 1 if PATH is missing or out of date, 2 if it "
+                   "cannot be read")
     p.set_defaults(func=_run)
+
+
+def read_for_check(path: Path) -> bytes | None:
+    """The bytes of the generated file ``path`` that a ``--check`` compares, or None when there
+    is none: no such path (a dangling link included), or a device or pipe rather than a file
+    (never read, so a check cannot block on it).
+
+    Raises:
+        OSError: ``path`` cannot be read (a folder, a link loop, a file where a folder of the path
+            should be, no permission); ``strerror`` says why.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(mode):
+        return None
+    return path.read_bytes()
 
 
 def spec_dir_for(out: Path | None) -> Path:
     """The spec folder documenting ``out``: the nearest ``spec/`` holding ``wire.yaml`` at or
     above ``out``'s folder (``None`` or ``-``: the current folder), else the package's spec."""
-    start = Path.cwd() if out is None or str(out) == "-" else out.resolve().parent
+    if out is None or str(out) == "-":
+        start = Path.cwd()
+    else:
+        try:
+            start = out.resolve().parent
+        except (OSError, RuntimeError):  # a link loop (RuntimeError before Python 3.13)
+            start = out.absolute().parent
     for folder in (start, *start.parents):
         if (folder / "spec" / "wire.yaml").is_file():
             return folder / "spec"
@@ -74,6 +105,18 @@ def _run(args: argparse.Namespace) -> int:
     if str(out) == "-":
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
+    if args.check:  # PATH is the input: one that cannot be read is exit 2, as any input path
+        try:
+            found = read_for_check(out)
+        except OSError as e:
+            print(f"{_PROG}: error: cannot read {out}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        if found == text.encode("utf-8"):
+            print(f"{out}: up to date {source}")
+            return 0
+        print(f"{out}: {'missing' if found is None else 'out of date'} {source}; run "
+              f"`flodl-proto docs --out {out}`", file=sys.stderr)
+        return 1
     if out.is_dir():
         print(f"{_PROG}: error: --out {out} is a directory; give a file path", file=sys.stderr)
         return 1
@@ -81,13 +124,6 @@ def _run(args: argparse.Namespace) -> int:
         current = out.read_text(encoding="utf-8") if out.is_file() else None
     except (OSError, UnicodeDecodeError) as e:
         print(f"{_PROG}: error: cannot read {out}: {e}", file=sys.stderr)
-        return 1
-    if args.check:
-        if current == text:
-            print(f"{out}: up to date {source}")
-            return 0
-        print(f"{out}: {'missing' if current is None else 'out of date'} {source}; run "
-              f"`flodl-proto docs --out {out}`", file=sys.stderr)
         return 1
     if current == text:
         print(f"{out}: up to date {source}")
