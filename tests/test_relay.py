@@ -4,6 +4,7 @@ and its failure modes."""
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import socket
 import subprocess
@@ -531,6 +532,73 @@ def test_relay_cli_says_why_it_exits_when_the_controller_refuses_its_hello() -> 
                    "signed with another salt, and closes: check --protocol-version and the salt "
                    "on both sides)\n")
     assert outcome is not None and "the protocol versions differ" in outcome.detail
+
+
+#: DeclareDead records for a rank of another host the scripted controller sends per round: each
+#: is a warning line on the relay's stderr, together far more than a 4 KiB pipe holds
+_FOREIGN_DECLARE_DEAD = 60
+_UNREAD_ROUNDS = 6
+
+
+@pytest.mark.timeout(120)
+def test_relay_cli_rounds_go_on_while_nobody_reads_stderr() -> None:
+    """Warnings logged on the round path (here a DeclareDead naming another host's rank, sent by
+    the controller between a HostFrame and its Broadcast) while nobody reads the relay's stderr
+    (a pipe shrunk to one page, 4 KiB): they wait in the bounded backlog or are dropped and
+    counted, and every round still completes. Once stderr is read the relay ends cleanly, and
+    the lines written plus the ones the warning counts are one per DeclareDead."""
+    import fcntl
+
+    from flodl_proto.commands._output import STDOUT_BACKLOG
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    with FakeController() as ctrl:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flodl_proto.cli", "relay", "--controller",
+             f"127.0.0.1:{ctrl.port}", "--ranks", "0", "--world-size", "8", "--salt",
+             SALT.hex(), "--listen-port", "0", "--host", "h0"],
+            stdout=subprocess.PIPE, stderr=write_end, text=True)
+        os.close(write_end)
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline().rstrip("\n").rsplit(":", 1)[1])
+            t, res = in_thread(RankClient.connect, ("127.0.0.1", port), 0, 8, SALT, 2)
+            conn = ctrl.accept()
+            conn.handshake()
+            t.join()
+            rank = res["result"]
+            for k in range(_UNREAD_ROUNDS):
+                j = in_thread(rank.all_reduce, frame([float(k)]))
+                rec = conn.read_record()
+                assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+                for _ in range(_FOREIGN_DECLARE_DEAD):
+                    conn.declare_dead(5)
+                conn.broadcast(frame([float(k)]))
+                j[0].join()
+                assert "error" not in j[1], f"round {k + 1} stalled: {j[1]['error']!r}"
+                assert values(j[1]["result"]) == [[float(k)]]
+            rank.close()  # the last local rank leaves: the relay ends once stderr is read
+            with os.fdopen(read_end, "rb") as err_pipe:
+                err = err_pipe.read().decode()
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1].startswith("relay finished: clean ("), out
+    lines = err.splitlines()
+    prefix = "flodl-proto relay: warning: "
+    assert lines[-1].startswith(prefix), err[-300:]
+    assert lines[-1].endswith(" log lines dropped: stderr was not read fast enough")
+    dropped = int(lines[-1][len(prefix):].split()[0])
+    logged = lines[:-1]
+    assert all(ln.endswith("relay h0: DeclareDead for rank 5, not one of ours [0]")
+               for ln in logged), logged[:3]
+    assert len(logged) + dropped == _FOREIGN_DECLARE_DEAD * _UNREAD_ROUNDS
+    # at most: the backlog, the line being written and what the pipe held
+    assert len(logged) <= STDOUT_BACKLOG + 1 + 4096 // min(len(ln) + 1 for ln in logged)
 
 
 def test_relay_cli_bad_arguments() -> None:

@@ -4,8 +4,9 @@ full pipe), never blocks the thread that produced them (the controller's coordin
 rank's round loop). At most ``backlog`` lines wait; later ones are dropped and counted, and the
 command reports the count in one stderr line when it ends.
 
-Used by ``flodl-proto controller`` (relay-joined and round lines, log records) and ``flodl-proto
-rank`` (digest lines, log records). Upstream: none (the upstream binaries print directly).
+Used by ``flodl-proto controller`` (relay-joined and round lines, log records), ``flodl-proto
+rank`` (digest lines, log records) and ``flodl-proto relay`` (log records). Upstream: none (the
+upstream binaries print directly).
 """
 
 from __future__ import annotations
@@ -147,11 +148,12 @@ def queued_stderr_logging(backlog: int = STDOUT_BACKLOG) -> Iterator[LineWriter]
         writer.close()
 
 
-def report_dropped(prog: str, lines: LineWriter, log_lines: LineWriter) -> None:
+def report_dropped(prog: str, lines: LineWriter | None, log_lines: LineWriter) -> None:
     """Print, on stderr, one warning line per writer that dropped lines:
     ``PROG: warning: N progress lines dropped: stdout was not read fast enough`` and
-    ``PROG: warning: N log lines dropped: stderr was not read fast enough``."""
-    if lines.dropped:
+    ``PROG: warning: N log lines dropped: stderr was not read fast enough`` (``lines`` None: a
+    command whose stdout lines are not queued)."""
+    if lines is not None and lines.dropped:
         print(f"{prog}: warning: {lines.dropped} progress lines dropped: stdout was not read "
               "fast enough", file=sys.stderr, flush=True)
     if log_lines.dropped:

@@ -40,6 +40,7 @@ from typing import Any
 from ..addr import parse_addr
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS, U32_MAX
+from ._output import queued_stderr_logging, report_dropped
 
 __all__ = [
     "SALT_ENV",
@@ -51,6 +52,8 @@ __all__ = [
     "resolve_salt",
     "signals_stop",
 ]
+
+_PROG = "flodl-proto relay"
 
 #: environment variable holding the session salt (hex) when ``--salt`` is not given
 SALT_ENV = "FLODL_SESSION_SALT"
@@ -227,35 +230,46 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _usage_error(e: BaseException) -> int:
+    msg = str(e)  # the relay's own errors already start with "relay: "
+    print(f"{_PROG}: {msg.removeprefix('relay: ')}", file=sys.stderr, flush=True)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the relay until it ends; return the exit code."""
+    """Run the relay until it ends; return the exit code.
+
+    Log records (a rank declared dead mid-round, a record ignored) and the 'waiting for the
+    controller' line go through a queued stderr writer (:mod:`._output`), so a stderr nobody
+    reads never stalls a round; records dropped for a full backlog are counted in one warning
+    line at the end."""
     try:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks)
         controller = parse_addr(args.controller, field="--controller")
-        from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
-
-        def waiting(line: str) -> None:  # once: the controller is not there yet
-            print(f"flodl-proto relay: waiting for the controller: {line}", file=sys.stderr,
-                  flush=True)
-
-        relay = Relay(controller, ranks, args.world_size, salt, version=args.protocol_version,
-                      listen_port=args.listen_port, host=args.host,
-                      rank_timeout=args.rank_timeout, on_retry=waiting)
     except (ValueError, ProtocolError, OSError) as e:
-        msg = str(e)  # the relay's own errors already start with "relay: "
-        print(f"flodl-proto relay: {msg.removeprefix('relay: ')}", file=sys.stderr)
-        return 2
+        return _usage_error(e)
+    from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
+
     stop = threading.Event()
-    with signals_stop(stop):  # installed before the port is announced
+    # signal handlers installed before the port is announced
+    with queued_stderr_logging() as log_lines, signals_stop(stop):
+        try:
+            relay = Relay(controller, ranks, args.world_size, salt,
+                          version=args.protocol_version, listen_port=args.listen_port,
+                          host=args.host, rank_timeout=args.rank_timeout,
+                          on_retry=lambda line: log_lines.put(  # once: no controller yet
+                              f"{_PROG}: waiting for the controller: {line}"))
+        except (ValueError, ProtocolError, OSError) as e:
+            return _usage_error(e)
         try:
             relay.start()
         except OSError as e:
             port = (args.listen_port if args.listen_port is not None
                     else default_relay_port(controller[1]))
-            print(f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port}: {e}",
-                  file=sys.stderr)
+            print(f"{_PROG}: error: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr,
+                  flush=True)
             return 1  # the environment (e.g. the port is in use), not the command line
         host, port = relay.address
         print(f"listening on {host}:{port}", flush=True)
@@ -264,13 +278,14 @@ def run(args: argparse.Namespace) -> int:
                 pass
         finally:
             err = relay.shutdown()
+    report_dropped(_PROG, None, log_lines)
     s = relay.stats
     print(f"relay stats from_ranks={s.from_ranks} to_ranks={s.to_ranks} "
           f"upstream_out={s.upstream_out} upstream_in={s.upstream_in} "
           f"host_frames={s.host_frames} broadcasts={s.broadcasts}", flush=True)
     outcome = relay.core.outcome
     if err is not None:
-        print(f"flodl-proto relay: error: {_why_failed(err)}", file=sys.stderr, flush=True)
+        print(f"{_PROG}: error: {_why_failed(err)}", file=sys.stderr, flush=True)
         return 1
     why = str(outcome) if outcome is not None else "clean (stop: shutdown requested)"
     if stop.is_set() and (outcome is None or outcome.reason == "stop"):
