@@ -5,6 +5,7 @@ hand-run cluster as the README describes it."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -150,32 +151,45 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(args: tuple[str, ...
     assert (rc, err) == (141, "")
 
 
-def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
-    """``flodl-proto rank ... | head -0``: the first digest line meets a closed pipe; the rank
-    ends with 141 and nothing on stderr, as every command does (not a connection failure)."""
+@contextlib.contextmanager
+def _acked_rank(*rank_args: str) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
+    """A ``flodl-proto rank`` subprocess (rank 0 of 1, ``rank_args`` added) whose relay is this
+    test: its listener accepts the rank, reads the handshake and acks it (version 2). Yields
+    the process (stdout and stderr piped, text) and the accepted connection; on exit the
+    connection and the listener are closed and a process still running is killed."""
     lst = socket.socket()
     lst.bind(("127.0.0.1", 0))
     lst.listen(1)
     lst.settimeout(60)
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
+                          "1", "--salt", SALT_HEX, *rank_args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
-                              f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0",
-                              "--world-size", "1", "--salt", SALT_HEX, "--rounds", "3"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert p.stdout is not None and p.stderr is not None
-        p.stdout.close()  # the reader is gone before the first line
         conn, _ = lst.accept()
         with conn:
             conn.settimeout(60)
             recv_exact(conn, 16)  # handshake
             conn.sendall(encode_ack(2))
-            head = recv_exact(conn, 4)
-            frame = recv_exact(conn, int.from_bytes(head, "little"))
-            conn.sendall(head + frame)  # one rank: its own frame is the consensus
-            err = p.stderr.read().decode()
-            rc = p.wait(timeout=60)
+            yield p, conn
     finally:
         lst.close()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
+    """``flodl-proto rank ... | head -0``: the first digest line meets a closed pipe; the rank
+    ends with 141 and nothing on stderr, as every command does (not a connection failure)."""
+    with _acked_rank("--rounds", "3") as (p, conn):
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()  # the reader is gone before the first line (it needs a reply)
+        head = recv_exact(conn, 4)
+        frame = recv_exact(conn, int.from_bytes(head, "little"))
+        conn.sendall(head + frame)  # one rank: its own frame is the consensus
+        err = p.stderr.read()
+        rc = p.wait(timeout=60)
     assert (rc, err) == (141, "")
 
 
@@ -192,23 +206,8 @@ def test_rank_payload_and_interval_must_be_finite(option: str, value: str, shown
 
 def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
     """The relay acks; the rank then cannot build its 1e12 MiB tensor: one line, exit 1."""
-    lst = socket.socket()
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(1)
-    lst.settimeout(60)
-    try:
-        p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
-                              f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0",
-                              "--world-size", "1", "--salt", SALT_HEX, "--payload-mib", "1e12"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        conn, _ = lst.accept()
-        with conn:
-            conn.settimeout(60)
-            recv_exact(conn, 16)  # handshake
-            conn.sendall(encode_ack(2))
-            out, err = p.communicate(timeout=60)
-    finally:
-        lst.close()
+    with _acked_rank("--payload-mib", "1e12") as (p, _):
+        out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (1, "")
     assert err == "flodl-proto rank 0: cannot allocate the --payload-mib 1000000000000.0 tensor\n"
 
