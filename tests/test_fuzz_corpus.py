@@ -228,25 +228,20 @@ def test_finding_array_of_empty_huge_shape_is_a_remote_error() -> None:
 def test_finding_round_frame_stream_walk_is_linear(monkeypatch: pytest.MonkeyPatch) -> None:
     """A frame trickled in small chunks is walked once, not once per chunk (it used to be
     quadratic in the tensor count: minutes for a 40 KB frame fed 10 bytes at a time)."""
-    import flodl_proto.codec.round_frame as rf
+    import flodl_proto.codec._walk as walk_mod
 
     calls = 0
-    real = rf._META
+    real = walk_mod._META_UNPACK
 
-    class Counting:
-        size = real.size
-
-        def unpack_from(self, data: Any, offset: int = 0) -> Any:
-            nonlocal calls
-            calls += 1
-            return real.unpack_from(data, offset)
-
-        def pack(self, *values: Any) -> bytes:
-            return real.pack(*values)
+    def counting(data: Any, offset: int = 0) -> Any:  # the walk's tensor-header parse
+        nonlocal calls
+        calls += 1
+        return real(data, offset)
 
     n = 300
     wire = encode_round_frame_bytes(RoundFrame(0, 1.0, [TensorPayload(0, ())] * n), SALT)
-    monkeypatch.setattr(rf, "_META", Counting())
+    monkeypatch.setattr(walk_mod, "_META_UNPACK", counting)
+    monkeypatch.setattr(walk_mod, "_layouts", ())
     dec = RoundFrameDecoder(SALT)
     got = []
     for i in range(0, len(wire), 10):
@@ -254,7 +249,9 @@ def test_finding_round_frame_stream_walk_is_linear(monkeypatch: pytest.MonkeyPat
         while not isinstance(ev := dec.next_event(), NeedData):
             got.append(ev)
     assert len(got) == 1
-    assert calls <= 10 * n, f"{calls} tensor headers parsed for a {n}-tensor frame"
+    # each header is parsed a bounded number of times (a chunk may end inside it), not once
+    # per chunk; at least once (the count is live)
+    assert n <= calls <= 10 * n, f"{calls} tensor headers parsed for a {n}-tensor frame"
 
 
 @pytest.mark.parametrize("where", ["host_fold", "reduce"])

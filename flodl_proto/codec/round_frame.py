@@ -49,7 +49,10 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
+from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
+from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
+from ._walk import _rust_f64 as _rust_f64
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal
 from .structs import PACKED, dims_packed
 
@@ -489,112 +492,6 @@ def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
     return b"".join(encode_round_frame(frame, salt))
 
 
-def _rust_f64(x: float) -> str:
-    """Format an f64 the way Rust's Display does for the values the reader rejects."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    r = repr(x)
-    return r[:-2] if r.endswith(".0") else r
-
-
-_META_UNPACK = _META.unpack_from
-_NBYTES_UNPACK = _NBYTES.unpack_from
-
-
-class _FrameWalk:
-    """Resumable walk over a frame's structure, applying every pre-tag check in upstream's
-    order (magic, tensor cap, kind, weight; per tensor meta, shape, nbytes, ceiling, data;
-    footer). Never creates payload views.
-
-    :meth:`advance` may be called again with a longer buffer holding the same leading bytes: it
-    resumes at the last completed tensor, so trickled input is walked in linear time.
-    """
-
-    __slots__ = ("ceiling", "entries", "kind", "num_tensors", "pos", "total", "weight")
-
-    def __init__(self, ceiling: int) -> None:
-        self.ceiling = check_ceiling(ceiling)
-        self.num_tensors = -1  # header not parsed yet
-        self.kind = -1
-        self.weight = 0.0
-        self.pos = 0
-        self.total = 0
-        self.entries: list[tuple[int, tuple[int, ...], int, int]] = []
-
-    def advance(self, mv: memoryview, partial: bool) -> int | None:
-        """Walk as far as ``mv`` allows.
-
-        Returns None when the body and the footer are present (``pos`` is the body end), else the
-        minimum total length needed to go on (with ``partial``; without it, the truncation error
-        naming the field is raised — except inside the 8-byte header, which returns 8).
-        """
-        end = len(mv)
-        if self.num_tensors < 0:
-            if end < ROUND_FRAME_HEADER_LEN:
-                return ROUND_FRAME_HEADER_LEN  # END_OF_STREAM for a whole-buffer reader
-            magic, num_tensors = _HEADER.unpack_from(mv, 0)
-            if magic != ROUND_FRAME_MAGIC:
-                raise protocol_error("frame.bad_magic", got=magic, expected=ROUND_FRAME_MAGIC)
-            if num_tensors > MAX_ROUND_FRAME_TENSORS:
-                raise protocol_error("frame.too_many_tensors", count=num_tensors,
-                                     cap=MAX_ROUND_FRAME_TENSORS)
-            self.num_tensors = num_tensors
-            self.pos = ROUND_FRAME_HEADER_LEN
-        if self.kind < 0:
-            pos = self.pos
-            if end < pos + 1:
-                return _short(partial, pos + 1, "frame.kind_read_failed", offset=pos)
-            (kind_byte,) = _KIND.unpack_from(mv, pos)
-            if kind_byte not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
-                raise protocol_error("frame.unknown_kind", value=kind_byte)
-            if end < pos + 9:
-                return _short(partial, pos + 9, "frame.weight_read_failed", offset=pos + 1)
-            (weight,) = _WEIGHT.unpack_from(mv, pos + 1)
-            if not math.isfinite(weight) or weight < 0.0:
-                raise protocol_error("frame.bad_weight", weight=_rust_f64(weight))
-            self.kind, self.weight, self.pos = kind_byte, weight, pos + 9
-        entries, ceiling = self.entries, self.ceiling
-        ti, pos, total = len(entries), self.pos, self.total
-        while ti < self.num_tensors:  # pos and total: the last completed tensor's, as stored
-            if end < pos + 2:
-                return _short(partial, pos + 2, "frame.meta_read_failed", index=ti, offset=pos)
-            dtype, ndim = _META_UNPACK(mv, pos)
-            at = pos + 2
-            if end < at + 4 * ndim:
-                return _short(partial, at + 4 * ndim, "frame.shape_read_failed", index=ti,
-                              offset=at)
-            dims = dims_packed(ndim).unpack_from(mv, at) if ndim else ()
-            at += 4 * ndim
-            if end < at + 8:
-                return _short(partial, at + 8, "frame.nbytes_read_failed", index=ti, offset=at)
-            (nbytes,) = _NBYTES_UNPACK(mv, at)
-            at += 8
-            total += nbytes
-            if total > ceiling:
-                raise protocol_error("frame.past_ceiling", index=ti, ceiling=ceiling,
-                                     nbytes=nbytes, total=total)
-            if end < at + nbytes:
-                return _short(partial, at + nbytes, "frame.data_read_failed", index=ti,
-                              got=end - at, need=nbytes, offset=at)
-            entries.append((dtype, dims, at, nbytes))
-            ti, pos = ti + 1, at + nbytes
-            self.total, self.pos = total, pos
-        if end < self.pos + AUTH_TAG_LEN:
-            return _short(partial, self.pos + AUTH_TAG_LEN, "frame.footer_read_failed",
-                          offset=self.pos)
-        return None
-
-
-def _short(partial: bool, at_least: int, error_id: str, **fields: Any) -> int:
-    """A walk that ran out of input: with ``partial``, the total length needed to go on;
-    without it, the truncation error ``error_id`` naming the field."""
-    if partial:
-        return at_least
-    raise protocol_error(error_id, **fields)
-
-
 #: kind byte -> RoundKind (the walk accepts only these two bytes)
 _KINDS: Final = {int(k): k for k in RoundKind}
 
@@ -631,6 +528,14 @@ def parse_round_frame_or_eos(
         BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote).
     """
     mv = as_view(data)
+    if type(ceiling) is int and (lay := _known_layout(mv, ceiling)) is not None:
+        (weight,) = _WEIGHT_UNPACK(mv, ROUND_FRAME_HEADER_LEN + 1)
+        if 0.0 <= weight < math.inf:  # else the walk below reports it
+            pos = lay.body_end
+            trusted = TensorPayload.trusted
+            tensors = tuple([trusted(d, s, mv[a:b]) for d, s, a, b in lay.entries])
+            return (RoundFrame.trusted(_KINDS[lay.kind], weight, tensors), pos + AUTH_TAG_LEN,
+                    bytes(mv[pos:pos + AUTH_TAG_LEN]))
     walk = _FrameWalk(ceiling)
     if walk.advance(mv, partial=False) is not None:
         return END_OF_STREAM
@@ -638,6 +543,7 @@ def parse_round_frame_or_eos(
     tensors = tuple([TensorPayload.trusted(d, s, mv[start:start + n])
                      for d, s, start, n in walk.entries])
     frame = RoundFrame.trusted(_KINDS[walk.kind], walk.weight, tensors)
+    _remember(mv, walk)
     return frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN])
 
 
