@@ -10,6 +10,7 @@ from typing import Any
 
 from ..codec.round_frame import RoundFrame
 from ..codec.stream import MuxStream
+from ..membership import DeadRanks
 
 __all__: list[str] = []
 
@@ -42,6 +43,30 @@ class _Conn:
         self.deadline = deadline
         self.relay: _Relay | None = None
         self.closed = False
+
+
+class _AliveRelays:
+    """The relays that carry at least one alive rank, recomputed only when the dead-rank ledger
+    or the relay list has grown: ranks never come back to life, so the ledger's size names its
+    content (the round wait asks several times per input; each scan took a lock per rank)."""
+
+    __slots__ = ("_indexes", "_key", "_relays")
+
+    def __init__(self) -> None:
+        self._key = (-1, -1)
+        self._relays: list[_Relay] = []
+        self._indexes: set[int] = set()
+
+    def get(self, ledger: DeadRanks, relays: list[_Relay]) -> tuple[list[_Relay], set[int]]:
+        """The alive relays in ``relays``' order, and their indexes (not to be modified)."""
+        key = (ledger.dead_count(), len(relays))
+        if key != self._key:
+            # the count is read first: a death in between is in ``dead`` and changes the next key
+            dead = set(ledger.dead_ranks())
+            self._relays = [r for r in relays if any(x not in dead for x in r.ranks)]
+            self._indexes = {r.index for r in self._relays}
+            self._key = key
+        return self._relays, self._indexes
 
 
 class _Guards:

@@ -108,7 +108,7 @@ from ..spec import (
     DEFAULT_VERSION,
     SPEC,
 )
-from ._controller_state import _Conn, _Guards, _Relay, lowest_not_in
+from ._controller_state import _AliveRelays, _Conn, _Guards, _Relay, lowest_not_in
 from .deadline import RoundDeadline
 from .events import (
     Action,
@@ -194,7 +194,8 @@ class ControllerCore:
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
-        self._forwarded: set[int] = set()
+        self._forwarded: set[int] = set()  # dead ranks seen by _forward_dead (forwarded or not)
+        self._alive_relays = _AliveRelays()
         self._pending_exit: tuple[LifecycleEvent, str] | None = None
         self._pending_error: tuple[ProtocolError, str] | None = None
         self.covered = 0
@@ -555,7 +556,7 @@ class ControllerCore:
     def _relay_event(self, c: _Conn, relay: _Relay, ev: StreamEvent) -> None:
         if not relay.reading:  # upstream's reader thread for it has exited
             return
-        alive = self._alive(relay)
+        alive = relay.index in self._alive_relays.get(self.dead_ranks, self._relays)[1]
         if isinstance(ev, MagicReceived):  # pragma: no cover - the stream emits it once, first
             return
         if isinstance(ev, StreamEnded):
@@ -654,11 +655,8 @@ class ControllerCore:
             self._close(self._conns[relay.conn], "round timeout: its ranks were declared dead",
                         drain=True)
 
-    def _alive(self, relay: _Relay) -> bool:
-        return any(not self.dead_ranks.is_dead(r) for r in relay.ranks)
-
     def _expected(self) -> list[_Relay]:
-        return [r for r in self._relays if self._alive(r)]
+        return list(self._alive_relays.get(self.dead_ranks, self._relays)[0])
 
     def _evaluate(self) -> None:
         """The round wait: end when no relay is alive, reduce when complete, else forward dead
@@ -685,15 +683,14 @@ class ControllerCore:
             self._deadline.reset()
 
     def _forward_dead(self) -> None:
+        if self.dead_ranks.dead_count() == len(self._forwarded):  # no death since the last call
+            return
         for rank in self.dead_ranks.dead_ranks():
             if rank in self._forwarded:
                 continue
             self._forwarded.add(rank)
             relay = self._rank_relay.get(rank)
-            if relay is None:
-                continue
-            c = self._conns[relay.conn]
-            if c.closed:
+            if relay is None or (c := self._conns[relay.conn]).closed:
                 continue
             log.info("controller: forwarding DeclareDead(%d) to %s", rank, relay.name)
             self._send(c, encode_mux_record(MuxRecord.control_msg(DeclareDead(rank),
