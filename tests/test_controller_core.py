@@ -1583,3 +1583,34 @@ def test_a_reduce_failure_lists_every_relays_hint() -> None:
     assert fin is not None and fin.outcome.detail == (
         f"reducing round 1 of relay h (ranks 0), relay h (ranks 1); relay h (ranks 0): "
         f"{_V3_HINT}; relay h (ranks 1): {_V3_HINT}")
+
+
+def test_deaths_in_a_shared_ledger_between_inputs_are_seen_by_the_next_input() -> None:
+    """The core keeps its alive relays between inputs; a death written straight into a shared
+    ledger (not through the core) changes the next input's decisions all the same."""
+    ledger = DeadRanks(4)
+    core = started(4, dead_ranks=ledger)
+    join(core, 0, [0, 1])
+    join(core, 1, [2, 3])
+    # round 1: both relays expected
+    assert sent(core.receive_data(0, host_frame_bytes(f32(1.0))), SendKind.BROADCAST) == []
+    [b0, b1] = sent(core.receive_data(1, host_frame_bytes(f32(3.0))), SendKind.BROADCAST)
+    assert (b0.conn, b1.conn) == (0, 1)
+    # relay 1 loses one rank: still expected; nothing forwarded until an input comes
+    assert ledger.declare_dead(2)
+    acts = core.receive_data(0, host_frame_bytes(f32(5.0)))
+    [fwd] = sent(acts, SendKind.DECLARE_DEAD)
+    assert fwd.conn == 1 and record(fwd).control == DeclareDead(2)
+    assert sent(acts, SendKind.BROADCAST) == []  # relay 1 still has rank 3
+    # relay 1 loses its last rank: round 2 completes on relay 0's HostFrame alone
+    assert ledger.declare_dead(3)
+    acts = core.tick(1.0)
+    assert [record(s).control for s in sent(acts, SendKind.DECLARE_DEAD)] == [DeclareDead(3)]
+    [b] = sent(acts, SendKind.BROADCAST)
+    assert b.conn == 0 and b.round == 2
+    assert record(b).frame(SALT) == ref_reduce([f32(5.0)])
+    # its HostFrame is now a dead relay's: dropped; nothing more is forwarded
+    acts = core.receive_data(1, host_frame_bytes(f32(7.0)))
+    assert sent(acts) == [] and core.rounds == 2
+    [b] = sent(core.receive_data(0, host_frame_bytes(f32(9.0))), SendKind.BROADCAST)
+    assert b.conn == 0 and b.round == 3 and record(b).frame(SALT) == ref_reduce([f32(9.0)])
