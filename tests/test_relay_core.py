@@ -760,6 +760,37 @@ def test_a_dead_ranks_frame_does_not_start_the_clock() -> None:
     assert core.next_deadline() is None
 
 
+@pytest.mark.parametrize(("ceiling", "fanned_out"), [(25, True), (24, False)])
+def test_a_broadcast_over_the_ceiling_fails_the_relay(ceiling: int, fanned_out: bool) -> None:
+    """A Broadcast whose payload is at the relay's frame ceiling is fanned out with its length
+    prefix; one byte over (a caller that read the record with a larger ceiling) ends the relay
+    with the remote error the runner's reader raises for such a record, and nothing is fanned
+    out. The payload is a frame without tensors: 25 bytes."""
+    core = RelayCore((0, 1), 2, SALT, ceiling=ceiling)
+    for r in (0, 1):
+        core.rank_handshake(encode_handshake(r, 2, 2))
+    core.dialed()
+    core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), 2), 2))
+    payload = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, []), SALT)
+    assert len(payload) == 25
+    acts = core.upstream_record(_record(MuxRecord.broadcast(payload), 2))
+    if fanned_out:
+        (fan,) = acts
+        assert isinstance(fan, FanOut) and fan.ranks == (0, 1)
+        assert bytes(fan.prefix) == (25).to_bytes(4, "little")
+        assert bytes(fan.payload) == payload
+        assert not core.finished
+        return
+    (fin,) = acts
+    assert isinstance(fin, Finished) and core.finished
+    err = fin.outcome.error
+    assert isinstance(err, RemoteProtocolError) and isinstance(err, LimitExceeded)
+    assert err.error_id == "mux.payload_too_large"
+    assert dict(err.fields) == {"length": 25, "ceiling": 24, "kind": 4, "rank": 0}
+    assert str(err).startswith("relay_mux: record payload_len 25 exceeds the frame ceiling 24 "
+                               "(kind=0x04, rank=0)")
+
+
 @pytest.mark.parametrize("ranks", [(0,), (0, 1)])
 def test_a_host_frame_record_over_the_ceiling_fails_the_relay(ranks: tuple[int, ...]) -> None:
     """The ceiling bounds a deposit's tensor bytes (16 f32 = 64 bytes: accepted at ceiling 64)
