@@ -122,6 +122,9 @@ def test_a_repeated_layout_is_walked_once(walks: Walks) -> None:
     for _ in range(5):
         decode_round_frame(_frame(weight=2.0, fill=5), SALT)
     assert (walks.walks, walks.headers) == (0, 0)
+    # a weight of zero (a rank without realized work this round) is a valid weight too
+    frame, _ = decode_round_frame(_frame(weight=0.0, fill=6), SALT)
+    assert frame.weight == 0.0 and (walks.walks, walks.headers) == (0, 0)
 
 
 @pytest.mark.parametrize(("name", "tensors", "kind"), [
@@ -184,7 +187,8 @@ def test_every_metadata_byte_is_compared(walks: Walks, monkeypatch: pytest.Monke
     assert walked_for_weight == 1  # only 0x80 on the top weight byte (the sign) makes it bad
 
 
-@pytest.mark.parametrize("case", ["short", "tag", "weight nan", "weight -1", "ceiling"])
+@pytest.mark.parametrize("case", ["short", "tag", "weight nan", "weight -1", "weight inf",
+                                  "ceiling"])
 def test_a_bad_frame_with_a_known_layout_fails_as_before(
         walks: Walks, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     good = _frame()
@@ -201,6 +205,8 @@ def test_a_bad_frame_with_a_known_layout_fails_as_before(
                                   decode_round_frame(data, SALT)[0].tensors), SALT))
     elif case == "weight -1":
         struct.pack_into("<d", data, 9, -1.0)
+    elif case == "weight inf":
+        struct.pack_into("<d", data, 9, math.inf)
     else:
         ceiling = 12 + 8 + 4 - 1  # one byte below the frame's payload total
     warm = _outcome(lambda: (*decode_round_frame(data, SALT, ceiling=ceiling),))
@@ -209,7 +215,7 @@ def test_a_bad_frame_with_a_known_layout_fails_as_before(
     assert warm[0] == "error"
     expected = {"short": "frame.footer_read_failed", "tag": "frame.auth_failed",
                 "weight nan": "frame.bad_weight", "weight -1": "frame.bad_weight",
-                "ceiling": "frame.past_ceiling"}[case]
+                "weight inf": "frame.bad_weight", "ceiling": "frame.past_ceiling"}[case]
     assert warm[1][1] == expected
 
 
@@ -231,6 +237,13 @@ def test_the_memory_is_bounded_and_holds_no_buffer(walks: Walks) -> None:
     assert len(walk_mod._layouts) == walk_mod.LAYOUT_CACHE_SIZE
     assert [lay.entries[0][1] for lay in walk_mod._layouts] == [
         (n,) for n in range(walk_mod.LAYOUT_CACHE_SIZE + 2, 2, -1)]
+    # a frame of exactly the limit's tensor count is remembered
+    limit = _frame(tensors=[(0, (), 0)] * walk_mod.LAYOUT_CACHE_MAX_TENSORS)
+    walks.reset()
+    parse_round_frame_or_eos(limit)
+    parse_round_frame_or_eos(limit)
+    assert walks.walks == 1
+    assert len(walk_mod._layouts[0].entries) == walk_mod.LAYOUT_CACHE_MAX_TENSORS
     # a frame of more tensors than the limit is walked every time and not remembered
     many = _frame(tensors=[(0, (), 0)] * (walk_mod.LAYOUT_CACHE_MAX_TENSORS + 1))
     before = walk_mod._layouts
@@ -259,3 +272,12 @@ def test_a_hit_moves_its_layout_first(walks: Walks) -> None:
     parse_round_frame_or_eos(a)
     assert walks.walks == 0
     assert [lay.entries[0][1] for lay in walk_mod._layouts] == [(1,), (2,)]
+    c = _frame(tensors=[(0, (3,), None)])
+    parse_round_frame_or_eos(c)
+    assert [lay.entries[0][1] for lay in walk_mod._layouts] == [(3,), (1,), (2,)]
+    parse_round_frame_or_eos(a)  # a hit in the middle: the others keep their order
+    assert [lay.entries[0][1] for lay in walk_mod._layouts] == [(1,), (3,), (2,)]
+    walks.reset()
+    for frame in (a, b, c):
+        parse_round_frame_or_eos(frame)
+    assert walks.walks == 0
