@@ -74,7 +74,9 @@ __all__ = ["TOLERANCE", "model_rounds", "partition", "register", "stage_lines"]
 TOLERANCE = 0.01
 #: seconds without any event from the cluster before the demo gives up
 _STALL = 60.0
-_START = 30.0
+#: seconds a member may take to start and print its listening line (the interpreter and NumPy
+#: imports alone took over 30 s on a heavily loaded machine)
+_START = 60.0
 
 
 def partition(world_size: int, hosts: int) -> list[list[int]]:
