@@ -15,6 +15,7 @@ from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round
 from flodl_proto.errors import ProtocolError
 from flodl_proto.reduce import HostFold, reduce_realized_work, sum_frames
 from flodl_proto.reduce import _kernels as K
+from flodl_proto.reduce._batch import batch_runs
 
 SALT = bytes(range(16))
 F32, BF16 = 0, 1
@@ -67,6 +68,19 @@ def test_a_batch_of_empty_tensors_is_empty(dtype: int) -> None:
     got = K.sum_small_batch([[empty, empty], [empty, empty]], dtype, 0, np.float32(0.5),
                             K.Workspace(0))
     assert got.shape == (0,) and got.dtype == empty.dtype
+
+
+def test_batch_runs_group_one_key_up_to_a_chunk() -> None:
+    c = K.CHUNK_ELEMS
+    # a key change, a None (alone, even between equal keys), the chunk filled exactly, a first
+    # tensor over the chunk taken alone, runs restarting after each break
+    keys = [F32, F32, BF16, BF16, None, BF16, F32, F32, F32, F32, F32]
+    numels = [3, 4, 5, 0, 6, 7, c - 8, 8, 1, c + 1, 2]
+    assert list(batch_runs(keys, numels)) == [
+        (0, 2, 7), (2, 4, 5), (4, 5, 6), (5, 6, 7), (6, 8, c), (8, 9, 1), (9, 10, c + 1),
+        (10, 11, 2)]
+    assert list(batch_runs([None, None], [1, 2])) == [(0, 1, 1), (1, 2, 2)]
+    assert list(batch_runs([], [])) == []
 
 
 def test_a_nan_made_by_the_scale_is_encoded_as_upstream_does() -> None:
@@ -142,6 +156,26 @@ def test_the_controller_batches_runs_of_one_dtype_up_to_a_chunk() -> None:
         assert o[5] is o[6] is o[7] is o[8] and o[9] is not o[8] and o[4] is not o[5]
         assert o[10] is not o[12] and o[9] is not o[12] and out.tensors[11].nbytes == 0
         assert o[13] is not o[12]
+
+
+def test_a_small_fold_that_overflows_or_makes_nan_warns_nothing() -> None:
+    """The controller's small-tensor sums run with NumPy's float warnings off (an overflow to
+    inf, inf - inf = NaN are values the protocol carries, not errors): no RuntimeWarning."""
+    import warnings
+
+    big = np.array([3e38, np.inf, 1.0], np.float32)
+    frames = [_frame([_payload(big, F32, (3,)), _payload(big, F32, (3,))], weight=1.0),
+              _frame([_payload(big, F32, (3,)), _payload(-big, F32, (3,))], weight=2.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = sum_frames(frames)
+        normalised = reduce_realized_work(frames)
+    inf, nan = np.float32(np.inf), np.float32(np.nan)
+    for got, want in ((out, [[inf, inf, 2.0], [0.0, nan, 0.0]]),
+                      (normalised, [[inf, inf, np.float32(2.0) * np.float32(1.0 / 3.0)],
+                                    [0.0, nan, 0.0]])):
+        arrays = [np.frombuffer(t.data, np.float32) for t in got.tensors]
+        np.testing.assert_array_equal(arrays, np.array(want, np.float32))
 
 
 @pytest.mark.parametrize("version", [2, 3])

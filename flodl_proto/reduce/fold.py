@@ -39,6 +39,7 @@ from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import protocol_error
 from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
+from ._batch import batch_runs
 
 __all__ = [
     "gamma_mass",
@@ -185,49 +186,38 @@ def _sum_small_tensors(ref: RoundFrame, numels: list[int],
                        scale: np.float32 | None) -> list[TensorPayload]:
     """The summed tensors of a fold whose every tensor has fewer than ``K.SMALL_ELEMS``
     elements, under one warning context: consecutive tensors of one dtype that every frame
-    carries are summed together by :func:`K.sum_small_batch` (at most ``K.CHUNK_ELEMS``
-    elements a batch; their payloads are slices of one array), any other tensor by
+    carries are summed together by :func:`K.sum_small_batch` (the runs of
+    :func:`._batch.batch_runs`: at most ``K.CHUNK_ELEMS`` elements a batch; their payloads are
+    slices of one array), any other tensor by
     :func:`K.sum_small` (bit-identical to the general path; the per-tensor set-up is what a
     small round's reduce spends its time on). ``numels``: each tensor's element count."""
-    count = len(plan)
     full = max([len(c) for c in plan if c is not None], default=0)
     ws = K.Workspace(min(K.CHUNK_ELEMS, sum(numels)))
+    # batchable: a tensor every frame carries (version 3: elided in none); keyed by its dtype
+    keys = [t.dtype if c is not None and len(c) == full else None
+            for t, c in zip(ref.tensors, plan, strict=True)]
     out: list[TensorPayload] = []
     with np.errstate(all="ignore"):
-        i = 0
-        while i < count:
+        for i, j, total in batch_runs(keys, numels):
             t0 = ref.tensors[i]
             contribs = plan[i]
             if contribs is None:
                 out.append(TensorPayload(t0.dtype, t0.shape, b""))
-                i += 1
-                continue
-            if len(contribs) != full:  # version 3: elided in some frames, summed on its own
+            elif keys[i] is None:  # version 3: elided in some frames, summed on its own
                 arr = K.sum_small([_view(p) for p in contribs], t0.dtype, numels[i], scale, ws)
                 out.append(TensorPayload.trusted(t0.dtype, t0.shape, arr.view(np.uint8).data))
-                i += 1
-                continue
-            dtype = t0.dtype
-            j = i + 1
-            total = numels[i]
-            while j < count:  # the batch: tensors i .. j-1
-                c = plan[j]
-                n = numels[j]
-                if c is None or len(c) != full or ref.tensors[j].dtype != dtype \
-                        or total + n > K.CHUNK_ELEMS:
-                    break
-                total += n
-                j += 1
-            batch = plan[i:j]
-            views = [[_view(c[k]) for c in batch] for k in range(full)]  # type: ignore[index]
-            data = K.sum_small_batch(views, dtype, total, scale, ws).view(np.uint8).data
-            es = ELEMENT_SIZE[dtype]
-            at = 0
-            for k in range(i, j):
-                stop = at + numels[k] * es
-                out.append(TensorPayload.trusted(dtype, ref.tensors[k].shape, data[at:stop]))
-                at = stop
-            i = j
+            else:  # the batch: tensors i .. j-1
+                dtype = t0.dtype
+                batch = plan[i:j]
+                views = [[_view(c[k]) for c in batch] for k in range(full)]  # type: ignore[index]
+                data = K.sum_small_batch(views, dtype, total, scale, ws).view(np.uint8).data
+                es = ELEMENT_SIZE[dtype]
+                at = 0
+                for k in range(i, j):
+                    stop = at + numels[k] * es
+                    out.append(TensorPayload.trusted(dtype, ref.tensors[k].shape,
+                                                     data[at:stop]))
+                    at = stop
     return out
 
 

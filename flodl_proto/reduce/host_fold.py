@@ -74,6 +74,7 @@ from ..spec import (
     ELEMENT_SIZE,
 )
 from . import _kernels as K
+from ._batch import batch_runs
 
 __all__ = ["HostFold"]
 
@@ -446,8 +447,9 @@ class HostFold:
     def _fold_last_small(self, rnd: _Round, rank: int, tensors: list[TensorPayload]) -> bool:
         """The completing deposit of a round whose tensors are all small, folded with the seed
         in batches (``K.sum_small_batch``: one widening, add and encode per run of consecutive
-        tensors of one dtype, at most ``K.CHUNK_ELEMS`` elements; each tensor's payload a slice
-        of its batch's array), bit-identical to :meth:`_merge_tensor` tensor by tensor.
+        tensors of one dtype, at most ``K.CHUNK_ELEMS`` elements, as ``batch_runs`` groups
+        them; each tensor's payload a slice of its batch's array), bit-identical to
+        :meth:`_merge_tensor` tensor by tensor.
 
         Taken only when nothing was accumulated yet (the seed is the only earlier deposit),
         the round has tensors, every tensor of the seed has fewer than ``K.SMALL_ELEMS``
@@ -476,24 +478,15 @@ class HostFold:
                 raise protocol_error("fold.accumulate_nbytes", rank=rank, index=ti,
                                      got=p.nbytes, numel=numel, element_size=es)
         ws = self._workspace()
-        count = len(tensors)
-        i = 0
-        while i < count:
-            dtype = tensors[i].dtype
-            total = numels[i]
-            j = i + 1
-            while j < count and tensors[j].dtype == dtype \
-                    and total + numels[j] <= K.CHUNK_ELEMS:
-                total += numels[j]
-                j += 1
+        for i, j, total in batch_runs([p.dtype for p in tensors], numels):
             out = K.sum_small_batch([[_view(t) for t in seed[i:j]],
-                                     [_view(t) for t in tensors[i:j]]], dtype, total, None, ws)
+                                     [_view(t) for t in tensors[i:j]]], tensors[i].dtype, total,
+                                    None, ws)
             at = 0
             for ti in range(i, j):
                 stop = at + numels[ti]
                 rnd.outs[ti] = out[at:stop]
                 at = stop
-            i = j
         return True
 
     def _seed_view(self, rnd: _Round, ti: int) -> npt.NDArray[Any] | None:
