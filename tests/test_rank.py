@@ -688,3 +688,109 @@ def test_reply_buffers_are_reused_only_when_released() -> None:
             del got
         assert len(set(addrs[1:])) == 2 and addrs[1] == addrs[3] and addrs[2] == addrs[4]
     fake.close()
+
+
+def _sent_bytes(call: Callable[[RankClient], Any], rounds: int, bf16: bool,
+                version: int = 2) -> list[bytes]:
+    """Run ``call`` ``rounds`` times against a fake relay that echoes each request as the
+    reply; return every request's raw bytes (length prefix included)."""
+    def echo(relay: FakeRelay, conn: socket.socket) -> list[bytes]:
+        raw = []
+        for _ in range(rounds):
+            prefix = recv_exact(conn, 4)
+            body = recv_exact(conn, int.from_bytes(prefix, "little"))
+            raw.append(prefix + body)
+            conn.sendall(prefix + body)
+        return raw
+
+    fake = FakeRelay(acking(version, echo))
+    with RankClient.connect(fake.addr, 0, 1, SALT, version, bf16=bf16) as c:
+        for _ in range(rounds):
+            call(c)
+    fake.close()
+    return list(fake.result["value"][1])
+
+
+def _staged(seed: int) -> list[np.ndarray]:
+    """Arrays of every shape class (0-d, empty, 2-D, a strided view) with special values."""
+    rng = np.random.default_rng(seed)
+    big = rng.standard_normal((6, 10)).astype(np.float32)
+    big[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    return [big[:, ::2], np.float32(rng.standard_normal()).reshape(()),
+            np.zeros((0, 3), np.float32), rng.standard_normal(257).astype(np.float32)]
+
+
+@pytest.mark.parametrize("bf16_wire", [False, True])
+@pytest.mark.parametrize("staging", ["f32", "bf16", "mixed"])
+def test_small_frames_from_the_template_are_the_encoded_frames(
+        monkeypatch: pytest.MonkeyPatch, bf16_wire: bool, staging: str) -> None:
+    """Frames up to TEMPLATE_MAX_PAYLOAD bytes are written into a kept template; their bytes
+    are those of the frame built tensor by tensor (the path of larger frames), round after
+    round, through layout changes, for f32, bf16 and mixed staging on either wire dtype."""
+    import flodl_proto.runner.rank as rank_mod
+
+    def arrays(k: int) -> list[np.ndarray]:
+        arrs = _staged(k)
+        if staging == "bf16":
+            arrs = [a.astype(ml_dtypes.bfloat16) for a in arrs]
+        elif staging == "mixed":
+            arrs[1] = arrs[1].astype(ml_dtypes.bfloat16)
+        return arrs if k % 3 else arrs[:2]  # every third round another layout
+
+    scales = [0.3, 1 / 7, 0.0, 2.0, 1e-30, 5.0]
+    kinds = [RoundKind.MODEL, RoundKind.MODEL, RoundKind.CONTROL]
+
+    def call(c: RankClient) -> None:
+        k = c.rounds
+        c.all_reduce_scaled(arrays(k), scales[k % len(scales)], kinds[k % 3],
+                            weight=float(k), adopt=False)
+
+    templated = _sent_bytes(call, 7, bf16_wire)
+    monkeypatch.setattr(rank_mod, "TEMPLATE_MAX_PAYLOAD", -1)  # every frame tensor by tensor
+    pieces = _sent_bytes(call, 7, bf16_wire)
+    assert templated == pieces
+    assert len({len(b) for b in templated}) >= 2  # the layouts did change
+
+
+def test_the_template_is_kept_per_layout_and_only_for_small_frames(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import flodl_proto.runner.rank as rank_mod
+
+    seen: list[Any] = []
+
+    def call(c: RankClient) -> None:
+        n = [8, 8, 16, 16, 2048][c.rounds]
+        c.all_reduce_scaled([np.ones(n, np.float32)], 0.5, adopt=False)
+        seen.append(c._template)
+
+    monkeypatch.setattr(rank_mod, "TEMPLATE_MAX_PAYLOAD", 64)
+    _sent_bytes(call, 5, False)
+    assert seen[0] is seen[1] and seen[2] is seen[3] and seen[0] is not seen[2]
+    assert seen[0] is not None and seen[0][1].layout == ((0, (8,)),)
+    assert seen[2][1].layout == ((0, (16,)),)
+    assert seen[4] is seen[3]  # 8 KiB of payload: sent tensor by tensor, the template kept
+
+
+def test_template_local_errors_write_nothing_and_keep_the_client() -> None:
+    """A bad weight or a frame over the ceiling is refused before anything is written, on
+    the template path as on the other."""
+    def then(relay: FakeRelay, conn: socket.socket) -> bytes:
+        prefix = recv_exact(conn, 4)
+        body = recv_exact(conn, int.from_bytes(prefix, "little"))
+        conn.sendall(prefix + body)
+        return prefix + body
+
+    fake = FakeRelay(acking(2, then))
+    x = np.array([1.0, 2.0], np.float32)
+    with RankClient.connect(fake.addr, 0, 1, SALT, 2) as c:
+        with pytest.raises(InvalidValue, match="weight"):
+            c.all_reduce_scaled([x], 0.5, weight=float("nan"))
+        c.ceiling = 10
+        with pytest.raises(LimitExceeded, match="ceiling"):
+            c.all_reduce_scaled([x], 0.5)
+        c.ceiling = 1 << 20
+        rep = c.all_reduce_scaled([x], 0.5, weight=1.0)
+        assert not c.closed and rep.adopted and x.tolist() == [0.5, 1.0]
+    fake.close()
+    sent = fake.result["value"][1]
+    assert decode_round_frame(sent[4:], SALT)[0] == frame([0.5, 1.0])

@@ -56,6 +56,7 @@ from .mux import (
 )
 from .round_frame import (
     Dtype,
+    FrameTemplate,
     RoundFrame,
     RoundKind,
     TensorPayload,
@@ -75,6 +76,7 @@ __all__ = [
     "DeclareDead",
     "Dtype",
     "EndOfStream",
+    "FrameTemplate",
     "Handshake",
     "Hello",
     "HelloAck",

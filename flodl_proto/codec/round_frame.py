@@ -65,6 +65,7 @@ _NBYTES = PACKED["TENSOR_NBYTES"]
 
 __all__ = [
     "Dtype",
+    "FrameTemplate",
     "RoundFrame",
     "RoundKind",
     "TensorPayload",
@@ -325,6 +326,20 @@ class TensorPayload:
         return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
 
 
+def _checked_weight(w: float) -> float:
+    """``w`` when it is a finite realized-work mass not below zero (``-0.0`` allowed).
+
+    Raises:
+        InvalidValue (local): ``frame.bad_field`` naming the weight.
+    """
+    if not math.isfinite(w) or w < 0.0:
+        raise protocol_error(
+            "frame.bad_field", field="weight", value=w,
+            reason="not a finite non-negative realized-work mass",
+        )
+    return w
+
+
 @dataclass(frozen=True, slots=True)
 class RoundFrame:
     """A reduce round's frame: kind, realized-work weight and tensors.
@@ -361,12 +376,7 @@ class RoundFrame:
                 weight, int | float | np.integer | np.floating):
             raise protocol_error("frame.bad_field", field="weight", value=weight,
                                  reason="not a real number")
-        w = float(weight)
-        if not math.isfinite(w) or w < 0.0:
-            raise protocol_error(
-                "frame.bad_field", field="weight", value=w,
-                reason="not a finite non-negative realized-work mass",
-            )
+        w = _checked_weight(float(weight))
         ts = tuple(tensors)
         if len(ts) > MAX_ROUND_FRAME_TENSORS:
             raise protocol_error(
@@ -490,6 +500,96 @@ def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
         InvalidValue (local): the salt is not 16 bytes.
     """
     return b"".join(encode_round_frame(frame, salt))
+
+
+class FrameTemplate:
+    """A reusable wire image of the RoundFrames of one layout: ``lead`` bytes, the frame, its
+    8-byte tag, in one writable buffer.
+
+    A sender whose frames keep their layout round after round (kind, and every tensor's dtype
+    and shape) writes each round's payloads straight into :attr:`payloads`, then calls
+    :meth:`seal` with the round's weight: the weight is written, the tag computed over the frame
+    and written, and the whole record is returned as one buffer to send. No per-round frame or
+    payload objects are built. The bytes are those of ``lead`` followed by
+    :func:`encode_round_frame` of the equal :class:`RoundFrame` (the metadata are written once,
+    by :func:`round_frame_pieces`, and the payload offsets are found by the frame reader's own
+    walk).
+
+    Attributes:
+        kind: the frames' :class:`RoundKind`.
+        layout: ``((dtype, shape), ...)`` per tensor (dtype tags 0 f32 / 1 bf16).
+        wire_len: the frame's length in bytes, tag included (``lead`` excluded).
+        payloads: per tensor a writable NumPy view of its payload bytes in the buffer, of the
+            tensor's shape, ``<f4`` for f32 and ``ml_dtypes.bfloat16`` for bf16 (may be
+            unaligned). Empty tensors have zero-size views.
+
+    Args:
+        kind: the round kind.
+        layout: ``(dtype, shape)`` per tensor; only f32 and bf16 (payloads are written as
+            values).
+        lead: bytes sent before the frame in the same record (a loopback length prefix); it
+            must not depend on the weight or the payloads.
+
+    Raises:
+        InvalidValue, LimitExceeded (local): as :class:`TensorPayload` and :class:`RoundFrame`
+            for a bad dtype, shape or kind, or too many tensors.
+
+    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (the same bytes).
+    """
+
+    __slots__ = ("_buf", "_frame", "kind", "layout", "payloads", "wire_len")
+
+    def __init__(self, kind: RoundKind | int, layout: Sequence[tuple[int, tuple[int, ...]]],
+                 lead: BytesLike = b"") -> None:
+        specs = tuple((int(d), tuple(int(n) for n in shape)) for d, shape in layout)
+        tensors = []
+        for d, shape in specs:
+            if d not in _NUMPY_DTYPE:
+                raise protocol_error("frame.bad_field", field="dtype", value=d,
+                                     reason="a template carries f32 (0) or bf16 (1) payloads")
+            nbytes = _numel(shape) * ELEMENT_SIZE[d]
+            tensors.append(TensorPayload(d, shape, bytes(nbytes)))
+        frame = RoundFrame(kind, 0.0, tensors)
+        head = as_view(lead).tobytes()
+        body = b"".join(bytes(p) for p in round_frame_pieces(frame))
+        buf = np.zeros(len(head) + len(body) + AUTH_TAG_LEN, np.uint8)
+        buf[:len(head)] = np.frombuffer(head, np.uint8)
+        buf[len(head):len(head) + len(body)] = np.frombuffer(body, np.uint8)
+        walk = _FrameWalk(len(body))  # the reader finds the payloads (its ceiling: the body)
+        walk.advance(buf.data[len(head):], partial=False)
+        payloads = []
+        for d, dims, at, nbytes in walk.entries:
+            start = len(head) + at
+            view = buf[start:start + nbytes].view(_NUMPY_DTYPE[d])
+            payloads.append(view.reshape(dims) if len(dims) != 1 else view)
+        self._buf = buf
+        self._frame = (len(head), len(head) + len(body))
+        self.kind = frame.kind
+        self.layout = specs
+        self.wire_len = len(body) + AUTH_TAG_LEN
+        self.payloads = tuple(payloads)
+
+    def seal(self, weight: float, salt: BytesLike) -> memoryview:
+        """Write ``weight`` and the tag; return the whole record (lead, frame, tag).
+
+        The returned view is of the template's buffer: it is valid until the next write into
+        :attr:`payloads` or the next :meth:`seal`.
+
+        Args:
+            weight: the frame's realized-work mass (f64), finite and not below zero.
+            salt: the 16-byte session salt.
+
+        Raises:
+            InvalidValue (local): a bad weight (``frame.bad_field``) or salt.
+        """
+        w = _checked_weight(float(weight))
+        start, stop = self._frame
+        mv = self._buf.data
+        _WEIGHT.pack_into(mv, start + ROUND_FRAME_HEADER_LEN + 1, w)
+        mac = new_mac(check_salt(salt))
+        mac.update(mv[start:stop])
+        mv[stop:] = mac.digest()[:AUTH_TAG_LEN]
+        return mv
 
 
 #: kind byte -> RoundKind (the walk accepts only these two bytes)

@@ -4,7 +4,7 @@ payload codec and the outer optimizers.
 * :func:`sum_frames` / :func:`reduce_realized_work` — controller side (``fold``);
 * :class:`HostFold` — the relay's incremental per-round fold (``host_fold``);
 * :func:`encode_payload`, :func:`decode_payload`, :func:`scale_payload`, :func:`bf16_from_f32`,
-  :func:`bf16_to_f32` — payload bytes (``payload``);
+  :func:`bf16_to_f32`, :func:`scale_to_bf16` — payload bytes (``payload``);
 * :func:`gamma_mass`, :func:`mover_mass`, :func:`is_realized` — realized-work mass policies;
 * :func:`kernel_backend`, :func:`set_kernel_backend` — NumPy or compiled bf16 kernels
   (``_kernels``);
@@ -30,6 +30,7 @@ from .payload import (
     f32_bits_to_bf16_bits,
     payload_element_size,
     scale_payload,
+    scale_to_bf16,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "payload_element_size",
     "reduce_realized_work",
     "scale_payload",
+    "scale_to_bf16",
     "set_kernel_backend",
     "sum_frames",
 ]

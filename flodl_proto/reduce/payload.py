@@ -15,6 +15,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``f32_to_bf16_bit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -51,34 +52,123 @@ def payload_element_size(dtype: int) -> int:
     return es
 
 
-def bf16_from_f32(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
+def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
+                  ) -> npt.NDArray[np.uint16]:
     """bf16 bit patterns of f32 ``values`` (any shape; the result has the same shape).
 
     Args:
         values: f32 values (an array of another float dtype is first cast to f32). To convert
             raw f32 bit patterns, pass ``bits.view(np.float32)``.
+        out: optional destination: a contiguous array of 2-byte elements (``uint16`` or
+            ``ml_dtypes.bfloat16``; it may be unaligned) with as many elements as ``values``,
+            written in full. Default: a fresh ``uint16`` array.
 
     Returns:
-        ``uint16`` array: round-to-nearest-even, NaN -> ``(bits >> 16) | 0x0040``.
+        ``uint16`` array: round-to-nearest-even, NaN -> ``(bits >> 16) | 0x0040`` (``out``
+        viewed as ``uint16``, of ``values``' shape, when given).
+
+    Raises:
+        ValueError: ``out`` is not contiguous, has another element size, or another element
+            count.
 
     Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
     """
     src = np.ascontiguousarray(values, dtype=K.F32)
     flat = src.reshape(-1)
-    out = np.empty(flat.shape[0], K.U16)
-    K.encode_sums_into(flat, out, K.Workspace(min(flat.shape[0], K.CHUNK_ELEMS)))
-    return out.reshape(src.shape)
+    if out is None:
+        dst = np.empty(flat.shape[0], K.U16)
+    else:
+        if (out.dtype.itemsize != 2 or not out.flags.c_contiguous
+                or out.size != flat.shape[0]):
+            raise ValueError(f"out must be a contiguous array of {flat.shape[0]} 2-byte "
+                             f"elements")
+        dst = out.reshape(-1).view(K.U16)
+    K.encode_sums_into(flat, dst, K.Workspace(min(flat.shape[0], K.CHUNK_ELEMS)))
+    return dst.reshape(src.shape)
 
 
-def bf16_to_f32(bits: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[Any],
+                  dsts: Sequence[npt.NDArray[Any]]) -> None:
+    """Pre-scale tensors into bf16 payloads in one pass: ``dsts[i]`` receives the bf16 bits of
+    ``f32(srcs[i]) * f32(factor)``, computed in f32 and rounded once with upstream's rule
+    (round-to-nearest-even, NaN -> ``(bits >> 16) | 0x0040``): the bytes
+    :func:`scale_payload` (bf16 sources) or an f32 multiply then :func:`bf16_from_f32` (f32
+    sources) give tensor by tensor.
+
+    Every source is widened (bf16) or gathered (f32) into one f32 run, multiplied once, scanned
+    for NaN once, then each tensor is rounded straight into its destination: a handful of
+    NumPy calls per frame instead of about ten per tensor. Meant for small frames (the run is
+    one fresh f32 array of every element).
+
+    Args:
+        srcs: flat contiguous arrays, all ``<f4`` (f32 values) or all ``<u2`` (bf16 bits).
+        factor: the scale (converted to f32 first).
+        dsts: per source a flat contiguous array of 2-byte elements (``uint16`` or
+            ``ml_dtypes.bfloat16``; it may be unaligned) of the same length, written in full.
+
+    Raises:
+        ValueError: the sources mix dtypes or are neither ``<f4`` nor ``<u2``, or a destination
+            does not match its source.
+
+    Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (bf16 arm) and
+    ``f32_to_bf16_bits``: the rank-side realized-work pre-scale.
+    """
+    if len(srcs) != len(dsts):
+        raise ValueError(f"{len(srcs)} sources for {len(dsts)} destinations")
+    dtypes = {s.dtype for s in srcs}
+    if len(dtypes) > 1 or not dtypes <= {K.F32, K.U16}:
+        raise ValueError(f"sources must be all <f4 or all <u2, got {sorted(map(str, dtypes))}")
+    for s, d in zip(srcs, dsts, strict=True):
+        if (s.ndim != 1 or d.dtype.itemsize != 2 or d.ndim != 1 or d.shape != s.shape
+                or not s.flags.c_contiguous or not d.flags.c_contiguous):
+            raise ValueError("each source and destination must be flat, contiguous and of one "
+                             "length, the destination of 2-byte elements")
+    total = sum(s.shape[0] for s in srcs)
+    if total == 0:
+        return
+    wide = np.empty(total, K.F32)
+    with np.errstate(all="ignore"):
+        if K.U16 in dtypes:  # the exact widening of every tensor: bits << 16
+            u = wide.view(np.uint32)
+            np.concatenate(srcs, out=u, casting="unsafe")
+            np.left_shift(u, np.uint32(16), out=u)
+        else:
+            np.concatenate(srcs, out=wide)
+        np.multiply(wide, np.float32(factor), out=wide)
+        has_nan = bool(np.isnan(np.min(wide)))
+        at = 0
+        for d in dsts:
+            n = d.shape[0]
+            K.encode_bf16_small(wide[at:at + n], d.view(K.U16), has_nan)
+            at += n
+
+
+def bf16_to_f32(bits: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
+                ) -> npt.NDArray[np.float32]:
     """Exact f32 values of bf16 bit patterns ``bits`` (``uint16``, any shape).
+
+    Args:
+        bits: the bf16 bit patterns.
+        out: optional destination: a contiguous ``float32`` array (it may be unaligned) with as
+            many elements as ``bits``, written in full. Default: a fresh array.
+
+    Returns:
+        The f32 values, of ``bits``' shape (``out`` reshaped, when given).
+
+    Raises:
+        ValueError: ``out`` is not a contiguous ``float32`` array of the same element count.
 
     Upstream: ``controller/round_frame.rs`` ``bf16_bits_to_f32``.
     """
     src = np.ascontiguousarray(bits, dtype=K.U16)
-    out = np.empty(src.shape, K.F32)
-    K.widen_bf16(src, out)
-    return out
+    if out is None:
+        dst = np.empty(src.shape, K.F32)
+    else:
+        if out.dtype != K.F32 or not out.flags.c_contiguous or out.size != src.size:
+            raise ValueError(f"out must be a contiguous float32 array of {src.size} elements")
+        dst = out.reshape(src.shape)
+    K.widen_bf16(src.reshape(-1), dst.reshape(-1))
+    return dst
 
 
 def f32_bits_to_bf16_bits(bits: int) -> int:

@@ -24,7 +24,7 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -44,13 +44,14 @@ from ..codec.loopback import (
 from ..codec.plans import frame_macs, signed_frame_batches
 from ..codec.round_frame import (
     Dtype,
+    FrameTemplate,
     RoundFrame,
     RoundKind,
     TensorPayload,
     round_frame_pieces,
 )
 from ..errors import protocol_error
-from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
+from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload, scale_to_bf16
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -79,6 +80,15 @@ log = logging.getLogger(__name__)
 
 _F32 = np.dtype("<f4")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+#: a Model or Control frame whose payloads total at most this many bytes is written into a kept
+#: :class:`~flodl_proto.codec.round_frame.FrameTemplate` of its layout (each tensor pre-scaled
+#: straight into its place, the tag computed over the one buffer, one ``sendmsg``); larger frames
+#: are sent as pieces, hashed step by step as they are written. In a template the payloads sit
+#: where the wire puts them, mostly unaligned for NumPy, which costs more than the per-round
+#: objects saved once a tensor reaches tens of KiB.
+TEMPLATE_MAX_PAYLOAD = 64 << 10
+#: a destination array's dtype -> the wire dtype tag whose payload bytes are its own bits
+_WIRE_TAG: dict[np.dtype[Any], int] = {_F32: int(Dtype.F32), _BF16: int(Dtype.BF16)}
 #: reply buffers a client keeps for reuse (the last reply is held, the next one is read)
 _REPLY_BUFFERS = 2
 #: references to a kept reply buffer that nobody else holds: the list, the loop variable and
@@ -218,6 +228,9 @@ class RankClient:
         self._scratch: dict[int, npt.NDArray[np.float32]] = {}
         self._reply_bufs: list[npt.NDArray[np.uint8]] = []
         self._closed_why: str | None = None
+        #: the frame template of the last small layout sent, keyed by kind, wire dtype and the
+        #: arrays' shapes
+        self._template: tuple[tuple[Any, ...], FrameTemplate] | None = None
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -332,23 +345,30 @@ class RankClient:
         return sock
 
     # -- the round trip ---------------------------------------------------------------------------
-    def _exchange(self, frame: RoundFrame) -> tuple[RoundFrame, memoryview]:
+    def _exchange(self, frame: RoundFrame | FrameTemplate,
+                  weight: float = 0.0) -> tuple[RoundFrame, memoryview]:
+        """Send ``frame`` (or the template sealed with ``weight``) and read the consensus;
+        local errors (the ceiling, a bad weight) are raised before anything is written."""
         sock = self._open_socket()
         prefix_out = encode_len_prefix(frame.wire_len, ceiling=self.ceiling)
-        pieces = round_frame_pieces(frame)  # local errors: nothing written, the client stays
+        if isinstance(frame, FrameTemplate):
+            batches: Iterable[list[BytesLike]] = [[prefix_out, frame.seal(weight, self._salt)]]
+        else:  # local errors: nothing written, the client stays
+            batches = signed_frame_batches(prefix_out, round_frame_pieces(frame), self._salt,
+                                           HASH_STEP)
         rnd = self.rounds + 1  # rounds are numbered from 1 in every role's messages
         try:
-            return self._round_trip(sock, prefix_out, pieces)
+            return self._round_trip(sock, batches)
         except BaseException as e:  # the stream is out of step: close (see the class doc)
             text = str(e).splitlines()[0] if str(e) else type(e).__name__
             self._abandon(f"round {rnd} failed: {text}")
             raise
 
-    def _round_trip(self, sock: socket.socket, prefix_out: bytes,
-                    pieces: list[BytesLike]) -> tuple[RoundFrame, memoryview]:
+    def _round_trip(self, sock: socket.socket, batches: Iterable[list[BytesLike]]
+                    ) -> tuple[RoundFrame, memoryview]:
         stages.mark("rank", self.rounds, "send_start")
         try:
-            self.bytes_sent += _send_signed(sock, prefix_out, pieces, self._salt)
+            self.bytes_sent += _send_batches(sock, batches)
         except TimeoutError as e:
             raise TimeoutError(f"cpu_reduce: the relay stopped reading while round "
                                f"{self.rounds + 1} was being sent ({e})") from None
@@ -474,12 +494,25 @@ class RankClient:
         w = float(scale if weight is None else weight)
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
+            reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
+        elif (tpl := self._template_for(kind_e, wire, arrs)) is not None:
+            f32 = np.float32(scale)
+            if wire is Dtype.BF16 and len({a.dtype for a in arrs}) == 1:
+                flat = [np.ascontiguousarray(a).reshape(-1) for a in arrs]
+                if arrs and arrs[0].dtype == _BF16:
+                    flat = [a.view(np.uint16) for a in flat]
+                scale_to_bf16(flat, f32, [p.reshape(-1) for p in tpl.payloads])
+            else:
+                with np.errstate(all="ignore"):
+                    for i, (a, dst) in enumerate(zip(arrs, tpl.payloads, strict=True)):
+                        _scale_into(a, wire, f32, dst, self._scratch_for(i, a))
+            reply, raw = self._exchange(tpl, w)
         else:
             f = float(scale)
             with np.errstate(all="ignore"):
                 tensors = [_payload(a, wire, f, self._scratch_for(i, a))
                            for i, a in enumerate(arrs)]
-        reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
+            reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
         adopted = False
         if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
             decode_into(reply, arrs)
@@ -487,6 +520,21 @@ class RankClient:
         stages.mark("rank", self.rounds - 1, "reply_parsed")
         self.last_reply = ReduceReply(reply, raw, adopted)
         return self.last_reply
+
+    def _template_for(self, kind: RoundKind, wire: Dtype,
+                      arrs: list[npt.NDArray[Any]]) -> FrameTemplate | None:
+        """The kept template of this round's layout (built when the layout changed), or None
+        when the payloads total more than :data:`TEMPLATE_MAX_PAYLOAD` bytes."""
+        key = (kind, wire, *[a.shape for a in arrs])
+        kept = self._template
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        size = wire.element_size
+        if sum(a.size for a in arrs) * size > TEMPLATE_MAX_PAYLOAD:
+            return None
+        tpl = FrameTemplate(kind, [(int(wire), a.shape) for a in arrs])
+        self._template = (key, tpl)
+        return tpl
 
     def _reply_buffer(self, size: int) -> npt.NDArray[np.uint8]:
         """A ``size``-byte buffer for the next reply: an earlier reply's when nothing references
@@ -585,11 +633,33 @@ def _os_reason(e: OSError) -> str:
     return (e.strerror or str(e) or type(e).__name__).lower()
 
 
-def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
-                 salt: bytes) -> int:
-    """Write ``prefix``, the frame ``pieces`` and their 8-byte tag, hashing each step of
-    :data:`HASH_STEP` bytes just before writing it, so the reader verifies step ``k`` while this
-    side hashes step ``k + 1``. The bytes are those of ``[prefix, *encode_round_frame(...)]``.
+def _scale_into(arr: npt.NDArray[Any], wire: Dtype, f: np.float32,
+                dst: npt.NDArray[Any], scratch: npt.NDArray[np.float32]) -> None:
+    """Write ``arr`` pre-scaled by ``f`` into ``dst``, its place in a frame template (of
+    ``arr``'s shape, in ``wire`` dtype): the values :func:`_payload` gives, computed in f32 and
+    rounded once into the wire dtype (bf16 with upstream's rounding and NaN rule). ``scratch``
+    (f32, ``arr.size`` elements) holds an f32 product that is then rounded into bf16. Call it
+    with NumPy's float warnings off."""
+    if arr.dtype == _BF16:
+        src = np.ascontiguousarray(arr).reshape(-1).view(np.uint16)
+        if wire is Dtype.BF16:
+            scale_payload(int(Dtype.BF16), src.view(np.uint8).data, f,
+                          out=dst.reshape(-1).view(np.uint8))
+        else:  # exact widening into place, then the product in place
+            wide = bf16_to_f32(src, out=dst)
+            np.multiply(wide, f, out=wide)
+    elif wire is Dtype.F32:
+        np.multiply(arr, f, out=dst)
+    else:
+        prod = np.multiply(arr.reshape(-1), f, out=scratch)
+        bf16_from_f32(prod, out=dst)
+
+
+def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> int:
+    """Write a record given as batches of buffers: a template's one batch, or
+    :func:`~flodl_proto.codec.plans.signed_frame_batches` of a frame's pieces, which hashes each
+    step of :data:`HASH_STEP` bytes just before it is written, so the reader verifies step
+    ``k`` while this side hashes step ``k + 1``.
 
     Returns:
         Bytes written. Raises: as :func:`send_all` (the write-stall deadline covers the whole
@@ -598,7 +668,7 @@ def _send_signed(sock: socket.socket, prefix: bytes, pieces: list[BytesLike],
     started = time.monotonic()
     deadline: float | None = None  # one batch (a frame under HASH_STEP): send_all's own
     total = 0
-    for i, batch in enumerate(signed_frame_batches(prefix, pieces, salt, HASH_STEP)):
+    for i, batch in enumerate(batches):
         if i == 1:
             deadline = started + write_stall_timeout()
         total += send_all(sock, batch, deadline=deadline)
@@ -625,6 +695,11 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
         raise protocol_error("client.reply_schema", index=len(arrays), reason=(
             f"the consensus carries {len(frame.tensors)} tensors, the request {len(arrays)}"))
     for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
+        data = p.data
+        if (p.shape == dst.shape and data.nbytes == dst.nbytes
+                and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
+            np.copyto(dst, np.frombuffer(data, dst.dtype).reshape(dst.shape))
+            continue
         if p.numel != dst.size:
             raise protocol_error("client.reply_schema", index=i, reason=(
                 f"consensus shape {list(p.shape)} does not fit destination shape "
