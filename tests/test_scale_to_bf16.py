@@ -1,0 +1,79 @@
+"""The batched bf16 pre-scale (scale_to_bf16) and the bf16 conversions into a caller's buffer
+(bf16_from_f32 / bf16_to_f32 with out=): the bytes of the per-tensor kernels, for every value
+class, with unaligned destinations."""
+
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto.reduce import bf16_from_f32, bf16_to_f32, scale_payload, scale_to_bf16
+
+
+def _values() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    v = rng.standard_normal(3000).astype(np.float32) * np.float32(1e3)
+    v[:12] = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.4e38, -3.4e38,
+              1.0, 2.0 ** -133]
+    v[12:16] = np.array([0x7F800001, 0xFFC00123, 0x7FBFFFFF, 0x3F808000],
+                        np.uint32).view(np.float32)  # NaN payloads; a tie to even
+    return v
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.3, 1 / 7, 0.0, -2.5, float("inf"), 1e-30])
+@pytest.mark.parametrize("source", ["f32", "bf16"])
+def test_scale_to_bf16_is_the_per_tensor_scale(factor: float, source: str) -> None:
+    v = _values()
+    cuts = [0, 5, 5, 517, 1200, 3000]  # an empty tensor among them
+    if source == "bf16":
+        bits = bf16_from_f32(v)
+        srcs = [bits[a:b] for a, b in itertools.pairwise(cuts)]
+        want = [bytes(scale_payload(1, s.tobytes(), factor)) for s in srcs]
+    else:
+        srcs = [v[a:b] for a, b in itertools.pairwise(cuts)]
+        with np.errstate(all="ignore"):
+            want = [bf16_from_f32(s * np.float32(factor)).tobytes() for s in srcs]
+    buf = np.zeros(2 * 3000 + 1, np.uint8)  # destinations at odd offsets: unaligned
+    dsts = [buf[1 + 2 * a:1 + 2 * b].view(ml_dtypes.bfloat16)
+            for a, b in itertools.pairwise(cuts)]
+    scale_to_bf16(srcs, factor, dsts)
+    assert [d.tobytes() for d in dsts] == want
+    assert buf[0] == 0
+
+
+def test_scale_to_bf16_refuses_mixed_or_mismatched_arrays() -> None:
+    f = np.ones(4, np.float32)
+    u = np.ones(4, np.uint16)
+    d = np.zeros(4, np.uint16)
+    with pytest.raises(ValueError, match="all <f4 or all <u2"):
+        scale_to_bf16([f, u], 1.0, [d, d.copy()])
+    with pytest.raises(ValueError, match="all <f4 or all <u2"):
+        scale_to_bf16([np.ones(4)], 1.0, [d])
+    with pytest.raises(ValueError, match="one length"):
+        scale_to_bf16([f], 1.0, [np.zeros(3, np.uint16)])
+    with pytest.raises(ValueError, match="one length"):
+        scale_to_bf16([f], 1.0, [np.zeros(4, np.float32)])
+    with pytest.raises(ValueError, match="2 sources for 1"):
+        scale_to_bf16([f, f], 1.0, [d])
+    scale_to_bf16([], 1.0, [])  # nothing to do
+
+
+def test_bf16_conversions_into_a_callers_buffer() -> None:
+    v = _values()
+    buf = np.zeros(2 * v.size + 1, np.uint8)
+    dst = buf[1:].view(np.uint16)
+    got = bf16_from_f32(v.reshape(30, 100), out=dst)
+    assert got.shape == (30, 100) and dst.tobytes() == bf16_from_f32(v).tobytes()
+    wbuf = np.zeros(4 * v.size + 2, np.uint8)
+    wide = wbuf[2:].view(np.float32)
+    back = bf16_to_f32(dst, out=wide)
+    assert back.tobytes() == bf16_to_f32(dst).tobytes() == wide.tobytes()
+    with pytest.raises(ValueError, match="2-byte"):
+        bf16_from_f32(v, out=np.zeros(v.size, np.float32))
+    with pytest.raises(ValueError, match="2-byte"):
+        bf16_from_f32(v, out=np.zeros(v.size - 1, np.uint16))
+    with pytest.raises(ValueError, match="float32"):
+        bf16_to_f32(dst, out=np.zeros(v.size, np.float64))
