@@ -17,6 +17,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 __all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", "report_dropped"]
@@ -35,11 +36,17 @@ class LineWriter:
             writer starts.
         backlog: lines that may wait (> 0).
         name: the writer thread's name.
+        coalesce: seconds the writer waits after a line wakes it, so the lines put meanwhile
+            are written with it in one ``write`` (default 0: every line at once). A producer
+            that puts a line per round (the controller) then wakes the writer at most once per
+            ``coalesce`` instead of once per line; every line is still written, in order, at most
+            ``coalesce`` seconds late.
     """
 
     def __init__(self, stream: str = "stdout", backlog: int = STDOUT_BACKLOG,
-                 name: str = "flodl-stdout") -> None:
+                 name: str = "flodl-stdout", *, coalesce: float = 0.0) -> None:
         self._stream = stream
+        self._coalesce = float(coalesce)
         self._lines: queue.Queue[str | None] = queue.Queue(backlog)
         self._writer = threading.Thread(target=self._write, name=name, daemon=True)
         self.dropped = 0
@@ -77,15 +84,29 @@ class LineWriter:
             fd = None  # the stream replaced by an object without a descriptor, or None
         encoding = getattr(out, "encoding", None) or "utf-8"
         broken = False  # the stream failed (its reader went away): take the lines, write none
-        while (line := self._lines.get()) is not None:
+        more = True
+        while more and (line := self._lines.get()) is not None:
+            batch = [line]
+            if self._coalesce > 0.0:  # the lines put meanwhile wake no one; taken below
+                time.sleep(self._coalesce)
+                while True:
+                    try:
+                        later = self._lines.get_nowait()
+                    except queue.Empty:
+                        break
+                    if later is None:  # close(): write what came before, then stop
+                        more = False
+                        break
+                    batch.append(later)
             if broken:
                 continue
             try:
                 if fd is None:
-                    out.write(line + "\n")
+                    out.write("".join(f"{ln}\n" for ln in batch))
                     out.flush()
                 else:
-                    view = memoryview(f"{line}\n".encode(encoding, "replace"))
+                    view = memoryview("".join(f"{ln}\n" for ln in batch).encode(encoding,
+                                                                                  "replace"))
                     while view:
                         view = view[os.write(fd, view):]
             except (AttributeError, OSError, ValueError):  # AttributeError: the stream is None
