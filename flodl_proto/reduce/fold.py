@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from ..codec._common import check_version
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 from ._batch import batch_runs
@@ -157,6 +157,12 @@ def _fold(
     weight = -0.0
     for f in frames:
         weight += f.weight
+    small = _small_plan(frames, v3)
+    if small is not None:  # the schema and the plan are the ones of an earlier round
+        if not math.isfinite(weight):
+            raise protocol_error("reduce.weight_overflow", count=len(frames), weight=weight)
+        return RoundFrame.trusted(ref.kind, weight,
+                                  _sum_small_planned(small, frames, normalise, weight))
     _check_schema(frames, v3)
     plan = _plan(frames, v3)
     if not math.isfinite(weight):  # departure: refused here rather than scattered
@@ -219,6 +225,112 @@ def _sum_small_tensors(ref: RoundFrame, numels: list[int],
                                                      data[at:stop]))
                     at = stop
     return out
+
+
+class _SmallPlan:
+    """What :func:`_fold` decides for a round of small tensors from the frames' schema alone
+    (kind; per tensor dtype, shape and byte count; the version's elision rule), kept for the
+    next round of the same schema: the runs of :func:`_sum_small_tensors` and the tensors
+    elided in every frame. Only a schema for which :func:`_check_schema` and :func:`_plan`
+    raise nothing and every tensor has fewer than ``K.SMALL_ELEMS`` elements gets one."""
+
+    __slots__ = ("runs", "ws_elems")
+
+    def __init__(self, ref: RoundFrame, v3: bool) -> None:
+        numels = [t.numel for t in ref.tensors]
+        # batchable: a tensor every frame carries; elided (version 3) in one frame means elided
+        # in every frame here, as every frame has the same byte counts
+        keys = [None if v3 and t.elided else t.dtype for t in ref.tensors]
+        #: per run: dtype (None: one tensor elided in every frame), tensors i .. j-1, total
+        #: elements, and per tensor its shape and byte range in the run's output
+        self.runs: list[tuple[int | None, int, int, int, list[tuple[tuple[int, ...], int, int]]]]
+        self.runs = []
+        bf16 = False
+        for i, j, total in batch_runs(keys, numels):
+            dtype = keys[i]
+            if dtype is None:
+                self.runs.append((None, i, j, 0, [(ref.tensors[i].shape, 0, 0)]))
+                continue
+            es = ELEMENT_SIZE[dtype]
+            at = 0
+            spans = []
+            for k in range(i, j):
+                stop = at + numels[k] * es
+                spans.append((ref.tensors[k].shape, at, stop))
+                at = stop
+            bf16 = bf16 or dtype != DTYPE_F32
+            self.runs.append((dtype, i, j, total, spans))
+        #: the bf16 runs' workspace size in elements (0: no bf16 run, no workspace)
+        self.ws_elems = min(K.CHUNK_ELEMS, sum(numels)) if bf16 else 0
+
+
+#: schema -> its plan (None: the general path decides); cleared when it holds too many
+_small_plans: dict[tuple[Any, ...], _SmallPlan | None] = {}
+_SMALL_PLANS_MAX = 16
+
+
+def _schema(frame: RoundFrame) -> tuple[Any, ...]:
+    return (frame.kind, *[(t.dtype, t.shape, t.data.nbytes) for t in frame.tensors])
+
+
+def _small_plan(frames: Sequence[RoundFrame], v3: bool) -> _SmallPlan | None:
+    """The remembered plan when every frame has frame 0's schema, else None (then
+    :func:`_check_schema` and :func:`_plan` decide, and raise any error, as for any frame).
+
+    With equal schemas :func:`_check_schema` has nothing to report, and :func:`_plan`'s outcome
+    depends on the schema alone; a schema seen for the first time is judged by running them on
+    frame 0 (which raises nothing then, or the schema gets no plan)."""
+    key = _schema(frames[0])
+    for i in range(1, len(frames)):
+        if _schema(frames[i]) != key:
+            return None
+    key = (v3, *key)
+    try:
+        return _small_plans[key]
+    except KeyError:
+        pass
+    ref = frames[0]
+    plan: _SmallPlan | None = None
+    try:
+        _plan([ref], v3)
+    except ProtocolError:
+        pass
+    else:
+        if max([t.numel for t in ref.tensors], default=0) < K.SMALL_ELEMS:
+            plan = _SmallPlan(ref, v3)
+    if len(_small_plans) >= _SMALL_PLANS_MAX:
+        _small_plans.clear()
+    _small_plans[key] = plan
+    return plan
+
+
+def _sum_small_planned(plan: _SmallPlan, frames: Sequence[RoundFrame], normalise: bool,
+                       weight: float) -> tuple[TensorPayload, ...]:
+    """:func:`_sum_small_tensors` of ``frames`` from their remembered plan: the same runs,
+    kernels and payloads, without judging the schema again."""
+    ws = K.Workspace(plan.ws_elems) if plan.ws_elems else _NO_WORKSPACE
+    out: list[TensorPayload] = []
+    trusted = TensorPayload.trusted
+    frombuffer = np.frombuffer
+    with np.errstate(all="ignore"):
+        scale: np.float32 | None = None
+        if normalise and frames[0].kind is RoundKind.MODEL and is_realized(weight):
+            scale = np.float32(1.0 / weight)
+        for dtype, i, j, total, spans in plan.runs:
+            if dtype is None:
+                t0 = frames[0].tensors[i]
+                out.append(TensorPayload(t0.dtype, t0.shape, b""))
+                continue
+            np_dtype = K.F32 if dtype == DTYPE_F32 else K.U16
+            views = [[frombuffer(t.data, dtype=np_dtype) for t in f.tensors[i:j]]
+                     for f in frames]
+            data = K.sum_small_batch(views, dtype, total, scale, ws).view(np.uint8).data
+            for shape, a, b in spans:
+                out.append(trusted(dtype, shape, data[a:b]))
+    return tuple(out)
+
+
+_NO_WORKSPACE = K.Workspace(0)
 
 
 def sum_frames(
