@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", "report_dropped"]
 
@@ -40,7 +41,8 @@ class LineWriter:
             are written with it in one ``write`` (default 0: every line at once). A producer
             that puts a line per round (the controller) then wakes the writer at most once per
             ``coalesce`` instead of once per line; every line is still written, in order, at most
-            ``coalesce`` seconds late.
+            ``coalesce`` seconds late (later while the stream is slow). The lines the writer
+            holds for its write count in the backlog.
     """
 
     def __init__(self, stream: str = "stdout", backlog: int = STDOUT_BACKLOG,
@@ -48,6 +50,8 @@ class LineWriter:
         self._stream = stream
         self._coalesce = float(coalesce)
         self._lines: queue.Queue[str | None] = queue.Queue(backlog)
+        self._backlog = backlog
+        self._held = 0  # lines the writer took for its current write (with coalesce)
         self._writer = threading.Thread(target=self._write, name=name, daemon=True)
         self.dropped = 0
         #: set once a write failed (the stream's reader went away): later lines are discarded
@@ -56,6 +60,9 @@ class LineWriter:
     def put(self, line: str | None) -> None:
         """Queue ``line`` (without its newline; None: nothing), or count it as dropped."""
         if line is None:
+            return
+        if self._held and self._held + self._lines.qsize() >= self._backlog:
+            self.dropped += 1  # the lines being written and the queued ones fill the backlog
             return
         try:
             self._lines.put_nowait(line)
@@ -88,6 +95,7 @@ class LineWriter:
         while more and (line := self._lines.get()) is not None:
             batch = [line]
             if self._coalesce > 0.0:  # the lines put meanwhile wake no one; taken below
+                self._held = 1
                 time.sleep(self._coalesce)
                 while True:
                     try:
@@ -97,20 +105,27 @@ class LineWriter:
                     if later is None:  # close(): write what came before, then stop
                         more = False
                         break
+                    self._held += 1
                     batch.append(later)
-            if broken:
-                continue
             try:
-                if fd is None:
-                    out.write("".join(f"{ln}\n" for ln in batch))
-                    out.flush()
-                else:
-                    view = memoryview("".join(f"{ln}\n" for ln in batch).encode(encoding,
-                                                                                  "replace"))
-                    while view:
-                        view = view[os.write(fd, view):]
+                self._write_batch(batch, out, fd, encoding, broken)
             except (AttributeError, OSError, ValueError):  # AttributeError: the stream is None
                 broken = self.broken = True
+            self._held = 0
+
+    @staticmethod
+    def _write_batch(batch: list[str], out: Any, fd: int | None, encoding: str,
+                     broken: bool) -> None:
+        if broken:
+            return
+        text = "".join(f"{ln}\n" for ln in batch)
+        if fd is None:
+            out.write(text)
+            out.flush()
+        else:
+            view = memoryview(text.encode(encoding, "replace"))
+            while view:
+                view = view[os.write(fd, view):]
 
 
 class LogLines(logging.Handler):
