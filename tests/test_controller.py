@@ -366,8 +366,8 @@ def test_an_unexpected_exception_in_the_scatter_fails_the_run(
     else:  # writing the Broadcast, on the connection's writer thread
         real_send_all = conn_mod.send_all
         # the socket takes nothing without waiting: every record goes to the writer
-        monkeypatch.setattr(conn_mod, "send_now",
-                            lambda sock, buffers: [memoryview(b) for b in buffers])
+        monkeypatch.setattr(conn_mod, "_write_direct",
+                            lambda sock, buffers, nbytes: [memoryview(b) for b in buffers])
 
         def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
             if bytes(memoryview(buffers[0])[8:9]) == bytes([RecordKind.BROADCAST.value]):

@@ -136,6 +136,8 @@ REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 
 #: how a clean end reads, whatever ended it: upstream ends the run cleanly there too
 _CLEAN_END = "run ends cleanly, as flodl does"
+#: a round's kind as its notice names it (``model``, ``control``)
+_KIND_NAMES: Final = {k: k.name.lower() for k in RoundKind}
 
 
 class ControllerCore:
@@ -716,7 +718,7 @@ class ControllerCore:
         for r in self._relays:
             r.frame = None
         del frames
-        nbytes = sum(memoryview(b).nbytes for b in buffers)
+        nbytes = sum([len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers])
         sent = 0
         for r in expected:
             c = self._conns[r.conn]
@@ -724,7 +726,7 @@ class ControllerCore:
                 self._send(c, buffers, SendKind.BROADCAST, nbytes=nbytes,
                            round=self.rounds + 1)
                 sent += 1
-        notice = RoundScattered(self.rounds + 1, consensus.kind.name.lower(), consensus.weight,
+        notice = RoundScattered(self.rounds + 1, _KIND_NAMES[consensus.kind], consensus.weight,
                                 nbytes, sent, len(expected))
         self.rounds += 1
         self.last_round = notice

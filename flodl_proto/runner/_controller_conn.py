@@ -19,10 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
+from ..codec._common import BytesLike
 from ..codec.stream import MuxStream
 from ..fsm.events import RoundScattered, SendTo
 from . import stages
-from ._netio import DIRECT_WRITE_MAX, send_all, send_now, shutdown_quietly
+from ._netio import (
+    DIRECT_WRITE_MAX,
+    _advance,
+    _flatten,
+    send_all,
+    send_now,
+    shutdown_quietly,
+)
 
 log = logging.getLogger("flodl_proto.runner.controller")
 
@@ -110,7 +118,7 @@ class Conn:
         (or what that write left) for the writer. Returns True when it was written whole."""
         with self.out_lock:
             if self.queued == 0 and send.nbytes <= DIRECT_WRITE_MAX:
-                rest = send_now(self.sock, send.buffers)
+                rest = _write_direct(self.sock, send.buffers, send.nbytes)
                 if not rest:
                     return True
                 send = replace(send, buffers=tuple(rest))
@@ -157,6 +165,28 @@ class Conn:
             if error is not None or item.round is not None:
                 report(Written(self.id, item, error))
             item = None  # hold no record buffers while waiting
+
+
+#: a record of at most this many buffers is first offered to one ``sendmsg`` as it is
+_DIRECT_BUFFERS = 64
+
+
+def _write_direct(sock: socket.socket, buffers: tuple[BytesLike, ...],
+                  nbytes: int) -> list[memoryview]:
+    """:func:`~flodl_proto.runner._netio.send_now` of ``buffers`` (``nbytes`` in all): what is
+    left (empty: everything was written). A record of a few buffers is first offered to one
+    non-blocking ``sendmsg`` as it is (a small record leaves whole in it); only what that call
+    left goes through ``send_now``'s buffer walk."""
+    if len(buffers) > _DIRECT_BUFFERS:
+        return send_now(sock, buffers)
+    try:
+        sent = sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
+    except OSError:  # full, interrupted or failed: send_now tries again, then the writer
+        return send_now(sock, buffers)
+    if sent == nbytes:
+        return []
+    bufs = _flatten(buffers)
+    return send_now(sock, bufs[_advance(bufs, 0, sent):])
 
 
 @dataclass(slots=True)
