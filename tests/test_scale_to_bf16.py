@@ -5,6 +5,7 @@ class, with unaligned destinations."""
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -77,3 +78,39 @@ def test_bf16_conversions_into_a_callers_buffer() -> None:
         bf16_from_f32(v, out=np.zeros(v.size - 1, np.uint16))
     with pytest.raises(ValueError, match="float32"):
         bf16_to_f32(dst, out=np.zeros(v.size, np.float64))
+
+
+def test_scale_to_bf16_refuses_strided_arrays_and_warns_of_nothing() -> None:
+    v = np.arange(8, dtype=np.float32)
+    d = np.zeros(4, np.uint16)
+    with pytest.raises(ValueError, match="contiguous"):
+        scale_to_bf16([v[::2]], 1.0, [d])
+    with pytest.raises(ValueError, match="contiguous"):
+        scale_to_bf16([v[:4]], 1.0, [np.zeros(8, np.uint16)[::2]])
+    inf_nan = np.array([np.inf, np.nan, 3e38, 1.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0 * inf, a NaN cast and an overflow stay silent
+        scale_to_bf16([inf_nan], 0.0, [d])
+        scale_to_bf16([inf_nan], 1e30, [d])
+    with np.errstate(all="ignore"):
+        want = bf16_from_f32(inf_nan * np.float32(1e30))
+    assert d.tolist() == want.tolist()
+
+
+def test_bf16_conversions_keep_the_shape_into_a_flat_or_shaped_buffer() -> None:
+    v = _values().reshape(30, 100)
+    flat16 = np.zeros(3000, np.uint16)
+    got = bf16_from_f32(v, out=flat16)
+    assert got.shape == (30, 100) and flat16.tobytes() == bf16_from_f32(v).tobytes()
+    shaped16 = np.zeros((100, 30), ml_dtypes.bfloat16)
+    assert bf16_from_f32(v, out=shaped16).shape == (30, 100)
+    assert shaped16.view(np.uint16).tobytes() == flat16.tobytes()
+    bits = flat16.reshape(30, 100)
+    flat32 = np.zeros(3000, np.float32)
+    wide = bf16_to_f32(bits, out=flat32)
+    assert wide.shape == (30, 100) and flat32.tobytes() == bf16_to_f32(bits).tobytes()
+    shaped32 = np.zeros((60, 50), np.float32)
+    assert bf16_to_f32(bits, out=shaped32).shape == (30, 100)
+    assert shaped32.tobytes() == flat32.tobytes()
+    with pytest.raises(ValueError, match="contiguous float32"):
+        bf16_to_f32(bits, out=np.zeros(6000, np.float32)[::2])

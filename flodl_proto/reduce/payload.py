@@ -130,7 +130,7 @@ def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[
     with np.errstate(all="ignore"):
         if K.U16 in dtypes:  # the exact widening of every tensor: bits << 16
             u = wide.view(np.uint32)
-            np.concatenate(srcs, out=u, casting="unsafe")
+            np.concatenate(srcs, out=u)
             np.left_shift(u, np.uint32(16), out=u)
         else:
             np.concatenate(srcs, out=wide)
