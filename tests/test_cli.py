@@ -428,6 +428,7 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
             2, "", f"{prog}: error: cannot read {out}: {why}\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
     assert (code, out_text) == (1, "") and err.startswith(f"{tmp_path / 'none.md'}: missing")
+    assert err.endswith(f"; run `flodl-proto {' '.join(cmd)} --out {tmp_path / 'none.md'}`\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(blocker))
     assert (code, out_text) == (1, "") and err.startswith(f"{blocker}: out of date")
 

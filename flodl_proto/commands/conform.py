@@ -265,19 +265,9 @@ def _run_docs(args: argparse.Namespace) -> int:
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as `docs --check`
-        from .docs import read_for_check
+        from .docs import check_generated
 
-        try:
-            found = read_for_check(out)
-        except OSError as e:
-            print(f"{_PROG}: error: cannot read {out}: {e.strerror or e}", file=sys.stderr)
-            return 2
-        if found == text.encode("utf-8"):
-            print(f"{out}: up to date")
-            return 0
-        state = "missing" if found is None else "out of date"
-        print(f"{out}: {state}; run `flodl-proto conform docs --out {out}`", file=sys.stderr)
-        return 1
+        return check_generated(out, text, _PROG, f"flodl-proto conform docs --out {out}")
     current = out.read_text(encoding="utf-8") if out.is_file() else None
     if current != text:
         try:

@@ -69,6 +69,35 @@ def read_for_check(path: Path) -> bytes | None:
     return path.read_bytes()
 
 
+def check_generated(out: Path, text: str, prog: str, regenerate: str, source: str = "") -> int:
+    """The ``--check`` of a generated file: compare ``out`` with ``text`` and say so in one line.
+
+    Args:
+        out: the generated file (the check's input path).
+        text: what the generator writes there now.
+        prog: the program name that prefixes an error line.
+        regenerate: the command line that rewrites ``out``, named when it differs.
+        source: words added after the path (e.g. the spec it was generated from).
+
+    Returns:
+        0 when ``out`` holds exactly ``text`` ("up to date" on stdout); 1 when it is missing or
+        differs (on stderr, with ``regenerate``); 2 when it cannot be read, as any input path
+        (:func:`read_for_check`).
+    """
+    try:
+        found = read_for_check(out)
+    except OSError as e:
+        print(f"{prog}: error: cannot read {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    tail = f" {source}" if source else ""
+    if found == text.encode("utf-8"):
+        print(f"{out}: up to date{tail}")
+        return 0
+    state = "missing" if found is None else "out of date"
+    print(f"{out}: {state}{tail}; run `{regenerate}`", file=sys.stderr)
+    return 1
+
+
 def spec_dir_for(out: Path | None) -> Path:
     """The spec folder documenting ``out``: the nearest ``spec/`` holding ``wire.yaml`` at or
     above ``out``'s folder (``None`` or ``-``: the current folder), else the package's spec."""
@@ -106,17 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as any input path
-        try:
-            found = read_for_check(out)
-        except OSError as e:
-            print(f"{_PROG}: error: cannot read {out}: {e.strerror or e}", file=sys.stderr)
-            return 2
-        if found == text.encode("utf-8"):
-            print(f"{out}: up to date {source}")
-            return 0
-        print(f"{out}: {'missing' if found is None else 'out of date'} {source}; run "
-              f"`flodl-proto docs --out {out}`", file=sys.stderr)
-        return 1
+        return check_generated(out, text, _PROG, f"flodl-proto docs --out {out}", source)
     if out.is_dir():
         print(f"{_PROG}: error: --out {out} is a directory; give a file path", file=sys.stderr)
         return 1
