@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from flodl_proto.codec import (
-    END_OF_STREAM,
     LenFramedDecoder,
     MuxStream,
     NeedData,
@@ -39,6 +38,8 @@ from flodl_proto.errors import (
 )
 from fuzz.harnesses import TARGETS
 from fuzz.harnesses.common import SALTS
+
+from .relay_core_util import connected_core, signed_record
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -279,17 +280,9 @@ def test_finding_host_frame_over_the_ceiling_is_a_remote_error(version: int) -> 
     fails with a remote error; it used to be the encoder's local ``mux.payload_too_large_local``,
     peer bytes surfacing as caller misuse. Pinned by
     fuzz/corpus/relay_core/finding-host-frame-over-ceiling."""
-    from flodl_proto.codec import HelloAck, MuxRecord, encode_handshake, encode_mux_record_bytes
     from flodl_proto.fsm.events import Finished, SendUpstream
-    from flodl_proto.fsm.relay_core import RelayCore
 
-    core = RelayCore([0], 1, SALT, version=version, ceiling=0)
-    core.rank_handshake(encode_handshake(0, 1, version))
-    core.dialed()
-    res = decode_mux_record(encode_mux_record_bytes(MuxRecord.control_msg(HelloAck(), version),
-                                                    SALT), SALT, version=version)
-    assert res is not END_OF_STREAM
-    core.upstream_record(res[0])
+    core = connected_core((0,), 1, version, SALT, ceiling=0)
     blob = encode_round_frame_bytes(RoundFrame(0, 1.0, []), SALT)
     assert len(blob) == 25
     acts = core.rank_frame(0, blob)
@@ -308,22 +301,13 @@ def test_finding_broadcast_over_the_ceiling_is_a_remote_error(version: int) -> N
     raises for that record; it used to raise the length-prefix encoder's local
     ``len.write_too_large`` out of ``upstream_record``. Pinned by
     fuzz/corpus/relay_core/finding-broadcast-over-ceiling."""
-    from flodl_proto.codec import HelloAck, MuxRecord, encode_handshake, encode_mux_record_bytes
+    from flodl_proto.codec import MuxRecord
     from flodl_proto.fsm.events import FanOut, Finished
-    from flodl_proto.fsm.relay_core import RelayCore
 
-    def record(rec: MuxRecord) -> MuxRecord:
-        res = decode_mux_record(encode_mux_record_bytes(rec, SALT), SALT, version=version)
-        assert res is not END_OF_STREAM
-        return res[0]
-
-    core = RelayCore([0], 1, SALT, version=version, ceiling=0)
-    core.rank_handshake(encode_handshake(0, 1, version))
-    core.dialed()
-    core.upstream_record(record(MuxRecord.control_msg(HelloAck(), version)))
+    core = connected_core((0,), 1, version, SALT, ceiling=0)
     payload = encode_round_frame_bytes(RoundFrame(0, 1.0, []), SALT)
     assert len(payload) == 25
-    acts = core.upstream_record(record(MuxRecord.broadcast(payload)))
+    acts = core.upstream_record(signed_record(MuxRecord.broadcast(payload), version, SALT))
     assert not [a for a in acts if isinstance(a, FanOut)]
     (fin,) = acts
     assert isinstance(fin, Finished) and core.finished

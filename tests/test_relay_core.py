@@ -74,6 +74,8 @@ from flodl_proto.fsm.lifecycle import RelayState
 from flodl_proto.fsm.relay_core import RelayCore
 from flodl_proto.spec import CHANNEL_MAGIC_DATA
 
+from .relay_core_util import connected_core, signed_record
+
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 SHAPES = ((1,), (3,), (2, 2))
@@ -89,9 +91,7 @@ def _reach(name: str) -> None:
 
 def _record(rec: MuxRecord, version: int) -> MuxRecord:
     """``rec`` as the runner hands it over: decoded from its signed bytes."""
-    res = decode_mux_record(encode_mux_record_bytes(rec, SALT), SALT, version=version)
-    assert res is not END_OF_STREAM
-    return res[0]
+    return signed_record(rec, version, SALT)
 
 
 def _upstream(actions: list[Any], kind: UpstreamKind) -> list[MuxRecord]:
@@ -106,17 +106,7 @@ def _upstream(actions: list[Any], kind: UpstreamKind) -> list[MuxRecord]:
 
 
 def _connected_core(ranks: tuple[int, ...], world: int, version: int) -> RelayCore:
-    core = RelayCore(ranks, world, SALT, version=version, host="h0")
-    for r in ranks:
-        acts = core.rank_handshake(encode_handshake(r, world, version))
-        assert [type(a) for a in acts] == [AckRank, RankConnected]
-    assert core.state == RelayState.DIALING
-    (hello,) = core.dialed()
-    assert isinstance(hello, SendUpstream) and hello.kind is UpstreamKind.HELLO
-    assert core.upstream_record(_record(MuxRecord.control_msg(HelloAck(), version),
-                                        version)) == []
-    assert core.state == RelayState.FOLDING
-    return core
+    return connected_core(ranks, world, version, SALT)
 
 
 # -- accept phase and dial ----------------------------------------------------------------------
