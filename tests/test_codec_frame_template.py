@@ -75,9 +75,20 @@ def test_a_bad_weight_is_refused_and_the_image_keeps_its_bytes() -> None:
         tpl.seal(0.5, b"short")
 
 
+def test_without_a_lead_the_record_is_the_frame() -> None:
+    tpl = FrameTemplate(RoundKind.CONTROL, [(0, (3,))])
+    tpl.payloads[0][...] = [1.0, -2.0, 0.5]
+    frame = RoundFrame(RoundKind.CONTROL, 2.0, [TensorPayload.from_array(tpl.payloads[0])])
+    assert bytes(tpl.seal(2.0, SALT)) == encode_round_frame_bytes(frame, SALT)
+
+
 def test_a_template_refuses_what_a_frame_refuses() -> None:
-    with pytest.raises(InvalidValue, match=r"dtype.*7"):
+    with pytest.raises(InvalidValue) as ei:
         FrameTemplate(RoundKind.MODEL, [(7, (2,))])
+    assert ei.value.error_id == "frame.bad_field"
+    assert dict(ei.value.fields) == {
+        "field": "dtype", "value": 7,
+        "reason": "a template carries f32 (0) or bf16 (1) payloads"}
     with pytest.raises(InvalidValue, match="kind"):
         FrameTemplate(5, [(0, (2,))])
     with pytest.raises(LimitExceeded, match="65536"):
