@@ -45,7 +45,15 @@ from ..spec import (
     U32_MAX,
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, check_version
-from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal, update_in_parallel
+from .auth import (
+    PARALLEL_MAC_MIN,
+    Premac,
+    check_salt,
+    new_mac,
+    tag_as_u64,
+    tags_equal,
+    update_in_parallel,
+)
 from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
 from .round_frame import RoundFrame, decode_round_frame_or_eos, round_frame_pieces
 from .structs import PACKED
@@ -373,7 +381,7 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     key = check_salt(salt)
     check_ceiling(ceiling)
     body = round_frame_pieces(frame)
-    length = sum(memoryview(p).nbytes for p in body) + AUTH_TAG_LEN
+    length = sum([memoryview(p).nbytes for p in body]) + AUTH_TAG_LEN
     if length > min(ceiling, U32_MAX):
         raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
     covered = _header_bytes(int(kind), 0, length,
@@ -381,7 +389,10 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     inner = new_mac(key)
     outer = new_mac(key)
     outer.update(covered)
-    update_in_parallel([(inner, body), (outer, body)], mac_executor)
+    # both jobs hash the body: below PARALLEL_MAC_MIN bytes update_in_parallel runs them on
+    # this thread whatever the executor, so it is not asked to measure the pieces again
+    update_in_parallel([(inner, body), (outer, body)],
+                       mac_executor if length - AUTH_TAG_LEN >= PARALLEL_MAC_MIN else None)
     inner_tag = bytes(inner.digest()[:AUTH_TAG_LEN])
     outer.update(inner_tag)
     return [covered + bytes(outer.digest()[:AUTH_TAG_LEN]), *body, inner_tag]

@@ -31,7 +31,14 @@ from ._common import BytesLike, as_view
 from .auth import Premac, new_mac
 from .mux import MuxHeader
 
-__all__ = ["FrameMacs", "RecordMacs", "frame_macs", "record_macs", "signed_frame_batches"]
+__all__ = [
+    "FrameMacs",
+    "RecordMacs",
+    "frame_macs",
+    "frame_premac",
+    "record_macs",
+    "signed_frame_batches",
+]
 
 
 @dataclass(slots=True)
@@ -68,6 +75,20 @@ def frame_macs(n: int, salt: bytes) -> FrameMacs:
     if n <= AUTH_TAG_LEN:
         return FrameMacs(None, 0, 0)
     return FrameMacs(new_mac(salt), 0, n - AUTH_TAG_LEN)
+
+
+def frame_premac(buffer: BytesLike, salt: bytes) -> Premac | None:
+    """The :class:`~flodl_proto.codec.auth.Premac` of a RoundFrame that fills ``buffer``, all
+    of whose bytes have arrived: what :func:`frame_macs` for ``len(buffer)`` gives once fed its
+    whole covered range (every byte before the last 8), in one call. None when the buffer is
+    too short to carry a tag (the decoder then reports the truncation)."""
+    mv = as_view(buffer)
+    covered = mv.nbytes - AUTH_TAG_LEN
+    if covered <= 0:
+        return None
+    mac = new_mac(salt)
+    mac.update(mv[:covered])
+    return Premac(covered, mac.digest())
 
 
 @dataclass(slots=True)

@@ -266,9 +266,10 @@ class RelayCore:
         Raises:
             LocalProtocolError (``relay.bad_event``): before the Hello was sent.
         """
-        if self.finished:
+        lifecycle = self.lifecycle
+        if lifecycle.is_final:
             return []
-        state = self.state
+        state = lifecycle.state
         if state == RelayState.AWAITING_HELLO_ACK:
             self._hello_ack(record)
         elif state in (RelayState.FOLDING, RelayState.DRAINING):
@@ -291,9 +292,9 @@ class RelayCore:
             now: the time (the clock of :meth:`tick`); the round's first deposit starts the
                 rank deadline (None: it does not start).
         """
-        if self.finished:
+        if self.lifecycle.is_final:
             return []
-        if now is not None and rank in self.fold.alive_ranks:
+        if now is not None and self.fold.is_alive(rank):
             self._deadline.deposit(now)
         try:
             self._ship(self.fold.deposit_frame(rank, blob, premac=premac))

@@ -133,6 +133,55 @@ class _ArrayPool:
         return len(self._entries)
 
 
+class _SmallPlan:
+    """What a seed layout allows the completing deposit of a two-deposit round
+    (:meth:`HostFold._fold_last_fast`), worked out once per layout instead of every round.
+
+    ``key``: per tensor of the seed, ``(dtype, shape, nbytes)``. ``eligible``: the round has
+    tensors, every dtype is f32 or bf16, every tensor has fewer than ``K.SMALL_ELEMS``
+    elements and carries exactly ``numel x element size`` bytes (at version 3 also more than
+    none: no elided payload, zero-element tensors included, as ``_fold_last_small`` requires),
+    and those bytes add up to no more than the ceiling: the seed's promotion and every
+    tensor's dtype, shape and byte count checks then pass for a deposit with the same key.
+    ``runs``: ``batch_runs`` over the tensors, each with its dtype, the NumPy dtype of its
+    elements and, per tensor, its shape and byte range in the run's output."""
+
+    __slots__ = ("eligible", "key", "runs")
+
+    def __init__(self, key: tuple[tuple[int, tuple[int, ...], int], ...], version: int,
+                 ceiling: int) -> None:
+        self.key = key
+        self.runs: list[tuple[int, int, int, int, np.dtype[Any],
+                              list[tuple[tuple[int, ...], int, int]]]] = []
+        numels = []
+        total_bytes = 0
+        eligible = bool(key)
+        for dtype, shape, nbytes in key:
+            es = ELEMENT_SIZE.get(dtype)
+            numel = 1
+            for d in shape:
+                numel *= d
+            numels.append(numel)
+            if es is None or nbytes != numel * es or numel >= K.SMALL_ELEMS \
+                    or (version >= 3 and nbytes == 0):
+                eligible = False
+                break
+            total_bytes += nbytes
+        self.eligible = eligible and total_bytes <= ceiling
+        if not self.eligible:
+            return
+        dtypes = [d for d, _, _ in key]
+        for i, j, total in batch_runs(dtypes, numels):
+            dtype = dtypes[i]
+            es = ELEMENT_SIZE[dtype]
+            segs = []
+            at = 0
+            for ti in range(i, j):
+                segs.append((key[ti][1], at, at + numels[ti] * es))
+                at += numels[ti] * es
+            self.runs.append((i, j, total, dtype, K.F32 if dtype == DTYPE_F32 else K.U16, segs))
+
+
 @dataclass(slots=True)
 class _Round:
     kind: RoundKind
@@ -186,12 +235,14 @@ class HostFold:
         self._ceiling = int(ceiling)
         self._lock = threading.Lock()
         self._dead: set[int] = set()
+        self._alive: tuple[int, ...] = self._ranks  # replaced whole when a rank dies
         self._round: _Round | None = None
         self._error: ProtocolError | None = None
         self._rounds = 0
         self._ws: K.Workspace | None = None
         self._ws2: K.Workspace | None = None
         self._pool = _ArrayPool()
+        self._plan: _SmallPlan | None = None  # the last seed layout's (see _fold_last_fast)
 
     # -- introspection -------------------------------------------------------------------------
     @property
@@ -213,8 +264,18 @@ class HostFold:
     @property
     def alive_ranks(self) -> tuple[int, ...]:
         """Local ranks not dead, ascending (the ranks a Broadcast is fanned out to)."""
-        with self._lock:
-            return tuple(r for r in self._ranks if r not in self._dead)
+        return self._alive
+
+    def is_alive(self, rank: int) -> bool:
+        """Whether ``rank`` is a local rank not dead (``rank in alive_ranks``, without building
+        the tuple)."""
+        return rank in self._ranks and rank not in self._dead
+
+    def has_deposited(self, rank: int) -> bool:
+        """Whether ``rank`` has deposited in the current (incomplete) round
+        (``rank in deposited``, without building the set)."""
+        rnd = self._round
+        return rnd is not None and rank in rnd.deposited
 
     @property
     def deposited(self) -> frozenset[int]:
@@ -299,11 +360,15 @@ class HostFold:
             if rank in self._dead:
                 return None
             try:
-                if self._round is not None and rank in self._round.deposited:
-                    raise protocol_error("fold.double_deposit", rank=rank)
-                with np.errstate(all="ignore"):  # the kernels' own context, once per deposit
+                rnd = self._round
+                if rnd is None:  # the seed: no arithmetic, so no warning context
                     self._merge(rank, mv, premac)
                     return self._complete()
+                if rank in rnd.deposited:
+                    raise protocol_error("fold.double_deposit", rank=rank)
+                with np.errstate(all="ignore"):  # the kernels' own context, once per deposit
+                    done = self._merge(rank, mv, premac)
+                    return done if done is not None else self._complete()
             except ProtocolError as e:
                 self._error = e
                 raise
@@ -338,6 +403,7 @@ class HostFold:
         with self._lock, np.errstate(all="ignore"):  # the kernels' context (see deposit_frame)
             self._check_alive()
             self._dead.add(int(rank))
+            self._alive = tuple([r for r in self._ranks if r not in self._dead])
             return self._complete()
 
     # -- internals -----------------------------------------------------------------------------
@@ -364,7 +430,9 @@ class HostFold:
             plan.mac.update(mv[plan.start:plan.stop])
         return plan.premac()
 
-    def _merge(self, rank: int, mv: memoryview, premac: Premac | None) -> None:
+    def _merge(self, rank: int, mv: memoryview, premac: Premac | None) -> RoundFrame | None:
+        """Merge ``rank``'s deposit; returns the completed round's merged frame when
+        :meth:`_fold_last_fast` completed the round (else None: :meth:`_complete` decides)."""
         if self._round is None:
             res = decode_round_frame_or_eos(mv, self._salt, ceiling=self._ceiling, premac=premac)
             if res is END_OF_STREAM:
@@ -374,7 +442,7 @@ class HostFold:
                 kind=seed.kind, weight=seed.weight, seed=seed, seed_bytes=mv[:consumed],
                 deposited={rank}, schema=[(t.dtype, t.shape) for t in seed.tensors],
             )
-            return
+            return None
         rnd = self._round
         reader_error: ProtocolError | None = None
         frame: RoundFrame | None = None
@@ -395,7 +463,17 @@ class HostFold:
             delivered = list(frame.tensors)
         expected = len(rnd.schema)
         # the deposit that completes the round folds its tensors straight into the output
-        last = all(r == rank or r in self._dead or r in rnd.deposited for r in self._ranks)
+        dead, deposited = self._dead, rnd.deposited
+        last = True
+        for r in self._ranks:
+            if r != rank and r not in dead and r not in deposited:
+                last = False
+                break
+        if last and frame is not None and (rnd.sums is None or not any(
+                a is not None for a in rnd.sums)):
+            done = self._fold_last_fast(rnd, rank, frame)
+            if done is not None:
+                return done
         if not (last and frame is not None and self._fold_last_small(rnd, rank, delivered)):
             for ti, p in enumerate(delivered):
                 self._merge_tensor(rnd, rank, ti, p, expected, last)
@@ -414,6 +492,52 @@ class HostFold:
                                  total=total)
         rnd.weight = total
         rnd.deposited.add(rank)
+        return None
+
+    def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame) -> RoundFrame | None:
+        """The completing deposit of a round whose seed is the only earlier deposit (two ranks
+        a host, or more with deaths), when nothing can fail: folded with the seed and the round
+        completed at once, from the seed layout's :class:`_SmallPlan` (the checks of the
+        per-tensor path done once per layout, not per round). Returns the merged frame, or None
+        having changed nothing (the general path then runs and raises whatever it raises).
+
+        Taken only when the plan of the seed's layout is eligible (see :class:`_SmallPlan`),
+        the deposit carries the seed's kind, tensor count, and per tensor its dtype, shape and
+        byte count, and the summed weight is finite. Then every check of :meth:`_merge` and
+        :meth:`_fold_last_small` passes, and the result is theirs: the same
+        ``K.sum_small_batch`` runs over the same views, the payloads the same bytes (slices of
+        each run's output), the same weight, kind and completion bookkeeping."""
+        seed = rnd.seed.tensors
+        key = tuple([(t.dtype, t.shape, t.data.nbytes) for t in seed])
+        plan = self._plan
+        if plan is None or plan.key != key:
+            plan = self._plan = _SmallPlan(key, self._version, self._ceiling)
+        if not plan.eligible or frame.kind is not rnd.kind:
+            return None
+        tensors = frame.tensors
+        if tuple([(t.dtype, t.shape, t.data.nbytes) for t in tensors]) != key:
+            return None
+        weight = rnd.weight + frame.weight
+        if not math.isfinite(weight):
+            return None
+        ws = self._workspace()
+        trusted = TensorPayload.trusted
+        frombuffer = np.frombuffer
+        out_tensors: list[TensorPayload] = []
+        for i, j, total, dtype, np_dtype, segs in plan.runs:
+            out = K.sum_small_batch(
+                [[frombuffer(seed[t].data, np_dtype) for t in range(i, j)],
+                 [frombuffer(tensors[t].data, np_dtype) for t in range(i, j)]],
+                dtype, total, None, ws)
+            data = out.view(np.uint8).data
+            for shape, lo, hi in segs:
+                out_tensors.append(trusted(dtype, shape, data[lo:hi]))
+        rnd.weight = weight
+        rnd.deposited.add(rank)
+        self._round = None
+        self._rounds += 1
+        self._pool.end_round()
+        return RoundFrame.trusted(rnd.kind, weight, tuple(out_tensors))
 
     def _merge_tensor(
         self, rnd: _Round, rank: int, ti: int, p: TensorPayload, expected: int, last: bool
@@ -588,8 +712,10 @@ class HostFold:
         rnd = self._round
         if rnd is None:
             return None
-        if not all(r in self._dead or r in rnd.deposited for r in self._ranks):
-            return None
+        dead, deposited = self._dead, rnd.deposited
+        for r in self._ranks:
+            if r not in dead and r not in deposited:
+                return None
         self._round = None
         self._rounds += 1
         if rnd.sums is None:

@@ -48,11 +48,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ..addr import PORT_MAX
-from ..codec._common import BytesLike
-from ..codec.auth import Premac
+from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec.auth import PARALLEL_MAC_MIN, Premac
 from ..codec.loopback import decode_len_prefix
-from ..codec.mux import MuxRecord, RecordKind, decode_mux_record, parse_mux_header
-from ..codec.plans import frame_macs, record_macs
+from ..codec.mux import MuxRecord, RecordKind, parse_mux_header, read_mux_record_or_eos
+from ..codec.plans import frame_macs, frame_premac, record_macs
 from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
 from ..fsm.events import (
@@ -105,6 +105,10 @@ _WAITING_NOTE_PERIOD = 10.0
 
 #: Broadcast payloads from this size on are written to the local ranks concurrently (bytes)
 _PARALLEL_FAN_OUT_MIN = 1 << 20
+
+#: the most buffers :func:`_send_at_once` hands to one ``sendmsg`` (more: the general write,
+#: which batches them by the system's IOV_MAX)
+_DIRECT_IOVECS = 64
 
 @dataclass(frozen=True, slots=True)
 class _Record:
@@ -254,6 +258,9 @@ class Relay:
         self._out_queued = 0
         self._blob_bufs: dict[int, npt.NDArray[np.uint8]] = {}
         self._record_buf: npt.NDArray[np.uint8] | None = None
+        # the upstream record header, read by one thread at a time (the dial, then the reader)
+        self._header_buf = memoryview(bytearray(MUX_HEADER_LEN))
+        self._starve = committed_read_starvation()  # seconds, read once
 
     # -- public surface --------------------------------------------------------------------------
     @property
@@ -513,9 +520,8 @@ class Relay:
 
     def _read_record_from(self, sock: socket.socket) -> MuxRecord | None:
         """Read one mux record: header first (poll), then exactly its payload; None at EOF."""
-        header = bytearray(MUX_HEADER_LEN)
-        hv = memoryview(header)
-        starve = committed_read_starvation()
+        hv = self._header_buf
+        starve = self._starve
         got = recv_exact_into(sock, hv, stop=self._stop, starvation=starve)
         if got < MUX_HEADER_LEN:
             self._count("upstream_in", got)
@@ -538,8 +544,11 @@ class Relay:
         body = got - MUX_HEADER_LEN
         self._count("upstream_in", got)  # the header and the payload
         premac = plan.premac(body)
-        res = decode_mux_record(view[:MUX_HEADER_LEN + body], self._salt, version=self.version,
-                                ceiling=self.ceiling, premac=premac, header=hdr)
+        # the salt was checked by the core: the record decoder without the salt check
+        res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,
+                                     version=self.version, ceiling=self.ceiling, premac=premac,
+                                     header=hdr)
+        assert res is not END_OF_STREAM  # the buffer holds the whole header
         return res[0]
 
     # -- phase 3: the fold barrier ---------------------------------------------------------------
@@ -583,7 +592,8 @@ class Relay:
                     fan_outs.append(a)
                 elif isinstance(a, SendUpstream):
                     if a.kind is UpstreamKind.HOST_FRAME:
-                        self._count("host_frames", 1)
+                        with self._lock:
+                            self.stats.host_frames += 1
                     self._send_upstream(a)
                 elif isinstance(a, DrainUpstream):
                     self._queue_upstream(_Drained())
@@ -603,15 +613,17 @@ class Relay:
         ``sendmsg``), else queue it, or what that write left, for the outbound writer."""
         host_frame = action.kind is UpstreamKind.HOST_FRAME
         rnd = self._fold.rounds_completed - 1
-        buffers = list(action.buffers)
+        buffers: list[BytesLike] = list(action.buffers)
         up = self._upstream
         with self._out_lock:
             direct = self._out_queued == 0 and up is not None
         if direct and up is not None:
-            nbytes = sum(memoryview(b).nbytes for b in buffers)
+            nbytes = _nbytes(buffers)
             if nbytes <= DIRECT_WRITE_MAX:
-                rest = send_now(up, buffers)
-                self._count("upstream_out", nbytes - sum(b.nbytes for b in rest))
+                sent = _send_at_once(up, buffers, nbytes)
+                rest = send_now(up, _skip(buffers, sent)) if sent < nbytes else []
+                with self._lock:
+                    self.stats.upstream_out += nbytes - sum(b.nbytes for b in rest)
                 if not rest:
                     if host_frame:
                         stages.mark("relay", rnd, "hostframe_sent")
@@ -639,16 +651,18 @@ class Relay:
 
     def _rank_reader(self, rank: int) -> None:
         sock = self._rank_socks[rank]
+        prefix = memoryview(bytearray(LEN_PREFIX_LEN))  # reused for every blob of the rank
+        rank_frame = self._core.rank_frame
         try:
             while not self._stop.is_set():
-                got = self._read_blob(rank, sock)
+                got = self._read_blob(rank, sock, prefix)
                 if got is None:
                     break
                 blob, premac = got
-                stages.mark("relay", self._fold.rounds_completed, "deposits_done")
+                if stages.is_enabled():
+                    stages.mark("relay", self._fold.rounds_completed, "deposits_done")
                 # the deposit and its HostFrame are queued in round order
-                self._core_call(self._core.rank_frame, rank, blob, premac=premac,
-                                now=time.monotonic())
+                self._core_call(rank_frame, rank, blob, premac=premac, now=time.monotonic())
             else:
                 return
             # local end of stream (or a broken loopback stream): out of the barrier, tell upstream
@@ -657,28 +671,32 @@ class Relay:
         except Stopped:
             pass
 
-    def _read_blob(self, rank: int,
-                   sock: socket.socket) -> tuple[memoryview, Premac | None] | None:
+    def _read_blob(self, rank: int, sock: socket.socket,
+                   prefix: memoryview) -> tuple[memoryview, Premac | None] | None:
         """One loopback blob of ``rank`` and the MAC of its bytes before the last 8 (computed as
         they arrived: the frame's MAC when the frame fills the blob), or None when the rank is
         gone.
 
         End of stream, a reset, a prefix above the ceiling, a blob cut short or starved: the
         rank is treated as gone (upstream's rank reader turns every read error into RankExit).
+        ``prefix``: the rank's 4-byte length prefix buffer (reused).
         """
-        prefix = bytearray(LEN_PREFIX_LEN)
         counted = 0  # bytes read, counted once per blob (or when the read fails)
         try:
-            starve = committed_read_starvation()
-            got = counted = recv_exact_into(sock, memoryview(prefix), stop=self._stop,
-                                            starvation=starve)
+            starve = self._starve
+            got = counted = recv_exact_into(sock, prefix, stop=self._stop, starvation=starve)
             if got < LEN_PREFIX_LEN:
                 return None
             n = decode_len_prefix(prefix, ceiling=self.ceiling)
             view = self._blob_buffer(rank, n)
-            plan = frame_macs(n, self._salt)
-            _, body = read_record_into(sock, view, n, plan.ranges(), stop=self._stop,
+            if n < PARALLEL_MAC_MIN:  # read_record_into's one-read case: its MAC fed once
+                plan = None
+                body = recv_exact_into(sock, view, stop=self._stop, committed=True,
                                        starvation=starve)
+            else:
+                plan = frame_macs(n, self._salt)
+                _, body = read_record_into(sock, view, n, plan.ranges(), stop=self._stop,
+                                           starvation=starve)
             counted += body
         except ProtocolError as e:
             log.warning("relay %s: rank %d loopback stream failed: %s", self.host, rank, e)
@@ -687,19 +705,20 @@ class Relay:
             log.info("relay %s: rank %d loopback read failed: %s", self.host, rank, e)
             return None
         finally:
-            self._count("from_ranks", counted)
+            with self._lock:
+                self.stats.from_ranks += counted
         if body < n:
             log.warning("relay %s: rank %d closed inside a %d-byte blob (%d bytes read)",
                         self.host, rank, n, body)
             return None
-        return view, plan.premac()
+        return view, frame_premac(view, self._salt) if plan is None else plan.premac()
 
     def _blob_buffer(self, rank: int, n: int) -> memoryview:
         """An ``n``-byte buffer for ``rank``'s next blob: last round's buffer when the fold no
         longer holds it (the rank's previous deposit was consumed by a completed round), else a
         fresh one (reusing spares the page faults of a fresh allocation every round)."""
         buf = self._blob_bufs.get(rank)
-        if buf is None or buf.shape[0] != n or rank in self._fold.deposited:
+        if buf is None or buf.shape[0] != n or self._fold.has_deposited(rank):
             buf = np.empty(n, dtype=np.uint8)
             self._blob_bufs[rank] = buf
         return buf.data
@@ -711,9 +730,10 @@ class Relay:
             rec = self._read_record(up)
             broadcast = rec is not None and rec.kind is RecordKind.BROADCAST
             if broadcast:
-                rnd = self.stats.broadcasts
+                with self._lock:
+                    rnd = self.stats.broadcasts
+                    self.stats.broadcasts = rnd + 1
                 stages.mark("relay", rnd, "broadcast_read")
-                self._count("broadcasts", 1)
             self._core_call(self._core.upstream_record, rec)
             if broadcast:
                 stages.mark("relay", rnd, "fanout_done")
@@ -729,8 +749,19 @@ class Relay:
         targets = [(rank, sock) for rank in ranks
                    if (sock := self._rank_socks.get(rank)) is not None]
         if len(targets) < 2 or payload.nbytes < _PARALLEL_FAN_OUT_MIN:
+            bufs: list[BytesLike] = [prefix, payload]
+            nbytes = len(prefix) + payload.nbytes
+            written = 0
             for rank, sock in targets:
-                self._send_to_rank(rank, sock, prefix, payload)
+                try:
+                    sent = _send_at_once(sock, bufs, nbytes)
+                    if sent < nbytes:  # the rest under send_all's write-stall deadline
+                        send_all(sock, _skip(bufs, sent))
+                    written += nbytes
+                except OSError as e:  # the rank's reader will see the failure and report it
+                    log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, e)
+            with self._lock:
+                self.stats.to_ranks += written
             return
         # each rank reads (and verifies) at its own pace: write to every rank at once
         threads = [threading.Thread(target=self._send_to_rank, args=(rank, sock, prefix, payload),
@@ -790,3 +821,40 @@ class Relay:
                 return
             self._count("upstream_out", n)
 
+
+
+def _nbytes(buffers: list[BytesLike]) -> int:
+    """The bytes in ``buffers`` (any bytes-like objects)."""
+    n = 0
+    for b in buffers:
+        n += len(b) if type(b) is bytes else memoryview(b).nbytes
+    return n
+
+
+def _send_at_once(sock: socket.socket, buffers: list[BytesLike], nbytes: int) -> int:
+    """One non-blocking ``sendmsg`` of ``buffers`` (``nbytes`` bytes in all): the bytes it
+    wrote (a small record or reply leaves whole). 0 when the socket takes nothing now, when
+    there are more than :data:`_DIRECT_IOVECS` buffers, or when it failed: the caller's general
+    write, which waits and reports errors, goes on from what this wrote."""
+    if len(buffers) > _DIRECT_IOVECS:
+        return 0
+    try:
+        return sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
+    except OSError:
+        return 0
+
+
+def _skip(buffers: list[BytesLike], sent: int) -> list[BytesLike]:
+    """``buffers`` without their first ``sent`` bytes (views, no copy)."""
+    if not sent:
+        return buffers
+    out: list[BytesLike] = []
+    for b in buffers:
+        mv = memoryview(b).cast("B")
+        n = mv.nbytes
+        if sent >= n:
+            sent -= n
+            continue
+        out.append(mv[sent:] if sent else mv)
+        sent = 0
+    return out
