@@ -1,0 +1,234 @@
+"""The relay's small-round path gives what the general path gives: the fold's planned completion
+(``HostFold._fold_last_fast``) against the per-tensor path for the same deposits (bytes, errors,
+bookkeeping), ``plans.frame_premac`` against ``plans.frame_macs``, and the runner's one-call
+writes (``_send_at_once`` / ``_skip``) against the bytes they were given."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
+from flodl_proto.codec.plans import frame_macs, frame_premac
+from flodl_proto.errors import ProtocolError
+from flodl_proto.reduce import HostFold, bf16_from_f32
+from flodl_proto.reduce import _kernels as K
+from flodl_proto.reduce.host_fold import _SmallPlan
+from flodl_proto.runner import relay as relay_mod
+
+SALT = bytes(range(16))
+F32, BF16 = 0, 1
+
+
+def _t(dtype: int, shape: tuple[int, ...], seed: int, special: bool = False) -> TensorPayload:
+    n = int(np.prod(shape))
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(n).astype(np.float32)
+    if special and n >= 4:
+        a[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    if dtype == F32:
+        return TensorPayload(F32, shape, a.astype("<f4").tobytes())
+    return TensorPayload(BF16, shape, (a.view("<u4") >> 16).astype("<u2").tobytes())
+
+
+def _blob(tensors: list[TensorPayload], weight: float = 1.0,
+          kind: RoundKind = RoundKind.MODEL, salt: bytes = SALT) -> bytes:
+    return encode_round_frame_bytes(RoundFrame(kind, weight, tensors), salt)
+
+
+def _layout(spec: list[tuple[int, tuple[int, ...]]], seed: int,
+            special: bool = False) -> list[TensorPayload]:
+    return [_t(d, s, seed * 31 + i, special) for i, (d, s) in enumerate(spec)]
+
+
+SMALL = [(F32, (256,)), (F32, (16, 16)), (BF16, (512,)), (BF16, (3,)), (F32, (5,))]
+OTHER = [(BF16, (7,)), (F32, (2, 3))]
+
+
+def _cases() -> dict[str, tuple[int, list[int], list[tuple[int, bytes]], bool]]:
+    """name -> (version, ranks, deposits (rank, blob) in order, whether the planned path
+    completes at least one round)."""
+    a0, a1 = _blob(_layout(SMALL, 0, True)), _blob(_layout(SMALL, 1), 2.5)
+    b0, b1 = _blob(_layout(OTHER, 2)), _blob(_layout(OTHER, 3), 0.0)
+    zero = [(F32, (0,)), (F32, (4,))]
+    z0, z1 = _blob(_layout(zero, 4)), _blob(_layout(zero, 5))
+    bad_nbytes = _blob([TensorPayload(F32, (3,), bytes(8)), _t(F32, (2,), 6)])
+    short = _blob([_t(F32, (256,), 7), TensorPayload(F32, (2,), bytes(4))])
+    elided = _blob([_t(F32, (4,), 8), TensorPayload(F32, (3,), b"")])
+    full = _blob([_t(F32, (4,), 9), _t(F32, (3,), 10)])
+    forged = bytearray(a1)
+    forged[-1] ^= 1
+    return {
+        "three rounds, two layouts": (2, [0, 1], [(0, a0), (1, a1), (1, b1), (0, b0),
+                                                  (0, a1), (1, a0)], True),
+        "version 3": (3, [0, 1], [(0, a0), (1, a1), (0, b0), (1, b1)], True),
+        "a zero-element tensor, version 2": (2, [0, 1], [(0, z0), (1, z1)], True),
+        "a zero-element tensor, version 3": (3, [0, 1], [(0, z0), (1, z1)], False),
+        "kind differs": (2, [0, 1], [(0, a0), (1, _blob(_layout(SMALL, 1),
+                                                         kind=RoundKind.CONTROL))], False),
+        "shape differs": (2, [0, 1], [(0, b0), (1, _blob(_layout([(BF16, (7,)), (F32, (3, 2))],
+                                                                 3)))], False),
+        "fewer tensors": (2, [0, 1], [(0, a0), (1, _blob(_layout(SMALL[:-1], 1)))], False),
+        "seed byte count": (2, [0, 1], [(0, bad_nbytes), (1, bad_nbytes)], False),
+        "deposit byte count": (2, [0, 1], [(0, _blob([_t(F32, (256,), 7), _t(F32, (2,), 1)])),
+                                           (1, short)], False),
+        "weight overflow": (2, [0, 1], [(0, _blob(_layout(OTHER, 2), 1e308)),
+                                        (1, _blob(_layout(OTHER, 3), 1e308))], False),
+        "elided deposit, version 3": (3, [0, 1], [(0, full), (1, elided)], False),
+        "elided seed, version 3": (3, [0, 1], [(0, elided), (1, full)], False),
+        "forged tag": (2, [0, 1], [(0, a0), (1, bytes(forged))], False),
+        "three ranks": (2, [0, 1, 2], [(0, a0), (2, a1), (1, a0), (1, b0), (0, b1),
+                                       (2, b0)], False),
+        "unknown dtype": (2, [0, 1], [(0, _blob([TensorPayload(7, (2,), bytes(8))])),
+                                      (1, _blob([TensorPayload(7, (2,), bytes(8))]))], False),
+    }
+
+
+def _outcome(fold: HostFold, rank: int, blob: bytes) -> Any:
+    try:
+        res = fold.deposit_frame(rank, blob)
+    except ProtocolError as e:
+        return ("error", type(e).__name__, e.error_id, dict(e.fields))
+    if res is None:
+        return None
+    if isinstance(res, RoundFrame):
+        return ("frame", encode_round_frame_bytes(res, SALT),
+                [(t.dtype, t.shape, t.data.format, t.data.nbytes) for t in res.tensors])
+    return ("verbatim", bytes(res))
+
+
+def _run(version: int, ranks: list[int], deposits: list[tuple[int, bytes]],
+         planned: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], int]:
+    taken = 0
+    original = HostFold._fold_last_fast
+
+    def spy(self: HostFold, *args: Any) -> Any:
+        nonlocal taken
+        res = original(self, *args) if planned else None
+        taken += res is not None
+        return res
+
+    with monkeypatch.context() as m:
+        m.setattr(HostFold, "_fold_last_fast", spy)
+        fold = HostFold(ranks, SALT, version=version)
+        out = []
+        for rank, blob in deposits:
+            out.append(_outcome(fold, rank, blob))
+            out.append((fold.rounds_completed, fold.deposited, fold.alive_ranks,
+                        None if fold.error is None else fold.error.error_id))
+            if fold.error is not None:
+                break
+    return out, taken
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_the_planned_completion_gives_the_per_tensor_paths_results(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    version, ranks, deposits, used = _cases()[name]
+    general, none_taken = _run(version, ranks, deposits, False, monkeypatch)
+    planned, taken = _run(version, ranks, deposits, True, monkeypatch)
+    assert none_taken == 0
+    assert planned == general
+    assert (taken > 0) is used
+
+
+def test_the_planned_sums_are_the_reference_sums() -> None:
+    """Element by element ``(0.0 + seed) + deposit`` in f32, encoded in the tensor's dtype."""
+    seed, dep = _layout(SMALL, 0, True), _layout(SMALL, 1)
+    fold = HostFold([0, 1], SALT)
+    fold.deposit_frame(0, _blob(seed, 0.5))
+    out = fold.deposit_frame(1, _blob(dep, 0.25))
+    assert isinstance(out, RoundFrame) and out.weight == 0.75 and out.kind is RoundKind.MODEL
+    for s, d, o in zip(seed, dep, out.tensors, strict=True):
+        assert (o.dtype, o.shape) == (s.dtype, s.shape)
+        if s.dtype == F32:
+            with np.errstate(all="ignore"):
+                ref = (np.float32(0.0) + np.frombuffer(s.data, "<f4")) + np.frombuffer(d.data,
+                                                                                         "<f4")
+            assert o.data.tobytes() == ref.astype("<f4").tobytes()
+        else:
+            def wide(p: TensorPayload) -> np.ndarray:
+                return (np.frombuffer(p.data, "<u2").astype("<u4") << 16).view("<f4")
+            with np.errstate(all="ignore"):
+                total = (np.float32(0.0) + wide(s)) + wide(d)
+            assert o.data.tobytes() == bf16_from_f32(total).astype("<u2").tobytes()
+
+
+@pytest.mark.parametrize(("key", "version", "ceiling", "eligible"), [
+    (((F32, (4,), 16), (BF16, (2, 3), 12)), 2, 1 << 30, True),
+    (((F32, (4,), 16),), 2, 15, False),  # above the ceiling
+    ((), 2, 1 << 30, False),  # no tensors: the seed ships verbatim
+    (((F32, (0,), 0),), 2, 1 << 30, True),
+    (((F32, (0,), 0),), 3, 1 << 30, False),  # version 3: read as elided
+    (((F32, (4,), 8),), 2, 1 << 30, False),  # byte count disagrees
+    (((7, (4,), 16),), 2, 1 << 30, False),  # unknown dtype
+    (((F32, (K.SMALL_ELEMS,), 4 * K.SMALL_ELEMS),), 2, 1 << 30, False),  # not small
+])
+def test_the_small_plan_names_what_it_covers(key: Any, version: int, ceiling: int,
+                                              eligible: bool) -> None:
+    plan = _SmallPlan(key, version, ceiling)
+    assert plan.eligible is eligible
+    if key == ((F32, (4,), 16), (BF16, (2, 3), 12)):
+        assert plan.runs == [(0, 1, 4, F32, K.F32, [((4,), 0, 16)]),
+                             (1, 2, 6, BF16, K.U16, [((2, 3), 0, 12)])]
+
+
+def test_alive_and_deposited_questions() -> None:
+    fold = HostFold([3, 1, 2], SALT)
+    assert fold.alive_ranks == (1, 2, 3) and fold.is_alive(2) and not fold.is_alive(0)
+    assert not fold.has_deposited(1)
+    fold.deposit_frame(1, _blob(_layout(OTHER, 1)))
+    assert fold.has_deposited(1) and not fold.has_deposited(2)
+    fold.declare_dead_frame(2)
+    assert fold.alive_ranks == (1, 3) and not fold.is_alive(2)
+    fold.declare_dead_frame(9)  # any rank id is accepted
+    assert fold.alive_ranks == (1, 3)
+    assert fold.deposit_frame(3, _blob(_layout(OTHER, 3))) is not None
+    assert not fold.has_deposited(1) and fold.rounds_completed == 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 8, 9, 64, 4096])
+def test_frame_premac_is_the_read_plans_digest(n: int) -> None:
+    buf = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+    plan = frame_macs(n, SALT)
+    if plan.mac is not None:
+        plan.mac.update(memoryview(buf)[plan.start:plan.stop])
+    assert frame_premac(buf, SALT) == plan.premac()
+    assert (frame_premac(buf, SALT) is None) is (n <= 8)
+
+
+def test_skip_drops_exactly_the_bytes_sent() -> None:
+    bufs: list[Any] = [b"abc", memoryview(b"defg"), bytearray(b""), np.arange(3, dtype="<u2")]
+    whole = b"".join(bytes(memoryview(b).cast("B")) for b in bufs)
+    for sent in range(len(whole) + 1):
+        rest = relay_mod._skip(bufs, sent)
+        assert b"".join(bytes(r) for r in rest) == whole[sent:]
+    assert relay_mod._skip(bufs, 0) is bufs
+    assert relay_mod._nbytes(bufs) == len(whole) == 13
+
+
+def test_send_at_once_writes_whole_or_reports_what_it_wrote() -> None:
+    a, b = socket.socketpair()
+    try:
+        bufs: list[Any] = [b"\x01\x02", memoryview(np.arange(100, dtype="<f4")).cast("B")]
+        n = relay_mod._nbytes(bufs)
+        assert relay_mod._send_at_once(a, bufs, n) == n
+        got = b""
+        while len(got) < n:
+            got += b.recv(n - len(got))
+        assert got == b"".join(bytes(x) for x in bufs)
+        many: list[Any] = [b"x"] * (relay_mod._DIRECT_IOVECS + 1)
+        assert relay_mod._send_at_once(a, many, len(many)) == 0  # left to the general write
+        # a full send buffer: part (or nothing) now, the rest by send_all, bytes in order
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        big: list[Any] = [bytes(range(256)) * 4096]
+        sent = relay_mod._send_at_once(a, big, len(big[0]))
+        assert 0 <= sent < len(big[0])
+        b.close()
+        assert relay_mod._send_at_once(a, [b"more"], 4) == 0  # a failed socket: no raise
+    finally:
+        a.close()
+        b.close()
