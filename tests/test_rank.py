@@ -794,3 +794,59 @@ def test_template_local_errors_write_nothing_and_keep_the_client() -> None:
     fake.close()
     sent = fake.result["value"][1]
     assert decode_round_frame(sent[4:], SALT)[0] == frame([0.5, 1.0])
+
+
+def test_arguments_that_cannot_make_a_round_are_refused_before_anything_is_written() -> None:
+    """A destination the consensus cannot be written into (read-only, or a NumPy scalar that
+    would be copied), a kind, wire dtype, scale, weight, root or count value that is not one:
+    each is a typed local error naming the argument and its value, found before the round is
+    written, and the client goes on (the relay sees only the last, good round)."""
+    def then(relay: FakeRelay, conn: socket.socket) -> list[bytes]:
+        prefix = recv_exact(conn, 4)
+        body = recv_exact(conn, int.from_bytes(prefix, "little"))
+        conn.sendall(prefix + body)
+        return [prefix + body, recv_exact(conn, 1)]
+
+    fake = FakeRelay(acking(2, then))
+    ro = np.array([1.0, 2.0], np.float32)
+    ro.flags.writeable = False
+    x = np.array([1.0, 2.0], np.float32)
+    with RankClient.connect(fake.addr, 0, 1, SALT, 2) as c:
+        for call, error_id, fields in (
+                (lambda: c.all_reduce_scaled([x, ro], 0.5), "client.not_writable",
+                 {"index": 1, "reason": "the array is read-only; pass a writable array"}),
+                (lambda: c.all_reduce_mean([ro]), "client.not_writable",
+                 {"index": 0, "reason": "the array is read-only; pass a writable array"}),
+                (lambda: c.broadcast_from_root([ro]), "client.not_writable",
+                 {"index": 0, "reason": "the array is read-only; pass a writable array"}),
+                (lambda: c.all_reduce_scaled([np.float32(1.0)], 0.5), "client.not_writable",
+                 {"index": 0, "reason": "a float32 is not a NumPy array, so the consensus "
+                                        "would go into a copy; pass an array"}),
+                (lambda: c.all_reduce_scaled([x], 0.5, kind=5), "client.bad_argument",
+                 {"field": "kind", "value": 5, "reason": "not 0 (Model) or 1 (Control)"}),
+                (lambda: c.all_reduce_scaled([x], 0.5, wire_dtype=7), "client.bad_argument",
+                 {"field": "wire_dtype", "value": 7, "reason": "not 0 (f32) or 1 (bf16)"}),
+                (lambda: c.all_reduce_scaled([x], "0.5"),  # type: ignore[arg-type]
+                 "client.bad_argument",
+                 {"field": "scale", "value": "0.5", "reason": "not a real number"}),
+                (lambda: c.all_reduce_scaled([x], 0.5, weight="1"),  # type: ignore[arg-type]
+                 "client.bad_argument",
+                 {"field": "weight", "value": "1", "reason": "not a real number"}),
+                (lambda: c.all_reduce_scaled([x], 0.5, weight=10 ** 400), "client.bad_argument",
+                 {"field": "weight", "value": 10 ** 400, "reason": "beyond the f64 range"}),
+                (lambda: c.broadcast_from_root([x], root=0.5), "client.bad_argument",  # type: ignore[arg-type]
+                 {"field": "root", "value": 0.5, "reason": "not an integer rank"}),
+                (lambda: c.gather_counts(None), "client.bad_argument",  # type: ignore[arg-type]
+                 {"field": "value", "value": None, "reason": "not a real number"}),
+        ):
+            with pytest.raises(InvalidValue) as ei:
+                call()
+            assert isinstance(ei.value, LocalProtocolError)
+            assert ei.value.error_id == error_id and dict(ei.value.fields) == fields
+            assert not c.closed and c.bytes_sent == 16 and c.rounds == 0
+        assert str(ei.value) == "cpu_reduce: value = None is invalid: not a real number"
+        rep = c.all_reduce_scaled([ro], 0.5, weight=1.0, adopt=False)
+        assert not rep.adopted and ro.tolist() == [1.0, 2.0]
+    fake.close()
+    sent, rest = fake.result["value"][1]
+    assert decode_round_frame(sent[4:], SALT)[0] == frame([0.5, 1.0]) and rest == b""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import socket
 import sys
 import time
@@ -133,14 +134,48 @@ class ReduceReply:
         return out
 
 
-def _check_array(index: int, a: Any) -> npt.NDArray[Any]:
+def _check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
+    """``a`` as an array the wire can carry; with ``receives``, one the consensus can be
+    written into (a writable NumPy array, not a scalar or a copy made here).
+
+    Raises:
+        InvalidValue (local): another dtype (``client.bad_dtype``), a dim over u32
+            (``frame.dim_too_large``), or (``receives``) an array that cannot take the consensus
+            (``client.not_writable``).
+    """
     arr = np.asarray(a)
     if arr.dtype not in (_F32, _BF16):
         raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
     for d, n in enumerate(arr.shape):
         if n > U32_MAX:
             raise protocol_error("frame.dim_too_large", index=index, dim=d, value=n)
+    if receives:
+        if not isinstance(a, np.ndarray):  # a subclass's base view shares its memory
+            raise protocol_error("client.not_writable", index=index, reason=(
+                f"a {type(a).__name__} is not a NumPy array, so the consensus would go into a "
+                f"copy; pass an array"))
+        if not arr.flags.writeable:
+            raise protocol_error("client.not_writable", index=index, reason=(
+                "the array is read-only; pass a writable array"))
     return arr
+
+
+def _real(field: str, value: Any) -> float:
+    """``value`` as a float when it is a real number (an int, a float, a NumPy number; not
+    text), for the scale, weight and count arguments.
+
+    Raises:
+        InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
+    """
+    if isinstance(value, str | bytes | bytearray) or not isinstance(
+            value, int | float | np.integer | np.floating):
+        raise protocol_error("client.bad_argument", field=field, value=value,
+                             reason="not a real number")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the f64 range
+        raise protocol_error("client.bad_argument", field=field, value=value,
+                             reason="beyond the f64 range") from None
 
 
 def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
@@ -477,21 +512,34 @@ class RankClient:
             A :class:`ReduceReply` (``adopted`` says whether ``arrays`` were overwritten).
 
         Raises:
-            InvalidValue (local): an array of another dtype (``client.bad_dtype``), a bad weight.
+            InvalidValue (local): an array of another dtype (``client.bad_dtype``); with
+                ``adopt``, a read-only array or something else than an array
+                (``client.not_writable``); a ``kind``, ``wire_dtype``, ``scale`` or ``weight``
+                that is not one (``client.bad_argument``); a weight that is not finite or is
+                negative (``frame.bad_field``). Nothing is sent, the client stays usable.
             SchemaMismatch (local): the consensus does not fit ``arrays`` (count or shape).
             Everything :meth:`all_reduce` raises.
 
         Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (+ decode-into-request).
         """
         self._open_socket()
-        kind_e = kind if isinstance(kind, RoundKind) else RoundKind(kind)
-        arrs = [_check_array(i, a) for i, a in enumerate(arrays)]
+        try:
+            kind_e = kind if isinstance(kind, RoundKind) else RoundKind(kind)
+        except ValueError:
+            raise protocol_error("client.bad_argument", field="kind", value=kind,
+                                 reason="not 0 (Model) or 1 (Control)") from None
+        arrs = [_check_array(i, a, adopt) for i, a in enumerate(arrays)]
         if kind_e is RoundKind.CONTROL:
             wire = Dtype.F32
         else:
             want = self.wire_dtype if wire_dtype is None else wire_dtype
-            wire = want if isinstance(want, Dtype) else Dtype(want)
-        w = float(scale if weight is None else weight)
+            try:
+                wire = want if isinstance(want, Dtype) else Dtype(want)
+            except ValueError:
+                raise protocol_error("client.bad_argument", field="wire_dtype", value=want,
+                                     reason="not 0 (f32) or 1 (bf16)") from None
+        scale = _real("scale", scale)
+        w = scale if weight is None else _real("weight", weight)
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
@@ -576,17 +624,23 @@ class RankClient:
         sum is the root's values (``-0.0`` becomes ``+0.0``), written into ``arrays``.
 
         Raises:
-            InvalidValue (local): ``root`` outside the world; as :meth:`all_reduce_scaled`.
+            InvalidValue (local): ``root`` not an integer (``client.bad_argument``) or outside
+                the world; as :meth:`all_reduce_scaled` with ``adopt`` (every rank adopts).
 
         Upstream: ``cpu_reduce.rs`` ``broadcast_from_root``.
         """
         self._open_socket()
+        try:
+            root = operator.index(root)
+        except TypeError:
+            raise protocol_error("client.bad_argument", field="root", value=root,
+                                 reason="not an integer rank") from None
         if root < 0:
             raise protocol_error("client.rank_negative", rank=root)
         if root >= self.world_size:
             raise protocol_error("client.rank_out_of_range", rank=root,
                                  world_size=self.world_size)
-        arrs = [_check_array(i, a) for i, a in enumerate(arrays)]
+        arrs = [_check_array(i, a, True) for i, a in enumerate(arrays)]
         if self.rank == root:
             tensors = [_payload(a, Dtype.F32, None) for a in arrs]
             reply, raw = self._exchange(RoundFrame(RoundKind.CONTROL, 0.0, tensors))
@@ -603,6 +657,8 @@ class RankClient:
         sum (slots of ranks that contributed nothing stay 0) as float64.
 
         Raises:
+            InvalidValue (local): ``value`` is not a real number (``client.bad_argument``);
+                beyond the f32 range it becomes an infinity.
             LimitExceeded (local, ``len.write_too_large``): the tensor's ``4 x world_size`` bytes
                 alone exceed the frame ceiling (checked before the tensor is allocated, so a
                 world of up to ``2**32 - 1`` ranks costs nothing here; nothing is sent and the
@@ -611,12 +667,14 @@ class RankClient:
         Upstream: ``cpu_reduce.rs`` ``all_reduce_per_rank_f64``.
         """
         self._open_socket()
+        v = _real("value", value)
         nbytes = 4 * self.world_size
         if nbytes > self.ceiling:
             raise protocol_error("len.write_too_large", length=nbytes,
                                  ceiling=min(self.ceiling, U32_MAX))
         slots = np.zeros(self.world_size, dtype=_F32)
-        slots[self.rank] = np.float32(value)
+        with np.errstate(over="ignore"):  # beyond the f32 range: an infinity, as upstream's cast
+            slots[self.rank] = np.float32(v)
         tensors = [TensorPayload(int(Dtype.F32), slots.shape, slots.view(np.uint8).data)]
         reply, raw = self._exchange(RoundFrame(RoundKind.CONTROL, 0.0, tensors))
         self.last_reply = ReduceReply(reply, raw, False)
