@@ -169,3 +169,14 @@ def test_update_in_parallel_reraises_a_jobs_error() -> None:
     with pytest.raises(RuntimeError, match="broken mac"):
         auth.update_in_parallel([(a, [data]), (Broken(), [data])], Recording())
     assert a.digest() == sha(SALT, data)  # the caller's own job ran to the end
+
+
+@pytest.mark.parametrize("salt", [16, None, 3.0])
+def test_check_salt_rejects_what_is_not_bytes_like(salt: object) -> None:
+    """``bytes(16)`` is sixteen zero bytes: an int must never become an all-zero salt."""
+    with pytest.raises(errors.InvalidValue) as exc:
+        auth.check_salt(salt)  # type: ignore[arg-type]
+    e = exc.value
+    assert not e.remote and e.error_id == "salt.not_bytes_like"
+    assert str(e) == (f"session salt must be 16 bytes, got a {type(salt).__name__}, which is "
+                      "not bytes-like")

@@ -15,7 +15,7 @@ from flodl_proto.codec import (
     encode_len_prefix,
     encode_round_frame_bytes,
 )
-from flodl_proto.errors import InvalidValue, LimitExceeded
+from flodl_proto.errors import InvalidValue, LimitExceeded, LocalProtocolError
 
 SALT = bytes(range(16))
 
@@ -93,3 +93,77 @@ def test_a_template_refuses_what_a_frame_refuses() -> None:
         FrameTemplate(5, [(0, (2,))])
     with pytest.raises(LimitExceeded, match="65536"):
         FrameTemplate(RoundKind.MODEL, [(0, (0,))] * 65537)
+
+
+@pytest.mark.parametrize(("layout", "error_id", "fields"), [
+    ([(0, (-1,))], "frame.dim_too_large", {"index": 0, "dim": 0, "value": -1}),
+    ([(0, (2,)), (1, (3, 2 ** 33))], "frame.dim_too_large",  # refused before 64 GiB are built
+     {"index": 1, "dim": 1, "value": 2 ** 33}),
+    ([(0, (2.5,))], "frame.bad_field",  # never truncated into a 2-element tensor
+     {"field": "layout[0]", "value": (0, (2.5,)),
+      "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0, (2,)), (1.7, (2,))], "frame.bad_field",  # never taken as bf16
+     {"field": "layout[1]", "value": (1.7, (2,)),
+      "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0, ("3",))], "frame.bad_field",
+     {"field": "layout[0]", "value": (0, ("3",)),
+      "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0, 3)], "frame.bad_field",
+     {"field": "layout[0]", "value": (0, 3), "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0,)], "frame.bad_field",
+     {"field": "layout[0]", "value": (0,), "reason": "not a (dtype tag, shape of ints) pair"}),
+    (None, "frame.bad_field",
+     {"field": "layout", "value": "NoneType",
+      "reason": "not a sequence of (dtype tag, shape) pairs"}),
+    ([(0, (1,) * 65)], "tensor.ndim_unsupported", {"ndim": 65, "max": 64}),
+    ([(0, (2 ** 28,)), (1, (1,))], "template.too_large",  # 1 GiB + 2 bytes
+     {"index": 1, "total": 2 ** 30 + 2, "ceiling": 2 ** 30}),
+    ([(1, (0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1))], "tensor.shape_unrepresentable",
+     {"shape": [0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1]}),
+], ids=lambda v: str(v)[:40])
+def test_a_bad_layout_is_a_typed_local_error_before_the_image_is_built(
+        layout: object, error_id: str, fields: dict[str, object]) -> None:
+    with pytest.raises((InvalidValue, LimitExceeded)) as ei:
+        FrameTemplate(RoundKind.MODEL, layout)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == error_id and dict(ei.value.fields) == fields
+
+
+def test_the_ceiling_bounds_the_image_and_lead_and_kind_are_checked() -> None:
+    tpl = FrameTemplate(RoundKind.MODEL, [(0, (4,)), (1, (2,))], ceiling=20)  # 16 + 4 bytes
+    assert tpl.wire_len == 25 + 14 + 16 + 14 + 4
+    with pytest.raises(LimitExceeded) as ei:
+        FrameTemplate(RoundKind.MODEL, [(0, (4,)), (1, (3,))], ceiling=20)
+    assert str(ei.value) == ("round_frame: a frame template's payloads reach 22 bytes at "
+                             "tensor[1], above its ceiling 20")
+    with pytest.raises(InvalidValue) as ei2:
+        FrameTemplate(RoundKind.MODEL, [(0, (4,))], ceiling=-1)
+    assert ei2.value.error_id == "ceiling.invalid"
+    with pytest.raises(InvalidValue) as ei2:
+        FrameTemplate(RoundKind.MODEL, [(0, (4,))], "ab")  # type: ignore[arg-type]
+    assert dict(ei2.value.fields) == {"field": "lead", "value": "str",
+                                      "reason": "not a bytes-like object"}
+    with pytest.raises(InvalidValue) as ei2:
+        FrameTemplate(2, [(0, (2 ** 40,))])  # the kind first, nothing built
+    assert dict(ei2.value.fields)["field"] == "kind"
+
+
+def test_seal_checks_salt_and_weight_before_writing() -> None:
+    tpl = FrameTemplate(RoundKind.MODEL, [(0, (2,))])
+    tpl.payloads[0][...] = [1.0, 2.0]
+    before = bytes(tpl.seal(0.5, SALT))
+    for salt, error_id in ((b"short", "salt.bad_length"), (None, "salt.not_bytes_like"),
+                           (16, "salt.not_bytes_like")):
+        with pytest.raises(InvalidValue) as ei:
+            tpl.seal(3.0, salt)  # type: ignore[arg-type]
+        assert ei.value.error_id == error_id
+        assert bytes(tpl._buf) == before  # the weight was not written either
+    for weight, reason in (("1.5", "not a real number"), (None, "not a real number"),
+                           (10 ** 400, "not a finite non-negative realized-work mass")):
+        with pytest.raises(InvalidValue) as ei:
+            tpl.seal(weight, SALT)  # type: ignore[arg-type]
+        assert ei.value.fields["field"] == "weight" and ei.value.fields["reason"] == reason
+        with pytest.raises(InvalidValue) as ei:
+            RoundFrame(RoundKind.MODEL, weight, [])  # type: ignore[arg-type]
+        assert ei.value.fields["field"] == "weight" and ei.value.fields["reason"] == reason
+    assert bytes(tpl.seal(0.5, SALT)) == before

@@ -101,11 +101,14 @@ def check_salt(salt: BytesLike) -> bytes:
 
     Raises:
         InvalidValue (local): the salt is not exactly 16 bytes, or is text (hex strings must be
-            converted with ``bytes.fromhex``).
+            converted with ``bytes.fromhex``), or is not bytes-like at all (an int, None).
     """
     if isinstance(salt, str):
         raise protocol_error("salt.not_bytes", got=type(salt).__name__)
-    b = bytes(salt)
+    try:  # not bytes(salt): bytes(16) is 16 zero bytes, an int is no salt
+        b = memoryview(salt).tobytes()
+    except TypeError:
+        raise protocol_error("salt.not_bytes_like", got=type(salt).__name__) from None
     if len(b) != SESSION_SALT_BYTES:
         raise protocol_error("salt.bad_length", expected=SESSION_SALT_BYTES, got=len(b))
     return b

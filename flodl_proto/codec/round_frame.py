@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
+import operator
 import struct as _struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
 from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
 from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
 from ._walk import _rust_f64 as _rust_f64
@@ -326,12 +327,21 @@ class TensorPayload:
         return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
 
 
-def _checked_weight(w: float) -> float:
-    """``w`` when it is a finite realized-work mass not below zero (``-0.0`` allowed).
+def _checked_weight(weight: Any) -> float:
+    """``weight`` as a float when it is a real number (not text) and a finite realized-work
+    mass not below zero (``-0.0`` allowed).
 
     Raises:
         InvalidValue (local): ``frame.bad_field`` naming the weight.
     """
+    if isinstance(weight, str | bytes | bytearray) or not isinstance(
+            weight, int | float | np.integer | np.floating):
+        raise protocol_error("frame.bad_field", field="weight", value=weight,
+                             reason="not a real number")
+    try:
+        w = float(weight)
+    except OverflowError:  # an int beyond the f64 range
+        w = math.inf
     if not math.isfinite(w) or w < 0.0:
         raise protocol_error(
             "frame.bad_field", field="weight", value=w,
@@ -372,11 +382,7 @@ class RoundFrame:
             raise protocol_error(
                 "frame.bad_field", field="kind", value=kind, reason="not 0 (Model) or 1 (Control)"
             ) from None
-        if isinstance(weight, str | bytes | bytearray) or not isinstance(
-                weight, int | float | np.integer | np.floating):
-            raise protocol_error("frame.bad_field", field="weight", value=weight,
-                                 reason="not a real number")
-        w = _checked_weight(float(weight))
+        w = _checked_weight(weight)
         ts = tuple(tensors)
         if len(ts) > MAX_ROUND_FRAME_TENSORS:
             raise protocol_error(
@@ -530,9 +536,21 @@ class FrameTemplate:
         lead: bytes sent before the frame in the same record (a loopback length prefix); it
             must not depend on the weight or the payloads.
 
+        ceiling: the most payload bytes the template may hold (the frame reader's running total
+            of ``nbytes``; default 1 GiB, the default frame ceiling), checked before anything is
+            allocated.
+
     Raises:
-        InvalidValue, LimitExceeded (local): as :class:`TensorPayload` and :class:`RoundFrame`
-            for a bad dtype, shape or kind, or too many tensors.
+        InvalidValue (local): a bad kind (``frame.bad_field``), a bad ``ceiling``
+            (``ceiling.invalid``), a layout entry that is not a ``(dtype tag, shape of ints)``
+            pair (``frame.bad_field``; a float or text dim is refused, never truncated), a dtype
+            other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
+            ``tensor.ndim_unsupported``), a dim outside ``0..2**32-1``
+            (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``frame.bad_field``).
+        LimitExceeded (local): more than 65,536 tensors (``frame.too_many_tensors_local``),
+            payloads over ``ceiling`` (``template.too_large``), a zero-element shape whose other
+            dims overflow NumPy's index (``tensor.shape_unrepresentable``).
+        All but the last are found before the image is allocated.
 
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (the same bytes).
     """
@@ -540,17 +558,19 @@ class FrameTemplate:
     __slots__ = ("_buf", "_frame", "kind", "layout", "payloads", "wire_len")
 
     def __init__(self, kind: RoundKind | int, layout: Sequence[tuple[int, tuple[int, ...]]],
-                 lead: BytesLike = b"") -> None:
-        specs = tuple((int(d), tuple(int(n) for n in shape)) for d, shape in layout)
+                 lead: BytesLike = b"", *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
+        kind_e = RoundFrame(kind, 0.0).kind  # a bad kind: refused before anything is built
+        specs = _template_layout(layout, check_ceiling(ceiling))
+        try:
+            head = as_view(lead).tobytes()
+        except TypeError:
+            raise protocol_error("frame.bad_field", field="lead", value=type(lead).__name__,
+                                 reason="not a bytes-like object") from None
         tensors = []
         for d, shape in specs:
-            if d not in _NUMPY_DTYPE:
-                raise protocol_error("frame.bad_field", field="dtype", value=d,
-                                     reason="a template carries f32 (0) or bf16 (1) payloads")
-            nbytes = _numel(shape) * ELEMENT_SIZE[d]
-            tensors.append(TensorPayload(d, shape, bytes(nbytes)))
-        frame = RoundFrame(kind, 0.0, tensors)
-        head = as_view(lead).tobytes()
+            zeros = memoryview(bytes(_numel(shape) * ELEMENT_SIZE[d]))
+            tensors.append(TensorPayload.trusted(d, shape, zeros))
+        frame = RoundFrame.trusted(kind_e, 0.0, tuple(tensors))
         body = b"".join(bytes(p) for p in round_frame_pieces(frame))
         buf = np.zeros(len(head) + len(body) + AUTH_TAG_LEN, np.uint8)
         buf[:len(head)] = np.frombuffer(head, np.uint8)
@@ -561,7 +581,11 @@ class FrameTemplate:
         for d, dims, at, nbytes in walk.entries:
             start = len(head) + at
             view = buf[start:start + nbytes].view(_NUMPY_DTYPE[d])
-            payloads.append(view.reshape(dims) if len(dims) != 1 else view)
+            try:
+                payloads.append(view.reshape(dims) if len(dims) != 1 else view)
+            except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
+                raise protocol_error("tensor.shape_unrepresentable", remote=False,
+                                     shape=list(dims)) from None
         self._buf = buf
         self._frame = (len(head), len(head) + len(body))
         self.kind = frame.kind
@@ -582,14 +606,53 @@ class FrameTemplate:
         Raises:
             InvalidValue (local): a bad weight (``frame.bad_field``) or salt.
         """
-        w = _checked_weight(float(weight))
+        key = check_salt(salt)
+        w = _checked_weight(weight)
         start, stop = self._frame
         mv = self._buf.data
         _WEIGHT.pack_into(mv, start + ROUND_FRAME_HEADER_LEN + 1, w)
-        mac = new_mac(check_salt(salt))
+        mac = new_mac(key)
         mac.update(mv[start:stop])
         mv[stop:] = mac.digest()[:AUTH_TAG_LEN]
         return mv
+
+
+def _template_layout(layout: Iterable[Any], ceiling: int
+                     ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """A :class:`FrameTemplate`'s layout checked before its image is allocated: per tensor an
+    integer dtype tag of f32 or bf16 and a shape of at most 64 integer dims in u32, at most
+    65,536 tensors, their payloads within ``ceiling`` bytes. Errors: as the class's."""
+    try:
+        entries = list(layout)
+    except TypeError:
+        raise protocol_error("frame.bad_field", field="layout", value=type(layout).__name__,
+                             reason="not a sequence of (dtype tag, shape) pairs") from None
+    if len(entries) > MAX_ROUND_FRAME_TENSORS:
+        raise protocol_error("frame.too_many_tensors_local", count=len(entries),
+                             cap=MAX_ROUND_FRAME_TENSORS)
+    specs = []
+    total = 0
+    for i, entry in enumerate(entries):
+        try:
+            d, shape = entry
+            dtype = operator.index(d)
+            dims = tuple(operator.index(n) for n in shape)
+        except (TypeError, ValueError):
+            raise protocol_error("frame.bad_field", field=f"layout[{i}]", value=entry,
+                                 reason="not a (dtype tag, shape of ints) pair") from None
+        if dtype not in _NUMPY_DTYPE:
+            raise protocol_error("frame.bad_field", field="dtype", value=dtype,
+                                 reason="a template carries f32 (0) or bf16 (1) payloads")
+        if len(dims) > _NUMPY_MAX_NDIM:
+            raise protocol_error("tensor.ndim_unsupported", ndim=len(dims), max=_NUMPY_MAX_NDIM)
+        for k, n in enumerate(dims):
+            if not 0 <= n <= U32_MAX:
+                raise protocol_error("frame.dim_too_large", index=i, dim=k, value=n)
+        total += _numel(dims) * ELEMENT_SIZE[dtype]
+        if total > ceiling:
+            raise protocol_error("template.too_large", index=i, total=total, ceiling=ceiling)
+        specs.append((dtype, dims))
+    return tuple(specs)
 
 
 #: kind byte -> RoundKind (the walk accepts only these two bytes)
