@@ -53,9 +53,10 @@ def test_scale_to_bf16_refuses_mixed_or_mismatched_arrays() -> None:
         scale_to_bf16([f, u], 1.0, [d, d.copy()])
     with pytest.raises(ValueError, match="all <f4 or all <u2"):
         scale_to_bf16([np.ones(4)], 1.0, [d])
-    with pytest.raises(ValueError, match="one length"):
+    with pytest.raises(ValueError, match=r"dsts\[0\] must be a contiguous array of 4 2-byte "
+                                         r"elements, got 3 elements"):
         scale_to_bf16([f], 1.0, [np.zeros(3, np.uint16)])
-    with pytest.raises(ValueError, match="one length"):
+    with pytest.raises(ValueError, match=r"dsts\[0\] must hold bf16 bits as uint16"):
         scale_to_bf16([f], 1.0, [np.zeros(4, np.float32)])
     with pytest.raises(ValueError, match="2 sources for 1"):
         scale_to_bf16([f, f], 1.0, [d])
@@ -72,7 +73,7 @@ def test_bf16_conversions_into_a_callers_buffer() -> None:
     wide = wbuf[2:].view(np.float32)
     back = bf16_to_f32(dst, out=wide)
     assert back.tobytes() == bf16_to_f32(dst).tobytes() == wide.tobytes()
-    with pytest.raises(ValueError, match="2-byte"):
+    with pytest.raises(ValueError, match="out must hold bf16 bits as uint16"):
         bf16_from_f32(v, out=np.zeros(v.size, np.float32))
     with pytest.raises(ValueError, match="2-byte"):
         bf16_from_f32(v, out=np.zeros(v.size - 1, np.uint16))
@@ -114,3 +115,48 @@ def test_bf16_conversions_keep_the_shape_into_a_flat_or_shaped_buffer() -> None:
     assert shaped32.tobytes() == flat32.tobytes()
     with pytest.raises(ValueError, match="contiguous float32"):
         bf16_to_f32(bits, out=np.zeros(6000, np.float32)[::2])
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["<f2", "<i2", ">u2", ">f4"])
+def test_a_buffer_that_would_not_read_back_as_the_bits_is_refused(dtype: str) -> None:
+    """bf16 bits written into a float16, an int16 or a big-endian array would read back as
+    other values: each conversion refuses such an ``out`` (and a read-only one, a list) with a
+    ValueError naming it, and writes nothing."""
+    x = np.array([1.5, -2.0, 3.25], np.float32)
+    for call in (lambda o: bf16_from_f32(x, out=o),
+                 lambda o: scale_to_bf16([x, x], 2.0, [np.zeros(3, np.uint16), o])):
+        for bad in (np.zeros(3, dtype), _read_only(np.zeros(3, np.uint16)), [0, 0, 0]):
+            before = np.asarray(bad).tobytes()
+            with pytest.raises(ValueError, match=r"(out|dsts\[1\]) (must|is read-only)"):
+                call(bad)
+            assert np.asarray(bad).tobytes() == before
+    bits = bf16_from_f32(x)
+    with pytest.raises(ValueError, match="out must be a contiguous float32 array of 3"):
+        bf16_to_f32(bits, out=np.zeros(3, dtype))
+    with pytest.raises(ValueError, match="out is read-only"):
+        bf16_to_f32(bits, out=_read_only(np.zeros(3, np.float32)))
+
+
+def test_bits_are_bit_patterns_and_factor_is_a_number() -> None:
+    """A bfloat16 array given as ``bits`` is read as its bits; float values or integers
+    outside 0..0xFFFF are refused rather than cast into other bits; a scale factor of None or
+    text is refused, never taken as NaN."""
+    x = np.array([1.5, -2.0, 3.25], np.float32)
+    assert bf16_to_f32(x.astype(ml_dtypes.bfloat16)).tolist() == [1.5, -2.0, 3.25]
+    with pytest.raises(ValueError, match="bf16 bit patterns \\(uint16\\), got float32 values"):
+        bf16_to_f32(x)
+    with pytest.raises(ValueError, match=r"in 0\.\.0xFFFF, got -1\.\.70000"):
+        bf16_to_f32(np.array([-1, 70000], np.int32))
+    assert bf16_to_f32([0x3FC0, 0]).tolist() == [1.5, 0.0]
+    d = np.zeros(3, np.uint16)
+    for factor in (None, "2.0"):
+        with pytest.raises(ValueError, match="factor must be a real number"):
+            scale_to_bf16([x], factor, [d])  # type: ignore[arg-type]
+        assert d.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got a list"):
+        scale_to_bf16([[1.0]], 1.0, [d[:1]])  # type: ignore[list-item]

@@ -35,6 +35,7 @@ __all__ = [
     "f32_bits_to_bf16_bits",
     "payload_element_size",
     "scale_payload",
+    "scale_to_bf16",
 ]
 
 
@@ -52,6 +53,30 @@ def payload_element_size(dtype: int) -> int:
     return es
 
 
+#: the dtypes a buffer of bf16 bit patterns may have: their elements are those bits, read back
+#: as such (a float16, int16 or big-endian array would show other values)
+_BITS_DTYPES: Any = (K.U16, K.BF16)
+
+
+def _check_bits_buffer(arg: str, buf: Any, count: int) -> None:
+    """Refuse ``buf`` as a destination of ``count`` bf16 bit patterns unless it is a writable,
+    contiguous ``uint16`` or ``ml_dtypes.bfloat16`` array of that many elements.
+
+    Raises:
+        ValueError: naming ``arg``, what it is and what it should be.
+    """
+    if not isinstance(buf, np.ndarray):
+        raise ValueError(f"{arg} must be a NumPy array, got a {type(buf).__name__}")
+    if buf.dtype not in _BITS_DTYPES:
+        raise ValueError(f"{arg} must hold bf16 bits as uint16 or ml_dtypes.bfloat16 "
+                         f"(little-endian), got {buf.dtype.str} ({buf.dtype})")
+    if not buf.flags.c_contiguous or buf.size != count:
+        raise ValueError(f"{arg} must be a contiguous array of {count} 2-byte elements, got "
+                         f"{buf.size} elements{'' if buf.flags.c_contiguous else ', strided'}")
+    if not buf.flags.writeable:
+        raise ValueError(f"{arg} is read-only")
+
+
 def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
                   ) -> npt.NDArray[np.uint16]:
     """bf16 bit patterns of f32 ``values`` (any shape; the result has the same shape).
@@ -59,17 +84,18 @@ def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     Args:
         values: f32 values (an array of another float dtype is first cast to f32). To convert
             raw f32 bit patterns, pass ``bits.view(np.float32)``.
-        out: optional destination: a contiguous array of 2-byte elements (``uint16`` or
-            ``ml_dtypes.bfloat16``; it may be unaligned) with as many elements as ``values``,
-            written in full. Default: a fresh ``uint16`` array.
+        out: optional destination: a writable contiguous ``uint16`` or ``ml_dtypes.bfloat16``
+            array (it may be unaligned) with as many elements as ``values``, written in full.
+            Default: a fresh ``uint16`` array.
 
     Returns:
         ``uint16`` array: round-to-nearest-even, NaN -> ``(bits >> 16) | 0x0040`` (``out``
         viewed as ``uint16``, of ``values``' shape, when given).
 
     Raises:
-        ValueError: ``out`` is not contiguous, has another element size, or another element
-            count.
+        ValueError: ``out`` is not a NumPy array, has another dtype (a float16, int16 or
+            big-endian array would show other values than the bits), is not contiguous, has
+            another element count, or is read-only; nothing is written.
 
     Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
     """
@@ -78,10 +104,7 @@ def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     if out is None:
         dst = np.empty(flat.shape[0], K.U16)
     else:
-        if (out.dtype.itemsize != 2 or not out.flags.c_contiguous
-                or out.size != flat.shape[0]):
-            raise ValueError(f"out must be a contiguous array of {flat.shape[0]} 2-byte "
-                             f"elements")
+        _check_bits_buffer("out", out, flat.shape[0])
         dst = out.reshape(-1).view(K.U16)
     K.encode_sums_into(flat, dst, K.Workspace(min(flat.shape[0], K.CHUNK_ELEMS)))
     return dst.reshape(src.shape)
@@ -102,27 +125,35 @@ def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[
 
     Args:
         srcs: flat contiguous arrays, all ``<f4`` (f32 values) or all ``<u2`` (bf16 bits).
-        factor: the scale (converted to f32 first).
-        dsts: per source a flat contiguous array of 2-byte elements (``uint16`` or
-            ``ml_dtypes.bfloat16``; it may be unaligned) of the same length, written in full.
+        factor: the scale, a real number (converted to f32 first).
+        dsts: per source a flat, contiguous, writable ``uint16`` or ``ml_dtypes.bfloat16``
+            array (it may be unaligned) of the same length, written in full.
 
     Raises:
-        ValueError: the sources mix dtypes or are neither ``<f4`` nor ``<u2``, or a destination
-            does not match its source.
+        ValueError: the sources mix dtypes or are neither ``<f4`` nor ``<u2``, a source or
+            destination is not a NumPy array, a destination does not match its source or is
+            read-only, or ``factor`` is not a real number (None is not NaN); all checked before
+            anything is written.
 
     Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (bf16 arm) and
     ``f32_to_bf16_bits``: the rank-side realized-work pre-scale.
     """
     if len(srcs) != len(dsts):
         raise ValueError(f"{len(srcs)} sources for {len(dsts)} destinations")
+    if isinstance(factor, str | bytes) or not isinstance(
+            factor, int | float | np.integer | np.floating):
+        raise ValueError(f"factor must be a real number, got {factor!r}")
+    for i, s in enumerate(srcs):
+        if not isinstance(s, np.ndarray):
+            raise ValueError(f"srcs[{i}] must be a NumPy array, got a {type(s).__name__}")
     dtypes = {s.dtype for s in srcs}
     if len(dtypes) > 1 or not dtypes <= {K.F32, K.U16}:
         raise ValueError(f"sources must be all <f4 or all <u2, got {sorted(map(str, dtypes))}")
-    for s, d in zip(srcs, dsts, strict=True):
-        if (s.ndim != 1 or d.dtype.itemsize != 2 or d.ndim != 1 or d.shape != s.shape
-                or not s.flags.c_contiguous or not d.flags.c_contiguous):
+    for i, (s, d) in enumerate(zip(srcs, dsts, strict=True)):
+        if s.ndim != 1 or not s.flags.c_contiguous or getattr(d, "ndim", 1) != 1:
             raise ValueError("each source and destination must be flat, contiguous and of one "
                              "length, the destination of 2-byte elements")
+        _check_bits_buffer(f"dsts[{i}]", d, s.shape[0])
     total = sum(s.shape[0] for s in srcs)
     if total == 0:
         return
@@ -148,24 +179,40 @@ def bf16_to_f32(bits: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     """Exact f32 values of bf16 bit patterns ``bits`` (``uint16``, any shape).
 
     Args:
-        bits: the bf16 bit patterns.
-        out: optional destination: a contiguous ``float32`` array (it may be unaligned) with as
-            many elements as ``bits``, written in full. Default: a fresh array.
+        bits: the bf16 bit patterns: integers in ``0..0xFFFF`` (an ``ml_dtypes.bfloat16``
+            array is read as its bits).
+        out: optional destination: a writable contiguous ``float32`` array (it may be
+            unaligned) with as many elements as ``bits``, written in full. Default: a fresh
+            array.
 
     Returns:
         The f32 values, of ``bits``' shape (``out`` reshaped, when given).
 
     Raises:
-        ValueError: ``out`` is not a contiguous ``float32`` array of the same element count.
+        ValueError: ``bits`` holds floats (values, not bit patterns; cast them with
+            :func:`bf16_from_f32`) or integers outside ``0..0xFFFF``; ``out`` is not a
+            writable contiguous ``float32`` array of the same element count.
 
     Upstream: ``controller/round_frame.rs`` ``bf16_bits_to_f32``.
     """
-    src = np.ascontiguousarray(bits, dtype=K.U16)
+    arr = bits if isinstance(bits, np.ndarray) else np.asarray(bits)
+    if arr.dtype == K.BF16:
+        arr = arr.view(K.U16)
+    elif arr.dtype != K.U16:
+        if arr.dtype.kind not in "biu":
+            raise ValueError(f"bits must be bf16 bit patterns (uint16), got {arr.dtype} values")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 0xFFFF):
+            raise ValueError("bits must be bf16 bit patterns in 0..0xFFFF, got "
+                             f"{int(arr.min())}..{int(arr.max())}")
+    src = np.ascontiguousarray(arr, dtype=K.U16)
     if out is None:
         dst = np.empty(src.shape, K.F32)
     else:
-        if out.dtype != K.F32 or not out.flags.c_contiguous or out.size != src.size:
+        if (not isinstance(out, np.ndarray) or out.dtype != K.F32 or not out.flags.c_contiguous
+                or out.size != src.size):
             raise ValueError(f"out must be a contiguous float32 array of {src.size} elements")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
         dst = out.reshape(src.shape)
     K.widen_bf16(src.reshape(-1), dst.reshape(-1))
     return dst
