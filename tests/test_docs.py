@@ -221,3 +221,31 @@ def test_hostframe_encoder_from_the_docs_alone() -> None:
                           _doc_constant(text, "MUX_PROTOCOL_VERSION"), 0x03, 0, len(frame))
     record = covered + hmac.new(salt, covered + frame, hashlib.sha256).digest()[:8] + frame
     assert record == expected
+
+
+@pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
+def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout(
+        cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``docs`` and ``conform docs`` write through one helper: a file that is not UTF-8 text is
+    out of date (rewritten, not a traceback or 'cannot read'), a file where a folder of the path
+    should be is 'Not a directory' whichever level it is at; ``--check --out -`` is a bad
+    command line (exit 2, one line), never a check that passes by printing the text."""
+    prog = "flodl-proto " + cmd[0]  # the error lines' program name
+    out = tmp_path / "gen.md"
+    out.write_bytes(b"\xff\xfe not text")
+    assert main([*cmd, "--out", str(out), "--check"]) == 1
+    capsys.readouterr()
+    assert main([*cmd, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: written (")
+    assert main([*cmd, "--out", str(out), "--check"]) == 0
+    capsys.readouterr()
+    for under in (out / "x.md", out / "sub" / "x.md"):
+        assert main([*cmd, "--out", str(under)]) == 1
+        cap = capsys.readouterr()
+        assert cap.out == "" and cap.err == (
+            f"{prog}: error: cannot write {under}: Not a directory\n")
+    assert main([*cmd, "--out", "-", "--check"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err == (
+        f"{prog}: error: --check compares a file; --out - (stdout) is not "
+        "one\n")

@@ -261,22 +261,13 @@ def _run_docs(args: argparse.Namespace) -> int:
     except CatalogueError as e:
         return _usage(f"catalogue: {e}")
     out: Path = args.out
+    from .docs import check_generated, stdout_check, write_generated
+
     if str(out) == "-":
+        if args.check:
+            return stdout_check(_PROG)
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as `docs --check`
-        from .docs import check_generated
-
         return check_generated(out, text, _PROG, f"flodl-proto conform docs --out {out}")
-    current = out.read_text(encoding="utf-8") if out.is_file() else None
-    if current != text:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8", newline="\n")
-        except OSError as e:
-            print(f"{_PROG}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
-            return 1
-        print(f"{out}: written ({len(text.encode('utf-8'))} bytes)")
-    else:
-        print(f"{out}: up to date")
-    return 0
+    return write_generated(out, text, _PROG)

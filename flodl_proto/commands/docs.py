@@ -8,8 +8,10 @@ generates (for CI). The spec read is the one of the checkout the output belongs 
 a source checkout documents that checkout's spec, not the copy installed with it); else ``--spec
 DIR``'s; else the one the package loads. The spec file read is named on every result line.
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
-2 for a bad command line, an unreadable spec, or (``--check``) a PATH that cannot be read (one
-line naming it and the OS error; a PATH that does not exist is ``missing``, exit 1).
+2 for a bad command line (``--check`` with ``--out -``), an unreadable spec, or (``--check``) a
+PATH that cannot be read (one line naming it and the OS error; a PATH that does not exist is
+``missing``, exit 1). A PATH that is not UTF-8 text is out of date (rewritten without
+``--check``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..spec import SPEC, Spec, SpecError
 
-__all__ = ["read_for_check", "register", "spec_dir_for"]
+__all__ = ["check_generated", "read_for_check", "register", "spec_dir_for", "stdout_check",
+           "write_generated"]
 
 _PROG = "flodl-proto docs"
 
@@ -98,6 +101,53 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
     return 1
 
 
+def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
+    """Write the generated file ``out`` unless it already holds ``text``; say so in one line.
+
+    Args:
+        out: the generated file; missing parent folders are created.
+        text: what the generator writes there (UTF-8, ``\\n`` line ends).
+        prog: the program name that prefixes an error line.
+        source: words added after the path (e.g. the spec it was generated from).
+
+    Returns:
+        0 when ``out`` was written or already held ``text`` (one line on stdout; a file that is
+        not UTF-8 text is out of date and rewritten); 1 when it cannot be written (a folder, a
+        file where a folder of the path should be, no permission), one line on stderr naming
+        it and why.
+    """
+    tail = f" {source}" if source else ""
+    if out.is_dir():
+        print(f"{prog}: error: --out {out} is a directory; give a file path", file=sys.stderr)
+        return 1
+    data = text.encode("utf-8")
+    try:
+        current = read_for_check(out)
+    except OSError:  # unreadable: the write below says why it cannot be replaced either
+        current = None
+    if current == data:
+        print(f"{out}: up to date{tail}")
+        return 0
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    except FileExistsError:  # a file where a folder of the path should be
+        print(f"{prog}: error: cannot write {out}: Not a directory", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{prog}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"{out}: written ({len(data)} bytes){tail}")
+    return 0
+
+
+def stdout_check(prog: str) -> int:
+    """``--check --out -``: stdout is no file to compare; one line on stderr, exit 2 (a bad
+    command line), so a check never passes by printing the text instead."""
+    print(f"{prog}: error: --check compares a file; --out - (stdout) is not one", file=sys.stderr)
+    return 2
+
+
 def spec_dir_for(out: Path | None) -> Path:
     """The spec folder documenting ``out``: the nearest ``spec/`` holding ``wire.yaml`` at or
     above ``out``'s folder (``None`` or ``-``: the current folder), else the package's spec."""
@@ -132,29 +182,10 @@ def _run(args: argparse.Namespace) -> int:
     text = render_protocol_doc(spec)
     source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
     if str(out) == "-":
+        if args.check:
+            return stdout_check(_PROG)
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as any input path
         return check_generated(out, text, _PROG, f"flodl-proto docs --out {out}", source)
-    if out.is_dir():
-        print(f"{_PROG}: error: --out {out} is a directory; give a file path", file=sys.stderr)
-        return 1
-    try:
-        current = out.read_text(encoding="utf-8") if out.is_file() else None
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"{_PROG}: error: cannot read {out}: {e}", file=sys.stderr)
-        return 1
-    if current == text:
-        print(f"{out}: up to date {source}")
-        return 0
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8", newline="\n")
-    except FileExistsError:  # a file where a folder of the path should be
-        print(f"{_PROG}: error: cannot write {out}: Not a directory", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"{_PROG}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"{out}: written ({len(text.encode('utf-8'))} bytes) {source}")
-    return 0
+    return write_generated(out, text, _PROG, source)
