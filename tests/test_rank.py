@@ -39,7 +39,7 @@ from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay
 
-from .cluster_util import SALT, frame, in_thread, leak_guard, recv_exact, values
+from .cluster_util import SALT, frame, in_thread, leak_guard, recv_exact, tensor, values
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -375,6 +375,22 @@ def test_decode_into_refuses_drifted_destinations() -> None:
         _capture(2, lambda c: c.all_reduce_scaled([x], 1.0), frame([1.0, 2.0]))
     with pytest.raises(InvalidValue, match="dtype float64 not supported"):
         _capture(2, lambda c: c.all_reduce_scaled([np.zeros(2)], 1.0), frame([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("bad", [
+    TensorPayload(Dtype.F32, [4], bytes(16)),  # another shape
+    TensorPayload(7, [2], bytes(8)),  # an unknown dtype
+    TensorPayload(Dtype.F32, [2], bytes(6)),  # bytes that do not match the shape
+])
+def test_a_reply_that_fails_at_a_later_tensor_adopts_nothing(bad: TensorPayload) -> None:
+    """The consensus is checked for every destination before any is written: a reply whose
+    second tensor does not fit leaves the first destination as it was too."""
+    x = np.array([1.0, 2.0], np.float32)
+    y = np.array([3.0, 4.0], np.float32)
+    reply = RoundFrame(RoundKind.MODEL, 1.0, [tensor([9.0, 9.0]), bad])
+    with pytest.raises((SchemaMismatch, InvalidValue)):
+        _capture(2, lambda c: c.all_reduce_scaled([x, y], 1.0), reply)
+    assert x.tolist() == [1.0, 2.0] and y.tolist() == [3.0, 4.0]
 
 
 @pytest.mark.parametrize("version", [2, 3])

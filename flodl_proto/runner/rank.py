@@ -746,29 +746,35 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
         InvalidValue / SchemaMismatch: a payload with an unknown dtype or a byte count that does
             not match its shape.
         ValueError: a destination is read-only.
+        Every error but the last is raised before any destination is written.
 
     Upstream: ``cpu_reduce.rs`` (decode-into-destination).
     """
     if len(frame.tensors) != len(arrays):
         raise protocol_error("client.reply_schema", index=len(arrays), reason=(
             f"the consensus carries {len(frame.tensors)} tensors, the request {len(arrays)}"))
+    # every payload is checked and viewed before any destination is written: a reply that
+    # fails at tensor k leaves every destination as it was, not the first k adopted
+    srcs: list[npt.NDArray[Any] | None] = []
     for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
         data = p.data
         if (p.shape == dst.shape and data.nbytes == dst.nbytes
                 and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
-            np.copyto(dst, np.frombuffer(data, dst.dtype).reshape(dst.shape))
+            srcs.append(np.frombuffer(data, dst.dtype).reshape(dst.shape))
             continue
         if p.numel != dst.size:
             raise protocol_error("client.reply_schema", index=i, reason=(
                 f"consensus shape {list(p.shape)} does not fit destination shape "
                 f"{list(dst.shape)}"))
         if p.elided and p.numel:
-            dst[...] = 0
+            srcs.append(None)
             continue
         src = p.array()
-        if src.shape != dst.shape:
-            src = src.reshape(dst.shape)
-        if dst.dtype == _BF16 and src.dtype != _BF16:
+        srcs.append(src if src.shape == dst.shape else src.reshape(dst.shape))
+    for src, dst in zip(srcs, arrays, strict=True):
+        if src is None:
+            dst[...] = 0
+        elif dst.dtype == _BF16 and src.dtype != _BF16:
             np.copyto(dst.view(np.uint16), bf16_from_f32(src))
         else:
             np.copyto(dst, src, casting="unsafe")
