@@ -769,8 +769,8 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
         if p.elided and p.numel:
             srcs.append(None)
             continue
-        src = p.array()
-        srcs.append(src if src.shape == dst.shape else src.reshape(dst.shape))
+        view = p.array()
+        srcs.append(view if view.shape == dst.shape else view.reshape(dst.shape))
     for src, dst in zip(srcs, arrays, strict=True):
         if src is None:
             dst[...] = 0
