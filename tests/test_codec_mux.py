@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import struct
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -805,3 +806,26 @@ def test_rust_debug_of_a_decoded_record() -> None:
 ])
 def test_ranks_str(ranks: object, text: str) -> None:
     assert ranks_str(ranks) == text  # type: ignore[arg-type]
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.submitted = 0
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.submitted += 1
+        return super().submit(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("elems", "handed_off"), [(4, 0), (1 << 10, 0), (1 << 18, 1)])
+def test_encode_frame_record_hands_off_only_a_large_frame(elems: int, handed_off: int) -> None:
+    # the frame MAC goes to the executor when the frame (before its tag) has at least
+    # PARALLEL_MAC_MIN bytes, as update_in_parallel decides; the bytes are the same either way
+    data = np.arange(elems, dtype="<f4")
+    frame = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload(Dtype.F32, [elems], memoryview(data))])
+    body = frame_wire(SALT_B, 0, 2.0, [(0, [elems], data.tobytes())])
+    with _CountingExecutor() as ex:
+        wire = joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B, mac_executor=ex))
+    assert (wire, ex.submitted) == (record(SALT_B, 4, 0, body), handed_off)
+    assert joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B)) == wire

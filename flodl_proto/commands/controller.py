@@ -54,7 +54,7 @@ from .relay import (
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
     from ..reduce import OuterOptimizer
-    from ..runner.controller import ControllerNotice
+    from ..runner.controller import ControllerNotice, RoundReport
 
 __all__ = [
     "LINE_COALESCE",
@@ -158,9 +158,12 @@ def notice_line(notice: ControllerNotice) -> str | None:
         ranks = ", ".join(str(r) for r in notice.ranks)
         return f"relay {notice.relay} joined: host {notice.host!r} ranks [{ranks}]"
     if isinstance(notice, RoundReport):
-        return (f"round {notice.round}: kind {notice.kind} weight {notice.weight:g} "
-                f"bytes {notice.nbytes} ms {notice.ms:.3f}")
+        return _round_line(notice)
     return None
+
+
+def _round_line(r: RoundReport) -> str:
+    return f"round {r.round}: kind {r.kind} weight {r.weight:g} bytes {r.nbytes} ms {r.ms:.3f}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
         problem = checkpoint_dir_problem(Path(args.checkpoint_dir))
         if problem is not None:
             return _usage_error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}")
-    from ..runner.controller import ReferenceController  # here: usage errors skip NumPy
+    from ..runner.controller import ReferenceController, RoundReport  # usage errors skip NumPy
+
+    def on_notice(notice: ControllerNotice) -> None:  # a round's line without the imports
+        lines.put(_round_line(notice) if type(notice) is RoundReport else notice_line(notice))
 
     stop = threading.Event()
     lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-controller-stdout",
@@ -190,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             ctl = ReferenceController(
                 args.world_size, salt, host=host, port=port, version=args.protocol_version,
                 port_mux=not args.no_port_mux, outer=outer, checkpoint_dir=args.checkpoint_dir,
-                on_notice=lambda notice: lines.put(notice_line(notice)),
+                on_notice=on_notice,
                 round_timeout=args.round_timeout,
             )
             ctl.start()
