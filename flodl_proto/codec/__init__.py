@@ -56,7 +56,6 @@ from .mux import (
 )
 from .round_frame import (
     Dtype,
-    FrameTemplate,
     RoundFrame,
     RoundKind,
     TensorPayload,
@@ -68,6 +67,7 @@ from .round_frame import (
     round_frame_wire_len,
 )
 from .stream import LenFramedDecoder, MuxStream, RoundFrameDecoder
+from .template import FrameTemplate
 
 __all__ = [
     "END_OF_STREAM",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import enum
 import functools
 import math
-import operator
 import struct as _struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, check_ceiling
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
 from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
 from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
 from ._walk import _rust_f64 as _rust_f64
@@ -66,7 +65,6 @@ _NBYTES = PACKED["TENSOR_NBYTES"]
 
 __all__ = [
     "Dtype",
-    "FrameTemplate",
     "RoundFrame",
     "RoundKind",
     "TensorPayload",
@@ -506,153 +504,6 @@ def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
         InvalidValue (local): the salt is not 16 bytes.
     """
     return b"".join(encode_round_frame(frame, salt))
-
-
-class FrameTemplate:
-    """A reusable wire image of the RoundFrames of one layout: ``lead`` bytes, the frame, its
-    8-byte tag, in one writable buffer.
-
-    A sender whose frames keep their layout round after round (kind, and every tensor's dtype
-    and shape) writes each round's payloads straight into :attr:`payloads`, then calls
-    :meth:`seal` with the round's weight: the weight is written, the tag computed over the frame
-    and written, and the whole record is returned as one buffer to send. No per-round frame or
-    payload objects are built. The bytes are those of ``lead`` followed by
-    :func:`encode_round_frame` of the equal :class:`RoundFrame` (the metadata are written once,
-    by :func:`round_frame_pieces`, and the payload offsets are found by the frame reader's own
-    walk).
-
-    Attributes:
-        kind: the frames' :class:`RoundKind`.
-        layout: ``((dtype, shape), ...)`` per tensor (dtype tags 0 f32 / 1 bf16).
-        wire_len: the frame's length in bytes, tag included (``lead`` excluded).
-        payloads: per tensor a writable NumPy view of its payload bytes in the buffer, of the
-            tensor's shape, ``<f4`` for f32 and ``ml_dtypes.bfloat16`` for bf16 (may be
-            unaligned). Empty tensors have zero-size views.
-
-    Args:
-        kind: the round kind.
-        layout: ``(dtype, shape)`` per tensor; only f32 and bf16 (payloads are written as
-            values).
-        lead: bytes sent before the frame in the same record (a loopback length prefix); it
-            must not depend on the weight or the payloads.
-
-        ceiling: the most payload bytes the template may hold (the frame reader's running total
-            of ``nbytes``; default 1 GiB, the default frame ceiling), checked before anything is
-            allocated.
-
-    Raises:
-        InvalidValue (local): a bad kind (``frame.bad_field``), a bad ``ceiling``
-            (``ceiling.invalid``), a layout entry that is not a ``(dtype tag, shape of ints)``
-            pair (``frame.bad_field``; a float or text dim is refused, never truncated), a dtype
-            other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
-            ``tensor.ndim_unsupported``), a dim outside ``0..2**32-1``
-            (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``frame.bad_field``).
-        LimitExceeded (local): more than 65,536 tensors (``frame.too_many_tensors_local``),
-            payloads over ``ceiling`` (``template.too_large``), a zero-element shape whose other
-            dims overflow NumPy's index (``tensor.shape_unrepresentable``).
-        All but the last are found before the image is allocated.
-
-    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (the same bytes).
-    """
-
-    __slots__ = ("_buf", "_frame", "kind", "layout", "payloads", "wire_len")
-
-    def __init__(self, kind: RoundKind | int, layout: Sequence[tuple[int, tuple[int, ...]]],
-                 lead: BytesLike = b"", *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
-        kind_e = RoundFrame(kind, 0.0).kind  # a bad kind: refused before anything is built
-        specs = _template_layout(layout, check_ceiling(ceiling))
-        try:
-            head = as_view(lead).tobytes()
-        except TypeError:
-            raise protocol_error("frame.bad_field", field="lead", value=type(lead).__name__,
-                                 reason="not a bytes-like object") from None
-        tensors = []
-        for d, shape in specs:
-            zeros = memoryview(bytes(_numel(shape) * ELEMENT_SIZE[d]))
-            tensors.append(TensorPayload.trusted(d, shape, zeros))
-        frame = RoundFrame.trusted(kind_e, 0.0, tuple(tensors))
-        body = b"".join(bytes(p) for p in round_frame_pieces(frame))
-        buf = np.zeros(len(head) + len(body) + AUTH_TAG_LEN, np.uint8)
-        buf[:len(head)] = np.frombuffer(head, np.uint8)
-        buf[len(head):len(head) + len(body)] = np.frombuffer(body, np.uint8)
-        walk = _FrameWalk(len(body))  # the reader finds the payloads (its ceiling: the body)
-        walk.advance(buf.data[len(head):], partial=False)
-        payloads = []
-        for d, dims, at, nbytes in walk.entries:
-            start = len(head) + at
-            view = buf[start:start + nbytes].view(_NUMPY_DTYPE[d])
-            try:
-                payloads.append(view.reshape(dims) if len(dims) != 1 else view)
-            except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
-                raise protocol_error("tensor.shape_unrepresentable", remote=False,
-                                     shape=list(dims)) from None
-        self._buf = buf
-        self._frame = (len(head), len(head) + len(body))
-        self.kind = frame.kind
-        self.layout = specs
-        self.wire_len = len(body) + AUTH_TAG_LEN
-        self.payloads = tuple(payloads)
-
-    def seal(self, weight: float, salt: BytesLike) -> memoryview:
-        """Write ``weight`` and the tag; return the whole record (lead, frame, tag).
-
-        The returned view is of the template's buffer: it is valid until the next write into
-        :attr:`payloads` or the next :meth:`seal`.
-
-        Args:
-            weight: the frame's realized-work mass (f64), finite and not below zero.
-            salt: the 16-byte session salt.
-
-        Raises:
-            InvalidValue (local): a bad weight (``frame.bad_field``) or salt.
-        """
-        key = check_salt(salt)
-        w = _checked_weight(weight)
-        start, stop = self._frame
-        mv = self._buf.data
-        _WEIGHT.pack_into(mv, start + ROUND_FRAME_HEADER_LEN + 1, w)
-        mac = new_mac(key)
-        mac.update(mv[start:stop])
-        mv[stop:] = mac.digest()[:AUTH_TAG_LEN]
-        return mv
-
-
-def _template_layout(layout: Iterable[Any], ceiling: int
-                     ) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """A :class:`FrameTemplate`'s layout checked before its image is allocated: per tensor an
-    integer dtype tag of f32 or bf16 and a shape of at most 64 integer dims in u32, at most
-    65,536 tensors, their payloads within ``ceiling`` bytes. Errors: as the class's."""
-    try:
-        entries = list(layout)
-    except TypeError:
-        raise protocol_error("frame.bad_field", field="layout", value=type(layout).__name__,
-                             reason="not a sequence of (dtype tag, shape) pairs") from None
-    if len(entries) > MAX_ROUND_FRAME_TENSORS:
-        raise protocol_error("frame.too_many_tensors_local", count=len(entries),
-                             cap=MAX_ROUND_FRAME_TENSORS)
-    specs = []
-    total = 0
-    for i, entry in enumerate(entries):
-        try:
-            d, shape = entry
-            dtype = operator.index(d)
-            dims = tuple(operator.index(n) for n in shape)
-        except (TypeError, ValueError):
-            raise protocol_error("frame.bad_field", field=f"layout[{i}]", value=entry,
-                                 reason="not a (dtype tag, shape of ints) pair") from None
-        if dtype not in _NUMPY_DTYPE:
-            raise protocol_error("frame.bad_field", field="dtype", value=dtype,
-                                 reason="a template carries f32 (0) or bf16 (1) payloads")
-        if len(dims) > _NUMPY_MAX_NDIM:
-            raise protocol_error("tensor.ndim_unsupported", ndim=len(dims), max=_NUMPY_MAX_NDIM)
-        for k, n in enumerate(dims):
-            if not 0 <= n <= U32_MAX:
-                raise protocol_error("frame.dim_too_large", index=i, dim=k, value=n)
-        total += _numel(dims) * ELEMENT_SIZE[dtype]
-        if total > ceiling:
-            raise protocol_error("template.too_large", index=i, total=total, ceiling=ceiling)
-        specs.append((dtype, dims))
-    return tuple(specs)
 
 
 #: kind byte -> RoundKind (the walk accepts only these two bytes)

@@ -45,12 +45,12 @@ from ..codec.loopback import (
 from ..codec.plans import frame_macs, signed_frame_batches
 from ..codec.round_frame import (
     Dtype,
-    FrameTemplate,
     RoundFrame,
     RoundKind,
     TensorPayload,
     round_frame_pieces,
 )
+from ..codec.template import FrameTemplate
 from ..errors import protocol_error
 from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload, scale_to_bf16
 from ..spec import (
@@ -82,7 +82,7 @@ log = logging.getLogger(__name__)
 _F32 = np.dtype("<f4")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 #: a Model or Control frame whose payloads total at most this many bytes is written into a kept
-#: :class:`~flodl_proto.codec.round_frame.FrameTemplate` of its layout (each tensor pre-scaled
+#: :class:`~flodl_proto.codec.template.FrameTemplate` of its layout (each tensor pre-scaled
 #: straight into its place, the tag computed over the one buffer, one ``sendmsg``); larger frames
 #: are sent as pieces, hashed step by step as they are written. In a template the payloads sit
 #: where the wire puts them, mostly unaligned for NumPy, which costs more than the per-round
