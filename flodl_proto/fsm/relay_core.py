@@ -297,7 +297,9 @@ class RelayCore:
         if now is not None and self.fold.is_alive(rank):
             self._deadline.deposit(now)
         try:
-            self._ship(self.fold.deposit_frame(rank, blob, premac=premac))
+            done = self.fold.deposit_frame(rank, blob, premac=premac)
+            if done is not None:
+                self._ship(done)
         except ProtocolError as e:
             self._fail(e)
         return self._flush()

@@ -354,7 +354,8 @@ class HostFold:
         if premac is None and self._error is None:
             premac = self._frame_mac(mv)
         with self._lock:
-            self._check_alive()
+            if self._error is not None:
+                raise self._error
             if rank not in self._ranks:
                 raise protocol_error("fold.unknown_rank", rank=rank, ranks=list(self._ranks))
             if rank in self._dead:
@@ -363,6 +364,8 @@ class HostFold:
                 rnd = self._round
                 if rnd is None:  # the seed: no arithmetic, so no warning context
                     self._merge(rank, mv, premac)
+                    if len(self._ranks) > 1 + len(self._dead):  # others still to deposit
+                        return None
                     return self._complete()
                 if rank in rnd.deposited:
                     raise protocol_error("fold.double_deposit", rank=rank)
@@ -520,7 +523,7 @@ class HostFold:
         weight = rnd.weight + frame.weight
         if not math.isfinite(weight):
             return None
-        ws = self._workspace()
+        ws = self._ws if self._ws is not None else self._workspace()
         trusted = TensorPayload.trusted
         frombuffer = np.frombuffer
         out_tensors: list[TensorPayload] = []

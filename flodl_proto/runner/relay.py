@@ -51,7 +51,7 @@ from ..addr import PORT_MAX
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import PARALLEL_MAC_MIN, Premac
 from ..codec.loopback import decode_len_prefix
-from ..codec.mux import MuxRecord, RecordKind, parse_mux_header, read_mux_record_or_eos
+from ..codec.mux import MuxRecord, RecordKind, parse_mux_header_or_eos, read_mux_record_or_eos
 from ..codec.plans import frame_macs, frame_premac, record_macs
 from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
@@ -261,6 +261,7 @@ class Relay:
         # the upstream record header, read by one thread at a time (the dial, then the reader)
         self._header_buf = memoryview(bytearray(MUX_HEADER_LEN))
         self._starve = committed_read_starvation()  # seconds, read once
+        self._timed = timeout is not None  # a rank deadline: deposits carry their time
 
     # -- public surface --------------------------------------------------------------------------
     @property
@@ -526,7 +527,8 @@ class Relay:
         if got < MUX_HEADER_LEN:
             self._count("upstream_in", got)
             return None  # end of stream inside the header is a clean end
-        hdr = parse_mux_header(hv, ceiling=self.ceiling)
+        hdr = parse_mux_header_or_eos(hv, ceiling=self.ceiling)
+        assert hdr is not END_OF_STREAM  # the view holds the whole header
         # the record is used synchronously (fan-out, control): its buffer is reused next time
         size = MUX_HEADER_LEN + hdr.payload_len
         if self._record_buf is None or self._record_buf.shape[0] != size:
@@ -536,13 +538,21 @@ class Relay:
         # the record MAC is computed as the payload arrives (the tag is checked by the decode)
         plan = record_macs(hv, hdr, self._salt)
         try:
-            _, got = read_record_into(sock, view, size, plan.ranges(), start=MUX_HEADER_LEN,
-                                      stop=self._stop, starvation=starve)
+            if size < PARALLEL_MAC_MIN:  # read_record_into's one-read case, inline
+                got = MUX_HEADER_LEN + recv_exact_into(
+                    sock, view[MUX_HEADER_LEN:size], stop=self._stop, committed=True,
+                    starvation=starve)
+                plan.record.update(view[MUX_HEADER_LEN:got])
+            else:
+                _, got = read_record_into(sock, view, size, plan.ranges(),
+                                          start=MUX_HEADER_LEN, stop=self._stop,
+                                          starvation=starve)
         except BaseException:
             self._count("upstream_in", MUX_HEADER_LEN)
             raise
         body = got - MUX_HEADER_LEN
-        self._count("upstream_in", got)  # the header and the payload
+        with self._lock:
+            self.stats.upstream_in += got  # the header and the payload
         premac = plan.premac(body)
         # the salt was checked by the core: the record decoder without the salt check
         res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,
@@ -587,7 +597,10 @@ class Relay:
         the same lock (round order); a fan-out runs after the lock is released."""
         fan_outs: list[FanOut] = []
         with self._core_lock:
-            for a in method(*args, **kwargs):
+            actions = method(*args, **kwargs)
+            if not actions:  # most deposits
+                return
+            for a in actions:
                 if isinstance(a, FanOut):
                     fan_outs.append(a)
                 elif isinstance(a, SendUpstream):
@@ -612,7 +625,6 @@ class Relay:
         """Write a record upstream now (small, nothing queued before it: one non-blocking
         ``sendmsg``), else queue it, or what that write left, for the outbound writer."""
         host_frame = action.kind is UpstreamKind.HOST_FRAME
-        rnd = self._fold.rounds_completed - 1
         buffers: list[BytesLike] = list(action.buffers)
         up = self._upstream
         with self._out_lock:
@@ -625,11 +637,12 @@ class Relay:
                 with self._lock:
                     self.stats.upstream_out += nbytes - sum(b.nbytes for b in rest)
                 if not rest:
-                    if host_frame:
-                        stages.mark("relay", rnd, "hostframe_sent")
+                    if host_frame and stages.is_enabled():
+                        stages.mark("relay", self._fold.rounds_completed - 1, "hostframe_sent")
                     return
                 buffers = list(rest)
-        self._queue_upstream(_Record(buffers, rnd if host_frame else None))
+        self._queue_upstream(_Record(buffers, self._fold.rounds_completed - 1 if host_frame
+                                     else None))
 
     def _queue_upstream(self, item: _Outbound) -> None:
         with self._out_lock:
@@ -653,6 +666,7 @@ class Relay:
         sock = self._rank_socks[rank]
         prefix = memoryview(bytearray(LEN_PREFIX_LEN))  # reused for every blob of the rank
         rank_frame = self._core.rank_frame
+        timed = self._timed
         try:
             while not self._stop.is_set():
                 got = self._read_blob(rank, sock, prefix)
@@ -661,8 +675,10 @@ class Relay:
                 blob, premac = got
                 if stages.is_enabled():
                     stages.mark("relay", self._fold.rounds_completed, "deposits_done")
-                # the deposit and its HostFrame are queued in round order
-                self._core_call(rank_frame, rank, blob, premac=premac, now=time.monotonic())
+                # the deposit and its HostFrame are queued in round order; the time only
+                # matters to a rank deadline
+                self._core_call(rank_frame, rank, blob, premac=premac,
+                                now=time.monotonic() if timed else None)
             else:
                 return
             # local end of stream (or a broken loopback stream): out of the barrier, tell upstream
