@@ -266,14 +266,13 @@ class RelayCore:
         Raises:
             LocalProtocolError (``relay.bad_event``): before the Hello was sent.
         """
-        lifecycle = self.lifecycle
-        if lifecycle.is_final:
-            return []
-        state = lifecycle.state
-        if state == RelayState.AWAITING_HELLO_ACK:
-            self._hello_ack(record)
-        elif state in (RelayState.FOLDING, RelayState.DRAINING):
+        state = self.lifecycle.state
+        if state in (RelayState.FOLDING, RelayState.DRAINING):
             self._controller_record(record)
+        elif state == RelayState.AWAITING_HELLO_ACK:
+            self._hello_ack(record)
+        elif self.lifecycle.is_final:
+            return []
         else:
             raise protocol_error("relay.bad_event", event="upstream_record",
                                  state=self.lifecycle.state_name)

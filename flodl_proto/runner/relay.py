@@ -50,7 +50,7 @@ import numpy.typing as npt
 from ..addr import PORT_MAX
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import PARALLEL_MAC_MIN, Premac
-from ..codec.loopback import decode_len_prefix
+from ..codec.loopback import decode_len_prefix_or_eos
 from ..codec.mux import MuxRecord, RecordKind, parse_mux_header_or_eos, read_mux_record_or_eos
 from ..codec.plans import frame_macs, frame_premac, record_macs
 from ..errors import ProtocolError, protocol_error
@@ -703,7 +703,8 @@ class Relay:
             got = counted = recv_exact_into(sock, prefix, stop=self._stop, starvation=starve)
             if got < LEN_PREFIX_LEN:
                 return None
-            n = decode_len_prefix(prefix, ceiling=self.ceiling)
+            n = decode_len_prefix_or_eos(prefix, ceiling=self.ceiling)
+            assert n is not END_OF_STREAM  # the prefix is whole
             view = self._blob_buffer(rank, n)
             if n < PARALLEL_MAC_MIN:  # read_record_into's one-read case: its MAC fed once
                 plan = None
@@ -745,13 +746,16 @@ class Relay:
         while not self._stop.is_set():
             rec = self._read_record(up)
             broadcast = rec is not None and rec.kind is RecordKind.BROADCAST
+            traced = False
             if broadcast:
                 with self._lock:
                     rnd = self.stats.broadcasts
                     self.stats.broadcasts = rnd + 1
-                stages.mark("relay", rnd, "broadcast_read")
+                traced = stages.is_enabled()
+                if traced:
+                    stages.mark("relay", rnd, "broadcast_read")
             self._core_call(self._core.upstream_record, rec)
-            if broadcast:
+            if traced:
                 stages.mark("relay", rnd, "fanout_done")
             if rec is None:
                 return
