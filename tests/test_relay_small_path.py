@@ -6,6 +6,7 @@ writes (``_send_at_once`` / ``_skip``) against the bytes they were given."""
 from __future__ import annotations
 
 import socket
+import threading
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from flodl_proto.errors import ProtocolError
 from flodl_proto.reduce import HostFold, bf16_from_f32
 from flodl_proto.reduce import _kernels as K
 from flodl_proto.reduce.host_fold import _SmallPlan
-from flodl_proto.runner import relay as relay_mod
+from flodl_proto.runner import _netio
 
 SALT = bytes(range(16))
 F32, BF16 = 0, 1
@@ -204,31 +205,93 @@ def test_skip_drops_exactly_the_bytes_sent() -> None:
     bufs: list[Any] = [b"abc", memoryview(b"defg"), bytearray(b""), np.arange(3, dtype="<u2")]
     whole = b"".join(bytes(memoryview(b).cast("B")) for b in bufs)
     for sent in range(len(whole) + 1):
-        rest = relay_mod._skip(bufs, sent)
+        rest = _netio.skip_sent(bufs, sent)
         assert b"".join(bytes(r) for r in rest) == whole[sent:]
-    assert relay_mod._skip(bufs, 0) is bufs
-    assert relay_mod._nbytes(bufs) == len(whole) == 13
+    assert _netio.skip_sent(bufs, 0) is bufs
+    assert _netio.buffers_nbytes(bufs) == len(whole) == 13
 
 
 def test_send_at_once_writes_whole_or_reports_what_it_wrote() -> None:
     a, b = socket.socketpair()
     try:
         bufs: list[Any] = [b"\x01\x02", memoryview(np.arange(100, dtype="<f4")).cast("B")]
-        n = relay_mod._nbytes(bufs)
-        assert relay_mod._send_at_once(a, bufs, n) == n
+        n = _netio.buffers_nbytes(bufs)
+        assert _netio.send_at_once(a, bufs, n) == n
         got = b""
         while len(got) < n:
             got += b.recv(n - len(got))
         assert got == b"".join(bytes(x) for x in bufs)
-        many: list[Any] = [b"x"] * (relay_mod._DIRECT_IOVECS + 1)
-        assert relay_mod._send_at_once(a, many, len(many)) == 0  # left to the general write
+        many: list[Any] = [b"x"] * (_netio.DIRECT_IOVECS + 1)
+        assert _netio.send_at_once(a, many, len(many)) == 0  # left to the general write
         # a full send buffer: part (or nothing) now, the rest by send_all, bytes in order
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         big: list[Any] = [bytes(range(256)) * 4096]
-        sent = relay_mod._send_at_once(a, big, len(big[0]))
+        sent = _netio.send_at_once(a, big, len(big[0]))
         assert 0 <= sent < len(big[0])
         b.close()
-        assert relay_mod._send_at_once(a, [b"more"], 4) == 0  # a failed socket: no raise
+        assert _netio.send_at_once(a, [b"more"], 4) == 0  # a failed socket: no raise
+    finally:
+        a.close()
+        b.close()
+
+
+def _drain(sock: socket.socket, n: int) -> bytes:
+    got = b""
+    while len(got) < n:
+        chunk = sock.recv(n - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize("size", [100, _netio.PARALLEL_FAN_OUT_MIN])
+def test_write_to_each_writes_every_peer_and_reports_a_failed_one(size: int) -> None:
+    """Below the parallel size one after the other, from it one thread per peer after the
+    first: each live peer gets prefix + payload, a closed one is reported and counts nothing."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    payload = memoryview(bytes(range(256)) * (size // 256 + 1))[:size]
+    prefix = size.to_bytes(4, "little")
+    pairs[1][1].close()  # peer 1 is gone
+    failed: list[int] = []
+    results: dict[int, bytes] = {}
+
+    def reader(i: int) -> None:
+        results[i] = _drain(pairs[i][1], 4 + size)
+
+    readers = [threading.Thread(target=reader, args=(i,)) for i in (0, 2)]
+    for t in readers:
+        t.start()
+    try:
+        written = _netio.write_to_each([(i, pairs[i][0]) for i in range(3)], prefix, payload,
+                                       lambda ident, err: failed.append(ident))
+        for t in readers:
+            t.join()
+        assert failed == [1]
+        assert written == 2 * (4 + size)
+        assert results == {0: prefix + bytes(payload), 2: prefix + bytes(payload)}
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+@pytest.mark.parametrize("n", [64, _netio.PARALLEL_MAC_MIN])
+def test_read_frame_into_gives_the_plans_premac(n: int) -> None:
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+    a, b = socket.socketpair()
+    try:
+        t = threading.Thread(target=a.sendall, args=(data,))
+        t.start()
+        view = memoryview(bytearray(n))
+        got, premac = _netio.read_frame_into(b, view, SALT)
+        t.join()
+        assert got == n and bytes(view) == data
+        assert premac == frame_premac(data, SALT)
+        a.sendall(data[:10])
+        a.close()
+        got, _ = _netio.read_frame_into(b, memoryview(bytearray(n)), SALT)
+        assert got == 10  # cut short: the caller sees fewer bytes
     finally:
         a.close()
         b.close()

@@ -364,11 +364,8 @@ def sum_small_batch(
         np.concatenate(first, out=out32)
         np.add(out32, _ZERO, out=out32)
         if len(contribs) > 1:  # the later ones added tensor by tensor (no gather copy)
-            segs = []  # each tensor's slice of the run (np.split's views, without its set-up)
-            at = 0
-            for v in first:
-                segs.append(out32[at:at + v.shape[0]])
-                at += v.shape[0]
+            at = 0  # each tensor's slice of the run (np.split's views, without its set-up)
+            segs = [out32[at:(at := at + v.shape[0])] for v in first]
             for c in contribs[1:]:
                 for seg, v in zip(segs, c, strict=True):
                     np.add(seg, v, out=seg)

@@ -31,7 +31,8 @@ from typing import Any
 
 from ..addr import format_addr, parse_addr
 from ..codec._common import BytesLike, as_view
-from ..codec.auth import PARALLEL_MAC_MIN
+from ..codec.auth import PARALLEL_MAC_MIN, Premac
+from ..codec.plans import frame_macs, frame_premac
 from ..errors import protocol_error
 from ..spec import SPEC, net_timeout_scale
 
@@ -42,6 +43,7 @@ __all__ = [
     "MacWorker",
     "PeerTimedOut",
     "Stopped",
+    "buffers_nbytes",
     "committed_read_starvation",
     "configure_socket",
     "connect_attempts",
@@ -53,15 +55,20 @@ __all__ = [
     "keepalive_settings",
     "parse_addr",
     "poll_interval",
+    "read_frame_into",
     "read_record_into",
     "recv_exact_into",
     "recv_hashing_into",
     "reduce_read_deadline",
     "send_all",
+    "send_at_once",
     "send_now",
+    "send_whole",
     "set_timeouts",
     "shutdown_quietly",
+    "skip_sent",
     "write_stall_timeout",
+    "write_to_each",
 ]
 
 log = logging.getLogger(__name__)
@@ -73,6 +80,14 @@ HASH_STEP = 4 << 20
 #: when nothing is queued before them on their connection; larger ones, and whatever a
 #: non-blocking write left, go to the connection's writer thread (bytes)
 DIRECT_WRITE_MAX = 1 << 20
+
+#: a payload from this size on is written to several peers concurrently (:func:`write_to_each`;
+#: bytes)
+PARALLEL_FAN_OUT_MIN = 1 << 20
+
+#: the most buffers :func:`send_at_once` hands to one ``sendmsg`` (more: the general writes,
+#: which batch them by the system's IOV_MAX)
+DIRECT_IOVECS = 64
 
 try:
     _IOV_MAX = max(16, min(1024, int(os.sysconf("SC_IOV_MAX"))))
@@ -644,3 +659,119 @@ def shutdown_quietly(sock: socket.socket | None, how: int = socket.SHUT_RDWR) ->
         return
     with contextlib.suppress(OSError):
         sock.shutdown(how)
+
+
+def buffers_nbytes(buffers: Sequence[BytesLike]) -> int:
+    """The bytes in ``buffers`` (any bytes-like objects)."""
+    n = 0
+    for b in buffers:
+        n += len(b) if type(b) is bytes else memoryview(b).nbytes
+    return n
+
+
+def send_at_once(sock: socket.socket, buffers: Sequence[BytesLike], nbytes: int) -> int:
+    """One non-blocking ``sendmsg`` of ``buffers`` (``nbytes`` bytes in all, flat or not):
+    the bytes it wrote (a small record leaves whole, with none of :func:`send_now`'s buffer
+    walk). 0 when the socket takes nothing now, when there are more than
+    :data:`DIRECT_IOVECS` buffers, or when it failed: the caller's general write
+    (:func:`send_now`, :func:`send_all`), which waits and reports errors, goes on from what
+    this wrote (:func:`skip_sent`). Never raises."""
+    if len(buffers) > DIRECT_IOVECS:
+        return 0
+    try:
+        return sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
+    except OSError:
+        return 0
+
+
+def skip_sent(buffers: Sequence[BytesLike], sent: int) -> Sequence[BytesLike]:
+    """``buffers`` without their first ``sent`` bytes (flat views, no copy; ``buffers``
+    itself when ``sent`` is 0)."""
+    if not sent:
+        return buffers
+    out: list[BytesLike] = []
+    for b in buffers:
+        mv = memoryview(b).cast("B")
+        n = mv.nbytes
+        if sent >= n:
+            sent -= n
+            continue
+        out.append(mv[sent:] if sent else mv)
+        sent = 0
+    return out
+
+
+def send_whole(sock: socket.socket, buffers: Sequence[BytesLike], nbytes: int) -> None:
+    """Write all ``nbytes`` of ``buffers``: :func:`send_at_once`, then :func:`send_all` of
+    what it left (under the write-stall deadline; its errors raised).
+
+    Raises:
+        as :func:`send_all`.
+    """
+    sent = send_at_once(sock, buffers, nbytes)
+    if sent < nbytes:
+        send_all(sock, skip_sent(buffers, sent))
+
+
+def write_to_each(targets: Sequence[tuple[int, socket.socket]], prefix: bytes,
+                  payload: memoryview, failed: Callable[[int, OSError], None]) -> int:
+    """Write ``prefix`` then ``payload`` to every ``(id, socket)`` of ``targets`` (the relay's
+    Broadcast fan-out); returns the bytes written in all (a target whose write failed counts
+    nothing). A failed write calls ``failed(id, error)`` and the others go on.
+
+    Below :data:`PARALLEL_FAN_OUT_MIN` bytes of payload, or with one target, the targets are
+    written one after the other (:func:`send_whole`: usually one ``sendmsg`` each); from that
+    size on every target after the first is written by its own thread at once (each peer reads
+    and verifies at its own pace), the first by the caller, and every thread is joined here.
+    """
+    nbytes = len(prefix) + payload.nbytes
+    bufs: list[BytesLike] = [prefix, payload]
+    if len(targets) < 2 or payload.nbytes < PARALLEL_FAN_OUT_MIN:
+        written = 0
+        for ident, sock in targets:
+            try:
+                send_whole(sock, bufs, nbytes)
+                written += nbytes
+            except OSError as e:
+                failed(ident, e)
+        return written
+    counts: list[int] = []
+
+    def one(ident: int, sock: socket.socket) -> None:
+        try:
+            counts.append(send_all(sock, bufs))
+        except OSError as e:
+            failed(ident, e)
+
+    threads = [threading.Thread(target=one, args=target, name=f"flodl-relay-fan-r{target[0]}")
+               for target in targets[1:]]
+    for t in threads:
+        t.start()
+    try:
+        one(*targets[0])
+    finally:
+        for t in threads:
+            t.join()
+    return sum(counts)
+
+
+def read_frame_into(sock: socket.socket, view: memoryview, salt: bytes, *,
+                    stop: threading.Event | None = None,
+                    starvation: float | None = None) -> tuple[int, Premac | None]:
+    """Read a RoundFrame that fills ``view`` (a loopback blob whose length prefix was read),
+    its MAC computed as the codec's read plan names it (:func:`~flodl_proto.codec.plans.
+    frame_macs`): returns the bytes read and the frame's :class:`~flodl_proto.codec.auth.Premac`
+    (valid only when every byte arrived). Below ``PARALLEL_MAC_MIN`` bytes: one
+    :func:`recv_exact_into` and one MAC update (:func:`~flodl_proto.codec.plans.frame_premac`);
+    otherwise :func:`read_record_into` with the plan's ranges.
+
+    Raises:
+        everything :func:`recv_exact_into` raises.
+    """
+    n = len(view)
+    if n < PARALLEL_MAC_MIN:  # read_record_into's one-read case, without its set-up
+        got = recv_exact_into(sock, view, stop=stop, committed=True, starvation=starvation)
+        return got, frame_premac(view, salt) if got == n else None
+    plan = frame_macs(n, salt)
+    _, got = read_record_into(sock, view, n, plan.ranges(), stop=stop, starvation=starvation)
+    return got, plan.premac()

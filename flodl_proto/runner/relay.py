@@ -49,10 +49,10 @@ import numpy.typing as npt
 
 from ..addr import PORT_MAX
 from ..codec._common import END_OF_STREAM, BytesLike
-from ..codec.auth import PARALLEL_MAC_MIN, Premac
+from ..codec.auth import Premac
 from ..codec.loopback import decode_len_prefix_or_eos
 from ..codec.mux import MuxRecord, RecordKind, parse_mux_header_or_eos, read_mux_record_or_eos
-from ..codec.plans import frame_macs, frame_premac, record_macs
+from ..codec.plans import record_macs
 from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
 from ..fsm.events import (
@@ -83,17 +83,22 @@ from ._netio import (
     DIRECT_WRITE_MAX,
     PeerTimedOut,
     Stopped,
+    buffers_nbytes,
     committed_read_starvation,
     configure_socket,
     connect_with_retry,
     format_addr,
     parse_addr,
     poll_interval,
+    read_frame_into,
     read_record_into,
     recv_exact_into,
     send_all,
+    send_at_once,
     send_now,
     shutdown_quietly,
+    skip_sent,
+    write_to_each,
 )
 
 __all__ = ["Relay", "RelayStats", "default_relay_port"]
@@ -103,12 +108,6 @@ log = logging.getLogger(__name__)
 #: period of the note naming the local ranks not connected yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
 
-#: Broadcast payloads from this size on are written to the local ranks concurrently (bytes)
-_PARALLEL_FAN_OUT_MIN = 1 << 20
-
-#: the most buffers :func:`_send_at_once` hands to one ``sendmsg`` (more: the general write,
-#: which batches them by the system's IOV_MAX)
-_DIRECT_IOVECS = 64
 
 @dataclass(frozen=True, slots=True)
 class _Record:
@@ -528,7 +527,7 @@ class Relay:
             self._count("upstream_in", got)
             return None  # end of stream inside the header is a clean end
         hdr = parse_mux_header_or_eos(hv, ceiling=self.ceiling)
-        assert hdr is not END_OF_STREAM  # the view holds the whole header
+        assert hdr is not END_OF_STREAM  # the view holds the whole header (for the type)
         # the record is used synchronously (fan-out, control): its buffer is reused next time
         size = MUX_HEADER_LEN + hdr.payload_len
         if self._record_buf is None or self._record_buf.shape[0] != size:
@@ -538,15 +537,8 @@ class Relay:
         # the record MAC is computed as the payload arrives (the tag is checked by the decode)
         plan = record_macs(hv, hdr, self._salt)
         try:
-            if size < PARALLEL_MAC_MIN:  # read_record_into's one-read case, inline
-                got = MUX_HEADER_LEN + recv_exact_into(
-                    sock, view[MUX_HEADER_LEN:size], stop=self._stop, committed=True,
-                    starvation=starve)
-                plan.record.update(view[MUX_HEADER_LEN:got])
-            else:
-                _, got = read_record_into(sock, view, size, plan.ranges(),
-                                          start=MUX_HEADER_LEN, stop=self._stop,
-                                          starvation=starve)
+            _, got = read_record_into(sock, view, size, plan.ranges(), start=MUX_HEADER_LEN,
+                                      stop=self._stop, starvation=starve)
         except BaseException:
             self._count("upstream_in", MUX_HEADER_LEN)
             raise
@@ -554,8 +546,7 @@ class Relay:
         with self._lock:
             self.stats.upstream_in += got  # the header and the payload
         premac = plan.premac(body)
-        # the salt was checked by the core: the record decoder without the salt check
-        res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,
+        res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,  # salt checked
                                      version=self.version, ceiling=self.ceiling, premac=premac,
                                      header=hdr)
         assert res is not END_OF_STREAM  # the buffer holds the whole header
@@ -630,10 +621,10 @@ class Relay:
         with self._out_lock:
             direct = self._out_queued == 0 and up is not None
         if direct and up is not None:
-            nbytes = _nbytes(buffers)
+            nbytes = buffers_nbytes(buffers)
             if nbytes <= DIRECT_WRITE_MAX:
-                sent = _send_at_once(up, buffers, nbytes)
-                rest = send_now(up, _skip(buffers, sent)) if sent < nbytes else []
+                sent = send_at_once(up, buffers, nbytes)
+                rest = send_now(up, skip_sent(buffers, sent)) if sent < nbytes else []
                 with self._lock:
                     self.stats.upstream_out += nbytes - sum(b.nbytes for b in rest)
                 if not rest:
@@ -665,8 +656,7 @@ class Relay:
     def _rank_reader(self, rank: int) -> None:
         sock = self._rank_socks[rank]
         prefix = memoryview(bytearray(LEN_PREFIX_LEN))  # reused for every blob of the rank
-        rank_frame = self._core.rank_frame
-        timed = self._timed
+        rank_frame, timed = self._core.rank_frame, self._timed
         try:
             while not self._stop.is_set():
                 got = self._read_blob(rank, sock, prefix)
@@ -675,8 +665,7 @@ class Relay:
                 blob, premac = got
                 if stages.is_enabled():
                     stages.mark("relay", self._fold.rounds_completed, "deposits_done")
-                # the deposit and its HostFrame are queued in round order; the time only
-                # matters to a rank deadline
+                # deposit and HostFrame queued in round order; the time is for a rank deadline
                 self._core_call(rank_frame, rank, blob, premac=premac,
                                 now=time.monotonic() if timed else None)
             else:
@@ -706,13 +695,7 @@ class Relay:
             n = decode_len_prefix_or_eos(prefix, ceiling=self.ceiling)
             assert n is not END_OF_STREAM  # the prefix is whole
             view = self._blob_buffer(rank, n)
-            if n < PARALLEL_MAC_MIN:  # read_record_into's one-read case: its MAC fed once
-                plan = None
-                body = recv_exact_into(sock, view, stop=self._stop, committed=True,
-                                       starvation=starve)
-            else:
-                plan = frame_macs(n, self._salt)
-                _, body = read_record_into(sock, view, n, plan.ranges(), stop=self._stop,
+            body, premac = read_frame_into(sock, view, self._salt, stop=self._stop,
                                            starvation=starve)
             counted += body
         except ProtocolError as e:
@@ -728,7 +711,7 @@ class Relay:
             log.warning("relay %s: rank %d closed inside a %d-byte blob (%d bytes read)",
                         self.host, rank, n, body)
             return None
-        return view, frame_premac(view, self._salt) if plan is None else plan.premac()
+        return view, premac
 
     def _blob_buffer(self, rank: int, n: int) -> memoryview:
         """An ``n``-byte buffer for ``rank``'s next blob: last round's buffer when the fold no
@@ -746,14 +729,13 @@ class Relay:
         while not self._stop.is_set():
             rec = self._read_record(up)
             broadcast = rec is not None and rec.kind is RecordKind.BROADCAST
-            traced = False
             if broadcast:
                 with self._lock:
                     rnd = self.stats.broadcasts
                     self.stats.broadcasts = rnd + 1
-                traced = stages.is_enabled()
-                if traced:
-                    stages.mark("relay", rnd, "broadcast_read")
+            traced = broadcast and stages.is_enabled()
+            if traced:
+                stages.mark("relay", rnd, "broadcast_read")
             self._core_call(self._core.upstream_record, rec)
             if traced:
                 stages.mark("relay", rnd, "fanout_done")
@@ -768,39 +750,13 @@ class Relay:
                         ranks: tuple[int, ...]) -> None:
         targets = [(rank, sock) for rank in ranks
                    if (sock := self._rank_socks.get(rank)) is not None]
-        if len(targets) < 2 or payload.nbytes < _PARALLEL_FAN_OUT_MIN:
-            bufs: list[BytesLike] = [prefix, payload]
-            nbytes = len(prefix) + payload.nbytes
-            written = 0
-            for rank, sock in targets:
-                try:
-                    sent = _send_at_once(sock, bufs, nbytes)
-                    if sent < nbytes:  # the rest under send_all's write-stall deadline
-                        send_all(sock, _skip(bufs, sent))
-                    written += nbytes
-                except OSError as e:  # the rank's reader will see the failure and report it
-                    log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, e)
-            with self._lock:
-                self.stats.to_ranks += written
-            return
-        # each rank reads (and verifies) at its own pace: write to every rank at once
-        threads = [threading.Thread(target=self._send_to_rank, args=(rank, sock, prefix, payload),
-                                    name=f"flodl-relay-fan-r{rank}")
-                   for rank, sock in targets[1:]]
-        for t in threads:
-            t.start()
-        try:
-            self._send_to_rank(*targets[0], prefix, payload)
-        finally:
-            for t in threads:
-                t.join()
+        written = write_to_each(targets, prefix, payload, self._broadcast_failed)
+        with self._lock:
+            self.stats.to_ranks += written
 
-    def _send_to_rank(self, rank: int, sock: socket.socket, prefix: bytes,
-                      payload: memoryview) -> None:
-        try:
-            self._count("to_ranks", send_all(sock, [prefix, payload]))
-        except OSError as e:  # the rank's reader will see the failure and report it
-            log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, e)
+    def _broadcast_failed(self, rank: int, error: OSError) -> None:
+        # the rank's reader will see the failure and report it
+        log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, error)
 
     def _outbound_writer(self) -> None:
         up = self._upstream
@@ -842,39 +798,3 @@ class Relay:
             self._count("upstream_out", n)
 
 
-
-def _nbytes(buffers: list[BytesLike]) -> int:
-    """The bytes in ``buffers`` (any bytes-like objects)."""
-    n = 0
-    for b in buffers:
-        n += len(b) if type(b) is bytes else memoryview(b).nbytes
-    return n
-
-
-def _send_at_once(sock: socket.socket, buffers: list[BytesLike], nbytes: int) -> int:
-    """One non-blocking ``sendmsg`` of ``buffers`` (``nbytes`` bytes in all): the bytes it
-    wrote (a small record or reply leaves whole). 0 when the socket takes nothing now, when
-    there are more than :data:`_DIRECT_IOVECS` buffers, or when it failed: the caller's general
-    write, which waits and reports errors, goes on from what this wrote."""
-    if len(buffers) > _DIRECT_IOVECS:
-        return 0
-    try:
-        return sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
-    except OSError:
-        return 0
-
-
-def _skip(buffers: list[BytesLike], sent: int) -> list[BytesLike]:
-    """``buffers`` without their first ``sent`` bytes (views, no copy)."""
-    if not sent:
-        return buffers
-    out: list[BytesLike] = []
-    for b in buffers:
-        mv = memoryview(b).cast("B")
-        n = mv.nbytes
-        if sent >= n:
-            sent -= n
-            continue
-        out.append(mv[sent:] if sent else mv)
-        sent = 0
-    return out
