@@ -14,6 +14,7 @@ from flodl_proto.codec import (
     TensorPayload,
     encode_len_prefix,
     encode_round_frame_bytes,
+    template,
 )
 from flodl_proto.errors import InvalidValue, LimitExceeded, LocalProtocolError
 
@@ -91,8 +92,23 @@ def test_a_template_refuses_what_a_frame_refuses() -> None:
         "reason": "a template carries f32 (0) or bf16 (1) payloads"}
     with pytest.raises(InvalidValue, match="kind"):
         FrameTemplate(5, [(0, (2,))])
-    with pytest.raises(LimitExceeded, match="65536"):
+    with pytest.raises(LimitExceeded) as big:
         FrameTemplate(RoundKind.MODEL, [(0, (0,))] * 65537)
+    assert big.value.error_id == "frame.too_many_tensors_local"
+    assert dict(big.value.fields) == {"count": 65537, "cap": 65536}
+
+
+def test_a_template_takes_what_a_frame_takes_at_its_limits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exactly the tensor cap (lowered to 3 here: 65,536 tensors take seconds to build), and
+    64 dims (NumPy's limit), are accepted."""
+    monkeypatch.setattr(template, "MAX_ROUND_FRAME_TENSORS", 3)
+    assert len(FrameTemplate(RoundKind.MODEL, [(0, (0,))] * 3).payloads) == 3
+    with pytest.raises(LimitExceeded) as big:
+        FrameTemplate(RoundKind.MODEL, [(0, (0,))] * 4)
+    assert dict(big.value.fields) == {"count": 4, "cap": 3}
+    tpl = FrameTemplate(RoundKind.MODEL, [(1, (1,) * 64)])
+    assert tpl.payloads[0].shape == (1,) * 64
 
 
 @pytest.mark.parametrize(("layout", "error_id", "fields"), [
@@ -115,6 +131,8 @@ def test_a_template_refuses_what_a_frame_refuses() -> None:
     (None, "frame.bad_field",
      {"field": "layout", "value": "NoneType",
       "reason": "not a sequence of (dtype tag, shape) pairs"}),
+    (5, "frame.bad_field",
+     {"field": "layout", "value": "int", "reason": "not a sequence of (dtype tag, shape) pairs"}),
     ([(0, (1,) * 65)], "tensor.ndim_unsupported", {"ndim": 65, "max": 64}),
     ([(0, (2 ** 28,)), (1, (1,))], "template.too_large",  # 1 GiB + 2 bytes
      {"index": 1, "total": 2 ** 30 + 2, "ceiling": 2 ** 30}),
