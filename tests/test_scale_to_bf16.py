@@ -160,3 +160,30 @@ def test_bits_are_bit_patterns_and_factor_is_a_number() -> None:
         assert d.tolist() == [0, 0, 0]
     with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got a list"):
         scale_to_bf16([[1.0]], 1.0, [d[:1]])  # type: ignore[list-item]
+
+
+def test_scale_to_bf16_names_a_shaped_destination_and_a_strided_source() -> None:
+    msg = ("each source and destination must be flat, contiguous and of one length, the "
+           "destination of 2-byte elements")
+    f = np.ones(4, np.float32)
+    with pytest.raises(ValueError) as ei:
+        scale_to_bf16([f], 1.0, [np.zeros((2, 2), np.uint16)])  # four elements, not flat
+    assert str(ei.value) == msg
+    with pytest.raises(ValueError) as ei:
+        scale_to_bf16([np.ones(8, np.float32)[::2]], 1.0, [np.zeros(4, np.uint16)])
+    assert str(ei.value) == msg
+
+
+def test_bf16_to_f32_takes_integer_bits_only_in_the_u16_range() -> None:
+    ok = np.array([0, 0x3F80, 0xFFFF], np.int64)
+    assert bf16_to_f32(ok).tobytes() == bf16_to_f32(ok.astype(np.uint16)).tobytes()
+    for bad in ([-1, 2], [0, 65536], [70000, 3]):
+        with pytest.raises(ValueError) as ei:
+            bf16_to_f32(np.array(bad, np.int64))
+        assert str(ei.value) == (f"bits must be bf16 bit patterns in 0..0xFFFF, got "
+                                 f"{min(bad)}..{max(bad)}")
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError) as ei:
+        bf16_to_f32(ok.astype(np.uint16), out=ro)
+    assert str(ei.value) == "out is read-only"
