@@ -56,7 +56,7 @@ done
 tests_for() {
     case "$1" in
         codec) echo "$(cd "$ROOT" && ls tests/test_codec*.py | tr '\n' ' ')tests/test_mux_stream.py tests/test_hot_path.py tests/test_stream_stateful.py" ;;
-        reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_outer.py tests/test_scale_payload.py tests/test_scale_to_bf16.py tests/test_host_fold_edges.py tests/test_hot_path.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_reduce_units.py tests/test_host_fold_stateful.py tests/test_small_batch.py" ;;
+        reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_outer.py tests/test_scale_payload.py tests/test_scale_to_bf16.py tests/test_host_fold_edges.py tests/test_hot_path.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_reduce_units.py tests/test_host_fold_stateful.py tests/test_small_batch.py tests/test_relay_small_path.py" ;;
         fsm) echo "tests/test_controller_core.py tests/test_core_deadlines.py tests/test_lifecycle.py tests/test_membership.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
         sample) echo "tests/test_codec_auth.py" ;;
         *) return 1 ;;
