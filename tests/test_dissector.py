@@ -97,9 +97,15 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert capsys.readouterr() == (f"{nested}: written ({size} bytes)\n", "")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert main(["dissector", "--out", str(blocker / "f.lua")]) == 1
-    assert capsys.readouterr() == ("", f"dissector: cannot write {blocker / 'f.lua'}: Not a "
-                                       "directory\n")
+    # the generators' one write and wording: `flodl-proto dissector: error: ...`, one line, exit 1
+    for under in (blocker / "f.lua", blocker / "sub" / "f.lua"):
+        assert main(["dissector", "--out", str(under)]) == 1
+        assert capsys.readouterr() == (
+            "", f"flodl-proto dissector: error: cannot write {under}: Not a directory\n")
+    assert main(["dissector", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr() == (
+        "", f"flodl-proto dissector: error: --out {tmp_path} is a directory; give a file path\n")
+    assert blocker.read_text() == "not a folder"
 
 
 def test_tables_come_from_the_spec(tmp_path: Path) -> None:

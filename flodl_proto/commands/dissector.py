@@ -9,15 +9,16 @@ Wireshark's Decode As.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..dissector import default_ports, render_dissector
+from .docs import write_output
 
 __all__ = ["register"]
 
 DEFAULT_OUT = "flodl_proto.lua"
+_PROG = "flodl-proto dissector"
 
 
 def _port(text: str) -> int:
@@ -48,20 +49,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the dissector; return 0, or 1 when the file cannot be written."""
+    """Write the dissector; return 0, or 1 when the file cannot be written (one stderr line,
+    ``flodl-proto dissector: error: cannot write PATH: WHY``, as the other generators)."""
     text = render_dissector(args.port)
     if args.out == "-":
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
-    out = Path(args.out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)  # as `docs --out`: a generator's output
-        out.write_text(text, encoding="utf-8", newline="\n")
-    except FileExistsError:  # a file where a folder of the path should be
-        print(f"dissector: cannot write {out}: Not a directory", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"dissector: cannot write {out}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"{out}: written ({len(text.encode('utf-8'))} bytes)")
-    return 0
+    # as `docs --out`: missing parent folders are created (e.g. Wireshark's plugins folder)
+    return write_output(Path(args.out), text.encode("utf-8"), _PROG)

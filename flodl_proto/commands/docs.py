@@ -28,7 +28,7 @@ from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..spec import SPEC, Spec, SpecError
 
 __all__ = ["check_generated", "read_for_check", "register", "spec_dir_for", "stdout_check",
-           "write_generated"]
+           "write_generated", "write_output"]
 
 _PROG = "flodl-proto docs"
 
@@ -101,6 +101,41 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
     return 1
 
 
+def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
+    """Write ``data`` to the output file ``out`` of a generator command; say so in one line.
+
+    The one write of every generator (``docs``, ``conform docs``, ``dissector``): missing parent
+    folders are created, then ``out`` is written whole.
+
+    Args:
+        out: the output file; missing parent folders are created.
+        data: the bytes written (the generated text, UTF-8, ``\\n`` line ends).
+        prog: the program name that prefixes an error line (``flodl-proto docs``).
+        source: words added after the path on the success line (e.g. the spec it came from).
+
+    Returns:
+        0 when ``out`` was written: ``PATH: written (N bytes)`` on stdout (N in bytes); 1 when it
+        cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder, a
+        file where a folder of the path should be: ``Not a directory`` at whichever level, no
+        permission). No traceback.
+    """
+    if out.is_dir():
+        print(f"{prog}: error: --out {out} is a directory; give a file path", file=sys.stderr)
+        return 1
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    except FileExistsError:  # a file where a folder of the path should be
+        print(f"{prog}: error: cannot write {out}: Not a directory", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{prog}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    tail = f" {source}" if source else ""
+    print(f"{out}: written ({len(data)} bytes){tail}")
+    return 0
+
+
 def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
     """Write the generated file ``out`` unless it already holds ``text``; say so in one line.
 
@@ -111,34 +146,19 @@ def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
         source: words added after the path (e.g. the spec it was generated from).
 
     Returns:
-        0 when ``out`` was written or already held ``text`` (one line on stdout; a file that is
-        not UTF-8 text is out of date and rewritten); 1 when it cannot be written (a folder, a
-        file where a folder of the path should be, no permission), one line on stderr naming
-        it and why.
+        0 when ``out`` already held ``text`` (``PATH: up to date`` on stdout; a file that is not
+        UTF-8 text is out of date and rewritten), else what :func:`write_output` returns.
     """
-    tail = f" {source}" if source else ""
-    if out.is_dir():
-        print(f"{prog}: error: --out {out} is a directory; give a file path", file=sys.stderr)
-        return 1
     data = text.encode("utf-8")
     try:
         current = read_for_check(out)
-    except OSError:  # unreadable: the write below says why it cannot be replaced either
+    except OSError:  # unreadable: write_output says why it cannot be replaced either
         current = None
     if current == data:
+        tail = f" {source}" if source else ""
         print(f"{out}: up to date{tail}")
         return 0
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
-    except FileExistsError:  # a file where a folder of the path should be
-        print(f"{prog}: error: cannot write {out}: Not a directory", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"{prog}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"{out}: written ({len(data)} bytes){tail}")
-    return 0
+    return write_output(out, data, prog, source)
 
 
 def stdout_check(prog: str) -> int:
