@@ -121,6 +121,12 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
     ([(0, (2,)), (1.7, (2,))], "frame.bad_field",  # never taken as bf16
      {"field": "layout[1]", "value": (1.7, (2,)),
       "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0, (2, True))], "frame.bad_field",  # a bool dim is not 1
+     {"field": "layout[0]", "value": (0, (2, True)),
+      "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(True, (2,))], "frame.bad_field",  # a bool dtype is not bf16
+     {"field": "layout[0]", "value": (True, (2,)),
+      "reason": "not a (dtype tag, shape of ints) pair"}),
     ([(0, ("3",))], "frame.bad_field",
      {"field": "layout[0]", "value": (0, ("3",)),
       "reason": "not a (dtype tag, shape of ints) pair"}),
@@ -164,6 +170,11 @@ def test_the_ceiling_bounds_the_image_and_lead_and_kind_are_checked() -> None:
     with pytest.raises(InvalidValue) as ei2:
         FrameTemplate(2, [(0, (2 ** 40,))])  # the kind first, nothing built
     assert dict(ei2.value.fields)["field"] == "kind"
+    for kind in (True, False, 1.0):  # a bool or float kind is none (True is not Control)
+        with pytest.raises(InvalidValue) as ei2:
+            FrameTemplate(kind, [(0, (4,))])
+        assert dict(ei2.value.fields) == {"field": "kind", "value": kind,
+                                          "reason": "not 0 (Model) or 1 (Control)"}
 
 
 def test_seal_checks_salt_and_weight_before_writing() -> None:

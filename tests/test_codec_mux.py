@@ -101,8 +101,9 @@ def frame_b() -> RoundFrame:
 
 # -- control messages: construction --------------------------------------------------------------
 @pytest.mark.parametrize("cls", [RankExit, DeclareDead])
-@pytest.mark.parametrize("rank", [-1, 2**32, 2**40])
+@pytest.mark.parametrize("rank", [-1, 2**32, 2**40, 2.5, 3.0, True, "3"])
 def test_rank_messages_reject_non_u32(cls: type, rank: int) -> None:
+    """Out of range, and not an integer: a float rank is never truncated, a bool is none."""
     with pytest.raises(errors.LocalProtocolError) as ei:
         cls(rank)
     e = ei.value
@@ -310,6 +311,10 @@ def test_record_constructors() -> None:
     with pytest.raises(errors.LocalProtocolError) as ei:
         MuxRecord.data(2**32, b"")
     assert ei.value.fields == {"field": "rank", "value": 2**32, "reason": "not a u32"}
+    for rank in (1.5, False):
+        with pytest.raises(errors.LocalProtocolError) as ei:
+            MuxRecord.data(rank, b"")  # type: ignore[arg-type]
+        assert ei.value.fields == {"field": "rank", "value": rank, "reason": "not a u32"}
     assert MuxRecord.data(2**32 - 1, b"").rank == 2**32 - 1
 
 

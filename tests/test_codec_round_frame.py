@@ -136,6 +136,39 @@ def test_tensor_payload_bad_dtype(dtype: int) -> None:
            f"round_frame: dtype = {dtype} is invalid: not a u8")
 
 
+@pytest.mark.parametrize("dtype", [True, False, np.True_, 1.0, 2.5, "1"])
+def test_tensor_payload_dtype_must_be_an_integer(dtype: Any) -> None:
+    """A bool, float or text dtype tag is refused, never taken as 1 / 0 or truncated."""
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(dtype, [1], b"")
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "dtype", "value": dtype, "reason": "not a u8"},
+           f"round_frame: dtype = {dtype!r} is invalid: not a u8")
+
+
+@pytest.mark.parametrize(("shape", "dim"), [
+    ([2.5], 0), ([3, 2.0], 1), ([True], 0), ([2, np.False_], 1), ([np.float32(4)], 0),
+    (["3"], 0), ([None], 0)])
+def test_tensor_payload_dim_must_be_an_integer(shape: list[Any], dim: int) -> None:
+    """A float dim is refused, never truncated (2.5 is not a 2-element tensor), and a bool dim
+    is not 1 / 0; NumPy integer dims are integers."""
+    value = shape[dim]
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(0, shape, bytes(8))
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": f"shape[{dim}]", "value": value, "reason": "not an integer"},
+           f"round_frame: shape[{dim}] = {value!r} is invalid: not an integer")
+    assert TensorPayload(0, [np.int32(2)], bytes(8)).shape == (2,)
+
+
+def test_tensor_payload_shape_must_be_a_sequence() -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(0, 3, b"")  # type: ignore[arg-type]
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "shape", "value": "int", "reason": "not a sequence of ints"},
+           "round_frame: shape = 'int' is invalid: not a sequence of ints")
+
+
 def test_tensor_payload_too_many_dims() -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload(0, [1] * 256, b"")
@@ -380,8 +413,9 @@ def test_round_frame_defaults_and_coercion() -> None:
     assert neg == 0.0 and math.copysign(1.0, neg) == -1.0
 
 
-@pytest.mark.parametrize("kind", [2, -1, 255, "Model", None])
+@pytest.mark.parametrize("kind", [2, -1, 255, "Model", None, True, False, np.True_, 1.0, 0.0])
 def test_round_frame_bad_kind(kind: Any) -> None:
+    """Only the integers 0 and 1 (or a RoundKind): ``True`` is not Control, ``0.0`` not Model."""
     with pytest.raises(errors.InvalidValue) as ei:
         RoundFrame(kind, 1.0)
     expect(ei, errors.InvalidValue, False, "frame.bad_field",

@@ -7,8 +7,9 @@ Upstream: the ``Ok(None)`` clean-EOF convention of ``controller/round_frame.rs``
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from ..errors import protocol_error
 from ..spec import SPEC
@@ -21,6 +22,7 @@ __all__ = [
     "as_view",
     "check_ceiling",
     "check_version",
+    "wire_int",
 ]
 
 #: Anything the decoders accept without copying (NumPy arrays: pass ``memoryview(arr)``).
@@ -64,6 +66,23 @@ def as_view(data: BytesLike) -> memoryview:
             raise TypeError("decoders need a contiguous buffer")
         mv = mv.cast("B")
     return mv
+
+
+def wire_int(value: Any) -> int | None:
+    """``value`` as a Python ``int`` when it is an integer, else ``None``: the one rule for the
+    integer fields a caller hands the codec (dtype tags, dims, round kinds, ranks).
+
+    Integers are ``int`` and the NumPy integer scalars (whatever ``operator.index`` takes); a
+    ``bool`` (Python or NumPy), a float (``2.5`` and ``2.0`` alike), text or anything else is
+    not one, so a caller's value is refused, never truncated or taken as 0 / 1. The range is the
+    caller's check; the error names the field and the value.
+    """
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def check_ceiling(ceiling: int) -> int:

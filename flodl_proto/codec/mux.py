@@ -44,7 +44,15 @@ from ..spec import (
     REC_HOST_FRAME,
     U32_MAX,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, check_version
+from ._common import (
+    END_OF_STREAM,
+    BytesLike,
+    EndOfStream,
+    as_view,
+    check_ceiling,
+    check_version,
+    wire_int,
+)
 from .auth import (
     PARALLEL_MAC_MIN,
     Premac,
@@ -98,9 +106,10 @@ class RecordKind(enum.IntEnum):
 
 # -- control messages ----------------------------------------------------------------------------
 def _check_rank(rank: int, field: str) -> int:
-    if not 0 <= int(rank) <= U32_MAX:
+    r = wire_int(rank)  # a bool or float rank is refused, never truncated
+    if r is None or not 0 <= r <= U32_MAX:
         raise protocol_error("mux.bad_field", field=field, value=rank, reason="not a u32")
-    return int(rank)
+    return r
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, wire_int
 from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
 from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
 from ._walk import _rust_f64 as _rust_f64
@@ -146,7 +146,12 @@ class TensorPayload:
             payload (legal at protocol version 3 only; rejected by the version-2 fold).
 
     Raises:
-        InvalidValue (local): a field is out of its wire range.
+        InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
+            ``frame.too_many_dims``, ``frame.dim_too_large``), or ``dtype`` or a dim is not an
+            integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]`` and the value): a bool,
+            a float (``2.5`` and ``2.0`` alike) or text is refused, never truncated
+            (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
+            round kind share).
 
     Upstream: ``controller/round_frame.rs`` ``TensorPayload``.
     """
@@ -156,15 +161,27 @@ class TensorPayload:
     data: memoryview
 
     def __init__(self, dtype: int, shape: Iterable[int], data: BytesLike = b"") -> None:
-        shape_t = tuple(int(d) for d in shape)
-        if not 0 <= int(dtype) <= 0xFF:
+        d_tag = wire_int(dtype)
+        if d_tag is None or not 0 <= d_tag <= 0xFF:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
-        if len(shape_t) > MAX_NDIM:
-            raise protocol_error("frame.too_many_dims", index=0, ndim=len(shape_t), max=MAX_NDIM)
-        for i, d in enumerate(shape_t):
+        try:
+            given = tuple(shape)
+        except TypeError:
+            raise protocol_error("frame.bad_field", field="shape", value=type(shape).__name__,
+                                 reason="not a sequence of ints") from None
+        if len(given) > MAX_NDIM:
+            raise protocol_error("frame.too_many_dims", index=0, ndim=len(given), max=MAX_NDIM)
+        dims = []
+        for i, g in enumerate(given):
+            d = wire_int(g)
+            if d is None:  # a bool or float dim: refused, never truncated (2.5 is not 2)
+                raise protocol_error("frame.bad_field", field=f"shape[{i}]", value=g,
+                                     reason="not an integer")
             if not 0 <= d <= U32_MAX:
                 raise protocol_error("frame.dim_too_large", index=0, dim=i, value=d)
-        object.__setattr__(self, "dtype", int(dtype))
+            dims.append(d)
+        shape_t = tuple(dims)
+        object.__setattr__(self, "dtype", d_tag)
         object.__setattr__(self, "shape", shape_t)
         object.__setattr__(self, "data", as_view(data))
 
@@ -359,7 +376,9 @@ class RoundFrame:
         tensors: the tensor payloads, at most 65,536.
 
     Raises:
-        InvalidValue (local): bad kind or weight; LimitExceeded (local): too many tensors.
+        InvalidValue (local): bad kind (``frame.bad_field``; only the integers 0 and 1 or a
+            :class:`RoundKind`: ``True`` is not Control, ``1.0`` is refused) or weight;
+            LimitExceeded (local): too many tensors.
 
     Upstream: ``controller/round_frame.rs`` ``RoundFrame``.
     """
@@ -374,9 +393,9 @@ class RoundFrame:
         weight: float = 1.0,
         tensors: Iterable[TensorPayload] = (),
     ) -> None:
-        try:
-            kind_e = RoundKind(kind)
-        except ValueError:
+        k = wire_int(kind)  # a bool is no kind (True is not Control), nor is 1.0
+        kind_e = _KINDS.get(k) if k is not None else None
+        if kind_e is None:
             raise protocol_error(
                 "frame.bad_field", field="kind", value=kind, reason="not 0 (Model) or 1 (Control)"
             ) from None

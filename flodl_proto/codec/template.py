@@ -12,7 +12,6 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` ``write_round_fram
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from ..spec import (
     ROUND_FRAME_HEADER_LEN,
     U32_MAX,
 )
-from ._common import BytesLike, as_view, check_ceiling
+from ._common import BytesLike, as_view, check_ceiling, wire_int
 from ._walk import _FrameWalk
 from .auth import check_salt, new_mac
 from .round_frame import (
@@ -78,9 +77,11 @@ class FrameTemplate:
             allocated.
 
     Raises:
-        InvalidValue (local): a bad kind (``frame.bad_field``), a bad ``ceiling``
+        InvalidValue (local): a bad kind (``frame.bad_field``; as a RoundFrame's: a bool is
+            none), a bad ``ceiling``
             (``ceiling.invalid``), a layout entry that is not a ``(dtype tag, shape of ints)``
-            pair (``frame.bad_field``; a float or text dim is refused, never truncated), a dtype
+            pair (``frame.bad_field``; a bool, float or text dtype or dim is refused, never
+            truncated), a dtype
             other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
             ``tensor.ndim_unsupported``), a dim outside ``0..2**32-1``
             (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``frame.bad_field``).
@@ -154,6 +155,15 @@ class FrameTemplate:
         return mv
 
 
+def _index(value: Any) -> int:
+    """``value`` as an int by the codec's one integer rule (:func:`wire_int`: no bool, no
+    float); TypeError otherwise."""
+    n = wire_int(value)
+    if n is None:
+        raise TypeError(value)
+    return n
+
+
 def _template_layout(layout: Iterable[Any], ceiling: int
                      ) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """A :class:`FrameTemplate`'s layout checked before its image is allocated: per tensor an
@@ -172,8 +182,8 @@ def _template_layout(layout: Iterable[Any], ceiling: int
     for i, entry in enumerate(entries):
         try:
             d, shape = entry
-            dtype = operator.index(d)
-            dims = tuple(operator.index(n) for n in shape)
+            dtype = _index(d)
+            dims = tuple(_index(n) for n in shape)
         except (TypeError, ValueError):
             raise protocol_error("frame.bad_field", field=f"layout[{i}]", value=entry,
                                  reason="not a (dtype tag, shape of ints) pair") from None
