@@ -82,13 +82,13 @@ from ..codec.mux import (
     MuxRecord,
     RankExit,
     RecordKind,
-    encode_frame_record,
     encode_mux_record,
     encode_mux_record_bytes,
     max_hello_payload,
     ranks_str,
     rust_debug,
 )
+from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import RoundFrame, RoundKind
 from ..codec.stream import (
     MagicReceived,
@@ -193,6 +193,7 @@ class ControllerCore:
         #: threads the reduce may split a large tensor across (bit-identical for any count)
         self._reduce_threads = max(1, int(reduce_threads))
         self._mac_executor = mac_executor
+        self._images = FrameRecordImages()  # the Broadcast's wire image per small layout
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
@@ -707,7 +708,7 @@ class ControllerCore:
                                              threads=self._reduce_threads)
             if self._stepper is not None:
                 consensus = self._stepper.process_frame(consensus)
-            buffers = tuple(encode_frame_record(RecordKind.BROADCAST, consensus, self.salt,
+            buffers = tuple(self._images.encode(RecordKind.BROADCAST, consensus, self.salt,
                                                 mac_executor=self._mac_executor))
         except ProtocolError as e:
             hints = "".join(f"; {r.name}: {r.hint}" for r in expected if r.hint)
