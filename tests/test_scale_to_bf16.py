@@ -61,6 +61,14 @@ def test_scale_to_bf16_refuses_mixed_or_mismatched_arrays() -> None:
     with pytest.raises(ValueError, match="2 sources for 1"):
         scale_to_bf16([f, f], 1.0, [d])
     scale_to_bf16([], 1.0, [])  # nothing to do
+    # complex is refused whole, source or factor, before anything is written (no hole to close:
+    # pinned beside bf16_from_f32's refusal)
+    with pytest.raises(ValueError, match=r"all <f4 or all <u2, got \['complex64'\]"):
+        scale_to_bf16([np.ones(4, np.complex64)], 1.0, [d])
+    for factor in (1j, np.complex64(1)):
+        with pytest.raises(ValueError, match="factor must be a real number"):
+            scale_to_bf16([f], factor, [d])  # type: ignore[arg-type]
+    assert d.tolist() == [0, 0, 0, 0]
 
 
 def test_bf16_conversions_into_a_callers_buffer() -> None:
@@ -79,6 +87,29 @@ def test_bf16_conversions_into_a_callers_buffer() -> None:
         bf16_from_f32(v, out=np.zeros(v.size - 1, np.uint16))
     with pytest.raises(ValueError, match="float32"):
         bf16_to_f32(dst, out=np.zeros(v.size, np.float64))
+
+
+@pytest.mark.parametrize(("values", "dtype"), [
+    (np.array([1.5 + 2j, 3.0], np.complex64), "complex64"),
+    ([1.5 + 2j, 3.0], "complex128"),  # the imaginary part is never dropped in silence
+    (["1.5", "2"], "<U3"),
+    (np.array([1.0, 2.0], object), "object"),
+    (np.array(["2020-01-01", "2020-01-02"], "datetime64[D]"), "datetime64[D]"),
+])
+def test_bf16_from_f32_refuses_non_real_values_before_writing(values: object, dtype: str
+                                                               ) -> None:
+    out = np.full(2, 0xABCD, np.uint16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ValueError, not a ComplexWarning and a result
+        for kwargs in ({}, {"out": out}):
+            with pytest.raises(ValueError) as ei:
+                bf16_from_f32(values, **kwargs)  # type: ignore[arg-type]
+            assert str(ei.value) == ("values must be real numbers (f32, or a real dtype to cast "
+                                     f"to f32), got {dtype} values")
+    assert out.tolist() == [0xABCD, 0xABCD]
+    # real values of any dtype are still cast (bool, ints, f64, bf16)
+    assert bf16_from_f32([True, 2, 0.5]).tolist() == [0x3F80, 0x4000, 0x3F00]
+    assert bf16_from_f32(np.array([1.5], ml_dtypes.bfloat16)).tolist() == [0x3FC0]
 
 
 def test_scale_to_bf16_refuses_strided_arrays_and_warns_of_nothing() -> None:

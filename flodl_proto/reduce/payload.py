@@ -93,13 +93,19 @@ def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
         viewed as ``uint16``, of ``values``' shape, when given).
 
     Raises:
-        ValueError: ``out`` is not a NumPy array, has another dtype (a float16, int16 or
-            big-endian array would show other values than the bits), is not contiguous, has
-            another element count, or is read-only; nothing is written.
+        ValueError: ``values`` are not real numbers (complex, whose imaginary part a cast would
+            drop, text, objects, dates: only bool, integer, float and ``ml_dtypes.bfloat16``
+            values are converted), or ``out`` is not a NumPy array, has another dtype (a float16,
+            int16 or big-endian array would show other values than the bits), is not contiguous,
+            has another element count, or is read-only; nothing is written.
 
     Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
     """
-    src = np.ascontiguousarray(values, dtype=K.F32)
+    given = np.asarray(values)
+    if given.dtype.kind not in "biuf" and given.dtype != K.BF16:
+        raise ValueError(f"values must be real numbers (f32, or a real dtype to cast to f32), "
+                         f"got {given.dtype} values")
+    src = np.ascontiguousarray(given, dtype=K.F32)
     flat = src.reshape(-1)
     if out is None:
         dst = np.empty(flat.shape[0], K.U16)
