@@ -391,6 +391,45 @@ def test_write_failures() -> None:
         "cluster_controller: HelloAck write to relay on connection 0 failed: reset")
 
 
+@pytest.mark.parametrize("ceiling", [180, 181])
+def test_a_broadcast_over_the_frame_ceiling_is_sent_to_no_relay_and_fails_the_run(
+        ceiling: int) -> None:
+    """Version 3: relay h0 carries tensor 0 and elides tensor 1, relay h1 the reverse; each
+    HostFrame payload is 25 + (14 + 64) + 14 = 117 bytes, within the ceiling, while the
+    consensus carries both tensors in full: 25 + 2 x (14 + 64) = 181 bytes. At the controller's
+    own ceiling (not the codec's 1 GiB default) a record one byte over it is written to no relay
+    and the run fails with a remote LimitExceeded naming the round, the length and the ceiling
+    (departure ``broadcast_over_ceiling``); at exactly 181 it is sent."""
+    full = TensorPayload.from_array(np.arange(16, dtype=np.float32))
+    core = started(2, version=3, ceiling=ceiling)
+    acts = join(core, 0, [0]) + join(core, 1, [1])
+    assert len(sent(acts, SendKind.HELLO_ACK)) == 2
+    frames = [RoundFrame(RoundKind.MODEL, 1.0, [full, TensorPayload.elide(0, (16,))]),
+              RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.elide(0, (16,)), full])]
+    assert [f.wire_len for f in frames] == [117, 117]
+    assert core.receive_data(0, host_frame_bytes(frames[0])) == []
+    acts = core.receive_data(1, host_frame_bytes(frames[1]))
+    if ceiling == 181:
+        b = sent(acts, SendKind.BROADCAST)
+        assert [s.nbytes for s in b] == [25 + 181] * 2 and not core.finished
+        consensus = record(b[0], 3).frame(SALT)
+        assert consensus.wire_len == 181 and not any(t.elided for t in consensus.tensors)
+        return
+    assert sent(acts) == []
+    fin = finished(acts)
+    assert fin is not None and fin.outcome.reason != "all_dead" and core.finished
+    err = fin.outcome.error
+    assert isinstance(err, LimitExceeded) and not isinstance(err, LocalProtocolError)
+    assert err.error_id == "controller.broadcast_too_large"
+    assert dict(err.fields) == {"round": 1, "length": 181, "ceiling": 180}
+    assert str(err).startswith("cluster_controller: round 1's consensus Broadcast record of 181 "
+                               "bytes exceeds the frame ceiling 180; ")
+    assert isinstance(err.__cause__, LocalProtocolError)
+    assert err.__cause__.error_id == "mux.payload_too_large_local"
+    assert fin.outcome.detail.startswith("reducing round 1 of relay h (ranks 0), relay h (ranks 1)")
+    assert closed(acts) == {0, 1} and core.rounds == 0
+
+
 def test_stop_and_inputs_after_finish() -> None:
     core = started(1)
     fin = finished(core.stop())

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Container
+from concurrent.futures import Executor
 from typing import Any
 
+from ..codec._common import BytesLike
+from ..codec.mux import RecordKind
+from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import RoundFrame
 from ..codec.stream import MuxStream
+from ..errors import LimitExceeded, protocol_error
 from ..membership import DeadRanks
 
 __all__: list[str] = []
@@ -102,3 +107,32 @@ def lowest_not_in(world_size: int, taken: Container[int], limit: int | None) -> 
     """
     ranks = (r for r in range(world_size) if r not in taken)
     return list(ranks if limit is None else itertools.islice(ranks, max(0, limit)))
+
+
+def broadcast_record(images: FrameRecordImages, consensus: RoundFrame, salt: bytes, ceiling: int,
+                     mac_executor: Executor | None, round_no: int) -> tuple[BytesLike, ...]:
+    """Round ``round_no``'s consensus as one Broadcast record (buffers written to every relay),
+    checked against the controller's frame ceiling (``ceiling`` bytes) before anything is sent.
+
+    Every relay's HostFrame can be within the ceiling while the consensus is not: with v3
+    zero-elision a tensor one relay elided and another carried in full is carried in full.
+    A relay's reader would reject such a record from its header; the controller refuses to
+    write it (spec departure ``broadcast_over_ceiling``).
+
+    Raises:
+        LimitExceeded (remote): ``controller.broadcast_too_large`` naming the round, the
+            record's payload length and the ceiling (the relays' frames caused it), with the
+            encoder's local ``mux.payload_too_large_local`` as its cause.
+        Whatever :meth:`FrameRecordImages.encode` raises otherwise.
+
+    Upstream: ``controller/mod.rs`` ``average_and_scatter`` (which writes the record whatever
+    its size; ``relay/mux.rs`` ``write_to`` checks only ``u32::MAX``).
+    """
+    try:
+        return tuple(images.encode(RecordKind.BROADCAST, consensus, salt, ceiling=ceiling,
+                                   mac_executor=mac_executor))
+    except LimitExceeded as e:
+        if e.error_id != "mux.payload_too_large_local":  # pragma: no cover - the only one
+            raise
+        raise protocol_error("controller.broadcast_too_large", round=round_no,
+                             length=e.fields["length"], ceiling=e.fields["ceiling"]) from e

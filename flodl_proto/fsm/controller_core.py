@@ -20,11 +20,11 @@ Inputs (each returns a list of actions):
 * :meth:`ControllerCore.tick` — time passed (handshake deadlines, dead-rank forwarding).
 
 Outputs (actions, :mod:`flodl_proto.fsm.events`): :class:`SendTo` (write these buffers to
-connection c), :class:`CloseConnection`,
-:class:`StopAccepting` (no more data-channel connections will be taken), :class:`RelayJoined` and
-:class:`RoundScattered` (notices for logs and status), :class:`CheckpointWindow` (write a
-consensus checkpoint off the hot path) and :class:`Finished` (the run is over, with its
-:class:`~flodl_proto.fsm.lifecycle.Outcome`). After :class:`Finished` every input is a no-op.
+connection c), :class:`CloseConnection`, :class:`StopAccepting` (no more data-channel connections
+will be taken), :class:`RelayJoined` and :class:`RoundScattered` (notices for logs and status),
+:class:`CheckpointWindow` (write a consensus checkpoint off the hot path) and :class:`Finished`
+(the run is over, with its :class:`~flodl_proto.fsm.lifecycle.Outcome`). After :class:`Finished`
+every input is a no-op.
 
 Rules (upstream's, facts §d.8–§d.10, and this package's departures in ``spec/wire.yaml`` and
 ``spec/lifecycle.yaml``):
@@ -49,9 +49,9 @@ Rules (upstream's, facts §d.8–§d.10, and this package's departures in ``spec
 * round: a relay is expected while one of its ranks is alive; once every expected relay deposited,
   the frames (connection order, ``None`` for the others) go through
   :func:`~flodl_proto.reduce.reduce_realized_work`, the optional outer optimizer, then ONE
-  serialization of the consensus shared by a Broadcast to every relay with an alive rank; a failed
-  Broadcast write declares that relay's ranks dead and the round goes on (elastic scatter); when no
-  relay has an alive rank the run ends cleanly;
+  serialization of the consensus shared by a Broadcast to every relay with an alive rank (none
+  over the frame ceiling: the run fails, departure ``broadcast_over_ceiling``); a failed write
+  declares that relay's ranks dead, the round goes on (elastic scatter); all ranks dead: clean end;
 * while a round is incomplete, every newly dead rank is forwarded once as
   ``Control(DeclareDead{rank})`` to the relay carrying it (a failed forward is only logged);
 * round deadline (an addition, off by default: ``round_timeout``, departure ``round_timeout``): a
@@ -108,7 +108,7 @@ from ..spec import (
     DEFAULT_VERSION,
     SPEC,
 )
-from ._controller_state import _AliveRelays, _Conn, _Guards, _Relay, lowest_not_in
+from ._controller_state import _AliveRelays, _Conn, _Guards, _Relay, broadcast_record, lowest_not_in
 from .deadline import RoundDeadline
 from .events import (
     Action,
@@ -152,7 +152,7 @@ class ControllerCore:
         outer: optional outer optimizer applied to the consensus before scatter (parameters frames
             only, via :class:`~flodl_proto.reduce.OuterStepper`).
         checkpoint: emit :class:`CheckpointWindow` actions with each window's Model consensus.
-        ceiling: frame ceiling in bytes (default 1 GiB).
+        ceiling: frame ceiling in bytes (default 1 GiB), of every record read and Broadcast written.
         reduce_threads: threads the reduce may split a large tensor across (default 1; the
             socket runner passes :func:`~flodl_proto.reduce.default_threads`); the core itself
             starts none.
@@ -708,8 +708,8 @@ class ControllerCore:
                                              threads=self._reduce_threads)
             if self._stepper is not None:
                 consensus = self._stepper.process_frame(consensus)
-            buffers = tuple(self._images.encode(RecordKind.BROADCAST, consensus, self.salt,
-                                                mac_executor=self._mac_executor))
+            buffers = broadcast_record(self._images, consensus, self.salt, self.ceiling,
+                                       self._mac_executor, self.rounds + 1)
         except ProtocolError as e:
             hints = "".join(f"; {r.name}: {r.hint}" for r in expected if r.hint)
             self._fail(e, f"reducing round {self.rounds + 1} of "
