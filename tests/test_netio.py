@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN
+from flodl_proto.errors import TruncatedInput
 from flodl_proto.runner import _netio
 from flodl_proto.runner._netio import (
     PeerTimedOut,
@@ -171,6 +172,64 @@ def test_a_connection_the_kernel_gave_up_on_is_reported_not_polled_again() -> No
     assert issubclass(PeerTimedOut, ConnectionError)
     assert not issubclass(PeerTimedOut, TimeoutError)
     assert "PeerTimedOut" in _netio.__all__
+
+
+class _ScriptedSocket:
+    """A socket whose ``recv_into`` plays a script: a byte string is received, None is a poll
+    timeout (the socket's read timeout)."""
+
+    def __init__(self, script: list[bytes | None]) -> None:
+        self.script = script
+
+    def recv_into(self, view: memoryview, n: int) -> int:
+        step = self.script.pop(0)
+        if step is None:
+            raise TimeoutError("timed out")
+        view[:len(step)] = step
+        return len(step)
+
+
+class _Clock:
+    """``time`` for _netio: ``monotonic`` returns the scripted instants, counting the reads."""
+
+    def __init__(self, *instants: float) -> None:
+        self.instants = list(instants)
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return self.instants.pop(0)
+
+
+def test_recv_exact_reads_the_clock_only_when_a_wait_may_need_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read filled by one ``recv_into`` (the common case) reads no clock, or once for a
+    committed read (its starvation clock starts at the call); each partial read restarts the
+    clock. Starvation is measured from the last progress: 2 bytes at t=1, a wait seen at t=60.5
+    goes on (59.5 s), one at t=61.5 fails (60.5 s > 60 s)."""
+    stop = threading.Event()
+    for committed, reads in ((False, 0), (True, 1)):
+        clock = _Clock(0.0)
+        monkeypatch.setattr(_netio, "time", clock)
+        view = memoryview(bytearray(4))
+        assert recv_exact_into(_ScriptedSocket([b"abcd"]), view, stop=stop,  # type: ignore[arg-type]
+                               committed=committed, starvation=60.0) == 4
+        assert bytes(view) == b"abcd" and clock.reads == reads
+    clock = _Clock(0.0, 1.0, 60.5, 61.5)
+    monkeypatch.setattr(_netio, "time", clock)
+    sock = _ScriptedSocket([b"ab", None, None])
+    with pytest.raises(TruncatedInput) as ei:
+        recv_exact_into(sock, memoryview(bytearray(4)), stop=stop,  # type: ignore[arg-type]
+                        committed=True, starvation=60.0)
+    assert ei.value.error_id == "mux.starved"
+    assert dict(ei.value.fields) == {"seconds": 60, "got": 2, "need": 4}
+    assert clock.instants == [] and sock.script == []
+    clock = _Clock(5.0, 6.0)  # not committed: no starvation before the first byte
+    monkeypatch.setattr(_netio, "time", clock)
+    sock = _ScriptedSocket([None, None, b"x", None, b"yz"])
+    view = memoryview(bytearray(3))
+    assert recv_exact_into(sock, view, stop=stop, starvation=60.0) == 3  # type: ignore[arg-type]
+    assert bytes(view) == b"xyz" and clock.reads == 2  # after "x", and at the wait after it
 
 
 @pytest.mark.timeout(30)

@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from ..errors import protocol_error
 from ..spec import (
@@ -102,6 +102,10 @@ class RecordKind(enum.IntEnum):
     CONTROL = REC_CONTROL
     HOST_FRAME = REC_HOST_FRAME
     BROADCAST = REC_BROADCAST
+
+
+#: each kind byte's :class:`RecordKind` (a dict lookup per record read, not an enum call)
+_KINDS: Final = {int(k): k for k in RecordKind}
 
 
 # -- control messages ----------------------------------------------------------------------------
@@ -593,10 +597,9 @@ def read_mux_record_or_eos(
             raise protocol_error("mux.auth_failed", computed=tag_as_u64(computed),
                                  carried=tag_as_u64(hdr.auth_tag), kind=hdr.kind, rank=hdr.rank,
                                  length=hdr.payload_len)
-    try:
-        kind = RecordKind(hdr.kind)
-    except ValueError:
-        raise protocol_error("mux.unknown_kind", kind=hdr.kind) from None
+    kind = _KINDS.get(hdr.kind)
+    if kind is None:
+        raise protocol_error("mux.unknown_kind", kind=hdr.kind)
     if kind is RecordKind.DATA:
         return MuxRecord(kind, hdr.rank, payload), hdr, end
     if kind is RecordKind.CONTROL:

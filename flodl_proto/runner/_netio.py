@@ -283,7 +283,9 @@ def recv_exact_into(
     """
     n = len(view)
     got = 0
-    last = time.monotonic()
+    # the time of the last progress, read only when a later wait may need it: a committed read
+    # starts the starvation clock now; otherwise it starts with the first byte
+    last = time.monotonic() if committed else 0.0
     while got < n:
         try:
             r = sock.recv_into(view[got:], n - got)
@@ -306,7 +308,8 @@ def recv_exact_into(
         if r == 0:
             return got
         got += r
-        last = time.monotonic()
+        if got < n:  # another wait may follow: the starvation clock restarts here
+            last = time.monotonic()
     return got
 
 
