@@ -720,38 +720,52 @@ def write_to_each(targets: Sequence[tuple[int, socket.socket]], prefix: bytes,
                   payload: memoryview, failed: Callable[[int, OSError], None]) -> int:
     """Write ``prefix`` then ``payload`` to every ``(id, socket)`` of ``targets`` (the relay's
     Broadcast fan-out); returns the bytes written in all (a target whose write failed counts
-    nothing). A failed write calls ``failed(id, error)`` and the others go on.
+    nothing). A failed write calls ``failed(id, error)`` (the target's stream is then cut inside
+    the record: the caller must write nothing more to it) and the others go on.
 
-    Below :data:`PARALLEL_FAN_OUT_MIN` bytes of payload, or with one target, the targets are
-    written one after the other (:func:`send_whole`: usually one ``sendmsg`` each); from that
-    size on every target after the first is written by its own thread at once (each peer reads
-    and verifies at its own pace), the first by the caller, and every thread is joined here.
+    Below :data:`PARALLEL_FAN_OUT_MIN` bytes of payload, or with one target, every target is
+    first offered the whole record in one non-blocking ``sendmsg`` (:func:`send_at_once`), so a
+    peer that reads slowly, or not at all, delays no target after it; what a socket did not take
+    is then written under the write-stall deadline (:func:`send_all`), by the caller for one
+    such target, by a thread each for more. From that size on every target after the first is
+    written by its own thread at once (each peer reads and verifies at its own pace), the first
+    by the caller. Every thread is joined here.
     """
     nbytes = len(prefix) + payload.nbytes
     bufs: list[BytesLike] = [prefix, payload]
     if len(targets) < 2 or payload.nbytes < PARALLEL_FAN_OUT_MIN:
         written = 0
+        rest: list[tuple[int, socket.socket, Sequence[BytesLike]]] = []
         for ident, sock in targets:
-            try:
-                send_whole(sock, bufs, nbytes)
+            sent = send_at_once(sock, bufs, nbytes)
+            if sent == nbytes:
                 written += nbytes
-            except OSError as e:
-                failed(ident, e)
-        return written
+            else:
+                rest.append((ident, sock, skip_sent(bufs, sent)))
+        return written + _finish_each(rest, nbytes, failed) if rest else written
+    return _finish_each([(ident, sock, bufs) for ident, sock in targets], nbytes, failed)
+
+
+def _finish_each(items: Sequence[tuple[int, socket.socket, Sequence[BytesLike]]], nbytes: int,
+                 failed: Callable[[int, OSError], None]) -> int:
+    """:func:`send_all` of each item's buffers to its socket (the first by the caller, every
+    other by a thread of its own, joined here); ``nbytes`` counted per item written whole,
+    ``failed(id, error)`` called for the others."""
     counts: list[int] = []
 
-    def one(ident: int, sock: socket.socket) -> None:
+    def one(ident: int, sock: socket.socket, buffers: Sequence[BytesLike]) -> None:
         try:
-            counts.append(send_all(sock, bufs))
+            send_all(sock, buffers)
+            counts.append(nbytes)
         except OSError as e:
             failed(ident, e)
 
-    threads = [threading.Thread(target=one, args=target, name=f"flodl-relay-fan-r{target[0]}")
-               for target in targets[1:]]
+    threads = [threading.Thread(target=one, args=item, name=f"flodl-relay-fan-r{item[0]}")
+               for item in items[1:]]
     for t in threads:
         t.start()
     try:
-        one(*targets[0])
+        one(*items[0])
     finally:
         for t in threads:
             t.join()

@@ -13,8 +13,8 @@ sends what the core answers. It then runs the fold barrier:
   them into the core's :class:`~flodl_proto.reduce.HostFold`; the deposit (or death) that
   completes a round queues one ``HostFrame`` record;
 * one upstream reader (the sole writer of the rank sockets) fans every ``Broadcast`` payload out
-  verbatim (``u32 length | payload``) to every alive local rank, ignoring write failures, and
-  applies ``DeclareDead``;
+  verbatim (``u32 length | payload``) to every alive local rank (a rank whose write fails or
+  stalls is closed, so it leaves), and applies ``DeclareDead``;
 * records upstream (HostFrame, RankExit) are written by the thread whose core call produced
   them when they are small (up to 1 MiB) and nothing is queued before them, with one
   non-blocking ``sendmsg``; the others, and whatever that write left, go to one outbound
@@ -750,13 +750,12 @@ class Relay:
                         ranks: tuple[int, ...]) -> None:
         targets = [(rank, sock) for rank in ranks
                    if (sock := self._rank_socks.get(rank)) is not None]
-        written = write_to_each(targets, prefix, payload, self._broadcast_failed)
-        with self._lock:
-            self.stats.to_ranks += written
+        self._count("to_ranks", write_to_each(targets, prefix, payload, self._broadcast_failed))
 
     def _broadcast_failed(self, rank: int, error: OSError) -> None:
-        # the rank's reader will see the failure and report it
-        log.info("relay %s: broadcast to rank %d failed: %s", self.host, rank, error)
+        # a stream cut inside a Broadcast cannot resynchronise: closed; its reader reports it
+        log.info("relay %s: broadcast to rank %d failed: %s; closing it", self.host, rank, error)
+        shutdown_quietly(self._rank_socks.get(rank))
 
     def _outbound_writer(self) -> None:
         up = self._upstream

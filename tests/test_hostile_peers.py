@@ -1,0 +1,330 @@
+"""The relay's small-round path against hostile or broken peers: a rank that sends its blob a
+byte at a time, stalls inside it, packs two blobs into one segment, closes inside one or claims a
+length above the ceiling; a controller that packs two records into one segment; a rank that stops
+reading its Broadcasts (the others still get theirs, and the stalled one is dropped, never fed
+the next Broadcast after a cut one). Plus the fold's planned completion against layouts that
+change, elided tensors and mixed dtypes.
+
+Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from flodl_proto.codec import (
+    DeclareDead,
+    Dtype,
+    MuxRecord,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    TensorPayload,
+    decode_round_frame,
+    encode_frame_record,
+    encode_mux_record_bytes,
+    encode_round_frame_bytes,
+)
+from flodl_proto.errors import SchemaMismatch
+from flodl_proto.reduce import HostFold
+from flodl_proto.runner import _netio
+from flodl_proto.runner.relay import Relay
+
+from .cluster_util import (
+    SALT,
+    ControllerConn,
+    FakeController,
+    RawRank,
+    frame,
+    leak_guard,
+    recv_exact,
+    values,
+    wait_until,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    with leak_guard():
+        yield
+
+
+def _blob(f: RoundFrame) -> bytes:
+    body = encode_round_frame_bytes(f, SALT)
+    return len(body).to_bytes(4, "little") + body
+
+
+def _two_ranks(ctrl: FakeController, rcvbuf: int | None = None
+               ) -> tuple[Relay, list[RawRank], ControllerConn]:
+    relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0").start()
+    ranks = []
+    for r in range(2):
+        rr = RawRank.__new__(RawRank)
+        s = socket.socket()
+        if rcvbuf is not None and r == 0:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(20.0)
+        s.connect(relay.address)
+        rr.sock = s
+        assert len(rr.handshake(r, 2)) == 8
+        ranks.append(rr)
+    conn = ctrl.accept()
+    conn.handshake()
+    return relay, ranks, conn
+
+
+def _close(relay: Relay, ranks: list[RawRank]) -> None:
+    relay.shutdown()
+    for rr in ranks:
+        rr.close()
+
+
+def test_a_blob_sent_a_byte_at_a_time_and_stalled_midway_is_read_whole() -> None:
+    with FakeController() as ctrl:
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        try:
+            r0.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            data = _blob(frame([1.0, 2.0, 3.0], weight=1.0))
+            for i, b in enumerate(data):
+                r0.sock.sendall(bytes([b]))
+                if i in (2, len(data) // 2):
+                    time.sleep(0.35)  # a stall longer than the relay's read poll, prefix and body
+            r1.send_frame(frame([10.0, 20.0, 30.0], weight=2.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            f = rec.frame(SALT)
+            assert (values(f), f.weight) == ([[11.0, 22.0, 33.0]], 3.0)
+        finally:
+            _close(relay, [r0, r1])
+
+
+def test_two_blobs_in_one_segment_are_two_rounds() -> None:
+    """A rank's round-1 blob and round-2 blob in one write: the one-read blob path takes exactly
+    its length, the next blob's bytes stay for the next read."""
+    with FakeController() as ctrl:
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        try:
+            r1.send_frame(frame([1.0, 1.0], weight=1.0))
+            wait_until(lambda: 1 in relay.fold.deposited)  # else rank 0's two would be one round
+            r0.sock.sendall(_blob(frame([2.0, 2.0], weight=1.0))
+                            + _blob(frame([5.0, 7.0], weight=1.0)))
+            rec = conn.read_record()
+            assert rec is not None and values(rec.frame(SALT)) == [[3.0, 3.0]]
+            r1.send_frame(frame([1.0, 2.0], weight=3.0))
+            rec = conn.read_record()
+            assert rec is not None
+            f = rec.frame(SALT)
+            assert (values(f), f.weight) == ([[6.0, 9.0]], 4.0)
+            assert relay.error is None
+        finally:
+            _close(relay, [r0, r1])
+
+
+def test_two_controller_records_in_one_segment_are_both_handled() -> None:
+    """A Broadcast and a DeclareDead in one segment: the Broadcast reaches the alive ranks, then
+    rank 1 is out of the barrier (rank 0's next frame alone completes the round)."""
+    with FakeController() as ctrl:
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        try:
+            r0.send_frame(frame([1.0], weight=1.0))
+            r1.send_frame(frame([2.0], weight=1.0))
+            assert conn.read_record() is not None
+            consensus = frame([1.5], weight=2.0)
+            parts = encode_frame_record(RecordKind.BROADCAST, consensus, SALT)
+            dd = encode_mux_record_bytes(MuxRecord.control_msg(DeclareDead(1), 2), SALT)
+            conn.sock.sendall(b"".join(bytes(p) for p in parts) + dd)
+            payload = encode_round_frame_bytes(consensus, SALT)
+            assert r0.read_reply() == payload and r1.read_reply() == payload
+            r0.send_frame(frame([4.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and values(rec.frame(SALT)) == [[4.0]]
+        finally:
+            _close(relay, [r0, r1])
+
+
+@pytest.mark.parametrize("how", ["closed inside the blob", "length above the ceiling"])
+def test_a_rank_that_breaks_its_stream_leaves_and_the_round_ships(how: str) -> None:
+    with FakeController() as ctrl:
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        try:
+            r1.send_frame(frame([2.0, 4.0], weight=1.0))
+            if how == "closed inside the blob":
+                r0.sock.sendall(_blob(frame([1.0, 1.0]))[:20])
+            else:
+                r0.sock.sendall((relay.ceiling + 1).to_bytes(4, "little") + bytes(64))
+            r0.sock.shutdown(socket.SHUT_WR)
+            got = [conn.read_record(), conn.read_record()]
+            kinds = sorted(str(r.kind) for r in got if r is not None)
+            assert len(kinds) == 2
+            host = next(r for r in got if r is not None and r.kind is RecordKind.HOST_FRAME)
+            exit_ = next(r for r in got if r is not None and r.kind is RecordKind.CONTROL)
+            assert values(host.frame(SALT)) == [[2.0, 4.0]]  # rank 1's frame alone
+            assert exit_.control == RankExit(0)
+            assert relay.error is None
+        finally:
+            _close(relay, [r0, r1])
+
+
+def _slow_rank_round(conn: ControllerConn, ranks: list[RawRank], size: int) -> bytes:
+    for r, rr in enumerate(ranks):
+        rr.send_frame(frame([float(r)], weight=1.0))
+    rec = conn.read_record()
+    assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+    big = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [size // 4], bytes(size))])
+    return conn.broadcast(big)
+
+
+def test_a_rank_that_stops_reading_delays_nobody_and_is_dropped_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 never reads its Broadcasts (small socket buffers): rank 1 gets the Broadcast
+    before rank 0's write gives up (the fan-out does not make it wait out rank 0's write-stall
+    deadline), and once rank 0's write has failed inside a Broadcast, rank 0 is dropped: its
+    connection closed, RankExit upstream, and never the next Broadcast after the cut one."""
+    from flodl_proto.runner import relay as relay_mod
+
+    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        _netio.configure_socket(sock, **kw)
+
+    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    size = 256 << 10  # below the parallel fan-out size: the targets are written in turn
+    with FakeController() as ctrl:
+        relay, ranks, conn = _two_ranks(ctrl, rcvbuf=4096)
+        r0, r1 = ranks
+        failed = threading.Event()
+        real_failed = relay._broadcast_failed
+
+        def spy(rank: int, error: OSError) -> None:
+            failed.set()
+            real_failed(rank, error)
+
+        relay._broadcast_failed = spy  # type: ignore[method-assign]
+        try:
+            payload = _slow_rank_round(conn, ranks, size)
+            assert r1.read_reply() == payload
+            assert not failed.is_set()  # rank 1 was written before rank 0's write gave up
+            assert failed.wait(20)
+            # rank 0 reads again: what was written before the cut, then the end of the stream
+            # (a connection left open would next carry a Broadcast after the cut one)
+            r0.sock.settimeout(10.0)
+            stream = b""
+            while chunk := r0.sock.recv(1 << 20):
+                stream += chunk
+            whole = len(payload).to_bytes(4, "little") + payload
+            assert 0 < len(stream) < len(whole) and whole.startswith(stream)
+            rec = conn.read_record()
+            assert rec is not None and rec.control == RankExit(0)
+            assert relay.fold.dead_ranks == frozenset({0})
+            # the next round goes on with rank 1 alone
+            r1.send_frame(frame([3.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and values(rec.frame(SALT)) == [[3.0]]
+        finally:
+            _close(relay, ranks)
+
+
+def _stalled_pair() -> tuple[socket.socket, socket.socket]:
+    """A socketpair whose first end's send buffer is full (its peer reads nothing) and whose
+    write timeout is short."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(bytes(4096))
+    except BlockingIOError:
+        pass
+    a.setblocking(True)
+    _netio.set_timeouts(a, send=0.3)
+    return a, b
+
+
+def test_write_to_each_writes_live_peers_before_waiting_on_stalled_ones() -> None:
+    """Targets 0 and 2 do not read (full buffers): target 1, after the first of them, has the
+    whole record before either stalled write gives up; both are reported failed."""
+    pairs = [_stalled_pair(), socket.socketpair(), _stalled_pair()]
+    prefix = b"\x10\x00\x00\x00"
+    payload = memoryview(bytes(range(16)))
+    seen: list[tuple[int, int]] = []
+
+    def failed(ident: int, error: OSError) -> None:
+        assert isinstance(error, TimeoutError)
+        try:
+            ready = len(pairs[1][1].recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            ready = 0
+        seen.append((ident, ready))
+
+    try:
+        written = _netio.write_to_each([(i, pairs[i][0]) for i in range(3)], prefix, payload,
+                                       failed)
+        assert written == 20
+        assert sorted(seen) == [(0, 20), (2, 20)]
+        assert recv_exact(pairs[1][1], 20) == prefix + bytes(payload)
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def _frame_blob(*tensors: TensorPayload, weight: float = 1.0) -> bytes:
+    return encode_round_frame_bytes(RoundFrame(0, weight, list(tensors)), SALT)
+
+
+def _f32(shape: tuple[int, ...], *vals: float) -> TensorPayload:
+    import numpy as np
+
+    return TensorPayload(Dtype.F32, shape, np.asarray(vals, "<f4").tobytes())
+
+
+def test_the_planned_fold_follows_a_layout_that_changes_under_the_same_byte_count() -> None:
+    """Rounds of one f32 tensor of 16 bytes shaped (4,), then (2, 2), then (4,) again: each
+    round's HostFrame has its own round's shape; a deposit whose shape disagrees with its
+    round's seed (same dtype and byte count) is a SchemaMismatch, never summed."""
+    fold = HostFold([0, 1], SALT)
+    shapes = [(4,), (2, 2), (4,)]
+    for k, shape in enumerate(shapes):
+        assert fold.deposit_frame(0, _frame_blob(_f32(shape, 1, 2, 3, float(k)))) is None
+        res = fold.deposit_frame(1, _frame_blob(_f32(shape, 10, 20, 30, 40), weight=2.0))
+        assert isinstance(res, RoundFrame)
+        assert [(t.dtype, t.shape) for t in res.tensors] == [(Dtype.F32, shape)]
+        assert values(res) == [[11.0, 22.0, 33.0, 40.0 + k]] and res.weight == 3.0
+    fold.deposit_frame(0, _frame_blob(_f32((4,), 1, 2, 3, 4)))
+    with pytest.raises(SchemaMismatch) as e:
+        fold.deposit_frame(1, _frame_blob(_f32((2, 2), 1, 2, 3, 4)))
+    assert e.value.error_id == "fold.shape_mismatch"
+
+
+@pytest.mark.parametrize("shape", [(4,), (8,)], ids=["fewer bytes", "same bytes"])
+def test_a_bf16_deposit_into_an_f32_round_is_a_schema_mismatch(shape: tuple[int, ...]) -> None:
+    fold = HostFold([0, 1], SALT)
+    fold.deposit_frame(0, _frame_blob(_f32((4,), 1, 2, 3, 4)))
+    bf16 = TensorPayload(Dtype.BF16, shape, bytes(2 * shape[0]))
+    with pytest.raises(SchemaMismatch) as e:
+        fold.deposit_frame(1, _frame_blob(bf16))
+    assert e.value.error_id == "fold.dtype_mismatch"
+    assert fold.error is e.value
+
+
+def test_v3_elided_deposits_fold_as_zeros_round_after_round() -> None:
+    """Version 3, one layout: full then idle (elided, weight 0), idle then full, full then
+    full: each HostFrame carries the full deposits' sums (an elided tensor counts as zeros) and
+    their weight; the planned completion never sums an elided payload."""
+    fold = HostFold([0, 1], SALT, version=3)
+    full = _f32((3,), 1.5, -2.0, 4.0)
+    idle = TensorPayload(Dtype.F32, (3,), b"")
+    for first, second, want in (((full, 1.0), (idle, 0.0), ([1.5, -2.0, 4.0], 1.0)),
+                                ((idle, 0.0), (full, 1.0), ([1.5, -2.0, 4.0], 1.0)),
+                                ((full, 1.0), (full, 1.0), ([3.0, -4.0, 8.0], 2.0))):
+        assert fold.deposit_frame(0, _frame_blob(first[0], weight=first[1])) is None
+        res = fold.deposit_frame(1, _frame_blob(second[0], weight=second[1]))
+        assert res is not None
+        got = res if isinstance(res, RoundFrame) else decode_round_frame(bytes(res), SALT)[0]
+        assert (values(got), got.weight) == ([want[0]], want[1])
