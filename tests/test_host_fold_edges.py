@@ -340,3 +340,28 @@ def test_a_zero_element_tensor_beside_a_large_one(dtype: int) -> None:
     f = HostFold([0, 1], SALT)
     f.deposit(0, encode_round_frame_bytes(a, SALT))
     assert f.deposit(1, encode_round_frame_bytes(b, SALT)) == encode_round_frame_bytes(want, SALT)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_byte_count_error_on_the_per_tensor_path_names_every_field(version: int) -> None:
+    """``fold.accumulate_nbytes`` from the per-tensor merge (``HostFold._merge_tensor``), which
+    a two-rank round of small tensors no longer reaches (its completion checks byte counts
+    itself): a deposit that does not complete the round (three ranks), and a completing
+    deposit whose tensor has ``SMALL_ELEMS`` elements (too large for the batched completion)."""
+    from flodl_proto.errors import SchemaMismatch
+    from flodl_proto.reduce._kernels import SMALL_ELEMS
+
+    seed = _frame(_f32(1.0, 2.0), _bf16(1.0, 2.0, 3.0))
+    short = _frame(_f32(3.0, 4.0), TensorPayload(1, (3,), bytes(4)))
+    f = _seeded(seed, ranks=(0, 1, 2), version=version)
+    _fails(f, 2, short, "fold.accumulate_nbytes",
+           {"rank": 2, "index": 1, "got": 4, "numel": 3, "element_size": 2})
+    assert isinstance(f.error, SchemaMismatch) and f.error.remote
+    assert str(f.error) == ("relay fold: rank 2 tensor[1]: payload byte count 4 != "
+                            "accumulator numel 3 x element size 2")
+
+    large = _f32(*[1.0] * SMALL_ELEMS)
+    f = _seeded(_frame(_f32(1.0), large), version=version)
+    _fails(f, 1, _frame(_f32(2.0), TensorPayload(0, (SMALL_ELEMS,), bytes(12))),
+           "fold.accumulate_nbytes",
+           {"rank": 1, "index": 1, "got": 12, "numel": SMALL_ELEMS, "element_size": 4})

@@ -161,6 +161,9 @@ def test_the_planned_sums_are_the_reference_sums() -> None:
 @pytest.mark.parametrize(("key", "version", "ceiling", "eligible"), [
     (((F32, (4,), 16), (BF16, (2, 3), 12)), 2, 1 << 30, True),
     (((F32, (4,), 16),), 2, 15, False),  # above the ceiling
+    (((F32, (4,), 16),), 2, 16, True),  # exactly the ceiling
+    (((F32, (4,), 16), (BF16, (2, 3), 12)), 2, 28, True),  # every tensor's bytes count
+    (((F32, (4,), 16), (BF16, (2, 3), 12)), 2, 27, False),
     ((), 2, 1 << 30, False),  # no tensors: the seed ships verbatim
     (((F32, (0,), 0),), 2, 1 << 30, True),
     (((F32, (0,), 0),), 3, 1 << 30, False),  # version 3: read as elided
@@ -172,9 +175,11 @@ def test_the_small_plan_names_what_it_covers(key: Any, version: int, ceiling: in
                                               eligible: bool) -> None:
     plan = _SmallPlan(key, version, ceiling)
     assert plan.eligible is eligible
-    if key == ((F32, (4,), 16), (BF16, (2, 3), 12)):
+    if eligible and key == ((F32, (4,), 16), (BF16, (2, 3), 12)):
         assert plan.runs == [(0, 1, 4, F32, K.F32, [((4,), 0, 16)]),
                              (1, 2, 6, BF16, K.U16, [((2, 3), 0, 12)])]
+    if not eligible:
+        assert plan.runs == []
 
 
 def test_alive_and_deposited_questions() -> None:
