@@ -328,3 +328,175 @@ def test_v3_elided_deposits_fold_as_zeros_round_after_round() -> None:
         assert res is not None
         got = res if isinstance(res, RoundFrame) else decode_round_frame(bytes(res), SALT)[0]
         assert (values(got), got.weight) == ([want[0]], want[1])
+
+
+def test_a_controller_record_cut_by_a_full_socket_is_not_overtaken() -> None:
+    """The controller's direct write: a Broadcast the socket takes only part of is finished by
+    the connection's writer, and a small record written meanwhile (a DeclareDead) waits behind
+    it: the peer reads both records whole, in order."""
+    from flodl_proto.codec.stream import MuxStream
+    from flodl_proto.fsm.events import SendKind, SendTo
+    from flodl_proto.runner._controller_conn import Conn, Written
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    _netio.set_timeouts(a, send=_netio.write_stall_timeout())
+    big = [b"\x01" * 25, memoryview(bytes(range(256)) * 2048), b"\x02" * 8]  # ~512 KiB
+    small = [b"\x03" * 25, b"\x04" * 10]
+    conn = Conn(0, a, "test", MuxStream(SALT))
+    reports: list[Written] = []
+    try:
+        assert not conn.write_now(SendTo(0, tuple(big), SendKind.BROADCAST,
+                                         _netio.buffers_nbytes(big), 1))
+        assert conn.queued == 1
+        assert not conn.write_now(SendTo(0, tuple(small), SendKind.DECLARE_DEAD, 35))
+        assert conn.queued == 2
+        writer = threading.Thread(target=conn.write_loop, args=(reports.append,))
+        writer.start()
+        want = b"".join(bytes(x) for x in big + small)
+        got = recv_exact(b, len(want))
+        conn.outbox.put(None)
+        writer.join()
+        assert got == want
+        assert [(w.send.kind, w.error) for w in reports] == [(SendKind.BROADCAST, None)]
+        assert conn.queued == 0
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("coalesce", [0.0, 0.01], ids=["plain", "coalesced"])
+def test_stdout_lines_to_a_slow_reader_are_never_reordered_or_doubled(
+        monkeypatch: pytest.MonkeyPatch, coalesce: float) -> None:
+    """A 4 KiB pipe nobody reads while 2000 lines are put, then read to the end after close:
+    what arrives is an ordered run of whole lines, each at most once, and every line put is
+    either written or counted as dropped; at most the backlog (plus the pipe's bytes) waited."""
+    import fcntl
+    import os
+    import sys
+
+    from flodl_proto.commands._output import LineWriter
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    out = os.fdopen(write_end, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    w = LineWriter("stdout", 32, coalesce=coalesce)
+    w.start()
+    lines = [f"round {i}: kind model weight 2 bytes 4202 ms 0.5 " + "x" * 60 for i in range(2000)]
+    for ln in lines:
+        w.put(ln)
+    got = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(read_end, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    w.close()
+    out.close()
+    reader.join()
+    os.close(read_end)
+    text = got.decode()
+    assert text.endswith("\n")
+    received = text.splitlines()
+    index = {ln: i for i, ln in enumerate(lines)}
+    order = [index[ln] for ln in received]
+    assert order == sorted(set(order))  # in order, none twice, none altered
+    assert len(received) + w.dropped == len(lines)
+    assert 0 < w.dropped and len(received) <= 32 + 1 + 4096 // 100 + 1 + 32
+    assert not w.broken
+
+
+@pytest.mark.parametrize("coalesce", [0.0, 0.01], ids=["plain", "coalesced"])
+def test_stdout_closed_while_the_writer_is_blocked_ends_quietly(
+        monkeypatch: pytest.MonkeyPatch, coalesce: float) -> None:
+    """``| head -1``: the reader takes a little, then goes away while the writer is blocked on a
+    full pipe: the blocked write fails (EPIPE, no SIGPIPE death), the lines left are discarded,
+    close() returns and nothing is raised."""
+    import fcntl
+    import os
+    import sys
+
+    from flodl_proto.commands._output import LineWriter
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    out = os.fdopen(write_end, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    w = LineWriter("stdout", 64, coalesce=coalesce)
+    w.start()
+    for i in range(500):
+        w.put(f"line {i} " + "y" * 100)
+    first = os.read(read_end, 9)
+    assert first == b"line 0 yy"
+    # the writer is blocked on the full pipe, lines wait behind it (or in its coalesced batch)
+    wait_until(lambda: w._lines.qsize() > 0 or w._held > 1)
+    os.close(read_end)  # the reader goes away
+    w.close()
+    out.close()
+    assert w.broken and not w._writer.is_alive()
+
+
+def test_trailing_bytes_in_a_blob_and_a_trickled_broadcast() -> None:
+    """A blob with 5 bytes after its frame's footer (ignored, as upstream; the MAC taken while
+    the blob arrived covers more than the frame, so the fold checks the tag itself), and a
+    Broadcast record the controller sends a byte at a time with a stall inside: both ranks get
+    it whole."""
+    with FakeController() as ctrl:
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        try:
+            body = encode_round_frame_bytes(frame([1.0, 2.0], weight=1.0), SALT) + b"\xee" * 5
+            r0.sock.sendall(len(body).to_bytes(4, "little") + body)
+            r1.send_frame(frame([3.0, 5.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and values(rec.frame(SALT)) == [[4.0, 7.0]]
+            consensus = frame([2.0, 3.5], weight=2.0)
+            record = b"".join(bytes(p) for p in encode_frame_record(RecordKind.BROADCAST,
+                                                                     consensus, SALT))
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for i in range(len(record)):
+                conn.sock.sendall(record[i:i + 1])
+                if i in (10, 40):
+                    time.sleep(0.35)  # longer than the relay's read poll, header and payload
+            payload = encode_round_frame_bytes(consensus, SALT)
+            assert r0.read_reply() == payload and r1.read_reply() == payload
+            assert relay.error is None
+        finally:
+            _close(relay, [r0, r1])
+
+
+def test_host_frames_cut_by_a_full_upstream_leave_whole_and_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller reads nothing for 12 rounds of 64 KiB HostFrames (small socket
+    buffers): a HostFrame the direct write could only start is finished by the outbound writer
+    and every later one queues behind it; the controller then reads 12 whole records, in round
+    order, each with its round's sums."""
+    import numpy as np
+
+    from flodl_proto.runner import relay as relay_mod
+
+    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        _netio.configure_socket(sock, **kw)
+
+    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    n = 16 << 10  # f32 elements: 64 KiB a frame
+    with FakeController() as ctrl:
+        ctrl.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        try:
+            for k in range(12):
+                r0.send_frame(frame(np.full(n, float(k), np.float32), weight=1.0))
+                r1.send_frame(frame(np.full(n, 100.0, np.float32), weight=1.0))
+                wait_until(lambda k=k: relay.fold.rounds_completed == k + 1)
+            assert relay.stats.host_frames == 12
+            for k in range(12):
+                rec = conn.read_record()
+                assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+                f = rec.frame(SALT)
+                assert f.weight == 2.0 and values(f) == [[100.0 + k] * n]
+            assert relay.error is None
+        finally:
+            _close(relay, [r0, r1])
