@@ -500,3 +500,57 @@ def test_host_frames_cut_by_a_full_upstream_leave_whole_and_in_order(
             assert relay.error is None
         finally:
             _close(relay, [r0, r1])
+
+
+_SIGPIPE_PROBE = r"""
+import signal, socket, sys
+from flodl_proto.runner import _netio
+from flodl_proto.runner._controller_conn import _write_direct
+from flodl_proto.runner.status_http import serve_status
+
+
+def status(s):
+    peer = s.peer
+    peer.sendall(b"GET /status HTTP/1.1\r\n\r\n")
+    peer.close()  # the client is gone before the answer
+    serve_status(s, "test", lambda: {"round": 1})
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a program that wants `| head` quiet does
+results = []
+for name, write in (
+    ("send_all", lambda s: _netio.send_all(s, [b"x" * 10])),
+    ("send_now", lambda s: _netio.send_now(s, [b"x" * 10])),
+    ("send_at_once", lambda s: _netio.send_at_once(s, [b"x" * 10], 10)),
+    ("send_whole", lambda s: _netio.send_whole(s, [b"x" * 10], 10)),
+    ("write_direct", lambda s: _write_direct(s, (b"x" * 10,), 10)),
+    ("status", status),
+):
+    a, b = socket.socketpair()
+    if name == "status":
+        a = type("S", (socket.socket,), {})(fileno=a.detach())
+        a.peer = b
+    else:
+        b.close()
+    try:
+        write(a)
+        results.append(f"{name}:returned")
+    except OSError as e:
+        results.append(f"{name}:{type(e).__name__}")
+    a.close()
+print(" ".join(results))
+"""
+
+
+def test_a_closed_peer_is_an_error_not_a_sigpipe_death() -> None:
+    """In a process whose SIGPIPE is the default action (a program embedding the runners that
+    restored it for a quiet ``| head``), writing to a peer that closed raises or reports an
+    error; the process is not killed by SIGPIPE."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _SIGPIPE_PROBE], capture_output=True, text=True,
+                         timeout=60)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout.split() == ["send_all:BrokenPipeError", "send_now:returned",
+                                  "send_at_once:returned", "send_whole:BrokenPipeError",
+                                  "write_direct:returned", "status:returned"]

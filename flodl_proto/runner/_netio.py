@@ -39,6 +39,7 @@ from ..spec import SPEC, net_timeout_scale
 __all__ = [
     "DIRECT_WRITE_MAX",
     "HASH_STEP",
+    "NO_SIGPIPE",
     "MacRange",
     "MacWorker",
     "PeerTimedOut",
@@ -88,6 +89,11 @@ PARALLEL_FAN_OUT_MIN = 1 << 20
 #: the most buffers :func:`send_at_once` hands to one ``sendmsg`` (more: the general writes,
 #: which batch them by the system's IOV_MAX)
 DIRECT_IOVECS = 64
+
+#: ``sendmsg`` flag: a write to a peer that closed fails with EPIPE instead of raising SIGPIPE,
+#: which kills a process that restored SIGPIPE's default action (Python itself ignores it, but
+#: a program embedding the runners may not); 0 where the platform lacks it
+NO_SIGPIPE: int = getattr(socket, "MSG_NOSIGNAL", 0)
 
 try:
     _IOV_MAX = max(16, min(1024, int(os.sysconf("SC_IOV_MAX"))))
@@ -603,7 +609,7 @@ def send_all(sock: socket.socket, buffers: Sequence[BytesLike] | BytesLike, *,
                                             len(_timeval(1.0)))
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(left))
             try:
-                sent = sock.sendmsg(bufs[i:i + _IOV_MAX])
+                sent = sock.sendmsg(bufs[i:i + _IOV_MAX], (), NO_SIGPIPE)
             except BlockingIOError:
                 raise stalled() from None
             except TimeoutError as e:
@@ -637,7 +643,7 @@ def send_now(sock: socket.socket, buffers: Sequence[BytesLike]) -> list[memoryvi
     i = 0
     while i < len(bufs):
         try:
-            sent = sock.sendmsg(bufs[i:i + _IOV_MAX], [], socket.MSG_DONTWAIT)
+            sent = sock.sendmsg(bufs[i:i + _IOV_MAX], (), socket.MSG_DONTWAIT | NO_SIGPIPE)
         except InterruptedError:  # pragma: no cover - PEP 475 retries already
             continue
         except OSError:  # full (BlockingIOError) or failed: the writer takes over
@@ -682,7 +688,7 @@ def send_at_once(sock: socket.socket, buffers: Sequence[BytesLike], nbytes: int)
     if len(buffers) > DIRECT_IOVECS:
         return 0
     try:
-        return sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
+        return sock.sendmsg(buffers, (), socket.MSG_DONTWAIT | NO_SIGPIPE)
     except OSError:
         return 0
 

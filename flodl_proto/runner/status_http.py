@@ -16,6 +16,8 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
+from ._netio import NO_SIGPIPE
+
 __all__ = ["serve_status"]
 
 log = logging.getLogger("flodl_proto.runner.controller")
@@ -57,7 +59,7 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
         payload = json.dumps(body, default=str).encode()
         resp = (f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-        sock.sendall(resp + payload)
+        sock.sendall(resp + payload, NO_SIGPIPE)  # a client gone: EPIPE, logged
         log.debug("controller: status %s for %s (%s)", code, addr, line)
     except OSError as e:
         log.debug("controller: status request from %s failed: %s", addr, e)
