@@ -393,8 +393,7 @@ class RoundFrame:
         weight: float = 1.0,
         tensors: Iterable[TensorPayload] = (),
     ) -> None:
-        k = wire_int(kind)  # a bool is no kind (True is not Control), nor is 1.0
-        kind_e = _KINDS.get(k) if k is not None else None
+        kind_e = _KINDS.get(wire_int(kind))  # a bool is no kind (True is not Control), nor 1.0
         if kind_e is None:
             raise protocol_error(
                 "frame.bad_field", field="kind", value=kind, reason="not 0 (Model) or 1 (Control)"
@@ -525,8 +524,9 @@ def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
     return b"".join(encode_round_frame(frame, salt))
 
 
-#: kind byte -> RoundKind (the walk accepts only these two bytes)
-_KINDS: Final = {int(k): k for k in RoundKind}
+#: kind byte -> RoundKind (the walk accepts only these two bytes; the key None, what
+#: :func:`wire_int` gives for a value that is no integer, is absent)
+_KINDS: Final[dict[int | None, RoundKind]] = {int(k): k for k in RoundKind}
 
 
 def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> int | NeedData:
