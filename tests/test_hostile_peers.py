@@ -521,7 +521,8 @@ for name, write in (
     ("send_all", lambda s: _netio.send_all(s, [b"x" * 10])),
     ("send_now", lambda s: _netio.send_now(s, [b"x" * 10])),
     ("send_at_once", lambda s: _netio.send_at_once(s, [b"x" * 10], 10)),
-    ("send_whole", lambda s: _netio.send_whole(s, [b"x" * 10], 10)),
+    ("write_to_each", lambda s: _netio.write_to_each(
+        [(0, s)], b"x", memoryview(b"y" * 9), lambda i, e: results.append(type(e).__name__))),
     ("write_direct", lambda s: _write_direct(s, (b"x" * 10,), 10)),
     ("status", status),
 ):
@@ -552,5 +553,6 @@ def test_a_closed_peer_is_an_error_not_a_sigpipe_death() -> None:
                          timeout=60)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout.split() == ["send_all:BrokenPipeError", "send_now:returned",
-                                  "send_at_once:returned", "send_whole:BrokenPipeError",
-                                  "write_direct:returned", "status:returned"]
+                                  "send_at_once:returned", "BrokenPipeError",
+                                  "write_to_each:returned", "write_direct:returned",
+                                  "status:returned"]

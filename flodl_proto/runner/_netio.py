@@ -64,7 +64,6 @@ __all__ = [
     "send_all",
     "send_at_once",
     "send_now",
-    "send_whole",
     "set_timeouts",
     "shutdown_quietly",
     "skip_sent",
@@ -708,18 +707,6 @@ def skip_sent(buffers: Sequence[BytesLike], sent: int) -> Sequence[BytesLike]:
         out.append(mv[sent:] if sent else mv)
         sent = 0
     return out
-
-
-def send_whole(sock: socket.socket, buffers: Sequence[BytesLike], nbytes: int) -> None:
-    """Write all ``nbytes`` of ``buffers``: :func:`send_at_once`, then :func:`send_all` of
-    what it left (under the write-stall deadline; its errors raised).
-
-    Raises:
-        as :func:`send_all`.
-    """
-    sent = send_at_once(sock, buffers, nbytes)
-    if sent < nbytes:
-        send_all(sock, skip_sent(buffers, sent))
 
 
 def write_to_each(targets: Sequence[tuple[int, socket.socket]], prefix: bytes,
