@@ -556,3 +556,28 @@ def test_a_closed_peer_is_an_error_not_a_sigpipe_death() -> None:
                                   "send_at_once:returned", "BrokenPipeError",
                                   "write_to_each:returned", "write_direct:returned",
                                   "status:returned"]
+
+
+def test_a_starved_blob_drops_the_rank_and_a_starved_record_ends_the_relay() -> None:
+    """Starvation bound lowered to 0.3 s (60 s by default): a rank that stops inside its blob
+    is dropped (RankExit, the round ships with the other rank); a controller that stops inside
+    a record ends the relay with a typed error (mux.starved), no hang."""
+    from flodl_proto.errors import TruncatedInput
+
+    with FakeController() as ctrl:
+        relay, (r0, r1), conn = _two_ranks(ctrl)
+        relay._starve = 0.3
+        try:
+            r1.send_frame(frame([2.0], weight=1.0))
+            r0.sock.sendall(_blob(frame([1.0]))[:12])  # prefix and part of the frame, then silence
+            got = [conn.read_record(), conn.read_record()]
+            assert sorted(str(r.kind) for r in got if r is not None) == [
+                str(RecordKind.CONTROL), str(RecordKind.HOST_FRAME)]
+            assert any(r is not None and r.control == RankExit(0) for r in got)
+            record = b"".join(bytes(p) for p in encode_frame_record(
+                RecordKind.BROADCAST, frame([2.0], weight=1.0), SALT))
+            conn.sock.sendall(record[:30])
+            err = relay.wait(20)
+            assert isinstance(err, TruncatedInput) and err.error_id == "mux.starved"
+        finally:
+            _close(relay, [r0, r1])
