@@ -581,3 +581,31 @@ def test_a_starved_blob_drops_the_rank_and_a_starved_record_ends_the_relay() -> 
             assert isinstance(err, TruncatedInput) and err.error_id == "mux.starved"
         finally:
             _close(relay, [r0, r1])
+
+
+def test_a_huge_ranks_range_is_refused_before_it_is_expanded(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--ranks 0-4999999`` (a typo) with a world size of 4, or more ranks than the process may
+    open connections for: one line, exit 2, without building the list (before, the range was
+    expanded into millions of ints and echoed whole in the error line)."""
+    import tracemalloc
+
+    from flodl_proto.cli import main
+
+    salt = ["--salt", SALT.hex(), "--controller", "127.0.0.1:1"]
+    tracemalloc.start()
+    try:
+        code = main(["relay", *salt, "--ranks", "0-4999999", "--world-size", "4"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert (code, err) == (2, "flodl-proto relay: rank set 0-4999999 is invalid for world_size "
+                              "4: every rank must be < world_size\n")
+    assert peak < 8 << 20
+    code = main(["relay", *salt, "--ranks", "0-99999999", "--world-size", "4294967295"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(
+        "flodl-proto relay: rank set 0-99999999 is invalid for world_size 4294967295: "
+        "100000000 ranks need as many loopback connections, more than this process may open (")
+    assert err.count("\n") == 1

@@ -162,27 +162,55 @@ def add_salt_options(p: argparse.ArgumentParser) -> None:
                    help="file holding the salt (32 hex digits, or 16 raw bytes)")
 
 
-def parse_ranks(text: str) -> list[int]:
+def parse_ranks(text: str, world_size: int | None = None,
+                max_ranks: int | None = None) -> list[int]:
     """Parse ``"0,1,3"`` (ranges ``"0-3"`` allowed) into a list of rank ids.
+
+    Args:
+        text: the ``--ranks`` value.
+        world_size: when given, a range reaching ``world_size`` or beyond is refused before it
+            is expanded (a typo such as ``0-99999999`` would otherwise build a list of 10**8
+            ints, gigabytes, only to be refused afterwards).
+        max_ranks: when given, more ranks than this are refused before any range is expanded
+            (a relay holds one loopback connection per rank: the process's open-file limit).
 
     Raises:
         ValueError: not a comma-separated list of non-negative integers / ranges.
+        InvalidValue (local): ``relay.bad_rank_set``: a range beyond ``world_size``, or more
+            than ``max_ranks`` ranks.
     """
-    out: list[int] = []
+    bad = ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r}")
+    spans: list[tuple[int, int]] = []
     try:
         for part in text.replace(" ", "").split(","):
             if not part:
                 continue
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
-            else:
-                out.append(int(part))
+            lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
+            spans.append((int(lo), int(hi)))
     except ValueError:
-        out = []
-    if not out or any(r < 0 for r in out):
-        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r}")
-    return out
+        raise bad from None
+    if not spans or any(lo < 0 or hi < lo for lo, hi in spans):
+        raise bad
+    if world_size is not None and any(hi >= world_size for lo, hi in spans if hi > lo):
+        raise protocol_error("relay.bad_rank_set", ranks=text, world_size=world_size,
+                             reason="every rank must be < world_size")
+    count = sum(hi - lo + 1 for lo, hi in spans)
+    if max_ranks is not None and count > max_ranks:
+        raise protocol_error("relay.bad_rank_set", ranks=text, world_size=world_size,
+                             reason=f"{count} ranks need as many loopback connections, more "
+                                    f"than this process may open ({max_ranks})")
+    return [r for lo, hi in spans for r in range(lo, hi + 1)]
+
+
+def _max_open_files() -> int | None:
+    """The process's open-file limit (soft RLIMIT_NOFILE), or None when unknown or unlimited."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - non-POSIX
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 @contextlib.contextmanager
@@ -246,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
-        ranks = parse_ranks(args.ranks)
+        ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
         controller = parse_addr(args.controller, field="--controller")
     except (ValueError, ProtocolError, OSError) as e:
         return _usage_error(e)
