@@ -609,3 +609,24 @@ def test_a_huge_ranks_range_is_refused_before_it_is_expanded(
         "flodl-proto relay: rank set 0-99999999 is invalid for world_size 4294967295: "
         "100000000 ranks need as many loopback connections, more than this process may open (")
     assert err.count("\n") == 1
+
+
+def test_a_host_name_longer_than_a_hello_carries_is_refused_up_front(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--host`` of 256 UTF-8 bytes or more: refused when the relay is made (before, the relay
+    accepted its ranks, dialed, and the controller refused the Hello as 'corrupt or hostile',
+    so the relay ended with 'controller closed connection before HelloAck'); 255 bytes is fine."""
+    from flodl_proto.cli import main
+    from flodl_proto.errors import InvalidValue
+
+    with pytest.raises(InvalidValue) as e:
+        Relay(("127.0.0.1", 1), [0], 1, SALT, listen_port=0, host="\u00e9" * 128)
+    assert (e.value.error_id, e.value.remote) == ("relay.host_too_long", False)
+    assert str(e.value) == ("relay: host name is 256 bytes (UTF-8), more than the 255 a Hello "
+                            "may carry")
+    Relay(("127.0.0.1", 1), [0], 1, SALT, listen_port=0, host="h" * 255).shutdown()
+    code = main(["relay", "--controller", "127.0.0.1:1", "--salt", SALT.hex(), "--ranks", "0",
+                 "--world-size", "1", "--host", "h" * 300])
+    assert (code, capsys.readouterr().err) == (
+        2, "flodl-proto relay: host name is 300 bytes (UTF-8), more than the 255 a Hello may "
+           "carry\n")

@@ -78,7 +78,7 @@ from ..codec.mux import (
 from ..codec.round_frame import RoundFrame
 from ..errors import LimitExceeded, ProtocolError, protocol_error
 from ..reduce import HostFold
-from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION
+from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION, MAX_HELLO_HOST_LEN
 from .deadline import RoundDeadline
 from .events import (
     AckRank,
@@ -124,7 +124,8 @@ class RelayCore:
         world_size: the cluster's world size (every handshake must carry it).
         salt: the 16-byte session salt.
         version: data-channel protocol version, 2 (default) or 3.
-        host: the host name announced in ``Hello``.
+        host: the host name announced in ``Hello`` (at most ``MAX_HELLO_HOST_LEN`` = 255 UTF-8
+            bytes).
         ceiling: frame ceiling in bytes.
         rank_timeout: seconds after a round's first local deposit after which the local ranks
             that have not sent their frame are declared dead (None, the default: no deadline,
@@ -134,8 +135,9 @@ class RelayCore:
             the calling thread); the core itself starts no thread.
 
     Raises:
-        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, or a
-            ``rank_timeout`` that is not a positive number (``deadline.bad_timeout``).
+        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, a host name
+            longer than a Hello may carry (``relay.host_too_long``), or a ``rank_timeout``
+            that is not a positive number (``deadline.bad_timeout``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -164,6 +166,9 @@ class RelayCore:
                                  world_size=world_size, reason=reason)
         self.salt = check_salt(salt)
         self.version = check_version(version)
+        length = len(host.encode("utf-8", "surrogatepass"))
+        if length > MAX_HELLO_HOST_LEN:  # a Hello the controller's Hello bound may refuse
+            raise protocol_error("relay.host_too_long", length=length, max=MAX_HELLO_HOST_LEN)
         self.host = host
         self.ceiling = int(ceiling)
         #: runs a large HostFrame's second MAC beside the first (None: both on the calling

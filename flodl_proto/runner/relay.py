@@ -183,10 +183,10 @@ class Relay:
     Use as a context manager, or call :meth:`start`, then :meth:`wait` (or :meth:`shutdown`).
 
     Raises:
-        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, a
-            ``rank_timeout`` that is not a positive number (``deadline.bad_timeout``), a
-            ``listen_port`` (given, or the controller's port + 4) outside 0..65535
-            (``relay.bad_listen_port``).
+        InvalidValue (local): a bad rank set (``relay.bad_rank_set``), salt or host name
+            (``relay.host_too_long``), a ``rank_timeout`` that is not a positive number
+            (``deadline.bad_timeout``), a ``listen_port`` outside 0..65535 (given, or the
+            controller's port + 4: ``relay.bad_listen_port``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
