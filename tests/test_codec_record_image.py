@@ -4,13 +4,15 @@ else is the general encoder's own output (or error)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from flodl_proto.codec.auth import PARALLEL_MAC_MIN
 from flodl_proto.codec.handshake import encode_channel_magic
 from flodl_proto.codec.mux import (
     Hello,
@@ -93,7 +95,8 @@ def test_version_3_elided_tensors_are_part_of_the_layout(dtype: int) -> None:
 
 def test_layout_changes_and_more_layouts_than_kept() -> None:
     rng = np.random.default_rng(4)
-    layouts = [[(n,)] for n in range(1, IMAGES_KEPT + 3)] + [[(2, 3)], [(3, 2)], [(6,)]]
+    layouts: list[list[tuple[int, ...]]] = [[(n,)] for n in range(1, IMAGES_KEPT + 3)]
+    layouts += [[(2, 3)], [(3, 2)], [(6,)]]
     images = FrameRecordImages()
     for _ in range(3):
         for shapes in layouts:
@@ -133,6 +136,41 @@ def test_other_salts_ceilings_and_argument_types() -> None:
                 del got
 
 
+def test_other_salt_types_keep_no_image() -> None:
+    rng = np.random.default_rng(9)
+    images = FrameRecordImages()
+    for salt in (bytearray(SALT), memoryview(SALT)):
+        for _ in range(2):
+            got = check(images, RecordKind.BROADCAST, frame(rng, [(8,)]), salt)
+            assert len(got) > 1
+            del got
+    assert images._images == {}
+
+
+class _CountingExecutor(Executor):
+    """Runs each job at once on the calling thread and counts them."""
+
+    def __init__(self) -> None:
+        self.jobs = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.jobs += 1
+        fut: Future[Any] = Future()
+        fut.set_result(fn(*args, **kwargs))
+        return fut
+
+
+def test_a_large_frame_hands_its_second_mac_to_the_executor() -> None:
+    rng = np.random.default_rng(10)
+    images = FrameRecordImages()
+    ex = _CountingExecutor()
+    f = frame(rng, [(PARALLEL_MAC_MIN // 4,)])
+    for r in range(2):
+        got = check(images, RecordKind.BROADCAST, f, mac_executor=ex)
+        assert ex.jobs == 2 * (r + 1)  # check() encodes twice (both ways), one job each
+        del got
+
+
 def test_large_frames_take_the_general_encoder() -> None:
     rng = np.random.default_rng(7)
     images = FrameRecordImages()
@@ -150,7 +188,7 @@ def test_large_frames_take_the_general_encoder() -> None:
             del got
 
 
-def _error(fn: Any) -> tuple[type, str, dict[str, Any]]:
+def _error(fn: Any) -> tuple[type, str | None, dict[str, Any]]:
     with pytest.raises(ProtocolError) as ei:
         fn()
     return type(ei.value), ei.value.error_id, dict(ei.value.fields)
