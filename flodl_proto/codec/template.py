@@ -160,7 +160,7 @@ def _index(value: Any) -> int:
     float); TypeError otherwise."""
     n = wire_int(value)
     if n is None:
-        raise TypeError(value)
+        raise TypeError
     return n
 
 
