@@ -39,12 +39,14 @@ from flodl_proto.codec import (
     HelloAck,
     MuxRecord,
     RankExit,
+    RecordKind,
     RoundFrame,
     RoundKind,
     TensorPayload,
     decode_len_prefix,
     decode_mux_record,
     decode_round_frame,
+    encode_frame_record,
     encode_handshake,
     encode_mux_record_bytes,
     encode_round_frame_bytes,
@@ -72,6 +74,7 @@ from flodl_proto.fsm.events import (
 )
 from flodl_proto.fsm.lifecycle import RelayState
 from flodl_proto.fsm.relay_core import RelayCore
+from flodl_proto.reduce import sum_frames
 from flodl_proto.spec import CHANNEL_MAGIC_DATA
 
 from .relay_core_util import connected_core, signed_record
@@ -843,3 +846,41 @@ def test_a_round_completed_by_a_death_fails_the_relay_when_its_record_is_over_th
     assert isinstance(err.__cause__, LocalProtocolError)
     assert err.__cause__.error_id == "mux.payload_too_large_local"
     assert core.finished
+
+
+def _layout_blob(layout: int, value: float, weight: float) -> bytes:
+    """A deposit of one of three layouts: 0 one f32 (2,), 1 one f32 (3,) beside a bf16 (2, 2),
+    2 a Control frame of one f32 (2,)."""
+    if layout == 0:
+        tensors = [TensorPayload.from_array(np.asarray([value, -value], np.float32))]
+    elif layout == 1:
+        tensors = [TensorPayload.from_array(np.asarray([value, 0.5, -0.0], np.float32)),
+                   TensorPayload.from_array(
+                       np.full((2, 2), value, np.float32).astype(ml_dtypes.bfloat16))]
+    else:
+        tensors = [TensorPayload.from_array(np.asarray([value, np.inf], np.float32))]
+    kind = RoundKind.CONTROL if layout == 2 else RoundKind.MODEL
+    return encode_round_frame_bytes(RoundFrame(kind, weight, tensors), SALT)
+
+
+def test_merged_host_frames_of_a_repeated_layout_are_the_general_encoders_bytes() -> None:
+    """A two-rank host's merged HostFrame record, round after round, layouts repeating and
+    changing: every record is byte for byte the general encoder's record of the deposits' sum
+    (``sum_frames``, the fold's arithmetic); from the second round of a layout on, the record
+    is the layout's kept wire image (one buffer) rewritten with the round's sums and weight."""
+    core = _connected_core((0, 1), 2, 2)
+    seen: set[int] = set()
+    for rnd, layout in enumerate([0, 0, 1, 1, 0, 2, 2, 1, 0]):
+        a = _layout_blob(layout, 1.5 + rnd, 1.0 + rnd)
+        b = _layout_blob(layout, -0.25 * rnd, 0.5)
+        assert _upstream(core.rank_frame(0, a), UpstreamKind.HOST_FRAME) == []
+        (up,) = [x for x in core.rank_frame(1, b)
+                 if isinstance(x, SendUpstream) and x.kind is UpstreamKind.HOST_FRAME]
+        merged = sum_frames([decode_round_frame(a, SALT)[0], decode_round_frame(b, SALT)[0]],
+                            version=2)
+        expected = b"".join(bytes(p) for p in encode_frame_record(
+            RecordKind.HOST_FRAME, merged, SALT))
+        assert b"".join(bytes(p) for p in up.buffers) == expected, (rnd, layout)
+        assert (len(up.buffers) == 1) == (layout in seen), (rnd, layout, len(up.buffers))
+        seen.add(layout)
+        del up  # the record's image is free for the next round of its layout

@@ -70,11 +70,11 @@ from ..codec.mux import (
     MuxRecord,
     RankExit,
     RecordKind,
-    encode_frame_record,
     encode_mux_record,
     encode_mux_record_parts,
     ranks_str,
 )
+from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import RoundFrame
 from ..errors import LimitExceeded, ProtocolError, protocol_error
 from ..reduce import HostFold
@@ -174,6 +174,7 @@ class RelayCore:
         #: runs a large HostFrame's second MAC beside the first (None: both on the calling
         #: thread); owned by the runner
         self._mac_executor = mac_executor
+        self._images = FrameRecordImages()  # the merged HostFrame's wire image per small layout
         #: the fold barrier (read-only use outside the core: alive ranks, rounds completed)
         self.fold = HostFold(self.ranks, self.salt, version=self.version, ceiling=self.ceiling)
         self._connected: set[int] = set()
@@ -448,8 +449,9 @@ class RelayCore:
         if payload is None:
             return
         try:
-            if isinstance(payload, RoundFrame):  # merged sums: frame and record MACs in parallel
-                parts = encode_frame_record(RecordKind.HOST_FRAME, payload, self.salt,
+            if isinstance(payload, RoundFrame):  # merged sums: small ones into the layout's
+                # kept image, large ones with the frame and record MACs in parallel
+                parts = self._images.encode(RecordKind.HOST_FRAME, payload, self.salt,
                                             ceiling=self.ceiling, mac_executor=self._mac_executor)
             else:  # the seed verbatim, copied: the runner reuses its blob buffer for the next one
                 parts = encode_mux_record_parts(int(RecordKind.HOST_FRAME), 0, [bytes(payload)],
