@@ -34,6 +34,18 @@ os.environ.setdefault("FLODL_NET_TIMEOUT_SCALE", "0.1")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _fresh_small_plans() -> None:
+    """Each test starts with the controller's reduce remembering no small-round plan
+    (``reduce.fold._small_plans``): which path a test's first fold of a schema takes (judged
+    afresh, or a plan remembered from an earlier test) does not depend on the tests before it,
+    and a mutation run's worker, forked from a process that ran the unmutated tests, does not
+    reuse plans the unmutated code built."""
+    from flodl_proto.reduce import fold
+
+    fold._small_plans.clear()
+
+
 #: the copy of the shared golden vectors bundled in the package
 BUNDLED_VECTORS = ROOT / "flodl_proto" / "_vectors"
 

@@ -45,6 +45,11 @@ CASES: list[tuple[str, list[RoundFrame], int, str, dict[str, Any]]] = [
      "reduce.accumulate_nbytes", {"got": 4, "numel": 2, "element_size": 4}),
     ("weight overflow", [_f(_t(), weight=1.6e308), _f(_t(), weight=1.6e308)], 3,
      "reduce.weight_overflow", {"count": 2, "weight": float("inf")}),
+    # frames of different schemas (a tensor elided by one frame only): judged afresh
+    ("weight overflow, elided in one frame",
+     [_f(_t(), _t(), weight=1.6e308), _f(_t(), _t(nbytes=0), weight=1.0),
+      _f(_t(), _t(), weight=1.6e308)], 3,
+     "reduce.weight_overflow", {"count": 3, "weight": float("inf")}),
 ]
 
 

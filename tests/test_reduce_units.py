@@ -333,6 +333,22 @@ def test_a_tiny_mass_gives_an_infinite_scale_without_warning() -> None:
     assert out.weight == 1e-300
 
 
+def test_a_tiny_mass_of_frames_eliding_a_tensor_gives_an_infinite_scale_without_warning() -> None:
+    """As above, for version 3 frames of different schemas (frame 1 elides tensor 1), which
+    the reduce judges afresh rather than from a remembered plan."""
+    values = TensorPayload.from_array(np.asarray([1.0, 0.0, -2.0], np.float32))
+    frames = [RoundFrame(RoundKind.MODEL, 5e-301, [values, values]),
+              RoundFrame(RoundKind.MODEL, 5e-301, [values, TensorPayload(0, (3,), b"")])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = reduce_realized_work(frames, version=3)
+    for t in out.tensors:
+        got = np.frombuffer(t.data, np.uint32).tolist()
+        assert got[0::2] == [0x7F800000, 0xFF800000]  # inf, -inf
+        assert got[1] & 0x7FFFFFFF == 0x7FC00000  # 0 * inf: the default NaN
+    assert out.weight == 1e-300
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_a_partial_last_chunk_touches_only_its_own_elements(backend: str) -> None:
     """A bf16 sum of CHUNK_ELEMS + 5 elements whose views and output are slices of larger

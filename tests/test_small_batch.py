@@ -178,6 +178,69 @@ def test_a_small_fold_that_overflows_or_makes_nan_warns_nothing() -> None:
         np.testing.assert_array_equal(arrays, np.array(want, np.float32))
 
 
+
+def test_a_small_fold_with_some_elided_payloads_warns_nothing() -> None:
+    """As above, for version 3 frames that elide a tensor in some frames only (their schemas
+    differ, so the fold judges them afresh instead of taking a remembered plan)."""
+    import warnings
+
+    big = np.array([3e38, np.inf, 1.0], np.float32)
+    elided = TensorPayload(F32, (3,), b"")
+    frames = [_frame([_payload(big, F32, (3,)), _payload(big, F32, (3,))], weight=1.0),
+              _frame([_payload(big, F32, (3,)), elided], weight=2.0),
+              _frame([_payload(-big, F32, (3,)), _payload(-big, F32, (3,))], weight=1.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = sum_frames(frames, version=3)
+        normalised = reduce_realized_work(frames, version=3)
+    inf, nan = np.float32(np.inf), np.float32(np.nan)
+    quarter = np.float32(0.25)
+    for got, want in ((out, [[inf, nan, 1.0], [0.0, nan, 0.0]]),
+                      (normalised, [[inf, nan, quarter], [0.0, nan, 0.0]])):
+        arrays = [np.frombuffer(t.data, np.float32) for t in got.tensors]
+        np.testing.assert_array_equal(arrays, np.array(want, np.float32))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_remembered_plan_sums_every_run_of_a_schema(version: int) -> None:
+    """Frames of one schema (the remembered plan's path): f32 x 3 (a batch), bf16 x 2 (a
+    batch), f32 of 16,383 elements x 5 (the fifth starts a second batch, which the next f32
+    tensor joins), f32 x 40 (version 2: in that batch too; version 3: zero bytes in every
+    frame, so elided, and it stays elided), bf16 x 30. Each tensor's bytes are the general
+    kernel's, each batch's payloads slices of one array; a second round of the same schema
+    with other values (the plan then comes from the fold's memory) likewise."""
+    big = K.SMALL_ELEMS - 1
+    spec = ([(F32, (2, 3))] * 3 + [(BF16, (7,))] * 2 + [(F32, (big,))] * 5
+            + [(F32, (3,)), (F32, (40,)), (BF16, (30,))])
+    for rnd in range(2):
+        rng = np.random.default_rng(17 + rnd)
+        frames = []
+        for k in range(3):
+            ts = []
+            for i, (dtype, shape) in enumerate(spec):
+                if version == 3 and i == 11:
+                    ts.append(TensorPayload(dtype, shape, b""))
+                    continue
+                n = int(np.prod(shape))
+                ts.append(_payload(_elements(rng, n, dtype, k == 0), dtype, shape))
+            frames.append(_frame(ts, weight=1.0 + k))
+        for normalise in (False, True):
+            out = (reduce_realized_work(frames, version=version) if normalise
+                   else sum_frames(frames, version=version))
+            assert out.weight == 6.0 and out.kind is RoundKind.MODEL
+            scale = np.float32(1.0 / 6.0) if normalise else None
+            assert [t.data.tobytes() for t in out.tensors] == _reference(frames, scale)
+            assert [(t.dtype, t.shape) for t in out.tensors] == spec
+            o = _owners(out)
+            assert o[0] is o[1] is o[2] and o[3] is o[4] and o[2] is not o[3]
+            assert o[5] is o[6] is o[7] is o[8] and o[9] is not o[8] and o[4] is not o[5]
+            assert o[10] is o[9] and o[12] is not o[10]
+            if version == 2:
+                assert o[11] is o[10] and out.tensors[11].nbytes == 160
+            else:
+                assert out.tensors[11].nbytes == 0
+
+
 @pytest.mark.parametrize("version", [2, 3])
 def test_frames_without_tensors_sum_to_a_frame_without_tensors(version: int) -> None:
     frames = [_frame([], weight=1.0), _frame([], weight=3.0)]
