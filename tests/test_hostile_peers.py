@@ -194,6 +194,10 @@ def test_a_rank_that_stops_reading_delays_nobody_and_is_dropped_whole(
         _netio.configure_socket(sock, **kw)
 
     monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    # a write-stall deadline of 6 s: rank 1's reader has that long, even on a loaded machine;
+    # and no TCP_USER_TIMEOUT within the test (it would reset rank 0's stalled connection)
+    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 6.0)
+    monkeypatch.setattr(_netio, "keepalive_bound", lambda: 120.0)
     size = 256 << 10  # below the parallel fan-out size: the targets are written in turn
     with FakeController() as ctrl:
         relay, ranks, conn = _two_ranks(ctrl, rcvbuf=4096)
@@ -491,7 +495,7 @@ def test_host_frames_cut_by_a_full_upstream_leave_whole_and_in_order(
                 r0.send_frame(frame(np.full(n, float(k), np.float32), weight=1.0))
                 r1.send_frame(frame(np.full(n, 100.0, np.float32), weight=1.0))
                 wait_until(lambda k=k: relay.fold.rounds_completed == k + 1)
-            assert relay.stats.host_frames == 12
+            wait_until(lambda: relay.stats.host_frames == 12)  # counted after the fold's round
             for k in range(12):
                 rec = conn.read_record()
                 assert rec is not None and rec.kind is RecordKind.HOST_FRAME
