@@ -119,6 +119,19 @@ def test_rank_messages_accept_u32(cls: type, rank: int) -> None:
     assert cls(rank).rank == rank
 
 
+@pytest.mark.parametrize("cls", [RankExit, DeclareDead])
+@pytest.mark.parametrize("rank", [np.int64(300), np.uint32(70000), np.array(2**32 - 1)])
+def test_rank_messages_keep_a_numpy_integer_rank_as_an_int(cls: type, rank: Any) -> None:
+    """A NumPy integer rank is accepted (as Hello's ranks are) and kept as an int: the varint
+    writer took ``rank.to_bytes`` of it (AttributeError at 251 and above) and a 0-d array made
+    the message unhashable."""
+    m = cls(rank)
+    assert type(m.rank) is int and m.rank == int(rank) and m == cls(int(rank))
+    assert hash(m) == hash(cls(int(rank)))
+    assert encode_control(m) == encode_control(cls(int(rank)))
+    assert decode_control(encode_control(m)) == cls(int(rank))
+
+
 def test_hello_normalises_and_checks_fields() -> None:
     h = Hello("h0", iter([0, 1]), [bytearray(SIG_A)])
     assert h.host == "h0"

@@ -150,22 +150,25 @@ class HelloAck:
 
 @dataclass(frozen=True, slots=True)
 class RankExit:
-    """Relay -> controller: local rank ``rank`` closed its connection (u32)."""
+    """Relay -> controller: local rank ``rank`` closed its connection (u32; an ``int`` or a
+    NumPy integer, kept as an ``int``)."""
 
     rank: int
 
     def __post_init__(self) -> None:
-        _check_rank(self.rank, "RankExit.rank")
+        # kept as the checked int: a NumPy integer would reach the varint writer as itself
+        object.__setattr__(self, "rank", _check_rank(self.rank, "RankExit.rank"))
 
 
 @dataclass(frozen=True, slots=True)
 class DeclareDead:
-    """Controller -> relay: drop rank ``rank`` (u32) from the fold barrier."""
+    """Controller -> relay: drop rank ``rank`` (u32; an ``int`` or a NumPy integer, kept as an
+    ``int``) from the fold barrier."""
 
     rank: int
 
     def __post_init__(self) -> None:
-        _check_rank(self.rank, "DeclareDead.rank")
+        object.__setattr__(self, "rank", _check_rank(self.rank, "DeclareDead.rank"))
 
 
 ControlMessage: TypeAlias = Hello | HelloAck | RankExit | DeclareDead
