@@ -502,6 +502,26 @@ def test_round_frame_pieces_alternate_metadata_and_payload_views() -> None:
     assert last[0] == head(1) + struct.pack("<BBQ", 9, 0, 3)
 
 
+@pytest.mark.timeout(60)
+def test_a_run_of_elided_tensors_is_joined_once() -> None:
+    """At the tensor cap, 65,536 elided tensors of 8 dims (v3: every tensor zero): the 2.75 MB
+    of metadata is one buffer, built in linear time. Each tensor's meta was appended with
+    ``bytes +=``, which copies the run so far: about 90 GB copied here (minutes, so the
+    timeout fails it)."""
+    n = 65536
+    meta = struct.pack("<BB8IQ", 1, 8, *range(1, 9), 0)
+    elided = TensorPayload.elide(Dtype.BF16, range(1, 9))
+    frame = RoundFrame(RoundKind.MODEL, 0.5, [elided] * n)
+    pieces = round_frame_pieces(frame)
+    assert len(pieces) == 1 and type(pieces[0]) is bytes
+    assert pieces[0] == head(n, 0, 0.5) + meta * n
+    with_data = RoundFrame(RoundKind.MODEL, 0.5, [elided] * (n - 4) + [A] + [elided] * 3)
+    pieces = round_frame_pieces(with_data)
+    assert len(pieces) == 3 and pieces[1] is A.data
+    assert pieces[0] == head(n, 0, 0.5) + meta * (n - 4) + struct.pack("<BBIQ", 0, 1, 2, 8)
+    assert pieces[2] == meta * 3
+
+
 def test_encode_round_frame() -> None:
     frame = RoundFrame(RoundKind.CONTROL, 0.25, [A, B, C, D])
     body = head(4, 1, 0.25) + tensor(0, [2], T0) + tensor(0, [3], b"") + tensor(9, [], b"xyz") \

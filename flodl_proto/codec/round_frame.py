@@ -468,17 +468,20 @@ def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (before the footer).
     """
     pieces: list[BytesLike] = []
-    cur = _FRAME_HEAD.pack(ROUND_FRAME_MAGIC, len(frame.tensors), int(frame.kind), frame.weight)
+    # the metadata before each payload is gathered in a list and joined once (``bytes +=``
+    # copied the run so far for every tensor: quadratic in a run of elided tensors)
+    heads = [_FRAME_HEAD.pack(ROUND_FRAME_MAGIC, len(frame.tensors), int(frame.kind),
+                              frame.weight)]
     for t in frame.tensors:
         shape = t.shape
         nbytes = t.data.nbytes
-        cur += _tensor_head(len(shape)).pack(t.dtype, len(shape), *shape, nbytes)
+        heads.append(_tensor_head(len(shape)).pack(t.dtype, len(shape), *shape, nbytes))
         if nbytes:
-            pieces.append(cur)
+            pieces.append(b"".join(heads))
             pieces.append(t.data)
-            cur = b""
-    if cur:
-        pieces.append(cur)
+            heads = []
+    if heads:
+        pieces.append(b"".join(heads))
     return pieces
 
 
