@@ -27,7 +27,7 @@ from flodl_proto.errors import ProtocolError
 from flodl_proto.fsm.controller_core import ControllerCore
 from flodl_proto.fsm.events import SendKind, SendTo
 from flodl_proto.reduce import reduce_realized_work
-from flodl_proto.spec import DEFAULT_FRAME_CEILING
+from flodl_proto.spec import DEFAULT_FRAME_CEILING, MUX_HEADER_LEN
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 OTHER_SALT = bytes(range(16))
@@ -122,6 +122,25 @@ def test_a_held_record_is_never_rewritten() -> None:
         assert wire(held) == want
         del other
     assert wire(held) == wire(encode_frame_record(RecordKind.BROADCAST, f1, SALT))
+
+
+def test_a_record_handed_out_is_read_only() -> None:
+    """A write through a record handed out would stay in the kept image: the header and frame
+    metadata are written once, so every later record of the layout would carry it, signed
+    (a caller zeroing a sent buffer, or reusing it for a read, corrupted every round after)."""
+    rng = np.random.default_rng(11)
+    images = FrameRecordImages()
+    shapes = [(4,), (2, 2)]
+    del images.encode(RecordKind.HOST_FRAME, frame(rng, shapes), SALT)[:]
+    got = check(images, RecordKind.HOST_FRAME, frame(rng, shapes))
+    assert len(got) == 1 and got[0].readonly
+    with pytest.raises(TypeError):
+        got[0][MUX_HEADER_LEN:MUX_HEADER_LEN + 4] = bytes(4)  # the frame's magic
+    del got
+    for _ in range(2):  # still the image (nothing holds it), still the general bytes
+        got = check(images, RecordKind.HOST_FRAME, frame(rng, shapes))
+        assert len(got) == 1
+        del got
 
 
 def test_other_salts_ceilings_and_argument_types() -> None:

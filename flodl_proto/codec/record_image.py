@@ -72,7 +72,9 @@ class _Image:
                             for i, (_, _, at, n) in enumerate(walk.entries) if n])
 
     def fill(self, frame: RoundFrame, salt: bytes) -> memoryview:
-        """Write ``frame``'s payloads, weight and both tags; return the whole record."""
+        """Write ``frame``'s payloads, weight and both tags; return the whole record, read-only
+        (a write through it would stay in the image: the next records of the layout would carry
+        it, signed)."""
         mv = memoryview(self.buf)
         tensors = frame.tensors
         for i, a, b in self.spans:
@@ -86,7 +88,7 @@ class _Image:
         outer.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
         outer.update(mv[MUX_HEADER_LEN:])
         mv[MUX_AUTH_COVERED_HEADER_LEN:MUX_HEADER_LEN] = outer.digest()[:AUTH_TAG_LEN]
-        return mv
+        return mv.toreadonly()
 
 
 class FrameRecordImages:
@@ -124,8 +126,9 @@ class FrameRecordImages:
         Args, errors: those of :func:`~flodl_proto.codec.mux.encode_frame_record`.
 
         Returns:
-            The record as buffers for ``socket.sendmsg``: one view of a kept image (valid while
-            held: the image is not rewritten meanwhile), or ``encode_frame_record``'s buffers.
+            The record as buffers for ``socket.sendmsg``: one read-only view of a kept image
+            (valid while held: the image is not rewritten meanwhile), or
+            ``encode_frame_record``'s buffers.
         """
         key: tuple[Any, ...] | None = None
         if type(salt) is bytes and type(ceiling) is int:
