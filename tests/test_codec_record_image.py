@@ -21,7 +21,12 @@ from flodl_proto.codec.mux import (
     encode_frame_record,
     encode_mux_record_bytes,
 )
-from flodl_proto.codec.record_image import IMAGE_MAX_PAYLOAD, IMAGES_KEPT, FrameRecordImages
+from flodl_proto.codec.record_image import (
+    IMAGE_MAX_METADATA,
+    IMAGE_MAX_PAYLOAD,
+    IMAGES_KEPT,
+    FrameRecordImages,
+)
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.errors import ProtocolError
 from flodl_proto.fsm.controller_core import ControllerCore
@@ -205,6 +210,26 @@ def test_large_frames_take_the_general_encoder() -> None:
             if big:
                 assert any(p is t.data for t in f.tensors for p in got)
             del got
+
+
+@pytest.mark.parametrize("dims", [200, 255])
+def test_a_frame_of_much_metadata_keeps_no_image(dims: int) -> None:
+    """Tiny payloads, many dims: the record's metadata (tensor headers of up to 1,030 bytes,
+    65,536 of them at the cap: 67 MB) counts too. 64 tensors of 255 dims, 63 of them elided
+    (65,970 bytes besides the payload, above the limit) keep no image, nor their layout key
+    with its shapes; 200 dims (51,890 bytes) are within it."""
+    shape = (1,) * dims
+    images = FrameRecordImages()
+    for r in range(2):
+        last = TensorPayload(0, shape, np.float32([r + 0.5]).tobytes())
+        f = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.elide(0, shape)] * 63 + [last])
+        got = check(images, RecordKind.BROADCAST, f)
+        meta = sum(memoryview(p).nbytes for p in got) - 4
+        assert meta == 25 + 17 + 64 * (2 + 4 * dims + 8) + 8
+        assert (meta > IMAGE_MAX_METADATA) is (dims == 255)
+        assert (len(got) == 1) is (r == 1 and dims == 200)
+        del got
+    assert len(images._images) == (dims == 200)
 
 
 def _error(fn: Any) -> tuple[type, str | None, dict[str, Any]]:

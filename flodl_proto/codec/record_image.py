@@ -33,11 +33,15 @@ from .auth import new_mac
 from .mux import RecordKind, encode_frame_record
 from .round_frame import RoundFrame
 
-__all__ = ["IMAGES_KEPT", "IMAGE_MAX_PAYLOAD", "FrameRecordImages"]
+__all__ = ["IMAGES_KEPT", "IMAGE_MAX_METADATA", "IMAGE_MAX_PAYLOAD", "FrameRecordImages"]
 
 #: frames whose payloads total at most this many bytes are written into a kept image; larger
 #: ones take the general encoder (no copy; their MACs may run in parallel)
 IMAGE_MAX_PAYLOAD: Final = 64 << 10
+#: and whose other bytes (record header, frame and tensor metadata, tags) total at most this
+#: many: a frame of many elided or tiny tensors of many dims (up to 65,536 x 1,030 bytes of
+#: metadata) is not kept, nor its layout key
+IMAGE_MAX_METADATA: Final = 64 << 10
 #: layouts whose image is kept (the oldest is dropped for a new one)
 IMAGES_KEPT: Final = 4
 
@@ -95,11 +99,12 @@ class FrameRecordImages:
     """The wire images of the small frame records one sender encodes, one per layout.
 
     :meth:`encode` gives the bytes of :func:`~flodl_proto.codec.mux.encode_frame_record`. A
-    frame whose payloads total at most :data:`IMAGE_MAX_PAYLOAD` bytes, encoded with a salt of
-    type ``bytes`` and an ``int`` ceiling, is written into the image kept for its record kind,
-    salt, ceiling and layout (frame kind, and per tensor dtype, shape and byte count), when
-    there is one and nothing still holds a view of it; anything else (the first frame of a
-    layout, a held image, a larger frame, other argument types) is encoded by
+    frame whose payloads total at most :data:`IMAGE_MAX_PAYLOAD` bytes and its record's other
+    bytes at most :data:`IMAGE_MAX_METADATA`, encoded with a salt of type ``bytes`` and an
+    ``int`` ceiling, is written into the image kept for its record kind, salt, ceiling and
+    layout (frame kind, and per tensor dtype, shape and byte count), when there is one and
+    nothing still holds a view of it; anything else (the first frame of a layout, a held image,
+    a larger frame, other argument types) is encoded by
     ``encode_frame_record`` itself, which checks and raises as always, and a small frame's
     record is then kept as its layout's image. The general encoder accepted that record kind,
     salt and ceiling and that layout, and its checks read nothing else (the weight and the
@@ -107,7 +112,7 @@ class FrameRecordImages:
 
     An image is rewritten only when no view of it is alive, so a record handed out stays intact
     while a writer holds it (a new image is built instead). Not thread-safe: one owner (the
-    controller core, which runs under its runner's lock).
+    controller core or the relay core, each called under its runner's lock).
 
     Upstream: ``relay/mux.rs`` ``write_record`` around ``round_frame.rs``
     ``write_round_frame_streamed`` (the same bytes).
@@ -139,7 +144,9 @@ class FrameRecordImages:
                 return [image.fill(frame, salt)]
         parts = encode_frame_record(kind, frame, salt, ceiling=ceiling,
                                     mac_executor=mac_executor)
-        if key is not None and sum([t.data.nbytes for t in frame.tensors]) <= IMAGE_MAX_PAYLOAD:
+        if (key is not None
+                and (payload := sum([t.data.nbytes for t in frame.tensors])) <= IMAGE_MAX_PAYLOAD
+                and sum([memoryview(p).nbytes for p in parts]) - payload <= IMAGE_MAX_METADATA):
             images = self._images
             if key not in images and len(images) >= IMAGES_KEPT:
                 del images[next(iter(images))]
