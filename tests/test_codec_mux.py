@@ -446,6 +446,22 @@ def test_encode_parts_argument_errors_are_local() -> None:
     assert ei.value.error_id == "ceiling.invalid"
 
 
+@pytest.mark.parametrize("kind", [True, False, 2.0, 2.5, 256, -1, "x", np.float64(3.0)])
+def test_encode_parts_refuses_a_kind_that_is_not_a_u8(kind: Any) -> None:
+    """The record kind by the codec's integer rule: a bool was written as DATA or 0, a float,
+    text or a value out of the byte's range raised a bare struct.error."""
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        encode_mux_record_parts(kind, 0, [b"x"], SALT_B)
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
+    assert ei.value.fields == {"field": "kind", "value": kind, "reason": "not a u8"}
+
+
+@pytest.mark.parametrize("kind", [np.uint8(3), np.int64(7), 0, 255])
+def test_encode_parts_writes_any_integer_kind_byte(kind: Any) -> None:
+    assert joined(encode_mux_record_parts(kind, np.int64(5), [b"x"], SALT_B)) == record(
+        SALT_B, int(kind), 5, b"x")
+
+
 # -- encode_frame_record -------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", [RecordKind.HOST_FRAME, RecordKind.BROADCAST])
 def test_encode_frame_record_matches_layout(kind: RecordKind) -> None:
@@ -476,8 +492,10 @@ def test_encode_frame_record_empty_frame() -> None:
         record(SALT_B, 3, 0, body)
 
 
-@pytest.mark.parametrize("kind", [RecordKind.DATA, RecordKind.CONTROL])
+@pytest.mark.parametrize("kind", [RecordKind.DATA, RecordKind.CONTROL, 3.0, np.float64(4.0),
+                                  True, 7])
 def test_encode_frame_record_rejects_other_kinds(kind: RecordKind) -> None:
+    """Only HOST_FRAME and BROADCAST, as integers: 3.0 was taken as a HostFrame."""
     with pytest.raises(errors.LocalProtocolError) as ei:
         encode_frame_record(kind, frame_b(), SALT_B)
     e = ei.value

@@ -246,6 +246,8 @@ def _error(fn: Any) -> tuple[type, str | None, dict[str, Any]]:
     (RecordKind.BROADCAST, SALT, -1),
     (RecordKind.BROADCAST, SALT, np.int64(5000)),
     (RecordKind.BROADCAST, SALT, True),
+    (4.0, SALT, DEFAULT_FRAME_CEILING),  # a float kind equal to BROADCAST: refused, image or not
+    (np.float64(3.0), SALT, DEFAULT_FRAME_CEILING),
 ])
 def test_errors_are_the_general_encoders(args: tuple[Any, Any, Any]) -> None:
     kind, salt, ceiling = args

@@ -333,17 +333,22 @@ def encode_mux_record_parts(
     HostFrame or Broadcast without copying tensor bytes.
 
     Raises:
-        InvalidValue (local): bad salt or rank; LimitExceeded (local): payload above ``ceiling``.
+        InvalidValue (local): bad salt or rank, or a ``kind`` that is not an integer 0..255
+            (``mux.bad_field``: a bool, a float or text is refused, never truncated; an unknown
+            kind byte is written); LimitExceeded (local): payload above ``ceiling``.
 
     Upstream: ``relay/mux.rs`` ``write_record``.
     """
     key = check_salt(salt)
     check_ceiling(ceiling)
-    _check_rank(rank, "rank")
+    r = _check_rank(rank, "rank")
+    k = wire_int(kind)  # any kind byte may be written (a conformance case sends unknown ones)
+    if k is None or not 0 <= k <= 0xFF:
+        raise protocol_error("mux.bad_field", field="kind", value=kind, reason="not a u8")
     length = sum(memoryview(p).nbytes for p in payload)
     if length > min(ceiling, U32_MAX):
         raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
-    covered = _header_bytes(kind, rank, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
+    covered = _header_bytes(k, r, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
     mac = new_mac(key)
     mac.update(covered)
     for p in payload:
@@ -384,14 +389,16 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     :func:`~flodl_proto.codec.auth.update_in_parallel`; without one, both on the calling thread.
 
     Raises:
-        InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST, or the salt is not 16
+        InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST (as an integer: ``3.0``
+            is refused), or the salt is not 16
             bytes, or ``ceiling`` is not a non-negative integer; LimitExceeded (local): the frame
             is above ``ceiling`` (default 1 GiB).
 
     Upstream: ``relay/mux.rs`` ``write_record`` around ``round_frame.rs``
     ``write_round_frame_streamed``.
     """
-    if kind not in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
+    # by the codec's integer rule: a float (3.0) or bool kind is refused, not taken as a kind
+    if wire_int(kind) not in (REC_HOST_FRAME, REC_BROADCAST):
         raise protocol_error("mux.bad_field", field="kind", value=kind,
                              reason="a RoundFrame rides in a HostFrame or Broadcast record")
     key = check_salt(salt)

@@ -100,11 +100,11 @@ class FrameRecordImages:
 
     :meth:`encode` gives the bytes of :func:`~flodl_proto.codec.mux.encode_frame_record`. A
     frame whose payloads total at most :data:`IMAGE_MAX_PAYLOAD` bytes and its record's other
-    bytes at most :data:`IMAGE_MAX_METADATA`, encoded with a salt of type ``bytes`` and an
-    ``int`` ceiling, is written into the image kept for its record kind, salt, ceiling and
-    layout (frame kind, and per tensor dtype, shape and byte count), when there is one and
-    nothing still holds a view of it; anything else (the first frame of a layout, a held image,
-    a larger frame, other argument types) is encoded by
+    bytes at most :data:`IMAGE_MAX_METADATA`, encoded with a :class:`RecordKind`, a salt of
+    type ``bytes`` and an ``int`` ceiling, is written into the image kept for its record kind,
+    salt, ceiling and layout (frame kind, and per tensor dtype, shape and byte count), when
+    there is one and nothing still holds a view of it; anything else (the first frame of a
+    layout, a held image, a larger frame, other argument types) is encoded by
     ``encode_frame_record`` itself, which checks and raises as always, and a small frame's
     record is then kept as its layout's image. The general encoder accepted that record kind,
     salt and ceiling and that layout, and its checks read nothing else (the weight and the
@@ -136,7 +136,7 @@ class FrameRecordImages:
             ``encode_frame_record``'s buffers.
         """
         key: tuple[Any, ...] | None = None
-        if type(salt) is bytes and type(ceiling) is int:
+        if type(salt) is bytes and type(ceiling) is int and type(kind) is RecordKind:
             key = (kind, salt, ceiling, frame.kind,
                    *[(t.dtype, t.shape, t.data.nbytes) for t in frame.tensors])
             image = self._images.get(key)
