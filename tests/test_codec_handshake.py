@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from flodl_proto import errors
@@ -57,6 +58,11 @@ def test_encode_handshake_default_version_is_2() -> None:
     (0, -1, "world_size", -1),
     (0, U32_MAX + 1, "world_size", U32_MAX + 1),
     (-5, U32_MAX + 1, "rank", -5),  # rank is checked first
+    (True, 4, "rank", True),  # was written as rank 1
+    (0, True, "world_size", True),
+    (2.0, 4, "rank", 2.0),  # a float or text raised construct's or Python's own error
+    (0, np.float64(4.0), "world_size", np.float64(4.0)),
+    ("3", 4, "rank", "3"),
 ])
 def test_encode_handshake_rejects_non_u32(rank: int, world: int, field: str, value: int) -> None:
     with pytest.raises(errors.InvalidValue) as exc:
@@ -64,6 +70,10 @@ def test_encode_handshake_rejects_non_u32(rank: int, world: int, field: str, val
     check(exc, errors.InvalidValue, False, "handshake.bad_field",
           f"handshake: {field} = {value!r} is invalid: not a u32",
           field=field, value=value, reason="not a u32")
+
+
+def test_encode_handshake_takes_numpy_integers() -> None:
+    assert hs.encode_handshake(np.int64(3), np.uint32(4), 2) == hs.encode_handshake(3, 4, 2)
 
 
 @pytest.mark.parametrize("version", [0, 1, 4])

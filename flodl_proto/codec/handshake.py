@@ -32,7 +32,7 @@ from ..spec import (
     HANDSHAKE_MAGIC_RANK,
     U32_MAX,
 )
-from ._common import BytesLike, as_view, check_version
+from ._common import BytesLike, as_view, check_version, wire_int
 from .structs import CHANNEL_MAGIC, HANDSHAKE, HANDSHAKE_ACK
 
 __all__ = [
@@ -67,14 +67,18 @@ def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION)
     """Encode the 16-byte rank handshake.
 
     Raises:
-        InvalidValue (local): rank or world size outside u32; VersionMismatch (local): bad version.
+        InvalidValue (local): rank or world size outside u32, or not an integer (the codec's
+            integer rule, :func:`~flodl_proto.codec._common.wire_int`: a bool, a float or text is
+            refused, never truncated or taken as 0 / 1); VersionMismatch (local): bad version.
     """
     check_version(version)
+    fields = {}
     for name, v in (("rank", rank), ("world_size", world_size)):
-        if not 0 <= v <= U32_MAX:
+        n = wire_int(v)
+        if n is None or not 0 <= n <= U32_MAX:
             raise protocol_error("handshake.bad_field", field=name, value=v, reason="not a u32")
-    return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version,
-                                  "rank": rank, "world_size": world_size}))
+        fields[name] = n
+    return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version, **fields}))
 
 
 def decode_handshake(data: BytesLike, expected_world_size: int,
