@@ -119,10 +119,11 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         file where a folder of the path should be: ``Not a directory`` at whichever level, no
         permission). No traceback.
     """
-    if out.is_dir():
-        print(f"{prog}: error: --out {out} is a directory; give a file path", file=sys.stderr)
-        return 1
     try:
+        if out.is_dir():  # inside the try: a name too long raises here, not False
+            print(f"{prog}: error: --out {out} is a directory; give a file path",
+                  file=sys.stderr)
+            return 1
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
     except FileExistsError:  # a file where a folder of the path should be
