@@ -502,6 +502,20 @@ def test_round_frame_pieces_alternate_metadata_and_payload_views() -> None:
     assert last[0] == head(1) + struct.pack("<BBQ", 9, 0, 3)
 
 
+@pytest.mark.parametrize("data", [
+    np.zeros(4, np.float32)[::2],  # strided
+    np.asfortranarray(np.zeros((2, 2), np.float32)),
+    "abcd",
+    7,
+])
+def test_payload_data_that_is_no_contiguous_buffer_is_refused_by_field(data: Any) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        TensorPayload(0, (2,), data)
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "frame.bad_field"
+    assert ei.value.fields == {"field": "data", "value": type(data).__name__,
+                               "reason": "not a C-contiguous bytes-like buffer"}
+
+
 @pytest.mark.timeout(60)
 def test_a_run_of_elided_tensors_is_joined_once() -> None:
     """At the tensor cap, 65,536 elided tensors of 8 dims (v3: every tensor zero): the 2.75 MB

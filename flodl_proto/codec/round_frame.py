@@ -151,7 +151,9 @@ class TensorPayload:
             integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]`` and the value): a bool,
             a float (``2.5`` and ``2.0`` alike) or text is refused, never truncated
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
-            round kind share).
+            round kind share), or ``data`` is not a C-contiguous bytes-like buffer
+            (``frame.bad_field`` naming ``data`` and its type: text, a number, a strided or
+            Fortran-ordered array; it was a bare TypeError).
 
     Upstream: ``controller/round_frame.rs`` ``TensorPayload``.
     """
@@ -181,9 +183,14 @@ class TensorPayload:
                 raise protocol_error("frame.dim_too_large", index=0, dim=i, value=d)
             dims.append(d)
         shape_t = tuple(dims)
+        try:
+            view = as_view(data)
+        except TypeError:  # text, a number, a strided or Fortran-ordered array
+            raise protocol_error("frame.bad_field", field="data", value=type(data).__name__,
+                                 reason="not a C-contiguous bytes-like buffer") from None
         object.__setattr__(self, "dtype", d_tag)
         object.__setattr__(self, "shape", shape_t)
-        object.__setattr__(self, "data", as_view(data))
+        object.__setattr__(self, "data", view)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
