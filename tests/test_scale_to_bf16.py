@@ -112,6 +112,15 @@ def test_bf16_from_f32_refuses_non_real_values_before_writing(values: object, dt
     assert bf16_from_f32(np.array([1.5], ml_dtypes.bfloat16)).tolist() == [0x3FC0]
 
 
+def test_bf16_from_f32_of_values_beyond_f32_is_infinity_without_a_warning() -> None:
+    """f64 values beyond f32's range cast to +-inf (upstream's f32 has no other value); the
+    cast's overflow RuntimeWarning was raised as an error where warnings are errors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bf16_from_f32([1e300, -1e300, 1.0]).tolist() == [0x7F80, 0xFF80, 0x3F80]
+        assert bf16_from_f32(np.array([1e39])).tolist() == [0x7F80]
+
+
 def test_scale_to_bf16_refuses_strided_arrays_and_warns_of_nothing() -> None:
     v = np.arange(8, dtype=np.float32)
     d = np.zeros(4, np.uint16)

@@ -105,7 +105,8 @@ def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     if given.dtype.kind not in "biuf" and given.dtype != K.BF16:
         raise ValueError(f"values must be real numbers (f32, or a real dtype to cast to f32), "
                          f"got {given.dtype} values")
-    src = np.ascontiguousarray(given, dtype=K.F32)
+    with np.errstate(over="ignore"):  # a real beyond f32's range is +-inf, as the cast says
+        src = np.ascontiguousarray(given, dtype=K.F32)
     flat = src.reshape(-1)
     if out is None:
         dst = np.empty(flat.shape[0], K.U16)
