@@ -183,6 +183,25 @@ def test_bad_rank_set_is_a_local_error(ranks: list[int], world: int) -> None:
     assert ei.value.error_id == "relay.bad_rank_set"
 
 
+@pytest.mark.parametrize(("host", "length"), [("h" * 256, 256), ("\u00e9" * 128, 256),
+                                              ("\U0001f600" * 70, 280)])
+def test_a_host_name_longer_than_a_hello_carries_is_a_local_error(host: str,
+                                                                   length: int) -> None:
+    """The host name is counted in UTF-8 bytes, at most ``MAX_HELLO_HOST_LEN`` (255)."""
+    with pytest.raises(InvalidValue) as ei:
+        RelayCore([0], 1, SALT, host=host)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "relay.host_too_long"
+    assert dict(ei.value.fields) == {"length": length, "max": 255}
+    assert str(ei.value) == (f"relay: host name is {length} bytes (UTF-8), more than the 255 "
+                             "a Hello may carry")
+
+
+@pytest.mark.parametrize("host", ["h" * 255, "\u00e9" * 127 + "h", ""])
+def test_a_host_name_of_up_to_255_utf8_bytes_is_announced(host: str) -> None:
+    assert RelayCore([0], 1, SALT, host=host).host == host
+
+
 def test_inputs_out_of_phase_are_local_errors() -> None:
     core = RelayCore([0], 1, SALT)
     with pytest.raises(SequenceError) as ei:
