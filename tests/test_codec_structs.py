@@ -16,7 +16,13 @@ from construct import Array, Bytes, Float64l, Int8ul, Int32ub, Int32ul, Int64ul,
 
 from flodl_proto import errors
 from flodl_proto.codec import structs
-from flodl_proto.codec._common import END_OF_STREAM, as_view, check_ceiling, check_version
+from flodl_proto.codec._common import (
+    END_OF_STREAM,
+    as_view,
+    check_ceiling,
+    check_version,
+    unviewed,
+)
 from flodl_proto.codec.structs import _field_format, dims_packed, packed
 
 
@@ -108,6 +114,32 @@ def test_as_view_refuses_a_strided_buffer() -> None:
     arr = np.arange(8, dtype=np.float32)[::2]
     with pytest.raises(TypeError, match=r"^decoders need a contiguous buffer$"):
         as_view(memoryview(arr))
+
+
+@pytest.mark.parametrize("data", [b"", b"\x07", b"\x01\x02\xfe\xff"])
+def test_unviewed_is_true_for_a_buffer_no_view_holds_and_leaves_it_as_it_was(data: bytes) -> None:
+    buf = bytearray(data)
+    assert unviewed(buf) is True
+    assert buf == data  # the probe byte is gone, and no byte before it was touched
+    mv = memoryview(buf)
+    mv.release()
+    assert unviewed(buf) is True
+    assert buf == data
+
+
+@pytest.mark.parametrize("hold", [
+    memoryview,
+    lambda b: memoryview(b)[1:3],  # a slice keeps the whole buffer's export
+    lambda b: np.frombuffer(b, dtype=np.uint8),
+], ids=["memoryview", "slice", "numpy"])
+def test_unviewed_is_false_while_a_view_is_alive(hold: object) -> None:
+    buf = bytearray(b"\x01\x02\x03\x04")
+    view = hold(buf)  # type: ignore[operator]
+    assert unviewed(buf) is False
+    assert buf == b"\x01\x02\x03\x04"
+    del view
+    assert unviewed(buf) is True
+    assert buf == b"\x01\x02\x03\x04"
 
 
 @pytest.mark.parametrize("ceiling", [0, 1, 1 << 30, 1 << 40])

@@ -22,6 +22,7 @@ __all__ = [
     "as_view",
     "check_ceiling",
     "check_version",
+    "unviewed",
     "wire_int",
 ]
 
@@ -66,6 +67,27 @@ def as_view(data: BytesLike) -> memoryview:
             raise TypeError("decoders need a contiguous buffer")
         mv = mv.cast("B")
     return mv
+
+
+def unviewed(buf: bytearray) -> bool:
+    """Whether no view of ``buf`` is alive: ``True`` when nothing holds an export of its buffer
+    (no ``memoryview`` of it, nor of a slice of one, nor a NumPy array over it), ``False`` while
+    one does. Such a buffer may be rewritten or resized without changing bytes a holder still
+    reads (a record buffer reused, a kept wire image written again).
+
+    The probe is the one CPython offers: a bytearray with live exports cannot be resized, so one
+    byte is appended (``BufferError`` when a view is alive) and deleted again. The buffer is
+    never copied and its length and bytes are as they were whatever the answer; the append may
+    enlarge its allocation once, as any append does.
+
+    No upstream counterpart: upstream's buffers are owned, not shared through views.
+    """
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    del buf[-1]
+    return True
 
 
 def wire_int(value: Any) -> int | None:

@@ -27,7 +27,7 @@ from ..spec import (
     MUX_HEADER_LEN,
     ROUND_FRAME_HEADER_LEN,
 )
-from ._common import BytesLike
+from ._common import BytesLike, unviewed
 from ._walk import _WEIGHT, _FrameWalk
 from .auth import new_mac
 from .mux import RecordKind, encode_frame_record
@@ -47,16 +47,6 @@ IMAGES_KEPT: Final = 4
 
 #: where the frame's weight sits in a record's image
 _WEIGHT_AT: Final = MUX_HEADER_LEN + ROUND_FRAME_HEADER_LEN + 1
-
-
-def _unheld(buf: bytearray) -> bool:
-    """True when no view of ``buf`` is alive (a bytearray with live views cannot grow)."""
-    try:
-        buf.append(0)
-    except BufferError:
-        return False
-    del buf[-1]
-    return True
 
 
 class _Image:
@@ -140,7 +130,7 @@ class FrameRecordImages:
             key = (kind, salt, ceiling, frame.kind,
                    *[(t.dtype, t.shape, t.data.nbytes) for t in frame.tensors])
             image = self._images.get(key)
-            if image is not None and _unheld(image.buf):
+            if image is not None and unviewed(image.buf):
                 return [image.fill(frame, salt)]
         parts = encode_frame_record(kind, frame, salt, ceiling=ceiling,
                                     mac_executor=mac_executor)

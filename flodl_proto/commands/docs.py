@@ -118,6 +118,9 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder, a
         file where a folder of the path should be: ``Not a directory`` at whichever level, no
         permission). No traceback.
+
+    No upstream counterpart: upstream ships no generator commands (its protocol is documented
+    by its source, not generated from a spec).
     """
     try:
         if out.is_dir():  # inside the try: a name too long raises here, not False

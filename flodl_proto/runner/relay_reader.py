@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+from ..codec._common import unviewed
 from ..codec.auth import PARALLEL_MAC_MIN
 from ..codec.mux import parse_mux_header
 from ..codec.plans import record_macs
@@ -49,26 +50,17 @@ class BufferPool:
     """Record buffers of one connection, reused across rounds.
 
     A buffer is free when nothing holds a view of it (frames decoded from a record are views of
-    its buffer; a bytearray with live views cannot be resized, which is the test used here)."""
+    its buffer; :func:`~flodl_proto.codec._common.unviewed` tells whether one is alive)."""
 
     __slots__ = ("_bufs",)
 
     def __init__(self) -> None:
         self._bufs: list[bytearray] = []
 
-    @staticmethod
-    def _free(buf: bytearray) -> bool:
-        try:
-            buf.append(0)
-        except BufferError:
-            return False
-        del buf[-1]
-        return True
-
     def acquire(self) -> bytearray:
         """A free buffer of the pool (grown by the reader as a record needs), or a new one."""
         for buf in self._bufs:
-            if self._free(buf):
+            if unviewed(buf):
                 return buf
         buf = bytearray(MUX_HEADER_LEN)
         if len(self._bufs) < POOL_PER_CONN:
