@@ -605,6 +605,17 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
                    "must be < world_size\n")
 
 
+@pytest.mark.parametrize("ranks", ["0,,1", "0,1,", ",0", "0, ,1"])
+def test_relay_ranks_with_an_empty_item_is_a_usage_error(
+        ranks: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # "0,,1" was taken as 0,1: a rank left out by mistake went unnoticed
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
+                               "--world-size", "2", "--salt", SALT_HEX)
+    assert (code, out) == (2, "")
+    assert err == (f"flodl-proto relay: --ranks expects a list of ranks like 0,1 or 0-3, got "
+                   f"{ranks!r} (an empty item)\n")
+
+
 @pytest.mark.parametrize(("command", "where", "prefix"), [
     ("controller", ["--listen", "127.0.0.1:0"], "flodl-proto controller: error: "),
     ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "flodl-proto relay: "),

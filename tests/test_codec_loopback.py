@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import struct
 
+import numpy as np
 import pytest
 
 from flodl_proto import errors
@@ -107,6 +108,21 @@ def test_encode_len_prefix_rejects(length: int, ceiling: int, shown: int) -> Non
     check(exc, errors.LimitExceeded, False, "len.write_too_large",
           f"len-framed blob length {length} exceeds the frame ceiling {shown}",
           length=length, ceiling=shown)
+
+
+@pytest.mark.parametrize("length", [True, False, 1.0, 2.5, "1", None])
+def test_encode_len_prefix_refuses_a_length_that_is_no_integer(length: object) -> None:
+    """The codec's integer rule: ``True`` was written as 1, ``1.0`` packed as 1."""
+    with pytest.raises(errors.InvalidValue) as exc:
+        lb.encode_len_prefix(length)  # type: ignore[arg-type]
+    check(exc, errors.InvalidValue, False, "mux.bad_field",
+          f"relay_mux: length = {length!r} is invalid: not an integer",
+          field="length", value=length, reason="not an integer")
+
+
+def test_encode_len_prefix_takes_a_numpy_integer() -> None:
+    assert lb.encode_len_prefix(np.uint32(47), ceiling=47) == b"\x2f\x00\x00\x00"
+    assert lb.encode_len_prefix(np.int64(0)) == bytes(4)
 
 
 @pytest.mark.parametrize("ceiling", [-1, True, 1.5])

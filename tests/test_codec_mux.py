@@ -46,13 +46,14 @@ from flodl_proto.codec import (
     parse_mux_header,
     parse_mux_header_or_eos,
 )
-from flodl_proto.codec.auth import Premac
+from flodl_proto.codec.auth import PARALLEL_MAC_MIN, Premac
 from flodl_proto.codec.mux import (
     max_hello_payload,
     ranks_str,
     read_mux_record_or_eos,
     rust_debug,
 )
+from flodl_proto.codec.round_frame import round_frame_pieces
 
 MAGIC = 0xF10D17D0
 FRAME_MAGIC = 0xF10D17F1
@@ -145,6 +146,18 @@ def test_hello_normalises_and_checks_fields() -> None:
     with pytest.raises(errors.InvalidValue) as ei2:
         Hello("h", [0], [SIG_A[:31]])
     assert ei2.value.fields == {"field": "Hello.model_sigs", "value": 31, "type": "[u8; 32]"}
+
+
+@pytest.mark.parametrize("host", [b"h0", bytearray(b"h0"), 7, None])
+def test_hello_refuses_a_host_that_is_not_text(host: object) -> None:
+    """A non-str host was stored as its ``str()``: ``b"h0"`` became the text ``"b'h0'"``."""
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        Hello(host, [0])  # type: ignore[arg-type]
+    e = ei.value
+    assert isinstance(e, errors.InvalidValue)
+    assert e.error_id == "mux.bad_field"
+    assert e.fields == {"field": "Hello.host", "value": host, "reason": "not text (str)"}
+    assert str(e) == f"relay_mux: Hello.host = {host!r} is invalid: not text (str)"
 
 
 # -- control messages: encode --------------------------------------------------------------------
@@ -865,3 +878,21 @@ def test_encode_frame_record_hands_off_only_a_large_frame(elems: int, handed_off
         wire = joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B, mac_executor=ex))
     assert (wire, ex.submitted) == (record(SALT_B, 4, 0, body), handed_off)
     assert joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B)) == wire
+
+
+@pytest.mark.parametrize(("extra", "handed_off"), [(-1, 0), (0, 1)])
+def test_encode_frame_record_hands_off_from_exactly_parallel_mac_min_bytes(
+        extra: int, handed_off: int) -> None:
+    # a frame (before its tag) of PARALLEL_MAC_MIN bytes is handed off, one byte fewer is not.
+    # The frame of one one-dim tensor has 31 bytes besides its payload, and a payload whose
+    # byte count disagrees with its shape is written as given, so any frame length is reachable
+    # (with payloads of whole f32 or bf16 elements a frame's length is always odd).
+    data = bytes(range(256)) * (PARALLEL_MAC_MIN // 256)
+    data = data[:PARALLEL_MAC_MIN - 31 + extra]
+    frame = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload(Dtype.F32, [1], data)])
+    assert sum(memoryview(p).nbytes for p in round_frame_pieces(frame)) == PARALLEL_MAC_MIN + extra
+    with _CountingExecutor() as ex:
+        wire = joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B, mac_executor=ex))
+    assert ex.submitted == handed_off
+    assert wire == joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B))
+    assert wire == record(SALT_B, 4, 0, frame_wire(SALT_B, 0, 2.0, [(0, [1], data)]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 
@@ -94,3 +95,38 @@ def test_coalesced_lines_to_a_stream_without_a_descriptor(
     w.start()
     w.close()
     assert (buf.getvalue(), w.dropped, w.broken) == ("a\nb\nc\n", 0, False)
+
+
+def test_lines_dropped_from_several_threads_are_all_counted() -> None:
+    # put() runs on every producing thread: the drop count is kept under the writer's lock
+    w = LineWriter("stdout", 4)  # never started: the first 4 lines wait, the others are dropped
+    go = threading.Barrier(4)
+
+    def produce() -> None:
+        go.wait()
+        for i in range(500):
+            w.put(str(i))
+
+    threads = [threading.Thread(target=produce) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert w.dropped == 4 * 500 - 4
+
+
+def test_a_line_is_counted_as_dropped_under_the_writers_lock() -> None:
+    w = LineWriter("stdout", 1)
+    w.put("waits")
+    counted = threading.Event()
+
+    def drop_one() -> None:
+        w.put("dropped")
+        counted.set()
+
+    with w._lock:  # a thread reading or counting the drops meanwhile waits for it
+        t = threading.Thread(target=drop_one)
+        t.start()
+        assert not counted.wait(0.05)
+    t.join()
+    assert counted.is_set() and w.dropped == 1

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN, U32_MAX
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling
+from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, wire_int
 from .auth import Premac
 from .round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_frame
 from .structs import PACKED
@@ -40,9 +40,17 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
     """Encode the 4-byte prefix of a ``length``-byte blob.
 
     Raises:
-        LimitExceeded (local): ``length`` above the frame ceiling or above u32.
+        InvalidValue (local): ``mux.bad_field`` naming ``length`` and the value when it is not an
+            integer by the codec's rule (:func:`~flodl_proto.codec._common.wire_int`: a bool, a
+            float or text is refused, never written as 1 or truncated).
+        LimitExceeded (local): ``length`` above the frame ceiling or above u32, or negative.
     """
     check_ceiling(ceiling)
+    n = wire_int(length)
+    if n is None:
+        raise protocol_error("mux.bad_field", field="length", value=length,
+                             reason="not an integer")
+    length = n
     if length > ceiling or length > U32_MAX or length < 0:
         raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, U32_MAX))
     return _LEN_PREFIX.pack(length)

@@ -127,7 +127,9 @@ class Hello:
             empty to encode at version 2.
 
     Raises:
-        InvalidValue (local): a rank does not fit u32 or a signature is not 32 bytes.
+        InvalidValue (local): ``mux.bad_field`` naming ``Hello.host`` and the value when the host
+            is not text (``str``: bytes such as ``b"h0"`` are refused, not stored as the text
+            ``"b'h0'"``), or a rank does not fit u32, or a signature is not 32 bytes.
     """
 
     host: str
@@ -135,6 +137,9 @@ class Hello:
     model_sigs: tuple[bytes, ...] = ()
 
     def __init__(self, host: str, ranks: Iterable[int], model_sigs: Iterable[bytes] = ()) -> None:
+        if not isinstance(host, str):  # str(b"h0") would be the text "b'h0'"
+            raise protocol_error("mux.bad_field", field="Hello.host", value=host,
+                                 reason="not text (str)")
         object.__setattr__(self, "host", str(host))
         object.__setattr__(self, "ranks", tuple(_check_rank(r, "Hello.ranks") for r in ranks))
         sigs = tuple(bytes(s) for s in model_sigs)

@@ -53,21 +53,36 @@ class LineWriter:
         self._backlog = backlog
         self._held = 0  # lines the writer took for its current write (with coalesce)
         self._writer = threading.Thread(target=self._write, name=name, daemon=True)
-        self.dropped = 0
+        #: guards the drop count: put() runs on every producing thread (log records of any
+        #: thread, the coordinator's lines)
+        self._lock = threading.Lock()
+        self._dropped = 0
         #: set once a write failed (the stream's reader went away): later lines are discarded
         self.broken = False
 
+    @property
+    def dropped(self) -> int:
+        """Lines dropped so far for a full backlog (counted under the writer's lock, as
+        :meth:`put` runs on any thread)."""
+        with self._lock:
+            return self._dropped
+
     def put(self, line: str | None) -> None:
-        """Queue ``line`` (without its newline; None: nothing), or count it as dropped."""
+        """Queue ``line`` (without its newline; None: nothing), or count it as dropped.
+        Safe to call from several threads at once."""
         if line is None:
             return
         if self._held and self._held + self._lines.qsize() >= self._backlog:
-            self.dropped += 1  # the lines being written and the queued ones fill the backlog
+            self._count_dropped()  # the lines being written and the queued ones fill the backlog
             return
         try:
             self._lines.put_nowait(line)
         except queue.Full:
-            self.dropped += 1
+            self._count_dropped()
+
+    def _count_dropped(self) -> None:
+        with self._lock:
+            self._dropped += 1
 
     def start(self) -> None:
         """Start writing (lines queued before wait until now)."""

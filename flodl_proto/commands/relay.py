@@ -175,14 +175,19 @@ def parse_ranks(text: str, world_size: int | None = None,
             (a relay holds one loopback connection per rank: the process's open-file limit).
 
     Raises:
-        ValueError: not a comma-separated list of non-negative integers / ranges.
+        ValueError: not a comma-separated list of non-negative integers / ranges, or an empty
+            item (``0,,1``, a leading or trailing comma), named as such.
         InvalidValue (local): ``relay.bad_rank_set``: a range beyond ``world_size``, or more
             than ``max_ranks`` ranks.
     """
     bad = ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r}")
+    parts = text.replace(" ", "").split(",")
+    if "" in parts and text.strip():  # "0,,1": a rank left out by mistake, not a list of two
+        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r} "
+                         f"(an empty item)")
     spans: list[tuple[int, int]] = []
     try:
-        for part in text.replace(" ", "").split(","):
+        for part in parts:
             if not part:
                 continue
             lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
