@@ -903,3 +903,55 @@ def test_merged_host_frames_of_a_repeated_layout_are_the_general_encoders_bytes(
         assert (len(up.buffers) == 1) == (layout in seen), (rnd, layout, len(up.buffers))
         seen.add(layout)
         del up  # the record's image is free for the next round of its layout
+
+
+# -- the cut-through route of a large Broadcast ---------------------------------------------------
+
+def test_a_broadcast_route_names_the_prefix_the_alive_ranks_and_the_held_tag() -> None:
+    core = _connected_core((0, 1, 2), 3, 2)
+    route = core.broadcast_route(int(RecordKind.BROADCAST), 5 << 20)
+    assert route is not None
+    assert (route.prefix, route.ranks, route.hold) == ((5 << 20).to_bytes(4, "little"),
+                                                       (0, 1, 2), 8)
+    core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(1), 2), 2))
+    route = core.broadcast_route(int(RecordKind.BROADCAST), 9)
+    assert route is not None and route.ranks == (0, 2) and route.prefix == b"\x09\0\0\0"
+    assert core.state == RelayState.FOLDING  # a question: nothing changed
+    assert not core.finished
+
+
+@pytest.mark.parametrize(("kind", "length"), [
+    (int(RecordKind.CONTROL), 1 << 20),  # only a Broadcast goes to the ranks
+    (int(RecordKind.HOST_FRAME), 1 << 20),
+    (int(RecordKind.BROADCAST), 8),  # no byte before the held-back tag
+    (int(RecordKind.BROADCAST), 0),
+    (int(RecordKind.BROADCAST), (1 << 20) + 1),  # above this core's ceiling
+])
+def test_no_route_for_another_kind_a_tag_only_payload_or_one_over_the_ceiling(
+        kind: int, length: int) -> None:
+    core = connected_core((0, 1), 2, 2, SALT, ceiling=1 << 20)
+    assert core.broadcast_route(kind, length) is None
+    assert core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20) is not None
+
+
+def test_no_route_before_the_hello_ack_after_the_end_or_without_an_alive_rank() -> None:
+    core = RelayCore([0], 1, SALT)
+    core.rank_handshake(encode_handshake(0, 1, 2))
+    core.dialed()
+    assert core.state == RelayState.AWAITING_HELLO_ACK
+    assert core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20) is None
+    core = _connected_core((0, 1), 2, 2)
+    core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(0), 2), 2))
+    core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(1), 2), 2))
+    assert core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20) is None  # nobody alive
+    core = _connected_core((0, 1), 2, 2)
+    core.rank_left(1)
+    core.rank_left(0)
+    assert core.state == RelayState.DRAINING
+    assert core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20) is None  # nobody alive
+    core = _connected_core((0, 1), 2, 2)
+    core.rank_left(1)
+    route = core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20)
+    assert route is not None and route.ranks == (0,)
+    core.stop()
+    assert core.finished and core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20) is None

@@ -64,6 +64,7 @@ _META = PACKED["TENSOR_META"]
 _NBYTES = PACKED["TENSOR_NBYTES"]
 
 __all__ = [
+    "FRAME_TAG_TAIL",
     "Dtype",
     "RoundFrame",
     "RoundKind",
@@ -80,6 +81,11 @@ __all__ = [
     "round_frame_pieces",
     "round_frame_wire_len",
 ]
+
+#: the bytes that end every RoundFrame: its auth tag (``AUTH_TAG_LEN``), after everything it
+#: covers, so no reader can accept a frame before these arrive (the relay holds them back
+#: while it forwards a Broadcast it has not checked yet)
+FRAME_TAG_TAIL: Final = AUTH_TAG_LEN
 
 _NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
 _BF16 = np.dtype(ml_dtypes.bfloat16)

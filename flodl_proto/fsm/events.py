@@ -22,6 +22,7 @@ from .lifecycle import Outcome
 __all__ = [
     "AckRank",
     "Action",
+    "BroadcastRoute",
     "CheckpointWindow",
     "CloseConnection",
     "CloseRank",
@@ -253,6 +254,28 @@ class FanOut:
     prefix: bytes
     payload: memoryview
     ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastRoute:
+    """Where a Broadcast may go while its payload is still arriving (the answer of
+    :meth:`~flodl_proto.fsm.relay_core.RelayCore.broadcast_route`, not an action): the runner
+    may write ``prefix`` and all but the payload's last ``hold`` bytes to each rank of ``ranks``
+    before the record's auth tag is checked; the rest only once the core has taken the whole
+    record (its :class:`FanOut`). A record that fails its check, or ends early, leaves those
+    ranks' streams cut inside a frame: the runner closes them (spec departure
+    ``broadcast_cut_through``).
+
+    Attributes:
+        prefix: the 4-byte loopback length prefix of the payload.
+        ranks: the alive local ranks, ascending.
+        hold: payload bytes kept back until the record is checked (the inner frame's auth tag,
+            8 bytes: no rank can complete the frame before then).
+    """
+
+    prefix: bytes
+    ranks: tuple[int, ...]
+    hold: int
 
 
 @dataclass(frozen=True, slots=True)

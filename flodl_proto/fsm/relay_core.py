@@ -12,6 +12,9 @@ Inputs (each returns a list of actions):
 * :meth:`RelayCore.rank_handshake` — a loopback connection delivered its 16-byte handshake;
 * :meth:`RelayCore.dialed` — the controller connection is open;
 * :meth:`RelayCore.upstream_record` — a record (or the end of stream) from the controller;
+* :meth:`RelayCore.broadcast_route` — a question, not an input: may a Broadcast whose header
+  has arrived be forwarded to the ranks while its payload arrives (spec departure
+  ``broadcast_cut_through``)?
 * :meth:`RelayCore.rank_frame` — a local rank's loopback blob (one signed RoundFrame);
 * :meth:`RelayCore.rank_left` — a local rank's loopback stream ended or broke;
 * :meth:`RelayCore.drained` — the drain requested by :class:`~flodl_proto.fsm.events.DrainUpstream`
@@ -75,13 +78,14 @@ from ..codec.mux import (
     ranks_str,
 )
 from ..codec.record_image import FrameRecordImages
-from ..codec.round_frame import RoundFrame
+from ..codec.round_frame import FRAME_TAG_TAIL, RoundFrame
 from ..errors import LimitExceeded, ProtocolError, protocol_error
 from ..reduce import HostFold
 from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION, MAX_HELLO_HOST_LEN
 from .deadline import RoundDeadline
 from .events import (
     AckRank,
+    BroadcastRoute,
     CloseRank,
     DrainUpstream,
     FanOut,
@@ -283,6 +287,32 @@ class RelayCore:
             raise protocol_error("relay.bad_event", event="upstream_record",
                                  state=self.lifecycle.state_name)
         return self._flush()
+
+    def broadcast_route(self, kind: int, payload_len: int) -> BroadcastRoute | None:
+        """May a controller record whose header announces ``kind`` and ``payload_len`` bytes be
+        forwarded to the local ranks as its payload arrives, before its auth tag is checked?
+        Changes nothing: the record is still handed to :meth:`upstream_record` once read, and
+        only that call's :class:`FanOut` lets the runner write the held-back tail (spec
+        departure ``broadcast_cut_through``).
+
+        Returns:
+            the route (the payload's length prefix, the alive local ranks, the frame's
+            ``FRAME_TAG_TAIL`` tag bytes to hold back) for a Broadcast of more than
+            ``FRAME_TAG_TAIL`` and at most :attr:`ceiling` bytes while the relay folds or drains
+            with a local rank alive; None otherwise (the runner reads the whole record first, as
+            upstream does).
+
+        Upstream: none (``relay/agent.rs`` reads and checks the whole record before writing it
+        to any rank).
+        """
+        if (kind != RecordKind.BROADCAST or not FRAME_TAG_TAIL < payload_len <= self.ceiling
+                or self.lifecycle.state not in (RelayState.FOLDING, RelayState.DRAINING)):
+            return None
+        ranks = self.fold.alive_ranks
+        if not ranks:
+            return None
+        return BroadcastRoute(encode_len_prefix(payload_len, ceiling=self.ceiling), ranks,
+                              FRAME_TAG_TAIL)
 
     def rank_frame(self, rank: int, blob: BytesLike, *,
                    premac: Premac | None = None, now: float | None = None) -> list[RelayAction]:

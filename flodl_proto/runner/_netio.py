@@ -393,15 +393,19 @@ def recv_hashing_into(
     committed: bool = False,
     starvation: float | None = None,
     start: int = 0,
+    step: int = HASH_STEP,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """:func:`recv_exact_into` of ``view[start:]`` that also feeds each MAC its range's bytes as
     they arrive (ranges are offsets into ``view``; bytes before ``start`` were already fed).
 
-    Bytes are read in steps of :data:`HASH_STEP`; after each step every MAC is fed the newly
-    filled part of its range (on the reading thread, or on its worker), so the hashing overlaps
-    the peer's sending. Every worker is drained before this returns, so a MAC covering only
-    received bytes is complete. Returns the number of bytes read into ``view[start:]`` (short
-    only at end of stream; the MACs then cover only what arrived).
+    Bytes are read in steps of ``step`` bytes (default :data:`HASH_STEP`); after each step
+    ``progress(filled)`` is called first, if given (``filled``: the bytes of ``view`` now in
+    place, e.g. for a writer that forwards them), then every MAC is fed the newly filled part
+    of its range (on the reading thread, or on its worker), so the hashing overlaps the peer's
+    sending. Every worker is drained before this returns, so a MAC covering only received bytes
+    is complete. Returns the number of bytes read into ``view[start:]`` (short only at end of
+    stream; the MACs then cover only what arrived).
 
     Raises:
         everything :func:`recv_exact_into` raises.
@@ -410,11 +414,13 @@ def recv_hashing_into(
     got = start
     try:
         while got < n:
-            upto = min(n, got + HASH_STEP)
+            upto = min(n, got + step)
             r = recv_exact_into(sock, view[got:upto], stop=stop,
                                 committed=committed or got > start,
                                 starvation=starvation)
             got += r
+            if progress is not None:
+                progress(got)
             for m in macs:
                 end = min(m.stop, got)
                 begin = m.start + m.done
@@ -445,6 +451,8 @@ def read_record_into(
     grow_step: int | None = None,
     worker: Callable[[], MacWorker] | None = None,
     parallel_min: int = PARALLEL_MAC_MIN,
+    step: int = HASH_STEP,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[memoryview, int]:
     """Read the rest of one record, frame or blob into ``buf``: bytes ``start..size`` (the bytes
     before ``start``, e.g. a header already read, are in place), every MAC of the codec's read
@@ -463,6 +471,8 @@ def read_record_into(
         stop, starvation: as :func:`recv_exact_into` (the read is committed: a unit has begun).
         worker: gives the MAC worker for a range after the first of at least ``parallel_min``
             bytes (hashed beside the reading thread); None, or a smaller range: on this thread.
+        step, progress: as :func:`recv_hashing_into` (``progress`` gets the bytes of ``buf``
+            in place, counted from its start; not called for a unit read in one step).
 
     Returns:
         ``(view, got)``: a view of ``buf`` (release it, or drop it, before growing ``buf``
@@ -472,7 +482,7 @@ def read_record_into(
     Raises:
         everything :func:`recv_exact_into` raises.
     """
-    if size - start <= HASH_STEP and size < parallel_min:
+    if size - start <= step and size < parallel_min:
         # a small unit (the common case: every record of a small-frame round): one read, then
         # each MAC fed its range on this thread, as the stepped read below would do in one step
         if grow_step is not None and isinstance(buf, bytearray) and len(buf) < size:
@@ -500,7 +510,7 @@ def read_record_into(
             view = memoryview(buf)
         upto = min(size, len(view))
         n = recv_hashing_into(sock, view[:upto], macs, stop=stop, committed=True,
-                              starvation=starvation, start=got)
+                              starvation=starvation, start=got, step=step, progress=progress)
         got += n
         if got < upto:  # end of stream inside the unit
             break

@@ -51,8 +51,7 @@ from ..addr import PORT_MAX
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import Premac
 from ..codec.loopback import decode_len_prefix_or_eos
-from ..codec.mux import MuxRecord, RecordKind, parse_mux_header_or_eos, read_mux_record_or_eos
-from ..codec.plans import record_macs
+from ..codec.mux import MuxRecord, RecordKind
 from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
 from ..fsm.events import (
@@ -73,7 +72,6 @@ from ..spec import (
     DEFAULT_VERSION,
     HANDSHAKE_LEN,
     LEN_PREFIX_LEN,
-    MUX_HEADER_LEN,
     RELAY_DATA_LOOPBACK_OFFSET,
     RELAY_OUTBOUND_QUEUE,
     net_timeout_scale,
@@ -91,7 +89,6 @@ from ._netio import (
     parse_addr,
     poll_interval,
     read_frame_into,
-    read_record_into,
     recv_exact_into,
     send_all,
     send_at_once,
@@ -100,6 +97,7 @@ from ._netio import (
     skip_sent,
     write_to_each,
 )
+from .relay_fanout import CUT_THROUGH_MIN, BroadcastStream, UpstreamReader
 
 __all__ = ["Relay", "RelayStats", "default_relay_port"]
 
@@ -256,10 +254,10 @@ class Relay:
         self._out_lock = threading.Lock()
         self._out_queued = 0
         self._blob_bufs: dict[int, npt.NDArray[np.uint8]] = {}
-        self._record_buf: npt.NDArray[np.uint8] | None = None
-        # the upstream record header, read by one thread at a time (the dial, then the reader)
-        self._header_buf = memoryview(bytearray(MUX_HEADER_LEN))
         self._starve = committed_read_starvation()  # seconds, read once
+        # the controller's records, read by one thread at a time (the dial, then the reader)
+        self._up_reader = UpstreamReader(self._salt, self.version, self.ceiling, self._stop,
+                                         self._forward, lambda n: self._count("upstream_in", n))
         self._timed = timeout is not None  # a rank deadline: deposits carry their time
 
     # -- public surface --------------------------------------------------------------------------
@@ -510,47 +508,30 @@ class Relay:
 
         Raises:
             PeerTimedOut: the connection died silently (keepalive), naming the controller.
-            everything :meth:`_read_record_from` raises.
+            everything :meth:`UpstreamReader.read <flodl_proto.runner.relay_fanout.
+            UpstreamReader.read>` raises.
         """
         try:
-            return self._read_record_from(sock)
+            return self._up_reader.read(sock, self._starve)
         except PeerTimedOut as e:
             raise PeerTimedOut(e.errno, f"controller {format_addr(self._controller)}: "
                                         f"{e.strerror}") from None
 
-    def _read_record_from(self, sock: socket.socket) -> MuxRecord | None:
-        """Read one mux record: header first (poll), then exactly its payload; None at EOF."""
-        hv = self._header_buf
-        starve = self._starve
-        got = recv_exact_into(sock, hv, stop=self._stop, starvation=starve)
-        if got < MUX_HEADER_LEN:
-            self._count("upstream_in", got)
-            return None  # end of stream inside the header is a clean end
-        hdr = parse_mux_header_or_eos(hv, ceiling=self.ceiling)
-        assert hdr is not END_OF_STREAM  # the view holds the whole header (for the type)
-        # the record is used synchronously (fan-out, control): its buffer is reused next time
-        size = MUX_HEADER_LEN + hdr.payload_len
-        if self._record_buf is None or self._record_buf.shape[0] != size:
-            self._record_buf = np.empty(size, dtype=np.uint8)
-        view = self._record_buf.data
-        view[:MUX_HEADER_LEN] = hv
-        # the record MAC is computed as the payload arrives (the tag is checked by the decode)
-        plan = record_macs(hv, hdr, self._salt)
-        try:
-            _, got = read_record_into(sock, view, size, plan.ranges(), start=MUX_HEADER_LEN,
-                                      stop=self._stop, starvation=starve)
-        except BaseException:
-            self._count("upstream_in", MUX_HEADER_LEN)
-            raise
-        body = got - MUX_HEADER_LEN
-        with self._lock:
-            self.stats.upstream_in += got  # the header and the payload
-        premac = plan.premac(body)
-        res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,  # salt checked
-                                     version=self.version, ceiling=self.ceiling, premac=premac,
-                                     header=hdr)
-        assert res is not END_OF_STREAM  # the buffer holds the whole header
-        return res[0]
+    def _forward(self, kind: int, payload_len: int,
+                 payload: memoryview) -> BroadcastStream | None:
+        """Start forwarding a record's payload to the ranks as it arrives, if it is large and
+        the core gives it a route (:mod:`flodl_proto.runner.relay_fanout`)."""
+        if payload_len < CUT_THROUGH_MIN:
+            return None
+        with self._core_lock:
+            route = self._core.broadcast_route(kind, payload_len)
+        if route is None:
+            return None
+        targets = [(r, s) for r in route.ranks if (s := self._rank_socks.get(r)) is not None]
+        if not targets:
+            return None
+        return BroadcastStream(targets, route.prefix, payload, route.hold,
+                               self._broadcast_failed)
 
     # -- phase 3: the fold barrier ---------------------------------------------------------------
     def _spawn_workers(self) -> None:
@@ -736,15 +717,24 @@ class Relay:
             traced = broadcast and stages.is_enabled()
             if traced:
                 stages.mark("relay", rnd, "broadcast_read")
-            self._core_call(self._core.upstream_record, rec)
+            try:
+                self._core_call(self._core.upstream_record, rec)
+            finally:
+                fwd, self._up_reader.forwarding = self._up_reader.forwarding, None
+                if fwd is not None:  # the core took no FanOut from it (it failed or ended)
+                    fwd.abort()
             if traced:
                 stages.mark("relay", rnd, "fanout_done")
             if rec is None:
                 return
 
     def _fan_out(self, action: FanOut) -> None:
+        fwd, self._up_reader.forwarding = self._up_reader.forwarding, None
         with self._fanout_lock:
-            self._fan_out_locked(action.prefix, action.payload, action.ranks)
+            if fwd is not None:  # forwarded as it arrived: the checked record's tail
+                self._count("to_ranks", fwd.commit(action.ranks))
+            else:
+                self._fan_out_locked(action.prefix, action.payload, action.ranks)
 
     def _fan_out_locked(self, prefix: bytes, payload: memoryview,
                         ranks: tuple[int, ...]) -> None:

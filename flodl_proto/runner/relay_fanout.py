@@ -1,0 +1,254 @@
+"""The relay's controller-side read (:class:`UpstreamReader`) and its cut-through Broadcast
+fan-out (:class:`BroadcastStream`): a large Broadcast goes to the local ranks as it arrives from
+the controller, not after.
+
+A Broadcast record carries its auth tag in its header, so the relay can check it only once the
+whole payload has arrived; waiting for that before writing to any rank puts the relay's whole
+read and MAC in line before every rank's own read and MAC (the round's fan-out stage). Instead,
+when the core gives a route for the record from its header
+(:meth:`~flodl_proto.fsm.relay_core.RelayCore.broadcast_route`), a :class:`BroadcastStream`
+writes the payload to each rank of the route while the reader is still receiving and hashing
+it, all but its last ``hold`` bytes (the inner frame's auth tag): no rank can complete the
+frame before the relay has checked the record. When the core takes the checked record (its
+:class:`~flodl_proto.fsm.events.FanOut`), :meth:`BroadcastStream.commit` releases the tail;
+when the record fails its check or the stream ends inside it, :meth:`BroadcastStream.abort`
+closes every rank the stream wrote to (their streams are cut inside a frame: spec departure
+``broadcast_cut_through``).
+
+Each rank is written by a thread of its own under the write-stall deadline (a rank that reads
+slowly, or not at all, delays neither the reader nor the other ranks); a failed or stalled
+write calls the caller's ``failed`` hook, as the whole-record fan-out does
+(:func:`~flodl_proto.runner._netio.write_to_each`, departure ``broadcast_write_failure``).
+No tensor byte is copied: the writers send views of the record buffer the reader fills, and
+every writer has finished when :meth:`~BroadcastStream.commit` or
+:meth:`~BroadcastStream.abort` returns, so the buffer may be reused for the next record.
+
+Upstream: none (``flodl/src/distributed/relay/agent.rs`` reads the whole record, then writes
+it to each rank in turn).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec.mux import MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
+from ..codec.plans import record_macs
+from ..spec import MUX_HEADER_LEN
+from ._netio import HASH_STEP, read_record_into, recv_exact_into, send_all, shutdown_quietly
+
+__all__ = ["CUT_THROUGH_MIN", "FORWARD_STEP", "BroadcastStream", "UpstreamReader"]
+
+#: Broadcast payloads from this size on are forwarded as they arrive (bytes); smaller ones
+#: are read whole first (their round's time is the path's fixed cost, not the bytes)
+CUT_THROUGH_MIN = 1 << 20
+
+#: the reader's step while forwarding (bytes): how far the writers may trail the bytes received
+FORWARD_STEP = 512 << 10
+
+
+class BroadcastStream:
+    """Forward one Broadcast payload to local ranks while it arrives (see the module doc).
+
+    Args:
+        targets: ``(rank, socket)`` of each rank of the route (blocking sockets).
+        prefix: the payload's 4-byte loopback length prefix, written first.
+        payload: a view of the whole payload's buffer (``len(payload)`` bytes, filled by the
+            reader from the start; only bytes reported by :meth:`arrived` are read).
+        hold: payload bytes kept back until :meth:`commit` (the inner frame's auth tag).
+        failed: called with ``(rank, error)`` on a writer's thread when a write fails or
+            stalls past the write-stall deadline; that rank gets nothing more.
+
+    Raises:
+        ValueError: ``hold`` is not between 1 and the payload's length.
+
+    Attributes:
+        written: bytes written to ranks that got the whole record (prefix and payload), set
+            by :meth:`commit`.
+    """
+
+    def __init__(self, targets: Sequence[tuple[int, socket.socket]], prefix: bytes,
+                 payload: memoryview, hold: int,
+                 failed: Callable[[int, OSError], None]) -> None:
+        if not 0 < hold <= payload.nbytes:
+            raise ValueError(f"hold {hold} outside 1..{payload.nbytes}")
+        self._prefix = prefix
+        self._payload = payload
+        self._hold = hold
+        self._failed = failed
+        self._cond = threading.Condition()
+        self._avail = 0  # payload bytes the writers may send
+        self._end: int | None = None  # set by commit: everything may go
+        self._keep: frozenset[int] | None = None  # set by commit: the ranks that get the rest
+        self._aborted = False
+        self._started: set[int] = set()  # ranks whose stream has begun
+        self._whole: list[int] = []  # ranks written whole
+        self.written = 0
+        self._socks = dict(targets)
+        self._threads = [threading.Thread(target=self._write, args=(rank, sock),
+                                          name=f"flodl-relay-fwd-r{rank}")
+                         for rank, sock in targets]
+        for t in self._threads:
+            t.start()
+
+    def arrived(self, filled: int) -> None:
+        """The first ``filled`` payload bytes are in the buffer: all but the held-back tail may
+        go."""
+        avail = filled - self._hold
+        if avail > self._avail:
+            with self._cond:
+                self._avail = avail
+                self._cond.notify_all()
+
+    def commit(self, ranks: Sequence[int]) -> int:
+        """The record was checked and the core fanned it out to ``ranks``: write the rest to
+        those of them on the route; a rank of the route not in ``ranks`` (it left meanwhile)
+        gets nothing more and, if its stream began, is closed. Waits for every writer (at most
+        the write-stall deadline); returns the bytes written to ranks that got it whole."""
+        with self._cond:
+            self._end = self._payload.nbytes
+            self._keep = frozenset(ranks)
+            self._cond.notify_all()
+        self._join()
+        for rank in self._started - self._keep - set(self._whole):
+            shutdown_quietly(self._socks[rank])
+        self.written = len(self._whole) * (len(self._prefix) + self._payload.nbytes)
+        return self.written
+
+    def abort(self) -> None:
+        """The record failed its check, or did not arrive whole: write nothing more, close every
+        rank whose stream began (cut inside a frame, it cannot resynchronise), and wait for
+        every writer."""
+        with self._cond:
+            self._aborted = True
+            self._cond.notify_all()
+        self._join()
+        for rank in self._started:
+            shutdown_quietly(self._socks[rank])
+
+    def _join(self) -> None:
+        for t in self._threads:
+            t.join()
+
+    def _write(self, rank: int, sock: socket.socket) -> None:
+        sent = 0  # payload bytes written
+        first = True
+        payload = self._payload
+        while True:
+            with self._cond:
+                while not self._aborted and self._end is None and self._avail <= sent:
+                    self._cond.wait()
+                if self._aborted or (self._keep is not None and rank not in self._keep):
+                    return
+                upto = self._end if self._end is not None else self._avail
+                if first:
+                    self._started.add(rank)
+            if upto > sent:
+                piece = payload[sent:upto]
+                bufs: list[BytesLike] = [self._prefix, piece] if first else [piece]
+                first = False
+                try:
+                    send_all(sock, bufs)
+                except OSError as e:
+                    self._failed(rank, e)
+                    return
+                sent = upto
+            if sent == payload.nbytes:
+                with self._cond:
+                    self._whole.append(rank)
+                return
+
+
+class UpstreamReader:
+    """Reads the relay's records from the controller, one at a time: the header (polling the
+    stop flag), then exactly the payload into a buffer reused from record to record (the record
+    is used before the next read: fan-out, control), the record MAC computed as it arrives and
+    checked by the codec's decode.
+
+    When ``route(kind, payload_len, payload_view)`` returns a :class:`BroadcastStream` for a
+    record (the relay asks its core for a route, from :data:`CUT_THROUGH_MIN` bytes), the
+    payload is forwarded as it arrives (read in :data:`FORWARD_STEP` steps); the stream is left
+    in :attr:`forwarding` for the caller to commit once its core has taken the record, or is
+    aborted here when the read or the check fails.
+
+    Args:
+        salt: the session salt (16 bytes). version, ceiling: the relay's protocol version and
+            frame ceiling (bytes).
+        stop: the relay's stop flag.
+        route: see above; returns None to read the whole record first.
+        count: called with the bytes read (header and payload) of each record.
+
+    Upstream: ``flodl/src/distributed/relay/mux.rs`` (``read_record``), ``relay/agent.rs``.
+    """
+
+    def __init__(self, salt: bytes, version: int, ceiling: int, stop: threading.Event,
+                 route: Callable[[int, int, memoryview], BroadcastStream | None],
+                 count: Callable[[int], None]) -> None:
+        self._salt, self._version, self._ceiling, self._stop = salt, version, ceiling, stop
+        self._route, self._count = route, count
+        self._header = memoryview(bytearray(MUX_HEADER_LEN))
+        self._buf: npt.NDArray[np.uint8] | None = None
+        #: the stream of the record last returned, forwarded as it arrived (None: not one)
+        self.forwarding: BroadcastStream | None = None
+
+    def read(self, sock: socket.socket, starvation: float | None) -> MuxRecord | None:
+        """Read one record; None at the end of the stream (inside the header: a clean end;
+        inside the payload: the codec's decode says which). ``starvation``: the committed-read
+        starvation bound (seconds), as :func:`~flodl_proto.runner._netio.recv_exact_into`.
+
+        Raises:
+            every error of :func:`~flodl_proto.runner._netio.read_record_into` and of the
+            codec's ``read_mux_record_or_eos`` (a bad tag: AuthenticationError).
+        """
+        hv = self._header
+        got = recv_exact_into(sock, hv, stop=self._stop, starvation=starvation)
+        if got < MUX_HEADER_LEN:
+            self._count(got)
+            return None  # end of stream inside the header is a clean end
+        hdr = parse_mux_header_or_eos(hv, ceiling=self._ceiling)
+        assert hdr is not END_OF_STREAM  # the view holds the whole header (for the type)
+        size = MUX_HEADER_LEN + hdr.payload_len
+        if self._buf is None or self._buf.shape[0] != size:
+            self._buf = np.empty(size, dtype=np.uint8)
+        view = self._buf.data
+        view[:MUX_HEADER_LEN] = hv
+        # the record MAC is computed as the payload arrives (the tag is checked by the decode)
+        plan = record_macs(hv, hdr, self._salt)
+        fwd = self._route(hdr.kind, hdr.payload_len, view[MUX_HEADER_LEN:])
+        progress: Callable[[int], None] | None = None
+        if fwd is not None:
+            stream = fwd
+
+            def progress(filled: int) -> None:  # bytes of the record: the payload's after
+                stream.arrived(filled - MUX_HEADER_LEN)
+        try:
+            _, got = read_record_into(
+                sock, view, size, plan.ranges(), start=MUX_HEADER_LEN, stop=self._stop,
+                starvation=starvation, step=FORWARD_STEP if fwd else HASH_STEP,
+                progress=progress)
+        except BaseException:
+            self._count(MUX_HEADER_LEN)
+            if fwd is not None:
+                fwd.abort()
+            raise
+        body = got - MUX_HEADER_LEN
+        self._count(got)  # the header and the payload
+        try:
+            res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,
+                                         version=self._version, ceiling=self._ceiling,
+                                         premac=plan.premac(body), header=hdr)
+        except BaseException:
+            if fwd is not None:
+                fwd.abort()
+            raise
+        assert res is not END_OF_STREAM  # the buffer holds the whole header
+        if fwd is not None and res[0] is None:  # the stream ended inside the record
+            fwd.abort()
+            fwd = None
+        self.forwarding = fwd
+        return res[0]

@@ -1,0 +1,267 @@
+"""The relay's cut-through Broadcast fan-out (:class:`~flodl_proto.runner.relay_fanout.
+BroadcastStream`) on socket pairs: what each rank's end receives when the record is committed
+(everything, byte for byte), aborted (a strict prefix that stops before the held-back tag, then
+the end of the stream), committed without a rank that left (cut and closed) or written to a rank
+that is gone (its hook called, the others whole); and, through the relay runner against a fake
+controller, a large Broadcast that arrives whole, one whose record tag is wrong and one cut by
+the controller's end of stream (no rank ever completes the frame).
+
+Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from flodl_proto.codec import Dtype, RecordKind, RoundFrame, TensorPayload, encode_frame_record
+from flodl_proto.errors import AuthenticationError
+from flodl_proto.runner.relay import Relay
+from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream
+
+from .cluster_util import SALT, FakeController, RawRank, frame, leak_guard, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+PREFIX = b"\x10\x00\x00\x00"
+PAYLOAD = bytes(range(256)) * 4096  # 1 MiB, every byte value
+HOLD = 8
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    with leak_guard():
+        yield
+
+
+def _drain(sock: socket.socket, out: bytearray) -> None:
+    """Read ``sock`` to its end into ``out`` (a reset counts as the end)."""
+    sock.settimeout(20.0)
+    try:
+        while chunk := sock.recv(1 << 20):
+            out += chunk
+    except ConnectionResetError:
+        pass
+
+
+class _Peers:
+    """``n`` socket pairs: the stream writes to the first ends, a thread per pair drains the
+    second into ``got[i]``."""
+
+    def __init__(self, n: int, gone: int | None = None) -> None:
+        self.pairs = [socket.socketpair() for _ in range(n)]
+        self.got = [bytearray() for _ in range(n)]
+        if gone is not None:  # that pair's reading end is closed before anything is written
+            self.pairs[gone][1].close()
+        self.readers = [threading.Thread(target=_drain, args=(b, g))
+                        for i, ((_, b), g) in enumerate(zip(self.pairs, self.got, strict=True))
+                        if i != gone]
+        for t in self.readers:
+            t.start()
+
+    def targets(self) -> list[tuple[int, socket.socket]]:
+        return [(10 + i, a) for i, (a, _) in enumerate(self.pairs)]
+
+    def finish(self) -> list[bytes]:
+        """Close the writing ends, wait for the readers, return what each received."""
+        for a, _ in self.pairs:
+            a.close()
+        for t in self.readers:
+            t.join(30)
+            assert not t.is_alive()
+        for _, b in self.pairs:
+            b.close()  # a second close of a gone pair's end is a no-op
+        return [bytes(g) for g in self.got]
+
+
+def test_a_committed_stream_delivers_prefix_and_payload_whole_to_every_rank() -> None:
+    peers = _Peers(3)
+    failures: list[tuple[int, OSError]] = []
+    stream = BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: failures.append((r, e)))
+    for filled in range(0, len(PAYLOAD), 100_000):
+        stream.arrived(filled)
+    stream.arrived(len(PAYLOAD))
+    assert stream.commit([10, 11, 12]) == 3 * (4 + len(PAYLOAD))
+    assert stream.written == 3 * (4 + len(PAYLOAD))
+    assert peers.finish() == [PREFIX + PAYLOAD] * 3
+    assert failures == []
+
+
+def test_an_aborted_stream_stops_before_the_held_back_tag_and_ends_each_stream() -> None:
+    """Every byte that arrived may go, except the last HOLD of the payload: even with the whole
+    payload arrived, an aborted record leaves each rank a strict prefix without the tag, then
+    the end of its stream."""
+    peers = _Peers(2)
+    stream = BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: None)
+    stream.arrived(len(PAYLOAD))  # the whole payload arrived; its check failed
+    stream.abort()
+    got = peers.finish()
+    whole = PREFIX + PAYLOAD
+    for g in got:
+        assert len(g) <= len(whole) - HOLD and whole.startswith(g)
+    assert stream.written == 0
+
+
+def test_an_abort_before_any_byte_arrived_writes_nothing_and_closes_no_one() -> None:
+    peers = _Peers(2)
+    stream = BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: None)
+    stream.arrived(HOLD)  # nothing beyond the held-back tail
+    stream.abort()
+    for a, _ in peers.pairs:  # not shut down by the stream: the connection is still usable
+        a.sendall(b"ok")
+    assert peers.finish() == [b"ok", b"ok"]
+
+
+def test_a_rank_left_out_of_the_commit_is_cut_and_closed_the_others_get_it_whole() -> None:
+    peers = _Peers(2)
+    stream = BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: None)
+    stream.arrived(len(PAYLOAD) // 2)
+    wait_until(lambda: len(peers.got[1]) > 0, 20.0)  # rank 11's stream began
+    assert stream.commit([10]) == 4 + len(PAYLOAD)
+    # rank 11's end sees the end of its stream although its writing end is still open
+    peers.readers[1].join(20)
+    assert not peers.readers[1].is_alive()
+    got = peers.finish()
+    assert got[0] == PREFIX + PAYLOAD
+    assert 0 < len(got[1]) <= 4 + len(PAYLOAD) // 2 - HOLD
+    assert (PREFIX + PAYLOAD).startswith(got[1])
+
+
+def test_a_write_to_a_gone_rank_calls_the_hook_and_the_others_get_it_whole() -> None:
+    peers = _Peers(2, gone=0)  # rank 10's end is gone before anything is written
+    failures: list[tuple[int, OSError]] = []
+    stream = BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: failures.append((r, e)))
+    stream.arrived(len(PAYLOAD))
+    assert stream.commit([10, 11]) == 4 + len(PAYLOAD)
+    assert [r for r, _ in failures] == [10]
+    assert isinstance(failures[0][1], OSError)
+    got = peers.finish()
+    assert got[1] == PREFIX + PAYLOAD
+
+
+@pytest.mark.parametrize("hold", [0, -1, len(PAYLOAD) + 1])
+def test_a_hold_outside_the_payload_is_refused(hold: int) -> None:
+    with pytest.raises(ValueError, match=f"hold {hold} outside 1..{len(PAYLOAD)}"):
+        BroadcastStream([], PREFIX, memoryview(PAYLOAD), hold, lambda r, e: None)
+
+
+# -- through the relay runner ---------------------------------------------------------------------
+
+def _relay_with_two_ranks(ctrl: FakeController) -> tuple[Relay, list[RawRank], object]:
+    relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0").start()
+    ranks = []
+    for r in range(2):
+        rr = RawRank.__new__(RawRank)
+        s = socket.create_connection(relay.address, timeout=20.0)
+        rr.sock = s
+        assert len(rr.handshake(r, 2)) == 8
+        ranks.append(rr)
+    conn = ctrl.accept()
+    conn.handshake()
+    for r, rr in enumerate(ranks):
+        rr.send_frame(frame([float(r)], weight=1.0))
+    rec = conn.read_record()
+    assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+    return relay, ranks, conn
+
+
+def _big_broadcast() -> tuple[bytes, bytes]:
+    """A Broadcast record above the cut-through size, and its payload (the rank's frame)."""
+    n = 3 * CUT_THROUGH_MIN // 4 * 2  # 1.5 MiB of f32
+    data = (bytes(range(251)) * (n // 251 + 1))[:n]
+    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [n // 4], data)])
+    parts = encode_frame_record(RecordKind.BROADCAST, consensus, SALT)
+    record = b"".join(bytes(p) for p in parts)
+    return record, record[25:]
+
+
+def _read_all(rr: RawRank) -> bytes:
+    out = bytearray()
+    _drain(rr.sock, out)
+    return bytes(out)
+
+
+def test_a_large_broadcast_reaches_every_rank_byte_for_byte_in_pieces() -> None:
+    record, payload = _big_broadcast()
+    with FakeController() as ctrl:
+        relay, ranks, conn = _relay_with_two_ranks(ctrl)
+        try:
+            for i in range(0, len(record), 300_000):  # the record in pieces, the ranks keep up
+                conn.sock.sendall(record[i:i + 300_000])  # type: ignore[attr-defined]
+            assert [rr.read_reply() for rr in ranks] == [payload, payload]
+            assert relay.error is None
+            # the two 8-byte handshake acks, then the prefix and payload to each rank
+            wait_until(lambda: relay.stats.to_ranks == 2 * 8 + 2 * (4 + len(payload)), 20.0)
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
+
+
+def test_the_ranks_receive_a_large_broadcast_before_its_end_has_left_the_controller() -> None:
+    """Cut-through: with the first part of the record sent and the rest held back, each rank
+    already receives the payload's start; the rest follows once the record is whole."""
+    record, payload = _big_broadcast()
+    whole = len(payload).to_bytes(4, "little") + payload
+    half = len(record) // 2
+    with FakeController() as ctrl:
+        relay, ranks, conn = _relay_with_two_ranks(ctrl)
+        try:
+            conn.sock.sendall(record[:half])  # type: ignore[attr-defined]
+            early = []
+            for rr in ranks:
+                rr.sock.settimeout(20.0)
+                early.append(rr.sock.recv(1 << 16))  # arrives before the record's end is sent
+            for got in early:
+                assert 0 < len(got) and whole.startswith(got)
+            conn.sock.sendall(record[half:])  # type: ignore[attr-defined]
+            for rr, got in zip(ranks, early, strict=True):
+                rest = bytearray(got)
+                while len(rest) < len(whole):
+                    chunk = rr.sock.recv(1 << 20)
+                    assert chunk
+                    rest += chunk
+                assert bytes(rest) == whole
+            assert relay.error is None
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
+
+
+@pytest.mark.parametrize("fault", ["bad record tag", "controller closes inside it"])
+def test_a_forwarded_broadcast_that_fails_never_completes_at_any_rank(fault: str) -> None:
+    """The payload is forwarded as it arrives, but its last 8 bytes only once the record is
+    checked: a record with a wrong tag ends the relay with the authentication error, one the
+    controller cuts ends it too, and in both cases each rank's stream ends before the frame's
+    tag (a strict prefix of what it would have received)."""
+    record, payload = _big_broadcast()
+    if fault == "bad record tag":
+        record = record[:17] + bytes([record[17] ^ 1]) + record[18:]  # the header's tag
+    with FakeController() as ctrl:
+        relay, ranks, conn = _relay_with_two_ranks(ctrl)
+        try:
+            if fault == "bad record tag":
+                conn.sock.sendall(record)  # type: ignore[attr-defined]
+            else:
+                conn.sock.sendall(record[:len(record) - 100])  # type: ignore[attr-defined]
+                conn.close()  # type: ignore[attr-defined]
+            whole = len(payload).to_bytes(4, "little") + payload
+            for rr in ranks:
+                got = _read_all(rr)
+                assert len(got) <= len(whole) - 8 and whole.startswith(got)
+            wait_until(lambda: relay.done, 20.0)
+            if fault == "bad record tag":
+                assert isinstance(relay.error, AuthenticationError)
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
