@@ -101,7 +101,7 @@ from ..codec.stream import (
 )
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
-from ..reduce import OuterOptimizer, OuterStepper, is_realized, reduce_realized_work
+from ..reduce import OuterOptimizer, OuterStepper, OutputPool, is_realized, reduce_realized_work
 from ..spec import (
     CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
@@ -190,10 +190,10 @@ class ControllerCore:
         self.dead_ranks = ledger
         self._stepper = OuterStepper(outer) if outer is not None else None
         self._checkpoint = checkpoint
-        #: threads the reduce may split a large tensor across (bit-identical for any count)
-        self._reduce_threads = max(1, int(reduce_threads))
+        self._reduce_threads = max(1, int(reduce_threads))  # any count: bit-identical
         self._mac_executor = mac_executor
         self._images = FrameRecordImages()  # the Broadcast's wire image per small layout
+        self._pool = OutputPool()  # the consensus arrays of large tensors, reused
         self._conns: dict[int, _Conn] = {}
         self._relays: list[_Relay] = []
         self._rank_relay: dict[int, _Relay] = {}
@@ -705,7 +705,7 @@ class ControllerCore:
         frames = [r.frame if r.index in chosen else None for r in self._relays]
         try:
             consensus = reduce_realized_work(frames, version=self.version,
-                                             threads=self._reduce_threads)
+                                             threads=self._reduce_threads, pool=self._pool)
             if self._stepper is not None:
                 consensus = self._stepper.process_frame(consensus)
             buffers = broadcast_record(self._images, consensus, self.salt, self.ceiling,

@@ -18,7 +18,14 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs``, ``relay/agent.rs`
 from __future__ import annotations
 
 from ._kernels import kernel_backend, set_kernel_backend
-from .fold import gamma_mass, is_realized, mover_mass, reduce_realized_work, sum_frames
+from .fold import (
+    OutputPool,
+    gamma_mass,
+    is_realized,
+    mover_mass,
+    reduce_realized_work,
+    sum_frames,
+)
 from .host_fold import HostFold
 from .outer import NesterovMomentum, OuterAvg, OuterOptimizer, OuterStepper, SlowMomentum
 from .payload import (
@@ -39,6 +46,7 @@ __all__ = [
     "OuterAvg",
     "OuterOptimizer",
     "OuterStepper",
+    "OutputPool",
     "SlowMomentum",
     "bf16_bits_to_f32_bits",
     "bf16_from_f32",

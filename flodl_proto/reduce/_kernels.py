@@ -456,25 +456,26 @@ def sum_contributions(
     scale: np.float32 | None,
     ws: Workspace,
     threads: int = 1,
+    out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """Element-wise sum of ``views`` in order from ``+0.0``, re-encoded in ``dtype``.
 
     Args:
         views: one flat array per contribution (``<f4`` for f32, ``<u2`` bf16 bits), each of
             ``numel`` elements (checked by the caller), at least one.
-        dtype: wire dtype tag (f32 or bf16).
-        numel: element count.
+        dtype: wire dtype tag (f32 or bf16). numel: element count.
         scale: when given, the encoded sum is then decoded, multiplied by ``scale`` in f32 and
             re-encoded (upstream's normalisation; two roundings for bf16).
-        ws: scratch of the calling thread.
-        threads: worker threads allowed for a large tensor.
+        ws: scratch of the calling thread. threads: worker threads allowed for a large tensor.
+        out: the array to write (``numel`` elements of the result's dtype, every one written;
+            it must not overlap ``views``); None: a new one.
 
     Returns:
-        A new flat array (``<f4`` or ``<u2``) of ``numel`` elements: the payload.
+        ``out``, or a new flat array (``<f4`` or ``<u2``) of ``numel`` elements: the payload.
     """
     first, rest = views[0], views[1:]
     if dtype == DTYPE_F32:
-        out32: F32Array = np.empty(numel, F32)
+        out32: F32Array = np.empty(numel, F32) if out is None else out
 
         def body32(start: int, stop: int, w: Workspace) -> None:
             for s in _chunks(start, stop):
@@ -490,8 +491,7 @@ def sum_contributions(
         return out32
     if dtype != DTYPE_BF16:  # pragma: no cover - callers validate the tag
         raise ValueError(f"dtype {dtype}")
-    out16: U16Array = np.empty(numel, U16)
-
+    out16: U16Array = np.empty(numel, U16) if out is None else out
 
     def body16(start: int, stop: int, w: Workspace) -> None:
         _sum_bf16(views, start, stop, out16, scale, w)

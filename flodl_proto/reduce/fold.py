@@ -40,8 +40,10 @@ from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 from ._batch import batch_runs
+from ._pool import OutputPool
 
 __all__ = [
+    "OutputPool",
     "gamma_mass",
     "is_realized",
     "mover_mass",
@@ -146,7 +148,8 @@ def _plan(frames: Sequence[RoundFrame], v3: bool) -> list[list[TensorPayload] | 
 
 
 def _fold(
-    frames: Sequence[RoundFrame], version: int, normalise: bool, threads: int
+    frames: Sequence[RoundFrame], version: int, normalise: bool, threads: int,
+    pool: OutputPool | None = None,
 ) -> RoundFrame:
     check_version(version)
     workers = max(1, int(threads))
@@ -177,12 +180,14 @@ def _fold(
                                   tuple(_sum_small_tensors(ref, numels, plan, scale)))
     ws = K.Workspace()
     out: list[TensorPayload] = []
-    for t0, contribs in zip(ref.tensors, plan, strict=True):
+    for i, (t0, contribs) in enumerate(zip(ref.tensors, plan, strict=True)):
         if contribs is None:
             out.append(TensorPayload(t0.dtype, t0.shape, b""))
             continue
+        dest = None if pool is None else pool.take(
+            i, K.F32 if t0.dtype == DTYPE_F32 else K.U16, t0.numel)
         arr = K.sum_contributions([_view(p) for p in contribs], t0.dtype, t0.numel, scale, ws,
-                                  workers)
+                                  workers, dest)
         out.append(TensorPayload(t0.dtype, t0.shape, arr.view(np.uint8).data))
     return RoundFrame(ref.kind, weight, out)
 
@@ -372,6 +377,7 @@ def reduce_realized_work(
     *,
     version: int = DEFAULT_VERSION,
     threads: int = 1,
+    pool: OutputPool | None = None,
 ) -> RoundFrame:
     """The controller's reduce: the realized-work consensus of the accepted frames.
 
@@ -380,6 +386,9 @@ def reduce_realized_work(
             it this round (it enters neither the sum nor the mass).
         version: data-channel protocol version (2 or 3).
         threads: worker threads for large tensors (as :func:`sum_frames`).
+        pool: where the payload arrays of large tensors come from, reused from round to round
+            once nobody holds them (:class:`OutputPool`); None: fresh arrays. The result does
+            not depend on it.
 
     Returns:
         ``sum_frames`` of the accepted frames; for a Model round whose summed weight ``w`` is
@@ -396,4 +405,4 @@ def reduce_realized_work(
     accepted = [f for f in frames if f is not None]
     if not accepted:
         raise protocol_error("reduce.no_accepted")
-    return _fold(accepted, version, normalise=True, threads=threads)
+    return _fold(accepted, version, normalise=True, threads=threads, pool=pool)

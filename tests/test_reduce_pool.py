@@ -1,0 +1,94 @@
+"""The controller's consensus-array pool (:class:`~flodl_proto.reduce.OutputPool`): a large
+tensor's array is handed out again only once nothing else holds it (a frame, a view, a
+memoryview), a consensus kept by its consumer never changes under a later round, small tensors
+are never kept, and the reduce gives the same bytes with the pool as without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec import Dtype, RoundFrame, RoundKind, TensorPayload
+from flodl_proto.reduce import OutputPool, reduce_realized_work
+from flodl_proto.reduce._pool import POOLED_MIN_BYTES
+
+F32 = np.dtype("<f4")
+U16 = np.dtype("<u2")
+BIG = POOLED_MIN_BYTES // 4  # f32 elements of a pooled tensor
+
+
+def test_a_large_array_comes_back_only_once_nothing_holds_it() -> None:
+    pool = OutputPool()
+    a = pool.take(0, F32, BIG)
+    b = pool.take(0, F32, BIG)  # a is still held: a new one, kept in its place
+    assert a is not b and not np.shares_memory(a, b) and pool.reused == 0
+    del a
+    c = pool.take(0, F32, BIG)
+    assert c is not b and pool.reused == 0  # the kept one is b, still held
+    del b
+    view = c.view(np.uint8).data  # what a TensorPayload keeps: a memoryview of a view
+    kept_id = id(c)
+    del c
+    d = pool.take(0, F32, BIG)
+    assert id(d) != kept_id and pool.reused == 0  # the memoryview holds c
+    del view, d
+    e = pool.take(0, F32, BIG)
+    assert pool.reused == 1 and e.shape == (BIG,) and e.dtype == F32
+
+
+def test_positions_dtypes_and_lengths_are_kept_apart_and_clear_drops_everything() -> None:
+    pool = OutputPool()
+    a0, a1 = pool.take(0, F32, BIG), pool.take(1, F32, BIG)
+    ids = id(a0), id(a1)
+    del a0, a1
+    b0 = pool.take(0, F32, BIG)
+    b1 = pool.take(1, U16, 2 * BIG)  # same bytes, other dtype: a new one
+    assert (id(b0), pool.reused) == (ids[0], 1) and id(b1) != ids[1] and b1.dtype == U16
+    del b0, b1
+    c0 = pool.take(0, F32, BIG + 1)  # another length: a new one
+    assert c0.shape == (BIG + 1,) and pool.reused == 1
+    del c0
+    pool.clear()
+    pool.take(0, F32, BIG + 1)
+    assert pool.reused == 1
+
+
+def test_small_arrays_are_never_kept() -> None:
+    pool = OutputPool()
+    n = POOLED_MIN_BYTES // 4 - 1
+    a = pool.take(0, F32, n)
+    del a
+    b = pool.take(0, F32, n)
+    assert b.shape == (n,) and pool.reused == 0
+    assert not pool._kept
+
+
+def _frame(values: np.ndarray, weight: float, dtype: Dtype = Dtype.F32) -> RoundFrame:
+    return RoundFrame(RoundKind.MODEL, weight,
+                      [TensorPayload(dtype, [values.size], values.tobytes()),
+                       TensorPayload(dtype, [3], values[:3].tobytes())])
+
+
+@pytest.mark.parametrize("dtype", [Dtype.F32, Dtype.BF16])
+def test_the_reduce_gives_the_same_bytes_and_a_kept_consensus_never_changes(
+        dtype: Dtype) -> None:
+    rng = np.random.default_rng(7)
+    n = BIG if dtype == Dtype.F32 else 2 * BIG
+    host = np.float32 if dtype == Dtype.F32 else np.uint16
+    rounds = [[rng.standard_normal(n).astype(np.float32) if dtype == Dtype.F32
+               else rng.integers(0x3F00, 0x4100, n, dtype=np.uint16) for _ in range(2)]
+              for _ in range(3)]
+    pool = OutputPool()
+    kept = None
+    for i, (x, y) in enumerate(rounds):
+        frames = [_frame(x.astype(host), 1.0, dtype), _frame(y.astype(host), 3.0, dtype)]
+        plain = reduce_realized_work(frames)
+        pooled = reduce_realized_work(frames, pool=pool)
+        assert [bytes(t.data) for t in pooled.tensors] == [bytes(t.data)
+                                                           for t in plain.tensors]
+        assert pooled.weight == plain.weight == 4.0
+        if i == 0:  # a consumer keeps round 1's consensus: later rounds must not touch it
+            kept, kept_bytes = pooled, bytes(pooled.tensors[0].data)
+        del pooled
+    assert kept is not None and bytes(kept.tensors[0].data) == kept_bytes
+    assert pool.reused == 1  # round 3 reused round 2's array; round 1's stayed with its holder
