@@ -47,7 +47,7 @@ def skip_tag_check(mp: pytest.MonkeyPatch) -> None:
 
 def divide_by_world_size(mp: pytest.MonkeyPatch) -> None:
     """Normalise a Model round by the world size instead of the summed mass."""
-    def reduce(frames: Any, *, version: int, threads: int = 1) -> RoundFrame:
+    def reduce(frames: Any, *, version: int, threads: int = 1, pool: Any = None) -> RoundFrame:
         world = sys._getframe(1).f_locals["self"].world_size  # the calling ControllerCore
         accepted = [f for f in frames if f is not None]
         summed = sum_frames(accepted, version=version)
