@@ -271,6 +271,8 @@ class BroadcastRoute:
         ranks: the alive local ranks, ascending.
         hold: payload bytes kept back until the record is checked (the inner frame's auth tag,
             8 bytes: no rank can complete the frame before then).
+
+    Upstream: none (``relay/agent.rs`` forwards a Broadcast only once it has read it whole).
     """
 
     prefix: bytes

@@ -48,6 +48,8 @@ class OutputPool:
 
     Attributes:
         reused: arrays handed out again (rounds times tensors), for tests and stats.
+
+    Upstream: none (``controller/round_frame.rs`` allocates its accumulators per round).
     """
 
     __slots__ = ("_kept", "reused")

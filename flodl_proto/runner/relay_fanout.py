@@ -70,6 +70,8 @@ class BroadcastStream:
     Attributes:
         written: bytes written to ranks that got the whole record (prefix and payload), set
             by :meth:`commit`.
+
+    Upstream: none (``relay/agent.rs`` writes a checked record to each rank in turn).
     """
 
     def __init__(self, targets: Sequence[tuple[int, socket.socket]], prefix: bytes,
