@@ -232,6 +232,24 @@ def test_a_frame_of_much_metadata_keeps_no_image(dims: int) -> None:
     assert len(images._images) == (dims == 200)
 
 
+@pytest.mark.parametrize("extra", [0, 4])
+def test_a_record_of_exactly_image_max_metadata_other_bytes_keeps_its_image(extra: int) -> None:
+    """The metadata bound is inclusive: 65 tensors (64 elided) of 16,209 dims in all give a
+    record of exactly IMAGE_MAX_METADATA bytes besides its payload (50 + 65 x 10 + 4 x 16,209),
+    whose image is kept; one dim more (4 bytes) keeps none."""
+    dims = [255] * 63 + [72, 72 + extra // 4]
+    images = FrameRecordImages()
+    for r in range(2):
+        last = TensorPayload(0, (1,) * dims[-1], np.float32([r + 0.5]).tobytes())
+        f = RoundFrame(RoundKind.MODEL, 1.0,
+                       [TensorPayload.elide(0, (1,) * n) for n in dims[:-1]] + [last])
+        got = check(images, RecordKind.BROADCAST, f)
+        assert sum(memoryview(p).nbytes for p in got) - 4 == IMAGE_MAX_METADATA + extra
+        assert (len(got) == 1) is (r == 1 and extra == 0)
+        del got
+    assert len(images._images) == (extra == 0)
+
+
 def _error(fn: Any) -> tuple[type, str | None, dict[str, Any]]:
     with pytest.raises(ProtocolError) as ei:
         fn()
