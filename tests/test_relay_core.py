@@ -955,3 +955,11 @@ def test_no_route_before_the_hello_ack_after_the_end_or_without_an_alive_rank() 
     assert route is not None and route.ranks == (0,)
     core.stop()
     assert core.finished and core.broadcast_route(int(RecordKind.BROADCAST), 1 << 20) is None
+
+
+@pytest.mark.parametrize("host", [b"h0", bytearray(b"h0"), 7, None])
+def test_a_host_that_is_not_text_is_the_hellos_local_error(host: object) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        RelayCore([0], 1, SALT, host=host)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError) and ei.value.error_id == "mux.bad_field"
+    assert str(ei.value) == f"relay_mux: Hello.host = {host!r} is invalid: not text (str)"

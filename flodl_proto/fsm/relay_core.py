@@ -140,8 +140,9 @@ class RelayCore:
 
     Raises:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, a host name
-            longer than a Hello may carry (``relay.host_too_long``), or a ``rank_timeout``
-            that is not a positive number (``deadline.bad_timeout``).
+            that is not text (``mux.bad_field``, as a Hello's) or longer than a Hello may carry
+            (``relay.host_too_long``), or a ``rank_timeout`` that is not a positive number
+            (``deadline.bad_timeout``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -170,6 +171,9 @@ class RelayCore:
                                  world_size=world_size, reason=reason)
         self.salt = check_salt(salt)
         self.version = check_version(version)
+        if not isinstance(host, str):  # the Hello's rule, before the length is measured
+            raise protocol_error("mux.bad_field", field="Hello.host", value=host,
+                                 reason="not text (str)")
         length = len(host.encode("utf-8", "surrogatepass"))
         if length > MAX_HELLO_HOST_LEN:  # a Hello the controller's Hello bound may refuse
             raise protocol_error("relay.host_too_long", length=length, max=MAX_HELLO_HOST_LEN)
