@@ -10,7 +10,7 @@ import pytest
 
 from flodl_proto.codec import Dtype, RoundFrame, RoundKind, TensorPayload
 from flodl_proto.reduce import OutputPool, reduce_realized_work
-from flodl_proto.reduce._pool import POOLED_MIN_BYTES
+from flodl_proto.reduce._pool import _UNHELD_REFS, POOLED_MIN_BYTES, _refs_when_unheld
 
 F32 = np.dtype("<f4")
 U16 = np.dtype("<u2")
@@ -34,6 +34,15 @@ def test_a_large_array_comes_back_only_once_nothing_holds_it() -> None:
     del view, d
     e = pool.take(0, F32, BIG)
     assert pool.reused == 1 and e.shape == (BIG,) and e.dtype == F32
+    kept_id = id(e)
+    del e
+    f = pool.take(0, F32, BIG)
+    assert pool.reused == 2 and id(f) == kept_id  # counted each time, the same array again
+
+
+def test_the_unheld_reference_count_is_measured_as_take_sees_it() -> None:
+    """The pool's dict, take's local name and getrefcount's argument (3 on CPython 3.11)."""
+    assert _refs_when_unheld() == _UNHELD_REFS >= 2
 
 
 def test_positions_dtypes_and_lengths_are_kept_apart_and_clear_drops_everything() -> None:

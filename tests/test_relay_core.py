@@ -963,3 +963,11 @@ def test_a_host_that_is_not_text_is_the_hellos_local_error(host: object) -> None
         RelayCore([0], 1, SALT, host=host)  # type: ignore[arg-type]
     assert isinstance(ei.value, LocalProtocolError) and ei.value.error_id == "mux.bad_field"
     assert str(ei.value) == f"relay_mux: Hello.host = {host!r} is invalid: not text (str)"
+
+
+def test_a_route_above_the_default_ceiling_uses_the_cores_own() -> None:
+    """A core whose ceiling is 3 GiB routes a 2 GiB Broadcast: its prefix is encoded against
+    the core's ceiling, not the codec's 1 GiB default."""
+    core = connected_core((0,), 1, 2, SALT, ceiling=3 << 30)
+    route = core.broadcast_route(int(RecordKind.BROADCAST), 2 << 30)
+    assert route is not None and route.prefix == (2 << 30).to_bytes(4, "little")
