@@ -147,6 +147,35 @@ def test_a_write_to_a_gone_rank_calls_the_hook_and_the_others_get_it_whole() -> 
     assert got[1] == PREFIX + PAYLOAD
 
 
+def test_a_writer_that_cannot_start_stops_the_ones_started_and_nothing_is_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second writer thread fails to start (no thread left): the error reaches the caller,
+    the first writer, already waiting for bytes, is stopped and joined (the leak guard checks
+    no thread is left), and neither rank's stream got a byte (both connections still usable)."""
+    real_start = threading.Thread.start
+    names: list[str] = []
+
+    def start(thread: threading.Thread) -> None:
+        names.append(thread.name)
+        if len(names) == 2:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    peers = _Peers(2)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                            lambda r, e: None)
+    finally:
+        monkeypatch.undo()
+    assert names == ["flodl-relay-fwd-r10", "flodl-relay-fwd-r11"]
+    assert [t.name for t in threading.enumerate() if t.name.startswith("flodl-relay-fwd")] == []
+    for a, _ in peers.pairs:
+        a.sendall(b"ok")
+    assert peers.finish() == [b"ok", b"ok"]
+
+
 @pytest.mark.parametrize("hold", [0, -1, len(PAYLOAD) + 1])
 def test_a_hold_outside_the_payload_is_refused(hold: int) -> None:
     with pytest.raises(ValueError, match=f"hold {hold} outside 1..{len(PAYLOAD)}"):

@@ -66,6 +66,8 @@ class BroadcastStream:
 
     Raises:
         ValueError: ``hold`` is not between 1 and the payload's length.
+        RuntimeError: a writer thread could not be started (the writers already started are
+            stopped and joined first; nothing was written to any rank).
 
     Attributes:
         written: bytes written to ranks that got the whole record (prefix and payload), set
@@ -95,8 +97,18 @@ class BroadcastStream:
         self._threads = [threading.Thread(target=self._write, args=(rank, sock),
                                           name=f"flodl-relay-fwd-r{rank}")
                          for rank, sock in targets]
-        for t in self._threads:
-            t.start()
+        started: list[threading.Thread] = []
+        try:
+            for t in self._threads:
+                t.start()
+                started.append(t)
+        except BaseException:  # e.g. no thread left: the writers started must not wait forever
+            with self._cond:
+                self._aborted = True
+                self._cond.notify_all()
+            for t in started:
+                t.join()
+            raise
 
     def arrived(self, filled: int) -> None:
         """The first ``filled`` payload bytes are in the buffer: all but the held-back tail may
