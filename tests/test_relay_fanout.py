@@ -19,10 +19,19 @@ import pytest
 
 from flodl_proto.codec import Dtype, RecordKind, RoundFrame, TensorPayload, encode_frame_record
 from flodl_proto.errors import AuthenticationError
+from flodl_proto.runner import _netio
 from flodl_proto.runner.relay import Relay
 from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream
 
-from .cluster_util import SALT, FakeController, RawRank, frame, leak_guard, wait_until
+from .cluster_util import (
+    SALT,
+    FakeController,
+    RawRank,
+    frame,
+    in_thread,
+    leak_guard,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -174,6 +183,53 @@ def test_a_writer_that_cannot_start_stops_the_ones_started_and_nothing_is_writte
     for a, _ in peers.pairs:
         a.sendall(b"ok")
     assert peers.finish() == [b"ok", b"ok"]
+
+
+def _unread_pair() -> tuple[socket.socket, socket.socket]:
+    """A socket pair whose reading end is never read and whose writing end has no write
+    timeout: a write of more than the buffers hold blocks until the writing end is shut down."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return a, b
+
+
+@pytest.mark.parametrize("end", ["abort", "commit without the rank"])
+def test_a_rank_that_reads_nothing_does_not_hold_up_the_end_of_a_cut_stream(
+        end: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 11 reads nothing (its writer blocks inside a write with no deadline of its own).
+    When its stream is cut (the record failed, or the checked record goes without it), it is
+    closed before the writers are joined: abort / commit return (the write fails) instead of
+    waiting out the write-stall deadline (raised here out of reach), rank 10 gets its part, and
+    rank 11's end holds a strict prefix without the tag."""
+    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)
+    fast_r, fast_w = socket.socketpair()
+    slow_w, slow_r = _unread_pair()
+    got = bytearray()
+    reader = threading.Thread(target=_drain, args=(fast_w, got))
+    reader.start()
+    failures: list[int] = []
+    stream = BroadcastStream([(10, fast_r), (11, slow_w)], PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: failures.append(r))
+    try:
+        stream.arrived(len(PAYLOAD))
+        wait_until(lambda: len(got) == 4 + len(PAYLOAD) - HOLD, 20.0)
+        t, out = in_thread(stream.abort if end == "abort" else lambda: stream.commit([10]))
+        t.join(20.0)
+        assert not t.is_alive(), f"{end} waited for the rank that reads nothing"
+        assert "error" not in out
+        fast_r.close()
+        reader.join(20.0)
+        whole = PREFIX + PAYLOAD
+        assert bytes(got) == (whole if end != "abort" else whole[:-HOLD])
+        assert failures == []  # cut by the stream, not a failed write
+        slow_r.settimeout(20.0)
+        cut = bytearray()
+        _drain(slow_r, cut)  # what rank 11's buffers hold, then the end of its stream
+        assert 0 < len(cut) < len(whole) - HOLD and whole.startswith(bytes(cut))
+    finally:
+        for s in (fast_r, fast_w, slow_w, slow_r):
+            s.close()
 
 
 @pytest.mark.parametrize("hold", [0, -1, len(PAYLOAD) + 1])

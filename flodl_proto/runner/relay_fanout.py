@@ -122,32 +122,45 @@ class BroadcastStream:
     def commit(self, ranks: Sequence[int]) -> int:
         """The record was checked and the core fanned it out to ``ranks``: write the rest to
         those of them on the route; a rank of the route not in ``ranks`` (it left meanwhile)
-        gets nothing more and, if its stream began, is closed. Waits for every writer (at most
-        the write-stall deadline); returns the bytes written to ranks that got it whole."""
+        gets nothing more and, if its stream began, is closed at once. Waits for every writer
+        (at most the write-stall deadline, for a rank that takes the rest slowly); returns the
+        bytes written to ranks that got it whole."""
         with self._cond:
             self._end = self._payload.nbytes
             self._keep = frozenset(ranks)
+            cut = self._started - self._keep  # a rank left out begins no stream from here on
             self._cond.notify_all()
+        self._cut(cut)
         self._join()
-        for rank in self._started - self._keep - set(self._whole):
-            shutdown_quietly(self._socks[rank])
         self.written = len(self._whole) * (len(self._prefix) + self._payload.nbytes)
         return self.written
 
     def abort(self) -> None:
         """The record failed its check, or did not arrive whole: write nothing more, close every
-        rank whose stream began (cut inside a frame, it cannot resynchronise), and wait for
-        every writer."""
+        rank whose stream began (cut inside a frame, it cannot resynchronise; a writer blocked
+        on it fails at once), and wait for every writer."""
         with self._cond:
             self._aborted = True
+            cut = set(self._started)  # no writer starts a stream from here on
             self._cond.notify_all()
+        self._cut(cut)
         self._join()
-        for rank in self._started:
+
+    def _cut(self, ranks: set[int]) -> None:
+        """Close the streams of ``ranks`` before their writers are joined: a writer blocked on
+        a rank that reads nothing fails at once instead of holding the caller for the
+        write-stall deadline."""
+        for rank in ranks:
             shutdown_quietly(self._socks[rank])
 
     def _join(self) -> None:
         for t in self._threads:
             t.join()
+
+    def _cut_off(self, rank: int) -> bool:
+        """True when ``rank``'s stream was cut by :meth:`abort` or :meth:`commit`."""
+        with self._cond:
+            return self._aborted or (self._keep is not None and rank not in self._keep)
 
     def _write(self, rank: int, sock: socket.socket) -> None:
         sent = 0  # payload bytes written
@@ -169,7 +182,8 @@ class BroadcastStream:
                 try:
                     send_all(sock, bufs)
                 except OSError as e:
-                    self._failed(rank, e)
+                    if not self._cut_off(rank):  # a write that failed, not a cut stream
+                        self._failed(rank, e)
                     return
                 sent = upto
             if sent == payload.nbytes:
