@@ -5,11 +5,14 @@ are never kept, and the reduce gives the same bytes with the pool as without it.
 
 from __future__ import annotations
 
+import sys
+from types import FrameType
+
 import numpy as np
 import pytest
 
 from flodl_proto.codec import Dtype, RoundFrame, RoundKind, TensorPayload
-from flodl_proto.reduce import OutputPool, reduce_realized_work
+from flodl_proto.reduce import OutputPool, _pool, reduce_realized_work
 from flodl_proto.reduce._pool import _UNHELD_REFS, POOLED_MIN_BYTES, _refs_when_unheld
 
 F32 = np.dtype("<f4")
@@ -70,6 +73,35 @@ def test_small_arrays_are_never_kept() -> None:
     b = pool.take(0, F32, n)
     assert b.shape == (n,) and pool.reused == 0
     assert not pool._kept
+
+
+def test_the_unheld_count_is_measured_untraced_so_a_kept_array_is_never_handed_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace function that reads each frame's locals (what a debugger or a profiler may do)
+    adds a reference to every local while it runs. The count of an unheld array is measured
+    with it switched off, so it is the untraced one; the tracer is back afterwards; and with
+    the count so measured, an array a consumer keeps is not handed out again."""
+    def tracer(frame: FrameType, event: str, arg: object) -> object:
+        frame.f_locals  # noqa: B018 - the read that adds the references
+        return tracer
+
+    untraced = _pool._refs_when_unheld()
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        traced = _pool._refs_when_unheld()
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(old)
+    assert traced == untraced
+    monkeypatch.setattr(_pool, "_UNHELD_REFS", traced)
+    pool = OutputPool()
+    kept = pool.take(0, F32, BIG)
+    kept[:] = 1.0
+    again = pool.take(0, F32, BIG)  # the consumer still holds the first one
+    assert again is not kept and pool.reused == 0
+    again[:] = 2.0
+    assert float(kept.min()) == float(kept.max()) == 1.0
 
 
 def _frame(values: np.ndarray, weight: float, dtype: Dtype = Dtype.F32) -> RoundFrame:

@@ -30,13 +30,28 @@ __all__ = ["POOLED_MIN_BYTES", "OutputPool"]
 POOLED_MIN_BYTES = 1 << 20
 
 
-
-def _refs_when_unheld() -> int:
-    """What ``sys.getrefcount`` reports, in :meth:`OutputPool.take`, for a kept array nobody
-    else holds: the pool's dict, the local name and the call's argument."""
+def _measure_unheld() -> int:
     kept = {0: np.empty(0)}
     arr = kept[0]
     return sys.getrefcount(arr)
+
+
+def _refs_when_unheld() -> int:
+    """What ``sys.getrefcount`` reports, in :meth:`OutputPool.take`, for a kept array nobody
+    else holds: the pool's dict, the local name and the call's argument.
+
+    Measured with no trace or profile function: one that reads a frame's locals (a debugger,
+    some profilers) adds a reference to each local while it is active, and a count taken then
+    would let :meth:`OutputPool.take` hand out an array someone still holds. While ``take``
+    itself is traced the count can only be higher, and the array is not reused."""
+    trace, profile = sys.gettrace(), sys.getprofile()
+    sys.settrace(None)
+    sys.setprofile(None)
+    try:
+        return _measure_unheld()
+    finally:
+        sys.settrace(trace)
+        sys.setprofile(profile)
 
 
 _UNHELD_REFS = _refs_when_unheld()
