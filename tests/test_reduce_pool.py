@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import sys
 from types import FrameType
+from typing import Any
 
 import numpy as np
 import pytest
 
 from flodl_proto.codec import Dtype, RoundFrame, RoundKind, TensorPayload
-from flodl_proto.reduce import OutputPool, _pool, reduce_realized_work
+from flodl_proto.codec.handshake import encode_channel_magic
+from flodl_proto.codec.mux import (
+    Hello,
+    MuxRecord,
+    RecordKind,
+    encode_frame_record,
+    encode_mux_record_bytes,
+)
+from flodl_proto.fsm.controller_core import ControllerCore
+from flodl_proto.fsm.events import CheckpointWindow, SendKind, SendTo
+from flodl_proto.reduce import NesterovMomentum, OutputPool, _pool, reduce_realized_work
 from flodl_proto.reduce._pool import _UNHELD_REFS, POOLED_MIN_BYTES, _refs_when_unheld
 
 F32 = np.dtype("<f4")
 U16 = np.dtype("<u2")
-BIG = POOLED_MIN_BYTES // 4  # f32 elements of a pooled tensor
+BIG = POOLED_MIN_BYTES // 4
+SALT = bytes(range(16))  # f32 elements of a pooled tensor
 
 
 def test_a_large_array_comes_back_only_once_nothing_holds_it() -> None:
@@ -81,7 +93,7 @@ def test_the_unheld_count_is_measured_untraced_so_a_kept_array_is_never_handed_o
     adds a reference to every local while it runs. The count of an unheld array is measured
     with it switched off, so it is the untraced one; the tracer is back afterwards; and with
     the count so measured, an array a consumer keeps is not handed out again."""
-    def tracer(frame: FrameType, event: str, arg: object) -> object:
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
         frame.f_locals  # noqa: B018 - the read that adds the references
         return tracer
 
@@ -133,3 +145,76 @@ def test_the_reduce_gives_the_same_bytes_and_a_kept_consensus_never_changes(
         del pooled
     assert kept is not None and bytes(kept.tensors[0].data) == kept_bytes
     assert pool.reused == 1  # round 3 reused round 2's array; round 1's stayed with its holder
+
+
+def _core_rounds(pooled: bool, version: int, outer: bool) -> tuple[list[bytes], list[bytes], int]:
+    """Twelve rounds through a controller core with two relays and checkpoint windows (Control,
+    parameters, buffers), large tensors whose layout changes between rounds (dtype, length,
+    tensor count) every second window; at v3 one relay elides a tensor now and then; with the
+    outer optimizer the parameters keep one layout. A consumer keeps the first checkpoint
+    window; the others are dropped once their bytes are read. Returns every Broadcast's bytes,
+    the checkpoint windows' tensor bytes (the first one's read after the last round), and the
+    arrays the pool handed out again."""
+    core = ControllerCore(2, SALT, version=version, checkpoint=True,
+                          outer=NesterovMomentum(0.7, 0.9) if outer else None)
+    if not pooled:
+        core._pool = None  # type: ignore[assignment]
+    core.start()
+    for conn, rank in ((0, 0), (1, 1)):
+        core.connection_opened(conn, 0.0)
+        core.receive_data(conn, encode_channel_magic("data") + encode_mux_record_bytes(
+            MuxRecord.control_msg(Hello("h", [rank]), version), SALT))
+    layouts = [[(Dtype.F32, BIG), (Dtype.F32, 3)], [(Dtype.BF16, 2 * BIG), (Dtype.F32, 3)],
+               [(Dtype.F32, 2 * BIG)], [(Dtype.F32, BIG), (Dtype.F32, BIG)]]
+    rng = np.random.default_rng(11)
+    sent: list[bytes] = []
+    first_window: list[CheckpointWindow] = []
+    kept: list[bytes] = []
+
+    def read(windows: list[CheckpointWindow]) -> list[bytes]:
+        return [bytes(t.data) for w in windows
+                for f in (w.params, w.buffers) if f is not None for t in f.tensors]
+
+    for rnd in range(12):
+        kind = (RoundKind.CONTROL, RoundKind.MODEL, RoundKind.MODEL)[rnd % 3]
+        layout = ([(Dtype.F32, BIG)] if kind is RoundKind.CONTROL
+                  else layouts[0] if outer and rnd % 3 == 1 else layouts[rnd // 6 % 4])
+        acts = []
+        for conn in (0, 1):
+            tensors = []
+            for j, (dtype, n) in enumerate(layout):
+                if version >= 3 and conn == 0 and j == 0 and rnd % 4 == 1:
+                    data = b""  # elided
+                elif dtype == Dtype.F32:
+                    data = rng.standard_normal(n).astype("<f4").tobytes()
+                else:
+                    data = rng.integers(0x3F00, 0x4100, n, dtype=np.uint16).tobytes()
+                tensors.append(TensorPayload(dtype, [n], data))
+            frame = RoundFrame(kind, 0.0 if kind is RoundKind.CONTROL else 1.0 + conn, tensors)
+            acts += core.receive_data(conn, b"".join(bytes(memoryview(p)) for p in
+                                                     encode_frame_record(RecordKind.HOST_FRAME,
+                                                                         frame, SALT)))
+        [first, second] = [a for a in acts
+                           if isinstance(a, SendTo) and a.kind is SendKind.BROADCAST]
+        sent.append(b"".join(bytes(memoryview(b)) for b in first.buffers))
+        windows = [a for a in acts if isinstance(a, CheckpointWindow)]
+        if windows and not first_window:
+            first_window = windows[:1]
+            windows = windows[1:]
+        kept += read(windows)
+        assert second.buffers == first.buffers
+        del acts, first, second, windows
+    kept += read([a for a in core.stop() if isinstance(a, CheckpointWindow)])
+    return sent, read(first_window) + kept, core._pool.reused if pooled else 0
+
+
+@pytest.mark.parametrize("outer", [False, True], ids=["no outer", "nesterov"])
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_controller_core_scatters_and_checkpoints_the_same_bytes_with_the_pool(
+        version: int, outer: bool) -> None:
+    """The pool reuses arrays once the checkpoint windows no longer hold them, yet every
+    Broadcast and every checkpointed consensus (the kept first window read after the last
+    round) is byte for byte the pool-less core's."""
+    sent, kept, reused = _core_rounds(True, version, outer)
+    assert (sent, kept) == _core_rounds(False, version, outer)[:2]
+    assert len(sent) == 12 and len(kept) > 4 and reused > 0
