@@ -350,3 +350,61 @@ def test_a_forwarded_broadcast_that_fails_never_completes_at_any_rank(fault: str
             relay.shutdown()
             for rr in ranks:
                 rr.close()
+
+
+@pytest.mark.parametrize("fault", ["bad record tag", "controller stalls inside it"])
+def test_a_failed_forwarded_broadcast_ends_the_relay_while_its_ranks_read_nothing(
+        fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither rank reads (small socket buffers, a write-stall deadline out of reach): a record
+    with a wrong tag, or one the controller stops sending inside (starvation bound 0.3 s), still
+    ends the relay with its error, since the cut ranks are closed rather than waited for; each
+    rank's stream then holds a strict prefix without the tag."""
+    from flodl_proto.errors import TruncatedInput
+    from flodl_proto.runner import relay as relay_mod
+
+    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        _netio.configure_socket(sock, **kw)
+
+    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)
+    monkeypatch.setattr(_netio, "keepalive_bound", lambda: 3600.0)
+    record, payload = _big_broadcast()
+    if fault == "bad record tag":
+        record = record[:17] + bytes([record[17] ^ 1]) + record[18:]
+    else:
+        record = record[:len(record) - 1000]
+    with FakeController() as ctrl:
+        relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0")
+        relay._starve = 0.3  # read by every record's read from the start
+        relay.start()
+        ranks = []
+        try:
+            for r in range(2):
+                rr = RawRank.__new__(RawRank)
+                rr.sock = socket.socket()
+                rr.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                rr.sock.settimeout(20.0)
+                rr.sock.connect(relay.address)
+                ranks.append(rr)
+                assert len(rr.handshake(r, 2)) == 8
+            conn = ctrl.accept()
+            conn.handshake()
+            for r, rr in enumerate(ranks):
+                rr.send_frame(frame([float(r)], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            conn.sock.sendall(record)
+            err = relay.wait(30)
+            if fault == "bad record tag":
+                assert isinstance(err, AuthenticationError)
+            else:
+                assert isinstance(err, TruncatedInput) and err.error_id == "mux.starved"
+            whole = len(payload).to_bytes(4, "little") + payload
+            for rr in ranks:
+                got = _read_all(rr)  # what reached its buffers (maybe nothing), then the end
+                assert len(got) <= len(whole) - 8 and whole.startswith(got)
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
