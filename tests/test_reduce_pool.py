@@ -89,23 +89,30 @@ def test_small_arrays_are_never_kept() -> None:
 
 def test_the_unheld_count_is_measured_untraced_so_a_kept_array_is_never_handed_out(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A trace function that reads each frame's locals (what a debugger or a profiler may do)
-    adds a reference to every local while it runs. The count of an unheld array is measured
-    with it switched off, so it is the untraced one; the tracer is back afterwards; and with
-    the count so measured, an array a consumer keeps is not handed out again."""
+    """A trace or profile function that reads each frame's locals (what a debugger or a
+    profiler may do) adds a reference to every local while it runs. The count of an unheld
+    array is measured with both switched off, so it is the untraced one; each is back
+    afterwards; and with the count so measured, an array a consumer keeps is not handed out
+    again."""
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
         frame.f_locals  # noqa: B018 - the read that adds the references
         return tracer
 
     untraced = _pool._refs_when_unheld()
-    old = sys.gettrace()
+    old_trace, old_profile = sys.gettrace(), sys.getprofile()
     sys.settrace(tracer)
     try:
         traced = _pool._refs_when_unheld()
         assert sys.gettrace() is tracer
     finally:
-        sys.settrace(old)
-    assert traced == untraced
+        sys.settrace(old_trace)
+    sys.setprofile(tracer)  # a profile function sees the call of getrefcount itself
+    try:
+        profiled = _pool._refs_when_unheld()
+        assert sys.getprofile() is tracer
+    finally:
+        sys.setprofile(old_profile)
+    assert traced == profiled == untraced
     monkeypatch.setattr(_pool, "_UNHELD_REFS", traced)
     pool = OutputPool()
     kept = pool.take(0, F32, BIG)
