@@ -17,7 +17,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from flodl_proto.codec import Dtype, RecordKind, RoundFrame, TensorPayload, encode_frame_record
+from flodl_proto.codec import (
+    Dtype,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    TensorPayload,
+    encode_frame_record,
+)
 from flodl_proto.errors import AuthenticationError
 from flodl_proto.runner import _netio
 from flodl_proto.runner.relay import Relay
@@ -30,6 +37,7 @@ from .cluster_util import (
     frame,
     in_thread,
     leak_guard,
+    values,
     wait_until,
 )
 
@@ -404,6 +412,113 @@ def test_a_failed_forwarded_broadcast_ends_the_relay_while_its_ranks_read_nothin
             for rr in ranks:
                 got = _read_all(rr)  # what reached its buffers (maybe nothing), then the end
                 assert len(got) <= len(whole) - 8 and whole.startswith(got)
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
+
+
+def _big_broadcast_of(nbytes: int) -> tuple[bytes, bytes]:
+    """A Broadcast record whose one f32 tensor holds ``nbytes`` bytes, and its payload."""
+    data = (bytes(range(251)) * (nbytes // 251 + 1))[:nbytes]
+    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [nbytes // 4], data)])
+    record = b"".join(bytes(p) for p in encode_frame_record(RecordKind.BROADCAST, consensus,
+                                                            SALT))
+    return record, record[25:]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("delta", [-64, 0], ids=["payload under 1 MiB", "payload of 1 MiB"])
+def test_broadcasts_at_the_cut_through_size_arrive_whole_round_after_round(
+        version: int, delta: int) -> None:
+    """Payloads just under and exactly at CUT_THROUGH_MIN bytes (read whole first / forwarded
+    as they arrive), three in a row through one relay (the record buffer reused), v2 and v3:
+    every rank gets every one byte for byte."""
+    frame_overhead = len(_big_broadcast_of(4)[1]) - 4
+    record, payload = _big_broadcast_of(CUT_THROUGH_MIN + delta - frame_overhead)
+    assert len(payload) == CUT_THROUGH_MIN + delta
+    with FakeController(version=version) as ctrl:
+        relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0",
+                      version=version).start()
+        ranks = []
+        try:
+            for r in range(2):
+                rr = RawRank(relay.address)
+                ranks.append(rr)
+                assert len(rr.handshake(r, 2, version)) == 8
+            conn = ctrl.accept()
+            conn.handshake()
+            for r, rr in enumerate(ranks):
+                rr.send_frame(frame([float(r)], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            for _ in range(3):
+                conn.sock.sendall(record)
+                assert [rr.read_reply() for rr in ranks] == [payload, payload]
+            assert relay.error is None
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
+
+
+@pytest.mark.parametrize("event", ["rank closes", "rank deadline", "relay shuts down"])
+def test_a_rank_lost_between_the_header_and_the_end_of_a_forwarded_broadcast(
+        event: str) -> None:
+    """Half the record sent, rank 0 has received its start; then rank 0 closes (RankExit
+    upstream), or misses the rank deadline (rank 1 deposits the next round early: the round
+    ships without rank 0, whose connection is closed), or the relay shuts down. Rank 0 never
+    completes the frame; rank 1 gets it whole once the rest arrives (or, on shutdown, a strict
+    prefix); no thread or socket is left (leak guard)."""
+    record, payload = _big_broadcast()
+    whole = len(payload).to_bytes(4, "little") + payload
+    half = len(record) // 2
+    with FakeController() as ctrl:
+        relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0",
+                      rank_timeout=3.0 if event == "rank deadline" else None).start()
+        ranks: list[RawRank] = []
+        try:
+            for r in range(2):
+                rr = RawRank(relay.address)
+                ranks.append(rr)
+                assert len(rr.handshake(r, 2)) == 8
+            conn = ctrl.accept()
+            conn.handshake()
+            for r, rr in enumerate(ranks):
+                rr.send_frame(frame([float(r)], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            r0, r1 = ranks
+            conn.sock.sendall(record[:half])
+            r0.sock.settimeout(20.0)
+            first = r0.sock.recv(1000)
+            assert first and whole.startswith(first)
+            if event == "rank closes":
+                r0.sock.close()
+            elif event == "rank deadline":
+                r1.send_frame(frame([5.0], weight=1.0))  # round 2's first deposit
+                rec = conn.read_record()  # rank 0 missed the deadline: shipped without it
+                assert rec is not None and values(rec.frame(SALT)) == [[5.0]]
+            else:
+                relay.shutdown(20.0)
+            if event != "relay shuts down":
+                conn.sock.sendall(record[half:])
+            if event != "rank closes":
+                got = first + _read_all(r0)
+                assert len(got) <= len(whole) - 8 and whole.startswith(got)
+            if event == "relay shuts down":
+                got = _read_all(r1)
+                assert len(got) <= len(whole) - 8 and whole.startswith(got)
+                assert relay.error is None
+                return
+            assert r1.read_reply() == payload
+            if event == "rank closes":
+                rec = conn.read_record()
+                assert rec is not None and rec.control == RankExit(0)
+            r1.send_frame(frame([3.0], weight=1.0))  # the next round goes on with rank 1
+            rec = conn.read_record()
+            assert rec is not None and values(rec.frame(SALT)) == [[3.0]]
+            assert relay.error is None
         finally:
             relay.shutdown()
             for rr in ranks:

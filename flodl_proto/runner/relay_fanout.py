@@ -40,7 +40,14 @@ from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.mux import MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
 from ..codec.plans import record_macs
 from ..spec import MUX_HEADER_LEN
-from ._netio import HASH_STEP, read_record_into, recv_exact_into, send_all, shutdown_quietly
+from ._netio import (
+    HASH_STEP,
+    Stopped,
+    read_record_into,
+    recv_exact_into,
+    send_all,
+    shutdown_quietly,
+)
 
 __all__ = ["CUT_THROUGH_MIN", "FORWARD_STEP", "BroadcastStream", "UpstreamReader"]
 
@@ -230,6 +237,8 @@ class UpstreamReader:
         starvation bound (seconds), as :func:`~flodl_proto.runner._netio.recv_exact_into`.
 
         Raises:
+            Stopped: the stream ended inside the record after the stop flag was set (the
+                relay's own shutdown cut it, not the peer).
             every error of :func:`~flodl_proto.runner._netio.read_record_into` and of the
             codec's ``read_mux_record_or_eos`` (a bad tag: AuthenticationError).
         """
@@ -266,6 +275,11 @@ class UpstreamReader:
             raise
         body = got - MUX_HEADER_LEN
         self._count(got)  # the header and the payload
+        if got < size and self._stop.is_set():
+            # the relay stopping shut the connection down inside the record: not the peer's cut
+            if fwd is not None:
+                fwd.abort()
+            raise Stopped("read")
         try:
             res = read_mux_record_or_eos(view[:MUX_HEADER_LEN + body], self._salt,
                                          version=self._version, ceiling=self._ceiling,
