@@ -32,6 +32,7 @@ from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream
 
 from .cluster_util import (
     SALT,
+    ControllerConn,
     FakeController,
     RawRank,
     frame,
@@ -248,32 +249,48 @@ def test_a_hold_outside_the_payload_is_refused(hold: int) -> None:
 
 # -- through the relay runner ---------------------------------------------------------------------
 
-def _relay_with_two_ranks(ctrl: FakeController) -> tuple[Relay, list[RawRank], object]:
-    relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0").start()
-    ranks = []
+def _first_round(ctrl: FakeController, relay: Relay, ranks: list[RawRank], *, version: int = 2,
+                 rcvbuf: int | None = None) -> ControllerConn:
+    """Connect ranks 0 and 1 to ``relay`` and hand-shake them (each appended to ``ranks`` as it
+    connects, so the caller closes them; ``rcvbuf``: rank sockets' receive buffer, bytes),
+    accept the relay's controller connection and complete round 1 (one HostFrame); returns the
+    connection."""
     for r in range(2):
         rr = RawRank.__new__(RawRank)
-        s = socket.create_connection(relay.address, timeout=20.0)
-        rr.sock = s
-        assert len(rr.handshake(r, 2)) == 8
+        rr.sock = socket.socket()
+        if rcvbuf is not None:
+            rr.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        rr.sock.settimeout(20.0)
+        rr.sock.connect(relay.address)
         ranks.append(rr)
+        assert len(rr.handshake(r, 2, version)) == 8
     conn = ctrl.accept()
     conn.handshake()
     for r, rr in enumerate(ranks):
         rr.send_frame(frame([float(r)], weight=1.0))
     rec = conn.read_record()
     assert rec is not None and rec.kind is RecordKind.HOST_FRAME
-    return relay, ranks, conn
+    return conn
+
+
+def _relay_with_two_ranks(ctrl: FakeController) -> tuple[Relay, list[RawRank], ControllerConn]:
+    relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0").start()
+    ranks: list[RawRank] = []
+    return relay, ranks, _first_round(ctrl, relay, ranks)
+
+
+def _big_broadcast_of(nbytes: int) -> tuple[bytes, bytes]:
+    """A Broadcast record whose one f32 tensor holds ``nbytes`` bytes, and its payload."""
+    data = (bytes(range(251)) * (nbytes // 251 + 1))[:nbytes]
+    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [nbytes // 4], data)])
+    record = b"".join(bytes(p) for p in encode_frame_record(RecordKind.BROADCAST, consensus,
+                                                            SALT))
+    return record, record[25:]
 
 
 def _big_broadcast() -> tuple[bytes, bytes]:
-    """A Broadcast record above the cut-through size, and its payload (the rank's frame)."""
-    n = 3 * CUT_THROUGH_MIN // 4 * 2  # 1.5 MiB of f32
-    data = (bytes(range(251)) * (n // 251 + 1))[:n]
-    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [n // 4], data)])
-    parts = encode_frame_record(RecordKind.BROADCAST, consensus, SALT)
-    record = b"".join(bytes(p) for p in parts)
-    return record, record[25:]
+    """A Broadcast record above the cut-through size (1.5 MiB of f32), and its payload."""
+    return _big_broadcast_of(3 * CUT_THROUGH_MIN // 4 * 2)
 
 
 def _read_all(rr: RawRank) -> bytes:
@@ -288,7 +305,7 @@ def test_a_large_broadcast_reaches_every_rank_byte_for_byte_in_pieces() -> None:
         relay, ranks, conn = _relay_with_two_ranks(ctrl)
         try:
             for i in range(0, len(record), 300_000):  # the record in pieces, the ranks keep up
-                conn.sock.sendall(record[i:i + 300_000])  # type: ignore[attr-defined]
+                conn.sock.sendall(record[i:i + 300_000])
             assert [rr.read_reply() for rr in ranks] == [payload, payload]
             assert relay.error is None
             # the two 8-byte handshake acks, then the prefix and payload to each rank
@@ -308,14 +325,14 @@ def test_the_ranks_receive_a_large_broadcast_before_its_end_has_left_the_control
     with FakeController() as ctrl:
         relay, ranks, conn = _relay_with_two_ranks(ctrl)
         try:
-            conn.sock.sendall(record[:half])  # type: ignore[attr-defined]
+            conn.sock.sendall(record[:half])
             early = []
             for rr in ranks:
                 rr.sock.settimeout(20.0)
                 early.append(rr.sock.recv(1 << 16))  # arrives before the record's end is sent
             for got in early:
                 assert 0 < len(got) and whole.startswith(got)
-            conn.sock.sendall(record[half:])  # type: ignore[attr-defined]
+            conn.sock.sendall(record[half:])
             for rr, got in zip(ranks, early, strict=True):
                 rest = bytearray(got)
                 while len(rest) < len(whole):
@@ -343,10 +360,10 @@ def test_a_forwarded_broadcast_that_fails_never_completes_at_any_rank(fault: str
         relay, ranks, conn = _relay_with_two_ranks(ctrl)
         try:
             if fault == "bad record tag":
-                conn.sock.sendall(record)  # type: ignore[attr-defined]
+                conn.sock.sendall(record)
             else:
-                conn.sock.sendall(record[:len(record) - 100])  # type: ignore[attr-defined]
-                conn.close()  # type: ignore[attr-defined]
+                conn.sock.sendall(record[:len(record) - 100])
+                conn.close()
             whole = len(payload).to_bytes(4, "little") + payload
             for rr in ranks:
                 got = _read_all(rr)
@@ -386,22 +403,9 @@ def test_a_failed_forwarded_broadcast_ends_the_relay_while_its_ranks_read_nothin
         relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0")
         relay._starve = 0.3  # read by every record's read from the start
         relay.start()
-        ranks = []
+        ranks: list[RawRank] = []
         try:
-            for r in range(2):
-                rr = RawRank.__new__(RawRank)
-                rr.sock = socket.socket()
-                rr.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                rr.sock.settimeout(20.0)
-                rr.sock.connect(relay.address)
-                ranks.append(rr)
-                assert len(rr.handshake(r, 2)) == 8
-            conn = ctrl.accept()
-            conn.handshake()
-            for r, rr in enumerate(ranks):
-                rr.send_frame(frame([float(r)], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            conn = _first_round(ctrl, relay, ranks, rcvbuf=4096)
             conn.sock.sendall(record)
             err = relay.wait(30)
             if fault == "bad record tag":
@@ -418,15 +422,6 @@ def test_a_failed_forwarded_broadcast_ends_the_relay_while_its_ranks_read_nothin
                 rr.close()
 
 
-def _big_broadcast_of(nbytes: int) -> tuple[bytes, bytes]:
-    """A Broadcast record whose one f32 tensor holds ``nbytes`` bytes, and its payload."""
-    data = (bytes(range(251)) * (nbytes // 251 + 1))[:nbytes]
-    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [nbytes // 4], data)])
-    record = b"".join(bytes(p) for p in encode_frame_record(RecordKind.BROADCAST, consensus,
-                                                            SALT))
-    return record, record[25:]
-
-
 @pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("delta", [-64, 0], ids=["payload under 1 MiB", "payload of 1 MiB"])
 def test_broadcasts_at_the_cut_through_size_arrive_whole_round_after_round(
@@ -440,18 +435,9 @@ def test_broadcasts_at_the_cut_through_size_arrive_whole_round_after_round(
     with FakeController(version=version) as ctrl:
         relay = Relay(ctrl.address, [0, 1], 2, SALT, listen_port=0, host="h0",
                       version=version).start()
-        ranks = []
+        ranks: list[RawRank] = []
         try:
-            for r in range(2):
-                rr = RawRank(relay.address)
-                ranks.append(rr)
-                assert len(rr.handshake(r, 2, version)) == 8
-            conn = ctrl.accept()
-            conn.handshake()
-            for r, rr in enumerate(ranks):
-                rr.send_frame(frame([float(r)], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            conn = _first_round(ctrl, relay, ranks, version=version)
             for _ in range(3):
                 conn.sock.sendall(record)
                 assert [rr.read_reply() for rr in ranks] == [payload, payload]
@@ -478,16 +464,7 @@ def test_a_rank_lost_between_the_header_and_the_end_of_a_forwarded_broadcast(
                       rank_timeout=3.0 if event == "rank deadline" else None).start()
         ranks: list[RawRank] = []
         try:
-            for r in range(2):
-                rr = RawRank(relay.address)
-                ranks.append(rr)
-                assert len(rr.handshake(r, 2)) == 8
-            conn = ctrl.accept()
-            conn.handshake()
-            for r, rr in enumerate(ranks):
-                rr.send_frame(frame([float(r)], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            conn = _first_round(ctrl, relay, ranks)
             r0, r1 = ranks
             conn.sock.sendall(record[:half])
             r0.sock.settimeout(20.0)
