@@ -14,6 +14,10 @@ too.
 Start-up stays cheap: this module and the command modules import only the standard library and the
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
 ``--help``, ``--version`` and a usage error do not wait for them.
+
+Every command reports a failure as one line on stderr in argparse's format, ``flodl-proto COMMAND:
+error: MESSAGE`` (a rank adds its id: ``flodl-proto rank 0: error: ...``); a usage error exits 2.
+Warnings and notes use the same program prefix (``flodl-proto relay: warning: ...``).
 """
 
 from __future__ import annotations

@@ -201,7 +201,8 @@ def test_rank_payload_and_interval_must_be_finite(option: str, value: str, shown
     res = _cli("rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
                "--world-size", "1", "--salt", SALT_HEX, option, value)
     assert res.returncode == 2
-    assert res.stderr == f"flodl-proto rank: {option} must be a finite number >= 0, got {shown}\n"
+    assert res.stderr == (f"flodl-proto rank: error: {option} must be a finite number >= 0, "
+                          f"got {shown}\n")
 
 
 def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
@@ -209,7 +210,8 @@ def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
     with _acked_rank("--payload-mib", "1e12") as (p, _):
         out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (1, "")
-    assert err == "flodl-proto rank 0: cannot allocate the --payload-mib 1000000000000.0 tensor\n"
+    assert err == ("flodl-proto rank 0: error: cannot allocate the --payload-mib "
+                   "1000000000000.0 tensor\n")
 
 
 # -- item: Ctrl-C ------------------------------------------------------------------------------
@@ -237,8 +239,8 @@ def test_rank_says_once_it_waits_for_the_relay_then_gives_up(
     assert err.splitlines() == [
         f"flodl-proto rank 0: waiting for the relay: connect to 127.0.0.1:{port} failed: "
         "Connection refused; retrying every 0.5s, giving up after ~1.5s (3 attempts)",
-        f"flodl-proto rank 0: cpu_reduce: connect to 127.0.0.1:{port} failed after 3 attempts "
-        "(~1.5s): [Errno 111] Connection refused"]
+        f"flodl-proto rank 0: error: cpu_reduce: connect to 127.0.0.1:{port} failed after 3 "
+        "attempts (~1.5s): [Errno 111] Connection refused"]
 
 
 def test_relay_says_once_it_waits_for_the_controller_then_gives_up(
@@ -601,8 +603,32 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0,5",
                              "--world-size", "2", "--salt", SALT_HEX)
     assert code == 2
-    assert err == ("flodl-proto relay: rank set [0, 5] is invalid for world_size 2: every rank "
+    assert err == ("flodl-proto relay: error: rank set [0, 5] is invalid for world_size 2: every "
+                   "rank "
                    "must be < world_size\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "0", "--salt", SALT_HEX),
+     "--world-size must be in 1..4294967295 (the handshake's u32 field), got 0"),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "x", "--world-size", "2",
+      "--salt", SALT_HEX), "--ranks expects a list of ranks like 0,1 or 0-3, got 'x'"),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1",
+      "--salt", "abc"), "session salt must be 16 bytes written as 32 hex digits, got 'abc'"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
+      "--rounds", "-1"), "--rounds must be >= 0, got -1"),
+    (("decode", "--pcap", "-"), "--pcap needs --port N"),
+    (("demo", "--rounds", "0"), "--rounds must be >= 1"),
+    (("vectors", "check", "/nonexistent-flodl-vectors"),
+     "/nonexistent-flodl-vectors: does not exist"),
+])
+def test_every_command_s_usage_error_is_one_line_with_the_error_prefix(
+        args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """As argparse's own usage errors and the controller's: ``flodl-proto CMD: error: ...``,
+    one line on stderr, exit 2 (relay, rank, decode, demo and vectors printed the message
+    without ``error:``, decode even without ``flodl-proto``)."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out, err) == (2, "", f"flodl-proto {args[0]}: error: {message}\n")
 
 
 @pytest.mark.parametrize("ranks", ["0,,1", "0,1,", ",0", "0, ,1"])
@@ -612,14 +638,14 @@ def test_relay_ranks_with_an_empty_item_is_a_usage_error(
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
                                "--world-size", "2", "--salt", SALT_HEX)
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto relay: --ranks expects a list of ranks like 0,1 or 0-3, got "
-                   f"{ranks!r} (an empty item)\n")
+    assert err == (f"flodl-proto relay: error: --ranks expects a list of ranks like 0,1 or 0-3, "
+                   f"got {ranks!r} (an empty item)\n")
 
 
 @pytest.mark.parametrize(("command", "where", "prefix"), [
     ("controller", ["--listen", "127.0.0.1:0"], "flodl-proto controller: error: "),
-    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "flodl-proto relay: "),
-    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"], "flodl-proto rank: "),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "flodl-proto relay: error: "),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"], "flodl-proto rank: error: "),
 ])
 def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix: str,
                                           tmp_path: Path,
@@ -815,10 +841,10 @@ def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str) -> None:
     ("controller", ["--listen", "127.0.0.1:0", "--world-size", "1"],
      "flodl-proto controller: error: "),
     ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1"],
-     "flodl-proto relay: "),
+     "flodl-proto relay: error: "),
     ("rank", ["--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1"],
-     "flodl-proto rank: "),
-    ("decode", ["-"], "decode: "),
+     "flodl-proto rank: error: "),
+    ("decode", ["-"], "flodl-proto decode: error: "),
 ])
 @pytest.mark.parametrize("big", ["file", "dev-zero"])
 def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: list[str],

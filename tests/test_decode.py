@@ -417,18 +417,19 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     # an input that cannot be opened or read is a bad command line, as a --salt-file is
     missing = tmp_path / "missing"
     assert main(["decode", str(missing)]) == 2
-    assert capsys.readouterr() == ("", f"decode: cannot read input {missing}: No such file or "
-                                       "directory\n")
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input {missing}: "
+                                       "No such file or directory\n")
     assert main(["decode", str(tmp_path)]) == 2
-    assert capsys.readouterr() == ("", f"decode: cannot read input {tmp_path}: Is a "
-                                       "directory\n")
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input {tmp_path}: "
+                                       "Is a directory\n")
 
 
 def test_cli_closed_stdin_is_one_line(capsys: pytest.CaptureFixture[str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", None)  # started with ``<&-``
     assert main(["decode"]) == 2
-    assert capsys.readouterr() == ("", "decode: cannot read input stdin: it is closed\n")
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: cannot read input stdin: it is "
+                                       "closed\n")
 
 
 def test_cli_hex_input_that_is_not_hex(tmp_path: Path,
@@ -436,12 +437,12 @@ def test_cli_hex_input_that_is_not_hex(tmp_path: Path,
     bad = tmp_path / "bad.hex"
     bad.write_bytes(b"0011\n22\xd0\x01")
     assert main(["decode", "--hex", str(bad)]) == EXIT_ERROR
-    assert capsys.readouterr() == ("", "decode: input is not hex: byte 0xd0 at offset 7 "
-                                       "(--hex takes hex text)\n")
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: input is not hex: byte 0xd0 at "
+                                       "offset 7 (--hex takes hex text)\n")
     bad.write_text("00 11\nzz 22\n", encoding="ascii")
     assert main(["decode", "--hex", str(bad)]) == EXIT_ERROR
-    assert capsys.readouterr() == ("", "decode: input is not hex: line 2: 'zz 22' (--hex takes "
-                                       "hex text)\n")
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: input is not hex: line 2: "
+                                       "'zz 22' (--hex takes hex text)\n")
 
 
 def test_cli_input_ending_inside_a_header(capsys: pytest.CaptureFixture[str],
@@ -451,7 +452,7 @@ def test_cli_input_ending_inside_a_header(capsys: pytest.CaptureFixture[str],
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"garbage")))
     assert main(["decode"]) == EXIT_ERROR
     got = capsys.readouterr()
-    assert got.err == "decode: mux leg (too short to tell; --leg to choose)\n"
+    assert got.err == "flodl-proto decode: mux leg (too short to tell; --leg to choose)\n"
     assert _json_lines(got.out) == [{
         "type": "error", "offset": 0, "error_kind": "magic", "error_id": "mux.bad_magic",
         "error": f"relay_mux: record magic 0x62726167 != 0x{MUX_RECORD_MAGIC:08x}"}]
@@ -491,8 +492,8 @@ def test_cli_input_is_bounded_by_max_input(tmp_path: Path, capsys: pytest.Captur
     assert main(["decode", "--max-input", "5000", "-"]) == EXIT_ERROR
     got = capsys.readouterr()
     assert got.out == ""
-    assert got.err == ("decode: the input is longer than --max-input 5000 bytes; give a larger "
-                       "--max-input to decode it\n")
+    assert got.err == ("flodl-proto decode: error: the input is longer than --max-input 5000 "
+                       "bytes; give a larger --max-input to decode it\n")
     assert endless.given <= 5001 + io.DEFAULT_BUFFER_SIZE  # read up to the limit, not to the end
 
     sent = _mux_up(2)
@@ -502,7 +503,8 @@ def test_cli_input_is_bounded_by_max_input(tmp_path: Path, capsys: pytest.Captur
     assert main(["decode", "--max-input", str(n), "--salt", SALT.hex(), str(raw)]) == EXIT_OK
     assert _json_lines(capsys.readouterr().out)[-1]["type"] == "end"
     assert main(["decode", "--max-input", str(n - 1), str(raw)]) == EXIT_ERROR
-    assert capsys.readouterr().err == (f"decode: the input is longer than --max-input {n - 1} "
+    assert capsys.readouterr().err == (f"flodl-proto decode: error: the input is longer than "
+                                       f"--max-input {n - 1} "
                                        "bytes; give a larger --max-input to decode it\n")
     raw.write_text(sent.data.hex(), encoding="ascii")  # the limit counts the bytes read
     assert main(["decode", "--hex", "--max-input", str(2 * n - 1), str(raw)]) == EXIT_ERROR
@@ -594,7 +596,8 @@ def test_cli_pcap_without_the_extra_names_it(tmp_path: Path, capsys: pytest.Capt
     cap.write_bytes(_capture(_mux_up(2).data, _mux_down(2).data, 1337))
     monkeypatch.setitem(sys.modules, "dpkt", None)  # ``import dpkt`` fails: no pcap extra
     assert main(["decode", "--pcap", "--port", "1337", str(cap)]) == EXIT_ERROR
-    assert capsys.readouterr() == ("", "decode: reading captures needs dpkt, the pcap extra: "
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: reading captures needs dpkt, "
+                                       "the pcap extra: "
                                        "pip install 'flodl-proto[pcap]'\n")
 
 
@@ -689,7 +692,8 @@ def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFix
     cap.write_bytes(full[:100])  # the SYN, the SYN-ACK, then the cut
     assert main(args) == EXIT_CAPTURE_ENDED
     got = capsys.readouterr()
-    assert got.err.splitlines()[0] == ("decode: the capture is truncated: it ends at byte 100, "
+    assert got.err.splitlines()[0] == ("flodl-proto decode: warning: the capture is truncated: it "
+                                       "ends at byte 100, "
                                        f"inside the packet record that starts at byte "
                                        f"{starts[1]}; the streams stop before it")
     assert [r["type"] for r in _json_lines(got.out)] == ["end"]
@@ -697,7 +701,8 @@ def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFix
     cap.write_bytes(full[:cut])
     assert main(args) == EXIT_CAPTURE_ENDED
     got = capsys.readouterr()
-    assert got.err.splitlines()[0] == (f"decode: the capture is truncated: it ends at byte {cut}, "
+    assert got.err.splitlines()[0] == (f"flodl-proto decode: warning: the capture is truncated: it "
+                                       f"ends at byte {cut}, "
                                        f"inside the packet record that starts at byte "
                                        f"{starts[-1]}; the streams stop before it")
     lines = _json_lines(got.out)
@@ -712,7 +717,8 @@ def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFix
     cap.write_bytes(full[:10])
     assert main(args) == EXIT_CAPTURE_ENDED
     got = capsys.readouterr()
-    assert (got.out, got.err) == ("", "decode: the capture is truncated: it ends at byte 10, "
+    assert (got.out, got.err) == ("", "flodl-proto decode: error: the capture is truncated: it "
+                                      "ends at byte 10, "
                                   "inside its file header\n")
 
 
@@ -826,7 +832,8 @@ def test_bare_round_frames_decode_with_tags(capsys: pytest.CaptureFixture[str],
     raw.write_bytes(wires[0])
     assert main(["decode", "--salt", SALT.hex(), str(raw)]) == EXIT_OK
     captured = capsys.readouterr()
-    assert captured.err.strip() == "decode: frame leg (a bare RoundFrame; --leg to choose)"
+    assert captured.err.strip() == ("flodl-proto decode: frame leg (a bare RoundFrame; --leg "
+                                    "to choose)")
     out = _json_lines(captured.out)
     assert [r["type"] for r in out] == ["round_frame", "end"]
 
@@ -919,5 +926,6 @@ def test_decode_salt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert _json_lines(capsys.readouterr().out)[-1]["bad_tags"] == 0
     # a salt file that cannot be read is a bad command line, as a malformed --salt is (exit 2)
     assert main(["decode", "--salt-file", str(tmp_path / "none"), str(raw)]) == 2
-    assert capsys.readouterr().err == (f"decode: --salt-file {tmp_path / 'none'}: "
+    assert capsys.readouterr().err == (f"flodl-proto decode: error: --salt-file "
+                                       f"{tmp_path / 'none'}: "
                                        "No such file or directory\n")

@@ -169,7 +169,8 @@ def test_demo_netns_without_the_lab_says_why_in_one_line_and_exits_2(
     assert cli.main(["demo", "--netns", "--no-progress"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == ("flodl-proto demo: --netns: the network lab needs root (network namespaces, "
+    assert err == ("flodl-proto demo: error: --netns: the network lab needs root (network "
+                   "namespaces, "
                    "veth, tc, nftables)\n")
 
 

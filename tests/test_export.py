@@ -101,7 +101,7 @@ def test_cli_export_to_an_unwritable_folder_is_one_line_and_exit_1(
     assert main(["vectors", "export", str(target)]) == 1
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == f"flodl-proto vectors: cannot write {target}: Not a directory\n"
+    assert cap.err == f"flodl-proto vectors: error: cannot write {target}: Not a directory\n"
 
 
 def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:

@@ -604,13 +604,14 @@ def test_a_huge_ranks_range_is_refused_before_it_is_expanded(
     finally:
         tracemalloc.stop()
     err = capsys.readouterr().err
-    assert (code, err) == (2, "flodl-proto relay: rank set 0-4999999 is invalid for world_size "
+    assert (code, err) == (2, "flodl-proto relay: error: rank set 0-4999999 is invalid for "
+                              "world_size "
                               "4: every rank must be < world_size\n")
     assert peak < 8 << 20
     code = main(["relay", *salt, "--ranks", "0-99999999", "--world-size", "4294967295"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(
-        "flodl-proto relay: rank set 0-99999999 is invalid for world_size 4294967295: "
+        "flodl-proto relay: error: rank set 0-99999999 is invalid for world_size 4294967295: "
         "100000000 ranks need as many loopback connections, more than this process may open (")
     assert err.count("\n") == 1
 
@@ -632,5 +633,6 @@ def test_a_host_name_longer_than_a_hello_carries_is_refused_up_front(
     code = main(["relay", "--controller", "127.0.0.1:1", "--salt", SALT.hex(), "--ranks", "0",
                  "--world-size", "1", "--host", "h" * 300])
     assert (code, capsys.readouterr().err) == (
-        2, "flodl-proto relay: host name is 300 bytes (UTF-8), more than the 255 a Hello may "
+        2, "flodl-proto relay: error: host name is 300 bytes (UTF-8), more than the 255 a Hello "
+           "may "
            "carry\n")

@@ -47,6 +47,7 @@ __all__ = ["DEFAULT_MAX_INPUT", "register", "run"]
 
 #: default of ``--max-input``: the most input bytes ``decode`` reads (4 GiB)
 DEFAULT_MAX_INPUT = 4 << 30
+_PROG = "flodl-proto decode"
 _CHUNK = 1 << 20
 
 
@@ -192,10 +193,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     if args.pcap and args.port is None:
-        print("decode: --pcap needs --port N", file=sys.stderr)
+        print(f"{_PROG}: error: --pcap needs --port N", file=sys.stderr)
         return 2
     if args.port is not None and not args.pcap:
-        print("decode: --port is only meaningful with --pcap", file=sys.stderr)
+        print(f"{_PROG}: error: --port is only meaningful with --pcap", file=sys.stderr)
         return 2
     salt: bytes | None = args.salt
     if args.salt_file is not None:
@@ -204,19 +205,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         try:
             salt = cli_salt(None, args.salt_file)
         except ValueError as e:  # a missing or malformed salt: the command line, as --salt
-            print(f"decode: {e}", file=sys.stderr)
+            print(f"{_PROG}: error: {e}", file=sys.stderr)
             return 2
     try:
         data = _read_input(args.file, args.hex, args.max_input)
     except _InputTooLarge:
-        print(f"decode: the input is longer than --max-input {args.max_input} bytes; give a "
-              "larger --max-input to decode it", file=sys.stderr)
+        print(f"{_PROG}: error: the input is longer than --max-input {args.max_input} bytes; give "
+              "a larger --max-input to decode it", file=sys.stderr)
         return EXIT_ERROR
     except _Unreadable as e:  # a path of the command line, as --salt-file: a usage error
-        print(f"decode: cannot read input {e}", file=sys.stderr)
+        print(f"{_PROG}: error: cannot read input {e}", file=sys.stderr)
         return 2
     except _NotHex as e:
-        print(f"decode: input is not hex: {e} (--hex takes hex text)", file=sys.stderr)
+        print(f"{_PROG}: error: input is not hex: {e} (--hex takes hex text)", file=sys.stderr)
         return EXIT_ERROR
     streams: list[tuple[str | None, bytes]]
     code = EXIT_OK
@@ -226,28 +227,30 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         try:
             tcp = read_tcp_streams(data, args.port)
         except CaptureTruncated as e:
-            print(f"decode: {e}" + ("; the streams stop before it" if e.complete else ""),
+            # a warning when the streams before the cut are decoded, else the one error line
+            level = "warning" if e.complete else "error"
+            print(f"{_PROG}: {level}: {e}" + ("; the streams stop before it" if e.complete else ""),
                   file=sys.stderr)
             if not e.complete:
                 return EXIT_CAPTURE_ENDED
             code, tcp = EXIT_CAPTURE_ENDED, e.streams
         except PcapError as e:
-            print(f"decode: {e}", file=sys.stderr)
+            print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
         if not tcp:
             if code == EXIT_CAPTURE_ENDED:  # the line above says why there is nothing more
                 return code
-            print(f"decode: no TCP stream to or from port {args.port} in the capture",
+            print(f"{_PROG}: error: no TCP stream to or from port {args.port} in the capture",
                   file=sys.stderr)
             return EXIT_ERROR
         streams = []
         for st in tcp:
             if st.gap:
-                print(f"decode: {st.label}: bytes missing from the capture after stream offset "
-                      f"{len(st.data)}; decoding stops there", file=sys.stderr)
+                print(f"{_PROG}: warning: {st.label}: bytes missing from the capture after stream "
+                      f"offset {len(st.data)}; decoding stops there", file=sys.stderr)
             if not st.syn_seen and st.data:
-                print(f"decode: {st.label}: the connection's start was not captured; offsets "
-                      "count from the first captured byte", file=sys.stderr)
+                print(f"{_PROG}: warning: {st.label}: the connection's start was not captured; "
+                      "offsets count from the first captured byte", file=sys.stderr)
             streams.append((st.label, st.data))
     else:
         streams = [(None, data)]
@@ -257,10 +260,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             try:
                 leg, why = detect_leg(payload)
             except ValueError as e:
-                print(f"decode: {label + ': ' if label else ''}{e}", file=sys.stderr)
+                print(f"{_PROG}: error: {label + ': ' if label else ''}{e}", file=sys.stderr)
                 code = EXIT_ERROR
                 continue
-            print(f"decode: {label + ': ' if label else ''}{leg} leg ({why}; --leg to choose)",
+            print(f"{_PROG}: {label + ': ' if label else ''}{leg} leg ({why}; --leg to choose)",
                   file=sys.stderr)
         else:
             leg = args.leg
@@ -268,7 +271,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
                                    values=args.values)
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
-            print(f"decode: {e}", file=sys.stderr)
+            print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
         _print_report(report, args.format, out, label)
         code = _worse(code, report.exit_code)

@@ -352,17 +352,17 @@ def run(args: argparse.Namespace) -> int:
                                      and 1 <= kill[1] <= args.rounds):
             raise ValueError("--kill-rank R@ROUND needs R < world size and 1 <= ROUND <= rounds")
     except ValueError as e:
-        print(f"flodl-proto demo: {e}", file=sys.stderr)
+        print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 2
     if args.netns:
         reason = unavailable_reason()
         if reason is not None:
-            print(f"flodl-proto demo: --netns: {reason}", file=sys.stderr)
+            print(f"flodl-proto demo: error: --netns: {reason}", file=sys.stderr)
             return 2
     try:
         salt_hex, salt_note = _session_salt(args.salt_file)
     except (OSError, ProtocolError) as e:
-        print(f"flodl-proto demo: --salt-file {args.salt_file}: {e}", file=sys.stderr)
+        print(f"flodl-proto demo: error: --salt-file {args.salt_file}: {e}", file=sys.stderr)
         return 2
     from rich.console import Console  # here: usage errors skip rich
 

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             if not 0 <= value < math.inf:  # nan and inf too: no frame or pause of that size
                 raise ValueError(f"{option} must be a finite number >= 0, got {value}")
     except (ValueError, ProtocolError, OSError) as e:
-        print(f"flodl-proto rank: {e}", file=sys.stderr)
+        print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2
     from ..runner.rank import RankClient  # here: usage errors skip NumPy
 
@@ -144,14 +144,14 @@ def run(args: argparse.Namespace) -> int:
                         if args.interval > 0 and k < args.rounds:
                             time.sleep(args.interval)
             except ProtocolError as e:
-                failure = (2 if not e.remote and e.kind == "value" else 1, f"{prog}: {e}")
+                failure = (2 if not e.remote and e.kind == "value" else 1, f"{prog}: error: {e}")
             except MemoryError:  # --payload-mib larger than this machine can hold
-                failure = (1, f"{prog}: cannot allocate the --payload-mib {args.payload_mib} "
-                              "tensor")
+                failure = (1, f"{prog}: error: cannot allocate the --payload-mib "
+                              f"{args.payload_mib} tensor")
             except OSError as e:
                 if stdout_gone:
                     raise  # not a connection failure: the CLI ends quietly with 141
-                failure = (1, f"{prog}: {e}")
+                failure = (1, f"{prog}: error: {e}")
     finally:
         lines.close()  # the digest lines still waiting: waits for stdout to take them
     if lines.broken:  # the reader of stdout went away: quietly 141, as every command

@@ -264,8 +264,10 @@ def register(sub: Any) -> None:
 
 
 def _usage_error(e: BaseException) -> int:
+    """One line ``flodl-proto relay: error: MESSAGE`` on stderr (the prefix of argparse's and
+    every command's errors); return 2."""
     msg = str(e)  # the relay's own errors already start with "relay: "
-    print(f"{_PROG}: {msg.removeprefix('relay: ')}", file=sys.stderr, flush=True)
+    print(f"{_PROG}: error: {msg.removeprefix('relay: ')}", file=sys.stderr, flush=True)
     return 2
 
 

@@ -86,7 +86,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     for root in dirs:  # every folder is checked before any case runs
         cases = _load_cases(root)
         if isinstance(cases, str):
-            print(f"flodl-proto vectors: {cases}", file=sys.stderr)
+            print(f"flodl-proto vectors: error: {cases}", file=sys.stderr)
             return 2
         loaded.append((root, cases))
     for root, cases in loaded:
@@ -144,7 +144,7 @@ def compare_folders(a: Path, b: Path) -> list[str]:
 def _compare(args: argparse.Namespace) -> int:
     for d in (args.dir, args.bundled):
         if (why := _not_a_folder(d)) is not None:
-            print(f"flodl-proto vectors: {why}", file=sys.stderr)
+            print(f"flodl-proto vectors: error: {why}", file=sys.stderr)
             return 2
     diffs = compare_folders(args.dir, args.bundled)
     for rel in diffs:
@@ -165,7 +165,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         counts = export_vectors(args.dir)
     except OSError as e:
-        print(f"flodl-proto vectors: cannot write {e.filename or args.dir}: "
+        print(f"flodl-proto vectors: error: cannot write {e.filename or args.dir}: "
               f"{e.strerror or e}", file=sys.stderr)
         return 1
     for version, n in sorted(counts.items(), reverse=True):
