@@ -679,6 +679,120 @@ def test_timeouts_are_checked_as_cli_options(command: str, where: list[str], opt
                                     f"a positive number of seconds, got '{value}'")
 
 
+# -- item: --frame-ceiling BYTES of controller, relay and rank ------------------------------------
+_CEILING_COMMANDS = [
+    ("controller", ["--listen", "127.0.0.1:0"]),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"]),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"]),
+]
+
+
+@pytest.mark.parametrize(("command", "where"), _CEILING_COMMANDS)
+@pytest.mark.parametrize(("value", "why"), [
+    ("0", "must be at least 1 byte, got 0"),
+    ("-5", "must be at least 1 byte, got -5"),
+    ("4G", "expected a number of bytes, got '4G'"),
+    ("1.5", "expected a number of bytes, got '1.5'"),
+    ("4294967296", "must be at most 4294967295 bytes (the u32 length prefix and mux "
+                   "payload_len)"),
+])
+def test_frame_ceiling_that_is_no_u32_byte_count_is_a_usage_error(
+        command: str, where: list[str], value: str, why: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
+                               "--frame-ceiling", value)
+    assert (code, out, err) == (2, "", f"flodl-proto {command}: error: --frame-ceiling "
+                                       f"{value!r}: {why}\n")
+
+
+def test_frame_ceiling_parser_bounds() -> None:
+    from flodl_proto.commands.relay import frame_ceiling
+    from flodl_proto.spec import DEFAULT_FRAME_CEILING, U32_MAX
+
+    assert frame_ceiling(None) == DEFAULT_FRAME_CEILING == 1 << 30
+    assert frame_ceiling("1") == 1
+    assert frame_ceiling(str(U32_MAX)) == U32_MAX == 4294967295
+
+
+@pytest.mark.parametrize(("command", "what"), [
+    ("controller", "largest payload_len of a relay's record (and of a Broadcast) accepted"),
+    ("relay", "largest length prefix of a rank's frame and payload_len of a controller's record "
+              "accepted"),
+    ("rank", "largest length prefix of a reply (and tensor bytes of this rank's frame) accepted"),
+])
+def test_frame_ceiling_in_the_help(command: str, what: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run_main(capsys, command, "--help")
+    assert code == 0
+    assert (f"--frame-ceiling BYTES {what}, in bytes, 1..4294967295 (default 1073741824, 1 GiB"
+            in " ".join(out.split()))
+
+
+@pytest.mark.parametrize(("command", "where", "runner", "attr"), [
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "flodl_proto.runner.relay",
+     "Relay"),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"], "flodl_proto.runner.rank",
+     "RankClient"),
+])
+@pytest.mark.parametrize("given", [None, "4096"])
+def test_relay_and_rank_pass_the_frame_ceiling_to_their_runner(
+        command: str, where: list[str], runner: str, attr: str, given: str | None,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The runner gets the option's value, or the spec's 1 GiB when it is not given (caught
+    where the runner is built: no socket is opened)."""
+    import importlib
+
+    seen: list[int] = []
+
+    class _Stop(Exception):
+        pass
+
+    def built(*args: Any, ceiling: int, **kwargs: Any) -> Any:
+        seen.append(ceiling)
+        raise _Stop
+
+    module = importlib.import_module(runner)
+    if attr == "Relay":
+        monkeypatch.setattr(module, attr, built)
+    else:
+        monkeypatch.setattr(module.RankClient, "connect", built)
+    extra = [] if given is None else ["--frame-ceiling", given]
+    with pytest.raises(_Stop):
+        _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX, *extra)
+    assert seen == [1 << 30 if given is None else 4096]
+
+
+@pytest.mark.parametrize("ceiling", [1063, 1062])
+def test_controller_frame_ceiling_refuses_a_record_above_it(ceiling: int,
+                                                             procs: list[_Proc]) -> None:
+    """A HostFrame of 256 f32 is a record of payload_len 1063: a controller started with
+    ``--frame-ceiling 1063`` reduces it; one with 1062 refuses it before reading its payload,
+    closes the relay's connection and fails the run with one line naming both numbers."""
+    import numpy as np
+
+    from .fake_relay import SALT, FakeRelay, frame
+
+    ctl = _Proc("controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                "--salt", SALT.hex(), "--frame-ceiling", str(ceiling))
+    procs.append(ctl)
+    port = int(ctl.wait_for("listening on").rsplit(":", 1)[1])
+    with FakeRelay(port, [0]) as relay:
+        relay.expect_hello_ack()
+        relay.send_host_frame(frame(np.arange(256, dtype=np.float32)))
+        if ceiling == 1063:
+            assert relay.read_broadcast().tensors[0].nbytes == 1024
+            relay.rank_exit(0)
+        assert relay.at_eof()
+    code, err = ctl.finish()
+    if ceiling == 1063:
+        assert (code, err) == (0, "")
+    else:
+        assert (code, err) == (1, "flodl-proto controller: error: reading relay fake (ranks 0): "
+                                  "relay_mux: record payload_len 1063 exceeds the frame ceiling "
+                                  "1062 (kind=0x03, rank=0); corrupt or hostile peer, or a model "
+                                  "that has outgrown the frame ceiling\n")
+
+
 def test_docs_and_rank_help_describe_their_options(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run_main(capsys, "docs", "--help")

@@ -7,6 +7,7 @@
                            [--protocol-version 2|3] [--no-port-mux]
                            [--outer avg|slow-momentum:LR,MU|nesterov:LR,MU]
                            [--checkpoint-dir DIR] [--round-timeout SECONDS]
+                           [--frame-ceiling BYTES]
 
 The first stdout line, flushed at once, is exactly ``listening on HOST:PORT`` with the bound port.
 Then one line per relay that joins and one per round (round, kind, weight, bytes, milliseconds).
@@ -18,7 +19,13 @@ timeout) go to stderr the same way, through a backlog of their own.
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (missing or malformed salt, world size 0, bad
-``--outer``, a ``--checkpoint-dir`` that cannot be created or written), with a one-line error.
+``--outer``, a ``--checkpoint-dir`` that cannot be created or written, a ``--frame-ceiling`` that
+is not a whole number of bytes in 1..U32_MAX), with a one-line error
+``flodl-proto controller: error: ...``.
+
+``--frame-ceiling BYTES`` (default ``DEFAULT_FRAME_CEILING``, 1 GiB): a relay's record whose
+``payload_len`` is above it fails the run (one line naming the length and the ceiling), and so
+does a consensus Broadcast above it (spec departure ``broadcast_over_ceiling``).
 
 ``--round-timeout SECONDS`` (an addition to upstream, off by default; scaled by
 ``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has not arrived that long after the round's
@@ -44,9 +51,11 @@ from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
+    add_frame_ceiling_option,
     add_salt_options,
     check_world_size,
     cli_salt,
+    frame_ceiling,
     positive_seconds,
     resolve_salt,
     signals_stop,
@@ -140,6 +149,7 @@ def register(sub: Any) -> None:
                    help="declare a relay's ranks dead when its HostFrame has not arrived this "
                    "long after the round's first one (scaled by FLODL_NET_TIMEOUT_SCALE; "
                    "default: no deadline, as upstream)")
+    add_frame_ceiling_option(p, "payload_len of a relay's record (and of a Broadcast)")
     p.set_defaults(func=run)
 
 
@@ -176,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         outer = parse_outer(args.outer)
+        ceiling = frame_ceiling(args.frame_ceiling)
     except (ProtocolError, ValueError, OSError) as e:
         return _usage_error(str(e))
     if args.checkpoint_dir is not None:
@@ -197,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
                 args.world_size, salt, host=host, port=port, version=args.protocol_version,
                 port_mux=not args.no_port_mux, outer=outer, checkpoint_dir=args.checkpoint_dir,
                 on_notice=on_notice,
-                round_timeout=args.round_timeout,
+                round_timeout=args.round_timeout, ceiling=ceiling,
             )
             ctl.start()
         except ProtocolError as e:

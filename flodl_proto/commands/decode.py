@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+from .relay import byte_count
 
 if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
     from ..decode import DecodeReport, Leg
@@ -56,13 +57,11 @@ class _InputTooLarge(Exception):
 
 
 def _byte_count(text: str) -> int:
+    """argparse ``type=`` of ``--max-input``: :func:`.relay.byte_count`."""
     try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of bytes, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {n}")
-    return n
+        return byte_count(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _salt(text: str) -> bytes:

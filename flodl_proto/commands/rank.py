@@ -5,7 +5,7 @@
     flodl-proto rank --relay HOST:PORT --rank R --world-size N
                      (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
                      [--rounds K] [--interval SECONDS] [--payload-mib M] [--bf16]
-                     [--protocol-version 2|3]
+                     [--protocol-version 2|3] [--frame-ceiling BYTES]
 
 Round ``k`` (1-based) of rank ``r`` contributes :func:`synthetic_tensors` ``(r, k, M)`` with the
 realized-work mass ``(r + k) % 4`` (so some rounds have an idle rank). After each round it prints
@@ -14,8 +14,11 @@ exits 0 after ``K`` rounds. Ranks of one run print identical digests. A relay th
 yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once
 (``waiting for the relay: connect to HOST:PORT failed: ...; retrying every 0.5s, giving up after
 ~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
-reached in that time too), 2 for a bad command line; output piped into a reader that stops early
-(``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank would).
+reached in that time too), 2 for a bad command line (one line, ``flodl-proto rank: error: ...``,
+e.g. a ``--frame-ceiling`` that is not a whole number of bytes in 1..U32_MAX; the ceiling, default
+1 GiB, bounds a reply's length prefix and this rank's own tensor bytes); output piped into a
+reader that stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a
+killed rank would).
 
 The digest lines are written by a thread of their own, so a stdout that is read slowly, or not at
 all (a full pipe), never holds up a round (and with it the whole cluster): at most
@@ -37,7 +40,13 @@ from ..addr import parse_addr
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
-from .relay import add_salt_options, check_world_size, cli_salt
+from .relay import (
+    add_frame_ceiling_option,
+    add_salt_options,
+    check_world_size,
+    cli_salt,
+    frame_ceiling,
+)
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
     import numpy as np
@@ -100,6 +109,8 @@ def register(sub: Any) -> None:
     p.add_argument("--bf16", action="store_true", help="ship Model rounds as bf16")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
+    add_frame_ceiling_option(p, "length prefix of a reply (and tensor bytes of this rank's "
+                             "frame)")
     p.set_defaults(func=run)
 
 
@@ -109,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay")
+        ceiling = frame_ceiling(args.frame_ceiling)
         if args.rounds < 0:
             raise ValueError(f"--rounds must be >= 0, got {args.rounds}")
         for option, value in (("--payload-mib", args.payload_mib), ("--interval", args.interval)):
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 with RankClient.connect(addr, args.rank, args.world_size, salt,
                                         args.protocol_version, bf16=args.bf16,
-                                        on_retry=waiting) as client:
+                                        ceiling=ceiling, on_retry=waiting) as client:
                     for k in range(1, args.rounds + 1):
                         arrays = synthetic_tensors(args.rank, k, args.payload_mib)
                         mass = mass_of(args.rank, k)

@@ -5,7 +5,7 @@
     flodl-proto relay --controller HOST:PORT --ranks 0,1 --world-size N
                       (--salt HEX | --salt-file PATH | env FLODL_SESSION_SALT)
                       [--listen-port P] [--protocol-version 2|3] [--host NAME]
-                      [--rank-timeout SECONDS]
+                      [--rank-timeout SECONDS] [--frame-ceiling BYTES]
 
 The first stdout line, flushed at once, is exactly ``listening on 127.0.0.1:<bound port>``; the
 ranks of this host then connect there. When the relay ends it prints one ``relay stats ...`` line
@@ -19,7 +19,10 @@ HOST:PORT failed: ...; retrying every 0.5s, giving up after ~30s``). Exit codes:
 clean end (the controller closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay
 failed or could not start (the error on stderr, e.g. the controller declared every rank of this
 host dead, the controller could not be reached in the retry time, or the loopback port cannot be
-bound because it is in use), 2 for a bad command line.
+bound because it is in use), 2 for a bad command line (one line, ``flodl-proto relay: error:
+...``). ``--frame-ceiling BYTES`` (default 1 GiB) bounds a rank's length prefix (a rank whose
+frame is above it is taken as gone, as upstream) and a controller record's ``payload_len`` (above
+it the relay fails).
 """
 
 from __future__ import annotations
@@ -39,13 +42,22 @@ from typing import Any
 
 from ..addr import parse_addr
 from ..errors import ProtocolError, protocol_error
-from ..spec import DEFAULT_VERSION, SESSION_SALT_BYTES, SUPPORTED_VERSIONS, U32_MAX
+from ..spec import (
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    SESSION_SALT_BYTES,
+    SUPPORTED_VERSIONS,
+    U32_MAX,
+)
 from ._output import queued_stderr_logging, report_dropped
 
 __all__ = [
     "SALT_ENV",
     "SALT_FILE_MAX_BYTES",
+    "add_frame_ceiling_option",
     "add_salt_options",
+    "byte_count",
+    "frame_ceiling",
     "parse_ranks",
     "parse_salt",
     "register",
@@ -149,6 +161,54 @@ def positive_seconds(text: str) -> float:
     if not (0 < value < math.inf):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return value
+
+
+def byte_count(text: str) -> int:
+    """Parse a size option's value: a whole number of bytes, at least 1 (``--max-input``,
+    ``--frame-ceiling``).
+
+    Raises:
+        ValueError: not a whole number (``4G``, ``1.5``) or below 1 byte; the message says which
+            and shows the value.
+    """
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"expected a number of bytes, got {text!r}") from None
+    if n < 1:
+        raise ValueError(f"must be at least 1 byte, got {n}")
+    return n
+
+
+def frame_ceiling(text: str | None) -> int:
+    """Parse ``--frame-ceiling BYTES``: the largest length prefix, mux ``payload_len`` and frame
+    (bytes) the command accepts; None (not given) is ``DEFAULT_FRAME_CEILING`` (1 GiB), as
+    upstream before a model-derived ceiling (``wire.rs``).
+
+    Raises:
+        ValueError: one line naming the option and the value: not a whole number of bytes,
+            below 1, or above ``U32_MAX`` (the u32 length prefix and ``payload_len`` cannot
+            carry more, so a larger ceiling would bound nothing).
+    """
+    if text is None:
+        return int(DEFAULT_FRAME_CEILING)
+    try:
+        n = byte_count(text)
+    except ValueError as e:
+        raise ValueError(f"--frame-ceiling {text!r}: {e}") from None
+    if n > U32_MAX:
+        raise ValueError(f"--frame-ceiling {text!r}: must be at most {U32_MAX} bytes (the u32 "
+                         "length prefix and mux payload_len)")
+    return n
+
+
+def add_frame_ceiling_option(p: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--frame-ceiling BYTES`` (checked by :func:`frame_ceiling` when the command runs, so
+    a bad value is one line, not argparse's usage text); ``what`` says what it bounds."""
+    p.add_argument("--frame-ceiling", default=None, metavar="BYTES",
+                   help=f"largest {what} accepted, in bytes, 1..{U32_MAX} (default "
+                   f"{DEFAULT_FRAME_CEILING}, 1 GiB, as flodl before a model-derived ceiling); "
+                   "a larger one fails the run")
 
 
 def add_salt_options(p: argparse.ArgumentParser) -> None:
@@ -260,6 +320,8 @@ def register(sub: Any) -> None:
                    help="declare a local rank dead when its frame has not arrived this long "
                    "after the round's first local one (scaled by FLODL_NET_TIMEOUT_SCALE; "
                    "default: no deadline, as upstream)")
+    add_frame_ceiling_option(p, "length prefix of a rank's frame and payload_len of a "
+                             "controller's record")
     p.set_defaults(func=run)
 
 
@@ -283,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
         controller = parse_addr(args.controller, field="--controller")
+        ceiling = frame_ceiling(args.frame_ceiling)
     except (ValueError, ProtocolError, OSError) as e:
         return _usage_error(e)
     from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
@@ -293,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             relay = Relay(controller, ranks, args.world_size, salt,
                           version=args.protocol_version, listen_port=args.listen_port,
-                          host=args.host, rank_timeout=args.rank_timeout,
+                          host=args.host, rank_timeout=args.rank_timeout, ceiling=ceiling,
                           on_retry=lambda line: log_lines.put(  # once: no controller yet
                               f"{_PROG}: waiting for the controller: {line}"))
         except (ValueError, ProtocolError, OSError) as e:
