@@ -253,3 +253,100 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     assert main([*cmd, "--out", str(long)]) == 1
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err == f"{prog}: error: cannot write {long}: File name too long\n"
+
+
+# -- the generators' write is atomic: a failed write leaves the old file -------------------------
+def _limited_file_size(limit: int) -> None:
+    """Child set-up: writes to regular files beyond ``limit`` bytes fail with EFBIG (as a full
+    disk fails them with ENOSPC); Python ignores SIGXFSZ, so the write reports the error."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    """``docs --out`` over an existing file, in a process that cannot write more than 4 KiB to a
+    file: the write fails partway (protocol.md is far larger). The old file must be as it was
+    (the write used to truncate it and leave the first 4 KiB of the new text) and the folder
+    must hold nothing else."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "protocol.md"
+    old = b"the previous protocol.md\n"
+    out.write_bytes(old)
+    res = subprocess.run([sys.executable, "-B", "-m", "flodl_proto", "docs", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=lambda: _limited_file_size(4096))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"flodl-proto docs: error: cannot write {out}: File too large\n")
+    assert out.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["protocol.md"]
+
+
+def test_replace_file_cleans_up_after_any_failure(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure after part of the data was written (here the disk fills at the second write)
+    and one at the rename both leave the old file and remove the temporary file."""
+    import errno
+    import os
+
+    from flodl_proto.commands import docs
+
+    out = tmp_path / "gen.lua"
+    out.write_bytes(b"old")
+    real_write = os.write
+    calls: list[int] = []
+
+    def write_then_fill(fd: int, data: Any) -> int:
+        calls.append(fd)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, bytes(data)[:3])
+
+    monkeypatch.setattr(docs.os, "write", write_then_fill)
+    with pytest.raises(OSError) as e:
+        docs.replace_file(out, b"new contents")
+    assert e.value.errno == errno.ENOSPC and len(calls) == 2
+    monkeypatch.setattr(docs.os, "write", real_write)
+
+    def no_rename(src: str, dst: Any) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), src)
+
+    monkeypatch.setattr(docs.os, "replace", no_rename)
+    with pytest.raises(PermissionError):
+        docs.replace_file(out, b"new contents")
+    assert out.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen.lua"]
+
+
+def test_replace_file_keeps_the_mode_follows_a_link_and_writes_devices_in_place(
+        tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from flodl_proto.commands.docs import replace_file
+
+    kept = tmp_path / "kept.md"
+    kept.write_bytes(b"old")
+    kept.chmod(0o640)
+    replace_file(kept, b"new")
+    assert (kept.read_bytes(), stat.S_IMODE(kept.stat().st_mode)) == (b"new", 0o640)
+    umask = os.umask(0o027)
+    try:
+        fresh = tmp_path / "fresh.md"
+        replace_file(fresh, b"x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o640  # 0o666 less the umask, not mkstemp's 0o600
+    link = tmp_path / "link.md"
+    link.symlink_to(kept)
+    replace_file(link, b"through the link")
+    assert link.is_symlink() and kept.read_bytes() == b"through the link"
+    replace_file(Path(os.devnull), b"discarded")
+    assert stat.S_ISCHR(Path(os.devnull).stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.md", "kept.md", "link.md"]
