@@ -208,7 +208,7 @@ def add_frame_ceiling_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--frame-ceiling", default=None, metavar="BYTES",
                    help=f"largest {what} accepted, in bytes, 1..{U32_MAX} (default "
                    f"{DEFAULT_FRAME_CEILING}, 1 GiB, as flodl before a model-derived ceiling); "
-                   "a larger one fails the run")
+                   "a larger record or frame from a peer is refused")
 
 
 def add_salt_options(p: argparse.ArgumentParser) -> None:
