@@ -27,7 +27,9 @@ round while the bench samples the controller's and the relays' CPU time (all thr
 ended in between); each rank measures its own (``time.process_time``) over the measured rounds.
 The table gives the controller's, a relay's (mean) and a rank's (mean) CPU milliseconds per
 round: other load moves it less than the round times, but two runs of one configuration still
-differ (up to 40 % on the 2-core reference machine).
+differ (up to 40 % on the 2-core reference machine). Beside it, each figure over the role's
+share of the floor's work (:func:`role_floor_seconds`): which party spends how much more than
+the work the floor counts for it.
 
 Quiet-machine guard: before each configuration the bench waits (at most ``--max-wait`` seconds)
 until other processes use under 0.1 core; it records their CPU use during the configuration (all
@@ -238,6 +240,37 @@ def floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: str, r
     t = (parts["hash"] / rates.hash + parts["add"] / add_rate + parts["scale"] / scale_rate
          + parts["copy"] / rates.copy)
     return t / cores, parts
+
+
+def role_floor_seconds(hosts: list[list[int]], nbytes: int, dtype: str,
+                       rates: Rates) -> dict[str, float]:
+    """Each role's share of the CPU floor's work, single-core seconds per round: the
+    controller's, a relay's (mean over the hosts) and a rank's. The parts of
+    :func:`floor_seconds`, each given to the party that does it (a TCP leg's two copies: one to
+    the sender, one to the receiver); the three shares, times their parties' counts, add up to
+    the floor's work (its ``cores`` times the floor).
+
+    rank: sign + verify (2 hashes), pre-scale (1), copies: its send, its reply's receive and
+    the decode into its arrays (3). relay of a k-rank host: verify k deposits, sign the HostFrame
+    record, on a multi-rank host also its merged inner frame, verify the Broadcast record
+    (k + 2 + [k > 1] hashes), k accumulations and one encode on a multi-rank host, copies: k
+    deposits and the Broadcast in, the HostFrame and k fan-outs out (2k + 2). controller of H
+    hosts: verify record + inner frame per host, sign consensus + record (2H + 2 hashes), H
+    accumulations, encode + normalise (2), copies: H HostFrames in, H Broadcasts out (2H).
+    """
+    add_rate = rates.add_bf16 if dtype == "bf16" else rates.add_f32
+    scale_rate = rates.scale_bf16 if dtype == "bf16" else rates.scale_f32
+
+    def sec(hashes: int, adds: int, scales: int, copies: int) -> float:
+        return nbytes * (hashes / rates.hash + adds / add_rate + scales / scale_rate
+                         + copies / rates.copy)
+
+    h = len(hosts)
+    relays = [sec(len(g) + 2 + (len(g) > 1), len(g) if len(g) > 1 else 0, int(len(g) > 1),
+                  2 * len(g) + 2) for g in hosts]
+    return {"controller": sec(2 * h + 2, h, 2, 2 * h),
+            "relay": statistics.mean(relays),
+            "rank": sec(2, 0, 1, 3)}
 
 
 # -- quiet-machine guard -------------------------------------------------------------------------
@@ -634,6 +667,7 @@ class Row:
     gloo: float | None = None
     others: float | None = None
     attempts: int = 1
+    shares: dict[str, float] = field(default_factory=dict)
 
     @property
     def median(self) -> float:
@@ -707,9 +741,10 @@ def verdicts(rows: list[Row]) -> tuple[list[str], bool]:
 
 TABLE_HEADER = (
     "| W | hosts | frame | dtype | rounds | median | p95 | CPU floor | ratio | upstream | target "
-    "| others | CPU ms/round ctl / relay / rank | peak RSS MiB ctl / relay / rank | gloo |\n"
+    "| others | CPU ms/round ctl / relay / rank | CPU / floor share ctl / relay / rank "
+    "| peak RSS MiB ctl / relay / rank | gloo |\n"
     "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
-    "| ---: | ---: |")
+    "| ---: | ---: | ---: |")
 
 
 def cpu_cell(cpu: dict[str, float]) -> str:
@@ -722,6 +757,18 @@ def cpu_cell(cpu: dict[str, float]) -> str:
         return f"{v:.2f}" if v < 10 else f"{v:.1f}"
 
     return " / ".join(ms(k) for k in ("controller", "relay", "rank"))
+
+
+def share_cell(cpu: dict[str, float], shares: dict[str, float]) -> str:
+    """``ctl / relay / rank`` CPU per round over the role's share of the floor's work
+    (:func:`role_floor_seconds`), e.g. ``1.21 / 1.43 / 1.10`` (``?``: not sampled, or no
+    share)."""
+    def ratio(role: str) -> str:
+        if role not in cpu or not shares.get(role):
+            return "?"
+        return f"{cpu[role] / shares[role]:.2f}"
+
+    return " / ".join(ratio(k) for k in ("controller", "relay", "rank"))
 
 
 def format_row(row: Row) -> str:
@@ -738,7 +785,7 @@ def format_row(row: Row) -> str:
     return (f"| {row.world} | {row.layout} | {size_label(row.nbytes)} | {row.dtype} | "
             f"{len(row.run.times)} | {_ms(row.median)} | {_ms(row.p95)} | {_ms(row.floor)} | "
             f"{row.median / row.floor:.2f} | {_ms(up) if up else '-'} | {target} | {others} | "
-            f"{cpu_cell(row.run.cpu)} | {rss} | "
+            f"{cpu_cell(row.run.cpu)} | {share_cell(row.run.cpu, row.shares)} | {rss} | "
             f"{_ms(row.gloo) if row.gloo is not None else 'n/a'} |")
 
 
@@ -861,7 +908,8 @@ def main(argv: list[str] | None = None) -> int:
                                       rounds, not args.no_trace)
                     others = others_cores(a, cpu_sample())
                     floor, _ = floor_seconds(world, hosts, nbytes, dtype, rates, cores)
-                    row = Row(world, hosts, nbytes, dtype, run, floor, None, others, attempt)
+                    row = Row(world, hosts, nbytes, dtype, run, floor, None, others, attempt,
+                              role_floor_seconds(hosts, nbytes, dtype, rates))
                     if not row.disturbed or attempt == args.reruns + 1:
                         break
                     print(f"  (W={world} {size_label(nbytes)} {dtype} disturbed: others used "
@@ -917,7 +965,9 @@ def _write_results(version: int, info: str, notes: list[str], rate_line: str,
         "docstring); upstream = upstream flodl's median round on the reference machine; others "
         "= other processes' CPU use during the configuration (cores; `!`: over 0.1 after every "
         "rerun); CPU ms/round = CPU time per measured round of the controller, of a relay (mean) "
-        "and of a rank (mean), all threads; gloo is `n/a` when torch is not installed.", "",
+        "and of a rank (mean), all threads; CPU / floor share = each of these over that role's "
+        "share of the floor's work (the hashes, adds, scales and copies the floor counts for "
+        "it, at the single-core rates); gloo is `n/a` when torch is not installed.", "",
         info + ".", "", *(n + "\n" for n in notes), rate_line + ".", "",
         *table, "", STAGE_LEGEND, "", *stage_table, "",
         "```", *verdict, "```", ""])

@@ -105,8 +105,13 @@ def test_round_bench_small_frames_against_upstream(
                         + verdict, "targets met" if met else "TARGETS MISSED"]
     row = next(line for line in out if line.startswith(f"| {world} |"))
     up = rb.UPSTREAM[(world, rb.parse_size(size))]
+    # each role's CPU over its share of the floor's work (a relay and a rank: the mean)
+    shares = rb.role_floor_seconds(rb._hosts(world), rb.parse_size(size), "bf16",
+                                   rb.Rates(*RATES))
+    share = " / ".join(f"{cpu / shares[role]:.2f}" for role, cpu in
+                       (("controller", 0.4e-3), ("relay", 0.5e-3), ("rank", 0.25e-3)))
     assert (f"| {rb._ms(up)} | {'ok' if met else 'MISS'} | n/a | 0.40 / 0.50 / 0.25 "
-            "| 40 / 50 / 60 | n/a |") in row
+            f"| {share} | 40 / 50 / 60 | n/a |") in row
 
 
 def test_round_bench_without_a_target_configuration_fails(
@@ -304,3 +309,32 @@ def test_cpu_cell_and_cpu_between() -> None:
     own = rb.process_cpu_ns(os.getpid())
     assert own is not None and own[0] > 0 and own[1] >= 0
     assert rb.process_cpu_ns(2 ** 22 + 12345) is None  # no such process
+
+
+@pytest.mark.parametrize(("world", "hosts"), [
+    (2, [[0, 1]]), (4, [[0, 1], [2, 3]]), (3, [[0], [1, 2]]), (1, [[0]])])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_role_floor_shares_add_up_to_the_floor(world: int, hosts: list[list[int]],
+                                               dtype: str) -> None:
+    rb = _load("round")
+    rates = rb.Rates(hash=1e9, add_f32=4e9, add_bf16=2e9, scale_f32=5e9, scale_bf16=2.5e9,
+                     copy=8e9)
+    nbytes = 4 << 20
+    floor, _ = rb.floor_seconds(world, hosts, nbytes, dtype, rates, 2)
+    shares = rb.role_floor_seconds(hosts, nbytes, dtype, rates)
+    assert set(shares) == {"controller", "relay", "rank"}
+    total = shares["controller"] + len(hosts) * shares["relay"] + world * shares["rank"]
+    assert total == pytest.approx(2 * floor, rel=1e-12)
+    # a rank: sign + verify, one pre-scale, three copies (send, receive, decode)
+    scale = rates.scale_bf16 if dtype == "bf16" else rates.scale_f32
+    assert shares["rank"] == pytest.approx(nbytes * (2 / 1e9 + 1 / scale + 3 / 8e9))
+
+
+def test_share_cell() -> None:
+    rb = _load("round")
+    cpu = {"controller": 0.03, "relay": 0.05, "rank": 0.01}
+    assert rb.share_cell(cpu, {"controller": 0.02, "relay": 0.04, "rank": 0.01}) == \
+        "1.50 / 1.25 / 1.00"
+    assert rb.share_cell({"rank": 0.01}, {"controller": 0.02, "relay": 0.04, "rank": 0.008}) \
+        == "? / ? / 1.25"
+    assert rb.share_cell(cpu, {}) == "? / ? / ?"
