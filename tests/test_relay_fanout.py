@@ -28,7 +28,7 @@ from flodl_proto.codec import (
 from flodl_proto.errors import AuthenticationError
 from flodl_proto.runner import _netio
 from flodl_proto.runner.relay import Relay
-from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream
+from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream, UpstreamReader
 
 from .cluster_util import (
     SALT,
@@ -245,6 +245,24 @@ def test_a_rank_that_reads_nothing_does_not_hold_up_the_end_of_a_cut_stream(
 def test_a_hold_outside_the_payload_is_refused(hold: int) -> None:
     with pytest.raises(ValueError, match=f"hold {hold} outside 1..{len(PAYLOAD)}"):
         BroadcastStream([], PREFIX, memoryview(PAYLOAD), hold, lambda r, e: None)
+
+
+def test_the_upstream_reader_counts_the_header_when_building_a_route_fails() -> None:
+    record, _ = _big_broadcast()
+    counted: list[int] = []
+
+    def route(kind: int, payload_len: int, view: memoryview) -> BroadcastStream | None:
+        assert (kind, payload_len) == (RecordKind.BROADCAST, len(record) - 25)
+        raise RuntimeError("no route")
+
+    a, b = socket.socketpair()
+    with a, b:
+        b.settimeout(20.0)
+        a.sendall(record[:25])  # the header only: the reader stops before the payload
+        reader = UpstreamReader(SALT, 2, 1 << 30, threading.Event(), route, counted.append)
+        with pytest.raises(RuntimeError, match="no route"):
+            reader.read(b, None)
+    assert counted == [25]
 
 
 # -- through the relay runner ---------------------------------------------------------------------

@@ -256,7 +256,11 @@ class UpstreamReader:
         view[:MUX_HEADER_LEN] = hv
         # the record MAC is computed as the payload arrives (the tag is checked by the decode)
         plan = record_macs(hv, hdr, self._salt)
-        fwd = self._route(hdr.kind, hdr.payload_len, view[MUX_HEADER_LEN:])
+        try:
+            fwd = self._route(hdr.kind, hdr.payload_len, view[MUX_HEADER_LEN:])
+        except BaseException:  # the header was read all the same
+            self._count(MUX_HEADER_LEN)
+            raise
         progress: Callable[[int], None] | None = None
         if fwd is not None:
             stream = fwd
