@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -107,6 +108,38 @@ def test_a_committed_stream_delivers_prefix_and_payload_whole_to_every_rank() ->
     assert stream.written == 3 * (4 + len(PAYLOAD))
     assert peers.finish() == [PREFIX + PAYLOAD] * 3
     assert failures == []
+
+
+def test_what_is_left_at_the_commit_is_written_under_one_deadline_taken_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces forwarded before the commit each take the default deadline (None: one stall per
+    call); every piece after it shares the deadline the commit took (now + one stall), so the
+    commit waits one stall at most for a rank that reads slowly."""
+    from flodl_proto.runner import relay_fanout
+
+    calls: list[tuple[int, float | None]] = []
+    real = relay_fanout.send_all
+
+    def send_all(sock: socket.socket, bufs: list[bytes], *,
+                 deadline: float | None = None) -> int:
+        calls.append((sum(memoryview(b).nbytes for b in bufs), deadline))
+        return real(sock, bufs, deadline=deadline)
+
+    monkeypatch.setattr(relay_fanout, "send_all", send_all)
+    monkeypatch.setattr(relay_fanout, "write_stall_timeout", lambda: 7.0)
+    peers = _Peers(1)
+    stream = BroadcastStream(peers.targets(), PREFIX, memoryview(PAYLOAD), HOLD,
+                             lambda r, e: None)
+    stream.arrived(len(PAYLOAD))  # all but the held-back tag may go
+    wait_until(lambda: sum(n for n, _ in calls) == 4 + len(PAYLOAD) - HOLD, 20.0)
+    before = time.monotonic()
+    assert stream.commit([10]) == 4 + len(PAYLOAD)
+    after = time.monotonic()
+    assert peers.finish() == [PREFIX + PAYLOAD]
+    assert [d for _, d in calls[:-1]] == [None] * (len(calls) - 1)
+    last_n, last_deadline = calls[-1]
+    assert last_n == HOLD and last_deadline is not None
+    assert before + 7.0 <= last_deadline <= after + 7.0
 
 
 def test_an_aborted_stream_stops_before_the_held_back_tag_and_ends_each_stream() -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -47,6 +48,7 @@ from ._netio import (
     recv_exact_into,
     send_all,
     shutdown_quietly,
+    write_stall_timeout,
 )
 
 __all__ = ["CUT_THROUGH_MIN", "FORWARD_STEP", "BroadcastStream", "UpstreamReader"]
@@ -96,6 +98,7 @@ class BroadcastStream:
         self._avail = 0  # payload bytes the writers may send
         self._end: int | None = None  # set by commit: everything may go
         self._keep: frozenset[int] | None = None  # set by commit: the ranks that get the rest
+        self._deadline: float | None = None  # set by commit: by when the rest must be written
         self._aborted = False
         self._started: set[int] = set()  # ranks whose stream has begun
         self._whole: list[int] = []  # ranks written whole
@@ -129,12 +132,16 @@ class BroadcastStream:
     def commit(self, ranks: Sequence[int]) -> int:
         """The record was checked and the core fanned it out to ``ranks``: write the rest to
         those of them on the route; a rank of the route not in ``ranks`` (it left meanwhile)
-        gets nothing more and, if its stream began, is closed at once. Waits for every writer
-        (at most the write-stall deadline, for a rank that takes the rest slowly); returns the
-        bytes written to ranks that got it whole."""
+        gets nothing more and, if its stream began, is closed at once. Waits for every writer:
+        at most one write-stall deadline from now (what is left is written under one deadline
+        taken here; a piece being written began earlier under its own, which ends sooner);
+        returns the bytes written to ranks that got it whole."""
         with self._cond:
             self._end = self._payload.nbytes
             self._keep = frozenset(ranks)
+            # one write-stall deadline for everything written from here on: a piece already
+            # being written began before and ends before it, so the wait is one stall at most
+            self._deadline = time.monotonic() + write_stall_timeout()
             cut = self._started - self._keep  # a rank left out begins no stream from here on
             self._cond.notify_all()
         self._cut(cut)
@@ -180,6 +187,7 @@ class BroadcastStream:
                 if self._aborted or (self._keep is not None and rank not in self._keep):
                     return
                 upto = self._end if self._end is not None else self._avail
+                deadline = self._deadline  # None before the commit: one stall per piece
                 if first:
                     self._started.add(rank)
             if upto > sent:
@@ -187,7 +195,7 @@ class BroadcastStream:
                 bufs: list[BytesLike] = [self._prefix, piece] if first else [piece]
                 first = False
                 try:
-                    send_all(sock, bufs)
+                    send_all(sock, bufs, deadline=deadline)
                 except OSError as e:
                     if not self._cut_off(rank):  # a write that failed, not a cut stream
                         self._failed(rank, e)
