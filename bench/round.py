@@ -10,6 +10,10 @@ arrays), and prints the median and 95th-percentile round time beside:
     (fold accumulations), scale/encode and copy (loopback TCP: one copy in, one copy out per leg;
     the decode into the rank's arrays) per round, each divided by its single-core rate measured
     here, summed, and divided by the number of cores — ranks, relays and controller share them;
+    beside it, the median over the same floor with each TCP leg's two copies at the measured
+    cost of a loopback TCP transfer (both ends' CPU, the kernel's work around the copies
+    included; the ``tcp`` rate): the verdict is taken against the floor, this column says how
+    much of the distance to it is the sockets' own cost;
 (b) upstream flodl's median round at 4 KiB and 64 KiB (measured back to back on the reference
     machine, f32, protocol v2; the same figures are the target for every dtype and version);
 (c) ``torch.distributed`` gloo ``all_reduce`` of the same size and W, when torch is installed.
@@ -60,6 +64,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -72,6 +77,7 @@ from typing import IO, Any
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 from flodl_proto.runner import stages
 
@@ -177,6 +183,9 @@ class Rates:
     scale_f32: float
     scale_bf16: float
     copy: float
+    #: a loopback TCP transfer's CPU cost as a rate: bytes over the sending and the receiving
+    #: thread's CPU seconds together (0: not measured)
+    tcp: float = 0.0
 
 
 def _best(fn: Any, repeat: int = 3) -> float:
@@ -211,7 +220,48 @@ def measure_rates(mib: int = 64) -> Rates:
     t_scale16 = _best(lambda: scale_payload(1, x16.view(np.uint8).data, 0.5, out=out16))
     dst = np.empty_like(buf)
     t_copy = _best(lambda: np.copyto(dst, buf))
-    return Rates(n / t_hash, n / t_add32, n / t_add16, n / t_scale32, n / t_scale16, n / t_copy)
+    return Rates(n / t_hash, n / t_add32, n / t_add16, n / t_scale32, n / t_scale16, n / t_copy,
+                 loopback_tcp_rate(buf, dst))
+
+
+def loopback_tcp_rate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8],
+                      repeat: int = 3) -> float:
+    """What moving bytes over loopback TCP costs in CPU, as a rate: ``src``'s bytes over the CPU
+    seconds of the thread that sends them (``sendall``) and of the one that receives them into
+    ``dst`` (``recv_into``), added (``time.thread_time``; each thread on a core of its own when
+    one is free, as the cluster's parties are); the best of ``repeat`` transfers. Both copies of
+    a TCP leg, with the kernel's work around them: the floor counts them as two copies at the
+    ``copy`` rate."""
+    n = src.nbytes
+    best = float("inf")
+    with socket.create_server(("127.0.0.1", 0)) as srv, \
+            socket.create_connection(srv.getsockname()[:2]) as tx:
+        rx, _ = srv.accept()
+        with rx:
+            for sock in (tx, rx):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            view = dst.data
+            spent = [0.0]
+
+            def send() -> None:
+                t = time.thread_time()
+                tx.sendall(src.data)
+                spent[0] = time.thread_time() - t
+
+            for _ in range(repeat):
+                sender = threading.Thread(target=send)
+                t0 = time.thread_time()
+                sender.start()
+                got = 0
+                while got < n:
+                    r = rx.recv_into(view[got:], n - got)
+                    if not r:
+                        raise RuntimeError("loopback TCP rate: the connection ended")
+                    got += r
+                took = time.thread_time() - t0
+                sender.join()
+                best = min(best, took + spent[0])
+    return n / best
 
 
 def floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: str, rates: Rates,
@@ -271,6 +321,19 @@ def role_floor_seconds(hosts: list[list[int]], nbytes: int, dtype: str,
     return {"controller": sec(2 * h + 2, h, 2, 2 * h),
             "relay": statistics.mean(relays),
             "rank": sec(2, 0, 1, 3)}
+
+
+def tcp_floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: str,
+                      rates: Rates, cores: int) -> float | None:
+    """:func:`floor_seconds` with each TCP leg's two copies at the measured loopback TCP cost
+    (``rates.tcp``, both ends and the kernel's work around the copies) instead of two copies at
+    the ``copy`` rate; None when ``rates.tcp`` was not measured. The decode into the rank's
+    arrays stays a copy."""
+    if rates.tcp <= 0:
+        return None
+    floor, _ = floor_seconds(world, hosts, nbytes, dtype, rates, cores)
+    legs = (2 * world + 2 * len(hosts)) * nbytes
+    return floor + (legs / rates.tcp - 2 * legs / rates.copy) / cores
 
 
 # -- quiet-machine guard -------------------------------------------------------------------------
@@ -668,6 +731,7 @@ class Row:
     others: float | None = None
     attempts: int = 1
     shares: dict[str, float] = field(default_factory=dict)
+    tcp_floor: float | None = None
 
     @property
     def median(self) -> float:
@@ -740,11 +804,12 @@ def verdicts(rows: list[Row]) -> tuple[list[str], bool]:
 
 
 TABLE_HEADER = (
-    "| W | hosts | frame | dtype | rounds | median | p95 | CPU floor | ratio | upstream | target "
+    "| W | hosts | frame | dtype | rounds | median | p95 | CPU floor | ratio | ratio, TCP floor "
+    "| upstream | target "
     "| others | CPU ms/round ctl / relay / rank | CPU / floor share ctl / relay / rank "
     "| peak RSS MiB ctl / relay / rank | gloo |\n"
-    "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
-    "| ---: | ---: | ---: |")
+    "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
+    "| ---: | ---: | ---: | ---: |")
 
 
 def cpu_cell(cpu: dict[str, float]) -> str:
@@ -784,7 +849,9 @@ def format_row(row: Row) -> str:
                      for k in ("controller", "relay", "rank"))
     return (f"| {row.world} | {row.layout} | {size_label(row.nbytes)} | {row.dtype} | "
             f"{len(row.run.times)} | {_ms(row.median)} | {_ms(row.p95)} | {_ms(row.floor)} | "
-            f"{row.median / row.floor:.2f} | {_ms(up) if up else '-'} | {target} | {others} | "
+            f"{row.median / row.floor:.2f} | "
+            f"{f'{row.median / row.tcp_floor:.2f}' if row.tcp_floor else '-'} | "
+            f"{_ms(up) if up else '-'} | {target} | {others} | "
             f"{cpu_cell(row.run.cpu)} | {share_cell(row.run.cpu, row.shares)} | {rss} | "
             f"{_ms(row.gloo) if row.gloo is not None else 'n/a'} |")
 
@@ -909,7 +976,8 @@ def main(argv: list[str] | None = None) -> int:
                     others = others_cores(a, cpu_sample())
                     floor, _ = floor_seconds(world, hosts, nbytes, dtype, rates, cores)
                     row = Row(world, hosts, nbytes, dtype, run, floor, None, others, attempt,
-                              role_floor_seconds(hosts, nbytes, dtype, rates))
+                              role_floor_seconds(hosts, nbytes, dtype, rates),
+                              tcp_floor_seconds(world, hosts, nbytes, dtype, rates, cores))
                     if not row.disturbed or attempt == args.reruns + 1:
                         break
                     print(f"  (W={world} {size_label(nbytes)} {dtype} disturbed: others used "
@@ -922,12 +990,12 @@ def main(argv: list[str] | None = None) -> int:
         all_rates.append(measure_rates())
     med_rates = Rates(*(statistics.median(getattr(r, f) for r in all_rates)
                         for f in ("hash", "add_f32", "add_bf16", "scale_f32", "scale_bf16",
-                                  "copy")))
+                                  "copy", "tcp")))
     rate_line = (f"median single-core rates (GB/s): hmac {med_rates.hash / 1e9:.2f}, add f32 "
                  f"{med_rates.add_f32 / 1e9:.2f}, add bf16 {med_rates.add_bf16 / 1e9:.2f}, "
                  f"scale f32 {med_rates.scale_f32 / 1e9:.2f}, scale bf16 "
-                 f"{med_rates.scale_bf16 / 1e9:.2f}, copy {med_rates.copy / 1e9:.2f}; {cores} "
-                 "cores")
+                 f"{med_rates.scale_bf16 / 1e9:.2f}, copy {med_rates.copy / 1e9:.2f}, loopback "
+                 f"TCP {med_rates.tcp / 1e9:.2f} (both ends' CPU); {cores} cores")
     print(rate_line, flush=True)
     stage_lines = [format_stages(r) for r in rows]
     print("\n" + STAGE_HEADER, *stage_lines, sep="\n", flush=True)
@@ -962,7 +1030,9 @@ def _write_results(version: int, info: str, notes: list[str], rate_line: str,
         "`python bench/round.py` — the Python cluster (controller, relays and ranks as separate "
         "processes on loopback); median and p95 of the measured rounds after the warm-up; the "
         "CPU floor is computed in the same run from single-core rates (see the script's "
-        "docstring); upstream = upstream flodl's median round on the reference machine; others "
+        "docstring); ratio, TCP floor = the median over that floor with each TCP leg at the "
+        "measured cost of a loopback TCP transfer (both ends' CPU) instead of two copies at the "
+        "copy rate; upstream = upstream flodl's median round on the reference machine; others "
         "= other processes' CPU use during the configuration (cores; `!`: over 0.1 after every "
         "rerun); CPU ms/round = CPU time per measured round of the controller, of a relay (mean) "
         "and of a rank (mean), all threads; CPU / floor share = each of these over that role's "

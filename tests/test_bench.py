@@ -338,3 +338,29 @@ def test_share_cell() -> None:
     assert rb.share_cell({"rank": 0.01}, {"controller": 0.02, "relay": 0.04, "rank": 0.008}) \
         == "? / ? / 1.25"
     assert rb.share_cell(cpu, {}) == "? / ? / ?"
+
+
+def test_the_tcp_floor_is_the_floor_when_a_leg_costs_two_copies() -> None:
+    rb = _load("round")
+    hosts = [[0, 1], [2, 3]]
+    base = dict(hash=1e9, add_f32=4e9, add_bf16=2e9, scale_f32=5e9, scale_bf16=2.5e9, copy=8e9)
+    floor, _ = rb.floor_seconds(4, hosts, 1 << 20, "f32", rb.Rates(**base), 2)
+    assert rb.tcp_floor_seconds(4, hosts, 1 << 20, "f32", rb.Rates(**base), 2) is None
+    # a leg at half the copy rate costs what two copies do: the same floor
+    assert rb.tcp_floor_seconds(4, hosts, 1 << 20, "f32", rb.Rates(**base, tcp=4e9), 2) == \
+        pytest.approx(floor, rel=1e-12)
+    # a leg at a quarter of it: each of the 2W + 2H = 12 legs' bytes costs 1/8e9 s more per
+    # byte, over 2 cores
+    slow = rb.tcp_floor_seconds(4, hosts, 1 << 20, "f32", rb.Rates(**base, tcp=2e9), 2)
+    assert slow == pytest.approx(floor + 12 * (1 << 20) * (1 / 2e9 - 1 / 4e9) / 2, rel=1e-12)
+
+
+def test_loopback_tcp_rate_moves_every_byte() -> None:
+    import numpy as np
+
+    rb = _load("round")
+    src = np.frombuffer(os.urandom(1 << 20), dtype=np.uint8)
+    dst = np.zeros(1 << 20, dtype=np.uint8)
+    rate = rb.loopback_tcp_rate(src, dst, repeat=1)
+    assert rate > 0 and rate != float("inf")
+    assert dst.tobytes() == src.tobytes()
