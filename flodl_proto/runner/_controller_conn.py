@@ -25,7 +25,7 @@ from ..fsm.events import RoundScattered, SendTo
 from . import stages
 from ._netio import (
     DIRECT_WRITE_MAX,
-    NO_SIGPIPE,
+    NOW_FLAGS,
     _advance,
     _flatten,
     send_all,
@@ -181,7 +181,7 @@ def _write_direct(sock: socket.socket, buffers: tuple[BytesLike, ...],
     if len(buffers) > _DIRECT_BUFFERS:
         return send_now(sock, buffers)
     try:
-        sent = sock.sendmsg(buffers, (), socket.MSG_DONTWAIT | NO_SIGPIPE)
+        sent = sock.sendmsg(buffers, (), NOW_FLAGS)
     except OSError:  # full, interrupted or failed: send_now tries again, then the writer
         return send_now(sock, buffers)
     if sent == nbytes:
