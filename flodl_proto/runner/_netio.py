@@ -94,8 +94,7 @@ DIRECT_IOVECS = 64
 #: which kills a process that restored SIGPIPE's default action (Python itself ignores it, but
 #: a program embedding the runners may not); 0 where the platform lacks it
 NO_SIGPIPE: int = getattr(socket, "MSG_NOSIGNAL", 0)
-#: a write that does not wait and raises no SIGPIPE (``MSG_DONTWAIT | MSG_NOSIGNAL``), as a
-#: plain int: or-ing the flag enums costs about a microsecond a call
+#: ``MSG_DONTWAIT | MSG_NOSIGNAL``, or-ed once (or-ing the flag enums costs a microsecond a call)
 NOW_FLAGS: int = int(socket.MSG_DONTWAIT) | NO_SIGPIPE
 
 try:
