@@ -99,8 +99,6 @@ def test_encode_len_prefix_default_ceiling_is_1_gib() -> None:
     (11, 10, 10),
     (U32_MAX + 1, 1 << 40, U32_MAX),  # above u32 with a larger ceiling: the u32 bound is shown
     (U32_MAX + 1, U32_MAX, U32_MAX),
-    (-1, GIB, GIB),
-    (-1, 1 << 40, U32_MAX),
 ])
 def test_encode_len_prefix_rejects(length: int, ceiling: int, shown: int) -> None:
     with pytest.raises(errors.LimitExceeded) as exc:
@@ -112,12 +110,26 @@ def test_encode_len_prefix_rejects(length: int, ceiling: int, shown: int) -> Non
 
 @pytest.mark.parametrize("length", [True, False, 1.0, 2.5, "1", None])
 def test_encode_len_prefix_refuses_a_length_that_is_no_integer(length: object) -> None:
-    """The codec's integer rule: ``True`` was written as 1, ``1.0`` packed as 1."""
+    """The codec's integer rule: ``True`` was written as 1, ``1.0`` packed as 1. The error is
+    the length prefix's own, not a mux record's (it said "relay_mux: ...")."""
     with pytest.raises(errors.InvalidValue) as exc:
         lb.encode_len_prefix(length)  # type: ignore[arg-type]
-    check(exc, errors.InvalidValue, False, "mux.bad_field",
-          f"relay_mux: length = {length!r} is invalid: not an integer",
+    check(exc, errors.InvalidValue, False, "len.bad_field",
+          f"len-framed prefix: length = {length!r} is invalid: not an integer",
           field="length", value=length, reason="not an integer")
+
+
+@pytest.mark.parametrize(("length", "ceiling"), [
+    (-1, GIB), (-1, 1 << 40), (-(1 << 40), GIB), (np.int64(-5), GIB),
+])
+def test_encode_len_prefix_refuses_a_negative_length(length: int, ceiling: int) -> None:
+    """A negative length is a bad value, not one that "exceeds the frame ceiling"."""
+    with pytest.raises(errors.InvalidValue) as exc:
+        lb.encode_len_prefix(length, ceiling=ceiling)
+    n = int(length)
+    check(exc, errors.InvalidValue, False, "len.bad_field",
+          f"len-framed prefix: length = {n!r} is invalid: negative",
+          field="length", value=n, reason="negative")
 
 
 def test_encode_len_prefix_takes_a_numpy_integer() -> None:

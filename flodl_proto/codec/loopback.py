@@ -39,19 +39,28 @@ __all__ = [
 def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> bytes:
     """Encode the 4-byte prefix of a ``length``-byte blob.
 
+    Args:
+        length: the blob's length in bytes, an integer 0..u32 (a NumPy integer too).
+        ceiling: frame ceiling in bytes; default 1 GiB.
+
     Raises:
-        InvalidValue (local): ``mux.bad_field`` naming ``length`` and the value when it is not an
+        InvalidValue (local): ``len.bad_field`` naming ``length`` and the value when it is not an
             integer by the codec's rule (:func:`~flodl_proto.codec._common.wire_int`: a bool, a
-            float or text is refused, never written as 1 or truncated).
-        LimitExceeded (local): ``length`` above the frame ceiling or above u32, or negative.
+            float or text is refused, never written as 1 or truncated), or when it is negative.
+        LimitExceeded (local): ``len.write_too_large``: ``length`` above the frame ceiling or
+            above u32.
+
+    Upstream: ``cpu_reduce.rs`` ``write_len_prefix``.
     """
     check_ceiling(ceiling)
     n = wire_int(length)
     if n is None:
-        raise protocol_error("mux.bad_field", field="length", value=length,
+        raise protocol_error("len.bad_field", field="length", value=length,
                              reason="not an integer")
+    if n < 0:
+        raise protocol_error("len.bad_field", field="length", value=n, reason="negative")
     length = n
-    if length > ceiling or length > U32_MAX or length < 0:
+    if length > ceiling or length > U32_MAX:
         raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, U32_MAX))
     return _LEN_PREFIX.pack(length)
 
