@@ -37,7 +37,8 @@ def _t(dtype: int, shape: tuple[int, ...], seed: int, special: bool = False) -> 
 
 def _blob(tensors: list[TensorPayload], weight: float = 1.0,
           kind: RoundKind = RoundKind.MODEL, salt: bytes = SALT) -> bytes:
-    return encode_round_frame_bytes(RoundFrame(kind, weight, tensors), salt)
+    # as given: some cases carry a byte count that disagrees with the shape (the fold's test)
+    return encode_round_frame_bytes(RoundFrame(kind, weight, tensors, check_nbytes=False), salt)
 
 
 def _layout(spec: list[tuple[int, tuple[int, ...]]], seed: int,

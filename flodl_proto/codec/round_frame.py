@@ -33,7 +33,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
@@ -378,6 +378,25 @@ def _checked_weight(weight: Any) -> float:
     return w
 
 
+_ELEMENT_SIZE_OF: Final = ELEMENT_SIZE.get  # wire dtype tag -> bytes per element, or None
+_prod: Final = math.prod
+
+
+def _no_size(dtype: int) -> None:
+    """The element size lookup of a frame built with ``check_nbytes=False``: none."""
+    return None
+
+
+def _payload_nbytes_error(tensors: tuple[TensorPayload, ...], t: TensorPayload, es: int
+                          ) -> ProtocolError:
+    """``frame.payload_nbytes_local`` for tensor ``t`` of ``tensors`` (``es``: its element
+    size)."""
+    index = next(i for i, u in enumerate(tensors) if u is t)
+    return protocol_error("frame.payload_nbytes_local", index=index, shape=list(t.shape),
+                          dtype=t.dtype, element_size=es, expected=_prod(t.shape) * es,
+                          got=t.data.nbytes)
+
+
 @dataclass(frozen=True, slots=True)
 class RoundFrame:
     """A reduce round's frame: kind, realized-work weight and tensors.
@@ -388,12 +407,22 @@ class RoundFrame:
             rank: its weight; in a consensus: the summed weight of the accepted frames.
         tensors: the tensor payloads, at most 65,536.
 
+    ``check_nbytes`` (keyword, default True): refuse a tensor of a known dtype (f32, bf16) whose
+    payload byte count is neither ``numel * element_size`` nor 0 (a zero-elided payload: the
+    frame carries no protocol version, so an elided tensor is framed at both; version 2 folds
+    reject it). A length comparison per tensor, no copy. Pass False to frame payloads exactly as
+    given, as upstream's writer writes them and a reader accepts them (golden vectors,
+    conformance cases a fold must reject); a frame decoded from a peer is written as it came.
+
     Raises:
         InvalidValue (local): bad kind (``frame.bad_field``; only the integers 0 and 1 or a
             :class:`RoundKind`: ``True`` is not Control, ``1.0`` is refused) or weight;
             LimitExceeded (local): too many tensors.
+        SchemaMismatch (local): ``frame.payload_nbytes_local`` naming the tensor's index, shape,
+            dtype, the expected and the given byte count (``check_nbytes``).
 
-    Upstream: ``controller/round_frame.rs`` ``RoundFrame``.
+    Upstream: ``controller/round_frame.rs`` ``RoundFrame`` (its writer does not compare the
+    byte count with the shape: departure ``payload_nbytes_on_write``).
     """
 
     kind: RoundKind
@@ -405,6 +434,8 @@ class RoundFrame:
         kind: RoundKind | int = RoundKind.MODEL,
         weight: float = 1.0,
         tensors: Iterable[TensorPayload] = (),
+        *,
+        check_nbytes: bool = True,
     ) -> None:
         kind_e = _KINDS.get(wire_int(kind))  # a bool is no kind (True is not Control), nor 1.0
         if kind_e is None:
@@ -417,12 +448,17 @@ class RoundFrame:
             raise protocol_error(
                 "frame.too_many_tensors_local", count=len(ts), cap=MAX_ROUND_FRAME_TENSORS
             )
+        size_of = _ELEMENT_SIZE_OF if check_nbytes else _no_size
         for t in ts:
             if not isinstance(t, TensorPayload):
                 raise protocol_error(
                     "frame.bad_field", field="tensors", value=type(t).__name__,
                     reason="every tensor must be a TensorPayload",
                 )
+            # a length comparison: nbytes 0 (elided, or no elements) and an unknown dtype
+            # (no element size) pass
+            if (got := t.data.nbytes) and (es := size_of(t.dtype)) and got != _prod(t.shape) * es:
+                raise _payload_nbytes_error(ts, t, es)
         object.__setattr__(self, "kind", kind_e)
         object.__setattr__(self, "weight", w)
         object.__setattr__(self, "tensors", ts)
