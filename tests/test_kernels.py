@@ -252,6 +252,28 @@ def test_fold_into_matches_the_kernel_sequence(dtype: int, count: int, with_acc:
         assert _both(encoded)[0] == (views[0] + np.float32(0.0)).tobytes()
 
 
+@pytest.mark.parametrize("n", [5, 65_536, 2 * 65_536 + 9])
+def test_f32_fold_into_equals_fold_small_and_may_write_into_the_sums(n: int) -> None:
+    """f32: fold_into (chunk by chunk) and fold_small (one pass) give the same bytes, with the
+    output a separate buffer or the running sums themselves (which then hold the result)."""
+    rng = np.random.default_rng(n)
+    seed, x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    seed[::7] = -0.0
+    x[::5] = np.nan
+    want = ((seed + np.float32(0.0)) + x) + y
+    for fold in (K.fold_into, K.fold_small):
+        out = np.full(n, 9.0, np.float32)
+        fold(out, None, [seed, x, y], 0, K.Workspace(8))
+        assert out.tobytes() == want.tobytes()
+        acc = seed + np.float32(0.0)
+        out = np.full(n, 9.0, np.float32)
+        fold(out, acc, [x, y], 0, K.Workspace(8))
+        assert out.tobytes() == acc.tobytes() == want.tobytes()
+        acc = seed + np.float32(0.0)
+        fold(acc, acc, [x, y], 0, K.Workspace(8))
+        assert acc.tobytes() == want.tobytes()
+
+
 def test_encode_random_f32_patterns() -> None:
     """encode_sums on 2**21 + 7 random f32 bit patterns (NaN payloads, subnormals, ties):
     exactly equal (no arithmetic, so no NaN choice)."""

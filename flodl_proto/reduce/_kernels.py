@@ -701,18 +701,13 @@ def fold_into(
     if acc is None and not views:
         out.fill(0)
         return
-    if dtype == DTYPE_F32:
+    if dtype == DTYPE_F32:  # chunk by chunk, each folded as fold_small folds a tensor
         for s in _chunks(0, n):
             e = min(s + CHUNK_ELEMS, n)
-            o = out[s:e] if acc is None else acc[s:e]  # the running sums live here
-            rest = views
-            if acc is None:
-                np.add(views[0][s:e], _ZERO, out=o)
-                rest = views[1:]
-            for v in rest:
-                np.add(o, v[s:e], out=o)
-            if acc is not None and acc is not out:
-                np.copyto(out[s:e], o)  # f32 sums are their own encoding
+            a = None if acc is None else acc[s:e]
+            # the sums' own slice when out is acc, so fold_small copies nothing onto itself
+            o = a if a is not None and acc is out else out[s:e]
+            fold_small(o, a, [v[s:e] for v in views], dtype, ws)
         return
     if dtype != DTYPE_BF16:  # pragma: no cover - callers validate the tag
         raise ValueError(f"dtype {dtype}")
@@ -746,7 +741,8 @@ def fold_small(
     """:func:`fold_into` for a tensor of fewer than :data:`SMALL_ELEMS` elements, in one pass
     with no per-call set-up: no warning context (the caller holds ``np.errstate(all="ignore")``
     around its fold), no chunk loop. Same arguments (``ws`` of at least ``len(out)`` elements),
-    same result bit for bit.
+    same result bit for bit. Its f32 arm takes any length (it uses no workspace):
+    :func:`fold_into` folds each chunk of an f32 tensor with it.
 
     Upstream: ``payload_to_f32``, ``accumulate_payload_into``, ``f32_slice_to_payload_bytes``.
     """
