@@ -350,3 +350,12 @@ def test_replace_file_keeps_the_mode_follows_a_link_and_writes_devices_in_place(
     replace_file(Path(os.devnull), b"discarded")
     assert stat.S_ISCHR(Path(os.devnull).stat().st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.md", "kept.md", "link.md"]
+
+
+def test_every_public_helper_of_the_docs_command_names_its_upstream() -> None:
+    """Each says what upstream it mirrors, or that it has no upstream counterpart."""
+    from flodl_proto.commands import docs as docs_cmd
+
+    for name in docs_cmd.__all__:
+        text = " ".join((getattr(docs_cmd, name).__doc__ or "").split())
+        assert "Upstream:" in text or "No upstream counterpart:" in text, name

@@ -36,7 +36,11 @@ _PROG = "flodl-proto docs"
 
 
 def register(sub: Any) -> None:
-    """Add the ``docs`` subcommand to the CLI's subparsers."""
+    """Add the ``docs`` subcommand to the CLI's subparsers.
+
+    No upstream counterpart: upstream ships no generator commands (its protocol is documented
+    by its source, not generated from a spec).
+    """
     p = sub.add_parser(
         "docs", help="generate docs/protocol.md from the spec",
         description="Write the protocol reference (message layouts, constants, limits, "
@@ -62,6 +66,8 @@ def read_for_check(path: Path) -> bytes | None:
     Raises:
         OSError: ``path`` cannot be read (a folder, a link loop, a file where a folder of the path
             should be, no permission); ``strerror`` says why.
+
+    No upstream counterpart: upstream ships no generated files to check.
     """
     try:
         mode = path.stat().st_mode
@@ -88,6 +94,8 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         0 when ``out`` holds exactly ``text`` ("up to date" on stdout); 1 when it is missing or
         differs (on stderr, with ``regenerate``); 2 when it cannot be read, as any input path
         (:func:`read_for_check`).
+
+    No upstream counterpart: upstream ships no generated files to check.
     """
     try:
         found = read_for_check(out)
@@ -162,6 +170,8 @@ def replace_file(out: Path, data: bytes) -> None:
     Raises:
         OSError: the folder cannot take a new file, or the write or the rename failed
             (``strerror`` says why, e.g. ``No space left on device``).
+
+    No upstream counterpart: upstream ships no generated files.
     """
     target = Path(os.path.realpath(out)) if out.is_symlink() else out
     try:
@@ -211,6 +221,9 @@ def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
     Returns:
         0 when ``out`` already held ``text`` (``PATH: up to date`` on stdout; a file that is not
         UTF-8 text is out of date and rewritten), else what :func:`write_output` returns.
+
+    No upstream counterpart: upstream ships no generator commands (its protocol is documented
+    by its source, not generated from a spec).
     """
     data = text.encode("utf-8")
     try:
@@ -226,14 +239,20 @@ def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
 
 def stdout_check(prog: str) -> int:
     """``--check --out -``: stdout is no file to compare; one line on stderr, exit 2 (a bad
-    command line), so a check never passes by printing the text instead."""
+    command line), so a check never passes by printing the text instead.
+
+    No upstream counterpart: upstream ships no generated files to check.
+    """
     print(f"{prog}: error: --check compares a file; --out - (stdout) is not one", file=sys.stderr)
     return 2
 
 
 def spec_dir_for(out: Path | None) -> Path:
     """The spec folder documenting ``out``: the nearest ``spec/`` holding ``wire.yaml`` at or
-    above ``out``'s folder (``None`` or ``-``: the current folder), else the package's spec."""
+    above ``out``'s folder (``None`` or ``-``: the current folder), else the package's spec.
+
+    No upstream counterpart: upstream has no spec files (its protocol lives in its source).
+    """
     if out is None or str(out) == "-":
         start = Path.cwd()
     else:
