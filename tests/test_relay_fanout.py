@@ -333,7 +333,9 @@ def _relay_with_two_ranks(ctrl: FakeController) -> tuple[Relay, list[RawRank], C
 def _big_broadcast_of(nbytes: int) -> tuple[bytes, bytes]:
     """A Broadcast record whose one f32 tensor holds ``nbytes`` bytes, and its payload."""
     data = (bytes(range(251)) * (nbytes // 251 + 1))[:nbytes]
-    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [nbytes // 4], data)])
+    # as given: any byte count, so a test can reach any record length
+    consensus = RoundFrame(0, 2.0, [TensorPayload(Dtype.F32, [nbytes // 4], data)],
+                           check_nbytes=False)
     record = b"".join(bytes(p) for p in encode_frame_record(RecordKind.BROADCAST, consensus,
                                                             SALT))
     return record, record[25:]
