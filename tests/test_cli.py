@@ -705,6 +705,26 @@ def test_frame_ceiling_that_is_no_u32_byte_count_is_a_usage_error(
                                        f"{value!r}: {why}\n")
 
 
+@pytest.mark.parametrize("value", [" 12", "12 ", "+5", "1_000", "\u0661\u0662", "0x10", "1e3",
+                                   "\uff11\uff12", ""])
+def test_frame_ceiling_is_ascii_digits_only(value: str) -> None:
+    # int() takes blanks, a sign, underscores and any script's digits: a size is none of these
+    from flodl_proto.commands.relay import byte_count, frame_ceiling
+
+    with pytest.raises(ValueError) as e:
+        frame_ceiling(value)
+    assert str(e.value) == f"--frame-ceiling {value!r}: expected a number of bytes, got {value!r}"
+    with pytest.raises(ValueError, match="expected a number of bytes"):
+        byte_count(value)
+
+
+def test_max_input_is_ascii_digits_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "decode", "--max-input", "\u0661\u0662", "-")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("flodl-proto decode: error: argument --max-input: expected a "
+                                    "number of bytes, got '\u0661\u0662'")
+
+
 def test_frame_ceiling_parser_bounds() -> None:
     from flodl_proto.commands.relay import frame_ceiling
     from flodl_proto.spec import DEFAULT_FRAME_CEILING, U32_MAX

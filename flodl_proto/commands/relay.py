@@ -167,14 +167,20 @@ def byte_count(text: str) -> int:
     """Parse a size option's value: a whole number of bytes, at least 1 (``--max-input``,
     ``--frame-ceiling``).
 
+    Only ASCII digits, with an optional leading ``-`` (to say a negative count is below 1):
+    ``int`` would also take blanks around them, a ``+``, ``_`` between digits and the digits of
+    any script (``\u0661\u0662`` is 12), none of which is a size on a command line.
+
     Raises:
-        ValueError: not a whole number (``4G``, ``1.5``) or below 1 byte; the message says which
-            and shows the value.
+        ValueError: not a whole number in ASCII digits (``4G``, ``1.5``, `` 12``, ``+5``,
+            ``1_000``) or below 1 byte; the message says which and shows the value.
+
+    No upstream counterpart: upstream's binaries take no size options.
     """
-    try:
-        n = int(text)
-    except ValueError:
-        raise ValueError(f"expected a number of bytes, got {text!r}") from None
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"expected a number of bytes, got {text!r}")
+    n = int(text)
     if n < 1:
         raise ValueError(f"must be at least 1 byte, got {n}")
     return n
