@@ -359,3 +359,38 @@ def test_every_public_helper_of_the_docs_command_names_its_upstream() -> None:
     for name in docs_cmd.__all__:
         text = " ".join((getattr(docs_cmd, name).__doc__ or "").split())
         assert "Upstream:" in text or "No upstream counterpart:" in text, name
+
+
+def test_a_read_only_file_is_not_replaced(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A file its owner made read-only is refused, as ``open`` refuses it; the rename alone
+    (the folder is writable) would replace it. Run as an unprivileged user: root writes any
+    file."""
+    import contextlib
+    import os
+    import tempfile
+
+    from flodl_proto.commands.docs import write_output
+
+    root = os.geteuid() == 0
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d) / "out"
+        folder.mkdir()
+        out = folder / "protocol.md"
+        out.write_bytes(b"kept")
+        out.chmod(0o444)
+        if root:  # the folder and the file belong to nobody, who may write the folder only
+            os.chmod(d, 0o755)
+            os.chown(folder, 65534, 65534)
+            os.chown(out, 65534, 65534)
+        with contextlib.ExitStack() as stack:
+            if root:
+                os.setresgid(-1, 65534, -1)
+                os.setresuid(-1, 65534, -1)
+                stack.callback(os.setresgid, -1, 0, -1)
+                stack.callback(os.setresuid, -1, 0, -1)  # runs first: back to root
+            code = write_output(out, b"new", "flodl-proto docs")
+        assert (code, out.read_bytes()) == (1, b"kept")
+        assert capsys.readouterr().err == (f"flodl-proto docs: error: cannot write {out}: "
+                                           "Permission denied\n")
+        assert [p.name for p in folder.iterdir()] == ["protocol.md"]

@@ -159,16 +159,19 @@ def replace_file(out: Path, data: bytes) -> None:
     file is removed and ``out`` is left as it was.
 
     The new file gets the permission bits of the file it replaces, or those a plain ``open``
-    would give (``0o666`` less the umask). A symbolic link is followed: its target is replaced
-    and the link stays. A path that exists but is not a regular file (``/dev/null``, a FIFO) is
-    written in place, as ``open`` would, since it cannot be replaced by a file.
+    would give (``0o666`` less the umask). A file this process may not write (read-only to it)
+    is refused as ``open`` refuses it (``PermissionError``), not replaced by the rename.
+    A symbolic link is followed: its target is replaced and the link stays. A path that exists
+    but is not a regular file (``/dev/null``, a FIFO) is written in place, as ``open`` would,
+    since it cannot be replaced by a file.
 
     Args:
         out: the file to replace; its folder must exist.
         data: the new contents, bytes.
 
     Raises:
-        OSError: the folder cannot take a new file, or the write or the rename failed
+        OSError: ``out`` exists and may not be written, the folder cannot take a new file, or
+            the write or the rename failed
             (``strerror`` says why, e.g. ``No space left on device``).
 
     No upstream counterpart: upstream ships no generated files.
@@ -182,6 +185,9 @@ def replace_file(out: Path, data: bytes) -> None:
         target.write_bytes(data)
         return
     if st_mode is not None:
+        # a file open() may not write (read-only, to this user) is refused as open() refuses
+        # it: the rename alone, in a writable folder, would replace it
+        os.close(os.open(target, os.O_WRONLY))
         mode = stat.S_IMODE(st_mode)
     else:  # the process's umask can only be read by setting it (a command runs one thread here)
         umask = os.umask(0)
