@@ -738,7 +738,8 @@ def test_frame_ceiling_parser_bounds() -> None:
     ("controller", "largest payload_len of a relay's record (and of a Broadcast) accepted"),
     ("relay", "largest length prefix of a rank's frame and payload_len of a controller's record "
               "accepted"),
-    ("rank", "largest length prefix of a reply (and tensor bytes of this rank's frame) accepted"),
+    ("rank", "largest length prefix of a reply (and of this rank's own frame, headers included) "
+              "accepted"),
 ])
 def test_frame_ceiling_in_the_help(command: str, what: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,9 +16,10 @@ yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which
 ~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
 reached in that time too), 2 for a bad command line (one line, ``flodl-proto rank: error: ...``,
 e.g. a ``--frame-ceiling`` that is not a whole number of bytes in 1..U32_MAX; the ceiling, default
-1 GiB, bounds a reply's length prefix and this rank's own tensor bytes); output piped into a
-reader that stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a
-killed rank would).
+1 GiB, bounds a reply's length prefix and the one this rank writes: its whole frame, headers
+included, above it is refused before anything is sent, exit 1); output piped into a reader that
+stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank
+would).
 
 The digest lines are written by a thread of their own, so a stdout that is read slowly, or not at
 all (a full pipe), never holds up a round (and with it the whole cluster): at most
@@ -109,8 +110,8 @@ def register(sub: Any) -> None:
     p.add_argument("--bf16", action="store_true", help="ship Model rounds as bf16")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
-    add_frame_ceiling_option(p, "length prefix of a reply (and tensor bytes of this rank's "
-                             "frame)")
+    add_frame_ceiling_option(p, "length prefix of a reply (and of this rank's own frame, "
+                             "headers included)")
     p.set_defaults(func=run)
 
 
