@@ -17,7 +17,9 @@ spec at module level; a command imports NumPy, the codec and the runners when it
 
 Every command reports a failure as one line on stderr in argparse's format, ``flodl-proto COMMAND:
 error: MESSAGE`` (a rank adds its id: ``flodl-proto rank 0: error: ...``); a usage error exits 2.
-Warnings and notes use the same program prefix (``flodl-proto relay: warning: ...``).
+A command's own warnings and notes use the same program prefix (``flodl-proto relay: warning:
+...``); the runners' log records (``--log-level``, e.g. a relay's ``rank 0 loopback stream
+failed``) keep the logging format, ``DATE TIME LEVEL LOGGER: MESSAGE``.
 """
 
 from __future__ import annotations

@@ -192,9 +192,12 @@ def frame_ceiling(text: str | None) -> int:
     upstream before a model-derived ceiling (``wire.rs``).
 
     Raises:
-        ValueError: one line naming the option and the value: not a whole number of bytes,
-            below 1, or above ``U32_MAX`` (the u32 length prefix and ``payload_len`` cannot
-            carry more, so a larger ceiling would bound nothing).
+        ValueError: one line naming the option and the value: not a whole number of bytes in
+            ASCII digits (:func:`byte_count`), below 1, or above ``U32_MAX`` (the u32 length
+            prefix and ``payload_len`` cannot carry more, so a larger ceiling would bound
+            nothing).
+
+    Upstream: ``wire.rs`` (the frame ceiling; upstream's binaries take no option for it).
     """
     if text is None:
         return int(DEFAULT_FRAME_CEILING)
@@ -209,8 +212,13 @@ def frame_ceiling(text: str | None) -> int:
 
 
 def add_frame_ceiling_option(p: argparse.ArgumentParser, what: str) -> None:
-    """Add ``--frame-ceiling BYTES`` (checked by :func:`frame_ceiling` when the command runs, so
-    a bad value is one line, not argparse's usage text); ``what`` says what it bounds."""
+    """Add ``--frame-ceiling BYTES`` to ``p`` (a string, checked by :func:`frame_ceiling` when
+    the command runs, so a bad value is one line, not argparse's usage text); ``what`` says
+    what it bounds, in the help. Raises nothing of its own (argparse's ``ArgumentError`` if
+    ``p`` has the option already).
+
+    No upstream counterpart: upstream's binaries take no option for the frame ceiling.
+    """
     p.add_argument("--frame-ceiling", default=None, metavar="BYTES",
                    help=f"largest {what} accepted, in bytes, 1..{U32_MAX} (default "
                    f"{DEFAULT_FRAME_CEILING}, 1 GiB, as flodl before a model-derived ceiling); "
