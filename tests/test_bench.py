@@ -364,3 +364,32 @@ def test_loopback_tcp_rate_moves_every_byte() -> None:
     rate = rb.loopback_tcp_rate(src, dst, repeat=1)
     assert rate > 0 and rate != float("inf")
     assert dst.tobytes() == src.tobytes()
+
+
+def test_loopback_tcp_rate_raises_when_the_sender_fails() -> None:
+    """The sending thread's failure ends the measurement with that error; the receiver,
+    waiting for bytes that never come, used to wait forever."""
+    import threading
+
+    import numpy as np
+
+    rb = _load("round")
+
+    class Unsendable:  # nbytes as an array's, data no socket takes
+        nbytes = 1 << 16
+        data = "not a buffer"
+
+    dst = np.zeros(1 << 16, dtype=np.uint8)
+    raised: list[BaseException] = []
+
+    def measure() -> None:
+        try:
+            rb.loopback_tcp_rate(Unsendable(), dst, repeat=1)  # type: ignore[arg-type]
+        except BaseException as e:  # the error is the result
+            raised.append(e)
+
+    t = threading.Thread(target=measure, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], TypeError)
