@@ -718,6 +718,14 @@ def test_frame_ceiling_is_ascii_digits_only(value: str) -> None:
         byte_count(value)
 
 
+def test_a_byte_count_of_more_digits_than_int_reads_is_not_a_number_of_bytes() -> None:
+    from flodl_proto.commands.relay import byte_count
+
+    with pytest.raises(ValueError) as e:
+        byte_count("9" * 5000)
+    assert str(e.value) == f"expected a number of bytes, got {'9' * 5000!r}"
+
+
 def test_max_input_is_ascii_digits_only(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run_main(capsys, "decode", "--max-input", "\u0661\u0662", "-")
     assert (code, out) == (2, "")

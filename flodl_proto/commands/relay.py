@@ -178,9 +178,12 @@ def byte_count(text: str) -> int:
     No upstream counterpart: upstream's binaries take no size options.
     """
     digits = text.removeprefix("-")
-    if not (digits.isascii() and digits.isdigit()):
-        raise ValueError(f"expected a number of bytes, got {text!r}")
-    n = int(text)
+    try:
+        if not (digits.isascii() and digits.isdigit()):
+            raise ValueError
+        n = int(text)  # more than 4,300 digits: ValueError too
+    except ValueError:
+        raise ValueError(f"expected a number of bytes, got {text!r}") from None
     if n < 1:
         raise ValueError(f"must be at least 1 byte, got {n}")
     return n
