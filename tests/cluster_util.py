@@ -261,3 +261,17 @@ def skip_deep_unless_selected(request: Any) -> None:
     if request.node.get_closest_marker("deep") and (
             "deep" not in markexpr or "not deep" in markexpr):
         pytest.skip("deep case: select with -m deep")
+
+
+def small_relay_send_buffers(monkeypatch: Any) -> None:
+    """Give every socket the relay configures a 4 KiB send buffer (``SO_SNDBUF``), so that a
+    rank or controller that reads slowly, or not at all, stalls the relay's writes after a few
+    KiB instead of after the kernel's default of several MiB."""
+    from flodl_proto.runner import _netio
+    from flodl_proto.runner import relay as relay_mod
+
+    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        _netio.configure_socket(sock, **kw)
+
+    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)

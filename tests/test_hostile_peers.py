@@ -43,6 +43,7 @@ from .cluster_util import (
     frame,
     leak_guard,
     recv_exact,
+    small_relay_send_buffers,
     values,
     wait_until,
 )
@@ -187,13 +188,7 @@ def test_a_rank_that_stops_reading_delays_nobody_and_is_dropped_whole(
     before rank 0's write gives up (the fan-out does not make it wait out rank 0's write-stall
     deadline), and once rank 0's write has failed inside a Broadcast, rank 0 is dropped: its
     connection closed, RankExit upstream, and never the next Broadcast after the cut one."""
-    from flodl_proto.runner import relay as relay_mod
-
-    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        _netio.configure_socket(sock, **kw)
-
-    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    small_relay_send_buffers(monkeypatch)
     # a write-stall deadline of 6 s: rank 1's reader has that long, even on a loaded machine;
     # and no TCP_USER_TIMEOUT within the test (it would reset rank 0's stalled connection)
     monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 6.0)
@@ -479,13 +474,7 @@ def test_host_frames_cut_by_a_full_upstream_leave_whole_and_in_order(
     order, each with its round's sums."""
     import numpy as np
 
-    from flodl_proto.runner import relay as relay_mod
-
-    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        _netio.configure_socket(sock, **kw)
-
-    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    small_relay_send_buffers(monkeypatch)
     n = 16 << 10  # f32 elements: 64 KiB a frame
     with FakeController() as ctrl:
         ctrl.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

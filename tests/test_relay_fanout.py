@@ -39,6 +39,7 @@ from .cluster_util import (
     frame,
     in_thread,
     leak_guard,
+    small_relay_send_buffers,
     values,
     wait_until,
 )
@@ -438,13 +439,8 @@ def test_a_failed_forwarded_broadcast_ends_the_relay_while_its_ranks_read_nothin
     ends the relay with its error, since the cut ranks are closed rather than waited for; each
     rank's stream then holds a strict prefix without the tag."""
     from flodl_proto.errors import TruncatedInput
-    from flodl_proto.runner import relay as relay_mod
 
-    def small_buffers(sock: socket.socket, **kw: float | None) -> None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        _netio.configure_socket(sock, **kw)
-
-    monkeypatch.setattr(relay_mod, "configure_socket", small_buffers)
+    small_relay_send_buffers(monkeypatch)
     monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)
     monkeypatch.setattr(_netio, "keepalive_bound", lambda: 3600.0)
     record, payload = _big_broadcast()
