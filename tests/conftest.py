@@ -58,6 +58,24 @@ def vectors_root() -> Path:
     return Path(env) if env else BUNDLED_VECTORS
 
 
+def run_with_file_size_limit(args: list[str], limit: int) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m flodl_proto ARGS`` (this checkout's package) in a process whose writes to
+    regular files beyond ``limit`` bytes fail with EFBIG, as a full disk fails them with ENOSPC
+    (SIGXFSZ is ignored, so the write reports the error); stdout and stderr are captured."""
+    import sys
+
+    def limited() -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-B", "-m", "flodl_proto", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=limited)
+
+
 #: why the network-lab tests were deselected in this run (None: they ran, or none was collected)
 _NETLAB_DESELECTED: list[str] = []
 

@@ -38,6 +38,8 @@ from flodl_proto.conform.target import fill_placeholders
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.spec import SPEC
 
+from .conftest import run_with_file_size_limit
+
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = load_catalogue()
 SALT = bytes(range(16))
@@ -603,3 +605,24 @@ def test_launched_target_that_exits_early_is_reported(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match=r"exited \(3\) before listening"):
         t.start(_ctx(tmp_path, _free_port()), 20.0)
     assert t.stop(1.0).status == 3
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_cli_report_write_that_fails_midway_leaves_the_old_file(option: str,
+                                                                  tmp_path: Path) -> None:
+    """A ``--json`` / ``--junit`` report over an existing file, in a process that cannot write
+    more than 256 bytes to a file (as a full disk): the report (over 800 bytes) fails partway.
+    The old report must be as it was and the folder must hold nothing else; one line names the
+    report and why, exit 1."""
+    out = tmp_path / "report"
+    old = b"the previous report\n"
+    out.write_bytes(old)
+    res = run_with_file_size_limit(
+        ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
+         "--cases", "controller.session.one-relay-one-round", "--version", "2", option,
+         str(out)], 256)
+    assert res.returncode == 1
+    assert res.stderr == f"flodl-proto conform: error: cannot write the report {out}: " \
+                         "File too large\n"
+    assert out.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]

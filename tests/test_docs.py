@@ -29,6 +29,8 @@ from flodl_proto.docs import (
 )
 from flodl_proto.spec import SPEC
 
+from .conftest import run_with_file_size_limit
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "protocol.md"
 BUNDLED = ROOT / "flodl_proto" / "_vectors"
@@ -256,32 +258,15 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
 
 
 # -- the generators' write is atomic: a failed write leaves the old file -------------------------
-def _limited_file_size(limit: int) -> None:
-    """Child set-up: writes to regular files beyond ``limit`` bytes fail with EFBIG (as a full
-    disk fails them with ENOSPC); Python ignores SIGXFSZ, so the write reports the error."""
-    import resource
-    import signal
-
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-
 def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     """``docs --out`` over an existing file, in a process that cannot write more than 4 KiB to a
     file: the write fails partway (protocol.md is far larger). The old file must be as it was
     (the write used to truncate it and leave the first 4 KiB of the new text) and the folder
     must hold nothing else."""
-    import os
-    import subprocess
-    import sys
-
     out = tmp_path / "protocol.md"
     old = b"the previous protocol.md\n"
     out.write_bytes(old)
-    res = subprocess.run([sys.executable, "-B", "-m", "flodl_proto", "docs", "--out", str(out)],
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         preexec_fn=lambda: _limited_file_size(4096))
+    res = run_with_file_size_limit(["docs", "--out", str(out)], 4096)
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", f"flodl-proto docs: error: cannot write {out}: File too large\n")
     assert out.read_bytes() == old
@@ -295,7 +280,7 @@ def test_replace_file_cleans_up_after_any_failure(tmp_path: Path,
     import errno
     import os
 
-    from flodl_proto.commands import docs
+    from flodl_proto import _files
 
     out = tmp_path / "gen.lua"
     out.write_bytes(b"old")
@@ -308,18 +293,20 @@ def test_replace_file_cleans_up_after_any_failure(tmp_path: Path,
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_write(fd, bytes(data)[:3])
 
-    monkeypatch.setattr(docs.os, "write", write_then_fill)
+    monkeypatch.setattr(_files.os, "write", write_then_fill)
     with pytest.raises(OSError) as e:
-        docs.replace_file(out, b"new contents")
+        _files.replace_file(out, b"new contents")
     assert e.value.errno == errno.ENOSPC and len(calls) == 2
-    monkeypatch.setattr(docs.os, "write", real_write)
+    assert e.value.filename == str(out)  # the file asked for, not the temporary one
+    monkeypatch.setattr(_files.os, "write", real_write)
 
     def no_rename(src: str, dst: Any) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), src)
 
-    monkeypatch.setattr(docs.os, "replace", no_rename)
-    with pytest.raises(PermissionError):
-        docs.replace_file(out, b"new contents")
+    monkeypatch.setattr(_files.os, "replace", no_rename)
+    with pytest.raises(PermissionError) as denied:
+        _files.replace_file(out, b"new contents")
+    assert (denied.value.filename, denied.value.filename2) == (str(out), None)
     assert out.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen.lua"]
 
@@ -329,7 +316,7 @@ def test_replace_file_keeps_the_mode_follows_a_link_and_writes_devices_in_place(
     import os
     import stat
 
-    from flodl_proto.commands.docs import replace_file
+    from flodl_proto._files import replace_file
 
     kept = tmp_path / "kept.md"
     kept.write_bytes(b"old")

@@ -179,3 +179,19 @@ def test_portable_prefix_is_a_prefix_of_upstreams_message(version: int,
     assert err is not None, f"{case['id']}: no error raised"
     prefix = portable_prefix(err)
     assert prefix and case["error"].startswith(prefix), (prefix, case["error"])
+
+
+def test_export_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> None:
+    """``vectors export`` over a folder of older vectors, in a process that cannot write more
+    than 4 KiB to a file (as a full disk): ``handshake.json``, the first file written, fails
+    partway. It must be as it was, with no temporary file beside it; one line, exit 1."""
+    from .conftest import run_with_file_size_limit
+
+    old = b"the previous handshake.json\n"
+    (tmp_path / "handshake.json").write_bytes(old)
+    res = run_with_file_size_limit(["vectors", "export", str(tmp_path)], 4096)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == f"flodl-proto vectors: error: cannot write " \
+                         f"{tmp_path / 'handshake.json'}: File too large\n"
+    assert (tmp_path / "handshake.json").read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["handshake.json"]

@@ -17,20 +17,19 @@ PATH that cannot be read (one line naming it and the OS error; a PATH that does 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .._files import replace_file
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..spec import SPEC, Spec, SpecError
 
-__all__ = ["check_generated", "read_for_check", "register", "replace_file", "spec_dir_for",
-           "stdout_check", "write_generated", "write_output"]
+__all__ = ["check_generated", "read_for_check", "register", "spec_dir_for", "stdout_check",
+           "write_generated", "write_output"]
 
 _PROG = "flodl-proto docs"
 
@@ -115,9 +114,9 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
     """Write ``data`` to the output file ``out`` of a generator command; say so in one line.
 
     The one write of every generator (``docs``, ``conform docs``, ``dissector``): missing parent
-    folders are created, then ``out`` is replaced whole, atomically (:func:`replace_file`): a
-    failed write (a full disk, a crash) leaves the previous file as it was and no temporary file
-    behind.
+    folders are created, then ``out`` is replaced whole, atomically
+    (:func:`flodl_proto._files.replace_file`): a failed write (a full disk, a crash) leaves the
+    previous file as it was and no temporary file behind.
 
     Args:
         out: the output file; missing parent folders are created.
@@ -150,69 +149,6 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
     tail = f" {source}" if source else ""
     print(f"{out}: written ({len(data)} bytes){tail}")
     return 0
-
-
-def replace_file(out: Path, data: bytes) -> None:
-    """Replace the file ``out`` with ``data`` atomically: write a temporary file in the same
-    folder (``.NAME.XXXXXXXX.tmp``), flush it to disk, then ``os.replace`` it onto ``out``, so a
-    reader sees the old file or the new one, never part of one. On any failure the temporary
-    file is removed and ``out`` is left as it was.
-
-    The new file gets the permission bits of the file it replaces, or those a plain ``open``
-    would give (``0o666`` less the umask). A file this process may not write (read-only to it)
-    is refused as ``open`` refuses it (``PermissionError``), not replaced by the rename.
-    A symbolic link is followed: its target is replaced and the link stays. A path that exists
-    but is not a regular file (``/dev/null``, a FIFO) is written in place, as ``open`` would,
-    since it cannot be replaced by a file.
-
-    Args:
-        out: the file to replace; its folder must exist.
-        data: the new contents, bytes.
-
-    Raises:
-        OSError: ``out`` exists and may not be written, the folder cannot take a new file, or
-            the write or the rename failed
-            (``strerror`` says why, e.g. ``No space left on device``).
-
-    No upstream counterpart: upstream ships no generated files.
-    """
-    target = Path(os.path.realpath(out)) if out.is_symlink() else out
-    try:
-        st_mode: int | None = target.stat().st_mode
-    except FileNotFoundError:
-        st_mode = None
-    if st_mode is not None and not stat.S_ISREG(st_mode):
-        target.write_bytes(data)
-        return
-    if st_mode is not None:
-        # a file open() may not write (read-only, to this user) is refused as open() refuses
-        # it: the rename alone, in a writable folder, would replace it
-        os.close(os.open(target, os.O_WRONLY))
-        mode = stat.S_IMODE(st_mode)
-    else:  # the process's umask can only be read by setting it (a command runs one thread here)
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        try:
-            _write_all(fd, data)
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` to ``fd`` (``os.write`` may take fewer)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .._files import replace_file
 from .catalogue import Case
 from .player import CaseResult, KitSettings, play_case
 from .target import Target
@@ -120,7 +121,14 @@ def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
 
 def write_json(path: Path, role: str, results: Sequence[CaseResult],
                not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str]) -> None:
-    """Write the results as JSON: role, counts, every result, the cases not selected."""
+    """Write the results as JSON: role, counts, every result, the cases not selected.
+
+    ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
+    leaves the previous file and no temporary file.
+
+    Raises:
+        OSError: ``path`` cannot be written (its folder must exist).
+    """
     doc = {
         "role": role,
         "passed": sum(r.passed for r in results),
@@ -129,13 +137,20 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
         "results": [_result_json(r, title_of(r.case.section)) for r in results],
         "not_selected": [{"id": c.id, "reason": why} for c, why in not_selected],
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    replace_file(path, (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
 
 
 def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                 not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str]) -> None:
     """Write JUnit XML: one ``testsuite`` per role and version, one ``testcase`` per case
-    (``failure`` with expected/observed; not-selected cases as ``skipped`` with the reason)."""
+    (``failure`` with expected/observed; not-selected cases as ``skipped`` with the reason).
+
+    ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
+    leaves the previous file and no temporary file.
+
+    Raises:
+        OSError: ``path`` cannot be written (its folder must exist).
+    """
     root = ET.Element("testsuites", name=f"flodl-proto conform {role}")
     versions = sorted({r.version for r in results})
     for v in versions:
@@ -166,4 +181,4 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                                time="0")
             ET.SubElement(tc, "skipped", message=why)
     ET.indent(root)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    replace_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))

@@ -33,6 +33,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .._files import replace_file
 from ..codec import handshake as hs
 from ..codec import loopback
 from ..codec.auth import compute_tag
@@ -573,13 +574,14 @@ def export_vectors(root: Path | str) -> dict[int, int]:
 
     Each folder gets one file per :data:`EXPORTED_FILES` entry and a ``manifest.json`` counting
     the cases per file (``cases``, ``ok``, ``not_ok``) with ``total_cases``. Existing files of the
-    same names are overwritten; other files are left alone.
+    same names are replaced, each atomically (:func:`flodl_proto._files.replace_file`: a failed
+    write leaves that file as it was and no temporary file); other files are left alone.
 
     Returns:
         ``{protocol version: number of cases written}``.
 
     Raises:
-        OSError: a file cannot be written.
+        OSError: a file cannot be written (``filename`` names it).
 
     Upstream: the files mirror the shared vectors made from ``controller/mod.rs``,
     ``controller/round_frame.rs``, ``relay/mux.rs``, ``wire.rs`` and ``cpu_reduce.rs``.
@@ -594,10 +596,10 @@ def export_vectors(root: Path | str) -> dict[int, int]:
             cases = doc["cases"]
             ok = sum(1 for c in cases if c["expect"] == "ok")
             files[name] = {"cases": len(cases), "ok": ok, "not_ok": len(cases) - ok}
-            (folder / f"{name}.json").write_text(_dump(doc), encoding="utf-8")
+            replace_file(folder / f"{name}.json", _dump(doc).encode("utf-8"))
         total = sum(v["cases"] for v in files.values())
         manifest = {"schema": SCHEMA, "protocol_version": version, "set": "shared",
                     "producer": "flodl-proto", "files": files, "total_cases": total}
-        (folder / "manifest.json").write_text(_dump(manifest), encoding="utf-8")
+        replace_file(folder / "manifest.json", _dump(manifest).encode("utf-8"))
         out[version] = total
     return out
