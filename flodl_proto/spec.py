@@ -39,6 +39,7 @@ __all__ = [
     "Version",
     "as_name_list",
     "find_spec_dir",
+    "frame_ceiling_floor",
     "lifecycle_machines",
     "lifecycle_transitions",
     "machine_transitions",
@@ -428,3 +429,21 @@ VARINT_U16: Final = int(_markers["u16"])
 VARINT_U32: Final = int(_markers["u32"])
 VARINT_U64: Final = int(_markers["u64"])
 VARINT_U128: Final = int(_markers["u128"])
+
+
+def frame_ceiling_floor() -> tuple[int, str]:
+    """The smallest frame ceiling (bytes) a controller, relay or rank takes part in a run with,
+    and what it is (spec departure ``ceiling_floor``): the smallest RoundFrame
+    (``ROUND_FRAME_FIXED_OVERHEAD``: header, kind, weight and tag, no tensor). Every frame a rank
+    sends, every HostFrame and every Broadcast is at least that; the handshake records are
+    smaller (the smallest Hello is 4 bytes at version 2 and 5 at version 3, a HelloAck 1, a
+    RankExit or DeclareDead at most 6), so with a smaller ceiling a run could not complete a
+    round, and one below a relay's Hello is refused before the relay can tell why.
+
+    Returns:
+        ``(25, "the smallest RoundFrame: no tensor")``.
+
+    Upstream: none; upstream's ceiling is 1 GiB, or derived from the model and never below
+    ``FRAME_CEILING_FLOOR`` (``wire.rs``), and no option sets it.
+    """
+    return ROUND_FRAME_FIXED_OVERHEAD, "the smallest RoundFrame: no tensor"

@@ -688,9 +688,23 @@ _CEILING_COMMANDS = [
 
 
 @pytest.mark.parametrize(("command", "where"), _CEILING_COMMANDS)
+@pytest.mark.parametrize("value", ["0", "-5", "1", "24"])
+def test_frame_ceiling_below_the_smallest_round_frame_is_a_usage_error(
+        command: str, where: list[str], value: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every frame, HostFrame and Broadcast is at least a RoundFrame with no tensor (25 bytes),
+    and every handshake record is shorter: a smaller ceiling is refused before anything starts,
+    one line naming the option, the value and the minimum (a controller started with 5 refused
+    the relays' 6-byte Hello, and the relays blamed the version or the salt)."""
+    code, out, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
+                               "--frame-ceiling", value)
+    assert (code, out, err) == (2, "", f"flodl-proto {command}: error: --frame-ceiling "
+                                       f"{value!r}: must be at least 25 bytes (the smallest "
+                                       f"RoundFrame: no tensor), got {value}\n")
+
+
+@pytest.mark.parametrize(("command", "where"), _CEILING_COMMANDS)
 @pytest.mark.parametrize(("value", "why"), [
-    ("0", "must be at least 1 byte, got 0"),
-    ("-5", "must be at least 1 byte, got -5"),
     ("4G", "expected a number of bytes, got '4G'"),
     ("1.5", "expected a number of bytes, got '1.5'"),
     ("4294967296", "must be at most 4294967295 bytes (the u32 length prefix and mux "
@@ -738,7 +752,7 @@ def test_frame_ceiling_parser_bounds() -> None:
     from flodl_proto.spec import DEFAULT_FRAME_CEILING, U32_MAX
 
     assert frame_ceiling(None) == DEFAULT_FRAME_CEILING == 1 << 30
-    assert frame_ceiling("1") == 1
+    assert frame_ceiling("25") == 25
     assert frame_ceiling(str(U32_MAX)) == U32_MAX == 4294967295
 
 
@@ -747,14 +761,14 @@ def test_frame_ceiling_parser_bounds() -> None:
     ("relay", "largest length prefix of a rank's frame and payload_len of a controller's record "
               "accepted"),
     ("rank", "largest length prefix of a reply (and of this rank's own frame, headers included) "
-              "accepted"),
+             "accepted"),
 ])
 def test_frame_ceiling_in_the_help(command: str, what: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run_main(capsys, command, "--help")
     assert code == 0
-    assert (f"--frame-ceiling BYTES {what}, in bytes, 1..4294967295 (default 1073741824, 1 GiB"
-            in " ".join(out.split()))
+    assert (f"--frame-ceiling BYTES {what}, in bytes, 25..4294967295 (at least the smallest "
+            "RoundFrame: no tensor); default 1073741824, 1 GiB" in " ".join(out.split()))
 
 
 @pytest.mark.parametrize(("command", "where", "runner", "attr"), [
@@ -763,7 +777,7 @@ def test_frame_ceiling_in_the_help(command: str, what: str,
     ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"], "flodl_proto.runner.rank",
      "RankClient"),
 ])
-@pytest.mark.parametrize("given", [None, "4096"])
+@pytest.mark.parametrize("given", [None, "4096", "25"])
 def test_relay_and_rank_pass_the_frame_ceiling_to_their_runner(
         command: str, where: list[str], runner: str, attr: str, given: str | None,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -788,7 +802,29 @@ def test_relay_and_rank_pass_the_frame_ceiling_to_their_runner(
     extra = [] if given is None else ["--frame-ceiling", given]
     with pytest.raises(_Stop):
         _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX, *extra)
-    assert seen == [1 << 30 if given is None else 4096]
+    assert seen == [1 << 30 if given is None else int(given)]
+
+
+def test_the_controller_takes_a_frame_ceiling_of_exactly_the_floor(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The smallest RoundFrame is a ceiling the controller runs with (caught where the runner is
+    built: no socket is opened)."""
+    from flodl_proto.runner import controller
+
+    seen: list[int] = []
+
+    class _Stop(Exception):
+        pass
+
+    def built(*args: Any, ceiling: int, **kwargs: Any) -> Any:
+        seen.append(ceiling)
+        raise _Stop
+
+    monkeypatch.setattr(controller, "ReferenceController", built)
+    with pytest.raises(_Stop):
+        _run_main(capsys, "controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                  "--salt", SALT_HEX, "--frame-ceiling", "25")
+    assert seen == [25]
 
 
 @pytest.mark.parametrize("ceiling", [1063, 1062])

@@ -408,6 +408,21 @@ def test_zero_world_size_errors() -> None:
     assert "world_size must be > 0" in str(ei.value)
 
 
+@pytest.mark.parametrize("ceiling", [0, 5, 24])
+def test_a_ceiling_below_the_smallest_round_frame_is_local_misuse(ceiling: int) -> None:
+    """Every HostFrame is at least a RoundFrame with no tensor (25 bytes) and a relay's Hello
+    may be as long: a smaller ceiling would refuse the relays (which then blame the version or
+    the salt), so the constructor refuses it, naming the field, the value and the minimum."""
+    with pytest.raises(InvalidValue) as ei:
+        ReferenceController(1, SALT, ceiling=ceiling)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "ceiling.below_minimum"
+    assert str(ei.value) == (f"controller: frame ceiling {ceiling} is below 25 bytes (the "
+                             "smallest RoundFrame: no tensor); a record every run exchanges "
+                             "would be refused")
+    assert ReferenceController(1, SALT, ceiling=25).world_size == 1
+
+
 @pytest.mark.timeout(30)
 def test_dead_diff_forwarding_releases_a_relay(controller_factory) -> None:  # type: ignore[no-untyped-def]
     ctl = controller_factory(3)

@@ -132,6 +132,19 @@ def test_rank_out_of_range_and_zero_world_are_rejected_locally() -> None:
         RankClient.connect("127.0.0.1:1", 0, 1, SALT, version=4)
 
 
+@pytest.mark.parametrize("ceiling", [0, 24])
+def test_a_ceiling_below_the_smallest_round_frame_is_rejected_before_dialing(
+        ceiling: int) -> None:
+    """Every frame is at least a RoundFrame with no tensor (25 bytes): a smaller ceiling is
+    refused before any connection is tried (port 1: nothing listens; a dial would retry)."""
+    with pytest.raises(InvalidValue) as e:
+        RankClient.connect("127.0.0.1:1", 0, 1, SALT, ceiling=ceiling)
+    assert str(e.value) == (f"rank: frame ceiling {ceiling} is below 25 bytes (the smallest "
+                            "RoundFrame: no tensor); a record every run exchanges would be "
+                            "refused")
+    assert e.value.error_id == "ceiling.below_minimum" and not e.value.remote
+
+
 def test_broadcast_root_outside_the_world_is_rejected_before_sending() -> None:
     fake = FakeRelay(acking(2))
     try:

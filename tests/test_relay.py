@@ -692,6 +692,19 @@ def test_a_listen_port_outside_the_port_range_is_a_typed_error() -> None:
         assert str(e.value) == f"relay: listen port {port} is out of range 0..65535"
 
 
+@pytest.mark.parametrize("ceiling", [0, 1, 24])
+def test_a_ceiling_below_the_smallest_round_frame_is_local_misuse(ceiling: int) -> None:
+    """Every frame a rank sends and every Broadcast is at least a RoundFrame with no tensor
+    (25 bytes): a smaller ceiling would refuse them all, so the constructor refuses it."""
+    with pytest.raises(InvalidValue) as e:
+        Relay("127.0.0.1:1", [0], 1, SALT, ceiling=ceiling)
+    assert str(e.value) == (f"relay: frame ceiling {ceiling} is below 25 bytes (the smallest "
+                            "RoundFrame: no tensor); a record every run exchanges would be "
+                            "refused")
+    assert e.value.error_id == "ceiling.below_minimum" and not e.value.remote
+    assert Relay("127.0.0.1:1", [0], 1, SALT, ceiling=25).ceiling == 25
+
+
 def test_relay_cli_listen_port_out_of_range_is_one_line_and_exit_2() -> None:
     res = subprocess.run(
         [sys.executable, "-m", "flodl_proto.cli", "relay", "--controller", "127.0.0.1:1",

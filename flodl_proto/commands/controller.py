@@ -20,7 +20,8 @@ Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (missing or malformed salt, world size 0, bad
 ``--outer``, a ``--checkpoint-dir`` that cannot be created or written, a ``--frame-ceiling`` that
-is not a whole number of bytes in 1..U32_MAX), with a one-line error
+is not a whole number of bytes from 25, the smallest RoundFrame (spec departure
+``ceiling_floor``), to U32_MAX), with a one-line error
 ``flodl-proto controller: error: ...``.
 
 ``--frame-ceiling BYTES`` (default ``DEFAULT_FRAME_CEILING``, 1 GiB): a relay's record whose

@@ -15,7 +15,8 @@ yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which
 (``waiting for the relay: connect to HOST:PORT failed: ...; retrying every 0.5s, giving up after
 ~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
 reached in that time too), 2 for a bad command line (one line, ``flodl-proto rank: error: ...``,
-e.g. a ``--frame-ceiling`` that is not a whole number of bytes in 1..U32_MAX; the ceiling, default
+e.g. a ``--frame-ceiling`` that is not a whole number of bytes from 25, the smallest RoundFrame
+(spec departure ``ceiling_floor``), to U32_MAX; the ceiling, default
 1 GiB, bounds a reply's length prefix and the one this rank writes: its whole frame, headers
 included, above it is refused before anything is sent, exit 1); output piped into a reader that
 stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank

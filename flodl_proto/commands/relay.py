@@ -20,9 +20,9 @@ clean end (the controller closed, the last local rank left, SIGINT/SIGTERM), 1 w
 failed or could not start (the error on stderr, e.g. the controller declared every rank of this
 host dead, the controller could not be reached in the retry time, or the loopback port cannot be
 bound because it is in use), 2 for a bad command line (one line, ``flodl-proto relay: error:
-...``). ``--frame-ceiling BYTES`` (default 1 GiB) bounds a rank's length prefix (a rank whose
-frame is above it is taken as gone, as upstream) and a controller record's ``payload_len`` (above
-it the relay fails).
+...``). ``--frame-ceiling BYTES`` (default 1 GiB; 25, the smallest RoundFrame, to U32_MAX: spec
+departure ``ceiling_floor``) bounds a rank's length prefix (a rank whose frame is above it is taken
+as gone, as upstream) and a controller record's ``payload_len`` (above it the relay fails).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from ..spec import (
     SESSION_SALT_BYTES,
     SUPPORTED_VERSIONS,
     U32_MAX,
+    frame_ceiling_floor,
 )
 from ._output import queued_stderr_logging, report_dropped
 
@@ -163,17 +164,22 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def byte_count(text: str) -> int:
-    """Parse a size option's value: a whole number of bytes, at least 1 (``--max-input``,
-    ``--frame-ceiling``).
+def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
+    """Parse a size option's value: a whole number of bytes, at least ``minimum`` (default 1;
+    ``--max-input``, ``--frame-ceiling``).
 
-    Only ASCII digits, with an optional leading ``-`` (to say a negative count is below 1):
-    ``int`` would also take blanks around them, a ``+``, ``_`` between digits and the digits of
-    any script (``\u0661\u0662`` is 12), none of which is a size on a command line.
+    Only ASCII digits, with an optional leading ``-`` (to say a negative count is below the
+    minimum): ``int`` would also take blanks around them, a ``+``, ``_`` between digits and the
+    digits of any script (``\u0661\u0662`` is 12), none of which is a size on a command line.
+
+    Args:
+        text: the option's value.
+        minimum: the smallest count accepted, bytes.
+        what: what the minimum is, named in parentheses after it in the message.
 
     Raises:
         ValueError: not a whole number in ASCII digits (``4G``, ``1.5``, `` 12``, ``+5``,
-            ``1_000``) or below 1 byte; the message says which and shows the value.
+            ``1_000``) or below ``minimum``; the message says which and shows the value.
 
     No upstream counterpart: upstream's binaries take no size options.
     """
@@ -184,28 +190,31 @@ def byte_count(text: str) -> int:
         n = int(text)  # more than 4,300 digits: ValueError too
     except ValueError:
         raise ValueError(f"expected a number of bytes, got {text!r}") from None
-    if n < 1:
-        raise ValueError(f"must be at least 1 byte, got {n}")
+    if n < minimum:
+        unit = "byte" if minimum == 1 else "bytes"
+        raise ValueError(f"must be at least {minimum} {unit}{f' ({what})' if what else ''}, "
+                         f"got {n}")
     return n
 
 
 def frame_ceiling(text: str | None) -> int:
-    """Parse ``--frame-ceiling BYTES``: the largest length prefix, mux ``payload_len`` and frame
-    (bytes) the command accepts; None (not given) is ``DEFAULT_FRAME_CEILING`` (1 GiB), as
-    upstream before a model-derived ceiling (``wire.rs``).
+    """Parse ``--frame-ceiling BYTES`` (controller, relay, rank): the largest length prefix, mux
+    ``payload_len`` and frame (bytes) the command accepts; None (not given) is
+    ``DEFAULT_FRAME_CEILING`` (1 GiB), as upstream before a model-derived ceiling (``wire.rs``).
 
     Raises:
         ValueError: one line naming the option and the value: not a whole number of bytes in
-            ASCII digits (:func:`byte_count`), below 1, or above ``U32_MAX`` (the u32 length
-            prefix and ``payload_len`` cannot carry more, so a larger ceiling would bound
-            nothing).
+            ASCII digits (:func:`byte_count`), below the smallest RoundFrame (25 bytes, the
+            message names it: :func:`flodl_proto.spec.frame_ceiling_floor`), or above
+            ``U32_MAX`` (the u32 length prefix and ``payload_len`` cannot carry more, so a
+            larger ceiling would bound nothing).
 
     Upstream: ``wire.rs`` (the frame ceiling; upstream's binaries take no option for it).
     """
     if text is None:
         return int(DEFAULT_FRAME_CEILING)
     try:
-        n = byte_count(text)
+        n = byte_count(text, *frame_ceiling_floor())
     except ValueError as e:
         raise ValueError(f"--frame-ceiling {text!r}: {e}") from None
     if n > U32_MAX:
@@ -222,10 +231,11 @@ def add_frame_ceiling_option(p: argparse.ArgumentParser, what: str) -> None:
 
     No upstream counterpart: upstream's binaries take no option for the frame ceiling.
     """
+    floor, why = frame_ceiling_floor()
     p.add_argument("--frame-ceiling", default=None, metavar="BYTES",
-                   help=f"largest {what} accepted, in bytes, 1..{U32_MAX} (default "
-                   f"{DEFAULT_FRAME_CEILING}, 1 GiB, as flodl before a model-derived ceiling); "
-                   "a larger record or frame from a peer is refused")
+                   help=f"largest {what} accepted, in bytes, {floor}..{U32_MAX} (at least "
+                   f"{why}); default {DEFAULT_FRAME_CEILING}, 1 GiB, as flodl before a "
+                   "model-derived ceiling; a larger record or frame from a peer is refused")
 
 
 def add_salt_options(p: argparse.ArgumentParser) -> None:

@@ -58,6 +58,7 @@ from types import TracebackType
 from typing import Any, Final, TypeAlias
 
 from ..codec._common import BytesLike
+from ..codec.ceiling import check_frame_ceiling
 from ..codec.handshake import channel_of
 from ..codec.mux import RecordKind, max_hello_payload
 from ..codec.stream import (
@@ -162,8 +163,8 @@ class ReferenceController:
 
     Raises:
         InvalidValue (local): ``world_size`` is 0, the ledger size differs, the salt is not 16
-            bytes, ``round_timeout`` is not a positive number; VersionMismatch (local):
-            unsupported version.
+            bytes, ``round_timeout`` is not a positive number, ``ceiling`` is below 25 bytes (the
+            smallest RoundFrame); VersionMismatch (local): unsupported version.
 
     Use as a context manager (``start()`` on enter, ``shutdown()`` on exit), or call
     :meth:`start`, then :meth:`wait` and/or :meth:`shutdown`.
@@ -190,8 +191,7 @@ class ReferenceController:
     ) -> None:
         timeout = check_timeout("round_timeout", round_timeout)
         scaled = None if timeout is None else timeout * net_timeout_scale()
-        # the Broadcast's two MACs of a large consensus run side by side (threads start at the
-        # first such round; joined by the teardown)
+        # a large consensus Broadcast's two MACs run side by side (threads: joined by teardown)
         self._mac_pool = ThreadPoolExecutor(max_workers=1,
                                             thread_name_prefix="flodl-controller-mac")
         self._core = ControllerCore(world_size, salt, version=version, dead_ranks=dead_ranks,
@@ -201,7 +201,7 @@ class ReferenceController:
         self._host = host
         self._req_port = int(port)
         self._port_mux = port_mux
-        self._ceiling = ceiling
+        self._ceiling = check_frame_ceiling(ceiling, "controller")
         self._ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self._on_notice = on_notice
         self._listener: socket.socket | None = None

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
 from ..codec.auth import check_salt
+from ..codec.ceiling import check_frame_ceiling
 from ..codec.handshake import decode_ack, encode_handshake
 from ..codec.loopback import (
     decode_framed_round_or_eos,
@@ -299,8 +300,8 @@ class RankClient:
         Raises:
             InvalidValue (local): ``world_size == 0`` (``client.world_size_zero``) or
                 ``rank >= world_size`` (``client.rank_out_of_range``) or ``rank < 0``
-                (``client.rank_negative``), checked before dialing;
-                a bad salt.
+                (``client.rank_negative``), or ``ceiling`` below the smallest RoundFrame
+                (``ceiling.below_minimum``), checked before dialing; a bad salt.
             VersionMismatch (local): unsupported ``version``.
             ConnectionError: the relay could not be reached within the retry budget.
             TruncatedInput, BadMagic, VersionMismatch (remote): the ack was missing (the relay
@@ -317,6 +318,7 @@ class RankClient:
             raise protocol_error("client.rank_negative", rank=rank)
         if rank >= world_size:
             raise protocol_error("client.rank_out_of_range", rank=rank, world_size=world_size)
+        check_frame_ceiling(ceiling, "rank")
         target = parse_addr(addr) if isinstance(addr, str) else (addr[0], int(addr[1]))
         sock = connect_with_retry(target, "cpu_reduce", on_retry=on_retry)
         try:

@@ -50,6 +50,7 @@ import numpy.typing as npt
 from ..addr import PORT_MAX
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import Premac
+from ..codec.ceiling import check_frame_ceiling
 from ..codec.loopback import decode_len_prefix_or_eos
 from ..codec.mux import MuxRecord, RecordKind
 from ..errors import ProtocolError, protocol_error
@@ -184,7 +185,8 @@ class Relay:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``), salt or host name
             (``relay.host_too_long``), a ``rank_timeout`` that is not a positive number
             (``deadline.bad_timeout``), a ``listen_port`` outside 0..65535 (given, or the
-            controller's port + 4: ``relay.bad_listen_port``).
+            controller's port + 4: ``relay.bad_listen_port``), a ``ceiling`` below the
+            smallest RoundFrame (``ceiling.below_minimum``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -210,6 +212,7 @@ class Relay:
                             else (controller[0], int(controller[1])))
         self.host = host if host is not None else socket.gethostname()
         timeout = check_timeout("rank_timeout", rank_timeout)
+        check_frame_ceiling(ceiling, "relay")
         # a large HostFrame's two MACs run side by side (the thread starts at the first such
         # round; joined when the relay finishes)
         self._mac_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flodl-relay-mac")

@@ -1,0 +1,48 @@
+"""The frame ceiling a controller, relay or rank is given: its floor is the smallest RoundFrame
+(spec departure ``ceiling_floor``), checked by ``codec.ceiling.check_frame_ceiling``."""
+
+from __future__ import annotations
+
+import pytest
+
+from flodl_proto.codec.ceiling import check_frame_ceiling
+from flodl_proto.codec.mux import DeclareDead, Hello, HelloAck, RankExit, encode_control
+from flodl_proto.codec.round_frame import RoundFrame, RoundKind, encode_round_frame_bytes
+from flodl_proto.errors import InvalidValue
+from flodl_proto.spec import U32_MAX, frame_ceiling_floor
+
+SALT = bytes(range(16))
+
+
+def test_the_floor_is_the_smallest_round_frame_and_above_every_smallest_record() -> None:
+    empty = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, []), SALT)
+    assert frame_ceiling_floor() == (len(empty), "the smallest RoundFrame: no tensor")
+    assert len(empty) == 25
+    # the handshake and control records are shorter: none is refused by a ceiling at the floor
+    assert len(encode_control(Hello("", [0]), version=2)) == 4
+    assert len(encode_control(Hello("", [0]), version=3)) == 5
+    assert len(encode_control(HelloAck())) == 1
+    assert len(encode_control(RankExit(U32_MAX))) == len(encode_control(DeclareDead(U32_MAX))) == 6
+
+
+@pytest.mark.parametrize("role", ["controller", "relay", "rank"])
+def test_check_frame_ceiling_takes_the_floor_and_refuses_one_byte_less(role: str) -> None:
+    assert check_frame_ceiling(25, role) == 25
+    assert check_frame_ceiling(3 << 30, role) == 3 << 30  # no upper bound here
+    for below in (24, 0):
+        with pytest.raises(InvalidValue) as e:
+            check_frame_ceiling(below, role)
+        assert str(e.value) == (f"{role}: frame ceiling {below} is below 25 bytes (the smallest "
+                                "RoundFrame: no tensor); a record every run exchanges would be "
+                                "refused")
+        assert e.value.error_id == "ceiling.below_minimum" and not e.value.remote
+        assert dict(e.value.fields) == {"role": role, "value": below, "minimum": 25,
+                                        "what": "the smallest RoundFrame: no tensor"}
+
+
+@pytest.mark.parametrize("ceiling", [-1, True, 1.5, "64"])
+def test_a_ceiling_that_is_no_byte_count_is_invalid(ceiling: object) -> None:
+    with pytest.raises(InvalidValue) as e:
+        check_frame_ceiling(ceiling, "relay")  # type: ignore[arg-type]
+    assert e.value.error_id == "ceiling.invalid" and not e.value.remote
+    assert str(e.value) == f"frame ceiling must be a non-negative number of bytes, got {ceiling!r}"
