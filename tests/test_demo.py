@@ -94,6 +94,39 @@ def test_demo_rejects_bad_arguments() -> None:
         assert res.returncode == 2, (args, res.stdout, res.stderr)
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--world-size", "0"], "--world-size must be in 1..4294967295 (the handshake's u32 field), "
+                            "got 0"),
+    (["--world-size", "-2", "--hosts", "1"], "--world-size must be in 1..4294967295 (the "
+                                             "handshake's u32 field), got -2"),
+    (["--world-size", "4294967296"], "--world-size must be in 1..4294967295 (the handshake's "
+                                     "u32 field), got 4294967296"),
+    (["--hosts", "0"], "--hosts must be in 1..4 (at most --world-size), got 0"),
+    (["--hosts", "5"], "--hosts must be in 1..4 (at most --world-size), got 5"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--payload-mib", "-1"], "--payload-mib must be a finite number >= 0, got -1.0"),
+    (["--payload-mib", "nan"], "--payload-mib must be a finite number >= 0, got nan"),
+    (["--payload-mib", "inf"], "--payload-mib must be a finite number >= 0, got inf"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--kill-rank", "x@1"], "--kill-rank expects R@ROUND (two whole numbers), got 'x@1'"),
+    (["--kill-rank", "1@"], "--kill-rank expects R@ROUND (two whole numbers), got '1@'"),
+    (["--kill-rank", "1"], "--kill-rank expects R@ROUND (two whole numbers), got '1'"),
+    (["--kill-rank", "9@3"], "--kill-rank 9@3: R must be in 0..3 (a rank of --world-size 4) "
+                             "and ROUND in 1..40 (--rounds), got rank 9"),
+    (["--kill-rank", "1@41"], "--kill-rank 1@41: R must be in 0..3 (a rank of --world-size 4) "
+                              "and ROUND in 1..40 (--rounds), got round 41"),
+])
+def test_demo_usage_errors_name_the_option_and_the_value(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """One line naming the option and the value, exit 2, nothing started (``--world-size 0``
+    named the hosts constraint; ``--payload-mib nan`` and ``--seed -1`` started the cluster and
+    failed in the ranks with a traceback)."""
+    from flodl_proto.cli import main
+
+    assert main(["demo", "--no-progress", *args]) == 2
+    assert capsys.readouterr() == ("", f"flodl-proto demo: error: {message}\n")
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 @pytest.mark.timeout(330)
 @pytest.mark.parametrize("how", ["sigterm-to-demo", "ctrl-c-to-process-group"])

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import queue
 import signal
@@ -61,7 +62,7 @@ from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from .controller import parse_outer
-from .relay import resolve_salt
+from .relay import check_world_size, resolve_salt
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
@@ -90,8 +91,8 @@ def _parse_kill(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     r, sep, k = text.partition("@")
-    if not sep:
-        raise ValueError(f"--kill-rank expects R@ROUND, got {text!r}")
+    if not (sep and r.isascii() and r.isdigit() and k.isascii() and k.lstrip("-").isdigit()):
+        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {text!r}")
     return int(r), int(k)
 
 
@@ -341,16 +342,25 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
     try:
         kill = _parse_kill(args.kill_rank)
-        if args.world_size < 1 or not 1 <= args.hosts <= args.world_size:
-            raise ValueError("need 1 <= --hosts <= --world-size")
+        check_world_size(args.world_size)
+        if not 1 <= args.hosts <= args.world_size:
+            raise ValueError(f"--hosts must be in 1..{args.world_size} (at most --world-size), "
+                             f"got {args.hosts}")
         if args.rounds < 1:
-            raise ValueError("--rounds must be >= 1")
-        if args.payload_mib < 0:
-            raise ValueError("--payload-mib must be >= 0")
+            raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+        if not 0 <= args.payload_mib < math.inf:  # nan too: no tensor of that size
+            raise ValueError(f"--payload-mib must be a finite number >= 0, got {args.payload_mib}")
+        if args.seed < 0:  # NumPy's generators take no negative seed
+            raise ValueError(f"--seed must be >= 0, got {args.seed}")
         parse_outer(args.outer)
         if kill is not None and not (0 <= kill[0] < args.world_size
                                      and 1 <= kill[1] <= args.rounds):
-            raise ValueError("--kill-rank R@ROUND needs R < world size and 1 <= ROUND <= rounds")
+            bad = (f"rank {kill[0]}" if not 0 <= kill[0] < args.world_size
+                   else f"round {kill[1]}")
+            raise ValueError(f"--kill-rank {args.kill_rank}: R must be in "
+                             f"0..{args.world_size - 1} (a rank of --world-size "
+                             f"{args.world_size}) and ROUND in 1..{args.rounds} (--rounds), "
+                             f"got {bad}")
     except ValueError as e:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 2
