@@ -170,21 +170,24 @@ def test_tensor_payload_shape_must_be_a_sequence() -> None:
 
 
 def test_tensor_payload_too_many_dims() -> None:
+    """A tensor does not know its place in a frame: the error names no tensor index (it said
+    tensor[0] whatever the tensor)."""
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload(0, [1] * 256, b"")
-    expect(ei, errors.InvalidValue, False, "frame.too_many_dims",
-           {"index": 0, "ndim": 256, "max": 255},
-           "round_frame: tensor[0] has 256 dimensions; the u8 ndim field carries at most 255")
+    expect(ei, errors.InvalidValue, False, "tensor.too_many_dims",
+           {"ndim": 256, "max": 255},
+           "round_frame: tensor has 256 dimensions; the u8 ndim field carries at most 255")
 
 
 @pytest.mark.parametrize(("shape", "dim", "value"), [
-    ([2, -1], 1, -1), ([2**32], 0, 2**32), ([1, 1, 2**40], 2, 2**40)])
+    ([2, -1], 1, -1), ([2**32], 0, 2**32), ([1, 1, 2**40], 2, 2**40), ([3, 2**32, 5], 1, 2**32)])
 def test_tensor_payload_dim_out_of_u32(shape: list[int], dim: int, value: int) -> None:
+    """The error names the offending dimension's index and value, and no tensor index (it said
+    tensor[0] whatever the tensor)."""
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload(0, shape, b"")
-    expect(ei, errors.InvalidValue, False, "frame.dim_too_large",
-           {"index": 0, "dim": dim, "value": value},
-           f"cpu_reduce: tensor[0] dim[{dim}] = {value} doesn't fit in u32")
+    expect(ei, errors.InvalidValue, False, "tensor.dim_too_large", {"dim": dim, "value": value},
+           f"round_frame: tensor dim[{dim}] = {value} doesn't fit in u32")
 
 
 def test_tensor_payload_properties() -> None:

@@ -153,7 +153,7 @@ class TensorPayload:
 
     Raises:
         InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
-            ``frame.too_many_dims``, ``frame.dim_too_large``), or ``dtype`` or a dim is not an
+            ``tensor.too_many_dims``, ``tensor.dim_too_large``), or ``dtype`` or a dim is not an
             integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]`` and the value): a bool,
             a float (``2.5`` and ``2.0`` alike) or text is refused, never truncated
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
@@ -178,7 +178,7 @@ class TensorPayload:
             raise protocol_error("frame.bad_field", field="shape", value=type(shape).__name__,
                                  reason="not a sequence of ints") from None
         if len(given) > MAX_NDIM:
-            raise protocol_error("frame.too_many_dims", index=0, ndim=len(given), max=MAX_NDIM)
+            raise protocol_error("tensor.too_many_dims", ndim=len(given), max=MAX_NDIM)
         dims = []
         for i, g in enumerate(given):
             d = wire_int(g)
@@ -186,7 +186,7 @@ class TensorPayload:
                 raise protocol_error("frame.bad_field", field=f"shape[{i}]", value=g,
                                      reason="not an integer")
             if not 0 <= d <= U32_MAX:
-                raise protocol_error("frame.dim_too_large", index=0, dim=i, value=d)
+                raise protocol_error("tensor.dim_too_large", dim=i, value=d)
             dims.append(d)
         shape_t = tuple(dims)
         try:
