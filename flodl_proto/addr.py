@@ -20,23 +20,25 @@ __all__ = ["PORT_MAX", "format_addr", "parse_addr"]
 PORT_MAX = 0xFFFF
 
 
-def parse_addr(text: str, *, field: str = "address") -> tuple[str, int]:
+def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tuple[str, int]:
     """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``.
 
     Leading and trailing whitespace is ignored; the port is decimal digits only (no sign, no
-    underscores), 0 to 65535.
+    underscores), 0 to 65535 (1 to 65535 for an address to dial).
 
     Args:
         text: the address text.
         field: what the text is, for the error message (e.g. ``"--listen"``).
+        dial: the address is dialed, not listened on: port 0 (a listener's "any free port")
+            is refused.
 
     Returns:
         ``(host, port)``: the host without brackets, the port as an int.
 
     Raises:
         InvalidValue (local) ``addr.invalid``: not a string, no colon, no host, unbalanced
-        brackets, a port that is not decimal digits or above 65535; the message names ``field``
-        and the text.
+        brackets, a port that is not decimal digits or above 65535, or 0 with ``dial``; the
+        message names ``field`` and the text.
     """
     if not isinstance(text, str):
         raise protocol_error("addr.invalid", field=field, value=text, reason="not a string")
@@ -58,6 +60,10 @@ def parse_addr(text: str, *, field: str = "address") -> tuple[str, int]:
     if port > PORT_MAX:
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason=f"port {port} is out of range 0..{PORT_MAX}")
+    if dial and port == 0:
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason="port 0 cannot be dialed (it asks a listener for any free "
+                             "port)")
     return host, port
 
 

@@ -88,3 +88,29 @@ def test_cli_bad_address_is_one_line(role: str, option: str) -> None:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert f"{option} = 'nowhere' is not a HOST:PORT address: no port" in lines[0]
+
+
+def test_a_dialed_address_takes_no_port_0() -> None:
+    """Port 0 asks a listener for any free port; nothing can be dialed there (a relay given
+    ``--controller HOST:0`` waited for its ranks on port 4, a rank retried for 30 s)."""
+    assert parse_addr("127.0.0.1:0") == ("127.0.0.1", 0)  # a listen address may
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr("127.0.0.1:0", field="--relay", dial=True)
+    assert ei.value.error_id == "addr.invalid" and not ei.value.remote
+    assert str(ei.value) == ("--relay = '127.0.0.1:0' is not a HOST:PORT address: port 0 cannot "
+                             "be dialed (it asks a listener for any free port)")
+    assert parse_addr("[::1]:1", dial=True) == ("::1", 1)
+
+
+@pytest.mark.parametrize(("role", "option"), [("relay", "--controller"), ("rank", "--relay")])
+def test_cli_dialed_address_with_port_0_is_one_line(role: str, option: str) -> None:
+    extra = {"relay": ["--ranks", "0", "--world-size", "1"],
+             "rank": ["--rank", "0", "--world-size", "1"]}[role]
+    res = subprocess.run([sys.executable, "-m", "flodl_proto.cli", role, option, "127.0.0.1:0",
+                          "--salt", "00" * 16, *extra],
+                         capture_output=True, text=True, timeout=30)
+    assert (res.returncode, res.stdout) == (2, "")
+    prog = "flodl-proto rank" if role == "rank" else "flodl-proto relay"
+    assert res.stderr == (f"{prog}: error: {option} = '127.0.0.1:0' is not a HOST:PORT "
+                          "address: port 0 cannot be dialed (it asks a listener for any free "
+                          "port)\n")

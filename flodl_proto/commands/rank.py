@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
-        addr = parse_addr(args.relay, field="--relay")
+        addr = parse_addr(args.relay, field="--relay", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
         if args.rounds < 0:
             raise ValueError(f"--rounds must be >= 0, got {args.rounds}")

@@ -371,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
-        controller = parse_addr(args.controller, field="--controller")
+        controller = parse_addr(args.controller, field="--controller", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
     except (ValueError, ProtocolError, OSError) as e:
         return _usage_error(e)
