@@ -929,3 +929,18 @@ def test_decode_salt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert capsys.readouterr().err == (f"flodl-proto decode: error: --salt-file "
                                        f"{tmp_path / 'none'}: "
                                        "No such file or directory\n")
+
+
+@pytest.mark.parametrize("port", ["0", "-1", "65536", "http"])
+def test_decode_port_outside_the_tcp_range_is_a_usage_error(
+        port: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--port`` selects the TCP streams of a capture: 1..65535, as ``dissector --port``
+    (70000 or -1 was taken, and the capture's error was reported instead, exit 1)."""
+    capture = tmp_path / "empty.pcap"
+    capture.write_bytes(b"")
+    with pytest.raises(SystemExit) as e:
+        main(["decode", "--pcap", "--port", port, str(capture)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    why = f"not a port number: {port!r}" if port == "http" else f"port {port} is not in 1..65535"
+    assert err == f"flodl-proto decode: error: argument --port: {why}"

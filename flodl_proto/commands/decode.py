@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
-from .relay import byte_count
+from .relay import byte_count, tcp_port
 
 if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
     from ..decode import DecodeReport, Leg
@@ -111,7 +111,8 @@ def register(sub: Any) -> None:
     p.add_argument("--pcap", action="store_true",
                    help="FILE is a libpcap/pcapng capture; decode the TCP streams of --port "
                    "(needs the pcap extra: pip install 'flodl-proto[pcap]')")
-    p.add_argument("--port", type=int, metavar="N", help="TCP port of the streams (with --pcap)")
+    p.add_argument("--port", type=tcp_port, metavar="N",
+                   help="TCP port of the streams (with --pcap), 1..65535")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")

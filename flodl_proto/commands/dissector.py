@@ -14,21 +14,12 @@ from typing import Any
 
 from ..dissector import default_ports, render_dissector
 from .docs import write_output
+from .relay import tcp_port
 
 __all__ = ["register"]
 
 DEFAULT_OUT = "flodl_proto.lua"
 _PROG = "flodl-proto dissector"
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"port {value} is not in 1..65535")
-    return value
 
 
 def register(sub: Any) -> None:
@@ -43,7 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
                    help=f"output file (default {DEFAULT_OUT}; '-' writes to stdout); missing "
                    "parent folders are created, e.g. Wireshark's personal plugins folder")
-    p.add_argument("--port", type=_port, action="append", metavar="N",
+    p.add_argument("--port", type=tcp_port, action="append", metavar="N",
                    help=f"TCP port decoded as flodl by default (repeatable; default {ports})")
     p.set_defaults(func=run)
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..addr import parse_addr
+from ..addr import PORT_MAX, parse_addr
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -64,6 +64,7 @@ __all__ = [
     "register",
     "resolve_salt",
     "signals_stop",
+    "tcp_port",
 ]
 
 _PROG = "flodl-proto relay"
@@ -147,6 +148,24 @@ def check_world_size(world_size: int) -> None:
     if not 1 <= world_size <= U32_MAX:
         raise ValueError(f"--world-size must be in 1..{U32_MAX} (the handshake's u32 field), "
                          f"got {world_size}")
+
+
+def tcp_port(text: str) -> int:
+    """argparse ``type=`` for a TCP port option (``dissector --port``, ``decode --port``): a
+    whole number in 1..65535.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or out of range (argparse names the option).
+
+    No upstream counterpart: upstream's binaries take no port options.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < value <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"port {value} is not in 1..{PORT_MAX}")
+    return value
 
 
 def positive_seconds(text: str) -> float:
