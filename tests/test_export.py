@@ -195,3 +195,14 @@ def test_export_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> N
                          f"{tmp_path / 'handshake.json'}: File too large\n"
     assert (tmp_path / "handshake.json").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["handshake.json"]
+
+
+def test_export_into_a_file_is_not_a_directory(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """DIR that is a file: ``Not a directory`` (it said ``File exists``), as a file in the
+    path's folders."""
+    target = tmp_path / "a-file"
+    target.write_text("not a folder")
+    assert main(["vectors", "export", str(target)]) == 1
+    assert capsys.readouterr() == (
+        "", f"flodl-proto vectors: error: cannot write {target}: Not a directory\n")

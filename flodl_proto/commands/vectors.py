@@ -164,9 +164,10 @@ def _export(args: argparse.Namespace) -> int:
 
     try:
         counts = export_vectors(args.dir)
-    except OSError as e:
-        print(f"flodl-proto vectors: error: cannot write {e.filename or args.dir}: "
-              f"{e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # FileExistsError: a file where a folder of the path should be
+        why = "Not a directory" if isinstance(e, FileExistsError) else e.strerror or e
+        print(f"flodl-proto vectors: error: cannot write {e.filename or args.dir}: {why}",
+              file=sys.stderr)
         return 1
     for version, n in sorted(counts.items(), reverse=True):
         where = args.dir if version == 3 else args.dir / "v2"
