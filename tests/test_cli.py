@@ -631,6 +631,33 @@ def test_every_command_s_usage_error_is_one_line_with_the_error_prefix(
     assert (code, out, err) == (2, "", f"flodl-proto {args[0]}: error: {message}\n")
 
 
+def test_rank_interval_longer_than_one_sleep_takes_is_slept_in_slices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``time.sleep`` refuses a wait whose end the clock cannot represent (``OverflowError``
+    above ``threading.TIMEOUT_MAX``, ``OSError`` EINVAL below it): ``rank --interval 1e308``
+    ran its first round, then ended with a traceback. The pause is slept a day at a time."""
+    from flodl_proto.commands import rank
+
+    slept: list[float] = []
+
+    class _Enough(Exception):
+        pass
+
+    def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:
+            raise _Enough
+
+    monkeypatch.setattr(rank.time, "sleep", fake_sleep)
+    with pytest.raises(_Enough):
+        rank.pause(1e308)
+    assert slept == [86400.0, 86400.0, 86400.0]
+    monkeypatch.setattr(rank.time, "sleep", slept.append)
+    slept.clear()
+    rank.pause(86400 * 2 + 1.5)
+    assert slept == [86400.0, 86400.0, 1.5]
+
+
 @pytest.mark.parametrize("ranks", ["0,,1", "0,1,", ",0", "0, ,1"])
 def test_relay_ranks_with_an_empty_item_is_a_usage_error(
         ranks: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -116,6 +116,24 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+#: the longest single ``time.sleep`` of :func:`pause` (one day)
+_SLEEP_SLICE = 86400.0
+
+
+def pause(seconds: float) -> None:
+    """Sleep ``seconds`` (finite, >= 0), a day at a time: ``time.sleep`` refuses a wait whose
+    end the clock cannot represent (``OverflowError`` above ``threading.TIMEOUT_MAX``,
+    ``OSError`` EINVAL near it), so ``--interval 1e308`` waits instead of failing.
+
+    No upstream counterpart: upstream has no synthetic rank.
+    """
+    remaining = float(seconds)
+    while remaining > 0:
+        step = min(remaining, _SLEEP_SLICE)
+        time.sleep(step)
+        remaining -= step
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the rank; return the exit code."""
     try:
@@ -156,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
                             raise BrokenPipeError("stdout")
                         lines.put(f"round {k} digest {reply.digest()}")
                         if args.interval > 0 and k < args.rounds:
-                            time.sleep(args.interval)
+                            pause(args.interval)
             except ProtocolError as e:
                 failure = (2 if not e.remote and e.kind == "value" else 1, f"{prog}: error: {e}")
             except MemoryError:  # --payload-mib larger than this machine can hold
