@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -125,6 +126,19 @@ def test_demo_usage_errors_name_the_option_and_the_value(
 
     assert main(["demo", "--no-progress", *args]) == 2
     assert capsys.readouterr() == ("", f"flodl-proto demo: error: {message}\n")
+
+
+@pytest.mark.parametrize(("where", "why"), [("missing/salt.hex", "No such file or directory"),
+                                            (".", "Is a directory")])
+def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
+        where: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As the cluster commands' ``--salt-file``: ``PATH: why`` (it said ``[Errno 2] No such
+    file or directory: 'PATH'``, the path twice)."""
+    from flodl_proto.cli import main
+
+    path = tmp_path / where
+    assert main(["demo", "--no-progress", "--salt-file", str(path)]) == 2
+    assert capsys.readouterr() == ("", f"flodl-proto demo: error: --salt-file {path}: {why}\n")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")

@@ -371,8 +371,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         salt_hex, salt_note = _session_salt(args.salt_file)
-    except (OSError, ProtocolError) as e:
-        print(f"flodl-proto demo: error: --salt-file {args.salt_file}: {e}", file=sys.stderr)
+    except (OSError, ProtocolError) as e:  # an OSError names the path already given
+        why = e.strerror or e if isinstance(e, OSError) else e
+        print(f"flodl-proto demo: error: --salt-file {args.salt_file}: {why}", file=sys.stderr)
         return 2
     from rich.console import Console  # here: usage errors skip rich
 
