@@ -118,8 +118,9 @@ class Spec:
         self.path = path
         try:
             raw = yaml.load((path / "wire.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
-        except (OSError, yaml.YAMLError) as e:  # pragma: no cover - packaging defect
-            raise SpecError(f"cannot load {path / 'wire.yaml'}: {e}") from e
+        except (OSError, yaml.YAMLError) as e:  # a packaging defect, or docs --spec DIR
+            why = e.strerror or e if isinstance(e, OSError) else e  # the path is named already
+            raise SpecError(f"cannot load {path / 'wire.yaml'}: {why}") from e
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
         self.raw: Mapping[str, Any] = raw
@@ -196,7 +197,8 @@ def _load_lifecycle(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load((path / "lifecycle.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except (OSError, yaml.YAMLError) as e:
-        raise SpecError(f"cannot load {path / 'lifecycle.yaml'}: {e}") from e
+        why = e.strerror or e if isinstance(e, OSError) else e  # the path is named already
+        raise SpecError(f"cannot load {path / 'lifecycle.yaml'}: {why}") from e
     if not isinstance(data, dict):
         raise SpecError("lifecycle.yaml: not a mapping")
     return data

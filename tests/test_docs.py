@@ -381,3 +381,15 @@ def test_a_read_only_file_is_not_replaced(tmp_path: Path,
         assert capsys.readouterr().err == (f"flodl-proto docs: error: cannot write {out}: "
                                            "Permission denied\n")
         assert [p.name for p in folder.iterdir()] == ["protocol.md"]
+
+
+def test_a_spec_folder_without_the_spec_is_one_line_without_errno(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``docs --spec DIR`` whose DIR holds no wire.yaml: the path once and why (it said
+    ``[Errno 2] No such file or directory: 'DIR/wire.yaml'`` after it again)."""
+    spec_dir = tmp_path / "nothing-here"
+    code = main(["docs", "--spec", str(spec_dir), "--out", str(tmp_path / "protocol.md")])
+    assert code == 2
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: cannot load {spec_dir / 'wire.yaml'}: No such file or "
+            "directory\n")
