@@ -12,10 +12,12 @@ from typing import Any
 from ..codec._common import BytesLike
 from ..codec.mux import RecordKind
 from ..codec.record_image import FrameRecordImages
-from ..codec.round_frame import RoundFrame
+from ..codec.round_frame import RoundFrame, RoundKind
 from ..codec.stream import MuxStream
 from ..errors import LimitExceeded, protocol_error
 from ..membership import DeadRanks
+from ..reduce import is_realized
+from .events import CheckpointWindow
 
 __all__: list[str] = []
 
@@ -90,11 +92,57 @@ class _Guards:
     @property
     def round_complete(self) -> bool:
         expected = self._core._expected()
-        return bool(expected) and all(r.frame is not None for r in expected)
+        return bool(expected) and _all_deposited(expected)
 
     @property
     def no_relay_alive(self) -> bool:
         return not self._core._expected()
+
+
+def _all_deposited(expected: list[_Relay]) -> bool:
+    """Every relay of ``expected`` holds its HostFrame of the round."""
+    for r in expected:
+        if r.frame is None:
+            return False
+    return True
+
+
+class _Windows:
+    """The controller's checkpoint window being gathered: a window is a realized Model
+    consensus (the parameters), optionally a second one (the buffers), closed by a Control
+    round, a third Model consensus or the end of the run."""
+
+    __slots__ = ("buffers", "params", "window")
+
+    def __init__(self) -> None:
+        self.window = 0
+        self.params: RoundFrame | None = None
+        self.buffers: RoundFrame | None = None
+
+    def tap(self, frame: RoundFrame) -> list[CheckpointWindow]:
+        """A round's consensus: the window it closes, if any."""
+        out: list[CheckpointWindow] = []
+        if frame.kind is RoundKind.CONTROL:
+            out = self.flush()
+        elif is_realized(frame.weight):
+            if self.params is None:
+                self.params = frame
+            elif self.buffers is None:
+                self.buffers = frame
+            else:  # a third Model consensus without a Control round: a new window
+                out = self.flush()
+                self.params = frame
+        return out
+
+    def flush(self) -> list[CheckpointWindow]:
+        """Close the window (the run ends, or a Control round): its checkpoint, if any."""
+        out = []
+        if self.params is not None:
+            out.append(CheckpointWindow(self.window, self.params, self.buffers))
+            self.window += 1
+        self.params = None
+        self.buffers = None
+        return out
 
 
 def lowest_not_in(world_size: int, taken: Container[int], limit: int | None) -> list[int]:

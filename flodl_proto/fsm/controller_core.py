@@ -101,18 +101,26 @@ from ..codec.stream import (
 )
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
-from ..reduce import OuterOptimizer, OuterStepper, OutputPool, is_realized, reduce_realized_work
+from ..reduce import OuterOptimizer, OuterStepper, OutputPool, reduce_realized_work
 from ..spec import (
     CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     SPEC,
 )
-from ._controller_state import _AliveRelays, _Conn, _Guards, _Relay, broadcast_record, lowest_not_in
+from ._controller_state import (
+    _AliveRelays,
+    _all_deposited,
+    _Conn,
+    _Guards,
+    _Relay,
+    _Windows,
+    broadcast_record,
+    lowest_not_in,
+)
 from .deadline import RoundDeadline
 from .events import (
     Action,
-    CheckpointWindow,
     CloseConnection,
     Finished,
     RelayInfo,
@@ -138,6 +146,8 @@ REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 _CLEAN_END = "run ends cleanly, as flodl does"
 #: a round's kind as its notice names it (``model``, ``control``)
 _KIND_NAMES: Final = {k: k.name.lower() for k in RoundKind}
+#: the events whose bytes count in ``bytes_in``
+_COUNTED: Final = (MagicReceived, RecordReceived)
 
 
 class ControllerCore:
@@ -208,9 +218,7 @@ class ControllerCore:
         self.bytes_in = 0
         self.bytes_out = 0
         self.last_round: RoundScattered | None = None
-        self._window = 0
-        self._ckpt_params: RoundFrame | None = None
-        self._ckpt_buffers: RoundFrame | None = None
+        self._windows = _Windows()  # the checkpoint window being gathered
         self._actions: list[Action] = []
         self._deadline = RoundDeadline(round_timeout)
         #: relays given up by the round deadline: dicts of round (from 1), relay, host, ranks,
@@ -365,10 +373,11 @@ class ControllerCore:
         if self.finished:
             return []
         c = self._conn(conn)
+        lifecycle = self.lifecycle
         for ev in events:
-            if c.closed or self.finished:
+            if c.closed or lifecycle.is_final:
                 break
-            if isinstance(ev, MagicReceived | RecordReceived):
+            if isinstance(ev, _COUNTED):
                 self.bytes_in += ev.nbytes
             if c.relay is None:
                 self._handshake_event(c, ev)
@@ -659,12 +668,14 @@ class ControllerCore:
                         drain=True)
 
     def _expected(self) -> list[_Relay]:
-        return list(self._alive_relays.get(self.dead_ranks, self._relays)[0])
+        """The relays a round waits for (the cached list: read it, never modify it)."""
+        return self._alive_relays.get(self.dead_ranks, self._relays)[0]
 
     def _evaluate(self) -> None:
         """The round wait: end when no relay is alive, reduce when complete, else forward dead
         ranks (upstream: ``wait_for_round`` and its poll hook)."""
-        while self.state == LifecycleState.REDUCING:
+        lifecycle = self.lifecycle
+        while lifecycle.state == LifecycleState.REDUCING:
             if self._pending_exit is not None:
                 event, detail = self._pending_exit
                 self._finish(event, detail=detail)
@@ -679,7 +690,7 @@ class ControllerCore:
                              detail=f"no relay carries an alive rank (dead ranks {dead}): "
                                     f"{_CLEAN_END}")
                 return
-            if not all(r.frame is not None for r in expected):
+            if not _all_deposited(expected):
                 self._forward_dead()
                 return
             self._round(expected)
@@ -701,8 +712,12 @@ class ControllerCore:
                        SendKind.DECLARE_DEAD)
 
     def _round(self, expected: list[_Relay]) -> None:
-        chosen = {r.index for r in expected}
-        frames = [r.frame if r.index in chosen else None for r in self._relays]
+        relays = self._relays
+        if len(expected) == len(relays):  # every relay expected (the usual round): the same list
+            frames = [r.frame for r in relays]
+        else:
+            chosen = {r.index for r in expected}
+            frames = [r.frame if r.index in chosen else None for r in relays]
         try:
             consensus = reduce_realized_work(frames, version=self.version,
                                              threads=self._reduce_threads, pool=self._pool)
@@ -716,18 +731,21 @@ class ControllerCore:
                           + ", ".join(r.name for r in expected) + hints)
             return
         self.lifecycle.fire(LifecycleEvent.ROUND_SCATTERED)
-        for r in self._relays:
+        for r in relays:
             r.frame = None
         del frames
         nbytes = sum([len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers])
         sent = 0
+        round_no = self.rounds + 1
+        conns = self._conns
+        actions = self._actions
         for r in expected:
-            c = self._conns[r.conn]
-            if not c.closed:
-                self._send(c, buffers, SendKind.BROADCAST, nbytes=nbytes,
-                           round=self.rounds + 1)
+            c = conns[r.conn]
+            if not c.closed:  # _send, inlined (the one Broadcast of every relay of every round)
+                actions.append(SendTo(c.id, buffers, SendKind.BROADCAST, nbytes, round_no))
                 sent += 1
-        notice = RoundScattered(self.rounds + 1, _KIND_NAMES[consensus.kind], consensus.weight,
+        self.bytes_out += nbytes * sent
+        notice = RoundScattered(round_no, _KIND_NAMES[consensus.kind], consensus.weight,
                                 nbytes, sent, len(expected))
         self.rounds += 1
         self.last_round = notice
@@ -735,27 +753,7 @@ class ControllerCore:
         log.debug("controller: round %d %s weight %r, %d bytes to %d relay(s)", notice.round,
                   notice.kind, notice.weight, nbytes, sent)
         if self._checkpoint:
-            self._checkpoint_tap(consensus)
-
-    def _checkpoint_tap(self, frame: RoundFrame) -> None:
-        if frame.kind is RoundKind.CONTROL:
-            self._flush_window()
-        elif is_realized(frame.weight):
-            if self._ckpt_params is None:
-                self._ckpt_params = frame
-            elif self._ckpt_buffers is None:
-                self._ckpt_buffers = frame
-            else:  # a third Model consensus without a Control round: a new window
-                self._flush_window()
-                self._ckpt_params = frame
-
-    def _flush_window(self) -> None:
-        if self._ckpt_params is not None:
-            self._actions.append(CheckpointWindow(self._window, self._ckpt_params,
-                                                  self._ckpt_buffers))
-            self._window += 1
-        self._ckpt_params = None
-        self._ckpt_buffers = None
+            self._actions += self._windows.tap(consensus)
 
     # -- plumbing --------------------------------------------------------------------------------
     def _send(self, c: _Conn, buffers: Sequence[BytesLike], kind: SendKind, *,
@@ -785,7 +783,7 @@ class ControllerCore:
         else:
             self.lifecycle.fire(event, detail=detail)
         if self._checkpoint:
-            self._flush_window()
+            self._actions += self._windows.flush()
         for c in self._conns.values():
             self._close(c, "controller finished")
         for r in self._relays:

@@ -428,9 +428,15 @@ class Lifecycle:
                 false.
         """
         if not kwargs:
-            guards = self._shortcuts.get((self.state, str(event)))
-            if guards is not None and all(self._guard(name) is wanted for name, wanted in guards):
-                return  # an internal self-transition whose guards hold: nothing changes
+            # a str event (an enum member hashes and compares as its value) is its own key
+            guards = self._shortcuts.get((self._state,
+                                          event if isinstance(event, str) else str(event)))
+            if guards is not None:
+                for name, wanted in guards:
+                    if self._guard(name) is not wanted:
+                        break
+                else:
+                    return  # an internal self-transition whose guards hold: nothing changes
         try:
             self.machine.send(event, **kwargs)
         finally:
