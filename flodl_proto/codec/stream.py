@@ -441,6 +441,12 @@ class MuxStream:
             if self._buf:
                 self._buf += mv
                 self._drain_buffer(events)
+            elif (header is not None and self._magic is None and not self._copy
+                  and mv.nbytes == MUX_HEADER_LEN + header.payload_len
+                  and header.payload_len <= self.payload_limit):
+                # exactly the one whole record the runner read (its header in hand): decoded
+                # as _parse_in_place would decode it, without walking the chunk
+                self._decode_one(mv, events, premac, frame_premac, header)
             else:
                 pos = self._parse_in_place(mv, events, premac, frame_premac, header)
                 if pos < mv.nbytes:  # an item the chunk does not complete: kept for the next
