@@ -120,6 +120,38 @@ def test_a_header_is_ignored_when_bytes_are_buffered() -> None:
     assert isinstance(ev, RecordReceived) and ev.frame == FRAME
 
 
+def test_a_header_with_part_of_the_next_record_after_its_own() -> None:
+    """The chunk holds the record the header heads and the start of the next one: the record
+    is decoded, the rest is kept and completed by the next chunk."""
+    wire = _host_frame()
+    stream = MuxStream(SALT, expect_magic=None)
+    [ev] = stream.feed(wire + wire[:10], header=parse_mux_header(wire))
+    assert isinstance(ev, RecordReceived) and ev.frame == FRAME and ev.nbytes == len(wire)
+    assert stream.buffered == 10
+    [ev2] = stream.feed(wire[10:])
+    assert isinstance(ev2, RecordReceived) and ev2.frame == FRAME and stream.buffered == 0
+
+
+def test_a_whole_record_with_its_header_and_a_bad_tag_fails_the_stream() -> None:
+    wire = bytearray(_host_frame())
+    wire[30] ^= 0x01  # a payload byte: the record tag no longer matches
+    stream = MuxStream(SALT, expect_magic=None)
+    [ev] = stream.feed(bytes(wire), header=parse_mux_header(wire))
+    assert isinstance(ev, StreamFailed) and ev.error.error_id == "mux.auth_failed"
+    assert stream.done and stream.feed(_host_frame()) == []
+
+
+def test_a_whole_record_with_its_header_is_copied_when_asked() -> None:
+    """``copy=True``: the record does not view the chunk, even one the header vouches for."""
+    wire = _host_frame()
+    chunk = bytearray(wire)
+    [ev] = MuxStream(SALT, expect_magic=None, copy=True).feed(chunk,
+                                                              header=parse_mux_header(wire))
+    chunk[30:] = bytes(len(chunk) - 30)
+    assert isinstance(ev, RecordReceived) and bytes(ev.record.payload) == wire[25:]
+    assert ev.frame == FRAME
+
+
 def test_the_decoder_takes_the_header_it_is_handed(header_parses: list[int]) -> None:
     wire = encode_mux_record_bytes(MuxRecord.data(5, b"abc"), SALT)
     hdr = parse_mux_header(wire)
