@@ -380,7 +380,7 @@ class Lifecycle:
         KeyError: unknown ``machine``.
     """
 
-    __slots__ = ("_final", "_model", "_shortcuts", "_state", "kind", "machine")
+    __slots__ = ("_final", "_is_final", "_model", "_shortcuts", "_state", "kind", "machine")
 
     def __init__(self, model: LifecycleModel | RelayLifecycleModel,
                  machine: str = "controller") -> None:
@@ -391,6 +391,7 @@ class Lifecycle:
         self._model = model
         self._shortcuts = _SHORTCUTS[machine]
         self._state = self._read_state()
+        self._is_final = self._state == self._final
 
     def _read_state(self) -> str:
         return str(next(iter(self.machine.configuration_values)))
@@ -411,7 +412,7 @@ class Lifecycle:
     def is_final(self) -> bool:
         """True once the final state (``shutdown``, ``done``) was entered (no event is allowed
         any more)."""
-        return self.state == self._final
+        return self._is_final
 
     @property
     def outcome(self) -> Outcome | None:
@@ -441,6 +442,7 @@ class Lifecycle:
             self.machine.send(event, **kwargs)
         finally:
             self._state = self._read_state()
+            self._is_final = self._state == self._final
 
     def _guard(self, name: str) -> bool:
         value = getattr(self._model, name)
