@@ -103,6 +103,8 @@ def check_salt(salt: BytesLike) -> bytes:
         InvalidValue (local): the salt is not exactly 16 bytes, or is text (hex strings must be
             converted with ``bytes.fromhex``), or is not bytes-like at all (an int, None).
     """
+    if type(salt) is bytes and len(salt) == SESSION_SALT_BYTES:
+        return salt  # what the conversion below gives (every round's call: a client's own salt)
     if isinstance(salt, str):
         raise protocol_error("salt.not_bytes", got=type(salt).__name__)
     try:  # not bytes(salt): bytes(16) is 16 zero bytes, an int is no salt
@@ -169,7 +171,8 @@ def tags_equal(computed: BytesLike, carried: BytesLike) -> bool:
         True only when both are exactly 8 bytes (``AUTH_TAG_LEN``) and equal; a tag of any other
         length (empty included) never matches.
     """
-    a, b = bytes(computed), bytes(carried)
+    a = computed if type(computed) is bytes else bytes(computed)
+    b = carried if type(carried) is bytes else bytes(carried)
     if len(a) != AUTH_TAG_LEN or len(b) != AUTH_TAG_LEN:
         return False
     return hmac.compare_digest(a, b)

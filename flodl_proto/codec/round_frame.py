@@ -123,10 +123,9 @@ class Dtype(enum.IntEnum):
         return _F32_LE if self is Dtype.F32 else _BF16
 
 
-#: the trusted constructors' building blocks, bound once (a frozen dataclass's fields are set
-#: through ``object.__setattr__``)
+#: the trusted constructors' building block, bound once (a frozen dataclass's fields are set
+#: through its slots' descriptors, ``_set_dtype`` .. ``_set_tensors`` below)
 _new = object.__new__
-_setattr = object.__setattr__
 
 #: the NumPy dtype of each viewable wire dtype tag (:attr:`Dtype.numpy`, keyed by the tag)
 _NUMPY_DTYPE: dict[int, np.dtype[Any]] = {int(d): d.numpy for d in Dtype}
@@ -216,9 +215,9 @@ class TensorPayload:
             unknown origin with the constructor, which checks them.
         """
         p = _new(cls)
-        _setattr(p, "dtype", dtype)
-        _setattr(p, "shape", shape)
-        _setattr(p, "data", data)
+        _set_dtype(p, dtype)
+        _set_shape(p, shape)
+        _set_data(p, data)
         return p
 
     @classmethod
@@ -355,6 +354,13 @@ class TensorPayload:
         return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
 
 
+#: the slot setters of a payload's fields (a slot's own descriptor: no attribute lookup by
+#: name, unlike ``object.__setattr__``), for the trusted constructors
+_set_dtype: Final[Any] = vars(TensorPayload)["dtype"].__set__
+_set_shape: Final[Any] = vars(TensorPayload)["shape"].__set__
+_set_data: Final[Any] = vars(TensorPayload)["data"].__set__
+
+
 def _checked_weight(weight: Any) -> float:
     """``weight`` as a float when it is a real number (not text) and a finite realized-work
     mass not below zero (``-0.0`` allowed).
@@ -473,9 +479,9 @@ class RoundFrame:
         ``RoundFrame(kind, weight, tensors)`` for such values; use the constructor for values
         of unknown origin."""
         f = _new(cls)
-        _setattr(f, "kind", kind)
-        _setattr(f, "weight", weight)
-        _setattr(f, "tensors", tensors)
+        _set_kind(f, kind)
+        _set_weight(f, weight)
+        _set_tensors(f, tensors)
         return f
 
     @property
@@ -493,6 +499,12 @@ class RoundFrame:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+#: a frame's slot setters (as the payload's above)
+_set_kind: Final[Any] = vars(RoundFrame)["kind"].__set__
+_set_weight: Final[Any] = vars(RoundFrame)["weight"].__set__
+_set_tensors: Final[Any] = vars(RoundFrame)["tensors"].__set__
 
 
 def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
@@ -617,10 +629,19 @@ def parse_round_frame_or_eos(
         (weight,) = _WEIGHT_UNPACK(mv, ROUND_FRAME_HEADER_LEN + 1)
         if 0.0 <= weight < math.inf:  # else the walk below reports it
             pos = lay.body_end
-            trusted = TensorPayload.trusted
-            tensors = tuple([trusted(d, s, mv[a:b]) for d, s, a, b in lay.entries])
-            return (RoundFrame.trusted(_KINDS[lay.kind], weight, tensors), pos + AUTH_TAG_LEN,
-                    bytes(mv[pos:pos + AUTH_TAG_LEN]))
+            # TensorPayload.trusted and RoundFrame.trusted, inlined (every round of a run)
+            out = []
+            for d, s, a, b in lay.entries:
+                p = _new(TensorPayload)
+                _set_dtype(p, d)
+                _set_shape(p, s)
+                _set_data(p, mv[a:b])
+                out.append(p)
+            frame = _new(RoundFrame)
+            _set_kind(frame, _KINDS[lay.kind])
+            _set_weight(frame, weight)
+            _set_tensors(frame, tuple(out))
+            return frame, pos + AUTH_TAG_LEN, mv[pos:pos + AUTH_TAG_LEN].tobytes()
     walk = _FrameWalk(ceiling)
     if walk.advance(mv, partial=False) is not None:
         return END_OF_STREAM
