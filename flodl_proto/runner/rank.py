@@ -758,24 +758,32 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
     # every payload is checked and viewed before any destination is written: a reply that
     # fails at tensor k leaves every destination as it was, not the first k adopted
     srcs: list[npt.NDArray[Any] | None] = []
+    same: list[bool] = []  # per tensor: the payload's bits are the destination's (a plain copy)
+    frombuffer = np.frombuffer
     for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
         data = p.data
-        if (p.shape == dst.shape and data.nbytes == dst.nbytes
+        shape = dst.shape
+        if (p.shape == shape and data.nbytes == dst.nbytes
                 and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
-            srcs.append(np.frombuffer(data, dst.dtype).reshape(dst.shape))
+            flat = frombuffer(data, dst.dtype)  # of the destination's element count
+            srcs.append(flat if len(shape) == 1 else flat.reshape(shape))
+            same.append(True)
             continue
         if p.numel != dst.size:
             raise protocol_error("client.reply_schema", index=i, reason=(
                 f"consensus shape {list(p.shape)} does not fit destination shape "
-                f"{list(dst.shape)}"))
+                f"{list(shape)}"))
+        same.append(False)
         if p.elided and p.numel:
             srcs.append(None)
             continue
         view = p.array()
-        srcs.append(view if view.shape == dst.shape else view.reshape(dst.shape))
-    for src, dst in zip(srcs, arrays, strict=True):
+        srcs.append(view if view.shape == shape else view.reshape(shape))
+    for src, dst, bits in zip(srcs, arrays, same, strict=True):
         if src is None:
             dst[...] = 0
+        elif bits:  # np.copyto of one dtype and shape, without its argument handling
+            dst[...] = src
         elif dst.dtype == _BF16 and src.dtype != _BF16:
             np.copyto(dst.view(np.uint16), bf16_from_f32(src))
         else:
