@@ -264,9 +264,11 @@ class RankClient:
         self._scratch: dict[int, npt.NDArray[np.float32]] = {}
         self._reply_bufs: list[npt.NDArray[np.uint8]] = []
         self._closed_why: str | None = None
-        #: the frame template of the last small layout sent, keyed by kind, wire dtype and the
-        #: arrays' shapes
-        self._template: tuple[tuple[Any, ...], FrameTemplate] | None = None
+        #: the frame template of the last small layout sent and its length prefix, keyed by
+        #: kind, wire dtype, ceiling and the arrays' shapes
+        self._template: tuple[tuple[Any, ...], FrameTemplate, bytes] | None = None
+        self._prefix = bytearray(LEN_PREFIX_LEN)  # the reply's length prefix: read here
+        self._prefix_view = memoryview(self._prefix)
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -382,15 +384,16 @@ class RankClient:
         return sock
 
     # -- the round trip ---------------------------------------------------------------------------
-    def _exchange(self, frame: RoundFrame | FrameTemplate,
-                  weight: float = 0.0) -> tuple[RoundFrame, memoryview]:
-        """Send ``frame`` (or the template sealed with ``weight``) and read the consensus;
-        local errors (the ceiling, a bad weight) are raised before anything is written."""
+    def _exchange(self, frame: RoundFrame | FrameTemplate, weight: float = 0.0,
+                  prefix_out: bytes | None = None) -> tuple[RoundFrame, memoryview]:
+        """Send ``frame`` (or the template sealed with ``weight``, after its kept length prefix
+        ``prefix_out``) and read the consensus; local errors are raised before any write."""
         sock = self._open_socket()
-        prefix_out = encode_len_prefix(frame.wire_len, ceiling=self.ceiling)
         if isinstance(frame, FrameTemplate):
+            assert prefix_out is not None  # _template_for encoded it for the client's ceiling
             batches: Iterable[list[BytesLike]] = [[prefix_out, frame.seal(weight, self._salt)]]
         else:  # local errors: nothing written, the client stays
+            prefix_out = encode_len_prefix(frame.wire_len, ceiling=self.ceiling)
             batches = signed_frame_batches(prefix_out, round_frame_pieces(frame), self._salt,
                                            HASH_STEP)
         rnd = self.rounds + 1  # rounds are numbered from 1 in every role's messages
@@ -414,9 +417,9 @@ class RankClient:
                                   f"{self.rounds + 1}: it closed the connection "
                                   f"({_os_reason(e)})") from e
         stages.mark("rank", self.rounds, "send_done")
-        prefix = bytearray(LEN_PREFIX_LEN)
+        prefix = self._prefix
         try:
-            got = recv_exact_into(sock, memoryview(prefix))
+            got = recv_exact_into(sock, self._prefix_view)
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: no averaged frame within {reduce_read_deadline():g}s "
@@ -545,7 +548,8 @@ class RankClient:
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
-        elif (tpl := self._template_for(kind_e, wire, arrs)) is not None:
+        elif (kept := self._template_for(kind_e, wire, arrs)) is not None:
+            tpl = kept[1]
             f32 = np.float32(scale)
             if wire is Dtype.BF16 and len({a.dtype for a in arrs}) == 1:
                 flat = [np.ascontiguousarray(a).reshape(-1) for a in arrs]
@@ -553,10 +557,14 @@ class RankClient:
                     flat = [a.view(np.uint16) for a in flat]
                 scale_to_bf16(flat, f32, [p.reshape(-1) for p in tpl.payloads])
             else:
+                f32_wire = wire is Dtype.F32
                 with np.errstate(all="ignore"):
                     for i, (a, dst) in enumerate(zip(arrs, tpl.payloads, strict=True)):
-                        _scale_into(a, wire, f32, dst, self._scratch_for(i, a))
-            reply, raw = self._exchange(tpl, w)
+                        if f32_wire and a.dtype is _F32:  # _scale_into's f32 case, inlined
+                            np.multiply(a, f32, out=dst)
+                        else:
+                            _scale_into(a, wire, f32, dst, self._scratch_for(i, a))
+            reply, raw = self._exchange(tpl, w, kept[2])
         else:
             f = float(scale)
             with np.errstate(all="ignore"):
@@ -571,20 +579,23 @@ class RankClient:
         self.last_reply = ReduceReply(reply, raw, adopted)
         return self.last_reply
 
-    def _template_for(self, kind: RoundKind, wire: Dtype,
-                      arrs: list[npt.NDArray[Any]]) -> FrameTemplate | None:
-        """The kept template of this round's layout (built when the layout changed), or None
-        when the payloads total more than :data:`TEMPLATE_MAX_PAYLOAD` bytes."""
-        key = (kind, wire, *[a.shape for a in arrs])
+    def _template_for(self, kind: RoundKind, wire: Dtype, arrs: list[npt.NDArray[Any]]
+                      ) -> tuple[tuple[Any, ...], FrameTemplate, bytes] | None:
+        """``(key, template, length prefix)`` kept for this round's layout and the client's
+        ceiling (built when either changed), or None when the payloads total more than
+        :data:`TEMPLATE_MAX_PAYLOAD` bytes. Raises ``len.write_too_large`` (LimitExceeded,
+        local) for a frame over the ceiling, as :meth:`_exchange` does; nothing is kept."""
+        key = (kind, wire, self.ceiling, *[a.shape for a in arrs])
         kept = self._template
         if kept is not None and kept[0] == key:
-            return kept[1]
+            return kept
         size = wire.element_size
         if sum(a.size for a in arrs) * size > TEMPLATE_MAX_PAYLOAD:
             return None
         tpl = FrameTemplate(kind, [(int(wire), a.shape) for a in arrs])
-        self._template = (key, tpl)
-        return tpl
+        kept = (key, tpl, encode_len_prefix(tpl.wire_len, ceiling=self.ceiling))
+        self._template = kept
+        return kept
 
     def _reply_buffer(self, size: int) -> npt.NDArray[np.uint8]:
         """A ``size``-byte buffer for the next reply: an earlier reply's when nothing references
@@ -725,6 +736,8 @@ def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> in
         Bytes written. Raises: as :func:`send_all` (the write-stall deadline covers the whole
         record, every step of it).
     """
+    if type(batches) is list and len(batches) == 1:  # a template's record: send_all's deadline
+        return send_all(sock, batches[0])
     started = time.monotonic()
     deadline: float | None = None  # one batch (a frame under HASH_STEP): send_all's own
     total = 0
@@ -758,14 +771,13 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
     # every payload is checked and viewed before any destination is written: a reply that
     # fails at tensor k leaves every destination as it was, not the first k adopted
     srcs: list[npt.NDArray[Any] | None] = []
-    same: list[bool] = []  # per tensor: the payload's bits are the destination's (a plain copy)
-    frombuffer = np.frombuffer
+    same: list[bool] = []  # per tensor: the payload's bits are the destination's
     for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
         data = p.data
         shape = dst.shape
         if (p.shape == shape and data.nbytes == dst.nbytes
                 and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
-            flat = frombuffer(data, dst.dtype)  # of the destination's element count
+            flat = np.frombuffer(data, dst.dtype)  # of the destination's element count
             srcs.append(flat if len(shape) == 1 else flat.reshape(shape))
             same.append(True)
             continue
