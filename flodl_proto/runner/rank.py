@@ -259,13 +259,11 @@ class RankClient:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.last_reply: ReduceReply | None = None
-        #: per tensor index, the f32 buffer of the last pre-scaled payload (reused: a request's
-        #: payloads are not referenced once its round is over)
+        #: per tensor index, the f32 buffer of the last pre-scaled payload (reused after its round)
         self._scratch: dict[int, npt.NDArray[np.float32]] = {}
         self._reply_bufs: list[npt.NDArray[np.uint8]] = []
         self._closed_why: str | None = None
-        #: the frame template of the last small layout sent and its length prefix, keyed by
-        #: kind, wire dtype, ceiling and the arrays' shapes
+        #: the last small layout's template and length prefix (key: kind, dtype, ceiling, shapes)
         self._template: tuple[tuple[Any, ...], FrameTemplate, bytes] | None = None
         self._prefix = bytearray(LEN_PREFIX_LEN)  # the reply's length prefix: read here
         self._prefix_view = memoryview(self._prefix)
