@@ -15,9 +15,9 @@ import pytest
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
 from flodl_proto.codec.plans import frame_macs, frame_premac
 from flodl_proto.errors import ProtocolError
-from flodl_proto.reduce import HostFold, bf16_from_f32
+from flodl_proto.reduce import HostFold, bf16_from_f32, host_fold
 from flodl_proto.reduce import _kernels as K
-from flodl_proto.reduce.host_fold import _SmallPlan
+from flodl_proto.reduce.host_fold import _LayoutPlan, _SmallPlan
 from flodl_proto.runner import _netio
 
 SALT = bytes(range(16))
@@ -197,6 +197,80 @@ def test_alive_and_deposited_questions() -> None:
     assert not fold.has_deposited(1) and fold.rounds_completed == 1
 
 
+UNIFORM = [(F32, (64,)), (F32, (8, 8)), (F32, (64,)), (BF16, (32,)), (BF16, (32,))]
+
+
+@pytest.mark.parametrize("spec", [SMALL, OTHER, UNIFORM, [(BF16, (5,))] * 3],
+                         ids=["mixed", "other", "uniform", "bf16"])
+@pytest.mark.parametrize("version", [2, 3])
+def test_rounds_at_a_remembered_layout_fold_at_its_offsets(
+        spec: list[tuple[int, tuple[int, ...]]], version: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round after round of one layout: every round after the first is folded from the two
+    frames' buffers at the layout plan's offsets (``_LayoutPlan.views``), and every HostFrame is
+    the one the tensor-by-tensor planned path gives (special values included)."""
+    rounds = [(_blob(_layout(spec, 2 * k, True), 0.5 + k),
+               _blob(_layout(spec, 2 * k + 1), 0.25)) for k in range(4)]
+
+    def run(remembered: bool) -> tuple[list[bytes], int]:
+        viewed = 0
+        real = _LayoutPlan.views
+
+        def counted(*args: Any) -> Any:
+            nonlocal viewed
+            viewed += 1
+            return real(*args)
+
+        with monkeypatch.context() as m:
+            m.setattr(_LayoutPlan, "views", staticmethod(counted))
+            if not remembered:
+                m.setattr(host_fold, "_known_layout", lambda *a: None)
+            fold = HostFold([0, 1], SALT, version=version)
+            out = []
+            for a, b in rounds:
+                assert fold.deposit_frame(0, a, premac=frame_premac(a, SALT)) is None
+                res = fold.deposit_frame(1, b, premac=frame_premac(b, SALT))
+                assert isinstance(res, RoundFrame)
+                out.append(encode_round_frame_bytes(res, SALT))
+        return out, viewed
+
+    at_offsets, viewed = run(True)
+    by_tensor, not_viewed = run(False)
+    assert at_offsets == by_tensor and not_viewed == 0
+    runs = len(_LayoutPlan(_Walked(spec), version, 1 << 30).runs)
+    assert runs > 0 and viewed == 2 * runs * len(rounds)
+
+
+class _Walked:
+    """A remembered layout as ``_LayoutPlan`` reads it: kind and per tensor ``(dtype, shape,
+    start, stop)`` (offsets as a frame of 17 header bytes and 1-D heads of 14 bytes has them)."""
+
+    def __init__(self, spec: list[tuple[int, tuple[int, ...]]]) -> None:
+        entries, at = [], 17
+        for dtype, shape in spec:
+            at += 2 + 4 * len(shape) + 8
+            n = int(np.prod(shape)) * (4 if dtype == F32 else 2)
+            entries.append((dtype, shape, at, at + n))
+            at += n
+        self.entries = tuple(entries)
+
+
+def test_the_layout_plan_views_a_run_of_one_length_as_rows() -> None:
+    lay = _Walked([(F32, (4,)), (F32, (4,)), (F32, (4,)), (BF16, (3,)), (BF16, (2,))])
+    plan = _LayoutPlan(lay, 2, 1 << 30)
+    (f32, _, total32, _, where32), (bf16, _, total16, _, where16) = plan.runs
+    assert (f32, total32, where32) == (F32, 12, (31, 3, 4, 30))
+    assert (bf16, total16, where16) == (BF16, 5, [(121, 3), (141, 2)])
+    buf = memoryview(bytes(range(256)) * 2)
+    rows = plan.views(buf, K.F32, where32)
+    assert rows.shape == (3, 4)
+    for r in range(3):
+        assert rows[r].tobytes() == bytes(buf[31 + 30 * r:31 + 30 * r + 16])
+    assert [v.tobytes() for v in plan.views(buf, K.U16, where16)] == [bytes(buf[121:127]),
+                                                                       bytes(buf[141:145])]
+    assert _LayoutPlan(_Walked([(F32, (0,)), (F32, (4,))]), 2, 1 << 30).runs == []
+
+
 @pytest.mark.parametrize("n", [0, 1, 8, 9, 64, 4096])
 def test_frame_premac_is_the_read_plans_digest(n: int) -> None:
     buf = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
@@ -301,3 +375,22 @@ def test_read_frame_into_gives_the_plans_premac(n: int) -> None:
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_sum_small_batch_of_rows_is_the_list_forms_sum(dtype: int) -> None:
+    """Row-stacked contributions (a 2-D array a contribution) give the bytes of the same tensors
+    handed over one by one, special values included."""
+    rng = np.random.default_rng(dtype)
+    a = rng.standard_normal((2, 3, 40)).astype(np.float32)
+    a[0, 0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    a[1, 0, 1] = -0.0
+    if dtype == BF16:
+        rows = [(x.view("<u4") >> 16).astype("<u2") for x in a]
+    else:
+        rows = list(a)
+    ws = K.Workspace()
+    with np.errstate(all="ignore"):
+        listed = K.sum_small_batch([list(r) for r in rows], dtype, 120, None, ws).tobytes()
+        stacked = K.sum_small_batch(rows, dtype, 120, None, ws).tobytes()
+    assert stacked == listed

@@ -334,13 +334,9 @@ def sum_small(
     return out16
 
 
-def sum_small_batch(
-    contribs: Sequence[Sequence[npt.NDArray[Any]]],
-    dtype: int,
-    total: int,
-    scale: np.float32 | None,
-    ws: Workspace,
-) -> npt.NDArray[Any]:
+def sum_small_batch(contribs: Sequence[Sequence[npt.NDArray[Any]] | npt.NDArray[Any]],
+                    dtype: int, total: int, scale: np.float32 | None,
+                    ws: Workspace) -> npt.NDArray[Any]:
     """:func:`sum_small` of a run of tensors of one dtype laid end to end, in one pass (one
     widening, one add per contribution, one encode): each element bit-identical to
     :func:`sum_small` of its tensor (element-wise arithmetic; the NaN scans only decide whether
@@ -348,7 +344,8 @@ def sum_small_batch(
 
     Args:
         contribs: per contribution, in summing order, the run's flat element arrays in tensor
-            order (``<f4`` for f32, ``<u2`` bf16 bits), lengths adding up to ``total``.
+            order (``<f4`` for f32, ``<u2`` bf16 bits), lengths adding up to ``total``; or, for
+            tensors of one length, per contribution one 2-D array, a row a tensor.
         dtype, scale: as :func:`sum_small`. total: the run's element count.
         ws: scratch of at least ``total`` elements (bf16 only).
 
@@ -361,14 +358,20 @@ def sum_small_batch(
     first = contribs[0]
     if dtype == DTYPE_F32:
         out32: F32Array = np.empty(total, F32)
-        np.concatenate(first, out=out32)
-        np.add(out32, _ZERO, out=out32)
-        if len(contribs) > 1:  # the later ones added tensor by tensor (no gather copy)
-            at = 0  # each tensor's slice of the run (np.split's views, without its set-up)
-            segs = [out32[at:(at := at + v.shape[0])] for v in first]
+        if type(first) is np.ndarray:  # 2-D: a row a tensor, each op over the whole run
+            rows = out32.reshape(first.shape)
+            np.add(first, _ZERO, out=rows)
             for c in contribs[1:]:
-                for seg, v in zip(segs, c, strict=True):
-                    np.add(seg, v, out=seg)
+                np.add(rows, c, out=rows)
+        else:
+            np.concatenate(first, out=out32)
+            np.add(out32, _ZERO, out=out32)
+            if len(contribs) > 1:  # the later ones added tensor by tensor (no gather copy)
+                at = 0  # each tensor's slice of the run (np.split's views, without its set-up)
+                segs = [out32[at:(at := at + v.shape[0])] for v in first]
+                for c in contribs[1:]:
+                    for seg, v in zip(segs, c, strict=True):
+                        np.add(seg, v, out=seg)
         if scale is not None:
             np.multiply(out32, scale, out=out32)
         return out32

@@ -24,7 +24,9 @@ when a deposit that does not complete the round merges into it; the deposit that
 round adds into (and the completion encodes) each tensor in one pass straight to the output, so
 a two-rank host writes no f32 array at all. Accumulators and outputs are pooled arrays reused
 from round to round (no page faults on the fold's critical path), and a large tensor is split in
-halves across two threads.
+halves across two threads. A two-deposit round of small tensors whose frames carry the layout the
+codec's reader remembers (every round of a run after the first) is folded from the two frames'
+buffers at the layout's offsets (``_host_plan._LayoutPlan``).
 
 Error order follows upstream's streamed parse: a later deposit's tensors are checked and merged
 one at a time as the reader reaches them, before its footer is verified, so a schema error in an
@@ -44,7 +46,6 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::acc
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
+from ..codec._walk import _known_layout
 from ..codec.auth import Premac, check_salt
 from ..codec.plans import frame_macs
 from ..codec.round_frame import (
@@ -75,6 +77,8 @@ from ..spec import (
 )
 from . import _kernels as K
 from ._batch import batch_runs
+from ._host_plan import LAYOUT_PLANS_KEPT, _LayoutPlan, _SmallPlan
+from ._host_plan import _ArrayPool as _ArrayPool  # moved there; tests import it from here
 
 __all__ = ["HostFold"]
 
@@ -91,103 +95,14 @@ _AFTER_TENSOR_ERRORS = frozenset({"frame.footer_read_failed", "frame.auth_failed
 _SPLIT_MIN_ELEMS = 1 << 21
 
 
-class _ArrayPool:
-    """Flat arrays (f32 running sums, bf16 encodings) reused from round to round.
-
-    A fresh multi-MiB array costs a page fault per 4 KiB page on first touch, on the fold's
-    critical path; a pooled one is already mapped. An array is handed out only when nothing but
-    the pool references it (no view, memoryview or frame of a finished round holds it), and every
-    user overwrites all of its elements, so no round sees another round's data. Arrays not handed
-    out in the current or the previous round are dropped (:meth:`end_round`), so the pool holds
-    at most two rounds' working sets.
-    """
-
-    __slots__ = ("_entries", "_round")
-
-    #: references to a pooled array that nobody else holds: the entry list, the loop variable
-    #: and getrefcount's argument
-    _FREE_REFS = 3
-
-    def __init__(self) -> None:
-        self._entries: list[list[Any]] = []  # [array, last round it was handed out]
-        self._round = 0
-
-    def acquire(self, numel: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-        """A flat ``numel``-element array of ``dtype`` (contents unspecified)."""
-        for entry in self._entries:
-            arr = entry[0]
-            if (arr.shape[0] == numel and arr.dtype == dtype
-                    and sys.getrefcount(arr) <= self._FREE_REFS):
-                entry[1] = self._round
-                return arr  # type: ignore[no-any-return]
-        arr = np.empty(numel, dtype)
-        self._entries.append([arr, self._round])
-        return arr
-
-    def end_round(self) -> None:
-        """Close a round: drop the arrays not handed out in it or in the one before."""
-        self._entries = [e for e in self._entries if e[1] >= self._round - 1]
-        self._round += 1
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-class _SmallPlan:
-    """What a seed layout allows the completing deposit of a two-deposit round
-    (:meth:`HostFold._fold_last_fast`), worked out once per layout instead of every round.
-
-    ``key``: per tensor of the seed, ``(dtype, shape, nbytes)``. ``eligible``: the round has
-    tensors, every dtype is f32 or bf16, every tensor has fewer than ``K.SMALL_ELEMS``
-    elements and carries exactly ``numel x element size`` bytes (at version 3 also more than
-    none: no elided payload, zero-element tensors included, as ``_fold_last_small`` requires),
-    and those bytes add up to no more than the ceiling: the seed's promotion and every
-    tensor's dtype, shape and byte count checks then pass for a deposit with the same key.
-    ``runs``: ``batch_runs`` over the tensors, each with its dtype, the NumPy dtype of its
-    elements and, per tensor, its shape and byte range in the run's output."""
-
-    __slots__ = ("eligible", "key", "runs")
-
-    def __init__(self, key: tuple[tuple[int, tuple[int, ...], int], ...], version: int,
-                 ceiling: int) -> None:
-        self.key = key
-        self.runs: list[tuple[int, int, int, int, np.dtype[Any],
-                              list[tuple[tuple[int, ...], int, int]]]] = []
-        numels = []
-        total_bytes = 0
-        eligible = bool(key)
-        for dtype, shape, nbytes in key:
-            es = ELEMENT_SIZE.get(dtype)
-            numel = 1
-            for d in shape:
-                numel *= d
-            numels.append(numel)
-            if es is None or nbytes != numel * es or numel >= K.SMALL_ELEMS \
-                    or (version >= 3 and nbytes == 0):
-                eligible = False
-                break
-            total_bytes += nbytes
-        self.eligible = eligible and total_bytes <= ceiling
-        if not self.eligible:
-            return
-        dtypes = [d for d, _, _ in key]
-        for i, j, total in batch_runs(dtypes, numels):
-            dtype = dtypes[i]
-            es = ELEMENT_SIZE[dtype]
-            segs = []
-            at = 0
-            for ti in range(i, j):
-                segs.append((key[ti][1], at, at + numels[ti] * es))
-                at += numels[ti] * es
-            self.runs.append((i, j, total, dtype, K.F32 if dtype == DTYPE_F32 else K.U16, segs))
-
-
 @dataclass(slots=True)
 class _Round:
     kind: RoundKind
     weight: float
     seed: RoundFrame
     seed_bytes: memoryview
+    #: the layout the codec's reader remembers for the seed's frame (``_known_layout``), or None
+    layout: Any
     deposited: set[int] = field(default_factory=set)
     #: per-tensor (dtype, shape) pinned by the seed
     schema: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
@@ -243,6 +158,8 @@ class HostFold:
         self._ws2: K.Workspace | None = None
         self._pool = _ArrayPool()
         self._plan: _SmallPlan | None = None  # the last seed layout's (see _fold_last_fast)
+        #: per layout the codec's reader remembers, its plan (see _fold_last_fast)
+        self._layout_plans: dict[Any, _LayoutPlan] = {}
 
     # -- introspection -------------------------------------------------------------------------
     @property
@@ -443,7 +360,8 @@ class HostFold:
             seed, consumed = res
             self._round = _Round(
                 kind=seed.kind, weight=seed.weight, seed=seed, seed_bytes=mv[:consumed],
-                deposited={rank}, schema=[(t.dtype, t.shape) for t in seed.tensors],
+                layout=_known_layout(mv, self._ceiling), deposited={rank},
+                schema=[(t.dtype, t.shape) for t in seed.tensors],
             )
             return None
         rnd = self._round
@@ -474,7 +392,7 @@ class HostFold:
                 break
         if last and frame is not None and (rnd.sums is None or not any(
                 a is not None for a in rnd.sums)):
-            done = self._fold_last_fast(rnd, rank, frame)
+            done = self._fold_last_fast(rnd, rank, frame, mv)
             if done is not None:
                 return done
         if not (last and frame is not None and self._fold_last_small(rnd, rank, delivered)):
@@ -497,7 +415,8 @@ class HostFold:
         rnd.deposited.add(rank)
         return None
 
-    def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame) -> RoundFrame | None:
+    def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame,
+                        buf: memoryview) -> RoundFrame | None:
         """The completing deposit of a round whose seed is the only earlier deposit (two ranks
         a host, or more with deaths), when nothing can fail: folded with the seed and the round
         completed at once, from the seed layout's :class:`_SmallPlan` (the checks of the
@@ -508,39 +427,67 @@ class HostFold:
         the deposit carries the seed's kind, tensor count, and per tensor its dtype, shape and
         byte count, and the summed weight is finite. Then every check of :meth:`_merge` and
         :meth:`_fold_last_small` passes, and the result is theirs: the same
-        ``K.sum_small_batch`` runs over the same views, the payloads the same bytes (slices of
-        each run's output), the same weight, kind and completion bookkeeping."""
-        seed = rnd.seed.tensors
-        key = tuple([(t.dtype, t.shape, t.data.nbytes) for t in seed])
-        plan = self._plan
-        if plan is None or plan.key != key:
-            plan = self._plan = _SmallPlan(key, self._version, self._ceiling)
-        if not plan.eligible or frame.kind is not rnd.kind:
-            return None
-        tensors = frame.tensors
-        if tuple([(t.dtype, t.shape, t.data.nbytes) for t in tensors]) != key:
+        ``K.sum_small_batch`` runs over the same elements, the payloads the same bytes (slices
+        of each run's output), the same weight, kind and completion bookkeeping.
+
+        When the deposit's buffer ``buf`` carries the metadata bytes of the layout the codec's
+        reader remembers for the seed (the same layout object: every round of a run after the
+        first), the comparison is that identity, and each run's elements are viewed in the two
+        buffers at the :class:`_LayoutPlan`'s offsets (a run of tensors of one length as one
+        2-D view, summed in one add per contribution) instead of tensor by tensor."""
+        if frame.kind is not rnd.kind:
             return None
         weight = rnd.weight + frame.weight
         if not math.isfinite(weight):
             return None
         ws = self._ws if self._ws is not None else self._workspace()
         trusted = TensorPayload.trusted
-        frombuffer = np.frombuffer
         out_tensors: list[TensorPayload] = []
-        for i, j, total, dtype, np_dtype, segs in plan.runs:
-            out = K.sum_small_batch(
-                [[frombuffer(seed[t].data, np_dtype) for t in range(i, j)],
-                 [frombuffer(tensors[t].data, np_dtype) for t in range(i, j)]],
-                dtype, total, None, ws)
-            data = out.view(np.uint8).data
-            for shape, lo, hi in segs:
-                out_tensors.append(trusted(dtype, shape, data[lo:hi]))
+        lay = rnd.layout
+        lp = None if lay is None else self._layout_plan(lay)
+        if lp is not None and lp.runs and _known_layout(buf, self._ceiling) is lay:
+            views, seed_buf = lp.views, rnd.seed_bytes
+            for dtype, np_dtype, total, segs, where in lp.runs:
+                out = K.sum_small_batch([views(seed_buf, np_dtype, where),
+                                         views(buf, np_dtype, where)], dtype, total, None, ws)
+                data = out.view(np.uint8).data
+                for shape, lo, hi in segs:
+                    out_tensors.append(trusted(dtype, shape, data[lo:hi]))
+        else:
+            seed = rnd.seed.tensors
+            key = tuple([(t.dtype, t.shape, t.data.nbytes) for t in seed])
+            plan = self._plan
+            if plan is None or plan.key != key:
+                plan = self._plan = _SmallPlan(key, self._version, self._ceiling)
+            tensors = frame.tensors
+            if not plan.eligible or tuple([(t.dtype, t.shape, t.data.nbytes)
+                                           for t in tensors]) != key:
+                return None
+            frombuffer = np.frombuffer
+            for i, j, total, dtype, np_dtype, segs in plan.runs:
+                out = K.sum_small_batch(
+                    [[frombuffer(seed[t].data, np_dtype) for t in range(i, j)],
+                     [frombuffer(tensors[t].data, np_dtype) for t in range(i, j)]],
+                    dtype, total, None, ws)
+                data = out.view(np.uint8).data
+                for shape, lo, hi in segs:
+                    out_tensors.append(trusted(dtype, shape, data[lo:hi]))
         rnd.weight = weight
         rnd.deposited.add(rank)
         self._round = None
         self._rounds += 1
         self._pool.end_round()
         return RoundFrame.trusted(rnd.kind, weight, tuple(out_tensors))
+
+    def _layout_plan(self, lay: Any) -> _LayoutPlan:
+        """The :class:`_LayoutPlan` of a remembered layout (built at its first use)."""
+        plans = self._layout_plans
+        lp = plans.get(lay)
+        if lp is None:
+            if len(plans) >= LAYOUT_PLANS_KEPT:
+                plans.clear()
+            lp = plans[lay] = _LayoutPlan(lay, self._version, self._ceiling)
+        return lp
 
     def _merge_tensor(
         self, rnd: _Round, rank: int, ti: int, p: TensorPayload, expected: int, last: bool
