@@ -423,6 +423,18 @@ def test_a_ceiling_below_the_smallest_round_frame_is_local_misuse(ceiling: int) 
     assert ReferenceController(1, SALT, ceiling=25).world_size == 1
 
 
+@pytest.mark.parametrize("ceiling", [None, "25", 25.0, True])
+def test_a_ceiling_that_is_no_whole_number_is_local_misuse(ceiling: Any) -> None:
+    """The ceiling is checked before anything is built from it: None is ``ceiling.invalid``
+    as it is for the relay and the rank, not the TypeError of ``int(None)``."""
+    with pytest.raises(InvalidValue) as ei:
+        ReferenceController(1, SALT, ceiling=ceiling)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "ceiling.invalid"
+    assert str(ei.value) == ("frame ceiling must be a non-negative number of bytes, got "
+                             f"{ceiling!r}")
+
+
 @pytest.mark.timeout(30)
 def test_dead_diff_forwarding_releases_a_relay(controller_factory) -> None:  # type: ignore[no-untyped-def]
     ctl = controller_factory(3)

@@ -189,6 +189,7 @@ class ReferenceController:
         on_notice: Callable[[ControllerNotice], None] | None = None,
         round_timeout: float | None = None,
     ) -> None:
+        ceiling = check_frame_ceiling(ceiling, "controller")  # before the core converts it
         timeout = check_timeout("round_timeout", round_timeout)
         scaled = None if timeout is None else timeout * net_timeout_scale()
         # a large consensus Broadcast's two MACs run side by side (threads: joined by teardown)
@@ -201,14 +202,13 @@ class ReferenceController:
         self._host = host
         self._req_port = int(port)
         self._port_mux = port_mux
-        self._ceiling = check_frame_ceiling(ceiling, "controller")
+        self._ceiling = ceiling
         self._ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self._on_notice = on_notice
         self._listener: socket.socket | None = None
         self._port = 0
         self._events: queue.Queue[Message] = queue.Queue()
-        # every core call and the execution of its actions (readers, accept, writers,
-        # coordinator)
+        # every core call and the execution of its actions (readers, accept, writers, coordinator)
         self._core_lock = threading.RLock()
         self._stop = threading.Event()  # stops the accept thread and the readers
         self._done = threading.Event()  # the coordinator finished its teardown
