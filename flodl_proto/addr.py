@@ -36,14 +36,15 @@ def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tupl
         ``(host, port)``: the host without brackets, the port as an int.
 
     Raises:
-        InvalidValue (local) ``addr.invalid``: not a string, no colon, no host, unbalanced
-        brackets, a port that is not decimal digits or above 65535, or 0 with ``dial``; the
-        message names ``field`` and the text.
+        InvalidValue (local) ``addr.invalid``: not a string, no colon or no port after a
+        bracketed host, no host, unbalanced brackets, a port that is not decimal digits or
+        above 65535, or 0 with ``dial``; the message names ``field`` and the text.
     """
     if not isinstance(text, str):
         raise protocol_error("addr.invalid", field=field, value=text, reason="not a string")
-    host, sep, port_s = text.strip().rpartition(":")
-    if not sep:
+    stripped = text.strip()
+    host, sep, port_s = stripped.rpartition(":")
+    if not sep or stripped.endswith("]"):  # "[::1]": the colons are the bracketed host's
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason="no port")
     if host.startswith("[") != host.endswith("]"):

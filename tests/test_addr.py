@@ -40,6 +40,8 @@ def test_format_addr(addr: tuple[str, int], want: str) -> None:
 @pytest.mark.parametrize(("text", "reason"), [
     ("localhost", "no port"),
     ("", "no port"),
+    ("[::1]", "no port"),  # a bracketed host alone: its colons are not a port's
+    (" [fe80::2] ", "no port"),
     (":5555", "no host"),
     ("[]:5555", "no host"),
     ("[::1:5555", "unbalanced brackets around the host"),
