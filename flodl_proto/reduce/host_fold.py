@@ -24,9 +24,10 @@ when a deposit that does not complete the round merges into it; the deposit that
 round adds into (and the completion encodes) each tensor in one pass straight to the output, so
 a two-rank host writes no f32 array at all. Accumulators and outputs are pooled arrays reused
 from round to round (no page faults on the fold's critical path), and a large tensor is split in
-halves across two threads. A two-deposit round of small tensors whose frames carry the layout the
-codec's reader remembers (every round of a run after the first) is folded from the two frames'
-buffers at the layout's offsets (``_host_plan._LayoutPlan``).
+halves across two threads. A round of small tensors whose frames carry the layout the codec's
+reader remembers (every round of a run after the first) is folded from the frames' buffers at the
+layout's offsets (``_host_plan._LayoutPlan``): the deposits between the seed and the last are held
+unmerged, and the last sums them all in one pass per run of tensors.
 
 Error order follows upstream's streamed parse: a later deposit's tensors are checked and merged
 one at a time as the reader reaches them, before its footer is verified, so a schema error in an
@@ -112,6 +113,9 @@ class _Round:
     sums: list[npt.NDArray[np.float32] | None] | None = None
     #: per tensor index, the encoded payload the round's last deposit produced
     outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
+    #: deposits after the seed held unmerged, in deposit order: ``(rank, frame, buffer)`` of a
+    #: frame at the seed's remembered layout (see :meth:`HostFold._hold`)
+    held: list[tuple[int, RoundFrame, memoryview]] = field(default_factory=list)
 
 
 class HostFold:
@@ -390,11 +394,15 @@ class HostFold:
             if r != rank and r not in dead and r not in deposited:
                 last = False
                 break
+        if frame is not None and not last and self._hold(rnd, rank, frame, mv):
+            return None
         if last and frame is not None and (rnd.sums is None or not any(
                 a is not None for a in rnd.sums)):
             done = self._fold_last_fast(rnd, rank, frame, mv)
             if done is not None:
                 return done
+        if rnd.held:
+            self._merge_held(rnd)
         if not (last and frame is not None and self._fold_last_small(rnd, rank, delivered)):
             for ti, p in enumerate(delivered):
                 self._merge_tensor(rnd, rank, ti, p, expected, last)
@@ -415,10 +423,45 @@ class HostFold:
         rnd.deposited.add(rank)
         return None
 
+    def _hold(self, rnd: _Round, rank: int, frame: RoundFrame, buf: memoryview) -> bool:
+        """Hold a deposit that does not complete the round unmerged, when nothing can fail
+        merging it: nothing was accumulated yet, its buffer ``buf`` carries the seed's
+        remembered layout (so the seed's tensor count, dtypes, shapes and byte counts) and a
+        :class:`_LayoutPlan` with runs, its kind is the seed's and the summed weight is finite.
+        The round's last deposit then sums the seed, the held deposits and itself in one pass
+        per run (:meth:`_fold_last_fast`), in deposit order, as the per-tensor path would;
+        any other path merges the held deposits first (:meth:`_merge_held`). Returns False,
+        having changed nothing, when the deposit must merge now."""
+        lay = rnd.layout
+        if (lay is None or rnd.sums is not None or frame.kind is not rnd.kind
+                or _known_layout(buf, self._ceiling) is not lay
+                or not self._layout_plan(lay).runs):
+            return False
+        weight = rnd.weight + frame.weight
+        if not math.isfinite(weight):
+            return False
+        rnd.held.append((rank, frame, buf))
+        rnd.weight = weight
+        rnd.deposited.add(rank)
+        return True
+
+    def _merge_held(self, rnd: _Round) -> None:
+        """Merge the deposits :meth:`_hold` held, in deposit order, through the per-tensor
+        path (every check of which they pass): the sums are then as if each had merged when it
+        arrived."""
+        held, rnd.held = rnd.held, []
+        expected = len(rnd.schema)
+        if rnd.sums is None:
+            rnd.sums = self._promote(rnd)
+        for rank, frame, _ in held:
+            for ti, p in enumerate(frame.tensors):
+                self._merge_tensor(rnd, rank, ti, p, expected, False)
+
     def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame,
                         buf: memoryview) -> RoundFrame | None:
-        """The completing deposit of a round whose seed is the only earlier deposit (two ranks
-        a host, or more with deaths), when nothing can fail: folded with the seed and the round
+        """The completing deposit of a round whose seed is the only earlier deposit merged
+        (two ranks a host, more with deaths, or with deposits :meth:`_hold` held), when nothing
+        can fail: folded with the seed and the round
         completed at once, from the seed layout's :class:`_SmallPlan` (the checks of the
         per-tensor path done once per layout, not per round). Returns the merged frame, or None
         having changed nothing (the general path then runs and raises whatever it raises).
@@ -446,13 +489,16 @@ class HostFold:
         lay = rnd.layout
         lp = None if lay is None else self._layout_plan(lay)
         if lp is not None and lp.runs and _known_layout(buf, self._ceiling) is lay:
-            views, seed_buf = lp.views, rnd.seed_bytes
+            views = lp.views
+            bufs = [rnd.seed_bytes, *[b for _, _, b in rnd.held], buf]
             for dtype, np_dtype, total, segs, where in lp.runs:
-                out = K.sum_small_batch([views(seed_buf, np_dtype, where),
-                                         views(buf, np_dtype, where)], dtype, total, None, ws)
+                out = K.sum_small_batch([views(b, np_dtype, where) for b in bufs], dtype, total,
+                                        None, ws)
                 data = out.view(np.uint8).data
                 for shape, lo, hi in segs:
                     out_tensors.append(trusted(dtype, shape, data[lo:hi]))
+        elif rnd.held:
+            return None
         else:
             seed = rnd.seed.tensors
             key = tuple([(t.dtype, t.shape, t.data.nbytes) for t in seed])
@@ -668,6 +714,8 @@ class HostFold:
                 return None
         self._round = None
         self._rounds += 1
+        if rnd.held:  # completed by a death: the held deposits merge as they would have
+            self._merge_held(rnd)
         if rnd.sums is None:
             self._pool.end_round()
             return rnd.seed_bytes
