@@ -799,17 +799,20 @@ def test_frame_ceiling_in_the_help(command: str, what: str,
 
 
 @pytest.mark.parametrize(("command", "where", "runner", "attr"), [
+    ("controller", ["--listen", "127.0.0.1:0"], "flodl_proto.runner.controller",
+     "ReferenceController"),
     ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "flodl_proto.runner.relay",
      "Relay"),
     ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"], "flodl_proto.runner.rank",
      "RankClient"),
 ])
 @pytest.mark.parametrize("given", [None, "4096", "25"])
-def test_relay_and_rank_pass_the_frame_ceiling_to_their_runner(
+def test_the_cluster_commands_pass_the_frame_ceiling_to_their_runner(
         command: str, where: list[str], runner: str, attr: str, given: str | None,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The runner gets the option's value, or the spec's 1 GiB when it is not given (caught
-    where the runner is built: no socket is opened)."""
+    """The runner gets the option's value (the smallest RoundFrame, 25, included), or the
+    spec's 1 GiB when it is not given (caught where the runner is built: no socket is
+    opened)."""
     import importlib
 
     seen: list[int] = []
@@ -822,7 +825,7 @@ def test_relay_and_rank_pass_the_frame_ceiling_to_their_runner(
         raise _Stop
 
     module = importlib.import_module(runner)
-    if attr == "Relay":
+    if attr != "RankClient":
         monkeypatch.setattr(module, attr, built)
     else:
         monkeypatch.setattr(module.RankClient, "connect", built)
@@ -830,28 +833,6 @@ def test_relay_and_rank_pass_the_frame_ceiling_to_their_runner(
     with pytest.raises(_Stop):
         _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX, *extra)
     assert seen == [1 << 30 if given is None else int(given)]
-
-
-def test_the_controller_takes_a_frame_ceiling_of_exactly_the_floor(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The smallest RoundFrame is a ceiling the controller runs with (caught where the runner is
-    built: no socket is opened)."""
-    from flodl_proto.runner import controller
-
-    seen: list[int] = []
-
-    class _Stop(Exception):
-        pass
-
-    def built(*args: Any, ceiling: int, **kwargs: Any) -> Any:
-        seen.append(ceiling)
-        raise _Stop
-
-    monkeypatch.setattr(controller, "ReferenceController", built)
-    with pytest.raises(_Stop):
-        _run_main(capsys, "controller", "--listen", "127.0.0.1:0", "--world-size", "1",
-                  "--salt", SALT_HEX, "--frame-ceiling", "25")
-    assert seen == [25]
 
 
 @pytest.mark.parametrize("ceiling", [1063, 1062])

@@ -150,6 +150,21 @@ def test_the_planned_completion_gives_the_per_tensor_paths_results(
     assert (taken > 0) is used
 
 
+def _spy_hold(m: pytest.MonkeyPatch, hold: bool) -> list[int]:
+    """Replace ``HostFold._hold`` under ``m``; ``hold=False`` holds no deposit (the per-tensor
+    path throughout). Returns a one-item list counting the deposits held."""
+    held = [0]
+    original = HostFold._hold
+
+    def spy(self: HostFold, *args: Any) -> bool:
+        res = original(self, *args) if hold else False
+        held[0] += res
+        return res
+
+    m.setattr(HostFold, "_hold", spy)
+    return held
+
+
 _DEATHS = {
     # two deposits held (ranks 1 and 2), then the last rank's death completes the round
     "completed by a death": [("deposit", 0), ("deposit", 1), ("deposit", 2), ("dead", 3)],
@@ -167,17 +182,8 @@ def test_rounds_with_held_deposits_and_deaths_give_the_per_tensor_paths_results(
     blobs = [_blob(_layout(SMALL, 20 + r, r == 1), 1.0 + r) for r in range(4)]
 
     def run(hold: bool) -> tuple[list[Any], int]:
-        held = 0
-        original = HostFold._hold
-
-        def spy(self: HostFold, *args: Any) -> bool:
-            nonlocal held
-            res = original(self, *args) if hold else False
-            held += res
-            return res
-
         with monkeypatch.context() as m:
-            m.setattr(HostFold, "_hold", spy)
+            held = _spy_hold(m, hold)
             fold = HostFold([0, 1, 2, 3], SALT)
             out: list[Any] = []
             for what, r in _DEATHS[name]:
@@ -188,7 +194,7 @@ def test_rounds_with_held_deposits_and_deaths_give_the_per_tensor_paths_results(
                     out.append(None if res is None else encode_round_frame_bytes(res, SALT)
                                if isinstance(res, RoundFrame) else ("verbatim", bytes(res)))
                 out.append((fold.rounds_completed, fold.deposited, fold.alive_ranks))
-        return out, held
+        return out, held[0]
 
     (held_out, held), (general, none_held) = run(True), run(False)
     assert none_held == 0 and held > 0
@@ -207,24 +213,15 @@ def test_a_deposit_at_a_layout_read_again_merges_the_held_deposits_first(
     blobs = [_blob(_layout(SMALL, 40 + r, r == 2), 0.5 + r) for r in range(ranks)]
 
     def run(hold: bool) -> tuple[list[Any], int]:
-        held = 0
-        original = HostFold._hold
-
-        def spy(self: HostFold, *args: Any) -> bool:
-            nonlocal held
-            res = original(self, *args) if hold else False
-            held += res
-            return res
-
         with monkeypatch.context() as m:
-            m.setattr(HostFold, "_hold", spy)
+            held = _spy_hold(m, hold)
             fold = HostFold(list(range(ranks)), SALT)
             out = []
             for r in range(ranks):
                 if r == 2:
                     m.setattr(_walk, "_layouts", ())
                 out.append(_outcome(fold, r, blobs[r]))
-        return out, held
+        return out, held[0]
 
     (held_out, held), (general, none_held) = run(True), run(False)
     assert none_held == 0 and held == 1
