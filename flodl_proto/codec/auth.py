@@ -171,8 +171,7 @@ def tags_equal(computed: BytesLike, carried: BytesLike) -> bool:
         True only when both are exactly 8 bytes (``AUTH_TAG_LEN``) and equal; a tag of any other
         length (empty included) never matches.
     """
-    a = computed if type(computed) is bytes else bytes(computed)
-    b = carried if type(carried) is bytes else bytes(carried)
+    a, b = bytes(computed), bytes(carried)
     if len(a) != AUTH_TAG_LEN or len(b) != AUTH_TAG_LEN:
         return False
     return hmac.compare_digest(a, b)
