@@ -440,7 +440,9 @@ def frame_ceiling_floor() -> tuple[int, str]:
     sends, every HostFrame and every Broadcast is at least that; the handshake records are
     smaller (the smallest Hello is 4 bytes at version 2 and 5 at version 3, a HelloAck 1, a
     RankExit or DeclareDead at most 6), so with a smaller ceiling a run could not complete a
-    round, and one below a relay's Hello is refused before the relay can tell why.
+    round. It does not cover every Hello: a relay's grows with its host name and ranks
+    (:func:`~flodl_proto.codec.mux.max_hello_payload`), and a controller ceiling below it still
+    refuses that relay.
 
     Returns:
         ``(25, "the smallest RoundFrame: no tensor")``.

@@ -3,7 +3,8 @@
 A ceiling below the smallest RoundFrame would make a run fail at the peer, with a message that
 cannot name the cause (a controller that refuses a relay's Hello closes the connection; the
 relay can only guess at the version or the salt). The floor is
-:func:`flodl_proto.spec.frame_ceiling_floor` (spec departure ``ceiling_floor``).
+:func:`flodl_proto.spec.frame_ceiling_floor` (spec departure ``ceiling_floor``); a ceiling
+above it can still be below a large relay's Hello.
 
 No upstream counterpart: upstream takes no ceiling from its caller (``wire.rs`` derives it).
 """

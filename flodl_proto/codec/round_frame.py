@@ -629,19 +629,10 @@ def parse_round_frame_or_eos(
         (weight,) = _WEIGHT_UNPACK(mv, ROUND_FRAME_HEADER_LEN + 1)
         if 0.0 <= weight < math.inf:  # else the walk below reports it
             pos = lay.body_end
-            # TensorPayload.trusted and RoundFrame.trusted, inlined (every round of a run)
-            out = []
-            for d, s, a, b in lay.entries:
-                p = _new(TensorPayload)
-                _set_dtype(p, d)
-                _set_shape(p, s)
-                _set_data(p, mv[a:b])
-                out.append(p)
-            frame = _new(RoundFrame)
-            _set_kind(frame, _KINDS[lay.kind])
-            _set_weight(frame, weight)
-            _set_tensors(frame, tuple(out))
-            return frame, pos + AUTH_TAG_LEN, mv[pos:pos + AUTH_TAG_LEN].tobytes()
+            trusted = TensorPayload.trusted
+            tensors = tuple([trusted(d, s, mv[a:b]) for d, s, a, b in lay.entries])
+            return (RoundFrame.trusted(_KINDS[lay.kind], weight, tensors), pos + AUTH_TAG_LEN,
+                    mv[pos:pos + AUTH_TAG_LEN].tobytes())
     walk = _FrameWalk(ceiling)
     if walk.advance(mv, partial=False) is not None:
         return END_OF_STREAM
