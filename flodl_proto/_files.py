@@ -1,31 +1,46 @@
 """Atomic replacement of an output file, shared by every command that writes one: ``docs``,
-``conform docs``, ``dissector --out``, ``conform --junit`` / ``--json`` and ``vectors export``.
+``conform docs``, ``dissector --out``, ``conform --junit`` / ``--json`` and ``vectors export``,
+and by the controller's checkpoints.
 
 A reader of the file sees the old contents or the new ones, never part of them; a write that
 fails midway (a full disk, a crash) leaves the old file and no temporary file behind.
 
-No upstream counterpart: upstream ships no generator commands or report files.
+No upstream counterpart: upstream ships no generator commands or report files (its checkpoint
+writer, ``checkpoint_forge.rs``, writes its own format).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import stat
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["replace_file"]
+__all__ = ["replace_file", "replacing"]
+
+_NAME_TRIES = 100  # temporary names tried before giving up (as tempfile.TMP_MAX, far fewer)
 
 
-def replace_file(out: Path, data: bytes) -> None:
-    """Replace the file ``out`` with ``data`` atomically: write a temporary file in the same
-    folder (``.NAME.XXXXXXXX.tmp``), flush it to disk, then ``os.replace`` it onto ``out``, so a
-    reader sees the old file or the new one, never part of one. On any failure the temporary
-    file is removed and ``out`` is left as it was.
+@contextlib.contextmanager
+def replacing(out: Path) -> Iterator[BinaryIO]:
+    """Replace the file ``out`` atomically with what the ``with`` body writes to the binary
+    file object it is given (e.g. ``np.savez(f, ...)``).
+
+    The object is open on a temporary file in the same folder (``.NAME.XXXXXXXX.tmp``). When
+    the body ends normally, the file is flushed and synced to disk, renamed onto ``out``
+    (``os.replace``) and the folder is synced (unless the process may not read it or its file
+    system cannot sync it), so a reader sees the old file or the new one, never part of one,
+    and the new one survives a crash.
+    When the body (or any of these steps) raises, the temporary file is removed, ``out`` is
+    left as it was, and the exception propagates.
 
     The new file gets the permission bits of the file it replaces, or those a plain ``open``
-    would give (``0o666`` less the umask). A file this process may not write (read-only to it)
+    would give (``0o666`` less the umask, applied by the system as the file is created, so no
+    other thread sees a changed umask). A file this process may not write (read-only to it)
     is refused as ``open`` refuses it (``PermissionError``), not replaced by the rename.
     A symbolic link is followed: its target is replaced and the link stays. A path that exists
     but is not a regular file (``/dev/null``, a FIFO) is written in place, as ``open`` would,
@@ -33,12 +48,16 @@ def replace_file(out: Path, data: bytes) -> None:
 
     Args:
         out: the file to replace; its folder must exist.
-        data: the new contents, bytes.
+
+    Yields:
+        A buffered binary file object, open for writing; closed when the body ends.
 
     Raises:
         OSError: ``out`` exists and may not be written, the folder cannot take a new file, or
-            the write or the rename failed (``strerror`` says why, e.g. ``No space left on
-            device``; ``filename`` is ``out``, never the temporary file).
+            a write, the sync or the rename failed (``strerror`` says why, e.g. ``No space left
+            on device``; ``filename`` is ``out``, never the temporary file: an ``OSError`` the
+            body raises naming no file or the temporary one is made to name ``out``).
+        Whatever the body raises, unchanged otherwise.
 
     No upstream counterpart: upstream ships no generated files.
     """
@@ -48,35 +67,77 @@ def replace_file(out: Path, data: bytes) -> None:
     except FileNotFoundError:
         st_mode = None
     if st_mode is not None and not stat.S_ISREG(st_mode):
-        target.write_bytes(data)
+        with open(target, "wb") as f:
+            yield f
         return
     if st_mode is not None:
         # a file open() may not write (read-only, to this user) is refused as open() refuses
         # it: the rename alone, in a writable folder, would replace it
         os.close(os.open(target, os.O_WRONLY))
-        mode = stat.S_IMODE(st_mode)
-    else:  # the process's umask can only be read by setting it (a command runs one thread here)
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        # created private when it replaces a file (then given that file's bits), else as
+        # open() creates a file: the system applies the umask
+        fd, tmp = _create_temporary(target, 0o600 if st_mode is not None else 0o666)
     except OSError as e:
         raise _naming(e, out) from None
     try:
-        try:
-            _write_all(fd, data)
-            os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            if st_mode is not None:
+                os.fchmod(fd, stat.S_IMODE(st_mode))
             os.fsync(fd)
-        finally:
-            os.close(fd)
         os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and e.filename in (None, tmp):
             raise _naming(e, out) from None
         raise
+    _sync_folder(target.parent)
+
+
+def replace_file(out: Path, data: bytes) -> None:
+    """Replace the file ``out`` with ``data`` atomically: :func:`replacing` with a body that
+    writes ``data``; every rule of :func:`replacing` holds (permission bits, links, devices,
+    the cleanup on failure).
+
+    Args:
+        out: the file to replace; its folder must exist.
+        data: the new contents, bytes.
+
+    Raises:
+        OSError: as :func:`replacing` (``filename`` is ``out``).
+
+    No upstream counterpart: upstream ships no generated files.
+    """
+    with replacing(out) as f:
+        _write_all(f.fileno(), data)  # straight to the file: nothing is in f's buffer
+
+
+def _create_temporary(target: Path, mode: int) -> tuple[int, str]:
+    """Create and open a new file ``.NAME.XXXXXXXX.tmp`` beside ``target`` with ``mode`` (less
+    the umask); return its descriptor and path."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # not inherited by children (os.open)
+    for _ in range(_NAME_TRIES):
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "No usable temporary name found", str(target))
+
+
+def _sync_folder(folder: Path) -> None:
+    """Sync ``folder`` to disk, so that a rename in it survives a crash. Best effort: the new
+    file is in place already, so a folder this process may not read (write-only to it) or a
+    file system that cannot sync a folder leaves it as it is, with no error."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _naming(e: OSError, out: Path) -> OSError:

@@ -1,0 +1,184 @@
+"""flodl_proto._files: the one atomic file replacement (``replacing`` streams into it,
+``replace_file`` writes bytes through it) and the controller's checkpoints written with it.
+The byte-level replace_file cases (a full disk, a refused rename, modes, links, devices) are in
+test_docs.py, beside the commands that use it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flodl_proto._files import replace_file, replacing
+from flodl_proto.fsm.events import CheckpointWindow
+from flodl_proto.runner import checkpoint
+
+from .cluster_util import frame
+
+
+class _Boom(Exception):
+    pass
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_replacing_streams_into_a_temporary_beside_the_target_then_renames(
+        tmp_path: Path) -> None:
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"old")
+    out.chmod(0o640)
+    with replacing(out) as f:
+        f.write(b"new ")
+        (tmp,) = set(_names(tmp_path)) - {"out.bin"}
+        assert tmp.startswith(".out.bin.") and tmp.endswith(".tmp") and len(tmp) == 21
+        assert out.read_bytes() == b"old"  # nothing is visible before the body ends
+        f.write(b"contents")
+    assert out.read_bytes() == b"new contents"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert _names(tmp_path) == ["out.bin"]
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_a_body_that_raises_midway_leaves_the_target_and_no_temporary(
+        tmp_path: Path, existing: bool) -> None:
+    """The writer fails after part of the contents (more than a buffer's worth, so some of it
+    reached the temporary file): its exception propagates unchanged, the target is as it was
+    (or still absent) and the folder holds nothing else."""
+    out = tmp_path / "out.bin"
+    if existing:
+        out.write_bytes(b"old")
+    boom = _Boom("writer failed")
+    with pytest.raises(_Boom) as e, replacing(out) as f:
+        f.write(b"x" * (1 << 20))
+        raise boom
+    assert e.value is boom
+    assert _names(tmp_path) == (["out.bin"] if existing else [])
+    if existing:
+        assert out.read_bytes() == b"old"
+
+
+def test_an_os_error_of_the_body_names_the_target(tmp_path: Path) -> None:
+    """A write error (no file named) is reported against the file asked for; one naming
+    another file is left as it is."""
+    out = tmp_path / "out.bin"
+    with pytest.raises(OSError) as e, replacing(out):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert (e.value.errno, e.value.filename) == (errno.ENOSPC, str(out))
+    other = str(tmp_path / "input")
+    with pytest.raises(FileNotFoundError) as missing, replacing(out):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), other)
+    assert missing.value.filename == other
+    assert _names(tmp_path) == []
+
+
+def test_the_file_and_its_folder_are_synced_before_and_after_the_rename(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto import _files
+
+    out = tmp_path / "out.bin"
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), out.exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(_files.os, "fsync", spy)
+    replace_file(out, b"data")
+    assert len(synced) == 2
+    (file_path, renamed_then), (folder_path, renamed_at_last) = synced
+    assert Path(file_path).parent == tmp_path and Path(file_path).name.startswith(".out.bin.")
+    assert not renamed_then and (Path(folder_path), renamed_at_last) == (tmp_path, True)
+    assert out.read_bytes() == b"data"
+
+
+@pytest.mark.parametrize("refused", ["open", "fsync"])
+def test_a_folder_that_cannot_be_synced_still_takes_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: str) -> None:
+    """The folder sync is best effort, once the file is in place: a folder this process may
+    not read (opening it is refused) or a file system that cannot sync a folder (EINVAL) still
+    gets the new file, with no error."""
+    from flodl_proto import _files
+
+    real_open, real_fsync = os.open, os.fsync
+
+    def no_folder_open(path: Any, flags: int, *args: Any) -> int:
+        if flags & os.O_DIRECTORY:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args)
+
+    def no_folder_fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        real_fsync(fd)
+
+    if refused == "open":
+        monkeypatch.setattr(_files.os, "open", no_folder_open)
+    else:
+        monkeypatch.setattr(_files.os, "fsync", no_folder_fsync)
+    out = tmp_path / "out.bin"
+    replace_file(out, b"data")
+    assert out.read_bytes() == b"data" and _names(tmp_path) == ["out.bin"]
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+def _window() -> CheckpointWindow:
+    return CheckpointWindow(3, frame([1.0, 2.0], [3.0]), frame([9.0]))
+
+
+def test_checkpoint_content_after_success(tmp_path: Path) -> None:
+    checkpoint.write_checkpoint(tmp_path, _window())
+    assert _names(tmp_path) == ["consensus-000003.npz"]
+    with np.load(tmp_path / "consensus-000003.npz") as z:
+        assert sorted(z.files) == ["b0", "p0", "p1"]
+        assert [z[k].dtype for k in ("p0", "p1", "b0")] == [np.float32] * 3
+        assert (list(z["p0"]), list(z["p1"]), list(z["b0"])) == ([1.0, 2.0], [3.0], [9.0])
+
+
+def test_a_checkpoint_that_fails_midway_leaves_no_temporary_and_the_old_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """np.savez fails after writing part of the archive (a full disk): the error names the
+    checkpoint, an earlier file of that name is unchanged and no temporary file is left."""
+    final = tmp_path / "consensus-000003.npz"
+    final.write_bytes(b"the earlier checkpoint")
+    real_savez = np.savez
+
+    def savez_then_fill(f: Any, **arrays: Any) -> None:
+        f.write(b"PK\x03\x04 part of an archive")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint.np, "savez", savez_then_fill)
+    with pytest.raises(OSError) as e:
+        checkpoint.write_checkpoint(tmp_path, _window())
+    assert _names(tmp_path) == ["consensus-000003.npz"]
+    assert final.read_bytes() == b"the earlier checkpoint"
+    assert (e.value.errno, e.value.filename) == (errno.ENOSPC, str(final))
+    monkeypatch.setattr(checkpoint.np, "savez", real_savez)
+    checkpoint.write_checkpoint(tmp_path, _window())
+    with np.load(final) as z:
+        assert list(z["p0"]) == [1.0, 2.0]
+
+
+def test_a_checkpoint_is_synced_before_it_appears(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto import _files
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(_files.os, "fsync", spy)
+    checkpoint.write_checkpoint(tmp_path, _window())
+    assert [Path(p).parent for p in synced] == [tmp_path, tmp_path.parent]
+    assert Path(synced[0]).name.startswith(".consensus-000003.npz.")
+    assert Path(synced[1]) == tmp_path
