@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
+from ._oserr import os_reason
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -106,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # e.g. stdout is a full disk (``> /dev/full``): one line, not a trace
         _flush_or_quiet_stdout()
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
-        print(f"flodl-proto: error: {what}{exc.strerror or exc}", file=sys.stderr, flush=True)
+        print(f"flodl-proto: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1
 
 

@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._oserr import os_reason
 from ..spec import SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
@@ -231,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _os_reason(e: OSError) -> str:
-    return "Not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
+    return "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
 
 
 def _unwritable(path: Path) -> str | None:

@@ -47,6 +47,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._oserr import os_reason
 from ..addr import format_addr, parse_addr
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
@@ -118,7 +119,7 @@ def checkpoint_dir_problem(path: Path) -> str | None:
     except FileExistsError:
         return "exists and is not a directory"
     except OSError as e:
-        return f"cannot create it: {e.strerror or e}"
+        return f"cannot create it: {os_reason(e)}"
     if not path.is_dir():
         return "exists and is not a directory"
     if not os.access(path, os.W_OK | os.X_OK):

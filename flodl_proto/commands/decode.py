@@ -37,6 +37,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
+from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 from .relay import byte_count, tcp_port
@@ -158,7 +159,7 @@ def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
             with open(name, "rb") as f:
                 raw = _read_limited(f, limit)
     except OSError as e:
-        raise _Unreadable(f"{e.filename or name}: {e.strerror or e}") from None
+        raise _Unreadable(f"{e.filename or name}: {os_reason(e)}") from None
     if not hex_text:
         return raw
     from ..decode import parse_hex_dump

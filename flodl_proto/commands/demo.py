@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
@@ -372,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         salt_hex, salt_note = _session_salt(args.salt_file)
     except (OSError, ProtocolError) as e:  # an OSError names the path already given
-        why = e.strerror or e if isinstance(e, OSError) else e
+        why = os_reason(e)
         print(f"flodl-proto demo: error: --salt-file {args.salt_file}: {why}", file=sys.stderr)
         return 2
     from rich.console import Console  # here: usage errors skip rich

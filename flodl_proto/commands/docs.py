@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import replace_file
+from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..spec import SPEC, Spec, SpecError
 
@@ -99,7 +100,7 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
     try:
         found = read_for_check(out)
     except OSError as e:
-        print(f"{prog}: error: cannot read {out}: {e.strerror or e}", file=sys.stderr)
+        print(f"{prog}: error: cannot read {out}: {os_reason(e)}", file=sys.stderr)
         return 2
     tail = f" {source}" if source else ""
     if found == text.encode("utf-8"):
@@ -144,7 +145,7 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         print(f"{prog}: error: cannot write {out}: Not a directory", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"{prog}: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        print(f"{prog}: error: cannot write {out}: {os_reason(e)}", file=sys.stderr)
         return 1
     tail = f" {source}" if source else ""
     print(f"{out}: written ({len(data)} bytes){tail}")

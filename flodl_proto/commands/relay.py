@@ -40,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
@@ -132,7 +133,7 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     try:
         return resolve_salt(salt, salt_file)
     except OSError as e:
-        raise ValueError(f"--salt-file {salt_file}: {e.strerror or e}") from None
+        raise ValueError(f"--salt-file {salt_file}: {os_reason(e)}") from None
     except ProtocolError as e:
         if salt_file is not None:
             raise ValueError(f"--salt-file {salt_file}: {e}") from None

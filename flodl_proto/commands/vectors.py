@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._oserr import os_reason
+
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
 #: the shared vectors shipped inside the package
@@ -66,7 +68,7 @@ def _load_cases(root: Path) -> list[Any] | str:
     try:
         cases = list(iter_cases(root))
     except OSError as e:
-        return f"{e.filename or root}: {e.strerror or e}"
+        return f"{e.filename or root}: {os_reason(e)}"
     except VectorFileError as e:
         return str(e)
     return cases if cases else f"no vectors found under {root}"
@@ -165,7 +167,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         counts = export_vectors(args.dir)
     except OSError as e:  # FileExistsError: a file where a folder of the path should be
-        why = "Not a directory" if isinstance(e, FileExistsError) else e.strerror or e
+        why = "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
         print(f"flodl-proto vectors: error: cannot write {e.filename or args.dir}: {why}",
               file=sys.stderr)
         return 1

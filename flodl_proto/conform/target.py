@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final, Protocol
 
+from .._oserr import os_reason
+
 __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget", "Target",
            "TargetError", "TargetExit", "TargetLaunchError", "fill_placeholders",
            "port_listening"]
@@ -233,7 +235,7 @@ class LaunchedTarget:
                                           stderr=subprocess.PIPE, text=True, env=env,
                                           start_new_session=True, errors="replace")
         except OSError as e:
-            raise TargetLaunchError(argv[0], e.strerror or str(e)) from None
+            raise TargetLaunchError(argv[0], os_reason(e)) from None
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")

@@ -1,0 +1,30 @@
+"""The reason an operation failed, in words, for one-line error messages that name the path or
+the peer already.
+
+No upstream counterpart: upstream's messages carry Rust's ``io::Error`` display.
+"""
+
+from __future__ import annotations
+
+__all__ = ["os_reason"]
+
+
+def os_reason(e: BaseException) -> str:
+    """Why ``e`` happened, without the errno prefix and without the path an ``OSError``'s text
+    repeats: an ``OSError``'s ``strerror`` (``"No such file or directory"``, ``"Connection
+    refused"``, ``"File too large"``), else the exception's text (an ``OSError`` built with no
+    errno, such as ``socket.timeout("timed out")``, or any other exception, such as a YAML
+    error), else its class name (an exception with no text at all), so the result is never
+    empty.
+
+    Args:
+        e: the exception caught.
+
+    Returns:
+        The reason, as the exception gives it (not lower-cased, no trailing period added).
+
+    No upstream counterpart: upstream's messages carry Rust's ``io::Error`` display.
+    """
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
