@@ -29,6 +29,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from ._oserr import os_reason
+
 __all__ = [
     "SPEC",
     "YAML_LOADER",
@@ -119,7 +121,7 @@ class Spec:
         try:
             raw = yaml.load((path / "wire.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
         except (OSError, yaml.YAMLError) as e:  # a packaging defect, or docs --spec DIR
-            why = e.strerror or e if isinstance(e, OSError) else e  # the path is named already
+            why = os_reason(e)  # the path is named already
             raise SpecError(f"cannot load {path / 'wire.yaml'}: {why}") from e
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
@@ -197,7 +199,7 @@ def _load_lifecycle(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load((path / "lifecycle.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except (OSError, yaml.YAMLError) as e:
-        why = e.strerror or e if isinstance(e, OSError) else e  # the path is named already
+        why = os_reason(e)  # the path is named already
         raise SpecError(f"cannot load {path / 'lifecycle.yaml'}: {why}") from e
     if not isinstance(data, dict):
         raise SpecError("lifecycle.yaml: not a mapping")
