@@ -281,3 +281,30 @@ def test_a_hit_moves_its_layout_first(walks: Walks) -> None:
     for frame in (a, b, c):
         parse_round_frame_or_eos(frame)
     assert walks.walks == 0
+
+
+def test_known_layout_is_the_readers_public_lookup(walks: Walks) -> None:
+    """``round_frame.known_layout`` is public and is the reader's own lookup (no wrapper, so no
+    extra call per frame); the host fold takes it from there, not from the private module. It
+    finds the layout of a frame read before (whatever its weight and payload bytes), with the
+    same ceiling and room for the tag, and walks nothing."""
+    import inspect
+
+    from flodl_proto.reduce import host_fold
+    from flodl_proto.spec import DEFAULT_FRAME_CEILING as CEIL
+
+    assert "known_layout" in rf.__all__ and rf.known_layout is walk_mod._known_layout
+    assert host_fold._known_layout is rf.known_layout
+    assert "codec._walk" not in inspect.getsource(host_fold)
+    data = _frame()
+    mv = memoryview(data)
+    assert rf.known_layout(mv, CEIL) is None
+    parse_round_frame_or_eos(data)
+    walks.reset()
+    lay = rf.known_layout(mv, CEIL)
+    assert lay is not None and lay is walk_mod._layouts[0]
+    assert rf.known_layout(memoryview(_frame(weight=0.25, fill=9)), CEIL) is lay
+    assert rf.known_layout(mv, CEIL + 1) is None
+    assert rf.known_layout(mv[:-1], CEIL) is None  # no room for the tag
+    assert rf.known_layout(memoryview(_frame(tensors=[(0, (4,), None)])), CEIL) is None
+    assert (walks.walks, walks.headers) == (0, 0)

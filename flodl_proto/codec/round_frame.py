@@ -75,6 +75,7 @@ __all__ = [
     "delivered_tensors",
     "encode_round_frame",
     "encode_round_frame_bytes",
+    "known_layout",
     "parse_round_frame",
     "parse_round_frame_or_eos",
     "round_frame_extent",
@@ -86,6 +87,18 @@ __all__ = [
 #: covers, so no reader can accept a frame before these arrive (the relay holds them back
 #: while it forwards a Broadcast it has not checked yet)
 FRAME_TAG_TAIL: Final = AUTH_TAG_LEN
+
+#: ``known_layout(mv, ceiling)``: the layout the frame reader remembers for a frame whose
+#: metadata bytes (magic, tensor count, kind, each tensor's dtype, ndim, dims and nbytes) ``mv``
+#: carries, read with the frame ceiling ``ceiling`` (bytes), when ``mv`` is long enough for that
+#: frame and its tag: an opaque object, the same one (``is``) for every such frame while it is
+#: remembered, so a caller can tell a frame of a layout it kept. None when no such layout is
+#: remembered (not read yet, read with another ceiling, forgotten, or a frame of more tensors
+#: than are remembered). It costs no parse: one unpack of the metadata bytes per remembered
+#: layout, nothing checked (the weight, the tag) and no payload touched; a hit moves that layout
+#: first. It is the reader's own lookup (``_walk._known_layout``), not a wrapper. No upstream
+#: counterpart (upstream's reader remembers nothing).
+known_layout: Final = _known_layout
 
 _NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
 _BF16 = np.dtype(ml_dtypes.bfloat16)

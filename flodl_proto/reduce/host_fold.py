@@ -56,7 +56,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
-from ..codec._walk import _known_layout
 from ..codec.auth import Premac, check_salt
 from ..codec.plans import frame_macs
 from ..codec.round_frame import (
@@ -69,6 +68,7 @@ from ..codec.round_frame import (
     encode_round_frame_bytes,
     parse_round_frame_or_eos,
 )
+from ..codec.round_frame import known_layout as _known_layout
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     DEFAULT_FRAME_CEILING,
