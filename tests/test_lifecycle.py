@@ -213,7 +213,7 @@ def test_relay_happy_path_and_drain() -> None:
 
 def test_relay_fail_records_the_error() -> None:
     lc = L.Lifecycle(RelayGuards(), "relay")
-    err = protocol_error("relay.closed_before_helloack")
+    err = protocol_error("relay.closed_before_helloack", hello_bytes=4)
     lc.fire(L.RelayEvent.FAIL, error=err)
     out = lc.outcome
     assert lc.state == L.RelayState.DONE
@@ -412,7 +412,7 @@ def test_outcome_recorder_uses_each_machines_outcomes() -> None:
 def test_sender_forwards_and_names_the_machine() -> None:
     send = L._sender("relay")
     sm = L.lifecycle_class("relay")(model=RelayGuards())
-    err = protocol_error("relay.closed_before_helloack")
+    err = protocol_error("relay.closed_before_helloack", hello_bytes=4)
     assert send(sm, L.RelayEvent.FAIL, error=err, detail="d") is None
     assert sm.outcome == L.Outcome(False, "fail", err, "d")
     with pytest.raises(SequenceError) as ei:

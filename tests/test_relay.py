@@ -394,10 +394,40 @@ def test_controller_closing_before_helloack() -> None:
             conn.close()
             err = relay.wait(10)
             assert isinstance(err, TruncatedInput)
-            assert str(err) == "relay: controller closed connection before HelloAck"
+            assert str(err) == (
+                "relay: controller closed connection before HelloAck; it may have refused this "
+                "relay's Hello (a 6-byte payload) for another protocol version or salt, or a "
+                "frame ceiling below 6 bytes")
             client.close()
         finally:
             relay.shutdown()
+
+
+def test_a_controller_ceiling_below_the_hello_is_named_by_the_relay() -> None:
+    """A real controller whose frame ceiling (44 bytes: above the 25-byte floor) is below the
+    relay's Hello (a 40-byte host name and two ranks: a 45-byte payload) refuses the Hello and
+    closes; the relay's error names the Hello's size, the number the controller's own error
+    compares with its ceiling."""
+    ctl = ReferenceController(2, SALT, ceiling=44).start()
+    relay = Relay(ctl.address, [0, 1], 2, SALT, listen_port=0, host="h" * 40).start()
+    clients = []
+    try:
+        clients = _connect_all(relay, [0, 1], 2)
+        err = relay.wait(30)
+        outcome = ctl.wait(30)
+    finally:
+        for c in clients:
+            c.close()
+        relay.shutdown()
+        ctl.shutdown(timeout=10)
+    assert isinstance(err, TruncatedInput) and err.remote
+    assert (err.error_id, err.fields) == ("relay.closed_before_helloack", {"hello_bytes": 45})
+    assert str(err) == ("relay: controller closed connection before HelloAck; it may have "
+                        "refused this relay's Hello (a 45-byte payload) for another protocol "
+                        "version or salt, or a frame ceiling below 45 bytes")
+    assert outcome is not None and not outcome.clean
+    assert outcome.error is not None and outcome.error.error_id == "mux.payload_too_large"
+    assert (outcome.error.fields["length"], outcome.error.fields["ceiling"]) == (45, 44)
 
 
 def test_controller_answering_something_else_than_helloack() -> None:
@@ -528,9 +558,10 @@ def test_relay_cli_says_why_it_exits_when_the_controller_refuses_its_hello() -> 
         ctl.shutdown(timeout=10)
     assert proc.returncode == 1
     assert err == ("flodl-proto relay: error: relay: controller closed connection before "
-                   "HelloAck (a controller rejects a Hello of another protocol version, or "
-                   "signed with another salt, and closes: check --protocol-version and the salt "
-                   "on both sides)\n")
+                   "HelloAck; it may have refused this relay's Hello (a 7-byte payload) for "
+                   "another protocol version or salt, or a frame ceiling below 7 bytes (check "
+                   "--protocol-version and the salt on both sides, and the controller's "
+                   "--frame-ceiling)\n")
     assert outcome is not None and "the protocol versions differ" in outcome.detail
 
 

@@ -443,8 +443,8 @@ def _why_failed(err: BaseException) -> str:
     """The relay's error in one line, with the likely cause where one is known."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
     if isinstance(err, ProtocolError) and err.error_id == "relay.closed_before_helloack":
-        text += (" (a controller rejects a Hello of another protocol version, or signed with "
-                 "another salt, and closes: check --protocol-version and the salt on both sides)")
+        text += (" (check --protocol-version and the salt on both sides, and the controller's "
+                 "--frame-ceiling)")
     elif not isinstance(err, ProtocolError | OSError):
         text = f"the relay failed unexpectedly: {type(err).__name__}: {text}"
     return text

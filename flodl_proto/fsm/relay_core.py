@@ -263,9 +263,8 @@ class RelayCore:
         if self.finished:
             return []
         self.lifecycle.fire(RelayEvent.HELLO_SENT)
-        hello = MuxRecord.control_msg(Hello(self.host, self.ranks), self.version)
         self._actions.append(SendUpstream(
-            (encode_channel_magic("data"), *encode_mux_record(hello, self.salt)),
+            (encode_channel_magic("data"), *encode_mux_record(self._hello(), self.salt)),
             UpstreamKind.HELLO))
         return self._flush()
 
@@ -433,9 +432,15 @@ class RelayCore:
         return self._flush()
 
     # -- rules -----------------------------------------------------------------------------------
+    def _hello(self) -> MuxRecord:
+        """The Control(Hello) record this relay sends: its host and ranks (a controller refuses
+        one whose payload is above its frame ceiling)."""
+        return MuxRecord.control_msg(Hello(self.host, self.ranks), self.version)
+
     def _hello_ack(self, record: MuxRecord | None) -> None:
         if record is None:
-            self._fail(protocol_error("relay.closed_before_helloack"))
+            self._fail(protocol_error("relay.closed_before_helloack",
+                                      hello_bytes=self._hello().payload.nbytes))
         elif not isinstance(record.control, HelloAck):
             got = (type(record.control).__name__ if record.control is not None
                    else record.kind.name)
