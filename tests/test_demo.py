@@ -163,10 +163,13 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
             if proc.poll() is not None:
                 break
             time.sleep(0.1)
-        if len(_marked(marker)) < 8:  # say why: the demo's own account of the cluster
+        if (running := len(_marked(marker))) < 8:  # say why: the demo's own account of it
+            exited = proc.poll()
             proc.kill()
             out, err = proc.communicate()
-            pytest.fail(f"{len(_marked(marker))} of 8 processes running\n{out}\n{err}")
+            pytest.fail(f"{running} of 8 processes running after "
+                        f"{time.monotonic() - deadline + 180:.0f} s (demo exit status "
+                        f"{exited})\n{out}\n{err}")
         time.sleep(0.5)
         if how == "sigterm-to-demo":
             proc.send_signal(signal.SIGTERM)
