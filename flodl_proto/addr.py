@@ -1,8 +1,9 @@
 """``HOST:PORT`` addresses as the command line and the runners take them.
 
 A TCP endpoint is written ``HOST:PORT``: ``127.0.0.1:5555``, ``node-3:5555``, or, for an IPv6
-literal, ``[::1]:5555`` (a bare ``::1:5555`` is read as host ``::1``, port 5555: the port is
-always after the last colon). :func:`parse_addr` reads that text into ``(host, port)``;
+literal, ``[::1]:5555``: an IPv6 address without brackets is refused (``::1:5555`` could be
+the address ``::1:5555`` or host ``::1`` with port 5555). :func:`parse_addr` reads that text into
+``(host, port)``;
 :func:`format_addr` writes it back, bracketing a host that contains a colon. Host names are not
 resolved here (the socket calls do that).
 
@@ -24,7 +25,8 @@ def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tupl
     """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``.
 
     Leading and trailing whitespace is ignored; the port is decimal digits only (no sign, no
-    underscores), 0 to 65535 (1 to 65535 for an address to dial).
+    underscores), 0 to 65535 (1 to 65535 for an address to dial); a host containing a colon (an
+    IPv6 address) must be bracketed.
 
     Args:
         text: the address text.
@@ -37,8 +39,9 @@ def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tupl
 
     Raises:
         InvalidValue (local) ``addr.invalid``: not a string, no colon or no port after a
-        bracketed host, no host, unbalanced brackets, a port that is not decimal digits or
-        above 65535, or 0 with ``dial``; the message names ``field`` and the text.
+        bracketed host, no host, unbalanced brackets, a colon in a host without brackets (a bare
+        IPv6 address), a port that is not decimal digits or above 65535, or 0 with ``dial``;
+        the message names ``field`` and the text.
     """
     if not isinstance(text, str):
         raise protocol_error("addr.invalid", field=field, value=text, reason="not a string")
@@ -52,6 +55,10 @@ def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tupl
                              reason="unbalanced brackets around the host")
     if host.startswith("["):
         host = host[1:-1]
+    elif ":" in host:
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason="an IPv6 address needs brackets: [ADDRESS]:PORT, e.g. "
+                             "[::1]:5555")
     if not host:
         raise protocol_error("addr.invalid", field=field, value=text, reason="no host")
     if not (port_s.isascii() and port_s.isdigit()):

@@ -12,6 +12,8 @@ from flodl_proto.addr import PORT_MAX, format_addr, parse_addr
 from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.runner import _netio
 
+_NEEDS_BRACKETS = "an IPv6 address needs brackets: [ADDRESS]:PORT, e.g. [::1]:5555"
+
 
 @pytest.mark.parametrize(("text", "want"), [
     ("127.0.0.1:5555", ("127.0.0.1", 5555)),
@@ -19,7 +21,6 @@ from flodl_proto.runner import _netio
     ("  localhost:65535\n", ("localhost", 65535)),
     ("[::1]:5555", ("::1", 5555)),
     ("[fe80::1%eth0]:80", ("fe80::1%eth0", 80)),
-    ("::1:5555", ("::1", 5555)),  # the port is after the last colon
     ("h:007", ("h", 7)),
 ])
 def test_parse_addr(text: str, want: tuple[str, int]) -> None:
@@ -45,6 +46,9 @@ def test_format_addr(addr: tuple[str, int], want: str) -> None:
     (":5555", "no host"),
     ("[]:5555", "no host"),
     ("[::1:5555", "unbalanced brackets around the host"),
+    ("::1", _NEEDS_BRACKETS),  # not host ":" and port 1
+    ("::1:5555", _NEEDS_BRACKETS),  # the address ::1:5555, or ::1 and port 5555?
+    ("fe80::1%eth0:80", _NEEDS_BRACKETS),
     ("::1]:5555", "unbalanced brackets around the host"),
     ("host:", "port '' is not a decimal number"),
     ("host:http", "port 'http' is not a decimal number"),
