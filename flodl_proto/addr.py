@@ -13,6 +13,9 @@ the result as ``flodl/src/distributed/wire.rs`` ``connect_with_retry`` dials its
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 from .errors import protocol_error
 
 __all__ = ["PORT_MAX", "format_addr", "parse_addr"]
@@ -21,15 +24,19 @@ __all__ = ["PORT_MAX", "format_addr", "parse_addr"]
 PORT_MAX = 0xFFFF
 
 
-def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``.
+def parse_addr(text: str | tuple[str, int], *, field: str = "address",
+               dial: bool = False) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``, or check a
+    ``(host, port)`` pair.
 
     Leading and trailing whitespace is ignored; the port is decimal digits only (no sign, no
     underscores), 0 to 65535 (1 to 65535 for an address to dial); a host containing a colon (an
-    IPv6 address) must be bracketed.
+    IPv6 address) must be bracketed. A pair's host is a non-empty string taken as it is (no
+    brackets), its port an integer (``operator.index``; not a bool) in the same range.
 
     Args:
-        text: the address text.
+        text: the address text, or a ``(host, port)`` pair (a socket address: extra items,
+            such as an IPv6 address's flow info and scope id, are ignored).
         field: what the text is, for the error message (e.g. ``"--listen"``).
         dial: the address is dialed, not listened on: port 0 (a listener's "any free port")
             is refused.
@@ -38,13 +45,17 @@ def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tupl
         ``(host, port)``: the host without brackets, the port as an int.
 
     Raises:
-        InvalidValue (local) ``addr.invalid``: not a string, no colon or no port after a
-        bracketed host, no host, unbalanced brackets, a colon in a host without brackets (a bare
-        IPv6 address), a port that is not decimal digits or above 65535, or 0 with ``dial``;
-        the message names ``field`` and the text.
+        InvalidValue (local) ``addr.invalid``: neither a string nor a ``(host, port)`` pair, no
+        colon or no port after a bracketed host, no host, unbalanced brackets, a colon in a
+        host without brackets (a bare IPv6 address), a port that is not decimal digits (a
+        pair's: not an integer) or above 65535, or 0 with ``dial``; the message names
+        ``field`` and the value.
     """
+    if isinstance(text, tuple):
+        return _check_pair(text, field, dial)
     if not isinstance(text, str):
-        raise protocol_error("addr.invalid", field=field, value=text, reason="not a string")
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason="not a string or a (host, port) pair")
     stripped = text.strip()
     host, sep, port_s = stripped.rpartition(":")
     if not sep or stripped.endswith("]"):  # "[::1]": the colons are the bracketed host's
@@ -64,15 +75,38 @@ def parse_addr(text: str, *, field: str = "address", dial: bool = False) -> tupl
     if not (port_s.isascii() and port_s.isdigit()):
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason=f"port {port_s!r} is not a decimal number")
-    port = int(port_s)
+    return host, _check_port(int(port_s), text, field, dial)
+
+
+def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int]:
+    host = pair[0] if len(pair) >= 2 else None
+    if not isinstance(host, str):
+        raise protocol_error("addr.invalid", field=field, value=pair,
+                             reason="not a string or a (host, port) pair")
+    if not host:
+        raise protocol_error("addr.invalid", field=field, value=pair, reason="no host")
+    try:
+        if isinstance(pair[1], bool):
+            raise TypeError
+        port = operator.index(pair[1])
+    except TypeError:
+        raise protocol_error("addr.invalid", field=field, value=pair,
+                             reason=f"port {pair[1]!r} is not an integer") from None
+    if port < 0:
+        raise protocol_error("addr.invalid", field=field, value=pair,
+                             reason=f"port {port} is out of range 0..{PORT_MAX}")
+    return host, _check_port(port, pair, field, dial)
+
+
+def _check_port(port: int, value: object, field: str, dial: bool) -> int:
     if port > PORT_MAX:
-        raise protocol_error("addr.invalid", field=field, value=text,
+        raise protocol_error("addr.invalid", field=field, value=value,
                              reason=f"port {port} is out of range 0..{PORT_MAX}")
     if dial and port == 0:
-        raise protocol_error("addr.invalid", field=field, value=text,
+        raise protocol_error("addr.invalid", field=field, value=value,
                              reason="port 0 cannot be dialed (it asks a listener for any free "
                              "port)")
-    return host, port
+    return port
 
 
 def format_addr(addr: tuple[str, int]) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
+import numpy as np
 import pytest
 
 from flodl_proto.addr import PORT_MAX, format_addr, parse_addr
@@ -72,7 +74,53 @@ def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> No
 def test_parse_addr_not_a_string() -> None:
     with pytest.raises(InvalidValue) as ei:
         parse_addr(5555)  # type: ignore[arg-type]
-    assert str(ei.value) == "address = 5555 is not a HOST:PORT address: not a string"
+    assert str(ei.value) == ("address = 5555 is not a HOST:PORT address: not a string or a "
+                             "(host, port) pair")
+
+
+@pytest.mark.parametrize(("pair", "want"), [
+    (("127.0.0.1", 5555), ("127.0.0.1", 5555)),
+    (("::1", 80, 0, 0), ("::1", 80)),  # an IPv6 socket address: no brackets, extras ignored
+    (("h", np.uint16(7)), ("h", 7)),  # any integral port
+])
+def test_parse_addr_takes_a_host_port_pair(pair: tuple[str, int], want: tuple[str, int]) -> None:
+    got = parse_addr(pair, dial=True)
+    assert got == want and type(got[1]) is int
+
+
+@pytest.mark.parametrize(("pair", "reason"), [
+    (("h", 0), "port 0 cannot be dialed (it asks a listener for any free port)"),
+    (("h", -1), "port -1 is out of range 0..65535"),
+    (("h", 65536), "port 65536 is out of range 0..65535"),
+    (("h", 80.0), "port 80.0 is not an integer"),
+    (("h", "80"), "port '80' is not an integer"),
+    (("h", True), "port True is not an integer"),
+    (("", 80), "no host"),
+    ((80, "h"), "not a string or a (host, port) pair"),
+    (("h",), "not a string or a (host, port) pair"),
+])
+def test_parse_addr_bad_pair_names_field_and_value(pair: tuple[Any, ...], reason: str) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(pair, field="controller", dial=True)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError) and ei.value.error_id == "addr.invalid"
+    assert str(ei.value) == f"controller = {pair!r} is not a HOST:PORT address: {reason}"
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:0", ("127.0.0.1", 0)])
+def test_relay_and_rank_client_refuse_to_dial_port_0(addr: str | tuple[str, int]) -> None:
+    """Before anything is bound or dialed (a relay waited for its ranks on port 4, a rank
+    retried its connect for the whole budget)."""
+    from flodl_proto.runner.rank import RankClient
+    from flodl_proto.runner.relay import Relay
+
+    salt = bytes(16)
+    for field, make in (("controller", lambda: Relay(addr, [0], 1, salt)),
+                        ("addr", lambda: RankClient.connect(addr, 0, 1, salt))):
+        with pytest.raises(InvalidValue) as ei:
+            make()
+        assert isinstance(ei.value, LocalProtocolError) and ei.value.error_id == "addr.invalid"
+        assert str(ei.value) == (f"{field} = {addr!r} is not a HOST:PORT address: port 0 "
+                                 "cannot be dialed (it asks a listener for any free port)")
 
 
 def test_netio_reexports_the_same_functions() -> None:

@@ -301,7 +301,7 @@ class RankClient:
             InvalidValue (local): ``world_size == 0`` (``client.world_size_zero``) or
                 ``rank >= world_size`` (``client.rank_out_of_range``) or ``rank < 0``
                 (``client.rank_negative``), or ``ceiling`` below the smallest RoundFrame
-                (``ceiling.below_minimum``), checked before dialing; a bad salt.
+                (``ceiling.below_minimum``), checked before dialing; a bad salt or ``addr``.
             VersionMismatch (local): unsupported ``version``.
             ConnectionError: the relay could not be reached within the retry budget.
             TruncatedInput, BadMagic, VersionMismatch (remote): the ack was missing (the relay
@@ -319,7 +319,7 @@ class RankClient:
         if rank >= world_size:
             raise protocol_error("client.rank_out_of_range", rank=rank, world_size=world_size)
         check_frame_ceiling(ceiling, "rank")
-        target = parse_addr(addr) if isinstance(addr, str) else (addr[0], int(addr[1]))
+        target = parse_addr(addr, field="addr", dial=True)
         sock = connect_with_retry(target, "cpu_reduce", on_retry=on_retry)
         try:
             configure_socket(sock, recv=handshake_read_timeout(), send=write_stall_timeout())

@@ -186,7 +186,8 @@ class Relay:
             (``relay.host_too_long``), a ``rank_timeout`` that is not a positive number
             (``deadline.bad_timeout``), a ``listen_port`` outside 0..65535 (given, or the
             controller's port + 4: ``relay.bad_listen_port``), a ``ceiling`` below the
-            smallest RoundFrame (``ceiling.below_minimum``).
+            smallest RoundFrame (``ceiling.below_minimum``), a ``controller`` address that
+            cannot be dialed (``addr.invalid``: port 0 included).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -208,8 +209,7 @@ class Relay:
         on_retry: Callable[[str], None] | None = None,
     ) -> None:
         self._on_retry = on_retry
-        self._controller = (parse_addr(controller) if isinstance(controller, str)
-                            else (controller[0], int(controller[1])))
+        self._controller = parse_addr(controller, field="controller", dial=True)
         self.host = host if host is not None else socket.gethostname()
         timeout = check_timeout("rank_timeout", rank_timeout)
         check_frame_ceiling(ceiling, "relay")
