@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pytest
 
 from flodl_proto.codec.ceiling import check_frame_ceiling
@@ -46,3 +49,31 @@ def test_a_ceiling_that_is_no_byte_count_is_invalid(ceiling: object) -> None:
         check_frame_ceiling(ceiling, "relay")  # type: ignore[arg-type]
     assert e.value.error_id == "ceiling.invalid" and not e.value.remote
     assert str(e.value) == f"frame ceiling must be a non-negative number of bytes, got {ceiling!r}"
+
+
+@pytest.mark.parametrize("ceiling", [np.int64(1 << 20), np.uint32(25), np.int8(100)])
+def test_any_integral_ceiling_is_taken_as_a_plain_int(ceiling: Any) -> None:
+    got = check_frame_ceiling(ceiling, "rank")
+    assert got == int(ceiling) and type(got) is int  # the codec's fast paths test the type
+
+
+@pytest.mark.parametrize(("ceiling", "error_id"), [
+    (np.float64(64.0), "ceiling.invalid"), (64.0, "ceiling.invalid"),
+    (np.bool_(True), "ceiling.invalid"), (np.int64(-1), "ceiling.invalid"),
+    (np.int64(24), "ceiling.below_minimum"),
+])
+def test_a_numpy_value_that_is_no_byte_count_is_refused(ceiling: Any, error_id: str) -> None:
+    with pytest.raises(InvalidValue) as e:
+        check_frame_ceiling(ceiling, "relay")
+    assert e.value.error_id == error_id and not e.value.remote
+
+
+def test_the_controller_and_the_relay_take_a_numpy_ceiling() -> None:
+    from flodl_proto.runner.controller import ReferenceController
+    from flodl_proto.runner.relay import Relay
+
+    relay = Relay("127.0.0.1:1", [0], 1, SALT, ceiling=np.int64(1 << 20))
+    assert relay.ceiling == 1 << 20 and type(relay.ceiling) is int
+    relay.shutdown()
+    with ReferenceController(1, SALT, ceiling=np.int64(1 << 20)) as ctl:
+        assert ctl.port > 0

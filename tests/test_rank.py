@@ -313,6 +313,15 @@ def test_reply_prefix_above_the_ceiling_is_rejected_before_reading() -> None:
     fake.close()
 
 
+def test_a_numpy_integer_ceiling_is_taken_as_an_int() -> None:
+    fake = FakeRelay(acking(2, _reply(b"", prefix=1 << 30)))
+    with RankClient.connect(fake.addr, 0, 1, SALT, ceiling=np.int64(1 << 20)) as c:
+        assert c.ceiling == 1 << 20 and type(c.ceiling) is int
+        with pytest.raises(LimitExceeded, match="exceeds the frame ceiling 1048576"):
+            c.all_reduce(frame([1.0]))
+    fake.close()
+
+
 # -- what goes on the wire --------------------------------------------------------------------
 def _capture(version: int, call: Callable[[RankClient], Any], reply: RoundFrame,
              bf16: bool = False, rank: int = 0, world: int = 1) -> tuple[RoundFrame, Any]:

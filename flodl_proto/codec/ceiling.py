@@ -11,30 +11,46 @@ No upstream counterpart: upstream takes no ceiling from its caller (``wire.rs`` 
 
 from __future__ import annotations
 
+import operator
+
 from ..errors import protocol_error
 from ..spec import frame_ceiling_floor
-from ._common import check_ceiling
 
 __all__ = ["check_frame_ceiling"]
 
 
 def check_frame_ceiling(ceiling: int, role: str) -> int:
-    """Check the frame ceiling (bytes) given to a ``role`` and return it.
+    """Check the frame ceiling (bytes) given to a ``role`` and return it as a plain ``int``.
+
+    Any integral value is taken (``operator.index``: an ``int``, a NumPy integer such as
+    ``np.int64``); the result is always of type ``int``, so a constructor that keeps it hits the
+    codec's ``type(ceiling) is int`` fast paths.
 
     Args:
         ceiling: the ceiling, bytes.
         role: who takes it (``"controller"``, ``"relay"`` or ``"rank"``), named in the error.
 
+    Returns:
+        ``ceiling`` as an ``int``.
+
     Raises:
-        InvalidValue (local): ``ceiling`` is not a non-negative integer (``ceiling.invalid``),
-            or it is below the role's floor (``ceiling.below_minimum``, naming the role, the
-            value, the minimum and what the minimum is).
+        InvalidValue (local): ``ceiling`` is not a non-negative integer (``ceiling.invalid``:
+            a bool, a float or a string included), or it is below the role's floor
+            (``ceiling.below_minimum``, naming the role, the value, the minimum and what the
+            minimum is).
 
     No upstream counterpart: upstream takes no ceiling from its caller.
     """
-    check_ceiling(ceiling)
+    try:
+        if isinstance(ceiling, bool):
+            raise TypeError
+        value = operator.index(ceiling)
+    except TypeError:
+        raise protocol_error("ceiling.invalid", value=ceiling) from None
+    if value < 0:
+        raise protocol_error("ceiling.invalid", value=ceiling)
     minimum, what = frame_ceiling_floor()
-    if ceiling < minimum:
-        raise protocol_error("ceiling.below_minimum", role=role, value=ceiling, minimum=minimum,
+    if value < minimum:
+        raise protocol_error("ceiling.below_minimum", role=role, value=value, minimum=minimum,
                              what=what)
-    return ceiling
+    return value

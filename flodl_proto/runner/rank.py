@@ -318,7 +318,7 @@ class RankClient:
             raise protocol_error("client.rank_negative", rank=rank)
         if rank >= world_size:
             raise protocol_error("client.rank_out_of_range", rank=rank, world_size=world_size)
-        check_frame_ceiling(ceiling, "rank")
+        ceiling = check_frame_ceiling(ceiling, "rank")
         target = parse_addr(addr, field="addr", dial=True)
         sock = connect_with_retry(target, "cpu_reduce", on_retry=on_retry)
         try:

@@ -212,7 +212,7 @@ class Relay:
         self._controller = parse_addr(controller, field="controller", dial=True)
         self.host = host if host is not None else socket.gethostname()
         timeout = check_timeout("rank_timeout", rank_timeout)
-        check_frame_ceiling(ceiling, "relay")
+        ceiling = check_frame_ceiling(ceiling, "relay")
         # a large HostFrame's two MACs run side by side (the thread starts at the first such
         # round; joined when the relay finishes)
         self._mac_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flodl-relay-mac")
