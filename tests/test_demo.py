@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from flodl_proto.commands.demo import model_rounds, stage_lines
+from flodl_proto.commands.demo import (
+    model_rounds,
+    payload_mib_max,
+    payload_values,
+    rank_frame_len,
+    stage_lines,
+)
 from flodl_proto.runner.stages import SEGMENTS, RoundStages
 
 from .cluster_util import skip_deep_unless_selected
@@ -108,6 +114,15 @@ def test_demo_rejects_bad_arguments() -> None:
     (["--payload-mib", "-1"], "--payload-mib must be a finite number >= 0, got -1.0"),
     (["--payload-mib", "nan"], "--payload-mib must be a finite number >= 0, got nan"),
     (["--payload-mib", "inf"], "--payload-mib must be a finite number >= 0, got inf"),
+    (["--payload-mib", "1e12"], "--payload-mib must be at most 1023.99, got 1000000000000.0: a "
+                                "rank's frame would be 1048576000000000121 bytes, above the "
+                                "frame ceiling of 1073741824 bytes"),
+    (["--payload-mib", "1024"], "--payload-mib must be at most 1023.99, got 1024.0: a rank's "
+                                "frame would be 1073741945 bytes, above the frame ceiling of "
+                                "1073741824 bytes"),
+    (["--payload-mib", "2048", "--bf16"], "--payload-mib must be at most 2047.99 with --bf16, "
+                                          "got 2048.0: a rank's frame would be 1073741911 "
+                                          "bytes, above the frame ceiling of 1073741824 bytes"),
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--kill-rank", "x@1"], "--kill-rank expects R@ROUND (two whole numbers), got 'x@1'"),
     (["--kill-rank", "1@"], "--kill-rank expects R@ROUND (two whole numbers), got '1@'"),
@@ -126,6 +141,31 @@ def test_demo_usage_errors_name_the_option_and_the_value(
 
     assert main(["demo", "--no-progress", *args]) == 2
     assert capsys.readouterr() == ("", f"flodl-proto demo: error: {message}\n")
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("payload_mib", [0.0, 0.001, 1.0, 3.3])
+def test_rank_frame_len_is_the_length_of_the_frame_a_demo_rank_sends(
+        payload_mib: float, bf16: bool) -> None:
+    """The frame the worker builds (its parameters and the --payload-mib tensor), encoded as the
+    rank client sends it, is as long as ``rank_frame_len`` says; the largest ``--payload-mib``
+    accepted fits the 1 GiB frame ceiling and 0.01 more does not."""
+    import numpy as np
+
+    from flodl_proto.codec import Dtype
+    from flodl_proto.commands import _demo_worker as worker
+    from flodl_proto.spec import DEFAULT_FRAME_CEILING
+
+    from .cluster_util import frame
+
+    n = payload_values(payload_mib)
+    assert n == int(payload_mib * (1 << 20)) // 4
+    arrays = [np.zeros(worker.FEATURES + 1, np.float32)] + ([np.ones(n, np.float32)] if n else [])
+    want = frame(*arrays, dtype=Dtype.BF16 if bf16 else Dtype.F32).wire_len
+    assert rank_frame_len(payload_mib, bf16) == want
+    top = payload_mib_max(bf16)
+    assert top == (2047.99 if bf16 else 1023.99)
+    assert rank_frame_len(top, bf16) <= DEFAULT_FRAME_CEILING < rank_frame_len(top + 0.01, bf16)
 
 
 @pytest.mark.parametrize(("where", "why"), [("missing/salt.hex", "No such file or directory"),

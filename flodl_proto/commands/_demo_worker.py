@@ -164,7 +164,7 @@ def _train(cfg: dict[str, Any]) -> int:
     xs, ys = x[rank::world], y[rank::world]
     table = steps_table(seed, world, rounds)
     w = np.zeros(FEATURES + 1, np.float32)
-    n_extra = int(float(cfg.get("payload_mib", 0.0)) * (1 << 20)) // 4
+    n_extra = int(cfg.get("payload_values", 0))  # sized and checked by the demo
     extra = np.full(n_extra, np.float32(rank), np.float32)
     salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
     client = RankClient.connect(cfg["relay"], rank, world, salt, int(cfg["version"]),
@@ -206,7 +206,8 @@ def _train(cfg: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``argv[0]`` is the JSON config (rank, world_size, seed, rounds, relay,
-    version, bf16, payload_mib, kill_round); the salt comes from ``$FLODL_SESSION_SALT``."""
+    version, bf16, payload_values: the f32 values of the --payload-mib tensor, kill_round); the
+    salt comes from ``$FLODL_SESSION_SALT``."""
     args = sys.argv[1:] if argv is None else argv
     cfg = json.loads(args[0])
     try:

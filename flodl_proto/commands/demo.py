@@ -61,7 +61,15 @@ from typing import IO, TYPE_CHECKING, Any
 from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
-from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from ..spec import (
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    DTYPE_BF16,
+    DTYPE_F32,
+    ELEMENT_SIZE,
+    ROUND_FRAME_FIXED_OVERHEAD,
+    SUPPORTED_VERSIONS,
+)
 from .controller import parse_outer
 from .relay import check_world_size, resolve_salt
 
@@ -70,7 +78,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
 
     from ..runner import stages
 
-__all__ = ["TOLERANCE", "model_rounds", "partition", "register", "stage_lines"]
+__all__ = ["TOLERANCE", "model_rounds", "partition", "payload_mib_max", "payload_values",
+           "rank_frame_len", "register", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -86,6 +95,49 @@ def partition(world_size: int, hosts: int) -> list[list[int]]:
     import numpy as np
 
     return [list(map(int, g)) for g in np.array_split(np.arange(world_size), hosts)]
+
+
+#: values of the model's parameter tensor (``_demo_worker.FEATURES`` weights and a bias)
+_PARAMETERS = 17
+#: wire bytes of a one-dimensional tensor besides its payload: dtype 2, one dim 4, nbytes 8
+_TENSOR_HEADER = 2 + 4 + 8
+
+
+def payload_values(payload_mib: float) -> int:
+    """Values of the f32 tensor of ``--payload-mib`` MiB that every demo rank adds to its
+    parameters frame (``int(M x 2**20) // 4``; 0: no such tensor)."""
+    return int(payload_mib * (1 << 20)) // 4
+
+
+def rank_frame_len(payload_mib: float, bf16: bool) -> int:
+    """Wire length (bytes) of the largest frame a demo rank sends: the Model frame of its
+    parameters (17 values) and of the ``--payload-mib`` tensor (``int(M x 2**20) // 4`` values,
+    no tensor when that is 0), f32, or bf16 with ``--bf16`` (``round_frame_wire_len``: 25 + per
+    tensor 14 + its bytes). The relay's HostFrame and the controller's Broadcast are as long."""
+    size = ELEMENT_SIZE[DTYPE_BF16 if bf16 else DTYPE_F32]
+    n = payload_values(payload_mib)
+    return (ROUND_FRAME_FIXED_OVERHEAD + _TENSOR_HEADER + _PARAMETERS * size
+            + (_TENSOR_HEADER + n * size if n else 0))
+
+
+def payload_mib_max(bf16: bool) -> float:
+    """The largest ``--payload-mib``, to two decimals (rounded down), whose
+    :func:`rank_frame_len` is within the frame ceiling every member of the demo's cluster reads
+    with (``DEFAULT_FRAME_CEILING``, 1 GiB)."""
+    size = ELEMENT_SIZE[DTYPE_BF16 if bf16 else DTYPE_F32]
+    values = (DEFAULT_FRAME_CEILING - rank_frame_len(0.0, bf16) - _TENSOR_HEADER) // size
+    return math.floor(values * 4 / (1 << 20) * 100) / 100
+
+
+def _check_payload_mib(payload_mib: float, bf16: bool) -> None:
+    if not 0 <= payload_mib < math.inf:  # nan too: no tensor of that size
+        raise ValueError(f"--payload-mib must be a finite number >= 0, got {payload_mib}")
+    if rank_frame_len(payload_mib, bf16) > DEFAULT_FRAME_CEILING:
+        raise ValueError(
+            f"--payload-mib must be at most {payload_mib_max(bf16):.2f}"
+            f"{' with --bf16' if bf16 else ''}, got {payload_mib}: a rank's frame would be "
+            f"{rank_frame_len(payload_mib, bf16)} bytes, above the frame ceiling of "
+            f"{DEFAULT_FRAME_CEILING} bytes")
 
 
 def _parse_kill(text: str | None) -> tuple[int, int] | None:
@@ -349,8 +401,7 @@ def run(args: argparse.Namespace) -> int:
                              f"got {args.hosts}")
         if args.rounds < 1:
             raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-        if not 0 <= args.payload_mib < math.inf:  # nan too: no tensor of that size
-            raise ValueError(f"--payload-mib must be a finite number >= 0, got {args.payload_mib}")
+        _check_payload_mib(args.payload_mib, args.bf16)
         if args.seed < 0:  # NumPy's generators take no negative seed
             raise ValueError(f"--seed must be >= 0, got {args.seed}")
         parse_outer(args.outer)
@@ -478,7 +529,7 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     for rank in range(w):
         cfg = {"rank": rank, "world_size": w, "seed": args.seed, "rounds": args.rounds,
                "relay": relay_addr[rank], "version": args.protocol_version, "bf16": args.bf16,
-               "payload_mib": args.payload_mib,
+               "payload_values": payload_values(args.payload_mib),
                "kill_round": kill[1] if kill and kill[0] == rank else None}
         workers[rank] = cluster.spawn(f"rank{rank}", [
             "flodl_proto.commands._demo_worker", json.dumps(cfg)], stdin=True,
