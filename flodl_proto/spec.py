@@ -19,7 +19,7 @@ Upstream: the constants live in ``flodl/src/distributed/controller/mod.rs``, ``r
 from __future__ import annotations
 
 import copy
-import math
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ import yaml
 from ._oserr import os_reason
 
 __all__ = [
+    "NET_TIMEOUT_SCALE_ENV",
     "SPEC",
     "YAML_LOADER",
     "ErrorEntry",
@@ -46,8 +47,11 @@ __all__ = [
     "lifecycle_transitions",
     "machine_transitions",
     "net_timeout_scale",
+    "read_net_timeout_scale",
     "walk_lifecycle_states",
 ]
+
+log = logging.getLogger(__name__)
 
 #: A data-channel protocol version this package speaks.
 Version = Literal[2, 3]
@@ -341,27 +345,74 @@ def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
 SPEC: Final = Spec(find_spec_dir())
 
 
-def net_timeout_scale() -> float:
-    """Return ``FLODL_NET_TIMEOUT_SCALE`` (finite, at least 0.1; default 1.0).
+#: the environment variable of the network timeout scale
+NET_TIMEOUT_SCALE_ENV: Final = str(SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]["env"])
 
-    An unset, unparsable, non-finite or too small value falls back as upstream does: unparsable or
-    non-finite gives the default, below the minimum gives the minimum.
 
-    Upstream: ``flodl/src/distributed/wire.rs`` (net_timeout_scale).
+def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | None]:
+    """Read a network timeout scale (``FLODL_NET_TIMEOUT_SCALE``, or an option that sets it).
+
+    ``None`` (unset) is the default, 1.0. Text is taken as upstream's ``str::parse::<f64>``
+    takes it, after stripping surrounding whitespace (no digit separators, ASCII only); the
+    value must be finite and within ``ENV_NET_TIMEOUT_SCALE``'s minimum (0.1) and maximum (1000,
+    spec departure ``net_timeout_scale_maximum``), bounds included. Nothing is raised here (this
+    module imports nothing of the package): the caller words an invalid value with the
+    ``timeout_scale.invalid`` catalogue entry, whose fields are returned.
+
+    Args:
+        text: the value's text, or None when unset.
+
+    Returns:
+        ``(scale, None)`` for a valid (or unset) value; ``(1.0, fields)`` for an invalid one,
+        ``fields`` being ``timeout_scale.invalid``'s but ``field``: ``value`` (the stripped
+        text), ``problem`` (``"is not a number"`` or ``"is out of range"``), ``minimum`` and
+        ``maximum``.
+
+    Upstream: ``flodl/src/distributed/wire.rs`` ``parse_net_timeout_scale`` (no maximum).
     """
     entry = SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]
     default = float(entry["default"])
-    minimum = float(entry["minimum"])
-    text = os.environ.get(str(entry["env"]))
     if text is None:
-        return default
+        return default, None
+    trimmed = text.strip()
+    minimum, maximum = float(entry["minimum"]), float(entry["maximum"])
     try:
-        value = float(text)
+        value = float(trimmed) if trimmed.isascii() and "_" not in trimmed else None
     except ValueError:
-        return default
-    if not math.isfinite(value):
-        return default
-    return max(value, minimum)
+        value = None
+    if value is not None and minimum <= value <= maximum:  # NaN fails too
+        return value, None
+    return default, {"value": trimmed, "minimum": minimum, "maximum": maximum,
+                     "problem": "is not a number" if value is None else "is out of range"}
+
+
+#: :func:`net_timeout_scale` by the variable's text (None: unset); an invalid text is in it once
+#: it has been warned about
+_SCALES: Final[dict[str | None, float]] = {}
+
+
+def net_timeout_scale() -> float:
+    """Return ``FLODL_NET_TIMEOUT_SCALE`` (:func:`read_net_timeout_scale`; unset: 1.0).
+
+    An invalid value falls back to the default, 1.0, as upstream's library does, with one
+    warning per distinct value (logged, so on stderr unless logging is configured otherwise):
+    ``FLODL_NET_TIMEOUT_SCALE='1e308' is out of range; expected ...; using default scale 1.0``
+    (the cluster commands refuse it before anything starts, as upstream's launcher does). The
+    variable is read at every call (a test or a launcher may change it); the reading is
+    remembered per text.
+
+    Upstream: ``flodl/src/distributed/wire.rs`` ``net_timeout_scale``.
+    """
+    text = os.environ.get(NET_TIMEOUT_SCALE_ENV)
+    scale = _SCALES.get(text)
+    if scale is None:
+        scale, invalid = read_net_timeout_scale(text)
+        if invalid is not None:
+            message = SPEC.errors["timeout_scale.invalid"].template.format(
+                field=NET_TIMEOUT_SCALE_ENV, **invalid)
+            log.warning("%s; using default scale %s", message, scale)
+        _SCALES[text] = scale
+    return scale
 
 
 def _c(name: str) -> int:

@@ -1046,3 +1046,61 @@ def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: li
     assert res.returncode == 2, res.stderr
     assert res.stderr == (f"{prefix}--salt-file {salt_file}: longer than {SALT_FILE_MAX_BYTES} "
                           "bytes: not a session salt (32 hex digits, or 16 raw bytes)\n")
+
+
+# -- item: FLODL_NET_TIMEOUT_SCALE (``1e308`` overflowed the controller's accept loop) -----------
+@pytest.mark.parametrize("command,where", [
+    ("controller", ["--listen", "127.0.0.1:0"]),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"]),
+    ("rank", ["--relay", "127.0.0.1:1", "--rank", "0"]),
+    ("demo", ["--no-progress"]),
+])
+@pytest.mark.parametrize("value,problem", [("1e308", "is out of range"),
+                                           ("0.01", "is out of range"),
+                                           ("nan", "is out of range"),
+                                           ("soon", "is not a number")])
+def test_an_invalid_net_timeout_scale_is_a_usage_error(command: str, where: list[str],
+                                                       value: str, problem: str) -> None:
+    """Checked before anything starts (the library alone would warn and use 1.0); checked
+    first, so ``--world-size 0`` is not the error reported."""
+    res = _cli(command, *where, "--world-size", "0", "--salt", SALT_HEX, timeout=30,
+               env={"FLODL_NET_TIMEOUT_SCALE": value})
+    assert (res.returncode, res.stdout) == (2, ""), res.stderr
+    assert res.stderr == (f"flodl-proto {command}: error: FLODL_NET_TIMEOUT_SCALE={value!r} "
+                          f"{problem}; expected a finite scale factor from 0.1 to 1000\n")
+
+
+@pytest.mark.parametrize(("text", "problem"), [("1e308", "is out of range"),
+                                               ("soon", "is not a number")])
+def test_check_net_timeout_scale_is_a_local_invalid_value(
+        text: str, problem: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto.commands.relay import check_net_timeout_scale
+    from flodl_proto.errors import InvalidValue, LocalProtocolError
+
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", text)
+    for call, field in ((lambda: check_net_timeout_scale(), "FLODL_NET_TIMEOUT_SCALE"),
+                        (lambda: check_net_timeout_scale(text, field="-s"), "-s")):
+        with pytest.raises(InvalidValue) as ei:
+            call()
+        e = ei.value
+        assert isinstance(e, LocalProtocolError) and e.error_id == "timeout_scale.invalid"
+        assert str(e) == (f"{field}={text!r} {problem}; expected a finite scale factor from 0.1 "
+                          "to 1000")
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", " 2.5 ")
+    assert check_net_timeout_scale() == 2.5
+    assert check_net_timeout_scale("1000", field="-s") == 1000.0
+    monkeypatch.delenv("FLODL_NET_TIMEOUT_SCALE")
+    assert check_net_timeout_scale() == 1.0
+
+
+@pytest.mark.parametrize("value,problem", [("1e308", "is out of range"),
+                                           ("inf", "is out of range"),
+                                           ("0", "is out of range"),
+                                           ("x", "is not a number")])
+def test_conform_timeout_scale_is_checked_as_the_variable_it_sets(
+        value: str, problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "conform", "controller", "--launch", "true {port}",
+                               "--cases", "nothing.*", "--timeout-scale", value)
+    assert (code, out) == (2, "")
+    assert err == (f"flodl-proto conform: error: --timeout-scale={value!r} {problem}; expected "
+                   "a finite scale factor from 0.1 to 1000\n")

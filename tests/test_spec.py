@@ -3,6 +3,7 @@ catalogue, and constants are not written anywhere else."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -129,13 +130,75 @@ def test_error_side_and_kind_axes() -> None:
     assert not isinstance(e2, errors.RemoteProtocolError)
 
 
-def test_net_timeout_scale(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.01")
-    assert spec.net_timeout_scale() == 0.1
-    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "nan")
+@pytest.mark.parametrize(("text", "want"), [
+    (None, 1.0), ("2.5", 2.5), (" 3\n", 3.0), ("0.1", 0.1), ("1000", 1000.0), ("1e2", 100.0),
+    ("+1.5", 1.5), (".5", 0.5),
+])
+def test_read_net_timeout_scale(text: str | None, want: float) -> None:
+    assert spec.read_net_timeout_scale(text) == (want, None)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("", "is not a number"), ("soon", "is not a number"), ("1_0", "is not a number"),
+    ("\u0661", "is not a number"),  # a non-ASCII digit: upstream's parse refuses it too
+    ("0.0999", "is out of range"), ("0", "is out of range"), ("-1", "is out of range"),
+    ("1000.001", "is out of range"), ("1e308", "is out of range"), ("inf", "is out of range"),
+    ("-inf", "is out of range"), ("nan", "is out of range"),
+])
+def test_read_net_timeout_scale_of_an_invalid_value(text: str, problem: str) -> None:
+    """The default, and the fields of ``timeout_scale.invalid`` but the field's name."""
+    assert spec.read_net_timeout_scale(f" {text} ") == (1.0, {
+        "value": text, "problem": problem, "minimum": 0.1, "maximum": 1000.0})
+
+
+def test_net_timeout_scale_falls_back_to_1_with_one_warning_per_value(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """As upstream's library: an invalid value is the default, 1.0 (0.01 was raised to 0.1),
+    said once on stderr; the commands refuse it (``commands.relay.check_net_timeout_scale``)."""
+    monkeypatch.setattr(spec, "_SCALES", {})
+    monkeypatch.delenv("FLODL_NET_TIMEOUT_SCALE", raising=False)
     assert spec.net_timeout_scale() == 1.0
     monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "2.5")
     assert spec.net_timeout_scale() == 2.5
+    with caplog.at_level(logging.WARNING, logger="flodl_proto.spec"):
+        for value in ("0.01", "1e308", "0.01", "1e308", "nan"):
+            monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", value)
+            assert spec.net_timeout_scale() == 1.0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"FLODL_NET_TIMEOUT_SCALE={v!r} is out of range; expected a finite scale factor from 0.1 "
+        "to 1000; using default scale 1.0" for v in ("0.01", "1e308", "nan")]
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "7")
+    assert spec.net_timeout_scale() == 7.0  # read at every call
+
+
+def test_every_timeout_at_the_largest_scale_is_within_the_limits_of_its_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Departure ``net_timeout_scale_maximum``: at 1000 the longest scaled timeout is 120000 s,
+    the keepalive idle time within Linux's TCP_KEEPIDLE maximum (32767 s), TCP_USER_TIMEOUT
+    (ms) within a C int, and a socket takes them all."""
+    import socket
+    import threading
+
+    from flodl_proto.runner import _netio
+    from flodl_proto.runner.controller import peek_timeout
+
+    top = spec.SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]["maximum"]
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", str(top))
+    assert spec.net_timeout_scale() == top == 1000.0
+    idle, interval, probes = _netio.keepalive_settings()
+    assert (idle, interval, probes) == (30000, 5000, 3)
+    assert idle <= 32767 and interval <= 32767
+    assert _netio.keepalive_bound() * 1000 == 45_000_000 <= 2**31 - 1
+    longest = max(_netio.write_stall_timeout(), _netio.reduce_read_deadline(),
+                  _netio.connect_attempts() * spec.SPEC.timeout("CONNECT_BACKOFF"),
+                  peek_timeout())
+    assert longest == 120000.0 < threading.TIMEOUT_MAX
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        _netio.configure_socket(sock, recv=longest)  # keepalive, user timeout, write stall
+        if hasattr(socket, "TCP_KEEPIDLE"):  # taken, not refused (refusals are ignored)
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == idle
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 45_000_000
 
 
 def _sample(subcon: Any, k: int) -> Any:

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
+from ..errors import ProtocolError
 from ..spec import SUPPORTED_VERSIONS
+from .relay import check_net_timeout_scale
 
 if TYPE_CHECKING:
     from ..conform.catalogue import Case
@@ -73,9 +75,10 @@ def register(sub: Any) -> None:
                        help="only the case ids matching this shell glob (repeatable)")
         r.add_argument("--level", choices=["must", "should"], type=str.lower,
                        help="only MUST or only SHOULD cases (default: both)")
-        r.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+        r.add_argument("--timeout-scale", default="1.0", metavar="X",
                        help="exported to the target as FLODL_NET_TIMEOUT_SCALE; scales the "
-                            "kit's waits that follow the target's timeouts (default 1)")
+                            "kit's waits that follow the target's timeouts (0.1 to 1000; "
+                            "default 1)")
         r.add_argument("--port-mux", action="store_true",
                        help="the target serves the port mux: run the cases that need it")
         r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
@@ -156,8 +159,10 @@ def _run(args: argparse.Namespace) -> int:
     from ..conform.target import LaunchedTarget, TargetLaunchError, fill_placeholders
 
     role = str(args.role)
-    if args.timeout_scale < 0.1 or args.timeout_scale != args.timeout_scale:
-        return _usage(f"--timeout-scale must be >= 0.1, got {args.timeout_scale}")
+    try:
+        timeout_scale = check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
+    except ProtocolError as e:
+        return _usage(str(e))
     if args.jobs < 1:
         return _usage(f"--jobs must be >= 1, got {args.jobs}")
     try:
@@ -182,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     for path in (args.junit, args.json):  # found now rather than after a run of every case
         if path is not None and (why := _unwritable(path)) is not None:
             return _report_error(path, why)
-    settings = KitSettings(timeout_scale=args.timeout_scale)
+    settings = KitSettings(timeout_scale=timeout_scale)
     console = Console(stderr=False, highlight=False, soft_wrap=True)
     lock = threading.Lock()
     progress = Progress(TextColumn("[bold]conform {task.fields[role]}"), BarColumn(),

@@ -55,6 +55,7 @@ from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_d
 from .relay import (
     add_frame_ceiling_option,
     add_salt_options,
+    check_net_timeout_scale,
     check_world_size,
     cli_salt,
     frame_ceiling,
@@ -185,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     except ProtocolError as e:
         return _usage_error(str(e))
     try:
+        check_net_timeout_scale()
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         outer = parse_outer(args.outer)

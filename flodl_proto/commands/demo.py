@@ -71,7 +71,7 @@ from ..spec import (
     SUPPORTED_VERSIONS,
 )
 from .controller import parse_outer
-from .relay import check_world_size, resolve_salt
+from .relay import check_net_timeout_scale, check_world_size, resolve_salt
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
@@ -394,6 +394,7 @@ def _session_salt(path: str | None) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
     try:
+        check_net_timeout_scale()  # the cluster's processes inherit it
         kill = _parse_kill(args.kill_rank)
         check_world_size(args.world_size)
         if not 1 <= args.hosts <= args.world_size:
@@ -413,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
                              f"0..{args.world_size - 1} (a rank of --world-size "
                              f"{args.world_size}) and ROUND in 1..{args.rounds} (--rounds), "
                              f"got {bad}")
-    except ValueError as e:
+    except (ValueError, ProtocolError) as e:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 2
     if args.netns:

@@ -45,6 +45,7 @@ from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_d
 from .relay import (
     add_frame_ceiling_option,
     add_salt_options,
+    check_net_timeout_scale,
     check_world_size,
     cli_salt,
     frame_ceiling,
@@ -137,6 +138,7 @@ def pause(seconds: float) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the rank; return the exit code."""
     try:
+        check_net_timeout_scale()
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay", dial=True)

@@ -46,10 +46,12 @@ from ..errors import ProtocolError, protocol_error
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
+    NET_TIMEOUT_SCALE_ENV,
     SESSION_SALT_BYTES,
     SUPPORTED_VERSIONS,
     U32_MAX,
     frame_ceiling_floor,
+    read_net_timeout_scale,
 )
 from ._output import queued_stderr_logging, report_dropped
 
@@ -59,6 +61,7 @@ __all__ = [
     "add_frame_ceiling_option",
     "add_salt_options",
     "byte_count",
+    "check_net_timeout_scale",
     "frame_ceiling",
     "parse_ranks",
     "parse_salt",
@@ -215,6 +218,29 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
         raise ValueError(f"must be at least {minimum} {unit}{f' ({what})' if what else ''}, "
                          f"got {n}")
     return n
+
+
+def check_net_timeout_scale(text: str | None = None, *, field: str | None = None) -> float:
+    """Check the network timeout scale before a cluster command starts anything: ``text`` given
+    as option ``field`` (``conform --timeout-scale``), or else ``FLODL_NET_TIMEOUT_SCALE``
+    itself (controller, relay, rank, demo). The library would warn and use 1.0; a command
+    refuses it, as upstream's launcher does.
+
+    Returns:
+        The scale (:func:`flodl_proto.spec.read_net_timeout_scale`).
+
+    Raises:
+        InvalidValue (local) ``timeout_scale.invalid``: not a number, not finite, below 0.1 or
+            above 1000; the message names the variable or the option and the text.
+
+    Upstream: ``wire.rs`` ``parse_net_timeout_scale`` (the launcher's check).
+    """
+    if field is None:
+        field, text = NET_TIMEOUT_SCALE_ENV, os.environ.get(NET_TIMEOUT_SCALE_ENV)
+    scale, invalid = read_net_timeout_scale(text)
+    if invalid is not None:
+        raise protocol_error("timeout_scale.invalid", field=field, **invalid)
+    return scale
 
 
 def frame_ceiling(text: str | None) -> int:
@@ -388,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
     reads never stalls a round; records dropped for a full backlog are counted in one warning
     line at the end."""
     try:
+        check_net_timeout_scale()
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
