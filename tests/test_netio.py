@@ -319,3 +319,43 @@ def test_read_record_into_feeds_each_range_once(
     assert bytes(view[:got]) == record[:got]
     assert head.digest() == hmac.new(salt, record[:got], "sha256").digest()
     assert inner.digest() == hmac.new(salt, record[start:min(got, size - 8)], "sha256").digest()
+
+
+class _AskedSocket(_ScriptedSocket):
+    """A :class:`_ScriptedSocket` that keeps the byte count each ``recv_into`` asked for."""
+
+    def __init__(self, script: list[bytes | None]) -> None:
+        super().__init__(script)
+        self.asked: list[int] = []
+
+    def recv_into(self, view: memoryview, n: int) -> int:
+        self.asked.append(n)
+        return super().recv_into(view, n)
+
+
+def test_recv_exact_with_least_returns_once_that_much_is_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``least``, every call asks for the rest of the view and the read returns as soon as
+    ``least`` bytes are in: one call when they came together (no clock read: no wait follows),
+    more while fewer arrived, short only at end of stream; without it the view is filled."""
+    view = memoryview(bytearray(10))
+    sock = _AskedSocket([b"abcdef", b"gh"])
+    clock = _Clock()
+    monkeypatch.setattr(_netio, "time", clock)
+    assert recv_exact_into(sock, view, least=4) == 6  # type: ignore[arg-type]
+    assert sock.asked == [10] and bytes(view[:6]) == b"abcdef" and sock.script == [b"gh"]
+    assert clock.reads == 0
+    monkeypatch.undo()
+    sock = _AskedSocket([b"ab", b"c", b"defg", b"h"])
+    assert recv_exact_into(sock, view, least=4) == 7  # type: ignore[arg-type]
+    assert sock.asked == [10, 8, 7] and bytes(view[:7]) == b"abcdefg"
+    sock = _AskedSocket([b"ab", b""])  # the stream ends before `least`
+    assert recv_exact_into(sock, view, least=4) == 2  # type: ignore[arg-type]
+    sock = _AskedSocket([b"abcd", b"efghij"])
+    assert recv_exact_into(sock, view) == 10  # type: ignore[arg-type]
+    assert sock.asked == [10, 6]
+    sock = _AskedSocket([])
+    assert recv_exact_into(sock, view, least=0) == 0 and sock.asked == []  # type: ignore[arg-type]
+    sock = _AskedSocket([None])  # a poll timeout before `least`: the caller's deadline
+    with pytest.raises(TimeoutError, match="read timed out"):
+        recv_exact_into(sock, view, least=4)  # type: ignore[arg-type]

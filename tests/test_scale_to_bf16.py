@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from flodl_proto.reduce import bf16_from_f32, bf16_to_f32, scale_payload, scale_to_bf16
+from flodl_proto.reduce.payload import Bf16Scaler
 
 
 def _values() -> np.ndarray:
@@ -227,3 +228,71 @@ def test_bf16_to_f32_takes_integer_bits_only_in_the_u16_range() -> None:
     with pytest.raises(ValueError) as ei:
         bf16_to_f32(ok.astype(np.uint16), out=ro)
     assert str(ei.value) == "out is read-only"
+
+
+_SHAPES: list[tuple[int, ...]] = [(5,), (), (0, 3), (6, 7), (2, 3, 4), (1200,)]
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["flat", "shaped"])
+@pytest.mark.parametrize("source", ["f32", "bf16"])
+def test_a_scaler_writes_what_scale_to_bf16_writes(flat: bool, source: str) -> None:
+    """:class:`Bf16Scaler` keeps its destinations (checked once) and writes, run after run, the
+    bytes :func:`scale_to_bf16` gives for the same sources flattened, into unaligned places,
+    for every value class, flat or shaped (0-d, empty, strided sources among them)."""
+    shapes = [(int(np.prod(s)),) for s in _SHAPES] if flat else _SHAPES
+    sizes = [int(np.prod(s)) for s in shapes]
+    buf = np.zeros(2 * sum(sizes) + 3, np.uint8)
+    dsts, at = [], 1  # odd offsets: unaligned
+    for s, n in zip(shapes, sizes, strict=True):
+        dsts.append(buf[at:at + 2 * n].view(ml_dtypes.bfloat16).reshape(s))
+        at += 2 * n
+    scaler = Bf16Scaler(dsts)
+    assert scaler.shapes == tuple(shapes)
+    v = _values()
+    for round_, factor in enumerate([1.0, 0.3, float("inf"), 0.0, -2.5, 1 / 7]):
+        vals = np.roll(v, round_ * 101)[:sum(sizes)]
+        cuts = np.cumsum([0, *sizes])
+        srcs = []
+        for (a, b), s in zip(itertools.pairwise(cuts), shapes, strict=True):
+            part = vals[a:b]
+            if len(s) == 2 and s[0] and round_ % 2:  # a strided source of the same shape
+                wide = np.zeros((s[0], 2 * s[1]), np.float32)
+                wide[:, ::2] = part.reshape(s)
+                arr = wide[:, ::2]
+            else:
+                arr = part.reshape(s)
+            srcs.append(bf16_from_f32(arr) if source == "bf16" else arr)
+        want = [np.zeros(n, np.uint16) for n in sizes]
+        scale_to_bf16([np.ascontiguousarray(s).reshape(-1) for s in srcs], factor, want)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with np.errstate(all="ignore"):
+                scaler.run(srcs, np.float32(factor), source == "bf16")
+        assert [d.tobytes() for d in dsts] == [w.tobytes() for w in want]
+        assert buf[0] == 0 and buf[-1] == 0 and buf[-2] == 0
+
+
+def test_a_flat_layout_is_gathered_along_its_axis() -> None:
+    flat = Bf16Scaler([np.zeros(3, np.uint16), np.zeros(0, np.uint16)])
+    shaped = Bf16Scaler([np.zeros(3, np.uint16), np.zeros((2, 2), np.uint16)])
+    assert flat._axis == 0 and shaped._axis is None  # shaped sources are read in C order
+
+
+def test_a_scaler_of_nothing_writes_nothing() -> None:
+    for dsts in ([], [np.zeros(0, np.uint16), np.zeros((0, 4), ml_dtypes.bfloat16)]):
+        scaler = Bf16Scaler(dsts)
+        scaler.run([np.zeros(d.shape, np.float32) for d in dsts], np.float32(2.0), False)
+
+
+def test_a_scaler_checks_its_destinations_once() -> None:
+    with pytest.raises(ValueError, match=r"dsts\[1\] must be a NumPy array, got a list"):
+        Bf16Scaler([np.zeros(2, np.uint16), [0, 0]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"dsts\[0\] must hold bf16 bits as uint16"):
+        Bf16Scaler([np.zeros(2, np.float16)])
+    with pytest.raises(ValueError, match=r"dsts\[0\] must be a contiguous array of 2 2-byte "
+                                         r"elements, got 2 elements, strided"):
+        Bf16Scaler([np.zeros(4, np.uint16)[::2]])
+    ro = np.zeros(2, np.uint16)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match=r"dsts\[0\] is read-only"):
+        Bf16Scaler([ro])

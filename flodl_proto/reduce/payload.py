@@ -27,6 +27,7 @@ from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 
 __all__ = [
+    "Bf16Scaler",
     "bf16_bits_to_f32_bits",
     "bf16_from_f32",
     "bf16_to_f32",
@@ -166,19 +167,87 @@ def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[
         return
     wide = np.empty(total, K.F32)
     with np.errstate(all="ignore"):
-        if K.U16 in dtypes:  # the exact widening of every tensor: bits << 16
-            u = wide.view(np.uint32)
-            np.concatenate(srcs, out=u)
-            np.left_shift(u, np.uint32(16), out=u)
-        else:
-            np.concatenate(srcs, out=wide)
-        np.multiply(wide, np.float32(factor), out=wide)
-        has_nan = bool(np.isnan(np.min(wide)))
-        at = 0
-        for d in dsts:
-            n = d.shape[0]
-            K.encode_bf16_small(wide[at:at + n], d.view(K.U16), has_nan)
-            at += n
+        _scale_run(srcs, K.U16 in dtypes, np.float32(factor), wide, np.empty(total, K.U16),
+                   [d.view(K.U16) for d in dsts], 0)
+
+
+def _scale_run(srcs: Sequence[npt.NDArray[Any]], bits: bool, factor: np.float32,
+               wide: npt.NDArray[np.float32], run: npt.NDArray[np.uint16],
+               dsts: Sequence[npt.NDArray[np.uint16]], axis: int | None) -> None:
+    """The pass of :func:`scale_to_bf16`, nothing checked: ``srcs`` (all bf16 bits ``<u2``
+    when ``bits``, else ``<f4`` or ``ml_dtypes.bfloat16`` values, which the gather widens
+    exactly, NaN payloads included) gathered in order into ``wide`` (f32, one element per
+    source element, at least one; ``axis`` as :func:`numpy.concatenate` takes it: 0 for flat
+    sources, None to read any shapes in C order), widened, multiplied by ``factor``, rounded
+    into ``run`` (``<u2``, as long) in one cast, its NaN lanes re-encoded, and ``run`` copied
+    out, tensor by tensor, into the flat ``<u2`` ``dsts``. Call it with NumPy's float warnings
+    off."""
+    if bits:  # the exact widening of every tensor: bits << 16
+        u = wide.view(np.uint32)
+        np.concatenate(srcs, out=u, axis=axis)
+        np.left_shift(u, _SIXTEEN, out=u)
+    else:
+        np.concatenate(srcs, out=wide, axis=axis)
+    np.multiply(wide, factor, out=wide)
+    low = np.minimum.reduce(wide)  # NaN when any lane is NaN
+    K.encode_bf16_small(wide, run, bool(low != low))
+    at = 0
+    for d in dsts:
+        n = d.shape[0]
+        d[...] = run[at:at + n]
+        at += n
+
+
+#: the shift of a bf16 bit pattern into its f32's top half
+_SIXTEEN = np.uint32(16)
+
+
+class Bf16Scaler:
+    """:func:`scale_to_bf16` for one list of destinations, checked once and kept with the runs
+    it needs: for a sender that pre-scales tensors of one layout into the same places round
+    after round (a rank's :class:`~flodl_proto.codec.template.FrameTemplate`).
+
+    Args:
+        dsts: per tensor a contiguous, writable ``uint16`` or ``ml_dtypes.bfloat16`` array (any
+            shape; it may be unaligned), written in full by each :meth:`run`.
+
+    Attributes:
+        shapes: the shape of each destination, in order: what :meth:`run` takes.
+
+    Raises:
+        ValueError: a destination is not a NumPy array, has another dtype, is not contiguous or
+            is read-only (as :func:`scale_to_bf16` says it).
+
+    Upstream: as :func:`scale_to_bf16`.
+    """
+
+    __slots__ = ("_axis", "_dsts", "_run", "_wide", "shapes")
+
+    def __init__(self, dsts: Sequence[npt.NDArray[Any]]) -> None:
+        flat = []
+        for i, d in enumerate(dsts):
+            _check_bits_buffer(f"dsts[{i}]", d, getattr(d, "size", 0))
+            flat.append(d.reshape(-1).view(K.U16))
+        self.shapes = tuple(d.shape for d in dsts)
+        total = sum(d.shape[0] for d in flat)
+        self._wide = np.empty(total, K.F32)
+        self._run = np.empty(total, K.U16)
+        self._dsts = tuple(flat)
+        #: flat sources are gathered along their one axis (cheaper than flattening each)
+        self._axis = 0 if all(len(shape) == 1 for shape in self.shapes) else None
+
+    def run(self, srcs: Sequence[npt.NDArray[Any]], factor: np.float32, bits: bool) -> None:
+        """Write the bf16 bits of ``f32(srcs[i]) * factor`` into destination ``i``: the bytes
+        :func:`scale_to_bf16` gives for the same sources flattened.
+
+        Nothing is checked here (the caller checked its arrays once): ``srcs`` holds one array
+        per destination, of its shape in :attr:`shapes` (any strides): with ``bits`` all
+        ``<u2`` bf16 bit patterns, else ``<f4`` or ``ml_dtypes.bfloat16`` values in any mix
+        (bf16 values are widened exactly; bit patterns are cheaper); ``factor`` is an
+        ``np.float32``. Call it with NumPy's float warnings off (``np.errstate(all="ignore")``).
+        """
+        if self._wide.shape[0]:
+            _scale_run(srcs, bits, factor, self._wide, self._run, self._dsts, self._axis)
 
 
 def bf16_to_f32(bits: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None

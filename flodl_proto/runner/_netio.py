@@ -21,7 +21,6 @@ import errno
 import logging
 import math
 import os
-import queue
 import socket
 import threading
 import time
@@ -35,6 +34,7 @@ from ..codec.auth import PARALLEL_MAC_MIN, Premac
 from ..codec.plans import frame_macs, frame_premac
 from ..errors import protocol_error
 from ..spec import SPEC, net_timeout_scale
+from ._macworker import MacWorker
 
 __all__ = [
     "DIRECT_WRITE_MAX",
@@ -275,8 +275,14 @@ def recv_exact_into(
     stop: threading.Event | None = None,
     committed: bool = False,
     starvation: float | None = None,
+    least: int | None = None,
 ) -> int:
     """Fill ``view`` from ``sock``; return the number of bytes read (short only at end of stream).
+
+    With ``least``, return as soon as at least that many bytes are in: each ``recv`` still
+    asks for the rest of ``view``, so a unit whose size is only expected is read with one call
+    when it has arrived, and nothing past ``view`` is taken (short of ``least`` only at end of
+    stream).
 
     The socket's read timeout is the poll period: each timeout re-checks ``stop``. Until the
     first byte arrives (``committed`` False) the wait is unbounded; once a byte of the unit
@@ -290,11 +296,12 @@ def recv_exact_into(
         OSError: a socket error other than a reset (a reset counts as end of stream).
     """
     n = len(view)
+    need = n if least is None else least
     got = 0
     # the time of the last progress, read only when a later wait may need it: a committed read
     # starts the starvation clock now; otherwise it starts with the first byte
     last = time.monotonic() if committed else 0.0
-    while got < n:
+    while got < need:
         try:
             r = sock.recv_into(view[got:], n - got)
         except (BlockingIOError, TimeoutError) as e:
@@ -316,56 +323,9 @@ def recv_exact_into(
         if r == 0:
             return got
         got += r
-        if got < n:  # another wait may follow: the starvation clock restarts here
+        if got < need:  # another wait may follow: the starvation clock restarts here
             last = time.monotonic()
     return got
-
-
-class MacWorker:
-    """A thread that runs MAC updates handed to it, in order (a second core for a reader).
-
-    OpenSSL hashing releases the GIL, so a reader that hands one of two MACs over the same bytes
-    to a worker hashes both in about the time of one. Use as a context manager, or call
-    :meth:`close`; the thread is joined on close.
-    """
-
-    def __init__(self, name: str = "flodl-mac") -> None:
-        self._queue: queue.Queue[tuple[Any, memoryview] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name=name)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                item[0].update(item[1])
-            except Exception:  # pragma: no cover - a wrong digest then fails the tag check
-                log.exception("MAC update failed")
-            finally:
-                item = None  # hold no view of the reader's buffer (it may be resized)
-                self._queue.task_done()
-
-    def submit(self, mac: Any, view: memoryview) -> None:
-        """Queue ``mac.update(view)`` (``view`` must stay unchanged until :meth:`drain`)."""
-        self._queue.put((mac, view))
-
-    def drain(self) -> None:
-        """Wait until every queued update has run."""
-        self._queue.join()
-
-    def close(self) -> None:
-        """Finish the queued updates and join the thread. Idempotent."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-
-    def __enter__(self) -> MacWorker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass(slots=True)

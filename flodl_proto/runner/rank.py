@@ -30,12 +30,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
-from ..codec.auth import check_salt
+from ..codec.auth import PARALLEL_MAC_MIN, check_salt
 from ..codec.ceiling import check_frame_ceiling
 from ..codec.handshake import decode_ack, encode_handshake
 from ..codec.loopback import (
@@ -43,7 +42,7 @@ from ..codec.loopback import (
     decode_len_prefix,
     encode_len_prefix,
 )
-from ..codec.plans import frame_macs, signed_frame_batches
+from ..codec.plans import frame_macs, frame_premac, signed_frame_batches
 from ..codec.round_frame import (
     Dtype,
     RoundFrame,
@@ -53,7 +52,7 @@ from ..codec.round_frame import (
 )
 from ..codec.template import FrameTemplate
 from ..errors import protocol_error
-from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload, scale_to_bf16
+from ..reduce.payload import Bf16Scaler
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -75,13 +74,20 @@ from ._netio import (
     set_timeouts,
     write_stall_timeout,
 )
+from ._rank_payloads import (
+    _F32,
+    SmallLayout,
+    _check_array,
+    _payload,
+    _real,
+    decode_into,
+    fill_small,
+)
 
-__all__ = ["RankClient", "ReduceReply"]
+__all__ = ["RankClient", "ReduceReply", "decode_into"]
 
 log = logging.getLogger(__name__)
 
-_F32 = np.dtype("<f4")
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 #: a Model or Control frame whose payloads total at most this many bytes is written into a kept
 #: :class:`~flodl_proto.codec.template.FrameTemplate` of its layout (each tensor pre-scaled
 #: straight into its place, the tag computed over the one buffer, one ``sendmsg``); larger frames
@@ -89,8 +95,6 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 #: where the wire puts them, mostly unaligned for NumPy, which costs more than the per-round
 #: objects saved once a tensor reaches tens of KiB.
 TEMPLATE_MAX_PAYLOAD = 64 << 10
-#: a destination array's dtype -> the wire dtype tag whose payload bytes are its own bits
-_WIRE_TAG: dict[np.dtype[Any], int] = {_F32: int(Dtype.F32), _BF16: int(Dtype.BF16)}
 #: reply buffers a client keeps for reuse (the last reply is held, the next one is read)
 _REPLY_BUFFERS = 2
 #: references to a kept reply buffer that nobody else holds: the list, the loop variable and
@@ -133,88 +137,6 @@ class ReduceReply:
             a = p.array(materialize_elided=True)
             out.append(np.array(a, dtype=_F32))
         return out
-
-
-def _check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
-    """``a`` as an array the wire can carry; with ``receives``, one the consensus can be
-    written into (a writable NumPy array, not a scalar or a copy made here).
-
-    Raises:
-        InvalidValue (local): another dtype (``client.bad_dtype``), a dim over u32
-            (``frame.dim_too_large``), or (``receives``) an array that cannot take the consensus
-            (``client.not_writable``).
-    """
-    arr = np.asarray(a)
-    if arr.dtype not in (_F32, _BF16):
-        raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
-    for d, n in enumerate(arr.shape):
-        if n > U32_MAX:
-            raise protocol_error("frame.dim_too_large", index=index, dim=d, value=n)
-    if receives:
-        if not isinstance(a, np.ndarray):  # a subclass's base view shares its memory
-            raise protocol_error("client.not_writable", index=index, reason=(
-                f"a {type(a).__name__} is not a NumPy array, so the consensus would go into a "
-                f"copy; pass an array"))
-        if not arr.flags.writeable:
-            raise protocol_error("client.not_writable", index=index, reason=(
-                "the array is read-only; pass a writable array"))
-    return arr
-
-
-def _real(field: str, value: Any) -> float:
-    """``value`` as a float when it is a real number (an int, a float, a NumPy number; not
-    text), for the scale, weight and count arguments.
-
-    Raises:
-        InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
-    """
-    if isinstance(value, str | bytes | bytearray) or not isinstance(
-            value, int | float | np.integer | np.floating):
-        raise protocol_error("client.bad_argument", field=field, value=value,
-                             reason="not a real number")
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond the f64 range
-        raise protocol_error("client.bad_argument", field=field, value=value,
-                             reason="beyond the f64 range") from None
-
-
-def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
-             out: npt.NDArray[np.float32] | None = None) -> TensorPayload:
-    """One tensor's payload in ``wire`` dtype, pre-scaled by ``scale`` (None: unscaled).
-
-    The product is computed in f32 and rounded once into the wire dtype (bf16 with upstream's
-    rounding and NaN rule). ``out`` (f32, ``arr.size`` elements) receives an f32 product that
-    goes on the wire as is, or the bf16 product of a bf16 array (in its first half), sparing an
-    allocation per round. With a ``scale``, call it with NumPy's float warnings off
-    (``np.errstate(all="ignore")``: the protocol's arithmetic overflows and makes NaNs by
-    design); ``arr`` comes from :func:`_check_array` (its shape fits the wire).
-    """
-    src_bf16 = arr.dtype == _BF16
-    flat = np.ascontiguousarray(arr).reshape(-1)
-    if scale is None:
-        if src_bf16 == (wire is Dtype.BF16):
-            data: memoryview = flat.view(np.uint8).data
-        elif src_bf16:  # bf16 staged, f32 wire: exact widening
-            data = bf16_to_f32(flat.view(np.uint16)).view(np.uint8).data
-        else:  # f32 staged, bf16 wire: one rounding
-            data = bf16_from_f32(flat).view(np.uint8).data
-        return TensorPayload.trusted(int(wire), arr.shape, data)
-    f = np.float32(scale)
-    if src_bf16 and wire is Dtype.BF16:
-        dst = None if out is None else out.view(np.uint8)  # 4 bytes per element: room
-        data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f, out=dst)
-    else:
-        wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
-        if wire is Dtype.F32 and out is not None and not src_bf16:
-            prod = np.multiply(wide, f, out=out)
-        else:
-            prod = np.multiply(wide, f, dtype=_F32)
-        if wire is Dtype.F32:
-            data = prod.view(np.uint8).data
-        else:
-            data = bf16_from_f32(prod).view(np.uint8).data
-    return TensorPayload.trusted(int(wire), arr.shape, data)
 
 
 class RankClient:
@@ -264,9 +186,13 @@ class RankClient:
         self._reply_bufs: list[npt.NDArray[np.uint8]] = []
         self._closed_why: str | None = None
         #: the last small layout's template and length prefix (key: kind, dtype, ceiling, shapes)
-        self._template: tuple[tuple[Any, ...], FrameTemplate, bytes] | None = None
-        self._prefix = bytearray(LEN_PREFIX_LEN)  # the reply's length prefix: read here
-        self._prefix_view = memoryview(self._prefix)
+        self._template: SmallLayout | None = None
+        #: a large reply's length prefix is read here
+        self._prefix_view = memoryview(bytearray(LEN_PREFIX_LEN))
+        #: the last frame's and its reply's lengths (bytes): the next reply's expected length
+        self._sent_len = self._reply_len = -1
+        #: bytes read after a reply (a peer that sent more): the start of the next one
+        self._carry = b""
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -396,14 +322,15 @@ class RankClient:
                                            HASH_STEP)
         rnd = self.rounds + 1  # rounds are numbered from 1 in every role's messages
         try:
-            return self._round_trip(sock, batches)
+            return self._round_trip(sock, batches, frame.wire_len)
         except BaseException as e:  # the stream is out of step: close (see the class doc)
             text = str(e).splitlines()[0] if str(e) else type(e).__name__
             self._abandon(f"round {rnd} failed: {text}")
             raise
 
-    def _round_trip(self, sock: socket.socket, batches: Iterable[list[BytesLike]]
+    def _round_trip(self, sock: socket.socket, batches: Iterable[list[BytesLike]], sent: int
                     ) -> tuple[RoundFrame, memoryview]:
+        """Write the record, then read the reply; ``sent``: the frame's length (bytes)."""
         stages.mark("rank", self.rounds, "send_start")
         try:
             self.bytes_sent += _send_batches(sock, batches)
@@ -415,9 +342,32 @@ class RankClient:
                                   f"{self.rounds + 1}: it closed the connection "
                                   f"({_os_reason(e)})") from e
         stages.mark("rank", self.rounds, "send_done")
-        prefix = self._prefix
-        try:
-            got = recv_exact_into(sock, self._prefix_view)
+        return self._read_reply(sock, sent)
+
+    def _read_reply(self, sock: socket.socket, sent: int) -> tuple[RoundFrame, memoryview]:
+        """Read and decode the reply to a frame of ``sent`` bytes.
+
+        The reply is expected to be as long as the last one when this frame is as long as the
+        last frame, else as long as this frame (a consensus has its contributions' layout).
+        Below ``PARALLEL_MAC_MIN`` bytes the prefix and the expected body are asked for in one
+        ``recv`` into a reply buffer of that size: a reply that arrived whole costs one call.
+        A reply of another length is moved into a buffer of its own and read on from there;
+        bytes that came after it (a peer that sent more than one reply) are kept as the start
+        of the next reply, read as they would have been from the socket. Larger replies read
+        the prefix, then the body (hashed in steps).
+        """
+        expect = self._reply_len if sent == self._sent_len else sent
+        carry = self._carry
+        one_read = LEN_PREFIX_LEN + expect < PARALLEL_MAC_MIN or bool(carry)
+        first = self._reply_buffer(LEN_PREFIX_LEN + expect).data if one_read \
+            else self._prefix_view
+        got = 0
+        if carry:
+            got = min(len(carry), len(first))
+            first[:got] = carry[:got]
+            self._carry = carry[got:]
+        try:  # (a carry that holds the prefix already asks for nothing here)
+            got += recv_exact_into(sock, first[got:], least=LEN_PREFIX_LEN - got)
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: no averaged frame within {reduce_read_deadline():g}s "
@@ -428,28 +378,41 @@ class RankClient:
                                   f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
         if got < LEN_PREFIX_LEN:
             raise protocol_error("client.reply_closed", round=self.rounds + 1)
-        n = decode_len_prefix(prefix, ceiling=self.ceiling)
-        buf = self._reply_buffer(LEN_PREFIX_LEN + n)
-        view = buf.data
-        view[:LEN_PREFIX_LEN] = prefix
-        # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
-        plan = frame_macs(n, self._salt)
-        try:
-            _, got = read_record_into(sock, view, LEN_PREFIX_LEN + n,
-                                      plan.ranges(LEN_PREFIX_LEN), start=LEN_PREFIX_LEN)
-            body = got - LEN_PREFIX_LEN
-        except TimeoutError:
-            raise TimeoutError(
-                f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
-            ) from None
-        except OSError as e:
-            raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
-                                  f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
+        n = decode_len_prefix(first, ceiling=self.ceiling)
+        self._sent_len, self._reply_len = sent, n
+        size = LEN_PREFIX_LEN + n
+        if one_read and n == expect:
+            view = first
+        else:  # the reply's own buffer, with what arrived of it
+            view = self._reply_buffer(size).data
+            have = min(got, size)
+            view[:have] = first[:have]
+            if got > size:  # the start of a next reply: read when that reply is
+                self._carry = bytes(first[size:got]) + self._carry
+            got = have
+        if got < size:
+            # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
+            plan = frame_macs(n, self._salt)
+            ranges = plan.ranges(LEN_PREFIX_LEN)
+            for mac, lo, hi in ranges:  # the bytes in already
+                mac.update(view[lo:min(got, hi)])
+            try:
+                _, got = read_record_into(sock, view, size, ranges, start=got)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
+                ) from None
+            except OSError as e:
+                raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
+                                      f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
+            premac = plan.premac()
+        else:
+            premac = frame_premac(view[LEN_PREFIX_LEN:size], self._salt)
+        body = got - LEN_PREFIX_LEN
         self.bytes_received += LEN_PREFIX_LEN + body
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)
-        res = decode_framed_round_or_eos(view, self._salt, ceiling=self.ceiling,
-                                  premac=plan.premac())
+        res = decode_framed_round_or_eos(view, self._salt, ceiling=self.ceiling, premac=premac)
         assert res is not END_OF_STREAM
         self.rounds += 1
         return res[0], view[LEN_PREFIX_LEN:]
@@ -547,22 +510,9 @@ class RankClient:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
         elif (kept := self._template_for(kind_e, wire, arrs)) is not None:
-            tpl = kept[1]
-            f32 = np.float32(scale)
-            if wire is Dtype.BF16 and len({a.dtype for a in arrs}) == 1:
-                flat = [np.ascontiguousarray(a).reshape(-1) for a in arrs]
-                if arrs and arrs[0].dtype == _BF16:
-                    flat = [a.view(np.uint16) for a in flat]
-                scale_to_bf16(flat, f32, [p.reshape(-1) for p in tpl.payloads])
-            else:
-                f32_wire = wire is Dtype.F32
-                with np.errstate(all="ignore"):
-                    for i, (a, dst) in enumerate(zip(arrs, tpl.payloads, strict=True)):
-                        if f32_wire and a.dtype is _F32:  # _scale_into's f32 case, inlined
-                            np.multiply(a, f32, out=dst)
-                        else:
-                            _scale_into(a, wire, f32, dst, self._scratch_for(i, a))
-            reply, raw = self._exchange(tpl, w, kept[2])
+            with np.errstate(all="ignore"):
+                fill_small(kept, arrs, np.float32(scale))
+            reply, raw = self._exchange(kept.template, w, kept.prefix)
         else:
             f = float(scale)
             with np.errstate(all="ignore"):
@@ -578,20 +528,21 @@ class RankClient:
         return self.last_reply
 
     def _template_for(self, kind: RoundKind, wire: Dtype, arrs: list[npt.NDArray[Any]]
-                      ) -> tuple[tuple[Any, ...], FrameTemplate, bytes] | None:
-        """``(key, template, length prefix)`` kept for this round's layout and the client's
-        ceiling (built when either changed), or None when the payloads total more than
+                      ) -> SmallLayout | None:
+        """The :class:`SmallLayout` kept for this round's layout and the client's ceiling
+        (built when either changed), or None when the payloads total more than
         :data:`TEMPLATE_MAX_PAYLOAD` bytes. Raises ``len.write_too_large`` (LimitExceeded,
         local) for a frame over the ceiling, as :meth:`_exchange` does; nothing is kept."""
         key = (kind, wire, self.ceiling, *[a.shape for a in arrs])
         kept = self._template
-        if kept is not None and kept[0] == key:
+        if kept is not None and kept.key == key:
             return kept
         size = wire.element_size
         if sum(a.size for a in arrs) * size > TEMPLATE_MAX_PAYLOAD:
             return None
         tpl = FrameTemplate(kind, [(int(wire), a.shape) for a in arrs])
-        kept = (key, tpl, encode_len_prefix(tpl.wire_len, ceiling=self.ceiling))
+        kept = SmallLayout(key, tpl, encode_len_prefix(tpl.wire_len, ceiling=self.ceiling),
+                           Bf16Scaler(tpl.payloads) if wire is Dtype.BF16 else None)
         self._template = kept
         return kept
 
@@ -702,28 +653,6 @@ def _os_reason(e: OSError) -> str:
     return (e.strerror or str(e) or type(e).__name__).lower()
 
 
-def _scale_into(arr: npt.NDArray[Any], wire: Dtype, f: np.float32,
-                dst: npt.NDArray[Any], scratch: npt.NDArray[np.float32]) -> None:
-    """Write ``arr`` pre-scaled by ``f`` into ``dst``, its place in a frame template (of
-    ``arr``'s shape, in ``wire`` dtype): the values :func:`_payload` gives, computed in f32 and
-    rounded once into the wire dtype (bf16 with upstream's rounding and NaN rule). ``scratch``
-    (f32, ``arr.size`` elements) holds an f32 product that is then rounded into bf16. Call it
-    with NumPy's float warnings off."""
-    if arr.dtype == _BF16:
-        src = np.ascontiguousarray(arr).reshape(-1).view(np.uint16)
-        if wire is Dtype.BF16:
-            scale_payload(int(Dtype.BF16), src.view(np.uint8).data, f,
-                          out=dst.reshape(-1).view(np.uint8))
-        else:  # exact widening into place, then the product in place
-            wide = bf16_to_f32(src, out=dst)
-            np.multiply(wide, f, out=wide)
-    elif wire is Dtype.F32:
-        np.multiply(arr, f, out=dst)
-    else:
-        prod = np.multiply(arr.reshape(-1), f, out=scratch)
-        bf16_from_f32(prod, out=dst)
-
-
 def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> int:
     """Write a record given as batches of buffers: a template's one batch, or
     :func:`~flodl_proto.codec.plans.signed_frame_batches` of a frame's pieces, which hashes each
@@ -744,57 +673,3 @@ def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> in
             deadline = started + write_stall_timeout()
         total += send_all(sock, batch, deadline=deadline)
     return total
-
-
-def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
-    """Write ``frame``'s tensors into ``arrays`` in place, without intermediate copies.
-
-    Each payload is viewed read-only and copied with ``np.copyto``: bf16 payloads are widened
-    exactly into f32 destinations, f32 payloads are rounded into bf16 destinations with
-    upstream's rule, same-dtype payloads are copied bit for bit; an elided payload zeroes the
-    destination.
-
-    Raises:
-        SchemaMismatch (local): tensor count or element count differs (``client.reply_schema``).
-        InvalidValue / SchemaMismatch: a payload with an unknown dtype or a byte count that does
-            not match its shape.
-        ValueError: a destination is read-only.
-        Every error but the last is raised before any destination is written.
-
-    Upstream: ``cpu_reduce.rs`` (decode-into-destination).
-    """
-    if len(frame.tensors) != len(arrays):
-        raise protocol_error("client.reply_schema", index=len(arrays), reason=(
-            f"the consensus carries {len(frame.tensors)} tensors, the request {len(arrays)}"))
-    # every payload is checked and viewed before any destination is written: a reply that
-    # fails at tensor k leaves every destination as it was, not the first k adopted
-    srcs: list[npt.NDArray[Any] | None] = []
-    same: list[bool] = []  # per tensor: the payload's bits are the destination's
-    for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
-        data = p.data
-        shape = dst.shape
-        if (p.shape == shape and data.nbytes == dst.nbytes
-                and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
-            flat = np.frombuffer(data, dst.dtype)  # of the destination's element count
-            srcs.append(flat if len(shape) == 1 else flat.reshape(shape))
-            same.append(True)
-            continue
-        if p.numel != dst.size:
-            raise protocol_error("client.reply_schema", index=i, reason=(
-                f"consensus shape {list(p.shape)} does not fit destination shape "
-                f"{list(shape)}"))
-        same.append(False)
-        if p.elided and p.numel:
-            srcs.append(None)
-            continue
-        view = p.array()
-        srcs.append(view if view.shape == shape else view.reshape(shape))
-    for src, dst, bits in zip(srcs, arrays, same, strict=True):
-        if src is None:
-            dst[...] = 0
-        elif bits:  # np.copyto of one dtype and shape, without its argument handling
-            dst[...] = src
-        elif dst.dtype == _BF16 and src.dtype != _BF16:
-            np.copyto(dst.view(np.uint16), bf16_from_f32(src))
-        else:
-            np.copyto(dst, src, casting="unsafe")

@@ -1,0 +1,211 @@
+"""A rank's tensors to and from wire payloads: the checks of the caller's arrays and numbers,
+each tensor pre-scaled into a payload or into its place in a frame template, and the consensus
+written back into the caller's arrays.
+
+The :class:`~flodl_proto.runner.rank.RankClient` calls these; they do no I/O. Every product is
+computed in f32 and rounded once into the wire dtype (bf16 with upstream's rounding and NaN
+rule).
+
+Upstream: ``flodl/src/distributed/cpu_reduce.rs`` (``CpuReduceClient``: the pre-scale and the
+decode into the request's tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
+from ..codec.template import FrameTemplate
+from ..errors import protocol_error
+from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
+from ..reduce.payload import Bf16Scaler
+from ..spec import U32_MAX
+
+__all__ = ["SmallLayout", "decode_into", "fill_small"]
+
+_F32 = np.dtype("<f4")
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_U16 = np.dtype("<u2")
+_BF16_ONLY = {_BF16}
+#: a destination array's dtype -> the wire dtype tag whose payload bytes are its own bits
+_WIRE_TAG: dict[np.dtype[Any], int] = {_F32: int(Dtype.F32), _BF16: int(Dtype.BF16)}
+
+
+def _check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
+    """``a`` as an array the wire can carry; with ``receives``, one the consensus can be
+    written into (a writable NumPy array, not a scalar or a copy made here).
+
+    Raises:
+        InvalidValue (local): another dtype (``client.bad_dtype``), a dim over u32
+            (``frame.dim_too_large``), or (``receives``) an array that cannot take the consensus
+            (``client.not_writable``).
+    """
+    arr = np.asarray(a)
+    if arr.dtype not in (_F32, _BF16):
+        raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
+    for d, n in enumerate(arr.shape):
+        if n > U32_MAX:
+            raise protocol_error("frame.dim_too_large", index=index, dim=d, value=n)
+    if receives:
+        if not isinstance(a, np.ndarray):  # a subclass's base view shares its memory
+            raise protocol_error("client.not_writable", index=index, reason=(
+                f"a {type(a).__name__} is not a NumPy array, so the consensus would go into a "
+                f"copy; pass an array"))
+        if not arr.flags.writeable:
+            raise protocol_error("client.not_writable", index=index, reason=(
+                "the array is read-only; pass a writable array"))
+    return arr
+
+
+def _real(field: str, value: Any) -> float:
+    """``value`` as a float when it is a real number (an int, a float, a NumPy number; not
+    text), for the scale, weight and count arguments.
+
+    Raises:
+        InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
+    """
+    if isinstance(value, str | bytes | bytearray) or not isinstance(
+            value, int | float | np.integer | np.floating):
+        raise protocol_error("client.bad_argument", field=field, value=value,
+                             reason="not a real number")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the f64 range
+        raise protocol_error("client.bad_argument", field=field, value=value,
+                             reason="beyond the f64 range") from None
+
+
+def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
+             out: npt.NDArray[np.float32] | None = None) -> TensorPayload:
+    """One tensor's payload in ``wire`` dtype, pre-scaled by ``scale`` (None: unscaled).
+
+    The product is computed in f32 and rounded once into the wire dtype (bf16 with upstream's
+    rounding and NaN rule). ``out`` (f32, ``arr.size`` elements) receives an f32 product that
+    goes on the wire as is, or the bf16 product of a bf16 array (in its first half), sparing an
+    allocation per round. With a ``scale``, call it with NumPy's float warnings off
+    (``np.errstate(all="ignore")``: the protocol's arithmetic overflows and makes NaNs by
+    design); ``arr`` comes from :func:`_check_array` (its shape fits the wire).
+    """
+    src_bf16 = arr.dtype == _BF16
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if scale is None:
+        if src_bf16 == (wire is Dtype.BF16):
+            data: memoryview = flat.view(np.uint8).data
+        elif src_bf16:  # bf16 staged, f32 wire: exact widening
+            data = bf16_to_f32(flat.view(np.uint16)).view(np.uint8).data
+        else:  # f32 staged, bf16 wire: one rounding
+            data = bf16_from_f32(flat).view(np.uint8).data
+        return TensorPayload.trusted(int(wire), arr.shape, data)
+    f = np.float32(scale)
+    if src_bf16 and wire is Dtype.BF16:
+        dst = None if out is None else out.view(np.uint8)  # 4 bytes per element: room
+        data = scale_payload(int(Dtype.BF16), flat.view(np.uint8).data, f, out=dst)
+    else:
+        wide = bf16_to_f32(flat.view(np.uint16)) if src_bf16 else flat
+        if wire is Dtype.F32 and out is not None and not src_bf16:
+            prod = np.multiply(wide, f, out=out)
+        else:
+            prod = np.multiply(wide, f, dtype=_F32)
+        if wire is Dtype.F32:
+            data = prod.view(np.uint8).data
+        else:
+            data = bf16_from_f32(prod).view(np.uint8).data
+    return TensorPayload.trusted(int(wire), arr.shape, data)
+
+
+class SmallLayout(NamedTuple):
+    """What a client keeps for the layout of its small frames (payloads up to
+    ``TEMPLATE_MAX_PAYLOAD`` bytes).
+
+    Attributes:
+        key: ``(kind, wire dtype, frame ceiling, *shapes)`` of the frames it serves.
+        template: the frame image the payloads are pre-scaled into.
+        prefix: the record's 4-byte length prefix (the template's ``wire_len``).
+        bf16: on a bf16 wire, the scaler of the template's payloads (their checks done once);
+            None on an f32 wire.
+    """
+
+    key: tuple[Any, ...]
+    template: FrameTemplate
+    prefix: bytes
+    bf16: Bf16Scaler | None
+
+
+def fill_small(kept: SmallLayout, arrs: Sequence[npt.NDArray[Any]], f: np.float32) -> None:
+    """Write ``arrs`` (from :func:`_check_array`, of the layout's shapes) pre-scaled by ``f``
+    into their places in ``kept``'s template: the values :func:`_payload` gives, computed in
+    f32 and rounded once into the wire dtype (bf16 with upstream's rounding and NaN rule).
+
+    On a bf16 wire every tensor goes through the layout's scaler in one pass (one gather, one
+    multiply, one NaN scan, one rounding cast, one copy per tensor): bf16 staging as its bit
+    patterns (widened by a shift), f32 or mixed staging as values (the gather widens bf16
+    values exactly). On an f32 wire, one ``np.multiply`` per tensor into its place (a bf16
+    array's values widened exactly to f32 first). Call it with NumPy's float warnings off."""
+    scaler = kept.bf16
+    if scaler is not None:
+        if {a.dtype for a in arrs} == _BF16_ONLY:
+            scaler.run([a.view(_U16) for a in arrs], f, True)
+        else:
+            scaler.run(arrs, f, False)
+        return
+    for a, dst in zip(arrs, kept.template.payloads, strict=True):
+        np.multiply(a, f, out=dst)  # a bf16 array's values are widened exactly to f32 first
+
+
+def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
+    """Write ``frame``'s tensors into ``arrays`` in place, without intermediate copies.
+
+    Each payload is viewed read-only and copied with ``np.copyto``: bf16 payloads are widened
+    exactly into f32 destinations, f32 payloads are rounded into bf16 destinations with
+    upstream's rule, same-dtype payloads are copied bit for bit; an elided payload zeroes the
+    destination.
+
+    Raises:
+        SchemaMismatch (local): tensor count or element count differs (``client.reply_schema``).
+        InvalidValue / SchemaMismatch: a payload with an unknown dtype or a byte count that does
+            not match its shape.
+        ValueError: a destination is read-only.
+        Every error but the last is raised before any destination is written.
+
+    Upstream: ``cpu_reduce.rs`` (decode-into-destination).
+    """
+    if len(frame.tensors) != len(arrays):
+        raise protocol_error("client.reply_schema", index=len(arrays), reason=(
+            f"the consensus carries {len(frame.tensors)} tensors, the request {len(arrays)}"))
+    # every payload is checked and viewed before any destination is written: a reply that
+    # fails at tensor k leaves every destination as it was, not the first k adopted
+    srcs: list[npt.NDArray[Any] | None] = []
+    same: list[bool] = []  # per tensor: the payload's bits are the destination's
+    for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
+        data = p.data
+        shape = dst.shape
+        if (p.shape == shape and data.nbytes == dst.nbytes
+                and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
+            flat = np.frombuffer(data, dst.dtype)  # of the destination's element count
+            srcs.append(flat if len(shape) == 1 else flat.reshape(shape))
+            same.append(True)
+            continue
+        if p.numel != dst.size:
+            raise protocol_error("client.reply_schema", index=i, reason=(
+                f"consensus shape {list(p.shape)} does not fit destination shape "
+                f"{list(shape)}"))
+        same.append(False)
+        if p.elided and p.numel:
+            srcs.append(None)
+            continue
+        view = p.array()
+        srcs.append(view if view.shape == shape else view.reshape(shape))
+    for src, dst, bits in zip(srcs, arrays, same, strict=True):
+        if src is None:
+            dst[...] = 0
+        elif bits:  # np.copyto of one dtype and shape, without its argument handling
+            dst[...] = src
+        elif dst.dtype == _BF16 and src.dtype != _BF16:
+            np.copyto(dst.view(np.uint16), bf16_from_f32(src))
+        else:
+            np.copyto(dst, src, casting="unsafe")

@@ -1,0 +1,65 @@
+"""The rank's small-frame pre-scale (runner/_rank_payloads.py ``fill_small``): each tensor lands
+in its template place as the bytes of the tensor-by-tensor payload, for every staging on
+either wire dtype, NaN payloads and shaped, strided and empty arrays included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto.codec import Dtype, RoundKind
+from flodl_proto.codec.template import FrameTemplate
+from flodl_proto.reduce import bf16_from_f32
+from flodl_proto.reduce.payload import Bf16Scaler
+from flodl_proto.runner._rank_payloads import SmallLayout, _payload, fill_small
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    return bf16_from_f32(a).view(ml_dtypes.bfloat16)
+
+
+def _arrays(staging: str, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    big = (rng.standard_normal((6, 10)) * 1e3).astype(np.float32)
+    big[0, :6] = np.array([0x7F800001, 0xFFC00123, 0x7FBFFFFF, 0x3F808000, 0x7F800000,
+                           0x80000000], np.uint32).view(np.float32)  # NaN payloads, a tie, inf
+    small = np.float32(rng.standard_normal()).reshape(())
+    tail = (rng.standard_normal(257) * 1e-38).astype(np.float32)
+    empty = np.zeros((0, 3), np.float32)
+    arrs = [big[:, ::2], small, empty, tail]
+    if staging == "f32":
+        return arrs
+    bf = [_bf16(big)[:, ::2], _bf16(small), _bf16(empty), _bf16(tail)]  # NaN payloads kept
+    if staging == "bf16":
+        return bf
+    arrs[0], arrs[3] = bf[0], bf[3]
+    return arrs
+
+
+@pytest.mark.parametrize("wire", [Dtype.F32, Dtype.BF16], ids=["f32-wire", "bf16-wire"])
+@pytest.mark.parametrize("staging", ["f32", "bf16", "mixed"])
+def test_fill_small_writes_the_payloads_of_each_tensor(
+        monkeypatch: pytest.MonkeyPatch, wire: Dtype, staging: str) -> None:
+    arrs0 = _arrays(staging, 0)
+    tpl = FrameTemplate(RoundKind.MODEL, [(int(wire), a.shape) for a in arrs0])
+    kept = SmallLayout((), tpl, b"", Bf16Scaler(tpl.payloads) if wire is Dtype.BF16 else None)
+    bits_seen: list[bool] = []
+    real_run = Bf16Scaler.run
+
+    def run(self: Bf16Scaler, srcs: Any, factor: np.float32, bits: bool) -> None:
+        bits_seen.append(bits)
+        assert all(s.dtype == (np.uint16 if bits else s.dtype) for s in srcs)
+        real_run(self, srcs, factor, bits)
+
+    monkeypatch.setattr(Bf16Scaler, "run", run)
+    for seed, scale in enumerate([0.3, 1 / 7, 2.0, 1e-30, 0.0, float("inf")]):
+        arrs = _arrays(staging, seed)
+        with np.errstate(all="ignore"):
+            fill_small(kept, arrs, np.float32(scale))
+            want = [bytes(_payload(a, wire, scale).data) for a in arrs]
+        assert [p.tobytes() for p in tpl.payloads] == want
+    # bf16 staging goes through as bit patterns (a shift), anything else as values
+    assert bits_seen == ([staging == "bf16"] * 6 if wire is Dtype.BF16 else [])
