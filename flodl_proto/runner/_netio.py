@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._oserr import os_reason
 from ..addr import format_addr, parse_addr
 from ..codec._common import BytesLike, as_view
 from ..codec.auth import PARALLEL_MAC_MIN, Premac
@@ -254,7 +255,7 @@ def connect_with_retry(addr: tuple[str, int], what: str, *,
                       format_addr(addr), e)
             if i + 1 < attempts:
                 if i == 0 and on_retry is not None:
-                    on_retry(f"connect to {format_addr(addr)} failed: {e.strerror or e}; "
+                    on_retry(f"connect to {format_addr(addr)} failed: {os_reason(e)}; "
                              f"retrying every {backoff:g}s, giving up after "
                              f"~{attempts * backoff:g}s ({attempts} attempts)")
                 if stop is not None:

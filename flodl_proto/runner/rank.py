@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._oserr import os_reason
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
 from ..codec.auth import PARALLEL_MAC_MIN, check_salt
 from ..codec.ceiling import check_frame_ceiling
@@ -650,7 +651,7 @@ class RankClient:
 def _os_reason(e: OSError) -> str:
     """A socket error in words ("broken pipe", "connection reset by peer"), without the
     errno prefix."""
-    return (e.strerror or str(e) or type(e).__name__).lower()
+    return os_reason(e).lower()
 
 
 def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> int:
