@@ -27,6 +27,7 @@ from flodl_proto.codec import (
     decode_round_frame,
     encode_round_frame_bytes,
 )
+from flodl_proto.codec.auth import Premac, new_mac
 from flodl_proto.codec.round_frame import parse_round_frame_or_eos
 from flodl_proto.errors import ProtocolError
 
@@ -308,3 +309,126 @@ def test_known_layout_is_the_readers_public_lookup(walks: Walks) -> None:
     assert rf.known_layout(mv[:-1], CEIL) is None  # no room for the tag
     assert rf.known_layout(memoryview(_frame(tensors=[(0, (4,), None)])), CEIL) is None
     assert (walks.walks, walks.headers) == (0, 0)
+
+
+def _signed(data: bytes | bytearray, salt: bytes = SALT) -> bytes:
+    """``data`` with its last 8 bytes replaced by the tag of the bytes before them."""
+    mac = new_mac(salt)
+    mac.update(bytes(data[:-8]))
+    return bytes(data[:-8]) + mac.digest()[:8]
+
+
+def _known_outcome(data: bytes, *, ceiling: int = 1 << 30, salt: bytes = SALT,
+                   premac: Premac | None = None) -> Any:
+    """``read_known_frame`` with the good frame's layout the only one remembered (with the
+    ceiling 1 GiB), as values:
+    None, or (the layout is the remembered one, weight bits, consumed, the frame it names)."""
+    walk_mod._layouts = ()
+    parse_round_frame_or_eos(_frame(), ceiling=1 << 30)
+    (lay,) = walk_mod._layouts
+    mv = memoryview(data)
+    res = walk_mod.read_known_frame(mv, salt, ceiling, premac)
+    if res is None:
+        return None
+    got, weight, consumed = res
+    frame = rf.known_round_frame(got, weight, mv)
+    return (got is lay, struct.pack("<d", weight), consumed,
+            (frame.kind, [(t.dtype, t.shape, bytes(t.data)) for t in frame.tensors]))
+
+
+def _decoded(data: bytes, *, ceiling: int = 1 << 30, salt: bytes = SALT) -> Any:
+    """What the full decode gives with nothing remembered, in ``_known_outcome``'s terms for a
+    frame of the good frame's metadata, else None."""
+    walk_mod._layouts = ()
+    try:
+        res = rf.decode_round_frame_or_eos(data, salt, ceiling=ceiling)
+    except ProtocolError:
+        return None
+    if res is rf.END_OF_STREAM:
+        return None
+    frame, consumed = res
+    good = decode_round_frame(_frame(), SALT)[0]
+    if (frame.kind, [(t.dtype, t.shape, t.nbytes) for t in frame.tensors]) != (
+            good.kind, [(t.dtype, t.shape, t.nbytes) for t in good.tensors]):
+        return None  # other metadata bytes: not the remembered layout
+    return (True, struct.pack("<d", frame.weight), consumed,
+            (frame.kind, [(t.dtype, t.shape, bytes(t.data)) for t in frame.tensors]))
+
+
+@pytest.mark.parametrize("flip", [0x01, 0x80, 0xFF])
+def test_read_known_frame_takes_exactly_the_frames_the_decode_reads_at_the_layout(
+        walks: Walks, flip: int) -> None:
+    """Every byte of a frame changed (and the frame signed again, so that only the changed
+    field decides): ``read_known_frame`` gives the layout, weight, length and (through
+    ``known_round_frame``) the frame the full decode gives when that decode succeeds with the
+    remembered layout's metadata (a payload byte, a valid weight), and None for every other
+    frame (metadata bytes, a NaN / infinite / negative weight); a changed tag byte (not signed
+    again) is None too."""
+    good = _frame()
+    taken = 0
+    for i in range(len(good) - 8):
+        data = bytearray(good)
+        data[i] ^= flip
+        signed = _signed(data)
+        want = _decoded(signed)
+        assert _known_outcome(signed) == want, i
+        taken += want is not None
+    for i in range(len(good) - 8, len(good)):
+        data = bytearray(good)
+        data[i] ^= flip
+        assert _decoded(bytes(data)) is None
+        assert _known_outcome(bytes(data)) is None, i
+    # every payload byte and a few weight bytes (the low mantissa ones) are taken
+    assert taken >= 24 + 6
+
+
+@pytest.mark.parametrize("weight", [0.0, -0.0, 5e-324, 1.7976931348623157e308])
+def test_read_known_frame_takes_the_edge_weights(walks: Walks, weight: float) -> None:
+    data = _frame(weight=weight, fill=9)
+    got = _known_outcome(data)
+    assert got is not None and got == _decoded(data)
+    assert got[1] == struct.pack("<d", weight) and got[2] == len(data)
+
+
+@pytest.mark.parametrize("weight", [math.nan, -math.nan, math.inf, -math.inf, -5e-324, -1.0])
+def test_read_known_frame_leaves_a_bad_weight_to_the_decode(walks: Walks, weight: float) -> None:
+    data = bytearray(_frame())
+    struct.pack_into("<d", data, 9, weight)
+    data = bytearray(_signed(data))
+    assert _known_outcome(bytes(data)) is None
+    with pytest.raises(ProtocolError) as e:
+        decode_round_frame(bytes(data), SALT)
+    assert e.value.error_id == "frame.bad_weight"
+
+
+def test_read_known_frame_length_ceiling_salt_and_trailing_bytes(walks: Walks) -> None:
+    good = _frame(fill=5)
+    for n in range(len(good)):  # every truncation, down to empty input
+        assert _known_outcome(good[:n]) is None, n
+    got = _known_outcome(good + b"xyz")  # bytes after the frame are left alone
+    assert got is not None and got[2] == len(good) and got == _decoded(good + b"xyz")
+    assert _known_outcome(good, ceiling=(1 << 30) - 1) is None  # the layout's ceiling only
+    other = bytes(range(1, 17))
+    assert _known_outcome(good, salt=other) is None
+    assert _known_outcome(_signed(good, other), salt=other) is not None
+
+
+def test_read_known_frame_trusts_a_premac_of_the_covered_length_only(walks: Walks) -> None:
+    good = _frame(fill=6)
+    n = len(good) - 8
+    mac = new_mac(SALT)
+    mac.update(good[:n])
+    right = Premac(n, mac.digest())
+    wrong = Premac(n, bytes(32))
+    assert _known_outcome(good, premac=right) == _known_outcome(good) is not None
+    assert _known_outcome(good, premac=Premac(n, mac.digest()[:8])) is not None
+    # a digest for the covered length is used as it is, whatever it says (as the decode does)
+    assert _known_outcome(good, premac=wrong) is None
+    with pytest.raises(ProtocolError) as e:
+        rf.decode_round_frame_or_eos(good, SALT, premac=wrong)
+    assert e.value.error_id == "frame.auth_failed"
+    # one for another length is not used: the MAC is computed
+    assert _known_outcome(good, premac=Premac(n - 1, bytes(32))) is not None
+    assert _known_outcome(good, premac=Premac(n + 1, bytes(32))) is not None
+    forged = good[:-1] + bytes([good[-1] ^ 1])
+    assert _known_outcome(forged, premac=right) is None  # the carried tag is compared

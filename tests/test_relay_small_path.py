@@ -5,7 +5,9 @@ writes (``_send_at_once`` / ``_skip``) against the bytes they were given."""
 
 from __future__ import annotations
 
+import math
 import socket
+import struct
 import threading
 from typing import Any
 
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
+from flodl_proto.codec.auth import new_mac
 from flodl_proto.codec.plans import frame_macs, frame_premac
 from flodl_proto.errors import ProtocolError
 from flodl_proto.reduce import HostFold, bf16_from_f32, host_fold
@@ -100,9 +103,9 @@ def _cases() -> dict[str, tuple[int, list[int], list[tuple[int, bytes]], bool]]:
     }
 
 
-def _outcome(fold: HostFold, rank: int, blob: bytes) -> Any:
+def _outcome(fold: HostFold, rank: int, blob: bytes, premac: bool = False) -> Any:
     try:
-        res = fold.deposit_frame(rank, blob)
+        res = fold.deposit_frame(rank, blob, premac=frame_premac(blob, SALT) if premac else None)
     except ProtocolError as e:
         return ("error", type(e).__name__, e.error_id, dict(e.fields))
     if res is None:
@@ -114,7 +117,8 @@ def _outcome(fold: HostFold, rank: int, blob: bytes) -> Any:
 
 
 def _run(version: int, ranks: list[int], deposits: list[tuple[int, bytes]],
-         planned: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], int]:
+         planned: bool, monkeypatch: pytest.MonkeyPatch,
+         premac: bool = False) -> tuple[list[Any], int]:
     taken = 0
     original = HostFold._fold_last_fast
 
@@ -126,12 +130,14 @@ def _run(version: int, ranks: list[int], deposits: list[tuple[int, bytes]],
 
     with monkeypatch.context() as m:
         m.setattr(HostFold, "_fold_last_fast", spy)
-        if not planned:  # the per-tensor path throughout: no deposit is held either
+        if not planned:  # the per-tensor path throughout, every frame decoded in full: no
+            # deposit is held either
             m.setattr(HostFold, "_hold", lambda self, *args: False)
+            m.setattr(host_fold, "_read_known", lambda *args: None)
         fold = HostFold(ranks, SALT, version=version)
         out = []
         for rank, blob in deposits:
-            out.append(_outcome(fold, rank, blob))
+            out.append(_outcome(fold, rank, blob, premac))
             out.append((fold.rounds_completed, fold.deposited, fold.alive_ranks,
                         None if fold.error is None else fold.error.error_id))
             if fold.error is not None:
@@ -148,6 +154,102 @@ def test_the_planned_completion_gives_the_per_tensor_paths_results(
     assert none_taken == 0
     assert planned == general
     assert (taken > 0) is used
+
+
+def _resigned(data: bytearray) -> bytes:
+    mac = new_mac(SALT)
+    mac.update(bytes(data[:-8]))
+    return bytes(data[:-8]) + mac.digest()[:8]
+
+
+def _hostile() -> dict[str, bytes]:
+    """Variants of a deposit at the SMALL layout, each differing from it in one field (signed
+    again after the change, but for the tag's and the lengths' variants)."""
+    good = _blob(_layout(SMALL, 1), 2.5)
+    heads, at = [], 17  # per tensor: its dtype byte's offset, ndim, data offset, nbytes
+    for dtype, shape in SMALL:
+        nbytes = int(np.prod(shape)) * (4 if dtype == F32 else 2)
+        heads.append((at, len(shape), at + 2 + 4 * len(shape) + 8, nbytes))
+        at = heads[-1][2] + nbytes
+
+    def changed(fn: Any) -> bytes:
+        data = bytearray(good)
+        fn(data)
+        return _resigned(data)
+
+    def weight(w: float) -> Any:
+        return lambda d: struct.pack_into("<d", d, 9, w)
+
+    out = {
+        "payload byte": changed(lambda d: d.__setitem__(heads[0][2] + 5, d[heads[0][2] + 5] ^ 1)),
+        "magic": changed(lambda d: d.__setitem__(0, d[0] ^ 1)),
+        "count + 1": changed(lambda d: struct.pack_into("<I", d, 4, len(SMALL) + 1)),
+        "count - 1": changed(lambda d: struct.pack_into("<I", d, 4, len(SMALL) - 1)),
+        "kind control": changed(lambda d: d.__setitem__(8, int(RoundKind.CONTROL))),
+        "kind 7": changed(lambda d: d.__setitem__(8, 7)),
+        "tag": good[:-1] + bytes([good[-1] ^ 1]),
+        "one byte short": good[:-1],
+        "half": good[:len(good) // 2],
+        "header only": good[:6],
+        "empty": b"",
+        "bytes after": good + b"\x00\x01\x02",
+    }
+    for name, w in [("-0.0", -0.0), ("0", 0.0), ("nan", math.nan), ("inf", math.inf),
+                    ("-1", -1.0), ("max", 1.7976931348623157e308)]:
+        out[f"weight {name}"] = changed(weight(w))
+    for ti in (0, 2, 4):
+        head, ndim, _, nbytes = heads[ti]
+        out[f"dtype {ti}"] = changed(lambda d, h=head: d.__setitem__(h, d[h] ^ 1))
+        out[f"ndim {ti}"] = changed(lambda d, h=head: d.__setitem__(h + 1, d[h + 1] + 1))
+        out[f"dim {ti}"] = changed(lambda d, h=head: d.__setitem__(h + 2, d[h + 2] ^ 1))
+        for delta in (-1, 1, -nbytes):
+            out[f"nbytes {ti} {delta:+d}"] = changed(
+                lambda d, h=head, n=ndim, b=nbytes, x=delta: struct.pack_into(
+                    "<Q", d, h + 2 + 4 * n, b + x))
+    return out
+
+
+#: where the variant is deposited, after a round of good frames (the layout is remembered):
+#: ranks and the second round's deposits in order (rank, whether it deposits the variant)
+_PLACES: dict[str, tuple[list[int], list[tuple[int, bool]]]] = {
+    "last of two": ([0, 1], [(0, False), (1, True)]),
+    "seed": ([0, 1], [(0, True), (1, False)]),
+    "held": ([0, 1, 2], [(0, False), (1, True), (2, False)]),
+    "last after a held one": ([0, 1, 2], [(0, False), (2, False), (1, True)]),
+}
+
+
+@pytest.mark.parametrize("premac", [False, True], ids=["mac", "premac"])
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("place", list(_PLACES))
+@pytest.mark.parametrize("variant", list(_hostile()))
+def test_a_deposit_differing_from_the_remembered_layout_gets_the_per_tensor_paths_outcome(
+        variant: str, place: str, version: int, premac: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame read at a remembered layout (``read_known_frame``) is held or folded at the
+    layout's offsets; one differing from the layout in any field the reader checks (or in
+    one it does not: a payload byte, bytes after the frame) is, as seed, held deposit or last,
+    given the outcome (HostFrame bytes, error class, id and fields, bookkeeping) of the
+    per-tensor path with every frame decoded in full."""
+    ranks, order = _PLACES[place]
+    hostile = _hostile()[variant]
+    blobs = {r: _blob(_layout(SMALL, 30 + r, r == 0), 1.0 + r) for r in ranks}
+    deposits = [(r, blobs[r]) for r in ranks] + [(r, hostile if h else blobs[r])
+                                                  for r, h in order]
+    read = [0]
+    real = host_fold._read_known
+
+    def counted(*args: Any) -> Any:
+        res = real(*args)
+        read[0] += res is not None
+        return res
+
+    general, _ = _run(version, ranks, deposits, False, monkeypatch, premac)
+    with monkeypatch.context() as m:
+        m.setattr(host_fold, "_read_known", counted)
+        planned, _ = _run(version, ranks, deposits, True, monkeypatch, premac)
+    assert planned == general
+    assert read[0] >= len(ranks) - 1  # the first round's later deposits at least
 
 
 def _spy_hold(m: pytest.MonkeyPatch, hold: bool) -> list[int]:
@@ -200,6 +302,32 @@ def test_rounds_with_held_deposits_and_deaths_give_the_per_tensor_paths_results(
     assert none_held == 0 and held > 0
     assert held_out == general
     assert general[-1][0] == 1  # the round completed
+
+
+def test_a_deposit_after_sums_were_accumulated_is_not_held(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # version 3: rank 1's frame elides a tensor (another layout, merged tensor by tensor, so
+    # the round has running sums); rank 2's frame, at the seed's layout, then merges at once
+    full = [_blob(_layout(SMALL, 50 + r, r == 0), 1.0 + r) for r in range(4)]
+    part = _layout(SMALL, 51)
+    part[1] = TensorPayload.elide(*SMALL[1])
+    deposits = [*enumerate(full), (0, full[0]), (1, _blob(part)), (2, full[2]), (3, full[3])]
+
+    def run(hold: bool) -> tuple[list[Any], list[int]]:
+        with monkeypatch.context() as m:
+            held = _spy_hold(m, hold)
+            if not hold:
+                m.setattr(host_fold, "_read_known", lambda *args: None)
+            fold = HostFold([0, 1, 2, 3], SALT, version=3)
+            out, counts = [], []
+            for r, blob in deposits:
+                out.append(_outcome(fold, r, blob))
+                counts.append(held[0])
+        return out, counts
+
+    (held_out, counts), (general, _) = run(True), run(False)
+    assert held_out == general and general[3][0] == general[7][0] == "frame"
+    assert counts == [0, 1, 2, 2, 2, 2, 2, 2]
 
 
 @pytest.mark.parametrize("ranks", [3, 4])
@@ -317,6 +445,7 @@ def test_rounds_at_a_remembered_layout_fold_at_its_offsets(
             m.setattr(_LayoutPlan, "views", staticmethod(counted))
             if not remembered:
                 m.setattr(host_fold, "_known_layout", lambda *a: None)
+                m.setattr(host_fold, "_read_known", lambda *a: None)
             fold = HostFold([0, 1], SALT, version=version)
             out = []
             for a, b in rounds:
@@ -345,6 +474,7 @@ class _Walked:
             entries.append((dtype, shape, at, at + n))
             at += n
         self.entries = tuple(entries)
+        self.kind = int(RoundKind.MODEL)
 
 
 def test_the_layout_plan_views_a_run_of_one_length_as_rows() -> None:

@@ -26,6 +26,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
 )
 from ._common import check_ceiling
+from .auth import Premac, check_salt, new_mac, tags_equal
 from .structs import PACKED, dims_packed
 
 _HEADER = PACKED["ROUND_FRAME_HEADER"]
@@ -203,6 +204,39 @@ def _known_layout(mv: memoryview, ceiling: int) -> _Layout | None:
                 _layouts = (lay, *layouts[:i], *layouts[i + 1:])
             return lay
     return None
+
+
+def read_known_frame(mv: memoryview, salt: bytes, ceiling: int, premac: Premac | None
+                     ) -> tuple[_Layout, float, int] | None:
+    """The frame at the start of ``mv``, read without building it, when it carries a remembered
+    layout: ``(layout, weight, consumed)`` when :func:`_known_layout` finds the layout whose
+    metadata bytes ``mv`` carries with ``ceiling``, the weight is finite and not below zero, and
+    the tag verifies (against ``premac`` when it covers the frame's bytes before the tag, else
+    the MAC computed here with ``salt``, the checked 16-byte session salt); else None, having
+    raised nothing: the full decode (``round_frame.decode_round_frame_or_eos``) must run, and
+    gives the frame or the error, in upstream's order.
+
+    These are every check that decode makes of a frame of a remembered layout (the metadata
+    bytes decide every other check of the walk, see :class:`_Layout`), so that decode would
+    return the frame of the layout's kind, this weight and the layout's tensors (payloads
+    ``mv[start:stop]`` per entry), and ``consumed`` bytes.
+    """
+    lay = _known_layout(mv, ceiling)
+    if lay is None:
+        return None
+    (weight,) = _WEIGHT_UNPACK(mv, ROUND_FRAME_HEADER_LEN + 1)
+    if not 0.0 <= weight < math.inf:  # NaN, inf, below zero (-0.0 passes, as in the walk)
+        return None
+    covered = lay.body_end
+    if premac is not None and premac.covered == covered:
+        computed = premac.digest[:AUTH_TAG_LEN]
+    else:
+        mac = new_mac(check_salt(salt))
+        mac.update(mv[:covered])
+        computed = mac.digest()[:AUTH_TAG_LEN]
+    if not tags_equal(computed, mv[covered:covered + AUTH_TAG_LEN]):
+        return None
+    return lay, weight, covered + AUTH_TAG_LEN
 
 
 def _remember(mv: memoryview, walk: _FrameWalk) -> None:

@@ -53,6 +53,7 @@ from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, w
 from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
 from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
 from ._walk import _rust_f64 as _rust_f64
+from ._walk import read_known_frame as _read_known_frame
 from .auth import Premac, check_salt, new_mac, tag_as_u64, tags_equal
 from .structs import PACKED, dims_packed
 
@@ -76,8 +77,10 @@ __all__ = [
     "encode_round_frame",
     "encode_round_frame_bytes",
     "known_layout",
+    "known_round_frame",
     "parse_round_frame",
     "parse_round_frame_or_eos",
+    "read_known_frame",
     "round_frame_extent",
     "round_frame_pieces",
     "round_frame_wire_len",
@@ -99,6 +102,9 @@ FRAME_TAG_TAIL: Final = AUTH_TAG_LEN
 #: first. It is the reader's own lookup (``_walk._known_layout``), not a wrapper. No upstream
 #: counterpart (upstream's reader remembers nothing).
 known_layout: Final = _known_layout
+#: ``read_known_frame(mv, salt, ceiling, premac)``: a frame of a layout ``known_layout`` finds,
+#: given every check its decode makes without building it (``_walk.read_known_frame``).
+read_known_frame: Final = _read_known_frame
 
 _NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -642,9 +648,7 @@ def parse_round_frame_or_eos(
         (weight,) = _WEIGHT_UNPACK(mv, ROUND_FRAME_HEADER_LEN + 1)
         if 0.0 <= weight < math.inf:  # else the walk below reports it
             pos = lay.body_end
-            trusted = TensorPayload.trusted
-            tensors = tuple([trusted(d, s, mv[a:b]) for d, s, a, b in lay.entries])
-            return (RoundFrame.trusted(_KINDS[lay.kind], weight, tensors), pos + AUTH_TAG_LEN,
+            return (known_round_frame(lay, weight, mv), pos + AUTH_TAG_LEN,
                     mv[pos:pos + AUTH_TAG_LEN].tobytes())
     walk = _FrameWalk(ceiling)
     if walk.advance(mv, partial=False) is not None:
@@ -655,6 +659,14 @@ def parse_round_frame_or_eos(
     frame = RoundFrame.trusted(_KINDS[walk.kind], walk.weight, tensors)
     _remember(mv, walk)
     return frame, pos + AUTH_TAG_LEN, bytes(mv[pos:pos + AUTH_TAG_LEN])
+
+
+def known_round_frame(lay: Any, weight: float, mv: memoryview) -> RoundFrame:
+    """The frame ``mv`` starts with, of the remembered layout ``lay`` and weight ``weight``, as
+    :func:`~flodl_proto.codec._walk.read_known_frame` found them (payloads are views of ``mv``)."""
+    trusted = TensorPayload.trusted
+    return RoundFrame.trusted(_KINDS[lay.kind], weight,
+                              tuple([trusted(d, s, mv[a:b]) for d, s, a, b in lay.entries]))
 
 
 def parse_round_frame(

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..codec.round_frame import RoundKind
 from ..spec import DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 from ._batch import batch_runs
@@ -118,17 +119,20 @@ class _SmallPlan:
 
 
 class _LayoutPlan:
-    """A remembered frame layout's plan: its :class:`_SmallPlan` and, when that is
+    """A remembered frame layout's plan: the frame's ``kind``, its ``schema`` (per tensor
+    ``(dtype, shape)``, as the fold pins a seed's), its :class:`_SmallPlan` and, when that is
     eligible and every tensor has elements, per run of the plan where its elements sit in a
     frame of the layout (``runs``: the run's dtype, element NumPy dtype, element count, the
     plan's per-tensor ``(shape, lo, hi)`` in the run's output, and how to view a frame's
     elements: ``(start, rows, numel, row stride)`` when the run's tensors have one length and
     are evenly spaced (one 2-D view), else ``(start, numel)`` per tensor)."""
 
-    __slots__ = ("plan", "runs")
+    __slots__ = ("kind", "plan", "runs", "schema")
 
     def __init__(self, lay: Any, version: int, ceiling: int) -> None:
         entries = lay.entries
+        self.kind = RoundKind(lay.kind)
+        self.schema = tuple([(d, s) for d, s, _, _ in entries])
         self.plan = _SmallPlan(tuple([(d, s, b - a) for d, s, a, b in entries]), version,
                                ceiling)
         self.runs: list[tuple[int, np.dtype[Any], int, list[tuple[tuple[int, ...], int, int]],

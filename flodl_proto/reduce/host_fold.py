@@ -27,7 +27,10 @@ from round to round (no page faults on the fold's critical path), and a large te
 halves across two threads. A round of small tensors whose frames carry the layout the codec's
 reader remembers (every round of a run after the first) is folded from the frames' buffers at the
 layout's offsets (``_host_plan._LayoutPlan``): the deposits between the seed and the last are held
-unmerged, and the last sums them all in one pass per run of tensors.
+unmerged, and the last sums them all in one pass per run of tensors. Such a frame is checked by
+the codec's ``read_known_frame`` (every check its full decode makes of a frame of that layout:
+the metadata bytes, the weight, the tag) and no frame object is built for it unless a path
+needs its tensors.
 
 Error order follows upstream's streamed parse: a later deposit's tensors are checked and merged
 one at a time as the reader reaches them, before its footer is verified, so a schema error in an
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,9 +69,11 @@ from ..codec.round_frame import (
     decode_round_frame_or_eos,
     delivered_tensors,
     encode_round_frame_bytes,
+    known_round_frame,
     parse_round_frame_or_eos,
 )
 from ..codec.round_frame import known_layout as _known_layout
+from ..codec.round_frame import read_known_frame as _read_known
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -100,22 +105,33 @@ _SPLIT_MIN_ELEMS = 1 << 21
 class _Round:
     kind: RoundKind
     weight: float
-    seed: RoundFrame
+    #: the seed's frame, or None until first needed (see :attr:`seed`)
+    seed_frame: RoundFrame | None
     seed_bytes: memoryview
+    seed_weight: float
     #: the layout the codec's reader remembers for the seed's frame (``_known_layout``), or None
     layout: Any
     deposited: set[int] = field(default_factory=set)
     #: per-tensor (dtype, shape) pinned by the seed
-    schema: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    schema: Sequence[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     #: once promoted: per tensor, its f32 running sums, or None while the seed's tensor has not
     #: been materialised (it is folded straight into the output when the round's last deposit
     #: merges into it, or at completion)
     sums: list[npt.NDArray[np.float32] | None] | None = None
     #: per tensor index, the encoded payload the round's last deposit produced
     outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
-    #: deposits after the seed held unmerged, in deposit order: ``(rank, frame, buffer)`` of a
-    #: frame at the seed's remembered layout (see :meth:`HostFold._hold`)
-    held: list[tuple[int, RoundFrame, memoryview]] = field(default_factory=list)
+    #: deposits after the seed held unmerged, in deposit order: ``(rank, buffer)`` of a frame
+    #: at the seed's remembered layout (see :meth:`HostFold._hold`)
+    held: list[tuple[int, memoryview]] = field(default_factory=list)
+
+    @property
+    def seed(self) -> RoundFrame:
+        """The seed's frame (a seed read at a remembered layout is built at its first use)."""
+        frame = self.seed_frame
+        if frame is None:
+            frame = self.seed_frame = known_round_frame(self.layout, self.seed_weight,
+                                                        self.seed_bytes)
+        return frame
 
 
 class HostFold:
@@ -356,37 +372,32 @@ class HostFold:
 
     def _merge(self, rank: int, mv: memoryview, premac: Premac | None) -> RoundFrame | None:
         """Merge ``rank``'s deposit; returns the completed round's merged frame when
-        :meth:`_fold_last_fast` completed the round (else None: :meth:`_complete` decides)."""
+        :meth:`_fold_last_fast` completed the round (else None: :meth:`_complete` decides).
+
+        A frame the codec reads at a remembered layout (``read_known_frame``: the checks its
+        full decode makes, without building the frame) is built only when a path needs its
+        tensors: a seed's when first used (:attr:`_Round.seed`), a later deposit's at the
+        seed's layout never when it is held or completes the round at the layout's offsets."""
+        known = _read_known(mv, self._salt, self._ceiling, premac)
         if self._round is None:
+            if known is not None:
+                lay, weight, consumed = known
+                lp = self._layout_plan(lay)
+                self._round = _Round(kind=lp.kind, weight=weight, seed_frame=None,
+                                     seed_bytes=mv[:consumed], seed_weight=weight, layout=lay,
+                                     deposited={rank}, schema=lp.schema)
+                return None
             res = decode_round_frame_or_eos(mv, self._salt, ceiling=self._ceiling, premac=premac)
             if res is END_OF_STREAM:
                 raise protocol_error("fold.truncated", rank=rank)
             seed, consumed = res
             self._round = _Round(
-                kind=seed.kind, weight=seed.weight, seed=seed, seed_bytes=mv[:consumed],
-                layout=_known_layout(mv, self._ceiling), deposited={rank},
-                schema=[(t.dtype, t.shape) for t in seed.tensors],
+                kind=seed.kind, weight=seed.weight, seed_frame=seed, seed_bytes=mv[:consumed],
+                seed_weight=seed.weight, layout=_known_layout(mv, self._ceiling),
+                deposited={rank}, schema=[(t.dtype, t.shape) for t in seed.tensors],
             )
             return None
         rnd = self._round
-        reader_error: ProtocolError | None = None
-        frame: RoundFrame | None = None
-        try:
-            res = decode_round_frame_or_eos(mv, self._salt, ceiling=self._ceiling, premac=premac)
-        except ProtocolError as e:
-            reader_error = e
-            if e.error_id in _PER_TENSOR_ERRORS:
-                delivered = delivered_tensors(mv, int(e.fields["index"]))
-            elif e.error_id in _AFTER_TENSOR_ERRORS:
-                delivered = delivered_tensors(mv, declared_tensor_count(mv))
-            else:
-                delivered = []
-        else:
-            if res is END_OF_STREAM:
-                raise protocol_error("fold.truncated", rank=rank)
-            frame = res[0]
-            delivered = list(frame.tensors)
-        expected = len(rnd.schema)
         # the deposit that completes the round folds its tensors straight into the output
         dead, deposited = self._dead, rnd.deposited
         last = True
@@ -394,11 +405,41 @@ class HostFold:
             if r != rank and r not in dead and r not in deposited:
                 last = False
                 break
-        if frame is not None and not last and self._hold(rnd, rank, frame, mv):
-            return None
-        if last and frame is not None and (rnd.sums is None or not any(
+        reader_error: ProtocolError | None = None
+        frame: RoundFrame | None = None
+        if known is not None:
+            lay, weight, _ = known
+            if lay is rnd.layout:  # the seed's layout: its tensor count, dtypes, shapes, kind
+                if not last:
+                    if self._hold(rnd, rank, mv, weight):
+                        return None
+                elif rnd.sums is None or not any(a is not None for a in rnd.sums):
+                    done = self._fold_last_fast(rnd, rank, None, mv, weight)
+                    if done is not None:
+                        return done
+            frame = known_round_frame(lay, weight, mv)
+            delivered = list(frame.tensors)
+        else:
+            try:
+                res = decode_round_frame_or_eos(mv, self._salt, ceiling=self._ceiling,
+                                                premac=premac)
+            except ProtocolError as e:
+                reader_error = e
+                if e.error_id in _PER_TENSOR_ERRORS:
+                    delivered = delivered_tensors(mv, int(e.fields["index"]))
+                elif e.error_id in _AFTER_TENSOR_ERRORS:
+                    delivered = delivered_tensors(mv, declared_tensor_count(mv))
+                else:
+                    delivered = []
+            else:
+                if res is END_OF_STREAM:
+                    raise protocol_error("fold.truncated", rank=rank)
+                frame = res[0]
+                delivered = list(frame.tensors)
+        expected = len(rnd.schema)
+        if last and frame is not None and rnd.held == [] and (rnd.sums is None or not any(
                 a is not None for a in rnd.sums)):
-            done = self._fold_last_fast(rnd, rank, frame, mv)
+            done = self._fold_last_fast(rnd, rank, frame, mv, frame.weight)
             if done is not None:
                 return done
         if rnd.held:
@@ -423,25 +464,23 @@ class HostFold:
         rnd.deposited.add(rank)
         return None
 
-    def _hold(self, rnd: _Round, rank: int, frame: RoundFrame, buf: memoryview) -> bool:
+    def _hold(self, rnd: _Round, rank: int, buf: memoryview, weight: float) -> bool:
         """Hold a deposit that does not complete the round unmerged, when nothing can fail
         merging it: nothing was accumulated yet, its buffer ``buf`` carries the seed's
-        remembered layout (so the seed's tensor count, dtypes, shapes and byte counts) and a
-        :class:`_LayoutPlan` with runs, its kind is the seed's and the summed weight is finite.
+        remembered layout (the caller checked: so the seed's kind, tensor count, dtypes, shapes
+        and byte counts) and the layout's :class:`_LayoutPlan` has runs, and the summed weight
+        (``weight`` is the deposit's) is finite.
         The round's last deposit then sums the seed, the held deposits and itself in one pass
         per run (:meth:`_fold_last_fast`), in deposit order, as the per-tensor path would;
         any other path merges the held deposits first (:meth:`_merge_held`). Returns False,
         having changed nothing, when the deposit must merge now."""
-        lay = rnd.layout
-        if (lay is None or rnd.sums is not None or frame.kind is not rnd.kind
-                or _known_layout(buf, self._ceiling) is not lay
-                or not self._layout_plan(lay).runs):
+        if rnd.sums is not None or not self._layout_plan(rnd.layout).runs:
             return False
-        weight = rnd.weight + frame.weight
-        if not math.isfinite(weight):
+        total = rnd.weight + weight
+        if not math.isfinite(total):
             return False
-        rnd.held.append((rank, frame, buf))
-        rnd.weight = weight
+        rnd.held.append((rank, buf))
+        rnd.weight = total
         rnd.deposited.add(rank)
         return True
 
@@ -453,52 +492,55 @@ class HostFold:
         expected = len(rnd.schema)
         if rnd.sums is None:
             rnd.sums = self._promote(rnd)
-        for rank, frame, _ in held:
-            for ti, p in enumerate(frame.tensors):
+        lay = rnd.layout
+        for rank, buf in held:
+            for ti, p in enumerate(known_round_frame(lay, 0.0, buf).tensors):
                 self._merge_tensor(rnd, rank, ti, p, expected, False)
 
-    def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame,
-                        buf: memoryview) -> RoundFrame | None:
+    def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame | None,
+                        buf: memoryview, weight: float) -> RoundFrame | None:
         """The completing deposit of a round whose seed is the only earlier deposit merged
         (two ranks a host, more with deaths, or with deposits :meth:`_hold` held), when nothing
-        can fail: folded with the seed and the round
-        completed at once, from the seed layout's :class:`_SmallPlan` (the checks of the
-        per-tensor path done once per layout, not per round). Returns the merged frame, or None
-        having changed nothing (the general path then runs and raises whatever it raises).
+        can fail: folded with the seed and the round completed at once. Returns the merged
+        frame, or None having changed nothing (the general path then runs and raises whatever
+        it raises). ``weight``: the deposit's.
 
-        Taken only when the plan of the seed's layout is eligible (see :class:`_SmallPlan`),
-        the deposit carries the seed's kind, tensor count, and per tensor its dtype, shape and
-        byte count, and the summed weight is finite. Then every check of :meth:`_merge` and
-        :meth:`_fold_last_small` passes, and the result is theirs: the same
-        ``K.sum_small_batch`` runs over the same elements, the payloads the same bytes (slices
-        of each run's output), the same weight, kind and completion bookkeeping.
+        ``frame`` None: the deposit's buffer ``buf`` carries the metadata bytes of the layout
+        the codec's reader remembers for the seed (the caller checked: every round of a run
+        after the first), so its kind, tensor count and per tensor dtype, shape and byte count
+        are the seed's; taken when that layout's :class:`_LayoutPlan` has runs and the summed
+        weight is finite: each run's elements are viewed in the seed's, the held deposits' and
+        this buffer at the plan's offsets (a run of tensors of one length as one 2-D view,
+        summed in one add per contribution).
 
-        When the deposit's buffer ``buf`` carries the metadata bytes of the layout the codec's
-        reader remembers for the seed (the same layout object: every round of a run after the
-        first), the comparison is that identity, and each run's elements are viewed in the two
-        buffers at the :class:`_LayoutPlan`'s offsets (a run of tensors of one length as one
-        2-D view, summed in one add per contribution) instead of tensor by tensor."""
-        if frame.kind is not rnd.kind:
+        Else (nothing held): taken when the seed layout's :class:`_SmallPlan` is eligible, the
+        deposit carries the seed's kind, tensor count, and per tensor its dtype, shape and
+        byte count, and the summed weight is finite, tensor by tensor.
+
+        Either way every check of :meth:`_merge` and :meth:`_fold_last_small` passes, and the
+        result is theirs: the same ``K.sum_small_batch`` over the same elements, the payloads
+        the same bytes (slices of each run's output), the same weight, kind and completion
+        bookkeeping."""
+        if frame is not None and frame.kind is not rnd.kind:
             return None
-        weight = rnd.weight + frame.weight
+        weight = rnd.weight + weight
         if not math.isfinite(weight):
             return None
         ws = self._ws if self._ws is not None else self._workspace()
         trusted = TensorPayload.trusted
         out_tensors: list[TensorPayload] = []
-        lay = rnd.layout
-        lp = None if lay is None else self._layout_plan(lay)
-        if lp is not None and lp.runs and _known_layout(buf, self._ceiling) is lay:
+        if frame is None:
+            lp = self._layout_plan(rnd.layout)
+            if not lp.runs:
+                return None
             views = lp.views
-            bufs = [rnd.seed_bytes, *[b for _, _, b in rnd.held], buf]
+            bufs = [rnd.seed_bytes, *[b for _, b in rnd.held], buf]
             for dtype, np_dtype, total, segs, where in lp.runs:
                 out = K.sum_small_batch([views(b, np_dtype, where) for b in bufs], dtype, total,
                                         None, ws)
                 data = out.view(np.uint8).data
                 for shape, lo, hi in segs:
                     out_tensors.append(trusted(dtype, shape, data[lo:hi]))
-        elif rnd.held:
-            return None
         else:
             seed = rnd.seed.tensors
             key = tuple([(t.dtype, t.shape, t.data.nbytes) for t in seed])
