@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
+from flodl_proto.codec import (
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_round_frame,
+    encode_round_frame_bytes,
+)
 from flodl_proto.codec.auth import new_mac
 from flodl_proto.codec.plans import frame_macs, frame_premac
 from flodl_proto.errors import ProtocolError
@@ -118,7 +124,7 @@ def _outcome(fold: HostFold, rank: int, blob: bytes, premac: bool = False) -> An
 
 def _run(version: int, ranks: list[int], deposits: list[tuple[int, bytes]],
          planned: bool, monkeypatch: pytest.MonkeyPatch,
-         premac: bool = False) -> tuple[list[Any], int]:
+         premac: bool = False, remembered: bool = True) -> tuple[list[Any], int]:
     taken = 0
     original = HostFold._fold_last_fast
 
@@ -133,6 +139,8 @@ def _run(version: int, ranks: list[int], deposits: list[tuple[int, bytes]],
         if not planned:  # the per-tensor path throughout, every frame decoded in full: no
             # deposit is held either
             m.setattr(HostFold, "_hold", lambda self, *args: False)
+            m.setattr(host_fold, "_read_known", lambda *args: None)
+        if not remembered:  # every frame decoded in full: the planned path tensor by tensor
             m.setattr(host_fold, "_read_known", lambda *args: None)
         fold = HostFold(ranks, SALT, version=version)
         out = []
@@ -154,6 +162,37 @@ def test_the_planned_completion_gives_the_per_tensor_paths_results(
     assert none_taken == 0
     assert planned == general
     assert (taken > 0) is used
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_the_planned_completion_tensor_by_tensor_gives_the_per_tensor_paths_results(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above with every frame decoded in full (no frame is read at a remembered layout), so
+    the planned completion compares the deposit with the seed tensor by tensor (its
+    ``_SmallPlan`` worked out again whenever the seed's layout changes)."""
+    version, ranks, deposits, _ = _cases()[name]
+    general, _ = _run(version, ranks, deposits, False, monkeypatch)
+    planned, _ = _run(version, ranks, deposits, True, monkeypatch, remembered=False)
+    assert planned == general
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_seed_read_at_a_remembered_layout_is_built_when_first_needed(version: int) -> None:
+    """The seed's frame, not built when the seed is read at a remembered layout, is the frame
+    the full decode gives (kind, weight, dtypes, shapes, payload bytes) when a path needs it."""
+    seed = _blob(_layout(SMALL, 60, True), 0.375, RoundKind.CONTROL)
+    fold = HostFold([0, 1], SALT, version=version)
+    fold.deposit_frame(0, seed)
+    assert fold.deposit_frame(1, seed) is not None  # one round: the layout is remembered
+    fold.deposit_frame(0, seed)
+    rnd = fold._round
+    assert rnd is not None and rnd.seed_frame is None
+    want = decode_round_frame(seed, SALT)[0]
+    got = rnd.seed
+    assert got == want and got.weight == 0.375 and got.kind is RoundKind.CONTROL
+    assert [(t.dtype, t.shape, bytes(t.data)) for t in got.tensors] == [
+        (t.dtype, t.shape, bytes(t.data)) for t in want.tensors]
+    assert rnd.seed is got  # built once
 
 
 def _resigned(data: bytearray) -> bytes:

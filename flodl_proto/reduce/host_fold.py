@@ -120,9 +120,9 @@ class _Round:
     sums: list[npt.NDArray[np.float32] | None] | None = None
     #: per tensor index, the encoded payload the round's last deposit produced
     outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
-    #: deposits after the seed held unmerged, in deposit order: ``(rank, buffer)`` of a frame
-    #: at the seed's remembered layout (see :meth:`HostFold._hold`)
-    held: list[tuple[int, memoryview]] = field(default_factory=list)
+    #: deposits after the seed held unmerged, in deposit order: ``(rank, buffer, weight)`` of a
+    #: frame at the seed's remembered layout (see :meth:`HostFold._hold`)
+    held: list[tuple[int, memoryview, float]] = field(default_factory=list)
 
     @property
     def seed(self) -> RoundFrame:
@@ -479,7 +479,7 @@ class HostFold:
         total = rnd.weight + weight
         if not math.isfinite(total):
             return False
-        rnd.held.append((rank, buf))
+        rnd.held.append((rank, buf, weight))
         rnd.weight = total
         rnd.deposited.add(rank)
         return True
@@ -490,11 +490,9 @@ class HostFold:
         arrived."""
         held, rnd.held = rnd.held, []
         expected = len(rnd.schema)
-        if rnd.sums is None:
-            rnd.sums = self._promote(rnd)
-        lay = rnd.layout
-        for rank, buf in held:
-            for ti, p in enumerate(known_round_frame(lay, 0.0, buf).tensors):
+        lay = rnd.layout  # its tensors all carry bytes: the first one merged promotes the seed
+        for rank, buf, weight in held:
+            for ti, p in enumerate(known_round_frame(lay, weight, buf).tensors):
                 self._merge_tensor(rnd, rank, ti, p, expected, False)
 
     def _fold_last_fast(self, rnd: _Round, rank: int, frame: RoundFrame | None,
@@ -534,7 +532,7 @@ class HostFold:
             if not lp.runs:
                 return None
             views = lp.views
-            bufs = [rnd.seed_bytes, *[b for _, b in rnd.held], buf]
+            bufs = [rnd.seed_bytes, *[b for _, b, _ in rnd.held], buf]
             for dtype, np_dtype, total, segs, where in lp.runs:
                 out = K.sum_small_batch([views(b, np_dtype, where) for b in bufs], dtype, total,
                                         None, ws)
