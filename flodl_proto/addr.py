@@ -29,10 +29,12 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
     """Parse ``HOST:PORT`` (``[v6]:PORT`` accepted) into ``(host, port)``, or check a
     ``(host, port)`` pair.
 
-    Leading and trailing whitespace is ignored; the port is decimal digits only (no sign, no
-    underscores), 0 to 65535 (1 to 65535 for an address to dial); a host containing a colon (an
-    IPv6 address) must be bracketed. A pair's host is a non-empty string taken as it is (no
-    brackets), its port an integer (``operator.index``; not a bool) in the same range.
+    Leading and trailing whitespace is ignored; the host is taken as the socket calls take it
+    (any name they can encode, Unicode included; it is not resolved here); the port is decimal
+    digits only (no sign, no underscores), 0 to 65535 (1 to 65535 for an address to dial); a
+    host containing a colon (an IPv6 address) must be bracketed. A pair's host is a non-empty
+    string taken as it is (no brackets, the same rules), its port an integer
+    (``operator.index``; not a bool) in the same range.
 
     Args:
         text: the address text, or a ``(host, port)`` pair (a socket address: extra items,
@@ -47,7 +49,9 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
     Raises:
         InvalidValue (local) ``addr.invalid``: neither a string nor a ``(host, port)`` pair, no
         colon or no port after a bracketed host, no host, unbalanced brackets, a colon in a
-        host without brackets (a bare IPv6 address), a port that is not decimal digits (a
+        host without brackets (a bare IPv6 address), a host with a blank, a control character
+        or a bracket in it, or one the socket calls cannot encode (``idna``: an empty label
+        as in ``a..b``, a label over 63 characters), a port that is not decimal digits (a
         pair's: not an integer) or above 65535, or 0 with ``dial``; the message names
         ``field`` and the value.
     """
@@ -70,8 +74,7 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason="an IPv6 address needs brackets: [ADDRESS]:PORT, e.g. "
                              "[::1]:5555")
-    if not host:
-        raise protocol_error("addr.invalid", field=field, value=text, reason="no host")
+    _check_host(host, text, field)
     if not (port_s.isascii() and port_s.isdigit()):
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason=f"port {port_s!r} is not a decimal number")
@@ -83,8 +86,7 @@ def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int
     if not isinstance(host, str):
         raise protocol_error("addr.invalid", field=field, value=pair,
                              reason="not a string or a (host, port) pair")
-    if not host:
-        raise protocol_error("addr.invalid", field=field, value=pair, reason="no host")
+    _check_host(host, pair, field)
     try:
         if isinstance(pair[1], bool):
             raise TypeError
@@ -96,6 +98,24 @@ def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int
         raise protocol_error("addr.invalid", field=field, value=pair,
                              reason=f"port {port} is out of range 0..{PORT_MAX}")
     return host, _check_port(port, pair, field, dial)
+
+
+def _check_host(host: str, value: object, field: str) -> None:
+    """Refuse a host the socket calls cannot take: empty, with a blank, a control character or
+    a bracket in it, or one the ``idna`` codec (which the socket calls encode a host with)
+    refuses (an empty label, ``a..b``, or one over 63 characters)."""
+    if not host:
+        raise protocol_error("addr.invalid", field=field, value=value, reason="no host")
+    if not host.isprintable() or any(c.isspace() or c in "[]" for c in host):
+        raise protocol_error("addr.invalid", field=field, value=value,
+                             reason=f"host {host!r} contains a blank, a control character or "
+                             "a bracket")
+    try:
+        host.encode("idna")
+    except UnicodeError as e:
+        raise protocol_error("addr.invalid", field=field, value=value,
+                             reason=f"host {host!r} is not a valid host name "
+                             f"({e.__cause__ or e})") from None
 
 
 def _check_port(port: int, value: object, field: str, dial: bool) -> int:

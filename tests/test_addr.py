@@ -168,3 +168,63 @@ def test_cli_dialed_address_with_port_0_is_one_line(role: str, option: str) -> N
     assert res.stderr == (f"{prog}: error: {option} = '127.0.0.1:0' is not a HOST:PORT "
                           "address: port 0 cannot be dialed (it asks a listener for any free "
                           "port)\n")
+
+
+_ODD = "contains a blank, a control character or a bracket"
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    (" 127.0.0.1 :5555", f"host '127.0.0.1 ' {_ODD}"),  # a blank inside, not around
+    ("a b:5555", f"host 'a b' {_ODD}"),
+    ("x\x00y:5555", f"host 'x\\x00y' {_ODD}"),  # the socket calls raise ValueError for it
+    ("\udcff:5555", f"host '\\udcff' {_ODD}"),  # a lone surrogate (undecodable argv byte)
+    ("[[::1]]:5555", f"host '[::1]' {_ODD}"),
+    ("[::1]]:5555", f"host '::1]' {_ODD}"),
+    ("a..b:5555", "host 'a..b' is not a valid host name (label empty or too long)"),
+    ("a" * 64 + ".com:1", f"host '{'a' * 64}.com' is not a valid host name (label empty or too "
+     "long)"),
+])
+def test_parse_addr_refuses_a_host_the_socket_calls_cannot_take(text: str, reason: str) -> None:
+    """The socket calls encode a host with the ``idna`` codec and raise UnicodeError (not
+    OSError) for one it refuses: the controller command ended in a traceback."""
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(text, field="--listen")
+    assert ei.value.error_id == "addr.invalid" and not ei.value.remote
+    assert str(ei.value) == f"--listen = {text!r} is not a HOST:PORT address: {reason}"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("h\u00f6st:5555", ("h\u00f6st", 5555)),  # encodable by idna
+    ("a.b.:5555", ("a.b.", 5555)),  # a fully qualified name's trailing dot
+    ("[127.0.0.1]:5555", ("127.0.0.1", 5555)),
+    ("a" * 63 + ":1", ("a" * 63, 1)),
+])
+def test_parse_addr_takes_any_host_the_socket_calls_take(text: str, want: tuple[str, int]) -> None:
+    assert parse_addr(text) == want
+
+
+def test_a_pair_host_follows_the_same_rules() -> None:
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(("a..b", np.int64(80)), field="controller", dial=True)
+    assert str(ei.value) == ("controller = ('a..b', np.int64(80)) is not a HOST:PORT address: "
+                             "host 'a..b' is not a valid host name (label empty or too long)")
+
+
+def test_the_controller_refuses_a_host_it_cannot_bind() -> None:
+    from flodl_proto.runner.controller import ReferenceController
+
+    with pytest.raises(InvalidValue) as ei:
+        ReferenceController(1, bytes(16), host="a..b")
+    assert ei.value.error_id == "addr.invalid"
+    with pytest.raises(InvalidValue):
+        ReferenceController(1, bytes(16), port=5555.5)  # type: ignore[arg-type]
+
+
+def test_cli_unencodable_host_is_one_line() -> None:
+    r = subprocess.run([sys.executable, "-m", "flodl_proto", "controller", "--listen",
+                        "a..b:0", "--world-size", "1", "--salt", "00" * 16],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("flodl-proto controller: error: --listen = 'a..b:0' is not a HOST:PORT "
+                        "address: host 'a..b' is not a valid host name (label empty or too "
+                        "long)\n")

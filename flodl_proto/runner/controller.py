@@ -108,6 +108,7 @@ from ._controller_conn import (
 from ._netio import (
     configure_socket,
     format_addr,
+    parse_addr,
     shutdown_quietly,
 )
 from .checkpoint import write_checkpoint
@@ -163,8 +164,8 @@ class ReferenceController:
 
     Raises:
         InvalidValue (local): ``world_size`` is 0, the ledger size differs, the salt is not 16
-            bytes, ``round_timeout`` is not a positive number, ``ceiling`` is below 25 bytes (the
-            smallest RoundFrame); VersionMismatch (local): unsupported version.
+            bytes, ``round_timeout`` is not a positive number or too long once scaled, ``ceiling``
+            is below 25 bytes, ``host``/``port`` are refused by ``parse_addr``; VersionMismatch.
 
     Use as a context manager (``start()`` on enter, ``shutdown()`` on exit), or call
     :meth:`start`, then :meth:`wait` and/or :meth:`shutdown`.
@@ -199,8 +200,7 @@ class ReferenceController:
                                     outer=outer, checkpoint=checkpoint_dir is not None,
                                     ceiling=ceiling, reduce_threads=default_threads(),
                                     round_timeout=scaled, mac_executor=self._mac_pool)
-        self._host = host
-        self._req_port = int(port)
+        self._host, self._req_port = parse_addr((host, port), field="host, port")
         self._port_mux = port_mux
         self._ceiling = ceiling
         self._ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
