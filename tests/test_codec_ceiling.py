@@ -77,3 +77,27 @@ def test_the_controller_and_the_relay_take_a_numpy_ceiling() -> None:
     relay.shutdown()
     with ReferenceController(1, SALT, ceiling=np.int64(1 << 20)) as ctl:
         assert ctl.port > 0
+
+
+@pytest.mark.parametrize("ceiling", [1024.5, 1024.0, np.float32(1024), "1024", True, -1])
+def test_the_cores_refuse_a_ceiling_that_is_no_byte_count(ceiling: Any) -> None:
+    """``int()`` truncated 1024.5 to 1024 silently."""
+    from flodl_proto.fsm.controller_core import ControllerCore
+    from flodl_proto.fsm.relay_core import RelayCore
+
+    for make in (lambda: ControllerCore(1, SALT, ceiling=ceiling),
+                 lambda: RelayCore((0,), 1, SALT, ceiling=ceiling)):
+        with pytest.raises(InvalidValue) as e:
+            make()
+        assert e.value.error_id == "ceiling.invalid" and not e.value.remote
+        assert str(e.value) == ("frame ceiling must be a non-negative number of bytes, got "
+                                f"{ceiling!r}")
+
+
+def test_the_cores_keep_an_integral_ceiling_as_a_plain_int() -> None:
+    from flodl_proto.fsm.controller_core import ControllerCore
+    from flodl_proto.fsm.relay_core import RelayCore
+
+    for core in (ControllerCore(1, SALT, ceiling=np.int64(4096)),
+                 RelayCore((0,), 1, SALT, ceiling=np.uint32(24))):  # no floor in the core
+        assert type(core.ceiling) is int and core.ceiling in (4096, 24)

@@ -75,6 +75,7 @@ from typing import Any, Final
 
 from ..codec._common import BytesLike, check_version
 from ..codec.auth import check_salt
+from ..codec.ceiling import frame_ceiling_int
 from ..codec.mux import (
     DeclareDead,
     Hello,
@@ -196,7 +197,7 @@ class ControllerCore:
         self.world_size = int(world_size)
         self.salt = check_salt(salt)
         self.version = check_version(version)
-        self.ceiling = int(ceiling)
+        self.ceiling = frame_ceiling_int(ceiling)
         self.dead_ranks = ledger
         self._stepper = OuterStepper(outer) if outer is not None else None
         self._checkpoint = checkpoint

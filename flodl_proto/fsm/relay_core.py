@@ -64,6 +64,7 @@ from typing import Any
 
 from ..codec._common import BytesLike, check_version
 from ..codec.auth import Premac, check_salt
+from ..codec.ceiling import frame_ceiling_int
 from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
 from ..codec.loopback import encode_len_prefix
 from ..codec.mux import (
@@ -178,7 +179,7 @@ class RelayCore:
         if length > MAX_HELLO_HOST_LEN:  # a Hello the controller's Hello bound may refuse
             raise protocol_error("relay.host_too_long", length=length, max=MAX_HELLO_HOST_LEN)
         self.host = host
-        self.ceiling = int(ceiling)
+        self.ceiling = frame_ceiling_int(ceiling)
         #: runs a large HostFrame's second MAC beside the first (None: both on the calling
         #: thread); owned by the runner
         self._mac_executor = mac_executor
