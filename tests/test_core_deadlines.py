@@ -87,3 +87,55 @@ def test_a_bad_timeout_names_its_value() -> None:
         RoundDeadline(-1.0)
     assert dict(ei.value.fields) == {"name": "round_timeout", "value": -1.0}
     assert str(ei.value) == "round_timeout must be a positive number of seconds, got -1.0"
+
+
+def test_a_timeout_too_long_once_scaled_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound is TIMEOUT_OPTION_MAXIMUM (864000 s) on the scaled value: a huge option times
+    the scale overflowed the waits' arithmetic later (1e308 x 10 is inf)."""
+    from flodl_proto.fsm.deadline import check_timeout
+    from flodl_proto.spec import SPEC
+
+    assert SPEC.timeout("TIMEOUT_OPTION_MAXIMUM") == 864000.0
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "10")
+    assert check_timeout("round_timeout", 86400.0) == 86400.0  # at the bound
+    with pytest.raises(InvalidValue) as ei:
+        check_timeout("round_timeout", 86400.5)
+    assert not ei.value.remote and ei.value.error_id == "deadline.too_long"
+    assert str(ei.value) == ("round_timeout=86400.5 seconds times the net timeout scale 10 is "
+                             "864005 s, above the maximum 864000 s (TIMEOUT_OPTION_MAXIMUM)")
+    with pytest.raises(InvalidValue) as ei:
+        check_timeout("rank_timeout", 1e308)
+    assert ei.value.fields["scaled"] == float("inf")
+    assert check_timeout("rank_timeout", 864000.0, scale=1.0) == 864000.0
+    with pytest.raises(InvalidValue):
+        RoundDeadline(864001.0, "rank_timeout")  # scaled already: the scale is not applied
+
+
+def test_the_runners_refuse_a_timeout_too_long_once_scaled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from flodl_proto.runner.controller import ReferenceController
+    from flodl_proto.runner.relay import Relay
+
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "1000")
+    with pytest.raises(InvalidValue) as ei:
+        ReferenceController(1, SALT, round_timeout=865.0)
+    assert ei.value.fields["name"] == "round_timeout" and ei.value.fields["value"] == 865.0
+    with pytest.raises(InvalidValue) as ei:
+        Relay("127.0.0.1:1", [0], 1, SALT, rank_timeout=1e300)
+    assert ei.value.fields["name"] == "rank_timeout" and ei.value.fields["value"] == 1e300
+
+
+def test_cli_timeout_too_long_is_a_usage_error() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FLODL_NET_TIMEOUT_SCALE": "0.1"}
+    r = subprocess.run([sys.executable, "-m", "flodl_proto", "controller", "--listen",
+                        "127.0.0.1:0", "--world-size", "1", "--salt", "00" * 16,
+                        "--round-timeout", "1e7"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("flodl-proto controller: error: round_timeout=10000000.0 seconds times "
+                        "the net timeout scale 0.1 is 1e+06 s, above the maximum 864000 s "
+                        "(TIMEOUT_OPTION_MAXIMUM)\n")

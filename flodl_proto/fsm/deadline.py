@@ -13,21 +13,43 @@ from __future__ import annotations
 import math
 
 from ..errors import protocol_error
+from ..spec import SPEC, net_timeout_scale
 
 __all__ = ["RoundDeadline", "check_timeout"]
 
+#: the largest scaled round or rank timeout, seconds
+_MAXIMUM = SPEC.timeout("TIMEOUT_OPTION_MAXIMUM")
 
-def check_timeout(name: str, seconds: float | None) -> float | None:
-    """``seconds`` as a float when it is a positive finite number, None when None.
+
+def check_timeout(name: str, seconds: float | None, *,
+                  scale: float | None = None) -> float | None:
+    """``seconds`` as a float when it is a positive finite number whose scaled value is at most
+    ``TIMEOUT_OPTION_MAXIMUM`` (864000 s, 10 days), None when None.
+
+    Args:
+        name: the option, for the error (``"round_timeout"``, ``"rank_timeout"``).
+        seconds: the timeout before scaling, or None (no deadline).
+        scale: the factor it will be multiplied by (default: ``FLODL_NET_TIMEOUT_SCALE``, as
+            :func:`flodl_proto.spec.net_timeout_scale` reads it; 1.0 for a timeout already
+            scaled).
+
+    Returns:
+        ``seconds`` as a float (not scaled), or None.
 
     Raises:
-        InvalidValue (local, ``deadline.bad_timeout``): zero, negative, NaN or infinite.
+        InvalidValue (local): zero, negative, NaN or infinite (``deadline.bad_timeout``); above
+            the maximum once scaled (``deadline.too_long``, naming ``name``, the value, the scale
+            and the maximum).
     """
     if seconds is None:
         return None
     value = float(seconds)
     if not (math.isfinite(value) and value > 0):
         raise protocol_error("deadline.bad_timeout", name=name, value=seconds)
+    factor = net_timeout_scale() if scale is None else scale
+    if value * factor > _MAXIMUM:
+        raise protocol_error("deadline.too_long", name=name, value=seconds, scale=factor,
+                             scaled=value * factor, maximum=_MAXIMUM)
     return value
 
 
@@ -35,16 +57,18 @@ class RoundDeadline:
     """The deadline of the current round.
 
     Args:
-        timeout: seconds from the round's first deposit (None: never expires).
+        timeout: seconds from the round's first deposit, scaled already (None: never expires).
+        name: the option, for the error.
 
     Raises:
-        InvalidValue (local, ``deadline.bad_timeout``): ``timeout`` is not positive and finite.
+        InvalidValue (local): ``timeout`` is not positive and finite (``deadline.bad_timeout``),
+            or above ``TIMEOUT_OPTION_MAXIMUM`` (``deadline.too_long``).
     """
 
     __slots__ = ("started", "timeout")
 
     def __init__(self, timeout: float | None, name: str = "round_timeout") -> None:
-        self.timeout = check_timeout(name, timeout)
+        self.timeout = check_timeout(name, timeout, scale=1.0)
         #: time of the current round's first deposit (None: no deposit yet)
         self.started: float | None = None
 
