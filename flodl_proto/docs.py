@@ -468,7 +468,8 @@ def _timeouts_and_limits(d: _DocInput, number: int) -> list[str]:
     trows = []
     for k, v in raw.get("timeouts", {}).items():
         if "env" in v:
-            value = (f"env `{v['env']}`, default {v.get('default')}, minimum {v.get('minimum')}")
+            value = (f"env `{v['env']}`, default {v.get('default')}, minimum {v.get('minimum')}, "
+                     f"maximum {v.get('maximum')}")
             scaled = ""
         elif "option" in v:
             value = f"off unless `{v['option']}`"

@@ -393,3 +393,10 @@ def test_a_spec_folder_without_the_spec_is_one_line_without_errno(
     assert capsys.readouterr() == (
         "", f"flodl-proto docs: error: cannot load {spec_dir / 'wire.yaml'}: No such file or "
             "directory\n")
+
+
+def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:
+    row = next(line for line in rendered.splitlines()
+               if line.startswith("| `ENV_NET_TIMEOUT_SCALE` |"))
+    assert row.startswith("| `ENV_NET_TIMEOUT_SCALE` | env `FLODL_NET_TIMEOUT_SCALE`, default 1.0, "
+                          "minimum 0.1, maximum 1000.0 |")
