@@ -43,8 +43,9 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
     other thread sees a changed umask). A file this process may not write (read-only to it)
     is refused as ``open`` refuses it (``PermissionError``), not replaced by the rename.
     A symbolic link is followed: its target is replaced and the link stays. A path that exists
-    but is not a regular file (``/dev/null``, a FIFO) is written in place, as ``open`` would,
-    since it cannot be replaced by a file.
+    but is not a regular file (``/dev/null``, a FIFO, ``/dev/stdout`` on a pipe or a terminal),
+    through links or not, is written in place, as ``open`` would, since it cannot be replaced
+    by a file.
 
     Args:
         out: the file to replace; its folder must exist.
@@ -61,15 +62,15 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
 
     No upstream counterpart: upstream ships no generated files.
     """
-    target = Path(os.path.realpath(out)) if out.is_symlink() else out
-    try:
-        st_mode: int | None = target.stat().st_mode
+    try:  # through every link, as open() follows it (/dev/stdout: a link the kernel resolves)
+        st_mode: int | None = out.stat().st_mode
     except FileNotFoundError:
         st_mode = None
     if st_mode is not None and not stat.S_ISREG(st_mode):
-        with open(target, "wb") as f:
+        with open(out, "wb") as f:
             yield f
         return
+    target = Path(os.path.realpath(out)) if out.is_symlink() else out
     if st_mode is not None:
         # a file open() may not write (read-only, to this user) is refused as open() refuses
         # it: the rename alone, in a writable folder, would replace it

@@ -182,3 +182,25 @@ def test_a_checkpoint_is_synced_before_it_appears(tmp_path: Path,
     assert [Path(p).parent for p in synced] == [tmp_path, tmp_path.parent]
     assert Path(synced[0]).name.startswith(".consensus-000003.npz.")
     assert Path(synced[1]) == tmp_path
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout")
+def test_dev_stdout_on_a_pipe_is_written_in_place() -> None:
+    """``/dev/stdout`` is a link the kernel resolves to the process's fd 1; resolved by path
+    (realpath) it named ``/proc/<pid>/fd/pipe:[N]``, which does not exist, and the write
+    failed with 'No such file or directory'."""
+    import subprocess
+    import sys
+
+    code = ("from pathlib import Path; from flodl_proto._files import replace_file; "
+            "replace_file(Path('/dev/stdout'), b'data\\n')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"data\n", b"")
+
+
+def test_a_link_to_a_device_is_written_in_place(tmp_path: Path) -> None:
+    """Through the link, as open() would: nothing is created beside the link or the device."""
+    link = tmp_path / "null"
+    link.symlink_to("/dev/null")
+    replace_file(link, b"data")
+    assert _names(tmp_path) == ["null"] and link.is_symlink()
