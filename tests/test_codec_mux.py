@@ -897,3 +897,19 @@ def test_encode_frame_record_hands_off_from_exactly_parallel_mac_min_bytes(
     assert ex.submitted == handed_off
     assert wire == joined(encode_frame_record(RecordKind.BROADCAST, frame, SALT_B))
     assert wire == record(SALT_B, 4, 0, frame_wire(SALT_B, 0, 2.0, [(0, [1], data)]))
+
+
+def test_a_hello_host_without_utf8_form_is_refused_where_it_is_given() -> None:
+    """A lone surrogate (``--host`` given an undecodable byte) passed the relay's constructor
+    and ended its dial in a UnicodeEncodeError when the Hello was encoded."""
+    from flodl_proto.errors import InvalidValue, LocalProtocolError
+    from flodl_proto.fsm.relay_core import RelayCore
+
+    for make in (lambda: Hello("\udcff", [0]), lambda: RelayCore([0], 1, bytes(16),
+                                                                  host="h\udcff")):
+        with pytest.raises(InvalidValue) as ei:
+            make()
+        assert isinstance(ei.value, LocalProtocolError)
+        assert ei.value.error_id == "mux.bad_field"
+        assert str(ei.value).endswith("is invalid: not UTF-8 text (a lone surrogate)")
+    assert Hello("h\u00f6st", [0]).host == "h\u00f6st"

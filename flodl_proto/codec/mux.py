@@ -129,7 +129,8 @@ class Hello:
     Raises:
         InvalidValue (local): ``mux.bad_field`` naming ``Hello.host`` and the value when the host
             is not text (``str``: bytes such as ``b"h0"`` are refused, not stored as the text
-            ``"b'h0'"``), or a rank does not fit u32, or a signature is not 32 bytes.
+            ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), or a rank does not fit u32, or
+            a signature is not 32 bytes.
     """
 
     host: str
@@ -140,6 +141,11 @@ class Hello:
         if not isinstance(host, str):  # str(b"h0") would be the text "b'h0'"
             raise protocol_error("mux.bad_field", field="Hello.host", value=host,
                                  reason="not text (str)")
+        try:  # the wire carries UTF-8: a lone surrogate (an undecodable byte of argv) has none
+            host.encode("utf-8")
+        except UnicodeEncodeError:
+            raise protocol_error("mux.bad_field", field="Hello.host", value=host,
+                                 reason="not UTF-8 text (a lone surrogate)") from None
         object.__setattr__(self, "host", str(host))
         object.__setattr__(self, "ranks", tuple(_check_rank(r, "Hello.ranks") for r in ranks))
         sigs = tuple(bytes(s) for s in model_sigs)

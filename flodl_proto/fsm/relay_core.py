@@ -175,7 +175,7 @@ class RelayCore:
         if not isinstance(host, str):  # the Hello's rule, before the length is measured
             raise protocol_error("mux.bad_field", field="Hello.host", value=host,
                                  reason="not text (str)")
-        length = len(host.encode("utf-8", "surrogatepass"))
+        length = len(Hello(host, ()).host.encode("utf-8"))  # the Hello's rules, then its length
         if length > MAX_HELLO_HOST_LEN:  # a Hello the controller's Hello bound may refuse
             raise protocol_error("relay.host_too_long", length=length, max=MAX_HELLO_HOST_LEN)
         self.host = host
