@@ -175,8 +175,9 @@ class ControllerCore:
 
     Raises:
         InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
-            world size differs (``controller.ledger_mismatch``), the salt is not 16 bytes, or
-            ``round_timeout`` is not a positive number (``deadline.bad_timeout``).
+            world size differs (``controller.ledger_mismatch``), the salt is not 16 bytes,
+            ``ceiling`` is not a non-negative integer (``ceiling.invalid``), or ``round_timeout``
+            is not a positive number or above 864000 s (``deadline.bad_timeout`` / ``.too_long``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``controller/mod.rs`` ``ClusterController::start_from_source`` and
