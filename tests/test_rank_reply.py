@@ -220,6 +220,26 @@ def test_replies_sent_together_are_read_one_a_round() -> None:
     c.close()
 
 
+def test_kept_bytes_longer_than_the_expected_reply_are_all_used() -> None:
+    # round 1's read takes in a tiny reply and the start of a longer one; round 2 expects a
+    # reply as long as the tiny one (the same frame again): the longer reply starts with the
+    # bytes kept, more of them than the expected size holds, and goes on from the socket
+    tiny = frame([1.0], weight=1.0)
+    big = frame(_values(64, 5.0), weight=2.0)
+    peer = Peer([_record(tiny) + _record(big)])
+    c = _client(peer)
+    request = frame(_values(64, 0.0))
+    assert c.all_reduce(request).weight == 1.0
+    kept = peer.asked[0] - len(_record(tiny))
+    assert kept > len(_record(tiny))  # more than the expected reply's size
+    got = c.all_reduce(request)
+    assert got.weight == 2.0
+    assert got.tensors[0].array().tolist() == big.tensors[0].array().tolist()
+    assert peer.chunks == []
+    assert c.bytes_received == len(_record(tiny)) + len(_record(big))
+    c.close()
+
+
 def test_a_large_reply_begun_by_bytes_already_read() -> None:
     # round 1's read took in the start of a large second reply; round 2 expects a large reply
     # (its frame is 1 MiB): the read goes on from those bytes

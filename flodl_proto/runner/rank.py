@@ -390,6 +390,11 @@ class RankClient:
             view[:have] = first[:have]
             if got > size:  # the start of a next reply: read when that reply is
                 self._carry = bytes(first[size:got]) + self._carry
+            elif self._carry:  # more of this reply came early than its expected size held
+                more = self._carry[:size - have]
+                view[have:have + len(more)] = more
+                self._carry = self._carry[len(more):]
+                have += len(more)
             got = have
         if got < size:
             # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
