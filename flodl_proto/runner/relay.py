@@ -44,14 +44,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
-
 from ..addr import PORT_MAX
-from ..codec._common import END_OF_STREAM, BytesLike
+from ..codec._common import BytesLike
 from ..codec.auth import Premac
 from ..codec.ceiling import check_frame_ceiling
-from ..codec.loopback import decode_len_prefix_or_eos
 from ..codec.mux import MuxRecord, RecordKind
 from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
@@ -72,7 +68,6 @@ from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     HANDSHAKE_LEN,
-    LEN_PREFIX_LEN,
     RELAY_DATA_LOOPBACK_OFFSET,
     RELAY_OUTBOUND_QUEUE,
     net_timeout_scale,
@@ -89,7 +84,6 @@ from ._netio import (
     format_addr,
     parse_addr,
     poll_interval,
-    read_frame_into,
     recv_exact_into,
     send_all,
     send_at_once,
@@ -99,6 +93,7 @@ from ._netio import (
     write_to_each,
 )
 from .relay_fanout import CUT_THROUGH_MIN, BroadcastStream, UpstreamReader
+from .relay_ranks import RankBlobReader
 
 __all__ = ["Relay", "RelayStats", "default_relay_port"]
 
@@ -256,7 +251,6 @@ class Relay:
         # records in the outbound queue not written yet; direct writes only when it is 0
         self._out_lock = threading.Lock()
         self._out_queued = 0
-        self._blob_bufs: dict[int, npt.NDArray[np.uint8]] = {}
         self._starve = committed_read_starvation()  # seconds, read once
         # the controller's records, read by one thread at a time (the dial, then the reader)
         self._up_reader = UpstreamReader(self._salt, self.version, self.ceiling, self._stop,
@@ -639,11 +633,13 @@ class Relay:
 
     def _rank_reader(self, rank: int) -> None:
         sock = self._rank_socks[rank]
-        prefix = memoryview(bytearray(LEN_PREFIX_LEN))  # reused for every blob of the rank
+        fold = self._fold
+        reader = RankBlobReader(self._salt, self.ceiling, self._stop,
+                                lambda: fold.has_deposited(rank))
         rank_frame, timed = self._core.rank_frame, self._timed
         try:
             while not self._stop.is_set():
-                got = self._read_blob(rank, sock, prefix)
+                got = self._read_blob(rank, sock, reader)
                 if got is None:
                     break
                 blob, premac = got
@@ -661,27 +657,21 @@ class Relay:
             pass
 
     def _read_blob(self, rank: int, sock: socket.socket,
-                   prefix: memoryview) -> tuple[memoryview, Premac | None] | None:
+                   reader: RankBlobReader) -> tuple[memoryview, Premac | None] | None:
         """One loopback blob of ``rank`` and the MAC of its bytes before the last 8 (computed as
         they arrived: the frame's MAC when the frame fills the blob), or None when the rank is
         gone.
 
         End of stream, a reset, a prefix above the ceiling, a blob cut short or starved: the
         rank is treated as gone (upstream's rank reader turns every read error into RankExit).
-        ``prefix``: the rank's 4-byte length prefix buffer (reused).
+        ``reader``: the rank's :class:`~flodl_proto.runner.relay_ranks.RankBlobReader`.
         """
-        counted = 0  # bytes read, counted once per blob (or when the read fails)
+        before = reader.received  # bytes read, counted once per blob (or when the read fails)
         try:
-            starve = self._starve
-            got = counted = recv_exact_into(sock, prefix, stop=self._stop, starvation=starve)
-            if got < LEN_PREFIX_LEN:
+            res = reader.read(sock, self._starve)
+            if res is None:
                 return None
-            n = decode_len_prefix_or_eos(prefix, ceiling=self.ceiling)
-            assert n is not END_OF_STREAM  # the prefix is whole
-            view = self._blob_buffer(rank, n)
-            body, premac = read_frame_into(sock, view, self._salt, stop=self._stop,
-                                           starvation=starve)
-            counted += body
+            view, body, premac = res
         except ProtocolError as e:
             log.warning("relay %s: rank %d loopback stream failed: %s", self.host, rank, e)
             return None
@@ -690,22 +680,12 @@ class Relay:
             return None
         finally:
             with self._lock:
-                self.stats.from_ranks += counted
-        if body < n:
+                self.stats.from_ranks += reader.received - before
+        if body < len(view):
             log.warning("relay %s: rank %d closed inside a %d-byte blob (%d bytes read)",
-                        self.host, rank, n, body)
+                        self.host, rank, len(view), body)
             return None
         return view, premac
-
-    def _blob_buffer(self, rank: int, n: int) -> memoryview:
-        """An ``n``-byte buffer for ``rank``'s next blob: last round's buffer when the fold no
-        longer holds it (the rank's previous deposit was consumed by a completed round), else a
-        fresh one (reusing spares the page faults of a fresh allocation every round)."""
-        buf = self._blob_bufs.get(rank)
-        if buf is None or buf.shape[0] != n or self._fold.has_deposited(rank):
-            buf = np.empty(n, dtype=np.uint8)
-            self._blob_bufs[rank] = buf
-        return buf.data
 
     def _upstream_reader(self) -> None:
         up = self._upstream
