@@ -179,7 +179,8 @@ class Relay:
     Raises:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``), salt or host name
             (``relay.host_too_long``), a ``rank_timeout`` that is not a positive number
-            (``deadline.bad_timeout``), a ``listen_port`` outside 0..65535 (given, or the
+            (``deadline.bad_timeout``) or is above ``TIMEOUT_OPTION_MAXIMUM`` once scaled
+            (``deadline.too_long``), a ``listen_port`` outside 0..65535 (given, or the
             controller's port + 4: ``relay.bad_listen_port``), a ``ceiling`` below the
             smallest RoundFrame (``ceiling.below_minimum``), a ``controller`` address that
             cannot be dialed (``addr.invalid``: port 0 included).
