@@ -401,3 +401,47 @@ def test_cli_rejects_unloadable_numba_at_startup(monkeypatch: pytest.MonkeyPatch
     finally:
         monkeypatch.undo()
         K.set_kernel_backend(before)
+
+
+#: f32 NaN patterns: quiet and signalling, both signs, payload bits high and low
+_NANS = [0x7FC00000, 0x7FC12345, 0xFF812345, 0x7F800001, 0xFFFFFFFF]
+
+
+def test_may_hold_nan_finds_a_nan_in_any_lane() -> None:
+    """Every length up to past two SIMD widths and a few longer ones, a NaN of each pattern in
+    each lane among values whose squares overflow (+inf), infinities of both signs, signed zeros
+    and subnormals: found; the same arrays without the NaN: none."""
+    rng = np.random.default_rng(7)
+    base = [0x7F7FFFFF, 0xFF800000, 0x7F800000, 0x80000000, 0x00000001, 0x807FFFFF]
+    for n in [*range(1, 40), 63, 64, 65, 127, 128, 129, 2047, 2048]:
+        vals = (rng.standard_normal(n) * 1e3).astype(np.float32).view(np.uint32)
+        k = min(n, len(base))
+        vals[:k] = base[:k]
+        rng.shuffle(vals)
+        clean = vals.view(np.float32)
+        with np.errstate(all="ignore"):
+            assert K.may_hold_nan(clean) is False
+            lanes = range(n) if n < 200 else [0, 1, n // 2, n - 2, n - 1]
+            for lane in lanes:
+                for pat in _NANS:
+                    v = vals.copy()
+                    v[lane] = pat
+                    assert K.may_hold_nan(v.view(np.float32)) is True, (n, lane, hex(pat))
+    assert K.may_hold_nan(np.zeros(0, np.float32)) is False
+
+
+def test_encode_bf16_small_without_a_hint_patches_every_nan_lane() -> None:
+    """No hint: the scan finds a NaN in any lane and re-encodes it with upstream's rule; a
+    strided destination takes the same bits."""
+    for n in (1, 5, 31, 200):
+        for lane in {0, n // 2, n - 1}:
+            for pat in _NANS:
+                src = np.full(n, 1.5, np.float32)
+                src.view(np.uint32)[lane] = pat
+                dst = np.zeros(2 * n, np.uint16)
+                with np.errstate(all="ignore"):
+                    K.encode_bf16_small(src, dst[1::2])
+                want = np.full(n, 0x3FC0, np.uint16)
+                want[lane] = (pat >> 16) | 0x0040
+                assert dst[1::2].tolist() == want.tolist()
+                assert not dst[0::2].any()

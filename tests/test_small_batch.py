@@ -422,3 +422,34 @@ def test_version_3_small_elided_payloads_add_nothing(elided_by: str) -> None:
     out = fold.deposit_frame(1, _blob(frames[1]))
     assert isinstance(out, RoundFrame)
     assert [t.data.tobytes() for t in out.tensors] == _reference(frames, None)
+
+
+def test_one_workspace_across_runs_of_every_form_gives_the_per_tensor_bytes() -> None:
+    """A workspace reused run after run, the runs growing and shrinking (its zero-low lanes
+    made again, longer, when a run needs more), contributions as one flat array, several, or
+    rows of a 2-D array, with and without a scale, other kernels writing the same workspace in
+    between: every run's bytes are the per-tensor kernels' (special patterns, NaN payloads,
+    signed zeros, infinities, rounding ties in every run)."""
+    ws = K.Workspace(K.CHUNK_ELEMS)
+    rng = np.random.default_rng(11)
+    cases = [([5], 2, None), ([40, 260], 3, np.float32(1 / 3)), ([2], 2, None),
+             ([700, 700, 700], 4, None), ([1, 1], 2, np.float32(0.0)),
+             ([2048], 2, np.float32(1e-30)), ([300] * 3, 2, np.float32(np.inf)),
+             ([14], 1, np.float32(0.25))]
+    for step, (lengths, frames, scale) in enumerate(cases):
+        contribs = _contribs(lengths, BF16, frames, seed=100 + step)
+        total = sum(lengths)
+        forms: list[Any] = [contribs]
+        if len(set(lengths)) == 1:
+            forms.append([np.stack(c) for c in contribs])
+        with np.errstate(all="ignore"):
+            want = b"".join(
+                K.sum_small([c[i] for c in contribs], BF16, n, scale,
+                            K.Workspace(max(n, 1))).tobytes()
+                for i, n in enumerate(lengths))
+            for form in forms:
+                assert K.sum_small_batch(form, BF16, total, scale, ws).tobytes() == want, step
+            # other kernels scribble on the workspace's scratch between runs
+            junk = rng.standard_normal(K.CHUNK_ELEMS).astype(np.float32)
+            K.round_bf16_small(junk[:3000].copy(), ws, True)
+            K.encode_bf16(junk, np.empty(K.CHUNK_ELEMS, np.uint16), ws)

@@ -51,12 +51,20 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32
+from ._small_kernels import (
+    BF16,
+    F32,
+    U16,
+    encode_bf16_small,
+    may_hold_nan,
+    round_bf16_small,
+    sum_small_batch,
+)
 
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
     raise ImportError("flodl_proto.reduce needs a little-endian host (payloads are LE on the wire)")
@@ -81,8 +89,10 @@ __all__ = [
     "fold_into",
     "fold_small",
     "kernel_backend",
+    "may_hold_nan",
     "promote",
     "promote_into",
+    "round_bf16_small",
     "scale_bf16",
     "set_kernel_backend",
     "sum_contributions",
@@ -103,9 +113,6 @@ PARALLEL_MIN_ELEMS: Final = 1 << 20
 #: full chunk the integer ops are as fast as the cast (measured), so large tensors keep them.
 SMALL_ELEMS: Final = 1 << 14
 
-F32: Final = np.dtype("<f4")
-U16: Final = np.dtype("<u2")
-BF16: Final = np.dtype(ml_dtypes.bfloat16)
 _U32: Final = np.dtype("<u4")
 _ZERO: Final = np.float32(0.0)
 _ONE_F32: Final = np.float32(1.0)
@@ -238,15 +245,17 @@ def _jit_for(numel: int) -> ModuleType | None:
 
 class Workspace:
     """Scratch buffers of one chunk (accumulator, widened input, u32 temp, NaN mask); one per
-    thread."""
+    thread. ``high``: u32 lanes whose low halves stay zero, made at first use by the small-run
+    kernels (:mod:`._small_kernels`), which alone write them, through their high halves."""
 
-    __slots__ = ("acc", "mask", "tmp", "wide")
+    __slots__ = ("acc", "high", "mask", "tmp", "wide")
 
     def __init__(self, n: int = CHUNK_ELEMS) -> None:
         self.acc: F32Array = np.empty(n, F32)
         self.wide: F32Array = np.empty(n, F32)
         self.tmp: U32Array = np.empty(n, _U32)
         self.mask: npt.NDArray[np.bool_] = np.empty(n, np.bool_)
+        self.high: U32Array | None = None
 
 
 def widen_bf16(src: U16Array, dst: F32Array) -> None:
@@ -287,25 +296,6 @@ def encode_bf16(
             dst[m] = ((u[m] >> _SIXTEEN) | _QUIET16).astype(U16)
 
 
-def encode_bf16_small(src: F32Array, dst: U16Array, may_have_nan: bool | None = None) -> None:
-    """:func:`encode_bf16` for a short ``src`` (any length; the fast choice below
-    :data:`SMALL_ELEMS`): ml_dtypes' float32 -> bfloat16 cast, which rounds to nearest-even
-    exactly as upstream's integer rule for every non-NaN value (subnormals, overflow to infinity
-    and signed zeros included), then NaN lanes re-encoded with upstream's rule
-    (``(bits >> 16) | 0x0040``; the cast would give the default NaN). Same arguments as
-    :func:`encode_bf16`; call it with NumPy's invalid-value warning off (a NaN cast warns).
-
-    Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
-    """
-    np.copyto(dst.view(BF16), src, casting="unsafe")
-    if may_have_nan is None:
-        may_have_nan = bool(src.shape[0]) and bool(np.isnan(src.min()))
-    if may_have_nan:
-        m = np.isnan(src)
-        if m.any():
-            dst[m] = ((src.view(_U32)[m] >> _SIXTEEN) | _QUIET16).astype(U16)
-
-
 def sum_small(
     views: Sequence[npt.NDArray[Any]],
     dtype: int,
@@ -331,71 +321,6 @@ def sum_small(
         return out32
     out16: U16Array = np.empty(numel, U16)
     _sum_bf16(views, 0, numel, out16, scale, ws)
-    return out16
-
-
-def sum_small_batch(contribs: Sequence[Sequence[npt.NDArray[Any]] | npt.NDArray[Any]],
-                    dtype: int, total: int, scale: np.float32 | None,
-                    ws: Workspace) -> npt.NDArray[Any]:
-    """:func:`sum_small` of a run of tensors of one dtype laid end to end, in one pass (one
-    widening, one add per contribution, one encode): each element bit-identical to
-    :func:`sum_small` of its tensor (element-wise arithmetic; the NaN scans only decide whether
-    NaN lanes are re-encoded, by the same rule wherever they sit).
-
-    Args:
-        contribs: per contribution, in summing order, the run's flat element arrays in tensor
-            order (``<f4`` for f32, ``<u2`` bf16 bits), lengths adding up to ``total``; or, for
-            tensors of one length, per contribution one 2-D array, a row a tensor.
-        dtype, scale: as :func:`sum_small`. total: the run's element count.
-        ws: scratch of at least ``total`` elements (bf16 only).
-
-    Returns:
-        A new flat ``<f4`` or ``<u2`` array of ``total`` elements (tensor ``i`` after tensors
-        ``0 .. i-1``). Call it with NumPy's float warnings off, as :func:`sum_small`.
-
-    Upstream: ``controller/round_frame.rs`` ``sum_frames`` / ``reduce_realized_work``.
-    """
-    first = contribs[0]
-    if dtype == DTYPE_F32:
-        out32: F32Array = np.empty(total, F32)
-        if type(first) is np.ndarray:  # 2-D: a row a tensor, each op over the whole run
-            rows = out32.reshape(first.shape)
-            np.add(first, _ZERO, out=rows)
-            for c in contribs[1:]:
-                np.add(rows, c, out=rows)
-        else:
-            np.concatenate(first, out=out32)
-            np.add(out32, _ZERO, out=out32)
-            if len(contribs) > 1:  # the later ones added tensor by tensor (no gather copy)
-                at = 0  # each tensor's slice of the run (np.split's views, without its set-up)
-                segs = [out32[at:(at := at + v.shape[0])] for v in first]
-                for c in contribs[1:]:
-                    for seg, v in zip(segs, c, strict=True):
-                        np.add(seg, v, out=seg)
-        if scale is not None:
-            np.multiply(out32, scale, out=out32)
-        return out32
-    out16: U16Array = np.empty(total, U16)
-    if total == 0:
-        return out16
-    a = ws.acc[:total]
-    au = a.view(_U32)
-    np.concatenate(first, out=au)  # the exact widening of every tensor: bits << 16
-    np.left_shift(au, _SIXTEEN, out=au)
-    np.add(a, _ZERO, out=a)
-    if len(contribs) > 1:
-        t = ws.wide[:total]
-        tu = t.view(_U32)
-        for c in contribs[1:]:
-            np.concatenate(c, out=tu)
-            np.left_shift(tu, _SIXTEEN, out=tu)
-            np.add(a, t, out=a)
-    may_have_nan = has_nan = bool(np.isnan(np.min(a)))
-    if scale is not None:  # a zero or infinite scale can make a NaN (0 * inf) where none was
-        round_bf16_small(a, ws, has_nan)
-        np.multiply(a, scale, out=a)
-        may_have_nan = has_nan or not bool(0.0 < scale < np.inf)
-    encode_bf16_small(a, out16, may_have_nan)
     return out16
 
 
@@ -565,17 +490,6 @@ def _round_bf16(a: F32Array, ws: Workspace, has_nan: bool) -> None:
     np.bitwise_and(u, _HIGH, out=u)
     if has_nan:
         u[m] = nan_bits
-
-
-def round_bf16_small(a: F32Array, ws: Workspace, has_nan: bool) -> None:
-    """:func:`_round_bf16` for a short ``a`` (the fast choice below :data:`SMALL_ELEMS`):
-    encoded with :func:`encode_bf16_small` into the workspace, then widened back into ``a``
-    (bit-identical: a NaN keeps its sign and top payload bits with the quiet bit set). ``ws``
-    holds at least ``len(a)`` elements; ``has_nan``: whether ``a`` may hold a NaN."""
-    n = a.shape[0]
-    bits = ws.tmp[:n].view(U16)[:n]
-    encode_bf16_small(a, bits, has_nan)
-    widen_bf16(bits, a)
 
 
 @_quiet
