@@ -7,6 +7,8 @@ working set of one chunk (accumulator slice, widened slice, the inputs' slices) 
 cache. No Python loop runs over elements; the Python loop runs over chunks only. On request, a
 large tensor is split into contiguous ranges handled by worker threads (NumPy releases the GIL
 inside its loops); the arithmetic is element-wise, so the result does not depend on the split.
+Runs of small tensors take :mod:`._small_kernels` (the same arithmetic in fewer NumPy calls;
+its names are re-exported here).
 
 Arithmetic matches upstream bit for bit (x86-64 NaN rules, see the vectors' README):
 

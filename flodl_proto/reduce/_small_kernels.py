@@ -22,16 +22,13 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``sum_frames``,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from ..spec import DTYPE_F32
-
-if TYPE_CHECKING:
-    from ._kernels import Workspace
 
 __all__ = [
     "BF16",
@@ -53,6 +50,18 @@ _SIXTEEN: Final = np.uint32(16)
 
 F32Array = npt.NDArray[np.float32]
 U16Array = npt.NDArray[np.uint16]
+U32Array = npt.NDArray[np.uint32]
+
+
+class Workspace(Protocol):
+    """The scratch these kernels use, as ``_kernels.Workspace`` holds it (named here by its
+    shape, so that this module imports nothing of ``_kernels``): ``acc`` (f32) and ``tmp``
+    (u32) of at least a run's length, and ``high``, the zero-low lanes :func:`high_lanes`
+    makes."""
+
+    acc: F32Array
+    tmp: U32Array
+    high: U32Array | None
 
 
 def may_hold_nan(a: F32Array) -> bool:
