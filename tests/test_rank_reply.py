@@ -13,6 +13,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flodl_proto.codec import (
     Dtype,
@@ -338,3 +340,83 @@ def test_an_elided_reply_and_a_control_reply_in_one_call() -> None:
     got = c.all_reduce(frame(_values(64, 0.0), kind=RoundKind.CONTROL))
     assert got.tensors[0].elided and c.rounds == 1
     c.close()
+
+
+# -- any sequence of reply lengths, any split of the stream: as the prefix-then-body read ------
+
+_BIG = (PARALLEL_MAC_MIN // 4) + 8  # floats: a reply above the one-read bound
+_REQUESTS = {n: frame(_values(n, 0.0)) for n in (1, 3, 64, 300, _BIG)}
+_REPLIES = [_record(f) for f in (
+    frame([7.0], weight=1.0), frame(_values(3, 1.0), weight=2.0),
+    frame(_values(64, 2.0), weight=3.0), frame(_values(65, 3.0), weight=4.0),
+    frame(_values(300, 4.0), weight=5.0),
+    RoundFrame(RoundKind.CONTROL, 6.0, [TensorPayload.elide(0, (64,))]),
+    RoundFrame(RoundKind.MODEL, 7.0, []),
+    frame(_values(_BIG, 5.0), weight=8.0))]
+_SMALL_REPLIES = len(_REPLIES) - 1
+
+
+class _EofPeer(Peer):
+    """A :class:`Peer` whose stream ends (every later read gets 0 bytes) after the script."""
+
+    def recv_into(self, view: memoryview, n: int) -> int:
+        if not self.chunks:
+            self.asked.append(n)
+            return 0
+        return super().recv_into(view, n)
+
+
+@st.composite
+def _reply_streams(draw: st.DrawFn) -> tuple[list[int], list[int], list[bytes], bytes, list[int]]:
+    rounds = draw(st.integers(1, 7))
+    big = draw(st.booleans())  # the large reply and request, in a few examples
+    top = len(_REPLIES) - 1 if big else _SMALL_REPLIES - 1
+    requests = draw(st.lists(st.sampled_from(sorted(_REQUESTS) if big else [1, 3, 64, 300]),
+                             min_size=rounds, max_size=rounds))
+    replies = draw(st.lists(st.integers(0, top), min_size=rounds, max_size=rounds))
+    records = [_REPLIES[i] for i in replies]
+    ending = draw(st.sampled_from(["none", "cut", "zero", "over"]))
+    tail = b""
+    if ending == "cut":
+        rec = _REPLIES[draw(st.integers(0, _SMALL_REPLIES - 1))]
+        tail = rec[:draw(st.integers(0, len(rec) - 1))]
+    elif ending == "zero":
+        tail = b"\0\0\0\0"
+    elif ending == "over":
+        tail = (DEFAULT_FRAME_CEILING + 1).to_bytes(4, "little") + _REPLIES[2][4:]
+    stream = b"".join(records) + tail
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(stream) - 1)), max_size=8))))
+    return requests, replies, records, tail, cuts
+
+
+@given(_reply_streams())
+def test_any_reply_lengths_and_splits_read_as_prefix_then_body(
+        case: tuple[list[int], list[int], list[bytes], bytes, list[int]]) -> None:
+    # the reference: each reply is the next prefix and the body it declares, whatever the
+    # lengths of the frames sent, of the replies before it, and however the stream arrived
+    requests, replies, records, tail, cuts = case
+    stream = b"".join(records) + tail
+    bounds = [0, *[k for k in cuts if 0 < k < len(stream)], len(stream)]
+    chunks: list[Chunk] = [stream[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    ended = tail != b""
+    peer = _EofPeer(chunks) if ended else Peer(chunks)
+    c = _client(peer, version=3)
+    for n, i, rec in zip(requests, replies, records, strict=True):
+        got = c.all_reduce(_REQUESTS[n])
+        assert bytes(c.last_reply.raw) == rec[4:]  # type: ignore[union-attr]
+        assert got.weight == float(i + 1)
+    assert c.bytes_received == sum(len(r) for r in records)
+    if not ended:
+        assert peer.chunks == [] and not c.closed
+        return
+    if len(tail) < 4:
+        error, message = TruncatedInput, "controller closed connection before sending averaged"
+    elif tail[:4] == b"\0\0\0\0" or int.from_bytes(tail[:4], "little") <= DEFAULT_FRAME_CEILING:
+        error, message = TruncatedInput, "stream ended inside a len-framed RoundFrame"
+    else:
+        error, message = LimitExceeded, "exceeds the frame ceiling"
+    with pytest.raises(error, match=message):
+        c.all_reduce(_REQUESTS[requests[-1]])
+    assert c.closed
+    body = len(tail) if len(tail) >= 4 and error is TruncatedInput else 0
+    assert c.bytes_received == sum(len(r) for r in records) + body

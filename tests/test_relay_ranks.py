@@ -6,6 +6,7 @@ stop and the ceiling as before."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import threading
@@ -13,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN
@@ -324,3 +327,62 @@ def test_a_frame_of_a_new_length_gives_its_buffer_to_the_next_frame() -> None:
         assert res is not None and bytes(res[0]) == f
         addrs.append(np.frombuffer(res[0], np.uint8).ctypes.data)
     assert addrs[2] == addrs[1] != addrs[0]
+
+
+# -- any sequence of lengths, any split, any hold: as the prefix-then-body read ------------------
+
+_OVERHEAD = len(_frame(0, 0))
+_AT_BOUND = (PARALLEL_MAC_MIN - 4 - _OVERHEAD) // 4  # floats: 4 + frame just below the bound
+_FLOATS = [0, 1, 2, 3, 16, 17, 64, _AT_BOUND, _AT_BOUND + 1, _AT_BOUND + 300]
+_FRAMES = {n: _frame(n, n) for n in _FLOATS}
+_EMPTY = b""  # a zero-length blob: its prefix alone
+
+
+@st.composite
+def _blob_streams(draw: st.DrawFn) -> tuple[list[bytes], bytes, list[int], list[bool]]:
+    big = draw(st.integers(0, 3)) == 0  # frames around and above the one-read bound, at times
+    pool = _FLOATS if big else _FLOATS[:7]
+    frames = [_EMPTY if k < 0 else _FRAMES[k] for k in draw(st.lists(
+        st.sampled_from([-1, *pool]), min_size=1, max_size=8))]
+    last = _blob(_FRAMES[draw(st.sampled_from(_FLOATS[:7]))])
+    tail = last[:draw(st.integers(0, len(last)))]  # end of stream inside a blob, or after it
+    data = b"".join(_blob(f) for f in frames) + tail
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(data)), max_size=10))))
+    holds = draw(st.lists(st.booleans(), min_size=len(frames) + 1, max_size=len(frames) + 1))
+    return frames, tail, cuts, holds
+
+
+@given(_blob_streams())
+def test_any_blob_lengths_splits_and_holds_read_as_prefix_then_body(
+        case: tuple[list[bytes], bytes, list[int], list[bool]]) -> None:
+    frames, tail, cuts, holds = case
+    data = b"".join(_blob(f) for f in frames) + tail
+    bounds = [0, *cuts, len(data)]
+    sock = _Sock([data[a:b] for a, b in itertools.pairwise(bounds)])
+    fold = _Fold()
+    r = _reader(fold)
+    last: tuple[memoryview, bytes] | None = None
+    for i, f in enumerate(frames):
+        fold.holding = holds[i]  # the fold still holds the last frame (it was sent early)
+        res = r.read(sock, None)  # type: ignore[arg-type]
+        assert res is not None
+        assert (bytes(res[0]), res[1]) == (f, len(f))
+        assert res[2] == frame_premac(f, SALT)
+        if last is not None and fold.holding:
+            assert bytes(last[0]) == last[1]  # the frame the fold holds was not read into
+        last = (res[0], f)
+    fold.holding = holds[-1]
+    res = r.read(sock, None)  # type: ignore[arg-type]
+    if len(tail) < 4:
+        assert res is None
+    else:
+        n = int.from_bytes(tail[:4], "little")
+        got = len(tail) - 4
+        assert res is not None and len(res[0]) == n
+        assert res[1] == got and bytes(res[0][:got]) == tail[4:]
+        assert res[2] == (frame_premac(bytes(res[0]), SALT) if got == n else None)
+        if got == n:
+            assert r.read(sock, None) is None  # type: ignore[arg-type]
+    if last is not None and fold.holding:
+        assert bytes(last[0]) == last[1]
+    assert r.received == len(data)
