@@ -54,6 +54,9 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
         as in ``a..b``, a label over 63 characters), a port that is not decimal digits (a
         pair's: not an integer) or above 65535, or 0 with ``dial``; the message names
         ``field`` and the value.
+
+    Upstream: ``flodl/src/distributed/wire.rs`` ``connect_with_retry`` (the address it dials;
+    Rust's socket-address parsing refuses the same bare IPv6 text).
     """
     if isinstance(text, tuple):
         return _check_pair(text, field, dial)
@@ -141,6 +144,8 @@ def format_addr(addr: tuple[str, int]) -> str:
 
     Returns:
         The address text.
+
+    No upstream counterpart (Rust's ``SocketAddr`` display writes the same text).
     """
     host, port = addr[0], addr[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -40,6 +40,8 @@ def check_timeout(name: str, seconds: float | None, *,
         InvalidValue (local): zero, negative, NaN or infinite (``deadline.bad_timeout``); above
             the maximum once scaled (``deadline.too_long``, naming ``name``, the value, the scale
             and the maximum).
+
+    No upstream counterpart: spec departures ``round_timeout`` and ``rank_timeout``.
     """
     if seconds is None:
         return None
@@ -63,6 +65,8 @@ class RoundDeadline:
     Raises:
         InvalidValue (local): ``timeout`` is not positive and finite (``deadline.bad_timeout``),
             or above ``TIMEOUT_OPTION_MAXIMUM`` (``deadline.too_long``).
+
+    No upstream counterpart: spec departures ``round_timeout`` and ``rank_timeout``.
     """
 
     __slots__ = ("started", "timeout")

@@ -57,7 +57,7 @@ class Workspace(Protocol):
     """The scratch these kernels use, as ``_kernels.Workspace`` holds it (named here by its
     shape, so that this module imports nothing of ``_kernels``): ``acc`` (f32) and ``tmp``
     (u32) of at least a run's length, and ``high``, the zero-low lanes :func:`high_lanes`
-    makes."""
+    makes. No upstream counterpart (scratch of this implementation's kernels)."""
 
     acc: F32Array
     tmp: U32Array
@@ -68,7 +68,10 @@ def may_hold_nan(a: F32Array) -> bool:
     """Whether the flat f32 array ``a`` holds a NaN, from ``a . a``: every square is
     non-negative, ``+inf`` or NaN, and a sum of non-negative values and ``+inf`` is never NaN, so
     the dot product is NaN exactly when a lane is (in any order of summation, fused or not). One
-    BLAS call, several times cheaper than ``np.isnan(np.min(a))`` at these sizes."""
+    BLAS call, several times cheaper than ``np.isnan(np.min(a))`` at these sizes.
+
+    No upstream counterpart: upstream's encode tests each lane as it goes
+    (``controller/round_frame.rs`` ``f32_to_bf16_bits``)."""
     s = a.dot(a)
     return bool(s != s)
 
@@ -77,7 +80,8 @@ def high_lanes(ws: Workspace, n: int) -> tuple[F32Array, U16Array]:
     """The first ``n`` of the workspace's ``high`` lanes (zero when made: at first use, and
     again, longer, when a run needs more), as f32 and their high halves as a strided ``<u2``
     view. Bits copied into the halves read back, as f32, as their exact widening; nothing may
-    write the lanes but through that view."""
+    write the lanes but through that view. The widening is upstream's bf16-to-f32 one (the bits
+    in the top half), done lane by lane there (``controller/round_frame.rs``)."""
     h = ws.high
     if h is None or h.shape[0] < n:
         h = ws.high = np.zeros(n, _U32)

@@ -127,9 +127,10 @@ def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[
     sources) give tensor by tensor.
 
     Every source is widened (bf16) or gathered (f32) into one f32 run, multiplied once, scanned
-    for NaN once, then each tensor is rounded straight into its destination: a handful of
-    NumPy calls per frame instead of about ten per tensor. Meant for small frames (the run is
-    one fresh f32 array of every element).
+    for NaN once, rounded into one bf16 run in one cast, and that run copied out tensor by
+    tensor into the destinations: a handful of NumPy calls per frame instead of about ten per
+    tensor, for one more copy of the bf16 bytes. Meant for small frames (the runs are fresh
+    arrays of every element).
 
     Args:
         srcs: flat contiguous arrays, all ``<f4`` (f32 values) or all ``<u2`` (bf16 bits).

@@ -23,6 +23,8 @@ class MacWorker:
     OpenSSL hashing releases the GIL, so a reader that hands one of two MACs over the same bytes
     to a worker hashes both in about the time of one. Use as a context manager, or call
     :meth:`close`; the thread is joined on close.
+
+    No upstream counterpart: upstream hashes on the reading thread (``wire.rs``).
     """
 
     def __init__(self, name: str = "flodl-mac") -> None:

@@ -128,6 +128,9 @@ class SmallLayout(NamedTuple):
         prefix: the record's 4-byte length prefix (the template's ``wire_len``).
         bf16: on a bf16 wire, the scaler of the template's payloads (their checks done once);
             None on an f32 wire.
+
+    No upstream counterpart: upstream's client encodes every frame afresh
+    (``cpu_reduce.rs``).
     """
 
     key: tuple[Any, ...]

@@ -57,6 +57,9 @@ class RankBlobReader:
     Attributes:
         received: bytes read from the socket so far (counted as they arrive; a blob's bytes
             that came with the one before it were counted then).
+
+    Upstream: ``flodl/src/distributed/relay/agent.rs`` (``read_len_prefixed``, one blob a
+    call, prefix then frame).
     """
 
     __slots__ = ("_bufs", "_carry", "_ceiling", "_expect", "_held", "_last", "_prefix",
