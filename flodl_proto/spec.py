@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -365,8 +366,8 @@ def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | No
     Returns:
         ``(scale, None)`` for a valid (or unset) value; ``(1.0, fields)`` for an invalid one,
         ``fields`` being ``timeout_scale.invalid``'s but ``field``: ``value`` (the stripped
-        text), ``problem`` (``"is not a number"`` or ``"is out of range"``), ``minimum`` and
-        ``maximum``.
+        text), ``problem`` (``"is not a number"``, ``"is not finite"`` for NaN and the
+        infinities, or ``"is out of range"``), ``minimum`` and ``maximum``.
 
     Upstream: ``flodl/src/distributed/wire.rs`` ``parse_net_timeout_scale`` (no maximum).
     """
@@ -382,8 +383,10 @@ def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | No
         value = None
     if value is not None and minimum <= value <= maximum:  # NaN fails too
         return value, None
+    problem = ("is not a number" if value is None
+               else "is out of range" if math.isfinite(value) else "is not finite")
     return default, {"value": trimmed, "minimum": minimum, "maximum": maximum,
-                     "problem": "is not a number" if value is None else "is out of range"}
+                     "problem": problem}
 
 
 #: :func:`net_timeout_scale` by the variable's text (None: unset); an invalid text is in it once

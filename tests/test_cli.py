@@ -1057,7 +1057,7 @@ def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: li
 ])
 @pytest.mark.parametrize("value,problem", [("1e308", "is out of range"),
                                            ("0.01", "is out of range"),
-                                           ("nan", "is out of range"),
+                                           ("nan", "is not finite"),
                                            ("soon", "is not a number")])
 def test_an_invalid_net_timeout_scale_is_a_usage_error(command: str, where: list[str],
                                                        value: str, problem: str) -> None:
@@ -1071,7 +1071,8 @@ def test_an_invalid_net_timeout_scale_is_a_usage_error(command: str, where: list
 
 
 @pytest.mark.parametrize(("text", "problem"), [("1e308", "is out of range"),
-                                               ("soon", "is not a number")])
+                                               ("soon", "is not a number"),
+                                               ("-inf", "is not finite")])
 def test_check_net_timeout_scale_is_a_local_invalid_value(
         text: str, problem: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from flodl_proto.commands.relay import check_net_timeout_scale
@@ -1094,7 +1095,7 @@ def test_check_net_timeout_scale_is_a_local_invalid_value(
 
 
 @pytest.mark.parametrize("value,problem", [("1e308", "is out of range"),
-                                           ("inf", "is out of range"),
+                                           ("inf", "is not finite"),
                                            ("0", "is out of range"),
                                            ("x", "is not a number")])
 def test_conform_timeout_scale_is_checked_as_the_variable_it_sets(

@@ -125,17 +125,38 @@ def test_the_runners_refuse_a_timeout_too_long_once_scaled(
     assert ei.value.fields["name"] == "rank_timeout" and ei.value.fields["value"] == 1e300
 
 
-def test_cli_timeout_too_long_is_a_usage_error() -> None:
+@pytest.mark.parametrize(("command", "where", "option"), [
+    ("controller", ["--listen", "127.0.0.1:0"], "--round-timeout"),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "--rank-timeout"),
+])
+def test_cli_timeout_too_long_is_a_usage_error_naming_the_option(
+        command: str, where: list[str], option: str) -> None:
+    """The command's message names the option that gave the value, not the library's
+    parameter (``round_timeout=`` / ``rank_timeout=``)."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "FLODL_NET_TIMEOUT_SCALE": "0.1"}
-    r = subprocess.run([sys.executable, "-m", "flodl_proto", "controller", "--listen",
-                        "127.0.0.1:0", "--world-size", "1", "--salt", "00" * 16,
-                        "--round-timeout", "1e7"], capture_output=True, text=True, timeout=60,
-                       env=env)
+    r = subprocess.run([sys.executable, "-m", "flodl_proto", command, *where, "--world-size",
+                        "1", "--salt", "00" * 16, option, "1e7"], capture_output=True, text=True,
+                       timeout=60, env=env)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("flodl-proto controller: error: round_timeout=10000000.0 seconds times "
+    assert r.stderr == (f"flodl-proto {command}: error: {option}=10000000.0 seconds times "
                         "the net timeout scale 0.1 is 1e+06 s, above the maximum 864000 s "
                         "(TIMEOUT_OPTION_MAXIMUM)\n")
+
+
+def test_for_option_rewords_only_its_parameter_s_timeout_errors() -> None:
+    from flodl_proto.commands.relay import for_option
+    from flodl_proto.errors import protocol_error
+
+    e = protocol_error("deadline.bad_timeout", name="rank_timeout", value=-1.0)
+    got = for_option(e, "rank_timeout", "--rank-timeout")
+    assert isinstance(got, InvalidValue) and got.error_id == "deadline.bad_timeout"
+    assert str(got) == "--rank-timeout must be a positive number of seconds, got -1.0"
+    assert for_option(e, "round_timeout", "--round-timeout") is e  # another parameter's
+    other = protocol_error("addr.invalid", field="--listen", value="x", reason="r")
+    assert for_option(other, "rank_timeout", "--rank-timeout") is other
+    plain = ValueError("rank_timeout")
+    assert for_option(plain, "rank_timeout", "--rank-timeout") is plain

@@ -142,8 +142,8 @@ def test_read_net_timeout_scale(text: str | None, want: float) -> None:
     ("", "is not a number"), ("soon", "is not a number"), ("1_0", "is not a number"),
     ("\u0661", "is not a number"),  # a non-ASCII digit: upstream's parse refuses it too
     ("0.0999", "is out of range"), ("0", "is out of range"), ("-1", "is out of range"),
-    ("1000.001", "is out of range"), ("1e308", "is out of range"), ("inf", "is out of range"),
-    ("-inf", "is out of range"), ("nan", "is out of range"),
+    ("1000.001", "is out of range"), ("1e308", "is out of range"), ("inf", "is not finite"),
+    ("-inf", "is not finite"), ("nan", "is not finite"), ("NaN", "is not finite"),
 ])
 def test_read_net_timeout_scale_of_an_invalid_value(text: str, problem: str) -> None:
     """The default, and the fields of ``timeout_scale.invalid`` but the field's name."""
@@ -165,8 +165,10 @@ def test_net_timeout_scale_falls_back_to_1_with_one_warning_per_value(
             monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", value)
             assert spec.net_timeout_scale() == 1.0
     assert [r.getMessage() for r in caplog.records] == [
-        f"FLODL_NET_TIMEOUT_SCALE={v!r} is out of range; expected a finite scale factor from 0.1 "
-        "to 1000; using default scale 1.0" for v in ("0.01", "1e308", "nan")]
+        f"FLODL_NET_TIMEOUT_SCALE={v!r} {p}; expected a finite scale factor from 0.1 "
+        "to 1000; using default scale 1.0" for v, p in (("0.01", "is out of range"),
+                                                       ("1e308", "is out of range"),
+                                                       ("nan", "is not finite"))]
     monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "7")
     assert spec.net_timeout_scale() == 7.0  # read at every call
 

@@ -58,6 +58,7 @@ from .relay import (
     check_net_timeout_scale,
     check_world_size,
     cli_salt,
+    for_option,
     frame_ceiling,
     positive_seconds,
     resolve_salt,
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             )
             ctl.start()
         except ProtocolError as e:
-            return _usage_error(str(e))
+            return _usage_error(str(for_option(e, "round_timeout", "--round-timeout")))
         except OSError as e:  # e.g. the address is in use: the environment, not the command line
             print(f"{_PROG}: error: cannot listen on {args.listen}: {e}", file=sys.stderr,
                   flush=True)

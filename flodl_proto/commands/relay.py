@@ -187,6 +187,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def for_option(e: BaseException, param: str, option: str) -> BaseException:
+    """``e`` worded for the command line: a timeout error (``deadline.bad_timeout``,
+    ``deadline.too_long``) about the library parameter ``param`` (``"round_timeout"``) is
+    rebuilt naming the option that gave its value (``"--round-timeout"``); any other error is
+    ``e`` itself. No upstream counterpart (the timeouts are additions)."""
+    if (isinstance(e, ProtocolError) and e.error_id.startswith("deadline.")
+            and e.fields.get("name") == param):
+        return protocol_error(e.error_id, **{**e.fields, "name": option})
+    return e
+
+
 def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
     """Parse a size option's value: a whole number of bytes, at least ``minimum`` (default 1;
     ``--max-input``, ``--frame-ceiling``).
@@ -434,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
                           on_retry=lambda line: log_lines.put(  # once: no controller yet
                               f"{_PROG}: waiting for the controller: {line}"))
         except (ValueError, ProtocolError, OSError) as e:
-            return _usage_error(e)
+            return _usage_error(for_option(e, "rank_timeout", "--rank-timeout"))
         try:
             relay.start()
         except OSError as e:
