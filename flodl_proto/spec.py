@@ -350,6 +350,23 @@ SPEC: Final = Spec(find_spec_dir())
 NET_TIMEOUT_SCALE_ENV: Final = str(SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]["env"])
 
 
+def parse_f64(text: str) -> float | None:
+    """``text`` as a float the way upstream's ``str::parse::<f64>`` reads it, or None when it is
+    not one: ASCII only, no digit separators (Python's ``float`` also takes ``1_0`` and the
+    digits of any script, ``\u0661`` being 1). Surrounding whitespace is not part of the number:
+    callers strip it (or refuse it) first; ``inf`` and ``nan`` are numbers, as upstream's.
+
+    Upstream: Rust's ``<f64 as FromStr>::from_str`` (the launcher's number options, ``wire.rs``
+    ``parse_net_timeout_scale``).
+    """
+    if not text.isascii() or "_" in text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | None]:
     """Read a network timeout scale (``FLODL_NET_TIMEOUT_SCALE``, or an option that sets it).
 
@@ -377,10 +394,7 @@ def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | No
         return default, None
     trimmed = text.strip()
     minimum, maximum = float(entry["minimum"]), float(entry["maximum"])
-    try:
-        value = float(trimmed) if trimmed.isascii() and "_" not in trimmed else None
-    except ValueError:
-        value = None
+    value = parse_f64(trimmed)
     if value is not None and minimum <= value <= maximum:  # NaN fails too
         return value, None
     problem = ("is not a number" if value is None

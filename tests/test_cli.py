@@ -1015,12 +1015,48 @@ def test_world_size_out_of_the_u32_range_is_a_usage_error(command: str, where: l
                                 f"field), got {world_size}")
 
 
-@pytest.mark.parametrize("outer", ["nesterov:nan,0.9", "slow-momentum:0.5,inf"])
-def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str) -> None:
+@pytest.mark.parametrize(("outer", "field", "number"), [("nesterov:nan,0.9", "LR", "nan"),
+                                                     ("slow-momentum:0.5,inf", "MU", "inf")])
+def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str, field: str,
+                                                         number: str) -> None:
     res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX,
                "--outer", outer, timeout=30)
-    assert res.returncode == 2, res.stderr
-    _one_error_line(res.stderr, f"--outer {outer!r}: expected", "(two finite numbers)")
+    assert (res.returncode, res.stdout) == (2, ""), res.stderr
+    name = outer.partition(":")[0]
+    assert res.stderr == (f"flodl-proto controller: error: --outer {outer!r}: {field} "
+                          f"{number!r} is not a finite number; expected {name}:LR,MU (two "
+                          "finite numbers)\n")
+
+
+@pytest.mark.parametrize(("outer", "field", "number"), [
+    ("nesterov:1_0,0.9", "LR", "1_0"),  # Python's float() reads 10
+    ("nesterov:0.5,\u0660.9", "MU", "\u0660.9"),  # an Arabic-Indic zero: float() reads 0.9
+    ("slow-momentum:0.5,", "MU", ""),
+    ("slow-momentum:x,0.9", "LR", "x"),
+])
+def test_parse_outer_reads_numbers_as_upstream_does(outer: str, field: str,
+                                                    number: str) -> None:
+    from flodl_proto.commands.controller import parse_outer
+
+    with pytest.raises(ValueError) as ei:
+        parse_outer(outer)
+    name = outer.partition(":")[0]
+    assert str(ei.value) == (f"--outer {outer!r}: {field} {number!r} is not a finite number; "
+                             f"expected {name}:LR,MU (two finite numbers)")
+
+
+def test_parse_outer_accepts_plain_numbers_with_blanks_around_them() -> None:
+    from flodl_proto.commands.controller import parse_outer
+    from flodl_proto.reduce import NesterovMomentum, OuterAvg, SlowMomentum
+
+    got = parse_outer(" nesterov: 1e-3 , .9 ")
+    assert isinstance(got, NesterovMomentum) and (got.lr, got.mu) == (1e-3, 0.9)
+    got = parse_outer("Slow-Momentum:+0.5,-1")
+    assert isinstance(got, SlowMomentum) and (got.lr, got.mu) == (0.5, -1.0)
+    assert isinstance(parse_outer("avg"), OuterAvg) and parse_outer(None) is None
+    for bad in ("nesterov:1", "nesterov:1,2,3", "avg:1", "adam:1,2"):
+        with pytest.raises(ValueError, match=r"^--outer "):
+            parse_outer(bad)
 
 
 # -- item: a salt file is read no further than a salt could be (``--salt-file /dev/zero``) -------

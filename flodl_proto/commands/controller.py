@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from .._oserr import os_reason
 from ..addr import format_addr, parse_addr
 from ..errors import ProtocolError
-from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
     add_frame_ceiling_option,
@@ -89,8 +89,16 @@ LINE_COALESCE = 0.05
 def parse_outer(text: str | None) -> OuterOptimizer | None:
     """Parse ``--outer``: ``avg``, ``slow-momentum:LR,MU`` or ``nesterov:LR,MU`` (None: none).
 
+    LR and MU are numbers as upstream's command line reads them
+    (:func:`flodl_proto.spec.parse_f64`: ASCII, no ``_`` separators), finite, with blanks around
+    them allowed.
+
     Raises:
-        ValueError: anything else.
+        ValueError: anything else; the message names the option, its value and, for a number
+            that is not one, that number's field (LR or MU).
+
+    Upstream: ``outer_optimizer.rs`` (``SlowMomentum::new``, ``NesterovMomentum::new``: no
+    validation of the values).
     """
     if text is None:
         return None
@@ -101,14 +109,17 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
     if name == "avg" and not params:
         return OuterAvg()
     if name in ("slow-momentum", "nesterov"):
-        try:
-            lr_s, mu_s = params.split(",")
-            lr, mu = float(lr_s), float(mu_s)
-            if not (math.isfinite(lr) and math.isfinite(mu)):
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"--outer {text!r}: expected {name}:LR,MU "
-                             "(two finite numbers)") from None
+        parts = params.split(",")
+        if len(parts) != 2:
+            raise ValueError(f"--outer {text!r}: expected {name}:LR,MU (two finite numbers)")
+        values = []
+        for field, part in zip(("LR", "MU"), parts, strict=True):
+            value = parse_f64(part.strip())
+            if value is None or not math.isfinite(value):
+                raise ValueError(f"--outer {text!r}: {field} {part.strip()!r} is not a finite "
+                                 f"number; expected {name}:LR,MU (two finite numbers)")
+            values.append(value)
+        lr, mu = values
         return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
     raise ValueError(f"--outer {text!r}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
 

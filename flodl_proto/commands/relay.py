@@ -192,7 +192,7 @@ def for_option(e: BaseException, param: str, option: str) -> BaseException:
     ``deadline.too_long``) about the library parameter ``param`` (``"round_timeout"``) is
     rebuilt naming the option that gave its value (``"--round-timeout"``); any other error is
     ``e`` itself. No upstream counterpart (the timeouts are additions)."""
-    if (isinstance(e, ProtocolError) and e.error_id.startswith("deadline.")
+    if (isinstance(e, ProtocolError) and e.error_id in ("deadline.bad_timeout", "deadline.too_long")
             and e.fields.get("name") == param):
         return protocol_error(e.error_id, **{**e.fields, "name": option})
     return e
