@@ -1141,3 +1141,22 @@ def test_conform_timeout_scale_is_checked_as_the_variable_it_sets(
     assert (code, out) == (2, "")
     assert err == (f"flodl-proto conform: error: --timeout-scale={value!r} {problem}; expected "
                    "a finite scale factor from 0.1 to 1000\n")
+
+
+# -- item: ``docs --out /dev/stdout`` printed its "written" line after the document ------------
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout")
+@pytest.mark.parametrize("args", [("docs",), ("dissector",)])
+def test_out_dev_stdout_holds_the_document_alone_as_out_dash(args: tuple[str, ...],
+                                                             tmp_path: Path) -> None:
+    dash = _cli(*args, "--out", "-", cwd=tmp_path)
+    dev = _cli(*args, "--out", "/dev/stdout", cwd=tmp_path)
+    assert (dev.returncode, dev.stderr) == (0, ""), dev.stderr
+    assert dash.returncode == 0 and dash.stdout.startswith(("#", "--"))
+    assert dev.stdout == dash.stdout
+
+
+def test_a_file_out_still_says_written(tmp_path: Path) -> None:
+    res = _cli("docs", "--out", str(tmp_path / "p.md"), cwd=tmp_path)
+    size = (tmp_path / "p.md").stat().st_size
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout.startswith(f"{tmp_path / 'p.md'}: written ({size} bytes)")

@@ -126,7 +126,9 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         source: words added after the path on the success line (e.g. the spec it came from).
 
     Returns:
-        0 when ``out`` was written: ``PATH: written (N bytes)`` on stdout (N in bytes); 1 when it
+        0 when ``out`` was written: ``PATH: written (N bytes)`` on stdout (N in bytes), unless
+        ``out`` is stdout itself (``/dev/stdout``), which then holds the document alone, as
+        with ``--out -``; 1 when it
         cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder, a
         file where a folder of the path should be: ``Not a directory`` at whichever level, no
         permission). No traceback.
@@ -147,9 +149,22 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
     except OSError as e:
         print(f"{prog}: error: cannot write {out}: {os_reason(e)}", file=sys.stderr)
         return 1
+    if _is_stdout(out):  # e.g. /dev/stdout: the document is stdout, as with --out -
+        return 0
     tail = f" {source}" if source else ""
     print(f"{out}: written ({len(data)} bytes){tail}")
     return 0
+
+
+def _is_stdout(out: Path) -> bool:
+    """Whether ``out`` (through its links) is the file open as this process's stdout: a
+    ``/dev/stdout`` or ``/proc/self/fd/1`` path, or the stdout's own file by name. False when
+    either cannot be looked at."""
+    try:
+        here, there = os.stat(out), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no stdout, or one with no descriptor
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
