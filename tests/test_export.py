@@ -206,3 +206,48 @@ def test_export_into_a_file_is_not_a_directory(tmp_path: Path,
     assert main(["vectors", "export", str(target)]) == 1
     assert capsys.readouterr() == (
         "", f"flodl-proto vectors: error: cannot write {target}: Not a directory\n")
+
+
+def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:
+    """A full disk (a 4 KiB file size limit) at the first file of a new ``DIR``: the folders
+    the export made (``DIR`` and its missing parents) are gone again; one line, exit 1."""
+    from .conftest import run_with_file_size_limit
+
+    target = tmp_path / "new" / "vectors"
+    res = run_with_file_size_limit(["vectors", "export", str(target)], 4096)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == f"flodl-proto vectors: error: cannot write " \
+                         f"{target / 'handshake.json'}: File too large\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_failure_in_v2_undoes_only_what_the_export_created(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bool) -> None:
+    """The v2 manifest, the last file, fails. A ``DIR`` the export created goes with the
+    version 3 files written into it; in a ``DIR`` that was there, those files stay (each
+    replaced whole) beside what was there before, and only the new ``v2`` folder goes."""
+    from flodl_proto.interop import export as export_mod
+
+    real = export_mod.replace_file
+
+    def failing(path: Path, data: bytes) -> None:
+        if path.parent.name == "v2" and path.name == "manifest.json":
+            raise OSError(28, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(export_mod, "replace_file", failing)
+    target = tmp_path / "out"
+    if existing:
+        target.mkdir()
+        (target / "mine.txt").write_text("kept")
+    with pytest.raises(OSError) as ei:
+        export_vectors(target)
+    assert ei.value.filename == str(target / "v2" / "manifest.json")
+    if existing:
+        names = sorted(p.name for p in target.iterdir())
+        assert names == sorted(["mine.txt", "manifest.json", *(f"{n}.json" for n in
+                                                                 EXPORTED_FILES)])
+        assert (target / "mine.txt").read_text() == "kept"
+    else:
+        assert list(tmp_path.iterdir()) == []

@@ -581,25 +581,54 @@ def export_vectors(root: Path | str) -> dict[int, int]:
         ``{protocol version: number of cases written}``.
 
     Raises:
-        OSError: a file cannot be written (``filename`` names it).
+        OSError: a file cannot be written (``filename`` names it). The folders the call
+            created are removed again, with what it wrote in them.
 
     Upstream: the files mirror the shared vectors made from ``controller/mod.rs``,
     ``controller/round_frame.rs``, ``relay/mux.rs``, ``wire.rs`` and ``cpu_reduce.rs``.
     """
     out: dict[int, int] = {}
     base = Path(root)
-    for version, folder in ((3, base), (2, base / "v2")):
-        folder.mkdir(parents=True, exist_ok=True)
-        files: dict[str, dict[str, int]] = {}
-        for name, build in _BUILDERS.items():
-            doc = build(version).document()
-            cases = doc["cases"]
-            ok = sum(1 for c in cases if c["expect"] == "ok")
-            files[name] = {"cases": len(cases), "ok": ok, "not_ok": len(cases) - ok}
-            replace_file(folder / f"{name}.json", _dump(doc).encode("utf-8"))
-        total = sum(v["cases"] for v in files.values())
-        manifest = {"schema": SCHEMA, "protocol_version": version, "set": "shared",
-                    "producer": "flodl-proto", "files": files, "total_cases": total}
-        replace_file(folder / "manifest.json", _dump(manifest).encode("utf-8"))
-        out[version] = total
+    created: list[Path] = []  # folders this call made, outermost first
+    written: list[Path] = []
+    try:
+        for version, folder in ((3, base), (2, base / "v2")):
+            missing = [p for p in (folder, *folder.parents) if not p.exists()]
+            folder.mkdir(parents=True, exist_ok=True)
+            created.extend(reversed(missing))
+            files: dict[str, dict[str, int]] = {}
+            for name, build in _BUILDERS.items():
+                doc = build(version).document()
+                cases = doc["cases"]
+                ok = sum(1 for c in cases if c["expect"] == "ok")
+                files[name] = {"cases": len(cases), "ok": ok, "not_ok": len(cases) - ok}
+                written.append(folder / f"{name}.json")
+                replace_file(written[-1], _dump(doc).encode("utf-8"))
+            total = sum(v["cases"] for v in files.values())
+            manifest = {"schema": SCHEMA, "protocol_version": version, "set": "shared",
+                        "producer": "flodl-proto", "files": files, "total_cases": total}
+            written.append(folder / "manifest.json")
+            replace_file(written[-1], _dump(manifest).encode("utf-8"))
+            out[version] = total
+    except OSError:
+        _undo(created, written)
+        raise
     return out
+
+
+def _undo(created: list[Path], written: list[Path]) -> None:
+    """After a failed export: remove the files written into folders the export created, then
+    those folders, innermost first, where empty. Files in folders that were there before are
+    left (each was replaced whole, or not at all); nothing else is touched."""
+    mine = set(created)
+    for path in written:
+        if path.parent in mine:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (something else was put there), or already gone
+            pass
