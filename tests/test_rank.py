@@ -685,13 +685,13 @@ def test_realized_work_scattered_frame_is_the_consensus(cluster: Callable[..., _
 def test_bf16_staging_scaled_into_the_reused_scratch() -> None:
     """A bf16 array on a bf16 wire is scaled into the client's f32 scratch (its first half):
     round after round the payload is that round's own product, with no fresh buffer."""
-    from flodl_proto.runner.rank import _payload
+    from flodl_proto.runner._rank_payloads import scaled_payload
 
     rng = np.random.default_rng(4)
     scratch = np.full(1001, 123.0, np.float32)
     for scale in (0.3, 1 / 7, 2.0):
         xb = rng.standard_normal(1001).astype(np.float32).astype(ml_dtypes.bfloat16)
-        p = _payload(xb, Dtype.BF16, scale, scratch)
+        p = scaled_payload(xb, Dtype.BF16, scale, scratch)
         expect = bf16_from_f32(xb.astype(np.float32) * np.float32(scale)).tobytes()
         assert bytes(p.data) == expect
         assert np.frombuffer(p.data, np.uint8).ctypes.data == scratch.ctypes.data

@@ -14,7 +14,7 @@ from flodl_proto.codec import Dtype, RoundKind
 from flodl_proto.codec.template import FrameTemplate
 from flodl_proto.reduce import bf16_from_f32
 from flodl_proto.reduce.payload import Bf16Scaler
-from flodl_proto.runner._rank_payloads import SmallLayout, _payload, fill_small
+from flodl_proto.runner._rank_payloads import SmallLayout, fill_small, scaled_payload
 
 
 def _bf16(a: np.ndarray) -> np.ndarray:
@@ -59,7 +59,7 @@ def test_fill_small_writes_the_payloads_of_each_tensor(
         arrs = _arrays(staging, seed)
         with np.errstate(all="ignore"):
             fill_small(kept, arrs, np.float32(scale))
-            want = [bytes(_payload(a, wire, scale).data) for a in arrs]
+            want = [bytes(scaled_payload(a, wire, scale).data) for a in arrs]
         assert [p.tobytes() for p in tpl.payloads] == want
     # bf16 staging goes through as bit patterns (a shift), anything else as values
     assert bits_seen == ([staging == "bf16"] * 6 if wire is Dtype.BF16 else [])

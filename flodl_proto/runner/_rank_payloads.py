@@ -26,17 +26,19 @@ from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
 from ..reduce.payload import Bf16Scaler
 from ..spec import U32_MAX
 
-__all__ = ["SmallLayout", "decode_into", "fill_small"]
+__all__ = ["F32", "SmallLayout", "check_array", "decode_into", "fill_small", "real_argument",
+           "scaled_payload"]
 
-_F32 = np.dtype("<f4")
+#: the f32 dtype, little-endian (the wire's byte order)
+F32 = np.dtype("<f4")
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _U16 = np.dtype("<u2")
 _BF16_ONLY = {_BF16}
 #: a destination array's dtype -> the wire dtype tag whose payload bytes are its own bits
-_WIRE_TAG: dict[np.dtype[Any], int] = {_F32: int(Dtype.F32), _BF16: int(Dtype.BF16)}
+_WIRE_TAG: dict[np.dtype[Any], int] = {F32: int(Dtype.F32), _BF16: int(Dtype.BF16)}
 
 
-def _check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
+def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
     """``a`` as an array the wire can carry; with ``receives``, one the consensus can be
     written into (a writable NumPy array, not a scalar or a copy made here).
 
@@ -44,9 +46,11 @@ def _check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]
         InvalidValue (local): another dtype (``client.bad_dtype``), a dim over u32
             (``frame.dim_too_large``), or (``receives``) an array that cannot take the consensus
             (``client.not_writable``).
+
+    Upstream: ``cpu_reduce.rs`` (the request's tensors: f32 or bf16, u32 dims).
     """
     arr = np.asarray(a)
-    if arr.dtype not in (_F32, _BF16):
+    if arr.dtype not in (F32, _BF16):
         raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
     for d, n in enumerate(arr.shape):
         if n > U32_MAX:
@@ -62,12 +66,14 @@ def _check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]
     return arr
 
 
-def _real(field: str, value: Any) -> float:
+def real_argument(field: str, value: Any) -> float:
     """``value`` as a float when it is a real number (an int, a float, a NumPy number; not
     text), for the scale, weight and count arguments.
 
     Raises:
         InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
+
+    No upstream counterpart: upstream's arguments are typed ``f64`` by the compiler.
     """
     if isinstance(value, str | bytes | bytearray) or not isinstance(
             value, int | float | np.integer | np.floating):
@@ -80,7 +86,7 @@ def _real(field: str, value: Any) -> float:
                              reason="beyond the f64 range") from None
 
 
-def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
+def scaled_payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
              out: npt.NDArray[np.float32] | None = None) -> TensorPayload:
     """One tensor's payload in ``wire`` dtype, pre-scaled by ``scale`` (None: unscaled).
 
@@ -89,7 +95,9 @@ def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
     goes on the wire as is, or the bf16 product of a bf16 array (in its first half), sparing an
     allocation per round. With a ``scale``, call it with NumPy's float warnings off
     (``np.errstate(all="ignore")``: the protocol's arithmetic overflows and makes NaNs by
-    design); ``arr`` comes from :func:`_check_array` (its shape fits the wire).
+    design); ``arr`` comes from :func:`check_array` (its shape fits the wire).
+
+    Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (pre-scale, then one rounding).
     """
     src_bf16 = arr.dtype == _BF16
     flat = np.ascontiguousarray(arr).reshape(-1)
@@ -110,7 +118,7 @@ def _payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
         if wire is Dtype.F32 and out is not None and not src_bf16:
             prod = np.multiply(wide, f, out=out)
         else:
-            prod = np.multiply(wide, f, dtype=_F32)
+            prod = np.multiply(wide, f, dtype=F32)
         if wire is Dtype.F32:
             data = prod.view(np.uint8).data
         else:
@@ -140,8 +148,8 @@ class SmallLayout(NamedTuple):
 
 
 def fill_small(kept: SmallLayout, arrs: Sequence[npt.NDArray[Any]], f: np.float32) -> None:
-    """Write ``arrs`` (from :func:`_check_array`, of the layout's shapes) pre-scaled by ``f``
-    into their places in ``kept``'s template: the values :func:`_payload` gives, computed in
+    """Write ``arrs`` (from :func:`check_array`, of the layout's shapes) pre-scaled by ``f``
+    into their places in ``kept``'s template: the values :func:`scaled_payload` gives, computed in
     f32 and rounded once into the wire dtype (bf16 with upstream's rounding and NaN rule).
 
     On a bf16 wire every tensor goes through the layout's scaler in one pass (one gather, one

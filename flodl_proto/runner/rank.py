@@ -76,13 +76,13 @@ from ._netio import (
     write_stall_timeout,
 )
 from ._rank_payloads import (
-    _F32,
+    F32,
     SmallLayout,
-    _check_array,
-    _payload,
-    _real,
+    check_array,
     decode_into,
     fill_small,
+    real_argument,
+    scaled_payload,
 )
 
 __all__ = ["RankClient", "ReduceReply", "decode_into"]
@@ -136,7 +136,7 @@ class ReduceReply:
         out = []
         for p in self.frame.tensors:
             a = p.array(materialize_elided=True)
-            out.append(np.array(a, dtype=_F32))
+            out.append(np.array(a, dtype=F32))
         return out
 
 
@@ -500,7 +500,7 @@ class RankClient:
         except ValueError:
             raise protocol_error("client.bad_argument", field="kind", value=kind,
                                  reason="not 0 (Model) or 1 (Control)") from None
-        arrs = [_check_array(i, a, adopt) for i, a in enumerate(arrays)]
+        arrs = [check_array(i, a, adopt) for i, a in enumerate(arrays)]
         if kind_e is RoundKind.CONTROL:
             wire = Dtype.F32
         else:
@@ -510,8 +510,8 @@ class RankClient:
             except ValueError:
                 raise protocol_error("client.bad_argument", field="wire_dtype", value=want,
                                      reason="not 0 (f32) or 1 (bf16)") from None
-        scale = _real("scale", scale)
-        w = scale if weight is None else _real("weight", weight)
+        scale = real_argument("scale", scale)
+        w = scale if weight is None else real_argument("weight", weight)
         if scale == 0.0 and self.version >= 3:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
@@ -522,7 +522,7 @@ class RankClient:
         else:
             f = float(scale)
             with np.errstate(all="ignore"):
-                tensors = [_payload(a, wire, f, self._scratch_for(i, a))
+                tensors = [scaled_payload(a, wire, f, self._scratch_for(i, a))
                            for i, a in enumerate(arrs)]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
         adopted = False
@@ -574,7 +574,7 @@ class RankClient:
     def _scratch_for(self, index: int, arr: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
         buf = self._scratch.get(index)
         if buf is None or buf.shape[0] != arr.size:
-            buf = np.empty(arr.size, dtype=_F32)
+            buf = np.empty(arr.size, dtype=F32)
             self._scratch[index] = buf
         return buf
 
@@ -608,9 +608,9 @@ class RankClient:
         if root >= self.world_size:
             raise protocol_error("client.rank_out_of_range", rank=root,
                                  world_size=self.world_size)
-        arrs = [_check_array(i, a, True) for i, a in enumerate(arrays)]
+        arrs = [check_array(i, a, True) for i, a in enumerate(arrays)]
         if self.rank == root:
-            tensors = [_payload(a, Dtype.F32, None) for a in arrs]
+            tensors = [scaled_payload(a, Dtype.F32, None) for a in arrs]
             reply, raw = self._exchange(RoundFrame(RoundKind.CONTROL, 0.0, tensors))
             decode_into(reply, arrs)
             self.last_reply = ReduceReply(reply, raw, True)
@@ -635,12 +635,12 @@ class RankClient:
         Upstream: ``cpu_reduce.rs`` ``all_reduce_per_rank_f64``.
         """
         self._open_socket()
-        v = _real("value", value)
+        v = real_argument("value", value)
         nbytes = 4 * self.world_size
         if nbytes > self.ceiling:
             raise protocol_error("len.write_too_large", length=nbytes,
                                  ceiling=min(self.ceiling, U32_MAX))
-        slots = np.zeros(self.world_size, dtype=_F32)
+        slots = np.zeros(self.world_size, dtype=F32)
         with np.errstate(over="ignore"):  # beyond the f32 range: an infinity, as upstream's cast
             slots[self.rank] = np.float32(v)
         tensors = [TensorPayload(int(Dtype.F32), slots.shape, slots.view(np.uint8).data)]
