@@ -886,7 +886,7 @@ def format_stages(row: Row) -> str:
     if med is None:
         return (f"| {row.world} | {size_label(row.nbytes)} | {row.dtype} | not traced | "
                 + " | ".join("-" for _ in STAGE_COLUMNS) + " |")
-    parts = {label: sec for label, sec, _ in med.parts}
+    parts = ordered_parts(med)
 
     def num(sec: float) -> str:
         return f"{sec * 1e3:.3f}" if abs(sec) < 0.01 else f"{sec * 1e3:.1f}"
@@ -896,15 +896,34 @@ def format_stages(row: Row) -> str:
             + " | ".join(cells) + " |")
 
 
+def ordered_parts(med: stages.RoundStages) -> dict[str, float]:
+    """``med``'s parts (label -> seconds), each stage's mark taken no later than the next
+    stage's: a sender's mark after the receiver's (a party descheduled after its write, or the
+    latest relay's fan-out ending after the last rank parsed its reply) is taken at the
+    receiver's, as the bytes had left by then. Every part is then >= 0 and, as before, they add
+    up to the round's total. A round with a part not traced keeps its parts as measured."""
+    parts = {label: sec for label, sec, _ in med.parts}
+    labels = [label for label, *_ in stages.SEGMENTS]
+    if any(label not in parts for label in labels):
+        return parts
+    marks = [0.0]  # each stage's time from the round's start, seconds
+    for label in labels:
+        marks.append(marks[-1] + parts[label])
+    for i in range(len(marks) - 2, -1, -1):
+        marks[i] = max(0.0, min(marks[i], marks[i + 1]))
+    return {label: marks[i + 1] - marks[i] for i, label in enumerate(labels)}
+
+
 STAGE_LEGEND = (
     "Stage breakdown of each row's median traced round, ms (the round from the last rank's "
     "send to the last rank's reply parsed; each stage's latest time over the parties): rank "
     "send; ->relay = rank send done to the relay's last deposit (wire, wake-up); relay fold = "
     "relay deposits to HostFrame sent; ->ctl = to the controller's last HostFrame; ctl = "
     "controller last HostFrame to Broadcast sent; ->relay = to the relay's Broadcast read; "
-    "fan-out = relay Broadcast to fan-out done; ->rank = to the rank's reply parsed. A gap is "
-    "negative when the receiving party went on before the sending one took its own time after "
-    "the write (it was descheduled).")
+    "fan-out = relay Broadcast to fan-out done; ->rank = to the rank's reply parsed. A mark "
+    "later than the next stage's (a sender descheduled after its write, or the latest relay's "
+    "fan-out ending after the last reply was parsed) is taken at the next stage's, as the bytes "
+    "had left by then, so no part is negative and the parts add up to the round.")
 
 
 def _commit() -> str:

@@ -393,3 +393,28 @@ def test_loopback_tcp_rate_raises_when_the_sender_fails() -> None:
     t.join(20)
     assert not t.is_alive()
     assert len(raised) == 1 and isinstance(raised[0], TypeError)
+
+
+def test_stage_parts_take_a_late_mark_at_the_next_stage() -> None:
+    """A sender's mark after the receiver's (the controller descheduled after writing the
+    Broadcast, which the relay read 0.05 ms before the controller's mark) used to print a
+    negative gap; the mark is taken at the next stage's, and the parts still add up."""
+    rb = _load("round")
+    from flodl_proto.runner.stages import SEGMENTS, RoundStages
+
+    ms = [0.02, 0.02, 0.07, 0.06, 0.17, -0.05, 0.05, 0.12]  # as traced: ctl -> relay < 0
+    run = rb.ClusterRun([0.46e-3], [RoundStages(0, sum(ms) / 1e3, tuple(
+        (label, m / 1e3, gap) for (label, _, _, gap), m in zip(SEGMENTS, ms, strict=True)))])
+    row = rb.Row(2, [[0, 1]], 4096, "f32", run, 0.001)
+    assert rb.format_stages(row) == ("| 2 | 4 KiB | f32 | 0.460 | 0.020 | 0.020 | 0.070 | "
+                                     "0.060 | 0.120 | 0.000 | 0.050 | 0.120 |")
+    parts = rb.ordered_parts(run.stages[0])
+    assert min(parts.values()) >= 0.0
+    assert sum(parts.values()) == pytest.approx(sum(ms) / 1e3, abs=1e-15)
+    # two late marks in a row, and one before the round's start, are clamped the same way
+    ms2 = [0.05, -0.08, 0.02, 0.3, -0.1, -0.1, 0.05, 0.2]
+    st = RoundStages(1, sum(ms2) / 1e3, tuple(
+        (label, m / 1e3, gap) for (label, _, _, gap), m in zip(SEGMENTS, ms2, strict=True)))
+    got = [round(v * 1e3, 9) for v in rb.ordered_parts(st).values()]
+    assert got == [0.0, 0.0, 0.0, 0.09, 0.0, 0.0, 0.05, 0.2]
+    assert sum(got) == pytest.approx(sum(ms2))
