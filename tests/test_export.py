@@ -251,3 +251,22 @@ def test_a_failure_in_v2_undoes_only_what_the_export_created(
         assert (target / "mine.txt").read_text() == "kept"
     else:
         assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mkdir_that_fails_midway_leaves_no_folder(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mkdir(parents=True)`` makes the outer folders, then fails on ``DIR`` itself: those
+    outer folders go too."""
+    real = Path.mkdir
+
+    def failing(self: Path, mode: int = 0o777, parents: bool = False,
+                exist_ok: bool = False) -> None:
+        if self.name == "vectors":  # its parents made, as mkdir(parents=True) does first
+            real(self.parent, parents=True, exist_ok=True)
+            raise PermissionError(13, "Permission denied", str(self))
+        real(self, mode, parents, exist_ok)
+
+    monkeypatch.setattr(Path, "mkdir", failing)
+    with pytest.raises(PermissionError):
+        export_vectors(tmp_path / "a" / "b" / "vectors")
+    assert list(tmp_path.iterdir()) == []

@@ -594,8 +594,8 @@ def export_vectors(root: Path | str) -> dict[int, int]:
     try:
         for version, folder in ((3, base), (2, base / "v2")):
             missing = [p for p in (folder, *folder.parents) if not p.exists()]
+            created.extend(reversed(missing))  # before: a mkdir that fails midway made some
             folder.mkdir(parents=True, exist_ok=True)
-            created.extend(reversed(missing))
             files: dict[str, dict[str, int]] = {}
             for name, build in _BUILDERS.items():
                 doc = build(version).document()
