@@ -25,7 +25,7 @@ from flodl_proto.codec import (
 )
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN
 from flodl_proto.errors import LimitExceeded, TruncatedInput
-from flodl_proto.runner import rank as rank_mod
+from flodl_proto.runner import _prefixed as prefixed_mod
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.spec import DEFAULT_FRAME_CEILING
 
@@ -92,15 +92,17 @@ def _values(n: int, k: float) -> np.ndarray:
 
 
 def _no_stepped_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the client's calls of the body reader (a reply read whole makes none)."""
+    """Count the reply reader's calls of the body readers (a reply read whole makes none)."""
     calls: list[int] = []
-    real = rank_mod.read_record_into
+    for name, size_arg in (("read_record_into", 2), ("read_frame_into", 1)):
+        real = getattr(prefixed_mod, name)
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[2])
-        return real(*args, **kwargs)
+        def spy(*args: Any, _real: Any = real, _at: int = size_arg, **kwargs: Any) -> Any:
+            arg = args[_at]
+            calls.append(arg if isinstance(arg, int) else len(arg))
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(rank_mod, "read_record_into", spy)
+        monkeypatch.setattr(prefixed_mod, name, spy)
     return calls
 
 

@@ -21,7 +21,7 @@ from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN
 from flodl_proto.codec.plans import frame_premac
 from flodl_proto.errors import LimitExceeded, ProtocolError
-from flodl_proto.runner import relay_ranks
+from flodl_proto.runner import _prefixed as prefixed
 from flodl_proto.runner._netio import Stopped
 from flodl_proto.runner.relay_ranks import FRAME_OFFSET, RankBlobReader
 
@@ -111,8 +111,8 @@ def test_a_steady_round_reads_each_blob_with_one_recv(monkeypatch: pytest.Monkey
     r = _reader()
     used: list[str] = []
     for name in ("read_frame_into", "read_record_into"):
-        real = getattr(relay_ranks, name)
-        monkeypatch.setattr(relay_ranks, name,
+        real = getattr(prefixed, name)
+        monkeypatch.setattr(prefixed, name,
                             lambda *a, _n=name, _f=real, **k: used.append(_n) or _f(*a, **k))
     out = []
     for i in range(4):
@@ -139,6 +139,22 @@ def test_blobs_of_another_length_and_a_next_blob_read_early(sizes: list[int]) ->
     sock = _Sock([data])
     _check(_read_all(r, sock), frames)
     assert r.received == len(data)
+
+
+@pytest.mark.parametrize("longer", [1, 2, 3])
+def test_kept_bytes_finish_a_blob_longer_than_the_expected_one(longer: int) -> None:
+    # blobs of any bytes (the reader does not parse frames): a long blob sets the expected
+    # length; the next three come in one chunk, so the one-read keeps bytes past the first of
+    # them; the second is ``longer`` bytes longer than the first, and its last bytes are among
+    # the kept ones, behind what the buffer of the expected length held
+    rng = np.random.default_rng(longer)
+    lengths = [200, 50, 50 + longer, 60]
+    blobs = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in lengths]
+    data = [_blob(b) for b in blobs]
+    r = _reader()
+    sock = _Sock([data[0], b"".join(data[1:])])
+    _check(_read_all(r, sock), blobs)
+    assert r.received == sum(len(d) for d in data)
 
 
 def test_every_split_of_the_stream_gives_the_same_blobs() -> None:

@@ -35,15 +35,14 @@ import numpy.typing as npt
 
 from .._oserr import os_reason
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
-from ..codec.auth import PARALLEL_MAC_MIN, check_salt
+from ..codec.auth import check_salt
 from ..codec.ceiling import check_frame_ceiling
 from ..codec.handshake import decode_ack, encode_handshake
 from ..codec.loopback import (
     decode_framed_round_or_eos,
-    decode_len_prefix,
     encode_len_prefix,
 )
-from ..codec.plans import frame_macs, frame_premac, signed_frame_batches
+from ..codec.plans import signed_frame_batches
 from ..codec.round_frame import (
     Dtype,
     RoundFrame,
@@ -68,13 +67,13 @@ from ._netio import (
     connect_with_retry,
     handshake_read_timeout,
     parse_addr,
-    read_record_into,
     recv_exact_into,
     reduce_read_deadline,
     send_all,
     set_timeouts,
     write_stall_timeout,
 )
+from ._prefixed import PrefixedReader
 from ._rank_payloads import (
     F32,
     SmallLayout,
@@ -188,12 +187,11 @@ class RankClient:
         self._closed_why: str | None = None
         #: the last small layout's template and length prefix (key: kind, dtype, ceiling, shapes)
         self._template: SmallLayout | None = None
-        #: a large reply's length prefix is read here
-        self._prefix_view = memoryview(bytearray(LEN_PREFIX_LEN))
         #: the last frame's and its reply's lengths (bytes): the next reply's expected length
         self._sent_len = self._reply_len = -1
-        #: bytes read after a reply (a peer that sent more): the start of the next one
-        self._carry = b""
+        #: the replies' reader (bytes a peer sent after a reply are kept for the next one)
+        self._reader = PrefixedReader(self._salt, None,
+                                      lambda size, _step: self._reply_buffer(size).data)
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -358,17 +356,9 @@ class RankClient:
         the prefix, then the body (hashed in steps).
         """
         expect = self._reply_len if sent == self._sent_len else sent
-        carry = self._carry
-        one_read = LEN_PREFIX_LEN + expect < PARALLEL_MAC_MIN or bool(carry)
-        first = self._reply_buffer(LEN_PREFIX_LEN + expect).data if one_read \
-            else self._prefix_view
-        got = 0
-        if carry:
-            got = min(len(carry), len(first))
-            first[:got] = carry[:got]
-            self._carry = carry[got:]
-        try:  # (a carry that holds the prefix already asks for nothing here)
-            got += recv_exact_into(sock, first[got:], least=LEN_PREFIX_LEN - got)
+        reader = self._reader
+        try:
+            head = reader.head(sock, expect, self.ceiling)
         except TimeoutError:
             raise TimeoutError(
                 f"cpu_reduce: no averaged frame within {reduce_read_deadline():g}s "
@@ -377,44 +367,20 @@ class RankClient:
         except OSError as e:
             raise ConnectionError(f"cpu_reduce: lost the relay while waiting for round "
                                   f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
-        if got < LEN_PREFIX_LEN:
+        if head is None:
             raise protocol_error("client.reply_closed", round=self.rounds + 1)
-        n = decode_len_prefix(first, ceiling=self.ceiling)
+        n = head[1]
         self._sent_len, self._reply_len = sent, n
-        size = LEN_PREFIX_LEN + n
-        if one_read and n == expect:
-            view = first
-        else:  # the reply's own buffer, with what arrived of it
-            view = self._reply_buffer(size).data
-            have = min(got, size)
-            view[:have] = first[:have]
-            if got > size:  # the start of a next reply: read when that reply is
-                self._carry = bytes(first[size:got]) + self._carry
-            elif self._carry:  # more of this reply came early than its expected size held
-                more = self._carry[:size - have]
-                view[have:have + len(more)] = more
-                self._carry = self._carry[len(more):]
-                have += len(more)
-            got = have
-        if got < size:
-            # the frame's MAC is computed as the reply arrives (the tag is checked by the decode)
-            plan = frame_macs(n, self._salt)
-            ranges = plan.ranges(LEN_PREFIX_LEN)
-            for mac, lo, hi in ranges:  # the bytes in already
-                mac.update(view[lo:min(got, hi)])
-            try:
-                _, got = read_record_into(sock, view, size, ranges, start=got)
-            except TimeoutError:
-                raise TimeoutError(
-                    f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
-                ) from None
-            except OSError as e:
-                raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
-                                      f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
-            premac = plan.premac()
-        else:
-            premac = frame_premac(view[LEN_PREFIX_LEN:size], self._salt)
-        body = got - LEN_PREFIX_LEN
+        try:
+            _, body, premac = reader.body(sock, head)
+        except TimeoutError:
+            raise TimeoutError(
+                f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
+            ) from None
+        except OSError as e:
+            raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
+                                  f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
+        view = head[0][:LEN_PREFIX_LEN + n]
         self.bytes_received += LEN_PREFIX_LEN + body
         if body < n:
             raise protocol_error("framed_round.body_ended", length=n, got=body)

@@ -1,14 +1,10 @@
 """The relay's read side of one local rank's loopback stream: length-prefixed RoundFrames.
 
 A rank sends one frame a round, of the same length every round while its layout holds, and
-waits for the consensus before the next. :class:`RankBlobReader` reads a small frame (prefix
-and frame below :data:`~flodl_proto.codec.auth.PARALLEL_MAC_MIN` bytes) with one ``recv`` asking
-for the prefix and the frame at the last frame's length, into a buffer that already holds the
-prefix before the frame; the frame's MAC is then one update over the buffer. A frame of another
-length is moved into a buffer of its own and read on from there; bytes that came after it (a
-peer that sent its next blob early) are kept as the start of the next blob, read as they would
-have been from the socket. A large frame (or the first one) reads the prefix, then the frame,
-hashed as it arrives (:func:`~flodl_proto.runner._netio.read_frame_into`).
+waits for the consensus before the next. :class:`RankBlobReader` reads its blobs with the
+loopback streams' one reader (:class:`~flodl_proto.runner._prefixed.PrefixedReader`: a small
+frame of the last frame's length in one ``recv``, into a buffer that holds the prefix before the
+frame; bytes a peer sent early kept for the next blob; a large frame hashed as it arrives).
 
 Buffers are reused across rounds: a frame's buffer goes to the fold, which holds at most one
 frame of a rank (its deposit in the current round, until the round completes). A small frame
@@ -30,12 +26,9 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM
-from ..codec.auth import PARALLEL_MAC_MIN, Premac
-from ..codec.loopback import decode_len_prefix_or_eos
-from ..codec.plans import frame_macs, frame_premac
+from ..codec.auth import Premac
 from ..spec import LEN_PREFIX_LEN
-from ._netio import read_frame_into, read_record_into, recv_exact_into
+from ._prefixed import MOVING, ONE_READ, PrefixedReader
 
 __all__ = ["FRAME_OFFSET", "RankBlobReader"]
 
@@ -62,18 +55,21 @@ class RankBlobReader:
     call, prefix then frame).
     """
 
-    __slots__ = ("_bufs", "_carry", "_ceiling", "_expect", "_held", "_last", "_prefix",
-                 "_salt", "_stop", "received")
+    __slots__ = ("_bufs", "_ceiling", "_expect", "_held", "_last", "_reader")
 
     def __init__(self, salt: bytes, ceiling: int, stop: threading.Event,
                  held: Callable[[], bool]) -> None:
-        self._salt, self._ceiling, self._stop, self._held = salt, ceiling, stop, held
-        self._prefix = memoryview(bytearray(LEN_PREFIX_LEN))
+        self._ceiling, self._held = ceiling, held
         self._bufs: list[npt.NDArray[np.uint8] | None] = [None, None]
         self._last = 0  # the buffer of the last frame
         self._expect = -1  # the last frame's length (-1: none yet)
-        self._carry = b""  # bytes of the next blob read with the last one
-        self.received = 0
+        self._reader = PrefixedReader(salt, stop, self._buffer)
+
+    @property
+    def received(self) -> int:
+        """Bytes read from the socket so far (counted as they arrive; a blob's bytes that came
+        with the one before it were counted then)."""
+        return self._reader.received
 
     def read(self, sock: socket.socket,
              starvation: float | None) -> tuple[memoryview, int, Premac | None] | None:
@@ -90,77 +86,32 @@ class RankBlobReader:
             LimitExceeded (remote): the prefix exceeds the ceiling.
             everything :func:`~flodl_proto.runner._netio.recv_exact_into` raises.
         """
-        carry, expect = self._carry, self._expect
-        # (bytes read early come only from a one-read blob, shorter than the one before it)
-        one = 0 <= expect and LEN_PREFIX_LEN + expect < PARALLEL_MAC_MIN
-        first = self._buffer(expect, spare=True) if one else self._prefix
-        got = 0
-        if carry:
-            got = min(len(carry), len(first))
-            first[:got] = carry[:got]
-            self._carry = carry[got:]
-        # (a carry that holds the prefix already asks for nothing here)
-        r = recv_exact_into(sock, first[got:], stop=self._stop, starvation=starvation,
-                            least=LEN_PREFIX_LEN - got)
-        self.received += r
-        got += r
-        if got < LEN_PREFIX_LEN:
+        reader = self._reader
+        head = reader.head(sock, self._expect, self._ceiling, starvation)
+        if head is None:
             return None
-        n = decode_len_prefix_or_eos(first, ceiling=self._ceiling)
-        assert n is not END_OF_STREAM  # the prefix is whole
-        self._expect = n
-        size = LEN_PREFIX_LEN + n
-        if one and n == expect:
-            whole = first
-        else:  # the blob's own buffer, with what arrived of it
-            if one:  # (in place of the buffer just read into: the fold does not hold it)
-                buf = np.empty(FRAME_OFFSET + n, dtype=np.uint8)
-                self._bufs[self._last] = buf
-                whole = buf.data[FRAME_OFFSET - LEN_PREFIX_LEN:]
-            else:
-                whole = self._buffer(n, spare=False)
-            have = min(got, size)
-            whole[:have] = first[:have]
-            if got > size:  # the start of a next blob: read when that blob is
-                self._carry = bytes(first[size:got]) + self._carry
-            got = have
-            carry = self._carry
-            if carry and got < size:  # more of it was read early than ``first`` held
-                take = min(len(carry), size - got)
-                whole[got:got + take] = carry[:take]
-                self._carry = carry[take:]
-                got += take
-        frame = whole[LEN_PREFIX_LEN:size]
-        if got == size:
-            return frame, n, frame_premac(frame, self._salt)
-        if got == LEN_PREFIX_LEN:
-            body, premac = read_frame_into(sock, frame, self._salt, stop=self._stop,
-                                           starvation=starvation)
-            self.received += body
-            return frame, body, premac
-        # part of the frame is in (it came with the prefix): hashed on from there
-        plan = frame_macs(n, self._salt)
-        ranges = plan.ranges(LEN_PREFIX_LEN)
-        for mac, lo, hi in ranges:
-            mac.update(whole[lo:min(got, hi)])
-        _, end = read_record_into(sock, whole[:size], size, ranges, start=got, stop=self._stop,
-                                  starvation=starvation)
-        self.received += end - got
-        return frame, end - LEN_PREFIX_LEN, plan.premac() if end == size else None
+        self._expect = head[1]
+        return reader.body(sock, head, starvation)
 
-    def _buffer(self, n: int, *, spare: bool) -> memoryview:
-        """A view of a buffer for a blob of an ``n``-byte frame (prefix and frame, the frame at
-        :data:`FRAME_OFFSET`): the last frame's buffer unless the fold holds it; then the other
-        one (``spare``) or a fresh one (reusing spares the page faults of a fresh allocation)."""
+    def _buffer(self, size: int, step: int) -> memoryview:
+        """The :class:`~flodl_proto.runner._prefixed.PrefixedReader`'s buffer for a blob of
+        ``size`` bytes (a view from the prefix; the frame at :data:`FRAME_OFFSET` of its array):
+        after a one-read that did not fit (``MOVING``), a fresh array in place of the one just
+        read into; else the last frame's array unless the fold holds it, then the other one
+        (a one-read, ``ONE_READ``) or a fresh one (reusing spares the page faults of a fresh
+        allocation)."""
         i = self._last
-        if self._held():
-            if spare:
-                i ^= 1
-            else:
-                self._bufs[i] = None
-        buf = self._bufs[i]
-        if buf is None or buf.shape[0] != FRAME_OFFSET + n:
-            buf = np.empty(FRAME_OFFSET + n, dtype=np.uint8)
+        if step == MOVING:
+            buf = None
+        else:
+            if self._held():
+                if step == ONE_READ:
+                    i ^= 1
+                else:
+                    self._bufs[i] = None
+            buf = self._bufs[i]
+        if buf is None or buf.shape[0] != FRAME_OFFSET - LEN_PREFIX_LEN + size:
+            buf = np.empty(FRAME_OFFSET - LEN_PREFIX_LEN + size, dtype=np.uint8)
             self._bufs[i] = buf
         self._last = i
         return buf.data[FRAME_OFFSET - LEN_PREFIX_LEN:]
