@@ -3,13 +3,14 @@
 
 Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shutdown`):
 
-* *accept*: takes TCP connections. With the **port mux** (the default, as flodl runs in
-  production) it peeks each connection's first 4 bytes (the channel magic, left in place) within
-  5 s x ``FLODL_NET_TIMEOUT_SCALE`` (ceil, at least 1 s): the data channel goes to the
-  controller, ``GET ``/``POST`` go to the status responder (``GET /status`` answers a JSON
-  status), and an unknown or unserved magic, an EOF or a timeout before 4 bytes drops only that
-  connection. **Direct** (``port_mux=False``) hands every connection to the controller, which
-  consumes the magic itself (a wrong magic ends the run with upstream's error);
+* *accept* (:class:`~flodl_proto.runner._port_mux.PortMux`): takes TCP connections. With the
+  **port mux** (the default, as flodl runs in production) it peeks each connection's first 4
+  bytes (the channel magic, left in place) within 5 s x ``FLODL_NET_TIMEOUT_SCALE`` (ceil, at
+  least 1 s): the data channel goes to the controller, ``GET ``/``POST`` go to the status
+  responder (``GET /status`` answers a JSON status), and an unknown or unserved magic, an EOF or
+  a timeout before 4 bytes drops only that connection. **Direct** (``port_mux=False``) hands
+  every connection to the controller, which consumes the magic itself (a wrong magic ends the
+  run with upstream's error);
 * one *reader* per data connection: reads the magic, then each record's 25-byte header (checked
   at once: magic, version, ``payload_len`` against the frame ceiling and, for the first record,
   the largest legal Hello), then the payload into a reused buffer grown as bytes arrive, hashed
@@ -44,10 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import queue
-import selectors
 import socket
 import threading
 import time
@@ -59,7 +58,6 @@ from typing import Any, Final, TypeAlias
 
 from ..codec._common import BytesLike
 from ..codec.ceiling import check_frame_ceiling
-from ..codec.handshake import channel_of
 from ..codec.mux import RecordKind, max_hello_payload
 from ..codec.stream import (
     MuxStream,
@@ -84,10 +82,6 @@ from ..membership import DeadRanks
 from ..reduce import OuterOptimizer
 from ..reduce._kernels import default_threads
 from ..spec import (
-    CHANNEL_MAGIC_DATA,
-    CHANNEL_MAGIC_HTTP_GET,
-    CHANNEL_MAGIC_HTTP_POST,
-    CHANNEL_MAGIC_LEN,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     SPEC,
@@ -111,6 +105,7 @@ from ._netio import (
     parse_addr,
     shutdown_quietly,
 )
+from ._port_mux import PortMux, peek_timeout
 from .checkpoint import write_checkpoint
 from .relay_reader import read_relay_connection
 from .reports import RoundReport
@@ -125,16 +120,6 @@ _REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 _WAITING_NOTE_PERIOD = 10.0
 _WAITING_SHOWN = 16  # uncovered ranks the waiting note lists (the lowest; up to 2**32 - 1 exist)
 _STATUS_CORE_WAIT = 0.5  # seconds status() waits for a busy core (then: the last snapshot)
-_ACCEPT_POLL: Final = SPEC.timeout("ACCEPT_POLL")
-_PEEK_RETRY: Final = 0.005  # seconds between peeks of a connection that sent part of its magic
-
-
-def peek_timeout() -> float:
-    """Port-mux deadline for a connection's 4-byte channel magic, seconds:
-    ``ceil(5 x FLODL_NET_TIMEOUT_SCALE)``, at least 1. Upstream: ``port_mux.rs``."""
-    return float(max(1, math.ceil(SPEC.timeout("PORT_MUX_PEEK") * net_timeout_scale())))
-
-
 ControllerNotice: TypeAlias = RelayJoined | RoundReport
 
 
@@ -616,122 +601,19 @@ class ReferenceController:
 
     # -- accept / port mux -----------------------------------------------------------------------
     def _accept_loop(self) -> None:
-        lst: socket.socket | None = self._listener
+        lst = self._listener
         assert lst is not None
-        sel = selectors.DefaultSelector()
-        sel.register(lst, selectors.EVENT_READ)
-        pending: dict[socket.socket, tuple[float, str]] = {}  # sock -> (deadline, addr)
-        retry: dict[socket.socket, float] = {}  # partly-magic sockets, next peek time
-        deadline_s = peek_timeout()
-        try:
-            while not self._stop.is_set():
-                if lst is not None and not self._port_mux and not self._accepting_data:
-                    sel.unregister(lst)  # direct mode: no connection after the accept phase
-                    with contextlib.suppress(OSError):
-                        lst.close()
-                    lst = None
-                now = time.monotonic()
-                for s, at in list(retry.items()):
-                    if now >= at:
-                        del retry[s]
-                        sel.register(s, selectors.EVENT_READ)
-                for s, (dl, addr) in list(pending.items()):
-                    if now >= dl:
-                        log.info("controller: %s sent no channel magic within %gs; dropping",
-                                 addr, deadline_s)
-                        self._drop(s, sel, pending, retry)
-                wait = _ACCEPT_POLL * 5
-                if retry:
-                    wait = min(wait, max(0.0, min(retry.values()) - now))
-                for key, _ in sel.select(wait):
-                    if lst is not None and key.fileobj is lst:
-                        self._accept_ready(lst, sel, pending, deadline_s)
-                    else:
-                        peer = key.fileobj
-                        assert isinstance(peer, socket.socket)
-                        self._peek(peer, sel, pending, retry)
-        finally:
-            for s in list(pending):
-                with contextlib.suppress(OSError):
-                    s.close()
-            sel.close()
+        PortMux(lst, port_mux=self._port_mux, stop=self._stop,
+                accepting_data=lambda: self._accepting_data, open_data=self._open_data,
+                open_status=self._open_status).run()
 
-    def _accept_ready(self, lst: socket.socket, sel: selectors.BaseSelector,
-                      pending: dict[socket.socket, tuple[float, str]], deadline_s: float) -> None:
-        while True:
-            try:
-                sock, raddr = lst.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                log.warning("controller: accept failed: %s", e)
-                return
-            addr = format_addr((str(raddr[0]), int(raddr[1])))
-            if not self._port_mux:
-                self._open_data(sock, addr)
-                continue
-            sock.setblocking(False)
-            pending[sock] = (time.monotonic() + deadline_s, addr)
-            sel.register(sock, selectors.EVENT_READ)
-
-    def _drop(self, s: socket.socket, sel: selectors.BaseSelector,
-              pending: dict[socket.socket, tuple[float, str]],
-              retry: dict[socket.socket, float]) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            sel.unregister(s)
-        pending.pop(s, None)
-        retry.pop(s, None)
-        with contextlib.suppress(OSError):
-            s.close()
-
-    def _peek(self, s: socket.socket, sel: selectors.BaseSelector,
-              pending: dict[socket.socket, tuple[float, str]],
-              retry: dict[socket.socket, float]) -> None:
-        addr = pending[s][1]
-        try:
-            head = s.recv(CHANNEL_MAGIC_LEN, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            log.info("controller: %s failed before its channel magic (%s); dropping", addr, e)
-            self._drop(s, sel, pending, retry)
-            return
-        if not head:
-            log.info("controller: %s closed before its channel magic; dropping", addr)
-            self._drop(s, sel, pending, retry)
-            return
-        if len(head) < CHANNEL_MAGIC_LEN:
-            sel.unregister(s)
-            retry[s] = time.monotonic() + _PEEK_RETRY
-            return
-        sel.unregister(s)
-        pending.pop(s, None)
-        magic, channel = channel_of(head)
-        s.setblocking(True)
-        if magic == CHANNEL_MAGIC_DATA:
-            if not self._accepting_data:
-                log.info("controller: data-channel connection from %s after the accept phase; "
-                         "dropping", addr)
-                with contextlib.suppress(OSError):
-                    s.close()
-                return
-            self._open_data(s, addr)
-        elif magic in (CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST):
-            t = threading.Thread(target=self._guarded,
-                                 args=(self._serve_status, "a status responder", s, addr),
-                                 name="flodl-controller-status")
-            with self._lock:
-                self._threads.append(t)
-                t.start()
-        else:
-            if channel is not None:
-                log.info("controller: %s channel from %s is not served here; dropping", channel,
-                         addr)
-            else:
-                log.info("controller: unknown channel magic 0x%08x from %s; dropping", magic,
-                         addr)
-            with contextlib.suppress(OSError):
-                s.close()
+    def _open_status(self, sock: socket.socket, addr: str) -> None:
+        t = threading.Thread(target=self._guarded,
+                             args=(self._serve_status, "a status responder", sock, addr),
+                             name="flodl-controller-status")
+        with self._lock:
+            self._threads.append(t)
+            t.start()
 
     def _open_data(self, sock: socket.socket, addr: str) -> None:
         try:

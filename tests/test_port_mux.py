@@ -1,0 +1,130 @@
+"""The controller's accept loop (``runner._port_mux.PortMux``) over real loopback sockets: which
+connection goes to which channel, which are dropped, and when the listener closes."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from flodl_proto.runner._port_mux import PortMux, peek_timeout
+from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET
+
+DATA = struct.pack("<I", CHANNEL_MAGIC_DATA)
+GET = struct.pack("<I", CHANNEL_MAGIC_HTTP_GET)
+WAIT = 5.0  # seconds a test waits for the loop to act
+
+
+class _Mux:
+    """A running :class:`PortMux` and what it handed out."""
+
+    def __init__(self, port_mux: bool) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.accepting = True
+        self.data: queue.Queue[socket.socket] = queue.Queue()
+        self.status: queue.Queue[socket.socket] = queue.Queue()
+        self.stop = threading.Event()
+        self.mux = PortMux(self.listener, port_mux=port_mux, stop=self.stop,
+                           accepting_data=lambda: self.accepting,
+                           open_data=lambda s, _addr: self.data.put(s),
+                           open_status=lambda s, _addr: self.status.put(s))
+        self.thread = threading.Thread(target=self.mux.run)
+        self.thread.start()
+
+    def connect(self, first: bytes = b"") -> socket.socket:
+        c = socket.create_connection(("127.0.0.1", self.port), timeout=WAIT)
+        if first:
+            c.sendall(first)
+        return c
+
+
+@contextmanager
+def _running(port_mux: bool = True) -> Iterator[_Mux]:
+    m = _Mux(port_mux)
+    try:
+        yield m
+    finally:
+        m.stop.set()
+        m.thread.join(WAIT)
+        assert not m.thread.is_alive()
+        for q in (m.data, m.status):
+            while not q.empty():
+                q.get().close()
+        m.listener.close()
+
+
+def _dropped(c: socket.socket) -> bool:
+    """Whether the loop closed ``c`` (the peer reads end of stream or a reset)."""
+    c.settimeout(WAIT)
+    try:
+        return c.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_magic_sent_in_two_parts_reaches_the_data_channel() -> None:
+    with _running() as m:
+        c = m.connect(DATA[:2])
+        time.sleep(0.05)  # the loop peeks the first half, then peeks again
+        assert m.data.empty()
+        c.sendall(DATA[2:] + b"more")
+        got = m.data.get(timeout=WAIT)
+        assert got.recv(8, socket.MSG_WAITALL) == DATA + b"more"  # the magic left in place
+        assert got.getblocking()
+        c.close()
+
+
+def test_http_goes_to_the_status_responder_and_an_unknown_magic_is_dropped() -> None:
+    with _running() as m:
+        c = m.connect(GET + b"/status")
+        assert m.status.get(timeout=WAIT).recv(4, socket.MSG_PEEK) == GET
+        d = m.connect(b"\x00\x01\x02\x03")
+        assert _dropped(d)
+        assert m.data.empty()
+        c.close()
+        d.close()
+
+
+def test_a_data_connection_after_the_accept_phase_is_dropped() -> None:
+    with _running() as m:
+        m.accepting = False
+        c = m.connect(DATA)
+        assert _dropped(c)
+        assert m.data.empty()
+        s = m.connect(GET)  # the status responder still answers
+        assert m.status.get(timeout=WAIT) is not None
+        c.close()
+        s.close()
+
+
+def test_a_connection_without_its_magic_is_dropped_at_the_deadline() -> None:
+    with _running() as m:
+        t0 = time.monotonic()
+        c = m.connect(DATA[:1])
+        assert _dropped(c)
+        waited = time.monotonic() - t0
+        assert peek_timeout() - 0.1 <= waited < peek_timeout() + 2.0
+        assert m.data.empty()
+        c.close()
+
+
+def test_direct_mode_hands_out_every_connection_until_the_accept_phase_ends() -> None:
+    with _running(port_mux=False) as m:
+        c = m.connect()  # no magic needed: the data channel reads it itself
+        assert m.data.get(timeout=WAIT) is not None
+        m.accepting = False
+        deadline = time.monotonic() + WAIT
+        while m.listener.fileno() != -1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert m.listener.fileno() == -1  # closed: later connections are refused
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", m.port), timeout=WAIT)
+        c.close()
