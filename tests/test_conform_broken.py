@@ -27,7 +27,7 @@ from flodl_proto.conform.report import case_line
 from flodl_proto.errors import ProtocolError
 from flodl_proto.fsm import controller_core, relay_core
 from flodl_proto.reduce import reduce_realized_work, sum_frames
-from flodl_proto.runner import controller as controller_runner
+from flodl_proto.runner import _port_mux as port_mux
 from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST
 
 CATALOGUE = load_catalogue()
@@ -86,23 +86,23 @@ def accept_duplicate_rank(mp: pytest.MonkeyPatch) -> None:
 
 def keep_bad_magic_open(mp: pytest.MonkeyPatch) -> None:
     """The port mux leaves a connection with an unknown magic open (and unserved)."""
-    orig = controller_runner.ReferenceController._peek
+    orig = port_mux.PortMux._peek
     leaked: list[Any] = []
 
-    def peek(self: Any, s: Any, sel: Any, pending: Any, retry: Any) -> None:
+    def peek(self: Any, s: Any) -> None:
         try:
             head = s.recv(4, socket.MSG_PEEK)
         except OSError:
             head = b""
         known = (CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST)
         if len(head) == 4 and int.from_bytes(head, "little") not in known:
-            sel.unregister(s)
-            pending.pop(s, None)
+            self._sel.unregister(s)
+            self._pending.pop(s, None)
             leaked.append(s)  # neither served nor closed
             return
-        orig(self, s, sel, pending, retry)
+        orig(self, s)
 
-    mp.setattr(controller_runner.ReferenceController, "_peek", peek)
+    mp.setattr(port_mux.PortMux, "_peek", peek)
 
 
 def forget_declare_dead(mp: pytest.MonkeyPatch) -> None:
