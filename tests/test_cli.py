@@ -614,7 +614,7 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "x", "--world-size", "2",
       "--salt", SALT_HEX), "--ranks expects a list of ranks like 0,1 or 0-3, got 'x'"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1",
-      "--salt", "abc"), "session salt must be 16 bytes written as 32 hex digits, got 'abc'"),
+      "--salt", "abc"), "session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
       "--rounds", "-1"), "--rounds must be >= 0, got -1"),
     (("decode", "--pcap", "-"), "--pcap needs --port N"),
@@ -689,6 +689,25 @@ def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix
     assert code == 2
     assert err.startswith(f"{prefix}--salt-file {bad}: ") and "32 hex digits" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"d5c6a1f0e9b8c7d6a5f4e3d2c1b0a9f8X\n", "33 characters, character 33 ('X') not a hex digit"),
+    (b"d5c6a1f0e9b8c7d6a5f4e3d2c1b0a9\n", "30 characters"),
+    (bytes(range(200, 256)) * 18, "1008 characters, character 1 (U+00C8) not a hex digit"),
+])
+def test_a_salt_file_error_never_shows_the_file_s_digits(
+        content: bytes, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # a near-miss salt is a secret: the error printed the file's whole text (up to 4096 bytes)
+    path = tmp_path / "salt.hex"
+    path.write_bytes(content)
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
+                               "--world-size", "1", "--salt-file", str(path))
+    assert (code, out) == (2, "")
+    assert err == (f"flodl-proto relay: error: --salt-file {path}: session salt must be 16 bytes "
+                   f"written as 32 hex digits, got {problem}\n")
+    assert "d5c6" not in err
 
 
 @pytest.mark.parametrize(("command", "where", "option"), [

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
@@ -94,8 +94,24 @@ def parse_salt(text: str | None) -> bytes:
         raw = b""
     if len(raw) != SESSION_SALT_BYTES:
         raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
-                             digits=2 * SESSION_SALT_BYTES, got=clean)
+                             digits=2 * SESSION_SALT_BYTES, got=salt_text_problem(clean))
     return raw
+
+
+def salt_text_problem(text: str) -> str:
+    """What is wrong with ``text`` as a salt, without its digits (a near-miss salt is a secret
+    that must not reach a log): its count of characters and the first one that is neither a hex
+    digit nor a space between bytes (shown by its code point when it is not printable ASCII).
+    """
+    count = f"{len(text)} character{'s' * (len(text) != 1)}"
+    for i, ch in enumerate(text):
+        if ch not in _HEX_OR_SPACE:
+            shown = repr(ch) if " " < ch <= "~" else f"U+{ord(ch):04X}"
+            return f"{count}, character {i + 1} ({shown}) not a hex digit"
+    return count
+
+
+_HEX_OR_SPACE: Final = frozenset("0123456789abcdefABCDEF \t\n\r\v\f")
 
 
 #: the most a salt file is read (32 hex digits and a line end, or 16 raw bytes, fit many times)
