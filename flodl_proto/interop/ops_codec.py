@@ -45,7 +45,7 @@ def _handshake_ack_write(case: dict[str, Any], version: int) -> None:
     require(hs.decode_ack(got, version) == 8, "ack not accepted")
 
 
-@op("handshake.read")
+@op("handshake.read", expects=("ok", "error"))
 def _handshake_read(case: dict[str, Any], version: int) -> None:
     data, ws = _hex(case), case["expected_world_size"]
     if case["expect"] == "error":
@@ -55,7 +55,7 @@ def _handshake_read(case: dict[str, Any], version: int) -> None:
     require(h.rank == case["rank_id"], f"rank {h.rank} != {case['rank_id']}")
 
 
-@op("handshake.ack_read")
+@op("handshake.ack_read", expects=("ok", "error"))
 def _handshake_ack_read(case: dict[str, Any], version: int) -> None:
     data = _hex(case)
     if case["expect"] == "error":
@@ -71,7 +71,7 @@ def _channel_magic_write(case: dict[str, Any], version: int) -> None:
     require(hs.expect_channel_magic(got, int(case["magic"], 16)) == 4, "magic not accepted")
 
 
-@op("channel_magic.expect")
+@op("channel_magic.expect", expects=("ok", "error"))
 def _channel_magic_expect(case: dict[str, Any], version: int) -> None:
     data, expected, what = _hex(case), int(case["expected"], 16), case["what"]
     if case["expect"] == "error":
@@ -96,7 +96,7 @@ def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
     compare_frame(dec, case["frame"])
 
 
-@op("round_frame.read")
+@op("round_frame.read", expects=("ok", "error", "eof"))
 def _round_frame_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
@@ -132,7 +132,7 @@ def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
     require(got_json == case["record"], f"decoded {got_json} != {case['record']}")
 
 
-@op("mux_record.read")
+@op("mux_record.read", expects=("ok", "error", "eof"))
 def _mux_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
@@ -161,7 +161,7 @@ def _len_roundtrip(case: dict[str, Any], version: int) -> None:
     require(bytes(res[0]) == blob and res[1] == len(want), "blob differs")
 
 
-@op("len_framed.read")
+@op("len_framed.read", expects=("ok", "error", "eof"))
 def _len_read(case: dict[str, Any], version: int) -> None:
     data = _hex(case)
     if case["expect"] == "error":
@@ -188,7 +188,7 @@ def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
     compare_frame(res[0], case["frame"])
 
 
-@op("framed_round.read")
+@op("framed_round.read", expects=("ok", "error", "eof"))
 def _framed_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":

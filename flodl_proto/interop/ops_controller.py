@@ -52,6 +52,9 @@ def _read(sock: socket.socket, n: int | None, deadline: float) -> tuple[bytes, b
 
 def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
     want = case["controller"]
+    require(want["result"] == case["expect"],
+            f"the case expects {case['expect']!r} and its controller result is "
+            f"{want['result']!r}")
     if want["result"] == "ok":
         require(outcome.clean, f"controller ended with {outcome}, want a clean exit")
         return
@@ -67,7 +70,7 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
                 f"controller error kind {kind!r}, want {want['error_kind']!r}")
 
 
-@op("controller_session")
+@op("controller_session", expects=("ok", "error"))
 def _controller_session(case: dict[str, Any], version: int) -> None:
     ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
                               port=0, version=version, port_mux=False)

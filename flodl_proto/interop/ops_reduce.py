@@ -60,7 +60,7 @@ def _check_output(case: dict[str, Any], got: RoundFrame, salt: bytes) -> bytes:
     return data
 
 
-@op("reduce_realized_work", "sum_frames")
+@op("reduce_realized_work", "sum_frames", expects=("ok", "error"))
 def _reduce(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold_sum = case["op"] == "sum_frames"
@@ -83,7 +83,7 @@ def _reduce(case: dict[str, Any], version: int) -> None:
                 f"broadcast_record {rec.hex()} != {case['broadcast_record']}")
 
 
-@op("relay_fold")
+@op("relay_fold", expects=("ok", "error"))
 def _relay_fold(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold = HostFold(case["local_ranks"], salt, version=version)
@@ -145,7 +145,7 @@ def _bf16_to_f32(case: dict[str, Any], version: int) -> None:
     require(int(arr[0]) == got, f"array path gives 0x{int(arr[0]):08x}")
 
 
-@op("payload.encode")
+@op("payload.encode", expects=("ok", "error"))
 def _payload_encode(case: dict[str, Any], version: int) -> None:
     values = np.array([_bits(b) for b in case["f32_bits"]], dtype=np.uint32).view(np.float32)
     if case["expect"] == "error":
@@ -155,7 +155,7 @@ def _payload_encode(case: dict[str, Any], version: int) -> None:
     require(got.hex() == case["bytes"], f"bytes {got.hex()} != {case['bytes']}")
 
 
-@op("payload.scale")
+@op("payload.scale", expects=("ok", "error"))
 def _payload_scale(case: dict[str, Any], version: int) -> None:
     factor = np.array([_bits(case["factor_f32_bits"])], dtype=np.uint32).view(np.float32)[0]
     data = bytes.fromhex(case["bytes"])

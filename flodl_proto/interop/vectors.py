@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .registry import OPS, NotImplementedOp
+from .registry import EXPECT_VALUES, EXPECTS, OPS, NotImplementedOp, VectorMismatch
 
 # every ops_* module of this package registers its handlers on import
 for _info in pkgutil.iter_modules([str(Path(__file__).parent)]):
@@ -69,8 +69,25 @@ def iter_cases(root: Path) -> Iterator[Case]:
             except (ValueError, KeyError, TypeError) as e:
                 why = f"no key {e}" if isinstance(e, KeyError) else str(e)
                 raise VectorFileError(f"{path}: not a vector file ({why})") from None
-            for case in cases:
+            for i, case in enumerate(cases):
+                problem = _case_problem(case)
+                if problem is not None:
+                    raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
                 yield Case(path.stem, version, case)
+
+
+def _case_problem(case: Any) -> str | None:
+    """Why ``case`` is not a case of the shared schema (an object with a string ``id`` and
+    ``op`` and an ``expect`` of :data:`~flodl_proto.interop.registry.EXPECT_VALUES`), or None."""
+    if not isinstance(case, dict):
+        return f"not an object but {type(case).__name__}"
+    for key in ("id", "op"):
+        if not isinstance(case.get(key), str):
+            return f"{key} {case.get(key)!r} is not a string"
+    if case.get("expect") not in EXPECT_VALUES:
+        return (f"{case['id']}: expect {case.get('expect')!r} is not one of "
+                + ", ".join(repr(e) for e in EXPECT_VALUES))
+    return None
 
 
 def manifest_total(root: Path) -> int:
@@ -87,10 +104,15 @@ def run_case(case: Case) -> None:
     """Run one case; return on success.
 
     Raises:
-        VectorMismatch: this implementation's result differs from the case.
+        VectorMismatch: this implementation's result differs from the case, or the case expects
+            an outcome its op does not have (a write or a round trip expecting an error).
         NotImplementedOp: no handler is registered for the case's ``op``.
     """
-    handler = OPS.get(case.data["op"])
+    op_name, expect = case.data["op"], case.data["expect"]
+    handler = OPS.get(op_name)
     if handler is None:
-        raise NotImplementedOp(case.data["op"])
+        raise NotImplementedOp(op_name)
+    if expect not in EXPECTS[op_name]:
+        judged = ", ".join(repr(e) for e in EXPECT_VALUES if e in EXPECTS[op_name])
+        raise VectorMismatch(f"expect {expect!r}: a {op_name} case expects {judged}")
     handler(case.data, case.version)

@@ -1,0 +1,95 @@
+"""A vector case's ``expect`` is judged: a value outside the schema makes the file no vector file,
+and an outcome its op does not have (a write or a round trip expecting an error) fails the case.
+``vectors check`` passed every such edited case."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flodl_proto.cli import main
+from flodl_proto.interop.registry import EXPECTS, VectorMismatch
+from flodl_proto.interop.vectors import Case, VectorFileError, iter_cases, run_case
+
+BUNDLED = Path(__file__).resolve().parent.parent / "flodl_proto" / "_vectors"
+
+
+def _first(op: str, expect: str) -> Case:
+    for case in iter_cases(BUNDLED):
+        if case.data["op"] == op and case.data["expect"] == expect:
+            return case
+    raise LookupError(f"no bundled {op} case expecting {expect}")
+
+
+def _edited(case: Case, **changes: Any) -> Case:
+    return Case(case.file, case.version, {**case.data, **changes})
+
+
+@pytest.mark.parametrize("op", ["handshake.rank_write", "round_frame.roundtrip",
+                                "mux_record.roundtrip", "bf16.from_f32", "dead_ranks"])
+def test_a_case_of_an_op_that_always_succeeds_cannot_expect_an_error(op: str) -> None:
+    case = _first(op, "ok")
+    run_case(case)
+    for other in ("error", "eof"):
+        with pytest.raises(VectorMismatch, match=rf"expect '{other}': a {op} case expects 'ok'"):
+            run_case(_edited(case, expect=other))
+
+
+def test_a_reader_case_cannot_expect_an_outcome_its_reader_does_not_give() -> None:
+    case = _first("handshake.read", "error")
+    with pytest.raises(VectorMismatch, match=r"expect 'eof': a handshake.read case expects "
+                                             r"'ok', 'error'"):
+        run_case(_edited(case, expect="eof"))
+
+
+def test_a_controller_session_s_expect_must_agree_with_its_result() -> None:
+    case = _first("controller_session", "ok")
+    with pytest.raises(VectorMismatch, match="the case expects 'error' and its controller "
+                                             "result is 'ok'"):
+        run_case(_edited(case, expect="error"))
+
+
+def test_every_op_judges_the_outcomes_its_bundled_cases_expect() -> None:
+    for case in iter_cases(BUNDLED):
+        assert case.data["expect"] in EXPECTS[case.data["op"]], case.id
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"expect": "bogus"}, "expect 'bogus' is not one of 'ok', 'error', 'eof'"),
+    ({"expect": None}, "expect None is not one of 'ok', 'error', 'eof'"),
+    ({"op": 3}, "op 3 is not a string"),
+])
+def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
+        change: dict[str, Any], problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    case_id = doc["cases"][0]["id"]
+    doc["cases"][0].update(change)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    prefix = f"{case_id}: " if "expect" in change else ""
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == f"{path}: not a vector file (case 0: {prefix}{problem})"
+    assert main(["vectors", "check", str(root)]) == 2
+    assert f"not a vector file (case 0: {prefix}{problem})" in capsys.readouterr().err
+
+
+def test_vectors_check_fails_a_write_case_edited_to_expect_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    edited = next(c for c in doc["cases"] if c["op"] == "handshake.rank_write")
+    edited["expect"] = "error"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert main(["vectors", "check", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "total: 369/370 passed" in out
