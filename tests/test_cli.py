@@ -134,8 +134,9 @@ def _closed_reader(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("args", [("vectors", "check"), ("docs", "--out", "-"),
-                                  ("decode", "--leg", "mux", "--hex", "-")],
-                         ids=["vectors", "docs", "decode"])
+                                  ("decode", "--leg", "mux", "--hex", "-"),
+                                  ("demo", "--rounds", "2", "--payload-mib", "0")],
+                         ids=["vectors", "docs", "decode", "demo"])
 def test_a_reader_that_stops_early_ends_the_command_quietly(args: tuple[str, ...]) -> None:
     stdin = None
     if args[0] == "decode":

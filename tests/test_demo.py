@@ -88,6 +88,20 @@ def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:
     assert sorted(digests) == ["0", "2", "3"] and len(set(digests.values())) == 1
 
 
+def test_demo_kill_in_the_first_round_claims_no_consensus() -> None:
+    # the summary said "the 3 survivors hold the identical consensus of round 0: n/a", "end nan"
+    # and "+nan %" when no round completed
+    res = _demo("--kill-rank", "0@1", "--rounds", "3", "--payload-mib", "0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())  # the table and the lines wrap at the console's width
+    assert "killed at round 1" in out
+    assert "0 of 3 completed" in out
+    assert "no round completed, so there is no consensus to compare" in out
+    assert "OK: the run ended cleanly after the kill, before any round completed" in out
+    assert "round 0" not in out and "nan" not in out
+    assert "identical consensus" not in out
+
+
 @pytest.mark.deep
 def test_demo_six_ranks_three_hosts_bf16_v3() -> None:
     res = _demo("--world-size", "6", "--hosts", "3", "--bf16", "--protocol-version", "3")
@@ -108,6 +122,11 @@ def test_demo_rejects_bad_arguments() -> None:
                                              "handshake's u32 field), got -2"),
     (["--world-size", "4294967296"], "--world-size must be in 1..4294967295 (the handshake's "
                                      "u32 field), got 4294967296"),
+    (["--world-size", "4294967295", "--hosts", "1"], "--world-size must be at most 64 for the "
+                                                     "demo (a process per rank on this machine), "
+                                                     "got 4294967295"),
+    (["--world-size", "65"], "--world-size must be at most 64 for the demo (a process per rank "
+                             "on this machine), got 65"),
     (["--hosts", "0"], "--hosts must be in 1..4 (at most --world-size), got 0"),
     (["--hosts", "5"], "--hosts must be in 1..4 (at most --world-size), got 5"),
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),

@@ -12,6 +12,7 @@ upstream binaries print directly).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import queue
@@ -19,9 +20,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", "report_dropped"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", "report_dropped",
+           "rich_console"]
 
 #: lines that may wait for their stream; more are dropped and counted
 STDOUT_BACKLOG = 256
@@ -210,3 +215,17 @@ def report_dropped(prog: str, lines: LineWriter | None, log_lines: LineWriter) -
     if log_lines.dropped:
         print(f"{prog}: warning: {log_lines.dropped} log lines dropped: stderr was not read "
               "fast enough", file=sys.stderr, flush=True)
+
+
+def rich_console(**kwargs: Any) -> Console:
+    """A ``rich.console.Console(**kwargs)`` whose write to a pipe whose reader went away raises
+    ``BrokenPipeError``, which the command line ends with exit 141 (as for every other command),
+    instead of rich's own ``SystemExit(1)`` with no message. rich is imported here, so a
+    command that fails on its usage never imports it."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
+
+    return _Console(**kwargs)

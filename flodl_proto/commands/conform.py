@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..spec import SUPPORTED_VERSIONS
+from ._output import rich_console
 from .relay import check_net_timeout_scale
 
 if TYPE_CHECKING:
@@ -136,7 +137,6 @@ def _list(runs: list[tuple[Case, int]], skipped: list[tuple[Case, str]]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -188,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
         if path is not None and (why := _unwritable(path)) is not None:
             return _report_error(path, why)
     settings = KitSettings(timeout_scale=timeout_scale)
-    console = Console(stderr=False, highlight=False, soft_wrap=True)
+    console = rich_console(stderr=False, highlight=False, soft_wrap=True)
     lock = threading.Lock()
     progress = Progress(TextColumn("[bold]conform {task.fields[role]}"), BarColumn(),
                         MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),

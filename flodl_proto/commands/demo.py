@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from .._oserr import os_reason
 from ..errors import ProtocolError
@@ -70,6 +70,7 @@ from ..spec import (
     ROUND_FRAME_FIXED_OVERHEAD,
     SUPPORTED_VERSIONS,
 )
+from ._output import rich_console
 from .controller import parse_outer
 from .relay import check_net_timeout_scale, check_world_size, resolve_salt
 
@@ -149,6 +150,10 @@ def _parse_kill(text: str | None) -> tuple[int, int] | None:
     return int(r), int(k)
 
 
+#: the demo's largest world size: it starts a process per rank (about 60 MiB each) on one machine
+DEMO_WORLD_MAX: Final = 64
+
+
 def register(sub: Any) -> None:
     """Add the ``demo`` subcommand."""
     p = sub.add_parser(
@@ -156,7 +161,8 @@ def register(sub: Any) -> None:
         description="Start a controller, H relays and W ranks as separate processes on "
         "loopback and train a least-squares model through the protocol.",
     )
-    p.add_argument("--world-size", type=int, default=4, metavar="W", help="ranks (default 4)")
+    p.add_argument("--world-size", type=int, default=4, metavar="W",
+                   help=f"ranks (default 4, at most {DEMO_WORLD_MAX})")
     p.add_argument("--hosts", type=int, default=2, metavar="H", help="relays (default 2)")
     p.add_argument("--rounds", type=int, default=40, help="training rounds (default 40)")
     p.add_argument("--payload-mib", type=float, default=1.0, metavar="M",
@@ -397,6 +403,9 @@ def run(args: argparse.Namespace) -> int:
         check_net_timeout_scale()  # the cluster's processes inherit it
         kill = _parse_kill(args.kill_rank)
         check_world_size(args.world_size)
+        if args.world_size > DEMO_WORLD_MAX:
+            raise ValueError(f"--world-size must be at most {DEMO_WORLD_MAX} for the demo (a "
+                             f"process per rank on this machine), got {args.world_size}")
         if not 1 <= args.hosts <= args.world_size:
             raise ValueError(f"--hosts must be in 1..{args.world_size} (at most --world-size), "
                              f"got {args.hosts}")
@@ -428,9 +437,7 @@ def run(args: argparse.Namespace) -> int:
         why = os_reason(e)
         print(f"flodl-proto demo: error: --salt-file {args.salt_file}: {why}", file=sys.stderr)
         return 2
-    from rich.console import Console  # here: usage errors skip rich
-
-    console = Console()
+    console = rich_console()  # here: usage errors skip rich
     console.print(salt_note, markup=False, highlight=False, soft_wrap=True)
     groups = partition(args.world_size, args.hosts)
     with tempfile.TemporaryDirectory(prefix="flodl-demo-") as tmp:
@@ -681,11 +688,14 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
               or "not traced")
     t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
               else "n/a")
-    t.add_row("loss", f"start {l_start:.6f}, end {l_end:.6f}")
+    t.add_row("loss", f"start {l_start:.6f}, end {l_end:.6f}" if last
+              else f"start {l_start:.6f}, end n/a (no round completed)")
     verdict = "ok" if loss_ok else "not met"
     if kill is not None:
-        verdict = f"not checked: the run was stopped at round {last}"
-    t.add_row("optimum", f"{l_opt:.6f} (closed form); end is {(l_end / l_opt - 1) * 100:+.3f} %")
+        verdict = (f"not checked: the run was stopped after round {last}" if last
+                   else "not checked: the run was stopped before its first round completed")
+    t.add_row("optimum", f"{l_opt:.6f} (closed form); end is {(l_end / l_opt - 1) * 100:+.3f} %"
+              if last else f"{l_opt:.6f} (closed form)")
     t.add_row("target", f"{target:.6f} = max(optimum, {l_ref:.6f} reached by {args.rounds} rounds "
               f"in-process); end within {TOLERANCE:.0%} of it: {verdict}")
     for r in range(w):
@@ -696,9 +706,11 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_row("wall", f"{res.wall:.1f} s")
     console.print(t)
     if kill is not None and not problems:
+        held = (f"the {len(survivors)} survivors hold the identical consensus of round {last}: "
+                f"{next(iter(digests.values()), 'n/a')}" if last
+                else "no round completed, so there is no consensus to compare")
         console.print(f"rank {kill[0]} was killed at round {kill[1]}; the run ended cleanly; "
-                      f"the {len(survivors)} survivors hold the identical consensus of round "
-                      f"{last}: {next(iter(digests.values()), 'n/a')}")
+                      f"{held}")
     if problems:
         for p in problems:
             console.print(f"[red]FAILED[/red]: {p}")
@@ -710,7 +722,10 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     if kill is None:
         console.print("[green]OK[/green]: every round completed, every rank holds the identical "
                       "consensus, final loss within tolerance of the target")
-    else:
+    elif last:
         console.print("[green]OK[/green]: the run ended cleanly after the kill and every "
                       "survivor holds the identical consensus")
+    else:
+        console.print("[green]OK[/green]: the run ended cleanly after the kill, before any "
+                      "round completed")
     return 0
