@@ -54,6 +54,7 @@ from flodl_proto.decode import (
     decode_stream,
     detect_leg,
     format_table,
+    http_stream,
     parse_hex_dump,
     parse_round_frame,
     tag_status,
@@ -626,6 +627,38 @@ def test_cli_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cap.write_bytes(b"not a capture")
     assert main(["decode", "--pcap", str(cap), "--port", "1337"]) == EXIT_ERROR
     capsys.readouterr()
+
+
+def test_cli_pcap_skips_the_status_responder_s_http_streams(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the controller serves GET /status on its port: a capture of a run with one poll failed
+    # with "cannot tell the leg" for the HTTP streams, exit 1, though every flodl stream decoded
+    up, down = _mux_up(3), _mux_down(3)
+    client, ctrl = ("10.0.0.3", 40002), ("10.0.0.1", 1337)
+    request, reply = b"GET /status HTTP/1.1\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n{}"
+    cap = _capture(up.data, down.data, 1337)
+    http = _pcap([_tcp_packet(client, ctrl, 5, SYN), _tcp_packet(ctrl, client, 9, SYN | ACK),
+                  _tcp_packet(client, ctrl, 6, PSH | ACK, request),
+                  _tcp_packet(ctrl, client, 10, PSH | ACK, reply)])
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(cap + http[24:])  # the HTTP connection's packets after the flodl ones
+    rc = main(["decode", "--pcap", str(path), "--port", "1337", "--salt", SALT.hex(),
+               "--protocol-version", "3"])
+    out, err = capsys.readouterr()
+    assert rc == EXIT_OK, err
+    for stream in ("10.0.0.3:40002 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.3:40002"):
+        assert (f"flodl-proto decode: {stream}: HTTP (the controller's status responder), not "
+                f"a flodl leg; skipped\n") in err
+    lines = _json_lines(out)
+    assert {r["stream"] for r in lines} == {"10.0.0.2:40001 -> 10.0.0.1:1337",
+                                            "10.0.0.1:1337 -> 10.0.0.2:40001"}
+
+
+def test_http_stream_tells_a_status_request_and_reply_from_a_flodl_leg() -> None:
+    assert http_stream(b"GET /status HTTP/1.1") and http_stream(b"POST /x HTTP/1.1")
+    assert http_stream(b"HTTP/1.1 200 OK")
+    assert not http_stream(b"GET") and not http_stream(b"HTTP 1.1")
+    assert not http_stream(_mux_up(3).data) and not http_stream(_mux_down(3).data)
 
 
 def _record_starts(cap: bytes) -> list[int]:

@@ -190,7 +190,14 @@ def _print_report(report: DecodeReport, fmt: str, out: TextIO,
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``decode`` with parsed ``args``; print to ``out`` (default stdout); return the exit
     code."""
-    from ..decode import EXIT_CAPTURE_ENDED, EXIT_ERROR, EXIT_OK, decode_stream, detect_leg
+    from ..decode import (
+        EXIT_CAPTURE_ENDED,
+        EXIT_ERROR,
+        EXIT_OK,
+        decode_stream,
+        detect_leg,
+        http_stream,
+    )
 
     out = out or sys.stdout
     if args.pcap and args.port is None:
@@ -257,6 +264,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         streams = [(None, data)]
     for label, payload in streams:
         leg: Leg
+        if label is not None and http_stream(payload):  # the port's status requests and replies
+            print(f"{_PROG}: {label}: HTTP (the controller's status responder), not a flodl leg; "
+                  "skipped", file=sys.stderr)
+            continue
         if args.leg == "auto":
             try:
                 leg, why = detect_leg(payload)
