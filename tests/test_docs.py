@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import re
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -393,6 +394,35 @@ def test_a_spec_folder_without_the_spec_is_one_line_without_errno(
     assert capsys.readouterr() == (
         "", f"flodl-proto docs: error: cannot load {spec_dir / 'wire.yaml'}: No such file or "
             "directory\n")
+
+
+@pytest.mark.parametrize(("wire", "lifecycle", "bad", "why"), [
+    (None, "x: [\n", "lifecycle.yaml", "not YAML: did not find expected node content at line 2, "
+                                        "column 1"),
+    (None, None, "lifecycle.yaml", "No such file or directory"),
+    ("x: [\n", None, "wire.yaml", "not YAML: did not find expected node content at line 2, "
+                                  "column 1"),
+])
+def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing(
+        wire: str | None, lifecycle: str | None, bad: str, why: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``docs --spec DIR`` with a malformed or missing lifecycle.yaml wrote the document with a
+    placeholder for the lifecycle section and exit 0; a malformed file's YAML error took three
+    lines."""
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    (spec_dir / "wire.yaml").write_text(wire if wire is not None else
+                                       (ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    if lifecycle is not None:
+        (spec_dir / "lifecycle.yaml").write_text(lifecycle, encoding="utf-8")
+    elif bad == "wire.yaml":
+        shutil.copy(ROOT / "spec" / "lifecycle.yaml", spec_dir / "lifecycle.yaml")
+    out = tmp_path / "protocol.md"
+    code = main(["docs", "--spec", str(spec_dir), "--out", str(out)])
+    assert (code, out.exists()) == (2, False)
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: cannot load {spec_dir / bad}: {why}\n")
 
 
 def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:

@@ -236,10 +236,11 @@ def _run(args: argparse.Namespace) -> int:
     spec_dir = args.spec if args.spec is not None else spec_dir_for(out)
     try:
         spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
+        lifecycle = spec.lifecycle()  # the document's lifecycle section: required
     except SpecError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
-    text = render_protocol_doc(spec)
+    text = render_protocol_doc(spec, lifecycle)
     source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
     if str(out) == "-":
         if args.check:
