@@ -913,3 +913,13 @@ def test_a_hello_host_without_utf8_form_is_refused_where_it_is_given() -> None:
         assert ei.value.error_id == "mux.bad_field"
         assert str(ei.value).endswith("is invalid: not UTF-8 text (a lone surrogate)")
     assert Hello("h\u00f6st", [0]).host == "h\u00f6st"
+
+
+@pytest.mark.parametrize("msg", [None, b"\x00", 3, "Hello"])
+def test_encode_control_of_something_else_than_a_control_message_names_it(msg: object) -> None:
+    # None raised KeyError: <class 'NoneType'>
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        encode_control(msg, version=2)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
+    assert str(ei.value) == (f"relay_mux: msg = {type(msg).__name__!r} is invalid: not a control "
+                             "message (Hello, RankExit or DeclareDead)")

@@ -202,11 +202,17 @@ def encode_control(msg: ControlMessage, version: int = DEFAULT_VERSION) -> bytes
 
     Raises:
         VersionMismatch (local): unsupported version, or model signatures at version 2.
+        InvalidValue (local): ``msg`` is not a control message (``mux.bad_field``), or a field
+            does not fit its wire type.
 
     Upstream: ``relay/mux.rs`` ``encode`` (``RelayControlMsg``).
     """
     check_version(version)
-    out = bytearray(encode_varint(_VARIANT_OF[type(msg)], 32, field="variant"))
+    variant = _VARIANT_OF.get(type(msg))
+    if variant is None:
+        raise protocol_error("mux.bad_field", field="msg", value=type(msg).__name__,
+                             reason="not a control message (Hello, RankExit or DeclareDead)")
+    out = bytearray(encode_varint(variant, 32, field="variant"))
     if isinstance(msg, Hello):
         out += encode_string(msg.host)
         out += encode_varint(len(msg.ranks), 64, field="Hello.ranks length")
