@@ -24,7 +24,8 @@ BUNDLED_VECTORS = Path(__file__).resolve().parent.parent / "_vectors"
 
 def register(sub: Any) -> None:
     """Add the ``vectors`` subcommand."""
-    p = sub.add_parser("vectors", help="check golden vector folders (interop self-check)")
+    p = sub.add_parser("vectors",
+                       help="check, compare and export golden vector folders (interop self-check)")
     vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION")
     c = vsub.add_parser("check", help="run every case of the given folders and their v2/",
                         description="Run every case of the given vector folders and their v2/. "
