@@ -977,3 +977,31 @@ def test_decode_port_outside_the_tcp_range_is_a_usage_error(
     err = capsys.readouterr().err.splitlines()[-1]
     why = f"not a port number: {port!r}" if port == "http" else f"port {port} is not in 1..65535"
     assert err == f"flodl-proto decode: error: argument --port: {why}"
+
+
+def test_cli_frame_ceiling_reaches_the_decoder(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    # runs with a ceiling above 1 GiB (controller, relay and rank take --frame-ceiling) made
+    # captures decode could not read past a large record
+    import flodl_proto.decode as decode_mod
+
+    seen: list[int] = []
+    real = decode_mod.decode_stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["ceiling"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(decode_mod, "decode_stream", spy)
+    path = tmp_path / "in.bin"
+    path.write_bytes(_mux_up(3).data)
+    assert main(["decode", "--frame-ceiling", "4294967295", "--protocol-version", "3",
+                 str(path)]) == EXIT_OK
+    assert main(["decode", "--protocol-version", "3", str(path)]) == EXIT_OK
+    assert seen == [4294967295, 1 << 30]
+    capsys.readouterr()
+    assert main(["decode", "--frame-ceiling", "4294967296", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flodl-proto decode: error: --frame-ceiling") and "4294967296" in err
+    assert len(err.splitlines()) == 1

@@ -4,7 +4,7 @@
 
     flodl-proto decode [--leg auto|mux|loopback|frame] [--hex] [--salt HEX | --salt-file PATH]
                        [--protocol-version 2|3] [--format json|table] [--values]
-                       [--pcap --port N] [--max-input BYTES] [FILE|-]
+                       [--pcap --port N] [--frame-ceiling BYTES] [--max-input BYTES] [FILE|-]
 
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd`` or
 ``hexdump -C`` output, or the offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
-from .relay import byte_count, tcp_port
+from .relay import add_frame_ceiling_option, byte_count, frame_ceiling, tcp_port
 
 if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
     from ..decode import DecodeReport, Leg
@@ -114,6 +114,7 @@ def register(sub: Any) -> None:
                    "(needs the pcap extra: pip install 'flodl-proto[pcap]')")
     p.add_argument("--port", type=tcp_port, metavar="N",
                    help="TCP port of the streams (with --pcap), 1..65535")
+    add_frame_ceiling_option(p, "length prefix, mux payload_len and frame of the input")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")
@@ -200,6 +201,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
 
     out = out or sys.stdout
+    try:
+        ceiling = frame_ceiling(args.frame_ceiling)
+    except ValueError as e:
+        print(f"{_PROG}: error: {e}", file=sys.stderr)
+        return 2
     if args.pcap and args.port is None:
         print(f"{_PROG}: error: --pcap needs --port N", file=sys.stderr)
         return 2
@@ -281,7 +287,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             leg = args.leg
         try:
             report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
-                                   values=args.values)
+                                   values=args.values, ceiling=ceiling)
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
