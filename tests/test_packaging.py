@@ -42,7 +42,14 @@ def test_vectors_compare(tmp_path: Path) -> None:
     res = _vectors_cli("compare", str(copy))
     assert res.returncode == 1
     assert res.stdout.splitlines() == [
-        "differs: extra.json", "differs: v2/handshake.json",
+        f"only in {copy}: extra.json", "differs: v2/handshake.json",
+        f"{copy} differs from {BUNDLED_VECTORS} (2 files)"]
+    (copy / "extra.json").unlink()
+    (copy / "bf16.json").unlink()  # a file missing from DIR was listed as "differs" too
+    res = _vectors_cli("compare", str(copy))
+    assert res.returncode == 1
+    assert res.stdout.splitlines() == [
+        f"only in {BUNDLED_VECTORS}: bf16.json", "differs: v2/handshake.json",
         f"{copy} differs from {BUNDLED_VECTORS} (2 files)"]
     res = _vectors_cli("compare", str(tmp_path / "absent"))
     assert (res.returncode, res.stdout, res.stderr) == (

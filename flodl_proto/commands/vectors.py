@@ -127,16 +127,20 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     return 0 if ok else 1
 
 
-def compare_folders(a: Path, b: Path) -> list[str]:
-    """Relative paths of the files that differ between folders ``a`` and ``b`` (present in one
-    only, or with different bytes), recursively; empty when the trees are identical."""
-    diffs: list[str] = []
+def compare_folders(a: Path, b: Path) -> list[tuple[str, str]]:
+    """The files that differ between folders ``a`` and ``b``, recursively: ``(how, relative
+    path)`` with ``how`` one of ``only in A`` / ``only in B`` (``A``, ``B``: the folders as given),
+    ``differs`` (different bytes, or not comparable: unreadable, or a file beside a folder); in
+    path order, empty when the trees are identical."""
+    diffs: list[tuple[str, str]] = []
 
     def walk(rel: Path) -> None:
         cmp = filecmp.dircmp(a / rel, b / rel)
-        names = cmp.left_only + cmp.right_only + cmp.common_funny
         _, mismatch, errors = filecmp.cmpfiles(a / rel, b / rel, cmp.common_files, shallow=False)
-        diffs.extend(str(rel / n) for n in sorted(names + mismatch + errors))
+        found = [(f"only in {a}", n) for n in cmp.left_only] \
+            + [(f"only in {b}", n) for n in cmp.right_only] \
+            + [("differs", n) for n in cmp.common_funny + mismatch + errors]
+        diffs.extend((how, str(rel / n)) for how, n in sorted(found, key=lambda d: d[1]))
         for sub in sorted(cmp.common_dirs):
             walk(rel / sub)
 
@@ -150,8 +154,8 @@ def _compare(args: argparse.Namespace) -> int:
             print(f"flodl-proto vectors: error: {why}", file=sys.stderr)
             return 2
     diffs = compare_folders(args.dir, args.bundled)
-    for rel in diffs:
-        print(f"differs: {rel}")
+    for how, rel in diffs:
+        print(f"{how}: {rel}")
     print(f"{args.dir} {'differs from' if diffs else 'is identical to'} {args.bundled}"
           + (f" ({len(diffs)} files)" if diffs else ""))
     return 1 if diffs else 0
