@@ -718,12 +718,37 @@ local function frame_pdu(tvb, off, conv)
     return false, errtext(expected, { got = m, expected = exp_val }), E.bad_magic
 end
 
+-- HTTP on a flodl port: the controller's port mux serves GET /status (and POST) beside the data
+-- channel. A connection whose first bytes are such a request (or the responder's "HTTP/" reply)
+-- is handed to Wireshark's HTTP dissector, not shown as malformed flodl records.
+local function http_start(tvb)
+    if tvb:len() < 4 then return false end
+    local m = u32(tvb, 0)
+    if m == C.CHANNEL_MAGIC_HTTP_GET or m == C.CHANNEL_MAGIC_HTTP_POST then return true end
+    return tvb:len() >= 5 and tvb(0, 5):string() == "HTTP/"
+end
+
+local http_dissector = false  -- not looked up yet; nil when Wireshark has none
+local function dissect_http(tvb, pinfo, tree)
+    if http_dissector == false then
+        local ok, d = pcall(Dissector.get, "http")
+        http_dissector = ok and d or nil
+    end
+    if http_dissector then return http_dissector:call(tvb, pinfo, tree) end
+    return tvb:len()
+end
+
 -- (a local function: the heuristic calls it directly, since calling proto.dissector from Lua goes
 -- through Wireshark's dissector call, which takes the right to ask for reassembly away)
 local function dissect(tvb, pinfo, tree)
     local len = tvb:len()
     if len == 0 then return 0 end
     local conv = conv_of(pinfo)
+    if conv.http == nil and not conv.flodl and not pinfo.visited then
+        conv.http = http_start(tvb) or nil  -- judged once, on a connection's first bytes
+    end
+    if conv.http then return dissect_http(tvb, pinfo, tree) end
+    if not pinfo.visited then conv.flodl = true end
     local infos = {}
     local off = 0
     while off < len do

@@ -635,6 +635,34 @@ def test_malformed_capture_raises_expert_info_and_later_records_dissect(lua: Pat
         "bytes at offset 31)" in msgs
 
 
+def test_the_status_responder_s_http_on_a_flodl_port_is_http_not_malformed(
+        lua: Path, tmp_path: Path) -> None:
+    # the controller serves GET /status on its port: with the port registered, the HTTP
+    # connection's packets showed as "Malformed: frame magic 0x20544547"
+    good = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload.from_array(
+        np.array([1.0, 2.0], np.float32))])
+    cap = Capture()
+    data: Connection = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23458))
+    cap.send(data, True, encode_channel_magic("data") + _record(Hello("h", [4, 5]), 2))
+    cap.send(data, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, good, SALT)))
+    http: Connection = cap.connect(("10.0.0.3", 40002), ("10.0.0.1", 23458))
+    cap.send(http, True, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+    body = b'{"state": "running"}'
+    cap.send(http, False, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    pcap = tmp_path / "status.pcap"
+    pcap.write_bytes(cap.pcap())
+    prefs = {f"{PROTO_NAME}.ports": "23458"}
+    got = tshark_records(pcap, lua, prefs)
+    assert sorted(got) == ["10.0.0.2:40001 -> 10.0.0.1:23458"]  # no flodl record for HTTP
+    assert [r["kind"] for r, _ in got["10.0.0.2:40001 -> 10.0.0.1:23458"]] == [
+        "ChannelMagic", "Control", "HostFrame"]
+    http_lines = _tshark(pcap, lua, prefs, "-Y", "http", "-T", "fields", "-e", "http.request.uri",
+                         "-e", "http.response.code").splitlines()
+    assert [line.strip() for line in http_lines] == ["/status", "200"]
+    assert "Malformed" not in _tshark(pcap, lua, prefs)
+
+
 def _t_like(f: RoundFrame) -> dict[str, Any]:
     return {"kind": int(f.kind), "weight": f"{f.weight:.15g}",
             "tensors": [(t.dtype, list(t.shape), t.nbytes) for t in f.tensors]}
