@@ -490,7 +490,7 @@ def test_cli_input_is_bounded_by_max_input(tmp_path: Path, capsys: pytest.Captur
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     endless = _Endless()
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(endless)))
-    assert main(["decode", "--max-input", "5000", "-"]) == EXIT_ERROR
+    assert main(["decode", "--leg", "mux", "--max-input", "5000", "-"]) == EXIT_ERROR
     got = capsys.readouterr()
     assert got.out == ""
     assert got.err == ("flodl-proto decode: error: the input is longer than --max-input 5000 "
@@ -1005,3 +1005,19 @@ def test_cli_frame_ceiling_reaches_the_decoder(monkeypatch: pytest.MonkeyPatch,
     err = capsys.readouterr().err
     assert err.startswith("flodl-proto decode: error: --frame-ceiling") and "4294967296" in err
     assert len(err.splitlines()) == 1
+
+
+def test_an_input_no_leg_starts_is_refused_after_its_first_chunk(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `decode /dev/zero` read 4 GiB (the default --max-input) before saying the first bytes are
+    # no leg; the input is now judged on its first chunk: here the length limit is never reached
+    path = tmp_path / "zeros.bin"
+    path.write_bytes(bytes(8 << 20))
+    assert main(["decode", "--max-input", str(4 << 20), str(path)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", (
+        "flodl-proto decode: error: cannot tell the leg from the first bytes (0000000000000000): "
+        "not a channel magic, handshake, ack, RoundFrame, mux record or length-prefixed frame; "
+        "name it with --leg\n"))
+    # a named leg, --hex and --pcap read the whole input as before
+    assert main(["decode", "--leg", "mux", "--max-input", str(4 << 20), str(path)]) == EXIT_ERROR
+    assert "longer than --max-input" in capsys.readouterr().err

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from .._oserr import os_reason
@@ -55,6 +56,20 @@ _CHUNK = 1 << 20
 
 class _InputTooLarge(Exception):
     """The input has more than ``--max-input`` bytes."""
+
+
+class _NoLeg(Exception):
+    """The input's first bytes are no leg's (the message says so, as ``detect_leg``'s)."""
+
+
+def _detect_or_refuse(first: bytes) -> None:
+    """Raise :class:`_NoLeg` when ``first`` (the input's first chunk) starts no leg."""
+    from ..decode import detect_leg
+
+    try:
+        detect_leg(first)
+    except ValueError as e:
+        raise _NoLeg(str(e)) from None
 
 
 def _byte_count(text: str) -> int:
@@ -121,14 +136,19 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _read_limited(f: BinaryIO, limit: int) -> bytes:
-    """Read ``f`` to its end in chunks; raise :class:`_InputTooLarge` past ``limit`` bytes."""
+def _read_limited(f: BinaryIO, limit: int,
+                  probe: Callable[[bytes], None] | None = None) -> bytes:
+    """Read ``f`` to its end in chunks; raise :class:`_InputTooLarge` past ``limit`` bytes.
+    ``probe`` is called once with the first chunk (bytes): what it raises stops the read there
+    (an input that cannot be decoded is not read to its end)."""
     chunks: list[bytes] = []
     total = 0
     while True:
         chunk = f.read(min(_CHUNK, limit + 1 - total))
         if not chunk:
             return b"".join(chunks)
+        if probe is not None and not chunks:
+            probe(chunk)
         total += len(chunk)
         if total > limit:
             raise _InputTooLarge
@@ -143,10 +163,13 @@ class _NotHex(Exception):
     """``--hex`` input that is not hex text (bad input, exit 1)."""
 
 
-def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
-    """The input's bytes (hex text decoded with ``hex_text``).
+def _read_input(name: str, hex_text: bool, limit: int,
+                probe: Callable[[bytes], None] | None = None) -> bytes:
+    """The input's bytes (hex text decoded with ``hex_text``); ``probe``: as
+    :func:`_read_limited`.
 
     Raises:
+        whatever ``probe`` raises.
         _Unreadable: FILE cannot be opened or read, or stdin is closed.
         _InputTooLarge: more than ``limit`` bytes.
         _NotHex: ``hex_text`` and the text is not hex (offset or line named).
@@ -155,10 +178,10 @@ def _read_input(name: str, hex_text: bool, limit: int) -> bytes:
         if name == "-":
             if sys.stdin is None:  # started with stdin closed (``<&-``)
                 raise _Unreadable("stdin: it is closed")
-            raw = _read_limited(sys.stdin.buffer, limit)
+            raw = _read_limited(sys.stdin.buffer, limit, probe)
         else:
             with open(name, "rb") as f:
-                raw = _read_limited(f, limit)
+                raw = _read_limited(f, limit, probe)
     except OSError as e:
         raise _Unreadable(f"{e.filename or name}: {os_reason(e)}") from None
     if not hex_text:
@@ -222,7 +245,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return 2
     try:
-        data = _read_input(args.file, args.hex, args.max_input)
+        # raw bytes of an unnamed leg: the first bytes tell it, or the input is refused unread
+        data = _read_input(args.file, args.hex, args.max_input,
+                           _detect_or_refuse if not (args.pcap or args.hex or args.leg != "auto")
+                           else None)
+    except _NoLeg as e:
+        print(f"{_PROG}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     except _InputTooLarge:
         print(f"{_PROG}: error: the input is longer than --max-input {args.max_input} bytes; give "
               "a larger --max-input to decode it", file=sys.stderr)
