@@ -64,8 +64,6 @@ from .interop.jsonio import control_to_json, f64_bits
 from .spec import (
     AUTH_TAG_LEN,
     CHANNEL_MAGIC_DATA,
-    CHANNEL_MAGIC_HTTP_GET,
-    CHANNEL_MAGIC_HTTP_POST,
     CHANNEL_MAGIC_LEN,
     CHANNELS,
     DEFAULT_FRAME_CEILING,
@@ -97,7 +95,6 @@ __all__ = [
     "decode_stream",
     "detect_leg",
     "format_table",
-    "http_stream",
     "parse_hex_dump",
     "parse_round_frame",
     "tag_status",
@@ -272,19 +269,6 @@ class _Stop(Exception):
 #: errors that only say the input ran out (as the first bytes of a stream are read)
 _RAN_OUT = frozenset({"channel.read_failed", "handshake.read_failed", "ack.read_failed",
                       "len.body_read_failed"})
-
-
-def http_stream(data: BytesLike) -> bool:
-    """Whether a captured stream is HTTP on the controller's port rather than a flodl leg: a
-    request the port mux routes to the status responder (its first 4 bytes the ``GET `` or
-    ``POST`` channel magic) or that responder's reply (``HTTP/``). Upstream: ``port_mux.rs``
-    (the HTTP channels)."""
-    mv = as_view(data)
-    if len(mv) < CHANNEL_MAGIC_LEN:
-        return False
-    first = _U32.unpack_from(mv, 0)[0]
-    return first in (CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST) \
-        or bytes(mv[:5]) == b"HTTP/"
 
 
 def detect_leg(data: BytesLike) -> tuple[Leg, str]:

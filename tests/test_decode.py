@@ -45,6 +45,7 @@ from flodl_proto.codec import (
     encode_mux_record_bytes,
     encode_round_frame_bytes,
 )
+from flodl_proto.codec.handshake import http_stream
 from flodl_proto.decode import (
     EXIT_BAD_TAG,
     EXIT_CAPTURE_ENDED,
@@ -54,7 +55,6 @@ from flodl_proto.decode import (
     decode_stream,
     detect_leg,
     format_table,
-    http_stream,
     parse_hex_dump,
     parse_round_frame,
     tag_status,

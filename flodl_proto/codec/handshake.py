@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from ..errors import protocol_error
 from ..spec import (
     CHANNEL_MAGIC_DATA,
+    CHANNEL_MAGIC_HTTP_GET,
+    CHANNEL_MAGIC_HTTP_POST,
     CHANNEL_MAGIC_LEN,
     CHANNELS,
     DEFAULT_VERSION,
@@ -44,6 +46,7 @@ __all__ = [
     "encode_channel_magic",
     "encode_handshake",
     "expect_channel_magic",
+    "http_stream",
 ]
 
 
@@ -183,3 +186,18 @@ def channel_of(data: BytesLike) -> tuple[int, str | None]:
     magic = int(CHANNEL_MAGIC.parse(mv[:CHANNEL_MAGIC_LEN]).magic)
     names = {v: k for k, v in CHANNELS.items()}
     return magic, names.get(magic)
+
+
+def http_stream(data: BytesLike) -> bool:
+    """Whether a stream of the controller's port is HTTP rather than a flodl channel: a request
+    the port mux routes to the status responder (its first 4 bytes the ``GET `` or ``POST``
+    channel magic) or that responder's reply (``HTTP/``); False for fewer than 4 bytes.
+
+    Upstream: ``port_mux.rs`` (the HTTP channels).
+    """
+    mv = as_view(data)
+    if len(mv) < CHANNEL_MAGIC_LEN:
+        return False
+    magic = int(CHANNEL_MAGIC.parse(mv[:CHANNEL_MAGIC_LEN]).magic)
+    return magic in (CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST) \
+        or bytes(mv[:5]) == b"HTTP/"

@@ -214,13 +214,13 @@ def _print_report(report: DecodeReport, fmt: str, out: TextIO,
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``decode`` with parsed ``args``; print to ``out`` (default stdout); return the exit
     code."""
+    from ..codec.handshake import http_stream
     from ..decode import (
         EXIT_CAPTURE_ENDED,
         EXIT_ERROR,
         EXIT_OK,
         decode_stream,
         detect_leg,
-        http_stream,
     )
 
     out = out or sys.stdout
