@@ -314,9 +314,12 @@ def parse_hex_dump(text: str) -> bytes:
     closing line); the ASCII column of a dump is ignored.
 
     Raises:
-        ValueError: a line holds something other than hex digits (the line number is named).
+        ValueError: a line holds something other than hex digits, or, in a dump with offsets, a
+            line's offset is not the count of bytes before it (a line left out, two dumps
+            pasted one after the other); the line number is named.
     """
     out = bytearray()
+    offsets = False  # a line began with its offset: the text is a dump
     for lineno, raw_line in enumerate(text.splitlines(), 1):
         line = raw_line.strip()
         if not line:
@@ -325,13 +328,16 @@ def parse_hex_dump(text: str) -> bytes:
             continue  # hexdump's closing line: the total length alone
         body = line
         head, sep, rest = line.partition(":")
+        parts = line.split(None, 1)
+        columns = len(parts) == 2 and line[len(parts[0]):len(parts[0]) + 2] == "  "
         if sep and _is_offset(head, len(out)):  # xxd: hex groups, two spaces, the ASCII column
-            body = rest.strip().split("  ")[0]
-        else:
-            parts = line.split(None, 1)
-            if len(parts) == 2 and _is_offset(parts[0], len(out)) and (
-                    line[len(parts[0]):len(parts[0]) + 2] == "  "):
-                body = parts[1].split("|")[0]  # docs / hexdump -C (ASCII column in |...|)
+            body, offsets = rest.strip().split("  ")[0], True
+        elif columns and _is_offset(parts[0], len(out)):
+            body, offsets = parts[1].split("|")[0], True  # docs / hexdump -C (|ASCII| column)
+        elif offsets and (_is_offset(head) if sep else columns and _is_offset(parts[0])):
+            got = head if sep else parts[0]
+            raise ValueError(f"line {lineno}: offset {got} where {len(out):0{len(got)}x} was "
+                             "expected (a line left out, or two dumps one after the other)")
         digits = "".join(body.split())
         try:
             out += bytes.fromhex(digits)
@@ -340,11 +346,12 @@ def parse_hex_dump(text: str) -> bytes:
     return bytes(out)
 
 
-def _is_offset(token: str, expected: int) -> bool:
-    try:
-        return len(token) >= 4 and int(token, 16) == expected
-    except ValueError:
+def _is_offset(token: str, expected: int | None = None) -> bool:
+    """Whether ``token`` has the form of a dump's offset (4 or more hex digits) and ``expected``'s
+    value (None: any)."""
+    if len(token) < 4 or any(c not in "0123456789abcdefABCDEF" for c in token):
         return False
+    return expected is None or int(token, 16) == expected
 
 
 # -------------------------------------------------------------------------------------------------

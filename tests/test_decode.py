@@ -911,6 +911,24 @@ def test_hex_dumps_in_every_usual_form() -> None:
         parse_hex_dump("00 01\nzz\n")
 
 
+def test_a_dump_whose_offsets_skip_or_restart_is_refused_naming_the_line() -> None:
+    # a line left out, or two docs dumps pasted one after the other: the next line's offset was
+    # taken as two data bytes, and the decode failed later with a misleading magic error
+    data = _mux_up(2).data
+    docs = [f"{i:04x}  {data[i:i + 16].hex(' ')}" for i in range(0, len(data), 16)]
+    with pytest.raises(ValueError, match=r"^line 3: offset 0000 where 0020 was expected \(a line "
+                                         r"left out, or two dumps one after the other\)$"):
+        parse_hex_dump("\n".join(docs[:2] + docs))
+    with pytest.raises(ValueError, match=r"^line 2: offset 0020 where 0010 was expected"):
+        parse_hex_dump("\n".join(docs[:1] + docs[2:]))
+    xxd = _xxd(data).splitlines()
+    with pytest.raises(ValueError, match=r"^line 2: offset 00000020 where 00000010 was expected"):
+        parse_hex_dump("\n".join(xxd[:1] + xxd[2:]))
+    hexdump = _hexdump_c(data).splitlines()
+    with pytest.raises(ValueError, match=r"^line 2: offset 00000020 where 00000010 was expected"):
+        parse_hex_dump("\n".join(hexdump[:1] + hexdump[2:]))
+
+
 def test_the_docs_worked_example_decodes(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
     doc = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
