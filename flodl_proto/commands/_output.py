@@ -221,7 +221,8 @@ def rich_console(**kwargs: Any) -> Console:
     """A ``rich.console.Console(**kwargs)`` whose write to a pipe whose reader went away raises
     ``BrokenPipeError``, which the command line ends with exit 141 (as for every other command),
     instead of rich's own ``SystemExit(1)`` with no message. rich is imported here, so a
-    command that fails on its usage never imports it."""
+    command that fails on its usage never imports it. Upstream: none (its binaries print
+    directly)."""
     from rich.console import Console
 
     class _Console(Console):

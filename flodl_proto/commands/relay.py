@@ -102,6 +102,8 @@ def salt_text_problem(text: str) -> str:
     """What is wrong with ``text`` as a salt, without its digits (a near-miss salt is a secret
     that must not reach a log): its count of characters and the first one that is neither a hex
     digit nor a space between bytes (shown by its code point when it is not printable ASCII).
+
+    No upstream counterpart: upstream reads the salt from its environment and reports no text.
     """
     count = f"{len(text)} character{'s' * (len(text) != 1)}"
     for i, ch in enumerate(text):

@@ -129,7 +129,9 @@ class PrefixedReader:
 
         ``frame`` is a view of the frame's ``n`` bytes, ``body`` the bytes of it that arrived
         (``body < n``: the stream ended inside it), ``premac`` the MAC of its bytes before the
-        last 8, computed as they arrived (None unless every byte arrived).
+        last 8, computed as they arrived: valid only when every byte arrived (``body == n``;
+        otherwise it may be None or cover only what arrived, and the caller reports the
+        truncation instead of using it).
 
         Raises:
             everything :func:`~flodl_proto.runner._netio.recv_exact_into` raises.

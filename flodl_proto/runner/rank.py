@@ -347,13 +347,10 @@ class RankClient:
         """Read and decode the reply to a frame of ``sent`` bytes.
 
         The reply is expected to be as long as the last one when this frame is as long as the
-        last frame, else as long as this frame (a consensus has its contributions' layout).
-        Below ``PARALLEL_MAC_MIN`` bytes the prefix and the expected body are asked for in one
-        ``recv`` into a reply buffer of that size: a reply that arrived whole costs one call.
-        A reply of another length is moved into a buffer of its own and read on from there;
-        bytes that came after it (a peer that sent more than one reply) are kept as the start
-        of the next reply, read as they would have been from the socket. Larger replies read
-        the prefix, then the body (hashed in steps).
+        last frame, else as long as this frame (a consensus has its contributions' layout); the
+        loopback streams' reader (:class:`~flodl_proto.runner._prefixed.PrefixedReader`) reads
+        it: one ``recv`` for a small reply of the expected length, bytes a peer sent after a
+        reply kept for the next one, a larger reply's prefix, then its body hashed in steps.
         """
         expect = self._reply_len if sent == self._sent_len else sent
         reader = self._reader
