@@ -929,6 +929,18 @@ def test_a_dump_whose_offsets_skip_or_restart_is_refused_naming_the_line() -> No
         parse_hex_dump("\n".join(hexdump[:1] + hexdump[2:]))
 
 
+def test_cli_names_a_dump_whose_offsets_skip_without_calling_it_not_hex(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _mux_up(2).data
+    docs = [f"{i:04x}  {data[i:i + 16].hex(' ')}" for i in range(0, len(data), 16)]
+    dump = tmp_path / "skip.hex"
+    dump.write_text("\n".join(docs[:1] + docs[2:]), encoding="ascii")
+    assert main(["decode", "--hex", str(dump)]) == EXIT_ERROR
+    assert capsys.readouterr() == (
+        "", "flodl-proto decode: error: the hex dump's offsets do not follow on: line 2: offset "
+            "0020 where 0010 was expected (a line left out, or two dumps one after the other)\n")
+
+
 def test_the_docs_worked_example_decodes(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
     doc = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")

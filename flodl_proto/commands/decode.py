@@ -160,7 +160,8 @@ class _Unreadable(Exception):
 
 
 class _NotHex(Exception):
-    """``--hex`` input that is not hex text (bad input, exit 1)."""
+    """``--hex`` input that is not hex text, or a dump whose offsets skip or repeat (bad input,
+    exit 1); the message is the error line's text."""
 
 
 def _read_input(name: str, hex_text: bool, limit: int,
@@ -191,11 +192,16 @@ def _read_input(name: str, hex_text: bool, limit: int,
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError as e:
-        raise _NotHex(f"byte 0x{raw[e.start]:02x} at offset {e.start}") from None
+        raise _NotHex(f"input is not hex: byte 0x{raw[e.start]:02x} at offset {e.start} "
+                      "(--hex takes hex text)") from None
     try:
         return parse_hex_dump(text)
-    except ValueError as e:  # "line N: not hex: '...'"
-        raise _NotHex(str(e).replace(": not hex:", ":", 1)) from None
+    except ValueError as e:  # "line N: not hex: '...'", or "line N: offset ... where ..."
+        text = str(e)
+        if ": not hex:" in text:
+            raise _NotHex("input is not hex: " + text.replace(": not hex:", ":", 1)
+                          + " (--hex takes hex text)") from None
+        raise _NotHex(f"the hex dump's offsets do not follow on: {text}") from None
 
 
 def _print_report(report: DecodeReport, fmt: str, out: TextIO,
@@ -260,7 +266,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"{_PROG}: error: cannot read input {e}", file=sys.stderr)
         return 2
     except _NotHex as e:
-        print(f"{_PROG}: error: input is not hex: {e} (--hex takes hex text)", file=sys.stderr)
+        print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     streams: list[tuple[str | None, bytes]]
     code = EXIT_OK
