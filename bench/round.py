@@ -14,6 +14,11 @@ arrays), and prints the median and 95th-percentile round time beside:
     cost of a loopback TCP transfer (both ends' CPU, the kernel's work around the copies
     included; the ``tcp`` rate): the verdict is taken against the floor, this column says how
     much of the distance to it is the sockets' own cost;
+    beside these, the chain floor (:func:`chain_floor_seconds`): the same work in the four
+    steps the protocol runs one after the other, each at least its longest chain of operations
+    that cannot overlap (a MAC cannot be split between cores, and a signed record cannot leave
+    before its header's tag is known), so no implementation does a round in less on these
+    cores; at large frames it lies above the CPU floor (about 1.3 x on 2 cores);
 (b) upstream flodl's median round at 4 KiB and 64 KiB (measured back to back on the reference
     machine, f32, protocol v2; the same figures are the target for every dtype and version);
 (c) ``torch.distributed`` gloo ``all_reduce`` of the same size and W, when torch is installed.
@@ -74,7 +79,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import ml_dtypes
 import numpy as np
@@ -353,6 +358,61 @@ def tcp_floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: st
     floor, _ = floor_seconds(world, hosts, nbytes, dtype, rates, cores)
     legs = (2 * world + 2 * len(hosts)) * nbytes
     return floor + (legs / rates.tcp - 2 * legs / rates.copy) / cores
+
+
+#: the four steps of a round, in order, that the protocol makes wait for each other
+CHAIN_PHASES: Final = ("deposit", "host frame", "reduce", "scatter")
+
+
+def chain_floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: str,
+                        rates: Rates, cores: int) -> tuple[float, dict[str, float]]:
+    """The dependency-chain floor of one round (seconds) and each step's part: the work of
+    :func:`floor_seconds` (each TCP leg at the measured loopback TCP cost when ``rates.tcp`` was
+    measured, else two copies), split into the four steps the protocol runs one after the other
+    (:data:`CHAIN_PHASES`), each step taking the longer of its work over ``cores`` and its
+    longest chain of operations that cannot overlap:
+
+    - deposit: ranks pre-scale (W) and sign (W) their frames, the W legs to the relays, relays
+      verify (W). Chain: one rank's pre-scale, then its MAC (the relay's verify runs beside the
+      sending, as the bytes arrive).
+    - host frame: relays fold (k accumulations on a k-rank host, none on a 1-rank host), encode
+      merged sums (multi-rank hosts), sign the HostFrame record (H) and merged inner frames, the
+      H legs to the controller, which verifies record and inner frame (2H). Chain: the largest
+      host's fold and encode, its signing (record and inner frame MACs side by side: one MAC's
+      time), then the controller's verify (the record's tag leads its payload: nothing is sent
+      before the signing ends).
+    - reduce: the controller's accumulations (H), encode and normalise (2), signing consensus
+      and record (2). Chain: all of it but one of the two MACs (they run side by side).
+    - scatter: the H legs to the relays, which verify the Broadcast record (H) and forward the
+      frame (W legs), ranks verify (W) and decode into their arrays (W copies). Chain: one MAC
+      (the forwarding and the ranks' verifies run as the bytes arrive), then one decode.
+
+    Every step must end before the next begins: a HostFrame waits for its host's deposits, the
+    consensus for every HostFrame, and a signed record cannot leave before its MAC, which its
+    header carries, is complete. No implementation on ``cores`` cores does a round in less;
+    the work adds up to the floor's (with ``rates.tcp``: to :func:`tcp_floor_seconds`'s).
+
+    Returns:
+        ``(seconds, parts)``: the floor and each step's seconds (keyed by :data:`CHAIN_PHASES`).
+    """
+    add_rate = rates.add_bf16 if dtype == "bf16" else rates.add_f32
+    scale_rate = rates.scale_bf16 if dtype == "bf16" else rates.scale_f32
+    hash_s, add_s, scale_s = nbytes / rates.hash, nbytes / add_rate, nbytes / scale_rate
+    copy_s = nbytes / rates.copy
+    leg_s = nbytes / rates.tcp if rates.tcp > 0 else 2 * copy_s
+    h = len(hosts)
+    multi = [len(g) for g in hosts if len(g) > 1]
+    largest = max(len(g) for g in hosts)
+    fold_chain = (largest * add_s + scale_s) if largest > 1 else 0.0
+    steps = {  # (work, chain) in single-core seconds
+        "deposit": (world * (scale_s + 2 * hash_s + leg_s), scale_s + hash_s),
+        "host frame": (sum(multi) * add_s + len(multi) * scale_s + (h + len(multi)) * hash_s
+                       + h * leg_s + 2 * h * hash_s, fold_chain + 2 * hash_s),
+        "reduce": (h * add_s + 2 * scale_s + 2 * hash_s, h * add_s + 2 * scale_s + hash_s),
+        "scatter": (h * (leg_s + hash_s) + world * (leg_s + hash_s + copy_s), hash_s + copy_s),
+    }
+    parts = {name: max(work / cores, chain) for name, (work, chain) in steps.items()}
+    return sum(parts.values()), parts
 
 
 # -- quiet-machine guard -------------------------------------------------------------------------
@@ -751,6 +811,7 @@ class Row:
     attempts: int = 1
     shares: dict[str, float] = field(default_factory=dict)
     tcp_floor: float | None = None
+    chain_floor: float | None = None
 
     @property
     def median(self) -> float:
@@ -789,15 +850,20 @@ def check(row: Row) -> tuple[str, bool, float, float] | None:
 
 
 def verdicts(rows: list[Row]) -> tuple[list[str], bool]:
-    """The verdict lines (one per target class that ran, a disturbance note, then ``targets
-    met`` / ``TARGETS MISSED`` / ``no configuration with a target ran``) and whether all
-    targets were met."""
+    """The verdict lines (the range of the chain floor over the CPU floor of the rows of 4 MiB
+    and more, one per target class that ran, a disturbance note, then ``targets met`` /
+    ``TARGETS MISSED`` / ``no configuration with a target ran``) and whether all targets were
+    met."""
     by: dict[str, list[tuple[bool, float, float]]] = {}
     for r in rows:
         c = check(r)
         if c is not None:
             by.setdefault(c[0], []).append(c[1:])
     lines = []
+    chains = [r.chain_floor / r.floor for r in rows if r.nbytes >= 4 * MiB and r.chain_floor]
+    if chains:
+        lines.append(f"chain floor at >= 4 MiB: {min(chains):.2f} to {max(chains):.2f} x the CPU "
+                     "floor (no round can take less than its chain floor)")
     if "small" in by:
         v = by["small"]
         lines.append(f"target 4 KiB and 64 KiB: median <= upstream and p95 <= {P95_SPREAD:g} x "
@@ -824,11 +890,11 @@ def verdicts(rows: list[Row]) -> tuple[list[str], bool]:
 
 TABLE_HEADER = (
     "| W | hosts | frame | dtype | rounds | median | p95 | CPU floor | ratio | ratio, TCP floor "
-    "| upstream | target "
+    "| chain floor | ratio, chain floor | upstream | target "
     "| others | CPU ms/round ctl / relay / rank | CPU / floor share ctl / relay / rank "
     "| peak RSS MiB ctl / relay / rank | gloo |\n"
-    "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
-    "| ---: | ---: | ---: | ---: |")
+    "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+    "| --- | ---: | ---: | ---: | ---: | ---: |")
 
 
 def cpu_cell(cpu: dict[str, float]) -> str:
@@ -870,6 +936,8 @@ def format_row(row: Row) -> str:
             f"{len(row.run.times)} | {_ms(row.median)} | {_ms(row.p95)} | {_ms(row.floor)} | "
             f"{row.median / row.floor:.2f} | "
             f"{f'{row.median / row.tcp_floor:.2f}' if row.tcp_floor else '-'} | "
+            f"{_ms(row.chain_floor) if row.chain_floor else '-'} | "
+            f"{f'{row.median / row.chain_floor:.2f}' if row.chain_floor else '-'} | "
             f"{_ms(up) if up else '-'} | {target} | {others} | "
             f"{cpu_cell(row.run.cpu)} | {share_cell(row.run.cpu, row.shares)} | {rss} | "
             f"{_ms(row.gloo) if row.gloo is not None else 'n/a'} |")
@@ -1015,7 +1083,8 @@ def main(argv: list[str] | None = None) -> int:
                     floor, _ = floor_seconds(world, hosts, nbytes, dtype, rates, cores)
                     row = Row(world, hosts, nbytes, dtype, run, floor, None, others, attempt,
                               role_floor_seconds(hosts, nbytes, dtype, rates),
-                              tcp_floor_seconds(world, hosts, nbytes, dtype, rates, cores))
+                              tcp_floor_seconds(world, hosts, nbytes, dtype, rates, cores),
+                              chain_floor_seconds(world, hosts, nbytes, dtype, rates, cores)[0])
                     if not row.disturbed or attempt == args.reruns + 1:
                         break
                     print(f"  (W={world} {size_label(nbytes)} {dtype} disturbed: others used "
@@ -1070,7 +1139,11 @@ def _write_results(version: int, info: str, notes: list[str], rate_line: str,
         "CPU floor is computed in the same run from single-core rates (see the script's "
         "docstring); ratio, TCP floor = the median over that floor with each TCP leg at the "
         "measured cost of a loopback TCP transfer (both ends' CPU) instead of two copies at the "
-        "copy rate; upstream = upstream flodl's median round on the reference machine; others "
+        "copy rate; chain floor = the same work split into the four steps a round runs one "
+        "after the other (deposit, host frame, reduce, scatter), each step at least its "
+        "longest chain of operations that cannot overlap (a MAC, the fold before it), so that "
+        "no implementation on these cores does a round in less, and the ratio over it; "
+        "upstream = upstream flodl's median round on the reference machine; others "
         "= other processes' CPU use during the configuration (cores; `!`: over 0.1 after every "
         "rerun); CPU ms/round = CPU time per measured round of the controller, of a relay (mean) "
         "and of a rank (mean), all threads; CPU / floor share = each of these over that role's "

@@ -78,6 +78,14 @@ def test_round_bench_floor_targets_set_the_exit_code(
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-2:] == [verdict, "targets met" if code == 0 and not extra else
                           "TARGETS MISSED"]
+    # the chain floor of the row, and its range over the CPU floor before the targets
+    rates, hosts, nbytes = rb.Rates(*RATES), rb._hosts(2), rb.parse_size(size)
+    floor, _ = rb.floor_seconds(2, hosts, nbytes, "f32", rates, 2)
+    chain, _ = rb.chain_floor_seconds(2, hosts, nbytes, "f32", rates, 2)
+    row = next(line for line in lines if line.startswith("| 2 |"))
+    assert f"| {rb._ms(chain)} | {floor * ratio / chain:.2f} |" in row
+    assert lines[-3] == (f"chain floor at >= 4 MiB: {chain / floor:.2f} to {chain / floor:.2f} "
+                         "x the CPU floor (no round can take less than its chain floor)")
 
 
 @pytest.mark.parametrize(("world", "size", "times_ms", "verdict"), [
@@ -353,6 +361,49 @@ def test_the_tcp_floor_is_the_floor_when_a_leg_costs_two_copies() -> None:
     # byte, over 2 cores
     slow = rb.tcp_floor_seconds(4, hosts, 1 << 20, "f32", rb.Rates(**base, tcp=2e9), 2)
     assert slow == pytest.approx(floor + 12 * (1 << 20) * (1 / 2e9 - 1 / 4e9) / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize(("world", "hosts"), [(2, [[0, 1]]), (2, [[0], [1]]), (4, [[0, 1], [2, 3]]),
+                                           (8, [[0, 1, 2, 3], [4, 5, 6, 7]]), (3, [[0], [1, 2]])])
+@pytest.mark.parametrize("tcp", [0.0, 2e9])
+def test_the_chain_floor_is_the_tcp_floor_on_one_core(world: int, hosts: list[list[int]],
+                                                      tcp: float) -> None:
+    # on one core every step's work is at least its chain: the steps add up to all the work
+    rb = _load("round")
+    base = dict(hash=1e9, add_f32=4e9, add_bf16=2e9, scale_f32=5e9, scale_bf16=2.5e9, copy=8e9)
+    rates = rb.Rates(**base, tcp=tcp)
+    for dtype in ("f32", "bf16"):
+        chain, parts = rb.chain_floor_seconds(world, hosts, 1 << 20, dtype, rates, 1)
+        assert tuple(parts) == rb.CHAIN_PHASES
+        flat = (rb.tcp_floor_seconds(world, hosts, 1 << 20, dtype, rates, 1) if tcp
+                else rb.floor_seconds(world, hosts, 1 << 20, dtype, rates, 1)[0])
+        assert chain == pytest.approx(flat, rel=1e-12)
+        # on more cores, never below the flat floor
+        chain2, _ = rb.chain_floor_seconds(world, hosts, 1 << 20, dtype, rates, 2)
+        flat2 = (rb.tcp_floor_seconds(world, hosts, 1 << 20, dtype, rates, 2) if tcp
+                 else rb.floor_seconds(world, hosts, 1 << 20, dtype, rates, 2)[0])
+        assert chain2 >= flat2 * (1 - 1e-12)
+
+
+def test_the_chain_floor_takes_each_step_at_its_work_or_its_chain() -> None:
+    rb = _load("round")
+    # 1e9 bytes: a MAC 1 s, an accumulation 0.25 s, an encode 0.2 s, a copy 0.125 s, a TCP leg
+    # 0.5 s; W = 2 on one 2-rank host, 2 cores
+    rates = rb.Rates(hash=1e9, add_f32=4e9, add_bf16=2e9, scale_f32=5e9, scale_bf16=2.5e9,
+                     copy=8e9, tcp=2e9)
+    chain, parts = rb.chain_floor_seconds(2, [[0, 1]], 10**9, "f32", rates, 2)
+    assert parts == pytest.approx({
+        # 2 ranks x (encode + sign + verify + leg) = 5.4 s of work over 2 cores
+        "deposit": 2.7,
+        # work: 2 accumulations + encode + 2 MACs signed + leg + 2 MACs verified = 5.2 s (2.6 on
+        # 2 cores); chain: the fold and encode (0.7), the signing, the verify: 2.7
+        "host frame": 2.7,
+        # work 2.65 s (1.325 on 2 cores); chain: accumulation, encode and normalise, one MAC
+        "reduce": 1.65,
+        # work: leg + relay verify, then 2 x (leg + rank verify + decode) = 4.75 s over 2
+        "scatter": 2.375,
+    }, rel=1e-12)
+    assert chain == pytest.approx(9.425, rel=1e-12)
 
 
 def test_loopback_tcp_rate_moves_every_byte() -> None:
