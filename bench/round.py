@@ -18,7 +18,8 @@ arrays), and prints the median and 95th-percentile round time beside:
     steps the protocol runs one after the other, each at least its longest chain of operations
     that cannot overlap (a MAC cannot be split between cores, and a signed record cannot leave
     before its header's tag is known), so no implementation does a round in less on these
-    cores; at large frames it lies above the CPU floor (about 1.3 x on 2 cores);
+    cores; it lies 1.15 to 1.3 x above the CPU floor on the 2-core reference machine, most of
+    that the TCP legs' own cost (it is within a few per cent of the TCP floor);
 (b) upstream flodl's median round at 4 KiB and 64 KiB (measured back to back on the reference
     machine, f32, protocol v2; the same figures are the target for every dtype and version);
 (c) ``torch.distributed`` gloo ``all_reduce`` of the same size and W, when torch is installed.

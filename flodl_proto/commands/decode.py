@@ -197,11 +197,11 @@ def _read_input(name: str, hex_text: bool, limit: int,
     try:
         return parse_hex_dump(text)
     except ValueError as e:  # "line N: not hex: '...'", or "line N: offset ... where ..."
-        text = str(e)
-        if ": not hex:" in text:
-            raise _NotHex("input is not hex: " + text.replace(": not hex:", ":", 1)
+        why = str(e)
+        if ": not hex:" in why:
+            raise _NotHex("input is not hex: " + why.replace(": not hex:", ":", 1)
                           + " (--hex takes hex text)") from None
-        raise _NotHex(f"the hex dump's offsets do not follow on: {text}") from None
+        raise _NotHex(f"the hex dump's offsets do not follow on: {why}") from None
 
 
 def _print_report(report: DecodeReport, fmt: str, out: TextIO,
