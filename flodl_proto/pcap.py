@@ -158,7 +158,7 @@ def _dpkt() -> Any:
     return mod
 
 
-def _packets(data: bytes) -> Iterator[tuple[int, bytes]]:
+def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
     """Yield (link type, frame bytes) of every whole packet record.
 
     Raises:
@@ -193,7 +193,7 @@ def _packets(data: bytes) -> Iterator[tuple[int, bytes]]:
         yield linktype, bytes(buf)
 
 
-def read_tcp_streams(data: bytes, port: int) -> list[TcpStream]:
+def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
     """Reassemble every TCP stream to or from ``port`` in the capture ``data``.
 
     Args:

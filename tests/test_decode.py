@@ -1051,3 +1051,81 @@ def test_an_input_no_leg_starts_is_refused_after_its_first_chunk(
     # a named leg, --hex and --pcap read the whole input as before
     assert main(["decode", "--leg", "mux", "--max-input", str(4 << 20), str(path)]) == EXIT_ERROR
     assert "longer than --max-input" in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------------
+# memory: the input is held once, and an input this machine cannot hold is one error line
+# -------------------------------------------------------------------------------------------------
+def _decode_child(args: list[str], cwd: Path,
+                  preexec: Callable[[], None] | None = None) -> tuple[int, str, int]:
+    """Run ``python -m flodl_proto decode ARGS`` (this checkout); return its exit code, its
+    stderr and its peak resident set size in bytes."""
+    import os
+    import subprocess
+
+    p = subprocess.Popen([sys.executable, "-B", "-m", "flodl_proto", "decode", *args], cwd=cwd,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=preexec)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _pid, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, err, usage.ru_maxrss * 1024  # Linux: kibibytes
+
+
+def test_a_file_is_held_once_in_memory(tmp_path: Path) -> None:
+    # the input was read in chunks and joined: twice its size at the peak
+    size = 128 << 20
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"\0")
+    with big.open("wb") as f:
+        f.truncate(size)  # sparse: written at no cost
+    code, _err, base = _decode_child(["--leg", "frame", str(small)], tmp_path)
+    assert code == EXIT_CAPTURE_ENDED
+    code, _err, peak = _decode_child(["--leg", "frame", str(big)], tmp_path)
+    assert code == EXIT_ERROR  # zeros are no frame magic
+    assert 0.75 * size < peak - base < 1.25 * size, (peak - base) / size  # read once, held once
+
+
+def test_an_input_larger_than_memory_is_one_error_line(tmp_path: Path) -> None:
+    # a process held to 1.5 GiB of address space is given a 4 GiB file (under --max-input): the
+    # buffer of the file's size cannot be allocated; that was a MemoryError traceback
+    def held() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+
+    big = tmp_path / "big.bin"
+    with big.open("wb") as f:
+        f.truncate((4 << 30) - 1)
+    code, err, _peak = _decode_child(["--leg", "frame", str(big)], tmp_path, held)
+    assert (code, err) == (EXIT_ERROR, (
+        "flodl-proto decode: error: not enough memory to read and decode the input; decode a "
+        "shorter capture, or cap what is read with --max-input\n"))
+
+
+def test_a_regular_file_over_max_input_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    from flodl_proto.commands import decode as command
+
+    class Counted(io.FileIO):
+        given = 0
+
+        def read(self, size: int = -1, /) -> bytes:
+            got = super().read(size)
+            Counted.given += len(got)
+            return got
+
+        def readinto(self, buf: Any, /) -> int:
+            n = super().readinto(buf)
+            Counted.given += n or 0
+            return n or 0
+
+    path = tmp_path / "in.bin"
+    path.write_bytes(bytes(range(256)) * (12 << 12))  # 12 MiB
+    with Counted(path, "rb") as f, pytest.raises(command._InputTooLarge):
+        command._read_limited(f, 8 << 20)
+    assert Counted.given == command._CHUNK  # the first chunk only, not the 8 MiB allowed
+    Counted.given = 0
+    with Counted(path, "rb") as f:
+        got = command._read_limited(f, 12 << 20)
+    assert got == path.read_bytes() and Counted.given == 12 << 20

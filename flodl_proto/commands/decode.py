@@ -17,9 +17,10 @@ record: ``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a b
 line per record (or a table), and last the end of the stream, the point where the input ended
 inside a record, or the error that stopped decoding, with its byte offset.
 
-The input is read whole before decoding, in chunks and at most ``--max-input`` bytes of it
-(default :data:`DEFAULT_MAX_INPUT`, 4 GiB); a longer input (``/dev/zero``, an endless pipe) stops
-the command with one line naming the option and the limit, exit 1.
+The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
+is held once), and at most ``--max-input`` bytes of it (default :data:`DEFAULT_MAX_INPUT`, 4 GiB);
+a longer input (``/dev/zero``, an endless pipe) stops the command with one line naming the option
+and the limit, exit 1, as an input larger than this machine's memory does.
 
 Exit codes: 0 every stream ended at a record boundary, each record decoded; 1 decoding stopped
 at a protocol error, or the input is not what was asked for (``--hex`` text that is not hex, a
@@ -33,10 +34,13 @@ stopped mid-record, or a ``--pcap`` capture file cut short: normal for a capture
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
+import stat
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
 
 from .._oserr import os_reason
 from ..errors import ProtocolError
@@ -137,22 +141,45 @@ def register(sub: Any) -> None:
 
 
 def _read_limited(f: BinaryIO, limit: int,
-                  probe: Callable[[bytes], None] | None = None) -> bytes:
-    """Read ``f`` to its end in chunks; raise :class:`_InputTooLarge` past ``limit`` bytes.
-    ``probe`` is called once with the first chunk (bytes): what it raises stops the read there
-    (an input that cannot be decoded is not read to its end)."""
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = f.read(min(_CHUNK, limit + 1 - total))
-        if not chunk:
-            return b"".join(chunks)
-        if probe is not None and not chunks:
-            probe(chunk)
-        total += len(chunk)
-        if total > limit:
+                  probe: Callable[[bytes], None] | None = None) -> bytearray:
+    """Read ``f`` to its end into one buffer (the input is never held twice); raise
+    :class:`_InputTooLarge` past ``limit`` bytes. A regular file's buffer is allocated at its
+    size before it is read, so a file over ``limit``, or larger than this machine can hold
+    (``MemoryError``), is refused at once; a pipe's grows chunk by chunk. ``probe`` is called
+    once with the first chunk (bytes): what it raises stops the read there (an input that cannot
+    be decoded is not read to its end)."""
+    first = f.read(min(_CHUNK, limit + 1))
+    if not first:
+        return bytearray()
+    if probe is not None:
+        probe(first)
+    try:
+        st = os.fstat(f.fileno())
+        size: int | None = st.st_size if stat.S_ISREG(st.st_mode) else None
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        size = None  # no file descriptor behind it: read on
+    if size is not None and size > len(first):
+        if size > limit:
             raise _InputTooLarge
-        chunks.append(chunk)
+        buf = bytearray(size)
+        buf[:len(first)] = first
+        n = len(first)
+        with memoryview(buf) as view:
+            while n < size:
+                got = cast("io.BufferedIOBase", f).readinto(view[n:])
+                if not got:
+                    break
+                n += got
+        del buf[n:]  # the file shrank while it was read
+    else:
+        buf = bytearray(first)
+    while True:  # a pipe, or a file that grew while it was read
+        if len(buf) > limit:
+            raise _InputTooLarge
+        chunk = f.read(min(_CHUNK, limit + 1 - len(buf)))
+        if not chunk:
+            return buf
+        buf += chunk
 
 
 class _Unreadable(Exception):
@@ -165,7 +192,7 @@ class _NotHex(Exception):
 
 
 def _read_input(name: str, hex_text: bool, limit: int,
-                probe: Callable[[bytes], None] | None = None) -> bytes:
+                probe: Callable[[bytes], None] | None = None) -> bytes | bytearray:
     """The input's bytes (hex text decoded with ``hex_text``); ``probe``: as
     :func:`_read_limited`.
 
@@ -219,7 +246,17 @@ def _print_report(report: DecodeReport, fmt: str, out: TextIO,
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``decode`` with parsed ``args``; print to ``out`` (default stdout); return the exit
-    code."""
+    code. An input larger than this machine can hold (read, decoded or reassembled) stops the
+    command with one line, exit 1."""
+    try:
+        return _run(args, out)
+    except MemoryError:
+        print(f"{_PROG}: error: not enough memory to read and decode the input; decode a "
+              "shorter capture, or cap what is read with --max-input", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     from ..codec.handshake import http_stream
     from ..decode import (
         EXIT_CAPTURE_ENDED,
@@ -268,7 +305,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except _NotHex as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    streams: list[tuple[str | None, bytes]]
+    streams: list[tuple[str | None, bytes | bytearray]]
     code = EXIT_OK
     if args.pcap:
         from ..pcap import CaptureTruncated, PcapError, read_tcp_streams
