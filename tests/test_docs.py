@@ -430,3 +430,53 @@ def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:
                if line.startswith("| `ENV_NET_TIMEOUT_SCALE` |"))
     assert row.startswith("| `ENV_NET_TIMEOUT_SCALE` | env `FLODL_NET_TIMEOUT_SCALE`, default 1.0, "
                           "minimum 0.1, maximum 1000.0 |")
+
+
+# -------------------------------------------------------------------------------------------------
+# output paths: a folder or nothing is refused; the default is the checkout's file
+# -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("prog", "command"), [
+    ("docs", ["docs", "--out"]), ("dissector", ["dissector", "--out"]),
+    ("conform docs", ["conform", "docs", "--out"]),
+    ("conform controller", ["conform", "controller", "--list", "--junit"]),
+    ("conform relay", ["conform", "relay", "--list", "--json"]),
+])
+@pytest.mark.parametrize(("value", "why"), [
+    ("out/", "'out/' names a folder (it ends with /); give a file path in it"),
+    ("", "is empty; give a file path, or - for stdout"),
+])
+def test_an_output_option_naming_a_folder_or_nothing_is_a_usage_error(
+        prog: str, command: list[str], value: str, why: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # `--out dir/` wrote a file named `dir`, `--out ''` named the current folder
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main([*command, value])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"flodl-proto {prog}: error: argument {command[-1]}: {why}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("command", "relative"), [
+    (["docs"], "docs/protocol.md"), (["conform", "docs"], "docs/conformance.md"),
+])
+def test_a_generator_run_from_a_subfolder_writes_the_checkouts_file(
+        command: list[str], relative: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # run from the checkout's tests/ folder, `docs` wrote a second tests/docs/protocol.md
+    checkout = tmp_path / "checkout"
+    shutil.copytree(SPEC.path, checkout / "spec")
+    (checkout / "tests").mkdir()
+    monkeypatch.chdir(checkout / "tests")
+    assert main(command) == 0
+    assert capsys.readouterr().out.startswith(f"../{relative}: written (")
+    assert (checkout / relative).is_file()
+    assert list((checkout / "tests").iterdir()) == []
+    # outside a checkout, the path is taken from the current folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(command) == 0
+    assert capsys.readouterr().out.startswith(f"{relative}: written (")
+    assert (elsewhere / relative).is_file()

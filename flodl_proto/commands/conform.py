@@ -33,6 +33,7 @@ from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
+from .docs import output_path
 from .relay import check_net_timeout_scale
 
 if TYPE_CHECKING:
@@ -85,17 +86,18 @@ def register(sub: Any) -> None:
         r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
                        help="cases run at the same time, each against its own target "
                             f"(default {_default_jobs()}: two per CPU, at most 4)")
-        r.add_argument("--junit", type=Path, metavar="PATH",
+        r.add_argument("--junit", type=output_path, metavar="PATH",
                        help="write JUnit XML here (missing parent folders are created)")
-        r.add_argument("--json", type=Path, metavar="PATH",
+        r.add_argument("--json", type=output_path, metavar="PATH",
                        help="write JSON results here (missing parent folders are created)")
         r.add_argument("--list", action="store_true",
                        help="list the selected cases (no target needed) and exit")
         r.set_defaults(func=_run)
     d = roles.add_parser("docs", help="generate docs/conformance.md from the catalogue")
-    d.add_argument("--out", type=Path, default=Path("docs/conformance.md"), metavar="PATH",
-                   help="output file (default: docs/conformance.md; '-' writes to stdout); "
-                   "missing parent folders are created")
+    d.add_argument("--out", type=output_path, default=None, metavar="PATH",
+                   help="output file (default: the checkout's docs/conformance.md, found from "
+                   "the current folder up, else that path here; '-' writes to stdout); missing "
+                   "parent folders are created")
     d.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if PATH is missing or out of date, 2 if it "
                    "cannot be read")
@@ -266,8 +268,9 @@ def _run_docs(args: argparse.Namespace) -> int:
         text = render_conformance_doc()
     except CatalogueError as e:
         return _usage(f"catalogue: {e}")
-    out: Path = args.out
-    from .docs import check_generated, stdout_check, write_generated
+    from .docs import check_generated, checkout_file, stdout_check, write_generated
+
+    out: Path = args.out if args.out is not None else checkout_file(Path("docs/conformance.md"))
 
     if str(out) == "-":
         if args.check:

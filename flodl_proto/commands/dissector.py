@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dissector import default_ports, render_dissector
-from .docs import write_output
+from .docs import output_path, write_output
 from .relay import tcp_port
 
 __all__ = ["register"]
@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
         "spec/wire.yaml. Install it in Wireshark's personal Lua plugins folder, or load it with "
         "`tshark -X lua_script:PATH`.",
     )
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="PATH",
+    p.add_argument("--out", type=output_path, default=Path(DEFAULT_OUT), metavar="PATH",
                    help=f"output file (default {DEFAULT_OUT}; '-' writes to stdout); missing "
                    "parent folders are created, e.g. Wireshark's personal plugins folder")
     p.add_argument("--port", type=tcp_port, action="append", metavar="N",
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     """Write the dissector; return 0, or 1 when the file cannot be written (one stderr line,
     ``flodl-proto dissector: error: cannot write PATH: WHY``, as the other generators)."""
     text = render_dissector(args.port)
-    if args.out == "-":
+    if str(args.out) == "-":
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     # as `docs --out`: missing parent folders are created (e.g. Wireshark's plugins folder)
-    return write_output(Path(args.out), text.encode("utf-8"), _PROG)
+    return write_output(args.out, text.encode("utf-8"), _PROG)

@@ -1,12 +1,14 @@
 """``flodl-proto docs [--out PATH] [--spec DIR] [--check]``: generate the protocol reference from
 the spec.
 
-Writes ``docs/protocol.md`` (or ``--out``) from ``wire.yaml`` and ``lifecycle.yaml``; with
-``--check`` writes nothing and exits 1 when the file is missing or differs from what the spec
-generates (for CI). The spec read is the one of the checkout the output belongs to: the nearest
-``spec/wire.yaml`` found walking up from the output's folder (so an installed package run inside
-a source checkout documents that checkout's spec, not the copy installed with it); else ``--spec
-DIR``'s; else the one the package loads. The spec file read is named on every result line.
+Writes the checkout's ``docs/protocol.md`` (or ``--out``) from ``wire.yaml`` and ``lifecycle.yaml``
+(the checkout the current folder is in, found from it up, so a run from a subfolder writes no second
+file there; outside a checkout, ``docs/protocol.md`` from the current folder); with ``--check``
+writes nothing and exits 1 when the file is missing or differs from what the spec generates (for
+CI). The spec read is the one of the checkout the output belongs to: the nearest ``spec/wire.yaml``
+found walking up from the output's folder (so an installed package run inside a source checkout
+documents that checkout's spec, not the copy installed with it); else ``--spec DIR``'s; else the one
+the package loads. The spec file read is named on every result line.
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
 2 for a bad command line (``--check`` with ``--out -``), an unreadable spec, or (``--check``) a
 PATH that cannot be read (one line naming it and the OS error; a PATH that does not exist is
@@ -29,10 +31,53 @@ from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..spec import SPEC, Spec, SpecError
 
-__all__ = ["check_generated", "read_for_check", "register", "spec_dir_for", "stdout_check",
-           "write_generated", "write_output"]
+__all__ = [
+    "check_generated",
+    "checkout_file",
+    "output_path",
+    "read_for_check",
+    "register",
+    "spec_dir_for",
+    "stdout_check",
+    "write_generated",
+    "write_output",
+]
 
 _PROG = "flodl-proto docs"
+
+
+def output_path(text: str) -> Path:
+    """argparse ``type=`` of every generator's output option (``--out``, ``--junit``, ...): the
+    path of a file, or ``-`` for stdout.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty, or ends with ``/`` (a folder, which the
+            command would otherwise have written as a file of that name).
+
+    No upstream counterpart: upstream ships no generator commands.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give a file path, or - for stdout")
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} names a folder (it ends with /); give a file "
+                                         "path in it")
+    return Path(text)
+
+
+def checkout_file(relative: Path) -> Path:
+    """The default output ``relative`` (e.g. ``docs/protocol.md``) of a generator: that path in
+    the source checkout the current folder is in (the nearest folder at or above it holding
+    ``spec/wire.yaml``), so a command run from a subfolder of a checkout writes the checkout's
+    file, not a new one beside it; ``relative`` itself (from the current folder) outside a
+    checkout.
+
+    No upstream counterpart: upstream ships no generator commands.
+    """
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / "spec" / "wire.yaml").is_file():
+            return Path(os.path.relpath(folder / relative, here))
+    return relative
 
 
 def register(sub: Any) -> None:
@@ -46,8 +91,9 @@ def register(sub: Any) -> None:
         description="Write the protocol reference (message layouts, constants, limits, "
         "lifecycles, worked examples) generated from spec/wire.yaml and spec/lifecycle.yaml, "
         "or with --check tell whether the written file is up to date.")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="PATH",
-                   help=f"output file (default: {DEFAULT_OUT}; '-' writes to stdout); missing "
+    p.add_argument("--out", type=output_path, default=None, metavar="PATH",
+                   help=f"output file (default: the checkout's {DEFAULT_OUT}, found from the "
+                   "current folder up, else that path here; '-' writes to stdout); missing "
                    "parent folders are created")
     p.add_argument("--spec", type=Path, default=None, metavar="DIR",
                    help="folder holding wire.yaml and lifecycle.yaml (default: the spec/ of the "
@@ -232,7 +278,7 @@ def _shown(path: Path) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    out: Path = args.out
+    out: Path = args.out if args.out is not None else checkout_file(DEFAULT_OUT)
     spec_dir = args.spec if args.spec is not None else spec_dir_for(out)
     try:
         spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
