@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from flodl_proto.codec.round_frame import decode_round_frame_or_eos
 from flodl_proto.commands.vectors import check_folders
 from flodl_proto.errors import ProtocolError
 from flodl_proto.interop.export import EXPORTED_FILES, SCHEMA, export_vectors, portable_prefix
+from flodl_proto.interop.vectors import iter_cases, manifest_total
 
 from .conftest import vectors_root
 
@@ -83,6 +85,29 @@ def test_cli_export_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["vectors", "check", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "manifests declare" in out
+
+
+def test_a_missing_manifest_or_a_wrong_count_says_why_the_check_failed(
+        exported: Path, tmp_path: Path) -> None:
+    # a folder without its manifest.json failed with only "manifests declare 0" to go on
+    folder = tmp_path / "vectors"
+    shutil.copytree(exported, folder)
+    (folder / "v2" / "manifest.json").unlink()
+    out = io.StringIO()
+    assert check_folders([folder], out=out) == 1
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == (f"  no {folder / 'v2' / 'manifest.json'}: the count of its cases "
+                         "cannot be checked")
+    assert not any("cases found where" in line for line in lines)
+    shutil.copy(exported / "v2" / "manifest.json", folder / "v2" / "manifest.json")
+    assert check_folders([folder], out=io.StringIO()) == 0
+    (folder / "v2" / "handshake.json").unlink()  # its cases are gone, the manifest counts them
+    out = io.StringIO()
+    assert check_folders([folder], out=out) == 1
+    found, declared = sum(1 for _ in iter_cases(folder)), manifest_total(folder)
+    assert found < declared
+    assert out.getvalue().splitlines()[-1] == (
+        f"  {found} cases found where the manifests declare {declared}")
 
 
 def test_cli_export_creates_missing_parents(tmp_path: Path,

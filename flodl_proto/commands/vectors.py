@@ -81,7 +81,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     stderr, nothing run) when a folder does not exist, is no folder, holds no vectors or holds
     a case file that cannot be read or is not a vector file."""
     from ..interop.registry import NotImplementedOp
-    from ..interop.vectors import manifest_total, run_case
+    from ..interop.vectors import manifest_total, run_case, vector_folders
 
     out = out or sys.stdout
     ok = True
@@ -117,6 +117,12 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
         expected = manifest_total(root)
         passed = sum(s["pass"] for s in stats.values())
         print(f"  total: {passed}/{total} passed; manifests declare {expected}", file=out)
+        unlisted = [f / "manifest.json" for f in vector_folders(root)
+                    if not (f / "manifest.json").is_file()]
+        for manifest in unlisted:
+            print(f"  no {manifest}: the count of its cases cannot be checked", file=out)
+        if total != expected and not unlisted:
+            print(f"  {total} cases found where the manifests declare {expected}", file=out)
         if failures and verbose:
             for f in failures:
                 print(f"  FAIL {f}", file=out)
