@@ -22,6 +22,7 @@
 # New inputs a campaign finds go to $FLODL_FUZZ_WORK/corpus/TARGET (the committed seed corpus in
 # fuzz/corpus/TARGET is only read); findings go to $FLODL_FUZZ_WORK/findings/TARGET.
 set -euo pipefail
+CALLER_DIR=$PWD  # replay's FILEs are named from the caller's folder
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -161,14 +162,21 @@ case "$1" in
   replay)
     [ $# -ge 3 ] || usage
     is_target "$2" || { echo "unknown target $2" >&2; exit 2; }
-    "$PY" - "$@" <<'EOF'
-import importlib, logging, sys
+    "$PY" - "$CALLER_DIR" "$@" <<'EOF'
+import importlib, logging, os, sys
 logging.disable(logging.CRITICAL)
-_, target, *files = sys.argv[1:]
+caller, _, target, *files = sys.argv[1:]
+inputs = []
+for f in files:  # every FILE is read before any runs: a missing one is a usage error, exit 2
+    try:
+        with open(os.path.join(caller, f), "rb") as fh:
+            inputs.append((f, fh.read()))
+    except OSError as e:
+        print(f"fuzz/run.sh: replay: cannot read {f}: {e.strerror}", file=sys.stderr)
+        sys.exit(2)
 mod = importlib.import_module(f"fuzz.harnesses.{target}")
-for f in files:
-    with open(f, "rb") as fh:
-        mod.test_one_input(fh.read())
+for f, data in inputs:
+    mod.test_one_input(data)  # a finding raises: its traceback, exit 1
     print(f"{f}: ok")
 EOF
     ;;

@@ -498,6 +498,20 @@ def test_fuzz_without_atheris_says_to_install_the_extra(tmp_path: Path) -> None:
     assert "FINDING" not in res.stderr
 
 
+def test_fuzz_replay_reads_files_from_the_callers_folder(tmp_path: Path) -> None:
+    # a missing FILE was a Python traceback; a relative one was looked up in the checkout
+    seed = next((ROOT / "fuzz" / "corpus" / "control").iterdir())
+    (tmp_path / "seed.bin").write_bytes(seed.read_bytes())
+    res = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), "replay", "control", "seed.bin"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "PYTHON": sys.executable})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "seed.bin: ok\n", "")
+    res = _fuzz("replay", "control", str(tmp_path / "seed.bin"), str(tmp_path / "missing.bin"))
+    assert (res.returncode, res.stdout) == (2, "")  # nothing is run before every file is read
+    _one_error_line(res.stderr, f"fuzz/run.sh: replay: cannot read {tmp_path / 'missing.bin'}: "
+                    "No such file or directory")
+
+
 def test_fuzz_help_says_all_n_is_per_target() -> None:
     res = _fuzz()
     assert res.returncode == 2
