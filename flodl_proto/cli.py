@@ -75,9 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="flodl cluster data-channel protocol: codec, reference controller, relay, "
         "rank client, interop vectors, docs.",
     )
-    parser.add_argument("--log-level", default="WARNING", type=str.upper,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="logging level (default WARNING)")
+    _add_log_level(parser, "WARNING")
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {__version__} (data-channel protocol versions "
                                 f"{', '.join(map(str, SUPPORTED_VERSIONS))}; default "
@@ -88,7 +86,25 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod = importlib.import_module(f"{commands.__name__}.{info.name}")
         mod.register(sub)
+    _log_level_everywhere(sub)
     return parser
+
+
+def _add_log_level(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--log-level", default=default, type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging level (default WARNING; before or after the command)")
+
+
+def _log_level_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
+    """Give every subcommand (nested ones too) ``--log-level`` as well, so it may follow the
+    command (``flodl-proto relay ... --log-level INFO``); its default there is no value, so a
+    level given before the command stands unless the command's own overrides it."""
+    for command in set(sub.choices.values()):
+        _add_log_level(command, argparse.SUPPRESS)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _log_level_everywhere(action)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -216,9 +216,13 @@ def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
 
 
 # -- item: Ctrl-C ------------------------------------------------------------------------------
-def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc]) -> None:
-    p = _Proc("--log-level", "DEBUG", "rank", "--relay", f"127.0.0.1:{_closed_port()}",
-              "--rank", "0", "--world-size", "2", "--salt", SALT_HEX)
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc], where: str) -> None:
+    # --log-level may follow the command too: its DEBUG line below shows it took effect
+    command = ["rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
+               "--world-size", "2", "--salt", SALT_HEX]
+    level = ["--log-level", "DEBUG"]
+    p = _Proc(*(level + command if where == "before" else command + level))
     procs.append(p)
     p.wait_for("connect attempt 1/")
     p.p.send_signal(signal.SIGINT)
