@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 def _deep(request: pytest.FixtureRequest) -> None:
     skip_deep_unless_selected(request)
 
-_DIGEST = re.compile(r"^[│|] rank (\d+)\s+[│|] ([0-9a-f]{64})", re.M)
+_DIGEST = re.compile(r"^[│|] ?rank (\d+)\s+[│|] ([0-9a-f]{64})", re.M)
 
 
 def _demo(*args: str, env: dict[str, str] | None = None,
@@ -254,7 +254,7 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
 @pytest.mark.netlab
 def test_demo_in_network_namespaces_shows_every_host_address_and_leaves_nothing() -> None:
     res = _demo("--netns", "--hosts", "3", "--world-size", "6", "--payload-mib", "0",
-                timeout=170)
+                timeout=170, env={"COLUMNS": "80"})  # the widest label beside a whole digest
     assert res.returncode == 0, res.stdout + res.stderr
     assert "network namespaces + bridge" in res.stdout
     for address in ("198.18.0.1 ", "198.18.0.10 ", "198.18.0.11 ", "198.18.0.12 "):
@@ -304,7 +304,7 @@ def test_stage_lines_name_the_demo_round_and_fit_80_columns() -> None:
     assert lines[:4] == [
         "round 2's Model reduce, the median of 5 traced: 39.363 ms",
         "from the last rank's send to its reply parsed",
-        "rank send" + " " * 34 + "  -0.201 ms  -1%",
+        "rank send" + " " * 34 + "   overlaps",  # no negative time: the stages overlapped
         "rank -> relay (wire, wake-up)" + " " * 14 + "  11.801 ms  30% gap",
     ]
     assert len(lines) == 2 + len(SEGMENTS)

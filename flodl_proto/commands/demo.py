@@ -343,7 +343,9 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
     """The summary's stage breakdown: which round is the median of the traced rounds (the Model
     reduces; numbered as the demo counts its rounds, via ``demo_round`` from
     :func:`model_rounds`), its total, then every part in ms with its share of the total, gaps
-    marked ``gap``. Lines are at most 63 characters, so the summary table stays within 80
+    marked ``gap``; a part that ended before it began (the next stage's party was first, e.g. a
+    rank parsed its reply before its relay finished the fan-out to the others) reads
+    ``overlaps``, no time. Lines are at most 63 characters, so the summary table stays within 80
     columns. An empty list when no round was traced."""
     from ..runner import stages
 
@@ -357,6 +359,9 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
              "from the last rank's send to its reply parsed"]
     width = max(len(label) for label, *_ in stages.SEGMENTS)
     for label, sec, gap in med.parts:
+        if sec < 0:  # the next party's stage came first (a rank parsed its reply before its
+            lines.append(f"{label:<{width}}{'overlaps':>11}")  # relay finished the fan-out)
+            continue
         share = 100.0 * sec / med.total if med.total > 0 else 0.0
         lines.append(f"{label:<{width}}{sec * 1e3:8.3f} ms{share:4.0f}%" + (" gap" if gap else ""))
     return lines
@@ -667,7 +672,9 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                       if any(ev["steps"] == 0 for ev in res.rounds[k].values()))
     moved = sum(sum(v for k, v in s.items() if k not in ("host_frames", "broadcasts"))
                 for s in res.relay_stats.values())
-    t = Table(title="flodl-proto demo", show_header=True, header_style="bold")
+    # no padding at the table's outer edges: a 64-digit digest beside the widest label
+    # ("controller") fits 80 columns
+    t = Table(title="flodl-proto demo", show_header=True, header_style="bold", pad_edge=False)
     t.add_column("", style="cyan", no_wrap=True)
     t.add_column("value", overflow="fold")
     outer = f", outer {args.outer}" if args.outer else ""
