@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._hexdump import parse_hex_dump
 from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.handshake import decode_ack, decode_handshake
@@ -304,54 +305,6 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
     raise ValueError(f"cannot tell the leg from the first bytes ({bytes(mv[:8]).hex()}): not a "
                      "channel magic, handshake, ack, RoundFrame, mux record or length-prefixed "
                      "frame; name it with --leg")
-
-
-def parse_hex_dump(text: str) -> bytes:
-    """Bytes from hex text: plain hex (whitespace ignored), ``xxd`` output (``00000010: 0102
-    0304  ..``), ``hexdump -C`` output and the offset-prefixed dumps of ``docs/protocol.md``
-    (``0010  01 02 03 04``). A leading offset is recognised as such only when it equals the
-    number of bytes read so far (a line holding only that offset, 7 digits or more, is hexdump's
-    closing line); the ASCII column of a dump is ignored.
-
-    Raises:
-        ValueError: a line holds something other than hex digits, or, in a dump with offsets, a
-            line's offset is not the count of bytes before it (a line left out, two dumps
-            pasted one after the other); the line number is named.
-    """
-    out = bytearray()
-    offsets = False  # a line began with its offset: the text is a dump
-    for lineno, raw_line in enumerate(text.splitlines(), 1):
-        line = raw_line.strip()
-        if not line:
-            continue
-        if len(line) >= 7 and " " not in line and _is_offset(line, len(out)):
-            continue  # hexdump's closing line: the total length alone
-        body = line
-        head, sep, rest = line.partition(":")
-        parts = line.split(None, 1)
-        columns = len(parts) == 2 and line[len(parts[0]):len(parts[0]) + 2] == "  "
-        if sep and _is_offset(head, len(out)):  # xxd: hex groups, two spaces, the ASCII column
-            body, offsets = rest.strip().split("  ")[0], True
-        elif columns and _is_offset(parts[0], len(out)):
-            body, offsets = parts[1].split("|")[0], True  # docs / hexdump -C (|ASCII| column)
-        elif offsets and (_is_offset(head) if sep else columns and _is_offset(parts[0])):
-            got = head if sep else parts[0]
-            raise ValueError(f"line {lineno}: offset {got} where {len(out):0{len(got)}x} was "
-                             "expected (a line left out, or two dumps one after the other)")
-        digits = "".join(body.split())
-        try:
-            out += bytes.fromhex(digits)
-        except ValueError:
-            raise ValueError(f"line {lineno}: not hex: {raw_line.strip()[:60]!r}") from None
-    return bytes(out)
-
-
-def _is_offset(token: str, expected: int | None = None) -> bool:
-    """Whether ``token`` has the form of a dump's offset (4 or more hex digits) and ``expected``'s
-    value (None: any)."""
-    if len(token) < 4 or any(c not in "0123456789abcdefABCDEF" for c in token):
-        return False
-    return expected is None or int(token, 16) == expected
 
 
 # -------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from flodl_proto._hexdump import HexDump, read_hex_dump
 from flodl_proto.cli import main
 from flodl_proto.codec import (
     END_OF_STREAM,
@@ -909,6 +910,74 @@ def test_hex_dumps_in_every_usual_form() -> None:
     assert parse_hex_dump("c0170df1  02000000") == bytes.fromhex("c0170df102000000")
     with pytest.raises(ValueError, match=r"line 2: not hex"):
         parse_hex_dump("00 01\nzz\n")
+
+
+def _od(data: bytes, start: int = 0) -> str:
+    """``od -Ax -tx1`` output: 6-digit offsets, single spaces, the closing offset, and ``*`` for
+    lines equal to the one before (as od prints without ``-v``)."""
+    lines, before = [], None
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        if chunk == before and len(chunk) == 16:
+            if lines[-1] != "*":
+                lines.append("*")
+            continue
+        lines.append(f"{start + off:06x} " + " ".join(f"{b:02x}" for b in chunk))
+        before = chunk
+    return "\n".join([*lines, f"{start + len(data):06x}"]) + "\n"
+
+
+def test_od_dumps_repeated_lines_and_dumps_from_past_byte_0() -> None:
+    # od's offsets were read as data bytes; `xxd -s N` was "not hex"; the '*' that hexdump -C
+    # and od print for repeated lines (a tensor of zeros) was "not hex"
+    data = _mux_up(2).data
+    assert parse_hex_dump(_od(data)) == data
+    zeros = data[:16] + bytes(80) + data[16:]  # five lines of zeros: one printed, then '*'
+    assert "*" in _od(zeros).splitlines() and parse_hex_dump(_od(zeros)) == zeros
+    hexdump = _hexdump_c(zeros).splitlines()
+    folded = [ln for i, ln in enumerate(hexdump) if not 2 <= i <= 5]
+    folded.insert(2, "*")
+    assert parse_hex_dump("\n".join(folded)) == zeros
+    xxd = _xxd(data).splitlines()
+    shifted = [f"{int(ln[:8], 16) + 4:08x}{ln[8:]}" for ln in xxd]  # as `xxd -s 4` prints them
+    assert read_hex_dump("\n".join(shifted)) == HexDump(4, data)
+    past = [f"{int(ln[:8], 16) + 4:08x}{ln[8:]}" for ln in _hexdump_c(data).splitlines()[:-1]]
+    assert read_hex_dump("\n".join(past)) == HexDump(4, data)
+    assert read_hex_dump(data.hex()) == HexDump(0, data)
+    # forms plain hex can take are offsets only when they count from 0
+    assert read_hex_dump(_od(data, 4)) == HexDump(4, data)  # od -j 4
+    assert parse_hex_dump("0004 c0 17") == bytes.fromhex("0004c017")
+    assert parse_hex_dump("c0170df1  02000000") == bytes.fromhex("c0170df102000000")
+    with pytest.raises(ValueError, match=r"^line 1: '\*' repeats no dump line before it$"):
+        parse_hex_dump("*\n0010  00")
+    with pytest.raises(ValueError, match=r"^line 3: a dump line without its offset after the "
+                                         r"'\*' of line 2$"):
+        parse_hex_dump("000000 00 01\n*\n02 03")
+
+
+def test_cli_decodes_what_od_prints_from_past_the_channel_magic(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+
+    sent = _mux_up(2)
+    raw = tmp_path / "mux.bin"
+    raw.write_bytes(sent.data)
+    whole = tmp_path / "whole.txt"  # the real od (coreutils), not a model of its output
+    whole.write_text(subprocess.run(["od", "-Ax", "-tx1", str(raw)], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert main(["decode", "--hex", "--salt", SALT.hex(), str(whole)]) == EXIT_OK
+    full = _json_lines(capsys.readouterr().out)
+    assert [r["offset"] for r in full[1:-1]] == sent.offsets[1:]
+    past = tmp_path / "past.txt"  # after the 4-byte channel magic: records only
+    past.write_text(subprocess.run(["od", "-Ax", "-tx1", "-j", "4", str(raw)],
+                                   capture_output=True, text=True, check=True).stdout)
+    assert main(["decode", "--hex", "--leg", "mux", "--salt", SALT.hex(), str(past)]) == EXIT_OK
+    got = capsys.readouterr()
+    assert got.err == ("flodl-proto decode: the hex dump starts at byte 4 of its stream (0x4); "
+                       "the offsets below count from the dump's first byte\n")
+    records = _json_lines(got.out)
+    assert [r["offset"] for r in records[:-1]] == [o - 4 for o in sent.offsets[1:]]
+    assert [r["type"] for r in records[:-1]] == [r["type"] for r in full[1:-1]]
 
 
 def test_a_dump_whose_offsets_skip_or_restart_is_refused_naming_the_line() -> None:

@@ -6,8 +6,9 @@
                        [--protocol-version 2|3] [--format json|table] [--values]
                        [--pcap --port N] [--frame-ceiling BYTES] [--max-input BYTES] [FILE|-]
 
-Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd`` or
-``hexdump -C`` output, or the offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
+Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd``,
+``hexdump -C`` or ``od -Ax -tx1`` output (from any offset; ``*`` lines expanded), or the
+offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
 is a libpcap/pcapng capture and every TCP stream to or from ``--port`` is decoded, each
 direction on its own; a capture that ends inside its file header or a packet record is reported
 on stderr with the byte it ends at, the streams of the whole packets before the cut are
@@ -113,8 +114,8 @@ def register(sub: Any) -> None:
                    "rank<->relay (handshake or ack first, then length-framed frames); frame: "
                    "bare RoundFrames. Default auto: told from the first bytes")
     p.add_argument("--hex", action="store_true",
-                   help="the input is hex text: plain hex, xxd or hexdump -C output, or the "
-                   "dumps of docs/protocol.md")
+                   help="the input is hex text: plain hex, xxd, hexdump -C or od -Ax -tx1 "
+                   "output, or the dumps of docs/protocol.md")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--salt", type=_salt, metavar="HEX",
                    help="16-byte session salt in hex: verify every auth tag")
@@ -214,7 +215,7 @@ def _read_input(name: str, hex_text: bool, limit: int,
         raise _Unreadable(f"{e.filename or name}: {os_reason(e)}") from None
     if not hex_text:
         return raw
-    from ..decode import parse_hex_dump
+    from .._hexdump import read_hex_dump
 
     try:
         text = raw.decode("ascii")
@@ -222,13 +223,18 @@ def _read_input(name: str, hex_text: bool, limit: int,
         raise _NotHex(f"input is not hex: byte 0x{raw[e.start]:02x} at offset {e.start} "
                       "(--hex takes hex text)") from None
     try:
-        return parse_hex_dump(text)
+        dump = read_hex_dump(text)
     except ValueError as e:  # "line N: not hex: '...'", or "line N: offset ... where ..."
         why = str(e)
         if ": not hex:" in why:
             raise _NotHex("input is not hex: " + why.replace(": not hex:", ":", 1)
                           + " (--hex takes hex text)") from None
         raise _NotHex(f"the hex dump's offsets do not follow on: {why}") from None
+    if dump.start:  # `xxd -s N`: the decoder sees the dump's bytes only
+        print(f"{_PROG}: the hex dump starts at byte {dump.start} of its stream "
+              f"(0x{dump.start:x}); the offsets below count from the dump's first byte",
+              file=sys.stderr)
+    return dump.data
 
 
 def _print_report(report: DecodeReport, fmt: str, out: TextIO,
