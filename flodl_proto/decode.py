@@ -54,7 +54,14 @@ from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.handshake import decode_ack, decode_handshake
 from .codec.loopback import decode_len_framed_or_eos
-from .codec.mux import MuxHeader, MuxRecord, RecordKind, parse_mux_header_or_eos
+from .codec.mux import (
+    Hello,
+    MuxHeader,
+    MuxRecord,
+    RecordKind,
+    encode_control,
+    parse_mux_header_or_eos,
+)
 from .codec.round_frame import Dtype, RoundFrame, TensorPayload, round_frame_extent
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
@@ -491,6 +498,12 @@ class _Decoder:
             rec["wire_rank"] = hdr.rank  # ignored by the reader (leniency mux_rank_ignored)
         if record.control is not None:
             rec["control"] = control_to_json(record.control, self.version)
+            extra = len(payload) - len(encode_control(record.control, self.version))
+            if extra > 0:  # upstream's reader ignores them (consumed count discarded)
+                rec["trailing_bytes"] = extra
+                if self.version == 2 and isinstance(record.control, Hello):
+                    rec["note"] = ("ignored by a version 2 reader; a version 3 Hello? "
+                                   "--protocol-version 3")
         elif kind is RecordKind.DATA:
             shown = payload if self.values else payload[:_DATA_PREVIEW]
             rec["payload"] = bytes(shown).hex()
@@ -712,6 +725,10 @@ def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
             name = f"control {c['variant']}"
             fields = " ".join(f"{k}={v}" for k, v in c.items()
                               if k not in ("variant", "variant_index"))
+            if rec.get("trailing_bytes"):
+                fields += f"; +{rec['trailing_bytes']} trailing bytes"
+            if "note" in rec:
+                fields += f" ({rec['note']})"
             return name, tag, fields
         if "frame" in rec:
             return name, f"{tag}/{_tag(rec['frame']['tag_status'])}", _frame_summary(rec["frame"])

@@ -342,6 +342,31 @@ def test_leniencies_are_reported() -> None:
     assert t["elided"] and "version 2" in t["note"]
 
 
+def test_a_version_3_hello_read_as_version_2_says_so() -> None:
+    # a v3 mux capture (no handshake tells its version) decoded as v2 without a word: the Hello's
+    # model_sigs count is a byte the v2 reader ignores, as upstream's does
+    hello = Hello("host-a", [0, 1, 2])
+    data = encode_channel_magic("data") + encode_mux_record_bytes(
+        MuxRecord.control_msg(hello, 3), SALT) + encode_mux_record_bytes(
+        MuxRecord.control_msg(RankExit(2), 3), SALT)
+    rep = decode_stream(data, "mux", salt=SALT)
+    assert rep.exit_code == EXIT_OK and rep.version == 2
+    rec = rep.records[1]
+    assert rec["control"] == {"variant": "Hello", "variant_index": 0, "host": "host-a",
+                              "ranks": [0, 1, 2]}
+    assert rec["trailing_bytes"] == 1
+    assert rec["note"] == ("ignored by a version 2 reader; a version 3 Hello? "
+                           "--protocol-version 3")
+    assert "trailing_bytes" not in rep.records[2]
+    line = [ln for ln in format_table(rep) if "control Hello" in ln]
+    assert len(line) == 1 and line[0].endswith(
+        "host=host-a ranks=[0, 1, 2]; +1 trailing bytes (ignored by a version 2 reader; a "
+        "version 3 Hello? --protocol-version 3)")
+    rep = decode_stream(data, "mux", salt=SALT, version=3)
+    assert "trailing_bytes" not in rep.records[1] and "note" not in rep.records[1]
+    assert rep.records[1]["control"]["model_sigs"] == []
+
+
 def test_bad_channel_magic_and_handshake() -> None:
     ctl = encode_channel_magic("control") + _mux_down(2).data
     rep = decode_stream(ctl, "mux")
