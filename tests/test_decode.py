@@ -1150,21 +1150,32 @@ def test_an_input_no_leg_starts_is_refused_after_its_first_chunk(
 # -------------------------------------------------------------------------------------------------
 # memory: the input is held once, and an input this machine cannot hold is one error line
 # -------------------------------------------------------------------------------------------------
+_PEAK_RSS = """
+import sys
+from flodl_proto.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:  # the peak RSS of this program (VmHWM starts afresh at exec; ru_maxrss does not)
+    with open("/proc/self/status") as f:
+        peak = next(ln.split()[1] for ln in f if ln.startswith("VmHWM:"))
+    print(f"peak-rss-kib {peak}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def _decode_child(args: list[str], cwd: Path,
                   preexec: Callable[[], None] | None = None) -> tuple[int, str, int]:
-    """Run ``python -m flodl_proto decode ARGS`` (this checkout); return its exit code, its
-    stderr and its peak resident set size in bytes."""
+    """Run ``flodl-proto decode ARGS`` (this checkout) in a process of its own; return its exit
+    code, its stderr and its peak resident set size in bytes."""
     import os
     import subprocess
 
-    p = subprocess.Popen([sys.executable, "-B", "-m", "flodl_proto", "decode", *args], cwd=cwd,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=preexec)
-    assert p.stderr is not None
-    err = p.stderr.read()
-    _pid, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, err, usage.ru_maxrss * 1024  # Linux: kibibytes
+    p = subprocess.run([sys.executable, "-B", "-c", _PEAK_RSS, "decode", *args], cwd=cwd,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=preexec)
+    *err, last = p.stderr.splitlines(keepends=True)
+    assert last.startswith("peak-rss-kib "), p.stderr
+    return p.returncode, "".join(err), int(last.split()[1]) * 1024
 
 
 def test_a_file_is_held_once_in_memory(tmp_path: Path) -> None:
