@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import io
 import ipaddress
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,6 +159,26 @@ def _dpkt() -> Any:
     return mod
 
 
+#: the largest packet a libpcap capture can hold (libpcap's MAXIMUM_SNAPLEN)
+_MAX_SNAPLEN = 262144
+
+
+def _impossible_record(data: bytes | bytearray, at: int) -> str | None:
+    """Why the libpcap packet record at byte ``at`` cannot be one (its length is over the
+    capture's snaplen and libpcap's largest), or None: a record that runs past the end of the
+    data is then a cut, not a corrupt file. pcapng and short headers: None."""
+    order = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<",
+             b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}.get(bytes(data[:4]))
+    if order is None or len(data) < 24 or at + 16 > len(data):
+        return None
+    (snaplen,) = struct.unpack_from(order + "I", data, 16)
+    (incl_len,) = struct.unpack_from(order + "I", data, at + 8)
+    if incl_len <= max(snaplen, _MAX_SNAPLEN):
+        return None
+    return (f"the packet record at byte {at} claims {incl_len} bytes, more than the capture's "
+            f"snaplen {snaplen}")
+
+
 def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
     """Yield (link type, frame bytes) of every whole packet record.
 
@@ -182,15 +203,22 @@ def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
             _ts, buf = next(records)
         except StopIteration:  # pcapng's reader stops at a block header cut short
             if f.short and f.tell() > complete:
-                raise CaptureTruncated(len(data), complete) from None
+                raise _cut_or_corrupt(data, complete) from None
             return
         except (ValueError, dpkt.UnpackError) as e:
             if f.short:
-                raise CaptureTruncated(len(data), complete) from None
+                raise _cut_or_corrupt(data, complete) from None
             raise PcapError(f"capture is corrupt: {e}") from None
         if f.short:  # dpkt handed out the part of the packet that was there
-            raise CaptureTruncated(len(data), complete)
+            raise _cut_or_corrupt(data, complete)
         yield linktype, bytes(buf)
+
+
+def _cut_or_corrupt(data: bytes | bytearray, at: int) -> PcapError:
+    """The error of a read that ran out of data in the record at byte ``at``: a corrupt record
+    (:func:`_impossible_record`) or else a capture cut short (:class:`CaptureTruncated`)."""
+    why = _impossible_record(data, at)
+    return PcapError(f"capture is corrupt: {why}") if why else CaptureTruncated(len(data), at)
 
 
 def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
@@ -209,7 +237,8 @@ def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
         CaptureTruncated: the capture ends inside its file header or inside a packet record;
             its ``streams`` hold what the whole packets before the cut carry (as returned
             otherwise).
-        PcapError: the capture cannot be read, or its link-layer type is not supported.
+        PcapError: the capture cannot be read (a packet record claims more bytes than the
+            capture's snaplen: corrupt, not cut), or its link-layer type is not supported.
 
     Upstream: none (a capture tool); the streams it yields are the TCP connections of
     ``flodl/src/distributed/relay/`` and ``controller/``.

@@ -720,6 +720,29 @@ def test_a_truncated_capture_is_reported_with_the_streams_before_the_cut() -> No
                                      f"the packet record that starts at byte {start}")
 
 
+def test_a_record_claiming_more_than_the_snaplen_is_corrupt_not_cut(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a damaged record header (its length a huge number) was reported as a capture cut short
+    from flodl_proto.pcap import PcapError
+
+    cap = bytearray(_capture(_mux_up(3).data, _mux_down(3).data, 1337))
+    starts = _record_starts(bytes(cap))
+    at = starts[3]
+    struct.pack_into("<I", cap, at + 8, 0x7FFF0000)  # incl_len, with 65535 the snaplen
+    with pytest.raises(PcapError) as ei:
+        read_tcp_streams(bytes(cap), 1337)
+    assert type(ei.value) is PcapError
+    assert str(ei.value) == (f"capture is corrupt: the packet record at byte {at} claims "
+                             f"{0x7FFF0000} bytes, more than the capture's snaplen 65535")
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(cap)
+    assert main(["decode", "--pcap", str(path), "--port", "1337"]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: {ei.value}\n")
+    struct.pack_into("<I", cap, at + 8, 65535)  # a length the snaplen allows: a cut capture
+    with pytest.raises(CaptureTruncated):
+        read_tcp_streams(bytes(cap[:at + 16 + 100]), 1337)
+
+
 def test_a_truncated_pcapng_capture_is_reported() -> None:
     import dpkt
 
