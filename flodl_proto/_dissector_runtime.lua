@@ -690,7 +690,8 @@ local function frame_pdu(tvb, off, conv)
     local m = u32(tvb, off)
     local name = START[m]
     if name == "mux_record" then
-        if avail < C.MUX_HEADER_LEN then return nil, C.MUX_HEADER_LEN - avail end
+        -- the record's length is in the header: until it is whole, ask for one more segment
+        if avail < C.MUX_HEADER_LEN then return nil, DESEGMENT_ONE_MORE_SEGMENT end
         local plen = u32(tvb, off + 13)
         if plen > proto.prefs.ceiling then
             return false, errtext("mux.payload_too_large", { length = plen,

@@ -257,10 +257,16 @@ def _t_record(rec: Pairs) -> dict[str, Any]:
 def tshark_records(pcap: Path, lua: Path, prefs: dict[str, str]
                    ) -> dict[str, list[tuple[dict[str, Any], list[str]]]]:
     """tshark's records per TCP direction (``"ip:port -> ip:port"``), with their expert ids."""
-    text = _tshark(pcap, lua, prefs, "-Y", PROTO_NAME, "-T", "json", "-J", PROTO_NAME)
+    return tshark_records_args(pcap, lua, prefs)
+
+
+def tshark_records_args(pcap: Path, lua: Path, prefs: dict[str, str], *args: str
+                        ) -> dict[str, list[tuple[dict[str, Any], list[str]]]]:
+    """:func:`tshark_records` of a tshark run given ``args`` too (e.g. ``-2``, two passes)."""
+    text = _tshark(pcap, lua, prefs, *args, "-Y", PROTO_NAME, "-T", "json", "-J", PROTO_NAME)
     assert "Lua Error" not in text, text[max(0, text.index("Lua Error") - 2000):][:4000]
     packets = json.loads(text, object_pairs_hook=list) if text.strip() else []
-    ends = _tshark(pcap, lua, prefs, "-Y", PROTO_NAME, "-T", "fields", "-e", "ip.src",
+    ends = _tshark(pcap, lua, prefs, *args, "-Y", PROTO_NAME, "-T", "fields", "-e", "ip.src",
                    "-e", "tcp.srcport", "-e", "ip.dst", "-e", "tcp.dstport").splitlines()
     assert len(ends) == len(packets)
     out: dict[str, list[tuple[dict[str, Any], list[str]]]] = defaultdict(list)
@@ -581,6 +587,41 @@ def test_cluster_streams_heuristic_and_version_detection(version: int, lua: Path
     assert "[First values: [1.0, -0.5]]" in tree  # bf16
     assert "[Elements: 70000]" in tree and "[First values: [-1.0, -0.999971" in tree
     assert "not verified: check with flodl-proto decode --salt-file" in tree
+
+
+def _mux_capture_cut(version: int, size: int) -> Capture:
+    """The relay -> controller stream of :func:`_cluster_capture` (and the replies), every
+    segment ``size`` bytes: many end inside a 25-byte mux record header."""
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    up = [encode_channel_magic("data") + _record(Hello("host-a", [0, 1, 2]), version)]
+    up += [b"".join(encode_frame_record(RecordKind.HOST_FRAME, f, SALT))
+           for f in _frames(version)[:3]]
+    up += [_record(RankExit(2), version), _record(RankExit(1), version)]
+    cap.send(mux, True, b"".join(up), (size,))
+    down = [_record(HelloAck(), version)]
+    down += [b"".join(encode_frame_record(RecordKind.BROADCAST, f, SALT))
+             for f in _frames(version)[:3]]
+    cap.send(mux, False, b"".join(down), (size,))
+    cap.close(mux)
+    return cap
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("size", [10, 13, 24, 29])
+def test_two_pass_runs_keep_records_whose_header_is_cut(size: int, lua: Path,
+                                                        tmp_path: Path) -> None:
+    # a segment ending 4 to 24 bytes into a mux record header asked for exactly the header's
+    # missing bytes; on tshark's second pass (-2) the records after it were lost
+    pcap = tmp_path / "cut.pcap"
+    pcap.write_bytes(_mux_capture_cut(3, size).pcap())
+    decoded = decode_records(pcap, 23456, "mux", 3)
+    want = sum(len(recs) for recs, _ in decoded.values())
+    assert want == 1 + 1 + 3 + 2 + 1 + 3  # magic, Hello, 3 HostFrames, 2 RankExit | ack, 3 Bc
+    for passes in ((), ("-2",)):
+        got = tshark_records_args(pcap, lua, {}, *passes)
+        assert compare(got, decoded, expect_experts=False) == want, passes
+        assert all(not ex for recs in got.values() for _, ex in recs), passes
 
 
 # -------------------------------------------------------------------------------------------------
