@@ -116,18 +116,15 @@ local function at(tvb, off, len)
 end
 
 -- Conversation state (per TCP connection) --------------------------------------------------------
-local f_tcp_stream = Field.new("tcp.stream")
 local convs = {}
 
+-- Keyed by the connection's two endpoints, in either direction (what one direction learns, e.g.
+-- the version from a Hello, the other uses). Not by tcp.stream: that field has no value on a
+-- pass without a tree (tshark -2's first), so the two passes would keep their state apart.
 local function conv_of(pinfo)
-    local fi = f_tcp_stream()
-    local key
-    if fi then
-        key = "s" .. tostring(fi.value)
-    else
-        key = tostring(pinfo.src) .. ":" .. pinfo.src_port .. "/" .. tostring(pinfo.dst) .. ":"
-            .. pinfo.dst_port
-    end
+    local a = tostring(pinfo.src) .. "/" .. pinfo.src_port
+    local b = tostring(pinfo.dst) .. "/" .. pinfo.dst_port
+    local key = a < b and (a .. " " .. b) or (b .. " " .. a)
     local c = convs[key]
     if not c then c = {}; convs[key] = c end
     return c

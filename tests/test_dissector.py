@@ -624,6 +624,22 @@ def test_two_pass_runs_keep_records_whose_header_is_cut(size: int, lua: Path,
         assert all(not ex for recs in got.values() for _, ex in recs), passes
 
 
+@pytest.mark.tshark
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_info_column_is_the_same_in_one_pass_and_two(version: int, lua: Path,
+                                                          tmp_path: Path) -> None:
+    # the connection's state was keyed by tcp.stream, which has no value on tshark -2's first
+    # pass (no tree): the second pass lost what the first learned (the version, the ranks)
+    pcap = tmp_path / "cluster.pcap"
+    pcap.write_bytes(_cluster_capture(version).pcap())
+    fields = ("-T", "fields", "-e", "frame.number", "-e", "_ws.col.Info")
+    one = _tshark(pcap, lua, {}, *fields)
+    two = _tshark(pcap, lua, {}, "-2", *fields)
+    assert one == two
+    assert "HostFrame relay→ctl ranks [0,1,2] Model w=3.0 1 tensor 12 B" in two
+    assert ("ranks [0,1,2] model_sigs 0" in two) == (version == 3)
+
+
 # -------------------------------------------------------------------------------------------------
 # A malformed capture
 # -------------------------------------------------------------------------------------------------
