@@ -7,7 +7,14 @@ local ENUMS = SPEC.enums
 local LAYOUTS = SPEC.layouts
 local M = SPEC.markers
 
-local proto = Proto(SPEC.proto.name, SPEC.proto.description)
+-- This file loaded a second time (installed as a plugin and given with -X lua_script too): the
+-- protocol is registered already, so the copy loaded first dissects and this one steps aside.
+local registered, proto = pcall(Proto, SPEC.proto.name, SPEC.proto.description)
+if not registered then
+    local known, first = pcall(Dissector.get, SPEC.proto.name)
+    if known and first then do return end end
+    error(proto, 0)  -- any other failure is reported as Wireshark reports a script's error
+end
 
 -- Filter fields ---------------------------------------------------------------------------------
 local F, field_list = {}, {}

@@ -640,6 +640,21 @@ def test_the_info_column_is_the_same_in_one_pass_and_two(version: int, lua: Path
     assert ("ranks [0,1,2] model_sigs 0" in two) == (version == 3)
 
 
+@pytest.mark.tshark
+def test_the_dissector_loaded_twice_dissects_once_without_an_error(lua: Path,
+                                                                  tmp_path: Path) -> None:
+    # as a plugin and with -X lua_script: the second copy failed with a Lua traceback
+    pcap = tmp_path / "cluster.pcap"
+    pcap.write_bytes(_cluster_capture(3).pcap())
+    cmd = ["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}", "-X",
+           f"lua_script:{lua}", "-Y", PROTO_NAME, "-T", "fields", "-e", "_ws.col.Info"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0 and "Lua" not in res.stderr, res.stderr
+    assert res.stdout == _tshark(pcap, lua, {}, "-Y", PROTO_NAME, "-T", "fields", "-e",
+                                 "_ws.col.Info")
+    assert res.stdout.startswith("Handshake rank→relay rank 1 world 4 v3\n")
+
+
 # -------------------------------------------------------------------------------------------------
 # A malformed capture
 # -------------------------------------------------------------------------------------------------
