@@ -734,13 +734,45 @@ local function http_start(tvb)
 end
 
 local http_dissector = false  -- not looked up yet; nil when Wireshark has none
+
+-- The length of the HTTP message at off (headers, then a Content-Length body), or nil while its
+-- headers are not whole. A dissector called from Lua cannot ask TCP for more bytes, so the
+-- messages are framed here and each is handed over whole.
+local HTTP_HEAD_MAX = 65536
+local function http_message_len(tvb, off)
+    local text = tvb:raw(off, math.min(tvb:len() - off, HTTP_HEAD_MAX))
+    local head_end = text:find("\r\n\r\n", 1, true)
+    if not head_end then return nil end
+    local body = text:sub(1, head_end + 1):lower():match("\r\ncontent%-length:[ \t]*(%d+)")
+    return head_end + 3 + (tonumber(body) or 0)
+end
+
 local function dissect_http(tvb, pinfo, tree)
     if http_dissector == false then
         local ok, d = pcall(Dissector.get, "http")
         http_dissector = ok and d or nil
     end
-    if http_dissector then return http_dissector:call(tvb, pinfo, tree) end
-    return tvb:len()
+    local len = tvb:len()
+    if not http_dissector then return len end
+    local off = 0
+    while off < len do
+        local n = http_message_len(tvb, off)
+        if n == nil or off + n > len then
+            local framed = n ~= nil or len - off < HTTP_HEAD_MAX
+            if pinfo.can_desegment > 0 and framed then
+                pinfo.desegment_offset = off
+                pinfo.desegment_len = n and (off + n - len) or DESEGMENT_ONE_MORE_SEGMENT
+                return len
+            end
+            n = len - off  -- no reassembly (or no end of headers in sight): hand the rest over
+        end
+        local ok = pcall(http_dissector.call, http_dissector, tvb(off, n):tvb(), pinfo, tree)
+        if not ok then
+            tree:add(proto, tvb(off, n)):append_text(", an HTTP message the HTTP dissector could not read")
+        end
+        off = off + n
+    end
+    return len
 end
 
 -- (a local function: the heuristic calls it directly, since calling proto.dissector from Lua goes

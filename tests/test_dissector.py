@@ -707,8 +707,9 @@ def test_malformed_capture_raises_expert_info_and_later_records_dissect(lua: Pat
         "bytes at offset 31)" in msgs
 
 
+@pytest.mark.parametrize("cut", [None, (5,), (20, 9)])
 def test_the_status_responder_s_http_on_a_flodl_port_is_http_not_malformed(
-        lua: Path, tmp_path: Path) -> None:
+        cut: tuple[int, ...] | None, lua: Path, tmp_path: Path) -> None:
     # the controller serves GET /status on its port: with the port registered, the HTTP
     # connection's packets showed as "Malformed: frame magic 0x20544547"
     good = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload.from_array(
@@ -718,10 +719,12 @@ def test_the_status_responder_s_http_on_a_flodl_port_is_http_not_malformed(
     cap.send(data, True, encode_channel_magic("data") + _record(Hello("h", [4, 5]), 2))
     cap.send(data, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, good, SALT)))
     http: Connection = cap.connect(("10.0.0.3", 40002), ("10.0.0.1", 23458))
-    cap.send(http, True, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+    request = b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n"
+    cap.send(http, True, request, cut or (len(request),))  # cut: segments a reader reassembles
     body = b'{"state": "running"}'
-    cap.send(http, False, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    cap.send(http, False, reply, cut or (len(reply),))
     pcap = tmp_path / "status.pcap"
     pcap.write_bytes(cap.pcap())
     prefs = {f"{PROTO_NAME}.ports": "23458"}
