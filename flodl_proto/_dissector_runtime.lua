@@ -228,7 +228,16 @@ local function tensor_done(tvb, ttree, tv, items, st)
     local shape = fmt_list(dims):gsub(",", ", ")
     local dname = ENUMS.Dtype.names[tv.dtype] or ("unknown(" .. tostring(tv.dtype) .. ")")
     ttree:add(field("round_frame.shape"), at(tvb, tv.start), shape):set_generated()
-    ttree:add(field("round_frame.numel"), at(tvb, tv.start), UInt64(numel)):set_generated()
+    if numel >= 2 ^ 64 then  -- UInt64 would show it wrapped (0 for 2^64)
+        local big = string.format("%.4g", numel)
+        local item = ttree:add(at(tvb, tv.start), "Elements: " .. big
+            .. " (the product of the dims) overflows u64")
+        item:set_generated()
+        item:add_proto_expert_info(E.bad_value, "element count " .. big
+            .. " (the product of the dims) overflows u64")
+    else
+        ttree:add(field("round_frame.numel"), at(tvb, tv.start), UInt64(numel)):set_generated()
+    end
     local es = ENUMS.Dtype.element_size[tv.dtype]
     local nb = tv.nbytes
     local elided = nb == 0 and numel > 0
@@ -257,6 +266,12 @@ local function tensor_done(tvb, ttree, tv, items, st)
         elided and " (elided)" or ""))
     st.tensors[#st.tensors + 1] = { dtype = dname, shape = dims, nbytes = nb }
 end
+
+-- The tree shows at most TREE_TENSORS tensors of a frame and TREE_DIMS dims of a tensor (Wireshark
+-- stops a packet at a million tree items: 4000 tensors of 255 dims would pass it). The rest are
+-- read and checked all the same, into NULL_TREE, which takes every call and shows nothing.
+local TREE_TENSORS, TREE_DIMS = 1000, 16
+local NULL_TREE = setmetatable({}, { __index = function(t) return function() return t end end })
 
 -- Dissect the RoundFrame occupying tvb[off, tvb:len()). Returns a summary table; summary.bad is
 -- set when the frame is malformed.
@@ -290,15 +305,19 @@ local function dissect_frame(tvb, off, tree, version)
             local count = vals[part.count]
             for t = 0, count - 1 do
                 local tstart = p
-                local ttree = tree:add(field("round_frame.tensor"), at(tvb, p, 1), t)
+                local ttree = NULL_TREE
+                if t < TREE_TENSORS then
+                    ttree = tree:add(field("round_frame.tensor"), at(tvb, p, 1), t)
+                end
                 local tv, titems = { index = t, start = p, dims = {} }, {}
                 for k = i, j - 1 do
                     local q = parts[k]
                     local times = 1
                     if q.times then times = tv[q.times] end
-                    for _ = 1, times do
+                    for rep = 1, times do
                         if q.data then tv.data_off = p end
-                        local np, fd, fo = walk(tvb, p, ttree, q.fields, tv, titems, "frame")
+                        local into = (q.times and rep > TREE_DIMS) and NULL_TREE or ttree
+                        local np, fd, fo = walk(tvb, p, into, q.fields, tv, titems, "frame")
                         if not np then
                             ttree:set_len(math.max(1, math.min(p, tvb:len()) - tstart))
                             local need = fd.size
@@ -309,6 +328,11 @@ local function dissect_frame(tvb, off, tree, version)
                             local h = HOOK[fd.name]
                             if h and not h(tv[fd.name], titems[fd.name], st, tv) then
                                 st.bad = fd.name
+                                if ttree == NULL_TREE then  -- its expert info went nowhere
+                                    tree:add_proto_expert_info(E.bad_value, "tensor " .. t
+                                        .. " (past the tree's first " .. TREE_TENSORS
+                                        .. "): " .. fd.name .. " refused")
+                                end
                                 return st
                             end
                         end
@@ -317,7 +341,15 @@ local function dissect_frame(tvb, off, tree, version)
                     end
                 end
                 if p > tstart then ttree:set_len(p - tstart) end
+                if #tv.dims > TREE_DIMS then
+                    ttree:add(at(tvb, tstart), (#tv.dims - TREE_DIMS)
+                        .. " more dims not shown (see Shape)"):set_generated()
+                end
                 tensor_done(tvb, ttree, tv, titems, st)
+            end
+            if count > TREE_TENSORS then
+                tree:add(at(tvb, off), (count - TREE_TENSORS) .. " more tensors not shown in the "
+                    .. "tree (read and checked; flodl-proto decode lists them)"):set_generated()
             end
             i = j
         end

@@ -221,8 +221,10 @@ def _t_frame(ft: Pairs) -> dict[str, Any]:
     p = f"{PROTO_NAME}.round_frame."
     tensors = []
     for t in _all(ft, p + "tensor_tree"):
-        tensors.append((_num(_get(t, p + "dtype")), [int(d) for d in _all(t, p + "dim")],
-                        _num(_get(t, p + "nbytes"))))
+        # the shape (every dim; the tree shows the first 16 as fields), else a cut tensor's dims
+        shape = _get(t, p + "shape")
+        dims = json.loads(shape) if shape else [int(d) for d in _all(t, p + "dim")]
+        tensors.append((_num(_get(t, p + "dtype")), dims, _num(_get(t, p + "nbytes"))))
     return {"kind": _num(_get(ft, p + "kind")), "weight": _get(ft, p + "weight"),
             "tensors": tensors}
 
@@ -653,6 +655,36 @@ def test_the_dissector_loaded_twice_dissects_once_without_an_error(lua: Path,
     assert res.stdout == _tshark(pcap, lua, {}, "-Y", PROTO_NAME, "-T", "fields", "-e",
                                  "_ws.col.Info")
     assert res.stdout.startswith("Handshake rank→relay rank 1 world 4 v3\n")
+
+
+@pytest.mark.tshark
+def test_a_frame_of_many_tensors_of_many_dims_stays_within_the_tree_limit(
+        lua: Path, tmp_path: Path) -> None:
+    # 4000 tensors of 255 dims passed tshark's million tree items: the packet was cut off with
+    # an error; an element count over u64 showed as 0
+    many = RoundFrame(RoundKind.MODEL, 1.0,
+                      [TensorPayload(Dtype.F32, [1] * 255, b"\0\0\0\0")] * 4000)
+    huge = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(Dtype.F32, [2**32 - 1] * 3, b"")])
+    cap = Capture()
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(1, 4, 3), (16,))
+    cap.send(loop, True, b"".join(encode_framed_round(many, SALT)), (65000,))
+    cap.send(loop, True, b"".join(encode_framed_round(huge, SALT)), (65000,))
+    pcap = tmp_path / "many.pcap"
+    pcap.write_bytes(cap.pcap())
+    tree = _tshark(pcap, lua, {}, "-V", "-Y", PROTO_NAME)
+    assert "Lua" not in tree and "Maximum tree items" not in tree, tree[-2000:]
+    assert tree.count("Tensor 999: f32[1, 1, ") == 1 and "Tensor 1000:" not in tree
+    assert "3000 more tensors not shown in the tree (read and checked; flodl-proto decode " \
+           "lists them)" in tree
+    assert tree.count("239 more dims not shown (see Shape)") == 1000
+    assert "[Elements: 7.923e+28 (the product of the dims) overflows u64]" in tree
+    assert "Expert Info (Error/Malformed): element count 7.923e+28 (the product of the dims) " \
+           "overflows u64" in tree
+    info = _tshark(pcap, lua, {}, "-Y", PROTO_NAME, "-T", "fields", "-e", "_ws.col.Info")
+    assert info.splitlines()[1:] == [
+        "LenFramed rank→relay rank [1] Model w=1.0 4000 tensors 15.6 KiB",
+        "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 0 B"]
 
 
 # -------------------------------------------------------------------------------------------------
