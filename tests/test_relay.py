@@ -457,6 +457,31 @@ def test_shutdown_while_waiting_for_ranks_and_bad_rank_sets() -> None:
     assert default_relay_port(1337) == 1341
 
 
+@pytest.mark.parametrize("reason", ["stopped by a signal", None])
+def test_a_shutdown_mid_run_ends_with_its_reason(reason: str | None) -> None:
+    # a relay stopped mid-run (a signal) ended as "controller_closed": closing its connections
+    # made its reader see the controller's end before the stop was recorded
+    with FakeController() as ctrl:
+        relay, r0, r1, conn = _two_rank_relay(ctrl)
+        try:
+            r0.send_frame(frame([1.0, 2.0], weight=1.0))
+            r1.send_frame(frame([3.0, 4.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None
+            conn.broadcast(rec.frame(SALT))
+            assert r0.read_reply() == r1.read_reply()
+            r0.send_frame(frame([1.0, 2.0], weight=1.0))  # the next round has begun
+            err = relay.shutdown(10) if reason is None else relay.shutdown(10, reason=reason)
+            assert err is None
+            outcome = relay.core.outcome
+            assert outcome is not None
+            assert str(outcome) == f"clean (stop: {reason or 'shutdown requested'})"
+        finally:
+            r0.close()
+            r1.close()
+            relay.shutdown()
+
+
 def test_stats_and_idle_elided_deposit_v3() -> None:
     """Version 3: an idle rank's elided deposit merges nothing (the HostFrame equals the other
     rank's contribution); an all-elided round ships elided."""

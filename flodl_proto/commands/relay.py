@@ -478,7 +478,8 @@ def run(args: argparse.Namespace) -> int:
             while not relay.done and not stop.wait(0.1):
                 pass
         finally:
-            err = relay.shutdown()
+            err = relay.shutdown(reason="stopped by a signal" if stop.is_set()
+                                 else "shutdown requested")
     report_dropped(_PROG, None, log_lines)
     s = relay.stats
     print(f"relay stats from_ranks={s.from_ranks} to_ranks={s.to_ranks} "

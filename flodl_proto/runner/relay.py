@@ -341,12 +341,18 @@ class Relay:
             self._main.join()
         return self._error
 
-    def shutdown(self, timeout: float | None = None) -> BaseException | None:
+    def shutdown(self, timeout: float | None = None,
+                 reason: str = "shutdown requested") -> BaseException | None:
         """Stop the relay (closing every connection), join its threads; return its error.
 
-        Idempotent.
+        A relay still running ends cleanly with ``reason`` (e.g. ``"stopped by a signal"``) as
+        its outcome's detail, not with what closing its connections then shows (the controller
+        connection closed). Idempotent.
         """
         self._stop.set()
+        if self._main is not None:
+            with self._core_lock:  # before the sockets go down: the request is the reason
+                self._core.stop(reason)
         self._wake_all()
         if self._main is None:
             self._release()
