@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import ml_dtypes
 import pytest
 
 from flodl_proto.codec import encode_ack, encode_handshake
@@ -206,13 +207,66 @@ def test_rank_payload_and_interval_must_be_finite(option: str, value: str, shown
                           f"got {shown}\n")
 
 
+@pytest.mark.parametrize(("args", "wire", "ceiling"), [
+    (("--payload-mib", "1e12"), 1048576000000001241, 1073741824),
+    (("--payload-mib", "1500"), 1572865241, 1073741824),
+    (("--payload-mib", "4", "--frame-ceiling", "4194304"), 4195545, 4194304),
+])
+def test_rank_payload_above_the_frame_ceiling_is_a_usage_error(
+        args: tuple[str, ...], wire: int, ceiling: int) -> None:
+    # the rank dialled its relay and built a tensor of up to 1e12 MiB before the ceiling or the
+    # allocation failed; the frame's length is now known from the options alone
+    res = _cli("rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
+               "--world-size", "1", "--salt", SALT_HEX, *args)
+    assert (res.returncode, res.stdout) == (2, "")
+    mib = float(args[1])
+    assert res.stderr == (f"flodl-proto rank: error: --payload-mib {mib} makes a {wire}-byte "
+                          f"frame, above the frame ceiling {ceiling} (--frame-ceiling)\n")
+
+
+def test_the_synthetic_frame_length_is_the_encoded_frames() -> None:
+    from flodl_proto.codec import TensorPayload, encode_round_frame_bytes
+    from flodl_proto.codec.round_frame import RoundFrame, RoundKind
+    from flodl_proto.commands.rank import synthetic_frame_len, synthetic_tensors
+
+    for mib, bf16 in ((0.0, False), (0.01, False), (0.01, True), (1.0, True)):
+        tensors = [TensorPayload.from_array(a.astype(ml_dtypes.bfloat16) if bf16 else a)
+                   for a in synthetic_tensors(3, 7, mib)]
+        frame = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, tensors), b"s" * 16)
+        assert synthetic_frame_len(mib, bf16) == len(frame), (mib, bf16)
+
+
 def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
-    """The relay acks; the rank then cannot build its 1e12 MiB tensor: one line, exit 1."""
-    with _acked_rank("--payload-mib", "1e12") as (p, _):
-        out, err = p.communicate(timeout=60)
+    """Within the ceiling but above this process's memory (its address space held to 1 GiB):
+    the relay acks; the rank cannot build its 2000 MiB tensor: one line, exit 1."""
+    def held() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(60)
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
+                          "1", "--salt", SALT_HEX, "--payload-mib", "2000", "--frame-ceiling",
+                          "4294967295"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=held)
+    try:
+        conn, _ = lst.accept()
+        with conn:
+            conn.settimeout(60)
+            recv_exact(conn, 16)  # handshake
+            conn.sendall(encode_ack(2))
+            out, err = p.communicate(timeout=60)
+    finally:
+        lst.close()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
     assert (p.returncode, out) == (1, "")
-    assert err == ("flodl-proto rank 0: error: cannot allocate the --payload-mib "
-                   "1000000000000.0 tensor\n")
+    assert err == "flodl-proto rank 0: error: cannot allocate the --payload-mib 2000.0 tensor\n"
 
 
 # -- item: Ctrl-C ------------------------------------------------------------------------------

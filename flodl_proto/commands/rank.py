@@ -85,6 +85,27 @@ def synthetic_tensors(rank: int, round_: int, payload_mib: float = 0.0
     return out
 
 
+def synthetic_frame_len(payload_mib: float, bf16: bool = False) -> int:
+    """Wire length in bytes of the frame a rank sends with :func:`synthetic_tensors` (every rank
+    and round: the shapes are fixed), f32 or (``bf16``) bf16 elements, computed without building
+    the ``payload_mib`` tensor.
+
+    No upstream counterpart: upstream has no synthetic rank; the length is
+    ``controller/round_frame.rs`` ``round_frame_wire_len``'s.
+    """
+    from ..codec import Dtype, TensorPayload, round_frame_wire_len
+
+    shapes = [list(a.shape) for a in synthetic_tensors(0, 0)]
+    n = int(payload_mib * _MIB) // 4
+    if n > 0:
+        shapes.append([n])
+    dtype = Dtype.BF16 if bf16 else Dtype.F32
+    # the layout's length with no payload bytes (elided tensors of the same ndim: a tensor's
+    # header length depends on its ndim only), plus the payload bytes
+    return (round_frame_wire_len(TensorPayload.elide(dtype, [1] * len(s)) for s in shapes)
+            + dtype.element_size * sum(int(math.prod(s)) for s in shapes))
+
+
 def mass_of(rank: int, round_: int) -> float:
     """Realized-work mass of ``rank`` in round ``round_``: ``(rank + round_) % 4`` (0 = idle)."""
     return float((rank + round_) % 4)
@@ -152,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2
     from ..runner.rank import RankClient  # here: usage errors skip NumPy
+
+    # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
+    if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:
+        print(f"flodl-proto rank: error: --payload-mib {args.payload_mib} makes a "
+              f"{wire}-byte frame, above the frame ceiling {ceiling} (--frame-ceiling)",
+              file=sys.stderr, flush=True)
+        return 2
 
     prog = f"flodl-proto rank {args.rank}"
     lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-rank-stdout")
