@@ -27,6 +27,7 @@ from flodl_proto.codec import (
     TensorPayload,
     encode_round_frame_bytes,
 )
+from flodl_proto.commands.relay import _why_failed
 from flodl_proto.errors import (
     AuthenticationError,
     InvalidValue,
@@ -263,6 +264,20 @@ def test_world_size_disagreement_is_rejected_on_the_wire() -> None:
             assert isinstance(err, InvalidValue) and "world_size 3 != expected 2" in str(err)
         finally:
             relay.shutdown()
+        # the CLI's line names the address the handshake came from (it did not)
+        relay = _start(ctrl, [0, 1], 2)
+        raw = RawRank(relay.address)
+        try:
+            host, port = raw.sock.getsockname()[:2]
+            assert raw.handshake(0, 3) == b""
+            err = relay.wait(10)
+            assert err is not None and err.__notes__ == [
+                f"the rank connecting from {host}:{port}"]
+            assert _why_failed(err).endswith(
+                f"world_size 3 != expected 2 (the rank connecting from {host}:{port})")
+        finally:
+            raw.close()
+            relay.shutdown()
 
 
 def test_rank_outside_the_host_set_is_rejected() -> None:
@@ -347,6 +362,9 @@ def test_frame_with_another_salt_is_fatal() -> None:
             err = relay.wait(10)
             assert isinstance(err, AuthenticationError)
             assert "HMAC verification failed" in str(err)
+            # the CLI's line says whose frame it was (it did not)
+            assert err.__notes__ == ["local rank 0's frame"]
+            assert _why_failed(err) == f"{str(err).splitlines()[0]} (local rank 0's frame)"
         finally:
             relay.shutdown()
             r0.close()

@@ -499,6 +499,7 @@ def run(args: argparse.Namespace) -> int:
 def _why_failed(err: BaseException) -> str:
     """The relay's error in one line, with the likely cause where one is known."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    text += "".join(f" ({note})" for note in getattr(err, "__notes__", ()))  # e.g. which rank
     if isinstance(err, ProtocolError) and err.error_id == "relay.closed_before_helloack":
         text += (" (check --protocol-version and the salt on both sides, and the controller's "
                  "--frame-ceiling)")

@@ -340,6 +340,7 @@ class RelayCore:
             if done is not None:
                 self._ship(done)
         except ProtocolError as e:
+            e.add_note(f"local rank {rank}'s frame")  # whose deposit it was, for the report
             self._fail(e)
         return self._flush()
 

@@ -469,7 +469,11 @@ class Relay:
                         self._rank_socks[a.rank] = conn
                     log.debug("relay %s: rank %d connected from %s", self.host, a.rank, peer)
                 else:
-                    self._raise_if_finished(a)
+                    try:
+                        self._raise_if_finished(a)
+                    except ProtocolError as e:  # say whose handshake it was
+                        e.add_note(f"the rank connecting from {format_addr(peer)}")
+                        raise
         with self._lock:
             lsock, self._listener = self._listener, None
         if lsock is not None:
