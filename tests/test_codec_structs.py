@@ -24,6 +24,7 @@ from flodl_proto.codec._common import (
     unviewed,
 )
 from flodl_proto.codec.structs import _field_format, dims_packed, packed
+from flodl_proto.errors import LocalProtocolError
 
 
 # -- structs ---------------------------------------------------------------------------------------
@@ -112,8 +113,14 @@ def test_as_view_casts_other_formats_to_flat_unsigned_bytes(make: object) -> Non
 
 def test_as_view_refuses_a_strided_buffer() -> None:
     arr = np.arange(8, dtype=np.float32)[::2]
-    with pytest.raises(TypeError, match=r"^decoders need a contiguous buffer$"):
+    with pytest.raises(LocalProtocolError, match=r"^data must be a contiguous bytes-like object "
+                       r"\(bytes, bytearray or memoryview\), got non-contiguous memoryview$"):
         as_view(memoryview(arr))
+    with pytest.raises(LocalProtocolError, match=r"^payload must be .*, got ndarray$"):
+        as_view(arr, "payload")
+    flat = memoryview(np.arange(8, dtype=np.uint8))[::2]  # 1-D, format B, strided
+    with pytest.raises(LocalProtocolError, match=r"got non-contiguous memoryview$"):
+        as_view(flat)
 
 
 @pytest.mark.parametrize("data", [b"", b"\x07", b"\x01\x02\xfe\xff"])

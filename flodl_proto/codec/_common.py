@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..spec import SPEC
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "as_view",
     "check_ceiling",
     "check_version",
+    "not_bytes_like",
     "unviewed",
     "wire_int",
 ]
@@ -31,7 +32,11 @@ BytesLike: TypeAlias = bytes | bytearray | memoryview
 
 
 class EndOfStream(enum.Enum):
-    """Type of the :data:`END_OF_STREAM` sentinel."""
+    """Type of the :data:`END_OF_STREAM` sentinel.
+
+    Upstream: the ``Ok(None)`` clean end of stream of ``controller/round_frame.rs`` and
+    ``relay/mux.rs`` readers.
+    """
 
     END_OF_STREAM = "END_OF_STREAM"
 
@@ -50,23 +55,40 @@ class NeedData:
 
     Attributes:
         nbytes: minimum number of further bytes (>= 1) before the next record can complete.
+
+    Upstream: none as such: upstream's readers block in ``read_exact`` for the bytes a record still
+    needs.
     """
 
     nbytes: int
 
 
-def as_view(data: BytesLike) -> memoryview:
+def as_view(data: BytesLike, field: str = "data") -> memoryview:
     """Return a flat unsigned-byte memoryview of ``data`` without copying.
 
+    Args:
+        data: any C-contiguous buffer (bytes, bytearray, memoryview, a NumPy array's memory).
+        field: the argument's name, for the error.
+
     Raises:
-        TypeError: ``data`` is not a contiguous bytes-like object.
+        InvalidValue (local, ``codec.not_bytes_like``): ``data`` is not a buffer (``None``, text,
+            a list, a message object) or not a C-contiguous one (a strided view).
     """
-    mv = data if isinstance(data, memoryview) else memoryview(data)
-    if mv.format != "B" or mv.ndim != 1:
-        if not mv.contiguous:
-            raise TypeError("decoders need a contiguous buffer")
-        mv = mv.cast("B")
+    try:
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+        if mv.format != "B" or mv.ndim != 1 or not mv.c_contiguous:
+            mv = mv.cast("B")  # refuses a strided view (TypeError)
+    except (TypeError, BufferError, ValueError):
+        raise not_bytes_like(field, data) from None
     return mv
+
+
+def not_bytes_like(field: str, value: Any) -> ProtocolError:
+    """The local error for a caller's ``field`` that is not a contiguous buffer (``value``)."""
+    got = type(value).__name__
+    if isinstance(value, memoryview):
+        got = "non-contiguous memoryview"
+    return protocol_error("codec.not_bytes_like", field=field, got=got)
 
 
 def unviewed(buf: bytearray) -> bool:
@@ -122,13 +144,18 @@ def check_version(version: int) -> int:
     """Validate a data-channel protocol version and return it.
 
     Raises:
-        VersionMismatch (local): ``version`` is not one of ``SPEC.supported_versions`` (2, 3).
+        VersionMismatch (local): ``version`` is not one of ``SPEC.supported_versions`` (2, 3),
+            or not an integer (``2.0`` and ``True`` are refused: the codec's integer rule,
+            :func:`wire_int`).
 
     Upstream: the version switch of ``flodl/src/distributed/relay/mux.rs`` (``Hello`` shape) and
     ``controller/round_frame.rs`` (zero-elision from version 3).
     """
-    if version not in SPEC.supported_versions:
-        raise protocol_error(
-            "version.unsupported", got=version, supported=list(SPEC.supported_versions)
-        )
+    if version.__class__ is not int or version not in SPEC.supported_versions:
+        n = wire_int(version)  # a NumPy integer is one; a float (2.0) or a bool is not
+        if n is None or n not in SPEC.supported_versions:
+            raise protocol_error(
+                "version.unsupported", got=version, supported=list(SPEC.supported_versions)
+            )
+        return n
     return version

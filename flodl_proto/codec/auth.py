@@ -102,6 +102,8 @@ def check_salt(salt: BytesLike) -> bytes:
     Raises:
         InvalidValue (local): the salt is not exactly 16 bytes, or is text (hex strings must be
             converted with ``bytes.fromhex``), or is not bytes-like at all (an int, None).
+
+    Upstream: ``wire.rs`` (``SessionSalt = [u8; 16]``).
     """
     if type(salt) is bytes and len(salt) == SESSION_SALT_BYTES:
         return salt  # what the conversion below gives (every round's call: a client's own salt)
@@ -157,6 +159,8 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes.
+
+    Upstream: ``wire.rs`` ``hmac_sha256_64``.
     """
     mac = new_mac(check_salt(salt))
     for p in pieces:

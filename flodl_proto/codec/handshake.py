@@ -59,6 +59,8 @@ class Handshake:
         rank: the rank id as sent (u32; may be >= world_size, see the spec's leniencies).
         world_size: the rank's view of the world size (u32).
         version: the protocol version it carried.
+
+    Upstream: ``controller/mod.rs`` ``read_handshake``.
     """
 
     rank: int
@@ -73,8 +75,10 @@ def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION)
         InvalidValue (local): rank or world size outside u32, or not an integer (the codec's
             integer rule, :func:`~flodl_proto.codec._common.wire_int`: a bool, a float or text is
             refused, never truncated or taken as 0 / 1); VersionMismatch (local): bad version.
+
+    Upstream: ``flodl/src/distributed/cpu_reduce.rs`` ``send_handshake``.
     """
-    check_version(version)
+    version = check_version(version)
     fields = {}
     for name, v in (("rank", rank), ("world_size", world_size)):
         n = wire_int(v)
@@ -88,14 +92,25 @@ def decode_handshake(data: BytesLike, expected_world_size: int,
                      version: int = DEFAULT_VERSION) -> tuple[Handshake, int]:
     """Read and check a rank handshake at the start of ``data``.
 
+    Args:
+        data: the received bytes (any contiguous buffer).
+        expected_world_size: the world size this relay serves (u32); a handshake carrying
+            another is refused.
+        version: the protocol version this relay speaks.
+
     Returns:
         ``(handshake, 16)``.
 
     Raises:
         TruncatedInput, BadMagic, VersionMismatch, InvalidValue (world size) — remote, in that
         order; upstream's "cluster_controller: handshake ..." wording.
+        InvalidValue (local): ``data`` is not a buffer, or ``expected_world_size`` is not a u32;
+        VersionMismatch (local): bad ``version``.
+
+    Upstream: ``flodl/src/distributed/controller/mod.rs`` ``read_handshake``.
     """
-    check_version(version)
+    version = check_version(version)
+    _check_u32("expected_world_size", expected_world_size)
     mv = as_view(data)
     if len(mv) < HANDSHAKE_LEN:
         raise protocol_error("handshake.read_failed", got=len(mv), need=HANDSHAKE_LEN)
@@ -111,8 +126,14 @@ def decode_handshake(data: BytesLike, expected_world_size: int,
 
 
 def encode_ack(version: int = DEFAULT_VERSION) -> bytes:
-    """Encode the 8-byte handshake ack for protocol ``version``."""
-    check_version(version)
+    """Encode the 8-byte handshake ack for protocol ``version``.
+
+    Raises:
+        VersionMismatch (local): ``version`` is not a supported version (an integer).
+
+    Upstream: ``flodl/src/distributed/controller/mod.rs`` ``write_handshake_ack``.
+    """
+    version = check_version(version)
     return bytes(HANDSHAKE_ACK.build({"magic": HANDSHAKE_MAGIC_CONTROLLER_ACK,
                                       "version": version}))
 
@@ -122,9 +143,13 @@ def decode_ack(data: BytesLike, version: int = DEFAULT_VERSION) -> int:
 
     Raises:
         TruncatedInput, BadMagic, VersionMismatch (remote), in that order; upstream's
-        "cpu_reduce: ..." wording.
+        "cpu_reduce: ..." wording. InvalidValue (local): ``data`` is not a buffer;
+        VersionMismatch (local): bad ``version``.
+
+    Upstream: ``flodl/src/distributed/cpu_reduce.rs`` (the ack check after
+    ``send_handshake``).
     """
-    check_version(version)
+    version = check_version(version)
     mv = as_view(data)
     if len(mv) < HANDSHAKE_ACK_LEN:
         raise protocol_error("ack.read_failed", got=len(mv), need=HANDSHAKE_ACK_LEN)
@@ -141,26 +166,44 @@ def encode_channel_magic(channel: str | int = "data") -> bytes:
     enum — ``data``, ``control``, ``rendezvous``, ``join`` — or a raw u32).
 
     Raises:
-        InvalidValue (local): unknown channel name or value outside u32.
+        InvalidValue (local): unknown channel name, or a value that is not a u32 (a float or a
+            bool included).
+
+    Upstream: ``flodl/src/distributed/wire.rs`` ``write_channel_magic``.
     """
-    value = CHANNELS.get(channel) if isinstance(channel, str) else channel
+    value = CHANNELS.get(channel) if isinstance(channel, str) else wire_int(channel)
     if value is None or not 0 <= value <= U32_MAX:
         raise protocol_error("handshake.bad_field", field="channel", value=channel,
                              reason=f"not one of {sorted(CHANNELS)} or a u32")
     return bytes(CHANNEL_MAGIC.build({"magic": value}))
 
 
-def expect_channel_magic(data: BytesLike, expected: int = CHANNEL_MAGIC_DATA,
+def _check_u32(field: str, value: object) -> int:
+    """``value`` as a u32, or the local error naming ``field`` (the codec's integer rule)."""
+    n = wire_int(value)
+    if n is None or not 0 <= n <= U32_MAX:
+        raise protocol_error("handshake.bad_field", field=field, value=value, reason="not a u32")
+    return n
+
+
+def expect_channel_magic(data: BytesLike, expected: int | str = CHANNEL_MAGIC_DATA,
                          what: str = "cluster_controller") -> int:
     """Consume and check the channel magic at the start of ``data``; return 4.
 
     Args:
-        expected: the magic this subsystem serves.
+        expected: the magic this subsystem serves: a u32, or a channel name (``"data"``, ...).
         what: subsystem name that prefixes the error (upstream: ``cluster_controller``).
 
     Raises:
-        TruncatedInput, BadMagic (remote).
+        TruncatedInput, BadMagic (remote). InvalidValue (local): ``data`` is not a buffer, or
+        ``expected`` is no channel name and not a u32.
+
+    Upstream: ``flodl/src/distributed/wire.rs`` ``expect_channel_magic``.
     """
+    if isinstance(expected, str) and expected in CHANNELS:
+        expected = CHANNELS[expected]
+    else:
+        expected = _check_u32("expected", expected)
     mv = as_view(data)
     if len(mv) < CHANNEL_MAGIC_LEN:
         raise protocol_error("channel.read_failed", what=what, got=len(mv))

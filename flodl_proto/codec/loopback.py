@@ -15,7 +15,15 @@ from collections.abc import Sequence
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN, U32_MAX
-from ._common import END_OF_STREAM, BytesLike, EndOfStream, as_view, check_ceiling, wire_int
+from ._common import (
+    END_OF_STREAM,
+    BytesLike,
+    EndOfStream,
+    as_view,
+    check_ceiling,
+    not_bytes_like,
+    wire_int,
+)
 from .auth import Premac
 from .round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_frame
 from .structs import PACKED
@@ -71,11 +79,17 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
 
     Raises:
         LimitExceeded (local): the blob is longer than the frame ceiling (bytes) or than u32.
+        InvalidValue (local): ``blob`` is not a buffer nor a list of buffers.
+
+    Upstream: ``flodl/src/distributed/relay/mux.rs`` ``write_len_framed``.
     """
-    pieces: list[BytesLike] = (
-        [blob] if isinstance(blob, bytes | bytearray | memoryview) else list(blob)
-    )
-    length = sum(memoryview(p).nbytes for p in pieces)
+    try:
+        pieces: list[BytesLike] = (
+            [blob] if isinstance(blob, bytes | bytearray | memoryview) else list(blob)
+        )
+        length = sum(memoryview(p).nbytes for p in pieces)
+    except (TypeError, BufferError):  # None, text, a number: no buffers
+        raise not_bytes_like("blob", blob) from None
     return [encode_len_prefix(length, ceiling=ceiling), *pieces]
 
 
@@ -86,6 +100,9 @@ def encode_framed_round(frame: RoundFrame, salt: BytesLike, *,
     Raises:
         InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): the frame is
             longer than the frame ceiling.
+
+    Upstream: ``cpu_reduce.rs`` ``write_len_prefix``, then ``controller/round_frame.rs``
+    ``write_round_frame_streamed``.
     """
     return encode_len_framed(encode_round_frame(frame, salt), ceiling=ceiling)
 
@@ -100,6 +117,8 @@ def decode_len_prefix(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) 
     Raises:
         TruncatedInput (remote) ``len.prefix_read_failed``: fewer than 4 bytes.
         LimitExceeded (remote): the length exceeds the frame ceiling.
+
+    Upstream: ``relay/mux.rs`` ``read_len_prefix``.
     """
     length = decode_len_prefix_or_eos(data, ceiling=ceiling)
     if length is END_OF_STREAM:
@@ -114,6 +133,8 @@ def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
     Raises:
         TruncatedInput (remote): fewer than 4 bytes (``len.prefix_read_failed``) or a short body;
         LimitExceeded (remote): prefix above the ceiling.
+
+    Upstream: ``relay/mux.rs`` ``read_len_framed``.
     """
     res = decode_len_framed_or_eos(data, ceiling=ceiling)
     if res is END_OF_STREAM:
@@ -129,6 +150,8 @@ def decode_framed_round(data: BytesLike, salt: BytesLike, *,
     Raises:
         TruncatedInput (remote) ``len.prefix_read_failed`` when ``data`` ends inside the prefix;
         every error of :func:`decode_framed_round_or_eos`.
+
+    Upstream: ``cpu_reduce.rs`` ``read_framed_round``.
     """
     res = decode_framed_round_or_eos(data, salt, ceiling=ceiling, premac=premac)
     if res is END_OF_STREAM:
@@ -142,6 +165,8 @@ def decode_len_prefix_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CE
 
     Raises:
         LimitExceeded (remote): the length exceeds the frame ceiling.
+
+    Upstream: ``relay/mux.rs`` ``read_len_prefix`` (``Ok(None)`` at a clean end).
     """
     check_ceiling(ceiling)
     mv = as_view(data)
@@ -159,6 +184,8 @@ def decode_len_framed_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CE
 
     Raises:
         LimitExceeded (remote): prefix above the ceiling; TruncatedInput (remote): short body.
+
+    Upstream: ``relay/mux.rs`` ``read_len_framed`` (``Ok(None)`` at a clean end).
     """
     mv = as_view(data)
     length = decode_len_prefix_or_eos(mv, ceiling=ceiling)
@@ -185,6 +212,8 @@ def decode_framed_round_or_eos(data: BytesLike, salt: BytesLike, *,
         LimitExceeded (remote): prefix above the ceiling.
         TruncatedInput (remote): the body ends inside the frame header (also a zero prefix),
             or the frame is shorter than its prefix; any RoundFrame reader error inside the body.
+
+    Upstream: ``cpu_reduce.rs`` ``read_framed_round`` (``Ok(None)`` at a clean end).
     """
     mv = as_view(data)
     length = decode_len_prefix_or_eos(mv, ceiling=ceiling)

@@ -51,6 +51,7 @@ from ._common import (
     as_view,
     check_ceiling,
     check_version,
+    not_bytes_like,
     wire_int,
 )
 from .auth import (
@@ -147,8 +148,17 @@ class Hello:
             raise protocol_error("mux.bad_field", field="Hello.host", value=host,
                                  reason="not UTF-8 text (a lone surrogate)") from None
         object.__setattr__(self, "host", str(host))
-        object.__setattr__(self, "ranks", tuple(_check_rank(r, "Hello.ranks") for r in ranks))
-        sigs = tuple(bytes(s) for s in model_sigs)
+        try:
+            checked = tuple(_check_rank(r, "Hello.ranks") for r in ranks)
+        except TypeError:  # None, a number: no sequence of ranks
+            raise protocol_error("mux.bad_field", field="Hello.ranks", value=ranks,
+                                 reason="not an iterable of u32 ranks") from None
+        object.__setattr__(self, "ranks", checked)
+        try:
+            sigs = tuple(bytes(s) for s in model_sigs)
+        except TypeError:
+            raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
+                                 reason="not an iterable of 32-byte signatures") from None
         for s in sigs:
             encode_bytes_fixed(s, MODEL_SIG_LEN, field="Hello.model_sigs")
         object.__setattr__(self, "model_sigs", sigs)
@@ -156,13 +166,19 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class HelloAck:
-    """Controller -> relay: the reply to an accepted :class:`Hello`."""
+    """Controller -> relay: the reply to an accepted :class:`Hello`.
+
+    Upstream: ``relay/mux.rs`` ``RelayControlMsg::HelloAck``.
+    """
 
 
 @dataclass(frozen=True, slots=True)
 class RankExit:
     """Relay -> controller: local rank ``rank`` closed its connection (u32; an ``int`` or a
-    NumPy integer, kept as an ``int``)."""
+    NumPy integer, kept as an ``int``).
+
+    Upstream: ``relay/mux.rs`` ``RelayControlMsg::RankExit``.
+    """
 
     rank: int
 
@@ -174,7 +190,10 @@ class RankExit:
 @dataclass(frozen=True, slots=True)
 class DeclareDead:
     """Controller -> relay: drop rank ``rank`` (u32; an ``int`` or a NumPy integer, kept as an
-    ``int``) from the fold barrier."""
+    ``int``) from the fold barrier.
+
+    Upstream: ``relay/mux.rs`` ``RelayControlMsg::DeclareDead``.
+    """
 
     rank: int
 
@@ -269,6 +288,8 @@ class MuxRecord:
         control: the decoded control message of a Control record, else None.
 
     Build with :meth:`data`, :meth:`control_msg`, :meth:`host_frame`, :meth:`broadcast`.
+
+    Upstream: ``relay/mux.rs`` ``MuxRecord``.
     """
 
     kind: RecordKind
@@ -279,7 +300,7 @@ class MuxRecord:
     @classmethod
     def data(cls, rank: int, payload: BytesLike) -> MuxRecord:
         """A Data record (opaque ``payload`` tagged with ``rank``; control channel only)."""
-        return cls(RecordKind.DATA, _check_rank(rank, "rank"), as_view(payload))
+        return cls(RecordKind.DATA, _check_rank(rank, "rank"), as_view(payload, "payload"))
 
     @classmethod
     def control_msg(cls, msg: ControlMessage, version: int = DEFAULT_VERSION) -> MuxRecord:
@@ -289,12 +310,12 @@ class MuxRecord:
     @classmethod
     def host_frame(cls, payload: BytesLike) -> MuxRecord:
         """A HostFrame record: ``payload`` is one encoded RoundFrame (relay -> controller)."""
-        return cls(RecordKind.HOST_FRAME, 0, as_view(payload))
+        return cls(RecordKind.HOST_FRAME, 0, as_view(payload, "payload"))
 
     @classmethod
     def broadcast(cls, payload: BytesLike) -> MuxRecord:
         """A Broadcast record: ``payload`` is the encoded consensus RoundFrame."""
-        return cls(RecordKind.BROADCAST, 0, as_view(payload))
+        return cls(RecordKind.BROADCAST, 0, as_view(payload, "payload"))
 
     def frame(self, salt: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> RoundFrame:
         """Decode the RoundFrame a HostFrame / Broadcast payload carries (bytes after it are
@@ -326,6 +347,8 @@ class MuxHeader:
         rank: raw rank field.
         payload_len: payload length in bytes (already checked against the ceiling).
         auth_tag: the 8 tag bytes.
+
+    Upstream: ``relay/mux.rs`` (the 25-byte record header ``read_record`` checks).
     """
 
     kind: int
@@ -362,7 +385,10 @@ def encode_mux_record_parts(
     k = wire_int(kind)  # any kind byte may be written (a conformance case sends unknown ones)
     if k is None or not 0 <= k <= 0xFF:
         raise protocol_error("mux.bad_field", field="kind", value=kind, reason="not a u8")
-    length = sum(memoryview(p).nbytes for p in payload)
+    try:
+        length = sum(memoryview(p).nbytes for p in payload)
+    except (TypeError, BufferError):  # None, text, a message object: no buffers
+        raise not_bytes_like("payload", payload) from None
     if length > min(ceiling, U32_MAX):
         raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
     covered = _header_bytes(k, r, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
@@ -374,23 +400,42 @@ def encode_mux_record_parts(
     return [covered + tag, *payload]
 
 
+#: every record kind value, and their names, for :func:`encode_mux_record`'s check
+_RECORD_KINDS = frozenset(int(k) for k in RecordKind)
+_KIND_NAMES = [f"{int(k)} {k.name}" for k in RecordKind]
+
+
 def encode_mux_record(record: MuxRecord, salt: BytesLike,
                       *, ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
     """Encode ``record`` signed with ``salt`` as ``[header, payload]`` buffers.
 
     Raises:
-        InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): payload too large.
+        InvalidValue (local): ``record`` is not a :class:`MuxRecord`, or its kind is not a
+            :class:`RecordKind` (the decoder refuses any other kind byte; a conformance test
+            that needs one writes it with :func:`encode_mux_record_parts`), or the salt is not
+            16 bytes; LimitExceeded (local): payload too large.
+
+    Upstream: ``flodl/src/distributed/relay/mux.rs`` ``write_record``.
     """
-    return encode_mux_record_parts(int(record.kind), record.rank, [record.payload], salt,
-                                   ceiling=ceiling)
+    try:
+        kind, rank, payload = record.kind, record.rank, record.payload
+    except AttributeError:
+        raise protocol_error("mux.bad_field", field="record", value=type(record).__name__,
+                             reason="not a MuxRecord") from None
+    if wire_int(kind) not in _RECORD_KINDS:
+        raise protocol_error("mux.bad_field", field="kind", value=kind,
+                             reason=f"not a record kind ({', '.join(_KIND_NAMES)})")
+    return encode_mux_record_parts(int(kind), rank, [payload], salt, ceiling=ceiling)
 
 
 def encode_mux_record_bytes(record: MuxRecord, salt: BytesLike) -> bytes:
     """Encode ``record`` signed with ``salt`` into one ``bytes``.
 
     Raises:
-        InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): payload above
-            the frame ceiling.
+        InvalidValue (local): as :func:`encode_mux_record`; LimitExceeded (local): payload
+            above the frame ceiling.
+
+    Upstream: ``flodl/src/distributed/relay/mux.rs`` ``write_record``.
     """
     return b"".join(encode_mux_record(record, salt))
 
@@ -468,6 +513,8 @@ def parse_mux_header(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -
     Raises:
         TruncatedInput (remote) ``mux.header_read_failed``: fewer than 25 bytes; then BadMagic,
         VersionMismatch, LimitExceeded (remote), in that order.
+
+    Upstream: ``relay/mux.rs`` ``read_record`` (its header checks).
     """
     hdr = parse_mux_header_or_eos(data, ceiling=ceiling)
     if hdr is END_OF_STREAM:
@@ -484,6 +531,8 @@ def parse_mux_header_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEI
 
     Raises:
         BadMagic, VersionMismatch, LimitExceeded (remote), in that order.
+
+    Upstream: ``relay/mux.rs`` ``try_read_from`` (its header checks; ``Ok(None)`` at a clean end).
     """
     check_ceiling(ceiling)
     mv = as_view(data)

@@ -126,7 +126,10 @@ class RoundKind(enum.IntEnum):
 
 class Dtype(enum.IntEnum):
     """Known wire dtype tags: ``F32`` (4 bytes/element) and ``BF16`` (2 bytes/element).
-    A :class:`TensorPayload` may carry any byte; only these two can be summed or viewed."""
+    A :class:`TensorPayload` may carry any byte; only these two can be summed or viewed.
+
+    Upstream: ``controller/round_frame.rs`` ``payload_element_size`` (the dtype tags).
+    """
 
     F32 = DTYPE_F32
     BF16 = DTYPE_BF16
@@ -176,8 +179,8 @@ class TensorPayload:
             a float (``2.5`` and ``2.0`` alike) or text is refused, never truncated
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
             round kind share), or ``data`` is not a C-contiguous bytes-like buffer
-            (``frame.bad_field`` naming ``data`` and its type: text, a number, a strided or
-            Fortran-ordered array; it was a bare TypeError).
+            (``codec.not_bytes_like`` naming ``data`` and its type: text, a number, a strided
+            or Fortran-ordered array).
 
     Upstream: ``controller/round_frame.rs`` ``TensorPayload``.
     """
@@ -207,11 +210,7 @@ class TensorPayload:
                 raise protocol_error("tensor.dim_too_large", dim=i, value=d)
             dims.append(d)
         shape_t = tuple(dims)
-        try:
-            view = as_view(data)
-        except TypeError:  # text, a number, a strided or Fortran-ordered array
-            raise protocol_error("frame.bad_field", field="data", value=type(data).__name__,
-                                 reason="not a C-contiguous bytes-like buffer") from None
+        view = as_view(data, "data")  # text, a number, a strided or Fortran-ordered array: refused
         object.__setattr__(self, "dtype", d_tag)
         object.__setattr__(self, "shape", shape_t)
         object.__setattr__(self, "data", view)
@@ -338,18 +337,15 @@ class TensorPayload:
                     raise protocol_error("tensor.ndim_unsupported", ndim=len(shape),
                                          max=_NUMPY_MAX_NDIM)
                 if expected > ceiling:
-                    raise protocol_error(
-                        "tensor.elided_too_large", shape=list(shape), nbytes=expected,
-                        ceiling=ceiling,
-                    )
+                    raise protocol_error("tensor.elided_too_large", shape=list(shape),
+                                         nbytes=expected, ceiling=ceiling)
                 try:
                     return np.zeros(shape, dtype=np_dtype)
                 except ValueError:
                     raise protocol_error("tensor.shape_unrepresentable",
                                          shape=list(shape)) from None
-            raise protocol_error(
-                "tensor.nbytes_vs_shape", shape=list(shape), expected=expected, got=nbytes,
-            )
+            raise protocol_error("tensor.nbytes_vs_shape", shape=list(shape), expected=expected,
+                                 got=nbytes)
         if len(shape) > _NUMPY_MAX_NDIM:
             raise protocol_error("tensor.ndim_unsupported", ndim=len(shape), max=_NUMPY_MAX_NDIM)
         arr = np.frombuffer(self.data, dtype=np_dtype)  # flat, of exactly numel elements
@@ -396,10 +392,8 @@ def _checked_weight(weight: Any) -> float:
     except OverflowError:  # an int beyond the f64 range
         w = math.inf
     if not math.isfinite(w) or w < 0.0:
-        raise protocol_error(
-            "frame.bad_field", field="weight", value=w,
-            reason="not a finite non-negative realized-work mass",
-        )
+        raise protocol_error("frame.bad_field", field="weight", value=w,
+                             reason="not a finite non-negative realized-work mass")
     return w
 
 
@@ -464,22 +458,22 @@ class RoundFrame:
     ) -> None:
         kind_e = _KINDS.get(wire_int(kind))  # a bool is no kind (True is not Control), nor 1.0
         if kind_e is None:
-            raise protocol_error(
-                "frame.bad_field", field="kind", value=kind, reason="not 0 (Model) or 1 (Control)"
-            ) from None
+            raise protocol_error("frame.bad_field", field="kind", value=kind,
+                                 reason="not 0 (Model) or 1 (Control)") from None
         w = _checked_weight(weight)
-        ts = tuple(tensors)
+        try:
+            ts = tuple(tensors)
+        except TypeError:  # None, a number: no sequence of tensors
+            raise protocol_error("frame.bad_field", field="tensors", value=type(tensors).__name__,
+                                 reason="not an iterable of TensorPayload") from None
         if len(ts) > MAX_ROUND_FRAME_TENSORS:
-            raise protocol_error(
-                "frame.too_many_tensors_local", count=len(ts), cap=MAX_ROUND_FRAME_TENSORS
-            )
+            raise protocol_error("frame.too_many_tensors_local", count=len(ts),
+                                 cap=MAX_ROUND_FRAME_TENSORS)
         size_of = _ELEMENT_SIZE_OF if check_nbytes else _no_size
         for t in ts:
             if not isinstance(t, TensorPayload):
-                raise protocol_error(
-                    "frame.bad_field", field="tensors", value=type(t).__name__,
-                    reason="every tensor must be a TensorPayload",
-                )
+                raise protocol_error("frame.bad_field", field="tensors", value=type(t).__name__,
+                                     reason="every tensor must be a TensorPayload")
             # a length comparison: nbytes 0 (elided, or no elements) and an unknown dtype
             # (no element size) pass
             if (got := t.data.nbytes) and (es := size_of(t.dtype)) and got != _prod(t.shape) * es:
@@ -603,6 +597,8 @@ def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes.
+
+    Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
     """
     return b"".join(encode_round_frame(frame, salt))
 

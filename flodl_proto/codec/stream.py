@@ -55,6 +55,7 @@ from ..spec import (
     LEN_PREFIX_LEN,
     MUX_HEADER_LEN,
     ROUND_FRAME_HEADER_LEN,
+    U32_MAX,
 )
 from ._common import (
     END_OF_STREAM,
@@ -64,6 +65,7 @@ from ._common import (
     as_view,
     check_ceiling,
     check_version,
+    wire_int,
 )
 from .auth import Premac, check_salt
 from .handshake import expect_channel_magic
@@ -196,6 +198,8 @@ class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
     Args:
         salt: the 16-byte session salt.
         ceiling: frame ceiling in bytes.
+
+    Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed``.
     """
 
     _clean_prefix = ROUND_FRAME_HEADER_LEN
@@ -238,6 +242,8 @@ class LenFramedDecoder(_StreamDecoder[memoryview]):
 
     Args:
         ceiling: frame ceiling in bytes (checked on each prefix before the body is awaited).
+
+    Upstream: ``relay/mux.rs`` ``read_len_framed``.
     """
 
     _clean_prefix = LEN_PREFIX_LEN
@@ -338,6 +344,18 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
             "sides)")
 
 
+def _optional_u32(field: str, value: int | None) -> int | None:
+    """``value`` (None, or a u32 by the codec's integer rule), or the local error naming
+    ``field``: checked when a stream is built, not when its first bytes meet it."""
+    if value is None:
+        return None
+    n = wire_int(value)
+    if n is None or not 0 <= n <= U32_MAX:
+        raise protocol_error("mux.bad_field", field=field, value=value,
+                             reason="not None or a u32")
+    return n
+
+
 class MuxStream:
     """Incremental parser of one relay <-> controller stream: the channel magic (when expected),
     then mux records, pushed as :data:`StreamEvent` values.
@@ -369,7 +387,9 @@ class MuxStream:
             default decodes records that arrive whole in place).
 
     Raises:
-        InvalidValue (local): bad salt or ceiling; VersionMismatch (local): unsupported version.
+        InvalidValue (local): bad salt or ceiling, or an ``expect_magic`` or ``hello_limit``
+            that is neither None nor a u32 (a channel name such as ``"data"`` included: pass
+            ``CHANNELS["data"]``); VersionMismatch (local): unsupported version.
 
     Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
     ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
@@ -386,8 +406,8 @@ class MuxStream:
         self._salt = check_salt(salt) if salt is not None else None
         self._version = check_version(version)
         self._ceiling = check_ceiling(ceiling)
-        self._magic = expect_magic
-        self._hello_limit = hello_limit
+        self._magic = _optional_u32("expect_magic", expect_magic)
+        self._hello_limit = _optional_u32("hello_limit", hello_limit)
         self._copy = copy
         self._first = True  # the next record is the first (a Hello on the data channel)
         self._hint = ""

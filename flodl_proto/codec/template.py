@@ -99,11 +99,7 @@ class FrameTemplate:
                  lead: BytesLike = b"", *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
         kind_e = RoundFrame(kind, 0.0).kind  # a bad kind: refused before anything is built
         specs = _template_layout(layout, check_ceiling(ceiling))
-        try:
-            head = as_view(lead).tobytes()
-        except TypeError:
-            raise protocol_error("frame.bad_field", field="lead", value=type(lead).__name__,
-                                 reason="not a bytes-like object") from None
+        head = as_view(lead, "lead").tobytes()
         tensors = []
         for d, shape in specs:
             zeros = memoryview(bytes(_numel(shape) * ELEMENT_SIZE[d]))

@@ -1,0 +1,167 @@
+"""A caller's mistake with the public codec API is a local error naming the argument and the value:
+never a remote error (the peer is not at fault), a bare TypeError or AttributeError from inside
+the codec, or construct's FormatFieldError; and nothing wrong is encoded (a float version, a bool
+channel, a kind the decoder refuses)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from flodl_proto.codec import (
+    Hello,
+    LenFramedDecoder,
+    MuxRecord,
+    MuxStream,
+    RoundFrame,
+    RoundFrameDecoder,
+    RoundKind,
+    decode_ack,
+    decode_handshake,
+    decode_len_framed,
+    decode_mux_record,
+    decode_round_frame,
+    encode_ack,
+    encode_channel_magic,
+    encode_handshake,
+    encode_len_framed,
+    encode_mux_record_bytes,
+    expect_channel_magic,
+    parse_mux_header,
+)
+from flodl_proto.errors import InvalidValue, LocalProtocolError, VersionMismatch
+
+SALT = bytes(range(16))
+HANDSHAKE = encode_handshake(0, 4)
+MAGIC = encode_channel_magic("data")
+STRIDED = memoryview(bytes(64))[::2]
+BUFFER = ("must be a contiguous bytes-like object (bytes, bytearray or memoryview), got ")
+
+# (call, error class, the message: exact)
+CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
+    "decode_handshake expected None": (
+        lambda: decode_handshake(HANDSHAKE, None),  # type: ignore[arg-type]
+        InvalidValue, "handshake: expected_world_size = None is invalid: not a u32"),
+    "decode_handshake expected text": (
+        lambda: decode_handshake(HANDSHAKE, "4"),  # type: ignore[arg-type]
+        InvalidValue, "handshake: expected_world_size = '4' is invalid: not a u32"),
+    "decode_handshake expected float": (
+        lambda: decode_handshake(HANDSHAKE, 4.0),  # type: ignore[arg-type]
+        InvalidValue, "handshake: expected_world_size = 4.0 is invalid: not a u32"),
+    "decode_handshake data None": (
+        lambda: decode_handshake(None, 4),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "NoneType"),
+    "expect_channel_magic negative": (
+        lambda: expect_channel_magic(MAGIC, -1),
+        InvalidValue, "handshake: expected = -1 is invalid: not a u32"),
+    "expect_channel_magic None": (
+        lambda: expect_channel_magic(MAGIC, None),  # type: ignore[arg-type]
+        InvalidValue, "handshake: expected = None is invalid: not a u32"),
+    "expect_channel_magic unknown name": (
+        lambda: expect_channel_magic(MAGIC, "dta"),
+        InvalidValue, "handshake: expected = 'dta' is invalid: not a u32"),
+    "MuxStream hello_limit negative": (
+        lambda: MuxStream(SALT, hello_limit=-1),
+        InvalidValue, "relay_mux: hello_limit = -1 is invalid: not None or a u32"),
+    "MuxStream expect_magic text": (
+        lambda: MuxStream(SALT, expect_magic="data"),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: expect_magic = 'data' is invalid: not None or a u32"),
+    "encode_ack float version": (
+        lambda: encode_ack(2.0),  # type: ignore[arg-type]
+        VersionMismatch, "protocol version 2.0 is not supported (supported: [2, 3])"),
+    "encode_handshake float version": (
+        lambda: encode_handshake(0, 4, version=2.0),  # type: ignore[arg-type]
+        VersionMismatch, "protocol version 2.0 is not supported (supported: [2, 3])"),
+    "decode_ack float version": (
+        lambda: decode_ack(encode_ack(2), 2.0),  # type: ignore[arg-type]
+        VersionMismatch, "protocol version 2.0 is not supported (supported: [2, 3])"),
+    "decode_ack bool version": (
+        lambda: decode_ack(encode_ack(2), True),
+        VersionMismatch, "protocol version True is not supported (supported: [2, 3])"),
+    "encode_channel_magic float": (
+        lambda: encode_channel_magic(1.5),  # type: ignore[arg-type]
+        InvalidValue, "handshake: channel = 1.5 is invalid: not one of ['control', 'data', "
+        "'join', 'rendezvous'] or a u32"),
+    "encode_channel_magic bool": (
+        lambda: encode_channel_magic(True),
+        InvalidValue, "handshake: channel = True is invalid: not one of ['control', 'data', "
+        "'join', 'rendezvous'] or a u32"),
+    "encode a MuxRecord of an unknown kind": (
+        lambda: encode_mux_record_bytes(MuxRecord(99, 0, memoryview(b"")), SALT),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: kind = 99 is invalid: not a record kind (1 DATA, 2 CONTROL, "
+        "3 HOST_FRAME, 4 BROADCAST)"),
+    "encode a MuxRecord of kind None": (
+        lambda: encode_mux_record_bytes(MuxRecord(None, 0, memoryview(b"")), SALT),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: kind = None is invalid: not a record kind (1 DATA, "
+        "2 CONTROL, 3 HOST_FRAME, 4 BROADCAST)"),
+    "encode_mux_record_bytes None": (
+        lambda: encode_mux_record_bytes(None, SALT),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: record = 'NoneType' is invalid: not a MuxRecord"),
+    "decode_round_frame None": (
+        lambda: decode_round_frame(None, SALT),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "NoneType"),
+    "decode_round_frame strided": (
+        lambda: decode_round_frame(STRIDED, SALT),
+        InvalidValue, "data " + BUFFER + "non-contiguous memoryview"),
+    "decode_mux_record text": (
+        lambda: decode_mux_record("d017", SALT),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "str"),
+    "parse_mux_header None": (
+        lambda: parse_mux_header(None),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "NoneType"),
+    "decode_len_framed list": (
+        lambda: decode_len_framed([1, 2]),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "list"),
+    "MuxStream.feed None": (
+        lambda: MuxStream(SALT).feed(None),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "NoneType"),
+    "RoundFrameDecoder.feed None": (
+        lambda: RoundFrameDecoder(SALT).feed(None),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "NoneType"),
+    "LenFramedDecoder.feed None": (
+        lambda: LenFramedDecoder().feed(None),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "NoneType"),
+    "encode_len_framed None": (
+        lambda: encode_len_framed(None),  # type: ignore[arg-type]
+        InvalidValue, "blob " + BUFFER + "NoneType"),
+    "RoundFrame tensors None": (
+        lambda: RoundFrame(RoundKind.MODEL, 1.0, None),  # type: ignore[arg-type]
+        InvalidValue, "round_frame: tensors = 'NoneType' is invalid: not an iterable of "
+        "TensorPayload"),
+    "Hello ranks None": (
+        lambda: Hello("h", None),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: Hello.ranks = None is invalid: not an iterable of u32 ranks"),
+    "Hello model_sigs number": (
+        lambda: Hello("h", [0], 5),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: Hello.model_sigs = 5 is invalid: not an iterable of 32-byte "
+        "signatures"),
+    "MuxRecord.host_frame of a RoundFrame": (
+        lambda: MuxRecord.host_frame(RoundFrame(RoundKind.MODEL, 1.0, [])),  # type: ignore[arg-type]
+        InvalidValue, "payload " + BUFFER + "RoundFrame"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_callers_mistake_is_a_local_error_naming_the_argument(name: str) -> None:
+    call, cls, message = CASES[name]
+    with pytest.raises(cls) as ei:
+        call()
+    err = ei.value
+    assert isinstance(err, LocalProtocolError) and err.remote is False
+    assert str(err) == message
+
+
+def test_the_right_arguments_still_work() -> None:
+    # the checks refuse only what is wrong: names, NumPy integers and views are taken
+    import numpy as np
+
+    assert expect_channel_magic(MAGIC, "data") == 4
+    assert expect_channel_magic(MAGIC, np.uint32(0xF10D17E1)) == 4
+    assert decode_handshake(HANDSHAKE, np.int64(4))[0].world_size == 4
+    assert encode_ack(np.int32(3)) == encode_ack(3)
+    assert MuxStream(SALT, hello_limit=np.uint16(300), expect_magic=None).payload_limit == 300
+    assert decode_len_framed(memoryview(encode_len_framed(b"abc")[0] + b"abc"))[0] == b"abc"
+    as_2d = memoryview(bytearray(HANDSHAKE)).cast("B", (4, 4))  # contiguous, any shape
+    assert decode_handshake(as_2d, 4)[0].world_size == 4
