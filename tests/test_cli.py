@@ -922,6 +922,12 @@ def test_the_cluster_commands_pass_the_frame_ceiling_to_their_runner(
     else:
         monkeypatch.setattr(module.RankClient, "connect", built)
     extra = [] if given is None else ["--frame-ceiling", given]
+    if command == "rank" and given == "25":  # the rank's own frame cannot fit: refused first
+        code, _, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt",
+                                 SALT_HEX, *extra)
+        assert (code, seen) == (2, [])
+        assert err.endswith("-byte frame, above the frame ceiling 25 (--frame-ceiling)\n")
+        return
     with pytest.raises(_Stop):
         _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX, *extra)
     assert seen == [1 << 30 if given is None else int(given)]
