@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -154,11 +154,13 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(args: tuple[str, ...
 
 
 @contextlib.contextmanager
-def _acked_rank(*rank_args: str) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
-    """A ``flodl-proto rank`` subprocess (rank 0 of 1, ``rank_args`` added) whose relay is this
-    test: its listener accepts the rank, reads the handshake and acks it (version 2). Yields
-    the process (stdout and stderr piped, text) and the accepted connection; on exit the
-    connection and the listener are closed and a process still running is killed."""
+def _acked_rank(*rank_args: str, preexec: Callable[[], None] | None = None
+                ) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
+    """A ``flodl-proto rank`` subprocess (rank 0 of 1, ``rank_args`` added; ``preexec`` run in
+    the child before it starts) whose relay is this test: its listener accepts the rank, reads
+    the handshake and acks it (version 2). Yields the process (stdout and stderr piped, text)
+    and the accepted connection; on exit the connection and the listener are closed and a
+    process still running is killed."""
     lst = socket.socket()
     lst.bind(("127.0.0.1", 0))
     lst.listen(1)
@@ -166,7 +168,8 @@ def _acked_rank(*rank_args: str) -> Iterator[tuple[subprocess.Popen[str], socket
     p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
                           f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
                           "1", "--salt", SALT_HEX, *rank_args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=preexec)
     try:
         conn, _ = lst.accept()
         with conn:
@@ -244,27 +247,9 @@ def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
 
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    lst = socket.socket()
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(1)
-    lst.settimeout(60)
-    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
-                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
-                          "1", "--salt", SALT_HEX, "--payload-mib", "2000", "--frame-ceiling",
-                          "4294967295"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=held)
-    try:
-        conn, _ = lst.accept()
-        with conn:
-            conn.settimeout(60)
-            recv_exact(conn, 16)  # handshake
-            conn.sendall(encode_ack(2))
-            out, err = p.communicate(timeout=60)
-    finally:
-        lst.close()
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    with _acked_rank("--payload-mib", "2000", "--frame-ceiling", "4294967295",
+                     preexec=held) as (p, _):
+        out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (1, "")
     assert err == "flodl-proto rank 0: error: cannot allocate the --payload-mib 2000.0 tensor\n"
 
