@@ -64,7 +64,15 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "handshake: expected = 'dta' is invalid: not a u32"),
     "MuxStream hello_limit negative": (
         lambda: MuxStream(SALT, hello_limit=-1),
-        InvalidValue, "relay_mux: hello_limit = -1 is invalid: not None or a u32"),
+        InvalidValue, "relay_mux: hello_limit = -1 is invalid: not None or a number of bytes "
+        ">= 0"),
+    "MuxStream hello_limit float": (
+        lambda: MuxStream(SALT, hello_limit=300.0),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: hello_limit = 300.0 is invalid: not None or a number of "
+        "bytes >= 0"),
+    "MuxStream expect_magic above u32": (
+        lambda: MuxStream(SALT, expect_magic=2**32),
+        InvalidValue, "relay_mux: expect_magic = 4294967296 is invalid: not None or a u32"),
     "MuxStream expect_magic text": (
         lambda: MuxStream(SALT, expect_magic="data"),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: expect_magic = 'data' is invalid: not None or a u32"),
@@ -162,6 +170,8 @@ def test_the_right_arguments_still_work() -> None:
     assert decode_handshake(HANDSHAKE, np.int64(4))[0].world_size == 4
     assert encode_ack(np.int32(3)) == encode_ack(3)
     assert MuxStream(SALT, hello_limit=np.uint16(300), expect_magic=None).payload_limit == 300
+    big = 287 + 37 * (2**32 - 1)  # the Hello bound of the largest world: above u32
+    assert MuxStream(SALT, hello_limit=big, ceiling=2**40).payload_limit == big
     assert decode_len_framed(memoryview(encode_len_framed(b"abc")[0] + b"abc"))[0] == b"abc"
     as_2d = memoryview(bytearray(HANDSHAKE)).cast("B", (4, 4))  # contiguous, any shape
     assert decode_handshake(as_2d, 4)[0].world_size == 4

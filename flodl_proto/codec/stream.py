@@ -344,15 +344,17 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
             "sides)")
 
 
-def _optional_u32(field: str, value: int | None) -> int | None:
-    """``value`` (None, or a u32 by the codec's integer rule), or the local error naming
-    ``field``: checked when a stream is built, not when its first bytes meet it."""
+def _optional_count(field: str, value: int | None, top: int | None) -> int | None:
+    """``value`` (None, or an integer 0..``top`` by the codec's integer rule; ``top`` None: no
+    upper bound), or the local error naming ``field``: checked when a stream is built, not
+    when its first bytes meet it."""
     if value is None:
         return None
     n = wire_int(value)
-    if n is None or not 0 <= n <= U32_MAX:
+    if n is None or n < 0 or (top is not None and n > top):
         raise protocol_error("mux.bad_field", field=field, value=value,
-                             reason="not None or a u32")
+                             reason="not None or a u32" if top is not None
+                             else "not None or a number of bytes >= 0")
     return n
 
 
@@ -387,9 +389,10 @@ class MuxStream:
             default decodes records that arrive whole in place).
 
     Raises:
-        InvalidValue (local): bad salt or ceiling, or an ``expect_magic`` or ``hello_limit``
-            that is neither None nor a u32 (a channel name such as ``"data"`` included: pass
-            ``CHANNELS["data"]``); VersionMismatch (local): unsupported version.
+        InvalidValue (local): bad salt or ceiling, an ``expect_magic`` that is neither None nor
+            a u32 (a channel name such as ``"data"`` included: pass ``CHANNELS["data"]``), or a
+            ``hello_limit`` that is neither None nor an integer >= 0; VersionMismatch (local):
+            unsupported version.
 
     Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
     ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
@@ -406,8 +409,9 @@ class MuxStream:
         self._salt = check_salt(salt) if salt is not None else None
         self._version = check_version(version)
         self._ceiling = check_ceiling(ceiling)
-        self._magic = _optional_u32("expect_magic", expect_magic)
-        self._hello_limit = _optional_u32("hello_limit", hello_limit)
+        self._magic = _optional_count("expect_magic", expect_magic, U32_MAX)
+        # the Hello bound of the largest world (2**32 - 1 ranks) is above u32: no upper bound
+        self._hello_limit = _optional_count("hello_limit", hello_limit, None)
         self._copy = copy
         self._first = True  # the next record is the first (a Hello on the data channel)
         self._hint = ""
