@@ -800,7 +800,8 @@ local function dissect_http(tvb, pinfo, tree)
         end
         local ok = pcall(http_dissector.call, http_dissector, tvb(off, n):tvb(), pinfo, tree)
         if not ok then
-            tree:add(proto, tvb(off, n)):append_text(", an HTTP message the HTTP dissector could not read")
+            tree:add(proto, tvb(off, n))
+                :append_text(", an HTTP message the HTTP dissector could not read")
         end
         off = off + n
     end
