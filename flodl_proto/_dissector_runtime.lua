@@ -123,22 +123,46 @@ local function at(tvb, off, len)
 end
 
 -- Conversation state (per TCP connection) --------------------------------------------------------
+local f_tcp_stream = Field.new("tcp.stream")
 local convs = {}
+local frame_conv = {}  -- frame number -> the state its first dissection used
 
--- Keyed by the connection's two endpoints, in either direction (what one direction learns, e.g.
--- the version from a Hello, the other uses). Not by tcp.stream: that field has no value on a
--- pass without a tree (tshark -2's first), so the two passes would keep their state apart.
-local function conv_of(pinfo)
+-- Keyed by the TCP stream (so a connection that reuses an earlier one's ports starts afresh), or,
+-- where tcp.stream has no value (a pass without a tree, as tshark -2's first), by the two
+-- endpoints in either direction. A packet seen again (a later pass) takes the state its first
+-- dissection used, so a second pass keeps what the first learned (the version, the ranks).
+local function conv_key(pinfo)
+    local fi = f_tcp_stream()
+    if fi then return "s" .. tostring(fi.value) end
     local a = tostring(pinfo.src) .. "/" .. pinfo.src_port
     local b = tostring(pinfo.dst) .. "/" .. pinfo.dst_port
-    local key = a < b and (a .. " " .. b) or (b .. " " .. a)
+    return a < b and (a .. " " .. b) or (b .. " " .. a)
+end
+
+local function conv_of(pinfo)
+    if pinfo.visited then
+        local seen = frame_conv[pinfo.number]
+        if seen then return seen end
+    end
+    local key = conv_key(pinfo)
     local c = convs[key]
     if not c then c = {}; convs[key] = c end
+    if not pinfo.visited then frame_conv[pinfo.number] = c end
+    return c
+end
+
+-- A new connection on the ports of an earlier one (keyed by the endpoints, the two share a key):
+-- the state starts afresh from this packet on; the earlier packets keep theirs.
+local function conv_afresh(pinfo)
+    local c = {}
+    convs[conv_key(pinfo)] = c
+    frame_conv[pinfo.number] = c
     return c
 end
 
 function proto.init()
     convs = {}
+    frame_conv = {}
 end
 
 local function current_version(conv)
@@ -814,6 +838,14 @@ local function dissect(tvb, pinfo, tree)
     local len = tvb:len()
     if len == 0 then return 0 end
     local conv = conv_of(pinfo)
+    if not pinfo.visited and (conv.http or conv.flodl) and len >= 4 then
+        -- a flodl record's start where HTTP was, or HTTP where flodl was: the ports were reused
+        -- by a new connection (what a pass without tcp.stream cannot tell otherwise)
+        local now_http = http_start(tvb)
+        if (conv.http and not now_http and START[u32(tvb, 0)]) or (conv.flodl and now_http) then
+            conv = conv_afresh(pinfo)
+        end
+    end
     if conv.http == nil and not conv.flodl and not pinfo.visited then
         conv.http = http_start(tvb) or nil  -- judged once, on a connection's first bytes
     end

@@ -70,9 +70,11 @@ class Capture:
     def __init__(self) -> None:
         self.packets: list[bytes] = []
 
-    def connect(self, client: tuple[str, int], server: tuple[str, int]) -> Connection:
-        """Open a connection (SYN, SYN-ACK, ACK)."""
-        c = Connection(client, server)
+    def connect(self, client: tuple[str, int], server: tuple[str, int],
+                isn: tuple[int, int] = (1000, 5000)) -> Connection:
+        """Open a connection (SYN, SYN-ACK, ACK); ``isn``: the client's and the server's initial
+        sequence numbers."""
+        c = Connection(client, server, *isn)
         self.packets.append(tcp_packet(client, server, c.seq_c, 0, SYN))
         self.packets.append(tcp_packet(server, client, c.seq_s, c.seq_c + 1, SYN | ACK))
         c.seq_c += 1

@@ -643,6 +643,37 @@ def test_the_info_column_is_the_same_in_one_pass_and_two(version: int, lua: Path
 
 
 @pytest.mark.tshark
+def test_a_connection_reusing_the_ports_of_an_http_one_is_dissected_afresh(
+        lua: Path, tmp_path: Path) -> None:
+    # a status poll, then the relay's data connection from the same client port (the server
+    # closed first, so the port was free at once): keyed by the endpoints alone, the data
+    # connection took the HTTP one's state and none of its records was dissected
+    cap = Capture()
+    http = cap.connect(("127.0.0.1", 40100), ("127.0.0.1", 23458))
+    cap.send(http, True, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+    cap.send(http, False, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    cap.close(http)
+    data = cap.connect(("127.0.0.1", 40100), ("127.0.0.1", 23458), isn=(900000, 700000))
+    cap.send(data, True, encode_channel_magic("data") + _record(Hello("h", [0, 1]), 3))
+    cap.send(data, False, _record(HelloAck(), 3))
+    cap.close(data)
+    pcap = tmp_path / "reuse.pcap"
+    pcap.write_bytes(cap.pcap())
+    prefs = {f"{PROTO_NAME}.ports": "23458"}
+    for passes in ((), ("-2",)):
+        got = tshark_records_args(pcap, lua, prefs, *passes)
+        assert [r["kind"] for r, _ in got["127.0.0.1:40100 -> 127.0.0.1:23458"]] == [
+            "ChannelMagic", "Control"], passes
+        assert [r["kind"] for r, _ in got["127.0.0.1:23458 -> 127.0.0.1:40100"]] == [
+            "Control"], passes
+        # and without a tree on the first pass (no tcp.stream there: the endpoints key)
+        info = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
+                       "-e", "_ws.col.Info").splitlines()
+        assert [line.split("\t")[0] for line in info] == (
+            ["TCP"] * 3 + ["HTTP"] * 2 + ["TCP"] * 5 + [PROTO_NAME] * 2 + ["TCP"] * 2), passes
+
+
+@pytest.mark.tshark
 def test_the_dissector_loaded_twice_dissects_once_without_an_error(lua: Path,
                                                                   tmp_path: Path) -> None:
     # as a plugin and with -X lua_script: the second copy failed with a Lua traceback
