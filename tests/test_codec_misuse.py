@@ -31,6 +31,7 @@ from flodl_proto.codec import (
     expect_channel_magic,
     parse_mux_header,
 )
+from flodl_proto.codec.stream import MagicReceived
 from flodl_proto.errors import InvalidValue, LocalProtocolError, VersionMismatch
 
 SALT = bytes(range(16))
@@ -170,6 +171,10 @@ def test_the_right_arguments_still_work() -> None:
     assert decode_handshake(HANDSHAKE, np.int64(4))[0].world_size == 4
     assert encode_ack(np.int32(3)) == encode_ack(3)
     assert MuxStream(SALT, hello_limit=np.uint16(300), expect_magic=None).payload_limit == 300
+    # the bounds are taken: 0 and u32's largest
+    assert MuxStream(SALT, hello_limit=0, expect_magic=0).payload_limit == 0
+    assert MuxStream(SALT, expect_magic=2**32 - 1).feed(b"\xff\xff\xff\xff") == [
+        MagicReceived(4)]
     big = 287 + 37 * (2**32 - 1)  # the Hello bound of the largest world: above u32
     assert MuxStream(SALT, hello_limit=big, ceiling=2**40).payload_limit == big
     assert decode_len_framed(memoryview(encode_len_framed(b"abc")[0] + b"abc"))[0] == b"abc"
