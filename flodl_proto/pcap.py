@@ -62,9 +62,11 @@ class CaptureTruncated(PcapError):
         super().__init__(f"the capture is truncated: it ends at byte {size}, {where}")
 
 
-#: the first 4 bytes of a libpcap (micro- and nanosecond, both byte orders) or pcapng file
-_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-           b"\x0a\x0d\x0d\x0a")
+#: the first 4 bytes of a libpcap file (micro- and nanosecond) -> the byte order of its fields
+_LIBPCAP_ORDER = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<",
+                  b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}
+#: the first 4 bytes of a libpcap or pcapng file
+_MAGICS = (*_LIBPCAP_ORDER, b"\x0a\x0d\x0d\x0a")
 
 
 class _Watched(io.BytesIO):
@@ -167,8 +169,7 @@ def _impossible_record(data: bytes | bytearray, at: int) -> str | None:
     """Why the libpcap packet record at byte ``at`` cannot be one (its length is over the
     capture's snaplen and libpcap's largest), or None: a record that runs past the end of the
     data is then a cut, not a corrupt file. pcapng and short headers: None."""
-    order = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<",
-             b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}.get(bytes(data[:4]))
+    order = _LIBPCAP_ORDER.get(bytes(data[:4]))
     if order is None or len(data) < 24 or at + 16 > len(data):
         return None
     (snaplen,) = struct.unpack_from(order + "I", data, 16)

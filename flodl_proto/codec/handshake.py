@@ -79,12 +79,7 @@ def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION)
     Upstream: ``flodl/src/distributed/cpu_reduce.rs`` ``send_handshake``.
     """
     version = check_version(version)
-    fields = {}
-    for name, v in (("rank", rank), ("world_size", world_size)):
-        n = wire_int(v)
-        if n is None or not 0 <= n <= U32_MAX:
-            raise protocol_error("handshake.bad_field", field=name, value=v, reason="not a u32")
-        fields[name] = n
+    fields = {"rank": _check_u32("rank", rank), "world_size": _check_u32("world_size", world_size)}
     return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version, **fields}))
 
 

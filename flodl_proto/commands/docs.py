@@ -74,10 +74,17 @@ def checkout_file(relative: Path) -> Path:
     No upstream counterpart: upstream ships no generator commands.
     """
     here = Path.cwd()
-    for folder in (here, *here.parents):
+    root = _checkout_root(here)
+    return relative if root is None else Path(os.path.relpath(root / relative, here))
+
+
+def _checkout_root(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding ``spec/wire.yaml`` (a source checkout),
+    or None."""
+    for folder in (start, *start.parents):
         if (folder / "spec" / "wire.yaml").is_file():
-            return Path(os.path.relpath(folder / relative, here))
-    return relative
+            return folder
+    return None
 
 
 def register(sub: Any) -> None:
@@ -264,10 +271,8 @@ def spec_dir_for(out: Path | None) -> Path:
             start = out.resolve().parent
         except (OSError, RuntimeError):  # a link loop (RuntimeError before Python 3.13)
             start = out.absolute().parent
-    for folder in (start, *start.parents):
-        if (folder / "spec" / "wire.yaml").is_file():
-            return folder / "spec"
-    return SPEC.path
+    root = _checkout_root(start)
+    return SPEC.path if root is None else root / "spec"
 
 
 def _shown(path: Path) -> str:
