@@ -65,8 +65,11 @@ class CaptureTruncated(PcapError):
 #: the first 4 bytes of a libpcap file (micro- and nanosecond) -> the byte order of its fields
 _LIBPCAP_ORDER = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<",
                   b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}
+#: pcapng: the section header block's type, and its byte-order magic as each order writes it
+_PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+_PCAPNG_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
 #: the first 4 bytes of a libpcap or pcapng file
-_MAGICS = (*_LIBPCAP_ORDER, b"\x0a\x0d\x0d\x0a")
+_MAGICS = (*_LIBPCAP_ORDER, _PCAPNG_SHB)
 
 
 class _Watched(io.BytesIO):
@@ -163,21 +166,36 @@ def _dpkt() -> Any:
 
 #: the largest packet a libpcap capture can hold (libpcap's MAXIMUM_SNAPLEN)
 _MAX_SNAPLEN = 262144
+#: the largest pcapng block libpcap reads: an enhanced packet block (8-byte header, 20 bytes of
+#: fields, 4-byte trailer) holding the largest packet and 128 KiB of options
+_MAX_PCAPNG_BLOCK = 8 + 20 + _MAX_SNAPLEN + 131072 + 4
 
 
 def _impossible_record(data: bytes | bytearray, at: int) -> str | None:
-    """Why the libpcap packet record at byte ``at`` cannot be one (its length is over the
-    capture's snaplen and libpcap's largest), or None: a record that runs past the end of the
-    data is then a cut, not a corrupt file. pcapng and short headers: None."""
+    """Why the packet record (libpcap) or block (pcapng) at byte ``at`` cannot be one, or None:
+    a record that runs past the end of the data is then a cut, not a corrupt file.
+
+    A libpcap record's length is over the capture's snaplen and libpcap's largest; a pcapng
+    block's total length is under 12 bytes, not a multiple of 4, or over the largest block
+    libpcap reads (its byte order is the first section's). A short header: None."""
     order = _LIBPCAP_ORDER.get(bytes(data[:4]))
-    if order is None or len(data) < 24 or at + 16 > len(data):
+    if order is not None:
+        if len(data) < 24 or at + 16 > len(data):
+            return None
+        (snaplen,) = struct.unpack_from(order + "I", data, 16)
+        (incl_len,) = struct.unpack_from(order + "I", data, at + 8)
+        if incl_len <= max(snaplen, _MAX_SNAPLEN):
+            return None
+        return (f"the packet record at byte {at} claims {incl_len} bytes, more than the "
+                f"capture's snaplen {snaplen}")
+    order = _PCAPNG_ORDER.get(bytes(data[8:12]))
+    if bytes(data[:4]) != _PCAPNG_SHB or order is None or at + 8 > len(data):
         return None
-    (snaplen,) = struct.unpack_from(order + "I", data, 16)
-    (incl_len,) = struct.unpack_from(order + "I", data, at + 8)
-    if incl_len <= max(snaplen, _MAX_SNAPLEN):
+    (length,) = struct.unpack_from(order + "I", data, at + 4)
+    if 12 <= length <= _MAX_PCAPNG_BLOCK and length % 4 == 0:
         return None
-    return (f"the packet record at byte {at} claims {incl_len} bytes, more than the capture's "
-            f"snaplen {snaplen}")
+    return (f"the block at byte {at} claims a total length of {length} bytes (a block is 12 to "
+            f"{_MAX_PCAPNG_BLOCK} bytes, a multiple of 4)")
 
 
 def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
@@ -209,7 +227,8 @@ def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
         except (ValueError, dpkt.UnpackError) as e:
             if f.short:
                 raise _cut_or_corrupt(data, complete) from None
-            raise PcapError(f"capture is corrupt: {e}") from None
+            raise PcapError(f"capture is corrupt: {_impossible_record(data, complete) or e}"
+                            ) from None
         if f.short:  # dpkt handed out the part of the packet that was there
             raise _cut_or_corrupt(data, complete)
         yield linktype, bytes(buf)

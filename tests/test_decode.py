@@ -764,6 +764,68 @@ def test_a_truncated_pcapng_capture_is_reported() -> None:
     assert ei.value.complete == 0
 
 
+def test_a_pcapng_block_of_an_impossible_length_is_corrupt_not_cut() -> None:
+    # a damaged block length (huge, short, or not a multiple of 4) was reported as a cut capture
+    # or with dpkt's own words; a length a block can have, running past the end, is a cut
+    import dpkt
+
+    from flodl_proto.pcap import PcapError
+
+    for order in "<>":
+        buf = io.BytesIO()
+        writer = dpkt.pcapng.Writer(buf, linktype=1)
+        writer.writepkt(_tcp_packet(("10.0.0.2", 40001), ("10.0.0.1", 1337), 5, SYN), ts=1)
+        first = len(buf.getvalue())
+        writer.writepkt(_tcp_packet(("10.0.0.1", 1337), ("10.0.0.2", 40001), 9, SYN | ACK), ts=2)
+        ng = bytearray(buf.getvalue())
+        if order == ">":  # the same blocks as a big-endian writer lays them out
+            ng = _pcapng_big_endian(ng)
+        assert struct.unpack_from(order + "I", ng, 8)[0] == 0x1A2B3C4D  # the byte-order magic
+        assert [st.label for st in read_tcp_streams(bytes(ng), 1337)] == [
+            "10.0.0.2:40001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:40001"]
+        for length in (0x7FFF0000, 393252, 13, 8, 0):
+            cap = bytearray(ng)
+            struct.pack_into(order + "I", cap, first + 4, length)
+            with pytest.raises(PcapError) as ei:
+                read_tcp_streams(bytes(cap), 1337)
+            assert type(ei.value) is PcapError
+            assert str(ei.value) == (
+                f"capture is corrupt: the block at byte {first} claims a total length of "
+                f"{length} bytes (a block is 12 to 393248 bytes, a multiple of 4)")
+        for length in (393248, 1000):  # possible lengths, past the end: the capture was cut
+            cap = bytearray(ng)
+            struct.pack_into(order + "I", cap, first + 4, length)
+            with pytest.raises(CaptureTruncated) as ei:
+                read_tcp_streams(bytes(cap), 1337)
+            assert (ei.value.size, ei.value.complete) == (len(cap), first)
+
+
+def _pcapng_big_endian(ng: bytearray) -> bytearray:
+    """The little-endian pcapng ``ng`` (dpkt's writer: a section header, an interface block,
+    enhanced packet blocks) rewritten in big-endian byte order, block by block."""
+    out = bytearray()
+    at = 0
+    while at < len(ng):
+        kind, length = struct.unpack_from("<II", ng, at)
+        block = ng[at:at + length]
+        words = {0x0A0D0D0A: "<IIIHHq", 1: "<IIHHI", 6: "<IIIIIII"}[kind]
+        head = struct.unpack_from(words, block, 0)
+        fixed = struct.calcsize(words)
+        body = bytearray(block[fixed:length - 4])
+        opt = 0  # options: code and length u16 each, then the value padded to 4 bytes
+        if kind == 6:  # the packet data (captured length, padded) comes before them
+            opt = (head[5] + 3) // 4 * 4
+        while opt + 4 <= len(body):
+            code, olen = struct.unpack_from("<HH", body, opt)
+            struct.pack_into(">HH", body, opt, code, olen)
+            opt += 4 + (olen + 3) // 4 * 4
+            if code == 0:
+                break
+        out += struct.pack(">" + words[1:], *head) + body + struct.pack(">I", length)
+        at += length
+    return out
+
+
 def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     up, down = _mux_up(3), _mux_down(3)
     full = _capture(up.data, down.data, 1337)
