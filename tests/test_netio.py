@@ -222,8 +222,16 @@ def test_recv_exact_reads_the_clock_only_when_a_wait_may_need_it(
         recv_exact_into(sock, memoryview(bytearray(4)), stop=stop,  # type: ignore[arg-type]
                         committed=True, starvation=60.0)
     assert ei.value.error_id == "mux.starved"
-    assert dict(ei.value.fields) == {"seconds": 60, "got": 2, "need": 4}
+    assert dict(ei.value.fields) == {"seconds": "60", "got": 2, "need": 4}
+    assert str(ei.value) == "relay_mux: committed read starved mid-frame for 60s (2 of 4 bytes)"
     assert clock.instants == [] and sock.script == []
+    # a scaled starvation (FLODL_NET_TIMEOUT_SCALE) below a second is shown as it is, not as 0s
+    clock = _Clock(0.0, 0.7)
+    monkeypatch.setattr(_netio, "time", clock)
+    with pytest.raises(TruncatedInput) as ei:
+        recv_exact_into(_ScriptedSocket([None]), memoryview(bytearray(4)),  # type: ignore[arg-type]
+                        stop=stop, committed=True, starvation=0.6)
+    assert str(ei.value) == "relay_mux: committed read starved mid-frame for 0.6s (0 of 4 bytes)"
     clock = _Clock(5.0, 6.0)  # not committed: no starvation before the first byte
     monkeypatch.setattr(_netio, "time", clock)
     sock = _ScriptedSocket([None, None, b"x", None, b"yz"])

@@ -314,7 +314,7 @@ def recv_exact_into(
                 raise Stopped("read") from None
             if (committed or got) and starvation is not None \
                     and time.monotonic() - last > starvation:
-                raise protocol_error("mux.starved", seconds=int(starvation), got=got,
+                raise protocol_error("mux.starved", seconds=f"{starvation:g}", got=got,
                                      need=n) from None
             continue
         except InterruptedError:  # pragma: no cover - PEP 475 retries already
