@@ -221,7 +221,7 @@ def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
         try:
             _ts, buf = next(records)
         except StopIteration:  # pcapng's reader stops at a block header cut short
-            if f.short and f.tell() > complete:
+            if f.short and f.tell() > complete and not _blocks_end_whole(data, complete):
                 raise _cut_or_corrupt(data, complete) from None
             return
         except (ValueError, dpkt.UnpackError) as e:
@@ -232,6 +232,22 @@ def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
         if f.short:  # dpkt handed out the part of the packet that was there
             raise _cut_or_corrupt(data, complete)
         yield linktype, bytes(buf)
+
+
+def _blocks_end_whole(data: bytes | bytearray, at: int) -> bool:
+    """Whether the pcapng blocks from byte ``at`` (the packets' reader skips the other kinds:
+    interface statistics, name resolution) run exactly to the end of ``data``: the capture
+    ended after its last block, not inside one. The block lengths are read in the first
+    section's byte order."""
+    order = _PCAPNG_ORDER.get(bytes(data[8:12]))
+    if bytes(data[:4]) != _PCAPNG_SHB or order is None:
+        return False
+    while at + 8 <= len(data):
+        (length,) = struct.unpack_from(order + "I", data, at + 4)
+        if length < 12 or at + length > len(data):
+            return False
+        at += length
+    return at == len(data)
 
 
 def _cut_or_corrupt(data: bytes | bytearray, at: int) -> PcapError:

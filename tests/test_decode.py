@@ -800,6 +800,28 @@ def test_a_pcapng_block_of_an_impossible_length_is_corrupt_not_cut() -> None:
             assert (ei.value.size, ei.value.complete) == (len(cap), first)
 
 
+def test_a_pcapng_ending_in_a_statistics_block_is_whole() -> None:
+    # dumpcap (tshark -w) ends a capture with an interface statistics block, which the packet
+    # reader skips: a capture ending right after it was reported as truncated (decode exit 4)
+    import dpkt
+
+    buf = io.BytesIO()
+    writer = dpkt.pcapng.Writer(buf, linktype=1)
+    writer.writepkt(_tcp_packet(("10.0.0.2", 40001), ("10.0.0.1", 1337), 5, SYN), ts=1)
+    writer.writepkt(_tcp_packet(("10.0.0.1", 1337), ("10.0.0.2", 40001), 9, SYN | ACK), ts=2)
+    packets = buf.getvalue()
+    isb = struct.pack("<IIIII", 5, 24, 0, 0, 0) + struct.pack("<I", 24)  # no options
+    labels = ["10.0.0.2:40001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:40001"]
+    for tail in (isb, isb + isb):
+        ng = packets + tail
+        assert [st.label for st in read_tcp_streams(ng, 1337)] == labels
+        for cut in (len(ng) - 1, len(ng) - 16, len(ng) - 20):  # inside the last block
+            with pytest.raises(CaptureTruncated) as ei:
+                read_tcp_streams(ng[:cut], 1337)
+            assert ei.value.size == cut
+            assert [st.label for st in ei.value.streams] == labels
+
+
 def _pcapng_big_endian(ng: bytearray) -> bytearray:
     """The little-endian pcapng ``ng`` (dpkt's writer: a section header, an interface block,
     enhanced packet blocks) rewritten in big-endian byte order, block by block."""
