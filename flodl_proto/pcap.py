@@ -171,6 +171,14 @@ _MAX_SNAPLEN = 262144
 _MAX_PCAPNG_BLOCK = 8 + 20 + _MAX_SNAPLEN + 131072 + 4
 
 
+def _pcapng_order(data: bytes | bytearray) -> str | None:
+    """The byte order (``"<"`` or ``">"``) of the pcapng capture ``data``'s first section, from
+    its section header's byte-order magic; None when ``data`` is no pcapng."""
+    if bytes(data[:4]) != _PCAPNG_SHB:
+        return None
+    return _PCAPNG_ORDER.get(bytes(data[8:12]))
+
+
 def _impossible_record(data: bytes | bytearray, at: int) -> str | None:
     """Why the packet record (libpcap) or block (pcapng) at byte ``at`` cannot be one, or None:
     a record that runs past the end of the data is then a cut, not a corrupt file.
@@ -188,8 +196,8 @@ def _impossible_record(data: bytes | bytearray, at: int) -> str | None:
             return None
         return (f"the packet record at byte {at} claims {incl_len} bytes, more than the "
                 f"capture's snaplen {snaplen}")
-    order = _PCAPNG_ORDER.get(bytes(data[8:12]))
-    if bytes(data[:4]) != _PCAPNG_SHB or order is None or at + 8 > len(data):
+    order = _pcapng_order(data)
+    if order is None or at + 8 > len(data):
         return None
     (length,) = struct.unpack_from(order + "I", data, at + 4)
     if 12 <= length <= _MAX_PCAPNG_BLOCK and length % 4 == 0:
@@ -239,8 +247,8 @@ def _blocks_end_whole(data: bytes | bytearray, at: int) -> bool:
     interface statistics, name resolution) run exactly to the end of ``data``: the capture
     ended after its last block, not inside one. The block lengths are read in the first
     section's byte order."""
-    order = _PCAPNG_ORDER.get(bytes(data[8:12]))
-    if bytes(data[:4]) != _PCAPNG_SHB or order is None:
+    order = _pcapng_order(data)
+    if order is None:
         return False
     while at + 8 <= len(data):
         (length,) = struct.unpack_from(order + "I", data, at + 4)
