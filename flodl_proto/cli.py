@@ -3,13 +3,14 @@
 Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
 ``register(subparsers) -> None``; the parser it adds sets ``func(args) -> int`` (the exit code).
 
-Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr and exit 130, also while the
-command's modules are still being imported (commands that stop cleanly on a signal, such as
-``controller`` and ``relay``, handle it themselves once running), and output
-piped into a reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command
-quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot
-be written (``> /dev/full``) is one line on stderr and exit 1, for ``--help`` and ``--version``
-too.
+Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr (``flodl-proto COMMAND:
+interrupted``) and exit 130, also while the command's modules are still being imported (commands
+that stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves once
+running), and output piped into a reader that stops early (``flodl-proto decode cap.bin | head
+-1``) ends the command quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log |
+head``). A stdout that cannot be written (``> /dev/full``) is one line on stderr (``flodl-proto
+COMMAND: error: cannot write output: ...``) and exit 1, for ``--help`` and ``--version`` too.
+Before the command line is parsed (``--help``, a usage error), the prefix is ``flodl-proto``.
 
 Start-up stays cheap: this module and the command modules import only the standard library and the
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
@@ -109,12 +110,13 @@ def _log_level_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flodl-proto`` console script; returns the exit code."""
+    prog = ["flodl-proto"]  # the command's, once the command line is parsed
     try:  # everything beyond the standard library is imported in here, so Ctrl-C is one line
-        return _main(argv)
+        return _main(argv, prog)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
         _stdout_gone()
-        print("flodl-proto: interrupted", file=sys.stderr, flush=True)
+        print(f"{prog[0]}: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         if not _stdout_gone():
@@ -123,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # e.g. stdout is a full disk (``> /dev/full``): one line, not a trace
         _flush_or_quiet_stdout()
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
-        print(f"flodl-proto: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
+        print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1
 
 
@@ -162,9 +164,20 @@ def _flush_or_quiet_stdout() -> None:
         pass
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _command_prog(args: argparse.Namespace) -> str:
+    """The prefix of the command's own error lines: ``flodl-proto decode``, ``flodl-proto rank
+    0`` (a rank adds its id), or ``flodl-proto`` when no command was given."""
+    command = getattr(args, "command", None)
+    if not command:
+        return "flodl-proto"
+    rank = getattr(args, "rank", None) if command == "rank" else None
+    return f"flodl-proto {command}" + (f" {rank}" if rank is not None else "")
+
+
+def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    prog[0] = _command_prog(args)
     kernels = os.environ.get("FLODL_PROTO_KERNELS", "")
     if kernels.strip():  # unset or empty is auto: nothing to check, and NumPy not imported
         from .errors import LocalProtocolError

@@ -267,7 +267,7 @@ def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc], where: str
     p.p.send_signal(signal.SIGINT)
     rc, err = p.finish()
     assert rc == 130
-    assert "Traceback" not in err and err.splitlines()[-1] == "flodl-proto: interrupted"
+    assert "Traceback" not in err and err.splitlines()[-1] == "flodl-proto rank 0: interrupted"
 
 
 # -- item: a peer that is not there yet is retried, and stderr says so once ------------------
@@ -345,7 +345,7 @@ def test_ctrl_c_of_a_rank_mid_run(procs: list[_Proc]) -> None:
     finally:
         lst.close()
     assert rc == 130
-    assert "Traceback" not in err and err.strip() == "flodl-proto: interrupted"
+    assert "Traceback" not in err and err.strip() == "flodl-proto rank 0: interrupted"
 
 
 def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPatch,
@@ -368,7 +368,7 @@ def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPa
     finally:
         signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
-    assert "Traceback" not in err and err.strip() == "flodl-proto: interrupted"
+    assert "Traceback" not in err and err.strip() == "flodl-proto demo: interrupted"
 
 
 #: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, with an
@@ -394,19 +394,21 @@ sys.exit(rc)
 """
 
 
-@pytest.mark.parametrize(("module", "args"), [
-    ("flodl_proto.spec", ("--help",)),  # while the parser is built
+@pytest.mark.parametrize(("module", "args", "prog"), [
+    ("flodl_proto.spec", ("--help",), "flodl-proto"),  # while the parser is built
     ("flodl_proto.runner.controller",  # while the command's modules are imported
-     ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX)),
+     ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX),
+     "flodl-proto controller"),
     ("ml_dtypes", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
-                   "--salt", SALT_HEX)),
+                   "--salt", SALT_HEX), "flodl-proto rank 0"),
 ])
-def test_ctrl_c_while_the_cli_imports_is_one_line(module: str, args: tuple[str, ...]) -> None:
+def test_ctrl_c_while_the_cli_imports_is_one_line(module: str, args: tuple[str, ...],
+                                                  prog: str) -> None:
     res = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT, module, *args],
                          capture_output=True, text=True, timeout=90)
     assert res.returncode == 130, res.stderr
     assert res.stdout == ""
-    assert res.stderr.splitlines() == ["flodl-proto: interrupted", "never imported"]
+    assert res.stderr.splitlines() == [f"{prog}: interrupted", "never imported"]
 
 
 #: run in a fresh interpreter: the CLI with the arguments given, then the heavy modules it
@@ -672,7 +674,8 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "x", "--world-size", "2",
       "--salt", SALT_HEX), "--ranks expects a list of ranks like 0,1 or 0-3, got 'x'"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1",
-      "--salt", "abc"), "session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
+      "--salt", "abc"),
+     "--salt: session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
       "--rounds", "-1"), "--rounds must be >= 0, got -1"),
     (("decode", "--pcap", "-"), "--pcap needs --port N"),
@@ -687,6 +690,32 @@ def test_every_command_s_usage_error_is_one_line_with_the_error_prefix(
     without ``error:``, decode even without ``flodl-proto``)."""
     code, out, err = _run_main(capsys, *args)
     assert (code, out, err) == (2, "", f"flodl-proto {args[0]}: error: {message}\n")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (None, "no session salt: give --salt HEX, --salt-file PATH or set FLODL_SESSION_SALT"),
+    ("", "no session salt: give --salt HEX, --salt-file PATH or set FLODL_SESSION_SALT"),
+    ("  \n", "no session salt: give --salt HEX, --salt-file PATH or set FLODL_SESSION_SALT"),
+    ("zz", "$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32 hex digits, got 2 "
+           "characters, character 1 ('z') not a hex digit"),
+])
+@pytest.mark.parametrize("command", [
+    ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1"),
+    ("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1"),
+    ("controller", "--listen", "127.0.0.1:0", "--world-size", "1"),
+], ids=lambda c: c[0])
+def test_a_salt_error_names_its_source(command: tuple[str, ...], value: str | None,
+                                       message: str, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A malformed salt says whether it came from ``--salt`` (above) or the environment; an
+    empty or blank ``$FLODL_SESSION_SALT`` is no salt, as an unset one (it read "got 0
+    characters")."""
+    if value is None:
+        monkeypatch.delenv("FLODL_SESSION_SALT", raising=False)
+    else:
+        monkeypatch.setenv("FLODL_SESSION_SALT", value)
+    code, out, err = _run_main(capsys, *command)
+    assert (code, out, err) == (2, "", f"flodl-proto {command[0]}: error: {message}\n")
 
 
 def test_rank_interval_longer_than_one_sleep_takes_is_slept_in_slices(
@@ -983,7 +1012,8 @@ def test_a_full_stdout_is_one_line_and_exit_1(args: tuple[str, ...]) -> None:
                              stderr=subprocess.PIPE, text=True, timeout=90,
                              input=_decode_input().decode() if args[0] == "decode" else "")
     assert res.returncode == 1, res.stderr
-    _one_error_line(res.stderr, "flodl-proto: error: cannot write output: No space left on device")
+    _one_error_line(res.stderr,
+                    f"flodl-proto {args[0]}: error: cannot write output: No space left on device")
 
 
 class _FullDisk(io.RawIOBase):
@@ -1005,8 +1035,9 @@ def test_help_and_version_on_a_full_stdout_are_one_line_and_exit_1(
     # argparse ignores its write errors: ``--help > /dev/full`` used to exit 0, writing nothing
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(_FullDisk())))
     code, _, err = _run_main(capsys, *args)
-    assert (code, err) == (1, "flodl-proto: error: cannot write output: No space left on "
-                              "device\n")
+    # help printed while parsing has no command yet; ``vectors`` alone prints its help after
+    prog = "flodl-proto vectors" if args == ("vectors",) else "flodl-proto"
+    assert (code, err) == (1, f"{prog}: error: cannot write output: No space left on device\n")
 
 
 def _close_stdout() -> None:

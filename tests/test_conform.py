@@ -300,6 +300,41 @@ def test_fill_placeholders() -> None:
         fill_placeholders("relay --ranks {ranks}", {"host": "h"})
 
 
+def test_fill_placeholders_joins_lines_ended_by_a_backslash() -> None:
+    # a shell keeps the backslash and the newline inside single quotes: shlex made the newline a
+    # word of its own, and the target refused it
+    argv = fill_placeholders("ctl \\\n  --listen {host}:{port} \\\r\n  --flag", {"host": "h",
+                                                                                "port": "5"})
+    assert argv == ["ctl", "--listen", "h:5", "--flag"]
+    assert fill_placeholders("a\\\nb 'c\\\nd'", {}) == ["ab", "cd"]  # as a script's continuation
+    assert fill_placeholders("a \\ b", {}) == ["a", " b"]  # a backslash not ending a line stays
+
+
+def _readme_launch_commands() -> dict[str, str]:
+    """The ``--launch`` argument of each README conformance command, as a POSIX shell passes it
+    (the README's lines joined as the shell reads them)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Conformance kit", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    out = {}
+    for command in block.split("\nflodl-proto ")[0:]:
+        words = shlex.split(command.removeprefix("flodl-proto "), comments=True)
+        if "--launch" in words:
+            out[words[1]] = words[words.index("--launch") + 1]
+    return out
+
+
+@pytest.mark.parametrize("role", ["controller", "relay"])
+def test_readme_launch_commands_fill_to_the_launch_of_the_tests(role: str) -> None:
+    """The README's multi-line ``--launch '...'`` commands give the same argv as the one-line
+    commands the end-to-end tests run (every README case failed: a newline word)."""
+    launch = _readme_launch_commands()[role]
+    assert "\n" in launch  # it spans lines, as a user pastes it
+    values = {k: f"<{k}>" for k in ("host", "port", "world_size", "salt_file", "version",
+                                     "controller", "ranks", "listen_port", "salt")}
+    expected = fill_placeholders(_LAUNCH[role].replace(_CLI, "flodl-proto"), values)
+    assert fill_placeholders(launch, values) == expected
+
+
 def _inprocess(role: str, versions: list[int], patterns: Sequence[str] = (),
                exclude: tuple[str, ...] = SLOW, port_mux: bool = False,
                factory: Any = None) -> list[Any]:
@@ -375,6 +410,71 @@ def test_reports_junit_json_and_failure_lines(tmp_path: Path) -> None:
     assert {x["id"] for x in doc["not_selected"]} == {c.id for c, _ in skipped}
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_run_stops_when_the_first_cases_never_start(jobs: int) -> None:
+    """A target that never starts would fail every case the same way, 20 s each when it never
+    listens: once the first ``jobs`` cases to end all failed so, the others are not run."""
+    from flodl_proto.conform.report import TargetNeverStarted
+    from flodl_proto.conform.target import InProcessTarget
+
+    def broken(ctx: Any) -> Any:
+        raise OSError("nothing here")
+
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
+                           patterns=["controller.round.*"])
+    assert len(runs) > 3
+    seen: list[str] = []
+    with pytest.raises(TargetNeverStarted) as info:
+        run_cases(runs, lambda: InProcessTarget(broken), SETTINGS, jobs=jobs,
+                  on_result=lambda r: seen.append(r.case.id))
+    n = len(info.value.results)
+    assert n == len(seen)
+    # with jobs > 1, a case already taken by another worker when the run gave up still runs
+    assert n == 1 if jobs == 1 else jobs <= n <= 2 * jobs
+    assert info.value.not_run == len(runs) - n > 0
+    assert not any(r.started or r.passed for r in info.value.results)
+    assert str(info.value) == (f"the target did not start in the first {n} case(s); "
+                               f"{len(runs) - n} other case(s) not run")
+    # a target that started once is judged case by case: every case runs
+    ok = run_cases(runs[:2], controller_target(), SETTINGS, jobs=jobs)
+    assert [r.started for r in ok] == [True, True]
+
+
+def test_stop_runs_no_further_case() -> None:
+    import threading
+
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
+                           patterns=["controller.round.*"])
+    stop = threading.Event()
+    ran: list[str] = []
+
+    def on_result(r: Any) -> None:
+        ran.append(r.case.id)
+        stop.set()
+
+    with pytest.raises(KeyboardInterrupt):
+        run_cases(runs, controller_target(), SETTINGS, on_result=on_result, stop=stop)
+    assert ran == [runs[0][0].id]
+
+
+def test_a_target_that_did_not_start_shows_its_last_output(tmp_path: Path) -> None:
+    from flodl_proto.conform.player import play_case
+    from flodl_proto.conform.target import LaunchedTarget
+
+    (case, version), = select_cases(CATALOGUE, role="controller", versions=[3],
+                                    patterns=["controller.round.zero-mass"])[0]
+    script = "; ".join(f"echo line {i} >&2" for i in range(8)) + "; exit 2"
+    res = play_case(case, version, lambda: LaunchedTarget(f"sh -c {shlex.quote(script)}"),
+                    SETTINGS)
+    assert (res.passed, res.started) == (False, False)
+    assert case_line(res, "S") == [
+        "FAIL controller.round.zero-mass v3 [MUST] (S)",
+        "     target did not start: the target exited (2) before listening",
+        "     target: exit 2",
+        "     target's last output:",
+        *(f"       stderr: line {i}" for i in range(3, 8))]
+
+
 def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
     from flodl_proto.conform.player import play_case
 
@@ -417,6 +517,14 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conform", "controller", "--launch", "x", "--cases", "nothing.*"]) == 2
     assert "no case selected" in capsys.readouterr().err
     assert main(["conform", "controller", "--launch", "x", "--timeout-scale", "0"]) == 2
+    capsys.readouterr()
+    for option in ("--json", "--junit"):  # it wrote a file named "-"
+        with pytest.raises(SystemExit) as info:
+            main(["conform", "controller", "--launch", "x {port}", option, "-"])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"flodl-proto conform controller: error: argument {option}: cannot be - (stdout "
+            "carries the case lines); give a file path")
 
 
 def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
@@ -626,3 +734,65 @@ def test_cli_report_write_that_fails_midway_leaves_the_old_file(option: str,
                          "File too large\n"
     assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def _targets_with(marker: str, but: int) -> list[int]:
+    """Pids of live processes whose command line carries ``marker``, but not ``but``."""
+    import contextlib
+    import os
+
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{d}/cmdline").read_bytes()
+                state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if marker.encode() in cmdline and state != "Z" and int(d) != but:
+                    pids.append(int(d))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
+        sig: str, tmp_path: Path) -> None:
+    """The targets run in sessions of their own, so neither a SIGTERM to the kit nor a
+    terminal's Ctrl-C reached them: they were left running, with their salt files, when the kit
+    was stopped. Now the kit stops them, removes the files, and ends with one line, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import time
+    import uuid
+
+    marker = f"flodl-conform-test-{uuid.uuid4().hex}"
+    # a target that listens and never answers: each case waits on it
+    code = ("import socket, sys, time; s = socket.socket(); "
+            "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(100)")
+    launch = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {{port}} {marker}"
+    kit = subprocess.Popen(
+        [sys.executable, "-m", "flodl_proto.cli", "conform", "controller", "--version", "3",
+         "--jobs", "2", "--cases", "controller.round.*", "--launch", launch],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 60
+        while len(_targets_with(marker, kit.pid)) < 2 and time.monotonic() < deadline:
+            assert kit.poll() is None, kit.communicate()
+            time.sleep(0.05)
+        assert len(_targets_with(marker, kit.pid)) == 2
+        assert len(list(tmp_path.glob("flodl-conform-*.salt"))) == 2
+        kit.send_signal(getattr(signal, sig))
+        out, err = kit.communicate(timeout=60)
+    finally:
+        if kit.poll() is None:
+            kit.kill()
+            kit.communicate()
+        for pid in _targets_with(marker, kit.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert kit.returncode == 130, err
+    assert err == "flodl-proto conform: interrupted\n"
+    assert "FAIL" not in out  # the cases cut short are no verdict on the target
+    assert _targets_with(marker, kit.pid) == []
+    assert list(tmp_path.iterdir()) == []

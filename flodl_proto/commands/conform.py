@@ -16,14 +16,20 @@ after a bound) and records its exit status. One line per case, a summary by doc 
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
 ``--json`` report cannot be written (checked before the run, and when written), 2 for a bad
 command line, a ``--launch`` command that cannot be started included (no such program, not
-executable: one line naming it and the OS error, and no case runs). ``docs --check``: 0 up to
-date, 1 missing or out of date, 2 when PATH cannot be read.
+executable: one line naming it and the OS error, and no case runs). A target that does not
+start (it exits, or does not listen within 20 s) fails its case, with its last lines of output;
+when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
+one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
+files and ends the kit with exit 130. CMD may span lines: a backslash at the end of a line joins
+it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing or out of date,
+2 when PATH cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -42,9 +48,11 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _PROG = "flodl-proto conform"
-_EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case failed, or a "
+_EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case failed, the "
+               "target did not start in the first cases (the others are not run), or a "
                "--junit/--json report cannot be written; 2 a bad command line, or a --launch "
-               "command that cannot be started (no such program, not executable)")
+               "command that cannot be started (no such program, not executable); 130 "
+               "interrupted (Ctrl-C or SIGTERM: the targets are stopped)")
 _PLACEHOLDERS = {
     "controller": "{host} {port} {salt} {salt_file} {world_size} {version}",
     "relay": "{controller} {ranks} {world_size} {salt} {salt_file} {version} {listen_port}",
@@ -86,10 +94,12 @@ def register(sub: Any) -> None:
         r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
                        help="cases run at the same time, each against its own target "
                             f"(default {_default_jobs()}: two per CPU, at most 4)")
-        r.add_argument("--junit", type=output_path, metavar="PATH",
-                       help="write JUnit XML here (missing parent folders are created)")
-        r.add_argument("--json", type=output_path, metavar="PATH",
-                       help="write JSON results here (missing parent folders are created)")
+        r.add_argument("--junit", type=_report_path, metavar="PATH",
+                       help="write JUnit XML to this file (missing parent folders are created; "
+                            "not -: stdout carries the case lines)")
+        r.add_argument("--json", type=_report_path, metavar="PATH",
+                       help="write JSON results to this file (missing parent folders are "
+                            "created; not -: stdout carries the case lines)")
         r.add_argument("--list", action="store_true",
                        help="list the selected cases (no target needed) and exit")
         r.set_defaults(func=_run)
@@ -102,6 +112,19 @@ def register(sub: Any) -> None:
                    help="write nothing; exit 1 if PATH is missing or out of date, 2 if it "
                    "cannot be read")
     d.set_defaults(func=_run_docs)
+
+
+def _report_path(text: str) -> Path:
+    """argparse ``type=`` of ``--junit`` and ``--json``: :func:`output_path`, but not ``-``
+    (stdout carries the case lines, which a report there would be mixed with).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is ``-``, empty, or ends with ``/``.
+    """
+    if text == "-":
+        raise argparse.ArgumentTypeError("cannot be - (stdout carries the case lines); give a "
+                                         "file path")
+    return output_path(text)
 
 
 # the kit and rich are imported when the command runs: other commands do not pay for them
@@ -151,6 +174,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..conform.catalogue import load_catalogue, select_cases
     from ..conform.player import CaseResult, KitSettings
     from ..conform.report import (
+        TargetNeverStarted,
         case_line,
         exit_code,
         run_cases,
@@ -197,9 +221,30 @@ def _run(args: argparse.Namespace) -> int:
                         TimeElapsedColumn(), console=console, transient=True,
                         disable=not console.is_interactive)  # else it ends with a blank line
     failed = 0
+    live: list[LaunchedTarget] = []
+    live_lock = threading.RLock()  # reentrant: the signal handler runs in the main thread
+    stop = threading.Event()
+
+    def make_target() -> LaunchedTarget:
+        t = LaunchedTarget(args.launch)
+        with live_lock:
+            live.append(t)
+        return t
+
+    def interrupted(signum: int, frame: object) -> None:
+        # the targets run in sessions of their own (a terminal's Ctrl-C does not reach them):
+        # stop them, so the cases in flight end now and remove their salt files
+        stop.set()
+        with live_lock:
+            targets = list(live)
+        for t in targets:
+            t.send_signal(signal.SIGTERM)
+        raise KeyboardInterrupt
 
     def on_result(r: CaseResult) -> None:
         nonlocal failed
+        if stop.is_set():  # a case cut short by the interruption: no verdict on the target
+            return
         with lock:
             failed += not r.passed
             for line in case_line(r, _title(r.case.section)):
@@ -207,13 +252,21 @@ def _run(args: argparse.Namespace) -> int:
                 console.print(line, style=style, markup=False)
             progress.update(task, advance=1, failed=failed)
 
+    gave_up: TargetNeverStarted | None = None
+    old = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
     try:
         with progress:
             task = progress.add_task("cases", total=len(runs), role=role, failed=0)
-            results = run_cases(runs, lambda: LaunchedTarget(args.launch), settings,
-                                jobs=args.jobs, on_result=on_result)
+            results = run_cases(runs, make_target, settings, jobs=args.jobs,
+                                on_result=on_result, stop=stop)
     except TargetLaunchError as e:  # the command named on the command line: every case would fail
         return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}")
+    except TargetNeverStarted as e:  # the others would most likely fail the same way
+        results, gave_up = e.results, e
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     console.print("")
     console.print("summary by section:", markup=False)
     for title, ok, bad, must_bad in summary_by_section(results, _title):
@@ -235,6 +288,9 @@ def _run(args: argparse.Namespace) -> int:
             write(path, role, results, skipped, _title)
         except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)
             return _report_error(path, _os_reason(e))
+    if gave_up is not None:
+        print(f"{_PROG}: error: {gave_up}", file=sys.stderr, flush=True)
+        return 1
     return exit_code(results)
 
 

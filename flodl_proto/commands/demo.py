@@ -479,8 +479,8 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         res.problems.append(f"stage trace unreadable: {e}")
     if stop.is_set():
         done = sum(1 for k in res.rounds if len(res.rounds[k]) == args.world_size)
-        console.print(f"[red]interrupted[/red] after {done} of {args.rounds} rounds; the cluster "
-                      "was stopped")
+        print(f"flodl-proto demo: interrupted after {done} of {args.rounds} rounds; the cluster "
+              "was stopped", file=sys.stderr, flush=True)
         return 130
     for c in cluster.children:
         if c.name.startswith("relay"):

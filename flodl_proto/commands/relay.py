@@ -78,13 +78,16 @@ SALT_ENV = "FLODL_SESSION_SALT"
 
 
 def parse_salt(text: str | None) -> bytes:
-    """Parse a session salt written as 32 hex digits (``--salt``, else ``$FLODL_SESSION_SALT``).
+    """Parse a session salt written as 32 hex digits (``--salt``, else ``$FLODL_SESSION_SALT``;
+    that variable empty or blank is no salt, as unset).
 
     Raises:
         InvalidValue (local): missing (``salt.missing``) or not 16 bytes of hex (``salt.bad_hex``).
     """
     if text is None:
         text = os.environ.get(SALT_ENV)
+        if text is not None and not text.strip():
+            text = None
     if text is None:
         raise protocol_error("salt.missing", env=SALT_ENV)
     clean = text.strip()
@@ -148,8 +151,9 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     """:func:`resolve_salt` for a command line: a failure names the option that caused it.
 
     Raises:
-        ValueError: one line naming ``--salt-file PATH`` (unreadable file or not a salt) or the
-            salt's problem (``--salt`` / ``$FLODL_SESSION_SALT`` missing or malformed).
+        ValueError: one line naming where the salt came from, ``--salt-file PATH`` (unreadable
+            file or not a salt), ``--salt`` or ``$FLODL_SESSION_SALT`` (malformed), or saying
+            there is none.
     """
     try:
         return resolve_salt(salt, salt_file)
@@ -158,6 +162,10 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     except ProtocolError as e:
         if salt_file is not None:
             raise ValueError(f"--salt-file {salt_file}: {e}") from None
+        if salt is not None:
+            raise ValueError(f"--salt: {e}") from None
+        if os.environ.get(SALT_ENV, "").strip():
+            raise ValueError(f"${SALT_ENV}: {e}") from None
         raise ValueError(str(e)) from None
 
 

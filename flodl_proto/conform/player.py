@@ -92,6 +92,8 @@ class CaseResult:
         seconds: wall time of the case.
         exit: how the target ended.
         output: the target's last output lines (failing cases only).
+        started: the target started and listened (False: the case failed before its first
+            step, "target did not start").
     """
 
     case: Case
@@ -106,6 +108,7 @@ class CaseResult:
     seconds: float = 0.0
     exit: TargetExit | None = None
     output: str = field(default="", repr=False)
+    started: bool = False
 
 
 class StepFailed(Exception):
@@ -426,6 +429,7 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
         except (TargetError, ValueError) as e:
             result.message = f"target did not start: {e}"
             return result
+        result.started = True
         for i, s in enumerate(case.steps[version]):
             result.step = i
             try:

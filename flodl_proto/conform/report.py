@@ -4,6 +4,7 @@ section, JUnit XML and JSON."""
 from __future__ import annotations
 
 import json
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,14 +16,36 @@ from .catalogue import Case
 from .player import CaseResult, KitSettings, play_case
 from .target import Target
 
-__all__ = ["case_line", "exit_code", "run_cases", "summary_by_section", "write_json",
-           "write_junit"]
+__all__ = ["TargetNeverStarted", "case_line", "exit_code", "run_cases", "summary_by_section",
+           "write_json", "write_junit"]
+
+#: lines of a target's output a "did not start" failure shows
+_OUTPUT_TAIL = 5
+
+
+class TargetNeverStarted(Exception):
+    """The target did not start in any of the first cases (as many as run at once): it most
+    likely never will, so the other cases were not run.
+
+    Attributes:
+        results: the results of the cases that ran, in the order of ``runs``.
+        not_run: how many cases were not run.
+    """
+
+    def __init__(self, results: list[CaseResult], not_run: int) -> None:
+        super().__init__(f"the target did not start in the first {len(results)} case(s); "
+                         f"{not_run} other case(s) not run")
+        self.results = results
+        self.not_run = not_run
 
 
 def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target],
               settings: KitSettings, *, jobs: int = 1,
-              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+              on_result: Callable[[CaseResult], None] | None = None,
+              stop: threading.Event | None = None) -> list[CaseResult]:
     """Play every ``(case, version)`` run, ``jobs`` at a time (each against its own target).
+
+    Once ``stop`` is set, no further case starts (the cases in flight finish).
 
     Returns:
         The results in the order of ``runs``; ``on_result`` is called as each one completes.
@@ -30,25 +53,47 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
     Raises:
         TargetLaunchError: the target's command could not be executed; the runs not started yet
             are cancelled.
+        TargetNeverStarted: the first ``jobs`` cases to complete (or every case, when fewer) all
+            failed with "target did not start" and cases remained: the others were not run.
+        KeyboardInterrupt: ``stop`` was set (the runs not started yet are not run).
     """
-    def one(run: tuple[Case, int]) -> CaseResult:
+    stop = stop if stop is not None else threading.Event()
+    lock = threading.Lock()
+    done: list[CaseResult] = []  # in the order they complete
+    first = max(1, min(jobs, len(runs)))
+    gave_up = threading.Event()
+
+    def one(run: tuple[Case, int]) -> CaseResult | None:
+        if stop.is_set() or gave_up.is_set():
+            return None
         res = play_case(run[0], run[1], make_target, settings)
+        with lock:
+            done.append(res)
+            if len(done) == first and not any(r.started for r in done):
+                gave_up.set()
         if on_result is not None:
             on_result(res)
         return res
 
     if jobs <= 1:
-        return [one(r) for r in runs]
-    # the cases that wait longest start first, so their waits overlap the quick ones
-    order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
-        futures = {i: pool.submit(one, runs[i]) for i in order}
-        try:
-            return [futures[i].result() for i in range(len(runs))]
-        except BaseException:
-            for f in futures.values():
-                f.cancel()
-            raise
+        results = [one(r) for r in runs]
+    else:
+        # the cases that wait longest start first, so their waits overlap the quick ones
+        order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
+            futures = {i: pool.submit(one, runs[i]) for i in order}
+            try:
+                results = [futures[i].result() for i in range(len(runs))]
+            except BaseException:
+                for f in futures.values():
+                    f.cancel()
+                raise
+    ran = [r for r in results if r is not None]
+    if len(ran) == len(results):
+        return ran
+    if gave_up.is_set():
+        raise TargetNeverStarted(ran, len(results) - len(ran))
+    raise KeyboardInterrupt
 
 
 def _expected_wait(case: Case, version: int) -> float:
@@ -88,6 +133,10 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
                         f"{r.payload_offset})" if r.payload_offset is not None else ""))
     if r.exit is not None:
         lines.append(f"     target: {r.exit.describe()}")
+    if not r.started and r.output:  # why it did not start is most likely in its last lines
+        tail = r.output.splitlines()[-_OUTPUT_TAIL:]
+        lines.append("     target's last output:")
+        lines.extend(f"       {line}" for line in tail)
     return lines
 
 

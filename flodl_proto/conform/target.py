@@ -139,14 +139,23 @@ class Target(Protocol):
         """The last lines it printed (stdout and stderr)."""
 
 
+#: a backslash that ends a line: the command goes on on the next line
+_LINE_JOIN: Final = re.compile(r"\\\r?\n")
+
+
 def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
     """Split ``template`` like a shell and fill ``{name}`` placeholders in every word.
+
+    A backslash at the end of a line joins it to the next, as a shell script's line
+    continuation, wherever it stands: a ``--launch '...'`` written over several lines of a shell
+    (the quotes keep the backslash and the newline) is one command, not a command with a
+    newline word.
 
     Raises:
         ValueError: an unknown placeholder or a malformed template (the message names it).
     """
     try:
-        words = shlex.split(template)
+        words = shlex.split(_LINE_JOIN.sub("", template))
     except ValueError as e:
         raise ValueError(f"--launch: {e}") from None
     out = []
@@ -271,12 +280,13 @@ class LaunchedTarget:
             return None
 
     def _signal_group(self, sig: int) -> None:
-        assert self._proc is not None
+        if self._proc is None:  # not started yet
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, sig)
 
     def send_signal(self, sig: int) -> None:
-        """Send ``sig`` to the target's process group."""
+        """Send ``sig`` to the target's process group (nothing when it was not started)."""
         self._signal_group(sig)
 
     def stop(self, bound: float) -> TargetExit | None:
