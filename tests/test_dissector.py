@@ -506,10 +506,11 @@ def _record(msg: Any, version: int) -> bytes:
     return encode_mux_record_bytes(MuxRecord.control_msg(msg, version), SALT)
 
 
-def _cluster_capture(version: int) -> Capture:
-    """One relay (ranks 0, 1, 2) and one of its ranks, on ports no preference names."""
+def _cluster_capture(version: int, mux_port: int = 23456) -> Capture:
+    """One relay (ranks 0, 1, 2) and one of its ranks, on ports no preference names (the
+    controller's: ``mux_port``)."""
     cap = Capture()
-    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", mux_port))
     loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
     cut = (9, 1, 3, 7, 25, 2, 1460, 17)
     cap.send(loop, True, encode_handshake(1, 4, version), cut)
@@ -589,6 +590,32 @@ def test_cluster_streams_heuristic_and_version_detection(version: int, lua: Path
     assert "[First values: [1.0, -0.5]]" in tree  # bf16
     assert "[Elements: 70000]" in tree and "[First values: [-1.0, -0.999971" in tree
     assert "not verified: check with flodl-proto decode --salt-file" in tree
+
+
+@pytest.mark.tshark
+def test_a_port_another_dissector_owns_needs_the_ports_preference(lua: Path,
+                                                                   tmp_path: Path) -> None:
+    """Wireshark asks a port's own dissector before any heuristic: on 7000 (the README cluster's
+    controller port, registered by Wireshark's Gryphon dissector) the controller leg is not
+    flodl's unless the port is given (``dissector --port 7000``, the ports preference) or the
+    heuristics go first (``tcp.try_heuristic_first``), as docs/wireshark.md says."""
+    pcap = tmp_path / "cluster7000.pcap"
+    pcap.write_bytes(_cluster_capture(2, mux_port=7000).pcap())
+    decoded = {**decode_records(pcap, 7000, "mux", 2),
+               **decode_records(pcap, 23460, "loopback", 2)}
+    n = 4 * len(_frames(2)) + 8
+    protocols = subprocess.run(["tshark", "-G", "protocols"], capture_output=True, text=True,
+                               timeout=120, check=True).stdout
+    gryphon = any(line.split("\t")[2:3] == ["gryphon"] for line in protocols.splitlines())
+    mux_label = "10.0.0.2:40001 -> 10.0.0.1:7000"
+    default = tshark_records(pcap, lua, {})
+    assert (mux_label in default) == (not gryphon)
+    for prefs in ({f"{PROTO_NAME}.ports": "7000"}, {"tcp.try_heuristic_first": "TRUE"}):
+        got = tshark_records(pcap, lua, prefs)
+        assert compare(got, decoded, expect_experts=False) == n, prefs
+    lua7000 = tmp_path / "flodl_7000.lua"
+    assert main(["dissector", "--port", "7000", "--out", str(lua7000)]) == 0
+    assert compare(tshark_records(pcap, lua7000, {}), decoded, expect_experts=False) == n
 
 
 def _mux_capture_cut(version: int, size: int) -> Capture:
