@@ -1230,7 +1230,8 @@ def test_cli_frame_ceiling_reaches_the_decoder(monkeypatch: pytest.MonkeyPatch,
     assert main(["decode", "--frame-ceiling", "4294967295", "--protocol-version", "3",
                  str(path)]) == EXIT_OK
     assert main(["decode", "--protocol-version", "3", str(path)]) == EXIT_OK
-    assert seen == [4294967295, 1 << 30]
+    # the first chunk's look (does it end at an error?), then the decode, with the ceiling given
+    assert seen == [4294967295, 4294967295, 1 << 30, 1 << 30]
     capsys.readouterr()
     assert main(["decode", "--frame-ceiling", "4294967296", str(path)]) == 2
     err = capsys.readouterr().err
@@ -1249,9 +1250,43 @@ def test_an_input_no_leg_starts_is_refused_after_its_first_chunk(
         "flodl-proto decode: error: cannot tell the leg from the first bytes (0000000000000000): "
         "not a channel magic, handshake, ack, RoundFrame, mux record or length-prefixed frame; "
         "name it with --leg\n"))
-    # a named leg, --hex and --pcap read the whole input as before
+    # --pcap reads the whole input, as before
+    assert main(["decode", "--pcap", "--port", "1", "--max-input", str(4 << 20),
+                 str(path)]) == EXIT_ERROR
+    assert "longer than --max-input" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("leg", "error_id"), [("mux", "mux.bad_magic"),
+                                               ("frame", "frame.bad_magic"),
+                                               ("auto", "mux.bad_magic")])
+def test_an_input_that_fails_in_its_first_chunk_is_not_read_further(
+        leg: str, error_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `decode --leg frame < /dev/zero` read 4 GiB (the default --max-input) before reporting the
+    # bad magic at byte 0: decoding stops at the first error, so the first chunk decides
+    path = tmp_path / "bad.bin"
+    bad = encode_channel_magic() + bytes(64) if leg == "auto" else bytes(64)
+    path.write_bytes(bad + bytes(8 << 20))
+    assert main(["decode", "--leg", leg, "--max-input", str(4 << 20), str(path)]) == EXIT_ERROR
+    out, err = capsys.readouterr()
+    assert err == ("" if leg != "auto" else
+                   "flodl-proto decode: mux leg (channel magic 0xf10d17e1; --leg to choose)\n")
+    final = json.loads(out.splitlines()[-1])
+    assert (final["type"], final["offset"], final["error_id"]) == (
+        "error", 4 if leg == "auto" else 0, error_id)  # after the 4-byte channel magic
+    # an input whose first chunk ends inside a record is read on: here, past --max-input
+    record = _mux_header_announcing(1 << 30)
+    path.write_bytes(encode_channel_magic() + record + bytes(8 << 20))
     assert main(["decode", "--leg", "mux", "--max-input", str(4 << 20), str(path)]) == EXIT_ERROR
     assert "longer than --max-input" in capsys.readouterr().err
+
+
+def _mux_header_announcing(payload_len: int) -> bytes:
+    """A HostFrame mux record header announcing ``payload_len`` payload bytes (a zero tag),
+    without the payload: an input of it and zeros ends inside a record until that length."""
+    from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
+
+    return struct.pack("<LLBLL8s", MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION,
+                       int(RecordKind.HOST_FRAME), 0, payload_len, bytes(8))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -1289,13 +1324,17 @@ def test_a_file_is_held_once_in_memory(tmp_path: Path) -> None:
     # the input was read in chunks and joined: twice its size at the peak
     size = 128 << 20
     small, big = tmp_path / "small.bin", tmp_path / "big.bin"
-    small.write_bytes(b"\0")
+    # a record announcing nearly all of the file: its first chunk decides nothing, so the
+    # whole file is read
+    head = encode_channel_magic() + _mux_header_announcing(size - 33)
+    small.write_bytes(head)
     with big.open("wb") as f:
+        f.write(head)
         f.truncate(size)  # sparse: written at no cost
-    code, _err, base = _decode_child(["--leg", "frame", str(small)], tmp_path)
+    code, _err, base = _decode_child(["--leg", "mux", str(small)], tmp_path)
     assert code == EXIT_CAPTURE_ENDED
-    code, _err, peak = _decode_child(["--leg", "frame", str(big)], tmp_path)
-    assert code == EXIT_ERROR  # zeros are no frame magic
+    code, _err, peak = _decode_child(["--leg", "mux", str(big)], tmp_path)
+    assert code == EXIT_ERROR  # zeros are no HostFrame
     assert 0.75 * size < peak - base < 1.25 * size, (peak - base) / size  # read once, held once
 
 
@@ -1308,9 +1347,10 @@ def test_an_input_larger_than_memory_is_one_error_line(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
 
     big = tmp_path / "big.bin"
-    with big.open("wb") as f:
+    with big.open("wb") as f:  # a record its first chunk does not end: the file must be read
+        f.write(encode_channel_magic() + _mux_header_announcing(1 << 30))
         f.truncate((4 << 30) - 1)
-    code, err, _peak = _decode_child(["--leg", "frame", str(big)], tmp_path, held)
+    code, err, _peak = _decode_child(["--leg", "mux", str(big)], tmp_path, held)
     assert (code, err) == (EXIT_ERROR, (
         "flodl-proto decode: error: not enough memory to read and decode the input; decode a "
         "shorter capture, or cap what is read with --max-input\n"))

@@ -20,8 +20,11 @@ inside a record, or the error that stopped decoding, with its byte offset.
 
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
 is held once), and at most ``--max-input`` bytes of it (default :data:`DEFAULT_MAX_INPUT`, 4 GiB);
-a longer input (``/dev/zero``, an endless pipe) stops the command with one line naming the option
-and the limit, exit 1, as an input larger than this machine's memory does.
+a longer input (an endless pipe) stops the command with one line naming the option and the limit,
+exit 1, as an input larger than this machine's memory does. Raw input (not ``--hex`` or
+``--pcap``) is judged on its first 1 MiB first: when no leg starts there, or decoding it stops at
+a protocol error (``/dev/zero``: a bad magic at byte 0), no later byte can change the report,
+and the rest is not read.
 
 Exit codes: 0 every stream ended at a record boundary, each record decoded; 1 decoding stopped
 at a protocol error, or the input is not what was asked for (``--hex`` text that is not hex, a
@@ -67,14 +70,48 @@ class _NoLeg(Exception):
     """The input's first bytes are no leg's (the message says so, as ``detect_leg``'s)."""
 
 
-def _detect_or_refuse(first: bytes) -> None:
-    """Raise :class:`_NoLeg` when ``first`` (the input's first chunk) starts no leg."""
+class _Decided(Exception):
+    """The input's first chunk already decides the report: decoding it stops at a protocol
+    error, which no later byte can change (the rest of the input is not read)."""
+
+    def __init__(self, first: bytes) -> None:
+        super().__init__("decided by the first chunk")
+        self.first = first
+
+
+def _detect_or_refuse(first: bytes) -> Leg:
+    """The leg ``first`` (the input's first chunk) starts; :class:`_NoLeg` when it starts
+    none."""
     from ..decode import detect_leg
 
     try:
-        detect_leg(first)
+        return detect_leg(first)[0]
     except ValueError as e:
         raise _NoLeg(str(e)) from None
+
+
+def _first_chunk_probe(args: argparse.Namespace, salt: bytes | None,
+                       ceiling: int) -> Callable[[bytes], None]:
+    """The probe of a raw input's first chunk (:func:`_read_limited`): :class:`_NoLeg` when
+    ``--leg auto`` and it starts no leg; :class:`_Decided` when decoding it stops at a protocol
+    error (``decode --leg frame < /dev/zero`` read 4 GiB before reporting the bad magic at
+    byte 0). Decoding stops at the first error, so the report of the whole input is the
+    report of this chunk."""
+    def probe(first: bytes) -> None:
+        from ..decode import decode_stream
+
+        leg = _detect_or_refuse(first) if args.leg == "auto" else args.leg
+        if len(first) > args.max_input:  # too large, whatever it holds
+            return
+        try:
+            report = decode_stream(first, leg, salt=salt, version=args.protocol_version,
+                                   values=args.values, ceiling=ceiling)
+        except ProtocolError:  # local misuse: the whole input's decode says so
+            return
+        if report.failure is not None and not report.failure.capture_ended:
+            raise _Decided(first)
+
+    return probe
 
 
 def _byte_count(text: str) -> int:
@@ -296,8 +333,10 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     try:
         # raw bytes of an unnamed leg: the first bytes tell it, or the input is refused unread
         data = _read_input(args.file, args.hex, args.max_input,
-                           _detect_or_refuse if not (args.pcap or args.hex or args.leg != "auto")
-                           else None)
+                           None if args.pcap or args.hex else
+                           _first_chunk_probe(args, salt, ceiling))
+    except _Decided as e:
+        data = e.first
     except _NoLeg as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
