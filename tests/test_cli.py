@@ -1274,3 +1274,20 @@ def test_a_file_out_still_says_written(tmp_path: Path) -> None:
     size = (tmp_path / "p.md").stat().st_size
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout.startswith(f"{tmp_path / 'p.md'}: written ({size} bytes)")
+
+
+@pytest.mark.parametrize("args", [("vectors", "export", ""), ("vectors", "check", ""),
+                                  ("vectors", "compare", ""),
+                                  ("vectors", "compare", ".", "--bundled", "")],
+                         ids=["export", "check", "compare", "compare-bundled"])
+def test_an_empty_vector_folder_is_a_usage_error(args: tuple[str, ...], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Path("")`` is the current folder: ``vectors export ""`` wrote its files there."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (f"flodl-proto vectors {args[1]}: error: argument "
+                                    f"{'--bundled' if '--bundled' in args else 'DIR'}: is empty; "
+                                    "give a folder path (. for this one)")
+    assert list(tmp_path.iterdir()) == []

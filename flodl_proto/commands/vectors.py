@@ -32,23 +32,35 @@ def register(sub: Any) -> None:
                         "Exit 0 when every case passed and the counts match the manifests, 1 "
                         "when not, 2 when a folder does not exist, is no folder, holds no "
                         "vectors or holds a file that is not one (one line naming it).")
-    c.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+    c.add_argument("dirs", nargs="*", type=_folder, metavar="DIR",
                    help="vector folders (default: the bundled copy of the shared vectors)")
     c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
     c.set_defaults(func=_check)
     m = vsub.add_parser("compare", help="compare a vector folder with the bundled copy, file by "
                         "file (exit 0 identical, 1 different)")
-    m.add_argument("dir", type=Path, metavar="DIR", help="vector folder, e.g. a shared checkout")
-    m.add_argument("--bundled", type=Path, default=BUNDLED_VECTORS, metavar="DIR",
+    m.add_argument("dir", type=_folder, metavar="DIR", help="vector folder, e.g. a shared checkout")
+    m.add_argument("--bundled", type=_folder, default=BUNDLED_VECTORS, metavar="DIR",
                    help="the folder to compare with (default: the bundled copy)")
     m.set_defaults(func=_compare)
     e = vsub.add_parser("export", help="write this implementation's codec vectors (handshake, "
                         "channel_magic, round_frame, mux_record, len_framed; v3 in DIR, v2 in "
                         "DIR/v2) in the shared schema")
-    e.add_argument("dir", type=Path, metavar="DIR",
+    e.add_argument("dir", type=_folder, metavar="DIR",
                    help="output folder, created with its missing parents if need be")
     e.set_defaults(func=_export)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _folder(text: str) -> Path:
+    """argparse ``type=`` of a vector folder: a path, not empty (``Path("")`` is the current
+    folder: ``vectors export ""`` wrote into it).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give a folder path (. for this one)")
+    return Path(text)
 
 
 def _not_a_folder(path: Path) -> str | None:
