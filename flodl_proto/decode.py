@@ -664,8 +664,8 @@ def decode_stream(
         A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
 
     Raises:
-        InvalidValue (local): the salt is not 16 bytes; VersionMismatch (local): bad version.
-        ValueError: unknown ``leg``.
+        InvalidValue (local): unknown ``leg`` (``stream.unknown_leg``), or the salt is not 16
+            bytes; VersionMismatch (local): bad version.
 
     Upstream: the readers the receiving peer runs, in its order: ``controller/mod.rs``
     (channel magic), ``relay/mux.rs`` (``read_record``, ``read_len_framed``),
@@ -673,7 +673,7 @@ def decode_stream(
     (ack, prefixed reply frame), ``relay/agent.rs`` (deposited frames).
     """
     if leg not in ("mux", "loopback", "frame"):
-        raise ValueError(f"unknown leg {leg!r} (mux, loopback or frame; detect_leg tells)")
+        raise protocol_error("stream.unknown_leg", leg=leg)
     key = check_salt(salt) if salt is not None else None
     if version is not None:
         check_version(version)

@@ -377,8 +377,6 @@ def test_bad_channel_magic_and_handshake() -> None:
     assert rep.failure is not None and rep.failure.error_id == "handshake.read_failed"
     rep = decode_stream(b"", "mux")
     assert rep.exit_code == EXIT_OK and rep.records == []
-    with pytest.raises(ValueError):
-        decode_stream(b"", "nope")  # type: ignore[arg-type]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -1381,3 +1379,15 @@ def test_a_regular_file_over_max_input_is_refused_before_it_is_read(tmp_path: Pa
     with Counted(path, "rb") as f:
         got = command._read_limited(f, 12 << 20)
     assert got == path.read_bytes() and Counted.given == 12 << 20
+
+
+def test_an_unknown_leg_is_local_misuse() -> None:
+    # it was a bare ValueError: not a protocol library error, and not told from a peer's
+    from flodl_proto.errors import InvalidValue, LocalProtocolError
+
+    with pytest.raises(LocalProtocolError) as info:
+        decode_stream(b"", "bogus")  # type: ignore[arg-type]
+    assert isinstance(info.value, InvalidValue) and not info.value.remote
+    assert info.value.error_id == "stream.unknown_leg"
+    assert str(info.value) == ("unknown leg 'bogus': mux, loopback or frame (detect_leg tells it "
+                               "from the first bytes)")
