@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CaptureTruncated", "PcapError", "TcpStream", "read_tcp_streams"]
+__all__ = ["CaptureTruncated", "PcapError", "TcpStream", "capture_format", "read_tcp_streams"]
 
 _SEQ_MOD = 1 << 32
 _HALF = 1 << 31
@@ -70,6 +70,19 @@ _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 _PCAPNG_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
 #: the first 4 bytes of a libpcap or pcapng file
 _MAGICS = (*_LIBPCAP_ORDER, _PCAPNG_SHB)
+
+
+def capture_format(data: bytes | bytearray) -> str | None:
+    """``"pcap"`` or ``"pcapng"`` when ``data`` starts with a libpcap file's magic (either byte
+    order, micro- or nanosecond) or a pcapng section header block's type, else None. Needs no
+    dpkt; reads the first 4 bytes only.
+
+    No upstream counterpart: upstream reads no captures.
+    """
+    head = bytes(data[:4])
+    if head in _LIBPCAP_ORDER:
+        return "pcap"
+    return "pcapng" if head == _PCAPNG_SHB else None
 
 
 class _Watched(io.BytesIO):

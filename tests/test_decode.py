@@ -1391,3 +1391,26 @@ def test_an_unknown_leg_is_local_misuse() -> None:
     assert info.value.error_id == "stream.unknown_leg"
     assert str(info.value) == ("unknown leg 'bogus': mux, loopback or frame (detect_leg tells it "
                                "from the first bytes)")
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_a_capture_file_without_pcap_says_to_read_it_with_pcap(
+        fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flodl_proto.pcap import capture_format
+
+    from .pcap_writer import Capture
+
+    cap = Capture()
+    c = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(c, True, encode_handshake(0, 2, 2))
+    # pcapng: a section header block's first bytes (the leg is judged on them only)
+    data = cap.pcap() if fmt == "pcap" else bytes.fromhex("0a0d0d0a1c0000004d3c2b1a") + bytes(64)
+    assert capture_format(data) == fmt
+    path = tmp_path / f"c.{fmt}"
+    path.write_bytes(data)
+    assert main(["decode", str(path)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto decode: error: the input is a {fmt} capture file, not the bytes of a leg: "
+        "read it with --pcap --port N (N: the flodl connections' TCP port)\n"))
+    assert capture_format(encode_handshake(0, 2, 2)) is None
+    assert capture_format(b"\xd4\xc3") is None

@@ -83,10 +83,14 @@ def _detect_or_refuse(first: bytes) -> Leg:
     """The leg ``first`` (the input's first chunk) starts; :class:`_NoLeg` when it starts
     none."""
     from ..decode import detect_leg
+    from ..pcap import capture_format
 
     try:
         return detect_leg(first)[0]
     except ValueError as e:
+        if (fmt := capture_format(first)) is not None:
+            raise _NoLeg(f"the input is a {fmt} capture file, not the bytes of a leg: read it "
+                         "with --pcap --port N (N: the flodl connections' TCP port)") from None
         raise _NoLeg(str(e)) from None
 
 
