@@ -39,6 +39,10 @@ def parse_hex_dump(text: str) -> bytes:
     return read_hex_dump(text).data
 
 
+#: the openings of a Markdown code fence line (no hex text starts so)
+_FENCES = ("```", "~~~")
+
+
 def read_hex_dump(text: str) -> HexDump:
     """Bytes from hex text: plain hex, ``xxd``, ``hexdump -C``, ``od -Ax -tx1`` output or the
     dumps of ``docs/protocol.md``.
@@ -49,7 +53,8 @@ def read_hex_dump(text: str) -> HexDump:
     digits, then bytes one by one); then ``start`` is that offset. A line holding only the offset
     (the dump's closing line: its length) is skipped; a ``*`` line repeats the line before it up to
     the next line's offset; the ASCII column of a dump (``xxd``'s after two spaces, ``hexdump -C``'s
-    ``|..|``, ``od -c``-style ``>..<``) is ignored.
+    ``|..|``, ``od -c``-style ``>..<``) is ignored. A Markdown code fence line (```` ```text ````,
+    ```` ``` ````, ``~~~``), copied with a dump from ``docs/protocol.md``, is skipped.
 
     Raises:
         ValueError: a line holds something other than hex digits, or, in a dump with offsets, a
@@ -63,7 +68,7 @@ def read_hex_dump(text: str) -> HexDump:
     repeat_from: int | None = None  # line number of a ``*`` waiting for the next offset
     for lineno, raw_line in enumerate(text.splitlines(), 1):
         line = raw_line.strip()
-        if not line:
+        if not line or line.startswith(_FENCES):
             continue
         if line == "*":
             if start is None or not last:

@@ -1042,6 +1042,25 @@ def test_hex_dumps_in_every_usual_form() -> None:
         parse_hex_dump("00 01\nzz\n")
 
 
+def test_a_dump_copied_from_the_protocol_doc_with_its_code_fence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the fence lines were taken for hex: "line 1: not hex"
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text("utf-8")
+    blocks = re.findall(r"^```text\n(0000  [^`]*?)^```$", doc, flags=re.M)
+    assert blocks, "no hex dump in docs/protocol.md"
+    inner = max(blocks, key=len)  # the longest: several lines
+    data = parse_hex_dump(inner)
+    assert len(data) > 32
+    for fenced in (f"```text\n{inner}```\n", f"```\n{inner}```", f"  ~~~\n{inner}~~~\n"):
+        assert parse_hex_dump(fenced) == data
+    path = tmp_path / "example.md"
+    path.write_text(f"```text\n{inner}```\n", encoding="utf-8")
+    assert main(["decode", "--hex", str(path)]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["type"] == "end"
+    with pytest.raises(ValueError, match=r"line 1: not hex"):  # a fence opens a line only
+        parse_hex_dump("00 ```\n")
+
+
 def _od(data: bytes, start: int = 0) -> str:
     """``od -Ax -tx1`` output: 6-digit offsets, single spaces, the closing offset, and ``*`` for
     lines equal to the one before (as od prints without ``-v``)."""
