@@ -414,8 +414,8 @@ def test_controller_closing_before_helloack() -> None:
             assert isinstance(err, TruncatedInput)
             assert str(err) == (
                 "relay: controller closed connection before HelloAck; it may have refused this "
-                "relay's Hello (a 6-byte payload) for another protocol version or salt, or a "
-                "frame ceiling below 6 bytes")
+                "relay's Hello (a 6-byte payload) for another protocol version or salt, a "
+                "rank outside the controller's world size, or a frame ceiling below 6 bytes")
             client.close()
         finally:
             relay.shutdown()
@@ -442,7 +442,8 @@ def test_a_controller_ceiling_below_the_hello_is_named_by_the_relay() -> None:
     assert (err.error_id, err.fields) == ("relay.closed_before_helloack", {"hello_bytes": 45})
     assert str(err) == ("relay: controller closed connection before HelloAck; it may have "
                         "refused this relay's Hello (a 45-byte payload) for another protocol "
-                        "version or salt, or a frame ceiling below 45 bytes")
+                        "version or salt, a rank outside the controller's world size, or a "
+                        "frame ceiling below 45 bytes")
     assert outcome is not None and not outcome.clean
     assert outcome.error is not None and outcome.error.error_id == "mux.payload_too_large"
     assert (outcome.error.fields["length"], outcome.error.fields["ceiling"]) == (45, 44)
@@ -602,8 +603,9 @@ def test_relay_cli_says_why_it_exits_when_the_controller_refuses_its_hello() -> 
     assert proc.returncode == 1
     assert err == ("flodl-proto relay: error: relay: controller closed connection before "
                    "HelloAck; it may have refused this relay's Hello (a 7-byte payload) for "
-                   "another protocol version or salt, or a frame ceiling below 7 bytes (check "
-                   "--protocol-version and the salt on both sides, and the controller's "
+                   "another protocol version or salt, a rank outside the controller's world "
+                   "size, or a frame ceiling below 7 bytes (check --protocol-version, "
+                   "--world-size and the salt on both sides, and the controller's "
                    "--frame-ceiling)\n")
     assert outcome is not None and "the protocol versions differ" in outcome.detail
 

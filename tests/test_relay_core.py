@@ -162,8 +162,8 @@ def test_duplicate_rank_is_acked_then_fails() -> None:
 
 @pytest.mark.parametrize(("rec", "message"), [
     (None, "relay: controller closed connection before HelloAck; it may have refused this "
-           "relay's Hello (a 4-byte payload) for another protocol version or salt, or a frame "
-           "ceiling below 4 bytes"),
+           "relay's Hello (a 4-byte payload) for another protocol version or salt, a rank "
+           "outside the controller's world size, or a frame ceiling below 4 bytes"),
     (MuxRecord.broadcast(b"x"), "relay: expected HelloAck from controller, got BROADCAST"),
     (MuxRecord.control_msg(DeclareDead(0)), "relay: expected HelloAck from controller, got "
                                             "DeclareDead"),

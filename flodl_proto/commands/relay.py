@@ -509,8 +509,8 @@ def _why_failed(err: BaseException) -> str:
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
     text += "".join(f" ({note})" for note in getattr(err, "__notes__", ()))  # e.g. which rank
     if isinstance(err, ProtocolError) and err.error_id == "relay.closed_before_helloack":
-        text += (" (check --protocol-version and the salt on both sides, and the controller's "
-                 "--frame-ceiling)")
+        text += (" (check --protocol-version, --world-size and the salt on both sides, and the "
+                 "controller's --frame-ceiling)")
     elif not isinstance(err, ProtocolError | OSError):
         text = f"the relay failed unexpectedly: {type(err).__name__}: {text}"
     return text
