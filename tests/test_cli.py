@@ -1066,7 +1066,21 @@ def test_controller_progress_lines_with_no_stdout(monkeypatch: pytest.MonkeyPatc
     lines.start()
     lines.put("round 1: kind Model weight 1 bytes 8 ms 0.100")
     lines.close()
-    assert (failures, lines.dropped) == ([], 0)
+    assert (failures, lines.dropped, lines.broken) == ([], 0, False)
+
+
+def test_a_rank_started_with_a_closed_stdout_runs_its_rounds() -> None:
+    """``flodl-proto rank ... >&-``: the digest lines are taken, as print() takes them; the
+    closed stdout was taken for a reader gone away and ended in a BrokenPipeError traceback."""
+    with _acked_rank("--rounds", "2", preexec=_close_stdout) as (p, conn):
+        assert p.stderr is not None
+        for _ in range(2):
+            head = recv_exact(conn, 4)
+            frame = recv_exact(conn, int.from_bytes(head, "little"))
+            conn.sendall(head + frame)  # one rank: its own frame is the consensus
+        err = p.stderr.read()
+        rc = p.wait(timeout=60)
+    assert (rc, err) == (0, "")
 
 
 @pytest.mark.timeout(60)

@@ -110,7 +110,9 @@ class LineWriter:
         except (AttributeError, OSError, ValueError):
             fd = None  # the stream replaced by an object without a descriptor, or None
         encoding = getattr(out, "encoding", None) or "utf-8"
-        broken = False  # the stream failed (its reader went away): take the lines, write none
+        # the stream failed (its reader went away): take the lines, write none; a stream that is
+        # None (started with ``>&-``) takes them too, as print() does, and is not broken
+        broken = out is None
         more = True
         while more and (line := self._lines.get()) is not None:
             batch = [line]
@@ -129,7 +131,7 @@ class LineWriter:
                     batch.append(later)
             try:
                 self._write_batch(batch, out, fd, encoding, broken)
-            except (AttributeError, OSError, ValueError):  # AttributeError: the stream is None
+            except (AttributeError, OSError, ValueError):  # AttributeError: no write() method
                 broken = self.broken = True
             self._held = 0
 
