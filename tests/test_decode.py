@@ -1267,10 +1267,6 @@ def test_an_input_no_leg_starts_is_refused_after_its_first_chunk(
         "flodl-proto decode: error: cannot tell the leg from the first bytes (0000000000000000): "
         "not a channel magic, handshake, ack, RoundFrame, mux record or length-prefixed frame; "
         "name it with --leg\n"))
-    # --pcap reads the whole input, as before
-    assert main(["decode", "--pcap", "--port", "1", "--max-input", str(4 << 20),
-                 str(path)]) == EXIT_ERROR
-    assert "longer than --max-input" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("leg", "error_id"), [("mux", "mux.bad_magic"),
@@ -1433,3 +1429,32 @@ def test_a_capture_file_without_pcap_says_to_read_it_with_pcap(
         "read it with --pcap --port N (N: the flodl connections' TCP port)\n"))
     assert capture_format(encode_handshake(0, 2, 2)) is None
     assert capture_format(b"\xd4\xc3") is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--hex",), "input is not hex: byte 0x00 at offset 0 (--hex takes hex text)"),
+    (("--hex", "--pcap", "--port", "1"),
+     "input is not hex: byte 0x00 at offset 0 (--hex takes hex text)"),
+    (("--pcap", "--port", "1"),
+     "not a libpcap or pcapng capture: it starts with 00000000, no capture file's magic"),
+])
+def test_hex_and_pcap_input_is_refused_on_its_first_chunk(
+        args: tuple[str, ...], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # `decode --hex /dev/zero` and `decode --pcap ... /dev/zero` read 4 GiB (the default
+    # --max-input) before saying so: here the input is over --max-input, which is never reached
+    path = tmp_path / "zeros.bin"
+    path.write_bytes(bytes(8 << 20))
+    assert main(["decode", *args, "--max-input", str(4 << 20), str(path)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: {message}\n")
+
+
+def test_hex_text_with_a_control_byte_names_its_offset(capsys: pytest.CaptureFixture[str],
+                                                       tmp_path: Path) -> None:
+    # past the first chunk too: the whole text is checked the same way
+    path = tmp_path / "dump.txt"
+    path.write_bytes(b"00 01\n" * (300_000) + b"02\x07\n")
+    assert main(["decode", "--hex", str(path)]) == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"flodl-proto decode: error: input is not hex: byte 0x07 at offset {6 * 300_000 + 2} "
+        "(--hex takes hex text)\n")

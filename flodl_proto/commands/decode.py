@@ -21,10 +21,11 @@ inside a record, or the error that stopped decoding, with its byte offset.
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
 is held once), and at most ``--max-input`` bytes of it (default :data:`DEFAULT_MAX_INPUT`, 4 GiB);
 a longer input (an endless pipe) stops the command with one line naming the option and the limit,
-exit 1, as an input larger than this machine's memory does. Raw input (not ``--hex`` or
-``--pcap``) is judged on its first 1 MiB first: when no leg starts there, or decoding it stops at
-a protocol error (``/dev/zero``: a bad magic at byte 0), no later byte can change the report,
-and the rest is not read.
+exit 1, as an input larger than this machine's memory does. The input is judged on its first
+1 MiB first, and the rest is not read when no later byte can change the outcome: raw input that
+starts no leg, or whose decoding stops at a protocol error there (``/dev/zero``: a bad magic at
+byte 0); ``--hex`` input with a byte no text holds; ``--pcap`` input without a capture file's
+magic.
 
 Exit codes: 0 every stream ended at a record boundary, each record decoded; 1 decoding stopped
 at a protocol error, or the input is not what was asked for (``--hex`` text that is not hex, a
@@ -41,10 +42,11 @@ import argparse
 import io
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, TextIO, cast
 
 from .._oserr import os_reason
 from ..errors import ProtocolError
@@ -233,6 +235,35 @@ class _NotHex(Exception):
     exit 1); the message is the error line's text."""
 
 
+#: a byte no hex text holds: neither printable ASCII nor white space
+_NOT_TEXT: Final = re.compile(rb"[^\x20-\x7e\t\n\r\f\v]")
+
+
+def _check_text(raw: bytes | bytearray) -> None:
+    """Raise :class:`_NotHex` naming the first byte of ``raw`` that no hex text holds (a NUL, a
+    control byte, a byte above 0x7f); the probe of ``--hex`` input's first chunk too, so
+    ``decode --hex /dev/zero`` stops at byte 0 instead of reading ``--max-input`` bytes."""
+    if (bad := _NOT_TEXT.search(raw)) is not None:
+        at = bad.start()
+        raise _NotHex(f"input is not hex: byte 0x{raw[at]:02x} at offset {at} (--hex takes hex "
+                      "text)")
+
+
+class _NotCapture(Exception):
+    """``--pcap`` input whose first bytes are no capture file's magic (bad input, exit 1)."""
+
+
+def _check_capture_magic(first: bytes) -> None:
+    """The probe of ``--pcap`` input's first chunk: raise :class:`_NotCapture` when it starts
+    with no libpcap or pcapng magic (``decode --pcap /dev/zero`` read ``--max-input`` bytes
+    first). Fewer than 4 bytes are left to the capture reader."""
+    from ..pcap import capture_format
+
+    if len(first) >= 4 and capture_format(first) is None:
+        raise _NotCapture(f"not a libpcap or pcapng capture: it starts with {first[:4].hex()}, "
+                          "no capture file's magic")
+
+
 def _read_input(name: str, hex_text: bool, limit: int,
                 probe: Callable[[bytes], None] | None = None) -> bytes | bytearray:
     """The input's bytes (hex text decoded with ``hex_text``); ``probe``: as
@@ -258,11 +289,8 @@ def _read_input(name: str, hex_text: bool, limit: int,
         return raw
     from .._hexdump import read_hex_dump
 
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError as e:
-        raise _NotHex(f"input is not hex: byte 0x{raw[e.start]:02x} at offset {e.start} "
-                      "(--hex takes hex text)") from None
+    _check_text(raw)
+    text = raw.decode("ascii")
     try:
         dump = read_hex_dump(text)
     except ValueError as e:  # "line N: not hex: '...'", or "line N: offset ... where ..."
@@ -337,7 +365,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     try:
         # raw bytes of an unnamed leg: the first bytes tell it, or the input is refused unread
         data = _read_input(args.file, args.hex, args.max_input,
-                           None if args.pcap or args.hex else
+                           _check_text if args.hex else _check_capture_magic if args.pcap else
                            _first_chunk_probe(args, salt, ceiling))
     except _Decided as e:
         data = e.first
@@ -351,7 +379,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     except _Unreadable as e:  # a path of the command line, as --salt-file: a usage error
         print(f"{_PROG}: error: cannot read input {e}", file=sys.stderr)
         return 2
-    except _NotHex as e:
+    except (_NotHex, _NotCapture) as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     streams: list[tuple[str | None, bytes | bytearray]]
