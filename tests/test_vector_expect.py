@@ -81,6 +81,43 @@ def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
     assert f"not a vector file (case 0: {prefix}{problem})" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large", "list", "not-utf8"])
+def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
+        kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link to /dev/zero was read until memory ran out (24 GB, then the OOM killer); a FIFO
+    blocked the check forever; ``[]`` was reported in Python's words."""
+    import os
+
+    from flodl_proto.interop import vectors
+
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    path.unlink()
+    limit = max(f.stat().st_size for f in root.rglob("*.json"))  # every other file fits
+    why = {"dev-zero": "not a regular file", "fifo": "not a regular file",
+           "too-large": f"larger than {limit} bytes", "list": "a JSON list, not an object",
+           "not-utf8": "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"}
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "too-large":
+        monkeypatch.setattr(vectors, "MAX_VECTOR_FILE_BYTES", limit)
+        path.write_text(json.dumps({"protocol_version": 3, "cases": [], "pad": "x" * limit}))
+    elif kind == "list":
+        path.write_text("[]")
+    else:
+        path.write_bytes(b"\xff{}")
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == f"{path}: not a vector file ({why[kind]})"
+    assert main(["vectors", "check", str(root)]) == 2
+    assert capsys.readouterr().err == (f"flodl-proto vectors: error: {path}: not a vector file "
+                                       f"({why[kind]})\n")
+
+
 def test_vectors_check_fails_a_write_case_edited_to_expect_an_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "vec"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,36 @@ __all__ = ["Case", "VectorFileError", "iter_cases", "manifest_total", "run_case"
 
 class VectorFileError(ValueError):
     """A ``*.json`` file of a vector folder that is not a vector file of the shared schema (not
-    JSON, or without ``protocol_version`` / ``cases``); the message names the file."""
+    a regular file, over :data:`MAX_VECTOR_FILE_BYTES`, not JSON, or without
+    ``protocol_version`` / ``cases``); the message names the file."""
+
+
+#: the largest vector file read (the shared files are tens of KiB); a larger one, or a link to
+#: ``/dev/zero``, is refused before it is read whole
+MAX_VECTOR_FILE_BYTES = 64 << 20
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON document of ``path``, read only when it is a regular file of at most
+    :data:`MAX_VECTOR_FILE_BYTES` (a FIFO would block, a device would never end).
+
+    Raises:
+        OSError: the file cannot be read. VectorFileError: not a regular file, too large, or not
+            UTF-8 JSON.
+    """
+    # O_NONBLOCK: opening a FIFO waits for a writer; a regular file ignores the flag
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise VectorFileError(f"{path}: not a vector file (not a regular file)")
+        raw = f.read(MAX_VECTOR_FILE_BYTES + 1)
+    if len(raw) > MAX_VECTOR_FILE_BYTES:
+        raise VectorFileError(f"{path}: not a vector file (larger than "
+                              f"{MAX_VECTOR_FILE_BYTES} bytes)")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError included
+        raise VectorFileError(f"{path}: not a vector file ({e})") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +94,11 @@ def iter_cases(root: Path) -> Iterator[Case]:
         for path in sorted(folder.glob("*.json")):
             if path.name == "manifest.json":
                 continue
+            doc = _read_json(path)
+            if not isinstance(doc, dict):
+                raise VectorFileError(f"{path}: not a vector file (a JSON "
+                                      f"{type(doc).__name__}, not an object)")
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
                 version, cases = int(doc["protocol_version"]), list(doc["cases"])
             except (ValueError, KeyError, TypeError) as e:
                 why = f"no key {e}" if isinstance(e, KeyError) else str(e)
@@ -96,7 +130,7 @@ def manifest_total(root: Path) -> int:
     for folder in vector_folders(root):
         m = folder / "manifest.json"
         if m.is_file():
-            total += int(json.loads(m.read_text(encoding="utf-8"))["total_cases"])
+            total += int(_read_json(m)["total_cases"])
     return total
 
 
