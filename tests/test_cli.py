@@ -1305,3 +1305,25 @@ def test_an_empty_vector_folder_is_a_usage_error(args: tuple[str, ...], tmp_path
                                     f"{'--bundled' if '--bundled' in args else 'DIR'}: is empty; "
                                     "give a folder path (. for this one)")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "option", "hint"), [
+    (("demo", "--salt-file", ""), "--salt-file", "give a path"),
+    (("decode", ""), "FILE", "give a path"),
+    (("decode", "--salt-file", "", "-"), "--salt-file", "give a path"),
+    (("docs", "--spec", ""), "--spec", "give the folder holding wire.yaml"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt-file", ""),
+     "--salt-file", "give a path"),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1",
+      "--salt-file", ""), "--salt-file", "give a path"),
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX,
+      "--checkpoint-dir", ""), "--checkpoint-dir", "give a path"),
+], ids=lambda a: a[0] if isinstance(a, tuple) else None)
+def test_an_empty_input_path_is_a_usage_error(args: tuple[str, ...], option: str, hint: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty path is the current folder to the OS: ``demo --salt-file ''`` said "Is a
+    directory", ``docs --spec ''`` "cannot load wire.yaml"."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (f"flodl-proto {args[0]}: error: argument {option}: is empty; "
+                                    f"{hint}")

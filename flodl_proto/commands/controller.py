@@ -60,6 +60,7 @@ from .relay import (
     cli_salt,
     for_option,
     frame_ceiling,
+    path_text,
     positive_seconds,
     resolve_salt,
     signals_stop,
@@ -158,7 +159,7 @@ def register(sub: Any) -> None:
                    help="every connection is a data-channel connection (no /status)")
     p.add_argument("--outer", default=None, metavar="SPEC",
                    help="outer optimizer: avg, slow-momentum:LR,MU or nesterov:LR,MU")
-    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", type=path_text,
                    help="write each window's consensus as consensus-<window>.npz here")
     p.add_argument("--round-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="declare a relay's ranks dead when its HostFrame has not arrived this "

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final, TextIO, cast
 from .._oserr import os_reason
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
-from .relay import add_frame_ceiling_option, byte_count, frame_ceiling, tcp_port
+from .relay import add_frame_ceiling_option, byte_count, frame_ceiling, path_text, tcp_port
 
 if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
     from ..decode import DecodeReport, Leg
@@ -150,7 +150,7 @@ def register(sub: Any) -> None:
         "inside a record (header included): the capture stopped there. At most --max-input "
         "bytes are read.",
     )
-    p.add_argument("file", nargs="?", default="-", metavar="FILE",
+    p.add_argument("file", nargs="?", default="-", metavar="FILE", type=path_text,
                    help="input file, or '-' for stdin (default)")
     p.add_argument("--leg", choices=("auto", "mux", "loopback", "frame"), default="auto",
                    help="mux: relay<->controller (channel magic first if present); loopback: "
@@ -162,7 +162,7 @@ def register(sub: Any) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--salt", type=_salt, metavar="HEX",
                    help="16-byte session salt in hex: verify every auth tag")
-    g.add_argument("--salt-file", metavar="PATH",
+    g.add_argument("--salt-file", metavar="PATH", type=path_text,
                    help="file holding the session salt (32 hex digits, or 16 raw bytes), e.g. "
                    "the one `demo --salt-file` wrote")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS, default=None,

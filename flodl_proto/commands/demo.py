@@ -72,7 +72,7 @@ from ..spec import (
 )
 from ._output import rich_console
 from .controller import parse_outer
-from .relay import check_net_timeout_scale, check_world_size, resolve_salt
+from .relay import check_net_timeout_scale, check_world_size, path_text, resolve_salt
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
@@ -177,7 +177,7 @@ def register(sub: Any) -> None:
                    help="kill rank R's process at round ROUND (the run then ends cleanly)")
     p.add_argument("--seed", type=int, default=7, help="dataset seed (default 7)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--salt-file", default=None, metavar="PATH",
+    p.add_argument("--salt-file", default=None, metavar="PATH", type=path_text,
                    help="session salt file: read it when it exists, else write a random salt "
                    "there (mode 0600) and keep it, to decode captured traffic with tags checked")
     p.add_argument("--netns", action="store_true",

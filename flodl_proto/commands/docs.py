@@ -46,6 +46,18 @@ __all__ = [
 _PROG = "flodl-proto docs"
 
 
+def _spec_folder(text: str) -> Path:
+    """argparse ``type=`` of ``--spec``: a folder path, not empty (an empty path is the current
+    folder: ``--spec ''`` read "cannot load wire.yaml").
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give the folder holding wire.yaml")
+    return Path(text)
+
+
 def output_path(text: str) -> Path:
     """argparse ``type=`` of every generator's output option (``--out``, ``--junit``, ...): the
     path of a file, or ``-`` for stdout.
@@ -102,7 +114,7 @@ def register(sub: Any) -> None:
                    help=f"output file (default: the checkout's {DEFAULT_OUT}, found from the "
                    "current folder up, else that path here; '-' writes to stdout); missing "
                    "parent folders are created")
-    p.add_argument("--spec", type=Path, default=None, metavar="DIR",
+    p.add_argument("--spec", type=_spec_folder, default=None, metavar="DIR",
                    help="folder holding wire.yaml and lifecycle.yaml (default: the spec/ of the "
                    "checkout PATH is in, else the package's)")
     p.add_argument("--check", action="store_true",

@@ -65,6 +65,7 @@ __all__ = [
     "frame_ceiling",
     "parse_ranks",
     "parse_salt",
+    "path_text",
     "register",
     "resolve_salt",
     "signals_stop",
@@ -178,6 +179,21 @@ def check_world_size(world_size: int) -> None:
     if not 1 <= world_size <= U32_MAX:
         raise ValueError(f"--world-size must be in 1..{U32_MAX} (the handshake's u32 field), "
                          f"got {world_size}")
+
+
+def path_text(text: str) -> str:
+    """argparse ``type=`` of an input path option (``--salt-file``, ``--checkpoint-dir``,
+    ``decode FILE``, ``docs --spec``): the text, unless it is empty (an empty path is the current
+    folder to the operating system, so ``--salt-file ''`` read "Is a directory").
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty (argparse names the option).
+
+    No upstream counterpart: upstream's binaries take no path options.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give a path")
+    return text
 
 
 def tcp_port(text: str) -> int:
@@ -328,7 +344,7 @@ def add_salt_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--salt", metavar="HEX",
                    help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV}); visible "
                    "to other users in the process list, prefer --salt-file")
-    g.add_argument("--salt-file", metavar="PATH",
+    g.add_argument("--salt-file", metavar="PATH", type=path_text,
                    help="file holding the salt (32 hex digits, or 16 raw bytes)")
 
 
