@@ -72,7 +72,7 @@ from ..spec import (
 )
 from ._output import rich_console
 from .controller import parse_outer
-from .relay import check_net_timeout_scale, check_world_size, path_text, resolve_salt
+from .relay import check_net_timeout_scale, path_text, resolve_salt
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
@@ -407,9 +407,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_net_timeout_scale()  # the cluster's processes inherit it
         kill = _parse_kill(args.kill_rank)
-        check_world_size(args.world_size)
-        if args.world_size > DEMO_WORLD_MAX:
-            raise ValueError(f"--world-size must be at most {DEMO_WORLD_MAX} for the demo (a "
+        if not 1 <= args.world_size <= DEMO_WORLD_MAX:
+            raise ValueError(f"--world-size must be in 1..{DEMO_WORLD_MAX} for the demo (a "
                              f"process per rank on this machine), got {args.world_size}")
         if not 1 <= args.hosts <= args.world_size:
             raise ValueError(f"--hosts must be in 1..{args.world_size} (at most --world-size), "
