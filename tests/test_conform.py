@@ -507,6 +507,9 @@ def test_cli_list_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conform", "controller", "--list"]) == 0
     out = capsys.readouterr().out
     assert "controller.portmux.status  SHOULD  not selected (needs --port-mux)" in out
+    # listing no case is the usage error a run of no case is (it listed "0 cases", exit 0)
+    assert main(["conform", "relay", "--list", "--cases", "nothing.*"]) == 2
+    assert capsys.readouterr() == ("", "flodl-proto conform: error: no case selected\n")
 
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

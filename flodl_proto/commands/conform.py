@@ -199,8 +199,8 @@ def _run(args: argparse.Namespace) -> int:
     level = args.level.upper() if args.level else None
     runs, skipped = select_cases(catalogue, role=role, versions=versions, patterns=args.cases,
                                  level=level, port_mux=args.port_mux)
-    if args.list:
-        return _list(runs, skipped)
+    if args.list:  # a selection of no case is the same usage error as for a run
+        return _list(runs, skipped) if runs else _usage("no case selected")
     if not args.launch:
         return _usage("--launch CMD is required (or --list)")
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
