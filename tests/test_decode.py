@@ -860,7 +860,9 @@ def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFix
                                        "ends at byte 100, "
                                        f"inside the packet record that starts at byte "
                                        f"{starts[1]}; the streams stop before it")
-    assert [r["type"] for r in _json_lines(got.out)] == ["end"]
+    # the connection's one direction before the cut carried no byte: skipped
+    assert got.err.splitlines()[1].endswith(": no bytes in this direction; skipped")
+    assert _json_lines(got.out) == []
     cut = starts[-1] + 20  # inside the last packet's data: every earlier record decodes
     cap.write_bytes(full[:cut])
     assert main(args) == EXIT_CAPTURE_ENDED
@@ -1458,3 +1460,32 @@ def test_hex_text_with_a_control_byte_names_its_offset(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == (
         f"flodl-proto decode: error: input is not hex: byte 0x07 at offset {6 * 300_000 + 2} "
         "(--hex takes hex text)\n")
+
+
+def test_a_direction_that_carried_no_byte_is_skipped_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a refused connection (SYN, then RST) was listed as two streams "mux leg (too short to
+    # tell)" with a clean end each
+    from .pcap_writer import Capture
+
+    cap = Capture()
+    refused = cap.connect(("127.0.0.1", 40001), ("127.0.0.1", 23460))
+    cap.close(refused)
+    c = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(c, True, encode_handshake(0, 2, 2))
+    cap.close(c)
+    path = tmp_path / "c.pcap"
+    path.write_bytes(cap.pcap())
+    assert main(["decode", "--pcap", "--port", "23460", str(path)]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "flodl-proto decode: 127.0.0.1:40001 -> 127.0.0.1:23460: no bytes in this direction; "
+        "skipped",
+        "flodl-proto decode: 127.0.0.1:23460 -> 127.0.0.1:40001: no bytes in this direction; "
+        "skipped",
+        "flodl-proto decode: 127.0.0.1:40002 -> 127.0.0.1:23460: loopback leg (the rank "
+        "handshake; --leg to choose)",
+        "flodl-proto decode: 127.0.0.1:23460 -> 127.0.0.1:40002: no bytes in this direction; "
+        "skipped"]
+    assert {json.loads(line)["stream"] for line in out.splitlines()} == {
+        "127.0.0.1:40002 -> 127.0.0.1:23460"}

@@ -423,6 +423,9 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             print(f"{_PROG}: {label}: HTTP (the controller's status responder), not a flodl leg; "
                   "skipped", file=sys.stderr)
             continue
+        if label is not None and not payload:  # e.g. both directions of a refused connection
+            print(f"{_PROG}: {label}: no bytes in this direction; skipped", file=sys.stderr)
+            continue
         if args.leg == "auto":
             try:
                 leg, why = detect_leg(payload)
