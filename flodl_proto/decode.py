@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -105,6 +105,9 @@ __all__ = [
     "format_table",
     "parse_hex_dump",
     "parse_round_frame",
+    "table_end",
+    "table_head",
+    "table_line",
     "tag_status",
 ]
 
@@ -217,7 +220,9 @@ class DecodeReport:
     """The result of :func:`decode_stream`.
 
     Attributes:
-        records: the decoded records, in stream order (JSON-ready dicts).
+        records: the decoded records, in stream order (JSON-ready dicts); empty when
+            :func:`decode_stream` handed them to ``on_record`` instead.
+        count: how many records were decoded (kept or handed on).
         end: the offset where decoding ended (the end of the last complete record).
         size: the stream's total length in bytes.
         failure: why decoding stopped early, or None for a clean end of stream.
@@ -227,6 +232,7 @@ class DecodeReport:
     """
 
     records: list[dict[str, Any]] = field(default_factory=list)
+    count: int = 0
     end: int = 0
     size: int = 0
     failure: DecodeFailure | None = None
@@ -258,7 +264,7 @@ class DecodeReport:
         if f is not None:
             return {"type": "error", "offset": f.offset, "error_kind": f.kind,
                     "error_id": f.error_id, "error": f.message}
-        rec: dict[str, Any] = {"type": "end", "offset": self.end, "records": len(self.records)}
+        rec: dict[str, Any] = {"type": "end", "offset": self.end, "records": self.count}
         if self.salted:
             rec["bad_tags"] = self.bad_tags
         return rec
@@ -381,7 +387,8 @@ def _frame_json(pf: ParsedFrame, status: TagStatus, version: int, values: bool
 # -------------------------------------------------------------------------------------------------
 class _Decoder:
     def __init__(self, data: memoryview, salt: bytes | None, version: int | None,
-                 values: bool, ceiling: int) -> None:
+                 values: bool, ceiling: int,
+                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.mv = data
         self.salt = salt
         self.explicit_version = version
@@ -389,11 +396,13 @@ class _Decoder:
         self.values = values
         self.ceiling = ceiling
         self.report = DecodeReport(size=len(data), salted=salt is not None)
+        self.on_record = on_record if on_record is not None else self.report.records.append
 
     # -- shared ------------------------------------------------------------------------------------
     def _emit(self, rec: dict[str, Any]) -> None:
-        self.report.records.append(rec)
+        self.report.count += 1
         self.report.end = int(rec["offset"]) + int(rec["length"])
+        self.on_record(rec)
 
     def _count(self, status: TagStatus) -> TagStatus:
         if status == "bad":
@@ -645,6 +654,7 @@ def decode_stream(
     version: int | None = None,
     values: bool = False,
     ceiling: int = DEFAULT_FRAME_CEILING,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> DecodeReport:
     """Decode one direction of one connection, from its first byte.
 
@@ -659,6 +669,9 @@ def decode_stream(
         values: include every tensor element (``values``; raw ``data`` hex where the elements
             cannot be decoded) instead of a summary only.
         ceiling: frame ceiling in bytes.
+        on_record: called with each record as it is decoded, which the report then does not
+            keep (its ``count`` counts them): memory stays flat over a long stream, and a
+            reader sees the first records before the last is decoded.
 
     Returns:
         A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
@@ -677,7 +690,7 @@ def decode_stream(
     key = check_salt(salt) if salt is not None else None
     if version is not None:
         check_version(version)
-    return _Decoder(as_view(data), key, version, values, ceiling).run(leg)
+    return _Decoder(as_view(data), key, version, values, ceiling, on_record).run(leg)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -753,17 +766,32 @@ def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[st
         report: a :class:`DecodeReport`.
         stream: a label printed before the table (e.g. a TCP stream of a capture).
     """
-    if stream is not None:
-        yield f"== {stream}"
-    yield f"{'offset':>8}  {'length':>8}  {'record':<20} {'tag':<9} details"
+    yield from table_head(stream)
     for rec in report.records:
-        name, tag, details = _details(rec)
-        yield f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+        yield table_line(rec)
+    yield table_end(report)
+
+
+def table_head(stream: str | None = None) -> list[str]:
+    """The first lines of :func:`format_table` (the stream's label, when given, and the column
+    names)."""
+    label = [f"== {stream}"] if stream is not None else []
+    return [*label, f"{'offset':>8}  {'length':>8}  {'record':<20} {'tag':<9} details"]
+
+
+def table_line(rec: Mapping[str, Any]) -> str:
+    """The :func:`format_table` line of one record (for records handed on as they are decoded:
+    :func:`decode_stream`'s ``on_record``)."""
+    name, tag, details = _details(rec)
+    return f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+
+
+def table_end(report: DecodeReport) -> str:
+    """The last line of :func:`format_table`: the clean end, the capture's end or the error."""
     fin = report.final_record()
     if fin["type"] == "error":
-        yield f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"
-    elif fin["type"] == "capture_ended":
-        yield f"{fin['offset']:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} {fin['error']}"
-    else:
-        tags = f"; {fin['bad_tags']} bad tags" if "bad_tags" in fin else ""
-        yield f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{tags}"
+        return f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"
+    if fin["type"] == "capture_ended":
+        return f"{fin['offset']:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} {fin['error']}"
+    tags = f"; {fin['bad_tags']} bad tags" if "bad_tags" in fin else ""
+    return f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{tags}"

@@ -1489,3 +1489,53 @@ def test_a_direction_that_carried_no_byte_is_skipped_with_one_line(
         "skipped"]
     assert {json.loads(line)["stream"] for line in out.splitlines()} == {
         "127.0.0.1:40002 -> 127.0.0.1:23460"}
+
+
+def _many_frames(n: int) -> bytes:
+    frame = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.array([1.0, -2.5, 3.25, 0.0], np.float32))]), SALT)
+    return frame * n
+
+
+def test_records_handed_on_are_not_kept_and_match_the_kept_ones() -> None:
+    data = _many_frames(5) + b"\x01\x02"  # five frames, then a cut
+    kept = decode_stream(data, "frame", salt=SALT)
+    seen: list[dict[str, Any]] = []
+    handed = decode_stream(data, "frame", salt=SALT, on_record=seen.append)
+    assert handed.records == [] and seen == kept.records and len(seen) == 5
+    assert (handed.count, kept.count) == (5, 5)
+    assert handed.final_record() == kept.final_record()
+    assert handed.exit_code == kept.exit_code == EXIT_CAPTURE_ENDED
+    clean = decode_stream(_many_frames(3), "frame", on_record=lambda rec: None)
+    assert clean.final_record() == {"type": "end", "offset": 3 * len(_many_frames(1)),
+                                    "records": 3}
+
+
+@pytest.mark.parametrize("fmt", ["json", "table"])
+def test_cli_prints_what_the_report_holds(fmt: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from flodl_proto.decode import format_table
+
+    data = _many_frames(4) + b"\x01"
+    path = tmp_path / "frames.bin"
+    path.write_bytes(data)
+    assert main(["decode", "--leg", "frame", "--format", fmt, "--salt", SALT.hex(),
+                 str(path)]) == EXIT_CAPTURE_ENDED
+    report = decode_stream(data, "frame", salt=SALT)
+    want = (list(format_table(report)) if fmt == "table" else
+            [json.dumps(r) for r in [*report.records, report.final_record()]])
+    assert capsys.readouterr().out.splitlines() == want
+
+
+def test_a_long_stream_is_decoded_in_flat_memory(tmp_path: Path) -> None:
+    # every record was kept until the end: 100,000 frames of 42 bytes peaked at over 100 MB more
+    # than 10,000 did (and nothing was printed before the last was decoded)
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(_many_frames(10_000))
+    big.write_bytes(_many_frames(100_000))
+    grown = big.stat().st_size - small.stat().st_size
+    code, _err, base = _decode_child(["--leg", "frame", str(small)], tmp_path)
+    assert code == EXIT_OK
+    code, _err, peak = _decode_child(["--leg", "frame", str(big)], tmp_path)
+    assert code == EXIT_OK
+    assert peak - base < 4 * grown, (peak - base, grown)  # the input held once, records not

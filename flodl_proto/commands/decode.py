@@ -19,9 +19,11 @@ line per record (or a table), and last the end of the stream, the point where th
 inside a record, or the error that stopped decoding, with its byte offset.
 
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
-is held once), and at most ``--max-input`` bytes of it (default :data:`DEFAULT_MAX_INPUT`, 4 GiB);
-a longer input (an endless pipe) stops the command with one line naming the option and the limit,
-exit 1, as an input larger than this machine's memory does. The input is judged on its first
+is held once); each record is printed as it is decoded and not kept, so memory is the input's
+size and a constant, and ``| head`` sees the first records at once. At most ``--max-input``
+bytes are read (default :data:`DEFAULT_MAX_INPUT`, 4 GiB); a longer input (an endless pipe)
+stops the command with one line naming the option and the limit, exit 1, as an input larger
+than this machine's memory does. The input is judged on its first
 1 MiB first, and the rest is not read when no later byte can change the outcome: raw input that
 starts no leg, or whose decoding stops at a protocol error there (``/dev/zero``: a bad magic at
 byte 0); ``--hex`` input with a byte no text holds; ``--pcap`` input without a capture file's
@@ -306,17 +308,37 @@ def _read_input(name: str, hex_text: bool, limit: int,
     return dump.data
 
 
-def _print_report(report: DecodeReport, fmt: str, out: TextIO,
-                  stream: str | None = None) -> None:
-    if fmt == "table":
-        from ..decode import format_table
+def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Namespace,
+                      salt: bytes | None, ceiling: int, out: TextIO,
+                      stream: str | None = None) -> DecodeReport:
+    """Decode ``payload`` as ``leg`` and print each record as it is decoded (a table line, or a
+    JSON line with the stream's label), then the end: a long stream's records are neither held
+    nor waited for.
 
-        for line in format_table(report, stream):
-            print(line, file=out)
-        return
+    Raises:
+        ProtocolError (local): a bad salt or version (the arguments are checked before).
+    """
+    from ..decode import decode_stream, table_end, table_head, table_line
+
+    on_record: Callable[[dict[str, Any]], None]
     extra = {"stream": stream} if stream is not None else {}
-    for rec in [*report.records, report.final_record()]:
-        print(json.dumps({**extra, **rec}, allow_nan=False), file=out)
+    if args.format == "table":
+        for line in table_head(stream):
+            print(line, file=out)
+
+        def on_record(rec: dict[str, Any]) -> None:
+            print(table_line(rec), file=out)
+    else:
+        def on_record(rec: dict[str, Any]) -> None:
+            print(json.dumps({**extra, **rec}, allow_nan=False), file=out)
+
+    report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
+                           values=args.values, ceiling=ceiling, on_record=on_record)
+    if args.format == "table":
+        print(table_end(report), file=out)
+    else:
+        print(json.dumps({**extra, **report.final_record()}, allow_nan=False), file=out)
+    return report
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -337,7 +359,6 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         EXIT_CAPTURE_ENDED,
         EXIT_ERROR,
         EXIT_OK,
-        decode_stream,
         detect_leg,
     )
 
@@ -438,12 +459,10 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         else:
             leg = args.leg
         try:
-            report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
-                                   values=args.values, ceiling=ceiling)
+            report = _decode_and_print(payload, leg, args, salt, ceiling, out, label)
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
-        _print_report(report, args.format, out, label)
         code = _worse(code, report.exit_code)
     return code
 
