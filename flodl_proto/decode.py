@@ -222,23 +222,23 @@ class DecodeReport:
     Attributes:
         records: the decoded records, in stream order (JSON-ready dicts); empty when
             :func:`decode_stream` handed them to ``on_record`` instead.
-        count: how many records were decoded (kept or handed on).
         end: the offset where decoding ended (the end of the last complete record).
         size: the stream's total length in bytes.
         failure: why decoding stopped early, or None for a clean end of stream.
         salted: True when tags were verified.
         bad_tags: how many tags did not verify.
         version: the protocol version the stream was decoded as.
+        count: how many records were decoded (kept or handed on).
     """
 
     records: list[dict[str, Any]] = field(default_factory=list)
-    count: int = 0
     end: int = 0
     size: int = 0
     failure: DecodeFailure | None = None
     salted: bool = False
     bad_tags: int = 0
     version: int = DEFAULT_VERSION
+    count: int = 0  # last: the fields before keep their positions
 
     @property
     def exit_code(self) -> int:

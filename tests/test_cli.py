@@ -184,15 +184,21 @@ def _acked_rank(*rank_args: str, preexec: Callable[[], None] | None = None
             p.communicate()
 
 
+def _echo_rounds(conn: socket.socket, rounds: int) -> None:
+    """Play a relay of one rank for ``rounds`` rounds: its own frame is the consensus."""
+    for _ in range(rounds):
+        head = recv_exact(conn, 4)
+        frame = recv_exact(conn, int.from_bytes(head, "little"))
+        conn.sendall(head + frame)
+
+
 def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
     """``flodl-proto rank ... | head -0``: the first digest line meets a closed pipe; the rank
     ends with 141 and nothing on stderr, as every command does (not a connection failure)."""
     with _acked_rank("--rounds", "3") as (p, conn):
         assert p.stdout is not None and p.stderr is not None
         p.stdout.close()  # the reader is gone before the first line (it needs a reply)
-        head = recv_exact(conn, 4)
-        frame = recv_exact(conn, int.from_bytes(head, "little"))
-        conn.sendall(head + frame)  # one rank: its own frame is the consensus
+        _echo_rounds(conn, 1)
         err = p.stderr.read()
         rc = p.wait(timeout=60)
     assert (rc, err) == (141, "")
@@ -1074,10 +1080,7 @@ def test_a_rank_started_with_a_closed_stdout_runs_its_rounds() -> None:
     closed stdout was taken for a reader gone away and ended in a BrokenPipeError traceback."""
     with _acked_rank("--rounds", "2", preexec=_close_stdout) as (p, conn):
         assert p.stderr is not None
-        for _ in range(2):
-            head = recv_exact(conn, 4)
-            frame = recv_exact(conn, int.from_bytes(head, "little"))
-            conn.sendall(head + frame)  # one rank: its own frame is the consensus
+        _echo_rounds(conn, 2)
         err = p.stderr.read()
         rc = p.wait(timeout=60)
     assert (rc, err) == (0, "")

@@ -118,6 +118,19 @@ def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
                                        f"({why[kind]})\n")
 
 
+@pytest.mark.parametrize(("manifest", "shown"), [("[]", "None"), ('{"total_cases": "9"}', "'9'"),
+                                               ("{}", "None"), ('{"total_cases": -1}', "-1")])
+def test_a_malformed_manifest_is_one_line_not_a_traceback(
+        manifest: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    (root / "v2" / "manifest.json").write_text(manifest)
+    assert main(["vectors", "check", str(root)]) == 2
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto vectors: error: {root / 'v2' / 'manifest.json'}: not a manifest "
+        f"(total_cases {shown} is not a whole number >= 0)\n"))
+
+
 def test_vectors_check_fails_a_write_case_edited_to_expect_an_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "vec"

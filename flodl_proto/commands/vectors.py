@@ -71,20 +71,22 @@ def _not_a_folder(path: Path) -> str | None:
     return f"{path}: {'not a directory' if path.exists() else 'does not exist'}"
 
 
-def _load_cases(root: Path) -> list[Any] | str:
-    """Every case of the folder ``root`` and its ``v2/``, or the one-line reason it holds no
-    usable vectors (missing, not a folder, no case, an unreadable or malformed case file)."""
-    from ..interop.vectors import VectorFileError, iter_cases
+def _load_cases(root: Path) -> tuple[list[Any], int] | str:
+    """Every case of the folder ``root`` and its ``v2/`` and the count its manifests declare,
+    or the one-line reason it holds no usable vectors (missing, not a folder, no case, an
+    unreadable or malformed case file or manifest)."""
+    from ..interop.vectors import VectorFileError, iter_cases, manifest_total
 
     if (why := _not_a_folder(root)) is not None:
         return why
     try:
         cases = list(iter_cases(root))
+        expected = manifest_total(root)
     except OSError as e:
         return f"{e.filename or root}: {os_reason(e)}"
     except VectorFileError as e:
         return str(e)
-    return cases if cases else f"no vectors found under {root}"
+    return (cases, expected) if cases else f"no vectors found under {root}"
 
 
 def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
@@ -93,18 +95,18 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     stderr, nothing run) when a folder does not exist, is no folder, holds no vectors or holds
     a case file that cannot be read or is not a vector file."""
     from ..interop.registry import NotImplementedOp
-    from ..interop.vectors import manifest_total, run_case, vector_folders
+    from ..interop.vectors import run_case, vector_folders
 
     out = out or sys.stdout
     ok = True
     loaded = []
     for root in dirs:  # every folder is checked before any case runs
-        cases = _load_cases(root)
-        if isinstance(cases, str):
-            print(f"flodl-proto vectors: error: {cases}", file=sys.stderr)
+        got = _load_cases(root)
+        if isinstance(got, str):
+            print(f"flodl-proto vectors: error: {got}", file=sys.stderr)
             return 2
-        loaded.append((root, cases))
-    for root, cases in loaded:
+        loaded.append((root, *got))
+    for root, cases, expected in loaded:
         stats: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         failures: list[str] = []
         total = 0
@@ -126,7 +128,6 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
             s = stats[key]
             print(f"  {key:<28} {s['pass']:>5} {s['fail']:>5} {s['not implemented']:>5}",
                   file=out)
-        expected = manifest_total(root)
         passed = sum(s["pass"] for s in stats.values())
         print(f"  total: {passed}/{total} passed; manifests declare {expected}", file=out)
         unlisted = [f / "manifest.json" for f in vector_folders(root)

@@ -125,12 +125,22 @@ def _case_problem(case: Any) -> str | None:
 
 
 def manifest_total(root: Path) -> int:
-    """Sum of ``total_cases`` over the manifests of ``root`` and ``root/v2``."""
+    """Sum of ``total_cases`` over the manifests of ``root`` and ``root/v2``.
+
+    Raises:
+        OSError: a manifest cannot be read. VectorFileError: a manifest without a whole
+            ``total_cases`` (the message names it).
+    """
     total = 0
     for folder in vector_folders(root):
         m = folder / "manifest.json"
         if m.is_file():
-            total += int(_read_json(m)["total_cases"])
+            doc = _read_json(m)
+            count = doc.get("total_cases") if isinstance(doc, dict) else None
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise VectorFileError(f"{m}: not a manifest (total_cases {count!r} is not a "
+                                      "whole number >= 0)")
+            total += count
     return total
 
 
