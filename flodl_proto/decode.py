@@ -765,6 +765,8 @@ def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[st
     Args:
         report: a :class:`DecodeReport`.
         stream: a label printed before the table (e.g. a TCP stream of a capture).
+
+    Raises nothing. No upstream counterpart: upstream has no decoder tool.
     """
     yield from table_head(stream)
     for rec in report.records:
@@ -774,20 +776,29 @@ def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[st
 
 def table_head(stream: str | None = None) -> list[str]:
     """The first lines of :func:`format_table` (the stream's label, when given, and the column
-    names)."""
+    names). Raises nothing. No upstream counterpart: upstream has no decoder tool."""
     label = [f"== {stream}"] if stream is not None else []
     return [*label, f"{'offset':>8}  {'length':>8}  {'record':<20} {'tag':<9} details"]
 
 
 def table_line(rec: Mapping[str, Any]) -> str:
     """The :func:`format_table` line of one record (for records handed on as they are decoded:
-    :func:`decode_stream`'s ``on_record``)."""
+    :func:`decode_stream`'s ``on_record``): offset and length in bytes, record name, tag
+    status, details.
+
+    Raises:
+        KeyError: ``rec`` is not a record :func:`decode_stream` made.
+
+    No upstream counterpart: upstream has no decoder tool.
+    """
     name, tag, details = _details(rec)
     return f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
 
 
 def table_end(report: DecodeReport) -> str:
-    """The last line of :func:`format_table`: the clean end, the capture's end or the error."""
+    """The last line of :func:`format_table`: the clean end, the capture's end or the error,
+    with its byte offset. Raises nothing. No upstream counterpart: upstream has no decoder
+    tool."""
     fin = report.final_record()
     if fin["type"] == "error":
         return f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"

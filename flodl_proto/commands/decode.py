@@ -64,6 +64,8 @@ __all__ = ["DEFAULT_MAX_INPUT", "register", "run"]
 DEFAULT_MAX_INPUT = 4 << 30
 _PROG = "flodl-proto decode"
 _CHUNK = 1 << 20
+#: the bytes of a raw input's first chunk decoded to find an error that decides the report
+_PROBE_BYTES = 64 << 10
 
 
 class _InputTooLarge(Exception):
@@ -75,8 +77,9 @@ class _NoLeg(Exception):
 
 
 class _Decided(Exception):
-    """The input's first chunk already decides the report: decoding it stops at a protocol
-    error, which no later byte can change (the rest of the input is not read)."""
+    """The input's first bytes already decide the report: decoding them stops at a protocol
+    error, which no later byte can change (the rest of the input is not read); ``first``: those
+    bytes, which the report is decoded from."""
 
     def __init__(self, first: bytes) -> None:
         super().__init__("decided by the first chunk")
@@ -104,20 +107,24 @@ def _first_chunk_probe(args: argparse.Namespace, salt: bytes | None,
     ``--leg auto`` and it starts no leg; :class:`_Decided` when decoding it stops at a protocol
     error (``decode --leg frame < /dev/zero`` read 4 GiB before reporting the bad magic at
     byte 0). Decoding stops at the first error, so the report of the whole input is the
-    report of this chunk."""
+    report of any prefix that holds it; only the first :data:`_PROBE_BYTES` are decoded here
+    (an error further on is found by the decode of the whole input), and their records are
+    not kept, so the work done twice stays small."""
     def probe(first: bytes) -> None:
         from ..decode import decode_stream
 
         leg = _detect_or_refuse(first) if args.leg == "auto" else args.leg
         if len(first) > args.max_input:  # too large, whatever it holds
             return
+        head = first[:_PROBE_BYTES]
         try:
-            report = decode_stream(first, leg, salt=salt, version=args.protocol_version,
-                                   values=args.values, ceiling=ceiling)
+            report = decode_stream(head, leg, salt=salt, version=args.protocol_version,
+                                   values=args.values, ceiling=ceiling,
+                                   on_record=lambda rec: None)
         except ProtocolError:  # local misuse: the whole input's decode says so
             return
         if report.failure is not None and not report.failure.capture_ended:
-            raise _Decided(first)
+            raise _Decided(head)
 
     return probe
 

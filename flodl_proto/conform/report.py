@@ -30,6 +30,8 @@ class TargetNeverStarted(Exception):
     Attributes:
         results: the results of the cases that ran, in the order of ``runs``.
         not_run: how many cases were not run.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     def __init__(self, results: list[CaseResult], not_run: int) -> None:
