@@ -1,0 +1,134 @@
+"""The human-readable table of :mod:`flodl_proto.decode` (``decode --format table``): a header,
+one line per record, the end of the stream. The functions are exported by
+:mod:`flodl_proto.decode`; no upstream counterpart (upstream has no decoder tool)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+__all__ = ["format_table", "table_end", "table_head", "table_line"]
+
+
+class DecodeReport(Protocol):
+    """What the table reads of a :class:`flodl_proto.decode.DecodeReport` (named so here, not
+    imported: the decoder imports this module)."""
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The records kept, in stream order."""
+
+    def final_record(self) -> dict[str, Any]:
+        """The closing record: ``end``, ``capture_ended`` or ``error``."""
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def _tensor_summary(t: Mapping[str, Any]) -> str:
+    s = f"{t['dtype']}{t['shape']} {t['nbytes']}B"
+    if t.get("elided"):
+        s += " elided"
+    if "min" in t:
+        s += f" min={_num(t['min'])} max={_num(t['max'])} mean={_num(t['mean'])}"
+    if "values" in t:
+        s += " values=[" + ", ".join(_num(v) for v in t["values"]) + "]"
+    elif "data" in t:
+        s += f" data={t['data']}"
+    if "note" in t:
+        s += f" ({t['note']})"
+    return s
+
+
+def _tag(status: str) -> str:
+    return {"ok": "ok", "bad": "BAD"}.get(status, "-")
+
+
+def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
+    t = rec["type"]
+    if t == "channel_magic":
+        return "channel_magic", "-", f"{rec['channel']} ({rec['magic']})"
+    if t == "handshake":
+        return "handshake", "-", (f"rank={rec['rank']} world_size={rec['world_size']} "
+                                  f"version={rec['version']}")
+    if t == "handshake_ack":
+        return "handshake_ack", "-", f"version={rec['version']}"
+    if t == "mux_record":
+        name = rec["kind"]
+        tag = _tag(rec["tag_status"])
+        if "control" in rec:
+            c = rec["control"]
+            name = f"control {c['variant']}"
+            fields = " ".join(f"{k}={v}" for k, v in c.items()
+                              if k not in ("variant", "variant_index"))
+            if rec.get("trailing_bytes"):
+                fields += f"; +{rec['trailing_bytes']} trailing bytes"
+            if "note" in rec:
+                fields += f" ({rec['note']})"
+            return name, tag, fields
+        if "frame" in rec:
+            return name, f"{tag}/{_tag(rec['frame']['tag_status'])}", _frame_summary(rec["frame"])
+        return name, tag, f"rank={rec['rank']} payload={rec.get('payload', '')}"
+    if t in ("len_framed", "round_frame"):
+        return t, _tag(rec["frame"]["tag_status"]), _frame_summary(rec["frame"])
+    return t, "-", ""
+
+
+def _frame_summary(f: Mapping[str, Any]) -> str:
+    parts = [f"{f['kind']} weight={_num(f['weight'])} tensors={f['num_tensors']}"]
+    parts += [_tensor_summary(t) for t in f["tensors"]]
+    if f.get("trailing_bytes"):
+        parts.append(f"+{f['trailing_bytes']} trailing bytes")
+    return "; ".join(parts)
+
+
+def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[str]:
+    """Yield the report as human-readable table lines (header, one line per record, the end).
+
+    Args:
+        report: a :class:`DecodeReport`.
+        stream: a label printed before the table (e.g. a TCP stream of a capture).
+
+    Raises nothing. No upstream counterpart: upstream has no decoder tool.
+    """
+    yield from table_head(stream)
+    for rec in report.records:
+        yield table_line(rec)
+    yield table_end(report)
+
+
+def table_head(stream: str | None = None) -> list[str]:
+    """The first lines of :func:`format_table` (the stream's label, when given, and the column
+    names). Raises nothing. No upstream counterpart: upstream has no decoder tool."""
+    label = [f"== {stream}"] if stream is not None else []
+    return [*label, f"{'offset':>8}  {'length':>8}  {'record':<20} {'tag':<9} details"]
+
+
+def table_line(rec: Mapping[str, Any]) -> str:
+    """The :func:`format_table` line of one record (for records handed on as they are decoded:
+    :func:`decode_stream`'s ``on_record``): offset and length in bytes, record name, tag
+    status, details.
+
+    Raises:
+        KeyError: ``rec`` is not a record :func:`decode_stream` made.
+
+    No upstream counterpart: upstream has no decoder tool.
+    """
+    name, tag, details = _details(rec)
+    return f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+
+
+def table_end(report: DecodeReport) -> str:
+    """The last line of :func:`format_table`: the clean end, the capture's end or the error,
+    with its byte offset. Raises nothing. No upstream counterpart: upstream has no decoder
+    tool."""
+    fin = report.final_record()
+    if fin["type"] == "error":
+        return f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"
+    if fin["type"] == "capture_ended":
+        return f"{fin['offset']:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} {fin['error']}"
+    tags = f"; {fin['bad_tags']} bad tags" if "bad_tags" in fin else ""
+    return f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{tags}"
