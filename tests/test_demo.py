@@ -81,12 +81,18 @@ def test_demo_trains_to_the_optimum_with_identical_consensus() -> None:
 
 
 def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:
-    res = _demo("--kill-rank", "1@3", "--payload-mib", "0")
+    # 80 columns, as rich takes when stdout is no terminal: the verdict lines stay whole (they
+    # wrapped at 80 and a grep for them failed)
+    res = _demo("--kill-rank", "1@3", "--payload-mib", "0", env={"COLUMNS": "80"})
     assert res.returncode == 0, res.stdout + res.stderr
     assert "killed at round 3" in res.stdout
-    assert "the run ended cleanly" in res.stdout
     digests = dict(_DIGEST.findall(res.stdout))
     assert sorted(digests) == ["0", "2", "3"] and len(set(digests.values())) == 1
+    lines = res.stdout.splitlines()
+    assert lines[-2] == ("rank 1 was killed at round 3; the run ended cleanly; the 3 survivors "
+                         "hold the identical consensus of round 2: " + digests["0"])
+    assert lines[-1] == ("OK: the run ended cleanly after the kill and every survivor holds "
+                         "the identical consensus")
 
 
 def test_demo_kill_in_the_first_round_claims_no_consensus() -> None:
@@ -159,6 +165,40 @@ def test_demo_usage_errors_name_the_option_and_the_value(
 
     assert main(["demo", "--no-progress", *args]) == 2
     assert capsys.readouterr() == ("", f"flodl-proto demo: error: {message}\n")
+
+
+def test_demo_refuses_a_payload_this_machine_cannot_hold(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--payload-mib 1023.99`` passed the checks, then swapped for minutes and ended in "no
+    progress for 60s". A cluster whose expected peak memory is above ``MemAvailable`` is refused
+    before anything starts: one line naming the need and what is available, exit 1."""
+    from flodl_proto.cli import main
+    from flodl_proto.commands import demo
+
+    need = demo.memory_need(1023.99, 4, 2)
+    # 4.5 payloads per rank, ranks + 2.5 per relay, hosts + 3.5 for the controller, 64 MiB each
+    payload = (int(1023.99 * (1 << 20)) // 4) * 4
+    assert need == int((4.5 * 4 + (4 + 2.5 * 2) + (2 + 3.5)) * payload) + 7 * (64 << 20)
+    monkeypatch.setattr(demo, "_available_memory", lambda: need - 1)
+    assert main(["demo", "--no-progress", "--payload-mib", "1023.99"]) == 1
+    assert capsys.readouterr() == ("", (
+        "flodl-proto demo: error: --payload-mib 1023.99 needs about 32.9 GiB of memory for 4 "
+        "rank(s), 2 relay(s) and the controller (each holds a few frames of the payload's "
+        f"size), and this machine has {(need - 1) / (1 << 30):.1f} GiB available; give a "
+        "smaller --payload-mib, --world-size or --hosts\n"))
+
+
+def test_demo_memory_need_bounds_the_measured_peaks() -> None:
+    """The estimate is above the peak RSS measured for every process of a demo at 128 MiB (W = 4
+    / 2: 568 MiB each; W = 8 / 2: ranks 570, relays 824, controller 696 MiB) and within 1.3 times
+    their sum, so it refuses no cluster that fits by much."""
+    from flodl_proto.commands.demo import memory_need
+
+    mib = 1 << 20
+    for (w, hosts), measured in {(4, 2): 7 * 568, (8, 2): 8 * 570 + 2 * 824 + 696}.items():
+        need = memory_need(128, w, hosts) / mib
+        assert measured < need < 1.3 * measured, (w, hosts, need)
+    assert memory_need(1, 4, 2) < 1 << 30  # the default demo needs little
 
 
 @pytest.mark.parametrize("bf16", [False, True])

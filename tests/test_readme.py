@@ -58,3 +58,41 @@ def test_tour_passes_mypy_strict(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Success: no issues found in 1 source file" in res.stdout
+
+
+def _long_options(parser: object, name: str) -> dict[str, list[str]]:
+    """Every command's long options (``--help`` and ``--log-level`` aside), by command name."""
+    import argparse
+
+    assert isinstance(parser, argparse.ArgumentParser)
+    found: dict[str, list[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                found.update(_long_options(subparser, f"{name} {sub}"))
+        else:
+            found.setdefault(name, []).extend(
+                o for o in action.option_strings
+                if o.startswith("--") and o not in ("--help", "--log-level", "--version"))
+    return found
+
+
+def test_command_table_lists_every_option() -> None:
+    """The README's command table names every long option of its command's row (the table
+    lacked ``demo --seed``, ``decode --format``, ``relay --rank-timeout`` and ten others)."""
+    from flodl_proto.cli import build_parser
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `flodl-proto ")]
+    options = _long_options(build_parser(), "flodl-proto")
+    missing = {}
+    for command, opts in options.items():
+        words = command.split()
+        if len(words) < 2 or words[1:] == ["conform", "docs"]:  # `conform docs`: its own line
+            continue
+        row = " ".join(r for r in rows if r.startswith(f"| `flodl-proto {words[1]}"))
+        assert row, f"no README row for {command}"
+        lacking = [o for o in opts if o not in row]
+        if lacking:
+            missing[command] = lacking
+    assert missing == {}

@@ -186,7 +186,7 @@ def register(sub: Any) -> None:
                    "(needs the pcap extra: pip install 'flodl-proto[pcap]')")
     p.add_argument("--port", type=tcp_port, metavar="N",
                    help="TCP port of the streams (with --pcap), 1..65535")
-    add_frame_ceiling_option(p, "length prefix, mux payload_len and frame of the input")
+    add_frame_ceiling_option(p, "length prefix, mux payload_len or RoundFrame of any one record")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")

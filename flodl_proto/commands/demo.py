@@ -26,8 +26,10 @@ process without the network (:func:`~flodl_proto.commands._demo_worker.reference
 ``--rounds`` >= 1 passes on a healthy cluster. With ``--kill-rank R@ROUND`` rank R's
 process is killed at round ROUND: its relay reports RankExit and the controller ends the run
 cleanly; the demo then checks that every surviving rank holds the identical consensus of the last
-completed round, reports it, and exits 0. Exit 1 when a check fails, 2 for a bad command line,
-130 when interrupted (Ctrl-C or SIGTERM: the cluster is stopped first).
+completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything starts
+when the cluster's expected peak memory (:func:`memory_need`) is above the machine's available
+memory; 2 for a bad command line, 130 when interrupted (Ctrl-C or SIGTERM: the cluster is
+stopped first).
 No child process outlives the demo.
 
 With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller
@@ -79,8 +81,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
 
     from ..runner import stages
 
-__all__ = ["TOLERANCE", "model_rounds", "partition", "payload_mib_max", "payload_values",
-           "rank_frame_len", "register", "stage_lines"]
+__all__ = ["TOLERANCE", "memory_need", "model_rounds", "partition", "payload_mib_max",
+           "payload_values", "rank_frame_len", "register", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -139,6 +141,45 @@ def _check_payload_mib(payload_mib: float, bf16: bool) -> None:
             f"{' with --bf16' if bf16 else ''}, got {payload_mib}: a rank's frame would be "
             f"{rank_frame_len(payload_mib, bf16)} bytes, above the frame ceiling of "
             f"{DEFAULT_FRAME_CEILING} bytes")
+
+
+#: peak resident memory of a demo process besides its frames (interpreter, NumPy), bytes
+_PROCESS_BASE = 64 << 20
+
+
+def memory_need(payload_mib: float, world_size: int, hosts: int) -> int:
+    """Bytes of memory the demo's cluster is expected to hold at its peak, all processes
+    together: about 4.5 payloads per rank, ``ranks on its host + 2.5`` per relay and
+    ``hosts + 3.5`` for the controller (measured peak RSS, f32; bf16 needs less), plus
+    :data:`_PROCESS_BASE` per process."""
+    payload = payload_values(payload_mib) * 4
+    frames = 4.5 * world_size + (world_size + 2.5 * hosts) + (hosts + 3.5)
+    return int(frames * payload) + (world_size + hosts + 1) * _PROCESS_BASE
+
+
+def _available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
+    """Refuse a ``--payload-mib`` whose cluster would not fit in this machine's available
+    memory (it would swap, or be killed, long after it started)."""
+    need, have = memory_need(payload_mib, world_size, hosts), _available_memory()
+    if have is not None and need > have:
+        gib = 1 << 30
+        raise MemoryError(
+            f"--payload-mib {payload_mib:g} needs about {need / gib:.1f} GiB of memory for "
+            f"{world_size} rank(s), {hosts} relay(s) and the controller (each holds a few "
+            f"frames of the payload's size), and this machine has {have / gib:.1f} GiB "
+            f"available; give a smaller --payload-mib, --world-size or --hosts")
 
 
 def _parse_kill(text: str | None) -> tuple[int, int] | None:
@@ -430,6 +471,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ProtocolError) as e:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 2
+    try:
+        _check_memory(args.payload_mib, args.world_size, args.hosts)
+    except MemoryError as e:
+        print(f"flodl-proto demo: error: {e}", file=sys.stderr)
+        return 1
     if args.netns:
         reason = unavailable_reason()
         if reason is not None:
@@ -716,10 +762,10 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                 f"{next(iter(digests.values()), 'n/a')}" if last
                 else "no round completed, so there is no consensus to compare")
         console.print(f"rank {kill[0]} was killed at round {kill[1]}; the run ended cleanly; "
-                      f"{held}")
+                      f"{held}", soft_wrap=True)
     if problems:
         for p in problems:
-            console.print(f"[red]FAILED[/red]: {p}")
+            console.print(f"[red]FAILED[/red]: {p}", soft_wrap=True)
         for c in cluster.children:
             if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller"):
                 tail = "\n    ".join(c.stderr[-5:])
@@ -727,11 +773,11 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
         return 1
     if kill is None:
         console.print("[green]OK[/green]: every round completed, every rank holds the identical "
-                      "consensus, final loss within tolerance of the target")
+                      "consensus, final loss within tolerance of the target", soft_wrap=True)
     elif last:
         console.print("[green]OK[/green]: the run ended cleanly after the kill and every "
-                      "survivor holds the identical consensus")
+                      "survivor holds the identical consensus", soft_wrap=True)
     else:
         console.print("[green]OK[/green]: the run ended cleanly after the kill, before any "
-                      "round completed")
+                      "round completed", soft_wrap=True)
     return 0
