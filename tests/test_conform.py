@@ -452,9 +452,37 @@ def test_stop_runs_no_further_case() -> None:
         ran.append(r.case.id)
         stop.set()
 
-    with pytest.raises(KeyboardInterrupt):
+    from flodl_proto.conform.report import RunInterrupted
+
+    with pytest.raises(RunInterrupted) as info:
         run_cases(runs, controller_target(), SETTINGS, on_result=on_result, stop=stop)
     assert ran == [runs[0][0].id]
+    assert [r.case.id for r in info.value.results] == ran  # the case that ended before the stop
+    assert isinstance(info.value, KeyboardInterrupt)
+
+
+def test_a_run_that_never_started_lists_the_rest_as_not_run(tmp_path: Path) -> None:
+    """The reports of a run stopped because its target never started held the cases that ran
+    and no word of the others; they now list them as not run, with the reason."""
+    import subprocess
+
+    res = subprocess.run(
+        [sys.executable, "-m", "flodl_proto.cli", "conform", "controller", "--version", "3",
+         "--jobs", "1", "--cases", "controller.round.*", "--launch", "false {port}",
+         "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml")],
+        capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
+                           patterns=["controller.round.*"])
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["interrupted"] is False and len(doc["results"]) == 1
+    assert [(r["id"], r["version"], r["reason"]) for r in doc["not_run"]] == [
+        (c.id, 3, "not run: the target did not start in the first case(s)")
+        for c, _ in runs if c.id != doc["results"][0]["id"]]
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    assert root.find(".//property[@name='interrupted']") is None
+    assert [t.get("name") for t in root.findall("testsuite[@name='controller not run']/"
+                                                 "testcase")] == [r["id"] for r in doc["not_run"]]
 
 
 def test_a_target_that_did_not_start_shows_its_last_output(tmp_path: Path) -> None:
@@ -762,13 +790,19 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
         sig: str, tmp_path: Path) -> None:
     """The targets run in sessions of their own, so neither a SIGTERM to the kit nor a
     terminal's Ctrl-C reached them: they were left running, with their salt files, when the kit
-    was stopped. Now the kit stops them, removes the files, and ends with one line, exit 130."""
+    was stopped. Now the kit stops them, removes the files, and ends with one line, exit 130.
+    The ``--json`` and ``--junit`` reports (none were written) hold the cases that ended and
+    list the others as not run."""
+    import json
     import os
     import signal
     import subprocess
     import time
     import uuid
+    import xml.etree.ElementTree as ET
 
+    reports, tmp_path = tmp_path, tmp_path / "tmp"
+    tmp_path.mkdir()
     marker = f"flodl-conform-test-{uuid.uuid4().hex}"
     # a target that listens and never answers: each case waits on it
     code = ("import socket, sys, time; s = socket.socket(); "
@@ -776,7 +810,8 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
     launch = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {{port}} {marker}"
     kit = subprocess.Popen(
         [sys.executable, "-m", "flodl_proto.cli", "conform", "controller", "--version", "3",
-         "--jobs", "2", "--cases", "controller.round.*", "--launch", launch],
+         "--jobs", "2", "--cases", "controller.round.*", "--launch", launch,
+         "--json", str(reports / "r.json"), "--junit", str(reports / "r.xml")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
@@ -805,3 +840,20 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
     assert targets == ["     target: ended by SIGTERM (no handler)"] * len(heads), out
     assert _targets_with(marker, kit.pid) == []
     assert list(tmp_path.iterdir()) == []
+    doc = json.loads((reports / "r.json").read_text())
+    listed = subprocess.run(
+        [sys.executable, "-m", "flodl_proto.cli", "conform", "controller", "--version", "3",
+         "--cases", "controller.round.*", "--list"], capture_output=True, text=True, check=True)
+    selected = sum(1 for ln in listed.stdout.splitlines() if ln.startswith("controller.round."))
+    assert doc["interrupted"] is True and doc["passed"] == 0
+    assert sorted(f"FAIL {r['id']} v3 [{r['level']}] ({r['section_title']})"
+                  for r in doc["results"]) == sorted(heads)  # the cases reported, no other
+    assert len(doc["results"]) + len(doc["not_run"]) == selected >= 3
+    assert doc["not_run"] and {r["reason"] for r in doc["not_run"]} \
+        == {"not run: the kit was interrupted"}
+    root = ET.parse(reports / "r.xml").getroot()
+    assert all(s.find("properties/property[@name='interrupted'][@value='true']") is not None
+               for s in root.iter("testsuite"))
+    skipped = root.findall("testsuite[@name='controller not run']/testcase/skipped")
+    assert len(skipped) == len(doc["not_run"])
+    assert {e.get("message") for e in skipped} == {"not run: the kit was interrupted"}

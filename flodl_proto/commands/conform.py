@@ -20,7 +20,9 @@ executable: one line naming it and the OS error, and no case runs). A target tha
 start (it exits, or does not listen within 20 s) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
 one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
-files and ends the kit with exit 130. CMD may span lines: a backslash at the end of a line joins
+files and ends the kit with exit 130. The reports of a run that stopped early hold the cases that
+ended and list the others as not run, with the reason (JUnit: skipped; JSON: ``not_run``, and
+``interrupted`` true when the kit was interrupted). CMD may span lines: a backslash at the end of a line joins
 it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing or out of date,
 2 when PATH cannot be read.
 """
@@ -44,6 +46,7 @@ from .relay import check_net_timeout_scale
 
 if TYPE_CHECKING:
     from ..conform.catalogue import Case
+    from ..conform.player import CaseResult
 
 __all__ = ["register"]
 
@@ -172,15 +175,14 @@ def _run(args: argparse.Namespace) -> int:
 
     from ..conform.builders import CatalogueError
     from ..conform.catalogue import load_catalogue, select_cases
-    from ..conform.player import CaseResult, KitSettings
+    from ..conform.player import KitSettings
     from ..conform.report import (
+        RunInterrupted,
         TargetNeverStarted,
         case_line,
         exit_code,
         run_cases,
         summary_by_section,
-        write_json,
-        write_junit,
     )
     from ..conform.target import LaunchedTarget, TargetLaunchError, fill_placeholders
 
@@ -241,10 +243,8 @@ def _run(args: argparse.Namespace) -> int:
             t.send_signal(signal.SIGTERM)
         raise KeyboardInterrupt
 
-    def on_result(r: CaseResult) -> None:
+    def on_result(r: CaseResult) -> None:  # not called for a case cut short by a stop
         nonlocal failed
-        if stop.is_set():  # a case cut short by the interruption: no verdict on the target
-            return
         with lock:
             failed += not r.passed
             for line in case_line(r, _title(r.case.section)):
@@ -264,6 +264,10 @@ def _run(args: argparse.Namespace) -> int:
         return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}")
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
+    except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130
+        _write_reports(args, role, e.results, skipped, runs, "not run: the kit was interrupted",
+                       interrupted=True)
+        raise KeyboardInterrupt from None
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -280,18 +284,36 @@ def _run(args: argparse.Namespace) -> int:
     should_fail = sum(not r.passed and r.case.level == "SHOULD" for r in results)
     console.print(f"{role}: {n_pass} passed, {must_fail} MUST failed, {should_fail} SHOULD "
                   f"failed, {len(skipped)} not selected", markup=False)
+    if not _write_reports(args, role, results, skipped, runs,
+                          "not run: the target did not start in the first case(s)"):
+        return 1
+    if gave_up is not None:
+        print(f"{_PROG}: error: {gave_up}", file=sys.stderr, flush=True)
+        return 1
+    return exit_code(results)
+
+
+def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult],
+                   skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]],
+                   not_run_reason: str, *, interrupted: bool = False) -> bool:
+    """Write the ``--junit`` / ``--json`` reports asked for: the ``results``, the cases not
+    selected, and the selected ``runs`` with no result (not run, for ``not_run_reason``).
+    False (the error line printed) when one cannot be written."""
+    from ..conform.report import write_json, write_junit
+
+    ran = {(r.case.id, r.version) for r in results}
+    not_run = [(c, v) for c, v in runs if (c.id, v) not in ran]
     for path, write in ((args.junit, write_junit), (args.json, write_json)):
         if path is None:
             continue
         try:
             path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
-            write(path, role, results, skipped, _title)
+            write(path, role, results, skipped, _title, not_run=not_run,
+                  not_run_reason=not_run_reason, interrupted=interrupted)
         except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)
-            return _report_error(path, _os_reason(e))
-    if gave_up is not None:
-        print(f"{_PROG}: error: {gave_up}", file=sys.stderr, flush=True)
-        return 1
-    return exit_code(results)
+            _report_error(path, _os_reason(e))
+            return False
+    return True
 
 
 def _os_reason(e: OSError) -> str:

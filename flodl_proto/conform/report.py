@@ -16,8 +16,8 @@ from .catalogue import Case
 from .player import CaseResult, KitSettings, play_case
 from .target import Target
 
-__all__ = ["TargetNeverStarted", "case_line", "exit_code", "run_cases", "summary_by_section",
-           "write_json", "write_junit"]
+__all__ = ["RunInterrupted", "TargetNeverStarted", "case_line", "exit_code", "run_cases",
+           "summary_by_section", "write_json", "write_junit"]
 
 #: lines of a target's output a "did not start" failure shows
 _OUTPUT_TAIL = 5
@@ -41,61 +41,90 @@ class TargetNeverStarted(Exception):
         self.not_run = not_run
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """The run was interrupted (``stop`` set, or Ctrl-C in the calling thread): no further case
+    started, and the cases in flight were cut short.
+
+    Attributes:
+        results: the results of the cases that ended before the interruption, in the order of
+            ``runs`` (a case cut short by it has none: its verdict would be on the
+            interruption, not on the target).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+
+    def __init__(self, results: list[CaseResult]) -> None:
+        super().__init__()
+        self.results = results
+
+
 def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target],
               settings: KitSettings, *, jobs: int = 1,
               on_result: Callable[[CaseResult], None] | None = None,
               stop: threading.Event | None = None) -> list[CaseResult]:
     """Play every ``(case, version)`` run, ``jobs`` at a time (each against its own target).
 
-    Once ``stop`` is set, no further case starts (the cases in flight finish).
+    Once ``stop`` is set, no further case starts, and a case that ends after it is taken as cut
+    short by the interruption: it gets no result.
 
     Returns:
-        The results in the order of ``runs``; ``on_result`` is called as each one completes.
+        The results in the order of ``runs``; ``on_result`` is called as each one completes
+        (not for a case cut short).
 
     Raises:
         TargetLaunchError: the target's command could not be executed; the runs not started yet
             are cancelled.
         TargetNeverStarted: the first ``jobs`` cases to complete (or every case, when fewer) all
             failed with "target did not start" and cases remained: the others were not run.
-        KeyboardInterrupt: ``stop`` was set (the runs not started yet are not run).
+        RunInterrupted: ``stop`` was set, or a ``KeyboardInterrupt`` reached the calling thread;
+            it holds the results of the cases that ended before.
     """
     stop = stop if stop is not None else threading.Event()
     lock = threading.Lock()
     done: list[CaseResult] = []  # in the order they complete
+    kept: dict[int, CaseResult] = {}  # by run index: the cases that ended before any stop
     first = max(1, min(jobs, len(runs)))
     gave_up = threading.Event()
 
-    def one(run: tuple[Case, int]) -> CaseResult | None:
+    def one(i: int) -> CaseResult | None:
         if stop.is_set() or gave_up.is_set():
             return None
-        res = play_case(run[0], run[1], make_target, settings)
+        res = play_case(runs[i][0], runs[i][1], make_target, settings)
         with lock:
             done.append(res)
             if len(done) == first and not any(r.started for r in done):
                 gave_up.set()
-        if on_result is not None:
+            cut = stop.is_set()
+            if not cut:
+                kept[i] = res
+        if on_result is not None and not cut:
             on_result(res)
-        return res
+        return None if cut else res
 
-    if jobs <= 1:
-        results = [one(r) for r in runs]
-    else:
-        # the cases that wait longest start first, so their waits overlap the quick ones
-        order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
-        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
-            futures = {i: pool.submit(one, runs[i]) for i in order}
-            try:
-                results = [futures[i].result() for i in range(len(runs))]
-            except BaseException:
-                for f in futures.values():
-                    f.cancel()
-                raise
+    try:
+        if jobs <= 1:
+            results = [one(i) for i in range(len(runs))]
+        else:
+            # the cases that wait longest start first, so their waits overlap the quick ones
+            order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
+            with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
+                futures = {i: pool.submit(one, i) for i in order}
+                try:
+                    results = [futures[i].result() for i in range(len(runs))]
+                except BaseException:
+                    for f in futures.values():
+                        f.cancel()
+                    raise
+    except KeyboardInterrupt:
+        stop.set()
+        with lock:
+            raise RunInterrupted([kept[i] for i in sorted(kept)]) from None
     ran = [r for r in results if r is not None]
     if len(ran) == len(results):
         return ran
-    if gave_up.is_set():
+    if gave_up.is_set() and not stop.is_set():
         raise TargetNeverStarted(ran, len(results) - len(ran))
-    raise KeyboardInterrupt
+    raise RunInterrupted(ran)
 
 
 def _expected_wait(case: Case, version: int) -> float:
@@ -171,8 +200,12 @@ def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
 
 
 def write_json(path: Path, role: str, results: Sequence[CaseResult],
-               not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str]) -> None:
-    """Write the results as JSON: role, counts, every result, the cases not selected.
+               not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str], *,
+               not_run: Sequence[tuple[Case, int]] = (), not_run_reason: str = "",
+               interrupted: bool = False) -> None:
+    """Write the results as JSON: role, counts, every result, the cases not selected, the
+    selected cases that were not run (``not_run``, each with ``not_run_reason``: the run was
+    interrupted, or the target never started) and whether the run was ``interrupted``.
 
     ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
     leaves the previous file and no temporary file.
@@ -182,19 +215,25 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
     """
     doc = {
         "role": role,
+        "interrupted": interrupted,
         "passed": sum(r.passed for r in results),
         "failed": sum(not r.passed for r in results),
         "must_failed": sum(not r.passed and r.case.level == "MUST" for r in results),
         "results": [_result_json(r, title_of(r.case.section)) for r in results],
         "not_selected": [{"id": c.id, "reason": why} for c, why in not_selected],
+        "not_run": [{"id": c.id, "version": v, "reason": not_run_reason} for c, v in not_run],
     }
     replace_file(path, (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
 
 
 def write_junit(path: Path, role: str, results: Sequence[CaseResult],
-                not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str]) -> None:
+                not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str], *,
+                not_run: Sequence[tuple[Case, int]] = (), not_run_reason: str = "",
+                interrupted: bool = False) -> None:
     """Write JUnit XML: one ``testsuite`` per role and version, one ``testcase`` per case
-    (``failure`` with expected/observed; not-selected cases as ``skipped`` with the reason).
+    (``failure`` with expected/observed; not-selected cases, and the selected cases that were
+    not run, as ``skipped`` with the reason). ``interrupted`` adds a property
+    ``interrupted=true`` to the root's suites.
 
     ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
     leaves the previous file and no temporary file.
@@ -223,6 +262,14 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                 fail.text = "\n".join(case_line(r, title_of(r.case.section)))
             if r.output:
                 ET.SubElement(tc, "system-out").text = r.output
+    if not_run:
+        suite = ET.SubElement(root, "testsuite", name=f"{role} not run",
+                              tests=str(len(not_run)), failures="0", errors="0",
+                              skipped=str(len(not_run)), time="0")
+        for c, v in not_run:
+            tc = ET.SubElement(suite, "testcase", classname=f"{role}.v{v}", name=c.id,
+                               time="0")
+            ET.SubElement(tc, "skipped", message=not_run_reason)
     if not_selected:
         suite = ET.SubElement(root, "testsuite", name=f"{role} not selected",
                               tests=str(len(not_selected)), failures="0", errors="0",
@@ -231,5 +278,10 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
             tc = ET.SubElement(suite, "testcase", classname=f"{role}.not_selected", name=c.id,
                                time="0")
             ET.SubElement(tc, "skipped", message=why)
+    if interrupted:
+        for suite in root:
+            props = ET.Element("properties")
+            props.append(ET.Element("property", name="interrupted", value="true"))
+            suite.insert(0, props)
     ET.indent(root)
     replace_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
