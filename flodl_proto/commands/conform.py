@@ -22,9 +22,9 @@ when the first cases (as many as ``--jobs`` runs at once) all fail so, the other
 one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
 files and ends the kit with exit 130. The reports of a run that stopped early hold the cases that
 ended and list the others as not run, with the reason (JUnit: skipped; JSON: ``not_run``, and
-``interrupted`` true when the kit was interrupted). CMD may span lines: a backslash at the end of a line joins
-it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing or out of date,
-2 when PATH cannot be read.
+``interrupted`` true when the kit was interrupted). CMD may span lines: a backslash at the end
+of a line joins it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing
+or out of date, 2 when PATH cannot be read.
 """
 
 from __future__ import annotations
