@@ -522,8 +522,8 @@ class _Decoder:
         else:
             pf = self._frame(payload, pos)
             if pf is None:  # the payload ends inside the frame header
-                raise _Stop(pos, protocol_error("frame.kind_read_failed",
-                                                offset=payload.nbytes))
+                raise _Stop(pos, protocol_error("frame.header_read_failed", got=payload.nbytes,
+                                                need=ROUND_FRAME_HEADER_LEN))
             fj = _frame_json(pf, self._frame_status(pf, payload), self.version, self.values)
             if pf.length < payload.nbytes:  # leniency hostframe_trailing
                 fj["trailing_bytes"] = payload.nbytes - pf.length

@@ -375,16 +375,32 @@ def test_record_frame_passes_salt_and_ceiling() -> None:
 
 
 @pytest.mark.parametrize("n", [0, 1, 7])
-def test_record_frame_short_payload(n: int) -> None:
-    rec = MuxRecord.host_frame(FRAME_B[:n])
+@pytest.mark.parametrize("make", [MuxRecord.host_frame, MuxRecord.broadcast])
+def test_record_frame_short_payload(n: int, make: Any) -> None:
+    """A payload that ends inside the 8-byte frame header: the header read failed (it read "frame
+    kind read failed ... (offset 5)", though the kind byte is at offset 8)."""
+    rec = make(FRAME_B[:n])
     with pytest.raises(errors.RemoteProtocolError) as ei:
         rec.frame(SALT_B)
     e = ei.value
     assert isinstance(e, errors.TruncatedInput)
-    assert e.error_id == "frame.kind_read_failed"
-    assert e.fields == {"offset": n}
-    assert str(e) == ("cluster_controller: frame kind read failed: failed to fill whole buffer "
-                      f"(offset {n})")
+    assert e.error_id == "frame.header_read_failed"
+    assert e.fields == {"got": n, "need": 8}
+    assert str(e).startswith(f"RoundFrame header read failed: input ended inside the 8-byte "
+                             f"header ({n} of 8 bytes;")
+    if n == 7:  # a frame cut right after its header still reads as the kind's failure
+        with pytest.raises(errors.TruncatedInput, match=r"frame kind read failed.*\(offset 8\)"):
+            make(FRAME_B[:8]).frame(SALT_B)
+
+
+@pytest.mark.parametrize("rec", [MuxRecord.control_msg(HelloAck()), MuxRecord.data(1, b"\0" * 9)])
+def test_record_frame_of_a_record_with_no_frame_is_local_misuse(rec: MuxRecord) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        rec.frame(SALT_B)
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.error_id == "mux.bad_field"
+    assert str(ei.value) == (f"relay_mux: record kind = {rec.kind.name!r} is invalid: only "
+                             "HostFrame and Broadcast records carry a RoundFrame")
 
 
 # -- encoding records ----------------------------------------------------------------------------

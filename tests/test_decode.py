@@ -287,6 +287,20 @@ def test_a_cut_inside_a_header_is_a_capture_that_ended(version: int) -> None:
     assert decode_stream(frames, "frame", salt=SALT).final_record()["type"] == "end"
 
 
+@pytest.mark.parametrize("n", [0, 5, 7])
+def test_a_hostframe_payload_inside_the_frame_header_is_named_so(n: int) -> None:
+    """A whole HostFrame record whose payload ends inside the 8-byte frame header read "frame
+    kind read failed ... (offset 5)", though the kind byte is at offset 8."""
+    rec = encode_mux_record_bytes(MuxRecord.host_frame(b"\xf1\x17\x0d\xf1\x02\x00\x00"[:n]),
+                                  SALT)
+    rep = decode_stream(rec, "mux", salt=SALT)
+    assert rep.exit_code == EXIT_ERROR
+    fin = rep.final_record()
+    assert (fin["type"], fin["offset"], fin["error_id"]) == ("error", 0, "frame.header_read_failed")
+    assert fin["error"].startswith(f"RoundFrame header read failed: input ended inside the "
+                                   f"8-byte header ({n} of 8 bytes;")
+
+
 @pytest.mark.parametrize(("leg", "error_id"), [("mux", "mux.bad_magic"),
                                                ("frame", "frame.bad_magic")])
 def test_a_cut_header_with_a_wrong_magic_is_a_protocol_error(leg: Leg, error_id: str) -> None:

@@ -42,6 +42,7 @@ from ..spec import (
     REC_CONTROL,
     REC_DATA,
     REC_HOST_FRAME,
+    ROUND_FRAME_HEADER_LEN,
     U32_MAX,
 )
 from ._common import (
@@ -322,12 +323,21 @@ class MuxRecord:
         ignored, as the controller does).
 
         Raises:
-            TruncatedInput (remote): the payload ends inside the frame header.
+            InvalidValue (local) ``mux.bad_field``: the record is a Control or Data record,
+                which carries no RoundFrame.
+            TruncatedInput (remote) ``frame.header_read_failed``: the payload ends inside the
+                8-byte frame header (the controller reports such a HostFrame as
+                ``controller.truncated_hostframe``, naming the connection).
             any RoundFrame reader error (see :func:`decode_round_frame_or_eos`).
         """
+        if self.kind not in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
+            kind = self.kind.name if isinstance(self.kind, RecordKind) else self.kind
+            raise protocol_error("mux.bad_field", field="record kind", value=kind,
+                                 reason="only HostFrame and Broadcast records carry a RoundFrame")
         res = decode_round_frame_or_eos(self.payload, salt, ceiling=ceiling)
         if res is END_OF_STREAM:
-            raise protocol_error("frame.kind_read_failed", offset=self.payload.nbytes)
+            raise protocol_error("frame.header_read_failed", got=self.payload.nbytes,
+                                 need=ROUND_FRAME_HEADER_LEN)
         return res[0]
 
     def __eq__(self, other: object) -> bool:
