@@ -1653,3 +1653,25 @@ def test_deaths_in_a_shared_ledger_between_inputs_are_seen_by_the_next_input() -
     assert sent(acts) == [] and core.rounds == 2
     [b] = sent(core.receive_data(0, host_frame_bytes(f32(9.0))), SendKind.BROADCAST)
     assert b.conn == 0 and b.round == 3 and record(b).frame(SALT) == ref_reduce([f32(9.0)])
+
+
+@pytest.mark.parametrize(("field", "kwargs", "value", "reason"), [
+    ("world_size", {"world_size": 2**33}, 2**33,
+     "not a whole number in 1..4294967295 (ranks are u32)"),
+    ("world_size", {"world_size": 2.0}, 2.0,
+     "not a whole number in 1..4294967295 (ranks are u32)"),
+    ("world_size", {"world_size": True}, True,
+     "not a whole number in 1..4294967295 (ranks are u32)"),
+    ("reduce_threads", {"world_size": 2, "reduce_threads": -3}, -3, "not a whole number >= 1"),
+    ("reduce_threads", {"world_size": 2, "reduce_threads": 0}, 0, "not a whole number >= 1"),
+    ("reduce_threads", {"world_size": 2, "reduce_threads": 2.0}, 2.0, "not a whole number >= 1"),
+])
+def test_core_arguments_follow_the_codec_integer_rule(field: str, kwargs: dict[str, Any],
+                                                      value: Any, reason: str) -> None:
+    """``ControllerCore(2**33)`` waited for ranks no Hello can carry, ``2.0`` and ``True`` were
+    taken, and ``reduce_threads=-3`` was silently 1."""
+    with pytest.raises(InvalidValue) as ei:
+        ControllerCore(salt=SALT, **kwargs)
+    assert not ei.value.remote and ei.value.error_id == "controller.bad_argument"
+    assert str(ei.value) == f"cluster_controller: {field} = {value!r} is invalid: {reason}"
+    assert ControllerCore(2, SALT, reduce_threads=np.int64(3)).world_size == 2

@@ -664,7 +664,13 @@ def test_clean_ends_carry_their_detail() -> None:
 
 @pytest.mark.parametrize(("ranks", "world", "reason"), [
     ([], 1, "no ranks"), ([0, 0], 2, "a rank is listed twice"),
-    ([0], 0, "world_size must be > 0"), ([3], 2, "every rank must be < world_size")])
+    ([0], 0, "world_size must be > 0"), ([3], 2, "every rank must be < world_size"),
+    # a bool, a float or text was truncated or taken as 0 / 1; a world size beyond u32 taken
+    ([True], 2, "every rank must be a whole number (not a bool, a float or text)"),
+    ([0, 1.0], 2, "every rank must be a whole number (not a bool, a float or text)"),
+    ([0], 2.0, "world_size must be a whole number in 1..4294967295"),
+    ([0], True, "world_size must be a whole number in 1..4294967295"),
+    ([0], 2**33, "world_size must be a whole number in 1..4294967295")])
 def test_a_bad_rank_set_names_its_reason(ranks: list[int], world: int, reason: str) -> None:
     with pytest.raises(InvalidValue) as ei:
         RelayCore(ranks, world, SALT)

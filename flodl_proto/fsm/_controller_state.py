@@ -9,7 +9,7 @@ from collections.abc import Container
 from concurrent.futures import Executor
 from typing import Any
 
-from ..codec._common import BytesLike
+from ..codec._common import BytesLike, wire_int
 from ..codec.mux import RecordKind
 from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import RoundFrame, RoundKind
@@ -17,9 +17,32 @@ from ..codec.stream import MuxStream
 from ..errors import LimitExceeded, protocol_error
 from ..membership import DeadRanks
 from ..reduce import is_realized
+from ..spec import U32_MAX
 from .events import CheckpointWindow
 
 __all__: list[str] = []
+
+
+def check_core_args(world_size: object, reduce_threads: object) -> tuple[int, int]:
+    """``ControllerCore``'s ``world_size`` (a whole number in 1..U32_MAX: ranks are u32) and
+    ``reduce_threads`` (a whole number >= 1), as plain ints; a bool, a float or text is refused,
+    never truncated (the codec's integer rule, :func:`~flodl_proto.codec._common.wire_int`).
+
+    Raises:
+        InvalidValue (local): ``controller.world_size_zero`` for a world size <= 0 (upstream's
+            words), else ``controller.bad_argument`` naming the argument and the value.
+    """
+    n = wire_int(world_size)
+    if n is not None and n <= 0:
+        raise protocol_error("controller.world_size_zero")
+    if n is None or n > U32_MAX:
+        raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
+                             reason=f"not a whole number in 1..{U32_MAX} (ranks are u32)")
+    threads = wire_int(reduce_threads)
+    if threads is None or threads < 1:
+        raise protocol_error("controller.bad_argument", field="reduce_threads",
+                             value=reduce_threads, reason="not a whole number >= 1")
+    return n, threads
 
 
 class _Relay:

@@ -117,6 +117,7 @@ from ._controller_state import (
     _Relay,
     _Windows,
     broadcast_record,
+    check_core_args,
     lowest_not_in,
 )
 from .deadline import RoundDeadline
@@ -155,7 +156,7 @@ class ControllerCore:
     """The sans-IO cluster controller (see the module doc for the rules).
 
     Args:
-        world_size: number of ranks (> 0).
+        world_size: number of ranks (1..4294967295).
         salt: the 16-byte session salt (HMAC key of every record and frame).
         version: data-channel protocol version, 2 (default) or 3.
         dead_ranks: a ledger shared with a coordinator (default: a private one); its world size
@@ -163,10 +164,9 @@ class ControllerCore:
         outer: optional outer optimizer applied to the consensus before scatter (parameters frames
             only, via :class:`~flodl_proto.reduce.OuterStepper`).
         checkpoint: emit :class:`CheckpointWindow` actions with each window's Model consensus.
-        ceiling: frame ceiling in bytes (default 1 GiB), of every record read and Broadcast written.
-        reduce_threads: threads the reduce may split a large tensor across (default 1; the
-            socket runner passes :func:`~flodl_proto.reduce.default_threads`); the core itself
-            starts none.
+        ceiling: frame ceiling, bytes (1 GiB; no floor: the runner's), of each record and Broadcast.
+        reduce_threads: threads the reduce may split a large tensor across (>= 1, default 1; the
+            runner passes :func:`~flodl_proto.reduce.default_threads`); the core starts none.
         round_timeout: seconds after a round's first HostFrame after which the relays that have
             not sent theirs are declared dead (None, the default: no deadline, as upstream). The
             caller applies ``FLODL_NET_TIMEOUT_SCALE``.
@@ -174,10 +174,11 @@ class ControllerCore:
             None, the default: both on the calling thread).
 
     Raises:
-        InvalidValue (local): ``world_size`` is 0 (``controller.world_size_zero``), the ledger's
-            world size differs (``controller.ledger_mismatch``), the salt is not 16 bytes,
-            ``ceiling`` is not a non-negative integer (``ceiling.invalid``), or ``round_timeout``
-            is not a positive number or above 864000 s (``deadline.bad_timeout`` / ``.too_long``).
+        InvalidValue (local): ``world_size`` 0 (``controller.world_size_zero``) or no u32 or
+            ``reduce_threads`` < 1 (``controller.bad_argument``), a ledger of another world size
+            (``controller.ledger_mismatch``), a salt not of 16 bytes, a ``ceiling`` that is no
+            byte count (``ceiling.invalid``), or a ``round_timeout`` that is not a positive
+            number or above 864000 s (``deadline.bad_timeout`` / ``.too_long``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``controller/mod.rs`` ``ClusterController::start_from_source`` and
@@ -189,8 +190,7 @@ class ControllerCore:
                  checkpoint: bool = False, ceiling: int = DEFAULT_FRAME_CEILING,
                  reduce_threads: int = 1, round_timeout: float | None = None,
                  mac_executor: Executor | None = None) -> None:
-        if world_size <= 0:
-            raise protocol_error("controller.world_size_zero")
+        world_size, reduce_threads = check_core_args(world_size, reduce_threads)
         ledger = dead_ranks if dead_ranks is not None else DeadRanks(world_size)
         if ledger.world_size() != world_size:
             raise protocol_error("controller.ledger_mismatch", ledger=ledger.world_size(),
@@ -202,7 +202,7 @@ class ControllerCore:
         self.dead_ranks = ledger
         self._stepper = OuterStepper(outer) if outer is not None else None
         self._checkpoint = checkpoint
-        self._reduce_threads = max(1, int(reduce_threads))  # any count: bit-identical
+        self._reduce_threads = reduce_threads  # any count: bit-identical
         self._mac_executor = mac_executor
         self._images = FrameRecordImages()  # the Broadcast's wire image per small layout
         self._pool = OutputPool()  # the consensus arrays of large tensors, reused

@@ -60,9 +60,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, cast
 
-from ..codec._common import BytesLike, check_version
+from ..codec._common import BytesLike, check_version, wire_int
 from ..codec.auth import Premac, check_salt
 from ..codec.ceiling import frame_ceiling_int
 from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
@@ -82,7 +82,7 @@ from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import FRAME_TAG_TAIL, RoundFrame
 from ..errors import LimitExceeded, ProtocolError, protocol_error
 from ..reduce import HostFold
-from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION, MAX_HELLO_HOST_LEN
+from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION, MAX_HELLO_HOST_LEN, U32_MAX
 from .deadline import RoundDeadline
 from .events import (
     AckRank,
@@ -125,13 +125,16 @@ class RelayCore:
     """The sans-IO host relay (see the module doc for the rules).
 
     Args:
-        ranks: the host's global rank ids (non-empty, distinct, each < ``world_size``).
-        world_size: the cluster's world size (every handshake must carry it).
+        ranks: the host's global rank ids (non-empty, distinct whole numbers, each <
+            ``world_size``).
+        world_size: the cluster's world size, 1..4294967295 (every handshake must carry it).
         salt: the 16-byte session salt.
         version: data-channel protocol version, 2 (default) or 3.
         host: the host name announced in ``Hello`` (at most ``MAX_HELLO_HOST_LEN`` = 255 UTF-8
             bytes).
-        ceiling: frame ceiling in bytes.
+        ceiling: frame ceiling in bytes, any byte count (the runner, :class:`~flodl_proto.runner.
+            relay.Relay`, refuses one below the smallest RoundFrame: departure ``ceiling_floor``;
+            the core takes a smaller one, so tests reach the limit paths with small frames).
         rank_timeout: seconds after a round's first local deposit after which the local ranks
             that have not sent their frame are declared dead (None, the default: no deadline,
             as upstream). The caller applies ``FLODL_NET_TIMEOUT_SCALE``.
@@ -154,22 +157,28 @@ class RelayCore:
                  ceiling: int = DEFAULT_FRAME_CEILING,
                  rank_timeout: float | None = None,
                  mac_executor: Executor | None = None) -> None:
-        rank_list = [int(r) for r in ranks]
-        #: the host's ranks, ascending
-        self.ranks: tuple[int, ...] = tuple(sorted(rank_list))
-        self.world_size = int(world_size)
+        given = list(ranks)
+        rank_list = [wire_int(r) for r in given]  # None: no whole number (a bool, a float...)
+        world = wire_int(world_size)
         reason = None
         if not rank_list:
             reason = "no ranks"
+        elif None in rank_list:
+            reason = "every rank must be a whole number (not a bool, a float or text)"
         elif len(set(rank_list)) != len(rank_list):
             reason = "a rank is listed twice"
-        elif self.world_size <= 0:
+        elif world is not None and world <= 0:
             reason = "world_size must be > 0"
-        elif any(not 0 <= r < self.world_size for r in rank_list):
+        elif world is None or world > U32_MAX:
+            reason = f"world_size must be a whole number in 1..{U32_MAX}"
+        elif any(not 0 <= r < world for r in rank_list if r is not None):
             reason = "every rank must be < world_size"
         if reason is not None:
-            raise protocol_error("relay.bad_rank_set", ranks=list(self.ranks),
-                                 world_size=world_size, reason=reason)
+            raise protocol_error("relay.bad_rank_set", ranks=given, world_size=world_size,
+                                 reason=reason)
+        #: the host's ranks, ascending
+        self.ranks: tuple[int, ...] = tuple(sorted(cast("list[int]", rank_list)))
+        self.world_size = cast(int, world)
         self.salt = check_salt(salt)
         self.version = check_version(version)
         if not isinstance(host, str):  # the Hello's rule, before the length is measured
