@@ -272,13 +272,33 @@ def test_from_array_refuses_non_real(array: Any, name: str) -> None:
            f"round_frame: array dtype = {name!r} is invalid: {reason}")
 
 
-@pytest.mark.parametrize("dtype", [2, 7, 255])
+@pytest.mark.parametrize("dtype", [2, 7, 255, True, 1.0, "1"])  # True and 1.0 were bf16
 def test_from_array_unknown_dtype(dtype: int) -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload.from_array(np.zeros(2, np.float32), dtype)
     expect(ei, errors.InvalidValue, False, "payload.unknown_dtype", {"dtype": dtype},
            f"unsupported wire dtype tag {dtype} (0 = f32, 1 = bf16); extend "
            "round_frame.rs::payload_element_size and the codec helpers together")
+
+
+@pytest.mark.parametrize(("array", "dtype", "index", "value", "name"), [
+    (np.array([1e300, 1.0]), None, 0, 1e300, "f32"),
+    (np.array([[1.0, -1e39]]), Dtype.BF16, 1, -1e39, "bf16"),
+    (np.array([1.0, 3.4e38], np.float32), Dtype.BF16, 1, float(np.float32(3.4e38)), "bf16"),
+])
+def test_from_array_refuses_a_finite_value_the_cast_makes_infinite(
+        array: Any, dtype: Any, index: int, value: float, name: str) -> None:
+    """A float64 1e300 rode as f32 +inf, with NumPy's overflow warning pointing into the codec."""
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(array, dtype)
+    reason = f"finite, but beyond the {name} range: it would ride as an infinity"
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": f"array (flat index {index})", "value": value, "reason": reason},
+           f"round_frame: array (flat index {index}) = {value!r} is invalid: {reason}")
+    # infinities and NaNs that are already there ride as they are
+    p = TensorPayload.from_array(np.array([np.inf, -np.inf, np.nan, 2.0**70]), dtype)
+    got = p.array().astype(np.float64)
+    assert list(got[:2]) == [np.inf, -np.inf] and np.isnan(got[2]) and got[3] == 2.0**70
 
 
 # -- array -----------------------------------------------------------------------------------------
@@ -408,8 +428,8 @@ def test_round_frame_defaults_and_coercion() -> None:
     f = RoundFrame(1, np.float32(0.5), (t for t in [TensorPayload(0, [])]))
     assert f.kind is RoundKind.CONTROL and type(f.weight) is float and f.weight == 0.5
     assert f.tensors == (TensorPayload(0, []),) and type(f.tensors) is tuple
-    for w, want in ((3, 3.0), (np.int64(7), 7.0), (True, 1.0), (0.0, 0.0), (5e-324, 5e-324),
-                    (1e308, 1e308)):
+    for w, want in ((3, 3.0), (np.int64(7), 7.0), (0.0, 0.0), (5e-324, 5e-324),
+                    (1e308, 1e308)):  # a bool is no mass (the codec's integer rule)
         got = RoundFrame(0, w).weight
         assert type(got) is float and got == want
     neg = RoundFrame(0, -0.0).weight
@@ -427,7 +447,8 @@ def test_round_frame_bad_kind(kind: Any) -> None:
     assert ei.value.__cause__ is None and ei.value.__suppress_context__
 
 
-@pytest.mark.parametrize("weight", ["1", b"1", bytearray(b"1"), None, 1j, [1.0]])
+@pytest.mark.parametrize("weight", ["1", b"1", bytearray(b"1"), None, 1j, [1.0], True,
+                                    np.bool_(False)])  # True rode as a mass of 1.0
 def test_round_frame_weight_not_a_number(weight: Any) -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         RoundFrame(0, weight)

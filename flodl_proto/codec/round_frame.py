@@ -49,6 +49,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
+from ._arrays import real_array, wire_elements
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, wire_int
 from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
 from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
@@ -243,31 +244,31 @@ class TensorPayload:
         """Wrap a NumPy array's bytes (no copy when it is already contiguous little-endian).
 
         Args:
-            array: f32 or ``ml_dtypes.bfloat16`` values (others are cast to ``dtype``).
-            dtype: wire dtype (``Dtype.F32`` / ``Dtype.BF16``); default: from the array's dtype,
-                f32 for anything that is not bfloat16.
+            array: f32 or ``ml_dtypes.bfloat16`` values (real values of another dtype are cast
+                to ``dtype`` by NumPy: rounded to nearest even, integers included; a NaN cast to
+                bf16 becomes the quiet NaN of its sign, where upstream's ``f32_to_bf16_bits``
+                keeps its top payload bits: :func:`flodl_proto.reduce.bf16_from_f32` gives
+                upstream's bits).
+            dtype: wire dtype tag (``Dtype.F32`` / ``Dtype.BF16``, an integer: a bool or a
+                float is refused); default: from the array's dtype, f32 for anything that is not
+                bfloat16.
 
         Returns:
             A payload of ``array.size * element_size`` bytes with ``array.shape``.
 
         Raises:
-            InvalidValue (local): unknown ``dtype``, or a complex / non-numeric array.
+            InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), a complex /
+                non-numeric array, or a finite value that the cast would make infinite
+                (``frame.bad_field`` naming its flat index and the value).
         """
-        arr = np.asarray(array)
-        if arr.dtype != _BF16 and arr.dtype.kind not in "biuf":
-            raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
-                                 reason="only real numbers (f32, bf16, or a real dtype to cast) "
-                                        "can ride as f32 / bf16")
+        arr = real_array(array)
         if dtype is None:
             dtype = Dtype.BF16 if arr.dtype == _BF16 else Dtype.F32
-        if dtype not in ELEMENT_SIZE:
+        tag = wire_int(dtype)  # True and 1.0 are no dtype tag (as for TensorPayload's)
+        if tag is None or tag not in ELEMENT_SIZE:
             raise protocol_error("payload.unknown_dtype", dtype=dtype)
-        target = Dtype(dtype).numpy
-        shape = arr.shape
-        if arr.dtype != target:
-            arr = arr.astype(target)
-        arr = np.ascontiguousarray(arr)  # no copy when already C-contiguous (0-d becomes 1-d)
-        return cls(int(dtype), shape, arr.reshape(-1).view(np.uint8).data)
+        wire = Dtype(tag)
+        return cls(tag, arr.shape, wire_elements(arr, wire.numpy, wire.name.lower()))
 
     @classmethod
     def elide(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
@@ -383,8 +384,8 @@ def _checked_weight(weight: Any) -> float:
     Raises:
         InvalidValue (local): ``frame.bad_field`` naming the weight.
     """
-    if isinstance(weight, str | bytes | bytearray) or not isinstance(
-            weight, int | float | np.integer | np.floating):
+    if isinstance(weight, str | bytes | bytearray | bool | np.bool_) or not isinstance(
+            weight, int | float | np.integer | np.floating):  # True is no mass of 1.0
         raise protocol_error("frame.bad_field", field="weight", value=weight,
                              reason="not a real number")
     try:

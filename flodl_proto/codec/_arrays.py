@@ -1,0 +1,62 @@
+"""NumPy arrays as the element bytes of a wire payload: the checks and the cast behind
+:meth:`flodl_proto.codec.round_frame.TensorPayload.from_array`.
+
+Upstream: ``controller/round_frame.rs`` (``encode_payload``: a tensor's values as f32 or bf16
+element bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import protocol_error
+
+__all__ = ["real_array", "wire_elements"]
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
+    """``array`` as a NumPy array of real numbers (bool, integer, float or bfloat16 values).
+
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: complex, text, object or date values.
+    """
+    arr = np.asarray(array)
+    if arr.dtype != _BF16 and arr.dtype.kind not in "biuf":
+        raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
+                             reason="only real numbers (f32, bf16, or a real dtype to cast) "
+                                    "can ride as f32 / bf16")
+    return arr
+
+
+def wire_elements(arr: npt.NDArray[Any], target: np.dtype[Any], name: str) -> memoryview:
+    """The C-contiguous element bytes of ``arr`` as ``target`` values, flat, as unsigned bytes
+    (no copy when ``arr`` already is such an array; a 0-d array gives one element).
+
+    Args:
+        arr: real values (:func:`real_array`), any shape.
+        target: the wire dtype's NumPy dtype (``<f4`` or ``ml_dtypes.bfloat16``).
+        name: the wire dtype's name for messages (``f32``, ``bf16``).
+
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: a finite value the cast would make infinite
+            (beyond ``target``'s range), naming its flat index and the value.
+    """
+    if arr.dtype != target:
+        with np.errstate(over="ignore"):  # a finite value beyond the range: refused below
+            cast = arr.astype(target)
+        if arr.dtype.kind == "f" and arr.size:
+            beyond = np.flatnonzero(np.isinf(cast) & np.isfinite(arr))
+            if beyond.size:
+                i = int(beyond[0])
+                raise protocol_error(
+                    "frame.bad_field", field=f"array (flat index {i})",
+                    value=float(arr.reshape(-1)[i]),
+                    reason=f"finite, but beyond the {name} range: it would ride as an infinity")
+        arr = cast
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data
