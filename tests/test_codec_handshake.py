@@ -9,6 +9,7 @@ of the catalogue template, written out here as literals.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -316,3 +317,14 @@ def test_channel_of_truncated(n: int) -> None:
     check(exc, errors.TruncatedInput, True, "channel.read_failed",
           "channel select: reading channel magic failed: failed to fill whole buffer "
           f"({n} of 4 bytes)", what="channel select", got=n)
+
+
+@pytest.mark.parametrize(("version", "shown"), [("2", "'2'"), (b"3", "b'3'"), (2.0, "2.0"),
+                                                (True, "True")])
+def test_a_version_that_is_no_integer_is_shown_as_given(version: Any, shown: str) -> None:
+    """``encode_handshake(0, 8, '2')`` said "protocol version 2 is not supported (supported:
+    [2, 3])": the text '2' looked like the integer it is not."""
+    with pytest.raises(errors.VersionMismatch) as exc:
+        hs.encode_handshake(0, 8, version)
+    assert str(exc.value) == f"protocol version {shown} is not supported (supported: [2, 3])"
+    assert not exc.value.remote

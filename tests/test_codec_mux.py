@@ -145,7 +145,29 @@ def test_hello_normalises_and_checks_fields() -> None:
     assert ei.value.fields == {"field": "Hello.ranks", "value": 2**32, "reason": "not a u32"}
     with pytest.raises(errors.InvalidValue) as ei2:
         Hello("h", [0], [SIG_A[:31]])
-    assert ei2.value.fields == {"field": "Hello.model_sigs", "value": 31, "type": "[u8; 32]"}
+    assert ei2.value.error_id == "mux.bad_field"
+    assert ei2.value.fields == {"field": "Hello.model_sigs[0]", "value": SIG_A[:31],
+                                "reason": "31 bytes, not 32"}
+    assert Hello("h", [0], [np.frombuffer(SIG_A, np.uint8)]).model_sigs == (SIG_A,)
+
+
+@pytest.mark.parametrize(("sigs", "field", "reason"), [
+    # one signature for the list: its first byte was shown ("= 120 does not fit [u8; 32]")
+    (b"x" * 32, "Hello.model_sigs",
+     "not an iterable of 32-byte signatures (one signature? pass it in a list)"),
+    ("x" * 32, "Hello.model_sigs",
+     "not an iterable of 32-byte signatures (one signature? pass it in a list)"),
+    (5, "Hello.model_sigs", "not an iterable of 32-byte signatures"),
+    ([SIG_A, 1], "Hello.model_sigs[1]", "not bytes"),  # bytes(1) was one zero byte
+    ([SIG_A, "y" * 32], "Hello.model_sigs[1]", "not bytes"),
+    ([b"x"], "Hello.model_sigs[0]", "1 bytes, not 32"),
+])
+def test_hello_names_the_signature_at_fault(sigs: Any, field: str, reason: str) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        Hello("h", [0], sigs)
+    assert ei.value.error_id == "mux.bad_field"
+    assert (ei.value.fields["field"], ei.value.fields["reason"]) == (field, reason)
+    assert str(ei.value).startswith(f"relay_mux: {field} = ")
 
 
 @pytest.mark.parametrize("host", [b"h0", bytearray(b"h0"), 7, None])

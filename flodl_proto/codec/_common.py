@@ -154,8 +154,9 @@ def check_version(version: int) -> int:
     if version.__class__ is not int or version not in SPEC.supported_versions:
         n = wire_int(version)  # a NumPy integer is one; a float (2.0) or a bool is not
         if n is None or n not in SPEC.supported_versions:
+            got = repr(version) if isinstance(version, str | bytes) else version  # '2' is no 2
             raise protocol_error(
-                "version.unsupported", got=version, supported=list(SPEC.supported_versions)
+                "version.unsupported", got=got, supported=list(SPEC.supported_versions)
             )
         return n
     return version

@@ -64,7 +64,7 @@ from .auth import (
     tags_equal,
     update_in_parallel,
 )
-from .bincode import BincodeReader, encode_bytes_fixed, encode_string, encode_varint
+from .bincode import BincodeReader, encode_string, encode_varint
 from .round_frame import RoundFrame, decode_round_frame_or_eos, round_frame_pieces
 from .structs import PACKED
 
@@ -123,16 +123,20 @@ class Hello:
     """Relay -> controller, the first record of a connection: the host and the ranks it carries.
 
     Attributes:
-        host: the relay's host name (diagnostic).
+        host: the relay's host name (diagnostic). Any length encodes; a controller refuses a
+            Hello whose host is longer than ``MAX_HELLO_HOST_LEN`` (255) UTF-8 bytes, and
+            :class:`~flodl_proto.fsm.relay_core.RelayCore` such a host.
         ranks: the host's global ranks (u32 each; upstream sends them ascending).
-        model_sigs: 32-byte model signatures; version 3 only (empty on the data channel); must be
-            empty to encode at version 2.
+        model_sigs: 32-byte model signatures (a sequence of bytes-like objects); version 3 only
+            (empty on the data channel); must be empty to encode at version 2.
 
     Raises:
-        InvalidValue (local): ``mux.bad_field`` naming ``Hello.host`` and the value when the host
-            is not text (``str``: bytes such as ``b"h0"`` are refused, not stored as the text
-            ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), or a rank does not fit u32, or
-            a signature is not 32 bytes.
+        InvalidValue (local): ``mux.bad_field`` naming the field and the value: ``Hello.host``
+            when the host is not text (``str``: bytes such as ``b"h0"`` are refused, not stored
+            as the text ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), ``Hello.ranks``
+            when a rank does not fit u32, ``Hello.model_sigs`` when it is no sequence of
+            signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when a signature
+            is not a buffer of 32 bytes.
     """
 
     host: str
@@ -155,14 +159,34 @@ class Hello:
             raise protocol_error("mux.bad_field", field="Hello.ranks", value=ranks,
                                  reason="not an iterable of u32 ranks") from None
         object.__setattr__(self, "ranks", checked)
-        try:
-            sigs = tuple(bytes(s) for s in model_sigs)
+        object.__setattr__(self, "model_sigs", _model_sigs(model_sigs))
+
+
+def _model_sigs(model_sigs: Iterable[bytes]) -> tuple[bytes, ...]:
+    """``Hello.model_sigs`` as a tuple of 32-byte ``bytes``, or ``mux.bad_field`` naming the
+    signature at fault (one ``bytes`` object given for the sequence gave "= 120 does not fit
+    [u8; 32]", its first byte)."""
+    reason = "not an iterable of 32-byte signatures"
+    if isinstance(model_sigs, bytes | bytearray | memoryview | str):
+        raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
+                             reason=f"{reason} (one signature? pass it in a list)")
+    try:
+        given = list(model_sigs)
+    except TypeError:
+        raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
+                             reason=reason) from None
+    sigs = []
+    for i, sig in enumerate(given):
+        try:  # bytes(1) would be b"\x00": only a buffer is a signature
+            b = bytes(memoryview(sig))
         except TypeError:
-            raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
-                                 reason="not an iterable of 32-byte signatures") from None
-        for s in sigs:
-            encode_bytes_fixed(s, MODEL_SIG_LEN, field="Hello.model_sigs")
-        object.__setattr__(self, "model_sigs", sigs)
+            raise protocol_error("mux.bad_field", field=f"Hello.model_sigs[{i}]", value=sig,
+                                 reason="not bytes") from None
+        if len(b) != MODEL_SIG_LEN:
+            raise protocol_error("mux.bad_field", field=f"Hello.model_sigs[{i}]", value=b,
+                                 reason=f"{len(b)} bytes, not {MODEL_SIG_LEN}")
+        sigs.append(b)
+    return tuple(sigs)
 
 
 @dataclass(frozen=True, slots=True)
