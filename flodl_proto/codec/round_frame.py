@@ -322,8 +322,10 @@ class TensorPayload:
                 (NumPy's limit; the wire allows 255).
             LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
                 type (legal on the wire, not representable as an array).
-            SchemaMismatch: the byte count does not match ``numel * element_size``.
+            SchemaMismatch: the byte count does not match ``numel * element_size``; local
+                ``tensor.elided`` for an elided payload without ``materialize_elided``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
+            (Remote, for a payload built here too: it does not know where its bytes came from.)
         """
         element_size = ELEMENT_SIZE.get(self.dtype)
         if element_size is None:
@@ -345,6 +347,8 @@ class TensorPayload:
                 except ValueError:
                     raise protocol_error("tensor.shape_unrepresentable",
                                          shape=list(shape)) from None
+            if nbytes == 0:
+                raise protocol_error("tensor.elided", shape=list(shape), expected=expected)
             raise protocol_error("tensor.nbytes_vs_shape", shape=list(shape), expected=expected,
                                  got=nbytes)
         if len(shape) > _NUMPY_MAX_NDIM:
