@@ -223,6 +223,8 @@ def _expected_view_error(t: Any, version: int) -> tuple[type[ProtocolError], set
             if expected > FRAME_CEILING_FLOOR:
                 return LocalProtocolError, {"tensor.elided_too_large"}
             return None
+        if t.nbytes == 0:  # elided, read without materialize_elided (version 2 here)
+            return LocalProtocolError, {"tensor.elided"}
         return RemoteProtocolError, {"tensor.nbytes_vs_shape"}
     if len(t.shape) > _NUMPY_MAX_NDIM:
         return LocalProtocolError, {"tensor.ndim_unsupported"}
@@ -239,7 +241,8 @@ def _expected_view_error(t: Any, version: int) -> tuple[type[ProtocolError], set
 def exercise_views(frame: RoundFrame, version: int) -> None:
     """Use each tensor the way a fold would (``TensorPayload.array``) and hold it to the same
     oracle. The only errors tolerated are the documented ones, for the tensor that warrants
-    them: an unknown dtype or a byte count that does not match the shape (remote), more
+    them: an unknown dtype or a byte count that does not match the shape (remote), an elided
+    payload read without ``materialize_elided`` (local: the caller's choice), more
     dimensions than NumPy carries or zeros above the ceiling passed here (local, one read
     chunk), and a zero-element shape NumPy cannot index (remote). A well-formed tensor must give
     an array."""
