@@ -979,3 +979,30 @@ def test_a_route_above_the_default_ceiling_uses_the_cores_own() -> None:
     core = connected_core((0,), 1, 2, SALT, ceiling=3 << 30)
     route = core.broadcast_route(int(RecordKind.BROADCAST), 2 << 30)
     assert route is not None and route.prefix == (2 << 30).to_bytes(4, "little")
+
+
+@pytest.mark.parametrize(("call", "rank", "blob"), [
+    ("rank_frame", 7, True), ("rank_frame", True, True), ("rank_frame", 1.0, True),
+    ("rank_left", 7, False), ("rank_left", "0", False)])
+def test_a_rank_that_is_not_local_is_caller_misuse(call: str, rank: Any, blob: bool) -> None:
+    """``rank_frame(7, ...)`` ended the run with a local error inside ``Finished``,
+    ``rank_frame(True, ...)`` was rank 1's frame, and ``rank_left(7)`` did nothing: caller
+    misuse is raised, and the run goes on."""
+    core = _connected_core((0, 1), 2, 2)
+    args = (rank, encode_round_frame_bytes(RoundFrame(0, 1.0, []), SALT)) if blob else (rank,)
+    with pytest.raises(InvalidValue) as ei:
+        getattr(core, call)(*args)
+    assert not ei.value.remote and ei.value.error_id == "relay.not_local_rank"
+    assert str(ei.value) == f"relay: {call}: rank {rank!r} is not one of this host's ranks [0, 1]"
+    assert not core.finished
+    assert not [a for a in core.rank_frame(0, encode_round_frame_bytes(RoundFrame(0, 1.0, []),
+                                                                       SALT))
+                if isinstance(a, Finished)]
+
+
+def test_a_blob_that_is_no_buffer_is_caller_misuse() -> None:
+    core = _connected_core((0, 1), 2, 2)
+    with pytest.raises(InvalidValue) as ei:
+        core.rank_frame(0, "abc")  # type: ignore[arg-type]
+    assert not ei.value.remote and ei.value.error_id == "codec.not_bytes_like"
+    assert not core.finished

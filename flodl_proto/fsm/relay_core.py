@@ -62,7 +62,7 @@ from collections.abc import Iterable
 from concurrent.futures import Executor
 from typing import Any, cast
 
-from ..codec._common import BytesLike, check_version, wire_int
+from ..codec._common import BytesLike, as_view, check_version, wire_int
 from ..codec.auth import Premac, check_salt
 from ..codec.ceiling import frame_ceiling_int
 from ..codec.handshake import decode_handshake, encode_ack, encode_channel_magic
@@ -178,6 +178,7 @@ class RelayCore:
                                  reason=reason)
         #: the host's ranks, ascending
         self.ranks: tuple[int, ...] = tuple(sorted(cast("list[int]", rank_list)))
+        self._local = frozenset(self.ranks)
         self.world_size = cast(int, world)
         self.salt = check_salt(salt)
         self.version = check_version(version)
@@ -339,7 +340,15 @@ class RelayCore:
             premac: the MAC of the blob's bytes before its last 8, computed as they arrived.
             now: the time (the clock of :meth:`tick`); the round's first deposit starts the
                 rank deadline (None: it does not start).
+
+        Raises:
+            InvalidValue (local): ``rank`` is not one of the host's ranks
+                (``relay.not_local_rank``) or ``blob`` is no bytes-like buffer
+                (``codec.not_bytes_like``); the run goes on (a peer's bad bytes end it instead,
+                as a :class:`Finished` action).
         """
+        rank = self._local_rank(rank, "rank_frame")
+        blob = as_view(blob, "blob")
         if self.lifecycle.is_final:
             return []
         if now is not None and self.fold.is_alive(rank):
@@ -386,8 +395,13 @@ class RelayCore:
         """Local rank ``rank``'s loopback stream ended or broke (upstream's rank reader turns
         every read error into an exit): out of the barrier, ``RankExit`` upstream, and after the
         last one the drain. Repeats are no-ops, and so is a rank given up by the rank deadline
-        (already out, no RankExit)."""
-        if self.finished or rank in self._gone or rank not in self.ranks:
+        (already out, no RankExit).
+
+        Raises:
+            InvalidValue (local) ``relay.not_local_rank``: ``rank`` is not one of the host's.
+        """
+        rank = self._local_rank(rank, "rank_left")
+        if self.finished or rank in self._gone:
             return []
         self._gone.add(rank)
         log.info("relay %s: rank %d left", self.host, rank)
@@ -401,6 +415,19 @@ class RelayCore:
         self._actions.append(SendUpstream(tuple(exit_rec), UpstreamKind.RANK_EXIT))
         self._after_gone()
         return self._flush()
+
+    def _local_rank(self, rank: int, event: str) -> int:
+        """``rank`` when it is one of the host's ranks (an integer: ``True`` is not rank 1)."""
+        if rank.__class__ is not int:
+            n = wire_int(rank)
+            if n is None or n not in self._local:
+                raise protocol_error("relay.not_local_rank", event=event, rank=rank,
+                                     ranks=list(self.ranks))
+            return n
+        if rank not in self._local:
+            raise protocol_error("relay.not_local_rank", event=event, rank=rank,
+                                 ranks=list(self.ranks))
+        return rank
 
     def _after_gone(self) -> None:
         """After the last local rank is gone: drain; else a rank-left transition."""
