@@ -145,7 +145,15 @@ def format_addr(addr: tuple[str, int]) -> str:
     Returns:
         The address text.
 
+    Raises:
+        InvalidValue (local) ``addr.invalid``: ``addr`` is not a pair :func:`parse_addr` takes
+            (a port above 65535 or no integer, a host it refuses), so the text always parses
+            back.
+
     No upstream counterpart (Rust's ``SocketAddr`` display writes the same text).
     """
-    host, port = addr[0], addr[1]
+    if not isinstance(addr, tuple | list):
+        raise protocol_error("addr.invalid", field="address", value=addr,
+                             reason="not a (host, port) pair")
+    host, port = _check_pair(tuple(addr), "address", False)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -40,6 +40,19 @@ def test_format_addr(addr: tuple[str, int], want: str) -> None:
     assert parse_addr(want) == (addr[0], addr[1])
 
 
+@pytest.mark.parametrize(("addr", "reason"), [
+    (("h", 70000), "port 70000 is out of range 0..65535"),  # was 'h:70000', which no parse takes
+    (("h", True), "port True is not an integer"),
+    (("", 1), "no host"),
+    ("h:1", "not a (host, port) pair"),
+])
+def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        format_addr(addr)
+    assert not ei.value.remote and ei.value.error_id == "addr.invalid"
+    assert str(ei.value).endswith(f"is not a HOST:PORT address: {reason}")
+
+
 @pytest.mark.parametrize(("text", "reason"), [
     ("localhost", "no port"),
     ("", "no port"),

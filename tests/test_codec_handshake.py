@@ -247,8 +247,8 @@ def test_encode_channel_magic_rejects(channel: str | int) -> None:
     with pytest.raises(errors.InvalidValue) as exc:
         hs.encode_channel_magic(channel)
     reason = f"not one of {CHANNEL_NAMES} or a u32"
-    check(exc, errors.InvalidValue, False, "handshake.bad_field",
-          f"handshake: channel = {channel!r} is invalid: {reason}",
+    check(exc, errors.InvalidValue, False, "channel.bad_field",
+          f"channel magic: channel = {channel!r} is invalid: {reason}",
           field="channel", value=channel, reason=reason)
 
 

@@ -56,13 +56,16 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "data " + BUFFER + "NoneType"),
     "expect_channel_magic negative": (
         lambda: expect_channel_magic(MAGIC, -1),
-        InvalidValue, "handshake: expected = -1 is invalid: not a u32"),
+        InvalidValue, "channel magic: expected = -1 is invalid: not one of ['control', "
+        "'data', 'join', 'rendezvous'] or a u32"),
     "expect_channel_magic None": (
         lambda: expect_channel_magic(MAGIC, None),  # type: ignore[arg-type]
-        InvalidValue, "handshake: expected = None is invalid: not a u32"),
+        InvalidValue, "channel magic: expected = None is invalid: not one of ['control', "
+        "'data', 'join', 'rendezvous'] or a u32"),
     "expect_channel_magic unknown name": (
         lambda: expect_channel_magic(MAGIC, "dta"),
-        InvalidValue, "handshake: expected = 'dta' is invalid: not a u32"),
+        InvalidValue, "channel magic: expected = 'dta' is invalid: not one of ['control', "
+        "'data', 'join', 'rendezvous'] or a u32"),
     "MuxStream hello_limit negative": (
         lambda: MuxStream(SALT, hello_limit=-1),
         InvalidValue, "relay_mux: hello_limit = -1 is invalid: not None or a number of bytes "
@@ -91,11 +94,11 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         VersionMismatch, "protocol version True is not supported (supported: [2, 3])"),
     "encode_channel_magic float": (
         lambda: encode_channel_magic(1.5),  # type: ignore[arg-type]
-        InvalidValue, "handshake: channel = 1.5 is invalid: not one of ['control', 'data', "
+        InvalidValue, "channel magic: channel = 1.5 is invalid: not one of ['control', 'data', "
         "'join', 'rendezvous'] or a u32"),
     "encode_channel_magic bool": (
         lambda: encode_channel_magic(True),
-        InvalidValue, "handshake: channel = True is invalid: not one of ['control', 'data', "
+        InvalidValue, "channel magic: channel = True is invalid: not one of ['control', 'data', "
         "'join', 'rendezvous'] or a u32"),
     "encode a MuxRecord of an unknown kind": (
         lambda: encode_mux_record_bytes(MuxRecord(99, 0, memoryview(b"")), SALT),  # type: ignore[arg-type]

@@ -960,4 +960,4 @@ def test_encode_control_of_something_else_than_a_control_message_names_it(msg: o
         encode_control(msg, version=2)  # type: ignore[arg-type]
     assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
     assert str(ei.value) == (f"relay_mux: msg = {type(msg).__name__!r} is invalid: not a control "
-                             "message (Hello, RankExit or DeclareDead)")
+                             "message (Hello, HelloAck, RankExit or DeclareDead)")

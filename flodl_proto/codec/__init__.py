@@ -6,8 +6,13 @@ decoded object with the number of bytes consumed, or raise (input ending inside 
 ``TruncatedInput``). Their ``*_or_eos`` forms are for readers at a record boundary of a stream:
 input ending inside the header (including empty input) returns :data:`END_OF_STREAM`, a clean end
 of stream, as upstream's readers return ``Ok(None)``. The incremental decoders
-(:mod:`~flodl_proto.codec.stream`) do the same for bytes that arrive piece by piece. Every encoder
-returns a list of buffers for ``socket.sendmsg`` (plus a ``*_bytes`` convenience where useful).
+(:mod:`~flodl_proto.codec.stream`) do the same for bytes that arrive piece by piece. The encoders
+of records that carry tensor payloads (``encode_round_frame``, ``encode_mux_record``,
+``encode_framed_round``, ``encode_len_framed``, ...) return a list of buffers for
+``socket.sendmsg`` (the payloads as views, not copies; ``*_bytes`` joins them where that form
+exists); the encoders of the fixed-size and control records (``encode_handshake``,
+``encode_ack``, ``encode_channel_magic``, ``encode_control``, ``encode_len_prefix``) return
+``bytes``.
 """
 
 from __future__ import annotations

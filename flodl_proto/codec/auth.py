@@ -158,13 +158,26 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
         8 bytes: ``HMAC-SHA256(salt, b"".join(pieces))[:8]``.
 
     Raises:
-        InvalidValue (local): the salt is not 16 bytes.
+        InvalidValue (local): the salt is not 16 bytes; ``pieces`` is a single buffer (pass
+            ``[data]``) or no iterable (``codec.not_pieces``), or one of them is no buffer
+            (``codec.not_bytes_like`` naming ``pieces[i]``).
 
     Upstream: ``wire.rs`` ``hmac_sha256_64``.
     """
     mac = new_mac(check_salt(salt))
-    for p in pieces:
-        mac.update(p)
+    if isinstance(pieces, bytes | bytearray | memoryview | str):  # its items would be ints
+        raise protocol_error("codec.not_pieces", field="pieces", got=type(pieces).__name__)
+    try:
+        items = iter(pieces)
+    except TypeError:
+        raise protocol_error("codec.not_pieces", field="pieces", got=type(pieces).__name__
+                             ) from None
+    for i, p in enumerate(items):
+        try:
+            mac.update(p)
+        except TypeError:  # an int, a str, None: no buffer
+            raise protocol_error("codec.not_bytes_like", field=f"pieces[{i}]",
+                                 got=type(p).__name__) from None
     return bytes(mac.digest()[:AUTH_TAG_LEN])
 
 

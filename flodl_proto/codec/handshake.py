@@ -161,14 +161,14 @@ def encode_channel_magic(channel: str | int = "data") -> bytes:
     enum — ``data``, ``control``, ``rendezvous``, ``join`` — or a raw u32).
 
     Raises:
-        InvalidValue (local): unknown channel name, or a value that is not a u32 (a float or a
-            bool included).
+        InvalidValue (local) ``channel.bad_field``: unknown channel name (names are lower
+            case), or a value that is not a u32 (a float or a bool included).
 
     Upstream: ``flodl/src/distributed/wire.rs`` ``write_channel_magic``.
     """
     value = CHANNELS.get(channel) if isinstance(channel, str) else wire_int(channel)
     if value is None or not 0 <= value <= U32_MAX:
-        raise protocol_error("handshake.bad_field", field="channel", value=channel,
+        raise protocol_error("channel.bad_field", field="channel", value=channel,
                              reason=f"not one of {sorted(CHANNELS)} or a u32")
     return bytes(CHANNEL_MAGIC.build({"magic": value}))
 
@@ -198,7 +198,11 @@ def expect_channel_magic(data: BytesLike, expected: int | str = CHANNEL_MAGIC_DA
     if isinstance(expected, str) and expected in CHANNELS:
         expected = CHANNELS[expected]
     else:
-        expected = _check_u32("expected", expected)
+        n = wire_int(expected)
+        if n is None or not 0 <= n <= U32_MAX:
+            raise protocol_error("channel.bad_field", field="expected", value=expected,
+                                 reason=f"not one of {sorted(CHANNELS)} or a u32")
+        expected = n
     mv = as_view(data)
     if len(mv) < CHANNEL_MAGIC_LEN:
         raise protocol_error("channel.read_failed", what=what, got=len(mv))

@@ -254,8 +254,9 @@ def encode_control(msg: ControlMessage, version: int = DEFAULT_VERSION) -> bytes
     check_version(version)
     variant = _VARIANT_OF.get(type(msg))
     if variant is None:
-        raise protocol_error("mux.bad_field", field="msg", value=type(msg).__name__,
-                             reason="not a control message (Hello, RankExit or DeclareDead)")
+        raise protocol_error(
+            "mux.bad_field", field="msg", value=type(msg).__name__,
+            reason="not a control message (Hello, HelloAck, RankExit or DeclareDead)")
     out = bytearray(encode_varint(variant, 32, field="variant"))
     if isinstance(msg, Hello):
         out += encode_string(msg.host)

@@ -84,7 +84,7 @@ class FrameTemplate:
             truncated), a dtype
             other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
             ``tensor.ndim_unsupported``), a dim outside ``0..2**32-1``
-            (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``frame.bad_field``).
+            (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``codec.not_bytes_like``).
         LimitExceeded (local): more than 65,536 tensors (``frame.too_many_tensors_local``),
             payloads over ``ceiling`` (``template.too_large``), a zero-element shape whose other
             dims overflow NumPy's index (``tensor.shape_unrepresentable``).
