@@ -154,14 +154,14 @@ case "$1" in
   all) [ $# -eq 2 ] || usage; seconds "$2"; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage
-    is_target "$2" || { echo "unknown target $2" >&2; exit 2; }
+    is_target "$2" || { echo "fuzz: unknown target $2; targets: $(targets)" >&2; exit 2; }
     need_atheris
     "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 -exact_artifact_path="$3.min" \
       "${COMMON[@]}" "$3"
     ;;
   replay)
     [ $# -ge 3 ] || usage
-    is_target "$2" || { echo "unknown target $2" >&2; exit 2; }
+    is_target "$2" || { echo "fuzz: unknown target $2; targets: $(targets)" >&2; exit 2; }
     "$PY" - "$CALLER_DIR" "$@" <<'EOF'
 import importlib, logging, os, sys
 logging.disable(logging.CRITICAL)
@@ -182,7 +182,7 @@ EOF
     ;;
   *)
     [ $# -eq 2 ] || usage
-    is_target "$1" || { echo "unknown target $1; targets: $(targets)" >&2; exit 2; }
+    is_target "$1" || { echo "fuzz: unknown target $1; targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     need_atheris
     timed "$1" "$2"

@@ -539,6 +539,14 @@ def test_fuzz_duration_must_be_whole_seconds(args: tuple[str, ...]) -> None:
     _one_error_line(res.stderr, "fuzz: SECONDS must be")
 
 
+@pytest.mark.parametrize("args", [("nosuch", "5"), ("replay", "nosuch", "x.bin"),
+                                  ("minimize", "nosuch", "x.bin")])
+def test_fuzz_unknown_target_is_one_prefixed_line(args: tuple[str, ...]) -> None:
+    res = _fuzz(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    _one_error_line(res.stderr, "fuzz: unknown target nosuch; targets: handshake ")
+
+
 def test_fuzz_without_atheris_says_to_install_the_extra(tmp_path: Path) -> None:
     shadow = tmp_path / "atheris"
     shadow.mkdir()
