@@ -12,9 +12,12 @@ import pytest
 
 from flodl_proto.codec import (
     Hello,
+    HelloAck,
     LenFramedDecoder,
     MuxRecord,
     MuxStream,
+    RankExit,
+    RecordKind,
     RoundFrame,
     RoundFrameDecoder,
     RoundKind,
@@ -100,14 +103,33 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         lambda: encode_channel_magic(True),
         InvalidValue, "channel magic: channel = True is invalid: not one of ['control', 'data', "
         "'join', 'rendezvous'] or a u32"),
-    "encode a MuxRecord of an unknown kind": (
-        lambda: encode_mux_record_bytes(MuxRecord(99, 0, memoryview(b"")), SALT),  # type: ignore[arg-type]
-        InvalidValue, "relay_mux: kind = 99 is invalid: not a record kind (1 DATA, 2 CONTROL, "
-        "3 HOST_FRAME, 4 BROADCAST)"),
-    "encode a MuxRecord of kind None": (
-        lambda: encode_mux_record_bytes(MuxRecord(None, 0, memoryview(b"")), SALT),  # type: ignore[arg-type]
-        InvalidValue, "relay_mux: kind = None is invalid: not a record kind (1 DATA, "
+    # the constructor refuses them now (it took any kind, and encode refused it)
+    "a MuxRecord of an unknown kind": (
+        lambda: MuxRecord(99, 0, memoryview(b"")),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: MuxRecord.kind = 99 is invalid: not a record kind (1 DATA, "
         "2 CONTROL, 3 HOST_FRAME, 4 BROADCAST)"),
+    "a MuxRecord of kind None": (
+        lambda: MuxRecord(None, 0, memoryview(b"")),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: MuxRecord.kind = None is invalid: not a record kind (1 DATA, "
+        "2 CONTROL, 3 HOST_FRAME, 4 BROADCAST)"),
+    "a MuxRecord of kind True": (
+        lambda: MuxRecord(True, 0, memoryview(b"")),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: MuxRecord.kind = True is invalid: not a record kind (1 DATA, "
+        "2 CONTROL, 3 HOST_FRAME, 4 BROADCAST)"),
+    "a MuxRecord of rank -1": (
+        lambda: MuxRecord(RecordKind.DATA, -1, memoryview(b"")),
+        InvalidValue, "relay_mux: MuxRecord.rank = -1 is invalid: not a u32"),
+    "a MuxRecord whose control message is not its payload": (
+        lambda: MuxRecord(RecordKind.CONTROL, 0, memoryview(b"\x01"), RankExit(3)),
+        InvalidValue, "relay_mux: MuxRecord.control = RankExit(rank=3) is invalid: it does not "
+        "encode to the payload at any protocol version"),
+    "a HostFrame MuxRecord with a control message": (
+        lambda: MuxRecord(RecordKind.HOST_FRAME, 0, memoryview(b""), HelloAck()),
+        InvalidValue, "relay_mux: MuxRecord.control = HelloAck() is invalid: only a Control "
+        "record carries one"),
+    "a MuxRecord of a text payload": (
+        lambda: MuxRecord(RecordKind.DATA, 0, "ab"),  # type: ignore[arg-type]
+        InvalidValue, "payload " + BUFFER + "str"),
     "encode_mux_record_bytes None": (
         lambda: encode_mux_record_bytes(None, SALT),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: record = 'NoneType' is invalid: not a MuxRecord"),

@@ -26,7 +26,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
     CONTROL_VARIANTS,
@@ -43,6 +43,7 @@ from ..spec import (
     REC_DATA,
     REC_HOST_FRAME,
     ROUND_FRAME_HEADER_LEN,
+    SUPPORTED_VERSIONS,
     U32_MAX,
 )
 from ._common import (
@@ -313,7 +314,16 @@ class MuxRecord:
         payload: the payload bytes as a memoryview (for Control: the bincode encoding).
         control: the decoded control message of a Control record, else None.
 
-    Build with :meth:`data`, :meth:`control_msg`, :meth:`host_frame`, :meth:`broadcast`.
+    Build with :meth:`data`, :meth:`control_msg`, :meth:`host_frame`, :meth:`broadcast`. The
+    constructor checks its fields (a conformance test writing a record of another kind byte uses
+    :func:`encode_mux_record_parts`).
+
+    Raises:
+        InvalidValue (local) ``mux.bad_field`` naming the field and the value: a ``kind`` that
+            is no :class:`RecordKind` (a bool or a float included), a ``rank`` that is no u32,
+            a ``payload`` that is no buffer (``codec.not_bytes_like``), or a ``control`` on a
+            record that is not a Control record, or one whose encoding (at version 2 or 3) is
+            not the payload.
 
     Upstream: ``relay/mux.rs`` ``MuxRecord``.
     """
@@ -323,25 +333,41 @@ class MuxRecord:
     payload: memoryview
     control: ControlMessage | None = None
 
+    def __post_init__(self) -> None:
+        kind = _KINDS.get(wire_int(self.kind))  # type: ignore[arg-type]
+        if kind is None:
+            raise protocol_error("mux.bad_field", field="MuxRecord.kind", value=self.kind,
+                                 reason=f"not a record kind ({', '.join(_KIND_NAMES)})")
+        _set_kind(self, kind)
+        _set_rank(self, _check_rank(self.rank, "MuxRecord.rank"))
+        _set_payload(self, as_view(self.payload, "payload"))
+        msg = self.control
+        if msg is not None and (kind is not RecordKind.CONTROL or bytes(self.payload) not in {
+                _encoded_or_none(msg, v) for v in SUPPORTED_VERSIONS}):
+            why = ("only a Control record carries one" if kind is not RecordKind.CONTROL
+                   else "it does not encode to the payload at any protocol version")
+            raise protocol_error("mux.bad_field", field="MuxRecord.control", value=msg,
+                                 reason=why)
+
     @classmethod
     def data(cls, rank: int, payload: BytesLike) -> MuxRecord:
         """A Data record (opaque ``payload`` tagged with ``rank``; control channel only)."""
-        return cls(RecordKind.DATA, _check_rank(rank, "rank"), as_view(payload, "payload"))
+        return _record(RecordKind.DATA, _check_rank(rank, "rank"), as_view(payload, "payload"))
 
     @classmethod
     def control_msg(cls, msg: ControlMessage, version: int = DEFAULT_VERSION) -> MuxRecord:
         """A Control record carrying ``msg`` encoded for protocol ``version``."""
-        return cls(RecordKind.CONTROL, 0, memoryview(encode_control(msg, version)), msg)
+        return _record(RecordKind.CONTROL, 0, memoryview(encode_control(msg, version)), msg)
 
     @classmethod
     def host_frame(cls, payload: BytesLike) -> MuxRecord:
         """A HostFrame record: ``payload`` is one encoded RoundFrame (relay -> controller)."""
-        return cls(RecordKind.HOST_FRAME, 0, as_view(payload, "payload"))
+        return _record(RecordKind.HOST_FRAME, 0, as_view(payload, "payload"))
 
     @classmethod
     def broadcast(cls, payload: BytesLike) -> MuxRecord:
         """A Broadcast record: ``payload`` is the encoded consensus RoundFrame."""
-        return cls(RecordKind.BROADCAST, 0, as_view(payload, "payload"))
+        return _record(RecordKind.BROADCAST, 0, as_view(payload, "payload"))
 
     def frame(self, salt: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> RoundFrame:
         """Decode the RoundFrame a HostFrame / Broadcast payload carries (bytes after it are
@@ -371,6 +397,29 @@ class MuxRecord:
         return (self.kind, self.rank) == (other.kind, other.rank) and self.payload == other.payload
 
     __hash__ = None  # type: ignore[assignment]
+
+
+#: the slots' descriptors' setters (a frozen dataclass's fields are set through them)
+_set_kind, _set_rank, _set_payload, _set_control = (
+    MuxRecord.__dict__[f].__set__ for f in ("kind", "rank", "payload", "control"))
+
+
+def _record(kind: RecordKind, rank: int, payload: memoryview,
+            control: ControlMessage | None = None) -> MuxRecord:
+    """A record of fields already checked (the builders', the decoder's): no checks."""
+    rec = object.__new__(MuxRecord)
+    _set_kind(rec, kind)
+    _set_rank(rec, rank)
+    _set_payload(rec, payload)
+    _set_control(rec, control)
+    return rec
+
+
+def _encoded_or_none(msg: ControlMessage, version: int) -> bytes | None:
+    try:
+        return encode_control(msg, version)
+    except ProtocolError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -712,10 +761,10 @@ def read_mux_record_or_eos(
     if kind is None:
         raise protocol_error("mux.unknown_kind", kind=hdr.kind)
     if kind is RecordKind.DATA:
-        return MuxRecord(kind, hdr.rank, payload), hdr, end
+        return _record(kind, hdr.rank, payload), hdr, end
     if kind is RecordKind.CONTROL:
-        return MuxRecord(kind, 0, payload, decode_control(payload, version)), hdr, end
-    return MuxRecord(kind, 0, payload), hdr, end
+        return _record(kind, 0, payload, decode_control(payload, version)), hdr, end
+    return _record(kind, 0, payload), hdr, end
 
 
 def rust_debug(record: MuxRecord, limit: int = 256) -> str:
