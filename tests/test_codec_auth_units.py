@@ -81,6 +81,8 @@ def test_compute_tag() -> None:
                             "[data]), got int"),
     ([b"a", "b"], "codec.not_bytes_like", "pieces[1] must be a contiguous bytes-like object "
                                           "(bytes, bytearray or memoryview), got str"),
+    ([memoryview(b"abcdef")[::2]], "codec.not_bytes_like", "pieces[0] must be a contiguous "
+     "bytes-like object (bytes, bytearray or memoryview), got memoryview"),  # a bare BufferError
 ])
 def test_compute_tag_names_pieces_that_are_no_buffers(pieces: Any, error_id: str,
                                                       text: str) -> None:

@@ -121,8 +121,8 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "relay_mux: MuxRecord.rank = -1 is invalid: not a u32"),
     "a MuxRecord whose control message is not its payload": (
         lambda: MuxRecord(RecordKind.CONTROL, 0, memoryview(b"\x01"), RankExit(3)),
-        InvalidValue, "relay_mux: MuxRecord.control = RankExit(rank=3) is invalid: it does not "
-        "encode to the payload at any protocol version"),
+        InvalidValue, "relay_mux: MuxRecord.control = RankExit(rank=3) is invalid: the payload "
+        "does not decode to it at any protocol version"),
     "a HostFrame MuxRecord with a control message": (
         lambda: MuxRecord(RecordKind.HOST_FRAME, 0, memoryview(b""), HelloAck()),
         InvalidValue, "relay_mux: MuxRecord.control = HelloAck() is invalid: only a Control "

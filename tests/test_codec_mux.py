@@ -149,6 +149,7 @@ def test_hello_normalises_and_checks_fields() -> None:
     assert ei2.value.fields == {"field": "Hello.model_sigs[0]", "value": SIG_A[:31],
                                 "reason": "31 bytes, not 32"}
     assert Hello("h", [0], [np.frombuffer(SIG_A, np.uint8)]).model_sigs == (SIG_A,)
+    assert Hello("h", [0], [list(SIG_A)]).model_sigs == (SIG_A,)  # Rust's [u8; 32] as ints
 
 
 @pytest.mark.parametrize(("sigs", "field", "reason"), [
@@ -158,8 +159,10 @@ def test_hello_normalises_and_checks_fields() -> None:
     ("x" * 32, "Hello.model_sigs",
      "not an iterable of 32-byte signatures (one signature? pass it in a list)"),
     (5, "Hello.model_sigs", "not an iterable of 32-byte signatures"),
-    ([SIG_A, 1], "Hello.model_sigs[1]", "not bytes"),  # bytes(1) was one zero byte
-    ([SIG_A, "y" * 32], "Hello.model_sigs[1]", "not bytes"),
+    ([SIG_A, 1], "Hello.model_sigs[1]",  # bytes(1) was one zero byte
+     "not bytes (or a sequence of ints 0..255)"),
+    ([SIG_A, "y" * 32], "Hello.model_sigs[1]", "not bytes (or a sequence of ints 0..255)"),
+    ([list(range(250, 282))], "Hello.model_sigs[0]", "not bytes (or a sequence of ints 0..255)"),
     ([b"x"], "Hello.model_sigs[0]", "1 bytes, not 32"),
 ])
 def test_hello_names_the_signature_at_fault(sigs: Any, field: str, reason: str) -> None:
@@ -961,3 +964,21 @@ def test_encode_control_of_something_else_than_a_control_message_names_it(msg: o
     assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
     assert str(ei.value) == (f"relay_mux: msg = {type(msg).__name__!r} is invalid: not a control "
                              "message (Hello, HelloAck, RankExit or DeclareDead)")
+
+
+def test_a_record_the_decoder_built_under_a_leniency_can_be_rebuilt() -> None:
+    """The constructor checks a Control record's message against its payload as the decoder
+    reads it: a version-3 Hello read at version 2 (trailing bytes) and a non-canonical varint
+    decode to a message that re-encodes to other bytes, and rebuilding such a record failed."""
+    import dataclasses
+
+    v3 = encode_control(Hello("h0", [0, 1], [SIG_A]), 3)
+    noncanonical = bytes.fromhex("00" "02" "6830" "02" "00" "fb0100")  # rank 1 as a u16 varint
+    for payload in (v3, noncanonical):
+        rec = decode_mux_record(encode_mux_record_bytes(
+            MuxRecord(RecordKind.CONTROL, 0, memoryview(payload)), SALT_B), SALT_B, version=2)[0]
+        assert rec.control == Hello("h0", [0, 1])
+        assert dataclasses.replace(rec) == rec
+        assert MuxRecord(rec.kind, rec.rank, rec.payload, rec.control) == rec
+    with pytest.raises(errors.LocalProtocolError, match="does not decode to it"):
+        MuxRecord(RecordKind.CONTROL, 0, memoryview(b"\x01"), RankExit(3))

@@ -175,7 +175,7 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
     for i, p in enumerate(items):
         try:
             mac.update(p)
-        except TypeError:  # an int, a str, None: no buffer
+        except (TypeError, BufferError, ValueError):  # an int, text, None, a strided view
             raise protocol_error("codec.not_bytes_like", field=f"pieces[{i}]",
                                  got=type(p).__name__) from None
     return bytes(mac.digest()[:AUTH_TAG_LEN])

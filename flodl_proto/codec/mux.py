@@ -124,9 +124,10 @@ class Hello:
     """Relay -> controller, the first record of a connection: the host and the ranks it carries.
 
     Attributes:
-        host: the relay's host name (diagnostic). Any length encodes; a controller refuses a
-            Hello whose host is longer than ``MAX_HELLO_HOST_LEN`` (255) UTF-8 bytes, and
-            :class:`~flodl_proto.fsm.relay_core.RelayCore` such a host.
+        host: the relay's host name (diagnostic). Any length encodes; a controller bounds the
+            whole Hello record (``max_hello_payload``), and
+            :class:`~flodl_proto.fsm.relay_core.RelayCore` refuses a host longer than
+            ``MAX_HELLO_HOST_LEN`` (255) UTF-8 bytes.
         ranks: the host's global ranks (u32 each; upstream sends them ascending).
         model_sigs: 32-byte model signatures (a sequence of bytes-like objects); version 3 only
             (empty on the data channel); must be empty to encode at version 2.
@@ -137,7 +138,7 @@ class Hello:
             as the text ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), ``Hello.ranks``
             when a rank does not fit u32, ``Hello.model_sigs`` when it is no sequence of
             signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when a signature
-            is not a buffer of 32 bytes.
+            is not 32 bytes (a buffer, or a sequence of ints 0..255).
     """
 
     host: str
@@ -165,8 +166,7 @@ class Hello:
 
 def _model_sigs(model_sigs: Iterable[bytes]) -> tuple[bytes, ...]:
     """``Hello.model_sigs`` as a tuple of 32-byte ``bytes``, or ``mux.bad_field`` naming the
-    signature at fault (one ``bytes`` object given for the sequence gave "= 120 does not fit
-    [u8; 32]", its first byte)."""
+    signature at fault (one ``bytes`` object given for the sequence showed its first byte)."""
     reason = "not an iterable of 32-byte signatures"
     if isinstance(model_sigs, bytes | bytearray | memoryview | str):
         raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
@@ -178,11 +178,13 @@ def _model_sigs(model_sigs: Iterable[bytes]) -> tuple[bytes, ...]:
                              reason=reason) from None
     sigs = []
     for i, sig in enumerate(given):
-        try:  # bytes(1) would be b"\x00": only a buffer is a signature
-            b = bytes(memoryview(sig))
-        except TypeError:
+        try:  # a buffer, or 32 ints 0..255 (Rust's [u8; 32]); an int n is no n zero bytes
+            if wire_int(sig) is not None or isinstance(sig, str):
+                raise TypeError
+            b = bytes(sig)
+        except (TypeError, ValueError):
             raise protocol_error("mux.bad_field", field=f"Hello.model_sigs[{i}]", value=sig,
-                                 reason="not bytes") from None
+                                 reason="not bytes (or a sequence of ints 0..255)") from None
         if len(b) != MODEL_SIG_LEN:
             raise protocol_error("mux.bad_field", field=f"Hello.model_sigs[{i}]", value=b,
                                  reason=f"{len(b)} bytes, not {MODEL_SIG_LEN}")
@@ -314,16 +316,14 @@ class MuxRecord:
         payload: the payload bytes as a memoryview (for Control: the bincode encoding).
         control: the decoded control message of a Control record, else None.
 
-    Build with :meth:`data`, :meth:`control_msg`, :meth:`host_frame`, :meth:`broadcast`. The
-    constructor checks its fields (a conformance test writing a record of another kind byte uses
-    :func:`encode_mux_record_parts`).
+    Build with :meth:`data`, :meth:`control_msg`, :meth:`host_frame`, :meth:`broadcast`.
 
     Raises:
         InvalidValue (local) ``mux.bad_field`` naming the field and the value: a ``kind`` that
-            is no :class:`RecordKind` (a bool or a float included), a ``rank`` that is no u32,
-            a ``payload`` that is no buffer (``codec.not_bytes_like``), or a ``control`` on a
-            record that is not a Control record, or one whose encoding (at version 2 or 3) is
-            not the payload.
+            is no :class:`RecordKind` (a bool included; another kind byte is written with
+            :func:`encode_mux_record_parts`), a ``rank`` that is no u32, a ``payload`` that is
+            no buffer (``codec.not_bytes_like``), a ``control`` on another kind than Control or
+            one the payload does not decode to (at version 2 or 3, as the decoder reads it).
 
     Upstream: ``relay/mux.rs`` ``MuxRecord``.
     """
@@ -342,10 +342,10 @@ class MuxRecord:
         _set_rank(self, _check_rank(self.rank, "MuxRecord.rank"))
         _set_payload(self, as_view(self.payload, "payload"))
         msg = self.control
-        if msg is not None and (kind is not RecordKind.CONTROL or bytes(self.payload) not in {
-                _encoded_or_none(msg, v) for v in SUPPORTED_VERSIONS}):
+        if msg is not None and (kind is not RecordKind.CONTROL or all(
+                _decoded_or_none(self.payload, v) != msg for v in SUPPORTED_VERSIONS)):
             why = ("only a Control record carries one" if kind is not RecordKind.CONTROL
-                   else "it does not encode to the payload at any protocol version")
+                   else "the payload does not decode to it at any protocol version")
             raise protocol_error("mux.bad_field", field="MuxRecord.control", value=msg,
                                  reason=why)
 
@@ -415,9 +415,9 @@ def _record(kind: RecordKind, rank: int, payload: memoryview,
     return rec
 
 
-def _encoded_or_none(msg: ControlMessage, version: int) -> bytes | None:
-    try:
-        return encode_control(msg, version)
+def _decoded_or_none(payload: memoryview, version: int) -> ControlMessage | None:
+    try:  # as the decoder reads it (its leniencies included: a record it decoded passes)
+        return decode_control(payload, version)
     except ProtocolError:
         return None
 
