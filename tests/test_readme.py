@@ -61,7 +61,8 @@ def test_tour_passes_mypy_strict(tmp_path: Path) -> None:
 
 
 def _long_options(parser: object, name: str) -> dict[str, list[str]]:
-    """Every command's long options (``--help`` and ``--log-level`` aside), by command name."""
+    """Every command's long options (``--help`` and ``--log-level``, which every command takes,
+    aside; the program's own ``--version`` too), by command name."""
     import argparse
 
     assert isinstance(parser, argparse.ArgumentParser)
@@ -73,26 +74,45 @@ def _long_options(parser: object, name: str) -> dict[str, list[str]]:
         else:
             found.setdefault(name, []).extend(
                 o for o in action.option_strings
-                if o.startswith("--") and o not in ("--help", "--log-level", "--version"))
+                if o.startswith("--") and o not in ("--help", "--log-level")
+                and not (name == "flodl-proto" and o == "--version"))
     return found
 
 
+def _rows_by_command(rows: list[str]) -> dict[str, str]:
+    """Each command's row of the table: the words after ``flodl-proto`` up to the first option
+    or placeholder name the command (``controller\\|relay`` names two); a command the row's
+    text names as ```conform docs [...]``` is that row's too."""
+    by: dict[str, str] = {}
+    for row in rows:
+        names: list[list[str]] = [[]]
+        for word in row.split("`")[1].split()[1:]:
+            if word.startswith(("[", "-")) or not word[:1].islower():
+                break
+            names = [[*n, alt] for n in names for alt in word.split("\\|")]
+        for n in names:
+            by[" ".join(["flodl-proto", *n])] = row
+        for m in re.finditer(r"`(conform docs|vectors \w+) ", row):
+            by.setdefault(f"flodl-proto {m[1]}", row)
+    return by
+
+
 def test_command_table_lists_every_option() -> None:
-    """The README's command table names every long option of its command's row (the table
-    lacked ``demo --seed``, ``decode --format``, ``relay --rank-timeout`` and ten others)."""
+    """The README's command table names every long option of its command, in that command's own
+    row, as a whole word (the table lacked ``demo --seed``, ``decode --format``, ``relay
+    --rank-timeout`` and ten others; ``--salt`` passed as part of ``--salt-file``)."""
     from flodl_proto.cli import build_parser
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = [line for line in text.splitlines() if line.startswith("| `flodl-proto ")]
-    options = _long_options(build_parser(), "flodl-proto")
+    rows = _rows_by_command([line for line in text.splitlines()
+                             if line.startswith("| `flodl-proto ")])
     missing = {}
-    for command, opts in options.items():
-        words = command.split()
-        if len(words) < 2 or words[1:] == ["conform", "docs"]:  # `conform docs`: its own line
-            continue
-        row = " ".join(r for r in rows if r.startswith(f"| `flodl-proto {words[1]}"))
-        assert row, f"no README row for {command}"
-        lacking = [o for o in opts if o not in row]
+    for command, opts in _long_options(build_parser(), "flodl-proto").items():
+        if command == "flodl-proto" or command in ("flodl-proto conform", "flodl-proto vectors"):
+            continue  # the program and the groups: no options of their own beyond the above
+        assert command in rows, f"no README row for {command}"
+        lacking = [o for o in opts
+                   if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", rows[command])]
         if lacking:
             missing[command] = lacking
     assert missing == {}
