@@ -596,6 +596,44 @@ def test_cli_launch_that_cannot_start_is_one_line_exit_2(
     assert main([*run, "--launch", f"{not_executable} {{port}}"]) == 2
     assert capsys.readouterr() == ("", "flodl-proto conform: error: --launch: cannot start the "
                                        f"target '{not_executable}': Permission denied\n")
+    # a report asked for says why no case ran (and is no earlier run's)
+    report = tmp_path / "r.json"
+    report.write_text('{"earlier": "run"}')
+    assert main([*run, "--launch", f"{missing} --port {{port}}", "--json", str(report)]) == 2
+    capsys.readouterr()
+    doc = json.loads(report.read_text())
+    assert (doc["interrupted"], doc["results"]) == (False, [])
+    assert doc["not_run"] and {r["reason"] for r in doc["not_run"]} == {
+        "not run: the --launch command cannot be started"}
+
+
+def test_a_kit_stopped_before_its_first_case_leaves_no_earlier_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The reports were written only once the cases had run: a kit stopped before that (killed,
+    or interrupted while it loaded) left the previous run's report, which a CI step then read
+    as this run's. Before the first case starts, the report already says: interrupted, no case
+    run."""
+    from flodl_proto.conform import report as report_mod
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"interrupted": False, "passed": 95}))
+    seen: list[dict[str, Any]] = []
+
+    def stopped_at_once(*args: Any, **kwargs: Any) -> Any:  # the report as the cases start
+        seen.append(json.loads(path.read_text()))
+        raise report_mod.RunInterrupted([])
+
+    monkeypatch.setattr(report_mod, "run_cases", stopped_at_once)
+    assert main(["conform", "controller", "--version", "2", "--cases", "controller.round.*",
+                 "--launch", "true {port}", "--json", str(path)]) == 130
+    assert capsys.readouterr().err == "flodl-proto conform: interrupted\n"
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[2],
+                           patterns=["controller.round.*"])
+    want = [(c.id, "not run: the kit was interrupted") for c, _ in runs]
+    for doc in (seen[0], json.loads(path.read_text())):
+        assert (doc["interrupted"], doc["results"], doc["passed"]) == (True, [], 0)
+        assert [(r["id"], r["reason"]) for r in doc["not_run"]] == want
 
 
 def test_launched_target_that_cannot_start_is_a_launch_error(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_fi
 ``--timeout-scale``, waits until it listens, plays the case, then stops it (SIGTERM, SIGKILL
 after a bound) and records its exit status. One line per case, a summary by doc section.
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
-``--json`` report cannot be written (checked before the run, and when written), 2 for a bad
+``--json`` report cannot be written (first written before the first case, as an interrupted
+run of no case, so a kit stopped early leaves no earlier run's report), 2 for a bad
 command line, a ``--launch`` command that cannot be started included (no such program, not
 executable: one line naming it and the OS error, and no case runs). A target that does not
 start (it exits, or does not listen within 20 s) fails its case, with its last lines of output;
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _PROG = "flodl-proto conform"
+#: why the cases of an interrupted run were not run (the reports' reason)
+_INTERRUPTED = "not run: the kit was interrupted"
 _EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case failed, the "
                "target did not start in the first cases (the others are not run), or a "
                "--junit/--json report cannot be written; 2 a bad command line, or a --launch "
@@ -212,9 +215,10 @@ def _run(args: argparse.Namespace) -> int:
         return _usage(str(e))
     if not runs:
         return _usage("no case selected")
-    for path in (args.junit, args.json):  # found now rather than after a run of every case
-        if path is not None and (why := _unwritable(path)) is not None:
-            return _report_error(path, why)
+    # written now as an interrupted run of no case: a report that cannot be written is found
+    # before any case runs, and a kit stopped from here on leaves no earlier run's report
+    if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
+        return 1
     settings = KitSettings(timeout_scale=timeout_scale)
     console = rich_console(stderr=False, highlight=False, soft_wrap=True)
     lock = threading.Lock()
@@ -261,12 +265,13 @@ def _run(args: argparse.Namespace) -> int:
             results = run_cases(runs, make_target, settings, jobs=args.jobs,
                                 on_result=on_result, stop=stop)
     except TargetLaunchError as e:  # the command named on the command line: every case would fail
+        _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
+                       "started")
         return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}")
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130
-        _write_reports(args, role, e.results, skipped, runs, "not run: the kit was interrupted",
-                       interrupted=True)
+        _write_reports(args, role, e.results, skipped, runs, _INTERRUPTED, interrupted=True)
         raise KeyboardInterrupt from None
     finally:
         for sig, handler in old.items():
@@ -318,19 +323,6 @@ def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult
 
 def _os_reason(e: OSError) -> str:
     return "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the report ``path`` cannot be written (its missing parent folders are created), or
-    None when it looks writable: the folder exists and is writable, and ``path`` is no folder."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
-    except OSError as e:
-        return _os_reason(e)
-    if path.is_dir():
-        return "Is a directory"
-    target = path if path.exists() else path.parent
-    return None if os.access(target, os.W_OK) else "Permission denied"
 
 
 def _report_error(path: Path, why: str) -> int:
