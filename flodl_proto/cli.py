@@ -55,11 +55,9 @@ class _Parser(argparse.ArgumentParser):
     of this class too (``add_subparsers`` uses the parent's class)."""
 
     def _print_message(self, message: str, file: Any = None) -> None:
-        if not message:
-            return
-        if file is None:
-            file = sys.stderr
-        if file is not None and file is sys.stdout:
+        if not message or file is None:  # None: stdout (or stderr) closed, ``>&-``: discarded,
+            return  # as print() does (argparse wrote --help to stderr then)
+        if file is sys.stdout:
             file.write(message)
             file.flush()
             return

@@ -1059,7 +1059,9 @@ def _close_stdout() -> None:
 
 
 @pytest.mark.parametrize("args", [*_UNWRITABLE_STDOUT_ARGS[:3], ("docs", "--out", "-"),
-                                  ("conform", "docs", "--out", "-")], ids=" ".join)
+                                  ("conform", "docs", "--out", "-"), ("--help",),
+                                  ("decode", "--help"), ("--version",)],
+                         ids=" ".join)  # --help wrote its text to stderr
 def test_a_closed_stdout_is_no_traceback(args: tuple[str, ...]) -> None:
     # started with ``>&-``: Python has no sys.stdout and print() writes nothing
     res = subprocess.run([sys.executable, "-m", "flodl_proto", *args], stdout=subprocess.DEVNULL,
