@@ -154,6 +154,7 @@ def format_addr(addr: tuple[str, int]) -> str:
     """
     if not isinstance(addr, tuple | list):
         raise protocol_error("addr.invalid", field="address", value=addr,
-                             reason="not a (host, port) pair")
+                             reason="format_addr takes a (host, port) pair (parse_addr takes "
+                             "the text)")
     host, port = _check_pair(tuple(addr), "address", False)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

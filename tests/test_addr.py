@@ -44,7 +44,7 @@ def test_format_addr(addr: tuple[str, int], want: str) -> None:
     (("h", 70000), "port 70000 is out of range 0..65535"),  # was 'h:70000', which no parse takes
     (("h", True), "port True is not an integer"),
     (("", 1), "no host"),
-    ("h:1", "not a (host, port) pair"),
+    ("h:1", "format_addr takes a (host, port) pair (parse_addr takes the text)"),
 ])
 def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> None:
     with pytest.raises(InvalidValue) as ei:

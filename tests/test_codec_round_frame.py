@@ -272,7 +272,17 @@ def test_from_array_refuses_non_real(array: Any, name: str) -> None:
            f"round_frame: array dtype = {name!r} is invalid: {reason}")
 
 
-@pytest.mark.parametrize("dtype", [2, 7, 255, True, 1.0, "1"])  # True and 1.0 were bf16
+@pytest.mark.parametrize("dtype", [True, 1.0, "1", "bf16"])  # True and 1.0 were bf16
+def test_from_array_dtype_that_is_no_integer(dtype: Any) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(np.zeros(2, np.float32), dtype)
+    reason = "not an integer wire dtype tag (Dtype.F32, Dtype.BF16)"
+    expect(ei, errors.InvalidValue, False, "frame.bad_field",
+           {"field": "dtype", "value": dtype, "reason": reason},
+           f"round_frame: dtype = {dtype!r} is invalid: {reason}")
+
+
+@pytest.mark.parametrize("dtype", [2, 7, 255, np.int64(9)])
 def test_from_array_unknown_dtype(dtype: int) -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload.from_array(np.zeros(2, np.float32), dtype)
@@ -295,6 +305,10 @@ def test_from_array_refuses_a_finite_value_the_cast_makes_infinite(
     expect(ei, errors.InvalidValue, False, "frame.bad_field",
            {"field": f"array (flat index {index})", "value": value, "reason": reason},
            f"round_frame: array (flat index {index}) = {value!r} is invalid: {reason}")
+    # a long double beyond even f64's range shows as its own text, not as inf
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(np.array([np.longdouble("1e4000")]), dtype)
+    assert str(ei.value).startswith("round_frame: array (flat index 0) = '1e+4000' is invalid")
     # infinities and NaNs that are already there ride as they are
     p = TensorPayload.from_array(np.array([np.inf, -np.inf, np.nan, 2.0**70]), dtype)
     got = p.array().astype(np.float64)
@@ -357,7 +371,8 @@ def test_array_does_not_materialise_by_default(dtype: int, shape: list[int],
         TensorPayload.elide(dtype, shape).array()
     expect(ei, errors.SchemaMismatch, False, "tensor.elided",
            {"shape": shape, "expected": expected},
-           f"tensor shape {shape} is zero-elided (0 payload bytes for {expected}): pass "
+           f"tensor shape {shape} is zero-elided (0 payload bytes for {expected}; legal at "
+           "protocol version 3 only, the version 2 fold rejects it): pass "
            "materialize_elided=True for its zeros")
 
 

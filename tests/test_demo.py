@@ -170,7 +170,8 @@ def test_demo_usage_errors_name_the_option_and_the_value(
 def test_demo_refuses_a_payload_this_machine_cannot_hold(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``--payload-mib 1023.99`` passed the checks, then swapped for minutes and ended in "no
-    progress for 60s". A cluster whose expected peak memory is above ``MemAvailable`` is refused
+    progress for 60s". A cluster whose expected peak memory is above what this process may still
+    take (``MemAvailable``, bounded by its memory cgroup) is refused
     before anything starts: one line naming the need and what is available, exit 1."""
     from flodl_proto.cli import main
     from flodl_proto.commands import demo
@@ -184,7 +185,8 @@ def test_demo_refuses_a_payload_this_machine_cannot_hold(
     assert capsys.readouterr() == ("", (
         "flodl-proto demo: error: --payload-mib 1023.99 needs about 32.9 GiB of memory for 4 "
         "rank(s), 2 relay(s) and the controller (each holds a few frames of the payload's "
-        f"size), and this machine has {(need - 1) / (1 << 30):.1f} GiB available; give a "
+        f"size), and this machine has {(need - 1) / (1 << 30):.1f} GiB available (its memory "
+        "cgroup's limit included); give a "
         "smaller --payload-mib, --world-size or --hosts\n"))
 
 

@@ -14,8 +14,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import protocol_error
+from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
+from ._common import wire_int
 
-__all__ = ["real_array", "wire_elements"]
+__all__ = ["real_array", "wire_dtype_tag", "wire_elements"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -32,6 +34,25 @@ def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
                              reason="only real numbers (f32, bf16, or a real dtype to cast) "
                                     "can ride as f32 / bf16")
     return arr
+
+
+def wire_dtype_tag(dtype: object, arr: npt.NDArray[Any]) -> int:
+    """The wire dtype tag ``arr`` rides as: ``dtype``, or by default bf16 for a bfloat16 array
+    and f32 for any other.
+
+    Raises:
+        InvalidValue (local): ``dtype`` is no integer (``frame.bad_field``: ``True`` and ``1.0``
+            are no tag) or no known tag (``payload.unknown_dtype``).
+    """
+    if dtype is None:
+        return DTYPE_BF16 if arr.dtype == _BF16 else DTYPE_F32
+    tag = wire_int(dtype)
+    if tag is None:
+        raise protocol_error("frame.bad_field", field="dtype", value=dtype,
+                             reason="not an integer wire dtype tag (Dtype.F32, Dtype.BF16)")
+    if tag not in ELEMENT_SIZE:
+        raise protocol_error("payload.unknown_dtype", dtype=dtype)
+    return tag
 
 
 def wire_elements(arr: npt.NDArray[Any], target: np.dtype[Any], name: str) -> memoryview:
@@ -54,9 +75,10 @@ def wire_elements(arr: npt.NDArray[Any], target: np.dtype[Any], name: str) -> me
             beyond = np.flatnonzero(np.isinf(cast) & np.isfinite(arr))
             if beyond.size:
                 i = int(beyond[0])
+                v = arr.reshape(-1)[i]  # a long double beyond f64 shows as its own text
                 raise protocol_error(
                     "frame.bad_field", field=f"array (flat index {i})",
-                    value=float(arr.reshape(-1)[i]),
+                    value=float(v) if np.isfinite(np.float64(v)) else str(v),
                     reason=f"finite, but beyond the {name} range: it would ride as an infinity")
         arr = cast
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data

@@ -49,7 +49,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._arrays import real_array, wire_elements
+from ._arrays import real_array, wire_dtype_tag, wire_elements
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view, wire_int
 from ._walk import _WEIGHT_UNPACK, _known_layout, _remember
 from ._walk import _FrameWalk as _FrameWalk  # the stream decoders resume it
@@ -257,18 +257,14 @@ class TensorPayload:
             A payload of ``array.size * element_size`` bytes with ``array.shape``.
 
         Raises:
-            InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), a complex /
+            InvalidValue (local): a ``dtype`` that is no integer (``frame.bad_field``) or an
+                unknown one (``payload.unknown_dtype``), a complex /
                 non-numeric array, or a finite value that the cast would make infinite
                 (``frame.bad_field`` naming its flat index and the value).
         """
         arr = real_array(array)
-        if dtype is None:
-            dtype = Dtype.BF16 if arr.dtype == _BF16 else Dtype.F32
-        tag = wire_int(dtype)  # True and 1.0 are no dtype tag (as for TensorPayload's)
-        if tag is None or tag not in ELEMENT_SIZE:
-            raise protocol_error("payload.unknown_dtype", dtype=dtype)
-        wire = Dtype(tag)
-        return cls(tag, arr.shape, wire_elements(arr, wire.numpy, wire.name.lower()))
+        wire = Dtype(wire_dtype_tag(dtype, arr))
+        return cls(int(wire), arr.shape, wire_elements(arr, wire.numpy, wire.name.lower()))
 
     @classmethod
     def elide(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
@@ -322,10 +318,10 @@ class TensorPayload:
                 (NumPy's limit; the wire allows 255).
             LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
                 type (legal on the wire, not representable as an array).
-            SchemaMismatch: the byte count does not match ``numel * element_size``; local
-                ``tensor.elided`` for an elided payload without ``materialize_elided``.
+            SchemaMismatch: the byte count does not match ``numel * element_size`` (these
+                three are remote, for a payload built here too: it does not know where its
+                bytes came from); local ``tensor.elided``: elided, and no ``materialize_elided``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
-            (Remote, for a payload built here too: it does not know where its bytes came from.)
         """
         element_size = ELEMENT_SIZE.get(self.dtype)
         if element_size is None:

@@ -158,20 +158,15 @@ def memory_need(payload_mib: float, world_size: int, hosts: int) -> int:
 
 
 def _available_memory() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes; None where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """What this process may still allocate (:func:`flodl_proto._memory.available_memory`)."""
+    from .._memory import available_memory
+
+    return available_memory()
 
 
 def _check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
-    """Refuse a ``--payload-mib`` whose cluster would not fit in this machine's available
-    memory (it would swap, or be killed, long after it started)."""
+    """Refuse a ``--payload-mib`` whose cluster would not fit in the memory this process may
+    still take (it would swap, or be killed, long after it started)."""
     need, have = memory_need(payload_mib, world_size, hosts), _available_memory()
     if have is not None and need > have:
         gib = 1 << 30
@@ -179,7 +174,8 @@ def _check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
             f"--payload-mib {payload_mib:g} needs about {need / gib:.1f} GiB of memory for "
             f"{world_size} rank(s), {hosts} relay(s) and the controller (each holds a few "
             f"frames of the payload's size), and this machine has {have / gib:.1f} GiB "
-            f"available; give a smaller --payload-mib, --world-size or --hosts")
+            f"available (its memory cgroup's limit included); give a smaller --payload-mib, "
+            f"--world-size or --hosts")
 
 
 def _parse_kill(text: str | None) -> tuple[int, int] | None:

@@ -49,7 +49,8 @@ Rules (upstream's, facts §d.7, and ``spec/lifecycle.yaml``):
   expired, every alive local rank without a deposit is declared dead in the fold (which
   completes the host's round) and its connection is closed (:class:`CloseRank`); no
   ``RankExit`` is sent for it, then or when its stream ends (upstream ends the run on one);
-* after :class:`~flodl_proto.fsm.events.Finished` every input is a no-op.
+* after :class:`~flodl_proto.fsm.events.Finished` every input is a no-op (caller misuse, such
+  as a rank that is not the host's, still raises).
 
 Upstream: ``flodl/src/distributed/relay/agent.rs`` (``RelayChannel``, ``run_data_relay``,
 ``FoldCtx``), ``relay/mux.rs``.
