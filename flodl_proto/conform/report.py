@@ -262,22 +262,10 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                 fail.text = "\n".join(case_line(r, title_of(r.case.section)))
             if r.output:
                 ET.SubElement(tc, "system-out").text = r.output
-    if not_run:
-        suite = ET.SubElement(root, "testsuite", name=f"{role} not run",
-                              tests=str(len(not_run)), failures="0", errors="0",
-                              skipped=str(len(not_run)), time="0")
-        for c, v in not_run:
-            tc = ET.SubElement(suite, "testcase", classname=f"{role}.v{v}", name=c.id,
-                               time="0")
-            ET.SubElement(tc, "skipped", message=not_run_reason)
-    if not_selected:
-        suite = ET.SubElement(root, "testsuite", name=f"{role} not selected",
-                              tests=str(len(not_selected)), failures="0", errors="0",
-                              skipped=str(len(not_selected)), time="0")
-        for c, why in not_selected:
-            tc = ET.SubElement(suite, "testcase", classname=f"{role}.not_selected", name=c.id,
-                               time="0")
-            ET.SubElement(tc, "skipped", message=why)
+    _skipped_suite(root, f"{role} not run",
+                   [(f"{role}.v{v}", c.id, not_run_reason) for c, v in not_run])
+    _skipped_suite(root, f"{role} not selected",
+                   [(f"{role}.not_selected", c.id, why) for c, why in not_selected])
     if interrupted:
         for suite in root:
             props = ET.Element("properties")
@@ -285,3 +273,14 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
             suite.insert(0, props)
     ET.indent(root)
     replace_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
+
+
+def _skipped_suite(root: ET.Element, name: str, cases: Sequence[tuple[str, str, str]]) -> None:
+    """A ``testsuite`` of skipped ``(classname, name, reason)`` test cases (none: no suite)."""
+    if not cases:
+        return
+    suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(cases)), failures="0",
+                          errors="0", skipped=str(len(cases)), time="0")
+    for classname, case_id, why in cases:
+        tc = ET.SubElement(suite, "testcase", classname=classname, name=case_id, time="0")
+        ET.SubElement(tc, "skipped", message=why)
