@@ -382,8 +382,7 @@ class MuxRecord:
             any RoundFrame reader error (see :func:`decode_round_frame_or_eos`).
         """
         if self.kind not in (RecordKind.HOST_FRAME, RecordKind.BROADCAST):
-            kind = self.kind.name if isinstance(self.kind, RecordKind) else self.kind
-            raise protocol_error("mux.bad_field", field="record kind", value=kind,
+            raise protocol_error("mux.bad_field", field="record kind", value=self.kind.name,
                                  reason="only HostFrame and Broadcast records carry a RoundFrame")
         res = decode_round_frame_or_eos(self.payload, salt, ceiling=ceiling)
         if res is END_OF_STREAM:
