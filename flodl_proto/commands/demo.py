@@ -151,7 +151,7 @@ def memory_need(payload_mib: float, world_size: int, hosts: int) -> int:
     """Bytes of memory the demo's cluster is expected to hold at its peak, all processes
     together: about 4.5 payloads per rank, ``ranks on its host + 2.5`` per relay and
     ``hosts + 3.5`` for the controller (measured peak RSS, f32; bf16 needs less), plus
-    :data:`_PROCESS_BASE` per process."""
+    :data:`_PROCESS_BASE` per process. No upstream counterpart (upstream has no demo)."""
     payload = payload_values(payload_mib) * 4
     frames = 4.5 * world_size + (world_size + 2.5 * hosts) + (hosts + 3.5)
     return int(frames * payload) + (world_size + hosts + 1) * _PROCESS_BASE
