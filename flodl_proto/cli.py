@@ -17,7 +17,9 @@ spec at module level; a command imports NumPy, the codec and the runners when it
 ``--help``, ``--version`` and a usage error do not wait for them.
 
 Every command reports a failure as one line on stderr in argparse's format, ``flodl-proto COMMAND:
-error: MESSAGE`` (a rank adds its id: ``flodl-proto rank 0: error: ...``); a usage error exits 2.
+error: MESSAGE`` (a rank adds its id: ``flodl-proto rank 0: error: ...``; ``conform`` and
+``vectors`` their role or action, as argparse does: ``flodl-proto vectors check: error: ...``); a
+usage error exits 2.
 A command's own warnings and notes use the same program prefix (``flodl-proto relay: warning:
 ...``); the runners' log records (``--log-level``, e.g. a relay's ``rank 0 loopback stream
 failed``) keep the logging format, ``DATE TIME LEVEL LOGGER: MESSAGE``.
@@ -164,12 +166,14 @@ def _flush_or_quiet_stdout() -> None:
 
 def _command_prog(args: argparse.Namespace) -> str:
     """The prefix of the command's own error lines: ``flodl-proto decode``, ``flodl-proto rank
-    0`` (a rank adds its id), or ``flodl-proto`` when no command was given."""
+    0`` (a rank adds its id), ``flodl-proto conform controller`` and ``flodl-proto vectors check``
+    (as argparse's own lines), or ``flodl-proto`` when no command was given."""
     command = getattr(args, "command", None)
     if not command:
         return "flodl-proto"
-    rank = getattr(args, "rank", None) if command == "rank" else None
-    return f"flodl-proto {command}" + (f" {rank}" if rank is not None else "")
+    extra = {"rank": "rank", "conform": "role", "vectors": "vectors_command"}.get(command)
+    word = getattr(args, extra, None) if extra else None  # as argparse's own prefix
+    return f"flodl-proto {command}" + (f" {word}" if word is not None else "")
 
 
 def _main(argv: Sequence[str] | None, prog: list[str]) -> int:

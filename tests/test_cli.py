@@ -703,7 +703,8 @@ def test_every_command_s_usage_error_is_one_line_with_the_error_prefix(
     one line on stderr, exit 2 (relay, rank, decode, demo and vectors printed the message
     without ``error:``, decode even without ``flodl-proto``)."""
     code, out, err = _run_main(capsys, *args)
-    assert (code, out, err) == (2, "", f"flodl-proto {args[0]}: error: {message}\n")
+    prog = " ".join(args[:2]) if args[0] in ("vectors", "conform") else args[0]  # as argparse's
+    assert (code, out, err) == (2, "", f"flodl-proto {prog}: error: {message}\n")
 
 
 @pytest.mark.parametrize(("value", "message"), [
@@ -1026,8 +1027,9 @@ def test_a_full_stdout_is_one_line_and_exit_1(args: tuple[str, ...]) -> None:
                              stderr=subprocess.PIPE, text=True, timeout=90,
                              input=_decode_input().decode() if args[0] == "decode" else "")
     assert res.returncode == 1, res.stderr
+    prog = " ".join(args[:2]) if args[0] in ("vectors", "conform") else args[0]  # as argparse's
     _one_error_line(res.stderr,
-                    f"flodl-proto {args[0]}: error: cannot write output: No space left on device")
+                    f"flodl-proto {prog}: error: cannot write output: No space left on device")
 
 
 class _FullDisk(io.RawIOBase):
@@ -1280,8 +1282,8 @@ def test_conform_timeout_scale_is_checked_as_the_variable_it_sets(
     code, out, err = _run_main(capsys, "conform", "controller", "--launch", "true {port}",
                                "--cases", "nothing.*", "--timeout-scale", value)
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto conform: error: --timeout-scale={value!r} {problem}; expected "
-                   "a finite scale factor from 0.1 to 1000\n")
+    assert err == (f"flodl-proto conform controller: error: --timeout-scale={value!r} {problem}; "
+                   "expected a finite scale factor from 0.1 to 1000\n")
 
 
 # -- item: ``docs --out /dev/stdout`` printed its "written" line after the document ------------

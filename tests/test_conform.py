@@ -537,7 +537,7 @@ def test_cli_list_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert "controller.portmux.status  SHOULD  not selected (needs --port-mux)" in out
     # listing no case is the usage error a run of no case is (it listed "0 cases", exit 0)
     assert main(["conform", "relay", "--list", "--cases", "nothing.*"]) == 2
-    assert capsys.readouterr() == ("", "flodl-proto conform: error: no case selected\n")
+    assert capsys.readouterr() == ("", "flodl-proto conform relay: error: no case selected\n")
 
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
@@ -574,10 +574,12 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
     # found before the run: no case runs (nothing on stdout)
     assert main([*run, "--junit", str(junit)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto conform: error: cannot write the report {junit}: Not a directory\n")
+        "", f"flodl-proto conform controller: error: cannot write the report {junit}: Not a "
+        "directory\n")
     assert main([*run, "--json", str(tmp_path)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto conform: error: cannot write the report {tmp_path}: Is a directory\n")
+        "", f"flodl-proto conform controller: error: cannot write the report {tmp_path}: Is a "
+        "directory\n")
 
 
 @pytest.mark.parametrize("jobs", ["1", "3"])
@@ -588,14 +590,16 @@ def test_cli_launch_that_cannot_start_is_one_line_exit_2(
     run = ["conform", "controller", "--timeout-scale", "0.1", "--version", "2", "--jobs", jobs]
     missing = tmp_path / "nonexistent"
     assert main([*run, "--launch", f"{missing} --port {{port}}"]) == 2
-    assert capsys.readouterr() == ("", "flodl-proto conform: error: --launch: cannot start the "
-                                       f"target '{missing}': No such file or directory\n")
+    assert capsys.readouterr() == ("", "flodl-proto conform controller: error: --launch: cannot "
+                                       f"start the target '{missing}': No such file or "
+                                       "directory\n")
     not_executable = tmp_path / "target.sh"
     not_executable.write_text("#!/bin/sh\n")
     not_executable.chmod(0o644)
     assert main([*run, "--launch", f"{not_executable} {{port}}"]) == 2
-    assert capsys.readouterr() == ("", "flodl-proto conform: error: --launch: cannot start the "
-                                       f"target '{not_executable}': Permission denied\n")
+    assert capsys.readouterr() == ("", "flodl-proto conform controller: error: --launch: cannot "
+                                       f"start the target '{not_executable}': Permission "
+                                       "denied\n")
     # a report asked for says why no case ran (and is no earlier run's)
     report = tmp_path / "r.json"
     report.write_text('{"earlier": "run"}')
@@ -627,7 +631,7 @@ def test_a_kit_stopped_before_its_first_case_leaves_no_earlier_report(
     monkeypatch.setattr(report_mod, "run_cases", stopped_at_once)
     assert main(["conform", "controller", "--version", "2", "--cases", "controller.round.*",
                  "--launch", "true {port}", "--json", str(path)]) == 130
-    assert capsys.readouterr().err == "flodl-proto conform: interrupted\n"
+    assert capsys.readouterr().err == "flodl-proto conform controller: interrupted\n"
     runs, _ = select_cases(CATALOGUE, role="controller", versions=[2],
                            patterns=["controller.round.*"])
     want = [(c.id, "not run: the kit was interrupted") for c, _ in runs]
@@ -710,7 +714,7 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     assert main(["conform", "docs", "--out", str(out)]) == 1
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == f"flodl-proto conform: error: cannot write {out}: Not a directory\n"
+    assert cap.err == f"flodl-proto conform docs: error: cannot write {out}: Not a directory\n"
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()
@@ -799,7 +803,7 @@ def test_cli_report_write_that_fails_midway_leaves_the_old_file(option: str,
          "--cases", "controller.session.one-relay-one-round", "--version", "2", option,
          str(out)], 256)
     assert res.returncode == 1
-    assert res.stderr == f"flodl-proto conform: error: cannot write the report {out}: " \
+    assert res.stderr == f"flodl-proto conform controller: error: cannot write the report {out}: " \
                          "File too large\n"
     assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
@@ -868,7 +872,7 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
         for pid in _targets_with(marker, kit.pid):
             os.kill(pid, signal.SIGKILL)
     assert kit.returncode == 130, err
-    assert err == "flodl-proto conform: interrupted\n"
+    assert err == "flodl-proto conform controller: interrupted\n"
     # no verdict on the cases cut short: a case reported here ran to its own end (on a busy
     # machine some may, each waiting its 5 s on the silent target) and the kit then stopped
     # its target; a case cut short would show its target ended by the interruption's SIGTERM

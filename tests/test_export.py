@@ -126,7 +126,7 @@ def test_cli_export_to_an_unwritable_folder_is_one_line_and_exit_1(
     assert main(["vectors", "export", str(target)]) == 1
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == f"flodl-proto vectors: error: cannot write {target}: Not a directory\n"
+    assert cap.err == f"flodl-proto vectors export: error: cannot write {target}: Not a directory\n"
 
 
 def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:
@@ -216,7 +216,7 @@ def test_export_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> N
     (tmp_path / "handshake.json").write_bytes(old)
     res = run_with_file_size_limit(["vectors", "export", str(tmp_path)], 4096)
     assert (res.returncode, res.stdout) == (1, "")
-    assert res.stderr == f"flodl-proto vectors: error: cannot write " \
+    assert res.stderr == f"flodl-proto vectors export: error: cannot write " \
                          f"{tmp_path / 'handshake.json'}: File too large\n"
     assert (tmp_path / "handshake.json").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["handshake.json"]
@@ -230,7 +230,7 @@ def test_export_into_a_file_is_not_a_directory(tmp_path: Path,
     target.write_text("not a folder")
     assert main(["vectors", "export", str(target)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto vectors: error: cannot write {target}: Not a directory\n")
+        "", f"flodl-proto vectors export: error: cannot write {target}: Not a directory\n")
 
 
 def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:
@@ -241,7 +241,7 @@ def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:
     target = tmp_path / "new" / "vectors"
     res = run_with_file_size_limit(["vectors", "export", str(target)], 4096)
     assert (res.returncode, res.stdout) == (1, "")
-    assert res.stderr == f"flodl-proto vectors: error: cannot write " \
+    assert res.stderr == f"flodl-proto vectors export: error: cannot write " \
                          f"{target / 'handshake.json'}: File too large\n"
     assert list(tmp_path.iterdir()) == []
 

@@ -53,7 +53,7 @@ def test_vectors_compare(tmp_path: Path) -> None:
         f"{copy} differs from {BUNDLED_VECTORS} (2 files)"]
     res = _vectors_cli("compare", str(tmp_path / "absent"))
     assert (res.returncode, res.stdout, res.stderr) == (
-        2, "", f"flodl-proto vectors: error: {tmp_path / 'absent'}: does not exist\n")
+        2, "", f"flodl-proto vectors compare: error: {tmp_path / 'absent'}: does not exist\n")
 
 
 def test_vectors_check_unusable_folder_is_one_line_exit_2(
@@ -75,7 +75,7 @@ def test_vectors_check_unusable_folder_is_one_line_exit_2(
                       (bad, f"{bad / 'x.json'}: not a vector file (no key 'protocol_version')")):
         (bad / "x.json").write_text("{}", encoding="utf-8")
         assert main(["vectors", "check", str(BUNDLED_VECTORS), str(path)]) == 2
-        assert capsys.readouterr() == ("", f"flodl-proto vectors: error: {why}\n")
+        assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {why}\n")
 
 
 @pytest.mark.timeout(300)

@@ -114,8 +114,8 @@ def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
         list(iter_cases(root))
     assert str(e.value) == f"{path}: not a vector file ({why[kind]})"
     assert main(["vectors", "check", str(root)]) == 2
-    assert capsys.readouterr().err == (f"flodl-proto vectors: error: {path}: not a vector file "
-                                       f"({why[kind]})\n")
+    assert capsys.readouterr().err == (f"flodl-proto vectors check: error: {path}: not a vector "
+                                       f"file ({why[kind]})\n")
 
 
 @pytest.mark.parametrize(("manifest", "shown"), [("[]", "None"), ('{"total_cases": "9"}', "'9'"),
@@ -127,7 +127,7 @@ def test_a_malformed_manifest_is_one_line_not_a_traceback(
     (root / "v2" / "manifest.json").write_text(manifest)
     assert main(["vectors", "check", str(root)]) == 2
     assert capsys.readouterr() == ("", (
-        f"flodl-proto vectors: error: {root / 'v2' / 'manifest.json'}: not a manifest "
+        f"flodl-proto vectors check: error: {root / 'v2' / 'manifest.json'}: not a manifest "
         f"(total_cases {shown} is not a whole number >= 0)\n"))
 
 

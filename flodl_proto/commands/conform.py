@@ -136,8 +136,13 @@ def _report_path(text: str) -> Path:
 # the kit and rich are imported when the command runs: other commands do not pay for them
 
 
-def _usage(message: str) -> int:
-    print(f"{_PROG}: error: {message}", file=sys.stderr, flush=True)
+def _prog(args: argparse.Namespace) -> str:
+    """The prefix of the kit's lines, as argparse's: ``flodl-proto conform controller``."""
+    return f"{_PROG} {args.role}"
+
+
+def _usage(message: str, args: argparse.Namespace) -> int:
+    print(f"{_prog(args)}: error: {message}", file=sys.stderr, flush=True)
     return 2
 
 
@@ -193,28 +198,28 @@ def _run(args: argparse.Namespace) -> int:
     try:
         timeout_scale = check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     except ProtocolError as e:
-        return _usage(str(e))
+        return _usage(str(e), args)
     if args.jobs < 1:
-        return _usage(f"--jobs must be >= 1, got {args.jobs}")
+        return _usage(f"--jobs must be >= 1, got {args.jobs}", args)
     try:
         catalogue = load_catalogue()
     except (CatalogueError, OSError) as e:
-        return _usage(f"catalogue: {e}")
+        return _usage(f"catalogue: {e}", args)
     versions = sorted(set(args.versions or SUPPORTED_VERSIONS))
     level = args.level.upper() if args.level else None
     runs, skipped = select_cases(catalogue, role=role, versions=versions, patterns=args.cases,
                                  level=level, port_mux=args.port_mux)
     if args.list:  # a selection of no case is the same usage error as for a run
-        return _list(runs, skipped) if runs else _usage("no case selected")
+        return _list(runs, skipped) if runs else _usage("no case selected", args)
     if not args.launch:
-        return _usage("--launch CMD is required (or --list)")
+        return _usage("--launch CMD is required (or --list)", args)
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
     try:
         fill_placeholders(args.launch, probe)
     except ValueError as e:
-        return _usage(str(e))
+        return _usage(str(e), args)
     if not runs:
-        return _usage("no case selected")
+        return _usage("no case selected", args)
     # written now as an interrupted run of no case: a report that cannot be written is found
     # before any case runs, and a kit stopped from here on leaves no earlier run's report
     if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
@@ -267,7 +272,7 @@ def _run(args: argparse.Namespace) -> int:
     except TargetLaunchError as e:  # the command named on the command line: every case would fail
         _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
                        "started")
-        return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}")
+        return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}", args)
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130
@@ -293,7 +298,7 @@ def _run(args: argparse.Namespace) -> int:
                           "not run: the target did not start in the first case(s)"):
         return 1
     if gave_up is not None:
-        print(f"{_PROG}: error: {gave_up}", file=sys.stderr, flush=True)
+        print(f"{_prog(args)}: error: {gave_up}", file=sys.stderr, flush=True)
         return 1
     return exit_code(results)
 
@@ -316,7 +321,7 @@ def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult
             write(path, role, results, skipped, _title, not_run=not_run,
                   not_run_reason=not_run_reason, interrupted=interrupted)
         except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)
-            _report_error(path, _os_reason(e))
+            _report_error(path, _os_reason(e), args)
             return False
     return True
 
@@ -325,8 +330,8 @@ def _os_reason(e: OSError) -> str:
     return "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
 
 
-def _report_error(path: Path, why: str) -> int:
-    print(f"{_PROG}: error: cannot write the report {path}: {why}", file=sys.stderr)
+def _report_error(path: Path, why: str, args: argparse.Namespace) -> int:
+    print(f"{_prog(args)}: error: cannot write the report {path}: {why}", file=sys.stderr)
     return 1
 
 
@@ -337,16 +342,16 @@ def _run_docs(args: argparse.Namespace) -> int:
     try:
         text = render_conformance_doc()
     except CatalogueError as e:
-        return _usage(f"catalogue: {e}")
+        return _usage(f"catalogue: {e}", args)
     from .docs import check_generated, checkout_file, stdout_check, write_generated
 
     out: Path = args.out if args.out is not None else checkout_file(Path("docs/conformance.md"))
 
     if str(out) == "-":
         if args.check:
-            return stdout_check(_PROG)
+            return stdout_check(_prog(args))
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as `docs --check`
-        return check_generated(out, text, _PROG, f"flodl-proto conform docs --out {out}")
-    return write_generated(out, text, _PROG)
+        return check_generated(out, text, _prog(args), f"flodl-proto conform docs --out {out}")
+    return write_generated(out, text, _prog(args))

@@ -103,7 +103,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     for root in dirs:  # every folder is checked before any case runs
         got = _load_cases(root)
         if isinstance(got, str):
-            print(f"flodl-proto vectors: error: {got}", file=sys.stderr)
+            print(f"flodl-proto vectors check: error: {got}", file=sys.stderr)
             return 2
         loaded.append((root, *got))
     for root, cases, expected in loaded:
@@ -170,7 +170,7 @@ def compare_folders(a: Path, b: Path) -> list[tuple[str, str]]:
 def _compare(args: argparse.Namespace) -> int:
     for d in (args.dir, args.bundled):
         if (why := _not_a_folder(d)) is not None:
-            print(f"flodl-proto vectors: error: {why}", file=sys.stderr)
+            print(f"flodl-proto vectors compare: error: {why}", file=sys.stderr)
             return 2
     diffs = compare_folders(args.dir, args.bundled)
     for how, rel in diffs:
@@ -192,7 +192,7 @@ def _export(args: argparse.Namespace) -> int:
         counts = export_vectors(args.dir)
     except OSError as e:  # FileExistsError: a file where a folder of the path should be
         why = "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
-        print(f"flodl-proto vectors: error: cannot write {e.filename or args.dir}: {why}",
+        print(f"flodl-proto vectors export: error: cannot write {e.filename or args.dir}: {why}",
               file=sys.stderr)
         return 1
     for version, n in sorted(counts.items(), reverse=True):
