@@ -470,7 +470,7 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     # with --check, PATH is an input: one that cannot be read is a usage error (2), one line
     # naming it and the OS error; a PATH that does not exist is "missing" (a failed check, 1)
-    prog = f"flodl-proto {cmd[0]}"
+    prog = f"flodl-proto {' '.join(cmd)}"
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     loop = tmp_path / "loop"
