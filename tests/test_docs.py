@@ -233,7 +233,7 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     out of date (rewritten, not a traceback or 'cannot read'), a file where a folder of the path
     should be is 'Not a directory' whichever level it is at; ``--check --out -`` is a bad
     command line (exit 2, one line), never a check that passes by printing the text."""
-    prog = "flodl-proto " + cmd[0]  # the error lines' program name
+    prog = "flodl-proto " + " ".join(cmd)  # the error lines' program name
     out = tmp_path / "gen.md"
     out.write_bytes(b"\xff\xfe not text")
     assert main([*cmd, "--out", str(out), "--check"]) == 1
