@@ -235,8 +235,8 @@ atexit.register(_close_all)
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    prev = _PREVIOUS.get(signum, signal.SIG_DFL)  # first: closing the last lab forgets it
     _close_all()
-    prev = _PREVIOUS.get(signum, signal.SIG_DFL)
     if callable(prev):
         prev(signum, frame)
         return

@@ -115,6 +115,37 @@ def test_a_lab_owner_stopped_by_a_signal_removes_its_lab(sig: signal.Signals) ->
         p.communicate()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_lab_owners_own_signal_handler_still_runs(sig: signal.Signals) -> None:
+    """``demo --netns`` stops its cluster on SIGTERM: the lab's handler removed the lab, which
+    forgot the demo's handler, and the signal's default action killed the demo (143, no line)."""
+    code = textwrap.dedent(f"""
+        import signal, sys, time
+        from flodl_proto.netlab import NetLab
+        stop = []
+        signal.signal({int(sig)}, lambda *_: stop.append(1))
+        lab = NetLab(2).start()
+        print(lab.tag, flush=True)
+        while not stop:
+            time.sleep(0.05)
+        print("handled", flush=True)
+        sys.exit(7)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert p.stdout is not None
+        tag = p.stdout.readline().strip()
+        assert tag, "the lab owner printed no tag"
+        p.send_signal(sig)
+        assert p.wait(30) == 7
+        assert p.stdout.read() == "handled\n"
+        assert leftovers(tag) == []
+    finally:
+        p.kill()
+        p.communicate()
+
+
 def test_a_lab_owner_killed_outright_is_swept_by_the_next_lab() -> None:
     p, tag = _owner()
     p.kill()
