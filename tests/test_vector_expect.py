@@ -143,3 +143,15 @@ def test_vectors_check_fails_a_write_case_edited_to_expect_an_error(
     assert main(["vectors", "check", str(root)]) == 1
     out = capsys.readouterr().out
     assert "total: 369/370 passed" in out
+
+
+@pytest.mark.parametrize("weight", [7.0, None])
+def test_a_frame_whose_weight_contradicts_its_bits_fails(weight: Any) -> None:
+    """``weight`` 7.0 beside ``weight_bits`` 0x3ff0000000000000 (1.0) passed: only the bits were
+    compared. The number is now compared too (null stands for a weight that is not finite)."""
+    case = _first("round_frame.roundtrip", "ok")
+    run_case(case)
+    frame = {**case.data["frame"], "weight": weight}
+    assert frame["weight_bits"] == "0x3ff0000000000000"
+    with pytest.raises(VectorMismatch, match=rf"frame.weight: got 1.0, want {weight!r}"):
+        run_case(_edited(case, frame=frame))

@@ -103,6 +103,9 @@ def compare_frame(got: RoundFrame, want: dict[str, Any], what: str = "frame") ->
     g = frame_to_json(got)
     for key in ("kind", "kind_byte", "weight_bits"):
         require(g[key] == want[key], f"{what}.{key}: got {g[key]!r}, want {want[key]!r}")
+    if "weight" in want:  # the number the bits stand for (null: not finite)
+        require(g["weight"] == want["weight"],
+                f"{what}.weight: got {g['weight']!r}, want {want['weight']!r}")
     require(len(g["tensors"]) == len(want["tensors"]),
             f"{what}: {len(g['tensors'])} tensors, want {len(want['tensors'])}")
     for i, (gt, wt) in enumerate(zip(g["tensors"], want["tensors"], strict=True)):
