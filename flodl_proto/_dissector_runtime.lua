@@ -202,7 +202,7 @@ local function walk(tvb, off, tree, fields, vals, items, ctx)
                 or (fd.name .. " " .. tostring(v) .. " != " .. fd.const .. " " .. C[fd.const]))
             vals._bad = fd.name
         end
-        if fd.enum and ENUMS[fd.enum].names[v] == nil then
+        if fd.enum and not fd.lenient and ENUMS[fd.enum].names[v] == nil then
             local args = { value = v, kind = v, got = v }
             item:add_proto_expert_info(E.bad_value, fd.enum_error and errtext(fd.enum_error, args)
                 or ("unknown " .. fd.enum .. " " .. tostring(v)))
@@ -266,8 +266,8 @@ local function tensor_done(tvb, ttree, tv, items, st)
     local nb = tv.nbytes
     local elided = nb == 0 and numel > 0
     if es == nil then
-        items.dtype:add_proto_expert_info(E.lenient, errtext("tensor.unknown_dtype",
-            { dtype = tv.dtype }) .. " (accepted by the reader, rejected by the fold)")
+        items.dtype:add_proto_expert_info(E.lenient, "unknown dtype tag " .. tostring(tv.dtype)
+            .. " (0 = f32, 1 = bf16): accepted by the reader, rejected by the fold")
     elseif elided then
         ttree:add(field("round_frame.elided"), at(tvb, tv.start), 1):set_generated()
         if st.version < 3 then

@@ -203,6 +203,9 @@ def _layout(msg: str, fields: Iterable[Mapping[str, Any]], spec: Spec) -> list[d
             entry["enum"] = f["enum"]
             if f"{prefix}.unknown_{f['name']}" in spec.errors:
                 entry["enum_error"] = f"{prefix}.unknown_{f['name']}"
+            if any(lz.get("message") == msg and lz.get("field") == f["name"]
+                   for lz in spec.raw.get("leniencies", [])):
+                entry["lenient"] = True  # the reader takes any value: no "malformed" mark
         if f["type"] == "tag8":
             entry["tag"] = True
         out.append(entry)

@@ -943,3 +943,28 @@ def test_decode_as_and_ports_preference_where_the_heuristic_cannot_tell(lua: Pat
         if not args:
             got = tshark_records(pcap, lua, prefs)
             assert [r["frame"] for r, _ in got[label]] == want
+
+
+@pytest.mark.tshark
+def test_an_unknown_dtype_is_lenient_not_malformed(lua: Path, tmp_path: Path) -> None:
+    """Any dtype byte is accepted by the reader (leniency ``dtype_any``): the dissector marked
+    dtype 7 malformed (an error) beside its "accepted by the reader" warning, and the warning
+    told the reader to extend Rust code."""
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(7, [2], b"\x01\x02")])
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("host-a", [0]), 2)
+             + b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT)))
+    cap.close(mux)
+    pcap = tmp_path / "dtype7.pcap"
+    pcap.write_bytes(cap.pcap())
+    got = tshark_records(pcap, lua, {})
+    (recs,) = [r for label, r in got.items() if label.endswith(":23456")]
+    assert [r["kind"] for r, _ in recs][-1] == "HostFrame"
+    assert recs[-1][1] == [f"{PROTO_NAME}.expert.lenient"]
+    res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}", "-T",
+                          "fields", "-e", "_ws.expert.message"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert "unknown dtype tag 7 (0 = f32, 1 = bf16): accepted by the reader, rejected by the " \
+           "fold" in res.stdout
+    assert "extend round_frame.rs" not in res.stdout
