@@ -190,6 +190,8 @@ local function walk(tvb, off, tree, fields, vals, items, ctx)
         local limit = proto.prefs.bytes_limit
         if fd.type == "bytes" and limit > 0 and size > limit then
             item = tree:add(r, fd.label .. ": " .. size .. " bytes (above the payload field limit)")
+        elseif fd.type == "bytes" and size == 0 then  -- not "<MISSING>": nothing was cut
+            item = tree:add(r, fd.label .. ": none (0 bytes)")
         else
             item = tree:add_le(F[fd.abbrev], r)
         end

@@ -968,3 +968,23 @@ def test_an_unknown_dtype_is_lenient_not_malformed(lua: Path, tmp_path: Path) ->
     assert "unknown dtype tag 7 (0 = f32, 1 = bf16): accepted by the reader, rejected by the " \
            "fold" in res.stdout
     assert "extend round_frame.rs" not in res.stdout
+
+
+@pytest.mark.tshark
+def test_an_empty_payload_reads_as_none_not_missing(lua: Path, tmp_path: Path) -> None:
+    """An elided tensor (and one of shape [0]) showed ``Data: <MISSING>``, Wireshark's words for
+    bytes a capture lacks; nothing was cut."""
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(Dtype.F32, [0], b""),
+                                              TensorPayload(Dtype.F32, [4], b"")])
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("host-a", [0]), 3)
+             + b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT)))
+    cap.close(mux)
+    pcap = tmp_path / "empty.pcap"
+    pcap.write_bytes(cap.pcap())
+    res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}", "-o",
+                          "flodl.version:3", "-V"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert "<MISSING>" not in res.stdout
+    assert res.stdout.count("Data: none (0 bytes)") == 2, res.stdout
