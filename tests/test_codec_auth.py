@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -245,3 +247,38 @@ def test_new_mac_follows_the_salt_asked_for(monkeypatch: pytest.MonkeyPatch,
         kept = auth._keyed
         auth.new_mac(bytes(salt))
         assert auth._keyed is kept  # the same salt again: the keyed MAC is reused
+
+
+_SALT = bytes(range(16))
+_NOT_PIECES = "must be an iterable of bytes-like pieces (one buffer: pass [data]), got "
+_NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or memoryview), got "
+
+
+@pytest.mark.parametrize(("pieces", "error_id", "text"), [
+    # a single buffer was iterated as ints: a bare TypeError
+    (b"abc", "codec.not_pieces", "pieces " + _NOT_PIECES + "bytes"),
+    (bytearray(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "bytearray"),
+    (memoryview(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "memoryview"),
+    ("abc", "codec.not_pieces", "pieces " + _NOT_PIECES + "str"),
+    (5, "codec.not_pieces", "pieces " + _NOT_PIECES + "int"),
+    ([b"a", "b"], "codec.not_bytes_like", "pieces[1] " + _NOT_A_BUFFER + "str"),  # TypeError
+    ([b"a", b"b", 7], "codec.not_bytes_like", "pieces[2] " + _NOT_A_BUFFER + "int"),
+    ([memoryview(b"abcdef")[::2]], "codec.not_bytes_like",  # a bare BufferError
+     "pieces[0] " + _NOT_A_BUFFER + "memoryview"),
+    ([b"x", np.zeros(8, np.uint8)[::2]], "codec.not_bytes_like",  # a bare ValueError
+     "pieces[1] " + _NOT_A_BUFFER + "ndarray"),
+])
+def test_compute_tag_names_pieces_that_are_no_buffers(pieces: Any, error_id: str,
+                                                      text: str) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        auth.compute_tag(_SALT, pieces)
+    assert (ei.value.error_id, str(ei.value)) == (error_id, text)
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.__cause__ is None
+
+
+def test_compute_tag_takes_any_iterable_of_buffers() -> None:
+    want = tag(_SALT, b"abcdef")
+    assert auth.compute_tag(_SALT, [b"ab", bytearray(b"cd"), memoryview(b"ef")]) == want
+    assert auth.compute_tag(_SALT, (p for p in [b"abc", b"def"])) == want
+    assert auth.compute_tag(_SALT, iter([b"abcdef"])) == want
+    assert auth.compute_tag(_SALT, [np.frombuffer(b"abcdef", np.uint8)]) == want

@@ -73,23 +73,6 @@ def test_compute_tag() -> None:
         auth.compute_tag(bytes(8), [b"x"])
 
 
-@pytest.mark.parametrize(("pieces", "error_id", "text"), [
-    # a single buffer was iterated as ints: a bare TypeError
-    (b"abc", "codec.not_pieces", "pieces must be an iterable of bytes-like pieces (one buffer: "
-                                 "pass [data]), got bytes"),
-    (5, "codec.not_pieces", "pieces must be an iterable of bytes-like pieces (one buffer: pass "
-                            "[data]), got int"),
-    ([b"a", "b"], "codec.not_bytes_like", "pieces[1] must be a contiguous bytes-like object "
-                                          "(bytes, bytearray or memoryview), got str"),
-    ([memoryview(b"abcdef")[::2]], "codec.not_bytes_like", "pieces[0] must be a contiguous "
-     "bytes-like object (bytes, bytearray or memoryview), got memoryview"),  # a bare BufferError
-])
-def test_compute_tag_names_pieces_that_are_no_buffers(pieces: Any, error_id: str,
-                                                      text: str) -> None:
-    with pytest.raises(errors.LocalProtocolError) as ei:
-        auth.compute_tag(SALT, pieces)
-    assert (ei.value.error_id, str(ei.value)) == (error_id, text)
-
 
 @pytest.mark.parametrize(("tag", "value"), [
     ("0102030405060708", 0x0807060504030201),
