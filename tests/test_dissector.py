@@ -945,19 +945,25 @@ def test_decode_as_and_ports_preference_where_the_heuristic_cannot_tell(lua: Pat
             assert [r["frame"] for r, _ in got[label]] == want
 
 
+def _one_host_frame(frame: RoundFrame, version: int, pcap: Path) -> Path:
+    """Write ``pcap``: one relay connection to port 23456 carrying a Hello and ``frame`` as a
+    HostFrame."""
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("host-a", [0]), version)
+             + b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT)))
+    cap.close(mux)
+    pcap.write_bytes(cap.pcap())
+    return pcap
+
+
 @pytest.mark.tshark
 def test_an_unknown_dtype_is_lenient_not_malformed(lua: Path, tmp_path: Path) -> None:
     """Any dtype byte is accepted by the reader (leniency ``dtype_any``): the dissector marked
     dtype 7 malformed (an error) beside its "accepted by the reader" warning, and the warning
     told the reader to extend Rust code."""
     frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(7, [2], b"\x01\x02")])
-    cap = Capture()
-    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
-    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("host-a", [0]), 2)
-             + b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT)))
-    cap.close(mux)
-    pcap = tmp_path / "dtype7.pcap"
-    pcap.write_bytes(cap.pcap())
+    pcap = _one_host_frame(frame, 2, tmp_path / "dtype7.pcap")
     got = tshark_records(pcap, lua, {})
     (recs,) = [r for label, r in got.items() if label.endswith(":23456")]
     assert [r["kind"] for r, _ in recs][-1] == "HostFrame"
@@ -976,13 +982,7 @@ def test_an_empty_payload_reads_as_none_not_missing(lua: Path, tmp_path: Path) -
     bytes a capture lacks; nothing was cut."""
     frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(Dtype.F32, [0], b""),
                                               TensorPayload(Dtype.F32, [4], b"")])
-    cap = Capture()
-    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
-    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("host-a", [0]), 3)
-             + b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT)))
-    cap.close(mux)
-    pcap = tmp_path / "empty.pcap"
-    pcap.write_bytes(cap.pcap())
+    pcap = _one_host_frame(frame, 3, tmp_path / "empty.pcap")
     res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}", "-o",
                           "flodl.version:3", "-V"],
                          capture_output=True, text=True, timeout=120, check=True)
