@@ -21,6 +21,12 @@ def available_memory(proc: Path = Path("/proc"),
     Args:
         proc: the proc file system's mount point.
         cgroup_root: the cgroup file system's mount point.
+
+    Returns:
+        Bytes: the least of ``MemAvailable`` and the memory cgroup's headroom; a file that cannot
+        be read or parsed counts as absent (no error is raised).
+
+    No upstream counterpart: upstream's binaries do not size a cluster.
     """
     found = [v for v in (_meminfo(proc / "meminfo"),
                          _cgroup_headroom(proc / "self" / "cgroup", cgroup_root)) if v is not None]

@@ -330,9 +330,8 @@ def _os_reason(e: OSError) -> str:
     return "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
 
 
-def _report_error(path: Path, why: str, args: argparse.Namespace) -> int:
+def _report_error(path: Path, why: str, args: argparse.Namespace) -> None:
     print(f"{_prog(args)}: error: cannot write the report {path}: {why}", file=sys.stderr)
-    return 1
 
 
 def _run_docs(args: argparse.Namespace) -> int:
