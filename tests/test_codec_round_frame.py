@@ -291,6 +291,7 @@ def test_from_array_unknown_dtype(dtype: int) -> None:
            "round_frame.rs::payload_element_size and the codec helpers together")
 
 
+@pytest.mark.filterwarnings("error")  # refused without NumPy's overflow warning
 @pytest.mark.parametrize(("array", "dtype", "index", "value", "name"), [
     (np.array([1e300, 1.0]), None, 0, 1e300, "f32"),
     (np.array([[1.0, -1e39]]), Dtype.BF16, 1, -1e39, "bf16"),

@@ -21,6 +21,9 @@ __all__ = ["real_array", "wire_dtype_tag", "wire_elements"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
+#: the NumPy dtype kinds of real numbers: bool, signed and unsigned integer, float
+_REAL_KINDS = frozenset(("b", "i", "u", "f"))
+
 
 def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
     """``array`` as a NumPy array of real numbers (bool, integer, float or bfloat16 values).
@@ -29,7 +32,7 @@ def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
         InvalidValue (local) ``frame.bad_field``: complex, text, object or date values.
     """
     arr = np.asarray(array)
-    if arr.dtype != _BF16 and arr.dtype.kind not in "biuf":
+    if arr.dtype != _BF16 and arr.dtype.kind not in _REAL_KINDS:
         raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
                              reason="only real numbers (f32, bf16, or a real dtype to cast) "
                                     "can ride as f32 / bf16")
@@ -71,14 +74,14 @@ def wire_elements(arr: npt.NDArray[Any], target: np.dtype[Any], name: str) -> me
     if arr.dtype != target:
         with np.errstate(over="ignore"):  # a finite value beyond the range: refused below
             cast = arr.astype(target)
-        if arr.dtype.kind == "f" and arr.size:
+        if arr.dtype.kind == "f":  # no integer reaches an infinity in f32 or bf16
             beyond = np.flatnonzero(np.isinf(cast) & np.isfinite(arr))
             if beyond.size:
                 i = int(beyond[0])
-                v = arr.reshape(-1)[i]  # a long double beyond f64 shows as its own text
+                v = arr.flat[i]  # a long double beyond f64 shows as its own text
                 raise protocol_error(
                     "frame.bad_field", field=f"array (flat index {i})",
                     value=float(v) if np.isfinite(np.float64(v)) else str(v),
                     reason=f"finite, but beyond the {name} range: it would ride as an infinity")
         arr = cast
-    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data
+    return np.ascontiguousarray(arr).ravel().view(np.uint8).data
