@@ -52,6 +52,7 @@ from flodl_proto.codec import (
     encode_round_frame_bytes,
     expect_channel_magic,
 )
+from flodl_proto.codec.auth import Premac, new_mac
 from flodl_proto.errors import (
     AuthenticationError,
     InvalidValue,
@@ -1006,3 +1007,56 @@ def test_a_blob_that_is_no_buffer_is_caller_misuse() -> None:
         core.rank_frame(0, "abc")  # type: ignore[arg-type]
     assert not ei.value.remote and ei.value.error_id == "codec.not_bytes_like"
     assert not core.finished
+
+
+@pytest.mark.parametrize("call", ["rank_frame", "rank_left"])
+def test_a_numpy_integer_rank_is_that_rank(call: str) -> None:
+    """An integer of another type (NumPy's) names the rank of its value: a local one is taken
+    as that rank, another is refused as a plain ``int`` would be."""
+    blob = encode_round_frame_bytes(RoundFrame(0, 1.0, []), SALT)
+    args = (blob,) if call == "rank_frame" else ()
+    core, twin = _connected_core((0, 1), 2, 2), _connected_core((0, 1), 2, 2)
+
+    def sent(actions: list[Any]) -> list[tuple[Any, bytes]]:
+        return [(a.kind, b"".join(bytes(b) for b in a.buffers)) for a in actions]
+
+    got, want = getattr(core, call)(np.int64(1), *args), getattr(twin, call)(1, *args)
+    assert all(isinstance(a, SendUpstream) for a in got + want)
+    assert sent(got) == sent(want) and len(want) == (1 if call == "rank_left" else 0)
+    assert core.state == twin.state
+    with pytest.raises(InvalidValue) as ei:
+        getattr(core, call)(np.uint32(7), *args)
+    assert ei.value.error_id == "relay.not_local_rank" and not ei.value.remote
+    assert str(ei.value) == f"relay: {call}: rank 7 is not one of this host's ranks [0, 1]"
+
+
+def test_a_blob_that_is_no_buffer_is_named() -> None:
+    core = _connected_core((0, 1), 2, 2)
+    with pytest.raises(InvalidValue) as ei:
+        core.rank_frame(0, "abc")  # type: ignore[arg-type]
+    assert str(ei.value) == ("blob must be a contiguous bytes-like object (bytes, bytearray or "
+                             "memoryview), got str")
+
+
+def test_a_deposit_is_checked_against_the_premac_it_comes_with() -> None:
+    """The runner hashes a rank's frame as it arrives and hands the MAC over (``premac``): the
+    core compares the frame's tag with it and does not hash the bytes again. A premac that does
+    not match the tag fails the frame, although its bytes are intact."""
+    blob = encode_round_frame_bytes(RoundFrame(0, 1.0, [TensorPayload.from_array(
+        np.arange(4, dtype=np.float32))]), SALT)
+    mac = new_mac(SALT)
+    mac.update(blob[:-8])
+    good = Premac(len(blob) - 8, mac.digest())
+    bad = Premac(len(blob) - 8, bytes(32))
+    core = _connected_core((0, 1), 2, 2)
+    assert not [a for a in core.rank_frame(0, blob, premac=good) if isinstance(a, Finished)]
+    core = _connected_core((0, 1), 2, 2)
+    ends = [a for a in core.rank_frame(0, blob, premac=bad) if isinstance(a, Finished)]
+    assert len(ends) == 1 and isinstance(ends[0].outcome.error, AuthenticationError)
+
+
+def test_the_largest_world_size_is_accepted() -> None:
+    """A world size is a u32 on the wire: 2**32 - 1 is the largest, 2**32 is refused."""
+    assert RelayCore([0], 2**32 - 1, SALT).world_size == 2**32 - 1
+    with pytest.raises(InvalidValue):
+        RelayCore([0], 2**32, SALT)

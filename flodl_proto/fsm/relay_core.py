@@ -419,16 +419,11 @@ class RelayCore:
 
     def _local_rank(self, rank: int, event: str) -> int:
         """``rank`` when it is one of the host's ranks (an integer: ``True`` is not rank 1)."""
-        if rank.__class__ is not int:
-            n = wire_int(rank)
-            if n is None or n not in self._local:
-                raise protocol_error("relay.not_local_rank", event=event, rank=rank,
-                                     ranks=list(self.ranks))
-            return n
-        if rank not in self._local:
-            raise protocol_error("relay.not_local_rank", event=event, rank=rank,
-                                 ranks=list(self.ranks))
-        return rank
+        n = rank if rank.__class__ is int else wire_int(rank)  # another integer: its value
+        if n is None or n not in self._local:
+            raise protocol_error("relay.not_local_rank", event=event,
+                                 rank=rank if n is None else n, ranks=list(self.ranks))
+        return n
 
     def _after_gone(self) -> None:
         """After the last local rank is gone: drain; else a rank-left transition."""
