@@ -160,9 +160,46 @@ local function conv_afresh(pinfo)
     return c
 end
 
+-- Record boundaries (per direction of a connection) ----------------------------------------------
+-- A record whose length is known but which goes on past its segment, where TCP does not put it
+-- together (reassembly off, or a length above the frame ceiling, for which none is asked), is
+-- continued by the direction's next segments: their bytes, up to the record's end, are shown as
+-- its continuation, and what follows is read as a new record. A direction is in sync once a
+-- segment has started a record in it; out of sync (a capture that began inside a record, or after
+-- bytes that start no record), a segment that does not start one is skipped, with one expert info
+-- for the whole stretch. The state runs on the first pass, in capture order; a packet seen again
+-- takes the state its first dissection started from (frame_start), kept only for the packets
+-- that began out of sync or inside a record.
+local frame_start = {}  -- frame number -> { len, sync, quiet, pend } at its segment's start
+local IN_SYNC = { sync = true }
+
+local function direction_key(pinfo)
+    return tostring(pinfo.src) .. "/" .. pinfo.src_port
+end
+
+-- The state this segment starts from, as a table of its own: sync (a record boundary), quiet (the
+-- stretch out of sync has had its expert info), pend (the record going on: kind, total, done
+-- bytes); dir (first pass only) is the direction's running state.
+local function segment_start(pinfo, conv, len)
+    if pinfo.visited then
+        local e = frame_start[pinfo.number]
+        if not e or e.len ~= len then e = IN_SYNC end  -- (a second call for the packet: in sync)
+        return { sync = e.sync, quiet = e.quiet, pend = e.pend }
+    end
+    conv.dirs = conv.dirs or {}
+    local key = direction_key(pinfo)
+    local d = conv.dirs[key]
+    if not d then d = {}; conv.dirs[key] = d end
+    if not d.sync or d.pend then
+        frame_start[pinfo.number] = { len = len, sync = d.sync, quiet = d.quiet, pend = d.pend }
+    end
+    return { sync = d.sync, quiet = d.quiet, pend = d.pend, dir = d }
+end
+
 function proto.init()
     convs = {}
     frame_conv = {}
+    frame_start = {}
 end
 
 local function current_version(conv)
@@ -554,6 +591,22 @@ local function add_ranks(rtree, tvb, ranks)
     end
 end
 
+-- The whole record's length while a record that goes on past its segment (no TCP reassembly) is
+-- dissected: cut by its tvb's end, it is not truncated but continued.
+local continuing = nil
+
+-- A record cut by its tvb's end: truncated (an error), or, while `continuing`, a note of how much
+-- of it this segment holds. Returns the Info text's suffix.
+local function cut(rtree, tvb, text)
+    if continuing then
+        rtree:add_proto_expert_info(E.continued, string.format("record continues in the next "
+            .. "segments: %d of its %d bytes here (not reassembled)", tvb:len(), continuing))
+        return " (continues)"
+    end
+    rtree:add_proto_expert_info(E.truncated, text)
+    return " truncated"
+end
+
 local function add_version(rtree, tvb, conv)
     local v, how = current_version(conv)
     rtree:add(field("version"), at(tvb, 0, tvb:len()), v):append_text(" (" .. how .. ")")
@@ -565,9 +618,8 @@ function REC.channel_magic(tvb, pinfo, tree, conv)
     local rtree = new_record(tvb, tree, R.kind, R.direction)
     local vals, items = {}, {}
     if not walk(tvb, 0, rtree, LAYOUTS.channel_magic, vals, items, "cluster_controller") then
-        rtree:add_proto_expert_info(E.truncated, errtext(R.truncated_error,
+        return R.kind .. cut(rtree, tvb, errtext(R.truncated_error,
             { what = "cluster_controller", got = tvb:len(), need = C.CHANNEL_MAGIC_LEN }))
-        return R.kind .. " truncated"
     end
     local name = ENUMS.Channel.names[vals.magic] or string.format("0x%08x", vals.magic)
     if vals.magic ~= C.CHANNEL_MAGIC_DATA then
@@ -585,9 +637,8 @@ local function handshake_like(name, tvb, pinfo, tree, conv)
     local rtree = new_record(tvb, tree, R.kind, R.direction)
     local vals, items = {}, {}
     if not walk(tvb, 0, rtree, LAYOUTS[name], vals, items, "cluster_controller") then
-        rtree:add_proto_expert_info(E.truncated, errtext(R.truncated_error,
+        return R.kind .. " " .. R.direction .. cut(rtree, tvb, errtext(R.truncated_error,
             { got = tvb:len(), need = FIXED[name] }))
-        return R.kind .. " " .. R.direction .. " truncated"
     end
     local v = vals.version
     local pref = proto.prefs.version
@@ -643,9 +694,8 @@ function REC.len_framed(tvb, pinfo, tree, conv)
     local vals, items = {}, {}
     local np = walk(tvb, 0, rtree, LAYOUTS.len_framed, vals, items)
     if not np then
-        rtree:add_proto_expert_info(E.truncated, errtext("len.body_read_failed",
+        return R.kind .. " " .. direction .. cut(rtree, tvb, errtext("len.body_read_failed",
             { got = tvb:len() - 4, need = vals.length or 4 }))
-        return R.kind .. " " .. direction .. " truncated"
     end
     add_ranks(rtree, tvb, conv.ranks)
     local info = R.kind .. " " .. direction
@@ -674,10 +724,10 @@ function REC.mux_record(tvb, pinfo, tree, conv)
     local version = current_version(conv)
     local np = walk(tvb, 0, rtree, LAYOUTS.mux_record, vals, items, "relay_mux")
     if not np then
-        rtree:add_proto_expert_info(E.truncated, errtext("mux.truncated",
+        local info = kname .. " " .. direction .. cut(rtree, tvb, errtext("mux.truncated",
             { got = tvb:len(), need = 25 + (vals.payload_len or 0) }))
         rtree:add(field("direction"), at(tvb, 0), direction):set_generated()
-        return kname .. " " .. direction .. " truncated"
+        return info
     end
     local info
     local members = ENUMS.RecordKind.members
@@ -744,9 +794,13 @@ START[C.HANDSHAKE_MAGIC_CONTROLLER_ACK] = "handshake_ack"
 for code, _ in pairs(ENUMS.Channel.names) do START[code] = "channel_magic" end
 
 
--- Returns name, total length; or nil, bytes still needed (DESEGMENT_ONE_MORE_SEGMENT when
--- unknown); or false, reason (cannot be framed: the rest of the segment is malformed).
-local function frame_pdu(tvb, off, conv)
+-- Returns name, total length; or name, total length, reason, expert (a record whose length is
+-- above the ceiling: reported, not dissected); or nil, bytes still needed
+-- (DESEGMENT_ONE_MORE_SEGMENT when unknown); or false, nil, reason, expert (cannot be framed: the
+-- rest of the segment is malformed). Out of sync (`sync` false: no record start seen yet in this
+-- direction, or malformed bytes since), a loopback record is known by its RoundFrame magic, as
+-- on an unknown leg, not by a length alone.
+local function frame_pdu(tvb, off, conv, sync)
     local avail = tvb:len() - off
     if avail < 4 then return nil, DESEGMENT_ONE_MORE_SEGMENT end
     local m = u32(tvb, off)
@@ -756,29 +810,72 @@ local function frame_pdu(tvb, off, conv)
         if avail < C.MUX_HEADER_LEN then return nil, DESEGMENT_ONE_MORE_SEGMENT end
         local plen = u32(tvb, off + 13)
         if plen > proto.prefs.ceiling then
-            return false, errtext("mux.payload_too_large", { length = plen,
-                ceiling = proto.prefs.ceiling, kind = tvb(off + 8, 1):uint(),
+            return name, C.MUX_HEADER_LEN + plen, errtext("mux.payload_too_large", {
+                length = plen, ceiling = proto.prefs.ceiling, kind = tvb(off + 8, 1):uint(),
                 rank = u32(tvb, off + 9) }), E.too_large
         end
         return name, C.MUX_HEADER_LEN + plen
     elseif name then
         return name, FIXED[name]
     end
-    local framed = conv.leg == "loopback"
+    local framed = sync and conv.leg == "loopback"
+    local magic = false  -- the RoundFrame magic follows the length
+    if conv.leg ~= "mux" and avail >= 8 then magic = u32(tvb, off + 4) == C.ROUND_FRAME_MAGIC end
     if not framed and conv.leg ~= "mux" then
         if avail < 8 then return nil, DESEGMENT_ONE_MORE_SEGMENT end
-        framed = u32(tvb, off + 4) == C.ROUND_FRAME_MAGIC
+        framed = magic
     end
     if framed then
         if m > proto.prefs.ceiling then
-            return false, errtext("len.too_large", { length = m, ceiling = proto.prefs.ceiling }),
-                E.too_large
+            local why = errtext("len.too_large", { length = m, ceiling = proto.prefs.ceiling })
+            -- a length above the ceiling is taken as the record's only when a RoundFrame follows
+            -- (four bytes that are not a length would otherwise hide up to 4 GiB of the stream)
+            if magic then return "len_framed", C.LEN_PREFIX_LEN + m, why, E.too_large end
+            return false, nil, why, E.too_large
         end
         return "len_framed", C.LEN_PREFIX_LEN + m
     end
     local expected = conv.leg == "mux" and "mux.bad_magic" or "frame.bad_magic"
     local exp_val = conv.leg == "mux" and C.MUX_RECORD_MAGIC or C.ROUND_FRAME_MAGIC
-    return false, errtext(expected, { got = m, expected = exp_val }), E.bad_magic
+    return false, nil, errtext(expected, { got = m, expected = exp_val }), E.bad_magic
+end
+
+-- The record type of the record starting at off (framed as name).
+local function record_kind(tvb, off, name)
+    if name == "mux_record" then
+        local k = tvb(off + 8, 1):uint()
+        return ENUMS.RecordKind.names[k] or string.format("0x%02x", k)
+    end
+    return SPEC.records[name].kind
+end
+
+-- The start of a segment that continues the record s.pend: shown as its continuation.
+local function add_continuation(tvb, tree, s, infos)
+    local p = s.pend
+    local n = math.min(p.total - p.done, tvb:len())
+    local rtree = tree:add(proto, tvb(0, n))
+    rtree:add(field("continuation"), tvb(0, n), p.kind):set_generated()
+    rtree:append_text(string.format(", continuation of %s (bytes %d to %d of %d)", p.kind,
+        p.done + 1, p.done + n, p.total))
+    infos[#infos + 1] = "[continuation of " .. p.kind .. "]"
+    s.pend = nil
+    if p.done + n < p.total then s.pend = { kind = p.kind, total = p.total, done = p.done + n } end
+    return n
+end
+
+-- Bytes out of sync that start no record: skipped, the first stretch's first with a warning.
+local function add_skipped(tvb, off, tree, s, infos)
+    local n = tvb:len() - off
+    local rtree = tree:add(proto, tvb(off))
+    local item = rtree:add(field("skipped"), tvb(off), n)
+    if not s.quiet then
+        item:add_proto_expert_info(E.no_record_start, "no record starts here: the capture began "
+            .. "inside a record, or these bytes are not flodl's (skipped until a segment starts "
+            .. "a record)")
+        s.quiet = true
+    end
+    rtree:append_text(string.format(", %d bytes that start no record (skipped)", n))
+    infos[#infos + 1] = "[no record start]"
 end
 
 -- HTTP on a flodl port: the controller's port mux serves GET /status (and POST) beside the data
@@ -839,8 +936,14 @@ end
 local function dissect(tvb, pinfo, tree)
     local len = tvb:len()
     if len == 0 then return 0 end
+    -- a packet seen again that its first pass did not hand here: one the heuristic refused
+    -- before it claimed the connection (its dissector then applies from the connection's start)
+    if pinfo.visited and not frame_conv[pinfo.number] then return 0 end
+    continuing = nil
     local conv = conv_of(pinfo)
-    if not pinfo.visited and (conv.http or conv.flodl) and len >= 4 then
+    local going_on = conv.dirs and conv.dirs[direction_key(pinfo)]
+    going_on = going_on and going_on.pend
+    if not pinfo.visited and (conv.http or conv.flodl) and len >= 4 and not going_on then
         -- a flodl record's start where HTTP was, or HTTP where flodl was: the ports were reused
         -- by a new connection (what a pass without tcp.stream cannot tell otherwise)
         local now_http = http_start(tvb)
@@ -853,44 +956,61 @@ local function dissect(tvb, pinfo, tree)
     end
     if conv.http then return dissect_http(tvb, pinfo, tree) end
     if not pinfo.visited then conv.flodl = true end
+    local s = segment_start(pinfo, conv, len)
     local infos = {}
     local off = 0
+    if s.pend then off = add_continuation(tvb, tree, s, infos) end
     while off < len do
-        local name, n, grp = frame_pdu(tvb, off, conv)
-        if name == nil then
-            if pinfo.can_desegment > 0 then
-                pinfo.desegment_offset = off
-                pinfo.desegment_len = n
-                break
-            end
+        local name, n, why, grp = frame_pdu(tvb, off, conv, s.sync)
+        if name == nil and pinfo.can_desegment > 0 then
+            pinfo.desegment_offset = off
+            pinfo.desegment_len = n
+            break
+        elseif not name and not s.sync then
+            add_skipped(tvb, off, tree, s, infos)
+            break
+        elseif name == nil then
             -- no reassembly possible: show what is there as truncated
             local rtree = tree:add(proto, tvb(off))
             rtree:add(field("kind"), tvb(off), "Truncated"):set_generated()
             rtree:add_proto_expert_info(E.truncated, "truncated record: " .. (len - off)
                 .. " bytes, the record header needs more")
             infos[#infos + 1] = "truncated record"
-            off = len
+            s.sync, s.quiet = false, true
             break
         elseif name == false then
             local rtree = tree:add(proto, tvb(off))
             rtree:add(field("kind"), tvb(off), "Malformed"):set_generated()
-            rtree:add_proto_expert_info(grp, n)
-            rtree:append_text(", " .. n)
-            infos[#infos + 1] = "Malformed: " .. n
-            off = len
+            rtree:add_proto_expert_info(grp, why)
+            rtree:append_text(", " .. why)
+            infos[#infos + 1] = "Malformed: " .. why
+            s.sync, s.quiet = false, true
             break
         end
-        if off + n > len then
-            if pinfo.can_desegment > 0 then
-                pinfo.desegment_offset = off
-                pinfo.desegment_len = off + n - len
-                break
-            end
-            n = len - off  -- dissect the truncated record (the walker reports it)
+        s.sync, s.quiet = true, nil
+        local have = math.min(n, len - off)
+        if why then
+            -- a length above the ceiling: the header is reported, the record's bytes skipped (no
+            -- reassembly is asked for); those in the next segments are its continuation
+            local rtree = tree:add(proto, tvb(off, have))
+            rtree:add(field("kind"), tvb(off, have), "Malformed"):set_generated()
+            rtree:add_proto_expert_info(grp, why)
+            rtree:append_text(", " .. why)
+            infos[#infos + 1] = "Malformed: " .. why
+        elseif have < n and pinfo.can_desegment > 0 then
+            pinfo.desegment_offset = off
+            pinfo.desegment_len = off + n - len
+            break
+        else
+            -- without reassembly, a record going on past the segment is continued in the next
+            if have < n then continuing = n end
+            infos[#infos + 1] = REC[name](tvb(off, have):tvb(), pinfo, tree, conv)
+            continuing = nil
         end
-        infos[#infos + 1] = REC[name](tvb(off, n):tvb(), pinfo, tree, conv)
-        off = off + n
+        if have < n then s.pend = { kind = record_kind(tvb, off, name), total = n, done = have } end
+        off = off + have
     end
+    if s.dir then s.dir.sync, s.dir.quiet, s.dir.pend = s.sync, s.quiet, s.pend end
     if #infos > 0 then
         -- TCP may call the dissector twice for one packet (a reassembled record, then the rest)
         local text = table.concat(infos, " | ")

@@ -109,6 +109,12 @@ _DERIVED: tuple[tuple[str, str, str | None, str, str], ...] = (
     ("auth_status", "STRING", None, "Auth tag status",
      "always 'not verified': Wireshark cannot compute HMAC-SHA256; use flodl-proto decode with "
      "the session salt"),
+    ("continuation", "STRING", None, "Continuation of",
+     "the record type whose bytes open this segment: its header was in an earlier segment and "
+     "TCP did not reassemble it (reassembly off, or a length above the frame ceiling)"),
+    ("skipped", "UINT32", "DEC", "Skipped bytes",
+     "bytes that start no record, skipped until a segment starts one: a direction's first "
+     "bytes when the capture began inside a record, or the bytes after malformed ones"),
     ("control.variant", "UINT32", "DEC", "Variant",
      "RelayControlMsg variant index (bincode u32 varint)"),
     ("round_frame.tensor", "UINT32", "DEC", "Tensor", "tensor index inside the RoundFrame"),
@@ -135,6 +141,9 @@ _EXPERTS: tuple[tuple[str, str, str, str], ...] = (
     ("lenient", "PROTOCOL", "WARN", "accepted by the reader, rejected later (at the fold)"),
     ("version", "PROTOCOL", "WARN", "protocol version"),
     ("trailing", "PROTOCOL", "NOTE", "bytes after a complete message"),
+    ("continued", "REASSEMBLE", "NOTE", "record continues in the next segments (not reassembled)"),
+    ("no_record_start", "SEQUENCE", "WARN",
+     "no record starts here (the capture began inside a record?)"),
 )
 # Spec error ids whose templates become expert texts.
 _ERROR_IDS = (

@@ -61,7 +61,7 @@ from flodl_proto.dissector import (
 from flodl_proto.spec import SPEC, Spec
 
 from .conftest import ROOT, vectors_root
-from .pcap_writer import Capture, Connection
+from .pcap_writer import Capture, Connection, pcap_file
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 RUNTIME = ROOT / "flodl_proto" / "_dissector_runtime.lua"
@@ -231,6 +231,11 @@ def _t_frame(ft: Pairs) -> dict[str, Any]:
 
 def _t_record(rec: Pairs) -> dict[str, Any]:
     p = f"{PROTO_NAME}."
+    cont, skipped = _get(rec, p + "continuation"), _get(rec, p + "skipped")
+    if cont is not None:  # not a record: the bytes of one begun in an earlier segment
+        return {"continuation": cont}
+    if skipped is not None:  # not a record: bytes that start none
+        return {"skipped": int(skipped)}
     kind = _get(rec, p + "kind")
     out: dict[str, Any] = {"kind": kind, "ranks": [int(r) for r in _all(rec, p + "rank")]}
     if kind == "Handshake":
@@ -769,24 +774,26 @@ def test_malformed_capture_raises_expert_info_and_later_records_dissect(lua: Pat
     cap.send(c, True, b"\xde\xad\xbe\xef" * 10)          # bad magic
     cap.send(c, True, hostframe)                         # dissects again
     cap.send(c, True, inner)                             # nbytes 8 for shape [3] f32
-    cap.send(c, True, bytes(too_long) + b"\0" * 100)     # payload_len above the ceiling
     cap.send(c, True, bytes(cut_frame))                  # truncated RoundFrame
     cap.send(c, True, _record(RankExit(5), 2))           # still dissects
+    # payload_len above the ceiling (last: the record's length stands, so its 1 GiB would take
+    # in what followed as its continuation)
+    cap.send(c, True, bytes(too_long) + b"\0" * 100)
     pcap = tmp_path / "bad.pcap"
     pcap.write_bytes(cap.pcap())
     got = tshark_records(pcap, lua, {f"{PROTO_NAME}.ceiling": str(1 << 20)})
     recs = got["10.0.0.2:40001 -> 10.0.0.1:23456"]
     kinds = [r["kind"] for r, _ in recs]
     assert kinds == ["ChannelMagic", "Control", "HostFrame", "Malformed", "HostFrame",
-                     "HostFrame", "Malformed", "HostFrame", "Control"]
+                     "HostFrame", "HostFrame", "Control", "Malformed"]
     experts = [ex for _, ex in recs]
     assert experts[3] == [f"{PROTO_NAME}.expert.bad_magic"]
     assert experts[5] == [f"{PROTO_NAME}.expert.nbytes_shape"]
-    assert experts[6] == [f"{PROTO_NAME}.expert.too_large"]
-    assert experts[7] == [f"{PROTO_NAME}.expert.truncated"]
-    assert [e for i, e in enumerate(experts) if i not in (3, 5, 6, 7)] == [[]] * 5
+    assert experts[6] == [f"{PROTO_NAME}.expert.truncated"]
+    assert experts[8] == [f"{PROTO_NAME}.expert.too_large"]
+    assert [e for i, e in enumerate(experts) if i not in (3, 5, 6, 8)] == [[]] * 5
     assert recs[4][0]["frame"] == _t_like(good)
-    assert recs[8][0] == {"kind": "Control", "ranks": [5], "variant": "RankExit", "rank": 5}
+    assert recs[7][0] == {"kind": "Control", "ranks": [5], "variant": "RankExit", "rank": 5}
     msgs = _tshark(pcap, lua, {f"{PROTO_NAME}.ceiling": str(1 << 20)}, "-T", "fields",
                    "-e", "_ws.expert.message", "-Y", "_ws.expert").splitlines()
     assert "relay_mux: record magic 0xefbeadde != 0xf10d17d0" in msgs
@@ -795,6 +802,187 @@ def test_malformed_capture_raises_expert_info_and_later_records_dissect(lua: Pat
                             "1048576") for m in msgs)
     assert "cluster_controller: tensor[0] data read failed: failed to fill whole buffer (4 of 8 " \
         "bytes at offset 31)" in msgs
+
+
+# -------------------------------------------------------------------------------------------------
+# Records that go on past their segment where TCP does not reassemble them
+# -------------------------------------------------------------------------------------------------
+# a 4,039-byte RoundFrame: a HostFrame or Broadcast of it takes three 1460-byte segments
+_FRAME_4K = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+    np.arange(1000, dtype=np.float32))])
+MUX_UP, MUX_DOWN = "10.0.0.2:40001 -> 10.0.0.1:23456", "10.0.0.1:23456 -> 10.0.0.2:40001"
+LOOP_UP = "127.0.0.1:40002 -> 127.0.0.1:23460"
+REASSEMBLY_OFF = {"tcp.desegment_tcp_streams": "FALSE"}
+CONTINUED, TOO_LARGE = f"{PROTO_NAME}.expert.continued", f"{PROTO_NAME}.expert.too_large"
+
+
+def _multi_segment_capture() -> Capture:
+    """1460-byte segments: a HostFrame with a RankExit in its last segment, a Broadcast, and two
+    loopback blobs, the second starting inside the first's last segment."""
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("h", [0, 1]), 2))
+    cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, _FRAME_4K, SALT))
+             + _record(RankExit(1), 2))
+    cap.send(mux, False, _record(HelloAck(), 2))
+    cap.send(mux, False, b"".join(encode_frame_record(RecordKind.BROADCAST, _FRAME_4K, SALT)))
+    cap.send(mux, False, _record(DeclareDead(7), 2))
+    cap.close(mux)
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(1, 4, 2))
+    cap.send(loop, True, b"".join(encode_framed_round(_FRAME_4K, SALT)) * 2)
+    cap.close(loop)
+    return cap
+
+
+def _listing(recs: list[tuple[dict[str, Any], list[str]]]) -> list[tuple[str, list[str]]]:
+    """(what each item is, its expert ids): a record's kind, or a continuation, or skipped
+    bytes."""
+    out = []
+    for r, ex in recs:
+        if "continuation" in r:
+            what = f"continuation of {r['continuation']}"
+        elif "skipped" in r:
+            what = f"{r['skipped']} bytes skipped"
+        else:
+            what = r["kind"]
+        out.append((what, ex))
+    return out
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+def test_without_reassembly_a_record_s_next_segments_are_its_continuation(
+        passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # with reassembly off, every segment after a record's first was read as a record start:
+    # invented magics and lengths, one error each
+    pcap = tmp_path / "segments.pcap"
+    pcap.write_bytes(_multi_segment_capture().pcap())
+    got = tshark_records_args(pcap, lua, REASSEMBLY_OFF, *passes)
+    hf, bc, lf = (f"continuation of {k}" for k in ("HostFrame", "Broadcast", "LenFramed"))
+    assert _listing(got[MUX_UP]) == [("ChannelMagic", []), ("Control", []),
+                                     ("HostFrame", [CONTINUED]), (hf, []), (hf, []),
+                                     ("Control", [])]
+    assert got[MUX_UP][-1][0] == {"kind": "Control", "ranks": [1], "variant": "RankExit",
+                                  "rank": 1}
+    assert _listing(got[MUX_DOWN]) == [("Control", []), ("Broadcast", [CONTINUED]), (bc, []),
+                                       (bc, []), ("Control", [])]
+    assert got[MUX_DOWN][-1][0] == {"kind": "Control", "ranks": [7], "variant": "DeclareDead",
+                                    "rank": 7}
+    assert _listing(got[LOOP_UP]) == [("Handshake", []), ("LenFramed", [CONTINUED]), (lf, []),
+                                      (lf, []), ("LenFramed", [CONTINUED]), (lf, []), (lf, []),
+                                      (lf, [])]
+    info = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-Y", PROTO_NAME, "-T", "fields",
+                   "-e", "_ws.col.Info").splitlines()
+    assert info == [
+        "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
+        "HostFrame relay→ctl (continues)",
+        "[continuation of HostFrame]",
+        "[continuation of HostFrame] | Control RankExit relay→ctl rank 1",
+        "Control HelloAck ctl→relay",
+        "Broadcast ctl→relay (continues)",
+        "[continuation of Broadcast]",
+        "[continuation of Broadcast]",
+        "Control DeclareDead ctl→relay rank 7",
+        "Handshake rank→relay rank 1 world 4 v2",
+        "LenFramed rank→relay (continues)",
+        "[continuation of LenFramed]",
+        "[continuation of LenFramed] | LenFramed rank→relay (continues)",
+        "[continuation of LenFramed]",
+        "[continuation of LenFramed]",
+        "[continuation of LenFramed]"]
+    tree = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-V", "-Y", PROTO_NAME)
+    assert "Expert Info (Error" not in tree
+    note = "Expert Info (Note/Reassemble): record continues in the next segments: "
+    assert tree.count(note + "1460 of its 4064 bytes here (not reassembled)") == 2
+    assert tree.count(note + "1460 of its 4043 bytes here (not reassembled)") == 1
+    assert tree.count(note + "337 of its 4043 bytes here (not reassembled)") == 1
+    assert tree.count("Expert Info (") == 4
+    for text in ("continuation of HostFrame (bytes 1461 to 2920 of 4064)",
+                 "continuation of HostFrame (bytes 2921 to 4064 of 4064)",
+                 "continuation of LenFramed (bytes 2921 to 4043 of 4043)",
+                 "continuation of LenFramed (bytes 3258 to 4043 of 4043)"):
+        assert text in tree, text
+    # reassembled (the default), the same capture has whole records and no continuation
+    decoded = {**decode_records(pcap, 23456, "mux", 2),
+               **decode_records(pcap, 23460, "loopback", 2)}
+    assert compare(tshark_records_args(pcap, lua, {}, *passes), decoded,
+                   expect_experts=False) == 4 + 3 + 3
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("reassemble", ["TRUE", "FALSE"])
+def test_a_record_above_the_ceiling_is_one_error_and_its_bytes_a_continuation(
+        reassemble: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # the header was reported, then the payload's next segments were read as record starts
+    # (about 400 errors for 12 records above a lowered ceiling)
+    pcap = tmp_path / "ceiling.pcap"
+    pcap.write_bytes(_multi_segment_capture().pcap())
+    prefs = {f"{PROTO_NAME}.ceiling": "4000", "tcp.desegment_tcp_streams": reassemble}
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    hf, bc, lf = (f"continuation of {k}" for k in ("HostFrame", "Broadcast", "LenFramed"))
+    assert _listing(got[MUX_UP]) == [("ChannelMagic", []), ("Control", []),
+                                     ("Malformed", [TOO_LARGE]), (hf, []), (hf, []),
+                                     ("Control", [])]
+    assert got[MUX_UP][-1][0]["variant"] == "RankExit"
+    assert _listing(got[MUX_DOWN]) == [("Control", []), ("Malformed", [TOO_LARGE]), (bc, []),
+                                       (bc, []), ("Control", [])]
+    assert _listing(got[LOOP_UP]) == [("Handshake", []), ("Malformed", [TOO_LARGE]), (lf, []),
+                                      (lf, []), ("Malformed", [TOO_LARGE]), (lf, []), (lf, []),
+                                      (lf, [])]
+    msgs = _tshark(pcap, lua, prefs, *passes, "-Y", f"_ws.expert && {PROTO_NAME}", "-T",
+                   "fields", "-e", "_ws.expert.message").splitlines()
+    assert len(msgs) == 4
+    assert msgs[0].startswith("relay_mux: record payload_len 4039 exceeds the frame ceiling "
+                              "4000"), msgs
+    assert msgs[2].startswith("relay_mux: len-framed blob length 4039 exceeds the frame "
+                              "ceiling 4000"), msgs
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("reassemble", ["TRUE", "FALSE"])
+def test_a_capture_that_begins_inside_a_record_warns_once_then_reads_the_next_record(
+        reassemble: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # the capture starts at a HostFrame's second segment: each segment up to the next record
+    # start was read as one (bad magic, an error each)
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("h", [0, 1]), 2))
+    cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, _FRAME_4K, SALT)))
+    cap.send(mux, True, _record(RankExit(1), 2))
+    cap.send(mux, False, _record(HelloAck(), 2))
+    cap.send(mux, False, b"".join(encode_frame_record(RecordKind.BROADCAST, _FRAME_4K, SALT)))
+    cap.close(mux)
+    pcap = tmp_path / "midway.pcap"
+    pcap.write_bytes(pcap_file(cap.packets[5:]))  # handshake, Hello, first segment: not captured
+    prefs = {"tcp.desegment_tcp_streams": reassemble}
+    broadcast = [("Broadcast", [])] if reassemble == "TRUE" else [
+        ("Broadcast", [CONTINUED]), ("continuation of Broadcast", []),
+        ("continuation of Broadcast", [])]
+    rank_exit = {"kind": "Control", "ranks": [1], "variant": "RankExit", "rank": 1}
+    # on the flodl ports: the first bytes are skipped with one warning, the rest quietly
+    got = tshark_records_args(pcap, lua, {**prefs, f"{PROTO_NAME}.ports": "23456"}, *passes)
+    warned = [f"{PROTO_NAME}.expert.no_record_start"]
+    assert _listing(got[MUX_UP]) == [("1460 bytes skipped", warned), ("1144 bytes skipped", []),
+                                     ("Control", [])]
+    assert got[MUX_UP][-1][0] == rank_exit
+    assert _listing(got[MUX_DOWN]) == [("Control", []), *broadcast]
+    msgs = _tshark(pcap, lua, {**prefs, f"{PROTO_NAME}.ports": "23456"}, *passes, "-Y",
+                   f"_ws.expert && {PROTO_NAME}", "-T", "fields", "-e", "_ws.expert.severity",
+                   "-e", "_ws.expert.message").splitlines()
+    note = [] if reassemble == "TRUE" else [
+        "4194304\trecord continues in the next segments: 1460 of its 4064 bytes here (not "
+        "reassembled)"]
+    assert msgs == ["6291456\tno record starts here: the capture began inside a record, or "
+                    "these bytes are not flodl's (skipped until a segment starts a record)",
+                    *note]
+    # found by the heuristic: the connection is claimed at its first record start, and the
+    # segments before it are not flodl's, on the second pass too
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    assert got[MUX_UP] == [(rank_exit, [])]
+    assert _listing(got[MUX_DOWN]) == [("Control", []), *broadcast]
 
 
 @pytest.mark.parametrize("cut", [None, (5,), (20, 9)])
