@@ -65,6 +65,20 @@ class _Parser(argparse.ArgumentParser):
             return
         super()._print_message(message, file)
 
+    #: set on every command's parser (nested ones too) by :func:`build_parser`
+    _is_command = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but a command's parser reports the arguments it does not know as its
+        own usage error (``flodl-proto vectors check: error: unrecognized arguments: ...``, with
+        its usage line, exit 2), where argparse left them to the top-level parser, whose error
+        line and usage named no command. The top-level parser still reports those given before
+        the command."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._is_command:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every subcommand of :mod:`flodl_proto.commands`."""
@@ -100,9 +114,12 @@ def _add_log_level(parser: argparse.ArgumentParser, default: Any) -> None:
 def _log_level_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
     """Give every subcommand (nested ones too) ``--log-level`` as well, so it may follow the
     command (``flodl-proto relay ... --log-level INFO``); its default there is no value, so a
-    level given before the command stands unless the command's own overrides it."""
+    level given before the command stands unless the command's own overrides it. Each is marked
+    as a command's parser (see :meth:`_Parser.parse_known_args`)."""
     for command in set(sub.choices.values()):
         _add_log_level(command, argparse.SUPPRESS)
+        if isinstance(command, _Parser):
+            command._is_command = True
         for action in command._actions:
             if isinstance(action, argparse._SubParsersAction):
                 _log_level_everywhere(action)
