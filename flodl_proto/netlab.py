@@ -33,7 +33,8 @@ exit, from an ``atexit`` hook, and from a SIGTERM/SIGHUP handler installed while
 started on the machine (namespace names carry the owner's pid). :func:`leftovers` lists what
 remains of a tag.
 
-Requires Linux, root, ``ip`` and ``tc`` (iproute2) and ``nft`` (nftables);
+Requires Linux, root, ``ip`` and ``tc`` (iproute2) and ``nft`` (nftables); a lab built with
+``tools=("ip",)`` (no rate caps, loss or partitions, as the demo's) needs ``ip`` only.
 :func:`unavailable_reason` says in one line why the lab cannot run here. The kernel needs no
 ``netem``; there is no delay control.
 """
@@ -60,6 +61,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "LAB_NETWORK",
+    "LAB_TOOLS",
     "LabError",
     "NetLab",
     "Node",
@@ -78,6 +80,9 @@ _NAME_PREFIX = "flodl-lab-"
 _NAME_RE = re.compile(r"^flodl-lab-(\d+)-(\d+)-")
 _CLONE_NEWNET = 0x40000000
 _NETNS_DIR = "/var/run/netns"
+#: every tool the lab can use: ``ip`` (namespaces, veth, bridge, link down), ``tc`` (rate caps)
+#: and ``nft`` (loss, partitions); a lab needs ``ip``, and ``tc`` and ``nft`` only if it uses them
+LAB_TOOLS = ("ip", "tc", "nft")
 #: seconds each ``ip``/``tc``/``nft`` call may take
 _CMD_TIMEOUT = 20.0
 
@@ -151,40 +156,61 @@ def _kill_and_delete(netns: str) -> None:
     _run(["ip", "netns", "delete", netns], check=False)
 
 
-_REASON: list[str | None] = []
+_REASON: dict[tuple[str, ...], str | None] = {}
 
 
-def unavailable_reason() -> str | None:
-    """None when the lab can run here, else one line saying why not (not Linux, not root, a
-    missing tool, no network namespaces, no nftables bridge family). Probes once per process
-    (creates and deletes a scratch namespace)."""
-    if _REASON:
-        return _REASON[0]
-    _REASON.append(_probe())
-    return _REASON[0]
+def _tool_set(tools: Sequence[str]) -> tuple[str, ...]:
+    """``tools`` in :data:`LAB_TOOLS` order.
+
+    Raises:
+        ValueError: ``tools`` lacks ``ip`` or names a tool not in :data:`LAB_TOOLS`.
+    """
+    if isinstance(tools, str) or "ip" not in tools or not set(tools) <= set(LAB_TOOLS):
+        raise ValueError(f"tools must name ip and only {', '.join(LAB_TOOLS)}, got {tools!r}")
+    return tuple(t for t in LAB_TOOLS if t in tools)
 
 
-def _probe() -> str | None:
+def unavailable_reason(tools: Sequence[str] = LAB_TOOLS) -> str | None:
+    """None when a lab using ``tools`` (``ip``, and ``tc``/``nft`` if it uses them: see
+    :data:`LAB_TOOLS`) can run here, else one line saying why not (not Linux, not root, a
+    missing tool, no network namespaces, no nftables bridge family). Probes once per process and
+    set of tools (creates and deletes a scratch namespace).
+
+    Raises:
+        ValueError: ``tools`` lacks ``ip`` or names a tool not in :data:`LAB_TOOLS`.
+    """
+    key = _tool_set(tools)
+    if key not in _REASON:
+        _REASON[key] = _probe(key)
+    return _REASON[key]
+
+
+def _probe(tools: tuple[str, ...]) -> str | None:
     if not sys.platform.startswith("linux"):
         return f"the network lab needs Linux network namespaces (this is {sys.platform})"
     if os.geteuid() != 0:
-        return "the network lab needs root (network namespaces, veth, tc, nftables)"
-    missing = [t for t in ("ip", "tc", "nft") if shutil.which(t) is None]
+        uses = ["network namespaces", "veth"] + [{"tc": "tc", "nft": "nftables"}[t]
+                                                  for t in tools if t != "ip"]
+        return f"the network lab needs root ({', '.join(uses)})"
+    missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        return (f"the network lab needs iproute2 and nftables: {', '.join(missing)} not found "
-                "(apt-get install iproute2 nftables)")
+        packages = ["iproute2"] + (["nftables"] if "nft" in tools else [])
+        return (f"the network lab needs {' and '.join(packages)}: {', '.join(missing)} not "
+                f"found (apt-get install {' '.join(packages)})")
     probe = f"{_NAME_PREFIX}{os.getpid()}-0-probe"
     try:
         _run(["ip", "netns", "add", probe])
         try:
             _run(["ip", "-n", probe, "link", "add", "b0", "type", "bridge"])
             _run(["ip", "-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1"])
-            _run(["ip", "netns", "exec", probe, "nft", "-f", "-"],
-                 stdin="table bridge probe {\n chain c {\n"
-                       "  type filter hook forward priority 0;\n"
-                       "  numgen random mod 100 < 1 drop\n }\n}\n")
-            _run(["tc", "-n", probe, "qdisc", "add", "dev", "v0", "root", "tbf", "rate",
-                  "100mbit", "burst", "64kb", "latency", "50ms"])
+            if "nft" in tools:
+                _run(["ip", "netns", "exec", probe, "nft", "-f", "-"],
+                     stdin="table bridge probe {\n chain c {\n"
+                           "  type filter hook forward priority 0;\n"
+                           "  numgen random mod 100 < 1 drop\n }\n}\n")
+            if "tc" in tools:
+                _run(["tc", "-n", probe, "qdisc", "add", "dev", "v0", "root", "tbf", "rate",
+                      "100mbit", "burst", "64kb", "latency", "50ms"])
         finally:
             _run(["ip", "netns", "delete", probe], check=False)
     except LabError as e:
@@ -279,18 +305,23 @@ class NetLab:
 
     Args:
         hosts: number of host namespaces (1..200).
+        tools: the tools the lab may use (:data:`LAB_TOOLS`, the default: every one). Without
+            ``tc`` :meth:`set_rate` is refused, without ``nft`` :meth:`set_loss`,
+            :meth:`partition` and :meth:`heal` are, and no nftables table is made; check such a
+            lab with ``unavailable_reason(tools)``.
 
     Use as a context manager, or call :meth:`start` then :meth:`close` (idempotent; also run on
     exit and on SIGTERM/SIGHUP).
 
     Raises:
-        ValueError: ``hosts`` out of range.
+        ValueError: ``hosts`` out of range, or ``tools`` lacks ``ip`` or names another tool.
         LabError: a command failed while building the lab (what was built is removed).
     """
 
-    def __init__(self, hosts: int) -> None:
+    def __init__(self, hosts: int, tools: Sequence[str] = LAB_TOOLS) -> None:
         if not 1 <= hosts <= _MAX_HOSTS:
             raise ValueError(f"hosts must be in 1..{_MAX_HOSTS}, got {hosts}")
+        self.tools = _tool_set(tools)
         self.tag = f"{_NAME_PREFIX}{os.getpid()}-{next(_SEQ)}"
         self.bridge_netns = f"{self.tag}-br"
         self.controller = Node("ctl", f"{self.tag}-ctl", _CONTROLLER_ADDRESS, "vctl")
@@ -365,7 +396,14 @@ class NetLab:
             _run(["ip", "-n", n.netns, "addr", "add", f"{n.address}/{_SUBNET_PREFIX}", "dev",
                   "eth0"])
             _run(["ip", "-n", n.netns, "link", "set", "eth0", "up"])
-        self._apply_rules()
+        if "nft" in self.tools:
+            self._apply_rules()
+
+    def _needs(self, tool: str) -> None:
+        """Raise :class:`LabError` unless ``tool`` is one of this lab's tools."""
+        if tool not in self.tools:
+            raise LabError(f"this lab was built without {tool} (its tools: "
+                           f"{', '.join(self.tools)})")
 
     def close(self) -> None:
         """Kill every process in the lab, delete its namespaces (links, qdiscs and rules go with
@@ -467,8 +505,9 @@ class NetLab:
 
         Raises:
             ValueError: ``mbit`` is not positive.
-            LabError: ``tc`` failed.
+            LabError: ``tc`` failed, or is not one of the lab's tools.
         """
+        self._needs("tc")
         ends = [(node.netns, "eth0"), (self.bridge_netns, node.port)]
         if mbit is None:
             for ns, dev in ends:
@@ -488,10 +527,11 @@ class NetLab:
 
         Raises:
             ValueError: ``percent`` outside 0..100.
-            LabError: ``nft`` failed.
+            LabError: ``nft`` failed, or is not one of the lab's tools.
         """
         if not 0 <= percent <= 100:
             raise ValueError(f"loss must be in 0..100 %, got {percent}")
+        self._needs("nft")
         if percent:
             self._loss[node.port] = percent
         else:
@@ -522,8 +562,9 @@ class NetLab:
         """Blackhole ``node``: drop every frame to or from it on the bridge (no FIN, no RST).
 
         Raises:
-            LabError: ``nft`` failed.
+            LabError: ``nft`` failed, or is not one of the lab's tools.
         """
+        self._needs("nft")
         self._cut.add(node.port)
         self._apply_rules()
 
@@ -531,8 +572,9 @@ class NetLab:
         """Undo :meth:`partition` for ``node``.
 
         Raises:
-            LabError: ``nft`` failed.
+            LabError: ``nft`` failed, or is not one of the lab's tools.
         """
+        self._needs("nft")
         self._cut.discard(node.port)
         self._apply_rules()
 

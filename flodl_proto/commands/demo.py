@@ -36,8 +36,9 @@ With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`)
 in a network namespace of its own at 198.18.0.1, each host's relay and ranks in one namespace per
 host (198.18.0.10, .11, ...), joined by a bridge; relays reach the controller over real
 interfaces, ranks reach their relay on the host's loopback. The summary shows every host's
-address. This needs root, iproute2 and nftables; when the lab cannot run here the demo says why
-in one line and exits 2. The namespaces are removed on every exit path.
+address. This needs root and ``ip`` (iproute2: the demo sets no ``tc`` or nftables rule); when
+the lab cannot run here the demo says why in one line and exits 2. The namespaces are removed on
+every exit path.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ _STALL = 60.0
 #: seconds a member may take to start and print its listening line (the interpreter and NumPy
 #: imports alone took over 30 s on a heavily loaded machine)
 _START = 60.0
+#: the network lab's tools for --netns: namespaces and veths (no rate cap, loss or partition)
+_LAB_TOOLS = ("ip",)
 
 
 def partition(world_size: int, hosts: int) -> list[list[int]]:
@@ -219,7 +222,7 @@ def register(sub: Any) -> None:
                    "there (mode 0600) and keep it, to decode captured traffic with tags checked")
     p.add_argument("--netns", action="store_true",
                    help="run the controller and every host in network namespaces of their own "
-                   "joined by a bridge (198.18.0.0/15 addresses; needs root)")
+                   "joined by a bridge (198.18.0.0/15 addresses; needs root and ip)")
     p.set_defaults(func=run)
 
 
@@ -473,7 +476,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 1
     if args.netns:
-        reason = unavailable_reason()
+        reason = unavailable_reason(_LAB_TOOLS)
         if reason is not None:
             print(f"flodl-proto demo: error: --netns: {reason}", file=sys.stderr)
             return 2
@@ -503,7 +506,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
     t_start = time.perf_counter()
     try:
         if args.netns:
-            res.lab = NetLab(args.hosts).start()
+            res.lab = NetLab(args.hosts, _LAB_TOOLS).start()
         _drive(args, console, cluster, groups, kill, res, stop)
     except RuntimeError as e:  # LabError included
         res.problems.append(str(e))

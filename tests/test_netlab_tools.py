@@ -1,0 +1,100 @@
+"""The network lab's tools: a lab (and its check, :func:`~flodl_proto.netlab.unavailable_reason`)
+asks only for the tools its user names (``ip`` always; ``tc`` and ``nft`` only for rate caps,
+loss and partitions), so ``demo --netns``, which sets no ``tc`` or nftables rule, runs where
+``tc`` and ``nft`` are missing. These tests need no root: they stand in for the machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from flodl_proto import netlab
+from flodl_proto.netlab import LAB_TOOLS, LabError, NetLab, unavailable_reason
+
+
+def _machine(monkeypatch: pytest.MonkeyPatch, *, euid: int,
+             installed: tuple[str, ...]) -> list[list[str]]:
+    """Linux, ``euid``, only the ``installed`` tools on PATH, and no command really run: the
+    commands the probe runs are returned (each succeeds)."""
+    ran: list[list[str]] = []
+
+    def run(argv: list[str], **kwargs: object) -> object:
+        ran.append(list(argv))
+        return None
+
+    def which(tool: str) -> str | None:
+        return f"/sbin/{tool}" if tool in installed else None
+
+    monkeypatch.setattr(netlab, "_REASON", {})
+    monkeypatch.setattr(netlab.sys, "platform", "linux")
+    monkeypatch.setattr(netlab.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(netlab.shutil, "which", which)
+    monkeypatch.setattr(netlab, "_run", run)
+    return ran
+
+
+@pytest.mark.parametrize(("tools", "installed", "reason"), [
+    (LAB_TOOLS, ("ip",), "the network lab needs iproute2 and nftables: tc, nft not found "
+                         "(apt-get install iproute2 nftables)"),
+    (("ip",), (), "the network lab needs iproute2: ip not found (apt-get install iproute2)"),
+    (("ip", "tc"), ("ip",), "the network lab needs iproute2: tc not found "
+                            "(apt-get install iproute2)"),
+    (("nft", "ip"), ("ip",), "the network lab needs iproute2 and nftables: nft not found "
+                             "(apt-get install iproute2 nftables)"),
+])
+def test_a_missing_tool_is_named_only_when_the_lab_uses_it(
+        monkeypatch: pytest.MonkeyPatch, tools: tuple[str, ...], installed: tuple[str, ...],
+        reason: str) -> None:
+    _machine(monkeypatch, euid=0, installed=installed)
+    assert unavailable_reason(tools) == reason
+
+
+def test_a_lab_of_ip_only_runs_where_tc_and_nft_are_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's scratch namespace gets no nftables table and no qdisc (``demo --netns`` was
+    refused: "needs iproute2 and nftables: tc, nft not found")."""
+    ran = _machine(monkeypatch, euid=0, installed=("ip",))
+    assert unavailable_reason(("ip",)) is None
+    probe = f"flodl-lab-{netlab.os.getpid()}-0-probe"
+    assert ran == [["ip", "netns", "add", probe],
+                   ["ip", "-n", probe, "link", "add", "b0", "type", "bridge"],
+                   ["ip", "-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+                   ["ip", "netns", "delete", probe]]
+    assert unavailable_reason() == ("the network lab needs iproute2 and nftables: tc, nft not "
+                                    "found (apt-get install iproute2 nftables)")
+
+
+@pytest.mark.parametrize(("tools", "reason"), [
+    (LAB_TOOLS, "the network lab needs root (network namespaces, veth, tc, nftables)"),
+    (("ip",), "the network lab needs root (network namespaces, veth)"),
+    (("ip", "nft"), "the network lab needs root (network namespaces, veth, nftables)"),
+])
+def test_without_root_the_reason_names_what_the_lab_would_use(
+        monkeypatch: pytest.MonkeyPatch, tools: tuple[str, ...], reason: str) -> None:
+    _machine(monkeypatch, euid=1000, installed=LAB_TOOLS)
+    assert unavailable_reason(tools) == reason
+
+
+@pytest.mark.parametrize("tools", [(), ("tc", "nft"), ("ip", "tcpdump"), "ip"])
+def test_tools_must_name_ip_and_only_the_lab_s(tools: tuple[str, ...]) -> None:
+    message = f"tools must name ip and only ip, tc, nft, got {tools!r}"
+    with pytest.raises(ValueError) as e:
+        unavailable_reason(tools)
+    assert str(e.value) == message
+    with pytest.raises(ValueError) as e:
+        NetLab(1, tools)
+    assert str(e.value) == message
+
+
+def test_a_lab_without_tc_or_nft_refuses_the_controls_that_use_them() -> None:
+    lab = NetLab(1, ("ip",))
+    host = lab.hosts[0]
+    assert lab.tools == ("ip",)
+    for control, tool in ((lambda: lab.set_rate(host, 10.0), "tc"),
+                          (lambda: lab.set_rate(host, None), "tc"),
+                          (lambda: lab.set_loss(host, 1.0), "nft"),
+                          (lambda: lab.partition(host), "nft"),
+                          (lambda: lab.heal(host), "nft")):
+        with pytest.raises(LabError) as e:
+            control()
+        assert str(e.value) == f"this lab was built without {tool} (its tools: ip)"
+    assert NetLab(1).tools == LAB_TOOLS
