@@ -640,6 +640,52 @@ def test_a_kit_stopped_before_its_first_case_leaves_no_earlier_report(
         assert [(r["id"], r["reason"]) for r in doc["not_run"]] == want
 
 
+_CTRL_C_AT_THE_CODEC = """
+import sys
+
+class _CtrlC:  # Ctrl-C as the codec (NumPy, ml_dtypes: the slow imports) starts to load
+    def find_spec(self, name, path=None, target=None):
+        if name == "flodl_proto.codec":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, _CtrlC())
+from flodl_proto.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_kit_stopped_while_its_modules_load_leaves_no_earlier_report(tmp_path: Path) -> None:
+    """The first reports (interrupted, no case run) were written only once the player and the
+    codec were imported, over a second after the start: a kit stopped then left the previous
+    run's reports. The catalogue, the command's checks and the reports import no codec, so the
+    first reports are written before it loads."""
+    import subprocess
+
+    json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
+    for path in (json_path, junit_path):
+        path.write_text("an earlier run's report")
+    res = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_AT_THE_CODEC, "conform", "controller", "--version", "2",
+         "--cases", "controller.round.*", "--launch", "true {port}", "--json", str(json_path),
+         "--junit", str(junit_path)], capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        130, "", "flodl-proto conform controller: interrupted\n")
+    runs, skipped = select_cases(CATALOGUE, role="controller", versions=[2],
+                                 patterns=["controller.round.*"])
+    assert runs
+    assert json.loads(json_path.read_text()) == {
+        "role": "controller", "interrupted": True, "passed": 0, "failed": 0, "must_failed": 0,
+        "results": [], "not_selected": [{"id": c.id, "reason": why} for c, why in skipped],
+        "not_run": [{"id": c.id, "version": 2, "reason": "not run: the kit was interrupted"}
+                    for c, _ in runs]}
+    suite = ET.parse(junit_path).getroot().find("testsuite")
+    assert suite is not None and suite.get("name") == "controller not run"
+    assert [(tc.get("name"), [s.get("message") for s in tc.iter("skipped")])
+            for tc in suite.iter("testcase")] == [
+        (c.id, ["not run: the kit was interrupted"]) for c, _ in runs]
+
+
 def test_launched_target_that_cannot_start_is_a_launch_error(tmp_path: Path) -> None:
     from flodl_proto.conform.target import LaunchedTarget, TargetLaunchError
 

@@ -14,8 +14,9 @@ size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_fi
 ``--timeout-scale``, waits until it listens, plays the case, then stops it (SIGTERM, SIGKILL
 after a bound) and records its exit status. One line per case, a summary by doc section.
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
-``--json`` report cannot be written (first written before the first case, as an interrupted
-run of no case, so a kit stopped early leaves no earlier run's report), 2 for a bad
+``--json`` report cannot be written (first written once the command line is checked and the
+catalogue loaded, before the codec is imported and the first case runs, as an interrupted run
+of no case, so a kit stopped early leaves no earlier run's report), 2 for a bad
 command line, a ``--launch`` command that cannot be started included (no such program, not
 executable: one line naming it and the OS error, and no case runs). A target that does not
 start (it exits, or does not listen within 20 s) fails its case, with its last lines of output;
@@ -173,26 +174,11 @@ def _list(runs: list[tuple[Case, int]], skipped: list[tuple[Case, str]]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    from ..conform.builders import CatalogueError
-    from ..conform.catalogue import load_catalogue, select_cases
-    from ..conform.player import KitSettings
-    from ..conform.report import (
-        RunInterrupted,
-        TargetNeverStarted,
-        case_line,
-        exit_code,
-        run_cases,
-        summary_by_section,
-    )
-    from ..conform.target import LaunchedTarget, TargetLaunchError, fill_placeholders
+    # the catalogue, the command's checks and the first reports import no codec: the slow
+    # imports (the player and the codec with NumPy and ml_dtypes, rich's progress) come after
+    # the first write, so a kit stopped while they load leaves no earlier run's report either
+    from ..conform.catalogue import CatalogueError, load_catalogue, select_cases
+    from ..conform.target import fill_placeholders
 
     role = str(args.role)
     try:
@@ -224,6 +210,25 @@ def _run(args: argparse.Namespace) -> int:
     # before any case runs, and a kit stopped from here on leaves no earlier run's report
     if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
         return 1
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..conform.player import KitSettings
+    from ..conform.report import (
+        RunInterrupted,
+        TargetNeverStarted,
+        case_line,
+        exit_code,
+        run_cases,
+        summary_by_section,
+    )
+    from ..conform.target import LaunchedTarget, TargetLaunchError
+
     settings = KitSettings(timeout_scale=timeout_scale)
     console = rich_console(stderr=False, highlight=False, soft_wrap=True)
     lock = threading.Lock()
@@ -335,7 +340,7 @@ def _report_error(path: Path, why: str, args: argparse.Namespace) -> None:
 
 
 def _run_docs(args: argparse.Namespace) -> int:
-    from ..conform.builders import CatalogueError
+    from ..conform.catalogue import CatalogueError
     from ..conform.doc import render_conformance_doc
 
     try:

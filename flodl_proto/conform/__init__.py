@@ -15,11 +15,14 @@ The command line is ``flodl-proto conform controller|relay --launch CMD``
 
 from __future__ import annotations
 
-from .builders import CatalogueError
-from .catalogue import Case, load_catalogue, select_cases
-from .player import CaseResult, KitSettings, play_case
-from .report import run_cases
-from .target import CaseContext, InProcessTarget, LaunchedTarget, TargetExit
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .catalogue import Case, CatalogueError, load_catalogue, select_cases
+    from .player import CaseResult, KitSettings, play_case
+    from .report import run_cases
+    from .target import CaseContext, InProcessTarget, LaunchedTarget, TargetExit
 
 __all__ = [
     "Case",
@@ -35,3 +38,27 @@ __all__ = [
     "run_cases",
     "select_cases",
 ]
+
+#: the module of each name above: imported on first use, so that loading the catalogue and
+#: writing the reports (``flodl-proto conform`` does both before its first case) do not import
+#: the codec, NumPy and ml_dtypes, which the player and the builders need
+_HOME = {
+    "Case": "catalogue", "CatalogueError": "catalogue", "load_catalogue": "catalogue",
+    "select_cases": "catalogue", "CaseResult": "player", "KitSettings": "player",
+    "play_case": "player", "run_cases": "report", "CaseContext": "target",
+    "InProcessTarget": "target", "LaunchedTarget": "target", "TargetExit": "target",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use."""
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily imported public ones included."""
+    return sorted({*globals(), *__all__})

@@ -43,6 +43,7 @@ from ..codec.mux import (
 )
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
 from ..spec import AUTH_TAG_LEN, SPEC
+from .catalogue import CatalogueError
 
 __all__ = ["BUILDERS", "TAMPERS", "BuildContext", "CatalogueError", "build", "frame_bytes",
            "other_salt"]
@@ -60,10 +61,6 @@ _HANDSHAKE_MAGIC: Final = SPEC.const("HANDSHAKE_MAGIC_RANK")
 _DTYPES: Final = {"f32": 0, "bf16": 1}
 _KINDS: Final = {"model": int(RoundKind.MODEL), "control": int(RoundKind.CONTROL)}
 _RECORD_KINDS: Final = {k.name.lower(): int(k) for k in RecordKind}
-
-
-class CatalogueError(ValueError):
-    """A case of the catalogue is malformed (the message names the case, step and field)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,9 @@ from typing import Any, Final
 import yaml
 
 from ..spec import SPEC, SUPPORTED_VERSIONS, YAML_LOADER, find_spec_dir
-from .builders import CatalogueError
 
-__all__ = ["ACTIONS", "LEVELS", "NEEDS", "ROLES", "Case", "load_catalogue", "select_cases",
-           "vectors_dir"]
+__all__ = ["ACTIONS", "LEVELS", "NEEDS", "ROLES", "Case", "CatalogueError", "load_catalogue",
+           "select_cases", "vectors_dir"]
 
 #: the schema tag of conformance.yaml
 SCHEMA: Final = "flodl-proto-conformance/1"
@@ -45,6 +44,13 @@ ACTIONS: Final = ("connect", "accept", "send", "expect", "expect_hello", "expect
                   "signal", "expect_exit")
 
 _ID_RE: Final = re.compile(r"^(controller|relay)\.[a-z0-9-]+\.[a-z0-9-]+$")
+
+
+class CatalogueError(ValueError):
+    """A case of the catalogue is malformed (the message names the case, step and field).
+
+    Defined here, not with the builders that raise it too, so that loading the catalogue does
+    not import the codec (NumPy, ml_dtypes)."""
 
 
 @dataclass(frozen=True, slots=True)

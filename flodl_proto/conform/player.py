@@ -42,8 +42,8 @@ from typing import Any, Final
 from ..codec.mux import Hello, decode_mux_record, parse_mux_header
 from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
-from .builders import BuildContext, CatalogueError, build
-from .catalogue import Case
+from .builders import BuildContext, build
+from .catalogue import Case, CatalogueError
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
 __all__ = ["CaseResult", "KitSettings", "play_case"]

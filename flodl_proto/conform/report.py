@@ -9,12 +9,15 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._files import replace_file
 from .catalogue import Case
-from .player import CaseResult, KitSettings, play_case
 from .target import Target
+
+if TYPE_CHECKING:  # the player (and the codec) is imported when cases run: the reports, exit
+    # code and lines need neither
+    from .player import CaseResult, KitSettings
 
 __all__ = ["RunInterrupted", "TargetNeverStarted", "case_line", "exit_code", "run_cases",
            "summary_by_section", "write_json", "write_junit"]
@@ -79,6 +82,8 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
         RunInterrupted: ``stop`` was set, or a ``KeyboardInterrupt`` reached the calling thread;
             it holds the results of the cases that ended before.
     """
+    from .player import play_case
+
     stop = stop if stop is not None else threading.Event()
     lock = threading.Lock()
     done: list[CaseResult] = []  # in the order they complete
