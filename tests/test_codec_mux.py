@@ -982,3 +982,83 @@ def test_a_record_the_decoder_built_under_a_leniency_can_be_rebuilt() -> None:
         assert MuxRecord(rec.kind, rec.rank, rec.payload, rec.control) == rec
     with pytest.raises(errors.LocalProtocolError, match="does not decode to it"):
         MuxRecord(RecordKind.CONTROL, 0, memoryview(b"\x01"), RankExit(3))
+
+
+def test_the_hello_errors_carry_the_value_given() -> None:
+    """Each Hello refusal names the field and carries the value at fault, not only its reason."""
+    cases: list[tuple[Any, dict[str, object]]] = [
+        (lambda: Hello("\udcff", [0]),
+         {"field": "Hello.host", "value": "\udcff",
+          "reason": "not UTF-8 text (a lone surrogate)"}),
+        (lambda: Hello("h", 5),  # type: ignore[arg-type]
+         {"field": "Hello.ranks", "value": 5, "reason": "not an iterable of u32 ranks"}),
+        (lambda: Hello("h", [0], b"x" * 32),  # type: ignore[arg-type]
+         {"field": "Hello.model_sigs", "value": b"x" * 32,
+          "reason": "not an iterable of 32-byte signatures (one signature? pass it in a list)"}),
+        (lambda: Hello("h", [0], [SIG_A, 1]),  # type: ignore[list-item]
+         {"field": "Hello.model_sigs[1]", "value": 1,
+          "reason": "not bytes (or a sequence of ints 0..255)"}),
+    ]
+    for make, fields in cases:
+        with pytest.raises(errors.LocalProtocolError) as ei:
+            make()
+        assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
+        assert ei.value.fields == fields
+        assert str(ei.value) == (f"relay_mux: {fields['field']} = {fields['value']!r} is invalid: "
+                                 f"{fields['reason']}")
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: MuxRecord.data(0, p), MuxRecord.host_frame, MuxRecord.broadcast,
+    lambda p: encode_mux_record_parts(1, 0, p, SALT_B),
+])
+@pytest.mark.parametrize(("payload", "got"), [("ab", "str"), (None, "NoneType")])
+def test_a_payload_that_is_no_buffer_is_named(make: Any, payload: object, got: str) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        make(payload)
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.error_id == "codec.not_bytes_like"
+    assert ei.value.fields == {"field": "payload", "got": got}
+    assert str(ei.value) == ("payload must be a contiguous bytes-like object (bytes, bytearray or "
+                             f"memoryview), got {got}")
+
+
+@pytest.mark.parametrize("record", [None, 5, b"\x01", object()])
+def test_encode_mux_record_of_something_else_than_a_record_names_its_type(record: object) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        encode_mux_record(record, SALT_B)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
+    name = type(record).__name__
+    assert ei.value.fields == {"field": "record", "value": name, "reason": "not a MuxRecord"}
+    assert str(ei.value) == f"relay_mux: record = {name!r} is invalid: not a MuxRecord"
+
+
+@pytest.mark.parametrize("kind", [0, 5, 7, True, 2.0, "x"])
+def test_encode_mux_record_refuses_a_record_like_object_of_no_record_kind(kind: Any) -> None:
+    """An object with a record's attributes but no record kind is refused before anything is
+    written (the decoder would refuse the byte; encode_mux_record_parts writes any byte)."""
+    from types import SimpleNamespace
+
+    rec = SimpleNamespace(kind=kind, rank=0, payload=memoryview(b"x"))
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        encode_mux_record(rec, SALT_B)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
+    reason = "not a record kind (1 DATA, 2 CONTROL, 3 HOST_FRAME, 4 BROADCAST)"
+    assert ei.value.fields == {"field": "kind", "value": kind, "reason": reason}
+    assert str(ei.value) == f"relay_mux: kind = {kind!r} is invalid: {reason}"
+    ok = SimpleNamespace(kind=RecordKind.DATA, rank=3, payload=memoryview(b"x"))
+    assert encode_mux_record_bytes(ok, SALT_B) == record(SALT_B, 1, 3, b"x")  # type: ignore[arg-type]
+
+
+def test_a_control_record_of_a_version_3_hello_with_signatures_is_built() -> None:
+    """The message is checked against the payload at every protocol version: a version-3 Hello
+    carrying signatures decodes to itself only at version 3."""
+    import dataclasses
+
+    msg = Hello("h0", [0, 1], [SIG_A])
+    payload = encode_control(msg, 3)
+    rec = MuxRecord(RecordKind.CONTROL, 0, memoryview(payload), msg)
+    assert (rec.kind, rec.rank, bytes(rec.payload), rec.control) == (
+        RecordKind.CONTROL, 0, payload, msg)
+    built = MuxRecord.control_msg(msg, 3)
+    assert dataclasses.replace(built).control == msg
