@@ -863,6 +863,15 @@ local function add_continuation(tvb, tree, s, infos)
     return n
 end
 
+-- Bytes that cannot be dissected (range r): one Malformed item with the expert info grp, why.
+local function add_malformed(r, tree, grp, why, infos)
+    local rtree = tree:add(proto, r)
+    rtree:add(field("kind"), r, "Malformed"):set_generated()
+    rtree:add_proto_expert_info(grp, why)
+    rtree:append_text(", " .. why)
+    infos[#infos + 1] = "Malformed: " .. why
+end
+
 -- Bytes out of sync that start no record: skipped, the first stretch's first with a warning.
 local function add_skipped(tvb, off, tree, s, infos)
     local n = tvb:len() - off
@@ -979,11 +988,7 @@ local function dissect(tvb, pinfo, tree)
             s.sync, s.quiet = false, true
             break
         elseif name == false then
-            local rtree = tree:add(proto, tvb(off))
-            rtree:add(field("kind"), tvb(off), "Malformed"):set_generated()
-            rtree:add_proto_expert_info(grp, why)
-            rtree:append_text(", " .. why)
-            infos[#infos + 1] = "Malformed: " .. why
+            add_malformed(tvb(off), tree, grp, why, infos)
             s.sync, s.quiet = false, true
             break
         end
@@ -992,11 +997,7 @@ local function dissect(tvb, pinfo, tree)
         if why then
             -- a length above the ceiling: the header is reported, the record's bytes skipped (no
             -- reassembly is asked for); those in the next segments are its continuation
-            local rtree = tree:add(proto, tvb(off, have))
-            rtree:add(field("kind"), tvb(off, have), "Malformed"):set_generated()
-            rtree:add_proto_expert_info(grp, why)
-            rtree:append_text(", " .. why)
-            infos[#infos + 1] = "Malformed: " .. why
+            add_malformed(tvb(off, have), tree, grp, why, infos)
         elseif have < n and pinfo.can_desegment > 0 then
             pinfo.desegment_offset = off
             pinfo.desegment_len = off + n - len
