@@ -68,6 +68,16 @@ local function errtext(id, args)
     end))
 end
 
+-- The readers' texts begin with the module that raised them: "relay_mux:" for a len-framed blob
+-- too, whose reader lives there, though the blob is on the loopback leg (rank ↔ relay). The
+-- dissector names the leg the record is on.
+local function loopback_errtext(id, args)
+    local t = errtext(id, args)
+    local rest = t:match("^relay_mux: (.*)$")
+    if rest then return "loopback leg: " .. rest end
+    return t
+end
+
 local function fmt_num(x)
     if x ~= x then return "NaN" end
     if x == math.huge then return "inf" end
@@ -694,8 +704,9 @@ function REC.len_framed(tvb, pinfo, tree, conv)
     local vals, items = {}, {}
     local np = walk(tvb, 0, rtree, LAYOUTS.len_framed, vals, items)
     if not np then
-        return R.kind .. " " .. direction .. cut(rtree, tvb, errtext("len.body_read_failed",
-            { got = tvb:len() - 4, need = vals.length or 4 }))
+        return R.kind .. " " .. direction .. cut(rtree, tvb,
+            loopback_errtext("len.body_read_failed", { got = tvb:len() - 4,
+                need = vals.length or 4 }))
     end
     add_ranks(rtree, tvb, conv.ranks)
     local info = R.kind .. " " .. direction
@@ -827,7 +838,8 @@ local function frame_pdu(tvb, off, conv, sync)
     end
     if framed then
         if m > proto.prefs.ceiling then
-            local why = errtext("len.too_large", { length = m, ceiling = proto.prefs.ceiling })
+            local why = loopback_errtext("len.too_large",
+                { length = m, ceiling = proto.prefs.ceiling })
             -- a length above the ceiling is taken as the record's only when a RoundFrame follows
             -- (four bytes that are not a length would otherwise hide up to 4 GiB of the stream)
             if magic then return "len_framed", C.LEN_PREFIX_LEN + m, why, E.too_large end
