@@ -805,6 +805,25 @@ START[C.HANDSHAKE_MAGIC_CONTROLLER_ACK] = "handshake_ack"
 for code, _ in pairs(ENUMS.Channel.names) do START[code] = "channel_magic" end
 
 
+-- A mux record named by its header as the Info column names it: "(kind=0x03 HostFrame relay→ctl
+-- ranks [0,1])" (a HostFrame or Broadcast: the ranks the connection's Hello announced, if seen),
+-- "(kind=0x01 Data relay↔ctl rank 2)", "(kind=0x02 Control relay↔ctl)"; an unknown kind keeps
+-- the header's rank.
+local function mux_who(kind, rank, conv)
+    local m = ENUMS.RecordKind.members[kind]
+    local text = string.format("kind=0x%02x", kind)
+    if m == nil then return "(" .. text .. string.format(", rank=%d)", rank) end
+    text = text .. " " .. ENUMS.RecordKind.names[kind]
+    local direction = ENUMS.RecordKind.direction[kind] or ""
+    if direction ~= "" then text = text .. " " .. direction end
+    if m == "DATA" then
+        text = text .. " rank " .. rank
+    elseif (m == "HOST_FRAME" or m == "BROADCAST") and conv.ranks then
+        text = text .. " ranks " .. fmt_list(conv.ranks)
+    end
+    return "(" .. text .. ")"
+end
+
 -- Returns name, total length; or name, total length, reason, expert (a record whose length is
 -- above the ceiling: reported, not dissected); or nil, bytes still needed
 -- (DESEGMENT_ONE_MORE_SEGMENT when unknown); or false, nil, reason, expert (cannot be framed: the
@@ -821,9 +840,15 @@ local function frame_pdu(tvb, off, conv, sync)
         if avail < C.MUX_HEADER_LEN then return nil, DESEGMENT_ONE_MORE_SEGMENT end
         local plen = u32(tvb, off + 13)
         if plen > proto.prefs.ceiling then
-            return name, C.MUX_HEADER_LEN + plen, errtext("mux.payload_too_large", {
-                length = plen, ceiling = proto.prefs.ceiling, kind = tvb(off + 8, 1):uint(),
-                rank = u32(tvb, off + 9) }), E.too_large
+            local kind, rank = tvb(off + 8, 1):uint(), u32(tvb, off + 9)
+            local why = errtext("mux.payload_too_large", { length = plen,
+                ceiling = proto.prefs.ceiling, kind = kind, rank = rank })
+            -- the reader's "(kind=.., rank=..)" names the header's rank, which only a Data record
+            -- fills (0 otherwise): the record is named as its tree item would be instead
+            local raw = string.format("(kind=0x%02x, rank=%d)", kind, rank)
+            local i = why:find(raw, 1, true)
+            if i then why = why:sub(1, i - 1) .. mux_who(kind, rank, conv) .. why:sub(i + #raw) end
+            return name, C.MUX_HEADER_LEN + plen, why, E.too_large
         end
         return name, C.MUX_HEADER_LEN + plen
     elseif name then

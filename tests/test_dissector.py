@@ -46,6 +46,7 @@ from flodl_proto.codec import (
     TensorPayload,
     encode_ack,
     encode_channel_magic,
+    encode_control,
     encode_frame_record,
     encode_framed_round,
     encode_handshake,
@@ -1177,3 +1178,43 @@ def test_an_empty_payload_reads_as_none_not_missing(lua: Path, tmp_path: Path) -
                          capture_output=True, text=True, timeout=120, check=True)
     assert "<MISSING>" not in res.stdout
     assert res.stdout.count("Data: none (0 bytes)") == 2, res.stdout
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+def test_a_mux_record_above_the_ceiling_is_named_as_its_kind_names_it(
+        passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # the reader's "(kind=0x03, rank=0)": a HostFrame's or Broadcast's header rank is always 0
+    # (only a Data record fills it), so the text named a rank 0 the record has nothing to do with
+    small = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.arange(50, dtype=np.float32))])
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data"))
+    host_frame = b"".join(encode_frame_record(RecordKind.HOST_FRAME, small, SALT))
+    cap.send(mux, True, host_frame)  # before the Hello: no ranks known
+    cap.send(mux, True, encode_mux_record_bytes(MuxRecord.data(3, b"\0" * 200), SALT))
+    cap.send(mux, True, _record(Hello("h", [0, 1]), 2))
+    cap.send(mux, True, host_frame)
+    cap.send(mux, True, _record(Hello("h" * 200, [0, 1]), 2))
+    cap.send(mux, False, b"".join(encode_frame_record(RecordKind.BROADCAST, small, SALT)))
+    cap.close(mux)
+    pcap = tmp_path / "ceiling-kinds.pcap"
+    pcap.write_bytes(cap.pcap())
+    prefs = {f"{PROTO_NAME}.ceiling": "100"}
+    msgs = _tshark(pcap, lua, prefs, *passes, "-Y", f"_ws.expert && {PROTO_NAME}", "-T",
+                   "fields", "-e", "_ws.expert.message").splitlines()
+    head = ("relay_mux: record payload_len {} exceeds the frame ceiling 100 ({}); corrupt or "
+            "hostile peer, or a model that has outgrown the frame ceiling")
+    frame_len = len(host_frame) - 25
+    # as the record's tree item and Info column, the ranks of the connection's Hello: none yet on
+    # the first pass, the ones the first pass learned on a second
+    first = "kind=0x03 HostFrame relay→ctl" + (" ranks [0,1]" if passes else "")
+    assert msgs == [
+        head.format(frame_len, first),
+        head.format(200, "kind=0x01 Data relay↔ctl rank 3"),
+        head.format(frame_len, "kind=0x03 HostFrame relay→ctl ranks [0,1]"),
+        head.format(len(encode_control(Hello("h" * 200, [0, 1]), 2)),
+                    "kind=0x02 Control relay↔ctl"),
+        head.format(frame_len, "kind=0x04 Broadcast ctl→relay ranks [0,1]")], msgs
+    assert not any("rank=" in m for m in msgs), msgs
