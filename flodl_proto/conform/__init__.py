@@ -60,5 +60,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """The module's names, the lazily imported public ones included."""
-    return sorted({*globals(), *__all__})
+    """The public names (``__all__``, imported or not yet) and the module's dunders: not the
+    helpers of this module (``importlib``, ``Any``, ...) nor the submodules imported so far."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__") and n.endswith("__"))})
