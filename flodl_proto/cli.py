@@ -41,7 +41,7 @@ from typing import Any
 from . import __version__
 from ._oserr import os_reason
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "AnyCase", "build_parser", "main"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
@@ -105,9 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class AnyCase(tuple[str, ...]):
+    """argparse ``choices=`` that take a choice in any case (``--log-level debug``); argparse
+    checks the value as typed against them, so a bad one is echoed as the user typed it
+    (``invalid choice: 'bogus'``), where a ``type=str.upper`` echoed it upper-cased. The value
+    stored is the one typed: its reader normalizes the case."""
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, str) and any(value.upper() == c.upper() for c in self)
+
+
 def _add_log_level(parser: argparse.ArgumentParser, default: Any) -> None:
-    parser.add_argument("--log-level", default=default, type=str.upper,
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    parser.add_argument("--log-level", default=default,
+                        choices=AnyCase(("DEBUG", "INFO", "WARNING", "ERROR")),
                         help="logging level (default WARNING; before or after the command)")
 
 

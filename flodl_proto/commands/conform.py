@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
+from ..cli import AnyCase
 from ..errors import ProtocolError
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
@@ -90,7 +91,7 @@ def register(sub: Any) -> None:
                        help="protocol version to check (repeatable; default: both)")
         r.add_argument("--cases", action="append", default=[], metavar="GLOB",
                        help="only the case ids matching this shell glob (repeatable)")
-        r.add_argument("--level", choices=["must", "should"], type=str.lower,
+        r.add_argument("--level", choices=AnyCase(("must", "should")),
                        help="only MUST or only SHOULD cases (default: both)")
         r.add_argument("--timeout-scale", default="1.0", metavar="X",
                        help="exported to the target as FLODL_NET_TIMEOUT_SCALE; scales the "

@@ -1,0 +1,85 @@
+"""Usage errors of the command line, in process: each is one line on stderr in argparse's format
+after the usage text of the parser that reports it, exit 2, nothing on stdout."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+
+def _run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from flodl_proto.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse usage errors
+        code = int(e.code or 0)
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def _parser_of(*command: str) -> argparse.ArgumentParser:
+    """The parser of ``command`` (``()``: the top level's)."""
+    from flodl_proto.cli import build_parser
+
+    parser = build_parser()
+    for word in command:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[word]
+    return parser
+
+
+def _invalid_choice(action: argparse.Action, value: str) -> str:
+    """argparse's own message for ``value`` not among ``action``'s choices (its quoting of the
+    choices differs between Python versions)."""
+    parser = argparse.ArgumentParser()
+    try:
+        parser._check_value(action, value)
+    except argparse.ArgumentError as e:
+        return e.message
+    raise AssertionError(f"{value!r} accepted")
+
+
+@pytest.mark.parametrize(("args", "command", "option", "value", "choices"), [
+    (("--log-level", "bogus", "vectors", "check"), (), "--log-level", "bogus",
+     ("DEBUG", "INFO", "WARNING", "ERROR")),
+    (("vectors", "check", "--log-level", "Bogus"), ("vectors", "check"), "--log-level", "Bogus",
+     ("DEBUG", "INFO", "WARNING", "ERROR")),
+    (("conform", "controller", "--list", "--level", "MUSTY"), ("conform", "controller"),
+     "--level", "MUSTY", ("must", "should")),
+], ids=["log-level-before-the-command", "log-level-after-it", "conform-level"])
+def test_an_invalid_choice_is_echoed_as_typed(
+        args: tuple[str, ...], command: tuple[str, ...], option: str, value: str,
+        choices: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--log-level bogus`` said ``invalid choice: 'BOGUS'`` (and ``conform --level MUSTY``
+    ``'musty'``): the value was upper- (lower-) cased before argparse checked it."""
+    code, out, err = _run_main(capsys, *args)
+    prog = " ".join(("flodl-proto", *command))
+    message = _invalid_choice(argparse.Action([option], "x", choices=choices), value)
+    assert f"invalid choice: {value!r}" in message
+    assert (code, out, err) == (
+        2, "", f"{_parser_of(*command).format_usage()}{prog}: error: argument {option}: "
+               f"{message}\n")
+
+
+@pytest.mark.parametrize(("log_level", "level"),
+                         [("debug", "must"), ("Info", "Should"), ("WARNING", "MUST")])
+def test_a_choice_is_taken_in_any_case(log_level: str, level: str,
+                                       capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from flodl_proto.cli import build_parser
+
+    args = build_parser().parse_args(["--log-level", log_level, "conform", "controller",
+                                      "--level", level])
+    assert (args.log_level, args.level) == (log_level, level)  # as typed: read in any case
+    configured: list[object] = []
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: configured.append(kw["level"]))
+    code, out, err = _run_main(capsys, "--log-level", log_level, "conform", "controller",
+                               "--level", level, "--list")
+    assert (code, err) == (0, "")
+    assert configured == [getattr(logging, log_level.upper())]
+    listed = [line.split()[1] for line in out.splitlines()[:-1] if "not selected" not in line]
+    assert listed and set(listed) == {level.upper()}
