@@ -73,9 +73,30 @@ class _Parser(argparse.ArgumentParser):
         own usage error (``flodl-proto vectors check: error: unrecognized arguments: ...``, with
         its usage line, exit 2), where argparse left them to the top-level parser, whose error
         line and usage named no command. The top-level parser still reports those given before
-        the command."""
+        the command.
+
+        Those are reported before a missing required argument: argparse checks the required
+        ones first, before it returns the unknown ones, so ``flodl-proto conform --bogus`` said
+        that ROLE is required. A parser with required arguments first parses with none required,
+        to find the unknown ones, then as argparse does."""
+        if not self._is_command:
+            return super().parse_known_args(args, namespace)
+        required = [a for a in self._actions if a.required]
+        if required:
+            if args is None:
+                args = sys.argv[1:]
+            first = None if namespace is None else argparse.Namespace(**vars(namespace))
+            for action in required:
+                action.required = False
+            try:
+                _, extras = super().parse_known_args(args, first)
+            finally:
+                for action in required:
+                    action.required = True
+            if extras:
+                self.error(f"unrecognized arguments: {' '.join(extras)}")
         namespace, extras = super().parse_known_args(args, namespace)
-        if extras and self._is_command:
+        if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
 

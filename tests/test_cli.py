@@ -729,6 +729,11 @@ def _usage_of(*command: str) -> str:
     (("demo", "--bogus", "--log-level", "INFO"), ("demo",), "--bogus"),
     (("--bogus", "decode", "-"), (), "--bogus"),
     (("--log-level", "INFO", "--bogus", "vectors", "check"), (), "--bogus"),
+    # before a missing required argument (argparse named that one: ROLE, DIR, --relay ...)
+    (("conform", "--bogus"), ("conform",), "--bogus"),
+    (("conform", "--bogus", "controller", "--list"), ("conform",), "--bogus"),
+    (("vectors", "compare", "--bogus"), ("vectors", "compare"), "--bogus"),
+    (("rank", "--rank", "0", "--bogus"), ("rank",), "--bogus"),
 ])
 def test_an_unknown_argument_is_the_usage_error_of_the_command_it_follows(
         args: tuple[str, ...], command: tuple[str, ...], unknown: str,
@@ -736,7 +741,8 @@ def test_an_unknown_argument_is_the_usage_error_of_the_command_it_follows(
     """An argument after a command (or its action) that the command does not know is that
     command's usage error, with its usage text and prefix (argparse left it to the top-level
     parser: ``flodl-proto: error: unrecognized arguments: --bogus`` and the top-level usage);
-    one before the command stays the top level's."""
+    one before the command stays the top level's. It is reported before a required argument
+    that is missing."""
     code, out, err = _run_main(capsys, *args)
     prog = " ".join(("flodl-proto", *command))
     assert (code, out, err) == (

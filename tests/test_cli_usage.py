@@ -83,3 +83,21 @@ def test_a_choice_is_taken_in_any_case(log_level: str, level: str,
     assert configured == [getattr(logging, log_level.upper())]
     listed = [line.split()[1] for line in out.splitlines()[:-1] if "not selected" not in line]
     assert listed and set(listed) == {level.upper()}
+
+
+@pytest.mark.parametrize(("args", "command", "missing"), [
+    (("conform",), ("conform",), "ROLE"),
+    (("conform", "--log-level", "INFO"), ("conform",), "ROLE"),
+    (("vectors", "compare"), ("vectors", "compare"), "DIR"),
+    (("rank", "--rank", "0"), ("rank",), "--relay, --world-size"),
+], ids=" ".join)
+def test_a_missing_required_argument_is_argparse_s_error(
+        args: tuple[str, ...], command: tuple[str, ...], missing: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With no unknown argument, a missing required one is argparse's own error, as before
+    unknown arguments were looked for first."""
+    code, out, err = _run_main(capsys, *args)
+    prog = " ".join(("flodl-proto", *command))
+    assert (code, out, err) == (
+        2, "", f"{_parser_of(*command).format_usage()}{prog}: error: the following arguments "
+               f"are required: {missing}\n")
