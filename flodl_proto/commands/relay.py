@@ -23,6 +23,16 @@ bound because it is in use), 2 for a bad command line (one line, ``flodl-proto r
 ...``). ``--frame-ceiling BYTES`` (default 1 GiB; 25, the smallest RoundFrame, to U32_MAX: spec
 departure ``ceiling_floor``) bounds a rank's length prefix (a rank whose frame is above it is taken
 as gone, as upstream) and a controller record's ``payload_len`` (above it the relay fails).
+
+The controller's host name is looked up at start-up, before the loopback port is bound (upstream
+looks it up only when it dials, once every local rank has connected, so a typo showed only then):
+a name the resolver says does not exist (a typo, any ``.invalid`` name) is a bad command line,
+exit 2 (``flodl-proto relay: error: --controller 'nosuch.invalid:7999': cannot resolve host
+'nosuch.invalid': Name or service not known``). A resolver that cannot answer now (a temporary
+failure, or no answer within 10 s x ``FLODL_NET_TIMEOUT_SCALE``) is one warning line on stderr
+and the relay goes on. The address found is not kept: the dial looks the name up again on each
+attempt, so a controller whose address changes between start-up and the dial (a node
+rescheduled, a DNS record updated) is still found.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import errno
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -61,6 +72,7 @@ __all__ = [
     "add_frame_ceiling_option",
     "add_salt_options",
     "byte_count",
+    "check_host_resolves",
     "check_net_timeout_scale",
     "frame_ceiling",
     "parse_ranks",
@@ -296,6 +308,71 @@ def check_net_timeout_scale(text: str | None = None, *, field: str | None = None
     return scale
 
 
+#: how long :func:`check_host_resolves` waits for the resolver, seconds (before
+#: ``FLODL_NET_TIMEOUT_SCALE``): glibc's resolver gives one name server 5 s a try
+RESOLVE_WAIT: Final = 10.0
+
+#: resolver answers that say the name does not exist (as opposed to "cannot answer now")
+_NO_SUCH_NAME: Final = frozenset(
+    getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name))
+
+
+def check_host_resolves(option: str, text: str, addr: tuple[str, int],
+                        wait: float | None = None) -> str | None:
+    """Look up the host of an address to dial (``relay --controller``) once, at start-up, so a
+    name that does not exist is reported before anything else happens.
+
+    The lookup runs in a thread of its own (a daemon: ``getaddrinfo`` cannot be interrupted, and
+    a resolver that never answers must not hold the process at exit); the caller waits at most
+    ``wait`` seconds for it. The addresses found are not kept: the dial looks the name up again
+    (its address may change before then).
+
+    Args:
+        option: the option that gave the address, named in the messages (``"--controller"``).
+        text: the option's value, as given.
+        addr: ``(host, port)``, parsed from ``text``.
+        wait: seconds to wait for the resolver; None is :data:`RESOLVE_WAIT` x
+            ``FLODL_NET_TIMEOUT_SCALE``.
+
+    Returns:
+        None when the name resolves; else one line saying the lookup could not be done now (a
+        temporary resolver failure, or no answer within ``wait``), for the caller to show as a
+        warning before it goes on.
+
+    Raises:
+        ValueError: the resolver says the name does not exist (``EAI_NONAME``, ``EAI_NODATA``);
+            one line naming ``option``, ``text``, the host and the resolver's reason.
+
+    No upstream counterpart: upstream looks the name up only when it dials.
+    """
+    if wait is None:
+        wait = RESOLVE_WAIT * read_net_timeout_scale(os.environ.get(NET_TIMEOUT_SCALE_ENV))[0]
+    host, port = addr[0], addr[1]
+    outcome: list[BaseException | None] = []
+
+    def lookup() -> None:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=lookup, name="flodl-resolve", daemon=True)
+    worker.start()
+    worker.join(wait)
+    if not outcome:
+        return (f"{option} {text!r}: host {host!r} did not resolve within {wait:g}s; going on "
+                "(the dial looks it up again)")
+    e = outcome[0]
+    if e is None:
+        return None
+    if isinstance(e, socket.gaierror) and e.errno in _NO_SUCH_NAME:
+        raise ValueError(f"{option} {text!r}: cannot resolve host {host!r}: {os_reason(e)}")
+    return (f"{option} {text!r}: cannot resolve host {host!r} now ({os_reason(e)}); going on "
+            "(the dial looks it up again)")
+
+
 def frame_ceiling(text: str | None) -> int:
     """Parse ``--frame-ceiling BYTES`` (controller, relay, rank): the largest length prefix, mux
     ``payload_len`` and frame (bytes) the command accepts; None (not given) is
@@ -431,7 +508,7 @@ def register(sub: Any) -> None:
         "HostFrame / Broadcast per round with the controller.",
     )
     p.add_argument("--controller", required=True, metavar="HOST:PORT",
-                   help="the controller's address")
+                   help="the controller's address (its host name is looked up at start-up)")
     p.add_argument("--ranks", required=True, metavar="R,R,...",
                    help="this host's global rank ids, e.g. 0,1")
     p.add_argument("--world-size", required=True, type=int, metavar="N",
@@ -473,8 +550,12 @@ def run(args: argparse.Namespace) -> int:
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
         controller = parse_addr(args.controller, field="--controller", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
+        # last: every other mistake is reported without waiting for the resolver
+        unresolved = check_host_resolves("--controller", args.controller, controller)
     except (ValueError, ProtocolError, OSError) as e:
         return _usage_error(e)
+    if unresolved is not None:
+        print(f"{_PROG}: warning: {unresolved}", file=sys.stderr, flush=True)
     from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
 
     stop = threading.Event()
