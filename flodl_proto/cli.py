@@ -78,7 +78,10 @@ class _Parser(argparse.ArgumentParser):
         Those are reported before a missing required argument: argparse checks the required
         ones first, before it returns the unknown ones, so ``flodl-proto conform --bogus`` said
         that ROLE is required. A parser with required arguments first parses with none required,
-        to find the unknown ones, then as argparse does."""
+        to find the unknown ones, then as argparse does. A missing ROLE or ACTION (a required
+        subcommand) is named with its choices: ``flodl-proto vectors: error: the following
+        arguments are required: ACTION (choose from 'check', 'compare', 'export')``, as
+        argparse names them for an invalid choice."""
         if not self._is_command:
             return super().parse_known_args(args, namespace)
         required = [a for a in self._actions if a.required]
@@ -89,12 +92,19 @@ class _Parser(argparse.ArgumentParser):
             for action in required:
                 action.required = False
             try:
-                _, extras = super().parse_known_args(args, first)
+                first, extras = super().parse_known_args(args, first)
             finally:
                 for action in required:
                     action.required = True
             if extras:
                 self.error(f"unrecognized arguments: {' '.join(extras)}")
+            for action in required:
+                if (isinstance(action, argparse._SubParsersAction) and action.dest
+                        and action.dest is not argparse.SUPPRESS
+                        and getattr(first, action.dest, None) is None):
+                    choices = ", ".join(map(repr, action.choices or ()))  # as argparse's
+                    self.error(f"the following arguments are required: "
+                               f"{action.metavar or action.dest} (choose from {choices})")
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")

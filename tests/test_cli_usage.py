@@ -86,16 +86,22 @@ def test_a_choice_is_taken_in_any_case(log_level: str, level: str,
 
 
 @pytest.mark.parametrize(("args", "command", "missing"), [
-    (("conform",), ("conform",), "ROLE"),
-    (("conform", "--log-level", "INFO"), ("conform",), "ROLE"),
+    (("conform",), ("conform",), "ROLE (choose from 'controller', 'relay', 'docs')"),
+    (("conform", "--log-level", "INFO"), ("conform",),
+     "ROLE (choose from 'controller', 'relay', 'docs')"),
+    # it printed its help on stdout and exited 2
+    (("vectors",), ("vectors",), "ACTION (choose from 'check', 'compare', 'export')"),
+    (("vectors", "--log-level", "INFO"), ("vectors",),
+     "ACTION (choose from 'check', 'compare', 'export')"),
     (("vectors", "compare"), ("vectors", "compare"), "DIR"),
     (("rank", "--rank", "0"), ("rank",), "--relay, --world-size"),
-], ids=" ".join)
+], ids=["conform", "conform-log-level", "vectors", "vectors-log-level", "vectors-compare",
+        "rank"])
 def test_a_missing_required_argument_is_argparse_s_error(
         args: tuple[str, ...], command: tuple[str, ...], missing: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """With no unknown argument, a missing required one is argparse's own error, as before
-    unknown arguments were looked for first."""
+    """With no unknown argument, a missing required one is argparse's error; a missing ROLE or
+    ACTION names its choices, as argparse's error for an invalid one does."""
     code, out, err = _run_main(capsys, *args)
     prog = " ".join(("flodl-proto", *command))
     assert (code, out, err) == (

@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
     """Add the ``vectors`` subcommand."""
     p = sub.add_parser("vectors",
                        help="check, compare and export golden vector folders (interop self-check)")
-    vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION")
+    vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
     c = vsub.add_parser("check", help="run every case of the given folders and their v2/",
                         description="Run every case of the given vector folders and their v2/. "
                         "Exit 0 when every case passed and the counts match the manifests, 1 "
@@ -48,7 +48,6 @@ def register(sub: Any) -> None:
     e.add_argument("dir", type=_folder, metavar="DIR",
                    help="output folder, created with its missing parents if need be")
     e.set_defaults(func=_export)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
 def _folder(text: str) -> Path:
