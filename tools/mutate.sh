@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Mutation testing of one package (or all three) with mutmut, against that package's own unit and
-# property tests (never the golden vectors).
+# Mutation testing of one package (or all of them) with mutmut, against that package's own unit and
+# property tests (never the golden vectors). `decode` is the capture-decoding path, not a
+# package directory: flodl_proto/decode.py and flodl_proto/pcap.py against tests/test_decode*.py
+# and tests/test_pcap*.py.
 #
-#   tools/mutate.sh codec|reduce|fsm|all [--files a.py,b.py] [--tests "a b"] [--mutants "m ..."] [--keep]
+#   tools/mutate.sh codec|reduce|fsm|decode|all [--files a.py,b.py] [--tests "a b"] [--mutants "m ..."] [--keep]
 #   tools/mutate.sh sample
 #
 # The checkout (tracked and untracked, not ignored files) is copied to a temporary directory, the
@@ -11,7 +13,8 @@
 # mutants (`mutmut results`); docs/testing.md records the judged survivors.
 #
 # --files: mutate only these modules of the package (names relative to flodl_proto/<package>/,
-# or a module the package takes along, e.g. membership.py for fsm), e.g. to run a package module
+# or a module the package takes along, e.g. membership.py for fsm, pcap.py for decode), e.g. to
+# run a package module
 # by module on a busy machine.
 # --tests: run this narrower selection of the package's tests (space-separated paths) instead.
 # --mutants: run only these mutants (space-separated names or fnmatch patterns, as `mutmut
@@ -58,16 +61,18 @@ tests_for() {
         codec) echo "$(cd "$ROOT" && ls tests/test_codec*.py | tr '\n' ' ')tests/test_mux_stream.py tests/test_hot_path.py tests/test_stream_stateful.py" ;;
         reduce) echo "tests/test_reduce.py tests/test_reduce_errors.py tests/test_outer.py tests/test_scale_payload.py tests/test_scale_to_bf16.py tests/test_host_fold_edges.py tests/test_hot_path.py tests/test_kernels.py tests/test_bf16.py tests/test_bf16_rounding.py tests/test_fold_reuse.py tests/test_reduce_units.py tests/test_host_fold_stateful.py tests/test_small_batch.py tests/test_relay_small_path.py" ;;
         fsm) echo "tests/test_controller_core.py tests/test_core_deadlines.py tests/test_lifecycle.py tests/test_membership.py $(cd "$ROOT" && ls tests/test_relay_core*.py 2>/dev/null | tr '\n' ' ')" ;;
+        decode) echo "$(cd "$ROOT" && ls tests/test_decode*.py tests/test_pcap*.py 2>/dev/null | tr '\n' ' ')" ;;
         sample) echo "tests/test_codec_auth.py" ;;
         *) return 1 ;;
     esac
 }
 
 # modules outside flodl_proto/<package>/ mutated with a package (names relative to flodl_proto/):
-# the dead-rank ledger the controller core keeps
+# the dead-rank ledger the controller core keeps; decode is made of two top-level modules only
 extra_modules_for() {
     case "$1" in
         fsm) echo "membership.py" ;;
+        decode) echo "decode.py pcap.py" ;;
         *) echo "" ;;
     esac
 }
@@ -79,13 +84,16 @@ deselected_for() {
         fsm) echo "tests/test_lifecycle.py::TestLifecycleStateful::runTest tests/test_controller_core.py::test_controller_core_state_machine tests/test_relay_core.py::test_relay_core_state_machine" ;;
         reduce) echo "tests/test_host_fold_stateful.py::test_host_fold_state_machine" ;;
         codec) echo "tests/test_stream_stateful.py::TestStreamSplitStateful::runTest" ;;
+        # the command line in child processes, checking memory use (1-7 s each, no decoding
+        # logic of their own: the other tests decode the same kinds of input in process)
+        decode) echo "tests/test_decode.py::test_a_long_stream_is_decoded_in_flat_memory tests/test_decode.py::test_a_file_is_held_once_in_memory tests/test_decode.py::test_an_input_larger_than_memory_is_one_error_line" ;;
         *) echo "" ;;
     esac
 }
 
 run_one() {
     local p="$1" work tests only=() f
-    tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package $p (codec, reduce, fsm, all, sample)" >&2; exit 2; }
+    tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package $p (codec, reduce, fsm, decode, all, sample)" >&2; exit 2; }
     if [ -n "$only_tests" ]; then tests="$only_tests"; fi
     if [ "$p" = sample ]; then
         only=("flodl_proto/codec/auth.py")
@@ -97,8 +105,10 @@ run_one() {
                 only+=("flodl_proto/$p/$f")
             fi
         done
-    else
+    elif [ -d "$ROOT/flodl_proto/$p" ]; then
         only=("flodl_proto/$p/*")
+        for f in $(extra_modules_for "$p"); do only+=("flodl_proto/$f"); done
+    else
         for f in $(extra_modules_for "$p"); do only+=("flodl_proto/$f"); done
     fi
     work="$(mktemp -d "${TMPDIR:-/tmp}/flodl-mutate-$p.XXXXXX")"
@@ -117,7 +127,8 @@ run_one() {
         echo ']'
         # the compiled (numba) kernels cannot run through mutmut's trampolines
         echo "do_not_mutate = [\"flodl_proto/reduce/_jit.py\"]"
-        echo "also_copy = [\"fuzz/\", \"spec/\"]"
+        # docs/: the decode tests read the hex dumps of docs/protocol.md
+        echo "also_copy = [\"fuzz/\", \"spec/\", \"docs/\"]"
         printf 'pytest_add_cli_args_test_selection = ['
         first=1
         for t in $tests; do
@@ -162,7 +173,7 @@ run_one() {
 
 if [ "$pkg" = all ]; then
     status=0
-    for p in codec reduce fsm; do run_one "$p" || status=1; done
+    for p in codec reduce fsm decode; do run_one "$p" || status=1; done
     exit $status
 fi
 run_one "$pkg"
