@@ -180,36 +180,129 @@ end
 -- for the whole stretch. The state runs on the first pass, in capture order; a packet seen again
 -- takes the state its first dissection started from (frame_start), kept only for the packets
 -- that began out of sync or inside a record.
+--
+-- Where TCP hands the segments themselves (no reassembly), a segment is placed by its TCP
+-- sequence number, not by the bytes counted before it: the direction remembers the state at the
+-- start and end of its recent segments, so a retransmission, or a segment captured after one that
+-- follows it, is read from the state at its sequence number without moving the direction's; a
+-- segment after bytes not captured continues the record going on if it ends past them, and
+-- otherwise may begin inside an unseen record (out of sync, without an expert info: TCP reports
+-- the gap). tcp.seq has no value on a pass without a tree (tshark -2's first): there the bytes
+-- are counted, and the second pass, in capture order, places the segments again by their
+-- sequence numbers (frame_redo).
 local frame_start = {}  -- frame number -> { len, sync, quiet, pend } at its segment's start
+local frame_redo = {}   -- the same, placed again on a later pass by sequence number
 local IN_SYNC = { sync = true }
+local f_tcp_seq = Field.new("tcp.seq")
+local SEQ_MOD = 4294967296
+local KEEP_STATES = 4096  -- states a direction keeps by sequence number (two generations of)
 
 local function direction_key(pinfo)
     return tostring(pinfo.src) .. "/" .. pinfo.src_port
 end
 
+-- a - b for two sequence numbers (modulo 2^32), signed
+local function seq_diff(a, b)
+    local d = (a - b) % SEQ_MOD
+    if d >= SEQ_MOD / 2 then d = d - SEQ_MOD end
+    return d
+end
+
+-- The sequence number of the segment's first byte, where TCP hands the segment itself (no
+-- reassembly) and tcp.seq has a value (the innermost TCP header's); else nil.
+local function segment_seq(pinfo)
+    if pinfo.can_desegment > 0 then return nil end
+    local all = { f_tcp_seq() }
+    local fi = all[#all]
+    return fi and fi.value or nil
+end
+
+local function copy_state(e) return { sync = e.sync, quiet = e.quiet, pend = e.pend } end
+
+-- the state a direction remembers at sequence number seq, or nil
+local function state_known(d, seq)
+    return (d.at and d.at[seq]) or (d.old and d.old[seq])
+end
+
+local function remember(d, seq, st, overwrite)
+    if not overwrite and state_known(d, seq) then return end
+    if not d.at or d.kept >= KEEP_STATES then d.old, d.at, d.kept = d.at, {}, 0 end
+    if d.at[seq] == nil then d.kept = d.kept + 1 end
+    d.at[seq] = st
+end
+
+-- The state at sequence number seq of a direction whose running state d ends at d.next.
+local function state_at(d, seq)
+    if seq == nil or d.next == nil or seq == d.next then return copy_state(d) end
+    local known = state_known(d, seq)
+    if known then return copy_state(known) end
+    local gap = seq_diff(seq, d.next)
+    local p = d.pend
+    if gap > 0 and p then  -- bytes not captured inside the record going on
+        local done = p.done + gap
+        if done < p.total then
+            return { sync = d.sync, quiet = d.quiet,
+                pend = { kind = p.kind, total = p.total, done = done } }
+        end
+        if done == p.total then return { sync = true } end
+    end
+    -- after bytes not captured, or inside bytes seen already but not at a segment's edge: where
+    -- a record starts is not known
+    return { sync = false, quiet = true }
+end
+
 -- The state this segment starts from, as a table of its own: sync (a record boundary), quiet (the
 -- stretch out of sync has had its expert info), pend (the record going on: kind, total, done
--- bytes); dir (first pass only) is the direction's running state.
+-- bytes); dir (while the state runs) is the direction's running state, seq the segment's
+-- sequence number (nil: bytes counted), start a copy of the state it starts from.
 local function segment_start(pinfo, conv, len)
+    local seq = segment_seq(pinfo)
+    local dirs
     if pinfo.visited then
-        local e = frame_start[pinfo.number]
-        if not e or e.len ~= len then e = IN_SYNC end  -- (a second call for the packet: in sync)
-        return { sync = e.sync, quiet = e.quiet, pend = e.pend }
+        local e = frame_redo[pinfo.number]
+        if e or not (conv.noseq and seq) then
+            e = e or frame_start[pinfo.number]
+            if not e or e.len ~= len then e = IN_SYNC end  -- (a second call for the packet)
+            return copy_state(e)
+        end
+        conv.redo = conv.redo or {}
+        dirs = conv.redo
+    else
+        if seq == nil and pinfo.can_desegment == 0 then conv.noseq = true end
+        conv.dirs = conv.dirs or {}
+        dirs = conv.dirs
     end
-    conv.dirs = conv.dirs or {}
     local key = direction_key(pinfo)
-    local d = conv.dirs[key]
-    if not d then d = {}; conv.dirs[key] = d end
-    if not d.sync or d.pend then
-        frame_start[pinfo.number] = { len = len, sync = d.sync, quiet = d.quiet, pend = d.pend }
+    local d = dirs[key]
+    if not d then d = {}; dirs[key] = d end
+    local st = state_at(d, seq)
+    if pinfo.visited then
+        frame_redo[pinfo.number] = { len = len, sync = st.sync, quiet = st.quiet, pend = st.pend }
+    elseif not st.sync or st.pend then
+        frame_start[pinfo.number] = { len = len, sync = st.sync, quiet = st.quiet, pend = st.pend }
     end
-    return { sync = d.sync, quiet = d.quiet, pend = d.pend, dir = d }
+    return { sync = st.sync, quiet = st.quiet, pend = st.pend, dir = d, seq = seq, start = st }
+end
+
+-- After the segment: its direction's running state moves to the segment's end, unless the
+-- segment ends at or before it (a retransmission, or one captured late).
+local function segment_end(s, len)
+    local d, seq = s.dir, s.seq
+    local st = { sync = s.sync, quiet = s.quiet, pend = s.pend }
+    if seq == nil then d.sync, d.quiet, d.pend = st.sync, st.quiet, st.pend; return end
+    local e = (seq + len) % SEQ_MOD
+    remember(d, seq, s.start, false)
+    remember(d, e, st, true)
+    if d.next == nil or seq_diff(e, d.next) > 0 then
+        d.sync, d.quiet, d.pend, d.next = st.sync, st.quiet, st.pend, e
+    end
 end
 
 function proto.init()
     convs = {}
     frame_conv = {}
     frame_start = {}
+    frame_redo = {}
 end
 
 local function current_version(conv)
@@ -1048,7 +1141,7 @@ local function dissect(tvb, pinfo, tree)
         if have < n then s.pend = { kind = record_kind(tvb, off, name), total = n, done = have } end
         off = off + have
     end
-    if s.dir then s.dir.sync, s.dir.quiet, s.dir.pend = s.sync, s.quiet, s.pend end
+    if s.dir then segment_end(s, len) end
     if #infos > 0 then
         -- TCP may call the dissector twice for one packet (a reassembled record, then the rest)
         local text = table.concat(infos, " | ")

@@ -95,6 +95,11 @@ class Capture:
                                                PSH | ACK, piece))
                 c.seq_s += len(piece)
 
+    def resend(self, index: int) -> None:
+        """Capture the packet at ``index`` again (a TCP retransmission: the same sequence number
+        and bytes)."""
+        self.packets.append(self.packets[index])
+
     def close(self, c: Connection) -> None:
         """FIN from both ends."""
         self.packets.append(tcp_packet(c.client, c.server, c.seq_c, c.seq_s, FIN | ACK))

@@ -1218,3 +1218,83 @@ def test_a_mux_record_above_the_ceiling_is_named_as_its_kind_names_it(
                     "kind=0x02 Control relay↔ctl"),
         head.format(frame_len, "kind=0x04 Broadcast ctl→relay ranks [0,1]")], msgs
     assert not any("rank=" in m for m in msgs), msgs
+
+
+def _retransmitted_and_reordered_capture() -> Capture:
+    """Reassembly off: upstream, a HostFrame's middle segment captured twice (retransmitted)
+    and, at the end, its first segment again; downstream, a Broadcast's last two segments
+    captured in reverse order (the last one ends with a DeclareDead)."""
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("h", [0, 1]), 2))
+    first = len(cap.packets)
+    cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, _FRAME_4K, SALT))
+             + _record(RankExit(1), 2))
+    assert len(cap.packets) == first + 3
+    cap.packets.insert(first + 2, cap.packets[first + 1])  # the middle segment, again
+    cap.send(mux, True, _record(RankExit(0), 2))
+    cap.send(mux, False, _record(HelloAck(), 2))
+    before = len(cap.packets)
+    cap.send(mux, False, b"".join(encode_frame_record(RecordKind.BROADCAST, _FRAME_4K, SALT))
+             + _record(DeclareDead(7), 2))
+    assert len(cap.packets) == before + 3
+    cap.packets[-1], cap.packets[-2] = cap.packets[-2], cap.packets[-1]
+    cap.send(mux, False, _record(DeclareDead(8), 2))
+    cap.resend(first)  # the HostFrame's first segment, late
+    cap.close(mux)
+    return cap
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("handed", ["TRUE", "FALSE"])
+def test_without_reassembly_retransmitted_and_reordered_segments_keep_the_records(
+        handed: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # the bytes of every segment handed over were counted, in capture order: a segment after
+    # one captured late took its place in the record (the DeclareDead at its end was shown as
+    # the Broadcast's bytes, and the next record too), a retransmission moved the record's end
+    # by its length, and a spurious one (TCP hands it over whatever the preference) started
+    # the record again; on tshark -2's second pass as on the first
+    pcap = tmp_path / "retransmitted.pcap"
+    pcap.write_bytes(_retransmitted_and_reordered_capture().pcap())
+    # TCP's "do not call subdissectors for error packets" (on by default) keeps the
+    # retransmission and the out-of-order segment from the dissector; off, it hands them over
+    prefs = {**REASSEMBLY_OFF, "tcp.no_subdissector_on_error": handed}
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    hf, bc = "continuation of HostFrame", "continuation of Broadcast"
+    shown = handed == "FALSE"
+    assert _listing(got[MUX_UP]) == [
+        ("ChannelMagic", []), ("Control", []), ("HostFrame", [CONTINUED]), (hf, []),
+        *[(hf, [])] * shown, (hf, []), ("Control", []), ("Control", []),
+        ("HostFrame", [CONTINUED])]
+    assert [r.get("rank") for r, _ in got[MUX_UP]][-3:-1] == [1, 0]
+    assert _listing(got[MUX_DOWN]) == [("Control", []), ("Broadcast", [CONTINUED]), (bc, []),
+                                       ("Control", []), *[(bc, [])] * shown, ("Control", [])]
+    assert [r.get("rank") for r, _ in got[MUX_DOWN]] == [
+        None, None, None, 7, *[None] * shown, 8]
+    # without a display filter, tshark -2's first pass builds no tree: TCP's fields (tcp.seq)
+    # have no value there, and the second pass places the segments
+    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
+                    "-e", "_ws.col.Info").splitlines()
+    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    assert [re.sub(r"^(\[TCP [^]]*\] )*", "", line) for line in info] == [
+        "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
+        "HostFrame relay→ctl (continues)",
+        "[continuation of HostFrame]",
+        # the retransmission: the same bytes read from the same place
+        *["[continuation of HostFrame]"] * shown,
+        "[continuation of HostFrame] | Control RankExit relay→ctl rank 1",
+        "Control RankExit relay→ctl rank 0",
+        "Control HelloAck ctl→relay",
+        "Broadcast ctl→relay (continues)",
+        "[continuation of Broadcast] | Control DeclareDead ctl→relay rank 7",
+        *["[continuation of Broadcast]"] * shown,  # the segment captured late
+        "Control DeclareDead ctl→relay rank 8",
+        "HostFrame relay→ctl (continues)"]  # the first segment again
+    tree = _tshark(pcap, lua, prefs, *passes, "-V")
+    # (each record's expert infos are the listings' above: the notes of the three records
+    # that continue, nothing else)
+    assert "Malformed" not in tree and "bytes that start no record" not in tree
+    assert tree.count("continuation of HostFrame (bytes 1461 to 2920 of 4064)") == 1 + shown
+    assert tree.count("continuation of Broadcast (bytes 2921 to 4064 of 4064)") == 1
+    assert tree.count("continuation of Broadcast (bytes 1461 to 2920 of 4064)") == shown
