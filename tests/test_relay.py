@@ -280,6 +280,35 @@ def test_world_size_disagreement_is_rejected_on_the_wire() -> None:
             relay.shutdown()
 
 
+def test_a_relay_with_a_larger_world_size_than_the_controller_s_is_refused_by_both() -> None:
+    """The relay's world size is not on the wire (Hello carries the host's ranks only): the
+    controller sees the mismatch only as a rank at or beyond its own world size, and ends the
+    run with upstream's error naming that rank and its world size; the relay, refused before
+    HelloAck, names --world-size among the likely causes. (A mismatch whose ranks all fall
+    inside the controller's world size cannot be seen by either side: a smaller relay world
+    size leaves the controller waiting for the ranks it names, a larger one runs as upstream
+    does.)"""
+    ctl = ReferenceController(2, SALT).start()
+    relay = Relay(ctl.address, [0, 1, 2], 3, SALT, listen_port=0, host="h0").start()
+    clients: list[RankClient] = []
+    try:
+        clients = _connect_all(relay, [0, 1, 2], 3)  # the relay checks 3, its own world size
+        err = relay.wait(30)
+        outcome = ctl.wait(30)
+    finally:
+        for c in clients:
+            c.close()
+        relay.shutdown()
+        ctl.shutdown(timeout=10)
+    assert outcome is not None and not outcome.clean and isinstance(outcome.error, InvalidValue)
+    assert str(outcome.error) == "cluster_controller: relay announced rank 2 >= world_size 2"
+    assert isinstance(err, TruncatedInput) and err.error_id == "relay.closed_before_helloack"
+    assert _why_failed(err).endswith(
+        "a rank outside the controller's world size, or a frame ceiling below 8 bytes (check "
+        "--protocol-version, --world-size and the salt on both sides, and the controller's "
+        "--frame-ceiling)")
+
+
 def test_rank_outside_the_host_set_is_rejected() -> None:
     """Upstream acks before checking the set; the relay then fails and closes the rank."""
     with FakeController() as ctrl:
