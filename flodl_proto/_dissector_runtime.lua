@@ -190,7 +190,10 @@ end
 -- the gap). tcp.seq has no value on a pass without a tree (tshark -2's first): there the bytes
 -- are counted, and the second pass, in capture order, places the segments again by their
 -- sequence numbers (frame_redo).
-local frame_start = {}  -- frame number -> { len, sync, quiet, pend } at its segment's start
+--
+-- Without reassembly, a record header cut by the end of its segment is kept (head) and completed
+-- from the direction's next segment.
+local frame_start = {}  -- frame number -> { len, sync, quiet, pend, head } at its start
 local frame_redo = {}   -- the same, placed again on a later pass by sequence number
 local IN_SYNC = { sync = true }
 local f_tcp_seq = Field.new("tcp.seq")
@@ -217,7 +220,9 @@ local function segment_seq(pinfo)
     return fi and fi.value or nil
 end
 
-local function copy_state(e) return { sync = e.sync, quiet = e.quiet, pend = e.pend } end
+local function copy_state(e)
+    return { sync = e.sync, quiet = e.quiet, pend = e.pend, head = e.head }
+end
 
 -- the state a direction remembers at sequence number seq, or nil
 local function state_known(d, seq)
@@ -253,7 +258,8 @@ end
 
 -- The state this segment starts from, as a table of its own: sync (a record boundary), quiet (the
 -- stretch out of sync has had its expert info), pend (the record going on: kind, total, done
--- bytes); dir (while the state runs) is the direction's running state, seq the segment's
+-- bytes), head (the bytes of a record header cut by the end of an earlier segment, no record
+-- going on); dir (while the state runs) is the direction's running state, seq the segment's
 -- sequence number (nil: bytes counted), start a copy of the state it starts from.
 local function segment_start(pinfo, conv, len)
     local seq = segment_seq(pinfo)
@@ -276,25 +282,32 @@ local function segment_start(pinfo, conv, len)
     local d = dirs[key]
     if not d then d = {}; dirs[key] = d end
     local st = state_at(d, seq)
+    local e = copy_state(st)
+    e.len = len
     if pinfo.visited then
-        frame_redo[pinfo.number] = { len = len, sync = st.sync, quiet = st.quiet, pend = st.pend }
-    elseif not st.sync or st.pend then
-        frame_start[pinfo.number] = { len = len, sync = st.sync, quiet = st.quiet, pend = st.pend }
+        frame_redo[pinfo.number] = e
+    elseif not st.sync or st.pend or st.head then
+        frame_start[pinfo.number] = e
     end
-    return { sync = st.sync, quiet = st.quiet, pend = st.pend, dir = d, seq = seq, start = st }
+    e = copy_state(st)
+    e.dir, e.seq, e.start = d, seq, st
+    return e
 end
 
 -- After the segment: its direction's running state moves to the segment's end, unless the
 -- segment ends at or before it (a retransmission, or one captured late).
 local function segment_end(s, len)
     local d, seq = s.dir, s.seq
-    local st = { sync = s.sync, quiet = s.quiet, pend = s.pend }
-    if seq == nil then d.sync, d.quiet, d.pend = st.sync, st.quiet, st.pend; return end
+    local st = copy_state(s)
+    if seq == nil then
+        d.sync, d.quiet, d.pend, d.head = st.sync, st.quiet, st.pend, st.head
+        return
+    end
     local e = (seq + len) % SEQ_MOD
     remember(d, seq, s.start, false)
     remember(d, e, st, true)
     if d.next == nil or seq_diff(e, d.next) > 0 then
-        d.sync, d.quiet, d.pend, d.next = st.sync, st.quiet, st.pend, e
+        d.sync, d.quiet, d.pend, d.head, d.next = st.sync, st.quiet, st.pend, st.head, e
     end
 end
 
@@ -993,6 +1006,20 @@ local function add_continuation(tvb, tree, s, infos)
     return n
 end
 
+-- A record header cut by the end of its segment (range r), without reassembly: kept (s.head) to
+-- be completed from the direction's next segment. before: bytes of it in earlier segments.
+local function add_head(r, tree, s, infos, before)
+    local rtree = tree:add(proto, r)
+    rtree:add(field("kind"), r, "Header"):set_generated()
+    local n = #before + r:len()
+    rtree:add_proto_expert_info(E.continued, string.format("record header continues in the next "
+        .. "segment: %d of its bytes so far (not reassembled)", n))
+    rtree:append_text(string.format(", record header cut by the segment's end (%d bytes so far)",
+        n))
+    infos[#infos + 1] = "[record header, continues]"
+    s.head = before .. r:raw()
+end
+
 -- Bytes that cannot be dissected (range r): one Malformed item with the expert info grp, why.
 local function add_malformed(r, tree, grp, why, infos)
     local rtree = tree:add(proto, r)
@@ -1000,6 +1027,39 @@ local function add_malformed(r, tree, grp, why, infos)
     rtree:add_proto_expert_info(grp, why)
     rtree:append_text(", " .. why)
     infos[#infos + 1] = "Malformed: " .. why
+end
+
+-- The start of a segment that completes the record header s.head: the header is framed from its
+-- bytes and this segment's, and the record (as far as this segment goes) is dissected from a
+-- buffer holding both (a data source of its own); its bytes in the next segments are its
+-- continuation. Returns the offset after the record's bytes in this segment.
+local function complete_head(tvb, pinfo, tree, conv, s, infos)
+    local head, len = s.head, tvb:len()
+    s.head = nil
+    local k = math.min(len, C.MUX_HEADER_LEN)
+    local htvb = ByteArray.new(head .. tvb:raw(0, k), true):tvb("flodl record header")
+    local name, n, why, grp = frame_pdu(htvb, 0, conv, true)
+    if name == nil then  -- still short of a header: all of this segment is more of it
+        add_head(tvb(), tree, s, infos, head)
+        return len
+    elseif name == false then
+        add_malformed(tvb(), tree, grp, why, infos)
+        s.sync, s.quiet = false, true
+        return len
+    end
+    local have = math.max(0, math.min(n - #head, len))
+    local kind = record_kind(htvb, 0, name)
+    local bytes = (have > 0 and (head .. tvb:raw(0, have)) or head):sub(1, n)
+    local rtvb = ByteArray.new(bytes, true):tvb("flodl " .. kind .. " record")
+    if why then
+        add_malformed(rtvb(), tree, grp, why, infos)
+    else
+        if #head + have < n then continuing = n end
+        infos[#infos + 1] = REC[name](rtvb, pinfo, tree, conv)
+        continuing = nil
+    end
+    if #head + have < n then s.pend = { kind = kind, total = n, done = #head + have } end
+    return have
 end
 
 -- Bytes out of sync that start no record: skipped, the first stretch's first with a warning.
@@ -1081,7 +1141,7 @@ local function dissect(tvb, pinfo, tree)
     continuing = nil
     local conv = conv_of(pinfo)
     local going_on = conv.dirs and conv.dirs[direction_key(pinfo)]
-    going_on = going_on and going_on.pend
+    going_on = going_on and (going_on.pend or going_on.head)
     if not pinfo.visited and (conv.http or conv.flodl) and len >= 4 and not going_on then
         -- a flodl record's start where HTTP was, or HTTP where flodl was: the ports were reused
         -- by a new connection (what a pass without tcp.stream cannot tell otherwise)
@@ -1099,23 +1159,22 @@ local function dissect(tvb, pinfo, tree)
     local infos = {}
     local off = 0
     if s.pend then off = add_continuation(tvb, tree, s, infos) end
+    if s.head then off = complete_head(tvb, pinfo, tree, conv, s, infos) end
     while off < len do
         local name, n, why, grp = frame_pdu(tvb, off, conv, s.sync)
         if name == nil and pinfo.can_desegment > 0 then
             pinfo.desegment_offset = off
             pinfo.desegment_len = n
             break
-        elseif not name and not s.sync then
+        elseif not name and not s.sync
+            and not (name == nil and len - off >= 4 and START[u32(tvb, off)]) then
             add_skipped(tvb, off, tree, s, infos)
             break
         elseif name == nil then
-            -- no reassembly possible: show what is there as truncated
-            local rtree = tree:add(proto, tvb(off))
-            rtree:add(field("kind"), tvb(off), "Truncated"):set_generated()
-            rtree:add_proto_expert_info(E.truncated, "truncated record: " .. (len - off)
-                .. " bytes, the record header needs more")
-            infos[#infos + 1] = "truncated record"
-            s.sync, s.quiet = false, true
+            -- no reassembly: the header (begun in sync, or with a record's magic) is completed
+            -- from the next segment's bytes
+            add_head(tvb(off), tree, s, infos, "")
+            s.sync, s.quiet = true, nil
             break
         elseif name == false then
             add_malformed(tvb(off), tree, grp, why, infos)

@@ -1298,3 +1298,43 @@ def test_without_reassembly_retransmitted_and_reordered_segments_keep_the_record
     assert tree.count("continuation of HostFrame (bytes 1461 to 2920 of 4064)") == 1 + shown
     assert tree.count("continuation of Broadcast (bytes 2921 to 4064 of 4064)") == 1
     assert tree.count("continuation of Broadcast (bytes 1461 to 2920 of 4064)") == shown
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("size", [10, 13, 24, 29])
+def test_without_reassembly_a_header_cut_by_its_segment_is_completed_from_the_next(
+        size: int, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # a record header cut by its segment's end was a truncated record (an error), and the
+    # direction skipped every segment up to the next that began a record: in segments of
+    # 10 to 29 bytes, all but a few records were lost
+    cap = _mux_capture_cut(3, size)
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    # the first segment ends 2 bytes into the first blob's length prefix
+    blobs = b"".join(encode_framed_round(_FRAME_4K, SALT)) * 2
+    cap.send(loop, True, encode_handshake(1, 4, 3) + blobs, (18, 1460))
+    cap.close(loop)
+    pcap = tmp_path / "cut.pcap"
+    pcap.write_bytes(cap.pcap())
+    got = tshark_records_args(pcap, lua, REASSEMBLY_OFF, *passes)
+    # the records (not continuations, cut headers or skipped bytes)
+    records = {label: [r for r, _ in recs if r.get("kind") not in (None, "Header")]
+               for label, recs in got.items()}
+    assert [r["kind"] for r in records[MUX_UP]] == [
+        "ChannelMagic", "Control", "HostFrame", "HostFrame", "HostFrame", "Control", "Control"]
+    assert records[MUX_UP][-1] == {"kind": "Control", "ranks": [1], "variant": "RankExit",
+                                   "rank": 1}
+    assert [r["kind"] for r in records[MUX_DOWN]] == [
+        "Control", "Broadcast", "Broadcast", "Broadcast"]
+    assert [r["kind"] for r in records[LOOP_UP]] == ["Handshake", "LenFramed", "LenFramed"]
+    # nothing but the notes of records (and headers) that go on in the next segments
+    assert {e for recs in got.values() for _, ex in recs for e in ex} == {CONTINUED}
+    headers = [r for recs in got.values() for r, _ in recs if r.get("kind") == "Header"]
+    assert len(headers) >= 3
+    info = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-T", "fields", "-e",
+                   "_ws.col.Info").splitlines()
+    assert "Handshake rank→relay rank 1 world 4 v3 | [record header, continues]" in info
+    assert "LenFramed rank→relay (continues)" in info
+    # the blob's first segment held 2 bytes of it, the next 1460: its bytes are numbered on
+    tree = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-V", "-Y", "tcp.port == 23460")
+    assert "continuation of LenFramed (bytes 1463 to 1480 of 4043)" in tree
