@@ -96,7 +96,8 @@ class FilterField:
 _DERIVED: tuple[tuple[str, str, str | None, str, str], ...] = (
     ("kind", "STRING", None, "Record",
      "record type: ChannelMagic, Handshake, HandshakeAck, LenFramed, or the mux record kind "
-     "(Data, Control, HostFrame, Broadcast)"),
+     "(Data, Control, HostFrame, Broadcast); Malformed for bytes that cannot be framed, Header "
+     "for a record header cut by its segment's end (no reassembly)"),
     ("direction", "STRING", None, "Direction",
      "who sends this record (rank→relay, relay→ctl, ...), from the spec or the connection"),
     ("rank", "UINT32", "DEC", "Rank",
