@@ -195,6 +195,7 @@ end
 -- from the direction's next segment.
 local frame_start = {}  -- frame number -> { len, sync, quiet, pend, head } at its start
 local frame_redo = {}   -- the same, placed again on a later pass by sequence number
+local frame_prev = {}   -- frame number -> the direction's previous one (0: none), bytes counted
 local IN_SYNC = { sync = true }
 local f_tcp_seq = Field.new("tcp.seq")
 local SEQ_MOD = 4294967296
@@ -263,10 +264,14 @@ end
 -- sequence number (nil: bytes counted), start a copy of the state it starts from.
 local function segment_start(pinfo, conv, len)
     local seq = segment_seq(pinfo)
+    local key = direction_key(pinfo)
     local dirs
     if pinfo.visited then
+        -- placed again only in capture order: right after the direction's previous segment
         local e = frame_redo[pinfo.number]
-        if e or not (conv.noseq and seq) then
+        local redo = conv.redo and conv.redo[key]
+        local prev = frame_prev[pinfo.number]
+        if e or not (seq and prev and prev == (redo and redo.last or 0)) then
             e = e or frame_start[pinfo.number]
             if not e or e.len ~= len then e = IN_SYNC end  -- (a second call for the packet)
             return copy_state(e)
@@ -274,13 +279,15 @@ local function segment_start(pinfo, conv, len)
         conv.redo = conv.redo or {}
         dirs = conv.redo
     else
-        if seq == nil and pinfo.can_desegment == 0 then conv.noseq = true end
         conv.dirs = conv.dirs or {}
         dirs = conv.dirs
     end
-    local key = direction_key(pinfo)
     local d = dirs[key]
     if not d then d = {}; dirs[key] = d end
+    if not pinfo.visited and seq == nil and pinfo.can_desegment == 0 then
+        frame_prev[pinfo.number] = d.last or 0  -- bytes counted: to be placed again
+    end
+    d.last = pinfo.number
     local st = state_at(d, seq)
     local e = copy_state(st)
     e.len = len
@@ -316,6 +323,7 @@ function proto.init()
     frame_conv = {}
     frame_start = {}
     frame_redo = {}
+    frame_prev = {}
 end
 
 local function current_version(conv)
