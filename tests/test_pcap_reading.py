@@ -1,0 +1,229 @@
+"""``flodl_proto.pcap`` piece by piece: every link layer it understands, IPv6 endpoints, TCP
+reassembly without a SYN and across sequence-number halves, packets it skips, and the exact
+boundaries between a capture cut short and a corrupt one.
+
+Captures are written here byte by byte (libpcap) or with dpkt's writer (pcapng).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+
+from flodl_proto.pcap import CaptureTruncated, PcapError, _Watched, read_tcp_streams
+
+SYN, ACK, PSH = 0x02, 0x10, 0x08
+PORT = 1337
+
+
+def _tcp(sport: int, dport: int, seq: int, flags: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, 0, 5 << 4, flags, 65535,
+                       0, 0) + payload
+
+
+def _ip4(src: str, dst: str, tcp: bytes, proto: int = 6) -> bytes:
+    def a(x: str) -> bytes:
+        return bytes(int(p) for p in x.split("."))
+
+    return struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0, 64, proto, 0, a(src),
+                       a(dst)) + tcp
+
+
+def _ip6(src: int, dst: int, tcp: bytes) -> bytes:
+    return struct.pack(">IHBB16s16s", 6 << 28, len(tcp), 6, 64, src.to_bytes(16, "big"),
+                       dst.to_bytes(16, "big")) + tcp
+
+
+def _eth(ip: bytes, ethertype: int = 0x0800) -> bytes:
+    return b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01" + struct.pack(">H", ethertype) + ip
+
+
+def _pcap(linktype: int, packets: list[bytes], *, snaplen: int = 65535) -> bytes:
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, linktype)
+    for i, p in enumerate(packets):
+        out += struct.pack("<IIII", 1_700_000_000 + i, 0, len(p), len(p)) + p
+    return out
+
+
+def _up(seq: int, flags: int = PSH | ACK, payload: bytes = b"") -> bytes:
+    return _ip4("10.0.0.2", "10.0.0.1", _tcp(40001, PORT, seq, flags, payload))
+
+
+# -------------------------------------------------------------------------------------------------
+# link layers and endpoints
+# -------------------------------------------------------------------------------------------------
+def _sll(ip: bytes) -> bytes:
+    return struct.pack(">HHH8sH", 0, 1, 6, b"\x02\x00\x00\x00\x00\x02\x00\x00", 0x0800) + ip
+
+
+def _sll2(ip: bytes) -> bytes:
+    return struct.pack(">HHIHBB8s", 0x0800, 0, 1, 1, 0, 6, b"\x02\x00\x00\x00\x00\x02\x00\x00"
+                       ) + ip
+
+
+@pytest.mark.parametrize(("linktype", "wrap"), [
+    (1, _eth),
+    (0, lambda ip: struct.pack("<I", 2) + ip),    # BSD loopback, host order
+    (108, lambda ip: struct.pack(">I", 2) + ip),  # OpenBSD loopback
+    (113, _sll),
+    (276, _sll2),
+    (101, lambda ip: ip), (12, lambda ip: ip), (14, lambda ip: ip), (228, lambda ip: ip),
+])
+def test_every_link_layer_carries_the_stream(linktype: int, wrap: object) -> None:
+    assert callable(wrap)
+    packets = [wrap(_up(99, SYN)), wrap(_up(100, payload=b"abc")), wrap(_up(103, payload=b"de"))]
+    (st,) = read_tcp_streams(_pcap(linktype, packets), PORT)
+    assert (st.src, st.dst, st.data, st.gap, st.syn_seen, st.packets) == (
+        "10.0.0.2:40001", "10.0.0.1:1337", b"abcde", False, True, 3)
+
+
+def test_ipv6_endpoints_are_bracketed() -> None:
+    tcp = _tcp(40001, PORT, 7, PSH | ACK, b"v6")
+    for linktype, pkt in ((229, _ip6(1, 2, tcp)), (101, _ip6(1, 2, tcp)),
+                          (1, _eth(_ip6(1, 2, tcp), 0x86DD))):
+        (st,) = read_tcp_streams(_pcap(linktype, [pkt]), PORT)
+        assert (st.src, st.dst, st.label, st.data) == ("[::1]:40001", "[::2]:1337",
+                                                       "[::1]:40001 -> [::2]:1337", b"v6")
+
+
+def test_an_unsupported_link_layer_is_named() -> None:
+    with pytest.raises(PcapError) as ei:
+        read_tcp_streams(_pcap(147, [_up(1, payload=b"x")]), PORT)
+    assert str(ei.value) == "unsupported link-layer type 147"
+
+
+def test_packets_that_carry_no_tcp_of_the_port_are_skipped_not_the_end() -> None:
+    skipped = [
+        _eth(b"\x00" * 28, 0x0806),                    # ARP: no IP layer
+        _eth(b"\x00" * 20, 0x88B5),                    # an ethertype dpkt does not know
+        _eth(_ip4("10.0.0.2", "10.0.0.1", b"\x00" * 8, proto=17)),  # UDP
+        _eth(_ip4("10.0.0.2", "10.0.0.3", _tcp(40001, 80, 1, PSH | ACK, b"web"))),
+    ]
+    packets = [*skipped, _eth(_up(100, payload=b"abc")), *skipped, _eth(_up(103, payload=b"d"))]
+    (st,) = read_tcp_streams(_pcap(1, packets), PORT)
+    assert (st.data, st.packets, st.syn_seen) == (b"abcd", 2, False)
+    raw = [b"", b"\x45", b"\x10" * 30, _up(100, payload=b"abc")]  # empty, cut IP header, no IP
+    (st,) = read_tcp_streams(_pcap(101, raw), PORT)
+    assert (st.data, st.packets) == (b"abc", 1)
+    loop = [b"\x02\x00", _up(100, payload=b"abc")]  # a loopback header cut short
+    (st,) = read_tcp_streams(_pcap(0, [loop[0], struct.pack("<I", 2) + loop[1]]), PORT)
+    assert st.data == b"abc"
+
+
+# -------------------------------------------------------------------------------------------------
+# reassembly
+# -------------------------------------------------------------------------------------------------
+def _stream(packets: list[bytes]) -> tuple[bytes, bool, bool, int]:
+    (st,) = read_tcp_streams(_pcap(101, packets), PORT)
+    return st.data, st.gap, st.syn_seen, st.packets
+
+
+def test_a_stream_without_its_syn_starts_at_its_lowest_sequence_number() -> None:
+    assert _stream([_up(500, payload=b"xyz")]) == (b"xyz", False, False, 1)
+    # captured out of order: the first segment seen is not the first of the stream
+    assert _stream([_up(503, payload=b"def"), _up(500, payload=b"abc"),
+                    _up(506, payload=b"g")]) == (b"abcdefg", False, False, 3)
+    # across the wrap of the 32-bit sequence numbers
+    assert _stream([_up(0, payload=b"cd"), _up(0xFFFFFFFE, payload=b"ab")]) == (
+        b"abcd", False, False, 2)
+
+
+def test_a_segment_half_the_sequence_space_away_counts_as_before_the_first() -> None:
+    # 2**31 bytes apart: the later-captured segment is taken as the earlier one, and the stream
+    # stops at the hole after it
+    assert _stream([_up(1000, payload=b"A"), _up(1000 + (1 << 31), payload=b"B")]) == (
+        b"B", True, False, 2)
+    assert _stream([_up(1000, payload=b"A"), _up(1000 + (1 << 31) - 1, payload=b"B")]) == (
+        b"A", True, False, 2)
+
+
+def test_with_its_syn_seen_a_stream_starts_after_it() -> None:
+    # the first data segment was not captured: a hole at the start, nothing to show
+    assert _stream([_up(99, SYN), _up(103, payload=b"def")]) == (b"", True, True, 2)
+    # captured out of order after the SYN
+    assert _stream([_up(99, SYN), _up(103, payload=b"def"), _up(100, payload=b"abc")]) == (
+        b"abcdef", False, True, 3)
+    # retransmissions, one of them overlapping the next segment
+    assert _stream([_up(99, SYN), _up(100, payload=b"abc"), _up(100, payload=b"abc"),
+                    _up(101, payload=b"bcde"), _up(103, payload=b"de")]) == (
+        b"abcde", False, True, 5)
+
+
+# -------------------------------------------------------------------------------------------------
+# not a capture, cut short or corrupt
+# -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("data", [b"", b"\x00\x00", bytes(30), b"not a capture at all, is it?"])
+def test_data_that_is_no_capture_is_no_truncated_capture(data: bytes) -> None:
+    with pytest.raises(PcapError) as ei:
+        read_tcp_streams(data, PORT)
+    assert type(ei.value) is PcapError
+    assert str(ei.value).startswith("not a libpcap or pcapng capture: ")
+
+
+def test_a_truncated_capture_starts_with_no_streams() -> None:
+    e = CaptureTruncated(10, 0)
+    assert (e.size, e.complete, e.streams) == (10, 0, [])
+
+
+def _record_header_only(incl_len: int, snaplen: int = 65535) -> bytes:
+    return _pcap(101, [], snaplen=snaplen) + struct.pack("<IIII", 1, 0, incl_len, incl_len)
+
+
+def test_a_libpcap_record_header_at_the_very_end_is_judged_by_its_length() -> None:
+    with pytest.raises(PcapError) as ei:
+        read_tcp_streams(_record_header_only(300000), PORT)
+    assert type(ei.value) is PcapError
+    assert str(ei.value) == ("capture is corrupt: the packet record at byte 24 claims 300000 "
+                             "bytes, more than the capture's snaplen 65535")
+    with pytest.raises(PcapError) as ei:
+        read_tcp_streams(_record_header_only(0x80000000), PORT)
+    assert str(ei.value) == ("capture is corrupt: the packet record at byte 24 claims "
+                             "2147483648 bytes, more than the capture's snaplen 65535")
+    for incl_len, snaplen in ((262144, 65535), (300000, 0x80000000)):
+        # libpcap's largest packet, and a length under a (large) snaplen: a cut
+        with pytest.raises(CaptureTruncated) as ti:
+            read_tcp_streams(_record_header_only(incl_len, snaplen), PORT)
+        assert (ti.value.size, ti.value.complete) == (40, 24)
+
+
+def _pcapng(tail: bytes = b"") -> tuple[bytes, int]:
+    import dpkt
+
+    buf = io.BytesIO()
+    writer = dpkt.pcapng.Writer(buf, linktype=101)
+    writer.writepkt(_up(100, payload=b"abc"), ts=1)
+    return buf.getvalue() + tail, len(buf.getvalue())
+
+
+def test_a_pcapng_block_header_at_the_very_end_is_judged_by_its_length() -> None:
+    for length, corrupt in ((8, True), (0x80000000, True), (12, False), (16, False)):
+        ng, end = _pcapng(struct.pack("<II", 6, length))
+        if corrupt:
+            with pytest.raises(PcapError) as ei:
+                read_tcp_streams(ng, PORT)
+            assert type(ei.value) is PcapError
+            assert str(ei.value) == (
+                f"capture is corrupt: the block at byte {end} claims a total length of {length} "
+                "bytes (a block is 12 to 393248 bytes, a multiple of 4)")
+        else:
+            with pytest.raises(CaptureTruncated) as ti:
+                read_tcp_streams(ng, PORT)
+            assert (ti.value.size, ti.value.complete) == (end + 8, end)
+            assert [st.data for st in ti.value.streams] == [b"abc"]
+
+
+def test_a_pcapng_ending_in_a_block_of_12_bytes_is_whole() -> None:
+    ng, _end = _pcapng(struct.pack("<III", 0x0BAD, 12, 12))
+    assert [st.data for st in read_tcp_streams(ng, PORT)] == [b"abc"]
+
+
+def test_the_watched_reader_notes_short_reads_and_seeks_as_asked() -> None:
+    w = _Watched(b"abcdef")
+    assert w.read(6) == b"abcdef" and not w.short
+    assert w.read(1) == b"" and w.short
+    assert w.seek(3) == 3 and not w.short
+    assert w.read(2) == b"de"
+    assert w.seek(-2, 2) == 4 and w.read() == b"ef" and not w.short
+    assert w.read(0) == b"" and not w.short
