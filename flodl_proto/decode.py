@@ -439,7 +439,8 @@ class _Decoder:
     def _cut_in_header(self, leg: Leg) -> None:
         """The input ends inside the header of the record after the last whole one (the
         ``*_or_eos`` readers' clean end): raise the capture's end, or the bad magic the bytes
-        present already show."""
+        present already show. Mux and loopback legs only: :meth:`_frames` reports a cut frame
+        header itself (its extent check parses the cut frame), so it never stops short."""
         pos = self.report.end
         got = len(self.mv) - pos
         if leg == "mux":
@@ -448,11 +449,9 @@ class _Decoder:
                                                 expected=MUX_RECORD_MAGIC))
             raise _Stop(pos, protocol_error("mux.header_read_failed", got=got,
                                             need=MUX_HEADER_LEN), ended=True)
-        if leg == "loopback":  # a u32 length prefix: no magic to check
-            raise _Stop(pos, protocol_error("len.prefix_read_failed", got=got,
-                                            need=LEN_PREFIX_LEN), ended=True)
-        raise _Stop(pos, protocol_error("frame.header_read_failed", got=got,
-                                        need=ROUND_FRAME_HEADER_LEN), ended=True)
+        # loopback: a u32 length prefix, no magic to check
+        raise _Stop(pos, protocol_error("len.prefix_read_failed", got=got,
+                                        need=LEN_PREFIX_LEN), ended=True)
 
     # -- mux leg ---------------------------------------------------------------------------------
     def _mux(self) -> None:
