@@ -6,10 +6,14 @@ Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
 Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr (``flodl-proto COMMAND:
 interrupted``) and exit 130, also while the command's modules are still being imported (commands
 that stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves once
-running), and output piped into a reader that stops early (``flodl-proto decode cap.bin | head
--1``) ends the command quietly with exit 141 (128 + SIGPIPE, as a shell reports ``git log |
-head``). A stdout that cannot be written (``> /dev/full``) is one line on stderr (``flodl-proto
-COMMAND: error: cannot write output: ...``) and exit 1, for ``--help`` and ``--version`` too.
+running). For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C
+from the start of :func:`main` (before the parser and the command's modules are imported) until
+the command handles it itself, and again once it has restored the previous handler; for the other
+commands it keeps its default until they handle it, if they do. Output piped into a reader that
+stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141
+(128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written (``>
+/dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``) and
+exit 1, for ``--help`` and ``--version`` too.
 Before the command line is parsed (``--help``, a usage error), the prefix is ``flodl-proto``.
 
 Start-up stays cheap: this module and the command modules import only the standard library and the
@@ -28,6 +32,7 @@ failed``) keep the logging format, ``DATE TIME LEVEL LOGGER: MESSAGE``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -35,18 +40,22 @@ import pkgutil
 import select
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import __version__
 from ._oserr import os_reason
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "AnyCase", "build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "AnyCase", "build_parser", "interrupts_held",
+           "main"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
 #: exit code when the reader of stdout went away (128 + SIGPIPE)
 EXIT_BROKEN_PIPE = 141
+#: the commands that promise exit 130 and one line for SIGTERM as for Ctrl-C (``conform``,
+#: ``demo``): SIGTERM is a Ctrl-C for them from the start (see :func:`main`)
+_SIGTERM_AS_CTRL_C = frozenset({"conform", "demo"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -167,12 +176,27 @@ def _log_level_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``flodl-proto`` console script; returns the exit code."""
+    """Entry point of the ``flodl-proto`` console script; returns the exit code.
+
+    For the commands of :data:`_SIGTERM_AS_CTRL_C` (``conform``, ``demo``), found in ``argv``
+    before anything is imported, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so a SIGTERM
+    that arrives while the parser and the command's modules load (about a second, before the
+    command installs its own handler) is one line and exit 130, not a silent exit 143; the
+    command restores this handler when it removes its own. The previous SIGTERM handler is put
+    back when :func:`main` returns."""
     prog = ["flodl-proto"]  # the command's, once the command line is parsed
+    previous: Any = _UNSET
+    if _command_word(sys.argv[1:] if argv is None else argv) in _SIGTERM_AS_CTRL_C:
+        try:
+            previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+        except ValueError:  # not the main thread: no signal handlers there
+            pass
     try:  # everything beyond the standard library is imported in here, so Ctrl-C is one line
         return _main(argv, prog)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
+        if previous is not _UNSET:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nor a second SIGTERM
         _stdout_gone()
         print(f"{prog[0]}: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
@@ -185,6 +209,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
         print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1
+    finally:
+        if previous is not _UNSET:  # None: a handler not set from Python, taken as the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+#: no SIGTERM handler was installed by :func:`main`
+_UNSET: Any = object()
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM while the block runs, then deliver them to the handlers
+    in place before it (for ``conform`` and ``demo`` both raise KeyboardInterrupt; a SIGTERM
+    still at its default ends the process). For the imports of NumPy and the codec: an
+    extension module whose import is interrupted prints the traceback itself and raises an
+    ImportError (ml_dtypes: ``numpy._core.multiarray failed to import``), where Ctrl-C should be
+    one line. Nothing is held outside the main thread (no signal handler runs there)."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    try:
+        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():  # None: not set from Python, taken as the default
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
+
+
+def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM handler of :func:`main` for ``conform`` and ``demo``: as Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+def _command_word(args: Sequence[str]) -> str | None:
+    """The command named in ``args``, found before the parser is built: the first word that is
+    neither an option nor the value of the top-level ``--log-level`` (or of an abbreviation of
+    it, as argparse takes); None when there is none."""
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            return next(words, None)
+        if not word.startswith("-"):
+            return word
+        if "=" not in word and len(word) > 2 and "--log-level".startswith(word):
+            next(words, None)  # its value
+    return None
 
 
 def _stdout_gone() -> bool:

@@ -16,16 +16,18 @@ after a bound) and records its exit status. One line per case, a summary by doc 
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
 ``--json`` report cannot be written (first written once the command line is checked and the
 catalogue loaded, before the codec is imported and the first case runs, as an interrupted run
-of no case, so a kit stopped early leaves no earlier run's report), 2 for a bad
-command line, a ``--launch`` command that cannot be started included (no such program, not
-executable: one line naming it and the OS error, and no case runs). A target that does not
+of no case, or as the kit stops when Ctrl-C or SIGTERM arrives before that, so a kit stopped
+once its command line is parsed leaves no earlier run's report), 2 for a bad command line, a
+``--launch`` command that cannot be started included (no such program, not executable: one line
+naming it and the OS error, and no case runs). A target that does not
 start (it exits, or does not listen within 20 s) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
 one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
-files and ends the kit with exit 130. The reports of a run that stopped early hold the cases that
-ended and list the others as not run, with the reason (JUnit: skipped; JSON: ``not_run``, and
-``interrupted`` true when the kit was interrupted). CMD may span lines: a backslash at the end
-of a line joins it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing
+files and ends the kit with exit 130 and one line, also while its modules load. The reports
+of a run that stopped early hold the cases that ended and list the others as not run, with the
+reason (JUnit: skipped; JSON: ``not_run``, and ``interrupted`` true when the kit was
+interrupted). CMD may span lines: a backslash at the end of a line joins it to the next, as in
+a shell script. ``docs --check``: 0 up to date, 1 missing
 or out of date, 2 when PATH cannot be read.
 """
 
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
-from ..cli import AnyCase
+from ..cli import AnyCase, interrupts_held
 from ..errors import ProtocolError
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
@@ -175,15 +177,34 @@ def _list(runs: list[tuple[Case, int]], skipped: list[tuple[Case, str]]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    role = str(args.role)
+    runs: list[tuple[Case, int]] = []
+    skipped: list[tuple[Case, str]] = []
+    try:
+        prepared = _prepare(args, role, runs, skipped)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (as Ctrl-C until _play sets its handler)
+        if not args.list and (args.junit or args.json):  # they say so, not an earlier run
+            _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True)
+        raise
+    if prepared is not None:
+        return prepared
+    return _play(args, role, runs, skipped)
+
+
+def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
+             skipped: list[tuple[Case, str]]) -> int | None:
+    """Check the command line, load the catalogue, select the cases into ``runs`` and
+    ``skipped``, and write the first reports (interrupted, no case run); the exit code when the
+    command ends here (a usage error, ``--list``, a report that cannot be written), else None.
+    """
     # the catalogue, the command's checks and the first reports import no codec: the slow
     # imports (the player and the codec with NumPy and ml_dtypes, rich's progress) come after
     # the first write, so a kit stopped while they load leaves no earlier run's report either
     from ..conform.catalogue import CatalogueError, load_catalogue, select_cases
     from ..conform.target import fill_placeholders
 
-    role = str(args.role)
     try:
-        timeout_scale = check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
+        check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     except ProtocolError as e:
         return _usage(str(e), args)
     if args.jobs < 1:
@@ -194,8 +215,10 @@ def _run(args: argparse.Namespace) -> int:
         return _usage(f"catalogue: {e}", args)
     versions = sorted(set(args.versions or SUPPORTED_VERSIONS))
     level = args.level.upper() if args.level else None
-    runs, skipped = select_cases(catalogue, role=role, versions=versions, patterns=args.cases,
-                                 level=level, port_mux=args.port_mux)
+    selected, not_selected = select_cases(catalogue, role=role, versions=versions,
+                                          patterns=args.cases, level=level,
+                                          port_mux=args.port_mux)
+    runs[:], skipped[:] = selected, not_selected
     if args.list:  # a selection of no case is the same usage error as for a run
         return _list(runs, skipped) if runs else _usage("no case selected", args)
     if not args.launch:
@@ -211,24 +234,33 @@ def _run(args: argparse.Namespace) -> int:
     # before any case runs, and a kit stopped from here on leaves no earlier run's report
     if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
         return 1
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    return None
 
-    from ..conform.player import KitSettings
-    from ..conform.report import (
-        RunInterrupted,
-        TargetNeverStarted,
-        case_line,
-        exit_code,
-        run_cases,
-        summary_by_section,
-    )
-    from ..conform.target import LaunchedTarget, TargetLaunchError
+
+def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
+          skipped: list[tuple[Case, str]]) -> int:
+    """Run the selected cases (the first reports are written), print their lines and the
+    summary, write the final reports; the exit code."""
+    timeout_scale = check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
+    with interrupts_held():  # the codec's extension modules load: Ctrl-C after, as one line
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        from ..conform.player import KitSettings
+        from ..conform.report import (
+            RunInterrupted,
+            TargetNeverStarted,
+            case_line,
+            exit_code,
+            run_cases,
+            summary_by_section,
+        )
+        from ..conform.target import LaunchedTarget, TargetLaunchError
 
     settings = KitSettings(timeout_scale=timeout_scale)
     console = rich_console(stderr=False, highlight=False, soft_wrap=True)

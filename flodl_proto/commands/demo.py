@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from .._oserr import os_reason
+from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
 from ..spec import (
@@ -488,10 +489,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     console = rich_console()  # here: usage errors skip rich
     console.print(salt_note, markup=False, highlight=False, soft_wrap=True)
-    groups = partition(args.world_size, args.hosts)
     with tempfile.TemporaryDirectory(prefix="flodl-demo-") as tmp:
         trace = Path(tmp) / "stages.tsv"
-        return _run_cluster(args, console, groups, kill, _Cluster(salt_hex, trace), trace)
+        with interrupts_held():  # NumPy and the codec load here: Ctrl-C after, as one line
+            groups = partition(args.world_size, args.hosts)
+            cluster = _Cluster(salt_hex, trace)  # starts no process
+        return _run_cluster(args, console, groups, kill, cluster, trace)
 
 
 def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[int]],

@@ -1,0 +1,183 @@
+"""SIGTERM of the commands that promise exit 130 and one line for it (``conform``, ``demo``), from
+their start: while the parser and the command's modules load, before the command installs its own
+handler (a SIGTERM then ended them with exit 143 and nothing on stderr), in subprocesses; the
+other commands keep SIGTERM's default until they handle it themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
+
+#: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, with an
+#: import hook that sends SIGTERM to this process when the module ``sys.argv[1]`` is first
+#: looked for (as a SIGTERM that arrives while it loads; once: an import interrupted so is
+#: looked for again); the CLI's own arguments follow
+_SIGTERM_AT_IMPORT = """
+import importlib.abc, os, signal, sys
+from importlib.metadata import entry_points
+
+class Terminate(importlib.abc.MetaPathFinder):
+    sent = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+TARGET = sys.argv[1]
+sys.argv = ["flodl-proto", *sys.argv[2:]]
+(ep,) = entry_points(group="console_scripts", name="flodl-proto")
+sys.meta_path.insert(0, Terminate())
+sys.exit(ep.load()())
+"""
+
+_CONFORM = ("conform", "controller", "--version", "2", "--cases", "controller.round.*")
+
+
+def _conform_args(tmp_path: Path) -> tuple[str, ...]:
+    target = tmp_path / "target.py"  # never listens: a case would wait for it
+    target.write_text("import time\ntime.sleep(60)\n")
+    return (*_CONFORM, "--launch", f"{sys.executable} {target} {{port}}",
+            "--json", str(tmp_path / "r.json"))
+
+
+def _targets_left(tmp_path: Path) -> list[str]:
+    """The command lines of the processes still running a target of ``tmp_path``."""
+    left = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if f"{tmp_path}/target.py" in cmdline and "--launch" not in cmdline:
+            left.append(cmdline)
+    return left
+
+
+def _report(tmp_path: Path) -> dict[str, object]:
+    doc: dict[str, object] = json.loads((tmp_path / "r.json").read_text())
+    return doc
+
+
+@pytest.mark.parametrize(("module", "prog", "selected"), [
+    ("flodl_proto.spec", "flodl-proto", None),  # while the parser is built
+    # after the command line is parsed, while the command's first modules load
+    ("flodl_proto.conform.catalogue", "flodl-proto conform controller", False),
+    # the first reports written, while the codec loads; and while NumPy's extension loads
+    # (under ml_dtypes': interrupted there, it printed a traceback and an ImportError)
+    ("flodl_proto.codec", "flodl-proto conform controller", True),
+    ("numpy._core.multiarray", "flodl-proto conform controller", True),
+])
+def test_sigterm_while_conform_loads_is_one_line_and_130(module: str, prog: str,
+                                                         selected: bool | None,
+                                                         tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"interrupted": False, "passed": 95}))  # an earlier run's
+    res = subprocess.run([sys.executable, "-c", _SIGTERM_AT_IMPORT, module,
+                          *_conform_args(tmp_path)], capture_output=True, text=True, timeout=90)
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", f"{prog}: interrupted\n")
+    assert _targets_left(tmp_path) == []
+    if selected is None:  # the report's path was not known yet
+        return
+    doc = _report(tmp_path)  # the earlier run's report is gone
+    assert (doc["interrupted"], doc["results"], doc["passed"]) == (True, [], 0)
+    not_run = doc["not_run"]
+    assert isinstance(not_run, list) and bool(not_run) is selected
+    assert {r["reason"] for r in not_run} <= {"not run: the kit was interrupted"}
+
+
+@pytest.mark.parametrize(("module", "prog"), [
+    ("flodl_proto.spec", "flodl-proto"),  # while the parser is built
+    ("rich", "flodl-proto demo"),  # once parsed, as the demo starts (before its cluster)
+    ("numpy._core.multiarray", "flodl-proto demo"),  # NumPy and the codec load
+    ("ml_dtypes", "flodl-proto demo"),
+])
+def test_sigterm_while_the_demo_loads_is_one_line_and_130(module: str, prog: str) -> None:
+    res = subprocess.run([sys.executable, "-c", _SIGTERM_AT_IMPORT, module, "demo",
+                          "--no-progress", "--world-size", "1", "--hosts", "1"],
+                         capture_output=True, text=True, timeout=90)
+    assert (res.returncode, res.stderr) == (130, f"{prog}: interrupted\n")
+    assert res.stdout in ("", "session salt: random, not kept (--salt-file PATH keeps it for "
+                              "decode --salt-file PATH)\n")  # printed before NumPy loads
+
+
+@pytest.mark.parametrize(("module", "args"), [
+    ("flodl_proto.spec", ("controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                          "--salt", SALT_HEX)),
+    ("flodl_proto.runner.controller", ("controller", "--listen", "127.0.0.1:0",
+                                       "--world-size", "1", "--salt", SALT_HEX)),
+    ("flodl_proto.spec", ("relay", "--controller", "127.0.0.1:9", "--ranks", "0",
+                          "--world-size", "1", "--salt", SALT_HEX)),
+    ("flodl_proto.spec", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
+                          "--salt", SALT_HEX)),
+    ("flodl_proto.spec", ("--log-level", "conform", "decode", "-")),  # conform: a level there
+], ids=["controller-parsing", "controller-loading", "relay", "rank", "decode"])
+def test_other_commands_keep_sigterm_s_default_until_they_handle_it(
+        module: str, args: tuple[str, ...]) -> None:
+    """controller and relay stop cleanly on SIGTERM once running, with their own handler; before
+    it, and for the other commands, SIGTERM ends the process as it did."""
+    res = subprocess.run([sys.executable, "-c", _SIGTERM_AT_IMPORT, module, *args],
+                         capture_output=True, text=True, timeout=90, input="")
+    assert (res.returncode, res.stdout, res.stderr) == (-signal.SIGTERM, "", "")
+
+
+#: run in a fresh interpreter: the CLI, saying on stderr when it starts to build its parser
+#: (once :func:`flodl_proto.cli.main` has set its handlers)
+_SAYS_WHEN_IT_PARSES = """
+import os, sys
+from flodl_proto import cli
+
+build = cli.build_parser
+
+def says_it_builds():
+    os.write(2, b"building the parser\\n")
+    return build()
+
+cli.build_parser = says_it_builds
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
+def test_sigterm_of_conform_at_any_time_is_one_line_and_130(delay: float,
+                                                            tmp_path: Path) -> None:
+    """Whenever it arrives (while the modules load, before the kit's handler is set, or while
+    the first cases wait for their targets), SIGTERM ends the kit with one line and exit 130,
+    leaves no target running and, once the command line is parsed, the report says: interrupted.
+    """
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"interrupted": False, "passed": 95}))
+    p = subprocess.Popen([sys.executable, "-c", _SAYS_WHEN_IT_PARSES, *_conform_args(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr is not None
+        assert p.stderr.readline() == "building the parser\n"
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert err in ("flodl-proto: interrupted\n", "flodl-proto conform controller: interrupted\n")
+    assert "PASS" not in out and "FAIL" not in out
+    for _ in range(100):  # the kit signalled its targets; they end at once
+        if not _targets_left(tmp_path):
+            break
+        time.sleep(0.05)
+    assert _targets_left(tmp_path) == []
+    if err.startswith("flodl-proto conform controller"):
+        assert _report(tmp_path)["interrupted"] is True
