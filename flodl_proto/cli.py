@@ -9,7 +9,9 @@ that stop cleanly on a signal, such as ``controller`` and ``relay``, handle it t
 running). For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C
 from the start of :func:`main` (before the parser and the command's modules are imported) until
 the command handles it itself, and again once it has restored the previous handler; for the other
-commands it keeps its default until they handle it, if they do. Output piped into a reader that
+commands it keeps its default until they handle it, if they do. While NumPy and the codec load,
+every command holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as soon as they
+have loaded. Output piped into a reader that
 stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141
 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written (``>
 /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``) and
@@ -222,7 +224,8 @@ _UNSET: Any = object()
 def interrupts_held() -> Iterator[None]:
     """Hold Ctrl-C (SIGINT) and SIGTERM while the block runs, then deliver them to the handlers
     in place before it (for ``conform`` and ``demo`` both raise KeyboardInterrupt; a SIGTERM
-    still at its default ends the process). For the imports of NumPy and the codec: an
+    still at its default ends the process, as for the other commands before they set their
+    own handler). For the imports of NumPy and the codec, by every command that runs them: an
     extension module whose import is interrupted prints the traceback itself and raises an
     ImportError (ml_dtypes: ``numpy._core.multiarray failed to import``), where Ctrl-C should be
     one line. Nothing is held outside the main thread (no signal handler runs there)."""
@@ -317,8 +320,9 @@ def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
     prog[0] = _command_prog(args)
     kernels = os.environ.get("FLODL_PROTO_KERNELS", "")
     if kernels.strip():  # unset or empty is auto: nothing to check, and NumPy not imported
-        from .errors import LocalProtocolError
-        from .reduce._kernels import check_backend_name, set_kernel_backend
+        with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
+            from .errors import LocalProtocolError
+            from .reduce._kernels import check_backend_name, set_kernel_backend
 
         try:  # a bad kernel choice is reported now, not at the first bf16 reduce of every process
             if check_backend_name(kernels, origin="FLODL_PROTO_KERNELS") == "numba":

@@ -1,7 +1,8 @@
 """SIGTERM of the commands that promise exit 130 and one line for it (``conform``, ``demo``), from
 their start: while the parser and the command's modules load, before the command installs its own
 handler (a SIGTERM then ended them with exit 143 and nothing on stderr), in subprocesses; the
-other commands keep SIGTERM's default until they handle it themselves."""
+other commands keep SIGTERM's default until they handle it themselves. Ctrl-C of every command
+while NumPy and the codec load is one line and exit 130."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ pytestmark = pytest.mark.timeout(120)
 SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 
 #: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, with an
-#: import hook that sends SIGTERM to this process when the module ``sys.argv[1]`` is first
-#: looked for (as a SIGTERM that arrives while it loads; once: an import interrupted so is
-#: looked for again); the CLI's own arguments follow
-_SIGTERM_AT_IMPORT = """
+#: import hook that sends the signal ``sys.argv[1]`` (``SIGTERM``, ``SIGINT``) to this process
+#: when the module ``sys.argv[2]`` is first looked for (as a signal that arrives while it loads;
+#: once: an import interrupted so is looked for again); the CLI's own arguments follow
+_SIGNAL_AT_IMPORT = """
 import importlib.abc, os, signal, sys
 from importlib.metadata import entry_points
 
@@ -33,11 +34,11 @@ class Terminate(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == TARGET and not self.sent:
             self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), SIGNAL)
         return None
 
-TARGET = sys.argv[1]
-sys.argv = ["flodl-proto", *sys.argv[2:]]
+SIGNAL, TARGET = getattr(signal, sys.argv[1]), sys.argv[2]
+sys.argv = ["flodl-proto", *sys.argv[3:]]
 (ep,) = entry_points(group="console_scripts", name="flodl-proto")
 sys.meta_path.insert(0, Terminate())
 sys.exit(ep.load()())
@@ -85,7 +86,7 @@ def test_sigterm_while_conform_loads_is_one_line_and_130(module: str, prog: str,
                                                          tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"interrupted": False, "passed": 95}))  # an earlier run's
-    res = subprocess.run([sys.executable, "-c", _SIGTERM_AT_IMPORT, module,
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module,
                           *_conform_args(tmp_path)], capture_output=True, text=True, timeout=90)
     assert (res.returncode, res.stdout, res.stderr) == (130, "", f"{prog}: interrupted\n")
     assert _targets_left(tmp_path) == []
@@ -105,7 +106,7 @@ def test_sigterm_while_conform_loads_is_one_line_and_130(module: str, prog: str,
     ("ml_dtypes", "flodl-proto demo"),
 ])
 def test_sigterm_while_the_demo_loads_is_one_line_and_130(module: str, prog: str) -> None:
-    res = subprocess.run([sys.executable, "-c", _SIGTERM_AT_IMPORT, module, "demo",
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module, "demo",
                           "--no-progress", "--world-size", "1", "--hosts", "1"],
                          capture_output=True, text=True, timeout=90)
     assert (res.returncode, res.stderr) == (130, f"{prog}: interrupted\n")
@@ -123,14 +124,79 @@ def test_sigterm_while_the_demo_loads_is_one_line_and_130(module: str, prog: str
     ("flodl_proto.spec", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
                           "--salt", SALT_HEX)),
     ("flodl_proto.spec", ("--log-level", "conform", "decode", "-")),  # conform: a level there
-], ids=["controller-parsing", "controller-loading", "relay", "rank", "decode"])
+    # while NumPy loads, signals held: delivered once it has, to SIGTERM's default
+    ("numpy._core.multiarray", ("controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                                "--salt", SALT_HEX)),
+    ("numpy._core.multiarray", ("relay", "--controller", "127.0.0.1:9", "--ranks", "0",
+                                "--world-size", "1", "--salt", SALT_HEX)),
+    ("numpy._core.multiarray", ("rank", "--relay", "127.0.0.1:9", "--rank", "0",
+                                "--world-size", "1", "--salt", SALT_HEX)),
+    ("numpy._core.multiarray", ("decode", "-")),
+], ids=["controller-parsing", "controller-loading", "relay", "rank", "decode",
+        "controller-numpy", "relay-numpy", "rank-numpy", "decode-numpy"])
 def test_other_commands_keep_sigterm_s_default_until_they_handle_it(
         module: str, args: tuple[str, ...]) -> None:
     """controller and relay stop cleanly on SIGTERM once running, with their own handler; before
-    it, and for the other commands, SIGTERM ends the process as it did."""
-    res = subprocess.run([sys.executable, "-c", _SIGTERM_AT_IMPORT, module, *args],
+    it, and for the other commands, SIGTERM ends the process as it did (once NumPy and the codec
+    have loaded, when it arrives while they load)."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module, *args],
                          capture_output=True, text=True, timeout=90, input="")
     assert (res.returncode, res.stdout, res.stderr) == (-signal.SIGTERM, "", "")
+
+
+#: every command that imports NumPy and the codec when it runs, with arguments that get it there
+#: (the relay and the rank dial nothing before the signal is delivered), and its prefix
+_LOADING_NUMPY = {
+    "controller": (("controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                    "--salt", SALT_HEX), "flodl-proto controller"),
+    "relay": (("relay", "--controller", "127.0.0.1:9", "--ranks", "0", "--world-size", "1",
+               "--salt", SALT_HEX, "--listen-port", "0"), "flodl-proto relay"),
+    "rank": (("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
+              "--salt", SALT_HEX), "flodl-proto rank 0"),
+    "decode": (("decode", "-"), "flodl-proto decode"),
+    "vectors-check": (("vectors", "check"), "flodl-proto vectors check"),
+    "vectors-export": (("vectors", "export", "{tmp}/out"), "flodl-proto vectors export"),
+    "conform": ((*_CONFORM, "--launch", "true {port}"), "flodl-proto conform controller"),
+    "demo": (("demo", "--no-progress", "--world-size", "1", "--hosts", "1"), "flodl-proto demo"),
+}
+
+
+@pytest.mark.parametrize("module", ["numpy._core.multiarray", "flodl_proto.codec"])
+@pytest.mark.parametrize("command", list(_LOADING_NUMPY))
+def test_ctrl_c_while_numpy_and_the_codec_load_is_one_line_and_130(
+        command: str, module: str, tmp_path: Path) -> None:
+    """Interrupted while NumPy's extension loaded (under ml_dtypes', which printed a traceback
+    and ``ImportError: numpy._core.multiarray failed to import``, exit 1), or the codec: Ctrl-C
+    is held until they have loaded, then ends the command with one line and exit 130."""
+    args, prog = _LOADING_NUMPY[command]
+    args = tuple(a.replace("{tmp}", str(tmp_path)) for a in args)
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGINT", module, *args],
+                         capture_output=True, text=True, timeout=90, input="")
+    assert (res.returncode, res.stderr) == (130, f"{prog}: interrupted\n")
+    assert res.stdout in ("", "session salt: random, not kept (--salt-file PATH keeps it for "
+                              "decode --salt-file PATH)\n")  # the demo's, before NumPy loads
+
+
+def test_ctrl_c_while_the_kernel_choice_loads_numpy_is_one_line_and_130(tmp_path: Path) -> None:
+    """``FLODL_PROTO_KERNELS`` is checked before any command runs, with NumPy and the codec."""
+    env = {**os.environ, "FLODL_PROTO_KERNELS": "numpy"}
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGINT",
+                          "numpy._core.multiarray", "docs", "--out", str(tmp_path / "p.md")],
+                         capture_output=True, text=True, timeout=90, env=env)
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", "flodl-proto docs: interrupted\n")
+
+
+@pytest.mark.parametrize("args", [("docs", "--out", "{tmp}/p.md"),
+                                  ("dissector", "--out", "{tmp}/d.lua")], ids=lambda a: a[0])
+def test_docs_and_dissector_load_no_numpy(args: tuple[str, ...], tmp_path: Path) -> None:
+    """They import neither NumPy nor the codec (nothing for Ctrl-C to interrupt there): the
+    signal, sent when NumPy's extension would load, is never sent."""
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_PROTO_KERNELS"}
+    args = tuple(a.replace("{tmp}", str(tmp_path)) for a in args)
+    for module in ("numpy._core.multiarray", "flodl_proto.codec"):
+        res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGINT", module, *args],
+                             capture_output=True, text=True, timeout=90, env=env)
+        assert (res.returncode, res.stderr) == (0, "")
 
 
 #: run in a fresh interpreter: the CLI, saying on stderr when it starts to build its parser

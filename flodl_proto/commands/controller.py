@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
 from ..addr import format_addr, parse_addr
+from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
@@ -210,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
         problem = checkpoint_dir_problem(Path(args.checkpoint_dir))
         if problem is not None:
             return _usage_error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}")
-    from ..runner.controller import ReferenceController, RoundReport  # usage errors skip NumPy
+    with interrupts_held():  # here: usage errors skip NumPy; Ctrl-C while it loads is one line
+        from ..runner.controller import ReferenceController, RoundReport
 
     def on_notice(notice: ControllerNotice) -> None:  # a round's line without the imports
         lines.put(_round_line(notice) if type(notice) is RoundReport else notice_line(notice))

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, TextIO, cast
 
 from .._oserr import os_reason
+from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
 from .relay import add_frame_ceiling_option, byte_count, frame_ceiling, path_text, tcp_port
@@ -361,13 +362,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, out: TextIO | None) -> int:
-    from ..codec.handshake import http_stream
-    from ..decode import (
-        EXIT_CAPTURE_ENDED,
-        EXIT_ERROR,
-        EXIT_OK,
-        detect_leg,
-    )
+    with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
+        from ..codec.handshake import http_stream
+        from ..decode import (
+            EXIT_CAPTURE_ENDED,
+            EXIT_ERROR,
+            EXIT_OK,
+            detect_leg,
+        )
 
     out = out or sys.stdout
     try:

@@ -41,6 +41,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..addr import parse_addr
+from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
@@ -176,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2
-    from ..runner.rank import RankClient  # here: usage errors skip NumPy
+    with interrupts_held():  # here: usage errors skip NumPy; Ctrl-C while it loads is one line
+        from ..runner.rank import RankClient
 
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
     if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:

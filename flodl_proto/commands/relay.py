@@ -53,6 +53,7 @@ from typing import Any, Final
 
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
+from ..cli import interrupts_held
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -556,7 +557,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(e)
     if unresolved is not None:
         print(f"{_PROG}: warning: {unresolved}", file=sys.stderr, flush=True)
-    from ..runner.relay import Relay, default_relay_port  # here: usage errors skip NumPy
+    with interrupts_held():  # here: usage errors skip NumPy; Ctrl-C while it loads is one line
+        from ..runner.relay import Relay, default_relay_port
 
     stop = threading.Event()
     # signal handlers installed before the port is announced

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._oserr import os_reason
+from ..cli import interrupts_held
 
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
@@ -93,8 +94,9 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     code: 0 only if every case ran and passed and the counts match the manifests, 2 (one line on
     stderr, nothing run) when a folder does not exist, is no folder, holds no vectors or holds
     a case file that cannot be read or is not a vector file."""
-    from ..interop.registry import NotImplementedOp
-    from ..interop.vectors import run_case, vector_folders
+    with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
+        from ..interop.registry import NotImplementedOp
+        from ..interop.vectors import run_case, vector_folders
 
     out = out or sys.stdout
     ok = True
@@ -185,7 +187,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ..interop.export import export_vectors
+    with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
+        from ..interop.export import export_vectors
 
     try:
         counts = export_vectors(args.dir)
