@@ -61,6 +61,10 @@ Rules (upstream's, facts §d.8–§d.10, and this package's departures in ``spec
   gets ``DeclareDead`` for each, then its connection is closed, and the round completes with the
   others. Each such event is logged and kept in :attr:`ControllerCore.round_timeouts` (status).
 
+This module holds the inputs, the round wait and the scatter; the accept phase and the relays'
+streams are in ``fsm/_controller_relays.py``, the action queue and the end of the run in
+``fsm/_controller_end.py`` (the classes :class:`ControllerCore` builds on).
+
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``ReduceSlots``,
 ``reduce_reader``, ``forward_dead_diffs``, ``average_and_scatter``), ``outer_optimizer.rs``,
 ``checkpoint_forge.rs``.
@@ -78,27 +82,18 @@ from ..codec.auth import check_salt
 from ..codec.ceiling import frame_ceiling_int
 from ..codec.mux import (
     DeclareDead,
-    Hello,
-    HelloAck,
     MuxRecord,
-    RankExit,
-    RecordKind,
     encode_mux_record,
-    encode_mux_record_bytes,
     max_hello_payload,
     ranks_str,
-    rust_debug,
 )
 from ..codec.record_image import FrameRecordImages
-from ..codec.round_frame import RoundFrame, RoundKind
+from ..codec.round_frame import RoundKind
 from ..codec.stream import (
     MagicReceived,
     MuxStream,
     RecordReceived,
-    StreamEnded,
     StreamEvent,
-    StreamFailed,
-    other_version_hello,
 )
 from ..errors import ProtocolError, protocol_error
 from ..membership import DeadRanks
@@ -109,6 +104,8 @@ from ..spec import (
     DEFAULT_VERSION,
     SPEC,
 )
+from ._controller_end import _CLEAN_END
+from ._controller_relays import _ControllerRelays
 from ._controller_state import (
     _AliveRelays,
     _all_deposited,
@@ -124,15 +121,12 @@ from .deadline import RoundDeadline
 from .events import (
     Action,
     CloseConnection,
-    Finished,
     RelayInfo,
-    RelayJoined,
     RoundScattered,
     SendKind,
     SendTo,
-    StopAccepting,
 )
-from .lifecycle import Lifecycle, LifecycleEvent, LifecycleState, Outcome
+from .lifecycle import Lifecycle, LifecycleEvent, LifecycleState
 
 __all__ = ["HANDSHAKE_TIMEOUT", "REDUCE_POLL", "ControllerCore"]
 
@@ -144,15 +138,13 @@ HANDSHAKE_TIMEOUT: Final = SPEC.timeout("HANDSHAKE_READ")
 REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 
 
-#: how a clean end reads, whatever ended it: upstream ends the run cleanly there too
-_CLEAN_END = "run ends cleanly, as flodl does"
 #: a round's kind as its notice names it (``model``, ``control``)
 _KIND_NAMES: Final = {k: k.name.lower() for k in RoundKind}
 #: the events whose bytes count in ``bytes_in``
 _COUNTED: Final = (MagicReceived, RecordReceived)
 
 
-class ControllerCore:
+class ControllerCore(_ControllerRelays):
     """The sans-IO cluster controller (see the module doc for the rules).
 
     Args:
@@ -229,22 +221,7 @@ class ControllerCore:
         self.lifecycle_guards = _Guards(self)
         self.lifecycle = Lifecycle(self.lifecycle_guards)  # last: the library reads the guards
 
-    # -- read-only state -------------------------------------------------------------------------
-    @property
-    def state(self) -> str:
-        """Lifecycle state id: ``idle``, ``accepting``, ``reducing`` or ``shutdown``."""
-        return self.lifecycle.state
-
-    @property
-    def finished(self) -> bool:
-        """True once the run is over (Shutdown)."""
-        return self.lifecycle.is_final
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """The run's outcome once finished."""
-        return self.lifecycle.outcome
-
+    # -- read-only state (state, finished, outcome: _ControllerEnd) -----------------------------
     def relays(self) -> list[RelayInfo]:
         """Snapshots of the accepted relays, in connection (acceptance) order."""
         out = []
@@ -506,147 +483,6 @@ class ControllerCore:
         self._evaluate()
         return self._flush()
 
-    # -- event handling --------------------------------------------------------------------------
-    def _conn(self, conn: int) -> _Conn:
-        c = self._conns.get(conn)
-        if c is None:
-            raise protocol_error("controller.unknown_connection", conn=conn, problem="not open")
-        return c
-
-    def _handshake_event(self, c: _Conn, ev: StreamEvent) -> None:
-        if isinstance(ev, MagicReceived):
-            return
-        where = f"connection {c.id} (before its Hello)"
-        if isinstance(ev, StreamFailed):
-            self._fail(ev.error, f"{where}; {ev.hint}" if ev.hint else where)
-        elif isinstance(ev, StreamEnded):
-            self._fail(protocol_error("controller.closed_before_hello"), where)
-        elif not isinstance(ev.record.control, Hello):
-            self._fail(protocol_error("controller.expected_hello", got=rust_debug(ev.record)),
-                       where)
-        else:
-            self._accept_hello(c, ev.record.control)
-            if c.relay is not None and self.version == 2:  # a version-3 Hello decodes too
-                relay = c.relay
-                relay.hint = other_version_hello(encode_mux_record_bytes(ev.record, self.salt),
-                                                 self.salt, self.version)
-                if relay.hint:
-                    log.warning("controller: %s: %s", relay.name, relay.hint)
-
-    def _accept_hello(self, c: _Conn, hello: Hello) -> None:
-        where = f"connection {c.id} (host '{hello.host}', ranks {ranks_str(hello.ranks)})"
-        seen: set[int] = set()
-        for r in hello.ranks:
-            if r >= self.world_size:
-                self._fail(protocol_error("controller.rank_out_of_range", rank=r,
-                                          world_size=self.world_size), where)
-                return
-            if r in self._rank_relay or r in seen:
-                first = self._rank_relay.get(r)
-                self._fail(protocol_error("controller.rank_twice", rank=r),
-                           where + (f"; {first.name} announced it first" if first else ""))
-                return
-            seen.add(r)
-        self.lifecycle.fire(LifecycleEvent.HELLO_ACCEPTED)
-        relay = _Relay(len(self._relays), c.id, hello.host, tuple(hello.ranks))
-        self._relays.append(relay)
-        for r in relay.ranks:
-            self._rank_relay[r] = relay
-        self.covered += len(relay.ranks)
-        c.relay = relay
-        log.info("controller: relay '%s' carries ranks %s (connection %d)", relay.host,
-                 ranks_str(relay.ranks), relay.index)
-        self._send(c, encode_mux_record(MuxRecord.control_msg(HelloAck(), self.version),
-                                        self.salt), SendKind.HELLO_ACK)
-        self._actions.append(RelayJoined(c.id, relay.index, relay.host, relay.ranks))
-        if self.covered == self.world_size:
-            self.lifecycle.fire(LifecycleEvent.ALL_COVERED)
-            log.info("controller: every rank covered by %d relay(s); reducing", len(self._relays))
-            self._actions.append(StopAccepting())
-            for other in list(self._conns.values()):
-                if other.relay is None and not other.closed:
-                    self._close(other, "every rank is already covered")
-
-    def _relay_event(self, c: _Conn, relay: _Relay, ev: StreamEvent) -> None:
-        if not relay.reading:  # upstream's reader thread for it has exited
-            return
-        alive = relay.index in self._alive_relays.get(self.dead_ranks, self._relays)[1]
-        if isinstance(ev, MagicReceived):  # pragma: no cover - the stream emits it once, first
-            return
-        if isinstance(ev, StreamEnded):
-            relay.reading = False
-            if alive:
-                self._reader_exit(LifecycleEvent.RELAY_EOF,
-                                  f"{relay.name} closed its connection: {_CLEAN_END}")
-            else:
-                self._close(c, "relay with no alive rank closed")
-            return
-        if isinstance(ev, StreamFailed):
-            relay.reading = False
-            if alive:
-                self._reader_error(ev.error, relay)
-            else:
-                log.info("controller: read error on %s with no alive rank: %s", relay.name,
-                         ev.error)
-                self._close(c, "read error on a relay with no alive rank")
-            return
-        rec = ev.record
-        if rec.kind is RecordKind.HOST_FRAME:
-            if not alive:
-                log.debug("controller: late HostFrame from fully-dead relay %d dropped",
-                          relay.index)
-            elif isinstance(ev.frame, RoundFrame):
-                relay.frame = ev.frame
-            else:
-                relay.reading = False
-                self._reader_error(ev.frame if isinstance(ev.frame, ProtocolError) else
-                                   protocol_error("controller.truncated_hostframe",
-                                                  conn=relay.index,
-                                                  ranks=ranks_str(relay.ranks)), relay)
-        elif rec.kind is RecordKind.DATA:
-            relay.reading = False
-            self._reader_error(protocol_error("controller.data_record", rank=rec.rank), relay)
-        elif rec.kind is RecordKind.BROADCAST:
-            log.warning("controller: unexpected Broadcast record from relay %d; dropping",
-                        relay.index)
-        elif isinstance(rec.control, RankExit):
-            rank = rec.control.rank
-            if rank not in relay.ranks:
-                relay.reading = False
-                self._reader_error(protocol_error("controller.foreign_rank_exit",
-                                                  conn=relay.index,
-                                                  ranks=ranks_str(relay.ranks), rank=rank),
-                                   relay)
-            elif not self.dead_ranks.is_dead(rank):
-                self._reader_exit(LifecycleEvent.RANK_EXIT,
-                                  f"rank {rank} of {relay.name} exited: {_CLEAN_END}")
-            else:
-                log.debug("controller: RankExit for dead rank %d ignored", rank)
-        else:
-            log.debug("controller: %s from relay %d ignored", rust_debug(rec), relay.index)
-
-    def _reader_exit(self, event: LifecycleEvent, detail: str) -> None:
-        """A relay asks for a clean end of the run: at once while reducing; during the accept
-        phase it is remembered (the first one) and acted on when every rank is covered."""
-        if self.state == LifecycleState.REDUCING:
-            self._finish(event, detail=detail)
-        elif self._pending_exit is None:
-            log.info("controller: %s during the accept phase; the run ends once every rank is "
-                     "covered", detail)
-            self._pending_exit = (event, detail)
-
-    def _reader_error(self, error: ProtocolError, relay: _Relay) -> None:
-        """A relay's stream failed: the run fails at once while reducing; during the accept
-        phase the first such error is remembered and raised when every rank is covered (after a
-        pending clean exit, which wins, as upstream's round wait checks it first)."""
-        where = f"reading {relay.name}" + (f"; {relay.hint}" if relay.hint else "")
-        if self.state == LifecycleState.REDUCING:
-            self._fail(error, where)
-        elif self._pending_error is None:
-            log.info("controller: %s: %s (during the accept phase; reported once every rank is "
-                     "covered)", where, error)
-            self._pending_error = (error, where)
-
     # -- rounds ----------------------------------------------------------------------------------
     def _round_deadline_expired(self, now: float) -> None:
         """Give up the expected relays without a HostFrame: their ranks are declared dead (the
@@ -756,45 +592,3 @@ class ControllerCore:
                   notice.kind, notice.weight, nbytes, sent)
         if self._checkpoint:
             self._actions += self._windows.tap(consensus)
-
-    # -- plumbing --------------------------------------------------------------------------------
-    def _send(self, c: _Conn, buffers: Sequence[BytesLike], kind: SendKind, *,
-              nbytes: int | None = None, round: int | None = None) -> None:
-        bufs = buffers if isinstance(buffers, tuple) else tuple(buffers)
-        n = nbytes if nbytes is not None else sum(memoryview(b).nbytes for b in bufs)
-        self.bytes_out += n
-        self._actions.append(SendTo(c.id, bufs, kind, n, round))
-
-    def _close(self, c: _Conn, reason: str, *, drain: bool = False) -> None:
-        if not c.closed:
-            c.closed = True
-            self._actions.append(CloseConnection(c.id, reason, drain))
-
-    def _fail(self, error: ProtocolError, where: str = "") -> None:
-        """The run fails with ``error``; ``where`` (the outcome's detail) names the relay and
-        ranks, or the connection, involved."""
-        log.info("controller: run failed%s: %s", f" ({where})" if where else "", error)
-        self._finish(LifecycleEvent.FAIL, error=error, detail=where)
-
-    def _finish(self, event: LifecycleEvent, *, error: Exception | None = None,
-                detail: str = "") -> None:
-        if self.finished:
-            return
-        if event is LifecycleEvent.FAIL:
-            self.lifecycle.fire(LifecycleEvent.FAIL, error=error, detail=detail)
-        else:
-            self.lifecycle.fire(event, detail=detail)
-        if self._checkpoint:
-            self._actions += self._windows.flush()
-        for c in self._conns.values():
-            self._close(c, "controller finished")
-        for r in self._relays:
-            r.frame = None
-        outcome = self.outcome
-        assert outcome is not None
-        log.info("controller: finished: %s", outcome)
-        self._actions.append(Finished(outcome))
-
-    def _flush(self) -> list[Action]:
-        out, self._actions = self._actions, []
-        return out
