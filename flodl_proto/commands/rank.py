@@ -24,6 +24,16 @@ included, above it is refused before anything is sent, exit 1); output piped int
 stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank
 would).
 
+The relay's host name is looked up at start-up, after the other checks of the command line and
+before the relay is dialled (a name that does not exist would otherwise be retried as a relay
+not there yet, for about 30 s, then exit 1): a name the resolver says does not exist (a typo,
+any ``.invalid`` name) is a bad command line, exit 2 (``flodl-proto rank: error: --relay
+'nosuch.invalid:7004': cannot resolve host 'nosuch.invalid': Name or service not known``). A
+resolver that cannot answer now (a temporary failure, or no answer within 10 s x
+``FLODL_NET_TIMEOUT_SCALE``) is one warning line on stderr (``flodl-proto rank R: warning:
+...``) and the rank goes on. The address found is not kept: each dial attempt looks the name up
+again.
+
 The digest lines are written by a thread of their own, so a stdout that is read slowly, or not at
 all (a full pipe), never holds up a round (and with it the whole cluster): at most
 :data:`~flodl_proto.commands._output.STDOUT_BACKLOG` lines wait, later ones are dropped, and the
@@ -48,6 +58,7 @@ from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_d
 from .relay import (
     add_frame_ceiling_option,
     add_salt_options,
+    check_host_resolves,
     check_net_timeout_scale,
     check_world_size,
     cli_salt,
@@ -122,7 +133,8 @@ def register(sub: Any) -> None:
         "synthetic tensors for K rounds, printing 'round K digest <sha256>' after each.",
     )
     p.add_argument("--relay", required=True, metavar="HOST:PORT",
-                   help="the relay's loopback data address")
+                   help="the relay's loopback data address (its host name is looked up at "
+                   "start-up)")
     p.add_argument("--rank", required=True, type=int, metavar="R",
                    help="this rank's global id, 0 <= R < N (one of the relay's --ranks)")
     p.add_argument("--world-size", required=True, type=int, metavar="N",
@@ -177,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2
-    with interrupts_held():  # here: usage errors skip NumPy; Ctrl-C while it loads is one line
+    with interrupts_held():  # here: the errors above skip NumPy; Ctrl-C while it loads: one line
         from ..runner.rank import RankClient
 
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
@@ -186,8 +198,15 @@ def run(args: argparse.Namespace) -> int:
               f"{wire}-byte frame, above the frame ceiling {ceiling} (--frame-ceiling)",
               file=sys.stderr, flush=True)
         return 2
+    try:  # last: every other mistake is reported without waiting for the resolver
+        unresolved = check_host_resolves("--relay", args.relay, addr)
+    except ValueError as e:
+        print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
+        return 2
 
     prog = f"flodl-proto rank {args.rank}"
+    if unresolved is not None:
+        print(f"{prog}: warning: {unresolved}", file=sys.stderr, flush=True)
     lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-rank-stdout")
     lines.start()
     failure: tuple[int, str] | None = None

@@ -320,8 +320,8 @@ _NO_SUCH_NAME: Final = frozenset(
 
 def check_host_resolves(option: str, text: str, addr: tuple[str, int],
                         wait: float | None = None) -> str | None:
-    """Look up the host of an address to dial (``relay --controller``) once, at start-up, so a
-    name that does not exist is reported before anything else happens.
+    """Look up the host of an address to dial (``relay --controller``, ``rank --relay``) once,
+    at start-up, so a name that does not exist is reported before anything else happens.
 
     The lookup runs in a thread of its own (a daemon: ``getaddrinfo`` cannot be interrupted, and
     a resolver that never answers must not hold the process at exit); the caller waits at most
@@ -329,7 +329,8 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
     (its address may change before then).
 
     Args:
-        option: the option that gave the address, named in the messages (``"--controller"``).
+        option: the option that gave the address, named in the messages (``"--controller"``,
+            ``"--relay"``).
         text: the option's value, as given.
         addr: ``(host, port)``, parsed from ``text``.
         wait: seconds to wait for the resolver; None is :data:`RESOLVE_WAIT` x
