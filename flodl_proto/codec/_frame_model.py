@@ -1,0 +1,469 @@
+"""RoundFrame and TensorPayload as values: the round kinds, the wire dtype tags, a tensor's
+payload (a view of its bytes, its NumPy view when the dtype and byte count allow one) and a
+frame's kind, weight and tensors, with the checks their constructors make and the frame's exact
+wire length. Every name is re-exported by :mod:`flodl_proto.codec.round_frame`, the module to
+import them from (it holds the frame's encoder and reader).
+
+Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``RoundFrame``, ``TensorPayload``,
+``RoundKind``, ``payload_element_size``, ``round_frame_wire_len``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import struct as _struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ProtocolError, protocol_error
+from ..spec import (
+    DEFAULT_FRAME_CEILING,
+    DTYPE_BF16,
+    DTYPE_F32,
+    ELEMENT_SIZE,
+    MAX_NDIM,
+    MAX_ROUND_FRAME_TENSORS,
+    ROUND_FRAME_FIXED_OVERHEAD,
+    ROUND_KIND_CONTROL,
+    ROUND_KIND_MODEL,
+    U32_MAX,
+)
+from ._arrays import real_array, wire_dtype_tag, wire_elements
+from ._common import BytesLike, as_view, wire_int
+
+__all__: list[str] = []
+
+_NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32_LE = np.dtype("<f4")
+
+
+class RoundKind(enum.IntEnum):
+    """RoundFrame kind byte: ``MODEL`` (divided once by the summed weight) or ``CONTROL``
+    (pure sum). Upstream: ``controller/round_frame.rs`` ``RoundKind``."""
+
+    MODEL = ROUND_KIND_MODEL
+    CONTROL = ROUND_KIND_CONTROL
+
+    @property
+    def label(self) -> str:
+        """Upstream's Debug spelling (``Model`` / ``Control``), used in error messages."""
+        return self.name.capitalize()
+
+
+class Dtype(enum.IntEnum):
+    """Known wire dtype tags: ``F32`` (4 bytes/element) and ``BF16`` (2 bytes/element).
+    A :class:`TensorPayload` may carry any byte; only these two can be summed or viewed.
+
+    Upstream: ``controller/round_frame.rs`` ``payload_element_size`` (the dtype tags).
+    """
+
+    F32 = DTYPE_F32
+    BF16 = DTYPE_BF16
+
+    @property
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return ELEMENT_SIZE[int(self)]
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        """The NumPy dtype of the element bytes (``<f4`` or ``ml_dtypes.bfloat16``)."""
+        return _F32_LE if self is Dtype.F32 else _BF16
+
+
+#: the trusted constructors' building block, bound once (a frozen dataclass's fields are set
+#: through its slots' descriptors, ``_set_dtype`` .. ``_set_tensors`` below)
+_new = object.__new__
+
+#: the NumPy dtype of each viewable wire dtype tag (:attr:`Dtype.numpy`, keyed by the tag)
+_NUMPY_DTYPE: dict[int, np.dtype[Any]] = {int(d): d.numpy for d in Dtype}
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TensorPayload:
+    """One tensor of a RoundFrame: wire dtype tag, shape and the raw payload bytes.
+
+    Attributes:
+        dtype: wire dtype tag, 0..255 (0 = f32, 1 = bf16; any other byte round-trips but cannot be
+            viewed or summed).
+        shape: dimensions, each 0..2**32-1, at most 255 of them.
+        data: the raw payload as a flat unsigned-byte memoryview (element bytes little-endian).
+            Any byte count round-trips; ``nbytes == 0`` with ``numel > 0`` is a zero-elided
+            payload (legal at protocol version 3 only; rejected by the version-2 fold).
+
+    Raises:
+        InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
+            ``tensor.too_many_dims``, ``tensor.dim_too_large``), or ``dtype`` or a dim is not an
+            integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]`` and the value): a bool,
+            a float (``2.5`` and ``2.0`` alike) or text is refused, never truncated
+            (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
+            round kind share), or ``data`` is not a C-contiguous bytes-like buffer
+            (``codec.not_bytes_like`` naming ``data`` and its type: text, a number, a strided
+            or Fortran-ordered array).
+
+    Upstream: ``controller/round_frame.rs`` ``TensorPayload``.
+    """
+
+    dtype: int
+    shape: tuple[int, ...]
+    data: memoryview
+
+    def __init__(self, dtype: int, shape: Iterable[int], data: BytesLike = b"") -> None:
+        d_tag = wire_int(dtype)
+        if d_tag is None or not 0 <= d_tag <= 0xFF:
+            raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
+        try:
+            given = tuple(shape)
+        except TypeError:
+            raise protocol_error("frame.bad_field", field="shape", value=type(shape).__name__,
+                                 reason="not a sequence of ints") from None
+        if len(given) > MAX_NDIM:
+            raise protocol_error("tensor.too_many_dims", ndim=len(given), max=MAX_NDIM)
+        dims = []
+        for i, g in enumerate(given):
+            d = wire_int(g)
+            if d is None:  # a bool or float dim: refused, never truncated (2.5 is not 2)
+                raise protocol_error("frame.bad_field", field=f"shape[{i}]", value=g,
+                                     reason="not an integer")
+            if not 0 <= d <= U32_MAX:
+                raise protocol_error("tensor.dim_too_large", dim=i, value=d)
+            dims.append(d)
+        shape_t = tuple(dims)
+        view = as_view(data, "data")  # text, a number, a strided or Fortran-ordered array: refused
+        object.__setattr__(self, "dtype", d_tag)
+        object.__setattr__(self, "shape", shape_t)
+        object.__setattr__(self, "data", view)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def trusted(cls, dtype: int, shape: tuple[int, ...], data: memoryview) -> TensorPayload:
+        """A payload from fields already known to be in range, built without checking them
+        again: for the frame reader and the folds, which build payloads from a checked frame's
+        fields on every round.
+
+        Args:
+            dtype: 0..255. shape: a tuple of at most 255 ints, each 0..2**32-1. data: a flat
+                unsigned-byte memoryview (a slice of a frame's view, or
+                ``ndarray.view(np.uint8).data`` of a 1-D array).
+
+        Returns:
+            The payload, equal to ``TensorPayload(dtype, shape, data)`` for such values.
+            Anything else gives a payload that breaks the class's invariants: build values of
+            unknown origin with the constructor, which checks them.
+        """
+        p = _new(cls)
+        _set_dtype(p, dtype)
+        _set_shape(p, shape)
+        _set_data(p, data)
+        return p
+
+    @classmethod
+    def from_array(cls, array: npt.ArrayLike, dtype: int | None = None) -> TensorPayload:
+        """Wrap a NumPy array's bytes (no copy when it is already contiguous little-endian).
+
+        Args:
+            array: f32 or ``ml_dtypes.bfloat16`` values (real values of another dtype are cast
+                to ``dtype`` by NumPy: rounded to nearest even, integers included; a NaN cast to
+                bf16 becomes the quiet NaN of its sign, where upstream's ``f32_to_bf16_bits``
+                keeps its top payload bits: :func:`flodl_proto.reduce.bf16_from_f32` gives
+                upstream's bits).
+            dtype: wire dtype tag (``Dtype.F32`` / ``Dtype.BF16``, an integer: a bool or a
+                float is refused); default: from the array's dtype, f32 for anything that is not
+                bfloat16.
+
+        Returns:
+            A payload of ``array.size * element_size`` bytes with ``array.shape``.
+
+        Raises:
+            InvalidValue (local): a ``dtype`` that is no integer (``frame.bad_field``) or an
+                unknown one (``payload.unknown_dtype``), a complex /
+                non-numeric array, or a finite value that the cast would make infinite
+                (``frame.bad_field`` naming its flat index and the value).
+        """
+        arr = real_array(array)
+        wire = Dtype(wire_dtype_tag(dtype, arr))
+        return cls(int(wire), arr.shape, wire_elements(arr, wire.numpy, wire.name.lower()))
+
+    @classmethod
+    def elide(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
+        """A zero-elided payload: no bytes, meaning all zeros of ``dtype`` and ``shape``.
+
+        Only legal on the wire at protocol version 3 (version 2 folds reject it)."""
+        return cls(dtype, shape, b"")
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Payload byte count as carried on the wire."""
+        return self.data.nbytes
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (product of the shape; 1 for ndim 0)."""
+        return _numel(self.shape)
+
+    @property
+    def elided(self) -> bool:
+        """True when no payload bytes were carried (``nbytes == 0``, zero-numel tensors too)."""
+        return self.data.nbytes == 0
+
+    @property
+    def element_size(self) -> int | None:
+        """Bytes per element for a known dtype, else None."""
+        return ELEMENT_SIZE.get(self.dtype)
+
+    @property
+    def expected_nbytes(self) -> int | None:
+        """``numel * element_size`` for a known dtype, else None."""
+        es = self.element_size
+        return None if es is None else self.numel * es
+
+    def array(self, *, materialize_elided: bool = False, ceiling: int = DEFAULT_FRAME_CEILING
+              ) -> npt.NDArray[Any]:
+        """Return the values as a read-only NumPy view (no copy) of ``shape``.
+
+        f32 gives ``<f4``, bf16 gives ``ml_dtypes.bfloat16``. An elided payload with elements
+        raises unless ``materialize_elided`` is set, in which case fresh zeros are returned
+        (refused above ``ceiling`` bytes).
+
+        Raises:
+            InvalidValue: the dtype tag is unknown; InvalidValue (local): more than 64 dimensions
+                (NumPy's limit; the wire allows 255).
+            LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
+                type (legal on the wire, not representable as an array).
+            SchemaMismatch: the byte count does not match ``numel * element_size`` (these
+                three are remote, for a payload built here too: it does not know where its
+                bytes came from); local ``tensor.elided``: elided, and no ``materialize_elided``.
+            LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
+        """
+        element_size = ELEMENT_SIZE.get(self.dtype)
+        if element_size is None:
+            raise protocol_error("tensor.unknown_dtype", dtype=self.dtype)
+        np_dtype = _NUMPY_DTYPE[self.dtype]
+        shape = self.shape
+        expected = _numel(shape) * element_size
+        nbytes = self.data.nbytes
+        if nbytes != expected:
+            if nbytes == 0 and materialize_elided:
+                if len(shape) > _NUMPY_MAX_NDIM:
+                    raise protocol_error("tensor.ndim_unsupported", ndim=len(shape),
+                                         max=_NUMPY_MAX_NDIM)
+                if expected > ceiling:
+                    raise protocol_error("tensor.elided_too_large", shape=list(shape),
+                                         nbytes=expected, ceiling=ceiling)
+                try:
+                    return np.zeros(shape, dtype=np_dtype)
+                except ValueError:
+                    raise protocol_error("tensor.shape_unrepresentable",
+                                         shape=list(shape)) from None
+            if nbytes == 0:
+                raise protocol_error("tensor.elided", shape=list(shape), expected=expected)
+            raise protocol_error("tensor.nbytes_vs_shape", shape=list(shape), expected=expected,
+                                 got=nbytes)
+        if len(shape) > _NUMPY_MAX_NDIM:
+            raise protocol_error("tensor.ndim_unsupported", ndim=len(shape), max=_NUMPY_MAX_NDIM)
+        arr = np.frombuffer(self.data, dtype=np_dtype)  # flat, of exactly numel elements
+        if len(shape) != 1:
+            try:
+                arr = arr.reshape(shape)
+            except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
+                raise protocol_error("tensor.shape_unrepresentable",
+                                     shape=list(shape)) from None
+        arr.flags.writeable = False
+        return arr
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorPayload):
+            return NotImplemented
+        return self.dtype == other.dtype and self.shape == other.shape and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
+
+
+#: the slot setters of a payload's fields (a slot's own descriptor: no attribute lookup by
+#: name, unlike ``object.__setattr__``), for the trusted constructors
+_set_dtype: Final[Any] = vars(TensorPayload)["dtype"].__set__
+_set_shape: Final[Any] = vars(TensorPayload)["shape"].__set__
+_set_data: Final[Any] = vars(TensorPayload)["data"].__set__
+
+
+def _checked_weight(weight: Any) -> float:
+    """``weight`` as a float when it is a real number (not text) and a finite realized-work
+    mass not below zero (``-0.0`` allowed).
+
+    Raises:
+        InvalidValue (local): ``frame.bad_field`` naming the weight.
+    """
+    if isinstance(weight, str | bytes | bytearray | bool | np.bool_) or not isinstance(
+            weight, int | float | np.integer | np.floating):  # True is no mass of 1.0
+        raise protocol_error("frame.bad_field", field="weight", value=weight,
+                             reason="not a real number")
+    try:
+        w = float(weight)
+    except OverflowError:  # an int beyond the f64 range
+        w = math.inf
+    if not math.isfinite(w) or w < 0.0:
+        raise protocol_error("frame.bad_field", field="weight", value=w,
+                             reason="not a finite non-negative realized-work mass")
+    return w
+
+
+_ELEMENT_SIZE_OF: Final = ELEMENT_SIZE.get  # wire dtype tag -> bytes per element, or None
+_prod: Final = math.prod
+
+
+def _no_size(dtype: int) -> None:
+    """The element size lookup of a frame built with ``check_nbytes=False``: none."""
+    return None
+
+
+def _payload_nbytes_error(tensors: tuple[TensorPayload, ...], t: TensorPayload, es: int
+                          ) -> ProtocolError:
+    """``frame.payload_nbytes_local`` for tensor ``t`` of ``tensors`` (``es``: its element
+    size)."""
+    index = next(i for i, u in enumerate(tensors) if u is t)
+    return protocol_error("frame.payload_nbytes_local", index=index, shape=list(t.shape),
+                          dtype=t.dtype, element_size=es, expected=_prod(t.shape) * es,
+                          got=t.data.nbytes)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundFrame:
+    """A reduce round's frame: kind, realized-work weight and tensors.
+
+    Attributes:
+        kind: :class:`RoundKind` (Model: pre-scaled contributions / consensus; Control: pure sum).
+        weight: realized-work mass (f64), finite and not below zero (``-0.0`` allowed). From a
+            rank: its weight; in a consensus: the summed weight of the accepted frames.
+        tensors: the tensor payloads, at most 65,536.
+
+    ``check_nbytes`` (keyword, default True): refuse a tensor of a known dtype (f32, bf16) whose
+    payload byte count is neither ``numel * element_size`` nor 0 (a zero-elided payload: the
+    frame carries no protocol version, so an elided tensor is framed at both; version 2 folds
+    reject it). A length comparison per tensor, no copy. Pass False to frame payloads exactly as
+    given, as upstream's writer writes them and a reader accepts them (golden vectors,
+    conformance cases a fold must reject); a frame decoded from a peer is written as it came.
+
+    Raises:
+        InvalidValue (local): bad kind (``frame.bad_field``; only the integers 0 and 1 or a
+            :class:`RoundKind`: ``True`` is not Control, ``1.0`` is refused) or weight;
+            LimitExceeded (local): too many tensors.
+        SchemaMismatch (local): ``frame.payload_nbytes_local`` naming the tensor's index, shape,
+            dtype, the expected and the given byte count (``check_nbytes``).
+
+    Upstream: ``controller/round_frame.rs`` ``RoundFrame`` (its writer does not compare the
+    byte count with the shape: departure ``payload_nbytes_on_write``).
+    """
+
+    kind: RoundKind
+    weight: float
+    tensors: tuple[TensorPayload, ...]
+
+    def __init__(
+        self,
+        kind: RoundKind | int = RoundKind.MODEL,
+        weight: float = 1.0,
+        tensors: Iterable[TensorPayload] = (),
+        *,
+        check_nbytes: bool = True,
+    ) -> None:
+        kind_e = _KINDS.get(wire_int(kind))  # a bool is no kind (True is not Control), nor 1.0
+        if kind_e is None:
+            raise protocol_error("frame.bad_field", field="kind", value=kind,
+                                 reason="not 0 (Model) or 1 (Control)") from None
+        w = _checked_weight(weight)
+        try:
+            ts = tuple(tensors)
+        except TypeError:  # None, a number: no sequence of tensors
+            raise protocol_error("frame.bad_field", field="tensors", value=type(tensors).__name__,
+                                 reason="not an iterable of TensorPayload") from None
+        if len(ts) > MAX_ROUND_FRAME_TENSORS:
+            raise protocol_error("frame.too_many_tensors_local", count=len(ts),
+                                 cap=MAX_ROUND_FRAME_TENSORS)
+        size_of = _ELEMENT_SIZE_OF if check_nbytes else _no_size
+        for t in ts:
+            if not isinstance(t, TensorPayload):
+                raise protocol_error("frame.bad_field", field="tensors", value=type(t).__name__,
+                                     reason="every tensor must be a TensorPayload")
+            # a length comparison: nbytes 0 (elided, or no elements) and an unknown dtype
+            # (no element size) pass
+            if (got := t.data.nbytes) and (es := size_of(t.dtype)) and got != _prod(t.shape) * es:
+                raise _payload_nbytes_error(ts, t, es)
+        object.__setattr__(self, "kind", kind_e)
+        object.__setattr__(self, "weight", w)
+        object.__setattr__(self, "tensors", ts)
+
+    @classmethod
+    def trusted(cls, kind: RoundKind, weight: float, tensors: tuple[TensorPayload, ...]
+                ) -> RoundFrame:
+        """A frame from fields already known to be valid, built without checking them again
+        (the frame reader's and the folds' per-round construction): ``kind`` a
+        :class:`RoundKind`, ``weight`` a finite float not below zero (``-0.0`` allowed),
+        ``tensors`` a tuple of at most 65,536 :class:`TensorPayload`. Equal to
+        ``RoundFrame(kind, weight, tensors)`` for such values; use the constructor for values
+        of unknown origin."""
+        f = _new(cls)
+        _set_kind(f, kind)
+        _set_weight(f, weight)
+        _set_tensors(f, tensors)
+        return f
+
+    @property
+    def wire_len(self) -> int:
+        """Exact encoded length in bytes, tag included (``round_frame_wire_len``)."""
+        return round_frame_wire_len(self.tensors)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RoundFrame):
+            return NotImplemented
+        return (
+            self.kind == other.kind
+            and _struct.pack("<d", self.weight) == _struct.pack("<d", other.weight)
+            and self.tensors == other.tensors
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+#: a frame's slot setters (as the payload's above)
+_set_kind: Final[Any] = vars(RoundFrame)["kind"].__set__
+_set_weight: Final[Any] = vars(RoundFrame)["weight"].__set__
+_set_tensors: Final[Any] = vars(RoundFrame)["tensors"].__set__
+
+
+#: kind byte -> RoundKind (the walk accepts only these two bytes; the key None, what
+#: :func:`wire_int` gives for a value that is no integer, is absent)
+_KINDS: Final[dict[int | None, RoundKind]] = {int(k): k for k in RoundKind}
+
+
+def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
+    """Exact wire length of a frame carrying ``tensors``: 25 + sum(2 + 4*ndim + 8 + nbytes).
+
+    Upstream: ``controller/round_frame.rs`` ``round_frame_wire_len``.
+    """
+    n = ROUND_FRAME_FIXED_OVERHEAD
+    for t in tensors:
+        n += 2 + 4 * t.ndim + 8 + t.nbytes
+    return n
