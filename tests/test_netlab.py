@@ -82,9 +82,13 @@ def test_a_failing_test_body_leaves_nothing_behind() -> None:
     assert sleeper.poll() is not None
 
 
+# The owner starts from the signals' default actions: one started under ``nohup`` (SIGHUP
+# ignored, which a child inherits) keeps an ignored SIGHUP ignored once its lab is removed.
 _OWNER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from flodl_proto.netlab import NetLab
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     lab = NetLab(2).start()
     lab.popen(lab.hosts[0], ["sleep", "300"])
     lab.popen(lab.controller, ["sleep", "300"])
