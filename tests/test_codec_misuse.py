@@ -164,6 +164,10 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         lambda: RoundFrame(RoundKind.MODEL, 1.0, None),  # type: ignore[arg-type]
         InvalidValue, "round_frame: tensors = 'NoneType' is invalid: not an iterable of "
         "TensorPayload"),
+    "RoundFrame tensors number": (
+        lambda: RoundFrame(RoundKind.MODEL, 1.0, 5),  # type: ignore[arg-type]
+        InvalidValue, "round_frame: tensors = 'int' is invalid: not an iterable of "
+        "TensorPayload"),
     "Hello ranks None": (
         lambda: Hello("h", None),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: Hello.ranks = None is invalid: not an iterable of u32 ranks"),

@@ -1675,3 +1675,33 @@ def test_core_arguments_follow_the_codec_integer_rule(field: str, kwargs: dict[s
     assert not ei.value.remote and ei.value.error_id == "controller.bad_argument"
     assert str(ei.value) == f"cluster_controller: {field} = {value!r} is invalid: {reason}"
     assert ControllerCore(2, SALT, reduce_threads=np.int64(3)).world_size == 2
+
+
+def test_bytes_out_adds_up_every_send() -> None:
+    # HelloAcks, a forwarded DeclareDead and a Broadcast to two relays: bytes_out is their sum,
+    # the Broadcast counted once per relay it went to
+    core = started(4)
+    acts = join(core, 0, [0, 1]) + join(core, 1, [2, 3])
+    acks = sent(acts, SendKind.HELLO_ACK)
+    assert len(acks) == 2 and core.bytes_out == acks[0].nbytes + acks[1].nbytes
+    [dd] = sent(core.declare_dead(3), SendKind.DECLARE_DEAD)
+    assert core.bytes_out == acks[0].nbytes + acks[1].nbytes + dd.nbytes
+    core.receive_data(0, host_frame_bytes(f32(1.0, 2.0)))
+    bcasts = sent(core.receive_data(1, host_frame_bytes(f32(3.0, 4.0))), SendKind.BROADCAST)
+    assert len(bcasts) == 2 and bcasts[0].nbytes == bcasts[1].nbytes
+    total = acks[0].nbytes + acks[1].nbytes + dd.nbytes + 2 * bcasts[0].nbytes
+    assert core.bytes_out == total and type(core.bytes_out) is int
+    assert core.status()["bytes_out"] == total
+
+
+def test_the_end_keeps_the_actions_queued_before_it_with_checkpoints() -> None:
+    # one input queues a HelloAck, RelayJoined and StopAccepting, then fails the run: with
+    # checkpoint windows on, the end adds the last window to the actions, it does not replace them
+    core = started(1, checkpoint=True)
+    core.connection_opened(0, 0.0)
+    acts = core.receive_data(0, hello_bytes([0]) + b"\x00" * 64)
+    assert [type(a) for a in acts] == [SendTo, RelayJoined, StopAccepting, CloseConnection,
+                                       Finished]
+    assert acts[0].kind is SendKind.HELLO_ACK
+    fin = finished(acts)
+    assert fin is not None and not fin.outcome.clean

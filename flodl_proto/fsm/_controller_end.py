@@ -57,12 +57,13 @@ class _ControllerEnd:
         return self.lifecycle.outcome
 
     # -- plumbing --------------------------------------------------------------------------------
-    def _send(self, c: _Conn, buffers: Sequence[BytesLike], kind: SendKind, *,
-              nbytes: int | None = None, round: int | None = None) -> None:
+    def _send(self, c: _Conn, buffers: Sequence[BytesLike], kind: SendKind) -> None:
+        """Queue one :class:`SendTo` of ``buffers`` on ``c`` (no round: the Broadcast of a round
+        is queued by ``_round`` itself) and count its bytes in ``bytes_out``."""
         bufs = buffers if isinstance(buffers, tuple) else tuple(buffers)
-        n = nbytes if nbytes is not None else sum(memoryview(b).nbytes for b in bufs)
+        n = sum(memoryview(b).nbytes for b in bufs)
         self.bytes_out += n
-        self._actions.append(SendTo(c.id, bufs, kind, n, round))
+        self._actions.append(SendTo(c.id, bufs, kind, n))
 
     def _close(self, c: _Conn, reason: str, *, drain: bool = False) -> None:
         if not c.closed:
