@@ -40,7 +40,15 @@ case "$PY" in
     *) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;;  # the runs cd into a copy
 esac
 
+usage() {
+    echo "usage: tools/mutate.sh codec|reduce|fsm|decode|all [--files a.py,b.py] [--tests \"a b\"] [--mutants \"m ...\"] [--keep]"
+    echo "       tools/mutate.sh sample"
+}
 pkg="${1:-}"
+case "$pkg" in
+    -h|--help) usage; exit 0 ;;
+    "") echo "mutate.sh: no package given" >&2; usage >&2; exit 2 ;;
+esac
 shift || true
 files=""
 only_tests=""
@@ -93,7 +101,7 @@ deselected_for() {
 
 run_one() {
     local p="$1" work tests only=() f
-    tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package $p (codec, reduce, fsm, decode, all, sample)" >&2; exit 2; }
+    tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package '$p'" >&2; usage >&2; exit 2; }
     if [ -n "$only_tests" ]; then tests="$only_tests"; fi
     if [ "$p" = sample ]; then
         only=("flodl_proto/codec/auth.py")
