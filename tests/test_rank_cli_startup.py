@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from .resolver_stub import PATCHED_CLI
+
 pytestmark = pytest.mark.timeout(60)
 
 SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
@@ -19,29 +21,6 @@ SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 #: the rank's command line up to the relay's address
 RANK = [sys.executable, "-m", "flodl_proto.cli", "rank", "--rank", "0", "--world-size", "1",
         "--salt", SALT_HEX, "--relay"]
-
-#: a child process whose resolver is replaced (no network, no resolver's timing): ``MODE`` says
-#: how its first lookup of the ``.invalid`` name is answered (the start-up check's); later ones
-#: (the dial's) find 127.0.0.1; any other name: the real resolver
-_PATCHED = """
-import socket, sys, threading
-mode, real = sys.argv[1], socket.getaddrinfo
-asked = []
-def fake(host, *args, **kwargs):
-    if not str(host).endswith(".invalid"):
-        return real(host, *args, **kwargs)
-    asked.append(host)
-    if len(asked) > 1:
-        return real("127.0.0.1", *args, **kwargs)
-    if mode == "noname":
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-    if mode == "again":
-        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-    threading.Event().wait()  # "slow": never answers
-socket.getaddrinfo = fake
-from flodl_proto.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 def _closed_port() -> int:
@@ -75,7 +54,7 @@ def test_a_relay_name_that_does_not_exist_is_a_usage_error_before_dialling() -> 
 
 
 def test_the_resolver_saying_no_such_name_is_one_line_and_exit_2() -> None:
-    res = _run([sys.executable, "-c", _PATCHED, "noname", *RANK[3:], "nosuch.invalid:7004"])
+    res = _run([sys.executable, "-c", PATCHED_CLI, "noname", *RANK[3:], "nosuch.invalid:7004"])
     assert (res.returncode, res.stdout) == (2, "")
     assert res.stderr == ("flodl-proto rank: error: --relay 'nosuch.invalid:7004': cannot "
                           "resolve host 'nosuch.invalid': Name or service not known\n")
@@ -95,7 +74,7 @@ def test_other_usage_errors_are_reported_without_a_lookup(change: tuple[str, ...
         args[args.index(SALT_HEX)] = change[1]
     else:
         args += change
-    res = _run([sys.executable, "-c", _PATCHED, "slow", *args], scale="10")  # a wait of 100 s
+    res = _run([sys.executable, "-c", PATCHED_CLI, "slow", *args], scale="10")  # a wait of 100 s
     assert (res.returncode, res.stdout) == (2, "")
     assert res.stderr.startswith(error) and res.stderr.count("\n") == 1, res.stderr
 
@@ -112,7 +91,7 @@ def test_a_resolver_that_cannot_answer_now_is_a_warning_and_the_rank_goes_on(
     relay is not there, so the rank waits for it, then gives up)."""
     port = _closed_port()
     relay = f"nosuch.invalid:{port}"
-    res = _run([sys.executable, "-c", _PATCHED, mode, *RANK[3:], relay])
+    res = _run([sys.executable, "-c", PATCHED_CLI, mode, *RANK[3:], relay])
     lines = res.stderr.splitlines()
     assert (res.returncode, res.stdout) == (1, ""), res.stderr
     assert lines[0] == (f"flodl-proto rank 0: warning: --relay '{relay}': {why}; going on (the "

@@ -15,6 +15,8 @@ import pytest
 
 from flodl_proto.commands.relay import check_host_resolves
 
+from .resolver_stub import PATCHED_CLI
+
 pytestmark = pytest.mark.timeout(60)
 
 SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
@@ -23,28 +25,10 @@ SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 RELAY = [sys.executable, "-m", "flodl_proto.cli", "relay", "--ranks", "0", "--world-size", "1",
          "--salt", SALT_HEX, "--listen-port", "0", "--controller"]
 
-#: a child process whose resolver is replaced (no network, no resolver's timing): ``MODE`` says
-#: how it answers for the ``.invalid`` name (any other name: the real resolver)
-_PATCHED = """
-import socket, sys, threading
-mode, real = sys.argv[1], socket.getaddrinfo
-def fake(host, *args, **kwargs):
-    if not str(host).endswith(".invalid"):
-        return real(host, *args, **kwargs)
-    if mode == "noname":
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-    if mode == "again":
-        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-    threading.Event().wait()  # "slow": never answers
-socket.getaddrinfo = fake
-from flodl_proto.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
 
 def _patched_relay(mode: str, controller: str) -> subprocess.Popen[str]:
     env = {**os.environ, "FLODL_NET_TIMEOUT_SCALE": "0.1"}  # the resolver wait: 1 s
-    return subprocess.Popen([sys.executable, "-c", _PATCHED, mode, *RELAY[3:], controller],
+    return subprocess.Popen([sys.executable, "-c", PATCHED_CLI, mode, *RELAY[3:], controller],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -95,7 +79,7 @@ def test_other_usage_errors_are_reported_without_a_lookup() -> None:
     env = {**os.environ, "FLODL_NET_TIMEOUT_SCALE": "10"}  # a resolver wait of 100 s
     args = [*RELAY[3:], "nosuch.invalid:7999"]
     args[args.index(SALT_HEX)] = "abc"
-    res = subprocess.run([sys.executable, "-c", _PATCHED, "slow", *args], capture_output=True,
+    res = subprocess.run([sys.executable, "-c", PATCHED_CLI, "slow", *args], capture_output=True,
                          text=True, env=env, timeout=30)
     assert (res.returncode, res.stdout) == (2, "")
     assert res.stderr.startswith("flodl-proto relay: error: --salt: ")

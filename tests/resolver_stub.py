@@ -1,0 +1,30 @@
+"""A ``flodl-proto`` command line run in a child process whose resolver is replaced, for the
+start-up name checks of ``relay --controller`` and ``rank --relay`` (no network, no resolver's
+timing).
+
+``python -c PATCHED_CLI MODE ARGS...`` runs ``flodl-proto ARGS...``; its first lookup of a
+``.invalid`` name (the start-up check's) is answered as ``MODE`` says: ``noname`` (the name does
+not exist), ``again`` (a temporary failure) or ``slow`` (no answer, ever). Later lookups of it (the
+dial's) find 127.0.0.1; any other name goes to the real resolver."""
+
+from __future__ import annotations
+
+PATCHED_CLI = """
+import socket, sys, threading
+mode, real = sys.argv[1], socket.getaddrinfo
+asked = []
+def fake(host, *args, **kwargs):
+    if not str(host).endswith(".invalid"):
+        return real(host, *args, **kwargs)
+    asked.append(host)
+    if len(asked) > 1:
+        return real("127.0.0.1", *args, **kwargs)
+    if mode == "noname":
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    if mode == "again":
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    threading.Event().wait()  # "slow": never answers
+socket.getaddrinfo = fake
+from flodl_proto.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
