@@ -26,6 +26,7 @@ import pytest
 
 from flodl_proto.codec import encode_ack, encode_handshake
 
+from .cli_util import run_main as _run_main
 from .cluster_util import recv_exact
 from .conftest import ROOT
 
@@ -662,17 +663,6 @@ def test_demo_reference_loss_is_the_target_for_short_runs() -> None:
 
 
 # -- item: messages name the option and carry one prefix ----------------------------------------
-def _run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from flodl_proto.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse usage errors
-        code = int(e.code or 0)
-    got = capsys.readouterr()
-    return code, got.out, got.err
-
-
 def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0,5",
                              "--world-size", "2", "--salt", SALT_HEX)

@@ -7,16 +7,7 @@ import argparse
 
 import pytest
 
-
-def _run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from flodl_proto.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse usage errors
-        code = int(e.code or 0)
-    got = capsys.readouterr()
-    return code, got.out, got.err
+from .cli_util import run_main as _run_main
 
 
 def _parser_of(*command: str) -> argparse.ArgumentParser:
