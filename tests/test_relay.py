@@ -36,6 +36,7 @@ from flodl_proto.errors import (
     TruncatedInput,
     VersionMismatch,
 )
+from flodl_proto.fsm.lifecycle import Outcome
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay, default_relay_port
@@ -85,6 +86,24 @@ def _connect_all(relay: Relay, ranks: list[int], world: int,
             raise res["error"]
         out.append(res["result"])
     return out
+
+
+def _run_to_the_end(ctl: ReferenceController, relay: Relay, ranks: list[int], world: int
+                    ) -> tuple[BaseException | None, Outcome | None]:
+    """Connect every rank of ``relay`` (``world``: the world size the ranks give), wait up to
+    30 s for the relay's and the real controller's ends, then close and stop all three; the
+    relay's error and the controller's outcome."""
+    clients: list[RankClient] = []
+    try:
+        clients = _connect_all(relay, ranks, world)
+        err = relay.wait(30)
+        outcome = ctl.wait(30)
+    finally:
+        for c in clients:
+            c.close()
+        relay.shutdown()
+        ctl.shutdown(timeout=10)
+    return err, outcome
 
 
 @contextmanager
@@ -290,16 +309,7 @@ def test_a_relay_with_a_larger_world_size_than_the_controller_s_is_refused_by_bo
     does.)"""
     ctl = ReferenceController(2, SALT).start()
     relay = Relay(ctl.address, [0, 1, 2], 3, SALT, listen_port=0, host="h0").start()
-    clients: list[RankClient] = []
-    try:
-        clients = _connect_all(relay, [0, 1, 2], 3)  # the relay checks 3, its own world size
-        err = relay.wait(30)
-        outcome = ctl.wait(30)
-    finally:
-        for c in clients:
-            c.close()
-        relay.shutdown()
-        ctl.shutdown(timeout=10)
+    err, outcome = _run_to_the_end(ctl, relay, [0, 1, 2], 3)  # 3: the relay's world size
     assert outcome is not None and not outcome.clean and isinstance(outcome.error, InvalidValue)
     assert str(outcome.error) == "cluster_controller: relay announced rank 2 >= world_size 2"
     assert isinstance(err, TruncatedInput) and err.error_id == "relay.closed_before_helloack"
@@ -457,16 +467,7 @@ def test_a_controller_ceiling_below_the_hello_is_named_by_the_relay() -> None:
     compares with its ceiling."""
     ctl = ReferenceController(2, SALT, ceiling=44).start()
     relay = Relay(ctl.address, [0, 1], 2, SALT, listen_port=0, host="h" * 40).start()
-    clients = []
-    try:
-        clients = _connect_all(relay, [0, 1], 2)
-        err = relay.wait(30)
-        outcome = ctl.wait(30)
-    finally:
-        for c in clients:
-            c.close()
-        relay.shutdown()
-        ctl.shutdown(timeout=10)
+    err, outcome = _run_to_the_end(ctl, relay, [0, 1], 2)
     assert isinstance(err, TruncatedInput) and err.remote
     assert (err.error_id, err.fields) == ("relay.closed_before_helloack", {"hello_bytes": 45})
     assert str(err) == ("relay: controller closed connection before HelloAck; it may have "
