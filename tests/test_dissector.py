@@ -512,12 +512,12 @@ def _record(msg: Any, version: int) -> bytes:
     return encode_mux_record_bytes(MuxRecord.control_msg(msg, version), SALT)
 
 
-def _cluster_capture(version: int, mux_port: int = 23456) -> Capture:
+def _cluster_capture(version: int, mux_port: int = 23456, rank_port: int = 40002) -> Capture:
     """One relay (ranks 0, 1, 2) and one of its ranks, on ports no preference names (the
-    controller's: ``mux_port``)."""
+    controller's: ``mux_port``; the rank's end of its loopback connection: ``rank_port``)."""
     cap = Capture()
     mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", mux_port))
-    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    loop = cap.connect(("127.0.0.1", rank_port), ("127.0.0.1", 23460))
     cut = (9, 1, 3, 7, 25, 2, 1460, 17)
     cap.send(loop, True, encode_handshake(1, 4, version), cut)
     cap.send(loop, False, encode_ack(version), (8,))
@@ -622,6 +622,29 @@ def test_a_port_another_dissector_owns_needs_the_ports_preference(lua: Path,
     lua7000 = tmp_path / "flodl_7000.lua"
     assert main(["dissector", "--port", "7000", "--out", str(lua7000)]) == 0
     assert compare(tshark_records(pcap, lua7000, {}), decoded, expect_experts=False) == n
+
+
+@pytest.mark.tshark
+def test_a_client_port_another_dissector_owns_needs_the_server_port(lua: Path,
+                                                                     tmp_path: Path) -> None:
+    """The connecting end's port counts too: a rank's ephemeral port 34980 is registered by
+    Wireshark's EtherCAT frame dissector (``ecatf``), which then takes the whole connection.
+    Wireshark asks the port that accepted the connection first, so naming the relay's loopback
+    port (the ports preference) finds it, as heuristics first do (docs/wireshark.md)."""
+    pcap = tmp_path / "cluster34980.pcap"
+    pcap.write_bytes(_cluster_capture(2, rank_port=34980).pcap())
+    decoded = {**decode_records(pcap, 23456, "mux", 2),
+               **decode_records(pcap, 23460, "loopback", 2)}
+    n = 4 * len(_frames(2)) + 8
+    tables = subprocess.run(["tshark", "-G", "decodes"], capture_output=True, text=True,
+                            timeout=120, check=True).stdout
+    ecatf = "tcp.port\t34980\tecatf" in tables
+    loop_label = "127.0.0.1:34980 -> 127.0.0.1:23460"
+    default = tshark_records(pcap, lua, {})
+    assert (loop_label in default) == (not ecatf)
+    for prefs in ({f"{PROTO_NAME}.ports": "23460"}, {"tcp.try_heuristic_first": "TRUE"}):
+        got = tshark_records(pcap, lua, prefs)
+        assert compare(got, decoded, expect_experts=False) == n, prefs
 
 
 def _mux_capture_cut(version: int, size: int) -> Capture:
@@ -1059,12 +1082,15 @@ def test_demo_capture_matches_decode(lua: Path, tmp_path: Path) -> None:
                     "--rounds", "5", "--no-progress"], check=True, timeout=500)
     log = (tmp_path / "demo.pcap.log").read_text(encoding="utf-8")
     assert re.search(r"^0 packets dropped by kernel$", log, re.M), log
-    prefs = {f"{PROTO_NAME}.bytes_limit": "256"}
-    got = tshark_records(pcap, lua, prefs)
     servers = sorted({int(p) for p in _tshark(
         pcap, lua, {}, "-Y", "tcp.flags.syn == 1 && tcp.flags.ack == 0", "-T", "fields",
         "-e", "tcp.dstport").split()})
     assert len(servers) == 3  # the controller and the two relays' loopback listeners
+    # the listeners are named: an ephemeral port can be one another dissector registers (34980
+    # is EtherCAT's), which Wireshark asks before any heuristic, but after the listener's port
+    prefs = {f"{PROTO_NAME}.bytes_limit": "256",
+             f"{PROTO_NAME}.ports": ",".join(map(str, servers))}
+    got = tshark_records(pcap, lua, prefs)
     decoded: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
     for port in servers:
         kinds = {r["kind"] for label, recs in got.items() if label.endswith(f":{port}")
