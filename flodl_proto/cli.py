@@ -11,8 +11,9 @@ from the start of :func:`main` (before the parser and the command's modules are 
 the command handles it itself, and again once it has restored the previous handler; for the other
 commands it keeps its default until they handle it, if they do. While NumPy and the codec load,
 every command holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as soon as they
-have loaded. Output piped into a reader that
-stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141
+have loaded. Once a command has its exit code (its output written), a Ctrl-C or SIGTERM while
+the interpreter exits ends the process with that code (:func:`main`). Output piped into a reader
+that stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141
 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written (``>
 /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``) and
 exit 1, for ``--help`` and ``--version`` too.
@@ -34,6 +35,7 @@ failed``) keep the logging format, ``DATE TIME LEVEL LOGGER: MESSAGE``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib
 import logging
@@ -184,20 +186,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     before anything is imported, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so a SIGTERM
     that arrives while the parser and the command's modules load (about a second, before the
     command installs its own handler) is one line and exit 130, not a silent exit 143; the
-    command restores this handler when it removes its own. The previous SIGTERM handler is put
-    back when :func:`main` returns."""
-    prog = ["flodl-proto"]  # the command's, once the command line is parsed
+    command restores this handler when it removes its own. Called with an ``argv`` (a program
+    or a test running a command in-process), :func:`main` puts the previous SIGTERM handler back
+    when it returns.
+
+    Called without one, it runs this process's own command line (the console script, ``python
+    -m flodl_proto``), whose interpreter exits next with its code: the run is over, its output
+    written, so from then on Ctrl-C and SIGTERM end the process at once with that code (after
+    flushing stdout and stderr), and once the interpreter runs its exit functions they are
+    ignored. Put back to their defaults there, they ended a finished run (``conform --help``,
+    its reports written) with a silent death by the signal; ignored from the start of the exit,
+    they could not stop an exit that waits for a thread."""
     previous: Any = _UNSET
     if _command_word(sys.argv[1:] if argv is None else argv) in _SIGTERM_AS_CTRL_C:
         try:
             previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
         except ValueError:  # not the main thread: no signal handlers there
             pass
+    code: object = 1
+    try:
+        code = status = _main_one_line(argv, sigterm_too=previous is not _UNSET)
+        return status
+    except SystemExit as exc:  # argparse's --help, --version, usage error
+        code = exc.code
+        raise
+    finally:
+        if argv is None:
+            _late_signals_end_with(code)
+        elif previous is not _UNSET:  # None: a handler not set from Python, the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _main_one_line(argv: Sequence[str] | None, sigterm_too: bool) -> int:
+    """:func:`_main`, with Ctrl-C (and SIGTERM when ``sigterm_too``) and a failed write to
+    stdout as one line (or none)."""
+    prog = ["flodl-proto"]  # the command's, once the command line is parsed
     try:  # everything beyond the standard library is imported in here, so Ctrl-C is one line
         return _main(argv, prog)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
-        if previous is not _UNSET:
+        if sigterm_too:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nor a second SIGTERM
         _stdout_gone()
         print(f"{prog[0]}: interrupted", file=sys.stderr, flush=True)
@@ -211,9 +239,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
         print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1
-    finally:
-        if previous is not _UNSET:  # None: a handler not set from Python, taken as the default
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _late_signals_end_with(code: object) -> None:
+    """After :func:`main` ran this process's command line, with exit code (or ``SystemExit``
+    code) ``code``: Ctrl-C and SIGTERM end the process with it at once, and are ignored from the
+    interpreter's exit functions on (the interpreter puts Python handlers back to the default
+    after them)."""
+    status = code if isinstance(code, int) else 0 if code is None else 1
+
+    def end(signum: int, frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                stream.flush()
+        os._exit(status)
+
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, end)
+    except ValueError:  # not the main thread
+        return
+    atexit.register(_ignore_interrupts)
+
+
+def _ignore_interrupts() -> None:
+    """Ignore Ctrl-C and SIGTERM (the interpreter is exiting)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 #: no SIGTERM handler was installed by :func:`main`

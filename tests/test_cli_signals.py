@@ -247,3 +247,54 @@ def test_sigterm_of_conform_at_any_time_is_one_line_and_130(delay: float,
     assert _targets_left(tmp_path) == []
     if err.startswith("flodl-proto conform controller"):
         assert _report(tmp_path)["interrupted"] is True
+
+
+#: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, sending
+#: the signal ``sys.argv[1]`` to this process once its ``main`` has returned (or raised
+#: ``SystemExit``: ``--help``, a usage error), when ``sys.argv[2]`` is ``returned``, or from an
+#: exit function of the interpreter (registered first: it runs last), when it is ``exiting``; the
+#: CLI's own arguments follow
+_SIGNAL_AFTER_MAIN = """
+import atexit, os, signal, sys
+from importlib.metadata import entry_points
+
+SIGNAL, WHEN = getattr(signal, sys.argv[1]), sys.argv[2]
+sys.argv = ["flodl-proto", *sys.argv[3:]]
+(ep,) = entry_points(group="console_scripts", name="flodl-proto")
+if WHEN == "exiting":
+    atexit.register(os.kill, os.getpid(), SIGNAL)
+try:
+    code = ep.load()()
+finally:
+    if WHEN == "returned":
+        os.kill(os.getpid(), SIGNAL)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("when", ["returned", "exiting"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(("args", "code"), [
+    (("conform", "--help"), 0),  # argparse's SystemExit, SIGTERM as Ctrl-C until then
+    (("demo", "--help"), 0),
+    (("docs", "--out", "{tmp}/p.md"), 0),  # main returns its code
+    (("decode", "--bogus"), 2),  # a usage error
+], ids=["conform-help", "demo-help", "docs", "usage-error"])
+def test_a_signal_once_the_run_is_over_keeps_its_exit_code(
+        args: tuple[str, ...], code: int, signame: str, when: str, tmp_path: Path) -> None:
+    """Once the command line's ``main`` has its exit code (its output written, its previous
+    SIGTERM handler put back), Ctrl-C or SIGTERM, while the interpreter exits, ended the
+    process by the signal with nothing said (exit 143 or 130 in a shell, or a traceback);
+    now the process exits with that code."""
+    args = tuple(a.replace("{tmp}", str(tmp_path)) for a in args)
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_MAIN, signame, when, *args],
+                         capture_output=True, text=True, timeout=90)
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr and "interrupted" not in res.stderr
+    if args[-1] == "--help":
+        assert res.stdout.startswith(f"usage: flodl-proto {args[0]} ")
+        assert res.stderr == ""
+    elif code == 2:
+        assert res.stderr.endswith("flodl-proto decode: error: unrecognized arguments: --bogus\n")
+    else:
+        assert (tmp_path / "p.md").read_text()
