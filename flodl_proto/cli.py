@@ -17,7 +17,10 @@ that stops early (``flodl-proto decode cap.bin | head -1``) ends the command qui
 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written (``>
 /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``) and
 exit 1, for ``--help`` and ``--version`` too.
-Before the command line is parsed (``--help``, a usage error), the prefix is ``flodl-proto``.
+The interrupted line names the command as it does once the command line is parsed also before
+(the command word read from the command line: ``flodl-proto conform controller: interrupted``);
+an error line before the command line is parsed (a usage error of the top-level parser, a
+``--help`` that cannot be written) has the prefix ``flodl-proto``.
 
 Start-up stays cheap: this module and the command modules import only the standard library and the
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
@@ -228,6 +231,8 @@ def _main_one_line(argv: Sequence[str] | None, sigterm_too: bool) -> int:
         if sigterm_too:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nor a second SIGTERM
         _stdout_gone()
+        if prog[0] == "flodl-proto":  # not parsed yet: as it will be, from the command line
+            prog[0] = _argv_prog(sys.argv[1:] if argv is None else argv)
         print(f"{prog[0]}: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -317,6 +322,32 @@ def _command_word(args: Sequence[str]) -> str | None:
         if "=" not in word and len(word) > 2 and "--log-level".startswith(word):
             next(words, None)  # its value
     return None
+
+
+def _argv_prog(args: Sequence[str]) -> str:
+    """The prefix :func:`_command_prog` gives once ``args`` are parsed, found in them before:
+    the command word (:func:`_command_word`) when it names a command, with the next such word
+    for ``conform`` and ``vectors`` (their role or action, as typed) and the value of ``--rank``
+    for ``rank``; ``flodl-proto`` when there is no command."""
+    from . import commands
+
+    command = _command_word(args)
+    if command is None or command.startswith("_") or command not in {
+            m.name for m in pkgutil.iter_modules(commands.__path__)}:
+        return "flodl-proto"
+    rest = list(args)[list(args).index(command) + 1:]
+    word: object = None
+    if command in ("conform", "vectors"):
+        word = _command_word(rest)
+    elif command == "rank":
+        for arg, value in zip(rest, [*rest[1:], None], strict=True):
+            if arg.startswith("--rank="):
+                value = arg[len("--rank="):]
+            elif arg != "--rank" or value is None:
+                continue
+            with contextlib.suppress(ValueError):
+                word = int(value)  # as argparse's type=int
+    return f"flodl-proto {command}" + (f" {word}" if word is not None else "")
 
 
 def _stdout_gone() -> bool:

@@ -73,7 +73,7 @@ def _report(tmp_path: Path) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("module", "prog", "selected"), [
-    ("flodl_proto.spec", "flodl-proto", None),  # while the parser is built
+    ("flodl_proto.spec", "flodl-proto conform controller", None),  # while the parser is built
     # after the command line is parsed, while the command's first modules load
     ("flodl_proto.conform.catalogue", "flodl-proto conform controller", False),
     # the first reports written, while the codec loads; and while NumPy's extension loads
@@ -100,7 +100,7 @@ def test_sigterm_while_conform_loads_is_one_line_and_130(module: str, prog: str,
 
 
 @pytest.mark.parametrize(("module", "prog"), [
-    ("flodl_proto.spec", "flodl-proto"),  # while the parser is built
+    ("flodl_proto.spec", "flodl-proto demo"),  # while the parser is built
     ("rich", "flodl-proto demo"),  # once parsed, as the demo starts (before its cluster)
     ("numpy._core.multiarray", "flodl-proto demo"),  # NumPy and the codec load
     ("ml_dtypes", "flodl-proto demo"),
@@ -238,15 +238,15 @@ def test_sigterm_of_conform_at_any_time_is_one_line_and_130(delay: float,
             p.kill()
             p.wait()
     assert p.returncode == 130, err
-    assert err in ("flodl-proto: interrupted\n", "flodl-proto conform controller: interrupted\n")
+    assert err == "flodl-proto conform controller: interrupted\n"
     assert "PASS" not in out and "FAIL" not in out
     for _ in range(100):  # the kit signalled its targets; they end at once
         if not _targets_left(tmp_path):
             break
         time.sleep(0.05)
     assert _targets_left(tmp_path) == []
-    if err.startswith("flodl-proto conform controller"):
-        assert _report(tmp_path)["interrupted"] is True
+    if (tmp_path / "r.json").read_text() != json.dumps({"interrupted": False, "passed": 95}):
+        assert _report(tmp_path)["interrupted"] is True  # once parsed: the report says so
 
 
 #: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, sending
@@ -298,3 +298,27 @@ def test_a_signal_once_the_run_is_over_keeps_its_exit_code(
         assert res.stderr.endswith("flodl-proto decode: error: unrecognized arguments: --bogus\n")
     else:
         assert (tmp_path / "p.md").read_text()
+
+
+@pytest.mark.parametrize(("args", "prog"), [
+    (("conform", "controller", "--launch", "true {port}"), "flodl-proto conform controller"),
+    (("--log-level", "info", "conform", "--log-level", "debug", "relay", "--launch",
+      "true {port}"), "flodl-proto conform relay"),
+    (("vectors", "check"), "flodl-proto vectors check"),
+    (("rank", "--relay", "127.0.0.1:9", "--rank", "07", "--world-size", "8", "--salt", SALT_HEX),
+     "flodl-proto rank 7"),
+    (("rank", "--rank=3", "--relay", "127.0.0.1:9", "--world-size", "8", "--salt", SALT_HEX),
+     "flodl-proto rank 3"),
+    (("decode", "-"), "flodl-proto decode"),
+    (("demo", "--no-progress"), "flodl-proto demo"),
+    (("--version",), "flodl-proto"),
+    (("bogus",), "flodl-proto"),  # no such command
+], ids=["conform", "conform-levels", "vectors", "rank", "rank=", "decode", "demo", "version",
+        "bogus"])
+def test_ctrl_c_before_the_command_line_is_parsed_names_the_command(
+        args: tuple[str, ...], prog: str) -> None:
+    """Interrupted while the parser is built, a command's line names it as once parsed (it
+    said ``flodl-proto: interrupted`` then, ``flodl-proto demo: interrupted`` after)."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGINT", "flodl_proto.spec",
+                          *args], capture_output=True, text=True, timeout=90, input="")
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", f"{prog}: interrupted\n")
