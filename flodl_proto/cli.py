@@ -6,17 +6,18 @@ Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
 Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr (``flodl-proto COMMAND:
 interrupted``) and exit 130, also while the command's modules are still being imported (commands
 that stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves once
-running). For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C
-from the start of :func:`main` (before the parser and the command's modules are imported) until
-the command handles it itself, and again once it has restored the previous handler; for the other
-commands it keeps its default until they handle it, if they do. While NumPy and the codec load,
-every command holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as soon as they
-have loaded. Once a command has its exit code (its output written), a Ctrl-C or SIGTERM while
-the interpreter exits ends the process with that code (:func:`main`). Output piped into a reader
-that stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141
-(128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written (``>
-/dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``) and
-exit 1, for ``--help`` and ``--version`` too.
+running). For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C from
+the start of :func:`main` (before the parser and the command's modules are imported) until the
+command handles it itself, and again once it has restored the previous handler; for the other
+commands it keeps its default until they handle it, if they do. For ``demo`` a closed terminal's
+SIGHUP is the same as SIGTERM, unless it was ignored when it started (``nohup``). While NumPy and
+the codec load, every command holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as
+soon as they have loaded. Once a command has its exit code (its output written), a Ctrl-C or SIGTERM
+while the interpreter exits ends the process with that code (:func:`main`). Output piped into a
+reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with
+exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written
+(``> /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``)
+and exit 1, for ``--help`` and ``--version`` too.
 The interrupted line names the command as it does once the command line is parsed also before
 (the command word read from the command line: ``flodl-proto conform controller: interrupted``);
 an error line before the command line is parsed (a usage error of the top-level parser, a
@@ -63,6 +64,9 @@ EXIT_BROKEN_PIPE = 141
 #: the commands that promise exit 130 and one line for SIGTERM as for Ctrl-C (``conform``,
 #: ``demo``): SIGTERM is a Ctrl-C for them from the start (see :func:`main`)
 _SIGTERM_AS_CTRL_C = frozenset({"conform", "demo"})
+#: the commands for which a closed terminal's SIGHUP is a Ctrl-C too, as SIGTERM (``demo``: it
+#: stops its cluster and removes its temporary folder), unless it is ignored (``nohup``)
+_SIGHUP_AS_CTRL_C = frozenset({"demo"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -189,9 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     before anything is imported, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so a SIGTERM
     that arrives while the parser and the command's modules load (about a second, before the
     command installs its own handler) is one line and exit 130, not a silent exit 143; the
-    command restores this handler when it removes its own. Called with an ``argv`` (a program
-    or a test running a command in-process), :func:`main` puts the previous SIGTERM handler back
-    when it returns.
+    command restores this handler when it removes its own. For ``demo``
+    (:data:`_SIGHUP_AS_CTRL_C`) SIGHUP too, unless it is ignored (``nohup``): a closed terminal
+    ended it by the signal, leaving its temporary folder. Called with an ``argv`` (a program or a
+    test running a command in-process), :func:`main` puts the previous handlers back when it
+    returns.
 
     Called without one, it runs this process's own command line (the console script, ``python
     -m flodl_proto``), whose interpreter exits next with its code: the run is over, its output
@@ -200,36 +206,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     ignored. Put back to their defaults there, they ended a finished run (``conform --help``,
     its reports written) with a silent death by the signal; ignored from the start of the exit,
     they could not stop an exit that waits for a thread."""
-    previous: Any = _UNSET
-    if _command_word(sys.argv[1:] if argv is None else argv) in _SIGTERM_AS_CTRL_C:
-        try:
-            previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
-        except ValueError:  # not the main thread: no signal handlers there
-            pass
+    command = _command_word(sys.argv[1:] if argv is None else argv)
+    signums: list[int] = [signal.SIGTERM] if command in _SIGTERM_AS_CTRL_C else []
+    if command in _SIGHUP_AS_CTRL_C and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signums.append(signal.SIGHUP)
+    previous: dict[int, Any] = {}
+    try:
+        for signum in signums:
+            previous[signum] = signal.signal(signum, _sigterm_as_ctrl_c)
+    except ValueError:  # not the main thread: no signal handlers there
+        pass
     code: object = 1
     try:
-        code = status = _main_one_line(argv, sigterm_too=previous is not _UNSET)
+        code = status = _main_one_line(argv, tuple(previous))
         return status
     except SystemExit as exc:  # argparse's --help, --version, usage error
         code = exc.code
         raise
     finally:
         if argv is None:
-            _late_signals_end_with(code)
-        elif previous is not _UNSET:  # None: a handler not set from Python, the default
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+            _late_signals_end_with(code, tuple(previous))
+        else:
+            for signum, handler in previous.items():  # None: not set from Python, the default
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
-def _main_one_line(argv: Sequence[str] | None, sigterm_too: bool) -> int:
-    """:func:`_main`, with Ctrl-C (and SIGTERM when ``sigterm_too``) and a failed write to
-    stdout as one line (or none)."""
+def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> int:
+    """:func:`_main`, with Ctrl-C (and the signals ``as_ctrl_c``) and a failed write to stdout
+    as one line (or none)."""
     prog = ["flodl-proto"]  # the command's, once the command line is parsed
     try:  # everything beyond the standard library is imported in here, so Ctrl-C is one line
         return _main(argv, prog)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
-        if sigterm_too:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nor a second SIGTERM
+        for signum in as_ctrl_c:
+            signal.signal(signum, signal.SIG_IGN)  # nor a second SIGTERM (or SIGHUP)
         _stdout_gone()
         if prog[0] == "flodl-proto":  # not parsed yet: as it will be, from the command line
             prog[0] = _argv_prog(sys.argv[1:] if argv is None else argv)
@@ -246,11 +257,12 @@ def _main_one_line(argv: Sequence[str] | None, sigterm_too: bool) -> int:
         return 1
 
 
-def _late_signals_end_with(code: object) -> None:
+def _late_signals_end_with(code: object, also: tuple[int, ...]) -> None:
     """After :func:`main` ran this process's command line, with exit code (or ``SystemExit``
-    code) ``code``: Ctrl-C and SIGTERM end the process with it at once, and are ignored from the
-    interpreter's exit functions on (the interpreter puts Python handlers back to the default
-    after them)."""
+    code) ``code``: Ctrl-C, SIGTERM and the signals ``also`` end the process with it at once,
+    and are ignored from the interpreter's exit functions on (the interpreter puts Python
+    handlers back to the default after them)."""
+    signums = tuple(dict.fromkeys((signal.SIGINT, signal.SIGTERM, *also)))
     status = code if isinstance(code, int) else 0 if code is None else 1
 
     def end(signum: int, frame: object) -> None:
@@ -260,32 +272,29 @@ def _late_signals_end_with(code: object) -> None:
         os._exit(status)
 
     try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in signums:
             signal.signal(signum, end)
     except ValueError:  # not the main thread
         return
-    atexit.register(_ignore_interrupts)
+    atexit.register(_ignore, signums)
 
 
-def _ignore_interrupts() -> None:
-    """Ignore Ctrl-C and SIGTERM (the interpreter is exiting)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
+def _ignore(signums: tuple[int, ...]) -> None:
+    """Ignore the signals ``signums`` (the interpreter is exiting)."""
+    for signum in signums:
         signal.signal(signum, signal.SIG_IGN)
-
-
-#: no SIGTERM handler was installed by :func:`main`
-_UNSET: Any = object()
 
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) and SIGTERM while the block runs, then deliver them to the handlers
-    in place before it (for ``conform`` and ``demo`` both raise KeyboardInterrupt; a SIGTERM
-    still at its default ends the process, as for the other commands before they set their
-    own handler). For the imports of NumPy and the codec, by every command that runs them: an
-    extension module whose import is interrupted prints the traceback itself and raises an
-    ImportError (ml_dtypes: ``numpy._core.multiarray failed to import``), where Ctrl-C should be
-    one line. Nothing is held outside the main thread (no signal handler runs there)."""
+    """Hold Ctrl-C (SIGINT) and SIGTERM (and SIGHUP when Python handles it: the demo's, see
+    :func:`main`) while the block runs, then deliver them to the handlers in place before it
+    (for ``conform`` and ``demo`` they raise KeyboardInterrupt; a SIGTERM still at its default
+    ends the process, as for the other commands before they set their own handler). For the
+    imports of NumPy and the codec, by every command that runs them: an extension module whose
+    import is interrupted prints the traceback itself and raises an ImportError (ml_dtypes:
+    ``numpy._core.multiarray failed to import``), where Ctrl-C should be one line. Nothing is
+    held outside the main thread (no signal handler runs there)."""
     held: list[int] = []
 
     def hold(signum: int, frame: object) -> None:
@@ -293,6 +302,8 @@ def interrupts_held() -> Iterator[None]:
 
     try:
         previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        if callable(signal.getsignal(signal.SIGHUP)):  # the demo's (:func:`main`)
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, hold)
     except ValueError:  # not the main thread
         previous = {}
     try:
@@ -305,7 +316,8 @@ def interrupts_held() -> Iterator[None]:
 
 
 def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
-    """SIGTERM handler of :func:`main` for ``conform`` and ``demo``: as Ctrl-C."""
+    """SIGTERM handler of :func:`main` for ``conform`` and ``demo`` (and SIGHUP's for ``demo``):
+    as Ctrl-C."""
     raise KeyboardInterrupt
 
 

@@ -6,6 +6,7 @@ while NumPy and the codec load is one line and exit 130."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -322,3 +323,79 @@ def test_ctrl_c_before_the_command_line_is_parsed_names_the_command(
     res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGINT", "flodl_proto.spec",
                           *args], capture_output=True, text=True, timeout=90, input="")
     assert (res.returncode, res.stdout, res.stderr) == (130, "", f"{prog}: interrupted\n")
+
+
+#: as :data:`_SIGNAL_AT_IMPORT`, for each module of the comma-separated list ``sys.argv[2]``
+_SIGNAL_AT_IMPORTS = _SIGNAL_AT_IMPORT.replace(
+    "name == TARGET and not self.sent", "name in TARGET and name not in self.sent").replace(
+    "self.sent = True", "self.sent.add(name)").replace(
+    "sent = False", "sent: set = set()").replace(
+    "sys.argv[1]), sys.argv[2]", "sys.argv[1]), sys.argv[2].split(',')")
+
+#: the demo on one host with one rank, long enough to be signalled while it trains
+_DEMO_LONG = ("demo", "--no-progress", "--world-size", "1", "--hosts", "1", "--payload-mib", "0",
+              "--rounds", "100000")
+
+
+def _demo_dirs(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("flodl-demo-"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_sighup_of_a_running_demo_stops_it_and_removes_its_folder(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP) ended the demo by the signal, leaving its temporary folder
+    (empty: the children write their stage traces at their exit); now it stops the cluster as
+    for SIGTERM: one line, exit 130, no folder and no process left."""
+    marker = f"FLODL_DEMO_TEST_{os.getpid()}_{time.monotonic_ns()}"
+    env = {**os.environ, "TMPDIR": str(tmp_path), marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0"}
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", *_DEMO_LONG], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        line = ""
+        while not line.startswith("relay0 listening on "):  # the cluster runs: signals handled
+            line = p.stdout.readline()
+            assert line, p.communicate(timeout=60)
+        assert _demo_dirs(tmp_path) != []
+        p.send_signal(signal.SIGHUP)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err
+    assert err.splitlines()[-1].startswith("flodl-proto demo: interrupted after "), err
+    assert "Traceback" not in out + err
+    assert _demo_dirs(tmp_path) == []
+    left = []
+    for pid in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if f"{marker}=1".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                left.append(pid)
+    assert left == []
+
+
+@pytest.mark.parametrize("module", ["flodl_proto.spec", "rich", "numpy._core.multiarray"])
+def test_sighup_while_the_demo_loads_is_one_line_and_130(module: str, tmp_path: Path) -> None:
+    """While the parser is built, as the demo starts, while NumPy loads (held, then delivered;
+    its temporary folder made by then is removed): a SIGHUP ended it by the signal, silently."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGHUP", module, *_DEMO_LONG],
+                         capture_output=True, text=True, timeout=90,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert (res.returncode, res.stderr) == (130, "flodl-proto demo: interrupted\n")
+    assert _demo_dirs(tmp_path) == []
+
+
+def test_an_ignored_sighup_stays_ignored_by_the_demo(tmp_path: Path) -> None:
+    """Under ``nohup`` (SIGHUP ignored when it starts) the demo runs on through SIGHUPs sent
+    while NumPy loads and once its cluster runs, and its children ignore it too."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORTS, "SIGHUP",
+                          "numpy._core.multiarray,rich.progress", "demo", "--no-progress",
+                          "--world-size", "1", "--hosts", "1", "--payload-mib", "0",
+                          "--rounds", "2"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TMPDIR": str(tmp_path)},
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert res.returncode == 0, res.stderr
+    assert "interrupted" not in res.stderr
+    assert _demo_dirs(tmp_path) == []

@@ -28,8 +28,8 @@ process is killed at round ROUND: its relay reports RankExit and the controller 
 cleanly; the demo then checks that every surviving rank holds the identical consensus of the last
 completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything starts
 when the cluster's expected peak memory (:func:`memory_need`) is above the machine's available
-memory; 2 for a bad command line, 130 when interrupted (Ctrl-C or SIGTERM: the cluster is
-stopped first).
+memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP unless
+ignored: the cluster is stopped first).
 No child process outlives the demo.
 
 With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller
@@ -230,8 +230,9 @@ def register(sub: Any) -> None:
 # -- child processes -----------------------------------------------------------------------------
 def _preexec() -> None:  # pragma: no cover - runs in the child
     """Die with the demo: ask Linux to SIGKILL the child when its parent goes away; ignore the
-    terminal's Ctrl-C (the demo handles it and stops its children itself)."""
+    terminal's Ctrl-C and hangup (the demo handles them and stops its children itself)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         import ctypes
 
@@ -504,7 +505,9 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
 
     res = _Result()
     stop = threading.Event()
-    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)} \
+    signums = [signal.SIGINT, signal.SIGTERM]  # and a closed terminal, unless ignored (nohup)
+    signums += [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in signums} \
         if threading.current_thread() is threading.main_thread() else {}
     t_start = time.perf_counter()
     try:
