@@ -18,10 +18,10 @@ reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the comm
 exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written
 (``> /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``)
 and exit 1, for ``--help`` and ``--version`` too.
-The interrupted line names the command as it does once the command line is parsed also before
-(the command word read from the command line: ``flodl-proto conform controller: interrupted``);
-an error line before the command line is parsed (a usage error of the top-level parser, a
-``--help`` that cannot be written) has the prefix ``flodl-proto``.
+Before the command line is parsed, the interrupted line names the command as it does after (read
+from the command line: ``flodl-proto conform controller: interrupted``); an error line before the
+command line is parsed (a usage error of the top-level parser, a ``--help`` that cannot be
+written) has the prefix ``flodl-proto``.
 
 Start-up stays cheap: this module and the command modules import only the standard library and the
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
@@ -160,7 +160,9 @@ class AnyCase(tuple[str, ...]):
     """argparse ``choices=`` that take a choice in any case (``--log-level debug``); argparse
     checks the value as typed against them, so a bad one is echoed as the user typed it
     (``invalid choice: 'bogus'``), where a ``type=str.upper`` echoed it upper-cased. The value
-    stored is the one typed: its reader normalizes the case."""
+    stored is the one typed: its reader normalizes the case.
+
+    No upstream counterpart: a helper of this package's argparse command line."""
 
     def __contains__(self, value: object) -> bool:
         return isinstance(value, str) and any(value.upper() == c.upper() for c in self)
@@ -294,7 +296,9 @@ def interrupts_held() -> Iterator[None]:
     imports of NumPy and the codec, by every command that runs them: an extension module whose
     import is interrupted prints the traceback itself and raises an ImportError (ml_dtypes:
     ``numpy._core.multiarray failed to import``), where Ctrl-C should be one line. Nothing is
-    held outside the main thread (no signal handler runs there)."""
+    held outside the main thread (no signal handler runs there).
+
+    No upstream counterpart: upstream's binaries are compiled, with no imports to interrupt."""
     held: list[int] = []
 
     def hold(signum: int, frame: object) -> None:

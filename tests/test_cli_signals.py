@@ -399,3 +399,12 @@ def test_an_ignored_sighup_stays_ignored_by_the_demo(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "interrupted" not in res.stderr
     assert _demo_dirs(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["interrupts_held", "AnyCase"])
+def test_the_cli_helpers_say_they_have_no_upstream_counterpart(name: str) -> None:
+    """As every public function of the package names the upstream source it mirrors or says
+    there is none."""
+    from flodl_proto import cli
+
+    assert "No upstream counterpart" in (getattr(cli, name).__doc__ or "")
