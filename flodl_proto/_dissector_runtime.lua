@@ -193,6 +193,11 @@ end
 --
 -- Without reassembly, a record header cut by the end of its segment is kept (head) and completed
 -- from the direction's next segment.
+--
+-- A packet longer than the capture's snaplen holds fewer bytes (tvb:len()) than its segment
+-- (tvb:reported_len()), and TCP reassembles none of it: the segment is placed and ended by its
+-- length on the wire, a record going on past the cut is shown as cut by the capture, and where the
+-- cut bytes hold record starts the direction is out of sync after them.
 local frame_start = {}  -- frame number -> { len, sync, quiet, pend, head } at its start
 local frame_redo = {}   -- the same, placed again on a later pass by sequence number
 local frame_prev = {}   -- frame number -> the direction's previous one (0: none), bytes counted
@@ -718,10 +723,20 @@ end
 -- The whole record's length while a record that goes on past its segment (no TCP reassembly) is
 -- dissected: cut by its tvb's end, it is not truncated but continued.
 local continuing = nil
+-- The same for a record whose bytes the capture cut (a packet longer than the capture's snaplen):
+-- the record is whole on the wire, but its bytes past the packet's captured length are not in
+-- the capture.
+local uncaptured = nil
 
 -- A record cut by its tvb's end: truncated (an error), or, while `continuing`, a note of how much
--- of it this segment holds. Returns the Info text's suffix.
+-- of it this segment holds, or, while `uncaptured`, an item saying how much the capture kept (the
+-- packet's warning says why). Returns the Info text's suffix.
 local function cut(rtree, tvb, text)
+    if uncaptured then
+        rtree:add(at(tvb, 0, tvb:len()), string.format("Record cut by the capture: %d of its %d "
+            .. "bytes captured (the capture's snaplen)", tvb:len(), uncaptured)):set_generated()
+        return " (cut by the capture)"
+    end
     if continuing then
         rtree:add_proto_expert_info(E.continued, string.format("record continues in the next "
             .. "segments: %d of its %d bytes here (not reassembled)", tvb:len(), continuing))
@@ -1000,18 +1015,57 @@ local function record_kind(tvb, off, name)
     return SPEC.records[name].kind
 end
 
--- The start of a segment that continues the record s.pend: shown as its continuation.
-local function add_continuation(tvb, tree, s, infos)
+-- The start of a segment that continues the record s.pend: shown as its continuation. wire: the
+-- segment's length on the wire (above tvb:len() when the capture cut the packet). Returns the
+-- offset after the record's bytes in the segment (past tvb:len() when the capture cut them).
+local function add_continuation(tvb, tree, s, infos, wire)
     local p = s.pend
-    local n = math.min(p.total - p.done, tvb:len())
+    local w = math.min(p.total - p.done, wire)
+    local n = math.min(w, tvb:len())
     local rtree = tree:add(proto, tvb(0, n))
     rtree:add(field("continuation"), tvb(0, n), p.kind):set_generated()
     rtree:append_text(string.format(", continuation of %s (bytes %d to %d of %d)", p.kind,
-        p.done + 1, p.done + n, p.total))
+        p.done + 1, p.done + w, p.total))
+    if n < w then
+        rtree:append_text(string.format(", %d of them captured", n))
+    end
     infos[#infos + 1] = "[continuation of " .. p.kind .. "]"
     s.pend = nil
-    if p.done + n < p.total then s.pend = { kind = p.kind, total = p.total, done = p.done + n } end
-    return n
+    if p.done + w < p.total then s.pend = { kind = p.kind, total = p.total, done = p.done + w } end
+    return w
+end
+
+-- A record header cut by the capture (the packet is longer than the capture's snaplen): where the
+-- records after it start is not known, so the direction is out of sync (without a warning of its
+-- own: the packet's says why).
+local function add_uncaptured_head(r, tree, s, infos)
+    local rtree = tree:add(proto, r)
+    rtree:add(field("kind"), r, "Header"):set_generated()
+    rtree:append_text(string.format(", record header cut by the capture (%d bytes captured)",
+        r:len()))
+    infos[#infos + 1] = "[record header, cut by the capture]"
+    s.sync, s.quiet, s.head = false, true, nil
+end
+
+-- A packet the capture cut (its snaplen): an item for the bytes not captured, with a warning on
+-- the direction's first such packet (recorded on the first pass, so later passes show it on the
+-- same packet).
+local function add_uncaptured(tvb, pinfo, tree, conv, infos, wire)
+    local len = tvb:len()
+    local key = direction_key(pinfo)
+    conv.snapped = conv.snapped or {}
+    if not pinfo.visited and conv.snapped[key] == nil then conv.snapped[key] = pinfo.number end
+    local rtree = tree:add(proto, at(tvb, len))
+    local item = rtree:add(field("uncaptured"), at(tvb, len), wire - len)
+    rtree:append_text(string.format(", %d of the segment's %d bytes not captured (the "
+        .. "capture's snaplen)", wire - len, wire))
+    if conv.snapped[key] == pinfo.number then
+        item:add_proto_expert_info(E.snaplen, string.format("packet cut by the capture: %d of "
+            .. "the segment's %d bytes captured; the records in this direction's cut packets are "
+            .. "incomplete or not shown (take the capture with a full snaplen: tcpdump -s 0)",
+            len, wire))
+    end
+    infos[#infos + 1] = string.format("[%d bytes not captured]", wire - len)
 end
 
 -- A record header cut by the end of its segment (range r), without reassembly: kept (s.head) to
@@ -1040,14 +1094,18 @@ end
 -- The start of a segment that completes the record header s.head: the header is framed from its
 -- bytes and this segment's, and the record (as far as this segment goes) is dissected from a
 -- buffer holding both (a data source of its own); its bytes in the next segments are its
--- continuation. Returns the offset after the record's bytes in this segment.
-local function complete_head(tvb, pinfo, tree, conv, s, infos)
+-- continuation. Returns the offset after the record's bytes in this segment (past tvb:len() when
+-- the capture cut them: wire is the segment's length on the wire).
+local function complete_head(tvb, pinfo, tree, conv, s, infos, wire)
     local head, len = s.head, tvb:len()
     s.head = nil
     local k = math.min(len, C.MUX_HEADER_LEN)
     local htvb = ByteArray.new(head .. tvb:raw(0, k), true):tvb("flodl record header")
     local name, n, why, grp = frame_pdu(htvb, 0, conv, true)
-    if name == nil then  -- still short of a header: all of this segment is more of it
+    if name == nil and wire > len then
+        add_uncaptured_head(tvb(), tree, s, infos)
+        return len
+    elseif name == nil then  -- still short of a header: all of this segment is more of it
         add_head(tvb(), tree, s, infos, head)
         return len
     elseif name == false then
@@ -1056,18 +1114,19 @@ local function complete_head(tvb, pinfo, tree, conv, s, infos)
         return len
     end
     local have = math.max(0, math.min(n - #head, len))
+    local onwire = math.max(0, math.min(n - #head, wire))  -- captured or not
     local kind = record_kind(htvb, 0, name)
     local bytes = (have > 0 and (head .. tvb:raw(0, have)) or head):sub(1, n)
     local rtvb = ByteArray.new(bytes, true):tvb("flodl " .. kind .. " record")
     if why then
         add_malformed(rtvb(), tree, grp, why, infos)
     else
-        if #head + have < n then continuing = n end
+        if have < onwire then uncaptured = n elseif #head + have < n then continuing = n end
         infos[#infos + 1] = REC[name](rtvb, pinfo, tree, conv)
-        continuing = nil
+        continuing, uncaptured = nil, nil
     end
-    if #head + have < n then s.pend = { kind = kind, total = n, done = #head + have } end
-    return have
+    if #head + onwire < n then s.pend = { kind = kind, total = n, done = #head + onwire } end
+    return onwire
 end
 
 -- Bytes out of sync that start no record: skipped, the first stretch's first with a warning.
@@ -1146,7 +1205,7 @@ local function dissect(tvb, pinfo, tree)
     -- a packet seen again that its first pass did not hand here: one the heuristic refused
     -- before it claimed the connection (its dissector then applies from the connection's start)
     if pinfo.visited and not frame_conv[pinfo.number] then return 0 end
-    continuing = nil
+    continuing, uncaptured = nil, nil
     local conv = conv_of(pinfo)
     local going_on = conv.dirs and conv.dirs[direction_key(pinfo)]
     going_on = going_on and (going_on.pend or going_on.head)
@@ -1164,10 +1223,13 @@ local function dissect(tvb, pinfo, tree)
     if conv.http then return dissect_http(tvb, pinfo, tree) end
     if not pinfo.visited then conv.flodl = true end
     local s = segment_start(pinfo, conv, len)
+    -- the segment's length on the wire: above len when the capture cut the packet (its snaplen);
+    -- the bytes past len are not in the capture, and the records they hold cannot be shown
+    local wire = math.max(tvb:reported_len(), len)
     local infos = {}
     local off = 0
-    if s.pend then off = add_continuation(tvb, tree, s, infos) end
-    if s.head then off = complete_head(tvb, pinfo, tree, conv, s, infos) end
+    if s.pend then off = add_continuation(tvb, tree, s, infos, wire) end
+    if s.head then off = complete_head(tvb, pinfo, tree, conv, s, infos, wire) end
     while off < len do
         local name, n, why, grp = frame_pdu(tvb, off, conv, s.sync)
         if name == nil and pinfo.can_desegment > 0 then
@@ -1177,6 +1239,10 @@ local function dissect(tvb, pinfo, tree)
         elseif not name and not s.sync
             and not (name == nil and len - off >= 4 and START[u32(tvb, off)]) then
             add_skipped(tvb, off, tree, s, infos)
+            break
+        elseif name == nil and wire > len then
+            -- the header is cut by the capture, not by the segment's end
+            add_uncaptured_head(tvb(off), tree, s, infos)
             break
         elseif name == nil then
             -- no reassembly: the header (begun in sync, or with a record's magic) is completed
@@ -1191,6 +1257,7 @@ local function dissect(tvb, pinfo, tree)
         end
         s.sync, s.quiet = true, nil
         local have = math.min(n, len - off)
+        local onwire = math.min(n, wire - off)  -- its bytes in this segment, captured or not
         if why then
             -- a length above the ceiling: the header is reported, the record's bytes skipped (no
             -- reassembly is asked for); those in the next segments are its continuation
@@ -1200,15 +1267,24 @@ local function dissect(tvb, pinfo, tree)
             pinfo.desegment_len = off + n - len
             break
         else
-            -- without reassembly, a record going on past the segment is continued in the next
-            if have < n then continuing = n end
+            -- without reassembly, a record going on past the segment is continued in the next;
+            -- one going on past the packet's captured bytes is cut by the capture
+            if have < onwire then uncaptured = n elseif have < n then continuing = n end
             infos[#infos + 1] = REC[name](tvb(off, have):tvb(), pinfo, tree, conv)
-            continuing = nil
+            continuing, uncaptured = nil, nil
         end
-        if have < n then s.pend = { kind = record_kind(tvb, off, name), total = n, done = have } end
-        off = off + have
+        if onwire < n then
+            s.pend = { kind = record_kind(tvb, off, name), total = n, done = onwire }
+        end
+        off = off + onwire
     end
-    if s.dir then segment_end(s, len) end
+    if wire > len then
+        -- bytes not captured after the last record read: where the next record starts is not
+        -- known, unless the segment ends inside a record of known length
+        if off < wire and not s.pend then s.sync, s.quiet, s.head = false, true, nil end
+        add_uncaptured(tvb, pinfo, tree, conv, infos, wire)
+    end
+    if s.dir then segment_end(s, wire) end
     if #infos > 0 then
         -- TCP may call the dissector twice for one packet (a reassembled record, then the rest)
         local text = table.concat(infos, " | ")

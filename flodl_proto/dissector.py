@@ -97,7 +97,8 @@ _DERIVED: tuple[tuple[str, str, str | None, str, str], ...] = (
     ("kind", "STRING", None, "Record",
      "record type: ChannelMagic, Handshake, HandshakeAck, LenFramed, or the mux record kind "
      "(Data, Control, HostFrame, Broadcast); Malformed for bytes that cannot be framed, Header "
-     "for a record header cut by its segment's end (no reassembly)"),
+     "for a record header cut by its segment's end (no reassembly) or by the capture (its "
+     "snaplen)"),
     ("direction", "STRING", None, "Direction",
      "who sends this record (rank→relay, relay→ctl, ...), from the spec or the connection"),
     ("rank", "UINT32", "DEC", "Rank",
@@ -116,6 +117,9 @@ _DERIVED: tuple[tuple[str, str, str | None, str, str], ...] = (
     ("skipped", "UINT32", "DEC", "Skipped bytes",
      "bytes that start no record, skipped until a segment starts one: a direction's first "
      "bytes when the capture began inside a record, or the bytes after malformed ones"),
+    ("uncaptured", "UINT32", "DEC", "Bytes not captured",
+     "bytes of a segment past the end of its packet as captured (a packet longer than the "
+     "capture's snaplen): the records they hold are incomplete or not shown"),
     ("control.variant", "UINT32", "DEC", "Variant",
      "RelayControlMsg variant index (bincode u32 varint)"),
     ("round_frame.tensor", "UINT32", "DEC", "Tensor", "tensor index inside the RoundFrame"),
@@ -145,6 +149,8 @@ _EXPERTS: tuple[tuple[str, str, str, str], ...] = (
     ("continued", "REASSEMBLE", "NOTE", "record continues in the next segments (not reassembled)"),
     ("no_record_start", "SEQUENCE", "WARN",
      "no record starts here (the capture began inside a record?)"),
+    ("snaplen", "UNDECODED", "WARN",
+     "packet cut by the capture (snaplen): records incomplete; capture with -s 0"),
 )
 # Spec error ids whose templates become expert texts.
 _ERROR_IDS = (

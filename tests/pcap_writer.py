@@ -29,11 +29,14 @@ def tcp_packet(src: tuple[str, int], dst: tuple[str, int], seq: int, ack: int, f
     return b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + ip
 
 
-def pcap_file(packets: Iterable[bytes]) -> bytes:
-    """A libpcap file (Ethernet link type) of ``packets``, one second apart."""
-    out = bytearray(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+def pcap_file(packets: Iterable[bytes], snaplen: int = 262144) -> bytes:
+    """A libpcap file (Ethernet link type) of ``packets``, one second apart; a packet longer than
+    ``snaplen`` is cut to it (its captured length), as ``tcpdump -s N`` cuts it, and keeps its
+    length on the wire."""
+    out = bytearray(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
     for i, p in enumerate(packets):
-        out += struct.pack("<IIII", 1_700_000_000 + i, 0, len(p), len(p)) + p
+        kept = p[:snaplen]
+        out += struct.pack("<IIII", 1_700_000_000 + i, 0, len(kept), len(p)) + kept
     return bytes(out)
 
 
@@ -105,6 +108,6 @@ class Capture:
         self.packets.append(tcp_packet(c.client, c.server, c.seq_c, c.seq_s, FIN | ACK))
         self.packets.append(tcp_packet(c.server, c.client, c.seq_s, c.seq_c + 1, FIN | ACK))
 
-    def pcap(self) -> bytes:
-        """The capture as a libpcap file."""
-        return pcap_file(self.packets)
+    def pcap(self, snaplen: int = 262144) -> bytes:
+        """The capture as a libpcap file (packets cut to ``snaplen``: :func:`pcap_file`)."""
+        return pcap_file(self.packets, snaplen)

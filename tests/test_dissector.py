@@ -233,10 +233,13 @@ def _t_frame(ft: Pairs) -> dict[str, Any]:
 def _t_record(rec: Pairs) -> dict[str, Any]:
     p = f"{PROTO_NAME}."
     cont, skipped = _get(rec, p + "continuation"), _get(rec, p + "skipped")
+    uncaptured = _get(rec, p + "uncaptured")
     if cont is not None:  # not a record: the bytes of one begun in an earlier segment
         return {"continuation": cont}
     if skipped is not None:  # not a record: bytes that start none
         return {"skipped": int(skipped)}
+    if uncaptured is not None:  # not a record: a segment's bytes the capture did not keep
+        return {"uncaptured": int(uncaptured)}
     kind = _get(rec, p + "kind")
     out: dict[str, Any] = {"kind": kind, "ranks": [int(r) for r in _all(rec, p + "rank")]}
     if kind == "Handshake":
@@ -868,6 +871,8 @@ def _listing(recs: list[tuple[dict[str, Any], list[str]]]) -> list[tuple[str, li
             what = f"continuation of {r['continuation']}"
         elif "skipped" in r:
             what = f"{r['skipped']} bytes skipped"
+        elif "uncaptured" in r:
+            what = f"{r['uncaptured']} bytes not captured"
         else:
             what = r["kind"]
         out.append((what, ex))
@@ -1008,6 +1013,92 @@ def test_a_capture_that_begins_inside_a_record_warns_once_then_reads_the_next_re
     got = tshark_records_args(pcap, lua, prefs, *passes)
     assert got[MUX_UP] == [(rank_exit, [])]
     assert _listing(got[MUX_DOWN]) == [("Control", []), *broadcast]
+
+
+SNAPLEN = 94  # Ethernet, IPv4 and TCP headers (54 bytes) and 40 bytes of a segment
+SNAPLEN_WARNING = (
+    "6291456\tpacket cut by the capture: 40 of the segment's 60 bytes captured; the records in "
+    "this direction's cut packets are incomplete or not shown (take the capture with a full "
+    "snaplen: tcpdump -s 0)")
+
+
+def _snaplen_capture() -> Capture:
+    """Small records in 60-byte segments (8 RankExits up, 8 DeclareDeads down), then a HostFrame
+    in 1460-byte segments with a RankExit in its last, and a RankExit in a segment of its own:
+    taken with a snaplen of :data:`SNAPLEN`, every segment above 40 bytes is cut."""
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("h", [0, 1]), 2))
+    cap.send(mux, False, _record(HelloAck(), 2))
+    cap.send(mux, True, b"".join(_record(RankExit(r), 2) for r in range(8)), (60,))
+    cap.send(mux, False, b"".join(_record(DeclareDead(r), 2) for r in range(8)), (60,))
+    cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, _FRAME_4K, SALT))
+             + _record(RankExit(1), 2))
+    cap.send(mux, True, _record(RankExit(0), 2))
+    cap.close(mux)
+    return cap
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("reassemble", ["TRUE", "FALSE"])
+def test_a_capture_with_a_short_snaplen_warns_and_shows_records_as_cut(
+        reassemble: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # packets cut by the capture (tcpdump -s 200) were read as whole segments: a record past the
+    # cut was shown as going on in the next segment (or a header completed from it), the
+    # direction's next segments were counted from the cut, and nothing said the capture had
+    # cut the packets
+    pcap = tmp_path / "snaplen.pcap"
+    pcap.write_bytes(_snaplen_capture().pcap(SNAPLEN))
+    # (reassembling out of order, TCP waits for the bytes the capture cut and hands none of
+    # the direction's later segments over)
+    prefs = {"tcp.reassemble_out_of_order": "FALSE", "tcp.desegment_tcp_streams": reassemble,
+             f"{PROTO_NAME}.ports": "23456"}
+    msgs = _tshark(pcap, lua, prefs, *passes, "-Y", f"_ws.expert && {PROTO_NAME}", "-T",
+                   "fields", "-e", "frame.number", "-e", "_ws.expert.severity", "-e",
+                   "_ws.expert.message").splitlines()
+    # one warning per direction, on its first cut packet (the records' 60-byte segments)
+    assert msgs == [f"6\t{SNAPLEN_WARNING}", f"10\t{SNAPLEN_WARNING}"], msgs
+    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
+                    "-e", "_ws.col.Info").splitlines()
+    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    assert info == [
+        "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
+        "Control HelloAck ctl→relay",
+        "Control RankExit relay→ctl rank 0 | [record header, cut by the capture] | "
+        "[20 bytes not captured]",
+        *["[no record start] | [20 bytes not captured]"] * 2,
+        "[no record start]",  # the last 36 bytes, whole, begin inside a record
+        "Control DeclareDead ctl→relay rank 0 | [record header, cut by the capture] | "
+        "[20 bytes not captured]",
+        *["[no record start] | [20 bytes not captured]"] * 2,
+        "[no record start]",
+        "HostFrame relay→ctl (cut by the capture) | [1420 bytes not captured]",
+        "[continuation of HostFrame] | [1420 bytes not captured]",
+        # the HostFrame's end and a RankExit not captured: the next segment is placed by its
+        # sequence number, not by the bytes captured
+        "[continuation of HostFrame] | [1131 bytes not captured]",
+        "Control RankExit relay→ctl rank 0"], info
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    snap = [f"{PROTO_NAME}.expert.snaplen"]
+    assert _listing(got[MUX_UP])[:5] == [
+        ("ChannelMagic", []), ("Control", []), ("Control", []), ("Header", []),
+        ("20 bytes not captured", snap)]
+    hf = "continuation of HostFrame"
+    assert _listing(got[MUX_UP])[-7:] == [
+        ("HostFrame", []), ("1420 bytes not captured", []), (hf, []),
+        ("1420 bytes not captured", []), (hf, []), ("1131 bytes not captured", []),
+        ("Control", [])]
+    assert got[MUX_UP][-1][0] == {"kind": "Control", "ranks": [0], "variant": "RankExit",
+                                  "rank": 0}
+    tree = _tshark(pcap, lua, prefs, *passes, "-V", "-Y", PROTO_NAME)
+    assert "Record cut by the capture: 40 of its 4064 bytes captured (the capture's snaplen)" \
+        in tree
+    assert "continuation of HostFrame (bytes 1461 to 2920 of 4064), 40 of them captured" in tree
+    assert "record header cut by the capture (13 bytes captured)" in tree
+    # nothing is presented as going on in segments not reassembled, nor as truncated
+    assert "Expert Info (Note" not in tree and "Expert Info (Error" not in tree
+    assert "(continues)" not in tree
 
 
 @pytest.mark.parametrize("cut", [None, (5,), (20, 9)])
