@@ -832,14 +832,13 @@ function REC.len_framed(tvb, pinfo, tree, conv)
     local version = add_version(rtree, tvb, conv)
     local vals, items = {}, {}
     local np = walk(tvb, 0, rtree, LAYOUTS.len_framed, vals, items)
-    if not np then
-        return R.kind .. " " .. direction .. cut(rtree, tvb,
-            loopback_errtext("len.body_read_failed", { got = tvb:len() - 4,
-                need = vals.length or 4 }))
-    end
     add_ranks(rtree, tvb, conv.ranks)
     local info = R.kind .. " " .. direction
     if conv.ranks then info = info .. " rank " .. fmt_list(conv.ranks) end
+    if not np then  -- cut by its tvb's end: still names the connection's rank
+        return info .. cut(rtree, tvb, loopback_errtext("len.body_read_failed",
+            { got = tvb:len() - 4, need = vals.length or 4 }))
+    end
     local body = tvb(4, vals.length):tvb()
     if vals.length < 4 or u32(body, 0) ~= C.ROUND_FRAME_MAGIC then
         items.body:add_proto_expert_info(E.bad_magic, errtext("frame.bad_magic",
@@ -862,16 +861,28 @@ function REC.mux_record(tvb, pinfo, tree, conv)
     local rtree = new_record(tvb, tree, kname, nil)
     if not pinfo.visited then conv.leg = "mux" end
     local version = current_version(conv)
+    local members = ENUMS.RecordKind.members
+    local m = members[kind]
     local np = walk(tvb, 0, rtree, LAYOUTS.mux_record, vals, items, "relay_mux")
     if not np then
-        local info = kname .. " " .. direction .. cut(rtree, tvb, errtext("mux.truncated",
+        -- a record cut by its tvb's end (going on in the next segments, cut by the capture, or
+        -- truncated) names the ranks it concerns as a whole one does: a Data record its rank
+        -- (its header is whole: the record was framed from it), a HostFrame or Broadcast the
+        -- connection's
+        local info = kname .. " " .. direction
+        if m == "DATA" and vals.rank ~= nil then
+            add_ranks(rtree, tvb, { vals.rank })
+            info = info .. " rank " .. vals.rank
+        elseif (m == "HOST_FRAME" or m == "BROADCAST") and conv.ranks then
+            add_ranks(rtree, tvb, conv.ranks)
+            info = info .. " ranks " .. fmt_list(conv.ranks)
+        end
+        info = info .. cut(rtree, tvb, errtext("mux.truncated",
             { got = tvb:len(), need = 25 + (vals.payload_len or 0) }))
         rtree:add(field("direction"), at(tvb, 0), direction):set_generated()
         return info
     end
     local info
-    local members = ENUMS.RecordKind.members
-    local m = members[kind]
     local payload_off = tvb:len() - vals.payload_len
     if m == "DATA" then
         add_ranks(rtree, tvb, { vals.rank })

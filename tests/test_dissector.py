@@ -905,18 +905,18 @@ def test_without_reassembly_a_record_s_next_segments_are_its_continuation(
                    "-e", "_ws.col.Info").splitlines()
     assert info == [
         "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
-        "HostFrame relay→ctl (continues)",
+        "HostFrame relay→ctl ranks [0,1] (continues)",
         "[continuation of HostFrame]",
         "[continuation of HostFrame] | Control RankExit relay→ctl rank 1",
         "Control HelloAck ctl→relay",
-        "Broadcast ctl→relay (continues)",
+        "Broadcast ctl→relay ranks [0,1] (continues)",
         "[continuation of Broadcast]",
         "[continuation of Broadcast]",
         "Control DeclareDead ctl→relay rank 7",
         "Handshake rank→relay rank 1 world 4 v2",
-        "LenFramed rank→relay (continues)",
+        "LenFramed rank→relay rank [1] (continues)",
         "[continuation of LenFramed]",
-        "[continuation of LenFramed] | LenFramed rank→relay (continues)",
+        "[continuation of LenFramed] | LenFramed rank→relay rank [1] (continues)",
         "[continuation of LenFramed]",
         "[continuation of LenFramed]",
         "[continuation of LenFramed]"]
@@ -937,6 +937,51 @@ def test_without_reassembly_a_record_s_next_segments_are_its_continuation(
                **decode_records(pcap, 23460, "loopback", 2)}
     assert compare(tshark_records_args(pcap, lua, {}, *passes), decoded,
                    expect_experts=False) == 4 + 3 + 3
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+def test_without_reassembly_a_record_that_continues_names_its_ranks(
+        passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # a record going on past its segment was named by its kind and direction alone: a whole
+    # HostFrame or Broadcast names the connection's ranks, a Data record its rank, a loopback
+    # blob the handshake's rank; their first segments did not
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + _record(Hello("h", [0, 1]), 2))
+    cap.send(mux, True, encode_mux_record_bytes(MuxRecord.data(3, bytes(3000)), SALT))
+    cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, _FRAME_4K, SALT)))
+    cap.send(mux, False, _record(HelloAck(), 2))
+    cap.send(mux, False, encode_mux_record_bytes(MuxRecord.data(5, bytes(3000)), SALT))
+    cap.send(mux, False, b"".join(encode_frame_record(RecordKind.BROADCAST, _FRAME_4K, SALT)))
+    cap.close(mux)
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(2, 4, 2))
+    cap.send(loop, True, b"".join(encode_framed_round(_FRAME_4K, SALT)))
+    cap.close(loop)
+    pcap = tmp_path / "continues.pcap"
+    pcap.write_bytes(cap.pcap())
+    info = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-Y", f"{PROTO_NAME}.kind", "-T",
+                   "fields", "-e", "_ws.col.Info").splitlines()
+    assert info == [
+        "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
+        "Data relay↔ctl rank 3 (continues)",
+        "HostFrame relay→ctl ranks [0,1] (continues)",
+        "Control HelloAck ctl→relay",
+        "Data relay↔ctl rank 5 (continues)",
+        "Broadcast ctl→relay ranks [0,1] (continues)",
+        "Handshake rank→relay rank 2 world 4 v2",
+        "LenFramed rank→relay rank [2] (continues)"], info
+    # and the tree's rank fields (flodl.rank), as on a whole record
+    got = tshark_records_args(pcap, lua, REASSEMBLY_OFF, *passes)
+    firsts = [r for recs in got.values() for r, ex in recs if ex == [CONTINUED]]
+    assert [(r["kind"], r["ranks"]) for r in firsts] == [
+        ("Data", [3]), ("HostFrame", [0, 1]), ("Data", [5]), ("Broadcast", [0, 1]),
+        ("LenFramed", [2])], firsts
+    ranks = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-Y",
+                    f'{PROTO_NAME}.kind == "HostFrame" && {PROTO_NAME}.rank == 1', "-T",
+                    "fields", "-e", "frame.number").split()
+    assert len(ranks) == 1
 
 
 @pytest.mark.tshark
@@ -1073,7 +1118,7 @@ def test_a_capture_with_a_short_snaplen_warns_and_shows_records_as_cut(
         "[20 bytes not captured]",
         *["[no record start] | [20 bytes not captured]"] * 2,
         "[no record start]",
-        "HostFrame relay→ctl (cut by the capture) | [1420 bytes not captured]",
+        "HostFrame relay→ctl ranks [0,1] (cut by the capture) | [1420 bytes not captured]",
         "[continuation of HostFrame] | [1420 bytes not captured]",
         # the HostFrame's end and a RankExit not captured: the next segment is placed by its
         # sequence number, not by the bytes captured
@@ -1396,18 +1441,18 @@ def test_without_reassembly_retransmitted_and_reordered_segments_keep_the_record
     info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
     assert [re.sub(r"^(\[TCP [^]]*\] )*", "", line) for line in info] == [
         "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
-        "HostFrame relay→ctl (continues)",
+        "HostFrame relay→ctl ranks [0,1] (continues)",
         "[continuation of HostFrame]",
         # the retransmission: the same bytes read from the same place
         *["[continuation of HostFrame]"] * shown,
         "[continuation of HostFrame] | Control RankExit relay→ctl rank 1",
         "Control RankExit relay→ctl rank 0",
         "Control HelloAck ctl→relay",
-        "Broadcast ctl→relay (continues)",
+        "Broadcast ctl→relay ranks [0,1] (continues)",
         "[continuation of Broadcast] | Control DeclareDead ctl→relay rank 7",
         *["[continuation of Broadcast]"] * shown,  # the segment captured late
         "Control DeclareDead ctl→relay rank 8",
-        "HostFrame relay→ctl (continues)"]  # the first segment again
+        "HostFrame relay→ctl ranks [0,1] (continues)"]  # the first segment again
     tree = _tshark(pcap, lua, prefs, *passes, "-V")
     # (each record's expert infos are the listings' above: the notes of the three records
     # that continue, nothing else)
@@ -1451,7 +1496,7 @@ def test_without_reassembly_a_header_cut_by_its_segment_is_completed_from_the_ne
     info = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-T", "fields", "-e",
                    "_ws.col.Info").splitlines()
     assert "Handshake rank→relay rank 1 world 4 v3 | [record header, continues]" in info
-    assert "LenFramed rank→relay (continues)" in info
+    assert "LenFramed rank→relay rank [1] (continues)" in info
     # the blob's first segment held 2 bytes of it, the next 1460: its bytes are numbered on
     tree = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-V", "-Y", "tcp.port == 23460")
     assert "continuation of LenFramed (bytes 1463 to 1480 of 4043)" in tree
