@@ -301,6 +301,11 @@ class TensorPayload:
     def __repr__(self) -> str:
         return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied with its bytes (a memoryview does not pickle): the constructor's
+        arguments, ``data`` as ``bytes``."""
+        return (type(self), (self.dtype, self.shape, bytes(self.data)))
+
 
 #: the slot setters of a payload's fields (a slot's own descriptor: no attribute lookup by
 #: name, unlike ``object.__setattr__``), for the trusted constructors

@@ -25,7 +25,7 @@ import json
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
@@ -105,6 +105,13 @@ __all__ = [
     "read_mux_record_or_eos",
     "rust_debug",
 ]
+
+# the control messages' code lives in codec/_mux_control.py; they are this module's names, so
+# help(), pydoc, Sphinx and pickle name this module (set once, at import; nothing per call)
+for _name in (Hello, HelloAck, RankExit, DeclareDead, encode_control, decode_control,
+              max_hello_payload, ranks_str):
+    _name.__module__ = __name__
+del _name
 
 
 
@@ -212,6 +219,11 @@ class MuxRecord:
         return (self.kind, self.rank) == (other.kind, other.rank) and self.payload == other.payload
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied with its payload's bytes (a memoryview does not pickle): the
+        constructor's arguments, ``payload`` as ``bytes``."""
+        return (type(self), (self.kind, self.rank, bytes(self.payload), self.control))
 
 
 #: the slots' descriptors' setters (a frozen dataclass's fields are set through them)

@@ -99,6 +99,15 @@ known_layout: Final = _known_layout
 #: given every check its decode makes without building it (``_walk.read_known_frame``).
 read_known_frame: Final = _read_known_frame
 
+# the frame's values live in codec/_frame_model.py and the two layout functions in
+# codec/_walk.py; they are this module's names, so help(), pydoc, Sphinx and pickle name this
+# module (set once, at import; nothing per call)
+known_layout.__name__ = known_layout.__qualname__ = "known_layout"
+for _name in (RoundKind, Dtype, TensorPayload, RoundFrame, round_frame_wire_len, known_layout,
+              read_known_frame):
+    _name.__module__ = __name__
+del _name
+
 
 
 
