@@ -13,7 +13,7 @@ commands it keeps its default until they handle it, if they do. For ``demo`` a c
 SIGHUP is the same as SIGTERM, unless it was ignored when it started (``nohup``). While NumPy and
 the codec load, every command holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as
 soon as they have loaded. Once a command has its exit code (its output written), a Ctrl-C or SIGTERM
-while the interpreter exits ends the process with that code (:func:`main`). Output piped into a
+while the interpreter exits ends the process with that code (:func:`entry`). Output piped into a
 reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with
 exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written
 (``> /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``)
@@ -54,8 +54,8 @@ from typing import Any
 from . import __version__
 from ._oserr import os_reason
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "AnyCase", "build_parser", "interrupts_held",
-           "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "AnyCase", "build_parser", "entry",
+           "interrupts_held", "main"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
@@ -189,7 +189,8 @@ def _log_level_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``flodl-proto`` console script; returns the exit code.
+    """Run the ``flodl-proto`` command line ``argv`` (None: ``sys.argv[1:]``) in this process;
+    returns the exit code. The console script and ``python -m flodl_proto`` run :func:`entry`.
 
     For the commands of :data:`_SIGTERM_AS_CTRL_C` (``conform``, ``demo``), found in ``argv``
     before anything is imported, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so a SIGTERM
@@ -197,17 +198,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     command installs its own handler) is one line and exit 130, not a silent exit 143; the
     command restores this handler when it removes its own. For ``demo``
     (:data:`_SIGHUP_AS_CTRL_C`) SIGHUP too, unless it is ignored (``nohup``): a closed terminal
-    ended it by the signal, leaving its temporary folder. Called with an ``argv`` (a program or a
-    test running a command in-process), :func:`main` puts the previous handlers back when it
-    returns.
+    ended it by the signal, leaving its temporary folder. :func:`main` puts the previous
+    handlers back when it returns (a program or a test runs commands in-process).
 
-    Called without one, it runs this process's own command line (the console script, ``python
-    -m flodl_proto``), whose interpreter exits next with its code: the run is over, its output
-    written, so from then on Ctrl-C and SIGTERM end the process at once with that code (after
-    flushing stdout and stderr), and once the interpreter runs its exit functions they are
-    ignored. Put back to their defaults there, they ended a finished run (``conform --help``,
-    its reports written) with a silent death by the signal; ignored from the start of the exit,
-    they could not stop an exit that waits for a thread."""
+    No upstream counterpart (the command line is this package's own)."""
+    return _run(argv, exits=False)
+
+
+def entry() -> int:
+    """Entry point of the ``flodl-proto`` console script and of ``python -m flodl_proto``:
+    :func:`main` of this process's command line, whose interpreter exits next with the returned
+    code. The run is over, its output written, so from then on Ctrl-C and SIGTERM end the
+    process at once with that code (after flushing stdout and stderr), and once the interpreter
+    runs its exit functions they are ignored. Put back to their defaults there, they ended a
+    finished run (``conform --help``, its reports written) with a silent death by the signal;
+    ignored from the start of the exit, they could not stop an exit that waits for a thread.
+
+    No upstream counterpart (the command line is this package's own)."""
+    return _run(None, exits=True)
+
+
+def _run(argv: Sequence[str] | None, *, exits: bool) -> int:
+    """:func:`main` (``exits`` False) or :func:`entry` (True)."""
     command = _command_word(sys.argv[1:] if argv is None else argv)
     signums: list[int] = [signal.SIGTERM] if command in _SIGTERM_AS_CTRL_C else []
     if command in _SIGHUP_AS_CTRL_C and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
@@ -226,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.code
         raise
     finally:
-        if argv is None:
+        if exits:
             _late_signals_end_with(code, tuple(previous))
         else:
             for signum, handler in previous.items():  # None: not set from Python, the default
@@ -445,4 +457,4 @@ def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(entry())

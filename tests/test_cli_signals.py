@@ -13,9 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+from flodl_proto import cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -299,6 +302,25 @@ def test_a_signal_once_the_run_is_over_keeps_its_exit_code(
         assert res.stderr.endswith("flodl-proto decode: error: unrecognized arguments: --bogus\n")
     else:
         assert (tmp_path / "p.md").read_text()
+
+
+def test_main_without_an_argv_leaves_the_handlers_as_they_were(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main()`` run in-process reads ``sys.argv`` and puts the previous handlers back, as with
+    an argv; only :func:`flodl_proto.cli.entry` (the console script) sets the handlers that end
+    the exiting process with the command's code."""
+    monkeypatch.setattr(sys, "argv", ["flodl-proto", "docs", "--out", str(tmp_path / "p.md")])
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    assert cli.main() == 0
+    assert (tmp_path / "p.md").read_text()
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_the_console_script_and_python_m_run_the_entry_point() -> None:
+    (ep,) = entry_points(group="console_scripts", name="flodl-proto")
+    assert ep.value == "flodl_proto.cli:entry"
+    text = (Path(cli.__file__).parent / "__main__.py").read_text(encoding="utf-8")
+    assert "sys.exit(entry())" in text
 
 
 @pytest.mark.parametrize(("args", "prog"), [
