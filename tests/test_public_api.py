@@ -4,6 +4,7 @@ else comes from its module (``flodl_proto.codec``, ``flodl_proto.spec``, ...).""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import subprocess
@@ -114,3 +115,25 @@ def test_a_name_that_is_no_attribute_is_attribute_error(name: str) -> None:
     message = f"module 'flodl_proto' has no attribute {name!r}"
     with pytest.raises(AttributeError, match=re.escape(message)):
         getattr(flodl_proto, name)
+
+
+@pytest.mark.parametrize("package", [
+    "flodl_proto", "flodl_proto.codec", "flodl_proto.codec.mux", "flodl_proto.codec.round_frame",
+    "flodl_proto.errors", "flodl_proto.fsm", "flodl_proto.reduce", "flodl_proto.reduce.fold",
+    "flodl_proto.runner", "flodl_proto.runner.rank"])
+def test_every_public_class_and_function_names_a_public_module(package: str) -> None:
+    """``help()``, pydoc and pickle name a class or function by its ``__module__``: for every
+    one of a public module's ``__all__``, that is a public module (no ``_private`` part), and
+    the name is found there. Code moved into a private module (``codec/_common.py``,
+    ``reduce/_kernels.py``, ``reduce/_pool.py``, ``runner/_rank_payloads.py``) named it."""
+    mod = importlib.import_module(package)
+    wrong = {}
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        home = obj.__module__
+        if any(part.startswith("_") for part in home.split(".")) \
+                or getattr(importlib.import_module(home), obj.__qualname__, None) is not obj:
+            wrong[name] = home
+    assert wrong == {}

@@ -130,3 +130,9 @@ __all__ = [
     "round_frame_extent",
     "round_frame_wire_len",
 ]
+
+# their code lives in codec/_common.py; they are this package's names, so help(), pydoc and
+# pickle name it (set once, at import)
+for _name in (EndOfStream, NeedData,):
+    _name.__module__ = __name__
+del _name

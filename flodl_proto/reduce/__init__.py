@@ -65,3 +65,9 @@ __all__ = [
     "set_kernel_backend",
     "sum_frames",
 ]
+
+# their code lives in reduce/_kernels.py; they are this package's names, so help(), pydoc and
+# pickle name it (set once, at import)
+for _name in (kernel_backend, set_kernel_backend,):
+    _name.__module__ = __name__
+del _name

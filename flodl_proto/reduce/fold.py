@@ -51,6 +51,10 @@ __all__ = [
     "sum_frames",
 ]
 
+# its code lives in reduce/_pool.py; it is this module's name, so help(), pydoc and pickle name
+# it (set once, at import)
+OutputPool.__module__ = __name__
+
 
 def gamma_mass(n: float, gamma: float) -> float:
     """Realized-work mass of a params contribution: ``n ** gamma`` with the idle guard.

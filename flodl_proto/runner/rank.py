@@ -86,6 +86,10 @@ from ._rank_payloads import (
 
 __all__ = ["RankClient", "ReduceReply", "decode_into"]
 
+# its code lives in runner/_rank_payloads.py; it is this module's name, so help(), pydoc and
+# pickle name it (set once, at import)
+decode_into.__module__ = __name__
+
 log = logging.getLogger(__name__)
 
 #: a Model or Control frame whose payloads total at most this many bytes is written into a kept
