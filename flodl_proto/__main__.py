@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import entry
+from ._console import entry
 
 sys.exit(entry())

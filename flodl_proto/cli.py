@@ -206,8 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> int:
-    """Entry point of the ``flodl-proto`` console script and of ``python -m flodl_proto``:
-    :func:`main` of this process's command line, whose interpreter exits next with the returned
+    """What the ``flodl-proto`` console script and ``python -m flodl_proto`` run (through
+    :mod:`flodl_proto._console`, which imports this module): :func:`main` of this process's
+    command line, whose interpreter exits next with the returned
     code. The run is over, its output written, so from then on Ctrl-C and SIGTERM end the
     process at once with that code (after flushing stdout and stderr), and once the interpreter
     runs its exit functions they are ignored. Put back to their defaults there, they ended a

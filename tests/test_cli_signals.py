@@ -318,9 +318,25 @@ def test_main_without_an_argv_leaves_the_handlers_as_they_were(
 
 def test_the_console_script_and_python_m_run_the_entry_point() -> None:
     (ep,) = entry_points(group="console_scripts", name="flodl-proto")
-    assert ep.value == "flodl_proto.cli:entry"
+    assert ep.value == "flodl_proto._console:entry"
     text = (Path(cli.__file__).parent / "__main__.py").read_text(encoding="utf-8")
-    assert "sys.exit(entry())" in text
+    assert "from ._console import entry\n\nsys.exit(entry())" in text
+
+
+@pytest.mark.parametrize("module", ["flodl_proto.cli", "argparse", "logging", "pkgutil"])
+@pytest.mark.parametrize(("args", "prog"), [
+    (("conform", "--help"), "flodl-proto conform"),
+    (("demo", "--world-size", "4"), "flodl-proto demo"),
+    (("rank", "--rank", "5"), "flodl-proto rank 5"),
+    (("--version",), "flodl-proto"),
+], ids=["conform", "demo", "rank", "version"])
+def test_ctrl_c_while_the_command_line_module_loads_is_one_line(
+        module: str, args: tuple[str, ...], prog: str) -> None:
+    """The console script imported :mod:`flodl_proto.cli` itself: a Ctrl-C in that import (the
+    first tens of milliseconds of a run) printed a traceback ending in KeyboardInterrupt."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGINT", module, *args],
+                         capture_output=True, text=True, timeout=90)
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", f"{prog}: interrupted\n")
 
 
 @pytest.mark.parametrize(("args", "prog"), [
