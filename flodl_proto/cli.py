@@ -208,10 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def entry() -> int:
     """What the ``flodl-proto`` console script and ``python -m flodl_proto`` run (through
     :mod:`flodl_proto._console`, which imports this module): :func:`main` of this process's
-    command line, whose interpreter exits next with the returned
-    code. The run is over, its output written, so from then on Ctrl-C and SIGTERM end the
-    process at once with that code (after flushing stdout and stderr), and once the interpreter
-    runs its exit functions they are ignored. Put back to their defaults there, they ended a
+    command line, whose interpreter exits next with the returned code. The run is over, its
+    output written, so from then on Ctrl-C and SIGTERM end the process at once with that code
+    (after flushing stdout and stderr), and once the interpreter runs its exit functions they
+    are ignored. Put back to their defaults there, they ended a
     finished run (``conform --help``, its reports written) with a silent death by the signal;
     ignored from the start of the exit, they could not stop an exit that waits for a thread.
 
