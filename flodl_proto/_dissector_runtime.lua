@@ -197,7 +197,10 @@ end
 -- A packet longer than the capture's snaplen holds fewer bytes (tvb:len()) than its segment
 -- (tvb:reported_len()), and TCP reassembles none of it: the segment is placed and ended by its
 -- length on the wire, a record going on past the cut is shown as cut by the capture, and where the
--- cut bytes hold record starts the direction is out of sync after them.
+-- cut bytes hold record starts the direction is out of sync after them. A record (or record
+-- header) TCP was asked to reassemble from a whole segment goes on in the next segment when TCP
+-- hands that one over itself (asked: the capture cut it); TCP keeps the record's later whole
+-- segments (held), and the first whole segment it hands over after them starts after the record.
 local frame_start = {}  -- frame number -> { len, sync, quiet, pend, head } at its start
 local frame_redo = {}   -- the same, placed again on a later pass by sequence number
 local frame_prev = {}   -- frame number -> the direction's previous one (0: none), bytes counted
@@ -289,11 +292,24 @@ local function segment_start(pinfo, conv, len)
     end
     local d = dirs[key]
     if not d then d = {}; dirs[key] = d end
-    if not pinfo.visited and seq == nil and pinfo.can_desegment == 0 then
+    local asked = d.asked
+    d.asked = nil
+    if pinfo.can_desegment == 0 then
+        -- TCP, asked to reassemble a record, hands the next segment over itself: the capture cut
+        -- that segment (TCP reassembles no cut segment), so the record goes on in it; TCP keeps
+        -- the record's later whole segments, which it cannot complete, to itself
+        if asked then d.held = asked.pend and true or nil end
+    else
+        asked = nil
+        if d.held then  -- the first whole segment TCP hands over after them: the record is over
+            asked, d.held = { sync = true }, nil
+        end
+    end
+    if not pinfo.visited and seq == nil and pinfo.can_desegment == 0 and not asked then
         frame_prev[pinfo.number] = d.last or 0  -- bytes counted: to be placed again
     end
     d.last = pinfo.number
-    local st = state_at(d, seq)
+    local st = asked or state_at(d, seq)
     local e = copy_state(st)
     e.len = len
     if pinfo.visited then
@@ -311,8 +327,11 @@ end
 local function segment_end(s, len)
     local d, seq = s.dir, s.seq
     local st = copy_state(s)
+    d.asked = s.asked
+    if not s.going_on then d.held = nil end  -- the record TCP keeps ended in this segment
     if seq == nil then
-        d.sync, d.quiet, d.pend, d.head = st.sync, st.quiet, st.pend, st.head
+        -- bytes counted: the direction's next segment is taken to follow this one
+        d.sync, d.quiet, d.pend, d.head, d.next = st.sync, st.quiet, st.pend, st.head, nil
         return
     end
     local e = (seq + len) % SEQ_MOD
@@ -1042,7 +1061,10 @@ local function add_continuation(tvb, tree, s, infos, wire)
     end
     infos[#infos + 1] = "[continuation of " .. p.kind .. "]"
     s.pend = nil
-    if p.done + w < p.total then s.pend = { kind = p.kind, total = p.total, done = p.done + w } end
+    if p.done + w < p.total then
+        s.pend = { kind = p.kind, total = p.total, done = p.done + w }
+        s.going_on = true
+    end
     return w
 end
 
@@ -1246,6 +1268,7 @@ local function dissect(tvb, pinfo, tree)
         if name == nil and pinfo.can_desegment > 0 then
             pinfo.desegment_offset = off
             pinfo.desegment_len = n
+            s.asked = { sync = true, head = tvb:raw(off, len - off) }
             break
         elseif not name and not s.sync
             and not (name == nil and len - off >= 4 and START[u32(tvb, off)]) then
@@ -1276,6 +1299,8 @@ local function dissect(tvb, pinfo, tree)
         elseif have < n and pinfo.can_desegment > 0 then
             pinfo.desegment_offset = off
             pinfo.desegment_len = off + n - len
+            s.asked = { sync = true,
+                        pend = { kind = record_kind(tvb, off, name), total = n, done = len - off } }
             break
         else
             -- without reassembly, a record going on past the segment is continued in the next;

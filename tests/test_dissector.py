@@ -1146,6 +1146,64 @@ def test_a_capture_with_a_short_snaplen_warns_and_shows_records_as_cut(
     assert "(continues)" not in tree
 
 
+def _asked_then_cut_capture() -> Capture:
+    """Loopback blobs whose first bytes come in a whole segment and the rest in segments the
+    capture cuts: a LenFramed starting in a 30-byte segment, then one whose 4-byte length starts
+    in a 3-byte segment, each ending in a whole 30-byte segment; then a small LenFramed in two
+    whole segments (20 and 31 bytes)."""
+    cap = Capture()
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(1, 4, 2))
+    blob = b"".join(encode_framed_round(_FRAME_4K, SALT))
+    rest = len(blob) - 30 - 2 * 1460 - 30
+    cap.send(loop, True, blob, (30, 1460, 1460, rest, 30))
+    cap.send(loop, True, blob, (3, 1460, 1460, rest + 27, 30))
+    small = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.arange(2, dtype=np.float32))])
+    cap.send(loop, True, b"".join(encode_framed_round(small, SALT)), (20, 31))
+    cap.close(loop)
+    return cap
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("reassemble", ["TRUE", "FALSE"])
+def test_a_record_tcp_cannot_reassemble_for_a_cut_segment_goes_on_in_it(
+        reassemble: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # with reassembly on, a record whose start (or header's start) was in a whole segment was
+    # handed to TCP to reassemble; TCP reassembles no segment the capture cut, and handed the
+    # next one over by itself, which was read as a record start: "[no record start]", or in two
+    # passes a bogus length ("Malformed: ... blob length 2147483648 exceeds the frame ceiling")
+    pcap = tmp_path / "asked.pcap"
+    pcap.write_bytes(_asked_then_cut_capture().pcap(SNAPLEN))
+    prefs = {"tcp.reassemble_out_of_order": "FALSE", "tcp.desegment_tcp_streams": reassemble,
+             f"{PROTO_NAME}.ports": "23460"}
+    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
+                    "-e", "_ws.col.Info").splitlines()
+    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    lf = "[continuation of LenFramed]"
+    small = "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"
+    cut = [f"{lf} | [1420 bytes not captured]"] * 2
+    if reassemble == "TRUE":
+        # the whole segments TCP is asked to reassemble from are TCP's (each "TCP segment of a
+        # reassembled PDU"), as is the first blob's last, inside the record TCP keeps
+        assert info == [
+            "Handshake rank→relay rank 1 world 4 v2",
+            *cut, f"{lf} | [1023 bytes not captured]",
+            "LenFramed rank→relay rank [1] (cut by the capture) | [1420 bytes not captured]",
+            f"{cut[0]}", f"{lf} | [1050 bytes not captured]", lf,
+            small], info
+    else:
+        assert info == [
+            "Handshake rank→relay rank 1 world 4 v2",
+            "LenFramed rank→relay rank [1] (continues)",
+            *cut, f"{lf} | [1023 bytes not captured]", lf,
+            "[record header, continues]",
+            "LenFramed rank→relay rank [1] (cut by the capture) | [1420 bytes not captured]",
+            f"{cut[0]}", f"{lf} | [1050 bytes not captured]", lf,
+            "LenFramed rank→relay rank [1] (continues)", lf], info
+
+
 @pytest.mark.parametrize("cut", [None, (5,), (20, 9)])
 def test_the_status_responder_s_http_on_a_flodl_port_is_http_not_malformed(
         cut: tuple[int, ...] | None, lua: Path, tmp_path: Path) -> None:
