@@ -744,7 +744,11 @@ def test_broadcast_fan_out_completes_when_the_run_ends_meanwhile() -> None:
                 assert rr.read_reply() == payload
                 rr.close()
                 time.sleep(0.2)
-            time.sleep(1.0)  # let the relay see the broken upstream and start winding down
+            # the relay has seen the broken upstream and winds down; waited for, not slept on:
+            # rank 2's fan-out is all the while under one write-stall deadline (3 s at the
+            # tests' timeout scale), which a fixed pause, added to the fast ranks' reads on a
+            # loaded machine, could use up
+            wait_until(relay._stop.is_set)
             assert ranks[2].read_reply() == payload  # the slow rank still gets the consensus
             ranks[2].close()
             relay.wait(10)
