@@ -206,6 +206,7 @@ local frame_redo = {}   -- the same, placed again on a later pass by sequence nu
 local frame_prev = {}   -- frame number -> the direction's previous one (0: none), bytes counted
 local IN_SYNC = { sync = true }
 local f_tcp_seq = Field.new("tcp.seq")
+local f_tcp_len = Field.new("tcp.len")
 local SEQ_MOD = 4294967296
 local KEEP_STATES = 4096  -- states a direction keeps by sequence number (two generations of)
 
@@ -227,6 +228,38 @@ local function segment_seq(pinfo)
     local all = { f_tcp_seq() }
     local fi = all[#all]
     return fi and fi.value or nil
+end
+
+-- The sequence number just past the bytes TCP hands over, where tvb ends with the segment (the
+-- segment itself, or its bytes after a reassembled record: no longer than the segment) and
+-- tcp.seq has a value; else nil.
+local function segment_next_seq(tvb)
+    local seqs, lens = { f_tcp_seq() }, { f_tcp_len() }
+    local seq, len = seqs[#seqs], lens[#lens]
+    if not seq or not len or tvb:reported_len() > len.value then return nil end
+    return (seq.value + len.value) % SEQ_MOD
+end
+
+-- The state a segment TCP hands over itself (the capture cut it) starts from, TCP having been
+-- asked to reassemble the record, or record header, a (asked) that began before it. TCP keeps
+-- the record's whole segments, so the segment is placed by sequence numbers where they are known
+-- (where the record ends: a.stop); else the record's bytes are counted from those seen, and the
+-- end so found is only taken as a record start if a record's magic is there.
+local function resume_asked(a, seq)
+    local p = a.pend
+    if not p then  -- a header's first bytes: kept only where a record was known to start
+        if not a.head or (seq and a.at and seq ~= a.at) then
+            return { sync = false, quiet = true }
+        end
+        return { sync = true, head = a.head }
+    end
+    if seq and a.stop then
+        local left = seq_diff(a.stop, seq)
+        if left == 0 then return { sync = true } end
+        if left < 0 or left > p.total then return { sync = false, quiet = true } end
+        return { sync = true, pend = { kind = p.kind, total = p.total, done = p.total - left } }
+    end
+    return { sync = true, pend = { kind = p.kind, total = p.total, done = p.done, guess = true } }
 end
 
 local function copy_state(e)
@@ -256,9 +289,9 @@ local function state_at(d, seq)
         local done = p.done + gap
         if done < p.total then
             return { sync = d.sync, quiet = d.quiet,
-                pend = { kind = p.kind, total = p.total, done = done } }
+                pend = { kind = p.kind, total = p.total, done = done, guess = p.guess } }
         end
-        if done == p.total then return { sync = true } end
+        if done == p.total then return { sync = not p.guess, quiet = p.guess } end
     end
     -- after bytes not captured, or inside bytes seen already but not at a segment's edge: where
     -- a record starts is not known
@@ -298,7 +331,10 @@ local function segment_start(pinfo, conv, len)
         -- TCP, asked to reassemble a record, hands the next segment over itself: the capture cut
         -- that segment (TCP reassembles no cut segment), so the record goes on in it; TCP keeps
         -- the record's later whole segments, which it cannot complete, to itself
-        if asked then d.held = asked.pend and true or nil end
+        if asked then
+            d.held = asked.pend and true or nil
+            asked = resume_asked(asked, seq)
+        end
     else
         asked = nil
         if d.held then  -- the first whole segment TCP hands over after them: the record is over
@@ -1062,8 +1098,12 @@ local function add_continuation(tvb, tree, s, infos, wire)
     infos[#infos + 1] = "[continuation of " .. p.kind .. "]"
     s.pend = nil
     if p.done + w < p.total then
-        s.pend = { kind = p.kind, total = p.total, done = p.done + w }
+        s.pend = { kind = p.kind, total = p.total, done = p.done + w, guess = p.guess }
         s.going_on = true
+    elseif p.guess then
+        -- where the record ends was counted past bytes TCP may have kept: what follows is read
+        -- as after bytes out of sync, from the next record start
+        s.sync, s.quiet = false, true
     end
     return w
 end
@@ -1268,7 +1308,7 @@ local function dissect(tvb, pinfo, tree)
         if name == nil and pinfo.can_desegment > 0 then
             pinfo.desegment_offset = off
             pinfo.desegment_len = n
-            s.asked = { sync = true, head = tvb:raw(off, len - off) }
+            s.asked = { head = s.sync and tvb:raw(off, len - off), at = segment_next_seq(tvb) }
             break
         elseif not name and not s.sync
             and not (name == nil and len - off >= 4 and START[u32(tvb, off)]) then
@@ -1299,8 +1339,9 @@ local function dissect(tvb, pinfo, tree)
         elseif have < n and pinfo.can_desegment > 0 then
             pinfo.desegment_offset = off
             pinfo.desegment_len = off + n - len
-            s.asked = { sync = true,
-                        pend = { kind = record_kind(tvb, off, name), total = n, done = len - off } }
+            local nxt = segment_next_seq(tvb)
+            s.asked = { pend = { kind = record_kind(tvb, off, name), total = n, done = len - off },
+                        stop = nxt and (nxt + off + n - len) % SEQ_MOD }
             break
         else
             -- without reassembly, a record going on past the segment is continued in the next;

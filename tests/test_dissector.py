@@ -1209,6 +1209,78 @@ def test_a_record_tcp_cannot_reassemble_for_a_cut_segment_goes_on_in_it(
             *third, "LenFramed rank→relay rank [1] (continues)", lf], info
 
 
+def _kept_whole_segment_capture() -> Capture:
+    """A loopback blob in segments of 30 and 30 bytes (whole), 1460, 1460 and the rest (cut by
+    the capture) and 30 (whole), then a small LenFramed in two whole segments (20 and 31)."""
+    cap = Capture()
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(1, 4, 2))
+    blob = b"".join(encode_framed_round(_FRAME_4K, SALT))
+    cap.send(loop, True, blob, (30, 30, 1460, 1460, len(blob) - 60 - 2 * 1460 - 30, 30))
+    small = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.arange(2, dtype=np.float32))])
+    cap.send(loop, True, b"".join(encode_framed_round(small, SALT)), (20, 31))
+    cap.close(loop)
+    return cap
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("out_of_order", ["TRUE", "FALSE"])
+def test_the_whole_segments_tcp_keeps_of_a_record_are_counted_by_sequence_number(
+        out_of_order: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # TCP, asked to reassemble the blob from its first segment, kept its second (whole) one too,
+    # which the dissector never saw: the cut segments were placed 30 bytes early, and the record's
+    # end fell inside the next records ("Malformed: ... blob length ... exceeds the frame
+    # ceiling", or hundreds of LenFramed records read from tensor bytes, in real captures)
+    pcap = tmp_path / "kept.pcap"
+    pcap.write_bytes(_kept_whole_segment_capture().pcap(SNAPLEN))
+    prefs = {"tcp.reassemble_out_of_order": out_of_order, f"{PROTO_NAME}.ports": "23460"}
+    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
+                    "-e", "_ws.col.Info").splitlines()
+    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    lf = "[continuation of LenFramed]"
+    # reassembling out of order, TCP keeps every later whole segment, waiting for the cut bytes
+    small = ["LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"] \
+        if out_of_order == "FALSE" else []
+    assert info == ["Handshake rank→relay rank 1 world 4 v2",
+                    *[f"{lf} | [1420 bytes not captured]"] * 2,
+                    f"{lf} | [993 bytes not captured]", *small], info
+    tree = _tshark(pcap, lua, prefs, *passes, "-V", "-Y", PROTO_NAME)
+    assert re.findall(r"continuation of LenFramed \(bytes (\d+) to (\d+) of 4043\)", tree) == [
+        ("61", "1520"), ("1521", "2980"), ("2981", "4013")]
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+def test_bytes_tcp_was_asked_for_out_of_sync_start_no_record_in_a_cut_segment(
+        passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # out of sync (the blob's start is past the capture's cut), a whole 2-byte segment was handed
+    # to TCP to reassemble as a record header's start; the cut segment after it was read as that
+    # header's end: a LenFramed record invented from tensor bytes
+    small = b"".join(encode_framed_round(RoundFrame(RoundKind.MODEL, 1.0, [
+        TensorPayload.from_array(np.arange(2, dtype=np.float32))]), SALT))
+    data = small + b"".join(encode_framed_round(_FRAME_4K, SALT))
+    cap = Capture()
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(1, 4, 2))
+    cap.send(loop, True, data, (1460, 2, 1460, len(data) - 2922))
+    cap.send(loop, True, small, (20, 31))
+    cap.close(loop)
+    pcap = tmp_path / "oos.pcap"
+    pcap.write_bytes(cap.pcap(SNAPLEN))
+    prefs = {"tcp.reassemble_out_of_order": "FALSE", f"{PROTO_NAME}.ports": "23460"}
+    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
+                    "-e", "_ws.col.Info").splitlines()
+    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    assert info == [
+        "Handshake rank→relay rank 1 world 4 v2",
+        "LenFramed rank→relay rank [1] (cut by the capture) | [1420 bytes not captured]",
+        "[no record start] | [1420 bytes not captured]",
+        "[no record start] | [1132 bytes not captured]",
+        "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"], info
+
+
 @pytest.mark.parametrize("cut", [None, (5,), (20, 9)])
 def test_the_status_responder_s_http_on_a_flodl_port_is_http_not_malformed(
         cut: tuple[int, ...] | None, lua: Path, tmp_path: Path) -> None:
