@@ -32,10 +32,10 @@ attributes, so ``flodl-proto --help`` does not pay for NumPy and ml_dtypes.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING
-
+# typing.TYPE_CHECKING without importing typing (some milliseconds): the console script imports
+# this package before its Ctrl-C handling (flodl_proto._console) can run, so the package's own
+# import is kept short
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .codec import (
         ControlMessage,
@@ -141,6 +141,9 @@ def __getattr__(name: str) -> object:
     Raises:
         AttributeError: ``name`` is neither (as for any module attribute).
     """
+    import importlib
+    import importlib.util
+
     if name in __all__:
         value: object = getattr(importlib.import_module(f".{_HOMES.get(name, 'codec')}",
                                                         __name__), name)

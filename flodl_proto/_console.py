@@ -10,7 +10,6 @@ No upstream counterpart (the command line is this package's own).
 
 from __future__ import annotations
 
-import signal
 import sys
 
 __all__ = ["entry"]
@@ -22,6 +21,8 @@ def entry() -> int:
     try:
         from . import cli
     except KeyboardInterrupt:
+        import signal  # here, not above: the import before the try is kept short
+
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot interrupt this
         from . import cli  # again (an interrupted import is undone), for the command's name
 
