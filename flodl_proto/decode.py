@@ -360,8 +360,8 @@ def _tensor_json(t: TensorPayload, version: int, values: bool) -> dict[str, Any]
         except ProtocolError as e:  # e.g. more dimensions than NumPy supports
             obj["note"] = str(e)
         else:
-            wide = arr.astype(np.float64).reshape(-1)
-            with np.errstate(invalid="ignore", over="ignore"):
+            with np.errstate(invalid="ignore", over="ignore"):  # NaNs, signalling ones too
+                wide = arr.astype(np.float64).reshape(-1)
                 obj["min"] = _jfloat(float(np.min(wide)))
                 obj["max"] = _jfloat(float(np.max(wide)))
                 obj["mean"] = _jfloat(float(np.mean(wide)))

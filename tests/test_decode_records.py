@@ -118,6 +118,19 @@ def test_non_finite_weights_and_values_are_json_strings() -> None:
         "-inf", "-inf", "-inf", ["-inf"]]
 
 
+@pytest.mark.parametrize("values", [False, True])
+def test_a_signalling_nan_is_summarised_without_a_numpy_warning(values: bool) -> None:
+    # widening an f32 signalling NaN to f64 warned "invalid value encountered in cast" on stderr
+    snan = np.frombuffer(bytes.fromhex("0100807f"), np.float32)  # quiet bit clear
+    f = RoundFrame.trusted(RoundKind.MODEL, 1.0, (TensorPayload.from_array(snan),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rep = decode_stream(encode_round_frame_bytes(f, SALT), "frame", values=values)
+    tj = rep.records[0]["frame"]["tensors"][0]
+    assert [tj[k] for k in ("min", "max", "mean")] == ["NaN"] * 3
+    assert tj.get("values") == (["NaN"] if values else None)
+
+
 def test_every_bad_tag_is_counted() -> None:
     frames = b"".join(encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, float(i), []), OTHER)
                       for i in range(3))
