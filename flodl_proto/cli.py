@@ -448,9 +448,10 @@ def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
         stream=sys.stderr,
     )
     func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
+    if func is None:  # no command: a usage error naming the commands, as for a missing ACTION
+        commands_ = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser.error(f"the following arguments are required: COMMAND (choose from "
+                     f"{', '.join(map(repr, commands_.choices or ()))})")
     code = int(func(args))
     if sys.stdout is not None:  # None: started with stdout closed (``>&-``)
         sys.stdout.flush()  # a reader that went away is noticed here, not at interpreter exit

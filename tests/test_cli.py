@@ -1075,8 +1075,7 @@ class _FullDisk(io.RawIOBase):
 
 
 @pytest.mark.parametrize("args", [("--help",), ("--version",), ("decode", "--help"),
-                                  ("vectors", "check", "--help"), ()],
-                         ids=lambda a: " ".join(a) or "no-command")
+                                  ("vectors", "check", "--help")], ids=" ".join)
 def test_help_and_version_on_a_full_stdout_are_one_line_and_exit_1(
         args: tuple[str, ...], capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,6 +76,10 @@ def test_a_choice_is_taken_in_any_case(log_level: str, level: str,
     assert listed and set(listed) == {level.upper()}
 
 
+_COMMANDS = ("COMMAND (choose from 'conform', 'controller', 'decode', 'demo', 'dissector', "
+             "'docs', 'rank', 'relay', 'vectors')")
+
+
 @pytest.mark.parametrize(("args", "command", "missing"), [
     (("conform",), ("conform",), "ROLE (choose from 'controller', 'relay', 'docs')"),
     (("conform", "--log-level", "INFO"), ("conform",),
@@ -86,8 +90,10 @@ def test_a_choice_is_taken_in_any_case(log_level: str, level: str,
      "ACTION (choose from 'check', 'compare', 'export')"),
     (("vectors", "compare"), ("vectors", "compare"), "DIR"),
     (("rank", "--rank", "0"), ("rank",), "--relay, --world-size"),
+    # no command printed the help on stdout and exited 2
+    ((), (), _COMMANDS), (("--log-level", "INFO"), (), _COMMANDS),
 ], ids=["conform", "conform-log-level", "vectors", "vectors-log-level", "vectors-compare",
-        "rank"])
+        "rank", "no-command", "no-command-log-level"])
 def test_a_missing_required_argument_is_argparse_s_error(
         args: tuple[str, ...], command: tuple[str, ...], missing: str,
         capsys: pytest.CaptureFixture[str]) -> None:
