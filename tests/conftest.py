@@ -101,6 +101,17 @@ def missing_tool(marker: str) -> str | None:
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests send Ctrl-C (SIGINT) to the commands they start, which inherit this process's
+    handling of it. A shell starts a background job (``pytest &``, ``nohup``) with SIGINT
+    ignored, and the signal then did nothing: the commands ran on to the tests' timeouts. The
+    session takes Python's default handling back."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect ``@pytest.mark.deep`` cases unless the run selects them (``-m deep``),
     ``@pytest.mark.netlab`` cases when the network lab cannot run here, and the ``tshark`` /
