@@ -271,6 +271,13 @@ def tshark_records(pcap: Path, lua: Path, prefs: dict[str, str]
     return tshark_records_args(pcap, lua, prefs)
 
 
+def _info_column(pcap: Path, lua: Path, prefs: dict[str, str], *args: str) -> list[str]:
+    """The Info column of each packet tshark (run with ``args``) gives to the dissector."""
+    lines = _tshark(pcap, lua, prefs, *args, "-T", "fields", "-e", "_ws.col.Protocol",
+                    "-e", "_ws.col.Info").splitlines()
+    return [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+
+
 def tshark_records_args(pcap: Path, lua: Path, prefs: dict[str, str], *args: str
                         ) -> dict[str, list[tuple[dict[str, Any], list[str]]]]:
     """:func:`tshark_records` of a tshark run given ``args`` too (e.g. ``-2``, two passes)."""
@@ -1104,9 +1111,7 @@ def test_a_capture_with_a_short_snaplen_warns_and_shows_records_as_cut(
                    "_ws.expert.message").splitlines()
     # one warning per direction, on its first cut packet (the records' 60-byte segments)
     assert msgs == [f"6\t{SNAPLEN_WARNING}", f"10\t{SNAPLEN_WARNING}"], msgs
-    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
-                    "-e", "_ws.col.Info").splitlines()
-    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    info = _info_column(pcap, lua, prefs, *passes)
     assert info == [
         "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
         "Control HelloAck ctl→relay",
@@ -1146,23 +1151,32 @@ def test_a_capture_with_a_short_snaplen_warns_and_shows_records_as_cut(
     assert "(continues)" not in tree
 
 
+#: a LenFramed Model round of one 2-element f32 tensor (51 bytes)
+_SMALL_BLOB = b"".join(encode_framed_round(RoundFrame(RoundKind.MODEL, 1.0, [
+    TensorPayload.from_array(np.arange(2, dtype=np.float32))]), SALT))
+
+
+def _rank_connection() -> tuple[Capture, Connection]:
+    """A capture of rank 1's loopback connection to its relay (port 23460), its handshake sent."""
+    cap = Capture()
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, encode_handshake(1, 4, 2))
+    return cap, loop
+
+
 def _asked_then_cut_capture() -> Capture:
     """Loopback blobs whose first bytes come in a whole segment and the rest in segments the
     capture cuts: a LenFramed starting in a 30-byte segment, then one whose 4-byte length starts
     in a 3-byte segment, each ending in a whole 30-byte segment; then one starting in a cut
     segment, with a whole 30-byte segment between cut ones; then a small LenFramed in two whole
     segments (20 and 31 bytes)."""
-    cap = Capture()
-    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
-    cap.send(loop, True, encode_handshake(1, 4, 2))
+    cap, loop = _rank_connection()
     blob = b"".join(encode_framed_round(_FRAME_4K, SALT))
     rest = len(blob) - 30 - 2 * 1460 - 30
     cap.send(loop, True, blob, (30, 1460, 1460, rest, 30))
     cap.send(loop, True, blob, (3, 1460, 1460, rest + 27, 30))
     cap.send(loop, True, blob, (1460, 30, 1460, rest, 30))
-    small = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
-        np.arange(2, dtype=np.float32))])
-    cap.send(loop, True, b"".join(encode_framed_round(small, SALT)), (20, 31))
+    cap.send(loop, True, _SMALL_BLOB, (20, 31))
     cap.close(loop)
     return cap
 
@@ -1181,9 +1195,7 @@ def test_a_record_tcp_cannot_reassemble_for_a_cut_segment_goes_on_in_it(
     pcap.write_bytes(_asked_then_cut_capture().pcap(SNAPLEN))
     prefs = {"tcp.reassemble_out_of_order": "FALSE", "tcp.desegment_tcp_streams": reassemble,
              f"{PROTO_NAME}.ports": "23460"}
-    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
-                    "-e", "_ws.col.Info").splitlines()
-    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    info = _info_column(pcap, lua, prefs, *passes)
     lf = "[continuation of LenFramed]"
     small = "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"
     cut = [f"{lf} | [1420 bytes not captured]"] * 2
@@ -1212,14 +1224,10 @@ def test_a_record_tcp_cannot_reassemble_for_a_cut_segment_goes_on_in_it(
 def _kept_whole_segment_capture() -> Capture:
     """A loopback blob in segments of 30 and 30 bytes (whole), 1460, 1460 and the rest (cut by
     the capture) and 30 (whole), then a small LenFramed in two whole segments (20 and 31)."""
-    cap = Capture()
-    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
-    cap.send(loop, True, encode_handshake(1, 4, 2))
+    cap, loop = _rank_connection()
     blob = b"".join(encode_framed_round(_FRAME_4K, SALT))
     cap.send(loop, True, blob, (30, 30, 1460, 1460, len(blob) - 60 - 2 * 1460 - 30, 30))
-    small = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
-        np.arange(2, dtype=np.float32))])
-    cap.send(loop, True, b"".join(encode_framed_round(small, SALT)), (20, 31))
+    cap.send(loop, True, _SMALL_BLOB, (20, 31))
     cap.close(loop)
     return cap
 
@@ -1236,9 +1244,7 @@ def test_the_whole_segments_tcp_keeps_of_a_record_are_counted_by_sequence_number
     pcap = tmp_path / "kept.pcap"
     pcap.write_bytes(_kept_whole_segment_capture().pcap(SNAPLEN))
     prefs = {"tcp.reassemble_out_of_order": out_of_order, f"{PROTO_NAME}.ports": "23460"}
-    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
-                    "-e", "_ws.col.Info").splitlines()
-    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    info = _info_column(pcap, lua, prefs, *passes)
     lf = "[continuation of LenFramed]"
     # reassembling out of order, TCP keeps every later whole segment, waiting for the cut bytes
     small = ["LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"] \
@@ -1258,21 +1264,15 @@ def test_bytes_tcp_was_asked_for_out_of_sync_start_no_record_in_a_cut_segment(
     # out of sync (the blob's start is past the capture's cut), a whole 2-byte segment was handed
     # to TCP to reassemble as a record header's start; the cut segment after it was read as that
     # header's end: a LenFramed record invented from tensor bytes
-    small = b"".join(encode_framed_round(RoundFrame(RoundKind.MODEL, 1.0, [
-        TensorPayload.from_array(np.arange(2, dtype=np.float32))]), SALT))
-    data = small + b"".join(encode_framed_round(_FRAME_4K, SALT))
-    cap = Capture()
-    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
-    cap.send(loop, True, encode_handshake(1, 4, 2))
+    data = _SMALL_BLOB + b"".join(encode_framed_round(_FRAME_4K, SALT))
+    cap, loop = _rank_connection()
     cap.send(loop, True, data, (1460, 2, 1460, len(data) - 2922))
-    cap.send(loop, True, small, (20, 31))
+    cap.send(loop, True, _SMALL_BLOB, (20, 31))
     cap.close(loop)
     pcap = tmp_path / "oos.pcap"
     pcap.write_bytes(cap.pcap(SNAPLEN))
     prefs = {"tcp.reassemble_out_of_order": "FALSE", f"{PROTO_NAME}.ports": "23460"}
-    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
-                    "-e", "_ws.col.Info").splitlines()
-    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    info = _info_column(pcap, lua, prefs, *passes)
     assert info == [
         "Handshake rank→relay rank 1 world 4 v2",
         "LenFramed rank→relay rank [1] (cut by the capture) | [1420 bytes not captured]",
@@ -1571,9 +1571,7 @@ def test_without_reassembly_retransmitted_and_reordered_segments_keep_the_record
         None, None, None, 7, *[None] * shown, 8]
     # without a display filter, tshark -2's first pass builds no tree: TCP's fields (tcp.seq)
     # have no value there, and the second pass places the segments
-    lines = _tshark(pcap, lua, prefs, *passes, "-T", "fields", "-e", "_ws.col.Protocol",
-                    "-e", "_ws.col.Info").splitlines()
-    info = [line.split("\t", 1)[1] for line in lines if line.startswith(PROTO_NAME + "\t")]
+    info = _info_column(pcap, lua, prefs, *passes)
     assert [re.sub(r"^(\[TCP [^]]*\] )*", "", line) for line in info] == [
         "ChannelMagic data relay→ctl | Control Hello relay→ctl host h ranks [0,1]",
         "HostFrame relay→ctl ranks [0,1] (continues)",
