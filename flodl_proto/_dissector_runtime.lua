@@ -192,7 +192,8 @@ end
 -- sequence numbers (frame_redo).
 --
 -- Without reassembly, a record header cut by the end of its segment is kept (head) and completed
--- from the direction's next segment.
+-- from the direction's next segment; so is a channel magic, handshake or ack (a fixed size, read
+-- whole).
 --
 -- A packet longer than the capture's snaplen holds fewer bytes (tvb:len()) than its segment
 -- (tvb:reported_len()), and TCP reassembles none of it: the segment is placed and ended by its
@@ -1185,6 +1186,10 @@ local function complete_head(tvb, pinfo, tree, conv, s, infos, wire)
         add_malformed(tvb(), tree, grp, why, infos)
         s.sync, s.quiet = false, true
         return len
+    elseif FIXED[name] and #head + len < n and wire == len then
+        -- a channel magic, handshake or ack, read whole: all of this segment is more of it
+        add_head(tvb(), tree, s, infos, head)
+        return len
     end
     local have = math.max(0, math.min(n - #head, len))
     local onwire = math.max(0, math.min(n - #head, wire))  -- captured or not
@@ -1327,6 +1332,13 @@ local function dissect(tvb, pinfo, tree)
         elseif name == false then
             add_malformed(tvb(off), tree, grp, why, infos)
             s.sync, s.quiet = false, true
+            break
+        elseif FIXED[name] and n > len - off and wire == len and pinfo.can_desegment == 0 then
+            -- no reassembly: a channel magic, handshake or ack cut by the segment's end is kept
+            -- as a cut header is, and dissected whole from the next segment's bytes (its fields
+            -- tell the connection's rank and which end is the rank's)
+            add_head(tvb(off), tree, s, infos, "")
+            s.sync, s.quiet = true, nil
             break
         end
         s.sync, s.quiet = true, nil

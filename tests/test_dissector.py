@@ -1156,11 +1156,12 @@ _SMALL_BLOB = b"".join(encode_framed_round(RoundFrame(RoundKind.MODEL, 1.0, [
     TensorPayload.from_array(np.arange(2, dtype=np.float32))]), SALT))
 
 
-def _rank_connection() -> tuple[Capture, Connection]:
-    """A capture of rank 1's loopback connection to its relay (port 23460), its handshake sent."""
+def _rank_connection(sizes: tuple[int, ...] = (1460,)) -> tuple[Capture, Connection]:
+    """A capture of rank 1's loopback connection to its relay (port 23460), its handshake sent
+    (in segments of ``sizes``)."""
     cap = Capture()
     loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
-    cap.send(loop, True, encode_handshake(1, 4, 2))
+    cap.send(loop, True, encode_handshake(1, 4, 2), sizes)
     return cap, loop
 
 
@@ -1633,3 +1634,35 @@ def test_without_reassembly_a_header_cut_by_its_segment_is_completed_from_the_ne
     # the blob's first segment held 2 bytes of it, the next 1460: its bytes are numbered on
     tree = _tshark(pcap, lua, REASSEMBLY_OFF, *passes, "-V", "-Y", "tcp.port == 23460")
     assert "continuation of LenFramed (bytes 1463 to 1480 of 4043)" in tree
+
+
+_SMALL = "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("sizes", [(4, 12), (5, 11), (8, 8), (15, 1), (4, 4, 8)])
+def test_without_reassembly_a_handshake_cut_by_its_segment_is_read_whole_for_its_rank(
+        sizes: tuple[int, ...], passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # a handshake cut by its segment's end was a record that continues: its rank (and which end
+    # is the rank's) was never read, and the connection's records were "rank↔relay", without
+    # flodl.rank; the ack too
+    cap, loop = _rank_connection(sizes)
+    cap.send(loop, False, encode_ack(2), (5, 3))
+    cap.send(loop, True, _SMALL_BLOB * 2)
+    cap.send(loop, False, _SMALL_BLOB)
+    cap.close(loop)
+    pcap = tmp_path / "short-handshake.pcap"
+    pcap.write_bytes(cap.pcap())
+    prefs = {**REASSEMBLY_OFF, f"{PROTO_NAME}.ports": "23460"}
+    info = _info_column(pcap, lua, prefs, *passes)
+    heads = ["[record header, continues]"] * (len(sizes) - 1)
+    assert info == [*heads, "Handshake rank→relay rank 1 world 4 v2",
+                    "[record header, continues]", "HandshakeAck relay→rank v2",
+                    f"{_SMALL} | {_SMALL}", _SMALL.replace("rank→relay", "relay→rank")], info
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    assert [(r["kind"], r["ranks"]) for r, _ in got[LOOP_UP]] == [
+        *[("Header", [])] * len(heads), ("Handshake", [1]), ("LenFramed", [1]),
+        ("LenFramed", [1])]
+    assert [(r["kind"], r["ranks"]) for r, _ in got[_reverse(LOOP_UP)]] == [
+        ("Header", []), ("HandshakeAck", []), ("LenFramed", [1])]
