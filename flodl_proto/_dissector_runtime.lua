@@ -193,7 +193,10 @@ end
 --
 -- Without reassembly, a record header cut by the end of its segment is kept (head) and completed
 -- from the direction's next segment; so is a channel magic, handshake or ack (a fixed size, read
--- whole).
+-- whole). Out of sync, a segment that ends with bytes too few to tell whether a record starts at
+-- them (fewer than a magic, or a loopback length without the RoundFrame magic after it) keeps
+-- them as well (head, a possible record header): with the next segment's bytes they begin a
+-- record, and the direction is in sync, or they do not, and that segment is read on its own.
 --
 -- A packet longer than the capture's snaplen holds fewer bytes (tvb:len()) than its segment
 -- (tvb:reported_len()), and TCP reassembles none of it: the segment is placed and ended by its
@@ -302,8 +305,9 @@ end
 -- The state this segment starts from, as a table of its own: sync (a record boundary), quiet (the
 -- stretch out of sync has had its expert info), pend (the record going on: kind, total, done
 -- bytes), head (the bytes of a record header cut by the end of an earlier segment, no record
--- going on); dir (while the state runs) is the direction's running state, seq the segment's
--- sequence number (nil: bytes counted), start a copy of the state it starts from.
+-- going on; out of sync, of a possible one); dir (while the state runs) is the direction's
+-- running state, seq the segment's sequence number (nil: bytes counted), start a copy of the
+-- state it starts from.
 local function segment_start(pinfo, conv, len)
     local seq = segment_seq(pinfo)
     local key = direction_key(pinfo)
@@ -1156,6 +1160,21 @@ local function add_head(r, tree, s, infos, before)
     s.head = before .. r:raw()
 end
 
+-- Out of sync, bytes too few to tell whether a record starts at them (range r, the segment's last;
+-- a record's magic takes 4 bytes, a loopback length and the RoundFrame magic after it 8), without
+-- reassembly: kept (s.head, out of sync) to be read with the direction's next segment's bytes.
+-- before: bytes of them in earlier segments.
+local function add_maybe_head(r, tree, s, infos, before)
+    local rtree = tree:add(proto, r)
+    rtree:add(field("kind"), r, "Header"):set_generated()
+    local text = string.format("possible record header: %d bytes out of sync, too few to tell "
+        .. "whether a record starts here (read with the next segment's)", #before + r:len())
+    rtree:add_proto_expert_info(E.continued, text)
+    rtree:append_text(", " .. text)
+    infos[#infos + 1] = "[possible record header]"
+    s.head = before .. r:raw()
+end
+
 -- Bytes that cannot be dissected (range r): one Malformed item with the expert info grp, why.
 local function add_malformed(r, tree, grp, why, infos)
     local rtree = tree:add(proto, r)
@@ -1169,13 +1188,25 @@ end
 -- bytes and this segment's, and the record (as far as this segment goes) is dissected from a
 -- buffer holding both (a data source of its own); its bytes in the next segments are its
 -- continuation. Returns the offset after the record's bytes in this segment (past tvb:len() when
--- the capture cut them: wire is the segment's length on the wire).
+-- the capture cut them: wire is the segment's length on the wire). Out of sync (s.head kept as a
+-- possible record header), a record starts at the bytes kept only if they and this segment's
+-- begin one; else the segment is read on its own (returns 0).
 local function complete_head(tvb, pinfo, tree, conv, s, infos, wire)
     local head, len = s.head, tvb:len()
     s.head = nil
     local k = math.min(len, C.MUX_HEADER_LEN)
     local htvb = ByteArray.new(head .. tvb:raw(0, k), true):tvb("flodl record header")
-    local name, n, why, grp = frame_pdu(htvb, 0, conv, true)
+    local name, n, why, grp = frame_pdu(htvb, 0, conv, s.sync)
+    if not s.sync then
+        local magic = #head + k >= 4 and START[u32(htvb, 0)]
+        if name == nil and not magic and wire == len then  -- still too few to tell
+            add_maybe_head(tvb(), tree, s, infos, head)
+            return len
+        elseif not name and not (name == nil and magic) then
+            return 0
+        end
+        s.sync, s.quiet = true, nil
+    end
     if name == nil and wire > len then
         add_uncaptured_head(tvb(), tree, s, infos)
         return len
@@ -1317,7 +1348,11 @@ local function dissect(tvb, pinfo, tree)
             break
         elseif not name and not s.sync
             and not (name == nil and len - off >= 4 and START[u32(tvb, off)]) then
-            add_skipped(tvb, off, tree, s, infos)
+            if name == nil and wire == len then  -- (no reassembly) too few bytes to tell
+                add_maybe_head(tvb(off), tree, s, infos, "")
+            else
+                add_skipped(tvb, off, tree, s, infos)
+            end
             break
         elseif name == nil and wire > len then
             -- the header is cut by the capture, not by the segment's end

@@ -1641,6 +1641,66 @@ _SMALL = "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"
 
 @pytest.mark.tshark
 @pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("sizes", [(1, 15), (2, 14), (3, 13), (1, 1, 1, 13), (2, 5, 9)])
+def test_without_reassembly_a_direction_s_first_bytes_too_few_to_tell_are_read_with_the_next(
+        sizes: tuple[int, ...], passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # a first segment of 1 to 3 bytes (the rank's handshake sent as 2 bytes, then the rest) was
+    # skipped as starting no record (a warning), and so was the next, which begins inside the
+    # handshake: the handshake and the records after it were lost
+    cap, loop = _rank_connection(sizes)
+    cap.send(loop, True, _SMALL_BLOB * 2)
+    cap.close(loop)
+    pcap = tmp_path / "short-first.pcap"
+    pcap.write_bytes(cap.pcap())
+    prefs = {**REASSEMBLY_OFF, f"{PROTO_NAME}.ports": "23460"}
+    # too few bytes to tell whether a record starts: kept, and read with the next segment's; a
+    # record's magic among them is a record header cut by its segment's end
+    heads = ["[possible record header]" if sum(sizes[:k + 1]) < 4 else
+             "[record header, continues]" for k in range(len(sizes) - 1)]
+    info = _info_column(pcap, lua, prefs, *passes)
+    assert info == [*heads, "Handshake rank→relay rank 1 world 4 v2", f"{_SMALL} | {_SMALL}"], info
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    assert [(r["kind"], r["ranks"], ex) for r, ex in got[LOOP_UP]] == [
+        *[("Header", [], [CONTINUED])] * len(heads),
+        ("Handshake", [1], []), ("LenFramed", [1], []), ("LenFramed", [1], [])]
+    # (a note: the bytes are kept for the next segment)
+    tree = _tshark(pcap, lua, prefs, *passes, "-V", "-Y", PROTO_NAME)
+    assert (f"Expert Info (Note/Reassemble): possible record header: {sizes[0]} bytes out of "
+            "sync, too few to tell whether a record starts here (read with the next "
+            "segment's)") in tree
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+def test_without_reassembly_first_bytes_too_few_to_tell_that_start_no_record_are_not_one(
+        passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # the bytes kept from a short first segment and the next segment's do not start a record:
+    # the next segment is read on its own, a record if it begins with one (upstream), skipped
+    # with the warning otherwise (downstream: 3 bytes, then 30 from inside a blob, then a blob)
+    cap = Capture()
+    loop = cap.connect(("127.0.0.1", 40002), ("127.0.0.1", 23460))
+    cap.send(loop, True, _SMALL_BLOB[-2:])
+    cap.send(loop, True, _SMALL_BLOB)
+    cap.send(loop, False, _SMALL_BLOB[-3:])
+    cap.send(loop, False, _SMALL_BLOB[8:38])
+    cap.send(loop, False, _SMALL_BLOB)
+    cap.close(loop)
+    pcap = tmp_path / "short-first-no-record.pcap"
+    pcap.write_bytes(cap.pcap())
+    prefs = {**REASSEMBLY_OFF, f"{PROTO_NAME}.ports": "23460"}
+    small = "LenFramed rank↔relay Model w=1.0 1 tensor 8 B"
+    info = _info_column(pcap, lua, prefs, *passes)
+    assert info == ["[possible record header]", small, "[possible record header]",
+                    "[no record start]", small], info
+    got = tshark_records_args(pcap, lua, prefs, *passes)
+    warned = [f"{PROTO_NAME}.expert.no_record_start"]
+    assert _listing(got[LOOP_UP]) == [("Header", [CONTINUED]), ("LenFramed", [])]
+    assert _listing(got[_reverse(LOOP_UP)]) == [
+        ("Header", [CONTINUED]), ("30 bytes skipped", warned), ("LenFramed", [])]
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
 @pytest.mark.parametrize("sizes", [(4, 12), (5, 11), (8, 8), (15, 1), (4, 4, 8)])
 def test_without_reassembly_a_handshake_cut_by_its_segment_is_read_whole_for_its_rank(
         sizes: tuple[int, ...], passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
