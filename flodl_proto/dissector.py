@@ -98,7 +98,8 @@ _DERIVED: tuple[tuple[str, str, str | None, str, str], ...] = (
      "record type: ChannelMagic, Handshake, HandshakeAck, LenFramed, or the mux record kind "
      "(Data, Control, HostFrame, Broadcast); Malformed for bytes that cannot be framed, Header "
      "for a record header cut by its segment's end (no reassembly) or by the capture (its "
-     "snaplen)"),
+     "snaplen), or for bytes out of sync too few to tell whether a record starts at them "
+     "(no reassembly)"),
     ("direction", "STRING", None, "Direction",
      "who sends this record (rank→relay, relay→ctl, ...), from the spec or the connection"),
     ("rank", "UINT32", "DEC", "Rank",
