@@ -557,6 +557,20 @@ def test_cli_input_is_bounded_by_max_input(tmp_path: Path, capsys: pytest.Captur
             f"flodl-proto decode: error: argument --max-input: {why}")
 
 
+@pytest.mark.parametrize("mode", [[], ["--hex"], ["--pcap", "--port", "1337"]])
+def test_cli_max_input_is_checked_before_the_first_bytes_are_judged(
+        mode: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `head -c 100 /dev/zero | decode --max-input 10` said the first bytes start no leg (and
+    # --hex, --pcap: not hex, not a capture): the input is longer than --max-input, whatever
+    # its first bytes are
+    raw = tmp_path / "zeros.bin"
+    raw.write_bytes(bytes(100))
+    assert main(["decode", *mode, "--max-input", "10", str(raw)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: the input is longer than "
+                                       "--max-input 10 bytes; give a larger --max-input to "
+                                       "decode it\n")
+
+
 # -------------------------------------------------------------------------------------------------
 # pcap: a capture written here, byte by byte
 # -------------------------------------------------------------------------------------------------

@@ -115,8 +115,6 @@ def _first_chunk_probe(args: argparse.Namespace, salt: bytes | None,
         from ..decode import decode_stream
 
         leg = _detect_or_refuse(first) if args.leg == "auto" else args.leg
-        if len(first) > args.max_input:  # too large, whatever it holds
-            return
         head = first[:_PROBE_BYTES]
         try:
             report = decode_stream(head, leg, salt=salt, version=args.protocol_version,
@@ -200,11 +198,14 @@ def _read_limited(f: BinaryIO, limit: int,
     :class:`_InputTooLarge` past ``limit`` bytes. A regular file's buffer is allocated at its
     size before it is read, so a file over ``limit``, or larger than this machine can hold
     (``MemoryError``), is refused at once; a pipe's grows chunk by chunk. ``probe`` is called
-    once with the first chunk (bytes): what it raises stops the read there (an input that cannot
-    be decoded is not read to its end)."""
+    once with the first chunk (bytes) when it is within ``limit``: what it raises stops the read
+    there (an input that cannot be decoded is not read to its end). A first chunk over
+    ``limit`` is :class:`_InputTooLarge`, whatever its bytes are."""
     first = f.read(min(_CHUNK, limit + 1))
     if not first:
         return bytearray()
+    if len(first) > limit:
+        raise _InputTooLarge
     if probe is not None:
         probe(first)
     try:
