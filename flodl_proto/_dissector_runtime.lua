@@ -188,8 +188,11 @@ end
 -- segment after bytes not captured continues the record going on if it ends past them, and
 -- otherwise may begin inside an unseen record (out of sync, without an expert info: TCP reports
 -- the gap). tcp.seq has no value on a pass without a tree (tshark -2's first): there the bytes
--- are counted, and the second pass, in capture order, places the segments again by their
--- sequence numbers (frame_redo).
+-- are counted, and the second pass, in capture order, runs the state again over every segment of
+-- the direction that pass had (those TCP hands over for reassembly too, whose sequence numbers
+-- place what TCP keeps back), with as many calls each, and places the segments by their sequence
+-- numbers (frame_redo); where its segments or calls differ from that pass's, the first pass's
+-- states stand from there on.
 --
 -- Without reassembly, a record header cut by the end of its segment is kept (head) and completed
 -- from the direction's next segment; so is a channel magic, handshake or ack (a fixed size, read
@@ -206,8 +209,9 @@ end
 -- hands that one over itself (asked: the capture cut it); TCP keeps the record's later whole
 -- segments (held), and the first whole segment it hands over after them starts after the record.
 local frame_start = {}  -- frame number -> { len, sync, quiet, pend, head } at its start
-local frame_redo = {}   -- the same, placed again on a later pass by sequence number
+local frame_redo = {}   -- frame number -> the same for each of its calls, placed again later
 local frame_prev = {}   -- frame number -> the direction's previous one (0: none), bytes counted
+local frame_calls = {}  -- frame number -> the calls for it on the pass that counted its bytes
 local IN_SYNC = { sync = true }
 local f_tcp_seq = Field.new("tcp.seq")
 local f_tcp_len = Field.new("tcp.len")
@@ -311,15 +315,29 @@ end
 local function segment_start(pinfo, conv, len)
     local seq = segment_seq(pinfo)
     local key = direction_key(pinfo)
+    local n = pinfo.number
     local dirs
     if pinfo.visited then
-        -- placed again only in capture order: right after the direction's previous segment
-        local e = frame_redo[pinfo.number]
+        -- placed again only in capture order, as the pass that counted the bytes had the
+        -- direction's segments: right after its previous segment, once that one has had all its
+        -- calls, or as the next call for the segment placed last
+        local done = frame_redo[n]
         local redo = conv.redo and conv.redo[key]
-        local prev = frame_prev[pinfo.number]
-        if e or not (seq and prev and prev == (redo and redo.last or 0)) then
-            e = e or frame_start[pinfo.number]
-            if not e or e.len ~= len then e = IN_SYNC end  -- (a second call for the packet)
+        local again
+        if done then
+            again = redo and redo.last == n and #done < (frame_calls[n] or 0)
+        else
+            local prev = frame_prev[n]
+            again = prev ~= nil and f_tcp_seq() ~= nil and prev == (redo and redo.last or 0)
+                and (not redo or redo.calls == frame_calls[redo.last])
+        end
+        if not again then
+            local e = frame_start[n]
+            if done then  -- (a later pass, or a second call for the packet)
+                e = done[1]
+                for _, x in ipairs(done) do if x.len == len then e = x; break end end
+            end
+            if not e or e.len ~= len then e = IN_SYNC end
             return copy_state(e)
         end
         conv.redo = conv.redo or {}
@@ -346,15 +364,20 @@ local function segment_start(pinfo, conv, len)
             asked, d.held = { sync = true }, nil
         end
     end
-    if not pinfo.visited and seq == nil and pinfo.can_desegment == 0 and not asked then
-        frame_prev[pinfo.number] = d.last or 0  -- bytes counted: to be placed again
+    if pinfo.visited then
+        d.calls = d.last == n and d.calls + 1 or 1
+    elseif f_tcp_seq() == nil then  -- bytes counted: each of the direction's segments (and its
+        -- calls) to be placed again, in capture order
+        if d.last ~= n then frame_prev[n] = d.last or 0 end
+        frame_calls[n] = (frame_calls[n] or 0) + 1
     end
-    d.last = pinfo.number
+    d.last = n
     local st = asked or state_at(d, seq)
     local e = copy_state(st)
     e.len = len
     if pinfo.visited then
-        frame_redo[pinfo.number] = e
+        frame_redo[n] = frame_redo[n] or {}
+        frame_redo[n][#frame_redo[n] + 1] = e
     elseif not st.sync or st.pend or st.head then
         frame_start[pinfo.number] = e
     end
@@ -389,6 +412,7 @@ function proto.init()
     frame_start = {}
     frame_redo = {}
     frame_prev = {}
+    frame_calls = {}
 end
 
 local function current_version(conv)
