@@ -1282,6 +1282,46 @@ def test_bytes_tcp_was_asked_for_out_of_sync_start_no_record_in_a_cut_segment(
         "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B"], info
 
 
+@pytest.mark.tshark
+@pytest.mark.parametrize("passes", [(), ("-2",)])
+@pytest.mark.parametrize("out_of_order", ["TRUE", "FALSE"])
+def test_two_passes_place_the_segments_after_ones_tcp_keeps_as_one_pass_does(
+        out_of_order: str, passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
+    # a blob above the ceiling in cut segments, a small one in whole segments (which TCP,
+    # reassembling out of order, keeps: it waits for the bytes the capture cut), then a blob
+    # starting inside a cut segment. The second pass placed the cut segments by sequence number
+    # only while the direction's segments it had placed followed each other, and the handshake,
+    # handed over for reassembly, was never placed: the first pass's counted states stood, and
+    # the bytes after those TCP kept were read as records ("LenFramed ... (not a RoundFrame)",
+    # "Malformed: ... blob length 2147483648 exceeds the frame ceiling")
+    blob = b"".join(encode_framed_round(_FRAME_4K, SALT))
+    cap, loop = _rank_connection()
+    cap.send(loop, True, blob, (1460,))
+    cap.send(loop, True, _SMALL_BLOB, (20, 31))
+    cap.send(loop, True, _SMALL_BLOB[:30])
+    cap.send(loop, True, _SMALL_BLOB[30:] + blob, (1460,))
+    cap.close(loop)
+    pcap = tmp_path / "kept-then-cut.pcap"
+    pcap.write_bytes(cap.pcap(SNAPLEN))
+    prefs = {"tcp.reassemble_out_of_order": out_of_order, f"{PROTO_NAME}.ports": "23460",
+             f"{PROTO_NAME}.ceiling": "1000"}
+    info = _info_column(pcap, lua, prefs, *passes)
+    lf = "[continuation of LenFramed]"
+    big = ("Malformed: loopback leg: len-framed blob length 4039 exceeds the frame ceiling 1000; "
+           "corrupt or hostile peer")
+    head = ["Handshake rank→relay rank 1 world 4 v2", f"{big} | [1420 bytes not captured]",
+            f"{lf} | [1420 bytes not captured]", f"{lf} | [1083 bytes not captured]"]
+    if out_of_order == "TRUE":
+        # the small blobs' segments are TCP's; the cut segment after them begins out of sync
+        assert info == [*head, *["[no record start] | [1420 bytes not captured]"] * 2,
+                        "[no record start] | [1104 bytes not captured]"], info
+    else:
+        assert info == [*head, "LenFramed rank→relay rank [1] Model w=1.0 1 tensor 8 B",
+                        f"{lf} | {big} | [1420 bytes not captured]",
+                        f"{lf} | [1420 bytes not captured]",
+                        f"{lf} | [1104 bytes not captured]"], info
+
+
 @pytest.mark.parametrize("cut", [None, (5,), (20, 9)])
 def test_the_status_responder_s_http_on_a_flodl_port_is_http_not_malformed(
         cut: tuple[int, ...] | None, lua: Path, tmp_path: Path) -> None:
