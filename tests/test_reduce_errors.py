@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import InvalidValue, LocalProtocolError, ProtocolError
 from flodl_proto.reduce import gamma_mass, reduce_realized_work, sum_frames
 
 
@@ -79,3 +80,66 @@ def test_gamma_mass_edges() -> None:
     assert gamma_mass(0.0, 0.0) == 0.0 and gamma_mass(-1.0, -1.0) == 0.0
     assert gamma_mass(3.0, 1.0) == 3.0 and gamma_mass(4.0, 0.5) == 2.0
     assert gamma_mass(1.0, 0.0) == 1.0 and gamma_mass(2.0, -1.0) == 0.5
+
+
+_NOT_FRAMES: list[tuple[str, Any, str, str, str]] = [
+    # (what, frames, field, value shown, reason)
+    ("None", None, "frames", "None", "not an iterable of RoundFrame"),
+    ("a number", 3, "frames", repr(int), "not an iterable of RoundFrame"),
+    ("a frame", _f(_t()), "frames", repr(RoundFrame),
+     "not an iterable of RoundFrame (one frame: pass [frame])"),
+    ("an array", [np.ones(2)], "frames[0]", repr(np.ndarray), "not a RoundFrame"),
+    ("wire bytes", [_f(_t()), b"abc"], "frames[1]", repr(bytes), "not a RoundFrame"),
+]
+
+
+@pytest.mark.parametrize(("what", "frames", "field", "shown", "reason"), _NOT_FRAMES,
+                         ids=[c[0] for c in _NOT_FRAMES])
+@pytest.mark.parametrize("fn", [sum_frames, reduce_realized_work])
+def test_frames_that_are_not_frames_are_local_errors_naming_them(
+        fn: Any, what: str, frames: Any, field: str, shown: str, reason: str) -> None:
+    # an AttributeError ('weight'), a bare TypeError, or "called with no frames" for None
+    if fn is reduce_realized_work and "RoundFrame" in reason and field != "frames":
+        reason = "not a RoundFrame or None"
+    if fn is reduce_realized_work and field == "frames":
+        reason = reason.replace("of RoundFrame", "of RoundFrame or None")
+    with pytest.raises(InvalidValue) as ei:
+        fn(frames)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "controller.bad_argument", what
+    assert str(ei.value) == f"cluster_controller: {field} = {shown} is invalid: {reason}", what
+    assert ei.value.fields["field"] == field
+
+
+def test_sum_frames_refuses_a_none_frame() -> None:
+    with pytest.raises(InvalidValue) as ei:
+        sum_frames([_f(_t()), None])  # type: ignore[list-item]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == ("cluster_controller: frames[1] = None is invalid: not a RoundFrame "
+                             "(None is reduce_realized_work's, a connection with no frame)")
+
+
+@pytest.mark.parametrize("fn", [sum_frames, reduce_realized_work])
+def test_frames_may_be_any_iterable(fn: Any) -> None:
+    frames = [_f(TensorPayload(0, (2,), np.ones(2, np.float32).tobytes()), weight=w)
+              for w in (1.0, 2.0)]
+    got = fn(f for f in frames)  # a generator: 'generator' object is not subscriptable
+    want = fn(frames)
+    assert got.weight == want.weight == 3.0
+    assert [bytes(t.data) for t in got.tensors] == [bytes(t.data) for t in want.tensors]
+    with pytest.raises(ProtocolError) as ei:
+        fn(iter([]))
+    assert ei.value.error_id in ("reduce.no_frames", "reduce.no_accepted")
+
+
+@pytest.mark.parametrize("fn", [sum_frames, reduce_realized_work])
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2", None])
+def test_threads_is_a_whole_number_of_at_least_one(fn: Any, threads: Any) -> None:
+    # 0 and -1 were taken as 1
+    frames = [_f(TensorPayload(0, (2,), np.ones(2, np.float32).tobytes()))]
+    with pytest.raises(InvalidValue) as ei:
+        fn(frames, threads=threads)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == (f"cluster_controller: threads = {threads!r} is invalid: not a whole "
+                             "number >= 1")
+    assert fn(frames, threads=np.int64(2)).weight == 1.0

@@ -28,13 +28,13 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``sum_frames``,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import check_version
+from ..codec._common import check_version, wire_int
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
@@ -342,19 +342,57 @@ def _sum_small_planned(plan: _SmallPlan, frames: Sequence[RoundFrame], normalise
 _NO_WORKSPACE = K.Workspace(0)
 
 
+def _checked_args(frames: Iterable[RoundFrame | None], threads: object, none_ok: bool
+                  ) -> tuple[Sequence[RoundFrame | None], int]:
+    """The public folds' ``frames`` (as a list or tuple: another iterable, a generator, is
+    materialised, its frames referenced, never copied) and ``threads``, checked once per frame
+    (``isinstance``): a frame that is no :class:`RoundFrame` (``None`` too unless ``none_ok``)
+    and ``threads`` that is no whole number >= 1 (a bool, a float or text is refused, never
+    truncated) are local errors naming the argument.
+
+    Raises:
+        InvalidValue (local): ``controller.bad_argument`` naming ``frames``, ``frames[i]`` (with
+            the type of what is there) or ``threads`` and the value.
+    """
+    n = wire_int(threads)
+    if n is None or n < 1:
+        raise protocol_error("controller.bad_argument", field="threads", value=threads,
+                             reason="not a whole number >= 1")
+    if not isinstance(frames, list | tuple):
+        if frames is None or isinstance(frames, RoundFrame) or not isinstance(frames, Iterable):
+            what = "RoundFrame or None" if none_ok else "RoundFrame"
+            one = " (one frame: pass [frame])" if isinstance(frames, RoundFrame) else ""
+            raise protocol_error("controller.bad_argument", field="frames",
+                                 value=None if frames is None else type(frames),
+                                 reason=f"not an iterable of {what}{one}")
+        frames = list(frames)
+    for i, f in enumerate(frames):
+        if not isinstance(f, RoundFrame):
+            if f is None and none_ok:
+                continue
+            reason = ("not a RoundFrame or None" if none_ok else
+                      "not a RoundFrame (None is reduce_realized_work's, a connection with no "
+                      "frame)" if f is None else "not a RoundFrame")
+            raise protocol_error("controller.bad_argument", field=f"frames[{i}]",
+                                 value=None if f is None else type(f), reason=reason)
+    return frames, n
+
+
 def sum_frames(
-    frames: Sequence[RoundFrame], *, version: int = DEFAULT_VERSION, threads: int = 1
+    frames: Iterable[RoundFrame], *, version: int = DEFAULT_VERSION, threads: int = 1
 ) -> RoundFrame:
     """Element-wise sum of ``frames``, masses summed, kind kept: the fold monoid. Never divides.
 
     Args:
-        frames: one round's frames (at least one), summed in list order. Every frame must carry
-            the same kind, tensor count, and per tensor the same dtype (f32 or bf16), shape and
-            byte length (version 3: byte lengths are compared between non-elided payloads only).
+        frames: one round's frames (at least one), summed in their order: a list or tuple, or
+            any other iterable (a generator), which is read once into a list. Every frame must
+            carry the same kind, tensor count, and per tensor the same dtype (f32 or bf16), shape
+            and byte length (version 3: byte lengths are compared between non-elided payloads
+            only).
         version: data-channel protocol version (2 or 3).
-        threads: worker threads for tensors of at least 2**20 elements per thread (default 1;
-            more helps the compute-bound bf16 path on hosts with idle physical cores; the
-            result does not depend on it).
+        threads: worker threads for tensors of at least 2**20 elements per thread, a whole
+            number >= 1 (default 1; more helps the compute-bound bf16 path on hosts with idle
+            physical cores; the result does not depend on it).
 
     Returns:
         A frame of frame 0's kind whose weight is the f64 sum of the weights (from ``-0.0``) and
@@ -363,6 +401,10 @@ def sum_frames(
 
     Raises:
         SequenceError (local): no frames (``reduce.no_frames``).
+        InvalidValue (local): ``frames`` is no iterable (``None``, a single frame), an entry is
+            no :class:`RoundFrame` (``None``, an array, wire bytes), or ``threads`` is no whole
+            number >= 1 (``controller.bad_argument``, naming the argument, ``frames[i]`` with
+            the entry's type, and the value).
         SchemaMismatch (remote): kind, tensor count, dtype, shape or byte-length disagreement, or
             a payload whose byte count is not ``numel * element_size`` (version 2: any elided
             payload with elements).
@@ -373,11 +415,12 @@ def sum_frames(
 
     Upstream: ``controller/round_frame.rs`` ``sum_frames``.
     """
-    return _fold(frames, version, normalise=False, threads=threads)
+    checked, n = _checked_args(frames, threads, none_ok=False)
+    return _fold(cast("Sequence[RoundFrame]", checked), version, normalise=False, threads=n)
 
 
 def reduce_realized_work(
-    frames: Sequence[RoundFrame | None],
+    frames: Iterable[RoundFrame | None],
     *,
     version: int = DEFAULT_VERSION,
     threads: int = 1,
@@ -387,9 +430,10 @@ def reduce_realized_work(
 
     Args:
         frames: one entry per connection in connection order; ``None`` = nothing accepted from
-            it this round (it enters neither the sum nor the mass).
+            it this round (it enters neither the sum nor the mass). Any iterable (a list, a
+            generator), read once.
         version: data-channel protocol version (2 or 3).
-        threads: worker threads for large tensors (as :func:`sum_frames`).
+        threads: worker threads for large tensors, a whole number >= 1 (as :func:`sum_frames`).
         pool: where the payload arrays of large tensors come from, reused from round to round
             once nobody holds them (:class:`OutputPool`); None: fresh arrays. The result does
             not depend on it.
@@ -402,11 +446,15 @@ def reduce_realized_work(
 
     Raises:
         SequenceError (local): no accepted frame (``reduce.no_accepted``).
+        InvalidValue (local): ``frames`` is no iterable, an entry is neither a
+            :class:`RoundFrame` nor ``None``, or ``threads`` is no whole number >= 1
+            (``controller.bad_argument``, as :func:`sum_frames`).
         SchemaMismatch, InvalidValue (remote), VersionMismatch (local): as :func:`sum_frames`.
 
     Upstream: ``controller/round_frame.rs`` ``reduce_realized_work``.
     """
-    accepted = [f for f in frames if f is not None]
+    checked, n = _checked_args(frames, threads, none_ok=True)
+    accepted = [f for f in checked if f is not None]
     if not accepted:
         raise protocol_error("reduce.no_accepted")
-    return _fold(accepted, version, normalise=True, threads=threads, pool=pool)
+    return _fold(accepted, version, normalise=True, threads=n, pool=pool)
