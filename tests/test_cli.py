@@ -1352,6 +1352,18 @@ def test_an_empty_vector_folder_is_a_usage_error(args: tuple[str, ...], tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("host", ["", " ", "\t"])
+def test_an_empty_relay_host_name_is_a_usage_error(host: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``relay --host "$HOST"`` with the variable unset announced an empty host name."""
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
+                               "--world-size", "1", "--salt", SALT_HEX, "--host", host)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (f"flodl-proto relay: error: argument --host: {host!r} is "
+                                    f"empty; give a host name, or leave the option out for "
+                                    f"this machine's")
+
+
 @pytest.mark.parametrize(("args", "option", "hint"), [
     (("demo", "--salt-file", ""), "--salt-file", "give a path"),
     (("decode", ""), "FILE", "give a path"),

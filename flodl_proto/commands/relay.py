@@ -209,6 +209,23 @@ def path_text(text: str) -> str:
     return text
 
 
+def host_name(text: str) -> str:
+    """argparse ``type=`` of ``relay --host``: the name announced in Hello, unless it is empty
+    or only white space (``--host "$HOST"`` with the variable unset announced an empty name,
+    and the relay's log lines read ``relay : ...``).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty or white space (argparse names the
+            option). Its length is checked by the relay (255 UTF-8 bytes, a Hello's limit).
+
+    No upstream counterpart: upstream's relay announces the machine's host name.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty; give a host name, or leave the "
+                                         f"option out for this machine's")
+    return text
+
+
 def tcp_port(text: str) -> int:
     """argparse ``type=`` for a TCP port option (``dissector --port``, ``decode --port``): a
     whole number in 1..65535.
@@ -520,7 +537,8 @@ def register(sub: Any) -> None:
                    help="loopback port for the ranks (default: controller port + 4; 0 = any)")
     p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
-    p.add_argument("--host", default=None, help="host name announced in Hello")
+    p.add_argument("--host", type=host_name, default=None, metavar="NAME",
+                   help="host name announced in Hello (default: this machine's)")
     p.add_argument("--rank-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="declare a local rank dead when its frame has not arrived this long "
                    "after the round's first local one (scaled by FLODL_NET_TIMEOUT_SCALE; "
