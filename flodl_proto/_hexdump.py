@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .errors import InvalidValue
+
 __all__ = ["HexDump", "parse_hex_dump", "read_hex_dump"]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -35,8 +37,20 @@ def parse_hex_dump(text: str) -> bytes:
 
     Raises:
         ValueError: as :func:`read_hex_dump`.
+        InvalidValue (local): as :func:`read_hex_dump`.
     """
     return read_hex_dump(text).data
+
+
+def _check_text(text: object) -> None:
+    """Refuse a ``text`` that is no str (bytes read from a file, None) as a local error naming
+    the argument and its type."""
+    if not isinstance(text, str):
+        got = type(text).__name__
+        hint = (": decode it first, e.g. data.decode('ascii')"
+                if isinstance(text, bytes | bytearray | memoryview) else "")
+        raise InvalidValue(f"text must be hex text (a str), got a {got}{hint}", remote=False,
+                           fields={"field": "text", "got": got})
 
 
 #: the openings of a Markdown code fence line (no hex text starts so)
@@ -61,7 +75,10 @@ def read_hex_dump(text: str) -> HexDump:
             line's offset is not the count of bytes before it (a line left out, two dumps
             pasted one after the other), or a ``*`` line stands where it repeats nothing; the
             line number is named.
+        InvalidValue (local): ``text`` is no str (bytes read from a file: decode them first),
+            naming ``text`` and its type.
     """
+    _check_text(text)
     out = bytearray()
     start: int | None = None  # the first offset seen: the text is a dump
     last = b""  # the bytes of the line before, for a ``*`` line

@@ -20,10 +20,14 @@ from __future__ import annotations
 import importlib
 import io
 import ipaddress
+import operator
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import InvalidValue
 
 __all__ = ["CaptureTruncated", "PcapError", "TcpStream", "capture_format", "read_tcp_streams"]
 
@@ -278,6 +282,31 @@ def _cut_or_corrupt(data: bytes | bytearray, at: int) -> PcapError:
     return PcapError(f"capture is corrupt: {why}") if why else CaptureTruncated(len(data), at)
 
 
+def _checked_args(data: object, port: object) -> int:
+    """``port`` as an int, once ``data`` is known to be a capture's bytes and ``port`` a TCP
+    port (:func:`read_tcp_streams`'s arguments).
+
+    Raises:
+        InvalidValue (local): as :func:`read_tcp_streams`.
+    """
+    if not isinstance(data, bytes | bytearray):
+        got = f"a {type(data).__name__}"
+        if isinstance(data, str | os.PathLike):
+            path = os.fspath(data)
+            got += f" {path!r}: read the file first, e.g. Path({path!r}).read_bytes()"
+        raise InvalidValue(f"data must be the capture file's bytes (bytes or bytearray), got "
+                           f"{got}", remote=False,
+                           fields={"field": "data", "got": type(data).__name__})
+    try:  # the codec's integer rule (an int, a NumPy integer; no bool, float or text)
+        n = None if isinstance(port, bool) else operator.index(port)  # type: ignore[arg-type]
+    except TypeError:
+        n = None
+    if n is None or not 1 <= n <= 65535:
+        raise InvalidValue(f"port = {port!r} is invalid: not a TCP port (a whole number in "
+                           "1..65535)", remote=False, fields={"field": "port", "value": port})
+    return n
+
+
 def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
     """Reassemble every TCP stream to or from ``port`` in the capture ``data``.
 
@@ -296,10 +325,14 @@ def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
             otherwise).
         PcapError: the capture cannot be read (a packet record claims more bytes than the
             capture's snaplen: corrupt, not cut), or its link-layer type is not supported.
+        InvalidValue (local): ``data`` is not bytes or a bytearray (a path: read the file
+            first, ``Path(...).read_bytes()``), or ``port`` is not a whole number in 1..65535
+            (text, a bool, a float, 0, 70000); the error names the argument and the value.
 
     Upstream: none (a capture tool); the streams it yields are the TCP connections of
     ``flodl/src/distributed/relay/`` and ``controller/``.
     """
+    port = _checked_args(data, port)
     dpkt = _dpkt()
     streams: list[TcpStream] = []
     current: dict[tuple[str, str], TcpStream] = {}

@@ -60,7 +60,12 @@ from flodl_proto.decode import (
     parse_round_frame,
     tag_status,
 )
-from flodl_proto.errors import AuthenticationError, ProtocolError
+from flodl_proto.errors import (
+    AuthenticationError,
+    InvalidValue,
+    LocalProtocolError,
+    ProtocolError,
+)
 from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.pcap import CaptureTruncated, read_tcp_streams
 from flodl_proto.spec import MUX_RECORD_MAGIC, ROUND_FRAME_MAGIC
@@ -1070,6 +1075,19 @@ def test_hex_dumps_in_every_usual_form() -> None:
     assert parse_hex_dump("c0170df1  02000000") == bytes.fromhex("c0170df102000000")
     with pytest.raises(ValueError, match=r"line 2: not hex"):
         parse_hex_dump("00 01\nzz\n")
+
+
+@pytest.mark.parametrize("fn", [parse_hex_dump, read_hex_dump])
+def test_hex_text_that_is_not_text_is_a_local_error_naming_it(fn: Any) -> None:
+    # bytes gave a bare TypeError naming no argument
+    with pytest.raises(InvalidValue) as ei:
+        fn(b"00 01")
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == ("text must be hex text (a str), got a bytes: decode it first, e.g. "
+                             "data.decode('ascii')")
+    assert ei.value.fields == {"field": "text", "got": "bytes"}
+    with pytest.raises(InvalidValue, match=r"^text must be hex text \(a str\), got a NoneType$"):
+        fn(None)
 
 
 def test_a_dump_copied_from_the_protocol_doc_with_its_code_fence(

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.pcap import CaptureTruncated, PcapError, _Watched, read_tcp_streams
 
 SYN, ACK, PSH = 0x02, 0x10, 0x08
@@ -227,3 +230,40 @@ def test_the_watched_reader_notes_short_reads_and_seeks_as_asked() -> None:
     assert w.read(2) == b"de"
     assert w.seek(-2, 2) == 4 and w.read() == b"ef" and not w.short
     assert w.read(0) == b"" and not w.short
+
+
+# -------------------------------------------------------------------------------------------------
+# arguments
+# -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("port", [0, -1, 70000, "35863", 1.0, True, None])
+def test_a_port_that_is_no_tcp_port_is_a_local_error_naming_it(port: object) -> None:
+    # 0, -1, 70000 and '35863' returned [] (no stream has such a port)
+    cap = _pcap(101, [_up(1, SYN), _up(2, payload=b"abc")])
+    with pytest.raises(InvalidValue) as ei:
+        read_tcp_streams(cap, port)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == (f"port = {port!r} is invalid: not a TCP port (a whole number in "
+                             "1..65535)")
+    assert ei.value.fields == {"field": "port", "value": port}
+    assert read_tcp_streams(cap, np.uint16(PORT))[0].data == b"abc"
+
+
+def test_data_that_is_not_the_capture_s_bytes_is_a_local_error_naming_it(
+        tmp_path: Path) -> None:
+    # a path gave a bare TypeError naming no argument
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(_pcap(101, [_up(1, SYN), _up(2, payload=b"abc")]))
+    for given in (str(path), path):
+        with pytest.raises(InvalidValue) as ei:
+            read_tcp_streams(given, PORT)  # type: ignore[arg-type]
+        assert isinstance(ei.value, LocalProtocolError)
+        assert str(ei.value) == (
+            f"data must be the capture file's bytes (bytes or bytearray), got a "
+            f"{type(given).__name__} {str(given)!r}: read the file first, e.g. "
+            f"Path({str(given)!r}).read_bytes()")
+        assert ei.value.fields["field"] == "data"
+    with pytest.raises(InvalidValue) as ei:
+        read_tcp_streams(None, PORT)  # type: ignore[arg-type]
+    assert str(ei.value) == ("data must be the capture file's bytes (bytes or bytearray), got a "
+                             "NoneType")
+    assert read_tcp_streams(bytearray(path.read_bytes()), PORT)[0].data == b"abc"
