@@ -7,7 +7,9 @@ connection whose source or destination port is the given one becomes one :class:
 its payload bytes put back in sequence order: retransmitted and overlapping segments are
 de-duplicated (the first copy wins), segments captured out of order are re-ordered, and a stream
 stops at the first hole in the capture (``gap`` says so), since nothing after a missing byte can
-be framed reliably. A capture cut short inside its file header or a packet record (dpkt's
+be framed reliably. A packet cut short by the capture (its IP header claims more bytes than were
+captured: a snaplen cut) is such a hole after the bytes it holds, unless another copy of the
+segment holds the rest. A capture cut short inside its file header or a packet record (dpkt's
 readers would hand out the partial packet as a whole one) raises :class:`CaptureTruncated`, which
 carries the streams of the whole packets before the cut.
 
@@ -115,7 +117,9 @@ class TcpStream:
         dst: ``"ip:port"`` of the receiver.
         data: the reassembled payload bytes, from the first byte seen (the byte after the SYN
             when the SYN was captured) up to the first hole.
-        gap: True when bytes were missing and the stream was cut there.
+        gap: True when bytes were missing and the stream was cut there: a hole between the
+            segments captured, or a segment cut short by the capture (its IP header claims more
+            bytes than were captured, a snaplen cut), whose missing bytes no other copy holds.
         syn_seen: True when the connection's SYN for this direction was captured (so ``data``
             starts at the connection's first byte).
         packets: TCP segments captured for this direction (payload-less ones included).
@@ -127,8 +131,11 @@ class TcpStream:
     gap: bool = False
     syn_seen: bool = False
     packets: int = 0
-    _segments: list[tuple[int, bytes]] = field(default_factory=list, repr=False)
+    #: (sequence number, payload captured, payload length on the wire)
+    _segments: list[tuple[int, bytes, int]] = field(default_factory=list, repr=False)
     _base: int | None = field(default=None, repr=False)
+    #: a segment was cut inside its TCP header: bytes are missing at a place unknown
+    _lost: bool = field(default=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -348,6 +355,51 @@ def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
     return streams
 
 
+def _tcp_wire_len(dpkt: Any, ip: Any) -> int | None:
+    """The TCP segment's length on the wire, as the IP header gives it (IPv4 total length less
+    its header; IPv6 payload length less the extension headers), or None when the header says
+    nothing (a length of 0: segmentation offload, jumbograms)."""
+    if isinstance(ip, dpkt.ip.IP):
+        return ip.len - 4 * ip.hl if ip.len else None
+    if not ip.plen:
+        return None
+    return int(ip.plen) - sum(int(h.length) for h in ip.all_extension_headers)
+
+
+def _stream_of(key: tuple[str, str], syn: bool, streams: list[TcpStream],
+               current: dict[tuple[str, str], TcpStream]) -> TcpStream:
+    """The stream of ``key``: the current one, or a new one (none yet, or a new SYN on a
+    4-tuple that already carried data)."""
+    st = current.get(key)
+    if st is None or (syn and st._segments):
+        st = TcpStream(key[0], key[1])
+        current[key] = st
+        streams.append(st)
+    st.packets += 1
+    return st
+
+
+def _cut_header(dpkt: Any, ip: Any, port: int, streams: list[TcpStream],
+                current: dict[tuple[str, str], TcpStream]) -> None:
+    """A TCP segment cut inside its 20-byte header (dpkt leaves its bytes unparsed): when its
+    ports (its first 4 bytes) are ``port``'s and it may carry payload (its header length, byte
+    12, unknown or short of the wire length), its stream lost bytes at a place unknown."""
+    raw = bytes(ip.data)
+    wire = _tcp_wire_len(dpkt, ip)
+    later_fragment = (ip.offset if isinstance(ip, dpkt.ip.IP) else
+                      any(getattr(h, "frag_off", 0) for h in ip.all_extension_headers))
+    if (ip.p != dpkt.ip.IP_PROTO_TCP or len(raw) < 4 or wire is None or len(raw) >= wire
+            or later_fragment):
+        return  # not a cut TCP header (another protocol, a later fragment, a corrupt one)
+    sport, dport = struct.unpack_from(">HH", raw)
+    if port not in (sport, dport):
+        return
+    st = _stream_of((_endpoint(ip.src, sport), _endpoint(ip.dst, dport)), False, streams,
+                    current)
+    if len(raw) < 13 or wire > 4 * (raw[12] >> 4):
+        st._lost = True
+
+
 def _collect(dpkt: Any, packets: Iterator[tuple[int, bytes]], port: int,
              streams: list[TcpStream], current: dict[tuple[str, str], TcpStream]) -> None:
     for linktype, buf in packets:
@@ -355,49 +407,56 @@ def _collect(dpkt: Any, packets: Iterator[tuple[int, bytes]], port: int,
             ip = _ip_layer(dpkt, linktype, buf)
         except (dpkt.UnpackError, IndexError):
             continue  # a packet too short for its own headers
-        if ip is None or not isinstance(ip.data, dpkt.tcp.TCP):
+        if ip is None:
+            continue
+        if not isinstance(ip.data, dpkt.tcp.TCP):
+            if isinstance(ip.data, bytes):  # dpkt could not parse it: a cut TCP header?
+                _cut_header(dpkt, ip, port, streams, current)
             continue
         tcp = ip.data
         if port not in (tcp.sport, tcp.dport):
             continue
-        key = (_endpoint(ip.src, tcp.sport), _endpoint(ip.dst, tcp.dport))
-        st = current.get(key)
         syn = bool(tcp.flags & _TH_SYN)
-        if st is None or (syn and st._segments):
-            st = TcpStream(key[0], key[1])
-            current[key] = st
-            streams.append(st)
-        st.packets += 1
+        st = _stream_of((_endpoint(ip.src, tcp.sport), _endpoint(ip.dst, tcp.dport)), syn,
+                        streams, current)
         if syn:
             st.syn_seen = True
             st._base = (tcp.seq + 1) % _SEQ_MOD
             continue
         payload = bytes(tcp.data)
-        if payload:
-            st._segments.append((tcp.seq, payload))
+        # the payload's length on the wire: more than captured when the packet was cut short
+        wire = _tcp_wire_len(dpkt, ip)
+        sent = len(payload) if wire is None else max(len(payload), wire - 4 * tcp.off)
+        if sent:
+            st._segments.append((tcp.seq, payload, sent))
 
 
 def _assemble(st: TcpStream) -> None:
+    st.gap = st._lost
     if not st._segments:
         return
     base = st._base if st._base is not None else st._segments[0][0]
-    placed: list[tuple[int, int, bytes]] = []
-    for order, (seq, payload) in enumerate(st._segments):
+    placed: list[tuple[int, int, bytes, int]] = []
+    for order, (seq, payload, sent) in enumerate(st._segments):
         rel = (seq - base) % _SEQ_MOD
         if rel >= _HALF:  # before the base (captured out of order, no SYN seen)
             rel -= _SEQ_MOD
-        placed.append((rel, order, payload))
+        placed.append((rel, order, payload, sent))
     if st._base is None:
         low = min(p[0] for p in placed)
-        placed = [(r - low, o, p) for r, o, p in placed]
+        placed = [(r - low, o, p, n) for r, o, p, n in placed]
     placed.sort()
     out = bytearray()
-    for rel, _order, payload in placed:
+    sent_end = 0  # the end of the bytes the segments placed were sent with
+    for rel, _order, payload, sent in placed:
         if rel > len(out):
             st.gap = True
             break
+        sent_end = max(sent_end, rel + sent)
         if rel + len(payload) <= len(out):
             continue  # retransmission of bytes already placed
         out += payload[len(out) - rel:]
+    if sent_end > len(out):  # a segment cut short, its rest in no other copy
+        st.gap = True
     st.data = bytes(out)
     st._segments = []

@@ -68,7 +68,7 @@ from flodl_proto.errors import (
 )
 from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.pcap import CaptureTruncated, read_tcp_streams
-from flodl_proto.spec import MUX_RECORD_MAGIC, ROUND_FRAME_MAGIC
+from flodl_proto.spec import CHANNEL_MAGIC_DATA, MUX_RECORD_MAGIC, ROUND_FRAME_MAGIC
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "flodl_proto" / "_vectors"
@@ -1506,6 +1506,63 @@ def test_hex_text_with_a_control_byte_names_its_offset(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == (
         f"flodl-proto decode: error: input is not hex: byte 0x07 at offset {6 * 300_000 + 2} "
         "(--hex takes hex text)\n")
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_stream_with_bytes_missing_is_a_capture_that_ended_not_a_clean_end(
+        fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a hole in the capture right after a record: the warning was printed, but the table said
+    # "END clean end of stream" and the exit code was 0
+    from .pcap_writer import ACK, PSH, SYN, pcap_file, tcp_packet
+
+    relay, ctrl = ("10.0.0.2", 40001), ("10.0.0.1", 35863)
+    magic = struct.pack("<I", CHANNEL_MAGIC_DATA)
+    packets = [tcp_packet(relay, ctrl, 1000, 0, SYN),
+               tcp_packet(relay, ctrl, 1001, 0, PSH | ACK, magic)]
+    packets += [tcp_packet(relay, ctrl, 1005 + (1 << 30) + 100 * i, 0, PSH | ACK, bytes(100))
+                for i in range(2)]
+    path = tmp_path / "hole.pcap"
+    path.write_bytes(pcap_file(packets))
+    assert main(["decode", "--pcap", "--port", "35863", "--format", fmt, str(path)]) == (
+        EXIT_CAPTURE_ENDED)
+    out, err = capsys.readouterr()
+    label = "10.0.0.2:40001 -> 10.0.0.1:35863"
+    assert err.splitlines()[0] == (f"flodl-proto decode: warning: {label}: bytes missing from "
+                                   "the capture after stream offset 4; decoding stops there")
+    why = "bytes missing from the capture after offset 4; decoding stops there"
+    if fmt == "table":
+        assert "clean" not in out
+        assert out.splitlines()[-1] == f"       4            {'CAPTURE ENDED':<20} {'':<9} {why}"
+    else:
+        assert _json_lines(out)[-1] == {"stream": label, "type": "capture_ended", "offset": 4,
+                                        "error_id": None, "error": why}
+
+
+def test_packets_cut_short_with_caplen_equal_to_len_are_a_capture_that_ended(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 60-byte packets whose IP header claims more (a cut copy that records caplen == len): both
+    # directions said "no bytes in this direction; skipped", no warning, exit 0
+    from .pcap_writer import ACK, PSH, SYN, pcap_file, tcp_packet
+
+    relay, ctrl = ("10.0.0.2", 40001), ("10.0.0.1", 35863)
+
+    def cut(src: tuple[str, int], dst: tuple[str, int], seq: int, payload: bytes) -> bytes:
+        whole = bytearray(tcp_packet(src, dst, seq, 0, PSH | ACK, bytes(12) + payload))
+        whole[14 + 20 + 12] = 8 << 4  # a 32-byte TCP header: 12 bytes of options
+        return bytes(whole[:60])
+
+    packets = [tcp_packet(relay, ctrl, 1000, 0, SYN), tcp_packet(ctrl, relay, 5000, 0, SYN | ACK),
+               cut(relay, ctrl, 1001, struct.pack("<I", CHANNEL_MAGIC_DATA) + bytes(200)),
+               cut(ctrl, relay, 5001, bytes(300))]
+    path = tmp_path / "snap60.pcap"
+    path.write_bytes(pcap_file(packets))
+    assert main(["decode", "--pcap", "--port", "35863", str(path)]) == EXIT_CAPTURE_ENDED
+    out, err = capsys.readouterr()
+    assert out == ""
+    for a, b in ((relay, ctrl), (ctrl, relay)):
+        label = f"{a[0]}:{a[1]} -> {b[0]}:{b[1]}"
+        assert (f"flodl-proto decode: warning: {label}: bytes missing from the capture after "
+                "stream offset 0; decoding stops there") in err.splitlines()
 
 
 def test_a_direction_that_carried_no_byte_is_skipped_with_one_line(

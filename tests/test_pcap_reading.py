@@ -267,3 +267,72 @@ def test_data_that_is_not_the_capture_s_bytes_is_a_local_error_naming_it(
     assert str(ei.value) == ("data must be the capture file's bytes (bytes or bytearray), got a "
                              "NoneType")
     assert read_tcp_streams(bytearray(path.read_bytes()), PORT)[0].data == b"abc"
+
+
+# -------------------------------------------------------------------------------------------------
+# packets cut short (their IP header claims more bytes than were captured)
+# -------------------------------------------------------------------------------------------------
+def _claims(ip: bytes, more: int) -> bytes:
+    """``ip`` (IPv4) whose total length claims ``more`` bytes beyond those present: a packet
+    cut short by the capture (caplen == len, as a capture of a cut copy records it)."""
+    (total,) = struct.unpack_from(">H", ip, 2)
+    return ip[:2] + struct.pack(">H", total + more) + ip[4:]
+
+
+def _tcp_opts(sport: int, dport: int, seq: int, flags: int, payload: bytes = b"") -> bytes:
+    """A TCP segment whose header carries 12 bytes of options (timestamps, as Linux sends)."""
+    return struct.pack(">HHIIBBHHH", sport, dport, seq, 0, 8 << 4, flags, 65535, 0, 0) + bytes(
+        [1, 1, 8, 10]) + bytes(8) + payload
+
+
+def test_a_segment_cut_short_is_a_gap_after_the_bytes_captured() -> None:
+    # its payload's first bytes were placed and the stream said nothing was missing
+    assert _stream([_up(99, SYN), _claims(_up(100, payload=b"abcdef"), 10)]) == (
+        b"abcdef", True, True, 2)
+    # a later copy of the whole segment (a retransmission) fills it
+    assert _stream([_up(99, SYN), _claims(_up(100, payload=b"abcdef"), 4),
+                    _up(100, payload=b"abcdefghij"), _up(110, payload=b"k")]) == (
+        b"abcdefghijk", False, True, 4)
+    # the next segment after the cut one: the hole is the cut's
+    assert _stream([_up(99, SYN), _claims(_up(100, payload=b"abc"), 3),
+                    _up(106, payload=b"xyz")]) == (b"abc", True, True, 3)
+
+
+def test_a_segment_cut_inside_its_tcp_header_is_a_gap() -> None:
+    # caplen == len == 60 (Ethernet): the options were cut, so no payload byte was captured,
+    # and the stream had no bytes and no gap
+    syn = _eth(_up(99, SYN))
+    for more in (100, 1):
+        seg = _eth(_ip4("10.0.0.2", "10.0.0.1", _tcp_opts(40001, PORT, 100, PSH | ACK,
+                                                         bytes(more))))
+        cut = seg[:60]
+        cut = cut[:16] + struct.pack(">H", len(seg) - 14) + cut[18:]  # the IP length: whole
+        (st,) = read_tcp_streams(_pcap(1, [syn, cut]), PORT)
+        assert (st.data, st.gap, st.packets) == (b"", True, 2), more
+    # a segment that carries no payload (an ACK) cut inside its options loses nothing
+    ack = _eth(_ip4("10.0.0.2", "10.0.0.1", _tcp_opts(40001, PORT, 100, ACK)))
+    ack = ack[:60]
+    (st,) = read_tcp_streams(_pcap(1, [syn, _eth(_up(100, payload=b"ab")), ack]), PORT)
+    assert (st.data, st.gap) == (b"ab", False)
+    # fewer than the 20 bytes of a TCP header: the port is read from its first 4 bytes
+    short = _claims(_up(100, payload=b"abcdef")[:20 + 10], 16)
+    (st,) = read_tcp_streams(_pcap(101, [_up(99, SYN), short]), PORT)
+    assert (st.data, st.gap, st.packets) == (b"", True, 2)
+    other = _claims(_ip4("10.0.0.2", "10.0.0.3", _tcp(40001, 80, 1, PSH | ACK, b"web"))[:30], 13)
+    (st,) = read_tcp_streams(_pcap(101, [_up(99, SYN), other, _up(100, payload=b"a")]), PORT)
+    assert (st.data, st.gap, st.packets) == (b"a", False, 2)  # another port's: skipped
+
+
+def test_an_ipv6_segment_cut_short_is_a_gap() -> None:
+    tcp = _tcp(40001, PORT, 7, PSH | ACK, b"v6v6")
+    pkt = _ip6(1, 2, tcp)
+    pkt = pkt[:4] + struct.pack(">H", len(tcp) + 8) + pkt[6:]
+    (st,) = read_tcp_streams(_pcap(101, [pkt]), PORT)
+    assert (st.data, st.gap) == (b"v6v6", True)
+
+
+def test_a_zero_ip_length_is_not_a_cut() -> None:
+    # segmentation offload: the IP total length is 0, the payload is what was captured
+    seg = _up(100, payload=b"abcdef")
+    seg = seg[:2] + b"\x00\x00" + seg[4:]
+    assert _stream([_up(99, SYN), seg]) == (b"abcdef", False, True, 2)

@@ -12,11 +12,15 @@ offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
 is a libpcap/pcapng capture and every TCP stream to or from ``--port`` is decoded, each
 direction on its own; a capture that ends inside its file header or a packet record is reported
 on stderr with the byte it ends at, the streams of the whole packets before the cut are
-decoded, and the exit code is 4. The leg is told from the first bytes (data channel magic or mux
-record: ``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
-``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
-line per record (or a table), and last the end of the stream, the point where the input ended
-inside a record, or the error that stopped decoding, with its byte offset.
+decoded, and the exit code is 4. A stream with bytes missing from the capture (a hole between
+its segments, or a packet cut short by the snaplen: its IP header claims more bytes than were
+captured) is warned about on stderr with the stream offset, decoded up to there and ends
+``capture_ended`` there (``CAPTURE ENDED`` in the table, not a clean end), exit 4. The leg
+is told from the first bytes (data channel magic or mux record: ``mux``; rank handshake, ack or
+length-prefixed frame: ``loopback``; a bare RoundFrame: ``frame``) unless ``--leg`` names it;
+stderr says which was detected. Prints one JSON object per line per record (or a table), and
+last the end of the stream, the point where the input ended inside a record, or the error that
+stopped decoding, with its byte offset.
 
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
 is held once); each record is printed as it is decoded and not kept, so memory is the input's
@@ -33,9 +37,9 @@ Exit codes: 0 every stream ended at a record boundary, each record decoded; 1 de
 at a protocol error, or the input is not what was asked for (``--hex`` text that is not hex, a
 ``--pcap`` file that is not a capture, longer than ``--max-input``); 3 ``--salt`` was given and
 some auth tag did not verify; 4 the input ended inside a record, its header included (a capture
-stopped mid-record, or a ``--pcap`` capture file cut short: normal for a capture, so it is not
-1); 2 usage errors (FILE, or a ``--salt-file``, that cannot be opened or read; a ``--salt`` or
-``--salt-file`` that holds no salt).
+stopped mid-record, or a ``--pcap`` capture file cut short or with bytes missing from a stream:
+normal for a capture, so it is not 1); 2 usage errors (FILE, or a ``--salt-file``, that cannot
+be opened or read; a ``--salt`` or ``--salt-file`` that holds no salt).
 """
 
 from __future__ import annotations
@@ -155,7 +159,8 @@ def register(sub: Any) -> None:
         "Exit codes: 0 every stream ended at a record boundary, 1 stopped at a protocol error "
         "or the input is not hex (--hex) / not a capture (--pcap), 2 bad command line (FILE or "
         "--salt-file cannot be read), 3 a tag did not verify (with --salt), 4 the input ended "
-        "inside a record (header included): the capture stopped there. At most --max-input "
+        "inside a record (header included): the capture stopped there, or (--pcap) bytes are "
+        "missing from the capture. At most --max-input "
         "bytes are read.",
     )
     p.add_argument("file", nargs="?", default="-", metavar="FILE", type=path_text,
@@ -317,17 +322,30 @@ def _read_input(name: str, hex_text: bool, limit: int,
     return dump.data
 
 
+class _Ended:
+    """A report's closing record replaced (what :func:`table_end` reads of a report)."""
+
+    def __init__(self, final: dict[str, Any]) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._final = final
+
+    def final_record(self) -> dict[str, Any]:
+        return self._final
+
+
 def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Namespace,
                       salt: bytes | None, ceiling: int, out: TextIO,
-                      stream: str | None = None) -> DecodeReport:
+                      stream: str | None = None, gap: bool = False) -> DecodeReport:
     """Decode ``payload`` as ``leg`` and print each record as it is decoded (a table line, or a
     JSON line with the stream's label), then the end: a long stream's records are neither held
-    nor waited for.
+    nor waited for. ``gap``: the capture lost the bytes after ``payload`` (a hole, a packet cut
+    short); a stream that decodes cleanly to its end then ends as a capture that ended there
+    (``capture_ended``, exit 4), not as a clean end of stream.
 
     Raises:
         ProtocolError (local): a bad salt or version (the arguments are checked before).
     """
-    from ..decode import decode_stream, table_end, table_head, table_line
+    from ..decode import DecodeFailure, decode_stream, table_end, table_head, table_line
 
     on_record: Callable[[dict[str, Any]], None]
     extra = {"stream": stream} if stream is not None else {}
@@ -343,10 +361,16 @@ def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Names
 
     report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
                            values=args.values, ceiling=ceiling, on_record=on_record)
+    final = report.final_record()
+    if gap and report.failure is None:  # a clean end only as far as the capture goes
+        why = (f"bytes missing from the capture after offset {report.end}; decoding stops "
+               "there")
+        report.failure = DecodeFailure(report.end, why, "truncated", None, capture_ended=True)
+        final = {"type": "capture_ended", "offset": report.end, "error_id": None, "error": why}
     if args.format == "table":
-        print(table_end(report), file=out)
+        print(table_end(_Ended(final)), file=out)
     else:
-        print(json.dumps({**extra, **report.final_record()}, allow_nan=False), file=out)
+        print(json.dumps({**extra, **final}, allow_nan=False), file=out)
     return report
 
 
@@ -413,7 +437,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     except (_NotHex, _NotCapture) as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    streams: list[tuple[str | None, bytes | bytearray]]
+    streams: list[tuple[str | None, bytes | bytearray, bool]]
     code = EXIT_OK
     if args.pcap:
         from ..pcap import CaptureTruncated, PcapError, read_tcp_streams
@@ -439,16 +463,17 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             return EXIT_ERROR
         streams = []
         for st in tcp:
-            if st.gap:
+            if st.gap:  # a capture that lost bytes: incomplete, as one cut short is
                 print(f"{_PROG}: warning: {st.label}: bytes missing from the capture after stream "
                       f"offset {len(st.data)}; decoding stops there", file=sys.stderr)
+                code = _worse(code, EXIT_CAPTURE_ENDED)
             if not st.syn_seen and st.data:
                 print(f"{_PROG}: warning: {st.label}: the connection's start was not captured; "
                       "offsets count from the first captured byte", file=sys.stderr)
-            streams.append((st.label, st.data))
+            streams.append((st.label, st.data, st.gap))
     else:
-        streams = [(None, data)]
-    for label, payload in streams:
+        streams = [(None, data, False)]
+    for label, payload, gap in streams:
         leg: Leg
         if label is not None and http_stream(payload):  # the port's status requests and replies
             print(f"{_PROG}: {label}: HTTP (the controller's status responder), not a flodl leg; "
@@ -469,7 +494,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         else:
             leg = args.leg
         try:
-            report = _decode_and_print(payload, leg, args, salt, ceiling, out, label)
+            report = _decode_and_print(payload, leg, args, salt, ceiling, out, label, gap)
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
