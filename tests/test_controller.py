@@ -43,6 +43,7 @@ from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC, READ_CHUNK
 
 from .fake_relay import SALT, FakeRelay, frame, values
 from .reference import ref_reduce
+from .resolver_stub import PATCHED_CLI
 
 END = 5.0  # seconds to wait for the controller to end
 
@@ -838,6 +839,25 @@ def test_cli_port_in_use_exits_1() -> None:
     assert err.startswith(f"flodl-proto controller: error: cannot listen on 127.0.0.1:{port}: "
                           f"[Errno {errno.EADDRINUSE}] ")
     assert len(err.splitlines()) == 1, err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("mode", "code", "error"), [
+    ("noname", 2, "--listen 'nosuch.invalid:7000': cannot resolve host 'nosuch.invalid': "
+                  "Name or service not known"),
+    ("again", 1, "cannot listen on nosuch.invalid:7000: [Errno -3] Temporary failure in name "
+                 "resolution"),
+])
+def test_cli_listen_host_lookup_failure_is_usage_or_environment(mode: str, code: int,
+                                                                error: str) -> None:
+    """A ``--listen`` host name the resolver says does not exist is the command line's error
+    (exit 2, as ``relay --controller``'s); a resolver that cannot answer now is the
+    environment's (1), as an address that cannot be bound. The resolver is a stub."""
+    p = subprocess.run([sys.executable, "-c", PATCHED_CLI, mode, "controller", "--listen",
+                        "nosuch.invalid:7000", "--world-size", "1", "--salt", SALT_HEX],
+                       capture_output=True, text=True, timeout=30)
+    assert (p.returncode, p.stdout) == (code, "")
+    assert p.stderr == f"flodl-proto controller: error: {error}\n"
 
 
 #: the address-space limit the largest-world test runs the controller under: a per-rank list of

@@ -18,7 +18,8 @@ dropped is one warning line on stderr when the run ends. Log records (warnings s
 timeout) go to stderr the same way, through a backlog of their own.
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGINT/SIGTERM), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
-because it is in use), 2 for a bad command line (missing or malformed salt, world size 0, bad
+because it is in use), 2 for a bad command line (a ``--listen`` host name that does not exist,
+missing or malformed salt, world size 0, bad
 ``--outer``, a ``--checkpoint-dir`` that cannot be created or written, a ``--frame-ceiling`` that
 is not a whole number of bytes from 25, the smallest RoundFrame (spec departure
 ``ceiling_floor``), to U32_MAX), with a one-line error
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -54,6 +56,7 @@ from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
+    NO_SUCH_NAME,
     add_frame_ceiling_option,
     add_salt_options,
     check_net_timeout_scale,
@@ -232,6 +235,14 @@ def run(args: argparse.Namespace) -> int:
             ctl.start()
         except ProtocolError as e:
             return _usage_error(str(for_option(e, "round_timeout", "--round-timeout")))
+        except socket.gaierror as e:
+            if e.errno not in NO_SUCH_NAME:  # the resolver cannot answer now: the environment
+                print(f"{_PROG}: error: cannot listen on {args.listen}: {e}", file=sys.stderr,
+                      flush=True)
+                return 1
+            # a name that does not exist is the command line's, as relay --controller's
+            return _usage_error(f"--listen {args.listen!r}: cannot resolve host {host!r}: "
+                                f"{os_reason(e)}")
         except OSError as e:  # e.g. the address is in use: the environment, not the command line
             print(f"{_PROG}: error: cannot listen on {args.listen}: {e}", file=sys.stderr,
                   flush=True)

@@ -68,6 +68,7 @@ from ..spec import (
 from ._output import queued_stderr_logging, report_dropped
 
 __all__ = [
+    "NO_SUCH_NAME",
     "SALT_ENV",
     "SALT_FILE_MAX_BYTES",
     "add_frame_ceiling_option",
@@ -331,7 +332,7 @@ def check_net_timeout_scale(text: str | None = None, *, field: str | None = None
 RESOLVE_WAIT: Final = 10.0
 
 #: resolver answers that say the name does not exist (as opposed to "cannot answer now")
-_NO_SUCH_NAME: Final = frozenset(
+NO_SUCH_NAME: Final = frozenset(
     getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name))
 
 
@@ -386,7 +387,7 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
     e = outcome[0]
     if e is None:
         return None
-    if isinstance(e, socket.gaierror) and e.errno in _NO_SUCH_NAME:
+    if isinstance(e, socket.gaierror) and e.errno in NO_SUCH_NAME:
         raise ValueError(f"{option} {text!r}: cannot resolve host {host!r}: {os_reason(e)}")
     return (f"{option} {text!r}: cannot resolve host {host!r} now ({os_reason(e)}); going on "
             "(the dial looks it up again)")
