@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .errors import InvalidValue
+from .errors import protocol_error
 
 __all__ = ["HexDump", "parse_hex_dump", "read_hex_dump"]
 
@@ -49,8 +49,8 @@ def _check_text(text: object) -> None:
         got = type(text).__name__
         hint = (": decode it first, e.g. data.decode('ascii')"
                 if isinstance(text, bytes | bytearray | memoryview) else "")
-        raise InvalidValue(f"text must be hex text (a str), got a {got}{hint}", remote=False,
-                           fields={"field": "text", "got": got})
+        raise protocol_error("capture.bad_type", field="text", expected="hex text (a str)",
+                             got=got, hint=hint)
 
 
 #: the openings of a Markdown code fence line (no hex text starts so)

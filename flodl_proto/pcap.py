@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidValue
+from .errors import protocol_error
 
 __all__ = ["CaptureTruncated", "PcapError", "TcpStream", "capture_format", "read_tcp_streams"]
 
@@ -297,20 +297,19 @@ def _checked_args(data: object, port: object) -> int:
         InvalidValue (local): as :func:`read_tcp_streams`.
     """
     if not isinstance(data, bytes | bytearray):
-        got = f"a {type(data).__name__}"
+        hint = ""
         if isinstance(data, str | os.PathLike):
             path = os.fspath(data)
-            got += f" {path!r}: read the file first, e.g. Path({path!r}).read_bytes()"
-        raise InvalidValue(f"data must be the capture file's bytes (bytes or bytearray), got "
-                           f"{got}", remote=False,
-                           fields={"field": "data", "got": type(data).__name__})
+            hint = f" {path!r}: read the file first, e.g. Path({path!r}).read_bytes()"
+        raise protocol_error("capture.bad_type", field="data",
+                             expected="the capture file's bytes (bytes or bytearray)",
+                             got=type(data).__name__, hint=hint)
     try:  # the codec's integer rule (an int, a NumPy integer; no bool, float or text)
         n = None if isinstance(port, bool) else operator.index(port)  # type: ignore[arg-type]
     except TypeError:
         n = None
     if n is None or not 1 <= n <= 65535:
-        raise InvalidValue(f"port = {port!r} is invalid: not a TCP port (a whole number in "
-                           "1..65535)", remote=False, fields={"field": "port", "value": port})
+        raise protocol_error("capture.bad_port", field="port", value=port)
     return n
 
 

@@ -1085,7 +1085,9 @@ def test_hex_text_that_is_not_text_is_a_local_error_naming_it(fn: Any) -> None:
     assert isinstance(ei.value, LocalProtocolError)
     assert str(ei.value) == ("text must be hex text (a str), got a bytes: decode it first, e.g. "
                              "data.decode('ascii')")
-    assert ei.value.fields == {"field": "text", "got": "bytes"}
+    assert ei.value.error_id == "capture.bad_type"
+    assert ei.value.fields == {"field": "text", "expected": "hex text (a str)", "got": "bytes",
+                               "hint": ": decode it first, e.g. data.decode('ascii')"}
     with pytest.raises(InvalidValue, match=r"^text must be hex text \(a str\), got a NoneType$"):
         fn(None)
 

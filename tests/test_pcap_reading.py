@@ -244,7 +244,8 @@ def test_a_port_that_is_no_tcp_port_is_a_local_error_naming_it(port: object) -> 
     assert isinstance(ei.value, LocalProtocolError)
     assert str(ei.value) == (f"port = {port!r} is invalid: not a TCP port (a whole number in "
                              "1..65535)")
-    assert ei.value.fields == {"field": "port", "value": port}
+    assert (ei.value.error_id, ei.value.fields) == ("capture.bad_port",
+                                                    {"field": "port", "value": port})
     assert read_tcp_streams(cap, np.uint16(PORT))[0].data == b"abc"
 
 
@@ -261,7 +262,7 @@ def test_data_that_is_not_the_capture_s_bytes_is_a_local_error_naming_it(
             f"data must be the capture file's bytes (bytes or bytearray), got a "
             f"{type(given).__name__} {str(given)!r}: read the file first, e.g. "
             f"Path({str(given)!r}).read_bytes()")
-        assert ei.value.fields["field"] == "data"
+        assert (ei.value.error_id, ei.value.fields["field"]) == ("capture.bad_type", "data")
     with pytest.raises(InvalidValue) as ei:
         read_tcp_streams(None, PORT)  # type: ignore[arg-type]
     assert str(ei.value) == ("data must be the capture file's bytes (bytes or bytearray), got a "
