@@ -75,6 +75,12 @@ The kit reads the target's first stdout line `listening on HOST:PORT` when it pr
 otherwise it waits until the port is listening (read from `/proc/net/tcp` on Linux, so no probe
 connection reaches the target).
 
+A target that misbehaves fails its cases, not the kit. Of what a target sends on a connection,
+the kit keeps what the step reads (a Hello record at most its largest legal size for the world
+size) and the first 4 KiB of what comes before an expected close; it counts the rest: a target
+that floods a connection fails the case with the number of bytes it sent, and the kit's memory
+stays bounded.
+
 ### Against a build of flodl itself
 
 flodl's controller and relay are library types (`ClusterController`, `RelayChannel`), so point

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ..codec.mux import Hello, decode_mux_record, parse_mux_header
+from ..codec.mux import Hello, decode_mux_record, max_hello_payload, parse_mux_header
 from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
 from .builders import BuildContext, build
@@ -53,6 +53,12 @@ DEFAULT_WITHIN: Final = 5.0
 #: default duration of an expected silence (seconds)
 DEFAULT_SILENCE: Final = 0.3
 _EXCERPT: Final = 16
+#: bytes one receive takes at most
+_CHUNK: Final = 1 << 16
+#: bytes of a connection kept beyond what a step reads (``expect_close``: the start of what
+#: arrived before the end of stream, for the failure's ``observed``); the rest is counted, not
+#: kept, so a target that floods a connection cannot exhaust the kit's memory
+_KEEP: Final = 4096
 _MUX_MAGIC_LE: Final = MUX_RECORD_MAGIC.to_bytes(4, "little")
 
 
@@ -115,10 +121,12 @@ class StepFailed(Exception):
     """A step did not hold (carries expected/observed bytes when it compared bytes)."""
 
     def __init__(self, message: str, expected: bytes | None = None,
-                 observed: bytes | None = None) -> None:
+                 observed: bytes | None = None, observed_total: int | None = None) -> None:
         super().__init__(message)
         self.expected = expected
         self.observed = observed
+        #: bytes observed in all, when ``observed`` holds only their start
+        self.observed_total = observed_total
 
 
 def _free_port(host: str) -> int:
@@ -138,7 +146,11 @@ def first_difference(expected: bytes, observed: bytes) -> int | None:
 
 
 class _Conn:
-    """A kit-side connection with a buffer of bytes received but not consumed yet."""
+    """A kit-side connection with a buffer of bytes received but not consumed yet.
+
+    The buffer grows only as a step asks: by at most one receive (``_CHUNK`` bytes) past what
+    the step reads, whatever the target sends.
+    """
 
     def __init__(self, sock: socket.socket | None) -> None:
         self.sock = sock
@@ -146,7 +158,7 @@ class _Conn:
         self.eof = sock is None
 
     def fill(self, deadline: float) -> bool:
-        """Receive once before ``deadline``; False on timeout."""
+        """Receive once (at most ``_CHUNK`` bytes) before ``deadline``; False on timeout."""
         if self.eof or self.sock is None:
             return False
         left = deadline - time.monotonic()
@@ -154,7 +166,7 @@ class _Conn:
             return False
         self.sock.settimeout(left)
         try:
-            chunk = self.sock.recv(1 << 20)
+            chunk = self.sock.recv(_CHUNK)
         except (TimeoutError, BlockingIOError):
             return False
         except OSError:  # reset / aborted: the peer is gone
@@ -173,13 +185,20 @@ class _Conn:
         del self.buf[:n]
         return out
 
-    def read_to_end(self, deadline: float) -> tuple[bytes, bool]:
-        """Everything until end of stream (True) or the deadline (False)."""
-        while not self.eof and self.fill(deadline):
-            pass
+    def read_to_end(self, deadline: float, keep: int) -> tuple[bytes, int, bool]:
+        """Read until end of stream or the deadline: ``(the first keep bytes, the number of
+        bytes read, True at end of stream)``; the bytes past ``keep`` are counted, not kept."""
+        total = len(self.buf)
+        del self.buf[keep:]
+        while not self.eof:
+            before = len(self.buf)
+            if not self.fill(deadline):
+                break
+            total += len(self.buf) - before
+            del self.buf[keep:]
         out = bytes(self.buf)
         self.buf.clear()
-        return out, self.eof
+        return out, total, self.eof
 
     def close(self) -> None:
         if self.sock is not None:
@@ -197,13 +216,18 @@ def _payload_difference(expected: bytes, observed: bytes, offset: int | None) ->
     return None if rest is None else MUX_HEADER_LEN + rest
 
 
-def _hex(b: bytes, around: int | None = None) -> str:
+def _hex(b: bytes, around: int | None = None, total: int | None = None) -> str:
+    """``b`` as hex, or an excerpt around offset ``around`` and the length; ``total`` is the
+    length when ``b`` is only the start of what was observed."""
+    n = len(b) if total is None else max(total, len(b))
     if around is None or len(b) <= 2 * _EXCERPT + 8:
-        return b.hex() if len(b) <= 4 * _EXCERPT else f"{b[:2 * _EXCERPT].hex()}... ({len(b)} B)"
+        if len(b) <= 4 * _EXCERPT and n == len(b):
+            return b.hex()
+        return f"{b[:2 * _EXCERPT].hex()}... ({n} B)"
     lo = max(0, around - _EXCERPT)
     hi = min(len(b), around + _EXCERPT)
-    return (("..." if lo else "") + b[lo:hi].hex() + ("..." if hi < len(b) else "")
-            + f" ({len(b)} B)")
+    return (("..." if lo else "") + b[lo:hi].hex() + ("..." if hi < n else "")
+            + f" ({n} B)")
 
 
 class _Player:
@@ -294,9 +318,12 @@ class _Player:
                              f"{len(head)} bytes ({'end of stream' if c.eof else 'timed out'})",
                              None, head)
         try:
-            hdr = parse_mux_header(head)
+            # a header announcing more than the largest legal Hello fails before any read
+            ceiling = max_hello_payload(self.ctx.world_size)
+            hdr = parse_mux_header(head, ceiling=ceiling)
             body = c.read(hdr.payload_len, deadline)
-            res = decode_mux_record(head + body, self.ctx.salt, version=self.version)
+            res = decode_mux_record(head + body, self.ctx.salt, version=self.version,
+                                    ceiling=ceiling)
         except ProtocolError as e:
             raise StepFailed(f"connection {name}: not a valid Hello record: {e}", None,
                              head) from None
@@ -313,14 +340,14 @@ class _Player:
     def do_expect_close(self, p: Any) -> None:
         name, c = self.conn(p)
         allow = int(p.get("allow", 0)) if isinstance(p, Mapping) else 0
-        got, eof = c.read_to_end(time.monotonic() + self.within(p))
+        got, n, eof = c.read_to_end(time.monotonic() + self.within(p), max(allow + 1, _KEEP))
         if not eof:
             raise StepFailed(f"connection {name}: expected the target to close it; still open "
-                             f"after {self.within(p):g}s" + (f" ({len(got)} bytes received)"
-                                                              if got else ""), b"", got)
-        if len(got) > allow:
+                             f"after {self.within(p):g}s" + (f" ({n} bytes received)"
+                                                              if n else ""), b"", got, n)
+        if n > allow:
             raise StepFailed(f"connection {name}: expected a close with at most {allow} bytes "
-                             f"before it, observed {len(got)} bytes", b"", got)
+                             f"before it, observed {n} bytes", b"", got, n)
 
     def do_silence(self, p: Any, close_ok: bool) -> None:
         name, c = self.conn(p)
@@ -392,8 +419,9 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status.
 
     Returns:
-        The result; a failing step, a target that exits or never listens and a malformed step
-        all give a failed result.
+        The result; a failing step, a target that exits or never listens, a malformed step and
+        a ``MemoryError`` in the kit all give a failed result. The kit keeps a bounded part of
+        what a target sends (a flood is counted, not kept).
 
     Raises:
         TargetLaunchError: the target's command could not be executed (every case would fail the
@@ -443,12 +471,20 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
                     at = result.payload_offset if result.payload_offset is not None \
                         else result.offset
                     result.expected = _hex(exp, at)
-                    result.observed = _hex(obs, at)
+                    result.observed = _hex(obs, at, e.observed_total)
                 return result
             except CatalogueError as e:
                 result.message = f"catalogue error: {e}"
                 return result
+            except MemoryError:  # the case fails; the next one runs
+                result.message = "the kit ran out of memory playing this step"
+                return result
         result.passed, result.step = True, None
+        return result
+    except MemoryError:  # starting the target, or a step's report: the case fails all the same
+        result.passed = False
+        result.message = "the kit ran out of memory" + (" playing this step" if result.started
+                                                        else " starting the target")
         return result
     finally:
         if player is not None:
