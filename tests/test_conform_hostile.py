@@ -5,6 +5,7 @@ Each target is a few lines of Python written here, launched by the kit as a real
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 import sys
@@ -121,3 +122,92 @@ def test_running_out_of_memory_in_a_case_fails_the_case(monkeypatch: pytest.Monk
     assert (r.passed, r.started, r.step) == (False, True, 0)
     assert r.message == "the kit ran out of memory playing this step"
     assert r.exit is not None
+
+
+# -- a target leaving a process that holds its output pipes ---------------------------------------
+
+#: the target forks a process of its own session (out of reach of the kit's signals to the
+#: target's group) that keeps the target's stdout and stderr open, and writes its pid to a file
+_FORK = """\
+import os, socket, sys, time
+host, port, pidfile = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((host, port)); s.listen()
+if os.fork() == 0:
+    os.setsid()
+    with open(pidfile, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(30)
+    os._exit(0)
+print("listening on %s:%d" % (host, port), flush=True)
+while True:
+    s.accept()[0].close()
+"""
+
+
+def _fork_launch(tmp_path: Path) -> tuple[str, Path]:
+    script, pidfile = tmp_path / "fork.py", tmp_path / "orphan.pid"
+    script.write_text(_FORK)
+    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{host}} {{port}} "
+            f"{shlex.quote(str(pidfile))}"), pidfile
+
+
+def _kill_orphan(pidfile: Path) -> None:
+    import os
+    import signal
+    import time
+
+    for _ in range(100):  # the orphan writes its pid as it starts
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    if pidfile.exists() and pidfile.read_text():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_an_orphan_holding_the_output_pipes_does_not_keep_the_kit_waiting(
+        tmp_path: Path) -> None:
+    import time
+
+    launch, pidfile = _fork_launch(tmp_path)
+    t = LaunchedTarget(launch)
+    try:
+        from flodl_proto.conform.target import CaseContext
+
+        port = _free_port()
+        t.start(CaseContext("controller", 3, 1, bytes(16), tmp_path / "salt", "127.0.0.1", port,
+                            0, (), 0.1), 10.0)
+        t0 = time.monotonic()
+        ex = t.stop(5.0)
+        assert ex is not None and ex.status == -15
+        assert time.monotonic() - t0 < 3.0
+        assert not any(r.is_alive() for r in t._readers)  # nothing left reading the pipes
+        assert "listening on" in t.output()
+    finally:
+        _kill_orphan(pidfile)
+
+
+@pytest.mark.timeout(60)
+def test_the_kit_exits_while_an_orphan_of_its_target_holds_the_pipes(tmp_path: Path) -> None:
+    import subprocess
+
+    launch, pidfile = _fork_launch(tmp_path)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "flodl_proto.cli", "conform", "controller", "--version", "3",
+             "--jobs", "1", "--timeout-scale", "0.1", "--cases", "controller.round.zero-mass",
+             "--launch", launch], capture_output=True, text=True, timeout=20)
+        assert res.returncode == 1, res.stderr
+        assert "controller: 0 passed, 1 MUST failed" in res.stdout
+    finally:
+        _kill_orphan(pidfile)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -79,7 +79,10 @@ A target that misbehaves fails its cases, not the kit. Of what a target sends on
 the kit keeps what the step reads (a Hello record at most its largest legal size for the world
 size) and the first 4 KiB of what comes before an expected close; it counts the rest: a target
 that floods a connection fails the case with the number of bytes it sent, and the kit's memory
-stays bounded.
+stays bounded. Once a target has ended, the kit reads what is left of its output for at most
+half a second: a process it left behind in a session of its own (out of reach of the stop
+signals, which go to the target's process group) that holds its stdout or stderr open does not
+keep the kit waiting.
 
 ### Against a build of flodl itself
 

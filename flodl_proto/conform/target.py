@@ -8,9 +8,11 @@ kit's process (fast self-checks and tests); it reports the exit status the comma
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import re
+import select
 import shlex
 import signal
 import socket
@@ -32,6 +34,12 @@ __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget"
 #: ``listening on HOST:PORT`` (the first line our controller and relay print)
 _LISTENING: Final = re.compile(r"listening on \[?([0-9A-Za-z.:-]*?)\]?:(\d+)\s*$")
 _OUTPUT_LINES: Final = 200
+#: seconds the kit goes on reading a target's output once the target has ended: a process it
+#: left behind (one of another session, out of reach of the stop signals) that holds its stdout
+#: or stderr open is not waited for longer
+_DRAIN: Final = 0.5
+#: seconds between two looks of an output reader at whether the target has ended
+_POLL: Final = 0.1
 
 
 class TargetError(RuntimeError):
@@ -211,23 +219,55 @@ class LaunchedTarget:
     def __init__(self, template: str, env: Mapping[str, str] | None = None) -> None:
         self.template = template
         self.env = dict(env or {})
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._lines: deque[str] = deque(maxlen=_OUTPUT_LINES)
         self._listening: tuple[str, int] | None = None
         self._seen = threading.Condition()
         self._readers: list[threading.Thread] = []
+        #: monotonic time the output readers stop at (set once the target has ended)
+        self._drain_until: float | None = None
 
-    def _pump(self, stream: IO[str], tag: str) -> None:
-        for line in stream:
-            line = line.rstrip("\n")
-            with self._seen:
-                self._lines.append(f"{tag}{line}")
-                m = _LISTENING.search(line) if tag == "" else None
-                if m is not None and self._listening is None:
-                    self._listening = (m.group(1) or "127.0.0.1", int(m.group(2)))
-                self._seen.notify_all()
+    def _line(self, line: str, tag: str) -> None:
+        """Keep one line of output (``tag``: "" for stdout) and notice ``listening on``."""
+        line = line.rstrip("\r")
         with self._seen:
+            self._lines.append(f"{tag}{line}")
+            m = _LISTENING.search(line) if tag == "" else None
+            if m is not None and self._listening is None:
+                self._listening = (m.group(1) or "127.0.0.1", int(m.group(2)))
             self._seen.notify_all()
+
+    def _pump(self, stream: IO[bytes], tag: str) -> None:
+        """Read ``stream`` (the target's stdout or stderr) line by line until its end, or until
+        ``_drain_until`` once the target has ended (then close it)."""
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        partial = ""
+        try:
+            while True:
+                until = self._drain_until
+                left = _POLL if until is None else min(_POLL, until - time.monotonic())
+                if left <= 0:
+                    break
+                if not poller.poll(left * 1000):
+                    continue
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    partial += decoder.decode(b"", final=True)
+                    break
+                *lines, partial = (partial + decoder.decode(data)).split("\n")
+                for line in lines:
+                    self._line(line, tag)
+        except OSError:  # a pipe that cannot be read any more: its end
+            pass
+        finally:
+            if partial:
+                self._line(partial, tag)
+            stream.close()
+            with self._seen:
+                self._seen.notify_all()
 
     def start(self, ctx: CaseContext, ready_timeout: float) -> tuple[str, int]:
         """Fill the placeholders, start the command in its own session and wait until it
@@ -241,8 +281,8 @@ class LaunchedTarget:
         env = {**os.environ, **self.env, "FLODL_NET_TIMEOUT_SCALE": f"{ctx.timeout_scale:g}"}
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, env=env,
-                                          start_new_session=True, errors="replace")
+                                          stderr=subprocess.PIPE, env=env,
+                                          start_new_session=True)
         except OSError as e:
             raise TargetLaunchError(argv[0], os_reason(e)) from None
         assert self._proc.stdout is not None and self._proc.stderr is not None
@@ -290,8 +330,9 @@ class LaunchedTarget:
         self._signal_group(sig)
 
     def stop(self, bound: float) -> TargetExit | None:
-        """SIGTERM to its process group, SIGKILL after ``bound`` s; join the output readers.
-        None when it never started."""
+        """SIGTERM to its process group, SIGKILL after ``bound`` s; then read what is left of
+        its output for at most ``_DRAIN`` s (a process it left behind may hold the pipes open)
+        and close the pipes. None when it never started."""
         if self._proc is None:
             return None
         by_itself = self._proc.poll() is not None
@@ -305,9 +346,11 @@ class LaunchedTarget:
                 self._signal_group(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(bound)
-        # a SIGKILLed group can leave a grandchild holding the pipes: never wait on it forever
+        # a process left behind (a SIGKILLed group's grandchild, another session's process) may
+        # hold the pipes open: read what is there for a short while, then close them
+        self._drain_until = time.monotonic() + _DRAIN
         for t in self._readers:
-            t.join(bound)
+            t.join(_DRAIN + 1.0)
         return TargetExit(self._proc.returncode, by_itself, killed)
 
     def output(self) -> str:
