@@ -211,3 +211,21 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# -- a blank --launch ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launch", ["  ", " ", "\\\n", "\t\n", "\\\n  \\\n"])
+def test_a_blank_launch_is_a_usage_error(launch: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from flodl_proto.cli import main
+    from flodl_proto.conform.target import fill_placeholders
+
+    with pytest.raises(ValueError, match=r"^--launch: no command"):
+        fill_placeholders(launch, {"port": "1"})
+    assert main(["conform", "controller", "--launch", launch]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == ("flodl-proto conform controller: error: --launch: no command (the value "
+                       "is blank)\n")

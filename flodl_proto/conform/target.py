@@ -160,12 +160,15 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
     newline word.
 
     Raises:
-        ValueError: an unknown placeholder or a malformed template (the message names it).
+        ValueError: an unknown placeholder, a malformed template, or a blank one (no word: no
+            program to run) (the message names it).
     """
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
     except ValueError as e:
         raise ValueError(f"--launch: {e}") from None
+    if not words:
+        raise ValueError("--launch: no command (the value is blank)")
     out = []
     for w in words:
         try:
