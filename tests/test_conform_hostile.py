@@ -229,3 +229,25 @@ def test_a_blank_launch_is_a_usage_error(launch: str,
     assert cap.out == ""
     assert cap.err == ("flodl-proto conform controller: error: --launch: no command (the value "
                        "is blank)\n")
+
+
+# -- long output lines --------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_long_output_lines_are_shown_cut(tmp_path: Path) -> None:
+    from flodl_proto.conform.report import case_line
+
+    script = tmp_path / "long.py"
+    script.write_text("import sys\n"
+                      "for i in range(7):\n"
+                      "    sys.stderr.write(str(i) * 10000 + '\\n')\n"
+                      "sys.stderr.write('y' * 1000000)\n"  # no end of line
+                      "sys.exit(2)\n")
+    launch = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{port}}"
+    r = play_case(_case([{"connect": 0}]), 3, lambda: LaunchedTarget(launch), SETTINGS)
+    assert (r.passed, r.started) == (False, False)
+    assert case_line(r, "S")[-5:] == [
+        *(f"       stderr: {str(i) * 240} ... (9760 more characters cut)" for i in (3, 4, 5, 6)),
+        f"       stderr: {'y' * 240} ... (999760 more characters cut)"]
+    assert len(r.output) < 8 * 300

@@ -82,7 +82,10 @@ that floods a connection fails the case with the number of bytes it sent, and th
 stays bounded. Once a target has ended, the kit reads what is left of its output for at most
 half a second: a process it left behind in a session of its own (out of reach of the stop
 signals, which go to the target's process group) that holds its stdout or stderr open does not
-keep the kit waiting.
+keep the kit waiting. Of the target's output, the kit keeps the last 200 lines, each cut at
+240 characters (a cut line ends `... (N more characters cut)`): the JUnit report holds them
+for a failing case (`system-out`), and a case whose target did not start shows the last 5 on
+the console.
 
 ### Against a build of flodl itself
 

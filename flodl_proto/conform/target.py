@@ -34,6 +34,8 @@ __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget"
 #: ``listening on HOST:PORT`` (the first line our controller and relay print)
 _LISTENING: Final = re.compile(r"listening on \[?([0-9A-Za-z.:-]*?)\]?:(\d+)\s*$")
 _OUTPUT_LINES: Final = 200
+#: characters of an output line kept (the rest is cut, and the line says how many)
+_LINE_WIDTH: Final = 240
 #: seconds the kit goes on reading a target's output once the target has ended: a process it
 #: left behind (one of another session, out of reach of the stop signals) that holds its stdout
 #: or stderr open is not waited for longer
@@ -230,9 +232,10 @@ class LaunchedTarget:
         #: monotonic time the output readers stop at (set once the target has ended)
         self._drain_until: float | None = None
 
-    def _line(self, line: str, tag: str) -> None:
-        """Keep one line of output (``tag``: "" for stdout) and notice ``listening on``."""
-        line = line.rstrip("\r")
+    def _line(self, line: str, cut: int, tag: str) -> None:
+        """Keep one line of output (``tag``: "" for stdout; ``cut``: characters cut off its
+        end) and notice ``listening on``."""
+        line = f"{line} ... ({cut} more characters cut)" if cut else line.removesuffix("\r")
         with self._seen:
             self._lines.append(f"{tag}{line}")
             m = _LISTENING.search(line) if tag == "" else None
@@ -242,12 +245,22 @@ class LaunchedTarget:
 
     def _pump(self, stream: IO[bytes], tag: str) -> None:
         """Read ``stream`` (the target's stdout or stderr) line by line until its end, or until
-        ``_drain_until`` once the target has ended (then close it)."""
+        ``_drain_until`` once the target has ended (then close it); a line longer than
+        ``_LINE_WIDTH`` characters is cut (what is cut is counted, not kept)."""
         fd = stream.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        partial = ""
+        partial, cut = "", 0  # the line read so far (at most _LINE_WIDTH characters)
+
+        def add(piece: str) -> None:
+            nonlocal partial, cut
+            room = _LINE_WIDTH - len(partial)
+            if len(piece) > room:
+                partial, cut = partial + piece[:room], cut + len(piece) - room
+            else:
+                partial += piece
+
         try:
             while True:
                 until = self._drain_until
@@ -258,16 +271,19 @@ class LaunchedTarget:
                     continue
                 data = os.read(fd, 1 << 16)
                 if not data:
-                    partial += decoder.decode(b"", final=True)
+                    add(decoder.decode(b"", final=True))
                     break
-                *lines, partial = (partial + decoder.decode(data)).split("\n")
+                *lines, rest = decoder.decode(data).split("\n")
                 for line in lines:
-                    self._line(line, tag)
+                    add(line.removesuffix("\r"))
+                    self._line(partial, cut, tag)
+                    partial, cut = "", 0
+                add(rest)
         except OSError:  # a pipe that cannot be read any more: its end
             pass
         finally:
-            if partial:
-                self._line(partial, tag)
+            if partial or cut:
+                self._line(partial, cut, tag)
             stream.close()
             with self._seen:
                 self._seen.notify_all()
@@ -357,7 +373,8 @@ class LaunchedTarget:
         return TargetExit(self._proc.returncode, by_itself, killed)
 
     def output(self) -> str:
-        """The last lines printed (stderr lines prefixed ``stderr: ``)."""
+        """The last lines printed (stderr lines prefixed ``stderr: ``; a line longer than 240
+        characters cut, ending ``... (N more characters cut)``)."""
         with self._seen:
             return "\n".join(self._lines)
 
