@@ -251,3 +251,28 @@ def test_long_output_lines_are_shown_cut(tmp_path: Path) -> None:
         *(f"       stderr: {str(i) * 240} ... (9760 more characters cut)" for i in (3, 4, 5, 6)),
         f"       stderr: {'y' * 240} ... (999760 more characters cut)"]
     assert len(r.output) < 8 * 300
+
+
+# -- a target announcing a port it does not listen on ---------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_target_refusing_its_first_connection_did_not_start(tmp_path: Path) -> None:
+    from flodl_proto.conform import run_cases, select_cases
+    from flodl_proto.conform.report import TargetNeverStarted, case_line
+
+    script = tmp_path / "liar.py"
+    script.write_text("import sys, time\n"
+                      "print('listening on %s:%s' % (sys.argv[1], sys.argv[2]), flush=True)\n"
+                      "time.sleep(30)\n")
+    launch = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{host}} {{port}}"
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
+                           patterns=["controller.round.*"])
+    assert len(runs) > 2
+    with pytest.raises(TargetNeverStarted) as info:
+        run_cases(runs, lambda: LaunchedTarget(launch), SETTINGS, jobs=1)
+    (r,) = info.value.results
+    assert (r.passed, r.started, r.step) == (False, False, None)
+    assert r.message.startswith("target did not start: the connection to 127.0.0.1:")
+    assert r.message.endswith(", where it said it listens, was refused (Connection refused)")
+    assert case_line(r, "S")[-1].startswith("       listening on 127.0.0.1:")

@@ -73,7 +73,9 @@ listed as not selected, never as passed.
 
 The kit reads the target's first stdout line `listening on HOST:PORT` when it prints one;
 otherwise it waits until the port is listening (read from `/proc/net/tcp` on Linux, so no probe
-connection reaches the target).
+connection reaches the target). A target whose first connection in a case is refused, at the
+address it announced, did not start either: when the first cases (as many as `--jobs` runs at
+once) all fail so, the kit runs no other case, as for a target that never listens.
 
 A target that misbehaves fails its cases, not the kit. Of what a target sends on a connection,
 the kit keeps what the step reads (a Hello record at most its largest legal size for the world

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from .._oserr import os_reason
 from ..codec.mux import Hello, decode_mux_record, max_hello_payload, parse_mux_header
 from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
@@ -99,7 +100,8 @@ class CaseResult:
         exit: how the target ended.
         output: the target's last output lines (failing cases only).
         started: the target started and listened (False: the case failed before its first
-            step, "target did not start").
+            step, or the case's first connection to the target was refused: "target did not
+            start").
     """
 
     case: Case
@@ -115,6 +117,11 @@ class CaseResult:
     exit: TargetExit | None = None
     output: str = field(default="", repr=False)
     started: bool = False
+
+
+class _NotListening(Exception):
+    """The case's first connection to the target was refused: it does not listen where it said
+    (a target that has not started)."""
 
 
 class StepFailed(Exception):
@@ -243,6 +250,8 @@ class _Player:
         self.conns: dict[str, _Conn] = {}
         self.build_ctx = BuildContext(ctx.salt, version, ctx.world_size)
         self.exit_status: int | None = None
+        #: a connection to the target succeeded in this case
+        self.connected = False
 
     # -- helpers ---------------------------------------------------------------------------------
     def within(self, p: Any, default: float = DEFAULT_WITHIN) -> float:
@@ -271,9 +280,13 @@ class _Player:
         except OSError as e:
             s.close()
             if not opts.get("may_fail"):
+                if isinstance(e, ConnectionRefusedError) and not self.connected:
+                    raise _NotListening(f"the connection to {host}:{port}, where it said it "
+                                        f"listens, was refused ({os_reason(e)})") from None
                 raise StepFailed(f"connect to {host}:{port} failed: {e}") from None
             self.conns[name] = _Conn(None)
             return
+        self.connected = True
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conns[name] = _Conn(s)
 
@@ -419,7 +432,8 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status.
 
     Returns:
-        The result; a failing step, a target that exits or never listens, a malformed step and
+        The result; a failing step, a target that exits or never listens (or refuses the case's
+        first connection to the address it announced: ``started`` False), a malformed step and
         a ``MemoryError`` in the kit all give a failed result. The kit keeps a bounded part of
         what a target sends (a flood is counted, not kept).
 
@@ -462,6 +476,10 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
             result.step = i
             try:
                 player.step(i, s)
+            except _NotListening as e:  # as a target that never listened
+                result.message, result.started, result.step = f"target did not start: {e}", \
+                    False, None
+                return result
             except StepFailed as e:
                 result.message = str(e)
                 if e.expected is not None or e.observed is not None:
