@@ -20,7 +20,8 @@ of no case, or as the kit stops when Ctrl-C or SIGTERM arrives before that, so a
 once its command line is parsed leaves no earlier run's report), 2 for a bad command line, a
 ``--launch`` command that cannot be started included (no such program, not executable: one line
 naming it and the OS error, and no case runs). A target that does not
-start (it exits, or does not listen within 20 s) fails its case, with its last lines of output;
+start (it exits, does not listen within 20 s, or refuses the case's first connection on the
+address it printed) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
 one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
 files and ends the kit with exit 130 and one line, also while its modules load. The reports
