@@ -31,7 +31,7 @@ from flodl_proto.conform.builders import BuildContext, build, frame_bytes, other
 from flodl_proto.conform.catalogue import ACTIONS
 from flodl_proto.conform.doc import render_conformance_doc
 from flodl_proto.conform.inprocess import controller_target, relay_target
-from flodl_proto.conform.player import first_difference
+from flodl_proto.conform.player import first_difference, free_port
 from flodl_proto.conform.report import case_line, exit_code, write_json, write_junit
 from flodl_proto.conform.sections import resolve_section
 from flodl_proto.conform.target import fill_placeholders
@@ -524,6 +524,55 @@ def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
            "after the header: 62)" in lines
 
 
+@pytest.mark.parametrize("role,case_id", [("controller", "controller.round.zero-mass"),
+                                          ("relay", "relay.fold.two-ranks")])
+def test_in_process_target_binds_its_own_port(role: str, case_id: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The port the kit picks may be taken by the time a target binds it (another case's
+    connection, under ``jobs``): an in-process target binds a port of the kernel's choosing."""
+    import socket
+
+    from flodl_proto.conform import player
+    from flodl_proto.conform.player import play_case
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(player, "free_port", lambda host: int(taken.getsockname()[1]))
+        (case, version), = select_cases(CATALOGUE, role=role, versions=[3],
+                                        patterns=[case_id])[0]
+        factory = controller_target() if role == "controller" else relay_target()
+        res = play_case(case, version, factory, SETTINGS)
+    assert (res.passed, res.started, res.message) == (True, True, "")
+
+
+def test_free_port_is_below_the_ephemeral_range_and_not_handed_out_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from flodl_proto.conform import player
+
+    monkeypatch.setattr(player, "_ephemeral_range", lambda: (32768, 60999))
+    ports = [free_port("127.0.0.1") for _ in range(200)]
+    assert all(10000 <= p < 32768 for p in ports), ports
+    assert len(set(ports)) == 200
+    for p in ports[-3:]:  # free to bind
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+    # a port in use is not handed out
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = int(held.getsockname()[1])
+        monkeypatch.setattr(player, "_ephemeral_range", lambda: (port + 1, 60999))
+        monkeypatch.setattr(player, "_LISTEN_PORT_FLOOR", port)
+        monkeypatch.setattr(player.secrets, "choice", lambda seq: seq[0])
+        assert free_port("127.0.0.1") != port  # the kernel's pick, after 64 tries
+    # no room below the range (or no range known): the kernel's pick, still not repeated
+    monkeypatch.setattr(player, "_ephemeral_range", lambda: None)
+    more = [free_port("127.0.0.1") for _ in range(50)]
+    assert len(set(more)) == 50 and not set(more) & set(ports)
+
+
 # -- command line -------------------------------------------------------------------------------
 
 
@@ -691,7 +740,7 @@ def test_launched_target_that_cannot_start_is_a_launch_error(tmp_path: Path) -> 
 
     t = LaunchedTarget(f"{tmp_path / 'nonexistent'} {{port}}")
     with pytest.raises(TargetLaunchError) as info:
-        t.start(_ctx(tmp_path, _free_port()), 20.0)
+        t.start(_ctx(tmp_path, free_port("127.0.0.1")), 20.0)
     assert (info.value.command, info.value.reason) == (str(tmp_path / "nonexistent"),
                                                        "No such file or directory")
     assert t.stop(1.0) is None  # never started: nothing to reap
@@ -783,14 +832,6 @@ def _ctx(tmp_path: Path, port: int) -> Any:
     return CaseContext("controller", 3, 1, SALT, tmp_path / "salt", "127.0.0.1", port, 0, (), 0.1)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 _SILENT_LISTENER = ("import signal, socket, time; {ignore}"
                     "s = socket.socket(); s.bind(('127.0.0.1', {{port}})); s.listen(); "
                     "time.sleep(60)")
@@ -800,7 +841,7 @@ _SILENT_LISTENER = ("import signal, socket, time; {ignore}"
 def test_launched_target_ready_from_proc_net_and_stopped_by_sigterm(tmp_path: Path) -> None:
     from flodl_proto.conform.target import LaunchedTarget, port_listening
 
-    port = _free_port()
+    port = free_port("127.0.0.1")
     code = _SILENT_LISTENER.format(ignore="")
     t = LaunchedTarget(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
     assert t.start(_ctx(tmp_path, port), 20.0) == ("127.0.0.1", port)
@@ -816,7 +857,7 @@ def test_launched_target_ready_from_proc_net_and_stopped_by_sigterm(tmp_path: Pa
 def test_launched_target_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     from flodl_proto.conform.target import LaunchedTarget
 
-    port = _free_port()
+    port = free_port("127.0.0.1")
     code = _SILENT_LISTENER.format(ignore="signal.signal(signal.SIGTERM, signal.SIG_IGN); ")
     t = LaunchedTarget(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
     t.start(_ctx(tmp_path, port), 20.0)
@@ -830,7 +871,7 @@ def test_launched_target_that_exits_early_is_reported(tmp_path: Path) -> None:
 
     t = LaunchedTarget(f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(3)'")
     with pytest.raises(TargetError, match=r"exited \(3\) before listening"):
-        t.start(_ctx(tmp_path, _free_port()), 20.0)
+        t.start(_ctx(tmp_path, free_port("127.0.0.1")), 20.0)
     assert t.stop(1.0).status == 3
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from flodl_proto.conform import Case, KitSettings, load_catalogue
-from flodl_proto.conform.player import CaseResult, play_case
+from flodl_proto.conform.player import CaseResult, free_port, play_case
 from flodl_proto.conform.target import LaunchedTarget
 
 CATALOGUE = load_catalogue()
@@ -176,7 +176,7 @@ def test_an_orphan_holding_the_output_pipes_does_not_keep_the_kit_waiting(
     try:
         from flodl_proto.conform.target import CaseContext
 
-        port = _free_port()
+        port = free_port("127.0.0.1")
         t.start(CaseContext("controller", 3, 1, bytes(16), tmp_path / "salt", "127.0.0.1", port,
                             0, (), 0.1), 10.0)
         t0 = time.monotonic()
@@ -203,14 +203,6 @@ def test_the_kit_exits_while_an_orphan_of_its_target_holds_the_pipes(tmp_path: P
         assert "controller: 0 passed, 1 MUST failed" in res.stdout
     finally:
         _kill_orphan(pidfile)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- a blank --launch ---------------------------------------------------------------------------

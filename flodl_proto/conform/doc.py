@@ -71,6 +71,10 @@ started, hold the cases that ended and list the others as not run, JUnit `skippe
 with its mux on; cases that need a direct listener run only without it. Cases left out are
 listed as not selected, never as passed.
 
+The kit picks `{{port}}` and `{{listen_port}}` free just before it launches the target,
+below the system's ephemeral port range where there is room (so no outgoing connection takes
+them before the target binds), and never a port it handed out for the last 256 cases.
+
 The kit reads the target's first stdout line `listening on HOST:PORT` when it prints one;
 otherwise it waits until the port is listening (read from `/proc/net/tcp` on Linux, so no probe
 connection reaches the target). A target whose first connection in a case is refused, at the

@@ -6,6 +6,10 @@ They start exactly what ``flodl-proto controller --no-port-mux`` (or with the mu
 or a stop request, 1 after an error). The kit's self-check and the test suite use them; a
 subclass or factory may be given to run a modified implementation (the broken targets of the
 tests).
+
+An in-process target binds a port of the kernel's choosing (``ctx.port`` of the controller role
+and ``ctx.listen_port`` of the relay role are not used) and reports the address it listens on,
+so no other connection can take its port between the kit's pick and the bind.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def controller_target(*, port_mux: bool = False,
     """A target factory running ``cls`` (default :class:`ReferenceController`) in process."""
 
     def start(ctx: CaseContext) -> ControllerHandle:
-        ctl = cls(ctx.world_size, ctx.salt, host=ctx.host, port=ctx.port, version=ctx.version,
+        ctl = cls(ctx.world_size, ctx.salt, host=ctx.host, port=0, version=ctx.version,
                   port_mux=port_mux, **kwargs)
         ctl.start()
         return ControllerHandle(ctl)
@@ -87,7 +91,7 @@ def relay_target(*, cls: Callable[..., Relay] = Relay,
 
     def start(ctx: CaseContext) -> RelayHandle:
         relay = cls((ctx.host, ctx.port), ctx.ranks, ctx.world_size, ctx.salt,
-                    version=ctx.version, listen_port=ctx.listen_port, host="conform", **kwargs)
+                    version=ctx.version, listen_port=0, host="conform", **kwargs)
         relay.start()
         return RelayHandle(relay)
 

@@ -27,12 +27,14 @@ scale the target runs with), for waits that follow one of the target's own timeo
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import secrets
 import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
-__all__ = ["CaseResult", "KitSettings", "play_case"]
+__all__ = ["CaseResult", "KitSettings", "free_port", "play_case"]
 
 #: default wait of an expectation (seconds; only a failing target waits this long)
 DEFAULT_WITHIN: Final = 5.0
@@ -136,10 +138,60 @@ class StepFailed(Exception):
         self.observed_total = observed_total
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+#: the lowest port the kit hands out for a target to listen on
+_LISTEN_PORT_FLOOR: Final = 10000
+#: ports handed out lately, not handed out again while a case may still hold them
+_RECENT_PORTS: Final[collections.deque[int]] = collections.deque(maxlen=256)
+_PORTS_LOCK: Final = threading.Lock()
+
+
+def _ephemeral_range() -> tuple[int, int] | None:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return None
+
+
+def free_port(host: str) -> int:
+    """A port on ``host`` nothing is bound to now, for a target to listen on.
+
+    The target binds it only later (a launched command starts first), so the port is taken
+    below the system's ephemeral range where there is room (``ip_local_port_range``; Linux
+    gives outgoing connections their local ports from that range, so neither the kit's nor a
+    target's connections can take it meanwhile), and never one handed out for the last 256
+    cases (cases run side by side under ``--jobs``). Elsewhere, a port the kernel picks.
+
+    Returns:
+        The port (1..65535).
+
+    Raises:
+        OSError: ``host`` cannot be bound at all.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    span = _ephemeral_range()
+    with _PORTS_LOCK:
+        if span is not None and span[0] - _LISTEN_PORT_FLOOR >= 1024:
+            for _ in range(64):
+                port = secrets.choice(range(_LISTEN_PORT_FLOOR, span[0]))
+                if port in _RECENT_PORTS:
+                    continue
+                with socket.socket(family) as s:
+                    try:
+                        s.bind((host, port))
+                    except OSError:
+                        continue
+                _RECENT_PORTS.append(port)
+                return port
+        with contextlib.ExitStack() as held:  # held open, so the kernel picks another
+            for _ in range(64):
+                s = held.enter_context(socket.socket(family))
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+                if port not in _RECENT_PORTS:
+                    break
+        _RECENT_PORTS.append(port)
+        return port
 
 
 def first_difference(expected: bytes, observed: bytes) -> int | None:
@@ -457,9 +509,9 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((host, 0))
             listener.listen(8)
-            port, listen_port = int(listener.getsockname()[1]), _free_port("127.0.0.1")
+            port, listen_port = int(listener.getsockname()[1]), free_port("127.0.0.1")
         else:
-            port, listen_port = _free_port(host), 0
+            port, listen_port = free_port(host), 0
         ctx = CaseContext(case.role, version, case.world_size, salt, Path(salt_path), host, port,
                           listen_port, case.ranks, settings.timeout_scale)
         target = make_target()

@@ -74,8 +74,10 @@ class CaseContext:
         salt: the 16-byte session salt.
         salt_file: a file holding the salt as 32 hex digits and a newline.
         host: the address the controller target binds (``127.0.0.1``).
-        port: controller role: the port it binds; relay role: the kit controller's port.
-        listen_port: relay role: the loopback port the relay binds for its ranks.
+        port: controller role: the port a launched target binds; relay role: the kit
+            controller's port.
+        listen_port: relay role: the loopback port a launched relay binds for its ranks.
+            (An in-process target binds a port of the kernel's choosing instead.)
         ranks: relay role: the relay's ranks.
         timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``.
     """
