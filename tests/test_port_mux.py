@@ -70,8 +70,13 @@ def _dropped(c: socket.socket) -> bool:
         return True
 
 
-def test_a_magic_sent_in_two_parts_reaches_the_data_channel() -> None:
+def test_a_magic_sent_in_two_parts_reaches_the_data_channel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # upstream's 5 s magic deadline: a test process held off the cores for the suite's 1 s
+    # would send the second half after the deadline (the connection dropped, rightly)
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "1")
     with _running() as m:
+        assert m.mux._deadline == 5.0
         c = m.connect(DATA[:2])
         time.sleep(0.05)  # the loop peeks the first half, then peeks again
         assert m.data.empty()
