@@ -80,6 +80,15 @@ def run_with_file_size_limit(args: list[str], limit: int) -> subprocess.Complete
 _NETLAB_DESELECTED: list[str] = []
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on, below the ephemeral port range where there is room:
+    no connection of the machine's gets it as its local port meanwhile, and a dial to it cannot
+    connect to itself (a connect whose kernel-chosen local port equals the port it dials)."""
+    from flodl_proto.conform.player import free_port
+
+    return free_port("127.0.0.1")
+
+
 def missing_tool(marker: str) -> str | None:
     """Why tests marked ``tshark`` or ``capture`` cannot run here, or None when they can.
 

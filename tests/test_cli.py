@@ -28,7 +28,7 @@ from flodl_proto.codec import encode_ack, encode_handshake
 
 from .cli_util import run_main as _run_main
 from .cluster_util import recv_exact
-from .conftest import ROOT
+from .conftest import ROOT, closed_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,14 +102,6 @@ def procs() -> Iterator[list[_Proc]]:
     yield started
     for p in started:
         p.kill()
-
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
 
 
 # -- item: python -m flodl_proto --------------------------------------------------------------
@@ -210,7 +202,7 @@ def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
                           ("--payload-mib", "-1", "-1.0"), ("--interval", "inf", "inf"),
                           ("--interval", "nan", "nan")])
 def test_rank_payload_and_interval_must_be_finite(option: str, value: str, shown: str) -> None:
-    res = _cli("rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
+    res = _cli("rank", "--relay", f"127.0.0.1:{closed_port()}", "--rank", "0",
                "--world-size", "1", "--salt", SALT_HEX, option, value)
     assert res.returncode == 2
     assert res.stderr == (f"flodl-proto rank: error: {option} must be a finite number >= 0, "
@@ -226,7 +218,7 @@ def test_rank_payload_above_the_frame_ceiling_is_a_usage_error(
         args: tuple[str, ...], wire: int, ceiling: int) -> None:
     # the rank dialled its relay and built a tensor of up to 1e12 MiB before the ceiling or the
     # allocation failed; the frame's length is now known from the options alone
-    res = _cli("rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
+    res = _cli("rank", "--relay", f"127.0.0.1:{closed_port()}", "--rank", "0",
                "--world-size", "1", "--salt", SALT_HEX, *args)
     assert (res.returncode, res.stdout) == (2, "")
     mib = float(args[1])
@@ -265,7 +257,7 @@ def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_ctrl_c_of_a_rank_retrying_its_connection(procs: list[_Proc], where: str) -> None:
     # --log-level may follow the command too: its DEBUG line below shows it took effect
-    command = ["rank", "--relay", f"127.0.0.1:{_closed_port()}", "--rank", "0",
+    command = ["rank", "--relay", f"127.0.0.1:{closed_port()}", "--rank", "0",
                "--world-size", "2", "--salt", SALT_HEX]
     level = ["--log-level", "DEBUG"]
     p = _Proc(*(level + command if where == "before" else command + level))
@@ -283,7 +275,7 @@ def test_rank_says_once_it_waits_for_the_relay_then_gives_up(
     from flodl_proto.runner import _netio
 
     monkeypatch.setattr(_netio, "connect_attempts", lambda: 3)  # 1 s of retries, not 30
-    port = _closed_port()
+    port = closed_port()
     code, out, err = _run_main(capsys, "rank", "--relay", f"127.0.0.1:{port}", "--rank", "0",
                                "--world-size", "1", "--salt", SALT_HEX)
     assert (code, out) == (1, "")
@@ -299,7 +291,7 @@ def test_relay_says_once_it_waits_for_the_controller_then_gives_up(
     from flodl_proto.runner import _netio
 
     monkeypatch.setattr(_netio, "connect_attempts", lambda: 3)  # 1 s of retries, not 30
-    port, rport = _closed_port(), _closed_port()
+    port, rport = closed_port(), closed_port()
     acked: list[bytes] = []
 
     def one_rank() -> None:  # once the ranks are in, the relay dials the controller

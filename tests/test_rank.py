@@ -40,6 +40,7 @@ from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay
 
 from .cluster_util import SALT, frame, in_thread, leak_guard, recv_exact, tensor, values
+from .conftest import closed_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -163,10 +164,7 @@ def test_broadcast_root_outside_the_world_is_rejected_before_sending() -> None:
 
 def test_connect_failure_is_reported_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")  # the minimum: 6 attempts
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = closed_port()
     with pytest.raises(ConnectionError, match=rf"cpu_reduce: connect to 127.0.0.1:{port} failed"):
         RankClient.connect(f"127.0.0.1:{port}", 0, 1, SALT)
 

@@ -6,12 +6,12 @@ checked, before the relay is dialled (commands/relay.py ``check_host_resolves``,
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from .conftest import closed_port
 from .resolver_stub import PATCHED_CLI
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,14 +21,6 @@ SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 #: the rank's command line up to the relay's address
 RANK = [sys.executable, "-m", "flodl_proto.cli", "rank", "--rank", "0", "--world-size", "1",
         "--salt", SALT_HEX, "--relay"]
-
-
-def _closed_port() -> int:
-    """A loopback port nothing listens on (a relay not there)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def _run(args: list[str], scale: str = "0.1") -> subprocess.CompletedProcess[str]:
@@ -89,7 +81,7 @@ def test_a_resolver_that_cannot_answer_now_is_a_warning_and_the_rank_goes_on(
     """A temporary failure, or no answer within 10 s x scale: the rank cannot tell a typo from a
     resolver that is down, so it warns and dials (looking the name up again, found here: the
     relay is not there, so the rank waits for it, then gives up)."""
-    port = _closed_port()
+    port = closed_port()
     relay = f"nosuch.invalid:{port}"
     res = _run([sys.executable, "-c", PATCHED_CLI, mode, *RANK[3:], relay])
     lines = res.stderr.splitlines()
