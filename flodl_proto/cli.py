@@ -247,8 +247,8 @@ def _run(argv: Sequence[str] | None, *, exits: bool) -> int:
 
 
 def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> int:
-    """:func:`_main`, with Ctrl-C (and the signals ``as_ctrl_c``) and a failed write to stdout
-    as one line (or none)."""
+    """:func:`_main`, with Ctrl-C (and the signals ``as_ctrl_c``), a failed write to stdout and
+    a ``MemoryError`` no command turned into a line of its own as one line (or none)."""
     prog = ["flodl-proto"]  # the command's, once the command line is parsed
     try:  # everything beyond the standard library is imported in here, so Ctrl-C is one line
         return _main(argv, prog)
@@ -269,6 +269,10 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         _flush_or_quiet_stdout()
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
         print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
+        return 1
+    except MemoryError:  # where a command has no more precise line of its own: one line
+        _flush_or_quiet_stdout()
+        print(f"{prog[0]}: error: out of memory", file=sys.stderr, flush=True)
         return 1
 
 

@@ -746,6 +746,23 @@ def test_launched_target_that_cannot_start_is_a_launch_error(tmp_path: Path) -> 
     assert t.stop(1.0) is None  # never started: nothing to reap
 
 
+@pytest.mark.parametrize("where", ["flodl_proto.conform.catalogue.select_cases",
+                                   "flodl_proto.conform.report.write_json"])
+def test_cli_out_of_memory_outside_a_case_is_one_line(
+        where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # selecting the cases, writing a report: no traceback, exit 1
+    def no_memory(*_args: Any, **_kwargs: Any) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(where, no_memory)
+    run = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
+           "--cases", "controller.session.one-relay-one-round", "--version", "2",
+           "--json", str(tmp_path / "r.json")]
+    assert main(run) == 1
+    assert capsys.readouterr().err == "flodl-proto conform controller: error: out of memory\n"
+
+
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"
 _LAUNCH = {
     "controller": f"{_CLI} controller --listen {{host}}:{{port}} --world-size {{world_size}} "
