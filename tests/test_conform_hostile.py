@@ -223,6 +223,19 @@ def test_a_blank_launch_is_a_usage_error(launch: str,
                        "is blank)\n")
 
 
+@pytest.mark.parametrize("launch,first", [("'' {port}", "''"), ('" " --port {port}', "' '"),
+                                          ("{salt:.0} x", "'{salt:.0}'")])
+def test_a_launch_whose_program_word_is_blank_is_a_usage_error(
+        launch: str, first: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from flodl_proto.cli import main
+
+    assert main(["conform", "controller", "--launch", launch]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == ("flodl-proto conform controller: error: --launch: no program to run (the "
+                       f"first word is {first})\n")
+
+
 # -- long output lines --------------------------------------------------------------------------
 
 

@@ -164,8 +164,9 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
     newline word.
 
     Raises:
-        ValueError: an unknown placeholder, a malformed template, or a blank one (no word: no
-            program to run) (the message names it).
+        ValueError: an unknown placeholder, a malformed template, a blank one (no word: no
+            program to run) or one whose first word is blank (``'' {port}``) (the message names
+            it).
     """
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
@@ -182,6 +183,8 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
                              f"{', '.join('{' + k + '}' for k in sorted(values))})") from None
         except (ValueError, IndexError) as e:
             raise ValueError(f"--launch: bad placeholder in {w!r}: {e}") from None
+    if not out[0].strip():
+        raise ValueError(f"--launch: no program to run (the first word is {words[0]!r})")
     return out
 
 
