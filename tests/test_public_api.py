@@ -137,3 +137,21 @@ def test_every_public_class_and_function_names_a_public_module(package: str) -> 
                 or getattr(importlib.import_module(home), obj.__qualname__, None) is not obj:
             wrong[name] = home
     assert wrong == {}
+
+
+def test_the_len_framed_pair_round_trips_as_the_readme_says() -> None:
+    # encode_len_framed returns the buffer list for sendmsg; joined, it is the decoder's input
+    pieces = flodl_proto.encode_len_framed(b"abc")
+    assert [bytes(p) for p in pieces] == [b"\x03\x00\x00\x00", b"abc"]
+    blob, used = flodl_proto.decode_len_framed(b"".join(pieces))
+    assert (bytes(blob), used) == (b"abc", 7)
+    # the list itself is refused with the hint to join it
+    with pytest.raises(flodl_proto.LocalProtocolError) as ei:
+        flodl_proto.decode_len_framed(pieces)  # type: ignore[arg-type]
+    assert str(ei.value) == ("data must be a contiguous bytes-like object (bytes, bytearray or "
+                             "memoryview), got list (join a buffer list, as the encoders for "
+                             'sendmsg return, with b"".join)')
+    assert ei.value.error_id == "codec.not_bytes_like"
+    # where pieces are taken, a bad piece gets no such hint
+    with pytest.raises(flodl_proto.LocalProtocolError, match=r"^blob must be .*, got list$"):
+        flodl_proto.encode_len_framed([None])  # type: ignore[list-item]

@@ -79,15 +79,29 @@ def as_view(data: BytesLike, field: str = "data") -> memoryview:
         if mv.format != "B" or mv.ndim != 1 or not mv.c_contiguous:
             mv = mv.cast("B")  # refuses a strided view (TypeError)
     except (TypeError, BufferError, ValueError):
-        raise not_bytes_like(field, data) from None
+        raise not_bytes_like(field, data, one_buffer=True) from None
     return mv
 
 
-def not_bytes_like(field: str, value: Any) -> ProtocolError:
-    """The local error for a caller's ``field`` that is not a contiguous buffer (``value``)."""
+def _is_buffer(value: Any) -> bool:
+    try:
+        memoryview(value).release()
+    except (TypeError, BufferError, ValueError):
+        return False
+    return True
+
+
+def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> ProtocolError:
+    """The local error for a caller's ``field`` that is not a contiguous buffer (``value``).
+
+    With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
+    as the encoders for ``socket.sendmsg`` return, gets the hint to join it."""
     got = type(value).__name__
     if isinstance(value, memoryview):
         got = "non-contiguous memoryview"
+    elif one_buffer and isinstance(value, list | tuple) and value and all(
+            _is_buffer(p) for p in value):
+        got += ' (join a buffer list, as the encoders for sendmsg return, with b"".join)'
     return protocol_error("codec.not_bytes_like", field=field, got=got)
 
 
