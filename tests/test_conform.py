@@ -563,10 +563,17 @@ def test_free_port_is_below_the_ephemeral_range_and_not_handed_out_twice(
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         port = int(held.getsockname()[1])
-        monkeypatch.setattr(player, "_ephemeral_range", lambda: (port + 1, 60999))
+        monkeypatch.setattr(player, "_ephemeral_range", lambda: (port + 1024, 65535))
         monkeypatch.setattr(player, "_LISTEN_PORT_FLOOR", port)
-        monkeypatch.setattr(player.secrets, "choice", lambda seq: seq[0])
+        tried: list[int] = []
+
+        def first(seq: range) -> int:
+            tried.append(seq[0])
+            return seq[0]
+
+        monkeypatch.setattr(player.secrets, "choice", first)
         assert free_port("127.0.0.1") != port  # the kernel's pick, after 64 tries
+        assert tried == [port] * 64
     # no room below the range (or no range known): the kernel's pick, still not repeated
     monkeypatch.setattr(player, "_ephemeral_range", lambda: None)
     more = [free_port("127.0.0.1") for _ in range(50)]
