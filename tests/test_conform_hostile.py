@@ -224,7 +224,7 @@ def test_a_blank_launch_is_a_usage_error(launch: str,
 
 
 @pytest.mark.parametrize("launch,first", [("'' {port}", "''"), ('" " --port {port}', "' '"),
-                                          ("{salt:.0} x", "'{salt:.0}'")])
+                                          ("\\  {port}", "' '")])
 def test_a_launch_whose_program_word_is_blank_is_a_usage_error(
         launch: str, first: str, capsys: pytest.CaptureFixture[str]) -> None:
     from flodl_proto.cli import main
@@ -234,6 +234,29 @@ def test_a_launch_whose_program_word_is_blank_is_a_usage_error(
     assert cap.out == ""
     assert cap.err == ("flodl-proto conform controller: error: --launch: no program to run (the "
                        f"first word is {first})\n")
+
+
+@pytest.mark.parametrize("word", ["{port.x}", "{port.__class__}", "{port[0]}", "{port!r}",
+                                  "{port:>99999999999}", "x{port:>9}", "{salt:.0}", "{0}", "{}"])
+def test_a_placeholder_that_is_not_a_name_alone_is_a_usage_error(
+        word: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # an attribute was a traceback (AttributeError), a huge width "out of memory" (exit 1), a
+    # conversion or an index a program named after the filled value
+    from flodl_proto.cli import main
+
+    assert main(["conform", "controller", "--launch", f"prog {word}"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == (f"flodl-proto conform controller: error: --launch: bad placeholder in "
+                       f"{word!r}: a placeholder is {{name}} alone (no !conversion, :format, "
+                       ".attribute or [index])\n")
+
+
+def test_literal_braces_and_plain_placeholders_are_filled() -> None:
+    from flodl_proto.conform.target import fill_placeholders
+
+    assert fill_placeholders("p a{{b}}{port} {port:} {salt}", {"port": "7", "salt": "ab"}) == [
+        "p", "a{b}7", "7", "ab"]
 
 
 # -- long output lines --------------------------------------------------------------------------

@@ -59,6 +59,10 @@ flodl-proto conform relay --timeout-scale 0.1 --junit conform-relay.xml \\
   --launch '{_RELAY_CMD}'
 ```
 
+`--launch` is split like a shell command line (a backslash ending a line joins it to the
+next); each placeholder is a `{{name}}` alone (`{{{{` and `}}}}` are literal braces; a conversion,
+format spec, attribute or index is a bad command line).
+
 Options: `--version 2|3` (repeatable; default both), `--cases GLOB` (repeatable),
 `--level must|should`, `--timeout-scale X` (exported to the target as
 `FLODL_NET_TIMEOUT_SCALE`, and applied to the kit's waits that follow a target timeout),

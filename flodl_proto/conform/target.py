@@ -16,6 +16,7 @@ import select
 import shlex
 import signal
 import socket
+import string
 import subprocess
 import threading
 import time
@@ -163,10 +164,14 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
     (the quotes keep the backslash and the newline) is one command, not a command with a
     newline word.
 
+    A placeholder is ``{name}`` alone (``{{`` and ``}}`` are literal braces): a conversion
+    (``{port!r}``), a format spec (``{port:>99999}``: a word of any size), an attribute or an
+    index (``{port.x}``, ``{port[0]}``) is refused.
+
     Raises:
-        ValueError: an unknown placeholder, a malformed template, a blank one (no word: no
-            program to run) or one whose first word is blank (``'' {port}``) (the message names
-            it).
+        ValueError: an unknown placeholder, a malformed template, a placeholder that is not
+            ``{name}`` alone, a blank template (no word: no program to run) or one whose first
+            word is blank (``'' {port}``) (the message names it).
     """
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
@@ -174,18 +179,38 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
         raise ValueError(f"--launch: {e}") from None
     if not words:
         raise ValueError("--launch: no command (the value is blank)")
-    out = []
-    for w in words:
-        try:
-            out.append(w.format_map(values))
-        except KeyError as e:
-            raise ValueError(f"--launch: unknown placeholder {{{e.args[0]}}} (this role has "
-                             f"{', '.join('{' + k + '}' for k in sorted(values))})") from None
-        except (ValueError, IndexError) as e:
-            raise ValueError(f"--launch: bad placeholder in {w!r}: {e}") from None
+    out = [_fill_word(w, values) for w in words]
     if not out[0].strip():
         raise ValueError(f"--launch: no program to run (the first word is {words[0]!r})")
     return out
+
+
+def _fill_word(word: str, values: Mapping[str, str]) -> str:
+    """One word of :func:`fill_placeholders`, its ``{name}`` placeholders filled from
+    ``values``.
+
+    Raises:
+        ValueError: a malformed placeholder, one that is not ``{name}`` alone, or an unknown
+            name (the message names the word or the placeholder).
+    """
+    try:
+        parts = list(string.Formatter().parse(word))
+    except ValueError as e:
+        raise ValueError(f"--launch: bad placeholder in {word!r}: {e}") from None
+    filled = []
+    for literal, name, spec, conversion in parts:
+        filled.append(literal)
+        if name is None:
+            continue
+        if name in values and not spec and conversion is None:
+            filled.append(values[name])
+            continue
+        if name.isidentifier() and not spec and conversion is None:
+            raise ValueError(f"--launch: unknown placeholder {{{name}}} (this role has "
+                             f"{', '.join('{' + k + '}' for k in sorted(values))})")
+        raise ValueError(f"--launch: bad placeholder in {word!r}: a placeholder is {{name}} "
+                         "alone (no !conversion, :format, .attribute or [index])")
+    return "".join(filled)
 
 
 def port_listening(port: int) -> bool | None:
