@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import struct
 import sys
@@ -614,6 +615,37 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
             "carries the case lines); give a file path")
 
 
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_cli_empty_report_path_is_refused_without_offering_stdout(
+        option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # output_path's line offers "-", which these options refuse
+    with pytest.raises(SystemExit) as info:
+        main(["conform", "controller", "--launch", "x {port}", option, ""])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"flodl-proto conform controller: error: argument {option}: is empty; give a file path")
+
+
+def test_cli_junit_and_json_to_one_file_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the JSON report replaced the JUnit one; /dev/null takes both
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link.json").symlink_to("r.xml")
+    run = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
+           "--cases", "controller.session.one-relay-one-round", "--version", "2"]
+    for junit, json_path in (("r.xml", "r.xml"), ("r.xml", str(tmp_path / "r.xml")),
+                             ("r.xml", "link.json")):
+        assert main([*run, "--junit", junit, "--json", json_path]) == 2
+        assert capsys.readouterr() == (
+            "", f"flodl-proto conform controller: error: --junit {junit} and --json "
+            f"{json_path} are the same file (one report would replace the other); give two "
+            "paths\n")
+    assert not (tmp_path / "r.xml").exists()
+    assert main([*run, "--junit", os.devnull, "--json", os.devnull]) == 1  # the run: FAIL
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     # an output file written after the run, as `docs --out`: exit 1 (2 is a bad command line);
@@ -754,7 +786,10 @@ def test_launched_target_that_cannot_start_is_a_launch_error(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("where", ["flodl_proto.conform.catalogue.select_cases",
-                                   "flodl_proto.conform.report.write_json"])
+                                   "flodl_proto.conform.report.write_json",
+                                   "flodl_proto.conform.report.summary_by_section",
+                                   "flodl_proto.commands.conform._prepare",
+                                   "flodl_proto.commands.conform._title"])
 def test_cli_out_of_memory_outside_a_case_is_one_line(
         where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -132,6 +133,8 @@ def _report_path(text: str) -> Path:
     Raises:
         argparse.ArgumentTypeError: ``text`` is ``-``, empty, or ends with ``/``.
     """
+    if not text:  # not output_path's line, whose "or - for stdout" this option refuses
+        raise argparse.ArgumentTypeError("is empty; give a file path")
     if text == "-":
         raise argparse.ArgumentTypeError("cannot be - (stdout carries the case lines); give a "
                                          "file path")
@@ -210,6 +213,9 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage(str(e), args)
     if args.jobs < 1:
         return _usage(f"--jobs must be >= 1, got {args.jobs}", args)
+    if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
+        return _usage(f"--junit {args.junit} and --json {args.json} are the same file (one "
+                      "report would replace the other); give two paths", args)
     try:
         catalogue = load_catalogue()
     except (CatalogueError, OSError) as e:
@@ -363,6 +369,18 @@ def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult
             _report_error(path, _os_reason(e), args)
             return False
     return True
+
+
+def _same_report(a: Path, b: Path) -> bool:
+    """Whether reports written to ``a`` and ``b`` would be one file, the second replacing the
+    first: the same path once links are followed, a regular file or none yet (not a device as
+    ``/dev/null``, which takes both)."""
+    if os.path.realpath(a) != os.path.realpath(b):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(a).st_mode)
+    except OSError:  # none yet (or not to be looked at: writing it will tell)
+        return True
 
 
 def _os_reason(e: OSError) -> str:
