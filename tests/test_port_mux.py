@@ -78,7 +78,12 @@ def test_a_magic_sent_in_two_parts_reaches_the_data_channel(
     with _running() as m:
         assert m.mux._deadline == 5.0
         c = m.connect(DATA[:2])
-        time.sleep(0.05)  # the loop peeks the first half, then peeks again
+        # the loop peeked the first half and waits to peek again (a sleep here proved nothing
+        # on a loaded machine: the loop could peek both halves at once)
+        deadline = time.monotonic() + WAIT
+        while not m.mux._retry and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert m.mux._retry
         assert m.data.empty()
         c.sendall(DATA[2:] + b"more")
         got = m.data.get(timeout=WAIT)
