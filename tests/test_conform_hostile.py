@@ -252,6 +252,21 @@ def test_a_placeholder_that_is_not_a_name_alone_is_a_usage_error(
                        ".attribute or [index])\n")
 
 
+@pytest.mark.parametrize("launch", ["a\0b {port}", "true \0 {port}", "true {port}\0"])
+def test_a_launch_holding_a_nul_is_a_usage_error(launch: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # (only in-process: no command line holds one) every case failed with "target did not
+    # start: embedded null byte", exit 1
+    from flodl_proto.cli import main
+
+    assert main(["conform", "controller", "--launch", launch, "--timeout-scale", "0.1",
+                 "--cases", "controller.session.one-relay-one-round", "--version", "2"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == ("flodl-proto conform controller: error: --launch: the command holds a NUL "
+                       "character (\\x00), which no program's argument can\n")
+
+
 def test_literal_braces_and_plain_placeholders_are_filled() -> None:
     from flodl_proto.conform.target import fill_placeholders
 

@@ -170,9 +170,13 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
 
     Raises:
         ValueError: an unknown placeholder, a malformed template, a placeholder that is not
-            ``{name}`` alone, a blank template (no word: no program to run) or one whose first
-            word is blank (``'' {port}``) (the message names it).
+            ``{name}`` alone, a blank template (no word: no program to run), one whose first
+            word is blank (``'' {port}``), or one holding a NUL character (no program's
+            argument can) (the message names it).
     """
+    if "\0" in template:
+        raise ValueError("--launch: the command holds a NUL character (\\x00), which no "
+                         "program's argument can")
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
     except ValueError as e:
