@@ -615,17 +615,6 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
             "carries the case lines); give a file path")
 
 
-@pytest.mark.parametrize("option", ["--json", "--junit"])
-def test_cli_empty_report_path_is_refused_without_offering_stdout(
-        option: str, capsys: pytest.CaptureFixture[str]) -> None:
-    # output_path's line offers "-", which these options refuse
-    with pytest.raises(SystemExit) as info:
-        main(["conform", "controller", "--launch", "x {port}", option, ""])
-    assert info.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"flodl-proto conform controller: error: argument {option}: is empty; give a file path")
-
-
 def test_cli_junit_and_json_to_one_file_is_a_usage_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -133,8 +133,6 @@ def _report_path(text: str) -> Path:
     Raises:
         argparse.ArgumentTypeError: ``text`` is ``-``, empty, or ends with ``/``.
     """
-    if not text:  # not output_path's line, whose "or - for stdout" this option refuses
-        raise argparse.ArgumentTypeError("is empty; give a file path")
     if text == "-":
         raise argparse.ArgumentTypeError("cannot be - (stdout carries the case lines); give a "
                                          "file path")
