@@ -340,10 +340,13 @@ def test_partition_with_a_round_timeout_goes_on_without_the_host(version: int) -
     message; nothing is left behind.
 
     The partitioned relay's own keepalive bound (from its unacknowledged HostFrame) must not run
-    out before the round deadline has passed and the partition is healed: this cluster runs at
-    FLODL_NET_TIMEOUT_SCALE 0.2 (round deadline 3 s, keepalive bound 12 s), so a loaded machine
-    does not turn the scenario into the keepalive one."""
-    scale = 0.2
+    out before the controller's DeclareDead, sent into the partition, reaches it: after the heal
+    it arrives with the controller's next TCP retransmission, 0.2, 0.6, 1.4, 3.0, 6.2 s after it
+    was sent. This cluster runs at FLODL_NET_TIMEOUT_SCALE 0.25 (round deadline 3.75 s,
+    keepalive bound 14 s): a heal up to 6 s after the detection is in time (the retransmission
+    at 6.2 s, about 10 s after the round started). At 0.2 (3 s, 9 s) only the one at 3.0 s was,
+    and a heal 3.6 s after the detection turned the scenario into the keepalive one."""
+    scale = 0.25
     timeout = 15.0 * scale  # --round-timeout 15, scaled
     groups = [[0, 1], [2, 3], [4, 5]]
     survivors = [[0, 1], [], [4, 5]]
