@@ -474,10 +474,11 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
         assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
             2, "", f"{prog}: error: cannot read {out}: {why}\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
-    assert (code, out_text) == (1, "") and err.startswith(f"{tmp_path / 'none.md'}: missing")
+    assert (code, out_text) == (1, "")
+    assert err.startswith(f"{prog}: error: {tmp_path / 'none.md'}: missing")
     assert err.endswith(f"; run `flodl-proto {' '.join(cmd)} --out {tmp_path / 'none.md'}`\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(blocker))
-    assert (code, out_text) == (1, "") and err.startswith(f"{blocker}: out of date")
+    assert (code, out_text) == (1, "") and err.startswith(f"{prog}: error: {blocker}: out of date")
 
 
 def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
@@ -508,7 +509,8 @@ def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
     wire.write_text(text.replace("\ntitle: ", "\ntitle: edited ", 1), encoding="utf-8")
     res = _cli("docs", "--check", cwd=checkout)
     assert res.returncode == 1 and res.stdout == ""
-    _one_error_line(res.stderr, "docs/protocol.md: out of date (spec: spec/wire.yaml)")
+    _one_error_line(res.stderr, "flodl-proto docs: error: docs/protocol.md: out of date (spec: "
+                    "spec/wire.yaml)")
     res = _cli("docs", cwd=checkout)
     assert res.returncode == 0 and "written" in res.stdout
     assert "edited " in (checkout / "docs" / "protocol.md").read_text(encoding="utf-8")

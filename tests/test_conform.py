@@ -861,7 +861,8 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()
-    assert cap.err == (f"{missing}: missing; run `flodl-proto conform docs --out {missing}`\n")
+    assert cap.err == (f"flodl-proto conform docs: error: {missing}: missing; run "
+                       f"`flodl-proto conform docs --out {missing}`\n")
     assert not missing.exists()
 
 

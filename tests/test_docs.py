@@ -258,6 +258,23 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     assert cap.out == "" and cap.err == f"{prog}: error: cannot write {long}: File name too long\n"
 
 
+@pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
+def test_a_failed_check_is_an_error_line_of_the_command(
+        cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``--check`` that finds the file missing or stale is a failure (exit 1) reported as the
+    command's other failure lines are, ``flodl-proto COMMAND: error: ...``; the line read
+    ``PATH: out of date ...`` with no program name nor ``error:``."""
+    prog = "flodl-proto " + " ".join(cmd)
+    out = tmp_path / "gen.md"
+    for state in ("missing", "out of date"):
+        assert main([*cmd, "--out", str(out), "--check"]) == 1
+        cap = capsys.readouterr()
+        assert cap.out == "" and len(cap.err.splitlines()) == 1
+        assert cap.err.startswith(f"{prog}: error: {out}: {state}")  # docs adds (spec: ...)
+        assert cap.err.endswith(f"; run `{prog} --out {out}`\n")
+        out.write_text("stale\n", encoding="utf-8")
+
+
 # -- the generators' write is atomic: a failed write leaves the old file -------------------------
 def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     """``docs --out`` over an existing file, in a process that cannot write more than 4 KiB to a

@@ -119,4 +119,5 @@ def test_wheel_carries_spec_and_loads_it(tmp_path: Path) -> None:
         env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"},
     )
     assert res.returncode == 1 and "up to date" not in res.stdout + res.stderr
-    assert res.stderr.startswith("docs/protocol.md: out of date (spec: spec/wire.yaml)")
+    assert res.stderr.startswith(
+        "flodl-proto docs: error: docs/protocol.md: out of date (spec: spec/wire.yaml)")

@@ -156,8 +156,10 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         source: words added after the path (e.g. the spec it was generated from).
 
     Returns:
-        0 when ``out`` holds exactly ``text`` ("up to date" on stdout); 1 when it is missing or
-        differs (on stderr, with ``regenerate``); 2 when it cannot be read, as any input path
+        0 when ``out`` holds exactly ``text`` (``PATH: up to date`` on stdout); 1 when it is
+        missing or differs: one line on stderr, ``PROG: error: PATH: missing`` (or ``out of
+        date``), then ``source`` and the ``regenerate`` command to run, in the form of every
+        other failure line of the command; 2 when it cannot be read, as any input path
         (:func:`read_for_check`).
 
     No upstream counterpart: upstream ships no generated files to check.
@@ -172,7 +174,7 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         print(f"{out}: up to date{tail}")
         return 0
     state = "missing" if found is None else "out of date"
-    print(f"{out}: {state}{tail}; run `{regenerate}`", file=sys.stderr)
+    print(f"{prog}: error: {out}: {state}{tail}; run `{regenerate}`", file=sys.stderr)
     return 1
 
 
