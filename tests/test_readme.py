@@ -26,6 +26,15 @@ def test_tour_shows_codec_decode_and_pcap() -> None:
         assert needle in tour
 
 
+def test_tour_pairs_the_len_framed_encoder_and_decoder_through_a_join() -> None:
+    """``encode_len_framed`` returns a buffer list (for ``socket.sendmsg``), not bytes: the tour
+    shows the ``b"".join`` that makes its output what ``decode_len_framed`` takes (a reader
+    pairing them as the README listed them passed a list to the decoder)."""
+    tour = _tour()
+    assert re.search(r"^\w+ = b\"\"\.join\(encode_len_framed\(", tour, re.M), tour
+    assert "decode_len_framed(" in tour
+
+
 def test_tour_runs(tmp_path: Path) -> None:
     from .test_decode import _capture, _loop_down, _mux_up
 

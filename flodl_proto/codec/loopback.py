@@ -77,6 +77,25 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
                       ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
     """Return ``[prefix, *blob pieces]`` for a blob given as one buffer or a list of pieces.
 
+    Args:
+        blob: the body, opaque bytes: one buffer (``bytes``, ``bytearray``, ``memoryview``; any
+            shape, counted by ``nbytes``) or a sequence of buffers sent back to back. Not copied.
+        ceiling: frame ceiling in bytes; default 1 GiB.
+
+    Returns:
+        A buffer list for ``socket.sendmsg``, not one buffer: the 4-byte prefix (``bytes``, the
+        body length as u32 little-endian), then the pieces of ``blob`` as given.
+        ``b"".join(...)`` of it is the wire bytes that :func:`decode_len_framed` takes (given
+        the list itself, the decoder raises ``InvalidValue`` saying to join it):
+
+        >>> from flodl_proto import decode_len_framed, encode_len_framed
+        >>> wire = b"".join(encode_len_framed(b"abc"))
+        >>> wire
+        b'\\x03\\x00\\x00\\x00abc'
+        >>> blob, consumed = decode_len_framed(wire)
+        >>> bytes(blob), consumed
+        (b'abc', 7)
+
     Raises:
         LimitExceeded (local): the blob is longer than the frame ceiling (bytes) or than u32.
         InvalidValue (local): ``blob`` is not a buffer nor a list of buffers.
@@ -96,6 +115,10 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
 def encode_framed_round(frame: RoundFrame, salt: BytesLike, *,
                         ceiling: int = DEFAULT_FRAME_CEILING) -> list[BytesLike]:
     """What a rank writes to its relay: the frame's wire length as prefix, then the frame.
+
+    Returns:
+        A buffer list for ``socket.sendmsg`` (:func:`encode_len_framed` of the frame's buffers);
+        ``b"".join(...)`` of it is what :func:`decode_framed_round` takes.
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes; LimitExceeded (local): the frame is
