@@ -17,6 +17,7 @@ exists); the encoders of the fixed-size and control records (``encode_handshake`
 
 from __future__ import annotations
 
+from .._names import adopt
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData
 from .auth import check_salt, compute_tag
 from .handshake import (
@@ -133,6 +134,4 @@ __all__ = [
 
 # their code lives in codec/_common.py; they are this package's names, so help(), pydoc and
 # pickle name it (set once, at import)
-for _name in (EndOfStream, NeedData,):
-    _name.__module__ = __name__
-del _name
+adopt(__name__, EndOfStream, NeedData)

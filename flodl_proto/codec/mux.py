@@ -27,6 +27,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._names import adopt
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
@@ -108,10 +109,8 @@ __all__ = [
 
 # the control messages' code lives in codec/_mux_control.py; they are this module's names, so
 # help(), pydoc, Sphinx and pickle name this module (set once, at import; nothing per call)
-for _name in (Hello, HelloAck, RankExit, DeclareDead, encode_control, decode_control,
-              max_hello_payload, ranks_str):
-    _name.__module__ = __name__
-del _name
+adopt(__name__, Hello, HelloAck, RankExit, DeclareDead, encode_control, decode_control,
+      max_hello_payload, ranks_str)
 
 
 

@@ -30,6 +30,7 @@ import math
 import struct as _struct
 from typing import Any, Final
 
+from .._names import adopt
 from ..errors import protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
@@ -103,10 +104,8 @@ read_known_frame: Final = _read_known_frame
 # codec/_walk.py; they are this module's names, so help(), pydoc, Sphinx and pickle name this
 # module (set once, at import; nothing per call)
 known_layout.__name__ = known_layout.__qualname__ = "known_layout"
-for _name in (RoundKind, Dtype, TensorPayload, RoundFrame, round_frame_wire_len, known_layout,
-              read_known_frame):
-    _name.__module__ = __name__
-del _name
+adopt(__name__, RoundKind, Dtype, TensorPayload, RoundFrame, round_frame_wire_len, known_layout,
+      read_known_frame)
 
 
 

@@ -17,6 +17,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs``, ``relay/agent.rs`
 
 from __future__ import annotations
 
+from .._names import adopt
 from ._kernels import kernel_backend, set_kernel_backend
 from .fold import (
     OutputPool,
@@ -68,6 +69,4 @@ __all__ = [
 
 # their code lives in reduce/_kernels.py; they are this package's names, so help(), pydoc and
 # pickle name it (set once, at import)
-for _name in (kernel_backend, set_kernel_backend,):
-    _name.__module__ = __name__
-del _name
+adopt(__name__, kernel_backend, set_kernel_backend)

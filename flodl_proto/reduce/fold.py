@@ -34,6 +34,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from .._names import adopt
 from ..codec._common import check_version, wire_int
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import ProtocolError, protocol_error
@@ -53,7 +54,7 @@ __all__ = [
 
 # its code lives in reduce/_pool.py; it is this module's name, so help(), pydoc and pickle name
 # it (set once, at import)
-OutputPool.__module__ = __name__
+adopt(__name__, OutputPool)
 
 
 def gamma_mass(n: float, gamma: float) -> float:

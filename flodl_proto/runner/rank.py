@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._names import adopt
 from .._oserr import os_reason
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
 from ..codec.auth import check_salt
@@ -88,7 +89,7 @@ __all__ = ["RankClient", "ReduceReply", "decode_into"]
 
 # its code lives in runner/_rank_payloads.py; it is this module's name, so help(), pydoc and
 # pickle name it (set once, at import)
-decode_into.__module__ = __name__
+adopt(__name__, decode_into)
 
 log = logging.getLogger(__name__)
 
