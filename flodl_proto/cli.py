@@ -54,8 +54,8 @@ from typing import Any
 from . import __version__
 from ._oserr import os_reason
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "AnyCase", "build_parser", "entry",
-           "interrupts_held", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "QUIET_LOGGERS", "AnyCase", "build_parser",
+           "configure_logging", "entry", "interrupts_held", "main"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
@@ -418,6 +418,26 @@ def _flush_or_quiet_stdout() -> None:
         pass
 
 
+#: loggers of other packages held at WARNING whatever ``--log-level`` says (python-statemachine
+#: logs every event it processes at DEBUG)
+QUIET_LOGGERS: tuple[str, ...] = ("statemachine",)
+
+
+def configure_logging(level: str) -> None:
+    """Send log records to stderr in the format ``DATE TIME LEVEL LOGGER: MESSAGE`` at ``level``
+    (a ``--log-level`` name, any case; an unknown one is WARNING); the loggers of
+    :data:`QUIET_LOGGERS` stay at WARNING, or at ``level`` when that is higher. The command line
+    and the demo's rank processes call it once at start.
+
+    No upstream counterpart: the logging set-up of this package's command line."""
+    value = getattr(logging, str(level).upper(), None)
+    value = value if isinstance(value, int) else logging.WARNING
+    logging.basicConfig(level=value, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(value, logging.WARNING))
+
+
 def _command_prog(args: argparse.Namespace) -> str:
     """The prefix of the command's own error lines: ``flodl-proto decode``, ``flodl-proto rank
     0`` (a rank adds its id), ``flodl-proto conform controller`` and ``flodl-proto vectors check``
@@ -445,12 +465,7 @@ def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
                 set_kernel_backend()
         except LocalProtocolError as exc:
             parser.error(str(exc))
-    level = getattr(args, "log_level", "WARNING")
-    logging.basicConfig(
-        level=getattr(logging, str(level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(getattr(args, "log_level", "WARNING"))
     func = getattr(args, "func", None)
     if func is None:  # no command: a usage error naming the commands, as for a missing ACTION
         commands_ = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -13,7 +13,8 @@ round syncs through the protocol:
 
 Events go to stdout as one JSON object per line: ``ready``, ``round`` (per completed round),
 ``kill-me`` (the rank to be killed stops there and waits to be killed), ``done`` or ``ended``
-(the stream ended: the run was stopped elsewhere).
+(the stream ended: the run was stopped elsewhere). Log records (at the demo's ``--log-level``)
+go to stderr.
 
 Upstream: the ``cluster_worker`` sync window (``sumcount_reduce``) and ``realized_work.rs``.
 """
@@ -30,6 +31,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ..cli import configure_logging
 from ..errors import ProtocolError
 from ..reduce import OuterOptimizer, gamma_mass
 from ..runner.rank import RankClient
@@ -206,10 +208,12 @@ def _train(cfg: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``argv[0]`` is the JSON config (rank, world_size, seed, rounds, relay,
-    version, bf16, payload_values: the f32 values of the --payload-mib tensor, kill_round); the
-    salt comes from ``$FLODL_SESSION_SALT``."""
+    version, bf16, payload_values: the f32 values of the --payload-mib tensor, kill_round,
+    log_level: the demo's ``--log-level``, WARNING when absent); the salt comes from
+    ``$FLODL_SESSION_SALT``. Log records go to stderr as the command line writes them."""
     args = sys.argv[1:] if argv is None else argv
     cfg = json.loads(args[0])
+    configure_logging(str(cfg.get("log_level") or "WARNING"))
     try:
         return _train(cfg)
     except Exception as e:

@@ -30,7 +30,9 @@ completed round, reports it, and exits 0. Exit 1 when a check fails, or before a
 when the cluster's expected peak memory (:func:`memory_need`) is above the machine's available
 memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP unless
 ignored: the cluster is stopped first).
-No child process outlives the demo.
+No child process outlives the demo. Every process runs at the demo's ``--log-level``; at INFO or
+DEBUG their log lines are copied to stderr as they come, each prefixed ``[NAME]``
+(:mod:`flodl_proto.commands._demo_logs`).
 
 With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller
 in a network namespace of its own at 198.18.0.1, each host's relay and ranks in one namespace per
@@ -74,6 +76,7 @@ from ..spec import (
     ROUND_FRAME_FIXED_OVERHEAD,
     SUPPORTED_VERSIONS,
 )
+from . import _demo_logs
 from ._output import rich_console
 from .controller import parse_outer
 from .relay import check_net_timeout_scale, path_text, resolve_salt
@@ -254,9 +257,10 @@ class _Child:
 class _Cluster:
     """The demo's child processes; :meth:`close` leaves none behind."""
 
-    def __init__(self, salt_hex: str, trace: Path | None = None) -> None:
+    def __init__(self, salt_hex: str, trace: Path | None = None, echo: bool = False) -> None:
         from ..runner import stages
 
+        self.echo = echo  # copy the children's stderr lines to ours (--log-level INFO, DEBUG)
         self.children: list[_Child] = []
         self.events: queue.Queue[tuple[str, str | None]] = queue.Queue()
         self.env = dict(os.environ, FLODL_SESSION_SALT=salt_hex, PYTHONUNBUFFERED="1")
@@ -283,7 +287,8 @@ class _Cluster:
         child.readers = [
             threading.Thread(target=self._pump, args=(name, proc.stdout, q), daemon=False,
                              name=f"demo-out-{name}"),
-            threading.Thread(target=self._collect, args=(proc.stderr, child.stderr),
+            threading.Thread(target=self._collect, args=(name, proc.stderr, child.stderr,
+                                                         self.echo),
                              daemon=False, name=f"demo-err-{name}"),
         ]
         for t in child.readers:
@@ -298,10 +303,12 @@ class _Cluster:
         q.put((name, None))
 
     @staticmethod
-    def _collect(stream: IO[str], sink: list[str]) -> None:
+    def _collect(name: str, stream: IO[str], sink: list[str], echo: bool) -> None:
         for line in stream:
             sink.append(line.rstrip("\n"))
             del sink[:-50]
+            if echo:
+                _demo_logs.show(name, sink[-1])
 
     @staticmethod
     def first_line(child: _Child, timeout: float) -> str:
@@ -494,7 +501,7 @@ def run(args: argparse.Namespace) -> int:
         trace = Path(tmp) / "stages.tsv"
         with interrupts_held():  # NumPy and the codec load here: Ctrl-C after, as one line
             groups = partition(args.world_size, args.hosts)
-            cluster = _Cluster(salt_hex, trace)  # starts no process
+            cluster = _Cluster(salt_hex, trace, _demo_logs.echoes(args.log_level))  # none started
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 
@@ -562,8 +569,9 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
         return lambda argv: lab.argv(where, argv)
 
     listen = f"{lab.controller.address}:0" if lab is not None else "127.0.0.1:0"
-    ctrl_args = ["flodl_proto.cli", "controller", "--listen", listen, "--world-size",
-                 str(w), "--protocol-version", str(args.protocol_version)]
+    level = _demo_logs.level_name(args.log_level)  # every process's level
+    ctrl_args = ["flodl_proto.cli", "controller", "--listen", listen, "--world-size", str(w),
+                 "--protocol-version", str(args.protocol_version), "--log-level", level]
     if args.outer:
         ctrl_args += ["--outer", args.outer]
     ctrl = cluster.spawn("controller", ctrl_args, private=True, wrap=place(None))
@@ -575,6 +583,7 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
             "flodl_proto.cli", "relay", "--controller", ctrl_addr, "--ranks",
             ",".join(map(str, ranks)), "--world-size", str(w), "--listen-port", "0",
             "--protocol-version", str(args.protocol_version), "--host", f"demo-host{h}",
+            "--log-level", level,
         ], private=True, wrap=place(h))
         relays.append(r)
     for h, (r, ranks) in enumerate(zip(relays, groups, strict=True)):
@@ -592,7 +601,7 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     for rank in range(w):
         cfg = {"rank": rank, "world_size": w, "seed": args.seed, "rounds": args.rounds,
                "relay": relay_addr[rank], "version": args.protocol_version, "bf16": args.bf16,
-               "payload_values": payload_values(args.payload_mib),
+               "payload_values": payload_values(args.payload_mib), "log_level": level,
                "kill_round": kill[1] if kill and kill[0] == rank else None}
         workers[rank] = cluster.spawn(f"rank{rank}", [
             "flodl_proto.commands._demo_worker", json.dumps(cfg)], stdin=True,
