@@ -91,15 +91,18 @@ def _load_cases(root: Path) -> tuple[list[Any], int] | str:
 
 def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
     """Run every case of ``dirs`` (and their ``v2/``), print a table per file; return the exit
-    code: 0 only if every case ran and passed and the counts match the manifests, 2 (one line on
-    stderr, nothing run) when a folder does not exist, is no folder, holds no vectors or holds
-    a case file that cannot be read or is not a vector file."""
+    code: 0 only if every case ran and passed and the counts match the manifests, else 1 with one
+    line on stderr after the tables (``flodl-proto vectors check: error: 3 of 512 vectors
+    failed``, and what count differs from its manifests); 2 (one line on stderr, nothing run)
+    when a folder does not exist, is no folder, holds no vectors or holds a case file that
+    cannot be read or is not a vector file."""
     with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
         from ..interop.registry import NotImplementedOp
         from ..interop.vectors import run_case, vector_folders
 
     out = out or sys.stdout
-    ok = True
+    failed = ran = 0
+    counts: list[str] = []  # why a folder's count of cases is not its manifests' count
     loaded = []
     for root in dirs:  # every folder is checked before any case runs
         got = _load_cases(root)
@@ -137,14 +140,21 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
             print(f"  no {manifest}: the count of its cases cannot be checked", file=out)
         if total != expected and not unlisted:
             print(f"  {total} cases found where the manifests declare {expected}", file=out)
+        if total != expected or total == 0:
+            counts.append(f"{root}: {total} vectors found where its manifests declare {expected}"
+                          + (f" (no {', no '.join(map(str, unlisted))})" if unlisted else ""))
         if failures and verbose:
             for f in failures:
                 print(f"  FAIL {f}", file=out)
         elif failures:
             print(f"  {len(failures)} failing (first: {failures[0]}); -v lists all", file=out)
-        if failures or total != expected or total == 0:
-            ok = False
-    return 0 if ok else 1
+        failed += len(failures)
+        ran += total
+    if not failed and not counts:
+        return 0
+    why = [f"{failed} of {ran} vectors failed"] if failed else []
+    print(f"flodl-proto vectors check: error: {'; '.join(why + counts)}", file=sys.stderr)
+    return 1
 
 
 def compare_folders(a: Path, b: Path) -> list[tuple[str, str]]:

@@ -1,0 +1,96 @@
+"""``flodl-proto vectors check``: a failed check ends with one error line on stderr (how many
+vectors failed of how many, which count differs from its manifests) and exit 1; a passed one
+writes nothing on stderr."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flodl_proto.commands.vectors import BUNDLED_VECTORS
+from flodl_proto.interop.vectors import iter_cases
+
+from .cli_util import run_main
+
+_PROG = "flodl-proto vectors check"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of the bundled vectors."""
+    shutil.copytree(BUNDLED_VECTORS, tmp_path / "vectors")
+    return tmp_path / "vectors"
+
+
+def _break(path: Path, case_id: str) -> None:
+    """Make case ``case_id`` of the vector file ``path`` expect bytes no encoder writes."""
+    doc = json.loads(path.read_text())
+    (case,) = [c for c in doc["cases"] if c["id"] == case_id]
+    case["bytes"] = "00000000"
+    path.write_text(json.dumps(doc))
+
+
+def _declare(folder: Path, extra: int) -> None:
+    """Add ``extra`` to the case count the top-level manifest of ``folder`` declares."""
+    manifest = folder / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["total_cases"] += extra
+    manifest.write_text(json.dumps(doc))
+
+
+def _count(folder: Path) -> int:
+    return sum(1 for _ in iter_cases(folder))
+
+
+def test_a_passed_check_writes_nothing_on_stderr(capsys: pytest.CaptureFixture[str],
+                                                 folder: Path) -> None:
+    code, out, err = run_main(capsys, "vectors", "check", str(folder))
+    assert (code, err) == (0, "")
+    assert f"total: {_count(folder)}/{_count(folder)} passed" in out
+
+
+def test_failed_vectors_are_one_error_line_with_how_many_of_how_many(
+        capsys: pytest.CaptureFixture[str], folder: Path) -> None:
+    _break(folder / "channel_magic.json", "channel_magic/write/data")
+    _break(folder / "v2" / "channel_magic.json", "v2/channel_magic/write/data")
+    n = _count(folder)
+    code, out, err = run_main(capsys, "vectors", "check", str(folder))
+    assert code == 1
+    assert err == f"{_PROG}: error: 2 of {n} vectors failed\n"
+    assert f"  total: {n - 2}/{n} passed; manifests declare {n}" in out.splitlines()
+
+
+def test_the_line_counts_the_vectors_of_every_folder(capsys: pytest.CaptureFixture[str],
+                                                     folder: Path, tmp_path: Path) -> None:
+    shutil.copytree(folder, tmp_path / "good")
+    _break(folder / "channel_magic.json", "channel_magic/write/join")
+    n = _count(folder) + _count(tmp_path / "good")
+    code, _, err = run_main(capsys, "vectors", "check", str(tmp_path / "good"), str(folder))
+    assert (code, err) == (1, f"{_PROG}: error: 1 of {n} vectors failed\n")
+
+
+def test_a_count_that_differs_from_the_manifests_is_named(capsys: pytest.CaptureFixture[str],
+                                                          folder: Path) -> None:
+    n = _count(folder)
+    _declare(folder, 1)
+    code, _, err = run_main(capsys, "vectors", "check", str(folder))
+    assert (code, err) == (1, f"{_PROG}: error: {folder}: {n} vectors found where its "
+                              f"manifests declare {n + 1}\n")
+    _break(folder / "channel_magic.json", "channel_magic/write/data")
+    code, _, err = run_main(capsys, "vectors", "check", str(folder))
+    assert (code, err) == (1, f"{_PROG}: error: 1 of {n} vectors failed; {folder}: {n} vectors "
+                              f"found where its manifests declare {n + 1}\n")
+
+
+def test_a_missing_manifest_is_named_in_the_line(capsys: pytest.CaptureFixture[str],
+                                                 folder: Path) -> None:
+    n = _count(folder)
+    declared = json.loads((folder / "manifest.json").read_text())["total_cases"]
+    (folder / "v2" / "manifest.json").unlink()
+    code, _, err = run_main(capsys, "vectors", "check", str(folder))
+    assert (code, err) == (1, f"{_PROG}: error: {folder}: {n} vectors found where its "
+                              f"manifests declare {declared} (no "
+                              f"{folder / 'v2' / 'manifest.json'})\n")
