@@ -391,6 +391,43 @@ def test_write_failures() -> None:
         "cluster_controller: HelloAck write to relay on connection 0 failed: reset")
 
 
+def test_a_failed_broadcast_is_warned_about_once_per_connection(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # the records queued behind the one that stalled fail too; each is reported to the core
+    core = started(2)
+    join(core, 0, [0])
+    join(core, 1, [1])
+    for v in (1.0, 2.0, 3.0):
+        core.receive_data(0, host_frame_bytes(f32(v)))
+        core.receive_data(1, host_frame_bytes(f32(v)))
+    with caplog.at_level("DEBUG", logger="flodl_proto"):
+        for _ in range(3):
+            core.write_failed(0, SendKind.BROADCAST, "write stalled")
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records
+             if "consensus broadcast" in r.getMessage()]
+    text = ("controller: consensus broadcast to relay h (ranks 0) failed (write stalled); "
+            "declaring its ranks dead and continuing with survivors")
+    assert lines == [("WARNING", text), ("DEBUG", text), ("DEBUG", text)]
+    assert core.dead_ranks.is_dead(0) and not core.finished
+
+
+@pytest.mark.parametrize(("host", "shown"), [
+    ("h0\ncontroller finished: clean (stop: signal)\x1b[31m",
+     "relay 'h0\\ncontroller finished: clean (stop: signal)\\x1b[31m' (ranks 0,1)"),
+    ("h\x00", "relay 'h\\x00' (ranks 0,1)"),
+    ("hôte 1", "relay hôte 1 (ranks 0,1)"),
+    (" \n", "relay #0 (ranks 0,1)"),
+])
+def test_a_host_name_from_the_peer_cannot_break_or_colour_a_line(host: str, shown: str) -> None:
+    core = started(2)
+    core.connection_opened(0, 0.0)
+    core.receive_data(0, hello_bytes([0, 1], host=host))
+    fin = finished(core.receive_data(0, control_bytes(RankExit(0))))
+    assert fin is not None and fin.outcome.clean
+    assert f"rank 0 of {shown} exited" in fin.outcome.detail
+    assert "\n" not in fin.outcome.detail and "\x1b" not in fin.outcome.detail
+
+
 @pytest.mark.parametrize("ceiling", [180, 181])
 def test_a_broadcast_over_the_frame_ceiling_is_sent_to_no_relay_and_fails_the_run(
         ceiling: int) -> None:

@@ -59,8 +59,17 @@ class _Relay:
 
     @property
     def name(self) -> str:
-        """``relay h1 (ranks 2,3)``: how messages name it."""
-        label = self.host if self.host.strip() else f"#{self.index}"
+        """``relay h1 (ranks 2,3)``: how messages name it. A host name with a character that is
+        not printable (a newline, an escape) is shown quoted and escaped (``relay 'h\\n1'
+        (ranks 2,3)``): the name comes from the peer and must not start a line or colour a
+        terminal; a blank one is shown as the relay's index (``relay #0 (ranks 0)``)."""
+        host = self.host
+        if not host.strip():
+            label = f"#{self.index}"
+        elif host.isprintable():
+            label = host
+        else:
+            label = repr(host)
         return f"relay {label} (ranks {','.join(map(str, self.ranks))})"
 
 

@@ -397,9 +397,11 @@ class ControllerCore(_ControllerRelays):
             return []
         relay = c.relay
         if kind is SendKind.BROADCAST:
-            log.warning("controller: consensus broadcast to %s failed (%s); declaring its "
-                        "ranks dead and continuing with survivors", relay.name,
-                        reason or "write error")
+            # once: the records queued behind the failed one fail too, each reported here
+            log.log(logging.DEBUG if c.closed else logging.WARNING,
+                    "controller: consensus broadcast to %s failed (%s); declaring its "
+                    "ranks dead and continuing with survivors", relay.name,
+                    reason or "write error")
             for r in relay.ranks:
                 self.dead_ranks.declare_dead(r)
             relay.frame = None
