@@ -183,7 +183,7 @@ def _slow_rank_round(conn: ControllerConn, ranks: list[RawRank], size: int) -> b
 
 
 def test_a_rank_that_stops_reading_delays_nobody_and_is_dropped_whole(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Rank 0 never reads its Broadcasts (small socket buffers): rank 1 gets the Broadcast
     before rank 0's write gives up (the fan-out does not make it wait out rank 0's write-stall
     deadline), and once rank 0's write has failed inside a Broadcast, rank 0 is dropped: its
@@ -218,6 +218,12 @@ def test_a_rank_that_stops_reading_delays_nobody_and_is_dropped_whole(
                 stream += chunk
             whole = len(payload).to_bytes(4, "little") + payload
             assert 0 < len(stream) < len(whole) and whole.startswith(stream)
+            # said at the default level (the stream was closed after the line was logged)
+            [line] = [r for r in caplog.records if "broadcast to rank" in r.getMessage()]
+            assert line.levelname == "WARNING"
+            assert line.getMessage().startswith(f"relay {relay.host}: broadcast to rank 0 "
+                                                "failed: ")
+            assert line.getMessage().endswith("; closing it")
             rec = conn.read_record()
             assert rec is not None and rec.control == RankExit(0)
             assert relay.fold.dead_ranks == frozenset({0})

@@ -738,7 +738,8 @@ class Relay:
 
     def _broadcast_failed(self, rank: int, error: OSError) -> None:
         # a stream cut inside a Broadcast cannot resynchronise: closed; its reader reports it
-        log.info("relay %s: broadcast to rank %d failed: %s; closing it", self.host, rank, error)
+        log.warning("relay %s: broadcast to rank %d failed: %s; closing it", self.host, rank,
+                    error)
         shutdown_quietly(self._rank_socks.get(rank))
 
     def _outbound_writer(self) -> None:
