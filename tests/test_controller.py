@@ -265,6 +265,46 @@ def test_a_stalled_relay_delays_no_one(controller_factory,  # type: ignore[no-un
     assert out is not None and out.clean and out.reason == "rank_exit"
 
 
+@pytest.mark.timeout(90)
+def test_a_relay_that_reads_slower_than_rounds_end_holds_no_more_broadcasts(  # type: ignore[no-untyped-def]
+        controller_factory, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # relay S reads nothing but keeps sending: its round-0 Broadcast (16 MiB) stalls in the
+    # writer and round 1's waits behind it (CONTROLLER_BROADCAST_BACKLOG = 2); round 2's would
+    # be a third consensus held for S, so S's scatter fails at once, long before the 30 s write
+    # stall, and round 3 is the live relay's alone
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "1")
+    ctl = controller_factory(2)
+    n = 4 << 20
+    with FakeRelay(ctl.port, [0], rcvbuf=4096, host="h0") as stalled, \
+            FakeRelay(ctl.port, [1]) as live:
+        stalled.expect_hello_ack()
+        live.expect_hello_ack()
+        for i, big in enumerate((True, True, False)):
+            vals = np.full(n, 2.0) if big else [2.0]
+            with caplog.at_level(logging.WARNING, logger="flodl_proto"):
+                stalled.send_host_frame(frame(vals, weight=1.0))
+                live.send_host_frame(frame(np.asarray(vals) * 3.0, weight=3.0))
+                got = live.read_broadcast(timeout=20)
+            assert values(got)[:1] == [2.0] and got.weight == 4.0, i  # (2 + 6) / 4: both
+            del got
+        deadline = time.monotonic() + 20
+        while not ctl.dead_ranks.is_dead(0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ctl.dead_ranks.is_dead(0) and not ctl.dead_ranks.is_dead(1)
+        assert [r.getMessage() for r in caplog.records if "consensus broadcast" in r.getMessage()] \
+            == ["controller: consensus broadcast to relay h0 (ranks 0) failed (2 earlier "
+                "Broadcasts not written yet: the relay reads slower than rounds end); declaring "
+                "its ranks dead and continuing with survivors"]
+        stalled.close()  # its writer, still inside round 0's Broadcast, fails at once
+        live.send_host_frame(frame([6.0], weight=3.0))
+        got3 = live.read_broadcast()
+        assert values(got3) == [2.0] and got3.weight == 3.0
+        live.rank_exit(1)
+        out = ctl.wait(END)
+    assert out is not None and out.clean and out.reason == "rank_exit"
+
+
 def _reset(relay: FakeRelay) -> None:
     """Close ``relay``'s connection with a reset (SO_LINGER on, 0 s) instead of a FIN."""
     relay.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -21,7 +21,8 @@ from typing import TypeAlias
 
 from ..codec._common import BytesLike
 from ..codec.stream import MuxStream
-from ..fsm.events import RoundScattered, SendTo
+from ..fsm.events import RoundScattered, SendKind, SendTo
+from ..spec import CONTROLLER_BROADCAST_BACKLOG
 from . import stages
 from ._netio import (
     DIRECT_WRITE_MAX,
@@ -96,10 +97,12 @@ class Conn:
 
     ``queued`` counts the outbox items not finished yet (under ``out_lock``): a record is
     written directly by the thread that produced it only when it is 0, so nothing overtakes a
-    record still in the outbox."""
+    record still in the outbox. ``broadcasts`` counts the Broadcasts among them: at
+    :data:`~flodl_proto.spec.CONTROLLER_BROADCAST_BACKLOG` no other is taken (:meth:`write_now`
+    returns None)."""
 
-    __slots__ = ("addr", "closed", "id", "out_lock", "outbox", "queued", "reader", "sock",
-                 "stream", "writer")
+    __slots__ = ("addr", "broadcasts", "closed", "id", "out_lock", "outbox", "queued", "reader",
+                 "sock", "stream", "writer")
 
     def __init__(self, conn_id: int, sock: socket.socket, addr: str, stream: MuxStream) -> None:
         self.id = conn_id
@@ -111,19 +114,27 @@ class Conn:
         self.outbox: queue.SimpleQueue[OutItem] = queue.SimpleQueue()
         self.out_lock = threading.Lock()
         self.queued = 0
+        self.broadcasts = 0
         self.closed = False
 
-    def write_now(self, send: SendTo) -> bool:
+    def write_now(self, send: SendTo) -> bool | None:
         """Write ``send`` with one non-blocking ``sendmsg`` when nothing is queued before it and
         it is at most :data:`~flodl_proto.runner._netio.DIRECT_WRITE_MAX` bytes; else queue it
-        (or what that write left) for the writer. Returns True when it was written whole."""
+        (or what that write left) for the writer. Returns True when it was written whole, False
+        when it was queued, None when it is a Broadcast and the connection already has
+        :data:`~flodl_proto.spec.CONTROLLER_BROADCAST_BACKLOG` Broadcasts unwritten (nothing
+        written or queued: the caller reports the write failed)."""
+        broadcast = send.kind is SendKind.BROADCAST
         with self.out_lock:
             if self.queued == 0 and send.nbytes <= DIRECT_WRITE_MAX:
                 rest = _write_direct(self.sock, send.buffers, send.nbytes)
                 if not rest:
                     return True
                 send = replace(send, buffers=tuple(rest))
+            elif broadcast and self.broadcasts >= CONTROLLER_BROADCAST_BACKLOG:
+                return None
             self.queued += 1
+            self.broadcasts += broadcast
             self.outbox.put(send)
         return False
 
@@ -161,6 +172,7 @@ class Conn:
                                 item.kind.value, self.id, error)
             with self.out_lock:
                 self.queued -= 1
+                self.broadcasts -= item.kind is SendKind.BROADCAST
             if error is None and item.round is not None:
                 stages.mark("controller", item.round - 1, "broadcast_sent")
             if error is not None or item.round is not None:

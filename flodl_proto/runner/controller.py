@@ -82,6 +82,7 @@ from ..membership import DeadRanks
 from ..reduce import OuterOptimizer
 from ..reduce._kernels import default_threads
 from ..spec import (
+    CONTROLLER_BROADCAST_BACKLOG,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     SPEC,
@@ -496,7 +497,13 @@ class ReferenceController:
         if conn is None or conn.closed:
             self._events.put(Written(send.conn, send, "connection closed"))
             return False
-        if not conn.write_now(send):
+        written = conn.write_now(send)
+        if written is None:  # a relay that reads slower than rounds end: failed now
+            self._events.put(Written(send.conn, send, (
+                f"{CONTROLLER_BROADCAST_BACKLOG} earlier Broadcasts not written yet: the relay "
+                "reads slower than rounds end")))
+            return False
+        if not written:
             return False
         if send.round is not None:
             stages.mark("controller", send.round - 1, "broadcast_sent")
