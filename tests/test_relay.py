@@ -839,3 +839,31 @@ def test_relay_cli_port_in_use_is_one_line_and_exit_1() -> None:
     assert res.stderr.startswith(f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port}: "
                                  f"[Errno {errno.EADDRINUSE}] ")
     assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize("sent", [0, 7])
+def test_a_local_connection_without_a_whole_handshake_fails_the_relay_at_its_deadline(
+        monkeypatch: pytest.MonkeyPatch, sent: int) -> None:
+    """The handshakes are read one at a time: a connection that sends nothing, or part of a
+    handshake, and stays open would hold every later rank (departure relay_handshake_deadline).
+    It fails the relay at HANDSHAKE_READ as a short handshake does, naming its address."""
+    monkeypatch.setattr("flodl_proto.runner.relay.handshake_read_timeout", lambda: 0.5)
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        silent = socket.create_connection(relay.address)
+        try:
+            silent.sendall(bytes(range(sent)))
+            start = time.monotonic()
+            err = relay.wait(10)
+            waited = time.monotonic() - start
+            assert isinstance(err, TruncatedInput)
+            assert str(err) == ("cluster_controller: handshake read failed: no complete "
+                                f"handshake within 0.5s ({sent} of 16 bytes)")
+            local = "{}:{}".format(*silent.getsockname())
+            assert err.__notes__ == [f"the rank connecting from {local}"]
+            assert 0.4 <= waited < 5
+            assert read_to_eof(silent) == b""  # the relay closed it, sending no ack
+            assert relay.stats.from_ranks == sent
+        finally:
+            silent.close()
+            relay.shutdown()

@@ -1060,3 +1060,23 @@ def test_the_largest_world_size_is_accepted() -> None:
     assert RelayCore([0], 2**32 - 1, SALT).world_size == 2**32 - 1
     with pytest.raises(InvalidValue):
         RelayCore([0], 2**32, SALT)
+
+
+def test_a_handshake_deadline_fails_the_relay_as_a_short_handshake_does() -> None:
+    core = RelayCore([0, 1], 2, SALT)
+    core.rank_handshake(encode_handshake(0, 2, 2))
+    (fin,) = core.rank_handshake_expired(7, 10.0)
+    assert isinstance(fin, Finished) and isinstance(fin.outcome.error, TruncatedInput)
+    assert isinstance(fin.outcome.error, RemoteProtocolError)
+    assert str(fin.outcome.error) == ("cluster_controller: handshake read failed: no complete "
+                                      "handshake within 10s (7 of 16 bytes)")
+    assert core.finished and core.state == RelayState.DONE
+    assert core.rank_handshake_expired(0, 10.0) == []
+
+
+def test_a_handshake_deadline_outside_the_accept_phase_is_misuse() -> None:
+    core = RelayCore([0], 1, SALT)
+    core.rank_handshake(encode_handshake(0, 1, 2))
+    assert core.state == RelayState.DIALING
+    with pytest.raises(LocalProtocolError, match="rank_handshake_expired"):
+        core.rank_handshake_expired(3, 10.0)

@@ -83,7 +83,13 @@ from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import FRAME_TAG_TAIL, RoundFrame
 from ..errors import LimitExceeded, ProtocolError, protocol_error
 from ..reduce import HostFold
-from ..spec import DEFAULT_FRAME_CEILING, DEFAULT_VERSION, MAX_HELLO_HOST_LEN, U32_MAX
+from ..spec import (
+    DEFAULT_FRAME_CEILING,
+    DEFAULT_VERSION,
+    HANDSHAKE_LEN,
+    MAX_HELLO_HOST_LEN,
+    U32_MAX,
+)
 from .deadline import RoundDeadline
 from .events import (
     AckRank,
@@ -264,6 +270,27 @@ class RelayCore:
                 self.lifecycle.fire(RelayEvent.ALL_CONNECTED)
             else:
                 self.lifecycle.fire(RelayEvent.RANK_CONNECTED)
+        return self._flush()
+
+    def rank_handshake_expired(self, got: int, seconds: float) -> list[RelayAction]:
+        """A loopback connection delivered only ``got`` bytes of its 16-byte handshake before
+        the handshake deadline of ``seconds`` passed (``HANDSHAKE_READ``; departure
+        ``relay_handshake_deadline`` in ``spec/wire.yaml``).
+
+        Returns:
+            :class:`Finished` with a :class:`~flodl_proto.errors.TruncatedInput`
+            (``relay.handshake_timeout``), as a short handshake ends the relay.
+
+        Raises:
+            LocalProtocolError (``relay.bad_event``): not accepting ranks.
+        """
+        if self.finished:
+            return []
+        if self.state != RelayState.ACCEPTING_RANKS:
+            raise protocol_error("relay.bad_event", event="rank_handshake_expired",
+                                 state=self.lifecycle.state_name)
+        self._fail(protocol_error("relay.handshake_timeout", seconds=f"{seconds:g}", got=got,
+                                  need=HANDSHAKE_LEN))
         return self._flush()
 
     def dialed(self) -> list[RelayAction]:

@@ -45,6 +45,7 @@ __all__ = [
     "MacRange",
     "MacWorker",
     "PeerTimedOut",
+    "ReadDeadlinePassed",
     "Stopped",
     "buffers_nbytes",
     "committed_read_starvation",
@@ -108,6 +109,18 @@ class Stopped(Exception):
     """A blocking read was abandoned because its owner asked the thread to stop."""
 
 
+class ReadDeadlinePassed(TimeoutError):
+    """A read given a ``deadline`` (:func:`recv_exact_into`) was still short when it passed.
+
+    Attributes:
+        got: bytes of the unit read by then (they are in the caller's buffer).
+    """
+
+    def __init__(self, got: int) -> None:
+        super().__init__(f"read deadline passed after {got} bytes")
+        self.got = got
+
+
 class PeerTimedOut(ConnectionError):
     """The kernel gave up on the connection (``ETIMEDOUT``): keepalive probes went unanswered,
     or sent data stayed unacknowledged, for :func:`keepalive_bound` seconds. The peer vanished
@@ -161,7 +174,8 @@ def connect_attempts() -> int:
 
 
 def handshake_read_timeout() -> float:
-    """Rank-side wait for the handshake ack, seconds (10 s, not scaled)."""
+    """Handshake wait, seconds (10 s, not scaled): a rank's for its ack, a relay's for a local
+    rank's handshake."""
     return SPEC.timeout("HANDSHAKE_READ")
 
 
@@ -277,6 +291,7 @@ def recv_exact_into(
     committed: bool = False,
     starvation: float | None = None,
     least: int | None = None,
+    deadline: float | None = None,
 ) -> int:
     """Fill ``view`` from ``sock``; return the number of bytes read (short only at end of stream).
 
@@ -287,10 +302,12 @@ def recv_exact_into(
 
     The socket's read timeout is the poll period: each timeout re-checks ``stop``. Until the
     first byte arrives (``committed`` False) the wait is unbounded; once a byte of the unit
-    has arrived, a wait without progress longer than ``starvation`` seconds fails.
+    has arrived, a wait without progress longer than ``starvation`` seconds fails. With
+    ``deadline`` (a :func:`time.monotonic` time), the whole unit must be in by then.
 
     Raises:
         Stopped: ``stop`` was set while waiting.
+        ReadDeadlinePassed: ``deadline`` passed first (checked at each poll timeout).
         TimeoutError: no ``stop`` given and the read timed out (the caller's deadline).
         TruncatedInput (remote): a committed read starved (``mux.starved``).
         PeerTimedOut: the kernel gave up on the connection (keepalive or user timeout).
@@ -312,6 +329,8 @@ def recv_exact_into(
                 raise TimeoutError("read timed out") from None
             if stop.is_set():
                 raise Stopped("read") from None
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ReadDeadlinePassed(got) from None
             if (committed or got) and starvation is not None \
                     and time.monotonic() - last > starvation:
                 raise protocol_error("mux.starved", seconds=f"{starvation:g}", got=got,

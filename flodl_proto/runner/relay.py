@@ -76,12 +76,14 @@ from . import stages
 from ._netio import (
     DIRECT_WRITE_MAX,
     PeerTimedOut,
+    ReadDeadlinePassed,
     Stopped,
     buffers_nbytes,
     committed_read_starvation,
     configure_socket,
     connect_with_retry,
     format_addr,
+    handshake_read_timeout,
     parse_addr,
     poll_interval,
     recv_exact_into,
@@ -455,10 +457,18 @@ class Relay:
                 self._pending.append(conn)
             configure_socket(conn, recv=poll_interval())
             hs = bytearray(HANDSHAKE_LEN)
-            got = recv_exact_into(conn, memoryview(hs), stop=self._stop)
-            self._count("from_ranks", got)
-            with self._core_lock:
-                actions = self._core.rank_handshake(memoryview(hs)[:got])
+            wait = handshake_read_timeout()
+            try:
+                got = recv_exact_into(conn, memoryview(hs), stop=self._stop,
+                                      deadline=time.monotonic() + wait)
+            except ReadDeadlinePassed as e:  # the handshakes are read one at a time
+                self._count("from_ranks", e.got)
+                with self._core_lock:
+                    actions = self._core.rank_handshake_expired(e.got, wait)
+            else:
+                self._count("from_ranks", got)
+                with self._core_lock:
+                    actions = self._core.rank_handshake(memoryview(hs)[:got])
             for a in actions:
                 if isinstance(a, AckRank):
                     send_all(conn, a.ack)
