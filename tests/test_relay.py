@@ -4,6 +4,7 @@ and its failure modes."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -867,3 +868,20 @@ def test_a_local_connection_without_a_whole_handshake_fails_the_relay_at_its_dea
         finally:
             silent.close()
             relay.shutdown()
+
+
+def test_the_controllers_acknowledgement_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """At INFO an operator sees one line for the HelloAck, naming the controller's address."""
+    caplog.set_level(logging.INFO, logger="flodl_proto")
+    with FakeController() as ctrl:
+        relay, r0, r1, _conn = _two_rank_relay(ctrl)
+        try:
+            wait_until(lambda: relay.connected)
+            acks = [r.getMessage() for r in caplog.records
+                    if r.levelno >= logging.INFO and "acknowledged" in r.getMessage()]
+            assert acks == [f"relay h0: controller {ctrl.address[0]}:{ctrl.address[1]} "
+                            "acknowledged ranks [0, 1]"]
+        finally:
+            relay.shutdown()
+            r0.close()
+            r1.close()

@@ -508,8 +508,8 @@ class RelayCore:
             self._fail(protocol_error("relay.expected_helloack", got=got))
         else:
             self.lifecycle.fire(RelayEvent.HELLO_ACKED)
-            log.info("relay %s: controller acknowledged ranks %s", self.host,
-                     ranks_str(self.ranks))
+            log.debug("relay %s: controller acknowledged ranks %s", self.host,
+                      ranks_str(self.ranks))
 
     def _controller_record(self, rec: MuxRecord | None) -> None:
         if rec is None:
