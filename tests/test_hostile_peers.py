@@ -578,6 +578,8 @@ def test_a_starved_blob_drops_the_rank_and_a_starved_record_ends_the_relay() -> 
             conn.sock.sendall(record[:30])
             err = relay.wait(20)
             assert isinstance(err, TruncatedInput) and err.error_id == "mux.starved"
+            assert str(err) == ("relay_mux: committed read starved mid-frame for 0.3s "
+                                f"(30 of {len(record)} bytes)")  # the record's, not the step's
         finally:
             _close(relay, [r0, r1])
 

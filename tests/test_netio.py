@@ -367,3 +367,37 @@ def test_recv_exact_with_least_returns_once_that_much_is_in(
     sock = _AskedSocket([None])  # a poll timeout before `least`: the caller's deadline
     with pytest.raises(TimeoutError, match="read timed out"):
         recv_exact_into(sock, view, least=4)  # type: ignore[arg-type]
+
+
+class _Ticking:
+    """``time`` for _netio whose every ``monotonic`` read is 100 s after the last one (so any
+    wait after progress exceeds a 60 s starvation bound)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 100.0
+        return self.now
+
+
+@pytest.mark.parametrize(("script", "size", "start", "step", "got"), [
+    # stepped read: three whole 10-byte steps, then 5 bytes of the fourth, then silence
+    ([b"a" * 10, b"b" * 10, b"c" * 10, b"d" * 5, None], 100, 0, 10, 35),
+    # one read after 5 bytes already in place (a header): 7 more, then silence
+    ([b"x" * 7, None], 20, 5, 1 << 20, 12),
+])
+def test_a_starved_unit_counts_the_units_bytes_not_the_read_steps(
+        monkeypatch: pytest.MonkeyPatch, script: list[bytes | None], size: int, start: int,
+        step: int, got: int) -> None:
+    """``mux.starved`` names how many of the record's (or frame's) bytes arrived and its
+    length: a 1 GiB record starved after 10 bytes of a step said "10 of 4194304 bytes"."""
+    monkeypatch.setattr(_netio, "time", _Ticking())
+    with pytest.raises(TruncatedInput) as ei:
+        _netio.read_record_into(_ScriptedSocket(script), bytearray(size),  # type: ignore[arg-type]
+                                size, [], start=start, stop=threading.Event(),
+                                starvation=60.0, step=step)
+    assert ei.value.error_id == "mux.starved"
+    assert dict(ei.value.fields) == {"seconds": "60", "got": got, "need": size}
+    assert str(ei.value) == (f"relay_mux: committed read starved mid-frame for 60s "
+                             f"({got} of {size} bytes)")

@@ -33,7 +33,7 @@ from ..addr import format_addr, parse_addr
 from ..codec._common import BytesLike, as_view
 from ..codec.auth import PARALLEL_MAC_MIN, Premac
 from ..codec.plans import frame_macs, frame_premac
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..spec import SPEC, net_timeout_scale
 from ._macworker import MacWorker
 
@@ -398,9 +398,12 @@ def recv_hashing_into(
     try:
         while got < n:
             upto = min(n, got + step)
-            r = recv_exact_into(sock, view[got:upto], stop=stop,
-                                committed=committed or got > start,
-                                starvation=starvation)
+            try:
+                r = recv_exact_into(sock, view[got:upto], stop=stop,
+                                    committed=committed or got > start,
+                                    starvation=starvation)
+            except ProtocolError as e:
+                raise _starved_unit(e, got, n) from None
             got += r
             if progress is not None:
                 progress(got)
@@ -471,8 +474,11 @@ def read_record_into(
         if grow_step is not None and isinstance(buf, bytearray) and len(buf) < size:
             grow_zeroed(buf, size)
         view = memoryview(buf)
-        got = start + recv_exact_into(sock, view[start:size], stop=stop, committed=True,
-                                      starvation=starvation)
+        try:
+            got = start + recv_exact_into(sock, view[start:size], stop=stop, committed=True,
+                                          starvation=starvation)
+        except ProtocolError as e:
+            raise _starved_unit(e, start, size) from None
         for mac, lo, hi in ranges:
             begin, end = max(lo, min(start, hi)), min(hi, got)
             if end > begin:
@@ -492,12 +498,27 @@ def read_record_into(
             grow_zeroed(buf, min(size, got + grow_step))
             view = memoryview(buf)
         upto = min(size, len(view))
-        n = recv_hashing_into(sock, view[:upto], macs, stop=stop, committed=True,
-                              starvation=starvation, start=got, step=step, progress=progress)
+        try:
+            n = recv_hashing_into(sock, view[:upto], macs, stop=stop, committed=True,
+                                  starvation=starvation, start=got, step=step,
+                                  progress=progress)
+        except ProtocolError as e:
+            raise _starved_unit(e, 0, size) from None
         got += n
         if got < upto:  # end of stream inside the unit
             break
     return view, got
+
+
+def _starved_unit(error: ProtocolError, before: int, size: int) -> ProtocolError:
+    """``error`` restated for the whole unit when it is a starved step's (``mux.starved``):
+    ``before`` bytes of the unit were in before the step, ``size`` is the unit's length, so
+    the message counts the record's or frame's bytes, not the read step's. Any other error
+    is returned as it is."""
+    if error.error_id != "mux.starved":
+        return error
+    return protocol_error("mux.starved", seconds=error.fields["seconds"],
+                          got=before + error.fields["got"], need=size)
 
 
 #: the zero block :func:`grow_zeroed` appends (1 MiB): the most it adds beside the buffer
