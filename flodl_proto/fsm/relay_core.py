@@ -247,11 +247,8 @@ class RelayCore:
         Raises:
             LocalProtocolError (``relay.bad_event``): not accepting ranks.
         """
-        if self.finished:
+        if not self._accepting("rank_handshake"):
             return []
-        if self.state != RelayState.ACCEPTING_RANKS:
-            raise protocol_error("relay.bad_event", event="rank_handshake",
-                                 state=self.lifecycle.state_name)
         try:
             rank = decode_handshake(data, self.world_size, self.version)[0].rank
         except ProtocolError as e:
@@ -284,14 +281,20 @@ class RelayCore:
         Raises:
             LocalProtocolError (``relay.bad_event``): not accepting ranks.
         """
-        if self.finished:
+        if not self._accepting("rank_handshake_expired"):
             return []
-        if self.state != RelayState.ACCEPTING_RANKS:
-            raise protocol_error("relay.bad_event", event="rank_handshake_expired",
-                                 state=self.lifecycle.state_name)
         self._fail(protocol_error("relay.handshake_timeout", seconds=f"{seconds:g}", got=got,
                                   need=HANDSHAKE_LEN))
         return self._flush()
+
+    def _accepting(self, event: str) -> bool:
+        """Whether the accept-phase input ``event`` acts: True while accepting ranks, False
+        once finished (it is ignored); raises ``relay.bad_event`` in any other state."""
+        if self.finished:
+            return False
+        if self.state != RelayState.ACCEPTING_RANKS:
+            raise protocol_error("relay.bad_event", event=event, state=self.lifecycle.state_name)
+        return True
 
     def dialed(self) -> list[RelayAction]:
         """The controller connection is open: send the channel magic and Hello.
