@@ -315,7 +315,8 @@ def check_net_timeout_scale(text: str | None = None, *, field: str | None = None
 
     Raises:
         InvalidValue (local) ``timeout_scale.invalid``: not a number, not finite, below 0.1 or
-            above 1000; the message names the variable or the option and the text.
+            above 1000; the message names the variable or the option and the text as given
+            (``--timeout-scale=' '``, not the stripped ``''``).
 
     Upstream: ``wire.rs`` ``parse_net_timeout_scale`` (the launcher's check).
     """
@@ -323,7 +324,7 @@ def check_net_timeout_scale(text: str | None = None, *, field: str | None = None
         field, text = NET_TIMEOUT_SCALE_ENV, os.environ.get(NET_TIMEOUT_SCALE_ENV)
     scale, invalid = read_net_timeout_scale(text)
     if invalid is not None:
-        raise protocol_error("timeout_scale.invalid", field=field, **invalid)
+        raise protocol_error("timeout_scale.invalid", field=field, **{**invalid, "value": text})
     return scale
 
 
