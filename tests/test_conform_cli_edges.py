@@ -7,6 +7,22 @@ import pytest
 from flodl_proto.cli import main
 
 _PREFIX = "flodl-proto conform controller: error: "
+_RUN = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
+        "--cases", "controller.session.one-relay-one-round", "--version", "2"]
+
+
+# -- an empty --junit / --json --------------------------------------------------------------------
+@pytest.mark.parametrize("option", ["--junit", "--json"])
+def test_an_empty_report_path_names_the_option_and_offers_no_dash(
+        option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # it said "give a file path, or - for stdout", and - is refused for a report
+    with pytest.raises(SystemExit) as e:
+        main([*_RUN, option, ""])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if "error:" in line] == [
+        f"{_PREFIX}argument {option}: is empty; give a file path"]
 
 
 # -- --timeout-scale shown as given ---------------------------------------------------------------

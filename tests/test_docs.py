@@ -469,6 +469,8 @@ def test_an_output_option_naming_a_folder_or_nothing_is_a_usage_error(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
         main([*command, value])
+    if value == "" and command[-1] in ("--junit", "--json"):  # a report cannot be - either
+        why = "is empty; give a file path"
     assert e.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"flodl-proto {prog}: error: argument {command[-1]}: {why}")

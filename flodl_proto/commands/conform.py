@@ -133,6 +133,8 @@ def _report_path(text: str) -> Path:
     Raises:
         argparse.ArgumentTypeError: ``text`` is ``-``, empty, or ends with ``/``.
     """
+    if not text:  # output_path's message offers -, which a report cannot be
+        raise argparse.ArgumentTypeError("is empty; give a file path")
     if text == "-":
         raise argparse.ArgumentTypeError("cannot be - (stdout carries the case lines); give a "
                                          "file path")
