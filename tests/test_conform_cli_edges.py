@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from flodl_proto.cli import main
@@ -23,6 +25,20 @@ def test_an_empty_report_path_names_the_option_and_offers_no_dash(
     assert "Traceback" not in err
     assert [line for line in err.splitlines() if "error:" in line] == [
         f"{_PREFIX}argument {option}: is empty; give a file path"]
+
+
+# -- --list with a report option ------------------------------------------------------------------
+@pytest.mark.parametrize("options", [["--junit", "r.xml"], ["--json", "r.json"],
+                                     ["--junit", "r.xml", "--json", "r.json"]])
+def test_list_with_a_report_option_is_a_usage_error(
+        options: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the report options were ignored in silence
+    monkeypatch.chdir(tmp_path)
+    assert main(["conform", "controller", "--list", *options]) == 2
+    assert capsys.readouterr() == (
+        "", f"{_PREFIX}--list writes no report; drop --junit/--json\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- --timeout-scale shown as given ---------------------------------------------------------------

@@ -17,7 +17,8 @@ Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--j
 ``--json`` report cannot be written (first written once the command line is checked and the
 catalogue loaded, before the codec is imported and the first case runs, as an interrupted run
 of no case, or as the kit stops when Ctrl-C or SIGTERM arrives before that, so a kit stopped
-once its command line is parsed leaves no earlier run's report), 2 for a bad command line, a
+once its command line is parsed leaves no earlier run's report), 2 for a bad command line (as
+``--list`` with ``--junit`` or ``--json``: a listing writes no report), a
 ``--launch`` command that cannot be started included (no such program, not executable: one line
 naming it and the OS error, and no case runs). A target that does not
 start (it exits, does not listen within 20 s, or refuses the case's first connection on the
@@ -113,7 +114,8 @@ def register(sub: Any) -> None:
                        help="write JSON results to this file (missing parent folders are "
                             "created; not -: stdout carries the case lines)")
         r.add_argument("--list", action="store_true",
-                       help="list the selected cases (no target needed) and exit")
+                       help="list the selected cases (no target needed, no report written) and "
+                            "exit")
         r.set_defaults(func=_run)
     d = roles.add_parser("docs", help="generate docs/conformance.md from the catalogue")
     d.add_argument("--out", type=output_path, default=None, metavar="PATH",
@@ -207,6 +209,8 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     from ..conform.catalogue import CatalogueError, load_catalogue, select_cases
     from ..conform.target import fill_placeholders
 
+    if args.list and (args.junit is not None or args.json is not None):
+        return _usage("--list writes no report; drop --junit/--json", args)
     try:
         check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     except ProtocolError as e:
