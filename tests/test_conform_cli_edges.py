@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from flodl_proto.cli import main
+from flodl_proto.conform.target import TargetLaunchError
 
 _PREFIX = "flodl-proto conform controller: error: "
 _RUN = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
@@ -25,6 +26,31 @@ def test_an_empty_report_path_names_the_option_and_offers_no_dash(
     assert "Traceback" not in err
     assert [line for line in err.splitlines() if "error:" in line] == [
         f"{_PREFIX}argument {option}: is empty; give a file path"]
+
+
+# -- a long --launch program word -----------------------------------------------------------------
+def test_a_long_program_word_is_cut_in_the_launch_error() -> None:
+    word = "/no/such/" + "x" * 200_000
+    e = TargetLaunchError(word, "File name too long")
+    assert str(e) == (f"cannot start the target {word[:80]!r}…({len(word)} characters): File "
+                      "name too long")
+    assert e.command == word  # whole, for a caller that wants it
+    short = "/no/such/program"
+    assert str(TargetLaunchError(short, "No such file or directory")) == (
+        f"cannot start the target {short!r}: No such file or directory")
+
+
+def test_a_long_program_word_is_not_repeated_whole_on_the_command_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    word = str(tmp_path / ("x" * 200_000))
+    run = ["conform", "controller", "--timeout-scale", "0.1", "--version", "2", "--jobs", "1",
+           "--launch", f"{word} {{port}}"]
+    assert main(run) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"{_PREFIX}--launch: cannot start the target {word[:80]!r}…"
+                          f"({len(word)} characters): ")
+    assert err.count("\n") == 1 and len(err) < 300
 
 
 # -- --list with a report option ------------------------------------------------------------------

@@ -321,7 +321,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     except TargetLaunchError as e:  # the command named on the command line: every case would fail
         _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
                        "started")
-        return _usage(f"--launch: cannot start the target {e.command!r}: {e.reason}", args)
+        return _usage(f"--launch: {e}", args)
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130

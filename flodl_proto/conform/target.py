@@ -49,17 +49,27 @@ class TargetError(RuntimeError):
     """The target could not be started, or never became ready (the message says why)."""
 
 
+#: characters of a program word shown in full in a message; a longer one is cut there
+_WORD_SHOWN: Final = 80
+
+
 class TargetLaunchError(TargetError):
     """The target's command could not be executed at all (no such program, not executable, no
     process could be created): every case would fail the same way, so the kit stops.
 
+    The message is ``cannot start the target 'PROGRAM': REASON``; a program word longer than
+    80 characters shows its first 80 and its length (``'...'…(204800 characters)``), not
+    all of it.
+
     Attributes:
-        command: the program named by ``--launch`` (its first word, placeholders filled).
+        command: the program named by ``--launch`` (its first word, placeholders filled), whole.
         reason: the operating system's error text (``No such file or directory``).
     """
 
     def __init__(self, command: str, reason: str) -> None:
-        super().__init__(f"cannot start {command!r}: {reason}")
+        shown = repr(command) if len(command) <= _WORD_SHOWN else \
+            f"{command[:_WORD_SHOWN]!r}…({len(command)} characters)"
+        super().__init__(f"cannot start the target {shown}: {reason}")
         self.command = command
         self.reason = reason
 
