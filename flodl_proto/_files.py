@@ -45,7 +45,8 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
     A symbolic link is followed: its target is replaced and the link stays. A path that exists
     but is not a regular file (``/dev/null``, a FIFO, ``/dev/stdout`` on a pipe or a terminal),
     through links or not, is written in place, as ``open`` would, since it cannot be replaced
-    by a file.
+    by a file; but a FIFO that no process has open for reading is refused (``OSError``
+    ``ENXIO``), where ``open`` would wait for a reader, maybe for ever.
 
     Args:
         out: the file to replace; its folder must exist.
@@ -54,10 +55,11 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
         A buffered binary file object, open for writing; closed when the body ends.
 
     Raises:
-        OSError: ``out`` exists and may not be written, the folder cannot take a new file, or
-            a write, the sync or the rename failed (``strerror`` says why, e.g. ``No space left
-            on device``; ``filename`` is ``out``, never the temporary file: an ``OSError`` the
-            body raises naming no file or the temporary one is made to name ``out``).
+        OSError: ``out`` exists and may not be written (or is a FIFO with no reader), the
+            folder cannot take a new file, or a write, the sync or the rename failed
+            (``strerror`` says why, e.g. ``No space left on device``; ``filename`` is ``out``,
+            never the temporary file: an ``OSError`` the body raises naming no file or the
+            temporary one is made to name ``out``).
         Whatever the body raises, unchanged otherwise.
 
     No upstream counterpart: upstream ships no generated files.
@@ -67,7 +69,7 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
     except FileNotFoundError:
         st_mode = None
     if st_mode is not None and not stat.S_ISREG(st_mode):
-        with open(out, "wb") as f:
+        with os.fdopen(_open_in_place(out, st_mode), "wb") as f:
             yield f
         return
     target = Path(os.path.realpath(out)) if out.is_symlink() else out
@@ -114,6 +116,26 @@ def replace_file(out: Path, data: bytes) -> None:
     """
     with replacing(out) as f:
         _write_all(f.fileno(), data)  # straight to the file: nothing is in f's buffer
+
+
+def _open_in_place(out: Path, st_mode: int) -> int:
+    """Open ``out``, not a regular file, for writing as ``open(out, "wb")`` would (a device, a
+    FIFO, a terminal), but without waiting: a FIFO that no process reads is refused at once
+    (``ENXIO``) instead of blocking until one opens it. The descriptor returned blocks again,
+    so a reader that is slow only slows the writes."""
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+    except OSError as e:
+        if e.errno == errno.ENXIO and stat.S_ISFIFO(st_mode):
+            raise OSError(errno.ENXIO, "a FIFO that no process reads (writing would wait for "
+                          "one)", str(out)) from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _create_temporary(target: Path, mode: int) -> tuple[int, str]:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from flodl_proto._files import replace_file
 from flodl_proto.cli import main
 from flodl_proto.conform.target import TargetLaunchError
 
@@ -26,6 +31,70 @@ def test_an_empty_report_path_names_the_option_and_offers_no_dash(
     assert "Traceback" not in err
     assert [line for line in err.splitlines() if "error:" in line] == [
         f"{_PREFIX}argument {option}: is empty; give a file path"]
+
+
+# -- a FIFO as the report path --------------------------------------------------------------------
+_NO_READER = "a FIFO that no process reads (writing would wait for one)"
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+
+
+@needs_fifo
+def test_replace_file_refuses_a_fifo_no_process_reads(tmp_path: Path) -> None:
+    # it waited for a reader for ever; run apart, so the old wait fails the test, not hangs it
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = ("import sys; from pathlib import Path; from flodl_proto._files import replace_file\n"
+            "try:\n"
+            "    replace_file(Path(sys.argv[1]), b'x')\n"
+            "except OSError as e:\n"
+            "    print(e.errno, e.strerror, e.filename, sep='|')\n")
+    res = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True,
+                         text=True, timeout=30, check=True)
+    assert res.stdout == f"{errno.ENXIO}|{_NO_READER}|{fifo}\n"
+
+
+@needs_fifo
+def test_replace_file_writes_a_fifo_a_process_reads(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        replace_file(fifo, b"report\n")
+        assert os.read(reader, 100) == b"report\n"
+    finally:
+        os.close(reader)
+    assert fifo.is_fifo()
+
+
+@needs_fifo
+@pytest.mark.parametrize("option", ["--junit", "--json"])
+def test_a_report_fifo_no_process_reads_is_exit_1_not_a_wait(option: str,
+                                                             tmp_path: Path) -> None:
+    fifo = tmp_path / "report"
+    os.mkfifo(fifo)
+    res = subprocess.run([sys.executable, "-m", "flodl_proto", *_RUN, option, str(fifo)],
+                         capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert (res.returncode, res.stdout) == (1, ""), res.stderr
+    assert res.stderr == f"{_PREFIX}cannot write the report {fifo}: {_NO_READER}\n"
+
+
+# -- Ctrl-C during the first report: written once -------------------------------------------------
+def test_ctrl_c_during_the_first_report_does_not_write_it_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the interrupted write was started again (a FIFO with no reader: a second wait)
+    writes: list[Path] = []
+
+    def interrupted_write(path: Path, *args: object, **kwargs: object) -> None:
+        writes.append(path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("flodl_proto.conform.report.write_json", interrupted_write)
+    out = tmp_path / "r.json"
+    assert main([*_RUN, "--json", str(out)]) == 130
+    assert writes == [out]
+    assert capsys.readouterr() == ("", "flodl-proto conform controller: interrupted\n")
 
 
 # -- a long --launch program word -----------------------------------------------------------------

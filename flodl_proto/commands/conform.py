@@ -17,8 +17,10 @@ Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--j
 ``--json`` report cannot be written (first written once the command line is checked and the
 catalogue loaded, before the codec is imported and the first case runs, as an interrupted run
 of no case, or as the kit stops when Ctrl-C or SIGTERM arrives before that, so a kit stopped
-once its command line is parsed leaves no earlier run's report), 2 for a bad command line (as
-``--list`` with ``--junit`` or ``--json``: a listing writes no report), a
+once its command line is parsed leaves no earlier run's report; a report is never written
+twice for one stop, and a Ctrl-C during a write stops it, the file left whole, old or new; a
+FIFO that no process reads is a report that cannot be written, not a wait for a reader), 2 for
+a bad command line (as ``--list`` with ``--junit`` or ``--json``: a listing writes no report), a
 ``--launch`` command that cannot be started included (no such program, not executable: one line
 naming it and the OS error, and no case runs). A target that does not
 start (it exits, does not listen within 20 s, or refuses the case's first connection on the
@@ -194,14 +196,20 @@ def _run(args: argparse.Namespace) -> int:
         raise
     if prepared is not None:
         return prepared
+    # written now as an interrupted run of no case: a report that cannot be written is found
+    # before any case runs, and a kit stopped from here on leaves no earlier run's report.
+    # Outside the try above: a Ctrl-C during this write stops it (each report is replaced
+    # whole or not at all) and does not start it again
+    if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
+        return 1
     return _play(args, role, runs, skipped)
 
 
 def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
              skipped: list[tuple[Case, str]]) -> int | None:
-    """Check the command line, load the catalogue, select the cases into ``runs`` and
-    ``skipped``, and write the first reports (interrupted, no case run); the exit code when the
-    command ends here (a usage error, ``--list``, a report that cannot be written), else None.
+    """Check the command line, load the catalogue and select the cases into ``runs`` and
+    ``skipped``; the exit code when the command ends here (a usage error, ``--list``), else
+    None (the caller writes the first reports: an interrupted run of no case).
     """
     # the catalogue, the command's checks and the first reports import no codec: the slow
     # imports (the player and the codec with NumPy and ml_dtypes, rich's progress) come after
@@ -241,10 +249,6 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage(str(e), args)
     if not runs:
         return _usage("no case selected", args)
-    # written now as an interrupted run of no case: a report that cannot be written is found
-    # before any case runs, and a kit stopped from here on leaves no earlier run's report
-    if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
-        return 1
     return None
 
 
