@@ -110,11 +110,8 @@ class Stopped(Exception):
 
 
 class ReadDeadlinePassed(TimeoutError):
-    """A read given a ``deadline`` (:func:`recv_exact_into`) was still short when it passed.
-
-    Attributes:
-        got: bytes of the unit read by then (they are in the caller's buffer).
-    """
+    """A read given a ``deadline`` (:func:`recv_exact_into`) was still short when it passed;
+    ``got``: the bytes of the unit read by then (they are in the caller's buffer)."""
 
     def __init__(self, got: int) -> None:
         super().__init__(f"read deadline passed after {got} bytes")
