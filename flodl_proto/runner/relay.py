@@ -138,10 +138,12 @@ class RelayStats:
     """Byte and round counters of a relay (bytes include prefixes and record headers).
 
     Attributes:
-        from_ranks: bytes read from local ranks (handshakes included).
+        from_ranks: bytes read from local ranks (handshakes included), counted once per
+            blob, when it has been read or its read failed.
         to_ranks: bytes written to local ranks (acks and fanned-out consensus frames).
         upstream_out: bytes written to the controller (magic, Hello, HostFrames, RankExits).
-        upstream_in: bytes read from the controller.
+        upstream_in: bytes read from the controller, counted once per record, when it has
+            been read or its read failed (a record being read is not in it yet).
         host_frames: HostFrame records queued.
         broadcasts: Broadcast records received.
     """
