@@ -158,8 +158,10 @@ class HostFoldStateful(RuleBasedStateMachine):
             blob = encode_round_frame_bytes(RoundFrame(frame.kind, 1.6e308, frame.tensors),
                                             self.salt)
         else:  # a second deposit from a rank that deposited ("again") or a dead one ("dead")
+            # a dead one of its own: a rank it does not carry is caller misuse, not a peer's
+            # deposit (declare_dead takes any rank id, so model.dead may hold foreign ones)
             pool = ([r for r, _ in self.model.deposits] if how == "again"
-                    else sorted(self.model.dead))
+                    else sorted(self.model.dead.intersection(self.ranks)))
             if not pool:
                 return
             rank = data.draw(st.sampled_from(pool), label="rank")
