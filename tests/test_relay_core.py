@@ -260,6 +260,7 @@ class RelayCoreMachine(RuleBasedStateMachine):
         self.schema = schema
         self.core = _connected_core(self.ranks, first + n + extra, version)
         self.dead: set[int] = set()      # dead in the fold (left, or declared dead)
+        self.declared: set[int] = set()  # declared dead by the controller
         self.gone: set[int] = set()      # left: their reader is over
         self.finished = False
         self._new_round()
@@ -421,6 +422,7 @@ class RelayCoreMachine(RuleBasedStateMachine):
         if self.deposits and not self._expected_complete() and rank not in self.dead:
             _reach("death mid-round")
         self.dead.add(rank)
+        self.declared.add(rank)
         actions = self.core.upstream_record(
             _record(MuxRecord.control_msg(DeclareDead(rank), self.version), self.version))
         assert _upstream(actions, UpstreamKind.RANK_EXIT) == []
@@ -451,7 +453,8 @@ class RelayCoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.finished)
     @rule(gate=st.integers(0, 19), how=st.sampled_from(["eof", "write", "stop"]))
     def controller_goes_away(self, gate: int, how: str) -> None:
-        """Rarely: the controller closes (or the relay is stopped): a clean end."""
+        """Rarely: the controller closes (or the relay is stopped): a clean end, but a failure
+        when the controller had declared every local rank dead."""
         if gate:
             return
         if how == "eof":
@@ -460,7 +463,10 @@ class RelayCoreMachine(RuleBasedStateMachine):
             actions = self.core.controller_closed("write failed")
         else:
             actions = self.core.stop()
-        self._finish_expected(actions, None)
+        dropped = how != "stop" and self.declared >= set(self.ranks)
+        if dropped:
+            _reach("closed after every local rank was declared dead")
+        self._finish_expected(actions, SequenceError if dropped else None)
 
     # -- faults (a separate, rare rule) ----------------------------------------------------------
     @precondition(lambda self: not self.finished)
@@ -606,21 +612,28 @@ def test_rank_deadline_is_off_by_default_and_validated() -> None:
             RelayCore((0,), 1, SALT, rank_timeout=bad)
 
 
-def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_message() -> None:
+@pytest.mark.parametrize("end", ["end of stream", "failed write"])
+def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_message(
+        end: str) -> None:
+    def close(core: RelayCore) -> list[Any]:
+        # the runner meets the closed connection by its reader or by a write, whichever first
+        return (core.upstream_record(None) if end == "end of stream"
+                else core.controller_closed("connection closed while writing: [Errno 32]"))
+
     core = _connected_core((2, 3), 4, 3)
     for r in (2, 3):
         assert _upstream(core.upstream_record(_record(
             MuxRecord.control_msg(DeclareDead(r), 3), 3)), UpstreamKind.RANK_EXIT) == []
-    (fin,) = core.upstream_record(None)
+    (fin,) = close(core)
     assert isinstance(fin, Finished) and not fin.outcome.clean
     assert isinstance(fin.outcome.error, SequenceError)
     assert str(fin.outcome.error) == (
         "the controller declared every rank of this host dead (ranks [2, 3]) and closed the "
         "connection; the run goes on without this host")
-    # only some ranks declared dead: the end of stream is the usual clean end
+    # only some ranks declared dead: the closed connection is the usual clean end
     core = _connected_core((2, 3), 4, 3)
     core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(2), 3), 3))
-    (fin,) = core.upstream_record(None)
+    (fin,) = close(core)
     assert isinstance(fin, Finished) and fin.outcome.clean
 
 

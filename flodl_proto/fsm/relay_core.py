@@ -472,14 +472,16 @@ class RelayCore:
 
     def controller_closed(self, detail: str = "") -> list[RelayAction]:
         """A write found the controller connection closed while folding or draining: a clean
-        end (a closed connection before HelloAck is :meth:`upstream_record` with None).
+        end, as the end of its stream is (a closed connection before HelloAck is
+        :meth:`upstream_record` with None); after the controller declared every local rank
+        dead, the same failure as that end of stream (``relay.host_declared_dead``), whichever
+        of the two the runner meets first.
 
         Raises:
             LocalProtocolError (``relay.bad_event``): before HelloAck.
         """
         if not self.finished:
-            self._finish(RelayEvent.CONTROLLER_CLOSED,
-                         detail=detail or "the controller closed the connection")
+            self._controller_gone(detail or "the controller closed the connection")
         return self._flush()
 
     def stop(self, detail: str = "") -> list[RelayAction]:
@@ -516,13 +518,7 @@ class RelayCore:
 
     def _controller_record(self, rec: MuxRecord | None) -> None:
         if rec is None:
-            if self._declared_dead >= set(self.ranks):
-                self._fail(protocol_error("relay.host_declared_dead",
-                                          ranks=ranks_str(sorted(self._declared_dead))))
-                return
-            log.info("relay %s: controller closed the connection", self.host)
-            self._finish(RelayEvent.CONTROLLER_CLOSED,
-                         detail="the controller closed the connection")
+            self._controller_gone("the controller closed the connection", note=True)
         elif rec.kind is RecordKind.BROADCAST:
             payload = rec.payload
             if payload.nbytes > self.ceiling:  # a caller that read it with a larger ceiling
@@ -565,6 +561,18 @@ class RelayCore:
                                  ceiling=f["ceiling"]) from e
         self._actions.append(SendUpstream(tuple(parts), UpstreamKind.HOST_FRAME))
         self._deadline.reset()  # the host's round is complete
+
+    def _controller_gone(self, detail: str, *, note: bool = False) -> None:
+        """The controller connection ended (its stream, or a write): a clean end (logged when
+        ``note``), unless the controller had declared every local rank dead (the host was
+        dropped from the run)."""
+        if self._declared_dead >= set(self.ranks):
+            self._fail(protocol_error("relay.host_declared_dead",
+                                      ranks=ranks_str(sorted(self._declared_dead))))
+            return
+        if note:
+            log.info("relay %s: controller closed the connection", self.host)
+        self._finish(RelayEvent.CONTROLLER_CLOSED, detail=detail)
 
     def _fail(self, error: ProtocolError) -> None:
         log.info("relay %s (ranks %s) failed: %s", self.host, ranks_str(self.ranks), error)
