@@ -16,6 +16,7 @@ elided deposits (version 3).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -614,7 +615,7 @@ def test_rank_deadline_is_off_by_default_and_validated() -> None:
 
 @pytest.mark.parametrize("end", ["end of stream", "failed write"])
 def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_message(
-        end: str) -> None:
+        end: str, caplog: pytest.LogCaptureFixture) -> None:
     def close(core: RelayCore) -> list[Any]:
         # the runner meets the closed connection by its reader or by a write, whichever first
         return (core.upstream_record(None) if end == "end of stream"
@@ -633,8 +634,14 @@ def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_messa
     # only some ranks declared dead: the closed connection is the usual clean end
     core = _connected_core((2, 3), 4, 3)
     core.upstream_record(_record(MuxRecord.control_msg(DeclareDead(2), 3), 3))
-    (fin,) = close(core)
+    with caplog.at_level(logging.INFO, logger="flodl_proto.fsm.relay_core"):
+        caplog.clear()
+        (fin,) = close(core)
     assert isinstance(fin, Finished) and fin.outcome.clean
+    # the core notes an end of stream; a failed write is the runner's to report (it names it)
+    notes = [r.getMessage() for r in caplog.records
+             if r.getMessage() == "relay h0: controller closed the connection"]
+    assert len(notes) == (1 if end == "end of stream" else 0), caplog.records
 
 
 def test_rank_deadline_records_the_wait_to_the_millisecond_and_stops_when_finished() -> None:
