@@ -81,12 +81,15 @@ def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
     assert f"not a vector file (case 0: {prefix}{problem})" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large", "list", "not-utf8"])
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large", "list", "not-utf8", "folder",
+                                  "deep", "null"])
 def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
         kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A link to /dev/zero was read until memory ran out (24 GB, then the OOM killer); a FIFO
-    blocked the check forever; ``[]`` was reported in Python's words."""
+    blocked the check forever; ``[]`` and ``null`` were reported in Python's words; a folder
+    named ``*.json`` was named by its descriptor ("3: Is a directory"); JSON nested deeper
+    than the decoder recurses was a RecursionError traceback."""
     import os
 
     from flodl_proto.interop import vectors
@@ -97,8 +100,10 @@ def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
     path.unlink()
     limit = max(f.stat().st_size for f in root.rglob("*.json"))  # every other file fits
     why = {"dev-zero": "not a regular file", "fifo": "not a regular file",
-           "too-large": f"larger than {limit} bytes", "list": "a JSON list, not an object",
-           "not-utf8": "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"}
+           "too-large": f"larger than {limit} bytes", "list": "a JSON array, not an object",
+           "not-utf8": "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",
+           "folder": "a folder", "deep": "JSON nested too deeply to read",
+           "null": "a JSON null, not an object"}
     if kind == "dev-zero":
         path.symlink_to("/dev/zero")
     elif kind == "fifo":
@@ -108,6 +113,12 @@ def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
         path.write_text(json.dumps({"protocol_version": 3, "cases": [], "pad": "x" * limit}))
     elif kind == "list":
         path.write_text("[]")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "null":
+        path.write_text("null")
     else:
         path.write_bytes(b"\xff{}")
     with pytest.raises(VectorFileError) as e:

@@ -49,9 +49,16 @@ def _read_json(path: Path) -> Any:
     """
     # O_NONBLOCK: opening a FIFO waits for a writer; a regular file ignores the flag
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:  # checked before a file object is made of it (one of a folder names no path)
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise VectorFileError(f"{path}: not a vector file ({what})")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise VectorFileError(f"{path}: not a vector file (not a regular file)")
         raw = f.read(MAX_VECTOR_FILE_BYTES + 1)
     if len(raw) > MAX_VECTOR_FILE_BYTES:
         raise VectorFileError(f"{path}: not a vector file (larger than "
@@ -60,6 +67,9 @@ def _read_json(path: Path) -> Any:
         return json.loads(raw.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError included
         raise VectorFileError(f"{path}: not a vector file ({e})") from None
+    except RecursionError:  # arrays or objects nested deeper than the decoder recurses
+        raise VectorFileError(f"{path}: not a vector file (JSON nested too deeply to "
+                              "read)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +107,7 @@ def iter_cases(root: Path) -> Iterator[Case]:
             doc = _read_json(path)
             if not isinstance(doc, dict):
                 raise VectorFileError(f"{path}: not a vector file (a JSON "
-                                      f"{type(doc).__name__}, not an object)")
+                                      f"{_JSON_TYPES.get(type(doc), 'value')}, not an object)")
             try:
                 version, cases = int(doc["protocol_version"]), list(doc["cases"])
             except (ValueError, KeyError, TypeError) as e:
@@ -108,6 +118,11 @@ def iter_cases(root: Path) -> Iterator[Case]:
                 if problem is not None:
                     raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
                 yield Case(path.stem, version, case)
+
+
+#: the JSON name of what :func:`json.loads` returns, for messages
+_JSON_TYPES: dict[type, str] = {list: "array", str: "string", int: "number", float: "number",
+                                bool: "boolean", type(None): "null"}
 
 
 def _case_problem(case: Any) -> str | None:
