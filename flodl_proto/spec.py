@@ -125,7 +125,7 @@ class Spec:
         self.path = path
         try:
             raw = yaml.load((path / "wire.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
-        except (OSError, yaml.YAMLError) as e:  # a packaging defect, or docs --spec DIR
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:  # packaging, docs --spec DIR
             raise SpecError(f"cannot load {path / 'wire.yaml'}: {_load_reason(e)}") from e
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
@@ -198,12 +198,14 @@ class Spec:
         return copy.deepcopy(_load_lifecycle(self.path))
 
 
-def _load_reason(e: OSError | yaml.YAMLError) -> str:
+def _load_reason(e: OSError | yaml.YAMLError | UnicodeDecodeError) -> str:
     """Why a spec file could not be loaded, in one line without its path (the caller names it):
-    the OS's reason, or the YAML problem and where it was found (PyYAML's own text spans lines
-    and quotes ``<unicode string>``)."""
+    the OS's reason, the byte that is not UTF-8, or the YAML problem and where it was found
+    (PyYAML's own text spans lines and quotes ``<unicode string>``)."""
     if isinstance(e, OSError):
         return os_reason(e)
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})"
     mark = getattr(e, "problem_mark", None)
     problem = getattr(e, "problem", None) or str(e).splitlines()[0]
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -214,7 +216,7 @@ def _load_reason(e: OSError | yaml.YAMLError) -> str:
 def _load_lifecycle(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load((path / "lifecycle.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot load {path / 'lifecycle.yaml'}: {_load_reason(e)}") from e
     if not isinstance(data, dict):
         raise SpecError("lifecycle.yaml: not a mapping")

@@ -419,20 +419,23 @@ def test_a_spec_folder_without_the_spec_is_one_line_without_errno(
     (None, None, "lifecycle.yaml", "No such file or directory"),
     ("x: [\n", None, "wire.yaml", "not YAML: did not find expected node content at line 2, "
                                   "column 1"),
+    (None, b"\xff", "lifecycle.yaml", "not UTF-8 (byte 0xff at offset 0)"),
+    (b"a: 1\n\xfe", None, "wire.yaml", "not UTF-8 (byte 0xfe at offset 5)"),
 ])
 def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing(
-        wire: str | None, lifecycle: str | None, bad: str, why: str, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        wire: str | bytes | None, lifecycle: str | bytes | None, bad: str, why: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``docs --spec DIR`` with a malformed or missing lifecycle.yaml wrote the document with a
     placeholder for the lifecycle section and exit 0; a malformed file's YAML error took three
-    lines."""
+    lines; a file that is not UTF-8 was a UnicodeDecodeError traceback."""
     spec_dir = tmp_path / "spec"
     spec_dir.mkdir()
-    (spec_dir / "wire.yaml").write_text(wire if wire is not None else
-                                       (ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8"),
-                                       encoding="utf-8")
+    wire_bytes = (wire.encode() if isinstance(wire, str) else wire if wire is not None
+                  else (ROOT / "spec" / "wire.yaml").read_bytes())
+    (spec_dir / "wire.yaml").write_bytes(wire_bytes)
     if lifecycle is not None:
-        (spec_dir / "lifecycle.yaml").write_text(lifecycle, encoding="utf-8")
+        (spec_dir / "lifecycle.yaml").write_bytes(
+            lifecycle.encode() if isinstance(lifecycle, str) else lifecycle)
     elif bad == "wire.yaml":
         shutil.copy(ROOT / "spec" / "lifecycle.yaml", spec_dir / "lifecycle.yaml")
     out = tmp_path / "protocol.md"
