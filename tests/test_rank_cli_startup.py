@@ -91,3 +91,15 @@ def test_a_resolver_that_cannot_answer_now_is_a_warning_and_the_rank_goes_on(
     assert lines[1].startswith(f"flodl-proto rank 0: waiting for the relay: connect to {relay} "
                                "failed: ")
     assert lines[-1].startswith("flodl-proto rank 0: error: ") and len(lines) == 3
+
+
+@pytest.mark.parametrize("rank", ["-1", "1"])
+def test_a_rank_outside_the_world_is_a_usage_error_naming_the_option(rank: str) -> None:
+    """It was the client's error under the prefix of the rank it names (``flodl-proto rank -1:
+    error: cpu_reduce: rank_id -1 must be >= 0``), after the relay's address was dialled."""
+    args = [*RANK, f"127.0.0.1:{closed_port()}"]
+    args[args.index("--rank") + 1] = rank
+    res = _run(args)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (f"flodl-proto rank: error: --rank must be in 0..0 (below "
+                          f"--world-size), got {rank}\n")

@@ -178,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_net_timeout_scale()
         check_world_size(args.world_size)
+        if not 0 <= args.rank < args.world_size:  # the client checks it too, naming rank_id
+            raise ValueError(f"--rank must be in 0..{args.world_size - 1} (below --world-size), "
+                             f"got {args.rank}")
         salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
