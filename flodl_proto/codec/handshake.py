@@ -89,8 +89,8 @@ def decode_handshake(data: BytesLike, expected_world_size: int,
 
     Args:
         data: the received bytes (any contiguous buffer).
-        expected_world_size: the world size this relay serves (1 to 2**32 - 1); a handshake
-            carrying another is refused.
+        expected_world_size: the world size this relay serves (u32); a handshake carrying
+            another is refused.
         version: the protocol version this relay speaks.
 
     Returns:
@@ -99,16 +99,13 @@ def decode_handshake(data: BytesLike, expected_world_size: int,
     Raises:
         TruncatedInput, BadMagic, VersionMismatch, InvalidValue (world size) — remote, in that
         order; upstream's "cluster_controller: handshake ..." wording.
-        InvalidValue (local): ``data`` is not a buffer, or ``expected_world_size`` is not a u32
-            or is 0;
+        InvalidValue (local): ``data`` is not a buffer, or ``expected_world_size`` is not a u32;
         VersionMismatch (local): bad ``version``.
 
     Upstream: ``flodl/src/distributed/controller/mod.rs`` ``read_handshake``.
     """
     version = check_version(version)
-    if _check_u32("expected_world_size", expected_world_size) == 0:  # the caller's, not the peer's
-        raise protocol_error("handshake.bad_field", field="expected_world_size", value=0,
-                             reason="not a world size (at least 1)")
+    _check_u32("expected_world_size", expected_world_size)
     mv = as_view(data)
     if len(mv) < HANDSHAKE_LEN:
         raise protocol_error("handshake.read_failed", got=len(mv), need=HANDSHAKE_LEN)
