@@ -335,11 +335,12 @@ class _Ended:
 
 def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Namespace,
                       salt: bytes | None, ceiling: int, out: TextIO,
-                      stream: str | None = None, gap: bool = False) -> DecodeReport:
+                      stream: str | None = None, gap: str | None = None) -> DecodeReport:
     """Decode ``payload`` as ``leg`` and print each record as it is decoded (a table line, or a
     JSON line with the stream's label), then the end: a long stream's records are neither held
-    nor waited for. ``gap``: the capture lost the bytes after ``payload`` (a hole, a packet cut
-    short); a stream that decodes cleanly to its end then ends as a capture that ended there
+    nor waited for. ``gap``: why the capture may lack bytes after ``payload`` (a hole, a packet
+    cut short, the capture file cut short), with ``{offset}`` where the decoding stopped; a
+    stream that decodes cleanly to its end then ends as a capture that ended there
     (``capture_ended``, exit 4), not as a clean end of stream.
 
     Raises:
@@ -362,9 +363,8 @@ def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Names
     report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
                            values=args.values, ceiling=ceiling, on_record=on_record)
     final = report.final_record()
-    if gap and report.failure is None:  # a clean end only as far as the capture goes
-        why = (f"bytes missing from the capture after offset {report.end}; decoding stops "
-               "there")
+    if gap is not None and report.failure is None:  # a clean end only as far as the capture goes
+        why = gap.format(offset=report.end)
         report.failure = DecodeFailure(report.end, why, "truncated", None, capture_ended=True)
         final = {"type": "capture_ended", "offset": report.end, "error_id": None, "error": why}
     if args.format == "table":
@@ -437,8 +437,9 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     except (_NotHex, _NotCapture) as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    streams: list[tuple[str | None, bytes | bytearray, bool]]
+    streams: list[tuple[str | None, bytes | bytearray, str | None]]
     code = EXIT_OK
+    cut: str | None = None  # the capture file ends inside a packet record: no stream is whole
     if args.pcap:
         from ..pcap import CaptureTruncated, PcapError, read_tcp_streams
 
@@ -452,6 +453,8 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             if not e.complete:
                 return EXIT_CAPTURE_ENDED
             code, tcp = EXIT_CAPTURE_ENDED, e.streams
+            cut = (f"the capture file is cut short (at byte {e.size}); the stream may go on "
+                   "after offset {offset}")
         except PcapError as e:
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
@@ -470,9 +473,10 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             if not st.syn_seen and st.data:
                 print(f"{_PROG}: warning: {st.label}: the connection's start was not captured; "
                       "offsets count from the first captured byte", file=sys.stderr)
-            streams.append((st.label, st.data, st.gap))
+            streams.append((st.label, st.data, "bytes missing from the capture after offset "
+                            "{offset}; decoding stops there" if st.gap else cut))
     else:
-        streams = [(None, data, False)]
+        streams = [(None, data, None)]
     for label, payload, gap in streams:
         leg: Leg
         if label is not None and http_stream(payload):  # the port's status requests and replies
