@@ -267,6 +267,8 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         return EXIT_BROKEN_PIPE
     except OSError as exc:  # e.g. stdout is a full disk (``> /dev/full``): one line, not a trace
         _flush_or_quiet_stdout()
+        if prog[0] == "flodl-proto":  # not parsed yet (``--help`` writes while parsing)
+            prog[0] = _argv_prog(sys.argv[1:] if argv is None else argv)
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
         print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1

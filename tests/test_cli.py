@@ -1076,8 +1076,10 @@ def test_help_and_version_on_a_full_stdout_are_one_line_and_exit_1(
     # argparse ignores its write errors: ``--help > /dev/full`` used to exit 0, writing nothing
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(_FullDisk())))
     code, _, err = _run_main(capsys, *args)
-    # help printed while parsing has no command yet
-    assert (code, err) == (1, "flodl-proto: error: cannot write output: No space left on device\n")
+    # help is printed while parsing, before the command is known: its prefix is read from the
+    # command line, as the one of a Ctrl-C then (it was "flodl-proto" for every command)
+    prog = " ".join(["flodl-proto", *args[:-1]])
+    assert (code, err) == (1, f"{prog}: error: cannot write output: No space left on device\n")
 
 
 def _close_stdout() -> None:
