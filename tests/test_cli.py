@@ -822,7 +822,8 @@ def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix
 @pytest.mark.parametrize(("content", "problem"), [
     (b"d5c6a1f0e9b8c7d6a5f4e3d2c1b0a9f8X\n", "33 characters, character 33 ('X') not a hex digit"),
     (b"d5c6a1f0e9b8c7d6a5f4e3d2c1b0a9\n", "30 characters"),
-    (bytes(range(200, 256)) * 18, "1008 characters, character 1 (U+00C8) not a hex digit"),
+    (bytes(range(200, 256)) * 18, "1008 bytes, byte 1 (0xc8) not ASCII (a raw salt file holds "
+                                  "exactly 16 bytes)"),
 ])
 def test_a_salt_file_error_never_shows_the_file_s_digits(
         content: bytes, problem: str, tmp_path: Path,
@@ -1380,3 +1381,26 @@ def test_an_empty_input_path_is_a_usage_error(args: tuple[str, ...], option: str
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == (f"flodl-proto {args[0]}: error: argument {option}: is empty; "
                                     f"{hint}")
+
+
+# -- item: a salt file of raw bytes that is not 16 of them (counted as characters of Latin-1) ----
+@pytest.mark.parametrize(("content", "got"), [
+    (bytes([0xB5]) * 17, "17 bytes, byte 1 (0xb5) not ASCII (a raw salt file holds exactly 16 "
+                         "bytes)"),
+    (b"00" * 7 + b"\xff" * 3, "17 bytes, byte 15 (0xff) not ASCII (a raw salt file holds "
+                              "exactly 16 bytes)"),
+    (b"zz" * 16, "32 characters, character 1 ('z') not a hex digit"),  # text: as before
+])
+def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
+        content: bytes, got: str, tmp_path: Path) -> None:
+    from flodl_proto.commands.relay import cli_salt
+
+    path = tmp_path / "salt.bin"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as e:
+        cli_salt(None, str(path))
+    assert str(e.value) == (f"--salt-file {path}: session salt must be 16 bytes written as 32 "
+                            f"hex digits, got {got}")
+    raw = bytes(range(240, 256))  # 16 raw bytes, none of them ASCII: the salt itself
+    path.write_bytes(raw)
+    assert cli_salt(None, str(path)) == raw

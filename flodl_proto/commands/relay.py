@@ -155,10 +155,16 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
                           "salt (32 hex digits, or 16 raw bytes)", salt_file)
         try:
             return parse_salt(raw.decode("ascii"))
-        except (UnicodeDecodeError, ProtocolError):
+        except (UnicodeDecodeError, ProtocolError) as e:
             if len(raw) == SESSION_SALT_BYTES:
                 return raw
-            return parse_salt(raw.decode("latin-1"))
+            if not isinstance(e, UnicodeDecodeError):
+                raise
+            # neither hex text nor a raw salt: counted in bytes, the first one text cannot hold
+            raise protocol_error(
+                "salt.bad_hex", expected=SESSION_SALT_BYTES, digits=2 * SESSION_SALT_BYTES,
+                got=f"{len(raw)} bytes, byte {e.start + 1} (0x{raw[e.start]:02x}) not ASCII "
+                    f"(a raw salt file holds exactly {SESSION_SALT_BYTES} bytes)") from None
     return parse_salt(salt)
 
 
