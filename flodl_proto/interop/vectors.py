@@ -39,6 +39,11 @@ class VectorFileError(ValueError):
 MAX_VECTOR_FILE_BYTES = 64 << 20
 
 
+#: the JSON name of what :func:`json.loads` returns, for messages
+_JSON_TYPES: dict[type, str] = {list: "array", str: "string", int: "number", float: "number",
+                                bool: "boolean", type(None): "null"}
+
+
 def _read_json(path: Path) -> Any:
     """The JSON document of ``path``, read only when it is a regular file of at most
     :data:`MAX_VECTOR_FILE_BYTES` (a FIFO would block, a device would never end).
@@ -51,13 +56,12 @@ def _read_json(path: Path) -> Any:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:  # checked before a file object is made of it (one of a folder names no path)
         mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise VectorFileError(f"{path}: not a vector file ({what})")
     except BaseException:
         os.close(fd)
         raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise VectorFileError(f"{path}: not a vector file ({what})")
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_VECTOR_FILE_BYTES + 1)
     if len(raw) > MAX_VECTOR_FILE_BYTES:
@@ -118,11 +122,6 @@ def iter_cases(root: Path) -> Iterator[Case]:
                 if problem is not None:
                     raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
                 yield Case(path.stem, version, case)
-
-
-#: the JSON name of what :func:`json.loads` returns, for messages
-_JSON_TYPES: dict[type, str] = {list: "array", str: "string", int: "number", float: "number",
-                                bool: "boolean", type(None): "null"}
 
 
 def _case_problem(case: Any) -> str | None:
