@@ -4,6 +4,7 @@ and an outcome its op does not have (a write or a round trip expecting an error)
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from flodl_proto.cli import main
-from flodl_proto.interop.registry import EXPECTS, VectorMismatch
+from flodl_proto.interop.registry import EXPECTS, FIELDS, VectorMismatch
 from flodl_proto.interop.vectors import Case, VectorFileError, iter_cases, run_case
 
 BUNDLED = Path(__file__).resolve().parent.parent / "flodl_proto" / "_vectors"
@@ -79,6 +80,113 @@ def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
     assert str(e.value) == f"{path}: not a vector file (case 0: {prefix}{problem})"
     assert main(["vectors", "check", str(root)]) == 2
     assert f"not a vector file (case 0: {prefix}{problem})" in capsys.readouterr().err
+
+
+def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> tuple[Path, str]:
+    """Apply ``changes`` (None: remove the key) to the first ``op`` case of ``root/file``
+    expecting ``expect``; return the file and the case's index and id as ``"i: id"``."""
+    path = root / file
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    i, case = next((i, c) for i, c in enumerate(doc["cases"])
+                   if c["op"] == op and c["expect"] == expect)
+    for key, value in changes.items():
+        if value is None:
+            del case[key]
+        else:
+            case[key] = value
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path, f"{i}: {case['id']}"
+
+
+@pytest.mark.parametrize(("file", "op", "expect", "change", "problem"), [
+    ("handshake.json", "handshake.read", "error", {"bytes": None}, "field 'bytes' is missing"),
+    ("handshake.json", "handshake.read", "ok", {"rank_id": None}, "field 'rank_id' is missing"),
+    ("handshake.json", "handshake.read", "error", {"expected_world_size": "4"},
+     "field 'expected_world_size' is the string '4', not a whole number"),
+    ("handshake.json", "handshake.read", "error", {"error_prefix": None},
+     "field 'error_prefix' is missing"),
+    ("round_frame.json", "round_frame.roundtrip", "ok", {"frame": "00"},
+     "field 'frame' is the string '00', not an object"),
+    ("round_frame.json", "round_frame.read", "error", {"salt": "not-a-salt"},
+     "field 'salt' is the string 'not-a-salt', not a string of bytes in hex digits"),
+    ("bf16.json", "bf16.from_f32", "ok", {"f32_bits": 1065353216},
+     "field 'f32_bits' is the number 1065353216, not a string of hex digits"),
+    ("reduce.json", "reduce_realized_work", "ok", {"inputs": {}},
+     "field 'inputs' is an object, not an array"),
+    ("dead_ranks.json", "dead_ranks", "ok", {"world_size": True},
+     "field 'world_size' is true, not a whole number"),
+    ("controller_session.json", "controller_session", "ok", {"after": None},
+     "field 'after' is missing"),
+])
+def test_a_case_without_a_field_its_op_reads_makes_the_file_no_vector_file(
+        file: str, op: str, expect: str, change: dict[str, Any], problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Such a case ran and failed with Python's words for it ("FAIL ...: KeyError: 'bytes'",
+    exit 1), or passed: nothing checked a case's fields but ``id``, ``op`` and ``expect``."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path, where = _edit_first(root, file, op, expect, **change)
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == f"{path}: not a vector file (case {where}: {problem})"
+    assert main(["vectors", "check", str(root)]) == 2
+    assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {path}: not a vector "
+                                       f"file (case {where}: {problem})\n")
+
+
+def test_the_fields_an_op_declares_are_every_field_its_handler_needs() -> None:
+    """Every bundled case, cut down to ``id``, ``op``, ``expect`` and its op's declared fields,
+    still passes: a case that passes the load-time field check never meets a handler's missing
+    key. Kept besides: a relay fold's ``records`` (optional: none means the fold ships none)."""
+    cut: collections.Counter[str] = collections.Counter()
+    for case in iter_cases(BUNDLED):
+        declared = FIELDS[case.data["op"]][case.data["expect"]]
+        keep = {"id", "op", "expect", "records", *declared}
+        data = {k: v for k, v in case.data.items() if k in keep}
+        cut.update(set(case.data) - keep)
+        run_case(Case(case.file, case.version, data))
+    # the optional fields, checked only when present, were cut and the cases still pass
+    assert set(cut) == {"description", "error", "bincode", "broadcast_record",
+                        "bf16_as_f32_bits"}
+
+
+@pytest.mark.parametrize(("version", "shown"), [(9, "9"), (1, "1"), ("3", "'3'"), (3.0, "3.0"),
+                                                (True, "True"), (None, "None")])
+def test_a_file_of_a_protocol_version_not_spoken_is_no_vector_file(
+        version: Any, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``protocol_version`` 9 ran its cases as version 9 (those the codec does not tell apart
+    passed); ``"3"`` and ``3.7`` were read as 3."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["protocol_version"] = version
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    why = f"protocol_version {shown} is not one this implementation speaks: 2, 3"
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == f"{path}: not a vector file ({why})"
+    assert main(["vectors", "check", str(root)]) == 2
+    assert capsys.readouterr().err == (f"flodl-proto vectors check: error: {path}: not a vector "
+                                       f"file ({why})\n")
+
+
+@pytest.mark.parametrize(("doc", "why"), [
+    ({"protocol_version": 3}, "no key 'cases'"),
+    ({"cases": []}, "no key 'protocol_version'"),
+    ({"protocol_version": 3, "cases": {}}, "cases is a JSON object, not an array"),
+    ({"protocol_version": 3, "cases": "x"}, "cases is a JSON string, not an array"),
+    ({"protocol_version": 3, "cases": [7]}, "case 0: not an object but a JSON number"),
+])
+def test_a_file_without_its_cases_is_no_vector_file(doc: dict[str, Any], why: str,
+                                                    tmp_path: Path) -> None:
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == f"{path}: not a vector file ({why})"
 
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large", "list", "not-utf8", "folder",

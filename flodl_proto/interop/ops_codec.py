@@ -30,7 +30,7 @@ def _eof(case: dict[str, Any], result: object) -> None:
     require(result is END_OF_STREAM, f"expected a clean end of stream, got {result!r}")
 
 
-@op("handshake.rank_write")
+@op("handshake.rank_write", fields={"rank_id": "int", "world_size": "int", "bytes": "hex"})
 def _handshake_rank_write(case: dict[str, Any], version: int) -> None:
     got = hs.encode_handshake(case["rank_id"], case["world_size"], version)
     require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
@@ -38,14 +38,15 @@ def _handshake_rank_write(case: dict[str, Any], version: int) -> None:
     require(h.rank == case["rank_id"] and n == 16, f"read back rank {h.rank}")
 
 
-@op("handshake.ack_write")
+@op("handshake.ack_write", fields={"bytes": "hex"})
 def _handshake_ack_write(case: dict[str, Any], version: int) -> None:
     got = hs.encode_ack(version)
     require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
     require(hs.decode_ack(got, version) == 8, "ack not accepted")
 
 
-@op("handshake.read", expects=("ok", "error"))
+@op("handshake.read", expects=("ok", "error"),
+    fields={"bytes": "hex", "expected_world_size": "int"}, ok_fields={"rank_id": "int"})
 def _handshake_read(case: dict[str, Any], version: int) -> None:
     data, ws = _hex(case), case["expected_world_size"]
     if case["expect"] == "error":
@@ -55,7 +56,7 @@ def _handshake_read(case: dict[str, Any], version: int) -> None:
     require(h.rank == case["rank_id"], f"rank {h.rank} != {case['rank_id']}")
 
 
-@op("handshake.ack_read", expects=("ok", "error"))
+@op("handshake.ack_read", expects=("ok", "error"), fields={"bytes": "hex"})
 def _handshake_ack_read(case: dict[str, Any], version: int) -> None:
     data = _hex(case)
     if case["expect"] == "error":
@@ -64,14 +65,15 @@ def _handshake_ack_read(case: dict[str, Any], version: int) -> None:
     require(hs.decode_ack(data, version) == 8, "ack not accepted")
 
 
-@op("channel_magic.write")
+@op("channel_magic.write", fields={"channel": "string", "bytes": "hex", "magic": "bits"})
 def _channel_magic_write(case: dict[str, Any], version: int) -> None:
     got = hs.encode_channel_magic(case["channel"])
     require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
     require(hs.expect_channel_magic(got, int(case["magic"], 16)) == 4, "magic not accepted")
 
 
-@op("channel_magic.expect", expects=("ok", "error"))
+@op("channel_magic.expect", expects=("ok", "error"),
+    fields={"bytes": "hex", "expected": "bits", "what": "string"})
 def _channel_magic_expect(case: dict[str, Any], version: int) -> None:
     data, expected, what = _hex(case), int(case["expected"], 16), case["what"]
     if case["expect"] == "error":
@@ -80,7 +82,8 @@ def _channel_magic_expect(case: dict[str, Any], version: int) -> None:
     require(hs.expect_channel_magic(data, expected, what) == 4, "magic not accepted")
 
 
-@op("round_frame.roundtrip")
+@op("round_frame.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "object",
+                                     "wire_len": "int", "mac": "string"})
 def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
     frame = frame_from_json(case["frame"])
@@ -96,7 +99,8 @@ def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
     compare_frame(dec, case["frame"])
 
 
-@op("round_frame.read", expects=("ok", "error", "eof"))
+@op("round_frame.read", expects=("ok", "error", "eof"), fields={"salt": "hex", "bytes": "hex"},
+    ok_fields={"consumed": "int", "frame": "object"})
 def _round_frame_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
@@ -113,7 +117,9 @@ def _round_frame_read(case: dict[str, Any], version: int) -> None:
     compare_frame(dec, case["frame"])
 
 
-@op("mux_record.roundtrip")
+@op("mux_record.roundtrip", fields={"salt": "hex", "bytes": "hex", "record": "object",
+                                    "header": "string", "payload": "string",
+                                    "auth_tag": "string"})
 def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
     rec = record_from_json(case["record"], version)
@@ -132,7 +138,8 @@ def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
     require(got_json == case["record"], f"decoded {got_json} != {case['record']}")
 
 
-@op("mux_record.read", expects=("ok", "error", "eof"))
+@op("mux_record.read", expects=("ok", "error", "eof"), fields={"salt": "hex", "bytes": "hex"},
+    ok_fields={"consumed": "int", "record": "object"})
 def _mux_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
@@ -150,7 +157,7 @@ def _mux_read(case: dict[str, Any], version: int) -> None:
     require(got_json == case["record"], f"decoded {got_json} != {case['record']}")
 
 
-@op("len_framed.roundtrip")
+@op("len_framed.roundtrip", fields={"blob": "hex", "bytes": "hex"})
 def _len_roundtrip(case: dict[str, Any], version: int) -> None:
     blob, want = _hex(case, "blob"), _hex(case)
     got = b"".join(loopback.encode_len_framed(blob))
@@ -161,7 +168,8 @@ def _len_roundtrip(case: dict[str, Any], version: int) -> None:
     require(bytes(res[0]) == blob and res[1] == len(want), "blob differs")
 
 
-@op("len_framed.read", expects=("ok", "error", "eof"))
+@op("len_framed.read", expects=("ok", "error", "eof"), fields={"bytes": "hex"},
+    ok_fields={"blob": "string"})
 def _len_read(case: dict[str, Any], version: int) -> None:
     data = _hex(case)
     if case["expect"] == "error":
@@ -176,7 +184,7 @@ def _len_read(case: dict[str, Any], version: int) -> None:
     require(bytes(res[0]).hex() == case["blob"], "blob differs")
 
 
-@op("framed_round.roundtrip")
+@op("framed_round.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "object"})
 def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
     frame = frame_from_json(case["frame"])
@@ -188,7 +196,8 @@ def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
     compare_frame(res[0], case["frame"])
 
 
-@op("framed_round.read", expects=("ok", "error", "eof"))
+@op("framed_round.read", expects=("ok", "error", "eof"), fields={"salt": "hex", "bytes": "hex"},
+    ok_fields={"frame": "object"})
 def _framed_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":

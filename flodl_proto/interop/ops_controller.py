@@ -70,7 +70,9 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
                 f"controller error kind {kind!r}, want {want['error_kind']!r}")
 
 
-@op("controller_session", expects=("ok", "error"))
+@op("controller_session", expects=("ok", "error"),
+    fields={"world_size": "int", "salt": "hex", "steps": "array", "controller": "object",
+            "after": "array"})
 def _controller_session(case: dict[str, Any], version: int) -> None:
     ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
                               port=0, version=version, port_mux=False)

@@ -60,7 +60,8 @@ def _check_output(case: dict[str, Any], got: RoundFrame, salt: bytes) -> bytes:
     return data
 
 
-@op("reduce_realized_work", "sum_frames", expects=("ok", "error"))
+@op("reduce_realized_work", "sum_frames", expects=("ok", "error"),
+    fields={"salt": "hex", "inputs": "array"}, ok_fields={"output": "object"})
 def _reduce(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold_sum = case["op"] == "sum_frames"
@@ -83,7 +84,8 @@ def _reduce(case: dict[str, Any], version: int) -> None:
                 f"broadcast_record {rec.hex()} != {case['broadcast_record']}")
 
 
-@op("relay_fold", expects=("ok", "error"))
+@op("relay_fold", expects=("ok", "error"),
+    fields={"salt": "hex", "local_ranks": "array", "steps": "array"})
 def _relay_fold(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold = HostFold(case["local_ranks"], salt, version=version)
@@ -122,7 +124,7 @@ def _relay_fold(case: dict[str, Any], version: int) -> None:
                     f"records[{i}].record_bytes {got.hex()} != {rec['record_bytes']}")
 
 
-@op("bf16.from_f32")
+@op("bf16.from_f32", fields={"f32_bits": "bits", "bf16_bits": "bits"})
 def _bf16_from_f32(case: dict[str, Any], version: int) -> None:
     f32 = _bits(case["f32_bits"])
     got = f32_bits_to_bf16_bits(f32)
@@ -136,7 +138,7 @@ def _bf16_from_f32(case: dict[str, Any], version: int) -> None:
                 f"widened 0x{back:08x} != {case['bf16_as_f32_bits']}")
 
 
-@op("bf16.to_f32")
+@op("bf16.to_f32", fields={"bf16_bits": "bits", "f32_bits": "bits"})
 def _bf16_to_f32(case: dict[str, Any], version: int) -> None:
     b = _bits(case["bf16_bits"])
     got = bf16_bits_to_f32_bits(b)
@@ -145,7 +147,8 @@ def _bf16_to_f32(case: dict[str, Any], version: int) -> None:
     require(int(arr[0]) == got, f"array path gives 0x{int(arr[0]):08x}")
 
 
-@op("payload.encode", expects=("ok", "error"))
+@op("payload.encode", expects=("ok", "error"), fields={"f32_bits": "array", "dtype": "int"},
+    ok_fields={"bytes": "string"})
 def _payload_encode(case: dict[str, Any], version: int) -> None:
     values = np.array([_bits(b) for b in case["f32_bits"]], dtype=np.uint32).view(np.float32)
     if case["expect"] == "error":
@@ -155,7 +158,9 @@ def _payload_encode(case: dict[str, Any], version: int) -> None:
     require(got.hex() == case["bytes"], f"bytes {got.hex()} != {case['bytes']}")
 
 
-@op("payload.scale", expects=("ok", "error"))
+@op("payload.scale", expects=("ok", "error"),
+    fields={"factor_f32_bits": "bits", "bytes": "hex", "dtype": "int"},
+    ok_fields={"out_bytes": "string"})
 def _payload_scale(case: dict[str, Any], version: int) -> None:
     factor = np.array([_bits(case["factor_f32_bits"])], dtype=np.uint32).view(np.float32)[0]
     data = bytes.fromhex(case["bytes"])
@@ -166,7 +171,7 @@ def _payload_scale(case: dict[str, Any], version: int) -> None:
     require(got.hex() == case["out_bytes"], f"out_bytes {got.hex()} != {case['out_bytes']}")
 
 
-@op("dead_ranks")
+@op("dead_ranks", fields={"world_size": "int", "steps": "array"})
 def _dead_ranks(case: dict[str, Any], version: int) -> None:
     ledger = DeadRanks(case["world_size"])
     for i, s in enumerate(case["steps"]):

@@ -8,10 +8,11 @@ and register themselves with :func:`op`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["EXPECTS", "EXPECT_VALUES", "OPS", "Handler", "NotImplementedOp", "VectorMismatch", "op"]
+__all__ = ["EXPECTS", "EXPECT_VALUES", "FIELDS", "OPS", "Handler", "NotImplementedOp",
+           "VectorMismatch", "field_problem", "op"]
 
 #: handler signature: (case JSON object, protocol version of its file) -> None
 Handler = Callable[[dict[str, Any], int], None]
@@ -27,6 +28,82 @@ EXPECT_VALUES: tuple[str, ...] = ("ok", "error", "eof")
 #: mismatch: e.g. a write that succeeds cannot be a case expecting an error)
 EXPECTS: dict[str, frozenset[str]] = {}
 
+#: the JSON kinds of a case's fields, each a test and the words a problem is told in: ``int`` a
+#: whole number (not a boolean), ``string``, ``hex`` a string of whole bytes in hex digits,
+#: ``bits`` a string of hex digits (an integer, ``0x`` allowed), ``object``, ``array``
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "hex": (lambda v: isinstance(v, str) and _is_hex(v), "a string of bytes in hex digits"),
+    "bits": (lambda v: isinstance(v, str) and _is_bits(v), "a string of hex digits"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+    "array": (lambda v: isinstance(v, list), "an array"),
+}
+
+#: what every error case needs: the error kind and the start of the message it expects
+_ERROR_FIELDS: dict[str, str] = {"error_kind": "string", "error_prefix": "string"}
+
+#: op name -> expect value -> the fields (name -> kind of :data:`_KINDS`) its handler reads from
+#: a case expecting that outcome; checked before any case runs, so a case without one is a
+#: file outside the schema, not a failed case. Objects and arrays are checked as such, not
+#: inside.
+FIELDS: dict[str, dict[str, dict[str, str]]] = {}
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_bits(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def field_problem(case: Mapping[str, Any]) -> str | None:
+    """Why ``case`` (an object whose ``op`` and ``expect`` are known good) lacks a field its
+    op's handler reads, or has one of another JSON kind (``field 'bytes' is missing``, ``field
+    'frame' is a string, not an object``), or None (also for an op no handler is registered
+    for: that case is reported as not implemented)."""
+    need = FIELDS.get(case["op"], {}).get(case["expect"], {})
+    for name, kind in need.items():
+        if name not in case:
+            return f"field {name!r} is missing"
+        test, words = _KINDS[kind]
+        if not test(case[name]):
+            return f"field {name!r} is {_shown(case[name])}, not {words}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A JSON value in a problem's words: ``the string '12zz'``, ``the number 3``, ``an
+    array``, ``an object``, ``true``, ``null``."""
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}" + ("..." if len(value) > 40 else "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    name = json_name(value)
+    return f"an {name}" if isinstance(value, list | dict) else name
+
+
+#: the JSON name of each kind of value :func:`json.loads` returns
+_JSON_NAMES: dict[type, str] = {list: "array", dict: "object", str: "string", int: "number",
+                                float: "number", bool: "boolean", type(None): "null"}
+
+
+def json_name(value: Any) -> str:
+    """The JSON name of ``value``'s kind (``array``, ``object``, ``string``, ``number``,
+    ``boolean``, ``null``; ``value`` for anything :func:`json.loads` does not return)."""
+    return _JSON_NAMES.get(type(value), "value")
+
 
 class VectorMismatch(AssertionError):
     """This implementation's result differs from the vector's (the message says how)."""
@@ -36,17 +113,37 @@ class NotImplementedOp(Exception):
     """No handler is registered for the case's ``op``."""
 
 
-def op(*names: str, expects: tuple[str, ...] = ("ok",)) -> Callable[[Handler], Handler]:
-    """Decorator registering a handler for the vector ``op`` names given; ``expects``: the
-    ``expect`` values it judges (values of :data:`EXPECT_VALUES`; default: success only)."""
+def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str] | None = None,
+       ok_fields: Mapping[str, str] | None = None) -> Callable[[Handler], Handler]:
+    """Decorator registering a handler for the vector ``op`` names given.
+
+    Args:
+        expects: the ``expect`` values it judges (values of :data:`EXPECT_VALUES`; default:
+            success only).
+        fields: the fields (name -> kind: ``int``, ``string``, ``hex``, ``bits``, ``object``,
+            ``array``) it reads from every case; an error case's ``error_kind`` and
+            ``error_prefix`` are added.
+        ok_fields: the fields it reads from a case expecting success only.
+
+    Raises:
+        ValueError: an ``expect`` value or a field kind outside the schema (a programming error
+            of a handler module).
+    """
     unknown = set(expects) - set(EXPECT_VALUES)
     if unknown:
         raise ValueError(f"expects: {sorted(unknown)} not in {EXPECT_VALUES}")
+    common, ok_only = dict(fields or {}), dict(ok_fields or {})
+    bad = {k for k in (*common.values(), *ok_only.values()) if k not in _KINDS}
+    if bad:
+        raise ValueError(f"field kinds {sorted(bad)} not in {sorted(_KINDS)}")
+    need = {e: {**common, **(ok_only if e == "ok" else {}),
+                **(_ERROR_FIELDS if e == "error" else {})} for e in expects}
 
     def deco(fn: Handler) -> Handler:
         for n in names:
             OPS[n] = fn
             EXPECTS[n] = frozenset(expects)
+            FIELDS[n] = need
         return fn
 
     return deco

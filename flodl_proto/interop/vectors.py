@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .registry import EXPECT_VALUES, EXPECTS, OPS, NotImplementedOp, VectorMismatch
+from ..spec import SUPPORTED_VERSIONS
+from .registry import (
+    EXPECT_VALUES,
+    EXPECTS,
+    OPS,
+    NotImplementedOp,
+    VectorMismatch,
+    field_problem,
+    json_name,
+)
 
 # every ops_* module of this package registers its handlers on import
 for _info in pkgutil.iter_modules([str(Path(__file__).parent)]):
@@ -37,11 +46,6 @@ class VectorFileError(ValueError):
 #: the largest vector file read (the shared files are tens of KiB); a larger one, or a link to
 #: ``/dev/zero``, is refused before it is read whole
 MAX_VECTOR_FILE_BYTES = 64 << 20
-
-
-#: the JSON name of what :func:`json.loads` returns, for messages
-_JSON_TYPES: dict[type, str] = {list: "array", str: "string", int: "number", float: "number",
-                                bool: "boolean", type(None): "null"}
 
 
 def _read_json(path: Path) -> Any:
@@ -110,13 +114,19 @@ def iter_cases(root: Path) -> Iterator[Case]:
                 continue
             doc = _read_json(path)
             if not isinstance(doc, dict):
-                raise VectorFileError(f"{path}: not a vector file (a JSON "
-                                      f"{_JSON_TYPES.get(type(doc), 'value')}, not an object)")
-            try:
-                version, cases = int(doc["protocol_version"]), list(doc["cases"])
-            except (ValueError, KeyError, TypeError) as e:
-                why = f"no key {e}" if isinstance(e, KeyError) else str(e)
-                raise VectorFileError(f"{path}: not a vector file ({why})") from None
+                raise VectorFileError(f"{path}: not a vector file (a JSON {json_name(doc)}, "
+                                      "not an object)")
+            for key in ("protocol_version", "cases"):
+                if key not in doc:
+                    raise VectorFileError(f"{path}: not a vector file (no key {key!r})")
+            version, cases = doc["protocol_version"], doc["cases"]
+            if version not in SUPPORTED_VERSIONS or isinstance(version, bool | float):
+                raise VectorFileError(
+                    f"{path}: not a vector file (protocol_version {version!r} is not one this "
+                    f"implementation speaks: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+            if not isinstance(cases, list):
+                raise VectorFileError(f"{path}: not a vector file (cases is a JSON "
+                                      f"{json_name(cases)}, not an array)")
             for i, case in enumerate(cases):
                 problem = _case_problem(case)
                 if problem is not None:
@@ -126,16 +136,20 @@ def iter_cases(root: Path) -> Iterator[Case]:
 
 def _case_problem(case: Any) -> str | None:
     """Why ``case`` is not a case of the shared schema (an object with a string ``id`` and
-    ``op`` and an ``expect`` of :data:`~flodl_proto.interop.registry.EXPECT_VALUES`), or None."""
+    ``op``, an ``expect`` of :data:`~flodl_proto.interop.registry.EXPECT_VALUES` and the fields
+    its op's handler reads, :data:`~flodl_proto.interop.registry.FIELDS`), or None."""
     if not isinstance(case, dict):
-        return f"not an object but {type(case).__name__}"
+        return f"not an object but a JSON {json_name(case)}"
     for key in ("id", "op"):
         if not isinstance(case.get(key), str):
             return f"{key} {case.get(key)!r} is not a string"
     if case.get("expect") not in EXPECT_VALUES:
         return (f"{case['id']}: expect {case.get('expect')!r} is not one of "
                 + ", ".join(repr(e) for e in EXPECT_VALUES))
-    return None
+    if case["expect"] not in EXPECTS.get(case["op"], EXPECT_VALUES):
+        return None  # run_case reports the outcome the op does not have, as a failed case
+    problem = field_problem(case)
+    return None if problem is None else f"{case['id']}: {problem}"
 
 
 def manifest_total(root: Path) -> int:
