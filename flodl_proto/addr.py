@@ -81,7 +81,12 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
     if not (port_s.isascii() and port_s.isdigit()):
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason=f"port {port_s!r} is not a decimal number")
-    return host, _check_port(int(port_s), text, field, dial)
+    digits = port_s.lstrip("0") or "0"  # int() of over 4300 digits, zeros included, raises
+    if len(digits) > len(str(PORT_MAX)):
+        shown = port_s if len(port_s) <= 20 else port_s[:20] + "..."
+        raise protocol_error("addr.invalid", field=field, value=text,
+                             reason=f"port {shown} is out of range 0..{PORT_MAX}")
+    return host, _check_port(int(digits), text, field, dial)
 
 
 def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int]:

@@ -73,6 +73,9 @@ def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> 
     ("host:\u0665", "port '\u0665' is not a decimal number"),  # a non-ASCII digit
     ("host:65536", f"port 65536 is out of range 0..{PORT_MAX}"),
     ("host:99999999999999999999", "port 99999999999999999999 is out of range 0..65535"),
+    # more digits than int() converts (4300): was its ValueError, a traceback on the CLI
+    ("host:" + "9" * 4301, "port 99999999999999999999... is out of range 0..65535"),
+    ("host:" + "0" * 5000 + "65536", "port 65536 is out of range 0..65535"),
 ])
 def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> None:
     with pytest.raises(InvalidValue) as ei:
@@ -82,6 +85,10 @@ def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> No
     assert e.error_id == "addr.invalid"
     assert e.fields == {"field": "--controller", "value": text, "reason": reason}
     assert str(e) == f"--controller = {text!r} is not a HOST:PORT address: {reason}"
+
+
+def test_parse_addr_takes_a_port_with_leading_zeros() -> None:
+    assert parse_addr("h:" + "0" * 5000 + "8080") == ("h", 8080)
 
 
 def test_parse_addr_not_a_string() -> None:

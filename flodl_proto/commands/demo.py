@@ -189,8 +189,10 @@ def _parse_kill(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     r, sep, k = text.partition("@")
-    if not (sep and r.isascii() and r.isdigit() and k.isascii() and k.lstrip("-").isdigit()):
-        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {text!r}")
+    if len(text) > 40 or not (sep and r.isascii() and r.isdigit() and k.isascii()
+                              and k.lstrip("-").isdigit()):  # 40: int() of 4301 digits raises
+        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got "
+                         f"{text[:40]!r}{'...' if len(text) > 40 else ''}")
     return int(r), int(k)
 
 
