@@ -19,9 +19,21 @@ from typing import NamedTuple
 
 from .errors import protocol_error
 
-__all__ = ["HexDump", "parse_hex_dump", "read_hex_dump"]
+__all__ = ["DEFAULT_LIMIT", "HexDump", "HexDumpTooLarge", "parse_hex_dump", "read_hex_dump"]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
+
+#: the most bytes a hex text may stand for by default (4 GiB, ``decode``'s ``--max-input``): a
+#: ``*`` line followed by a far offset stands for any number of them
+DEFAULT_LIMIT = 4 << 30
+
+#: the widest offset a dump line may carry, in hex digits (a 64-bit offset)
+_OFFSET_DIGITS_MAX = 16
+
+
+class HexDumpTooLarge(ValueError):
+    """The hex text stands for more bytes than the limit it was read with (its ``*`` lines
+    expanded); the message names the line and the count."""
 
 
 class HexDump(NamedTuple):
@@ -32,14 +44,15 @@ class HexDump(NamedTuple):
     data: bytes
 
 
-def parse_hex_dump(text: str) -> bytes:
-    """The bytes of the hex text ``text`` (:func:`read_hex_dump`'s ``data``).
+def parse_hex_dump(text: str, limit: int = DEFAULT_LIMIT) -> bytes:
+    """The bytes of the hex text ``text`` (:func:`read_hex_dump`'s ``data``), at most ``limit``
+    of them.
 
     Raises:
-        ValueError: as :func:`read_hex_dump`.
+        ValueError, HexDumpTooLarge: as :func:`read_hex_dump`.
         InvalidValue (local): as :func:`read_hex_dump`.
     """
-    return read_hex_dump(text).data
+    return read_hex_dump(text, limit).data
 
 
 def _check_text(text: object) -> None:
@@ -57,7 +70,7 @@ def _check_text(text: object) -> None:
 _FENCES = ("```", "~~~")
 
 
-def read_hex_dump(text: str) -> HexDump:
+def read_hex_dump(text: str, limit: int = DEFAULT_LIMIT) -> HexDump:
     """Bytes from hex text: plain hex, ``xxd``, ``hexdump -C``, ``od -Ax -tx1`` output or the
     dumps of ``docs/protocol.md``.
 
@@ -70,11 +83,15 @@ def read_hex_dump(text: str) -> HexDump:
     ``|..|``, ``od -c``-style ``>..<``) is ignored. A Markdown code fence line (```` ```text ````,
     ```` ``` ````, ``~~~``), copied with a dump from ``docs/protocol.md``, is skipped.
 
+    ``limit``: the most bytes the text may stand for (:data:`DEFAULT_LIMIT`, 4 GiB), checked
+    before a ``*`` line is expanded.
+
     Raises:
         ValueError: a line holds something other than hex digits, or, in a dump with offsets, a
             line's offset is not the count of bytes before it (a line left out, two dumps
-            pasted one after the other), or a ``*`` line stands where it repeats nothing; the
-            line number is named.
+            pasted one after the other) or has more than 16 hex digits, or a ``*`` line stands
+            where it repeats nothing; the line number is named.
+        HexDumpTooLarge (a ValueError): the text stands for more than ``limit`` bytes.
         InvalidValue (local): ``text`` is no str (bytes read from a file: decode them first),
             naming ``text`` and its type.
     """
@@ -93,6 +110,11 @@ def read_hex_dump(text: str) -> HexDump:
             repeat_from = lineno
             continue
         offset, body, sure = _split_offset(line)
+        if offset is not None and offset >> (4 * _OFFSET_DIGITS_MAX):
+            if sure or start is not None:
+                raise ValueError(f"line {lineno}: an offset of {(offset.bit_length() + 3) // 4} "
+                                 f"hex digits, wider than a 64-bit one ({_OFFSET_DIGITS_MAX})")
+            offset, body = None, line  # plain hex whose first digits look like an offset
         if offset is not None and start is None:  # is the text a dump after all?
             if not out and (sure or offset == 0) and body:
                 start = offset
@@ -104,6 +126,11 @@ def read_hex_dump(text: str) -> HexDump:
             expected = start + len(out)
             gap = offset - expected
             if repeat_from is not None and last and gap > 0 and gap % len(last) == 0:
+                if len(out) + gap > limit:
+                    raise HexDumpTooLarge(
+                        f"line {lineno}: the '*' of line {repeat_from} repeats the line before "
+                        f"it up to offset {offset:x}: {len(out) + gap} bytes, more than the "
+                        f"{limit} allowed")
                 out += last * (gap // len(last))
                 expected = offset
             repeat_from = None
@@ -121,6 +148,9 @@ def read_hex_dump(text: str) -> HexDump:
         except ValueError:
             raise ValueError(f"line {lineno}: not hex: {line[:60]!r}") from None
         out += got
+        if len(out) > limit:
+            raise HexDumpTooLarge(f"line {lineno}: {len(out)} bytes, more than the {limit} "
+                                  "allowed")
         last = got or last
     return HexDump(start or 0, bytes(out))
 

@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from flodl_proto._hexdump import HexDump, read_hex_dump
+from flodl_proto._hexdump import HexDump, HexDumpTooLarge, read_hex_dump
 from flodl_proto.cli import main
 from flodl_proto.codec import (
     END_OF_STREAM,
@@ -1201,6 +1201,57 @@ def test_a_dump_whose_offsets_skip_or_restart_is_refused_naming_the_line() -> No
     hexdump = _hexdump_c(data).splitlines()
     with pytest.raises(ValueError, match=r"^line 2: offset 00000020 where 00000010 was expected"):
         parse_hex_dump("\n".join(hexdump[:1] + hexdump[2:]))
+
+
+_ZEROS_LINE = "00000000  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|"
+
+
+def test_a_star_line_is_expanded_only_within_the_limit() -> None:
+    """A '*' line then a far offset (230 bytes of text) stood for up to 4 GiB, allocated whole
+    whatever ``--max-input`` said; the bytes it stands for are now counted before it expands."""
+    ones = "01 " * 16
+    dump = f"{_ZEROS_LINE}\n*\n00000100  {ones.strip()}  |................|\n"
+    assert parse_hex_dump(dump, limit=272) == bytes(256) + b"\x01" * 16
+    with pytest.raises(HexDumpTooLarge, match=r"^line 3: the '\*' of line 2 repeats the line "
+                                              r"before it up to offset 100: 256 bytes, more than "
+                                              r"the 255 allowed$"):
+        parse_hex_dump(dump, limit=255)
+    with pytest.raises(HexDumpTooLarge, match=r"^line 3: 272 bytes, more than the 271 allowed$"):
+        parse_hex_dump(dump, limit=271)
+    far = f"{_ZEROS_LINE}\n*\nfffffffffffffff0  {ones.strip()}  |................|\n"
+    with pytest.raises(HexDumpTooLarge, match=r"up to offset fffffffffffffff0: "
+                                              r"18446744073709551600 bytes, more than the "
+                                              r"4294967296 allowed$"):
+        parse_hex_dump(far)  # the default limit: 4 GiB
+
+
+def test_an_offset_wider_than_64_bits_is_refused_naming_the_line() -> None:
+    """An ``xxd`` line whose offset had 5000 digits was read; ``decode --hex`` then failed with
+    a traceback printing it in decimal (more digits than int-to-str converts)."""
+    with pytest.raises(ValueError, match=r"^line 1: an offset of 5000 hex digits, wider than a "
+                                         r"64-bit one \(16\)$"):
+        parse_hex_dump("9" * 5000 + ": 0011 2233")
+    with pytest.raises(ValueError, match=r"^line 2: an offset of 17 hex digits"):
+        parse_hex_dump(f"{_ZEROS_LINE}\n1{'0' * 16}  00 01\n")
+    # 17 digits that are not a dump's offset stay plain hex; leading zeros are no width
+    assert parse_hex_dump("1" + "0" * 17 + "  00 01") == bytes.fromhex("1" + "0" * 17 + "0001")
+    assert read_hex_dump("0" * 20 + "4: c017") == HexDump(4, b"\xc0\x17")
+
+
+def test_cli_refuses_a_dump_standing_for_more_than_max_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bomb = tmp_path / "bomb.hd"
+    bomb.write_text(f"{_ZEROS_LINE}\n*\n40000000  {'01 ' * 16}|................|\n")
+    assert main(["decode", "--hex", "--leg", "frame", "--max-input", "100000", str(bomb)]) == 1
+    assert capsys.readouterr() == ("", (
+        "flodl-proto decode: error: the hex dump stands for more bytes than --max-input: line 3: "
+        "the '*' of line 2 repeats the line before it up to offset 40000000: 1073741824 bytes, "
+        "more than the 100000 allowed; give a larger --max-input to decode it\n"))
+    wide = tmp_path / "wide.hex"
+    wide.write_text("9" * 5000 + ": 0011 2233\n")
+    assert main(["decode", "--hex", str(wide)]) == 1
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: not a hex dump: line 1: an "
+                                       "offset of 5000 hex digits, wider than a 64-bit one (16)\n")
 
 
 def test_cli_names_a_dump_whose_offsets_skip_without_calling_it_not_hex(

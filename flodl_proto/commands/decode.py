@@ -303,18 +303,22 @@ def _read_input(name: str, hex_text: bool, limit: int,
         raise _Unreadable(f"{e.filename or name}: {os_reason(e)}") from None
     if not hex_text:
         return raw
-    from .._hexdump import read_hex_dump
+    from .._hexdump import HexDumpTooLarge, read_hex_dump
 
     _check_text(raw)
     text = raw.decode("ascii")
     try:
-        dump = read_hex_dump(text)
+        dump = read_hex_dump(text, limit)
+    except HexDumpTooLarge as e:  # a '*' line up to a far offset: checked before it expands
+        raise _NotHex(f"the hex dump stands for more bytes than --max-input: {e}; give a "
+                      "larger --max-input to decode it") from None
     except ValueError as e:  # "line N: not hex: '...'", or "line N: offset ... where ..."
         why = str(e)
         if ": not hex:" in why:
             raise _NotHex("input is not hex: " + why.replace(": not hex:", ":", 1)
                           + " (--hex takes hex text)") from None
-        raise _NotHex(f"the hex dump's offsets do not follow on: {why}") from None
+        raise _NotHex(f"the hex dump's offsets do not follow on: {why}"
+                      if " where " in why or "'*'" in why else f"not a hex dump: {why}") from None
     if dump.start:  # `xxd -s N`: the decoder sees the dump's bytes only
         print(f"{_PROG}: the hex dump starts at byte {dump.start} of its stream "
               f"(0x{dump.start:x}); the offsets below count from the dump's first byte",
