@@ -275,6 +275,26 @@ def test_a_failed_check_is_an_error_line_of_the_command(
         out.write_text("stale\n", encoding="utf-8")
 
 
+@pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
+@pytest.mark.parametrize(("make", "what"), [("fifo", "a FIFO"), ("null", "a character device")])
+def test_a_check_of_a_fifo_or_a_device_is_an_unreadable_input_not_a_missing_file(
+        cmd: list[str], make: str, what: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--check --out FIFO`` said ``FIFO: missing`` (exit 1) though the path exists; it is an
+    input path that is no file, as the README's exit table puts one that cannot be read (2)."""
+    import os
+
+    if make == "fifo":
+        out = tmp_path / "gen.md"
+        os.mkfifo(out)
+    else:
+        out = Path(os.devnull)
+    prog = "flodl-proto " + " ".join(cmd)
+    assert main([*cmd, "--out", str(out), "--check"]) == 2
+    assert capsys.readouterr() == ("", f"{prog}: error: cannot read {out}: {what}, not a file "
+                                       "(never read: a check compares a file)\n")
+
+
 # -- the generators' write is atomic: a failed write leaves the old file -------------------------
 def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     """``docs --out`` over an existing file, in a process that cannot write more than 4 KiB to a

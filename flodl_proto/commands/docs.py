@@ -145,6 +145,20 @@ def read_for_check(path: Path) -> bytes | None:
     return path.read_bytes()
 
 
+def _special_file(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a file nor a folder (``a FIFO``, ``a
+    character device``, ``a block device``, ``a socket``), else None."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return None
+
+
 def check_generated(out: Path, text: str, prog: str, regenerate: str, source: str = "") -> int:
     """The ``--check`` of a generated file: compare ``out`` with ``text`` and say so in one line.
 
@@ -160,14 +174,19 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         missing or differs: one line on stderr, ``PROG: error: PATH: missing`` (or ``out of
         date``), then ``source`` and the ``regenerate`` command to run, in the form of every
         other failure line of the command; 2 when it cannot be read, as any input path
-        (:func:`read_for_check`).
+        (:func:`read_for_check`), or is a FIFO, a device or a socket (never read).
 
     No upstream counterpart: upstream ships no generated files to check.
     """
     try:
         found = read_for_check(out)
+        special = None if found is not None else _special_file(out)
     except OSError as e:
         print(f"{prog}: error: cannot read {out}: {os_reason(e)}", file=sys.stderr)
+        return 2
+    if special is not None:  # it exists: an input path that is no file, not a missing one
+        print(f"{prog}: error: cannot read {out}: {special}, not a file (never read: a check "
+              "compares a file)", file=sys.stderr)
         return 2
     tail = f" {source}" if source else ""
     if found == text.encode("utf-8"):
