@@ -595,6 +595,18 @@ def test_cli_list_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
     # listing no case is the usage error a run of no case is (it listed "0 cases", exit 0)
     assert main(["conform", "relay", "--list", "--cases", "nothing.*"]) == 2
     assert capsys.readouterr() == ("", "flodl-proto conform relay: error: no case selected\n")
+    # cases that match but need what the target was not said to have: said so (it was only
+    # "no case selected")
+    portmux = sum(1 for c in load_catalogue() if c.id.startswith("controller.portmux."))
+    assert portmux >= 2
+    for extra in (["--list"], ["--launch", "true"]):
+        assert main(["conform", "controller", "--cases", "controller.portmux.*", *extra]) == 2
+        assert capsys.readouterr() == ("", (
+            f"flodl-proto conform controller: error: no case selected: {portmux} cases match "
+            f"but are left out (needs --port-mux: {portmux})\n"))
+    assert main(["conform", "controller", "--cases", "controller.portmux.status", "--list"]) == 2
+    assert capsys.readouterr().err.endswith(": no case selected: 1 case matches but is left out "
+                                            "(needs --port-mux: 1)\n")
 
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

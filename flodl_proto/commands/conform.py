@@ -38,6 +38,7 @@ or out of date, 2 when PATH cannot be read.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import signal
 import stat
@@ -239,7 +240,7 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
                                           port_mux=args.port_mux)
     runs[:], skipped[:] = selected, not_selected
     if args.list:  # a selection of no case is the same usage error as for a run
-        return _list(runs, skipped) if runs else _usage("no case selected", args)
+        return _list(runs, skipped) if runs else _usage(_no_case(skipped), args)
     if not args.launch:
         return _usage("--launch CMD is required (or --list)", args)
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
@@ -248,8 +249,20 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     except ValueError as e:
         return _usage(str(e), args)
     if not runs:
-        return _usage("no case selected", args)
+        return _usage(_no_case(skipped), args)
     return None
+
+
+def _no_case(skipped: list[tuple[Case, str]]) -> str:
+    """The usage error of a selection that runs no case, with what left out the cases it
+    matched (``needs --port-mux: 6``)."""
+    if not skipped:
+        return "no case selected"
+    reasons = collections.Counter(why for _, why in skipped)
+    n = len(skipped)
+    return (f"no case selected: {n} {'case matches' if n == 1 else 'cases match'} but "
+            f"{'is' if n == 1 else 'are'} left out ("
+            + "; ".join(f"{why}: {k}" for why, k in reasons.items()) + ")")
 
 
 def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
