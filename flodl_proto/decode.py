@@ -316,9 +316,16 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
         return "loopback", "a length prefix and a RoundFrame"
     if len(mv) < 8:
         return "mux", "too short to tell"
-    raise ValueError(f"cannot tell the leg from the first bytes ({bytes(mv[:8]).hex()}): not a "
+    head = bytes(mv[:8])
+    hint = ("; they read as hex text: decode it with --hex" if all(
+        chr(b) in _HEX_TEXT for b in head) else "")
+    raise ValueError(f"cannot tell the leg from the first bytes ({head.hex()}): not a "
                      "channel magic, handshake, ack, RoundFrame, mux record or length-prefixed "
-                     "frame; name it with --leg")
+                     f"frame; name it with --leg{hint}")
+
+
+#: the characters hex text starts with (digits, an offset's colon, blanks, a code fence)
+_HEX_TEXT = frozenset("0123456789abcdefABCDEF: \t\r\n`~")
 
 
 # -------------------------------------------------------------------------------------------------

@@ -1017,6 +1017,12 @@ def test_leg_detection_names_what_it_saw_or_refuses() -> None:
     with pytest.raises(ValueError, match=r"cannot tell the leg from the first bytes "
                                          r"\(0011223344556677\).*--leg"):
         detect_leg(bytes.fromhex("0011223344556677"))
+    # hex text given without --hex: said so (the line named only --leg)
+    with pytest.raises(ValueError, match=r"\(6330203137203064\): .*; name it with --leg; they "
+                                         r"read as hex text: decode it with --hex$"):
+        detect_leg(b"c0 17 0d f1 02 00 00 00\n")
+    with pytest.raises(ValueError, match=r"name it with --leg$"):
+        detect_leg(b"c0 1g 0d f1 02 00 00 00\n")  # a 'g': not hex text
 
 
 def test_bare_round_frames_decode_with_tags(capsys: pytest.CaptureFixture[str],
