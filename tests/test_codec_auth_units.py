@@ -32,6 +32,8 @@ def sha(salt: bytes, msg: bytes) -> bytes:
 def test_check_salt_returns_the_bytes(salt: bytes | bytearray | memoryview) -> None:
     got = auth.check_salt(salt)
     assert type(got) is bytes and got == bytes(salt)
+    # a 16-byte bytes salt (every round's call) is returned as given, not copied
+    assert (got is salt) == (type(salt) is bytes)
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 17, 32])
