@@ -7,12 +7,15 @@
 #                                   finding
 #   fuzz/run.sh ci                  every target with a fixed seed and a fixed number of runs
 #                                   (deterministic, a few seconds each); exits 1 on any finding
-#   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min)
+#   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min; exit 1 when FILE does
+#                                   not crash the harness)
 #   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris
 #   fuzz/run.sh list                the targets
 #
-# SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'.
-# Exit codes: 0 no finding, 1 a finding, 2 a usage error or atheris missing.
+# SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'. FILEs are
+# named from the caller's folder.
+# Exit codes: 0 no finding, 1 a finding, 2 a usage error or atheris missing, 130 interrupted
+# (Ctrl-C or SIGTERM stops the whole run, every target of `all` and `ci` included).
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
 # `all`, default 1); FLODL_FUZZ_WORK (work folder for grown corpora, logs and findings, default
@@ -22,7 +25,8 @@
 # New inputs a campaign finds go to $FLODL_FUZZ_WORK/corpus/TARGET (the committed seed corpus in
 # fuzz/corpus/TARGET is only read); findings go to $FLODL_FUZZ_WORK/findings/TARGET.
 set -euo pipefail
-CALLER_DIR=$PWD  # replay's FILEs are named from the caller's folder
+CALLER_DIR=$PWD  # replay's and minimize's FILEs are named from the caller's folder
+SCRIPT="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"  # for usage, after the cd below
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -40,7 +44,29 @@ declare -A CI_RUNS=(
   [host_fold]=1200 [controller_core]=900 [relay_core]=900
 )
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$SCRIPT" | sed 's/^# \{0,1\}//'; exit 2; }
+
+# Ctrl-C or SIGTERM: noted here, acted on when the running target returns (it gets the signal
+# too: libFuzzer stops and exits 130), so no later target starts
+INTERRUPTED=0
+trap 'INTERRUPTED=1' INT TERM
+
+# interrupted: stop every target still running, say so in one line, exit 130
+interrupted() {
+  local pid
+  for pid in $(jobs -p); do  # a target run by `all` in the background: its driver, then it
+    pkill -TERM -P "$pid" 2>/dev/null || true  # (background jobs ignore Ctrl-C's SIGINT)
+    kill "$pid" 2>/dev/null || true
+  done
+  wait || true
+  echo "fuzz: interrupted" >&2
+  exit 130
+}
+
+# caller_path FILE: FILE named from the caller's folder
+caller_path() {
+  case "$1" in /*) echo "$1" ;; *) echo "$CALLER_DIR/$1" ;; esac
+}
 
 # seconds N: N must be a whole number of seconds > 0
 seconds() {
@@ -76,7 +102,9 @@ summary() {
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   artifact=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/.* written to //' || true)
-  if [ "$rc" -eq 0 ]; then result=ok; else result="FINDING (exit $rc${artifact:+, $artifact})"; fi
+  if [ "$rc" -eq 0 ]; then result=ok
+  elif [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then result=interrupted
+  else result="FINDING (exit $rc${artifact:+, $artifact})"; fi
   printf '%-19s runs=%-8s exec/s=%-6s cov=%-5s ft=%-6s rss=%-5s slowest=%-3s %s\n' "$target" \
     "${runs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}MB" "${slow:-?}s" "$result"
 }
@@ -86,7 +114,8 @@ stat_of() {
   grep -o "stat::$1: *[0-9]*" "$2" | tail -1 | grep -o '[0-9]*$' || true
 }
 
-# fuzz_one TARGET LOG ARTIFACT_DIR OUT_CORPUS [libFuzzer flags...]
+# fuzz_one TARGET LOG ARTIFACT_DIR OUT_CORPUS [libFuzzer flags...]: 0 no finding, 1 a finding,
+# 130 interrupted
 fuzz_one() {
   local target=$1 log=$2 artifacts=$3 out=$4 rc=0
   shift 4
@@ -95,11 +124,13 @@ fuzz_one() {
     "${COMMON[@]}" -artifact_prefix="$artifacts/" "$@" ${EXTRA[@]+"${EXTRA[@]}"} \
     > "$log" 2>&1 || rc=$?
   summary "$target" "$log" "$rc"
-  if [ "$rc" -ne 0 ]; then
+  if [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then
+    return 130
+  elif [ "$rc" -ne 0 ]; then
     echo "---- $target: last lines of $log" >&2
     grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
+    return 1
   fi
-  return "$rc"
 }
 
 timed() {
@@ -108,23 +139,45 @@ timed() {
     -max_total_time="$seconds"
 }
 
+# check_jobs: FLODL_FUZZ_JOBS is a whole number >= 1 (a usage error otherwise)
+check_jobs() {
+  local jobs=${FLODL_FUZZ_JOBS:-1}
+  case "$jobs" in
+    ''|*[!0-9]*) ;;
+    *) [ "$((10#$jobs))" -lt 1 ] || return 0 ;;
+  esac
+  echo "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got '$jobs'" >&2
+  exit 2
+}
+
 run_all() {
-  local seconds=$1 jobs=${FLODL_FUZZ_JOBS:-1} failed=0 t pids=() pid
+  local seconds=$1 jobs=$((10#${FLODL_FUZZ_JOBS:-1})) failed=0 t pids=() pid rc
   for t in $(targets); do
+    [ "$INTERRUPTED" -eq 0 ] || interrupted
     if [ "$jobs" -le 1 ]; then
-      timed "$t" "$seconds" || failed=1
+      rc=0; timed "$t" "$seconds" || rc=$?
+      [ "$rc" -ne 130 ] || interrupted
+      [ "$rc" -eq 0 ] || failed=1
     else
       timed "$t" "$seconds" &
       pids+=($!)
-      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+        rc=0; wait -n || rc=$?
+        [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
+        [ "$rc" -eq 0 ] || failed=1
+      done
     fi
   done
-  for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" || failed=1; done
+  for pid in ${pids[@]+"${pids[@]}"}; do
+    rc=0; wait "$pid" || rc=$?
+    [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
+    [ "$rc" -eq 0 ] || failed=1
+  done
   [ "$failed" -eq 0 ] || { echo "fuzz: findings (see $WORK/findings)" >&2; exit 1; }
 }
 
 run_ci() {
-  local failed=0 t runs
+  local failed=0 t runs rc
   CI_TMP=$(mktemp -d)
   trap 'rm -rf "$CI_TMP"' EXIT
   local tmp=$CI_TMP
@@ -137,8 +190,11 @@ run_ci() {
   fi
   for t in $(targets); do
     runs=${FLODL_FUZZ_CI_RUNS:-${CI_RUNS[$t]:-2000}}
-    if ! fuzz_one "$t" "$tmp/$t.log" "$tmp/findings/$t" "$tmp/corpus/$t" -seed=1 \
-        -runs="$runs" -reload=0; then
+    rc=0
+    fuzz_one "$t" "$tmp/$t.log" "$tmp/findings/$t" "$tmp/corpus/$t" -seed=1 \
+      -runs="$runs" -reload=0 || rc=$?
+    [ "$rc" -ne 130 ] || interrupted
+    if [ "$rc" -ne 0 ]; then
       failed=1
       mkdir -p "$WORK/findings/ci"
       cp -r "$tmp/findings/$t" "$WORK/findings/ci/" || true
@@ -151,13 +207,25 @@ run_ci() {
 case "$1" in
   list) targets ;;
   ci) need_atheris; run_ci ;;
-  all) [ $# -eq 2 ] || usage; seconds "$2"; need_atheris; run_all "$2" ;;
+  all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage
     is_target "$2" || { echo "fuzz: unknown target $2; targets: $(targets)" >&2; exit 2; }
+    file=$(caller_path "$3")
+    [ -f "$file" ] && [ -r "$file" ] || {
+      echo "fuzz/run.sh: minimize: cannot read $3: no such file" >&2; exit 2; }
     need_atheris
-    "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 -exact_artifact_path="$3.min" \
-      "${COMMON[@]}" "$3"
+    rm -f "$file.min"
+    rc=0
+    "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 -exact_artifact_path="$file.min" \
+      "${COMMON[@]}" "$file" || rc=$?
+    [ "$INTERRUPTED" -eq 0 ] && [ "$rc" -ne 130 ] || interrupted
+    if [ -s "$file.min" ]; then
+      echo "fuzz: minimize: wrote $3.min ($(wc -c < "$file.min") bytes)"
+    else
+      echo "fuzz/run.sh: minimize: $3 does not crash the $2 harness: nothing to minimize" >&2
+      exit 1
+    fi
     ;;
   replay)
     [ $# -ge 3 ] || usage
@@ -185,6 +253,8 @@ EOF
     is_target "$1" || { echo "fuzz: unknown target $1; targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     need_atheris
-    timed "$1" "$2"
+    rc=0; timed "$1" "$2" || rc=$?
+    [ "$rc" -ne 130 ] || interrupted
+    exit "$rc"
     ;;
 esac

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -90,13 +91,16 @@ def closed_port() -> int:
 
 
 def missing_tool(marker: str) -> str | None:
-    """Why tests marked ``tshark`` or ``capture`` cannot run here, or None when they can.
+    """Why tests marked ``tshark``, ``capture`` or ``atheris`` cannot run here, or None when
+    they can.
 
     ``tshark``: the tshark binary. ``capture``: tcpdump, unshare and ip, and root (the capture
     runs in a private network namespace so only the cluster's own traffic is recorded).
     """
     if marker == "tshark" and shutil.which("tshark") is None:
         return "tshark not found (apt-get install tshark)"
+    if marker == "atheris" and importlib.util.find_spec("atheris") is None:
+        return "atheris not installed (the fuzz extra: pip install -e '.[fuzz]')"
     if marker == "capture":
         if not hasattr(os, "geteuid") or os.geteuid() != 0:
             return "capturing on a private loopback needs root"
@@ -144,7 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             drop_lab.append(item)
             continue
         why = None
-        for marker in ("tshark", "capture"):
+        for marker in ("tshark", "capture", "atheris"):
             if why is None and item.get_closest_marker(marker):
                 why = missing_tool(marker)
         if why:

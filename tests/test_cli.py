@@ -566,6 +566,88 @@ def test_fuzz_replay_reads_files_from_the_callers_folder(tmp_path: Path) -> None
                     "No such file or directory")
 
 
+def test_fuzz_usage_and_minimize_name_files_from_the_callers_folder(tmp_path: Path) -> None:
+    """Called by a relative path from another folder, the usage text was "sed: can't read
+    x/fuzz/run.sh"; minimize looked a relative FILE up in the checkout (libFuzzer's "required
+    directory does not exist", exit 1)."""
+    rel = os.path.relpath(ROOT / "fuzz" / "run.sh", tmp_path)
+    env = {**os.environ, "PYTHON": sys.executable}
+    res = subprocess.run(["bash", rel, "minimize", "handshake"], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path, env=env)
+    assert res.returncode == 2 and res.stderr == ""
+    assert "fuzz/run.sh minimize TARGET FILE" in res.stdout
+    res = subprocess.run(["bash", rel, "minimize", "handshake", "missing.bin"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, "fuzz/run.sh: minimize: cannot read missing.bin: no such file")
+
+
+@pytest.mark.parametrize("jobs", ["x", "0", "-1", "1.5"])
+def test_fuzz_jobs_must_be_a_whole_number(jobs: str) -> None:
+    # 'x' ran every target at once ("integer expression expected"), then exited 0
+    res = _fuzz("all", "1", env={"FLODL_FUZZ_JOBS": jobs})
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, f"fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got "
+                                f"'{jobs}'")
+
+
+@pytest.mark.atheris
+def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
+    """A single target's finding passed libFuzzer's code through (77 for a crash, 71 for an
+    out-of-memory), where the script says 1. A memory limit below the interpreter's own is a
+    finding at once."""
+    res = _fuzz("handshake", "5", env={"FLODL_FUZZ_ARGS": "-rss_limit_mb=1",
+                                       "FLODL_FUZZ_WORK": str(tmp_path)})
+    assert res.returncode == 1, res.stderr
+    assert "FINDING (exit 71, " in res.stdout and "---- handshake: last lines" in res.stderr
+
+
+@pytest.mark.atheris
+def test_fuzz_minimize_of_an_input_that_does_not_crash_says_so(tmp_path: Path) -> None:
+    seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir())
+    (tmp_path / "seed.bin").write_bytes(seed.read_bytes())
+    res = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), "minimize", "handshake",
+                          "seed.bin"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHON": sys.executable})
+    assert res.returncode == 1
+    assert res.stderr.splitlines()[-1] == ("fuzz/run.sh: minimize: seed.bin does not crash the "
+                                           "handshake harness: nothing to minimize")
+    assert not (tmp_path / "seed.bin.min").exists()
+
+
+@pytest.mark.atheris
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, tmp_path: Path) -> None:
+    """Ctrl-C stopped the running target only, reported as a finding ("FINDING (exit 130)");
+    every later target then ran its full time, and the run exited 1. With FLODL_FUZZ_JOBS=2 the
+    targets' drivers ran on after the script ended."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(["bash", str(ROOT / "fuzz" / "run.sh"), "all", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,
+                            env={**os.environ, "PYTHON": sys.executable, "FLODL_FUZZ_JOBS": jobs,
+                                 "FLODL_FUZZ_WORK": str(tmp_path)})
+    try:
+        log = tmp_path / "logs" / "handshake.log"
+        deadline = time.monotonic() + 60
+        while "cov:" not in (log.read_text() if log.exists() else ""):  # fuzzing started
+            assert time.monotonic() < deadline, "the first target did not start"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "fuzz: interrupted"
+    assert "FINDING" not in out + err and " ok" not in out
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert left.stdout == ""  # no driver runs on
+
+
 def test_fuzz_help_says_all_n_is_per_target() -> None:
     res = _fuzz()
     assert res.returncode == 2
