@@ -4,7 +4,11 @@ before the checkout is copied."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +43,58 @@ def test_help_prints_the_usage_on_stdout(flag: str) -> None:
     r = _run(flag)
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout.splitlines() == USAGE
+
+
+@pytest.mark.parametrize("flag", ["--files", "--tests", "--mutants"])
+def test_an_option_without_its_value_is_a_usage_error(flag: str) -> None:
+    # it was "line 59: $2: unbound variable", exit 1
+    r = _run("codec", flag)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [f"mutate.sh: {flag} needs a value", *USAGE]
+
+
+def test_a_module_that_does_not_exist_is_refused_before_the_copy(tmp_path: Path) -> None:
+    # it copied the checkout, ran the package's tests for a minute, then "mutmut did not complete"
+    r = subprocess.run(["bash", str(ROOT / "tools" / "mutate.sh"), "codec", "--files",
+                        "auth.py,nosuch.py"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "mutate.sh: no module flodl_proto/codec/nosuch.py (--files)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_an_interrupted_run_removes_its_copy_which_holds_no_virtual_environment(
+        keep: bool, tmp_path: Path) -> None:
+    """Ctrl-C left the copy behind (half a GB with the virtual environment a checkout held: any
+    folder with a pyvenv.cfg was copied, the ignored ``.venv`` alone was not)."""
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(checkout)], check=True, timeout=120)
+    shutil.copy(ROOT / "tools" / "mutate.sh", checkout / "tools" / "mutate.sh")
+    (checkout / "env1").mkdir()
+    (checkout / "env1" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (checkout / "env1" / "big").write_bytes(bytes(1000))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.Popen(["bash", str(checkout / "tools" / "mutate.sh"), "sample",
+                             *(["--keep"] if keep else [])], cwd=checkout, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(temp), "PYTHON": sys.executable})
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the copy is made before this line
+            if line.startswith("== mutation testing"):
+                break
+        copies = list(temp.glob("flodl-mutate-sample.*"))
+        assert len(copies) == 1
+        assert (copies[0] / "flodl_proto" / "codec" / "auth.py").is_file()
+        assert not (copies[0] / "env1").exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0
+    assert [p.name for p in temp.iterdir()] == ([copies[0].name] if keep else [])

@@ -56,13 +56,42 @@ mutants=""
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --files) files="$2"; shift 2 ;;
-        --tests) only_tests="$2"; shift 2 ;;
-        --mutants) mutants="$2"; shift 2 ;;
+        --files|--tests|--mutants)
+            if [ $# -lt 2 ] || [ -z "$2" ]; then
+                echo "mutate.sh: $1 needs a value" >&2; usage >&2; exit 2
+            fi
+            case "$1" in
+                --files) files="$2" ;;
+                --tests) only_tests="$2" ;;
+                *) mutants="$2" ;;
+            esac
+            shift 2 ;;
         --keep) keep=1; shift ;;
         *) echo "mutate.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+
+# the temporary copy of the run in progress: removed on every exit (Ctrl-C and kill included)
+# unless --keep
+work=""
+cleanup() { if [ -n "$work" ] && [ $keep -eq 0 ]; then rm -rf "$work"; fi; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# copy_checkout DEST: the checkout's tracked and untracked files (not the ignored ones), without
+# any virtual environment in it (a folder holding pyvenv.cfg: hundreds of MB)
+copy_checkout() {
+    local d skip=""
+    for d in "$ROOT"/*/ "$ROOT"/.[!.]*/; do
+        [ -f "$d/pyvenv.cfg" ] || continue
+        d="$(printf '%s' "${d#"$ROOT"/}" | sed 's/[][\.*^$()+?{}|]/\\&/g')"
+        skip="${skip:+$skip|}$d"
+    done
+    (cd "$ROOT" && git ls-files -co --exclude-standard -z \
+        | { if [ -z "$skip" ]; then cat; else grep -z -v -E "^($skip)" || true; fi; } \
+        | tar --null -T - -cf -) | tar -xf - -C "$1"
+}
 
 tests_for() {
     case "$1" in
@@ -100,7 +129,7 @@ deselected_for() {
 }
 
 run_one() {
-    local p="$1" work tests only=() f
+    local p="$1" tests only=() f  # work: the global the EXIT trap removes
     tests="$(tests_for "$p")" || { echo "mutate.sh: unknown package '$p'" >&2; usage >&2; exit 2; }
     if [ -n "$only_tests" ]; then tests="$only_tests"; fi
     if [ "$p" = sample ]; then
@@ -119,8 +148,12 @@ run_one() {
     else
         for f in $(extra_modules_for "$p"); do only+=("flodl_proto/$f"); done
     fi
+    for f in "${only[@]}"; do  # a module named with --files that does not exist: before any copy
+        case "$f" in *"*"*) continue ;; esac
+        [ -f "$ROOT/$f" ] || { echo "mutate.sh: no module $f (--files)" >&2; exit 2; }
+    done
     work="$(mktemp -d "${TMPDIR:-/tmp}/flodl-mutate-$p.XXXXXX")"
-    (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$work"
+    copy_checkout "$work"
     {
         echo
         echo "[tool.mutmut]"
@@ -175,6 +208,7 @@ run_one() {
     # listed so it can be re-run with --mutants
     (cd "$work" && "$PY" -m mutmut results 2>/dev/null | grep -E ': timeout' | sed 's/^/timeout: /') || true
     if [ $keep -eq 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+    work=""
     if [ "$p" = sample ] && [ -n "$survivors" ]; then return 1; fi
     return $rc
 }
