@@ -1,9 +1,9 @@
-"""What the relay's fold (:class:`~flodl_proto.reduce.HostFold`) keeps from round to round: the
-pooled arrays (:class:`_ArrayPool`), the checks a seed layout allows the completing deposit of a
-two-deposit round (:class:`_SmallPlan`), and, per frame layout the codec's reader remembers,
-where each tensor's elements sit in a frame of that layout (:class:`_LayoutPlan`), so two
-frames of that layout are folded run by run from their buffers (a run of tensors of one length
-as one 2-D view each).
+"""What the relay's fold (:class:`~flodl_proto.reduce.HostFold`) keeps: the state of the round
+in progress (:class:`_Round`) and, from round to round, the pooled arrays (:class:`_ArrayPool`),
+the checks a seed layout allows the completing deposit of a two-deposit round
+(:class:`_SmallPlan`), and, per frame layout the codec's reader remembers, where each tensor's
+elements sit in a frame of that layout (:class:`_LayoutPlan`), so two frames of that layout are
+folded run by run from their buffers (a run of tensors of one length as one 2-D view each).
 
 Upstream: none (``flodl/src/distributed/relay/agent.rs`` folds tensor by tensor).
 """
@@ -11,12 +11,14 @@ Upstream: none (``flodl/src/distributed/relay/agent.rs`` folds tensor by tensor)
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..codec.round_frame import RoundKind
+from ..codec.round_frame import RoundFrame, RoundKind, known_round_frame
 from ..spec import DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 from ._batch import batch_runs
@@ -25,6 +27,39 @@ __all__ = ["LAYOUT_PLANS_KEPT"]
 
 #: layouts whose :class:`_LayoutPlan` is kept (all are dropped when a new one would exceed it)
 LAYOUT_PLANS_KEPT = 8
+
+
+@dataclass(slots=True)
+class _Round:
+    kind: RoundKind
+    weight: float
+    #: the seed's frame, or None until first needed (see :attr:`seed`)
+    seed_frame: RoundFrame | None
+    seed_bytes: memoryview
+    seed_weight: float
+    #: the layout the codec's reader remembers for the seed's frame (``_known_layout``), or None
+    layout: Any
+    deposited: set[int] = field(default_factory=set)
+    #: per-tensor (dtype, shape) pinned by the seed
+    schema: Sequence[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    #: once promoted: per tensor, its f32 running sums, or None while the seed's tensor has not
+    #: been materialised (it is folded straight into the output when the round's last deposit
+    #: merges into it, or at completion)
+    sums: list[npt.NDArray[np.float32] | None] | None = None
+    #: per tensor index, the encoded payload the round's last deposit produced
+    outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
+    #: deposits after the seed held unmerged, in deposit order: ``(rank, buffer, weight)`` of a
+    #: frame at the seed's remembered layout (see :meth:`HostFold._hold`)
+    held: list[tuple[int, memoryview, float]] = field(default_factory=list)
+
+    @property
+    def seed(self) -> RoundFrame:
+        """The seed's frame (a seed read at a remembered layout is built at its first use)."""
+        frame = self.seed_frame
+        if frame is None:
+            frame = self.seed_frame = known_round_frame(self.layout, self.seed_weight,
+                                                        self.seed_bytes)
+        return frame
 
 
 class _ArrayPool:

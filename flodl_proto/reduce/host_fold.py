@@ -51,8 +51,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -63,7 +62,6 @@ from ..codec.auth import Premac, check_salt
 from ..codec.plans import frame_macs
 from ..codec.round_frame import (
     RoundFrame,
-    RoundKind,
     TensorPayload,
     declared_tensor_count,
     decode_round_frame_or_eos,
@@ -83,7 +81,7 @@ from ..spec import (
 )
 from . import _kernels as K
 from ._batch import batch_runs
-from ._host_plan import LAYOUT_PLANS_KEPT, _LayoutPlan, _SmallPlan
+from ._host_plan import LAYOUT_PLANS_KEPT, _LayoutPlan, _Round, _SmallPlan
 from ._host_plan import _ArrayPool as _ArrayPool  # moved there; tests import it from here
 
 __all__ = ["HostFold"]
@@ -99,39 +97,6 @@ _AFTER_TENSOR_ERRORS = frozenset({"frame.footer_read_failed", "frame.auth_failed
 #: a tensor of at least this many elements is promoted, accumulated and encoded by two threads
 #: (2**21)
 _SPLIT_MIN_ELEMS = 1 << 21
-
-
-@dataclass(slots=True)
-class _Round:
-    kind: RoundKind
-    weight: float
-    #: the seed's frame, or None until first needed (see :attr:`seed`)
-    seed_frame: RoundFrame | None
-    seed_bytes: memoryview
-    seed_weight: float
-    #: the layout the codec's reader remembers for the seed's frame (``_known_layout``), or None
-    layout: Any
-    deposited: set[int] = field(default_factory=set)
-    #: per-tensor (dtype, shape) pinned by the seed
-    schema: Sequence[tuple[int, tuple[int, ...]]] = field(default_factory=list)
-    #: once promoted: per tensor, its f32 running sums, or None while the seed's tensor has not
-    #: been materialised (it is folded straight into the output when the round's last deposit
-    #: merges into it, or at completion)
-    sums: list[npt.NDArray[np.float32] | None] | None = None
-    #: per tensor index, the encoded payload the round's last deposit produced
-    outs: dict[int, npt.NDArray[Any]] = field(default_factory=dict)
-    #: deposits after the seed held unmerged, in deposit order: ``(rank, buffer, weight)`` of a
-    #: frame at the seed's remembered layout (see :meth:`HostFold._hold`)
-    held: list[tuple[int, memoryview, float]] = field(default_factory=list)
-
-    @property
-    def seed(self) -> RoundFrame:
-        """The seed's frame (a seed read at a remembered layout is built at its first use)."""
-        frame = self.seed_frame
-        if frame is None:
-            frame = self.seed_frame = known_round_frame(self.layout, self.seed_weight,
-                                                        self.seed_bytes)
-        return frame
 
 
 class HostFold:
