@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import InvalidValue, LocalProtocolError, ProtocolError
 from flodl_proto.reduce import HostFold
 from flodl_proto.reduce.payload import encode_payload
 
@@ -366,3 +366,75 @@ def test_a_byte_count_error_on_the_per_tensor_path_names_every_field(version: in
     _fails(f, 1, _frame(_f32(2.0), TensorPayload(0, (SMALL_ELEMS,), bytes(12))),
            "fold.accumulate_nbytes",
            {"rank": 1, "index": 1, "got": 12, "numel": SMALL_ELEMS, "element_size": 4})
+
+
+@pytest.mark.parametrize("ceiling", [-1, None, 1.5, True, "1024"])
+def test_a_bad_ceiling_is_refused_when_the_fold_is_built(ceiling: object) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        HostFold([0], SALT, ceiling=ceiling)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "ceiling.invalid"
+    assert ei.value.fields == {"value": ceiling}
+
+
+def test_a_numpy_integer_ceiling_and_ranks_are_taken() -> None:
+    fold = HostFold([np.int64(1), np.uint32(0)], SALT, ceiling=np.int64(1 << 20))
+    assert fold.local_ranks == (0, 1)
+    assert all(type(r) is int for r in fold.local_ranks)
+    assert fold.deposit(np.int64(0), _blob(1.0)) is None
+    assert fold.deposited == frozenset({0})
+
+
+@pytest.mark.parametrize(("ranks", "field", "value"), [
+    ([1.9, "2"], "local_ranks[0]", 1.9),
+    ([0, "2"], "local_ranks[1]", "2"),
+    ([-1], "local_ranks[0]", -1),
+    ([1 << 32], "local_ranks[0]", 1 << 32),
+    ([None], "local_ranks[0]", None),
+    ([True], "local_ranks[0]", True),
+    ("01", "local_ranks", "01"),
+    (None, "local_ranks", None),
+    (3, "local_ranks", 3),
+])
+def test_a_roster_of_non_rank_ids_is_refused(ranks: object, field: str, value: object) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        HostFold(ranks, SALT)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "fold.bad_argument"
+    assert ei.value.fields["field"] == field
+    assert ei.value.fields["value"] == value
+    assert f"relay fold: {field} = {value!r} is invalid" in str(ei.value)
+
+
+@pytest.mark.parametrize("rank", [True, 0.0, np.float64(1.0), "0", None, np.bool_(True)])
+def test_a_deposit_for_a_non_rank_id_is_refused_and_not_fatal(rank: object) -> None:
+    fold = HostFold([0, 1], SALT)
+    with pytest.raises(InvalidValue) as ei:
+        fold.deposit(rank, _blob(1.0))  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "fold.bad_argument"
+    assert ei.value.fields["field"] == "rank"
+    assert ei.value.fields["value"] is rank
+    assert f"rank = {rank!r} is invalid" in str(ei.value)
+    assert fold.error is None
+    assert fold.deposited == frozenset()
+    assert fold.deposit(0, _blob(1.0)) is None  # the fold goes on
+
+
+@pytest.mark.parametrize("rank", [None, "x", "0", 1.0, True, -1, 1 << 32])
+def test_declare_dead_refuses_a_non_rank_id(rank: object) -> None:
+    fold = HostFold([0], SALT)
+    with pytest.raises(InvalidValue) as ei:
+        fold.declare_dead(rank)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "fold.bad_argument"
+    assert ei.value.fields["field"] == "rank"
+    assert fold.dead_ranks == frozenset()
+    assert fold.error is None
+
+
+def test_declare_dead_takes_any_rank_id() -> None:
+    fold = HostFold([0], SALT)
+    assert fold.declare_dead(7) is None  # not a local rank: accepted (upstream's mark_dead)
+    assert fold.declare_dead(np.int32(9)) is None
+    assert fold.dead_ranks == frozenset({7, 9})

@@ -57,8 +57,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version
+from ..codec._common import END_OF_STREAM, BytesLike, as_view, check_version, wire_int
 from ..codec.auth import Premac, check_salt
+from ..codec.ceiling import frame_ceiling_int
 from ..codec.plans import frame_macs
 from ..codec.round_frame import (
     RoundFrame,
@@ -78,6 +79,7 @@ from ..spec import (
     DEFAULT_VERSION,
     DTYPE_F32,
     ELEMENT_SIZE,
+    U32_MAX,
 )
 from . import _kernels as K
 from ._batch import batch_runs
@@ -103,10 +105,12 @@ class HostFold:
     """One relay's fold barrier over its local ranks, round after round.
 
     Args:
-        local_ranks: the global rank ids this relay serves (the barrier's roster).
+        local_ranks: the global rank ids this relay serves (the barrier's roster): an iterable
+            of u32 integers (``int`` or NumPy integers).
         salt: the 16-byte session salt (verifies deposits, signs merged HostFrames).
         version: data-channel protocol version (2 or 3).
-        ceiling: frame ceiling in bytes used to read deposits (default 1 GiB).
+        ceiling: frame ceiling in bytes used to read deposits (default 1 GiB), a non-negative
+            integer.
 
     Thread-safe: a runner may call :meth:`deposit` from per-rank reader threads and
     :meth:`declare_dead` from its upstream reader; calls are serialised by an internal lock (the
@@ -116,7 +120,11 @@ class HostFold:
     under the lock, at the point of upstream's streamed read (after the tensors were checked).
 
     Raises:
-        InvalidValue (local): bad salt; VersionMismatch (local): unsupported version.
+        InvalidValue (local): bad salt; ``local_ranks`` not an iterable of rank ids, or one of
+            them not a u32 integer (``fold.bad_argument`` naming ``local_ranks[i]`` and the
+            value: the codec's integer rule, a bool, a float or text is refused, never
+            truncated); ``ceiling`` not a non-negative integer (``ceiling.invalid``).
+        VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``FoldCtx`` / ``HostFold``.
     """
@@ -129,10 +137,10 @@ class HostFold:
         version: int = DEFAULT_VERSION,
         ceiling: int = DEFAULT_FRAME_CEILING,
     ) -> None:
-        self._ranks: tuple[int, ...] = tuple(sorted({int(r) for r in local_ranks}))
+        self._ranks: tuple[int, ...] = _roster(local_ranks)
         self._salt = check_salt(salt)
         self._version = check_version(version)
-        self._ceiling = int(ceiling)
+        self._ceiling = frame_ceiling_int(ceiling)
         self._lock = threading.Lock()
         self._dead: set[int] = set()
         self._alive: tuple[int, ...] = self._ranks  # replaced whole when a rank dies
@@ -214,7 +222,9 @@ class HostFold:
             (its frame is dropped).
 
         Raises:
-            InvalidValue (local): ``rank`` is not a local rank (not fatal).
+            InvalidValue (local): ``rank`` is not an integer (``fold.bad_argument``: the codec's
+                integer rule, a bool, a float or text is refused), or not a local rank
+                (``fold.unknown_rank``); neither is fatal.
             TruncatedInput (remote): empty blob or one ending inside the frame header
                 (``fold.truncated``), or any truncation the frame reader reports.
             SequenceError (remote): ``rank`` already deposited this round.
@@ -258,6 +268,8 @@ class HostFold:
         with self._lock:
             if self._error is not None:
                 raise self._error
+            if type(rank) is not int:  # the common case costs this one test
+                rank = _rank_arg(rank, "rank")
             if rank not in self._ranks:
                 raise protocol_error("fold.unknown_rank", rank=rank, ranks=list(self._ranks))
             if rank in self._dead:
@@ -280,12 +292,14 @@ class HostFold:
 
     def declare_dead(self, rank: int) -> bytes | None:
         """Take ``rank`` out of the barrier for good (loopback EOF or the controller's
-        DeclareDead). Idempotent; any rank id is accepted.
+        DeclareDead). Idempotent; any rank id (a u32 integer) is accepted, a local rank or not.
 
         Returns:
             The HostFrame payload when this death completes the round, else None.
 
         Raises:
+            InvalidValue (local): ``rank`` is not a u32 integer (``fold.bad_argument``: the
+                codec's integer rule; not fatal).
             the fold's fatal error, if it has one; LimitExceeded / SchemaMismatch... never
             (completion only encodes what was already merged).
 
@@ -305,9 +319,11 @@ class HostFold:
         Raises:
             as :meth:`declare_dead`.
         """
+        if type(rank) is not int or not 0 <= rank <= U32_MAX:
+            rank = _rank_arg(rank, "rank")
         with self._lock, np.errstate(all="ignore"):  # the kernels' context (see deposit_frame)
             self._check_alive()
-            self._dead.add(int(rank))
+            self._dead.add(rank)
             self._alive = tuple([r for r in self._ranks if r not in self._dead])
             return self._complete()
 
@@ -732,6 +748,29 @@ class HostFold:
             tensors.append(TensorPayload.trusted(dtype, shape, out.view(np.uint8).data))
         self._pool.end_round()
         return RoundFrame.trusted(rnd.kind, rnd.weight, tuple(tensors))
+
+
+def _rank_arg(value: Any, field: str) -> int:
+    """``value`` as a rank id (a plain ``int``): a u32 integer by the codec's integer rule
+    (:func:`~flodl_proto.codec._common.wire_int`: NumPy integers are taken; a bool, a float or
+    text is refused, never truncated).
+
+    Raises:
+        InvalidValue (local): ``fold.bad_argument`` naming ``field`` and the value.
+    """
+    n = wire_int(value)
+    if n is None or not 0 <= n <= U32_MAX:
+        raise protocol_error("fold.bad_argument", field=field, value=value,
+                             reason="not a rank id (an integer in 0..2**32-1)")
+    return n
+
+
+def _roster(local_ranks: Iterable[int]) -> tuple[int, ...]:
+    """The checked roster of :class:`HostFold`: ``local_ranks`` deduplicated, ascending."""
+    if isinstance(local_ranks, str | bytes) or not isinstance(local_ranks, Iterable):
+        raise protocol_error("fold.bad_argument", field="local_ranks", value=local_ranks,
+                             reason="not an iterable of rank ids")
+    return tuple(sorted({_rank_arg(r, f"local_ranks[{i}]") for i, r in enumerate(local_ranks)}))
 
 
 def _view(p: TensorPayload) -> npt.NDArray[Any]:
