@@ -1062,3 +1062,28 @@ def test_a_control_record_of_a_version_3_hello_with_signatures_is_built() -> Non
         RecordKind.CONTROL, 0, payload, msg)
     built = MuxRecord.control_msg(msg, 3)
     assert dataclasses.replace(built).control == msg
+
+
+def test_encode_frame_record_refuses_what_is_no_round_frame() -> None:
+    for frame in (None, "x", b""):
+        with pytest.raises(errors.InvalidValue) as ei:
+            encode_frame_record(RecordKind.HOST_FRAME, frame, SALT_ZERO)  # type: ignore[arg-type]
+        assert isinstance(ei.value, errors.LocalProtocolError)
+        assert ei.value.error_id == "frame.bad_field"
+        assert ei.value.fields == {"field": "frame", "value": type(frame).__name__,
+                                   "reason": "not a RoundFrame"}
+
+
+@pytest.mark.parametrize("header", ["x", b"\x00" * 25, 0])
+def test_a_header_that_is_no_mux_header_is_refused(header: Any) -> None:
+    wire = encode_mux_record_bytes(MuxRecord.host_frame(b"abc"), SALT_ZERO)
+    for decode in (decode_mux_record, decode_mux_record_or_eos):
+        with pytest.raises(errors.InvalidValue) as ei:
+            decode(wire, SALT_ZERO, header=header)
+        assert isinstance(ei.value, errors.LocalProtocolError)
+        assert ei.value.error_id == "mux.bad_field"
+        assert ei.value.fields["field"] == "header"
+        assert ei.value.fields["value"] == type(header).__name__
+        assert str(ei.value).startswith(f"relay_mux: header = {type(header).__name__!r} is invalid")
+    hdr = parse_mux_header(wire)
+    assert decode_mux_record(wire, SALT_ZERO, header=hdr)[0].payload == b"abc"

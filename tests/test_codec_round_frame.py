@@ -910,3 +910,46 @@ def test_delivered_tensors() -> None:
 def test_declared_tensor_count(data: bytes, count: int) -> None:
     got = declared_tensor_count(data)
     assert type(got) is int and got == count
+
+
+def _local_value(exc: pytest.ExceptionInfo[errors.ProtocolError], error_id: str,
+                 **fields: Any) -> str:
+    assert isinstance(exc.value, errors.InvalidValue)
+    assert isinstance(exc.value, errors.LocalProtocolError)
+    assert exc.value.error_id == error_id
+    assert dict(exc.value.fields) == fields
+    return str(exc.value)
+
+
+@pytest.mark.parametrize(("frame", "got"), [
+    (None, "NoneType"), ("x", "str"), ([TensorPayload(0, [1], bytes(4))], "list"),
+    (b"frame", "bytes"),
+])
+def test_encoding_something_that_is_no_round_frame_is_refused(frame: Any, got: str) -> None:
+    for encode in (encode_round_frame, encode_round_frame_bytes):
+        with pytest.raises(errors.ProtocolError) as ei:
+            encode(frame, SALT)
+        msg = _local_value(ei, "frame.bad_field", field="frame", value=got,
+                           reason="not a RoundFrame")
+        assert msg == f"round_frame: frame = {got!r} is invalid: not a RoundFrame"
+    with pytest.raises(errors.ProtocolError) as ei:
+        round_frame_pieces(frame)
+    _local_value(ei, "frame.bad_field", field="frame", value=got, reason="not a RoundFrame")
+
+
+def test_round_frame_wire_len_refuses_what_is_no_tensor_list() -> None:
+    with pytest.raises(errors.ProtocolError) as ei:
+        round_frame_wire_len(None)  # type: ignore[arg-type]
+    _local_value(ei, "frame.bad_field", field="tensors", value="NoneType",
+                 reason="not an iterable of TensorPayload")
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [])
+    with pytest.raises(errors.ProtocolError) as ei:
+        round_frame_wire_len(frame)  # type: ignore[arg-type]
+    _local_value(ei, "frame.bad_field", field="tensors", value="RoundFrame",
+                 reason="not an iterable of TensorPayload")
+    with pytest.raises(errors.ProtocolError) as ei:
+        round_frame_wire_len([TensorPayload(0, [1], bytes(4)), None])  # type: ignore[list-item]
+    msg = _local_value(ei, "frame.bad_field", field="tensors[1]", value="NoneType",
+                       reason="not a TensorPayload")
+    assert msg == "round_frame: tensors[1] = 'NoneType' is invalid: not a TensorPayload"
+    assert round_frame_wire_len(t for t in [TensorPayload(0, [1], bytes(4))]) == 25 + 2 + 4 + 8 + 4

@@ -466,9 +466,27 @@ _KINDS: Final[dict[int | None, RoundKind]] = {int(k): k for k in RoundKind}
 def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
     """Exact wire length of a frame carrying ``tensors``: 25 + sum(2 + 4*ndim + 8 + nbytes).
 
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: ``tensors`` is not an iterable (``None``, a
+            frame: use :attr:`RoundFrame.wire_len`), or ``tensors[i]`` is not a
+            :class:`TensorPayload` (named with its type).
+
     Upstream: ``controller/round_frame.rs`` ``round_frame_wire_len``.
     """
+    if isinstance(tensors, RoundFrame) or not isinstance(tensors, Iterable):
+        raise protocol_error("frame.bad_field", field="tensors", value=type(tensors).__name__,
+                             reason="not an iterable of TensorPayload")
     n = ROUND_FRAME_FIXED_OVERHEAD
-    for t in tensors:
+    for i, t in enumerate(tensors):
+        if not isinstance(t, TensorPayload):
+            raise protocol_error("frame.bad_field", field=f"tensors[{i}]",
+                                 value=type(t).__name__, reason="not a TensorPayload")
         n += 2 + 4 * t.ndim + 8 + t.nbytes
     return n
+
+
+def not_a_frame(field: str, value: Any) -> ProtocolError:
+    """The local error for a caller's ``field`` that should be a :class:`RoundFrame` and is
+    ``value`` (``frame.bad_field``, naming its type)."""
+    return protocol_error("frame.bad_field", field=field, value=type(value).__name__,
+                          reason="not a RoundFrame")

@@ -362,9 +362,9 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
 
     Raises:
         InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST (as an integer: ``3.0``
-            is refused), or the salt is not 16
-            bytes, or ``ceiling`` is not a non-negative integer; LimitExceeded (local): the frame
-            is above ``ceiling`` (default 1 GiB).
+            is refused), or the salt is not 16 bytes, or ``ceiling`` is not a non-negative
+            integer, or ``frame`` is not a :class:`RoundFrame` (``frame.bad_field``);
+            LimitExceeded (local): the frame is above ``ceiling`` (default 1 GiB).
 
     Upstream: ``relay/mux.rs`` ``write_record`` around ``round_frame.rs``
     ``write_round_frame_streamed``.
@@ -498,6 +498,8 @@ def decode_mux_record_or_eos(
         BadMagic, VersionMismatch, LimitExceeded, TruncatedInput, AuthenticationError,
         InvalidValue (remote), in upstream's order (magic, version, ceiling, payload, tag, kind,
         bincode).
+        InvalidValue (local): bad salt, or ``header`` is neither a :class:`MuxHeader` nor None
+            (``mux.bad_field``).
 
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
@@ -533,6 +535,8 @@ def read_mux_record_or_eos(
 
     Raises:
         every error of :func:`decode_mux_record_or_eos` (without ``salt``, no AuthenticationError).
+        InvalidValue (local) ``mux.bad_field``: ``header`` is neither a :class:`MuxHeader` nor
+            None.
 
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
@@ -543,8 +547,11 @@ def read_mux_record_or_eos(
         if parsed is END_OF_STREAM:
             return END_OF_STREAM
         hdr = parsed
-    else:
+    elif isinstance(header, MuxHeader):
         hdr = header
+    else:
+        raise protocol_error("mux.bad_field", field="header", value=type(header).__name__,
+                             reason="not a MuxHeader (parse_mux_header's result) or None")
     end = MUX_HEADER_LEN + hdr.payload_len
     if len(mv) < end:
         raise protocol_error("mux.truncated", got=len(mv), need=end)

@@ -39,7 +39,15 @@ from ..spec import (
     ROUND_FRAME_MAGIC,
 )
 from ._common import END_OF_STREAM, BytesLike, EndOfStream, NeedData, as_view
-from ._frame_model import _KINDS, Dtype, RoundFrame, RoundKind, TensorPayload, round_frame_wire_len
+from ._frame_model import (
+    _KINDS,
+    Dtype,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    not_a_frame,
+    round_frame_wire_len,
+)
 from ._frame_model import _NUMPY_DTYPE as _NUMPY_DTYPE  # these four: the template's checks
 from ._frame_model import _NUMPY_MAX_NDIM as _NUMPY_MAX_NDIM
 from ._frame_model import _checked_weight as _checked_weight
@@ -119,8 +127,14 @@ def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
     to sign the frame while the pieces are hashed for another purpose too (a record MAC) or while
     they are sent; :func:`encode_round_frame` is the one-call form.
 
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: ``frame`` is not a :class:`RoundFrame` (the
+            message names its type).
+
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (before the footer).
     """
+    if not isinstance(frame, RoundFrame):
+        raise not_a_frame("frame", frame)
     pieces: list[BytesLike] = []
     # the metadata before each payload is gathered in a list and joined once (``bytes +=``
     # copied the run so far for every tensor: quadratic in a run of elided tensors)
@@ -159,7 +173,8 @@ def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
     payload copy) and ends with the 8-byte tag. ``b"".join(...)`` gives the wire bytes.
 
     Raises:
-        InvalidValue (local): the salt is not 16 bytes.
+        InvalidValue (local): the salt is not 16 bytes, or ``frame`` is not a
+            :class:`RoundFrame` (``frame.bad_field``).
 
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
     """
@@ -176,7 +191,7 @@ def encode_round_frame_bytes(frame: RoundFrame, salt: BytesLike) -> bytes:
     """Encode ``frame`` signed with ``salt`` into one ``bytes`` (copies the payloads once).
 
     Raises:
-        InvalidValue (local): the salt is not 16 bytes.
+        InvalidValue (local): as :func:`encode_round_frame`.
 
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
     """
