@@ -953,3 +953,22 @@ def test_round_frame_wire_len_refuses_what_is_no_tensor_list() -> None:
                        reason="not a TensorPayload")
     assert msg == "round_frame: tensors[1] = 'NoneType' is invalid: not a TensorPayload"
     assert round_frame_wire_len(t for t in [TensorPayload(0, [1], bytes(4))]) == 25 + 2 + 4 + 8 + 4
+
+
+@pytest.mark.parametrize("ceiling", [None, -1, 8.0, True, "64"])
+def test_array_refuses_a_bad_ceiling(ceiling: Any) -> None:
+    elided = TensorPayload(0, [2], b"")
+    full = TensorPayload(0, [2], bytes(8))
+    for payload in (elided, full):
+        with pytest.raises(errors.ProtocolError) as ei:
+            payload.array(materialize_elided=True, ceiling=ceiling)
+        msg = _local_value(ei, "ceiling.invalid", value=ceiling)
+        assert msg == f"frame ceiling must be a non-negative number of bytes, got {ceiling!r}"
+
+
+def test_array_takes_a_numpy_integer_ceiling() -> None:
+    elided = TensorPayload(0, [2], b"")
+    assert elided.array(materialize_elided=True, ceiling=np.int64(8)).tolist() == [0.0, 0.0]
+    with pytest.raises(errors.LimitExceeded) as ei:
+        elided.array(materialize_elided=True, ceiling=np.uint32(7))
+    assert ei.value.error_id == "tensor.elided_too_large"

@@ -36,6 +36,7 @@ from ..spec import (
 )
 from ._arrays import real_array, wire_dtype_tag, wire_elements
 from ._common import BytesLike, as_view, wire_int
+from .ceiling import frame_ceiling_int
 
 __all__: list[str] = []
 
@@ -243,7 +244,9 @@ class TensorPayload:
 
         f32 gives ``<f4``, bf16 gives ``ml_dtypes.bfloat16``. An elided payload with elements
         raises unless ``materialize_elided`` is set, in which case fresh zeros are returned
-        (refused above ``ceiling`` bytes).
+        (refused above ``ceiling`` bytes: a non-negative integer, as the frame readers' ceiling;
+        like theirs it has no upper bound, so a ceiling above the memory available lets NumPy
+        raise ``MemoryError`` for zeros that large).
 
         Raises:
             InvalidValue: the dtype tag is unknown; InvalidValue (local): more than 64 dimensions
@@ -254,7 +257,11 @@ class TensorPayload:
                 three are remote, for a payload built here too: it does not know where its
                 bytes came from); local ``tensor.elided``: elided, and no ``materialize_elided``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
+            InvalidValue (local) ``ceiling.invalid``: ``ceiling`` is not a non-negative integer
+                (a bool, a float or text is refused; NumPy integers are taken).
         """
+        if type(ceiling) is not int or ceiling < 0:
+            ceiling = frame_ceiling_int(ceiling)
         element_size = ELEMENT_SIZE.get(self.dtype)
         if element_size is None:
             raise protocol_error("tensor.unknown_dtype", dtype=self.dtype)
