@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from flodl_proto.errors import InvalidValue, SchemaMismatch
+from flodl_proto.errors import InvalidValue, LocalProtocolError, SchemaMismatch
 from flodl_proto.reduce import (
     bf16_bits_to_f32_bits,
     bf16_from_f32,
@@ -145,3 +145,52 @@ def test_scale_into_a_caller_buffer(dtype: int) -> None:
                 np.empty((2, len(data)), np.uint8)):
         with pytest.raises(ValueError):
             scale_payload(dtype, data, 0.37, out=bad)
+
+
+@pytest.mark.parametrize(("fn", "bits", "width", "maximum"), [
+    (bf16_bits_to_f32_bits, -1, "u16", "0xffff"),
+    (bf16_bits_to_f32_bits, 65536, "u16", "0xffff"),
+    (bf16_bits_to_f32_bits, None, "u16", "0xffff"),
+    (bf16_bits_to_f32_bits, 1.0, "u16", "0xffff"),
+    (bf16_bits_to_f32_bits, True, "u16", "0xffff"),
+    (bf16_bits_to_f32_bits, "1", "u16", "0xffff"),
+    (f32_bits_to_bf16_bits, 2**32, "u32", "0xffffffff"),
+    (f32_bits_to_bf16_bits, -1, "u32", "0xffffffff"),
+    (f32_bits_to_bf16_bits, 1.0, "u32", "0xffffffff"),
+    (f32_bits_to_bf16_bits, np.float32(1.0), "u32", "0xffffffff"),
+])
+def test_a_bit_pattern_that_is_no_integer_in_range_is_refused(
+        fn: object, bits: object, width: str, maximum: str) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        fn(bits)  # type: ignore[operator]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "frame.bad_field"
+    assert ei.value.fields["field"] == "bits"
+    assert ei.value.fields["value"] is bits
+    assert str(ei.value) == (f"round_frame: bits = {bits!r} is invalid: not a {width} bit "
+                             f"pattern (an integer in 0..{maximum})")
+
+
+def test_bit_patterns_take_numpy_integers_and_the_range_ends() -> None:
+    assert bf16_bits_to_f32_bits(np.uint16(0x3F80)) == 0x3F800000
+    assert bf16_bits_to_f32_bits(0xFFFF) == 0xFFFF0000
+    assert f32_bits_to_bf16_bits(np.int64(0x3F800000)) == 0x3F80
+    assert f32_bits_to_bf16_bits(0xFFFFFFFF) == 0xFFFF  # a NaN keeps its sign and top bits
+
+
+@pytest.mark.parametrize(("values", "shown"), [
+    ("x", "<U1"), (["1.5"], "<U3"), ([1j], "complex128"), ([object()], "object"),
+])
+def test_encode_payload_refuses_values_that_are_no_real_numbers(values: object,
+                                                                shown: str) -> None:
+    for dtype in (0, 1):
+        with pytest.raises(InvalidValue) as ei:
+            encode_payload(dtype, values)  # type: ignore[arg-type]
+        assert isinstance(ei.value, LocalProtocolError)
+        assert ei.value.error_id == "frame.bad_field"
+        assert ei.value.fields["field"] == "array dtype"
+        assert ei.value.fields["value"] == shown
+
+
+def test_encode_payload_still_takes_python_ints_beyond_int64() -> None:
+    assert encode_payload(0, [2**70]) == np.float32(2.0**70).tobytes()

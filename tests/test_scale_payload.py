@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import InvalidValue, LocalProtocolError, ProtocolError
 from flodl_proto.reduce import _kernels as K
 from flodl_proto.reduce import reduce_realized_work
 from flodl_proto.reduce.payload import bf16_from_f32, bf16_to_f32, decode_payload, scale_payload
@@ -148,3 +148,22 @@ def test_scale_bf16_small_path_exact_values_and_threshold() -> None:
         nan = np.isnan(wide)
         ref[nan] = ((wide.view(np.uint32)[nan] >> 16) | 0x40).astype(np.uint16)
         assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("factor", ["2", None, True, np.bool_(False), 1j, [2.0]])
+@pytest.mark.parametrize("dtype", [0, 1])
+def test_a_factor_that_is_no_real_number_is_refused(dtype: int, factor: object) -> None:
+    data = np.asarray([1.0, -2.0], np.float32).tobytes()
+    with pytest.raises(InvalidValue) as ei:
+        scale_payload(dtype, data, factor)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "frame.bad_field"
+    assert ei.value.fields == {"field": "factor", "value": factor, "reason": "not a real number"}
+
+
+def test_real_factors_of_every_type_and_a_nan_factor() -> None:
+    data = np.asarray([1.0, -2.0], np.float32).tobytes()
+    for factor in (2, 2.0, np.float32(2.0), np.int8(2), np.float64(2.0)):
+        assert np.frombuffer(scale_payload(0, data, factor), np.float32).tolist() == [2.0, -4.0]
+    nan = np.frombuffer(scale_payload(0, data, float("nan")), np.float32)
+    assert np.isnan(nan).all()  # documented: NaN times x is NaN, as upstream's f32 multiply

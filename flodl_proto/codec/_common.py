@@ -7,9 +7,12 @@ Upstream: the ``Ok(None)`` clean-EOF convention of ``controller/round_frame.rs``
 from __future__ import annotations
 
 import enum
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
+
+import numpy as np
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import SPEC
@@ -25,6 +28,7 @@ __all__ = [
     "not_bytes_like",
     "unviewed",
     "wire_int",
+    "wire_real",
 ]
 
 #: Anything the decoders accept without copying (NumPy arrays: pass ``memoryview(arr)``).
@@ -141,6 +145,25 @@ def wire_int(value: Any) -> int | None:
         return operator.index(value)
     except TypeError:
         return None
+
+
+def wire_real(value: Any) -> float | None:
+    """``value`` as a Python ``float`` when it is a real number, else ``None``: the rule for the
+    real-valued arguments a caller hands the package (weights, masses, scale factors).
+
+    Real numbers are ``int``, ``float`` and the NumPy integer and floating scalars; an integer
+    beyond the f64 range is taken as an infinity of its sign (as Rust's ``as f64`` saturates). A
+    ``bool`` (Python or NumPy: ``True`` is no 1.0), text (``"2"`` is not parsed), ``None`` or
+    anything else is not one. NaN and the infinities are floats: whether they are in range is
+    the caller's check.
+    """
+    if isinstance(value, bool | np.bool_) or not isinstance(
+            value, int | float | np.integer | np.floating):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the f64 range
+        return math.inf if value > 0 else -math.inf
 
 
 def check_ceiling(ceiling: int) -> int:

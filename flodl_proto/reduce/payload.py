@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import BytesLike, as_view
+from ..codec._arrays import real_array
+from ..codec._common import BytesLike, as_view, wire_int, wire_real
 from ..errors import protocol_error
-from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
+from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE, U32_MAX
 from . import _kernels as K
 
 __all__ = [
@@ -295,21 +296,44 @@ def bf16_to_f32(bits: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     return dst
 
 
+def _bit_pattern(bits: Any, maximum: int, width: str) -> int:
+    """``bits`` as an ``int`` bit pattern in 0..``maximum`` by the codec's integer rule.
+
+    Raises:
+        InvalidValue (local): ``frame.bad_field`` naming ``bits`` and the value.
+    """
+    n = wire_int(bits)
+    if n is None or not 0 <= n <= maximum:
+        raise protocol_error("frame.bad_field", field="bits", value=bits,
+                             reason=f"not a {width} bit pattern (an integer in 0..{maximum:#x})")
+    return n
+
+
 def f32_bits_to_bf16_bits(bits: int) -> int:
     """bf16 bit pattern (0..0xFFFF) of one f32 given as its bit pattern (0..0xFFFFFFFF).
 
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: ``bits`` is not an integer in 0..0xFFFFFFFF
+            (the codec's integer rule: a bool, a float or text is refused, never truncated;
+            NumPy integers are taken).
+
     Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
     """
-    arr = np.array([bits], dtype=np.uint32).view(np.float32)
+    arr = np.array([_bit_pattern(bits, U32_MAX, "u32")], dtype=np.uint32).view(np.float32)
     return int(bf16_from_f32(arr)[0])
 
 
 def bf16_bits_to_f32_bits(bits: int) -> int:
     """f32 bit pattern (0..0xFFFFFFFF) of one bf16 bit pattern (0..0xFFFF): ``bits << 16``.
 
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: ``bits`` is not an integer in 0..0xFFFF
+            (the codec's integer rule, as :func:`f32_bits_to_bf16_bits`).
+
     Upstream: ``controller/round_frame.rs`` ``bf16_bits_to_f32``.
     """
-    return int(bf16_to_f32(np.array([bits], dtype=np.uint16)).view(np.uint32)[0])
+    n = _bit_pattern(bits, 0xFFFF, "u16")
+    return int(bf16_to_f32(np.array([n], dtype=np.uint16)).view(np.uint32)[0])
 
 
 def encode_payload(dtype: int, values: npt.ArrayLike) -> bytes:
@@ -324,12 +348,21 @@ def encode_payload(dtype: int, values: npt.ArrayLike) -> bytes:
         ``numel * element_size`` bytes.
 
     Raises:
-        InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), checked first.
+        InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), checked first;
+            ``values`` that are not real numbers (text, complex, objects, dates:
+            ``frame.bad_field`` naming the array dtype).
 
     Upstream: ``controller/round_frame.rs`` ``f32_slice_to_payload_bytes``.
     """
     payload_element_size(dtype)
-    src = np.ascontiguousarray(values, dtype=K.F32).reshape(-1)
+    given = np.asarray(values)
+    if given.dtype.kind != "O":  # Python ints beyond int64 give an object array: cast below
+        real_array(given)
+    try:
+        src = np.ascontiguousarray(given, dtype=K.F32).reshape(-1)
+    except (TypeError, ValueError):  # an object array of what is no number (None, text)
+        real_array(given)  # raises, naming the dtype
+        raise  # unreachable: real_array refuses every object array
     if dtype == DTYPE_F32:
         return src.tobytes()
     return bf16_from_f32(src).tobytes()
@@ -368,8 +401,12 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
     Args:
         dtype: wire dtype tag (0 f32, 1 bf16).
         data: the payload bytes (little-endian elements); not modified.
-        factor: the scale; converted to f32 first (round-to-nearest-even), the product is computed
-            in f32 and re-encoded once (one rounding for bf16).
+        factor: the scale, a real number (``int``, ``float`` or a NumPy integer or floating
+            scalar; not a bool or text); converted to f32 first (round-to-nearest-even; a factor
+            beyond the f32 range becomes an infinity of its sign), the product is computed in f32
+            and re-encoded once (one rounding for bf16). A NaN factor is multiplied as any
+            other: every whole element becomes NaN (f32: NaN times x; bf16: that NaN encoded
+            with upstream's NaN rule), as upstream's f32 multiply gives.
         out: optional destination: a flat ``uint8`` array of at least ``len(data)`` bytes whose
             first ``len(data)`` bytes receive the result (all of them written; it must not
             overlap ``data``). Default: a fresh buffer.
@@ -380,7 +417,8 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
         make a whole element are left as they were.
 
     Raises:
-        InvalidValue (local): unknown ``dtype`` (``scale.unknown_dtype``).
+        InvalidValue (local): unknown ``dtype`` (``scale.unknown_dtype``); ``factor`` is not a
+            real number (``frame.bad_field`` naming ``factor`` and the value).
         ValueError: ``out`` is not a flat ``uint8`` array of at least ``len(data)`` bytes.
 
     Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (also the rank-side
@@ -388,6 +426,9 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
     """
     if dtype not in (DTYPE_F32, DTYPE_BF16):
         raise protocol_error("scale.unknown_dtype", dtype=dtype)
+    if type(factor) is not float and wire_real(factor) is None:
+        raise protocol_error("frame.bad_field", field="factor", value=factor,
+                             reason="not a real number")
     es = ELEMENT_SIZE[dtype]
     mv = as_view(data)
     n = mv.nbytes // es
