@@ -4,6 +4,7 @@ count or id would pass a class check), plus the mass policies' edge values."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,14 @@ import pytest
 
 from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.errors import InvalidValue, LocalProtocolError, ProtocolError
-from flodl_proto.reduce import gamma_mass, reduce_realized_work, sum_frames
+from flodl_proto.reduce import (
+    OutputPool,
+    gamma_mass,
+    is_realized,
+    mover_mass,
+    reduce_realized_work,
+    sum_frames,
+)
 
 
 def _f(*tensors: TensorPayload, weight: float = 1.0,
@@ -143,3 +151,45 @@ def test_threads_is_a_whole_number_of_at_least_one(fn: Any, threads: Any) -> Non
     assert str(ei.value) == (f"cluster_controller: threads = {threads!r} is invalid: not a whole "
                              "number >= 1")
     assert fn(frames, threads=np.int64(2)).weight == 1.0
+
+
+@pytest.mark.parametrize(("fn", "args", "field", "value"), [
+    (gamma_mass, ("2", 2.0), "n", "2"),
+    (gamma_mass, (2, "x"), "gamma", "x"),
+    (gamma_mass, (None, 1.0), "n", None),
+    (gamma_mass, (True, 1.0), "n", True),
+    (gamma_mass, (2.0, np.bool_(True)), "gamma", np.bool_(True)),
+    (mover_mass, (None,), "n", None),
+    (mover_mass, ("1",), "n", "1"),
+    (is_realized, (None,), "mass", None),
+    (is_realized, ("1.0",), "mass", "1.0"),
+])
+def test_mass_policies_refuse_what_is_no_real_number(fn: Any, args: tuple[Any, ...], field: str,
+                                                     value: Any) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        fn(*args)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "controller.bad_argument"
+    assert ei.value.fields == {"field": field, "value": value, "reason": "not a real number"}
+    assert str(ei.value) == f"cluster_controller: {field} = {value!r} is invalid: not a real number"
+
+
+def test_mass_policies_follow_f64_arithmetic() -> None:
+    assert gamma_mass(1e308, 2.0) == math.inf  # f64 powf saturates (was an OverflowError)
+    assert gamma_mass(2**2000, 0.5) == math.inf  # an int beyond f64 is +inf, as `as f64`
+    assert gamma_mass(1e-300, 2.0) == 0.0
+    assert gamma_mass(np.int64(4), np.float32(0.5)) == 2.0
+    assert math.isnan(gamma_mass(2.0, math.nan))
+    assert mover_mass(np.int32(3)) == 1.0 and mover_mass(0) == 0.0
+    assert is_realized(np.float32(0.5)) and not is_realized(0) and not is_realized(math.nan)
+
+
+@pytest.mark.parametrize("pool", ["x", object(), [1]])
+def test_a_pool_that_is_no_output_pool_is_refused(pool: Any) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        reduce_realized_work([_f(_t()), _f(_t())], pool=pool)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "controller.bad_argument"
+    assert ei.value.fields == {"field": "pool", "value": type(pool),
+                               "reason": "not an OutputPool or None"}
+    assert reduce_realized_work([_f(_t()), _f(_t())], pool=OutputPool()).weight == 2.0

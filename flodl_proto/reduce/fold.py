@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._names import adopt
-from ..codec._common import check_version, wire_int
+from ..codec._common import check_version, wire_int, wire_real
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
@@ -65,35 +65,71 @@ def gamma_mass(n: float, gamma: float) -> float:
         gamma: the allocation exponent (1.0 plain work weighting, 0.0 unweighted over movers,
             -1.0 per-step equal).
 
+    Both are f64 values upstream: any real number is taken (``int``, ``float``, NumPy integer
+    and floating scalars; an ``int`` beyond the f64 range as an infinity of its sign).
+
     Returns:
         0.0 when ``n <= 0`` (for any ``gamma``: no ``0 ** 0 = 1`` vote, no ``0 ** -1 = inf``);
-        ``n`` when ``gamma == 1.0``; else ``n ** gamma`` (f64 ``pow``).
+        ``n`` when ``gamma == 1.0``; else ``n ** gamma`` (f64 ``pow``). As upstream's f64
+        ``powf``, a power beyond the f64 range is ``inf`` (``gamma_mass(1e308, 2.0)``), one
+        below it ``0.0``, and a NaN argument gives NaN (``n`` NaN: NaN for any ``gamma``).
+
+    Raises:
+        InvalidValue (local): ``n`` or ``gamma`` is not a real number (``None``, text such as
+            ``"2"``, a bool): ``controller.bad_argument`` naming it and the value.
 
     Upstream: ``realized_work.rs`` ``gamma_mass``.
     """
-    n = float(n)
-    if n <= 0.0:
+    x = _real("n", n)
+    g = _real("gamma", gamma)
+    if x <= 0.0:
         return 0.0
-    if gamma == 1.0:
-        return n
-    return math.pow(n, float(gamma))
+    if g == 1.0:
+        return x
+    try:
+        return math.pow(x, g)
+    except OverflowError:  # f64 powf saturates: x > 0, so the power is +inf
+        return math.inf
 
 
 def mover_mass(n: float) -> float:
     """Realized-work mass of a buffers contribution: 1.0 if ``n > 0`` else 0.0.
 
+    Raises:
+        InvalidValue (local): ``n`` is not a real number (``controller.bad_argument``, as
+            :func:`gamma_mass`).
+
     Upstream: ``realized_work.rs`` ``mover_mass``.
     """
-    return 1.0 if n > 0.0 else 0.0
+    return 1.0 if _real("n", n) > 0.0 else 0.0
 
 
 def is_realized(mass: float) -> bool:
     """The zero-mass round rule: True when ``mass > 0.0`` (a round of mass 0, -0.0 or below
-    realized nothing; receivers keep their local state).
+    realized nothing, and so did NaN; receivers keep their local state).
+
+    Raises:
+        InvalidValue (local): ``mass`` is not a real number (``controller.bad_argument``, as
+            :func:`gamma_mass`).
 
     Upstream: ``realized_work.rs`` ``is_realized``.
     """
+    if type(mass) is not float:  # a frame's weight always is: one type test
+        mass = _real("mass", mass)
     return mass > 0.0
+
+
+def _real(field: str, value: Any) -> float:
+    """``value`` as a float by the real-number rule (:func:`~flodl_proto.codec._common.wire_real`).
+
+    Raises:
+        InvalidValue (local): ``controller.bad_argument`` naming ``field`` and the value.
+    """
+    x = wire_real(value)
+    if x is None:
+        raise protocol_error("controller.bad_argument", field=field, value=value,
+                             reason="not a real number")
+    return x
 
 
 def _view(p: TensorPayload) -> npt.NDArray[Any]:
@@ -450,10 +486,15 @@ def reduce_realized_work(
         InvalidValue (local): ``frames`` is no iterable, an entry is neither a
             :class:`RoundFrame` nor ``None``, or ``threads`` is no whole number >= 1
             (``controller.bad_argument``, as :func:`sum_frames`).
+        InvalidValue (local): ``pool`` is neither an :class:`OutputPool` nor None
+            (``controller.bad_argument`` naming ``pool`` and its type).
         SchemaMismatch, InvalidValue (remote), VersionMismatch (local): as :func:`sum_frames`.
 
     Upstream: ``controller/round_frame.rs`` ``reduce_realized_work``.
     """
+    if pool is not None and not isinstance(pool, OutputPool):
+        raise protocol_error("controller.bad_argument", field="pool", value=type(pool),
+                             reason="not an OutputPool or None")
     checked, n = _checked_args(frames, threads, none_ok=True)
     accepted = [f for f in checked if f is not None]
     if not accepted:
