@@ -462,3 +462,28 @@ def test_decode_framed_round_prefix_shorter_than_the_frame() -> None:
         with pytest.raises(errors.TruncatedInput) as exc:
             decode(data, ZERO_SALT)
         assert exc.value.remote and exc.value.error_id == "frame.footer_read_failed"
+
+
+@pytest.mark.parametrize(("blob", "field", "got"), [
+    ([None], "blob[0]", "NoneType"),
+    ([b"a", "x"], "blob[1]", "str"),
+    ((b"a", 3), "blob[1]", "int"),
+    (None, "blob", "NoneType"),
+    ("ab", "blob", "str"),
+])
+def test_encode_len_framed_names_the_piece_that_is_no_buffer(blob: object, field: str,
+                                                             got: str) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        lb.encode_len_framed(blob)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.LocalProtocolError)
+    assert ei.value.error_id == "codec.not_bytes_like"
+    assert ei.value.fields == {"field": field, "got": got}
+    assert str(ei.value).startswith(f"{field} must be a contiguous bytes-like object")
+
+
+def test_encode_len_framed_takes_a_numpy_array_as_one_buffer() -> None:
+    arr = np.arange(3, dtype=np.float32)
+    parts = lb.encode_len_framed(arr)
+    assert len(parts) == 2 and parts[1] is arr  # not one piece per element
+    assert b"".join(parts) == struct.pack("<I", 12) + arr.tobytes()
+    assert b"".join(lb.encode_len_framed(iter([b"ab", b"c"]))) == struct.pack("<I", 3) + b"abc"

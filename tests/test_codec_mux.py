@@ -1010,7 +1010,6 @@ def test_the_hello_errors_carry_the_value_given() -> None:
 
 @pytest.mark.parametrize("make", [
     lambda p: MuxRecord.data(0, p), MuxRecord.host_frame, MuxRecord.broadcast,
-    lambda p: encode_mux_record_parts(1, 0, p, SALT_B),
 ])
 @pytest.mark.parametrize(("payload", "got"), [("ab", "str"), (None, "NoneType")])
 def test_a_payload_that_is_no_buffer_is_named(make: Any, payload: object, got: str) -> None:
@@ -1087,3 +1086,24 @@ def test_a_header_that_is_no_mux_header_is_refused(header: Any) -> None:
         assert str(ei.value).startswith(f"relay_mux: header = {type(header).__name__!r} is invalid")
     hdr = parse_mux_header(wire)
     assert decode_mux_record(wire, SALT_ZERO, header=hdr)[0].payload == b"abc"
+
+
+@pytest.mark.parametrize(("payload", "error_id", "field", "got"), [
+    (b"ab", "codec.not_pieces", "payload", "bytes"),
+    (bytearray(b"ab"), "codec.not_pieces", "payload", "bytearray"),
+    ("ab", "codec.not_pieces", "payload", "str"),
+    (None, "codec.not_pieces", "payload", "NoneType"),
+    (3, "codec.not_pieces", "payload", "int"),
+    (["ab"], "codec.not_bytes_like", "payload[0]", "str"),
+    ([b"a", None], "codec.not_bytes_like", "payload[1]", "NoneType"),
+])
+def test_encode_mux_record_parts_says_what_is_wrong_with_the_payload(
+        payload: Any, error_id: str, field: str, got: str) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        encode_mux_record_parts(1, 0, payload, SALT_ZERO)
+    assert isinstance(ei.value, errors.LocalProtocolError)
+    assert ei.value.error_id == error_id
+    assert ei.value.fields == {"field": field, "got": got}
+    if error_id == "codec.not_pieces":
+        assert str(ei.value) == (f"payload must be an iterable of bytes-like pieces (one buffer: "
+                                 f"pass [data]), got {got}")

@@ -26,6 +26,7 @@ __all__ = [
     "check_ceiling",
     "check_version",
     "not_bytes_like",
+    "not_pieces",
     "unviewed",
     "wire_int",
     "wire_real",
@@ -107,6 +108,27 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
             _is_buffer(p) for p in value):
         got += ' (join a buffer list, as the encoders for sendmsg return, with b"".join)'
     return protocol_error("codec.not_bytes_like", field=field, got=got)
+
+
+def not_pieces(field: str, value: Any) -> ProtocolError:
+    """The local error for a caller's ``field`` that should be a sequence of buffers (pieces
+    sent back to back) and is ``value``, which is not: ``codec.not_pieces`` when ``value`` is
+    one buffer, text or no iterable, else ``codec.not_bytes_like`` naming its first piece that
+    is no contiguous buffer (``field[i]``, with its type).
+
+    Meant for an encoder's error path: it is called once the pieces failed to measure."""
+    if isinstance(value, bytes | bytearray | memoryview | str) or _is_buffer(value):
+        return protocol_error("codec.not_pieces", field=field, got=type(value).__name__)
+    try:
+        items = list(value)
+    except TypeError:
+        return protocol_error("codec.not_pieces", field=field, got=type(value).__name__)
+    for i, p in enumerate(items):
+        try:
+            as_view(p)
+        except ProtocolError:
+            return not_bytes_like(f"{field}[{i}]", p)
+    return not_bytes_like(field, value)  # every piece is a buffer: nothing more precise to say
 
 
 def unviewed(buf: bytearray) -> bool:

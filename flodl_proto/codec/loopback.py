@@ -11,7 +11,8 @@ Upstream: ``flodl/src/distributed/relay/mux.rs`` (``write_len_framed``, ``read_l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_FRAME_CEILING, LEN_PREFIX_LEN, U32_MAX
@@ -19,9 +20,11 @@ from ._common import (
     END_OF_STREAM,
     BytesLike,
     EndOfStream,
+    _is_buffer,
     as_view,
     check_ceiling,
     not_bytes_like,
+    not_pieces,
     wire_int,
 )
 from .auth import Premac
@@ -78,8 +81,10 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
     """Return ``[prefix, *blob pieces]`` for a blob given as one buffer or a list of pieces.
 
     Args:
-        blob: the body, opaque bytes: one buffer (``bytes``, ``bytearray``, ``memoryview``; any
-            shape, counted by ``nbytes``) or a sequence of buffers sent back to back. Not copied.
+        blob: the body, opaque bytes: one buffer (``bytes``, ``bytearray``, ``memoryview``, or
+            any other contiguous buffer such as a NumPy array; any shape, counted by ``nbytes``)
+            or a list or tuple (or another iterable that is no buffer) of buffers sent back to
+            back. Not copied.
         ceiling: frame ceiling in bytes; default 1 GiB.
 
     Returns:
@@ -98,17 +103,24 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
 
     Raises:
         LimitExceeded (local): the blob is longer than the frame ceiling (bytes) or than u32.
-        InvalidValue (local): ``blob`` is not a buffer nor a list of buffers.
+        InvalidValue (local): ``blob`` is not a buffer nor an iterable of buffers
+            (``codec.not_bytes_like`` naming ``blob``, or ``blob[i]`` and the piece's type).
 
     Upstream: ``flodl/src/distributed/relay/mux.rs`` ``write_len_framed``.
     """
+    pieces: list[BytesLike]
+    if isinstance(blob, bytes | bytearray | memoryview):
+        pieces = [blob]
+    elif isinstance(blob, list | tuple) or not _is_buffer(blob):
+        if blob is None or isinstance(blob, str) or not isinstance(blob, Iterable):
+            raise not_bytes_like("blob", blob)
+        pieces = list(blob)
+    else:  # one buffer of another type (a NumPy array): its elements are no pieces
+        pieces = [cast("BytesLike", blob)]
     try:
-        pieces: list[BytesLike] = (
-            [blob] if isinstance(blob, bytes | bytearray | memoryview) else list(blob)
-        )
         length = sum(memoryview(p).nbytes for p in pieces)
-    except (TypeError, BufferError):  # None, text, a number: no buffers
-        raise not_bytes_like("blob", blob) from None
+    except (TypeError, BufferError):  # a piece that is None, text, a number: no buffer
+        raise not_pieces("blob", pieces) from None
     return [encode_len_prefix(length, ceiling=ceiling), *pieces]
 
 

@@ -53,7 +53,7 @@ from ._common import (
     as_view,
     check_ceiling,
     check_version,
-    not_bytes_like,
+    not_pieces,
     wire_int,
 )
 from ._mux_control import (
@@ -285,7 +285,10 @@ def encode_mux_record_parts(
     Raises:
         InvalidValue (local): bad salt or rank, or a ``kind`` that is not an integer 0..255
             (``mux.bad_field``: a bool, a float or text is refused, never truncated; an unknown
-            kind byte is written); LimitExceeded (local): payload above ``ceiling``.
+            kind byte is written); ``payload`` is one buffer (pass ``[data]``), text or no
+            iterable (``codec.not_pieces``), or one of its pieces is no contiguous buffer
+            (``codec.not_bytes_like`` naming ``payload[i]``); LimitExceeded (local): payload
+            above ``ceiling``.
 
     Upstream: ``relay/mux.rs`` ``write_record``.
     """
@@ -298,7 +301,7 @@ def encode_mux_record_parts(
     try:
         length = sum(memoryview(p).nbytes for p in payload)
     except (TypeError, BufferError):  # None, text, a message object: no buffers
-        raise not_bytes_like("payload", payload) from None
+        raise not_pieces("payload", payload) from None
     if length > min(ceiling, U32_MAX):
         raise protocol_error("mux.payload_too_large_local", length=length, ceiling=ceiling)
     covered = _header_bytes(k, r, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
