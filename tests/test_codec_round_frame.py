@@ -972,3 +972,13 @@ def test_array_takes_a_numpy_integer_ceiling() -> None:
     with pytest.raises(errors.LimitExceeded) as ei:
         elided.array(materialize_elided=True, ceiling=np.uint32(7))
     assert ei.value.error_id == "tensor.elided_too_large"
+
+
+@pytest.mark.parametrize("weight", [2**1100, -(2**1100)], ids=["above", "below"])
+def test_a_weight_beyond_f64_is_named_as_given(weight: int) -> None:
+    with pytest.raises(errors.ProtocolError) as ei:
+        RoundFrame(RoundKind.MODEL, weight, [])
+    reason = "not a finite non-negative realized-work mass"
+    msg = _local_value(ei, "frame.bad_field", field="weight", value=weight, reason=reason)
+    assert msg == f"round_frame: weight = {weight} is invalid: {reason}"
+    assert "inf" not in msg

@@ -35,7 +35,7 @@ from ..spec import (
     U32_MAX,
 )
 from ._arrays import real_array, wire_dtype_tag, wire_elements
-from ._common import BytesLike, as_view, wire_int
+from ._common import BytesLike, as_view, wire_int, wire_real
 from .ceiling import frame_ceiling_int
 
 __all__: list[str] = []
@@ -322,22 +322,21 @@ _set_data: Final[Any] = vars(TensorPayload)["data"].__set__
 
 
 def _checked_weight(weight: Any) -> float:
-    """``weight`` as a float when it is a real number (not text) and a finite realized-work
-    mass not below zero (``-0.0`` allowed).
+    """``weight`` as a float when it is a real number (the real-number rule,
+    :func:`~flodl_proto.codec._common.wire_real`: not text, and ``True`` is no mass of 1.0) and
+    a finite realized-work mass not below zero (``-0.0`` allowed).
 
     Raises:
-        InvalidValue (local): ``frame.bad_field`` naming the weight.
+        InvalidValue (local): ``frame.bad_field`` naming the weight (as a float; an ``int``
+            beyond the f64 range as itself, not as the ``inf`` it converts to).
     """
-    if isinstance(weight, str | bytes | bytearray | bool | np.bool_) or not isinstance(
-            weight, int | float | np.integer | np.floating):  # True is no mass of 1.0
+    w = wire_real(weight)
+    if w is None:
         raise protocol_error("frame.bad_field", field="weight", value=weight,
                              reason="not a real number")
-    try:
-        w = float(weight)
-    except OverflowError:  # an int beyond the f64 range
-        w = math.inf
     if not math.isfinite(w) or w < 0.0:
-        raise protocol_error("frame.bad_field", field="weight", value=w,
+        shown = weight if math.isinf(w) and isinstance(weight, int | np.integer) else w
+        raise protocol_error("frame.bad_field", field="weight", value=shown,
                              reason="not a finite non-negative realized-work mass")
     return w
 
