@@ -982,3 +982,11 @@ def test_a_weight_beyond_f64_is_named_as_given(weight: int) -> None:
     msg = _local_value(ei, "frame.bad_field", field="weight", value=weight, reason=reason)
     assert msg == f"round_frame: weight = {weight} is invalid: {reason}"
     assert "inf" not in msg
+
+
+@pytest.mark.parametrize("tensors", [[], [TensorPayload(0, [1], bytes(4))]], ids=["empty", "one"])
+def test_a_round_frame_is_never_hashable(tensors: list[TensorPayload]) -> None:
+    frame = RoundFrame(RoundKind.MODEL, 1.0, tensors)
+    with pytest.raises(TypeError, match="unhashable type: 'RoundFrame'"):
+        hash(frame)
+    assert frame == RoundFrame(RoundKind.MODEL, 1.0, list(tensors))  # equality is by value

@@ -360,7 +360,7 @@ def _payload_nbytes_error(tensors: tuple[TensorPayload, ...], t: TensorPayload, 
                           got=t.data.nbytes)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RoundFrame:
     """A reduce round's frame: kind, realized-work weight and tensors.
 
@@ -383,6 +383,9 @@ class RoundFrame:
             LimitExceeded (local): too many tensors.
         SchemaMismatch (local): ``frame.payload_nbytes_local`` naming the tensor's index, shape,
             dtype, the expected and the given byte count (``check_nbytes``).
+
+    Frames compare equal by value (kind, weight bits, tensors) and, as their payloads, are not
+    hashable: their payload bytes may live in a caller's writable buffer.
 
     Upstream: ``controller/round_frame.rs`` ``RoundFrame`` (its writer does not compare the
     byte count with the shape: departure ``payload_nbytes_on_write``).
