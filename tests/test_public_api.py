@@ -152,6 +152,7 @@ def test_the_len_framed_pair_round_trips_as_the_readme_says() -> None:
                              "memoryview), got list (join a buffer list, as the encoders for "
                              'sendmsg return, with b"".join)')
     assert ei.value.error_id == "codec.not_bytes_like"
-    # where pieces are taken, a bad piece gets no such hint
-    with pytest.raises(flodl_proto.LocalProtocolError, match=r"^blob must be .*, got list$"):
+    # where pieces are taken, a bad piece is named, with no such hint
+    with pytest.raises(flodl_proto.LocalProtocolError,
+                       match=r"^blob\[0\] must be .*, got NoneType$"):
         flodl_proto.encode_len_framed([None])  # type: ignore[list-item]
