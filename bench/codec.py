@@ -7,18 +7,18 @@ Targets: every ratio >= 0.9; decode peak growth <= 64 MiB (zero copy). The last 
 verdict; the exit code is 0 when every target is met, 1 when one is missed (``--no-verdict``:
 always 0, for exploration).
 
-    python bench/codec.py [--mib 256] [--tensors 8] [--repeat 3] [--no-verdict]
+    python bench/codec.py [--mib 256] [--tensors 8] [--repeat 5] [--no-verdict]
 """
 
 from __future__ import annotations
 
 import argparse
 import hmac
-import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
+from _cli import run, whole
 
 from flodl_proto.codec import (
     RecordKind,
@@ -83,12 +83,16 @@ def plain_hmac(salt: bytes, pieces: list[memoryview | bytes], passes: int) -> No
 def main() -> int:
     """Run the benchmark, print the table and the verdict; the exit code (see the docstring)."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mib", type=int, default=256, help="payload MiB (default 256)")
-    ap.add_argument("--tensors", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--mib", type=whole(1), default=256, help="payload MiB (default 256)")
+    ap.add_argument("--tensors", type=whole(1), default=8, help="f32 tensors (default 8)")
+    ap.add_argument("--repeat", type=whole(1), default=5,
+                    help="timed runs of each operation; the best counts (default 5)")
     ap.add_argument("--no-verdict", action="store_true",
                     help="exit 0 even when a target is missed (exploration)")
     args = ap.parse_args()
+    if args.tensors > args.mib * MiB // 4:
+        ap.error(f"--tensors {args.tensors}: more tensors than the {args.mib * MiB // 4} f32 "
+                 f"elements of --mib {args.mib}")
     salt = bytes(range(16))
     per = args.mib * MiB // args.tensors // 4
     rng = np.random.default_rng(0)
@@ -140,4 +144,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "bench/codec.py")

@@ -85,6 +85,7 @@ from typing import IO, Any, Final
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
+from _cli import listed, number, one_of, run, whole
 
 from flodl_proto.runner import stages
 
@@ -1015,21 +1016,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--full", action="store_true",
                     help="W = 2, 4, 8 and 4 KiB, 64 KiB, 1, 4, 64, 256 MiB")
-    ap.add_argument("--worlds", default=None, help="comma-separated world sizes")
+    ap.add_argument("--worlds", type=listed(whole(1)), default=None,
+                    help="comma-separated world sizes")
     ap.add_argument("--sizes", default=None,
                     help="comma-separated frame sizes, e.g. 4k,64k,1m,4m,64m (bare: MiB)")
-    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--dtypes", type=listed(one_of(("f32", "bf16"))), default="f32,bf16",
+                    help="comma-separated wire dtypes, f32 and/or bf16 (default f32,bf16)")
     ap.add_argument("--protocol-version", type=int, default=2, choices=(2, 3))
-    ap.add_argument("--rounds", type=int, default=None,
+    ap.add_argument("--rounds", type=whole(1), default=None,
                     help="measured rounds (default 50 below 1 MiB, 20 below 64 MiB, 5, 3 at "
                     "256 MiB)")
-    ap.add_argument("--warmup", type=int, default=None, help="warm-up rounds (default 5 below "
+    ap.add_argument("--warmup", type=whole(0), default=None, help="warm-up rounds (default 5 below "
                     "1 MiB, 2 below 64 MiB, else 1)")
-    ap.add_argument("--max-wait", type=float, default=120.0,
-                    help="seconds to wait for a quiet machine before each configuration")
-    ap.add_argument("--reruns", type=int, default=2,
+    ap.add_argument("--max-wait", type=number(0, inclusive=True), default=120.0,
+                    help="seconds to wait for a quiet machine before each configuration "
+                    "(0: no wait)")
+    ap.add_argument("--reruns", type=whole(0), default=2,
                     help="reruns of a configuration other processes disturbed")
-    ap.add_argument("--time-budget", type=float, default=None,
+    ap.add_argument("--time-budget", type=number(0, inclusive=False), default=None,
                     help="seconds; start no configuration after this (the rest is listed)")
     ap.add_argument("--no-trace", action="store_true", help="run without the stage trace")
     ap.add_argument("--note", default=None, help="a sentence written above the table")
@@ -1040,13 +1044,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(json.loads(args.worker))
         return 0
-    worlds = [int(w) for w in (args.worlds or ("2,4,8" if args.full else "2,4")).split(",")]
+    worlds = args.worlds or ([2, 4, 8] if args.full else [2, 4])
     try:
         sizes = [parse_size(s) for s in (args.sizes or (
             "4k,64k,1m,4m,64m,256m" if args.full else "4k,64k,4m,64m")).split(",")]
     except ValueError as e:
         ap.error(str(e))
-    dtypes = args.dtypes.split(",")
+    dtypes = args.dtypes
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
     os.environ.setdefault("FLODL_NET_TIMEOUT_SCALE", "1.0")
@@ -1062,7 +1066,7 @@ def main(argv: list[str] | None = None) -> int:
     for nbytes in sizes:
         warmup, rounds = default_rounds(nbytes)
         warmup = args.warmup if args.warmup is not None else warmup
-        rounds = args.rounds or rounds
+        rounds = args.rounds if args.rounds is not None else rounds
         for world in worlds:
             hosts = _hosts(world)
             for dtype in dtypes:
@@ -1163,4 +1167,4 @@ def _write_results(version: int, info: str, notes: list[str], rate_line: str,
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "bench/round.py")

@@ -8,8 +8,10 @@ relay folds once: compiled kernels load) and ``--rounds`` measured rounds of 64 
 tensors) at protocol version 3 in which one host's ranks are idle each round (round k: host
 k mod H). Idle ranks send elided frames of weight 0, so that host's HostFrame is elided too: the
 relay fold keeps an all-elided round elided, while a tensor elided by only some deposits, or only
-some tensors of a frame, comes out of the fold as real zeros, as upstream's fold does. It prints
-the median round time (max over ranks) beside the network floor:
+some tensors of a frame, comes out of the fold as real zeros, as upstream's fold does. W is
+even (two ranks per host) and at least 4: on one host, every round would be that host's idle
+round, with nothing to measure. It prints the median round time (max over ranks) beside the
+network floor:
 
     floor = (bytes into the controller + bytes out of it) per round / link cap
 
@@ -51,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _cli import listed, number, one_of, run, whole
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,14 +265,19 @@ def main() -> int:
     """Run the configurations, print the table and the verdict; return the exit code."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--worlds", default="4,8", help="comma-separated world sizes (even)")
-    ap.add_argument("--dtypes", default="f32,bf16")
-    ap.add_argument("--caps", default="100,1000", help="link caps in Mbit/s")
-    ap.add_argument("--mib", type=float, default=64.0, help="frame size in MiB (default 64)")
-    ap.add_argument("--rounds", type=int, default=3, help="measured rounds (default 3)")
-    ap.add_argument("--quiet-cores", type=float, default=0.5,
+    ap.add_argument("--worlds", type=listed(whole(2)), default="4,8",
+                    help="comma-separated world sizes (even, >= 4: two ranks per host, one "
+                    "host idle per round; default 4,8)")
+    ap.add_argument("--dtypes", type=listed(one_of(("f32", "bf16"))), default="f32,bf16",
+                    help="comma-separated wire dtypes, f32 and/or bf16 (default f32,bf16)")
+    ap.add_argument("--caps", type=listed(number(0, inclusive=False)), default="100,1000",
+                    help="link caps in Mbit/s (default 100,1000)")
+    ap.add_argument("--mib", type=number(0, inclusive=False), default=64.0,
+                    help="frame size in MiB (default 64)")
+    ap.add_argument("--rounds", type=whole(1), default=3, help="measured rounds (default 3)")
+    ap.add_argument("--quiet-cores", type=number(0, inclusive=False), default=0.5,
                     help="wait until other processes use fewer cores than this (default 0.5)")
-    ap.add_argument("--quiet-wait", type=float, default=120.0,
+    ap.add_argument("--quiet-wait", type=number(0, inclusive=True), default=120.0,
                     help="longest wait for a quiet machine, seconds (default 120)")
     ap.add_argument("--no-verdict", action="store_true", help="exploration: always exit 0")
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
@@ -277,6 +285,15 @@ def main() -> int:
     if args.worker:
         worker(json.loads(args.worker))
         return 0
+    odd = [w for w in args.worlds if w % 2]
+    if odd:
+        ap.error(f"--worlds: world size {odd[0]} is odd (two ranks per host)")
+    small = [w for w in args.worlds if w < 4]
+    if small:
+        ap.error(f"--worlds: world size {small[0]} has one host, idle every round: nothing "
+                 "to measure (at least 4: two hosts)")
+    if int(args.mib * MiB) // TENSORS // 4 < 1:
+        ap.error(f"--mib {args.mib:g}: less than one f32 element per tensor ({TENSORS} tensors)")
     sys.path.insert(0, str(ROOT))
     from flodl_proto.netlab import unavailable_reason
 
@@ -284,12 +301,7 @@ def main() -> int:
     if reason is not None:
         print(f"bench/wan.py: {reason}", file=sys.stderr)
         return 2
-    worlds = [int(w) for w in args.worlds.split(",")]
-    if any(w < 2 or w % 2 for w in worlds):
-        print("bench/wan.py: world sizes must be even (two ranks per host)", file=sys.stderr)
-        return 2
-    dtypes = args.dtypes.split(",")
-    caps = [float(c) for c in args.caps.split(",")]
+    worlds, dtypes, caps = args.worlds, args.dtypes, args.caps
     cores = _cores()
     header = ("| W | hosts | dtype | link cap | median round | network floor | ratio | "
               "in / out per round | other processes |\n"
@@ -349,4 +361,4 @@ def _write_results(body: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "bench/wan.py")

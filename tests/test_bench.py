@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the scripts import their shared helpers (bench/_cli.py) as run: ``python bench/X.py``
+if str(ROOT / "bench") not in sys.path:
+    sys.path.insert(0, str(ROOT / "bench"))
 
 
 def _load(name: str) -> ModuleType:
