@@ -1,0 +1,147 @@
+"""The benchmark scripts' command lines: a bad option value is argparse's usage line and one error
+line on stderr, exit 2, nothing on stdout, before anything is measured (no quiet-machine wait, no
+network lab); Ctrl-C is one ``interrupted`` line and exit 130, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BAD = [
+    ("codec", ["--tensors", "0"], "codec.py: error: argument --tensors: must be >= 1, got 0"),
+    ("codec", ["--mib", "-1"], "codec.py: error: argument --mib: must be >= 1, got -1"),
+    ("codec", ["--mib", "0"], "codec.py: error: argument --mib: must be >= 1, got 0"),
+    ("codec", ["--repeat", "0"], "codec.py: error: argument --repeat: must be >= 1, got 0"),
+    ("codec", ["--mib", "x"],
+     "codec.py: error: argument --mib: expected a whole number >= 1, got 'x'"),
+    ("codec", ["--mib", "1", "--tensors", "300000"],
+     "codec.py: error: --tensors 300000: more tensors than the 262144 f32 elements of --mib 1"),
+    ("reduce", ["--frames", "0", "--mib", "1"],
+     "reduce.py: error: argument --frames: must be >= 1, got 0"),
+    ("reduce", ["--mib", "0"], "reduce.py: error: argument --mib: must be >= 1, got 0"),
+    ("reduce", ["--repeat", "0"], "reduce.py: error: argument --repeat: must be >= 1, got 0"),
+    ("reduce", ["--threads", "0"], "reduce.py: error: argument --threads: must be >= 1, got 0"),
+    ("round", ["--worlds", "x"],
+     "round.py: error: argument --worlds: expected a whole number >= 1, got 'x'"),
+    ("round", ["--worlds", "0"], "round.py: error: argument --worlds: must be >= 1, got 0"),
+    ("round", ["--worlds", "2,"],
+     "round.py: error: argument --worlds: expected a whole number >= 1, got ''"),
+    ("round", ["--dtypes", "f16"],
+     "round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+    ("round", ["--dtypes", "f32,f16"],
+     "round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+    ("round", ["--rounds", "0"], "round.py: error: argument --rounds: must be >= 1, got 0"),
+    ("round", ["--warmup", "-1"], "round.py: error: argument --warmup: must be >= 0, got -1"),
+    ("round", ["--reruns", "-1"], "round.py: error: argument --reruns: must be >= 0, got -1"),
+    ("round", ["--max-wait", "-1"],
+     "round.py: error: argument --max-wait: must be a finite number >= 0, got '-1'"),
+    ("round", ["--max-wait", "nan"],
+     "round.py: error: argument --max-wait: must be a finite number >= 0, got 'nan'"),
+    ("round", ["--time-budget", "-1"],
+     "round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
+    ("round", ["--time-budget", "0"],
+     "round.py: error: argument --time-budget: must be a finite number > 0, got '0'"),
+    ("wan", ["--worlds", "4", "--caps", "0"],
+     "wan.py: error: argument --caps: must be a finite number > 0, got '0'"),
+    ("wan", ["--caps", "100,inf"],
+     "wan.py: error: argument --caps: must be a finite number > 0, got 'inf'"),
+    ("wan", ["--worlds", "x"],
+     "wan.py: error: argument --worlds: expected a whole number >= 2, got 'x'"),
+    ("wan", ["--worlds", "0"], "wan.py: error: argument --worlds: must be >= 2, got 0"),
+    ("wan", ["--worlds", "4,5"],
+     "wan.py: error: --worlds: world size 5 is odd (two ranks per host)"),
+    ("wan", ["--worlds", "2"],
+     "wan.py: error: --worlds: world size 2 has one host, idle every round: nothing to measure "
+     "(at least 4: two hosts)"),
+    ("wan", ["--dtypes", "f16"],
+     "wan.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+    ("wan", ["--mib", "0"], "wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
+    ("wan", ["--mib", "1e-9"],
+     "wan.py: error: --mib 1e-09: less than one f32 element per tensor (4 tensors)"),
+    ("wan", ["--rounds", "0"], "wan.py: error: argument --rounds: must be >= 1, got 0"),
+    ("wan", ["--quiet-cores", "0"],
+     "wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
+    ("wan", ["--quiet-wait", "-1"],
+     "wan.py: error: argument --quiet-wait: must be a finite number >= 0, got '-1'"),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "error"), BAD,
+                         ids=[f"{s}:{' '.join(a)}" for s, a, _ in BAD])
+def test_a_bad_value_is_a_usage_error(script: str, args: list[str], error: str) -> None:
+    res = subprocess.run([sys.executable, f"bench/{script}.py", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith(f"usage: {script}.py ")
+    assert lines[-1] == error
+
+
+def test_reduce_help_shows_defaults_targets_and_no_verdict() -> None:
+    res = subprocess.run([sys.executable, "bench/reduce.py", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    for text in ("(default 4)", "(default 256)", "(default 3)", "(default 1)", "--no-verdict",
+                 ">= 0.8x", ">= 0.5x", "(frames + 2) x frame + 64 MiB"):
+        assert text in out, text
+
+
+def _interrupt(argv: list[str], ready: str, name: str,
+               running: Callable[[int], bool] = lambda pid: True) -> int:
+    """Start ``argv``, wait for a stdout line starting with ``ready``, a second, and until
+    ``running(pid)``; send SIGINT to the process alone: it exits 130 saying only
+    ``NAME: interrupted`` on stderr. Returns its pid."""
+    p = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.startswith(ready):
+                break
+        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while not running(p.pid):
+            assert p.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err
+    assert err.splitlines() == [f"{name}: interrupted"]
+    return p.pid
+
+
+def test_round_ctrl_c_is_one_line_and_130() -> None:
+    _interrupt(["bench/round.py", "--worlds", "2", "--sizes", "4k", "--dtypes", "f32",
+                "--max-wait", "0", "--reruns", "0", "--rounds", "100000"], "| W |",
+               "bench/round.py")
+
+
+@pytest.mark.netlab
+@pytest.mark.timeout(120)
+def test_wan_ctrl_c_is_one_line_and_130_and_the_lab_is_gone() -> None:
+    from flodl_proto.netlab import leftovers
+
+    def lab(pid: int) -> list[str]:  # a lab's tag starts with its owner's pid
+        return leftovers(f"flodl-lab-{pid}")
+
+    pid = _interrupt(["bench/wan.py", "--worlds", "4", "--dtypes", "f32", "--caps", "100",
+                      "--mib", "1", "--rounds", "100000", "--quiet-wait", "0"], "| W |",
+                     "bench/wan.py", lambda pid: any(x.startswith("pid:") for x in lab(pid)))
+    assert lab(pid) == []
