@@ -59,6 +59,17 @@ def test_every_op_judges_the_outcomes_its_bundled_cases_expect() -> None:
         assert case.data["expect"] in EXPECTS[case.data["op"]], case.id
 
 
+def _refused(root: Path, path: Path, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``root`` is refused: loading it raises ``PATH: not a vector file (WHY)`` and ``vectors
+    check`` prints that one line (no output, nothing run) and exits 2."""
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == f"{path}: not a vector file ({why})"
+    assert main(["vectors", "check", str(root)]) == 2
+    assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {path}: not a vector "
+                                       f"file ({why})\n")
+
+
 @pytest.mark.parametrize(("change", "problem"), [
     ({"expect": "bogus"}, "expect 'bogus' is not one of 'ok', 'error', 'eof'"),
     ({"expect": None}, "expect None is not one of 'ok', 'error', 'eof'"),
@@ -75,11 +86,7 @@ def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
     doc["cases"][0].update(change)
     path.write_text(json.dumps(doc), encoding="utf-8")
     prefix = f"{case_id}: " if "expect" in change else ""
-    with pytest.raises(VectorFileError) as e:
-        list(iter_cases(root))
-    assert str(e.value) == f"{path}: not a vector file (case 0: {prefix}{problem})"
-    assert main(["vectors", "check", str(root)]) == 2
-    assert f"not a vector file (case 0: {prefix}{problem})" in capsys.readouterr().err
+    _refused(root, path, f"case 0: {prefix}{problem}", capsys)
 
 
 def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> tuple[Path, str]:
@@ -126,12 +133,7 @@ def test_a_case_without_a_field_its_op_reads_makes_the_file_no_vector_file(
     root = tmp_path / "vec"
     shutil.copytree(BUNDLED, root)
     path, where = _edit_first(root, file, op, expect, **change)
-    with pytest.raises(VectorFileError) as e:
-        list(iter_cases(root))
-    assert str(e.value) == f"{path}: not a vector file (case {where}: {problem})"
-    assert main(["vectors", "check", str(root)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {path}: not a vector "
-                                       f"file (case {where}: {problem})\n")
+    _refused(root, path, f"case {where}: {problem}", capsys)
 
 
 def test_the_fields_an_op_declares_are_every_field_its_handler_needs() -> None:
@@ -163,12 +165,7 @@ def test_a_file_of_a_protocol_version_not_spoken_is_no_vector_file(
     doc["protocol_version"] = version
     path.write_text(json.dumps(doc), encoding="utf-8")
     why = f"protocol_version {shown} is not one this implementation speaks: 2, 3"
-    with pytest.raises(VectorFileError) as e:
-        list(iter_cases(root))
-    assert str(e.value) == f"{path}: not a vector file ({why})"
-    assert main(["vectors", "check", str(root)]) == 2
-    assert capsys.readouterr().err == (f"flodl-proto vectors check: error: {path}: not a vector "
-                                       f"file ({why})\n")
+    _refused(root, path, why, capsys)
 
 
 @pytest.mark.parametrize(("doc", "why"), [
@@ -178,15 +175,14 @@ def test_a_file_of_a_protocol_version_not_spoken_is_no_vector_file(
     ({"protocol_version": 3, "cases": "x"}, "cases is a JSON string, not an array"),
     ({"protocol_version": 3, "cases": [7]}, "case 0: not an object but a JSON number"),
 ])
-def test_a_file_without_its_cases_is_no_vector_file(doc: dict[str, Any], why: str,
-                                                    tmp_path: Path) -> None:
+def test_a_file_without_its_cases_is_no_vector_file(
+        doc: dict[str, Any], why: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "vec"
     shutil.copytree(BUNDLED, root)
     path = root / "handshake.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    with pytest.raises(VectorFileError) as e:
-        list(iter_cases(root))
-    assert str(e.value) == f"{path}: not a vector file ({why})"
+    _refused(root, path, why, capsys)
 
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large", "list", "not-utf8", "folder",
@@ -229,12 +225,7 @@ def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
         path.write_text("null")
     else:
         path.write_bytes(b"\xff{}")
-    with pytest.raises(VectorFileError) as e:
-        list(iter_cases(root))
-    assert str(e.value) == f"{path}: not a vector file ({why[kind]})"
-    assert main(["vectors", "check", str(root)]) == 2
-    assert capsys.readouterr().err == (f"flodl-proto vectors check: error: {path}: not a vector "
-                                       f"file ({why[kind]})\n")
+    _refused(root, path, why[kind], capsys)
 
 
 @pytest.mark.parametrize(("manifest", "shown"), [("[]", "None"), ('{"total_cases": "9"}', "'9'"),
