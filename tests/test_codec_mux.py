@@ -1096,6 +1096,9 @@ def test_a_header_that_is_no_mux_header_is_refused(header: Any) -> None:
     (3, "codec.not_pieces", "payload", "int"),
     (["ab"], "codec.not_bytes_like", "payload[0]", "str"),
     ([b"a", None], "codec.not_bytes_like", "payload[1]", "NoneType"),
+    # a strided view: the MAC raised BufferError
+    ([memoryview(b"abcd")[::2]], "codec.not_bytes_like", "payload[0]",
+     "non-contiguous memoryview"),
 ])
 def test_encode_mux_record_parts_says_what_is_wrong_with_the_payload(
         payload: Any, error_id: str, field: str, got: str) -> None:
@@ -1107,3 +1110,13 @@ def test_encode_mux_record_parts_says_what_is_wrong_with_the_payload(
     if error_id == "codec.not_pieces":
         assert str(ei.value) == (f"payload must be an iterable of bytes-like pieces (one buffer: "
                                  f"pass [data]), got {got}")
+
+
+@pytest.mark.parametrize("make", [lambda: iter([b"he", b"llo"]),
+                                  lambda: (p for p in [b"he", b"llo"])])
+def test_encode_mux_record_parts_takes_an_iterator_of_pieces_once(make: Any) -> None:
+    """An iterator was used up measuring the payload: the record said 5 bytes and carried none
+    (a corrupt record, no error)."""
+    parts = encode_mux_record_parts(1, 3, make(), SALT_ZERO)
+    wire = b"".join(bytes(p) for p in parts)
+    assert wire == encode_mux_record_bytes(MuxRecord.data(3, b"hello"), SALT_ZERO)

@@ -50,6 +50,7 @@ from ._common import (
     END_OF_STREAM,
     BytesLike,
     EndOfStream,
+    _is_buffer,
     as_view,
     check_ceiling,
     check_version,
@@ -298,6 +299,14 @@ def encode_mux_record_parts(
     k = wire_int(kind)  # any kind byte may be written (a conformance case sends unknown ones)
     if k is None or not 0 <= k <= 0xFF:
         raise protocol_error("mux.bad_field", field="kind", value=kind, reason="not a u8")
+    if type(payload) is not list and type(payload) is not tuple:
+        # an iterator is read once, here: measuring it first left no piece to write
+        if isinstance(payload, str) or _is_buffer(payload):
+            raise not_pieces("payload", payload)
+        try:
+            payload = list(payload)
+        except TypeError:
+            raise not_pieces("payload", payload) from None
     try:
         length = sum(memoryview(p).nbytes for p in payload)
     except (TypeError, BufferError):  # None, text, a message object: no buffers
@@ -307,8 +316,11 @@ def encode_mux_record_parts(
     covered = _header_bytes(k, r, length, bytes(AUTH_TAG_LEN))[:MUX_AUTH_COVERED_HEADER_LEN]
     mac = new_mac(key)
     mac.update(covered)
-    for p in payload:
-        mac.update(p)
+    try:
+        for p in payload:
+            mac.update(p)
+    except BufferError:  # a strided view: the MAC (and sendmsg) take C-contiguous buffers only
+        raise not_pieces("payload", payload) from None
     tag = bytes(mac.digest()[:AUTH_TAG_LEN])
     return [covered + tag, *payload]
 
