@@ -193,6 +193,29 @@ for _kind_cls in KIND_CLASSES.values():
         _CONCRETE[(_concrete, False)] = _concrete
 
 
+class _WideInt(int):
+    """An integer too wide for Python to print (more than ``sys.int_max_str_digits``, 4300,
+    decimal digits), as a message shows it: by its size."""
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.bit_length()} bits>"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with every integer too wide to print (also inside a tuple or list) replaced by
+    a :class:`_WideInt` of it."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
+        return _WideInt(value)
+    if type(value) in (tuple, list):
+        return type(value)(_printable(v) for v in value)
+    return value
+
+
 def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:
     """Build the catalogued error ``error_id`` (``spec/wire.yaml`` ``errors``).
 
@@ -209,5 +232,8 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
     """
     entry = SPEC.errors[error_id]
     side = entry.remote if remote is None else remote
-    message = entry.template.format(**fields)
+    try:
+        message = entry.template.format(**fields)
+    except ValueError:  # an integer of more than 4300 digits, which Python refuses to print
+        message = entry.template.format(**{k: _printable(v) for k, v in fields.items()})
     return KIND_CLASSES[entry.kind](message, remote=side, error_id=error_id, fields=fields)

@@ -232,3 +232,21 @@ def test_dims_packed_is_tensor_dims(ndim: int) -> None:
     wire = structs.TENSOR_DIMS.build({"dims": dims}, ndim=ndim)
     assert structs.dims_packed(ndim).pack(*dims) == wire
     assert list(structs.dims_packed(ndim).unpack(wire)) == dims
+
+
+def test_an_integer_too_wide_to_print_is_shown_by_its_size() -> None:
+    """A value of more than 4300 decimal digits (Python refuses to print one) made building the
+    message raise ValueError ("Exceeds the limit (4300 digits) ..."), where the caller's mistake
+    was to be reported: ``RoundFrame(MODEL, 10**5000, ...)``, ``HostFold([10**5000], ...)``."""
+    big = 10**5000
+    err = errors.protocol_error("mux.bad_field", field="rank", value=big, reason="not a u32")
+    assert isinstance(err, errors.LocalProtocolError)
+    assert str(err) == ("relay_mux: rank = <an integer of 16610 bits> is invalid: not a u32")
+    assert err.fields["value"] == big  # the value itself is kept
+    err = errors.protocol_error("addr.invalid", field="--listen", value=("h", -big),
+                                reason="out of range")
+    assert str(err) == ("--listen = ('h', <an integer of 16610 bits>) is not a HOST:PORT "
+                        "address: out of range")
+    # below the limit, integers print as ever
+    err = errors.protocol_error("mux.bad_field", field="rank", value=10**4000, reason="r")
+    assert str(err) == f"relay_mux: rank = {10**4000} is invalid: r"

@@ -265,3 +265,13 @@ def test_a_frame_whose_weight_contradicts_its_bits_fails(weight: Any) -> None:
     assert frame["weight_bits"] == "0x3ff0000000000000"
     with pytest.raises(VectorMismatch, match=rf"frame.weight: got 1.0, want {weight!r}"):
         run_case(_edited(case, frame=frame))
+
+
+def test_a_number_too_long_to_read_is_one_line(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # it was Python's "Exceeds the limit (4300 digits) ... use sys.set_int_max_str_digits()"
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    path.write_text('{"protocol_version": 3, "cases": [], "n": ' + "9" * 5000 + "}")
+    _refused(root, path, "a number of more than 4300 digits", capsys)

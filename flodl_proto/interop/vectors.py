@@ -12,6 +12,7 @@ import json
 import os
 import pkgutil
 import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,10 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError included
-        raise VectorFileError(f"{path}: not a vector file ({e})") from None
+        why = str(e)
+        if why.startswith("Exceeds the limit"):  # Python's int conversion limit, not JSON's
+            why = f"a number of more than {sys.get_int_max_str_digits()} digits"
+        raise VectorFileError(f"{path}: not a vector file ({why})") from None
     except RecursionError:  # arrays or objects nested deeper than the decoder recurses
         raise VectorFileError(f"{path}: not a vector file (JSON nested too deeply to "
                               "read)") from None
