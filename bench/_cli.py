@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
@@ -70,12 +71,27 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived: raised in the main thread so ``main``'s cleanup (``finally`` blocks, the
+    network lab's ``__exit__``) runs, as for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def run(main: Callable[[], int], name: str) -> NoReturn:
     """Exit with ``main()``'s code; Ctrl-C (after ``main``'s own cleanup has run) is one line
-    ``NAME: interrupted`` on stderr and exit 130, not a traceback."""
+    ``NAME: interrupted`` on stderr and exit 130, SIGTERM (``timeout``, a cancelled job: often
+    sent to the whole process group) ``NAME: terminated`` and exit 143, not a traceback nor a
+    death that skips the cleanup (the network lab's namespaces were left behind)."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code = main()
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr, flush=True)
         code = 130
+    except _Terminated:
+        print(f"{name}: terminated", file=sys.stderr, flush=True)
+        code = 143
     sys.exit(code)
