@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .codec._common import wire_int
 from .errors import protocol_error
 
 __all__ = ["DeadRanks"]
@@ -35,7 +36,10 @@ class DeadRanks:
         world_size: number of ranks (0 allowed).
 
     Raises:
-        InvalidValue (local): ``world_size`` is negative.
+        InvalidValue (local): ``world_size`` is negative, or is not an integer
+            (``controller.bad_argument``: a bool, a float or text is refused, never truncated or
+            parsed; NumPy integers are taken). A rank given to :meth:`declare_dead` or
+            :meth:`is_dead` follows the same rule.
 
     Upstream: ``controller/dead_ranks.rs`` ``DeadRanks::new`` (a vector of ``world_size`` flags;
     this ledger keeps the set of dead ranks instead, see the module docstring).
@@ -44,7 +48,7 @@ class DeadRanks:
     __slots__ = ("_dead", "_lock", "_world_size")
 
     def __init__(self, world_size: int) -> None:
-        n = int(world_size)
+        n = _whole("world_size", world_size)
         if n < 0:
             raise protocol_error("membership.bad_world_size", world_size=world_size)
         self._world_size = n
@@ -60,7 +64,7 @@ class DeadRanks:
 
         Upstream: ``controller/dead_ranks.rs`` ``declare_dead``.
         """
-        r = int(rank)
+        r = rank if type(rank) is int else _whole("rank", rank)
         with self._lock:
             if not 0 <= r < self._world_size or r in self._dead:
                 return False
@@ -72,7 +76,7 @@ class DeadRanks:
 
         Upstream: ``controller/dead_ranks.rs`` ``is_dead``.
         """
-        r = int(rank)
+        r = rank if type(rank) is int else _whole("rank", rank)
         with self._lock:
             return r in self._dead
 
@@ -110,3 +114,17 @@ class DeadRanks:
 
     def __repr__(self) -> str:
         return f"DeadRanks(world_size={self.world_size()}, dead={self.dead_ranks()})"
+
+
+def _whole(field: str, value: object) -> int:
+    """``value`` as an ``int`` by the codec's integer rule (NumPy integers are taken; a bool, a
+    float or text is refused, never truncated or parsed).
+
+    Raises:
+        InvalidValue (local): ``controller.bad_argument`` naming ``field`` and the value.
+    """
+    n = wire_int(value)
+    if n is None:
+        raise protocol_error("controller.bad_argument", field=field, value=value,
+                             reason="not an integer")
+    return n

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import tracemalloc
 
+import numpy as np
 import pytest
 
-from flodl_proto.errors import InvalidValue
+from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.membership import DeadRanks
 
 
@@ -112,3 +113,21 @@ def test_the_largest_world_is_sparse() -> None:
     assert d.dead_ranks() == [0, world - 1]
     assert alive == [1, 2, 3]
     assert repr(d) == f"DeadRanks(world_size={world}, dead=[0, {world - 1}])"
+
+
+@pytest.mark.parametrize("bad", ["4", 1.5, True, None])
+def test_a_world_size_or_rank_that_is_not_an_integer_is_refused(bad: object) -> None:
+    """``DeadRanks("4")`` had world size 4, ``DeadRanks(1.5)`` 1, ``DeadRanks(True)`` 1 (int()
+    of anything); the same of a rank given to declare_dead / is_dead."""
+    with pytest.raises(InvalidValue) as ei:
+        DeadRanks(bad)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == (f"cluster_controller: world_size = {bad!r} is invalid: not an "
+                             "integer")
+    ledger = DeadRanks(4)
+    for call in (ledger.declare_dead, ledger.is_dead):
+        with pytest.raises(InvalidValue) as ei:
+            call(bad)  # type: ignore[arg-type]
+        assert str(ei.value) == f"cluster_controller: rank = {bad!r} is invalid: not an integer"
+    assert ledger.dead_ranks() == []
+    assert DeadRanks(np.int64(3)).world_size() == 3 and ledger.declare_dead(np.int32(2))
