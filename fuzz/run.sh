@@ -73,7 +73,9 @@ seconds() {
   case "$1" in
     ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number of seconds, got '$1'" >&2; exit 2 ;;
   esac
-  [ "$1" -gt 0 ] || { echo "fuzz: SECONDS must be > 0, got '$1'" >&2; exit 2; }
+  # at most 9 digits (about 31 years): bash's test compares 64-bit numbers only
+  [ "${#1}" -le 9 ] || { echo "fuzz: SECONDS must be at most 999999999, got '$1'" >&2; exit 2; }
+  [ "$((10#$1))" -gt 0 ] || { echo "fuzz: SECONDS must be > 0, got '$1'" >&2; exit 2; }
 }
 
 # need_atheris: the fuzzing modes need atheris (the fuzz extra); say so in one line
@@ -176,6 +178,15 @@ run_all() {
   [ "$failed" -eq 0 ] || { echo "fuzz: findings (see $WORK/findings)" >&2; exit 1; }
 }
 
+# check_ci_runs: FLODL_FUZZ_CI_RUNS, when set, is a whole number >= 1 (libFuzzer reads anything
+# else as no limit or no run, and `ci` then passed having fuzzed nothing)
+check_ci_runs() {
+  case "${FLODL_FUZZ_CI_RUNS:-1}" in
+    *[!0-9]*|0|00*) echo "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got" \
+                      "'$FLODL_FUZZ_CI_RUNS'" >&2; exit 2 ;;
+  esac
+}
+
 run_ci() {
   local failed=0 t runs rc
   CI_TMP=$(mktemp -d)
@@ -206,14 +217,15 @@ run_ci() {
 [ $# -ge 1 ] || usage
 case "$1" in
   list) targets ;;
-  ci) need_atheris; run_ci ;;
+  ci) check_ci_runs; need_atheris; run_ci ;;
   all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage
     is_target "$2" || { echo "fuzz: unknown target $2; targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
     [ -f "$file" ] && [ -r "$file" ] || {
-      echo "fuzz/run.sh: minimize: cannot read $3: no such file" >&2; exit 2; }
+      echo "fuzz/run.sh: minimize: cannot read $3: $( [ -d "$file" ] && echo "a folder" ||
+        echo "no such file")" >&2; exit 2; }
     need_atheris
     rm -f "$file.min"
     rc=0

@@ -582,6 +582,22 @@ def test_fuzz_usage_and_minimize_name_files_from_the_callers_folder(tmp_path: Pa
     _one_error_line(res.stderr, "fuzz/run.sh: minimize: cannot read missing.bin: no such file")
 
 
+def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> None:
+    # 20 digits: bash's "integer expression expected", then "must be > 0"; CI_RUNS=abc: every
+    # target ran a few hundred inputs (libFuzzer's reading of a bad -runs) and ci passed
+    res = _fuzz("handshake", "99999999999999999999")
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, "fuzz: SECONDS must be at most 999999999, got "
+                                "'99999999999999999999'")
+    res = _fuzz("ci", env={"FLODL_FUZZ_CI_RUNS": "abc"})
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got "
+                                "'abc'")
+    res = _fuzz("minimize", "handshake", str(tmp_path))
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {tmp_path}: a folder")
+
+
 @pytest.mark.parametrize("jobs", ["x", "0", "-1", "1.5"])
 def test_fuzz_jobs_must_be_a_whole_number(jobs: str) -> None:
     # 'x' ran every target at once ("integer expression expected"), then exited 0

@@ -53,6 +53,14 @@ def test_an_option_without_its_value_is_a_usage_error(flag: str) -> None:
     assert r.stderr.splitlines() == [f"mutate.sh: {flag} needs a value", *USAGE]
 
 
+def test_files_with_all_is_a_usage_error() -> None:
+    # `all --files auth.py` ran the whole codec pass, then failed on reduce/auth.py
+    r = _run("all", "--files", "auth.py")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        "mutate.sh: --files names modules of one package; give the package, not all", *USAGE]
+
+
 def test_a_module_that_does_not_exist_is_refused_before_the_copy(tmp_path: Path) -> None:
     # it copied the checkout, ran the package's tests for a minute, then "mutmut did not complete"
     r = subprocess.run(["bash", str(ROOT / "tools" / "mutate.sh"), "codec", "--files",

@@ -214,6 +214,10 @@ run_one() {
 }
 
 if [ "$pkg" = all ]; then
+    if [ -n "$files" ]; then  # module names are a package's: refused before any package runs
+        echo "mutate.sh: --files names modules of one package; give the package, not all" >&2
+        usage >&2; exit 2
+    fi
     status=0
     for p in codec reduce fsm decode; do run_one "$p" || status=1; done
     exit $status
