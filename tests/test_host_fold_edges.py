@@ -438,3 +438,13 @@ def test_declare_dead_takes_any_rank_id() -> None:
     assert fold.declare_dead(7) is None  # not a local rank: accepted (upstream's mark_dead)
     assert fold.declare_dead(np.int32(9)) is None
     assert fold.dead_ranks == frozenset({7, 9})
+
+
+def test_a_roster_that_is_a_0d_array_is_refused() -> None:
+    # an Iterable whose iteration raises: it was numpy's "TypeError: iteration over a 0-d array"
+    with pytest.raises(InvalidValue) as ei:
+        HostFold(np.array(3), SALT)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == ("relay fold: local_ranks = array(3) is invalid: not an iterable of "
+                             "rank ids")
+    assert HostFold(np.array([1, 0]), SALT).local_ranks == (0, 1)

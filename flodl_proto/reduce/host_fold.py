@@ -767,10 +767,14 @@ def _rank_arg(value: Any, field: str) -> int:
 
 def _roster(local_ranks: Iterable[int]) -> tuple[int, ...]:
     """The checked roster of :class:`HostFold`: ``local_ranks`` deduplicated, ascending."""
-    if isinstance(local_ranks, str | bytes) or not isinstance(local_ranks, Iterable):
+    try:  # a 0-d NumPy array is an Iterable whose iteration raises TypeError
+        if isinstance(local_ranks, str | bytes):
+            raise TypeError
+        ranks = list(local_ranks)
+    except TypeError:
         raise protocol_error("fold.bad_argument", field="local_ranks", value=local_ranks,
-                             reason="not an iterable of rank ids")
-    return tuple(sorted({_rank_arg(r, f"local_ranks[{i}]") for i, r in enumerate(local_ranks)}))
+                             reason="not an iterable of rank ids") from None
+    return tuple(sorted({_rank_arg(r, f"local_ranks[{i}]") for i, r in enumerate(ranks)}))
 
 
 def _view(p: TensorPayload) -> npt.NDArray[Any]:
