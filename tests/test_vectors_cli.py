@@ -63,6 +63,27 @@ def test_failed_vectors_are_one_error_line_with_how_many_of_how_many(
     assert f"  total: {n - 2}/{n} passed; manifests declare {n}" in out.splitlines()
 
 
+def test_a_case_of_an_op_not_implemented_is_counted_apart_from_failures(
+        capsys: pytest.CaptureFixture[str], folder: Path) -> None:
+    """Its table row said ``fail 0  n/i 1`` and the line under it "1 failing", the error line
+    "1 of N vectors failed"."""
+    path = folder / "channel_magic.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["cases"][0]["op"] = "channel_magic.zz"
+    case_id = doc["cases"][0]["id"]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    n = _count(folder)
+    code, out, err = run_main(capsys, "vectors", "check", str(folder))
+    assert code == 1
+    assert err == f"{_PROG}: error: 1 of {n} vectors of an op not implemented\n"
+    assert (f"  1 not passing (first: {case_id}: op channel_magic.zz not implemented); -v lists "
+            "all") in out.splitlines()
+    _break(folder / "v2" / "channel_magic.json", "v2/channel_magic/write/data")
+    code, out, err = run_main(capsys, "vectors", "check", str(folder))
+    assert err == (f"{_PROG}: error: 1 of {n} vectors failed; 1 of {n} vectors of an op not "
+                   "implemented\n")
+
+
 def test_the_line_counts_the_vectors_of_every_folder(capsys: pytest.CaptureFixture[str],
                                                      folder: Path, tmp_path: Path) -> None:
     shutil.copytree(folder, tmp_path / "good")
