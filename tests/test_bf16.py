@@ -180,6 +180,7 @@ def test_bit_patterns_take_numpy_integers_and_the_range_ends() -> None:
 
 @pytest.mark.parametrize(("values", "shown"), [
     ("x", "<U1"), (["1.5"], "<U3"), ([1j], "complex128"), ([object()], "object"),
+    ([None], "object"), ([1.0, None], "object"),  # None was cast to NaN
 ])
 def test_encode_payload_refuses_values_that_are_no_real_numbers(values: object,
                                                                 shown: str) -> None:
@@ -194,3 +195,7 @@ def test_encode_payload_refuses_values_that_are_no_real_numbers(values: object,
 
 def test_encode_payload_still_takes_python_ints_beyond_int64() -> None:
     assert encode_payload(0, [2**70]) == np.float32(2.0**70).tobytes()
+    # beyond f64 (it raised OverflowError): an infinity of its sign, as beyond f32
+    inf = np.float32(np.inf)
+    assert encode_payload(0, [10**400, -(10**400), 10**300]) == np.array(
+        [inf, -inf, inf], np.float32).tobytes()

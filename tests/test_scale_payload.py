@@ -167,3 +167,13 @@ def test_real_factors_of_every_type_and_a_nan_factor() -> None:
         assert np.frombuffer(scale_payload(0, data, factor), np.float32).tolist() == [2.0, -4.0]
     nan = np.frombuffer(scale_payload(0, data, float("nan")), np.float32)
     assert np.isnan(nan).all()  # documented: NaN times x is NaN, as upstream's f32 multiply
+
+
+def test_a_factor_beyond_the_f64_range_is_an_infinity_of_its_sign() -> None:
+    """``scale_payload(0, p, 10**5000)`` raised OverflowError though the docstring said such a
+    factor becomes an infinity."""
+    data = np.array([1.0, -2.0], np.float32).tobytes()
+    got = np.frombuffer(scale_payload(0, data, 10**5000), np.float32)
+    assert got.tolist() == [np.inf, -np.inf]
+    got = np.frombuffer(scale_payload(0, data, -(10**400)), np.float32)
+    assert got.tolist() == [-np.inf, np.inf]

@@ -15,6 +15,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``f32_to_bf16_bit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -342,27 +343,30 @@ def encode_payload(dtype: int, values: npt.ArrayLike) -> bytes:
     Args:
         dtype: 0 (f32: the values' little-endian bytes, bit for bit) or 1 (bf16: rounded as
             :func:`bf16_from_f32`).
-        values: f32 values, any shape (flattened in C order).
+        values: f32 values, any shape (flattened in C order); other real values are cast to
+            f32 (beyond its range: an infinity of the sign, a Python ``int`` beyond f64's too).
 
     Returns:
         ``numel * element_size`` bytes.
 
     Raises:
         InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), checked first;
-            ``values`` that are not real numbers (text, complex, objects, dates:
+            ``values`` that are not real numbers (text, complex, objects, ``None``, dates:
             ``frame.bad_field`` naming the array dtype).
 
     Upstream: ``controller/round_frame.rs`` ``f32_slice_to_payload_bytes``.
     """
     payload_element_size(dtype)
     given = np.asarray(values)
-    if given.dtype.kind != "O":  # Python ints beyond int64 give an object array: cast below
+    if given.dtype.kind == "O":  # Python ints beyond int64, or what is no number (None, text)
+        flat = [wire_real(v) for v in given.reshape(-1)]  # an int beyond f64: an infinity
+        if any(v is None for v in flat):
+            real_array(given)  # raises, naming the dtype (None was cast to NaN)
+        with np.errstate(over="ignore"):  # beyond f32: an infinity, as every cast to f32
+            src = np.array(flat, dtype=np.float64).astype(K.F32)
+    else:
         real_array(given)
-    try:
         src = np.ascontiguousarray(given, dtype=K.F32).reshape(-1)
-    except (TypeError, ValueError):  # an object array of what is no number (None, text)
-        real_array(given)  # raises, naming the dtype
-        raise  # unreachable: real_array refuses every object array
     if dtype == DTYPE_F32:
         return src.tobytes()
     return bf16_from_f32(src).tobytes()
@@ -426,9 +430,13 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
     """
     if dtype not in (DTYPE_F32, DTYPE_BF16):
         raise protocol_error("scale.unknown_dtype", dtype=dtype)
-    if type(factor) is not float and wire_real(factor) is None:
-        raise protocol_error("frame.bad_field", field="factor", value=factor,
-                             reason="not a real number")
+    if type(factor) is not float:
+        real = wire_real(factor)
+        if real is None:
+            raise protocol_error("frame.bad_field", field="factor", value=factor,
+                                 reason="not a real number")
+        if math.isinf(real):  # an int beyond the f64 range (np.float32() of it raised)
+            factor = real
     es = ELEMENT_SIZE[dtype]
     mv = as_view(data)
     n = mv.nbytes // es
