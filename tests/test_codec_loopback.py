@@ -468,6 +468,7 @@ def test_decode_framed_round_prefix_shorter_than_the_frame() -> None:
     ([None], "blob[0]", "NoneType"),
     ([b"a", "x"], "blob[1]", "str"),
     ((b"a", 3), "blob[1]", "int"),
+    ([memoryview(b"abcd")[::2]], "blob[0]", "non-contiguous memoryview"),  # sendmsg refused it
     (None, "blob", "NoneType"),
     ("ab", "blob", "str"),
 ])

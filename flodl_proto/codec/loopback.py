@@ -117,9 +117,14 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
         pieces = list(blob)
     else:  # one buffer of another type (a NumPy array): its elements are no pieces
         pieces = [cast("BytesLike", blob)]
+    length = 0
     try:
-        length = sum(memoryview(p).nbytes for p in pieces)
-    except (TypeError, BufferError):  # a piece that is None, text, a number: no buffer
+        for p in pieces:
+            view = memoryview(p)
+            if not view.c_contiguous:  # sendmsg takes C-contiguous buffers only
+                raise BufferError
+            length += view.nbytes
+    except (TypeError, BufferError):  # a piece that is None, text, a number, a strided view
         raise not_pieces("blob", pieces) from None
     return [encode_len_prefix(length, ceiling=ceiling), *pieces]
 
