@@ -177,3 +177,21 @@ def test_a_factor_beyond_the_f64_range_is_an_infinity_of_its_sign() -> None:
     assert got.tolist() == [np.inf, -np.inf]
     got = np.frombuffer(scale_payload(0, data, -(10**400)), np.float32)
     assert got.tolist() == [-np.inf, np.inf]
+
+
+@pytest.mark.parametrize("dtype", [True, 1.0, np.True_, 0.0])
+def test_a_dtype_tag_that_is_no_integer_is_refused(dtype: object) -> None:
+    """``encode_payload(True, ...)``, ``scale_payload(1.0, ...)`` and ``decode_payload(np.True_,
+    ...)`` took the value as tag 1 (bf16) or 0, where ``TensorPayload`` refuses it."""
+    from flodl_proto.reduce import encode_payload
+
+    data = np.ones(2, np.float32).tobytes()
+    for call, error_id in ((lambda: encode_payload(dtype, [1.0]), "payload.unknown_dtype"),
+                           (lambda: decode_payload(dtype, data), "payload.unknown_dtype"),
+                           (lambda: scale_payload(dtype, data, 2.0), "scale.unknown_dtype")):
+        with pytest.raises(InvalidValue) as ei:
+            call()
+        assert isinstance(ei.value, LocalProtocolError)
+        assert ei.value.error_id == error_id and ei.value.fields == {"dtype": dtype}
+    # NumPy integers are tags
+    assert scale_payload(np.int8(0), data, 2.0) == np.full(2, 2.0, np.float32).tobytes()

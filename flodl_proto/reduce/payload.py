@@ -46,11 +46,12 @@ def payload_element_size(dtype: int) -> int:
     """Bytes per element of wire dtype ``dtype`` (4 for f32, 2 for bf16).
 
     Raises:
-        InvalidValue (local): unknown dtype tag (``payload.unknown_dtype``).
+        InvalidValue (local): unknown dtype tag (``payload.unknown_dtype``), or one that is no
+            integer (the codec's integer rule: ``True`` is no tag 1, ``0.0`` no tag 0).
 
     Upstream: ``controller/round_frame.rs`` ``payload_element_size``.
     """
-    es = ELEMENT_SIZE.get(dtype)
+    es = ELEMENT_SIZE.get(dtype if type(dtype) is int else wire_int(dtype))  # type: ignore[arg-type]
     if es is None:
         raise protocol_error("payload.unknown_dtype", dtype=dtype)
     return es
@@ -428,8 +429,8 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
     Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (also the rank-side
     realized-work pre-scale, bit-identical to libtorch ``mul_scalar``).
     """
-    if dtype not in (DTYPE_F32, DTYPE_BF16):
-        raise protocol_error("scale.unknown_dtype", dtype=dtype)
+    if (dtype if type(dtype) is int else wire_int(dtype)) not in (DTYPE_F32, DTYPE_BF16):
+        raise protocol_error("scale.unknown_dtype", dtype=dtype)  # True is no tag 1
     if type(factor) is not float:
         real = wire_real(factor)
         if real is None:
