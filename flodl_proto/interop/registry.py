@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["EXPECTS", "EXPECT_VALUES", "FIELDS", "OPS", "Handler", "NotImplementedOp",
-           "VectorMismatch", "field_problem", "op"]
+           "VectorMismatch", "field_problem", "json_name", "op"]
 
 #: handler signature: (case JSON object, protocol version of its file) -> None
 Handler = Callable[[dict[str, Any], int], None]
@@ -69,8 +69,8 @@ def _is_bits(text: str) -> bool:
 def field_problem(case: Mapping[str, Any]) -> str | None:
     """Why ``case`` (an object whose ``op`` and ``expect`` are known good) lacks a field its
     op's handler reads, or has one of another JSON kind (``field 'bytes' is missing``, ``field
-    'frame' is a string, not an object``), or None (also for an op no handler is registered
-    for: that case is reported as not implemented)."""
+    'frame' is the string '00', not an object``), or None (also for an op no handler is
+    registered for: that case is reported as not implemented)."""
     need = FIELDS.get(case["op"], {}).get(case["expect"], {})
     for name, kind in need.items():
         if name not in case:
