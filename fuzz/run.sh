@@ -46,8 +46,8 @@ declare -A CI_RUNS=(
 
 usage() { sed -n '2,26p' "$SCRIPT" | sed 's/^# \{0,1\}//'; exit 2; }
 
-# Ctrl-C or SIGTERM: noted here, acted on when the running target returns (it gets the signal
-# too: libFuzzer stops and exits 130), so no later target starts
+# Ctrl-C or SIGTERM: noted here; the running target is stopped (see `waited`) and no later
+# target starts
 INTERRUPTED=0
 trap 'INTERRUPTED=1' INT TERM
 
@@ -61,6 +61,22 @@ interrupted() {
   wait || true
   echo "fuzz: interrupted" >&2
   exit 130
+}
+
+# waited CMD...: run CMD and return its exit code. It runs in the background and is waited for,
+# so a signal to this script alone (`kill PID`) is acted on at once: bash runs a trap only after
+# a foreground child returns, while `wait` returns when a trapped signal arrives; the signal is
+# then passed on to CMD (a background command ignores Ctrl-C's SIGINT: it gets SIGTERM)
+waited() {
+  local pid rc=0
+  "$@" &
+  pid=$!
+  wait "$pid" || rc=$?
+  while kill -0 "$pid" 2>/dev/null; do
+    kill -TERM "$pid" 2>/dev/null || true
+    rc=0; wait "$pid" || rc=$?
+  done
+  return "$rc"
 }
 
 # caller_path FILE: FILE named from the caller's folder
@@ -99,6 +115,8 @@ summary() {
   local target=$1 log=$2 rc=$3 runs eps cov ft rss slow result artifact
   runs=$(stat_of number_of_executed_units "$log")
   eps=$(stat_of average_exec_per_sec "$log")
+  # libFuzzer divides by whole seconds elapsed: a run of under a second says 0
+  if [ "${eps:-}" = 0 ] && [ "${runs:-0}" -gt 0 ]; then eps=">$runs"; fi
   rss=$(stat_of peak_rss_mb "$log")
   slow=$(stat_of slowest_unit_time_sec "$log")
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
@@ -122,9 +140,9 @@ fuzz_one() {
   local target=$1 log=$2 artifacts=$3 out=$4 rc=0
   shift 4
   mkdir -p "$artifacts" "$out" "$(dirname "$log")"
-  ${PREFIX[@]+"${PREFIX[@]}"} "$PY" fuzz/driver.py "$target" "$out" "fuzz/corpus/$target" \
-    "${COMMON[@]}" -artifact_prefix="$artifacts/" "$@" ${EXTRA[@]+"${EXTRA[@]}"} \
-    > "$log" 2>&1 || rc=$?
+  waited ${PREFIX[@]+"${PREFIX[@]}"} "$PY" fuzz/driver.py "$target" "$out" \
+    "fuzz/corpus/$target" "${COMMON[@]}" -artifact_prefix="$artifacts/" "$@" \
+    ${EXTRA[@]+"${EXTRA[@]}"} > "$log" 2>&1 || rc=$?
   summary "$target" "$log" "$rc"
   if [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then
     return 130
@@ -229,8 +247,8 @@ case "$1" in
     need_atheris
     rm -f "$file.min"
     rc=0
-    "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 -exact_artifact_path="$file.min" \
-      "${COMMON[@]}" "$file" || rc=$?
+    waited "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 \
+      -exact_artifact_path="$file.min" "${COMMON[@]}" "$file" || rc=$?
     [ "$INTERRUPTED" -eq 0 ] && [ "$rc" -ne 130 ] || interrupted
     if [ -s "$file.min" ]; then
       echo "fuzz: minimize: wrote $3.min ($(wc -c < "$file.min") bytes)"
