@@ -619,6 +619,19 @@ def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.atheris
+def test_fuzz_a_run_of_under_a_second_shows_its_rate_as_above_its_runs(tmp_path: Path) -> None:
+    """libFuzzer's exec/s divides by whole seconds: a run of under a second printed 0."""
+    import re
+
+    res = _fuzz("handshake", "30", env={"FLODL_FUZZ_ARGS": "-runs=50",
+                                        "FLODL_FUZZ_WORK": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    m = re.match(r"handshake +runs=(\d+) +exec/s=(\S+) ", res.stdout)
+    assert m is not None, res.stdout
+    assert m.group(2) == f">{m.group(1)}" and int(m.group(1)) >= 50
+
+
+@pytest.mark.atheris
 def test_fuzz_minimize_of_an_input_that_does_not_crash_says_so(tmp_path: Path) -> None:
     seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir())
     (tmp_path / "seed.bin").write_bytes(seed.read_bytes())
