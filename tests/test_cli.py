@@ -669,7 +669,7 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
         else:
             os.kill(proc.pid, signal.SIGTERM)  # the script alone, not its driver
-        out, err = proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
