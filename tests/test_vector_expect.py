@@ -70,22 +70,37 @@ def _refused(root: Path, path: Path, why: str, capsys: pytest.CaptureFixture[str
                                        f"file ({why})\n")
 
 
+_MISSING = object()  # a change that removes the key
+
+
 @pytest.mark.parametrize(("change", "problem"), [
     ({"expect": "bogus"}, "expect 'bogus' is not one of 'ok', 'error', 'eof'"),
     ({"expect": None}, "expect None is not one of 'ok', 'error', 'eof'"),
-    ({"op": 3}, "op 3 is not a string"),
+    ({"op": 3}, "field 'op' is the number 3, not a string"),
+    ({"op": None}, "field 'op' is null, not a string"),
+    ({"op": ["handshake.read"]}, "field 'op' is an array, not a string"),
+    ({"op": _MISSING}, "field 'op' is missing"),
+    ({"id": _MISSING}, "field 'id' is missing"),
+    ({"id": 7}, "field 'id' is the number 7, not a string"),
 ])
 def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
         change: dict[str, Any], problem: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
+    """A case without an ``op`` read ``op None is not a string`` (as one whose op is null), and
+    an op of another kind was shown in Python's words (``op 3``); both now read as every other
+    field's problem, after the case's id."""
     root = tmp_path / "vec"
     shutil.copytree(BUNDLED, root)
     path = root / "handshake.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
     case_id = doc["cases"][0]["id"]
-    doc["cases"][0].update(change)
+    for key, value in change.items():
+        if value is _MISSING:
+            del doc["cases"][0][key]
+        else:
+            doc["cases"][0][key] = value
     path.write_text(json.dumps(doc), encoding="utf-8")
-    prefix = f"{case_id}: " if "expect" in change else ""
+    prefix = "" if "id" in change else f"{case_id}: "
     _refused(root, path, f"case 0: {prefix}{problem}", capsys)
 
 

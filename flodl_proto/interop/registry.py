@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["EXPECTS", "EXPECT_VALUES", "FIELDS", "OPS", "Handler", "NotImplementedOp",
-           "VectorMismatch", "field_problem", "json_name", "op"]
+           "VectorMismatch", "field_problem", "json_name", "kind_problem", "op"]
 
 #: handler signature: (case JSON object, protocol version of its file) -> None
 Handler = Callable[[dict[str, Any], int], None]
@@ -73,11 +73,21 @@ def field_problem(case: Mapping[str, Any]) -> str | None:
     registered for: that case is reported as not implemented)."""
     need = FIELDS.get(case["op"], {}).get(case["expect"], {})
     for name, kind in need.items():
-        if name not in case:
-            return f"field {name!r} is missing"
-        test, words = _KINDS[kind]
-        if not test(case[name]):
-            return f"field {name!r} is {_shown(case[name])}, not {words}"
+        problem = kind_problem(case, name, kind)
+        if problem is not None:
+            return problem
+    return None
+
+
+def kind_problem(case: Mapping[str, Any], name: str, kind: str) -> str | None:
+    """Why ``case`` lacks the field ``name`` or holds one of another JSON kind than ``kind`` (a
+    kind of :func:`op`'s ``fields``), in the words of :func:`field_problem` (``field 'op' is
+    missing``, ``field 'op' is the number 3, not a string``), or None."""
+    if name not in case:
+        return f"field {name!r} is missing"
+    test, words = _KINDS[kind]
+    if not test(case[name]):
+        return f"field {name!r} is {_shown(case[name])}, not {words}"
     return None
 
 

@@ -27,6 +27,7 @@ from .registry import (
     VectorMismatch,
     field_problem,
     json_name,
+    kind_problem,
 )
 
 # every ops_* module of this package registers its handlers on import
@@ -144,9 +145,12 @@ def _case_problem(case: Any) -> str | None:
     its op's handler reads, :data:`~flodl_proto.interop.registry.FIELDS`), or None."""
     if not isinstance(case, dict):
         return f"not an object but a JSON {json_name(case)}"
-    for key in ("id", "op"):
-        if not isinstance(case.get(key), str):
-            return f"{key} {case.get(key)!r} is not a string"
+    problem = kind_problem(case, "id", "string")
+    if problem is not None:
+        return problem
+    problem = kind_problem(case, "op", "string")
+    if problem is not None:
+        return f"{case['id']}: {problem}"
     if case.get("expect") not in EXPECT_VALUES:
         return (f"{case['id']}: expect {case.get('expect')!r} is not one of "
                 + ", ".join(repr(e) for e in EXPECT_VALUES))
