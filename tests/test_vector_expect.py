@@ -104,6 +104,23 @@ def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
     _refused(root, path, f"case 0: {prefix}{problem}", capsys)
 
 
+@pytest.mark.parametrize(("file", "dup", "of"), [("handshake.json", 5, 2),
+                                                 ("v2/controller_session.json", 1, 0)])
+def test_a_file_with_two_cases_of_one_id_is_no_vector_file(
+        file: str, dup: int, of: int, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two cases of one id both ran, and a failure line (``FAIL ID: ...``, which names a case by
+    its id only) could not say which of them failed."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / file
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    case_id = doc["cases"][of]["id"]
+    doc["cases"][dup]["id"] = case_id
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _refused(root, path, f"case {dup}: {case_id}: duplicate id, first at case {of}", capsys)
+
+
 def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> tuple[Path, str]:
     """Apply ``changes`` (None: remove the key) to the first ``op`` case of ``root/file``
     expecting ``expect``; return the file and the case's index and id as ``"i: id"``."""

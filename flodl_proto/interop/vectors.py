@@ -41,8 +41,9 @@ __all__ = ["Case", "VectorFileError", "iter_cases", "manifest_total", "run_case"
 
 class VectorFileError(ValueError):
     """A ``*.json`` file of a vector folder that is not a vector file of the shared schema (not
-    a regular file, over :data:`MAX_VECTOR_FILE_BYTES`, not JSON, or without
-    ``protocol_version`` / ``cases``); the message names the file."""
+    a regular file, over :data:`MAX_VECTOR_FILE_BYTES`, not JSON, without ``protocol_version``
+    / ``cases``, with a case outside the schema or two cases of one id); the message names the
+    file."""
 
 
 #: the largest vector file read (the shared files are tens of KiB); a larger one, or a link to
@@ -111,7 +112,8 @@ def iter_cases(root: Path) -> Iterator[Case]:
     """Yield every case of every ``*.json`` (manifest excluded) in ``root`` and ``root/v2``.
 
     Raises:
-        OSError: a file cannot be read. VectorFileError: a file is not a vector file.
+        OSError: a file cannot be read. VectorFileError: a file is not a vector file (a case id
+            that an earlier case of the same file has included).
     """
     for folder in vector_folders(root):
         for path in sorted(folder.glob("*.json")):
@@ -132,10 +134,15 @@ def iter_cases(root: Path) -> Iterator[Case]:
             if not isinstance(cases, list):
                 raise VectorFileError(f"{path}: not a vector file (cases is a JSON "
                                       f"{json_name(cases)}, not an array)")
+            first: dict[str, int] = {}  # id -> index of the case that has it
             for i, case in enumerate(cases):
                 problem = _case_problem(case)
+                if problem is None and case["id"] in first:
+                    # reports name a case by its id: two of one id could not be told apart
+                    problem = f"{case['id']}: duplicate id, first at case {first[case['id']]}"
                 if problem is not None:
                     raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
+                first[case["id"]] = i
                 yield Case(path.stem, version, case)
 
 
