@@ -609,6 +609,35 @@ def test_cli_list_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
                                             "(needs --port-mux: 1)\n")
 
 
+def test_cli_cases_left_out_by_the_version_are_counted(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A --version that leaves out every matching case said only "no case selected"."""
+    only = {c.id: c.versions for c in load_catalogue()}
+    assert only["controller.hello.model-sigs-ignored"] == (3,)
+    assert only["controller.hello.v3-hello-at-v2"] == (2,)
+    for extra in (["--list"], ["--launch", "true"]):
+        assert main(["conform", "controller", "--version", "2", "--cases",
+                     "controller.hello.model-sigs-ignored", *extra]) == 2
+        assert capsys.readouterr() == ("", (
+            "flodl-proto conform controller: error: no case selected: 1 case matches but is "
+            "left out (needs --version 3: 1)\n"))
+    assert main(["conform", "controller", "--version", "3", "--cases",
+                 "controller.hello.v3-hello-at-v2", "--list"]) == 2
+    assert capsys.readouterr().err.endswith(": no case selected: 1 case matches but is left out "
+                                            "(needs --version 2: 1)\n")
+    # with the cases a need leaves out: one line, each reason counted
+    portmux = sum(1 for c in load_catalogue() if c.id.startswith("controller.portmux."))
+    assert main(["conform", "controller", "--version", "2", "--cases", "controller.portmux.*",
+                 "--cases", "controller.hello.model-sigs-ignored", "--list"]) == 2
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto conform controller: error: no case selected: {portmux + 1} cases match "
+        f"but are left out (needs --port-mux: {portmux}; needs --version 3: 1)\n"))
+    # the level filter is no version filter: a SHOULD-only run of a MUST case selects nothing
+    assert main(["conform", "controller", "--version", "2", "--level", "should", "--cases",
+                 "controller.hello.model-sigs-ignored", "--list"]) == 2
+    assert capsys.readouterr().err.endswith(": no case selected\n")
+
+
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conform", "controller"]) == 2
     assert "--launch CMD is required" in capsys.readouterr().err

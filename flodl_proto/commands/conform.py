@@ -239,8 +239,15 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
                                           patterns=args.cases, level=level,
                                           port_mux=args.port_mux)
     runs[:], skipped[:] = selected, not_selected
+    left_out = list(skipped)  # and, when no case runs, the cases of no --version asked for
+    if not runs:
+        every_version, _ = select_cases(catalogue, role=role, versions=SUPPORTED_VERSIONS,
+                                        patterns=args.cases, level=level,
+                                        port_mux=args.port_mux)
+        left_out += {c.id: (c, "needs --version " + " or ".join(map(str, c.versions)))
+                     for c, _ in every_version}.values()
     if args.list:  # a selection of no case is the same usage error as for a run
-        return _list(runs, skipped) if runs else _usage(_no_case(skipped), args)
+        return _list(runs, skipped) if runs else _usage(_no_case(left_out), args)
     if not args.launch:
         return _usage("--launch CMD is required (or --list)", args)
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
@@ -249,17 +256,17 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     except ValueError as e:
         return _usage(str(e), args)
     if not runs:
-        return _usage(_no_case(skipped), args)
+        return _usage(_no_case(left_out), args)
     return None
 
 
-def _no_case(skipped: list[tuple[Case, str]]) -> str:
+def _no_case(left_out: list[tuple[Case, str]]) -> str:
     """The usage error of a selection that runs no case, with what left out the cases it
-    matched (``needs --port-mux: 6``)."""
-    if not skipped:
+    matched (``needs --port-mux: 6; needs --version 3: 1``)."""
+    if not left_out:
         return "no case selected"
-    reasons = collections.Counter(why for _, why in skipped)
-    n = len(skipped)
+    reasons = collections.Counter(why for _, why in left_out)
+    n = len(left_out)
     return (f"no case selected: {n} {'case matches' if n == 1 else 'cases match'} but "
             f"{'is' if n == 1 else 'are'} left out ("
             + "; ".join(f"{why}: {k}" for why, k in reasons.items()) + ")")
