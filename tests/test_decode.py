@@ -976,7 +976,13 @@ def test_decode_agrees_with_codec_on_mux_records(version: int, case: dict[str, A
         assert first is None and rep.failure is None
     elif isinstance(want, AuthenticationError):
         assert rep.bad_tags == 1  # counted before any later check can stop decoding
-        assert (first is not None and first["tag_status"] == "bad") or rep.failure is not None
+        if rep.failure is None:  # the record is shown with its bad tag, and decoding goes on
+            assert first is not None and first["tag_status"] == "bad"
+            assert first["length"] == len(data)
+        else:  # only a record whose payload does not parse either stops decoding, at its error
+            assert first is None and rep.failure.offset == 0
+            assert rep.failure.error_id is not None
+            assert not rep.failure.error_id.endswith(".auth_failed")
     elif isinstance(want, ProtocolError):
         assert rep.failure is not None and rep.failure.offset == 0
         assert rep.failure.message == str(want)
@@ -1070,6 +1076,16 @@ def _hexdump_c(data: bytes) -> str:
     return "\n".join(lines) + f"\n{len(data):08x}\n"
 
 
+def _od_z(data: bytes) -> str:
+    """``od -Ax -tx1z -v`` output: 6-digit offsets, the bytes, and the ``>text<`` column."""
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:06x} " + f"{' '.join(f'{b:02x}' for b in chunk):<47}" + f"  >{text}<")
+    return "\n".join(lines) + f"\n{len(data):06x}\n"
+
+
 def test_hex_dumps_in_every_usual_form() -> None:
     data = _mux_up(2).data
     forms = {
@@ -1080,6 +1096,7 @@ def test_hex_dumps_in_every_usual_form() -> None:
         "xxd -p": "\n".join(data[i:i + 30].hex() for i in range(0, len(data), 30)),
         "hexdump -C": _hexdump_c(data),
         "docs": "\n".join(f"{i:04x}  {data[i:i + 16].hex(' ')}" for i in range(0, len(data), 16)),
+        "od -Ax -tx1z": _od_z(data),
     }
     for name, text in forms.items():
         assert parse_hex_dump(text) == data, name
@@ -1161,6 +1178,8 @@ def test_od_dumps_repeated_lines_and_dumps_from_past_byte_0() -> None:
     assert parse_hex_dump("c0170df1  02000000") == bytes.fromhex("c0170df102000000")
     with pytest.raises(ValueError, match=r"^line 1: '\*' repeats no dump line before it$"):
         parse_hex_dump("*\n0010  00")
+    with pytest.raises(ValueError, match=r"^line 2: '\*' repeats no dump line before it$"):
+        parse_hex_dump("00 01 02 03\n*\n")  # plain hex has no dump line to repeat
     with pytest.raises(ValueError, match=r"^line 3: a dump line without its offset after the "
                                          r"'\*' of line 2$"):
         parse_hex_dump("000000 00 01\n*\n02 03")
@@ -1224,6 +1243,9 @@ def test_a_star_line_is_expanded_only_within_the_limit() -> None:
         parse_hex_dump(dump, limit=255)
     with pytest.raises(HexDumpTooLarge, match=r"^line 3: 272 bytes, more than the 271 allowed$"):
         parse_hex_dump(dump, limit=271)
+    # the '*' fills up to exactly the limit: it expands, and the next line is what goes over
+    with pytest.raises(HexDumpTooLarge, match=r"^line 3: 272 bytes, more than the 256 allowed$"):
+        parse_hex_dump(dump, limit=256)
     far = f"{_ZEROS_LINE}\n*\nfffffffffffffff0  {ones.strip()}  |................|\n"
     with pytest.raises(HexDumpTooLarge, match=r"up to offset fffffffffffffff0: "
                                               r"18446744073709551600 bytes, more than the "
