@@ -179,6 +179,11 @@ def test_an_orphan_holding_the_output_pipes_does_not_keep_the_kit_waiting(
         port = free_port("127.0.0.1")
         t.start(CaseContext("controller", 3, 1, bytes(16), tmp_path / "salt", "127.0.0.1", port,
                             0, (), 0.1), 10.0)
+        # the port listens before the target forks and prints: wait for the print
+        deadline = time.monotonic() + 10.0
+        while "listening on" not in t.output():
+            assert time.monotonic() < deadline, "the target printed nothing"
+            time.sleep(0.02)
         t0 = time.monotonic()
         ex = t.stop(5.0)
         assert ex is not None and ex.status == -15
