@@ -317,6 +317,47 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> None:
+    """A relay killed mid-run: its exit came last, after the noise it caused (ranks that did not
+    finish, the final loss), and the controller's log lines were wrapped at the terminal's
+    width, their second halves without the indent."""
+    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
+         "100000", "--payload-mib", "0", "--log-level", "INFO"],  # the controller logs lines
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # the ranks of the killed relay retry their connection for 7.5 s at this scale
+        env={**os.environ, marker: "1", "COLUMNS": "40", "FLODL_NET_TIMEOUT_SCALE": "0.25"},
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        relays: list[int] = []
+        while len(_members(marker)) < 7 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        for pid in _members(marker):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"flodl_proto.cli\0relay\0" in f.read():
+                    relays.append(pid)
+        assert len(relays) == 2
+        time.sleep(0.5)
+        os.kill(min(relays), signal.SIGKILL)  # relay0: started first
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1, (out, err)
+    failed = [line for line in out.splitlines() if line.startswith("FAILED: ")]
+    assert failed and failed[0] == "FAILED: relay0 exited with -9", (out, err)
+    assert "controller stderr:\n" in out, (out, err)
+    block = out.split("controller stderr:\n", 1)[1].splitlines()
+    assert block and all(line.startswith("    20") for line in block), out  # one timed line each
+
+
 @pytest.mark.netlab
 def test_demo_in_network_namespaces_shows_every_host_address_and_leaves_nothing() -> None:
     res = _demo("--netns", "--hosts", "3", "--world-size", "6", "--payload-mib", "0",

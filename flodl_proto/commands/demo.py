@@ -694,7 +694,11 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                 if all(r in res.rounds[k] for r in survivors)]
     last = complete[-1] if complete else 0
     digests = {r: res.rounds[last][r]["digest"] for r in survivors} if last else {}
-    problems = list(res.problems)
+    # a cluster process that failed first: what follows is likely to come of it
+    problems = [f"controller exited with {res.controller_rc}"] \
+        if res.controller_rc not in (0, None) else []
+    problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
+                 if rc not in (0, None)] + res.problems
     if kill is None:
         if last != args.rounds:
             problems.append(f"only {last} of {args.rounds} rounds completed")
@@ -721,11 +725,6 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     if kill is None and not loss_ok:
         problems.append(f"final loss {l_end:.6f} is not within {TOLERANCE:.0%} of the target "
                         f"{target:.6f}")
-    if res.controller_rc not in (0, None):
-        problems.append(f"controller exited with {res.controller_rc}")
-    for name, rc in res.relay_rc.items():
-        if rc not in (0, None):
-            problems.append(f"{name} exited with {rc}")
 
     times = [max(ev["t_round"] for ev in res.rounds[k].values()) for k in complete]
     syncs = [max(ev["t_sync"] for ev in res.rounds[k].values()) for k in complete]
@@ -785,7 +784,8 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
         for c in cluster.children:
             if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller"):
                 tail = "\n    ".join(c.stderr[-5:])
-                console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False)
+                console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False,
+                              soft_wrap=True)  # log lines whole, however wide
         return 1
     if kill is None:
         console.print("[green]OK[/green]: every round completed, every rank holds the identical "
