@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .errors import protocol_error
+from .errors import protocol_error, shown
 
 __all__ = ["PORT_MAX", "format_addr", "parse_addr"]
 
@@ -80,12 +80,12 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
     _check_host(host, text, field)
     if not (port_s.isascii() and port_s.isdigit()):
         raise protocol_error("addr.invalid", field=field, value=text,
-                             reason=f"port {port_s!r} is not a decimal number")
+                             reason=f"port {shown(port_s)} is not a decimal number")
     digits = port_s.lstrip("0") or "0"  # int() of over 4300 digits, zeros included, raises
     if len(digits) > len(str(PORT_MAX)):
-        shown = port_s if len(port_s) <= 20 else port_s[:20] + "..."
+        cut = port_s if len(port_s) <= 20 else port_s[:20] + "..."
         raise protocol_error("addr.invalid", field=field, value=text,
-                             reason=f"port {shown} is out of range 0..{PORT_MAX}")
+                             reason=f"port {cut} is out of range 0..{PORT_MAX}")
     return host, _check_port(int(digits), text, field, dial)
 
 
@@ -101,7 +101,7 @@ def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int
         port = operator.index(pair[1])
     except TypeError:
         raise protocol_error("addr.invalid", field=field, value=pair,
-                             reason=f"port {pair[1]!r} is not an integer") from None
+                             reason=f"port {shown(pair[1])} is not an integer") from None
     if port < 0:
         raise protocol_error("addr.invalid", field=field, value=pair,
                              reason=f"port {port} is out of range 0..{PORT_MAX}")
@@ -116,13 +116,13 @@ def _check_host(host: str, value: object, field: str) -> None:
         raise protocol_error("addr.invalid", field=field, value=value, reason="no host")
     if not host.isprintable() or any(c.isspace() or c in "[]" for c in host):
         raise protocol_error("addr.invalid", field=field, value=value,
-                             reason=f"host {host!r} contains a blank, a control character or "
+                             reason=f"host {shown(host)} contains a blank, a control character or "
                              "a bracket")
     try:
         host.encode("idna")
     except UnicodeError as e:
         raise protocol_error("addr.invalid", field=field, value=value,
-                             reason=f"host {host!r} is not a valid host name "
+                             reason=f"host {shown(host)} is not a valid host name "
                              f"({e.__cause__ or e})") from None
 
 

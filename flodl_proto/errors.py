@@ -206,14 +206,49 @@ class _WideInt(int):
         return repr(self)
 
 
-def _printable(value: Any) -> Any:
-    """``value`` with every integer too wide to print (also inside a tuple or list) replaced by
-    a :class:`_WideInt` of it."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
+#: the most characters of a text value a message quotes whole; a longer one is shown by its
+#: start, its end and its length (:func:`shown`)
+SHOWN_CHARS = 80
+_SHOWN_HEAD = 40
+_SHOWN_TAIL = 20
+
+
+class _LongText(str):
+    """A text value longer than :data:`SHOWN_CHARS`, as a message quotes it (``{value!r}``):
+    its first 40 and last 20 characters and its length, ``'aaa...a:99' (5000 characters)``.
+    Formatted without ``!r`` it is the whole text (a message's prose, such as a reason)."""
+
+    def __repr__(self) -> str:
+        text = str.__str__(self)
+        return (f"{text[:_SHOWN_HEAD] + '...' + text[-_SHOWN_TAIL:]!r} "
+                f"({len(text)} characters)")
+
+
+def _printable(value: Any, wide_ints: bool = True) -> Any:
+    """``value`` as a message shows it: every text longer than :data:`SHOWN_CHARS` (also
+    inside a tuple or list) quoted by its ends (a :class:`_LongText`) and, with ``wide_ints``,
+    every integer of more than 4096 bits replaced by a :class:`_WideInt` of it; anything else
+    is ``value`` itself."""
+    if (wide_ints and isinstance(value, int) and not isinstance(value, bool)
+            and value.bit_length() > 4096):
         return _WideInt(value)
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        return _LongText(value)
     if type(value) in (tuple, list):
-        return type(value)(_printable(v) for v in value)
+        return type(value)(_printable(v, wide_ints) for v in value)
     return value
+
+
+def shown(value: Any) -> str:
+    """How an error message quotes a bad value: its ``repr``, but a text of more than
+    :data:`SHOWN_CHARS` characters by its first 40 and last 20 characters and its length
+    (``'999...999' (5000 characters)``) and an integer of more than 4096 bits by its size
+    (``<an integer of 16610 bits>``), so that a huge value (from a command line, a file) is
+    never echoed whole. :func:`protocol_error` quotes its fields so (an integer Python can
+    print, whole); the command line's own messages use this.
+
+    No upstream counterpart (upstream's messages print their values whole)."""
+    return repr(_printable(value))
 
 
 def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:
@@ -222,7 +257,9 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
     Args:
         error_id: catalogue id, e.g. ``"frame.bad_magic"``.
         remote: override the catalogue's default side (True: the peer's fault).
-        **fields: values for the message template (field names, values, limits, offsets).
+        **fields: values for the message template (field names, values, limits, offsets); a
+            text of more than :data:`SHOWN_CHARS` characters is quoted (``!r``) by its ends and
+            length, an integer too wide to print by its size (:func:`shown`).
 
     Returns:
         The exception (of the catalogue entry's kind class), ready to ``raise``.
@@ -232,8 +269,9 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
     """
     entry = SPEC.errors[error_id]
     side = entry.remote if remote is None else remote
-    try:
-        message = entry.template.format(**fields)
+    try:  # a long text is quoted by its ends (:func:`shown`); ``fields`` keeps it whole
+        message = entry.template.format(
+            **{k: _printable(v, wide_ints=False) for k, v in fields.items()})
     except ValueError:  # an integer of more than 4300 digits, which Python refuses to print
         message = entry.template.format(**{k: _printable(v) for k, v in fields.items()})
     return KIND_CLASSES[entry.kind](message, remote=side, error_id=error_id, fields=fields)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from flodl_proto.addr import PORT_MAX, format_addr, parse_addr
-from flodl_proto.errors import InvalidValue, LocalProtocolError
+from flodl_proto.errors import InvalidValue, LocalProtocolError, shown
 from flodl_proto.runner import _netio
 
 _NEEDS_BRACKETS = "an IPv6 address needs brackets: [ADDRESS]:PORT, e.g. [::1]:5555"
@@ -84,7 +84,26 @@ def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> No
     assert isinstance(e, LocalProtocolError)
     assert e.error_id == "addr.invalid"
     assert e.fields == {"field": "--controller", "value": text, "reason": reason}
-    assert str(e) == f"--controller = {text!r} is not a HOST:PORT address: {reason}"
+    assert str(e) == f"--controller = {shown(text)} is not a HOST:PORT address: {reason}"
+
+
+def test_a_long_address_is_quoted_by_its_ends() -> None:
+    """An address of thousands of characters was quoted whole in the one error line, twice (the
+    value, then its host in the reason); the line quotes at most 80 characters of each, by its
+    first 40 and last 20 characters and its length. The error's fields keep the value whole."""
+    text = "a" * 3000 + ":99"
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(text, field="--listen")
+    assert str(ei.value).startswith(
+        f"--listen = '{'a' * 40}...{'a' * 17}:99' (3003 characters) is not a HOST:PORT address: "
+        f"host '{'a' * 40}...{'a' * 20}' (3000 characters) is not a valid host name (")
+    assert len(str(ei.value)) < 300
+    assert ei.value.fields["value"] == text
+    # a host of a blank: the reason's quote is cut the same way
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr("a " * 1000 + "b:1", field="--relay")
+    assert f"host {shown(('a ' * 1000 + 'b').strip())} contains a blank" in str(ei.value)
+    assert len(str(ei.value)) < 300
 
 
 def test_parse_addr_takes_a_port_with_leading_zeros() -> None:

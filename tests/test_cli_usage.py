@@ -104,3 +104,24 @@ def test_a_missing_required_argument_is_argparse_s_error(
     assert (code, out, err) == (
         2, "", f"{_parser_of(*command).format_usage()}{prog}: error: the following arguments "
                f"are required: {missing}\n")
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (("controller", "--listen", "a" * 3000 + ":99", "--world-size", "1", "--salt", "0" * 32),
+     "--listen"),
+    (("rank", "--relay", "b" * 3000 + ":99", "--rank", "0", "--world-size", "1", "--salt",
+      "0" * 32), "--relay"),
+    (("relay", "--controller", "c" * 3000 + ":99", "--ranks", "0", "--world-size", "1",
+      "--salt", "0" * 32), "--controller"),
+])
+def test_a_long_address_is_not_echoed_whole(capsys: pytest.CaptureFixture[str],
+                                            args: tuple[str, ...], option: str) -> None:
+    """An address of thousands of characters was echoed whole in the error line (and its host
+    again in the reason); each is quoted by its ends and its length."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1
+    assert f"{option} = '" in err and "' (3003 characters) is not a HOST:PORT address" in err
+    assert "(3000 characters) is not a valid host name" in err
+    assert len(err) < 400
+

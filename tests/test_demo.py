@@ -173,7 +173,7 @@ def test_demo_rejects_bad_arguments() -> None:
     (["--kill-rank", "1"], "--kill-rank expects R@ROUND (two whole numbers), got '1'"),
     # more digits than int() converts: was "Exceeds the limit (4300 digits) ..."
     (["--kill-rank", "1@" + "9" * 4301], "--kill-rank expects R@ROUND (two whole numbers), got "
-                                         f"'1@{'9' * 38}'..."),
+                                         f"'1@{'9' * 38}...{'9' * 20}' (4303 characters)"),
     (["--kill-rank", "9@3"], "--kill-rank 9@3: R must be in 0..3 (a rank of --world-size 4) "
                              "and ROUND in 1..40 (--rounds), got rank 9"),
     (["--kill-rank", "1@41"], "--kill-rank 1@41: R must be in 0..3 (a rank of --world-size 4) "

@@ -250,3 +250,23 @@ def test_an_integer_too_wide_to_print_is_shown_by_its_size() -> None:
     # below the limit, integers print as ever
     err = errors.protocol_error("mux.bad_field", field="rank", value=10**4000, reason="r")
     assert str(err) == f"relay_mux: rank = {10**4000} is invalid: r"
+
+
+def test_a_long_text_is_quoted_by_its_ends() -> None:
+    """A text value of thousands of characters (an address given on the command line) was
+    quoted whole in the message; it is quoted by its first 40 and last 20 characters and its
+    length, in a tuple too, while a text formatted without ``!r`` (the reason) stays whole and
+    the error's fields keep the value itself."""
+    text = "x" * 4000 + "yz"
+    reason = "r" * 200
+    err = errors.protocol_error("addr.invalid", field="--listen", value=text, reason=reason)
+    assert str(err) == (f"--listen = '{'x' * 40}...{'x' * 18}yz' (4002 characters) is not a "
+                        f"HOST:PORT address: {reason}")
+    assert err.fields["value"] == text
+    err = errors.protocol_error("addr.invalid", field="--listen", value=(text, 1), reason="r")
+    assert str(err) == (f"--listen = ('{'x' * 40}...{'x' * 18}yz' (4002 characters), 1) is not "
+                        f"a HOST:PORT address: r")
+    assert errors.shown("x" * errors.SHOWN_CHARS) == repr("x" * errors.SHOWN_CHARS)
+    assert errors.shown("x" * 81) == f"'{'x' * 40}...{'x' * 20}' (81 characters)"
+    assert errors.shown(10**5000) == "<an integer of 16610 bits>"
+    assert errors.shown(5) == "5"

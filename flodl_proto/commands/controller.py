@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from .._oserr import os_reason
 from ..addr import format_addr, parse_addr
 from ..cli import interrupts_held
-from ..errors import ProtocolError
+from ..errors import ProtocolError, shown
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
@@ -116,17 +116,17 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
     if name in ("slow-momentum", "nesterov"):
         parts = params.split(",")
         if len(parts) != 2:
-            raise ValueError(f"--outer {text!r}: expected {name}:LR,MU (two finite numbers)")
+            raise ValueError(f"--outer {shown(text)}: expected {name}:LR,MU (two finite numbers)")
         values = []
         for field, part in zip(("LR", "MU"), parts, strict=True):
             value = parse_f64(part.strip())
             if value is None or not math.isfinite(value):
-                raise ValueError(f"--outer {text!r}: {field} {part.strip()!r} is not a finite "
-                                 f"number; expected {name}:LR,MU (two finite numbers)")
+                raise ValueError(f"--outer {shown(text)}: {field} {shown(part.strip())} is not "
+                                 f"a finite number; expected {name}:LR,MU (two finite numbers)")
             values.append(value)
         lr, mu = values
         return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
-    raise ValueError(f"--outer {text!r}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
+    raise ValueError(f"--outer {shown(text)}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
 
 
 def checkpoint_dir_problem(path: Path) -> str | None:
@@ -241,8 +241,8 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
                 return 1
             # a name that does not exist is the command line's, as relay --controller's
-            return _usage_error(f"--listen {args.listen!r}: cannot resolve host {host!r}: "
-                                f"{os_reason(e)}")
+            return _usage_error(f"--listen {shown(args.listen)}: cannot resolve host "
+                                f"{shown(host)}: {os_reason(e)}")
         except OSError as e:  # e.g. the address is in use: the environment, not the command line
             print(f"{_PROG}: error: cannot listen on {args.listen}: {e}", file=sys.stderr,
                   flush=True)

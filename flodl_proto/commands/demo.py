@@ -65,7 +65,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
-from ..errors import ProtocolError
+from ..errors import ProtocolError, shown
 from ..netlab import NetLab, unavailable_reason
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -191,8 +191,7 @@ def _parse_kill(text: str | None) -> tuple[int, int] | None:
     r, sep, k = text.partition("@")
     if len(text) > 40 or not (sep and r.isascii() and r.isdigit() and k.isascii()
                               and k.lstrip("-").isdigit()):  # 40: int() of 4301 digits raises
-        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got "
-                         f"{text[:40]!r}{'...' if len(text) > 40 else ''}")
+        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {shown(text)}")
     return int(r), int(k)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from .._files import replace_file
 from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
+from ..errors import shown
 from ..spec import SPEC, Spec, SpecError
 
 __all__ = [
@@ -71,8 +72,8 @@ def output_path(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("is empty; give a file path, or - for stdout")
     if text.endswith(("/", os.sep)):
-        raise argparse.ArgumentTypeError(f"{text!r} names a folder (it ends with /); give a file "
-                                         "path in it")
+        raise argparse.ArgumentTypeError(f"{shown(text)} names a folder (it ends with /); give "
+                                         "a file path in it")
     return Path(text)
 
 

@@ -54,7 +54,7 @@ from typing import Any, Final
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
 from ..cli import interrupts_held
-from ..errors import ProtocolError, protocol_error
+from ..errors import ProtocolError, protocol_error, shown
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -228,7 +228,7 @@ def host_name(text: str) -> str:
     No upstream counterpart: upstream's relay announces the machine's host name.
     """
     if not text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is empty; give a host name, or leave the "
+        raise argparse.ArgumentTypeError(f"{shown(text)} is empty; give a host name, or leave the "
                                          f"option out for this machine's")
     return text
 
@@ -245,7 +245,7 @@ def tcp_port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}") from None
     if not 0 < value <= PORT_MAX:
         raise argparse.ArgumentTypeError(f"port {value} is not in 1..{PORT_MAX}")
     return value
@@ -262,7 +262,7 @@ def positive_seconds(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {shown(text)}")
     return value
 
 
@@ -292,7 +292,8 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
 
     Raises:
         ValueError: not a whole number in ASCII digits (``4G``, ``1.5``, `` 12``, ``+5``,
-            ``1_000``) or below ``minimum``; the message says which and shows the value.
+            ``1_000``) or below ``minimum``; the message says which and shows the value (a long
+            one by its ends, :func:`~flodl_proto.errors.shown`).
 
     No upstream counterpart: upstream's binaries take no size options.
     """
@@ -302,7 +303,7 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
             raise ValueError
         n = int(text)  # more than 4,300 digits: ValueError too
     except ValueError:
-        raise ValueError(f"expected a number of bytes, got {text!r}") from None
+        raise ValueError(f"expected a number of bytes, got {shown(text)}") from None
     if n < minimum:
         unit = "byte" if minimum == 1 else "bytes"
         raise ValueError(f"must be at least {minimum} {unit}{f' ({what})' if what else ''}, "
@@ -389,15 +390,16 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
     worker.start()
     worker.join(wait)
     if not outcome:
-        return (f"{option} {text!r}: host {host!r} did not resolve within {wait:g}s; going on "
-                "(the dial looks it up again)")
+        return (f"{option} {shown(text)}: host {shown(host)} did not resolve within {wait:g}s; "
+                "going on (the dial looks it up again)")
     e = outcome[0]
     if e is None:
         return None
     if isinstance(e, socket.gaierror) and e.errno in NO_SUCH_NAME:
-        raise ValueError(f"{option} {text!r}: cannot resolve host {host!r}: {os_reason(e)}")
-    return (f"{option} {text!r}: cannot resolve host {host!r} now ({os_reason(e)}); going on "
-            "(the dial looks it up again)")
+        raise ValueError(f"{option} {shown(text)}: cannot resolve host {shown(host)}: "
+                         f"{os_reason(e)}")
+    return (f"{option} {shown(text)}: cannot resolve host {shown(host)} now ({os_reason(e)}); "
+            "going on (the dial looks it up again)")
 
 
 def frame_ceiling(text: str | None) -> int:
@@ -419,9 +421,9 @@ def frame_ceiling(text: str | None) -> int:
     try:
         n = byte_count(text, *frame_ceiling_floor())
     except ValueError as e:
-        raise ValueError(f"--frame-ceiling {text!r}: {e}") from None
+        raise ValueError(f"--frame-ceiling {shown(text)}: {e}") from None
     if n > U32_MAX:
-        raise ValueError(f"--frame-ceiling {text!r}: must be at most {U32_MAX} bytes (the u32 "
+        raise ValueError(f"--frame-ceiling {shown(text)}: must be at most {U32_MAX} bytes (the u32 "
                          "length prefix and mux payload_len)")
     return n
 
@@ -470,10 +472,10 @@ def parse_ranks(text: str, world_size: int | None = None,
         InvalidValue (local): ``relay.bad_rank_set``: a range beyond ``world_size``, or more
             than ``max_ranks`` ranks.
     """
-    bad = ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r}")
+    bad = ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)}")
     parts = text.replace(" ", "").split(",")
     if "" in parts and text.strip():  # "0,,1": a rank left out by mistake, not a list of two
-        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {text!r} "
+        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)} "
                          f"(an empty item)")
     spans: list[tuple[int, int]] = []
     try:
