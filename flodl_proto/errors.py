@@ -194,8 +194,9 @@ for _kind_cls in KIND_CLASSES.values():
 
 
 class _WideInt(int):
-    """An integer too wide for Python to print (more than ``sys.int_max_str_digits``, 4300,
-    decimal digits), as a message shows it: by its size."""
+    """An integer too wide for a message to print whole (more than ``sys.int_max_str_digits``,
+    4300, decimal digits, which Python refuses to print; or, from the command line, more
+    digits than :data:`SHOWN_CHARS`), as a message shows it: by its size."""
 
     def __repr__(self) -> str:
         return f"<an integer of {self.bit_length()} bits>"

@@ -757,7 +757,7 @@ def test_demo_short_runs_pass_and_print_ports_and_salt_file(tmp_path: Path) -> N
     assert salt.stat().st_mode & 0o777 == 0o600
     res = _cli("demo", "--rounds", "0")
     assert res.returncode == 2
-    _one_error_line(res.stderr, "--rounds must be >= 1")
+    _one_error_line(res.stderr, "--rounds must be in 1..1000000 for the demo")
 
 
 def test_demo_reference_loss_is_the_target_for_short_runs() -> None:
@@ -792,7 +792,8 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
       "--rounds", "-1"), "--rounds must be >= 1, got -1"),
     (("decode", "--pcap", "-"), "--pcap needs --port N"),
-    (("demo", "--rounds", "0"), "--rounds must be >= 1, got 0"),
+    (("demo", "--rounds", "0"), "--rounds must be in 1..1000000 for the demo (it also trains "
+     "that many rounds in this process, for the reference loss), got 0"),
     (("vectors", "check", "/nonexistent-flodl-vectors"),
      "/nonexistent-flodl-vectors: does not exist"),
 ])
@@ -1022,13 +1023,18 @@ def test_frame_ceiling_is_ascii_digits_only(value: str) -> None:
         byte_count(value)
 
 
-def test_a_byte_count_of_more_digits_than_int_reads_is_not_a_number_of_bytes() -> None:
-    from flodl_proto.commands.relay import byte_count
+def test_a_byte_count_of_more_digits_than_int_reads_is_out_of_range() -> None:
+    """A count of more digits than int() reads (4300) was "expected a number of bytes", its
+    digits echoed whole; it is read, and the upper bound refuses it, quoting it by its ends."""
+    from flodl_proto.commands.relay import byte_count, frame_ceiling
 
+    assert byte_count("9" * 5000) == 10**5000 - 1
+    assert byte_count("0" * 5000 + "7") == 7
     with pytest.raises(ValueError) as e:
-        byte_count("9" * 5000)
-    assert str(e.value) == ("expected a number of bytes, got "
-                            f"'{'9' * 40}...{'9' * 20}' (5000 characters)")
+        frame_ceiling("9" * 5000)
+    assert str(e.value) == (f"--frame-ceiling '{'9' * 40}...{'9' * 20}' (5000 characters): "
+                            "must be at most 4294967295 bytes (the u32 length prefix and mux "
+                            "payload_len)")
 
 
 def test_max_input_is_ascii_digits_only(capsys: pytest.CaptureFixture[str]) -> None:

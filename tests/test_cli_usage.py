@@ -125,3 +125,38 @@ def test_a_long_address_is_not_echoed_whole(capsys: pytest.CaptureFixture[str],
     assert "(3000 characters) is not a valid host name" in err
     assert len(err) < 400
 
+
+_BIG = "9" * 5000
+_SALT = "0" * 32
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
+      "--rounds", "-" + _BIG), "--rounds must be >= 1, got <an integer of 16610 bits>"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", _BIG, "--world-size", "1", "--salt", _SALT),
+     "--rank must be in 0..0 (below --world-size), got <an integer of 16610 bits>"),
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", _BIG, "--salt", _SALT),
+     "--world-size must be in 1..4294967295 (the handshake's u32 field), got <an integer of "
+     "16610 bits>"),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1", "--salt",
+      _SALT, "--listen-port", _BIG), "listen port <an integer of 16610 bits> is out of range "
+     "0..65535"),
+    (("conform", "controller", "--launch", "true", "--jobs", "-" + _BIG),
+     "--jobs must be >= 1, got <an integer of 16610 bits>"),
+    (("decode", "--protocol-version", _BIG), "argument --protocol-version: invalid choice: "
+     "<an integer of 16610 bits> (choose from 2, 3)"),
+    (("decode", "--pcap", "--port", _BIG), "argument --port: port <an integer of 16610 bits> "
+     "is not in 1..65535"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "x" + _BIG, "--world-size", "1"),
+     f"argument --rank: invalid int value: 'x{'9' * 39}...{'9' * 20}' (5001 characters)"),
+])
+def test_an_integer_of_thousands_of_digits_is_out_of_range(
+        capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
+    """An integer option of more digits than int() reads (4300) was argparse's "invalid int
+    value: '999...'", its digits echoed whole; it is read, the command's range check refuses it
+    as any value out of range, and the line shows it by its size (text that is no integer, by
+    its ends)."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1].endswith(f": error: {message}")
+    assert len(err.splitlines()[-1]) < 300

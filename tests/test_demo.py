@@ -142,6 +142,11 @@ def test_demo_rejects_bad_arguments() -> None:
         assert res.returncode == 2, (args, res.stdout, res.stderr)
 
 
+#: ``--rounds``'s range message past its bounds
+_ROUNDS_MAX = ("1000000 for the demo (it also trains that many rounds in this process, for "
+               "the reference loss)")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     # the demo's own range: the handshake's u32 range said 1..4294967295 for 0
     (["--world-size", "0"], "--world-size must be in 1..64 for the demo (a process per rank on "
@@ -154,7 +159,17 @@ def test_demo_rejects_bad_arguments() -> None:
                              "on this machine), got 65"),
     (["--hosts", "0"], "--hosts must be in 1..4 (at most --world-size), got 0"),
     (["--hosts", "5"], "--hosts must be in 1..4 (at most --world-size), got 5"),
-    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--rounds", "0"], f"--rounds must be in 1..{_ROUNDS_MAX}, got 0"),
+    # no upper bound: a huge count started the cluster and failed in it with a traceback
+    (["--rounds", "1000001"], f"--rounds must be in 1..{_ROUNDS_MAX}, got 1000001"),
+    # more digits than int() reads: argparse echoed them whole ("invalid int value: '999...")
+    (["--rounds", "9" * 5000], f"--rounds must be in 1..{_ROUNDS_MAX}, got "
+                               "<an integer of 16610 bits>"),
+    (["--seed", "9" * 5000], f"--seed must be in 0..{2**128 - 1} (a 128-bit seed), got "
+                             "<an integer of 16610 bits>"),
+    (["--world-size", "-" + "9" * 100], "--world-size must be in 1..64 for the demo (a process "
+                                        "per rank on this machine), got <an integer of 333 "
+                                        "bits>"),
     (["--payload-mib", "-1"], "--payload-mib must be a finite number >= 0, got -1.0"),
     (["--payload-mib", "nan"], "--payload-mib must be a finite number >= 0, got nan"),
     (["--payload-mib", "inf"], "--payload-mib must be a finite number >= 0, got inf"),
@@ -167,7 +182,7 @@ def test_demo_rejects_bad_arguments() -> None:
     (["--payload-mib", "2048", "--bf16"], "--payload-mib must be at most 2047.99 with --bf16, "
                                           "got 2048.0: a rank's frame would be 1073741911 "
                                           "bytes, above the frame ceiling of 1073741824 bytes"),
-    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--seed", "-1"], f"--seed must be in 0..{2**128 - 1} (a 128-bit seed), got -1"),
     (["--kill-rank", "x@1"], "--kill-rank expects R@ROUND (two whole numbers), got 'x@1'"),
     (["--kill-rank", "1@"], "--kill-rank expects R@ROUND (two whole numbers), got '1@'"),
     (["--kill-rank", "1"], "--kill-rank expects R@ROUND (two whole numbers), got '1'"),

@@ -53,7 +53,7 @@ from ..errors import ProtocolError
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
 from .docs import output_path
-from .relay import check_net_timeout_scale
+from .relay import check_net_timeout_scale, whole_number
 
 if TYPE_CHECKING:
     from ..conform.catalogue import Case
@@ -94,7 +94,7 @@ def register(sub: Any) -> None:
                              f"{_PLACEHOLDERS[role]}.", epilog=_EXIT_CODES)
         r.add_argument("--launch", metavar="CMD",
                        help=f"command starting the target; placeholders {_PLACEHOLDERS[role]}")
-        r.add_argument("--version", dest="versions", type=int, action="append",
+        r.add_argument("--version", dest="versions", type=whole_number, action="append",
                        choices=SUPPORTED_VERSIONS, metavar="2|3",
                        help="protocol version to check (repeatable; default: both)")
         r.add_argument("--cases", action="append", default=[], metavar="GLOB",
@@ -107,7 +107,7 @@ def register(sub: Any) -> None:
                             "default 1)")
         r.add_argument("--port-mux", action="store_true",
                        help="the target serves the port mux: run the cases that need it")
-        r.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
+        r.add_argument("--jobs", type=whole_number, default=_default_jobs(), metavar="N",
                        help="cases run at the same time, each against its own target "
                             f"(default {_default_jobs()}: two per CPU, at most 4)")
         r.add_argument("--junit", type=_report_path, metavar="PATH",

@@ -68,6 +68,7 @@ from .relay import (
     positive_seconds,
     resolve_salt,
     signals_stop,
+    whole_number,
 )
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
@@ -154,10 +155,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--listen", required=True, metavar="HOST:PORT",
                    help="address to bind (port 0: any free port)")
-    p.add_argument("--world-size", required=True, type=int, metavar="N",
+    p.add_argument("--world-size", required=True, type=whole_number, metavar="N",
                    help="number of ranks (> 0)")
     add_salt_options(p)
-    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+    p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--no-port-mux", action="store_true",
                    help="every connection is a data-channel connection (no /status)")

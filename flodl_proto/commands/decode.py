@@ -58,7 +58,14 @@ from .._oserr import os_reason
 from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
-from .relay import add_frame_ceiling_option, byte_count, frame_ceiling, path_text, tcp_port
+from .relay import (
+    add_frame_ceiling_option,
+    byte_count,
+    frame_ceiling,
+    path_text,
+    tcp_port,
+    whole_number,
+)
 
 if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
     from ..decode import DecodeReport, Leg
@@ -178,7 +185,8 @@ def register(sub: Any) -> None:
     g.add_argument("--salt-file", metavar="PATH", type=path_text,
                    help="file holding the session salt (32 hex digits, or 16 raw bytes), e.g. "
                    "the one `demo --salt-file` wrote")
-    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS, default=None,
+    p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
+                   default=None,
                    help="data-channel protocol version (default: the loopback handshake's, "
                    "else 2)")
     p.add_argument("--format", choices=("json", "table"), default="json",

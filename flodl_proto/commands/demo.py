@@ -79,7 +79,7 @@ from ..spec import (
 from . import _demo_logs
 from ._output import rich_console
 from .controller import parse_outer
-from .relay import check_net_timeout_scale, path_text, resolve_salt
+from .relay import check_net_timeout_scale, path_text, resolve_salt, whole_number
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
@@ -195,6 +195,13 @@ def _parse_kill(text: str | None) -> tuple[int, int] | None:
     return int(r), int(k)
 
 
+#: the demo's largest ``--seed`` (128 bits: it is passed to every rank process as text)
+SEED_MAX: Final = (1 << 128) - 1
+
+#: the demo's largest ``--rounds`` (it keeps every round's results and, for the reference loss,
+#: trains as many rounds again in its own process)
+DEMO_ROUNDS_MAX: Final = 1_000_000
+
 #: the demo's largest world size: it starts a process per rank (about 60 MiB each) on one machine
 DEMO_WORLD_MAX: Final = 64
 
@@ -206,21 +213,23 @@ def register(sub: Any) -> None:
         description="Start a controller, H relays and W ranks as separate processes on "
         "loopback and train a least-squares model through the protocol.",
     )
-    p.add_argument("--world-size", type=int, default=4, metavar="W",
+    p.add_argument("--world-size", type=whole_number, default=4, metavar="W",
                    help=f"ranks (default 4, at most {DEMO_WORLD_MAX})")
-    p.add_argument("--hosts", type=int, default=2, metavar="H", help="relays (default 2)")
-    p.add_argument("--rounds", type=int, default=40, help="training rounds (default 40)")
+    p.add_argument("--hosts", type=whole_number, default=2, metavar="H", help="relays (default 2)")
+    p.add_argument("--rounds", type=whole_number, default=40,
+                   help=f"training rounds (default 40, at most {DEMO_ROUNDS_MAX})")
     p.add_argument("--payload-mib", type=float, default=1.0, metavar="M",
                    help="extra f32 tensor of M MiB in every parameter frame (default 1)")
     p.add_argument("--bf16", action="store_true", help="parameters ride the wire as bf16")
-    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+    p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--outer", default=None, metavar="SPEC",
                    help="outer optimizer at the controller: avg, slow-momentum:LR,MU or "
                    "nesterov:LR,MU")
     p.add_argument("--kill-rank", default=None, metavar="R@ROUND",
                    help="kill rank R's process at round ROUND (the run then ends cleanly)")
-    p.add_argument("--seed", type=int, default=7, help="dataset seed (default 7)")
+    p.add_argument("--seed", type=whole_number, default=7,
+                   help=f"dataset seed (default 7, at most {SEED_MAX})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--salt-file", default=None, metavar="PATH", type=path_text,
                    help="session salt file: read it when it exists, else write a random salt "
@@ -463,11 +472,13 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= args.hosts <= args.world_size:
             raise ValueError(f"--hosts must be in 1..{args.world_size} (at most --world-size), "
                              f"got {args.hosts}")
-        if args.rounds < 1:
-            raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+        if not 1 <= args.rounds <= DEMO_ROUNDS_MAX:
+            raise ValueError(f"--rounds must be in 1..{DEMO_ROUNDS_MAX} for the demo (it also "
+                             f"trains that many rounds in this process, for the reference loss), "
+                             f"got {args.rounds}")
         _check_payload_mib(args.payload_mib, args.bf16)
-        if args.seed < 0:  # NumPy's generators take no negative seed
-            raise ValueError(f"--seed must be >= 0, got {args.seed}")
+        if not 0 <= args.seed <= SEED_MAX:  # NumPy's generators take no negative seed
+            raise ValueError(f"--seed must be in 0..{SEED_MAX} (a 128-bit seed), got {args.seed}")
         parse_outer(args.outer)
         if kill is not None and not (0 <= kill[0] < args.world_size
                                      and 1 <= kill[1] <= args.rounds):

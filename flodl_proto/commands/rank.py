@@ -63,6 +63,7 @@ from .relay import (
     check_world_size,
     cli_salt,
     frame_ceiling,
+    whole_number,
 )
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
@@ -135,12 +136,12 @@ def register(sub: Any) -> None:
     p.add_argument("--relay", required=True, metavar="HOST:PORT",
                    help="the relay's loopback data address (its host name is looked up at "
                    "start-up)")
-    p.add_argument("--rank", required=True, type=int, metavar="R",
+    p.add_argument("--rank", required=True, type=whole_number, metavar="R",
                    help="this rank's global id, 0 <= R < N (one of the relay's --ranks)")
-    p.add_argument("--world-size", required=True, type=int, metavar="N",
+    p.add_argument("--world-size", required=True, type=whole_number, metavar="N",
                    help="number of ranks in the whole run (every host)")
     add_salt_options(p)
-    p.add_argument("--rounds", type=int, default=5, metavar="K",
+    p.add_argument("--rounds", type=whole_number, default=5, metavar="K",
                    help="rounds to run, at least 1 (default 5); then the rank leaves, which "
                    "ends the run for every rank, as flodl does")
     p.add_argument("--payload-mib", type=float, default=0.0, metavar="M",
@@ -148,7 +149,7 @@ def register(sub: Any) -> None:
     p.add_argument("--interval", type=float, default=0.0, metavar="SECONDS",
                    help="pause between rounds (default 0), to watch a run (GET /status)")
     p.add_argument("--bf16", action="store_true", help="ship Model rounds as bf16")
-    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+    p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     add_frame_ceiling_option(p, "length prefix of a reply (and of this rank's own frame, "
                              "headers included)")

@@ -42,6 +42,7 @@ import contextlib
 import errno
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -54,7 +55,7 @@ from typing import Any, Final
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
 from ..cli import interrupts_held
-from ..errors import ProtocolError, protocol_error, shown
+from ..errors import SHOWN_CHARS, ProtocolError, _WideInt, protocol_error, shown
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -84,6 +85,7 @@ __all__ = [
     "resolve_salt",
     "signals_stop",
     "tcp_port",
+    "whole_number",
 ]
 
 _PROG = "flodl-proto relay"
@@ -243,12 +245,53 @@ def tcp_port(text: str) -> int:
     No upstream counterpart: upstream's binaries take no port options.
     """
     try:
-        value = int(text)
-    except ValueError:
+        value = whole_number(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}") from None
     if not 0 < value <= PORT_MAX:
         raise argparse.ArgumentTypeError(f"port {value} is not in 1..{PORT_MAX}")
     return value
+
+
+def whole_number(text: str) -> int:
+    """argparse ``type=`` of every integer option of the command line (``--world-size``,
+    ``--rank``, ``--rounds``, ``--listen-port``, ``--jobs``, ``--protocol-version``, ...): the
+    integer ``int()`` reads from ``text``, so every value taken before is taken as it was. A
+    number of more digits than a message quotes whole (:data:`~flodl_proto.errors.SHOWN_CHARS`,
+    80; ``int()`` refuses more than 4300) is read too, as an integer that messages show by its
+    size (``<an integer of 16610 bits>``), so the command's own range check refuses it as any
+    value out of range, in one line, where argparse echoed the digits whole.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer (``invalid int value: 'x'``, as argparse's,
+            the text quoted by :func:`~flodl_proto.errors.shown`).
+
+    No upstream counterpart: upstream's binaries take no such options.
+    """
+    match = _INTEGER_TEXT.fullmatch(text)
+    if match is not None and len(match[2]) > SHOWN_CHARS:
+        return _long_integer(match[1], match[2])
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)}") from None
+
+
+#: an integer as :func:`whole_number` reads a long one: an optional sign and ASCII digits
+_INTEGER_TEXT = re.compile(r"\s*([-+]?)([0-9]+)\s*", re.ASCII)
+
+
+def _long_integer(sign: str, digits: str) -> int:
+    """The integer of ``sign`` and the ASCII ``digits`` (any number of them: ``int()`` takes at
+    most 4300), as a :class:`~flodl_proto.errors._WideInt` (shown by its size) when it has more
+    than :data:`~flodl_proto.errors.SHOWN_CHARS` digits."""
+    digits = digits.lstrip("0") or "0"
+    value = 0
+    for start in range(0, len(digits), 4000):
+        chunk = digits[start:start + 4000]
+        value = value * 10 ** len(chunk) + int(chunk)
+    value = -value if sign == "-" else value
+    return _WideInt(value) if len(digits) > SHOWN_CHARS else value
 
 
 def positive_seconds(text: str) -> float:
@@ -290,6 +333,11 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
         minimum: the smallest count accepted, bytes.
         what: what the minimum is, named in parentheses after it in the message.
 
+    Returns:
+        The count; one of more than 80 digits (``int()`` reads at most 4300) is read too, and
+        messages show it by its size (:func:`whole_number`), so a caller's upper bound refuses
+        it as any count out of range.
+
     Raises:
         ValueError: not a whole number in ASCII digits (``4G``, ``1.5``, `` 12``, ``+5``,
             ``1_000``) or below ``minimum``; the message says which and shows the value (a long
@@ -301,7 +349,8 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
     try:
         if not (digits.isascii() and digits.isdigit()):
             raise ValueError
-        n = int(text)  # more than 4,300 digits: ValueError too
+        n = int(text) if len(digits) <= SHOWN_CHARS else _long_integer("-" * (text != digits),
+                                                                        digits)
     except ValueError:
         raise ValueError(f"expected a number of bytes, got {shown(text)}") from None
     if n < minimum:
@@ -540,12 +589,12 @@ def register(sub: Any) -> None:
                    help="the controller's address (its host name is looked up at start-up)")
     p.add_argument("--ranks", required=True, metavar="R,R,...",
                    help="this host's global rank ids, e.g. 0,1")
-    p.add_argument("--world-size", required=True, type=int, metavar="N",
+    p.add_argument("--world-size", required=True, type=whole_number, metavar="N",
                    help="number of ranks in the whole run (every host)")
     add_salt_options(p)
-    p.add_argument("--listen-port", type=int, default=None, metavar="P",
+    p.add_argument("--listen-port", type=whole_number, default=None, metavar="P",
                    help="loopback port for the ranks (default: controller port + 4; 0 = any)")
-    p.add_argument("--protocol-version", type=int, choices=SUPPORTED_VERSIONS,
+    p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--host", type=host_name, default=None, metavar="NAME",
                    help="host name announced in Hello (default: this machine's)")
