@@ -160,3 +160,36 @@ def test_an_integer_of_thousands_of_digits_is_out_of_range(
     assert (code, out) == (2, "")
     assert err.splitlines()[-1].endswith(f": error: {message}")
     assert len(err.splitlines()[-1]) < 300
+
+
+_NINES = "9" * 400
+_TOO_LARGE = (f"'{'9' * 40}...{'9' * 20}' (400 characters) is out of range: above the largest "
+              "finite number, 1.79769e+308")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("demo", "--payload-mib", _NINES), f"argument --payload-mib: {_TOO_LARGE}"),
+    (("demo", "--payload-mib", "-" + _NINES), f"argument --payload-mib: '-{'9' * 39}..."
+     f"{'9' * 20}' (401 characters) is out of range: below the smallest finite number, "
+     "-1.79769e+308"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
+      "--payload-mib", _NINES), f"argument --payload-mib: {_TOO_LARGE}"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
+      "--interval", "1e400"), "argument --interval: '1e400' is out of range: above the largest "
+     "finite number, 1.79769e+308"),
+    # written as such, an infinity is the command's range error, as before
+    (("demo", "--payload-mib", "inf"), "--payload-mib must be a finite number >= 0, got inf"),
+    # far above the limit: the frame's length (hundreds of digits) is left out
+    (("demo", "--payload-mib", "1e300"), "--payload-mib must be at most 1023.99, got 1e+300: a "
+     "rank's frame would be above the frame ceiling of 1073741824 bytes"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
+      "--payload-mib", "1e300"), "--payload-mib 1e+300 makes a frame above the frame ceiling "
+     "1073741824 (--frame-ceiling)"),
+])
+def test_a_number_beyond_the_float_range_is_out_of_range(
+        capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
+    """``--payload-mib`` of 400 nines was read as infinity and refused with "got inf", as if
+    ``inf`` had been given; it is out of range, the line quoting the text by its ends."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1].endswith(f": error: {message}")

@@ -79,7 +79,13 @@ from ..spec import (
 from . import _demo_logs
 from ._output import rich_console
 from .controller import parse_outer
-from .relay import check_net_timeout_scale, path_text, resolve_salt, whole_number
+from .relay import (
+    check_net_timeout_scale,
+    path_text,
+    real_number,
+    resolve_salt,
+    whole_number,
+)
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
@@ -142,12 +148,12 @@ def payload_mib_max(bf16: bool) -> float:
 def _check_payload_mib(payload_mib: float, bf16: bool) -> None:
     if not 0 <= payload_mib < math.inf:  # nan too: no tensor of that size
         raise ValueError(f"--payload-mib must be a finite number >= 0, got {payload_mib}")
-    if rank_frame_len(payload_mib, bf16) > DEFAULT_FRAME_CEILING:
+    if (frame := rank_frame_len(payload_mib, bf16)) > DEFAULT_FRAME_CEILING:
+        length = f" {frame} bytes," if frame < 1 << 64 else ""  # 1e300: not 300 digits
         raise ValueError(
             f"--payload-mib must be at most {payload_mib_max(bf16):.2f}"
-            f"{' with --bf16' if bf16 else ''}, got {payload_mib}: a rank's frame would be "
-            f"{rank_frame_len(payload_mib, bf16)} bytes, above the frame ceiling of "
-            f"{DEFAULT_FRAME_CEILING} bytes")
+            f"{' with --bf16' if bf16 else ''}, got {payload_mib}: a rank's frame would be"
+            f"{length} above the frame ceiling of {DEFAULT_FRAME_CEILING} bytes")
 
 
 #: peak resident memory of a demo process besides its frames (interpreter, NumPy), bytes
@@ -218,7 +224,7 @@ def register(sub: Any) -> None:
     p.add_argument("--hosts", type=whole_number, default=2, metavar="H", help="relays (default 2)")
     p.add_argument("--rounds", type=whole_number, default=40,
                    help=f"training rounds (default 40, at most {DEMO_ROUNDS_MAX})")
-    p.add_argument("--payload-mib", type=float, default=1.0, metavar="M",
+    p.add_argument("--payload-mib", type=real_number, default=1.0, metavar="M",
                    help="extra f32 tensor of M MiB in every parameter frame (default 1)")
     p.add_argument("--bf16", action="store_true", help="parameters ride the wire as bf16")
     p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,

@@ -63,6 +63,7 @@ from .relay import (
     check_world_size,
     cli_salt,
     frame_ceiling,
+    real_number,
     whole_number,
 )
 
@@ -144,9 +145,9 @@ def register(sub: Any) -> None:
     p.add_argument("--rounds", type=whole_number, default=5, metavar="K",
                    help="rounds to run, at least 1 (default 5); then the rank leaves, which "
                    "ends the run for every rank, as flodl does")
-    p.add_argument("--payload-mib", type=float, default=0.0, metavar="M",
+    p.add_argument("--payload-mib", type=real_number, default=0.0, metavar="M",
                    help="add one f32 tensor of M MiB to every frame (default 0)")
-    p.add_argument("--interval", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--interval", type=real_number, default=0.0, metavar="SECONDS",
                    help="pause between rounds (default 0), to watch a run (GET /status)")
     p.add_argument("--bf16", action="store_true", help="ship Model rounds as bf16")
     p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
@@ -198,8 +199,9 @@ def run(args: argparse.Namespace) -> int:
 
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
     if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:
-        print(f"flodl-proto rank: error: --payload-mib {args.payload_mib} makes a "
-              f"{wire}-byte frame, above the frame ceiling {ceiling} (--frame-ceiling)",
+        frame = f"a {wire}-byte frame," if wire < 1 << 64 else "a frame"  # 1e300: 300 digits
+        print(f"flodl-proto rank: error: --payload-mib {args.payload_mib} makes {frame} above "
+              f"the frame ceiling {ceiling} (--frame-ceiling)",
               file=sys.stderr, flush=True)
         return 2
     try:  # last: every other mistake is reported without waiting for the resolver

@@ -81,6 +81,7 @@ __all__ = [
     "parse_ranks",
     "parse_salt",
     "path_text",
+    "real_number",
     "register",
     "resolve_salt",
     "signals_stop",
@@ -292,6 +293,31 @@ def _long_integer(sign: str, digits: str) -> int:
         value = value * 10 ** len(chunk) + int(chunk)
     value = -value if sign == "-" else value
     return _WideInt(value) if len(digits) > SHOWN_CHARS else value
+
+
+def real_number(text: str) -> float:
+    """argparse ``type=`` of a number option (``--payload-mib``, ``--interval``): the float
+    ``float()`` reads from ``text``; its range is the command's check.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number (``invalid float value: 'x'``, as argparse's),
+            or a finite number beyond the float range (``1e400``, 400 nines), which ``float()``
+            reads as an infinity (the command then said ``got inf``): the message says it is out
+            of range, names the largest (or smallest) finite number and quotes the text
+            (:func:`~flodl_proto.errors.shown`). ``inf`` written as such is an infinity, for
+            the command's range check to refuse.
+
+    No upstream counterpart: upstream's binaries take no such options.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {shown(text)}") from None
+    if math.isinf(value) and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+        bound = (f"above the largest finite number, {sys.float_info.max:g}" if value > 0
+                 else f"below the smallest finite number, {-sys.float_info.max:g}")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is out of range: {bound}")
+    return value
 
 
 def positive_seconds(text: str) -> float:
