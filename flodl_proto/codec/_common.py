@@ -30,6 +30,7 @@ __all__ = [
     "unviewed",
     "wire_int",
     "wire_real",
+    "zero_d_scalar",
 ]
 
 #: Anything the decoders accept without copying (NumPy arrays: pass ``memoryview(arr)``).
@@ -156,10 +157,12 @@ def wire_int(value: Any) -> int | None:
     """``value`` as a Python ``int`` when it is an integer, else ``None``: the one rule for the
     integer fields a caller hands the codec (dtype tags, dims, round kinds, ranks).
 
-    Integers are ``int`` and the NumPy integer scalars (whatever ``operator.index`` takes); a
-    ``bool`` (Python or NumPy), a float (``2.5`` and ``2.0`` alike), text or anything else is
-    not one, so a caller's value is refused, never truncated or taken as 0 / 1. The range is the
-    caller's check; the error names the field and the value.
+    Integers are ``int``, the NumPy integer scalars and 0-d NumPy integer arrays
+    (``np.array(5)``; whatever ``operator.index`` takes; :func:`wire_real` takes 0-d arrays too);
+    a ``bool`` (Python or NumPy), a float (``2.5`` and ``2.0`` alike), an array of one or more
+    dimensions (``np.array([5])``), text or anything else is not one, so a caller's value is
+    refused, never truncated or taken as 0 / 1. The range is the caller's check; the error
+    names the field and the value.
     """
     if isinstance(value, bool):
         return None
@@ -173,19 +176,35 @@ def wire_real(value: Any) -> float | None:
     """``value`` as a Python ``float`` when it is a real number, else ``None``: the rule for the
     real-valued arguments a caller hands the package (weights, masses, scale factors).
 
-    Real numbers are ``int``, ``float`` and the NumPy integer and floating scalars; an integer
-    beyond the f64 range is taken as an infinity of its sign (as Rust's ``as f64`` saturates). A
-    ``bool`` (Python or NumPy: ``True`` is no 1.0), text (``"2"`` is not parsed), ``None`` or
-    anything else is not one. NaN and the infinities are floats: whether they are in range is
-    the caller's check.
+    Real numbers are ``int``, ``float``, the NumPy integer and floating scalars and 0-d NumPy
+    arrays of an integer or floating dtype (``np.array(0.5)``, taken as its scalar, as
+    :func:`wire_int` takes ``np.array(5)``); an integer beyond the f64 range is taken as an
+    infinity of its sign (as Rust's ``as f64`` saturates). A ``bool`` (Python or NumPy: ``True``
+    is no 1.0; a 0-d bool array neither), text (``"2"`` is not parsed), ``None``, an array of one
+    or more dimensions or anything else is not one. The 0-d array is looked for only once the
+    value is none of the scalar types, so the scalars cost what they did. NaN and the
+    infinities are floats: whether they are in range is the caller's check.
     """
     if isinstance(value, bool | np.bool_) or not isinstance(
             value, int | float | np.integer | np.floating):
-        return None
+        value = zero_d_scalar(value)
+        if value is None:
+            return None
     try:
         return float(value)
     except OverflowError:  # an int beyond the f64 range
         return math.inf if value > 0 else -math.inf
+
+
+def zero_d_scalar(value: Any) -> int | float | None:
+    """The value of a 0-d NumPy array of an integer or floating dtype as a Python number
+    (``np.array(0.5)`` gives ``0.5``, exactly), else ``None`` (anything else: a bool or complex
+    dtype, an array of one or more dimensions, not an array). The real-number rules take a 0-d
+    array as its value, as the integer rule (``operator.index``) takes a 0-d integer array."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        number: int | float = value.item()
+        return number
+    return None
 
 
 def check_ceiling(ceiling: int) -> int:

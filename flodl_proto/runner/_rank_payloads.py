@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ..codec._common import zero_d_scalar
 from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
 from ..codec.template import FrameTemplate
 from ..errors import protocol_error
@@ -67,8 +68,9 @@ def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
 
 
 def real_argument(field: str, value: Any) -> float:
-    """``value`` as a float when it is a real number (an int, a float, a NumPy number; not
-    text), for the scale, weight and count arguments.
+    """``value`` as a float when it is a real number (an int, a float, a NumPy number or a 0-d
+    NumPy array of one, as :func:`~flodl_proto.codec._common.wire_real` takes them; not text),
+    for the scale, weight and count arguments.
 
     Raises:
         InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
@@ -77,8 +79,11 @@ def real_argument(field: str, value: Any) -> float:
     """
     if isinstance(value, str | bytes | bytearray) or not isinstance(
             value, int | float | np.integer | np.floating):
-        raise protocol_error("client.bad_argument", field=field, value=value,
-                             reason="not a real number")
+        scalar = zero_d_scalar(value)  # a 0-d array is its scalar, as for the integer rule
+        if scalar is None:
+            raise protocol_error("client.bad_argument", field=field, value=value,
+                                 reason="not a real number")
+        value = scalar
     try:
         return float(value)
     except OverflowError:  # an int beyond the f64 range
