@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from _cli import run, whole
+from _cli import MIB_WHY, mib_max, run, whole
 
 from flodl_proto.codec import (
     RecordKind,
@@ -83,7 +83,8 @@ def plain_hmac(salt: bytes, pieces: list[memoryview | bytes], passes: int) -> No
 def main() -> int:
     """Run the benchmark, print the table and the verdict; the exit code (see the docstring)."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mib", type=whole(1), default=256, help="payload MiB (default 256)")
+    ap.add_argument("--mib", type=whole(1, mib_max(), MIB_WHY), default=256,
+                    help="payload MiB (default 256), at most this machine's physical memory")
     ap.add_argument("--tensors", type=whole(1), default=8, help="f32 tensors (default 8)")
     ap.add_argument("--repeat", type=whole(1), default=5,
                     help="timed runs of each operation; the best counts (default 5)")

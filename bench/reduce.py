@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _cli import run, whole
+from _cli import MIB_WHY, mib_max, run, whole
 
 MiB = 1 << 20
 PAYLOAD_OFFSET = 31  # header 17 + dtype/ndim 2 + one dim 4 + nbytes 8
@@ -177,8 +177,9 @@ def main() -> int:
         "(see the module docstring).")
     ap.add_argument("--frames", type=whole(1), default=4,
                     help="W, the frames reduced together (default 4)")
-    ap.add_argument("--mib", type=whole(1), default=256,
-                    help="payload MiB per frame (default 256)")
+    ap.add_argument("--mib", type=whole(1, mib_max(), MIB_WHY), default=256,
+                    help="payload MiB per frame (default 256); (frames + 2) x MiB is at most "
+                    "this machine's physical memory")
     ap.add_argument("--repeat", type=whole(1), default=3,
                     help="timed runs of each reduce; the best counts (default 3)")
     ap.add_argument("--threads", type=whole(1), default=1,
@@ -187,6 +188,10 @@ def main() -> int:
                     help="exit 0 even when a target is missed (exploration)")
     ap.add_argument("--one", choices=["f32", "bf16"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    memory = mib_max()
+    if memory is not None and (args.frames + 2) * args.mib > memory:
+        ap.error(f"--frames {args.frames} --mib {args.mib}: the reduce holds (frames + 2) x "
+                 f"{args.mib} MiB, more than this machine's physical memory ({memory} MiB)")
     if args.one:
         print(json.dumps(_run_one(args.one, args.frames, args.mib, args.repeat, args.threads)))
         return 0

@@ -85,7 +85,7 @@ from typing import IO, Any, Final
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
-from _cli import listed, number, one_of, run, whole
+from _cli import WORLD_WHY, listed, mib_max, number, one_of, run, shown, whole, world_max
 
 from flodl_proto.runner import stages
 
@@ -114,15 +114,20 @@ _UNITS = {"k": KiB, "m": MiB, "g": GiB}
 def parse_size(text: str) -> int:
     """Frame size in bytes from ``4k`` / ``64K`` / ``1m`` / ``256m`` / ``1g`` (KiB, MiB, GiB);
     a bare number is MiB (``64`` = 64 MiB). Raises ``ValueError`` naming the text when it is not
-    a positive size of whole bytes divisible into the bench's 4 tensors of 4-byte elements."""
+    a positive size of whole bytes divisible into the bench's 4 tensors of 4-byte elements, or
+    is larger than this machine's physical memory (:func:`_cli.mib_max`)."""
     t = text.strip().lower().removesuffix("ib")
     unit = _UNITS.get(t[-1:], None)
     try:
         n = float(t[:-1] if unit else t) * (unit or MiB)
     except ValueError:
-        raise ValueError(f"frame size {text!r}: expected e.g. 4k, 64k, 1m, 256m") from None
+        raise ValueError(f"frame size {shown(text)}: expected e.g. 4k, 64k, 1m, 256m") from None
+    memory = mib_max()
+    if memory is not None and n > memory * MiB:  # inf too (1e400)
+        raise ValueError(f"frame size {shown(text)}: must be at most {memory} MiB (this "
+                         "machine's physical memory)")
     if n <= 0 or n != int(n) or int(n) % (TENSORS * 4):
-        raise ValueError(f"frame size {text!r}: must be a positive multiple of "
+        raise ValueError(f"frame size {shown(text)}: must be a positive multiple of "
                          f"{TENSORS * 4} bytes")
     return int(n)
 
@@ -1016,7 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--full", action="store_true",
                     help="W = 2, 4, 8 and 4 KiB, 64 KiB, 1, 4, 64, 256 MiB")
-    ap.add_argument("--worlds", type=listed(whole(1)), default=None,
+    ap.add_argument("--worlds", type=listed(whole(1, world_max(), WORLD_WHY)), default=None,
                     help="comma-separated world sizes")
     ap.add_argument("--sizes", default=None,
                     help="comma-separated frame sizes, e.g. 4k,64k,1m,4m,64m (bare: MiB)")

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _cli import listed, number, one_of, run, whole
+from _cli import MIB_WHY, WORLD_WHY, listed, mib_max, number, one_of, run, whole, world_max
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,14 +265,15 @@ def main() -> int:
     """Run the configurations, print the table and the verdict; return the exit code."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--worlds", type=listed(whole(2)), default="4,8",
+    ap.add_argument("--worlds", type=listed(whole(2, world_max(), WORLD_WHY)), default="4,8",
                     help="comma-separated world sizes (even, >= 4: two ranks per host, one "
                     "host idle per round; default 4,8)")
     ap.add_argument("--dtypes", type=listed(one_of(("f32", "bf16"))), default="f32,bf16",
                     help="comma-separated wire dtypes, f32 and/or bf16 (default f32,bf16)")
     ap.add_argument("--caps", type=listed(number(0, inclusive=False)), default="100,1000",
                     help="link caps in Mbit/s (default 100,1000)")
-    ap.add_argument("--mib", type=number(0, inclusive=False), default=64.0,
+    ap.add_argument("--mib", type=number(0, inclusive=False, maximum=mib_max(), why=MIB_WHY),
+                    default=64.0,
                     help="frame size in MiB (default 64)")
     ap.add_argument("--rounds", type=whole(1), default=3, help="measured rounds (default 3)")
     ap.add_argument("--quiet-cores", type=number(0, inclusive=False), default=0.5,

@@ -4,6 +4,7 @@ network lab); Ctrl-C is one ``interrupted`` line and exit 130, not a traceback."
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,6 +80,67 @@ BAD = [
 @pytest.mark.parametrize(("script", "args", "error"), BAD,
                          ids=[f"{s}:{' '.join(a)}" for s, a, _ in BAD])
 def test_a_bad_value_is_a_usage_error(script: str, args: list[str], error: str) -> None:
+    res = subprocess.run([sys.executable, f"bench/{script}.py", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith(f"usage: {script}.py ")
+    assert lines[-1] == error
+
+
+def _bench_cli() -> Any:
+    """``bench/_cli.py``, loaded as the scripts load it, for the bounds of this machine."""
+    spec = importlib.util.spec_from_file_location("bench_cli", ROOT / "bench" / "_cli.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
+    cli = _bench_cli()
+    mib, world = cli.mib_max(), cli.world_max()
+    assert mib is not None  # Linux: os.sysconf reads the physical memory
+    big = "9" * 5000
+    return [
+        ("round", ["--worlds", "99999999999999999999"],
+         f"round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
+         "99999999999999999999"),
+        ("round", ["--worlds", f"2,{big}"],
+         f"round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
+         "<an integer of 16610 bits>"),
+        ("round", ["--sizes", "99999999999999999999"],
+         f"round.py: error: frame size '99999999999999999999': must be at most {mib} MiB "
+         "(this machine's physical memory)"),
+        ("codec", ["--mib", "99999999999"],
+         f"codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got 99999999999"),
+        ("codec", ["--mib", "x" + big],
+         f"codec.py: error: argument --mib: expected a whole number >= 1, got "
+         f"'x{'9' * 39}...{'9' * 20}' (5001 characters)"),
+        ("reduce", ["--mib", "99999999999"],
+         f"reduce.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
+         "99999999999"),
+        ("reduce", ["--frames", str(mib), "--mib", "1"],
+         f"reduce.py: error: --frames {mib} --mib 1: the reduce holds (frames + 2) x 1 MiB, "
+         f"more than this machine's physical memory ({mib} MiB)"),
+        ("wan", ["--mib", "99999999999"],
+         f"wan.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
+         "'99999999999'"),
+        ("wan", ["--worlds", f"4,{world + 2}"],
+         f"wan.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
+         f"{world + 2}"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_a_size_beyond_the_machine_is_a_usage_error(case: int) -> None:
+    """Sizes had no upper bound: ``round.py --worlds 99999999999999999999`` and ``codec.py --mib
+    99999999`` ended in NumPy's size or memory error with a traceback. A world size beyond the
+    rank processes this machine's memory holds, and a payload beyond its physical memory, are
+    usage errors before anything runs; a number of thousands of digits is shown by its size."""
+    script, args, error = _beyond_the_machine()[case]
     res = subprocess.run([sys.executable, f"bench/{script}.py", *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stderr
