@@ -212,13 +212,13 @@ def test_demo_refuses_a_payload_this_machine_cannot_hold(
     take (``MemAvailable``, bounded by its memory cgroup) is refused
     before anything starts: one line naming the need and what is available, exit 1."""
     from flodl_proto.cli import main
-    from flodl_proto.commands import demo
+    from flodl_proto.commands import _demo_sizes, demo
 
     need = demo.memory_need(1023.99, 4, 2)
     # 4.5 payloads per rank, ranks + 2.5 per relay, hosts + 3.5 for the controller, 64 MiB each
     payload = (int(1023.99 * (1 << 20)) // 4) * 4
     assert need == int((4.5 * 4 + (4 + 2.5 * 2) + (2 + 3.5)) * payload) + 7 * (64 << 20)
-    monkeypatch.setattr(demo, "_available_memory", lambda: need - 1)
+    monkeypatch.setattr(_demo_sizes, "_available_memory", lambda: need - 1)
     assert main(["demo", "--no-progress", "--payload-mib", "1023.99"]) == 1
     assert capsys.readouterr() == ("", (
         "flodl-proto demo: error: --payload-mib 1023.99 needs about 32.9 GiB of memory for 4 "

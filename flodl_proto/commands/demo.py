@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import queue
 import signal
@@ -61,22 +60,30 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
-from ..errors import ProtocolError, shown
+from ..errors import ProtocolError
 from ..netlab import NetLab, unavailable_reason
 from ..spec import (
-    DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
-    DTYPE_BF16,
-    DTYPE_F32,
-    ELEMENT_SIZE,
-    ROUND_FRAME_FIXED_OVERHEAD,
     SUPPORTED_VERSIONS,
 )
 from . import _demo_logs
+from ._demo_sizes import (
+    DEMO_ROUNDS_MAX,
+    DEMO_WORLD_MAX,
+    SEED_MAX,
+    check_memory,
+    check_payload_mib,
+    memory_need,
+    parse_kill,
+    partition,
+    payload_mib_max,
+    payload_values,
+    rank_frame_len,
+)
 from ._output import rich_console
 from .controller import parse_outer
 from .relay import (
@@ -104,112 +111,6 @@ _STALL = 60.0
 _START = 60.0
 #: the network lab's tools for --netns: namespaces and veths (no rate cap, loss or partition)
 _LAB_TOOLS = ("ip",)
-
-
-def partition(world_size: int, hosts: int) -> list[list[int]]:
-    """Split ranks ``0..world_size-1`` into ``hosts`` contiguous, as-even-as-possible groups."""
-    import numpy as np
-
-    return [list(map(int, g)) for g in np.array_split(np.arange(world_size), hosts)]
-
-
-#: values of the model's parameter tensor (``_demo_worker.FEATURES`` weights and a bias)
-_PARAMETERS = 17
-#: wire bytes of a one-dimensional tensor besides its payload: dtype 2, one dim 4, nbytes 8
-_TENSOR_HEADER = 2 + 4 + 8
-
-
-def payload_values(payload_mib: float) -> int:
-    """Values of the f32 tensor of ``--payload-mib`` MiB that every demo rank adds to its
-    parameters frame (``int(M x 2**20) // 4``; 0: no such tensor)."""
-    return int(payload_mib * (1 << 20)) // 4
-
-
-def rank_frame_len(payload_mib: float, bf16: bool) -> int:
-    """Wire length (bytes) of the largest frame a demo rank sends: the Model frame of its
-    parameters (17 values) and of the ``--payload-mib`` tensor (``int(M x 2**20) // 4`` values,
-    no tensor when that is 0), f32, or bf16 with ``--bf16`` (``round_frame_wire_len``: 25 + per
-    tensor 14 + its bytes). The relay's HostFrame and the controller's Broadcast are as long."""
-    size = ELEMENT_SIZE[DTYPE_BF16 if bf16 else DTYPE_F32]
-    n = payload_values(payload_mib)
-    return (ROUND_FRAME_FIXED_OVERHEAD + _TENSOR_HEADER + _PARAMETERS * size
-            + (_TENSOR_HEADER + n * size if n else 0))
-
-
-def payload_mib_max(bf16: bool) -> float:
-    """The largest ``--payload-mib``, to two decimals (rounded down), whose
-    :func:`rank_frame_len` is within the frame ceiling every member of the demo's cluster reads
-    with (``DEFAULT_FRAME_CEILING``, 1 GiB)."""
-    size = ELEMENT_SIZE[DTYPE_BF16 if bf16 else DTYPE_F32]
-    values = (DEFAULT_FRAME_CEILING - rank_frame_len(0.0, bf16) - _TENSOR_HEADER) // size
-    return math.floor(values * 4 / (1 << 20) * 100) / 100
-
-
-def _check_payload_mib(payload_mib: float, bf16: bool) -> None:
-    if not 0 <= payload_mib < math.inf:  # nan too: no tensor of that size
-        raise ValueError(f"--payload-mib must be a finite number >= 0, got {payload_mib}")
-    if (frame := rank_frame_len(payload_mib, bf16)) > DEFAULT_FRAME_CEILING:
-        length = f" {frame} bytes," if frame < 1 << 64 else ""  # 1e300: not 300 digits
-        raise ValueError(
-            f"--payload-mib must be at most {payload_mib_max(bf16):.2f}"
-            f"{' with --bf16' if bf16 else ''}, got {payload_mib}: a rank's frame would be"
-            f"{length} above the frame ceiling of {DEFAULT_FRAME_CEILING} bytes")
-
-
-#: peak resident memory of a demo process besides its frames (interpreter, NumPy), bytes
-_PROCESS_BASE = 64 << 20
-
-
-def memory_need(payload_mib: float, world_size: int, hosts: int) -> int:
-    """Bytes of memory the demo's cluster is expected to hold at its peak, all processes
-    together: about 4.5 payloads per rank, ``ranks on its host + 2.5`` per relay and
-    ``hosts + 3.5`` for the controller (measured peak RSS, f32; bf16 needs less), plus
-    :data:`_PROCESS_BASE` per process. No upstream counterpart (upstream has no demo)."""
-    payload = payload_values(payload_mib) * 4
-    frames = 4.5 * world_size + (world_size + 2.5 * hosts) + (hosts + 3.5)
-    return int(frames * payload) + (world_size + hosts + 1) * _PROCESS_BASE
-
-
-def _available_memory() -> int | None:
-    """What this process may still allocate (:func:`flodl_proto._memory.available_memory`)."""
-    from .._memory import available_memory
-
-    return available_memory()
-
-
-def _check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
-    """Refuse a ``--payload-mib`` whose cluster would not fit in the memory this process may
-    still take (it would swap, or be killed, long after it started)."""
-    need, have = memory_need(payload_mib, world_size, hosts), _available_memory()
-    if have is not None and need > have:
-        gib = 1 << 30
-        raise MemoryError(
-            f"--payload-mib {payload_mib:g} needs about {need / gib:.1f} GiB of memory for "
-            f"{world_size} rank(s), {hosts} relay(s) and the controller (each holds a few "
-            f"frames of the payload's size), and this machine has {have / gib:.1f} GiB "
-            f"available (its memory cgroup's limit included); give a smaller --payload-mib, "
-            f"--world-size or --hosts")
-
-
-def _parse_kill(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    r, sep, k = text.partition("@")
-    if len(text) > 40 or not (sep and r.isascii() and r.isdigit() and k.isascii()
-                              and k.lstrip("-").isdigit()):  # 40: int() of 4301 digits raises
-        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {shown(text)}")
-    return int(r), int(k)
-
-
-#: the demo's largest ``--seed`` (128 bits: it is passed to every rank process as text)
-SEED_MAX: Final = (1 << 128) - 1
-
-#: the demo's largest ``--rounds`` (it keeps every round's results and, for the reference loss,
-#: trains as many rounds again in its own process)
-DEMO_ROUNDS_MAX: Final = 1_000_000
-
-#: the demo's largest world size: it starts a process per rank (about 60 MiB each) on one machine
-DEMO_WORLD_MAX: Final = 64
 
 
 def register(sub: Any) -> None:
@@ -471,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
     try:
         check_net_timeout_scale()  # the cluster's processes inherit it
-        kill = _parse_kill(args.kill_rank)
+        kill = parse_kill(args.kill_rank)
         if not 1 <= args.world_size <= DEMO_WORLD_MAX:
             raise ValueError(f"--world-size must be in 1..{DEMO_WORLD_MAX} for the demo (a "
                              f"process per rank on this machine), got {args.world_size}")
@@ -482,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--rounds must be in 1..{DEMO_ROUNDS_MAX} for the demo (it also "
                              f"trains that many rounds in this process, for the reference loss), "
                              f"got {args.rounds}")
-        _check_payload_mib(args.payload_mib, args.bf16)
+        check_payload_mib(args.payload_mib, args.bf16)
         if not 0 <= args.seed <= SEED_MAX:  # NumPy's generators take no negative seed
             raise ValueError(f"--seed must be in 0..{SEED_MAX} (a 128-bit seed), got {args.seed}")
         parse_outer(args.outer)
@@ -498,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 2
     try:
-        _check_memory(args.payload_mib, args.world_size, args.hosts)
+        check_memory(args.payload_mib, args.world_size, args.hosts)
     except MemoryError as e:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 1
