@@ -132,6 +132,20 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+class BenchFailed(Exception):
+    """A process of the measured cluster failed or fell silent: :func:`run` prints the message
+    as the one line ``NAME: error: MESSAGE`` and exits 1."""
+
+
+def exited(what: str, code: int | None, stderr: str) -> BenchFailed:
+    """The failure of a process that ended: ``WHAT exited with CODE``, then the last line it
+    wrote on stderr (its own error line, when it wrote one; at most 300 characters)."""
+    last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+    if len(last) > 300:
+        last = last[:297] + "..."
+    return BenchFailed(f"{what} exited with {code}" + (f": {last}" if last else ""))
+
+
 class _Terminated(BaseException):
     """SIGTERM arrived: raised in the main thread so ``main``'s cleanup (``finally`` blocks, the
     network lab's ``__exit__``) runs, as for Ctrl-C."""
@@ -145,7 +159,8 @@ def run(main: Callable[[], int], name: str) -> NoReturn:
     """Exit with ``main()``'s code; Ctrl-C (after ``main``'s own cleanup has run) is one line
     ``NAME: interrupted`` on stderr and exit 130, SIGTERM (``timeout``, a cancelled job: often
     sent to the whole process group) ``NAME: terminated`` and exit 143, not a traceback nor a
-    death that skips the cleanup (the network lab's namespaces were left behind)."""
+    death that skips the cleanup (the network lab's namespaces were left behind); a
+    :class:`BenchFailed` is ``NAME: error: MESSAGE`` and exit 1."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
         code = main()
@@ -155,4 +170,7 @@ def run(main: Callable[[], int], name: str) -> NoReturn:
     except _Terminated:
         print(f"{name}: terminated", file=sys.stderr, flush=True)
         code = 143
+    except BenchFailed as e:
+        print(f"{name}: error: {e}", file=sys.stderr, flush=True)
+        code = 1
     sys.exit(code)

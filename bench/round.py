@@ -85,7 +85,19 @@ from typing import IO, Any, Final
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
-from _cli import WORLD_WHY, listed, mib_max, number, one_of, run, shown, whole, world_max
+from _cli import (
+    WORLD_WHY,
+    BenchFailed,
+    exited,
+    listed,
+    mib_max,
+    number,
+    one_of,
+    run,
+    shown,
+    whole,
+    world_max,
+)
 
 from flodl_proto.runner import stages
 
@@ -249,7 +261,7 @@ def loopback_tcp_rate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8],
     Raises:
         the sending thread's error (an ``OSError``, or a ``TypeError`` for a ``src`` that is no
         buffer): it ends the sending side, so the receiving one ends too instead of waiting.
-        RuntimeError: the connection ended before every byte arrived.
+        BenchFailed: the connection ended before every byte arrived.
 
     No upstream counterpart: a measurement of this bench.
     """
@@ -287,7 +299,7 @@ def loopback_tcp_rate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8],
                         sender.join()
                         if failed:
                             raise failed[0]
-                        raise RuntimeError("loopback TCP rate: the connection ended")
+                        raise BenchFailed("loopback TCP rate: the connection ended")
                     got += r
                 took = time.thread_time() - t0
                 sender.join()
@@ -576,15 +588,14 @@ class _Proc:
             self.lines.put("")  # end of output
 
     def next_line(self, what: str, timeout: float = 3600.0) -> str:
-        """The child's next stdout line; ``RuntimeError`` when it ends its output first (or
+        """The child's next stdout line; ``BenchFailed`` when it ends its output first (or
         says nothing for ``timeout`` seconds)."""
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise RuntimeError(f"{what}: no output for {timeout:g} s") from None
+            raise BenchFailed(f"{what}: no output for {timeout:g} s") from None
         if not line:
-            self.p.wait(timeout=60)
-            raise RuntimeError(f"{what} ended: {''.join(self.err[-20:])[-2000:]}")
+            raise exited(what, self.p.wait(timeout=60), "".join(self.err[-20:]))
         return line
 
     def tell(self) -> None:
@@ -601,10 +612,10 @@ class _Proc:
         try:
             line = self.first.get(timeout=timeout)
         except queue.Empty:
-            raise RuntimeError(f"{what}: no output") from None
+            raise BenchFailed(f"{what}: no output") from None
         if not line.startswith("listening on "):
             time.sleep(0.2)
-            raise RuntimeError(f"{what}: {line!r} {''.join(self.err[-20:])}")
+            raise BenchFailed(f"{what}: said {line!r} where 'listening on ADDR' was due")
         return line.split()[-1]
 
     def sample_hwm(self) -> None:
@@ -655,7 +666,7 @@ class ClusterRun:
 def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, version: int,
                 warmup: int, rounds: int, trace: bool = True) -> ClusterRun:
     """Run one configuration: controller, relays and ranks as processes; see :class:`ClusterRun`.
-    Raises ``RuntimeError`` when a process fails."""
+    Raises ``BenchFailed`` when a process fails or falls silent."""
     with tempfile.TemporaryDirectory(prefix="flodl-round-") as tmp:
         env = dict(os.environ, FLODL_SESSION_SALT=os.urandom(16).hex())
         env.pop(stages.ENV, None)
@@ -705,14 +716,14 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             before = [process_cpu_ns(q.p.pid) for _, q in servers]
             for p in ranks:
                 p.tell()
-            reports = [json.loads(p.next_line("rank")) for p in ranks]
+            reports = [json.loads(p.next_line(f"rank {i}")) for i, p in enumerate(ranks)]
             after = [process_cpu_ns(q.p.pid) for _, q in servers]
             for p in ranks:
                 p.tell()
             per_rank = []
-            for p, report in zip(ranks, reports, strict=True):
+            for rank, (p, report) in enumerate(zip(ranks, reports, strict=True)):
                 if p.reap(3600.0) != 0:
-                    raise RuntimeError(f"rank failed: {''.join(p.err)[-2000:]}")
+                    raise exited(f"rank {rank}", p.p.returncode, "".join(p.err))
                 per_rank.append(report["times"])
                 p.hwm_kib = report["hwm_kib"]
             used = [cpu_between(a, b) for a, b in zip(before, after, strict=True)]
@@ -725,8 +736,7 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             sampler.join()
             for name, p in procs:
                 if p.reap(60.0) != 0:
-                    raise RuntimeError(f"{name} exited with {p.p.returncode}: "
-                                       f"{''.join(p.err)[-2000:]}")
+                    raise exited(name, p.p.returncode, "".join(p.err))
         finally:
             done.set()
             for _, p in procs:

@@ -53,7 +53,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _cli import MIB_WHY, WORLD_WHY, listed, mib_max, number, one_of, run, whole, world_max
+from _cli import (
+    MIB_WHY,
+    WORLD_WHY,
+    BenchFailed,
+    exited,
+    listed,
+    mib_max,
+    number,
+    one_of,
+    run,
+    whole,
+    world_max,
+)
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,11 +188,12 @@ def _readline(p: subprocess.Popen[str], what: str, timeout: float = 120.0) -> st
     try:
         line = q.get(timeout=timeout)
     except queue.Empty:
-        raise RuntimeError(f"{what}: no output within {timeout:g}s") from None
+        raise BenchFailed(f"{what}: no output within {timeout:g}s") from None
     finally:
         t.join(timeout=1.0)
     if not line:
-        raise RuntimeError(f"{what} exited: {p.stderr.read()[-2000:] if p.stderr else ''}")
+        err = p.stderr.read() if p.stderr else ""
+        raise exited(what, p.wait(timeout=60), err)
     return line.strip()
 
 
@@ -221,14 +234,10 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> R
             own0 = _own_cpu()
             t0 = time.monotonic()
             per_rank = []
-            for p in ranks:
+            for rank, p in enumerate(ranks):  # hosts hold ranks 0, 1, 2, ... in order
                 out, err = p.communicate(timeout=3600)
                 if p.returncode != 0:
-                    for q in procs[:1 + len(hosts)]:  # the controller's and relays' last words
-                        if q.poll() is None:
-                            q.kill()
-                    tails = "\n".join(q.communicate()[1][-1500:] for q in procs[:1 + len(hosts)])
-                    raise RuntimeError(f"rank failed: {err[-1500:]}\n{tails}")
+                    raise exited(f"rank {rank}", p.returncode, err)
                 per_rank.append(json.loads(out.strip().splitlines()[-1])["times"])
             for p in procs:
                 p.wait(timeout=120)
@@ -250,7 +259,7 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> R
     down = sum(int(re.search(r"upstream_in=(\d+)", o).group(1))  # type: ignore[union-attr]
                for o in relay_out)
     if "round" not in ctl_out:
-        raise RuntimeError("the controller reported no round")
+        raise BenchFailed("the controller reported no round")
     total = len(hosts) + rounds
     per_round_in, per_round_out = up / total, down / total
     return Result(world, len(hosts), dtype, cap, statistics.median(times), int(per_round_in),

@@ -202,6 +202,52 @@ def test_round_ctrl_c_is_one_line_and_130() -> None:
                "bench/round.py")
 
 
+def _children(pid: int) -> list[tuple[int, bytes]]:
+    """``(pid, command line)`` of the live children of ``pid``."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append((int(d), cmdline))
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_round_a_rank_that_dies_is_one_error_line_and_exit_1() -> None:
+    """A rank process killed mid-run ended the script in a RuntimeError traceback quoting up to
+    2000 characters of its stderr."""
+    import re
+
+    p = subprocess.Popen([sys.executable, "bench/round.py", "--worlds", "2", "--sizes", "4k",
+                          "--dtypes", "f32", "--max-wait", "0", "--reruns", "0", "--rounds",
+                          "100000", "--no-verdict"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (workers := [pid for pid, cmd in _children(p.pid) if b"--worker" in cmd]):
+            assert p.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(2.0)  # its rounds under way
+        os.kill(workers[-1], signal.SIGKILL)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert p.returncode == 1, err
+    assert "Traceback" not in err
+    assert re.fullmatch(r"bench/round\.py: error: rank [01] exited with -?\d+(: .+)?",
+                        err.splitlines()[-1]), err
+
+
 @pytest.mark.netlab
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
