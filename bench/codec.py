@@ -82,7 +82,7 @@ def plain_hmac(salt: bytes, pieces: list[memoryview | bytes], passes: int) -> No
 
 def main() -> int:
     """Run the benchmark, print the table and the verdict; the exit code (see the docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="bench/codec.py", description=__doc__)
     ap.add_argument("--mib", type=whole(1, mib_max(), MIB_WHY), default=256,
                     help="payload MiB (default 256), at most this machine's physical memory")
     ap.add_argument("--tensors", type=whole(1), default=8, help="f32 tensors (default 8)")

@@ -171,7 +171,7 @@ def _run_one(dtype_name: str, frames: int, mib: int, repeat: int,
 
 def main() -> int:
     ap = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
+        prog="bench/reduce.py", description=__doc__.splitlines()[0],
         epilog="Targets: reduce >= 0.8x numpy's a += b over the same bytes for f32, >= 0.5x for "
         "bf16, peak RSS growth <= (frames + 2) x frame + 64 MiB; exit 1 when one is missed "
         "(see the module docstring).")

@@ -1027,7 +1027,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the configurations chosen on the command line, print the table, the stage breakdown
     and the verdict lines. Returns the exit code: 0 when every target that ran was met, 1 when
     one was missed or no configuration with a target ran (``--no-verdict``: always 0)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="bench/round.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--full", action="store_true",
                     help="W = 2, 4, 8 and 4 KiB, 64 KiB, 1, 4, 64, 256 MiB")

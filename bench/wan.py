@@ -272,7 +272,7 @@ def _unit(cap: float) -> str:
 
 def main() -> int:
     """Run the configurations, print the table and the verdict; return the exit code."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="bench/wan.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worlds", type=listed(whole(2, world_max(), WORLD_WHY)), default="4,8",
                     help="comma-separated world sizes (even, >= 4: two ranks per host, one "

@@ -19,61 +19,61 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 BAD = [
-    ("codec", ["--tensors", "0"], "codec.py: error: argument --tensors: must be >= 1, got 0"),
-    ("codec", ["--mib", "-1"], "codec.py: error: argument --mib: must be >= 1, got -1"),
-    ("codec", ["--mib", "0"], "codec.py: error: argument --mib: must be >= 1, got 0"),
-    ("codec", ["--repeat", "0"], "codec.py: error: argument --repeat: must be >= 1, got 0"),
+    ("codec", ["--tensors", "0"], "bench/codec.py: error: argument --tensors: must be >= 1, got 0"),
+    ("codec", ["--mib", "-1"], "bench/codec.py: error: argument --mib: must be >= 1, got -1"),
+    ("codec", ["--mib", "0"], "bench/codec.py: error: argument --mib: must be >= 1, got 0"),
+    ("codec", ["--repeat", "0"], "bench/codec.py: error: argument --repeat: must be >= 1, got 0"),
     ("codec", ["--mib", "x"],
-     "codec.py: error: argument --mib: expected a whole number >= 1, got 'x'"),
+     "bench/codec.py: error: argument --mib: expected a whole number >= 1, got 'x'"),
     ("codec", ["--mib", "1", "--tensors", "300000"],
-     "codec.py: error: --tensors 300000: more tensors than the 262144 f32 elements of --mib 1"),
+     "bench/codec.py: error: --tensors 300000: more tensors than the 262144 f32 elements of --mib 1"),
     ("reduce", ["--frames", "0", "--mib", "1"],
-     "reduce.py: error: argument --frames: must be >= 1, got 0"),
-    ("reduce", ["--mib", "0"], "reduce.py: error: argument --mib: must be >= 1, got 0"),
-    ("reduce", ["--repeat", "0"], "reduce.py: error: argument --repeat: must be >= 1, got 0"),
-    ("reduce", ["--threads", "0"], "reduce.py: error: argument --threads: must be >= 1, got 0"),
+     "bench/reduce.py: error: argument --frames: must be >= 1, got 0"),
+    ("reduce", ["--mib", "0"], "bench/reduce.py: error: argument --mib: must be >= 1, got 0"),
+    ("reduce", ["--repeat", "0"], "bench/reduce.py: error: argument --repeat: must be >= 1, got 0"),
+    ("reduce", ["--threads", "0"], "bench/reduce.py: error: argument --threads: must be >= 1, got 0"),
     ("round", ["--worlds", "x"],
-     "round.py: error: argument --worlds: expected a whole number >= 1, got 'x'"),
-    ("round", ["--worlds", "0"], "round.py: error: argument --worlds: must be >= 1, got 0"),
+     "bench/round.py: error: argument --worlds: expected a whole number >= 1, got 'x'"),
+    ("round", ["--worlds", "0"], "bench/round.py: error: argument --worlds: must be >= 1, got 0"),
     ("round", ["--worlds", "2,"],
-     "round.py: error: argument --worlds: expected a whole number >= 1, got ''"),
+     "bench/round.py: error: argument --worlds: expected a whole number >= 1, got ''"),
     ("round", ["--dtypes", "f16"],
-     "round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+     "bench/round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
     ("round", ["--dtypes", "f32,f16"],
-     "round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
-    ("round", ["--rounds", "0"], "round.py: error: argument --rounds: must be >= 1, got 0"),
-    ("round", ["--warmup", "-1"], "round.py: error: argument --warmup: must be >= 0, got -1"),
-    ("round", ["--reruns", "-1"], "round.py: error: argument --reruns: must be >= 0, got -1"),
+     "bench/round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+    ("round", ["--rounds", "0"], "bench/round.py: error: argument --rounds: must be >= 1, got 0"),
+    ("round", ["--warmup", "-1"], "bench/round.py: error: argument --warmup: must be >= 0, got -1"),
+    ("round", ["--reruns", "-1"], "bench/round.py: error: argument --reruns: must be >= 0, got -1"),
     ("round", ["--max-wait", "-1"],
-     "round.py: error: argument --max-wait: must be a finite number >= 0, got '-1'"),
+     "bench/round.py: error: argument --max-wait: must be a finite number >= 0, got '-1'"),
     ("round", ["--max-wait", "nan"],
-     "round.py: error: argument --max-wait: must be a finite number >= 0, got 'nan'"),
+     "bench/round.py: error: argument --max-wait: must be a finite number >= 0, got 'nan'"),
     ("round", ["--time-budget", "-1"],
-     "round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
+     "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
     ("round", ["--time-budget", "0"],
-     "round.py: error: argument --time-budget: must be a finite number > 0, got '0'"),
+     "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '0'"),
     ("wan", ["--worlds", "4", "--caps", "0"],
-     "wan.py: error: argument --caps: must be a finite number > 0, got '0'"),
+     "bench/wan.py: error: argument --caps: must be a finite number > 0, got '0'"),
     ("wan", ["--caps", "100,inf"],
-     "wan.py: error: argument --caps: must be a finite number > 0, got 'inf'"),
+     "bench/wan.py: error: argument --caps: must be a finite number > 0, got 'inf'"),
     ("wan", ["--worlds", "x"],
-     "wan.py: error: argument --worlds: expected a whole number >= 2, got 'x'"),
-    ("wan", ["--worlds", "0"], "wan.py: error: argument --worlds: must be >= 2, got 0"),
+     "bench/wan.py: error: argument --worlds: expected a whole number >= 2, got 'x'"),
+    ("wan", ["--worlds", "0"], "bench/wan.py: error: argument --worlds: must be >= 2, got 0"),
     ("wan", ["--worlds", "4,5"],
-     "wan.py: error: --worlds: world size 5 is odd (two ranks per host)"),
+     "bench/wan.py: error: --worlds: world size 5 is odd (two ranks per host)"),
     ("wan", ["--worlds", "2"],
-     "wan.py: error: --worlds: world size 2 has one host, idle every round: nothing to measure "
+     "bench/wan.py: error: --worlds: world size 2 has one host, idle every round: nothing to measure "
      "(at least 4: two hosts)"),
     ("wan", ["--dtypes", "f16"],
-     "wan.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
-    ("wan", ["--mib", "0"], "wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
+     "bench/wan.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+    ("wan", ["--mib", "0"], "bench/wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
     ("wan", ["--mib", "1e-9"],
-     "wan.py: error: --mib 1e-09: less than one f32 element per tensor (4 tensors)"),
-    ("wan", ["--rounds", "0"], "wan.py: error: argument --rounds: must be >= 1, got 0"),
+     "bench/wan.py: error: --mib 1e-09: less than one f32 element per tensor (4 tensors)"),
+    ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got 0"),
     ("wan", ["--quiet-cores", "0"],
-     "wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
+     "bench/wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
     ("wan", ["--quiet-wait", "-1"],
-     "wan.py: error: argument --quiet-wait: must be a finite number >= 0, got '-1'"),
+     "bench/wan.py: error: argument --quiet-wait: must be a finite number >= 0, got '-1'"),
 ]
 
 
@@ -86,7 +86,7 @@ def test_a_bad_value_is_a_usage_error(script: str, args: list[str], error: str) 
     assert res.stdout == ""
     assert "Traceback" not in res.stderr
     lines = res.stderr.splitlines()
-    assert lines[0].startswith(f"usage: {script}.py ")
+    assert lines[0].startswith(f"usage: bench/{script}.py ")
     assert lines[-1] == error
 
 
@@ -106,30 +106,30 @@ def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
     big = "9" * 5000
     return [
         ("round", ["--worlds", "99999999999999999999"],
-         f"round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
+         f"bench/round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
          "99999999999999999999"),
         ("round", ["--worlds", f"2,{big}"],
-         f"round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
+         f"bench/round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
          "<an integer of 16610 bits>"),
         ("round", ["--sizes", "99999999999999999999"],
-         f"round.py: error: frame size '99999999999999999999': must be at most {mib} MiB "
+         f"bench/round.py: error: frame size '99999999999999999999': must be at most {mib} MiB "
          "(this machine's physical memory)"),
         ("codec", ["--mib", "99999999999"],
-         f"codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got 99999999999"),
+         f"bench/codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got 99999999999"),
         ("codec", ["--mib", "x" + big],
-         f"codec.py: error: argument --mib: expected a whole number >= 1, got "
+         f"bench/codec.py: error: argument --mib: expected a whole number >= 1, got "
          f"'x{'9' * 39}...{'9' * 20}' (5001 characters)"),
         ("reduce", ["--mib", "99999999999"],
-         f"reduce.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
+         f"bench/reduce.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
          "99999999999"),
         ("reduce", ["--frames", str(mib), "--mib", "1"],
-         f"reduce.py: error: --frames {mib} --mib 1: the reduce holds (frames + 2) x 1 MiB, "
+         f"bench/reduce.py: error: --frames {mib} --mib 1: the reduce holds (frames + 2) x 1 MiB, "
          f"more than this machine's physical memory ({mib} MiB)"),
         ("wan", ["--mib", "99999999999"],
-         f"wan.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
+         f"bench/wan.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
          "'99999999999'"),
         ("wan", ["--worlds", f"4,{world + 2}"],
-         f"wan.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
+         f"bench/wan.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
          f"{world + 2}"),
     ]
 
@@ -147,7 +147,7 @@ def test_a_size_beyond_the_machine_is_a_usage_error(case: int) -> None:
     assert res.stdout == ""
     assert "Traceback" not in res.stderr
     lines = res.stderr.splitlines()
-    assert lines[0].startswith(f"usage: {script}.py ")
+    assert lines[0].startswith(f"usage: bench/{script}.py ")
     assert lines[-1] == error
 
 
