@@ -199,7 +199,7 @@ class _WideInt(int):
     digits than :data:`SHOWN_CHARS`), as a message shows it: by its size."""
 
     def __repr__(self) -> str:
-        return f"<an integer of {self.bit_length()} bits>"
+        return f"<{'a negative' if self < 0 else 'an'} integer of {self.bit_length()} bits>"
 
     __str__ = __repr__
 

@@ -132,7 +132,7 @@ _SALT = "0" * 32
 
 @pytest.mark.parametrize(("args", "message"), [
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
-      "--rounds", "-" + _BIG), "--rounds must be >= 1, got <an integer of 16610 bits>"),
+      "--rounds", "-" + _BIG), "--rounds must be >= 1, got <a negative integer of 16610 bits>"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", _BIG, "--world-size", "1", "--salt", _SALT),
      "--rank must be in 0..0 (below --world-size), got <an integer of 16610 bits>"),
     (("controller", "--listen", "127.0.0.1:0", "--world-size", _BIG, "--salt", _SALT),
@@ -142,7 +142,7 @@ _SALT = "0" * 32
       _SALT, "--listen-port", _BIG), "listen port <an integer of 16610 bits> is out of range "
      "0..65535"),
     (("conform", "controller", "--launch", "true", "--jobs", "-" + _BIG),
-     "--jobs must be >= 1, got <an integer of 16610 bits>"),
+     "--jobs must be >= 1, got <a negative integer of 16610 bits>"),
     (("decode", "--protocol-version", _BIG), "argument --protocol-version: invalid choice: "
      "<an integer of 16610 bits> (choose from 2, 3)"),
     (("decode", "--pcap", "--port", _BIG), "argument --port: port <an integer of 16610 bits> "

@@ -168,7 +168,7 @@ _ROUNDS_MAX = ("1000000 for the demo (it also trains that many rounds in this pr
     (["--seed", "9" * 5000], f"--seed must be in 0..{2**128 - 1} (a 128-bit seed), got "
                              "<an integer of 16610 bits>"),
     (["--world-size", "-" + "9" * 100], "--world-size must be in 1..64 for the demo (a process "
-                                        "per rank on this machine), got <an integer of 333 "
+                                        "per rank on this machine), got <a negative integer of 333 "
                                         "bits>"),
     (["--payload-mib", "-1"], "--payload-mib must be a finite number >= 0, got -1.0"),
     (["--payload-mib", "nan"], "--payload-mib must be a finite number >= 0, got nan"),

@@ -870,6 +870,10 @@ def test_arguments_that_cannot_make_a_round_are_refused_before_anything_is_writt
                  {"field": "weight", "value": "1", "reason": "not a real number"}),
                 (lambda: c.all_reduce_scaled([x], 0.5, weight=10 ** 400), "client.bad_argument",
                  {"field": "weight", "value": 10 ** 400, "reason": "beyond the f64 range"}),
+                (lambda: c.all_reduce_scaled([x], 0.5, weight=True), "client.bad_argument",
+                 {"field": "weight", "value": True, "reason": "not a real number"}),
+                (lambda: c.all_reduce_scaled([x], True), "client.bad_argument",
+                 {"field": "scale", "value": True, "reason": "not a real number"}),
                 (lambda: c.broadcast_from_root([x], root=0.5), "client.bad_argument",  # type: ignore[arg-type]
                  {"field": "root", "value": 0.5, "reason": "not an integer rank"}),
                 (lambda: c.gather_counts(None), "client.bad_argument",  # type: ignore[arg-type]

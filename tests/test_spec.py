@@ -245,7 +245,7 @@ def test_an_integer_too_wide_to_print_is_shown_by_its_size() -> None:
     assert err.fields["value"] == big  # the value itself is kept
     err = errors.protocol_error("addr.invalid", field="--listen", value=("h", -big),
                                 reason="out of range")
-    assert str(err) == ("--listen = ('h', <an integer of 16610 bits>) is not a HOST:PORT "
+    assert str(err) == ("--listen = ('h', <a negative integer of 16610 bits>) is not a HOST:PORT "
                         "address: out of range")
     # below the limit, integers print as ever
     err = errors.protocol_error("mux.bad_field", field="rank", value=10**4000, reason="r")

@@ -69,7 +69,8 @@ def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
 
 def real_argument(field: str, value: Any) -> float:
     """``value`` as a float when it is a real number (an int, a float, a NumPy number or a 0-d
-    NumPy array of one, as :func:`~flodl_proto.codec._common.wire_real` takes them; not text),
+    NumPy array of one, as :func:`~flodl_proto.codec._common.wire_real` takes them; not text,
+    not a bool),
     for the scale, weight and count arguments.
 
     Raises:
@@ -77,7 +78,7 @@ def real_argument(field: str, value: Any) -> float:
 
     No upstream counterpart: upstream's arguments are typed ``f64`` by the compiler.
     """
-    if isinstance(value, str | bytes | bytearray) or not isinstance(
+    if isinstance(value, str | bytes | bytearray | bool) or not isinstance(
             value, int | float | np.integer | np.floating):
         scalar = zero_d_scalar(value)  # a 0-d array is its scalar, as for the integer rule
         if scalar is None:
