@@ -26,12 +26,15 @@ BAD = [
     ("codec", ["--mib", "x"],
      "bench/codec.py: error: argument --mib: expected a whole number >= 1, got 'x'"),
     ("codec", ["--mib", "1", "--tensors", "300000"],
-     "bench/codec.py: error: --tensors 300000: more tensors than the 262144 f32 elements of --mib 1"),
+     "bench/codec.py: error: --tensors 300000: more tensors than the 262144 f32 elements of "
+     "--mib 1"),
     ("reduce", ["--frames", "0", "--mib", "1"],
      "bench/reduce.py: error: argument --frames: must be >= 1, got 0"),
     ("reduce", ["--mib", "0"], "bench/reduce.py: error: argument --mib: must be >= 1, got 0"),
-    ("reduce", ["--repeat", "0"], "bench/reduce.py: error: argument --repeat: must be >= 1, got 0"),
-    ("reduce", ["--threads", "0"], "bench/reduce.py: error: argument --threads: must be >= 1, got 0"),
+    ("reduce", ["--repeat", "0"],
+     "bench/reduce.py: error: argument --repeat: must be >= 1, got 0"),
+    ("reduce", ["--threads", "0"],
+     "bench/reduce.py: error: argument --threads: must be >= 1, got 0"),
     ("round", ["--worlds", "x"],
      "bench/round.py: error: argument --worlds: expected a whole number >= 1, got 'x'"),
     ("round", ["--worlds", "0"], "bench/round.py: error: argument --worlds: must be >= 1, got 0"),
@@ -62,11 +65,12 @@ BAD = [
     ("wan", ["--worlds", "4,5"],
      "bench/wan.py: error: --worlds: world size 5 is odd (two ranks per host)"),
     ("wan", ["--worlds", "2"],
-     "bench/wan.py: error: --worlds: world size 2 has one host, idle every round: nothing to measure "
-     "(at least 4: two hosts)"),
+     "bench/wan.py: error: --worlds: world size 2 has one host, idle every round: nothing to "
+     "measure (at least 4: two hosts)"),
     ("wan", ["--dtypes", "f16"],
      "bench/wan.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
-    ("wan", ["--mib", "0"], "bench/wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
+    ("wan", ["--mib", "0"],
+     "bench/wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
     ("wan", ["--mib", "1e-9"],
      "bench/wan.py: error: --mib 1e-09: less than one f32 element per tensor (4 tensors)"),
     ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got 0"),
@@ -115,7 +119,8 @@ def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
          f"bench/round.py: error: frame size '99999999999999999999': must be at most {mib} MiB "
          "(this machine's physical memory)"),
         ("codec", ["--mib", "99999999999"],
-         f"bench/codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got 99999999999"),
+         f"bench/codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
+         "99999999999"),
         ("codec", ["--mib", "x" + big],
          f"bench/codec.py: error: argument --mib: expected a whole number >= 1, got "
          f"'x{'9' * 39}...{'9' * 20}' (5001 characters)"),
