@@ -121,6 +121,21 @@ def test_a_file_with_two_cases_of_one_id_is_no_vector_file(
     _refused(root, path, f"case {dup}: {case_id}: duplicate id, first at case {of}", capsys)
 
 
+def test_an_id_of_a_case_of_another_file_is_a_duplicate_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ids are unique across the files of a folder (the shared schema); one of an earlier file's
+    cases was taken again, and a failure line could not say which case failed."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    earlier = json.loads((root / "bf16.json").read_text(encoding="utf-8"))
+    path = root / "handshake.json"  # read after bf16.json (files in name order)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["cases"][2]["id"] = earlier["cases"][1]["id"]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _refused(root, path, f"case 2: {earlier['cases'][1]['id']}: duplicate id, first at case 1 of "
+             f"{root / 'bf16.json'}", capsys)
+
+
 def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> tuple[Path, str]:
     """Apply ``changes`` (None: remove the key) to the first ``op`` case of ``root/file``
     expecting ``expect``; return the file and the case's index and id as ``"i: id"``."""

@@ -113,8 +113,9 @@ def iter_cases(root: Path) -> Iterator[Case]:
 
     Raises:
         OSError: a file cannot be read. VectorFileError: a file is not a vector file (a case id
-            that an earlier case of the same file has included).
+            that an earlier case has, of the same file or another of ``root``).
     """
+    first: dict[str, tuple[Path, int]] = {}  # id -> the file and index of the case that has it
     for folder in vector_folders(root):
         for path in sorted(folder.glob("*.json")):
             if path.name == "manifest.json":
@@ -134,15 +135,16 @@ def iter_cases(root: Path) -> Iterator[Case]:
             if not isinstance(cases, list):
                 raise VectorFileError(f"{path}: not a vector file (cases is a JSON "
                                       f"{json_name(cases)}, not an array)")
-            first: dict[str, int] = {}  # id -> index of the case that has it
             for i, case in enumerate(cases):
                 problem = _case_problem(case)
                 if problem is None and case["id"] in first:
                     # reports name a case by its id: two of one id could not be told apart
-                    problem = f"{case['id']}: duplicate id, first at case {first[case['id']]}"
+                    where, at = first[case["id"]]
+                    problem = (f"{case['id']}: duplicate id, first at case {at}"
+                               + ("" if where == path else f" of {where}"))
                 if problem is not None:
                     raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
-                first[case["id"]] = i
+                first[case["id"]] = (path, i)
                 yield Case(path.stem, version, case)
 
 
