@@ -97,6 +97,28 @@ def test_controller_session_vectors_are_cases_not_copies() -> None:
     assert v3["steps"][2]["bytes"] not in text
 
 
+def test_catalogue_refuses_two_vector_cases_of_one_name(tmp_path: Path) -> None:
+    """A session case is filed under the last part of its vector id: a second of that name at
+    the same version replaced the first without a word."""
+    import json
+    import shutil
+
+    from flodl_proto.commands.vectors import BUNDLED_VECTORS
+
+    vdir = tmp_path / "vec"
+    shutil.copytree(BUNDLED_VECTORS, vdir)
+    path = vdir / "controller_session.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    first, second = doc["cases"][0]["id"], doc["cases"][1]["id"]
+    renamed = second.rsplit("/", 2)[0] + "/elsewhere/" + first.rsplit("/", 1)[1]
+    doc["cases"][1]["id"] = renamed
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(CatalogueError) as e:
+        load_catalogue(vectors=vdir)
+    assert str(e.value) == (f"vector_cases controller_session: two vector cases named "
+                            f"{first.rsplit('/', 1)[1]!r} at version 3: {first}, {renamed}")
+
+
 def test_catalogue_rejects_malformed_entries(tmp_path: Path) -> None:
     bad = tmp_path / "conformance.yaml"
     base = ("schema: flodl-proto-conformance/1\ncases:\n  - {id: controller.x.y, title: t, "

@@ -179,7 +179,10 @@ def _vector_cases(group: Mapping[str, Any], vdir: Path) -> list[Case]:
         version, vcases = _load_vector_file(folder, fname)
         for vc in vcases:
             name = str(vc["id"]).rsplit("/", 1)[-1]
-            per_version.setdefault(name, {})[version] = vc
+            if version in per_version.setdefault(name, {}):  # one would hide the other
+                raise CatalogueError(f"{where}: two vector cases named {name!r} at version "
+                                     f"{version}: {per_version[name][version]['id']}, {vc['id']}")
+            per_version[name][version] = vc
     missing = sorted(set(per_version) - set(mapping))
     if missing:
         raise CatalogueError(f"{where}: vector cases without a catalogue entry: {missing}")
