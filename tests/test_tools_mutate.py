@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,12 +72,28 @@ def test_a_module_that_does_not_exist_is_refused_before_the_copy(tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("keep", [False, True])
+def _running_in(folder: Path) -> list[int]:
+    """Pids of live processes whose working folder is in ``folder`` (mutmut runs in its copy)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.readlink(f"/proc/{d}/cwd").startswith(str(folder)):
+                    pids.append(int(d))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.parametrize(("keep", "how"), [(False, "group"), (True, "group"),
+                                           (False, "script"), (False, "ctrl-c")])
 def test_an_interrupted_run_removes_its_copy_which_holds_no_virtual_environment(
-        keep: bool, tmp_path: Path) -> None:
+        keep: bool, how: str, tmp_path: Path) -> None:
     """A SIGTERM (``timeout``, a CI job cancelled) or a Ctrl-C outside mutmut's own handling
     left the copy behind (half a GB with the virtual environment a checkout held: any folder
-    with a pyvenv.cfg was copied, the ignored ``.venv`` alone was not)."""
+    with a pyvenv.cfg was copied, the ignored ``.venv`` alone was not). A SIGTERM to the
+    script alone waited for mutmut to finish; a Ctrl-C that mutmut took could end the script
+    with 0."""
     checkout = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(checkout)], check=True, timeout=120)
     shutil.copy(ROOT / "tools" / "mutate.sh", checkout / "tools" / "mutate.sh")
@@ -99,11 +116,22 @@ def test_an_interrupted_run_removes_its_copy_which_holds_no_virtual_environment(
         assert len(copies) == 1
         assert (copies[0] / "flodl_proto" / "codec" / "auth.py").is_file()
         assert not (copies[0] / "env1").exists()
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.communicate(timeout=120)
+        time.sleep(2.0)  # mutmut under way
+        assert _running_in(temp), "mutmut did not start"
+        sent = time.monotonic()
+        if how == "group":
+            os.killpg(proc.pid, signal.SIGTERM)
+        elif how == "script":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+        took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-    assert proc.returncode == 143
+    assert proc.returncode == (130 if how == "ctrl-c" else 143)
+    assert took < 4.0, took  # not the rest of the run (some 8 s more)
+    assert _running_in(temp) == []  # no mutmut process runs on
     assert [p.name for p in temp.iterdir()] == ([copies[0].name] if keep else [])

@@ -24,6 +24,8 @@
 # mutants of the tag functions of flodl_proto/codec/auth.py (compute_tag, tags_equal, tag_as_u64,
 # new_mac) against tests/test_codec_auth.py; exit status 1 when one survives that is not listed
 # in tools/mutants-equivalent.txt (mutants judged equivalent, each with its reason).
+# Ctrl-C stops the run (exit 130), SIGTERM too (143), to the script alone or to its group: the
+# mutmut run is stopped and the temporary copy removed (unless --keep).
 #
 # Environment: PYTHON (default .venv/bin/python, then python3) must have mutmut installed (the
 # `test` extra).
@@ -74,7 +76,18 @@ done
 # the temporary copy of the run in progress: removed on every exit (Ctrl-C and kill included)
 # unless --keep
 work=""
-cleanup() { if [ -n "$work" ] && [ $keep -eq 0 ]; then rm -rf "$work"; fi; }
+# the mutmut run in progress: a process group of its own (its workers and their tests with it),
+# stopped as a whole on Ctrl-C or SIGTERM, whether the signal came to the script's group or to
+# the script alone (bash acts on a trap only after a foreground child returns, so mutmut runs in
+# the background and is waited for)
+child=""
+cleanup() {
+    if [ -n "$child" ]; then
+        kill -TERM -- "-$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+    if [ -n "$work" ] && [ $keep -eq 0 ]; then rm -rf "$work"; fi
+}
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -196,7 +209,10 @@ run_one() {
         read -r -a names <<< "$mutants"
     fi
     (cd "$work" && HYPOTHESIS_PROFILE=mutation FLODL_NET_TIMEOUT_SCALE=0.1 \
-        nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") || rc=$?
+        exec setsid -w nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") &
+    child=$!
+    wait "$child" || rc=$?
+    child=""
     (cd "$work" && "$PY" -m mutmut export-cicd-stats >/dev/null 2>&1 && cat mutants/mutmut-cicd-stats.json) || true
     echo
     echo "== surviving mutants (${only[*]})"
