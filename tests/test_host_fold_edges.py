@@ -421,6 +421,23 @@ def test_a_deposit_for_a_non_rank_id_is_refused_and_not_fatal(rank: object) -> N
     assert fold.deposit(0, _blob(1.0)) is None  # the fold goes on
 
 
+@pytest.mark.parametrize("query", ["is_alive", "has_deposited"])
+def test_the_rank_queries_take_the_integer_rule(query: str) -> None:
+    """``is_alive(True)`` and ``is_alive(0.0)`` answered as for rank 1 and 0, and a 0-d array
+    raised TypeError (unhashable)."""
+    fold = HostFold([0, 1], SALT)
+    assert fold.deposit(0, _blob(1.0)) is None
+    ask = getattr(fold, query)
+    assert ask(0) is True and ask(np.array(0)) is True and ask(np.int64(0)) is True
+    assert ask(5) is False
+    for rank in (True, 0.0, "0", None, np.array([0])):
+        with pytest.raises(InvalidValue) as ei:
+            ask(rank)
+        assert isinstance(ei.value, LocalProtocolError)
+        assert ei.value.error_id == "fold.bad_argument"
+        assert ei.value.fields["field"] == "rank" and ei.value.fields["value"] is rank
+
+
 @pytest.mark.parametrize("rank", [None, "x", "0", 1.0, True, -1, 1 << 32])
 def test_declare_dead_refuses_a_non_rank_id(rank: object) -> None:
     fold = HostFold([0], SALT)

@@ -178,12 +178,18 @@ class HostFold:
 
     def is_alive(self, rank: int) -> bool:
         """Whether ``rank`` is a local rank not dead (``rank in alive_ranks``, without building
-        the tuple)."""
+        the tuple). Raises InvalidValue (local, ``fold.bad_argument``) for a rank that is no
+        integer by the codec's rule, as :meth:`deposit` does (``True`` was rank 1)."""
+        if type(rank) is not int:
+            rank = _rank_arg(rank, "rank")
         return rank in self._ranks and rank not in self._dead
 
     def has_deposited(self, rank: int) -> bool:
         """Whether ``rank`` has deposited in the current (incomplete) round
-        (``rank in deposited``, without building the set)."""
+        (``rank in deposited``, without building the set); a rank that is no integer is
+        refused as by :meth:`is_alive`."""
+        if type(rank) is not int:
+            rank = _rank_arg(rank, "rank")
         rnd = self._round
         return rnd is not None and rank in rnd.deposited
 
