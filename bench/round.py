@@ -68,6 +68,7 @@ import contextlib
 import datetime
 import hmac
 import json
+import math
 import os
 import queue
 import signal
@@ -134,6 +135,8 @@ def parse_size(text: str) -> int:
         n = float(t[:-1] if unit else t) * (unit or MiB)
     except ValueError:
         raise ValueError(f"frame size {shown(text)}: expected e.g. 4k, 64k, 1m, 256m") from None
+    if math.isnan(n):  # no size: int(nan) below raised ValueError with Python's words
+        raise ValueError(f"frame size {shown(text)}: expected e.g. 4k, 64k, 1m, 256m")
     memory = mib_max()
     if memory is not None and n > memory * MiB:  # inf too (1e400)
         raise ValueError(f"frame size {shown(text)}: must be at most {memory} MiB (this "

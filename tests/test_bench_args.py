@@ -44,6 +44,8 @@ BAD = [
      "bench/round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
     ("round", ["--dtypes", "f32,f16"],
      "bench/round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
+    ("round", ["--sizes", "nan"],  # int(nan) raised Python's 'cannot convert float NaN'
+     "bench/round.py: error: frame size 'nan': expected e.g. 4k, 64k, 1m, 256m"),
     ("round", ["--rounds", "0"], "bench/round.py: error: argument --rounds: must be >= 1, got 0"),
     ("round", ["--warmup", "-1"], "bench/round.py: error: argument --warmup: must be >= 0, got -1"),
     ("round", ["--reruns", "-1"], "bench/round.py: error: argument --reruns: must be >= 0, got -1"),
