@@ -64,6 +64,12 @@ def payload_mib_max(bf16: bool) -> float:
 
 
 def check_payload_mib(payload_mib: float, bf16: bool) -> None:
+    """Refuse a ``--payload-mib`` (MiB) that is negative, not finite, or whose rank frame
+    (:func:`rank_frame_len`, bytes) is above the frame ceiling (``DEFAULT_FRAME_CEILING``).
+
+    Raises:
+        ValueError: naming the option, the value and the bound (a usage error, exit 2).
+    """
     if not 0 <= payload_mib < math.inf:  # nan too: no tensor of that size
         raise ValueError(f"--payload-mib must be a finite number >= 0, got {payload_mib}")
     if (frame := rank_frame_len(payload_mib, bf16)) > DEFAULT_FRAME_CEILING:
@@ -97,7 +103,11 @@ def _available_memory() -> int | None:
 
 def check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
     """Refuse a ``--payload-mib`` whose cluster would not fit in the memory this process may
-    still take (it would swap, or be killed, long after it started)."""
+    still take (it would swap, or be killed, long after it started).
+
+    Raises:
+        MemoryError: naming the need and what is available, in GiB (exit 1).
+    """
     need, have = memory_need(payload_mib, world_size, hosts), _available_memory()
     if have is not None and need > have:
         gib = 1 << 30
@@ -110,6 +120,11 @@ def check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
 
 
 def parse_kill(text: str | None) -> tuple[int, int] | None:
+    """``--kill-rank R@ROUND`` as ``(rank, round)``, or None when not given.
+
+    Raises:
+        ValueError: the text is not two whole numbers joined by ``@`` (a usage error).
+    """
     if text is None:
         return None
     r, sep, k = text.partition("@")
