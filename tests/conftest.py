@@ -47,6 +47,21 @@ def _fresh_small_plans() -> None:
     fold._small_plans.clear()
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """Each test ends with the process's SIGINT, SIGTERM and SIGHUP handling as it began: a
+    command run in process (``main([...])``) sets SIGINT to ignored once it is interrupted, and
+    every later test's child process then started with Ctrl-C ignored (a script's trap on it,
+    ``fuzz/run.sh``'s or ``tools/mutate.sh``'s, did nothing)."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for signum, handler in saved.items():
+        if signal.getsignal(signum) is not handler and handler is not None:
+            signal.signal(signum, handler)
+
+
 #: the copy of the shared golden vectors bundled in the package
 BUNDLED_VECTORS = ROOT / "flodl_proto" / "_vectors"
 
