@@ -53,12 +53,20 @@ trap 'INTERRUPTED=1' INT TERM
 
 # interrupted: stop every target still running, say so in one line, exit 130
 interrupted() {
-  local pid
-  for pid in $(jobs -p); do  # a target run by `all` in the background: its driver, then it
-    pkill -TERM -P "$pid" 2>/dev/null || true  # (background jobs ignore Ctrl-C's SIGINT)
-    kill "$pid" 2>/dev/null || true
+  local pid d i drivers=()
+  for pid in $(jobs -p); do  # a target run by `all` in the background: it, then its driver
+    drivers+=($(pgrep -P "$pid" || true))
+    kill "$pid" 2>/dev/null || true  # first: a target that saw its driver end would report it
+  done
+  for d in ${drivers[@]+"${drivers[@]}"}; do
+    kill -TERM "$d" 2>/dev/null || true  # (background jobs ignore Ctrl-C's SIGINT)
   done
   wait || true
+  # the drivers are no children of this shell: wait until each is gone (at most 10 s each), so
+  # that none runs on after the script has ended
+  for d in ${drivers[@]+"${drivers[@]}"}; do
+    for i in $(seq 100); do kill -0 "$d" 2>/dev/null || break; sleep 0.1; done
+  done
   echo "fuzz: interrupted" >&2
   exit 130
 }
