@@ -523,6 +523,25 @@ def vm_hwm_kib(pid: int | str = "self") -> int:
     return 0
 
 
+def _server_failed(servers: list[tuple[str, _Proc]]) -> BenchFailed | None:
+    """The failure of the first of ``servers`` (the controller, the relays) that has exited
+    with an error, or None: waited for a second at most, as a rank notices its relay's or the
+    controller's end a moment after it."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        for name, q in servers:
+            try:
+                with open(f"/proc/{q.p.pid}/stat") as f:
+                    ended = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                ended = q.p.returncode is not None
+            if ended and q.reap(1.0) != 0:
+                return exited(name, q.p.returncode, "".join(q.err))
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
 def process_cpu_ns(pid: int) -> tuple[int, int] | None:
     """CPU time a process has used so far, two ways: the sum of its live threads' run time
     (``/proc/<pid>/task/*/schedstat``, nanoseconds, exact) and its whole CPU time in clock
@@ -689,7 +708,7 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
                 r = _Proc(["-m", "flodl_proto.cli", "relay", "--controller", caddr, "--ranks",
                            ",".join(map(str, g)), "--world-size", str(world), "--listen-port",
                            "0", "--protocol-version", str(version), "--host", f"bench{i}"], env)
-                procs.append(("relay", r))
+                procs.append((f"relay {i}", r))
                 relays.append((r, g))
             for r, g in relays:
                 addr = r.address("relay")
@@ -714,21 +733,24 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             # CPU per round: the controller and relays are sampled while every rank waits
             # after its warm-up and again after its last measured round (nothing else runs)
             servers = procs[:1 + len(hosts)]
-            for p in ranks:
-                p.next_line("rank")  # "warm"
-            before = [process_cpu_ns(q.p.pid) for _, q in servers]
-            for p in ranks:
-                p.tell()
-            reports = [json.loads(p.next_line(f"rank {i}")) for i, p in enumerate(ranks)]
-            after = [process_cpu_ns(q.p.pid) for _, q in servers]
-            for p in ranks:
-                p.tell()
-            per_rank = []
-            for rank, (p, report) in enumerate(zip(ranks, reports, strict=True)):
-                if p.reap(3600.0) != 0:
-                    raise exited(f"rank {rank}", p.p.returncode, "".join(p.err))
-                per_rank.append(report["times"])
-                p.hwm_kib = report["hwm_kib"]
+            try:
+                for p in ranks:
+                    p.next_line("rank")  # "warm"
+                before = [process_cpu_ns(q.p.pid) for _, q in servers]
+                for p in ranks:
+                    p.tell()
+                reports = [json.loads(p.next_line(f"rank {i}")) for i, p in enumerate(ranks)]
+                after = [process_cpu_ns(q.p.pid) for _, q in servers]
+                for p in ranks:
+                    p.tell()
+                per_rank = []
+                for rank, (p, report) in enumerate(zip(ranks, reports, strict=True)):
+                    if p.reap(3600.0) != 0:
+                        raise exited(f"rank {rank}", p.p.returncode, "".join(p.err))
+                    per_rank.append(report["times"])
+                    p.hwm_kib = report["hwm_kib"]
+            except BenchFailed as e:  # a rank that failed because its relay or the controller
+                raise _server_failed(servers) or e from None  # did: that one is named
             used = [cpu_between(a, b) for a, b in zip(before, after, strict=True)]
             cpu: dict[str, float] = {"rank": statistics.mean(r["cpu"] for r in reports) / rounds}
             if used[0] is not None:
