@@ -12,6 +12,7 @@ decode into the request's tensors).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -19,7 +20,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._common import zero_d_scalar
+from ..codec._common import wire_real
 from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
 from ..codec.template import FrameTemplate
 from ..errors import protocol_error
@@ -68,28 +69,24 @@ def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
 
 
 def real_argument(field: str, value: Any) -> float:
-    """``value`` as a float when it is a real number (an int, a float, a NumPy number or a 0-d
-    NumPy array of one, as :func:`~flodl_proto.codec._common.wire_real` takes them; not text,
-    not a bool),
-    for the scale, weight and count arguments.
+    """``value`` as a float when it is a real number by the codec's rule
+    (:func:`~flodl_proto.codec._common.wire_real`: an int, a float, a NumPy number or a 0-d
+    NumPy array of one; not text, not a bool), for the scale, weight and count arguments; an
+    int beyond the f64 range, which that rule takes as an infinity, is refused here.
 
     Raises:
         InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
 
     No upstream counterpart: upstream's arguments are typed ``f64`` by the compiler.
     """
-    if isinstance(value, str | bytes | bytearray | bool) or not isinstance(
-            value, int | float | np.integer | np.floating):
-        scalar = zero_d_scalar(value)  # a 0-d array is its scalar, as for the integer rule
-        if scalar is None:
-            raise protocol_error("client.bad_argument", field=field, value=value,
-                                 reason="not a real number")
-        value = scalar
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond the f64 range
+    x = wire_real(value)
+    if x is None:
         raise protocol_error("client.bad_argument", field=field, value=value,
-                             reason="beyond the f64 range") from None
+                             reason="not a real number")
+    if isinstance(value, int) and math.isinf(x):  # an int beyond the f64 range
+        raise protocol_error("client.bad_argument", field=field, value=value,
+                             reason="beyond the f64 range")
+    return x
 
 
 def scaled_payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
