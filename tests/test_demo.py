@@ -45,6 +45,18 @@ def _demo(*args: str, env: dict[str, str] | None = None,
         env={**os.environ, "COLUMNS": "120", **(env or {})})
 
 
+def _wait_for_members(proc: subprocess.Popen[str], marker: str, count: int,
+                      within: float) -> list[int]:
+    """The demo's running cluster members (:func:`_members`) once ``count`` of them run, or what
+    runs when the demo ends or ``within`` seconds pass first."""
+    deadline = time.monotonic() + within
+    while len(members := _members(marker)) < count and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    return members
+
+
 def _marked(marker: str) -> list[int]:
     """Pids of live processes whose environment carries ``marker``."""
     pids = []
@@ -296,17 +308,13 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
         start_new_session=True)
     try:
         # eight interpreters importing numpy: on a busy 2-core machine that alone can take a minute
-        deadline = time.monotonic() + 180
-        while len(_members(marker)) < 7 and time.monotonic() < deadline:  # 1 + 2 + 4
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        if (running := len(_members(marker))) < 7:  # say why: the demo's own account of it
-            exited = proc.poll()
+        started = time.monotonic()
+        if (running := len(_wait_for_members(proc, marker, 7, 180.0))) < 7:  # 1 + 2 + 4
+            exited = proc.poll()  # say why: the demo's own account of it
             proc.kill()
             out, err = proc.communicate()
             pytest.fail(f"{running} of 7 cluster members running after "
-                        f"{time.monotonic() - deadline + 180:.0f} s (demo exit status "
+                        f"{time.monotonic() - started:.0f} s (demo exit status "
                         f"{exited})\n{out}\n{err}")
         time.sleep(0.5)
         if how == "sigterm-to-demo":
@@ -345,12 +353,10 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
         env={**os.environ, marker: "1", "COLUMNS": "40", "FLODL_NET_TIMEOUT_SCALE": "0.25"},
         start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
         relays: list[int] = []
-        while len(_members(marker)) < 7 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-        for pid in _members(marker):
+        members = _wait_for_members(proc, marker, 7, 180.0)
+        assert len(members) == 7, proc.communicate()
+        for pid in members:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"flodl_proto.cli\0relay\0" in f.read():
                     relays.append(pid)
