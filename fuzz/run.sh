@@ -51,22 +51,20 @@ usage() { sed -n '2,26p' "$SCRIPT" | sed 's/^# \{0,1\}//'; exit 2; }
 INTERRUPTED=0
 trap 'INTERRUPTED=1' INT TERM
 
-# interrupted: stop every target still running, say so in one line, exit 130
+# interrupted: stop every target still running, say so in one line, exit 130. A target run by
+# `all` in the background passes the signal on to its driver and waits for it (see `background`);
+# it is signalled again every 0.1 s until it has ended (a signal that comes just before its
+# `wait` starts is not acted on), so that no driver runs on after the script
+BACKGROUND=()
 interrupted() {
-  local pid d i drivers=()
-  for pid in $(jobs -p); do  # a target run by `all` in the background: it, then its driver
-    drivers+=($(pgrep -P "$pid" || true))
-    kill "$pid" 2>/dev/null || true  # first: a target that saw its driver end would report it
-  done
-  for d in ${drivers[@]+"${drivers[@]}"}; do
-    kill -TERM "$d" 2>/dev/null || true  # (background jobs ignore Ctrl-C's SIGINT)
+  local pid i
+  for pid in ${BACKGROUND[@]+"${BACKGROUND[@]}"}; do
+    for i in $(seq 600); do
+      kill -TERM "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
   done
   wait || true
-  # the drivers are no children of this shell: wait until each is gone (at most 10 s each), so
-  # that none runs on after the script has ended
-  for d in ${drivers[@]+"${drivers[@]}"}; do
-    for i in $(seq 100); do kill -0 "$d" 2>/dev/null || break; sleep 0.1; done
-  done
   echo "fuzz: interrupted" >&2
   exit 130
 }
@@ -79,6 +77,8 @@ waited() {
   local pid rc=0
   "$@" &
   pid=$!
+  # a signal that came before the fork: pass it on now
+  [ "$INTERRUPTED" -eq 0 ] || kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" || rc=$?
   while kill -0 "$pid" 2>/dev/null; do
     kill -TERM "$pid" 2>/dev/null || true
@@ -161,6 +161,14 @@ fuzz_one() {
   fi
 }
 
+# background TARGET SECONDS: `timed`, run by `all` in the background. A subshell does not keep
+# this shell's traps (Ctrl-C's SIGINT killed it, leaving its driver running): it sets its own, so
+# that `waited` passes a signal on to the driver and waits until the driver has ended
+background() {
+  trap 'INTERRUPTED=1' INT TERM
+  timed "$@"
+}
+
 timed() {
   local target=$1 seconds=$2
   fuzz_one "$target" "$WORK/logs/$target.log" "$WORK/findings/$target" "$WORK/corpus/$target" \
@@ -179,7 +187,7 @@ check_jobs() {
 }
 
 run_all() {
-  local seconds=$1 jobs=$((10#${FLODL_FUZZ_JOBS:-1})) failed=0 t pids=() pid rc
+  local seconds=$1 jobs=$((10#${FLODL_FUZZ_JOBS:-1})) failed=0 t pid rc
   for t in $(targets); do
     [ "$INTERRUPTED" -eq 0 ] || interrupted
     if [ "$jobs" -le 1 ]; then
@@ -187,8 +195,8 @@ run_all() {
       [ "$rc" -ne 130 ] || interrupted
       [ "$rc" -eq 0 ] || failed=1
     else
-      timed "$t" "$seconds" &
-      pids+=($!)
+      background "$t" "$seconds" &
+      BACKGROUND+=($!)
       while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
         rc=0; wait -n || rc=$?
         [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
@@ -196,7 +204,7 @@ run_all() {
       done
     fi
   done
-  for pid in ${pids[@]+"${pids[@]}"}; do
+  for pid in ${BACKGROUND[@]+"${BACKGROUND[@]}"}; do
     rc=0; wait "$pid" || rc=$?
     [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
     [ "$rc" -eq 0 ] || failed=1

@@ -649,7 +649,8 @@ def test_fuzz_minimize_of_an_input_that_does_not_crash_says_so(tmp_path: Path) -
 def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) -> None:
     """Ctrl-C stopped the running target only, reported as a finding ("FINDING (exit 130)");
     every later target then ran its full time, and the run exited 1. With FLODL_FUZZ_JOBS=2 the
-    targets' drivers ran on after the script ended. A SIGTERM to the script's process alone
+    targets' drivers ran on after the script ended (a target's subshell died of Ctrl-C's SIGINT
+    while its driver, still starting and ignoring SIGINT, ran on). A SIGTERM to the script's process alone
     (``kill PID``) was acted on only when the running target ended its 60 s."""
     import signal
     import time
@@ -677,6 +678,11 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
     assert proc.returncode == 130, err
     assert err.splitlines()[-1] == "fuzz: interrupted"
     assert "FINDING" not in out + err and " ok" not in out
+    # each stopped target says so in its line (the background ones of FLODL_FUZZ_JOBS=2 said
+    # nothing); the first had started, a later one may not have
+    lines = out.splitlines()
+    assert lines and all(line.endswith(" interrupted") for line in lines), out
+    assert any(line.startswith("handshake ") for line in lines), out
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert left.stdout == ""  # no driver runs on
 
