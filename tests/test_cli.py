@@ -650,8 +650,8 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
     """Ctrl-C stopped the running target only, reported as a finding ("FINDING (exit 130)");
     every later target then ran its full time, and the run exited 1. With FLODL_FUZZ_JOBS=2 the
     targets' drivers ran on after the script ended (a target's subshell died of Ctrl-C's SIGINT
-    while its driver, still starting and ignoring SIGINT, ran on). A SIGTERM to the script's process alone
-    (``kill PID``) was acted on only when the running target ended its 60 s."""
+    while its driver, still starting and ignoring SIGINT, ran on). A SIGTERM to the script's
+    process alone (``kill PID``) was acted on only when the running target ended its 60 s."""
     import signal
     import time
 
