@@ -711,6 +711,44 @@ def test_cli_pcap_skips_the_status_responder_s_http_streams(
                                             "10.0.0.1:1337 -> 10.0.0.2:40001"}
 
 
+def _connection(client: tuple[str, int], server: tuple[str, int], up: bytes,
+                down: bytes) -> list[bytes]:
+    """One TCP connection's packets: SYN, SYN-ACK, then each direction's bytes in one segment."""
+    return [_tcp_packet(client, server, 100, SYN), _tcp_packet(server, client, 500, SYN | ACK),
+            _tcp_packet(client, server, 101, PSH | ACK, up),
+            _tcp_packet(server, client, 501, PSH | ACK, down)]
+
+
+def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a demo prints its controller's port and each relay's: one --port each, in one run (it took
+    # one run per port); a connection between two of the ports is decoded once, under the first
+    up, down = _mux_up(3).data, _mux_down(3).data
+    ctrl, relay, rank, other = (("10.0.0.1", 1337), ("10.0.0.2", 7001), ("10.0.0.3", 50000),
+                                ("10.0.0.9", 9999))
+    relay_out = ("10.0.0.2", 40001)
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(_pcap(_connection(relay_out, ctrl, up, down)
+                           + _connection(rank, relay, up, down)
+                           + _connection(relay, ctrl, up, down)  # from the relay's own port
+                           + _connection(other, ("10.0.0.1", 80), up, down)))
+    rc = main(["decode", "--pcap", str(path), "--port", "7001", "--port", "1337", "--port",
+               "7001", "--salt", SALT.hex(), "--protocol-version", "3"])
+    out, err = capsys.readouterr()
+    assert rc == EXIT_OK, err
+    order = list(dict.fromkeys(r["stream"] for r in _json_lines(out)))
+    assert order == ["10.0.0.3:50000 -> 10.0.0.2:7001", "10.0.0.2:7001 -> 10.0.0.3:50000",
+                     "10.0.0.2:7001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:7001",
+                     "10.0.0.2:40001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:40001"]
+    ends = [r for r in _json_lines(out) if r["type"] == "end"]
+    assert len(ends) == 6
+    assert main(["decode", "--pcap", str(path), "--port", "4242", "--port", "4243"]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: no TCP stream to or from "
+                                       "ports 4242, 4243 in the capture\n")
+    assert main(["decode", "--pcap", str(path), "--port", "4242"]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: no TCP stream to or from "
+                                       "port 4242 in the capture\n")
+
+
 def test_http_stream_tells_a_status_request_and_reply_from_a_flodl_leg() -> None:
     assert http_stream(b"GET /status HTTP/1.1") and http_stream(b"POST /x HTTP/1.1")
     assert http_stream(b"HTTP/1.1 200 OK")

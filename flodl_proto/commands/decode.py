@@ -4,23 +4,24 @@
 
     flodl-proto decode [--leg auto|mux|loopback|frame] [--hex] [--salt HEX | --salt-file PATH]
                        [--protocol-version 2|3] [--format json|table] [--values]
-                       [--pcap --port N] [--frame-ceiling BYTES] [--max-input BYTES] [FILE|-]
+                       [--pcap --port N [--port N ...]] [--frame-ceiling BYTES]
+                       [--max-input BYTES] [FILE|-]
 
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd``,
 ``hexdump -C`` or ``od -Ax -tx1`` output (from any offset; ``*`` lines expanded), or the
-offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it
-is a libpcap/pcapng capture and every TCP stream to or from ``--port`` is decoded, each
-direction on its own; a capture that ends inside its file header or a packet record is reported
-on stderr with the byte it ends at, the streams of the whole packets before the cut are
-decoded, and the exit code is 4. A stream with bytes missing from the capture (a hole between
-its segments, or a packet cut short by the snaplen: its IP header claims more bytes than were
-captured) is warned about on stderr with the stream offset, decoded up to there and ends
-``capture_ended`` there (``CAPTURE ENDED`` in the table, not a clean end), exit 4. The leg
-is told from the first bytes (data channel magic or mux record: ``mux``; rank handshake, ack or
-length-prefixed frame: ``loopback``; a bare RoundFrame: ``frame``) unless ``--leg`` names it;
-stderr says which was detected. Prints one JSON object per line per record (or a table), and
-last the end of the stream, the point where the input ended inside a record, or the error that
-stopped decoding, with its byte offset.
+offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it is a libpcap/pcapng capture and
+every TCP stream to or from ``--port`` is decoded, each direction on its own (``--port`` may be
+repeated: the streams of each port in the order given, a connection between two of them once, under
+the first); a capture that ends inside its file header or a packet record is reported on stderr with
+the byte it ends at, the streams of the whole packets before the cut are decoded, and the exit code
+is 4. A stream with bytes missing from the capture (a hole between its segments, or a packet cut
+short by the snaplen: its IP header claims more bytes than were captured) is warned about on stderr
+with the stream offset, decoded up to there and ends ``capture_ended`` there (``CAPTURE ENDED`` in
+the table, not a clean end), exit 4. The leg is told from the first bytes (data channel magic or mux
+record: ``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
+``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
+line per record (or a table), and last the end of the stream, the point where the input ended inside
+a record, or the error that stopped decoding, with its byte offset.
 
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
 is held once); each record is printed as it is decoded and not kept, so memory is the input's
@@ -194,10 +195,11 @@ def register(sub: Any) -> None:
     p.add_argument("--values", action="store_true",
                    help="print every tensor element instead of a summary")
     p.add_argument("--pcap", action="store_true",
-                   help="FILE is a libpcap/pcapng capture; decode the TCP streams of --port "
+                   help="FILE is a libpcap/pcapng capture; decode the TCP streams of each --port "
                    "(needs the pcap extra: pip install 'flodl-proto[pcap]')")
-    p.add_argument("--port", type=tcp_port, metavar="N",
-                   help="TCP port of the streams (with --pcap), 1..65535")
+    p.add_argument("--port", type=tcp_port, action="append", metavar="N",
+                   help="TCP port of the streams (with --pcap), 1..65535; repeatable (a demo "
+                   "prints its controller's and relays' ports)")
     add_frame_ceiling_option(p, "length prefix, mux payload_len or RoundFrame of any one record")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
@@ -453,27 +455,36 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     code = EXIT_OK
     cut: str | None = None  # the capture file ends inside a packet record: no stream is whole
     if args.pcap:
-        from ..pcap import CaptureTruncated, PcapError, read_tcp_streams
+        from ..pcap import CaptureTruncated, PcapError, TcpStream, read_tcp_streams
 
-        try:
-            tcp = read_tcp_streams(data, args.port)
-        except CaptureTruncated as e:
-            # a warning when the streams before the cut are decoded, else the one error line
-            level = "warning" if e.complete else "error"
-            print(f"{_PROG}: {level}: {e}" + ("; the streams stop before it" if e.complete else ""),
-                  file=sys.stderr)
-            if not e.complete:
-                return EXIT_CAPTURE_ENDED
-            code, tcp = EXIT_CAPTURE_ENDED, e.streams
-            cut = (f"the capture file is cut short (at byte {e.size}); the stream may go on "
-                   "after offset {offset}")
-        except PcapError as e:
-            print(f"{_PROG}: error: {e}", file=sys.stderr)
-            return EXIT_ERROR
+        ports = list(dict.fromkeys(args.port))  # a port given twice is read once
+        tcp: list[TcpStream] = []
+        for i, port in enumerate(ports):
+            try:
+                found = read_tcp_streams(data, port)
+            except CaptureTruncated as e:  # the file's end: every port's read meets it
+                # a warning when the streams before the cut are decoded, else the one error line
+                level = "warning" if e.complete else "error"
+                if cut is None:
+                    print(f"{_PROG}: {level}: {e}" + ("; the streams stop before it"
+                                                      if e.complete else ""), file=sys.stderr)
+                if not e.complete:
+                    return EXIT_CAPTURE_ENDED
+                code, found = EXIT_CAPTURE_ENDED, e.streams
+                cut = (f"the capture file is cut short (at byte {e.size}); the stream may go on "
+                       "after offset {offset}")
+            except PcapError as e:
+                print(f"{_PROG}: error: {e}", file=sys.stderr)
+                return EXIT_ERROR
+            # a connection between two of the ports: once, under the first port given
+            tcp += [st for st in found
+                    if not {_port_of(st.src), _port_of(st.dst)} & set(ports[:i])]
         if not tcp:
             if code == EXIT_CAPTURE_ENDED:  # the line above says why there is nothing more
                 return code
-            print(f"{_PROG}: error: no TCP stream to or from port {args.port} in the capture",
+            which = (f"port {ports[0]}" if len(ports) == 1 else
+                     "ports " + ", ".join(map(str, ports)))
+            print(f"{_PROG}: error: no TCP stream to or from {which} in the capture",
                   file=sys.stderr)
             return EXIT_ERROR
         streams = []
@@ -516,6 +527,12 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             return EXIT_ERROR
         code = _worse(code, report.exit_code)
     return code
+
+
+def _port_of(endpoint: str) -> int:
+    """The port of a :class:`~flodl_proto.pcap.TcpStream` end (``"10.0.0.1:1337"``,
+    ``"[::1]:1337"``)."""
+    return int(endpoint.rsplit(":", 1)[1])
 
 
 def _worse(a: int, b: int) -> int:
