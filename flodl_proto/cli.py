@@ -45,11 +45,12 @@ import importlib
 import logging
 import os
 import pkgutil
+import re
 import select
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from ._oserr import os_reason
@@ -87,6 +88,17 @@ class _Parser(argparse.ArgumentParser):
 
     #: set on every command's parser (nested ones too) by :func:`build_parser`
     _is_command = False
+    #: the arguments this parser was last given (:meth:`parse_known_args`), for :meth:`error`
+    _given: tuple[str, ...] = ()
+
+    def error(self, message: str) -> NoReturn:
+        """As argparse's (the usage text, then ``PROG: error: MESSAGE`` and exit 2), but a value
+        of more than :data:`~flodl_proto.errors.SHOWN_CHARS` characters from the command line
+        that ``message`` quotes (``invalid choice: 'xxx...'``, ``ignored explicit argument``,
+        ``invalid int value``) or includes whole (``unrecognized arguments: ...``, ``ambiguous
+        option: ...``) is shown as :func:`~flodl_proto.errors.shown` shows it, by its ends and
+        its length, where argparse echoed it whole (:func:`_long_arguments_shown`)."""
+        super().error(_long_arguments_shown(message, self._given))
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, but a command's parser reports the arguments it does not know as its
@@ -102,12 +114,13 @@ class _Parser(argparse.ArgumentParser):
         subcommand) is named with its choices: ``flodl-proto vectors: error: the following
         arguments are required: ACTION (choose from 'check', 'compare', 'export')``, as
         argparse names them for an invalid choice."""
+        if args is None:
+            args = sys.argv[1:]
+        self._given = tuple(a for a in args if isinstance(a, str))
         if not self._is_command:
             return super().parse_known_args(args, namespace)
         required = [a for a in self._actions if a.required]
         if required:
-            if args is None:
-                args = sys.argv[1:]
             first = None if namespace is None else argparse.Namespace(**vars(namespace))
             for action in required:
                 action.required = False
@@ -129,6 +142,41 @@ class _Parser(argparse.ArgumentParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
+
+
+#: a text argparse quotes in a message: a Python string literal (its ``%r`` of a value)
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
+
+
+def _long_arguments_shown(message: str, given: Sequence[str]) -> str:
+    """``message`` of argparse (or of :meth:`_Parser.parse_known_args`) with every value from
+    the arguments ``given`` that is longer than :data:`~flodl_proto.errors.SHOWN_CHARS` shown
+    by :func:`~flodl_proto.errors.shown`: a quoted text (``%r``) that is one of them or the end
+    of one (``--log-level=VALUE``, ``-hVALUE``), then one included whole. Shorter values, and
+    everything else in the message, are left as they are."""
+    import ast
+
+    from .errors import SHOWN_CHARS, shown
+
+    long = sorted({a for a in given if len(a) > SHOWN_CHARS}, key=len, reverse=True)
+    if not long:
+        return message
+
+    def requote(match: re.Match[str]) -> str:
+        if len(match[0]) <= SHOWN_CHARS + 2:
+            return match[0]
+        try:
+            value = ast.literal_eval(match[0])
+        except (SyntaxError, ValueError):
+            return match[0]
+        if isinstance(value, str) and any(a.endswith(value) for a in long):
+            return shown(value)
+        return match[0]
+
+    message = _QUOTED.sub(requote, message)
+    for argument in long:
+        message = message.replace(argument, shown(argument))
+    return message
 
 
 def build_parser() -> argparse.ArgumentParser:

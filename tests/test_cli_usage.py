@@ -193,3 +193,61 @@ def test_a_number_beyond_the_float_range_is_out_of_range(
     code, out, err = _run_main(capsys, *args)
     assert (code, out) == (2, "")
     assert err.splitlines()[-1].endswith(f": error: {message}")
+
+
+_X = "x" * 3000
+_X_SHOWN = f"'{'x' * 40}...{'x' * 20}' (3000 characters)"
+
+
+@pytest.mark.parametrize(("args", "command", "message"), [
+    (("demo", "--bogus", _BIG), ("demo",),
+     f"unrecognized arguments: --bogus '{'9' * 40}...{'9' * 20}' (5000 characters)"),
+    (("--bogus=" + _X, "demo"), (),
+     f"unrecognized arguments: '--bogus={'x' * 32}...{'x' * 20}' (3008 characters)"),
+    (("demo", "--bogus", _X, "y"), ("demo",), f"unrecognized arguments: --bogus {_X_SHOWN} y"),
+    (("demo", "--bf16=" + _X), ("demo",),
+     f"argument --bf16: ignored explicit argument {_X_SHOWN}"),
+    (("vectors", "check", "-v" + _X), ("vectors", "check"),
+     f"argument -v/--verbose: ignored explicit argument {_X_SHOWN}"),
+    (("demo", "--s=" + _X), ("demo",),
+     f"ambiguous option: '--s={'x' * 36}...{'x' * 20}' (3004 characters) could match --seed, "
+     "--salt-file"),
+], ids=["unrecognized", "unrecognized-before-the-command", "unrecognized-short-and-long",
+        "ignored-explicit-argument", "ignored-explicit-argument-short", "ambiguous-option"])
+def test_argparse_shows_a_long_value_by_its_ends(
+        args: tuple[str, ...], command: tuple[str, ...], message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's own messages echoed a value of thousands of characters whole (``unrecognized
+    arguments``, ``ignored explicit argument``, ``ambiguous option``); it is quoted by its ends
+    and its length, as the package's own messages quote a value, and a short one next to it as
+    before."""
+    code, out, err = _run_main(capsys, *args)
+    prog = " ".join(("flodl-proto", *command))
+    assert (code, out, err) == (
+        2, "", f"{_parser_of(*command).format_usage()}{prog}: error: {message}\n")
+
+
+@pytest.mark.parametrize(("args", "command", "option", "value", "shown"), [
+    (("demo", "--log-level", _X), ("demo",), "--log-level", _X, _X_SHOWN),
+    (("--log-level=" + _X, "demo"), (), "--log-level", _X, _X_SHOWN),
+    (("demo", "--log-level", _X + "'"), ("demo",), "--log-level", _X + "'",
+     f"\"{'x' * 40}...{'x' * 19}'\" (3001 characters)"),
+    ((_BIG,), (), "COMMAND", _BIG, f"'{'9' * 40}...{'9' * 20}' (5000 characters)"),
+    (("conform", _X), ("conform",), "ROLE", _X, _X_SHOWN),
+    (("vectors", _X), ("vectors",), "ACTION", _X, _X_SHOWN),
+], ids=["log-level", "log-level-equals", "log-level-quote", "command", "role", "action"])
+def test_an_invalid_choice_shows_a_long_value_by_its_ends(
+        args: tuple[str, ...], command: tuple[str, ...], option: str, value: str, shown: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``invalid choice: 'xxx...'`` echoed a value of thousands of characters whole (an unknown
+    command, role or action too); it is quoted by its ends and its length."""
+    code, out, err = _run_main(capsys, *args)
+    prog = " ".join(("flodl-proto", *command))
+    parser = _parser_of(*command)
+    action = next(a for a in parser._actions
+                  if option in a.option_strings or a.metavar == option)
+    message = _invalid_choice(action, value)
+    assert message.count(repr(value)) == 1
+    assert (code, out, err) == (
+        2, "", f"{parser.format_usage()}{prog}: error: argument {option}: "
+               f"{message.replace(repr(value), shown)}\n")
