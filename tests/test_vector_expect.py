@@ -82,6 +82,10 @@ _MISSING = object()  # a change that removes the key
     ({"op": _MISSING}, "field 'op' is missing"),
     ({"id": _MISSING}, "field 'id' is missing"),
     ({"id": 7}, "field 'id' is the number 7, not a string"),
+    # it read "expect None is not one of ...", as for an expect of null
+    ({"expect": _MISSING}, "field 'expect' is missing"),
+    ({"expect": "e" * 300}, f"expect '{'e' * 40}...{'e' * 20}' (300 characters) is not one of "
+                            "'ok', 'error', 'eof'"),
 ])
 def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
         change: dict[str, Any], problem: str, tmp_path: Path,
@@ -119,6 +123,45 @@ def test_a_file_with_two_cases_of_one_id_is_no_vector_file(
     doc["cases"][dup]["id"] = case_id
     path.write_text(json.dumps(doc), encoding="utf-8")
     _refused(root, path, f"case {dup}: {case_id}: duplicate id, first at case {of}", capsys)
+
+
+@pytest.mark.parametrize(("case_id", "shown"), [
+    ("", "''"),
+    ("i" * 3000, f"'{'i' * 40}...{'i' * 20}' (3000 characters)"),
+    ("two\nlines", "'two\\nlines'"),
+    (" padded ", "' padded '"),
+    ("handshake.read: a plain id", "handshake.read: a plain id"),
+], ids=["empty", "long", "newline", "padded", "plain"])
+def test_a_duplicate_id_is_quoted_when_it_is_not_plain(
+        case_id: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A duplicate id was printed as it is: an empty one as ``case 3: : duplicate id``, one of
+    thousands of characters whole, one with a line break over two lines. Such an id is quoted
+    by its ends and its length (:func:`flodl_proto.errors.shown`); a plain one is as it was."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["cases"][1]["id"] = doc["cases"][3]["id"] = case_id
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _refused(root, path, f"case 3: {shown}: duplicate id, first at case 1", capsys)
+
+
+@pytest.mark.parametrize(("case_id", "shown"), [
+    ("", "''"),
+    ("i" * 3000, f"'{'i' * 40}...{'i' * 20}' (3000 characters)"),
+    ("handshake.read: a plain id", "handshake.read: a plain id"),
+], ids=["empty", "long", "plain"])
+def test_a_case_outside_the_schema_quotes_an_id_that_is_not_plain(
+        case_id: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``case N: ID: problem`` quotes the id as a duplicate id's line does."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "handshake.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["cases"][2]["id"] = case_id
+    del doc["cases"][2]["op"]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _refused(root, path, f"case 2: {shown}: field 'op' is missing", capsys)
 
 
 def test_an_id_of_a_case_of_another_file_is_a_duplicate_too(

@@ -84,6 +84,24 @@ def test_a_case_of_an_op_not_implemented_is_counted_apart_from_failures(
                    "implemented\n")
 
 
+@pytest.mark.parametrize(("case_id", "shown"), [
+    ("", "''"),
+    ("i" * 3000, f"'{'i' * 40}...{'i' * 20}' (3000 characters)"),
+], ids=["empty", "long"])
+def test_a_failed_case_s_line_quotes_an_id_that_is_not_plain(
+        capsys: pytest.CaptureFixture[str], folder: Path, case_id: str, shown: str) -> None:
+    """``FAIL ID: ...`` printed an empty id as ``FAIL : ...`` and a long one whole; each is
+    quoted as ``vectors check`` quotes an id elsewhere."""
+    path = folder / "channel_magic.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["cases"][0]["op"] = "channel_magic.zz"
+    doc["cases"][0]["id"] = case_id
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    code, out, _ = run_main(capsys, "vectors", "check", "-v", str(folder))
+    assert code == 1
+    assert f"  FAIL {shown}: op channel_magic.zz not implemented" in out.splitlines()
+
+
 def test_the_line_counts_the_vectors_of_every_folder(capsys: pytest.CaptureFixture[str],
                                                      folder: Path, tmp_path: Path) -> None:
     shutil.copytree(folder, tmp_path / "good")

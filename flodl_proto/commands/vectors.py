@@ -99,7 +99,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     cannot be read or is not a vector file."""
     with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
         from ..interop.registry import NotImplementedOp
-        from ..interop.vectors import run_case, vector_folders
+        from ..interop.vectors import run_case, shown_id, vector_folders
 
     out = out or sys.stdout
     failed = unimplemented = ran = 0
@@ -123,10 +123,10 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
                 stats[key]["pass"] += 1
             except NotImplementedOp as e:
                 stats[key]["not implemented"] += 1
-                failures.append(f"{case.id}: op {e} not implemented")
+                failures.append(f"{shown_id(case.id)}: op {e} not implemented")
             except Exception as e:  # report every failure kind, keep going
                 stats[key]["fail"] += 1
-                failures.append(f"{case.id}: {type(e).__name__}: {e}")
+                failures.append(f"{shown_id(case.id)}: {type(e).__name__}: {e}")
         print(f"{root}", file=out)
         print(f"  {'file':<28} {'pass':>5} {'fail':>5} {'n/i':>5}", file=out)
         for key in sorted(stats):

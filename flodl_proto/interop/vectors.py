@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import SHOWN_CHARS, shown
 from ..spec import SUPPORTED_VERSIONS
 from .registry import (
     EXPECT_VALUES,
@@ -36,7 +37,7 @@ for _info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         importlib.import_module(f"{__package__}.{_info.name}")
 
 __all__ = ["Case", "VectorFileError", "iter_cases", "manifest_total", "run_case",
-           "vector_folders"]
+           "shown_id", "vector_folders"]
 
 
 class VectorFileError(ValueError):
@@ -140,7 +141,7 @@ def iter_cases(root: Path) -> Iterator[Case]:
                 if problem is None and case["id"] in first:
                     # reports name a case by its id: two of one id could not be told apart
                     where, at = first[case["id"]]
-                    problem = (f"{case['id']}: duplicate id, first at case {at}"
+                    problem = (f"{shown_id(case['id'])}: duplicate id, first at case {at}"
                                + ("" if where == path else f" of {where}"))
                 if problem is not None:
                     raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
@@ -157,16 +158,33 @@ def _case_problem(case: Any) -> str | None:
     problem = kind_problem(case, "id", "string")
     if problem is not None:
         return problem
+    case_id = shown_id(case["id"])
     problem = kind_problem(case, "op", "string")
     if problem is not None:
-        return f"{case['id']}: {problem}"
-    if case.get("expect") not in EXPECT_VALUES:
-        return (f"{case['id']}: expect {case.get('expect')!r} is not one of "
+        return f"{case_id}: {problem}"
+    if "expect" not in case:
+        return f"{case_id}: field 'expect' is missing"
+    if case["expect"] not in EXPECT_VALUES:
+        return (f"{case_id}: expect {shown(case['expect'])} is not one of "
                 + ", ".join(repr(e) for e in EXPECT_VALUES))
     if case["expect"] not in EXPECTS.get(case["op"], EXPECT_VALUES):
         return None  # run_case reports the outcome the op does not have, as a failed case
     problem = field_problem(case)
-    return None if problem is None else f"{case['id']}: {problem}"
+    return None if problem is None else f"{case_id}: {problem}"
+
+
+def shown_id(case_id: str) -> str:
+    """A case's id as a line names the case (``case 3: ID: duplicate id``, ``FAIL ID: ...``):
+    as it is, unless it is empty, longer than :data:`~flodl_proto.errors.SHOWN_CHARS`
+    characters, not printable or starts or ends with white space; then quoted as
+    :func:`~flodl_proto.errors.shown` quotes a value (``''``, ``'aaa...a' (5000
+    characters)``), so that the line still shows where the id ends.
+
+    No upstream counterpart: upstream's vector runner is its test suite."""
+    if (not case_id or len(case_id) > SHOWN_CHARS or not case_id.isprintable()
+            or case_id != case_id.strip()):
+        return shown(case_id)
+    return case_id
 
 
 def manifest_total(root: Path) -> int:
