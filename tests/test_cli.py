@@ -796,7 +796,7 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
       "--salt", "abc"),
      "--salt: session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
-      "--rounds", "-1"), "--rounds must be >= 1, got -1"),
+      "--rounds", "-1"), "--rounds must be in 1..1000000, got -1"),
     (("decode", "--pcap", "-"), "--pcap needs --port N"),
     (("demo", "--rounds", "0"), "--rounds must be in 1..1000000 for the demo (it also trains "
      "that many rounds in this process, for the reference loss), got 0"),

@@ -132,7 +132,8 @@ _SALT = "0" * 32
 
 @pytest.mark.parametrize(("args", "message"), [
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
-      "--rounds", "-" + _BIG), "--rounds must be >= 1, got <a negative integer of 16610 bits>"),
+      "--rounds", "-" + _BIG), "--rounds must be in 1..1000000, got <a negative integer of 16610 "
+     "bits>"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", _BIG, "--world-size", "1", "--salt", _SALT),
      "--rank must be in 0..0 (below --world-size), got <an integer of 16610 bits>"),
     (("controller", "--listen", "127.0.0.1:0", "--world-size", _BIG, "--salt", _SALT),
@@ -142,7 +143,7 @@ _SALT = "0" * 32
       _SALT, "--listen-port", _BIG), "listen port <an integer of 16610 bits> is out of range "
      "0..65535"),
     (("conform", "controller", "--launch", "true", "--jobs", "-" + _BIG),
-     "--jobs must be >= 1, got <a negative integer of 16610 bits>"),
+     "--jobs must be in 1..1024, got <a negative integer of 16610 bits>"),
     (("decode", "--protocol-version", _BIG), "argument --protocol-version: invalid choice: "
      "<an integer of 16610 bits> (choose from 2, 3)"),
     (("decode", "--pcap", "--port", _BIG), "argument --port: port <an integer of 16610 bits> "
@@ -160,6 +161,47 @@ def test_an_integer_of_thousands_of_digits_is_out_of_range(
     assert (code, out) == (2, "")
     assert err.splitlines()[-1].endswith(f": error: {message}")
     assert len(err.splitlines()[-1]) < 300
+
+
+_RANK = ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((*_RANK, "--rounds", "0"), "--rounds must be in 1..1000000, got 0"),
+    ((*_RANK, "--rounds", "1000001"), "--rounds must be in 1..1000000, got 1000001"),
+    ((*_RANK, "--rounds", _BIG), "--rounds must be in 1..1000000, got <an integer of 16610 bits>"),
+    # the largest is taken: the next check speaks
+    ((*_RANK, "--rounds", "1000000", "--payload-mib", "-1"),
+     "--payload-mib must be a finite number >= 0, got -1.0"),
+    (("conform", "controller", "--list", "--jobs", "0"), "--jobs must be in 1..1024, got 0"),
+    (("conform", "controller", "--list", "--jobs", "1025"), "--jobs must be in 1..1024, got 1025"),
+    (("conform", "controller", "--list", "--jobs", _BIG),
+     "--jobs must be in 1..1024, got <an integer of 16610 bits>"),
+], ids=["rounds-0", "rounds-above", "rounds-huge", "rounds-max", "jobs-0", "jobs-above",
+        "jobs-huge"])
+def test_rank_rounds_and_conform_jobs_are_bounded(
+        capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
+    """``rank --rounds`` and ``conform --jobs`` took any number above 0: a rank of 10^5000
+    rounds, a kit of 10^5000 jobs. They are in 1..1000000 (as ``demo --rounds``) and 1..1024,
+    as their help says."""
+    code, out, err = _run_main(capsys, *args)
+    prog = "flodl-proto rank" if args[0] == "rank" else "flodl-proto conform controller"
+    assert (code, out, err) == (2, "", f"{prog}: error: {message}\n")
+
+
+def test_conform_takes_1024_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "conform", "controller", "--list", "--jobs", "1024")
+    assert (code, err) == (0, "")
+    assert out
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    (("rank",), "rounds to run, 1 to 1000000 (default 5)"),
+    (("conform", "controller"), "each against its own target, 1 to 1024 (default"),
+])
+def test_the_help_states_the_bounds(
+        command: tuple[str, ...], words: str) -> None:
+    assert words in " ".join(_parser_of(*command).format_help().split())
 
 
 _NINES = "9" * 400
@@ -251,3 +293,10 @@ def test_an_invalid_choice_shows_a_long_value_by_its_ends(
     assert (code, out, err) == (
         2, "", f"{parser.format_usage()}{prog}: error: argument {option}: "
                f"{message.replace(repr(value), shown)}\n")
+
+
+def test_the_conformance_doc_states_the_jobs_bound() -> None:
+    from flodl_proto.commands.conform import JOBS_MAX
+    from flodl_proto.conform.doc import render_conformance_doc
+
+    assert f"`--jobs N` (cases in parallel, 1 to {JOBS_MAX}, each" in render_conformance_doc()

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from ..conform.catalogue import Case
     from ..conform.player import CaseResult
 
-__all__ = ["register"]
+__all__ = ["JOBS_MAX", "register"]
 
 _PROG = "flodl-proto conform"
 #: why the cases of an interrupted run were not run (the reports' reason)
@@ -73,6 +73,10 @@ _PLACEHOLDERS = {
     "controller": "{host} {port} {salt} {salt_file} {world_size} {version}",
     "relay": "{controller} {ranks} {world_size} {salt} {salt_file} {version} {listen_port}",
 }
+
+
+#: the most cases ``--jobs`` runs at once, each with a target process and ports of its own
+JOBS_MAX = 1024
 
 
 def _default_jobs() -> int:
@@ -108,8 +112,8 @@ def register(sub: Any) -> None:
         r.add_argument("--port-mux", action="store_true",
                        help="the target serves the port mux: run the cases that need it")
         r.add_argument("--jobs", type=whole_number, default=_default_jobs(), metavar="N",
-                       help="cases run at the same time, each against its own target "
-                            f"(default {_default_jobs()}: two per CPU, at most 4)")
+                       help="cases run at the same time, each against its own target, 1 to "
+                            f"{JOBS_MAX} (default {_default_jobs()}: two per CPU, at most 4)")
         r.add_argument("--junit", type=_report_path, metavar="PATH",
                        help="write JUnit XML to this file (missing parent folders are created; "
                             "not -: stdout carries the case lines)")
@@ -224,8 +228,8 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     except ProtocolError as e:
         return _usage(str(e), args)
-    if args.jobs < 1:
-        return _usage(f"--jobs must be >= 1, got {args.jobs}", args)
+    if not 1 <= args.jobs <= JOBS_MAX:
+        return _usage(f"--jobs must be in 1..{JOBS_MAX}, got {args.jobs}", args)
     if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
         return _usage(f"--junit {args.junit} and --json {args.json} are the same file (one "
                       "report would replace the other); give two paths", args)

@@ -10,9 +10,10 @@
 Round ``k`` (1-based) of rank ``r`` contributes :func:`synthetic_tensors` ``(r, k, M)`` with the
 realized-work mass ``(r + k) % 4`` (so some rounds have an idle rank). After each round it prints
 exactly ``round K digest <sha256 of the consensus frame's bytes>`` (64 lowercase hex digits), and
-exits 0 after ``K`` rounds. Ranks of one run print identical digests. ``K`` is at least 1
-(``--rounds 0`` is a bad command line, exit 2): a rank that leaves ends the run for every rank, as
-flodl does, so a rank joining for no round would only end the others' run. A relay that is not there
+exits 0 after ``K`` rounds. Ranks of one run print identical digests. ``K`` is 1 to 1000000
+(:data:`ROUNDS_MAX`, as ``demo --rounds``; ``--rounds 0`` is a bad command line, exit 2): a rank
+that leaves ends the run for every rank, as flodl does, so a rank joining for no round would only
+end the others' run. A relay that is not there
 yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once
 (``waiting for the relay: connect to HOST:PORT failed: ...; retrying every 0.5s, giving up after
 ~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
@@ -71,9 +72,11 @@ if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors 
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["mass_of", "register", "synthetic_tensors"]
+__all__ = ["ROUNDS_MAX", "mass_of", "register", "synthetic_tensors"]
 
 _MIB = 1 << 20
+#: the most rounds ``--rounds`` takes (as ``demo --rounds``)
+ROUNDS_MAX = 1_000_000
 
 
 def synthetic_tensors(rank: int, round_: int, payload_mib: float = 0.0
@@ -143,8 +146,8 @@ def register(sub: Any) -> None:
                    help="number of ranks in the whole run (every host)")
     add_salt_options(p)
     p.add_argument("--rounds", type=whole_number, default=5, metavar="K",
-                   help="rounds to run, at least 1 (default 5); then the rank leaves, which "
-                   "ends the run for every rank, as flodl does")
+                   help=f"rounds to run, 1 to {ROUNDS_MAX} (default 5); then the rank leaves, "
+                   "which ends the run for every rank, as flodl does")
     p.add_argument("--payload-mib", type=real_number, default=0.0, metavar="M",
                    help="add one f32 tensor of M MiB to every frame (default 0)")
     p.add_argument("--interval", type=real_number, default=0.0, metavar="SECONDS",
@@ -186,8 +189,9 @@ def run(args: argparse.Namespace) -> int:
         salt = cli_salt(args.salt, args.salt_file)
         addr = parse_addr(args.relay, field="--relay", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
-        if args.rounds < 1:  # a rank that leaves ends the run: zero rounds only ends others'
-            raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+        if not 1 <= args.rounds <= ROUNDS_MAX:  # a rank that leaves ends the run: zero rounds
+            # would only end the others'
+            raise ValueError(f"--rounds must be in 1..{ROUNDS_MAX}, got {args.rounds}")
         for option, value in (("--payload-mib", args.payload_mib), ("--interval", args.interval)):
             if not 0 <= value < math.inf:  # nan and inf too: no frame or pause of that size
                 raise ValueError(f"{option} must be a finite number >= 0, got {value}")

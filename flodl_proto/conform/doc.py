@@ -66,7 +66,7 @@ format spec, attribute or index is a bad command line).
 Options: `--version 2|3` (repeatable; default both), `--cases GLOB` (repeatable),
 `--level must|should`, `--timeout-scale X` (exported to the target as
 `FLODL_NET_TIMEOUT_SCALE`, and applied to the kit's waits that follow a target timeout),
-`--jobs N` (cases in parallel, each with its own target and ports), `--junit PATH`,
+`--jobs N` (cases in parallel, 1 to 1024, each with its own target and ports), `--junit PATH`,
 `--json PATH` (the JSON report: `role`, `interrupted`, the counts, `results`, `not_selected`
 and `not_run`; the reports of a run stopped early, by Ctrl-C, SIGTERM or a target that never
 started, hold the cases that ended and list the others as not run, JUnit `skipped`), `--list`
