@@ -121,3 +121,35 @@ def test_wheel_carries_spec_and_loads_it(tmp_path: Path) -> None:
     assert res.returncode == 1 and "up to date" not in res.stdout + res.stderr
     assert res.stderr.startswith(
         "flodl-proto docs: error: docs/protocol.md: out of date (spec: spec/wire.yaml)")
+
+
+#: what the tools and the usual set-ups leave in a checkout: virtual environments under their
+#: usual names, fuzz/run.sh's default work folder, mutmut's, coverage's, the tools' caches
+_LEFT_IN_A_CHECKOUT = (
+    ".venv/bin/python", ".ci/.venv/bin/python", ".venv-3.12/bin/python", "venv/bin/python",
+    "env/bin/python", "ENV/bin/python", "fuzz/.work/corpus/handshake/x", "mutants/x.py",
+    ".coverage", ".coverage.host.1234.567", "coverage.xml", "htmlcov/index.html",
+    ".hypothesis/examples/x", ".pytest_cache/v/x", ".mypy_cache/x", ".ruff_cache/x",
+    "flodl_proto/__pycache__/cli.cpython-311.pyc", "flodl_proto.egg-info/PKG-INFO",
+    "build/lib/x", "dist/x.whl", "fuzz/crash-0a1b",
+)
+
+
+def test_what_the_tools_leave_in_a_checkout_is_ignored() -> None:
+    """A venv named ``venv``, ``env`` or ``.venv-3.12`` (only ``.venv`` was ignored), the fuzz
+    work folder and the coverage files showed as untracked files; ``tools/mutate.sh`` copies a
+    checkout's untracked files, a whole venv included."""
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout, or no git")
+    res = subprocess.run([git, "check-ignore", "--no-index", "--verbose", "--non-matching",
+                          *_LEFT_IN_A_CHECKOUT], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    not_ignored = [line.split("\t")[1] for line in res.stdout.splitlines()
+                   if line.startswith("::")]
+    assert not_ignored == []
+    assert res.returncode == 0
+    # a package folder of that name is not a venv: only the top-level env/ and ENV/ are ignored
+    res = subprocess.run([git, "check-ignore", "--no-index", "flodl_proto/env/x.py"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout) == (1, "")
