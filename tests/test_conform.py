@@ -654,10 +654,40 @@ def test_cli_cases_left_out_by_the_version_are_counted(
     assert capsys.readouterr() == ("", (
         f"flodl-proto conform controller: error: no case selected: {portmux + 1} cases match "
         f"but are left out (needs --port-mux: {portmux}; needs --version 3: 1)\n"))
-    # the level filter is no version filter: a SHOULD-only run of a MUST case selects nothing
+    # a SHOULD-only run of a MUST case said only "no case selected"; the level is its reason,
+    # not the version (the level is checked first)
     assert main(["conform", "controller", "--version", "2", "--level", "should", "--cases",
                  "controller.hello.model-sigs-ignored", "--list"]) == 2
-    assert capsys.readouterr().err.endswith(": no case selected\n")
+    assert capsys.readouterr().err.endswith(": no case selected: 1 case matches but is left out "
+                                            "(needs --level must: 1)\n")
+
+
+def test_cli_cases_left_out_by_the_level_are_counted(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A --level that leaves out every matching case said only "no case selected", or named
+    only the other reasons; the level is counted as the version and the needs are."""
+    catalogue = load_catalogue()
+    level = {c.id: c.level for c in catalogue}
+    assert level["controller.portmux.status"] == "SHOULD"
+    assert level["controller.hello.model-sigs-ignored"] == "MUST"
+    assert level["controller.hello.v3-hello-at-v2"] == "MUST"
+    portmux = [c for c in catalogue if c.id.startswith("controller.portmux.")]
+    must = sum(1 for c in portmux if c.level == "MUST")
+    should = len(portmux) - must
+    assert must and should
+    for extra in (["--list"], ["--launch", "true"]):
+        assert main(["conform", "controller", "--level", "Should", "--cases",
+                     "controller.hello.model-sigs-ignored", *extra]) == 2
+        assert capsys.readouterr() == ("", (
+            "flodl-proto conform controller: error: no case selected: 1 case matches but is "
+            "left out (needs --level must: 1)\n"))
+    # with the other reasons: each case once, under the first reason that leaves it out
+    assert main(["conform", "controller", "--level", "must", "--cases", "controller.portmux.*",
+                 "--cases", "controller.hello.v3-hello-at-v2", "--version", "3", "--list"]) == 2
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto conform controller: error: no case selected: {len(portmux) + 1} cases "
+        f"match but are left out (needs --port-mux: {must}; needs --version 2: 1; needs "
+        f"--level should: {should})\n"))
 
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -243,13 +243,21 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
                                           patterns=args.cases, level=level,
                                           port_mux=args.port_mux)
     runs[:], skipped[:] = selected, not_selected
-    left_out = list(skipped)  # and, when no case runs, the cases of no --version asked for
+    # and, when no case runs, the cases of no --version asked for and of the other --level
+    left_out = list(skipped)
     if not runs:
         every_version, _ = select_cases(catalogue, role=role, versions=SUPPORTED_VERSIONS,
                                         patterns=args.cases, level=level,
                                         port_mux=args.port_mux)
         left_out += {c.id: (c, "needs --version " + " or ".join(map(str, c.versions)))
                      for c, _ in every_version}.values()
+        if level is not None:  # the level is checked first: such a case has no other reason
+            every_level, every_skipped = select_cases(
+                catalogue, role=role, versions=SUPPORTED_VERSIONS, patterns=args.cases,
+                port_mux=args.port_mux)
+            left_out += {c.id: (c, f"needs --level {c.level.lower()}")
+                         for c, _ in (*every_level, *every_skipped)
+                         if c.level != level}.values()
     if args.list:  # a selection of no case is the same usage error as for a run
         return _list(runs, skipped) if runs else _usage(_no_case(left_out), args)
     if not args.launch:
@@ -266,7 +274,7 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
 
 def _no_case(left_out: list[tuple[Case, str]]) -> str:
     """The usage error of a selection that runs no case, with what left out the cases it
-    matched (``needs --port-mux: 6; needs --version 3: 1``)."""
+    matched (``needs --port-mux: 6; needs --version 3: 1; needs --level must: 2``)."""
     if not left_out:
         return "no case selected"
     reasons = collections.Counter(why for _, why in left_out)
