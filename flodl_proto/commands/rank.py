@@ -13,17 +13,16 @@ exactly ``round K digest <sha256 of the consensus frame's bytes>`` (64 lowercase
 exits 0 after ``K`` rounds. Ranks of one run print identical digests. ``K`` is 1 to 1000000
 (:data:`ROUNDS_MAX`, as ``demo --rounds``; ``--rounds 0`` is a bad command line, exit 2): a rank
 that leaves ends the run for every rank, as flodl does, so a rank joining for no round would only
-end the others' run. A relay that is not there
-yet is retried every 0.5 s for about 30 s (x ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once
-(``waiting for the relay: connect to HOST:PORT failed: ...; retrying every 0.5s, giving up after
-~30s``). Exit 1 on a connection or protocol failure (one line on stderr: the relay could not be
-reached in that time too), 2 for a bad command line (one line, ``flodl-proto rank: error: ...``,
-e.g. a ``--frame-ceiling`` that is not a whole number of bytes from 25, the smallest RoundFrame
-(spec departure ``ceiling_floor``), to U32_MAX; the ceiling, default
-1 GiB, bounds a reply's length prefix and the one this rank writes: its whole frame, headers
-included, above it is refused before anything is sent, exit 1); output piped into a reader that
-stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a killed rank
-would).
+end the others' run. A relay that is not there yet is retried every 0.5 s for about 30 s (x
+``FLODL_NET_TIMEOUT_SCALE``), which stderr says once (``waiting for the relay: connect to HOST:PORT
+failed: ...; retrying every 0.5s, giving up after ~30s``). Exit 1 on a connection or protocol
+failure (one line on stderr: the relay could not be reached in that time too), 2 for a bad command
+line (one line, ``flodl-proto rank: error: ...``, e.g. a ``--frame-ceiling`` that is not a whole
+number of bytes from 25, the smallest RoundFrame (spec departure ``ceiling_floor``), to U32_MAX; the
+ceiling, default 1 GiB, bounds a reply's length prefix and the one this rank writes: its whole
+frame, headers included, above it is refused before anything is sent, exit 1); output piped into a
+reader that stops early (``| head -1``) ends the rank quietly with 141 (it leaves the run, as a
+killed rank would).
 
 The relay's host name is looked up at start-up, after the other checks of the command line and
 before the relay is dialled (a name that does not exist would otherwise be retried as a relay
