@@ -385,6 +385,11 @@ def test_demo_in_network_namespaces_shows_every_host_address_and_leaves_nothing(
                 timeout=170, env={"COLUMNS": "80"})  # the widest label beside a whole digest
     assert res.returncode == 0, res.stdout + res.stderr
     assert "network namespaces + bridge" in res.stdout
+    # said before the lab's start, which took seconds in silence
+    lines = res.stdout.splitlines()
+    started = lines.index("starting the network lab: 4 network namespaces and a bridge")
+    assert started < next(i for i, line in enumerate(lines)
+                          if line.startswith("controller listening on "))
     for address in ("198.18.0.1 ", "198.18.0.10 ", "198.18.0.11 ", "198.18.0.12 "):
         assert address in res.stdout, res.stdout
     digests = dict(_DIGEST.findall(res.stdout))

@@ -34,13 +34,13 @@ No child process outlives the demo. Every process runs at the demo's ``--log-lev
 DEBUG their log lines are copied to stderr as they come, each prefixed ``[NAME]``
 (:mod:`flodl_proto.commands._demo_logs`).
 
-With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller
-in a network namespace of its own at 198.18.0.1, each host's relay and ranks in one namespace per
-host (198.18.0.10, .11, ...), joined by a bridge; relays reach the controller over real
-interfaces, ranks reach their relay on the host's loopback. The summary shows every host's
-address. This needs root and ``ip`` (iproute2: the demo sets no ``tc`` or nftables rule); when
-the lab cannot run here the demo says why in one line and exits 2. The namespaces are removed on
-every exit path.
+With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller in
+a network namespace of its own at 198.18.0.1, each host's relay and ranks in one namespace per host
+(198.18.0.10, .11, ...), joined by a bridge; relays reach the controller over real interfaces, ranks
+reach their relay on the host's loopback. A line says when the lab starts (a few seconds before the
+first member); the summary shows every host's address. This needs root and ``ip`` (iproute2: the
+demo sets no ``tc`` or nftables rule); when the lab cannot run here the demo says why in one line
+and exits 2. The namespaces are removed on every exit path.
 """
 
 from __future__ import annotations
@@ -437,7 +437,9 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         if threading.current_thread() is threading.main_thread() else {}
     t_start = time.perf_counter()
     try:
-        if args.netns:
+        if args.netns:  # a few seconds (more on a busy machine) before the first member
+            console.print(f"starting the network lab: {args.hosts + 1} network namespaces and "
+                          "a bridge", markup=False, highlight=False, soft_wrap=True)
             res.lab = NetLab(args.hosts, _LAB_TOOLS).start()
         _drive(args, console, cluster, groups, kill, res, stop)
     except RuntimeError as e:  # LabError included
