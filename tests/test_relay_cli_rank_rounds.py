@@ -1,6 +1,6 @@
-"""``flodl-proto rank --rounds``: the relay's client runs at least one round. A rank that leaves
-ends the run for every rank (RankExit, as flodl), so ``--rounds 0`` (join, then leave at once)
-is refused before anything is dialed."""
+"""``flodl-proto rank --rounds``: the relay's client runs at least one round (and at most
+1000000). A rank that leaves ends the run for every rank (RankExit, as flodl), so ``--rounds 0``
+(join, then leave at once) is refused before anything is dialed."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_fewer_than_one_round_is_a_usage_error_and_nothing_is_dialed(rounds: str
         with pytest.raises(BlockingIOError):
             relay.accept()[0].close()  # a rank that joined, even for no round
     assert (res.returncode, res.stdout) == (2, "")
-    assert res.stderr == f"flodl-proto rank: error: --rounds must be >= 1, got {rounds}\n"
+    assert res.stderr == f"flodl-proto rank: error: --rounds must be in 1..1000000, got {rounds}\n"
 
 
 def test_the_help_says_at_least_one_round_and_why() -> None:
@@ -38,5 +38,5 @@ def test_the_help_says_at_least_one_round_and_why() -> None:
                          env={"COLUMNS": "400", "PATH": ""})
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.lstrip().startswith("--rounds K"))
-    assert ("rounds to run, at least 1 (default 5); then the rank leaves, which ends the run "
+    assert ("rounds to run, 1 to 1000000 (default 5); then the rank leaves, which ends the run "
             "for every rank, as flodl does") in line
