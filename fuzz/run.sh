@@ -74,16 +74,22 @@ interrupted() {
 # a foreground child returns, while `wait` returns when a trapped signal arrives; the signal is
 # then passed on to CMD (a background command ignores Ctrl-C's SIGINT: it gets SIGTERM)
 waited() {
-  local pid rc=0
+  local pid rc=0 watchdog=
   "$@" &
   pid=$!
-  # a signal that came before the fork: pass it on now
-  [ "$INTERRUPTED" -eq 0 ] || kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" || rc=$?
+  # (a signal that came before the fork is passed on below at once)
+  [ "$INTERRUPTED" -eq 1 ] || wait "$pid" || rc=$?
   while kill -0 "$pid" 2>/dev/null; do
     kill -TERM "$pid" 2>/dev/null || true
+    # a driver still there 10 s after the first SIGTERM is killed: libFuzzer's SIGTERM handler
+    # prints, and a driver stopped inside the allocator or stdio can hang there for good
+    if [ -z "$watchdog" ]; then
+      (sleep 10; kill -KILL "$pid" 2>/dev/null) > /dev/null 2>&1 < /dev/null &
+      watchdog=$!
+    fi
     rc=0; wait "$pid" || rc=$?
   done
+  [ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null || true
   return "$rc"
 }
 

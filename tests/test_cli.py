@@ -687,6 +687,48 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
     assert left.stdout == ""  # no driver runs on
 
 
+def test_fuzz_a_driver_that_does_not_end_on_sigterm_is_killed(tmp_path: Path) -> None:
+    """A stopped run waited for its driver to end after SIGTERM, and one that never ended (a
+    driver stopped inside the allocator can hang in libFuzzer's handler, which prints) held the
+    script for good; 10 s after the first SIGTERM the driver is killed. The driver here is a
+    stand-in that ignores SIGTERM (atheris is not needed: the stand-in says it is there)."""
+    import signal
+    import time
+
+    python = tmp_path / "python"
+    python.write_text(f"""#!/bin/sh
+if [ "$1" = fuzz/driver.py ]; then trap '' TERM; exec sleep 300; fi
+case "$2" in 'import atheris') exit 0 ;; esac
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(ROOT / "fuzz" / "run.sh"), "handshake", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,
+                            env={**os.environ, "PYTHON": str(python),
+                                 "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"],
+                             capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "the stand-in driver did not start"
+            time.sleep(0.1)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=40)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "fuzz: interrupted"
+    assert out.split()[0] == "handshake" and out.rstrip().endswith(" interrupted")
+    assert 9 < took < 30, took  # the 10 s grace, not the stand-in's 300 s
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+    assert left.stdout == ""
+
+
 def test_fuzz_help_says_all_n_is_per_target() -> None:
     res = _fuzz()
     assert res.returncode == 2
