@@ -386,6 +386,13 @@ _DEMO_LONG = ("demo", "--no-progress", "--world-size", "1", "--hosts", "1", "--p
               "--rounds", "100000")
 
 
+def _sighup_default() -> None:
+    """A child's SIGHUP at the default whatever pytest runs with: under ``nohup pytest`` the
+    children inherited it ignored, the demo rightly kept it so, and the tests' SIGHUP did
+    nothing (the demo ran until the test's timeout)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _demo_dirs(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.iterdir() if p.name.startswith("flodl-demo-"))
 
@@ -398,7 +405,8 @@ def test_sighup_of_a_running_demo_stops_it_and_removes_its_folder(tmp_path: Path
     marker = f"FLODL_DEMO_TEST_{os.getpid()}_{time.monotonic_ns()}"
     env = {**os.environ, "TMPDIR": str(tmp_path), marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0"}
     p = subprocess.Popen([sys.executable, "-m", "flodl_proto", *_DEMO_LONG], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_sighup_default)
     try:
         assert p.stdout is not None
         line = ""
@@ -430,7 +438,8 @@ def test_sighup_while_the_demo_loads_is_one_line_and_130(module: str, tmp_path: 
     its temporary folder made by then is removed): a SIGHUP ended it by the signal, silently."""
     res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGHUP", module, *_DEMO_LONG],
                          capture_output=True, text=True, timeout=90,
-                         env={**os.environ, "TMPDIR": str(tmp_path)})
+                         env={**os.environ, "TMPDIR": str(tmp_path)},
+                         preexec_fn=_sighup_default)
     assert (res.returncode, res.stderr) == (130, "flodl-proto demo: interrupted\n")
     assert _demo_dirs(tmp_path) == []
 
