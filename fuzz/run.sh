@@ -81,8 +81,9 @@ waited() {
   [ "$INTERRUPTED" -eq 1 ] || wait "$pid" || rc=$?
   while kill -0 "$pid" 2>/dev/null; do
     kill -TERM "$pid" 2>/dev/null || true
-    # a driver still there 10 s after the first SIGTERM is killed: libFuzzer's SIGTERM handler
-    # prints, and a driver stopped inside the allocator or stdio can hang there for good
+    # a driver still there 10 s after the first SIGTERM is killed: a driver has been seen to
+    # run on for hours after a SIGTERM during its start (cause not established; libFuzzer's
+    # SIGTERM handler prints, which a signal handler cannot do safely, is one candidate)
     if [ -z "$watchdog" ]; then
       (sleep 10; kill -KILL "$pid" 2>/dev/null) > /dev/null 2>&1 < /dev/null &
       watchdog=$!
