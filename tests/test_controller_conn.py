@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from flodl_proto.runner import _controller_conn as conn_mod
-from flodl_proto.runner import _netio
+from flodl_proto.runner import _netio_send
 
 
 @pytest.fixture
@@ -69,4 +69,4 @@ def test_a_failed_socket_leaves_everything(pair: tuple[socket.socket, socket.soc
     bufs = (b"head", memoryview(b"payload"))
     rest = conn_mod._write_direct(a, bufs, 11)
     assert b"".join(bytes(r) for r in rest) == b"headpayload"
-    assert rest == _netio.send_now(a, bufs)
+    assert rest == _netio_send.send_now(a, bufs)

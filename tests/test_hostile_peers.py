@@ -32,7 +32,7 @@ from flodl_proto.codec import (
 )
 from flodl_proto.errors import SchemaMismatch
 from flodl_proto.reduce import HostFold
-from flodl_proto.runner import _netio
+from flodl_proto.runner import _netio, _netio_send
 from flodl_proto.runner.relay import Relay
 
 from .cluster_util import (
@@ -191,7 +191,8 @@ def test_a_rank_that_stops_reading_delays_nobody_and_is_dropped_whole(
     small_relay_send_buffers(monkeypatch)
     # a write-stall deadline of 6 s: rank 1's reader has that long, even on a loaded machine;
     # and no TCP_USER_TIMEOUT within the test (it would reset rank 0's stalled connection)
-    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 6.0)
+    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 6.0)  # SO_SNDTIMEO
+    monkeypatch.setattr(_netio_send, "write_stall_timeout", lambda: 6.0)  # send_all's deadline
     monkeypatch.setattr(_netio, "keepalive_bound", lambda: 120.0)
     size = 256 << 10  # below the parallel fan-out size: the targets are written in turn
     with FakeController() as ctrl:
@@ -268,7 +269,7 @@ def test_write_to_each_writes_live_peers_before_waiting_on_stalled_ones() -> Non
         seen.append((ident, ready))
 
     try:
-        written = _netio.write_to_each([(i, pairs[i][0]) for i in range(3)], prefix, payload,
+        written = _netio_send.write_to_each([(i, pairs[i][0]) for i in range(3)], prefix, payload,
                                        failed)
         assert written == 20
         assert sorted(seen) == [(0, 20), (2, 20)]
@@ -352,7 +353,7 @@ def test_a_controller_record_cut_by_a_full_socket_is_not_overtaken() -> None:
     reports: list[Written] = []
     try:
         assert not conn.write_now(SendTo(0, tuple(big), SendKind.BROADCAST,
-                                         _netio.buffers_nbytes(big), 1))
+                                         _netio_send.buffers_nbytes(big), 1))
         assert conn.queued == 1
         assert not conn.write_now(SendTo(0, tuple(small), SendKind.DECLARE_DEAD, 35))
         assert conn.queued == 2
@@ -503,7 +504,7 @@ def test_host_frames_cut_by_a_full_upstream_leave_whole_and_in_order(
 
 _SIGPIPE_PROBE = r"""
 import signal, socket, sys
-from flodl_proto.runner import _netio
+from flodl_proto.runner import _netio_send
 from flodl_proto.runner._controller_conn import _write_direct
 from flodl_proto.runner.status_http import serve_status
 
@@ -517,10 +518,10 @@ def status(s):
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a program that wants `| head` quiet does
 results = []
 for name, write in (
-    ("send_all", lambda s: _netio.send_all(s, [b"x" * 10])),
-    ("send_now", lambda s: _netio.send_now(s, [b"x" * 10])),
-    ("send_at_once", lambda s: _netio.send_at_once(s, [b"x" * 10], 10)),
-    ("write_to_each", lambda s: _netio.write_to_each(
+    ("send_all", lambda s: _netio_send.send_all(s, [b"x" * 10])),
+    ("send_now", lambda s: _netio_send.send_now(s, [b"x" * 10])),
+    ("send_at_once", lambda s: _netio_send.send_at_once(s, [b"x" * 10], 10)),
+    ("write_to_each", lambda s: _netio_send.write_to_each(
         [(0, s)], b"x", memoryview(b"y" * 9), lambda i, e: results.append(type(e).__name__))),
     ("write_direct", lambda s: _write_direct(s, (b"x" * 10,), 10)),
     ("status", status),

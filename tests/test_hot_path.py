@@ -26,7 +26,8 @@ from flodl_proto.codec.loopback import decode_framed_round_or_eos, encode_framed
 from flodl_proto.codec.round_frame import round_frame_pieces
 from flodl_proto.errors import AuthenticationError, LimitExceeded
 from flodl_proto.reduce import HostFold
-from flodl_proto.runner._netio import HASH_STEP, MacRange, MacWorker, recv_hashing_into
+from flodl_proto.runner._macworker import MacWorker
+from flodl_proto.runner._netio_recv import HASH_STEP, MacRange, recv_hashing_into
 
 SALT = bytes(range(16))
 

@@ -1,7 +1,7 @@
-"""Socket plumbing (runner/_netio.py) over real loopback sockets: the write-stall deadline covers
-a whole record, record buffers grow without a chunk-sized temporary, TCP keepalive is on for
-every data-channel socket (an addition to upstream), and a connection the kernel gave up on is
-reported as :class:`PeerTimedOut`, not as a poll timeout.
+"""Socket plumbing (runner/_netio.py, _netio_recv.py, _netio_send.py) over real loopback sockets:
+the write-stall deadline covers a whole record, record buffers grow without a chunk-sized
+temporary, TCP keepalive is on for every data-channel socket (an addition to upstream), and a
+connection the kernel gave up on is reported as :class:`PeerTimedOut`, not as a poll timeout.
 
 Ephemeral ports only; ``FLODL_NET_TIMEOUT_SCALE=0.1`` (conftest); every wait has a deadline.
 """
@@ -19,16 +19,15 @@ import pytest
 
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN
 from flodl_proto.errors import TruncatedInput
-from flodl_proto.runner import _netio
+from flodl_proto.runner import _netio, _netio_recv, _netio_send
 from flodl_proto.runner._netio import (
     PeerTimedOut,
     configure_socket,
-    grow_zeroed,
     keepalive_bound,
     keepalive_settings,
-    recv_exact_into,
-    send_all,
 )
+from flodl_proto.runner._netio_recv import grow_zeroed, recv_exact_into
+from flodl_proto.runner._netio_send import send_all
 from flodl_proto.spec import SPEC
 
 TRICKLE = 64 << 10  # bytes the slow peer reads at a time
@@ -190,7 +189,7 @@ class _ScriptedSocket:
 
 
 class _Clock:
-    """``time`` for _netio: ``monotonic`` returns the scripted instants, counting the reads."""
+    """``time`` for _netio_recv: ``monotonic`` returns the scripted instants, counting the reads."""
 
     def __init__(self, *instants: float) -> None:
         self.instants = list(instants)
@@ -210,13 +209,13 @@ def test_recv_exact_reads_the_clock_only_when_a_wait_may_need_it(
     stop = threading.Event()
     for committed, reads in ((False, 0), (True, 1)):
         clock = _Clock(0.0)
-        monkeypatch.setattr(_netio, "time", clock)
+        monkeypatch.setattr(_netio_recv, "time", clock)
         view = memoryview(bytearray(4))
         assert recv_exact_into(_ScriptedSocket([b"abcd"]), view, stop=stop,  # type: ignore[arg-type]
                                committed=committed, starvation=60.0) == 4
         assert bytes(view) == b"abcd" and clock.reads == reads
     clock = _Clock(0.0, 1.0, 60.5, 61.5)
-    monkeypatch.setattr(_netio, "time", clock)
+    monkeypatch.setattr(_netio_recv, "time", clock)
     sock = _ScriptedSocket([b"ab", None, None])
     with pytest.raises(TruncatedInput) as ei:
         recv_exact_into(sock, memoryview(bytearray(4)), stop=stop,  # type: ignore[arg-type]
@@ -227,13 +226,13 @@ def test_recv_exact_reads_the_clock_only_when_a_wait_may_need_it(
     assert clock.instants == [] and sock.script == []
     # a scaled starvation (FLODL_NET_TIMEOUT_SCALE) below a second is shown as it is, not as 0s
     clock = _Clock(0.0, 0.7)
-    monkeypatch.setattr(_netio, "time", clock)
+    monkeypatch.setattr(_netio_recv, "time", clock)
     with pytest.raises(TruncatedInput) as ei:
         recv_exact_into(_ScriptedSocket([None]), memoryview(bytearray(4)),  # type: ignore[arg-type]
                         stop=stop, committed=True, starvation=0.6)
     assert str(ei.value) == "relay_mux: committed read starved mid-frame for 0.6s (0 of 4 bytes)"
     clock = _Clock(5.0, 6.0)  # not committed: no starvation before the first byte
-    monkeypatch.setattr(_netio, "time", clock)
+    monkeypatch.setattr(_netio_recv, "time", clock)
     sock = _ScriptedSocket([None, None, b"x", None, b"yz"])
     view = memoryview(bytearray(3))
     assert recv_exact_into(sock, view, stop=stop, starvation=60.0) == 3  # type: ignore[arg-type]
@@ -255,8 +254,8 @@ def test_send_now_writes_a_small_record_in_one_call(pair: tuple[socket.socket, s
 
     sock = Counting(fileno=tx.detach())
     try:
-        assert _netio.send_now(sock, [b"head", memoryview(b"payload"), b"tag"]) == []
-        assert calls == [socket.MSG_DONTWAIT | _netio.NO_SIGPIPE]
+        assert _netio_send.send_now(sock, [b"head", memoryview(b"payload"), b"tag"]) == []
+        assert calls == [socket.MSG_DONTWAIT | _netio_send.NO_SIGPIPE]
         got = bytearray(14)
         assert recv_exact_into(rx, memoryview(got)) == 14
         assert bytes(got) == b"headpayloadtag"
@@ -271,12 +270,12 @@ def test_send_now_never_waits_and_returns_what_is_left(
     (for the writer thread); the bytes written plus the rest are the record, in order."""
     tx, _rx = pair
     record = bytes(range(256)) * 4096  # 1 MiB, far above both 4 KiB buffers
-    rest = _netio.send_now(tx, [record[:1000], memoryview(record)[1000:]])
+    rest = _netio_send.send_now(tx, [record[:1000], memoryview(record)[1000:]])
     left = sum(b.nbytes for b in rest)
     assert 0 < left < len(record)
     assert b"".join(bytes(b) for b in rest) == record[len(record) - left:]
     tx.close()
-    rest2 = _netio.send_now(tx, [b"x"])  # a closed socket: no exception, nothing written
+    rest2 = _netio_send.send_now(tx, [b"x"])  # a closed socket: no exception, nothing written
     assert [bytes(b) for b in rest2] == [b"x"]
 
 
@@ -285,21 +284,21 @@ def test_advance_skips_written_buffers_and_keeps_the_tail_of_a_partial_one() -> 
     buffer, exactly on a boundary, and across several buffers."""
     data = [b"abcd", b"ef", b"ghijk"]
     bufs = [memoryview(b) for b in data]
-    i = _netio._advance(bufs, 0, 0)  # nothing sent
+    i = _netio_send._advance(bufs, 0, 0)  # nothing sent
     assert i == 0 and [bytes(b) for b in bufs] == [b"abcd", b"ef", b"ghijk"]
-    i = _netio._advance(bufs, i, 3)  # inside the first buffer
+    i = _netio_send._advance(bufs, i, 3)  # inside the first buffer
     assert i == 0 and [bytes(b) for b in bufs[i:]] == [b"d", b"ef", b"ghijk"]
     assert bufs[0].obj is data[0]  # a view of the caller's bytes, not a copy
-    i = _netio._advance(bufs, i, 3)  # the first buffer's tail, then exactly the second
+    i = _netio_send._advance(bufs, i, 3)  # the first buffer's tail, then exactly the second
     assert i == 2 and [bytes(b) for b in bufs[i:]] == [b"ghijk"]
-    i = _netio._advance(bufs, i, 2)
+    i = _netio_send._advance(bufs, i, 2)
     assert i == 2 and [bytes(b) for b in bufs[i:]] == [b"ijk"]
-    i = _netio._advance(bufs, i, 3)  # the rest
+    i = _netio_send._advance(bufs, i, 3)  # the rest
     assert i == 3 and bufs[i:] == []
     bufs = [memoryview(b) for b in data]
-    assert _netio._advance(bufs, 0, 9) == 2  # across two boundaries into the third
+    assert _netio_send._advance(bufs, 0, 9) == 2  # across two boundaries into the third
     assert bytes(bufs[2]) == b"jk"
-    assert _netio._advance(bufs, 1, 0) == 1  # a zero-byte send changes nothing
+    assert _netio_send._advance(bufs, 1, 0) == 1  # a zero-byte send changes nothing
 
 
 @pytest.mark.parametrize("parallel_min", [PARALLEL_MAC_MIN, 1],
@@ -321,7 +320,7 @@ def test_read_record_into_feeds_each_range_once(
     head, inner = hmac.new(salt, digestmod="sha256"), hmac.new(salt, digestmod="sha256")
     head.update(record[:start])  # a range that starts before `start`: those bytes were fed
     ranges = [(head, 10, size), (inner, start, size - 8)]
-    view, got = _netio.read_record_into(b, buf, size, ranges, start=start, grow_step=1 << 20,
+    view, got = _netio_recv.read_record_into(b, buf, size, ranges, start=start, grow_step=1 << 20,
                                         parallel_min=parallel_min)
     assert got == size - cut and len(buf) == size
     assert bytes(view[:got]) == record[:got]
@@ -349,7 +348,7 @@ def test_recv_exact_with_least_returns_once_that_much_is_in(
     view = memoryview(bytearray(10))
     sock = _AskedSocket([b"abcdef", b"gh"])
     clock = _Clock()
-    monkeypatch.setattr(_netio, "time", clock)
+    monkeypatch.setattr(_netio_recv, "time", clock)
     assert recv_exact_into(sock, view, least=4) == 6  # type: ignore[arg-type]
     assert sock.asked == [10] and bytes(view[:6]) == b"abcdef" and sock.script == [b"gh"]
     assert clock.reads == 0
@@ -370,7 +369,7 @@ def test_recv_exact_with_least_returns_once_that_much_is_in(
 
 
 class _Ticking:
-    """``time`` for _netio whose every ``monotonic`` read is 100 s after the last one (so any
+    """``time`` for _netio_recv whose every ``monotonic`` read is 100 s after the last one (so any
     wait after progress exceeds a 60 s starvation bound)."""
 
     def __init__(self) -> None:
@@ -392,9 +391,9 @@ def test_a_starved_unit_counts_the_units_bytes_not_the_read_steps(
         step: int, got: int) -> None:
     """``mux.starved`` names how many of the record's (or frame's) bytes arrived and its
     length: a 1 GiB record starved after 10 bytes of a step said "10 of 4194304 bytes"."""
-    monkeypatch.setattr(_netio, "time", _Ticking())
+    monkeypatch.setattr(_netio_recv, "time", _Ticking())
     with pytest.raises(TruncatedInput) as ei:
-        _netio.read_record_into(_ScriptedSocket(script), bytearray(size),  # type: ignore[arg-type]
+        _netio_recv.read_record_into(_ScriptedSocket(script), bytearray(size),  # type: ignore[arg-type]
                                 size, [], start=start, stop=threading.Event(),
                                 starvation=60.0, step=step)
     assert ei.value.error_id == "mux.starved"

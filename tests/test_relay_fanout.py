@@ -27,7 +27,7 @@ from flodl_proto.codec import (
     encode_frame_record,
 )
 from flodl_proto.errors import AuthenticationError
-from flodl_proto.runner import _netio
+from flodl_proto.runner import _netio, _netio_send
 from flodl_proto.runner.relay import Relay
 from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream, UpstreamReader
 
@@ -245,7 +245,8 @@ def test_a_rank_that_reads_nothing_does_not_hold_up_the_end_of_a_cut_stream(
     closed before the writers are joined: abort / commit return (the write fails) instead of
     waiting out the write-stall deadline (raised here out of reach), rank 10 gets its part, and
     rank 11's end holds a strict prefix without the tag."""
-    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)
+    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)  # SO_SNDTIMEO
+    monkeypatch.setattr(_netio_send, "write_stall_timeout", lambda: 3600.0)  # send_all's deadline
     fast_r, fast_w = socket.socketpair()
     slow_w, slow_r = _unread_pair()
     got = bytearray()
@@ -441,7 +442,8 @@ def test_a_failed_forwarded_broadcast_ends_the_relay_while_its_ranks_read_nothin
     from flodl_proto.errors import TruncatedInput
 
     small_relay_send_buffers(monkeypatch)
-    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)
+    monkeypatch.setattr(_netio, "write_stall_timeout", lambda: 3600.0)  # SO_SNDTIMEO
+    monkeypatch.setattr(_netio_send, "write_stall_timeout", lambda: 3600.0)  # send_all's deadline
     monkeypatch.setattr(_netio, "keepalive_bound", lambda: 3600.0)
     record, payload = _big_broadcast()
     if fault == "bad record tag":

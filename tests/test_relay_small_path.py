@@ -27,7 +27,7 @@ from flodl_proto.errors import ProtocolError
 from flodl_proto.reduce import HostFold, bf16_from_f32, host_fold
 from flodl_proto.reduce import _kernels as K
 from flodl_proto.reduce.host_fold import _LayoutPlan, _SmallPlan
-from flodl_proto.runner import _netio
+from flodl_proto.runner import _netio_recv, _netio_send
 
 SALT = bytes(range(16))
 F32, BF16 = 0, 1
@@ -546,31 +546,31 @@ def test_skip_drops_exactly_the_bytes_sent() -> None:
     bufs: list[Any] = [b"abc", memoryview(b"defg"), bytearray(b""), np.arange(3, dtype="<u2")]
     whole = b"".join(bytes(memoryview(b).cast("B")) for b in bufs)
     for sent in range(len(whole) + 1):
-        rest = _netio.skip_sent(bufs, sent)
+        rest = _netio_send.skip_sent(bufs, sent)
         assert b"".join(bytes(r) for r in rest) == whole[sent:]
-    assert _netio.skip_sent(bufs, 0) is bufs
-    assert _netio.buffers_nbytes(bufs) == len(whole) == 13
+    assert _netio_send.skip_sent(bufs, 0) is bufs
+    assert _netio_send.buffers_nbytes(bufs) == len(whole) == 13
 
 
 def test_send_at_once_writes_whole_or_reports_what_it_wrote() -> None:
     a, b = socket.socketpair()
     try:
         bufs: list[Any] = [b"\x01\x02", memoryview(np.arange(100, dtype="<f4")).cast("B")]
-        n = _netio.buffers_nbytes(bufs)
-        assert _netio.send_at_once(a, bufs, n) == n
+        n = _netio_send.buffers_nbytes(bufs)
+        assert _netio_send.send_at_once(a, bufs, n) == n
         got = b""
         while len(got) < n:
             got += b.recv(n - len(got))
         assert got == b"".join(bytes(x) for x in bufs)
-        many: list[Any] = [b"x"] * (_netio.DIRECT_IOVECS + 1)
-        assert _netio.send_at_once(a, many, len(many)) == 0  # left to the general write
+        many: list[Any] = [b"x"] * (_netio_send.DIRECT_IOVECS + 1)
+        assert _netio_send.send_at_once(a, many, len(many)) == 0  # left to the general write
         # a full send buffer: part (or nothing) now, the rest by send_all, bytes in order
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         big: list[Any] = [bytes(range(256)) * 4096]
-        sent = _netio.send_at_once(a, big, len(big[0]))
+        sent = _netio_send.send_at_once(a, big, len(big[0]))
         assert 0 <= sent < len(big[0])
         b.close()
-        assert _netio.send_at_once(a, [b"more"], 4) == 0  # a failed socket: no raise
+        assert _netio_send.send_at_once(a, [b"more"], 4) == 0  # a failed socket: no raise
     finally:
         a.close()
         b.close()
@@ -586,7 +586,7 @@ def _drain(sock: socket.socket, n: int) -> bytes:
     return got
 
 
-@pytest.mark.parametrize("size", [100, _netio.PARALLEL_FAN_OUT_MIN])
+@pytest.mark.parametrize("size", [100, _netio_send.PARALLEL_FAN_OUT_MIN])
 def test_write_to_each_writes_every_peer_and_reports_a_failed_one(size: int) -> None:
     """Below the parallel size one after the other, from it one thread per peer after the
     first: each live peer gets prefix + payload, a closed one is reported and counts nothing."""
@@ -604,7 +604,7 @@ def test_write_to_each_writes_every_peer_and_reports_a_failed_one(size: int) -> 
     for t in readers:
         t.start()
     try:
-        written = _netio.write_to_each([(i, pairs[i][0]) for i in range(3)], prefix, payload,
+        written = _netio_send.write_to_each([(i, pairs[i][0]) for i in range(3)], prefix, payload,
                                        lambda ident, err: failed.append(ident))
         for t in readers:
             t.join()
@@ -617,7 +617,7 @@ def test_write_to_each_writes_every_peer_and_reports_a_failed_one(size: int) -> 
             b.close()
 
 
-@pytest.mark.parametrize("n", [64, _netio.PARALLEL_MAC_MIN])
+@pytest.mark.parametrize("n", [64, _netio_recv.PARALLEL_MAC_MIN])
 def test_read_frame_into_gives_the_plans_premac(n: int) -> None:
     data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
     a, b = socket.socketpair()
@@ -625,13 +625,13 @@ def test_read_frame_into_gives_the_plans_premac(n: int) -> None:
         t = threading.Thread(target=a.sendall, args=(data,))
         t.start()
         view = memoryview(bytearray(n))
-        got, premac = _netio.read_frame_into(b, view, SALT)
+        got, premac = _netio_recv.read_frame_into(b, view, SALT)
         t.join()
         assert got == n and bytes(view) == data
         assert premac == frame_premac(data, SALT)
         a.sendall(data[:10])
         a.close()
-        got, _ = _netio.read_frame_into(b, memoryview(bytearray(n)), SALT)
+        got, _ = _netio_recv.read_frame_into(b, memoryview(bytearray(n)), SALT)
         assert got == 10  # cut short: the caller sees fewer bytes
     finally:
         a.close()

@@ -18,11 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from flodl_proto.runner._netio import (
-    keepalive_settings,
-    reduce_read_deadline,
-    write_stall_timeout,
-)
+from flodl_proto.runner._netio import keepalive_settings, reduce_read_deadline, write_stall_timeout
 from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay

@@ -24,15 +24,8 @@ from ..codec.stream import MuxStream
 from ..fsm.events import RoundScattered, SendKind, SendTo
 from ..spec import CONTROLLER_BROADCAST_BACKLOG
 from . import stages
-from ._netio import (
-    DIRECT_WRITE_MAX,
-    NOW_FLAGS,
-    _advance,
-    _flatten,
-    send_all,
-    send_now,
-    shutdown_quietly,
-)
+from ._netio import shutdown_quietly
+from ._netio_send import DIRECT_WRITE_MAX, NOW_FLAGS, _advance, _flatten, send_all, send_now
 
 log = logging.getLogger("flodl_proto.runner.controller")
 
@@ -119,7 +112,7 @@ class Conn:
 
     def write_now(self, send: SendTo) -> bool | None:
         """Write ``send`` with one non-blocking ``sendmsg`` when nothing is queued before it and
-        it is at most :data:`~flodl_proto.runner._netio.DIRECT_WRITE_MAX` bytes; else queue it
+        it is at most :data:`~flodl_proto.runner._netio_send.DIRECT_WRITE_MAX` bytes; else queue it
         (or what that write left) for the writer. Returns True when it was written whole, False
         when it was queued, None when it is a Broadcast and the connection already has
         :data:`~flodl_proto.spec.CONTROLLER_BROADCAST_BACKLOG` Broadcasts unwritten (nothing
@@ -186,7 +179,7 @@ _DIRECT_BUFFERS = 64
 
 def _write_direct(sock: socket.socket, buffers: tuple[BytesLike, ...],
                   nbytes: int) -> list[memoryview]:
-    """:func:`~flodl_proto.runner._netio.send_now` of ``buffers`` (``nbytes`` in all): what is
+    """:func:`~flodl_proto.runner._netio_send.send_now` of ``buffers`` (``nbytes`` in all): what is
     left (empty: everything was written). A record of a few buffers is first offered to one
     non-blocking ``sendmsg`` as it is (a small record leaves whole in it); only what that call
     left goes through ``send_now``'s buffer walk."""

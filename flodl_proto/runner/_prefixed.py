@@ -27,7 +27,7 @@ from ..codec.auth import PARALLEL_MAC_MIN, Premac
 from ..codec.loopback import decode_len_prefix_or_eos
 from ..codec.plans import frame_macs, frame_premac
 from ..spec import LEN_PREFIX_LEN
-from ._netio import read_frame_into, read_record_into, recv_exact_into
+from ._netio_recv import read_frame_into, read_record_into, recv_exact_into
 
 __all__ = ["AFTER_PREFIX", "MOVING", "ONE_READ", "Head", "PrefixedReader"]
 
@@ -83,11 +83,11 @@ class PrefixedReader:
             expect: the frame's expected length (bytes; -1: unknown).
             ceiling: the frame ceiling (bytes): a larger prefix is an error.
             starvation: the committed-read bound (seconds), as :func:`~flodl_proto.runner.
-                _netio.recv_exact_into`.
+                _netio_recv.recv_exact_into`.
 
         Raises:
             LimitExceeded (remote): the prefix exceeds ``ceiling``.
-            everything :func:`~flodl_proto.runner._netio.recv_exact_into` raises.
+            everything :func:`~flodl_proto.runner._netio_recv.recv_exact_into` raises.
         """
         carry = self._carry
         one = 0 <= expect and LEN_PREFIX_LEN + expect < PARALLEL_MAC_MIN
@@ -134,7 +134,7 @@ class PrefixedReader:
         truncation instead of using it).
 
         Raises:
-            everything :func:`~flodl_proto.runner._netio.recv_exact_into` raises.
+            everything :func:`~flodl_proto.runner._netio_recv.recv_exact_into` raises.
         """
         blob, n, got = head
         size = LEN_PREFIX_LEN + n

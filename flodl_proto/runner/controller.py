@@ -14,7 +14,7 @@ Threads (all named ``flodl-controller-*``, none daemon, all joined by :meth:`shu
 * one *reader* per data connection: reads the magic, then each record's 25-byte header (checked
   at once: magic, version, ``payload_len`` against the frame ceiling and, for the first record,
   the largest legal Hello), then the payload into a reused buffer grown as bytes arrive, hashed
-  as it arrives (:func:`~flodl_proto.runner._netio.read_record_into`); the connection's
+  as it arrives (:func:`~flodl_proto.runner._netio_recv.read_record_into`); the connection's
   :class:`~flodl_proto.codec.stream.MuxStream` verifies the tags, and the reader itself runs
   the core on the events (one core lock) and executes its actions, the round's reduce included;
 * one *writer* per data connection: a record of up to 1 MiB is written by the thread that
@@ -100,12 +100,7 @@ from ._controller_conn import (
     Wake,
     Written,
 )
-from ._netio import (
-    configure_socket,
-    format_addr,
-    parse_addr,
-    shutdown_quietly,
-)
+from ._netio import configure_socket, format_addr, parse_addr, shutdown_quietly
 from ._port_mux import PortMux, peek_timeout
 from .checkpoint import write_checkpoint
 from .relay_reader import read_relay_connection

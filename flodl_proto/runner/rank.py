@@ -63,17 +63,16 @@ from ..spec import (
 )
 from . import stages
 from ._netio import (
-    HASH_STEP,
     configure_socket,
     connect_with_retry,
     handshake_read_timeout,
     parse_addr,
-    recv_exact_into,
     reduce_read_deadline,
-    send_all,
     set_timeouts,
     write_stall_timeout,
 )
+from ._netio_recv import HASH_STEP, recv_exact_into
+from ._netio_send import send_all
 from ._prefixed import PrefixedReader
 from ._rank_payloads import (
     F32,

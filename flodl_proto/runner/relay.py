@@ -74,11 +74,9 @@ from ..spec import (
 )
 from . import stages
 from ._netio import (
-    DIRECT_WRITE_MAX,
     PeerTimedOut,
     ReadDeadlinePassed,
     Stopped,
-    buffers_nbytes,
     committed_read_starvation,
     configure_socket,
     connect_with_retry,
@@ -86,11 +84,15 @@ from ._netio import (
     handshake_read_timeout,
     parse_addr,
     poll_interval,
-    recv_exact_into,
+    shutdown_quietly,
+)
+from ._netio_recv import recv_exact_into
+from ._netio_send import (
+    DIRECT_WRITE_MAX,
+    buffers_nbytes,
     send_all,
     send_at_once,
     send_now,
-    shutdown_quietly,
     skip_sent,
     write_to_each,
 )

@@ -18,7 +18,7 @@ closes every rank the stream wrote to (their streams are cut inside a frame: spe
 Each rank is written by a thread of its own under the write-stall deadline (a rank that reads
 slowly, or not at all, delays neither the reader nor the other ranks); a failed or stalled
 write calls the caller's ``failed`` hook, as the whole-record fan-out does
-(:func:`~flodl_proto.runner._netio.write_to_each`, departure ``broadcast_write_failure``).
+(:func:`~flodl_proto.runner._netio_send.write_to_each`, departure ``broadcast_write_failure``).
 No tensor byte is copied: the writers send views of the record buffer the reader fills, and
 every writer has finished when :meth:`~BroadcastStream.commit` or
 :meth:`~BroadcastStream.abort` returns, so the buffer may be reused for the next record.
@@ -41,15 +41,9 @@ from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.mux import MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
 from ..codec.plans import record_macs
 from ..spec import MUX_HEADER_LEN
-from ._netio import (
-    HASH_STEP,
-    Stopped,
-    read_record_into,
-    recv_exact_into,
-    send_all,
-    shutdown_quietly,
-    write_stall_timeout,
-)
+from ._netio import Stopped, shutdown_quietly, write_stall_timeout
+from ._netio_recv import HASH_STEP, read_record_into, recv_exact_into
+from ._netio_send import send_all
 
 __all__ = ["CUT_THROUGH_MIN", "FORWARD_STEP", "BroadcastStream", "UpstreamReader"]
 
@@ -242,12 +236,12 @@ class UpstreamReader:
     def read(self, sock: socket.socket, starvation: float | None) -> MuxRecord | None:
         """Read one record; None at the end of the stream (inside the header: a clean end;
         inside the payload: the codec's decode says which). ``starvation``: the committed-read
-        starvation bound (seconds), as :func:`~flodl_proto.runner._netio.recv_exact_into`.
+        starvation bound (seconds), as :func:`~flodl_proto.runner._netio_recv.recv_exact_into`.
 
         Raises:
             Stopped: the stream ended inside the record after the stop flag was set (the
                 relay's own shutdown cut it, not the peer).
-            every error of :func:`~flodl_proto.runner._netio.read_record_into` and of the
+            every error of :func:`~flodl_proto.runner._netio_recv.read_record_into` and of the
             codec's ``read_mux_record_or_eos`` (a bad tag: AuthenticationError).
         """
         hv = self._header

@@ -80,11 +80,11 @@ class RankBlobReader:
         bytes of it that arrived (``got < n``: the stream ended inside it), ``premac`` the MAC
         of its bytes before the last 8 (None unless every byte arrived and ``n > 8``; the
         decoder then reports the truncation). ``starvation``: the committed-read bound, as
-        :func:`~flodl_proto.runner._netio.recv_exact_into`.
+        :func:`~flodl_proto.runner._netio_recv.recv_exact_into`.
 
         Raises:
             LimitExceeded (remote): the prefix exceeds the ceiling.
-            everything :func:`~flodl_proto.runner._netio.recv_exact_into` raises.
+            everything :func:`~flodl_proto.runner._netio_recv.recv_exact_into` raises.
         """
         reader = self._reader
         head = reader.head(sock, self._expect, self._ceiling, starvation)

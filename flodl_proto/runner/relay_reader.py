@@ -29,14 +29,9 @@ from ..codec.plans import record_macs
 from ..codec.stream import MuxStream, StreamEvent
 from ..errors import ProtocolError
 from ..spec import CHANNEL_MAGIC_LEN, MUX_HEADER_LEN, READ_CHUNK
-from ._netio import (
-    MacWorker,
-    PeerTimedOut,
-    Stopped,
-    committed_read_starvation,
-    read_record_into,
-    recv_exact_into,
-)
+from ._macworker import MacWorker
+from ._netio import PeerTimedOut, Stopped, committed_read_starvation
+from ._netio_recv import read_record_into, recv_exact_into
 
 __all__ = ["POOL_PER_CONN", "BufferPool", "read_relay_connection"]
 

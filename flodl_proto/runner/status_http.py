@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._netio import NO_SIGPIPE
+from ._netio_send import NO_SIGPIPE
 
 __all__ = ["serve_status"]
 
