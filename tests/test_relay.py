@@ -763,10 +763,10 @@ def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
     the round (one non-blocking sendmsg), not through the outbound writer's send_all."""
     import socket as socket_mod
 
-    from flodl_proto.runner import relay as relay_mod
+    from flodl_proto.runner import _relay_barrier
 
     upstream_writes: list[int] = []
-    real_send_all = relay_mod.send_all
+    real_send_all = _relay_barrier.send_all
 
     def send_all(sock: socket_mod.socket, buffers: object, **kw: object) -> int:
         if sock is relay._upstream:
@@ -774,7 +774,7 @@ def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
         return real_send_all(sock, buffers, **kw)  # type: ignore[arg-type]
 
     with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
-        monkeypatch.setattr(relay_mod, "send_all", send_all)
+        monkeypatch.setattr(_relay_barrier, "send_all", send_all)  # the outbound writer's
         for k in range(3):
             j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
             j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
