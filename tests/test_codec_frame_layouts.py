@@ -291,12 +291,13 @@ def test_known_layout_is_the_readers_public_lookup(walks: Walks) -> None:
     same ceiling and room for the tag, and walks nothing."""
     import inspect
 
-    from flodl_proto.reduce import host_fold
+    from flodl_proto.reduce import _host_sums, host_fold
     from flodl_proto.spec import DEFAULT_FRAME_CEILING as CEIL
 
     assert "known_layout" in rf.__all__ and rf.known_layout is walk_mod._known_layout
     assert host_fold._known_layout is rf.known_layout
     assert "codec._walk" not in inspect.getsource(host_fold)
+    assert "codec._walk" not in inspect.getsource(_host_sums)
     data = _frame()
     mv = memoryview(data)
     assert rf.known_layout(mv, CEIL) is None

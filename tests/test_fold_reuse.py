@@ -18,7 +18,7 @@ from flodl_proto.codec.round_frame import (
     decode_round_frame_or_eos,
     encode_round_frame_bytes,
 )
-from flodl_proto.reduce import HostFold, host_fold
+from flodl_proto.reduce import HostFold, _host_sums
 from flodl_proto.reduce import _kernels as K
 
 SALT = bytes(range(16))
@@ -80,8 +80,8 @@ def test_rounds_with_reused_buffers_are_bit_identical(
         dtype: int, ranks: int, version: int, split: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
     if split:  # halves on two threads even for these small tensors
-        monkeypatch.setattr(host_fold, "_SPLIT_MIN_ELEMS", 512)
-        monkeypatch.setattr(host_fold.K, "default_threads", lambda: 2)
+        monkeypatch.setattr(_host_sums, "_SPLIT_MIN_ELEMS", 512)
+        monkeypatch.setattr(_host_sums.K, "default_threads", lambda: 2)
     rng = np.random.default_rng(100 * ranks + 10 * dtype + version)
     fold = HostFold(range(ranks), SALT, version=version)
     held: list[tuple[RoundFrame | memoryview, bytes]] = []

@@ -179,7 +179,7 @@ def test_plain_hmac_agrees() -> None:
 @pytest.mark.parametrize("dtype", [0, 1])  # f32, bf16
 def test_host_fold_split_accumulate_is_bit_identical(dtype: int,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from flodl_proto.reduce import host_fold
+    from flodl_proto.reduce import _host_sums
 
     rng = np.random.default_rng(3)
     n = (1 << 21) + 3
@@ -198,7 +198,7 @@ def test_host_fold_split_accumulate_is_bit_identical(dtype: int,
         return out
 
     split = fold()
-    monkeypatch.setattr(host_fold, "_SPLIT_MIN_ELEMS", 1 << 62)
+    monkeypatch.setattr(_host_sums, "_SPLIT_MIN_ELEMS", 1 << 62)
     assert split is not None and split == fold()
 
 
