@@ -1,9 +1,10 @@
-"""Reassemble the TCP byte streams to and from one port out of a packet capture.
+"""Reassemble the TCP byte streams to and from one or more ports out of a packet capture.
 
 Reads libpcap and pcapng files with ``dpkt`` (the optional ``pcap`` extra:
 ``pip install 'flodl-proto[pcap]'``); link layers Ethernet (with VLAN tags), Linux cooked
 capture v1 and v2, BSD loopback and raw IPv4/IPv6 are understood. Each direction of each TCP
-connection whose source or destination port is the given one becomes one :class:`TcpStream`,
+connection whose source or destination port is one of the given ones becomes one
+:class:`TcpStream` (the capture is read once, whatever the number of ports),
 its payload bytes put back in sequence order: retransmitted and overlapping segments are
 de-duplicated (the first copy wins), segments captured out of order are re-ordered, and a stream
 stops at the first hole in the capture (``gap`` says so), since nothing after a missing byte can
@@ -25,13 +26,14 @@ import ipaddress
 import operator
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import protocol_error
 
-__all__ = ["CaptureTruncated", "PcapError", "TcpStream", "capture_format", "read_tcp_streams"]
+__all__ = ["CaptureTruncated", "PcapError", "TcpStream", "capture_format", "read_tcp_streams",
+           "read_tcp_streams_of_ports"]
 
 _SEQ_MOD = 1 << 32
 _HALF = 1 << 31
@@ -55,8 +57,8 @@ class CaptureTruncated(PcapError):
         size: the capture's length in bytes (where it ends).
         complete: bytes of whole records before the cut (the file header included); 0 when the
             file header itself is cut.
-        streams: what :func:`read_tcp_streams` reassembled from the whole packets before the
-            cut (empty from the reader itself).
+        streams: what :func:`read_tcp_streams` (or :func:`read_tcp_streams_of_ports`)
+            reassembled from the whole packets before the cut (empty from the reader itself).
     """
 
     def __init__(self, size: int, complete: int) -> None:
@@ -289,9 +291,8 @@ def _cut_or_corrupt(data: bytes | bytearray, at: int) -> PcapError:
     return PcapError(f"capture is corrupt: {why}") if why else CaptureTruncated(len(data), at)
 
 
-def _checked_args(data: object, port: object) -> int:
-    """``port`` as an int, once ``data`` is known to be a capture's bytes and ``port`` a TCP
-    port (:func:`read_tcp_streams`'s arguments).
+def _checked_data(data: object) -> None:
+    """Check that ``data`` is a capture's bytes (:func:`read_tcp_streams`'s first argument).
 
     Raises:
         InvalidValue (local): as :func:`read_tcp_streams`.
@@ -304,6 +305,15 @@ def _checked_args(data: object, port: object) -> int:
         raise protocol_error("capture.bad_type", field="data",
                              expected="the capture file's bytes (bytes or bytearray)",
                              got=type(data).__name__, hint=hint)
+
+
+def _checked_port(port: object) -> int:
+    """``port`` as an int, once it is known to be a TCP port.
+
+    Raises:
+        InvalidValue (local): ``port`` is not a whole number in 1..65535 (text, a bool, a float,
+            0, 70000); the error names the value.
+    """
     try:  # the codec's integer rule (an int, a NumPy integer; no bool, float or text)
         n = None if isinstance(port, bool) else operator.index(port)  # type: ignore[arg-type]
     except TypeError:
@@ -338,20 +348,70 @@ def read_tcp_streams(data: bytes | bytearray, port: int) -> list[TcpStream]:
     Upstream: none (a capture tool); the streams it yields are the TCP connections of
     ``flodl/src/distributed/relay/`` and ``controller/``.
     """
-    port = _checked_args(data, port)
+    _checked_data(data)
+    return _read(data, [_checked_port(port)])
+
+
+def read_tcp_streams_of_ports(data: bytes | bytearray,
+                              ports: Iterable[int]) -> list[TcpStream]:
+    """Reassemble every TCP stream to or from any of ``ports`` in the capture ``data``, reading
+    the capture once.
+
+    Args:
+        data: the whole capture file (libpcap or pcapng).
+        ports: the TCP ports of interest (either end), in the order wanted; a port given twice
+            counts once. No port: no stream.
+
+    Returns:
+        The streams of the first port, then those of the second port not already listed, and
+        so on: a connection between two of the ports is listed once, under the first of them.
+        Each port's streams are in the order :func:`read_tcp_streams` gives them (that of their
+        first segment in the capture), so the list is that of :func:`read_tcp_streams` called
+        port by port, less the connections already listed.
+
+    Raises:
+        CaptureTruncated, PcapError: as :func:`read_tcp_streams` (the truncated capture's
+            ``streams`` ordered as returned otherwise).
+        InvalidValue (local): ``data`` as :func:`read_tcp_streams`; ``ports`` is text or no
+            iterable, or one of them is not a whole number in 1..65535; the error names the
+            value.
+
+    Upstream: none (a capture tool), as :func:`read_tcp_streams`.
+    """
+    _checked_data(data)
+    if isinstance(ports, str | bytes | bytearray) or not isinstance(ports, Iterable):
+        raise protocol_error("capture.bad_port", field="port", value=ports)
+    return _read(data, list(dict.fromkeys(_checked_port(p) for p in ports)))
+
+
+def _read(data: bytes | bytearray, ports: list[int]) -> list[TcpStream]:
+    """:func:`read_tcp_streams_of_ports` once its arguments are checked (``ports`` distinct)."""
+    if not ports:
+        return []
     dpkt = _dpkt()
     streams: list[TcpStream] = []
     current: dict[tuple[str, str], TcpStream] = {}
     try:
-        _collect(dpkt, _packets(data), port, streams, current)
+        _collect(dpkt, _packets(data), frozenset(ports), streams, current)
     except CaptureTruncated as e:
-        for st in streams:
-            _assemble(st)
-        e.streams = streams
+        e.streams = _by_port(streams, ports)
         raise
+    return _by_port(streams, ports)
+
+
+def _by_port(streams: list[TcpStream], ports: list[int]) -> list[TcpStream]:
+    """Assemble ``streams`` (in capture order) and order them by the first of ``ports`` either
+    end has, keeping the capture order within a port."""
+    rank = {port: i for i, port in enumerate(ports)}
     for st in streams:
         _assemble(st)
-    return streams
+    return sorted(streams, key=lambda st: min(rank.get(_port_of(end), len(rank))
+                                              for end in (st.src, st.dst)))
+
+
+def _port_of(endpoint: str) -> int:
+    """The port of a :class:`TcpStream` end (``"10.0.0.1:1337"``, ``"[::1]:1337"``)."""
+    return int(endpoint.rsplit(":", 1)[1])
 
 
 def _tcp_wire_len(dpkt: Any, ip: Any) -> int | None:
@@ -378,10 +438,10 @@ def _stream_of(key: tuple[str, str], syn: bool, streams: list[TcpStream],
     return st
 
 
-def _cut_header(dpkt: Any, ip: Any, port: int, streams: list[TcpStream],
+def _cut_header(dpkt: Any, ip: Any, ports: frozenset[int], streams: list[TcpStream],
                 current: dict[tuple[str, str], TcpStream]) -> None:
-    """A TCP segment cut inside its 20-byte header (dpkt leaves its bytes unparsed): when its
-    ports (its first 4 bytes) are ``port``'s and it may carry payload (its header length, byte
+    """A TCP segment cut inside its 20-byte header (dpkt leaves its bytes unparsed): when one of
+    its ports (its first 4 bytes) is in ``ports`` and it may carry payload (its header length, byte
     12, unknown or short of the wire length), its stream lost bytes at a place unknown."""
     raw = bytes(ip.data)
     wire = _tcp_wire_len(dpkt, ip)
@@ -391,7 +451,7 @@ def _cut_header(dpkt: Any, ip: Any, port: int, streams: list[TcpStream],
             or later_fragment):
         return  # not a cut TCP header (another protocol, a later fragment, a corrupt one)
     sport, dport = struct.unpack_from(">HH", raw)
-    if port not in (sport, dport):
+    if sport not in ports and dport not in ports:
         return
     st = _stream_of((_endpoint(ip.src, sport), _endpoint(ip.dst, dport)), False, streams,
                     current)
@@ -399,7 +459,7 @@ def _cut_header(dpkt: Any, ip: Any, port: int, streams: list[TcpStream],
         st._lost = True
 
 
-def _collect(dpkt: Any, packets: Iterator[tuple[int, bytes]], port: int,
+def _collect(dpkt: Any, packets: Iterator[tuple[int, bytes]], ports: frozenset[int],
              streams: list[TcpStream], current: dict[tuple[str, str], TcpStream]) -> None:
     for linktype, buf in packets:
         try:
@@ -410,10 +470,10 @@ def _collect(dpkt: Any, packets: Iterator[tuple[int, bytes]], port: int,
             continue
         if not isinstance(ip.data, dpkt.tcp.TCP):
             if isinstance(ip.data, bytes):  # dpkt could not parse it: a cut TCP header?
-                _cut_header(dpkt, ip, port, streams, current)
+                _cut_header(dpkt, ip, ports, streams, current)
             continue
         tcp = ip.data
-        if port not in (tcp.sport, tcp.dport):
+        if tcp.sport not in ports and tcp.dport not in ports:
             continue
         syn = bool(tcp.flags & _TH_SYN)
         st = _stream_of((_endpoint(ip.src, tcp.sport), _endpoint(ip.dst, tcp.dport)), syn,

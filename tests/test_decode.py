@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from flodl_proto import pcap
 from flodl_proto._hexdump import HexDump, HexDumpTooLarge, read_hex_dump
 from flodl_proto.cli import main
 from flodl_proto.codec import (
@@ -719,9 +720,10 @@ def _connection(client: tuple[str, int], server: tuple[str, int], up: bytes,
             _tcp_packet(server, client, 501, PSH | ACK, down)]
 
 
-def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # a demo prints its controller's port and each relay's: one --port each, in one run (it took
-    # one run per port); a connection between two of the ports is decoded once, under the first
+def _several_ports_capture(tmp_path: Path) -> Path:
+    """A capture file of a controller (port 1337), a relay (port 7001) and a rank: the relay's
+    connection to the controller (from port 40001), the rank's to the relay, one from the
+    relay's own port to the controller, and one on neither port."""
     up, down = _mux_up(3).data, _mux_down(3).data
     ctrl, relay, rank, other = (("10.0.0.1", 1337), ("10.0.0.2", 7001), ("10.0.0.3", 50000),
                                 ("10.0.0.9", 9999))
@@ -731,6 +733,13 @@ def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixt
                            + _connection(rank, relay, up, down)
                            + _connection(relay, ctrl, up, down)  # from the relay's own port
                            + _connection(other, ("10.0.0.1", 80), up, down)))
+    return path
+
+
+def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a demo prints its controller's port and each relay's: one --port each, in one run (it took
+    # one run per port); a connection between two of the ports is decoded once, under the first
+    path = _several_ports_capture(tmp_path)
     rc = main(["decode", "--pcap", str(path), "--port", "7001", "--port", "1337", "--port",
                "7001", "--salt", SALT.hex(), "--protocol-version", "3"])
     out, err = capsys.readouterr()
@@ -747,6 +756,31 @@ def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["decode", "--pcap", str(path), "--port", "4242"]) == EXIT_ERROR
     assert capsys.readouterr() == ("", "flodl-proto decode: error: no TCP stream to or from "
                                        "port 4242 in the capture\n")
+
+
+def test_cli_pcap_reads_the_capture_once_for_all_its_ports(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # each --port parsed and reassembled the whole capture again (three passes here)
+    path = _several_ports_capture(tmp_path)
+    reads: list[int] = []
+    packets = pcap._packets
+
+    def counted(data: bytes | bytearray) -> object:
+        reads.append(len(data))
+        return packets(data)
+
+    monkeypatch.setattr(pcap, "_packets", counted)
+    assert main(["decode", "--pcap", str(path), "--port", "7001", "--port", "1337", "--port",
+                 "80", "--salt", SALT.hex(), "--protocol-version", "3"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert reads == [path.stat().st_size]
+    assert list(dict.fromkeys(r["stream"] for r in _json_lines(out))) == [
+        "10.0.0.3:50000 -> 10.0.0.2:7001", "10.0.0.2:7001 -> 10.0.0.3:50000",
+        "10.0.0.2:7001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:7001",
+        "10.0.0.2:40001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:40001",
+        "10.0.0.9:9999 -> 10.0.0.1:80", "10.0.0.1:80 -> 10.0.0.9:9999"]
+    assert len([r for r in _json_lines(out) if r["type"] == "end"]) == 8, err
 
 
 def test_http_stream_tells_a_status_request_and_reply_from_a_flodl_leg() -> None:

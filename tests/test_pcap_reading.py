@@ -1,6 +1,6 @@
 """``flodl_proto.pcap`` piece by piece: every link layer it understands, IPv6 endpoints, TCP
-reassembly without a SYN and across sequence-number halves, packets it skips, and the exact
-boundaries between a capture cut short and a corrupt one.
+reassembly without a SYN and across sequence-number halves, packets it skips, the exact
+boundaries between a capture cut short and a corrupt one, and several ports read at once.
 
 Captures are written here byte by byte (libpcap) or with dpkt's writer (pcapng).
 """
@@ -14,8 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flodl_proto import pcap
 from flodl_proto.errors import InvalidValue, LocalProtocolError
-from flodl_proto.pcap import CaptureTruncated, PcapError, _Watched, read_tcp_streams
+from flodl_proto.pcap import (
+    CaptureTruncated,
+    PcapError,
+    _Watched,
+    read_tcp_streams,
+    read_tcp_streams_of_ports,
+)
 
 SYN, ACK, PSH = 0x02, 0x10, 0x08
 PORT = 1337
@@ -337,3 +344,98 @@ def test_a_zero_ip_length_is_not_a_cut() -> None:
     seg = _up(100, payload=b"abcdef")
     seg = seg[:2] + b"\x00\x00" + seg[4:]
     assert _stream([_up(99, SYN), seg]) == (b"abcdef", False, True, 2)
+
+
+# -------------------------------------------------------------------------------------------------
+# several ports
+# -------------------------------------------------------------------------------------------------
+def _seg(src: tuple[str, int], dst: tuple[str, int], seq: int, flags: int,
+         payload: bytes = b"") -> bytes:
+    return _ip4(src[0], dst[0], _tcp(src[1], dst[1], seq, flags, payload))
+
+
+#: a capture of four connections, their packets interleaved: a relay (its outgoing port 40001)
+#: to the controller (PORT), a rank to the relay's port 7001, the relay from 7001 to the
+#: controller, and a web connection on neither port
+_RELAY, _CTRL, _RANK = ("10.0.0.2", 40001), ("10.0.0.1", PORT), ("10.0.0.3", 50000)
+_RELAY_PORT, _WEB = ("10.0.0.2", 7001), (("10.0.0.9", 5555), ("10.0.0.1", 80))
+_SEVERAL = [
+    _seg(_RELAY, _CTRL, 10, SYN), _seg(_RANK, _RELAY_PORT, 20, SYN),
+    _seg(_CTRL, _RELAY, 90, SYN | ACK), _seg(_RELAY_PORT, _CTRL, 30, SYN),
+    _seg(*_WEB, 1, PSH | ACK, b"web"), _seg(_RELAY_PORT, _RANK, 80, SYN | ACK),
+    _seg(_CTRL, _RELAY_PORT, 70, SYN | ACK),
+    _seg(_RANK, _RELAY_PORT, 21, PSH | ACK, b"rank up"),
+    _seg(_RELAY, _CTRL, 11, PSH | ACK, b"relay up"),
+    _seg(_RELAY_PORT, _CTRL, 31, PSH | ACK, b"7001 up"),
+    _seg(_CTRL, _RELAY, 91, PSH | ACK, b"relay down"),
+    _seg(_CTRL, _RELAY_PORT, 71, PSH | ACK, b"7001 down"),
+    _seg(_RELAY_PORT, _RANK, 81, PSH | ACK, b"rank down"),
+]
+
+
+def _port_by_port(data: bytes, ports: list[int]) -> list[tuple[str, bytes]]:
+    """What several ports give, from one :func:`read_tcp_streams` per port: each port's streams
+    less the connections an earlier port listed."""
+    out: list[tuple[str, bytes]] = []
+    for i, port in enumerate(ports):
+        out += [(st.label, st.data) for st in read_tcp_streams(data, port)
+                if not {int(end.rsplit(":", 1)[1]) for end in (st.src, st.dst)} & set(ports[:i])]
+    return out
+
+
+def test_several_ports_are_read_in_one_pass_each_port_s_streams_in_the_order_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cap = _pcap(101, _SEVERAL)
+    reads: list[int] = []
+    packets = pcap._packets
+
+    def counted(data: bytes | bytearray) -> object:
+        reads.append(len(data))
+        return packets(data)
+
+    monkeypatch.setattr(pcap, "_packets", counted)
+    got = read_tcp_streams_of_ports(cap, [7001, PORT, 7001])
+    assert reads == [len(cap)]
+    assert [(st.label, st.data) for st in got] == [  # in each port, the capture's order
+        ("10.0.0.3:50000 -> 10.0.0.2:7001", b"rank up"),
+        ("10.0.0.2:7001 -> 10.0.0.1:1337", b"7001 up"),  # the connection of both ports: once
+        ("10.0.0.2:7001 -> 10.0.0.3:50000", b"rank down"),
+        ("10.0.0.1:1337 -> 10.0.0.2:7001", b"7001 down"),
+        ("10.0.0.2:40001 -> 10.0.0.1:1337", b"relay up"),
+        ("10.0.0.1:1337 -> 10.0.0.2:40001", b"relay down")]
+    assert all(st.syn_seen and not st.gap and st.packets == 2 for st in got)
+    monkeypatch.undo()
+    for ports in ([7001, PORT], [PORT, 7001], [PORT], [80, 9, PORT], [9]):
+        assert [(st.label, st.data) for st in read_tcp_streams_of_ports(cap, ports)] == (
+            _port_by_port(cap, ports)), ports
+    assert read_tcp_streams_of_ports(cap, []) == []
+    assert [st.data for st in read_tcp_streams_of_ports(cap, (np.uint16(80),))] == [b"web"]
+
+
+def test_several_ports_of_a_capture_cut_short_carry_their_streams_in_port_order() -> None:
+    cap = _pcap(101, _SEVERAL)
+    cut = len(cap) - 5  # inside the last record (the rank's "rank down")
+    with pytest.raises(CaptureTruncated) as ei:
+        read_tcp_streams_of_ports(cap[:cut], [7001, PORT])
+    assert [(st.label, st.data) for st in ei.value.streams] == [
+        ("10.0.0.3:50000 -> 10.0.0.2:7001", b"rank up"),
+        ("10.0.0.2:7001 -> 10.0.0.1:1337", b"7001 up"),
+        ("10.0.0.2:7001 -> 10.0.0.3:50000", b""),
+        ("10.0.0.1:1337 -> 10.0.0.2:7001", b"7001 down"),
+        ("10.0.0.2:40001 -> 10.0.0.1:1337", b"relay up"),
+        ("10.0.0.1:1337 -> 10.0.0.2:40001", b"relay down")]
+
+
+@pytest.mark.parametrize(("ports", "bad"), [
+    ("1337", "1337"), (b"\x05", b"\x05"), (1337, 1337), (None, None), ([PORT, 0], 0),
+    ([PORT, "7001"], "7001"), ([True], True)])
+def test_ports_that_are_no_tcp_ports_are_a_local_error_naming_the_value(
+        ports: object, bad: object) -> None:
+    with pytest.raises(InvalidValue) as ei:
+        read_tcp_streams_of_ports(_pcap(101, _SEVERAL), ports)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert (ei.value.error_id, ei.value.fields) == ("capture.bad_port",
+                                                    {"field": "port", "value": bad})
+    with pytest.raises(InvalidValue) as ei:
+        read_tcp_streams_of_ports("cap.pcap", [PORT])  # type: ignore[arg-type]
+    assert ei.value.error_id == "capture.bad_type"

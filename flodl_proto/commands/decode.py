@@ -455,30 +455,26 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     code = EXIT_OK
     cut: str | None = None  # the capture file ends inside a packet record: no stream is whole
     if args.pcap:
-        from ..pcap import CaptureTruncated, PcapError, TcpStream, read_tcp_streams
+        from ..pcap import CaptureTruncated, PcapError, TcpStream, read_tcp_streams_of_ports
 
         ports = list(dict.fromkeys(args.port))  # a port given twice is read once
-        tcp: list[TcpStream] = []
-        for i, port in enumerate(ports):
-            try:
-                found = read_tcp_streams(data, port)
-            except CaptureTruncated as e:  # the file's end: every port's read meets it
-                # a warning when the streams before the cut are decoded, else the one error line
-                level = "warning" if e.complete else "error"
-                if cut is None:
-                    print(f"{_PROG}: {level}: {e}" + ("; the streams stop before it"
-                                                      if e.complete else ""), file=sys.stderr)
-                if not e.complete:
-                    return EXIT_CAPTURE_ENDED
-                code, found = EXIT_CAPTURE_ENDED, e.streams
-                cut = (f"the capture file is cut short (at byte {e.size}); the stream may go on "
-                       "after offset {offset}")
-            except PcapError as e:
-                print(f"{_PROG}: error: {e}", file=sys.stderr)
-                return EXIT_ERROR
-            # a connection between two of the ports: once, under the first port given
-            tcp += [st for st in found
-                    if not {_port_of(st.src), _port_of(st.dst)} & set(ports[:i])]
+        tcp: list[TcpStream]
+        try:  # one read of the capture for every port: each port's streams in the order given,
+            # a connection between two of the ports once, under the first port given
+            tcp = read_tcp_streams_of_ports(data, ports)
+        except CaptureTruncated as e:  # the file's end
+            # a warning when the streams before the cut are decoded, else the one error line
+            level = "warning" if e.complete else "error"
+            print(f"{_PROG}: {level}: {e}" + ("; the streams stop before it"
+                                              if e.complete else ""), file=sys.stderr)
+            if not e.complete:
+                return EXIT_CAPTURE_ENDED
+            code, tcp = EXIT_CAPTURE_ENDED, e.streams
+            cut = (f"the capture file is cut short (at byte {e.size}); the stream may go on "
+                   "after offset {offset}")
+        except PcapError as e:
+            print(f"{_PROG}: error: {e}", file=sys.stderr)
+            return EXIT_ERROR
         if not tcp:
             if code == EXIT_CAPTURE_ENDED:  # the line above says why there is nothing more
                 return code
@@ -527,12 +523,6 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             return EXIT_ERROR
         code = _worse(code, report.exit_code)
     return code
-
-
-def _port_of(endpoint: str) -> int:
-    """The port of a :class:`~flodl_proto.pcap.TcpStream` end (``"10.0.0.1:1337"``,
-    ``"[::1]:1337"``)."""
-    return int(endpoint.rsplit(":", 1)[1])
 
 
 def _worse(a: int, b: int) -> int:
