@@ -654,12 +654,16 @@ def test_cli_cases_left_out_by_the_version_are_counted(
     assert capsys.readouterr() == ("", (
         f"flodl-proto conform controller: error: no case selected: {portmux + 1} cases match "
         f"but are left out (needs --port-mux: {portmux}; needs --version 3: 1)\n"))
-    # a SHOULD-only run of a MUST case said only "no case selected"; the level is its reason,
-    # not the version (the level is checked first)
+    # a SHOULD-only run of a MUST case said only "no case selected"; then "needs --level must"
+    # alone, though --level must brought it back no more than --version 3 alone did: the
+    # reason names both, under the level (the filter applied first)
     assert main(["conform", "controller", "--version", "2", "--level", "should", "--cases",
                  "controller.hello.model-sigs-ignored", "--list"]) == 2
     assert capsys.readouterr().err.endswith(": no case selected: 1 case matches but is left out "
-                                            "(needs --level must: 1)\n")
+                                            "(needs --level must and --version 3: 1)\n")
+    assert main(["conform", "controller", "--version", "3", "--level", "must", "--cases",
+                 "controller.hello.model-sigs-ignored", "--list"]) == 0  # as the reason said
+    capsys.readouterr()
 
 
 def test_cli_cases_left_out_by_the_level_are_counted(
@@ -681,13 +685,73 @@ def test_cli_cases_left_out_by_the_level_are_counted(
         assert capsys.readouterr() == ("", (
             "flodl-proto conform controller: error: no case selected: 1 case matches but is "
             "left out (needs --level must: 1)\n"))
-    # with the other reasons: each case once, under the first reason that leaves it out
+    # with the other reasons: each case once, with every need that leaves it out (a SHOULD
+    # port-mux case was counted as "needs --level should" only, which alone did not bring it
+    # back), grouped under the first filter that leaves it out: level, needs, version
     assert main(["conform", "controller", "--level", "must", "--cases", "controller.portmux.*",
                  "--cases", "controller.hello.v3-hello-at-v2", "--version", "3", "--list"]) == 2
     assert capsys.readouterr() == ("", (
         f"flodl-proto conform controller: error: no case selected: {len(portmux) + 1} cases "
-        f"match but are left out (needs --port-mux: {must}; needs --version 2: 1; needs "
-        f"--level should: {should})\n"))
+        f"match but are left out (needs --level should and --port-mux: {should}; needs "
+        f"--port-mux: {must}; needs --version 2: 1)\n"))
+    assert main(["conform", "controller", "--level", "should", "--port-mux", "--cases",
+                 "controller.portmux.*", "--list"]) == 0  # as the reason said
+    assert f"{should} cases, " in capsys.readouterr().out
+
+
+def _case(case_id: str, level: str, versions: tuple[int, ...], needs: tuple[str, ...]) -> Case:
+    return dataclasses.replace(CATALOGUE[0], id=case_id, role="controller", level=level,
+                               versions=versions, needs=needs)
+
+
+def test_cli_a_case_left_out_by_a_need_and_the_version_names_both(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case that needs the port mux and a --version not asked for was counted as "needs
+    --port-mux" only: --port-mux then left it out for the version."""
+    from flodl_proto.conform import catalogue
+
+    cases = (_case("controller.x.mux-v3", "MUST", (3,), ("port_mux",)),
+             _case("controller.x.direct-v2", "SHOULD", (2,), ("direct",)),
+             _case("controller.x.mux", "MUST", (2, 3), ("port_mux",)),
+             _case("controller.x.v3", "MUST", (3,), ()))
+    monkeypatch.setattr(catalogue, "load_catalogue", lambda: cases)
+    assert main(["conform", "controller", "--version", "2", "--cases", "controller.x.mux*",
+                 "--cases", "controller.x.v3", "--list"]) == 2
+    assert capsys.readouterr() == ("", (
+        "flodl-proto conform controller: error: no case selected: 3 cases match but are left "
+        "out (needs --port-mux and --version 3: 1; needs --port-mux: 1; needs --version 3: 1)\n"))
+    assert main(["conform", "controller", "--version", "3", "--port-mux", "--level", "should",
+                 "--launch", "true"]) == 2
+    assert capsys.readouterr() == ("", (
+        "flodl-proto conform controller: error: no case selected: 4 cases match but are left "
+        "out (needs --level must: 3; needs a target without the port mux and --version 2: "
+        "1)\n"))
+
+
+def test_left_out_by_names_every_filter_in_the_order_select_cases_applies_them() -> None:
+    from flodl_proto.conform.catalogue import FILTERS, left_out_by, matching_cases
+
+    case = _case("controller.x.y", "SHOULD", (3,), ("port_mux",))
+    assert FILTERS == ("level", "needs", "version")
+    assert left_out_by(case, versions=[2], level="must") == [
+        ("level", "--level should"), ("needs", "--port-mux"), ("version", "--version 3")]
+    assert left_out_by(case, versions=[2, 3], level="SHOULD") == [("needs", "--port-mux")]
+    assert left_out_by(case, versions=[3], port_mux=True) == []
+    direct = _case("controller.x.z", "MUST", (2, 3), ("direct",))
+    assert left_out_by(direct, versions=[2], port_mux=True) == [
+        ("needs", "a target without the port mux")]
+    # a case every filter lets through runs; one any filter leaves out is named by it
+    for level in (None, "MUST", "SHOULD"):
+        for versions in ([2], [3], [2, 3]):
+            for port_mux in (False, True):
+                runs, skipped = select_cases(CATALOGUE, role="controller", versions=versions,
+                                             level=level, port_mux=port_mux)
+                selected = {c.id for c, _ in runs}
+                for c in matching_cases(CATALOGUE, role="controller"):
+                    why = left_out_by(c, versions=versions, level=level, port_mux=port_mux)
+                    assert (not why) == (c.id in selected), (c.id, level, versions, port_mux)
+                    if why and why[0][0] == "needs":
+                        assert (c, f"needs {why[0][1]}") in skipped
 
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,6 +56,8 @@ from .docs import output_path
 from .relay import check_net_timeout_scale, whole_number
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ..conform.catalogue import Case
     from ..conform.player import CaseResult
 
@@ -243,21 +245,7 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
                                           patterns=args.cases, level=level,
                                           port_mux=args.port_mux)
     runs[:], skipped[:] = selected, not_selected
-    # and, when no case runs, the cases of no --version asked for and of the other --level
-    left_out = list(skipped)
-    if not runs:
-        every_version, _ = select_cases(catalogue, role=role, versions=SUPPORTED_VERSIONS,
-                                        patterns=args.cases, level=level,
-                                        port_mux=args.port_mux)
-        left_out += {c.id: (c, "needs --version " + " or ".join(map(str, c.versions)))
-                     for c, _ in every_version}.values()
-        if level is not None:  # the level is checked first: such a case has no other reason
-            every_level, every_skipped = select_cases(
-                catalogue, role=role, versions=SUPPORTED_VERSIONS, patterns=args.cases,
-                port_mux=args.port_mux)
-            left_out += {c.id: (c, f"needs --level {c.level.lower()}")
-                         for c, _ in (*every_level, *every_skipped)
-                         if c.level != level}.values()
+    left_out = _left_out(catalogue, role, args, versions, level) if not runs else []
     if args.list:  # a selection of no case is the same usage error as for a run
         return _list(runs, skipped) if runs else _usage(_no_case(left_out), args)
     if not args.launch:
@@ -272,9 +260,26 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     return None
 
 
+def _left_out(catalogue: Iterable[Case], role: str, args: argparse.Namespace,
+              versions: list[int], level: str | None) -> list[tuple[Case, str]]:
+    """The cases of ``role`` that ``--cases`` matches, each with every need the selection left
+    it out for (``needs --level must and --version 3``: all of them bring it back, where one
+    alone would not), grouped by the first filter that leaves it out (the level, the target's
+    needs, the version: the order :func:`~flodl_proto.conform.catalogue.select_cases` applies
+    them), each group in catalogue order. For the error of a selection that runs no case."""
+    from ..conform.catalogue import FILTERS, left_out_by, matching_cases
+
+    why = [(c, left_out_by(c, versions=versions, level=level, port_mux=args.port_mux))
+           for c in matching_cases(catalogue, role=role, patterns=args.cases)]
+    why = sorted(((c, parts) for c, parts in why if parts),
+                 key=lambda item: FILTERS.index(item[1][0][0]))
+    return [(c, "needs " + " and ".join(need for _, need in parts)) for c, parts in why]
+
+
 def _no_case(left_out: list[tuple[Case, str]]) -> str:
     """The usage error of a selection that runs no case, with what left out the cases it
-    matched (``needs --port-mux: 6; needs --version 3: 1; needs --level must: 2``)."""
+    matched (``needs --level must: 2; needs --port-mux: 6; needs --port-mux and --version 3:
+    1``)."""
     if not left_out:
         return "no case selected"
     reasons = collections.Counter(why for _, why in left_out)

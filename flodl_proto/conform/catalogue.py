@@ -29,8 +29,8 @@ import yaml
 
 from ..spec import SPEC, SUPPORTED_VERSIONS, YAML_LOADER, find_spec_dir
 
-__all__ = ["ACTIONS", "LEVELS", "NEEDS", "ROLES", "Case", "CatalogueError", "load_catalogue",
-           "select_cases", "vectors_dir"]
+__all__ = ["ACTIONS", "FILTERS", "LEVELS", "NEEDS", "ROLES", "Case", "CatalogueError",
+           "left_out_by", "load_catalogue", "matching_cases", "select_cases", "vectors_dir"]
 
 #: the schema tag of conformance.yaml
 SCHEMA: Final = "flodl-proto-conformance/1"
@@ -280,6 +280,54 @@ def _load(path: Path, vdir: Path) -> tuple[Case, ...]:
     return tuple(cases)
 
 
+def matching_cases(cases: Iterable[Case], *, role: str,
+                   patterns: Sequence[str] = ()) -> list[Case]:
+    """The cases of ``role`` whose id matches one of the shell globs ``patterns`` (empty: every
+    case of the role), in catalogue order: what :func:`select_cases` picks from."""
+    return [c for c in cases if c.role == role
+            and (not patterns or any(fnmatch.fnmatchcase(c.id, p) for p in patterns))]
+
+
+#: the filters of :func:`select_cases`, in the order it applies them (see :func:`left_out_by`)
+FILTERS: Final = ("level", "needs", "version")
+
+
+def _missing_need(c: Case, port_mux: bool) -> str | None:
+    """What the target lacks that ``c`` needs (``--port-mux``, ``a target without the port
+    mux``), or None."""
+    if "port_mux" in c.needs and not port_mux:
+        return "--port-mux"
+    if "direct" in c.needs and port_mux:
+        return "a target without the port mux"
+    return None
+
+
+def left_out_by(case: Case, *, versions: Iterable[int], level: str | None = None,
+                port_mux: bool = False) -> list[tuple[str, str]]:
+    """Every filter of :func:`select_cases` that leaves ``case`` out, in the order it applies
+    them (:data:`FILTERS`), each with what the case needs to pass it.
+
+    Args:
+        case: a case of the role and patterns asked for (:func:`matching_cases`).
+        versions, level, port_mux: as :func:`select_cases`.
+
+    Returns:
+        ``(filter, need)`` pairs: ``("level", "--level must")``, ``("needs", "--port-mux")`` or
+        ``("needs", "a target without the port mux")``, ``("version", "--version 2 or 3")``
+        (every version of the case). Empty when the case runs at one version at least. Every
+        need together brings the case back; any one alone does not when there are several.
+    """
+    out: list[tuple[str, str]] = []
+    if level is not None and case.level != level.upper():
+        out.append(("level", f"--level {case.level.lower()}"))
+    need = _missing_need(case, port_mux)
+    if need is not None:
+        out.append(("needs", need))
+    if not set(case.versions) & set(versions):
+        out.append(("version", "--version " + " or ".join(map(str, case.versions))))
+    return out
+
+
 def select_cases(cases: Iterable[Case], *, role: str, versions: Iterable[int],
                  patterns: Sequence[str] = (), level: str | None = None,
                  port_mux: bool = False) -> tuple[list[tuple[Case, int]], list[tuple[Case, str]]]:
@@ -301,18 +349,12 @@ def select_cases(cases: Iterable[Case], *, role: str, versions: Iterable[int],
     runs: list[tuple[Case, int]] = []
     skipped: list[tuple[Case, str]] = []
     wanted = tuple(versions)
-    for c in cases:
-        if c.role != role:
-            continue
-        if patterns and not any(fnmatch.fnmatchcase(c.id, p) for p in patterns):
-            continue
+    for c in matching_cases(cases, role=role, patterns=patterns):
         if level is not None and c.level != level.upper():
             continue
-        if "port_mux" in c.needs and not port_mux:
-            skipped.append((c, "needs --port-mux"))
-            continue
-        if "direct" in c.needs and port_mux:
-            skipped.append((c, "needs a target without the port mux"))
+        need = _missing_need(c, port_mux)
+        if need is not None:
+            skipped.append((c, f"needs {need}"))
             continue
         runs += [(c, v) for v in wanted if v in c.versions]
     return runs, skipped
