@@ -209,3 +209,20 @@ def numpy_kernels() -> Iterator[None]:
         yield
     finally:
         K.set_kernel_backend(before)
+
+
+@pytest.fixture
+def capture_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length in bytes of each capture ``flodl_proto.pcap`` parses during one test, in
+    order (its packet reader, ``_packets``, patched to note each call)."""
+    from flodl_proto import pcap
+
+    reads: list[int] = []
+    packets = pcap._packets
+
+    def counted(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
+        reads.append(len(data))
+        return packets(data)
+
+    monkeypatch.setattr(pcap, "_packets", counted)
+    return reads

@@ -22,7 +22,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from flodl_proto import pcap
 from flodl_proto._hexdump import HexDump, HexDumpTooLarge, read_hex_dump
 from flodl_proto.cli import main
 from flodl_proto.codec import (
@@ -759,22 +758,13 @@ def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_cli_pcap_reads_the_capture_once_for_all_its_ports(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], capture_reads: list[int]) -> None:
     # each --port parsed and reassembled the whole capture again (three passes here)
     path = _several_ports_capture(tmp_path)
-    reads: list[int] = []
-    packets = pcap._packets
-
-    def counted(data: bytes | bytearray) -> object:
-        reads.append(len(data))
-        return packets(data)
-
-    monkeypatch.setattr(pcap, "_packets", counted)
     assert main(["decode", "--pcap", str(path), "--port", "7001", "--port", "1337", "--port",
                  "80", "--salt", SALT.hex(), "--protocol-version", "3"]) == EXIT_OK
     out, err = capsys.readouterr()
-    assert reads == [path.stat().st_size]
+    assert capture_reads == [path.stat().st_size]
     assert list(dict.fromkeys(r["stream"] for r in _json_lines(out))) == [
         "10.0.0.3:50000 -> 10.0.0.2:7001", "10.0.0.2:7001 -> 10.0.0.3:50000",
         "10.0.0.2:7001 -> 10.0.0.1:1337", "10.0.0.1:1337 -> 10.0.0.2:7001",

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flodl_proto import pcap
 from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.pcap import (
     CaptureTruncated,
@@ -384,18 +383,10 @@ def _port_by_port(data: bytes, ports: list[int]) -> list[tuple[str, bytes]]:
 
 
 def test_several_ports_are_read_in_one_pass_each_port_s_streams_in_the_order_given(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        capture_reads: list[int]) -> None:
     cap = _pcap(101, _SEVERAL)
-    reads: list[int] = []
-    packets = pcap._packets
-
-    def counted(data: bytes | bytearray) -> object:
-        reads.append(len(data))
-        return packets(data)
-
-    monkeypatch.setattr(pcap, "_packets", counted)
     got = read_tcp_streams_of_ports(cap, [7001, PORT, 7001])
-    assert reads == [len(cap)]
+    assert capture_reads == [len(cap)]
     assert [(st.label, st.data) for st in got] == [  # in each port, the capture's order
         ("10.0.0.3:50000 -> 10.0.0.2:7001", b"rank up"),
         ("10.0.0.2:7001 -> 10.0.0.1:1337", b"7001 up"),  # the connection of both ports: once
@@ -404,7 +395,6 @@ def test_several_ports_are_read_in_one_pass_each_port_s_streams_in_the_order_giv
         ("10.0.0.2:40001 -> 10.0.0.1:1337", b"relay up"),
         ("10.0.0.1:1337 -> 10.0.0.2:40001", b"relay down")]
     assert all(st.syn_seen and not st.gap and st.packets == 2 for st in got)
-    monkeypatch.undo()
     for ports in ([7001, PORT], [PORT, 7001], [PORT], [80, 9, PORT], [9]):
         assert [(st.label, st.data) for st in read_tcp_streams_of_ports(cap, ports)] == (
             _port_by_port(cap, ports)), ports
