@@ -526,6 +526,38 @@ def _fuzz(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
+def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
+                      started: Callable[[subprocess.Popen[str]], bool],
+                      stop: Callable[[subprocess.Popen[str]], None], not_started: str,
+                      timeout: float) -> tuple[int, str, str, float]:
+    """Run ``fuzz/run.sh ARGS`` in a session of its own, poll ``started`` (up to 60 s, failing
+    with ``not_started``), then ``stop`` it and wait ``timeout`` s for it to end; a run still
+    going then is killed, its whole group. Asserts the run ended as a stopped run does (exit
+    130, ``fuzz: interrupted`` last on stderr). Returns the script's process id (its session's
+    id), stdout, stderr and the seconds from ``stop`` to the end."""
+    import time
+
+    proc = subprocess.Popen(["bash", str(ROOT / "fuzz" / "run.sh"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, **env})
+    try:
+        deadline = time.monotonic() + 60
+        while not started(proc):
+            assert time.monotonic() < deadline, not_started
+            time.sleep(0.1)
+        sent = time.monotonic()
+        stop(proc)
+        out, err = proc.communicate(timeout=timeout)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "fuzz: interrupted"
+    return proc.pid, out, err, took
+
+
 @pytest.mark.parametrize("args", [("round_frame", "abc"), ("all", "1.5"), ("all", "0"),
                                   ("round_frame", "")])
 def test_fuzz_duration_must_be_whole_seconds(args: tuple[str, ...]) -> None:
@@ -652,31 +684,21 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
     targets' drivers ran on after the script ended (a target's subshell died of Ctrl-C's SIGINT
     while its driver, still starting and ignoring SIGINT, ran on). A SIGTERM to the script's
     process alone (``kill PID``) was acted on only when the running target ended its 60 s."""
-    import signal
-    import time
+    log = tmp_path / "logs" / "handshake.log"
 
-    proc = subprocess.Popen(["bash", str(ROOT / "fuzz" / "run.sh"), "all", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            env={**os.environ, "PYTHON": sys.executable, "FLODL_FUZZ_JOBS": jobs,
-                                 "FLODL_FUZZ_WORK": str(tmp_path)})
-    try:
-        log = tmp_path / "logs" / "handshake.log"
-        deadline = time.monotonic() + 60
-        while "cov:" not in (log.read_text() if log.exists() else ""):  # fuzzing started
-            assert time.monotonic() < deadline, "the first target did not start"
-            time.sleep(0.2)
+    def fuzzing(_: subprocess.Popen[str]) -> bool:
+        return "cov:" in (log.read_text() if log.exists() else "")
+
+    def stop(proc: subprocess.Popen[str]) -> None:
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
         else:
             os.kill(proc.pid, signal.SIGTERM)  # the script alone, not its driver
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 130, err
-    assert err.splitlines()[-1] == "fuzz: interrupted"
+
+    _, out, err, _ = _stopped_fuzz_run(
+        ["all", "60"], {"PYTHON": sys.executable, "FLODL_FUZZ_JOBS": jobs,
+                        "FLODL_FUZZ_WORK": str(tmp_path)},
+        started=fuzzing, stop=stop, not_started="the first target did not start", timeout=30)
     assert "FINDING" not in out + err and " ok" not in out
     # each stopped target says so in its line (the background ones of FLODL_FUZZ_JOBS=2 said
     # nothing); the first had started, a later one may not have
@@ -692,9 +714,6 @@ def test_fuzz_a_driver_that_does_not_end_on_sigterm_is_killed(tmp_path: Path) ->
     driver stopped inside the allocator can hang in libFuzzer's handler, which prints) held the
     script for good; 10 s after the first SIGTERM the driver is killed. The driver here is a
     stand-in that ignores SIGTERM (atheris is not needed: the stand-in says it is there)."""
-    import signal
-    import time
-
     python = tmp_path / "python"
     python.write_text(f"""#!/bin/sh
 if [ "$1" = fuzz/driver.py ]; then trap '' TERM; exec sleep 300; fi
@@ -702,30 +721,15 @@ case "$2" in 'import atheris') exit 0 ;; esac
 exec {sys.executable} "$@"
 """)
     python.chmod(0o755)
-    proc = subprocess.Popen(["bash", str(ROOT / "fuzz" / "run.sh"), "handshake", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            env={**os.environ, "PYTHON": str(python),
-                                 "FLODL_FUZZ_WORK": str(tmp_path / "work")})
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"],
-                             capture_output=True).returncode != 0:
-            assert time.monotonic() < deadline, "the stand-in driver did not start"
-            time.sleep(0.1)
-        sent = time.monotonic()
-        os.kill(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=40)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 130, err
-    assert err.splitlines()[-1] == "fuzz: interrupted"
+    session, out, _, took = _stopped_fuzz_run(
+        ["handshake", "60"], {"PYTHON": str(python), "FLODL_FUZZ_WORK": str(tmp_path / "work")},
+        started=lambda proc: subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"],
+                                            capture_output=True).returncode == 0,
+        stop=lambda proc: os.kill(proc.pid, signal.SIGTERM),
+        not_started="the stand-in driver did not start", timeout=40)
     assert out.split()[0] == "handshake" and out.rstrip().endswith(" interrupted")
     assert 9 < took < 30, took  # the 10 s grace, not the stand-in's 300 s
-    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True)
     assert left.stdout == ""
 
 

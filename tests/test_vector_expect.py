@@ -7,8 +7,9 @@ from __future__ import annotations
 import collections
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -17,6 +18,7 @@ from flodl_proto.interop.registry import EXPECTS, FIELDS, VectorMismatch
 from flodl_proto.interop.vectors import Case, VectorFileError, iter_cases, run_case
 
 BUNDLED = Path(__file__).resolve().parent.parent / "flodl_proto" / "_vectors"
+T = TypeVar("T")
 
 
 def _first(op: str, expect: str) -> Case:
@@ -70,6 +72,20 @@ def _refused(root: Path, path: Path, why: str, capsys: pytest.CaptureFixture[str
                                        f"file ({why})\n")
 
 
+def _copy_edited(tmp_path: Path, edit: Callable[[dict[str, Any]], T],
+                 file: str = "handshake.json") -> tuple[Path, Path, T]:
+    """A copy of the bundled folder (``tmp_path/vec``) whose ``file`` is the bundled one as
+    ``edit`` changed its document (in place); the folder, that file and what ``edit``
+    returned."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / file
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    got = edit(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return root, path, got
+
+
 _MISSING = object()  # a change that removes the key
 
 
@@ -93,17 +109,15 @@ def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
     """A case without an ``op`` read ``op None is not a string`` (as one whose op is null), and
     an op of another kind was shown in Python's words (``op 3``); both now read as every other
     field's problem, after the case's id."""
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    path = root / "handshake.json"
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    case_id = doc["cases"][0]["id"]
-    for key, value in change.items():
-        if value is _MISSING:
-            del doc["cases"][0][key]
-        else:
-            doc["cases"][0][key] = value
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    def edit(doc: dict[str, Any]) -> str:
+        for key, value in change.items():
+            if value is _MISSING:
+                del doc["cases"][0][key]
+            else:
+                doc["cases"][0][key] = value
+        return str(doc["cases"][0].get("id"))
+
+    root, path, case_id = _copy_edited(tmp_path, edit)
     prefix = "" if "id" in change else f"{case_id}: "
     _refused(root, path, f"case 0: {prefix}{problem}", capsys)
 
@@ -115,16 +129,27 @@ def test_a_file_with_two_cases_of_one_id_is_no_vector_file(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Two cases of one id both ran, and a failure line (``FAIL ID: ...``, which names a case by
     its id only) could not say which of them failed."""
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    path = root / file
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    case_id = doc["cases"][of]["id"]
-    doc["cases"][dup]["id"] = case_id
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    def edit(doc: dict[str, Any]) -> str:
+        case_id = doc["cases"][dup]["id"] = doc["cases"][of]["id"]
+        return str(case_id)
+
+    root, path, case_id = _copy_edited(tmp_path, edit, file)
     _refused(root, path, f"case {dup}: {case_id}: duplicate id, first at case {of}", capsys)
 
 
+def _duplicate_id(doc: dict[str, Any], case_id: str) -> str:
+    doc["cases"][1]["id"] = doc["cases"][3]["id"] = case_id
+    return "case 3: {shown}: duplicate id, first at case 1"
+
+
+def _id_of_a_case_without_op(doc: dict[str, Any], case_id: str) -> str:
+    doc["cases"][2]["id"] = case_id
+    del doc["cases"][2]["op"]
+    return "case 2: {shown}: field 'op' is missing"
+
+
+@pytest.mark.parametrize("problem", [_duplicate_id, _id_of_a_case_without_op],
+                         ids=["duplicate", "outside-the-schema"])
 @pytest.mark.parametrize(("case_id", "shown"), [
     ("", "''"),
     ("i" * 3000, f"'{'i' * 40}...{'i' * 20}' (3000 characters)"),
@@ -132,49 +157,25 @@ def test_a_file_with_two_cases_of_one_id_is_no_vector_file(
     (" padded ", "' padded '"),
     ("handshake.read: a plain id", "handshake.read: a plain id"),
 ], ids=["empty", "long", "newline", "padded", "plain"])
-def test_a_duplicate_id_is_quoted_when_it_is_not_plain(
-        case_id: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_id_that_is_not_plain_is_quoted_in_the_refusal(
+        problem: Callable[[dict[str, Any], str], str], case_id: str, shown: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A duplicate id was printed as it is: an empty one as ``case 3: : duplicate id``, one of
     thousands of characters whole, one with a line break over two lines. Such an id is quoted
-    by its ends and its length (:func:`flodl_proto.errors.shown`); a plain one is as it was."""
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    path = root / "handshake.json"
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["cases"][1]["id"] = doc["cases"][3]["id"] = case_id
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    _refused(root, path, f"case 3: {shown}: duplicate id, first at case 1", capsys)
-
-
-@pytest.mark.parametrize(("case_id", "shown"), [
-    ("", "''"),
-    ("i" * 3000, f"'{'i' * 40}...{'i' * 20}' (3000 characters)"),
-    ("handshake.read: a plain id", "handshake.read: a plain id"),
-], ids=["empty", "long", "plain"])
-def test_a_case_outside_the_schema_quotes_an_id_that_is_not_plain(
-        case_id: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``case N: ID: problem`` quotes the id as a duplicate id's line does."""
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    path = root / "handshake.json"
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["cases"][2]["id"] = case_id
-    del doc["cases"][2]["op"]
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    _refused(root, path, f"case 2: {shown}: field 'op' is missing", capsys)
+    by its ends and its length (:func:`flodl_proto.errors.shown`); a plain one is as it was.
+    ``case N: ID: problem`` of a case outside the schema quotes the id likewise."""
+    root, path, why = _copy_edited(tmp_path, lambda doc: problem(doc, case_id))
+    _refused(root, path, why.format(shown=shown), capsys)
 
 
 def test_an_id_of_a_case_of_another_file_is_a_duplicate_too(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Ids are unique across the files of a folder (the shared schema); one of an earlier file's
     cases was taken again, and a failure line could not say which case failed."""
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    earlier = json.loads((root / "bf16.json").read_text(encoding="utf-8"))
-    path = root / "handshake.json"  # read after bf16.json (files in name order)
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["cases"][2]["id"] = earlier["cases"][1]["id"]
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    earlier = json.loads((BUNDLED / "bf16.json").read_text(encoding="utf-8"))
+    # handshake.json is read after bf16.json (files in name order)
+    root, path, _ = _copy_edited(tmp_path, lambda doc: doc["cases"][2].update(
+        id=earlier["cases"][1]["id"]))
     _refused(root, path, f"case 2: {earlier['cases'][1]['id']}: duplicate id, first at case 1 of "
              f"{root / 'bf16.json'}", capsys)
 
@@ -248,12 +249,7 @@ def test_a_file_of_a_protocol_version_not_spoken_is_no_vector_file(
         version: Any, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``protocol_version`` 9 ran its cases as version 9 (those the codec does not tell apart
     passed); ``"3"`` and ``3.7`` were read as 3."""
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    path = root / "handshake.json"
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["protocol_version"] = version
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    root, path, _ = _copy_edited(tmp_path, lambda doc: doc.update(protocol_version=version))
     why = f"protocol_version {shown} is not one this implementation speaks: 2, 3"
     _refused(root, path, why, capsys)
 
@@ -333,13 +329,8 @@ def test_a_malformed_manifest_is_one_line_not_a_traceback(
 
 def test_vectors_check_fails_a_write_case_edited_to_expect_an_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "vec"
-    shutil.copytree(BUNDLED, root)
-    path = root / "handshake.json"
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    edited = next(c for c in doc["cases"] if c["op"] == "handshake.rank_write")
-    edited["expect"] = "error"
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    root, _, _ = _copy_edited(tmp_path, lambda doc: next(
+        c for c in doc["cases"] if c["op"] == "handshake.rank_write").update(expect="error"))
     assert main(["vectors", "check", str(root)]) == 1
     out = capsys.readouterr().out
     assert "total: 369/370 passed" in out
