@@ -372,15 +372,17 @@ def read_tcp_streams_of_ports(data: bytes | bytearray,
     Raises:
         CaptureTruncated, PcapError: as :func:`read_tcp_streams` (the truncated capture's
             ``streams`` ordered as returned otherwise).
-        InvalidValue (local): ``data`` as :func:`read_tcp_streams`; ``ports`` is text or no
-            iterable, or one of them is not a whole number in 1..65535; the error names the
-            value.
+        InvalidValue (local): ``data`` as :func:`read_tcp_streams`; ``ports`` is text, bytes
+            or no iterable (a bare port: give ``[port]``), the error naming its type; or one of
+            them is not a whole number in 1..65535, the error naming the value.
 
     Upstream: none (a capture tool), as :func:`read_tcp_streams`.
     """
     _checked_data(data)
     if isinstance(ports, str | bytes | bytearray) or not isinstance(ports, Iterable):
-        raise protocol_error("capture.bad_port", field="port", value=ports)
+        raise protocol_error("capture.bad_type", field="ports",
+                             expected="an iterable of TCP ports (e.g. a list of ints)",
+                             got=type(ports).__name__, hint="")
     return _read(data, list(dict.fromkeys(_checked_port(p) for p in ports)))
 
 
