@@ -663,7 +663,8 @@ def _closed(sock: socket.socket) -> bool:
         return False
 
 
-def _http_get(port: int, path: str) -> tuple[str, dict[str, object]]:
+def _http_get_raw(port: int, path: str) -> bytes:
+    """The whole HTTP response to ``GET path`` (the responder closes after it)."""
     with socket.create_connection(("127.0.0.1", port), timeout=END) as s:
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         data = b""
@@ -672,7 +673,11 @@ def _http_get(port: int, path: str) -> tuple[str, dict[str, object]]:
             if not chunk:
                 break
             data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    return data
+
+
+def _http_get(port: int, path: str) -> tuple[str, dict[str, object]]:
+    head, _, body = _http_get_raw(port, path).partition(b"\r\n\r\n")
     return head.split(b"\r\n")[0].decode(), json.loads(body)
 
 
@@ -696,6 +701,10 @@ def test_get_status_answers_during_a_run(controller_factory) -> None:  # type: i
         assert isinstance(last, dict) and last["round"] == 1 and "ms" in last
         line404, _ = _http_get(ctl.port, "/nope")
         assert line404.startswith("HTTP/1.1 404")
+        raw = _http_get_raw(ctl.port, "/status")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert f"Content-Length: {len(body)}".encode() in head.split(b"\r\n")
+        assert body.endswith(b"}\n") and body.count(b"\n") == 1  # one line, ended
         relay.rank_exit(1)
         assert ctl.wait(END) is not None
 

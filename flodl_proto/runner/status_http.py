@@ -2,7 +2,8 @@
 
 One short-lived thread per request: read the request head (bounded in time and size), answer
 ``GET /status`` with the status JSON, ``404`` for another path, ``405`` for another method, then
-close. The responder knows nothing of the controller: it is handed the status callable.
+close (the body is one line of JSON and its line break). The responder knows nothing of the
+controller: it is handed the status callable.
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (the port mux serving ``GET /status``).
 """
@@ -56,7 +57,8 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
                                                     "try GET /status"}
         else:
             code, body = "405 Method Not Allowed", {"error": f"{method} is not served"}
-        payload = json.dumps(body, default=str).encode()
+        # one JSON line, ended: `curl` output does not run into the shell's next line
+        payload = json.dumps(body, default=str).encode() + b"\n"
         resp = (f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
         sock.sendall(resp + payload, NO_SIGPIPE)  # a client gone: EPIPE, logged
