@@ -97,8 +97,19 @@ class _Parser(argparse.ArgumentParser):
         that ``message`` quotes (``invalid choice: 'xxx...'``, ``ignored explicit argument``,
         ``invalid int value``) or includes whole (``unrecognized arguments: ...``, ``ambiguous
         option: ...``) is shown as :func:`~flodl_proto.errors.shown` shows it, by its ends and
-        its length, where argparse echoed it whole (:func:`_long_arguments_shown`)."""
+        its length, where argparse echoed it whole, and one holding a line break or another
+        character that is not printable is quoted (``'a\\nb'``), so the message stays one line
+        (:func:`_long_arguments_shown`)."""
         super().error(_long_arguments_shown(message, self._given))
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but the unknown arguments are listed as :func:`_unrecognized` lists
+        them (the first few, then how many more; each as :func:`_long_arguments_shown` shows
+        it)."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(_unrecognized(extras))
+        return namespace
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, but a command's parser reports the arguments it does not know as its
@@ -130,7 +141,7 @@ class _Parser(argparse.ArgumentParser):
                 for action in required:
                     action.required = True
             if extras:
-                self.error(f"unrecognized arguments: {' '.join(extras)}")
+                self.error(_unrecognized(extras))
             for action in required:
                 if (isinstance(action, argparse._SubParsersAction) and action.dest
                         and action.dest is not argparse.SUPPRESS
@@ -140,7 +151,7 @@ class _Parser(argparse.ArgumentParser):
                                f"{action.metavar or action.dest} (choose from {choices})")
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            self.error(_unrecognized(extras))
         return namespace, extras
 
 
@@ -148,17 +159,56 @@ class _Parser(argparse.ArgumentParser):
 _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
 
 
+#: the most characters of the list of unknown arguments a usage error includes (at least the
+#: first argument): the rest are counted (:func:`_unrecognized`)
+_UNRECOGNIZED_CHARS = 160
+
+
+def _unrecognized(extras: Sequence[str]) -> str:
+    """The usage error for the unknown arguments ``extras``: argparse's ``unrecognized
+    arguments: A B C``, but each argument of more than :data:`~flodl_proto.errors.SHOWN_CHARS`
+    characters or with a character that is not printable (a line break, an escape) as
+    :func:`~flodl_proto.errors.shown` quotes it, and only the first ones that fit in
+    :data:`_UNRECOGNIZED_CHARS` characters (at least one), then ``... (N more)``: a command line
+    of thousands of unknown words made a line of thousands of characters."""
+    listed: list[str] = []
+    size = 0
+    for argument in extras:
+        text = _argument_shown(argument)
+        if listed and size + 1 + len(text) > _UNRECOGNIZED_CHARS:
+            break
+        listed.append(text)
+        size += len(text) + (1 if size else 0)
+    more = len(extras) - len(listed)
+    return (f"unrecognized arguments: {' '.join(listed)}"
+            + (f" ... ({more} more)" if more else ""))
+
+
+def _argument_shown(argument: str) -> str:
+    """A command-line argument as a usage error includes it: as it is, or as
+    :func:`~flodl_proto.errors.shown` quotes it when it has more than
+    :data:`~flodl_proto.errors.SHOWN_CHARS` characters or a character that is not printable."""
+    from .errors import SHOWN_CHARS, shown
+
+    if len(argument) > SHOWN_CHARS or not argument.isprintable():
+        return shown(argument)
+    return argument
+
+
 def _long_arguments_shown(message: str, given: Sequence[str]) -> str:
     """``message`` of argparse (or of :meth:`_Parser.parse_known_args`) with every value from
     the arguments ``given`` that is longer than :data:`~flodl_proto.errors.SHOWN_CHARS` shown
     by :func:`~flodl_proto.errors.shown`: a quoted text (``%r``) that is one of them or the end
-    of one (``--log-level=VALUE``, ``-hVALUE``), then one included whole. Shorter values, and
-    everything else in the message, are left as they are."""
+    of one (``--log-level=VALUE``, ``-hVALUE``), then one included whole. A value holding a
+    character that is not printable (a line break, an escape; argparse quotes it with ``%r``
+    or includes it whole, ``ambiguous option: --s=a<newline>b``) is quoted so where it is
+    included whole. Other values, and everything else in the message, are left as they are."""
     import ast
 
     from .errors import SHOWN_CHARS, shown
 
-    long = sorted({a for a in given if len(a) > SHOWN_CHARS}, key=len, reverse=True)
+    long = sorted({a for a in given if len(a) > SHOWN_CHARS or not a.isprintable()},
+                  key=len, reverse=True)
     if not long:
         return message
 
@@ -175,7 +225,7 @@ def _long_arguments_shown(message: str, given: Sequence[str]) -> str:
 
     message = _QUOTED.sub(requote, message)
     for argument in long:
-        message = message.replace(argument, shown(argument))
+        message = message.replace(argument, _argument_shown(argument))
     return message
 
 

@@ -300,3 +300,43 @@ def test_the_conformance_doc_states_the_jobs_bound() -> None:
     from flodl_proto.conform.doc import render_conformance_doc
 
     assert f"`--jobs N` (cases in parallel, 1 to {JOBS_MAX}, each" in render_conformance_doc()
+
+
+@pytest.mark.parametrize(("args", "command", "message"), [
+    (("demo", "x", "a\nb", "c d"), ("demo",), "unrecognized arguments: x 'a\\nb' c d"),
+    (("--bogus\x1b[31m", "demo"), (), "unrecognized arguments: '--bogus\\x1b[31m'"),
+    (("demo", "--s=a\nb"), ("demo",), "ambiguous option: '--s=a\\nb' could match --seed, "
+                                      "--salt-file"),
+    (("demo", "--bf16=a\tb"), ("demo",), "argument --bf16: ignored explicit argument 'a\\tb'"),
+], ids=["unrecognized", "unrecognized-before-the-command", "ambiguous-option",
+        "ignored-explicit-argument"])
+def test_argparse_quotes_a_value_with_a_line_break(
+        args: tuple[str, ...], command: tuple[str, ...], message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A short value holding a line break or an escape character was included raw in
+    ``unrecognized arguments`` and ``ambiguous option``, breaking the error line in two (or
+    colouring the terminal); it is quoted, as argparse quotes it in its other messages."""
+    code, out, err = _run_main(capsys, *args)
+    prog = " ".join(("flodl-proto", *command))
+    assert (code, out, err) == (
+        2, "", f"{_parser_of(*command).format_usage()}{prog}: error: {message}\n")
+
+
+_WORDS = tuple(f"--w{i}" for i in range(2000))
+
+
+@pytest.mark.parametrize(("args", "command"), [(("demo", *_WORDS), ("demo",)),
+                                               ((*_WORDS, "demo"), ())],
+                         ids=["after-the-command", "before-the-command"])
+def test_thousands_of_unknown_arguments_make_one_bounded_line(
+        args: tuple[str, ...], command: tuple[str, ...],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """2000 unknown words (each short) made an ``unrecognized arguments`` line of 8900
+    characters; it lists the first ones (up to 160 characters) and counts the rest."""
+    code, out, err = _run_main(capsys, *args)
+    prog = " ".join(("flodl-proto", *command))
+    listed = " ".join(_WORDS[:28])
+    assert len(listed) <= 160 < len(listed) + len(" --w28")
+    assert (code, out, err) == (
+        2, "", f"{_parser_of(*command).format_usage()}{prog}: error: unrecognized arguments: "
+               f"{listed} ... (1972 more)\n")
