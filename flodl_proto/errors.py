@@ -194,9 +194,8 @@ for _kind_cls in KIND_CLASSES.values():
 
 
 class _WideInt(int):
-    """An integer too wide for a message to print whole (more than ``sys.int_max_str_digits``,
-    4300, decimal digits, which Python refuses to print; or, from the command line, more
-    digits than :data:`SHOWN_CHARS`), as a message shows it: by its size."""
+    """An integer of more decimal digits than :data:`SHOWN_CHARS` (Python refuses to print one
+    of more than ``sys.int_max_str_digits``, 4300), as a message shows it: by its size."""
 
     def __repr__(self) -> str:
         return f"<{'a negative' if self < 0 else 'an'} integer of {self.bit_length()} bits>"
@@ -207,8 +206,9 @@ class _WideInt(int):
         return repr(self)
 
 
-#: the most characters of a text value a message quotes whole; a longer one is shown by its
-#: start, its end and its length (:func:`shown`)
+#: the most characters of a text value a message quotes whole, and the most decimal digits of an
+#: integer it prints whole; a longer text is shown by its start, its end and its length, a wider
+#: integer by its size (:func:`shown`)
 SHOWN_CHARS = 80
 _SHOWN_HEAD = 40
 _SHOWN_TAIL = 20
@@ -225,28 +225,62 @@ class _LongText(str):
                 f"({len(text)} characters)")
 
 
-def _printable(value: Any, wide_ints: bool = True) -> Any:
+class _LongRepr:
+    """A list, tuple, dict, set or bytes value whose ``repr`` is longer than
+    :data:`SHOWN_CHARS` characters, as a message shows it (with or without ``!r``, whatever the
+    format spec): the first 40 and last 20 characters of its ``repr`` and their count,
+    ``[0, 1, 2, ...99998, 99999] (588890 characters)``."""
+
+    def __init__(self, text: str) -> None:
+        self._text = (f"{text[:_SHOWN_HEAD]}...{text[-_SHOWN_TAIL:]} "
+                      f"({len(text)} characters)")
+
+    def __repr__(self) -> str:
+        return self._text
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return self._text
+
+
+#: the containers whose ``str`` is their ``repr``, shown by the ends of it when it is long
+_CONTAINERS = (list, tuple, dict, set, frozenset, bytes, bytearray)
+
+
+def _too_wide(value: int) -> bool:
+    """Has ``value`` more than :data:`SHOWN_CHARS` decimal digits? (Without printing it.)"""
+    return value.bit_length() > 265 and abs(value) >= 10**SHOWN_CHARS
+
+
+def _printable(value: Any) -> Any:
     """``value`` as a message shows it: every text longer than :data:`SHOWN_CHARS` (also
-    inside a tuple or list) quoted by its ends (a :class:`_LongText`) and, with ``wide_ints``,
-    every integer of more than 4096 bits replaced by a :class:`_WideInt` of it; anything else
-    is ``value`` itself."""
-    if (wide_ints and isinstance(value, int) and not isinstance(value, bool)
-            and value.bit_length() > 4096):
+    inside a tuple or list) quoted by its ends (a :class:`_LongText`), every integer of more
+    than :data:`SHOWN_CHARS` digits replaced by a :class:`_WideInt` of it, and a container
+    (:data:`_CONTAINERS`) whose ``repr`` is still longer than :data:`SHOWN_CHARS` by the ends
+    of it (a :class:`_LongRepr`), but a pair (``(host, port)``), whose items are shown so
+    already; anything else is ``value`` itself."""
+    if isinstance(value, int) and not isinstance(value, bool) and _too_wide(value):
         return _WideInt(value)
     if isinstance(value, str) and len(value) > SHOWN_CHARS:
         return _LongText(value)
     if type(value) in (tuple, list):
-        return type(value)(_printable(v, wide_ints) for v in value)
+        value = type(value)(_printable(v) for v in value)
+    if isinstance(value, _CONTAINERS):
+        text = repr(value)
+        if len(text) > SHOWN_CHARS and not (type(value) in (tuple, list) and len(value) <= 2):
+            return _LongRepr(text)
     return value
 
 
 def shown(value: Any) -> str:
     """How an error message quotes a bad value: its ``repr``, but a text of more than
     :data:`SHOWN_CHARS` characters by its first 40 and last 20 characters and its length
-    (``'999...999' (5000 characters)``) and an integer of more than 4096 bits by its size
-    (``<an integer of 16610 bits>``), so that a huge value (from a command line, a file) is
-    never echoed whole. :func:`protocol_error` quotes its fields so (an integer Python can
-    print, whole); the command line's own messages use this.
+    (``'999...999' (5000 characters)``), an integer of more than :data:`SHOWN_CHARS` digits by
+    its size (``<an integer of 16610 bits>``), and a list, tuple, dict, set or bytes value whose
+    ``repr`` is longer than :data:`SHOWN_CHARS` by the ends of it (``[0, 1, ...99999] (588890
+    characters)``), so that a huge value (from a command line, a file) is never echoed whole.
+    :func:`protocol_error` quotes its fields so; the command line's own messages use this.
 
     No upstream counterpart (upstream's messages print their values whole)."""
     return repr(_printable(value))
@@ -260,7 +294,8 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
         remote: override the catalogue's default side (True: the peer's fault).
         **fields: values for the message template (field names, values, limits, offsets); a
             text of more than :data:`SHOWN_CHARS` characters is quoted (``!r``) by its ends and
-            length, an integer too wide to print by its size (:func:`shown`).
+            length, an integer of more than :data:`SHOWN_CHARS` digits by its size, a long
+            list or bytes value by the ends of its ``repr`` (:func:`shown`).
 
     Returns:
         The exception (of the catalogue entry's kind class), ready to ``raise``.
@@ -270,9 +305,6 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
     """
     entry = SPEC.errors[error_id]
     side = entry.remote if remote is None else remote
-    try:  # a long text is quoted by its ends (:func:`shown`); ``fields`` keeps it whole
-        message = entry.template.format(
-            **{k: _printable(v, wide_ints=False) for k, v in fields.items()})
-    except ValueError:  # an integer of more than 4300 digits, which Python refuses to print
-        message = entry.template.format(**{k: _printable(v) for k, v in fields.items()})
+    # a long value is shown by its ends or its size (:func:`shown`); ``fields`` keeps it whole
+    message = entry.template.format(**{k: _printable(v) for k, v in fields.items()})
     return KIND_CLASSES[entry.kind](message, remote=side, error_id=error_id, fields=fields)

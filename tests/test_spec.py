@@ -14,6 +14,7 @@ from construct import Array, Bytes, FormatField
 from flodl_proto import errors, spec
 from flodl_proto.codec import structs
 from flodl_proto.codec._common import check_version
+from flodl_proto.codec.handshake import encode_handshake
 
 PKG = Path(spec.__file__).resolve().parent
 
@@ -247,9 +248,42 @@ def test_an_integer_too_wide_to_print_is_shown_by_its_size() -> None:
                                 reason="out of range")
     assert str(err) == ("--listen = ('h', <a negative integer of 16610 bits>) is not a HOST:PORT "
                         "address: out of range")
-    # below the limit, integers print as ever
-    err = errors.protocol_error("mux.bad_field", field="rank", value=10**4000, reason="r")
-    assert str(err) == f"relay_mux: rank = {10**4000} is invalid: r"
+    # up to 80 digits, integers print whole
+    err = errors.protocol_error("mux.bad_field", field="rank", value=10**80 - 1, reason="r")
+    assert str(err) == f"relay_mux: rank = {'9' * 80} is invalid: r"
+
+
+@pytest.mark.parametrize(("value", "size"), [
+    (10**80, "an integer of 266 bits"), (-(10**80), "a negative integer of 266 bits"),
+    (10**4000, "an integer of 13288 bits"), (10**4299, "an integer of 14281 bits")],
+    ids=["81-digits", "81-digits-negative", "4001-digits", "4300-digits"])
+def test_an_integer_of_more_than_80_digits_is_shown_by_its_size(value: int, size: str) -> None:
+    """An integer of 81 to 4300 digits (which Python can print) was printed whole in a library
+    message, a line of up to 4300 characters (``encode_handshake(1, 4, 10**4000)``); it is
+    shown by its size, as one of more digits was, the error keeping the value itself."""
+    err = errors.protocol_error("mux.bad_field", field="rank", value=value, reason="r")
+    assert str(err) == f"relay_mux: rank = <{size}> is invalid: r"
+    assert err.fields["value"] == value
+    assert errors.shown(value) == f"<{size}>"
+    with pytest.raises(errors.VersionMismatch) as e:
+        encode_handshake(1, 4, value)
+    assert str(e.value) == f"protocol version <{size}> is not supported (supported: [2, 3])"
+
+
+def test_a_long_list_or_bytes_value_is_shown_by_the_ends_of_its_repr() -> None:
+    """:func:`~flodl_proto.errors.shown` shortened texts and integers only: a list of 100000
+    numbers (a vector file's ``expect``) or a megabyte of bytes was quoted whole."""
+    assert errors.shown(list(range(100000))) == (
+        "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1...99997, 99998, 99999] (688890 characters)")
+    x00 = "\\x00"
+    assert errors.shown(b"\0" * 1000) == (
+        "b'" + x00 * 9 + "\\x..." + "x00" + x00 * 4 + "' (4003 characters)")
+    err = errors.protocol_error("mux.bad_field", field="model_sigs", value=[7] * 1000,
+                                reason="r")
+    assert str(err) == (f"relay_mux: model_sigs = [{'7, ' * 13}...7{', 7' * 6}] "
+                        f"(3000 characters) is invalid: r")
+    assert errors.shown([1, "x" * 100]) == f"[1, '{'x' * 40}...{'x' * 20}' (100 characters)]"
+    assert errors.shown(list(range(20))) == repr(list(range(20)))
 
 
 def test_a_long_text_is_quoted_by_its_ends() -> None:
