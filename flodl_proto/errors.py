@@ -44,6 +44,8 @@ __all__ = [
     "TruncatedInput",
     "VersionMismatch",
     "protocol_error",
+    "shown",
+    "shown_name",
 ]
 
 
@@ -284,6 +286,19 @@ def shown(value: Any) -> str:
 
     No upstream counterpart (upstream's messages print their values whole)."""
     return repr(_printable(value))
+
+
+def shown_name(text: str) -> str:
+    """A name a line gives as it is (a path, a vector case's id): ``text`` itself, unless it is
+    empty, longer than :data:`SHOWN_CHARS` characters, holds a character that is not printable
+    (a line break, an escape) or starts or ends with white space; then quoted as :func:`shown`
+    quotes a text (``''``, ``'a\\nb'``, ``'/tmp/aaa...aaa/v2' (5000 characters)``), so that the
+    line stays one line and still shows where the name ends.
+
+    No upstream counterpart."""
+    if not text or len(text) > SHOWN_CHARS or not text.isprintable() or text != text.strip():
+        return shown(text)
+    return text
 
 
 def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flodl_proto.commands.vectors import BUNDLED_VECTORS
+from flodl_proto.errors import shown_name
 
 from .conftest import ROOT, vectors_root
 
@@ -49,11 +50,12 @@ def test_vectors_compare(tmp_path: Path) -> None:
     res = _vectors_cli("compare", str(copy))
     assert res.returncode == 1
     assert res.stdout.splitlines() == [
-        f"only in {BUNDLED_VECTORS}: bf16.json", "differs: v2/handshake.json",
-        f"{copy} differs from {BUNDLED_VECTORS} (2 files)"]
+        f"only in {shown_name(str(BUNDLED_VECTORS))}: bf16.json", "differs: v2/handshake.json",
+        f"{shown_name(str(copy))} differs from {shown_name(str(BUNDLED_VECTORS))} (2 files)"]
     res = _vectors_cli("compare", str(tmp_path / "absent"))
     assert (res.returncode, res.stdout, res.stderr) == (
-        2, "", f"flodl-proto vectors compare: error: {tmp_path / 'absent'}: does not exist\n")
+        2, "", f"flodl-proto vectors compare: error: {shown_name(str(tmp_path / 'absent'))}: "
+              "does not exist\n")
 
 
 def test_vectors_check_unusable_folder_is_one_line_exit_2(
@@ -69,10 +71,12 @@ def test_vectors_check_unusable_folder_is_one_line_exit_2(
     a_file.write_text("", encoding="utf-8")
     bad = tmp_path / "bad"
     bad.mkdir()
-    for path, why in ((empty, f"no vectors found under {empty}"),
-                      (tmp_path / "absent", f"{tmp_path / 'absent'}: does not exist"),
-                      (a_file, f"{a_file}: not a directory"),
-                      (bad, f"{bad / 'x.json'}: not a vector file (no key 'protocol_version')")):
+    for path, why in ((empty, f"no vectors found under {shown_name(str(empty))}"),
+                      (tmp_path / "absent",
+                       f"{shown_name(str(tmp_path / 'absent'))}: does not exist"),
+                      (a_file, f"{shown_name(str(a_file))}: not a directory"),
+                      (bad, f"{shown_name(str(bad / 'x.json'))}: not a vector file (no key "
+                            "'protocol_version')")):
         (bad / "x.json").write_text("{}", encoding="utf-8")
         assert main(["vectors", "check", str(BUNDLED_VECTORS), str(path)]) == 2
         assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {why}\n")

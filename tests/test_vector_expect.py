@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from flodl_proto.cli import main
+from flodl_proto.errors import shown_name
 from flodl_proto.interop.registry import EXPECTS, FIELDS, VectorMismatch
 from flodl_proto.interop.vectors import Case, VectorFileError, iter_cases, run_case
 
@@ -66,10 +67,10 @@ def _refused(root: Path, path: Path, why: str, capsys: pytest.CaptureFixture[str
     check`` prints that one line (no output, nothing run) and exits 2."""
     with pytest.raises(VectorFileError) as e:
         list(iter_cases(root))
-    assert str(e.value) == f"{path}: not a vector file ({why})"
+    assert str(e.value) == f"{shown_name(str(path))}: not a vector file ({why})"
     assert main(["vectors", "check", str(root)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {path}: not a vector "
-                                       f"file ({why})\n")
+    assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: "
+                                       f"{shown_name(str(path))}: not a vector file ({why})\n")
 
 
 def _copy_edited(tmp_path: Path, edit: Callable[[dict[str, Any]], T],
@@ -102,6 +103,14 @@ _MISSING = object()  # a change that removes the key
     ({"expect": _MISSING}, "field 'expect' is missing"),
     ({"expect": "e" * 300}, f"expect '{'e' * 40}...{'e' * 20}' (300 characters) is not one of "
                             "'ok', 'error', 'eof'"),
+    # an array of 100000 numbers was quoted whole, a line of 688890 characters
+    ({"expect": list(range(100000))}, "expect [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1...99997, "
+                                      "99998, 99999] (688890 characters) is not one of 'ok', "
+                                      "'error', 'eof'"),
+    ({"expect": {"k": "v" * 100}}, f"expect {{'k': '{'v' * 33}...{'v' * 18}'}} (109 characters) "
+                                   "is not one of 'ok', 'error', 'eof'"),
+    # a number of 100 digits was printed whole
+    ({"op": 10**99}, "field 'op' is the number <an integer of 329 bits>, not a string"),
 ])
 def test_a_case_outside_the_schema_makes_the_file_no_vector_file(
         change: dict[str, Any], problem: str, tmp_path: Path,
@@ -177,7 +186,7 @@ def test_an_id_of_a_case_of_another_file_is_a_duplicate_too(
     root, path, _ = _copy_edited(tmp_path, lambda doc: doc["cases"][2].update(
         id=earlier["cases"][1]["id"]))
     _refused(root, path, f"case 2: {earlier['cases'][1]['id']}: duplicate id, first at case 1 of "
-             f"{root / 'bf16.json'}", capsys)
+             f"{shown_name(str(root / 'bf16.json'))}", capsys)
 
 
 def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> tuple[Path, str]:
@@ -207,6 +216,10 @@ def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> 
      "field 'frame' is the string '00', not an object"),
     ("round_frame.json", "round_frame.read", "error", {"salt": "not-a-salt"},
      "field 'salt' is the string 'not-a-salt', not a string of bytes in hex digits"),
+    # was cut at 40 characters, without its length: 'zzz...z'...
+    ("round_frame.json", "round_frame.read", "error", {"salt": "z" * 300},
+     f"field 'salt' is the string '{'z' * 40}...{'z' * 20}' (300 characters), not a string of "
+     "bytes in hex digits"),
     ("bf16.json", "bf16.from_f32", "ok", {"f32_bits": 1065353216},
      "field 'f32_bits' is the number 1065353216, not a string of hex digits"),
     ("reduce.json", "reduce_realized_work", "ok", {"inputs": {}},
@@ -323,7 +336,8 @@ def test_a_malformed_manifest_is_one_line_not_a_traceback(
     (root / "v2" / "manifest.json").write_text(manifest)
     assert main(["vectors", "check", str(root)]) == 2
     assert capsys.readouterr() == ("", (
-        f"flodl-proto vectors check: error: {root / 'v2' / 'manifest.json'}: not a manifest "
+        f"flodl-proto vectors check: error: {shown_name(str(root / 'v2' / 'manifest.json'))}: "
+        "not a manifest "
         f"(total_cases {shown} is not a whole number >= 0)\n"))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flodl_proto.commands.vectors import BUNDLED_VECTORS
+from flodl_proto.errors import shown_name
 from flodl_proto.interop.vectors import iter_cases
 
 from .cli_util import run_main
@@ -116,12 +117,13 @@ def test_a_count_that_differs_from_the_manifests_is_named(capsys: pytest.Capture
     n = _count(folder)
     _declare(folder, 1)
     code, _, err = run_main(capsys, "vectors", "check", str(folder))
-    assert (code, err) == (1, f"{_PROG}: error: {folder}: {n} vectors found where its "
-                              f"manifests declare {n + 1}\n")
+    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(folder))}: {n} vectors found "
+                              f"where its manifests declare {n + 1}\n")
     _break(folder / "channel_magic.json", "channel_magic/write/data")
     code, _, err = run_main(capsys, "vectors", "check", str(folder))
-    assert (code, err) == (1, f"{_PROG}: error: 1 of {n} vectors failed; {folder}: {n} vectors "
-                              f"found where its manifests declare {n + 1}\n")
+    assert (code, err) == (1, f"{_PROG}: error: 1 of {n} vectors failed; "
+                              f"{shown_name(str(folder))}: {n} vectors found where its "
+                              f"manifests declare {n + 1}\n")
 
 
 def test_a_missing_manifest_is_named_in_the_line(capsys: pytest.CaptureFixture[str],
@@ -130,6 +132,43 @@ def test_a_missing_manifest_is_named_in_the_line(capsys: pytest.CaptureFixture[s
     declared = json.loads((folder / "manifest.json").read_text())["total_cases"]
     (folder / "v2" / "manifest.json").unlink()
     code, _, err = run_main(capsys, "vectors", "check", str(folder))
-    assert (code, err) == (1, f"{_PROG}: error: {folder}: {n} vectors found where its "
-                              f"manifests declare {declared} (no "
-                              f"{folder / 'v2' / 'manifest.json'})\n")
+    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(folder))}: {n} vectors found "
+                              f"where its manifests declare {declared} (no "
+                              f"{shown_name(str(folder / 'v2' / 'manifest.json'))})\n")
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("d" * 200, f"'{'d' * 40}...{'d' * 20}' (200 characters)"),
+    ("a\nb", "'a\\nb'"),
+], ids=["long", "line-break"])
+def test_a_folder_path_is_named_in_one_bounded_line(
+        capsys: pytest.CaptureFixture[str], name: str, shown: str) -> None:
+    """A folder path of thousands of characters (or one with a line break) was printed whole
+    (raw) in ``vectors check``'s error line; it is quoted as a long value is, by its ends and
+    its length (a line break escaped)."""
+    code, out, err = run_main(capsys, "vectors", "check", name)
+    assert (code, out, err) == (2, "", f"{_PROG}: error: {shown}: does not exist\n")
+    code, out, err = run_main(capsys, "vectors", "compare", name)
+    assert (code, out, err) == (2, "", f"flodl-proto vectors compare: error: {shown}: does not "
+                                       "exist\n")
+
+
+def test_a_long_folder_path_is_named_by_its_ends_in_every_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder of a path of more than 80 characters was printed whole in the table's heading
+    and in the error lines naming it or a file of it; it is quoted by its ends and length."""
+    folder = tmp_path / ("v" * 100)
+    shutil.copytree(BUNDLED_VECTORS, folder)
+    n = _count(folder)
+    text = str(folder)
+    named = f"'{text[:40]}...{'v' * 20}' ({len(text)} characters)"
+    _declare(folder, 1)
+    code, out, err = run_main(capsys, "vectors", "check", str(folder))
+    assert out.splitlines()[0] == named
+    assert (code, err) == (1, f"{_PROG}: error: {named}: {n} vectors found where its manifests "
+                              f"declare {n + 1}\n")
+    (folder / "bf16.json").write_text("[]")
+    code, out, err = run_main(capsys, "vectors", "check", str(folder))
+    file_named = f"'{text[:40]}...{'v' * 10}/bf16.json' ({len(text) + 10} characters)"
+    assert (code, out, err) == (2, "", f"{_PROG}: error: {file_named}: not a vector file (a JSON "
+                                       "array, not an object)\n")

@@ -16,6 +16,7 @@ from typing import Any
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
+from ..errors import shown_name
 
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
@@ -68,7 +69,14 @@ def _not_a_folder(path: Path) -> str | None:
     directory``), or None when it is a folder."""
     if path.is_dir():
         return None
-    return f"{path}: {'not a directory' if path.exists() else 'does not exist'}"
+    return f"{_named(path)}: {'not a directory' if path.exists() else 'does not exist'}"
+
+
+def _named(path: Path | str) -> str:
+    """``path`` as a line names it: as it is, or quoted by its ends and its length when it is
+    longer than :data:`~flodl_proto.errors.SHOWN_CHARS` characters, quoted when it holds a line
+    break (:func:`~flodl_proto.errors.shown_name`)."""
+    return shown_name(str(path))
 
 
 def _load_cases(root: Path) -> tuple[list[Any], int] | str:
@@ -83,10 +91,10 @@ def _load_cases(root: Path) -> tuple[list[Any], int] | str:
         cases = list(iter_cases(root))
         expected = manifest_total(root)
     except OSError as e:
-        return f"{e.filename or root}: {os_reason(e)}"
+        return f"{_named(e.filename or root)}: {os_reason(e)}"
     except VectorFileError as e:
         return str(e)
-    return (cases, expected) if cases else f"no vectors found under {root}"
+    return (cases, expected) if cases else f"no vectors found under {_named(root)}"
 
 
 def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
@@ -127,7 +135,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
             except Exception as e:  # report every failure kind, keep going
                 stats[key]["fail"] += 1
                 failures.append(f"{shown_id(case.id)}: {type(e).__name__}: {e}")
-        print(f"{root}", file=out)
+        print(_named(root), file=out)
         print(f"  {'file':<28} {'pass':>5} {'fail':>5} {'n/i':>5}", file=out)
         for key in sorted(stats):
             s = stats[key]
@@ -138,12 +146,13 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
         unlisted = [f / "manifest.json" for f in vector_folders(root)
                     if not (f / "manifest.json").is_file()]
         for manifest in unlisted:
-            print(f"  no {manifest}: the count of its cases cannot be checked", file=out)
+            print(f"  no {_named(manifest)}: the count of its cases cannot be checked", file=out)
         if total != expected and not unlisted:
             print(f"  {total} cases found where the manifests declare {expected}", file=out)
         if total != expected or total == 0:
-            counts.append(f"{root}: {total} vectors found where its manifests declare {expected}"
-                          + (f" (no {', no '.join(map(str, unlisted))})" if unlisted else ""))
+            counts.append(f"{_named(root)}: {total} vectors found where its manifests declare "
+                          f"{expected}"
+                          + (f" (no {', no '.join(map(_named, unlisted))})" if unlisted else ""))
         if failures and verbose:
             for f in failures:
                 print(f"  FAIL {f}", file=out)
@@ -190,9 +199,11 @@ def _compare(args: argparse.Namespace) -> int:
             print(f"flodl-proto vectors compare: error: {why}", file=sys.stderr)
             return 2
     diffs = compare_folders(args.dir, args.bundled)
+    named = {f"only in {d}": f"only in {_named(d)}" for d in (args.dir, args.bundled)}
     for how, rel in diffs:
-        print(f"{how}: {rel}")
-    print(f"{args.dir} {'differs from' if diffs else 'is identical to'} {args.bundled}"
+        print(f"{named.get(how, how)}: {_named(rel)}")
+    print(f"{_named(args.dir)} {'differs from' if diffs else 'is identical to'} "
+          f"{_named(args.bundled)}"
           + (f" ({len(diffs)} files)" if diffs else ""))
     return 1 if diffs else 0
 
@@ -210,10 +221,10 @@ def _export(args: argparse.Namespace) -> int:
         counts = export_vectors(args.dir)
     except OSError as e:  # FileExistsError: a file where a folder of the path should be
         why = "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
-        print(f"flodl-proto vectors export: error: cannot write {e.filename or args.dir}: {why}",
-              file=sys.stderr)
+        print(f"flodl-proto vectors export: error: cannot write "
+              f"{_named(e.filename or args.dir)}: {why}", file=sys.stderr)
         return 1
     for version, n in sorted(counts.items(), reverse=True):
         where = args.dir if version == 3 else args.dir / "v2"
-        print(f"{where}: {n} cases (protocol version {version})")
+        print(f"{_named(where)}: {n} cases (protocol version {version})")
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import shown
+
 __all__ = ["EXPECTS", "EXPECT_VALUES", "FIELDS", "OPS", "Handler", "NotImplementedOp",
            "VectorMismatch", "field_problem", "json_name", "kind_problem", "op"]
 
@@ -93,13 +95,14 @@ def kind_problem(case: Mapping[str, Any], name: str, kind: str) -> str | None:
 
 def _shown(value: Any) -> str:
     """A JSON value in a problem's words: ``the string '12zz'``, ``the number 3``, ``an
-    array``, ``an object``, ``true``, ``null``."""
+    array``, ``an object``, ``true``, ``null``; a long string or a number of many digits as
+    :func:`~flodl_proto.errors.shown` shows it (by its ends and length, by its size)."""
     if isinstance(value, str):
-        return f"the string {value[:40]!r}" + ("..." if len(value) > 40 else "")
+        return f"the string {shown(value)}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return f"the number {value!r}"
+        return f"the number {shown(value)}"
     name = json_name(value)
     return f"an {name}" if isinstance(value, list | dict) else name
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import SHOWN_CHARS, shown
+from ..errors import shown, shown_name
 from ..spec import SUPPORTED_VERSIONS
 from .registry import (
     EXPECT_VALUES,
@@ -66,14 +66,14 @@ def _read_json(path: Path) -> Any:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-            raise VectorFileError(f"{path}: not a vector file ({what})")
+            raise VectorFileError(f"{shown_name(str(path))}: not a vector file ({what})")
     except BaseException:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_VECTOR_FILE_BYTES + 1)
     if len(raw) > MAX_VECTOR_FILE_BYTES:
-        raise VectorFileError(f"{path}: not a vector file (larger than "
+        raise VectorFileError(f"{shown_name(str(path))}: not a vector file (larger than "
                               f"{MAX_VECTOR_FILE_BYTES} bytes)")
     try:
         return json.loads(raw.decode("utf-8"))
@@ -81,10 +81,10 @@ def _read_json(path: Path) -> Any:
         why = str(e)
         if why.startswith("Exceeds the limit"):  # Python's int conversion limit, not JSON's
             why = f"a number of more than {sys.get_int_max_str_digits()} digits"
-        raise VectorFileError(f"{path}: not a vector file ({why})") from None
+        raise VectorFileError(f"{shown_name(str(path))}: not a vector file ({why})") from None
     except RecursionError:  # arrays or objects nested deeper than the decoder recurses
-        raise VectorFileError(f"{path}: not a vector file (JSON nested too deeply to "
-                              "read)") from None
+        raise VectorFileError(f"{shown_name(str(path))}: not a vector file (JSON nested too "
+                              "deeply to read)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,19 +122,20 @@ def iter_cases(root: Path) -> Iterator[Case]:
             if path.name == "manifest.json":
                 continue
             doc = _read_json(path)
+            named = shown_name(str(path))
             if not isinstance(doc, dict):
-                raise VectorFileError(f"{path}: not a vector file (a JSON {json_name(doc)}, "
+                raise VectorFileError(f"{named}: not a vector file (a JSON {json_name(doc)}, "
                                       "not an object)")
             for key in ("protocol_version", "cases"):
                 if key not in doc:
-                    raise VectorFileError(f"{path}: not a vector file (no key {key!r})")
+                    raise VectorFileError(f"{named}: not a vector file (no key {key!r})")
             version, cases = doc["protocol_version"], doc["cases"]
             if version not in SUPPORTED_VERSIONS or isinstance(version, bool | float):
                 raise VectorFileError(
-                    f"{path}: not a vector file (protocol_version {version!r} is not one this "
-                    f"implementation speaks: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+                    f"{named}: not a vector file (protocol_version {shown(version)} is not one "
+                    f"this implementation speaks: {', '.join(map(str, SUPPORTED_VERSIONS))})")
             if not isinstance(cases, list):
-                raise VectorFileError(f"{path}: not a vector file (cases is a JSON "
+                raise VectorFileError(f"{named}: not a vector file (cases is a JSON "
                                       f"{json_name(cases)}, not an array)")
             for i, case in enumerate(cases):
                 problem = _case_problem(case)
@@ -142,9 +143,9 @@ def iter_cases(root: Path) -> Iterator[Case]:
                     # reports name a case by its id: two of one id could not be told apart
                     where, at = first[case["id"]]
                     problem = (f"{shown_id(case['id'])}: duplicate id, first at case {at}"
-                               + ("" if where == path else f" of {where}"))
+                               + ("" if where == path else f" of {shown_name(str(where))}"))
                 if problem is not None:
-                    raise VectorFileError(f"{path}: not a vector file (case {i}: {problem})")
+                    raise VectorFileError(f"{named}: not a vector file (case {i}: {problem})")
                 first[case["id"]] = (path, i)
                 yield Case(path.stem, version, case)
 
@@ -175,16 +176,13 @@ def _case_problem(case: Any) -> str | None:
 
 def shown_id(case_id: str) -> str:
     """A case's id as a line names the case (``case 3: ID: duplicate id``, ``FAIL ID: ...``):
-    as it is, unless it is empty, longer than :data:`~flodl_proto.errors.SHOWN_CHARS`
-    characters, not printable or starts or ends with white space; then quoted as
-    :func:`~flodl_proto.errors.shown` quotes a value (``''``, ``'aaa...a' (5000
-    characters)``), so that the line still shows where the id ends.
+    as :func:`~flodl_proto.errors.shown_name` shows a name (as it is, unless it is empty,
+    longer than :data:`~flodl_proto.errors.SHOWN_CHARS` characters, not printable or starts or
+    ends with white space; then quoted, ``''``, ``'aaa...a' (5000 characters)``), so that the
+    line still shows where the id ends.
 
     No upstream counterpart: upstream's vector runner is its test suite."""
-    if (not case_id or len(case_id) > SHOWN_CHARS or not case_id.isprintable()
-            or case_id != case_id.strip()):
-        return shown(case_id)
-    return case_id
+    return shown_name(case_id)
 
 
 def manifest_total(root: Path) -> int:
@@ -201,8 +199,8 @@ def manifest_total(root: Path) -> int:
             doc = _read_json(m)
             count = doc.get("total_cases") if isinstance(doc, dict) else None
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise VectorFileError(f"{m}: not a manifest (total_cases {count!r} is not a "
-                                      "whole number >= 0)")
+                raise VectorFileError(f"{shown_name(str(m))}: not a manifest (total_cases "
+                                      f"{shown(count)} is not a whole number >= 0)")
             total += count
     return total
 
@@ -221,5 +219,5 @@ def run_case(case: Case) -> None:
         raise NotImplementedOp(op_name)
     if expect not in EXPECTS[op_name]:
         judged = ", ".join(repr(e) for e in EXPECT_VALUES if e in EXPECTS[op_name])
-        raise VectorMismatch(f"expect {expect!r}: a {op_name} case expects {judged}")
+        raise VectorMismatch(f"expect {shown(expect)}: a {op_name} case expects {judged}")
     handler(case.data, case.version)
