@@ -137,12 +137,19 @@ class BenchFailed(Exception):
     as the one line ``NAME: error: MESSAGE`` and exits 1."""
 
 
+#: the most characters of a process's last stderr line :func:`exited` repeats as it is
+EXITED_LINE_CHARS = 300
+
+
 def exited(what: str, code: int | None, stderr: str) -> BenchFailed:
     """The failure of a process that ended: ``WHAT exited with CODE``, then the last line it
-    wrote on stderr (its own error line, when it wrote one; at most 300 characters)."""
+    wrote on stderr (its own error line, when it wrote one): as it is up to
+    :data:`EXITED_LINE_CHARS` characters, quoted as the package quotes a long value
+    (``flodl_proto.errors.shown``: by its ends and its length) when longer or when it holds a
+    character that is not printable (an escape sequence)."""
     last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
-    if len(last) > 300:
-        last = last[:297] + "..."
+    if len(last) > EXITED_LINE_CHARS or not last.isprintable():
+        last = shown(last)
     return BenchFailed(f"{what} exited with {code}" + (f": {last}" if last else ""))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .errors import protocol_error, shown
+from .errors import _long_integer, protocol_error, shown
 
 __all__ = ["PORT_MAX", "format_addr", "parse_addr"]
 
@@ -82,10 +82,10 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
         raise protocol_error("addr.invalid", field=field, value=text,
                              reason=f"port {shown(port_s)} is not a decimal number")
     digits = port_s.lstrip("0") or "0"  # int() of over 4300 digits, zeros included, raises
-    if len(digits) > len(str(PORT_MAX)):
-        cut = port_s if len(port_s) <= 20 else port_s[:20] + "..."
+    if len(digits) > len(str(PORT_MAX)):  # shown as any integer: whole up to 80 digits
         raise protocol_error("addr.invalid", field=field, value=text,
-                             reason=f"port {cut} is out of range 0..{PORT_MAX}")
+                             reason=f"port {shown(_long_integer('', digits))} is out of range "
+                                    f"0..{PORT_MAX}")
     return host, _check_port(int(digits), text, field, dial)
 
 

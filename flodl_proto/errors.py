@@ -255,6 +255,19 @@ def _too_wide(value: int) -> bool:
     return value.bit_length() > 265 and abs(value) >= 10**SHOWN_CHARS
 
 
+def _long_integer(sign: str, digits: str) -> int:
+    """The integer of ``sign`` and the ASCII ``digits`` (any number of them: ``int()`` takes at
+    most 4300), as a :class:`_WideInt` (shown by its size) when it has more
+    than :data:`SHOWN_CHARS` digits."""
+    digits = digits.lstrip("0") or "0"
+    value = 0
+    for start in range(0, len(digits), 4000):
+        chunk = digits[start:start + 4000]
+        value = value * 10 ** len(chunk) + int(chunk)
+    value = -value if sign == "-" else value
+    return _WideInt(value) if len(digits) > SHOWN_CHARS else value
+
+
 def _printable(value: Any) -> Any:
     """``value`` as a message shows it: every text longer than :data:`SHOWN_CHARS` (also
     inside a tuple or list) quoted by its ends (a :class:`_LongText`), every integer of more

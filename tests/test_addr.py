@@ -73,9 +73,13 @@ def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> 
     ("host:\u0665", "port '\u0665' is not a decimal number"),  # a non-ASCII digit
     ("host:65536", f"port 65536 is out of range 0..{PORT_MAX}"),
     ("host:99999999999999999999", "port 99999999999999999999 is out of range 0..65535"),
-    ("host:999999999999999999991", "port 99999999999999999999... is out of range 0..65535"),
+    # a port of more than 20 digits was cut at 20 ("99999999999999999999..."), where every
+    # other integer of a message is whole up to 80 digits and shown by its size beyond
+    ("host:999999999999999999991", "port 999999999999999999991 is out of range 0..65535"),
+    ("host:" + "9" * 80, f"port {'9' * 80} is out of range 0..65535"),
+    ("host:" + "9" * 81, "port <an integer of 270 bits> is out of range 0..65535"),
     # more digits than int() converts (4300): was its ValueError, a traceback on the CLI
-    ("host:" + "9" * 4301, "port 99999999999999999999... is out of range 0..65535"),
+    ("host:" + "9" * 4301, "port <an integer of 14288 bits> is out of range 0..65535"),
     ("host:" + "0" * 5000 + "65536", "port 65536 is out of range 0..65535"),
 ])
 def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> None:

@@ -275,3 +275,17 @@ def test_wan_ctrl_c_is_one_line_and_130_and_the_lab_is_gone(sig: signal.Signals)
                      "bench/wan.py", lambda pid: any(x.startswith("pid:") for x in lab(pid)),
                      sig)
     assert lab(pid) == []
+
+
+@pytest.mark.parametrize(("stderr", "line"), [
+    ("x\nflodl-proto rank: error: boom\n\n", "rank 1 exited with 1: flodl-proto rank: error: boom"),
+    ("e" * 300, f"rank 1 exited with 1: {'e' * 300}"),
+    # cut at 297 characters and "...", without its length, where every other long value of a
+    # line is quoted by its ends and its length
+    ("e" * 5000, f"rank 1 exited with 1: '{'e' * 40}...{'e' * 20}' (5000 characters)"),
+    # an escape sequence was repeated raw (colouring the terminal)
+    ("\x1b[31mred\x1b[0m", "rank 1 exited with 1: '\\x1b[31mred\\x1b[0m'"),
+    ("", "rank 1 exited with 1"),
+], ids=["error-line", "300-characters", "5000-characters", "escape", "nothing"])
+def test_exited_repeats_the_last_line_as_a_long_value_is_shown(stderr: str, line: str) -> None:
+    assert str(_bench_cli().exited("rank 1", 1, stderr)) == line

@@ -55,7 +55,7 @@ from typing import Any, Final
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
 from ..cli import interrupts_held
-from ..errors import SHOWN_CHARS, ProtocolError, _WideInt, protocol_error, shown
+from ..errors import SHOWN_CHARS, ProtocolError, _long_integer, protocol_error, shown
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -280,19 +280,6 @@ def whole_number(text: str) -> int:
 
 #: an integer as :func:`whole_number` reads a long one: an optional sign and ASCII digits
 _INTEGER_TEXT = re.compile(r"\s*([-+]?)([0-9]+)\s*", re.ASCII)
-
-
-def _long_integer(sign: str, digits: str) -> int:
-    """The integer of ``sign`` and the ASCII ``digits`` (any number of them: ``int()`` takes at
-    most 4300), as a :class:`~flodl_proto.errors._WideInt` (shown by its size) when it has more
-    than :data:`~flodl_proto.errors.SHOWN_CHARS` digits."""
-    digits = digits.lstrip("0") or "0"
-    value = 0
-    for start in range(0, len(digits), 4000):
-        chunk = digits[start:start + 4000]
-        value = value * 10 ** len(chunk) + int(chunk)
-    value = -value if sign == "-" else value
-    return _WideInt(value) if len(digits) > SHOWN_CHARS else value
 
 
 def real_number(text: str) -> float:
