@@ -370,3 +370,70 @@ def test_a_number_too_long_to_read_is_one_line(tmp_path: Path,
     path = root / "handshake.json"
     path.write_text('{"protocol_version": 3, "cases": [], "n": ' + "9" * 5000 + "}")
     _refused(root, path, "a number of more than 4300 digits", capsys)
+
+
+_NESTED_GONE = object()  # a nested change that removes the key
+
+
+@pytest.mark.parametrize(("file", "op", "expect", "where", "value", "problem"), [
+    ("round_frame.json", "round_frame.roundtrip", "ok", ("frame", "tensors"), 5,
+     "field 'frame.tensors' is the number 5, not an array"),
+    ("round_frame.json", "round_frame.roundtrip", "ok", ("frame", "tensors", 0), 5,
+     "field 'frame.tensors[0]' is the number 5, not an object"),
+    ("round_frame.json", "round_frame.roundtrip", "ok", ("frame", "tensors", 0, "data"), "zz",
+     "field 'frame.tensors[0].data' is the string 'zz', not a string of bytes in hex digits"),
+    ("round_frame.json", "round_frame.read", "ok", ("frame", "kind_byte"), _NESTED_GONE,
+     "field 'frame.kind_byte' is missing"),
+    ("reduce.json", "reduce_realized_work", "ok", ("output", "frame", "weight_bits"), 1,
+     "field 'output.frame.weight_bits' is the number 1, not a string of hex digits"),
+    ("controller_session.json", "controller_session", "ok", ("steps", 0, "conn"), "x",
+     "field 'steps[0].conn' is the string 'x', not a whole number"),
+    ("controller_session.json", "controller_session", "ok", ("controller", "result"),
+     _NESTED_GONE, "field 'controller.result' is missing"),
+    ("controller_session.json", "controller_session", "ok", ("after", 0, "closed_by_controller"),
+     "yes", "field 'after[0].closed_by_controller' is the string 'yes', not true or false"),
+], ids=["tensors-number", "tensor-number", "tensor-data", "kind-byte-missing", "output-frame",
+        "step-conn", "controller-result", "after-closed"])
+def test_a_malformed_nested_field_makes_the_file_no_vector_file(
+        file: str, op: str, expect: str, where: tuple[str | int, ...], value: Any, problem: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A nested field of another kind or missing (a frame's ``tensors``, a step's ``conn``) was
+    not checked ahead: the case ran and failed in Python's words (``FAIL ...: TypeError: 'int'
+    object is not iterable``, ``KeyError: 'result'``), or passed. It is checked with the case's
+    own fields and named by its path."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / file
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    i, case = next((i, c) for i, c in enumerate(doc["cases"])
+                   if c["op"] == op and c["expect"] == expect)
+    parent = case
+    for key in where[:-1]:
+        parent = parent[key]
+    if value is _NESTED_GONE:
+        del parent[where[-1]]
+    else:
+        parent[where[-1]] = value
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _refused(root, path, f"case {i}: {case['id']}: {problem}", capsys)
+
+
+def test_a_step_on_a_connection_not_open_fails_in_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A controller session whose first step (the connect) is removed failed with ``KeyError:
+    0``; it names the step and the connection."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / "controller_session.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    case = next(c for c in doc["cases"] if c["op"] == "controller_session")
+    assert case["steps"][0]["action"] == "connect"
+    conn = case["steps"][0]["conn"]
+    del case["steps"][0]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(VectorMismatch) as e:
+        run_case(Case("controller_session", 3, case))
+    step = case["steps"][0]
+    assert str(e.value) == (f"step 0 ({step['action']} on connection {step['conn']}): connection "
+                            f"{step['conn']} is not open (no connect step before, or closed)")
+    assert step["conn"] == conn

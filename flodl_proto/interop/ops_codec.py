@@ -82,7 +82,7 @@ def _channel_magic_expect(case: dict[str, Any], version: int) -> None:
     require(hs.expect_channel_magic(data, expected, what) == 4, "magic not accepted")
 
 
-@op("round_frame.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "object",
+@op("round_frame.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "frame",
                                      "wire_len": "int", "mac": "string"})
 def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
@@ -100,7 +100,7 @@ def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
 
 
 @op("round_frame.read", expects=("ok", "error", "eof"), fields={"salt": "hex", "bytes": "hex"},
-    ok_fields={"consumed": "int", "frame": "object"})
+    ok_fields={"consumed": "int", "frame": "frame"})
 def _round_frame_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":
@@ -184,7 +184,7 @@ def _len_read(case: dict[str, Any], version: int) -> None:
     require(bytes(res[0]).hex() == case["blob"], "blob differs")
 
 
-@op("framed_round.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "object"})
+@op("framed_round.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "frame"})
 def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
     frame = frame_from_json(case["frame"])
@@ -197,7 +197,7 @@ def _framed_roundtrip(case: dict[str, Any], version: int) -> None:
 
 
 @op("framed_round.read", expects=("ok", "error", "eof"), fields={"salt": "hex", "bytes": "hex"},
-    ok_fields={"frame": "object"})
+    ok_fields={"frame": "frame"})
 def _framed_read(case: dict[str, Any], version: int) -> None:
     salt, data = _hex(case, "salt"), _hex(case)
     if case["expect"] == "error":

@@ -71,8 +71,8 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
 
 
 @op("controller_session", expects=("ok", "error"),
-    fields={"world_size": "int", "salt": "hex", "steps": "array", "controller": "object",
-            "after": "array"})
+    fields={"world_size": "int", "salt": "hex", "steps": "array of step",
+            "controller": "controller", "after": "array of after"})
 def _controller_session(case: dict[str, Any], version: int) -> None:
     ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
                               port=0, version=version, port_mux=False)
@@ -84,6 +84,9 @@ def _controller_session(case: dict[str, Any], version: int) -> None:
             where = f"step {n} ({action} on connection {i})"
             if action == "connect":
                 socks[i] = socket.create_connection((_HOST, ctl.port), timeout=_RECV_DEADLINE)
+            elif action in ("send", "recv", "close") and i not in socks:
+                raise VectorMismatch(f"{where}: connection {i} is not open (no connect step "
+                                     "before, or closed)")
             elif action == "send":
                 # the controller may already have closed the connection (a failed run)
                 with contextlib.suppress(OSError):

@@ -61,7 +61,7 @@ def _check_output(case: dict[str, Any], got: RoundFrame, salt: bytes) -> bytes:
 
 
 @op("reduce_realized_work", "sum_frames", expects=("ok", "error"),
-    fields={"salt": "hex", "inputs": "array"}, ok_fields={"output": "object"})
+    fields={"salt": "hex", "inputs": "array"}, ok_fields={"output": "output"})
 def _reduce(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold_sum = case["op"] == "sum_frames"

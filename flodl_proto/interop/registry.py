@@ -40,6 +40,23 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "bits": (lambda v: isinstance(v, str) and _is_bits(v), "a string of hex digits"),
     "object": (lambda v: isinstance(v, dict), "an object"),
     "array": (lambda v: isinstance(v, list), "an array"),
+    "boolean": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+#: the objects a case holds whose fields a handler reads (object name -> field name -> kind: a
+#: kind of :data:`_KINDS`, an object name of this table, or ``array of KIND``), checked inside
+#: as the case's own fields are (``field 'frame.tensors[0].dtype' is missing``); a *Frame*
+#: (:func:`~flodl_proto.interop.jsonio.frame_from_json`, ``compare_frame``) and its tensors, a
+#: reduction's output, a controller session's outcome, steps and closing reads
+OBJECTS: dict[str, dict[str, str]] = {
+    "frame": {"kind": "string", "kind_byte": "int", "weight_bits": "bits",
+              "tensors": "array of tensor"},
+    "tensor": {"dtype": "int", "shape": "array", "nbytes": "int", "elided": "boolean",
+               "data": "hex"},
+    "output": {"bytes": "hex", "frame": "frame"},
+    "controller": {"result": "string"},
+    "step": {"conn": "int", "action": "string"},
+    "after": {"conn": "int", "bytes": "hex", "closed_by_controller": "boolean"},
 }
 
 #: what every error case needs: the error kind and the start of the message it expects
@@ -47,8 +64,8 @@ _ERROR_FIELDS: dict[str, str] = {"error_kind": "string", "error_prefix": "string
 
 #: op name -> expect value -> the fields (name -> kind of :data:`_KINDS`) its handler reads from
 #: a case expecting that outcome; checked before any case runs, so a case without one is a
-#: file outside the schema, not a failed case. Objects and arrays are checked as such, not
-#: inside.
+#: file outside the schema, not a failed case. Objects and arrays are checked as such (those
+#: of :data:`OBJECTS` inside too).
 FIELDS: dict[str, dict[str, dict[str, str]]] = {}
 
 
@@ -87,10 +104,42 @@ def kind_problem(case: Mapping[str, Any], name: str, kind: str) -> str | None:
     missing``, ``field 'op' is the number 3, not a string``), or None."""
     if name not in case:
         return f"field {name!r} is missing"
+    return _value_problem(case[name], name, kind)
+
+
+def _value_problem(value: Any, path: str, kind: str) -> str | None:
+    """Why the JSON ``value`` of the field ``path`` (``frame.tensors[0]``) is not of ``kind``
+    (a kind of :data:`_KINDS`, an object of :data:`OBJECTS`, checked field by field, or
+    ``array of KIND``, checked item by item), or None."""
+    if kind.startswith("array of "):
+        if not isinstance(value, list):
+            return f"field {path!r} is {_shown(value)}, not an array"
+        for i, item in enumerate(value):
+            problem = _value_problem(item, f"{path}[{i}]", kind[len("array of "):])
+            if problem is not None:
+                return problem
+        return None
+    if kind in OBJECTS:
+        if not isinstance(value, dict):
+            return f"field {path!r} is {_shown(value)}, not an object"
+        for name, inner in OBJECTS[kind].items():
+            if name not in value:
+                return f"field {f'{path}.{name}'!r} is missing"
+            problem = _value_problem(value[name], f"{path}.{name}", inner)
+            if problem is not None:
+                return problem
+        return None
     test, words = _KINDS[kind]
-    if not test(case[name]):
-        return f"field {name!r} is {_shown(case[name])}, not {words}"
+    if not test(value):
+        return f"field {path!r} is {_shown(value)}, not {words}"
     return None
+
+
+def _known_kind(kind: str) -> bool:
+    """Is ``kind`` a kind :func:`op`'s ``fields`` may name?"""
+    while kind.startswith("array of "):
+        kind = kind[len("array of "):]
+    return kind in _KINDS or kind in OBJECTS
 
 
 def _shown(value: Any) -> str:
@@ -134,7 +183,9 @@ def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str
         expects: the ``expect`` values it judges (values of :data:`EXPECT_VALUES`; default:
             success only).
         fields: the fields (name -> kind: ``int``, ``string``, ``hex``, ``bits``, ``object``,
-            ``array``) it reads from every case; an error case's ``error_kind`` and
+            ``array``, ``boolean``, an object of :data:`OBJECTS` such as ``frame``, checked
+            inside, or ``array of KIND``) it reads from every case; an error case's
+            ``error_kind`` and
             ``error_prefix`` are added.
         ok_fields: the fields it reads from a case expecting success only.
 
@@ -146,9 +197,10 @@ def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str
     if unknown:
         raise ValueError(f"expects: {sorted(unknown)} not in {EXPECT_VALUES}")
     common, ok_only = dict(fields or {}), dict(ok_fields or {})
-    bad = {k for k in (*common.values(), *ok_only.values()) if k not in _KINDS}
+    bad = {k for k in (*common.values(), *ok_only.values()) if not _known_kind(k)}
     if bad:
-        raise ValueError(f"field kinds {sorted(bad)} not in {sorted(_KINDS)}")
+        raise ValueError(f"field kinds {sorted(bad)} not in {sorted(_KINDS)} or "
+                         f"{sorted(OBJECTS)}")
     need = {e: {**common, **(ok_only if e == "ok" else {}),
                 **(_ERROR_FIELDS if e == "error" else {})} for e in expects}
 
