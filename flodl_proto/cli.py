@@ -167,8 +167,8 @@ _UNRECOGNIZED_CHARS = 160
 def _unrecognized(extras: Sequence[str]) -> str:
     """The usage error for the unknown arguments ``extras``: argparse's ``unrecognized
     arguments: A B C``, but each argument of more than :data:`~flodl_proto.errors.SHOWN_CHARS`
-    characters or with a character that is not printable (a line break, an escape) as
-    :func:`~flodl_proto.errors.shown` quotes it, and only the first ones that fit in
+    characters, with a character that is not printable (a line break, an escape), empty or
+    padded quoted (:func:`_argument_shown`), and only the first ones that fit in
     :data:`_UNRECOGNIZED_CHARS` characters (at least one), then ``... (N more)``: a command line
     of thousands of unknown words made a line of thousands of characters."""
     listed: list[str] = []
@@ -187,12 +187,11 @@ def _unrecognized(extras: Sequence[str]) -> str:
 def _argument_shown(argument: str) -> str:
     """A command-line argument as a usage error includes it: as it is, or as
     :func:`~flodl_proto.errors.shown` quotes it when it has more than
-    :data:`~flodl_proto.errors.SHOWN_CHARS` characters or a character that is not printable."""
-    from .errors import SHOWN_CHARS, shown
+    :data:`~flodl_proto.errors.SHOWN_CHARS` characters or a character that is not printable,
+    is empty or starts or ends with white space (:func:`~flodl_proto.errors.shown_name`)."""
+    from .errors import shown_name
 
-    if len(argument) > SHOWN_CHARS or not argument.isprintable():
-        return shown(argument)
-    return argument
+    return shown_name(argument)
 
 
 def _long_arguments_shown(message: str, given: Sequence[str]) -> str:

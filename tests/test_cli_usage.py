@@ -304,12 +304,13 @@ def test_the_conformance_doc_states_the_jobs_bound() -> None:
 
 @pytest.mark.parametrize(("args", "command", "message"), [
     (("demo", "x", "a\nb", "c d"), ("demo",), "unrecognized arguments: x 'a\\nb' c d"),
+    (("demo", "x", "", " y"), ("demo",), "unrecognized arguments: x '' ' y'"),
     (("--bogus\x1b[31m", "demo"), (), "unrecognized arguments: '--bogus\\x1b[31m'"),
     (("demo", "--s=a\nb"), ("demo",), "ambiguous option: '--s=a\\nb' could match --seed, "
                                       "--salt-file"),
     (("demo", "--bf16=a\tb"), ("demo",), "argument --bf16: ignored explicit argument 'a\\tb'"),
-], ids=["unrecognized", "unrecognized-before-the-command", "ambiguous-option",
-        "ignored-explicit-argument"])
+], ids=["unrecognized", "unrecognized-empty-or-padded", "unrecognized-before-the-command",
+        "ambiguous-option", "ignored-explicit-argument"])
 def test_argparse_quotes_a_value_with_a_line_break(
         args: tuple[str, ...], command: tuple[str, ...], message: str,
         capsys: pytest.CaptureFixture[str]) -> None:
