@@ -104,7 +104,7 @@ def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int
                              reason=f"port {shown(pair[1])} is not an integer") from None
     if port < 0:
         raise protocol_error("addr.invalid", field=field, value=pair,
-                             reason=f"port {port} is out of range 0..{PORT_MAX}")
+                             reason=f"port {shown(port)} is out of range 0..{PORT_MAX}")
     return host, _check_port(port, pair, field, dial)
 
 
@@ -129,7 +129,7 @@ def _check_host(host: str, value: object, field: str) -> None:
 def _check_port(port: int, value: object, field: str, dial: bool) -> int:
     if port > PORT_MAX:
         raise protocol_error("addr.invalid", field=field, value=value,
-                             reason=f"port {port} is out of range 0..{PORT_MAX}")
+                             reason=f"port {shown(port)} is out of range 0..{PORT_MAX}")
     if dial and port == 0:
         raise protocol_error("addr.invalid", field=field, value=value,
                              reason="port 0 cannot be dialed (it asks a listener for any free "

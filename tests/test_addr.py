@@ -272,3 +272,17 @@ def test_cli_unencodable_host_is_one_line() -> None:
     assert r.stderr == ("flodl-proto controller: error: --listen = 'a..b:0' is not a HOST:PORT "
                         "address: host 'a..b' is not a valid host name (label empty or too "
                         "long)\n")
+
+
+@pytest.mark.parametrize(("port", "size"), [
+    (10**80, "an integer of 266 bits"), (-(10**80), "a negative integer of 266 bits"),
+    (10**5000, "an integer of 16610 bits"), (-(10**5000), "a negative integer of 16610 bits")],
+    ids=["81-digits", "81-digits-negative", "5001-digits", "5001-digits-negative"])
+def test_a_pair_s_port_of_many_digits_is_shown_by_its_size(port: int, size: str) -> None:
+    """A ``(host, port)`` pair's port of 81 to 4300 digits was printed whole in the reason; of
+    more, building the message raised Python's ``ValueError`` ("Exceeds the limit (4300
+    digits) ..."), not :class:`InvalidValue`."""
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(("h", port), field="--listen")
+    assert str(ei.value) == (f"--listen = ('h', <{size}>) is not a HOST:PORT address: port "
+                             f"<{size}> is out of range 0..65535")
