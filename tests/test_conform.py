@@ -33,7 +33,14 @@ from flodl_proto.conform.catalogue import ACTIONS
 from flodl_proto.conform.doc import render_conformance_doc
 from flodl_proto.conform.inprocess import controller_target, relay_target
 from flodl_proto.conform.player import first_difference, free_port
-from flodl_proto.conform.report import case_line, exit_code, write_json, write_junit
+from flodl_proto.conform.report import (
+    case_line,
+    exit_code,
+    section_order,
+    summary_by_section,
+    write_json,
+    write_junit,
+)
 from flodl_proto.conform.sections import resolve_section
 from flodl_proto.conform.target import fill_placeholders
 from flodl_proto.reduce import reduce_realized_work, sum_frames
@@ -951,6 +958,31 @@ def test_cli_out_of_memory_outside_a_case_is_one_line(
     assert capsys.readouterr().err == "flodl-proto conform controller: error: out of memory\n"
 
 
+def test_summary_by_section_sorts_the_sections_by_number() -> None:
+    """``conform controller`` printed the sections in the order their first case completed
+    (15.9, 15.4, 15.2, 3.3, 3.7, 4., 3.6, 15.5, 13.); they come by number, compared as numbers,
+    a title without one (a doc key no heading matched) last."""
+    from types import SimpleNamespace
+
+    keys = ["semantics:clean_exit", "semantics:bf16_rounding", "section:Nowhere",
+            "semantics:fold_order", "message:channel_magic", "message:relay_control_msg",
+            "section:Authentication tags", "message:mux_record", "semantics:zero_mass",
+            "section:Lifecycle", "semantics:clean_exit"]
+    results = [SimpleNamespace(case=SimpleNamespace(section=k, level="MUST"), passed=i != 1)
+               for i, k in enumerate(keys)]
+
+    def title_of(key: str) -> str:
+        return key if key == "section:Nowhere" else resolve_section(key).heading
+
+    got = summary_by_section(results, title_of)  # type: ignore[arg-type]
+    assert [(title.split()[0], ok, bad, must) for title, ok, bad, must in got] == [
+        ("3.3", 1, 0, 0), ("3.6", 1, 0, 0), ("3.7", 1, 0, 0), ("4.", 1, 0, 0),
+        ("13.", 1, 0, 0), ("15.2", 1, 0, 0), ("15.4", 0, 1, 1), ("15.5", 1, 0, 0),
+        ("15.9", 2, 0, 0), ("section:Nowhere", 1, 0, 0)]
+    assert section_order("15.10 A") > section_order("15.9 B") > section_order("15. C")
+    assert section_order("4. A") < section_order("4.1 B") < section_order("13. C")
+
+
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"
 _LAUNCH = {
     "controller": f"{_CLI} controller --listen {{host}}:{{port}} --world-size {{world_size}} "
@@ -988,6 +1020,14 @@ def test_cli_end_to_end_launch(role: str, version: int, tmp_path: Path,
     assert suite.get("failures") == "0"
     doc = json.loads((tmp_path / "r.json").read_text())
     assert {r["id"] for r in doc["results"]} == set(_E2E_CASES[role])
+    # the reports keep catalogue order, whatever order the two jobs completed the cases in
+    ordered = [c.id for c in load_catalogue() if c.id in _E2E_CASES[role]]
+    assert [r["id"] for r in doc["results"]] == ordered
+    assert [tc.get("name") for tc in suite.iter("testcase")] == ordered
+    # the summary by section in section-number order
+    summary = out.split("summary by section:\n", 1)[1].splitlines()
+    numbers = [line.split()[1] for line in summary if line.startswith(("  ok  ", "  FAIL "))]
+    assert numbers == sorted(numbers, key=section_order), summary
     by_id = {r["id"]: r for r in doc["results"]}
     sig = f"{role}.lifecycle.sigterm-clean-exit"
     assert by_id[sig]["exit_status"] == 0 and by_id[sig]["exited_by_itself"]

@@ -75,6 +75,12 @@ started, hold the cases that ended and list the others as not run, JUnit `skippe
 with its mux on; cases that need a direct listener run only without it. Cases left out are
 listed as not selected, never as passed.
 
+The summary lists the sections by number (3.3, 3.6, 3.7, 4., 13., 15.2, ...). The reports keep
+catalogue order, whatever order `--jobs` completed the cases in: JSON `results` and `not_run` in
+the order of the runs (each case at its versions, ascending), `not_selected` in catalogue order;
+JUnit one suite per version (ascending) with its cases in catalogue order, then the suites of the
+cases not run and not selected.
+
 The kit picks `{{port}}` and `{{listen_port}}` free just before it launches the target,
 below the system's ephemeral port range where there is room (so no outgoing connection takes
 them before the target binds), and never a port it handed out for the last 256 cases.

@@ -4,6 +4,7 @@ section, JUnit XML and JSON."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the player (and the codec) is imported when cases run: the 
     from .player import CaseResult, KitSettings
 
 __all__ = ["RunInterrupted", "TargetNeverStarted", "case_line", "exit_code", "run_cases",
-           "summary_by_section", "write_json", "write_junit"]
+           "section_order", "summary_by_section", "write_json", "write_junit"]
 
 #: lines of a target's output a "did not start" failure shows
 _OUTPUT_TAIL = 5
@@ -176,10 +177,25 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
     return lines
 
 
+#: a heading's section number: ``3.3 ...``, ``4. ...``, ``13. ...``
+_SECTION_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?\.?(?:\s|$)")
+
+
+def section_order(title: str) -> tuple[int, int, int]:
+    """The sort key of a section title by its number, compared as numbers: ``3.3`` < ``3.6`` <
+    ``3.7`` < ``4.`` < ``4.1`` < ``13.`` < ``15.2``; a title without a number (a doc key no
+    heading matched) after every numbered one (``(1, 0, 0)``)."""
+    m = _SECTION_NUMBER.match(title)
+    if m is None:
+        return (1, 0, 0)
+    return (0, int(m.group(1)), int(m.group(2)) if m.group(2) is not None else -1)
+
+
 def summary_by_section(results: Iterable[CaseResult],
                        title_of: Callable[[str], str]) -> list[tuple[str, int, int, int]]:
-    """``(section title, passed, failed, of which MUST failed)`` per doc section, in the order
-    sections first appear."""
+    """``(section title, passed, failed, of which MUST failed)`` per doc section, sorted by
+    section number (:func:`section_order`); titles of equal rank (those without a number) in
+    the order they first appear."""
     acc: dict[str, list[int]] = {}
     for r in results:
         row = acc.setdefault(title_of(r.case.section), [0, 0, 0])
@@ -188,7 +204,8 @@ def summary_by_section(results: Iterable[CaseResult],
         else:
             row[1] += 1
             row[2] += r.case.level == "MUST"
-    return [(k, v[0], v[1], v[2]) for k, v in acc.items()]
+    ordered = sorted(acc.items(), key=lambda kv: section_order(kv[0]))
+    return [(k, v[0], v[1], v[2]) for k, v in ordered]
 
 
 def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
@@ -211,6 +228,9 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
     """Write the results as JSON: role, counts, every result, the cases not selected, the
     selected cases that were not run (``not_run``, each with ``not_run_reason``: the run was
     interrupted, or the target never started) and whether the run was ``interrupted``.
+    ``results`` and ``not_run`` are in the order of the runs (catalogue order, each case's
+    versions ascending; whatever order ``--jobs`` completed them in), ``not_selected`` in
+    catalogue order.
 
     ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
     leaves the previous file and no temporary file.
@@ -238,7 +258,9 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
     """Write JUnit XML: one ``testsuite`` per role and version, one ``testcase`` per case
     (``failure`` with expected/observed; not-selected cases, and the selected cases that were
     not run, as ``skipped`` with the reason). ``interrupted`` adds a property
-    ``interrupted=true`` to the root's suites.
+    ``interrupted=true`` to the root's suites. The suites of results come first, by version
+    ascending, each with its cases in catalogue order; then the suite of cases not run, then
+    the suite of cases not selected.
 
     ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
     leaves the previous file and no temporary file.
