@@ -8,7 +8,7 @@ No upstream counterpart: upstream flodl has no demo.
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..errors import shown
 from ..spec import (
@@ -18,10 +18,14 @@ from ..spec import (
     ELEMENT_SIZE,
     ROUND_FRAME_FIXED_OVERHEAD,
 )
+from .controller import parse_outer
 
-__all__ = ["DEMO_ROUNDS_MAX", "DEMO_WORLD_MAX", "SEED_MAX", "check_memory", "check_payload_mib",
-           "memory_need", "parse_kill", "partition", "payload_mib_max", "payload_values",
-           "rank_frame_len"]
+if TYPE_CHECKING:
+    from ..reduce import OuterOptimizer
+
+__all__ = ["DEMO_ROUNDS_MAX", "DEMO_WORLD_MAX", "SEED_MAX", "check_memory", "check_outer",
+           "check_payload_mib", "memory_need", "parse_kill", "partition", "payload_mib_max",
+           "payload_values", "rank_frame_len"]
 
 
 def partition(world_size: int, hosts: int) -> list[list[int]]:
@@ -132,6 +136,27 @@ def parse_kill(text: str | None) -> tuple[int, int] | None:
                               and k.lstrip("-").isdigit()):  # 40: int() of 4301 digits raises
         raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {shown(text)}")
     return int(r), int(k)
+
+
+def check_outer(text: str | None) -> OuterOptimizer | None:
+    """``--outer`` as the demo's controller runs it (:func:`~flodl_proto.commands.controller.\
+parse_outer`), or None when not given; for ``slow-momentum:LR,MU`` and ``nesterov:LR,MU`` the
+    learning rate LR must be > 0 and the momentum MU in [0, 1). Outside those bounds the
+    in-process reference diverges as the cluster does, so a run held to it would pass while its
+    loss grows (``nesterov:-1,5``: 3.6e14 after 10 rounds). The controller itself takes any
+    finite values, as upstream's does.
+
+    Raises:
+        ValueError: the text does not parse, or a value is out of its bounds; one line naming
+            the option, its value and the bound (a usage error).
+    """
+    outer = parse_outer(text)
+    lr, mu = getattr(outer, "lr", None), getattr(outer, "mu", None)
+    if lr is not None and not lr > 0:
+        raise ValueError(f"--outer {shown(text)}: LR must be > 0 (a learning rate), got {lr:g}")
+    if mu is not None and not 0 <= mu < 1:
+        raise ValueError(f"--outer {shown(text)}: MU must be in [0, 1) (a momentum), got {mu:g}")
+    return outer
 
 
 #: the demo's largest ``--seed`` (128 bits: it is passed to every rank process as text)
