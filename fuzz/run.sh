@@ -8,7 +8,8 @@
 #   fuzz/run.sh ci                  every target with a fixed seed and a fixed number of runs
 #                                   (deterministic, a few seconds each); exits 1 on any finding
 #   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min; exit 1 when FILE does
-#                                   not crash the harness)
+#                                   not crash the harness; the driver's output goes to
+#                                   $FLODL_FUZZ_WORK/logs/TARGET.minimize.log)
 #   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris
 #   fuzz/run.sh list                the targets
 #
@@ -44,7 +45,7 @@ declare -A CI_RUNS=(
   [host_fold]=1200 [controller_core]=900 [relay_core]=900
 )
 
-usage() { sed -n '2,26p' "$SCRIPT" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,27p' "$SCRIPT" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # Ctrl-C or SIGTERM: noted here; the running target is stopped (see `waited`) and no later
 # target starts
@@ -269,14 +270,24 @@ case "$1" in
         echo "no such file")" >&2; exit 2; }
     need_atheris
     rm -f "$file.min"
+    # the driver's output (atheris' INFO lines, libFuzzer's CRASH_MIN passes) goes to a log,
+    # named by absolute path: the caller may be in another folder
+    mkdir -p "$WORK/logs"
+    log="$(cd "$WORK/logs" && pwd)/$2.minimize.log"
     rc=0
     waited "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 \
-      -exact_artifact_path="$file.min" "${COMMON[@]}" "$file" || rc=$?
+      -exact_artifact_path="$file.min" "${COMMON[@]}" "$file" > "$log" 2>&1 || rc=$?
     [ "$INTERRUPTED" -eq 0 ] && [ "$rc" -ne 130 ] || interrupted
     if [ -s "$file.min" ]; then
-      echo "fuzz: minimize: wrote $3.min ($(wc -c < "$file.min") bytes)"
+      echo "fuzz: minimize: wrote $3.min ($(wc -c < "$file.min") bytes; driver log $log)"
+    elif grep -q '^ERROR: the input .* did not crash$' "$log"; then
+      echo "fuzz/run.sh: minimize: $3 does not crash the $2 harness: nothing to minimize" \
+        "(driver log $log)" >&2
+      exit 1
     else
-      echo "fuzz/run.sh: minimize: $3 does not crash the $2 harness: nothing to minimize" >&2
+      echo "fuzz/run.sh: minimize: $3: no minimized input written (driver exit $rc); last" \
+        "lines of $log:" >&2
+      grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
       exit 1
     fi
     ;;
