@@ -13,7 +13,9 @@ ranks of this host then connect there. When the relay ends it prints one ``relay
 by default; scaled by ``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
 long after the round's first local one is declared dead, its connection closed, and the host's
 round goes on without it (a warning on stderr). The relay dials the controller once its ranks
-have connected; a controller that is not there yet is retried every 0.5 s for about 30 s (x
+have connected (it waits for them without a deadline, as upstream's relay agent does, logging a
+warning every 10 s that names the ranks still missing; the retry time below starts only at the
+dial); a controller that is not there yet is retried every 0.5 s for about 30 s (x
 ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once (``waiting for the controller: connect to
 HOST:PORT failed: ...; retrying every 0.5s, giving up after ~30s``). Exit codes: 0 after a
 clean end (the controller closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay
