@@ -18,7 +18,8 @@ warning every 10 s that names the ranks still missing; the retry time below star
 dial); a controller that is not there yet is retried every 0.5 s for about 30 s (x
 ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once (``waiting for the controller: connect to
 HOST:PORT failed: ...; retrying every 0.5s, giving up after ~30s``). Exit codes: 0 after a
-clean end (the controller closed, the last local rank left, SIGINT/SIGTERM), 1 when the relay
+clean end (the controller closed, the last local rank left, SIGTERM, or SIGINT unless it was
+ignored when the relay started: it then stays ignored), 1 when the relay
 failed or could not start (the error on stderr, e.g. the controller declared every rank of this
 host dead, the controller could not be reached in the retry time, or the loopback port cannot be
 bound because it is in use), 2 for a bad command line (one line, ``flodl-proto relay: error:
@@ -577,7 +578,9 @@ def _max_open_files() -> int | None:
 @contextlib.contextmanager
 def signals_stop(stop: threading.Event) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM set ``stop`` instead of killing the process
-    (main thread only; elsewhere a no-op)."""
+    (main thread only; elsewhere a no-op). A signal ignored when the block starts stays ignored:
+    a program started with SIGINT ignored (a shell's background job, the demo's cluster members)
+    keeps it so, as shells and Python itself do, and only SIGTERM stops it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -585,7 +588,8 @@ def signals_stop(stop: threading.Event) -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)
+           if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:
