@@ -6,8 +6,10 @@ Each subcommand lives in a module of :mod:`flodl_proto.commands` exposing
 Whatever the command, Ctrl-C (SIGINT) ends it with one line on stderr (``flodl-proto COMMAND:
 interrupted``) and exit 130, also while the command's modules are still being imported (commands
 that stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves once
-running). For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C from
-the start of :func:`main` (before the parser and the command's modules are imported) until the
+running). A command started with SIGINT ignored (a shell's background job, ``flodl-proto demo &`` in
+a script; the demo's cluster members) keeps it ignored from start to exit, as shells and Python
+itself do. For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C
+from the start of :func:`main` (before the parser and the command's modules are imported) until the
 command handles it itself, and again once it has restored the previous handler; for the other
 commands it keeps its default until they handle it, if they do. For ``demo`` a closed terminal's
 SIGHUP is the same as SIGTERM, unless it was ignored when it started (``nohup``). While NumPy and
@@ -319,6 +321,8 @@ def entry() -> int:
 def _run(argv: Sequence[str] | None, *, exits: bool) -> int:
     """:func:`main` (``exits`` False) or :func:`entry` (True)."""
     command = _command_word(sys.argv[1:] if argv is None else argv)
+    # ignored when the process started (a background job): it stays so, also while it exits
+    kept = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else ()
     signums: list[int] = [signal.SIGTERM] if command in _SIGTERM_AS_CTRL_C else []
     if command in _SIGHUP_AS_CTRL_C and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         signums.append(signal.SIGHUP)
@@ -337,7 +341,7 @@ def _run(argv: Sequence[str] | None, *, exits: bool) -> int:
         raise
     finally:
         if exits:
-            _late_signals_end_with(code, tuple(previous))
+            _late_signals_end_with(code, tuple(previous), kept)
         else:
             for signum, handler in previous.items():  # None: not set from Python, the default
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
@@ -375,12 +379,15 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         return 1
 
 
-def _late_signals_end_with(code: object, also: tuple[int, ...]) -> None:
+def _late_signals_end_with(code: object, also: tuple[int, ...],
+                           ignored: tuple[int, ...] = ()) -> None:
     """After :func:`main` ran this process's command line, with exit code (or ``SystemExit``
     code) ``code``: Ctrl-C, SIGTERM and the signals ``also`` end the process with it at once,
     and are ignored from the interpreter's exit functions on (the interpreter puts Python
-    handlers back to the default after them)."""
-    signums = tuple(dict.fromkeys((signal.SIGINT, signal.SIGTERM, *also)))
+    handlers back to the default after them). The signals ``ignored`` (ignored when the process
+    started) are left as they are."""
+    signums = tuple(s for s in dict.fromkeys((signal.SIGINT, signal.SIGTERM, *also))
+                    if s not in ignored)
     status = code if isinstance(code, int) else 0 if code is None else 1
 
     def end(signum: int, frame: object) -> None:

@@ -329,11 +329,14 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
                         f"{time.monotonic() - started:.0f} s (demo exit status "
                         f"{exited})\n{out}\n{err}")
         time.sleep(0.5)
+        sent = time.monotonic()
         if how == "sigterm-to-demo":
             proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
+        # about 1 s here (the controller and relays stop as on a Ctrl-C of their own)
+        assert time.monotonic() - sent < 15.0, (out, err)
         assert proc.returncode == 130, (out, err)
         assert err.splitlines()[-1].startswith("flodl-proto demo: interrupted after "), err
         assert err.splitlines()[-1].endswith(" rounds; the cluster was stopped"), err
@@ -350,6 +353,47 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
         for pid in _marked(marker):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_ctrl_c_while_the_cluster_starts_stops_it_at_once() -> None:
+    """Ctrl-C (SIGINT to the whole process group) once the controller's process runs, before it
+    listens: the controller ignores the terminal's Ctrl-C (the demo stops its cluster itself), so
+    the demo waited for it to listen, then started the relays and ranks, and only then stopped
+    them all (seconds on a busy machine); now it sends its controller SIGTERM at once and starts
+    no other member: one line, exit 130, no process left."""
+    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
+         "100000", "--payload-mib", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0"},
+        start_new_session=True)
+    try:
+        first = _wait_for_members(proc, marker, 1, 180.0)  # the controller
+        assert len(first) == 1, proc.communicate()
+        os.killpg(proc.pid, signal.SIGINT)
+        started = set()
+        while proc.poll() is None:
+            started |= set(_members(marker)) - set(first)
+            time.sleep(0.01)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert started == set(), (out, err)  # no relay or rank after the Ctrl-C
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines()[-1] == ("flodl-proto demo: interrupted after 0 of 100000 rounds; "
+                                    "the cluster was stopped"), err
+    assert "Traceback" not in out + err
+    deadline = time.monotonic() + 10
+    while _marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _marked(marker) == []
 
 
 def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> None:

@@ -1,13 +1,19 @@
 """A command started with SIGINT ignored (a shell's background job: ``flodl-proto demo &`` in a
 script, whose asynchronous commands get SIGINT ignored) keeps it ignored, as shells and Python
 itself do: ``controller`` and ``relay`` run on through a SIGINT and still stop cleanly on SIGTERM
-(they installed their own SIGINT handler anyway)."""
+(they installed their own SIGINT handler anyway), and a demo runs all its rounds through SIGINTs
+sent to its whole process group (the demo stopped on them, and so did its controller and relays,
+whose terminal Ctrl-C the demo sets ignored)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 
 import pytest
 
@@ -21,6 +27,27 @@ SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 def _sigint_ignored() -> None:
     """Child setup: SIGINT ignored when the program starts, as a shell starts a background job."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _members(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries ``marker`` and that run a cluster
+    member's program (not a copy of the demo between ``fork`` and ``exec``)."""
+    commands = (b"flodl_proto.cli\0controller\0", b"flodl_proto.cli\0relay\0",
+                b"flodl_proto.commands._demo_worker\0")
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if marker.encode() in env and state != "Z" and any(c in cmdline for c in commands):
+                pids.append(int(d))
+    return pids
 
 
 @pytest.mark.timeout(60)
@@ -52,3 +79,40 @@ def test_controller_and_relay_started_with_sigint_ignored_keep_it_ignored(comman
     last = {"controller": "controller finished: clean (stop: signal)",
             "relay": "relay finished: clean (stop: stopped by a signal)"}[command]
     assert out.splitlines()[-1] == last
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_demo_started_with_sigint_ignored_runs_through_sigints_to_its_group() -> None:
+    """SIGINT to the demo's whole process group, every 0.2 s from when its cluster runs to its
+    end: the demo and its cluster go on, every round completes, exit 0, the usual verdict."""
+    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--world-size", "1",
+         "--hosts", "1", "--payload-mib", "0", "--rounds", "150"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0", "COLUMNS": "120"},
+        start_new_session=True, preexec_fn=_sigint_ignored)
+    sent = 0
+    try:
+        deadline = time.monotonic() + 120
+        while len(_members(marker)) < 3 and proc.poll() is None:  # controller, relay, rank
+            assert time.monotonic() < deadline, "the cluster did not start"
+            time.sleep(0.05)
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+                sent += 1
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in _members(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert sent >= 1
+    assert proc.returncode == 0, (out, err)
+    assert "150 of 150 completed" in out
+    assert out.splitlines()[-1].startswith("OK: every round completed"), out
+    assert "interrupted" not in err and "Traceback" not in out + err

@@ -31,8 +31,11 @@ process is killed at round ROUND: its relay reports RankExit and the controller 
 cleanly; the demo then checks that every surviving rank holds the identical consensus of the last
 completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything starts
 when the cluster's expected peak memory (:func:`memory_need`) is above the machine's available
-memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP unless
-ignored: the cluster is stopped first).
+memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: the demo sends
+SIGTERM to every process of its cluster at once and waits for them first). A signal ignored when
+the demo started stays ignored, by the demo and its cluster: SIGINT in a background job
+(``flodl-proto demo &`` in a script), SIGHUP under ``nohup``. The cluster's processes ignore the
+terminal's Ctrl-C and hangup whatever the demo's start (the demo stops them itself).
 No child process outlives the demo. Every process runs at the demo's ``--log-level``; at INFO or
 DEBUG their log lines are copied to stderr as they come, each prefixed ``[NAME]``
 (:mod:`flodl_proto.commands._demo_logs`).
@@ -154,7 +157,8 @@ def register(sub: Any) -> None:
 # -- child processes -----------------------------------------------------------------------------
 def _preexec() -> None:  # pragma: no cover - runs in the child
     """Die with the demo: ask Linux to SIGKILL the child when its parent goes away; ignore the
-    terminal's Ctrl-C and hangup (the demo handles them and stops its children itself)."""
+    terminal's Ctrl-C and hangup (the demo handles them and stops its children itself, with
+    SIGTERM: :meth:`_Cluster.stop`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -183,6 +187,7 @@ class _Cluster:
 
         self.echo = echo  # copy the children's stderr lines to ours (--log-level INFO, DEBUG)
         self.children: list[_Child] = []
+        self.stopping = False  # set by :meth:`stop`: no child is started from then on
         self.events: queue.Queue[tuple[str, str | None]] = queue.Queue()
         self.env = dict(os.environ, FLODL_SESSION_SALT=salt_hex, PYTHONUNBUFFERED="1")
         self.env.pop(stages.ENV, None)
@@ -194,7 +199,13 @@ class _Cluster:
               ) -> _Child:
         """Start ``python -m <args>`` (passed through ``wrap`` when given, e.g. to run it in a
         network namespace); stdout lines go to a private queue (``private``) or the shared event
-        queue, tagged with ``name``."""
+        queue, tagged with ``name``.
+
+        Raises:
+            RuntimeError: the cluster is stopping (:meth:`stop`).
+        """
+        if self.stopping:
+            raise RuntimeError("interrupted")
         argv = [sys.executable, "-m", *args]
         proc = subprocess.Popen(
             wrap(argv) if wrap is not None else argv, stdout=subprocess.PIPE,
@@ -215,6 +226,8 @@ class _Cluster:
         for t in child.readers:
             t.start()
         self.children.append(child)
+        if self.stopping:  # stop() ran while it started, before it was listed
+            self._terminate(child)
         return child
 
     @staticmethod
@@ -252,6 +265,20 @@ class _Cluster:
         """SIGKILL one child."""
         with contextlib.suppress(ProcessLookupError):
             child.proc.kill()
+
+    def stop(self) -> None:
+        """Send SIGTERM to every child still running and start no other (:meth:`spawn` raises):
+        the demo was interrupted. The controller and relays stop cleanly on it, as on a Ctrl-C
+        of their own (they ignore the terminal's, :func:`_preexec`), and the ranks end by it.
+        Safe in a signal handler (only signals are sent); :meth:`close` still reaps them."""
+        self.stopping = True
+        for c in list(self.children):
+            self._terminate(c)
+
+    @staticmethod
+    def _terminate(child: _Child) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.terminate()
 
     def close(self, grace: float = 5.0) -> None:
         """Wait ``grace`` seconds for children to exit, then terminate / kill the rest; join
@@ -435,9 +462,16 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
 
     res = _Result()
     stop = threading.Event()
-    signums = [signal.SIGINT, signal.SIGTERM]  # and a closed terminal, unless ignored (nohup)
-    signums += [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
-    old = {s: signal.signal(s, lambda *_: stop.set()) for s in signums} \
+    # Ctrl-C, SIGTERM and a closed terminal, each unless ignored when the demo started (SIGINT
+    # in a background job, SIGHUP under nohup): it stays so, for the demo and its cluster
+    signums = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+               if signal.getsignal(s) is not signal.SIG_IGN]
+
+    def interrupted(signum: int, frame: object) -> None:
+        stop.set()
+        cluster.stop()  # the cluster ends now, wherever the demo waits
+
+    old = {s: signal.signal(s, interrupted) for s in signums} \
         if threading.current_thread() is threading.main_thread() else {}
     t_start = time.perf_counter()
     try:
@@ -449,7 +483,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
     except RuntimeError as e:  # LabError included
         res.problems.append(str(e))
     finally:
-        cluster.close(grace=0.0 if res.problems else 10.0)
+        cluster.close(grace=0.0 if res.problems or stop.is_set() else 10.0)
         if res.lab is not None:
             res.lab.close()
         for s, h in old.items():
