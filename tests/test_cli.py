@@ -1018,15 +1018,43 @@ def test_a_salt_file_error_never_shows_the_file_s_digits(
     ("controller", ["--listen", "127.0.0.1:0"], "--round-timeout"),
     ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "--rank-timeout"),
 ])
-@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon", "1e999"])
 def test_timeouts_are_checked_as_cli_options(command: str, where: list[str], option: str,
                                              value: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The line states the whole rule: ``1e999`` is positive, but not finite."""
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
                              option, value)
     assert code == 2
     assert err.splitlines()[-1] == (f"flodl-proto {command}: error: argument {option}: must be "
-                                    f"a positive number of seconds, got '{value}'")
+                                    "a finite number of seconds above 0, at most 864000 s once "
+                                    f"scaled by FLODL_NET_TIMEOUT_SCALE, got '{value}'")
+
+
+@pytest.mark.parametrize(("command", "where", "option"), [
+    ("controller", ["--listen", "127.0.0.1:0"], "--round-timeout"),
+    ("relay", ["--controller", "127.0.0.1:1", "--ranks", "0"], "--rank-timeout"),
+])
+def test_a_timeout_of_5000_digits_is_not_finite(command: str, where: list[str], option: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
+                             option, "9" * 5000)
+    assert code == 2
+    assert err.splitlines()[-1] == (f"flodl-proto {command}: error: argument {option}: must be "
+                                    "a finite number of seconds above 0, at most 864000 s once "
+                                    f"scaled by FLODL_NET_TIMEOUT_SCALE, got '{'9' * 40}..."
+                                    f"{'9' * 20}' (5000 characters)")
+
+
+@pytest.mark.parametrize(("command", "option"), [("controller", "--round-timeout"),
+                                                 ("relay", "--rank-timeout")])
+def test_timeout_help_states_the_maximum(command: str, option: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run_main(capsys, command, "--help")
+    assert code == 0
+    help_text = " ".join(out.split())
+    assert ("(a finite number of seconds above 0, at most 864000 s once scaled by "
+            "FLODL_NET_TIMEOUT_SCALE; default: no deadline, as upstream)") in help_text
 
 
 # -- item: --frame-ceiling BYTES of controller, relay and rank ------------------------------------

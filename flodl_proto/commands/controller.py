@@ -30,10 +30,10 @@ is not a whole number of bytes from 25, the smallest RoundFrame (spec departure
 ``payload_len`` is above it fails the run (one line naming the length and the ceiling), and so
 does a consensus Broadcast above it (spec departure ``broadcast_over_ceiling``).
 
-``--round-timeout SECONDS`` (an addition to upstream, off by default; scaled by
-``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has not arrived that long after the round's
-first one has its ranks declared dead, and the round completes with the others (a warning on
-stderr; ``round_timeouts`` in ``GET /status``).
+``--round-timeout SECONDS`` (an addition to upstream, off by default; a finite number of seconds
+above 0, at most 864000 s once scaled by ``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has
+not arrived that long after the round's first one has its ranks declared dead, and the round
+completes with the others (a warning on stderr; ``round_timeouts`` in ``GET /status``).
 
 By default the controller serves flodl's single-port mux (data channel plus ``GET /status`` on the
 same port); ``--no-port-mux`` makes every connection a data-channel connection.
@@ -58,6 +58,7 @@ from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
     NO_SUCH_NAME,
+    TIMEOUT_RULE,
     add_frame_ceiling_option,
     add_salt_options,
     check_net_timeout_scale,
@@ -169,8 +170,8 @@ def register(sub: Any) -> None:
                    help="write each window's consensus as consensus-<window>.npz here")
     p.add_argument("--round-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="declare a relay's ranks dead when its HostFrame has not arrived this "
-                   "long after the round's first one (scaled by FLODL_NET_TIMEOUT_SCALE; "
-                   "default: no deadline, as upstream)")
+                   f"long after the round's first one ({TIMEOUT_RULE}; default: no deadline, "
+                   "as upstream)")
     add_frame_ceiling_option(p, "payload_len of a relay's record (and of a Broadcast)")
     p.set_defaults(func=run)
 

@@ -10,7 +10,8 @@
 The first stdout line, flushed at once, is exactly ``listening on 127.0.0.1:<bound port>``; the
 ranks of this host then connect there. When the relay ends it prints one ``relay stats ...`` line
 (bytes per leg, HostFrames, Broadcasts). ``--rank-timeout SECONDS`` (an addition to upstream, off
-by default; scaled by ``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
+by default; a finite number of seconds above 0, at most 864000 s once scaled by
+``FLODL_NET_TIMEOUT_SCALE``): a local rank whose frame has not arrived that
 long after the round's first local one is declared dead, its connection closed, and the host's
 round goes on without it (a warning on stderr). The relay dials the controller once its ranks
 have connected (it waits for them without a deadline, as upstream's relay agent does, logging a
@@ -64,6 +65,7 @@ from ..spec import (
     DEFAULT_VERSION,
     NET_TIMEOUT_SCALE_ENV,
     SESSION_SALT_BYTES,
+    SPEC,
     SUPPORTED_VERSIONS,
     U32_MAX,
     frame_ceiling_floor,
@@ -75,6 +77,8 @@ __all__ = [
     "NO_SUCH_NAME",
     "SALT_ENV",
     "SALT_FILE_MAX_BYTES",
+    "TIMEOUT_MAXIMUM",
+    "TIMEOUT_RULE",
     "add_frame_ceiling_option",
     "add_salt_options",
     "byte_count",
@@ -310,29 +314,56 @@ def real_number(text: str) -> float:
     return value
 
 
+#: the largest round or rank timeout once scaled by ``FLODL_NET_TIMEOUT_SCALE``, seconds
+TIMEOUT_MAXIMUM: Final = SPEC.timeout("TIMEOUT_OPTION_MAXIMUM")
+#: the rule of a timeout option, as its help and its errors state it
+TIMEOUT_RULE: Final = (f"a finite number of seconds above 0, at most {TIMEOUT_MAXIMUM:g} s once "
+                       f"scaled by {NET_TIMEOUT_SCALE_ENV}")
+
+
 def positive_seconds(text: str) -> float:
-    """argparse ``type=`` for a timeout option: a finite number of seconds > 0.
+    """argparse ``type=`` for a timeout option (``controller --round-timeout``, ``relay
+    --rank-timeout``): :data:`TIMEOUT_RULE`, a finite number of seconds above 0 whose value
+    times ``FLODL_NET_TIMEOUT_SCALE`` is at most ``TIMEOUT_OPTION_MAXIMUM`` (864000 s), as the
+    runners check it (:func:`flodl_proto.fsm.deadline.check_timeout`). An invalid scale is not
+    applied here: the command refuses it before it starts (:func:`check_net_timeout_scale`).
 
     Raises:
-        argparse.ArgumentTypeError: not a number, or not > 0 (argparse names the option).
+        argparse.ArgumentTypeError: not a number, not finite (``1e999`` and a number of 5000
+            digits are infinite as floats), not above 0, or above the maximum once scaled; the
+            message states the rule and the value as given (argparse names the option:
+            ``argument --round-timeout: must be ...``).
+
+    No upstream counterpart: the timeouts are additions (spec departures ``round_timeout``,
+    ``rank_timeout``).
     """
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {shown(text)}")
+        raise argparse.ArgumentTypeError(f"must be {TIMEOUT_RULE}, got {shown(text)}")
+    scale, invalid = read_net_timeout_scale(os.environ.get(NET_TIMEOUT_SCALE_ENV))
+    if invalid is None and value * scale > TIMEOUT_MAXIMUM:
+        raise argparse.ArgumentTypeError(
+            f"must be {TIMEOUT_RULE} ({scale:g}), got {shown(text)} ({value * scale:g} s scaled)")
     return value
 
 
 def for_option(e: BaseException, param: str, option: str) -> BaseException:
     """``e`` worded for the command line: a timeout error (``deadline.bad_timeout``,
-    ``deadline.too_long``) about the library parameter ``param`` (``"round_timeout"``) is
-    rebuilt naming the option that gave its value (``"--round-timeout"``); any other error is
-    ``e`` itself. No upstream counterpart (the timeouts are additions)."""
+    ``deadline.too_long``) about the library parameter ``param`` (``"round_timeout"``) is a
+    ValueError in the words of :func:`positive_seconds` naming the option that gave its value
+    (``argument --round-timeout: must be ...``); any other error is ``e`` itself. No upstream
+    counterpart (the timeouts are additions)."""
     if (isinstance(e, ProtocolError) and e.error_id in ("deadline.bad_timeout", "deadline.too_long")
             and e.fields.get("name") == param):
-        return protocol_error(e.error_id, **{**e.fields, "name": option})
+        value = e.fields.get("value")
+        if e.error_id == "deadline.too_long":
+            return ValueError(f"argument {option}: must be {TIMEOUT_RULE} "
+                              f"({e.fields.get('scale'):g}), got {value!r} "
+                              f"({e.fields.get('scaled'):g} s scaled)")
+        return ValueError(f"argument {option}: must be {TIMEOUT_RULE}, got {value!r}")
     return e
 
 
@@ -619,8 +650,8 @@ def register(sub: Any) -> None:
                    help="host name announced in Hello (default: this machine's)")
     p.add_argument("--rank-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="declare a local rank dead when its frame has not arrived this long "
-                   "after the round's first local one (scaled by FLODL_NET_TIMEOUT_SCALE; "
-                   "default: no deadline, as upstream)")
+                   f"after the round's first local one ({TIMEOUT_RULE}; default: no deadline, "
+                   "as upstream)")
     add_frame_ceiling_option(p, "length prefix of a rank's frame and payload_len of a "
                              "controller's record")
     p.set_defaults(func=run)
