@@ -545,6 +545,13 @@ class _Decoder:
                 extent = round_frame_extent(mv, ceiling=self.ceiling)
             except ProtocolError as e:
                 raise _Stop(pos, e) from None
+            # the ceiling bounds a bare frame's whole length, as the mux and loopback legs bound
+            # the record or prefix that carries one (the codec's own check is on tensor bytes)
+            whole = extent if isinstance(extent, int) else len(mv) + extent.nbytes
+            if whole > self.ceiling:
+                size = str(whole) if isinstance(extent, int) else f"at least {whole}"
+                raise _Stop(pos, protocol_error("stream.frame_over_ceiling", size=size,
+                                                ceiling=self.ceiling))
             if not isinstance(extent, int):  # the frame goes on past the input
                 if len(mv) >= 4 and (magic := _U32.unpack_from(mv, 0)[0]) != ROUND_FRAME_MAGIC:
                     raise _Stop(pos, protocol_error("frame.bad_magic", got=magic,
@@ -675,7 +682,9 @@ def decode_stream(
             handshake or ack carries when it is a supported one, else the default (2).
         values: include every tensor element (``values``; raw ``data`` hex where the elements
             cannot be decoded) instead of a summary only.
-        ceiling: frame ceiling in bytes.
+        ceiling: frame ceiling in bytes: the largest mux ``payload_len`` or loopback length
+            prefix, the largest bare RoundFrame (its whole length, tag included:
+            ``stream.frame_over_ceiling``), and the codec's bound on a frame's tensor bytes.
         on_record: called with each record as it is decoded, which the report then does not
             keep (its ``count`` counts them): memory stays flat over a long stream, and a
             reader sees the first records before the last is decoded.

@@ -1630,8 +1630,6 @@ def test_a_capture_file_without_pcap_says_to_read_it_with_pcap(
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--hex",), "input is not hex: byte 0x00 at offset 0 (--hex takes hex text)"),
-    (("--hex", "--pcap", "--port", "1"),
-     "input is not hex: byte 0x00 at offset 0 (--hex takes hex text)"),
     (("--pcap", "--port", "1"),
      "not a libpcap or pcapng capture: it starts with 00000000, no capture file's magic"),
 ])

@@ -2,9 +2,9 @@
 
 ::
 
-    flodl-proto decode [--leg auto|mux|loopback|frame] [--hex] [--salt HEX | --salt-file PATH]
+    flodl-proto decode [--leg auto|mux|loopback|frame] [--salt HEX | --salt-file PATH]
                        [--protocol-version 2|3] [--format json|table] [--values]
-                       [--pcap --port N [--port N ...]] [--frame-ceiling BYTES]
+                       [--hex | --pcap --port N [--port N ...]] [--frame-ceiling BYTES]
                        [--max-input BYTES] [FILE|-]
 
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd``,
@@ -40,7 +40,8 @@ at a protocol error, or the input is not what was asked for (``--hex`` text that
 some auth tag did not verify; 4 the input ended inside a record, its header included (a capture
 stopped mid-record, or a ``--pcap`` capture file cut short or with bytes missing from a stream:
 normal for a capture, so it is not 1); 2 usage errors (FILE, or a ``--salt-file``, that cannot
-be opened or read; a ``--salt`` or ``--salt-file`` that holds no salt).
+be opened or read; a ``--salt`` or ``--salt-file`` that holds no salt; ``--hex`` with ``--pcap``,
+``--pcap`` without ``--port``, ``--port`` without ``--pcap``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final, TextIO, cast
 from .._oserr import os_reason
 from ..cli import interrupts_held
 from ..errors import ProtocolError
-from ..spec import SESSION_SALT_BYTES, SUPPORTED_VERSIONS
+from ..spec import SUPPORTED_VERSIONS
 from .relay import (
     add_frame_ceiling_option,
     byte_count,
@@ -149,14 +150,20 @@ def _byte_count(text: str) -> int:
 
 
 def _salt(text: str) -> bytes:
+    """argparse ``type=`` of ``decode --salt``: :func:`.relay.parse_salt`, so the line is the
+    one ``controller --salt`` and ``relay --salt`` give (``argument --salt: session salt must be
+    16 bytes written as 32 hex digits, got 3 characters``), counting the characters given and
+    never showing them (a near-miss salt is a secret).
+
+    Raises:
+        argparse.ArgumentTypeError: not 16 bytes of hex.
+    """
+    from .relay import parse_salt
+
     try:
-        b = bytes.fromhex(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not hex") from None
-    if len(b) != SESSION_SALT_BYTES:
-        raise argparse.ArgumentTypeError(f"a session salt is {SESSION_SALT_BYTES} bytes "
-                                         f"({2 * SESSION_SALT_BYTES} hex digits), got {len(b)}")
-    return b
+        return parse_salt(text)
+    except ProtocolError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def register(sub: Any) -> None:
@@ -177,9 +184,10 @@ def register(sub: Any) -> None:
                    help="mux: relay<->controller (channel magic first if present); loopback: "
                    "rank<->relay (handshake or ack first, then length-framed frames); frame: "
                    "bare RoundFrames. Default auto: told from the first bytes")
-    p.add_argument("--hex", action="store_true",
-                   help="the input is hex text: plain hex, xxd, hexdump -C or od -Ax -tx1 "
-                   "output, or the dumps of docs/protocol.md")
+    form = p.add_mutually_exclusive_group()  # a capture is binary: never hex text
+    form.add_argument("--hex", action="store_true",
+                      help="the input is hex text: plain hex, xxd, hexdump -C or od -Ax -tx1 "
+                      "output, or the dumps of docs/protocol.md (not with --pcap)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--salt", type=_salt, metavar="HEX",
                    help="16-byte session salt in hex: verify every auth tag")
@@ -194,13 +202,15 @@ def register(sub: Any) -> None:
                    help="one JSON object per line (default) or a table")
     p.add_argument("--values", action="store_true",
                    help="print every tensor element instead of a summary")
-    p.add_argument("--pcap", action="store_true",
-                   help="FILE is a libpcap/pcapng capture; decode the TCP streams of each --port "
-                   "(needs the pcap extra: pip install 'flodl-proto[pcap]')")
+    form.add_argument("--pcap", action="store_true",
+                      help="FILE is a libpcap/pcapng capture; decode the TCP streams of each "
+                      "--port (needs the pcap extra: pip install 'flodl-proto[pcap]'; not with "
+                      "--hex)")
     p.add_argument("--port", type=tcp_port, action="append", metavar="N",
                    help="TCP port of the streams (with --pcap), 1..65535; repeatable (a demo "
                    "prints its controller's and relays' ports)")
-    add_frame_ceiling_option(p, "length prefix, mux payload_len or RoundFrame of any one record")
+    add_frame_ceiling_option(p, "length prefix, mux payload_len or bare RoundFrame (its whole "
+                             "length, tag included) of any one record")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")

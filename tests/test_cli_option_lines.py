@@ -1,0 +1,92 @@
+"""One clear line and a conventional exit code for option mistakes of the command line
+(``decode``, ``controller``, ``relay``, ``conform``): each test pins the exact line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .cli_util import run_main as _run_main
+
+SALT_HEX = "00112233445566778899aabbccddeeff"
+#: docs/protocol.md section 5.3: a 55-byte RoundFrame (Model, weight 1.0, one f32 tensor [4])
+ROUND_FRAME_DUMP = """\
+0000  f1 17 0d f1 01 00 00 00 00 00 00 00 00 00 00 f0
+0010  3f 00 01 04 00 00 00 10 00 00 00 00 00 00 00 00
+0020  00 80 3f 00 00 20 c0 00 00 00 00 00 00 50 40 39
+0030  a5 87 85 a0 3c 12 d1
+"""
+
+
+# -- decode --frame-ceiling on the bare frame leg -------------------------------------------------
+@pytest.fixture
+def frame_dump(tmp_path: Path) -> Path:
+    path = tmp_path / "frame.hex"
+    path.write_text(ROUND_FRAME_DUMP)
+    return path
+
+
+@pytest.mark.parametrize("leg", ["frame", "auto"])
+def test_decode_frame_ceiling_bounds_a_bare_frame(frame_dump: Path, leg: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run_main(capsys, "decode", "--hex", "--frame-ceiling", "30", "--leg", leg,
+                             str(frame_dump))
+    assert code == 1
+    assert out == ('{"type": "error", "offset": 0, "error_kind": "limit", "error_id": '
+                   '"stream.frame_over_ceiling", "error": "bare RoundFrame of 55 bytes (tag '
+                   'included) exceeds the frame ceiling 30"}\n')
+
+
+def test_decode_frame_ceiling_bounds_a_cut_bare_frame(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A frame cut short is refused once the bytes it needs are known to pass the ceiling."""
+    path = tmp_path / "cut.bin"
+    path.write_bytes(bytes.fromhex("".join(line[6:] for line in ROUND_FRAME_DUMP.splitlines()))
+                     [:40])
+    code, out, _ = _run_main(capsys, "decode", "--frame-ceiling", "30", "--leg", "frame",
+                             str(path))
+    assert code == 1
+    assert out.endswith('"error": "bare RoundFrame of at least 47 bytes (tag included) exceeds '
+                        'the frame ceiling 30"}\n')
+
+
+def test_decode_a_bare_frame_at_the_ceiling_decodes(frame_dump: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run_main(capsys, "decode", "--hex", "--frame-ceiling", "55", "--leg",
+                             "frame", str(frame_dump))
+    assert code == 0
+    assert out.splitlines()[-1] == '{"type": "end", "offset": 55, "records": 1}'
+
+
+# -- decode: --hex with --pcap --------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "line"), [
+    (["--pcap", "--hex"], "argument --hex: not allowed with argument --pcap"),
+    (["--hex", "--pcap"], "argument --pcap: not allowed with argument --hex"),
+])
+def test_decode_hex_and_pcap_is_a_usage_error(frame_dump: Path, args: list[str], line: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "decode", *args, str(frame_dump), "--port", "5")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == f"flodl-proto decode: error: {line}"
+
+
+# -- --salt: one wording for every command --------------------------------------------------------
+@pytest.mark.parametrize(("value", "got"), [
+    ("12", "2 characters"),
+    ("abc", "3 characters"),
+    ("00" * 17, "34 characters"),
+    ("zz" * 16, "32 characters, character 1 ('z') not a hex digit"),
+])
+def test_decode_salt_error_is_the_cluster_commands_wording(
+        value: str, got: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "decode", "--salt", value, "f")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("flodl-proto decode: error: argument --salt: session salt "
+                                    f"must be 16 bytes written as 32 hex digits, got {got}")
+    code, out, err = _run_main(capsys, "controller", "--listen", "127.0.0.1:0", "--world-size",
+                               "1", "--salt", value)
+    assert (code, out) == (2, "")
+    assert err == ("flodl-proto controller: error: --salt: session salt must be 16 bytes written "
+                   f"as 32 hex digits, got {got}\n")
+
