@@ -50,7 +50,7 @@ def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> 
     with pytest.raises(InvalidValue) as ei:
         format_addr(addr)
     assert not ei.value.remote and ei.value.error_id == "addr.invalid"
-    assert str(ei.value).endswith(f"is not a HOST:PORT address: {reason}")
+    assert str(ei.value).endswith(f": not a HOST:PORT address: {reason}")
 
 
 @pytest.mark.parametrize(("text", "reason"), [
@@ -89,7 +89,7 @@ def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> No
     assert isinstance(e, LocalProtocolError)
     assert e.error_id == "addr.invalid"
     assert e.fields == {"field": "--controller", "value": text, "reason": reason}
-    assert str(e) == f"--controller = {shown(text)} is not a HOST:PORT address: {reason}"
+    assert str(e) == f"--controller {shown(text)}: not a HOST:PORT address: {reason}"
 
 
 def test_a_long_address_is_quoted_by_its_ends() -> None:
@@ -100,7 +100,7 @@ def test_a_long_address_is_quoted_by_its_ends() -> None:
     with pytest.raises(InvalidValue) as ei:
         parse_addr(text, field="--listen")
     assert str(ei.value).startswith(
-        f"--listen = '{'a' * 40}...{'a' * 17}:99' (3003 characters) is not a HOST:PORT address: "
+        f"--listen '{'a' * 40}...{'a' * 17}:99' (3003 characters): not a HOST:PORT address: "
         f"host '{'a' * 40}...{'a' * 20}' (3000 characters) is not a valid host name (")
     assert len(str(ei.value)) < 300
     assert ei.value.fields["value"] == text
@@ -118,7 +118,7 @@ def test_parse_addr_takes_a_port_with_leading_zeros() -> None:
 def test_parse_addr_not_a_string() -> None:
     with pytest.raises(InvalidValue) as ei:
         parse_addr(5555)  # type: ignore[arg-type]
-    assert str(ei.value) == ("address = 5555 is not a HOST:PORT address: not a string or a "
+    assert str(ei.value) == ("address 5555: not a HOST:PORT address: not a string or a "
                              "(host, port) pair")
 
 
@@ -147,7 +147,7 @@ def test_parse_addr_bad_pair_names_field_and_value(pair: tuple[Any, ...], reason
     with pytest.raises(InvalidValue) as ei:
         parse_addr(pair, field="controller", dial=True)  # type: ignore[arg-type]
     assert isinstance(ei.value, LocalProtocolError) and ei.value.error_id == "addr.invalid"
-    assert str(ei.value) == f"controller = {pair!r} is not a HOST:PORT address: {reason}"
+    assert str(ei.value) == f"controller {pair!r}: not a HOST:PORT address: {reason}"
 
 
 @pytest.mark.parametrize("addr", ["127.0.0.1:0", ("127.0.0.1", 0)])
@@ -163,7 +163,7 @@ def test_relay_and_rank_client_refuse_to_dial_port_0(addr: str | tuple[str, int]
         with pytest.raises(InvalidValue) as ei:
             make()
         assert isinstance(ei.value, LocalProtocolError) and ei.value.error_id == "addr.invalid"
-        assert str(ei.value) == (f"{field} = {addr!r} is not a HOST:PORT address: port 0 "
+        assert str(ei.value) == (f"{field} {addr!r}: not a HOST:PORT address: port 0 "
                                  "cannot be dialed (it asks a listener for any free port)")
 
 
@@ -185,7 +185,7 @@ def test_cli_bad_address_is_one_line(role: str, option: str) -> None:
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    assert f"{option} = 'nowhere' is not a HOST:PORT address: no port" in lines[0]
+    assert f"{option} 'nowhere': not a HOST:PORT address: no port" in lines[0]
 
 
 def test_a_dialed_address_takes_no_port_0() -> None:
@@ -195,7 +195,7 @@ def test_a_dialed_address_takes_no_port_0() -> None:
     with pytest.raises(InvalidValue) as ei:
         parse_addr("127.0.0.1:0", field="--relay", dial=True)
     assert ei.value.error_id == "addr.invalid" and not ei.value.remote
-    assert str(ei.value) == ("--relay = '127.0.0.1:0' is not a HOST:PORT address: port 0 cannot "
+    assert str(ei.value) == ("--relay '127.0.0.1:0': not a HOST:PORT address: port 0 cannot "
                              "be dialed (it asks a listener for any free port)")
     assert parse_addr("[::1]:1", dial=True) == ("::1", 1)
 
@@ -209,7 +209,7 @@ def test_cli_dialed_address_with_port_0_is_one_line(role: str, option: str) -> N
                          capture_output=True, text=True, timeout=30)
     assert (res.returncode, res.stdout) == (2, "")
     prog = "flodl-proto rank" if role == "rank" else "flodl-proto relay"
-    assert res.stderr == (f"{prog}: error: {option} = '127.0.0.1:0' is not a HOST:PORT "
+    assert res.stderr == (f"{prog}: error: {option} '127.0.0.1:0': not a HOST:PORT "
                           "address: port 0 cannot be dialed (it asks a listener for any free "
                           "port)\n")
 
@@ -234,7 +234,7 @@ def test_parse_addr_refuses_a_host_the_socket_calls_cannot_take(text: str, reaso
     with pytest.raises(InvalidValue) as ei:
         parse_addr(text, field="--listen")
     assert ei.value.error_id == "addr.invalid" and not ei.value.remote
-    assert str(ei.value) == f"--listen = {text!r} is not a HOST:PORT address: {reason}"
+    assert str(ei.value) == f"--listen {text!r}: not a HOST:PORT address: {reason}"
 
 
 @pytest.mark.parametrize(("text", "want"), [
@@ -250,7 +250,7 @@ def test_parse_addr_takes_any_host_the_socket_calls_take(text: str, want: tuple[
 def test_a_pair_host_follows_the_same_rules() -> None:
     with pytest.raises(InvalidValue) as ei:
         parse_addr(("a..b", np.int64(80)), field="controller", dial=True)
-    assert str(ei.value) == ("controller = ('a..b', np.int64(80)) is not a HOST:PORT address: "
+    assert str(ei.value) == ("controller ('a..b', np.int64(80)): not a HOST:PORT address: "
                              "host 'a..b' is not a valid host name (label empty or too long)")
 
 
@@ -269,7 +269,7 @@ def test_cli_unencodable_host_is_one_line() -> None:
                         "a..b:0", "--world-size", "1", "--salt", "00" * 16],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("flodl-proto controller: error: --listen = 'a..b:0' is not a HOST:PORT "
+    assert r.stderr == ("flodl-proto controller: error: --listen 'a..b:0': not a HOST:PORT "
                         "address: host 'a..b' is not a valid host name (label empty or too "
                         "long)\n")
 

@@ -90,3 +90,58 @@ def test_decode_salt_error_is_the_cluster_commands_wording(
     assert err == ("flodl-proto controller: error: --salt: session salt must be 16 bytes written "
                    f"as 32 hex digits, got {got}\n")
 
+
+# -- controller/relay: --listen, --frame-ceiling, --host ------------------------------------------
+def test_listen_not_an_address_reads_as_the_other_option_lines(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "controller", "--listen", "127.0.0.1:99999",
+                               "--world-size", "1", "--salt", SALT_HEX)
+    assert (code, out) == (2, "")
+    assert err == ("flodl-proto controller: error: --listen '127.0.0.1:99999': not a HOST:PORT "
+                   "address: port 99999 is out of range 0..65535\n")
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("10", "must be at least 25 bytes (the smallest RoundFrame: no tensor), got 10"),
+    ("4G", "expected a number of bytes, got '4G'"),
+])
+def test_frame_ceiling_shows_its_value_once(value: str, why: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "controller", "--listen", "127.0.0.1:0", "--world-size",
+                               "1", "--salt", SALT_HEX, "--frame-ceiling", value)
+    assert (code, out) == (2, "")
+    assert err == f"flodl-proto controller: error: --frame-ceiling: {why}\n"
+
+
+_RELAY = ["relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1", "--salt",
+          SALT_HEX]
+
+
+@pytest.mark.parametrize(("host", "why"), [
+    ("", "'' is empty; give a host name, or leave the option out to announce this machine's "
+         "host name"),
+    ("bad\nname", "'bad\\nname' holds a control character (U+000A at character 4); control "
+                  "characters are refused, as a host name is shown in log lines"),
+    ("h\x1b[2Jx", "'h\\x1b[2Jx' holds a control character (U+001B at character 2); control "
+                  "characters are refused, as a host name is shown in log lines"),
+    ("h\x7f", "'h\\x7f' holds a control character (U+007F at character 2); control characters "
+              "are refused, as a host name is shown in log lines"),
+    ("h\udcff", "'h\\udcff' holds a byte that is not UTF-8 (character 2); a host name is UTF-8 "
+                "text"),
+    ("h" * 100000, f"'{'h' * 40}...{'h' * 20}' (100000 characters) is 100000 bytes (UTF-8), more "
+                   "than the 255 a Hello may carry"),
+    ("\u00e9" * 128, f"'{chr(0xe9) * 40}...{chr(0xe9) * 20}' (128 characters) is 256 bytes "
+                     "(UTF-8), more than the 255 a Hello may carry"),
+])
+def test_relay_host_is_refused_naming_the_option(host: str, why: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, *_RELAY, "--host", host)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == f"flodl-proto relay: error: argument --host: {why}"
+
+
+def test_relay_host_of_255_bytes_and_non_ascii_letters_is_taken() -> None:
+    from flodl_proto.commands.relay import host_name
+
+    assert host_name("h" * 255) == "h" * 255
+    assert host_name("n\u00f6de-1") == "n\u00f6de-1"

@@ -121,7 +121,7 @@ def test_a_long_address_is_not_echoed_whole(capsys: pytest.CaptureFixture[str],
     code, out, err = _run_main(capsys, *args)
     assert (code, out) == (2, "")
     assert len(err.splitlines()) == 1
-    assert f"{option} = '" in err and "' (3003 characters) is not a HOST:PORT address" in err
+    assert f"{option} '" in err and "' (3003 characters): not a HOST:PORT address" in err
     assert "(3000 characters) is not a valid host name" in err
     assert len(err) < 400
 

@@ -246,7 +246,7 @@ def test_an_integer_too_wide_to_print_is_shown_by_its_size() -> None:
     assert err.fields["value"] == big  # the value itself is kept
     err = errors.protocol_error("addr.invalid", field="--listen", value=("h", -big),
                                 reason="out of range")
-    assert str(err) == ("--listen = ('h', <a negative integer of 16610 bits>) is not a HOST:PORT "
+    assert str(err) == ("--listen ('h', <a negative integer of 16610 bits>): not a HOST:PORT "
                         "address: out of range")
     # up to 80 digits, integers print whole
     err = errors.protocol_error("mux.bad_field", field="rank", value=10**80 - 1, reason="r")
@@ -294,11 +294,11 @@ def test_a_long_text_is_quoted_by_its_ends() -> None:
     text = "x" * 4000 + "yz"
     reason = "r" * 200
     err = errors.protocol_error("addr.invalid", field="--listen", value=text, reason=reason)
-    assert str(err) == (f"--listen = '{'x' * 40}...{'x' * 18}yz' (4002 characters) is not a "
+    assert str(err) == (f"--listen '{'x' * 40}...{'x' * 18}yz' (4002 characters): not a "
                         f"HOST:PORT address: {reason}")
     assert err.fields["value"] == text
     err = errors.protocol_error("addr.invalid", field="--listen", value=(text, 1), reason="r")
-    assert str(err) == (f"--listen = ('{'x' * 40}...{'x' * 18}yz' (4002 characters), 1) is not "
+    assert str(err) == (f"--listen ('{'x' * 40}...{'x' * 18}yz' (4002 characters), 1): not "
                         f"a HOST:PORT address: r")
     assert errors.shown("x" * errors.SHOWN_CHARS) == repr("x" * errors.SHOWN_CHARS)
     assert errors.shown("x" * 81) == f"'{'x' * 40}...{'x' * 20}' (81 characters)"

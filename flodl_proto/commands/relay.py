@@ -51,6 +51,7 @@ import signal
 import socket
 import sys
 import threading
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -63,6 +64,7 @@ from ..errors import SHOWN_CHARS, ProtocolError, _long_integer, protocol_error, 
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
+    MAX_HELLO_HOST_LEN,
     NET_TIMEOUT_SCALE_ENV,
     SESSION_SALT_BYTES,
     SPEC,
@@ -229,17 +231,36 @@ def path_text(text: str) -> str:
 def host_name(text: str) -> str:
     """argparse ``type=`` of ``relay --host``: the name announced in Hello, unless it is empty
     or only white space (``--host "$HOST"`` with the variable unset announced an empty name,
-    and the relay's log lines read ``relay : ...``).
+    and the relay's log lines read ``relay : ...``), holds a control character (the name is
+    shown in the controller's and the relay's log lines, where a line feed or an escape
+    sequence would forge or garble them), or is longer than a Hello carries
+    (``MAX_HELLO_HOST_LEN``, 255 UTF-8 bytes; the relay's own check, ``relay.host_too_long``,
+    does not name the option).
 
     Raises:
-        argparse.ArgumentTypeError: ``text`` is empty or white space (argparse names the
-            option). Its length is checked by the relay (255 UTF-8 bytes, a Hello's limit).
+        argparse.ArgumentTypeError: one of those (argparse names the option: ``argument --host:
+            ...``); the message shows the value (:func:`~flodl_proto.errors.shown`) and, for a
+            control character, its code point and position.
 
     No upstream counterpart: upstream's relay announces the machine's host name.
     """
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{shown(text)} is empty; give a host name, or leave the "
-                                         f"option out for this machine's")
+                                         "option out to announce this machine's host name")
+    for i, ch in enumerate(text):
+        kind = unicodedata.category(ch)
+        if kind == "Cc":
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} holds a control character (U+{ord(ch):04X} at character {i + 1});"
+                " control characters are refused, as a host name is shown in log lines")
+        if kind == "Cs":  # a byte of the command line that is not UTF-8 (surrogateescape)
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} holds a byte that is not UTF-8 (character {i + 1}); a host name "
+                "is UTF-8 text")
+    length = len(text.encode("utf-8"))
+    if length > MAX_HELLO_HOST_LEN:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is {length} bytes (UTF-8), more than the "
+                                         f"{MAX_HELLO_HOST_LEN} a Hello may carry")
     return text
 
 
@@ -504,7 +525,8 @@ def frame_ceiling(text: str | None) -> int:
     ``DEFAULT_FRAME_CEILING`` (1 GiB), as upstream before a model-derived ceiling (``wire.rs``).
 
     Raises:
-        ValueError: one line naming the option and the value: not a whole number of bytes in
+        ValueError: one line naming the option, then the value once (``--frame-ceiling: must be
+            at least 25 bytes (...), got 10``): not a whole number of bytes in
             ASCII digits (:func:`byte_count`), below the smallest RoundFrame (25 bytes, the
             message names it: :func:`flodl_proto.spec.frame_ceiling_floor`), or above
             ``U32_MAX`` (the u32 length prefix and ``payload_len`` cannot carry more, so a
@@ -516,11 +538,11 @@ def frame_ceiling(text: str | None) -> int:
         return int(DEFAULT_FRAME_CEILING)
     try:
         n = byte_count(text, *frame_ceiling_floor())
-    except ValueError as e:
-        raise ValueError(f"--frame-ceiling {shown(text)}: {e}") from None
+    except ValueError as e:  # the message ends with the value (``got '4G'``): not shown twice
+        raise ValueError(f"--frame-ceiling: {e}") from None
     if n > U32_MAX:
-        raise ValueError(f"--frame-ceiling {shown(text)}: must be at most {U32_MAX} bytes (the u32 "
-                         "length prefix and mux payload_len)")
+        raise ValueError(f"--frame-ceiling: must be at most {U32_MAX} bytes (the u32 length prefix "
+                         f"and mux payload_len), got {shown(text)}")
     return n
 
 
