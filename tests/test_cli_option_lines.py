@@ -145,3 +145,41 @@ def test_relay_host_of_255_bytes_and_non_ascii_letters_is_taken() -> None:
 
     assert host_name("h" * 255) == "h" * 255
     assert host_name("n\u00f6de-1") == "n\u00f6de-1"
+
+
+# -- conform: --cases matching nothing, --launch of a directory or of nothing ---------------------
+@pytest.mark.parametrize("extra", [["--list"], ["--launch", "true"]])
+def test_conform_cases_matching_no_id_names_the_patterns(
+        extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "conform", "controller", "--cases",
+                               "controller.handshake*", "--cases", "x", *extra)
+    assert (code, out) == (2, "")
+    assert err == ("flodl-proto conform controller: error: no case selected: no controller case "
+                   "id matches --cases 'controller.handshake*' --cases 'x'; 'flodl-proto conform "
+                   "controller --list' without --cases lists the ids\n")
+
+
+def test_conform_launch_of_a_directory_says_so(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run_main(capsys, "conform", "controller", "--launch", str(tmp_path),
+                               "--cases", "controller.session.one-relay-one-round",
+                               "--version", "2", "--jobs", "1")
+    assert code == 2
+    assert err.splitlines()[-1] == (f"flodl-proto conform controller: error: --launch: cannot "
+                                    f"start the target {str(tmp_path)!r}: it is a directory, "
+                                    "not a program")
+
+
+@pytest.mark.parametrize(("launch", "what"), [("", "empty"), ("   ", "blank")])
+def test_conform_launch_given_empty_says_it_is_empty(launch: str, what: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_main(capsys, "conform", "controller", "--launch", launch)
+    assert (code, out) == (2, "")
+    assert err == ("flodl-proto conform controller: error: --launch: no command (the value is "
+                   f"{what})\n")
+
+
+def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run_main(capsys, "conform", "controller")
+    assert code == 2
+    assert err == "flodl-proto conform controller: error: --launch CMD is required (or --list)\n"

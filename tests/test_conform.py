@@ -623,7 +623,9 @@ def test_cli_list_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert "controller.portmux.status  SHOULD  not selected (needs --port-mux)" in out
     # listing no case is the usage error a run of no case is (it listed "0 cases", exit 0)
     assert main(["conform", "relay", "--list", "--cases", "nothing.*"]) == 2
-    assert capsys.readouterr() == ("", "flodl-proto conform relay: error: no case selected\n")
+    assert capsys.readouterr() == ("", "flodl-proto conform relay: error: no case selected: no "
+                                   "relay case id matches --cases 'nothing.*'; 'flodl-proto "
+                                   "conform relay --list' without --cases lists the ids\n")
     # cases that match but need what the target was not said to have: said so (it was only
     # "no case selected")
     portmux = sum(1 for c in load_catalogue() if c.id.startswith("controller.portmux."))

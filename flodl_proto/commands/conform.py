@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
 from ..cli import AnyCase, interrupts_held
-from ..errors import ProtocolError
+from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
 from .docs import output_path
@@ -247,16 +247,19 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     runs[:], skipped[:] = selected, not_selected
     left_out = _left_out(catalogue, role, args, versions, level) if not runs else []
     if args.list:  # a selection of no case is the same usage error as for a run
-        return _list(runs, skipped) if runs else _usage(_no_case(left_out), args)
-    if not args.launch:
+        return _list(runs, skipped) if runs else _usage(_no_case(left_out, args), args)
+    if args.launch is None:
         return _usage("--launch CMD is required (or --list)", args)
+    if not args.launch:  # given, but ``--launch "$CMD"`` with the variable unset; a blank
+        # value is fill_placeholders's "(the value is blank)"
+        return _usage("--launch: no command (the value is empty)", args)
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
     try:
         fill_placeholders(args.launch, probe)
     except ValueError as e:
         return _usage(str(e), args)
     if not runs:
-        return _usage(_no_case(left_out), args)
+        return _usage(_no_case(left_out, args), args)
     return None
 
 
@@ -276,12 +279,16 @@ def _left_out(catalogue: Iterable[Case], role: str, args: argparse.Namespace,
     return [(c, "needs " + " and ".join(need for _, need in parts)) for c, parts in why]
 
 
-def _no_case(left_out: list[tuple[Case, str]]) -> str:
+def _no_case(left_out: list[tuple[Case, str]], args: argparse.Namespace) -> str:
     """The usage error of a selection that runs no case, with what left out the cases it
     matched (``needs --level must: 2; needs --port-mux: 6; needs --port-mux and --version 3:
-    1``)."""
+    1``), or, when ``--cases`` matched none, the patterns given and how to see the ids."""
     if not left_out:
-        return "no case selected"
+        if not args.cases:
+            return "no case selected"
+        given = " ".join(f"--cases {shown(p)}" for p in args.cases)
+        return (f"no case selected: no {args.role} case id matches {given}; "
+                f"'flodl-proto conform {args.role} --list' without --cases lists the ids")
     reasons = collections.Counter(why for _, why in left_out)
     n = len(left_out)
     return (f"no case selected: {n} {'case matches' if n == 1 else 'cases match'} but "

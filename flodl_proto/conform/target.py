@@ -74,6 +74,15 @@ class TargetLaunchError(TargetError):
         self.reason = reason
 
 
+def _launch_reason(program: str, e: OSError) -> str:
+    """Why ``program`` (the first word of ``--launch``) could not be executed: ``it is a
+    directory, not a program`` for a path to a directory (the system's own reason, EACCES, read
+    ``Permission denied``), else the system's reason."""
+    if os.sep in program and os.path.isdir(program):
+        return "it is a directory, not a program"
+    return os_reason(e)
+
+
 @dataclass(frozen=True, slots=True)
 class CaseContext:
     """Everything a target is launched with for one case.
@@ -347,7 +356,7 @@ class LaunchedTarget:
                                           stderr=subprocess.PIPE, env=env,
                                           start_new_session=True)
         except OSError as e:
-            raise TargetLaunchError(argv[0], os_reason(e)) from None
+            raise TargetLaunchError(argv[0], _launch_reason(argv[0], e)) from None
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
