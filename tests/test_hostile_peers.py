@@ -628,9 +628,10 @@ def test_a_host_name_longer_than_a_hello_carries_is_refused_up_front(
     assert str(e.value) == ("relay: host name is 256 bytes (UTF-8), more than the 255 a Hello "
                             "may carry")
     Relay(("127.0.0.1", 1), [0], 1, SALT, listen_port=0, host="h" * 255).shutdown()
-    code = main(["relay", "--controller", "127.0.0.1:1", "--salt", SALT.hex(), "--ranks", "0",
-                 "--world-size", "1", "--host", "h" * 300])
-    assert code == 2
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error: the option's type
+        main(["relay", "--controller", "127.0.0.1:1", "--salt", SALT.hex(), "--ranks", "0",
+              "--world-size", "1", "--host", "h" * 300])
+    assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"flodl-proto relay: error: argument --host: '{'h' * 40}...{'h' * 20}' (300 characters) "
         "is 300 bytes (UTF-8), more than the 255 a Hello may carry")
