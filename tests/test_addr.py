@@ -284,5 +284,5 @@ def test_a_pair_s_port_of_many_digits_is_shown_by_its_size(port: int, size: str)
     digits) ..."), not :class:`InvalidValue`."""
     with pytest.raises(InvalidValue) as ei:
         parse_addr(("h", port), field="--listen")
-    assert str(ei.value) == (f"--listen = ('h', <{size}>) is not a HOST:PORT address: port "
+    assert str(ei.value) == (f"--listen ('h', <{size}>): not a HOST:PORT address: port "
                              f"<{size}> is out of range 0..65535")
