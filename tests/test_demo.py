@@ -3,7 +3,6 @@ ends the run cleanly; no child process outlives the demo."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -11,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from flodl_proto.commands.demo import (
 from flodl_proto.runner.stages import SEGMENTS, RoundStages
 
 from .cluster_util import skip_deep_unless_selected
+from .demo_procs import marked, marked_demo, members, wait_for_members
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,53 +42,6 @@ def _demo(*args: str, env: dict[str, str] | None = None,
         [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", *args],
         capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "COLUMNS": "120", **(env or {})})
-
-
-def _wait_for_members(proc: subprocess.Popen[str], marker: str, count: int,
-                      within: float) -> list[int]:
-    """The demo's running cluster members (:func:`_members`) once ``count`` of them run, or what
-    runs when the demo ends or ``within`` seconds pass first."""
-    deadline = time.monotonic() + within
-    while len(members := _members(marker)) < count and time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    return members
-
-
-def _marked(marker: str) -> list[int]:
-    """Pids of live processes whose environment carries ``marker``."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if marker.encode() in env and state != "Z":
-                pids.append(int(d))
-    return pids
-
-
-_MEMBER_COMMANDS = (b"flodl_proto.cli\0controller\0", b"flodl_proto.cli\0relay\0",
-                    b"flodl_proto.commands._demo_worker\0")
-
-
-def _members(marker: str) -> list[int]:
-    """Pids of the demo's cluster members (controller, relays, ranks) that have started their
-    own program. A marked process is not enough: between ``fork`` and ``exec`` a child is a copy
-    of the demo (its command line and environment), and while the kernel loads the new program
-    its ``/proc/PID/environ`` reads empty, so a marked count can rise to 8 and drop back."""
-    pids = []
-    for pid in _marked(marker):
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-            if any(command in cmdline for command in _MEMBER_COMMANDS):
-                pids.append(pid)
-    return pids
 
 
 def test_demo_trains_to_the_optimum_with_identical_consensus() -> None:
@@ -309,19 +261,13 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
 def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
     """SIGTERM to the demo, or a terminal's Ctrl-C (SIGINT to the whole process group): the
     cluster is stopped, one line says so, no traceback, exit 130, no process left."""
-    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
-         "100000", "--payload-mib", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        # the network deadlines at their full length: under the tests' 0.1 scale a busy machine
-        # can take a member past one (its relay then drops it) before the signal is sent
-        env={**os.environ, marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0"},
-        start_new_session=True)
-    try:
+    # the network deadlines at their full length: under the tests' 0.1 scale a busy machine
+    # can take a member past one (its relay then drops it) before the signal is sent
+    with marked_demo("--rounds", "100000", "--payload-mib", "0",
+                     env={"FLODL_NET_TIMEOUT_SCALE": "1.0"}) as (proc, marker):
         # eight interpreters importing numpy: on a busy 2-core machine that alone can take a minute
         started = time.monotonic()
-        if (running := len(_wait_for_members(proc, marker, 7, 180.0))) < 7:  # 1 + 2 + 4
+        if (running := len(wait_for_members(proc, marker, 7, 180.0))) < 7:  # 1 + 2 + 4
             exited = proc.poll()  # say why: the demo's own account of it
             proc.kill()
             out, err = proc.communicate()
@@ -343,16 +289,9 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
         assert "interrupted" not in out
         assert "Traceback" not in out + err
         deadline = time.monotonic() + 10
-        while _marked(marker) and time.monotonic() < deadline:
+        while marked(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _marked(marker) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        for pid in _marked(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        assert marked(marker) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
@@ -362,57 +301,39 @@ def test_ctrl_c_while_the_cluster_starts_stops_it_at_once() -> None:
     the demo waited for it to listen, then started the relays and ranks, and only then stopped
     them all (seconds on a busy machine); now it sends its controller SIGTERM at once and starts
     no other member: one line, exit 130, no process left."""
-    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
-         "100000", "--payload-mib", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0"},
-        start_new_session=True)
-    try:
-        first = _wait_for_members(proc, marker, 1, 180.0)  # the controller
+    with marked_demo("--rounds", "100000", "--payload-mib", "0",
+                     env={"FLODL_NET_TIMEOUT_SCALE": "1.0"}) as (proc, marker):
+        first = wait_for_members(proc, marker, 1, 180.0)  # the controller
         assert len(first) == 1, proc.communicate()
         os.killpg(proc.pid, signal.SIGINT)
         started = set()
         while proc.poll() is None:
-            started |= set(_members(marker)) - set(first)
+            started |= set(members(marker)) - set(first)
             time.sleep(0.01)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        for pid in _marked(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10  # before marked_demo's sweep: the demo left none
+        while marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marked(marker) == []
     assert started == set(), (out, err)  # no relay or rank after the Ctrl-C
     assert proc.returncode == 130, (out, err)
     assert err.splitlines()[-1] == ("flodl-proto demo: interrupted after 0 of 100000 rounds; "
                                     "the cluster was stopped"), err
     assert "Traceback" not in out + err
-    deadline = time.monotonic() + 10
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _marked(marker) == []
 
 
 def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> None:
     """A relay killed mid-run: its exit came last, after the noise it caused (ranks that did not
     finish, the final loss), and the controller's log lines were wrapped at the terminal's
     width, their second halves without the indent."""
-    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--rounds",
-         "100000", "--payload-mib", "0", "--log-level", "INFO"],  # the controller logs lines
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        # the ranks of the killed relay retry their connection for 7.5 s at this scale
-        env={**os.environ, marker: "1", "COLUMNS": "40", "FLODL_NET_TIMEOUT_SCALE": "0.25"},
-        start_new_session=True)
-    try:
+    # --log-level INFO: the controller logs lines; the ranks of the killed relay retry their
+    # connection for 7.5 s at this scale
+    with marked_demo("--rounds", "100000", "--payload-mib", "0", "--log-level", "INFO",
+                     env={"COLUMNS": "40", "FLODL_NET_TIMEOUT_SCALE": "0.25"}) as (proc, marker):
         relays: list[int] = []
-        members = _wait_for_members(proc, marker, 7, 180.0)
-        assert len(members) == 7, proc.communicate()
-        for pid in members:
+        running = wait_for_members(proc, marker, 7, 180.0)
+        assert len(running) == 7, proc.communicate()
+        for pid in running:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"flodl_proto.cli\0relay\0" in f.read():
                     relays.append(pid)
@@ -420,13 +341,6 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
         time.sleep(0.5)
         os.kill(min(relays), signal.SIGKILL)  # relay0: started first
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        for pid in _marked(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 1, (out, err)
     failed = [line for line in out.splitlines() if line.startswith("FAILED: ")]
     assert failed and failed[0] == "FAILED: relay0 exited with -9", (out, err)

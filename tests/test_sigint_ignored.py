@@ -13,11 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from .cluster_util import FakeController
+from .demo_procs import marked_demo, members
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,27 +27,6 @@ SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 def _sigint_ignored() -> None:
     """Child setup: SIGINT ignored when the program starts, as a shell starts a background job."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _members(marker: str) -> list[int]:
-    """Pids of live processes whose environment carries ``marker`` and that run a cluster
-    member's program (not a copy of the demo between ``fork`` and ``exec``)."""
-    commands = (b"flodl_proto.cli\0controller\0", b"flodl_proto.cli\0relay\0",
-                b"flodl_proto.commands._demo_worker\0")
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if marker.encode() in env and state != "Z" and any(c in cmdline for c in commands):
-                pids.append(int(d))
-    return pids
 
 
 @pytest.mark.timeout(60)
@@ -85,17 +64,12 @@ def test_controller_and_relay_started_with_sigint_ignored_keep_it_ignored(comman
 def test_a_demo_started_with_sigint_ignored_runs_through_sigints_to_its_group() -> None:
     """SIGINT to the demo's whole process group, every 0.2 s from when its cluster runs to its
     end: the demo and its cluster go on, every round completes, exit 0, the usual verdict."""
-    marker = f"FLODL_DEMO_TEST_{uuid.uuid4().hex}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flodl_proto.cli", "demo", "--no-progress", "--world-size", "1",
-         "--hosts", "1", "--payload-mib", "0", "--rounds", "150"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0", "COLUMNS": "120"},
-        start_new_session=True, preexec_fn=_sigint_ignored)
     sent = 0
-    try:
+    with marked_demo("--world-size", "1", "--hosts", "1", "--payload-mib", "0", "--rounds", "150",
+                     env={"FLODL_NET_TIMEOUT_SCALE": "1.0", "COLUMNS": "120"},
+                     preexec_fn=_sigint_ignored) as (proc, marker):
         deadline = time.monotonic() + 120
-        while len(_members(marker)) < 3 and proc.poll() is None:  # controller, relay, rank
+        while len(members(marker)) < 3 and proc.poll() is None:  # controller, relay, rank
             assert time.monotonic() < deadline, "the cluster did not start"
             time.sleep(0.05)
         while proc.poll() is None and time.monotonic() < deadline:
@@ -104,13 +78,6 @@ def test_a_demo_started_with_sigint_ignored_runs_through_sigints_to_its_group() 
                 sent += 1
             time.sleep(0.2)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        for pid in _members(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
     assert sent >= 1
     assert proc.returncode == 0, (out, err)
     assert "150 of 150 completed" in out
