@@ -274,10 +274,22 @@ case "$1" in
     # named by absolute path: the caller may be in another folder
     mkdir -p "$WORK/logs"
     log="$(cd "$WORK/logs" && pwd)/$2.minimize.log"
+    # libFuzzer's minimize runs itself again through `sh -c` with the input's and the result's
+    # paths pasted into the command line: a name with a space failed, one with `;` ran as a
+    # command. The driver gets a copy under a name of plain characters; the result is copied back
+    base=${TMPDIR:-/tmp}
+    case "$base" in *[!A-Za-z0-9_./-]*|'') base=/tmp ;; esac
+    MIN_TMP=$(mktemp -d "$base/flodl-minimize.XXXXXX")
+    trap 'rm -rf "$MIN_TMP"' EXIT
+    cp "$file" "$MIN_TMP/input"
     rc=0
     waited "$PY" fuzz/driver.py "$2" -minimize_crash=1 -runs=20000 \
-      -exact_artifact_path="$file.min" "${COMMON[@]}" "$file" > "$log" 2>&1 || rc=$?
+      -exact_artifact_path="$MIN_TMP/input.min" "${COMMON[@]}" "$MIN_TMP/input" > "$log" 2>&1 \
+      || rc=$?
     [ "$INTERRUPTED" -eq 0 ] && [ "$rc" -ne 130 ] || interrupted
+    if [ -s "$MIN_TMP/input.min" ]; then
+      cp "$MIN_TMP/input.min" "$file.min"
+    fi
     if [ -s "$file.min" ]; then
       echo "fuzz: minimize: wrote $3.min ($(wc -c < "$file.min") bytes; driver log $log)"
     elif grep -q '^ERROR: the input .* did not crash$' "$log"; then

@@ -684,6 +684,28 @@ def test_fuzz_minimize_of_an_input_that_does_not_crash_says_so(tmp_path: Path) -
 
 
 @pytest.mark.atheris
+@pytest.mark.parametrize("name", ["in sp.bin", "a;touch PWNED;b", "$(touch PWNED)"])
+def test_fuzz_minimize_takes_any_file_name(name: str, tmp_path: Path) -> None:
+    """libFuzzer's minimize runs itself again through ``sh -c`` with the input's path pasted
+    into the command line: a name with a space was not found (and the run printed 25 lines of
+    its log), one with ``;`` or ``$(...)`` ran as a command. The driver now gets a copy under a
+    plain name: the input is judged as any other, and nothing else runs."""
+    seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir())
+    (tmp_path / name).write_bytes(seed.read_bytes())
+    work = tmp_path / "work"
+    res = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), "minimize", "handshake",
+                          name], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHON": sys.executable,
+                              "FLODL_FUZZ_WORK": str(work)})
+    log = work / "logs" / "handshake.minimize.log"
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", (
+        f"fuzz/run.sh: minimize: {name} does not crash the handshake harness: nothing to "
+        f"minimize (driver log {log})\n"))
+    assert not (ROOT / "PWNED").exists() and not (tmp_path / "PWNED").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "work"])
+
+
+@pytest.mark.atheris
 @pytest.mark.parametrize(("jobs", "how"), [("1", "ctrl-c"), ("2", "ctrl-c"), ("1", "kill")])
 def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) -> None:
     """Ctrl-C stopped the running target only, reported as a finding ("FINDING (exit 130)");
