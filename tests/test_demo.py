@@ -157,6 +157,17 @@ _ROUNDS_MAX = ("1000000 for the demo (it also trains that many rounds in this pr
                                     "momentum), got 1"),
     (["--outer", "slow-momentum:1,-0.5"], "--outer 'slow-momentum:1,-0.5': MU must be in [0, 1) "
                                           "(a momentum), got -0.5"),
+    # the outer step runs in 32-bit floats: 1e308 overflowed (NumPy warnings, a nan loss) and
+    # 1e-320 was 0 (no step at all); a momentum that rounds to 1 is 1
+    (["--outer", "nesterov:1e308,0"], "--outer 'nesterov:1e308,0': LR 1e+308 is infinite as a "
+                                      "32-bit float (the outer step's precision); a learning "
+                                      "rate must be in 1.4013e-45..3.40282e+38"),
+    (["--outer", "slow-momentum:1e-320,0.5"], "--outer 'slow-momentum:1e-320,0.5': LR 1e-320 is "
+                                              "0 as a 32-bit float (the outer step's precision); "
+                                              "a learning rate must be in 1.4013e-45..3.40282e+38"),
+    (["--outer", "nesterov:1,0.999999999"], "--outer 'nesterov:1,0.999999999': MU 0.999999999 "
+                                            "is 1 as a 32-bit float (the outer step's "
+                                            "precision); a momentum must be below 1"),
     (["--outer", "nesterov:x,0.9"], "--outer 'nesterov:x,0.9': LR 'x' is not a finite number; "
                                     "expected nesterov:LR,MU (two finite numbers)"),
     (["--kill-rank", "x@1"], "--kill-rank expects R@ROUND (two whole numbers), got 'x@1'"),
@@ -457,7 +468,7 @@ def test_demo_accepts_the_outer_optimizers_the_docs_name() -> None:
 
 
 def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
-             lab: object = None) -> tuple[int, list[str]]:
+             lab: object = None, kill: tuple[int, int] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, every round at ``loss``, every rank the same digest, rendered at
     80 columns (what rich takes when stdout is no terminal)."""
@@ -472,13 +483,14 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     args = argparse.Namespace(world_size=4, hosts=2, rounds=rounds, seed=7, bf16=False,
                               outer=outer, protocol_version=2)
     res = demo._Result(controller_rc=0, wall=1.25, lab=lab)  # type: ignore[arg-type]
+    res.killed = kill[0] if kill is not None else None
     for k in range(1, rounds + 1):
         res.rounds[k] = {r: {"loss": loss, "digest": "ab" * 32, "t_round": 0.01,
                              "t_sync": 0.005, "steps": 1, "counts": [1] * 4} for r in range(4)}
     res.final = {r: {"ev": "done"} for r in range(4)}
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
-    rc = demo._report(args, console, [[0, 1], [2, 3]], None, res,
+    rc = demo._report(args, console, [[0, 1], [2, 3]], kill, res,
                       SimpleNamespace(children=[]))  # type: ignore[arg-type]
     return rc, [line.rstrip() for line in out.getvalue().splitlines()]
 
@@ -541,3 +553,16 @@ def test_demo_fails_a_run_whose_loss_grew_though_the_reference_grew_alike() -> N
     assert "         │ end within 1% of it: ok" in lines
     assert lines[-1] == (f"FAILED: final loss {ref:.6f} is above the start loss 11.261441: the "
                          "training diverged")
+
+
+@pytest.mark.parametrize(("loss", "kill", "last"), [
+    # an outer step that overflows: the loss is nan, which compared as not above the start
+    (float("nan"), None, "FAILED: final loss nan is not a number: the training diverged"),
+    # a rank killed: the survivors train on, and their loss grew unchecked (the run passed)
+    (20.0, (3, 2), "FAILED: final loss 20.000000 is above the start loss 11.261441: the "
+                   "training diverged"),
+])
+def test_demo_fails_a_diverged_run_whose_loss_is_nan_or_that_lost_a_rank(
+        loss: float, kill: tuple[int, int] | None, last: str) -> None:
+    rc, lines = _summary(loss=loss, kill=kill)
+    assert (rc, lines[-1]) == (1, last)

@@ -8,6 +8,7 @@ No upstream counterpart: upstream flodl has no demo.
 from __future__ import annotations
 
 import math
+import struct
 from typing import TYPE_CHECKING, Final
 
 from ..errors import shown
@@ -141,7 +142,8 @@ def parse_kill(text: str | None) -> tuple[int, int] | None:
 def check_outer(text: str | None) -> OuterOptimizer | None:
     """``--outer`` as the demo's controller runs it (:func:`~flodl_proto.commands.controller.\
 parse_outer`), or None when not given; for ``slow-momentum:LR,MU`` and ``nesterov:LR,MU`` the
-    learning rate LR must be > 0 and the momentum MU in [0, 1). Outside those bounds the
+    learning rate LR must be > 0 and the momentum MU in [0, 1), each as a 32-bit float (the
+    outer step's precision: LR in :data:`F32_LEAST`..:data:`F32_MOST`). Outside those bounds the
     in-process reference diverges as the cluster does, so a run held to it would pass while its
     loss grows (``nesterov:-1,5``: 3.6e14 after 10 rounds). The controller itself takes any
     finite values, as upstream's does.
@@ -156,7 +158,29 @@ parse_outer`), or None when not given; for ``slow-momentum:LR,MU`` and ``nestero
         raise ValueError(f"--outer {shown(text)}: LR must be > 0 (a learning rate), got {lr:g}")
     if mu is not None and not 0 <= mu < 1:
         raise ValueError(f"--outer {shown(text)}: MU must be in [0, 1) (a momentum), got {mu:g}")
+    # the outer step runs in 32-bit floats: a learning rate beyond their range overflowed to
+    # infinity (NumPy warnings, a loss of nan), one below it became 0 (no outer step at all)
+    if lr is not None and not 0 < _as_f32(lr) < math.inf:
+        raise ValueError(f"--outer {shown(text)}: LR {lr!r} is {'0' if lr < 1 else 'infinite'} "
+                         f"as a 32-bit float (the outer step's precision); a learning rate must "
+                         f"be in {F32_LEAST:g}..{F32_MOST:g}")
+    if mu is not None and not _as_f32(mu) < 1:
+        raise ValueError(f"--outer {shown(text)}: MU {mu!r} is 1 as a 32-bit float (the outer "
+                         f"step's precision); a momentum must be below 1")
     return outer
+
+
+#: the least and the most a 32-bit float holds above 0 (the outer step's precision)
+F32_LEAST: Final = struct.unpack("<f", struct.pack("<I", 1))[0]
+F32_MOST: Final = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
+
+
+def _as_f32(x: float) -> float:
+    """``x`` rounded to a 32-bit float (infinity beyond its range)."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 #: the demo's largest ``--seed`` (128 bits: it is passed to every rank process as text)

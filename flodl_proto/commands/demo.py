@@ -20,24 +20,25 @@ them), bytes moved on every leg, loss at start and end against the optimum, and 
 digest of every rank.
 
 Exit 0 only if every round completed, every rank holds the identical final consensus, and the
-final loss is within the printed tolerance (1 %) of the target: the optimum's loss, or, when
-that is higher, the loss the same number of rounds of the same schedule reaches computed in one
+final loss is within the printed tolerance (1 %) of the target: the optimum's loss, or, when that
+is higher, the loss the same number of rounds of the same schedule reaches computed in one
 process without the network (:func:`~flodl_proto.commands._demo_worker.reference_loss`), so any
-``--rounds`` >= 1 passes on a healthy cluster; a final loss above the start loss fails (the
-target comes from the same schedule, so a diverging outer step would meet it). ``--outer`` takes
-``avg``, ``slow-momentum:LR,MU`` or ``nesterov:LR,MU`` with LR > 0 and MU in [0, 1)
-(:func:`~flodl_proto.commands._demo_sizes.check_outer`). With ``--kill-rank R@ROUND`` rank R's
-process is killed at round ROUND: its relay reports RankExit and the controller ends the run
-cleanly; the demo then checks that every surviving rank holds the identical consensus of the last
-completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything starts
-when the cluster's expected peak memory (:func:`memory_need`) is above the machine's available
-memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: the demo sends
-SIGTERM to every process of its cluster at once and waits for them first). A signal ignored when
-the demo started stays ignored, by the demo and its cluster: SIGINT in a background job
-(``flodl-proto demo &`` in a script), SIGHUP under ``nohup``. The cluster's processes ignore the
-terminal's Ctrl-C and hangup whatever the demo's start (the demo stops them itself).
-No child process outlives the demo. Every process runs at the demo's ``--log-level``; at INFO or
-DEBUG their log lines are copied to stderr as they come, each prefixed ``[NAME]``
+``--rounds`` >= 1 passes on a healthy cluster; a final loss above the start loss, or no number,
+fails, also after a ``--kill-rank`` (the target comes from the same schedule, so a diverging
+outer step would meet it). ``--outer`` takes ``avg``, ``slow-momentum:LR,MU`` or
+``nesterov:LR,MU`` with LR > 0 and MU in [0, 1), each as a 32-bit float (the outer step's
+precision) (:func:`~flodl_proto.commands._demo_sizes.check_outer`). With ``--kill-rank R@ROUND``
+rank R's process is killed at round ROUND: its relay reports RankExit and the controller ends the
+run cleanly; the demo then checks that every surviving rank holds the identical consensus of the
+last completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything
+starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
+available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: the
+demo sends SIGTERM to every process of its cluster at once and waits for them first). A signal
+ignored when the demo started stays ignored, by the demo and its cluster: SIGINT in a background
+job (``flodl-proto demo &`` in a script), SIGHUP under ``nohup``. The cluster's processes ignore
+the terminal's Ctrl-C and hangup whatever the demo's start (the demo stops them itself). No child
+process outlives the demo. Every process runs at the demo's ``--log-level``; at INFO or DEBUG
+their log lines are copied to stderr as they come, each prefixed ``[NAME]``
 (:mod:`flodl_proto.commands._demo_logs`).
 
 With ``--netns`` the cluster runs in the network lab (:mod:`flodl_proto.netlab`): the controller in
@@ -683,11 +684,13 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
         problems.append(f"final loss {l_end:.6f} is not within {TOLERANCE:.0%} of the target "
                         f"{target:.6f}")
     # the target comes from the same schedule: a run whose outer step diverges reaches its own
-    # diverging target, so a loss that grew is a failure of its own
-    diverged = kill is None and l_end > l_start
+    # diverging target, so a loss that grew (or is no number) is a failure of its own, also in
+    # a run with a rank killed (its survivors train on)
+    diverged = bool(last) and not l_end <= l_start
     if diverged:
         problems.append(f"final loss {l_end:.6f} is above the start loss {l_start:.6f}: the "
-                        "training diverged")
+                        "training diverged" if l_end > l_start else
+                        f"final loss {l_end} is not a number: the training diverged")
 
     times = [max(ev["t_round"] for ev in res.rounds[k].values()) for k in complete]
     syncs = [max(ev["t_sync"] for ev in res.rounds[k].values()) for k in complete]
