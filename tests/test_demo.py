@@ -566,3 +566,29 @@ def test_demo_fails_a_diverged_run_whose_loss_is_nan_or_that_lost_a_rank(
         loss: float, kill: tuple[int, int] | None, last: str) -> None:
     rc, lines = _summary(loss=loss, kill=kill)
     assert (rc, lines[-1]) == (1, last)
+
+
+@pytest.mark.parametrize("columns", ["0", "00", "-5", "abc", "", "４０"])
+def test_a_columns_that_is_no_width_is_ignored(columns: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """rich took ``COLUMNS=0`` as a width of 0 columns: the demo printed nothing at all, not
+    even its verdict; a ``COLUMNS`` that is no whole number above 0 is now ignored, as by a
+    terminal (80 columns when the output is no terminal)."""
+    import io
+
+    from flodl_proto.commands._output import rich_console
+
+    monkeypatch.setenv("COLUMNS", columns)
+    out = io.StringIO()
+    console = rich_console(file=out)
+    console.print("OK: the verdict")
+    assert (console.width, out.getvalue()) == (80, "OK: the verdict\n")
+
+
+def test_a_columns_that_is_a_width_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from flodl_proto.commands._output import rich_console
+
+    monkeypatch.setenv("COLUMNS", "40")
+    assert rich_console(file=io.StringIO()).width == 40

@@ -222,13 +222,18 @@ def report_dropped(prog: str, lines: LineWriter | None, log_lines: LineWriter) -
 def rich_console(**kwargs: Any) -> Console:
     """A ``rich.console.Console(**kwargs)`` whose write to a pipe whose reader went away raises
     ``BrokenPipeError``, which the command line ends with exit 141 (as for every other command),
-    instead of rich's own ``SystemExit(1)`` with no message. rich is imported here, so a
-    command that fails on its usage never imports it. Upstream: none (its binaries print
-    directly)."""
+    instead of rich's own ``SystemExit(1)`` with no message. A ``COLUMNS`` that is not a
+    whole number above 0 is ignored, as by a terminal (rich took ``COLUMNS=0`` as a width of 0
+    columns and printed nothing at all). rich is imported here, so a command that fails on its
+    usage never imports it. Upstream: none (its binaries print directly)."""
     from rich.console import Console
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
 
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and "_environ" not in kwargs \
+            and not (columns.isdecimal() and columns.isascii() and int(columns) > 0):
+        kwargs["_environ"] = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return _Console(**kwargs)
