@@ -25,6 +25,7 @@ import ml_dtypes
 import pytest
 
 from flodl_proto.codec import encode_ack, encode_handshake
+from flodl_proto.errors import shown_name
 
 from .cli_util import run_main as _run_main
 from .cluster_util import recv_exact
@@ -455,7 +456,8 @@ def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     blocker.write_text("x")
     res = _cli("docs", "--out", str(blocker / "protocol.md"))
     assert res.returncode == 1
-    _one_error_line(res.stderr, f"cannot write {blocker / 'protocol.md'}", "Not a directory")
+    _one_error_line(res.stderr, f"cannot write {shown_name(str(blocker / 'protocol.md'))}",
+                    "Not a directory")
 
 
 @pytest.mark.parametrize("cmd", [("docs",), ("conform", "docs")], ids=" ".join)
@@ -472,7 +474,7 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
     for out, why in ((tmp_path, "Is a directory"), (blocker / "protocol.md", "Not a directory"),
                      (loop, "Too many levels of symbolic links")):
         assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
-            2, "", f"{prog}: error: cannot read {out}: {why}\n")
+            2, "", f"{prog}: error: cannot read {shown_name(str(out))}: {why}\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
     assert (code, out_text) == (1, "")
     assert err.startswith(f"{prog}: error: {tmp_path / 'none.md'}: missing")

@@ -183,3 +183,34 @@ def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture
     code, _, err = _run_main(capsys, "conform", "controller")
     assert code == 2
     assert err == "flodl-proto conform controller: error: --launch CMD is required (or --list)\n"
+
+
+# -- a path with a line break or an escape: still one line ---------------------------------------
+@pytest.mark.parametrize("odd", ["\n", "\x1b[31m"])
+@pytest.mark.parametrize(("args", "code", "line"), [
+    (["demo", "--no-progress", "--salt-file", "{path}"], 2,
+     "flodl-proto demo: error: --salt-file {shown}: No such file or directory"),
+    (["controller", "--listen", "127.0.0.1:0", "--world-size", "2", "--salt-file", "{path}"], 2,
+     "flodl-proto controller: error: --salt-file {shown}: No such file or directory"),
+    (["relay", "--controller", "127.0.0.1:9", "--ranks", "0", "--world-size", "1",
+      "--salt-file", "{path}"], 2,
+     "flodl-proto relay: error: --salt-file {shown}: No such file or directory"),
+    (["decode", "{path}"], 2,
+     "flodl-proto decode: error: cannot read input {shown}: No such file or directory"),
+    (["docs", "--check", "--out", "{path}"], 1,
+     "flodl-proto docs: error: {shown}: missing (spec: ...); run {command}"),
+])
+def test_a_path_with_a_line_break_or_an_escape_is_quoted_in_one_line(
+        args: list[str], code: int, line: str, odd: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The path was printed as given: a line break split the error in two, an escape sequence
+    reached the terminal (``--salt-file``, ``decode``'s input, ``docs --out`` and the command
+    it names)."""
+    monkeypatch.chdir(tmp_path)
+    path = f"gone/no{odd}pe"  # in no folder: the demo writes a salt file where none is
+    got = _run_main(capsys, *[a.replace("{path}", path) for a in args])
+    want = line.format(shown=repr(path), command=repr(f"flodl-proto docs --out '{path}'"))
+    assert got[0] == code
+    assert got[2].count("\n") == 1 and "\x1b" not in got[2], got[2]
+    head, _, tail = want.partition("(spec: ...)")
+    assert got[2].startswith(head) and got[2].endswith(tail + "\n"), got[2]

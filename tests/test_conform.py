@@ -43,6 +43,7 @@ from flodl_proto.conform.report import (
 )
 from flodl_proto.conform.sections import resolve_section
 from flodl_proto.conform.target import fill_placeholders
+from flodl_proto.errors import shown_name
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.spec import SPEC
 
@@ -1056,7 +1057,8 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     assert main(["conform", "docs", "--out", str(out)]) == 1
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == f"flodl-proto conform docs: error: cannot write {out}: Not a directory\n"
+    assert cap.err == (f"flodl-proto conform docs: error: cannot write {shown_name(str(out))}: "
+                       "Not a directory\n")
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()

@@ -28,6 +28,7 @@ from flodl_proto.docs import (
     mermaid_state_diagram,
     render_protocol_doc,
 )
+from flodl_proto.errors import shown_name
 from flodl_proto.spec import SPEC
 
 from .conftest import run_with_file_size_limit
@@ -246,7 +247,7 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
         assert main([*cmd, "--out", str(under)]) == 1
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err == (
-            f"{prog}: error: cannot write {under}: Not a directory\n")
+            f"{prog}: error: cannot write {shown_name(str(under))}: Not a directory\n")
     assert main([*cmd, "--out", "-", "--check"]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err == (
@@ -255,7 +256,8 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     long = tmp_path / ("n" * 300)  # above NAME_MAX: is_dir() raised, the CLI's catch-all said it
     assert main([*cmd, "--out", str(long)]) == 1
     cap = capsys.readouterr()
-    assert cap.out == "" and cap.err == f"{prog}: error: cannot write {long}: File name too long\n"
+    assert cap.out == "" and cap.err == (f"{prog}: error: cannot write {shown_name(str(long))}: "
+                                         "File name too long\n")
 
 
 @pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
@@ -291,8 +293,9 @@ def test_a_check_of_a_fifo_or_a_device_is_an_unreadable_input_not_a_missing_file
         out = Path(os.devnull)
     prog = "flodl-proto " + " ".join(cmd)
     assert main([*cmd, "--out", str(out), "--check"]) == 2
-    assert capsys.readouterr() == ("", f"{prog}: error: cannot read {out}: {what}, not a file "
-                                       "(never read: a check compares a file)\n")
+    assert capsys.readouterr() == ("", f"{prog}: error: cannot read {shown_name(str(out))}: "
+                                       f"{what}, not a file (never read: a check compares a "
+                                       "file)\n")
 
 
 # -- the generators' write is atomic: a failed write leaves the old file -------------------------
@@ -306,7 +309,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path
     out.write_bytes(old)
     res = run_with_file_size_limit(["docs", "--out", str(out)], 4096)
     assert (res.returncode, res.stdout, res.stderr) == (
-        1, "", f"flodl-proto docs: error: cannot write {out}: File too large\n")
+        1, "", f"flodl-proto docs: error: cannot write {shown_name(str(out))}: File too large\n")
     assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["protocol.md"]
 
@@ -416,8 +419,8 @@ def test_a_read_only_file_is_not_replaced(tmp_path: Path,
                 stack.callback(os.setresuid, -1, 0, -1)  # runs first: back to root
             code = write_output(out, b"new", "flodl-proto docs")
         assert (code, out.read_bytes()) == (1, b"kept")
-        assert capsys.readouterr().err == (f"flodl-proto docs: error: cannot write {out}: "
-                                           "Permission denied\n")
+        assert capsys.readouterr().err == ("flodl-proto docs: error: cannot write "
+                                           f"{shown_name(str(out))}: Permission denied\n")
         assert [p.name for p in folder.iterdir()] == ["protocol.md"]
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import shlex
 import signal
 import stat
 import sys
@@ -461,5 +462,6 @@ def _run_docs(args: argparse.Namespace) -> int:
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as `docs --check`
-        return check_generated(out, text, _prog(args), f"flodl-proto conform docs --out {out}")
+        return check_generated(out, text, _prog(args),
+                               f"flodl-proto conform docs --out {shlex.quote(str(out))}")
     return write_generated(out, text, _prog(args))

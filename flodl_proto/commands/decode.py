@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final, TextIO, cast
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
-from ..errors import ProtocolError
+from ..errors import ProtocolError, shown_name
 from ..spec import SUPPORTED_VERSIONS
 from .relay import (
     add_frame_ceiling_option,
@@ -320,7 +320,7 @@ def _read_input(name: str, hex_text: bool, limit: int,
             with open(name, "rb") as f:
                 raw = _read_limited(f, limit, probe)
     except OSError as e:
-        raise _Unreadable(f"{e.filename or name}: {os_reason(e)}") from None
+        raise _Unreadable(f"{shown_name(str(e.filename or name))}: {os_reason(e)}") from None
     if not hex_text:
         return raw
     from .._hexdump import HexDumpTooLarge, read_hex_dump

@@ -71,7 +71,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
-from ..errors import ProtocolError
+from ..errors import ProtocolError, shown_name
 from ..netlab import NetLab, unavailable_reason
 from ..spec import (
     DEFAULT_VERSION,
@@ -444,7 +444,8 @@ def run(args: argparse.Namespace) -> int:
         salt_hex, salt_note = _session_salt(args.salt_file)
     except (OSError, ProtocolError) as e:  # an OSError names the path already given
         why = os_reason(e)
-        print(f"flodl-proto demo: error: --salt-file {args.salt_file}: {why}", file=sys.stderr)
+        print(f"flodl-proto demo: error: --salt-file {shown_name(args.salt_file)}: {why}",
+              file=sys.stderr)
         return 2
     console = rich_console()  # here: usage errors skip rich
     console.print(salt_note, markup=False, highlight=False, soft_wrap=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 from .._files import replace_file
 from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
-from ..errors import shown
+from ..errors import shown, shown_name
 from ..spec import SPEC, Spec, SpecError
 
 __all__ = [
@@ -183,18 +184,19 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         found = read_for_check(out)
         special = None if found is not None else _special_file(out)
     except OSError as e:
-        print(f"{prog}: error: cannot read {out}: {os_reason(e)}", file=sys.stderr)
+        print(f"{prog}: error: cannot read {shown_name(str(out))}: {os_reason(e)}", file=sys.stderr)
         return 2
     if special is not None:  # it exists: an input path that is no file, not a missing one
-        print(f"{prog}: error: cannot read {out}: {special}, not a file (never read: a check "
-              "compares a file)", file=sys.stderr)
+        print(f"{prog}: error: cannot read {shown_name(str(out))}: {special}, not a file (never "
+              "read: a check compares a file)", file=sys.stderr)
         return 2
     tail = f" {source}" if source else ""
     if found == text.encode("utf-8"):
         print(f"{out}: up to date{tail}")
         return 0
     state = "missing" if found is None else "out of date"
-    print(f"{prog}: error: {out}: {state}{tail}; run `{regenerate}`", file=sys.stderr)
+    run = f"`{regenerate}`" if regenerate.isprintable() else shown(regenerate)  # one line
+    print(f"{prog}: error: {shown_name(str(out))}: {state}{tail}; run {run}", file=sys.stderr)
     return 1
 
 
@@ -231,10 +233,12 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         replace_file(out, data)
     except FileExistsError:  # a file where a folder of the path should be
-        print(f"{prog}: error: cannot write {out}: Not a directory", file=sys.stderr)
+        print(f"{prog}: error: cannot write {shown_name(str(out))}: Not a directory",
+              file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"{prog}: error: cannot write {out}: {os_reason(e)}", file=sys.stderr)
+        print(f"{prog}: error: cannot write {shown_name(str(out))}: {os_reason(e)}",
+              file=sys.stderr)
         return 1
     if _is_stdout(out):  # e.g. /dev/stdout: the document is stdout, as with --out -
         return 0
@@ -333,5 +337,6 @@ def _run(args: argparse.Namespace) -> int:
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as any input path
-        return check_generated(out, text, _PROG, f"flodl-proto docs --out {out}", source)
+        return check_generated(out, text, _PROG,
+                               f"flodl-proto docs --out {shlex.quote(str(out))}", source)
     return write_generated(out, text, _PROG, source)

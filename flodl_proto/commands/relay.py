@@ -60,7 +60,14 @@ from typing import Any, Final
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
 from ..cli import interrupts_held
-from ..errors import SHOWN_CHARS, ProtocolError, _long_integer, protocol_error, shown
+from ..errors import (
+    SHOWN_CHARS,
+    ProtocolError,
+    _long_integer,
+    protocol_error,
+    shown,
+    shown_name,
+)
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
@@ -191,10 +198,10 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     try:
         return resolve_salt(salt, salt_file)
     except OSError as e:
-        raise ValueError(f"--salt-file {salt_file}: {os_reason(e)}") from None
+        raise ValueError(f"--salt-file {shown_name(str(salt_file))}: {os_reason(e)}") from None
     except ProtocolError as e:
         if salt_file is not None:
-            raise ValueError(f"--salt-file {salt_file}: {e}") from None
+            raise ValueError(f"--salt-file {shown_name(salt_file)}: {e}") from None
         if salt is not None:
             raise ValueError(f"--salt: {e}") from None
         if os.environ.get(SALT_ENV, "").strip():
