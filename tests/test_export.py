@@ -17,7 +17,7 @@ from flodl_proto.codec import loopback
 from flodl_proto.codec.mux import decode_mux_record_or_eos
 from flodl_proto.codec.round_frame import decode_round_frame_or_eos
 from flodl_proto.commands.vectors import check_folders
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import ProtocolError, shown_name
 from flodl_proto.interop.export import EXPORTED_FILES, SCHEMA, export_vectors, portable_prefix
 from flodl_proto.interop.vectors import iter_cases, manifest_total
 
@@ -96,8 +96,8 @@ def test_a_missing_manifest_or_a_wrong_count_says_why_the_check_failed(
     out = io.StringIO()
     assert check_folders([folder], out=out) == 1
     lines = out.getvalue().splitlines()
-    assert lines[-1] == (f"  no {folder / 'v2' / 'manifest.json'}: the count of its cases "
-                         "cannot be checked")
+    assert lines[-1] == (f"  no {shown_name(str(folder / 'v2' / 'manifest.json'))}: the count "
+                         "of its cases cannot be checked")
     assert not any("cases found where" in line for line in lines)
     shutil.copy(exported / "v2" / "manifest.json", folder / "v2" / "manifest.json")
     assert check_folders([folder], out=io.StringIO()) == 0
@@ -126,7 +126,8 @@ def test_cli_export_to_an_unwritable_folder_is_one_line_and_exit_1(
     assert main(["vectors", "export", str(target)]) == 1
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == f"flodl-proto vectors export: error: cannot write {target}: Not a directory\n"
+    assert cap.err == ("flodl-proto vectors export: error: cannot write "
+                       f"{shown_name(str(target))}: Not a directory\n")
 
 
 def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:
@@ -217,7 +218,7 @@ def test_export_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> N
     res = run_with_file_size_limit(["vectors", "export", str(tmp_path)], 4096)
     assert (res.returncode, res.stdout) == (1, "")
     assert res.stderr == f"flodl-proto vectors export: error: cannot write " \
-                         f"{tmp_path / 'handshake.json'}: File too large\n"
+                         f"{shown_name(str(tmp_path / 'handshake.json'))}: File too large\n"
     assert (tmp_path / "handshake.json").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["handshake.json"]
 
@@ -230,7 +231,8 @@ def test_export_into_a_file_is_not_a_directory(tmp_path: Path,
     target.write_text("not a folder")
     assert main(["vectors", "export", str(target)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto vectors export: error: cannot write {target}: Not a directory\n")
+        "", "flodl-proto vectors export: error: cannot write "
+            f"{shown_name(str(target))}: Not a directory\n")
 
 
 def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:
@@ -242,7 +244,7 @@ def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:
     res = run_with_file_size_limit(["vectors", "export", str(target)], 4096)
     assert (res.returncode, res.stdout) == (1, "")
     assert res.stderr == f"flodl-proto vectors export: error: cannot write " \
-                         f"{target / 'handshake.json'}: File too large\n"
+                         f"{shown_name(str(target / 'handshake.json'))}: File too large\n"
     assert list(tmp_path.iterdir()) == []
 
 
