@@ -542,6 +542,21 @@ def _server_failed(servers: list[tuple[str, _Proc]]) -> BenchFailed | None:
         time.sleep(0.05)
 
 
+def _rank_killed(ranks: list[_Proc]) -> BenchFailed | None:
+    """The failure of the first of ``ranks`` that a signal ended, or None: a rank killed makes
+    its peers fail after it (no averaged frame within their deadline), and the rank waited for
+    can be such a peer."""
+    for i, q in enumerate(ranks):
+        try:
+            with open(f"/proc/{q.p.pid}/stat") as f:
+                ended = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            ended = q.p.returncode is not None
+        if ended and q.reap(1.0) < 0:
+            return exited(f"rank {i}", q.p.returncode, "".join(q.err))
+    return None
+
+
 def process_cpu_ns(pid: int) -> tuple[int, int] | None:
     """CPU time a process has used so far, two ways: the sum of its live threads' run time
     (``/proc/<pid>/task/*/schedstat``, nanoseconds, exact) and its whole CPU time in clock
@@ -734,8 +749,8 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             # after its warm-up and again after its last measured round (nothing else runs)
             servers = procs[:1 + len(hosts)]
             try:
-                for p in ranks:
-                    p.next_line("rank")  # "warm"
+                for i, p in enumerate(ranks):
+                    p.next_line(f"rank {i}")  # "warm"
                 before = [process_cpu_ns(q.p.pid) for _, q in servers]
                 for p in ranks:
                     p.tell()
@@ -749,8 +764,9 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
                         raise exited(f"rank {rank}", p.p.returncode, "".join(p.err))
                     per_rank.append(report["times"])
                     p.hwm_kib = report["hwm_kib"]
-            except BenchFailed as e:  # a rank that failed because its relay or the controller
-                raise _server_failed(servers) or e from None  # did: that one is named
+            except BenchFailed as e:  # a rank that failed because its relay, the controller or
+                # a rank killed did: that one is named
+                raise _server_failed(servers) or _rank_killed(ranks) or e from None
             used = [cpu_between(a, b) for a, b in zip(before, after, strict=True)]
             cpu: dict[str, float] = {"rank": statistics.mean(r["cpu"] for r in reports) / rounds}
             if used[0] is not None:
