@@ -462,7 +462,10 @@ def test_demo_accepts_the_outer_optimizers_the_docs_name() -> None:
     for text, kind, lr, mu in (("slow-momentum:1.0,0.9", SlowMomentum, 1.0, 0.9),
                                ("nesterov:0.7,0.9", NesterovMomentum, 0.7, 0.9),
                                (" nesterov: 1e-3 , .9 ", NesterovMomentum, 1e-3, 0.9),
-                               ("slow-momentum:5e-324,0", SlowMomentum, 5e-324, 0.0)):
+                               # the least and the most a 32-bit float holds, as the outer
+                               # step runs: 5e-324 (a double's least) is 0 there
+                               ("slow-momentum:1.5e-45,0", SlowMomentum, 1.5e-45, 0.0),
+                               ("nesterov:3.4e38,0.99", NesterovMomentum, 3.4e38, 0.99)):
         got = check_outer(text)
         assert type(got) is kind and (got.lr, got.mu) == (lr, mu), text
 
