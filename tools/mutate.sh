@@ -25,8 +25,7 @@
 # new_mac) against tests/test_codec_auth.py; exit status 1 when one survives that is not listed
 # in tools/mutants-equivalent.txt (mutants judged equivalent, each with its reason).
 # Ctrl-C stops the run (exit 130), SIGTERM too (143), to the script alone or to its group: the
-# mutmut run is stopped and the temporary copy removed (unless --keep). A script killed outright
-# (SIGKILL) runs no clean-up, but its mutmut run stops within about a second (the copy stays).
+# mutmut run is stopped and the temporary copy removed (unless --keep).
 #
 # Environment: PYTHON (default .venv/bin/python, then python3) must have mutmut installed (the
 # `test` extra).
@@ -209,20 +208,10 @@ run_one() {
     elif [ -n "$mutants" ]; then
         read -r -a names <<< "$mutants"
     fi
-    # the script killed outright (SIGKILL, or its terminal gone: no trap of it runs) must not
-    # leave the run going: a watcher in the run's group ends the group once the script has
-    # exited (a zombie counts as exited), and is itself ended with the group below
     (cd "$work" && HYPOTHESIS_PROFILE=mutation FLODL_NET_TIMEOUT_SCALE=0.1 \
-        exec setsid -w bash -c '
-            (while { read -r _ _ st _ < "/proc/$1/stat"; } 2>/dev/null && [ "$st" != Z ]; do
-                 sleep 1
-             done
-             kill -TERM 0) </dev/null >/dev/null 2>&1 &
-            shift
-            exec "$@"' mutate-run "$$" nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") &
+        exec setsid -w nice -n 10 "$PY" -m mutmut run --max-children 2 "${names[@]}") &
     child=$!
     wait "$child" || rc=$?
-    kill -TERM -- "-$child" 2>/dev/null || true  # the watcher
     child=""
     (cd "$work" && "$PY" -m mutmut export-cicd-stats >/dev/null 2>&1 && cat mutants/mutmut-cicd-stats.json) || true
     echo
