@@ -783,8 +783,9 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             for _, p in procs:
                 p.kill()
         rss: dict[str, int] = {}
-        for name, p in procs:
-            rss[name] = max(rss.get(name, 0), p.hwm_kib)
+        for name, p in procs:  # per role: "relay 0" and "relay 1" are both a relay
+            role = name.split(" ")[0]
+            rss[role] = max(rss.get(role, 0), p.hwm_kib)
         traced = (stages.breakdown(stages.read_trace(trace_path), skip=warmup)
                   if trace and trace_path.exists() else [])
         times = [max(ts) for ts in zip(*per_rank, strict=True)]

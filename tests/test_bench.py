@@ -472,3 +472,13 @@ def test_stage_parts_take_a_late_mark_at_the_next_stage() -> None:
     got = [round(v * 1e3, 9) for v in rb.ordered_parts(st).values()]
     assert got == [0.0, 0.0, 0.0, 0.09, 0.0, 0.0, 0.05, 0.2]
     assert sum(got) == pytest.approx(sum(ms2))
+
+
+def test_run_cluster_keeps_peak_rss_per_role_with_two_relays() -> None:
+    """A real cluster of 4 ranks on 2 relays: the peak RSS is kept per role (the relays are
+    named "relay 0" and "relay 1" as processes, both a relay's figure), so no column is '?'."""
+    rb = _load("round")
+    run = rb.run_cluster(4, [[0, 1], [2, 3]], 4096, "f32", 2, 1, 2, trace=False)
+    assert set(run.rss_kib) == {"controller", "relay", "rank"}
+    assert all(kib > 10_000 for kib in run.rss_kib.values())  # a Python with numpy loaded
+    assert len(run.times) == 2
