@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from flodl_proto.commands.demo import (
+    interrupted_line,
     model_rounds,
     payload_mib_max,
     payload_values,
@@ -303,6 +304,17 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
         while marked(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marked(marker) == []
+
+
+@pytest.mark.parametrize(("done", "rounds", "line"), [
+    (0, 100000, "interrupted after 0 of 100000 rounds; the cluster was stopped"),
+    (2, 3, "interrupted after 2 of 3 rounds; the cluster was stopped"),
+    # a signal between the last round and the report: not "after 3 of 3 rounds"
+    (3, 3, "interrupted after all 3 rounds, before its report; the cluster was stopped"),
+])
+def test_the_interrupted_line_says_whether_every_round_completed(done: int, rounds: int,
+                                                                 line: str) -> None:
+    assert interrupted_line(done, rounds) == f"flodl-proto demo: {line}"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")

@@ -107,8 +107,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
 
     from ..runner import stages
 
-__all__ = ["TOLERANCE", "memory_need", "model_rounds", "partition", "payload_mib_max",
-           "payload_values", "rank_frame_len", "register", "stage_lines"]
+__all__ = ["TOLERANCE", "interrupted_line", "memory_need", "model_rounds", "partition",
+           "payload_mib_max", "payload_values", "rank_frame_len", "register", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -457,6 +457,15 @@ def run(args: argparse.Namespace) -> int:
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 
+def interrupted_line(done: int, rounds: int) -> str:
+    """The line an interrupted demo prints: how many of its ``rounds`` the whole world completed
+    (``done``), or that all of them had, when the signal came between the last round and the
+    report."""
+    when = (f"after all {rounds} rounds, before its report" if done >= rounds
+            else f"after {done} of {rounds} rounds")
+    return f"flodl-proto demo: interrupted {when}; the cluster was stopped"
+
+
 def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[int]],
                  kill: tuple[int, int] | None, cluster: _Cluster, trace: Path) -> int:
     """Run the cluster, read the stage trace its processes wrote to ``trace``, report."""
@@ -497,8 +506,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         res.problems.append(f"stage trace unreadable: {e}")
     if stop.is_set():
         done = sum(1 for k in res.rounds if len(res.rounds[k]) == args.world_size)
-        print(f"flodl-proto demo: interrupted after {done} of {args.rounds} rounds; the cluster "
-              "was stopped", file=sys.stderr, flush=True)
+        print(interrupted_line(done, args.rounds), file=sys.stderr, flush=True)
         return 130
     for c in cluster.children:
         if c.name.startswith("relay"):
