@@ -523,6 +523,16 @@ def vm_hwm_kib(pid: int | str = "self") -> int:
     return 0
 
 
+def _ended(q: _Proc) -> bool:
+    """Whether ``q``'s process has exited (a zombie not reaped yet, or reaped), read without
+    reaping it."""
+    try:
+        with open(f"/proc/{q.p.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return q.p.returncode is not None
+
+
 def _server_failed(servers: list[tuple[str, _Proc]]) -> BenchFailed | None:
     """The failure of the first of ``servers`` (the controller, the relays) that has exited
     with an error, or None: waited for a second at most, as a rank notices its relay's or the
@@ -530,12 +540,7 @@ def _server_failed(servers: list[tuple[str, _Proc]]) -> BenchFailed | None:
     deadline = time.monotonic() + 1.0
     while True:
         for name, q in servers:
-            try:
-                with open(f"/proc/{q.p.pid}/stat") as f:
-                    ended = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-            except OSError:
-                ended = q.p.returncode is not None
-            if ended and q.reap(1.0) != 0:
+            if _ended(q) and q.reap(1.0) != 0:
                 return exited(name, q.p.returncode, "".join(q.err))
         if time.monotonic() >= deadline:
             return None
@@ -547,12 +552,7 @@ def _rank_killed(ranks: list[_Proc]) -> BenchFailed | None:
     its peers fail after it (no averaged frame within their deadline), and the rank waited for
     can be such a peer."""
     for i, q in enumerate(ranks):
-        try:
-            with open(f"/proc/{q.p.pid}/stat") as f:
-                ended = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            ended = q.p.returncode is not None
-        if ended and q.reap(1.0) < 0:
+        if _ended(q) and q.reap(1.0) < 0:
             return exited(f"rank {i}", q.p.returncode, "".join(q.err))
     return None
 
