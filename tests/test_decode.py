@@ -757,6 +757,25 @@ def test_cli_pcap_takes_several_ports(tmp_path: Path, capsys: pytest.CaptureFixt
                                        "port 4242 in the capture\n")
 
 
+def test_cli_pcap_names_a_port_without_a_stream(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # a port with no stream beside one with streams: its streams are decoded and a warning
+    # names the other (it was not mentioned); many ports: the line names 8, then counts
+    path = _several_ports_capture(tmp_path)
+    assert main(["decode", "--pcap", str(path), "--port", "4242", "--port", "7001", "--salt",
+                 SALT.hex(), "--protocol-version", "3"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert err.splitlines()[0] == ("flodl-proto decode: warning: no TCP stream to or from port "
+                                   "4242 in the capture")
+    assert len([r for r in _json_lines(out) if r["type"] == "end"]) == 4, err
+    ports = [str(p) for p in range(2000, 2300)]
+    assert main(["decode", "--pcap", str(path), *[a for p in ports for a in ("--port", p)]]) \
+        == EXIT_ERROR
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: no TCP stream to or from "
+                                       "ports 2000, 2001, 2002, 2003, 2004, 2005, 2006, 2007, "
+                                       "... (292 more) in the capture\n")
+
+
 def test_cli_pcap_reads_the_capture_once_for_all_its_ports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], capture_reads: list[int]) -> None:
     # each --port parsed and reassembled the whole capture again (three passes here)

@@ -12,7 +12,7 @@ Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plai
 offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it is a libpcap/pcapng capture and
 every TCP stream to or from ``--port`` is decoded, each direction on its own (``--port`` may be
 repeated: the streams of each port in the order given, a connection between two of them once, under
-the first); a capture that ends inside its file header or a packet record is reported on stderr with
+the first; a port with no stream is warned about on stderr, none at all is exit 1); a capture that ends inside its file header or a packet record is reported on stderr with
 the byte it ends at, the streams of the whole packets before the cut are decoded, and the exit code
 is 4. A stream with bytes missing from the capture (a hole between its segments, or a packet cut
 short by the snaplen: its IP header claims more bytes than were captured) is warned about on stderr
@@ -488,11 +488,13 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         if not tcp:
             if code == EXIT_CAPTURE_ENDED:  # the line above says why there is nothing more
                 return code
-            which = (f"port {ports[0]}" if len(ports) == 1 else
-                     "ports " + ", ".join(map(str, ports)))
-            print(f"{_PROG}: error: no TCP stream to or from {which} in the capture",
-                  file=sys.stderr)
+            print(f"{_PROG}: error: no TCP stream to or from {_ports_text(ports)} in the "
+                  "capture", file=sys.stderr)
             return EXIT_ERROR
+        seen = {int(end.rsplit(":", 1)[1]) for st in tcp for end in (st.src, st.dst)}
+        if missing := [p for p in ports if p not in seen]:  # the others' streams are decoded
+            print(f"{_PROG}: warning: no TCP stream to or from {_ports_text(missing)} in the "
+                  "capture", file=sys.stderr)
         streams = []
         for st in tcp:
             if st.gap:  # a capture that lost bytes: incomplete, as one cut short is
@@ -533,6 +535,20 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             return EXIT_ERROR
         code = _worse(code, report.exit_code)
     return code
+
+
+#: ports a line names at most (the rest are counted)
+_PORTS_SHOWN: Final = 8
+
+
+def _ports_text(ports: list[int]) -> str:
+    """``port 5000``, or ``ports 5000, 5004`` (at most :data:`_PORTS_SHOWN` named, then how many
+    more: a line stays one line)."""
+    if len(ports) == 1:
+        return f"port {ports[0]}"
+    more = len(ports) - _PORTS_SHOWN
+    return "ports " + ", ".join(map(str, ports[:_PORTS_SHOWN])) + \
+        (f", ... ({more} more)" if more > 0 else "")
 
 
 def _worse(a: int, b: int) -> int:
