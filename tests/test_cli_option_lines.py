@@ -126,6 +126,12 @@ _RELAY = ["relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size"
                   "characters are refused, as a host name is shown in log lines"),
     ("h\x7f", "'h\\x7f' holds a control character (U+007F at character 2); control characters "
               "are refused, as a host name is shown in log lines"),
+    ("ab\u202ecd", "'ab\\u202ecd' holds an invisible format or line-separator character "
+                   "(U+202E at character 3); such characters are refused, as a host name is "
+                   "shown in log lines, where one would reorder, hide or break the text"),
+    ("h\u2028x", "'h\\u2028x' holds an invisible format or line-separator character (U+2028 at "
+                 "character 2); such characters are refused, as a host name is shown in log "
+                 "lines, where one would reorder, hide or break the text"),
     ("h\udcff", "'h\\udcff' holds a byte that is not UTF-8 (character 2); a host name is UTF-8 "
                 "text"),
     ("h" * 100000, f"'{'h' * 40}...{'h' * 20}' (100000 characters) is 100000 bytes (UTF-8), more "

@@ -240,7 +240,8 @@ def host_name(text: str) -> str:
     or only white space (``--host "$HOST"`` with the variable unset announced an empty name,
     and the relay's log lines read ``relay : ...``), holds a control character (the name is
     shown in the controller's and the relay's log lines, where a line feed or an escape
-    sequence would forge or garble them), or is longer than a Hello carries
+    sequence would forge or garble them), or an invisible format or line-separator character
+    (a bidirectional override, a zero-width mark, U+2028), or is longer than a Hello carries
     (``MAX_HELLO_HOST_LEN``, 255 UTF-8 bytes; the relay's own check, ``relay.host_too_long``,
     does not name the option).
 
@@ -260,6 +261,11 @@ def host_name(text: str) -> str:
             raise argparse.ArgumentTypeError(
                 f"{shown(text)} holds a control character (U+{ord(ch):04X} at character {i + 1});"
                 " control characters are refused, as a host name is shown in log lines")
+        if kind in ("Cf", "Zl", "Zp"):  # bidi overrides, zero-width marks, line separators
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} holds an invisible format or line-separator character "
+                f"(U+{ord(ch):04X} at character {i + 1}); such characters are refused, as a host "
+                "name is shown in log lines, where one would reorder, hide or break the text")
         if kind == "Cs":  # a byte of the command line that is not UTF-8 (surrogateescape)
             raise argparse.ArgumentTypeError(
                 f"{shown(text)} holds a byte that is not UTF-8 (character {i + 1}); a host name "
