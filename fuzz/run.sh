@@ -45,7 +45,24 @@ declare -A CI_RUNS=(
   [host_fold]=1200 [controller_core]=900 [relay_core]=900
 )
 
-usage() { sed -n '2,27p' "$SCRIPT" | sed 's/^# \{0,1\}//'; exit 2; }
+# usage: the comment block at the top of this file, from its second line to its first line that
+# is not a comment
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCRIPT"; exit 2; }
+
+# shown TEXT / quoted TEXT: TEXT for a one-line message: as is (quoted: in single quotes) when it
+# is printable, else shell-quoted ($'a\nb'); over 80 characters, by its ends and its length
+shown() {
+  local t=$1
+  [ "${#t}" -le 80 ] || t="${t:0:40}...${t: -20}"
+  case "$t" in *[![:print:]]*) printf '%q' "$t" ;; *) printf '%s' "$t" ;; esac
+  [ "${#1}" -le 80 ] || printf ' (%d characters)' "${#1}"
+}
+quoted() {
+  local t=$1
+  [ "${#t}" -le 80 ] || t="${t:0:40}...${t: -20}"
+  case "$t" in *[![:print:]]*) printf '%q' "$t" ;; *) printf "'%s'" "$t" ;; esac
+  [ "${#1}" -le 80 ] || printf ' (%d characters)' "${#1}"
+}
 
 # Ctrl-C or SIGTERM: noted here; the running target is stopped (see `waited`) and no later
 # target starts
@@ -103,11 +120,11 @@ caller_path() {
 # seconds N: N must be a whole number of seconds > 0
 seconds() {
   case "$1" in
-    ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number of seconds, got '$1'" >&2; exit 2 ;;
+    ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number of seconds, got $(quoted "$1")" >&2; exit 2 ;;
   esac
   # at most 9 digits (about 31 years): bash's test compares 64-bit numbers only
-  [ "${#1}" -le 9 ] || { echo "fuzz: SECONDS must be at most 999999999, got '$1'" >&2; exit 2; }
-  [ "$((10#$1))" -gt 0 ] || { echo "fuzz: SECONDS must be > 0, got '$1'" >&2; exit 2; }
+  [ "${#1}" -le 9 ] || { echo "fuzz: SECONDS must be at most 999999999, got $(quoted "$1")" >&2; exit 2; }
+  [ "$((10#$1))" -gt 0 ] || { echo "fuzz: SECONDS must be > 0, got $(quoted "$1")" >&2; exit 2; }
 }
 
 # need_atheris: the fuzzing modes need atheris (the fuzz extra); say so in one line
@@ -263,10 +280,10 @@ case "$1" in
   all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage
-    is_target "$2" || { echo "fuzz: unknown target $2; targets: $(targets)" >&2; exit 2; }
+    is_target "$2" || { echo "fuzz: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
     [ -f "$file" ] && [ -r "$file" ] || {
-      echo "fuzz/run.sh: minimize: cannot read $3: $( [ -d "$file" ] && echo "a folder" ||
+      echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $( [ -d "$file" ] && echo "a folder" ||
         echo "no such file")" >&2; exit 2; }
     need_atheris
     rm -f "$file.min"
@@ -291,13 +308,13 @@ case "$1" in
       cp "$MIN_TMP/input.min" "$file.min"
     fi
     if [ -s "$file.min" ]; then
-      echo "fuzz: minimize: wrote $3.min ($(wc -c < "$file.min") bytes; driver log $log)"
+      echo "fuzz: minimize: wrote $(shown "$3.min") ($(wc -c < "$file.min") bytes; driver log $log)"
     elif grep -q '^ERROR: the input .* did not crash$' "$log"; then
-      echo "fuzz/run.sh: minimize: $3 does not crash the $2 harness: nothing to minimize" \
+      echo "fuzz/run.sh: minimize: $(shown "$3") does not crash the $2 harness: nothing to minimize" \
         "(driver log $log)" >&2
       exit 1
     else
-      echo "fuzz/run.sh: minimize: $3: no minimized input written (driver exit $rc); last" \
+      echo "fuzz/run.sh: minimize: $(shown "$3"): no minimized input written (driver exit $rc); last" \
         "lines of $log:" >&2
       grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
       exit 1
@@ -305,7 +322,7 @@ case "$1" in
     ;;
   replay)
     [ $# -ge 3 ] || usage
-    is_target "$2" || { echo "fuzz: unknown target $2; targets: $(targets)" >&2; exit 2; }
+    is_target "$2" || { echo "fuzz: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     "$PY" - "$CALLER_DIR" "$@" <<'EOF'
 import importlib, logging, os, sys
 logging.disable(logging.CRITICAL)
@@ -326,7 +343,7 @@ EOF
     ;;
   *)
     [ $# -eq 2 ] || usage
-    is_target "$1" || { echo "fuzz: unknown target $1; targets: $(targets)" >&2; exit 2; }
+    is_target "$1" || { echo "fuzz: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     need_atheris
     rc=0; timed "$1" "$2" || rc=$?

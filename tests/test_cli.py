@@ -576,6 +576,24 @@ def test_fuzz_unknown_target_is_one_prefixed_line(args: tuple[str, ...]) -> None
     _one_error_line(res.stderr, "fuzz: unknown target nosuch; targets: handshake ")
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    (("hand\nshake", "5"), "fuzz: unknown target $'hand\\nshake'; targets: handshake "),
+    (("replay", "x\x1b[2J", "x.bin"), "fuzz: unknown target $'x\\E[2J'; targets: handshake "),
+    (("handshake", "5\n"), "fuzz: SECONDS must be a whole number of seconds, got $'5\\n'"),
+    (("handshake", "9" * 200), f"fuzz: SECONDS must be at most 999999999, got "
+                               f"'{'9' * 40}...{'9' * 20}' (200 characters)"),
+    (("minimize", "handshake", "no\nsuch.bin"),
+     "fuzz/run.sh: minimize: cannot read $'no\\nsuch.bin': no such file"),
+])
+def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
+                                                          line: str) -> None:
+    # a target or file name with a line break or an escape printed raw (two lines, or a
+    # terminal escape); a long SECONDS printed whole
+    res = _fuzz(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    _one_error_line(res.stderr, line)
+
+
 def test_fuzz_without_atheris_says_to_install_the_extra(tmp_path: Path) -> None:
     shadow = tmp_path / "atheris"
     shadow.mkdir()
