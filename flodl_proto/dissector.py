@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 from . import __version__
+from .errors import shown
 from .spec import SPEC, Spec
 
 __all__ = [
@@ -496,7 +497,7 @@ def render_dissector(ports: Sequence[int] | None = None, spec: Spec = SPEC) -> s
     chosen = list(ports) if ports else default_ports(spec)
     for p in chosen:
         if not 0 < p < 65536:
-            raise ValueError(f"port {p} is not a TCP port (1..65535)")
+            raise ValueError(f"port {shown(p)} is not a TCP port (1..65535)")
     tables = _tables(spec, chosen)
     runtime = resources.files("flodl_proto").joinpath("_dissector_runtime.lua").read_text(
         encoding="utf-8")

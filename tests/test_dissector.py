@@ -1766,3 +1766,16 @@ def test_without_reassembly_a_handshake_cut_by_its_segment_is_read_whole_for_its
         ("LenFramed", [1])]
     assert [(r["kind"], r["ranks"]) for r, _ in got[_reverse(LOOP_UP)]] == [
         ("Header", []), ("HandshakeAck", []), ("LenFramed", [1])]
+
+
+@pytest.mark.parametrize(("port", "shown"), [
+    (70000, "70000"), (0, "0"),
+    # printed whole, it raised Python's own ValueError (an int of over 4300 digits)
+    (10**5000, "<an integer of 16610 bits>"),
+], ids=["70000", "0", "huge"])
+def test_render_dissector_names_a_bad_port(port: int, shown: str) -> None:
+    from flodl_proto.dissector import render_dissector
+
+    with pytest.raises(ValueError) as ei:
+        render_dissector([port])
+    assert str(ei.value) == f"port {shown} is not a TCP port (1..65535)"
