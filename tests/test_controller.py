@@ -1099,3 +1099,26 @@ def test_a_thread_is_visible_to_teardown_only_once_started(
         out = ctl.wait(END)
     assert out is not None and out.clean
     assert sorted(seen) == [("relay", True), ("status", True), ("writer", False)]
+
+
+@pytest.mark.parametrize(("request_line", "code", "error"), [
+    ("GET /nope HTTP/1.1", "404 Not Found", "no such resource '/nope'; try GET /status"),
+    # the path or method of a request head of up to 8 KiB was echoed whole
+    ("GET /" + "a" * 5000 + " HTTP/1.1", "404 Not Found",
+     f"no such resource '/{'a' * 39}...{'a' * 20}' (5001 characters); try GET /status"),
+    ("POST /status HTTP/1.1", "405 Method Not Allowed", "'POST' is not served"),
+])
+def test_status_responder_names_a_path_or_method_it_does_not_serve(
+        request_line: str, code: str, error: str) -> None:
+    from flodl_proto.runner.status_http import serve_status
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(f"{request_line}\r\nHost: x\r\n\r\n".encode())
+        serve_status(ours, "peer", lambda: {"state": "Reducing"})
+        data = b""
+        while chunk := theirs.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].decode() == f"HTTP/1.1 {code}"
+    assert json.loads(body) == {"error": error}

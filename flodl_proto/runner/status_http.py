@@ -17,6 +17,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..errors import shown
 from ._netio_send import NO_SIGPIPE
 
 __all__ = ["serve_status"]
@@ -53,10 +54,10 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
         if method == "GET" and path in ("/status", "/status/"):
             code, body = "200 OK", status()
         elif method == "GET":
-            code, body = "404 Not Found", {"error": f"no such resource {path!r}; "
+            code, body = "404 Not Found", {"error": f"no such resource {shown(path)}; "
                                                     "try GET /status"}
-        else:
-            code, body = "405 Method Not Allowed", {"error": f"{method} is not served"}
+        else:  # (a request head of up to 8 KiB: a long path or method is shown by its ends)
+            code, body = "405 Method Not Allowed", {"error": f"{shown(method)} is not served"}
         # one JSON line, ended: `curl` output does not run into the shell's next line
         payload = json.dumps(body, default=str).encode() + b"\n"
         resp = (f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
