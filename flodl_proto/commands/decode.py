@@ -12,16 +12,17 @@ Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plai
 offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it is a libpcap/pcapng capture and
 every TCP stream to or from ``--port`` is decoded, each direction on its own (``--port`` may be
 repeated: the streams of each port in the order given, a connection between two of them once, under
-the first; a port with no stream is warned about on stderr, none at all is exit 1); a capture that ends inside its file header or a packet record is reported on stderr with
-the byte it ends at, the streams of the whole packets before the cut are decoded, and the exit code
-is 4. A stream with bytes missing from the capture (a hole between its segments, or a packet cut
-short by the snaplen: its IP header claims more bytes than were captured) is warned about on stderr
-with the stream offset, decoded up to there and ends ``capture_ended`` there (``CAPTURE ENDED`` in
-the table, not a clean end), exit 4. The leg is told from the first bytes (data channel magic or mux
-record: ``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
-``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
-line per record (or a table), and last the end of the stream, the point where the input ended inside
-a record, or the error that stopped decoding, with its byte offset.
+the first; a port with no stream is warned about on stderr, none at all is exit 1); a capture that
+ends inside its file header or a packet record is reported on stderr with the byte it ends at, the
+streams of the whole packets before the cut are decoded, and the exit code is 4. A stream with
+bytes missing from the capture (a hole between its segments, or a packet cut short by the snaplen:
+its IP header claims more bytes than were captured) is warned about on stderr with the stream
+offset, decoded up to there and ends ``capture_ended`` there (``CAPTURE ENDED`` in the table, not a
+clean end), exit 4. The leg is told from the first bytes (data channel magic or mux record:
+``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame: ``frame``)
+unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per line per
+record (or a table), and last the end of the stream, the point where the input ended inside a
+record, or the error that stopped decoding, with its byte offset.
 
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
 is held once); each record is printed as it is decoded and not kept, so memory is the input's
