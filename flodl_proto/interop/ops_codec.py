@@ -30,7 +30,7 @@ def _eof(case: dict[str, Any], result: object) -> None:
     require(result is END_OF_STREAM, f"expected a clean end of stream, got {result!r}")
 
 
-@op("handshake.rank_write", fields={"rank_id": "int", "world_size": "int", "bytes": "hex"})
+@op("handshake.rank_write", fields={"rank_id": "u32", "world_size": "u32", "bytes": "hex"})
 def _handshake_rank_write(case: dict[str, Any], version: int) -> None:
     got = hs.encode_handshake(case["rank_id"], case["world_size"], version)
     require(got == _hex(case), f"bytes {got.hex()} != {case['bytes']}")
@@ -46,7 +46,7 @@ def _handshake_ack_write(case: dict[str, Any], version: int) -> None:
 
 
 @op("handshake.read", expects=("ok", "error"),
-    fields={"bytes": "hex", "expected_world_size": "int"}, ok_fields={"rank_id": "int"})
+    fields={"bytes": "hex", "expected_world_size": "u32"}, ok_fields={"rank_id": "int"})
 def _handshake_read(case: dict[str, Any], version: int) -> None:
     data, ws = _hex(case), case["expected_world_size"]
     if case["expect"] == "error":
@@ -117,7 +117,7 @@ def _round_frame_read(case: dict[str, Any], version: int) -> None:
     compare_frame(dec, case["frame"])
 
 
-@op("mux_record.roundtrip", fields={"salt": "hex", "bytes": "hex", "record": "object",
+@op("mux_record.roundtrip", fields={"salt": "hex", "bytes": "hex", "record": "record",
                                     "header": "string", "payload": "string",
                                     "auth_tag": "string"})
 def _mux_roundtrip(case: dict[str, Any], version: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ..fsm.lifecycle import Outcome
@@ -28,6 +29,12 @@ _HOST: Final = "127.0.0.1"
 _RECV_DEADLINE: Final = 5.0  # seconds a recv step waits for its bytes
 _END_DEADLINE: Final = 5.0  # seconds the replay waits for the controller's loop to end
 _AFTER_DEADLINE: Final = 3.0  # seconds to read what arrives on a connection after the end
+
+#: the most steps a case may hold (the shared cases hold at most 13)
+MAX_STEPS: Final = 1000
+#: the most connections a case may open (``connect`` steps) and read after the end (``after``
+#: entries; the shared cases open at most 2): each is a socket held open until the case ends
+MAX_CONNECTIONS: Final = 64
 
 
 def _read(sock: socket.socket, n: int | None, deadline: float) -> tuple[bytes, bool]:
@@ -59,7 +66,8 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
         require(outcome.clean, f"controller ended with {outcome}, want a clean exit")
         return
     require(not outcome.clean and outcome.error is not None,
-            f"controller ended with {outcome}, want error {want['error']!r}")
+            f"controller ended with {outcome}, want an error starting with "
+            f"{want['error_prefix']!r}")
     assert outcome.error is not None
     msg = str(outcome.error)
     require(msg.startswith(want["error_prefix"]),
@@ -70,9 +78,27 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
                 f"controller error kind {kind!r}, want {want['error_kind']!r}")
 
 
+def _bounds_problem(case: Mapping[str, Any]) -> str | None:
+    """Why a session (its fields of their kinds) holds more steps, connections or closing
+    reads than a case may (:data:`MAX_STEPS`, :data:`MAX_CONNECTIONS`), or None: a case of
+    100000 connect steps opened 100000 sockets and failed in the words of the first refused."""
+    steps = case["steps"]
+    connects = sum(step["action"] == "connect" for step in steps)
+    if len(steps) > MAX_STEPS:
+        return f"field 'steps' holds {len(steps)} steps, more than the {MAX_STEPS} a case may hold"
+    if connects > MAX_CONNECTIONS:
+        return (f"field 'steps' opens {connects} connections, more than the {MAX_CONNECTIONS} "
+                "a case may open")
+    if len(case["after"]) > MAX_CONNECTIONS:
+        return (f"field 'after' holds {len(case['after'])} entries, more than the "
+                f"{MAX_CONNECTIONS} a case may hold")
+    return None
+
+
 @op("controller_session", expects=("ok", "error"),
-    fields={"world_size": "int", "salt": "hex", "steps": "array of step",
-            "controller": "controller", "after": "array of after"})
+    fields={"world_size": "u32", "salt": "hex", "steps": "array of step",
+            "controller": "controller", "after": "array of after"},
+    error_fields={"controller": "controller_error"}, check=_bounds_problem)
 def _controller_session(case: dict[str, Any], version: int) -> None:
     ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
                               port=0, version=version, port_mux=False)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,8 @@ def _check_output(case: dict[str, Any], got: RoundFrame, salt: bytes) -> bytes:
 
 
 @op("reduce_realized_work", "sum_frames", expects=("ok", "error"),
-    fields={"salt": "hex", "inputs": "array"}, ok_fields={"output": "output"})
+    fields={"salt": "hex", "inputs": "array of null or input"},
+    ok_fields={"output": "output", "broadcast_record?": "hex"})
 def _reduce(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold_sum = case["op"] == "sum_frames"
@@ -84,8 +86,18 @@ def _reduce(case: dict[str, Any], version: int) -> None:
                 f"broadcast_record {rec.hex()} != {case['broadcast_record']}")
 
 
+def _fold_problem(case: Mapping[str, Any]) -> str | None:
+    """Why a relay fold case (its fields of their kinds) cannot be run, or None: an error case
+    without steps (its last step is the one that fails; it read ``IndexError: list index out of
+    range``)."""
+    if case["expect"] == "error" and not case["steps"]:
+        return "field 'steps' is an empty array; an error case's last step is the one that fails"
+    return None
+
+
 @op("relay_fold", expects=("ok", "error"),
-    fields={"salt": "hex", "local_ranks": "array", "steps": "array"})
+    fields={"salt": "hex", "local_ranks": "array of u32", "steps": "array of fold_step",
+            "records?": "array of fold_record"}, check=_fold_problem)
 def _relay_fold(case: dict[str, Any], version: int) -> None:
     salt = bytes.fromhex(case["salt"])
     fold = HostFold(case["local_ranks"], salt, version=version)
@@ -124,7 +136,8 @@ def _relay_fold(case: dict[str, Any], version: int) -> None:
                     f"records[{i}].record_bytes {got.hex()} != {rec['record_bytes']}")
 
 
-@op("bf16.from_f32", fields={"f32_bits": "bits", "bf16_bits": "bits"})
+@op("bf16.from_f32", fields={"f32_bits": "bits32", "bf16_bits": "bits16",
+                             "bf16_as_f32_bits?": "bits32"})
 def _bf16_from_f32(case: dict[str, Any], version: int) -> None:
     f32 = _bits(case["f32_bits"])
     got = f32_bits_to_bf16_bits(f32)
@@ -138,7 +151,7 @@ def _bf16_from_f32(case: dict[str, Any], version: int) -> None:
                 f"widened 0x{back:08x} != {case['bf16_as_f32_bits']}")
 
 
-@op("bf16.to_f32", fields={"bf16_bits": "bits", "f32_bits": "bits"})
+@op("bf16.to_f32", fields={"bf16_bits": "bits16", "f32_bits": "bits32"})
 def _bf16_to_f32(case: dict[str, Any], version: int) -> None:
     b = _bits(case["bf16_bits"])
     got = bf16_bits_to_f32_bits(b)
@@ -147,8 +160,8 @@ def _bf16_to_f32(case: dict[str, Any], version: int) -> None:
     require(int(arr[0]) == got, f"array path gives 0x{int(arr[0]):08x}")
 
 
-@op("payload.encode", expects=("ok", "error"), fields={"f32_bits": "array", "dtype": "int"},
-    ok_fields={"bytes": "string"})
+@op("payload.encode", expects=("ok", "error"),
+    fields={"f32_bits": "array of bits32", "dtype": "int"}, ok_fields={"bytes": "string"})
 def _payload_encode(case: dict[str, Any], version: int) -> None:
     values = np.array([_bits(b) for b in case["f32_bits"]], dtype=np.uint32).view(np.float32)
     if case["expect"] == "error":
@@ -159,7 +172,7 @@ def _payload_encode(case: dict[str, Any], version: int) -> None:
 
 
 @op("payload.scale", expects=("ok", "error"),
-    fields={"factor_f32_bits": "bits", "bytes": "hex", "dtype": "int"},
+    fields={"factor_f32_bits": "bits32", "bytes": "hex", "dtype": "int"},
     ok_fields={"out_bytes": "string"})
 def _payload_scale(case: dict[str, Any], version: int) -> None:
     factor = np.array([_bits(case["factor_f32_bits"])], dtype=np.uint32).view(np.float32)[0]
@@ -171,7 +184,7 @@ def _payload_scale(case: dict[str, Any], version: int) -> None:
     require(got.hex() == case["out_bytes"], f"out_bytes {got.hex()} != {case['out_bytes']}")
 
 
-@op("dead_ranks", fields={"world_size": "int", "steps": "array"})
+@op("dead_ranks", fields={"world_size": "u32", "steps": "array of ledger_step"})
 def _dead_ranks(case: dict[str, Any], version: int) -> None:
     ledger = DeadRanks(case["world_size"])
     for i, s in enumerate(case["steps"]):

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..codec.mux import RecordKind
+from ..codec.round_frame import RoundKind
 from ..errors import shown
 
-__all__ = ["EXPECTS", "EXPECT_VALUES", "FIELDS", "OPS", "Handler", "NotImplementedOp",
-           "VectorMismatch", "field_problem", "json_name", "kind_problem", "op"]
+__all__ = ["CHECKS", "EXPECTS", "EXPECT_VALUES", "FIELDS", "OBJECTS", "OPS", "VARIANTS", "Handler",
+           "NotImplementedOp", "VectorMismatch", "field_problem", "json_name", "kind_problem",
+           "op"]
 
 #: handler signature: (case JSON object, protocol version of its file) -> None
 Handler = Callable[[dict[str, Any], int], None]
@@ -30,43 +33,115 @@ EXPECT_VALUES: tuple[str, ...] = ("ok", "error", "eof")
 #: mismatch: e.g. a write that succeeds cannot be a case expecting an error)
 EXPECTS: dict[str, frozenset[str]] = {}
 
+def _bits_test(width: int) -> Callable[[Any], bool]:
+    """The test of a string of hex digits of a number below ``2**width``."""
+    return lambda v: isinstance(v, str) and _is_bits(v, width)
+
+
 #: the JSON kinds of a case's fields, each a test and the words a problem is told in: ``int`` a
-#: whole number (not a boolean), ``string``, ``hex`` a string of whole bytes in hex digits,
-#: ``bits`` a string of hex digits (an integer, ``0x`` allowed), ``object``, ``array``
+#: whole number (not a boolean), ``number`` any number (not a boolean), ``u8`` / ``u32`` a
+#: whole number a wire field of that width holds, ``round_kind`` / ``record_kind`` a round
+#: frame's / mux record's kind byte, ``string``, ``hex`` a string of whole bytes in hex
+#: digits, ``bits`` a string of hex digits (a number from 0, ``0x`` allowed), ``bits16`` /
+#: ``bits32`` / ``bits64`` one of at most that many bits (the bit pattern of a bf16, f32,
+#: f64), ``object``, ``array``, ``boolean``
 _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "int": (lambda v: _is_int(v), "a whole number"),
+    "number": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "u8": (lambda v: _is_int(v) and 0 <= v <= 0xFF, "a whole number from 0 to 255"),
+    "u32": (lambda v: _is_int(v) and 0 <= v <= 0xFFFF_FFFF,
+            "a whole number from 0 to 4294967295"),
+    "round_kind": (lambda v: _is_int(v) and v in set(RoundKind),
+                   "a round kind byte (" + ", ".join(f"{int(k)} {k.name.lower()}"
+                                                     for k in RoundKind) + ")"),
+    "record_kind": (lambda v: _is_int(v) and v in set(RecordKind),
+                    "a record kind byte (" + ", ".join(f"{int(k)} {k.name.lower()}"
+                                                       for k in RecordKind) + ")"),
     "string": (lambda v: isinstance(v, str), "a string"),
     "hex": (lambda v: isinstance(v, str) and _is_hex(v), "a string of bytes in hex digits"),
     "bits": (lambda v: isinstance(v, str) and _is_bits(v), "a string of hex digits"),
+    **{f"bits{n}": (_bits_test(n), f"a string of hex digits of at most {n} bits")
+       for n in (16, 32, 64)},
     "object": (lambda v: isinstance(v, dict), "an object"),
     "array": (lambda v: isinstance(v, list), "an array"),
     "boolean": (lambda v: isinstance(v, bool), "true or false"),
 }
 
+#: the kinds of :data:`_KINDS` that are some values of another (kind -> that kind): a value
+#: not even of the other is told in its words (``the string '4', not a whole number``, ``the
+#: number -1, not a whole number from 0 to 255``)
+_BASE_KINDS: dict[str, str] = {"u8": "int", "u32": "int", "round_kind": "int",
+                               "record_kind": "int", "bits16": "bits", "bits32": "bits",
+                               "bits64": "bits"}
+
 #: the objects a case holds whose fields a handler reads (object name -> field name -> kind: a
-#: kind of :data:`_KINDS`, an object name of this table, or ``array of KIND``), checked inside
-#: as the case's own fields are (``field 'frame.tensors[0].dtype' is missing``); a *Frame*
+#: kind of :data:`_KINDS`, an object name of this table, ``array of KIND`` or ``null or KIND``;
+#: a name ending in ``?`` is a field checked only when present), checked inside as the case's
+#: own fields are (``field 'frame.tensors[0].dtype' is missing``); a *Frame*
 #: (:func:`~flodl_proto.interop.jsonio.frame_from_json`, ``compare_frame``) and its tensors, a
-#: reduction's output, a controller session's outcome, steps and closing reads
+#: *Record* and its control message (``record_from_json``), a reduction's inputs and output, a
+#: controller session's outcome, steps and closing reads, a relay fold's steps and records, a
+#: dead-rank ledger's steps
 OBJECTS: dict[str, dict[str, str]] = {
-    "frame": {"kind": "string", "kind_byte": "int", "weight_bits": "bits",
-              "tensors": "array of tensor"},
-    "tensor": {"dtype": "int", "shape": "array", "nbytes": "int", "elided": "boolean",
+    "frame": {"kind": "string", "kind_byte": "round_kind", "weight_bits": "bits64",
+              "weight?": "null or number", "tensors": "array of tensor"},
+    "tensor": {"dtype": "u8", "shape": "array of u32", "nbytes": "int", "elided": "boolean",
                "data": "hex"},
+    "record": {"kind_byte": "record_kind"},
+    "control": {"variant": "string"},
+    "input": {"bytes": "hex", "frame?": "frame"},
     "output": {"bytes": "hex", "frame": "frame"},
-    "controller": {"result": "string"},
-    "step": {"conn": "int", "action": "string"},
-    "after": {"conn": "int", "bytes": "hex", "closed_by_controller": "boolean"},
+    "controller": {"result": "string", "exited_before_client_close?": "boolean",
+                   "error_prefix?": "string", "error_kind?": "string", "error?": "string"},
+    # a session expecting an error: the start of the controller's error is read
+    "controller_error": {"result": "string", "exited_before_client_close?": "boolean",
+                         "error_prefix": "string", "error_kind?": "string", "error?": "string"},
+    "step": {"conn": "u32", "action": "string"},
+    "after": {"conn": "u32", "bytes": "hex", "closed_by_controller": "boolean"},
+    "fold_step": {"step": "string"},
+    "fold_record": {"kind_byte": "int", "payload": "hex", "frame?": "frame",
+                    "record_bytes?": "hex"},
+    "ledger_step": {"call": "string"},
+}
+
+#: the objects of :data:`OBJECTS` whose further fields depend on the value of one of theirs
+#: (object name -> (that field, each value it may hold -> the further fields)); a value not
+#: listed is a problem (``field 'steps[3].action' is the string 'jump', not one of 'connect',
+#: ...``)
+VARIANTS: dict[str, tuple[str, dict[Any, dict[str, str]]]] = {
+    "record": ("kind_byte", {int(RecordKind.DATA): {"rank": "u32", "payload": "hex"},
+                             int(RecordKind.CONTROL): {"control": "control"},
+                             int(RecordKind.HOST_FRAME): {"rank?": "u32", "payload": "hex"},
+                             int(RecordKind.BROADCAST): {"rank?": "u32", "payload": "hex"}}),
+    "control": ("variant", {"Hello": {"host": "string", "ranks": "array of u32",
+                                      "model_sigs?": "array of hex"},
+                            "HelloAck": {}, "RankExit": {"rank": "u32"},
+                            "DeclareDead": {"rank": "u32"}}),
+    "step": ("action", {"connect": {}, "send": {"bytes": "hex"}, "recv": {"bytes": "hex"},
+                        "close": {}}),
+    "fold_step": ("step", {"deposit": {"rank": "u32", "blob": "hex"},
+                           "declare_dead": {"rank": "u32"}}),
+    "ledger_step": ("call", {"declare_dead": {"rank": "u32"}, "is_dead": {"rank": "u32"},
+                             "dead_count": {}, "world_size": {}}),
 }
 
 #: what every error case needs: the error kind and the start of the message it expects
-_ERROR_FIELDS: dict[str, str] = {"error_kind": "string", "error_prefix": "string"}
+_ERROR_FIELDS: dict[str, str] = {"error_kind": "string", "error_prefix": "string",
+                                 "error?": "string"}
 
 #: op name -> expect value -> the fields (name -> kind of :data:`_KINDS`) its handler reads from
 #: a case expecting that outcome; checked before any case runs, so a case without one is a
 #: file outside the schema, not a failed case. Objects and arrays are checked as such (those
 #: of :data:`OBJECTS` inside too).
 FIELDS: dict[str, dict[str, dict[str, str]]] = {}
+
+#: op name -> a check of a case beyond its fields' kinds (a count its handler bounds, a field
+#: an outcome needs), run after those of :data:`FIELDS`: the problem in their words, or None
+CHECKS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_hex(text: str) -> bool:
@@ -77,25 +152,28 @@ def _is_hex(text: str) -> bool:
     return True
 
 
-def _is_bits(text: str) -> bool:
+def _is_bits(text: str, width: int | None = None) -> bool:
+    """Is ``text`` hex digits (``0x`` allowed) of a number from 0 to ``2**width - 1``?"""
     try:
-        int(text, 16)
+        value = int(text, 16)
     except ValueError:
         return False
-    return True
+    return value >= 0 and (width is None or value < 1 << width)
 
 
 def field_problem(case: Mapping[str, Any]) -> str | None:
     """Why ``case`` (an object whose ``op`` and ``expect`` are known good) lacks a field its
-    op's handler reads, or has one of another JSON kind (``field 'bytes' is missing``, ``field
-    'frame' is the string '00', not an object``), or None (also for an op no handler is
-    registered for: that case is reported as not implemented)."""
+    op's handler reads, or has one of another JSON kind, at any depth (``field 'bytes' is
+    missing``, ``field 'frame' is the string '00', not an object``, ``field 'steps[1].action' is
+    the string 'jump', not one of 'connect', ...``), or fails its op's further check
+    (:data:`CHECKS`: ``field 'steps' holds 100000 steps, more than the 1000 a case may hold``),
+    or None (also for an op no handler is registered for: that case is reported as not
+    implemented)."""
     need = FIELDS.get(case["op"], {}).get(case["expect"], {})
-    for name, kind in need.items():
-        problem = kind_problem(case, name, kind)
-        if problem is not None:
-            return problem
-    return None
+    problem = _fields_problem(case, need, "")
+    if problem is None and case["op"] in CHECKS:
+        problem = CHECKS[case["op"]](case)
+    return problem
 
 
 def kind_problem(case: Mapping[str, Any], name: str, kind: str) -> str | None:
@@ -119,26 +197,56 @@ def _value_problem(value: Any, path: str, kind: str) -> str | None:
             if problem is not None:
                 return problem
         return None
+    if kind.startswith("null or "):
+        if value is None:
+            return None
+        inner = kind[len("null or "):]
+        if inner in OBJECTS and not isinstance(value, dict):
+            return f"field {path!r} is {_shown(value)}, not an object or null"
+        if inner in _KINDS and not _KINDS[inner][0](value):
+            return f"field {path!r} is {_shown(value)}, not {_KINDS[inner][1]} or null"
+        return _value_problem(value, path, inner)
     if kind in OBJECTS:
         if not isinstance(value, dict):
             return f"field {path!r} is {_shown(value)}, not an object"
-        for name, inner in OBJECTS[kind].items():
-            if name not in value:
-                return f"field {f'{path}.{name}'!r} is missing"
-            problem = _value_problem(value[name], f"{path}.{name}", inner)
-            if problem is not None:
-                return problem
-        return None
+        problem = _fields_problem(value, OBJECTS[kind], f"{path}.")
+        if problem is not None or kind not in VARIANTS:
+            return problem
+        tag, further = VARIANTS[kind]
+        if value[tag] not in further or isinstance(value[tag], bool):
+            return (f"field {f'{path}.{tag}'!r} is {_shown(value[tag])}, not one of "
+                    + ", ".join(shown(v) for v in further))
+        return _fields_problem(value, further[value[tag]], f"{path}.")
     test, words = _KINDS[kind]
+    base = _BASE_KINDS.get(kind)
+    if base is not None and not _KINDS[base][0](value):  # not even a number: told as such
+        words = _KINDS[base][1]
     if not test(value):
         return f"field {path!r} is {_shown(value)}, not {words}"
     return None
 
 
+def _fields_problem(obj: Mapping[str, Any], fields: Mapping[str, str], prefix: str) -> str | None:
+    """Why the object ``obj`` (a case, or one at the path ``prefix``, ``frame.``) lacks one of
+    ``fields`` (name -> kind; a name ending in ``?`` may be absent) or holds one of another
+    kind, or None."""
+    for name, kind in fields.items():
+        optional = name.endswith("?")
+        name = name.rstrip("?")
+        if name not in obj:
+            if optional:
+                continue
+            return f"field {f'{prefix}{name}'!r} is missing"
+        problem = _value_problem(obj[name], f"{prefix}{name}", kind)
+        if problem is not None:
+            return problem
+    return None
+
+
 def _known_kind(kind: str) -> bool:
     """Is ``kind`` a kind :func:`op`'s ``fields`` may name?"""
-    while kind.startswith("array of "):
-        kind = kind[len("array of "):]
+    while kind.startswith(("array of ", "null or ")):
+        kind = kind.split(" ", 2)[2]
     return kind in _KINDS or kind in OBJECTS
 
 
@@ -176,18 +284,23 @@ class NotImplementedOp(Exception):
 
 
 def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str] | None = None,
-       ok_fields: Mapping[str, str] | None = None) -> Callable[[Handler], Handler]:
+       ok_fields: Mapping[str, str] | None = None, error_fields: Mapping[str, str] | None = None,
+       check: Callable[[Mapping[str, Any]], str | None] | None = None,
+       ) -> Callable[[Handler], Handler]:
     """Decorator registering a handler for the vector ``op`` names given.
 
     Args:
         expects: the ``expect`` values it judges (values of :data:`EXPECT_VALUES`; default:
             success only).
-        fields: the fields (name -> kind: ``int``, ``string``, ``hex``, ``bits``, ``object``,
-            ``array``, ``boolean``, an object of :data:`OBJECTS` such as ``frame``, checked
-            inside, or ``array of KIND``) it reads from every case; an error case's
-            ``error_kind`` and
+        fields: the fields (name -> kind: a kind of :data:`_KINDS` such as ``int``, ``u32``,
+            ``hex``, ``bits``, an object of :data:`OBJECTS` such as ``frame``, checked inside,
+            ``array of KIND`` or ``null or KIND``; a name ending in ``?`` is checked only when
+            present) it reads from every case; an error case's ``error_kind`` and
             ``error_prefix`` are added.
-        ok_fields: the fields it reads from a case expecting success only.
+        ok_fields: the fields it reads from a case expecting success only (they replace a
+            field of ``fields`` of the same name).
+        error_fields: the fields it reads from a case expecting an error only (likewise).
+        check: a further check of a case whose fields are of their kinds (:data:`CHECKS`).
 
     Raises:
         ValueError: an ``expect`` value or a field kind outside the schema (a programming error
@@ -197,18 +310,22 @@ def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str
     if unknown:
         raise ValueError(f"expects: {sorted(unknown)} not in {EXPECT_VALUES}")
     common, ok_only = dict(fields or {}), dict(ok_fields or {})
-    bad = {k for k in (*common.values(), *ok_only.values()) if not _known_kind(k)}
+    error_only = dict(error_fields or {})
+    bad = {k for k in (*common.values(), *ok_only.values(), *error_only.values())
+           if not _known_kind(k)}
     if bad:
         raise ValueError(f"field kinds {sorted(bad)} not in {sorted(_KINDS)} or "
                          f"{sorted(OBJECTS)}")
     need = {e: {**common, **(ok_only if e == "ok" else {}),
-                **(_ERROR_FIELDS if e == "error" else {})} for e in expects}
+                **(_ERROR_FIELDS | error_only if e == "error" else {})} for e in expects}
 
     def deco(fn: Handler) -> Handler:
         for n in names:
             OPS[n] = fn
             EXPECTS[n] = frozenset(expects)
             FIELDS[n] = need
+            if check is not None:
+                CHECKS[n] = check
         return fn
 
     return deco

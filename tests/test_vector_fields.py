@@ -1,0 +1,241 @@
+"""A vector case's fields below its own (a step's bytes, a reduction's inputs, a record's
+control message, a controller session's outcome) and its counts are checked before any case
+runs: a malformed one makes its file no vector file, told in one line naming the case, the
+field by its path and the value, never in Python's words for what went wrong with it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flodl_proto.cli import main
+from flodl_proto.errors import shown_name
+from flodl_proto.interop.vectors import VectorFileError, iter_cases
+
+BUNDLED = Path(__file__).resolve().parent.parent / "flodl_proto" / "_vectors"
+
+_GONE = object()  # a change that removes the key
+
+
+def _refused_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str, op: str,
+                  expect: str, where: tuple[str | int, ...], value: Any, problem: str,
+                  pick: Callable[[dict[str, Any]], bool] = lambda c: True) -> None:
+    """Set the field at ``where`` (``_GONE``: remove it; a callable: what it returns of the
+    case) of the first ``op`` case of the bundled ``file`` expecting ``expect`` (and ``pick``
+    holds of); the copied folder is refused in one line, ``PATH: not a vector file (case I:
+    ID: PROBLEM)``, by loading and by ``vectors check`` (exit 2, nothing run)."""
+    root = tmp_path / "vec"
+    shutil.copytree(BUNDLED, root)
+    path = root / file
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    i, case = next((i, c) for i, c in enumerate(doc["cases"])
+                   if c["op"] == op and c["expect"] == expect and pick(c))
+    parent = case
+    for key in where[:-1]:
+        parent = parent[key]
+    if value is _GONE:
+        del parent[where[-1]]
+    elif callable(value):
+        parent[where[-1]] = value(case)
+    else:
+        parent[where[-1]] = value
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    line = f"{shown_name(str(path))}: not a vector file (case {i}: {case['id']}: {problem})"
+    with pytest.raises(VectorFileError) as e:
+        list(iter_cases(root))
+    assert str(e.value) == line
+    assert main(["vectors", "check", str(root)]) == 2
+    assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: {line}\n")
+
+
+_CS = "controller_session.json"
+_HEX = "not a string of bytes in hex digits"
+
+
+@pytest.mark.parametrize(("expect", "where", "value", "problem"), [
+    # each read "FAIL ...: ValueError: non-hexadecimal number found in fromhex() arg at
+    # position 0", "TypeError: fromhex() argument must be str, not int", "KeyError: 'bytes'"
+    ("ok", ("steps", 1, "bytes"), "zz", f"field 'steps[1].bytes' is the string 'zz', {_HEX}"),
+    ("ok", ("steps", 1, "bytes"), 7, f"field 'steps[1].bytes' is the number 7, {_HEX}"),
+    ("ok", ("steps", 1, "bytes"), _GONE, "field 'steps[1].bytes' is missing"),
+    ("ok", ("steps", 3, "bytes"), None, f"field 'steps[3].bytes' is null, {_HEX}"),
+    # ran until the step and failed with "step 1 (jump on connection 0): unknown action"
+    ("ok", ("steps", 1, "action"), "jump",
+     "field 'steps[1].action' is the string 'jump', not one of 'connect', 'send', 'recv', "
+     "'close'"),
+    ("ok", ("steps", 0, "conn"), -1,
+     "field 'steps[0].conn' is the number -1, not a whole number from 0 to 4294967295"),
+    ("ok", ("world_size", ), -2, "field 'world_size' is the number -2, not a whole number "
+                                 "from 0 to 4294967295"),
+    # "KeyError: 'error_prefix'", or "KeyError: 'error'" for a session that passed
+    ("error", ("controller", "error_prefix"), _GONE, "field 'controller.error_prefix' is missing"),
+    ("error", ("controller", "error_prefix"), 3,
+     "field 'controller.error_prefix' is the number 3, not a string"),
+    ("error", ("controller", "error_kind"), ["magic"],
+     "field 'controller.error_kind' is an array, not a string"),
+    # passed: a string was true
+    ("ok", ("controller", "exited_before_client_close"), "no",
+     "field 'controller.exited_before_client_close' is the string 'no', not true or false"),
+    ("error", ("error", ), 3, "field 'error' is the number 3, not a string"),
+], ids=["bytes-not-hex", "bytes-number", "bytes-missing", "recv-bytes-null", "action-unknown",
+        "conn-negative", "world-size-negative", "error-prefix-missing", "error-prefix-number",
+        "error-kind-array", "exited-string", "error-number"])
+def test_a_malformed_controller_session_field_is_one_line(
+        expect: str, where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _refused_edit(tmp_path, capsys, _CS, "controller_session", expect, where, value, problem)
+
+
+def _connects(n: int) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    return lambda case: [{"conn": i, "action": "connect"} for i in range(n)]
+
+
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    # opened 100000 connections and failed with "ConnectionRefusedError: [Errno 111] ..."
+    (("steps", ), _connects(100000),
+     "field 'steps' holds 100000 steps, more than the 1000 a case may hold"),
+    (("steps", ), _connects(65),
+     "field 'steps' opens 65 connections, more than the 64 a case may open"),
+    (("after", ), lambda case: case["after"] * 65,
+     "field 'after' holds 65 entries, more than the 64 a case may hold"),
+], ids=["steps", "connections", "after"])
+def test_a_controller_session_of_too_many_steps_is_refused_ahead(
+        where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _refused_edit(tmp_path, capsys, _CS, "controller_session", "ok", where, value, problem)
+
+
+def test_the_bounds_of_a_session_are_well_above_the_shared_cases() -> None:
+    from flodl_proto.interop.ops_controller import MAX_CONNECTIONS, MAX_STEPS
+
+    sessions = [c.data for c in iter_cases(BUNDLED) if c.data["op"] == "controller_session"]
+    assert max(len(c["steps"]) for c in sessions) * 10 <= MAX_STEPS
+    most = max(sum(s["action"] == "connect" for s in c["steps"]) for c in sessions)
+    assert most * 10 <= MAX_CONNECTIONS
+    assert max(len(c["after"]) for c in sessions) * 10 <= MAX_CONNECTIONS
+
+
+@pytest.mark.parametrize(("op", "expect", "where", "value", "problem"), [
+    # "ValueError: non-hexadecimal number found in fromhex() arg at position 0"
+    ("reduce_realized_work", "ok", ("inputs", 0, "bytes"), "zz",
+     f"field 'inputs[0].bytes' is the string 'zz', {_HEX}"),
+    # "TypeError: string indices must be integers, not 'str'"
+    ("reduce_realized_work", "ok", ("inputs", 1), "x",
+     "field 'inputs[1]' is the string 'x', not an object or null"),
+    ("reduce_realized_work", "error", ("inputs", 0, "bytes"), _GONE,
+     "field 'inputs[0].bytes' is missing"),
+    # "ValueError: 7 is not a valid RoundKind" (a dtype of -1: "LocalInvalidValue: ...")
+    ("reduce_realized_work", "error", ("inputs", 1, "frame", "kind_byte"), 7,
+     "field 'inputs[1].frame.kind_byte' is the number 7, not a round kind byte (0 model, "
+     "1 control)"),
+    ("sum_frames", "ok", ("inputs", 0, "frame", "tensors", 0, "dtype"), -1,
+     "field 'inputs[0].frame.tensors[0].dtype' is the number -1, not a whole number from 0 to "
+     "255"),
+    ("reduce_realized_work", "ok", ("broadcast_record", ), 5,
+     f"field 'broadcast_record' is the number 5, {_HEX}"),
+    # passed: true == 1.0
+    ("reduce_realized_work", "ok", ("inputs", 1, "frame", "weight"), True,
+     "field 'inputs[1].frame.weight' is true, not a number or null"),
+], ids=["input-bytes", "input-string", "input-bytes-missing", "input-kind-byte",
+        "input-dtype", "broadcast-record", "weight-true"])
+def test_a_malformed_reduce_input_is_one_line(
+        op: str, expect: str, where: tuple[str | int, ...], value: Any, problem: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _refused_edit(tmp_path, capsys, "reduce.json", op, expect, where, value, problem)
+
+
+@pytest.mark.parametrize(("expect", "where", "value", "problem"), [
+    ("ok", ("steps", 0, "step"), _GONE, "field 'steps[0].step' is missing"),  # KeyError: 'step'
+    # "TypeError: 'int' object is not subscriptable"
+    ("ok", ("steps", 0), 3, "field 'steps[0]' is the number 3, not an object"),
+    ("error", ("steps", 1, "blob"), 5, f"field 'steps[1].blob' is the number 5, {_HEX}"),
+    ("error", ("steps", 0, "rank"), "x",
+     "field 'steps[0].rank' is the string 'x', not a whole number"),
+    ("ok", ("steps", 0, "rank"), _GONE, "field 'steps[0].rank' is missing"),
+    ("ok", ("steps", 0, "step"), "fold",
+     "field 'steps[0].step' is the string 'fold', not one of 'deposit', 'declare_dead'"),
+    # "IndexError: list index out of range"
+    ("error", ("steps", ), [],
+     "field 'steps' is an empty array; an error case's last step is the one that fails"),
+    ("ok", ("local_ranks", 0), -1,
+     "field 'local_ranks[0]' is the number -1, not a whole number from 0 to 4294967295"),
+    # "TypeError: string indices must be integers, not 'str'"
+    ("ok", ("records", 0), "r", "field 'records[0]' is the string 'r', not an object"),
+    ("ok", ("records", 0, "payload"), _GONE, "field 'records[0].payload' is missing"),
+], ids=["step-missing", "step-number", "blob-number", "rank-string", "rank-missing",
+        "step-unknown", "no-steps", "local-rank-negative", "record-string", "record-payload"])
+def test_a_malformed_relay_fold_step_is_one_line(
+        expect: str, where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _refused_edit(tmp_path, capsys, "relay_fold.json", "relay_fold", expect, where, value,
+                  problem)
+
+
+def _control(case: dict[str, Any]) -> bool:
+    return bool(case["record"]["kind_byte"] == 2)
+
+
+@pytest.mark.parametrize(("file", "op", "where", "value", "problem", "pick"), [
+    # "LocalInvalidValue: handshake: rank = -1 is invalid: not a u32"
+    ("handshake.json", "handshake.rank_write", ("rank_id", ), -1,
+     "field 'rank_id' is the number -1, not a whole number from 0 to 4294967295", None),
+    ("handshake.json", "handshake.rank_write", ("world_size", ), 10**400,
+     "field 'world_size' is the number <an integer of 1329 bits>, not a whole number from 0 "
+     "to 4294967295", None),
+    # "LocalInvalidValue: round_frame: tensor dim[0] = -1 doesn't fit in u32"
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "tensors", 0, "shape", 0), -1,
+     "field 'frame.tensors[0].shape[0]' is the number -1, not a whole number from 0 to "
+     "4294967295", None),
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0x" + "f" * 17,
+     "field 'frame.weight_bits' is the string '0xfffffffffffffffff', not a string of hex "
+     "digits of at most 64 bits", None),
+    # "KeyError: 'kind_byte'", "ValueError: 9 is not a valid RecordKind"
+    ("mux_record.json", "mux_record.roundtrip", ("record", ), {},
+     "field 'record.kind_byte' is missing", None),
+    ("mux_record.json", "mux_record.roundtrip", ("record", "kind_byte"), 9,
+     "field 'record.kind_byte' is the number 9, not a record kind byte (1 data, 2 control, "
+     "3 host_frame, 4 broadcast)", None),
+    ("mux_record.json", "mux_record.roundtrip", ("record", "payload"), "zz",
+     f"field 'record.payload' is the string 'zz', {_HEX}", None),
+    ("mux_record.json", "mux_record.roundtrip", ("record", "rank"), _GONE,
+     "field 'record.rank' is missing", None),
+    # "VectorMismatch: unknown control variant 'Bye'", "KeyError: 'host'"
+    ("mux_record.json", "mux_record.roundtrip", ("record", "control", "variant"), "Bye",
+     "field 'record.control.variant' is the string 'Bye', not one of 'Hello', 'HelloAck', "
+     "'RankExit', 'DeclareDead'", _control),
+    ("mux_record.json", "mux_record.roundtrip", ("record", "control", "host"), _GONE,
+     "field 'record.control.host' is missing", _control),
+    # "TypeError: int() can't convert non-string with explicit base"
+    ("bf16.json", "payload.encode", ("f32_bits", 0), 5,
+     "field 'f32_bits[0]' is the number 5, not a string of hex digits", None),
+    # "OverflowError: Python int too large to convert to C unsigned short"
+    ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x10000",
+     "field 'bf16_bits' is the string '0x10000', not a string of hex digits of at most 16 "
+     "bits", None),
+    ("bf16.json", "bf16.from_f32", ("bf16_as_f32_bits", ), "zz",
+     "field 'bf16_as_f32_bits' is the string 'zz', not a string of hex digits", None),
+    # "KeyError: 'call'", "LocalInvalidValue: cluster_controller: rank = 'x' is invalid: ..."
+    ("dead_ranks.json", "dead_ranks", ("steps", 0, "call"), _GONE,
+     "field 'steps[0].call' is missing", None),
+    ("dead_ranks.json", "dead_ranks", ("steps", 0, "rank"), "x",
+     "field 'steps[0].rank' is the string 'x', not a whole number", None),
+    ("dead_ranks.json", "dead_ranks", ("steps", 0, "call"), "revive",
+     "field 'steps[0].call' is the string 'revive', not one of 'declare_dead', 'is_dead', "
+     "'dead_count', 'world_size'", None),
+    ("dead_ranks.json", "dead_ranks", ("world_size", ), -1,
+     "field 'world_size' is the number -1, not a whole number from 0 to 4294967295", None),
+], ids=["rank-negative", "world-size-huge", "shape-negative", "weight-bits-wide",
+        "record-empty", "record-kind", "record-payload", "record-rank", "control-variant",
+        "control-host", "f32-bits-number", "bf16-bits-wide", "bf16-as-f32", "call-missing",
+        "ledger-rank", "call-unknown", "ledger-world-size"])
+def test_another_malformed_field_is_one_line(
+        file: str, op: str, where: tuple[str | int, ...], value: Any, problem: str,
+        pick: Callable[[dict[str, Any]], bool] | None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _refused_edit(tmp_path, capsys, file, op, "ok", where, value, problem,
+                  pick or (lambda c: True))
