@@ -46,7 +46,7 @@ def _handshake_ack_write(case: dict[str, Any], version: int) -> None:
 
 
 @op("handshake.read", expects=("ok", "error"),
-    fields={"bytes": "hex", "expected_world_size": "u32"}, ok_fields={"rank_id": "int"})
+    fields={"bytes": "hex", "expected_world_size": "int"}, ok_fields={"rank_id": "int"})
 def _handshake_read(case: dict[str, Any], version: int) -> None:
     data, ws = _hex(case), case["expected_world_size"]
     if case["expect"] == "error":

@@ -96,8 +96,9 @@ OBJECTS: dict[str, dict[str, str]] = {
     # a session expecting an error: the start of the controller's error is read
     "controller_error": {"result": "string", "exited_before_client_close?": "boolean",
                          "error_prefix": "string", "error_kind?": "string", "error?": "string"},
-    "step": {"conn": "u32", "action": "string"},
-    "after": {"conn": "u32", "bytes": "hex", "closed_by_controller": "boolean"},
+    # a connection's number is a label only: any whole number
+    "step": {"conn": "int", "action": "string"},
+    "after": {"conn": "int", "bytes": "hex", "closed_by_controller": "boolean"},
     "fold_step": {"step": "string"},
     "fold_record": {"kind_byte": "int", "payload": "hex", "frame?": "frame",
                     "record_bytes?": "hex"},
@@ -119,8 +120,9 @@ VARIANTS: dict[str, tuple[str, dict[Any, dict[str, str]]]] = {
                             "DeclareDead": {"rank": "u32"}}),
     "step": ("action", {"connect": {}, "send": {"bytes": "hex"}, "recv": {"bytes": "hex"},
                         "close": {}}),
-    "fold_step": ("step", {"deposit": {"rank": "u32", "blob": "hex"},
-                           "declare_dead": {"rank": "u32"}}),
+    # any whole number: the last step of an error case may be a rank the fold refuses
+    "fold_step": ("step", {"deposit": {"rank": "int", "blob": "hex"},
+                           "declare_dead": {"rank": "int"}}),
     "ledger_step": ("call", {"declare_dead": {"rank": "u32"}, "is_dead": {"rank": "u32"},
                              "dead_count": {}, "world_size": {}}),
 }
