@@ -247,3 +247,19 @@ def test_another_malformed_field_is_one_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     _refused_edit(tmp_path, capsys, file, op, "ok", where, value, problem,
                   pick or (lambda c: True))
+
+
+@pytest.mark.parametrize(("op", "expect", "changes"), [
+    ("channel_magic.expect", "error", {"expected": "-1"}),
+    ("handshake.read", "error", {"expected_world_size": -1}),
+    ("controller_session", "ok", {"after": []}),
+])
+def test_a_value_inside_the_call_an_error_case_expects_to_fail_is_not_refused_ahead(
+        op: str, expect: str, changes: dict[str, Any]) -> None:
+    """Only what a case's handler cannot run is refused ahead: a value the call under test
+    refuses (an expected magic or world size it takes for no u32) may be the case itself."""
+    from flodl_proto.interop.registry import field_problem
+
+    case = next(c for c in iter_cases(BUNDLED)
+                if c.data["op"] == op and c.data["expect"] == expect)
+    assert field_problem({**case.data, **changes}) is None

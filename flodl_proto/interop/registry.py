@@ -42,7 +42,7 @@ def _bits_test(width: int) -> Callable[[Any], bool]:
 #: whole number (not a boolean), ``number`` any number (not a boolean), ``u8`` / ``u32`` a
 #: whole number a wire field of that width holds, ``round_kind`` / ``record_kind`` a round
 #: frame's / mux record's kind byte, ``string``, ``hex`` a string of whole bytes in hex
-#: digits, ``bits`` a string of hex digits (a number from 0, ``0x`` allowed), ``bits16`` /
+#: digits, ``bits`` a string of hex digits (an integer, ``0x`` allowed), ``bits16`` /
 #: ``bits32`` / ``bits64`` one of at most that many bits (the bit pattern of a bf16, f32,
 #: f64), ``object``, ``array``, ``boolean``
 _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -155,12 +155,13 @@ def _is_hex(text: str) -> bool:
 
 
 def _is_bits(text: str, width: int | None = None) -> bool:
-    """Is ``text`` hex digits (``0x`` allowed) of a number from 0 to ``2**width - 1``?"""
+    """Is ``text`` hex digits (``0x`` allowed) of an integer (of one from 0 to ``2**width - 1``
+    when ``width`` is given)?"""
     try:
         value = int(text, 16)
     except ValueError:
         return False
-    return value >= 0 and (width is None or value < 1 << width)
+    return width is None or 0 <= value < 1 << width
 
 
 def field_problem(case: Mapping[str, Any]) -> str | None:
