@@ -15,6 +15,7 @@ import pytest
 
 from flodl_proto.cli import main
 from flodl_proto.errors import shown_name
+from flodl_proto.interop.registry import VectorMismatch
 from flodl_proto.interop.vectors import VectorFileError, iter_cases, run_case
 
 BUNDLED = Path(__file__).resolve().parent.parent / "flodl_proto" / "_vectors"
@@ -80,9 +81,16 @@ _HEX = "not a string of bytes in hex digits"
     ("ok", ("controller", "exited_before_client_close"), "no",
      "field 'controller.exited_before_client_close' is the string 'no', not true or false"),
     ("error", ("error", ), 3, "field 'error' is the number 3, not a string"),
+    # passed: a connection no step opens was skipped, unread
+    ("ok", ("after", 0, "conn"), 5,
+     "field 'after[0].conn' is the number 5, not a connection a connect step opens"),
+    ("error", ("after", 0, "conn"), 10**400,
+     "field 'after[0].conn' is the number <an integer of 1329 bits>, not a connection a "
+     "connect step opens"),
 ], ids=["bytes-not-hex", "bytes-number", "bytes-missing", "recv-bytes-null", "action-unknown",
         "world-size-negative", "error-prefix-missing", "error-prefix-number",
-        "error-kind-array", "exited-string", "error-number"])
+        "error-kind-array", "exited-string", "error-number", "after-not-opened",
+        "after-huge"])
 def test_a_malformed_controller_session_field_is_one_line(
         expect: str, where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +105,18 @@ def test_a_controller_session_without_the_whole_expected_error_runs() -> None:
                 if c.data["op"] == "controller_session" and c.data["expect"] == "error")
     del case.data["controller"]["error"]
     run_case(case)
+
+
+def test_a_connection_number_of_many_digits_is_shown_by_its_size() -> None:
+    """A step on a connection of a 401-digit number not open printed the number whole."""
+    case = next(c for c in iter_cases(BUNDLED)
+                if c.data["op"] == "controller_session" and c.data["expect"] == "ok")
+    case.data["steps"][1]["conn"] = 10**400
+    with pytest.raises(VectorMismatch) as e:
+        run_case(case)
+    assert str(e.value) == ("step 1 (send on connection <an integer of 1329 bits>): connection "
+                            "<an integer of 1329 bits> is not open (no connect step before, or "
+                            "closed)")
 
 
 def _connects(n: int) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:

@@ -18,10 +18,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..errors import shown
 from ..fsm.lifecycle import Outcome
 from ..runner.controller import ReferenceController
 from .jsonio import require
-from .registry import VectorMismatch, op
+from .registry import VectorMismatch, op, shown_value
 
 __all__: list[str] = []
 
@@ -78,10 +79,11 @@ def _check_outcome(case: dict[str, Any], outcome: Outcome) -> None:
                 f"controller error kind {kind!r}, want {want['error_kind']!r}")
 
 
-def _bounds_problem(case: Mapping[str, Any]) -> str | None:
+def _session_problem(case: Mapping[str, Any]) -> str | None:
     """Why a session (its fields of their kinds) holds more steps, connections or closing
-    reads than a case may (:data:`MAX_STEPS`, :data:`MAX_CONNECTIONS`), or None: a case of
-    100000 connect steps opened 100000 sockets and failed in the words of the first refused."""
+    reads than a case may (:data:`MAX_STEPS`, :data:`MAX_CONNECTIONS`: a case of 100000
+    connect steps opened 100000 sockets and failed in the words of the first refused), or
+    reads after the end on a connection no step opens (it passed, unread), or None."""
     steps = case["steps"]
     connects = sum(step["action"] == "connect" for step in steps)
     if len(steps) > MAX_STEPS:
@@ -92,13 +94,18 @@ def _bounds_problem(case: Mapping[str, Any]) -> str | None:
     if len(case["after"]) > MAX_CONNECTIONS:
         return (f"field 'after' holds {len(case['after'])} entries, more than the "
                 f"{MAX_CONNECTIONS} a case may hold")
+    opened = {step["conn"] for step in steps if step["action"] == "connect"}
+    for k, after in enumerate(case["after"]):
+        if after["conn"] not in opened:
+            return (f"field 'after[{k}].conn' is {shown_value(after['conn'])}, not a connection "
+                    "a connect step opens")
     return None
 
 
 @op("controller_session", expects=("ok", "error"),
     fields={"world_size": "u32", "salt": "hex", "steps": "array of step",
             "controller": "controller", "after": "array of after"},
-    error_fields={"controller": "controller_error"}, check=_bounds_problem)
+    error_fields={"controller": "controller_error"}, check=_session_problem)
 def _controller_session(case: dict[str, Any], version: int) -> None:
     ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
                               port=0, version=version, port_mux=False)
@@ -107,12 +114,12 @@ def _controller_session(case: dict[str, Any], version: int) -> None:
         ctl.start()
         for n, step in enumerate(case["steps"]):
             i, action = step["conn"], step["action"]
-            where = f"step {n} ({action} on connection {i})"
+            where = f"step {n} ({action} on connection {shown(i)})"
             if action == "connect":
                 socks[i] = socket.create_connection((_HOST, ctl.port), timeout=_RECV_DEADLINE)
             elif action in ("send", "recv", "close") and i not in socks:
-                raise VectorMismatch(f"{where}: connection {i} is not open (no connect step "
-                                     "before, or closed)")
+                raise VectorMismatch(f"{where}: connection {shown(i)} is not open (no connect "
+                                     "step before, or closed)")
             elif action == "send":
                 # the controller may already have closed the connection (a failed run)
                 with contextlib.suppress(OSError):
@@ -142,10 +149,10 @@ def _controller_session(case: dict[str, Any], version: int) -> None:
                 continue
             want = bytes.fromhex(after["bytes"])
             got, eof = _read(socks[i], None, time.monotonic() + _AFTER_DEADLINE)
-            require(got == want, f"connection {i} received {got.hex()} after the end, "
+            require(got == want, f"connection {shown(i)} received {got.hex()} after the end, "
                                  f"want {want.hex()}")
             if after["closed_by_controller"]:
-                require(eof, f"connection {i} was not closed by the controller")
+                require(eof, f"connection {shown(i)} was not closed by the controller")
     finally:
         for s in socks.values():
             s.close()

@@ -17,7 +17,7 @@ from ..errors import shown
 
 __all__ = ["CHECKS", "EXPECTS", "EXPECT_VALUES", "FIELDS", "OBJECTS", "OPS", "VARIANTS", "Handler",
            "NotImplementedOp", "VectorMismatch", "field_problem", "json_name", "kind_problem",
-           "op"]
+           "op", "shown_value"]
 
 #: handler signature: (case JSON object, protocol version of its file) -> None
 Handler = Callable[[dict[str, Any], int], None]
@@ -127,7 +127,8 @@ VARIANTS: dict[str, tuple[str, dict[Any, dict[str, str]]]] = {
                              "dead_count": {}, "world_size": {}}),
 }
 
-#: what every error case needs: the error kind and the start of the message it expects
+#: what every error case needs: the error kind and the start of the message it expects (and
+#: may hold: the whole message, a description shown when no error came)
 _ERROR_FIELDS: dict[str, str] = {"error_kind": "string", "error_prefix": "string",
                                  "error?": "string"}
 
@@ -194,7 +195,7 @@ def _value_problem(value: Any, path: str, kind: str) -> str | None:
     ``array of KIND``, checked item by item), or None."""
     if kind.startswith("array of "):
         if not isinstance(value, list):
-            return f"field {path!r} is {_shown(value)}, not an array"
+            return f"field {path!r} is {shown_value(value)}, not an array"
         for i, item in enumerate(value):
             problem = _value_problem(item, f"{path}[{i}]", kind[len("array of "):])
             if problem is not None:
@@ -205,19 +206,19 @@ def _value_problem(value: Any, path: str, kind: str) -> str | None:
             return None
         inner = kind[len("null or "):]
         if inner in OBJECTS and not isinstance(value, dict):
-            return f"field {path!r} is {_shown(value)}, not an object or null"
+            return f"field {path!r} is {shown_value(value)}, not an object or null"
         if inner in _KINDS and not _KINDS[inner][0](value):
-            return f"field {path!r} is {_shown(value)}, not {_KINDS[inner][1]} or null"
+            return f"field {path!r} is {shown_value(value)}, not {_KINDS[inner][1]} or null"
         return _value_problem(value, path, inner)
     if kind in OBJECTS:
         if not isinstance(value, dict):
-            return f"field {path!r} is {_shown(value)}, not an object"
+            return f"field {path!r} is {shown_value(value)}, not an object"
         problem = _fields_problem(value, OBJECTS[kind], f"{path}.")
         if problem is not None or kind not in VARIANTS:
             return problem
         tag, further = VARIANTS[kind]
         if value[tag] not in further or isinstance(value[tag], bool):
-            return (f"field {f'{path}.{tag}'!r} is {_shown(value[tag])}, not one of "
+            return (f"field {f'{path}.{tag}'!r} is {shown_value(value[tag])}, not one of "
                     + ", ".join(shown(v) for v in further))
         return _fields_problem(value, further[value[tag]], f"{path}.")
     test, words = _KINDS[kind]
@@ -225,7 +226,7 @@ def _value_problem(value: Any, path: str, kind: str) -> str | None:
     if base is not None and not _KINDS[base][0](value):  # not even a number: told as such
         words = _KINDS[base][1]
     if not test(value):
-        return f"field {path!r} is {_shown(value)}, not {words}"
+        return f"field {path!r} is {shown_value(value)}, not {words}"
     return None
 
 
@@ -253,7 +254,7 @@ def _known_kind(kind: str) -> bool:
     return kind in _KINDS or kind in OBJECTS
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A JSON value in a problem's words: ``the string '12zz'``, ``the number 3``, ``an
     array``, ``an object``, ``true``, ``null``; a long string or a number of many digits as
     :func:`~flodl_proto.errors.shown` shows it (by its ends and length, by its size)."""
