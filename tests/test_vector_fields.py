@@ -126,11 +126,11 @@ def _connects(n: int) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
 @pytest.mark.parametrize(("where", "value", "problem"), [
     # opened 100000 connections and failed with "ConnectionRefusedError: [Errno 111] ..."
     (("steps", ), _connects(100000),
-     "field 'steps' holds 100000 steps, more than the 1000 a case may hold"),
-    (("steps", ), _connects(65),
-     "field 'steps' opens 65 connections, more than the 64 a case may open"),
-    (("after", ), lambda case: case["after"] * 65,
-     "field 'after' holds 65 entries, more than the 64 a case may hold"),
+     "field 'steps' holds 100000 steps, more than the 20000 a case may hold"),
+    (("steps", ), _connects(257),
+     "field 'steps' opens 257 connections, more than the 256 a case may open"),
+    (("after", ), lambda case: case["after"] * 257,
+     "field 'after' holds 257 entries, more than the 256 a case may hold"),
 ], ids=["steps", "connections", "after"])
 def test_a_controller_session_of_too_many_steps_is_refused_ahead(
         where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,

@@ -32,10 +32,10 @@ _END_DEADLINE: Final = 5.0  # seconds the replay waits for the controller's loop
 _AFTER_DEADLINE: Final = 3.0  # seconds to read what arrives on a connection after the end
 
 #: the most steps a case may hold (the shared cases hold at most 13)
-MAX_STEPS: Final = 1000
+MAX_STEPS: Final = 20000
 #: the most connections a case may open (``connect`` steps) and read after the end (``after``
 #: entries; the shared cases open at most 2): each is a socket held open until the case ends
-MAX_CONNECTIONS: Final = 64
+MAX_CONNECTIONS: Final = 256
 
 
 def _read(sock: socket.socket, n: int | None, deadline: float) -> tuple[bytes, bool]:
