@@ -12,6 +12,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` ``write_round_fram
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -42,6 +43,9 @@ from .round_frame import (
 )
 
 __all__ = ["FrameTemplate"]
+
+_INF = math.inf
+_PACK_WEIGHT = _WEIGHT.pack_into
 
 
 class FrameTemplate:
@@ -93,7 +97,8 @@ class FrameTemplate:
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (the same bytes).
     """
 
-    __slots__ = ("_buf", "_frame", "kind", "layout", "payloads", "wire_len")
+    __slots__ = ("_buf", "_covered", "_tag", "_weight_at", "_whole", "kind", "layout",
+                 "payloads", "wire_len")
 
     def __init__(self, kind: RoundKind | int, layout: Sequence[tuple[int, tuple[int, ...]]],
                  lead: BytesLike = b"", *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
@@ -121,7 +126,13 @@ class FrameTemplate:
                 raise protocol_error("tensor.shape_unrepresentable", remote=False,
                                      shape=list(dims)) from None
         self._buf = buf
-        self._frame = (len(head), len(head) + len(body))
+        # the views :meth:`seal` writes and hashes, taken once: the whole record, the bytes the
+        # tag covers (the frame up to its tag), the tag's place; and the weight's offset
+        mv = buf.data
+        self._whole = mv
+        self._covered = mv[len(head):len(head) + len(body)]
+        self._tag = mv[len(head) + len(body):]
+        self._weight_at = len(head) + ROUND_FRAME_HEADER_LEN + 1
         self.kind = frame.kind
         self.layout = specs
         self.wire_len = len(body) + AUTH_TAG_LEN
@@ -141,13 +152,14 @@ class FrameTemplate:
             InvalidValue (local): a bad weight (``frame.bad_field``) or salt.
         """
         key = check_salt(salt)
-        w = _checked_weight(weight)
-        start, stop = self._frame
-        mv = self._buf.data
-        _WEIGHT.pack_into(mv, start + ROUND_FRAME_HEADER_LEN + 1, w)
+        # a float in range is what the weight check returns it as (``-0.0`` included); any
+        # other value (NaN, an infinity, below zero, not a float) gets the check and its error
+        w = weight if type(weight) is float and 0.0 <= weight < _INF else _checked_weight(weight)
+        mv = self._whole
+        _PACK_WEIGHT(mv, self._weight_at, w)
         mac = new_mac(key)
-        mac.update(mv[start:stop])
-        mv[stop:] = mac.digest()[:AUTH_TAG_LEN]
+        mac.update(self._covered)
+        self._tag[:] = mac.digest()[:AUTH_TAG_LEN]
         return mv
 
 
