@@ -28,12 +28,13 @@ from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
 from ..reduce.payload import Bf16Scaler
 from ..spec import U32_MAX
 
-__all__ = ["F32", "SmallLayout", "check_array", "decode_into", "fill_small", "real_argument",
-           "scaled_payload"]
+__all__ = ["BF16", "F32", "SmallLayout", "check_array", "decode_into", "fill_small",
+           "real_argument", "scaled_payload"]
 
 #: the f32 dtype, little-endian (the wire's byte order)
 F32 = np.dtype("<f4")
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+#: the bf16 dtype (``ml_dtypes.bfloat16``)
+BF16 = _BF16 = np.dtype(ml_dtypes.bfloat16)
 _U16 = np.dtype("<u2")
 _BF16_ONLY = {_BF16}
 #: a destination array's dtype -> the wire dtype tag whose payload bytes are its own bits
@@ -188,14 +189,27 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
 
     Upstream: ``cpu_reduce.rs`` (decode-into-destination).
     """
-    if len(frame.tensors) != len(arrays):
+    tensors = frame.tensors
+    if len(tensors) != len(arrays):
         raise protocol_error("client.reply_schema", index=len(arrays), reason=(
-            f"the consensus carries {len(frame.tensors)} tensors, the request {len(arrays)}"))
+            f"the consensus carries {len(tensors)} tensors, the request {len(arrays)}"))
+    # the common reply: every payload carries its destination's own bits (dtype, shape and
+    # byte count). Such a payload can fail no check of the general loop below, which would
+    # copy it bit for bit too, so it is copied at once, without the lists of that loop
+    for p, dst in zip(tensors, arrays, strict=True):
+        if (p.shape != dst.shape or p.data.nbytes != dst.nbytes
+                or p.dtype != _WIRE_TAG.get(dst.dtype)):
+            break
+    else:
+        for p, dst in zip(tensors, arrays, strict=True):
+            flat = np.frombuffer(p.data, dst.dtype)
+            dst[...] = flat if len(p.shape) == 1 else flat.reshape(p.shape)
+        return
     # every payload is checked and viewed before any destination is written: a reply that
     # fails at tensor k leaves every destination as it was, not the first k adopted
     srcs: list[npt.NDArray[Any] | None] = []
     same: list[bool] = []  # per tensor: the payload's bits are the destination's
-    for i, (p, dst) in enumerate(zip(frame.tensors, arrays, strict=True)):
+    for i, (p, dst) in enumerate(zip(tensors, arrays, strict=True)):
         data = p.data
         shape = dst.shape
         if (p.shape == shape and data.nbytes == dst.nbytes

@@ -49,6 +49,8 @@ from ..codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
+    known_round_frame,
+    read_known_frame,
     round_frame_pieces,
 )
 from ..codec.template import FrameTemplate
@@ -75,6 +77,7 @@ from ._netio_recv import HASH_STEP, recv_exact_into
 from ._netio_send import send_all
 from ._prefixed import PrefixedReader
 from ._rank_payloads import (
+    BF16,
     F32,
     SmallLayout,
     check_array,
@@ -194,8 +197,7 @@ class RankClient:
         #: the last frame's and its reply's lengths (bytes): the next reply's expected length
         self._sent_len = self._reply_len = -1
         #: the replies' reader (bytes a peer sent after a reply are kept for the next one)
-        self._reader = PrefixedReader(self._salt, None,
-                                      lambda size, _step: self._reply_buffer(size).data)
+        self._reader = PrefixedReader(self._salt, None, self._reply_view)
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -370,25 +372,40 @@ class RankClient:
                                   f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
         if head is None:
             raise protocol_error("client.reply_closed", round=self.rounds + 1)
-        n = head[1]
+        blob, n, got = head
         self._sent_len, self._reply_len = sent, n
-        try:
-            _, body, premac = reader.body(sock, head)
-        except TimeoutError:
-            raise TimeoutError(
-                f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
-            ) from None
-        except OSError as e:
-            raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
-                                  f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
-        view = head[0][:LEN_PREFIX_LEN + n]
-        self.bytes_received += LEN_PREFIX_LEN + body
-        if body < n:
-            raise protocol_error("framed_round.body_ended", length=n, got=body)
+        size = LEN_PREFIX_LEN + n
+        view = blob[:size]
+        raw = view[LEN_PREFIX_LEN:]
+        premac = None
+        if got == size:  # the whole reply came with its prefix (a small reply: one recv)
+            self.bytes_received += size
+            # a reply of a layout the frame reader remembers is checked without a parse:
+            # read_known_frame makes every check the decode below would (it hashes the frame
+            # here, as the reader's body() would have); a frame it does not vouch for, or one
+            # shorter than its prefix, goes through the decode, which gives the frame or the
+            # error (the decode hashes again: only a failing or first-of-its-layout reply)
+            known = read_known_frame(raw, self._salt, self.ceiling, None)
+            if known is not None and known[2] == n:
+                self.rounds += 1
+                return known_round_frame(known[0], known[1], raw), raw
+        else:
+            try:
+                _, body, premac = reader.body(sock, head)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"cpu_reduce: averaged frame stalled after prefix (round {self.rounds + 1})"
+                ) from None
+            except OSError as e:
+                raise ConnectionError(f"cpu_reduce: lost the relay while reading round "
+                                      f"{self.rounds + 1}'s consensus ({_os_reason(e)})") from e
+            self.bytes_received += LEN_PREFIX_LEN + body
+            if body < n:
+                raise protocol_error("framed_round.body_ended", length=n, got=body)
         res = decode_framed_round_or_eos(view, self._salt, ceiling=self.ceiling, premac=premac)
         assert res is not END_OF_STREAM
         self.rounds += 1
-        return res[0], view[LEN_PREFIX_LEN:]
+        return res[0], raw
 
     def all_reduce(self, frame: RoundFrame) -> RoundFrame:
         """Send ``frame`` as this rank's contribution and return the consensus frame.
@@ -461,6 +478,52 @@ class RankClient:
 
         Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (+ decode-into-request).
         """
+        kept = self._template
+        if (kept is not None and type(scale) is float and weight is None and wire_dtype is None
+                and (scale != 0.0 or self.version < 3)
+                and self._fits(kept.key, arrays, kind, adopt)):
+            # the arguments are those of the last small round (see _fits): every check below
+            # passes and the template branch is taken with these very values
+            with np.errstate(all="ignore"):
+                fill_small(kept, arrays, np.float32(scale))
+            reply, raw = self._exchange(kept.template, scale, kept.prefix)
+            arrs: Sequence[npt.NDArray[Any]] = arrays
+        else:
+            reply, raw, arrs = self._scaled_round(arrays, scale, kind, weight, wire_dtype, adopt)
+        adopted = False
+        if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
+            decode_into(reply, arrs)
+            adopted = True
+        stages.mark("rank", self.rounds - 1, "reply_parsed")
+        self.last_reply = ReduceReply(reply, raw, adopted)
+        return self.last_reply
+
+    def _fits(self, key: tuple[Any, ...], arrays: Sequence[npt.NDArray[Any]],
+              kind: RoundKind | int, adopt: bool) -> bool:
+        """Whether a round of ``arrays``, ``kind`` and ``adopt`` (and a float scale, the default
+        weight and wire dtype) takes the template branch of :meth:`_scaled_round` with the kept
+        layout ``key`` without any check there failing: the client is open, ``kind`` is the
+        layout's :class:`RoundKind`, the client's wire dtype and ceiling are the layout's, and
+        ``arrays`` is a list or tuple of NumPy arrays (not a subclass) of the layout's shapes,
+        f32 or bf16, writable when ``adopt``. Then :func:`check_array` would give each array
+        back as it is, and nothing else of that method depends on the arguments. Any other
+        round (False) goes through :meth:`_scaled_round`, which raises what it raises."""
+        if (self._sock is None or kind is not key[0] or self.ceiling != key[2]
+                or (kind is RoundKind.MODEL and self.wire_dtype is not key[1])
+                or (type(arrays) is not list and type(arrays) is not tuple)
+                or len(arrays) != len(key) - 3):
+            return False
+        for a, shape in zip(arrays, key[3:], strict=True):
+            if (type(a) is not np.ndarray or (a.dtype is not F32 and a.dtype is not BF16)
+                    or a.shape != shape or (adopt and not a.flags.writeable)):
+                return False
+        return True
+
+    def _scaled_round(self, arrays: Sequence[npt.NDArray[Any]], scale: float,
+                      kind: RoundKind | int, weight: float | None, wire_dtype: Dtype | int | None,
+                      adopt: bool) -> tuple[RoundFrame, memoryview, list[npt.NDArray[Any]]]:
+        """The round of :meth:`all_reduce_scaled` with every argument checked: the consensus,
+        its wire bytes and the checked arrays."""
         self._open_socket()
         try:
             kind_e = kind if isinstance(kind, RoundKind) else RoundKind(kind)
@@ -492,13 +555,7 @@ class RankClient:
                 tensors = [scaled_payload(a, wire, f, self._scratch_for(i, a))
                            for i, a in enumerate(arrs)]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
-        adopted = False
-        if adopt and (reply.kind is RoundKind.CONTROL or reply.weight > 0.0):
-            decode_into(reply, arrs)
-            adopted = True
-        stages.mark("rank", self.rounds - 1, "reply_parsed")
-        self.last_reply = ReduceReply(reply, raw, adopted)
-        return self.last_reply
+        return reply, raw, arrs
 
     def _template_for(self, kind: RoundKind, wire: Dtype, arrs: list[npt.NDArray[Any]]
                       ) -> SmallLayout | None:
@@ -518,6 +575,10 @@ class RankClient:
                            Bf16Scaler(tpl.payloads) if wire is Dtype.BF16 else None)
         self._template = kept
         return kept
+
+    def _reply_view(self, size: int, _step: int) -> memoryview:
+        """The reader's buffer callback: a view of :meth:`_reply_buffer` ``(size)``."""
+        return self._reply_buffer(size).data
 
     def _reply_buffer(self, size: int) -> npt.NDArray[np.uint8]:
         """A ``size``-byte buffer for the next reply: an earlier reply's when nothing references
