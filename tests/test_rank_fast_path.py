@@ -356,3 +356,19 @@ def test_seal_refuses_the_weights_a_frame_refuses(weight: Any) -> None:
         tpl.seal(weight, SALT)
     assert str(got.value) == str(want.value)
     assert bytes(tpl.seal(1.0, SALT)) == before
+
+
+# -- the reply object ------------------------------------------------------------------------------
+def test_the_reply_object_is_the_dataclass_built_by_its_constructor() -> None:
+    import dataclasses
+
+    f = _frame(1.0)
+    raw = memoryview(b"abc")
+    fast = rank_mod._new_reply(f, raw, True)
+    want = rank_mod.ReduceReply(f, raw, True)
+    assert type(fast) is rank_mod.ReduceReply
+    assert [getattr(fast, k.name) for k in dataclasses.fields(want)] == [f, raw, True]
+    assert fast.frame is f and fast.raw is raw and fast.adopted is True
+    assert repr(fast) == repr(want) and fast.weight == want.weight == 2.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.adopted = False  # type: ignore[misc]

@@ -146,6 +146,22 @@ class ReduceReply:
         return out
 
 
+_set_frame: Any = vars(ReduceReply)["frame"].__set__
+_set_raw: Any = vars(ReduceReply)["raw"].__set__
+_set_adopted: Any = vars(ReduceReply)["adopted"].__set__
+
+
+def _new_reply(frame: RoundFrame, raw: memoryview, adopted: bool) -> ReduceReply:
+    """``ReduceReply(frame, raw, adopted)`` without the frozen dataclass's ``__init__`` (its
+    fields are set through their slots, as that ``__init__`` sets them with
+    ``object.__setattr__``; nothing is checked there either): the reply of every round."""
+    got: ReduceReply = object.__new__(ReduceReply)
+    _set_frame(got, frame)
+    _set_raw(got, raw)
+    _set_adopted(got, adopted)
+    return got
+
+
 class RankClient:
     """A rank's data-channel connection to its host relay (or to anything speaking the
     relay's loopback side).
@@ -495,8 +511,8 @@ class RankClient:
             decode_into(reply, arrs)
             adopted = True
         stages.mark("rank", self.rounds - 1, "reply_parsed")
-        self.last_reply = ReduceReply(reply, raw, adopted)
-        return self.last_reply
+        self.last_reply = got = _new_reply(reply, raw, adopted)
+        return got
 
     def _fits(self, key: tuple[Any, ...], arrays: Sequence[npt.NDArray[Any]],
               kind: RoundKind | int, adopt: bool) -> bool:
