@@ -373,6 +373,13 @@ class RankClient:
         loopback streams' reader (:class:`~flodl_proto.runner._prefixed.PrefixedReader`) reads
         it: one ``recv`` for a small reply of the expected length, bytes a peer sent after a
         reply kept for the next one, a larger reply's prefix, then its body hashed in steps.
+
+        A reply that came whole with its prefix, of a layout the frame reader remembers, is
+        read by :func:`~flodl_proto.codec.round_frame.read_known_frame` (every check of the
+        decode, without the parse) when it fills its prefix; any other reply, and one that
+        fails a check there, goes through
+        :func:`~flodl_proto.codec.loopback.decode_framed_round_or_eos`, which gives the same
+        frame or the error (the shortcut must agree with it: tests/test_rank_fast_path.py).
         """
         expect = self._reply_len if sent == self._sent_len else sent
         reader = self._reader
@@ -396,11 +403,10 @@ class RankClient:
         premac = None
         if got == size:  # the whole reply came with its prefix (a small reply: one recv)
             self.bytes_received += size
-            # a reply of a layout the frame reader remembers is checked without a parse:
-            # read_known_frame makes every check the decode below would (it hashes the frame
-            # here, as the reader's body() would have); a frame it does not vouch for, or one
-            # shorter than its prefix, goes through the decode, which gives the frame or the
-            # error (the decode hashes again: only a failing or first-of-its-layout reply)
+            # read_known_frame hashes the frame here, as the reader's body() would have; a
+            # frame it does not vouch for, or one shorter than its prefix, goes through the
+            # decode below, which hashes it again (only a failing reply: a reply of a layout
+            # not remembered yet is not hashed here)
             known = read_known_frame(raw, self._salt, self.ceiling, None)
             if known is not None and known[2] == n:
                 self.rounds += 1
