@@ -1156,7 +1156,8 @@ def test_round_deadline_is_off_by_default_and_a_complete_round_resets_it() -> No
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_round_deadline_must_be_a_positive_number(bad: float) -> None:
-    with pytest.raises(LocalProtocolError, match="round_timeout must be a positive number"):
+    with pytest.raises(LocalProtocolError,
+                       match="round_timeout must be a finite number of seconds above 0"):
         ControllerCore(2, SALT, round_timeout=bad)
 
 

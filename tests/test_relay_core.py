@@ -609,7 +609,8 @@ def test_rank_deadline_is_off_by_default_and_validated() -> None:
     assert core.next_deadline() is None and core.tick(1e9) == []
     assert core.fold.alive_ranks == (0, 1, 2)
     for bad in (0.0, -2.0, float("nan")):
-        with pytest.raises(InvalidValue, match="rank_timeout must be a positive number"):
+        with pytest.raises(InvalidValue,
+                           match="rank_timeout must be a finite number of seconds above 0"):
             RelayCore((0,), 1, SALT, rank_timeout=bad)
 
 
