@@ -20,6 +20,7 @@ Upstream: ``flodl/src/distributed/relay/mux.rs`` (``MuxRecord``, ``RelayControlM
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Sequence
@@ -268,6 +269,22 @@ class MuxHeader:
     auth_tag: bytes
 
 
+#: the slots' descriptors' setters of MuxHeader (as MuxRecord's above), in field order
+_set_h_kind, _set_h_rank, _set_h_len, _set_h_tag = (
+    MuxHeader.__dict__[f.name].__set__ for f in dataclasses.fields(MuxHeader))
+
+
+def _header(kind: int, rank: int, payload_len: int, tag: bytes) -> MuxHeader:
+    """``MuxHeader(kind, rank, payload_len, tag)`` built without the frozen dataclass's
+    per-field ``object.__setattr__`` (a reader builds one per record)."""
+    hdr = object.__new__(MuxHeader)
+    _set_h_kind(hdr, kind)
+    _set_h_rank(hdr, rank)
+    _set_h_len(hdr, payload_len)
+    _set_h_tag(hdr, tag)
+    return hdr
+
+
 def _header_bytes(kind: int, rank: int, payload_len: int, tag: bytes) -> bytes:
     return _MUX_HEADER.pack(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION, kind, rank, payload_len,
                             bytes(tag))
@@ -449,7 +466,7 @@ def parse_mux_header_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEI
     if payload_len > ceiling:
         raise protocol_error("mux.payload_too_large", length=payload_len, ceiling=ceiling,
                              kind=kind, rank=rank)
-    return MuxHeader(kind, rank, payload_len, tag)
+    return _header(kind, rank, payload_len, tag)
 
 
 def decode_mux_record(
@@ -567,6 +584,43 @@ def read_mux_record_or_eos(
     else:
         raise protocol_error("mux.bad_field", field="header", value=type(header).__name__,
                              reason="not a MuxHeader (parse_mux_header's result) or None")
+    return read_headed_record(mv, salt, version, premac, hdr)
+
+
+def header_or_none(mv: memoryview, ceiling: int) -> MuxHeader | None:
+    """The header at the start of ``mv``, which holds at least its 25 bytes, or None where
+    :func:`parse_mux_header` would raise (bad magic, bad version, ``payload_len`` above
+    ``ceiling``; which error is for the stream to tell): a reader's check of a header it has
+    just read, before reading the payload.
+
+    The fast form of :func:`parse_mux_header` for callers whose arguments are already right:
+    ``mv`` a flat unsigned-byte memoryview of at least 25 bytes, ``ceiling`` a checked
+    non-negative int (nothing of either is checked here). For such arguments it returns what
+    :func:`parse_mux_header` returns, and None exactly when that raises.
+
+    Upstream: ``relay/mux.rs`` ``read_record`` (its header checks).
+    """
+    magic, version, kind, rank, payload_len, tag = _MUX_HEADER.unpack_from(mv, 0)
+    if magic != MUX_RECORD_MAGIC or version != MUX_PROTOCOL_VERSION or payload_len > ceiling:
+        return None
+    return _header(kind, rank, payload_len, tag)
+
+
+def read_headed_record(mv: memoryview, salt: bytes | None, version: int,
+                       premac: Premac | None, hdr: MuxHeader
+                       ) -> tuple[MuxRecord, MuxHeader, int]:
+    """The part of :func:`read_mux_record_or_eos` after its argument checks and header parse:
+    the length, tag, kind and body checks of the record ``hdr`` heads at the start of ``mv``.
+
+    For callers whose arguments are already right (a stream with a checked version, a
+    flat unsigned-byte memoryview, a :class:`MuxHeader` from :func:`parse_mux_header` or
+    :func:`header_or_none` for ``mv``'s first 25 bytes); :func:`read_mux_record_or_eos` runs it
+    after checking them, so both give the same records and the same errors.
+
+    Raises:
+        TruncatedInput, AuthenticationError, InvalidValue (remote): as
+        :func:`read_mux_record_or_eos`.
+    """
     end = MUX_HEADER_LEN + hdr.payload_len
     if len(mv) < end:
         raise protocol_error("mux.truncated", got=len(mv), need=end)

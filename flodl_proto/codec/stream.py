@@ -42,6 +42,7 @@ Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
@@ -80,6 +81,7 @@ from .mux import (
     RecordKind,
     decode_mux_record,
     parse_mux_header_or_eos,
+    read_headed_record,
     read_mux_record_or_eos,
 )
 from .round_frame import (
@@ -300,6 +302,23 @@ class RecordReceived:
     header: MuxHeader
 
 
+#: the slots' descriptors' setters of RecordReceived, in field order
+_set_record, _set_frame, _set_nbytes, _set_header = (
+    RecordReceived.__dict__[f.name].__set__ for f in dataclasses.fields(RecordReceived))
+
+
+def _received(record: MuxRecord, frame: RoundFrame | EndOfStream | ProtocolError | None,
+              nbytes: int, header: MuxHeader) -> RecordReceived:
+    """``RecordReceived(record, frame, nbytes, header)`` built without the frozen dataclass's
+    per-field ``object.__setattr__`` (one per record)."""
+    ev = object.__new__(RecordReceived)
+    _set_record(ev, record)
+    _set_frame(ev, frame)
+    _set_nbytes(ev, nbytes)
+    _set_header(ev, header)
+    return ev
+
+
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
     """The peer closed the connection at a record boundary or inside a 25-byte record header
@@ -467,7 +486,8 @@ class MuxStream:
                 self._drain_buffer(events)
             elif (header is not None and self._magic is None and not self._copy
                   and mv.nbytes == MUX_HEADER_LEN + header.payload_len
-                  and header.payload_len <= self.payload_limit):
+                  and (header.payload_len <= self._ceiling if self._hello_limit is None
+                       else header.payload_len <= self.payload_limit)):
                 # exactly the one whole record the runner read (its header in hand): decoded
                 # as _parse_in_place would decode it, without walking the chunk
                 self._decode_one(mv, events, premac, frame_premac, header)
@@ -535,9 +555,14 @@ class MuxStream:
             self._magic = None
             events.append(MagicReceived())
             return
+        res: tuple[MuxRecord, MuxHeader, int] | EndOfStream
         try:
-            res = read_mux_record_or_eos(mv, self._salt, version=self._version,
-                                         ceiling=self._ceiling, premac=premac, header=header)
+            if type(header) is MuxHeader:  # read_mux_record_or_eos's arguments are checked
+                res = read_headed_record(mv, self._salt, self._version, premac, header)
+            else:
+                res = read_mux_record_or_eos(mv, self._salt, version=self._version,
+                                             ceiling=self._ceiling, premac=premac,
+                                             header=header)
         except ProtocolError:
             if self._first and self._salt is not None:
                 self._hint = other_version_hello(mv, self._salt, self._version)
@@ -560,7 +585,7 @@ class MuxStream:
                     frame = decoded if decoded is END_OF_STREAM else decoded[0]
             except ProtocolError as e:
                 frame = e
-        events.append(RecordReceived(record, frame, n, header))
+        events.append(_received(record, frame, n, header))
 
     def _parse_in_place(self, mv: memoryview, events: list[StreamEvent],
                         premac: Premac | None = None,

@@ -24,7 +24,7 @@ from typing import Final
 
 from ..codec._common import unviewed
 from ..codec.auth import PARALLEL_MAC_MIN
-from ..codec.mux import parse_mux_header
+from ..codec.mux import header_or_none
 from ..codec.plans import record_macs
 from ..codec.stream import MuxStream, StreamEvent
 from ..errors import ProtocolError
@@ -143,10 +143,9 @@ def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starv
         events = stream.feed(view[:got])
         del view
         return events + stream.feed_eof()
-    try:
-        hdr = parse_mux_header(view[:MUX_HEADER_LEN], ceiling=ceiling)
-    except ProtocolError:
-        return stream.feed(view[:MUX_HEADER_LEN])  # reports the same error
+    hdr = header_or_none(view, ceiling)  # None: parse_mux_header would raise
+    if hdr is None:
+        return stream.feed(view[:MUX_HEADER_LEN])  # reports that error
     if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
         return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
     # MACs computed as the payload arrives: the record's here, a large HostFrame's inner

@@ -1,0 +1,215 @@
+"""The fast forms on the controller's small-record path agree with the general ones they stand
+for: ``mux.header_or_none`` with ``parse_mux_header`` (the header, or None exactly where that
+raises), ``mux.read_headed_record`` with ``read_mux_record_or_eos`` (records and errors),
+``MuxStream.feed`` with a parsed header with the same feed without one (events and errors), and
+the per-record builders of frozen dataclasses with their constructors."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flodl_proto.codec import stream as stream_mod
+from flodl_proto.codec.auth import Premac, new_mac
+from flodl_proto.codec.mux import (
+    Hello,
+    MuxHeader,
+    MuxRecord,
+    RecordKind,
+    _header,
+    encode_frame_record,
+    encode_mux_record_bytes,
+    header_or_none,
+    parse_mux_header,
+    read_headed_record,
+    read_mux_record_or_eos,
+)
+from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.codec.stream import MuxStream, RecordReceived, StreamFailed
+from flodl_proto.codec.structs import PACKED
+from flodl_proto.errors import ProtocolError
+from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
+
+SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
+#: magic, version, kind, rank, payload_len, tag
+_HEAD = PACKED["MUX_HEADER"]
+
+
+def _frame() -> RoundFrame:
+    rng = np.random.default_rng(7)
+    return RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload.from_array(
+        rng.standard_normal(n).astype(np.float32)) for n in (3, 5)])
+
+
+def _host_frame() -> bytes:
+    return b"".join(bytes(memoryview(p))
+                    for p in encode_frame_record(RecordKind.HOST_FRAME, _frame(), SALT))
+
+
+def _records() -> dict[str, bytes]:
+    """Whole records, sound and broken, of each kind the controller reads."""
+    hf = _host_frame()
+    hello = encode_mux_record_bytes(MuxRecord.control_msg(Hello("h", [0, 1]), 2), SALT)
+    data = encode_mux_record_bytes(MuxRecord.data(3, b"abc"), SALT)
+    bad_tag = bytearray(hf)
+    bad_tag[20] ^= 1
+    bad_body = bytearray(hf)
+    bad_body[-30] ^= 1  # the record tag no longer matches
+    unknown = bytearray(data)
+    unknown[8] = 9  # kind 9: the tag fails first (the kind byte is covered)
+    return {"host_frame": hf, "hello": hello, "data": data, "bad_tag": bytes(bad_tag),
+            "bad_body": bytes(bad_body), "unknown_kind": bytes(unknown)}
+
+
+def _outcome(fn: Any, *args: Any, **kw: Any) -> Any:
+    try:
+        res = fn(*args, **kw)
+    except ProtocolError as e:
+        return (type(e), e.error_id, str(e))
+    rec, hdr, n = res
+    return (rec.kind, rec.rank, bytes(rec.payload), rec.control, hdr, n)
+
+
+# -- header_or_none ------------------------------------------------------------------------------
+def _head(magic: int, version: int, kind: int, rank: int, length: int) -> bytes:
+    return _HEAD.pack(magic, version, kind, rank, length, bytes(range(8)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(magic=st.sampled_from([MUX_RECORD_MAGIC, MUX_RECORD_MAGIC ^ 1, 0]),
+       version=st.sampled_from([MUX_PROTOCOL_VERSION, MUX_PROTOCOL_VERSION + 1, 0]),
+       kind=st.integers(0, 255), rank=st.integers(0, 2**32 - 1),
+       length=st.integers(0, 2**32 - 1), ceiling=st.integers(0, 2**32))
+def test_header_or_none_is_parse_mux_header_or_none_where_it_raises(
+        magic: int, version: int, kind: int, rank: int, length: int, ceiling: int) -> None:
+    raw = bytearray(_head(magic, version, kind, rank, length) + b"tail")
+    try:
+        want: MuxHeader | None = parse_mux_header(raw, ceiling=ceiling)
+    except ProtocolError:
+        want = None
+    assert header_or_none(memoryview(raw), ceiling) == want
+
+
+@pytest.mark.parametrize("length,ceiling,accepted", [(10, 10, True), (11, 10, False),
+                                                     (0, 0, True)])
+def test_header_or_none_takes_the_ceiling_itself(length: int, ceiling: int,
+                                                 accepted: bool) -> None:
+    raw = _head(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION, 2, 0, length)
+    got = header_or_none(memoryview(raw), ceiling)
+    assert (got is not None) is accepted
+    if accepted:
+        assert got == MuxHeader(2, 0, length, bytes(range(8)))
+
+
+def test_header_or_none_refuses_a_bad_magic_and_a_bad_version() -> None:
+    good = _head(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION, 1, 0, 4)
+    assert header_or_none(memoryview(good), 100) == MuxHeader(1, 0, 4, bytes(range(8)))
+    for raw in (_head(MUX_RECORD_MAGIC + 1, MUX_PROTOCOL_VERSION, 1, 0, 4),
+                _head(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION + 1, 1, 0, 4)):
+        assert header_or_none(memoryview(raw), 100) is None
+        with pytest.raises(ProtocolError):
+            parse_mux_header(raw, ceiling=100)
+
+
+# -- read_headed_record --------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(_records()))
+@pytest.mark.parametrize("premac", [False, True])
+@pytest.mark.parametrize("cut", [0, 1])
+def test_read_headed_record_is_read_mux_record_or_eos(name: str, premac: bool,
+                                                      cut: int) -> None:
+    wire = _records()[name]
+    mv = memoryview(wire)[:len(wire) - cut]  # cut: a truncated record
+    hdr = parse_mux_header(mv)
+    pm = None
+    if premac:
+        mac = new_mac(SALT)
+        mac.update(mv[:17])
+        mac.update(mv[25:])
+        pm = Premac(len(mv) - 8, mac.digest())
+    fast = _outcome(read_headed_record, mv, SALT, 2, pm, hdr)
+    general = _outcome(read_mux_record_or_eos, mv, SALT, version=2, premac=pm, header=hdr)
+    assert fast == general
+    unparsed = _outcome(read_mux_record_or_eos, mv, SALT, version=2, premac=pm)
+    assert fast == unparsed
+    if name in ("host_frame", "hello", "data") and not cut:
+        assert not isinstance(fast[0], type) or not issubclass(fast[0], ProtocolError)
+    else:
+        assert issubclass(fast[0], ProtocolError)
+
+
+def test_read_headed_record_without_a_salt_skips_the_tag_as_the_general_form() -> None:
+    wire = _records()["bad_tag"]
+    hdr = parse_mux_header(wire)
+    fast = _outcome(read_headed_record, memoryview(wire), None, 2, None, hdr)
+    assert fast == _outcome(read_mux_record_or_eos, wire, None, version=2, header=hdr)
+    assert fast[0] is RecordKind.HOST_FRAME
+
+
+# -- MuxStream.feed with a parsed header ----------------------------------------------------------
+def _events(wire: bytes, with_header: bool) -> list[Any]:
+    s = MuxStream(SALT, expect_magic=None)
+    hdr = parse_mux_header(wire) if with_header else None
+    out: list[Any] = []
+    for ev in s.feed(memoryview(wire), header=hdr):
+        if isinstance(ev, StreamFailed):
+            out.append(("failed", type(ev.error), str(ev.error)))
+        else:
+            assert isinstance(ev, RecordReceived)
+            f = ev.frame
+            out.append((ev.record.kind, bytes(ev.record.payload), ev.record.control, ev.nbytes,
+                        ev.header, f if not isinstance(f, ProtocolError) else str(f)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_records()))
+def test_a_stream_gives_the_same_events_with_and_without_the_header(name: str) -> None:
+    wire = _records()[name]
+    assert _events(wire, True) == _events(wire, False)
+
+
+def test_a_stream_with_a_header_reads_through_the_fast_form(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = read_headed_record
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(stream_mod, "read_headed_record", counted)
+    wire = _records()["host_frame"]
+    [ev] = MuxStream(SALT, expect_magic=None).feed(wire, header=parse_mux_header(wire))
+    assert isinstance(ev, RecordReceived) and ev.frame == _frame()
+    assert calls == [1]
+
+
+def test_a_header_that_is_no_mux_header_is_refused_as_before() -> None:
+    wire = _records()["host_frame"]
+    hdr = parse_mux_header(wire)
+    fake = type("Fake", (), {"payload_len": hdr.payload_len, "kind": hdr.kind,
+                             "rank": hdr.rank, "auth_tag": hdr.auth_tag})()
+    [ev] = MuxStream(SALT, expect_magic=None).feed(wire, header=fake)
+    assert isinstance(ev, StreamFailed)
+    assert ev.error.error_id == "mux.bad_field"
+
+
+# -- builders ------------------------------------------------------------------------------------
+def _fields(obj: Any) -> tuple[Any, ...]:
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+def test_the_codec_builders_equal_the_constructors() -> None:
+    assert _header(2, 7, 40, b"12345678") == MuxHeader(2, 7, 40, b"12345678")
+    rec = MuxRecord.data(1, b"x")
+    hdr = MuxHeader(0, 1, 1, bytes(8))
+    ev = stream_mod._received(rec, None, 26, hdr)
+    assert type(ev) is RecordReceived
+    assert _fields(ev) == _fields(RecordReceived(rec, None, 26, hdr))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ev.nbytes = 1  # type: ignore[misc]
+
