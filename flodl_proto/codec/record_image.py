@@ -52,10 +52,12 @@ _WEIGHT_AT: Final = MUX_HEADER_LEN + ROUND_FRAME_HEADER_LEN + 1
 class _Image:
     """One record's bytes and where its payloads sit (found by the frame reader's own walk)."""
 
-    __slots__ = ("buf", "frame_end", "spans")
+    __slots__ = ("buf", "frame_end", "mac", "spans")
 
-    def __init__(self, parts: list[BytesLike]) -> None:
+    def __init__(self, parts: list[BytesLike], salt: bytes) -> None:
         self.buf = bytearray(b"".join(parts))
+        #: a MAC keyed with the image's salt (part of its key), copied for each tag
+        self.mac = new_mac(salt)
         mv = memoryview(self.buf)
         walk = _FrameWalk(len(self.buf))
         walk.advance(mv[MUX_HEADER_LEN:], partial=False)
@@ -65,20 +67,20 @@ class _Image:
         self.spans = tuple([(i, MUX_HEADER_LEN + at, MUX_HEADER_LEN + at + n)
                             for i, (_, _, at, n) in enumerate(walk.entries) if n])
 
-    def fill(self, frame: RoundFrame, salt: bytes) -> memoryview:
-        """Write ``frame``'s payloads, weight and both tags; return the whole record, read-only
-        (a write through it would stay in the image: the next records of the layout would carry
-        it, signed)."""
+    def fill(self, frame: RoundFrame) -> memoryview:
+        """Write ``frame``'s payloads, weight and both tags (keyed with the image's salt);
+        return the whole record, read-only (a write through it would stay in the image: the
+        next records of the layout would carry it, signed)."""
         mv = memoryview(self.buf)
         tensors = frame.tensors
         for i, a, b in self.spans:
             mv[a:b] = tensors[i].data
         _WEIGHT.pack_into(mv, _WEIGHT_AT, frame.weight)
         end = self.frame_end
-        inner = new_mac(salt)
+        inner = self.mac.copy()
         inner.update(mv[MUX_HEADER_LEN:end])
         mv[end:] = inner.digest()[:AUTH_TAG_LEN]
-        outer = new_mac(salt)
+        outer = self.mac.copy()
         outer.update(mv[:MUX_AUTH_COVERED_HEADER_LEN])
         outer.update(mv[MUX_HEADER_LEN:])
         mv[MUX_AUTH_COVERED_HEADER_LEN:MUX_HEADER_LEN] = outer.digest()[:AUTH_TAG_LEN]
@@ -131,7 +133,7 @@ class FrameRecordImages:
                    *[(t.dtype, t.shape, t.data.nbytes) for t in frame.tensors])
             image = self._images.get(key)
             if image is not None and unviewed(image.buf):
-                return [image.fill(frame, salt)]
+                return [image.fill(frame)]
         parts = encode_frame_record(kind, frame, salt, ceiling=ceiling,
                                     mac_executor=mac_executor)
         if (key is not None
@@ -141,7 +143,7 @@ class FrameRecordImages:
             if key not in images and len(images) >= IMAGES_KEPT:
                 del images[next(iter(images))]
             try:
-                image = _Image(parts)
+                image = _Image(parts, key[1])  # the salt, of type bytes
             except ProtocolError:  # pragma: no cover - the walk reads what the encoder wrote
                 return parts
             images[key] = image
