@@ -33,6 +33,8 @@ from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.stream import MuxStream, RecordReceived, StreamFailed
 from flodl_proto.codec.structs import PACKED
 from flodl_proto.errors import ProtocolError
+from flodl_proto.fsm import controller_core
+from flodl_proto.fsm.events import RoundScattered, SendKind, SendTo
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
@@ -213,3 +215,11 @@ def test_the_codec_builders_equal_the_constructors() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         ev.nbytes = 1  # type: ignore[misc]
 
+
+def test_the_core_builders_equal_the_constructors() -> None:
+    bufs = (b"abc",)
+    built = controller_core._broadcast_to(3, bufs, 3, 9)
+    made = SendTo(3, bufs, SendKind.BROADCAST, 3, 9)
+    assert type(built) is SendTo and _fields(built) == _fields(made)
+    assert (controller_core._scattered(9, "model", 2.5, 100, 2, 3)
+            == RoundScattered(9, "model", 2.5, 100, 2, 3))

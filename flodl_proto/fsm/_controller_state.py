@@ -89,22 +89,25 @@ class _AliveRelays:
     or the relay list has grown: ranks never come back to life, so the ledger's size names its
     content (the round wait asks several times per input; each scan took a lock per rank)."""
 
-    __slots__ = ("_indexes", "_key", "_relays")
+    __slots__ = ("_dead", "_indexes", "_known", "_relays")
 
     def __init__(self) -> None:
-        self._key = (-1, -1)
+        self._dead = -1  # the ledger's size and the relay count the lists were made for
+        self._known = -1
         self._relays: list[_Relay] = []
         self._indexes: set[int] = set()
 
     def get(self, ledger: DeadRanks, relays: list[_Relay]) -> tuple[list[_Relay], set[int]]:
         """The alive relays in ``relays``' order, and their indexes (not to be modified)."""
-        key = (ledger.dead_count(), len(relays))
-        if key != self._key:
-            # the count is read first: a death in between is in ``dead`` and changes the next key
+        dead_count = ledger.dead_count()
+        if dead_count != self._dead or len(relays) != self._known:
+            # the count is read first: a death in between is in ``dead`` and changes the next
+            # count
             dead = set(ledger.dead_ranks())
             self._relays = [r for r in relays if any(x not in dead for x in r.ranks)]
             self._indexes = {r.index for r in self._relays}
-            self._key = key
+            self._dead = dead_count
+            self._known = len(relays)
         return self._relays, self._indexes
 
 

@@ -72,6 +72,7 @@ Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -142,6 +143,40 @@ REDUCE_POLL: Final = SPEC.timeout("REDUCE_POLL")
 _KIND_NAMES: Final = {k: k.name.lower() for k in RoundKind}
 #: the events whose bytes count in ``bytes_in``
 _COUNTED: Final = (MagicReceived, RecordReceived)
+
+# the two actions of every round, built without their frozen dataclasses' per-field
+# ``object.__setattr__``: the slots' descriptors' setters, in field order (a field added to
+# either class fails the unpacking in the builders below)
+_SEND_SET = tuple(SendTo.__dict__[f.name].__set__ for f in dataclasses.fields(SendTo))
+_SCATTERED_SET = tuple(RoundScattered.__dict__[f.name].__set__
+                       for f in dataclasses.fields(RoundScattered))
+
+
+def _broadcast_to(conn: int, buffers: tuple[BytesLike, ...], nbytes: int,
+                  round_no: int) -> SendTo:
+    """``SendTo(conn, buffers, SendKind.BROADCAST, nbytes, round_no)``."""
+    a = object.__new__(SendTo)
+    s_conn, s_buffers, s_kind, s_nbytes, s_round = _SEND_SET
+    s_conn(a, conn)
+    s_buffers(a, buffers)
+    s_kind(a, SendKind.BROADCAST)
+    s_nbytes(a, nbytes)
+    s_round(a, round_no)
+    return a
+
+
+def _scattered(round_no: int, kind: str, weight: float, nbytes: int, relays: int,
+               contributors: int) -> RoundScattered:
+    """``RoundScattered(round_no, kind, weight, nbytes, relays, contributors)``."""
+    n = object.__new__(RoundScattered)
+    s_round, s_kind, s_weight, s_nbytes, s_relays, s_contributors = _SCATTERED_SET
+    s_round(n, round_no)
+    s_kind(n, kind)
+    s_weight(n, weight)
+    s_nbytes(n, nbytes)
+    s_relays(n, relays)
+    s_contributors(n, contributors)
+    return n
 
 
 class ControllerCore(_ControllerRelays):
@@ -515,6 +550,7 @@ class ControllerCore(_ControllerRelays):
         """The round wait: end when no relay is alive, reduce when complete, else forward dead
         ranks (upstream: ``wait_for_round`` and its poll hook)."""
         lifecycle = self.lifecycle
+        alive = self._alive_relays
         while lifecycle.state == LifecycleState.REDUCING:
             if self._pending_exit is not None:
                 event, detail = self._pending_exit
@@ -523,7 +559,7 @@ class ControllerCore(_ControllerRelays):
             if self._pending_error is not None:
                 self._fail(*self._pending_error)
                 return
-            expected = self._expected()
+            expected = alive.get(self.dead_ranks, self._relays)[0]  # _expected(), inlined
             if not expected:
                 dead = ",".join(map(str, self.dead_ranks.dead_ranks()))
                 self._finish(LifecycleEvent.ALL_DEAD,
@@ -574,7 +610,8 @@ class ControllerCore(_ControllerRelays):
         for r in relays:
             r.frame = None
         del frames
-        nbytes = sum([len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers])
+        nbytes = sum([b.nbytes if type(b) is memoryview else
+                      len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers])
         sent = 0
         round_no = self.rounds + 1
         conns = self._conns
@@ -582,11 +619,11 @@ class ControllerCore(_ControllerRelays):
         for r in expected:
             c = conns[r.conn]
             if not c.closed:  # _send, inlined (the one Broadcast of every relay of every round)
-                actions.append(SendTo(c.id, buffers, SendKind.BROADCAST, nbytes, round_no))
+                actions.append(_broadcast_to(c.id, buffers, nbytes, round_no))
                 sent += 1
         self.bytes_out += nbytes * sent
-        notice = RoundScattered(round_no, _KIND_NAMES[consensus.kind], consensus.weight,
-                                nbytes, sent, len(expected))
+        notice = _scattered(round_no, _KIND_NAMES[consensus.kind], consensus.weight, nbytes,
+                            sent, len(expected))
         self.rounds += 1
         self.last_round = notice
         self._actions.append(notice)

@@ -468,16 +468,16 @@ class ReferenceController:
             if isinstance(a, SendTo):
                 if not self._send(a, t0) and a.round is not None:
                     broadcasts[a.round] = broadcasts.get(a.round, 0) + 1
-            elif isinstance(a, CloseConnection):
-                self._close_conn(a.conn, a.reason, drain=a.drain)
-            elif isinstance(a, RelayJoined):
-                self._notify(a)
-            elif isinstance(a, RoundScattered):
+            elif isinstance(a, RoundScattered):  # second: a round's actions are these two
                 n = broadcasts.pop(a.round, 0)
                 if n:
                     self._scatters[a.round] = Scatter(a, t0, n)
                 else:
                     self._report(a, t0)
+            elif isinstance(a, CloseConnection):
+                self._close_conn(a.conn, a.reason, drain=a.drain)
+            elif isinstance(a, RelayJoined):
+                self._notify(a)
             elif isinstance(a, CheckpointWindow):
                 self._ckpt_queue.put(a)
             elif isinstance(a, StopAccepting):
