@@ -32,6 +32,7 @@ from .round_frame import RoundFrame, decode_round_frame_or_eos, encode_round_fra
 from .structs import PACKED
 
 _LEN_PREFIX = PACKED["LEN_PREFIX"]  # the precompiled LEN_PREFIX declaration
+_LEN_PREFIX_UNPACK = _LEN_PREFIX.unpack_from
 
 __all__ = [
     "decode_framed_round",
@@ -43,6 +44,7 @@ __all__ = [
     "encode_framed_round",
     "encode_len_framed",
     "encode_len_prefix",
+    "whole_len_prefix",
 ]
 
 
@@ -212,7 +214,20 @@ def decode_len_prefix_or_eos(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CE
     mv = as_view(data)
     if len(mv) < LEN_PREFIX_LEN:
         return END_OF_STREAM
-    length = int(_LEN_PREFIX.unpack_from(mv, 0)[0])
+    return whole_len_prefix(mv, ceiling)
+
+
+def whole_len_prefix(mv: memoryview, ceiling: int) -> int:
+    """The length a whole prefix carries: :func:`decode_len_prefix_or_eos` of a flat byte view
+    ``mv`` of at least 4 bytes and a valid ``ceiling`` (checked by the caller, e.g. once per
+    stream), without re-checking either (a reader's per-blob call).
+
+    Raises:
+        LimitExceeded (remote): the length exceeds the frame ceiling (``len.too_large``).
+
+    Upstream: ``relay/mux.rs`` ``read_len_prefix``.
+    """
+    length: int = _LEN_PREFIX_UNPACK(mv, 0)[0]
     if length > ceiling:
         raise protocol_error("len.too_large", length=length, ceiling=ceiling)
     return length

@@ -12,7 +12,9 @@ check them, so the runners only move the byte ranges a plan names:
   ``0..17`` and the payload; a HostFrame's inner frame tag covers the payload before its last 8
   bytes (computed when the frame fills the payload, else the decoder hashes it itself);
 * :func:`signed_frame_batches` — a frame's buffers cut into write batches, the tag computed step
-  by step as the batches are taken and appended last.
+  by step as the batches are taken and appended last;
+* :func:`frame_premac_for` / :func:`record_premac_for` — the digest of a whole small frame, or of
+  a record read in one step, bound to the salt once for a reader's every unit.
 
 Plans hold streaming HMAC objects (``hashlib``/``hmac``); they copy nothing and start no thread.
 
@@ -22,7 +24,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (frame HMAC over a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,9 @@ __all__ = [
     "RecordMacs",
     "frame_macs",
     "frame_premac",
+    "frame_premac_for",
     "record_macs",
+    "record_premac_for",
     "signed_frame_batches",
 ]
 
@@ -89,6 +93,45 @@ def frame_premac(buffer: BytesLike, salt: bytes) -> Premac | None:
     mac = new_mac(salt)
     mac.update(mv[:covered])
     return Premac(covered, mac.digest())
+
+
+def frame_premac_for(salt: bytes) -> Callable[[memoryview], Premac | None]:
+    """:func:`frame_premac` bound to ``salt`` (the checked 16-byte session salt), for a reader
+    that computes it for every frame it reads: ``premac(frame)`` of a flat byte view (a
+    ``memoryview`` of format ``B``, e.g. a slice of the reader's own buffer) gives
+    ``frame_premac(frame, salt)``, with the keyed MAC set up once instead of per frame."""
+    base = new_mac(salt)  # keyed, nothing fed: each frame's MAC is a copy of it
+    copy = base.copy
+
+    def premac(frame: memoryview) -> Premac | None:
+        covered = frame.nbytes - AUTH_TAG_LEN
+        if covered <= 0:
+            return None
+        mac = copy()
+        mac.update(frame[:covered])
+        return Premac(covered, mac.digest())
+
+    return premac
+
+
+def record_premac_for(salt: bytes) -> Callable[[memoryview, memoryview], Premac]:
+    """The record digest of a mux record read whole, bound to ``salt`` (the checked 16-byte
+    session salt), for a reader that computes it for every record it reads:
+    ``premac(header, payload)``, of flat byte views of the record's header (at least its first
+    17 bytes) and of the payload bytes that arrived, gives what :func:`record_macs` for that
+    header, fed those payload bytes, gives as ``premac(len(payload))``, with the keyed MAC set
+    up once instead of per record."""
+    base = new_mac(salt)  # keyed, nothing fed: each record's MAC is a copy of it
+    copy = base.copy
+
+    def premac(header: memoryview, payload: memoryview) -> Premac:
+        mac = copy()
+        mac.update(header[:MUX_AUTH_COVERED_HEADER_LEN])
+        if payload.nbytes:
+            mac.update(payload)
+        return Premac(MUX_AUTH_COVERED_HEADER_LEN + payload.nbytes, mac.digest())
+
+    return premac
 
 
 @dataclass(slots=True)

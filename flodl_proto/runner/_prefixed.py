@@ -24,8 +24,8 @@ from typing import Final, TypeAlias
 
 from ..codec._common import END_OF_STREAM
 from ..codec.auth import PARALLEL_MAC_MIN, Premac
-from ..codec.loopback import decode_len_prefix_or_eos
-from ..codec.plans import frame_macs, frame_premac
+from ..codec.loopback import decode_len_prefix_or_eos, whole_len_prefix
+from ..codec.plans import frame_macs, frame_premac_for
 from ..spec import LEN_PREFIX_LEN
 from ._netio_recv import read_frame_into, read_record_into, recv_exact_into
 
@@ -66,11 +66,12 @@ class PrefixedReader:
     Upstream: ``relay/agent.rs`` / ``cpu_reduce.rs`` (``read_len_prefixed``).
     """
 
-    __slots__ = ("_buffer", "_carry", "_prefix", "_salt", "_stop", "received")
+    __slots__ = ("_buffer", "_carry", "_prefix", "_premac", "_salt", "_stop", "received")
 
     def __init__(self, salt: bytes, stop: threading.Event | None,
                  buffer: Callable[[int, int], memoryview]) -> None:
         self._salt, self._stop, self._buffer = salt, stop, buffer
+        self._premac = frame_premac_for(salt)  # a whole small frame's MAC, keyed once
         self._prefix = memoryview(bytearray(LEN_PREFIX_LEN))
         self._carry = b""  # bytes of the next blob(s) read with the last one
         self.received = 0
@@ -104,8 +105,12 @@ class PrefixedReader:
         got += r
         if got < LEN_PREFIX_LEN:
             return None
-        n = decode_len_prefix_or_eos(first, ceiling=ceiling)
-        assert n is not END_OF_STREAM  # the prefix is whole
+        if ceiling.__class__ is int and ceiling >= 0:  # a valid ceiling: the prefix alone
+            n = whole_len_prefix(first, ceiling)
+        else:  # the codec names the bad ceiling
+            res = decode_len_prefix_or_eos(first, ceiling=ceiling)
+            assert res is not END_OF_STREAM  # the prefix is whole
+            n = res
         size = LEN_PREFIX_LEN + n
         if one and n == expect:
             return first, n, got
@@ -140,7 +145,7 @@ class PrefixedReader:
         size = LEN_PREFIX_LEN + n
         frame = blob[LEN_PREFIX_LEN:size]
         if got == size:
-            return frame, n, frame_premac(frame, self._salt)
+            return frame, n, self._premac(frame)
         if got == LEN_PREFIX_LEN:
             body, premac = read_frame_into(sock, frame, self._salt, stop=self._stop,
                                            starvation=starvation)

@@ -38,11 +38,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec._common import END_OF_STREAM, BytesLike
-from ..codec.mux import MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
-from ..codec.plans import record_macs
+from ..codec.auth import PARALLEL_MAC_MIN
+from ..codec.mux import MuxHeader, MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
+from ..codec.plans import record_macs, record_premac_for
+from ..errors import ProtocolError
 from ..spec import MUX_HEADER_LEN
 from ._netio import Stopped, shutdown_quietly, write_stall_timeout
-from ._netio_recv import HASH_STEP, read_record_into, recv_exact_into
+from ._netio_recv import HASH_STEP, _starved_unit, read_record_into, recv_exact_into
 from ._netio_send import send_all
 
 __all__ = ["CUT_THROUGH_MIN", "FORWARD_STEP", "BroadcastStream", "UpstreamReader"]
@@ -229,6 +231,7 @@ class UpstreamReader:
         self._salt, self._version, self._ceiling, self._stop = salt, version, ceiling, stop
         self._route, self._count = route, count
         self._header = memoryview(bytearray(MUX_HEADER_LEN))
+        self._record_premac = record_premac_for(salt)  # a small record's MAC, keyed once
         self._buf: npt.NDArray[np.uint8] | None = None
         #: the stream of the record last returned, forwarded as it arrived (None: not one)
         self.forwarding: BroadcastStream | None = None
@@ -256,13 +259,15 @@ class UpstreamReader:
             self._buf = np.empty(size, dtype=np.uint8)
         view = self._buf.data
         view[:MUX_HEADER_LEN] = hv
-        # the record MAC is computed as the payload arrives (the tag is checked by the decode)
-        plan = record_macs(hv, hdr, self._salt)
         try:
             fwd = self._route(hdr.kind, hdr.payload_len, view[MUX_HEADER_LEN:])
         except BaseException:  # the header was read all the same
             self._count(MUX_HEADER_LEN)
             raise
+        if fwd is None and size < PARALLEL_MAC_MIN and size - MUX_HEADER_LEN <= HASH_STEP:
+            return self._read_small(sock, view, size, hdr, starvation)
+        # the record MAC is computed as the payload arrives (the tag is checked by the decode)
+        plan = record_macs(hv, hdr, self._salt)
         progress: Callable[[int], None] | None = None
         if fwd is not None:
             stream = fwd
@@ -299,4 +304,33 @@ class UpstreamReader:
             fwd.abort()
             fwd = None
         self.forwarding = fwd
+        return res[0]
+
+    def _read_small(self, sock: socket.socket, view: memoryview, size: int, hdr: MuxHeader,
+                    starvation: float | None) -> MuxRecord | None:
+        """The rest of :meth:`read` for a record not forwarded whose payload is read in one
+        step (``size``: the record's bytes, below ``PARALLEL_MAC_MIN``, its header in place in
+        ``view``): what :func:`~flodl_proto.runner._netio_recv.read_record_into`'s one-read
+        case and :func:`~flodl_proto.codec.plans.record_macs`' plan give (one committed read of
+        the payload, then the record MAC over header bytes 0..17 and the payload bytes that
+        arrived), without building the plan; the same counts, errors and record."""
+        try:
+            got = MUX_HEADER_LEN + recv_exact_into(sock, view[MUX_HEADER_LEN:size],
+                                                   stop=self._stop, committed=True,
+                                                   starvation=starvation)
+        except ProtocolError as e:
+            self._count(MUX_HEADER_LEN)
+            raise _starved_unit(e, MUX_HEADER_LEN, size) from None
+        except BaseException:
+            self._count(MUX_HEADER_LEN)
+            raise
+        self._count(got)  # the header and the payload
+        if got < size and self._stop.is_set():
+            # the relay stopping shut the connection down inside the record: not the peer's cut
+            raise Stopped("read")
+        premac = self._record_premac(view, view[MUX_HEADER_LEN:got])
+        res = read_mux_record_or_eos(view[:got], self._salt, version=self._version,
+                                     ceiling=self._ceiling, premac=premac, header=hdr)
+        assert res is not END_OF_STREAM  # the buffer holds the whole header
+        self.forwarding = None
         return res[0]
