@@ -210,6 +210,8 @@ class RelayCore:
         #: local ranks given up by the rank deadline: dicts of round (from 1), rank, waited (s)
         self.rank_timeouts: list[dict[str, Any]] = []
         self._actions: list[RelayAction] = []
+        #: the last Broadcast's length and its encoded prefix (see _broadcast_prefix)
+        self._last_prefix: tuple[int, bytes] = (-1, b"")
         self.lifecycle = Lifecycle(_Guards(self), "relay")  # last: the library reads the guards
 
     # -- read-only state -------------------------------------------------------------------------
@@ -378,14 +380,15 @@ class RelayCore:
                 (``codec.not_bytes_like``); the run goes on (a peer's bad bytes end it instead,
                 as a :class:`Finished` action).
         """
-        rank = self._local_rank(rank, "rank_frame")
+        if rank.__class__ is not int or rank not in self._local:  # else what it returns
+            rank = self._local_rank(rank, "rank_frame")
         blob = as_view(blob, "blob")
         if self.lifecycle.is_final:
             return []
         if now is not None and self.fold.is_alive(rank):
             self._deadline.deposit(now)
         try:
-            done = self.fold.deposit_frame(rank, blob, premac=premac)
+            done = self.fold.deposit_view(rank, blob, premac)
             if done is not None:
                 self._ship(done)
         except ProtocolError as e:
@@ -526,8 +529,8 @@ class RelayCore:
                                           ceiling=self.ceiling, kind=int(rec.kind),
                                           rank=rec.rank))
                 return
-            self._actions.append(FanOut(encode_len_prefix(payload.nbytes, ceiling=self.ceiling),
-                                        payload, self.fold.alive_ranks))
+            self._actions.append(FanOut(self._broadcast_prefix(payload.nbytes), payload,
+                                        self.fold.alive_ranks))
         elif rec.kind is RecordKind.CONTROL and isinstance(rec.control, DeclareDead):
             rank = rec.control.rank
             if rank not in self.ranks:
@@ -543,6 +546,16 @@ class RelayCore:
         else:
             log.warning("relay %s: ignoring unexpected %s record from the controller",
                         self.host, rec.kind.name)
+
+    def _broadcast_prefix(self, length: int) -> bytes:
+        """``encode_len_prefix(length, ceiling=self.ceiling)``, kept for the last length asked
+        for (a run's Broadcasts are of one length round after round): the same bytes."""
+        last = self._last_prefix
+        if last[0] == length:
+            return last[1]
+        prefix = encode_len_prefix(length, ceiling=self.ceiling)
+        self._last_prefix = (length, prefix)
+        return prefix
 
     def _ship(self, payload: RoundFrame | memoryview | None) -> None:
         if payload is None:

@@ -52,6 +52,7 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::acc
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
 from collections.abc import Iterable
@@ -87,6 +88,33 @@ from ._host_plan import _LayoutPlan, _Round, _SmallPlan
 from ._host_sums import _HostSums
 
 __all__ = ["HostFold"]
+
+try:  # NumPy's warning context itself (what ``np.errstate`` sets), without its object
+    _make_extobj: Any = importlib.import_module("numpy._core._multiarray_umath")._make_extobj
+    _extobj_var: Any = importlib.import_module("numpy._core._ufunc_config")._extobj_contextvar
+except (ImportError, AttributeError):  # pragma: no cover - a NumPy without them: np.errstate
+    _make_extobj = None
+
+
+def _quiet_enter() -> Any:
+    """Enter ``np.errstate(all="ignore")`` (every float warning off) for the calling thread
+    and context; returns what :func:`_quiet_exit` takes to leave it. What ``np.errstate``'s
+    ``__enter__`` does (the current context with every error ignored, set in NumPy's context
+    variable), without building the context manager: the fold enters it once per deposit."""
+    if _make_extobj is None:  # pragma: no cover - see the import
+        state = np.errstate(all="ignore")
+        state.__enter__()
+        return state
+    return _extobj_var.set(_make_extobj(all="ignore"))
+
+
+def _quiet_exit(token: Any) -> None:
+    """Leave the context :func:`_quiet_enter` entered (``np.errstate``'s ``__exit__``)."""
+    if _make_extobj is None:  # pragma: no cover - see the import
+        token.__exit__(None, None, None)
+    else:
+        _extobj_var.reset(token)
+
 
 #: reader errors raised while tensor ``index`` is being read: tensors before it were delivered
 _PER_TENSOR_ERRORS = frozenset({
@@ -264,7 +292,17 @@ class HostFold(_HostSums):
         Raises:
             as :meth:`deposit`.
         """
-        mv = as_view(blob)
+        return self.deposit_view(rank, as_view(blob), premac)
+
+    def deposit_view(self, rank: int, mv: memoryview,
+                     premac: Premac | None) -> RoundFrame | memoryview | None:
+        """:meth:`deposit_frame` of a blob already given as a flat byte view (what
+        :func:`~flodl_proto.codec._common.as_view` returns, e.g. the relay core's checked
+        argument), without checking it again.
+
+        Raises:
+            as :meth:`deposit`.
+        """
         if premac is None and self._error is None:
             premac = self._frame_mac(mv)
         with self._lock:
@@ -285,9 +323,12 @@ class HostFold(_HostSums):
                     return self._complete()
                 if rank in rnd.deposited:
                     raise protocol_error("fold.double_deposit", rank=rank)
-                with np.errstate(all="ignore"):  # the kernels' own context, once per deposit
+                quiet = _quiet_enter()  # the kernels' own context, once per deposit
+                try:
                     done = self._merge(rank, mv, premac)
                     return done if done is not None else self._complete()
+                finally:
+                    _quiet_exit(quiet)
             except ProtocolError as e:
                 self._error = e
                 raise
