@@ -23,7 +23,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -146,6 +146,11 @@ class _RelayBarrier:
         with self._lock:
             setattr(self.stats, name, getattr(self.stats, name) + n)
 
+    def _count_upstream_in(self, n: int) -> None:
+        """``_count("upstream_in", n)`` (the upstream reader's per-record count)."""
+        with self._lock:
+            self.stats.upstream_in += n
+
     def _wake_all(self) -> None:
         with self._lock:
             socks = [*self._rank_socks.values(), *self._pending]
@@ -222,55 +227,68 @@ class _RelayBarrier:
     def _core_call(self, method: Callable[..., list[RelayAction]], *args: Any,
                    **kwargs: Any) -> None:
         """Call a core input and execute its actions: the records it queues are queued under
-        the same lock (round order); a fan-out runs after the lock is released."""
-        fan_outs: list[FanOut] = []
+        the same lock (round order); a fan-out runs after the lock is released (the rank
+        readers and the upstream reader make this call inline: :meth:`_rank_reader`,
+        :meth:`_upstream_reader`)."""
         with self._core_lock:
             actions = method(*args, **kwargs)
             if not actions:  # most deposits
                 return
-            for a in actions:
-                if isinstance(a, FanOut):
-                    fan_outs.append(a)
-                elif isinstance(a, SendUpstream):
-                    if a.kind is UpstreamKind.HOST_FRAME:
-                        with self._lock:
-                            self.stats.host_frames += 1
-                    self._send_upstream(a)
-                elif isinstance(a, DrainUpstream):
-                    self._queue_upstream(_Drained())
-                elif isinstance(a, CloseRank):
-                    with self._lock:
-                        sock = self._rank_socks.get(a.rank)
-                    shutdown_quietly(sock)  # its reader ends; the core sends no RankExit
-                elif isinstance(a, Finished):
-                    self._finished(a)
-                else:  # pragma: no cover - accept-phase actions never come from these inputs
-                    raise AssertionError(f"unexpected action {a!r}")
+            fan_outs = self._execute(actions)
         for f in fan_outs:
             self._fan_out(f)
 
+    def _execute(self, actions: list[RelayAction]) -> list[FanOut]:
+        """Execute a core call's actions, under the core lock (:meth:`_core_call`): returns
+        its fan-outs, for the caller to run once it has released the lock."""
+        fan_outs: list[FanOut] = []
+        for a in actions:
+            if isinstance(a, SendUpstream):
+                self._send_upstream(a)
+            elif isinstance(a, FanOut):
+                fan_outs.append(a)
+            elif isinstance(a, DrainUpstream):
+                self._queue_upstream(_Drained())
+            elif isinstance(a, CloseRank):
+                with self._lock:
+                    sock = self._rank_socks.get(a.rank)
+                shutdown_quietly(sock)  # its reader ends; the core sends no RankExit
+            elif isinstance(a, Finished):
+                self._finished(a)
+            else:  # pragma: no cover - accept-phase actions never come from these inputs
+                raise AssertionError(f"unexpected action {a!r}")
+        return fan_outs
+
     def _send_upstream(self, action: SendUpstream) -> None:
         """Write a record upstream now (small, nothing queued before it: one non-blocking
-        ``sendmsg``), else queue it, or what that write left, for the outbound writer."""
+        ``sendmsg``), else queue it, or what that write left, for the outbound writer; a
+        HostFrame is counted (``host_frames``) either way."""
         host_frame = action.kind is UpstreamKind.HOST_FRAME
-        buffers: list[BytesLike] = list(action.buffers)
+        buffers: Sequence[BytesLike] = action.buffers
+        written, whole = 0, False
         up = self._upstream
-        with self._out_lock:
-            direct = self._out_queued == 0 and up is not None
-        if direct and up is not None:
+        # one read of the count, without the lock: the writer lowers it only once its write
+        # is done, and it is raised only under the core lock, which this thread holds
+        if self._out_queued == 0 and up is not None:
             nbytes = buffers_nbytes(buffers)
             if nbytes <= DIRECT_WRITE_MAX:
                 sent = send_at_once(up, buffers, nbytes)
-                rest = send_now(up, skip_sent(buffers, sent)) if sent < nbytes else []
-                with self._lock:
-                    self.stats.upstream_out += nbytes - sum(b.nbytes for b in rest)
-                if not rest:
-                    if host_frame and stages.is_enabled():
-                        stages.mark("relay", self._fold.rounds_completed - 1, "hostframe_sent")
-                    return
-                buffers = list(rest)
-        self._queue_upstream(_Record(buffers, self._fold.rounds_completed - 1 if host_frame
-                                     else None))
+                if sent < nbytes:
+                    buffers = send_now(up, skip_sent(buffers, sent))
+                    written = nbytes - sum(b.nbytes for b in buffers)
+                    whole = not buffers
+                else:
+                    written, whole = nbytes, True
+        with self._lock:  # both counters under one hold
+            if host_frame:
+                self.stats.host_frames += 1
+            self.stats.upstream_out += written
+        if whole:
+            if host_frame and stages.is_enabled():
+                stages.mark("relay", self._fold.rounds_completed - 1, "hostframe_sent")
+            return
+        self._queue_upstream(_Record(list(buffers), self._fold.rounds_completed - 1
+                                     if host_frame else None))
 
     def _queue_upstream(self, item: _Outbound) -> None:
         with self._out_lock:
@@ -296,17 +314,24 @@ class _RelayBarrier:
         reader = RankBlobReader(self._salt, self.ceiling, self._stop,
                                 lambda: fold.has_deposited(rank))
         rank_frame, timed = self._core.rank_frame, self._timed
+        core_lock, stopped = self._core_lock, self._stop.is_set
         try:
-            while not self._stop.is_set():
+            while not stopped():
                 got = self._read_blob(rank, sock, reader)
                 if got is None:
                     break
                 blob, premac = got
                 if stages.is_enabled():
                     stages.mark("relay", self._fold.rounds_completed, "deposits_done")
-                # deposit and HostFrame queued in round order; the time is for a rank deadline
-                self._core_call(rank_frame, rank, blob, premac=premac,
-                                now=time.monotonic() if timed else None)
+                # deposit and HostFrame queued in round order (_core_call's steps, inline); the
+                # time is for a rank deadline
+                now = time.monotonic() if timed else None
+                with core_lock:
+                    actions = rank_frame(rank, blob, premac=premac, now=now)
+                    fan_outs = self._execute(actions) if actions else None
+                if fan_outs:
+                    for f in fan_outs:
+                        self._fan_out(f)
             else:
                 return
             # local end of stream (or a broken loopback stream): out of the barrier, tell upstream
@@ -349,7 +374,9 @@ class _RelayBarrier:
     def _upstream_reader(self) -> None:
         up = self._upstream
         assert up is not None
-        while not self._stop.is_set():
+        upstream_record, core_lock = self._core.upstream_record, self._core_lock
+        up_reader, stopped = self._up_reader, self._stop.is_set
+        while not stopped():
             rec = self._read_record(up)
             broadcast = rec is not None and rec.kind is RecordKind.BROADCAST
             if broadcast:
@@ -359,11 +386,17 @@ class _RelayBarrier:
             traced = broadcast and stages.is_enabled()
             if traced:
                 stages.mark("relay", rnd, "broadcast_read")
-            try:
-                self._core_call(self._core.upstream_record, rec)
+            try:  # _core_call's steps, inline
+                with core_lock:
+                    actions = upstream_record(rec)
+                    fan_outs = self._execute(actions) if actions else None
+                if fan_outs:
+                    for f in fan_outs:
+                        self._fan_out(f)
             finally:
-                fwd, self._up_reader.forwarding = self._up_reader.forwarding, None
+                fwd = up_reader.forwarding
                 if fwd is not None:  # the core took no FanOut from it (it failed or ended)
+                    up_reader.forwarding = None
                     fwd.abort()
             if traced:
                 stages.mark("relay", rnd, "fanout_done")
@@ -371,18 +404,20 @@ class _RelayBarrier:
                 return
 
     def _fan_out(self, action: FanOut) -> None:
-        fwd, self._up_reader.forwarding = self._up_reader.forwarding, None
+        up_reader = self._up_reader
+        fwd = up_reader.forwarding
+        if fwd is not None:
+            up_reader.forwarding = None
         with self._fanout_lock:
             if fwd is not None:  # forwarded as it arrived: the checked record's tail
-                self._count("to_ranks", fwd.commit(action.ranks))
+                n = fwd.commit(action.ranks)
             else:
-                self._fan_out_locked(action.prefix, action.payload, action.ranks)
-
-    def _fan_out_locked(self, prefix: bytes, payload: memoryview,
-                        ranks: tuple[int, ...]) -> None:
-        targets = [(rank, sock) for rank in ranks
-                   if (sock := self._rank_socks.get(rank)) is not None]
-        self._count("to_ranks", write_to_each(targets, prefix, payload, self._broadcast_failed))
+                socks = self._rank_socks
+                targets = [(rank, sock) for rank in action.ranks
+                           if (sock := socks.get(rank)) is not None]
+                n = write_to_each(targets, action.prefix, action.payload, self._broadcast_failed)
+            with self._lock:
+                self.stats.to_ranks += n
 
     def _broadcast_failed(self, rank: int, error: OSError) -> None:
         # a stream cut inside a Broadcast cannot resynchronise: closed; its reader reports it

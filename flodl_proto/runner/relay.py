@@ -208,7 +208,7 @@ class Relay(_RelayBarrier):
         self._starve = committed_read_starvation()  # seconds, read once
         # the controller's records, read by one thread at a time (the dial, then the reader)
         self._up_reader = UpstreamReader(self._salt, self.version, self.ceiling, self._stop,
-                                         self._forward, lambda n: self._count("upstream_in", n))
+                                         self._forward, self._count_upstream_in)
         self._timed = timeout is not None  # a rank deadline: deposits carry their time
 
     # -- public surface --------------------------------------------------------------------------
