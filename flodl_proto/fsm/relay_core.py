@@ -394,7 +394,8 @@ class RelayCore:
         except ProtocolError as e:
             e.add_note(f"local rank {rank}'s frame")  # whose deposit it was, for the report
             self._fail(e)
-        return self._flush()
+        out, self._actions = self._actions, []  # _flush, inline
+        return out
 
     def next_deadline(self) -> float | None:
         """When the current round's rank deadline expires (the :meth:`tick` clock), or None (no

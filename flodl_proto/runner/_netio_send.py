@@ -251,7 +251,10 @@ def write_to_each(targets: Sequence[tuple[int, socket.socket]], prefix: bytes,
         written = 0
         rest: list[tuple[int, socket.socket, Sequence[BytesLike]]] = []
         for ident, sock in targets:
-            sent = send_at_once(sock, bufs, nbytes)
+            try:  # send_at_once of the two buffers, inline
+                sent = sock.sendmsg(bufs, (), NOW_FLAGS)
+            except OSError:
+                sent = 0
             if sent == nbytes:
                 written += nbytes
             else:

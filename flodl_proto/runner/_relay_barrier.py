@@ -18,6 +18,7 @@ reader and writer: the fold barrier).
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import socket
@@ -312,7 +313,7 @@ class _RelayBarrier:
         sock = self._rank_socks[rank]
         fold = self._fold
         reader = RankBlobReader(self._salt, self.ceiling, self._stop,
-                                lambda: fold.has_deposited(rank))
+                                functools.partial(fold.has_deposited, rank))
         rank_frame, timed = self._core.rank_frame, self._timed
         core_lock, stopped = self._core_lock, self._stop.is_set
         try:

@@ -37,8 +37,10 @@ __all__ = ["FRAME_OFFSET", "RankBlobReader"]
 FRAME_OFFSET: Final = 16
 
 
-class RankBlobReader:
-    """Reads one rank's loopback blobs (see the module doc).
+class RankBlobReader(PrefixedReader):
+    """Reads one rank's loopback blobs (see the module doc): the loopback streams'
+    :class:`~flodl_proto.runner._prefixed.PrefixedReader` with the relay's buffer policy
+    (:meth:`_pick_buffer`) and the expected length of each blob (the last one's).
 
     Args:
         salt: the session salt (MAC key, 16 bytes).
@@ -55,7 +57,7 @@ class RankBlobReader:
     call, prefix then frame).
     """
 
-    __slots__ = ("_bufs", "_ceiling", "_expect", "_held", "_last", "_reader")
+    __slots__ = ("_bufs", "_ceiling", "_expect", "_held", "_last")
 
     def __init__(self, salt: bytes, ceiling: int, stop: threading.Event,
                  held: Callable[[], bool]) -> None:
@@ -63,13 +65,7 @@ class RankBlobReader:
         self._bufs: list[npt.NDArray[np.uint8] | None] = [None, None]
         self._last = 0  # the buffer of the last frame
         self._expect = -1  # the last frame's length (-1: none yet)
-        self._reader = PrefixedReader(salt, stop, self._buffer)
-
-    @property
-    def received(self) -> int:
-        """Bytes read from the socket so far (counted as they arrive; a blob's bytes that came
-        with the one before it were counted then)."""
-        return self._reader.received
+        super().__init__(salt, stop, self._pick_buffer)
 
     def read(self, sock: socket.socket,
              starvation: float | None) -> tuple[memoryview, int, Premac | None] | None:
@@ -86,14 +82,13 @@ class RankBlobReader:
             LimitExceeded (remote): the prefix exceeds the ceiling.
             everything :func:`~flodl_proto.runner._netio_recv.recv_exact_into` raises.
         """
-        reader = self._reader
-        head = reader.head(sock, self._expect, self._ceiling, starvation)
+        head = self.head(sock, self._expect, self._ceiling, starvation)
         if head is None:
             return None
         self._expect = head[1]
-        return reader.body(sock, head, starvation)
+        return self.body(sock, head, starvation)
 
-    def _buffer(self, size: int, step: int) -> memoryview:
+    def _pick_buffer(self, size: int, step: int) -> memoryview:
         """The :class:`~flodl_proto.runner._prefixed.PrefixedReader`'s buffer for a blob of
         ``size`` bytes (a view from the prefix; the frame at :data:`FRAME_OFFSET` of its array):
         after a one-read that did not fit (``MOVING``), a fresh array in place of the one just
