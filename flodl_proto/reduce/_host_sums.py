@@ -126,7 +126,9 @@ class _HostSums:
             if not lp.runs:
                 return None
             views = lp.views
-            bufs = [rnd.seed_bytes, *[b for _, b, _ in rnd.held], buf]
+            held = rnd.held
+            bufs = ([rnd.seed_bytes, *[b for _, b, _ in held], buf] if held
+                    else [rnd.seed_bytes, buf])
             for dtype, np_dtype, total, segs, where in lp.runs:
                 out = K.sum_small_batch([views(b, np_dtype, where) for b in bufs], dtype, total,
                                         None, ws)
