@@ -791,6 +791,39 @@ def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
         assert relay.wait(10) is None
 
 
+def test_the_host_frame_image_is_reused_when_one_rank_completes_every_round(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The HostFrame's kept record image is written in place round after round, also when the
+    same rank reader completes every round: nothing of a round's records outlives its core call
+    (a live view of the image makes the core encode the next record afresh)."""
+    from flodl_proto.codec import record_image
+
+    encoded: list[int] = []
+    real = record_image.encode_frame_record
+
+    def counting(*args: object, **kw: object) -> object:
+        encoded.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(record_image, "encode_frame_record", counting)
+    with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
+        for k in range(6):
+            j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
+            wait_until(lambda: relay.fold.has_deposited(0))  # rank 1 completes the round
+            j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
+            rec = conn.read_record()
+            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+            assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
+            conn.broadcast(frame([1.5, 1.5], weight=2.0))
+            for t_, r_ in (j0, j1):
+                t_.join()
+                assert values(r_["result"]) == [[1.5, 1.5]]
+        assert encoded == [1]  # the first round's record only: then its image, rewritten
+        c0.close()
+        c1.close()
+        assert relay.wait(10) is None
+
+
 def test_a_listen_port_outside_the_port_range_is_a_typed_error() -> None:
     with pytest.raises(InvalidValue) as e:
         Relay(("127.0.0.1", 65533), [0], 1, SALT)

@@ -330,6 +330,9 @@ class _RelayBarrier:
                 with core_lock:
                     actions = rank_frame(rank, blob, premac=premac, now=now)
                     fan_outs = self._execute(actions) if actions else None
+                    # dropped now, not at the next deposit: a HostFrame's buffers are the
+                    # core's kept record image, rewritten in place only once no view is alive
+                    del actions
                 if fan_outs:
                     for f in fan_outs:
                         self._fan_out(f)
@@ -391,6 +394,7 @@ class _RelayBarrier:
                 with core_lock:
                     actions = upstream_record(rec)
                     fan_outs = self._execute(actions) if actions else None
+                    del actions  # as in _rank_reader: no action outlives its call
                 if fan_outs:
                     for f in fan_outs:
                         self._fan_out(f)
