@@ -293,3 +293,20 @@ def test_an_upstream_record_is_counted_once_whichever_way_it_leaves(
         if queued:
             assert queued[0].host_frame_round == (-1 if kind == "HOST_FRAME" else None)
         relay._mac_pool.shutdown()
+
+
+def test_the_private_context_is_checked_before_it_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NumPy's private context names are used only when they do what ``np.errstate`` does: a
+    NumPy whose ``_make_extobj`` sets another state, or takes other arguments, is found out at
+    import and the fold uses ``np.errstate`` itself."""
+    assert host_fold._private_context_works()  # this NumPy: the names are used
+    real = host_fold._make_extobj
+    monkeypatch.setattr(host_fold, "_make_extobj", lambda **kw: real(all="warn"))
+    assert not host_fold._private_context_works()
+
+    def other_signature(**kw: Any) -> Any:
+        raise TypeError("_make_extobj() got an unexpected keyword argument 'all'")
+
+    monkeypatch.setattr(host_fold, "_make_extobj", other_signature)
+    assert not host_fold._private_context_works()
+    assert np.geterr()["over"] == "warn"  # the caller's state is untouched

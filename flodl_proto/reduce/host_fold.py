@@ -96,6 +96,29 @@ except (ImportError, AttributeError):  # pragma: no cover - a NumPy without them
     _make_extobj = None
 
 
+def _private_context_works() -> bool:
+    """Whether NumPy's private context names above do what ``np.errstate(all="ignore")``
+    does here: every float error ignored while set, the caller's state back after the reset
+    (checked once, at import, through the public ``np.geterr``; a NumPy whose private names
+    changed their meaning gets ``np.errstate`` itself)."""
+    if _make_extobj is None:  # pragma: no cover - see the import
+        return False
+    before = np.geterr()
+    try:
+        token = _extobj_var.set(_make_extobj(all="ignore"))
+        try:
+            inside = np.geterr()
+        finally:
+            _extobj_var.reset(token)
+    except Exception:  # pragma: no cover - another signature or type
+        return False
+    return set(inside.values()) == {"ignore"} and np.geterr() == before
+
+
+if not _private_context_works():  # pragma: no cover - a NumPy whose private names differ
+    _make_extobj = None
+
+
 def _quiet_enter() -> Any:
     """Enter ``np.errstate(all="ignore")`` (every float warning off) for the calling thread
     and context; returns what :func:`_quiet_exit` takes to leave it. What ``np.errstate``'s
