@@ -920,3 +920,15 @@ def test_the_controllers_acknowledgement_is_logged_once(caplog: pytest.LogCaptur
             relay.shutdown()
             r0.close()
             r1.close()
+
+
+def test_the_waiting_note_counts_the_missing_ranks_and_lists_the_lowest() -> None:
+    """The accept phase's note printed the whole list of missing ranks (a relay of many ranks:
+    a line of thousands of characters) and an IPv6 address without its brackets."""
+    from flodl_proto.runner.relay import waiting_note
+
+    assert waiting_note("node-a", [1, 3], 4, ("127.0.0.1", 7005)) == (
+        "relay node-a: still waiting for 2 of 4 local rank(s) to connect to 127.0.0.1:7005: 1, 3")
+    assert waiting_note("h", list(range(2, 5000)), 5000, ("::1", 7005)) == (
+        "relay h: still waiting for 4998 of 5000 local rank(s) to connect to [::1]:7005: "
+        + ", ".join(map(str, range(2, 18))) + " ...")

@@ -85,7 +85,7 @@ from ._netio_send import (
 from ._relay_barrier import RelayStats, _Outbound, _RelayBarrier
 from .relay_fanout import UpstreamReader
 
-__all__ = ["Relay", "RelayStats", "default_relay_port"]
+__all__ = ["Relay", "RelayStats", "default_relay_port", "waiting_note"]
 
 # its code lives in runner/_relay_barrier.py; it is this module's name, so help(), pydoc and
 # pickle name it (set once, at import)
@@ -95,6 +95,7 @@ log = logging.getLogger(__name__)
 
 #: period of the note naming the local ranks not connected yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
+_WAITING_SHOWN = 16  # missing ranks the waiting note lists (the lowest)
 
 
 def default_relay_port(controller_port: int) -> int:
@@ -104,6 +105,17 @@ def default_relay_port(controller_port: int) -> int:
     """
     return controller_port + RELAY_DATA_LOOPBACK_OFFSET
 
+
+def waiting_note(host: str, missing: list[int], total: int, address: tuple[str, int]) -> str:
+    """The accept phase's note (logged every 10 s while ranks are missing): how many of the
+    ``total`` local ranks have not connected to ``address`` yet, and the lowest
+    ``_WAITING_SHOWN`` of them (``missing``, ascending), so the line stays one short line
+    (``relay node-a: still waiting for 2 of 4 local rank(s) to connect to 127.0.0.1:7005:
+    1, 3``)."""
+    listed = ", ".join(map(str, missing[:_WAITING_SHOWN]))
+    more = " ..." if len(missing) > _WAITING_SHOWN else ""
+    return (f"relay {host}: still waiting for {len(missing)} of {total} local rank(s) to "
+            f"connect to {format_addr(address)}: {listed}{more}")
 
 class Relay(_RelayBarrier):
     """One host's data-channel relay.
@@ -373,9 +385,8 @@ class Relay(_RelayBarrier):
                 raise Stopped("accept")
             if time.monotonic() >= next_note:  # upstream waits without a deadline; say for whom
                 next_note = time.monotonic() + _WAITING_NOTE_PERIOD
-                missing = self._core.missing_ranks()
-                log.warning("relay %s: still waiting for local rank(s) %s to connect to %s:%d",
-                            self.host, missing, *self.address)
+                log.warning("%s", waiting_note(self.host, self._core.missing_ranks(),
+                                               len(self.ranks), self.address))
             try:
                 conn, peer = self._listener.accept()
             except (TimeoutError, BlockingIOError):
