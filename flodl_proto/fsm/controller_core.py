@@ -550,7 +550,6 @@ class ControllerCore(_ControllerRelays):
         """The round wait: end when no relay is alive, reduce when complete, else forward dead
         ranks (upstream: ``wait_for_round`` and its poll hook)."""
         lifecycle = self.lifecycle
-        alive = self._alive_relays
         while lifecycle.state == LifecycleState.REDUCING:
             if self._pending_exit is not None:
                 event, detail = self._pending_exit
@@ -559,7 +558,7 @@ class ControllerCore(_ControllerRelays):
             if self._pending_error is not None:
                 self._fail(*self._pending_error)
                 return
-            expected = alive.get(self.dead_ranks, self._relays)[0]  # _expected(), inlined
+            expected = self._expected()
             if not expected:
                 dead = ",".join(map(str, self.dead_ranks.dead_ranks()))
                 self._finish(LifecycleEvent.ALL_DEAD,
