@@ -275,8 +275,8 @@ run_ci() {
 
 [ $# -ge 1 ] || usage
 case "$1" in
-  list) targets ;;
-  ci) check_ci_runs; need_atheris; run_ci ;;
+  list) [ $# -eq 1 ] || usage; targets ;;
+  ci) [ $# -eq 1 ] || usage; check_ci_runs; need_atheris; run_ci ;;
   all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage

@@ -594,6 +594,14 @@ def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
     _one_error_line(res.stderr, line)
 
 
+@pytest.mark.parametrize("args", [("ci", "extra"), ("list", "extra")])
+def test_fuzz_ci_and_list_take_no_argument(args: tuple[str, ...]) -> None:
+    # an extra argument was ignored: `ci extra` started the whole ci run
+    res = _fuzz(*args)
+    assert (res.returncode, res.stderr) == (2, "")
+    assert res.stdout.startswith("Fuzz flodl-proto's parsers and state machines with atheris")
+
+
 def test_fuzz_without_atheris_says_to_install_the_extra(tmp_path: Path) -> None:
     shadow = tmp_path / "atheris"
     shadow.mkdir()
