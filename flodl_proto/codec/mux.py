@@ -620,6 +620,8 @@ def read_headed_record(mv: memoryview, salt: bytes | None, version: int,
     Raises:
         TruncatedInput, AuthenticationError, InvalidValue (remote): as
         :func:`read_mux_record_or_eos`.
+
+    Upstream: ``relay/mux.rs`` ``read_record`` (its length, tag and body checks).
     """
     end = MUX_HEADER_LEN + hdr.payload_len
     if len(mv) < end:

@@ -99,7 +99,14 @@ def frame_premac_for(salt: bytes) -> Callable[[memoryview], Premac | None]:
     """:func:`frame_premac` bound to ``salt`` (the checked 16-byte session salt), for a reader
     that computes it for every frame it reads: ``premac(frame)`` of a flat byte view (a
     ``memoryview`` of format ``B``, e.g. a slice of the reader's own buffer) gives
-    ``frame_premac(frame, salt)``, with the keyed MAC set up once instead of per frame."""
+    ``frame_premac(frame, salt)``, with the keyed MAC set up once instead of per frame.
+
+    Raises:
+        Nothing of its own: ``salt`` is not checked here (the reader checked it), and a view
+        too short for a tag gives None, as :func:`frame_premac`.
+
+    Upstream: ``controller/round_frame.rs`` (the frame MAC its reader computes as it reads).
+    """
     base = new_mac(salt)  # keyed, nothing fed: each frame's MAC is a copy of it
     copy = base.copy
 
@@ -120,7 +127,14 @@ def record_premac_for(salt: bytes) -> Callable[[memoryview, memoryview], Premac]
     ``premac(header, payload)``, of flat byte views of the record's header (at least its first
     17 bytes) and of the payload bytes that arrived, gives what :func:`record_macs` for that
     header, fed those payload bytes, gives as ``premac(len(payload))``, with the keyed MAC set
-    up once instead of per record."""
+    up once instead of per record.
+
+    Raises:
+        Nothing of its own: ``salt`` and the views are not checked here (the reader checked
+        them).
+
+    Upstream: ``relay/mux.rs`` ``read_record`` (the record MAC over the header and payload).
+    """
     base = new_mac(salt)  # keyed, nothing fed: each record's MAC is a copy of it
     copy = base.copy
 

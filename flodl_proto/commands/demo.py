@@ -460,7 +460,10 @@ def run(args: argparse.Namespace) -> int:
 def interrupted_line(done: int, rounds: int) -> str:
     """The line an interrupted demo prints: how many of its ``rounds`` the whole world completed
     (``done``), or that all of them had, when the signal came between the last round and the
-    report."""
+    report. Raises nothing.
+
+    Upstream: none (the demo is this package's).
+    """
     when = (f"after all {rounds} rounds, before its report" if done >= rounds
             else f"after {done} of {rounds} rounds")
     return f"flodl-proto demo: interrupted {when}; the cluster was stopped"

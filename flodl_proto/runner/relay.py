@@ -111,7 +111,10 @@ def waiting_note(host: str, missing: list[int], total: int, address: tuple[str, 
     ``total`` local ranks have not connected to ``address`` yet, and the lowest
     ``_WAITING_SHOWN`` of them (``missing``, ascending), so the line stays one short line
     (``relay node-a: still waiting for 2 of 4 local rank(s) to connect to 127.0.0.1:7005:
-    1, 3``)."""
+    1, 3``). ``total`` and the counts are ranks; ``address`` is (host, port). Raises nothing.
+
+    Upstream: none (upstream's relay agent waits for its ranks without a note).
+    """
     listed = ", ".join(map(str, missing[:_WAITING_SHOWN]))
     more = " ..." if len(missing) > _WAITING_SHOWN else ""
     return (f"relay {host}: still waiting for {len(missing)} of {total} local rank(s) to "
