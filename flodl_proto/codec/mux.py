@@ -20,15 +20,15 @@ Upstream: ``flodl/src/distributed/relay/mux.rs`` (``MuxRecord``, ``RelayControlM
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final
 
 from .._names import adopt
+from .._slots import slot_builder
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
@@ -227,20 +227,14 @@ class MuxRecord:
         return (type(self), (self.kind, self.rank, bytes(self.payload), self.control))
 
 
-#: the slots' descriptors' setters (a frozen dataclass's fields are set through them)
-_set_kind, _set_rank, _set_payload, _set_control = (
-    MuxRecord.__dict__[f].__set__ for f in ("kind", "rank", "payload", "control"))
+#: the slots' descriptors' setters ``__post_init__`` stores its normalised fields with
+_set_kind, _set_rank, _set_payload = (
+    MuxRecord.__dict__[f].__set__ for f in ("kind", "rank", "payload"))
 
-
-def _record(kind: RecordKind, rank: int, payload: memoryview,
-            control: ControlMessage | None = None) -> MuxRecord:
-    """A record of fields already checked (the builders', the decoder's): no checks."""
-    rec = object.__new__(MuxRecord)
-    _set_kind(rec, kind)
-    _set_rank(rec, rank)
-    _set_payload(rec, payload)
-    _set_control(rec, control)
-    return rec
+#: ``_record(kind, rank, payload, control=None)``: a record of fields already checked (the
+#: builders', the decoder's: a RecordKind, a u32 rank, a flat memoryview, the control message
+#: the payload decodes to or None), built without ``__init__``/``__post_init__``
+_record: Callable[..., MuxRecord] = slot_builder(MuxRecord, skip_post_init=True)
 
 
 def _decoded_or_none(payload: memoryview, version: int) -> ControlMessage | None:
@@ -269,20 +263,9 @@ class MuxHeader:
     auth_tag: bytes
 
 
-#: the slots' descriptors' setters of MuxHeader (as MuxRecord's above), in field order
-_set_h_kind, _set_h_rank, _set_h_len, _set_h_tag = (
-    MuxHeader.__dict__[f.name].__set__ for f in dataclasses.fields(MuxHeader))
-
-
-def _header(kind: int, rank: int, payload_len: int, tag: bytes) -> MuxHeader:
-    """``MuxHeader(kind, rank, payload_len, tag)`` built without the frozen dataclass's
-    per-field ``object.__setattr__`` (a reader builds one per record)."""
-    hdr = object.__new__(MuxHeader)
-    _set_h_kind(hdr, kind)
-    _set_h_rank(hdr, rank)
-    _set_h_len(hdr, payload_len)
-    _set_h_tag(hdr, tag)
-    return hdr
+#: ``_header(kind, rank, payload_len, tag)``: ``MuxHeader(...)`` built without the frozen
+#: dataclass's per-field ``object.__setattr__`` (a reader builds one per record)
+_header: Callable[..., MuxHeader] = slot_builder(MuxHeader)
 
 
 def _header_bytes(kind: int, rank: int, payload_len: int, tag: bytes) -> bytes:

@@ -42,10 +42,11 @@ Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
+from .._slots import slot_builder
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
@@ -302,21 +303,9 @@ class RecordReceived:
     header: MuxHeader
 
 
-#: the slots' descriptors' setters of RecordReceived, in field order
-_set_record, _set_frame, _set_nbytes, _set_header = (
-    RecordReceived.__dict__[f.name].__set__ for f in dataclasses.fields(RecordReceived))
-
-
-def _received(record: MuxRecord, frame: RoundFrame | EndOfStream | ProtocolError | None,
-              nbytes: int, header: MuxHeader) -> RecordReceived:
-    """``RecordReceived(record, frame, nbytes, header)`` built without the frozen dataclass's
-    per-field ``object.__setattr__`` (one per record)."""
-    ev = object.__new__(RecordReceived)
-    _set_record(ev, record)
-    _set_frame(ev, frame)
-    _set_nbytes(ev, nbytes)
-    _set_header(ev, header)
-    return ev
+#: ``_received(record, frame, nbytes, header)``: ``RecordReceived(...)`` built without the
+#: frozen dataclass's per-field ``object.__setattr__`` (one per record)
+_received: Callable[..., RecordReceived] = slot_builder(RecordReceived)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,12 +72,12 @@ Upstream: ``flodl/src/distributed/controller/mod.rs`` (``run_reduce_thread``, ``
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, Final
 
+from .._slots import slot_builder
 from ..codec._common import BytesLike, check_version
 from ..codec.auth import check_salt
 from ..codec.ceiling import frame_ceiling_int
@@ -145,38 +145,14 @@ _KIND_NAMES: Final = {k: k.name.lower() for k in RoundKind}
 _COUNTED: Final = (MagicReceived, RecordReceived)
 
 # the two actions of every round, built without their frozen dataclasses' per-field
-# ``object.__setattr__``: the slots' descriptors' setters, in field order (a field added to
-# either class fails the unpacking in the builders below)
-_SEND_SET = tuple(SendTo.__dict__[f.name].__set__ for f in dataclasses.fields(SendTo))
-_SCATTERED_SET = tuple(RoundScattered.__dict__[f.name].__set__
-                       for f in dataclasses.fields(RoundScattered))
-
-
-def _broadcast_to(conn: int, buffers: tuple[BytesLike, ...], nbytes: int,
-                  round_no: int) -> SendTo:
-    """``SendTo(conn, buffers, SendKind.BROADCAST, nbytes, round_no)``."""
-    a = object.__new__(SendTo)
-    s_conn, s_buffers, s_kind, s_nbytes, s_round = _SEND_SET
-    s_conn(a, conn)
-    s_buffers(a, buffers)
-    s_kind(a, SendKind.BROADCAST)
-    s_nbytes(a, nbytes)
-    s_round(a, round_no)
-    return a
-
-
-def _scattered(round_no: int, kind: str, weight: float, nbytes: int, relays: int,
-               contributors: int) -> RoundScattered:
-    """``RoundScattered(round_no, kind, weight, nbytes, relays, contributors)``."""
-    n = object.__new__(RoundScattered)
-    s_round, s_kind, s_weight, s_nbytes, s_relays, s_contributors = _SCATTERED_SET
-    s_round(n, round_no)
-    s_kind(n, kind)
-    s_weight(n, weight)
-    s_nbytes(n, nbytes)
-    s_relays(n, relays)
-    s_contributors(n, contributors)
-    return n
+# ``object.__setattr__``:
+#: ``_broadcast_to(conn, buffers, nbytes, round_no)``:
+#: ``SendTo(conn, buffers, SendKind.BROADCAST, nbytes, round_no)``
+_broadcast_to: Callable[..., SendTo] = slot_builder(SendTo,
+                                                    fixed={"kind": SendKind.BROADCAST})
+#: ``_scattered(round_no, kind, weight, nbytes, relays, contributors)``:
+#: ``RoundScattered(round_no, kind, weight, nbytes, relays, contributors)``
+_scattered: Callable[..., RoundScattered] = slot_builder(RoundScattered)
 
 
 class ControllerCore(_ControllerRelays):

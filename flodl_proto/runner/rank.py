@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from .._names import adopt
 from .._oserr import os_reason
+from .._slots import slot_builder
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
 from ..codec.auth import check_salt
 from ..codec.ceiling import check_frame_ceiling
@@ -146,20 +147,11 @@ class ReduceReply:
         return out
 
 
-_set_frame: Any = vars(ReduceReply)["frame"].__set__
-_set_raw: Any = vars(ReduceReply)["raw"].__set__
-_set_adopted: Any = vars(ReduceReply)["adopted"].__set__
-
-
-def _new_reply(frame: RoundFrame, raw: memoryview, adopted: bool) -> ReduceReply:
-    """``ReduceReply(frame, raw, adopted)`` without the frozen dataclass's ``__init__`` (its
-    fields are set through their slots, as that ``__init__`` sets them with
-    ``object.__setattr__``; nothing is checked there either): the reply of every round."""
-    got: ReduceReply = object.__new__(ReduceReply)
-    _set_frame(got, frame)
-    _set_raw(got, raw)
-    _set_adopted(got, adopted)
-    return got
+#: ``_new_reply(frame, raw, adopted)``: ``ReduceReply(frame, raw, adopted)`` without the
+#: frozen dataclass's ``__init__`` (its fields are set through their slots, as that
+#: ``__init__`` sets them with ``object.__setattr__``; nothing is checked there either): the
+#: reply of every round
+_new_reply: Callable[..., ReduceReply] = slot_builder(ReduceReply)
 
 
 class RankClient:

@@ -1,0 +1,90 @@
+"""Fast constructors for frozen, slotted dataclasses built once per record or round.
+
+A frozen dataclass's ``__init__`` sets each field with ``object.__setattr__`` (its own
+``__setattr__`` refuses), which costs a lookup and a call per field. Where a hot path builds one
+per record from values it already checked, :func:`slot_builder` gives a function that sets the
+same fields through the slots' descriptors instead, in field order, and checks nothing: the same
+object ``cls(*args)`` gives, for a class whose ``__init__`` only stores its arguments (no
+``InitVar``, no ``init=False`` field, no default factory; a ``__post_init__`` only when the
+caller says its values already pass it).
+
+Upstream: none (a Python construction detail; upstream builds plain Rust structs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+__all__ = ["slot_builder"]
+
+T = TypeVar("T")
+
+#: what a builder's parameter defaults to when its field has no default
+_NO_DEFAULT: Any = dataclasses.MISSING
+
+
+def slot_builder(cls: type[T], fixed: Mapping[str, Any] | None = None, *,
+                 skip_post_init: bool = False) -> Callable[..., T]:
+    """A function building ``cls`` without its ``__init__``: ``build(*args)`` returns what
+    ``cls(*args)`` returns, with every field set through its slot's descriptor.
+
+    The function is generated once (as :mod:`dataclasses` generates ``__init__``): it takes the
+    fields not named in ``fixed`` as positional-or-keyword parameters, in field order, with the
+    fields' own defaults; a field named in ``fixed`` is always set to that value.
+
+    Args:
+        cls: a frozen or plain dataclass declared with ``slots=True`` whose ``__init__`` only
+            stores its arguments.
+        fixed: field name -> the value every object built gets for that field.
+        skip_post_init: build a class that has a ``__post_init__`` without running it (the
+            caller passes only values that ``__post_init__`` accepts and leaves unchanged).
+
+    Returns:
+        The builder; it checks nothing (its callers pass values they already checked).
+
+    Raises:
+        TypeError: ``cls`` is not a slotted dataclass, has a ``__post_init__`` (unless
+            ``skip_post_init``), a field left out of ``__init__`` or a default factory, or
+            ``fixed`` names a field it does not have.
+
+    Upstream: none (see the module doc).
+    """
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
+        raise TypeError(f"slot_builder: {cls!r} is not a dataclass declared with slots=True")
+    if hasattr(cls, "__post_init__") and not skip_post_init:
+        raise TypeError(f"slot_builder: {cls.__name__} has a __post_init__ (its checks would "
+                        "be skipped)")
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    pinned = dict(fixed or {})
+    unknown = sorted(set(pinned) - set(names))
+    if unknown:
+        raise TypeError(f"slot_builder: {cls.__name__} has no field {', '.join(unknown)}")
+    ns: dict[str, Any] = {"__name__": __name__, "_new": object.__new__, "_cls": cls}
+    params = []
+    body = ["    o = _new(_cls)"]
+    for f in fields:
+        if not f.init or f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"slot_builder: {cls.__name__}.{f.name} is not a plain __init__ "
+                            "argument")
+        ns[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.name in pinned:
+            ns[f"_fixed_{f.name}"] = pinned[f.name]
+            body.append(f"    _set_{f.name}(o, _fixed_{f.name})")
+            continue
+        if f.default is _NO_DEFAULT:
+            params.append(f.name)
+        else:
+            ns[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(o, {f.name})")
+    # only field names (Python identifiers) and generated names reach the source
+    src = f"def build({', '.join(params)}):\n" + "\n".join(body) + "\n    return o\n"
+    exec(src, ns)
+    build: Callable[..., T] = ns["build"]
+    build.__name__ = build.__qualname__ = f"build_{cls.__name__}"
+    build.__doc__ = (f"``{cls.__name__}(...)`` built through its slots (no ``__init__``, no "
+                     "checks).")
+    return build

@@ -1,0 +1,104 @@
+"""``_slots.slot_builder``: the generated builder gives the object the class's constructor gives
+(every field, in order, defaults and pinned fields included, still frozen), and refuses the
+classes whose ``__init__`` does more than store its arguments; every per-record builder of the
+package is one of its builders."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flodl_proto._slots import slot_builder
+from flodl_proto.codec import mux, stream
+from flodl_proto.fsm import controller_core
+from flodl_proto.runner import rank
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Four:
+    a: int
+    b: str
+    c: bytes
+    d: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    a: int
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError("a < 0")
+
+
+def _fields(obj: Any) -> list[Any]:
+    return [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(), st.text(max_size=8), st.binary(max_size=8),
+       st.none() | st.floats(allow_nan=False))
+def test_the_builder_gives_what_the_constructor_gives(a: int, b: str, c: bytes,
+                                                       d: float | None) -> None:
+    build = slot_builder(_Four)
+    got = build(a, b, c, d)
+    assert type(got) is _Four and got == _Four(a, b, c, d) and _fields(got) == [a, b, c, d]
+    assert build(a, b, c) == _Four(a, b, c)  # the field's default
+    assert build(c=c, b=b, a=a) == _Four(a, b, c)  # by keyword, as the constructor
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.a = 1  # type: ignore[misc]
+
+
+def test_a_pinned_field_is_set_and_leaves_the_parameters() -> None:
+    build = slot_builder(_Four, fixed={"b": "pinned"})
+    assert build(1, b"x", 2.5) == _Four(1, "pinned", b"x", 2.5)
+    assert build(1, b"x") == _Four(1, "pinned", b"x")
+    with pytest.raises(TypeError):
+        build(1, "b", b"x", 2.5)
+
+
+def test_the_builder_has_the_constructor_arity() -> None:
+    build = slot_builder(_Four)
+    with pytest.raises(TypeError):
+        build(1, "b")
+    with pytest.raises(TypeError):
+        build(1, "b", b"c", 1.0, 2)
+
+
+def test_classes_whose_init_does_more_are_refused() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Factory:
+        a: list[int] = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class NotInit:
+        a: int = dataclasses.field(default=0, init=False)
+
+    for cls, words in ((NoSlots, "slots=True"), (int, "slots=True"),
+                       (_Checked, "__post_init__"), (Factory, "Factory.a"),
+                       (NotInit, "NotInit.a")):
+        with pytest.raises(TypeError, match=words):
+            slot_builder(cls)
+    with pytest.raises(TypeError, match="_Four has no field e, z"):
+        slot_builder(_Four, fixed={"z": 1, "e": 2})
+
+
+def test_skip_post_init_builds_without_running_it() -> None:
+    build = slot_builder(_Checked, skip_post_init=True)
+    assert build(3) == _Checked(3)
+    assert build(-1).a == -1  # the caller's promise: not checked here
+
+
+def test_every_per_record_builder_is_generated_by_slot_builder() -> None:
+    for build in (mux._record, mux._header, stream._received, controller_core._broadcast_to,
+                  controller_core._scattered, rank._new_reply):
+        assert build.__module__ == slot_builder.__module__
+        assert build.__name__.startswith("build_")
