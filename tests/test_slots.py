@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flodl_proto._slots import slot_builder
-from flodl_proto.codec import mux, stream
+from flodl_proto.codec import mux, plans, stream
+from flodl_proto.codec.auth import Premac, new_mac
 from flodl_proto.fsm import controller_core
 from flodl_proto.runner import rank
 
@@ -97,8 +98,21 @@ def test_skip_post_init_builds_without_running_it() -> None:
     assert build(-1).a == -1  # the caller's promise: not checked here
 
 
+def test_the_premac_builder_gives_the_constructor_s_premac() -> None:
+    salt = bytes(range(16))
+    frame = memoryview(bytes(range(40)))
+    mac = new_mac(salt)
+    mac.update(frame[:32])
+    want = Premac(32, mac.digest())
+    got = plans.frame_premac_for(salt)(frame)
+    assert type(got) is Premac and got == want
+    assert plans.frame_premac(frame, salt) == want
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.covered = 1  # type: ignore[misc]
+
+
 def test_every_per_record_builder_is_generated_by_slot_builder() -> None:
     for build in (mux._record, mux._header, stream._received, controller_core._broadcast_to,
-                  controller_core._scattered, rank._new_reply):
+                  controller_core._scattered, rank._new_reply, plans._premac):
         assert build.__module__ == slot_builder.__module__
         assert build.__name__.startswith("build_")

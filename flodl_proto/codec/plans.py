@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._slots import slot_builder
 from ..spec import AUTH_TAG_LEN, MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, REC_HOST_FRAME
 from ._common import BytesLike, as_view
 from .auth import Premac, new_mac
@@ -43,6 +44,10 @@ __all__ = [
     "record_premac_for",
     "signed_frame_batches",
 ]
+
+#: ``_premac(covered, digest)``: ``Premac(covered, digest)`` built without the frozen
+#: dataclass's per-field ``object.__setattr__`` (a reader builds one per record or frame)
+_premac: Callable[[int, bytes], Premac] = slot_builder(Premac)
 
 
 @dataclass(slots=True)
@@ -63,7 +68,7 @@ class FrameMacs:
         """The digest for the decoder, once every covered byte was fed (None without a MAC)."""
         if self.mac is None:
             return None
-        return Premac(self.stop - self.start, self.mac.digest())
+        return _premac(self.stop - self.start, self.mac.digest())
 
     def ranges(self, offset: int = 0) -> list[tuple[Any, int, int]]:
         """``(mac, start, stop)`` for an I/O reader: the covered range shifted by ``offset``
@@ -92,7 +97,7 @@ def frame_premac(buffer: BytesLike, salt: bytes) -> Premac | None:
         return None
     mac = new_mac(salt)
     mac.update(mv[:covered])
-    return Premac(covered, mac.digest())
+    return _premac(covered, mac.digest())
 
 
 def frame_premac_for(salt: bytes) -> Callable[[memoryview], Premac | None]:
@@ -116,7 +121,7 @@ def frame_premac_for(salt: bytes) -> Callable[[memoryview], Premac | None]:
             return None
         mac = copy()
         mac.update(frame[:covered])
-        return Premac(covered, mac.digest())
+        return _premac(covered, mac.digest())
 
     return premac
 
@@ -143,7 +148,7 @@ def record_premac_for(salt: bytes) -> Callable[[memoryview, memoryview], Premac]
         mac.update(header[:MUX_AUTH_COVERED_HEADER_LEN])
         if payload.nbytes:
             mac.update(payload)
-        return Premac(MUX_AUTH_COVERED_HEADER_LEN + payload.nbytes, mac.digest())
+        return _premac(MUX_AUTH_COVERED_HEADER_LEN + payload.nbytes, mac.digest())
 
     return premac
 
@@ -175,7 +180,7 @@ class RecordMacs:
         """The record digest for the decoder, after ``payload_got`` payload bytes were fed
         (default: all of them)."""
         got = self.record_stop - self.record_start if payload_got is None else payload_got
-        return Premac(MUX_AUTH_COVERED_HEADER_LEN + got, self.record.digest())
+        return _premac(MUX_AUTH_COVERED_HEADER_LEN + got, self.record.digest())
 
     def ranges(self) -> list[tuple[Any, int, int]]:
         """``(mac, start, stop)`` for an I/O reader, offsets into the record buffer: the record
@@ -189,7 +194,7 @@ class RecordMacs:
         """The inner frame's digest for the decoder (None when there is no inner-frame MAC)."""
         if self.frame is None:
             return None
-        return Premac(self.frame_stop - self.frame_start, self.frame.digest())
+        return _premac(self.frame_stop - self.frame_start, self.frame.digest())
 
 
 def record_macs(header: BytesLike, parsed: MuxHeader, salt: bytes, *,
