@@ -50,18 +50,23 @@ declare -A CI_RUNS=(
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCRIPT"; exit 2; }
 
 # shown TEXT / quoted TEXT: TEXT for a one-line message: as is (quoted: in single quotes) when it
-# is printable, else shell-quoted ($'a\nb'); over 80 characters, by its ends and its length
+# is plain printable ASCII, else shell-quoted ($'a\nb', $'\342\200\256' for U+202E); over 80
+# characters, by its ends and its length. The test and the quoting run in the C locale: in a
+# UTF-8 one, [:print:] passes a bidi override or another invisible format character, and %q
+# leaves it raw
 shown() {
-  local t=$1
-  [ "${#t}" -le 80 ] || t="${t:0:40}...${t: -20}"
+  local t=$1 n=${#1}  # (characters: counted before the switch to the C locale)
+  [ "$n" -le 80 ] || t="${t:0:40}...${t: -20}"
+  local LC_ALL=C
   case "$t" in *[![:print:]]*) printf '%q' "$t" ;; *) printf '%s' "$t" ;; esac
-  [ "${#1}" -le 80 ] || printf ' (%d characters)' "${#1}"
+  [ "$n" -le 80 ] || printf ' (%d characters)' "$n"
 }
 quoted() {
-  local t=$1
-  [ "${#t}" -le 80 ] || t="${t:0:40}...${t: -20}"
+  local t=$1 n=${#1}  # (characters: counted before the switch to the C locale)
+  [ "$n" -le 80 ] || t="${t:0:40}...${t: -20}"
+  local LC_ALL=C
   case "$t" in *[![:print:]]*) printf '%q' "$t" ;; *) printf "'%s'" "$t" ;; esac
-  [ "${#1}" -le 80 ] || printf ' (%d characters)' "${#1}"
+  [ "$n" -le 80 ] || printf ' (%d characters)' "$n"
 }
 
 # Ctrl-C or SIGTERM: noted here; the running target is stopped (see `waited`) and no later
@@ -207,7 +212,7 @@ check_jobs() {
     ''|*[!0-9]*) ;;
     *) [ "$((10#$jobs))" -lt 1 ] || return 0 ;;
   esac
-  echo "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got '$jobs'" >&2
+  echo "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got $(quoted "$jobs")" >&2
   exit 2
 }
 
@@ -242,7 +247,7 @@ run_all() {
 check_ci_runs() {
   case "${FLODL_FUZZ_CI_RUNS:-1}" in
     *[!0-9]*|0|00*) echo "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got" \
-                      "'$FLODL_FUZZ_CI_RUNS'" >&2; exit 2 ;;
+                      "$(quoted "$FLODL_FUZZ_CI_RUNS")" >&2; exit 2 ;;
   esac
 }
 

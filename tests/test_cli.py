@@ -594,6 +594,31 @@ def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
     _one_error_line(res.stderr, line)
 
 
+@pytest.mark.parametrize(("args", "env", "line"), [
+    (("ab\u202ecd", "5"), {}, "fuzz: unknown target $'ab\\342\\200\\256cd'; targets: handshake "),
+    (("replay", "x\u200b", "x.bin"), {}, "fuzz: unknown target $'x\\342\\200\\213'; targets: "),
+    (("handshake", "5\u2066"), {},
+     "fuzz: SECONDS must be a whole number of seconds, got $'5\\342\\201\\246'"),
+    (("handshake", "\uff15"), {},
+     "fuzz: SECONDS must be a whole number of seconds, got $'\\357\\274\\225'"),
+    (("all", "1"), {"FLODL_FUZZ_JOBS": "1\u202e"},
+     "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got $'1\\342\\200\\256'"),
+    (("ci",), {"FLODL_FUZZ_CI_RUNS": "\u200b"},
+     "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got $'\\342\\200\\213'"),
+    (("handshake", "\u00e9" * 90), {},
+     "fuzz: SECONDS must be a whole number of seconds, got $'" + "\\303\\251" * 40 + "..."
+     + "\\303\\251" * 20 + "' (90 characters)"),
+])
+def test_fuzz_a_value_not_plain_ascii_is_shell_quoted(args: tuple[str, ...], env: dict[str, str],
+                                                      line: str) -> None:
+    # in a UTF-8 locale [:print:] passes a bidi override (U+202E), a zero-width space or an
+    # isolate: they were echoed raw and reordered or hid the rest of the line
+    res = _fuzz(*args, env={"LC_ALL": "C.UTF-8", **env})
+    assert res.returncode == 2 and res.stdout == ""
+    _one_error_line(res.stderr, line)
+    assert res.stderr.isascii()
+
+
 @pytest.mark.parametrize("args", [("ci", "extra"), ("list", "extra")])
 def test_fuzz_ci_and_list_take_no_argument(args: tuple[str, ...]) -> None:
     # an extra argument was ignored: `ci extra` started the whole ci run
