@@ -126,12 +126,12 @@ _RELAY = ["relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size"
                   "characters are refused, as a host name is shown in log lines"),
     ("h\x7f", "'h\\x7f' holds a control character (U+007F at character 2); control characters "
               "are refused, as a host name is shown in log lines"),
-    ("ab\u202ecd", "'ab\\u202ecd' holds an invisible format or line-separator character "
-                   "(U+202E at character 3); such characters are refused, as a host name is "
-                   "shown in log lines, where one would reorder, hide or break the text"),
-    ("h\u2028x", "'h\\u2028x' holds an invisible format or line-separator character (U+2028 at "
-                 "character 2); such characters are refused, as a host name is shown in log "
-                 "lines, where one would reorder, hide or break the text"),
+    ("ab\u202ecd", "'ab\\u202ecd' holds an invisible format, filler or line-separator "
+                   "character (U+202E at character 3); such characters are refused, as a host "
+                   "name is shown in log lines, where one would reorder, hide or break the text"),
+    ("h\u2028x", "'h\\u2028x' holds an invisible format, filler or line-separator "
+                 "character (U+2028 at character 2); such characters are refused, as a host "
+                 "name is shown in log lines, where one would reorder, hide or break the text"),
     ("h\udcff", "'h\\udcff' holds a byte that is not UTF-8 (character 2); a host name is UTF-8 "
                 "text"),
     ("h" * 100000, f"'{'h' * 40}...{'h' * 20}' (100000 characters) is 100000 bytes (UTF-8), more "
@@ -146,11 +146,54 @@ def test_relay_host_is_refused_naming_the_option(host: str, why: str,
     assert err.splitlines()[-1] == f"flodl-proto relay: error: argument --host: {why}"
 
 
+_INVISIBLE = ("such characters are refused, as a host name is shown in log lines, where one "
+              "would reorder, hide or break the text")
+_SPACE = ("such characters are refused, as a host name is shown in log lines, where one would "
+          "pass for a plain space")
+_NONCHARACTER = "noncharacters are refused, as they are not for text interchange"
+
+
+@pytest.mark.parametrize(("host", "why"), [
+    ("h\uffff", f"'h\\uffff' holds a noncharacter (U+FFFF at character 2); {_NONCHARACTER}"),
+    ("\ufdd0x", f"'\\ufdd0x' holds a noncharacter (U+FDD0 at character 1); {_NONCHARACTER}"),
+    ("h\ufdef", f"'h\\ufdef' holds a noncharacter (U+FDEF at character 2); {_NONCHARACTER}"),
+    ("h\ufffe", f"'h\\ufffe' holds a noncharacter (U+FFFE at character 2); {_NONCHARACTER}"),
+    ("h\U0010ffff", f"'h\\U0010ffff' holds a noncharacter (U+10FFFF at character 2); "
+                     f"{_NONCHARACTER}"),
+    ("h\u115fx", f"'h\u115fx' holds an invisible format, filler or line-separator character "
+                 f"(U+115F at character 2); {_INVISIBLE}"),
+    ("h\u1160x", f"'h\u1160x' holds an invisible format, filler or line-separator character "
+                 f"(U+1160 at character 2); {_INVISIBLE}"),
+    ("\u3164", f"'\u3164' holds an invisible format, filler or line-separator character "
+               f"(U+3164 at character 1); {_INVISIBLE}"),
+    ("h\uffa0", f"'h\uffa0' holds an invisible format, filler or line-separator character "
+                f"(U+FFA0 at character 2); {_INVISIBLE}"),
+    ("a\u00a0b", f"'a\\xa0b' holds a space character other than the ASCII space (U+00A0 at "
+                 f"character 2); {_SPACE}"),
+    ("a\u3000b", f"'a\\u3000b' holds a space character other than the ASCII space (U+3000 at "
+                 f"character 2); {_SPACE}"),
+    ("\u0301ab", "'\u0301ab' starts with a combining mark (U+0301); a host name cannot start "
+                 "with one, as it would join the text shown before it"),
+    ("\u20dd", "'\u20dd' starts with a combining mark (U+20DD); a host name cannot start with "
+               "one, as it would join the text shown before it"),
+])
+def test_relay_host_refuses_noncharacters_fillers_odd_spaces_and_a_leading_mark(
+        host: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # (--frame-ceiling 4G: a host name taken is then refused too, and the relay does not start)
+    code, out, err = _run_main(capsys, *_RELAY, "--frame-ceiling", "4G", "--host", host)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == f"flodl-proto relay: error: argument --host: {why}"
+
+
 def test_relay_host_of_255_bytes_and_non_ascii_letters_is_taken() -> None:
     from flodl_proto.commands.relay import host_name
 
     assert host_name("h" * 255) == "h" * 255
     assert host_name("n\u00f6de-1") == "n\u00f6de-1"
+    # the ASCII space (inside or around the name), a combining mark after a letter
+    assert host_name("rack 1 node") == "rack 1 node"
+    assert host_name(" node ") == " node "
+    assert host_name("no\u0301de") == "no\u0301de"
 
 
 # -- conform: --cases matching nothing, --launch of a directory or of nothing ---------------------

@@ -235,20 +235,28 @@ def path_text(text: str) -> str:
     return text
 
 
+#: characters that show as nothing although Unicode does not class them as format characters:
+#: the Hangul fillers
+_INVISIBLE_FILLERS: Final = frozenset("\u115f\u1160\u3164\uffa0")
+
+
 def host_name(text: str) -> str:
     """argparse ``type=`` of ``relay --host``: the name announced in Hello, unless it is empty
     or only white space (``--host "$HOST"`` with the variable unset announced an empty name,
     and the relay's log lines read ``relay : ...``), holds a control character (the name is
     shown in the controller's and the relay's log lines, where a line feed or an escape
-    sequence would forge or garble them), or an invisible format or line-separator character
-    (a bidirectional override, a zero-width mark, U+2028), or is longer than a Hello carries
+    sequence would forge or garble them), an invisible format or line-separator character
+    (a bidirectional override, a zero-width mark, U+2028) or filler (U+115F, U+1160, U+3164,
+    U+FFA0), a space character other than the ASCII space (U+00A0, U+3000: the ASCII space is
+    taken), a noncharacter (U+FDD0..U+FDEF, U+FFFE and U+FFFF of every plane), or starts with a
+    combining mark (Unicode category M), or is longer than a Hello carries
     (``MAX_HELLO_HOST_LEN``, 255 UTF-8 bytes; the relay's own check, ``relay.host_too_long``,
     does not name the option).
 
     Raises:
         argparse.ArgumentTypeError: one of those (argparse names the option: ``argument --host:
             ...``); the message shows the value (:func:`~flodl_proto.errors.shown`) and, for a
-            control character, its code point and position.
+            refused character, its code point (and position).
 
     No upstream counterpart: upstream's relay announces the machine's host name.
     """
@@ -261,11 +269,26 @@ def host_name(text: str) -> str:
             raise argparse.ArgumentTypeError(
                 f"{shown(text)} holds a control character (U+{ord(ch):04X} at character {i + 1});"
                 " control characters are refused, as a host name is shown in log lines")
-        if kind in ("Cf", "Zl", "Zp"):  # bidi overrides, zero-width marks, line separators
+        # bidi overrides, zero-width marks, line separators; the Hangul fillers, which show as
+        # nothing
+        if kind in ("Cf", "Zl", "Zp") or ch in _INVISIBLE_FILLERS:
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} holds an invisible format or line-separator character "
+                f"{shown(text)} holds an invisible format, filler or line-separator character "
                 f"(U+{ord(ch):04X} at character {i + 1}); such characters are refused, as a host "
                 "name is shown in log lines, where one would reorder, hide or break the text")
+        if kind == "Zs" and ch != " ":  # U+00A0, U+3000: look like a space, are not one
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} holds a space character other than the ASCII space "
+                f"(U+{ord(ch):04X} at character {i + 1}); such characters are refused, as a host "
+                "name is shown in log lines, where one would pass for a plain space")
+        if 0xFDD0 <= ord(ch) <= 0xFDEF or ord(ch) & 0xFFFE == 0xFFFE:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} holds a noncharacter (U+{ord(ch):04X} at character {i + 1}); "
+                "noncharacters are refused, as they are not for text interchange")
+        if i == 0 and kind.startswith("M"):
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} starts with a combining mark (U+{ord(ch):04X}); a host name "
+                "cannot start with one, as it would join the text shown before it")
         if kind == "Cs":  # a byte of the command line that is not UTF-8 (surrogateescape)
             raise argparse.ArgumentTypeError(
                 f"{shown(text)} holds a byte that is not UTF-8 (character {i + 1}); a host name "
