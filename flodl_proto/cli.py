@@ -55,6 +55,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
+from ._numbers import plain_number
 from ._oserr import os_reason
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "QUIET_LOGGERS", "AnyCase", "build_parser",
@@ -484,8 +485,8 @@ def _argv_prog(args: Sequence[str]) -> str:
                 value = arg[len("--rank="):]
             elif arg != "--rank" or value is None:
                 continue
-            with contextlib.suppress(ValueError):
-                word = int(value)  # as argparse's type=int
+            with contextlib.suppress(ValueError):  # as --rank's type, whole_number, reads it
+                word = int(value) if plain_number(value) else None
     return f"flodl-proto {command}" + (f" {word}" if word is not None else "")
 
 

@@ -910,9 +910,8 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0,5",
                              "--world-size", "2", "--salt", SALT_HEX)
     assert code == 2
-    assert err == ("flodl-proto relay: error: rank set [0, 5] is invalid for world_size 2: every "
-                   "rank "
-                   "must be < world_size\n")
+    assert err == ("flodl-proto relay: error: --ranks '0,5': every rank must be < --world-size 2, "
+                   "got rank 5\n")
 
 
 @pytest.mark.parametrize(("args", "message"), [

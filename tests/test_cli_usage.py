@@ -341,3 +341,135 @@ def test_thousands_of_unknown_arguments_make_one_bounded_line(
     assert (code, out, err) == (
         2, "", f"{_parser_of(*command).format_usage()}{prog}: error: unrecognized arguments: "
                f"{listed} ... (1972 more)\n")
+
+
+# -- numbers: ASCII digits only, as upstream's Rust parse ----------------------------------------
+_NOT_PLAIN = "(a number is written in ASCII digits, without '_')"
+
+
+@pytest.mark.parametrize("text", ["\uff11\uff12", "\u0661\u0662", "1_000", "\u0967", "12\u00a0",
+                                  "\u00a012", "1\uff10"])
+def test_integer_options_take_ascii_digits_only(text: str) -> None:
+    """``int()`` reads full-width and other scripts' digits, ``_`` between digits and non-ASCII
+    blanks around them: every integer option took ``１２`` as 12 and ``1_000`` as 1000."""
+    from flodl_proto.commands.relay import whole_number
+    from flodl_proto.errors import shown
+
+    with pytest.raises(argparse.ArgumentTypeError) as ei:
+        whole_number(text)
+    assert str(ei.value) == f"invalid int value: {shown(text)} {_NOT_PLAIN}"
+
+
+def test_integer_options_read_plain_ascii_as_before() -> None:
+    from flodl_proto.commands.relay import whole_number
+
+    for text, value in ((" 12 ", 12), ("+5", 5), ("-3", -3), ("007", 7), ("\t4\n", 4)):
+        assert whole_number(text) == value
+        assert type(whole_number(text)) is int
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^invalid int value: 'x'$"):
+        whole_number("x")
+
+
+@pytest.mark.parametrize("text", ["\uff11.5", "\u0661", "1_0.5", "1e1_0", "0.\u0665"])
+def test_number_and_timeout_options_take_ascii_digits_only(text: str) -> None:
+    from flodl_proto.commands.relay import TIMEOUT_RULE, positive_seconds, real_number
+    from flodl_proto.errors import shown
+
+    with pytest.raises(argparse.ArgumentTypeError) as ei:
+        real_number(text)
+    assert str(ei.value) == f"invalid float value: {shown(text)} {_NOT_PLAIN}"
+    with pytest.raises(argparse.ArgumentTypeError) as ei:
+        positive_seconds(text)
+    assert str(ei.value) == f"must be {TIMEOUT_RULE}, got {shown(text)}"
+
+
+def test_number_options_read_plain_ascii_as_before() -> None:
+    from flodl_proto.commands.relay import positive_seconds, real_number
+
+    for text, value in ((" 1.5 ", 1.5), ("+2", 2.0), ("1e3", 1000.0), ("inf", float("inf"))):
+        assert real_number(text) == value
+    assert positive_seconds(" 2.5 ") == 2.5
+
+
+# (each ends on a mistake the command finds after parsing: a value taken by mistake does not
+# start a cluster member)
+_RELAY = ("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1", "--salt",
+          _SALT, "--frame-ceiling", "4G")
+_CONTROLLER = ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", _SALT,
+               "--frame-ceiling", "4G")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((*_RELAY, "--world-size", "\uff12"), f"argument --world-size: invalid int value: '\uff12' "
+                                          f"{_NOT_PLAIN}"),
+    ((*_RELAY, "--listen-port", "5_000"), f"argument --listen-port: invalid int value: '5_000' "
+                                          f"{_NOT_PLAIN}"),
+    ((*_RELAY, "--rank-timeout", "\uff15"), "argument --rank-timeout: must be a finite number of "
+                                            "seconds above 0"),
+    ((*_CONTROLLER, "--world-size", "\u0661"), f"argument --world-size: invalid int value: "
+                                               f"'\u0661' {_NOT_PLAIN}"),
+    ((*_CONTROLLER, "--round-timeout", "1_0"), "argument --round-timeout: must be a finite "
+                                               "number of seconds above 0"),
+    ((*_RANK, "--rounds", "0", "--rank", "\uff10"), f"argument --rank: invalid int value: "
+                                                    f"'\uff10' {_NOT_PLAIN}"),
+    ((*_RANK, "--rounds", "0", "--interval", "\uff11"), f"argument --interval: invalid float "
+                                                        f"value: '\uff11' {_NOT_PLAIN}"),
+    ((*_RANK, "--rounds", "0", "--payload-mib", "1_0"), f"argument --payload-mib: invalid float "
+                                                        f"value: '1_0' {_NOT_PLAIN}"),
+    (("decode", "--pcap", "--port", "5_5", "/nonexistent/x.pcap"),
+     "argument --port: not a port number: '5_5'"),
+])
+def test_numeric_options_name_the_option_and_the_value(
+        capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].split(": error: ", 1)[1].startswith(message)
+
+
+@pytest.mark.parametrize("ranks", ["\u0661", "0,\uff11", "0-\u0663", "1_0", "+1"])
+def test_relay_ranks_take_ascii_digits_only(ranks: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from flodl_proto.errors import shown
+
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
+                               "--world-size", "20", "--salt", _SALT, "--frame-ceiling", "4G")
+    assert (code, out) == (2, "")
+    assert err == (f"flodl-proto relay: error: --ranks expects a list of ranks like 0,1 or 0-3, "
+                   f"got {shown(ranks)}\n")
+
+
+@pytest.mark.parametrize(("ranks", "world", "message"), [
+    ("0,99999999999999999999", "1", "--ranks '0,99999999999999999999': every rank must be < "
+                                    "--world-size 1, got rank 99999999999999999999"),
+    ("3", "2", "--ranks '3': every rank must be < --world-size 2, got rank 3"),
+    ("0," + _BIG, "4294967295", f"--ranks '0,{'9' * 38}...{'9' * 20}' (5002 characters): every "
+                                "rank must be < --world-size 4294967295, got rank <an integer of "
+                                "16610 bits>"),
+    (",".join(["0"] * 10**6), "4", f"--ranks '{'0,' * 20}...{',0' * 10}' (1999999 characters): "
+                                   "1000000 ranks need as many loopback connections, more than "
+                                   "this process may open ("),
+])
+def test_relay_ranks_out_of_range_name_the_option_and_the_value(
+        ranks: str, world: str, message: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single rank (not a range) of 20 digits was refused by the relay's core in its words
+    (``rank set [0, 99999999999999999999] is invalid for world_size 1``), naming no option, and
+    one of 5000 digits as a list that does not parse."""
+    from flodl_proto.commands import relay
+
+    monkeypatch.setattr(relay, "_max_open_files", lambda: 1024)
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
+                               "--world-size", world, "--salt", _SALT)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"flodl-proto relay: error: {message}")
+
+
+def test_the_rank_prefix_found_before_parsing_reads_rank_as_the_option_does() -> None:
+    """The prefix of a line written before the arguments are parsed (an interruption) named
+    ``--rank ３`` as rank 3, a value the option refuses."""
+    from flodl_proto.cli import _argv_prog
+
+    assert _argv_prog(["rank", "--rank", "\uff13"]) == "flodl-proto rank"
+    assert _argv_prog(["rank", "--rank=1_0"]) == "flodl-proto rank"
+    assert _argv_prog(["rank", "--rank", " 3 "]) == "flodl-proto rank 3"

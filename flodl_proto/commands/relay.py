@@ -57,6 +57,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
+from .._numbers import NOT_PLAIN, plain_number
 from .._oserr import os_reason
 from ..addr import PORT_MAX, parse_addr
 from ..cli import interrupts_held
@@ -321,25 +322,30 @@ def tcp_port(text: str) -> int:
 def whole_number(text: str) -> int:
     """argparse ``type=`` of every integer option of the command line (``--world-size``,
     ``--rank``, ``--rounds``, ``--listen-port``, ``--jobs``, ``--protocol-version``, ...): the
-    integer ``int()`` reads from ``text``, so every value taken before is taken as it was. A
+    integer ``int()`` reads from ``text`` when it is written in ASCII digits (an optional sign,
+    blanks around it), so every such value taken before is taken as it was; the digits of other
+    scripts (``１２``, ``١٢``) and ``_`` (``1_000``), which ``int()`` reads too, are refused
+    (:func:`flodl_proto._numbers.plain_number`, as upstream's Rust parse). A
     number of more digits than a message quotes whole (:data:`~flodl_proto.errors.SHOWN_CHARS`,
     80; ``int()`` refuses more than 4300) is read too, as an integer that messages show by its
     size (``<an integer of 16610 bits>``), so the command's own range check refuses it as any
     value out of range, in one line, where argparse echoed the digits whole.
 
     Raises:
-        argparse.ArgumentTypeError: not an integer (``invalid int value: 'x'``, as argparse's,
-            the text quoted by :func:`~flodl_proto.errors.shown`).
+        argparse.ArgumentTypeError: not an integer in ASCII digits (``invalid int value:
+            'x'``, as argparse's, the text quoted by :func:`~flodl_proto.errors.shown`; for
+            text ``int()`` would read, followed by ``(a number is written in ASCII digits,
+            without '_')``).
 
     No upstream counterpart: upstream's binaries take no such options.
     """
     match = _INTEGER_TEXT.fullmatch(text)
-    if match is not None and len(match[2]) > SHOWN_CHARS:
+    if match is None:
+        why = "" if plain_number(text) else f" ({NOT_PLAIN})"
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)}{why}")
+    if len(match[2]) > SHOWN_CHARS:
         return _long_integer(match[1], match[2])
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)}") from None
+    return int(match[1] + match[2])
 
 
 #: an integer as :func:`whole_number` reads a long one: an optional sign and ASCII digits
@@ -348,10 +354,13 @@ _INTEGER_TEXT = re.compile(r"\s*([-+]?)([0-9]+)\s*", re.ASCII)
 
 def real_number(text: str) -> float:
     """argparse ``type=`` of a number option (``--payload-mib``, ``--interval``): the float
-    ``float()`` reads from ``text``; its range is the command's check.
+    ``float()`` reads from ``text`` written in ASCII without ``_``
+    (:func:`flodl_proto._numbers.plain_number`); its range is the command's check.
 
     Raises:
-        argparse.ArgumentTypeError: not a number (``invalid float value: 'x'``, as argparse's),
+        argparse.ArgumentTypeError: not a number (``invalid float value: 'x'``, as argparse's;
+            ``１.５`` and ``1_0`` with the reason: ``(a number is written in ASCII digits,
+            without '_')``),
             or a finite number beyond the float range (``1e400``, 400 nines), which ``float()``
             reads as an infinity (the command then said ``got inf``): the message says it is out
             of range, names the largest (or smallest) finite number and quotes the text
@@ -360,6 +369,8 @@ def real_number(text: str) -> float:
 
     No upstream counterpart: upstream's binaries take no such options.
     """
+    if not plain_number(text):
+        raise argparse.ArgumentTypeError(f"invalid float value: {shown(text)} ({NOT_PLAIN})")
     try:
         value = float(text)
     except ValueError:
@@ -386,7 +397,8 @@ def positive_seconds(text: str) -> float:
     applied here: the command refuses it before it starts (:func:`check_net_timeout_scale`).
 
     Raises:
-        argparse.ArgumentTypeError: not a number, not finite (``1e999`` and a number of 5000
+        argparse.ArgumentTypeError: not a number (in ASCII, without ``_``:
+            :func:`flodl_proto._numbers.plain_number`), not finite (``1e999`` and a number of 5000
             digits are infinite as floats), not above 0, or above the maximum once scaled; the
             message states the rule and the value as given (argparse names the option:
             ``argument --round-timeout: must be ...``).
@@ -395,7 +407,7 @@ def positive_seconds(text: str) -> float:
     ``rank_timeout``).
     """
     try:
-        value = float(text)
+        value = float(text) if plain_number(text) else math.nan
     except ValueError:
         value = math.nan
     if not (0 < value < math.inf):
@@ -614,17 +626,23 @@ def parse_ranks(text: str, world_size: int | None = None,
 
     Args:
         text: the ``--ranks`` value.
-        world_size: when given, a range reaching ``world_size`` or beyond is refused before it
-            is expanded (a typo such as ``0-99999999`` would otherwise build a list of 10**8
-            ints, gigabytes, only to be refused afterwards).
+        world_size: when given, a rank or a range reaching ``world_size`` or beyond is refused
+            before any range is expanded (a typo such as ``0-99999999`` would otherwise build a
+            list of 10**8 ints, gigabytes, only to be refused afterwards).
         max_ranks: when given, more ranks than this are refused before any range is expanded
             (a relay holds one loopback connection per rank: the process's open-file limit).
 
+    Returns:
+        The rank ids (ints), in the order given, ranges expanded.
+
     Raises:
-        ValueError: not a comma-separated list of non-negative integers / ranges, or an empty
-            item (``0,,1``, a leading or trailing comma), named as such.
-        InvalidValue (local): ``relay.bad_rank_set``: a range beyond ``world_size``, or more
-            than ``max_ranks`` ranks.
+        ValueError: not a comma-separated list of non-negative integers / ranges in ASCII
+            digits (``١``, ``1_0`` and ``+1`` are refused), an empty item (``0,,1``, a leading
+            or trailing comma), a rank not below ``world_size`` or more than ``max_ranks``
+            ranks; one line naming ``--ranks`` and its value (a long one by its ends, a rank
+            of more than 80 digits by its size: :func:`~flodl_proto.errors.shown`).
+
+    No upstream counterpart: upstream's relay takes its ranks from the launcher.
     """
     bad = ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)}")
     parts = text.replace(" ", "").split(",")
@@ -637,19 +655,21 @@ def parse_ranks(text: str, world_size: int | None = None,
             if not part:
                 continue
             lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
-            spans.append((int(lo), int(hi)))
+            if not (lo.isascii() and lo.isdigit() and hi.isascii() and hi.isdigit()):
+                raise ValueError  # "١", "1_0", "+1": ASCII digits only, as upstream's parse
+            spans.append((_long_integer("", lo), _long_integer("", hi)))
     except ValueError:
         raise bad from None
     if not spans or any(lo < 0 or hi < lo for lo, hi in spans):
         raise bad
-    if world_size is not None and any(hi >= world_size for lo, hi in spans if hi > lo):
-        raise protocol_error("relay.bad_rank_set", ranks=text, world_size=world_size,
-                             reason="every rank must be < world_size")
+    if world_size is not None and any(hi >= world_size for lo, hi in spans):
+        top = max(hi for lo, hi in spans)
+        raise ValueError(f"--ranks {shown(text)}: every rank must be < --world-size "
+                         f"{shown(world_size)}, got rank {shown(top)}")
     count = sum(hi - lo + 1 for lo, hi in spans)
     if max_ranks is not None and count > max_ranks:
-        raise protocol_error("relay.bad_rank_set", ranks=text, world_size=world_size,
-                             reason=f"{count} ranks need as many loopback connections, more "
-                                    f"than this process may open ({max_ranks})")
+        raise ValueError(f"--ranks {shown(text)}: {shown(count)} ranks need as many loopback "
+                         f"connections, more than this process may open ({max_ranks})")
     return [r for lo, hi in spans for r in range(lo, hi + 1)]
 
 
