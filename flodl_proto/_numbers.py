@@ -5,6 +5,7 @@ Python's ``int()`` and ``float()`` read more than a number as a user types one: 
 any script (full-width ``１２``, Arabic-Indic ``١٢``) and ``_`` between digits (``1_000``).
 Upstream's Rust ``str::parse`` reads ASCII digits only, without separators; so does this
 package's command line. Blanks around a number stay as ``int()`` and ``float()`` take them.
+This module imports nothing (:mod:`flodl_proto.spec` and the command line's first steps use it).
 
 Upstream: ``str::parse::<u32>`` / ``str::parse::<f64>`` of Rust's standard library, as
 upstream's launcher reads its numbers.

@@ -30,6 +30,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from ._numbers import plain_number
 from ._oserr import os_reason
 
 __all__ = [
@@ -371,7 +372,7 @@ def parse_f64(text: str) -> float | None:
     Upstream: Rust's ``<f64 as FromStr>::from_str`` (the launcher's number options, ``wire.rs``
     ``parse_net_timeout_scale``).
     """
-    if not text.isascii() or "_" in text:
+    if not plain_number(text):
         return None
     try:
         return float(text)
