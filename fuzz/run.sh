@@ -332,18 +332,30 @@ case "$1" in
 import importlib, logging, os, sys
 logging.disable(logging.CRITICAL)
 caller, _, target, *files = sys.argv[1:]
+
+
+def shown(name):
+    """name as `shown` writes it: as is when plain printable ASCII, else $'...' with octal
+    escapes of its bytes (one line, no bidi override or invisible character echoed raw)"""
+    if name.isascii() and name.isprintable():
+        return name
+    raw = name.encode("utf-8", "surrogateescape")
+    return "$'" + "".join(chr(b) if 32 <= b < 127 and b not in b"'\\" else
+                          ("\\" + chr(b) if b in b"'\\" else f"\\{b:03o}") for b in raw) + "'"
+
+
 inputs = []
 for f in files:  # every FILE is read before any runs: a missing one is a usage error, exit 2
     try:
         with open(os.path.join(caller, f), "rb") as fh:
             inputs.append((f, fh.read()))
     except OSError as e:
-        print(f"fuzz/run.sh: replay: cannot read {f}: {e.strerror}", file=sys.stderr)
+        print(f"fuzz/run.sh: replay: cannot read {shown(f)}: {e.strerror}", file=sys.stderr)
         sys.exit(2)
 mod = importlib.import_module(f"fuzz.harnesses.{target}")
 for f, data in inputs:
     mod.test_one_input(data)  # a finding raises: its traceback, exit 1
-    print(f"{f}: ok")
+    print(f"{shown(f)}: ok")
 EOF
     ;;
   *)

@@ -605,6 +605,8 @@ def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
      "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got $'1\\342\\200\\256'"),
     (("ci",), {"FLODL_FUZZ_CI_RUNS": "\u200b"},
      "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got $'\\342\\200\\213'"),
+    (("replay", "control", "a\u202eb\nc"), {},
+     "fuzz/run.sh: replay: cannot read $'a\\342\\200\\256b\\012c': No such file or directory"),
     (("handshake", "\u00e9" * 90), {},
      "fuzz: SECONDS must be a whole number of seconds, got $'" + "\\303\\251" * 40 + "..."
      + "\\303\\251" * 20 + "' (90 characters)"),
