@@ -283,3 +283,108 @@ def test_a_value_inside_the_call_an_error_case_expects_to_fail_is_not_refused_ah
     case = next(c for c in iter_cases(BUNDLED)
                 if c.data["op"] == op and c.data["expect"] == expect)
     assert field_problem({**case.data, **changes}) is None
+
+
+def _mux(case: dict[str, Any]) -> bool:
+    return bool(case["id"] == "mux_record/roundtrip/data-rank7/salt-zero")
+
+
+def _last_byte_changed(name: str) -> Callable[[dict[str, Any]], str]:
+    return lambda case: case[name][:-2] + ("01" if case[name][-2:] != "01" else "02")
+
+
+_HEADER7 = "d0170df10100000001070000001a000000cb68e62143428d8b"
+#: how a line shows the string of 1200 characters "abab...ab"
+_LONG_AB = f"'{'ab' * 20}...{'ab' * 10}' (1200 characters)"
+_PAYLOAD7 = "6f706171756520636f6e74726f6c2d6672616d65206279746573"
+
+
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    # each read "VectorMismatch: split"
+    (("header", ), "zz", f"field 'header' is the string 'zz', {_HEX}"),
+    (("payload", ), 5, f"field 'payload' is the number 5, {_HEX}"),
+    (("header", ), lambda case: case["header"][:-2],
+     f"field 'header' is the string {_HEADER7[:-2]!r}, 24 bytes, not the 25 of a record header"),
+    (("header", ), "ab" * 600,
+     f"field 'header' is the string {_LONG_AB}, 600 bytes, not the 25 of a record header"),
+    (("header", ), "00" * 25,
+     f"field 'header' is the string {'00' * 25!r}, not a record header (relay_mux: record "
+     "magic 0x00000000 != 0xf10d17d0)"),
+    (("payload", ), "00",
+     "field 'payload' is the string '00', 1 byte, not the 26 field 'header' gives its payload"),
+    (("header", ), _last_byte_changed("header"),
+     f"field 'header' is the string {_HEADER7[:-2] + '01'!r}, not the first 25 bytes of "
+     "field 'bytes'"),
+    (("payload", ), _last_byte_changed("payload"),
+     f"field 'payload' is the string {_PAYLOAD7[:-2] + '01'!r}, not the bytes of field "
+     "'bytes' after its 25-byte header"),
+    # "VectorMismatch: auth tag differs", "TypeError: ... 'NoneType'" / "bincode differs"
+    (("auth_tag", ), "x", f"field 'auth_tag' is the string 'x', {_HEX}"),
+    (("bincode", ), None, f"field 'bincode' is null, {_HEX}"),
+], ids=["header-not-hex", "payload-number", "header-short", "header-long", "header-magic",
+        "payload-short", "header-not-bytes", "payload-not-bytes", "auth-tag", "bincode"])
+def test_a_malformed_mux_record_split_is_one_line(
+        where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A round trip's ``header`` and ``payload`` describe the split of its ``bytes``: one
+    that is not (bad hex, a length not the header's, a header the codec refuses, other bytes)
+    is refused at load naming the field and its value, shortened when long."""
+    pick = _mux if where != ("bincode", ) else (lambda c: "bincode" in c)
+    _refused_edit(tmp_path, capsys, "mux_record.json", "mux_record.roundtrip", "ok", where,
+                  value, problem, pick)
+
+
+@pytest.mark.parametrize("name", ["header", "payload"])
+def test_a_mux_record_split_unlike_the_record_names_the_field(name: str) -> None:
+    """Run without the load's check (as a caller of the handler may), a round trip whose
+    ``header`` or ``payload`` is not the record's read ``VectorMismatch: split``."""
+    case = next(c for c in iter_cases(BUNDLED) if _mux(c.data))
+    case.data[name] = "ab" * 600
+    with pytest.raises(VectorMismatch) as e:
+        run_case(case)
+    want = _HEADER7 if name == "header" else _PAYLOAD7
+    assert str(e.value) == (
+        f"field {name!r} is the string {_LONG_AB}, the record's {name} is {want!r}")
+
+
+@pytest.mark.parametrize(("file", "op", "pick", "where", "value", "problem"), [
+    # each was run and failed ("steps[0] is_dead: got False, want None"; a count of true
+    # passed: True == 1)
+    ("dead_ranks.json", "dead_ranks", None, ("steps", 0, "result"), None,
+     "field 'steps[0].result' is null, not true or false"),
+    ("dead_ranks.json", "dead_ranks", None, ("steps", 0, "result"), 0,
+     "field 'steps[0].result' is the number 0, not true or false"),
+    ("dead_ranks.json", "dead_ranks", None, ("steps", 4, "result"), True,
+     "field 'steps[4].result' is true, not a whole number"),
+    ("dead_ranks.json", "dead_ranks", None, ("steps", 5, "result"), "4",
+     "field 'steps[5].result' is the string '4', not a whole number"),
+    ("round_frame.json", "round_frame.roundtrip", None, ("mac", ), "zz",
+     f"field 'mac' is the string 'zz', {_HEX}"),
+    ("round_frame.json", "round_frame.roundtrip", lambda c: "values" in c["frame"]["tensors"][0],
+     ("frame", "tensors", 0, "values", 0), "1",
+     "field 'frame.tensors[0].values[0]' is the string '1', not a number"),
+    ("bf16.json", "payload.encode", None, ("bytes", ), 0, f"field 'bytes' is the number 0, {_HEX}"),
+    ("bf16.json", "payload.scale", None, ("out_bytes", ), "zz",
+     f"field 'out_bytes' is the string 'zz', {_HEX}"),
+], ids=["is-dead-null", "is-dead-number", "dead-count-true", "world-size-string", "mac",
+        "values", "encode-bytes", "scale-out-bytes"])
+def test_an_expected_value_of_another_kind_is_one_line(
+        file: str, op: str, pick: Callable[[dict[str, Any]], bool] | None,
+        where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An expected value (a ledger query's ``result``, a frame's mac, a tensor's values, an
+    expected blob or payload) of another JSON kind was a failed case (or passed), not a file
+    outside the schema."""
+    _refused_edit(tmp_path, capsys, file, op, "ok", where, value, problem,
+                  pick or (lambda c: True))
+
+
+def test_an_expected_blob_of_another_kind_is_refused_ahead() -> None:
+    """A ``len_framed.read`` case expecting a blob (the shared files hold none) whose blob is
+    no hex failed as ``blob differs``."""
+    from flodl_proto.interop.registry import field_problem
+
+    case = next(c for c in iter_cases(BUNDLED)
+                if c.data["op"] == "len_framed.read" and c.data["expect"] == "eof")
+    assert field_problem({**case.data, "expect": "ok", "blob": None}) == (
+        f"field 'blob' is null, {_HEX}")

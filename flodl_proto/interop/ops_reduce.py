@@ -161,7 +161,7 @@ def _bf16_to_f32(case: dict[str, Any], version: int) -> None:
 
 
 @op("payload.encode", expects=("ok", "error"),
-    fields={"f32_bits": "array of bits32", "dtype": "int"}, ok_fields={"bytes": "string"})
+    fields={"f32_bits": "array of bits32", "dtype": "int"}, ok_fields={"bytes": "hex"})
 def _payload_encode(case: dict[str, Any], version: int) -> None:
     values = np.array([_bits(b) for b in case["f32_bits"]], dtype=np.uint32).view(np.float32)
     if case["expect"] == "error":
@@ -173,7 +173,7 @@ def _payload_encode(case: dict[str, Any], version: int) -> None:
 
 @op("payload.scale", expects=("ok", "error"),
     fields={"factor_f32_bits": "bits32", "bytes": "hex", "dtype": "int"},
-    ok_fields={"out_bytes": "string"})
+    ok_fields={"out_bytes": "hex"})
 def _payload_scale(case: dict[str, Any], version: int) -> None:
     factor = np.array([_bits(case["factor_f32_bits"])], dtype=np.uint32).view(np.float32)[0]
     data = bytes.fromhex(case["bytes"])

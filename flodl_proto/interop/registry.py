@@ -86,7 +86,7 @@ OBJECTS: dict[str, dict[str, str]] = {
     "frame": {"kind": "string", "kind_byte": "round_kind", "weight_bits": "bits64",
               "weight?": "null or number", "tensors": "array of tensor"},
     "tensor": {"dtype": "u8", "shape": "array of u32", "nbytes": "int", "elided": "boolean",
-               "data": "hex"},
+               "data": "hex", "values?": "array of number"},
     "record": {"kind_byte": "record_kind"},
     "control": {"variant": "string"},
     "input": {"bytes": "hex", "frame?": "frame"},
@@ -123,8 +123,11 @@ VARIANTS: dict[str, tuple[str, dict[Any, dict[str, str]]]] = {
     # any whole number: the last step of an error case may be a rank the fold refuses
     "fold_step": ("step", {"deposit": {"rank": "int", "blob": "hex"},
                            "declare_dead": {"rank": "int"}}),
-    "ledger_step": ("call", {"declare_dead": {"rank": "u32"}, "is_dead": {"rank": "u32"},
-                             "dead_count": {}, "world_size": {}}),
+    # a query's expected answer (``result``) is of the kind the ledger answers it in
+    "ledger_step": ("call", {"declare_dead": {"rank": "u32"},
+                             "is_dead": {"rank": "u32", "result?": "boolean"},
+                             "dead_count": {"result?": "int"},
+                             "world_size": {"result?": "int"}}),
 }
 
 #: what every error case needs: the error kind and the start of the message it expects (and
