@@ -29,6 +29,7 @@ from flodl_proto.errors import (
     InvalidValue,
     LimitExceeded,
     LocalProtocolError,
+    ProtocolError,
     SchemaMismatch,
     SequenceError,
     TruncatedInput,
@@ -205,6 +206,44 @@ def test_ack_with_the_other_version_or_magic_or_missing() -> None:
     fake.close()
 
 
+def _handshake_only(relay: FakeRelay, conn: socket.socket) -> None:
+    recv_exact(conn, 16)
+
+
+_TAMPERED = _reply(encode_round_frame_bytes(frame([1.0, 2.0]), bytes(16)))  # another salt
+_HMAC = (r"cluster_controller: RoundFrame HMAC verification failed \(computed 0x[0-9a-f]{16}, "
+         r"wire carried 0x[0-9a-f]{16}\); session salt disagreement, tampered frame, or payload "
+         r"corruption")
+
+
+@pytest.mark.parametrize(("script", "round_trip", "error_id", "text"), [
+    (acking(2, lambda r, conn: r.read_request(conn)), True, "client.reply_closed",
+     r"cpu_reduce: controller closed connection before sending averaged frame back \(round 1\)"),
+    (acking(2, _TAMPERED), True, "frame.auth_failed", _HMAC),
+    (acking(3), False, "ack.bad_version", r"cpu_reduce: controller protocol_version 3 != our "
+                                          r"version 2"),
+    (_handshake_only, False, "ack.read_failed",
+     r"cpu_reduce: handshake ack read failed: failed to fill whole buffer \(0 of 8 bytes\) "
+     r"\(controller may have rejected our handshake\)"),
+], ids=["reply-closed", "reply-tampered", "ack-version", "ack-missing"])
+def test_a_message_in_words_naming_the_controller_names_the_relay(
+        script: Script, round_trip: bool, error_id: str, text: str) -> None:
+    """A rank's one peer is its relay: a catalogued message in upstream's words naming the
+    controller (kept whole, so a match of its prefix holds) ends with the relay's address."""
+    fake = FakeRelay(script)
+    try:
+        with pytest.raises(ProtocolError) as e:
+            with RankClient.connect(fake.addr, 0, 1, SALT) as c:
+                assert c.relay == fake.addr
+                if round_trip:
+                    c.all_reduce(frame([1.0, 2.0]))
+    finally:
+        fake.close()
+    assert e.value.error_id == error_id and e.value.remote
+    assert re.fullmatch(rf"{text}; this rank's peer is its relay at {fake.addr}",
+                        str(e.value)), str(e.value)
+
+
 # -- the framed reply --------------------------------------------------------------------------
 def test_reply_must_fill_its_prefix_exactly() -> None:
     reply = frame([1.0, 2.0])
@@ -279,7 +318,7 @@ def test_a_lost_relay_is_named_and_closes_the_client() -> None:
     assert re.fullmatch(r"cpu_reduce: lost the relay while sending round 1: it closed the "
                         r"connection \((broken pipe|connection reset by peer)\)|cpu_reduce: "
                         r"controller closed connection before sending averaged frame back "
-                        r"\(round 1\)", msg), msg
+                        rf"\(round 1\); this rank's peer is its relay at {fake.addr}", msg), msg
     _closed_for_good(c, "round 1 failed: cpu_reduce: ")
 
 

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from .._names import adopt
 from .._oserr import os_reason
 from .._slots import slot_builder
+from ..addr import format_addr
 from ..codec._common import END_OF_STREAM, BytesLike, check_version
 from ..codec.auth import check_salt
 from ..codec.ceiling import check_frame_ceiling
@@ -55,7 +56,7 @@ from ..codec.round_frame import (
     round_frame_pieces,
 )
 from ..codec.template import FrameTemplate
-from ..errors import protocol_error
+from ..errors import ProtocolError, protocol_error
 from ..reduce.payload import Bf16Scaler
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -95,6 +96,32 @@ __all__ = ["RankClient", "ReduceReply", "decode_into"]
 adopt(__name__, decode_into)
 
 log = logging.getLogger(__name__)
+
+#: the catalogued errors a rank reports in upstream's words naming the controller as its peer
+#: (the ack a relay sends, the reply it sends or not): a rank's one peer is its relay
+_NAMING_THE_CONTROLLER = frozenset({"ack.read_failed", "ack.bad_version", "client.reply_closed",
+                                    "frame.auth_failed"})
+
+
+def _name_the_relay(err: ProtocolError, relay: str | None) -> None:
+    """Append to ``err``'s message, when it is one of :data:`_NAMING_THE_CONTROLLER`, which
+    peer the rank has: ``; this rank's peer is its relay at HOST:PORT`` (``relay``: the
+    relay's address; None: unknown, the address left out). The catalogued text stays whole
+    before it, so a match of its prefix still holds.
+
+    No upstream counterpart (upstream's rank client reports the texts as they are)."""
+    if err.error_id in _NAMING_THE_CONTROLLER:
+        at = "" if relay is None else f" at {relay}"
+        err.args = (f"{err.message}; this rank's peer is its relay{at}", *err.args[1:])
+
+
+def _peer_of(sock: socket.socket, dialed: tuple[str, int]) -> str:
+    """The address (``HOST:PORT``) ``sock`` is connected to, or ``dialed`` when the socket
+    no longer says (its peer reset it)."""
+    try:
+        return format_addr(sock.getpeername())
+    except OSError:
+        return format_addr(dialed)
 
 #: a Model or Control frame whose payloads total at most this many bytes is written into a kept
 #: :class:`~flodl_proto.codec.template.FrameTemplate` of its layout (each tensor pre-scaled
@@ -179,13 +206,20 @@ class RankClient:
             next).
         bytes_sent / bytes_received: loopback bytes, handshake included.
         last_reply: the last :class:`ReduceReply`, or None.
+        relay: the address of the relay (``HOST:PORT``) the client is connected to, or None
+            when not known (a client built on a socket-like object); a catalogued error in
+            upstream's words naming the controller (the relay closed before the reply, a reply
+            that fails its HMAC check, a missing or other-version ack) ends with it: ``; this
+            rank's peer is its relay at 127.0.0.1:5559``.
 
     Upstream: ``cpu_reduce.rs`` ``CpuReduceClient``.
     """
 
     def __init__(self, sock: socket.socket, rank: int, world_size: int, salt: bytes, *,
-                 version: int, wire_dtype: Dtype, ceiling: int) -> None:
+                 version: int, wire_dtype: Dtype, ceiling: int, relay: str | None = None
+                 ) -> None:
         self._sock: socket.socket | None = sock
+        self.relay = relay
         self.rank = rank
         self.world_size = world_size
         self._salt = salt
@@ -260,6 +294,7 @@ class RankClient:
         ceiling = check_frame_ceiling(ceiling, "rank")
         target = parse_addr(addr, field="addr", dial=True)
         sock = connect_with_retry(target, "cpu_reduce", on_retry=on_retry)
+        relay = _peer_of(sock, target)
         try:
             configure_socket(sock, recv=handshake_read_timeout(), send=write_stall_timeout())
             hs = encode_handshake(rank, world_size, version)
@@ -273,11 +308,13 @@ class RankClient:
                 ) from None
             decode_ack(memoryview(ack)[:got], version)
             set_timeouts(sock, recv=reduce_read_deadline(), send=write_stall_timeout())
-        except BaseException:
+        except BaseException as e:
             sock.close()
+            if isinstance(e, ProtocolError):
+                _name_the_relay(e, relay)
             raise
         client = cls(sock, rank, world_size, key, version=version,
-                     wire_dtype=Dtype.BF16 if bf16 else Dtype.F32, ceiling=ceiling)
+                     wire_dtype=Dtype.BF16 if bf16 else Dtype.F32, ceiling=ceiling, relay=relay)
         client.bytes_sent += len(hs)
         client.bytes_received += HANDSHAKE_ACK_LEN
         log.debug("rank %d connected to %s (world %d, v%d)", rank, target, world_size, version)
@@ -355,7 +392,11 @@ class RankClient:
                                   f"{self.rounds + 1}: it closed the connection "
                                   f"({_os_reason(e)})") from e
         stages.mark("rank", self.rounds, "send_done")
-        return self._read_reply(sock, sent)
+        try:
+            return self._read_reply(sock, sent)
+        except ProtocolError as e:
+            _name_the_relay(e, self.relay)
+            raise
 
     def _read_reply(self, sock: socket.socket, sent: int) -> tuple[RoundFrame, memoryview]:
         """Read and decode the reply to a frame of ``sent`` bytes.
