@@ -1103,13 +1103,29 @@ def test_a_thread_is_visible_to_teardown_only_once_started(
 
 @pytest.mark.parametrize(("request_line", "code", "error"), [
     ("GET /nope HTTP/1.1", "404 Not Found", "no such resource '/nope'; try GET /status"),
+    ("GET /status", "200 OK", None),  # HTTP/0.9's form: no version
     # the path or method of a request head of up to 8 KiB was echoed whole
     ("GET /" + "a" * 5000 + " HTTP/1.1", "404 Not Found",
      f"no such resource '/{'a' * 39}...{'a' * 20}' (5001 characters); try GET /status"),
     ("POST /status HTTP/1.1", "405 Method Not Allowed", "'POST' is not served"),
+    # a malformed request line read as a path: "no such resource 'HTTP/1.0'", "... ''"
+    ("GET  HTTP/1.0", "400 Bad Request",
+     "malformed request line 'GET  HTTP/1.0': an empty path; try GET /status"),
+    ("GET", "400 Bad Request", "malformed request line 'GET': no path; try GET /status"),
+    ("GET /status HTTP/1.1 ", "400 Bad Request",
+     "malformed request line 'GET /status HTTP/1.1 ': 4 fields, not METHOD PATH HTTP/VERSION; "
+     "try GET /status"),
+    ("GET /status FTP", "400 Bad Request",
+     "malformed request line 'GET /status FTP': 'FTP' where the HTTP version goes; try GET "
+     "/status"),
+    ("POST  HTTP/1.1", "400 Bad Request",
+     "malformed request line 'POST  HTTP/1.1': an empty path; try GET /status"),
+    ("GET /" + "a" * 5000 + "  HTTP/1.1", "400 Bad Request",
+     f"malformed request line 'GET /{'a' * 35}...{'a' * 10}  HTTP/1.1' (5015 characters): 4 "
+     "fields, not METHOD PATH HTTP/VERSION; try GET /status"),
 ])
-def test_status_responder_names_a_path_or_method_it_does_not_serve(
-        request_line: str, code: str, error: str) -> None:
+def test_status_responder_names_what_it_does_not_serve(
+        request_line: str, code: str, error: str | None) -> None:
     from flodl_proto.runner.status_http import serve_status
 
     ours, theirs = socket.socketpair()
@@ -1121,4 +1137,4 @@ def test_status_responder_names_a_path_or_method_it_does_not_serve(
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.split(b"\r\n")[0].decode() == f"HTTP/1.1 {code}"
-    assert json.loads(body) == {"error": error}
+    assert json.loads(body) == ({"state": "Reducing"} if error is None else {"error": error})

@@ -1,9 +1,9 @@
 """The controller's ``GET /status`` responder (on the port mux, beside the data channel).
 
 One short-lived thread per request: read the request head (bounded in time and size), answer
-``GET /status`` with the status JSON, ``404`` for another path, ``405`` for another method, then
-close (the body is one line of JSON and its line break). The responder knows nothing of the
-controller: it is handed the status callable.
+``GET /status`` with the status JSON, ``400`` for a malformed request line, ``404`` for another
+path, ``405`` for another method, then close (the body is one line of JSON and its line
+break). The responder knows nothing of the controller: it is handed the status callable.
 
 Upstream: ``flodl/src/distributed/controller/mod.rs`` (the port mux serving ``GET /status``).
 """
@@ -28,6 +28,23 @@ _STATUS_READ_TIMEOUT: Final = 2.0  # seconds a status client has to send its req
 _STATUS_MAX_REQUEST: Final = 8192  # bytes of an HTTP request head the responder reads at most
 
 
+def _request_line_problem(parts: list[str]) -> str | None:
+    """What is wrong with a request line split at its spaces (``parts``), which must be
+    ``METHOD PATH HTTP/VERSION`` (or ``METHOD PATH``, HTTP/0.9's form) with one space between
+    each: ``an empty path``, ``no path``, ``5 fields, not METHOD PATH HTTP/VERSION``, ``'FOO'
+    where the HTTP version goes``; or None."""
+    if len(parts) > 3:
+        return f"{len(parts)} fields, not METHOD PATH HTTP/VERSION"
+    for name, part in zip(("method", "path", "HTTP version"), parts, strict=False):
+        if not part:
+            return f"an empty {name}"
+    if len(parts) < 2:
+        return "no path"
+    if len(parts) == 3 and not parts[2].startswith("HTTP/"):
+        return f"{shown(parts[2])} where the HTTP version goes"
+    return None
+
+
 def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, Any]]) -> None:
     """Answer one HTTP request on ``sock`` (from ``addr``) and close it.
 
@@ -36,7 +53,14 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
         addr: the peer, for logs.
         status: returns the JSON-ready status.
 
-    Socket errors are logged at debug level, never raised.
+    Answers (each body one line of JSON, an error as ``{"error": "..."}``): ``200`` the
+    status, ``400`` a request line not ``METHOD PATH HTTP/VERSION`` with single spaces
+    (``malformed request line 'GET  HTTP/1.0': an empty path; try GET /status``), ``404``
+    another path, ``405`` another method. Socket errors are logged at debug level, never
+    raised.
+
+    Upstream: ``controller/mod.rs`` (the port mux's status leg); the 400 answer is this
+    package's.
     """
     try:
         sock.settimeout(_STATUS_READ_TIMEOUT)
@@ -47,11 +71,15 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
             if not chunk:
                 break
             head += chunk
-        line = head.split(b"\n", 1)[0].decode("latin-1").strip()
-        parts = line.split()
-        method = parts[0] if parts else ""
+        line = head.split(b"\n", 1)[0].decode("latin-1").removesuffix("\r")
+        parts = line.split(" ")
+        problem = _request_line_problem(parts)
+        method = parts[0]
         path = parts[1].split("?", 1)[0] if len(parts) > 1 else ""
-        if method == "GET" and path in ("/status", "/status/"):
+        if problem is not None:  # (a long line is shown by its ends, as a path or method is)
+            code, body = "400 Bad Request", {"error": f"malformed request line {shown(line)}: "
+                                                      f"{problem}; try GET /status"}
+        elif method == "GET" and path in ("/status", "/status/"):
             code, body = "200 OK", status()
         elif method == "GET":
             code, body = "404 Not Found", {"error": f"no such resource {shown(path)}; "
