@@ -757,6 +757,27 @@ def test_broadcast_fan_out_completes_when_the_run_ends_meanwhile() -> None:
             relay.shutdown()
 
 
+def _two_rank_rounds(relay: Relay, c0: RankClient, c1: RankClient, conn: ControllerConn,
+                     rounds: int, *, rank1_completes: bool = False) -> None:
+    """``rounds`` rounds of ranks 0 and 1 (frames [1, k] and [2, 3] in round k) through
+    ``relay`` to the controller's side ``conn``: each round's HostFrame holds their sum
+    [3, 3 + k], and the consensus broadcast ([1.5, 1.5]) reaches both ranks.
+    ``rank1_completes``: rank 1 sends only once rank 0's frame is deposited, so the same rank
+    reader completes every round."""
+    for k in range(rounds):
+        j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
+        if rank1_completes:
+            wait_until(lambda: relay.fold.has_deposited(0))
+        j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
+        rec = conn.read_record()
+        assert rec is not None and rec.kind is RecordKind.HOST_FRAME
+        assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
+        conn.broadcast(frame([1.5, 1.5], weight=2.0))
+        for t_, r_ in (j0, j1):
+            t_.join()
+            assert values(r_["result"]) == [[1.5, 1.5]]
+
+
 def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The small-frame path: the HostFrame goes upstream from the rank reader that completed
@@ -775,16 +796,7 @@ def test_a_small_host_frame_is_written_by_the_thread_that_completed_the_round(
 
     with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
         monkeypatch.setattr(_relay_barrier, "send_all", send_all)  # the outbound writer's
-        for k in range(3):
-            j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
-            j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
-            assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
-            conn.broadcast(frame([1.5, 1.5], weight=2.0))
-            for t_, r_ in (j0, j1):
-                t_.join()
-                assert values(r_["result"]) == [[1.5, 1.5]]
+        _two_rank_rounds(relay, c0, c1, conn, 3)
         assert upstream_writes == [] and relay.stats.host_frames == 3
         c0.close()
         c1.close()
@@ -807,17 +819,7 @@ def test_the_host_frame_image_is_reused_when_one_rank_completes_every_round(
 
     monkeypatch.setattr(record_image, "encode_frame_record", counting)
     with FakeController() as ctrl, _relay_with_clients(ctrl, [0, 1], 2) as (relay, (c0, c1), conn):
-        for k in range(6):
-            j0 = in_thread(c0.all_reduce, frame([1.0, float(k)], weight=1.0))
-            wait_until(lambda: relay.fold.has_deposited(0))  # rank 1 completes the round
-            j1 = in_thread(c1.all_reduce, frame([2.0, 3.0], weight=1.0))
-            rec = conn.read_record()
-            assert rec is not None and rec.kind is RecordKind.HOST_FRAME
-            assert values(rec.frame(SALT)) == [[3.0, 3.0 + k]]
-            conn.broadcast(frame([1.5, 1.5], weight=2.0))
-            for t_, r_ in (j0, j1):
-                t_.join()
-                assert values(r_["result"]) == [[1.5, 1.5]]
+        _two_rank_rounds(relay, c0, c1, conn, 6, rank1_completes=True)
         assert encoded == [1]  # the first round's record only: then its image, rewritten
         c0.close()
         c1.close()
