@@ -1,0 +1,103 @@
+"""The command line's integer, number and port option types (argparse ``type=``), one rule for
+every ``flodl-proto`` command: ASCII digits without ``_``
+(:func:`flodl_proto._numbers.plain_number`), a number too long to quote read as an integer that
+messages show by its size, a float beyond the float range refused by name.
+
+The commands import them from :mod:`flodl_proto.commands.relay`, which re-exports them.
+
+No upstream counterpart: upstream's binaries take no such options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+from .._numbers import NOT_PLAIN, plain_number
+from ..addr import PORT_MAX
+from ..errors import SHOWN_CHARS, _long_integer, shown
+
+__all__ = ["real_number", "tcp_port", "whole_number"]
+
+
+def tcp_port(text: str) -> int:
+    """argparse ``type=`` for a TCP port option (``dissector --port``, ``decode --port``): a
+    whole number in 1..65535.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or out of range (argparse names the option).
+
+    No upstream counterpart: upstream's binaries take no port options.
+    """
+    try:
+        value = whole_number(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}") from None
+    if not 0 < value <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"port {value} is not in 1..{PORT_MAX}")
+    return value
+
+
+def whole_number(text: str) -> int:
+    """argparse ``type=`` of every integer option of the command line (``--world-size``,
+    ``--rank``, ``--rounds``, ``--listen-port``, ``--jobs``, ``--protocol-version``, ...): the
+    integer ``int()`` reads from ``text`` when it is written in ASCII digits (an optional sign,
+    blanks around it), so every such value taken before is taken as it was; the digits of other
+    scripts (``１２``, ``١٢``) and ``_`` (``1_000``), which ``int()`` reads too, are refused
+    (:func:`flodl_proto._numbers.plain_number`, as upstream's Rust parse). A
+    number of more digits than a message quotes whole (:data:`~flodl_proto.errors.SHOWN_CHARS`,
+    80; ``int()`` refuses more than 4300) is read too, as an integer that messages show by its
+    size (``<an integer of 16610 bits>``), so the command's own range check refuses it as any
+    value out of range, in one line, where argparse echoed the digits whole.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer in ASCII digits (``invalid int value:
+            'x'``, as argparse's, the text quoted by :func:`~flodl_proto.errors.shown`; for
+            text ``int()`` would read, followed by ``(a number is written in ASCII digits,
+            without '_')``).
+
+    No upstream counterpart: upstream's binaries take no such options.
+    """
+    match = _INTEGER_TEXT.fullmatch(text)
+    if match is None:
+        why = "" if plain_number(text) else f" ({NOT_PLAIN})"
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)}{why}")
+    if len(match[2]) > SHOWN_CHARS:
+        return _long_integer(match[1], match[2])
+    return int(match[1] + match[2])
+
+
+#: an integer as :func:`whole_number` reads a long one: an optional sign and ASCII digits
+_INTEGER_TEXT = re.compile(r"\s*([-+]?)([0-9]+)\s*", re.ASCII)
+
+
+def real_number(text: str) -> float:
+    """argparse ``type=`` of a number option (``--payload-mib``, ``--interval``): the float
+    ``float()`` reads from ``text`` written in ASCII without ``_``
+    (:func:`flodl_proto._numbers.plain_number`); its range is the command's check.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number (``invalid float value: 'x'``, as argparse's;
+            ``１.５`` and ``1_0`` with the reason: ``(a number is written in ASCII digits,
+            without '_')``),
+            or a finite number beyond the float range (``1e400``, 400 nines), which ``float()``
+            reads as an infinity (the command then said ``got inf``): the message says it is out
+            of range, names the largest (or smallest) finite number and quotes the text
+            (:func:`~flodl_proto.errors.shown`). ``inf`` written as such is an infinity, for
+            the command's range check to refuse.
+
+    No upstream counterpart: upstream's binaries take no such options.
+    """
+    if not plain_number(text):
+        raise argparse.ArgumentTypeError(f"invalid float value: {shown(text)} ({NOT_PLAIN})")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {shown(text)}") from None
+    if math.isinf(value) and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+        bound = (f"above the largest finite number, {sys.float_info.max:g}" if value > 0
+                 else f"below the smallest finite number, {-sys.float_info.max:g}")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is out of range: {bound}")
+    return value
