@@ -689,7 +689,7 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     # the target: the optimum, or what this many rounds of the schedule reach in-process when
     # that is further (a short run is held to what it can reach, not to the optimum)
     l_ref = worker.reference_loss(args.seed, w, args.rounds, bf16=args.bf16,
-                                  outer=parse_outer(args.outer))
+                                  outer=parse_outer(args.outer), hosts=groups)
     target = max(l_opt, l_ref)
     loss_ok = l_end <= target * (1.0 + TOLERANCE)
     if kill is None and not loss_ok:
