@@ -160,22 +160,33 @@ _NONCHARACTER = "noncharacters are refused, as they are not for text interchange
     ("h\ufffe", f"'h\\ufffe' holds a noncharacter (U+FFFE at character 2); {_NONCHARACTER}"),
     ("h\U0010ffff", f"'h\\U0010ffff' holds a noncharacter (U+10FFFF at character 2); "
                      f"{_NONCHARACTER}"),
-    ("h\u115fx", f"'h\u115fx' holds an invisible format, filler or line-separator character "
+    ("h\u115fx", f"'h\\u115fx' holds an invisible format, filler or line-separator character "
                  f"(U+115F at character 2); {_INVISIBLE}"),
-    ("h\u1160x", f"'h\u1160x' holds an invisible format, filler or line-separator character "
+    ("h\u1160x", f"'h\\u1160x' holds an invisible format, filler or line-separator character "
                  f"(U+1160 at character 2); {_INVISIBLE}"),
-    ("\u3164", f"'\u3164' holds an invisible format, filler or line-separator character "
+    ("\u3164", f"'\\u3164' holds an invisible format, filler or line-separator character "
                f"(U+3164 at character 1); {_INVISIBLE}"),
-    ("h\uffa0", f"'h\uffa0' holds an invisible format, filler or line-separator character "
+    ("h\uffa0", f"'h\\uffa0' holds an invisible format, filler or line-separator character "
                 f"(U+FFA0 at character 2); {_INVISIBLE}"),
     ("a\u00a0b", f"'a\\xa0b' holds a space character other than the ASCII space (U+00A0 at "
                  f"character 2); {_SPACE}"),
     ("a\u3000b", f"'a\\u3000b' holds a space character other than the ASCII space (U+3000 at "
                  f"character 2); {_SPACE}"),
-    ("\u0301ab", "'\u0301ab' starts with a combining mark (U+0301); a host name cannot start "
+    ("\u0301ab", "'\\u0301ab' starts with a combining mark (U+0301); a host name cannot start "
                  "with one, as it would join the text shown before it"),
-    ("\u20dd", "'\u20dd' starts with a combining mark (U+20DD); a host name cannot start with "
+    ("\u20dd", "'\\u20dd' starts with a combining mark (U+20DD); a host name cannot start with "
                "one, as it would join the text shown before it"),
+    # (a filler, a grapheme joiner, a variation selector: shown escaped, not as empty quotes or
+    # a mark on the opening quote; a mark after a letter in a refused name too)
+    ("\u034fa", "'\\u034fa' starts with a combining mark (U+034F); a host name cannot start "
+                "with one, as it would join the text shown before it"),
+    ("\U000e0100a", "'\\U000e0100a' starts with a combining mark (U+E0100); a host name cannot "
+                    "start with one, as it would join the text shown before it"),
+    ("no\u0301de\u3164", f"'no\\u0301de\\u3164' holds an invisible format, filler or "
+                         f"line-separator character (U+3164 at character 6); {_INVISIBLE}"),
+    ("\u3164" * 100, "'" + "\\u3164" * 40 + "..." + "\\u3164" * 20 + "' (100 characters) "
+                     "holds an invisible format, filler or line-separator character (U+3164 at "
+                     f"character 1); {_INVISIBLE}"),
 ])
 def test_relay_host_refuses_noncharacters_fillers_odd_spaces_and_a_leading_mark(
         host: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -241,6 +241,30 @@ def path_text(text: str) -> str:
 _INVISIBLE_FILLERS: Final = frozenset("\u115f\u1160\u3164\uffa0")
 
 
+def _hidden(ch: str) -> bool:
+    """Whether ``ch`` (one character) would not show as itself inside a quoted host name: a
+    control, format, surrogate, private-use or unassigned character (category C), a combining
+    mark (M: it would join the quote or the character before it), a line or paragraph
+    separator, a space other than the ASCII space, a Hangul filler or a noncharacter: every
+    character :func:`host_name` refuses, and the combining marks it takes after a letter."""
+    kind = unicodedata.category(ch)
+    code = ord(ch)
+    return (kind[0] in "CM" or kind in ("Zl", "Zp") or (kind == "Zs" and ch != " ")
+            or ch in _INVISIBLE_FILLERS or 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE)
+
+
+def _shown_host(text: str) -> str:
+    """How :func:`host_name`'s messages quote the refused value: as
+    :func:`~flodl_proto.errors.shown` quotes it (a long text by its ends and length), with every
+    character :func:`_hidden` holds that ``repr`` leaves as it is escaped as ``\\uXXXX`` or
+    ``\\U000XXXXX`` (``'\\u3164'``, ``'\\u0301a'``), so that a filler does not read as empty
+    quotes and a combining mark does not sit on the opening quote.
+
+    No upstream counterpart."""
+    return "".join((f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+                   if _hidden(ch) else ch for ch in shown(text))
+
+
 def host_name(text: str) -> str:
     """argparse ``type=`` of ``relay --host``: the name announced in Hello, unless it is empty
     or only white space (``--host "$HOST"`` with the variable unset announced an empty name,
@@ -256,48 +280,50 @@ def host_name(text: str) -> str:
 
     Raises:
         argparse.ArgumentTypeError: one of those (argparse names the option: ``argument --host:
-            ...``); the message shows the value (:func:`~flodl_proto.errors.shown`) and, for a
+            ...``); the message shows the value (:func:`_shown_host`) and, for a
             refused character, its code point (and position).
 
     No upstream counterpart: upstream's relay announces the machine's host name.
     """
     if not text.strip():
-        raise argparse.ArgumentTypeError(f"{shown(text)} is empty; give a host name, or leave the "
-                                         "option out to announce this machine's host name")
+        raise argparse.ArgumentTypeError(f"{_shown_host(text)} is empty; give a host name, or "
+                                         "leave the option out to announce this machine's host "
+                                         "name")
     for i, ch in enumerate(text):
         kind = unicodedata.category(ch)
         if kind == "Cc":
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} holds a control character (U+{ord(ch):04X} at character {i + 1});"
-                " control characters are refused, as a host name is shown in log lines")
+                f"{_shown_host(text)} holds a control character (U+{ord(ch):04X} at character "
+                f"{i + 1}); control characters are refused, as a host name is shown in log lines")
         # bidi overrides, zero-width marks, line separators; the Hangul fillers, which show as
         # nothing
         if kind in ("Cf", "Zl", "Zp") or ch in _INVISIBLE_FILLERS:
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} holds an invisible format, filler or line-separator character "
-                f"(U+{ord(ch):04X} at character {i + 1}); such characters are refused, as a host "
-                "name is shown in log lines, where one would reorder, hide or break the text")
+                f"{_shown_host(text)} holds an invisible format, filler or line-separator "
+                f"character (U+{ord(ch):04X} at character {i + 1}); such characters are "
+                "refused, as a host name is shown in log lines, where one would reorder, hide or "
+                "break the text")
         if kind == "Zs" and ch != " ":  # U+00A0, U+3000: look like a space, are not one
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} holds a space character other than the ASCII space "
+                f"{_shown_host(text)} holds a space character other than the ASCII space "
                 f"(U+{ord(ch):04X} at character {i + 1}); such characters are refused, as a host "
                 "name is shown in log lines, where one would pass for a plain space")
         if 0xFDD0 <= ord(ch) <= 0xFDEF or ord(ch) & 0xFFFE == 0xFFFE:
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} holds a noncharacter (U+{ord(ch):04X} at character {i + 1}); "
-                "noncharacters are refused, as they are not for text interchange")
+                f"{_shown_host(text)} holds a noncharacter (U+{ord(ch):04X} at character "
+                f"{i + 1}); noncharacters are refused, as they are not for text interchange")
         if i == 0 and kind.startswith("M"):
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} starts with a combining mark (U+{ord(ch):04X}); a host name "
-                "cannot start with one, as it would join the text shown before it")
+                f"{_shown_host(text)} starts with a combining mark (U+{ord(ch):04X}); a host "
+                "name cannot start with one, as it would join the text shown before it")
         if kind == "Cs":  # a byte of the command line that is not UTF-8 (surrogateescape)
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} holds a byte that is not UTF-8 (character {i + 1}); a host name "
-                "is UTF-8 text")
+                f"{_shown_host(text)} holds a byte that is not UTF-8 (character {i + 1}); a host "
+                "name is UTF-8 text")
     length = len(text.encode("utf-8"))
     if length > MAX_HELLO_HOST_LEN:
-        raise argparse.ArgumentTypeError(f"{shown(text)} is {length} bytes (UTF-8), more than the "
-                                         f"{MAX_HELLO_HOST_LEN} a Hello may carry")
+        raise argparse.ArgumentTypeError(f"{_shown_host(text)} is {length} bytes (UTF-8), more "
+                                         f"than the {MAX_HELLO_HOST_LEN} a Hello may carry")
     return text
 
 
