@@ -1108,21 +1108,34 @@ def test_a_thread_is_visible_to_teardown_only_once_started(
     ("GET /" + "a" * 5000 + " HTTP/1.1", "404 Not Found",
      f"no such resource '/{'a' * 39}...{'a' * 20}' (5001 characters); try GET /status"),
     ("POST /status HTTP/1.1", "405 Method Not Allowed", "'POST' is not served"),
-    # a malformed request line read as a path: "no such resource 'HTTP/1.0'", "... ''"
+    # a malformed request line read as a path: "no such resource 'HTTP/1.0'"
     ("GET  HTTP/1.0", "400 Bad Request",
-     "malformed request line 'GET  HTTP/1.0': an empty path; try GET /status"),
+     "malformed request line 'GET  HTTP/1.0': the path 'HTTP/1.0' does not start with /; try "
+     "GET /status"),
     ("GET", "400 Bad Request", "malformed request line 'GET': no path; try GET /status"),
-    ("GET /status HTTP/1.1 ", "400 Bad Request",
-     "malformed request line 'GET /status HTTP/1.1 ': 4 fields, not METHOD PATH HTTP/VERSION; "
-     "try GET /status"),
+    ("", "400 Bad Request", "malformed request line '': no method; try GET /status"),
     ("GET /status FTP", "400 Bad Request",
      "malformed request line 'GET /status FTP': 'FTP' where the HTTP version goes; try GET "
      "/status"),
     ("POST  HTTP/1.1", "400 Bad Request",
-     "malformed request line 'POST  HTTP/1.1': an empty path; try GET /status"),
-    ("GET /" + "a" * 5000 + "  HTTP/1.1", "400 Bad Request",
-     f"malformed request line 'GET /{'a' * 35}...{'a' * 10}  HTTP/1.1' (5015 characters): 4 "
-     "fields, not METHOD PATH HTTP/VERSION; try GET /status"),
+     "malformed request line 'POST  HTTP/1.1': the path 'HTTP/1.1' does not start with /; try "
+     "GET /status"),
+    ("GET /status extra HTTP/1.1", "400 Bad Request",
+     "malformed request line 'GET /status extra HTTP/1.1': 4 words, not METHOD PATH "
+     "HTTP/VERSION; try GET /status"),
+    ("GET /" + "a" * 5000 + " b HTTP/1.1", "400 Bad Request",
+     f"malformed request line 'GET /{'a' * 35}...{'a' * 9} b HTTP/1.1' (5016 characters): 4 "
+     "words, not METHOD PATH HTTP/VERSION; try GET /status"),
+    # the asterisk-form is OPTIONS' only; an absolute URL is well formed, but not served
+    ("GET * HTTP/1.1", "400 Bad Request",
+     "malformed request line 'GET * HTTP/1.1': the path '*' does not start with /; try GET "
+     "/status"),
+    ("GET http://h/status HTTP/1.1", "404 Not Found",
+     "no such resource 'http://h/status'; try GET /status"),
+    # whitespace-delimited words (RFC 9112 3): a trailing or doubled space is taken
+    ("GET /status HTTP/1.1 ", "200 OK", None),
+    ("GET  /status HTTP/1.1", "200 OK", None),
+    ("GET /status\tHTTP/1.1", "200 OK", None),
 ])
 def test_status_responder_names_what_it_does_not_serve(
         request_line: str, code: str, error: str | None) -> None:

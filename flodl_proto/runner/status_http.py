@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import socket
 from collections.abc import Callable
 from typing import Any, Final
@@ -28,20 +29,29 @@ _STATUS_READ_TIMEOUT: Final = 2.0  # seconds a status client has to send its req
 _STATUS_MAX_REQUEST: Final = 8192  # bytes of an HTTP request head the responder reads at most
 
 
-def _request_line_problem(parts: list[str]) -> str | None:
-    """What is wrong with a request line split at its spaces (``parts``), which must be
-    ``METHOD PATH HTTP/VERSION`` (or ``METHOD PATH``, HTTP/0.9's form) with one space between
-    each: ``an empty path``, ``no path``, ``5 fields, not METHOD PATH HTTP/VERSION``, ``'FOO'
-    where the HTTP version goes``; or None."""
-    if len(parts) > 3:
-        return f"{len(parts)} fields, not METHOD PATH HTTP/VERSION"
-    for name, part in zip(("method", "path", "HTTP version"), parts, strict=False):
-        if not part:
-            return f"an empty {name}"
-    if len(parts) < 2:
+#: an absolute-form request target (RFC 9112 3.2.2): a scheme, then ``://``
+_ABSOLUTE_FORM: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _request_line_problem(words: list[str]) -> str | None:
+    """What is wrong with a request line split into whitespace-delimited words (``words``, as
+    RFC 9112 3 lets a server parse it), which must be ``METHOD PATH HTTP/VERSION`` (or ``METHOD
+    PATH``, HTTP/0.9's form): ``no method`` (an empty line), ``no path``, ``4 words, not METHOD
+    PATH HTTP/VERSION``, ``'FOO' where the HTTP version goes``, ``the path 'HTTP/1.0' does not
+    start with /`` (``GET  HTTP/1.0``: no path, its version read as one; ``GET *``); or None.
+    An absolute URL (``http://h/status``, RFC 9112 3.2.2's absolute-form) is well formed: the
+    caller answers it 404, as a resource this responder does not serve (it serves the
+    origin-form ``/status`` only)."""
+    if not words:
+        return "no method"
+    if len(words) > 3:
+        return f"{len(words)} words, not METHOD PATH HTTP/VERSION"
+    if len(words) < 2:
         return "no path"
-    if len(parts) == 3 and not parts[2].startswith("HTTP/"):
-        return f"{shown(parts[2])} where the HTTP version goes"
+    if len(words) == 3 and not words[2].startswith("HTTP/"):
+        return f"{shown(words[2])} where the HTTP version goes"
+    if not words[1].startswith("/") and not _ABSOLUTE_FORM.match(words[1]):
+        return f"the path {shown(words[1])} does not start with /"
     return None
 
 
@@ -54,9 +64,13 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
         status: returns the JSON-ready status.
 
     Answers (each body one line of JSON, an error as ``{"error": "..."}``): ``200`` the
-    status, ``400`` a request line not ``METHOD PATH HTTP/VERSION`` with single spaces
-    (``malformed request line 'GET  HTTP/1.0': an empty path; try GET /status``), ``404``
-    another path, ``405`` another method. Socket errors are logged at debug level, never
+    status, ``400`` a request line that is not ``METHOD PATH HTTP/VERSION`` once split into
+    whitespace-delimited words (RFC 9112 3: a trailing or doubled space is taken), or whose path
+    does not start with ``/`` (``malformed request line 'GET  HTTP/1.0': the path 'HTTP/1.0'
+    does not start with /; try GET /status``; ``GET *``, the asterisk-form being OPTIONS'
+    only), ``404`` another path, an absolute URL (``GET http://h/status``: well formed, RFC 9112
+    3.2.2, but this responder is no proxy and serves the origin-form ``/status`` only),
+    ``405`` another method. Socket errors are logged at debug level, never
     raised.
 
     Upstream: ``controller/mod.rs`` (the port mux's status leg); the 400 answer is this
@@ -71,11 +85,11 @@ def serve_status(sock: socket.socket, addr: str, status: Callable[[], dict[str, 
             if not chunk:
                 break
             head += chunk
-        line = head.split(b"\n", 1)[0].decode("latin-1").removesuffix("\r")
-        parts = line.split(" ")
-        problem = _request_line_problem(parts)
-        method = parts[0]
-        path = parts[1].split("?", 1)[0] if len(parts) > 1 else ""
+        line = head.split(b"\n", 1)[0].decode("latin-1").strip()
+        words = line.split()  # runs of white space, as RFC 9112 3 allows a server to parse
+        problem = _request_line_problem(words)
+        method = words[0] if words else ""
+        path = words[1].split("?", 1)[0] if len(words) > 1 else ""
         if problem is not None:  # (a long line is shown by its ends, as a path or method is)
             code, body = "400 Bad Request", {"error": f"malformed request line {shown(line)}: "
                                                       f"{problem}; try GET /status"}
