@@ -318,17 +318,29 @@ _PAYLOAD7 = "6f706171756520636f6e74726f6c2d6672616d65206279746573"
     (("payload", ), _last_byte_changed("payload"),
      f"field 'payload' is the string {_PAYLOAD7[:-2] + '01'!r}, not the bytes of field "
      "'bytes' after its 25-byte header"),
+    # "field 'header' is ..., not the first 25 bytes of field 'bytes'"
+    (("bytes", ), "", "field 'bytes' is the string '', 0 bytes, not the 25 + 26 of field "
+                      "'header' and its payload"),
+    (("bytes", ), _HEADER7[:20], f"field 'bytes' is the string {_HEADER7[:20]!r}, 10 bytes, not "
+                                 "the 25 + 26 of field 'header' and its payload"),
     # "VectorMismatch: auth tag differs", "TypeError: ... 'NoneType'" / "bincode differs"
     (("auth_tag", ), "x", f"field 'auth_tag' is the string 'x', {_HEX}"),
+    (("auth_tag", ), "00", "field 'auth_tag' is the string '00', 1 byte, not the 8 of a "
+                           "record's auth tag"),
+    (("auth_tag", ), _last_byte_changed("auth_tag"),
+     f"field 'auth_tag' is the string {_HEADER7[-16:-2] + '01'!r}, not bytes 17..25 of field "
+     "'bytes' (the header's auth tag)"),
     (("bincode", ), None, f"field 'bincode' is null, {_HEX}"),
 ], ids=["header-not-hex", "payload-number", "header-short", "header-long", "header-magic",
-        "payload-short", "header-not-bytes", "payload-not-bytes", "auth-tag", "bincode"])
+        "payload-short", "header-not-bytes", "payload-not-bytes", "bytes-empty", "bytes-short",
+        "auth-tag", "auth-tag-short", "auth-tag-not-bytes", "bincode"])
 def test_a_malformed_mux_record_split_is_one_line(
         where: tuple[str | int, ...], value: Any, problem: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """A round trip's ``header`` and ``payload`` describe the split of its ``bytes``: one
-    that is not (bad hex, a length not the header's, a header the codec refuses, other bytes)
-    is refused at load naming the field and its value, shortened when long."""
+    """A round trip's ``header``, ``payload`` and ``auth_tag`` describe the split of its
+    ``bytes``: one that is not (bad hex, a length not the header's, a header the codec refuses,
+    other bytes), or a ``bytes`` too short for them, is refused at load naming the field and its
+    value, shortened when long."""
     pick = _mux if where != ("bincode", ) else (lambda c: "bincode" in c)
     _refused_edit(tmp_path, capsys, "mux_record.json", "mux_record.roundtrip", "ok", where,
                   value, problem, pick)

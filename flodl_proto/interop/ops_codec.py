@@ -13,7 +13,7 @@ from ..codec._common import END_OF_STREAM
 from ..codec.mux import decode_mux_record_or_eos, encode_mux_record_bytes, parse_mux_header
 from ..codec.round_frame import decode_round_frame_or_eos, encode_round_frame_bytes
 from ..errors import ProtocolError, shown
-from ..spec import MUX_HEADER_LEN
+from ..spec import AUTH_TAG_LEN, MUX_HEADER_LEN
 from .jsonio import (
     compare_frame,
     expect_error,
@@ -124,12 +124,19 @@ def _bytes(n: int) -> str:
     return "1 byte" if n == 1 else f"{n} bytes"
 
 
+#: where a record header's auth tag starts (its last ``AUTH_TAG_LEN`` bytes)
+_TAG_AT = MUX_HEADER_LEN - AUTH_TAG_LEN
+
+
 def _mux_split_problem(case: Mapping[str, Any]) -> str | None:
-    """Why a mux record round trip's ``header`` and ``payload`` (strings of bytes in hex
-    digits) are not the split of its ``bytes``: a header not of 25 bytes, one the codec's
-    header check refuses (its magic, its version, its length), a payload not of the length
-    the header gives, or either not the bytes of ``bytes`` at its place; or None. (Each read
-    ``VectorMismatch: split``, naming neither the field nor the value.)"""
+    """Why a mux record round trip's ``header``, ``payload`` and ``auth_tag`` (strings of
+    bytes in hex digits) are not the split of its ``bytes``: a header not of 25 bytes, one the
+    codec's header check refuses (its magic, its version, its length), a payload not of the
+    length the header gives, a ``bytes`` not of the header's and the payload's length (empty,
+    shorter than a header), the header or payload not the bytes of ``bytes`` at its place, or an
+    auth tag not of 8 bytes or not bytes 17..25 of ``bytes`` (the header's last 8); or None.
+    (The split read ``VectorMismatch: split``, and the auth tag ``VectorMismatch: auth tag
+    differs`` when run, naming neither the field nor the value.)"""
     header, payload = bytes.fromhex(case["header"]), bytes.fromhex(case["payload"])
     data = bytes.fromhex(case["bytes"])
     if len(header) != MUX_HEADER_LEN:
@@ -142,12 +149,22 @@ def _mux_split_problem(case: Mapping[str, Any]) -> str | None:
     if len(payload) != hdr.payload_len:
         return (f"field 'payload' is {shown_value(case['payload'])}, {_bytes(len(payload))}, "
                 f"not the {hdr.payload_len} field 'header' gives its payload")
+    if len(data) != MUX_HEADER_LEN + hdr.payload_len:
+        return (f"field 'bytes' is {shown_value(case['bytes'])}, {_bytes(len(data))}, not the "
+                f"{MUX_HEADER_LEN} + {hdr.payload_len} of field 'header' and its payload")
     if header != data[:MUX_HEADER_LEN]:
         return (f"field 'header' is {shown_value(case['header'])}, not the first "
                 f"{MUX_HEADER_LEN} bytes of field 'bytes'")
     if payload != data[MUX_HEADER_LEN:]:
         return (f"field 'payload' is {shown_value(case['payload'])}, not the bytes of field "
                 f"'bytes' after its {MUX_HEADER_LEN}-byte header")
+    tag = bytes.fromhex(case["auth_tag"])
+    if len(tag) != AUTH_TAG_LEN:
+        return (f"field 'auth_tag' is {shown_value(case['auth_tag'])}, {_bytes(len(tag))}, not "
+                f"the {AUTH_TAG_LEN} of a record's auth tag")
+    if tag != data[_TAG_AT:MUX_HEADER_LEN]:
+        return (f"field 'auth_tag' is {shown_value(case['auth_tag'])}, not bytes "
+                f"{_TAG_AT}..{MUX_HEADER_LEN} of field 'bytes' (the header's auth tag)")
     return None
 
 
