@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from types import MemberDescriptorType
 from typing import Any, TypeVar
 
 __all__ = ["slot_builder"]
@@ -25,14 +26,36 @@ T = TypeVar("T")
 _NO_DEFAULT: Any = dataclasses.MISSING
 
 
+def _slot(cls: type, name: str) -> Any:
+    """The slot descriptor of field ``name`` of ``cls``: the first class along ``cls``'s MRO
+    whose ``__dict__`` holds ``name`` (a field of a slotted base class has its slot there).
+
+    Raises:
+        TypeError: the first such attribute is not a slot (a subclass redefines the name, say
+            as a property), or there is none.
+
+    Upstream: none."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            found = klass.__dict__[name]
+            if isinstance(found, MemberDescriptorType):
+                return found
+            raise TypeError(f"slot_builder: {cls.__name__}.{name} is not a slot: "
+                            f"{klass.__name__}.{name} is a {type(found).__name__}")
+    raise TypeError(f"slot_builder: {cls.__name__}.{name} has no slot")
+
+
 def slot_builder(cls: type[T], fixed: Mapping[str, Any] | None = None, *,
                  skip_post_init: bool = False) -> Callable[..., T]:
     """A function building ``cls`` without its ``__init__``: ``build(*args)`` returns what
     ``cls(*args)`` returns, with every field set through its slot's descriptor.
 
     The function is generated once (as :mod:`dataclasses` generates ``__init__``): it takes the
-    fields not named in ``fixed`` as positional-or-keyword parameters, in field order, with the
-    fields' own defaults; a field named in ``fixed`` is always set to that value.
+    fields not named in ``fixed`` as the constructor does, in field order, with the fields' own
+    defaults (positional-or-keyword parameters, then a ``kw_only`` field's keyword-only ones); a
+    field named in ``fixed`` is always set to that value. Any field name may be a parameter
+    (the generated names cannot collide with one), and a field declared on a slotted dataclass
+    base class is set through the base's slot.
 
     Args:
         cls: a frozen or plain dataclass declared with ``slots=True`` whose ``__init__`` only
@@ -46,8 +69,9 @@ def slot_builder(cls: type[T], fixed: Mapping[str, Any] | None = None, *,
 
     Raises:
         TypeError: ``cls`` is not a slotted dataclass, has a ``__post_init__`` (unless
-            ``skip_post_init``), a field left out of ``__init__`` or a default factory, or
-            ``fixed`` names a field it does not have.
+            ``skip_post_init``), a field left out of ``__init__``, a default factory or
+            without a slot (a subclass redefining a field's name), or ``fixed`` names a field
+            it does not have.
 
     Upstream: none (see the module doc).
     """
@@ -62,26 +86,35 @@ def slot_builder(cls: type[T], fixed: Mapping[str, Any] | None = None, *,
     unknown = sorted(set(pinned) - set(names))
     if unknown:
         raise TypeError(f"slot_builder: {cls.__name__} has no field {', '.join(unknown)}")
-    ns: dict[str, Any] = {"__name__": __name__, "_new": object.__new__, "_cls": cls}
-    params = []
-    body = ["    o = _new(_cls)"]
+    # the generated names start with a prefix no field name starts with: a field named `o`,
+    # `_new` or `_cls` is a parameter like any other
+    pre = "_sb_"
+    while any(name.startswith(pre) for name in names):
+        pre += "_"
+    ns: dict[str, Any] = {"__name__": __name__, f"{pre}new": object.__new__, f"{pre}cls": cls}
+    params: list[str] = []
+    keyword_params: list[str] = []  # kw_only fields: after `*`, as the constructor takes them
+    body = [f"    {pre}o = {pre}new({pre}cls)"]
     for f in fields:
         if not f.init or f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"slot_builder: {cls.__name__}.{f.name} is not a plain __init__ "
                             "argument")
-        ns[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        ns[f"{pre}set_{f.name}"] = _slot(cls, f.name).__set__
         if f.name in pinned:
-            ns[f"_fixed_{f.name}"] = pinned[f.name]
-            body.append(f"    _set_{f.name}(o, _fixed_{f.name})")
+            ns[f"{pre}fixed_{f.name}"] = pinned[f.name]
+            body.append(f"    {pre}set_{f.name}({pre}o, {pre}fixed_{f.name})")
             continue
+        into = keyword_params if f.kw_only else params
         if f.default is _NO_DEFAULT:
-            params.append(f.name)
+            into.append(f.name)
         else:
-            ns[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(o, {f.name})")
+            ns[f"{pre}default_{f.name}"] = f.default
+            into.append(f"{f.name}={pre}default_{f.name}")
+        body.append(f"    {pre}set_{f.name}({pre}o, {f.name})")
+    if keyword_params:
+        params += ["*", *keyword_params]
     # only field names (Python identifiers) and generated names reach the source
-    src = f"def build({', '.join(params)}):\n" + "\n".join(body) + "\n    return o\n"
+    src = f"def build({', '.join(params)}):\n" + "\n".join(body) + f"\n    return {pre}o\n"
     exec(src, ns)
     build: Callable[..., T] = ns["build"]
     build.__name__ = build.__qualname__ = f"build_{cls.__name__}"

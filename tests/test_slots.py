@@ -116,3 +116,78 @@ def test_every_per_record_builder_is_generated_by_slot_builder() -> None:
                   controller_core._scattered, rank._new_reply, plans._premac):
         assert build.__module__ == slot_builder.__module__
         assert build.__name__.startswith("build_")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Named:
+    o: int
+    _new: str
+    _cls: bytes
+    build: int = 7
+
+
+def test_a_field_may_have_any_name() -> None:
+    # `o` was set to the object itself; `_new`, `_cls` replaced the builder's own names
+    build = slot_builder(_Named)
+    got = build(1, "n", b"c")
+    assert type(got) is _Named and _fields(got) == [1, "n", b"c", 7]
+    assert build(o=2, _new="m", _cls=b"d", build=3) == _Named(2, "m", b"d", 3)
+    assert slot_builder(_Named, fixed={"o": 5})("n", b"c") == _Named(5, "n", b"c")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KwOnly:
+    a: int
+    b: str = dataclasses.field(kw_only=True)
+    c: float = dataclasses.field(default=1.5, kw_only=True)
+    d: bytes = b"d"
+
+
+def test_kw_only_fields_are_keyword_parameters_as_in_the_constructor() -> None:
+    # (b and c were positional parameters, in field order: b given by keyword was given twice;
+    # and a kw_only field without a default after one with a default was a SyntaxError)
+    build = slot_builder(_KwOnly)
+    got = build(1, b"x", b="s")
+    assert type(got) is _KwOnly and _fields(got) == [1, "s", 1.5, b"x"]
+    assert got == _KwOnly(1, b"x", b="s")
+    assert build(2, b="t", c=2.5) == _KwOnly(2, b="t", c=2.5)
+    with pytest.raises(TypeError):
+        build(1, b"x", "s")  # b is keyword-only, as in the constructor
+    assert slot_builder(_KwOnly, fixed={"b": "p"})(3) == _KwOnly(3, b="p")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Base:
+    a: int
+    b: str = "b"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Derived(_Base):
+    c: bytes = b"c"
+
+
+def test_a_field_of_a_slotted_base_class_is_set_through_the_base_s_slot() -> None:
+    # (it was a KeyError: the base's slot is not in the subclass's __dict__)
+    build = slot_builder(_Derived)
+    got = build(1, "x", b"y")
+    assert type(got) is _Derived and got == _Derived(1, "x", b"y")
+    assert _fields(got) == [1, "x", b"y"]
+    assert build(2) == _Derived(2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.a = 3  # type: ignore[misc]
+
+
+def test_a_field_whose_name_is_no_longer_a_slot_is_refused() -> None:
+    # (it was a KeyError for the base's field b; the first `a` along the MRO is a property,
+    # which is no slot: setting through it fails at build time)
+    class Shadowed(_Base):
+        __slots__ = ()
+
+        @property  # type: ignore[misc]
+        def a(self) -> int:
+            return 0
+
+    with pytest.raises(TypeError, match=r"^slot_builder: Shadowed\.a is not a slot: "
+                                        r"Shadowed\.a is a property$"):
+        slot_builder(Shadowed)
