@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from ._numbers import not_plain_note
 from .errors import _long_integer, protocol_error, shown
 
 __all__ = ["PORT_MAX", "format_addr", "parse_addr"]
@@ -52,8 +53,9 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
         host without brackets (a bare IPv6 address), a host with a blank, a control character
         or a bracket in it, or one the socket calls cannot encode (``idna``: an empty label
         as in ``a..b``, a label over 63 characters), a port that is not decimal digits (a
-        pair's: not an integer) or above 65535, or 0 with ``dial``; the message names
-        ``field`` and the value.
+        pair's: not an integer; ``７０００`` and ``5_5`` with the reason of
+        :func:`flodl_proto._numbers.not_plain_note`) or above 65535, or 0 with ``dial``; the
+        message names ``field`` and the value.
 
     Upstream: ``flodl/src/distributed/wire.rs`` ``connect_with_retry`` (the address it dials;
     Rust's socket-address parsing refuses the same bare IPv6 text).
@@ -80,7 +82,8 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
     _check_host(host, text, field)
     if not (port_s.isascii() and port_s.isdigit()):
         raise protocol_error("addr.invalid", field=field, value=text,
-                             reason=f"port {shown(port_s)} is not a decimal number")
+                             reason=f"port {shown(port_s)} is not a decimal number"
+                                    f"{not_plain_note(port_s)}")
     digits = port_s.lstrip("0") or "0"  # int() of over 4300 digits, zeros included, raises
     if len(digits) > len(str(PORT_MAX)):  # shown as any integer: whole up to 80 digits
         raise protocol_error("addr.invalid", field=field, value=text,

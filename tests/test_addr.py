@@ -69,8 +69,13 @@ def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> 
     ("host:http", "port 'http' is not a decimal number"),
     ("host:-1", "port '-1' is not a decimal number"),
     ("host:+80", "port '+80' is not a decimal number"),
-    ("host:8_0", "port '8_0' is not a decimal number"),
-    ("host:\u0665", "port '\u0665' is not a decimal number"),  # a non-ASCII digit
+    # text int() reads says why it is refused
+    ("host:8_0", "port '8_0' is not a decimal number (a number is written in ASCII digits, "
+                 "without '_')"),
+    ("host:\u0665", "port '\u0665' is not a decimal number (a number is written in ASCII "
+                     "digits, without '_')"),  # a non-ASCII digit
+    ("host:\uff17\uff10\uff10\uff10", "port '\uff17\uff10\uff10\uff10' is not a decimal number (a "
+                                "number is written in ASCII digits, without '_')"),
     ("host:65536", f"port 65536 is out of range 0..{PORT_MAX}"),
     ("host:99999999999999999999", "port 99999999999999999999 is out of range 0..65535"),
     # a port of more than 20 digits was cut at 20 ("99999999999999999999..."), where every

@@ -1173,15 +1173,22 @@ def test_frame_ceiling_that_is_no_u32_byte_count_is_a_usage_error(
                                        f"{why}\n")
 
 
-@pytest.mark.parametrize("value", [" 12", "12 ", "+5", "1_000", "\u0661\u0662", "0x10", "1e3",
-                                   "\uff11\uff12", ""])
-def test_frame_ceiling_is_ascii_digits_only(value: str) -> None:
+@pytest.mark.parametrize(("value", "why"), [
+    (" 12", ""), ("12 ", ""), ("+5", ""), ("0x10", ""), ("1e3", ""), ("", ""),
+    # text int() reads says why it is refused
+    ("1_000", " (a number is written in ASCII digits, without '_')"),
+    ("\u0661\u0662", " (a number is written in ASCII digits, without '_')"),
+    ("\uff11\uff12", " (a number is written in ASCII digits, without '_')"),
+    ("12\u3000", " (a non-ASCII blank, U+3000: a number and the blanks around it are written "
+                 "in ASCII)"),
+])
+def test_frame_ceiling_is_ascii_digits_only(value: str, why: str) -> None:
     # int() takes blanks, a sign, underscores and any script's digits: a size is none of these
     from flodl_proto.commands.relay import byte_count, frame_ceiling
 
     with pytest.raises(ValueError) as e:
         frame_ceiling(value)
-    assert str(e.value) == f"--frame-ceiling: expected a number of bytes, got {value!r}"
+    assert str(e.value) == f"--frame-ceiling: expected a number of bytes, got {value!r}{why}"
     with pytest.raises(ValueError, match="expected a number of bytes"):
         byte_count(value)
 
@@ -1204,7 +1211,8 @@ def test_max_input_is_ascii_digits_only(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = _run_main(capsys, "decode", "--max-input", "\u0661\u0662", "-")
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == ("flodl-proto decode: error: argument --max-input: expected a "
-                                    "number of bytes, got '\u0661\u0662'")
+                                    "number of bytes, got '\u0661\u0662' (a number is written "
+                                    "in ASCII digits, without '_')")
 
 
 def test_frame_ceiling_parser_bounds() -> None:

@@ -347,8 +347,12 @@ def test_thousands_of_unknown_arguments_make_one_bounded_line(
 _NOT_PLAIN = "(a number is written in ASCII digits, without '_')"
 
 
-@pytest.mark.parametrize("text", ["\uff11\uff12", "\u0661\u0662", "1_000", "\u0967", "12\u00a0",
-                                  "\u00a012", "1\uff10"])
+_NON_ASCII_BLANK = ("(a non-ASCII blank, U+00A0: a number and the blanks around it are written "
+                    "in ASCII)")
+
+
+@pytest.mark.parametrize("text", ["\uff11\uff12", "\u0661\u0662", "1_000", "\u0967", "1\uff10",
+                                  "\u0661\u00a0"])
 def test_integer_options_take_ascii_digits_only(text: str) -> None:
     """``int()`` reads full-width and other scripts' digits, ``_`` between digits and non-ASCII
     blanks around them: every integer option took ``１２`` as 12 and ``1_000`` as 1000."""
@@ -358,6 +362,26 @@ def test_integer_options_take_ascii_digits_only(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as ei:
         whole_number(text)
     assert str(ei.value) == f"invalid int value: {shown(text)} {_NOT_PLAIN}"
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("4\u00a0", _NON_ASCII_BLANK), ("\u00a012", _NON_ASCII_BLANK),
+    ("1_0\u00a0", _NON_ASCII_BLANK[:-1] + ", without '_')"),
+    ("\u20034", "(a non-ASCII blank, U+2003: a number and the blanks around it are written in "
+               "ASCII)"),
+])
+def test_a_non_ascii_blank_around_ascii_digits_is_named_as_such(text: str, why: str) -> None:
+    """``--world-size $'4\\u00a0'`` was refused as not written in ASCII digits: its digits are;
+    the blank is not."""
+    from flodl_proto.commands.relay import real_number, whole_number
+    from flodl_proto.errors import shown
+
+    with pytest.raises(argparse.ArgumentTypeError) as ei:
+        whole_number(text)
+    assert str(ei.value) == f"invalid int value: {shown(text)} {why}"
+    with pytest.raises(argparse.ArgumentTypeError) as ei:
+        real_number(text)
+    assert str(ei.value) == f"invalid float value: {shown(text)} {why}"
 
 
 def test_integer_options_read_plain_ascii_as_before() -> None:
@@ -380,7 +404,7 @@ def test_number_and_timeout_options_take_ascii_digits_only(text: str) -> None:
     assert str(ei.value) == f"invalid float value: {shown(text)} {_NOT_PLAIN}"
     with pytest.raises(argparse.ArgumentTypeError) as ei:
         positive_seconds(text)
-    assert str(ei.value) == f"must be {TIMEOUT_RULE}, got {shown(text)}"
+    assert str(ei.value) == f"must be {TIMEOUT_RULE}, got {shown(text)} {_NOT_PLAIN}"
 
 
 def test_number_options_read_plain_ascii_as_before() -> None:
@@ -417,7 +441,7 @@ _CONTROLLER = ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--
     ((*_RANK, "--rounds", "0", "--payload-mib", "1_0"), f"argument --payload-mib: invalid float "
                                                         f"value: '1_0' {_NOT_PLAIN}"),
     (("decode", "--pcap", "--port", "5_5", "/nonexistent/x.pcap"),
-     "argument --port: not a port number: '5_5'"),
+     f"argument --port: not a port number: '5_5' {_NOT_PLAIN}"),
 ])
 def test_numeric_options_name_the_option_and_the_value(
         capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
@@ -427,15 +451,79 @@ def test_numeric_options_name_the_option_and_the_value(
     assert err.splitlines()[-1].split(": error: ", 1)[1].startswith(message)
 
 
-@pytest.mark.parametrize("ranks", ["\u0661", "0,\uff11", "0-\u0663", "1_0", "+1"])
-def test_relay_ranks_take_ascii_digits_only(ranks: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("ranks", "why"), [
+    ("\u0661", f" {_NOT_PLAIN}"), ("0,\uff11", f" {_NOT_PLAIN}"), ("0-\u0663", f" {_NOT_PLAIN}"),
+    ("1_0", f" {_NOT_PLAIN}"), ("0,\u00a01", f" {_NON_ASCII_BLANK}"),
+    # a blank inside a number: "0 1" was read as rank 1 ("01"), "1 2" as rank 12
+    ("0 1", " (a blank inside a number)"), ("1 2", " (a blank inside a number)"),
+    ("0,1 2-3", " (a blank inside a number)"), ("0-1\t2", " (a blank inside a number)"),
+    ("-1", ""), ("3-1", ""), ("1--2", ""), ("0-", ""), ("x", ""),
+])
+def test_relay_ranks_take_ascii_digits_only(ranks: str, why: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     from flodl_proto.errors import shown
 
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
                                "--world-size", "20", "--salt", _SALT, "--frame-ceiling", "4G")
     assert (code, out) == (2, "")
     assert err == (f"flodl-proto relay: error: --ranks expects a list of ranks like 0,1 or 0-3, "
-                   f"got {shown(ranks)}\n")
+                   f"got {shown(ranks)}{why}\n")
+
+
+@pytest.mark.parametrize(("ranks", "expected"), [
+    ("+1", [1]), ("0,\t1", [0, 1]), (" 0 , +1 ", [0, 1]), ("+0-+2", [0, 1, 2]),
+    ("\t1 - 3\n", [1, 2, 3]), ("007,8", [7, 8]),
+])
+def test_relay_ranks_are_written_as_every_integer_option(ranks: str, expected: list[int]) -> None:
+    """Each rank and each end of a range follows ``whole_number``'s rule (blanks around it, an
+    optional ``+``, ASCII digits), as ``--rank +1`` and ``--world-size $'\\t4'`` do; ``+1`` and
+    ``0,\\t1`` were refused."""
+    from flodl_proto.commands.relay import parse_ranks
+
+    assert parse_ranks(ranks, 10) == expected
+
+
+@pytest.mark.parametrize(("ranks", "rank"), [("0,1,1", "1"), ("0-2,1", "1"), ("3,0-3", "3"),
+                                             ("+2,2", "2")])
+def test_relay_ranks_listed_twice_name_the_option(ranks: str, rank: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The relay's core refused them in its words (``rank set [0, 1, 1] is invalid for
+    world_size 4: a rank is listed twice``), naming no option."""
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
+                               "--world-size", "4", "--salt", _SALT, "--frame-ceiling", "4G")
+    assert (code, out) == (2, "")
+    assert err == f"flodl-proto relay: error: --ranks '{ranks}': rank {rank} is listed twice\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", _SALT,
+      "--round-timeout", "1_0"), "argument --round-timeout: must be a finite number of seconds "
+     "above 0, at most 864000 s once scaled by FLODL_NET_TIMEOUT_SCALE, got '1_0' "
+     f"{_NOT_PLAIN}"),
+    ((*_RELAY, "--frame-ceiling", "\uff11\uff10\uff12\uff14"),
+     f"--frame-ceiling: expected a number of bytes, got '\uff11\uff10\uff12\uff14' {_NOT_PLAIN}"),
+    (("decode", "--max-input", "1_000", "/nonexistent/x.bin"),
+     f"argument --max-input: expected a number of bytes, got '1_000' {_NOT_PLAIN}"),
+    (("demo", "--no-progress", "--kill-rank", "1@\u0662"),
+     f"--kill-rank expects R@ROUND (two whole numbers), got '1@\u0662' {_NOT_PLAIN}"),
+    (("dissector", "--port", "\uff17\uff10\uff10\uff10"),
+     f"argument --port: not a port number: '\uff17\uff10\uff10\uff10' {_NOT_PLAIN}"),
+    (("decode", "--pcap", "--port", "5_5", "/nonexistent/x.pcap"),
+     f"argument --port: not a port number: '5_5' {_NOT_PLAIN}"),
+    ((*_RANK[:2], "127.0.0.1:\uff17\uff10\uff10\uff10", *_RANK[3:]),
+     "--relay '127.0.0.1:\uff17\uff10\uff10\uff10': not a HOST:PORT address: port "
+     f"'\uff17\uff10\uff10\uff10' is not a decimal number {_NOT_PLAIN}"),
+    ((*_RELAY[:-1], "4G", "--world-size", "4\u00a0"),
+     f"argument --world-size: invalid int value: '4\\xa0' {_NON_ASCII_BLANK}"),
+])
+def test_number_options_say_why_text_int_reads_is_refused(
+        capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
+    """Only the integer and number option types said why ``1_0`` or ``７０００`` is refused; the
+    timeouts, byte counts, ports, ``--kill-rank`` and an address's port said nothing."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out) == (2, "")
+    assert "Traceback" not in err and err.count(": error: ") == 1  # after argparse's usage
+    assert err.splitlines()[-1].split(": error: ", 1)[1] == message
 
 
 @pytest.mark.parametrize(("ranks", "world", "message"), [

@@ -11,6 +11,7 @@ import math
 import struct
 from typing import TYPE_CHECKING, Final
 
+from .._numbers import not_plain_note
 from ..errors import shown
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -128,14 +129,16 @@ def parse_kill(text: str | None) -> tuple[int, int] | None:
     """``--kill-rank R@ROUND`` as ``(rank, round)``, or None when not given.
 
     Raises:
-        ValueError: the text is not two whole numbers joined by ``@`` (a usage error).
+        ValueError: the text is not two whole numbers joined by ``@`` (a usage error); for
+            ``1@٢`` or ``1_0@2`` with the reason of :func:`flodl_proto._numbers.not_plain_note`.
     """
     if text is None:
         return None
     r, sep, k = text.partition("@")
     if len(text) > 40 or not (sep and r.isascii() and r.isdigit() and k.isascii()
                               and k.lstrip("-").isdigit()):  # 40: int() of 4301 digits raises
-        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {shown(text)}")
+        raise ValueError(f"--kill-rank expects R@ROUND (two whole numbers), got {shown(text)}"
+                         f"{not_plain_note(text)}")
     return int(r), int(k)
 
 

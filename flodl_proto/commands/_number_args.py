@@ -15,11 +15,11 @@ import math
 import re
 import sys
 
-from .._numbers import NOT_PLAIN, plain_number
+from .._numbers import not_plain_note, plain_number
 from ..addr import PORT_MAX
 from ..errors import SHOWN_CHARS, _long_integer, shown
 
-__all__ = ["real_number", "tcp_port", "whole_number"]
+__all__ = ["read_whole_number", "real_number", "tcp_port", "whole_number"]
 
 
 def tcp_port(text: str) -> int:
@@ -27,14 +27,18 @@ def tcp_port(text: str) -> int:
     whole number in 1..65535.
 
     Raises:
-        argparse.ArgumentTypeError: not a number, or out of range (argparse names the option).
+        argparse.ArgumentTypeError: not a number (``not a port number: '7x'``; text ``int()``
+            would read, ``７０００`` or ``5_5``, with the reason of
+            :func:`flodl_proto._numbers.not_plain_note`), or out of range (argparse names the
+            option).
 
     No upstream counterpart: upstream's binaries take no port options.
     """
     try:
         value = whole_number(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}") from None
+        raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}"
+                                         f"{not_plain_note(text)}") from None
     if not 0 < value <= PORT_MAX:
         raise argparse.ArgumentTypeError(f"port {value} is not in 1..{PORT_MAX}")
     return value
@@ -55,15 +59,39 @@ def whole_number(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: not an integer in ASCII digits (``invalid int value:
             'x'``, as argparse's, the text quoted by :func:`~flodl_proto.errors.shown`; for
-            text ``int()`` would read, followed by ``(a number is written in ASCII digits,
-            without '_')``).
+            text ``int()`` would read, followed by the reason of
+            :func:`flodl_proto._numbers.not_plain_note`: ``(a number is written in ASCII
+            digits, without '_')``, or for a non-ASCII blank around ASCII digits ``(a
+            non-ASCII blank, U+00A0: ...)``).
 
     No upstream counterpart: upstream's binaries take no such options.
     """
+    value = read_whole_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)}{not_plain_note(text)}")
+    return value
+
+
+def read_whole_number(text: str) -> int | None:
+    """The integer ``text`` is written as under the command line's rule, or None: ASCII blanks
+    around it, an optional sign (``+`` or ``-``) and ASCII digits, nothing else (no ``_``, no
+    digit of another script, no blank between digits). The rule of :func:`whole_number` and of
+    each rank of ``relay --ranks`` (:func:`flodl_proto.commands.relay.parse_ranks`).
+
+    Args:
+        text: an option's value, or one item of it.
+
+    Returns:
+        The ``int``; one of more than :data:`~flodl_proto.errors.SHOWN_CHARS` (80) digits as an
+        integer that messages show by its size (``int()`` refuses more than 4300 digits); None
+        when ``text`` is not written so. Raises nothing.
+
+    Upstream: Rust's ``str::parse::<u32>`` (ASCII digits, an optional ``+``); the blanks around
+    the number are taken as ``int()`` takes them.
+    """
     match = _INTEGER_TEXT.fullmatch(text)
     if match is None:
-        why = "" if plain_number(text) else f" ({NOT_PLAIN})"
-        raise argparse.ArgumentTypeError(f"invalid int value: {shown(text)}{why}")
+        return None
     if len(match[2]) > SHOWN_CHARS:
         return _long_integer(match[1], match[2])
     return int(match[1] + match[2])
@@ -80,8 +108,9 @@ def real_number(text: str) -> float:
 
     Raises:
         argparse.ArgumentTypeError: not a number (``invalid float value: 'x'``, as argparse's;
-            ``１.５`` and ``1_0`` with the reason: ``(a number is written in ASCII digits,
-            without '_')``),
+            ``１.５`` and ``1_0`` with the reason of
+            :func:`flodl_proto._numbers.not_plain_note`: ``(a number is written in ASCII
+            digits, without '_')``),
             or a finite number beyond the float range (``1e400``, 400 nines), which ``float()``
             reads as an infinity (the command then said ``got inf``): the message says it is out
             of range, names the largest (or smallest) finite number and quotes the text
@@ -91,7 +120,8 @@ def real_number(text: str) -> float:
     No upstream counterpart: upstream's binaries take no such options.
     """
     if not plain_number(text):
-        raise argparse.ArgumentTypeError(f"invalid float value: {shown(text)} ({NOT_PLAIN})")
+        raise argparse.ArgumentTypeError(f"invalid float value: {shown(text)}"
+                                         f"{not_plain_note(text)}")
     try:
         value = float(text)
     except ValueError:

@@ -56,7 +56,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from .._numbers import plain_number
+from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
 from ..addr import parse_addr
 from ..cli import interrupts_held
@@ -80,7 +80,7 @@ from ..spec import (
     frame_ceiling_floor,
     read_net_timeout_scale,
 )
-from ._number_args import real_number, tcp_port, whole_number
+from ._number_args import read_whole_number, real_number, tcp_port, whole_number
 from ._output import queued_stderr_logging, report_dropped
 
 __all__ = [
@@ -346,7 +346,8 @@ def positive_seconds(text: str) -> float:
             :func:`flodl_proto._numbers.plain_number`), not finite (``1e999`` and a number of 5000
             digits are infinite as floats), not above 0, or above the maximum once scaled; the
             message states the rule and the value as given (argparse names the option:
-            ``argument --round-timeout: must be ...``).
+            ``argument --round-timeout: must be ...``), and for text ``float()`` would read
+            (``1_0``) the reason of :func:`flodl_proto._numbers.not_plain_note`.
 
     No upstream counterpart: the timeouts are additions (spec departures ``round_timeout``,
     ``rank_timeout``).
@@ -356,7 +357,8 @@ def positive_seconds(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be {TIMEOUT_RULE}, got {shown(text)}")
+        raise argparse.ArgumentTypeError(f"must be {TIMEOUT_RULE}, got {shown(text)}"
+                                         f"{not_plain_note(text)}")
     scale, invalid = read_net_timeout_scale(os.environ.get(NET_TIMEOUT_SCALE_ENV))
     if invalid is None and value * scale > TIMEOUT_MAXIMUM:
         raise argparse.ArgumentTypeError(
@@ -402,7 +404,8 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
     Raises:
         ValueError: not a whole number in ASCII digits (``4G``, ``1.5``, `` 12``, ``+5``,
             ``1_000``) or below ``minimum``; the message says which and shows the value (a long
-            one by its ends, :func:`~flodl_proto.errors.shown`).
+            one by its ends, :func:`~flodl_proto.errors.shown`), and for ``1_000`` or ``１０``
+            why (:func:`flodl_proto._numbers.not_plain_note`).
 
     No upstream counterpart: upstream's binaries take no size options.
     """
@@ -413,7 +416,8 @@ def byte_count(text: str, minimum: int = 1, what: str = "") -> int:
         n = int(text) if len(digits) <= SHOWN_CHARS else _long_integer("-" * (text != digits),
                                                                         digits)
     except ValueError:
-        raise ValueError(f"expected a number of bytes, got {shown(text)}") from None
+        raise ValueError(f"expected a number of bytes, got {shown(text)}"
+                         f"{not_plain_note(text)}") from None
     if n < minimum:
         unit = "byte" if minimum == 1 else "bytes"
         raise ValueError(f"must be at least {minimum} {unit}{f' ({what})' if what else ''}, "
@@ -569,6 +573,10 @@ def parse_ranks(text: str, world_size: int | None = None,
                 max_ranks: int | None = None) -> list[int]:
     """Parse ``"0,1,3"`` (ranges ``"0-3"`` allowed) into a list of rank ids.
 
+    Each rank, and each end of a range, is written as :func:`whole_number` reads an integer
+    (:func:`~flodl_proto.commands._number_args.read_whole_number`): ASCII blanks around it, an
+    optional ``+``, ASCII digits (``0, +1``, ``0,\t1`` and `` 0 - 3`` are taken).
+
     Args:
         text: the ``--ranks`` value.
         world_size: when given, a rank or a range reaching ``world_size`` or beyond is refused
@@ -581,32 +589,32 @@ def parse_ranks(text: str, world_size: int | None = None,
         The rank ids (ints), in the order given, ranges expanded.
 
     Raises:
-        ValueError: not a comma-separated list of non-negative integers / ranges in ASCII
-            digits (``١``, ``1_0`` and ``+1`` are refused), an empty item (``0,,1``, a leading
-            or trailing comma), a rank not below ``world_size`` or more than ``max_ranks``
-            ranks; one line naming ``--ranks`` and its value (a long one by its ends, a rank
-            of more than 80 digits by its size: :func:`~flodl_proto.errors.shown`).
+        ValueError: not a comma-separated list of non-negative integers / ranges so written
+            (``١`` and ``1_0`` are refused with the reason of
+            :func:`flodl_proto._numbers.not_plain_note`, ``0 1`` as a blank inside a number),
+            an empty item (``0,,1``, a leading or trailing comma), a rank not below
+            ``world_size``, more than ``max_ranks`` ranks, or a rank listed twice (``0,1,1``,
+            ``0-2,1``); one line naming ``--ranks`` and its value (a long one by its ends, a
+            rank of more than 80 digits by its size: :func:`~flodl_proto.errors.shown`).
 
     No upstream counterpart: upstream's relay takes its ranks from the launcher.
     """
-    bad = ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)}")
-    parts = text.replace(" ", "").split(",")
-    if "" in parts and text.strip():  # "0,,1": a rank left out by mistake, not a list of two
+    parts = text.split(",")
+    if any(not p.strip(_ASCII_BLANKS) for p in parts) and text.strip(_ASCII_BLANKS):
         raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)} "
-                         f"(an empty item)")
+                         f"(an empty item)")  # "0,,1": a rank left out by mistake
     spans: list[tuple[int, int]] = []
-    try:
-        for part in parts:
-            if not part:
-                continue
-            lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
-            if not (lo.isascii() and lo.isdigit() and hi.isascii() and hi.isdigit()):
-                raise ValueError  # "١", "1_0", "+1": ASCII digits only, as upstream's parse
-            spans.append((_long_integer("", lo), _long_integer("", hi)))
-    except ValueError:
-        raise bad from None
-    if not spans or any(lo < 0 or hi < lo for lo, hi in spans):
-        raise bad
+    for part in parts:
+        lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
+        ends = (read_whole_number(lo), read_whole_number(hi))
+        if ends[0] is None or ends[1] is None:
+            inner = any(c in _ASCII_BLANKS for end in (lo, hi) for c in end.strip(_ASCII_BLANKS))
+            why = " (a blank inside a number)" if inner else not_plain_note(text)
+            raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got "
+                             f"{shown(text)}{why}")
+        spans.append((ends[0], ends[1]))
+    if any(lo < 0 or hi < lo for lo, hi in spans):
+        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)}")
     if world_size is not None and any(hi >= world_size for lo, hi in spans):
         top = max(hi for lo, hi in spans)
         raise ValueError(f"--ranks {shown(text)}: every rank must be < --world-size "
@@ -615,7 +623,17 @@ def parse_ranks(text: str, world_size: int | None = None,
     if max_ranks is not None and count > max_ranks:
         raise ValueError(f"--ranks {shown(text)}: {shown(count)} ranks need as many loopback "
                          f"connections, more than this process may open ({max_ranks})")
-    return [r for lo, hi in spans for r in range(lo, hi + 1)]
+    ranks = [r for lo, hi in spans for r in range(lo, hi + 1)]
+    seen: set[int] = set()
+    for r in ranks:
+        if r in seen:  # the relay's core refuses it too, in words that name no option
+            raise ValueError(f"--ranks {shown(text)}: rank {shown(r)} is listed twice")
+        seen.add(r)
+    return ranks
+
+
+#: the blanks :func:`read_whole_number` takes around a number (``\s`` in ASCII)
+_ASCII_BLANKS: Final = " \t\n\r\f\v"
 
 
 def _max_open_files() -> int | None:
