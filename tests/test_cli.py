@@ -1491,21 +1491,24 @@ def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str, field: str,
                           "finite numbers)\n")
 
 
-@pytest.mark.parametrize(("outer", "field", "number"), [
-    ("nesterov:1_0,0.9", "LR", "1_0"),  # Python's float() reads 10
-    ("nesterov:0.5,\u0660.9", "MU", "\u0660.9"),  # an Arabic-Indic zero: float() reads 0.9
-    ("slow-momentum:0.5,", "MU", ""),
-    ("slow-momentum:x,0.9", "LR", "x"),
+@pytest.mark.parametrize(("outer", "field", "number", "why"), [
+    # Python's float() reads 10; the message says why it is refused
+    ("nesterov:1_0,0.9", "LR", "1_0", " (a number is written in ASCII digits, without '_')"),
+    # an Arabic-Indic zero: float() reads 0.9
+    ("nesterov:0.5,\u0660.9", "MU", "\u0660.9",
+     " (a number is written in ASCII digits, without '_')"),
+    ("slow-momentum:0.5,", "MU", "", ""),
+    ("slow-momentum:x,0.9", "LR", "x", ""),
 ])
-def test_parse_outer_reads_numbers_as_upstream_does(outer: str, field: str,
-                                                    number: str) -> None:
+def test_parse_outer_reads_numbers_as_upstream_does(outer: str, field: str, number: str,
+                                                    why: str) -> None:
     from flodl_proto.commands.controller import parse_outer
 
     with pytest.raises(ValueError) as ei:
         parse_outer(outer)
     name = outer.partition(":")[0]
-    assert str(ei.value) == (f"--outer {outer!r}: {field} {number!r} is not a finite number; "
-                             f"expected {name}:LR,MU (two finite numbers)")
+    assert str(ei.value) == (f"--outer {outer!r}: {field} {number!r} is not a finite "
+                             f"number{why}; expected {name}:LR,MU (two finite numbers)")
 
 
 def test_parse_outer_accepts_plain_numbers_with_blanks_around_them() -> None:

@@ -50,6 +50,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._numbers import not_plain_note
 from .._oserr import os_reason
 from ..addr import format_addr, parse_addr
 from ..cli import interrupts_held
@@ -103,7 +104,8 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
 
     Raises:
         ValueError: anything else; the message names the option, its value and, for a number
-            that is not one, that number's field (LR or MU).
+            that is not one, that number's field (LR or MU), and for text ``float()`` would
+            read (``1_0``) why (:func:`flodl_proto._numbers.not_plain_note`).
 
     Upstream: ``outer_optimizer.rs`` (``SlowMomentum::new``, ``NesterovMomentum::new``: no
     validation of the values).
@@ -125,7 +127,8 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
             value = parse_f64(part.strip())
             if value is None or not math.isfinite(value):
                 raise ValueError(f"--outer {shown(text)}: {field} {shown(part.strip())} is not "
-                                 f"a finite number; expected {name}:LR,MU (two finite numbers)")
+                                 f"a finite number{not_plain_note(part.strip())}; expected "
+                                 f"{name}:LR,MU (two finite numbers)")
             values.append(value)
         lr, mu = values
         return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
