@@ -30,7 +30,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
-from ._numbers import plain_number
+from ._numbers import not_plain_note, plain_number
 from ._oserr import os_reason
 
 __all__ = [
@@ -396,7 +396,8 @@ def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | No
     Returns:
         ``(scale, None)`` for a valid (or unset) value; ``(1.0, fields)`` for an invalid one,
         ``fields`` being ``timeout_scale.invalid``'s but ``field``: ``value`` (the stripped
-        text), ``problem`` (``"is not a number"``, ``"is not finite"`` for NaN and the
+        text), ``problem`` (``"is not a number"``, followed for ``1_0`` or ``١`` by the reason
+        of :func:`flodl_proto._numbers.not_plain_note`; ``"is not finite"`` for NaN and the
         infinities, or ``"is out of range"``), ``minimum`` and ``maximum``.
 
     Upstream: ``flodl/src/distributed/wire.rs`` ``parse_net_timeout_scale`` (no maximum).
@@ -410,7 +411,7 @@ def read_net_timeout_scale(text: str | None) -> tuple[float, dict[str, Any] | No
     value = parse_f64(trimmed)
     if value is not None and minimum <= value <= maximum:  # NaN fails too
         return value, None
-    problem = ("is not a number" if value is None
+    problem = (f"is not a number{not_plain_note(trimmed)}" if value is None
                else "is out of range" if math.isfinite(value) else "is not finite")
     return default, {"value": trimmed, "minimum": minimum, "maximum": maximum,
                      "problem": problem}

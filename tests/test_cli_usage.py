@@ -513,6 +513,9 @@ def test_relay_ranks_listed_twice_name_the_option(ranks: str, rank: str,
     ((*_RANK[:2], "127.0.0.1:\uff17\uff10\uff10\uff10", *_RANK[3:]),
      "--relay '127.0.0.1:\uff17\uff10\uff10\uff10': not a HOST:PORT address: port "
      f"'\uff17\uff10\uff10\uff10' is not a decimal number {_NOT_PLAIN}"),
+    (("conform", "relay", "--timeout-scale", "1_0", "--launch", "x"),
+     f"--timeout-scale='1_0' is not a number {_NOT_PLAIN}; expected a finite scale factor from "
+     "0.1 to 1000"),
     ((*_RELAY[:-1], "4G", "--world-size", "4\u00a0"),
      f"argument --world-size: invalid int value: '4\\xa0' {_NON_ASCII_BLANK}"),
 ])

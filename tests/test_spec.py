@@ -140,8 +140,11 @@ def test_read_net_timeout_scale(text: str | None, want: float) -> None:
 
 
 @pytest.mark.parametrize(("text", "problem"), [
-    ("", "is not a number"), ("soon", "is not a number"), ("1_0", "is not a number"),
-    ("\u0661", "is not a number"),  # a non-ASCII digit: upstream's parse refuses it too
+    ("", "is not a number"), ("soon", "is not a number"),
+    # text float() reads says why it is refused
+    ("1_0", "is not a number (a number is written in ASCII digits, without '_')"),
+    # a non-ASCII digit: upstream's parse refuses it too
+    ("\u0661", "is not a number (a number is written in ASCII digits, without '_')"),
     ("0.0999", "is out of range"), ("0", "is out of range"), ("-1", "is out of range"),
     ("1000.001", "is out of range"), ("1e308", "is out of range"), ("inf", "is not finite"),
     ("-inf", "is not finite"), ("nan", "is not finite"), ("NaN", "is not finite"),
