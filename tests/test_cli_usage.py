@@ -4,6 +4,7 @@ after the usage text of the parser that reports it, exit 2, nothing on stdout.""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,14 @@ def _parser_of(*command: str) -> argparse.ArgumentParser:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         parser = sub.choices[word]
     return parser
+
+
+def _refusal(parse: Any, text: str) -> str:
+    """The message an option type (``whole_number``, ``real_number``, ...) refuses ``text``
+    with."""
+    with pytest.raises(argparse.ArgumentTypeError) as ei:
+        parse(text)
+    return str(ei.value)
 
 
 def _invalid_choice(action: argparse.Action, value: str) -> str:
@@ -359,9 +368,7 @@ def test_integer_options_take_ascii_digits_only(text: str) -> None:
     from flodl_proto.commands.relay import whole_number
     from flodl_proto.errors import shown
 
-    with pytest.raises(argparse.ArgumentTypeError) as ei:
-        whole_number(text)
-    assert str(ei.value) == f"invalid int value: {shown(text)} {_NOT_PLAIN}"
+    assert _refusal(whole_number, text) == f"invalid int value: {shown(text)} {_NOT_PLAIN}"
 
 
 @pytest.mark.parametrize(("text", "why"), [
@@ -376,12 +383,8 @@ def test_a_non_ascii_blank_around_ascii_digits_is_named_as_such(text: str, why: 
     from flodl_proto.commands.relay import real_number, whole_number
     from flodl_proto.errors import shown
 
-    with pytest.raises(argparse.ArgumentTypeError) as ei:
-        whole_number(text)
-    assert str(ei.value) == f"invalid int value: {shown(text)} {why}"
-    with pytest.raises(argparse.ArgumentTypeError) as ei:
-        real_number(text)
-    assert str(ei.value) == f"invalid float value: {shown(text)} {why}"
+    assert _refusal(whole_number, text) == f"invalid int value: {shown(text)} {why}"
+    assert _refusal(real_number, text) == f"invalid float value: {shown(text)} {why}"
 
 
 def test_integer_options_read_plain_ascii_as_before() -> None:
@@ -399,12 +402,9 @@ def test_number_and_timeout_options_take_ascii_digits_only(text: str) -> None:
     from flodl_proto.commands.relay import TIMEOUT_RULE, positive_seconds, real_number
     from flodl_proto.errors import shown
 
-    with pytest.raises(argparse.ArgumentTypeError) as ei:
-        real_number(text)
-    assert str(ei.value) == f"invalid float value: {shown(text)} {_NOT_PLAIN}"
-    with pytest.raises(argparse.ArgumentTypeError) as ei:
-        positive_seconds(text)
-    assert str(ei.value) == f"must be {TIMEOUT_RULE}, got {shown(text)} {_NOT_PLAIN}"
+    assert _refusal(real_number, text) == f"invalid float value: {shown(text)} {_NOT_PLAIN}"
+    assert _refusal(positive_seconds, text) == (f"must be {TIMEOUT_RULE}, got {shown(text)} "
+                                                f"{_NOT_PLAIN}")
 
 
 def test_number_options_read_plain_ascii_as_before() -> None:

@@ -91,12 +91,17 @@ def frame_premac(buffer: BytesLike, salt: bytes) -> Premac | None:
     of whose bytes have arrived: what :func:`frame_macs` for ``len(buffer)`` gives once fed its
     whole covered range (every byte before the last 8), in one call. None when the buffer is
     too short to carry a tag (the decoder then reports the truncation)."""
-    mv = as_view(buffer)
-    covered = mv.nbytes - AUTH_TAG_LEN
+    return _frame_digest(new_mac(salt), as_view(buffer))
+
+
+def _frame_digest(mac: Any, frame: memoryview) -> Premac | None:
+    """The Premac of a whole frame (a flat byte view) through ``mac``, a keyed MAC nothing was
+    fed: every byte before the last 8 fed, or None when the frame is too short to carry a tag.
+    The rule :func:`frame_premac` and :func:`frame_premac_for` share."""
+    covered = frame.nbytes - AUTH_TAG_LEN
     if covered <= 0:
         return None
-    mac = new_mac(salt)
-    mac.update(mv[:covered])
+    mac.update(frame[:covered])
     return _premac(covered, mac.digest())
 
 
@@ -116,12 +121,7 @@ def frame_premac_for(salt: bytes) -> Callable[[memoryview], Premac | None]:
     copy = base.copy
 
     def premac(frame: memoryview) -> Premac | None:
-        covered = frame.nbytes - AUTH_TAG_LEN
-        if covered <= 0:
-            return None
-        mac = copy()
-        mac.update(frame[:covered])
-        return _premac(covered, mac.digest())
+        return _frame_digest(copy(), frame)
 
     return premac
 

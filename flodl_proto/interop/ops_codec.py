@@ -180,7 +180,7 @@ def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
         require(part == bytes.fromhex(case[name]),
                 f"field {name!r} is {shown_value(case[name])}, the record's {name} is "
                 f"{shown(part.hex())}")
-    require(got[17:25].hex() == case["auth_tag"], "auth tag differs")
+    require(got[_TAG_AT:MUX_HEADER_LEN].hex() == case["auth_tag"], "auth tag differs")
     if "bincode" in case:
         require(bytes(rec.payload).hex() == case["bincode"], "bincode differs")
     res = decode_mux_record_or_eos(want, salt, version=version)
