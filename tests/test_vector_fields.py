@@ -55,7 +55,7 @@ def _refused_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str,
 
 
 _CS = "controller_session.json"
-_HEX = "not a string of bytes in hex digits"
+_HEX = "not a string of bytes in lowercase hex digits"
 
 
 @pytest.mark.parametrize(("expect", "where", "value", "problem"), [
@@ -267,6 +267,31 @@ def test_another_malformed_field_is_one_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     _refused_edit(tmp_path, capsys, file, op, "ok", where, value, problem,
                   pick or (lambda c: True))
+
+
+_SALT_B = "5a17c0de429901fe3c88b70d6e21f493"
+
+
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    (("salt", ), _SALT_B[:3] + "C" + _SALT_B[4:],
+     f"field 'salt' is the string '5a1{'C' + _SALT_B[4:]}', {_HEX}"),
+    (("salt", ), _SALT_B[:8] + " " + _SALT_B[8:],
+     f"field 'salt' is the string '5a17c0de {_SALT_B[8:]}', {_HEX}"),
+    (("salt", ), _SALT_B[:-1], f"field 'salt' is the string '{_SALT_B[:-1]}', {_HEX}"),
+    (("salt", ), _SALT_B + "\n", f"field 'salt' is the string '{_SALT_B}\\n', {_HEX}"),
+    (("bytes", ), "AB" * 200,
+     f"field 'bytes' is the string '{'AB' * 20}...{'AB' * 10}' (400 characters), {_HEX}"),
+    (("frame", "tensors", 0, "data"), "0000803F",
+     f"field 'frame.tensors[0].data' is the string '0000803F', {_HEX}"),
+], ids=["upper-case-digit", "space", "odd-length", "line-break", "long-upper-case", "nested"])
+def test_hex_not_of_lowercase_digit_pairs_is_one_line(
+        where: tuple[str | int, ...], value: str, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The schema writes bytes in lowercase hex digits, two a byte; ``bytes.fromhex`` also
+    took upper case digits and white space between bytes, so such a field loaded (and the case
+    ran)."""
+    _refused_edit(tmp_path, capsys, "round_frame.json", "round_frame.read", "ok", where, value,
+                  problem)
 
 
 @pytest.mark.parametrize(("op", "expect", "changes"), [

@@ -8,6 +8,7 @@ and register themselves with :func:`op`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,10 +42,11 @@ def _bits_test(width: int) -> Callable[[Any], bool]:
 #: the JSON kinds of a case's fields, each a test and the words a problem is told in: ``int`` a
 #: whole number (not a boolean), ``number`` any number (not a boolean), ``u8`` / ``u32`` a
 #: whole number a wire field of that width holds, ``round_kind`` / ``record_kind`` a round
-#: frame's / mux record's kind byte, ``string``, ``hex`` a string of whole bytes in hex
-#: digits, ``bits`` a string of hex digits (an integer, ``0x`` allowed), ``bits16`` /
-#: ``bits32`` / ``bits64`` one of at most that many bits (the bit pattern of a bf16, f32,
-#: f64), ``object``, ``array``, ``boolean``
+#: frame's / mux record's kind byte, ``string``, ``hex`` a string of whole bytes in lowercase
+#: hex digits (two a byte, nothing between them: the schema's way of writing bytes; not
+#: ``AB``, ``ab cd`` or ``abc``), ``bits`` a string of hex digits (an integer, ``0x``
+#: allowed), ``bits16`` / ``bits32`` / ``bits64`` one of at most that many bits (the bit
+#: pattern of a bf16, f32, f64), ``object``, ``array``, ``boolean``
 _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "int": (lambda v: _is_int(v), "a whole number"),
     "number": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
@@ -58,7 +60,8 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                     "a record kind byte (" + ", ".join(f"{int(k)} {k.name.lower()}"
                                                        for k in RecordKind) + ")"),
     "string": (lambda v: isinstance(v, str), "a string"),
-    "hex": (lambda v: isinstance(v, str) and _is_hex(v), "a string of bytes in hex digits"),
+    "hex": (lambda v: isinstance(v, str) and _is_hex(v),
+            "a string of bytes in lowercase hex digits"),
     "bits": (lambda v: isinstance(v, str) and _is_bits(v), "a string of hex digits"),
     **{f"bits{n}": (_bits_test(n), f"a string of hex digits of at most {n} bits")
        for n in (16, 32, 64)},
@@ -150,12 +153,15 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+#: whole bytes in lowercase hex digits, as the shared schema writes bytes (``bytes.fromhex``
+#: would also take upper case digits and white space between bytes)
+_HEX_BYTES = re.compile(r"(?:[0-9a-f]{2})*")
+
+
 def _is_hex(text: str) -> bool:
-    try:
-        bytes.fromhex(text)
-    except ValueError:
-        return False
-    return True
+    """Is ``text`` whole bytes in lowercase hex digits, two a byte and nothing else (the empty
+    string: no byte)?"""
+    return _HEX_BYTES.fullmatch(text) is not None
 
 
 def _is_bits(text: str, width: int | None = None) -> bool:
