@@ -53,7 +53,8 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCR
 # is plain printable ASCII, else shell-quoted ($'a\nb', $'\342\200\256' for U+202E); over 80
 # characters, by its ends and its length. The test and the quoting run in the C locale: in a
 # UTF-8 one, [:print:] passes a bidi override or another invisible format character, and %q
-# leaves it raw
+# leaves it raw. Every message of this script names a value so, the lines its Python part
+# (replay) prints included: they get the names shown here
 shown() {
   local t=$1 n=${#1}  # (characters: counted before the switch to the C locale)
   [ "$n" -le 80 ] || t="${t:0:40}...${t: -20}"
@@ -120,6 +121,23 @@ waited() {
 # caller_path FILE: FILE named from the caller's folder
 caller_path() {
   case "$1" in /*) echo "$1" ;; *) echo "$CALLER_DIR/$1" ;; esac
+}
+
+# read_error PATH: why PATH cannot be read, in the system's words, as replay's reader says it
+# ("No such file or directory", "Is a directory", "Permission denied"), or nothing. PATH is
+# opened without waiting for a writer (a FIFO is read later, as replay reads it)
+read_error() {
+  "$PY" - "$1" <<'EOF'
+import errno, os, stat, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+except OSError as e:
+    print(e.strerror)
+else:
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        print(os.strerror(errno.EISDIR))  # what reading it says
+    os.close(fd)
+EOF
 }
 
 # seconds N: N must be a whole number of seconds > 0
@@ -287,9 +305,8 @@ case "$1" in
     [ $# -eq 3 ] || usage
     is_target "$2" || { echo "fuzz: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
-    [ -f "$file" ] && [ -r "$file" ] || {
-      echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $( [ -d "$file" ] && echo "a folder" ||
-        echo "no such file")" >&2; exit 2; }
+    why=$(read_error "$file")
+    [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $why" >&2; exit 2; }
     need_atheris
     rm -f "$file.min"
     # the driver's output (atheris' INFO lines, libFuzzer's CRASH_MIN passes) goes to a log,
@@ -328,34 +345,28 @@ case "$1" in
   replay)
     [ $# -ge 3 ] || usage
     is_target "$2" || { echo "fuzz: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
-    "$PY" - "$CALLER_DIR" "$@" <<'EOF'
+    target=$2
+    shift 2
+    # each FILE, then each FILE as `shown` shows it: the Python part prints the names it is given
+    names=()
+    for f in "$@"; do names+=("$(shown "$f")"); done
+    "$PY" - "$CALLER_DIR" "$target" "$@" "${names[@]}" <<'EOF'
 import importlib, logging, os, sys
 logging.disable(logging.CRITICAL)
-caller, _, target, *files = sys.argv[1:]
-
-
-def shown(name):
-    """name as `shown` writes it: as is when plain printable ASCII, else $'...' with octal
-    escapes of its bytes (one line, no bidi override or invisible character echoed raw)"""
-    if name.isascii() and name.isprintable():
-        return name
-    raw = name.encode("utf-8", "surrogateescape")
-    return "$'" + "".join(chr(b) if 32 <= b < 127 and b not in b"'\\" else
-                          ("\\" + chr(b) if b in b"'\\" else f"\\{b:03o}") for b in raw) + "'"
-
-
+caller, target, *rest = sys.argv[1:]
+files, names = rest[:len(rest) // 2], rest[len(rest) // 2:]
 inputs = []
-for f in files:  # every FILE is read before any runs: a missing one is a usage error, exit 2
-    try:
+for f, name in zip(files, names):  # every FILE is read before any runs: one that cannot be
+    try:                           # read is a usage error, exit 2
         with open(os.path.join(caller, f), "rb") as fh:
-            inputs.append((f, fh.read()))
-    except OSError as e:
-        print(f"fuzz/run.sh: replay: cannot read {shown(f)}: {e.strerror}", file=sys.stderr)
+            inputs.append((name, fh.read()))
+    except OSError as e:  # the system's words, as read_error gives them to minimize
+        print(f"fuzz/run.sh: replay: cannot read {name}: {e.strerror}", file=sys.stderr)
         sys.exit(2)
 mod = importlib.import_module(f"fuzz.harnesses.{target}")
-for f, data in inputs:
+for name, data in inputs:
     mod.test_one_input(data)  # a finding raises: its traceback, exit 1
-    print(f"{shown(f)}: ok")
+    print(f"{name}: ok")
 EOF
     ;;
   *)

@@ -522,9 +522,10 @@ def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
 
 
 # -- item: fuzz/run.sh -------------------------------------------------------------------------
-def _fuzz(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _fuzz(*args: str, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
-                          text=True, timeout=60,
+                          text=True, timeout=60, cwd=cwd,
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
@@ -583,7 +584,7 @@ def test_fuzz_unknown_target_is_one_prefixed_line(args: tuple[str, ...]) -> None
     (("handshake", "9" * 200), f"fuzz: SECONDS must be at most 999999999, got "
                                f"'{'9' * 40}...{'9' * 20}' (200 characters)"),
     (("minimize", "handshake", "no\nsuch.bin"),
-     "fuzz/run.sh: minimize: cannot read $'no\\nsuch.bin': no such file"),
+     "fuzz/run.sh: minimize: cannot read $'no\\nsuch.bin': No such file or directory"),
 ])
 def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
                                                           line: str) -> None:
@@ -606,7 +607,7 @@ def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
     (("ci",), {"FLODL_FUZZ_CI_RUNS": "\u200b"},
      "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got $'\\342\\200\\213'"),
     (("replay", "control", "a\u202eb\nc"), {},
-     "fuzz/run.sh: replay: cannot read $'a\\342\\200\\256b\\012c': No such file or directory"),
+     "fuzz/run.sh: replay: cannot read $'a\\342\\200\\256b\\nc': No such file or directory"),
     (("handshake", "\u00e9" * 90), {},
      "fuzz: SECONDS must be a whole number of seconds, got $'" + "\\303\\251" * 40 + "..."
      + "\\303\\251" * 20 + "' (90 characters)"),
@@ -666,7 +667,50 @@ def test_fuzz_usage_and_minimize_name_files_from_the_callers_folder(tmp_path: Pa
     res = subprocess.run(["bash", rel, "minimize", "handshake", "missing.bin"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, "fuzz/run.sh: minimize: cannot read missing.bin: no such file")
+    _one_error_line(res.stderr, "fuzz/run.sh: minimize: cannot read missing.bin: No such file or "
+                                "directory")
+
+
+_LONG_NAME = "n" * 60 + "-" * 39 + ".bin"  # 103 characters
+
+
+@pytest.mark.parametrize("mode", ["replay", "minimize"])
+@pytest.mark.parametrize(("name", "shown"), [
+    ("missing.bin", "missing.bin"),
+    (_LONG_NAME, f"{'n' * 40}...{'-' * 16}.bin (103 characters)"),
+    ("a\nb", "$'a\\nb'"),
+    ("it's\\\t\x1b\x7f\x01\u202e", "$'it\\'s\\\\\\t\\E\\177\\001\\342\\200\\256'"),
+], ids=["plain", "long", "line-break", "escapes"])
+def test_fuzz_replay_and_minimize_say_a_missing_file_alike(mode: str, name: str, shown: str,
+                                                          tmp_path: Path) -> None:
+    """Both modes name a file as the script names any value (bash's ``printf %q`` in the C
+    locale, a long one by its ends and length) and say why it cannot be read in the system's
+    words. replay (its Python part) showed a long name whole and a line break, a tab or an
+    escape as octal (``$'a\\012b'``); minimize said ``no such file``."""
+    res = _fuzz(mode, "control", name, env={"LC_ALL": "C.UTF-8"}, cwd=tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"fuzz/run.sh: {mode}: cannot read {shown}: No such file or directory\n")
+
+
+@pytest.mark.parametrize("mode", ["replay", "minimize"])
+def test_fuzz_replay_and_minimize_say_a_folder_alike(mode: str, tmp_path: Path) -> None:
+    """minimize said ``a folder``, replay ``Is a directory``."""
+    (tmp_path / "a\tdir").mkdir()
+    res = _fuzz(mode, "control", "a\tdir", cwd=tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "fuzz/run.sh: " + mode + ": cannot read $'a\\tdir': Is a directory\n")
+
+
+def test_fuzz_replay_names_each_file_as_the_script_does(tmp_path: Path) -> None:
+    """The ``ok`` line of a long name showed it whole, and a line break as ``\\012``."""
+    seed = next((ROOT / "fuzz" / "corpus" / "control").iterdir()).read_bytes()
+    for name in (_LONG_NAME, "a\nb", "plain.bin"):
+        (tmp_path / name).write_bytes(seed)
+    res = _fuzz("replay", "control", _LONG_NAME, "a\nb", "plain.bin", cwd=tmp_path)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (f"{'n' * 40}...{'-' * 16}.bin (103 characters): ok\n"
+                          "$'a\\nb': ok\n"
+                          "plain.bin: ok\n")
 
 
 def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> None:
@@ -682,7 +726,7 @@ def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> N
                                 "'abc'")
     res = _fuzz("minimize", "handshake", str(tmp_path))
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {tmp_path}: a folder")
+    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {tmp_path}: Is a directory")
 
 
 @pytest.mark.parametrize("jobs", ["x", "0", "-1", "1.5"])
