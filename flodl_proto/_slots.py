@@ -14,6 +14,7 @@ Upstream: none (a Python construction detail; upstream builds plain Rust structs
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from types import MemberDescriptorType
 from typing import Any, TypeVar
@@ -69,9 +70,10 @@ def slot_builder(cls: type[T], fixed: Mapping[str, Any] | None = None, *,
 
     Raises:
         TypeError: ``cls`` is not a slotted dataclass, has a ``__post_init__`` (unless
-            ``skip_post_init``), a field left out of ``__init__``, a default factory or
-            without a slot (a subclass redefining a field's name), or ``fixed`` names a field
-            it does not have.
+            ``skip_post_init``), an ``InitVar`` (with or without ``skip_post_init``: an
+            ``__init__`` argument that is no field), a field left out of ``__init__``, a
+            default factory or without a slot (a subclass redefining a field's name), or
+            ``fixed`` names a field it does not have.
 
     Upstream: none (see the module doc).
     """
@@ -82,6 +84,13 @@ def slot_builder(cls: type[T], fixed: Mapping[str, Any] | None = None, *,
                         "be skipped)")
     fields = dataclasses.fields(cls)
     names = [f.name for f in fields]
+    # an InitVar: a pseudo-field dataclasses.fields leaves out (as a ClassVar) that __init__
+    # takes (unlike a ClassVar)
+    pseudo = set(cls.__dataclass_fields__) - set(names)
+    for name in inspect.signature(cls.__init__).parameters:
+        if name in pseudo:
+            raise TypeError(f"slot_builder: {cls.__name__}.{name} is an InitVar: an __init__ "
+                            "argument with no slot, which the builder would not take")
     pinned = dict(fixed or {})
     unknown = sorted(set(pinned) - set(names))
     if unknown:

@@ -6,7 +6,7 @@ package is one of its builders."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -96,6 +96,46 @@ def test_skip_post_init_builds_without_running_it() -> None:
     build = slot_builder(_Checked, skip_post_init=True)
     assert build(3) == _Checked(3)
     assert build(-1).a == -1  # the caller's promise: not checked here
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Scaled:
+    a: int
+    scale: dataclasses.InitVar[int]
+    b: int = 0
+
+    def __post_init__(self, scale: int) -> None:
+        if self.a * scale < 0:
+            raise ValueError("a * scale < 0")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unused:
+    a: int
+    unused: dataclasses.InitVar[int] = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Counted:
+    a: int
+    made: ClassVar[int] = 0
+
+
+@pytest.mark.parametrize(("cls", "name", "skip"), [(_Scaled, "scale", True),
+                                                   (_Unused, "unused", False),
+                                                   (_Unused, "unused", True)])
+def test_a_class_with_an_init_var_is_refused(cls: type, name: str, skip: bool) -> None:
+    """Its builder took the fields only (``build(1, 2)`` set ``b`` to what ``cls(1, 2)``
+    passes as the InitVar): skipping ``__post_init__`` did not make the arguments the same."""
+    with pytest.raises(TypeError) as e:
+        slot_builder(cls, skip_post_init=skip)
+    assert str(e.value) == (f"slot_builder: {cls.__name__}.{name} is an InitVar: an __init__ "
+                            "argument with no slot, which the builder would not take")
+
+
+def test_a_class_variable_is_no_init_var() -> None:
+    build = slot_builder(_Counted)
+    assert build(3) == _Counted(3) and _fields(build(3)) == [3]
 
 
 def test_the_premac_builder_gives_the_constructor_s_premac() -> None:
