@@ -1,0 +1,51 @@
+"""``bench/hops.py``: the bare chain's record lengths are the cluster's, and the bare chain runs
+a round in the cluster's shape (one host, two hosts) and reports its rounds and CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.codec.loopback import encode_framed_round
+from flodl_proto.spec import MUX_HEADER_LEN
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _hops() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_hops", ROOT / "bench" / "hops.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("nbytes", "dtype"), [(4096, "f32"), (4096, "bf16"), (65536, "f32")])
+def test_record_lengths_are_those_of_the_cluster_frames(nbytes: int, dtype: str) -> None:
+    hops = _hops()
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
+    per = nbytes // 4 // np.dtype(np_dtype).itemsize
+    frame = RoundFrame(RoundKind.MODEL, 1.0,
+                       [TensorPayload.from_array(np.ones(per, dtype=np_dtype)) for _ in range(4)])
+    blob = b"".join(bytes(b) for b in encode_framed_round(frame, bytes(16)))
+    lengths = hops.record_lengths(nbytes, dtype)
+    assert lengths == {"rank": len(blob), "host": MUX_HEADER_LEN + len(blob) - 4,
+                       "broadcast": MUX_HEADER_LEN + len(blob) - 4}
+
+
+@pytest.mark.parametrize("hosts", [[[0, 1]], [[0, 1], [2, 3]]], ids=["one host", "two hosts"])
+def test_bare_chain_runs_rounds_in_the_cluster_shape(hosts: list[list[int]]) -> None:
+    hops = _hops()
+    times, cpu = hops.bare_chain(hosts, hops.record_lengths(4096, "f32"), 3, 40)
+    assert len(times) == 40
+    assert all(0.0 < t < 5.0 for t in times)
+    assert sorted(cpu) == ["controller", "rank", "relay"]
+    assert all(0.0 <= v < 1.0 for v in cpu.values())
