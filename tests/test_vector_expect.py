@@ -221,7 +221,7 @@ def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> 
      f"field 'salt' is the string '{'z' * 40}...{'z' * 20}' (300 characters), not a string of "
      "bytes in lowercase hex digits"),
     ("bf16.json", "bf16.from_f32", "ok", {"f32_bits": 1065353216},
-     "field 'f32_bits' is the number 1065353216, not a string of hex digits"),
+     "field 'f32_bits' is the number 1065353216, not a string of '0x' and lowercase hex digits"),
     ("reduce.json", "reduce_realized_work", "ok", {"inputs": {}},
      "field 'inputs' is an object, not an array"),
     ("dead_ranks.json", "dead_ranks", "ok", {"world_size": True},
@@ -386,7 +386,8 @@ _NESTED_GONE = object()  # a nested change that removes the key
     ("round_frame.json", "round_frame.read", "ok", ("frame", "kind_byte"), _NESTED_GONE,
      "field 'frame.kind_byte' is missing"),
     ("reduce.json", "reduce_realized_work", "ok", ("output", "frame", "weight_bits"), 1,
-     "field 'output.frame.weight_bits' is the number 1, not a string of hex digits"),
+     "field 'output.frame.weight_bits' is the number 1, not a string of '0x' and lowercase hex "
+     "digits"),
     ("controller_session.json", "controller_session", "ok", ("steps", 0, "conn"), "x",
      "field 'steps[0].conn' is the string 'x', not a whole number"),
     ("controller_session.json", "controller_session", "ok", ("controller", "result"),

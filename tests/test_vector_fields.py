@@ -220,8 +220,14 @@ def _control(case: dict[str, Any]) -> bool:
      "field 'frame.tensors[0].shape[0]' is the number -1, not a whole number from 0 to "
      "4294967295", None),
     ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0x" + "f" * 17,
-     "field 'frame.weight_bits' is the string '0xfffffffffffffffff', not a string of hex "
-     "digits of at most 64 bits", None),
+     "field 'frame.weight_bits' is the string '0xfffffffffffffffff', not a string of '0x' and "
+     "16 lowercase hex digits (a 64-bit pattern)", None),
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0x3FF0000000000000",
+     "field 'frame.weight_bits' is the string '0x3FF0000000000000', not a string of '0x' and "
+     "lowercase hex digits", None),
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "3ff0000000000000",
+     "field 'frame.weight_bits' is the string '3ff0000000000000', not a string of '0x' and "
+     "lowercase hex digits", None),
     # "KeyError: 'kind_byte'", "ValueError: 9 is not a valid RecordKind"
     ("mux_record.json", "mux_record.roundtrip", ("record", ), {},
      "field 'record.kind_byte' is missing", None),
@@ -240,13 +246,20 @@ def _control(case: dict[str, Any]) -> bool:
      "field 'record.control.host' is missing", _control),
     # "TypeError: int() can't convert non-string with explicit base"
     ("bf16.json", "payload.encode", ("f32_bits", 0), 5,
-     "field 'f32_bits[0]' is the number 5, not a string of hex digits", None),
+     "field 'f32_bits[0]' is the number 5, not a string of '0x' and lowercase hex digits", None),
     # "OverflowError: Python int too large to convert to C unsigned short"
     ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x10000",
-     "field 'bf16_bits' is the string '0x10000', not a string of hex digits of at most 16 "
-     "bits", None),
+     "field 'bf16_bits' is the string '0x10000', not a string of '0x' and 4 lowercase hex "
+     "digits (a 16-bit pattern)", None),
+    ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x3f8",
+     "field 'bf16_bits' is the string '0x3f8', not a string of '0x' and 4 lowercase hex "
+     "digits (a 16-bit pattern)", None),
+    ("channel_magic.json", "channel_magic.write", ("magic", ), "0x f10d17e1",
+     "field 'magic' is the string '0x f10d17e1', not a string of '0x' and lowercase hex "
+     "digits", None),
     ("bf16.json", "bf16.from_f32", ("bf16_as_f32_bits", ), "zz",
-     "field 'bf16_as_f32_bits' is the string 'zz', not a string of hex digits", None),
+     "field 'bf16_as_f32_bits' is the string 'zz', not a string of '0x' and lowercase hex "
+     "digits", None),
     # "KeyError: 'call'", "LocalInvalidValue: cluster_controller: rank = 'x' is invalid: ..."
     ("dead_ranks.json", "dead_ranks", ("steps", 0, "call"), _GONE,
      "field 'steps[0].call' is missing", None),
@@ -258,8 +271,10 @@ def _control(case: dict[str, Any]) -> bool:
     ("dead_ranks.json", "dead_ranks", ("world_size", ), -1,
      "field 'world_size' is the number -1, not a whole number from 0 to 4294967295", None),
 ], ids=["rank-negative", "world-size-huge", "shape-negative", "weight-bits-wide",
+        "weight-bits-upper", "weight-bits-no-prefix",
         "record-empty", "record-kind", "record-payload", "record-rank", "control-variant",
-        "control-host", "f32-bits-number", "bf16-bits-wide", "bf16-as-f32", "call-missing",
+        "control-host", "f32-bits-number", "bf16-bits-wide", "bf16-bits-short", "magic-blank",
+        "bf16-as-f32", "call-missing",
         "ledger-rank", "call-unknown", "ledger-world-size"])
 def test_another_malformed_field_is_one_line(
         file: str, op: str, where: tuple[str | int, ...], value: Any, problem: str,
@@ -295,14 +310,15 @@ def test_hex_not_of_lowercase_digit_pairs_is_one_line(
 
 
 @pytest.mark.parametrize(("op", "expect", "changes"), [
-    ("channel_magic.expect", "error", {"expected": "-1"}),
+    ("channel_magic.expect", "error", {"expected": "0x1ffffffff"}),
     ("handshake.read", "error", {"expected_world_size": -1}),
     ("controller_session", "ok", {"after": []}),
 ])
 def test_a_value_inside_the_call_an_error_case_expects_to_fail_is_not_refused_ahead(
         op: str, expect: str, changes: dict[str, Any]) -> None:
     """Only what a case's handler cannot run is refused ahead: a value the call under test
-    refuses (an expected magic or world size it takes for no u32) may be the case itself."""
+    refuses (an expected magic or world size it takes for no u32) may be the case itself; a
+    bit pattern is still written as the vectors write one (``0x`` and lowercase digits)."""
     from flodl_proto.interop.registry import field_problem
 
     case = next(c for c in iter_cases(BUNDLED)

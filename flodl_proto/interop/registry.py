@@ -35,7 +35,7 @@ EXPECT_VALUES: tuple[str, ...] = ("ok", "error", "eof")
 EXPECTS: dict[str, frozenset[str]] = {}
 
 def _bits_test(width: int) -> Callable[[Any], bool]:
-    """The test of a string of hex digits of a number below ``2**width``."""
+    """The test of a ``width``-bit pattern written as the vectors write it (:func:`_is_bits`)."""
     return lambda v: isinstance(v, str) and _is_bits(v, width)
 
 
@@ -44,9 +44,10 @@ def _bits_test(width: int) -> Callable[[Any], bool]:
 #: whole number a wire field of that width holds, ``round_kind`` / ``record_kind`` a round
 #: frame's / mux record's kind byte, ``string``, ``hex`` a string of whole bytes in lowercase
 #: hex digits (two a byte, nothing between them: the schema's way of writing bytes; not
-#: ``AB``, ``ab cd`` or ``abc``), ``bits`` a string of hex digits (an integer, ``0x``
-#: allowed), ``bits16`` / ``bits32`` / ``bits64`` one of at most that many bits (the bit
-#: pattern of a bf16, f32, f64), ``object``, ``array``, ``boolean``
+#: ``AB``, ``ab cd`` or ``abc``), ``bits`` ``0x`` and lowercase hex digits (an
+#: integer), ``bits16`` / ``bits32`` / ``bits64`` ``0x`` and exactly 4 / 8 / 16 of them (the
+#: bit pattern of a bf16, f32, f64, as the vectors README writes it), ``object``, ``array``,
+#: ``boolean``
 _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "int": (lambda v: _is_int(v), "a whole number"),
     "number": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
@@ -62,8 +63,10 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "string": (lambda v: isinstance(v, str), "a string"),
     "hex": (lambda v: isinstance(v, str) and _is_hex(v),
             "a string of bytes in lowercase hex digits"),
-    "bits": (lambda v: isinstance(v, str) and _is_bits(v), "a string of hex digits"),
-    **{f"bits{n}": (_bits_test(n), f"a string of hex digits of at most {n} bits")
+    "bits": (lambda v: isinstance(v, str) and _is_bits(v),
+             "a string of '0x' and lowercase hex digits"),
+    **{f"bits{n}": (_bits_test(n), f"a string of '0x' and {n // 4} lowercase hex digits (a "
+                    f"{n}-bit pattern)")
        for n in (16, 32, 64)},
     "object": (lambda v: isinstance(v, dict), "an object"),
     "array": (lambda v: isinstance(v, list), "an array"),
@@ -164,14 +167,16 @@ def _is_hex(text: str) -> bool:
     return _HEX_BYTES.fullmatch(text) is not None
 
 
+#: an integer as the vectors write bit patterns: ``0x`` and lowercase hex digits (``int(text,
+#: 16)`` would also take no prefix, upper case, ``_`` and blanks)
+_HEX_BITS = re.compile(r"0x([0-9a-f]+)")
+
+
 def _is_bits(text: str, width: int | None = None) -> bool:
-    """Is ``text`` hex digits (``0x`` allowed) of an integer (of one from 0 to ``2**width - 1``
-    when ``width`` is given)?"""
-    try:
-        value = int(text, 16)
-    except ValueError:
-        return False
-    return width is None or 0 <= value < 1 << width
+    """Is ``text`` ``0x`` and lowercase hex digits (exactly ``width / 4`` of them when ``width``
+    is given: the README's f64 / f32 / bf16 bit patterns of 16 / 8 / 4 digits)?"""
+    m = _HEX_BITS.fullmatch(text)
+    return m is not None and (width is None or len(m.group(1)) == width // 4)
 
 
 def field_problem(case: Mapping[str, Any]) -> str | None:
