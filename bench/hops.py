@@ -30,18 +30,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import round as cluster
-from _cli import WORLD_WHY, listed, number, one_of, run, whole, world_max
+from _cli import WORLD_WHY, BenchFailed, listed, number, one_of, run, whole, world_max
 
+from flodl_proto._oserr import os_reason
 from flodl_proto.codec import Dtype, FrameTemplate, RoundKind
 from flodl_proto.spec import LEN_PREFIX_LEN, MUX_HEADER_LEN
 
@@ -70,13 +74,26 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def _nodelay(sock: socket.socket) -> socket.socket:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+#: seconds a bare-chain socket call may wait (a peer that died or stopped): kernel timeouts
+#: (SO_RCVTIMEO, SO_SNDTIMEO), as the package's sockets have, so CPython makes each call as on a
+#: blocking socket, with no poll before it
+STALL = 30
+
+
+def _stall_after(sock: socket.socket) -> socket.socket:
+    tv = struct.pack("ll", STALL, 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
     return sock
 
 
+def _nodelay(sock: socket.socket) -> socket.socket:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return _stall_after(sock)
+
+
 def _listen() -> socket.socket:
-    srv = socket.socket()
+    srv = _stall_after(socket.socket())
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
     srv.listen(64)
@@ -101,13 +118,25 @@ class _Barrier:
                 self.seen = 0
                 self.done += 1
                 for s in self.to:
-                    s.sendmsg([self.out])
+                    if s.sendmsg([self.out]) != len(self.out):
+                        raise OSError("a record written in part (the peer stopped reading)")
 
 
 def _reader(sock: socket.socket, size: int, barrier: _Barrier) -> None:
+    """Read records of ``size`` bytes until end of stream; a failed read or write ends the
+    process: one line on stderr, exit 1 (its peers then see the connection end, and end)."""
     view = memoryview(bytearray(size))
-    while _recv_exact(sock, view):
-        barrier.arrive()
+    try:
+        while _recv_exact(sock, view):
+            barrier.arrive()
+    except OSError as e:
+        _died(e)
+
+
+def _died(e: OSError) -> NoReturn:
+    role = sys.argv[sys.argv.index("--role") + 1] if "--role" in sys.argv else "?"
+    print(f"bench/hops.py: bare-chain {role}: {os_reason(e)}", file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 def _cpu_report(started: float, records: int) -> None:
@@ -162,9 +191,13 @@ def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
         if i == warmup:
             cpu = time.process_time()
         t0 = time.perf_counter()
-        sock.sendmsg([frame])
-        if not _recv_exact(sock, view):
-            raise SystemExit("rank: the relay closed")
+        try:
+            sent = sock.sendmsg([frame])
+            whole = sent == len(frame) and _recv_exact(sock, view)
+        except OSError as e:
+            _died(e)
+        if not whole:
+            _died(OSError("the relay closed the connection"))
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     print(json.dumps({"times": times, "cpu": time.process_time() - cpu}), flush=True)
@@ -197,8 +230,13 @@ def bare_chain(hosts: list[list[int]], lengths: dict[str, int], warmup: int,
         per_rank = [json.loads(_line(p)) for p in ranks]
         servers = [json.loads(_line(p)) for p in [procs[0], *relays]]
         for p in procs:
-            if p.wait(60) != 0:
-                raise SystemExit(f"bench/hops.py: a bare-chain process failed ({p.args!r})")
+            try:
+                code = p.wait(STALL * 2)
+            except subprocess.TimeoutExpired:
+                raise BenchFailed(f"a bare-chain process did not end: {_role_of(p)}") from None
+            if code != 0:
+                raise BenchFailed(f"a bare-chain process failed (exit {p.returncode}): "
+                                  f"{_role_of(p)}")
     finally:
         for p in procs:
             if p.poll() is None:
@@ -213,8 +251,13 @@ def _line(p: subprocess.Popen[str]) -> str:
     assert p.stdout is not None
     line = p.stdout.readline()
     if not line:
-        raise SystemExit(f"bench/hops.py: a bare-chain process ended early ({p.args!r})")
+        raise BenchFailed(f"a bare-chain process ended early (its line above): {_role_of(p)}")
     return line
+
+
+def _role_of(p: subprocess.Popen[str]) -> str:
+    args = [str(a) for a in p.args]  # type: ignore[union-attr]
+    return " ".join(args[args.index("--role") + 1:])
 
 
 def _cpu_cell(cpu: dict[str, float]) -> str:
@@ -244,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-wait", type=number(0, inclusive=True), default=120.0,
                     help="seconds to wait for a quiet machine before each run (0: no wait)")
     args = ap.parse_args(argv)
-    if args.role:
+    if args.role:  # a bare-chain process: the bench kills it (Ctrl-C reaches the bench alone)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         role, *rest = args.role
         nums = [int(x) for x in rest]
         if role == "controller":

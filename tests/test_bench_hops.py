@@ -4,6 +4,8 @@ a round in the cluster's shape (one host, two hosts) and reports its rounds and 
 from __future__ import annotations
 
 import importlib.util
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -49,3 +51,20 @@ def test_bare_chain_runs_rounds_in_the_cluster_shape(hosts: list[list[int]]) -> 
     assert all(0.0 < t < 5.0 for t in times)
     assert sorted(cpu) == ["controller", "rank", "relay"]
     assert all(0.0 <= v < 1.0 for v in cpu.values())
+
+
+def test_a_bare_chain_rank_whose_relay_closes_ends_in_one_line() -> None:
+    """A bare-chain process whose peer goes away ends with one stderr line and exit 1 (the bench
+    then names it), not a traceback or a wait."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]
+        p = subprocess.Popen([sys.executable, str(ROOT / "bench" / "hops.py"), "--role", "rank",
+                              str(port), "100", "0", "5"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        conn, _ = srv.accept()
+        conn.recv(100)
+        conn.close()
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    assert out == ""
+    assert err == "bench/hops.py: bare-chain rank: the relay closed the connection\n"
