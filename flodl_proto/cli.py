@@ -95,15 +95,19 @@ class _Parser(argparse.ArgumentParser):
     _given: tuple[str, ...] = ()
 
     def error(self, message: str) -> NoReturn:
-        """As argparse's (the usage text, then ``PROG: error: MESSAGE`` and exit 2), but a value
-        of more than :data:`~flodl_proto.errors.SHOWN_CHARS` characters from the command line
-        that ``message`` quotes (``invalid choice: 'xxx...'``, ``ignored explicit argument``,
+        """Write one line on stderr, ``PROG: error: MESSAGE``, and exit 2: argparse's error line
+        without the usage text argparse wrote before it (the command line's rule: one line per
+        error; ``--help`` shows the usage). A value of more than
+        :data:`~flodl_proto.errors.SHOWN_CHARS` characters from the command line that
+        ``message`` quotes (``invalid choice: 'xxx...'``, ``ignored explicit argument``,
         ``invalid int value``) or includes whole (``unrecognized arguments: ...``, ``ambiguous
         option: ...``) is shown as :func:`~flodl_proto.errors.shown` shows it, by its ends and
         its length, where argparse echoed it whole, and one holding a line break or another
-        character that is not printable is quoted (``'a\\nb'``), so the message stays one line
-        (:func:`_long_arguments_shown`)."""
-        super().error(_long_arguments_shown(message, self._given))
+        character that is not printable is quoted (``'a\\nb'``)
+        (:func:`_long_arguments_shown`); a line break left in the message is escaped
+        (:func:`_one_line`), so the error is one line whatever it says."""
+        line = _one_line(_long_arguments_shown(message, self._given))
+        self.exit(2, f"{self.prog}: error: {line}\n")
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, but the unknown arguments are listed as :func:`_unrecognized` lists
@@ -116,9 +120,9 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, but a command's parser reports the arguments it does not know as its
-        own usage error (``flodl-proto vectors check: error: unrecognized arguments: ...``, with
-        its usage line, exit 2), where argparse left them to the top-level parser, whose error
-        line and usage named no command. The top-level parser still reports those given before
+        own usage error (``flodl-proto vectors check: error: unrecognized arguments: ...``, exit
+        2), where argparse left them to the top-level parser, whose error line named no
+        command. The top-level parser still reports those given before
         the command.
 
         Those are reported before a missing required argument: argparse checks the required
@@ -156,6 +160,16 @@ class _Parser(argparse.ArgumentParser):
         if extras:
             self.error(_unrecognized(extras))
         return namespace, extras
+
+
+#: the characters :meth:`str.splitlines` ends a line at
+_LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _one_line(message: str) -> str:
+    """``message`` with every character that ends a line (:data:`_LINE_BREAKS`) escaped as
+    ``repr`` writes it (``\\n``, ``\\x85``, ``\\u2028``)."""
+    return _LINE_BREAKS.sub(lambda m: repr(m[0])[1:-1], message)
 
 
 #: a text argparse quotes in a message: a Python string literal (its ``%r`` of a value)
