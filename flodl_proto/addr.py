@@ -19,10 +19,22 @@ from typing import Any
 from ._numbers import not_plain_note
 from .errors import _long_integer, protocol_error, shown
 
-__all__ = ["PORT_MAX", "format_addr", "parse_addr"]
+__all__ = ["PORT_MAX", "format_addr", "parse_addr", "port_not_in_range"]
 
 #: the largest TCP port number
 PORT_MAX = 0xFFFF
+
+
+def port_not_in_range(port: int, minimum: int = 0) -> str:
+    """The words of every refusal of a port number outside the range a port takes, an
+    address's (:func:`parse_addr`) as a port option's
+    (:func:`flodl_proto.commands._number_args.tcp_port`): ``port 70000 is not in 0..65535``
+    (``minimum`` 0, or 1 for a port to dial: port 0 asks a listener for any free port); the
+    number as :func:`~flodl_proto.errors.shown` shows it (``<an integer of 16610 bits>``).
+    Raises nothing.
+
+    No upstream counterpart (the command line's wording)."""
+    return f"port {shown(port)} is not in {minimum}..{PORT_MAX}"
 
 
 def parse_addr(text: str | tuple[str, int], *, field: str = "address",
@@ -54,7 +66,8 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
         or a bracket in it, or one the socket calls cannot encode (``idna``: an empty label
         as in ``a..b``, a label over 63 characters), a port that is not decimal digits (a
         pair's: not an integer; ``７０００`` and ``5_5`` with the reason of
-        :func:`flodl_proto._numbers.not_plain_note`) or above 65535, or 0 with ``dial``; the
+        :func:`flodl_proto._numbers.not_plain_note`) or above 65535 (:func:`port_not_in_range`:
+        ``port 70000 is not in 0..65535``, ``1..65535`` with ``dial``), or 0 with ``dial``; the
         message names ``field`` and the value.
 
     Upstream: ``flodl/src/distributed/wire.rs`` ``connect_with_retry`` (the address it dials;
@@ -87,8 +100,7 @@ def parse_addr(text: str | tuple[str, int], *, field: str = "address",
     digits = port_s.lstrip("0") or "0"  # int() of over 4300 digits, zeros included, raises
     if len(digits) > len(str(PORT_MAX)):  # shown as any integer: whole up to 80 digits
         raise protocol_error("addr.invalid", field=field, value=text,
-                             reason=f"port {shown(_long_integer('', digits))} is out of range "
-                                    f"0..{PORT_MAX}")
+                             reason=port_not_in_range(_long_integer("", digits), int(dial)))
     return host, _check_port(int(digits), text, field, dial)
 
 
@@ -107,7 +119,7 @@ def _check_pair(pair: tuple[Any, ...], field: str, dial: bool) -> tuple[str, int
                              reason=f"port {shown(pair[1])} is not an integer") from None
     if port < 0:
         raise protocol_error("addr.invalid", field=field, value=pair,
-                             reason=f"port {shown(port)} is out of range 0..{PORT_MAX}")
+                             reason=port_not_in_range(port, int(dial)))
     return host, _check_port(port, pair, field, dial)
 
 
@@ -132,7 +144,7 @@ def _check_host(host: str, value: object, field: str) -> None:
 def _check_port(port: int, value: object, field: str, dial: bool) -> int:
     if port > PORT_MAX:
         raise protocol_error("addr.invalid", field=field, value=value,
-                             reason=f"port {shown(port)} is out of range 0..{PORT_MAX}")
+                             reason=port_not_in_range(port, int(dial)))
     if dial and port == 0:
         raise protocol_error("addr.invalid", field=field, value=value,
                              reason="port 0 cannot be dialed (it asks a listener for any free "

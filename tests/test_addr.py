@@ -41,7 +41,7 @@ def test_format_addr(addr: tuple[str, int], want: str) -> None:
 
 
 @pytest.mark.parametrize(("addr", "reason"), [
-    (("h", 70000), "port 70000 is out of range 0..65535"),  # was 'h:70000', which no parse takes
+    (("h", 70000), "port 70000 is not in 0..65535"),  # was 'h:70000', which no parse takes
     (("h", True), "port True is not an integer"),
     (("", 1), "no host"),
     ("h:1", "format_addr takes a (host, port) pair (parse_addr takes the text)"),
@@ -76,16 +76,16 @@ def test_format_addr_refuses_what_parse_addr_refuses(addr: Any, reason: str) -> 
                      "digits, without '_')"),  # a non-ASCII digit
     ("host:\uff17\uff10\uff10\uff10", "port '\uff17\uff10\uff10\uff10' is not a decimal number (a "
                                 "number is written in ASCII digits, without '_')"),
-    ("host:65536", f"port 65536 is out of range 0..{PORT_MAX}"),
-    ("host:99999999999999999999", "port 99999999999999999999 is out of range 0..65535"),
+    ("host:65536", f"port 65536 is not in 0..{PORT_MAX}"),
+    ("host:99999999999999999999", "port 99999999999999999999 is not in 0..65535"),
     # a port of more than 20 digits was cut at 20 ("99999999999999999999..."), where every
     # other integer of a message is whole up to 80 digits and shown by its size beyond
-    ("host:999999999999999999991", "port 999999999999999999991 is out of range 0..65535"),
-    ("host:" + "9" * 80, f"port {'9' * 80} is out of range 0..65535"),
-    ("host:" + "9" * 81, "port <an integer of 270 bits> is out of range 0..65535"),
+    ("host:999999999999999999991", "port 999999999999999999991 is not in 0..65535"),
+    ("host:" + "9" * 80, f"port {'9' * 80} is not in 0..65535"),
+    ("host:" + "9" * 81, "port <an integer of 270 bits> is not in 0..65535"),
     # more digits than int() converts (4300): was its ValueError, a traceback on the CLI
-    ("host:" + "9" * 4301, "port <an integer of 14288 bits> is out of range 0..65535"),
-    ("host:" + "0" * 5000 + "65536", "port 65536 is out of range 0..65535"),
+    ("host:" + "9" * 4301, "port <an integer of 14288 bits> is not in 0..65535"),
+    ("host:" + "0" * 5000 + "65536", "port 65536 is not in 0..65535"),
 ])
 def test_parse_addr_bad_text_names_field_and_value(text: str, reason: str) -> None:
     with pytest.raises(InvalidValue) as ei:
@@ -127,6 +127,25 @@ def test_parse_addr_not_a_string() -> None:
                              "(host, port) pair")
 
 
+@pytest.mark.parametrize(("text", "dial", "reason"), [
+    ("h:65536", False, "port 65536 is not in 0..65535"),
+    ("h:65536", True, "port 65536 is not in 1..65535"),
+    ("h:" + "9" * 20, True, "port 99999999999999999999 is not in 1..65535"),
+    (("h", 65536), True, "port 65536 is not in 1..65535"),
+])
+def test_a_port_out_of_range_is_worded_as_a_port_option_s(text: Any, dial: bool,
+                                                          reason: str) -> None:
+    """An address's port out of range reads as a port option's (``argument --port: port 70000
+    is not in 1..65535``): the range it was refused from, 1..65535 for an address to dial."""
+    from flodl_proto.addr import port_not_in_range
+
+    with pytest.raises(InvalidValue) as ei:
+        parse_addr(text, field="--relay", dial=dial)
+    assert str(ei.value) == f"--relay {text!r}: not a HOST:PORT address: {reason}"
+    assert port_not_in_range(70000) == "port 70000 is not in 0..65535"
+    assert port_not_in_range(-1, 1) == "port -1 is not in 1..65535"
+
+
 @pytest.mark.parametrize(("pair", "want"), [
     (("127.0.0.1", 5555), ("127.0.0.1", 5555)),
     (("::1", 80, 0, 0), ("::1", 80)),  # an IPv6 socket address: no brackets, extras ignored
@@ -139,8 +158,8 @@ def test_parse_addr_takes_a_host_port_pair(pair: tuple[str, int], want: tuple[st
 
 @pytest.mark.parametrize(("pair", "reason"), [
     (("h", 0), "port 0 cannot be dialed (it asks a listener for any free port)"),
-    (("h", -1), "port -1 is out of range 0..65535"),
-    (("h", 65536), "port 65536 is out of range 0..65535"),
+    (("h", -1), "port -1 is not in 1..65535"),  # dialed: 1 to 65535
+    (("h", 65536), "port 65536 is not in 1..65535"),
     (("h", 80.0), "port 80.0 is not an integer"),
     (("h", "80"), "port '80' is not an integer"),
     (("h", True), "port True is not an integer"),
@@ -290,4 +309,4 @@ def test_a_pair_s_port_of_many_digits_is_shown_by_its_size(port: int, size: str)
     with pytest.raises(InvalidValue) as ei:
         parse_addr(("h", port), field="--listen")
     assert str(ei.value) == (f"--listen ('h', <{size}>): not a HOST:PORT address: port "
-                             f"<{size}> is out of range 0..65535")
+                             f"<{size}> is not in 0..65535")

@@ -98,7 +98,44 @@ def test_listen_not_an_address_reads_as_the_other_option_lines(
                                "--world-size", "1", "--salt", SALT_HEX)
     assert (code, out) == (2, "")
     assert err == ("flodl-proto controller: error: --listen '127.0.0.1:99999': not a HOST:PORT "
-                   "address: port 99999 is out of range 0..65535\n")
+                   "address: port 99999 is not in 0..65535\n")
+
+
+_RELAY_OF = ("relay", "--ranks", "0", "--world-size", "1", "--salt", SALT_HEX)
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ((*_RELAY_OF, "--controller", "127.0.0.1:1", "--listen-port", "70000"),
+     "flodl-proto relay: error: argument --listen-port: port 70000 is not in 0..65535"),
+    ((*_RELAY_OF, "--controller", "127.0.0.1:1", "--listen-port", "-1"),
+     "flodl-proto relay: error: argument --listen-port: port -1 is not in 0..65535"),
+    ((*_RELAY_OF, "--controller", "127.0.0.1:1", "--listen-port", "7x"),
+     "flodl-proto relay: error: argument --listen-port: not a port number: '7x'"),
+    # not given: the controller's port + 4, named by the option it came from and the one to give
+    ((*_RELAY_OF, "--controller", "127.0.0.1:65532"),
+     "flodl-proto relay: error: --controller '127.0.0.1:65532': port 65536 is not in 0..65535 "
+     "(the default --listen-port: the controller's port + 4); give --listen-port"),
+    ((*_RELAY_OF, "--controller", "127.0.0.1:70000"),
+     "flodl-proto relay: error: --controller '127.0.0.1:70000': not a HOST:PORT address: port "
+     "70000 is not in 1..65535"),
+    (("rank", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX, "--relay",
+      "127.0.0.1:70000"),
+     "flodl-proto rank: error: --relay '127.0.0.1:70000': not a HOST:PORT address: port 70000 "
+     "is not in 1..65535"),
+    (("controller", "--world-size", "1", "--salt", SALT_HEX, "--listen", "127.0.0.1:70000"),
+     "flodl-proto controller: error: --listen '127.0.0.1:70000': not a HOST:PORT address: port "
+     "70000 is not in 0..65535"),
+    (("decode", "--pcap", "--port", "70000", "x.pcap"),
+     "flodl-proto decode: error: argument --port: port 70000 is not in 1..65535"),
+], ids=["listen-port-above", "listen-port-negative", "listen-port-not-a-number",
+        "listen-port-default", "controller", "relay", "listen", "decode-port"])
+def test_a_port_out_of_range_names_its_option(args: tuple[str, ...], line: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``relay --listen-port 70000`` said ``listen port 70000 is out of range 0..65535``, and
+    ``--controller H:65532`` the same of port 65536, naming no option; every port out of range
+    names its option (or the address's) in one wording, ``port N is not in MIN..65535``."""
+    code, out, err = _run_main(capsys, *args)
+    assert (code, out, err) == (2, "", line + "\n")
 
 
 @pytest.mark.parametrize(("value", "why"), [

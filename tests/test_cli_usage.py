@@ -121,8 +121,8 @@ _COMMAND = argparse.Action([], "command", choices=(
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("relay", "--listen-port", "abc"),
-     "flodl-proto relay: error: argument --listen-port: invalid int value: 'abc'"),
+    (("relay", "--world-size", "abc"),
+     "flodl-proto relay: error: argument --world-size: invalid int value: 'abc'"),
     (("relay", "--bogus"), "flodl-proto relay: error: unrecognized arguments: --bogus"),
     (("decode", "--bogus", "-"), "flodl-proto decode: error: unrecognized arguments: --bogus"),
     (("relay",), "flodl-proto relay: error: the following arguments are required: "
@@ -150,10 +150,10 @@ def test_a_usage_error_from_the_console_script_is_one_line() -> None:
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "flodl_proto", "relay", "--listen-port", "abc"],
+    res = subprocess.run([sys.executable, "-m", "flodl_proto", "relay", "--world-size", "abc"],
                          capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout, res.stderr) == (
-        2, "", "flodl-proto relay: error: argument --listen-port: invalid int value: 'abc'\n")
+        2, "", "flodl-proto relay: error: argument --world-size: invalid int value: 'abc'\n")
     res = subprocess.run([sys.executable, "-m", "flodl_proto", "relay", "--help"],
                          capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stderr) == (0, "")
@@ -206,8 +206,8 @@ _SALT = "0" * 32
      "--world-size must be in 1..4294967295 (the handshake's u32 field), got <an integer of "
      "16610 bits>"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1", "--salt",
-      _SALT, "--listen-port", _BIG), "listen port <an integer of 16610 bits> is out of range "
-     "0..65535"),
+      _SALT, "--listen-port", _BIG), "argument --listen-port: port <an integer of 16610 bits> "
+     "is not in 0..65535"),
     (("conform", "controller", "--launch", "true", "--jobs", "-" + _BIG),
      "--jobs must be in 1..1024, got <a negative integer of 16610 bits>"),
     (("decode", "--protocol-version", _BIG), "argument --protocol-version: invalid choice: "
@@ -483,7 +483,7 @@ _CONTROLLER = ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--
 @pytest.mark.parametrize(("args", "message"), [
     ((*_RELAY, "--world-size", "\uff12"), f"argument --world-size: invalid int value: '\uff12' "
                                           f"{_NOT_PLAIN}"),
-    ((*_RELAY, "--listen-port", "5_000"), f"argument --listen-port: invalid int value: '5_000' "
+    ((*_RELAY, "--listen-port", "5_000"), f"argument --listen-port: not a port number: '5_000' "
                                           f"{_NOT_PLAIN}"),
     ((*_RELAY, "--rank-timeout", "\uff15"), "argument --rank-timeout: must be a finite number of "
                                             "seconds above 0"),

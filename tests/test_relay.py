@@ -857,7 +857,8 @@ def test_relay_cli_listen_port_out_of_range_is_one_line_and_exit_2() -> None:
          "--ranks", "0", "--world-size", "1", "--salt", SALT.hex(), "--listen-port", "99999"],
         capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout) == (2, "")
-    assert res.stderr == "flodl-proto relay: error: listen port 99999 is out of range 0..65535\n"
+    assert res.stderr == ("flodl-proto relay: error: argument --listen-port: port 99999 is not "
+                          "in 0..65535\n")
 
 
 def test_relay_cli_port_in_use_is_one_line_and_exit_1() -> None:

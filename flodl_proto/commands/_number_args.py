@@ -16,10 +16,10 @@ import re
 import sys
 
 from .._numbers import not_plain_note, plain_number
-from ..addr import PORT_MAX
+from ..addr import PORT_MAX, port_not_in_range
 from ..errors import SHOWN_CHARS, _long_integer, shown
 
-__all__ = ["read_whole_number", "real_number", "tcp_port", "whole_number"]
+__all__ = ["listen_port", "read_whole_number", "real_number", "tcp_port", "whole_number"]
 
 
 def tcp_port(text: str) -> int:
@@ -29,24 +29,45 @@ def tcp_port(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: not a number (``not a port number: '7x'``; text ``int()``
             would read, ``７０００`` or ``5_5``, with the reason of
-            :func:`flodl_proto._numbers.not_plain_note`), or out of range (argparse names the
-            option).
+            :func:`flodl_proto._numbers.not_plain_note`), or out of range (``port 70000 is not
+            in 1..65535``, :func:`flodl_proto.addr.port_not_in_range`); argparse names the
+            option (``argument --port: ...``).
 
     No upstream counterpart: upstream's binaries take no port options.
     """
+    return _port(text, 1)
+
+
+def listen_port(text: str) -> int:
+    """argparse ``type=`` for a port to listen on (``relay --listen-port``): a whole number in
+    0..65535 (0: any free port), read as :func:`tcp_port` reads one.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number (``not a port number: '7x'``), or out of range
+            (``port 70000 is not in 0..65535``); argparse names the option (``argument
+            --listen-port: ...``).
+
+    No upstream counterpart: upstream's relay binds the controller's port + 4.
+    """
+    return _port(text, 0)
+
+
+def _port(text: str, minimum: int) -> int:
+    """A port option's value: :func:`whole_number`'s integer in ``minimum``..65535."""
     try:
         value = whole_number(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"not a port number: {shown(text)}"
                                          f"{not_plain_note(text)}") from None
-    if not 0 < value <= PORT_MAX:
-        raise argparse.ArgumentTypeError(f"port {value} is not in 1..{PORT_MAX}")
+    if not minimum <= value <= PORT_MAX:
+        raise argparse.ArgumentTypeError(port_not_in_range(value, minimum))
     return value
 
 
 def whole_number(text: str) -> int:
     """argparse ``type=`` of every integer option of the command line (``--world-size``,
-    ``--rank``, ``--rounds``, ``--listen-port``, ``--jobs``, ``--protocol-version``, ...): the
+    ``--rank``, ``--rounds``, ``--jobs``, ``--protocol-version``, ...; the port options through
+    :func:`tcp_port` and :func:`listen_port`): the
     integer ``int()`` reads from ``text`` when it is written in ASCII digits (an optional sign,
     blanks around it), so every such value taken before is taken as it was; the digits of other
     scripts (``１２``, ``١٢``) and ``_`` (``1_000``), which ``int()`` reads too, are refused

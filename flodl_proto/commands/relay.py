@@ -57,7 +57,7 @@ from typing import Any, Final
 
 from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
-from ..addr import parse_addr
+from ..addr import parse_addr, port_not_in_range
 from ..cli import interrupts_held
 from ..errors import (
     SHOWN_CHARS,
@@ -79,7 +79,7 @@ from ..spec import (
     read_net_timeout_scale,
 )
 from ._host_name import host_name
-from ._number_args import read_whole_number, real_number, tcp_port, whole_number
+from ._number_args import listen_port, read_whole_number, real_number, tcp_port, whole_number
 from ._output import queued_stderr_logging, report_dropped
 
 __all__ = [
@@ -591,7 +591,7 @@ def register(sub: Any) -> None:
     p.add_argument("--world-size", required=True, type=whole_number, metavar="N",
                    help="number of ranks in the whole run (every host)")
     add_salt_options(p)
-    p.add_argument("--listen-port", type=whole_number, default=None, metavar="P",
+    p.add_argument("--listen-port", type=listen_port, default=None, metavar="P",
                    help="loopback port for the ranks (default: controller port + 4; 0 = any)")
     p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
@@ -612,6 +612,20 @@ def _usage_error(e: BaseException) -> int:
     msg = str(e)  # the relay's own errors already start with "relay: "
     print(f"{_PROG}: error: {msg.removeprefix('relay: ')}", file=sys.stderr, flush=True)
     return 2
+
+
+def _default_port_named(e: BaseException, controller: str) -> BaseException:
+    """``e`` worded for the command line: the default loopback port out of range
+    (``relay.bad_listen_port``; a ``--listen-port`` given is refused by its type,
+    :func:`~._number_args.listen_port`) names the option its port came from and the option that
+    sets it (``--controller '127.0.0.1:65533': port 65537 is not in 0..65535 (the default
+    --listen-port: the controller's port + 4); give --listen-port``); any other error is ``e``
+    itself."""
+    if isinstance(e, ProtocolError) and e.error_id == "relay.bad_listen_port":
+        return ValueError(f"--controller {shown(controller)}: "
+                          f"{port_not_in_range(e.fields['port'])} (the default "
+                          "--listen-port: the controller's port + 4); give --listen-port")
+    return e
 
 
 def run(args: argparse.Namespace) -> int:
@@ -647,7 +661,8 @@ def run(args: argparse.Namespace) -> int:
                           on_retry=lambda line: log_lines.put(  # once: no controller yet
                               f"{_PROG}: waiting for the controller: {line}"))
         except (ValueError, ProtocolError, OSError) as e:
-            return _usage_error(for_option(e, "rank_timeout", "--rank-timeout"))
+            return _usage_error(_default_port_named(
+                for_option(e, "rank_timeout", "--rank-timeout"), args.controller))
         try:
             relay.start()
         except OSError as e:
