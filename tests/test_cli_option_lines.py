@@ -242,6 +242,7 @@ def test_relay_host_of_255_bytes_and_non_ascii_letters_is_taken() -> None:
     assert host_name("rack 1 node") == "rack 1 node"
     assert host_name(" node ") == " node "
     assert host_name("no\u0301de") == "no\u0301de"
+    assert host_name("n\u2801de") == "n\u2801de"  # a braille pattern with a dot shows
 
 
 # -- conform: --cases matching nothing, --launch of a directory or of nothing ---------------------
