@@ -417,6 +417,12 @@ def test_a_failed_broadcast_is_warned_about_once_per_connection(
     ("h\x00", "relay 'h\\x00' (ranks 0,1)"),
     ("hôte 1", "relay hôte 1 (ranks 0,1)"),
     (" \n", "relay #0 (ranks 0,1)"),
+    # printable, yet not shown as themselves: a mark that shows nothing, a variation selector,
+    # a filler, a non-ASCII space (h0 would read as another relay's name)
+    ("h\u034f0", "relay 'h\\u034f0' (ranks 0,1)"),
+    ("h0\ufe0f", "relay 'h0\\ufe0f' (ranks 0,1)"),
+    ("h\u31640", "relay 'h\\u31640' (ranks 0,1)"),
+    ("h\u00a00", "relay 'h\\xa00' (ranks 0,1)"),
 ])
 def test_a_host_name_from_the_peer_cannot_break_or_colour_a_line(host: str, shown: str) -> None:
     core = started(2)
@@ -1743,3 +1749,21 @@ def test_the_end_keeps_the_actions_queued_before_it_with_checkpoints() -> None:
     assert acts[0].kind is SendKind.HELLO_ACK
     fin = finished(acts)
     assert fin is not None and not fin.outcome.clean
+
+
+@pytest.mark.parametrize(("host", "shown"), [
+    ("h0", "'h0'"),
+    ("h\n0", "'h\\n0'"),
+    ("h\u034f0", "'h\\u034f0'"),
+    ("h0\U000e0100", "'h0\\U000e0100'"),
+])
+def test_the_relay_joined_line_quotes_a_host_name_as_the_labels_do(host: str,
+                                                                   shown: str) -> None:
+    """The controller command's stdout line of a relay that joined quotes the peer's host name
+    with every character that does not show as itself escaped, as the relay labels of its log
+    lines do (``repr`` left a combining mark or a variation selector as it is)."""
+    from flodl_proto.commands.controller import notice_line
+    from flodl_proto.fsm.events import RelayJoined
+
+    assert notice_line(RelayJoined(0, 0, host, [0, 1])) == (
+        f"relay 0 joined: host {shown} ranks [0, 1]")

@@ -132,6 +132,7 @@ def test_no_import_cycle_in_the_package() -> None:
         "spec.py imports only leaves")
     assert graph["flodl_proto._oserr"] == set(), "_oserr.py must be a leaf"
     assert graph["flodl_proto._numbers"] == set(), "_numbers.py must be a leaf"
+    assert graph["flodl_proto._unseen"] == set(), "_unseen.py must be a leaf"
     assert import_cycles(graph) == []
 
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._numbers import not_plain_note
 from .._oserr import os_reason
+from .._unseen import quoted
 from ..addr import format_addr, parse_addr
 from ..cli import interrupts_held
 from ..errors import ProtocolError, shown
@@ -192,7 +193,7 @@ def notice_line(notice: ControllerNotice) -> str | None:
 
     if isinstance(notice, RelayJoined):
         ranks = ", ".join(str(r) for r in notice.ranks)
-        return f"relay {notice.relay} joined: host {notice.host!r} ranks [{ranks}]"
+        return f"relay {notice.relay} joined: host {quoted(notice.host)} ranks [{ranks}]"
     if isinstance(notice, RoundReport):
         return _round_line(notice)
     return None

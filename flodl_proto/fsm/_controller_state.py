@@ -9,6 +9,7 @@ from collections.abc import Container
 from concurrent.futures import Executor
 from typing import Any
 
+from .._unseen import hidden, quoted
 from ..codec._common import BytesLike, wire_int
 from ..codec.mux import RecordKind
 from ..codec.record_image import FrameRecordImages
@@ -59,17 +60,19 @@ class _Relay:
 
     @property
     def name(self) -> str:
-        """``relay h1 (ranks 2,3)``: how messages name it. A host name with a character that is
-        not printable (a newline, an escape) is shown quoted and escaped (``relay 'h\\n1'
-        (ranks 2,3)``): the name comes from the peer and must not start a line or colour a
-        terminal; a blank one is shown as the relay's index (``relay #0 (ranks 0)``)."""
+        """``relay h1 (ranks 2,3)``: how messages name it. A host name with a character that
+        does not show as itself (a newline, an escape, a combining mark, a variation selector:
+        :func:`~flodl_proto._unseen.hidden`) is shown quoted and escaped (``relay 'h\\n1'
+        (ranks 2,3)``, ``relay 'h\\u034f1' (ranks 2,3)``): the name comes from the peer and must
+        not start a line, colour a terminal or pass for another name; a blank one is shown as
+        the relay's index (``relay #0 (ranks 0)``)."""
         host = self.host
         if not host.strip():
             label = f"#{self.index}"
-        elif host.isprintable():
-            label = host
+        elif any(map(hidden, host)):
+            label = quoted(host)
         else:
-            label = repr(host)
+            label = host
         return f"relay {label} (ranks {','.join(map(str, self.ranks))})"
 
 
