@@ -873,8 +873,29 @@ def test_relay_cli_port_in_use_is_one_line_and_exit_1() -> None:
              "--ranks", "0", "--world-size", "1", "--salt", SALT.hex(), "--listen-port",
              str(port)], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout) == (1, "")
-    assert res.stderr.startswith(f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port}: "
-                                 f"[Errno {errno.EADDRINUSE}] ")
+    assert res.stderr.startswith(f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port} "
+                                 f"(--listen-port): [Errno {errno.EADDRINUSE}] ")
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
+def test_relay_cli_default_port_in_use_names_where_the_port_came_from() -> None:
+    """Without --listen-port the relay listens on the controller's port + 4: a failure to
+    listen there says so, as the line would otherwise name a port the command line never
+    gave."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        if port < 5:
+            pytest.fail(f"the kernel gave port {port}")
+        res = subprocess.run(
+            [sys.executable, "-m", "flodl_proto", "relay", "--controller",
+             f"127.0.0.1:{port - 4}", "--ranks", "0", "--world-size", "1", "--salt", SALT.hex()],
+            capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr.startswith(
+        f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port} (the default "
+        f"--listen-port: the controller's port + 4): [Errno {errno.EADDRINUSE}] ")
     assert len(res.stderr.splitlines()) == 1, res.stderr
 
 

@@ -666,10 +666,13 @@ def run(args: argparse.Namespace) -> int:
         try:
             relay.start()
         except OSError as e:
-            port = (args.listen_port if args.listen_port is not None
-                    else default_relay_port(controller[1]))
-            print(f"{_PROG}: error: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr,
-                  flush=True)
+            if args.listen_port is not None:
+                port, whose = args.listen_port, "--listen-port"
+            else:
+                port = default_relay_port(controller[1])
+                whose = "the default --listen-port: the controller's port + 4"
+            print(f"{_PROG}: error: cannot listen on 127.0.0.1:{port} ({whose}): {e}",
+                  file=sys.stderr, flush=True)
             return 1  # the environment (e.g. the port is in use), not the command line
         host, port = relay.address
         print(f"listening on {host}:{port}", flush=True)
