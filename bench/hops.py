@@ -219,17 +219,19 @@ def bare_chain(hosts: list[list[int]], lengths: dict[str, int], warmup: int,
     try:
         cport = int(_line(procs[0]))
         relays, ranks = [], []
-        for g in hosts:
+        for g in hosts:  # each process in procs as soon as it runs: a stop while the others
+            # start (Ctrl-C, a failure) kills it too
             r = _spawn("relay", cport, len(g), lengths["rank"], lengths["host"],
                        lengths["broadcast"])
             relays.append(r)
+            procs.append(r)
             rport = int(_line(r))
             for _ in g:
                 ranks.append(_spawn("rank", rport, lengths["rank"], warmup, rounds))
-        procs += relays + ranks
+                procs.append(ranks[-1])
         per_rank = [json.loads(_line(p)) for p in ranks]
         servers = [json.loads(_line(p)) for p in [procs[0], *relays]]
-        for p in procs:
+        for p in [procs[0], *relays, *ranks]:
             try:
                 code = p.wait(STALL * 2)
             except subprocess.TimeoutExpired:

@@ -68,3 +68,29 @@ def test_a_bare_chain_rank_whose_relay_closes_ends_in_one_line() -> None:
     assert p.returncode == 1
     assert out == ""
     assert err == "bench/hops.py: bare-chain rank: the relay closed the connection\n"
+
+
+def test_a_stop_while_the_bare_chain_starts_kills_every_process_it_started(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the second relay starts (its port line awaited): the first relay and its ranks,
+    already running, are killed with the controller, not left to end on their own."""
+    hops = _hops()
+    started: list[subprocess.Popen[str]] = []
+    spawn, line = hops._spawn, hops._line
+
+    def spy(*args: object) -> subprocess.Popen[str]:
+        started.append(spawn(*args))
+        return started[-1]
+
+    def stop_at_second_relay(p: subprocess.Popen[str]) -> str:
+        if hops._role_of(p).startswith("relay") and p is not started[1]:
+            raise KeyboardInterrupt
+        return str(line(p))
+
+    monkeypatch.setattr(hops, "_spawn", spy)
+    monkeypatch.setattr(hops, "_line", stop_at_second_relay)
+    with pytest.raises(KeyboardInterrupt):
+        hops.bare_chain([[0, 1], [2]], hops.record_lengths(4096, "f32"), 2, 5)
+    assert [hops._role_of(p).split(" ")[0] for p in started] == [
+        "controller", "relay", "rank", "rank", "relay"]
+    assert [p.wait(10) for p in started] == [-9] * 5
