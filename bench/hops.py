@@ -293,12 +293,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         role, *rest = args.role
         nums = [int(x) for x in rest]
-        if role == "controller":
-            role_controller(*nums)
-        elif role == "relay":
-            role_relay(*nums)
-        else:
-            role_rank(*nums)
+        try:  # a connection or an accept that fails (a peer gone, a socket timeout): one line
+            if role == "controller":
+                role_controller(*nums)
+            elif role == "relay":
+                role_relay(*nums)
+            else:
+                role_rank(*nums)
+        except OSError as e:
+            _died(e)
         return 0
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {cluster._commit()}, "
           f"{os.cpu_count()} cores, {args.dtype}, protocol v2, {args.rounds} rounds a run, "

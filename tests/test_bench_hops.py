@@ -94,3 +94,18 @@ def test_a_stop_while_the_bare_chain_starts_kills_every_process_it_started(
     assert [hops._role_of(p).split(" ")[0] for p in started] == [
         "controller", "relay", "rank", "rank", "relay"]
     assert [p.wait(10) for p in started] == [-9] * 5
+
+
+@pytest.mark.parametrize("role", [["relay", "1", "100", "100", "100"], ["rank", "100", "0", "5"]],
+                         ids=["relay", "rank"])
+def test_a_bare_chain_process_that_cannot_connect_ends_in_one_line(role: list[str]) -> None:
+    """A relay that cannot reach its controller, a rank that cannot reach its relay (nothing
+    listens on the port): one stderr line and exit 1, not a traceback."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+        port = str(closed.getsockname()[1])
+        p = subprocess.run([sys.executable, str(ROOT / "bench" / "hops.py"), "--role", role[0],
+                            port, *role[1:]], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert p.stdout == ""
+    assert p.stderr == f"bench/hops.py: bare-chain {role[0]}: Connection refused\n"
