@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.role:  # a bare-chain process: the bench kills it (Ctrl-C reaches the bench alone)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # SIGTERM (often sent to the whole process group) ends it without a line: the bench
+        # writes the run's one line
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         role, *rest = args.role
         nums = [int(x) for x in rest]
         try:  # a connection or an accept that fails (a peer gone, a socket timeout): one line

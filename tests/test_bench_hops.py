@@ -109,3 +109,16 @@ def test_a_bare_chain_process_that_cannot_connect_ends_in_one_line(role: list[st
     assert p.returncode == 1
     assert p.stdout == ""
     assert p.stderr == f"bench/hops.py: bare-chain {role[0]}: Connection refused\n"
+
+
+def test_sigterm_ends_a_bare_chain_process_without_a_line() -> None:
+    """SIGTERM sent to the process group reaches the bench's processes too: each ends without a
+    line of its own (the bench writes the run's one ``terminated`` line)."""
+    p = subprocess.Popen([sys.executable, str(ROOT / "bench" / "hops.py"), "--role", "controller",
+                          "1", "100", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip().isdigit()  # its port: it waits for its relay
+    p.terminate()
+    out, err = p.communicate(timeout=60)
+    assert (p.returncode, out, err) == (-15, "", "")
