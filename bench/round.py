@@ -126,10 +126,14 @@ _UNITS = {"k": KiB, "m": MiB, "g": GiB}
 
 def parse_size(text: str) -> int:
     """Frame size in bytes from ``4k`` / ``64K`` / ``1m`` / ``256m`` / ``1g`` (KiB, MiB, GiB);
-    a bare number is MiB (``64`` = 64 MiB). Raises ``ValueError`` naming the text when it is not
-    a positive size of whole bytes divisible into the bench's 4 tensors of 4-byte elements, or
-    is larger than this machine's physical memory (:func:`_cli.mib_max`)."""
+    a bare number is MiB (``64`` = 64 MiB), in ASCII digits without ``_``. Raises ``ValueError``
+    naming the text when it is not, is not a positive size of whole bytes divisible into the
+    bench's 4 tensors of 4-byte elements, or is larger than this machine's physical memory
+    (:func:`_cli.mib_max`)."""
     t = text.strip().lower().removesuffix("ib")
+    if not t.isascii() or "_" in t:  # float() reads '４k', '١٠' and '1_0' too
+        raise ValueError(f"frame size {shown(text)}: expected e.g. 4k, 64k, 1m, 256m (a size is "
+                         "written in ASCII digits, without '_')")
     unit = _UNITS.get(t[-1:], None)
     try:
         n = float(t[:-1] if unit else t) * (unit or MiB)

@@ -202,7 +202,8 @@ def test_parse_size(text: str, nbytes: int, label: str) -> None:
     assert rb.size_label(nbytes) == label
 
 
-@pytest.mark.parametrize("text", ["", "k", "4x", "-4k", "0", "0.001k", "1000b"])
+@pytest.mark.parametrize("text", ["", "k", "4x", "-4k", "0", "0.001k", "1000b",
+                                  "\uff14k", "\u0661\u0660k", "1_0k"])
 def test_parse_size_rejects(text: str) -> None:
     rb = _load("round")
     with pytest.raises(ValueError, match=f"frame size {text!r}"):
