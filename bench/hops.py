@@ -13,8 +13,9 @@ configurations of the same world size, hosts and frame size:
   every rank; the controller a process with one reader thread per relay, whose last reader of a
   round writes the Broadcast to every relay), each record written with one ``sendmsg`` on a
   blocking TCP_NODELAY loopback socket and read into a kept buffer, records of the protocol's
-  lengths (a rank frame of one f32 or bf16 tensor, the HostFrame and Broadcast records around
-  it), and no protocol work at all: no MAC, no fold, no parse, no state machine;
+  lengths (:func:`record_lengths`: a rank frame of ``bench/round.py``'s 4 tensors, the HostFrame
+  and Broadcast records around it), and no protocol work at all: no MAC, no fold, no parse, no
+  state machine;
 - the cluster of ``bench/round.py`` (``run_cluster``, untraced): this package's controller, relays
   and ranks.
 
@@ -146,6 +147,9 @@ def _cpu_report(started: float, records: int) -> None:
 
 
 def role_controller(relays: int, host: int, broadcast: int) -> None:
+    """The bare chain's controller: print its port, take ``relays`` connections, read their
+    ``host``-byte records and, once a round has one from each, write a ``broadcast``-byte record
+    to every relay; at the end, print its CPU (:func:`_cpu_report`)."""
     srv = _listen()
     print(srv.getsockname()[1], flush=True)
     conns = [_nodelay(srv.accept()[0]) for _ in range(relays)]
@@ -161,6 +165,11 @@ def role_controller(relays: int, host: int, broadcast: int) -> None:
 
 
 def role_relay(port: int, ranks: int, rank: int, host: int, broadcast: int) -> None:
+    """The bare chain's relay: dial the controller at ``port``, print its own port, take
+    ``ranks`` connections, read their ``rank``-byte records and, once a round has one from
+    each, write a ``host``-byte record upstream; each ``broadcast``-byte record from the
+    controller is answered with a ``rank``-byte record to every rank; at the end, print its
+    CPU."""
     up = _nodelay(socket.create_connection(("127.0.0.1", port)))
     srv = _listen()
     print(srv.getsockname()[1], flush=True)
@@ -182,6 +191,9 @@ def role_relay(port: int, ranks: int, rank: int, host: int, broadcast: int) -> N
 
 
 def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
+    """The bare chain's rank: dial its relay at ``port``, then ``warmup`` + ``rounds`` times
+    write a ``size``-byte record and read one back; print the measured rounds' times (seconds)
+    and its CPU over them as one JSON line."""
     sock = _nodelay(socket.create_connection(("127.0.0.1", port)))
     frame = bytes(size)
     view = memoryview(bytearray(size))
@@ -263,6 +275,8 @@ def _role_of(p: subprocess.Popen[str]) -> str:
 
 
 def _cpu_cell(cpu: dict[str, float]) -> str:
+    # three decimals, where bench/round.py's cpu_cell gives two: a bare chain's role takes
+    # some 0.03 ms a round
     return " / ".join(f"{cpu[k] * 1e3:.3f}" if k in cpu else "n/a"
                       for k in ("controller", "relay", "rank"))
 
@@ -328,9 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                         times, cpu = bare_chain(hosts, record_lengths(nbytes, args.dtype), 20,
                                                 args.rounds)
                     else:
-                        run = cluster.run_cluster(world, hosts, nbytes, args.dtype, 2, 20,
-                                                  args.rounds, trace=False)
-                        times, cpu = run.times, run.cpu
+                        result = cluster.run_cluster(world, hosts, nbytes, args.dtype, 2, 20,
+                                                     args.rounds, trace=False)
+                        times, cpu = result.times, result.cpu
                     got[which] = statistics.median(times)
                     cpus[which].append(cpu)
                     used = cluster.others_cores(a, cluster.cpu_sample())
