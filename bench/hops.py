@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""A small round's transport floor in Python: the round's socket hops alone, beside the cluster.
+"""A small round's transport floor in Python: the round's socket hops, bare and with the
+protocol's minimum work, beside the cluster.
 
-    python bench/hops.py                          # W = 2, 4, 8; 4 KiB and 64 KiB; 5 pairs
+    python bench/hops.py                          # W = 2, 4, 8; 4 KiB and 64 KiB; 5 sets
     python bench/hops.py --worlds 2 --sizes 4k --pairs 9
 
-Each pair runs, one after the other on a quiet machine (the wait of ``bench/round.py``), two
-configurations of the same world size, hosts and frame size:
+Each set (``--pairs`` of them a row) runs, one after the other on a quiet machine (the wait of
+``bench/round.py``) and in an order that turns from set to set, three configurations of the same
+world size, hosts, frame size and dtype:
 
 - the bare chain: processes in the cluster's shape and with its threads (each rank a process;
   each host's relay a process with one reader thread per rank, whose last reader of a round
@@ -16,19 +18,32 @@ configurations of the same world size, hosts and frame size:
   lengths (:func:`record_lengths`: a rank frame of ``bench/round.py``'s 4 tensors, the HostFrame
   and Broadcast records around it), and no protocol work at all: no MAC, no fold, no parse, no
   state machine;
+- the lean chain: the same processes, threads and records, each party doing the protocol's
+  minimum work on them in plain Python, NumPy and :mod:`hmac` (:class:`_Image`; a test checks
+  its records against the codec): a rank scales its arrays into its frame's tensors, signs the
+  frame, and checks the reply's tag and layout before decoding its tensors into the arrays; a
+  relay checks each rank frame's tag and layout, folds the round's frames in f32 into the
+  HostFrame and signs it (frame and record tags), and checks each Broadcast's header, record
+  tag and layout before writing its frame to every rank; the controller checks each
+  HostFrame's header, both tags and layout, sums the round's frames in f32, scales them into
+  the Broadcast and signs it. No state machine, no error paths, no deaths or deadlines: what
+  any implementation of this design in CPython must do a round, and no more;
 - the cluster of ``bench/round.py`` (``run_cluster``, untraced): this package's controller, relays
   and ranks.
 
-Both take each round's time as the slowest rank's, as ``bench/round.py`` does. The table gives each
-pair's medians, the median of the pairs' ratios (cluster over bare chain) and other processes' CPU
-use during the pair. The bare chain is what a round of this architecture costs in CPython on this
-machine before the protocol does anything: the part of the cluster's round above it is the
-protocol's work and this package's layers; the part below it is the interpreter, the threads'
-wake-ups and the kernel's TCP path. No upstream source: a measuring tool of this package.
+All take each round's time as the slowest rank's, as ``bench/round.py`` does. The table gives
+each row's medians, the cluster's ratio to each chain (the median of the sets' ratios, then
+each set's), CPU per round per role of each, and other processes' CPU use. The bare chain is
+what a round of this architecture costs in CPython on this machine before the protocol does
+anything; the lean chain, what it costs with the protocol's work done as leanly as CPython
+allows; the cluster's distance above the lean chain is this package's own layers (its state
+machines, checks, error paths and bookkeeping). No upstream source: a measuring tool of this
+package.
 """
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import os
 import signal
@@ -39,16 +54,29 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import round as cluster
 from _cli import WORLD_WHY, BenchFailed, listed, number, one_of, run, whole, world_max
 
 from flodl_proto._oserr import os_reason
-from flodl_proto.codec import Dtype, FrameTemplate, RoundKind
-from flodl_proto.spec import LEN_PREFIX_LEN, MUX_HEADER_LEN
+from flodl_proto.codec import Dtype, FrameTemplate, RecordKind, RoundKind
+from flodl_proto.codec.loopback import encode_len_prefix
+from flodl_proto.codec.mux import encode_mux_record_parts
+from flodl_proto.codec.structs import PACKED
+from flodl_proto.spec import (
+    AUTH_TAG_LEN,
+    LEN_PREFIX_LEN,
+    MUX_AUTH_COVERED_HEADER_LEN,
+    MUX_HEADER_LEN,
+    MUX_PROTOCOL_VERSION,
+    MUX_RECORD_MAGIC,
+)
 
 
 def record_lengths(nbytes: int, dtype: str) -> dict[str, int]:
@@ -136,7 +164,9 @@ def _reader(sock: socket.socket, size: int, barrier: _Barrier) -> None:
 
 def _died(e: OSError) -> NoReturn:
     role = sys.argv[sys.argv.index("--role") + 1] if "--role" in sys.argv else "?"
-    print(f"bench/hops.py: bare-chain {role}: {os_reason(e)}", file=sys.stderr, flush=True)
+    chain, _, role = role.rpartition("-")  # lean-rank: the lean chain's rank
+    print(f"bench/hops.py: {chain or 'bare'}-chain {role}: {os_reason(e)}", file=sys.stderr,
+          flush=True)
     os._exit(1)
 
 
@@ -216,30 +246,270 @@ def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
     sock.close()
 
 
+# -- the lean chain: the bare chain doing the protocol's minimum work a record ------------------
+_HEADER = PACKED["MUX_HEADER"]
+#: the lean chain's session salt (any 16 bytes)
+SALT = bytes(range(16))
+
+
+class _Image:
+    """A record's buffer in a lean-chain process: ``lead`` bytes (a loopback length prefix or a
+    mux header), then the frame of ``bench/round.py``'s 4 tensors of ``nbytes`` payload bytes in
+    ``dtype``, its tag last; made from the codec's bytes of such a record, with NumPy views of its
+    tensors (``tensors``) and the frame's bytes before its first tensor (``layout``: what a
+    reader that remembers a frame's layout compares)."""
+
+    def __init__(self, nbytes: int, dtype: str, kind: RecordKind | None) -> None:
+        element = 2 if dtype == "bf16" else 4
+        per = nbytes // cluster.TENSORS // element
+        wire = Dtype.BF16 if dtype == "bf16" else Dtype.F32
+        layout = [(int(wire), (per,))] * cluster.TENSORS
+        plain = FrameTemplate(RoundKind.MODEL, layout)
+        if kind is None:  # a loopback blob: the length prefix and the frame
+            self.lead = LEN_PREFIX_LEN
+            record = bytes(FrameTemplate(RoundKind.MODEL, layout,
+                                         encode_len_prefix(plain.wire_len)).seal(1.0, SALT))
+        else:
+            self.lead = MUX_HEADER_LEN
+            record = b"".join(bytes(b) for b in encode_mux_record_parts(
+                kind, 0, [plain.seal(1.0, SALT)], SALT))
+        self.buf = bytearray(record)
+        self.view = memoryview(self.buf)
+        whole = np.frombuffer(self.buf, np.uint8)
+        base = whole.ctypes.data
+        image = np.frombuffer(plain.seal(1.0, SALT), np.uint8)
+        starts = [p.ctypes.data - image.ctypes.data for p in plain.payloads]
+        self.tensors = [whole[self.lead + at:self.lead + at + per * element].view(
+            plain.payloads[0].dtype) for at in starts]
+        assert self.tensors[0].ctypes.data - base == self.lead + starts[0]
+        self.layout = bytes(self.buf[self.lead:self.lead + starts[0]])
+
+    def sign_frame(self) -> None:
+        """Write the frame's tag (its bytes before the tag, the session salt)."""
+        v = self.view
+        v[-AUTH_TAG_LEN:] = hmac.digest(SALT, v[self.lead:-AUTH_TAG_LEN], "sha256")[
+            :AUTH_TAG_LEN]
+
+    def frame_ok(self) -> bool:
+        """The frame's tag and its remembered layout."""
+        v = self.view
+        return (hmac.compare_digest(hmac.digest(SALT, v[self.lead:-AUTH_TAG_LEN], "sha256")[
+            :AUTH_TAG_LEN], v[-AUTH_TAG_LEN:])
+            and v[self.lead:self.lead + len(self.layout)] == self.layout)
+
+    def _record_tag(self) -> bytes:
+        v = self.view
+        m = hmac.new(SALT, v[:MUX_AUTH_COVERED_HEADER_LEN], "sha256")
+        m.update(v[MUX_HEADER_LEN:])
+        return m.digest()[:AUTH_TAG_LEN]
+
+    def sign_record(self) -> None:
+        """Write the frame's tag, then the record's (header bytes 0..17 and the payload)."""
+        self.sign_frame()
+        self.view[MUX_AUTH_COVERED_HEADER_LEN:MUX_HEADER_LEN] = self._record_tag()
+
+    def record_ok(self, kind: RecordKind, inner: bool) -> bool:
+        """The header's fields, the record's tag and (``inner``) the frame's tag and layout."""
+        magic, version, got, _, length, tag = _HEADER.unpack_from(self.view, 0)
+        return (magic == MUX_RECORD_MAGIC and version == MUX_PROTOCOL_VERSION and got == kind
+                and length == len(self.buf) - MUX_HEADER_LEN
+                and hmac.compare_digest(self._record_tag(), tag)
+                and (self.frame_ok() if inner else
+                     self.view[self.lead:self.lead + len(self.layout)] == self.layout))
+
+
+def _sum_into(sums: list[np.ndarray], images: list[_Image]) -> None:
+    """The fold: each tensor of ``images`` added, in f32, into ``sums``."""
+    first, *rest = images
+    for k, acc in enumerate(sums):
+        if rest:
+            np.add(first.tensors[k], rest[0].tensors[k], out=acc, dtype=np.float32)
+        else:
+            np.copyto(acc, first.tensors[k])
+        for im in rest[1:]:
+            np.add(acc, im.tensors[k], out=acc, dtype=np.float32)
+
+
+def _lean_server(conns: list[socket.socket], images: list[_Image],
+                 arrived: Callable[[_Image], bool], done: Callable[[], None]) -> int:
+    """Read each connection's records into its image on a thread of its own; a record that
+    ``arrived`` refuses ends the process (one line); the round's last arrival calls ``done``
+    under the round's lock. Returns the rounds done once every reader has ended."""
+    lock = threading.Lock()
+    state = [0, 0]  # arrivals this round, rounds done
+
+    def reader(sock: socket.socket, image: _Image) -> None:
+        try:
+            while _recv_exact(sock, image.view):
+                if not arrived(image):
+                    raise OSError("a record failed its check")
+                with lock:
+                    state[0] += 1
+                    if state[0] == len(conns):
+                        state[0] = 0
+                        state[1] += 1
+                        done()
+        except OSError as e:
+            _died(e)
+
+    threads = [threading.Thread(target=reader, args=ci) for ci in zip(conns, images, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return state[1]
+
+
+def _send_whole(sock: socket.socket, buffers: list[Any]) -> None:
+    if sock.sendmsg(buffers) != sum(len(b) for b in buffers):
+        raise OSError("a record written in part (the peer stopped reading)")
+
+
+def lean_controller(relays: int, nbytes: int, dtype: str) -> None:
+    """The lean chain's controller: as :func:`role_controller`, and each HostFrame's header,
+    record tag, frame tag and layout checked; the round's frames summed in f32, scaled by the
+    inverse of the weights' sum into the Broadcast's frame, its two tags written."""
+    srv = _listen()
+    print(srv.getsockname()[1], flush=True)
+    conns = [_nodelay(srv.accept()[0]) for _ in range(relays)]
+    started = time.process_time()
+    images = [_Image(nbytes, dtype, RecordKind.HOST_FRAME) for _ in conns]
+    out = _Image(nbytes, dtype, RecordKind.BROADCAST)
+    sums = [np.empty(t.shape, np.float32) for t in out.tensors]
+    scale = 1.0 / relays
+
+    def done() -> None:
+        _sum_into(sums, images)
+        for acc, t in zip(sums, out.tensors, strict=True):
+            np.multiply(acc, scale, out=t, casting="unsafe")
+        out.sign_record()
+        for c in conns:
+            _send_whole(c, [out.buf])
+
+    rounds = _lean_server(conns, images, lambda im: im.record_ok(RecordKind.HOST_FRAME, True),
+                          done)
+    _cpu_report(started, rounds)
+
+
+def lean_relay(port: int, ranks: int, nbytes: int, dtype: str) -> None:
+    """The lean chain's relay: as :func:`role_relay`, and each rank's frame tag and layout
+    checked; the round's frames summed in f32 into the HostFrame's frame, its two tags written;
+    each Broadcast's header, record tag and layout checked before its frame goes to every rank
+    behind a length prefix."""
+    up = _nodelay(socket.create_connection(("127.0.0.1", port)))
+    srv = _listen()
+    print(srv.getsockname()[1], flush=True)
+    conns = [_nodelay(srv.accept()[0]) for _ in range(ranks)]
+    started = time.process_time()
+    images = [_Image(nbytes, dtype, None) for _ in conns]
+    out = _Image(nbytes, dtype, RecordKind.HOST_FRAME)
+    sums = [np.empty(t.shape, np.float32) for t in out.tensors]
+    broadcast = _Image(nbytes, dtype, RecordKind.BROADCAST)
+    prefix = bytes(images[0].buf[:LEN_PREFIX_LEN])
+
+    def done() -> None:
+        _sum_into(sums, images)
+        for acc, t in zip(sums, out.tensors, strict=True):
+            np.copyto(t, acc, casting="unsafe")
+        out.sign_record()
+        _send_whole(up, [out.buf])
+
+    def fan_out() -> None:
+        try:
+            while _recv_exact(up, broadcast.view):
+                if not broadcast.record_ok(RecordKind.BROADCAST, False):
+                    raise OSError("a Broadcast failed its check")
+                for c in conns:
+                    _send_whole(c, [prefix, broadcast.view[MUX_HEADER_LEN:]])
+        except OSError as e:
+            _died(e)
+
+    upstream = threading.Thread(target=fan_out)
+    upstream.start()
+    rounds = _lean_server(conns, images, _Image.frame_ok, done)
+    up.shutdown(socket.SHUT_RDWR)
+    upstream.join()
+    _cpu_report(started, rounds)
+
+
+def lean_rank(port: int, nbytes: int, dtype: str, warmup: int, rounds: int) -> None:
+    """The lean chain's rank: as :func:`role_rank`, and each round its 4 f32 arrays scaled into
+    the frame's tensors (in the wire dtype) and the frame's tag written; the reply's tag and
+    layout checked and its tensors decoded into the arrays."""
+    sock = _nodelay(socket.create_connection(("127.0.0.1", port)))
+    frame, reply = _Image(nbytes, dtype, None), _Image(nbytes, dtype, None)
+    arrays = [np.ones(t.shape, np.float32) for t in frame.tensors]
+    times = []
+    cpu = 0.0
+    for i in range(warmup + rounds):
+        if i == warmup:
+            cpu = time.process_time()
+        t0 = time.perf_counter()
+        try:
+            for a, t in zip(arrays, frame.tensors, strict=True):
+                np.multiply(a, 0.5, out=t, casting="unsafe")
+            frame.sign_frame()
+            _send_whole(sock, [frame.buf])
+            whole = _recv_exact(sock, reply.view)
+            if whole:
+                if not reply.frame_ok():
+                    raise OSError("a reply failed its check")
+                for a, t in zip(arrays, reply.tensors, strict=True):
+                    np.copyto(a, t)
+        except OSError as e:
+            _died(e)
+        if not whole:
+            _died(OSError("the relay closed the connection"))
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    print(json.dumps({"times": times, "cpu": time.process_time() - cpu}), flush=True)
+    sock.close()
+
+
 def _spawn(*args: object) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, __file__, "--role", *map(str, args)],
                             stdout=subprocess.PIPE, text=True)
 
 
 def bare_chain(hosts: list[list[int]], lengths: dict[str, int], warmup: int,
-               rounds: int) -> tuple[list[float], dict[str, float]]:
+               rounds: int, *, lean: tuple[int, str] | None = None
+               ) -> tuple[list[float], dict[str, float]]:
     """The bare chain's rounds (seconds, the slowest rank's each round) and its CPU seconds per
     round by role (``controller``; ``relay`` and ``rank``: the mean of theirs), as
     ``bench/round.py``'s ``ClusterRun`` gives them (the servers' over every round, warm-up
-    included; the ranks' over the measured rounds)."""
-    procs = [_spawn("controller", len(hosts), lengths["host"], lengths["broadcast"])]
+    included; the ranks' over the measured rounds). With ``lean`` (the frame's payload bytes
+    and its dtype, those ``lengths`` were computed for): the lean chain's (:func:`lean_controller`,
+    :func:`lean_relay`, :func:`lean_rank`), whose records have the same lengths."""
+    if lean is None:
+        ctl: tuple[object, ...] = ("controller", len(hosts), lengths["host"],
+                                   lengths["broadcast"])
+
+        def relay(n: int, port: int) -> tuple[object, ...]:
+            return ("relay", port, n, lengths["rank"], lengths["host"], lengths["broadcast"])
+
+        def rank(port: int) -> tuple[object, ...]:
+            return ("rank", port, lengths["rank"], warmup, rounds)
+    else:
+        nbytes, dtype = lean
+        ctl = ("lean-controller", len(hosts), nbytes, dtype)
+
+        def relay(n: int, port: int) -> tuple[object, ...]:
+            return ("lean-relay", port, n, nbytes, dtype)
+
+        def rank(port: int) -> tuple[object, ...]:
+            return ("lean-rank", port, nbytes, dtype, warmup, rounds)
+    procs = [_spawn(*ctl)]
     try:
         cport = int(_line(procs[0]))
         relays, ranks = [], []
         for g in hosts:  # each process in procs as soon as it runs: a stop while the others
             # start (Ctrl-C, a failure) kills it too
-            r = _spawn("relay", cport, len(g), lengths["rank"], lengths["host"],
-                       lengths["broadcast"])
+            r = _spawn(*relay(len(g), cport))
             relays.append(r)
             procs.append(r)
             rport = int(_line(r))
             for _ in g:
-                ranks.append(_spawn("rank", rport, lengths["rank"], warmup, rounds))
+                ranks.append(_spawn(*rank(rport)))
                 procs.append(ranks[-1])
         per_rank = [json.loads(_line(p)) for p in ranks]
         servers = [json.loads(_line(p)) for p in [procs[0], *relays]]
@@ -281,6 +551,11 @@ def _cpu_cell(cpu: dict[str, float]) -> str:
                       for k in ("controller", "relay", "rank"))
 
 
+def _ratio_cell(ratios: list[float]) -> str:
+    """The median of a row's ratios, then each set's."""
+    return f"{statistics.median(ratios):.2f} ({' '.join(f'{r:.2f}' for r in ratios)})"
+
+
 def _size(text: str) -> int:
     try:
         return cluster.parse_size(text)
@@ -299,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the cluster's wire dtype, f32 or bf16 (default f32)")
     ap.add_argument("--rounds", type=whole(1), default=1500,
                     help="measured rounds a run (default 1500; 20 warm-up rounds before)")
-    ap.add_argument("--pairs", type=whole(1), default=5, help="pairs a row (default 5)")
+    ap.add_argument("--pairs", type=whole(1), default=5,
+                    help="sets of the three configurations a row (default 5)")
     ap.add_argument("--max-wait", type=number(0, inclusive=True), default=120.0,
                     help="seconds to wait for a quiet machine before each run (0: no wait)")
     args = ap.parse_args(argv)
@@ -309,59 +585,58 @@ def main(argv: list[str] | None = None) -> int:
         # writes the run's one line
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         role, *rest = args.role
-        nums = [int(x) for x in rest]
+        nums: list[Any] = [int(x) if x.isdigit() else x for x in rest]  # a dtype: as it is
+        roles: dict[str, Callable[..., None]] = {
+            "controller": role_controller, "relay": role_relay, "rank": role_rank,
+            "lean-controller": lean_controller, "lean-relay": lean_relay, "lean-rank": lean_rank}
         try:  # a connection or an accept that fails (a peer gone, a socket timeout): one line
-            if role == "controller":
-                role_controller(*nums)
-            elif role == "relay":
-                role_relay(*nums)
-            else:
-                role_rank(*nums)
+            roles[role](*nums)
         except OSError as e:
             _died(e)
         return 0
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {cluster._commit()}, "
           f"{os.cpu_count()} cores, {args.dtype}, protocol v2, {args.rounds} rounds a run, "
-          f"{args.pairs} pairs a row")
-    print("| W | hosts | frame | bare chain, median of runs | cluster, median of runs | "
-          "ratio (median of pairs) | ratios of the pairs | CPU ms/round ctl / relay / rank, "
-          "bare chain | the same, cluster | others |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+          f"{args.pairs} sets a row")
+    print("| W | hosts | frame | bare chain | lean chain | cluster | cluster / bare "
+          "(of each set) | cluster / lean (of each set) | CPU ms/round ctl / relay / rank: "
+          "bare | lean | cluster | others |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    chains = ("bare", "lean", "ours")
     for world in args.worlds:
         hosts = cluster._hosts(world)
         for nbytes in args.sizes:
-            bare, ours, ratios, others = [], [], [], []
-            cpus: dict[str, list[dict[str, float]]] = {"bare": [], "ours": []}
+            lengths = record_lengths(nbytes, args.dtype)
+            medians: dict[str, list[float]] = {w: [] for w in chains}
+            cpus: dict[str, list[dict[str, float]]] = {w: [] for w in chains}
+            others: list[float] = []
             for i in range(args.pairs):
-                order = ("bare", "ours") if i % 2 == 0 else ("ours", "bare")
-                got: dict[str, float] = {}
-                for which in order:
+                for which in chains[i % 3:] + chains[:i % 3]:  # each set in another order
                     cluster.wait_quiet(args.max_wait)
                     a = cluster.cpu_sample()
-                    if which == "bare":
-                        times, cpu = bare_chain(hosts, record_lengths(nbytes, args.dtype), 20,
-                                                args.rounds)
-                    else:
+                    if which == "ours":
                         result = cluster.run_cluster(world, hosts, nbytes, args.dtype, 2, 20,
                                                      args.rounds, trace=False)
                         times, cpu = result.times, result.cpu
-                    got[which] = statistics.median(times)
+                    else:
+                        times, cpu = bare_chain(
+                            hosts, lengths, 20, args.rounds,
+                            lean=(nbytes, args.dtype) if which == "lean" else None)
+                    medians[which].append(statistics.median(times))
                     cpus[which].append(cpu)
                     used = cluster.others_cores(a, cluster.cpu_sample())
                     if used is not None:
                         others.append(used)
-                bare.append(got["bare"])
-                ours.append(got["ours"])
-                ratios.append(got["ours"] / got["bare"])
             med = {w: {k: statistics.median(c[k] for c in cs if k in c)
                        for k in ("controller", "relay", "rank") if any(k in c for c in cs)}
                    for w, cs in cpus.items()}
+            ratios = {w: [o / x for o, x in zip(medians["ours"], medians[w], strict=True)]
+                      for w in ("bare", "lean")}
             busy = f"{max(others):.2f}" if others else "n/a"
             print(f"| {world} | {len(hosts)} | {cluster.size_label(nbytes)} | "
-                  f"{statistics.median(bare) * 1e3:.3f} ms | "
-                  f"{statistics.median(ours) * 1e3:.3f} ms | {statistics.median(ratios):.2f} | "
-                  f"{' '.join(f'{r:.2f}' for r in ratios)} | {_cpu_cell(med['bare'])} | "
-                  f"{_cpu_cell(med['ours'])} | {busy} |", flush=True)
+                  + " | ".join(f"{statistics.median(medians[w]) * 1e3:.3f} ms" for w in chains)
+                  + " | " + " | ".join(_ratio_cell(r) for r in ratios.values())
+                  + " | " + " | ".join(_cpu_cell(med[w]) for w in chains)
+                  + f" | {busy} |", flush=True)
     return 0
 
 

@@ -1,5 +1,6 @@
 """``bench/hops.py``: the bare chain's record lengths are the cluster's, and the bare chain runs
-a round in the cluster's shape (one host, two hosts) and reports its rounds and CPU."""
+a round in the cluster's shape (one host, two hosts) and reports its rounds and CPU; the lean
+chain's records are the codec's, and it runs rounds in the same shapes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload
-from flodl_proto.codec.loopback import encode_framed_round
+from flodl_proto.codec import RecordKind, RoundFrame, RoundKind, TensorPayload
+from flodl_proto.codec.loopback import decode_framed_round, encode_framed_round
+from flodl_proto.codec.mux import read_mux_record_or_eos
 from flodl_proto.spec import MUX_HEADER_LEN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,3 +124,70 @@ def test_sigterm_ends_a_bare_chain_process_without_a_line() -> None:
     p.terminate()
     out, err = p.communicate(timeout=60)
     assert (p.returncode, out, err) == (-15, "", "")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("kind", [None, "HOST_FRAME", "BROADCAST"])
+def test_a_lean_chain_record_is_signed_and_read_as_the_codec_does(kind: str | None,
+                                                                  dtype: str) -> None:
+    """The lean chain's work is the protocol's: a record whose tensors it wrote and whose tags
+    it signed is one the codec decodes, with those values; the codec's record checks as good
+    there, and a changed byte does not."""
+    hops = _hops()
+    rec_kind = None if kind is None else getattr(RecordKind, kind)
+    image = hops._Image(4096, dtype, rec_kind)
+    assert len(image.buf) == hops.record_lengths(4096, dtype)["host" if kind else "rank"]
+    values = [np.arange(t.size, dtype=np.float32) * (k + 1) / 8 for k, t in
+              enumerate(image.tensors)]
+    for v, t in zip(values, image.tensors, strict=True):
+        np.copyto(t, v, casting="unsafe")
+    if rec_kind is None:
+        image.sign_frame()
+        frame, used = decode_framed_round(bytes(image.buf), hops.SALT)
+        assert used == len(image.buf)
+        assert image.frame_ok()
+    else:
+        image.sign_record()
+        record, _, _ = read_mux_record_or_eos(bytes(image.buf), hops.SALT)
+        assert record.kind is rec_kind
+        frame = record.frame(hops.SALT)
+        assert image.record_ok(rec_kind, True)
+        assert not image.record_ok(RecordKind.BROADCAST if kind == "HOST_FRAME"
+                                   else RecordKind.HOST_FRAME, True)
+    wire = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
+    assert [t.array().astype(np.float32).tolist() for t in frame.tensors] == [
+        v.astype(wire).astype(np.float32).tolist() for v in values]
+    image.buf[-1] ^= 1  # the frame's tag
+    assert not (image.frame_ok() if rec_kind is None else image.record_ok(rec_kind, True))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("hosts", [[[0, 1]], [[0, 1], [2, 3]], [[0], [1, 2]]],
+                         ids=["one host", "two hosts", "a host of one rank"])
+def test_lean_chain_runs_rounds_in_the_cluster_shape(hosts: list[list[int]], dtype: str) -> None:
+    hops = _hops()
+    times, cpu = hops.bare_chain(hosts, hops.record_lengths(4096, dtype), 3, 40,
+                                 lean=(4096, dtype))
+    assert len(times) == 40
+    assert all(0.0 < t < 5.0 for t in times)
+    assert sorted(cpu) == ["controller", "rank", "relay"]
+    assert all(0.0 <= v < 1.0 for v in cpu.values())
+
+
+def test_a_lean_chain_controller_given_a_bad_tag_ends_in_one_line() -> None:
+    """A HostFrame whose tag does not check ends the lean chain's controller: one stderr line
+    naming the chain and the role, exit 1."""
+    hops = _hops()
+    image = hops._Image(4096, "f32", RecordKind.HOST_FRAME)
+    image.buf[-1] ^= 1
+    p = subprocess.Popen([sys.executable, str(ROOT / "bench" / "hops.py"), "--role",
+                          "lean-controller", "1", "4096", "f32"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    port = int(p.stdout.readline())
+    with socket.create_connection(("127.0.0.1", port)) as relay:
+        relay.sendall(image.buf)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    assert out == ""
+    assert err == "bench/hops.py: lean-chain controller: a record failed its check\n"
