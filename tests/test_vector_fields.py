@@ -221,13 +221,13 @@ def _control(case: dict[str, Any]) -> bool:
      "4294967295", None),
     ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0x" + "f" * 17,
      "field 'frame.weight_bits' is the string '0xfffffffffffffffff', not a string of '0x' and "
-     "16 lowercase hex digits (a 64-bit pattern)", None),
+     "16 lowercase hex digits (a 64-bit pattern): it has 17 digits", None),
     ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0x3FF0000000000000",
      "field 'frame.weight_bits' is the string '0x3FF0000000000000', not a string of '0x' and "
-     "lowercase hex digits", None),
+     "16 lowercase hex digits (a 64-bit pattern): its digit 'F' is upper case", None),
     ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "3ff0000000000000",
      "field 'frame.weight_bits' is the string '3ff0000000000000', not a string of '0x' and "
-     "lowercase hex digits", None),
+     "16 lowercase hex digits (a 64-bit pattern): it has no '0x' prefix", None),
     # "KeyError: 'kind_byte'", "ValueError: 9 is not a valid RecordKind"
     ("mux_record.json", "mux_record.roundtrip", ("record", ), {},
      "field 'record.kind_byte' is missing", None),
@@ -250,16 +250,16 @@ def _control(case: dict[str, Any]) -> bool:
     # "OverflowError: Python int too large to convert to C unsigned short"
     ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x10000",
      "field 'bf16_bits' is the string '0x10000', not a string of '0x' and 4 lowercase hex "
-     "digits (a 16-bit pattern)", None),
+     "digits (a 16-bit pattern): it has 5 digits", None),
     ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x3f8",
      "field 'bf16_bits' is the string '0x3f8', not a string of '0x' and 4 lowercase hex "
-     "digits (a 16-bit pattern)", None),
+     "digits (a 16-bit pattern): it has 3 digits", None),
     ("channel_magic.json", "channel_magic.write", ("magic", ), "0x f10d17e1",
      "field 'magic' is the string '0x f10d17e1', not a string of '0x' and lowercase hex "
-     "digits", None),
+     "digits: ' ' is not a hex digit", None),
     ("bf16.json", "bf16.from_f32", ("bf16_as_f32_bits", ), "zz",
-     "field 'bf16_as_f32_bits' is the string 'zz', not a string of '0x' and lowercase hex "
-     "digits", None),
+     "field 'bf16_as_f32_bits' is the string 'zz', not a string of '0x' and 8 lowercase hex "
+     "digits (a 32-bit pattern): it has no '0x' prefix; 'z' is not a hex digit", None),
     # "KeyError: 'call'", "LocalInvalidValue: cluster_controller: rank = 'x' is invalid: ..."
     ("dead_ranks.json", "dead_ranks", ("steps", 0, "call"), _GONE,
      "field 'steps[0].call' is missing", None),
@@ -282,6 +282,52 @@ def test_another_malformed_field_is_one_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     _refused_edit(tmp_path, capsys, file, op, "ok", where, value, problem,
                   pick or (lambda c: True))
+
+
+_F64 = "not a string of '0x' and 16 lowercase hex digits (a 64-bit pattern)"
+_F32 = "not a string of '0x' and 8 lowercase hex digits (a 32-bit pattern)"
+_BF16 = "not a string of '0x' and 4 lowercase hex digits (a 16-bit pattern)"
+_ANY = "not a string of '0x' and lowercase hex digits"
+
+
+@pytest.mark.parametrize(("file", "op", "where", "value", "problem"), [
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0X3ff0000000000000",
+     f"field 'frame.weight_bits' is the string '0X3ff0000000000000', {_F64}: its prefix is "
+     "'0X', not '0x'"),
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0x3ff000000000000A",
+     f"field 'frame.weight_bits' is the string '0x3ff000000000000A', {_F64}: its digit 'A' is "
+     "upper case"),
+    ("round_frame.json", "round_frame.roundtrip", ("frame", "weight_bits"), "0XABCDEF0000000000",
+     f"field 'frame.weight_bits' is the string '0XABCDEF0000000000', {_F64}: its prefix is "
+     "'0X', not '0x'; its digits 'A', 'B', 'C', ... are upper case"),
+    ("bf16.json", "bf16.to_f32", ("f32_bits", ), "3F800000",
+     f"field 'f32_bits' is the string '3F800000', {_F32}: it has no '0x' prefix; its digit 'F' "
+     "is upper case"),
+    ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0X3F8",
+     f"field 'bf16_bits' is the string '0X3F8', {_BF16}: its prefix is '0X', not '0x'; its "
+     "digit 'F' is upper case; it has 3 digits"),
+    ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x",
+     f"field 'bf16_bits' is the string '0x', {_BF16}: it has no digits"),
+    ("bf16.json", "bf16.to_f32", ("bf16_bits", ), "0x3f_8",
+     f"field 'bf16_bits' is the string '0x3f_8', {_BF16}: '_' is not a hex digit"),
+    ("channel_magic.json", "channel_magic.write", ("magic", ), "0XF10D17E1",
+     f"field 'magic' is the string '0XF10D17E1', {_ANY}: its prefix is '0X', not '0x'; its "
+     "digits 'F', 'D', 'E' are upper case"),
+    ("channel_magic.json", "channel_magic.write", ("magic", ), "f10d17e1",
+     f"field 'magic' is the string 'f10d17e1', {_ANY}: it has no '0x' prefix"),
+    ("channel_magic.json", "channel_magic.write", ("magic", ), "0xf10d\n17e1",
+     f"field 'magic' is the string '0xf10d\\n17e1', {_ANY}: '\\n' is not a hex digit"),
+], ids=["f64-prefix-upper-x", "f64-upper-digit", "f64-prefix-and-upper-digits",
+        "f32-no-prefix-upper", "bf16-everything", "bf16-no-digits", "bf16-underscore",
+        "magic-prefix-upper", "magic-no-prefix", "magic-line-break"])
+def test_a_bit_pattern_says_what_is_wrong_with_it(
+        file: str, op: str, where: tuple[str | int, ...], value: str, problem: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bit pattern with an upper-case ``0X``, no prefix or upper-case digits was told only
+    "not a string of '0x' and lowercase hex digits" (without its width, which a wrong digit
+    count alone named): the line now names the width and each flaw, with the offending
+    characters; the values refused are the same."""
+    _refused_edit(tmp_path, capsys, file, op, "ok", where, value, problem)
 
 
 _SALT_B = "5a17c0de429901fe3c88b70d6e21f493"

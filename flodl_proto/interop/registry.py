@@ -179,6 +179,55 @@ def _is_bits(text: str, width: int | None = None) -> bool:
     return m is not None and (width is None or len(m.group(1)) == width // 4)
 
 
+#: the bit-pattern kinds of :data:`_KINDS` -> their width in bits (None: any number of digits)
+_BIT_WIDTHS: dict[str, int | None] = {"bits": None, "bits16": 16, "bits32": 32, "bits64": 64}
+
+#: at most this many offending characters are named by :func:`_bits_flaws`
+_FLAW_CHARS = 3
+
+
+def _named_chars(chars: list[str]) -> str:
+    """The distinct characters ``chars``, each quoted as :func:`~flodl_proto.errors.shown`
+    quotes a value, joined by commas; past :data:`_FLAW_CHARS` of them, ``...`` ends the list."""
+    named = ", ".join(shown(c) for c in chars[:_FLAW_CHARS])
+    return named + (", ..." if len(chars) > _FLAW_CHARS else "")
+
+
+def _bits_flaws(text: str, width: int | None) -> str:
+    """What keeps ``text`` (a string that is not a bit pattern as :func:`_is_bits` reads one,
+    ``width`` bits wide or any width when None) from being one, each flaw named, joined by
+    ``; ``: a prefix other than ``0x`` (``its prefix is '0X', not '0x'``, ``it has no '0x'
+    prefix``), upper-case digits (``its digit 'F' is upper case``), characters that are no hex
+    digit (``' ' is not a hex digit``), the count of digits (``it has 17 digits``, ``it has no
+    digits``). The digits are what follows ``0x`` or ``0X``, or the whole text without either.
+
+    No upstream counterpart (the vectors README describes the format; the generator writes it)."""
+    flaws = []
+    if text[:2] == "0x":
+        digits = text[2:]
+    elif text[:2] == "0X":
+        flaws.append("its prefix is '0X', not '0x'")
+        digits = text[2:]
+    else:
+        flaws.append("it has no '0x' prefix")
+        digits = text
+    upper = list(dict.fromkeys(c for c in digits if c in "ABCDEF"))
+    other = list(dict.fromkeys(c for c in digits if c not in "0123456789abcdefABCDEF"))
+    if len(upper) == 1:
+        flaws.append(f"its digit {_named_chars(upper)} is upper case")
+    elif upper:
+        flaws.append(f"its digits {_named_chars(upper)} are upper case")
+    if len(other) == 1:
+        flaws.append(f"{_named_chars(other)} is not a hex digit")
+    elif other:
+        flaws.append(f"{_named_chars(other)} are not hex digits")
+    if not digits:
+        flaws.append("it has no digits")
+    elif not other and width is not None and len(digits) != width // 4:
+        flaws.append(f"it has {len(digits)} digits")
+    return "; ".join(flaws)
+
+
 def field_problem(case: Mapping[str, Any]) -> str | None:
     """Why ``case`` (an object whose ``op`` and ``expect`` are known good) lacks a field its
     op's handler reads, or has one of another JSON kind, at any depth (``field 'bytes' is
@@ -240,6 +289,9 @@ def _value_problem(value: Any, path: str, kind: str) -> str | None:
     if base is not None and not _KINDS[base][0](value):  # not even a number: told as such
         words = _KINDS[base][1]
     if not test(value):
+        if kind in _BIT_WIDTHS and isinstance(value, str):  # told what is wrong with it
+            return (f"field {path!r} is {shown_value(value)}, not {_KINDS[kind][1]}: "
+                    f"{_bits_flaws(value, _BIT_WIDTHS[kind])}")
         return f"field {path!r} is {shown_value(value)}, not {words}"
     return None
 
