@@ -89,7 +89,7 @@ interrupted() {
     done
   done
   wait || true
-  echo "fuzz: interrupted" >&2
+  echo "fuzz/run.sh: interrupted" >&2
   exit 130
 }
 
@@ -143,17 +143,17 @@ EOF
 # seconds N: N must be a whole number of seconds > 0
 seconds() {
   case "$1" in
-    ''|*[!0-9]*) echo "fuzz: SECONDS must be a whole number of seconds, got $(quoted "$1")" >&2; exit 2 ;;
+    ''|*[!0-9]*) echo "fuzz/run.sh: SECONDS must be a whole number of seconds, got $(quoted "$1")" >&2; exit 2 ;;
   esac
   # at most 9 digits (about 31 years): bash's test compares 64-bit numbers only
-  [ "${#1}" -le 9 ] || { echo "fuzz: SECONDS must be at most 999999999, got $(quoted "$1")" >&2; exit 2; }
-  [ "$((10#$1))" -gt 0 ] || { echo "fuzz: SECONDS must be > 0, got $(quoted "$1")" >&2; exit 2; }
+  [ "${#1}" -le 9 ] || { echo "fuzz/run.sh: SECONDS must be at most 999999999, got $(quoted "$1")" >&2; exit 2; }
+  [ "$((10#$1))" -gt 0 ] || { echo "fuzz/run.sh: SECONDS must be > 0, got $(quoted "$1")" >&2; exit 2; }
 }
 
 # need_atheris: the fuzzing modes need atheris (the fuzz extra); say so in one line
 need_atheris() {
   "$PY" -c 'import atheris' >/dev/null 2>&1 || {
-    echo "fuzz: atheris is not installed for $PY: install the fuzz extra (pip install -e '.[fuzz]')" >&2
+    echo "fuzz/run.sh: atheris is not installed for $PY: install the fuzz extra (pip install -e '.[fuzz]')" >&2
     exit 2
   }
 }
@@ -203,7 +203,7 @@ fuzz_one() {
   if [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then
     return 130
   elif [ "$rc" -ne 0 ]; then
-    echo "---- $target: last lines of $log" >&2
+    echo "fuzz/run.sh: $target: last lines of $log:" >&2
     grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
     return 1
   fi
@@ -230,7 +230,7 @@ check_jobs() {
     ''|*[!0-9]*) ;;
     *) [ "$((10#$jobs))" -lt 1 ] || return 0 ;;
   esac
-  echo "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got $(quoted "$jobs")" >&2
+  echo "fuzz/run.sh: FLODL_FUZZ_JOBS must be a whole number >= 1, got $(quoted "$jobs")" >&2
   exit 2
 }
 
@@ -257,14 +257,14 @@ run_all() {
     [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
     [ "$rc" -eq 0 ] || failed=1
   done
-  [ "$failed" -eq 0 ] || { echo "fuzz: findings (see $WORK/findings)" >&2; exit 1; }
+  [ "$failed" -eq 0 ] || { echo "fuzz/run.sh: findings (see $WORK/findings)" >&2; exit 1; }
 }
 
 # check_ci_runs: FLODL_FUZZ_CI_RUNS, when set, is a whole number >= 1 (libFuzzer reads anything
 # else as no limit or no run, and `ci` then passed having fuzzed nothing)
 check_ci_runs() {
   case "${FLODL_FUZZ_CI_RUNS:-1}" in
-    *[!0-9]*|0|00*) echo "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got" \
+    *[!0-9]*|0|00*) echo "fuzz/run.sh: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got" \
                       "$(quoted "$FLODL_FUZZ_CI_RUNS")" >&2; exit 2 ;;
   esac
 }
@@ -279,7 +279,7 @@ run_ci() {
   if setarch "$(uname -m)" -R true 2>/dev/null; then
     PREFIX=(setarch "$(uname -m)" -R)
   else
-    echo "fuzz ci: setarch -R unavailable; runs may explore differently between machines" >&2
+    echo "fuzz/run.sh: ci: setarch -R unavailable; runs may explore differently between machines" >&2
   fi
   for t in $(targets); do
     runs=${FLODL_FUZZ_CI_RUNS:-${CI_RUNS[$t]:-2000}}
@@ -293,7 +293,7 @@ run_ci() {
       cp -r "$tmp/findings/$t" "$WORK/findings/ci/" || true
     fi
   done
-  [ "$failed" -eq 0 ] || { echo "fuzz ci: findings copied to $WORK/findings/ci" >&2; exit 1; }
+  [ "$failed" -eq 0 ] || { echo "fuzz/run.sh: ci: findings copied to $WORK/findings/ci" >&2; exit 1; }
 }
 
 [ $# -ge 1 ] || usage
@@ -303,7 +303,7 @@ case "$1" in
   all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || usage
-    is_target "$2" || { echo "fuzz: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
+    is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
     why=$(read_error "$file")
     [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $why" >&2; exit 2; }
@@ -330,7 +330,7 @@ case "$1" in
       cp "$MIN_TMP/input.min" "$file.min"
     fi
     if [ -s "$file.min" ]; then
-      echo "fuzz: minimize: wrote $(shown "$3.min") ($(wc -c < "$file.min") bytes; driver log $log)"
+      echo "fuzz/run.sh: minimize: wrote $(shown "$3.min") ($(wc -c < "$file.min") bytes; driver log $log)"
     elif grep -q '^ERROR: the input .* did not crash$' "$log"; then
       echo "fuzz/run.sh: minimize: $(shown "$3") does not crash the $2 harness: nothing to minimize" \
         "(driver log $log)" >&2
@@ -344,7 +344,7 @@ case "$1" in
     ;;
   replay)
     [ $# -ge 3 ] || usage
-    is_target "$2" || { echo "fuzz: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
+    is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     target=$2
     shift 2
     # each FILE, then each FILE as `shown` shows it: the Python part prints the names it is given
@@ -371,7 +371,7 @@ EOF
     ;;
   *)
     [ $# -eq 2 ] || usage
-    is_target "$1" || { echo "fuzz: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
+    is_target "$1" || { echo "fuzz/run.sh: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     need_atheris
     rc=0; timed "$1" "$2" || rc=$?

@@ -536,8 +536,8 @@ def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
     """Run ``fuzz/run.sh ARGS`` in a session of its own, poll ``started`` (up to 60 s, failing
     with ``not_started``), then ``stop`` it and wait ``timeout`` s for it to end; a run still
     going then is killed, its whole group. Asserts the run ended as a stopped run does (exit
-    130, ``fuzz: interrupted`` last on stderr). Returns the script's process id (its session's
-    id), stdout, stderr and the seconds from ``stop`` to the end."""
+    130, ``fuzz/run.sh: interrupted`` last on stderr). Returns the script's process id (its
+    session's id), stdout, stderr and the seconds from ``stop`` to the end."""
     import time
 
     proc = subprocess.Popen(["bash", str(ROOT / "fuzz" / "run.sh"), *args],
@@ -557,7 +557,7 @@ def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == 130, err
-    assert err.splitlines()[-1] == "fuzz: interrupted"
+    assert err.splitlines()[-1] == "fuzz/run.sh: interrupted"
     return proc.pid, out, err, took
 
 
@@ -566,7 +566,7 @@ def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
 def test_fuzz_duration_must_be_whole_seconds(args: tuple[str, ...]) -> None:
     res = _fuzz(*args)
     assert res.returncode == 2 and res.stdout == ""
-    _one_error_line(res.stderr, "fuzz: SECONDS must be")
+    _one_error_line(res.stderr, "fuzz/run.sh: SECONDS must be")
 
 
 @pytest.mark.parametrize("args", [("nosuch", "5"), ("replay", "nosuch", "x.bin"),
@@ -574,14 +574,15 @@ def test_fuzz_duration_must_be_whole_seconds(args: tuple[str, ...]) -> None:
 def test_fuzz_unknown_target_is_one_prefixed_line(args: tuple[str, ...]) -> None:
     res = _fuzz(*args)
     assert res.returncode == 2 and res.stdout == ""
-    _one_error_line(res.stderr, "fuzz: unknown target nosuch; targets: handshake ")
+    _one_error_line(res.stderr, "fuzz/run.sh: unknown target nosuch; targets: handshake ")
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("hand\nshake", "5"), "fuzz: unknown target $'hand\\nshake'; targets: handshake "),
-    (("replay", "x\x1b[2J", "x.bin"), "fuzz: unknown target $'x\\E[2J'; targets: handshake "),
-    (("handshake", "5\n"), "fuzz: SECONDS must be a whole number of seconds, got $'5\\n'"),
-    (("handshake", "9" * 200), f"fuzz: SECONDS must be at most 999999999, got "
+    (("hand\nshake", "5"), "fuzz/run.sh: unknown target $'hand\\nshake'; targets: handshake "),
+    (("replay", "x\x1b[2J", "x.bin"),
+     "fuzz/run.sh: unknown target $'x\\E[2J'; targets: handshake "),
+    (("handshake", "5\n"), "fuzz/run.sh: SECONDS must be a whole number of seconds, got $'5\\n'"),
+    (("handshake", "9" * 200), f"fuzz/run.sh: SECONDS must be at most 999999999, got "
                                f"'{'9' * 40}...{'9' * 20}' (200 characters)"),
     (("minimize", "handshake", "no\nsuch.bin"),
      "fuzz/run.sh: minimize: cannot read $'no\\nsuch.bin': No such file or directory"),
@@ -596,20 +597,22 @@ def test_fuzz_a_value_with_a_line_break_stays_on_one_line(args: tuple[str, ...],
 
 
 @pytest.mark.parametrize(("args", "env", "line"), [
-    (("ab\u202ecd", "5"), {}, "fuzz: unknown target $'ab\\342\\200\\256cd'; targets: handshake "),
-    (("replay", "x\u200b", "x.bin"), {}, "fuzz: unknown target $'x\\342\\200\\213'; targets: "),
+    (("ab\u202ecd", "5"), {},
+     "fuzz/run.sh: unknown target $'ab\\342\\200\\256cd'; targets: handshake "),
+    (("replay", "x\u200b", "x.bin"), {},
+     "fuzz/run.sh: unknown target $'x\\342\\200\\213'; targets: "),
     (("handshake", "5\u2066"), {},
-     "fuzz: SECONDS must be a whole number of seconds, got $'5\\342\\201\\246'"),
+     "fuzz/run.sh: SECONDS must be a whole number of seconds, got $'5\\342\\201\\246'"),
     (("handshake", "\uff15"), {},
-     "fuzz: SECONDS must be a whole number of seconds, got $'\\357\\274\\225'"),
+     "fuzz/run.sh: SECONDS must be a whole number of seconds, got $'\\357\\274\\225'"),
     (("all", "1"), {"FLODL_FUZZ_JOBS": "1\u202e"},
-     "fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got $'1\\342\\200\\256'"),
+     "fuzz/run.sh: FLODL_FUZZ_JOBS must be a whole number >= 1, got $'1\\342\\200\\256'"),
     (("ci",), {"FLODL_FUZZ_CI_RUNS": "\u200b"},
-     "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got $'\\342\\200\\213'"),
+     "fuzz/run.sh: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got $'\\342\\200\\213'"),
     (("replay", "control", "a\u202eb\nc"), {},
      "fuzz/run.sh: replay: cannot read $'a\\342\\200\\256b\\nc': No such file or directory"),
     (("handshake", "\u00e9" * 90), {},
-     "fuzz: SECONDS must be a whole number of seconds, got $'" + "\\303\\251" * 40 + "..."
+     "fuzz/run.sh: SECONDS must be a whole number of seconds, got $'" + "\\303\\251" * 40 + "..."
      + "\\303\\251" * 20 + "' (90 characters)"),
 ])
 def test_fuzz_a_value_not_plain_ascii_is_shell_quoted(args: tuple[str, ...], env: dict[str, str],
@@ -718,11 +721,11 @@ def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> N
     # target ran a few hundred inputs (libFuzzer's reading of a bad -runs) and ci passed
     res = _fuzz("handshake", "99999999999999999999")
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, "fuzz: SECONDS must be at most 999999999, got "
+    _one_error_line(res.stderr, "fuzz/run.sh: SECONDS must be at most 999999999, got "
                                 "'99999999999999999999'")
     res = _fuzz("ci", env={"FLODL_FUZZ_CI_RUNS": "abc"})
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, "fuzz: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got "
+    _one_error_line(res.stderr, "fuzz/run.sh: FLODL_FUZZ_CI_RUNS must be a whole number >= 1, got "
                                 "'abc'")
     res = _fuzz("minimize", "handshake", str(tmp_path))
     assert (res.returncode, res.stdout) == (2, "")
@@ -734,7 +737,7 @@ def test_fuzz_jobs_must_be_a_whole_number(jobs: str) -> None:
     # 'x' ran every target at once ("integer expression expected"), then exited 0
     res = _fuzz("all", "1", env={"FLODL_FUZZ_JOBS": jobs})
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, f"fuzz: FLODL_FUZZ_JOBS must be a whole number >= 1, got "
+    _one_error_line(res.stderr, f"fuzz/run.sh: FLODL_FUZZ_JOBS must be a whole number >= 1, got "
                                 f"'{jobs}'")
 
 
@@ -746,7 +749,8 @@ def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
     res = _fuzz("handshake", "5", env={"FLODL_FUZZ_ARGS": "-rss_limit_mb=1",
                                        "FLODL_FUZZ_WORK": str(tmp_path)})
     assert res.returncode == 1, res.stderr
-    assert "FINDING (exit 71, " in res.stdout and "---- handshake: last lines" in res.stderr
+    assert "FINDING (exit 71, " in res.stdout
+    assert "fuzz/run.sh: handshake: last lines of " in res.stderr
 
 
 @pytest.mark.atheris
