@@ -10,12 +10,15 @@
 #   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min; exit 1 when FILE does
 #                                   not crash the harness; the driver's output goes to
 #                                   $FLODL_FUZZ_WORK/logs/TARGET.minimize.log)
-#   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris
+#   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris (exit 1 on
+#                                   the first finding: a line naming the FILE, then its traceback;
+#                                   2 when the package's dependencies are not installed)
 #   fuzz/run.sh list                the targets
 #
 # SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'. FILEs are
 # named from the caller's folder.
-# Exit codes: 0 no finding, 1 a finding, 2 a usage error or atheris missing, 130 interrupted
+# Exit codes: 0 no finding, 1 a finding, 2 a usage error, atheris missing (replay: a dependency of
+# the package missing), 130 interrupted
 # (Ctrl-C or SIGTERM stops the whole run, every target of `all` and `ci` included).
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
@@ -350,11 +353,19 @@ case "$1" in
     # each FILE, then each FILE as `shown` shows it: the Python part prints the names it is given
     names=()
     for f in "$@"; do names+=("$(shown "$f")"); done
-    "$PY" - "$CALLER_DIR" "$target" "$@" "${names[@]}" <<'EOF'
-import importlib, logging, os, sys
+    "$PY" - "$CALLER_DIR" "$target" "$(shown "$PY")" "$@" "${names[@]}" <<'EOF'
+import importlib, logging, os, sys, traceback
 logging.disable(logging.CRITICAL)
-caller, target, *rest = sys.argv[1:]
+caller, target, python, *rest = sys.argv[1:]
 files, names = rest[:len(rest) // 2], rest[len(rest) // 2:]
+try:  # first: without the package's dependencies (numpy ...) nothing can run; a usage error
+    mod = importlib.import_module(f"fuzz.harnesses.{target}")
+except ModuleNotFoundError as e:
+    if e.name is None or e.name.split(".")[0] in ("flodl_proto", "fuzz"):
+        raise  # a module of this checkout: a bug, its traceback
+    print(f"fuzz/run.sh: replay: {e.name} is not installed for {python}: install the package "
+          "with its extras (pip install -e '.[test,fuzz]')", file=sys.stderr)
+    sys.exit(2)
 inputs = []
 for f, name in zip(files, names):  # every FILE is read before any runs: one that cannot be
     try:                           # read is a usage error, exit 2
@@ -363,9 +374,14 @@ for f, name in zip(files, names):  # every FILE is read before any runs: one tha
     except OSError as e:  # the system's words, as read_error gives them to minimize
         print(f"fuzz/run.sh: replay: cannot read {name}: {e.strerror}", file=sys.stderr)
         sys.exit(2)
-mod = importlib.import_module(f"fuzz.harnesses.{target}")
 for name, data in inputs:
-    mod.test_one_input(data)  # a finding raises: its traceback, exit 1
+    try:
+        mod.test_one_input(data)
+    except Exception:  # a finding: a line naming the file, then the harness's traceback, exit 1
+        sys.stdout.flush()
+        print(f"fuzz/run.sh: replay: {name}: finding: the {target} harness raised", file=sys.stderr)
+        traceback.print_exc()
+        sys.exit(1)
     print(f"{name}: ok")
 EOF
     ;;

@@ -716,6 +716,74 @@ def test_fuzz_replay_names_each_file_as_the_script_does(tmp_path: Path) -> None:
                           "plain.bin: ok\n")
 
 
+def test_fuzz_replay_without_a_dependency_says_what_to_install(tmp_path: Path) -> None:
+    """Without NumPy (here a stand-in package whose import fails as a missing one's does) replay
+    printed the ``ModuleNotFoundError`` traceback of the harness's import, exit 1 as a finding;
+    now one line naming the module and the README's install line, exit 2 as minimize without
+    atheris, before any input is read or run."""
+    stub = tmp_path / "stub" / "numpy"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    seed = next((ROOT / "fuzz" / "corpus" / "control").iterdir())
+    res = _fuzz("replay", "control", str(seed), str(tmp_path / "missing.bin"),
+                env={"PYTHONPATH": str(tmp_path / "stub")})
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", (
+        f"fuzz/run.sh: replay: numpy is not installed for {sys.executable}: install the package "
+        "with its extras (pip install -e '.[test,fuzz]')\n"))
+
+
+#: a ``sitecustomize`` that makes the handshake harness raise on an input holding ``FINDING``,
+#: as a harness does on a finding (the committed corpus holds none that still fails), wherever
+#: the harness is imported: replay's ``importlib.import_module`` and the driver's
+_STAND_IN_FINDING = """import importlib
+
+_import_module = importlib.import_module
+
+
+def _import_with_a_finding(name, package=None):
+    module = _import_module(name, package)
+    if name == "fuzz.harnesses.handshake" and not hasattr(module, "real_test_one_input"):
+        module.real_test_one_input = module.test_one_input
+
+        def test_one_input(data):
+            if b"FINDING" in data:
+                raise RuntimeError("stand-in finding")
+            module.real_test_one_input(data)
+
+        module.test_one_input = test_one_input
+    return module
+
+
+importlib.import_module = _import_with_a_finding
+"""
+
+
+def _stand_in_finding(tmp_path: Path) -> dict[str, str]:
+    """The environment for ``fuzz/run.sh`` under which an input holding ``FINDING`` is a
+    finding of the handshake harness (:data:`_STAND_IN_FINDING`)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_STAND_IN_FINDING)
+    return {"PYTHONPATH": str(site)}
+
+
+def test_fuzz_replay_names_the_file_of_a_finding(tmp_path: Path) -> None:
+    """A finding's traceback did not say which FILE raised it (the ``ok`` lines of the files
+    before it were the only hint): a line naming it, as the script names a file, comes first."""
+    seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir()).read_bytes()
+    (tmp_path / "good.bin").write_bytes(seed)
+    (tmp_path / "a b\n.bin").write_bytes(seed + b"FINDING")
+    (tmp_path / "later.bin").write_bytes(seed)
+    res = _fuzz("replay", "handshake", "good.bin", "a b\n.bin", "later.bin", cwd=tmp_path,
+                env=_stand_in_finding(tmp_path))
+    assert (res.returncode, res.stdout) == (1, "good.bin: ok\n")
+    lines = res.stderr.splitlines()
+    assert lines[0] == "fuzz/run.sh: replay: $'a b\\n.bin': finding: the handshake harness raised"
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[-1] == "RuntimeError: stand-in finding"
+
+
 def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> None:
     # 20 digits: bash's "integer expression expected", then "must be > 0"; CI_RUNS=abc: every
     # target ran a few hundred inputs (libFuzzer's reading of a bad -runs) and ci passed
