@@ -73,6 +73,21 @@ quoted() {
   [ "$n" -le 80 ] || printf ' (%d characters)' "$n"
 }
 
+# pasted PATH: a path this script makes (a log, a findings folder) as a shell reads it back, so
+# that a printed one can be pasted into a shell: as is when a shell takes every character of it
+# literally, in single quotes when it is otherwise printable ASCII without a quote (a space,
+# `;`, `$`), else as `shown` quotes a name that is not plain (`printf %q` in the C locale:
+# $'a\nb', it\'s); never shortened
+pasted() {
+  local LC_ALL=C
+  case "$1" in
+    '') printf "''" ;;
+    *[!A-Za-z0-9_./:@%+,=-]*)
+      case "$1" in *[![:print:]]*|*"'"*) printf '%q' "$1" ;; *) printf "'%s'" "$1" ;; esac ;;
+    *) printf '%s' "$1" ;;
+  esac
+}
+
 # Ctrl-C or SIGTERM: noted here; the running target is stopped (see `waited`) and no later
 # target starts
 INTERRUPTED=0
@@ -183,7 +198,7 @@ summary() {
   artifact=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/.* written to //' || true)
   if [ "$rc" -eq 0 ]; then result=ok
   elif [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then result=interrupted
-  else result="FINDING (exit $rc${artifact:+, $artifact})"; fi
+  else result="FINDING (exit $rc${artifact:+, $(pasted "$artifact")})"; fi
   printf '%-19s runs=%-8s exec/s=%-6s cov=%-5s ft=%-6s rss=%-5s slowest=%-3s %s\n' "$target" \
     "${runs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}MB" "${slow:-?}s" "$result"
 }
@@ -206,7 +221,7 @@ fuzz_one() {
   if [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then
     return 130
   elif [ "$rc" -ne 0 ]; then
-    echo "fuzz/run.sh: $target: last lines of $log:" >&2
+    echo "fuzz/run.sh: $target: last lines of $(pasted "$log"):" >&2
     grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
     return 1
   fi
@@ -260,7 +275,9 @@ run_all() {
     [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
     [ "$rc" -eq 0 ] || failed=1
   done
-  [ "$failed" -eq 0 ] || { echo "fuzz/run.sh: findings (see $WORK/findings)" >&2; exit 1; }
+  [ "$failed" -eq 0 ] || {
+    echo "fuzz/run.sh: findings (see $(pasted "$WORK/findings"))" >&2; exit 1
+  }
 }
 
 # check_ci_runs: FLODL_FUZZ_CI_RUNS, when set, is a whole number >= 1 (libFuzzer reads anything
@@ -296,7 +313,9 @@ run_ci() {
       cp -r "$tmp/findings/$t" "$WORK/findings/ci/" || true
     fi
   done
-  [ "$failed" -eq 0 ] || { echo "fuzz/run.sh: ci: findings copied to $WORK/findings/ci" >&2; exit 1; }
+  [ "$failed" -eq 0 ] || {
+    echo "fuzz/run.sh: ci: findings copied to $(pasted "$WORK/findings/ci")" >&2; exit 1
+  }
 }
 
 [ $# -ge 1 ] || usage
@@ -333,14 +352,15 @@ case "$1" in
       cp "$MIN_TMP/input.min" "$file.min"
     fi
     if [ -s "$file.min" ]; then
-      echo "fuzz/run.sh: minimize: wrote $(shown "$3.min") ($(wc -c < "$file.min") bytes; driver log $log)"
+      echo "fuzz/run.sh: minimize: wrote $(shown "$3.min") ($(wc -c < "$file.min") bytes;" \
+        "driver log $(pasted "$log"))"
     elif grep -q '^ERROR: the input .* did not crash$' "$log"; then
       echo "fuzz/run.sh: minimize: $(shown "$3") does not crash the $2 harness: nothing to minimize" \
-        "(driver log $log)" >&2
+        "(driver log $(pasted "$log"))" >&2
       exit 1
     else
       echo "fuzz/run.sh: minimize: $(shown "$3"): no minimized input written (driver exit $rc); last" \
-        "lines of $log:" >&2
+        "lines of $(pasted "$log"):" >&2
       grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
       exit 1
     fi

@@ -784,6 +784,62 @@ def test_fuzz_replay_names_the_file_of_a_finding(tmp_path: Path) -> None:
     assert lines[-1] == "RuntimeError: stand-in finding"
 
 
+def _stand_in_python(tmp_path: Path) -> str:
+    """An interpreter for ``fuzz/run.sh`` (``PYTHON``) whose ``fuzz/driver.py`` finds something
+    at once, without atheris: a fuzzing run exits 1 having written ``crash-0`` (as libFuzzer
+    says it, in its log), a minimize writes the input's first 3 bytes as the minimized input.
+    Everything else (atheris' check: there; the targets, replay) is run by this interpreter."""
+    python = tmp_path / "python"
+    python.write_text(f"""#!/bin/sh
+if [ "$1" = fuzz/driver.py ]; then
+  prefix= out= last=
+  for a; do
+    case "$a" in
+      -artifact_prefix=*) prefix=${{a#-artifact_prefix=}} ;;
+      -exact_artifact_path=*) out=${{a#-exact_artifact_path=}} ;;
+    esac
+    last=$a
+  done
+  if [ -n "$out" ]; then head -c 3 "$last" > "$out"; exit 0; fi
+  echo "Test unit written to ${{prefix}}crash-0"; exit 1
+fi
+case "$2" in 'import atheris') exit 0 ;; esac
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize(("folder", "pasted"), [
+    ("work dir", "'{}'"),
+    ("it's", "{}"),
+], ids=["space", "quote"])
+def test_fuzz_work_folder_paths_are_printed_as_a_shell_reads_them(folder: str, pasted: str,
+                                                                 tmp_path: Path) -> None:
+    """The logs and findings a run names were printed as they are: a work folder with a space
+    or a quote in its name could not be pasted into a shell. They are quoted now (single
+    quotes; ``printf %q`` for a name with a quote, as the script quotes any name)."""
+    work = tmp_path / folder
+
+    def shown(path: Path) -> str:
+        text = str(path)
+        return pasted.format(text.replace("'", "\\'") if "'" in text else text)
+
+    env = {"PYTHON": _stand_in_python(tmp_path), "FLODL_FUZZ_WORK": str(work)}
+    res = _fuzz("all", "1", env=env)
+    assert res.returncode == 1, res.stderr
+    crash = shown(work / "findings" / "handshake" / "crash-0")
+    assert res.stdout.splitlines()[0].endswith(f" FINDING (exit 1, {crash})"), res.stdout
+    lines = res.stderr.splitlines()
+    log = shown(work / "logs" / "handshake.log")
+    assert lines[0] == f"fuzz/run.sh: handshake: last lines of {log}:"
+    assert lines[-1] == f"fuzz/run.sh: findings (see {shown(work / 'findings')})"
+    res = _fuzz("ci", env=env)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        f"fuzz/run.sh: ci: findings copied to {shown(work / 'findings' / 'ci')}")
+
+
 def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> None:
     # 20 digits: bash's "integer expression expected", then "must be > 0"; CI_RUNS=abc: every
     # target ran a few hundred inputs (libFuzzer's reading of a bad -runs) and ci passed
