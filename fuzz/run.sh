@@ -7,8 +7,10 @@
 #                                   finding
 #   fuzz/run.sh ci                  every target with a fixed seed and a fixed number of runs
 #                                   (deterministic, a few seconds each); exits 1 on any finding
-#   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min; exit 1 when FILE does
-#                                   not crash the harness; the driver's output goes to
+#   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min, or, when FILE is not a
+#                                   regular file, e.g. a pipe <(...),
+#                                   $FLODL_FUZZ_WORK/findings/TARGET/minimized-SHA1; exit 1 when
+#                                   FILE does not crash the harness; the driver's output goes to
 #                                   $FLODL_FUZZ_WORK/logs/TARGET.minimize.log)
 #   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris (exit 1 on
 #                                   the first finding: a line naming the FILE, then its traceback;
@@ -330,7 +332,19 @@ case "$1" in
     why=$(read_error "$file")
     [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $why" >&2; exit 2; }
     need_atheris
-    rm -f "$file.min"
+    # the result goes next to FILE, as FILE.min; a FILE that is no regular file in a folder one
+    # can write to (a pipe such as <(...), a device, a file under /dev or /proc) has no such
+    # place: the result goes to the work folder's findings, named by its SHA-1 (as libFuzzer
+    # names its artifacts), printed in full
+    out= elsewhere="$(shown "$3") is not a regular file"
+    case "$file" in
+      /dev/*|/proc/*) ;;
+      *)
+        if [ ! -f "$file" ]; then :
+        elif [ -w "$(dirname "$file")" ]; then out=$file.min; rm -f "$out"
+        else elsewhere="the folder of $(shown "$3") cannot be written to"
+        fi ;;
+    esac
     # the driver's output (atheris' INFO lines, libFuzzer's CRASH_MIN passes) goes to a log,
     # named by absolute path: the caller may be in another folder
     mkdir -p "$WORK/logs"
@@ -349,11 +363,17 @@ case "$1" in
       || rc=$?
     [ "$INTERRUPTED" -eq 0 ] && [ "$rc" -ne 130 ] || interrupted
     if [ -s "$MIN_TMP/input.min" ]; then
-      cp "$MIN_TMP/input.min" "$file.min"
-    fi
-    if [ -s "$file.min" ]; then
-      echo "fuzz/run.sh: minimize: wrote $(shown "$3.min") ($(wc -c < "$file.min") bytes;" \
-        "driver log $(pasted "$log"))"
+      if [ -n "$out" ]; then
+        where=$(shown "$3.min") elsewhere=
+      else
+        mkdir -p "$WORK/findings/$2"
+        out="$(cd "$WORK/findings/$2" && pwd)/minimized-$(sha1sum < "$MIN_TMP/input.min" |
+          cut -c1-40)"
+        where=$(pasted "$out") elsewhere="; $elsewhere"
+      fi
+      cp "$MIN_TMP/input.min" "$out"
+      echo "fuzz/run.sh: minimize: wrote $where ($(wc -c < "$out") bytes$elsewhere; driver" \
+        "log $(pasted "$log"))"
     elif grep -q '^ERROR: the input .* did not crash$' "$log"; then
       echo "fuzz/run.sh: minimize: $(shown "$3") does not crash the $2 harness: nothing to minimize" \
         "(driver log $(pasted "$log"))" >&2

@@ -840,6 +840,58 @@ def test_fuzz_work_folder_paths_are_printed_as_a_shell_reads_them(folder: str, p
         f"fuzz/run.sh: ci: findings copied to {shown(work / 'findings' / 'ci')}")
 
 
+def _minimize_a_pipe(data: bytes, env: dict[str, str],
+                     cwd: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``fuzz/run.sh minimize handshake <(printf ...)`` of ``data``, from the folder ``cwd``:
+    the run and the name bash gave the pipe (``/dev/fd/63``) as its stdout line says it."""
+    import re
+
+    script = 'exec bash "$0" minimize handshake <(printf "$1")'
+    octal = "".join(f"\\{b:03o}" for b in data)
+    res = subprocess.run(["bash", "-c", script, str(ROOT / "fuzz" / "run.sh"), octal],
+                         capture_output=True, text=True, timeout=120, cwd=cwd,
+                         env={**os.environ, **env})
+    m = re.search(r"; (/dev/fd/\d+) is not a regular file;", res.stdout)
+    return res, m.group(1) if m else ""
+
+
+def test_fuzz_minimize_of_a_pipe_writes_into_the_work_folder(tmp_path: Path) -> None:
+    """An input given as a pipe (``<(...)``) was minimized, then copying the result to
+    ``/dev/fd/63.min`` failed (cp's own line, exit 1) and the result was lost. It goes to the
+    work folder's findings now, named by its SHA-1, and the line names it in full."""
+    import hashlib
+
+    work = tmp_path / "work dir"
+    res, pipe = _minimize_a_pipe(b"abcdef", {"PYTHON": _stand_in_python(tmp_path),
+                                             "FLODL_FUZZ_WORK": str(work)}, tmp_path)
+    out = work / "findings" / "handshake" / f"minimized-{hashlib.sha1(b'abc').hexdigest()}"
+    log = work / "logs" / "handshake.minimize.log"
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (f"fuzz/run.sh: minimize: wrote '{out}' (3 bytes; {pipe} is not a "
+                          f"regular file; driver log '{log}')\n")
+    assert out.read_bytes() == b"abc"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["python", "work dir"]
+
+
+@pytest.mark.atheris
+def test_fuzz_minimize_of_a_crashing_pipe(tmp_path: Path) -> None:
+    """A real minimize of a pipe: the handshake harness with a stand-in finding (an input
+    holding ``FINDING``) shrinks a seed followed by ``FINDING`` to ``FINDING``."""
+    import hashlib
+
+    seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir()).read_bytes()
+    work = tmp_path / "work"
+    res, pipe = _minimize_a_pipe(seed + b"FINDING", {
+        "PYTHON": sys.executable, "FLODL_FUZZ_WORK": str(work), **_stand_in_finding(tmp_path)},
+        tmp_path)
+    out = work / "findings" / "handshake" / f"minimized-{hashlib.sha1(b'FINDING').hexdigest()}"
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (f"fuzz/run.sh: minimize: wrote {out} (7 bytes; {pipe} is not a "
+                          f"regular file; driver log {work / 'logs' / 'handshake.minimize.log'})"
+                          "\n")
+    assert out.read_bytes() == b"FINDING"
+
+
 def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> None:
     # 20 digits: bash's "integer expression expected", then "must be > 0"; CI_RUNS=abc: every
     # target ran a few hundred inputs (libFuzzer's reading of a bad -runs) and ci passed
