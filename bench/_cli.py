@@ -1,29 +1,56 @@
 """Command-line helpers shared by the benchmark scripts (``python bench/X.py``: this folder is on
 ``sys.path``).
 
-The ``type=`` functions raise ``argparse.ArgumentTypeError``, so a bad value is argparse's usage
-line and one ``error: argument --X: ...`` line on stderr, exit 2, before anything is measured. A
-value is quoted as the package's error lines quote it (``flodl_proto.errors.shown``: a long one
-by its ends and length, an integer of more than 80 digits by its size). Sizes have upper bounds
-of this machine: :func:`mib_max` (its physical memory) and :func:`world_max` (a process per
-rank).
+Every script's parser is a :class:`Parser`: a usage error is one line on stderr, ``bench/X.py:
+error: MESSAGE``, exit 2, without argparse's usage text (``--help`` shows it), as the package's
+command line reports one. The ``type=`` functions raise ``argparse.ArgumentTypeError``, so a bad
+value is one ``bench/X.py: error: argument --X: ...`` line, before anything is measured. While a
+script imports NumPy and the codec (:func:`loading`), Ctrl-C is one ``bench/X.py: interrupted``
+line and exit 130, not a traceback. A value is quoted as the package's error lines quote it
+(``flodl_proto.errors.shown``: a long one by its ends and length, an integer of more than 80
+digits by its size). Sizes have upper bounds of this machine: :func:`mib_max` (its physical
+memory) and :func:`world_max` (a process per rank).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import math
 import os
+import queue
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
+
+#: the signals a Ctrl-C or SIGTERM that arrived while a script starts (:func:`loading`)
+_held: list[int] = []
+
+
+def _hold(signum: int, frame: object) -> None:
+    _held.append(signum)
+
+
+def _started_as_script() -> bool:
+    """Whether this process runs a script of this folder (``python bench/X.py``, its
+    ``__main__``), not a program that imports one (a test)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return isinstance(path, str) and Path(path).resolve().parent == Path(__file__).resolve().parent
+
+
+#: SIGINT's handler before this module held it (a script's start: Python's default handler), or
+#: None when it does not hold it; :func:`loading` ends the hold
+_sigint_before = (signal.signal(signal.SIGINT, _hold) if _started_as_script()
+                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None)
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # the checkout's package when none is installed (appended: an
     sys.path.append(_ROOT)  # installed one comes first)
 
+from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands.relay import whole_number  # noqa: E402
 from flodl_proto.errors import shown  # noqa: E402
 
@@ -35,6 +62,14 @@ MiB = 1 << 20
 RANK_PROCESS_BYTES = 64 * MiB
 #: :func:`world_max` when the physical memory cannot be read
 WORLD_MAX_UNKNOWN = 1024
+
+
+class Parser(_Parser):
+    """The parser of a benchmark script: the package's command-line parser
+    (``flodl_proto.cli``), whose usage error is the one line ``PROG: error: MESSAGE`` on stderr
+    and exit 2, without argparse's usage text before it (a value of the command line it quotes
+    is shown as the package's error lines show it, a line break escaped); ``--help`` is
+    argparse's."""
 
 
 def physical_memory() -> int | None:
@@ -132,6 +167,41 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def config(fields: dict[str, type | tuple[type, ...]]) -> Callable[[str], dict[str, object]]:
+    """``type=`` of a script's internal option that passes a child process its configuration as
+    a JSON object (``--worker``): an object with at least the keys of ``fields``, each of the
+    type given (a whole number >= 0 for ``int``; a number for ``float``). A malformed one (not
+    JSON, not an object, a key missing, a value of another type) is a usage error naming the
+    key and the value, where the child ended in a traceback."""
+
+    def parse(text: str) -> dict[str, object]:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"expected a JSON object, got {shown(text)}")
+        for key, kind in fields.items():
+            if key not in value:
+                raise argparse.ArgumentTypeError(f"no {key!r} in {shown(text)}")
+            item = value[key]
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            if (isinstance(item, bool) or not isinstance(item, kinds)
+                    or (isinstance(item, int) and item < 0)
+                    or (isinstance(item, float) and not math.isfinite(item))):
+                what = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+                raise argparse.ArgumentTypeError(
+                    f"{key!r}: expected {what}, got {shown(json.dumps(item))}")
+        return value
+
+    return parse
+
+
+#: how :func:`config`'s errors name a type
+_KIND_NAMES: dict[type, str] = {int: "a whole number >= 0", float: "a finite number",
+                                str: "a string"}
+
+
 class BenchFailed(Exception):
     """A process of the measured cluster failed or fell silent: :func:`run` prints the message
     as the one line ``NAME: error: MESSAGE`` and exits 1."""
@@ -153,6 +223,67 @@ def exited(what: str, code: int | None, stderr: str) -> BenchFailed:
     return BenchFailed(f"{what} exited with {code}" + (f": {last}" if last else ""))
 
 
+@contextlib.contextmanager
+def loading(name: str, active: bool) -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM while a script imports NumPy, ml_dtypes and the codec
+    (the script's first second; Ctrl-C is held from this module's import on, when a script of
+    this folder runs): when ``active`` (the script runs as ``__main__``), one that arrived is,
+    once the imports are done, the line ``NAME: interrupted`` (exit 130) or ``NAME:
+    terminated`` (exit 143) on stderr, as :func:`run` ends, where it was a KeyboardInterrupt
+    traceback (an extension module whose import is interrupted even prints its own traceback
+    and raises an ImportError); a KeyboardInterrupt raised in the block is the same. A signal
+    ignored when the block starts stays ignored. Not ``active`` (the script imported as a
+    module, a process that keeps SIGTERM's default): nothing more is held, and a Ctrl-C held
+    since this module's import is delivered to the handler before it."""
+    global _sigint_before
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    early, _sigint_before = _sigint_before, None
+    if early is not None:
+        previous[signal.SIGINT] = early
+    if not active:
+        if early is not None:
+            signal.signal(signal.SIGINT, early)
+            if _held:
+                _held.clear()
+                signal.raise_signal(signal.SIGINT)
+        yield
+        return
+    for s, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(s, _hold)
+    try:
+        yield
+    except KeyboardInterrupt:
+        _held.append(signal.SIGINT)
+    finally:
+        for s, handler in previous.items():  # None: not set from Python, the default
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+    if _held:
+        word, code = (("interrupted", 130) if signal.SIGINT in _held else ("terminated", 143))
+        print(f"{name}: {word}", file=sys.stderr, flush=True)
+        sys.exit(code)
+
+
+def interrupted_lock(exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``RuntimeError: release unlocked lock`` CPython raises when Ctrl-C
+    interrupts a wait on a condition (``queue.Queue.get``, ``threading.Event.wait``) as it takes
+    its lock back: the KeyboardInterrupt left the lock unheld, and the ``with`` block around
+    the wait failed to release it. It is a Ctrl-C (the KeyboardInterrupt is its context)."""
+    return isinstance(exc, RuntimeError) and isinstance(exc.__context__, KeyboardInterrupt)
+
+
+def queue_get(q: queue.Queue[T], timeout: float) -> T:
+    """``q.get(timeout=timeout)`` (``queue.Empty`` after ``timeout`` seconds), where a Ctrl-C
+    is always a KeyboardInterrupt, also when it interrupts the queue's wait as it takes its lock
+    back (:func:`interrupted_lock`)."""
+    try:
+        return q.get(timeout=timeout)
+    except RuntimeError as e:
+        if interrupted_lock(e):
+            raise KeyboardInterrupt from None
+        raise
+
+
 class _Terminated(BaseException):
     """SIGTERM arrived: raised in the main thread so ``main``'s cleanup (``finally`` blocks, the
     network lab's ``__exit__``) runs, as for Ctrl-C."""
@@ -164,14 +295,17 @@ def _terminate(signum: int, frame: object) -> None:
 
 def run(main: Callable[[], int], name: str) -> NoReturn:
     """Exit with ``main()``'s code; Ctrl-C (after ``main``'s own cleanup has run) is one line
-    ``NAME: interrupted`` on stderr and exit 130, SIGTERM (``timeout``, a cancelled job: often
+    ``NAME: interrupted`` on stderr and exit 130 (also when it interrupted a wait on a lock:
+    :func:`interrupted_lock`), SIGTERM (``timeout``, a cancelled job: often
     sent to the whole process group) ``NAME: terminated`` and exit 143, not a traceback nor a
     death that skips the cleanup (the network lab's namespaces were left behind); a
     :class:`BenchFailed` is ``NAME: error: MESSAGE`` and exit 1."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
         code = main()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and not interrupted_lock(e):
+            raise
         print(f"{name}: interrupted", file=sys.stderr, flush=True)
         code = 130
     except _Terminated:

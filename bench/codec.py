@@ -12,24 +12,25 @@ always 0, for exploration).
 
 from __future__ import annotations
 
-import argparse
 import hmac
 import time
 from collections.abc import Callable
 
-import numpy as np
-from _cli import MIB_WHY, mib_max, run, whole
+from _cli import MIB_WHY, Parser, loading, mib_max, run, whole
 
-from flodl_proto.codec import (
-    RecordKind,
-    RoundFrame,
-    RoundKind,
-    TensorPayload,
-    decode_mux_record_or_eos,
-    decode_round_frame_or_eos,
-    encode_frame_record,
-    encode_round_frame,
-)
+with loading("bench/codec.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
+    import numpy as np
+
+    from flodl_proto.codec import (
+        RecordKind,
+        RoundFrame,
+        RoundKind,
+        TensorPayload,
+        decode_mux_record_or_eos,
+        decode_round_frame_or_eos,
+        encode_frame_record,
+        encode_round_frame,
+    )
 
 MiB = 1 << 20
 
@@ -82,7 +83,7 @@ def plain_hmac(salt: bytes, pieces: list[memoryview | bytes], passes: int) -> No
 
 def main() -> int:
     """Run the benchmark, print the table and the verdict; the exit code (see the docstring)."""
-    ap = argparse.ArgumentParser(prog="bench/codec.py", description=__doc__)
+    ap = Parser(prog="bench/codec.py", description=__doc__)
     ap.add_argument("--mib", type=whole(1, mib_max(), MIB_WHY), default=256,
                     help="payload MiB (default 256), at most this machine's physical memory")
     ap.add_argument("--tensors", type=whole(1), default=8, help="f32 tensors (default 8)")

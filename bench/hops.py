@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import inspect
 import json
 import os
 import signal
@@ -58,25 +59,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-import numpy as np
+if __name__ == "__main__" and "--role" in sys.argv[1:]:
+    # a bare-chain process: the bench kills it (Ctrl-C reaches the bench alone); ignored from
+    # the start, before the imports below, as in main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import round as cluster
-from _cli import WORLD_WHY, BenchFailed, listed, number, one_of, run, whole, world_max
-
-from flodl_proto._oserr import os_reason
-from flodl_proto.codec import Dtype, FrameTemplate, RecordKind, RoundKind
-from flodl_proto.codec.loopback import encode_len_prefix
-from flodl_proto.codec.mux import encode_mux_record_parts
-from flodl_proto.codec.structs import PACKED
-from flodl_proto.spec import (
-    AUTH_TAG_LEN,
-    LEN_PREFIX_LEN,
-    MUX_AUTH_COVERED_HEADER_LEN,
-    MUX_HEADER_LEN,
-    MUX_PROTOCOL_VERSION,
-    MUX_RECORD_MAGIC,
+from _cli import (
+    WORLD_WHY,
+    BenchFailed,
+    Parser,
+    listed,
+    loading,
+    number,
+    one_of,
+    run,
+    shown,
+    whole,
+    world_max,
 )
+
+# Ctrl-C while the bench (not a bare-chain process: SIGTERM ends it without a line) imports
+# NumPy and the codec: one line, not a traceback
+with loading("bench/hops.py", __name__ == "__main__" and "--role" not in sys.argv[1:]):
+    import numpy as np
+    import round as cluster
+
+    from flodl_proto._oserr import os_reason
+    from flodl_proto.codec import Dtype, FrameTemplate, RecordKind, RoundKind
+    from flodl_proto.codec.loopback import encode_len_prefix
+    from flodl_proto.codec.mux import encode_mux_record_parts
+    from flodl_proto.codec.structs import PACKED
+    from flodl_proto.spec import (
+        AUTH_TAG_LEN,
+        LEN_PREFIX_LEN,
+        MUX_AUTH_COVERED_HEADER_LEN,
+        MUX_HEADER_LEN,
+        MUX_PROTOCOL_VERSION,
+        MUX_RECORD_MAGIC,
+    )
 
 
 def record_lengths(nbytes: int, dtype: str) -> dict[str, int]:
@@ -556,6 +577,40 @@ def _ratio_cell(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.2f} ({' '.join(f'{r:.2f}' for r in ratios)})"
 
 
+#: the bare-chain processes' roles, by the name ``--role`` gives
+ROLES: dict[str, Callable[..., None]] = {
+    "controller": role_controller, "relay": role_relay, "rank": role_rank,
+    "lean-controller": lean_controller, "lean-relay": lean_relay, "lean-rank": lean_rank}
+
+
+def role_call(words: list[str]) -> tuple[Callable[..., None], list[Any]]:
+    """The role function of ``--role NAME VALUE...`` (:data:`ROLES`) and its arguments: each a
+    whole number where the function takes an ``int``, a wire dtype (``f32``, ``bf16``) where it
+    takes a ``str``. ``ValueError`` naming the word for an unknown role, a count of values the
+    function does not take, or a value of the wrong kind."""
+    name, *rest = words
+    if name not in ROLES:
+        raise ValueError(f"expected one of {', '.join(ROLES)}, got {shown(name)}")
+    role = ROLES[name]
+    params = list(inspect.signature(role).parameters.values())
+    if len(rest) != len(params):
+        raise ValueError(f"{name} takes {len(params)} values "
+                         f"({' '.join(p.name.upper() for p in params)}), got {len(rest)}")
+    values: list[Any] = []
+    for param, text in zip(params, rest, strict=True):
+        if param.annotation in ("int", int):
+            if not (text.isascii() and text.isdigit()):
+                raise ValueError(f"{name} {param.name.upper()}: expected a whole number, got "
+                                 f"{shown(text)}")
+            values.append(int(text))
+        elif text not in ("f32", "bf16"):
+            raise ValueError(f"{name} {param.name.upper()}: expected f32 or bf16, got "
+                             f"{shown(text)}")
+        else:
+            values.append(text)
+    return role, values
+
+
 def _size(text: str) -> int:
     try:
         return cluster.parse_size(text)
@@ -564,7 +619,7 @@ def _size(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/hops.py", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="bench/hops.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--worlds", type=listed(whole(1, world_max(), WORLD_WHY)),
                     default=[2, 4, 8], help="comma-separated world sizes (default 2,4,8)")
@@ -584,13 +639,12 @@ def main(argv: list[str] | None = None) -> int:
         # SIGTERM (often sent to the whole process group) ends it without a line: the bench
         # writes the run's one line
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        role, *rest = args.role
-        nums: list[Any] = [int(x) if x.isdigit() else x for x in rest]  # a dtype: as it is
-        roles: dict[str, Callable[..., None]] = {
-            "controller": role_controller, "relay": role_relay, "rank": role_rank,
-            "lean-controller": lean_controller, "lean-relay": lean_relay, "lean-rank": lean_rank}
+        try:
+            role, values = role_call(args.role)
+        except ValueError as e:
+            ap.error(f"argument --role: {e}")
         try:  # a connection or an accept that fails (a peer gone, a socket timeout): one line
-            roles[role](*nums)
+            role(*values)
         except OSError as e:
             _died(e)
         return 0

@@ -39,8 +39,10 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-from _cli import MIB_WHY, mib_max, run, whole
+from _cli import MIB_WHY, Parser, loading, mib_max, run, whole
+
+with loading("bench/reduce.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
+    import numpy as np
 
 MiB = 1 << 20
 PAYLOAD_OFFSET = 31  # header 17 + dtype/ndim 2 + one dim 4 + nbytes 8
@@ -170,7 +172,7 @@ def _run_one(dtype_name: str, frames: int, mib: int, repeat: int,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="bench/reduce.py", description=__doc__.splitlines()[0],
         epilog="Targets: reduce >= 0.8x numpy's a += b over the same bytes for f32, >= 0.5x for "
         "bf16, peak RSS growth <= (frames + 2) x frame + 64 MiB; exit 1 when one is missed "

@@ -83,24 +83,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-import ml_dtypes
-import numpy as np
-import numpy.typing as npt
 from _cli import (
     WORLD_WHY,
     BenchFailed,
+    Parser,
+    config,
     exited,
     listed,
+    loading,
     mib_max,
     number,
     one_of,
+    queue_get,
     run,
     shown,
     whole,
     world_max,
 )
 
-from flodl_proto.runner import stages
+with loading("bench/round.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
+    import ml_dtypes
+    import numpy as np
+    import numpy.typing as npt
+
+    from flodl_proto.runner import stages
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -170,6 +176,12 @@ def p95(values: list[float]) -> float:
 
 
 # -- rank worker (a separate process) ------------------------------------------------------------
+#: the keys of a rank process's ``--worker`` configuration (:func:`worker`) and their types
+WORKER_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "rank": int, "world": int, "relay": str, "nbytes": int, "dtype": str, "version": int,
+    "warmup": int, "rounds": int}
+
+
 def worker(cfg: dict[str, Any]) -> None:
     """One rank: connect, run warm-up + measured rounds, print one JSON line of round times."""
     from flodl_proto.runner.rank import RankClient
@@ -632,7 +644,7 @@ class _Proc:
         """The child's next stdout line; ``BenchFailed`` when it ends its output first (or
         says nothing for ``timeout`` seconds)."""
         try:
-            line = self.lines.get(timeout=timeout)
+            line = queue_get(self.lines, timeout)
         except queue.Empty:
             raise BenchFailed(f"{what}: no output for {timeout:g} s") from None
         if not line:
@@ -651,7 +663,7 @@ class _Proc:
     def address(self, what: str, timeout: float = 60.0) -> str:
         """The address of the child's ``listening on ADDR`` first line."""
         try:
-            line = self.first.get(timeout=timeout)
+            line = queue_get(self.first, timeout)
         except queue.Empty:
             raise BenchFailed(f"{what}: no output") from None
         if not line.startswith("listening on "):
@@ -1073,8 +1085,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the configurations chosen on the command line, print the table, the stage breakdown
     and the verdict lines. Returns the exit code: 0 when every target that ran was met, 1 when
     one was missed or no configuration with a target ran (``--no-verdict``: always 0)."""
-    ap = argparse.ArgumentParser(prog="bench/round.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap = Parser(prog="bench/round.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", type=config(WORKER_FIELDS), help=argparse.SUPPRESS)
     ap.add_argument("--full", action="store_true",
                     help="W = 2, 4, 8 and 4 KiB, 64 KiB, 1, 4, 64, 256 MiB")
     ap.add_argument("--worlds", type=listed(whole(1, world_max(), WORLD_WHY)), default=None,
@@ -1103,7 +1115,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="exit 0 even when a target is missed (exploration)")
     args = ap.parse_args(argv)
     if args.worker:
-        worker(json.loads(args.worker))
+        worker(args.worker)
         return 0
     worlds = args.worlds or ([2, 4, 8] if args.full else [2, 4])
     try:

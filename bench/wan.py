@@ -52,13 +52,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from _cli import (
     MIB_WHY,
     WORLD_WHY,
     BenchFailed,
+    Parser,
+    config,
     exited,
     listed,
+    loading,
     mib_max,
     number,
     one_of,
@@ -66,6 +68,9 @@ from _cli import (
     whole,
     world_max,
 )
+
+with loading("bench/wan.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
+    import numpy as np
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +81,12 @@ TARGET_CAP = 100
 
 
 # -- rank worker (a separate process, inside a host's namespace) ---------------------------------
+#: the keys of a rank process's ``--worker`` configuration (:func:`worker`) and their types
+WORKER_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "rank": int, "world": int, "relay": str, "mib": (int, float), "dtype": str, "warmup": int,
+    "rounds": int, "host": int, "hosts": int}
+
+
 def worker(cfg: dict[str, Any]) -> None:
     """One rank: connect, run warm-up + measured rounds, print one JSON line of round times."""
     import ml_dtypes
@@ -272,8 +283,8 @@ def _unit(cap: float) -> str:
 
 def main() -> int:
     """Run the configurations, print the table and the verdict; return the exit code."""
-    ap = argparse.ArgumentParser(prog="bench/wan.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap = Parser(prog="bench/wan.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", type=config(WORKER_FIELDS), help=argparse.SUPPRESS)
     ap.add_argument("--worlds", type=listed(whole(2, world_max(), WORLD_WHY)), default="4,8",
                     help="comma-separated world sizes (even, >= 4: two ranks per host, one "
                     "host idle per round; default 4,8)")
@@ -293,7 +304,7 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     args = ap.parse_args()
     if args.worker:
-        worker(json.loads(args.worker))
+        worker(args.worker)
         return 0
     odd = [w for w in args.worlds if w % 2]
     if odd:

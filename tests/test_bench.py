@@ -483,3 +483,27 @@ def test_run_cluster_keeps_peak_rss_per_role_with_two_relays() -> None:
     assert set(run.rss_kib) == {"controller", "relay", "rank"}
     assert all(kib > 10_000 for kib in run.rss_kib.values())  # a Python with numpy loaded
     assert len(run.times) == 2
+
+
+class _LockLeftUnheld:
+    """A queue whose ``get`` fails as CPython's does when Ctrl-C interrupts its wait as the wait
+    takes its lock back."""
+
+    def get(self, timeout: float | None = None) -> str:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("release unlocked lock")
+
+
+@pytest.mark.parametrize("call", ["next_line", "address"])
+def test_a_process_wait_interrupted_in_the_queue_s_lock_is_a_keyboard_interrupt(
+        call: str) -> None:
+    """``_Proc.next_line`` ended the script in ``RuntimeError: release unlocked lock`` when
+    Ctrl-C arrived inside ``queue.get``: it is a KeyboardInterrupt, so the script's cleanup and
+    its ``interrupted`` line follow."""
+    rb = _load("round")
+    proc = object.__new__(rb._Proc)
+    proc.lines = proc.first = _LockLeftUnheld()
+    with pytest.raises(KeyboardInterrupt):
+        getattr(proc, call)("rank 0")

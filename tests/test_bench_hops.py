@@ -191,3 +191,60 @@ def test_a_lean_chain_controller_given_a_bad_tag_ends_in_one_line() -> None:
     assert p.returncode == 1
     assert out == ""
     assert err == "bench/hops.py: lean-chain controller: a record failed its check\n"
+
+
+@pytest.mark.parametrize(("role", "error"), [
+    (["nonsense"], "expected one of controller, relay, rank, lean-controller, lean-relay, "
+                   "lean-rank, got 'nonsense'"),
+    (["{"], "expected one of controller, relay, rank, lean-controller, lean-relay, lean-rank, "
+            "got '{'"),
+    (["controller", "1"], "controller takes 3 values (RELAYS HOST BROADCAST), got 1"),
+    (["controller", "x", "1", "1"], "controller RELAYS: expected a whole number, got 'x'"),
+    (["rank", "1", "-5", "0", "5"], "rank SIZE: expected a whole number, got '-5'"),
+    (["lean-rank", "1", "100", "f16", "0", "5"],
+     "lean-rank DTYPE: expected f32 or bf16, got 'f16'"),
+], ids=["unknown", "brace", "too-few", "not-a-number", "negative", "dtype"])
+def test_a_malformed_role_is_one_usage_line(role: list[str], error: str) -> None:
+    """``--role nonsense`` ended in a KeyError traceback, ``--role controller 1`` in a
+    TypeError's, ``--role rank 1 -5 0 5`` deep in a socket call."""
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "hops.py"), "--role", *role],
+                       capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == f"bench/hops.py: error: argument --role: {error}\n"
+
+
+#: run in a fresh interpreter: ``bench/hops.py --role controller 1 100 100`` as ``python
+#: bench/hops.py`` runs it, after an import hook that sends this process SIGINT when NumPy is
+#: first imported (a Ctrl-C to the bench's process group while the bare chain starts)
+_SIGINT_AT_IMPORT = """
+import importlib.abc, runpy, signal, sys
+
+class Signal(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.argv = ["bench/hops.py", "--role", "controller", "1", "100", "100"]
+sys.path.insert(0, "bench")
+sys.meta_path.insert(0, Signal())
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_bare_chain_process_ignores_ctrl_c_while_it_imports_numpy() -> None:
+    """A Ctrl-C reaching a bare-chain process before it set SIGINT to ignored (while NumPy
+    loads) was a KeyboardInterrupt traceback: it is ignored from the start, as after."""
+    p = subprocess.Popen([sys.executable, "-c", _SIGINT_AT_IMPORT], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip().isdigit()  # its port: it waits for its relay
+        p.terminate()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert (p.returncode, out, err) == (-15, "", "")
