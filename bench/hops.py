@@ -74,7 +74,6 @@ from _cli import (
     number,
     one_of,
     run,
-    shown,
     whole,
     world_max,
 )
@@ -90,6 +89,7 @@ with loading("bench/hops.py", __name__ == "__main__" and "--role" not in sys.arg
     from flodl_proto.codec.loopback import encode_len_prefix
     from flodl_proto.codec.mux import encode_mux_record_parts
     from flodl_proto.codec.structs import PACKED
+    from flodl_proto.errors import shown
     from flodl_proto.spec import (
         AUTH_TAG_LEN,
         LEN_PREFIX_LEN,
