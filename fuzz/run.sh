@@ -173,16 +173,20 @@ seconds() {
 # need_atheris: the fuzzing modes need atheris (the fuzz extra); say so in one line
 need_atheris() {
   "$PY" -c 'import atheris' >/dev/null 2>&1 || {
+    [ "$INTERRUPTED" -eq 0 ] || interrupted  # Ctrl-C during the check: no verdict on atheris
     echo "fuzz/run.sh: atheris is not installed for $PY: install the fuzz extra (pip install -e '.[fuzz]')" >&2
     exit 2
   }
 }
 
+# targets: the target names, one line. A Ctrl-C while they are listed leaves the list empty (a
+# subshell has not this shell's trap): every caller checks INTERRUPTED after reading it
 targets() { "$PY" -c 'from fuzz.harnesses import TARGETS; print(" ".join(TARGETS))'; }
 
 is_target() {
   local t
   for t in $(targets); do [ "$t" = "$1" ] && return 0; done
+  [ "$INTERRUPTED" -eq 0 ] || interrupted
   return 1
 }
 
@@ -272,6 +276,7 @@ run_all() {
       done
     fi
   done
+  [ "$INTERRUPTED" -eq 0 ] || interrupted
   for pid in ${BACKGROUND[@]+"${BACKGROUND[@]}"}; do
     rc=0; wait "$pid" || rc=$?
     [ "$rc" -ne 130 ] && [ "$INTERRUPTED" -eq 0 ] || interrupted
@@ -315,6 +320,7 @@ run_ci() {
       cp -r "$tmp/findings/$t" "$WORK/findings/ci/" || true
     fi
   done
+  [ "$INTERRUPTED" -eq 0 ] || interrupted
   [ "$failed" -eq 0 ] || {
     echo "fuzz/run.sh: ci: findings copied to $(pasted "$WORK/findings/ci")" >&2; exit 1
   }

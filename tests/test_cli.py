@@ -1911,3 +1911,41 @@ def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
     raw = bytes(range(240, 256))  # 16 raw bytes, none of them ASCII: the salt itself
     path.write_bytes(raw)
     assert cli_salt(None, str(path)) == raw
+
+
+def _ctrl_c_python(tmp_path: Path, step: str) -> str:
+    """An interpreter for ``fuzz/run.sh`` (``PYTHON``) that, when it runs the script's ``step``
+    (``atheris``: the check that atheris is there; ``targets``: the listing of the targets),
+    does what Ctrl-C does to it: SIGINT to its whole process group (the script's), then dies
+    of it. Anything else is run by this interpreter."""
+    pattern = {"atheris": "'import atheris'", "targets": "*'import TARGETS'*"}[step]
+    python = tmp_path / "python"
+    python.write_text(f"""#!/bin/sh
+case "$1 $2" in -c\\ {pattern}) kill -INT 0; sleep 5; exit 1 ;; esac
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize(("step", "args"), [
+    ("atheris", ("handshake", "5")),
+    ("atheris", ("all", "5")),
+    ("atheris", ("ci",)),
+    ("targets", ("handshake", "5")),
+    ("targets", ("all", "5")),
+    ("targets", ("ci",)),
+    ("targets", ("replay", "handshake", "x.bin")),
+    ("targets", ("minimize", "handshake", "x.bin")),
+])
+def test_fuzz_ctrl_c_while_the_script_starts_is_an_interruption(step: str, args: tuple[str, ...],
+                                                                tmp_path: Path) -> None:
+    """Ctrl-C while the script checked for atheris said ``atheris is not installed`` (exit 2);
+    while it listed the targets, ``all`` and ``ci`` ran no target and exited 0, a single target,
+    replay and minimize said ``unknown target handshake`` (exit 2). Each is an interruption."""
+    (tmp_path / "x.bin").write_bytes(b"x")
+    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, start_new_session=True,
+                          env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step),
+                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
