@@ -487,3 +487,10 @@ def test_an_expected_blob_of_another_kind_is_refused_ahead() -> None:
                 if c.data["op"] == "len_framed.read" and c.data["expect"] == "eof")
     assert field_problem({**case.data, "expect": "ok", "blob": None}) == (
         f"field 'blob' is null, {_HEX}")
+
+
+def test_a_bit_pattern_of_one_digit_says_digit(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A bit pattern of one digit was told ``it has 1 digits``."""
+    _refused_edit(tmp_path, capsys, "bf16.json", "bf16.to_f32", "ok", ("bf16_bits", ), "0x0",
+                  f"field 'bf16_bits' is the string '0x0', {_BF16}: it has 1 digit")

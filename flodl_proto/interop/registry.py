@@ -224,7 +224,7 @@ def _bits_flaws(text: str, width: int | None) -> str:
     if not digits:
         flaws.append("it has no digits")
     elif not other and width is not None and len(digits) != width // 4:
-        flaws.append(f"it has {len(digits)} digits")
+        flaws.append(f"it has {len(digits)} digit{'' if len(digits) == 1 else 's'}")
     return "; ".join(flaws)
 
 
