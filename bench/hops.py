@@ -538,9 +538,10 @@ def bare_chain(hosts: list[list[int]], lengths: dict[str, int], warmup: int,
             try:
                 code = p.wait(STALL * 2)
             except subprocess.TimeoutExpired:
-                raise BenchFailed(f"a bare-chain process did not end: {_role_of(p)}") from None
+                raise BenchFailed(f"a {_chain_of(p)} process did not end: {_role_of(p)}"
+                                  ) from None
             if code != 0:
-                raise BenchFailed(f"a bare-chain process failed (exit {p.returncode}): "
+                raise BenchFailed(f"a {_chain_of(p)} process failed (exit {p.returncode}): "
                                   f"{_role_of(p)}")
     finally:
         for p in procs:
@@ -556,13 +557,26 @@ def _line(p: subprocess.Popen[str]) -> str:
     assert p.stdout is not None
     line = p.stdout.readline()
     if not line:
-        raise BenchFailed(f"a bare-chain process ended early (its line above): {_role_of(p)}")
+        try:
+            code = p.wait(STALL * 2)
+        except subprocess.TimeoutExpired:
+            how = "its output closed"
+        else:  # a signal (SIGTERM, SIGKILL) ends a chain process without a line of its own
+            how = (f"{signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+                   else f"exit {code}, its line above")
+        raise BenchFailed(f"a {_chain_of(p)} process ended early ({how}): {_role_of(p)}")
     return line
 
 
 def _role_of(p: subprocess.Popen[str]) -> str:
     args = [str(a) for a in p.args]  # type: ignore[union-attr]
     return " ".join(args[args.index("--role") + 1:])
+
+
+def _chain_of(p: subprocess.Popen[str]) -> str:
+    """``lean-chain`` for a process of the lean chain (its role ``lean-...``), else
+    ``bare-chain``."""
+    return "lean-chain" if _role_of(p).startswith("lean-") else "bare-chain"
 
 
 def _cpu_cell(cpu: dict[str, float]) -> str:

@@ -248,3 +248,33 @@ def test_a_bare_chain_process_ignores_ctrl_c_while_it_imports_numpy() -> None:
             p.kill()
             p.communicate()
     assert (p.returncode, out, err) == (-15, "", "")
+
+
+@pytest.mark.parametrize(("role", "killed", "ending"), [
+    (["lean-relay", "{port}", "2", "4096", "f32"], False,
+     "a lean-chain process ended early (exit 1, its line above): lean-relay {port} 2 4096 f32"),
+    (["relay", "{port}", "1", "100", "100", "100"], False,
+     "a bare-chain process ended early (exit 1, its line above): relay {port} 1 100 100 100"),
+    (["lean-controller", "1", "4096", "f32"], True,
+     "a lean-chain process ended early (SIGTERM): lean-controller 1 4096 f32"),
+], ids=["lean-exit", "bare-exit", "lean-sigterm"])
+def test_a_process_that_ends_early_is_named_with_its_chain_and_end(
+        role: list[str], killed: bool, ending: str) -> None:
+    """A lean-chain process that ended before its line was told "a bare-chain process ended
+    early (its line above)", and so was one killed by a signal, which writes no line: the
+    bench names its chain and how it ended."""
+    hops = _hops()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: a connection is refused
+        port = str(closed.getsockname()[1])
+        p = hops._spawn(*(a.format(port=port) for a in role))
+        try:
+            if killed:
+                assert hops._line(p).strip().isdigit()  # its port: it waits for its relay
+                p.terminate()
+            with pytest.raises(hops.BenchFailed) as e:
+                hops._line(p)
+        finally:
+            p.kill()
+            p.communicate()
+    assert str(e.value) == ending.format(port=port)
