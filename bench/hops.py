@@ -20,14 +20,17 @@ world size, hosts, frame size and dtype:
   state machine;
 - the lean chain: the same processes, threads and records, each party doing the protocol's
   minimum work on them in plain Python, NumPy and :mod:`hmac` (:class:`_Image`; a test checks
-  its records against the codec): a rank scales its arrays into its frame's tensors, signs the
-  frame, and checks the reply's tag and layout before decoding its tensors into the arrays; a
-  relay checks each rank frame's tag and layout, folds the round's frames in f32 into the
-  HostFrame and signs it (frame and record tags), and checks each Broadcast's header, record
-  tag and layout before writing its frame to every rank; the controller checks each
-  HostFrame's header, both tags and layout, sums the round's frames in f32, scales them into
-  the Broadcast and signs it. No state machine, no error paths, no deaths or deadlines: what
-  any implementation of this design in CPython must do a round, and no more;
+  its records against the codec): a rank scales its arrays by its weight into its frame's
+  tensors (in the wire dtype), writes the weight and signs the frame, and checks the reply's
+  tag, weight and layout before decoding its tensors into the arrays; a relay checks each rank
+  frame's length prefix, tag, weight and layout, folds the round's frames in f32 into the
+  HostFrame with the weights' sum and signs it (frame and record tags), and checks each
+  Broadcast's header, record tag, weight and layout before writing its frame to every rank; the
+  controller checks each HostFrame's header, both tags, weight and layout, sums the round's
+  frames in f32, scales them by f32(1 / the weights' sum) into the Broadcast (bf16: rounded
+  after the sum and again after the scale, as upstream) and signs it. No state machine, no
+  error paths, no deaths or deadlines: what any implementation of this design in CPython must
+  do a round, and no more (a rank that ends with arrays other than their mean fails the run);
 - the cluster of ``bench/round.py`` (``run_cluster``, untraced): this package's controller, relays
   and ranks.
 
@@ -45,7 +48,9 @@ from __future__ import annotations
 import argparse
 import hmac
 import inspect
+import itertools
 import json
+import math
 import os
 import signal
 import socket
@@ -97,6 +102,7 @@ with loading("bench/hops.py", __name__ == "__main__" and "--role" not in sys.arg
         MUX_HEADER_LEN,
         MUX_PROTOCOL_VERSION,
         MUX_RECORD_MAGIC,
+        ROUND_FRAME_HEADER_LEN,
     )
 
 
@@ -269,6 +275,7 @@ def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
 
 # -- the lean chain: the bare chain doing the protocol's minimum work a record ------------------
 _HEADER = PACKED["MUX_HEADER"]
+_F64 = struct.Struct("<d")
 #: the lean chain's session salt (any 16 bytes)
 SALT = bytes(range(16))
 
@@ -276,9 +283,10 @@ SALT = bytes(range(16))
 class _Image:
     """A record's buffer in a lean-chain process: ``lead`` bytes (a loopback length prefix or a
     mux header), then the frame of ``bench/round.py``'s 4 tensors of ``nbytes`` payload bytes in
-    ``dtype``, its tag last; made from the codec's bytes of such a record, with NumPy views of its
-    tensors (``tensors``) and the frame's bytes before its first tensor (``layout``: what a
-    reader that remembers a frame's layout compares)."""
+    ``dtype``, its tag last; made from the codec's bytes of such a record (weight 1.0), with
+    NumPy views of its tensors (``tensors``, in the wire dtype) and the bytes a reader that
+    remembers a frame's layout compares (``regions``: the length prefix of a loopback blob, and
+    every byte of the frame that is neither a payload, the weight nor the tag)."""
 
     def __init__(self, nbytes: int, dtype: str, kind: RecordKind | None) -> None:
         element = 2 if dtype == "bf16" else 4
@@ -297,13 +305,34 @@ class _Image:
         self.buf = bytearray(record)
         self.view = memoryview(self.buf)
         whole = np.frombuffer(self.buf, np.uint8)
-        base = whole.ctypes.data
         image = np.frombuffer(plain.seal(1.0, SALT), np.uint8)
-        starts = [p.ctypes.data - image.ctypes.data for p in plain.payloads]
-        self.tensors = [whole[self.lead + at:self.lead + at + per * element].view(
-            plain.payloads[0].dtype) for at in starts]
-        assert self.tensors[0].ctypes.data - base == self.lead + starts[0]
-        self.layout = bytes(self.buf[self.lead:self.lead + starts[0]])
+        starts = [self.lead + p.ctypes.data - image.ctypes.data for p in plain.payloads]
+        size = per * element
+        self.tensors = [whole[at:at + size].view(plain.payloads[0].dtype) for at in starts]
+        #: the frame's weight (f64): after its magic, tensor count and kind
+        self.weight_at = self.lead + ROUND_FRAME_HEADER_LEN + 1
+        spans = [(self.lead, self.weight_at), (self.weight_at + _F64.size, starts[0])]
+        spans += [(at + size, nxt) for at, nxt in itertools.pairwise(starts)]
+        spans += [(starts[-1] + size, len(self.buf) - AUTH_TAG_LEN)]
+        if kind is None:
+            spans.insert(0, (0, LEN_PREFIX_LEN))
+        self.regions = [(x, y, bytes(self.buf[x:y])) for x, y in spans if y > x]
+
+    @property
+    def weight(self) -> float:
+        """The frame's weight."""
+        w: float = _F64.unpack_from(self.buf, self.weight_at)[0]
+        return w
+
+    @weight.setter
+    def weight(self, w: float) -> None:
+        _F64.pack_into(self.buf, self.weight_at, w)
+
+    def layout_ok(self) -> bool:
+        """The remembered bytes (``regions``) unchanged, and the weight finite and not below
+        0."""
+        v = self.view
+        return 0.0 <= self.weight < math.inf and all(v[x:y] == b for x, y, b in self.regions)
 
     def sign_frame(self) -> None:
         """Write the frame's tag (its bytes before the tag, the session salt)."""
@@ -312,11 +341,10 @@ class _Image:
             :AUTH_TAG_LEN]
 
     def frame_ok(self) -> bool:
-        """The frame's tag and its remembered layout."""
+        """The frame's tag and its layout (:meth:`layout_ok`)."""
         v = self.view
         return (hmac.compare_digest(hmac.digest(SALT, v[self.lead:-AUTH_TAG_LEN], "sha256")[
-            :AUTH_TAG_LEN], v[-AUTH_TAG_LEN:])
-            and v[self.lead:self.lead + len(self.layout)] == self.layout)
+            :AUTH_TAG_LEN], v[-AUTH_TAG_LEN:]) and self.layout_ok())
 
     def _record_tag(self) -> bytes:
         v = self.view
@@ -330,17 +358,18 @@ class _Image:
         self.view[MUX_AUTH_COVERED_HEADER_LEN:MUX_HEADER_LEN] = self._record_tag()
 
     def record_ok(self, kind: RecordKind, inner: bool) -> bool:
-        """The header's fields, the record's tag and (``inner``) the frame's tag and layout."""
+        """The header's fields, the record's tag, the frame's layout and (``inner``) the frame's
+        tag."""
         magic, version, got, _, length, tag = _HEADER.unpack_from(self.view, 0)
         return (magic == MUX_RECORD_MAGIC and version == MUX_PROTOCOL_VERSION and got == kind
                 and length == len(self.buf) - MUX_HEADER_LEN
                 and hmac.compare_digest(self._record_tag(), tag)
-                and (self.frame_ok() if inner else
-                     self.view[self.lead:self.lead + len(self.layout)] == self.layout))
+                and (self.frame_ok() if inner else self.layout_ok()))
 
 
-def _sum_into(sums: list[np.ndarray], images: list[_Image]) -> None:
-    """The fold: each tensor of ``images`` added, in f32, into ``sums``."""
+def _fold(images: list[_Image], sums: list[np.ndarray]) -> float:
+    """The fold: each tensor of ``images`` added, in f32, into ``sums``, in order; returns the
+    weights' sum (f64, from -0.0, as upstream's)."""
     first, *rest = images
     for k, acc in enumerate(sums):
         if rest:
@@ -349,6 +378,10 @@ def _sum_into(sums: list[np.ndarray], images: list[_Image]) -> None:
             np.copyto(acc, first.tensors[k])
         for im in rest[1:]:
             np.add(acc, im.tensors[k], out=acc, dtype=np.float32)
+    total = -0.0
+    for im in images:
+        total += im.weight
+    return total
 
 
 def _lean_server(conns: list[socket.socket], images: list[_Image],
@@ -386,23 +419,36 @@ def _send_whole(sock: socket.socket, buffers: list[Any]) -> None:
         raise OSError("a record written in part (the peer stopped reading)")
 
 
+def _sums_for(out: _Image) -> list[np.ndarray]:
+    """Where a fold of ``out``'s dtype sums: ``out``'s own f32 tensors, or f32 arrays beside its
+    bf16 ones (the sum is then rounded into them)."""
+    if out.tensors[0].dtype == np.float32:
+        return out.tensors
+    return [np.empty(t.shape, np.float32) for t in out.tensors]
+
+
 def lean_controller(relays: int, nbytes: int, dtype: str) -> None:
     """The lean chain's controller: as :func:`role_controller`, and each HostFrame's header,
-    record tag, frame tag and layout checked; the round's frames summed in f32, scaled by the
-    inverse of the weights' sum into the Broadcast's frame, its two tags written."""
+    record tag, frame tag, weight and layout checked; the round's frames summed in f32 (the sum
+    rounded to the wire dtype), scaled by f32(1 / the weights' sum) into the Broadcast's frame
+    (rounded again), its weight and two tags written."""
     srv = _listen()
     print(srv.getsockname()[1], flush=True)
     conns = [_nodelay(srv.accept()[0]) for _ in range(relays)]
     started = time.process_time()
     images = [_Image(nbytes, dtype, RecordKind.HOST_FRAME) for _ in conns]
     out = _Image(nbytes, dtype, RecordKind.BROADCAST)
-    sums = [np.empty(t.shape, np.float32) for t in out.tensors]
-    scale = 1.0 / relays
+    sums = _sums_for(out)
 
     def done() -> None:
-        _sum_into(sums, images)
+        weight = _fold(images, sums)
+        inv = np.float32(1.0 / weight) if weight > 0.0 else None
         for acc, t in zip(sums, out.tensors, strict=True):
-            np.multiply(acc, scale, out=t, casting="unsafe")
+            if acc is not t:  # bf16: the sum is rounded, then widened, scaled, rounded again
+                np.copyto(t, acc, casting="unsafe")
+            if inv is not None:
+                np.multiply(t, inv, out=t, dtype=np.float32, casting="unsafe")
+        out.weight = weight
         out.sign_record()
         for c in conns:
             _send_whole(c, [out.buf])
@@ -413,10 +459,11 @@ def lean_controller(relays: int, nbytes: int, dtype: str) -> None:
 
 
 def lean_relay(port: int, ranks: int, nbytes: int, dtype: str) -> None:
-    """The lean chain's relay: as :func:`role_relay`, and each rank's frame tag and layout
-    checked; the round's frames summed in f32 into the HostFrame's frame, its two tags written;
-    each Broadcast's header, record tag and layout checked before its frame goes to every rank
-    behind a length prefix."""
+    """The lean chain's relay: as :func:`role_relay`, and each rank's length prefix, frame
+    tag, weight and layout checked; the round's frames summed in f32 into the HostFrame's frame
+    (rounded to the wire dtype), its weight (the weights' sum) and two tags written; each
+    Broadcast's header, record tag, weight and layout checked before its frame goes to every
+    rank behind a length prefix."""
     up = _nodelay(socket.create_connection(("127.0.0.1", port)))
     srv = _listen()
     print(srv.getsockname()[1], flush=True)
@@ -424,14 +471,16 @@ def lean_relay(port: int, ranks: int, nbytes: int, dtype: str) -> None:
     started = time.process_time()
     images = [_Image(nbytes, dtype, None) for _ in conns]
     out = _Image(nbytes, dtype, RecordKind.HOST_FRAME)
-    sums = [np.empty(t.shape, np.float32) for t in out.tensors]
+    sums = _sums_for(out)
     broadcast = _Image(nbytes, dtype, RecordKind.BROADCAST)
     prefix = bytes(images[0].buf[:LEN_PREFIX_LEN])
 
     def done() -> None:
-        _sum_into(sums, images)
+        weight = _fold(images, sums)
         for acc, t in zip(sums, out.tensors, strict=True):
-            np.copyto(t, acc, casting="unsafe")
+            if acc is not t:
+                np.copyto(t, acc, casting="unsafe")
+        out.weight = weight
         out.sign_record()
         _send_whole(up, [out.buf])
 
@@ -453,13 +502,20 @@ def lean_relay(port: int, ranks: int, nbytes: int, dtype: str) -> None:
     _cpu_report(started, rounds)
 
 
+#: the weight (realized-work mass) each lean-chain rank sends: the consensus of ranks whose
+#: arrays are all ones stays all ones, round after round
+LEAN_WEIGHT = 1.0
+
+
 def lean_rank(port: int, nbytes: int, dtype: str, warmup: int, rounds: int) -> None:
-    """The lean chain's rank: as :func:`role_rank`, and each round its 4 f32 arrays scaled into
-    the frame's tensors (in the wire dtype) and the frame's tag written; the reply's tag and
-    layout checked and its tensors decoded into the arrays."""
+    """The lean chain's rank: as :func:`role_rank`, and each round its 4 f32 arrays (all ones)
+    scaled by f32(its weight) into the frame's tensors (rounded to the wire dtype), the weight
+    and the frame's tag written; the reply's length prefix, tag, weight and layout checked and,
+    its weight above 0, its tensors decoded into the arrays."""
     sock = _nodelay(socket.create_connection(("127.0.0.1", port)))
     frame, reply = _Image(nbytes, dtype, None), _Image(nbytes, dtype, None)
     arrays = [np.ones(t.shape, np.float32) for t in frame.tensors]
+    scale = np.float32(LEAN_WEIGHT)
     times = []
     cpu = 0.0
     for i in range(warmup + rounds):
@@ -468,21 +524,25 @@ def lean_rank(port: int, nbytes: int, dtype: str, warmup: int, rounds: int) -> N
         t0 = time.perf_counter()
         try:
             for a, t in zip(arrays, frame.tensors, strict=True):
-                np.multiply(a, 0.5, out=t, casting="unsafe")
+                np.multiply(a, scale, out=t, casting="unsafe")
+            frame.weight = LEAN_WEIGHT
             frame.sign_frame()
             _send_whole(sock, [frame.buf])
             whole = _recv_exact(sock, reply.view)
             if whole:
                 if not reply.frame_ok():
                     raise OSError("a reply failed its check")
-                for a, t in zip(arrays, reply.tensors, strict=True):
-                    np.copyto(a, t)
+                if reply.weight > 0.0:
+                    for a, t in zip(arrays, reply.tensors, strict=True):
+                        np.copyto(a, t)
         except OSError as e:
             _died(e)
         if not whole:
             _died(OSError("the relay closed the connection"))
         if i >= warmup:
             times.append(time.perf_counter() - t0)
+    if not all(np.allclose(a, 1.0, rtol=1e-3, atol=0.0) for a in arrays):  # a fault of the work
+        _died(OSError("the consensus is not the ranks' mean"))
     print(json.dumps({"times": times, "cpu": time.process_time() - cpu}), flush=True)
     sock.close()
 
@@ -616,6 +676,9 @@ def role_call(words: list[str]) -> tuple[Callable[..., None], list[Any]]:
             if not (text.isascii() and text.isdigit()):
                 raise ValueError(f"{name} {param.name.upper()}: expected a whole number, got "
                                  f"{shown(text)}")
+            if param.name in ("relays", "ranks") and int(text) < 1:  # a server of no peer
+                raise ValueError(f"{name} {param.name.upper()}: expected a whole number >= 1, "
+                                 f"got {shown(text)}")
             values.append(int(text))
         elif text not in ("f32", "bf16"):
             raise ValueError(f"{name} {param.name.upper()}: expected f32 or bf16, got "

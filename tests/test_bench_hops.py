@@ -141,6 +141,7 @@ def test_a_lean_chain_record_is_signed_and_read_as_the_codec_does(kind: str | No
               enumerate(image.tensors)]
     for v, t in zip(values, image.tensors, strict=True):
         np.copyto(t, v, casting="unsafe")
+    image.weight = 2.5
     if rec_kind is None:
         image.sign_frame()
         frame, used = decode_framed_round(bytes(image.buf), hops.SALT)
@@ -157,13 +158,30 @@ def test_a_lean_chain_record_is_signed_and_read_as_the_codec_does(kind: str | No
     wire = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
     assert [t.array().astype(np.float32).tolist() for t in frame.tensors] == [
         v.astype(wire).astype(np.float32).tolist() for v in values]
-    image.buf[-1] ^= 1  # the frame's tag
-    assert not (image.frame_ok() if rec_kind is None else image.record_ok(rec_kind, True))
+    assert frame.weight == 2.5 == image.weight
+
+    def ok() -> bool:
+        return image.frame_ok() if rec_kind is None else image.record_ok(rec_kind, True)
+
+    at = image.tensors[1].ctypes.data - np.frombuffer(image.buf, np.uint8).ctypes.data
+    for where in (-1, at - 1, at - 9, image.lead + 2, 0):  # the tag, the second tensor's byte
+        # count and shape, the frame's tensor count, the prefix or header
+        image.buf[where] ^= 1
+        assert not ok(), where
+        image.buf[where] ^= 1
+        assert ok(), where
+    image.weight = -1.0  # a weight the protocol refuses (tag and all else good)
+    if rec_kind is None:
+        image.sign_frame()
+    else:
+        image.sign_record()
+    assert not ok()
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("hosts", [[[0, 1]], [[0, 1], [2, 3]], [[0], [1, 2]]],
-                         ids=["one host", "two hosts", "a host of one rank"])
+@pytest.mark.parametrize("hosts", [[[0, 1]], [[0, 1], [2, 3]], [[0], [1, 2]],
+                                   [[0, 1, 2, 3], [4, 5, 6, 7]]],
+                         ids=["one host", "two hosts", "a host of one rank", "8 ranks"])
 def test_lean_chain_runs_rounds_in_the_cluster_shape(hosts: list[list[int]], dtype: str) -> None:
     hops = _hops()
     times, cpu = hops.bare_chain(hosts, hops.record_lengths(4096, dtype), 3, 40,
@@ -203,7 +221,11 @@ def test_a_lean_chain_controller_given_a_bad_tag_ends_in_one_line() -> None:
     (["rank", "1", "-5", "0", "5"], "rank SIZE: expected a whole number, got '-5'"),
     (["lean-rank", "1", "100", "f16", "0", "5"],
      "lean-rank DTYPE: expected f32 or bf16, got 'f16'"),
-], ids=["unknown", "brace", "too-few", "not-a-number", "negative", "dtype"])
+    (["lean-controller", "0", "4096", "f32"],
+     "lean-controller RELAYS: expected a whole number >= 1, got '0'"),
+    (["relay", "1", "0", "100", "100", "100"],
+     "relay RANKS: expected a whole number >= 1, got '0'"),
+], ids=["unknown", "brace", "too-few", "not-a-number", "negative", "dtype", "no relay", "no rank"])
 def test_a_malformed_role_is_one_usage_line(role: list[str], error: str) -> None:
     """``--role nonsense`` ended in a KeyError traceback, ``--role controller 1`` in a
     TypeError's, ``--role rank 1 -5 0 5`` deep in a socket call."""
