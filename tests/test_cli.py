@@ -1917,11 +1917,14 @@ def _ctrl_c_python(tmp_path: Path, step: str) -> str:
     """An interpreter for ``fuzz/run.sh`` (``PYTHON``) that, when it runs the script's ``step``
     (``atheris``: the check that atheris is there; ``targets``: the listing of the targets),
     does what Ctrl-C does to it: SIGINT to its whole process group (the script's), then dies
-    of it. Anything else is run by this interpreter."""
+    of it. Before the ``targets`` step, the check for atheris passes whether atheris is
+    installed or not. Anything else is run by this interpreter."""
     pattern = {"atheris": "'import atheris'", "targets": "*'import TARGETS'*"}[step]
+    atheris = ("" if step == "atheris" else
+               "case \"$1 $2\" in -c\\ 'import atheris') exit 0 ;; esac\n")
     python = tmp_path / "python"
     python.write_text(f"""#!/bin/sh
-case "$1 $2" in -c\\ {pattern}) kill -INT 0; sleep 5; exit 1 ;; esac
+{atheris}case "$1 $2" in -c\\ {pattern}) kill -INT 0; sleep 5; exit 1 ;; esac
 exec {sys.executable} "$@"
 """)
     python.chmod(0o755)
