@@ -191,9 +191,8 @@ def _reader(sock: socket.socket, size: int, barrier: _Barrier) -> None:
 
 def _died(e: OSError) -> NoReturn:
     role = sys.argv[sys.argv.index("--role") + 1] if "--role" in sys.argv else "?"
-    chain, _, role = role.rpartition("-")  # lean-rank: the lean chain's rank
-    print(f"bench/hops.py: {chain or 'bare'}-chain {role}: {os_reason(e)}", file=sys.stderr,
-          flush=True)
+    print(f"bench/hops.py: {_chain_named(role)} {role.removeprefix('lean-')}: {os_reason(e)}",
+          file=sys.stderr, flush=True)
     os._exit(1)
 
 
@@ -247,13 +246,11 @@ def role_relay(port: int, ranks: int, rank: int, host: int, broadcast: int) -> N
     _cpu_report(started, barrier.done)
 
 
-def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
-    """The bare chain's rank: dial its relay at ``port``, then ``warmup`` + ``rounds`` times
-    write a ``size``-byte record and read one back; print the measured rounds' times (seconds)
-    and its CPU over them as one JSON line."""
-    sock = _nodelay(socket.create_connection(("127.0.0.1", port)))
-    frame = bytes(size)
-    view = memoryview(bytearray(size))
+def _rank_rounds(warmup: int, rounds: int, one_round: Callable[[], bool]) -> tuple[
+        list[float], float]:
+    """Run ``warmup`` + ``rounds`` rounds of a chain's rank (``one_round``: False when the relay
+    closed the connection, which ends the process in one line, as an OSError does); return the
+    measured rounds' times and the CPU over them (seconds)."""
     times = []
     cpu = 0.0
     for i in range(warmup + rounds):
@@ -261,15 +258,32 @@ def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
             cpu = time.process_time()
         t0 = time.perf_counter()
         try:
-            sent = sock.sendmsg([frame])
-            whole = sent == len(frame) and _recv_exact(sock, view)
+            whole = one_round()
         except OSError as e:
             _died(e)
         if not whole:
             _died(OSError("the relay closed the connection"))
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    print(json.dumps({"times": times, "cpu": time.process_time() - cpu}), flush=True)
+    return times, time.process_time() - cpu
+
+
+def _rank_report(times: list[float], cpu: float) -> None:
+    print(json.dumps({"times": times, "cpu": cpu}), flush=True)
+
+
+def role_rank(port: int, size: int, warmup: int, rounds: int) -> None:
+    """The bare chain's rank: dial its relay at ``port``, then ``warmup`` + ``rounds`` times
+    write a ``size``-byte record and read one back; print the measured rounds' times (seconds)
+    and its CPU over them as one JSON line."""
+    sock = _nodelay(socket.create_connection(("127.0.0.1", port)))
+    frame = bytes(size)
+    view = memoryview(bytearray(size))
+
+    def one_round() -> bool:
+        return sock.sendmsg([frame]) == len(frame) and _recv_exact(sock, view)
+
+    _rank_report(*_rank_rounds(warmup, rounds, one_round))
     sock.close()
 
 
@@ -516,34 +530,26 @@ def lean_rank(port: int, nbytes: int, dtype: str, warmup: int, rounds: int) -> N
     frame, reply = _Image(nbytes, dtype, None), _Image(nbytes, dtype, None)
     arrays = [np.ones(t.shape, np.float32) for t in frame.tensors]
     scale = np.float32(LEAN_WEIGHT)
-    times = []
-    cpu = 0.0
-    for i in range(warmup + rounds):
-        if i == warmup:
-            cpu = time.process_time()
-        t0 = time.perf_counter()
-        try:
-            for a, t in zip(arrays, frame.tensors, strict=True):
-                np.multiply(a, scale, out=t, casting="unsafe")
-            frame.weight = LEAN_WEIGHT
-            frame.sign_frame()
-            _send_whole(sock, [frame.buf])
-            whole = _recv_exact(sock, reply.view)
-            if whole:
-                if not reply.frame_ok():
-                    raise OSError("a reply failed its check")
-                if reply.weight > 0.0:
-                    for a, t in zip(arrays, reply.tensors, strict=True):
-                        np.copyto(a, t)
-        except OSError as e:
-            _died(e)
-        if not whole:
-            _died(OSError("the relay closed the connection"))
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+
+    def one_round() -> bool:
+        for a, t in zip(arrays, frame.tensors, strict=True):
+            np.multiply(a, scale, out=t, casting="unsafe")
+        frame.weight = LEAN_WEIGHT
+        frame.sign_frame()
+        _send_whole(sock, [frame.buf])
+        if not _recv_exact(sock, reply.view):
+            return False
+        if not reply.frame_ok():
+            raise OSError("a reply failed its check")
+        if reply.weight > 0.0:
+            for a, t in zip(arrays, reply.tensors, strict=True):
+                np.copyto(a, t)
+        return True
+
+    times, cpu = _rank_rounds(warmup, rounds, one_round)
     if not all(np.allclose(a, 1.0, rtol=1e-3, atol=0.0) for a in arrays):  # a fault of the work
         _died(OSError("the consensus is not the ranks' mean"))
-    print(json.dumps({"times": times, "cpu": time.process_time() - cpu}), flush=True)
+    _rank_report(times, cpu)
     sock.close()
 
 
@@ -633,10 +639,14 @@ def _role_of(p: subprocess.Popen[str]) -> str:
     return " ".join(args[args.index("--role") + 1:])
 
 
+def _chain_named(role: str) -> str:
+    """``lean-chain`` for a role of the lean chain (``lean-...``), else ``bare-chain``."""
+    return "lean-chain" if role.startswith("lean-") else "bare-chain"
+
+
 def _chain_of(p: subprocess.Popen[str]) -> str:
-    """``lean-chain`` for a process of the lean chain (its role ``lean-...``), else
-    ``bare-chain``."""
-    return "lean-chain" if _role_of(p).startswith("lean-") else "bare-chain"
+    """The chain (:func:`_chain_named`) of a process the bench started."""
+    return _chain_named(_role_of(p))
 
 
 def _cpu_cell(cpu: dict[str, float]) -> str:
