@@ -7,6 +7,7 @@
 #                                   finding
 #   fuzz/run.sh ci                  every target with a fixed seed and a fixed number of runs
 #                                   (deterministic, a few seconds each); exits 1 on any finding
+#                                   (its logs: $FLODL_FUZZ_WORK/logs/ci/TARGET.log)
 #   fuzz/run.sh minimize TARGET FILE   shrink a finding (writes FILE.min, or, when FILE is not a
 #                                   regular file, e.g. a pipe <(...),
 #                                   $FLODL_FUZZ_WORK/findings/TARGET/minimized-SHA1; exit 1 when
@@ -25,7 +26,8 @@
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
 # `all`, default 1); FLODL_FUZZ_WORK (work folder for grown corpora, logs and findings, default
-# fuzz/.work); FLODL_FUZZ_CI_RUNS (override the per-target run counts of `ci`); FLODL_FUZZ_ARGS
+# fuzz/.work; a relative one is taken from the checkout; the messages name it by absolute path);
+# FLODL_FUZZ_CI_RUNS (override the per-target run counts of `ci`); FLODL_FUZZ_ARGS
 # (extra libFuzzer flags).
 #
 # New inputs a campaign finds go to $FLODL_FUZZ_WORK/corpus/TARGET (the committed seed corpus in
@@ -38,6 +40,8 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 WORK=${FLODL_FUZZ_WORK:-fuzz/.work}
+# by absolute path: the paths the messages name (logs, findings) work from the caller's folder
+case "$WORK" in /*) ;; *) WORK="$PWD/${WORK#./}" ;; esac
 COMMON=(-dict=fuzz/flodl.dict -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1)
 read -r -a EXTRA <<< "${FLODL_FUZZ_ARGS:-}"
 PREFIX=()
@@ -311,18 +315,19 @@ run_ci() {
   for t in $(targets); do
     runs=${FLODL_FUZZ_CI_RUNS:-${CI_RUNS[$t]:-2000}}
     rc=0
-    fuzz_one "$t" "$tmp/$t.log" "$tmp/findings/$t" "$tmp/corpus/$t" -seed=1 \
+    # the log and a finding go to the work folder, where the lines that name them point (the
+    # temporary folder, which keeps the run's new inputs only, is removed on exit); a target's
+    # findings folder is left only when it failed or holds something
+    fuzz_one "$t" "$WORK/logs/ci/$t.log" "$WORK/findings/ci/$t" "$tmp/corpus/$t" -seed=1 \
       -runs="$runs" -reload=0 || rc=$?
+    [ "$rc" -ne 0 ] || rmdir "$WORK/findings/ci/$t" 2>/dev/null || true
     [ "$rc" -ne 130 ] || interrupted
-    if [ "$rc" -ne 0 ]; then
-      failed=1
-      mkdir -p "$WORK/findings/ci"
-      cp -r "$tmp/findings/$t" "$WORK/findings/ci/" || true
-    fi
+    [ "$rc" -eq 0 ] || failed=1
   done
+  [ "$failed" -ne 0 ] || rmdir "$WORK/findings/ci" 2>/dev/null || true
   [ "$INTERRUPTED" -eq 0 ] || interrupted
   [ "$failed" -eq 0 ] || {
-    echo "fuzz/run.sh: ci: findings copied to $(pasted "$WORK/findings/ci")" >&2; exit 1
+    echo "fuzz/run.sh: ci: findings in $(pasted "$WORK/findings/ci")" >&2; exit 1
   }
 }
 

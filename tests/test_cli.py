@@ -837,7 +837,50 @@ def test_fuzz_work_folder_paths_are_printed_as_a_shell_reads_them(folder: str, p
     res = _fuzz("ci", env=env)
     assert res.returncode == 1, res.stderr
     assert res.stderr.splitlines()[-1] == (
-        f"fuzz/run.sh: ci: findings copied to {shown(work / 'findings' / 'ci')}")
+        f"fuzz/run.sh: ci: findings in {shown(work / 'findings' / 'ci')}")
+
+
+def test_fuzz_default_work_folder_is_named_by_absolute_path(tmp_path: Path) -> None:
+    """With the default work folder (``fuzz/.work`` of the checkout) the findings and logs a run
+    names were relative to the checkout (``fuzz/.work/logs/handshake.log``): from the caller's
+    folder they named nothing. They are named by absolute path, quoted as any path the script
+    prints. (A copy of the script in a folder of its own: the run writes into its checkout.)"""
+    tree = tmp_path / "check out"
+    (tree / "fuzz").mkdir(parents=True)
+    for name in ("run.sh", "__init__.py"):
+        shutil.copy(ROOT / "fuzz" / name, tree / "fuzz" / name)
+    (tree / "fuzz" / "harnesses").symlink_to(ROOT / "fuzz" / "harnesses")
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_FUZZ_WORK"}
+    res = subprocess.run(["bash", os.path.join("..", "check out", "fuzz", "run.sh"), "all", "1"],
+                         capture_output=True, text=True, timeout=60, cwd=caller,
+                         env={**env, "PYTHON": _stand_in_python(tmp_path)})
+    assert res.returncode == 1, res.stderr
+    work = tree / "fuzz" / ".work"
+    assert res.stdout.splitlines()[0].endswith(
+        f" FINDING (exit 1, '{work / 'findings' / 'handshake' / 'crash-0'}')"), res.stdout
+    lines = res.stderr.splitlines()
+    assert lines[0] == f"fuzz/run.sh: handshake: last lines of '{work / 'logs' / 'handshake.log'}':"
+    assert lines[-1] == f"fuzz/run.sh: findings (see '{work / 'findings'}')"
+    assert (work / "logs" / "handshake.log").is_file()
+    assert sorted(p.name for p in caller.iterdir()) == []
+
+
+def test_fuzz_ci_names_a_log_and_a_finding_that_outlive_the_run(tmp_path: Path) -> None:
+    """``ci`` wrote each target's log and findings to a temporary folder removed on exit, and
+    its lines named them there (``last lines of /tmp/tmp.X/handshake.log``, ``FINDING (exit 1,
+    /tmp/tmp.X/findings/handshake/crash-0)``): paths that no longer existed. They go to the work
+    folder now, where the lines point."""
+    work = tmp_path / "work"
+    res = _fuzz("ci", env={"PYTHON": _stand_in_python(tmp_path), "FLODL_FUZZ_WORK": str(work)})
+    assert res.returncode == 1, res.stderr
+    log = work / "logs" / "ci" / "handshake.log"
+    assert f"fuzz/run.sh: handshake: last lines of {log}:" in res.stderr.splitlines()
+    assert log.read_text() == (
+        f"Test unit written to {work / 'findings' / 'ci' / 'handshake'}/crash-0\n")
+    assert res.stdout.splitlines()[0].endswith(
+        f" FINDING (exit 1, {work / 'findings' / 'ci' / 'handshake' / 'crash-0'})"), res.stdout
 
 
 def _minimize_a_pipe(data: bytes, env: dict[str, str],
@@ -1952,3 +1995,4 @@ def test_fuzz_ctrl_c_while_the_script_starts_is_an_interruption(step: str, args:
                           env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step),
                                "FLODL_FUZZ_WORK": str(tmp_path / "work")})
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
+
