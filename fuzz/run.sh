@@ -178,14 +178,18 @@ seconds() {
 need_atheris() {
   "$PY" -c 'import atheris' >/dev/null 2>&1 || {
     [ "$INTERRUPTED" -eq 0 ] || interrupted  # Ctrl-C during the check: no verdict on atheris
-    echo "fuzz/run.sh: atheris is not installed for $PY: install the fuzz extra (pip install -e '.[fuzz]')" >&2
+    echo "fuzz/run.sh: atheris is not installed for $(pasted "$PY"): install the fuzz extra (pip install -e '.[fuzz]')" >&2
     exit 2
   }
 }
 
 # targets: the target names, one line. A Ctrl-C while they are listed leaves the list empty (a
-# subshell has not this shell's trap): every caller checks INTERRUPTED after reading it
-targets() { "$PY" -c 'from fuzz.harnesses import TARGETS; print(" ".join(TARGETS))'; }
+# subshell has not this shell's trap): every caller checks INTERRUPTED after reading it. The
+# interpreter dies of the Ctrl-C at its default, without a KeyboardInterrupt traceback
+targets() {
+  "$PY" -c 'import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)
+from fuzz.harnesses import TARGETS; print(" ".join(TARGETS))'
+}
 
 is_target() {
   local t
@@ -333,7 +337,12 @@ run_ci() {
 
 [ $# -ge 1 ] || usage
 case "$1" in
-  list) [ $# -eq 1 ] || usage; targets ;;
+  list)
+    [ $# -eq 1 ] || usage
+    rc=0; targets || rc=$?
+    [ "$INTERRUPTED" -eq 0 ] || interrupted
+    exit "$rc"
+    ;;
   ci) [ $# -eq 1 ] || usage; check_ci_runs; need_atheris; run_ci ;;
   all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
@@ -375,7 +384,7 @@ case "$1" in
     [ "$INTERRUPTED" -eq 0 ] && [ "$rc" -ne 130 ] || interrupted
     if [ -s "$MIN_TMP/input.min" ]; then
       if [ -n "$out" ]; then
-        where=$(shown "$3.min") elsewhere=
+        where=$(pasted "$3.min") elsewhere=
       else
         mkdir -p "$WORK/findings/$2"
         out="$(cd "$WORK/findings/$2" && pwd)/minimized-$(sha1sum < "$MIN_TMP/input.min" |

@@ -883,6 +883,34 @@ def test_fuzz_ci_names_a_log_and_a_finding_that_outlive_the_run(tmp_path: Path) 
         f" FINDING (exit 1, {work / 'findings' / 'ci' / 'handshake' / 'crash-0'})"), res.stdout
 
 
+def test_fuzz_without_atheris_quotes_the_interpreter(tmp_path: Path) -> None:
+    """The interpreter was named as it is: a path with a space could not be pasted back."""
+    shadow = tmp_path / "shadow" / "atheris"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('atheris hidden for this test')\n")
+    python = tmp_path / "py thon"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    res = _fuzz("round_frame", "5", env={"PYTHON": str(python),
+                                         "PYTHONPATH": str(tmp_path / "shadow")})
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", (
+        f"fuzz/run.sh: atheris is not installed for '{python}': install the fuzz extra "
+        "(pip install -e '.[fuzz]')\n"))
+
+
+def test_fuzz_minimize_quotes_the_file_it_writes(tmp_path: Path) -> None:
+    """``FILE.min`` was named as it is: ``wrote a b.bin.min``, which a shell reads as two
+    words."""
+    (tmp_path / "a b.bin").write_bytes(b"abcdef")
+    work = tmp_path / "work"
+    res = _fuzz("minimize", "handshake", "a b.bin", cwd=tmp_path,
+                env={"PYTHON": _stand_in_python(tmp_path), "FLODL_FUZZ_WORK": str(work)})
+    log = work / "logs" / "handshake.minimize.log"
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == f"fuzz/run.sh: minimize: wrote 'a b.bin.min' (3 bytes; driver log {log})\n"
+    assert (tmp_path / "a b.bin.min").read_bytes() == b"abc"
+
+
 def _minimize_a_pipe(data: bytes, env: dict[str, str],
                      cwd: Path) -> tuple[subprocess.CompletedProcess[str], str]:
     """``fuzz/run.sh minimize handshake <(printf ...)`` of ``data``, from the folder ``cwd``:
@@ -1983,12 +2011,14 @@ exec {sys.executable} "$@"
     ("targets", ("ci",)),
     ("targets", ("replay", "handshake", "x.bin")),
     ("targets", ("minimize", "handshake", "x.bin")),
+    ("targets", ("list",)),
 ])
 def test_fuzz_ctrl_c_while_the_script_starts_is_an_interruption(step: str, args: tuple[str, ...],
                                                                 tmp_path: Path) -> None:
     """Ctrl-C while the script checked for atheris said ``atheris is not installed`` (exit 2);
     while it listed the targets, ``all`` and ``ci`` ran no target and exited 0, a single target,
-    replay and minimize said ``unknown target handshake`` (exit 2). Each is an interruption."""
+    replay and minimize said ``unknown target handshake`` (exit 2); ``list`` exited 130 without
+    a line. Each is an interruption."""
     (tmp_path / "x.bin").write_bytes(b"x")
     proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
                           text=True, timeout=60, cwd=tmp_path, start_new_session=True,
@@ -1996,3 +2026,34 @@ def test_fuzz_ctrl_c_while_the_script_starts_is_an_interruption(step: str, args:
                                "FLODL_FUZZ_WORK": str(tmp_path / "work")})
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
 
+
+#: a ``sitecustomize`` under which the interpreter, as it imports the fuzz targets, does what
+#: Ctrl-C does to it: SIGINT to its whole process group (the script's), then waits for it
+_CTRL_C_AT_TARGETS = """import os, signal, sys, time
+
+
+class _CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "fuzz.harnesses":
+            os.killpg(0, signal.SIGINT)
+            time.sleep(5)
+        return None
+
+
+sys.meta_path.insert(0, _CtrlC())
+"""
+
+
+@pytest.mark.parametrize("args", [("list",), ("handshake", "5")])
+def test_fuzz_ctrl_c_while_the_targets_load_prints_no_traceback(args: tuple[str, ...],
+                                                                tmp_path: Path) -> None:
+    """A Ctrl-C while the interpreter listed the targets (importing them takes about a second)
+    was its ``KeyboardInterrupt`` traceback, then the script's line."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_CTRL_C_AT_TARGETS)
+    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, start_new_session=True,
+                          env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(site),
+                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
