@@ -17,6 +17,7 @@
 #                                   the first finding: a line naming the FILE, then its traceback;
 #                                   2 when the package's dependencies are not installed)
 #   fuzz/run.sh list                the targets
+#   fuzz/run.sh -h | --help         this text (exit 0)
 #
 # SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'. FILEs are
 # named from the caller's folder.
@@ -54,9 +55,20 @@ declare -A CI_RUNS=(
   [host_fold]=1200 [controller_core]=900 [relay_core]=900
 )
 
-# usage: the comment block at the top of this file, from its second line to its first line that
-# is not a comment
-usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCRIPT"; exit 2; }
+# show_help: the comment block at the top of this file, from its second line to its first line
+# that is not a comment, on stdout (-h, --help), exit 0
+show_help() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCRIPT"; exit 0; }
+
+# usage_error MESSAGE: a command line the script does not take: one line saying what is wrong and
+# where the help is, exit 2
+usage_error() { echo "fuzz/run.sh: $1; see fuzz/run.sh --help" >&2; exit 2; }
+
+# arity MODE WANTED GOT: MODE was given GOT arguments where it takes WANTED
+arity() {
+  local s=s
+  [ "$3" -ne 1 ] || s=
+  usage_error "$1 takes $2, got $3 argument$s"
+}
 
 # shown TEXT / quoted TEXT: TEXT for a one-line message: as is (quoted: in single quotes) when it
 # is plain printable ASCII, else shell-quoted ($'a\nb', $'\342\200\256' for U+202E); over 80
@@ -335,18 +347,19 @@ run_ci() {
   }
 }
 
-[ $# -ge 1 ] || usage
+[ $# -ge 1 ] || usage_error "no mode given (a target, all, ci, minimize, replay or list)"
 case "$1" in
+  -h|--help) show_help ;;
   list)
-    [ $# -eq 1 ] || usage
+    [ $# -eq 1 ] || arity list "no arguments" $(($# - 1))
     rc=0; targets || rc=$?
     [ "$INTERRUPTED" -eq 0 ] || interrupted
     exit "$rc"
     ;;
-  ci) [ $# -eq 1 ] || usage; check_ci_runs; need_atheris; run_ci ;;
-  all) [ $# -eq 2 ] || usage; seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
+  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; need_atheris; run_ci ;;
+  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
   minimize)
-    [ $# -eq 3 ] || usage
+    [ $# -eq 3 ] || arity minimize "TARGET FILE" $(($# - 1))
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
     why=$(read_error "$file")
@@ -406,7 +419,7 @@ case "$1" in
     fi
     ;;
   replay)
-    [ $# -ge 3 ] || usage
+    [ $# -ge 3 ] || arity replay "TARGET FILE..." $(($# - 1))
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     target=$2
     shift 2
@@ -446,7 +459,12 @@ for name, data in inputs:
 EOF
     ;;
   *)
-    [ $# -eq 2 ] || usage
+    if [ $# -ne 2 ]; then
+      case "$1" in -*) usage_error "unknown option $(shown "$1")" ;; esac
+      is_target "$1" ||
+        usage_error "unknown mode or target $(shown "$1"); modes: all ci minimize replay list; targets: $(targets)"
+      arity "$1" SECONDS $(($# - 1))
+    fi
     is_target "$1" || { echo "fuzz/run.sh: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     need_atheris

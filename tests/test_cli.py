@@ -625,12 +625,57 @@ def test_fuzz_a_value_not_plain_ascii_is_shell_quoted(args: tuple[str, ...], env
     assert res.stderr.isascii()
 
 
-@pytest.mark.parametrize("args", [("ci", "extra"), ("list", "extra")])
-def test_fuzz_ci_and_list_take_no_argument(args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(("args", "line"), [
+    (("ci", "extra"), "ci takes no arguments, got 1 argument"),
+    (("list", "extra", "more"), "list takes no arguments, got 2 arguments"),
+])
+def test_fuzz_ci_and_list_take_no_argument(args: tuple[str, ...], line: str) -> None:
     # an extra argument was ignored: `ci extra` started the whole ci run
     res = _fuzz(*args)
-    assert (res.returncode, res.stderr) == (2, "")
-    assert res.stdout.startswith("Fuzz flodl-proto's parsers and state machines with atheris")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"fuzz/run.sh: {line}; see fuzz/run.sh --help\n")
+
+
+_TARGETS = ("handshake channel_magic round_frame control mux_record len_framed stream_round_frame "
+            "stream_len_framed mux_stream host_fold controller_core relay_core")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ((), "no mode given (a target, all, ci, minimize, replay or list)"),
+    (("all",), "all takes SECONDS, got 0 arguments"),
+    (("all", "5", "6"), "all takes SECONDS, got 2 arguments"),
+    (("minimize", "handshake"), "minimize takes TARGET FILE, got 1 argument"),
+    (("replay", "handshake"), "replay takes TARGET FILE..., got 1 argument"),
+    (("handshake",), "handshake takes SECONDS, got 0 arguments"),
+    (("handshake", "5", "6"), "handshake takes SECONDS, got 2 arguments"),
+    (("nosuch",), "unknown mode or target nosuch; modes: all ci minimize replay list; targets: "
+                  + _TARGETS),
+    (("a\nb", "5", "6"), "unknown mode or target $'a\\nb'; modes: all ci minimize replay list; "
+                         "targets: " + _TARGETS),
+    (("-x",), "unknown option -x"),
+    (("--verbose", "all", "5"), "unknown option --verbose"),
+], ids=["nothing", "all-none", "all-two", "minimize", "replay", "target-none", "target-two",
+        "unknown", "unknown-line-break", "option", "option-first"])
+def test_fuzz_usage_error_is_one_line_naming_what_is_wrong(args: tuple[str, ...],
+                                                          line: str) -> None:
+    """A command line the script does not take printed the whole help text (over 30 lines, on
+    stdout), whatever was wrong: one line on stderr now, saying what, and where the help is."""
+    res = _fuzz(*args)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"fuzz/run.sh: {line}; see fuzz/run.sh --help\n")
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_fuzz_help_is_the_help_text_and_exit_0(flag: str) -> None:
+    """``-h`` was read as an unknown target without SECONDS: the help text, exit 2."""
+    res = _fuzz(flag)
+    assert (res.returncode, res.stderr) == (0, "")
+    lines = res.stdout.splitlines()
+    assert lines[0] == ("Fuzz flodl-proto's parsers and state machines with atheris (see "
+                        "fuzz/README.md).")
+    assert "  fuzz/run.sh -h | --help         this text (exit 0)" in lines
+    assert lines[-1] == ("fuzz/corpus/TARGET is only read); findings go to "
+                         "$FLODL_FUZZ_WORK/findings/TARGET.")
 
 
 def test_fuzz_without_atheris_says_to_install_the_extra(tmp_path: Path) -> None:
@@ -663,9 +708,9 @@ def test_fuzz_usage_and_minimize_name_files_from_the_callers_folder(tmp_path: Pa
     directory does not exist", exit 1)."""
     rel = os.path.relpath(ROOT / "fuzz" / "run.sh", tmp_path)
     env = {**os.environ, "PYTHON": sys.executable}
-    res = subprocess.run(["bash", rel, "minimize", "handshake"], capture_output=True, text=True,
+    res = subprocess.run(["bash", rel, "--help"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path, env=env)
-    assert res.returncode == 2 and res.stderr == ""
+    assert res.returncode == 0 and res.stderr == ""
     assert "fuzz/run.sh minimize TARGET FILE" in res.stdout
     res = subprocess.run(["bash", rel, "minimize", "handshake", "missing.bin"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
@@ -1113,8 +1158,8 @@ exec {sys.executable} "$@"
 
 
 def test_fuzz_help_says_all_n_is_per_target() -> None:
-    res = _fuzz()
-    assert res.returncode == 2
+    res = _fuzz("--help")
+    assert res.returncode == 0
     assert "every target in turn, SECONDS seconds EACH" in res.stdout
 
 
