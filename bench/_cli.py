@@ -51,8 +51,9 @@ if _ROOT not in sys.path:  # the checkout's package when none is installed (appe
     sys.path.append(_ROOT)  # installed one comes first)
 
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
-from flodl_proto.commands.relay import whole_number  # noqa: E402
+from flodl_proto.commands.relay import SALT_ENV, salt_text_problem, whole_number  # noqa: E402
 from flodl_proto.errors import shown  # noqa: E402
+from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
 
 T = TypeVar("T")
 
@@ -195,6 +196,33 @@ def config(fields: dict[str, type | tuple[type, ...]]) -> Callable[[str], dict[s
         return value
 
     return parse
+
+
+def worker_salt(parser: argparse.ArgumentParser) -> bytes:
+    """The session salt of a script's ``--worker`` process (16 bytes): ``$FLODL_SESSION_SALT``,
+    32 hex digits (spaces between bytes and around them allowed), which the script sets for the
+    processes it starts. Unset, empty, or not 16 bytes of hex (a worker run by hand), it is a
+    usage error, ``parser.error``: the one line ``bench/X.py: error: ...`` naming the variable
+    and what is wrong, exit 2, where the worker ended in a KeyError's or a ValueError's
+    traceback. A salt is a secret: the message says what is wrong with it (its length, the
+    first character that is not a hex digit) without its digits, as the package's
+    ``flodl_proto.commands.relay.salt_text_problem`` says it.
+
+    No upstream counterpart (a benchmark's own worker)."""
+    text = os.environ.get(SALT_ENV)
+    if text is None or not text.strip():
+        parser.error(f"${SALT_ENV} is {'not set' if text is None else 'empty'}: --worker needs "
+                     f"the session salt as {2 * SESSION_SALT_BYTES} hex digits (the benchmark sets "
+                     "it for the processes it starts)")
+    clean = text.strip()
+    try:
+        raw = bytes.fromhex(clean)
+    except ValueError:
+        raw = b""
+    if len(raw) != SESSION_SALT_BYTES:
+        parser.error(f"${SALT_ENV}: session salt must be {SESSION_SALT_BYTES} bytes written as "
+                     f"{2 * SESSION_SALT_BYTES} hex digits, got {salt_text_problem(clean)}")
+    return raw
 
 
 #: how :func:`config`'s errors name a type

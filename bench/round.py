@@ -98,6 +98,7 @@ from _cli import (
     run,
     shown,
     whole,
+    worker_salt,
     world_max,
 )
 
@@ -182,8 +183,9 @@ WORKER_FIELDS: dict[str, type | tuple[type, ...]] = {
     "warmup": int, "rounds": int}
 
 
-def worker(cfg: dict[str, Any]) -> None:
-    """One rank: connect, run warm-up + measured rounds, print one JSON line of round times."""
+def worker(cfg: dict[str, Any], salt: bytes) -> None:
+    """One rank: connect, run warm-up + measured rounds, print one JSON line of round times.
+    ``salt``: the session salt, 16 bytes (:func:`_cli.worker_salt`)."""
     from flodl_proto.runner.rank import RankClient
 
     nbytes = int(cfg["nbytes"])
@@ -194,7 +196,6 @@ def worker(cfg: dict[str, Any]) -> None:
         a = (np.arange(per, dtype=np.float32) % 997) * np.float32(1e-3)
         a += np.float32(cfg["rank"] + i)
         arrays.append(a.astype(ml_dtypes.bfloat16) if bf16 else a)
-    salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
     times = []
     pause = bool(cfg.get("pause"))
     with RankClient.connect(cfg["relay"], cfg["rank"], cfg["world"], salt, cfg["version"],
@@ -1115,7 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="exit 0 even when a target is missed (exploration)")
     args = ap.parse_args(argv)
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, worker_salt(ap))
         return 0
     worlds = args.worlds or ([2, 4, 8] if args.full else [2, 4])
     try:

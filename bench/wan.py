@@ -66,6 +66,7 @@ from _cli import (
     one_of,
     run,
     whole,
+    worker_salt,
     world_max,
 )
 
@@ -87,8 +88,9 @@ WORKER_FIELDS: dict[str, type | tuple[type, ...]] = {
     "rounds": int, "host": int, "hosts": int}
 
 
-def worker(cfg: dict[str, Any]) -> None:
-    """One rank: connect, run warm-up + measured rounds, print one JSON line of round times."""
+def worker(cfg: dict[str, Any], salt: bytes) -> None:
+    """One rank: connect, run warm-up + measured rounds, print one JSON line of round times.
+    ``salt``: the session salt, 16 bytes (:func:`_cli.worker_salt`)."""
     import ml_dtypes
 
     from flodl_proto.codec import Dtype, RoundFrame, RoundKind, TensorPayload
@@ -105,7 +107,6 @@ def worker(cfg: dict[str, Any]) -> None:
     full = RoundFrame(RoundKind.MODEL, 1.0, tensors)
     idle = RoundFrame(RoundKind.MODEL, 0.0,
                       [TensorPayload.elide(int(wire), (per,)) for _ in range(TENSORS)])
-    salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
     times = []
     with RankClient.connect(cfg["relay"], cfg["rank"], cfg["world"], salt, 3) as client:
         for k in range(cfg["warmup"] + cfg["rounds"]):
@@ -304,7 +305,7 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, worker_salt(ap))
         return 0
     odd = [w for w in args.worlds if w % 2]
     if odd:

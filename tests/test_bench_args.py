@@ -384,6 +384,43 @@ def test_a_malformed_worker_is_one_usage_line(script: str, value: str, error: st
     assert res.stderr == f"bench/{script}.py: error: argument --worker: {error}\n"
 
 
+_WAN_RANK = {"rank": 0, "world": 4, "relay": "127.0.0.1:1", "mib": 1, "dtype": "f32",
+             "warmup": 1, "rounds": 1, "host": 0, "hosts": 2}
+_NOT_HEX = ("$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32 hex digits, got "
+            "32 characters, character 3 ('z') not a hex digit")
+
+
+@pytest.mark.parametrize(("script", "salt", "error"), [
+    ("round", None, "$FLODL_SESSION_SALT is not set: --worker needs the session salt as 32 hex "
+                    "digits (the benchmark sets it for the processes it starts)"),
+    ("round", " ", "$FLODL_SESSION_SALT is empty: --worker needs the session salt as 32 hex "
+                   "digits (the benchmark sets it for the processes it starts)"),
+    ("round", "5az7" + "0" * 28, _NOT_HEX),
+    ("round", "0" * 30, "$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32 hex "
+                        "digits, got 30 characters"),
+    ("round", "0" * 34, "$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32 hex "
+                        "digits, got 34 characters"),
+    ("wan", None, "$FLODL_SESSION_SALT is not set: --worker needs the session salt as 32 hex "
+                  "digits (the benchmark sets it for the processes it starts)"),
+    ("wan", "5az7" + "0" * 28, _NOT_HEX),
+], ids=["round-unset", "round-blank", "round-not-hex", "round-short", "round-long", "wan-unset",
+        "wan-not-hex"])
+def test_a_worker_without_a_usable_salt_is_one_usage_line(script: str, salt: str | None,
+                                                          error: str) -> None:
+    """A worker run by hand without ``$FLODL_SESSION_SALT`` ended in a KeyError's traceback, one
+    with a salt that is not hex in a ValueError's; one of another length went on to connect. One
+    line naming the variable now, without the salt's digits, exit 2, before any connection (the
+    relay's address is a closed port)."""
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_SESSION_SALT"}
+    if salt is not None:
+        env["FLODL_SESSION_SALT"] = salt
+    cfg = _RANK if script == "round" else _WAN_RANK
+    res = subprocess.run([sys.executable, f"bench/{script}.py", "--worker", json.dumps(cfg)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"bench/{script}.py: error: {error}\n")
+
+
 def test_ctrl_c_that_leaves_a_lock_unheld_is_the_interrupted_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C inside a queue's wait, as the wait takes its lock back, ended the script in
