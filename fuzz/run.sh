@@ -340,7 +340,7 @@ run_ci() {
     [ "$rc" -ne 130 ] || interrupted
     [ "$rc" -eq 0 ] || failed=1
   done
-  [ "$failed" -ne 0 ] || rmdir "$WORK/findings/ci" 2>/dev/null || true
+  [ "$failed" -ne 0 ] || { rmdir "$WORK/findings/ci" && rmdir "$WORK/findings"; } 2>/dev/null || true
   [ "$INTERRUPTED" -eq 0 ] || interrupted
   [ "$failed" -eq 0 ] || {
     echo "fuzz/run.sh: ci: findings in $(pasted "$WORK/findings/ci")" >&2; exit 1
