@@ -426,7 +426,7 @@ case "$1" in
     # each FILE, then each FILE as `shown` shows it: the Python part prints the names it is given
     names=()
     for f in "$@"; do names+=("$(shown "$f")"); done
-    "$PY" - "$CALLER_DIR" "$target" "$(shown "$PY")" "$@" "${names[@]}" <<'EOF'
+    "$PY" - "$CALLER_DIR" "$target" "$(pasted "$PY")" "$@" "${names[@]}" <<'EOF'
 import importlib, logging, os, sys, traceback
 logging.disable(logging.CRITICAL)
 caller, target, python, *rest = sys.argv[1:]

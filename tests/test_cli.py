@@ -778,6 +778,24 @@ def test_fuzz_replay_without_a_dependency_says_what_to_install(tmp_path: Path) -
         "with its extras (pip install -e '.[test,fuzz]')\n"))
 
 
+def test_fuzz_replay_without_a_dependency_quotes_the_interpreter(tmp_path: Path) -> None:
+    """The interpreter was named as it is, as ``atheris is not installed`` named it: a path with
+    a space could not be pasted back."""
+    stub = tmp_path / "stub" / "numpy"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    python = tmp_path / "py thon"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    seed = next((ROOT / "fuzz" / "corpus" / "control").iterdir())
+    res = _fuzz("replay", "control", str(seed),
+                env={"PYTHON": str(python), "PYTHONPATH": str(tmp_path / "stub")})
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", (
+        f"fuzz/run.sh: replay: numpy is not installed for '{python}': install the package "
+        "with its extras (pip install -e '.[test,fuzz]')\n"))
+
+
 #: a ``sitecustomize`` that makes the handshake harness raise on an input holding ``FINDING``,
 #: as a harness does on a finding (the committed corpus holds none that still fails), wherever
 #: the harness is imported: replay's ``importlib.import_module`` and the driver's
