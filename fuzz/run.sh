@@ -459,8 +459,8 @@ for name, data in inputs:
 EOF
     ;;
   *)
+    case "$1" in -*) usage_error "unknown option $(shown "$1")" ;; esac
     if [ $# -ne 2 ]; then
-      case "$1" in -*) usage_error "unknown option $(shown "$1")" ;; esac
       is_target "$1" ||
         usage_error "unknown mode or target $(shown "$1"); modes: all ci minimize replay list; targets: $(targets)"
       arity "$1" SECONDS $(($# - 1))

@@ -654,8 +654,9 @@ _TARGETS = ("handshake channel_magic round_frame control mux_record len_framed s
                          "targets: " + _TARGETS),
     (("-x",), "unknown option -x"),
     (("--verbose", "all", "5"), "unknown option --verbose"),
+    (("-x", "5"), "unknown option -x"),
 ], ids=["nothing", "all-none", "all-two", "minimize", "replay", "target-none", "target-two",
-        "unknown", "unknown-line-break", "option", "option-first"])
+        "unknown", "unknown-line-break", "option", "option-first", "option-and-seconds"])
 def test_fuzz_usage_error_is_one_line_naming_what_is_wrong(args: tuple[str, ...],
                                                           line: str) -> None:
     """A command line the script does not take printed the whole help text (over 30 lines, on
