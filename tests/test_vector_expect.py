@@ -215,11 +215,12 @@ def _edit_first(root: Path, file: str, op: str, expect: str, **changes: Any) -> 
     ("round_frame.json", "round_frame.roundtrip", "ok", {"frame": "00"},
      "field 'frame' is the string '00', not an object"),
     ("round_frame.json", "round_frame.read", "error", {"salt": "not-a-salt"},
-     "field 'salt' is the string 'not-a-salt', not a string of bytes in lowercase hex digits"),
+     "field 'salt' is the string 'not-a-salt', not a string of bytes in lowercase hex digits: "
+     "'n', 'o', 't', ... are not hex digits"),
     # was cut at 40 characters, without its length: 'zzz...z'...
     ("round_frame.json", "round_frame.read", "error", {"salt": "z" * 300},
      f"field 'salt' is the string '{'z' * 40}...{'z' * 20}' (300 characters), not a string of "
-     "bytes in lowercase hex digits"),
+     "bytes in lowercase hex digits: 'z' is not a hex digit"),
     ("bf16.json", "bf16.from_f32", "ok", {"f32_bits": 1065353216},
      "field 'f32_bits' is the number 1065353216, not a string of '0x' and lowercase hex digits"),
     ("reduce.json", "reduce_realized_work", "ok", {"inputs": {}},
@@ -382,7 +383,7 @@ _NESTED_GONE = object()  # a nested change that removes the key
      "field 'frame.tensors[0]' is the number 5, not an object"),
     ("round_frame.json", "round_frame.roundtrip", "ok", ("frame", "tensors", 0, "data"), "zz",
      "field 'frame.tensors[0].data' is the string 'zz', not a string of bytes in lowercase "
-     "hex digits"),
+     "hex digits: 'z' is not a hex digit"),
     ("round_frame.json", "round_frame.read", "ok", ("frame", "kind_byte"), _NESTED_GONE,
      "field 'frame.kind_byte' is missing"),
     ("reduce.json", "reduce_realized_work", "ok", ("output", "frame", "weight_bits"), 1,

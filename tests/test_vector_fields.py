@@ -56,12 +56,13 @@ def _refused_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str,
 
 _CS = "controller_session.json"
 _HEX = "not a string of bytes in lowercase hex digits"
+_Z = ": 'z' is not a hex digit"
 
 
 @pytest.mark.parametrize(("expect", "where", "value", "problem"), [
     # each read "FAIL ...: ValueError: non-hexadecimal number found in fromhex() arg at
     # position 0", "TypeError: fromhex() argument must be str, not int", "KeyError: 'bytes'"
-    ("ok", ("steps", 1, "bytes"), "zz", f"field 'steps[1].bytes' is the string 'zz', {_HEX}"),
+    ("ok", ("steps", 1, "bytes"), "zz", f"field 'steps[1].bytes' is the string 'zz', {_HEX}{_Z}"),
     ("ok", ("steps", 1, "bytes"), 7, f"field 'steps[1].bytes' is the number 7, {_HEX}"),
     ("ok", ("steps", 1, "bytes"), _GONE, "field 'steps[1].bytes' is missing"),
     ("ok", ("steps", 3, "bytes"), None, f"field 'steps[3].bytes' is null, {_HEX}"),
@@ -151,7 +152,7 @@ def test_the_bounds_of_a_session_are_well_above_the_shared_cases() -> None:
 @pytest.mark.parametrize(("op", "expect", "where", "value", "problem"), [
     # "ValueError: non-hexadecimal number found in fromhex() arg at position 0"
     ("reduce_realized_work", "ok", ("inputs", 0, "bytes"), "zz",
-     f"field 'inputs[0].bytes' is the string 'zz', {_HEX}"),
+     f"field 'inputs[0].bytes' is the string 'zz', {_HEX}{_Z}"),
     # "TypeError: string indices must be integers, not 'str'"
     ("reduce_realized_work", "ok", ("inputs", 1), "x",
      "field 'inputs[1]' is the string 'x', not an object or null"),
@@ -235,7 +236,7 @@ def _control(case: dict[str, Any]) -> bool:
      "field 'record.kind_byte' is the number 9, not a record kind byte (1 data, 2 control, "
      "3 host_frame, 4 broadcast)", None),
     ("mux_record.json", "mux_record.roundtrip", ("record", "payload"), "zz",
-     f"field 'record.payload' is the string 'zz', {_HEX}", None),
+     f"field 'record.payload' is the string 'zz', {_HEX}{_Z}", None),
     ("mux_record.json", "mux_record.roundtrip", ("record", "rank"), _GONE,
      "field 'record.rank' is missing", None),
     # "VectorMismatch: unknown control variant 'Bye'", "KeyError: 'host'"
@@ -335,15 +336,20 @@ _SALT_B = "5a17c0de429901fe3c88b70d6e21f493"
 
 @pytest.mark.parametrize(("where", "value", "problem"), [
     (("salt", ), _SALT_B[:3] + "C" + _SALT_B[4:],
-     f"field 'salt' is the string '5a1{'C' + _SALT_B[4:]}', {_HEX}"),
+     f"field 'salt' is the string '5a1{'C' + _SALT_B[4:]}', {_HEX}: its digit 'C' is upper "
+     "case"),
     (("salt", ), _SALT_B[:8] + " " + _SALT_B[8:],
-     f"field 'salt' is the string '5a17c0de {_SALT_B[8:]}', {_HEX}"),
-    (("salt", ), _SALT_B[:-1], f"field 'salt' is the string '{_SALT_B[:-1]}', {_HEX}"),
-    (("salt", ), _SALT_B + "\n", f"field 'salt' is the string '{_SALT_B}\\n', {_HEX}"),
+     f"field 'salt' is the string '5a17c0de {_SALT_B[8:]}', {_HEX}: ' ' is not a hex digit"),
+    (("salt", ), _SALT_B[:-1], f"field 'salt' is the string '{_SALT_B[:-1]}', {_HEX}: it has "
+                               "an odd number of digits (31)"),
+    (("salt", ), _SALT_B + "\n", f"field 'salt' is the string '{_SALT_B}\\n', {_HEX}: '\\n' is "
+                                "not a hex digit"),
     (("bytes", ), "AB" * 200,
-     f"field 'bytes' is the string '{'AB' * 20}...{'AB' * 10}' (400 characters), {_HEX}"),
+     f"field 'bytes' is the string '{'AB' * 20}...{'AB' * 10}' (400 characters), {_HEX}: its "
+     "digits 'A', 'B' are upper case"),
     (("frame", "tensors", 0, "data"), "0000803F",
-     f"field 'frame.tensors[0].data' is the string '0000803F', {_HEX}"),
+     f"field 'frame.tensors[0].data' is the string '0000803F', {_HEX}: its digit 'F' is upper "
+     "case"),
 ], ids=["upper-case-digit", "space", "odd-length", "line-break", "long-upper-case", "nested"])
 def test_hex_not_of_lowercase_digit_pairs_is_one_line(
         where: tuple[str | int, ...], value: str, problem: str, tmp_path: Path,
@@ -353,6 +359,47 @@ def test_hex_not_of_lowercase_digit_pairs_is_one_line(
     ran)."""
     _refused_edit(tmp_path, capsys, "round_frame.json", "round_frame.read", "ok", where, value,
                   problem)
+
+
+_MAC = "0123456789abcdef"
+
+
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    (("mac", ), "0x" + _MAC,
+     f"field 'mac' is the string '0x{_MAC}', {_HEX}: it has a '0x' prefix (bytes take none)"),
+    (("mac", ), "0X" + _MAC.upper(),
+     f"field 'mac' is the string '0X{_MAC.upper()}', {_HEX}: it has a '0X' prefix (bytes take "
+     "none); its digits 'A', 'B', 'C', ... are upper case"),
+    (("mac", ), _MAC[:-1], f"field 'mac' is the string '{_MAC[:-1]}', {_HEX}: it has an odd "
+                           "number of digits (15)"),
+    (("mac", ), "0x" + _MAC[:-1],
+     f"field 'mac' is the string '0x{_MAC[:-1]}', {_HEX}: it has a '0x' prefix (bytes take "
+     "none); it has an odd number of digits (15)"),
+    (("mac", ), "01 23 45 67 89 ab cd ef",
+     f"field 'mac' is the string '01 23 45 67 89 ab cd ef', {_HEX}: ' ' is not a hex digit"),
+    (("mac", ), "0123456789abcdeg",
+     f"field 'mac' is the string '0123456789abcdeg', {_HEX}: 'g' is not a hex digit"),
+    (("mac", ), "01:23_45-67", f"field 'mac' is the string '01:23_45-67', {_HEX}: ':', '_', '-' "
+                               "are not hex digits"),
+    (("frame", "tensors", 0, "data"), "0000803f0",
+     f"field 'frame.tensors[0].data' is the string '0000803f0', {_HEX}: it has an odd number of "
+     "digits (9)"),
+    (("frame", "tensors", 0, "data"), "0x0000803F",
+     f"field 'frame.tensors[0].data' is the string '0x0000803F', {_HEX}: it has a '0x' prefix "
+     "(bytes take none); its digit 'F' is upper case"),
+    (("salt", ), "0x", f"field 'salt' is the string '0x', {_HEX}: it has a '0x' prefix (bytes "
+                       "take none)"),
+], ids=["mac-prefix", "mac-prefix-upper", "mac-odd", "mac-prefix-odd", "mac-spaced",
+        "mac-not-a-digit", "mac-separators", "data-odd", "data-prefix-upper", "salt-prefix-only"])
+def test_bytes_say_what_is_wrong_with_them(
+        where: tuple[str | int, ...], value: str, problem: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Bytes (a mac, a tensor's data, a salt) with a ``0x`` prefix, an odd number of digits,
+    upper-case digits or characters that are no hex digit were told only "not a string of bytes
+    in lowercase hex digits": the line now names each flaw, with the offending characters, as
+    a bit pattern's does; the values refused are the same."""
+    _refused_edit(tmp_path, capsys, "round_frame.json", "round_frame.roundtrip", "ok", where,
+                  value, problem)
 
 
 @pytest.mark.parametrize(("op", "expect", "changes"), [
@@ -388,7 +435,7 @@ _PAYLOAD7 = "6f706171756520636f6e74726f6c2d6672616d65206279746573"
 
 @pytest.mark.parametrize(("where", "value", "problem"), [
     # each read "VectorMismatch: split"
-    (("header", ), "zz", f"field 'header' is the string 'zz', {_HEX}"),
+    (("header", ), "zz", f"field 'header' is the string 'zz', {_HEX}{_Z}"),
     (("payload", ), 5, f"field 'payload' is the number 5, {_HEX}"),
     (("header", ), lambda case: case["header"][:-2],
      f"field 'header' is the string {_HEADER7[:-2]!r}, 24 bytes, not the 25 of a record header"),
@@ -411,7 +458,8 @@ _PAYLOAD7 = "6f706171756520636f6e74726f6c2d6672616d65206279746573"
     (("bytes", ), _HEADER7[:20], f"field 'bytes' is the string {_HEADER7[:20]!r}, 10 bytes, not "
                                  "the 25 + 26 of field 'header' and its payload"),
     # "VectorMismatch: auth tag differs", "TypeError: ... 'NoneType'" / "bincode differs"
-    (("auth_tag", ), "x", f"field 'auth_tag' is the string 'x', {_HEX}"),
+    (("auth_tag", ), "x", f"field 'auth_tag' is the string 'x', {_HEX}: 'x' is not a hex "
+                         "digit"),
     (("auth_tag", ), "00", "field 'auth_tag' is the string '00', 1 byte, not the 8 of a "
                            "record's auth tag"),
     (("auth_tag", ), _last_byte_changed("auth_tag"),
@@ -458,13 +506,13 @@ def test_a_mux_record_split_unlike_the_record_names_the_field(name: str) -> None
     ("dead_ranks.json", "dead_ranks", None, ("steps", 5, "result"), "4",
      "field 'steps[5].result' is the string '4', not a whole number"),
     ("round_frame.json", "round_frame.roundtrip", None, ("mac", ), "zz",
-     f"field 'mac' is the string 'zz', {_HEX}"),
+     f"field 'mac' is the string 'zz', {_HEX}{_Z}"),
     ("round_frame.json", "round_frame.roundtrip", lambda c: "values" in c["frame"]["tensors"][0],
      ("frame", "tensors", 0, "values", 0), "1",
      "field 'frame.tensors[0].values[0]' is the string '1', not a number"),
     ("bf16.json", "payload.encode", None, ("bytes", ), 0, f"field 'bytes' is the number 0, {_HEX}"),
     ("bf16.json", "payload.scale", None, ("out_bytes", ), "zz",
-     f"field 'out_bytes' is the string 'zz', {_HEX}"),
+     f"field 'out_bytes' is the string 'zz', {_HEX}{_Z}"),
 ], ids=["is-dead-null", "is-dead-number", "dead-count-true", "world-size-string", "mac",
         "values", "encode-bytes", "scale-out-bytes"])
 def test_an_expected_value_of_another_kind_is_one_line(

@@ -211,8 +211,28 @@ def _bits_flaws(text: str, width: int | None) -> str:
     else:
         flaws.append("it has no '0x' prefix")
         digits = text
+    flaws.extend(_digit_flaws(digits))
+    if not digits:
+        flaws.append("it has no digits")
+    elif (width is not None and len(digits) != width // 4
+          and not any(c not in _HEX_DIGITS for c in digits)):
+        flaws.append(f"it has {len(digits)} digit{'' if len(digits) == 1 else 's'}")
+    return "; ".join(flaws)
+
+
+#: the characters that are hex digits, either case
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _digit_flaws(digits: str) -> list[str]:
+    """The flaws of the characters of ``digits`` (the digits of a bit pattern or of bytes):
+    upper-case hex digits (``its digit 'F' is upper case``, ``its digits 'A', 'B' are upper
+    case``) and characters that are no hex digit (``' ' is not a hex digit``), each named as
+    :func:`_named_chars` names them; an empty list when every character is a lowercase hex
+    digit. Shared by :func:`_bits_flaws` and :func:`_hex_flaws`."""
+    flaws = []
     upper = list(dict.fromkeys(c for c in digits if c in "ABCDEF"))
-    other = list(dict.fromkeys(c for c in digits if c not in "0123456789abcdefABCDEF"))
+    other = list(dict.fromkeys(c for c in digits if c not in _HEX_DIGITS))
     if len(upper) == 1:
         flaws.append(f"its digit {_named_chars(upper)} is upper case")
     elif upper:
@@ -221,10 +241,26 @@ def _bits_flaws(text: str, width: int | None) -> str:
         flaws.append(f"{_named_chars(other)} is not a hex digit")
     elif other:
         flaws.append(f"{_named_chars(other)} are not hex digits")
-    if not digits:
-        flaws.append("it has no digits")
-    elif not other and width is not None and len(digits) != width // 4:
-        flaws.append(f"it has {len(digits)} digit{'' if len(digits) == 1 else 's'}")
+    return flaws
+
+
+def _hex_flaws(text: str) -> str:
+    """What keeps ``text`` (a string that is not whole bytes as :func:`_is_hex` reads them)
+    from being bytes as the vectors write them, each flaw named, joined by ``; ``: a ``0x`` or
+    ``0X`` prefix (``it has a '0x' prefix (bytes take none)``), upper-case digits (``its digit
+    'C' is upper case``), characters that are no hex digit (``' ' is not a hex digit``), an odd
+    count of digits (``it has an odd number of digits (31)``, told only when every character
+    is a hex digit). The digits are what follows the prefix, or the whole text without one.
+
+    No upstream counterpart (the vectors README describes the format; the generator writes it)."""
+    flaws = []
+    digits = text
+    if text[:2] in ("0x", "0X"):
+        flaws.append(f"it has a {shown(text[:2])} prefix (bytes take none)")
+        digits = text[2:]
+    flaws.extend(_digit_flaws(digits))
+    if not any(c not in _HEX_DIGITS for c in digits) and len(digits) % 2:
+        flaws.append(f"it has an odd number of digits ({len(digits)})")
     return "; ".join(flaws)
 
 
@@ -292,6 +328,8 @@ def _value_problem(value: Any, path: str, kind: str) -> str | None:
         if kind in _BIT_WIDTHS and isinstance(value, str):  # told what is wrong with it
             return (f"field {path!r} is {shown_value(value)}, not {_KINDS[kind][1]}: "
                     f"{_bits_flaws(value, _BIT_WIDTHS[kind])}")
+        if kind == "hex" and isinstance(value, str):  # likewise
+            return f"field {path!r} is {shown_value(value)}, not {words}: {_hex_flaws(value)}"
         return f"field {path!r} is {shown_value(value)}, not {words}"
     return None
 
