@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -125,3 +126,60 @@ def test_command_table_lists_every_option() -> None:
         if lacking:
             missing[command] = lacking
     assert missing == {}
+
+
+def _field_kinds() -> dict[str, set[str]]:
+    """Every field name a vector handler reads (a case's own and those inside its objects) ->
+    the kinds it is checked as."""
+    import flodl_proto.interop.vectors  # noqa: F401  (registers the handlers)
+    from flodl_proto.interop.registry import FIELDS, OBJECTS, VARIANTS
+
+    tables = [t for per_op in FIELDS.values() for t in per_op.values()]
+    tables += list(OBJECTS.values())
+    tables += [t for _, further in VARIANTS.values() for t in further.values()]
+    kinds: dict[str, set[str]] = {}
+    for table in tables:
+        for name, kind in table.items():
+            while kind.startswith(("array of ", "null or ")):
+                kind = kind.split(" ", 2)[2]
+            kinds.setdefault(name.rstrip("?"), set()).add(kind)
+    return kinds
+
+
+def _spelling(text: str, lead: str) -> tuple[list[str], list[str], list[str]]:
+    """The clause of the README's vector-format paragraph that starts with ``lead`` (``a
+    magic``): the field names in its parenthesis, the JSON strings it gives as written right
+    and the spellings it gives as wrong (``(`"0xf10d17e1"`; not `f10d17e1` or `0x`)``)."""
+    flat = " ".join(text.split())
+    m = re.search(rf"{re.escape(lead)} \(([^)]*)\) (?:is|are) ([^;]*?)\(([^;()]*); not ([^)]*)\)",
+                  flat)
+    assert m is not None, f"README.md has no clause '{lead} (...) is ...'"
+    names = [n for n in re.findall(r"`([\w.]+)`", m[1]) if "." not in n]
+    right = [json.loads(s) for s in re.findall(r"`(\"[^`]*\")`", m[3])]
+    wrong = re.findall(r"`([^`]*)`", m[4])
+    return names, right, wrong
+
+
+def test_vector_spellings_are_those_the_check_accepts() -> None:
+    """The README's paragraph on how vectors write bytes, bit patterns and magics names each
+    field with the kind ``vectors check`` checks it as, and its examples are accepted or
+    refused as it says (it listed ``magic`` with the bit patterns of exactly 16, 8 or 4
+    digits, while the check takes a magic of any number of digits)."""
+    from flodl_proto.interop.registry import kind_problem
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    kinds = _field_kinds()
+    for lead, allowed, kind in (("Bytes", {"hex"}, "hex"),
+                                ("a bit pattern", {"bits16", "bits32", "bits64"}, None),
+                                ("a magic", {"bits"}, "bits")):
+        names, right, wrong = _spelling(text, lead)
+        assert names, lead
+        for name in names:
+            assert kinds.get(name, set()) <= allowed and kinds.get(name), (lead, name,
+                                                                           kinds.get(name))
+        if kind is None:
+            continue
+        for value in right:
+            assert kind_problem({"f": value}, "f", kind) is None, (lead, value)
+        for value in wrong:
+            assert kind_problem({"f": value}, "f", kind) is not None, (lead, value)
