@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -211,6 +212,13 @@ def _handshake_only(relay: FakeRelay, conn: socket.socket) -> None:
 
 
 _TAMPERED = _reply(encode_round_frame_bytes(frame([1.0, 2.0]), bytes(16)))  # another salt
+_GOOD = encode_round_frame_bytes(frame([1.0, 2.0]), SALT)
+
+
+def _changed(at: int, new: bytes) -> bytes:
+    """:data:`_GOOD` with ``new`` written at offset ``at`` (the reply a relay sends back)."""
+    return _GOOD[:at] + new + _GOOD[at + len(new):]
+
 _HMAC = (r"cluster_controller: RoundFrame HMAC verification failed \(computed 0x[0-9a-f]{16}, "
          r"wire carried 0x[0-9a-f]{16}\); session salt disagreement, tampered frame, or payload "
          r"corruption")
@@ -225,11 +233,33 @@ _HMAC = (r"cluster_controller: RoundFrame HMAC verification failed \(computed 0x
     (_handshake_only, False, "ack.read_failed",
      r"cpu_reduce: handshake ack read failed: failed to fill whole buffer \(0 of 8 bytes\) "
      r"\(controller may have rejected our handshake\)"),
-], ids=["reply-closed", "reply-tampered", "ack-version", "ack-missing"])
+    (acking(2, _reply(_changed(0, b"\xf0"))), True, "frame.bad_magic",
+     r"cluster_controller: frame magic 0xf10d17f0 != 0xf10d17f1"),
+    (acking(2, _reply(_changed(4, (70000).to_bytes(4, "little")))), True,
+     "frame.too_many_tensors", r"cluster_controller: frame claims 70000 tensors \(> 65536\); "
+                               r"corrupt or hostile peer"),
+    (acking(2, _reply(_changed(8, b"\x09"))), True, "frame.unknown_kind",
+     r"cluster_controller: unknown RoundKind wire byte 9"),
+    (acking(2, _reply(_changed(9, struct.pack("<d", -1.0)))), True, "frame.bad_weight",
+     r"cluster_controller: frame weight -1 is not a finite non-negative realized-work mass"),
+    (acking(2, _reply(_GOOD[:-9])), True, "frame.data_read_failed",
+     r"cluster_controller: tensor\[0\] data read failed: failed to fill whole buffer \(7 of 8 "
+     r"bytes at offset 31\)"),
+    (acking(2, _reply(_GOOD[:-4])), True, "frame.footer_read_failed",
+     r"cluster_controller: frame HMAC footer read failed: failed to fill whole buffer \(sender "
+     r"at PROTOCOL_VERSION < 2, or stream truncated mid-frame\) \(offset 39\)"),
+    (acking(2, _reply(b"\xf0" + encode_round_frame_bytes(frame(np.zeros(1 << 18, np.float32)),
+                                                         SALT)[1:])),
+     True, "frame.bad_magic", r"cluster_controller: frame magic 0xf10d17f0 != 0xf10d17f1"),
+], ids=["reply-closed", "reply-tampered", "ack-version", "ack-missing", "reply-magic",
+        "reply-tensor-count", "reply-kind", "reply-weight", "reply-cut-in-data",
+        "reply-cut-in-tag", "large-reply-magic"])
 def test_a_message_in_words_naming_the_controller_names_the_relay(
         script: Script, round_trip: bool, error_id: str, text: str) -> None:
     """A rank's one peer is its relay: a catalogued message in upstream's words naming the
-    controller (kept whole, so a match of its prefix holds) ends with the relay's address."""
+    controller (kept whole, so a match of its prefix holds) ends with the relay's address, on
+    the handshake and on the reply of a round alike (a reply the RoundFrame reader refused,
+    ``cluster_controller: frame magic ...``, ended without it but for its HMAC check)."""
     fake = FakeRelay(script)
     try:
         with pytest.raises(ProtocolError) as e:

@@ -63,6 +63,7 @@ from ..spec import (
     DEFAULT_VERSION,
     HANDSHAKE_ACK_LEN,
     LEN_PREFIX_LEN,
+    SPEC,
     U32_MAX,
 )
 from . import stages
@@ -97,10 +98,12 @@ adopt(__name__, decode_into)
 
 log = logging.getLogger(__name__)
 
-#: the catalogued errors a rank reports in upstream's words naming the controller as its peer
-#: (the ack a relay sends, the reply it sends or not): a rank's one peer is its relay
-_NAMING_THE_CONTROLLER = frozenset({"ack.read_failed", "ack.bad_version", "client.reply_closed",
-                                    "frame.auth_failed"})
+#: the catalogued errors whose upstream words name the controller as the peer, read from the
+#: catalogue (``cluster_controller: ...``, ``cpu_reduce: controller ...``): those a rank reports
+#: are about its relay, its one peer (the ack a relay sends, the reply it sends or not, a reply
+#: the RoundFrame reader refuses: its magic, tensor count, kind, weight, a cut, its HMAC tag)
+_NAMING_THE_CONTROLLER = frozenset(eid for eid, entry in SPEC.errors.items()
+                                   if entry.remote and "controller" in entry.template)
 
 
 def _name_the_relay(err: ProtocolError, relay: str | None) -> None:
@@ -209,8 +212,9 @@ class RankClient:
         relay: the address of the relay (``HOST:PORT``) the client is connected to, or None
             when not known (a client built on a socket-like object); a catalogued error in
             upstream's words naming the controller (the relay closed before the reply, a reply
-            that fails its HMAC check, a missing or other-version ack) ends with it: ``; this
-            rank's peer is its relay at 127.0.0.1:5559``.
+            the RoundFrame reader refuses, ``cluster_controller: frame magic ...`` to its HMAC
+            check, a missing or other-version ack) ends with it: ``; this rank's peer is its
+            relay at 127.0.0.1:5559``.
 
     Upstream: ``cpu_reduce.rs`` ``CpuReduceClient``.
     """
