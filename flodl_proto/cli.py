@@ -8,22 +8,24 @@ interrupted``) and exit 130, also while the command's modules are still being im
 that stop cleanly on a signal, such as ``controller`` and ``relay``, handle it themselves once
 running). A command started with SIGINT ignored (a shell's background job, ``flodl-proto demo &`` in
 a script; the demo's cluster members) keeps it ignored from start to exit, as shells and Python
-itself do. For ``conform`` and ``demo``, which promise the same for SIGTERM, SIGTERM is a Ctrl-C
-from the start of :func:`main` (before the parser and the command's modules are imported) until the
-command handles it itself, and again once it has restored the previous handler; for the other
-commands it keeps its default until they handle it, if they do. For ``demo`` a closed terminal's
-SIGHUP is the same as SIGTERM, unless it was ignored when it started (``nohup``). While NumPy and
-the codec load, every command holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as
-soon as they have loaded. Once a command has its exit code (its output written), a Ctrl-C or SIGTERM
-while the interpreter exits ends the process with that code (:func:`entry`). Output piped into a
-reader that stops early (``flodl-proto decode cap.bin | head -1``) ends the command quietly with
-exit 141 (128 + SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written
-(``> /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output: ...``)
-and exit 1, for ``--help`` and ``--version`` too.
-Before the command line is parsed, the interrupted line names the command as it does after (read
-from the command line: ``flodl-proto conform controller: interrupted``); an error line before the
-command line is parsed (a usage error of the top-level parser, a ``--help`` that cannot be
-written) has the prefix ``flodl-proto``.
+itself do. ``conform`` and ``demo`` stop on SIGTERM as on Ctrl-C (they stop their targets or their
+cluster first), with a line of their own (``flodl-proto COMMAND: terminated``) and exit 143 (128 +
+SIGTERM), from the start of :func:`main` (before the parser and the command's modules are
+imported) until the command handles it itself, and again once it has restored the previous
+handler; for the other commands SIGTERM keeps its default until they handle it, if they do. For
+``demo`` a closed terminal's SIGHUP is a Ctrl-C (``interrupted``, exit 130), unless it was ignored
+when it started (``nohup``). While NumPy and the codec load, every command holds Ctrl-C and
+SIGTERM (:func:`interrupts_held`) and acts on them as soon as they have loaded. Once a command
+has its exit code (its output written), a Ctrl-C or SIGTERM while the interpreter exits ends the
+process with that code (:func:`entry`). Output piped into a reader that stops early
+(``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141 (128 +
+SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written
+(``> /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output:
+...``) and exit 1, for ``--help`` and ``--version`` too.
+Before the command line is parsed, the interrupted (or terminated) line names the command as it
+does after (read from the command line: ``flodl-proto conform controller: interrupted``); an
+error line before the command line is parsed (a usage error of the top-level parser, a
+``--help`` that cannot be written) has the prefix ``flodl-proto``.
 
 Start-up stays cheap: this module and the command modules import only the standard library and the
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
@@ -58,16 +60,24 @@ from . import __version__
 from ._numbers import plain_number
 from ._oserr import os_reason
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "QUIET_LOGGERS", "AnyCase", "build_parser",
-           "configure_logging", "entry", "interrupts_held", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "QUIET_LOGGERS", "AnyCase",
+           "build_parser", "configure_logging", "entry", "interrupts_held", "main", "note_stop",
+           "stop_outcome"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
+#: exit code after SIGTERM (128 + SIGTERM) of a command that ends on it with a line of its own
+#: (``conform``, ``demo``: :data:`_SIGTERM_AS_CTRL_C`)
+EXIT_TERMINATED = 143
 #: exit code when the reader of stdout went away (128 + SIGPIPE)
 EXIT_BROKEN_PIPE = 141
-#: the commands that promise exit 130 and one line for SIGTERM as for Ctrl-C (``conform``,
-#: ``demo``): SIGTERM is a Ctrl-C for them from the start (see :func:`main`)
+#: the commands that stop on SIGTERM as on Ctrl-C, with one line (``terminated``) and exit 143
+#: (``conform``, ``demo``): SIGTERM raises KeyboardInterrupt for them from the start (see
+#: :func:`main`)
 _SIGTERM_AS_CTRL_C = frozenset({"conform", "demo"})
+#: the signals that stopped the running command, in the order their handlers noted them
+#: (:func:`note_stop`); emptied as :func:`main` starts
+_STOPS: list[int] = []
 #: the commands for which a closed terminal's SIGHUP is a Ctrl-C too, as SIGTERM (``demo``: it
 #: stops its cluster and removes its temporary folder), unless it is ignored (``nohup``)
 _SIGHUP_AS_CTRL_C = frozenset({"demo"})
@@ -309,8 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     For the commands of :data:`_SIGTERM_AS_CTRL_C` (``conform``, ``demo``), found in ``argv``
     before anything is imported, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so a SIGTERM
     that arrives while the parser and the command's modules load (about a second, before the
-    command installs its own handler) is one line and exit 130, not a silent exit 143; the
-    command restores this handler when it removes its own. For ``demo``
+    command installs its own handler) is one line, ``COMMAND: terminated``, and exit 143, not a
+    silent death by the signal (Ctrl-C: ``COMMAND: interrupted``, exit 130); the command
+    restores this handler when it removes its own. For ``demo``
     (:data:`_SIGHUP_AS_CTRL_C`) SIGHUP too, unless it is ignored (``nohup``): a closed terminal
     ended it by the signal, leaving its temporary folder. :func:`main` puts the previous
     handlers back when it returns (a program or a test runs commands in-process).
@@ -336,6 +347,7 @@ def entry() -> int:
 def _run(argv: Sequence[str] | None, *, exits: bool) -> int:
     """:func:`main` (``exits`` False) or :func:`entry` (True)."""
     command = _command_word(sys.argv[1:] if argv is None else argv)
+    _STOPS.clear()  # a run of its own (main runs in-process again)
     # ignored when the process started (a background job): it stays so, also while it exits
     kept = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else ()
     signums: list[int] = [signal.SIGTERM] if command in _SIGTERM_AS_CTRL_C else []
@@ -375,8 +387,9 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         _stdout_gone()
         if prog[0] == "flodl-proto":  # not parsed yet: as it will be, from the command line
             prog[0] = _argv_prog(sys.argv[1:] if argv is None else argv)
-        print(f"{prog[0]}: interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+        word, code = stop_outcome()
+        print(f"{prog[0]}: {word}", file=sys.stderr, flush=True)
+        return code
     except BrokenPipeError:
         if not _stdout_gone():
             raise
@@ -459,8 +472,33 @@ def interrupts_held() -> Iterator[None]:
 
 def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
     """SIGTERM handler of :func:`main` for ``conform`` and ``demo`` (and SIGHUP's for ``demo``):
-    as Ctrl-C."""
+    as Ctrl-C, the signal noted (:func:`note_stop`)."""
+    note_stop(signum)
     raise KeyboardInterrupt
+
+
+def note_stop(signum: int) -> None:
+    """Note that the signal ``signum`` (SIGINT, SIGTERM, SIGHUP) stops the running command:
+    called by the signal handlers that stop a command (:func:`main`'s for ``conform`` and
+    ``demo``, and those commands' own). The first signal noted in a run decides the line and
+    the exit code of the stop (:func:`stop_outcome`). Raises nothing; safe in a signal handler.
+
+    No upstream counterpart (the command line is this package's own)."""
+    _STOPS.append(signum)
+
+
+def stop_outcome() -> tuple[str, int]:
+    """The word and the exit code of a command stopped by a signal (its line is ``COMMAND:
+    WORD``): ``("terminated", 143)`` (:data:`EXIT_TERMINATED`, 128 + SIGTERM) when the first
+    signal :func:`note_stop` noted in this run is SIGTERM, else ``("interrupted", 130)``
+    (:data:`EXIT_INTERRUPTED`, 128 + SIGINT): a Ctrl-C (Python's own handler raises
+    KeyboardInterrupt without noting it), or the demo's SIGHUP, a closed terminal taken as a
+    Ctrl-C. Raises nothing.
+
+    No upstream counterpart (the command line is this package's own)."""
+    if _STOPS and _STOPS[0] == signal.SIGTERM:
+        return "terminated", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED
 
 
 def _command_word(args: Sequence[str]) -> str | None:
@@ -599,4 +637,9 @@ def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(entry())
+    # ``python -m flodl_proto.cli``: run the entry point of the module the commands import
+    # (``flodl_proto.cli``), not of this copy (``__main__``), so the stop signals their handlers
+    # note (:func:`note_stop`) are those :func:`stop_outcome` reads
+    from ._console import entry as _console_entry
+
+    sys.exit(_console_entry())

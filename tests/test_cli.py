@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -369,6 +370,54 @@ def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPa
         signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip() == "flodl-proto demo: interrupted"
+
+
+def _demo_in_process(monkeypatch: pytest.MonkeyPatch, drive: Any, report: Any) -> int:
+    """``cli.main(["demo", ...])`` with ``_drive`` and ``_report`` replaced (no cluster), the
+    process's SIGINT and SIGTERM handlers put back after it."""
+    from flodl_proto import cli
+    from flodl_proto.commands import demo
+
+    monkeypatch.setattr(demo, "_drive", drive)
+    monkeypatch.setattr(demo, "_report", report)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return cli.main(["demo", "--no-progress", "--rounds", "10"])
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def test_sigterm_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A SIGTERM once the cluster is gone (the demo's own handler put back) was taken as a
+    Ctrl-C: ``interrupted``, exit 130; it is ``terminated``, exit 143 (128 + SIGTERM)."""
+    def terminated(*args: object) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the handler raises first
+        return 0
+
+    assert _demo_in_process(monkeypatch, lambda *args: None, terminated) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip() == "flodl-proto demo: terminated"
+
+
+def test_the_first_signal_that_stops_the_demo_decides_its_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """While the cluster runs, SIGTERM then an impatient Ctrl-C: the demo stops for the
+    SIGTERM, and says so (``terminated``, exit 143), where every stop said ``interrupted``
+    and exited 130."""
+    def drive(*args: Any) -> None:
+        stop: threading.Event = args[-1]
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.wait(30)
+
+    assert _demo_in_process(monkeypatch, drive, lambda *args: 0) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == ("flodl-proto demo: terminated after 0 of 10 rounds; the "
+                                    "cluster was stopped")
 
 
 #: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, with an

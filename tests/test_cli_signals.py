@@ -1,8 +1,8 @@
-"""SIGTERM of the commands that promise exit 130 and one line for it (``conform``, ``demo``), from
-their start: while the parser and the command's modules load, before the command installs its own
-handler (a SIGTERM then ended them with exit 143 and nothing on stderr), in subprocesses; the
-other commands keep SIGTERM's default until they handle it themselves. Ctrl-C of every command
-while NumPy and the codec load is one line and exit 130."""
+"""SIGTERM of the commands that promise one line for it (``conform``, ``demo``: ``terminated``,
+exit 143), from their start: while the parser and the command's modules load, before the command
+installs its own handler (a SIGTERM then ended them by the signal with nothing on stderr), in
+subprocesses; the other commands keep SIGTERM's default until they handle it themselves. Ctrl-C of
+every command while NumPy and the codec load is one line and exit 130."""
 
 from __future__ import annotations
 
@@ -85,14 +85,16 @@ def _report(tmp_path: Path) -> dict[str, object]:
     ("flodl_proto.codec", "flodl-proto conform controller", True),
     ("numpy._core.multiarray", "flodl-proto conform controller", True),
 ])
-def test_sigterm_while_conform_loads_is_one_line_and_130(module: str, prog: str,
+def test_sigterm_while_conform_loads_is_one_line_and_143(module: str, prog: str,
                                                          selected: bool | None,
                                                          tmp_path: Path) -> None:
+    """SIGTERM is no Ctrl-C for the exit code and the line: it said ``interrupted`` and exited
+    130; it says ``terminated`` and exits 143 (128 + SIGTERM), as the bench scripts do."""
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"interrupted": False, "passed": 95}))  # an earlier run's
     res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module,
                           *_conform_args(tmp_path)], capture_output=True, text=True, timeout=90)
-    assert (res.returncode, res.stdout, res.stderr) == (130, "", f"{prog}: interrupted\n")
+    assert (res.returncode, res.stdout, res.stderr) == (143, "", f"{prog}: terminated\n")
     assert _targets_left(tmp_path) == []
     if selected is None:  # the report's path was not known yet
         return
@@ -109,11 +111,12 @@ def test_sigterm_while_conform_loads_is_one_line_and_130(module: str, prog: str,
     ("numpy._core.multiarray", "flodl-proto demo"),  # NumPy and the codec load
     ("ml_dtypes", "flodl-proto demo"),
 ])
-def test_sigterm_while_the_demo_loads_is_one_line_and_130(module: str, prog: str) -> None:
+def test_sigterm_while_the_demo_loads_is_one_line_and_143(module: str, prog: str) -> None:
+    """As for ``conform``: ``terminated`` and exit 143, where it was ``interrupted``, 130."""
     res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module, "demo",
                           "--no-progress", "--world-size", "1", "--hosts", "1"],
                          capture_output=True, text=True, timeout=90)
-    assert (res.returncode, res.stderr) == (130, f"{prog}: interrupted\n")
+    assert (res.returncode, res.stderr) == (143, f"{prog}: terminated\n")
     assert res.stdout in ("", "session salt: random, not kept (--salt-file PATH keeps it for "
                               "decode --salt-file PATH)\n")  # printed before NumPy loads
 
@@ -221,10 +224,11 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
-def test_sigterm_of_conform_at_any_time_is_one_line_and_130(delay: float,
+def test_sigterm_of_conform_at_any_time_is_one_line_and_143(delay: float,
                                                             tmp_path: Path) -> None:
     """Whenever it arrives (while the modules load, before the kit's handler is set, or while
-    the first cases wait for their targets), SIGTERM ends the kit with one line and exit 130,
+    the first cases wait for their targets), SIGTERM ends the kit with one line, ``terminated``,
+    and exit 143 (it said ``interrupted`` and exited 130, as for a Ctrl-C),
     leaves no target running and, once the command line is parsed, the report says: interrupted.
     """
     report = tmp_path / "r.json"
@@ -241,8 +245,8 @@ def test_sigterm_of_conform_at_any_time_is_one_line_and_130(delay: float,
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode == 130, err
-    assert err == "flodl-proto conform controller: interrupted\n"
+    assert p.returncode == 143, err
+    assert err == "flodl-proto conform controller: terminated\n"
     assert "PASS" not in out and "FAIL" not in out
     for _ in range(100):  # the kit signalled its targets; they end at once
         if not _targets_left(tmp_path):
@@ -459,7 +463,7 @@ def test_an_ignored_sighup_stays_ignored_by_the_demo(tmp_path: Path) -> None:
     assert _demo_dirs(tmp_path) == []
 
 
-@pytest.mark.parametrize("name", ["interrupts_held", "AnyCase"])
+@pytest.mark.parametrize("name", ["interrupts_held", "AnyCase", "note_stop", "stop_outcome"])
 def test_the_cli_helpers_say_they_have_no_upstream_counterpart(name: str) -> None:
     """As every public function of the package names the upstream source it mirrors or says
     there is none."""

@@ -285,7 +285,9 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
 @pytest.mark.parametrize("how", ["sigterm-to-demo", "ctrl-c-to-process-group"])
 def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
     """SIGTERM to the demo, or a terminal's Ctrl-C (SIGINT to the whole process group): the
-    cluster is stopped, one line says so, no traceback, exit 130, no process left."""
+    cluster is stopped, one line says so, no traceback, no process left; exit 143 and
+    ``terminated`` after SIGTERM (it was 130 and ``interrupted``, as for Ctrl-C), 130 and
+    ``interrupted`` after Ctrl-C."""
     # the network deadlines at their full length: under the tests' 0.1 scale a busy machine
     # can take a member past one (its relay then drops it) before the signal is sent
     with marked_demo("--rounds", "100000", "--payload-mib", "0",
@@ -308,10 +310,11 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
         out, err = proc.communicate(timeout=60)
         # about 1 s here (the controller and relays stop as on a Ctrl-C of their own)
         assert time.monotonic() - sent < 15.0, (out, err)
-        assert proc.returncode == 130, (out, err)
-        assert err.splitlines()[-1].startswith("flodl-proto demo: interrupted after "), err
+        word, code = (("terminated", 143) if how == "sigterm-to-demo" else ("interrupted", 130))
+        assert proc.returncode == code, (out, err)
+        assert err.splitlines()[-1].startswith(f"flodl-proto demo: {word} after "), err
         assert err.splitlines()[-1].endswith(" rounds; the cluster was stopped"), err
-        assert "interrupted" not in out
+        assert "interrupted" not in out and "terminated" not in out
         assert "Traceback" not in out + err
         deadline = time.monotonic() + 10
         while marked(marker) and time.monotonic() < deadline:
@@ -328,6 +331,12 @@ def test_interrupted_demo_leaves_no_process_behind(how: str) -> None:
 def test_the_interrupted_line_says_whether_every_round_completed(done: int, rounds: int,
                                                                  line: str) -> None:
     assert interrupted_line(done, rounds) == f"flodl-proto demo: {line}"
+
+
+def test_the_line_of_a_terminated_demo_says_terminated() -> None:
+    """After SIGTERM the line says ``terminated`` (exit 143), not ``interrupted``."""
+    assert interrupted_line(2, 3, "terminated") == (
+        "flodl-proto demo: terminated after 2 of 3 rounds; the cluster was stopped")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")

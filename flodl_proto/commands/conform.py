@@ -27,7 +27,8 @@ start (it exits, does not listen within 20 s, or refuses the case's first connec
 address it printed) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
 one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
-files and ends the kit with exit 130 and one line, also while its modules load. The reports
+files and ends the kit with one line, also while its modules load: ``interrupted`` and exit 130
+after Ctrl-C, ``terminated`` and exit 143 after SIGTERM. The reports
 of a run that stopped early hold the cases that ended and list the others as not run, with the
 reason (JUnit: skipped; JSON: ``not_run``, and ``interrupted`` true when the kit was
 interrupted). CMD may span lines: a backslash at the end of a line joins it to the next, as in
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
-from ..cli import AnyCase, interrupts_held
+from ..cli import AnyCase, interrupts_held, note_stop
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
@@ -71,7 +72,7 @@ _EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case fai
                "target did not start in the first cases (the others are not run), or a "
                "--junit/--json report cannot be written; 2 a bad command line, or a --launch "
                "command that cannot be started (no such program, not executable); 130 "
-               "interrupted (Ctrl-C or SIGTERM: the targets are stopped)")
+               "interrupted (Ctrl-C), 143 terminated (SIGTERM): the targets are stopped")
 _PLACEHOLDERS = {
     "controller": "{host} {port} {salt} {salt_file} {world_size} {version}",
     "relay": "{controller} {ranks} {world_size} {salt} {salt_file} {version} {listen_port}",
@@ -343,6 +344,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     def interrupted(signum: int, frame: object) -> None:
         # the targets run in sessions of their own (a terminal's Ctrl-C does not reach them):
         # stop them, so the cases in flight end now and remove their salt files
+        note_stop(signum)  # SIGTERM: the kit says "terminated" and exits 143
         stop.set()
         with live_lock:
             targets = list(live)
@@ -373,7 +375,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage(f"--launch: {e}", args)
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
-    except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130
+    except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130 or 143
         _write_reports(args, role, e.results, skipped, runs, _INTERRUPTED, interrupted=True)
         raise KeyboardInterrupt from None
     finally:

@@ -32,8 +32,10 @@ rank R's process is killed at round ROUND: its relay reports RankExit and the co
 run cleanly; the demo then checks that every surviving rank holds the identical consensus of the
 last completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
-available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: the
-demo sends SIGTERM to every process of its cluster at once and waits for them first). A signal
+available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C or a closed terminal's
+SIGHUP; the line says ``interrupted``) and 143 when terminated (SIGTERM; the line says
+``terminated``): either way the demo sends SIGTERM to every process of its cluster at once and
+waits for them first. A signal
 ignored when the demo started stays ignored, by the demo and its cluster: SIGINT in a background
 job (``flodl-proto demo &`` in a script), SIGHUP under ``nohup``. The cluster's processes ignore
 the terminal's Ctrl-C and hangup whatever the demo's start (the demo stops them itself). No child
@@ -70,7 +72,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .._oserr import os_reason
-from ..cli import interrupts_held
+from ..cli import interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown_name
 from ..netlab import NetLab, unavailable_reason
 from ..spec import (
@@ -457,16 +459,17 @@ def run(args: argparse.Namespace) -> int:
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 
-def interrupted_line(done: int, rounds: int) -> str:
-    """The line an interrupted demo prints: how many of its ``rounds`` the whole world completed
-    (``done``), or that all of them had, when the signal came between the last round and the
-    report. Raises nothing.
+def interrupted_line(done: int, rounds: int, word: str = "interrupted") -> str:
+    """The line a demo stopped by a signal prints: ``word`` (``interrupted`` after Ctrl-C or a
+    closed terminal's SIGHUP, ``terminated`` after SIGTERM: :func:`~flodl_proto.cli.stop_outcome`)
+    and how many of its ``rounds`` the whole world completed (``done``), or that all of them
+    had, when the signal came between the last round and the report. Raises nothing.
 
     Upstream: none (the demo is this package's).
     """
     when = (f"after all {rounds} rounds, before its report" if done >= rounds
             else f"after {done} of {rounds} rounds")
-    return f"flodl-proto demo: interrupted {when}; the cluster was stopped"
+    return f"flodl-proto demo: {word} {when}; the cluster was stopped"
 
 
 def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[int]],
@@ -482,6 +485,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
                if signal.getsignal(s) is not signal.SIG_IGN]
 
     def interrupted(signum: int, frame: object) -> None:
+        note_stop(signum)  # SIGTERM: "terminated", exit 143; else "interrupted", 130
         stop.set()
         cluster.stop()  # the cluster ends now, wherever the demo waits
 
@@ -509,8 +513,9 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         res.problems.append(f"stage trace unreadable: {e}")
     if stop.is_set():
         done = sum(1 for k in res.rounds if len(res.rounds[k]) == args.world_size)
-        print(interrupted_line(done, args.rounds), file=sys.stderr, flush=True)
-        return 130
+        word, code = stop_outcome()
+        print(interrupted_line(done, args.rounds, word), file=sys.stderr, flush=True)
+        return code
     for c in cluster.children:
         if c.name.startswith("relay"):
             res.relay_rc[c.name] = c.proc.returncode
