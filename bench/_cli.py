@@ -51,8 +51,8 @@ if _ROOT not in sys.path:  # the checkout's package when none is installed (appe
     sys.path.append(_ROOT)  # installed one comes first)
 
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
-from flodl_proto.commands.relay import SALT_ENV, salt_text_problem, whole_number  # noqa: E402
-from flodl_proto.errors import shown  # noqa: E402
+from flodl_proto.commands.relay import SALT_ENV, parse_salt, whole_number  # noqa: E402
+from flodl_proto.errors import ProtocolError, shown  # noqa: E402
 from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
 
 T = TypeVar("T")
@@ -205,8 +205,8 @@ def worker_salt(parser: argparse.ArgumentParser) -> bytes:
     usage error, ``parser.error``: the one line ``bench/X.py: error: ...`` naming the variable
     and what is wrong, exit 2, where the worker ended in a KeyError's or a ValueError's
     traceback. A salt is a secret: the message says what is wrong with it (its length, the
-    first character that is not a hex digit) without its digits, as the package's
-    ``flodl_proto.commands.relay.salt_text_problem`` says it.
+    first character that is not a hex digit) without its digits, in the words of the package's
+    ``flodl_proto.commands.relay.parse_salt``.
 
     No upstream counterpart (a benchmark's own worker)."""
     text = os.environ.get(SALT_ENV)
@@ -214,15 +214,10 @@ def worker_salt(parser: argparse.ArgumentParser) -> bytes:
         parser.error(f"${SALT_ENV} is {'not set' if text is None else 'empty'}: --worker needs "
                      f"the session salt as {2 * SESSION_SALT_BYTES} hex digits (the benchmark sets "
                      "it for the processes it starts)")
-    clean = text.strip()
     try:
-        raw = bytes.fromhex(clean)
-    except ValueError:
-        raw = b""
-    if len(raw) != SESSION_SALT_BYTES:
-        parser.error(f"${SALT_ENV}: session salt must be {SESSION_SALT_BYTES} bytes written as "
-                     f"{2 * SESSION_SALT_BYTES} hex digits, got {salt_text_problem(clean)}")
-    return raw
+        return parse_salt(text)
+    except ProtocolError as e:  # not 16 bytes of hex: the package's words, without the digits
+        parser.error(f"${SALT_ENV}: {e}")
 
 
 #: how :func:`config`'s errors name a type
