@@ -22,7 +22,7 @@
 # SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'. FILEs are
 # named from the caller's folder.
 # Exit codes: 0 no finding, 1 a finding, 2 a usage error, atheris missing (replay: a dependency of
-# the package missing), 130 interrupted
+# the package missing), a work folder that cannot be created or written to, 130 interrupted
 # (Ctrl-C or SIGTERM stops the whole run, every target of `all` and `ci` included).
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
@@ -195,6 +195,29 @@ need_atheris() {
   }
 }
 
+# check_work: the work folder can be created and written to; else one line naming it and the
+# system's reason, exit 2, before any target runs (a file in its place made each target's log
+# unwritable and its run a FINDING with nothing run)
+check_work() {
+  local why
+  why=$("$PY" - "$WORK" <<'EOF'
+import os, signal, sys, tempfile
+signal.signal(signal.SIGINT, signal.SIG_DFL)  # a Ctrl-C: no traceback (INTERRUPTED is checked)
+try:
+    os.makedirs(sys.argv[1], exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=sys.argv[1])
+    os.close(fd)
+    os.unlink(name)
+except OSError as e:
+    print(e.strerror)
+EOF
+  ) || true
+  [ "$INTERRUPTED" -eq 0 ] || interrupted
+  [ -z "$why" ] || {
+    echo "fuzz/run.sh: the work folder $(pasted "$WORK") cannot be used: $why" >&2; exit 2
+  }
+}
+
 # targets: the target names, one line. A Ctrl-C while they are listed leaves the list empty (a
 # subshell has not this shell's trap): every caller checks INTERRUPTED after reading it. The
 # interpreter dies of the Ctrl-C at its default, without a KeyboardInterrupt traceback
@@ -356,8 +379,8 @@ case "$1" in
     [ "$INTERRUPTED" -eq 0 ] || interrupted
     exit "$rc"
     ;;
-  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; need_atheris; run_ci ;;
-  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; need_atheris; run_all "$2" ;;
+  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; need_atheris; check_work; run_ci ;;
+  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; need_atheris; check_work; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || arity minimize "TARGET FILE" $(($# - 1))
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
@@ -365,6 +388,7 @@ case "$1" in
     why=$(read_error "$file")
     [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $why" >&2; exit 2; }
     need_atheris
+    check_work
     # the result goes next to FILE, as FILE.min; a FILE that is no regular file in a folder one
     # can write to (a pipe such as <(...), a device, a file under /dev or /proc) has no such
     # place: the result goes to the work folder's findings, named by its SHA-1 (as libFuzzer
@@ -468,6 +492,7 @@ EOF
     is_target "$1" || { echo "fuzz/run.sh: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     need_atheris
+    check_work
     rc=0; timed "$1" "$2" || rc=$?
     [ "$rc" -ne 130 ] || interrupted
     exit "$rc"

@@ -2170,3 +2170,23 @@ def test_fuzz_ctrl_c_while_the_targets_load_prints_no_traceback(args: tuple[str,
                           env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(site),
                                "FLODL_FUZZ_WORK": str(tmp_path / "work")})
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
+
+
+@pytest.mark.parametrize("mode", [("handshake", "1"), ("all", "1"), ("ci",)],
+                         ids=["target", "all", "ci"])
+@pytest.mark.parametrize(("make", "reason"), [
+    ("file", "File exists"),
+    ("under_file", "Not a directory"),
+], ids=["a-file", "under-a-file"])
+def test_fuzz_work_folder_that_cannot_be_made_is_a_usage_error(
+        mode: tuple[str, ...], make: str, reason: str, tmp_path: Path) -> None:
+    """A work folder that cannot be created (a file in its place, or a path under a file) made
+    every target's run a pile of ``mkdir``, redirection and ``grep`` errors and a ``FINDING
+    (exit 1)`` (``ci`` found something in every target): nothing had run. It is one line
+    naming the folder and the system's reason, exit 2, before any target runs."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    work = blocker if make == "file" else blocker / "work"
+    res = _fuzz(*mode, env={"PYTHON": _stand_in_python(tmp_path), "FLODL_FUZZ_WORK": str(work)})
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"fuzz/run.sh: the work folder {work} cannot be used: {reason}\n")
