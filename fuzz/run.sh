@@ -23,7 +23,8 @@
 # named from the caller's folder.
 # Exit codes: 0 no finding, 1 a finding, 2 a usage error, atheris missing (replay: a dependency of
 # the package missing), a work folder that cannot be created or written to, 130 interrupted
-# (Ctrl-C or SIGTERM stops the whole run, every target of `all` and `ci` included).
+# (Ctrl-C or SIGTERM stops the whole run, every target of `all` and `ci` included); `list` and
+# --help: 1 when stdout cannot be written (one line), 141 when its reader went away (quietly).
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
 # `all`, default 1); FLODL_FUZZ_WORK (work folder for grown corpora, logs and findings, default
@@ -56,8 +57,20 @@ declare -A CI_RUNS=(
 )
 
 # show_help: the comment block at the top of this file, from its second line to its first line
-# that is not a comment, on stdout (-h, --help), exit 0
-show_help() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCRIPT"; exit 0; }
+# that is not a comment, on stdout (-h, --help), exit 0; a stdout that cannot be written is one
+# line (cannot_write), a reader gone away (`| head -0`) exit 141, quietly
+show_help() {
+  local text err rc=0
+  text=$(awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SCRIPT")
+  exec 3>&1
+  err=$( { printf '%s\n' "$text" >&3; } 2>&1 ) || rc=$?
+  [ "$rc" -ne 141 ] || exit 141
+  [ "$rc" -eq 0 ] || cannot_write "${err##*: }"
+  exit 0
+}
+
+# cannot_write REASON: stdout cannot be written (`> /dev/full`): one line, exit 1
+cannot_write() { echo "fuzz/run.sh: cannot write output: $1" >&2; exit 1; }
 
 # usage_error MESSAGE: a command line the script does not take: one line saying what is wrong and
 # where the help is, exit 2
@@ -221,9 +234,18 @@ EOF
 # targets: the target names, one line. A Ctrl-C while they are listed leaves the list empty (a
 # subshell has not this shell's trap): every caller checks INTERRUPTED after reading it. The
 # interpreter dies of the Ctrl-C at its default, without a KeyboardInterrupt traceback
+# (`list` prints them: a reader gone away ends the interpreter by SIGPIPE, quietly, exit 141; a
+# stdout that cannot be written is one line, as cannot_write says it, exit 1)
 targets() {
-  "$PY" -c 'import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)
-from fuzz.harnesses import TARGETS; print(" ".join(TARGETS))'
+  "$PY" -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+from fuzz.harnesses import TARGETS
+try:
+    print(" ".join(TARGETS), flush=True)
+except OSError as e:
+    print(f"fuzz/run.sh: cannot write output: {e.strerror}", file=sys.stderr, flush=True)
+    os._exit(1)  # not again at exit: the text is still in the buffer'
 }
 
 is_target() {

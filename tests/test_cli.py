@@ -2190,3 +2190,31 @@ def test_fuzz_work_folder_that_cannot_be_made_is_a_usage_error(
     res = _fuzz(*mode, env={"PYTHON": _stand_in_python(tmp_path), "FLODL_FUZZ_WORK": str(work)})
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"fuzz/run.sh: the work folder {work} cannot be used: {reason}\n")
+
+
+@pytest.mark.parametrize("args", [("list",), ("--help",)], ids=["list", "help"])
+def test_fuzz_output_that_cannot_be_written_is_one_line(args: tuple[str, ...]) -> None:
+    """``list`` to a full disk ended in the interpreter's OSError traceback, ``--help`` in awk's
+    own ``close failed`` line and exit 2 (a usage error). Either is one line, ``fuzz/run.sh:
+    cannot write output: REASON``, exit 1, as the package's commands say it."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=60,
+                             env={**os.environ, "PYTHON": sys.executable})
+    assert (res.returncode, res.stderr) == (
+        1, "fuzz/run.sh: cannot write output: No space left on device\n")
+
+
+def test_fuzz_list_into_a_closed_pipe_is_quiet() -> None:
+    """``fuzz/run.sh list | true`` printed the interpreter's BrokenPipeError traceback and
+    exited 1; a reader that went away ends it quietly with 141 (128 + SIGPIPE), as a shell
+    reports ``git log | true``."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the script writes
+    try:
+        res = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), "list"], stdout=write,
+                             stderr=subprocess.PIPE, text=True, timeout=60,
+                             env={**os.environ, "PYTHON": sys.executable})
+    finally:
+        os.close(write)
+    assert (res.returncode, res.stderr) == (141, "")
