@@ -2218,3 +2218,22 @@ def test_fuzz_list_into_a_closed_pipe_is_quiet() -> None:
     finally:
         os.close(write)
     assert (res.returncode, res.stderr) == (141, "")
+
+
+@pytest.mark.parametrize(("salt", "got"), [
+    ("0011223344556677 8899aabbccddeef", "got 32 characters, 31 hex digits"),
+    ("0 0112233445566778899aabbccddeeff",
+     "got 33 characters, 32 hex digits, a space inside a byte"),
+    ("00 11 22", "got 8 characters, 6 hex digits"),
+    ("abc", "got 3 characters"),
+])
+def test_salt_of_hex_digits_and_spaces_says_how_many_digits(
+        salt: str, got: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A salt of hex digits and spaces only, not 16 bytes, was told by its character count
+    alone: 31 digits and a space were ``got 32 characters`` against the 32 hex digits asked
+    for, and 32 digits with a space inside a byte ``got 33 characters``. The count of hex
+    digits follows (the digits themselves stay unsaid), and a space inside a byte is named."""
+    code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
+                               "--world-size", "1", "--salt", salt)
+    assert (code, out, err) == (2, "", "flodl-proto relay: error: --salt: session salt must be 16 "
+                                f"bytes written as 32 hex digits, {got}\n")

@@ -138,7 +138,11 @@ def parse_salt(text: str | None) -> bytes:
 def salt_text_problem(text: str) -> str:
     """What is wrong with ``text`` as a salt, without its digits (a near-miss salt is a secret
     that must not reach a log): its count of characters and the first one that is neither a hex
-    digit nor a space between bytes (shown by its code point when it is not printable ASCII).
+    digit nor a space between bytes (shown by its code point when it is not printable ASCII);
+    for a text of hex digits and spaces, also its count of hex digits when the two counts
+    differ (``32 characters, 31 hex digits``), and ``a space inside a byte`` when it has the
+    digits of a whole salt (:data:`~flodl_proto.spec.SESSION_SALT_BYTES` bytes) but a space
+    splits one of them (``bytes.fromhex`` takes spaces between bytes only).
 
     No upstream counterpart: upstream reads the salt from its environment and reports no text.
     """
@@ -147,10 +151,15 @@ def salt_text_problem(text: str) -> str:
         if ch not in _HEX_OR_SPACE:
             shown = repr(ch) if " " < ch <= "~" else f"U+{ord(ch):04X}"
             return f"{count}, character {i + 1} ({shown}) not a hex digit"
-    return count
+    digits = sum(1 for ch in text if ch in _HEX)
+    if digits == len(text):
+        return count
+    told = f"{count}, {digits} hex digit{'s' * (digits != 1)}"
+    return told + (", a space inside a byte" if digits == 2 * SESSION_SALT_BYTES else "")
 
 
 _HEX_OR_SPACE: Final = frozenset("0123456789abcdefABCDEF \t\n\r\v\f")
+_HEX: Final = frozenset("0123456789abcdefABCDEF")
 
 
 #: the most a salt file is read (32 hex digits and a line end, or 16 raw bytes, fit many times)
