@@ -640,6 +640,6 @@ if __name__ == "__main__":  # pragma: no cover
     # ``python -m flodl_proto.cli``: run the entry point of the module the commands import
     # (``flodl_proto.cli``), not of this copy (``__main__``), so the stop signals their handlers
     # note (:func:`note_stop`) are those :func:`stop_outcome` reads
-    from ._console import entry as _console_entry
+    from . import cli as _imported
 
-    sys.exit(_console_entry())
+    sys.exit(_imported.entry())

@@ -298,7 +298,9 @@ def _children(pid: int) -> list[tuple[int, bytes]]:
     # killed before the warm-up ended: the script waited for the other rank's warm-up line,
     # which failed 12 s later (no averaged frame), and named it ("rank exited with 1: ...")
     (b"--worker", r"rank [01] exited with -9", 0.0),
-    # the ranks fail after it: the relay is named, not the rank that noticed first
+    # the ranks fail after it: the relay is named, not the rank that noticed first (killed once
+    # the ranks run: the script starts them after the relay's listening line, so a slow start
+    # cannot end the run at that line instead)
     (b"relay\0--controller", r"relay 0 exited with -9", 2.0),
 ])
 def test_round_a_process_that_dies_is_one_error_line_and_exit_1(kill: bytes, line: str,
@@ -314,10 +316,11 @@ def test_round_a_process_that_dies_is_one_error_line_and_exit_1(kill: bytes, lin
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 120
-        while not (workers := [pid for pid, cmd in _children(p.pid) if kill in cmd]):
+        while not any(b"--worker" in cmd for _, cmd in _children(p.pid)):  # the ranks run
             assert p.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
-        time.sleep(after)  # its rounds under way (or not yet)
+        time.sleep(after)  # their rounds under way (or not yet)
+        workers = [pid for pid, cmd in _children(p.pid) if kill in cmd]
         os.kill(workers[-1], signal.SIGKILL)
         _, err = p.communicate(timeout=120)
     finally:
