@@ -505,10 +505,12 @@ def test_demo_accepts_the_outer_optimizers_the_docs_name() -> None:
 
 
 def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
-             lab: object = None, kill: tuple[int, int] | None = None) -> tuple[int, list[str]]:
+             lab: object = None, kill: tuple[int, int] | None = None,
+             asked: int | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
-    ranks on 2 hosts, seed 7, every round at ``loss``, every rank the same digest, rendered at
-    80 columns (what rich takes when stdout is no terminal)."""
+    ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
+    ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
+    (what rich takes when stdout is no terminal)."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -517,8 +519,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
 
     from flodl_proto.commands import demo
 
-    args = argparse.Namespace(world_size=4, hosts=2, rounds=rounds, seed=7, bf16=False,
-                              outer=outer, protocol_version=2)
+    args = argparse.Namespace(world_size=4, hosts=2, rounds=rounds if asked is None else asked,
+                              seed=7, bf16=False, outer=outer, protocol_version=2)
     res = demo._Result(controller_rc=0, wall=1.25, lab=lab)  # type: ignore[arg-type]
     res.killed = kill[0] if kill is not None else None
     for k in range(1, rounds + 1):
@@ -559,6 +561,20 @@ def test_demo_summary_rows_are_padded_and_the_target_is_a_line_per_phrase() -> N
         "OK: every round completed, every rank holds the identical consensus, final loss within "
         "tolerance of the target",
     ]
+
+
+def test_a_run_that_stopped_early_is_held_to_the_in_process_loss_of_its_completed_rounds() -> None:
+    """A run that completed 3 of 100000 rounds takes its target from 3 rounds in-process (the
+    loss a healthy cluster has there), not from the 100000 asked for, which were computed after
+    the failure for a minute."""
+    rc, lines = _summary(asked=100000)
+    assert rc == 1
+    assert " rounds  │ 3 of 100000 completed (0 with an idle rank)" in lines
+    at = lines.index(" target  │ 0.884165 = max(optimum, in-process 0.884165)")
+    assert lines[at + 1:at + 3] == [
+        "         │ (in-process: the same 3 rounds without the network)",
+        "         │ end within 1% of it: ok"]
+    assert "FAILED: only 3 of 100000 rounds completed" in lines
 
 
 def test_demo_summary_fits_the_widest_label_beside_a_whole_digest_in_80_columns() -> None:

@@ -691,9 +691,11 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     if len(set(digests.values())) > 1:
         problems.append("ranks hold different consensus frames")
     l_end = res.rounds[last][survivors[0]]["loss"] if last else float("nan")
-    # the target: the optimum, or what this many rounds of the schedule reach in-process when
-    # that is further (a short run is held to what it can reach, not to the optimum)
-    l_ref = worker.reference_loss(args.seed, w, args.rounds, bf16=args.bf16,
+    # the target: the optimum, or what the rounds completed reach in-process with the same
+    # schedule when that is further (a short run is held to what it can reach, not to the
+    # optimum); a run that stopped early is compared over the rounds it completed, where a
+    # reference of every round asked for took a minute after a failure at --rounds 100000
+    l_ref = worker.reference_loss(args.seed, w, last, bf16=args.bf16,
                                   outer=parse_outer(args.outer), hosts=groups)
     target = max(l_opt, l_ref)
     loss_ok = l_end <= target * (1.0 + TOLERANCE)
@@ -749,7 +751,7 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
               if last else f"{l_opt:.6f} (closed form)")
     # a line per phrase: a wrap at the column's width split them anywhere
     t.add_row("target", f"{target:.6f} = max(optimum, in-process {l_ref:.6f})\n"
-              f"(in-process: the same {args.rounds} rounds without the network)\n{verdict}")
+              f"(in-process: the same {last} rounds without the network)\n{verdict}")
     for r in range(w):
         if r == res.killed:
             t.add_row(f"rank {r}", f"killed at round {kill[1] if kill else '?'}")
