@@ -12,12 +12,12 @@ itself do. ``conform`` and ``demo`` stop on SIGTERM as on Ctrl-C (they stop thei
 cluster first), with a line of their own (``flodl-proto COMMAND: terminated``) and exit 143 (128 +
 SIGTERM), from the start of :func:`main` (before the parser and the command's modules are
 imported) until the command handles it itself, and again once it has restored the previous
-handler; for the other commands SIGTERM keeps its default until they handle it, if they do. For
-``demo`` a closed terminal's SIGHUP is a Ctrl-C (``interrupted``, exit 130), unless it was ignored
-when it started (``nohup``). While NumPy and the codec load, every command holds Ctrl-C and
-SIGTERM (:func:`interrupts_held`) and acts on them as soon as they have loaded. Once a command
-has its exit code (its output written), a Ctrl-C or SIGTERM while the interpreter exits ends the
-process with that code (:func:`entry`). Output piped into a reader that stops early
+handler; for the other commands SIGTERM keeps its default until they handle it, if they do.
+``demo`` stops so on a closed terminal's SIGHUP too (``hung up``, exit 129, 128 + SIGHUP),
+unless it was ignored when it started (``nohup``). While NumPy and the codec load, every command
+holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as soon as they have loaded.
+Once a command has its exit code (its output written), a Ctrl-C or SIGTERM while the interpreter
+exits ends the process with that code (:func:`entry`). Output piped into a reader that stops early
 (``flodl-proto decode cap.bin | head -1``) ends the command quietly with exit 141 (128 +
 SIGPIPE, as a shell reports ``git log | head``). A stdout that cannot be written
 (``> /dev/full``) is one line on stderr (``flodl-proto COMMAND: error: cannot write output:
@@ -60,15 +60,18 @@ from . import __version__
 from ._numbers import plain_number
 from ._oserr import os_reason
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "QUIET_LOGGERS", "AnyCase",
-           "build_parser", "configure_logging", "entry", "interrupts_held", "main", "note_stop",
-           "stop_outcome"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
+           "QUIET_LOGGERS", "AnyCase", "build_parser", "configure_logging", "entry",
+           "interrupts_held", "main", "note_stop", "stop_outcome"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
 #: exit code after SIGTERM (128 + SIGTERM) of a command that ends on it with a line of its own
 #: (``conform``, ``demo``: :data:`_SIGTERM_AS_CTRL_C`)
 EXIT_TERMINATED = 143
+#: exit code after a closed terminal's SIGHUP (128 + SIGHUP) of a command that ends on it with a
+#: line of its own (``demo``: :data:`_SIGHUP_AS_CTRL_C`)
+EXIT_HUNG_UP = 129
 #: exit code when the reader of stdout went away (128 + SIGPIPE)
 EXIT_BROKEN_PIPE = 141
 #: the commands that stop on SIGTERM as on Ctrl-C, with one line (``terminated``) and exit 143
@@ -78,8 +81,9 @@ _SIGTERM_AS_CTRL_C = frozenset({"conform", "demo"})
 #: the signals that stopped the running command, in the order their handlers noted them
 #: (:func:`note_stop`); emptied as :func:`main` starts
 _STOPS: list[int] = []
-#: the commands for which a closed terminal's SIGHUP is a Ctrl-C too, as SIGTERM (``demo``: it
-#: stops its cluster and removes its temporary folder), unless it is ignored (``nohup``)
+#: the commands for which a closed terminal's SIGHUP stops the run as Ctrl-C does, as SIGTERM
+#: (``demo``: it stops its cluster and removes its temporary folder), with one line (``hung up``)
+#: and exit 129, unless it is ignored (``nohup``)
 _SIGHUP_AS_CTRL_C = frozenset({"demo"})
 
 
@@ -322,9 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command installs its own handler) is one line, ``COMMAND: terminated``, and exit 143, not a
     silent death by the signal (Ctrl-C: ``COMMAND: interrupted``, exit 130); the command
     restores this handler when it removes its own. For ``demo``
-    (:data:`_SIGHUP_AS_CTRL_C`) SIGHUP too, unless it is ignored (``nohup``): a closed terminal
-    ended it by the signal, leaving its temporary folder. :func:`main` puts the previous
-    handlers back when it returns (a program or a test runs commands in-process).
+    (:data:`_SIGHUP_AS_CTRL_C`) SIGHUP too (``COMMAND: hung up``, exit 129), unless it is
+    ignored (``nohup``): a closed terminal ended it by the signal, leaving its temporary
+    folder. :func:`main` puts the previous handlers back when it returns (a program or a test
+    runs commands in-process).
 
     No upstream counterpart (the command line is this package's own)."""
     return _run(argv, exits=False)
@@ -489,15 +494,19 @@ def note_stop(signum: int) -> None:
 
 def stop_outcome() -> tuple[str, int]:
     """The word and the exit code of a command stopped by a signal (its line is ``COMMAND:
-    WORD``): ``("terminated", 143)`` (:data:`EXIT_TERMINATED`, 128 + SIGTERM) when the first
-    signal :func:`note_stop` noted in this run is SIGTERM, else ``("interrupted", 130)``
-    (:data:`EXIT_INTERRUPTED`, 128 + SIGINT): a Ctrl-C (Python's own handler raises
-    KeyboardInterrupt without noting it), or the demo's SIGHUP, a closed terminal taken as a
-    Ctrl-C. Raises nothing.
+    WORD``), after the first signal :func:`note_stop` noted in this run: ``("terminated",
+    143)`` (:data:`EXIT_TERMINATED`, 128 + SIGTERM) for SIGTERM, ``("hung up", 129)``
+    (:data:`EXIT_HUNG_UP`, 128 + SIGHUP) for the demo's SIGHUP (a closed terminal), else
+    ``("interrupted", 130)`` (:data:`EXIT_INTERRUPTED`, 128 + SIGINT): a Ctrl-C (Python's own
+    handler raises KeyboardInterrupt without noting it). This is the one table of the stop
+    words and codes. Raises nothing.
 
     No upstream counterpart (the command line is this package's own)."""
-    if _STOPS and _STOPS[0] == signal.SIGTERM:
+    first = _STOPS[0] if _STOPS else None
+    if first == signal.SIGTERM:
         return "terminated", EXIT_TERMINATED
+    if first == signal.SIGHUP:
+        return "hung up", EXIT_HUNG_UP
     return "interrupted", EXIT_INTERRUPTED
 
 

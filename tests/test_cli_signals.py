@@ -405,7 +405,8 @@ def _demo_dirs(tmp: Path) -> list[str]:
 def test_sighup_of_a_running_demo_stops_it_and_removes_its_folder(tmp_path: Path) -> None:
     """A closed terminal (SIGHUP) ended the demo by the signal, leaving its temporary folder
     (empty: the children write their stage traces at their exit); now it stops the cluster as
-    for SIGTERM: one line, exit 130, no folder and no process left."""
+    for SIGTERM: one line, ``hung up``, exit 129 (128 + SIGHUP: it said ``interrupted`` and
+    exited 130, as for a Ctrl-C), no folder and no process left."""
     marker = f"FLODL_DEMO_TEST_{os.getpid()}_{time.monotonic_ns()}"
     env = {**os.environ, "TMPDIR": str(tmp_path), marker: "1", "FLODL_NET_TIMEOUT_SCALE": "1.0"}
     p = subprocess.Popen([sys.executable, "-m", "flodl_proto", *_DEMO_LONG], env=env,
@@ -424,8 +425,8 @@ def test_sighup_of_a_running_demo_stops_it_and_removes_its_folder(tmp_path: Path
         if p.poll() is None:
             p.kill()
             p.communicate()
-    assert p.returncode == 130, err
-    assert err.splitlines()[-1].startswith("flodl-proto demo: interrupted after "), err
+    assert p.returncode == 129, err
+    assert err.splitlines()[-1].startswith("flodl-proto demo: hung up after "), err
     assert "Traceback" not in out + err
     assert _demo_dirs(tmp_path) == []
     left = []
@@ -437,14 +438,15 @@ def test_sighup_of_a_running_demo_stops_it_and_removes_its_folder(tmp_path: Path
 
 
 @pytest.mark.parametrize("module", ["flodl_proto.spec", "rich", "numpy._core.multiarray"])
-def test_sighup_while_the_demo_loads_is_one_line_and_130(module: str, tmp_path: Path) -> None:
+def test_sighup_while_the_demo_loads_is_one_line_and_129(module: str, tmp_path: Path) -> None:
     """While the parser is built, as the demo starts, while NumPy loads (held, then delivered;
-    its temporary folder made by then is removed): a SIGHUP ended it by the signal, silently."""
+    its temporary folder made by then is removed): a SIGHUP ended it by the signal, silently
+    (then as a Ctrl-C: ``interrupted``, 130)."""
     res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGHUP", module, *_DEMO_LONG],
                          capture_output=True, text=True, timeout=90,
                          env={**os.environ, "TMPDIR": str(tmp_path)},
                          preexec_fn=_sighup_default)
-    assert (res.returncode, res.stderr) == (130, "flodl-proto demo: interrupted\n")
+    assert (res.returncode, res.stderr) == (129, "flodl-proto demo: hung up\n")
     assert _demo_dirs(tmp_path) == []
 
 
@@ -461,6 +463,22 @@ def test_an_ignored_sighup_stays_ignored_by_the_demo(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "interrupted" not in res.stderr
     assert _demo_dirs(tmp_path) == []
+
+
+@pytest.mark.parametrize(("stops", "outcome"), [
+    ([], ("interrupted", 130)),  # Ctrl-C: Python's own handler notes nothing
+    ([signal.SIGINT], ("interrupted", 130)),
+    ([signal.SIGTERM, signal.SIGINT], ("terminated", 143)),
+    ([signal.SIGHUP], ("hung up", 129)),  # was ("interrupted", 130)
+    ([signal.SIGHUP, signal.SIGTERM], ("hung up", 129)),
+    ([signal.SIGINT, signal.SIGHUP], ("interrupted", 130)),
+])
+def test_the_first_stop_noted_gives_the_word_and_the_code(
+        stops: list[int], outcome: tuple[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_STOPS", [])
+    for signum in stops:
+        cli.note_stop(signum)
+    assert cli.stop_outcome() == outcome
 
 
 @pytest.mark.parametrize("name", ["interrupts_held", "AnyCase", "note_stop", "stop_outcome"])

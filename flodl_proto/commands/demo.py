@@ -32,10 +32,10 @@ rank R's process is killed at round ROUND: its relay reports RankExit and the co
 run cleanly; the demo then checks that every surviving rank holds the identical consensus of the
 last completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
-available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C or a closed terminal's
-SIGHUP; the line says ``interrupted``) and 143 when terminated (SIGTERM; the line says
-``terminated``): either way the demo sends SIGTERM to every process of its cluster at once and
-waits for them first. A signal
+available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C; the line says
+``interrupted``), 143 when terminated (SIGTERM; the line says ``terminated``) and 129 when hung
+up (a closed terminal's SIGHUP; the line says ``hung up``): either way the demo sends SIGTERM
+to every process of its cluster at once and waits for them first. A signal
 ignored when the demo started stays ignored, by the demo and its cluster: SIGINT in a background
 job (``flodl-proto demo &`` in a script), SIGHUP under ``nohup``. The cluster's processes ignore
 the terminal's Ctrl-C and hangup whatever the demo's start (the demo stops them itself). No child
@@ -460,8 +460,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def interrupted_line(done: int, rounds: int, word: str = "interrupted") -> str:
-    """The line a demo stopped by a signal prints: ``word`` (``interrupted`` after Ctrl-C or a
-    closed terminal's SIGHUP, ``terminated`` after SIGTERM: :func:`~flodl_proto.cli.stop_outcome`)
+    """The line a demo stopped by a signal prints: ``word`` (``interrupted`` after Ctrl-C,
+    ``terminated`` after SIGTERM, ``hung up`` after a closed terminal's SIGHUP:
+    :func:`~flodl_proto.cli.stop_outcome`)
     and how many of its ``rounds`` the whole world completed (``done``), or that all of them
     had, when the signal came between the last round and the report. Raises nothing.
 
@@ -485,7 +486,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
                if signal.getsignal(s) is not signal.SIG_IGN]
 
     def interrupted(signum: int, frame: object) -> None:
-        note_stop(signum)  # SIGTERM: "terminated", exit 143; else "interrupted", 130
+        note_stop(signum)  # SIGTERM: "terminated", 143; SIGHUP: "hung up", 129; Ctrl-C: 130
         stop.set()
         cluster.stop()  # the cluster ends now, wherever the demo waits
 
