@@ -23,8 +23,10 @@
 # named from the caller's folder.
 # Exit codes: 0 no finding, 1 a finding, 2 a usage error, atheris missing (replay: a dependency of
 # the package missing), a work folder that cannot be created or written to, 130 interrupted
-# (Ctrl-C or SIGTERM stops the whole run, every target of `all` and `ci` included); `list` and
-# --help: 1 when stdout cannot be written (one line), 141 when its reader went away (quietly).
+# (Ctrl-C: `fuzz/run.sh: interrupted`), 143 terminated (SIGTERM: `fuzz/run.sh: terminated`);
+# either stops the whole run, every target of `all` and `ci` included, and the first of them
+# decides the line and the code; `list` and --help: 1 when stdout cannot be written (one line),
+# 141 when its reader went away (quietly).
 #
 # Environment: PYTHON (interpreter, default python3); FLODL_FUZZ_JOBS (targets run at once by
 # `all`, default 1); FLODL_FUZZ_WORK (work folder for grown corpora, logs and findings, default
@@ -119,25 +121,39 @@ pasted() {
   esac
 }
 
-# Ctrl-C or SIGTERM: noted here; the running target is stopped (see `waited`) and no later
-# target starts
-INTERRUPTED=0
-trap 'INTERRUPTED=1' INT TERM
+# Ctrl-C or SIGTERM: noted here, the first of them in STOP (`interrupted` or `terminated`: the
+# word of the script's last line, see `interrupted`); the running target is stopped (see
+# `waited`) and no later target starts
+INTERRUPTED=0 STOP=
+note_stops() {
+  trap 'INTERRUPTED=1 STOP=${STOP:-interrupted}' INT
+  trap 'INTERRUPTED=1 STOP=${STOP:-terminated}' TERM
+}
+note_stops
 
-# interrupted: stop every target still running, say so in one line, exit 130. A target run by
+# interrupted: stop every target still running, say so in one line (`fuzz/run.sh: interrupted`
+# after Ctrl-C, `fuzz/run.sh: terminated` after SIGTERM: STOP) and exit 130 or 143 (128 + the
+# signal's number; no signal noted here, a target's driver ended by one: 130). A target run by
 # `all` in the background passes the signal on to its driver and waits for it (see `background`);
 # it is signalled again every 0.1 s until it has ended (a signal that comes just before its
-# `wait` starts is not acted on), so that no driver runs on after the script
+# `wait` starts is not acted on), so that no driver runs on after the script. It gets the
+# signal of the stop (SIGINT or SIGTERM), so that its summary line says the same word as the
+# script's last line, also when it was started just as the stop came (too late to get it)
 BACKGROUND=()
 interrupted() {
-  local pid i
+  local pid i sig=INT
+  [ "$STOP" != terminated ] || sig=TERM
   for pid in ${BACKGROUND[@]+"${BACKGROUND[@]}"}; do
     for i in $(seq 600); do
-      kill -TERM "$pid" 2>/dev/null || break
+      kill -"$sig" "$pid" 2>/dev/null || break
       sleep 0.1
     done
   done
   wait || true
+  if [ "$STOP" = terminated ]; then
+    echo "fuzz/run.sh: terminated" >&2
+    exit 143
+  fi
   echo "fuzz/run.sh: interrupted" >&2
   exit 130
 }
@@ -201,7 +217,11 @@ seconds() {
 
 # need_atheris: the fuzzing modes need atheris (the fuzz extra); say so in one line
 need_atheris() {
-  "$PY" -c 'import atheris' >/dev/null 2>&1 || {
+  local found
+  # in a command substitution whose shell's stderr is /dev/null: an interpreter killed by a
+  # SIGTERM to the process group, in the foreground, is reported by the shell ("Terminated")
+  found=$(exec 2>/dev/null; "$PY" -c 'import atheris' >/dev/null && echo yes) || true
+  [ "$found" = yes ] || {
     [ "$INTERRUPTED" -eq 0 ] || interrupted  # Ctrl-C during the check: no verdict on atheris
     echo "fuzz/run.sh: atheris is not installed for $(pasted "$PY"): install the fuzz extra (pip install -e '.[fuzz]')" >&2
     exit 2
@@ -268,7 +288,7 @@ summary() {
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
   artifact=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/.* written to //' || true)
   if [ "$rc" -eq 0 ]; then result=ok
-  elif [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then result=interrupted
+  elif [ "$rc" -eq 130 ] || [ "$INTERRUPTED" -eq 1 ]; then result=${STOP:-interrupted}
   else result="FINDING (exit $rc${artifact:+, $(pasted "$artifact")})"; fi
   printf '%-19s runs=%-8s exec/s=%-6s cov=%-5s ft=%-6s rss=%-5s slowest=%-3s %s\n' "$target" \
     "${runs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}MB" "${slow:-?}s" "$result"
@@ -280,7 +300,7 @@ stat_of() {
 }
 
 # fuzz_one TARGET LOG ARTIFACT_DIR OUT_CORPUS [libFuzzer flags...]: 0 no finding, 1 a finding,
-# 130 interrupted
+# 130 stopped (Ctrl-C or SIGTERM: the caller ends the run with `interrupted`, which says which)
 fuzz_one() {
   local target=$1 log=$2 artifacts=$3 out=$4 rc=0
   shift 4
@@ -300,9 +320,10 @@ fuzz_one() {
 
 # background TARGET SECONDS: `timed`, run by `all` in the background. A subshell does not keep
 # this shell's traps (Ctrl-C's SIGINT killed it, leaving its driver running): it sets its own, so
-# that `waited` passes a signal on to the driver and waits until the driver has ended
+# that `waited` passes a signal on to the driver and waits until the driver has ended (its
+# summary line says the word of the stop: see `interrupted`)
 background() {
-  trap 'INTERRUPTED=1' INT TERM
+  note_stops
   timed "$@"
 }
 
@@ -397,7 +418,9 @@ case "$1" in
   -h|--help) show_help ;;
   list)
     [ $# -eq 1 ] || arity list "no arguments" $(($# - 1))
-    rc=0; targets || rc=$?
+    # in the background and waited for: the shell reports a foreground command killed by a
+    # SIGTERM to the process group ("Terminated"); `targets` dies of Ctrl-C's SIGINT all the same
+    rc=0; targets & wait "$!" || rc=$?
     [ "$INTERRUPTED" -eq 0 ] || interrupted
     exit "$rc"
     ;;

@@ -581,11 +581,12 @@ def _fuzz(*args: str, env: dict[str, str] | None = None,
 def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
                       started: Callable[[subprocess.Popen[str]], bool],
                       stop: Callable[[subprocess.Popen[str]], None], not_started: str,
-                      timeout: float) -> tuple[int, str, str, float]:
+                      timeout: float, word: str = "interrupted") -> tuple[int, str, str, float]:
     """Run ``fuzz/run.sh ARGS`` in a session of its own, poll ``started`` (up to 60 s, failing
     with ``not_started``), then ``stop`` it and wait ``timeout`` s for it to end; a run still
     going then is killed, its whole group. Asserts the run ended as a stopped run does (exit
-    130, ``fuzz/run.sh: interrupted`` last on stderr). Returns the script's process id (its
+    130 and ``fuzz/run.sh: interrupted`` last on stderr, or, for the ``word`` ``terminated``,
+    143 and ``fuzz/run.sh: terminated``). Returns the script's process id (its
     session's id), stdout, stderr and the seconds from ``stop`` to the end."""
     import time
 
@@ -605,8 +606,8 @@ def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-    assert proc.returncode == 130, err
-    assert err.splitlines()[-1] == "fuzz/run.sh: interrupted"
+    assert proc.returncode == {"interrupted": 130, "terminated": 143}[word], err
+    assert err.splitlines()[-1] == f"fuzz/run.sh: {word}"
     return proc.pid, out, err, took
 
 
@@ -1169,13 +1170,15 @@ def test_fuzz_minimize_takes_any_file_name(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.atheris
-@pytest.mark.parametrize(("jobs", "how"), [("1", "ctrl-c"), ("2", "ctrl-c"), ("1", "kill")])
+@pytest.mark.parametrize(("jobs", "how"), [("1", "ctrl-c"), ("2", "ctrl-c"), ("1", "kill"),
+                                           ("2", "kill")])
 def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) -> None:
     """Ctrl-C stopped the running target only, reported as a finding ("FINDING (exit 130)");
     every later target then ran its full time, and the run exited 1. With FLODL_FUZZ_JOBS=2 the
     targets' drivers ran on after the script ended (a target's subshell died of Ctrl-C's SIGINT
     while its driver, still starting and ignoring SIGINT, ran on). A SIGTERM to the script's
-    process alone (``kill PID``) was acted on only when the running target ended its 60 s."""
+    process alone (``kill PID``) was acted on only when the running target ended its 60 s, and
+    ended the run as a Ctrl-C did (``interrupted``, exit 130): ``terminated``, exit 143."""
     log = tmp_path / "logs" / "handshake.log"
 
     def fuzzing(_: subprocess.Popen[str]) -> bool:
@@ -1187,15 +1190,17 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
         else:
             os.kill(proc.pid, signal.SIGTERM)  # the script alone, not its driver
 
+    word = "interrupted" if how == "ctrl-c" else "terminated"
     _, out, err, _ = _stopped_fuzz_run(
         ["all", "60"], {"PYTHON": sys.executable, "FLODL_FUZZ_JOBS": jobs,
                         "FLODL_FUZZ_WORK": str(tmp_path)},
-        started=fuzzing, stop=stop, not_started="the first target did not start", timeout=30)
+        started=fuzzing, stop=stop, not_started="the first target did not start", timeout=30,
+        word=word)
     assert "FINDING" not in out + err and " ok" not in out
     # each stopped target says so in its line (the background ones of FLODL_FUZZ_JOBS=2 said
     # nothing); the first had started, a later one may not have
     lines = out.splitlines()
-    assert lines and all(line.endswith(" interrupted") for line in lines), out
+    assert lines and all(line.endswith(f" {word}") for line in lines), out
     assert any(line.startswith("handshake ") for line in lines), out
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert left.stdout == ""  # no driver runs on
@@ -1218,8 +1223,8 @@ exec {sys.executable} "$@"
         started=lambda proc: subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"],
                                             capture_output=True).returncode == 0,
         stop=lambda proc: os.kill(proc.pid, signal.SIGTERM),
-        not_started="the stand-in driver did not start", timeout=40)
-    assert out.split()[0] == "handshake" and out.rstrip().endswith(" interrupted")
+        not_started="the stand-in driver did not start", timeout=40, word="terminated")
+    assert out.split()[0] == "handshake" and out.rstrip().endswith(" terminated")
     assert 9 < took < 30, took  # the 10 s grace, not the stand-in's 300 s
     left = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True)
     assert left.stdout == ""
@@ -2097,18 +2102,19 @@ def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
     assert cli_salt(None, str(path)) == raw
 
 
-def _ctrl_c_python(tmp_path: Path, step: str) -> str:
+def _ctrl_c_python(tmp_path: Path, step: str, signame: str = "INT") -> str:
     """An interpreter for ``fuzz/run.sh`` (``PYTHON``) that, when it runs the script's ``step``
     (``atheris``: the check that atheris is there; ``targets``: the listing of the targets),
     does what Ctrl-C does to it: SIGINT to its whole process group (the script's), then dies
-    of it. Before the ``targets`` step, the check for atheris passes whether atheris is
-    installed or not. Anything else is run by this interpreter."""
+    of it (or so with the signal ``signame``, ``TERM``: a SIGTERM to the group). Before the
+    ``targets`` step, the check for atheris passes whether atheris is installed or not.
+    Anything else is run by this interpreter."""
     pattern = {"atheris": "'import atheris'", "targets": "*'import TARGETS'*"}[step]
     atheris = ("" if step == "atheris" else
                "case \"$1 $2\" in -c\\ 'import atheris') exit 0 ;; esac\n")
     python = tmp_path / "python"
     python.write_text(f"""#!/bin/sh
-{atheris}case "$1 $2" in -c\\ {pattern}) kill -INT 0; sleep 5; exit 1 ;; esac
+{atheris}case "$1 $2" in -c\\ {pattern}) kill -{signame} 0; sleep 5; exit 1 ;; esac
 exec {sys.executable} "$@"
 """)
     python.chmod(0o755)
@@ -2138,6 +2144,26 @@ def test_fuzz_ctrl_c_while_the_script_starts_is_an_interruption(step: str, args:
                           env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step),
                                "FLODL_FUZZ_WORK": str(tmp_path / "work")})
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
+
+
+@pytest.mark.parametrize(("step", "args"), [
+    ("atheris", ("handshake", "5")),
+    ("atheris", ("all", "5")),
+    ("targets", ("ci",)),
+    ("targets", ("replay", "handshake", "x.bin")),
+    ("targets", ("minimize", "handshake", "x.bin")),
+    ("targets", ("list",)),
+])
+def test_fuzz_sigterm_while_the_script_starts_is_terminated(step: str, args: tuple[str, ...],
+                                                           tmp_path: Path) -> None:
+    """A SIGTERM to the script's process group ended it as a Ctrl-C did (``interrupted``, exit
+    130): it says ``terminated`` and exits 143 (128 + SIGTERM)."""
+    (tmp_path / "x.bin").write_bytes(b"x")
+    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, start_new_session=True,
+                          env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step, "TERM"),
+                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", "fuzz/run.sh: terminated\n")
 
 
 #: a ``sitecustomize`` under which the interpreter, as it imports the fuzz targets, does what
