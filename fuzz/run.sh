@@ -190,10 +190,13 @@ caller_path() {
 
 # read_error PATH: why PATH cannot be read, in the system's words, as replay's reader says it
 # ("No such file or directory", "Is a directory", "Permission denied"), or nothing. PATH is
-# opened without waiting for a writer (a FIFO is read later, as replay reads it)
+# opened without waiting for a writer (a FIFO is read later, as replay reads it). The
+# interpreter dies of a Ctrl-C at its default, without a KeyboardInterrupt traceback (the caller
+# checks INTERRUPTED)
 read_error() {
   "$PY" - "$1" <<'EOF'
-import errno, os, stat, sys
+import errno, os, signal, stat, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 try:
     fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
 except OSError as e:
@@ -430,7 +433,8 @@ case "$1" in
     [ $# -eq 3 ] || arity minimize "TARGET FILE" $(($# - 1))
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
-    why=$(read_error "$file")
+    why=$(read_error "$file") || true
+    [ "$INTERRUPTED" -eq 0 ] || interrupted
     [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $why" >&2; exit 2; }
     need_atheris
     check_work

@@ -2198,6 +2198,37 @@ def test_fuzz_ctrl_c_while_the_targets_load_prints_no_traceback(args: tuple[str,
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
 
 
+#: a ``sitecustomize`` under which the interpreter, as it opens the file ``$CTRL_C_AT_OPEN``,
+#: does what Ctrl-C does to it: SIGINT to its whole process group (the script's), then waits
+_CTRL_C_AT_OPEN = """import os, signal, sys, time
+
+
+def _ctrl_c(event, args):
+    if event == "open" and args and args[0] == os.environ["CTRL_C_AT_OPEN"]:
+        os.killpg(0, signal.SIGINT)
+        time.sleep(5)
+
+
+sys.addaudithook(_ctrl_c)
+"""
+
+
+def test_fuzz_ctrl_c_while_minimize_reads_its_file_prints_no_traceback(tmp_path: Path) -> None:
+    """A Ctrl-C while minimize looked whether FILE can be read was the interpreter's
+    ``KeyboardInterrupt`` traceback, and the script ended with it, without its line."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_CTRL_C_AT_OPEN)
+    (tmp_path / "x.bin").write_bytes(b"x")
+    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), "minimize", "handshake",
+                           "x.bin"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          start_new_session=True,
+                          env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(site),
+                               "CTRL_C_AT_OPEN": str(tmp_path / "x.bin"),
+                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
+
+
 @pytest.mark.parametrize("mode", [("handshake", "1"), ("all", "1"), ("ci",)],
                          ids=["target", "all", "ci"])
 @pytest.mark.parametrize(("make", "reason"), [
