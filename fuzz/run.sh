@@ -20,7 +20,8 @@
 #   fuzz/run.sh -h | --help         this text (exit 0)
 #
 # SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'. FILEs are
-# named from the caller's folder.
+# named from the caller's folder. Every message starts with `fuzz/run.sh: `, whatever path the
+# script was run by; a usage error's hint names the script as it was run (`see ./run.sh --help`).
 # Exit codes: 0 no finding, 1 a finding, 2 a usage error, atheris missing (replay: a dependency of
 # the package missing), a work folder that cannot be created or written to, 130 interrupted
 # (Ctrl-C: `fuzz/run.sh: interrupted`), 143 terminated (SIGTERM: `fuzz/run.sh: terminated`);
@@ -75,8 +76,11 @@ show_help() {
 cannot_write() { echo "fuzz/run.sh: cannot write output: $1" >&2; exit 1; }
 
 # usage_error MESSAGE: a command line the script does not take: one line saying what is wrong and
-# where the help is, exit 2
-usage_error() { echo "fuzz/run.sh: $1; see fuzz/run.sh --help" >&2; exit 2; }
+# where the help is, exit 2. The rule for naming the script: every message starts with the
+# script's name, `fuzz/run.sh: `, whatever path it was run by (one prefix to grep for, as the
+# docs quote it); a command to run names it as it was run ($0, as a shell reads it back:
+# `see ./run.sh --help` from fuzz/, `see /abs/path/fuzz/run.sh --help`)
+usage_error() { echo "fuzz/run.sh: $1; see $(pasted "$0") --help" >&2; exit 2; }
 
 # arity MODE WANTED GOT: MODE was given GOT arguments where it takes WANTED
 arity() {

@@ -10,6 +10,7 @@ import errno
 import io
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -578,6 +579,14 @@ def _fuzz(*args: str, env: dict[str, str] | None = None,
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
+def _pasted(path: Path | str) -> str:
+    """``path`` as ``fuzz/run.sh`` names a path to paste back into a shell: as is when every
+    character is one a shell takes literally, else in single quotes (printable ASCII without a
+    quote, as the tests' paths are)."""
+    text = str(path)
+    return text if re.fullmatch(r"[A-Za-z0-9_./:@%+,=-]+", text) else f"'{text}'"
+
+
 def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
                       started: Callable[[subprocess.Popen[str]], bool],
                       stop: Callable[[subprocess.Popen[str]], None], not_started: str,
@@ -683,7 +692,7 @@ def test_fuzz_ci_and_list_take_no_argument(args: tuple[str, ...], line: str) -> 
     # an extra argument was ignored: `ci extra` started the whole ci run
     res = _fuzz(*args)
     assert (res.returncode, res.stdout, res.stderr) == (
-        2, "", f"fuzz/run.sh: {line}; see fuzz/run.sh --help\n")
+        2, "", f"fuzz/run.sh: {line}; see {_pasted(ROOT / 'fuzz' / 'run.sh')} --help\n")
 
 
 _TARGETS = ("handshake channel_magic round_frame control mux_record len_framed stream_round_frame "
@@ -713,7 +722,29 @@ def test_fuzz_usage_error_is_one_line_naming_what_is_wrong(args: tuple[str, ...]
     stdout), whatever was wrong: one line on stderr now, saying what, and where the help is."""
     res = _fuzz(*args)
     assert (res.returncode, res.stdout, res.stderr) == (
-        2, "", f"fuzz/run.sh: {line}; see fuzz/run.sh --help\n")
+        2, "", f"fuzz/run.sh: {line}; see {_pasted(ROOT / 'fuzz' / 'run.sh')} --help\n")
+
+
+@pytest.mark.parametrize(("run", "where", "named"), [
+    (["bash", "run.sh"], "fuzz", "run.sh"),
+    (["./run.sh"], "fuzz", "./run.sh"),
+    (["bash", "{root}/fuzz/run.sh"], "elsewhere", "{root}/fuzz/run.sh"),
+    (["bash", "my fuzz/run.sh"], "elsewhere", "my fuzz/run.sh"),  # a link to fuzz/: quoted
+], ids=["bash-in-fuzz", "dot-slash", "absolute", "with-a-space"])
+def test_fuzz_usage_error_hint_names_the_script_as_it_was_run(run: list[str], where: str,
+                                                               named: str,
+                                                               tmp_path: Path) -> None:
+    """The hint said ``see fuzz/run.sh --help`` whatever path the script was run by (a command
+    that does not run from ``fuzz/``); it names the script as it was run, quoted to be pasted
+    back. The prefix stays the script's name."""
+    (tmp_path / "my fuzz").symlink_to(ROOT / "fuzz")
+    cwd = {"fuzz": ROOT / "fuzz", "elsewhere": tmp_path}[where]
+    argv = [a.replace("{root}", str(ROOT)) for a in run]
+    res = subprocess.run([*argv, "-x"], capture_output=True, text=True, timeout=60, cwd=cwd,
+                         env={**os.environ, "PYTHON": sys.executable})
+    hint = _pasted(named.replace("{root}", str(ROOT)))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"fuzz/run.sh: unknown option -x; see {hint} --help\n")
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])
