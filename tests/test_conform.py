@@ -506,7 +506,7 @@ def test_a_run_that_never_started_lists_the_rest_as_not_run(tmp_path: Path) -> N
     runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
                            patterns=["controller.round.*"])
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["interrupted"] is False and len(doc["results"]) == 1
+    assert doc["interrupted"] is False and doc["stop"] is None and len(doc["results"]) == 1
     assert [(r["id"], r["version"], r["reason"]) for r in doc["not_run"]] == [
         (c.id, 3, "not run: the target did not start in the first case(s)")
         for c, _ in runs if c.id != doc["results"][0]["id"]]
@@ -850,7 +850,7 @@ def test_cli_launch_that_cannot_start_is_one_line_exit_2(
     assert main([*run, "--launch", f"{missing} --port {{port}}", "--json", str(report)]) == 2
     capsys.readouterr()
     doc = json.loads(report.read_text())
-    assert (doc["interrupted"], doc["results"]) == (False, [])
+    assert (doc["interrupted"], doc["stop"], doc["results"]) == (False, None, [])
     assert doc["not_run"] and {r["reason"] for r in doc["not_run"]} == {
         "not run: the --launch command cannot be started"}
 
@@ -880,7 +880,8 @@ def test_a_kit_stopped_before_its_first_case_leaves_no_earlier_report(
                            patterns=["controller.round.*"])
     want = [(c.id, "not run: the kit was interrupted") for c, _ in runs]
     for doc in (seen[0], json.loads(path.read_text())):
-        assert (doc["interrupted"], doc["results"], doc["passed"]) == (True, [], 0)
+        assert (doc["interrupted"], doc["stop"], doc["results"], doc["passed"]) == (
+            True, "interrupted", [], 0)
         assert [(r["id"], r["reason"]) for r in doc["not_run"]] == want
 
 
@@ -919,7 +920,8 @@ def test_a_kit_stopped_while_its_modules_load_leaves_no_earlier_report(tmp_path:
                                  patterns=["controller.round.*"])
     assert runs
     assert json.loads(json_path.read_text()) == {
-        "role": "controller", "interrupted": True, "passed": 0, "failed": 0, "must_failed": 0,
+        "role": "controller", "interrupted": True, "stop": "interrupted", "passed": 0,
+        "failed": 0, "must_failed": 0,
         "results": [], "not_selected": [{"id": c.id, "reason": why} for c, why in skipped],
         "not_run": [{"id": c.id, "version": 2, "reason": "not run: the kit was interrupted"}
                     for c, _ in runs]}
@@ -1227,15 +1229,16 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
         [sys.executable, "-m", "flodl_proto.cli", "conform", "controller", "--version", "3",
          "--cases", "controller.round.*", "--list"], capture_output=True, text=True, check=True)
     selected = sum(1 for ln in listed.stdout.splitlines() if ln.startswith("controller.round."))
-    assert doc["interrupted"] is True and doc["passed"] == 0
+    assert (doc["interrupted"], doc["stop"], doc["passed"]) == (True, word, 0)
     assert sorted(f"FAIL {r['id']} v3 [{r['level']}] ({r['section_title']})"
                   for r in doc["results"]) == sorted(heads)  # the cases reported, no other
     assert len(doc["results"]) + len(doc["not_run"]) == selected >= 3
     assert doc["not_run"] and {r["reason"] for r in doc["not_run"]} \
-        == {"not run: the kit was interrupted"}
+        == {f"not run: the kit was {word}"}  # SIGTERM: it said "interrupted"
     root = ET.parse(reports / "r.xml").getroot()
     assert all(s.find("properties/property[@name='interrupted'][@value='true']") is not None
+               and s.find(f"properties/property[@name='stop'][@value='{word}']") is not None
                for s in root.iter("testsuite"))
     skipped = root.findall("testsuite[@name='controller not run']/testcase/skipped")
     assert len(skipped) == len(doc["not_run"])
-    assert {e.get("message") for e in skipped} == {"not run: the kit was interrupted"}
+    assert {e.get("message") for e in skipped} == {f"not run: the kit was {word}"}

@@ -30,9 +30,12 @@ one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes t
 files and ends the kit with one line, also while its modules load: ``interrupted`` and exit 130
 after Ctrl-C, ``terminated`` and exit 143 after SIGTERM. The reports
 of a run that stopped early hold the cases that ended and list the others as not run, with the
-reason (JUnit: skipped; JSON: ``not_run``, and ``interrupted`` true when the kit was
-interrupted). CMD may span lines: a backslash at the end of a line joins it to the next, as in
-a shell script. ``docs --check``: 0 up to date, 1 missing
+reason (JUnit: skipped; JSON: ``not_run``). A kit stopped by a signal says so in them, with
+the stop's word: JSON ``interrupted`` true and ``stop`` ``"interrupted"`` (Ctrl-C) or
+``"terminated"`` (SIGTERM), null for a run not stopped; JUnit the properties
+``interrupted=true`` and ``stop=WORD`` on every suite; and the reason of the cases not run,
+``not run: the kit was terminated``. CMD may span lines: a backslash at the end of a line joins
+it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing
 or out of date, 2 when PATH cannot be read.
 """
 
@@ -50,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._oserr import os_reason
-from ..cli import AnyCase, interrupts_held, note_stop
+from ..cli import AnyCase, interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._output import rich_console
@@ -66,7 +69,8 @@ if TYPE_CHECKING:
 __all__ = ["JOBS_MAX", "register"]
 
 _PROG = "flodl-proto conform"
-#: why the cases of an interrupted run were not run (the reports' reason)
+#: why the cases of an interrupted run were not run (the reports' reason): the first reports,
+#: written before any case runs, say so until the kit replaces them
 _INTERRUPTED = "not run: the kit was interrupted"
 _EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case failed, the "
                "target did not start in the first cases (the others are not run), or a "
@@ -201,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
         prepared = _prepare(args, role, runs, skipped)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (as Ctrl-C until _play sets its handler)
         if not args.list and (args.junit or args.json):  # they say so, not an earlier run
-            _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True)
+            _write_stopped_reports(args, role, [], skipped, runs)
         raise
     if prepared is not None:
         return prepared
@@ -209,9 +213,17 @@ def _run(args: argparse.Namespace) -> int:
     # before any case runs, and a kit stopped from here on leaves no earlier run's report.
     # Outside the try above: a Ctrl-C during this write stops it (each report is replaced
     # whole or not at all) and does not start it again
-    if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, interrupted=True):
+    if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, stop="interrupted"):
         return 1
-    return _play(args, role, runs, skipped)
+    written: list[bool] = []  # by _play, from a stop's reports or the final ones on
+    try:
+        return _play(args, role, runs, skipped, written)
+    except KeyboardInterrupt:
+        # stopped before _play wrote reports of its own (while the player and the codec load,
+        # before its handler is set): the first reports name the stop (``terminated``)
+        if not written:
+            _write_stopped_reports(args, role, [], skipped, runs)
+        raise
 
 
 def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
@@ -299,9 +311,11 @@ def _no_case(left_out: list[tuple[Case, str]], args: argparse.Namespace) -> str:
 
 
 def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
-          skipped: list[tuple[Case, str]]) -> int:
+          skipped: list[tuple[Case, str]], written: list[bool]) -> int:
     """Run the selected cases (the first reports are written), print their lines and the
-    summary, write the final reports; the exit code."""
+    summary, write the final reports; the exit code. ``written`` gets an item as the reports
+    are written again (for a stop, or at the end): from then on a stop leaves them as they
+    are."""
     timeout_scale = check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     with interrupts_held():  # the codec's extension modules load: Ctrl-C after, as one line
         from rich.progress import (
@@ -370,13 +384,15 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             results = run_cases(runs, make_target, settings, jobs=args.jobs,
                                 on_result=on_result, stop=stop)
     except TargetLaunchError as e:  # the command named on the command line: every case would fail
+        written.append(True)
         _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
                        "started")
         return _usage(f"--launch: {e}", args)
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130 or 143
-        _write_reports(args, role, e.results, skipped, runs, _INTERRUPTED, interrupted=True)
+        written.append(True)
+        _write_stopped_reports(args, role, e.results, skipped, runs)
         raise KeyboardInterrupt from None
     finally:
         for sig, handler in old.items():
@@ -394,6 +410,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     should_fail = sum(not r.passed and r.case.level == "SHOULD" for r in results)
     console.print(f"{role}: {n_pass} passed, {must_fail} MUST failed, {should_fail} SHOULD "
                   f"failed, {len(skipped)} not selected", markup=False)
+    written.append(True)
     if not _write_reports(args, role, results, skipped, runs,
                           "not run: the target did not start in the first case(s)"):
         return 1
@@ -403,12 +420,24 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     return exit_code(results)
 
 
+def _write_stopped_reports(args: argparse.Namespace, role: str, results: list[CaseResult],
+                           skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]]) -> bool:
+    """:func:`_write_reports` of a kit stopped by a signal: the stop's word
+    (:func:`~flodl_proto.cli.stop_outcome`: ``interrupted`` after Ctrl-C, ``terminated`` after
+    SIGTERM) in the reports' ``stop`` and in the reason of the cases not run (``not run: the
+    kit was terminated``)."""
+    word = stop_outcome()[0]
+    return _write_reports(args, role, results, skipped, runs, f"not run: the kit was {word}",
+                          stop=word)
+
+
 def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult],
                    skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]],
-                   not_run_reason: str, *, interrupted: bool = False) -> bool:
+                   not_run_reason: str, *, stop: str | None = None) -> bool:
     """Write the ``--junit`` / ``--json`` reports asked for: the ``results``, the cases not
-    selected, and the selected ``runs`` with no result (not run, for ``not_run_reason``).
-    False (the error line printed) when one cannot be written."""
+    selected, and the selected ``runs`` with no result (not run, for ``not_run_reason``); a run
+    stopped by a signal names the ``stop`` (its word). False (the error line printed) when one
+    cannot be written."""
     from ..conform.report import write_json, write_junit
 
     ran = {(r.case.id, r.version) for r in results}
@@ -419,7 +448,7 @@ def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult
         try:
             path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
             write(path, role, results, skipped, _title, not_run=not_run,
-                  not_run_reason=not_run_reason, interrupted=interrupted)
+                  not_run_reason=not_run_reason, stop=stop)
         except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)
             _report_error(path, _os_reason(e), args)
             return False

@@ -67,9 +67,13 @@ Options: `--version 2|3` (repeatable; default both), `--cases GLOB` (repeatable)
 `--level must|should`, `--timeout-scale X` (exported to the target as
 `FLODL_NET_TIMEOUT_SCALE`, and applied to the kit's waits that follow a target timeout),
 `--jobs N` (cases in parallel, 1 to 1024, each with its own target and ports), `--junit PATH`,
-`--json PATH` (the JSON report: `role`, `interrupted`, the counts, `results`, `not_selected`
-and `not_run`; the reports of a run stopped early, by Ctrl-C, SIGTERM or a target that never
-started, hold the cases that ended and list the others as not run, JUnit `skipped`), `--list`
+`--json PATH` (the JSON report: `role`, `interrupted`, `stop`, the counts, `results`,
+`not_selected` and `not_run`; the reports of a run stopped early, by Ctrl-C, SIGTERM or a target
+that never started, hold the cases that ended and list the others as not run, JUnit `skipped`;
+a run stopped by a signal has `interrupted` true and `stop` the word of the stop,
+`"interrupted"` after Ctrl-C, `"terminated"` after SIGTERM (null for a run not stopped), its
+cases not run the reason `not run: the kit was terminated` (or `interrupted`), and JUnit the
+properties `interrupted=true` and `stop` on every suite), `--list`
 (the selected cases; no target needed). Cases that need the port mux
 (`GET /status`, unknown channel magics) run only with `--port-mux`, against a target started
 with its mux on; cases that need a direct listener run only without it. Cases left out are

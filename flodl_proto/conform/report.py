@@ -221,13 +221,22 @@ def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
     }
 
 
+def _stop_word(interrupted: bool, stop: str | None) -> str | None:
+    """The word of the stop the reports name: ``stop``, else ``interrupted`` for a run
+    ``interrupted``, else None (a run not stopped)."""
+    return stop if stop is not None else "interrupted" if interrupted else None
+
+
 def write_json(path: Path, role: str, results: Sequence[CaseResult],
                not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str], *,
                not_run: Sequence[tuple[Case, int]] = (), not_run_reason: str = "",
-               interrupted: bool = False) -> None:
+               interrupted: bool = False, stop: str | None = None) -> None:
     """Write the results as JSON: role, counts, every result, the cases not selected, the
     selected cases that were not run (``not_run``, each with ``not_run_reason``: the run was
-    interrupted, or the target never started) and whether the run was ``interrupted``.
+    stopped, or the target never started), whether the run was stopped by a signal
+    (``interrupted``, true for any stop, as the key has always said) and the word of the stop
+    (``stop``: ``stop`` when given, such as ``"terminated"`` after SIGTERM, else
+    ``"interrupted"`` for a run ``interrupted``; null for a run that was not stopped).
     ``results`` and ``not_run`` are in the order of the runs (catalogue order, each case's
     versions ascending; whatever order ``--jobs`` completed them in), ``not_selected`` in
     catalogue order.
@@ -238,9 +247,11 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
     Raises:
         OSError: ``path`` cannot be written (its folder must exist).
     """
+    word = _stop_word(interrupted, stop)
     doc = {
         "role": role,
-        "interrupted": interrupted,
+        "interrupted": word is not None,
+        "stop": word,
         "passed": sum(r.passed for r in results),
         "failed": sum(not r.passed for r in results),
         "must_failed": sum(not r.passed and r.case.level == "MUST" for r in results),
@@ -254,11 +265,12 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
 def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                 not_selected: Sequence[tuple[Case, str]], title_of: Callable[[str], str], *,
                 not_run: Sequence[tuple[Case, int]] = (), not_run_reason: str = "",
-                interrupted: bool = False) -> None:
+                interrupted: bool = False, stop: str | None = None) -> None:
     """Write JUnit XML: one ``testsuite`` per role and version, one ``testcase`` per case
     (``failure`` with expected/observed; not-selected cases, and the selected cases that were
-    not run, as ``skipped`` with the reason). ``interrupted`` adds a property
-    ``interrupted=true`` to the root's suites. The suites of results come first, by version
+    not run, as ``skipped`` with the reason). A run stopped by a signal (``interrupted``, or
+    ``stop`` given) has the properties ``interrupted=true`` and ``stop=WORD`` (``stop``, else
+    ``interrupted``) on each of the root's suites. The suites of results come first, by version
     ascending, each with its cases in catalogue order; then the suite of cases not run, then
     the suite of cases not selected.
 
@@ -293,10 +305,12 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                    [(f"{role}.v{v}", c.id, not_run_reason) for c, v in not_run])
     _skipped_suite(root, f"{role} not selected",
                    [(f"{role}.not_selected", c.id, why) for c, why in not_selected])
-    if interrupted:
+    word = _stop_word(interrupted, stop)
+    if word is not None:
         for suite in root:
             props = ET.Element("properties")
             props.append(ET.Element("property", name="interrupted", value="true"))
+            props.append(ET.Element("property", name="stop", value=word))
             suite.insert(0, props)
     ET.indent(root)
     replace_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
