@@ -454,24 +454,56 @@ def interrupts_held() -> Iterator[None]:
     ``numpy._core.multiarray failed to import``), where Ctrl-C should be one line. Nothing is
     held outside the main thread (no signal handler runs there).
 
+    The held signals are delivered in the order they arrived, so the first decides the stop
+    (:func:`stop_outcome`: a SIGTERM then a Ctrl-C is ``terminated``): CPython runs the
+    handlers of signals that arrive while C code runs (an extension module's import) in
+    signal-number order, SIGINT's before SIGTERM's, so the order is read from a wakeup fd
+    (:func:`signal.set_wakeup_fd`), to which the interpreter writes each signal's number as it
+    arrives; the wakeup fd in place before is put back, and given the other signals' numbers.
+
     No upstream counterpart: upstream's binaries are compiled, with no imports to interrupt."""
     held: list[int] = []
 
     def hold(signum: int, frame: object) -> None:
         held.append(signum)
 
+    wakeup: tuple[int, int] | None = None  # the pipe's read and write ends
+    previous_fd = -1
     try:
         previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
         if callable(signal.getsignal(signal.SIGHUP)):  # the demo's (:func:`main`)
             previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, hold)
     except ValueError:  # not the main thread
         previous = {}
+    if previous:
+        try:
+            wakeup = os.pipe()
+            for fd in wakeup:
+                os.set_blocking(fd, False)
+            previous_fd = signal.set_wakeup_fd(wakeup[1], warn_on_full_buffer=False)
+        except (OSError, ValueError):  # no file descriptor left: the order the handlers ran
+            if wakeup is not None:
+                for fd in wakeup:
+                    os.close(fd)
+            wakeup = None
     try:
         yield
     finally:
+        arrived = b""
+        if wakeup is not None:
+            signal.set_wakeup_fd(previous_fd)
+            with contextlib.suppress(OSError):  # BlockingIOError: none arrived
+                arrived = os.read(wakeup[0], 4096)
+            for fd in wakeup:
+                os.close(fd)
         for s, handler in previous.items():  # None: not set from Python, taken as the default
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
-        for signum in dict.fromkeys(held):
+        others = bytes(b for b in arrived if b not in previous)
+        if others and previous_fd >= 0:  # the previous wakeup fd's reader gets its signals
+            with contextlib.suppress(OSError):
+                os.write(previous_fd, others)
+        order = [b for b in arrived if b in held] + held  # held: those the wakeup fd missed
+        for signum in dict.fromkeys(order):
             signal.raise_signal(signum)
 
 

@@ -261,6 +261,76 @@ def test_sigterm_of_conform_at_any_time_is_one_line_and_143(delay: float,
         assert _report(tmp_path)["interrupted"] is True  # once parsed: the report says so
 
 
+#: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, with an
+#: import hook that, when the module ``sys.argv[1]`` is first looked for, has a helper process
+#: send this process SIGTERM, then, once the SIGTERM is no longer pending here (delivered: its C
+#: handler ran), Ctrl-C's SIGINT. Meanwhile this process waits in a read of a pipe made to
+#: restart after a signal (``siginterrupt(False)``), so that no Python handler runs until both
+#: have arrived, as in the C code of an extension module's import: CPython then runs the
+#: handlers in signal-number order, SIGINT's first. The CLI's own arguments follow
+_SIGTERM_THEN_CTRL_C_AT_IMPORT = """
+import importlib.abc, os, signal, subprocess, sys
+from importlib.metadata import entry_points
+
+HELPER = '''
+import os, signal, sys
+
+pid, fd = int(sys.argv[1]), int(sys.argv[2])
+
+
+def pending(signum):
+    with open(f"/proc/{pid}/status") as status:
+        return any(line.startswith(("SigPnd:", "ShdPnd:"))
+                   and int(line.split()[1], 16) >> (signum - 1) & 1 for line in status)
+
+
+os.kill(pid, signal.SIGTERM)
+while pending(signal.SIGTERM):
+    pass
+os.kill(pid, signal.SIGINT)
+while pending(signal.SIGINT):
+    pass
+os.write(fd, b"x")
+'''
+
+
+class Both(importlib.abc.MetaPathFinder):
+    sent = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET and not self.sent:
+            self.sent = True
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.siginterrupt(signum, False)
+            r, w = os.pipe()
+            helper = subprocess.Popen([sys.executable, "-c", HELPER, str(os.getpid()), str(w)],
+                                      pass_fds=(w,))
+            os.close(w)
+            os.read(r, 1)
+            helper.wait()
+        return None
+
+TARGET = sys.argv[1]
+sys.argv = ["flodl-proto", *sys.argv[2:]]
+(ep,) = entry_points(group="console_scripts", name="flodl-proto")
+sys.meta_path.insert(0, Both())
+sys.exit(ep.load()())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_sigterm_then_ctrl_c_while_conform_loads_numpy_is_terminated(tmp_path: Path) -> None:
+    """A SIGTERM, then a Ctrl-C before NumPy's extension had loaded: the held signals were
+    delivered in signal-number order, Ctrl-C's first, and the kit said ``interrupted`` (130)
+    for a run stopped by SIGTERM; the first to arrive decides, as once the kit runs."""
+    res = subprocess.run([sys.executable, "-c", _SIGTERM_THEN_CTRL_C_AT_IMPORT,
+                          "numpy._core.multiarray", *_conform_args(tmp_path)],
+                         capture_output=True, text=True, timeout=90)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        143, "", "flodl-proto conform controller: terminated\n")
+    assert _report(tmp_path)["stop"] == "terminated"
+
+
 #: run in a fresh interpreter: the installed ``flodl-proto`` console script's entry point, sending
 #: the signal ``sys.argv[1]`` to this process once its ``main`` has returned (or raised
 #: ``SystemExit``: ``--help``, a usage error), when ``sys.argv[2]`` is ``returned``, or from an
