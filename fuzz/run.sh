@@ -503,7 +503,10 @@ case "$1" in
     # each FILE, then each FILE as `shown` shows it: the Python part prints the names it is given
     names=()
     for f in "$@"; do names+=("$(shown "$f")"); done
-    "$PY" - "$CALLER_DIR" "$target" "$(pasted "$PY")" "$@" "${names[@]}" <<'EOF'
+    # run by `waited` (in the background, with SIGINT ignored, as a fuzzing driver): a Ctrl-C or
+    # SIGTERM ends it by the SIGTERM passed on, without a KeyboardInterrupt traceback or the
+    # shell's "Terminated", and the script says which stop it was
+    IFS= read -r -d '' replay_py <<'EOF' || true
 import importlib, logging, os, sys, traceback
 logging.disable(logging.CRITICAL)
 caller, target, python, *rest = sys.argv[1:]
@@ -534,6 +537,11 @@ for name, data in inputs:
         sys.exit(1)
     print(f"{name}: ok")
 EOF
+    rc=0
+    waited "$PY" -c "$replay_py" "$CALLER_DIR" "$target" "$(pasted "$PY")" "$@" "${names[@]}" \
+      || rc=$?
+    [ "$INTERRUPTED" -eq 0 ] || interrupted
+    exit "$rc"
     ;;
   *)
     case "$1" in -*) usage_error "unknown option $(shown "$1")" ;; esac

@@ -2231,12 +2231,13 @@ def test_fuzz_ctrl_c_while_the_targets_load_prints_no_traceback(args: tuple[str,
 
 #: a ``sitecustomize`` under which the interpreter, as it opens the file ``$CTRL_C_AT_OPEN``,
 #: does what Ctrl-C does to it: SIGINT to its whole process group (the script's), then waits
+#: (or so with the signal ``$CTRL_C_SIGNAL``, ``SIGTERM``: a SIGTERM to the group)
 _CTRL_C_AT_OPEN = """import os, signal, sys, time
 
 
 def _ctrl_c(event, args):
     if event == "open" and args and args[0] == os.environ["CTRL_C_AT_OPEN"]:
-        os.killpg(0, signal.SIGINT)
+        os.killpg(0, getattr(signal, os.environ.get("CTRL_C_SIGNAL", "SIGINT")))
         time.sleep(5)
 
 
@@ -2258,6 +2259,25 @@ def test_fuzz_ctrl_c_while_minimize_reads_its_file_prints_no_traceback(tmp_path:
                                "CTRL_C_AT_OPEN": str(tmp_path / "x.bin"),
                                "FLODL_FUZZ_WORK": str(tmp_path / "work")})
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
+
+
+@pytest.mark.parametrize(("signame", "code", "word"), [("SIGINT", 130, "interrupted"),
+                                                     ("SIGTERM", 143, "terminated")])
+def test_fuzz_a_stop_while_replay_runs_is_the_scripts_line(signame: str, code: int, word: str,
+                                                           tmp_path: Path) -> None:
+    """A Ctrl-C while replay read or ran its inputs was the interpreter's KeyboardInterrupt
+    traceback, a SIGTERM the shell's ``Terminated``, and the script ended without its line."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_CTRL_C_AT_OPEN)
+    (tmp_path / "x.bin").write_bytes(b"x")
+    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), "replay", "handshake",
+                           "x.bin"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          start_new_session=True,
+                          env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(site),
+                               "CTRL_C_AT_OPEN": str(tmp_path / "x.bin"),
+                               "CTRL_C_SIGNAL": signame})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (code, "", f"fuzz/run.sh: {word}\n")
 
 
 @pytest.mark.parametrize("mode", [("handshake", "1"), ("all", "1"), ("ci",)],
