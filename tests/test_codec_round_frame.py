@@ -272,6 +272,20 @@ def test_from_array_refuses_non_real(array: Any, name: str) -> None:
            f"round_frame: array dtype = {name!r} is invalid: {reason}")
 
 
+@pytest.mark.parametrize(("array", "name"), [
+    ([[1.0, 2.0], [3.0]], "list"), (([1], [2, 3]), "tuple"),
+])
+def test_from_array_refuses_ragged_rows(array: Any, name: str) -> None:
+    # NumPy makes no array of ragged rows: a typed error naming the argument, not NumPy's own
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(array)
+    assert isinstance(ei.value, errors.LocalProtocolError)
+    assert ei.value.error_id == "frame.bad_field"
+    assert str(ei.value).startswith(
+        f"round_frame: array = {name!r} is invalid: not an array of numbers: setting an array "
+        "element with a sequence.")
+
+
 @pytest.mark.parametrize("dtype", [True, 1.0, "1", "bf16"])  # True and 1.0 were bf16
 def test_from_array_dtype_that_is_no_integer(dtype: Any) -> None:
     with pytest.raises(errors.InvalidValue) as ei:

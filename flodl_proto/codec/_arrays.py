@@ -29,9 +29,15 @@ def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
     """``array`` as a NumPy array of real numbers (bool, integer, float or bfloat16 values).
 
     Raises:
-        InvalidValue (local) ``frame.bad_field``: complex, text, object or date values.
+        InvalidValue (local) ``frame.bad_field``: complex, text, object or date values, or
+            nested sequences NumPy makes no array of (ragged rows: ``[[1, 2], [3]]``), naming
+            the argument's type and NumPy's reason.
     """
-    arr = np.asarray(array)
+    try:
+        arr = np.asarray(array)
+    except (ValueError, TypeError) as e:
+        raise protocol_error("frame.bad_field", field="array", value=type(array).__name__,
+                             reason=f"not an array of numbers: {e}") from None
     if arr.dtype != _BF16 and arr.dtype.kind not in _REAL_KINDS:
         raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
                              reason="only real numbers (f32, bf16, or a real dtype to cast) "

@@ -192,8 +192,10 @@ class TensorPayload:
         Raises:
             InvalidValue (local): a ``dtype`` that is no integer (``frame.bad_field``) or an
                 unknown one (``payload.unknown_dtype``), a complex /
-                non-numeric array, or a finite value that the cast would make infinite
-                (``frame.bad_field`` naming its flat index and the value).
+                non-numeric array, nested sequences of ragged rows (``[[1, 2], [3]]``:
+                ``frame.bad_field`` naming ``array``, its type and NumPy's reason), or a
+                finite value that the cast would make infinite (``frame.bad_field`` naming
+                its flat index and the value).
         """
         arr = real_array(array)
         wire = Dtype(wire_dtype_tag(dtype, arr))
