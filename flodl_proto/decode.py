@@ -53,6 +53,7 @@ from ._decode_table import format_table, table_end, table_head, table_line
 from ._hexdump import parse_hex_dump
 from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
+from .codec.ceiling import frame_ceiling_int
 from .codec.handshake import decode_ack, decode_handshake
 from .codec.loopback import decode_len_framed_or_eos
 from .codec.mux import (
@@ -693,8 +694,10 @@ def decode_stream(
         A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
 
     Raises:
-        InvalidValue (local): unknown ``leg`` (``stream.unknown_leg``), or the salt is not 16
-            bytes; VersionMismatch (local): bad version.
+        InvalidValue (local): unknown ``leg`` (``stream.unknown_leg``), the salt is not 16
+            bytes, or ``ceiling`` is not a non-negative integer (``ceiling.invalid``: a bool, a
+            float or text included; checked before any byte is read, as the codec's readers
+            check theirs); VersionMismatch (local): bad version.
 
     Upstream: the readers the receiving peer runs, in its order: ``controller/mod.rs``
     (channel magic), ``relay/mux.rs`` (``read_record``, ``read_len_framed``),
@@ -706,4 +709,5 @@ def decode_stream(
     key = check_salt(salt) if salt is not None else None
     if version is not None:
         check_version(version)
+    ceiling = frame_ceiling_int(ceiling)
     return _Decoder(as_view(data), key, version, values, ceiling, on_record).run(leg)

@@ -1624,6 +1624,29 @@ def test_an_unknown_leg_is_local_misuse() -> None:
                                "from the first bytes)")
 
 
+#: protocol.md's worked example 5.3: a Model RoundFrame, one f32 tensor, salt of zeros
+FRAME_55 = bytes.fromhex("f1170df10100000000000000000000f03f00010400000010000000000000000000803f"
+                         "000020c0000000000000504039a58785a03c12d1")
+
+
+@pytest.mark.parametrize(("leg", "data"), [
+    ("frame", b""), ("frame", FRAME_55), ("loopback", b""),
+    ("loopback", encode_handshake(0, 2, 2)), ("mux", b""), ("mux", bytes.fromhex("e1170df1")),
+])
+@pytest.mark.parametrize("ceiling", [-5, 1.5e9, True, "1024"])
+def test_a_bad_ceiling_is_local_misuse(leg: Leg, data: bytes, ceiling: Any) -> None:
+    # the frame and loopback legs took it as the stream's failure at offset 0, and as no
+    # failure at all for an empty input (the mux leg's reader refused it)
+    from flodl_proto.errors import InvalidValue, LocalProtocolError
+
+    with pytest.raises(LocalProtocolError) as info:
+        decode_stream(data, leg, ceiling=ceiling)
+    assert isinstance(info.value, InvalidValue) and not info.value.remote
+    assert info.value.error_id == "ceiling.invalid"
+    assert str(info.value) == ("frame ceiling must be a non-negative number of bytes, got "
+                               f"{ceiling!r}")
+
+
 @pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
 def test_a_capture_file_without_pcap_says_to_read_it_with_pcap(
         fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
