@@ -682,7 +682,8 @@ def decode_stream(
         version: the data-channel protocol version (2 or 3). ``None``: the version the loopback
             handshake or ack carries when it is a supported one, else the default (2).
         values: include every tensor element (``values``; raw ``data`` hex where the elements
-            cannot be decoded) instead of a summary only.
+            cannot be decoded) beside the summary (``min``, ``max``, ``mean``), which a record
+            always has.
         ceiling: frame ceiling in bytes: the largest mux ``payload_len`` or loopback length
             prefix, the largest bare RoundFrame (its whole length, tag included:
             ``stream.frame_over_ceiling``), and the codec's bound on a frame's tensor bytes.

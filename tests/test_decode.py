@@ -74,6 +74,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "flodl_proto" / "_vectors"
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 OTHER = bytes(16)
+#: protocol.md's worked example 5.3: a Model RoundFrame, one f32 tensor, salt of zeros
+FRAME_55 = bytes.fromhex("f1170df10100000000000000000000f03f00010400000010000000000000000000803f"
+                         "000020c0000000000000504039a58785a03c12d1")
 
 
 def _frames(version: int) -> list[RoundFrame]:
@@ -449,6 +452,20 @@ def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert out[-1].split()[1] == "END"
     rep = decode_stream(sent.data, "loopback", salt=SALT, values=True)
     assert list(format_table(rep)) == out
+
+
+def test_values_help_says_the_summary_stays(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # the help said "instead of a summary", but a record keeps its summary beside the values
+    raw = tmp_path / "frame.bin"
+    raw.write_bytes(FRAME_55)
+    assert main(["decode", "--leg", "frame", "--format", "table", "--values", str(raw)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert "min=-2.5 max=3.25 mean=0.4375 values=[1, -2.5, 0, 3.25]" in row
+    with pytest.raises(SystemExit):
+        main(["decode", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--values print every tensor element too, after its summary (min, max, mean)" in text
 
 
 def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1622,11 +1639,6 @@ def test_an_unknown_leg_is_local_misuse() -> None:
     assert info.value.error_id == "stream.unknown_leg"
     assert str(info.value) == ("unknown leg 'bogus': mux, loopback or frame (detect_leg tells it "
                                "from the first bytes)")
-
-
-#: protocol.md's worked example 5.3: a Model RoundFrame, one f32 tensor, salt of zeros
-FRAME_55 = bytes.fromhex("f1170df10100000000000000000000f03f00010400000010000000000000000000803f"
-                         "000020c0000000000000504039a58785a03c12d1")
 
 
 @pytest.mark.parametrize(("leg", "data"), [

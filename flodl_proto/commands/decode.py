@@ -202,7 +202,8 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("json", "table"), default="json",
                    help="one JSON object per line (default) or a table")
     p.add_argument("--values", action="store_true",
-                   help="print every tensor element instead of a summary")
+                   help="print every tensor element too, after its summary (min, max, "
+                   "mean)")
     form.add_argument("--pcap", action="store_true",
                       help="FILE is a libpcap/pcapng capture; decode the TCP streams of each "
                       "--port (needs the pcap extra: pip install 'flodl-proto[pcap]'; not with "
