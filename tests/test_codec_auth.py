@@ -264,9 +264,9 @@ _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or mem
     ([b"a", "b"], "codec.not_bytes_like", "pieces[1] " + _NOT_A_BUFFER + "str"),  # TypeError
     ([b"a", b"b", 7], "codec.not_bytes_like", "pieces[2] " + _NOT_A_BUFFER + "int"),
     ([memoryview(b"abcdef")[::2]], "codec.not_bytes_like",  # a bare BufferError
-     "pieces[0] " + _NOT_A_BUFFER + "memoryview"),
+     "pieces[0] " + _NOT_A_BUFFER + "non-contiguous memoryview"),
     ([b"x", np.zeros(8, np.uint8)[::2]], "codec.not_bytes_like",  # a bare ValueError
-     "pieces[1] " + _NOT_A_BUFFER + "ndarray"),
+     "pieces[1] " + _NOT_A_BUFFER + "non-contiguous ndarray"),
 ])
 def test_compute_tag_names_pieces_that_are_no_buffers(pieces: Any, error_id: str,
                                                       text: str) -> None:

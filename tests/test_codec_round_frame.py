@@ -563,18 +563,22 @@ def test_round_frame_pieces_alternate_metadata_and_payload_views() -> None:
     assert last[0] == head(1) + struct.pack("<BBQ", 9, 0, 3)
 
 
-@pytest.mark.parametrize("data", [
-    np.zeros(4, np.float32)[::2],  # strided
-    np.asfortranarray(np.zeros((2, 2), np.float32)),
-    "abcd",
-    7,
+@pytest.mark.parametrize(("data", "got"), [
+    # an array is taken when it is C-contiguous: the line says what is wrong with this one
+    (np.zeros(4, np.float32)[::2], "non-contiguous ndarray"),  # strided
+    (np.asfortranarray(np.zeros((2, 2), np.float32)), "non-contiguous ndarray"),
+    ("abcd", "str"),
+    (7, "int"),
 ])
-def test_payload_data_that_is_no_contiguous_buffer_is_refused_by_field(data: Any) -> None:
+def test_payload_data_that_is_no_contiguous_buffer_is_refused_by_field(data: Any,
+                                                                       got: str) -> None:
     with pytest.raises(errors.LocalProtocolError) as ei:
         TensorPayload(0, (2,), data)
     assert isinstance(ei.value, errors.InvalidValue)
     assert ei.value.error_id == "codec.not_bytes_like"  # the codec's one rule for buffers
-    assert ei.value.fields == {"field": "data", "got": type(data).__name__}
+    assert ei.value.fields == {"field": "data", "got": got}
+    assert str(ei.value) == ("data must be a contiguous bytes-like object (bytes, bytearray or "
+                             f"memoryview), got {got}")
 
 
 @pytest.mark.timeout(60)

@@ -116,7 +116,8 @@ def test_as_view_refuses_a_strided_buffer() -> None:
     with pytest.raises(LocalProtocolError, match=r"^data must be a contiguous bytes-like object "
                        r"\(bytes, bytearray or memoryview\), got non-contiguous memoryview$"):
         as_view(memoryview(arr))
-    with pytest.raises(LocalProtocolError, match=r"^payload must be .*, got ndarray$"):
+    with pytest.raises(LocalProtocolError,
+                       match=r"^payload must be .*, got non-contiguous ndarray$"):
         as_view(arr, "payload")
     flat = memoryview(np.arange(8, dtype=np.uint8))[::2]  # 1-D, format B, strided
     with pytest.raises(LocalProtocolError, match=r"got non-contiguous memoryview$"):

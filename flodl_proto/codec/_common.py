@@ -103,8 +103,8 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
     With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
     as the encoders for ``socket.sendmsg`` return, gets the hint to join it."""
     got = type(value).__name__
-    if isinstance(value, memoryview):
-        got = "non-contiguous memoryview"
+    if isinstance(value, memoryview) or _is_buffer(value):
+        got = f"non-contiguous {got}"  # a buffer, but a strided or Fortran-ordered one
     elif one_buffer and isinstance(value, list | tuple) and value and all(
             _is_buffer(p) for p in value):
         got += ' (join a buffer list, as the encoders for sendmsg return, with b"".join)'

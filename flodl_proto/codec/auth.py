@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import protocol_error
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
-from ._common import BytesLike
+from ._common import BytesLike, not_bytes_like
 
 __all__ = [
     "Premac",
@@ -176,8 +176,7 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
         try:
             mac.update(p)
         except (TypeError, BufferError, ValueError):  # an int, text, None, a strided view
-            raise protocol_error("codec.not_bytes_like", field=f"pieces[{i}]",
-                                 got=type(p).__name__) from None
+            raise not_bytes_like(f"pieces[{i}]", p) from None
     return bytes(mac.digest()[:AUTH_TAG_LEN])
 
 
