@@ -31,6 +31,7 @@ from flodl_proto.codec import (
     encode_handshake,
     encode_len_framed,
     encode_mux_record_bytes,
+    encode_round_frame_bytes,
     expect_channel_magic,
     parse_mux_header,
 )
@@ -41,6 +42,8 @@ SALT = bytes(range(16))
 HANDSHAKE = encode_handshake(0, 4)
 MAGIC = encode_channel_magic("data")
 STRIDED = memoryview(bytes(64))[::2]
+FRAME = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, []), SALT)
+RECORD = encode_mux_record_bytes(MuxRecord.data(0, b"ab"), SALT)
 BUFFER = ("must be a contiguous bytes-like object (bytes, bytearray or memoryview), got ")
 
 # (call, error class, the message: exact)
@@ -139,6 +142,14 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "decode_round_frame strided": (
         lambda: decode_round_frame(STRIDED, SALT),
         InvalidValue, "data " + BUFFER + "non-contiguous memoryview"),
+    "decode_round_frame premac text": (
+        lambda: decode_round_frame(FRAME, SALT, premac="x"),  # type: ignore[arg-type]
+        InvalidValue, "round_frame: premac = 'str' is invalid: not a Premac (a MAC over the "
+        "bytes being decoded) or None"),
+    "decode_mux_record premac number": (
+        lambda: decode_mux_record(RECORD, SALT, premac=5),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: premac = 'int' is invalid: not a Premac (a MAC over the "
+        "bytes being decoded) or None"),
     "decode_mux_record text": (
         lambda: decode_mux_record("d017", SALT),  # type: ignore[arg-type]
         InvalidValue, "data " + BUFFER + "str"),

@@ -513,8 +513,11 @@ def decode_mux_record_or_eos(
         BadMagic, VersionMismatch, LimitExceeded, TruncatedInput, AuthenticationError,
         InvalidValue (remote), in upstream's order (magic, version, ceiling, payload, tag, kind,
         bincode).
-        InvalidValue (local): bad salt, or ``header`` is neither a :class:`MuxHeader` nor None
-            (``mux.bad_field``).
+        InvalidValue (local): bad salt, ``header`` or ``premac`` is neither a
+            :class:`MuxHeader` / :class:`Premac` nor None (``mux.bad_field``), ``data`` is not
+            a contiguous buffer (``codec.not_bytes_like``), or ``ceiling`` is not a
+            non-negative integer (``ceiling.invalid``);
+            VersionMismatch (local) ``version.unsupported``: ``version`` is not 2 or 3.
 
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
@@ -551,11 +554,14 @@ def read_mux_record_or_eos(
     Raises:
         every error of :func:`decode_mux_record_or_eos` (without ``salt``, no AuthenticationError).
         InvalidValue (local) ``mux.bad_field``: ``header`` is neither a :class:`MuxHeader` nor
-            None.
+            None, or ``premac`` neither a :class:`Premac` nor None.
 
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
     check_version(version)
+    if premac is not None and not isinstance(premac, Premac):
+        raise protocol_error("mux.bad_field", field="premac", value=type(premac).__name__,
+                             reason="not a Premac (a MAC over the bytes being decoded) or None")
     mv = as_view(data)
     if header is None:
         parsed = parse_mux_header_or_eos(mv, ceiling=ceiling)

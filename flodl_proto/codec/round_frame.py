@@ -296,7 +296,8 @@ def decode_round_frame(
         alone.
 
     Raises:
-        BadMagic, LimitExceeded, InvalidValue, TruncatedInput, AuthenticationError (remote).
+        BadMagic, LimitExceeded, InvalidValue, TruncatedInput, AuthenticationError (remote);
+        InvalidValue (local): a misused argument, as :func:`decode_round_frame_or_eos`.
 
     Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed`` (``Ok(None)`` is an
     error here).
@@ -335,10 +336,17 @@ def decode_round_frame_or_eos(
         BadMagic, LimitExceeded, InvalidValue, TruncatedInput, AuthenticationError (remote), in
         upstream's order: magic, tensor cap, kind, weight, per tensor (meta, shape, nbytes,
         ceiling, data), footer, tag.
+        InvalidValue (local): the salt is not 16 bytes (``salt.*``), ``data`` is not a contiguous
+        buffer (``codec.not_bytes_like``), ``ceiling`` is not a non-negative integer
+        (``ceiling.invalid``), or ``premac`` is neither a :class:`Premac` nor None
+        (``frame.bad_field``).
 
     Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed``.
     """
     key = check_salt(salt)
+    if premac is not None and not isinstance(premac, Premac):
+        raise protocol_error("frame.bad_field", field="premac", value=type(premac).__name__,
+                             reason="not a Premac (a MAC over the bytes being decoded) or None")
     mv = as_view(data)
     res = parse_round_frame_or_eos(mv, ceiling=ceiling)
     if res is END_OF_STREAM:
