@@ -156,3 +156,26 @@ def test_the_len_framed_pair_round_trips_as_the_readme_says() -> None:
     with pytest.raises(flodl_proto.LocalProtocolError,
                        match=r"^blob\[0\] must be .*, got NoneType$"):
         flodl_proto.encode_len_framed([None])  # type: ignore[list-item]
+
+
+def _raises_section(obj: object) -> str:
+    doc = inspect.getdoc(obj) or ""
+    assert "Raises:" in doc, obj
+    return doc.split("Raises:", 1)[1].split("Upstream:", 1)[0]
+
+
+@pytest.mark.parametrize(("name", "call"), [
+    ("decode_control", lambda: flodl_proto.decode_control("00")),
+    ("decode_control", lambda: flodl_proto.decode_control(b"\x01", 9)),
+    ("decode_len_framed", lambda: flodl_proto.decode_len_framed([0, 0, 0, 0])),
+    ("decode_len_framed", lambda: flodl_proto.decode_len_framed(bytes(4), ceiling=-1)),
+    ("RankExit", lambda: flodl_proto.RankExit(-1)),
+    ("DeclareDead", lambda: flodl_proto.DeclareDead(2 ** 32)),
+])
+def test_a_local_misuse_is_in_the_raises_section(name: str, call: object) -> None:
+    # help() on the name tells what a caller's mistake raises: its class and error id
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        call()  # type: ignore[operator]
+    section = _raises_section(getattr(flodl_proto, name))
+    assert ei.value.error_id in section, (name, ei.value.error_id)
+    assert "(local)" in section and type(ei.value).__mro__[1].__name__ in section

@@ -120,6 +120,10 @@ class RankExit:
     """Relay -> controller: local rank ``rank`` closed its connection (u32; an ``int`` or a
     NumPy integer, kept as an ``int``).
 
+    Raises:
+        InvalidValue (local) ``mux.bad_field`` naming ``RankExit.rank`` and the value: not an
+            integer in 0..2**32-1 (a bool, a float or text included).
+
     Upstream: ``relay/mux.rs`` ``RelayControlMsg::RankExit``.
     """
 
@@ -134,6 +138,10 @@ class RankExit:
 class DeclareDead:
     """Controller -> relay: drop rank ``rank`` (u32; an ``int`` or a NumPy integer, kept as an
     ``int``) from the fold barrier.
+
+    Raises:
+        InvalidValue (local) ``mux.bad_field`` naming ``DeclareDead.rank`` and the value: not
+            an integer in 0..2**32-1 (a bool, a float or text included).
 
     Upstream: ``relay/mux.rs`` ``RelayControlMsg::DeclareDead``.
     """
@@ -197,6 +205,8 @@ def decode_control(data: BytesLike, version: int = DEFAULT_VERSION) -> ControlMe
 
     Raises:
         TruncatedInput, InvalidValue (remote): upstream's "relay_mux: bincode decode failed: ...".
+        InvalidValue (local) ``codec.not_bytes_like``: ``data`` is not a contiguous buffer;
+        VersionMismatch (local) ``version.unsupported``: ``version`` is not 2 or 3.
 
     Upstream: ``relay/mux.rs`` ``decode`` (``decode_from_slice``, consumed count discarded).
     """

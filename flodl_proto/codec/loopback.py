@@ -175,6 +175,8 @@ def decode_len_framed(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING
     Raises:
         TruncatedInput (remote): fewer than 4 bytes (``len.prefix_read_failed``) or a short body;
         LimitExceeded (remote): prefix above the ceiling.
+        InvalidValue (local): ``data`` is not a contiguous buffer (``codec.not_bytes_like``), or
+        ``ceiling`` is not a non-negative integer (``ceiling.invalid``).
 
     Upstream: ``relay/mux.rs`` ``read_len_framed``.
     """
