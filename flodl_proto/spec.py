@@ -154,12 +154,19 @@ class Spec:
         self.supported_versions: tuple[int, ...] = tuple(int(v) for v in versions["supported"])
         if self.default_version not in self.supported_versions:
             raise SpecError("wire.yaml: default version is not supported")
-        for ename, enum in _section(raw, "enums").items():
+        enums = _section(raw, "enums")
+        for ename, enum in enums.items():
             if not isinstance(enum.get("values"), dict):
                 raise SpecError(f"wire.yaml: enum {ename} has no values")
         for mname, msg in _section(raw, "messages").items():
             if "fields" not in msg and "parts" not in msg and "variants" not in msg:
                 raise SpecError(f"wire.yaml: message {mname} has no fields, parts or variants")
+            for f in _message_fields(msg):
+                for key, known, section in (("const", self.constants, "constants"),
+                                            ("enum", enums, "enums")):
+                    if key in f and f[key] not in known:
+                        raise SpecError(f"wire.yaml: message {mname} field {f.get('name')}: "
+                                        f"{key} {f[key]!r} is not in the {section!r} section")
 
     def const(self, name: str) -> int:
         """Return the integer value of constant ``name``.
@@ -347,6 +354,15 @@ def machine_transitions(machine: Mapping[str, Any]) -> list[LifecycleTransition]
     states = machine.get("states", {})
     walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
     return lifecycle_transitions(acc)
+
+
+def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A message's field entries: its own ``fields``, and those of its ``parts`` and
+    ``variants`` (entries that are no mapping are left out)."""
+    groups = [msg.get("fields")]
+    groups += [p.get("fields") for key in ("parts", "variants")
+               for p in (msg.get(key) or []) if isinstance(p, dict)]
+    return [f for g in groups if isinstance(g, list) for f in g if isinstance(f, dict)]
 
 
 def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:

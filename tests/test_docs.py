@@ -468,6 +468,30 @@ def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing
         "", f"flodl-proto docs: error: cannot load {spec_dir / bad}: {why}\n")
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("  ROUND_FRAME_MAGIC:\n", "  ROUND_FRAME_MAGICX:\n",
+     "message round_frame field magic: const 'ROUND_FRAME_MAGIC' is not in the 'constants' "
+     "section"),
+    ("enum: RecordKind,", "enum: RecordKnd,",
+     "message mux_record field kind: enum 'RecordKnd' is not in the 'enums' section"),
+])
+def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A spec whose field names a constant or an enum it does not define (a constant renamed,
+    a typo) was documented with exit 0: ``(None)`` for the constant, no values for the enum."""
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    wire = (ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8")
+    assert wire.count(old) == 1
+    (spec_dir / "wire.yaml").write_text(wire.replace(old, new), encoding="utf-8")
+    shutil.copy(ROOT / "spec" / "lifecycle.yaml", spec_dir / "lifecycle.yaml")
+    out = tmp_path / "protocol.md"
+    assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+
+
 def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:
     row = next(line for line in rendered.splitlines()
                if line.startswith("| `ENV_NET_TIMEOUT_SCALE` |"))
