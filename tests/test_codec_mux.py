@@ -142,7 +142,7 @@ def test_hello_normalises_and_checks_fields() -> None:
     assert Hello("h", [2**32 - 1]).ranks == (2**32 - 1,)
     with pytest.raises(errors.LocalProtocolError) as ei:
         Hello("h", [0, 2**32])
-    assert ei.value.fields == {"field": "Hello.ranks", "value": 2**32, "reason": "not a u32"}
+    assert ei.value.fields == {"field": "Hello.ranks[1]", "value": 2**32, "reason": "not a u32"}
     with pytest.raises(errors.InvalidValue) as ei2:
         Hello("h", [0], [SIG_A[:31]])
     assert ei2.value.error_id == "mux.bad_field"
@@ -992,6 +992,13 @@ def test_the_hello_errors_carry_the_value_given() -> None:
           "reason": "not UTF-8 text (a lone surrogate)"}),
         (lambda: Hello("h", 5),  # type: ignore[arg-type]
          {"field": "Hello.ranks", "value": 5, "reason": "not an iterable of u32 ranks"}),
+        # text iterated to its characters: the first, '0', was named as the rank at fault
+        (lambda: Hello("h", "01"),  # type: ignore[arg-type]
+         {"field": "Hello.ranks", "value": "01",
+          "reason": "not an iterable of u32 ranks (text is none)"}),
+        # the rank at fault is named by its index, as a signature is
+        (lambda: Hello("h", [0, 1, -1]),
+         {"field": "Hello.ranks[2]", "value": -1, "reason": "not a u32"}),
         (lambda: Hello("h", [0], b"x" * 32),  # type: ignore[arg-type]
          {"field": "Hello.model_sigs", "value": b"x" * 32,
           "reason": "not an iterable of 32-byte signatures (one signature? pass it in a list)"}),

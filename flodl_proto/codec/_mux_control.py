@@ -51,7 +51,8 @@ class Hello:
         InvalidValue (local): ``mux.bad_field`` naming the field and the value: ``Hello.host``
             when the host is not text (``str``: bytes such as ``b"h0"`` are refused, not stored
             as the text ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), ``Hello.ranks``
-            when a rank does not fit u32, ``Hello.model_sigs`` when it is no sequence of
+            when it is no iterable of ranks (text included), ``Hello.ranks[i]`` when a rank
+            does not fit u32 (or is no integer), ``Hello.model_sigs`` when it is no sequence of
             signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when a signature
             is not 32 bytes (a buffer, or a sequence of ints 0..255).
     """
@@ -70,8 +71,11 @@ class Hello:
             raise protocol_error("mux.bad_field", field="Hello.host", value=host,
                                  reason="not UTF-8 text (a lone surrogate)") from None
         object.__setattr__(self, "host", str(host))
+        if isinstance(ranks, str):  # its characters would each be refused as the rank at fault
+            raise protocol_error("mux.bad_field", field="Hello.ranks", value=ranks,
+                                 reason="not an iterable of u32 ranks (text is none)")
         try:
-            checked = tuple(_check_rank(r, "Hello.ranks") for r in ranks)
+            checked = tuple(_check_rank(r, f"Hello.ranks[{i}]") for i, r in enumerate(ranks))
         except TypeError:  # None, a number: no sequence of ranks
             raise protocol_error("mux.bad_field", field="Hello.ranks", value=ranks,
                                  reason="not an iterable of u32 ranks") from None
