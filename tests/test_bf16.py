@@ -193,6 +193,18 @@ def test_encode_payload_refuses_values_that_are_no_real_numbers(values: object,
         assert ei.value.fields["value"] == shown
 
 
+def test_encode_payload_refuses_ragged_rows() -> None:
+    # NumPy makes no array of them: it raised NumPy's own ValueError
+    for dtype in (0, 1):
+        with pytest.raises(InvalidValue) as ei:
+            encode_payload(dtype, [[1.0], [2.0, 3.0]])
+        assert isinstance(ei.value, LocalProtocolError)
+        assert ei.value.error_id == "frame.bad_field"
+        assert ei.value.fields["field"] == "array" and ei.value.fields["value"] == "list"
+        assert str(ei.value).startswith("round_frame: array = 'list' is invalid: not an array "
+                                        "of numbers: setting an array element with a sequence.")
+
+
 def test_encode_payload_still_takes_python_ints_beyond_int64() -> None:
     assert encode_payload(0, [2**70]) == np.float32(2.0**70).tobytes()
     # beyond f64 (it raised OverflowError): an infinity of its sign, as beyond f32

@@ -17,7 +17,7 @@ from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
 from ._common import wire_int
 
-__all__ = ["real_array", "wire_dtype_tag", "wire_elements"]
+__all__ = ["as_array", "real_array", "wire_dtype_tag", "wire_elements"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -25,19 +25,30 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 _REAL_KINDS = frozenset(("b", "i", "u", "f"))
 
 
+def as_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
+    """``np.asarray(array)``, with NumPy's refusal of what makes no array turned into the
+    codec's local error.
+
+    Raises:
+        InvalidValue (local) ``frame.bad_field``: nested sequences NumPy makes no array of
+            (ragged rows: ``[[1, 2], [3]]``), naming ``array``, the argument's type and NumPy's
+            reason.
+    """
+    try:
+        return np.asarray(array)
+    except (ValueError, TypeError) as e:
+        raise protocol_error("frame.bad_field", field="array", value=type(array).__name__,
+                             reason=f"not an array of numbers: {e}") from None
+
+
 def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
     """``array`` as a NumPy array of real numbers (bool, integer, float or bfloat16 values).
 
     Raises:
         InvalidValue (local) ``frame.bad_field``: complex, text, object or date values, or
-            nested sequences NumPy makes no array of (ragged rows: ``[[1, 2], [3]]``), naming
-            the argument's type and NumPy's reason.
+            nested sequences NumPy makes no array of (:func:`as_array`).
     """
-    try:
-        arr = np.asarray(array)
-    except (ValueError, TypeError) as e:
-        raise protocol_error("frame.bad_field", field="array", value=type(array).__name__,
-                             reason=f"not an array of numbers: {e}") from None
+    arr = as_array(array)
     if arr.dtype != _BF16 and arr.dtype.kind not in _REAL_KINDS:
         raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
                              reason="only real numbers (f32, bf16, or a real dtype to cast) "

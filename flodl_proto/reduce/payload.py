@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec._arrays import real_array
+from ..codec._arrays import as_array, real_array
 from ..codec._common import BytesLike, as_view, wire_int, wire_real
 from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE, U32_MAX
@@ -353,12 +353,13 @@ def encode_payload(dtype: int, values: npt.ArrayLike) -> bytes:
     Raises:
         InvalidValue (local): unknown ``dtype`` (``payload.unknown_dtype``), checked first;
             ``values`` that are not real numbers (text, complex, objects, ``None``, dates:
-            ``frame.bad_field`` naming the array dtype).
+            ``frame.bad_field`` naming the array dtype), or nested sequences of ragged rows
+            (``frame.bad_field`` naming ``array``, its type and NumPy's reason).
 
     Upstream: ``controller/round_frame.rs`` ``f32_slice_to_payload_bytes``.
     """
     payload_element_size(dtype)
-    given = np.asarray(values)
+    given = as_array(values)
     if given.dtype.kind == "O":  # Python ints beyond int64, or what is no number (None, text)
         flat = [wire_real(v) for v in given.reshape(-1)]  # an int beyond f64: an infinity
         if any(v is None for v in flat):
