@@ -179,3 +179,17 @@ def test_a_local_misuse_is_in_the_raises_section(name: str, call: object) -> Non
     section = _raises_section(getattr(flodl_proto, name))
     assert ei.value.error_id in section, (name, ei.value.error_id)
     assert "(local)" in section and type(ei.value).__mro__[1].__name__ in section
+
+
+@pytest.mark.parametrize(("obj", "call"), [
+    (codec.LenFramedDecoder, lambda: codec.LenFramedDecoder(ceiling=-1)),
+    (codec.RoundFrameDecoder, lambda: codec.RoundFrameDecoder(bytes(16), ceiling=1.5)),
+    (codec.RoundFrameDecoder.feed, lambda: codec.RoundFrameDecoder(bytes(16)).feed([1, 2])),
+    (codec.LenFramedDecoder.feed, lambda: codec.LenFramedDecoder().feed("ab")),
+])
+def test_a_stream_decoders_local_misuse_is_in_its_raises_section(obj: object,
+                                                                 call: object) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        call()  # type: ignore[operator]
+    section = _raises_section(obj)
+    assert ei.value.error_id in section and "(local)" in section, (obj, ei.value.error_id)

@@ -133,6 +133,7 @@ class _StreamDecoder(Generic[T]):
 
         Raises:
             SequenceError (local): bytes fed after :meth:`feed_eof`.
+            InvalidValue (local) ``codec.not_bytes_like``: ``data`` is not a contiguous buffer.
         """
         if self._eof:
             raise protocol_error("stream.fed_after_eof", nbytes=as_view(data).nbytes)
@@ -202,6 +203,10 @@ class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
         salt: the 16-byte session salt.
         ceiling: frame ceiling in bytes.
 
+    Raises:
+        InvalidValue (local): the salt is not 16 bytes (``salt.*``), or ``ceiling`` is not a
+            non-negative integer (``ceiling.invalid``).
+
     Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed``.
     """
 
@@ -245,6 +250,9 @@ class LenFramedDecoder(_StreamDecoder[memoryview]):
 
     Args:
         ceiling: frame ceiling in bytes (checked on each prefix before the body is awaited).
+
+    Raises:
+        InvalidValue (local) ``ceiling.invalid``: ``ceiling`` is not a non-negative integer.
 
     Upstream: ``relay/mux.rs`` ``read_len_framed``.
     """
