@@ -200,6 +200,27 @@ def test_a_header_that_is_no_mux_header_is_refused_as_before() -> None:
     assert ev.error.error_id == "mux.bad_field"
 
 
+@pytest.mark.parametrize(("record", "hint", "field", "got", "reason"), [
+    # a header of no payload_len raised AttributeError; a frame_premac reached the HostFrame's
+    # frame as its error, the record itself delivered
+    ("data", {"header": "h"}, "header", "str",
+     "not a MuxHeader (parse_mux_header's result) or None"),
+    ("host_frame", {"frame_premac": 3}, "frame_premac", "int",
+     "not a Premac (a MAC over the bytes being decoded) or None"),
+    ("data", {"premac": b"mac"}, "premac", "bytes",
+     "not a Premac (a MAC over the bytes being decoded) or None"),
+])
+def test_a_hint_of_another_type_fails_the_stream_naming_it(record: str, hint: dict[str, Any],
+                                                          field: str, got: str,
+                                                          reason: str) -> None:
+    stream = MuxStream(SALT, expect_magic=None)
+    [ev] = stream.feed(_records()[record], **hint)
+    assert isinstance(ev, StreamFailed)
+    assert ev.error.error_id == "mux.bad_field" and not ev.error.remote
+    assert ev.error.fields == {"field": field, "value": got, "reason": reason}
+    assert stream.done
+
+
 # -- builders ------------------------------------------------------------------------------------
 def _fields(obj: Any) -> tuple[Any, ...]:
     return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))

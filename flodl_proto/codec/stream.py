@@ -374,6 +374,19 @@ def _optional_count(field: str, value: int | None, top: int | None) -> int | Non
     return n
 
 
+def _check_hints(premac: object, frame_premac: object, header: object) -> None:
+    """Refuse :meth:`MuxStream.feed`'s optional ``premac``, ``frame_premac`` and ``header``
+    when one is of another type than its own or None (``mux.bad_field``, local)."""
+    for name, value in (("premac", premac), ("frame_premac", frame_premac)):
+        if value is not None and not isinstance(value, Premac):
+            raise protocol_error("mux.bad_field", field=name, value=type(value).__name__,
+                                 reason="not a Premac (a MAC over the bytes being decoded) or "
+                                        "None")
+    if header is not None and not isinstance(header, MuxHeader):
+        raise protocol_error("mux.bad_field", field="header", value=type(header).__name__,
+                             reason="not a MuxHeader (parse_mux_header's result) or None")
+
+
 class MuxStream:
     """Incremental parser of one relay <-> controller stream: the channel magic (when expected),
     then mux records, pushed as :data:`StreamEvent` values.
@@ -471,6 +484,15 @@ class MuxStream:
                 first 25 bytes (the runner's read of the header before the payload), so the
                 stream does not parse it again; ignored when its payload is above
                 :attr:`payload_limit` (the stream then reports the limit from the bytes).
+
+        Raises:
+            InvalidValue (local) ``codec.not_bytes_like``: ``data`` is not a contiguous buffer.
+
+        A ``premac`` or ``frame_premac`` that is neither a
+        :class:`~flodl_proto.codec.auth.Premac` nor None, or a ``header`` that is neither a
+        :class:`~flodl_proto.codec.mux.MuxHeader` nor None, ends the stream with a
+        :class:`StreamFailed` event carrying the local InvalidValue ``mux.bad_field`` that
+        names it, as the record readers refuse such an argument.
         """
         if self._done:
             return []
@@ -478,6 +500,8 @@ class MuxStream:
         self.bytes_in += mv.nbytes
         events: list[StreamEvent] = []
         try:
+            if premac is not None or frame_premac is not None or header is not None:
+                _check_hints(premac, frame_premac, header)
             if self._buf:
                 self._buf += mv
                 self._drain_buffer(events)
