@@ -167,6 +167,15 @@ def test_tensor_payload_shape_must_be_a_sequence() -> None:
     expect(ei, errors.InvalidValue, False, "frame.bad_field",
            {"field": "shape", "value": "int", "reason": "not a sequence of ints"},
            "round_frame: shape = 'int' is invalid: not a sequence of ints")
+    # text: its first character was named as the dim at fault, and 256 characters as too
+    # many dimensions
+    for text in ("12", "1" * 256):
+        with pytest.raises(errors.InvalidValue) as ei:
+            TensorPayload(0, text, b"")  # type: ignore[arg-type]
+        expect(ei, errors.InvalidValue, False, "frame.bad_field",
+               {"field": "shape", "value": "str",
+                "reason": "not a sequence of ints (text is none)"},
+               "round_frame: shape = 'str' is invalid: not a sequence of ints (text is none)")
 
 
 def test_tensor_payload_too_many_dims() -> None:

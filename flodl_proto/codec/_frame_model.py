@@ -108,9 +108,11 @@ class TensorPayload:
 
     Raises:
         InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
-            ``tensor.too_many_dims``, ``tensor.dim_too_large``), or ``dtype`` or a dim is not an
-            integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]`` and the value): a bool,
-            a float (``2.5`` and ``2.0`` alike) or text is refused, never truncated
+            ``tensor.too_many_dims``, ``tensor.dim_too_large``), ``shape`` is no sequence (a
+            number, or text: ``frame.bad_field`` naming ``shape`` and its type), or ``dtype``
+            or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]``
+            and the value): a bool, a float (``2.5`` and ``2.0`` alike) or text is refused,
+            never truncated
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
             round kind share), or ``data`` is not a C-contiguous bytes-like buffer
             (``codec.not_bytes_like`` naming ``data`` and its type: text, a number, a strided
@@ -127,6 +129,9 @@ class TensorPayload:
         d_tag = wire_int(dtype)
         if d_tag is None or not 0 <= d_tag <= 0xFF:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
+        if isinstance(shape, str):  # its characters would each be refused as a dim
+            raise protocol_error("frame.bad_field", field="shape", value="str",
+                                 reason="not a sequence of ints (text is none)")
         try:
             given = tuple(shape)
         except TypeError:
