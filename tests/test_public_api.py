@@ -182,6 +182,22 @@ def test_a_local_misuse_is_in_the_raises_section(name: str, call: object) -> Non
 
 
 @pytest.mark.parametrize(("obj", "call"), [
+    (codec.MuxRecord.data, lambda: codec.MuxRecord.data(-1, b"")),
+    (codec.MuxRecord.data, lambda: codec.MuxRecord.data(0, "ab")),
+    (codec.MuxRecord.control_msg, lambda: codec.MuxRecord.control_msg("Hello")),
+    (codec.MuxRecord.control_msg, lambda: codec.MuxRecord.control_msg(codec.HelloAck(), 9)),
+    (codec.MuxRecord.host_frame, lambda: codec.MuxRecord.host_frame(codec.RoundFrame())),
+    (codec.MuxRecord.broadcast, lambda: codec.MuxRecord.broadcast(None)),
+    (codec.TensorPayload.elide, lambda: codec.TensorPayload.elide(0, [-1])),
+])
+def test_a_builders_local_misuse_is_in_its_raises_section(obj: object, call: object) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        call()  # type: ignore[operator]
+    section = _raises_section(obj)
+    assert ei.value.error_id in section and "(local)" in section, (obj, ei.value.error_id)
+
+
+@pytest.mark.parametrize(("obj", "call"), [
     (codec.LenFramedDecoder, lambda: codec.LenFramedDecoder(ceiling=-1)),
     (codec.RoundFrameDecoder, lambda: codec.RoundFrameDecoder(bytes(16), ceiling=1.5)),
     (codec.RoundFrameDecoder.feed, lambda: codec.RoundFrameDecoder(bytes(16)).feed([1, 2])),

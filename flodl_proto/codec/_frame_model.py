@@ -210,7 +210,12 @@ class TensorPayload:
     def elide(cls, dtype: int, shape: Iterable[int]) -> TensorPayload:
         """A zero-elided payload: no bytes, meaning all zeros of ``dtype`` and ``shape``.
 
-        Only legal on the wire at protocol version 3 (version 2 folds reject it)."""
+        Only legal on the wire at protocol version 3 (version 2 folds reject it).
+
+        Raises:
+            InvalidValue (local): ``dtype`` or ``shape`` as the constructor refuses them
+                (``frame.bad_field``, ``tensor.too_many_dims``, ``tensor.dim_too_large``).
+        """
         return cls(dtype, shape, b"")
 
     # -- properties ----------------------------------------------------------------------------

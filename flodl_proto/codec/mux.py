@@ -175,22 +175,43 @@ class MuxRecord:
 
     @classmethod
     def data(cls, rank: int, payload: BytesLike) -> MuxRecord:
-        """A Data record (opaque ``payload`` tagged with ``rank``; control channel only)."""
+        """A Data record (opaque ``payload`` tagged with ``rank``; control channel only).
+
+        Raises:
+            InvalidValue (local): ``rank`` is not a u32 (``mux.bad_field``), or ``payload`` is
+                not a contiguous buffer (``codec.not_bytes_like``).
+        """
         return _record(RecordKind.DATA, _check_rank(rank, "rank"), as_view(payload, "payload"))
 
     @classmethod
     def control_msg(cls, msg: ControlMessage, version: int = DEFAULT_VERSION) -> MuxRecord:
-        """A Control record carrying ``msg`` encoded for protocol ``version``."""
+        """A Control record carrying ``msg`` encoded for protocol ``version``.
+
+        Raises:
+            InvalidValue (local) ``mux.bad_field``: ``msg`` is not a control message;
+            VersionMismatch (local): ``version`` is not 2 or 3 (``version.unsupported``), or
+                a Hello with model signatures at version 2 (``control.model_sigs_v2``).
+        """
         return _record(RecordKind.CONTROL, 0, memoryview(encode_control(msg, version)), msg)
 
     @classmethod
     def host_frame(cls, payload: BytesLike) -> MuxRecord:
-        """A HostFrame record: ``payload`` is one encoded RoundFrame (relay -> controller)."""
+        """A HostFrame record: ``payload`` is one encoded RoundFrame (relay -> controller).
+
+        Raises:
+            InvalidValue (local) ``codec.not_bytes_like``: ``payload`` is not a contiguous
+                buffer (a :class:`RoundFrame` included: encode it first).
+        """
         return _record(RecordKind.HOST_FRAME, 0, as_view(payload, "payload"))
 
     @classmethod
     def broadcast(cls, payload: BytesLike) -> MuxRecord:
-        """A Broadcast record: ``payload`` is the encoded consensus RoundFrame."""
+        """A Broadcast record: ``payload`` is the encoded consensus RoundFrame.
+
+        Raises:
+            InvalidValue (local) ``codec.not_bytes_like``: ``payload`` is not a contiguous
+                buffer (a :class:`RoundFrame` included: encode it first).
+        """
         return _record(RecordKind.BROADCAST, 0, as_view(payload, "payload"))
 
     def frame(self, salt: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING) -> RoundFrame:
