@@ -34,6 +34,7 @@ from ._numbers import not_plain_note, plain_number
 from ._oserr import os_reason
 
 __all__ = [
+    "LIFECYCLE_SCHEMA",
     "NET_TIMEOUT_SCALE_ENV",
     "SPEC",
     "YAML_LOADER",
@@ -43,6 +44,7 @@ __all__ = [
     "SpecError",
     "Version",
     "as_name_list",
+    "check_lifecycle",
     "find_spec_dir",
     "frame_ceiling_floor",
     "lifecycle_machines",
@@ -354,6 +356,36 @@ def machine_transitions(machine: Mapping[str, Any]) -> list[LifecycleTransition]
     states = machine.get("states", {})
     walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)
     return lifecycle_transitions(acc)
+
+
+#: the ``schema`` of the lifecycle document this package reads
+LIFECYCLE_SCHEMA: Final = "flodl-proto-lifecycle/2"
+
+
+def check_lifecycle(doc: Mapping[str, Any]) -> None:
+    """Check what the generated docs take from a parsed ``lifecycle.yaml``: its ``schema``, at
+    least one machine with ``states``, and every transition's target among its machine's
+    states (the library that builds the classes refuses the others; the docs would draw them).
+
+    Raises:
+        SpecError: one line naming what is wrong (the machine, the transition and the target).
+
+    No upstream counterpart (upstream's lifecycles are code).
+    """
+    if doc.get("schema") != LIFECYCLE_SCHEMA:
+        raise SpecError(f"lifecycle.yaml: missing or unknown 'schema' (not {LIFECYCLE_SCHEMA})")
+    machines = lifecycle_machines(doc)
+    if not machines:
+        raise SpecError("lifecycle.yaml: no machine with 'states'")
+    for name, machine in machines:
+        acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
+        walk_lifecycle_states(machine["states"], None, acc)
+        known = {sid for sid, _parent, _sdef in acc}
+        for t in lifecycle_transitions(acc):
+            if t.target is not None and t.target not in known:
+                raise SpecError(f"lifecycle.yaml: {name}: the transition {t.source} "
+                                f"--{t.event or '(eventless)'}--> {t.target!r} targets no state "
+                                f"of the machine ({', '.join(sorted(known))})")
 
 
 def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:

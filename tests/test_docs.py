@@ -492,6 +492,32 @@ def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("          all_covered:\n            - target: reducing\n",
+     "          all_covered:\n            - target: reducingX\n",
+     "ControllerLifecycle: the transition accepting --all_covered--> 'reducingX' targets no "
+     "state of the machine (accepting, idle, reducing, shutdown)"),
+    ("schema: flodl-proto-lifecycle/2\n", "schema: flodl-proto-lifecycle/9\n",
+     "missing or unknown 'schema' (not flodl-proto-lifecycle/2)"),
+    ("    states:\n", "    statez:\n", "no machine with 'states'"),  # both machines
+])
+def test_a_lifecycle_the_docs_cannot_draw_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A transition to a state its machine lacks was drawn in the diagram and the table, and a
+    lifecycle of another schema documented, with exit 0."""
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    text = (ROOT / "spec" / "lifecycle.yaml").read_text(encoding="utf-8")
+    assert text.count(old) >= 1
+    (spec_dir / "lifecycle.yaml").write_text(text.replace(old, new), encoding="utf-8")
+    shutil.copy(ROOT / "spec" / "wire.yaml", spec_dir / "wire.yaml")
+    out = tmp_path / "protocol.md"
+    assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: lifecycle.yaml: {line}\n")
+
+
 def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:
     row = next(line for line in rendered.splitlines()
                if line.startswith("| `ENV_NET_TIMEOUT_SCALE` |"))

@@ -31,7 +31,7 @@ from .._files import replace_file
 from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..errors import shown, shown_name
-from ..spec import SPEC, Spec, SpecError
+from ..spec import SPEC, Spec, SpecError, check_lifecycle
 
 __all__ = [
     "check_generated",
@@ -326,6 +326,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
         lifecycle = spec.lifecycle()  # the document's lifecycle section: required
+        check_lifecycle(lifecycle)
     except SpecError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2

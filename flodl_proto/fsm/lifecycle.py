@@ -45,7 +45,7 @@ from statemachine.exceptions import TransitionNotAllowed
 from statemachine.io import create_machine_class_from_definition
 
 from ..errors import protocol_error
-from ..spec import SPEC, SpecError, machine_transitions
+from ..spec import LIFECYCLE_SCHEMA, SPEC, SpecError, machine_transitions
 
 __all__ = [
     "CLEAN_EXIT_EVENTS",
@@ -211,7 +211,7 @@ def lifecycle_spec(machine: str = "controller") -> dict[str, Any]:
     """
     doc = SPEC.lifecycle()
     machines = doc.get("machines")
-    if (doc.get("schema") != "flodl-proto-lifecycle/2" or not isinstance(machines, dict)
+    if (doc.get("schema") != LIFECYCLE_SCHEMA or not isinstance(machines, dict)
             or not isinstance(machines.get(machine), dict) or "states" not in machines[machine]):
         raise SpecError(f"lifecycle.yaml: missing or unknown 'schema', or no machine {machine!r} "
                         "with 'states'")
