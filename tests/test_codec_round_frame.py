@@ -590,6 +590,31 @@ def test_payload_data_that_is_no_contiguous_buffer_is_refused_by_field(data: Any
                              f"memoryview), got {got}")
 
 
+@pytest.mark.parametrize(("dtype", "fmt", "hint"), [
+    (">f4", ">f", "<f4"), (">u2", ">H", "<u2"), (">f8", ">d", "<f8"), (">i2", ">h", "<i2")])
+def test_payload_data_of_big_endian_elements_is_refused(dtype: str, fmt: str,
+                                                        hint: str) -> None:
+    """A big-endian array's bytes went out as they were, each element's bytes reversed on the
+    wire (``np.arange(3, dtype='>f4')`` viewed back as 0, 4.6e-41, 9.0e-44)."""
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        TensorPayload(0, (3,), np.arange(3, dtype=dtype))
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.error_id == "codec.big_endian"
+    assert str(ei.value) == (f"data holds big-endian elements (buffer format '{fmt}'), where "
+                             f"the wire's are little-endian; pass data.astype('{hint}') or its "
+                             "little-endian bytes")
+
+
+def test_payload_data_of_little_endian_or_single_byte_elements_is_taken() -> None:
+    """The byte order of one-byte elements is no matter, and a little-endian array is the
+    wire's order."""
+    for data in (np.arange(3, dtype="<f4"), np.arange(12, dtype=">i1"),
+                 np.arange(12, dtype=np.uint8)):
+        p = TensorPayload(0, (3,), data)
+        assert bytes(p.data) == data.tobytes()
+    assert TensorPayload(0, (3,), np.arange(3, dtype="<f4")).array().tolist() == [0.0, 1.0, 2.0]
+
+
 @pytest.mark.timeout(60)
 def test_a_run_of_elided_tensors_is_joined_once() -> None:
     """At the tensor cap, 65,536 elided tensors of 8 dims (v3: every tensor zero): the 2.75 MB

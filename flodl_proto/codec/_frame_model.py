@@ -116,7 +116,9 @@ class TensorPayload:
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
             round kind share), or ``data`` is not a C-contiguous bytes-like buffer
             (``codec.not_bytes_like`` naming ``data`` and its type: text, a number, a strided
-            or Fortran-ordered array).
+            or Fortran-ordered array), or a typed buffer of big-endian elements
+            (``codec.big_endian``: a NumPy ``>f4`` array, whose bytes would go out in the
+            wrong order).
 
     Upstream: ``controller/round_frame.rs`` ``TensorPayload``.
     """
@@ -149,7 +151,8 @@ class TensorPayload:
                 raise protocol_error("tensor.dim_too_large", dim=i, value=d)
             dims.append(d)
         shape_t = tuple(dims)
-        view = as_view(data, "data")  # text, a number, a strided or Fortran-ordered array: refused
+        # text, a number, a strided, Fortran-ordered or big-endian array: refused
+        view = as_view(data, "data", elements=True)
         object.__setattr__(self, "dtype", d_tag)
         object.__setattr__(self, "shape", shape_t)
         object.__setattr__(self, "data", view)
