@@ -44,8 +44,8 @@ the work the floor counts for it.
 Quiet-machine guard: before each configuration the bench waits (at most ``--max-wait`` seconds)
 until other processes use under 0.1 core; it records their CPU use during the configuration (all
 CPU time of the machine, ``/proc/stat`` user + nice + system, minus that of the bench's own process
-tree) and reruns a configuration they disturbed (over 0.1 core) up to ``--reruns`` times; a row
-still disturbed is marked ``!``.
+tree, plus the steal time a hypervisor gave other guests) and reruns a configuration they
+disturbed (over 0.1 core) up to ``--reruns`` times; a row still disturbed is marked ``!``.
 
     python bench/round.py                  # quick: W = 2, 4; frames 4 KiB, 64 KiB, 4 MiB, 64 MiB
     python bench/round.py --full           # W = 2, 4, 8; 4 KiB .. 256 MiB; f32 and bf16
@@ -115,7 +115,8 @@ GiB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
 TENSORS = 4
 SECTION = "## Round (bench/round.py)"
-#: other processes' CPU use (cores) above which a configuration counts as disturbed
+#: other processes' CPU use, steal time included (cores), above which a configuration counts
+#: as disturbed
 QUIET = 0.1
 #: upstream flodl's median round (seconds) by (world size, frame bytes); 2/1, 4/2, 8/2 hosts
 UPSTREAM = {(2, 4 * KiB): 0.43e-3, (4, 4 * KiB): 1.10e-3, (8, 4 * KiB): 1.83e-3,
@@ -458,7 +459,8 @@ def chain_floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: 
 @dataclass(frozen=True)
 class CpuSample:
     """CPU time used so far, in clock ticks: ``busy`` by the whole machine (user + nice +
-    system of ``/proc/stat``'s ``cpu`` line), ``own`` by this process and its descendants
+    system + steal of ``/proc/stat``'s ``cpu`` line: :func:`machine_busy`), ``own`` by this
+    process and its descendants
     (utime + stime + cutime + cstime, so reaped children count); ``t`` monotonic seconds."""
 
     t: float
@@ -467,11 +469,17 @@ class CpuSample:
 
 
 def machine_busy(stat_text: str) -> int:
-    """User + nice + system ticks of ``/proc/stat``'s first (all-CPU) line."""
+    """User + nice + system + steal ticks of ``/proc/stat``'s first (all-CPU) line.
+
+    Steal (the 8th number, absent from kernels before 2.6.11) is time this virtual machine's
+    CPUs were ready to run but the hypervisor ran another guest: the cluster waited as it would
+    for another process here, so it counts as other processes' use (:func:`others_cores`). A
+    run whose every role took twice its CPU per round, with no other process busy, was seen
+    so."""
     f = stat_text.split("\n", 1)[0].split()
     if not f or f[0] != "cpu":
         raise ValueError(f"/proc/stat: unexpected first line {f[:3]}")
-    return int(f[1]) + int(f[2]) + int(f[3])
+    return int(f[1]) + int(f[2]) + int(f[3]) + (int(f[8]) if len(f) > 8 else 0)
 
 
 def tree_ticks(root: int, stats: dict[int, str]) -> int:
@@ -1223,9 +1231,10 @@ def _write_results(version: int, info: str, notes: list[str], rate_line: str,
         "longest chain of operations that cannot overlap (a MAC, the fold before it), so that "
         "no implementation on these cores does a round in less, and the ratio over it; "
         "upstream = upstream flodl's median round on the reference machine; others "
-        "= other processes' CPU use during the configuration (cores; `!`: over 0.1 after every "
-        "rerun); CPU ms/round = CPU time per measured round of the controller, of a relay (mean) "
-        "and of a rank (mean), all threads; CPU / floor share = each of these over that role's "
+        "= other processes' CPU use during the configuration, the hypervisor's steal time "
+        "included (cores; `!`: over 0.1 after every rerun); CPU ms/round = CPU time per "
+        "measured round of the controller, of a relay (mean) and of a rank (mean), all "
+        "threads; CPU / floor share = each of these over that role's "
         "share of the floor's work (the hashes, adds, scales and copies the floor counts for "
         "it, at the single-core rates); gloo is `n/a` when torch is not installed.", "",
         info + ".", "", *(n + "\n" for n in notes), rate_line + ".", "",
