@@ -2169,12 +2169,20 @@ def test_fuzz_ctrl_c_while_the_script_starts_is_an_interruption(step: str, args:
     while it listed the targets, ``all`` and ``ci`` ran no target and exited 0, a single target,
     replay and minimize said ``unknown target handshake`` (exit 2); ``list`` exited 130 without
     a line. Each is an interruption."""
-    (tmp_path / "x.bin").write_bytes(b"x")
-    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, start_new_session=True,
-                          env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step),
-                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    proc = _fuzz_stopped_at(step, args, tmp_path, "INT")
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "fuzz/run.sh: interrupted\n")
+
+
+def _fuzz_stopped_at(step: str, args: tuple[str, ...], tmp_path: Path,
+                     sig: str) -> subprocess.CompletedProcess[str]:
+    """``fuzz/run.sh ARGS`` (in a session of its own, from ``tmp_path``, beside an ``x.bin``)
+    whose interpreter sends SIG to the script's process group at ``step`` (see
+    :func:`_ctrl_c_python`)."""
+    (tmp_path / "x.bin").write_bytes(b"x")
+    return subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, start_new_session=True,
+                          env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step, sig),
+                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
 
 
 @pytest.mark.parametrize(("step", "args"), [
@@ -2189,11 +2197,7 @@ def test_fuzz_sigterm_while_the_script_starts_is_terminated(step: str, args: tup
                                                            tmp_path: Path) -> None:
     """A SIGTERM to the script's process group ended it as a Ctrl-C did (``interrupted``, exit
     130): it says ``terminated`` and exits 143 (128 + SIGTERM)."""
-    (tmp_path / "x.bin").write_bytes(b"x")
-    proc = subprocess.run(["bash", str(ROOT / "fuzz" / "run.sh"), *args], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, start_new_session=True,
-                          env={**os.environ, "PYTHON": _ctrl_c_python(tmp_path, step, "TERM"),
-                               "FLODL_FUZZ_WORK": str(tmp_path / "work")})
+    proc = _fuzz_stopped_at(step, args, tmp_path, "TERM")
     assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", "fuzz/run.sh: terminated\n")
 
 

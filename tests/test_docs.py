@@ -480,16 +480,24 @@ def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A spec whose field names a constant or an enum it does not define (a constant renamed,
     a typo) was documented with exit 0: ``(None)`` for the constant, no values for the enum."""
+    _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+
+
+def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> None:
+    """Run ``docs --spec`` over a copy of the checkout's spec whose file ``name`` has ``old``
+    replaced by ``new`` (which must occur in it); assert it exits 2 and writes no ``--out``
+    file."""
     spec_dir = tmp_path / "spec"
     spec_dir.mkdir()
-    wire = (ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8")
-    assert wire.count(old) == 1
-    (spec_dir / "wire.yaml").write_text(wire.replace(old, new), encoding="utf-8")
-    shutil.copy(ROOT / "spec" / "lifecycle.yaml", spec_dir / "lifecycle.yaml")
+    for f in ("wire.yaml", "lifecycle.yaml"):
+        text = (ROOT / "spec" / f).read_text(encoding="utf-8")
+        assert f != name or old in text
+        (spec_dir / f).write_text(text.replace(old, new) if f == name else text,
+                                  encoding="utf-8")
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
@@ -506,15 +514,7 @@ def test_a_lifecycle_the_docs_cannot_draw_is_one_line_and_writes_nothing(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A transition to a state its machine lacks was drawn in the diagram and the table, and a
     lifecycle of another schema documented, with exit 0."""
-    spec_dir = tmp_path / "spec"
-    spec_dir.mkdir()
-    text = (ROOT / "spec" / "lifecycle.yaml").read_text(encoding="utf-8")
-    assert text.count(old) >= 1
-    (spec_dir / "lifecycle.yaml").write_text(text.replace(old, new), encoding="utf-8")
-    shutil.copy(ROOT / "spec" / "wire.yaml", spec_dir / "wire.yaml")
-    out = tmp_path / "protocol.md"
-    assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
-    assert not out.exists()
+    _docs_of_a_changed_spec("lifecycle.yaml", old, new, tmp_path)
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: lifecycle.yaml: {line}\n")
 
 
