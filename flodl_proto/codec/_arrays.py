@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import is_bf16
 from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
 from ._common import wire_int
 
 __all__ = ["as_array", "real_array", "wire_dtype_tag", "wire_elements"]
-
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 #: the NumPy dtype kinds of real numbers: bool, signed and unsigned integer, float
 _REAL_KINDS = frozenset(("b", "i", "u", "f"))
@@ -49,7 +47,7 @@ def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
             nested sequences NumPy makes no array of (:func:`as_array`).
     """
     arr = as_array(array)
-    if arr.dtype != _BF16 and arr.dtype.kind not in _REAL_KINDS:
+    if arr.dtype.kind not in _REAL_KINDS and not is_bf16(arr.dtype):
         raise protocol_error("frame.bad_field", field="array dtype", value=str(arr.dtype),
                              reason="only real numbers (f32, bf16, or a real dtype to cast) "
                                     "can ride as f32 / bf16")
@@ -65,7 +63,7 @@ def wire_dtype_tag(dtype: object, arr: npt.NDArray[Any]) -> int:
             are no tag) or no known tag (``payload.unknown_dtype``).
     """
     if dtype is None:
-        return DTYPE_BF16 if arr.dtype == _BF16 else DTYPE_F32
+        return DTYPE_BF16 if is_bf16(arr.dtype) else DTYPE_F32
     tag = wire_int(dtype)
     if tag is None:
         raise protocol_error("frame.bad_field", field="dtype", value=dtype,

@@ -13,14 +13,14 @@ from __future__ import annotations
 import enum
 import math
 import struct as _struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import bf16
 from ..errors import ProtocolError, protocol_error
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -41,7 +41,6 @@ from .ceiling import frame_ceiling_int
 __all__: list[str] = []
 
 _NUMPY_MAX_NDIM = 64  # NumPy 2 arrays carry at most 64 dimensions
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32_LE = np.dtype("<f4")
 
 
@@ -76,15 +75,39 @@ class Dtype(enum.IntEnum):
     @property
     def numpy(self) -> np.dtype[Any]:
         """The NumPy dtype of the element bytes (``<f4`` or ``ml_dtypes.bfloat16``)."""
-        return _F32_LE if self is Dtype.F32 else _BF16
+        return _F32_LE if self is Dtype.F32 else bf16()
 
 
 #: the trusted constructors' building block, bound once (a frozen dataclass's fields are set
 #: through its slots' descriptors, ``_set_dtype`` .. ``_set_tensors`` below)
 _new = object.__new__
 
-#: the NumPy dtype of each viewable wire dtype tag (:attr:`Dtype.numpy`, keyed by the tag)
-_NUMPY_DTYPE: dict[int, np.dtype[Any]] = {int(d): d.numpy for d in Dtype}
+class _NumpyDtypes(Mapping[int, "np.dtype[Any]"]):
+    """The NumPy dtype of each viewable wire dtype tag (:attr:`Dtype.numpy`), keyed by the tag
+    as a dict of the two would be; bf16's dtype is loaded when first asked for
+    (:mod:`flodl_proto._bf16`), not when a key is looked up."""
+
+    __slots__ = ()
+
+    def __getitem__(self, tag: int) -> np.dtype[Any]:
+        if tag == DTYPE_F32:
+            return _F32_LE
+        if tag == DTYPE_BF16:
+            return bf16()
+        raise KeyError(tag)
+
+    def __contains__(self, tag: object) -> bool:
+        return tag in _VIEWABLE_TAGS
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(_VIEWABLE_TAGS)
+
+    def __len__(self) -> int:
+        return len(_VIEWABLE_TAGS)
+
+
+_VIEWABLE_TAGS: Final = (DTYPE_F32, DTYPE_BF16)
+_NUMPY_DTYPE: Final = _NumpyDtypes()
 
 
 def _numel(shape: Sequence[int]) -> int:

@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import bf16 as bf16_dtype
 from ..cli import configure_logging
 from ..errors import ProtocolError
 from ..reduce import OuterOptimizer, gamma_mass
@@ -143,7 +143,7 @@ def reference_loss(seed: int, world_size: int, rounds: int, *, bf16: bool = Fals
     prev: list[F32Array] | None = None
 
     def wire(a: F32Array) -> F32Array:
-        return a.astype(ml_dtypes.bfloat16).astype(np.float32) if bf16 else a
+        return a.astype(bf16_dtype()).astype(np.float32) if bf16 else a
 
     for k in range(1, rounds + 1):
         for r in range(world_size):

@@ -59,7 +59,6 @@ import numpy.typing as npt
 from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32
 from ._small_kernels import (
-    BF16,
     F32,
     U16,
     encode_bf16_small,
@@ -72,7 +71,6 @@ if sys.byteorder != "little":  # pragma: no cover - every supported host is litt
     raise ImportError("flodl_proto.reduce needs a little-endian host (payloads are LE on the wire)")
 
 __all__ = [
-    "BF16",
     "CHUNK_ELEMS",
     "F32",
     "JIT_MIN_ELEMS",

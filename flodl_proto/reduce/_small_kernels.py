@@ -24,14 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import bf16
 from ..spec import DTYPE_F32
 
 __all__ = [
-    "BF16",
     "F32",
     "U16",
     "encode_bf16_small",
@@ -42,7 +41,6 @@ __all__ = [
 
 F32: Final = np.dtype("<f4")
 U16: Final = np.dtype("<u2")
-BF16: Final = np.dtype(ml_dtypes.bfloat16)
 _U32: Final = np.dtype("<u4")
 _ZERO: Final = np.float32(0.0)
 _QUIET16: Final = np.uint32(0x0040)
@@ -106,7 +104,7 @@ def encode_bf16_small(src: F32Array, dst: U16Array, may_have_nan: bool | None = 
 
     Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
     """
-    np.copyto(dst.view(BF16), src, casting="unsafe")
+    np.copyto(dst.view(bf16()), src, casting="unsafe")
     if may_have_nan is None:
         may_have_nan = may_hold_nan(src)
     if may_have_nan:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import is_bf16
 from ..codec._arrays import as_array, real_array
 from ..codec._common import BytesLike, as_view, wire_int, wire_real
 from ..errors import protocol_error
@@ -57,10 +58,6 @@ def payload_element_size(dtype: int) -> int:
     return es
 
 
-#: the dtypes a buffer of bf16 bit patterns may have: their elements are those bits, read back
-#: as such (a float16, int16 or big-endian array would show other values)
-_BITS_DTYPES: Any = (K.U16, K.BF16)
-
 
 def _check_bits_buffer(arg: str, buf: Any, count: int) -> None:
     """Refuse ``buf`` as a destination of ``count`` bf16 bit patterns unless it is a writable,
@@ -71,7 +68,9 @@ def _check_bits_buffer(arg: str, buf: Any, count: int) -> None:
     """
     if not isinstance(buf, np.ndarray):
         raise ValueError(f"{arg} must be a NumPy array, got a {type(buf).__name__}")
-    if buf.dtype not in _BITS_DTYPES:
+    # uint16 or bf16: their elements are the bits, read back as such (a float16, int16 or
+    # big-endian array would show other values)
+    if buf.dtype != K.U16 and not is_bf16(buf.dtype):
         raise ValueError(f"{arg} must hold bf16 bits as uint16 or ml_dtypes.bfloat16 "
                          f"(little-endian), got {buf.dtype.str} ({buf.dtype})")
     if not buf.flags.c_contiguous or buf.size != count:
@@ -106,7 +105,7 @@ def bf16_from_f32(values: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     Upstream: ``controller/round_frame.rs`` ``f32_to_bf16_bits``.
     """
     given = np.asarray(values)
-    if given.dtype.kind not in "biuf" and given.dtype != K.BF16:
+    if given.dtype.kind not in "biuf" and not is_bf16(given.dtype):
         raise ValueError(f"values must be real numbers (f32, or a real dtype to cast to f32), "
                          f"got {given.dtype} values")
     with np.errstate(over="ignore"):  # a real beyond f32's range is +-inf, as the cast says
@@ -276,7 +275,7 @@ def bf16_to_f32(bits: npt.ArrayLike, *, out: npt.NDArray[Any] | None = None
     Upstream: ``controller/round_frame.rs`` ``bf16_bits_to_f32``.
     """
     arr = bits if isinstance(bits, np.ndarray) else np.asarray(bits)
-    if arr.dtype == K.BF16:
+    if is_bf16(arr.dtype):
         arr = arr.view(K.U16)
     elif arr.dtype != K.U16:
         if arr.dtype.kind not in "biu":

@@ -16,10 +16,10 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import is_bf16
 from ..codec._common import wire_real
 from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
 from ..codec.template import FrameTemplate
@@ -28,17 +28,22 @@ from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
 from ..reduce.payload import Bf16Scaler
 from ..spec import U32_MAX
 
-__all__ = ["BF16", "F32", "SmallLayout", "check_array", "decode_into", "fill_small",
+__all__ = ["F32", "SmallLayout", "check_array", "decode_into", "fill_small",
            "real_argument", "scaled_payload"]
 
 #: the f32 dtype, little-endian (the wire's byte order)
 F32 = np.dtype("<f4")
-#: the bf16 dtype (``ml_dtypes.bfloat16``)
-BF16 = _BF16 = np.dtype(ml_dtypes.bfloat16)
 _U16 = np.dtype("<u2")
-_BF16_ONLY = {_BF16}
-#: a destination array's dtype -> the wire dtype tag whose payload bytes are its own bits
-_WIRE_TAG: dict[np.dtype[Any], int] = {F32: int(Dtype.F32), _BF16: int(Dtype.BF16)}
+_F32_TAG = int(Dtype.F32)
+_BF16_TAG = int(Dtype.BF16)
+
+
+def _wire_tag(dtype: np.dtype[Any]) -> int | None:
+    """The wire dtype tag whose payload bytes are the bits of a destination of ``dtype``: f32's
+    or bf16's, else None."""
+    if dtype == F32:
+        return _F32_TAG
+    return _BF16_TAG if is_bf16(dtype) else None
 
 
 def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
@@ -53,7 +58,7 @@ def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
     Upstream: ``cpu_reduce.rs`` (the request's tensors: f32 or bf16, u32 dims).
     """
     arr = np.asarray(a)
-    if arr.dtype not in (F32, _BF16):
+    if arr.dtype != F32 and not is_bf16(arr.dtype):
         raise protocol_error("client.bad_dtype", index=index, dtype=str(arr.dtype))
     for d, n in enumerate(arr.shape):
         if n > U32_MAX:
@@ -103,7 +108,7 @@ def scaled_payload(arr: npt.NDArray[Any], wire: Dtype, scale: float | None,
 
     Upstream: ``cpu_reduce.rs`` ``all_reduce_scaled`` (pre-scale, then one rounding).
     """
-    src_bf16 = arr.dtype == _BF16
+    src_bf16 = is_bf16(arr.dtype)
     flat = np.ascontiguousarray(arr).reshape(-1)
     if scale is None:
         if src_bf16 == (wire is Dtype.BF16):
@@ -163,7 +168,7 @@ def fill_small(kept: SmallLayout, arrs: Sequence[npt.NDArray[Any]], f: np.float3
     array's values widened exactly to f32 first). Call it with NumPy's float warnings off."""
     scaler = kept.bf16
     if scaler is not None:
-        if {a.dtype for a in arrs} == _BF16_ONLY:
+        if arrs and all(is_bf16(a.dtype) for a in arrs):
             scaler.run([a.view(_U16) for a in arrs], f, True)
         else:
             scaler.run(arrs, f, False)
@@ -198,7 +203,7 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
     # copy it bit for bit too, so it is copied at once, without the lists of that loop
     for p, dst in zip(tensors, arrays, strict=True):
         if (p.shape != dst.shape or p.data.nbytes != dst.nbytes
-                or p.dtype != _WIRE_TAG.get(dst.dtype)):
+                or p.dtype != _wire_tag(dst.dtype)):
             break
     else:
         for p, dst in zip(tensors, arrays, strict=True):
@@ -213,7 +218,7 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
         data = p.data
         shape = dst.shape
         if (p.shape == shape and data.nbytes == dst.nbytes
-                and p.dtype == _WIRE_TAG.get(dst.dtype)):  # same dtype and shape: the bits
+                and p.dtype == _wire_tag(dst.dtype)):  # same dtype and shape: the bits
             flat = np.frombuffer(data, dst.dtype)  # of the destination's element count
             srcs.append(flat if len(shape) == 1 else flat.reshape(shape))
             same.append(True)
@@ -233,7 +238,7 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
             dst[...] = 0
         elif bits:  # np.copyto of one dtype and shape, without its argument handling
             dst[...] = src
-        elif dst.dtype == _BF16 and src.dtype != _BF16:
+        elif is_bf16(dst.dtype) and not is_bf16(src.dtype):
             np.copyto(dst.view(np.uint16), bf16_from_f32(src))
         else:
             np.copyto(dst, src, casting="unsafe")

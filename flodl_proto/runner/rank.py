@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._bf16 import is_bf16
 from .._names import adopt
 from .._oserr import os_reason
 from .._slots import slot_builder
@@ -80,7 +81,6 @@ from ._netio_recv import HASH_STEP, recv_exact_into
 from ._netio_send import send_all
 from ._prefixed import PrefixedReader
 from ._rank_payloads import (
-    BF16,
     F32,
     SmallLayout,
     check_array,
@@ -573,7 +573,7 @@ class RankClient:
                 or len(arrays) != len(key) - 3):
             return False
         for a, shape in zip(arrays, key[3:], strict=True):
-            if (type(a) is not np.ndarray or (a.dtype is not F32 and a.dtype is not BF16)
+            if (type(a) is not np.ndarray or (a.dtype is not F32 and not is_bf16(a.dtype))
                     or a.shape != shape or (adopt and not a.flags.writeable)):
                 return False
         return True

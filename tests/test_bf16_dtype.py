@@ -1,0 +1,68 @@
+"""The bf16 dtype loaded on first use (flodl_proto/_bf16.py): a process that moves only f32
+values (the demo's controller, relays and ranks by default) never imports ml_dtypes, whose
+import registers its dtypes' casts with NumPy at a second of CPU per process; bf16 values are
+still made, viewed and recognised as before, also when the caller imported ml_dtypes itself."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from flodl_proto._bf16 import bf16, is_bf16
+from flodl_proto.codec import Dtype
+from flodl_proto.codec._frame_model import _NUMPY_DTYPE
+
+#: run in a fresh interpreter: the f32 paths of the demo's processes, then a bf16 array the
+#: caller made with its own ml_dtypes import
+_F32_ONLY = """
+import sys
+import numpy as np
+import flodl_proto.commands._demo_worker, flodl_proto.runner.controller, flodl_proto.runner.relay
+from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload, decode_round_frame
+from flodl_proto.codec import encode_round_frame_bytes
+from flodl_proto.reduce import reduce_realized_work, scale_payload, sum_frames
+
+salt = bytes(16)
+p = TensorPayload.from_array(np.array([1.0, 2.0, 3.0], np.float32))
+frame = RoundFrame(RoundKind.MODEL, 2.0, (p,))
+back, _ = decode_round_frame(encode_round_frame_bytes(frame, salt), salt)
+total = reduce_realized_work([sum_frames([back, back])])
+scaled = scale_payload(0, p.data, 0.5)
+print(back.tensors[0].array().tolist(), total.tensors[0].array().tolist(), bytes(scaled).hex())
+print("ml_dtypes" in sys.modules)
+import ml_dtypes
+q = TensorPayload.from_array(np.array([1.5, -2.0], ml_dtypes.bfloat16))
+print(q.dtype, q.array().dtype, q.array().tolist())
+"""
+
+
+def test_f32_paths_import_no_ml_dtypes_and_a_callers_bf16_array_rides_as_bf16() -> None:
+    res = subprocess.run([sys.executable, "-c", _F32_ONLY], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert res.stdout.splitlines() == [
+        "[1.0, 2.0, 3.0] [0.5, 1.0, 1.5] 0000003f0000803f0000c03f",
+        "False",
+        "1 bfloat16 [1.5, -2.0]",
+    ], res.stderr
+
+
+def test_the_dtype_is_ml_dtypes_bfloat16_and_only_it_is_recognised() -> None:
+    assert bf16() is bf16() and bf16() == np.dtype(ml_dtypes.bfloat16)
+    assert is_bf16(np.dtype(ml_dtypes.bfloat16))
+    for other in ("<f4", "<u2", "<f2", ">u2", "V2", "<i2"):
+        assert not is_bf16(np.dtype(other)), other
+    assert Dtype.BF16.numpy == np.dtype(ml_dtypes.bfloat16)
+    assert Dtype.F32.numpy == np.dtype("<f4")
+
+
+def test_the_numpy_dtype_table_is_keyed_by_the_two_viewable_tags() -> None:
+    assert list(_NUMPY_DTYPE) == [0, 1] and len(_NUMPY_DTYPE) == 2
+    assert 0 in _NUMPY_DTYPE and 1 in _NUMPY_DTYPE and 2 not in _NUMPY_DTYPE
+    assert _NUMPY_DTYPE[0] == np.dtype("<f4") and _NUMPY_DTYPE[1] == np.dtype(ml_dtypes.bfloat16)
+    assert dict(_NUMPY_DTYPE) == {0: np.dtype("<f4"), 1: np.dtype(ml_dtypes.bfloat16)}
+    with pytest.raises(KeyError):
+        _NUMPY_DTYPE[2]
