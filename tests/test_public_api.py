@@ -108,6 +108,33 @@ def test_import_is_lazy_and_every_name_resolves() -> None:
     ]
 
 
+#: run in a fresh interpreter: what a demo rank's process imports, then the runner's names
+_LAZY_RUNNER = """
+import sys
+import flodl_proto.commands._demo_worker
+import flodl_proto.runner as runner
+heavy = ("statemachine", "flodl_proto.fsm", "flodl_proto.runner.controller",
+         "flodl_proto.runner.relay", "flodl_proto.runner.rank", "ml_dtypes")
+print(*sorted(m for m in heavy if m in sys.modules))
+print(sorted(set(runner.__all__) - set(dir(runner))), runner.stages.__name__)
+print(*sorted(getattr(runner, name).__module__ for name in runner.__all__))
+"""
+
+
+def test_a_rank_process_imports_no_controller_and_every_runner_name_resolves() -> None:
+    """A demo rank imports the rank client only, not the controller, the relay and the lifecycle
+    machines (python-statemachine) behind them; each name of ``flodl_proto.runner`` is imported
+    from its module when first used, and its submodules are reached as attributes."""
+    res = subprocess.run([sys.executable, "-c", _LAZY_RUNNER], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert res.stdout.splitlines() == [
+        "flodl_proto.runner.rank",
+        "[] flodl_proto.runner.stages",
+        " ".join(["flodl_proto.runner.controller"] + ["flodl_proto.runner.rank"] * 3
+                 + ["flodl_proto.runner.relay"] * 3 + ["flodl_proto.runner.reports"]),
+    ]
+
+
 @pytest.mark.parametrize("name", ["a.b", "codec.nothing", "no-such", "", "END_OF_STREAM"])
 def test_a_name_that_is_no_attribute_is_attribute_error(name: str) -> None:
     # getattr/hasattr rely on AttributeError; a dotted name once raised ModuleNotFoundError
