@@ -553,6 +553,9 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     if args.outer:
         ctrl_args += ["--outer", args.outer]
     ctrl = cluster.spawn("controller", ctrl_args, private=True, wrap=place(None))
+    # the summary's module (the dataset, the in-process reference) loads while the controller
+    # starts, rather than after the last round
+    from . import _demo_worker  # noqa: F401
     ctrl_addr = _addr_of(cluster.first_line(ctrl, _START), "controller")
     relay_addr: dict[int, str] = {}
     relays = []
