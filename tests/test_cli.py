@@ -1317,13 +1317,14 @@ def test_hand_run_cluster_with_salt_files(tmp_path: Path, procs: list[_Proc]) ->
 def test_demo_short_runs_pass_and_print_ports_and_salt_file(tmp_path: Path) -> None:
     """Any --rounds the parser accepts finishes with 0 on a healthy cluster (the target is what
     that many rounds reach); the demo names its controller and relay addresses and its salt
-    file, written on the first run and read on the next."""
+    file, written on the first run and read on the next. Two ranks, one per relay: both
+    relay lines, two rank processes fewer to start."""
     salt = tmp_path / "demo-salt.hex"
     env = {"COLUMNS": "200"}
     for rounds, note in (("1", f"session salt: written to {salt}"),
                          ("2", f"session salt: read from {salt}")):
         res = _cli("demo", "--no-progress", "--payload-mib", "0", "--rounds", rounds,
-                   "--salt-file", str(salt), env=env, timeout=150)
+                   "--world-size", "2", "--salt-file", str(salt), env=env, timeout=150)
         assert res.returncode == 0, res.stdout + res.stderr
         lines = res.stdout.splitlines()
         assert lines[0] == note
