@@ -371,10 +371,15 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
     """A relay killed mid-run: its exit came last, after the noise it caused (ranks that did not
     finish, the final loss), and the controller's log lines were wrapped at the terminal's
     width, their second halves without the indent."""
-    # --log-level INFO: the controller logs lines; the ranks of the killed relay retry their
-    # connection for 7.5 s at this scale
+    # --log-level INFO: the controller logs lines, one per round among them; the relay is
+    # killed once the controller has logged a round (killed before its ranks connected, they
+    # retried their connection for 7.5 s at this scale)
     with marked_demo("--rounds", "100000", "--payload-mib", "0", "--log-level", "INFO",
                      env={"COLUMNS": "40", "FLODL_NET_TIMEOUT_SCALE": "0.25"}) as (proc, marker):
+        assert proc.stderr is not None
+        for line in proc.stderr:  # every member runs: the run is under way
+            if line.startswith("[controller] ") and " controller: round " in line:
+                break
         relays: list[int] = []
         running = wait_for_members(proc, marker, 7, 180.0)
         assert len(running) == 7, proc.communicate()
@@ -383,7 +388,6 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
                 if b"flodl_proto.cli\0relay\0" in f.read():
                     relays.append(pid)
         assert len(relays) == 2
-        time.sleep(0.5)
         os.kill(min(relays), signal.SIGKILL)  # relay0: started first
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, (out, err)
