@@ -58,7 +58,6 @@ def payload_element_size(dtype: int) -> int:
     return es
 
 
-
 def _check_bits_buffer(arg: str, buf: Any, count: int) -> None:
     """Refuse ``buf`` as a destination of ``count`` bf16 bit patterns unless it is a writable,
     contiguous ``uint16`` or ``ml_dtypes.bfloat16`` array of that many elements.
