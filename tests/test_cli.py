@@ -449,8 +449,11 @@ sys.exit(rc)
     ("flodl_proto.runner.controller",  # while the command's modules are imported
      ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX),
      "flodl-proto controller"),
+    # an f32 rank never imports ml_dtypes (flodl_proto._bf16): a bf16 rank does, with NumPy
     ("ml_dtypes", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
-                   "--salt", SALT_HEX), "flodl-proto rank 0"),
+                   "--bf16", "--salt", SALT_HEX), "flodl-proto rank 0"),
+    ("numpy._core.multiarray", ("rank", "--relay", "127.0.0.1:9", "--rank", "0",
+                                "--world-size", "1", "--salt", SALT_HEX), "flodl-proto rank 0"),
 ])
 def test_ctrl_c_while_the_cli_imports_is_one_line(module: str, args: tuple[str, ...],
                                                   prog: str) -> None:

@@ -456,6 +456,13 @@ def run(args: argparse.Namespace) -> int:
         with interrupts_held():  # NumPy and the codec load here: Ctrl-C after, as one line
             groups = partition(args.world_size, args.hosts)
             cluster = _Cluster(salt_hex, trace, _demo_logs.echoes(args.log_level))  # none started
+            # the summary's module (the dataset, the in-process reference: the codec and the
+            # reduce with it), and for a bf16 run ml_dtypes, which loads on first use
+            from . import _demo_worker  # noqa: F401
+            if args.bf16:
+                from .._bf16 import bf16
+
+                bf16()
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 
@@ -553,9 +560,6 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     if args.outer:
         ctrl_args += ["--outer", args.outer]
     ctrl = cluster.spawn("controller", ctrl_args, private=True, wrap=place(None))
-    # the summary's module (the dataset, the in-process reference) loads while the controller
-    # starts, rather than after the last round
-    from . import _demo_worker  # noqa: F401
     ctrl_addr = _addr_of(cluster.first_line(ctrl, _START), "controller")
     relay_addr: dict[int, str] = {}
     relays = []

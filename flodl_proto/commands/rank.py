@@ -200,6 +200,11 @@ def run(args: argparse.Namespace) -> int:
     with interrupts_held():  # here: the errors above skip NumPy; Ctrl-C while it loads: one line
         from ..runner.rank import RankClient
 
+        if args.bf16:  # ml_dtypes loads on first use (flodl_proto._bf16): here, held as well
+            from .._bf16 import bf16
+
+            bf16()
+
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
     if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:
         frame = f"a {wire}-byte frame," if wire < 1 << 64 else "a frame"  # 1e300: 300 digits
