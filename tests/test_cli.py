@@ -180,12 +180,17 @@ def _acked_rank(*rank_args: str, preexec: Callable[[], None] | None = None
             p.communicate()
 
 
-def _echo_rounds(conn: socket.socket, rounds: int) -> None:
-    """Play a relay of one rank for ``rounds`` rounds: its own frame is the consensus."""
-    for _ in range(rounds):
+def _echo_rounds(conn: socket.socket, rounds: int) -> int:
+    """Play a relay of one rank for up to ``rounds`` rounds: its own frame is the consensus.
+    Stops early when the rank closes its connection (it left the run); returns the number of
+    rounds echoed."""
+    for k in range(rounds):
         head = recv_exact(conn, 4)
+        if len(head) < 4:
+            return k
         frame = recv_exact(conn, int.from_bytes(head, "little"))
         conn.sendall(head + frame)
+    return rounds
 
 
 def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
@@ -194,7 +199,9 @@ def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
     with _acked_rank("--rounds", "3") as (p, conn):
         assert p.stdout is not None and p.stderr is not None
         p.stdout.close()  # the reader is gone before the first line (it needs a reply)
-        _echo_rounds(conn, 1)
+        # a relay that answers every round the rank plays: the rank leaves once its first line
+        # has met the closed pipe (a relay that never answered held it until its read timeout)
+        assert _echo_rounds(conn, 3) >= 1
         err = p.stderr.read()
         rc = p.wait(timeout=60)
     assert (rc, err) == (141, "")
@@ -1847,7 +1854,7 @@ def test_a_rank_started_with_a_closed_stdout_runs_its_rounds() -> None:
     closed stdout was taken for a reader gone away and ended in a BrokenPipeError traceback."""
     with _acked_rank("--rounds", "2", preexec=_close_stdout) as (p, conn):
         assert p.stderr is not None
-        _echo_rounds(conn, 2)
+        assert _echo_rounds(conn, 2) == 2
         err = p.stderr.read()
         rc = p.wait(timeout=60)
     assert (rc, err) == (0, "")
