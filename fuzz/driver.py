@@ -66,12 +66,34 @@ def main(argv: list[str]) -> None:
     if target not in TARGETS:
         sys.exit(f"usage: {argv[0]} TARGET [libFuzzer args]; targets: {' '.join(TARGETS)}")
     os.environ["FLODL_FUZZ_TARGET"] = target
+    argv0 = f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))}"
+    if minimizing(rest):
+        # libFuzzer's -minimize_crash only runs argv[0] again, once per try, and never calls
+        # the target itself: the target (NumPy, ml_dtypes, the instrumented package, seconds
+        # to start) is loaded by those runs only
+        atheris.Setup([argv0, *rest], _not_run)
+        atheris.Fuzz()
     with atheris.instrument_imports(include=["flodl_proto", "fuzz"]):
         module = importlib.import_module(f"fuzz.harnesses.{target}")
     limit_address_space()
-    argv0 = f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))}"
     atheris.Setup([argv0, *rest], module.test_one_input)
     atheris.Fuzz()
+
+
+def minimizing(flags: list[str]) -> bool:
+    """Whether libFuzzer's flags ask for a crash minimization (``-minimize_crash=N``, N not 0;
+    the last of several decides, as libFuzzer reads them), not one of its steps."""
+    on = False
+    for flag in flags:
+        if flag.startswith("-minimize_crash="):
+            value = flag.split("=", 1)[1]
+            on = value.lstrip("-").isdigit() and int(value) != 0
+    return on
+
+
+def _not_run(data: bytes) -> None:
+    """The target of a driver that only minimizes: libFuzzer never calls it."""
+    raise AssertionError("the minimizing driver ran an input itself")
 
 
 if __name__ == "__main__":
