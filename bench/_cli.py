@@ -58,6 +58,9 @@ from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
 T = TypeVar("T")
 
 MiB = 1 << 20
+#: tensors in each frame of the cluster benchmarks (bench/round.py's ranks, bench/hops.py's
+#: records of the same lengths)
+TENSORS = 4
 #: memory of one rank's process in the cluster benchmarks (an interpreter with NumPy and the
 #: codec, small frames), for :func:`world_max`
 RANK_PROCESS_BYTES = 64 * MiB

@@ -71,6 +71,7 @@ if __name__ == "__main__" and "--role" in sys.argv[1:]:
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cli import (
+    TENSORS,
     WORLD_WHY,
     BenchFailed,
     Parser,
@@ -87,7 +88,11 @@ from _cli import (
 # NumPy and the codec: one line, not a traceback
 with loading("bench/hops.py", __name__ == "__main__" and "--role" not in sys.argv[1:]):
     import numpy as np
-    import round as cluster
+
+    if __name__ != "__main__" or "--role" not in sys.argv[1:]:
+        # not in a chain process: the cluster bench (ml_dtypes, the runner: about as long to
+        # import as the rest) is the bench's own, and a chain has up to a dozen processes
+        import round as cluster
 
     from flodl_proto._oserr import os_reason
     from flodl_proto.codec import Dtype, FrameTemplate, RecordKind, RoundKind
@@ -113,8 +118,8 @@ def record_lengths(nbytes: int, dtype: str) -> dict[str, int]:
     frame)."""
     element = 2 if dtype == "bf16" else 4
     wire = Dtype.BF16 if dtype == "bf16" else Dtype.F32
-    per = nbytes // cluster.TENSORS // element
-    frame = FrameTemplate(RoundKind.MODEL, [(int(wire), (per,))] * cluster.TENSORS).wire_len
+    per = nbytes // TENSORS // element
+    frame = FrameTemplate(RoundKind.MODEL, [(int(wire), (per,))] * TENSORS).wire_len
     return {"rank": LEN_PREFIX_LEN + frame, "host": MUX_HEADER_LEN + frame,
             "broadcast": MUX_HEADER_LEN + frame}
 
@@ -304,9 +309,9 @@ class _Image:
 
     def __init__(self, nbytes: int, dtype: str, kind: RecordKind | None) -> None:
         element = 2 if dtype == "bf16" else 4
-        per = nbytes // cluster.TENSORS // element
+        per = nbytes // TENSORS // element
         wire = Dtype.BF16 if dtype == "bf16" else Dtype.F32
-        layout = [(int(wire), (per,))] * cluster.TENSORS
+        layout = [(int(wire), (per,))] * TENSORS
         plain = FrameTemplate(RoundKind.MODEL, layout)
         if kind is None:  # a loopback blob: the length prefix and the frame
             self.lead = LEN_PREFIX_LEN

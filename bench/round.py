@@ -84,6 +84,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from _cli import (
+    TENSORS,
     WORLD_WHY,
     BenchFailed,
     Parser,
@@ -113,7 +114,6 @@ KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
-TENSORS = 4
 SECTION = "## Round (bench/round.py)"
 #: other processes' CPU use, steal time included (cores), above which a configuration counts
 #: as disturbed

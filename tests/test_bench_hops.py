@@ -300,3 +300,22 @@ def test_a_process_that_ends_early_is_named_with_its_chain_and_end(
             p.kill()
             p.communicate()
     assert str(e.value) == ending.format(port=port)
+
+
+def test_a_chain_process_does_without_the_cluster_bench_and_ml_dtypes() -> None:
+    """A chain process (``--role``; a chain has up to a dozen) imported ``bench/round.py``,
+    and with it ml_dtypes and the runner, which it never uses: over a second of CPU each before
+    its first line. It imports NumPy and the codec only; the bench itself still has
+    ``round``."""
+    code = ("import runpy, sys\n"
+            "sys.argv = ['bench/hops.py', '--role', 'lean-controller', 'x']\n"
+            "try:\n"
+            "    runpy.run_path('bench/hops.py', run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    print(e.code, 'round' in sys.modules, 'ml_dtypes' in sys.modules,\n"
+            "          'numpy' in sys.modules, 'flodl_proto.codec' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.stdout == "2 False False True True\n", res.stderr
+    assert res.stderr.startswith("bench/hops.py: error: "), res.stderr
+    assert _hops().cluster.TENSORS == 4
