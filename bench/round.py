@@ -81,7 +81,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from _cli import (
     TENSORS,
@@ -104,10 +104,10 @@ from _cli import (
 )
 
 with loading("bench/round.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
-    import ml_dtypes
     import numpy as np
     import numpy.typing as npt
 
+if TYPE_CHECKING:  # imported where used: the runner package loads its runners and ml_dtypes
     from flodl_proto.runner import stages
 
 KiB = 1 << 10
@@ -187,6 +187,8 @@ WORKER_FIELDS: dict[str, type | tuple[type, ...]] = {
 def worker(cfg: dict[str, Any], salt: bytes) -> None:
     """One rank: connect, run warm-up + measured rounds, print one JSON line of round times.
     ``salt``: the session salt, 16 bytes (:func:`_cli.worker_salt`)."""
+    import ml_dtypes  # here: the bench's own process needs none (about a second to import)
+
     from flodl_proto.runner.rank import RankClient
 
     nbytes = int(cfg["nbytes"])
@@ -729,6 +731,8 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
                 warmup: int, rounds: int, trace: bool = True) -> ClusterRun:
     """Run one configuration: controller, relays and ranks as processes; see :class:`ClusterRun`.
     Raises ``BenchFailed`` when a process fails or falls silent."""
+    from flodl_proto.runner import stages
+
     with tempfile.TemporaryDirectory(prefix="flodl-round-") as tmp:
         env = dict(os.environ, FLODL_SESSION_SALT=os.urandom(16).hex())
         env.pop(stages.ENV, None)
@@ -1034,6 +1038,8 @@ STAGE_HEADER = (
 
 def format_stages(row: Row) -> str:
     """The row's median traced round, each part in ms (``-`` for a part not traced)."""
+    from flodl_proto.runner import stages
+
     med = stages.median_round(row.run.stages)
     if med is None:
         return (f"| {row.world} | {size_label(row.nbytes)} | {row.dtype} | not traced | "
@@ -1054,6 +1060,8 @@ def ordered_parts(med: stages.RoundStages) -> dict[str, float]:
     latest relay's fan-out ending after the last rank parsed its reply) is taken at the
     receiver's, as the bytes had left by then. Every part is then >= 0 and, as before, they add
     up to the round's total. A round with a part not traced keeps its parts as measured."""
+    from flodl_proto.runner import stages
+
     parts = {label: sec for label, sec, _ in med.parts}
     labels = [label for label, *_ in stages.SEGMENTS]
     if any(label not in parts for label in labels):
