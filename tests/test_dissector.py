@@ -280,18 +280,19 @@ def _info_column(pcap: Path, lua: Path, prefs: dict[str, str], *args: str) -> li
 
 def tshark_records_args(pcap: Path, lua: Path, prefs: dict[str, str], *args: str
                         ) -> dict[str, list[tuple[dict[str, Any], list[str]]]]:
-    """:func:`tshark_records` of a tshark run given ``args`` too (e.g. ``-2``, two passes)."""
-    text = _tshark(pcap, lua, prefs, *args, "-Y", PROTO_NAME, "-T", "json", "-J", PROTO_NAME)
+    """:func:`tshark_records` of a tshark run given ``args`` too (e.g. ``-2``, two passes); one
+    run gives each packet's records and, from its IP and TCP layers, its direction."""
+    text = _tshark(pcap, lua, prefs, *args, "-Y", PROTO_NAME, "-T", "json", "-J",
+                   f"{PROTO_NAME} ip tcp")
     assert "Lua Error" not in text, text[max(0, text.index("Lua Error") - 2000):][:4000]
     packets = json.loads(text, object_pairs_hook=list) if text.strip() else []
-    ends = _tshark(pcap, lua, prefs, *args, "-Y", PROTO_NAME, "-T", "fields", "-e", "ip.src",
-                   "-e", "tcp.srcport", "-e", "ip.dst", "-e", "tcp.dstport").splitlines()
-    assert len(ends) == len(packets)
     out: dict[str, list[tuple[dict[str, Any], list[str]]]] = defaultdict(list)
-    for pkt, line in zip(packets, ends, strict=True):
-        src, sport, dst, dport = line.split("\t")
-        label = f"{src}:{sport} -> {dst}:{dport}"
+    for pkt in packets:
         layers = _get(_get(pkt, "_source"), "layers")
+        ip, tcp = _get(layers, "ip"), _get(layers, "tcp")
+        assert ip is not None and tcp is not None, layers
+        label = (f"{_get(ip, 'ip.src')}:{_get(tcp, 'tcp.srcport')} -> "
+                 f"{_get(ip, 'ip.dst')}:{_get(tcp, 'tcp.dstport')}")
         for k, rec in layers:
             if k == PROTO_NAME:
                 out[label].append((_t_record(rec), _experts(rec)))
