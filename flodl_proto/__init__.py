@@ -141,19 +141,10 @@ def __getattr__(name: str) -> object:
     Raises:
         AttributeError: ``name`` is neither (as for any module attribute).
     """
-    import importlib
-    import importlib.util
+    from ._lazy import load_attribute
 
-    if name in __all__:
-        value: object = getattr(importlib.import_module(f".{_HOMES.get(name, 'codec')}",
-                                                        __name__), name)
-    elif (name.isidentifier() and not name.startswith("_")
-          and importlib.util.find_spec(f"{__name__}.{name}")):
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return load_attribute(__name__, globals(), name,
+                          _HOMES.get(name, "codec") if name in __all__ else None)
 
 
 def __dir__() -> list[str]:

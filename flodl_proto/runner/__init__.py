@@ -42,19 +42,9 @@ def __getattr__(name: str) -> object:
     Raises:
         AttributeError: ``name`` is neither (as for any module attribute).
     """
-    import importlib
-    import importlib.util
+    from .._lazy import load_attribute
 
-    home = _HOMES.get(name)
-    if home is not None:
-        value: object = getattr(importlib.import_module(f".{home}", __name__), name)
-    elif (name.isidentifier() and not name.startswith("_")
-          and importlib.util.find_spec(f"{__name__}.{name}")):
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return load_attribute(__name__, globals(), name, _HOMES.get(name))
 
 
 def __dir__() -> list[str]:
