@@ -600,9 +600,19 @@ def test_payload_data_of_big_endian_elements_is_refused(dtype: str, fmt: str,
         TensorPayload(0, (3,), np.arange(3, dtype=dtype))
     assert isinstance(ei.value, errors.InvalidValue)
     assert ei.value.error_id == "codec.big_endian"
-    assert str(ei.value) == (f"data holds big-endian elements (buffer format '{fmt}'), where "
-                             f"the wire's are little-endian; pass data.astype('{hint}') or its "
-                             "little-endian bytes")
+    assert ei.value.fields["field"] == "data" and ei.value.fields["got"] == "ndarray"
+    # named as the payload's other checks name theirs: ``round_frame: FIELD = VALUE``
+    assert str(ei.value) == (f"round_frame: data = ndarray of big-endian elements (buffer "
+                             f"format '{fmt}') is invalid: the wire's are little-endian; pass "
+                             f"data.astype('{hint}') or its little-endian bytes")
+
+
+def test_payload_data_of_a_big_endian_memoryview_names_its_type() -> None:
+    view = memoryview(np.arange(2, dtype=">f4"))
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        TensorPayload(0, (2,), view)
+    assert str(ei.value).startswith("round_frame: data = memoryview of big-endian elements "
+                                    "(buffer format '>f') is invalid: ")
 
 
 def test_payload_data_of_little_endian_or_single_byte_elements_is_taken() -> None:

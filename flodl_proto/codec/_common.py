@@ -75,21 +75,25 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
     Args:
         data: any C-contiguous buffer (bytes, bytearray, memoryview, a NumPy array's memory).
         field: the argument's name, for the error.
-        elements: ``data`` holds a tensor's elements, which the wire stores little-endian: a
-            typed buffer of big-endian elements (a NumPy ``>f4`` array) is refused, where its
-            bytes would go out as they are, each element's byte order reversed.
+        elements: ``data`` holds a RoundFrame tensor's elements, which the wire stores
+            little-endian: a typed buffer of big-endian elements (a NumPy ``>f4`` array) is
+            refused, where its bytes would go out as they are, each element's byte order
+            reversed.
 
     Raises:
         InvalidValue (local, ``codec.not_bytes_like``): ``data`` is not a buffer (``None``, text,
             a list, a message object) or not a C-contiguous one (a strided view);
         InvalidValue (local, ``codec.big_endian``): with ``elements``, ``data`` is a typed
-            buffer of big-endian elements of more than one byte.
+            buffer of big-endian elements of more than one byte (named as the RoundFrame's
+            other checks name theirs: ``round_frame: data = ndarray of big-endian elements
+            (buffer format '>f') is invalid: ...``).
     """
     try:
         mv = data if isinstance(data, memoryview) else memoryview(data)
         if mv.format != "B" or mv.ndim != 1 or not mv.c_contiguous:
             if elements and mv.format[:1] in (">", "!") and mv.itemsize > 1:
-                raise protocol_error("codec.big_endian", field=field, format=mv.format,
+                raise protocol_error("codec.big_endian", field=field, got=type(data).__name__,
+                                     format=mv.format,
                                      kind=_ELEMENT_KIND.get(mv.format[1:], "f"),
                                      size=mv.itemsize)
             mv = mv.cast("B")  # refuses a strided view (TypeError)
