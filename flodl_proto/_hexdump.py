@@ -15,6 +15,7 @@ No upstream counterpart: upstream flodl (``flodl/src/distributed``) reads no hex
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 from .errors import protocol_error
@@ -50,9 +51,27 @@ def parse_hex_dump(text: str, limit: int = DEFAULT_LIMIT) -> bytes:
 
     Raises:
         ValueError, HexDumpTooLarge: as :func:`read_hex_dump`.
-        InvalidValue (local): as :func:`read_hex_dump`.
+        InvalidValue (local): as :func:`read_hex_dump` (``text`` is no str, ``limit`` is no
+            byte count).
     """
     return read_hex_dump(text, limit).data
+
+
+def _checked_limit(limit: object) -> int:
+    """``limit`` as an int, once it is known to be a byte count.
+
+    Raises:
+        InvalidValue (local, ``capture.bad_limit``): ``limit`` is not a whole number >= 0 (a
+            negative number, a bool, a float, text, None); the error names ``limit`` and the
+            value.
+    """
+    try:  # the codec's integer rule (an int, a NumPy integer; no bool, float or text)
+        n = None if isinstance(limit, bool) else operator.index(limit)  # type: ignore[arg-type]
+    except TypeError:
+        n = None
+    if n is None or n < 0:
+        raise protocol_error("capture.bad_limit", field="limit", value=limit)
+    return n
 
 
 def _check_text(text: object) -> None:
@@ -93,9 +112,11 @@ def read_hex_dump(text: str, limit: int = DEFAULT_LIMIT) -> HexDump:
             where it repeats nothing; the line number is named.
         HexDumpTooLarge (a ValueError): the text stands for more than ``limit`` bytes.
         InvalidValue (local): ``text`` is no str (bytes read from a file: decode them first),
-            naming ``text`` and its type.
+            naming ``text`` and its type (``capture.bad_type``), or ``limit`` is no byte count
+            (a negative number, a bool, a float: ``capture.bad_limit``, naming the value).
     """
     _check_text(text)
+    limit = _checked_limit(limit)
     out = bytearray()
     start: int | None = None  # the first offset seen: the text is a dump
     last = b""  # the bytes of the line before, for a ``*`` line

@@ -1219,6 +1219,23 @@ def test_hex_text_that_is_not_text_is_a_local_error_naming_it(fn: Any) -> None:
         fn(None)
 
 
+@pytest.mark.parametrize("fn", [parse_hex_dump, read_hex_dump])
+@pytest.mark.parametrize("limit", [-1, 2.5, 4.0, True, "8", None])
+def test_a_hex_limit_that_is_no_byte_count_is_a_local_error_naming_it(fn: Any,
+                                                                     limit: Any) -> None:
+    # -1 read as "more than the -1 allowed"; 2.5 was taken as a limit
+    with pytest.raises(InvalidValue) as ei:
+        fn("00 01 02", limit)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "capture.bad_limit"
+    assert ei.value.fields == {"field": "limit", "value": limit}
+    assert str(ei.value) == (f"limit = {limit!r} is invalid: not a byte count (a whole number "
+                             ">= 0)")
+    # a whole number, a NumPy one too, is a limit
+    assert parse_hex_dump("00 01 02", np.int64(3)) == b"\x00\x01\x02"
+    assert parse_hex_dump("", 0) == b""
+
+
 def test_a_dump_copied_from_the_protocol_doc_with_its_code_fence(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the fence lines were taken for hex: "line 1: not hex"
