@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from .errors import ProtocolError, protocol_error
+
 __all__ = ["format_table", "table_end", "table_head", "table_line"]
 
 
@@ -85,15 +87,46 @@ def _frame_summary(f: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _check_report(report: object) -> None:
+    """Refuse a ``report`` that is no :class:`DecodeReport` (text, None, its list of records) as
+    a local error naming the argument and its type."""
+    if not isinstance(getattr(report, "records", None), list) or not callable(
+            getattr(report, "final_record", None)):
+        raise protocol_error("capture.bad_type", field="report",
+                             expected="a DecodeReport (what decode_stream returns)",
+                             got=type(report).__name__, hint="")
+
+
+_RECORD = "a record decode_stream made (a dict with its type, offset, length and fields)"
+
+
+def _bad_record(rec: object, missing: object = None) -> ProtocolError:
+    """The local error for a ``rec`` that is no record of :func:`decode_stream`: no mapping, or
+    one without the key ``missing``."""
+    hint = "" if missing is None else f" without {missing!r}"
+    return protocol_error("capture.bad_type", field="rec", expected=_RECORD,
+                          got=type(rec).__name__, hint=hint)
+
+
 def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[str]:
-    """Yield the report as human-readable table lines (header, one line per record, the end).
+    """The report as human-readable table lines (header, one line per record, the end), yielded
+    as they are formatted; ``report`` is checked when this is called, before the first line.
 
     Args:
         report: a :class:`DecodeReport`.
         stream: a label printed before the table (e.g. a TCP stream of a capture).
 
-    Raises nothing. No upstream counterpart: upstream has no decoder tool.
+    Raises:
+        InvalidValue (local, ``capture.bad_type``): ``report`` is no :class:`DecodeReport`
+            (text, None, a list of records), naming ``report`` and its type.
+
+    No upstream counterpart: upstream has no decoder tool.
     """
+    _check_report(report)
+    return _table_lines(report, stream)
+
+
+def _table_lines(report: DecodeReport, stream: str | None) -> Iterator[str]:
     yield from table_head(stream)
     for rec in report.records:
         yield table_line(rec)
@@ -113,18 +146,31 @@ def table_line(rec: Mapping[str, Any]) -> str:
     status, details.
 
     Raises:
-        KeyError: ``rec`` is not a record :func:`decode_stream` made.
+        InvalidValue (local, ``capture.bad_type``): ``rec`` is not a record
+            :func:`decode_stream` made: no mapping (naming ``rec`` and its type), or one that
+            lacks a key its type has (naming the key).
 
     No upstream counterpart: upstream has no decoder tool.
     """
-    name, tag, details = _details(rec)
-    return f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+    if not isinstance(rec, Mapping):
+        raise _bad_record(rec)
+    try:
+        name, tag, details = _details(rec)
+        return f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+    except KeyError as e:
+        raise _bad_record(rec, e.args[0] if e.args else None) from None
 
 
 def table_end(report: DecodeReport) -> str:
     """The last line of :func:`format_table`: the clean end, the capture's end or the error,
-    with its byte offset. Raises nothing. No upstream counterpart: upstream has no decoder
-    tool."""
+    with its byte offset.
+
+    Raises:
+        InvalidValue (local, ``capture.bad_type``): ``report`` is no :class:`DecodeReport`, as
+            :func:`format_table`.
+
+    No upstream counterpart: upstream has no decoder tool."""
+    _check_report(report)
     fin = report.final_record()
     if fin["type"] == "error":
         return f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"

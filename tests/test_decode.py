@@ -58,6 +58,8 @@ from flodl_proto.decode import (
     format_table,
     parse_hex_dump,
     parse_round_frame,
+    table_end,
+    table_line,
     tag_status,
 )
 from flodl_proto.errors import (
@@ -437,6 +439,39 @@ def test_cli_file_hex_and_stdin(tmp_path: Path, capsys: pytest.CaptureFixture[st
     last = _json_lines(capsys.readouterr().out)[-1]
     assert last["type"] == "error" and last["offset"] == sent.offsets[3]
     assert last["error"].startswith("relay_mux: record magic")
+
+
+@pytest.mark.parametrize(("report", "got"), [("x", "str"), (None, "NoneType"),
+                                             ([{"type": "end"}], "list")])
+def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: str) -> None:
+    # "x" met an AttributeError ('str' object has no attribute 'records') at the first line
+    for fn in (format_table, table_end):
+        with pytest.raises(InvalidValue) as ei:
+            fn(report)
+        assert isinstance(ei.value, LocalProtocolError)
+        assert ei.value.error_id == "capture.bad_type"
+        assert str(ei.value) == ("report must be a DecodeReport (what decode_stream returns), "
+                                 f"got a {got}")
+
+
+@pytest.mark.parametrize(("rec", "message"), [
+    ({}, "got a dict without 'type'"),
+    ({"type": "handshake", "offset": 0, "length": 12, "rank": 0, "world_size": 2},
+     "got a dict without 'version'"),
+    ("x", "got a str"),
+    (None, "got a NoneType"),
+])
+def test_table_line_of_no_record_is_a_local_error_naming_it(rec: Any, message: str) -> None:
+    # {} met a KeyError: 'type'; "x" a TypeError
+    with pytest.raises(InvalidValue) as ei:
+        table_line(rec)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "capture.bad_type"
+    assert str(ei.value) == ("rec must be a record decode_stream made (a dict with its type, "
+                             f"offset, length and fields), {message}")
+    # a record decode_stream made is a line
+    first = decode_stream(_loop_down(3).data, "loopback", salt=SALT).records[0]
+    assert table_line(first).split()[:3] == ["0", "8", "handshake_ack"]
 
 
 def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
