@@ -34,9 +34,11 @@ from ._numbers import not_plain_note, plain_number
 from ._oserr import os_reason
 
 __all__ = [
+    "LIFECYCLE_KEYS",
     "LIFECYCLE_SCHEMA",
     "NET_TIMEOUT_SCALE_ENV",
     "SPEC",
+    "WIRE_KEYS",
     "YAML_LOADER",
     "ErrorEntry",
     "LifecycleTransition",
@@ -122,6 +124,14 @@ class Spec:
         errors: catalogue id -> :class:`ErrorEntry`.
         default_version: the default data-channel protocol version (2).
         supported_versions: the versions this package speaks (2, 3).
+
+    Raises:
+        SpecError: one line: ``wire.yaml`` cannot be read, is not YAML, is of another
+            ``schema``, has a top-level key outside :data:`WIRE_KEYS`, or a section is missing
+            or inconsistent (a constant without an integer value, a field naming a constant or
+            an enum the file lacks).
+
+    No upstream counterpart (upstream's constants are code).
     """
 
     def __init__(self, path: Path) -> None:
@@ -132,6 +142,7 @@ class Spec:
             raise SpecError(f"cannot load {path / 'wire.yaml'}: {_load_reason(e)}") from e
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
+        _check_top_level(raw, "wire.yaml", WIRE_KEYS)
         self.raw: Mapping[str, Any] = raw
         self.constants: dict[str, int] = {}
         for name, entry in _section(raw, "constants").items():
@@ -363,17 +374,20 @@ LIFECYCLE_SCHEMA: Final = "flodl-proto-lifecycle/2"
 
 
 def check_lifecycle(doc: Mapping[str, Any]) -> None:
-    """Check what the generated docs take from a parsed ``lifecycle.yaml``: its ``schema``, at
+    """Check what the generated docs take from a parsed ``lifecycle.yaml``: its ``schema``, its
+    top-level keys (``schema``, ``x-docs-keys``, ``machines``: :data:`LIFECYCLE_KEYS`), at
     least one machine with ``states``, and every transition's target among its machine's
     states (the library that builds the classes refuses the others; the docs would draw them).
 
     Raises:
-        SpecError: one line naming what is wrong (the machine, the transition and the target).
+        SpecError: one line naming what is wrong (an unknown top-level key; the machine, the
+            transition and the target).
 
     No upstream counterpart (upstream's lifecycles are code).
     """
     if doc.get("schema") != LIFECYCLE_SCHEMA:
         raise SpecError(f"lifecycle.yaml: missing or unknown 'schema' (not {LIFECYCLE_SCHEMA})")
+    _check_top_level(doc, "lifecycle.yaml", LIFECYCLE_KEYS)
     machines = lifecycle_machines(doc)
     if not machines:
         raise SpecError("lifecycle.yaml: no machine with 'states'")
@@ -386,6 +400,29 @@ def check_lifecycle(doc: Mapping[str, Any]) -> None:
                 raise SpecError(f"lifecycle.yaml: {name}: the transition {t.source} "
                                 f"--{t.event or '(eventless)'}--> {t.target!r} targets no state "
                                 f"of the machine ({', '.join(sorted(known))})")
+
+
+#: the top-level keys of a ``wire.yaml`` of schema ``flodl-proto-spec/1``
+WIRE_KEYS: Final = frozenset({
+    "schema", "title", "upstream", "versions", "types", "constants", "timeouts", "enums",
+    "messages", "auth", "end_of_stream", "leniencies", "version_differences", "departures",
+    "topology", "examples", "errors", "semantics"})
+
+#: the top-level keys of a ``lifecycle.yaml`` of schema :data:`LIFECYCLE_SCHEMA`
+LIFECYCLE_KEYS: Final = frozenset({"schema", "x-docs-keys", "machines"})
+
+
+def _check_top_level(doc: Mapping[Any, Any], name: str, known: frozenset[str]) -> None:
+    """Refuse a top-level key of the spec file ``name`` that is none of ``known`` (a section's
+    name misspelt would be read as nothing).
+
+    Raises:
+        SpecError: one line naming the file, the first unknown key and the known ones.
+    """
+    for key in doc:
+        if key not in known:
+            raise SpecError(f"{name}: unknown top-level key {key!r} (known: "
+                            f"{', '.join(sorted(known))})")
 
 
 def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:

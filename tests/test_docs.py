@@ -484,6 +484,25 @@ def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
 
 
+@pytest.mark.parametrize(("name", "old", "new", "line"), [
+    ("wire.yaml", "\nconstants:\n", "\nconstantz: {}\nconstants:\n",
+     "wire.yaml: unknown top-level key 'constantz' (known: "),
+    ("wire.yaml", "\nerrors:\n", "\nx-notes: text\nerrors:\n",
+     "wire.yaml: unknown top-level key 'x-notes' (known: "),
+    ("lifecycle.yaml", "\nmachines:\n", "\nmachinez: {}\nmachines:\n",
+     "lifecycle.yaml: unknown top-level key 'machinez' (known: machines, schema, x-docs-keys)"),
+])
+def test_a_stray_top_level_key_is_one_line_and_writes_nothing(
+        name: str, old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A top-level key the package reads nothing from (a typo of a section's name) was
+    ignored, and the document written with exit 0."""
+    _docs_of_a_changed_spec(name, old, new, tmp_path)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"flodl-proto docs: error: {line}")
+    assert err.count("\n") == 1 and err.endswith(")\n")
+
+
 def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> None:
     """Run ``docs --spec`` over a copy of the checkout's spec whose file ``name`` has ``old``
     replaced by ``new`` (which must occur in it); assert it exits 2 and writes no ``--out``
