@@ -57,7 +57,11 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
     Raises:
         OSError: ``out`` exists and may not be written (or is a FIFO with no reader), the
             folder cannot take a new file, or a write, the sync or the rename failed
-            (``strerror`` says why, e.g. ``No space left on device``; ``filename`` is ``out``,
+            (``strerror`` says why, e.g. ``No space left on device``, after the step for the
+            two steps that fail for a reason of the folder: ``creating a temporary file in
+            /proc to replace it: No such file or directory (the folder takes no new file)``,
+            ``renaming the temporary file onto it: Device or resource busy``; ``filename`` is
+            ``out``,
             never the temporary file: an ``OSError`` the body raises naming no file or the
             temporary one is made to name ``out``).
         Whatever the body raises, unchanged otherwise.
@@ -82,7 +86,10 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
         # open() creates a file: the system applies the umask
         fd, tmp = _create_temporary(target, 0o600 if st_mode is not None else 0o666)
     except OSError as e:
-        raise _naming(e, out) from None
+        hint = (" (the folder takes no new file)"
+                if e.errno == errno.ENOENT and target.parent.is_dir() else "")
+        raise _naming(_at_step(e, f"creating a temporary file in {target.parent} to replace "
+                               "it", hint), out) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -90,7 +97,10 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
             if st_mode is not None:
                 os.fchmod(fd, stat.S_IMODE(st_mode))
             os.fsync(fd)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as e:
+            raise _at_step(e, "renaming the temporary file onto it") from None
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -161,6 +171,14 @@ def _sync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _at_step(e: OSError, step: str, hint: str = "") -> OSError:
+    """``e`` with the step of the replacement that failed before its reason (``strerror``),
+    and ``hint`` after it: the creation of the temporary file or the rename fails for a
+    reason of the folder, which the reason alone would give as one of the file."""
+    e.strerror = f"{step}: {e.strerror or os.strerror(e.errno or 0)}{hint}"
+    return e
 
 
 def _naming(e: OSError, out: Path) -> OSError:

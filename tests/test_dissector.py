@@ -1783,3 +1783,17 @@ def test_render_dissector_names_a_bad_port(port: int, shown: str) -> None:
     with pytest.raises(ValueError) as ei:
         render_dissector([port])
     assert str(ei.value) == f"port {shown} is not a TCP port (1..65535)"
+
+
+@pytest.mark.skipif(not Path("/proc/version").is_file(), reason="needs Linux's /proc")
+def test_out_in_a_folder_that_takes_no_new_file_names_the_step(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out /proc/version`` said ``No such file or directory`` of a file that exists: the
+    file is replaced by a temporary file renamed onto it, and /proc takes no new file."""
+    import os
+
+    assert main(["dissector", "--out", "/proc/version"]) == 1
+    why = ("creating a temporary file in /proc to replace it: No such file or directory (the "
+           "folder takes no new file)" if os.geteuid() == 0 else "Permission denied")
+    assert capsys.readouterr() == (
+        "", f"flodl-proto dissector: error: cannot write /proc/version: {why}\n")

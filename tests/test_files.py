@@ -78,6 +78,39 @@ def test_an_os_error_of_the_body_names_the_target(tmp_path: Path) -> None:
     assert _names(tmp_path) == []
 
 
+def test_a_failed_creation_or_rename_names_its_step(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that takes no new file (``/proc``) made the creation of the temporary file
+    fail with ENOENT, reported as ``No such file or directory`` of a file that exists; the
+    step that failed is named, and the old file is kept."""
+    from flodl_proto import _files
+
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"old")
+
+    def no_create(target: Path, mode: int) -> tuple[int, str]:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT),
+                                str(target.parent / ".out.bin.0.tmp"))
+
+    monkeypatch.setattr(_files, "_create_temporary", no_create)
+    with pytest.raises(FileNotFoundError) as e:
+        replace_file(out, b"new")
+    assert (e.value.errno, e.value.filename) == (errno.ENOENT, str(out))
+    assert e.value.strerror == (f"creating a temporary file in {tmp_path} to replace it: No "
+                                "such file or directory (the folder takes no new file)")
+    monkeypatch.undo()
+
+    def busy(src: str, dst: Any) -> None:
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), src, str(dst))
+
+    monkeypatch.setattr(_files.os, "replace", busy)
+    with pytest.raises(OSError) as e:
+        replace_file(out, b"new")
+    assert (e.value.errno, e.value.filename, e.value.filename2) == (errno.EBUSY, str(out), None)
+    assert e.value.strerror == ("renaming the temporary file onto it: Device or resource busy")
+    assert out.read_bytes() == b"old" and _names(tmp_path) == ["out.bin"]
+
+
 def test_the_file_and_its_folder_are_synced_before_and_after_the_rename(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flodl_proto import _files
