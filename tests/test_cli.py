@@ -1403,7 +1403,7 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
       "--salt", SALT_HEX), "--ranks expects a list of ranks like 0,1 or 0-3, got 'x'"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1",
       "--salt", "abc"),
-     "--salt: session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
+     "argument --salt: session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
       "--rounds", "-1"), "--rounds must be in 1..1000000, got -1"),
     (("decode", "--pcap", "-"), "--pcap needs --port N"),
@@ -1619,8 +1619,8 @@ def test_frame_ceiling_below_the_smallest_round_frame_is_a_usage_error(
     the relays' 6-byte Hello, and the relays blamed the version or the salt)."""
     code, out, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
                                "--frame-ceiling", value)
-    assert (code, out, err) == (2, "", f"flodl-proto {command}: error: --frame-ceiling: must "
-                                       "be at least 25 bytes (the smallest RoundFrame: no "
+    assert (code, out, err) == (2, "", f"flodl-proto {command}: error: argument --frame-ceiling: "
+                                       "must be at least 25 bytes (the smallest RoundFrame: no "
                                        f"tensor), got {value}\n")
 
 
@@ -1636,7 +1636,7 @@ def test_frame_ceiling_that_is_no_u32_byte_count_is_a_usage_error(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run_main(capsys, command, *where, "--world-size", "1", "--salt", SALT_HEX,
                                "--frame-ceiling", value)
-    assert (code, out, err) == (2, "", f"flodl-proto {command}: error: --frame-ceiling: "
+    assert (code, out, err) == (2, "", f"flodl-proto {command}: error: argument --frame-ceiling: "
                                        f"{why}\n")
 
 
@@ -1655,7 +1655,8 @@ def test_frame_ceiling_is_ascii_digits_only(value: str, why: str) -> None:
 
     with pytest.raises(ValueError) as e:
         frame_ceiling(value)
-    assert str(e.value) == f"--frame-ceiling: expected a number of bytes, got {value!r}{why}"
+    assert str(e.value) == (f"argument --frame-ceiling: expected a number of bytes, got "
+                            f"{value!r}{why}")
     with pytest.raises(ValueError, match="expected a number of bytes"):
         byte_count(value)
 
@@ -1669,9 +1670,9 @@ def test_a_byte_count_of_more_digits_than_int_reads_is_out_of_range() -> None:
     assert byte_count("0" * 5000 + "7") == 7
     with pytest.raises(ValueError) as e:
         frame_ceiling("9" * 5000)
-    assert str(e.value) == ("--frame-ceiling: must be at most 4294967295 bytes (the u32 length "
-                            f"prefix and mux payload_len), got '{'9' * 40}...{'9' * 20}' (5000 "
-                            "characters)")
+    assert str(e.value) == ("argument --frame-ceiling: must be at most 4294967295 bytes (the u32 "
+                            f"length prefix and mux payload_len), got '{'9' * 40}...{'9' * 20}' "
+                            "(5000 characters)")
 
 
 def test_max_input_is_ascii_digits_only(capsys: pytest.CaptureFixture[str]) -> None:
@@ -2383,5 +2384,5 @@ def test_salt_of_hex_digits_and_spaces_says_how_many_digits(
     digits follows (the digits themselves stay unsaid), and a space inside a byte is named."""
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
                                "--world-size", "1", "--salt", salt)
-    assert (code, out, err) == (2, "", "flodl-proto relay: error: --salt: session salt must be 16 "
-                                f"bytes written as 32 hex digits, {got}\n")
+    assert (code, out, err) == (2, "", "flodl-proto relay: error: argument --salt: session salt "
+                                f"must be 16 bytes written as 32 hex digits, {got}\n")

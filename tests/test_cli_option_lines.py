@@ -87,8 +87,8 @@ def test_decode_salt_error_is_the_cluster_commands_wording(
     code, out, err = _run_main(capsys, "controller", "--listen", "127.0.0.1:0", "--world-size",
                                "1", "--salt", value)
     assert (code, out) == (2, "")
-    assert err == ("flodl-proto controller: error: --salt: session salt must be 16 bytes written "
-                   f"as 32 hex digits, got {got}\n")
+    assert err == ("flodl-proto controller: error: argument --salt: session salt must be 16 bytes "
+                   f"written as 32 hex digits, got {got}\n")
 
 
 # -- controller/relay: --listen, --frame-ceiling, --host ------------------------------------------
@@ -147,7 +147,7 @@ def test_frame_ceiling_shows_its_value_once(value: str, why: str,
     code, out, err = _run_main(capsys, "controller", "--listen", "127.0.0.1:0", "--world-size",
                                "1", "--salt", SALT_HEX, "--frame-ceiling", value)
     assert (code, out) == (2, "")
-    assert err == f"flodl-proto controller: error: --frame-ceiling: {why}\n"
+    assert err == f"flodl-proto controller: error: argument --frame-ceiling: {why}\n"
 
 
 _RELAY = ["relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1", "--salt",
@@ -263,9 +263,9 @@ def test_conform_launch_of_a_directory_says_so(tmp_path: Path,
                                "--cases", "controller.session.one-relay-one-round",
                                "--version", "2", "--jobs", "1")
     assert code == 2
-    assert err.splitlines()[-1] == (f"flodl-proto conform controller: error: --launch: cannot "
-                                    f"start the target {str(tmp_path)!r}: it is a directory, "
-                                    "not a program")
+    assert err.splitlines()[-1] == (f"flodl-proto conform controller: error: argument --launch: "
+                                    f"cannot start the target {str(tmp_path)!r}: it is a "
+                                    "directory, not a program")
 
 
 @pytest.mark.parametrize(("launch", "what"), [("", "empty"), ("   ", "blank")])
@@ -273,8 +273,8 @@ def test_conform_launch_given_empty_says_it_is_empty(launch: str, what: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run_main(capsys, "conform", "controller", "--launch", launch)
     assert (code, out) == (2, "")
-    assert err == ("flodl-proto conform controller: error: --launch: no command (the value is "
-                   f"{what})\n")
+    assert err == ("flodl-proto conform controller: error: argument --launch: no command (the "
+                   f"value is {what})\n")
 
 
 def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture[str]) -> None:

@@ -558,7 +558,8 @@ def test_relay_ranks_listed_twice_name_the_option(ranks: str, rank: str,
      "above 0, at most 864000 s once scaled by FLODL_NET_TIMEOUT_SCALE, got '1_0' "
      f"{_NOT_PLAIN}"),
     ((*_RELAY, "--frame-ceiling", "\uff11\uff10\uff12\uff14"),
-     f"--frame-ceiling: expected a number of bytes, got '\uff11\uff10\uff12\uff14' {_NOT_PLAIN}"),
+     "argument --frame-ceiling: expected a number of bytes, got "
+     f"'\uff11\uff10\uff12\uff14' {_NOT_PLAIN}"),
     (("decode", "--max-input", "1_000", "/nonexistent/x.bin"),
      f"argument --max-input: expected a number of bytes, got '1_000' {_NOT_PLAIN}"),
     (("demo", "--no-progress", "--kill-rank", "1@\u0662"),

@@ -834,15 +834,15 @@ def test_cli_launch_that_cannot_start_is_one_line_exit_2(
     run = ["conform", "controller", "--timeout-scale", "0.1", "--version", "2", "--jobs", jobs]
     missing = tmp_path / "nonexistent"
     assert main([*run, "--launch", f"{missing} --port {{port}}"]) == 2
-    assert capsys.readouterr() == ("", "flodl-proto conform controller: error: --launch: cannot "
-                                       f"start the target '{missing}': No such file or "
+    assert capsys.readouterr() == ("", "flodl-proto conform controller: error: argument --launch: "
+                                       f"cannot start the target '{missing}': No such file or "
                                        "directory\n")
     not_executable = tmp_path / "target.sh"
     not_executable.write_text("#!/bin/sh\n")
     not_executable.chmod(0o644)
     assert main([*run, "--launch", f"{not_executable} {{port}}"]) == 2
-    assert capsys.readouterr() == ("", "flodl-proto conform controller: error: --launch: cannot "
-                                       f"start the target '{not_executable}': Permission "
+    assert capsys.readouterr() == ("", "flodl-proto conform controller: error: argument --launch: "
+                                       f"cannot start the target '{not_executable}': Permission "
                                        "denied\n")
     # a report asked for says why no case ran (and is no earlier run's)
     report = tmp_path / "r.json"

@@ -117,7 +117,7 @@ def test_a_long_program_word_is_not_repeated_whole_on_the_command_line(
     assert main(run) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith(f"{_PREFIX}--launch: cannot start the target {word[:80]!r}…"
+    assert err.startswith(f"{_PREFIX}argument --launch: cannot start the target {word[:80]!r}…"
                           f"({len(word)} characters): ")
     assert err.count("\n") == 1 and len(err) < 300
 

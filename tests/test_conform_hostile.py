@@ -222,13 +222,13 @@ def test_a_blank_launch_is_a_usage_error(launch: str,
     from flodl_proto.cli import main
     from flodl_proto.conform.target import fill_placeholders
 
-    with pytest.raises(ValueError, match=r"^--launch: no command"):
+    with pytest.raises(ValueError, match=r"^argument --launch: no command"):
         fill_placeholders(launch, {"port": "1"})
     assert main(["conform", "controller", "--launch", launch]) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == ("flodl-proto conform controller: error: --launch: no command (the value "
-                       "is blank)\n")
+    assert cap.err == ("flodl-proto conform controller: error: argument --launch: no command (the "
+                       "value is blank)\n")
 
 
 @pytest.mark.parametrize("launch,first", [("'' {port}", "''"), ('" " --port {port}', "' '"),
@@ -240,8 +240,8 @@ def test_a_launch_whose_program_word_is_blank_is_a_usage_error(
     assert main(["conform", "controller", "--launch", launch]) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == ("flodl-proto conform controller: error: --launch: no program to run (the "
-                       f"first word is {first})\n")
+    assert cap.err == ("flodl-proto conform controller: error: argument --launch: no program to "
+                       f"run (the first word is {first})\n")
 
 
 @pytest.mark.parametrize("word", ["{port.x}", "{port.__class__}", "{port[0]}", "{port!r}",
@@ -255,8 +255,8 @@ def test_a_placeholder_that_is_not_a_name_alone_is_a_usage_error(
     assert main(["conform", "controller", "--launch", f"prog {word}"]) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == (f"flodl-proto conform controller: error: --launch: bad placeholder in "
-                       f"{word!r}: a placeholder is {{name}} alone (no !conversion, :format, "
+    assert cap.err == (f"flodl-proto conform controller: error: argument --launch: bad placeholder "
+                       f"in {word!r}: a placeholder is {{name}} alone (no !conversion, :format, "
                        ".attribute or [index])\n")
 
 
@@ -271,8 +271,8 @@ def test_a_launch_holding_a_nul_is_a_usage_error(launch: str,
                  "--cases", "controller.session.one-relay-one-round", "--version", "2"]) == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == ("flodl-proto conform controller: error: --launch: the command holds a NUL "
-                       "character (\\x00), which no program's argument can\n")
+    assert cap.err == ("flodl-proto conform controller: error: argument --launch: the command "
+                       "holds a NUL character (\\x00), which no program's argument can\n")
 
 
 def test_literal_braces_and_plain_placeholders_are_filled() -> None:

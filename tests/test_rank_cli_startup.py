@@ -53,7 +53,7 @@ def test_the_resolver_saying_no_such_name_is_one_line_and_exit_2() -> None:
 
 
 @pytest.mark.parametrize(("change", "error"), [
-    (("--salt", "abc"), "flodl-proto rank: error: --salt: "),
+    (("--salt", "abc"), "flodl-proto rank: error: argument --salt: "),
     (("--payload-mib", "1", "--frame-ceiling", "1000"),
      "flodl-proto rank: error: --payload-mib 1.0 makes a "),
 ], ids=["salt", "frame-over-ceiling"])

@@ -82,7 +82,7 @@ def test_other_usage_errors_are_reported_without_a_lookup() -> None:
     res = subprocess.run([sys.executable, "-c", PATCHED_CLI, "slow", *args], capture_output=True,
                          text=True, env=env, timeout=30)
     assert (res.returncode, res.stdout) == (2, "")
-    assert res.stderr.startswith("flodl-proto relay: error: --salt: ")
+    assert res.stderr.startswith("flodl-proto relay: error: argument --salt: ")
 
 
 @pytest.mark.parametrize(("mode", "why"), [

@@ -266,7 +266,7 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage("--launch CMD is required (or --list)", args)
     if not args.launch:  # given, but ``--launch "$CMD"`` with the variable unset; a blank
         # value is fill_placeholders's "(the value is blank)"
-        return _usage("--launch: no command (the value is empty)", args)
+        return _usage("argument --launch: no command (the value is empty)", args)
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
     try:
         fill_placeholders(args.launch, probe)
@@ -387,7 +387,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         written.append(True)
         _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
                        "started")
-        return _usage(f"--launch: {e}", args)
+        return _usage(f"argument --launch: {e}", args)
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130 or 143

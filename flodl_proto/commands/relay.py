@@ -212,7 +212,7 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
         if salt_file is not None:
             raise ValueError(f"--salt-file {shown_name(salt_file)}: {e}") from None
         if salt is not None:
-            raise ValueError(f"--salt: {e}") from None
+            raise ValueError(f"argument --salt: {e}") from None
         if os.environ.get(SALT_ENV, "").strip():
             raise ValueError(f"${SALT_ENV}: {e}") from None
         raise ValueError(str(e)) from None
@@ -439,10 +439,11 @@ def frame_ceiling(text: str | None) -> int:
     ``DEFAULT_FRAME_CEILING`` (1 GiB), as upstream before a model-derived ceiling (``wire.rs``).
 
     Raises:
-        ValueError: one line naming the option, then the value once (``--frame-ceiling: must be
-            at least 25 bytes (...), got 10``): not a whole number of bytes in
-            ASCII digits (:func:`byte_count`), below the smallest RoundFrame (25 bytes, the
-            message names it: :func:`flodl_proto.spec.frame_ceiling_floor`), or above
+        ValueError: one line naming the option as argparse does, then the value once
+            (``argument --frame-ceiling: must be at least 25 bytes (...), got 10``): not a
+            whole number of bytes in ASCII digits (:func:`byte_count`), below the smallest
+            RoundFrame (25 bytes, the message names it:
+            :func:`flodl_proto.spec.frame_ceiling_floor`), or above
             ``U32_MAX`` (the u32 length prefix and ``payload_len`` cannot carry more, so a
             larger ceiling would bound nothing).
 
@@ -453,10 +454,10 @@ def frame_ceiling(text: str | None) -> int:
     try:
         n = byte_count(text, *frame_ceiling_floor())
     except ValueError as e:  # the message ends with the value (``got '4G'``): not shown twice
-        raise ValueError(f"--frame-ceiling: {e}") from None
+        raise ValueError(f"argument --frame-ceiling: {e}") from None
     if n > U32_MAX:
-        raise ValueError(f"--frame-ceiling: must be at most {U32_MAX} bytes (the u32 length prefix "
-                         f"and mux payload_len), got {shown(text)}")
+        raise ValueError(f"argument --frame-ceiling: must be at most {U32_MAX} bytes (the u32 "
+                         f"length prefix and mux payload_len), got {shown(text)}")
     return n
 
 

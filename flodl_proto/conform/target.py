@@ -194,17 +194,17 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
             argument can) (the message names it).
     """
     if "\0" in template:
-        raise ValueError("--launch: the command holds a NUL character (\\x00), which no "
+        raise ValueError("argument --launch: the command holds a NUL character (\\x00), which no "
                          "program's argument can")
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
     except ValueError as e:
-        raise ValueError(f"--launch: {e}") from None
+        raise ValueError(f"argument --launch: {e}") from None
     if not words:
-        raise ValueError("--launch: no command (the value is blank)")
+        raise ValueError("argument --launch: no command (the value is blank)")
     out = [_fill_word(w, values) for w in words]
     if not out[0].strip():
-        raise ValueError(f"--launch: no program to run (the first word is {words[0]!r})")
+        raise ValueError(f"argument --launch: no program to run (the first word is {words[0]!r})")
     return out
 
 
@@ -219,7 +219,7 @@ def _fill_word(word: str, values: Mapping[str, str]) -> str:
     try:
         parts = list(string.Formatter().parse(word))
     except ValueError as e:
-        raise ValueError(f"--launch: bad placeholder in {word!r}: {e}") from None
+        raise ValueError(f"argument --launch: bad placeholder in {word!r}: {e}") from None
     filled = []
     for literal, name, spec, conversion in parts:
         filled.append(literal)
@@ -229,10 +229,10 @@ def _fill_word(word: str, values: Mapping[str, str]) -> str:
             filled.append(values[name])
             continue
         if name.isidentifier() and not spec and conversion is None:
-            raise ValueError(f"--launch: unknown placeholder {{{name}}} (this role has "
+            raise ValueError(f"argument --launch: unknown placeholder {{{name}}} (this role has "
                              f"{', '.join('{' + k + '}' for k in sorted(values))})")
-        raise ValueError(f"--launch: bad placeholder in {word!r}: a placeholder is {{name}} "
-                         "alone (no !conversion, :format, .attribute or [index])")
+        raise ValueError(f"argument --launch: bad placeholder in {word!r}: a placeholder is "
+                         f"{{name}} alone (no !conversion, :format, .attribute or [index])")
     return "".join(filled)
 
 
