@@ -31,6 +31,11 @@ Start-up stays cheap: this module and the command modules import only the standa
 spec at module level; a command imports NumPy, the codec and the runners when it runs, so
 ``--help``, ``--version`` and a usage error do not wait for them.
 
+A command's parser may set ``stopped_before_run(args) -> None`` beside ``func``: called when
+Ctrl-C (or a signal that stops it as Ctrl-C) arrives once the command line is parsed but before
+``func`` runs (while ``FLODL_PROTO_KERNELS`` is checked, NumPy and the codec loading), before
+the ``interrupted`` (or ``terminated``) line is printed (``conform`` writes its reports there).
+
 Every command reports a failure as one line on stderr in argparse's format, ``flodl-proto COMMAND:
 error: MESSAGE`` (a rank adds its id: ``flodl-proto rank 0: error: ...``; ``conform`` and
 ``vectors`` their role or action, as argparse does: ``flodl-proto vectors check: error: ...``); a
@@ -650,22 +655,36 @@ def _command_prog(args: argparse.Namespace) -> str:
     return f"flodl-proto {command}" + (f" {word}" if word is not None else "")
 
 
+def _check_kernels(parser: argparse.ArgumentParser) -> None:
+    """Check the kernel choice ``FLODL_PROTO_KERNELS`` (unset or empty: auto, nothing to check)
+    and set the numba backend it names, so a bad choice is a usage error of ``parser`` now,
+    not at the first bf16 reduce of every process."""
+    kernels = os.environ.get("FLODL_PROTO_KERNELS", "")
+    if not kernels.strip():  # NumPy not imported
+        return
+    with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
+        from .errors import LocalProtocolError
+        from .reduce._kernels import check_backend_name, set_kernel_backend
+
+    try:
+        if check_backend_name(kernels, origin="FLODL_PROTO_KERNELS") == "numba":
+            set_kernel_backend()
+    except LocalProtocolError as exc:
+        parser.error(str(exc))
+
+
 def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    prog[0] = _command_prog(args)
-    kernels = os.environ.get("FLODL_PROTO_KERNELS", "")
-    if kernels.strip():  # unset or empty is auto: nothing to check, and NumPy not imported
-        with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
-            from .errors import LocalProtocolError
-            from .reduce._kernels import check_backend_name, set_kernel_backend
-
-        try:  # a bad kernel choice is reported now, not at the first bf16 reduce of every process
-            if check_backend_name(kernels, origin="FLODL_PROTO_KERNELS") == "numba":
-                set_kernel_backend()
-        except LocalProtocolError as exc:
-            parser.error(str(exc))
-    configure_logging(getattr(args, "log_level", "WARNING"))
+    try:
+        prog[0] = _command_prog(args)
+        _check_kernels(parser)
+        configure_logging(getattr(args, "log_level", "WARNING"))
+    except KeyboardInterrupt:  # before the command runs: its hook, if it has one
+        stopped = getattr(args, "stopped_before_run", None)
+        if stopped is not None:
+            stopped(args)
+        raise
     func = getattr(args, "func", None)
     if func is None:  # no command: a usage error naming the commands, as for a missing ACTION
         commands_ = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

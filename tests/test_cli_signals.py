@@ -109,6 +109,58 @@ def test_sigterm_while_conform_loads_is_one_line_and_143(module: str, prog: str,
     assert {r["reason"] for r in not_run} <= {"not run: the kit was terminated"}
 
 
+def _stopped_reports(tmp_path: Path, word: str, selected: bool) -> None:
+    """Both reports of :func:`_conform_args` (``r.json``, ``r.xml``) are those of a kit stopped
+    by the stop ``word`` before any case ran: no result, the selected cases (when ``selected``:
+    the catalogue was loaded) not run for the stop, and the stop named (JSON ``stop``; JUnit
+    ``interrupted`` and ``stop`` on every suite, of which there is one)."""
+    import xml.etree.ElementTree as ET
+
+    from flodl_proto.conform.catalogue import load_catalogue, select_cases
+
+    runs, skipped = select_cases(load_catalogue(), role="controller", versions=[2],
+                                 patterns=["controller.round.*"])
+    runs, skipped = (runs, skipped) if selected else ([], [])
+    reason = f"not run: the kit was {word}"
+    assert _report(tmp_path) == {
+        "role": "controller", "interrupted": True, "stop": word, "passed": 0, "failed": 0,
+        "must_failed": 0, "results": [],
+        "not_selected": [{"id": c.id, "reason": why} for c, why in skipped],
+        "not_run": [{"id": c.id, "version": 2, "reason": reason} for c, _ in runs]}
+    suites = ET.parse(tmp_path / "r.xml").getroot().findall("testsuite")
+    assert suites
+    assert all([(p.get("name"), p.get("value")) for p in s.iter("property")][:2]
+               == [("interrupted", "true"), ("stop", word)] for s in suites)
+    assert [(tc.get("name"), [e.get("message") for e in tc.iter("skipped")])
+            for tc in suites[0].iter("testcase")] == [(c.id, [reason]) for c, _ in runs]
+
+
+@pytest.mark.parametrize(("signame", "word", "code"), [("SIGINT", "interrupted", 130),
+                                                        ("SIGTERM", "terminated", 143)])
+@pytest.mark.parametrize(("module", "kernels", "selected"), [
+    # the cases selected, as the reports' writer loads for the first write
+    ("flodl_proto.conform.report", "", True),
+    ("xml.etree.ElementTree", "", True),
+    # FLODL_PROTO_KERNELS checked, before the command runs: NumPy and the codec load
+    ("numpy._core.multiarray", "numpy", False),
+], ids=["report-writer", "xml", "kernel-choice"])
+def test_a_kit_stopped_once_its_command_line_is_parsed_writes_both_reports(
+        module: str, kernels: str, selected: bool, signame: str, word: str, code: int,
+        tmp_path: Path) -> None:
+    """Stopped once its command line was parsed but before its first reports were written
+    (while their writer loaded, or while the kernel choice was checked), the kit wrote no
+    report and left an earlier run's: now both say the kit was stopped, no case run."""
+    for name in ("r.json", "r.xml"):
+        (tmp_path / name).write_text("an earlier run's report")
+    env = {**os.environ, "FLODL_PROTO_KERNELS": kernels}
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, signame, module,
+                          *_conform_args(tmp_path), "--junit", str(tmp_path / "r.xml")],
+                         capture_output=True, text=True, timeout=90, env=env)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        code, "", f"flodl-proto conform controller: {word}\n")
+    _stopped_reports(tmp_path, word, selected)
+
+
 @pytest.mark.parametrize(("module", "prog"), [
     ("flodl_proto.spec", "flodl-proto demo"),  # while the parser is built
     ("rich", "flodl-proto demo"),  # once parsed, as the demo starts (before its cluster)

@@ -97,6 +97,64 @@ def test_ctrl_c_during_the_first_report_does_not_write_it_again(
     assert capsys.readouterr() == ("", "flodl-proto conform controller: interrupted\n")
 
 
+@pytest.mark.parametrize(("cut", "signum", "word"), [
+    ("write_junit", None, "interrupted"),  # Ctrl-C (Python's handler notes nothing)
+    ("write_json", "SIGTERM", "terminated"),
+])
+def test_a_stop_during_the_first_report_still_writes_the_other(
+        cut: str, signum: str | None, word: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the stop ended the kit with the other report not written (an earlier run's left), or
+    # written before the stop as a Ctrl-C's (``interrupted``) for a SIGTERM
+    import json
+    import signal
+    import xml.etree.ElementTree as ET
+
+    from flodl_proto import cli
+    from flodl_proto.conform import report
+
+    paths = {"write_junit": tmp_path / "r.xml", "write_json": tmp_path / "r.json"}
+    for path in paths.values():
+        path.write_text("an earlier run's report")
+    writes: list[Path] = []
+
+    def recording(name: str) -> object:
+        real = getattr(report, name)
+
+        def write(path: Path, *args: object, **kwargs: object) -> None:
+            writes.append(path)
+            if name == cut and writes.count(path) == 1:  # the first write of this report
+                if signum is not None:
+                    cli.note_stop(getattr(signal, signum))
+                raise KeyboardInterrupt
+            real(path, *args, **kwargs)
+        return write
+
+    for name in paths:
+        monkeypatch.setattr(report, name, recording(name))
+    code = 143 if signum else 130
+    assert main([*_RUN, "--junit", str(paths["write_junit"]),
+                 "--json", str(paths["write_json"])]) == code
+    assert capsys.readouterr() == ("", f"flodl-proto conform controller: {word}\n")
+    # the report cut short is not written again; the other says who stopped the kit
+    other = paths["write_json" if cut == "write_junit" else "write_junit"]
+    assert writes.count(paths[cut]) == 1
+    assert paths[cut].read_text() == "an earlier run's report"
+    reason = f"not run: the kit was {word}"
+    if other.suffix == ".json":
+        doc = json.loads(other.read_text())
+        assert (doc["interrupted"], doc["stop"], doc["results"]) == (True, word, [])
+        assert doc["not_run"] == [{"id": "controller.session.one-relay-one-round",
+                                   "version": 2, "reason": reason}]
+    else:
+        (suite,) = ET.parse(other).getroot().findall("testsuite")
+        assert [(p.get("name"), p.get("value")) for p in suite.iter("property")] == [
+            ("interrupted", "true"), ("stop", word)]
+        assert [(tc.get("name"), [e.get("message") for e in tc.iter("skipped")])
+                for tc in suite.iter("testcase")] == [
+            ("controller.session.one-relay-one-round", [reason])]
+
+
 # -- a long --launch program word -----------------------------------------------------------------
 def test_a_long_program_word_is_cut_in_the_launch_error() -> None:
     word = "/no/such/" + "x" * 200_000

@@ -17,8 +17,9 @@ Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--j
 ``--json`` report cannot be written (first written once the command line is checked and the
 catalogue loaded, before the codec is imported and the first case runs, as an interrupted run
 of no case, or as the kit stops when Ctrl-C or SIGTERM arrives before that, so a kit stopped
-once its command line is parsed leaves no earlier run's report; a report is never written
-twice for one stop, and a Ctrl-C during a write stops it, the file left whole, old or new; a
+once its command line is parsed leaves no earlier run's report; one stopped before, while the
+parser is built, writes none; a report is never written twice for one stop, and a Ctrl-C
+during a write stops it, the file left whole, old or new, the other report still written; a
 FIFO that no process reads is a report that cannot be written, not a wait for a reader), 2 for
 a bad command line (as ``--list`` with ``--junit`` or ``--json``: a listing writes no report), a
 ``--launch`` command that cannot be started included (no such program, not executable: one line
@@ -131,7 +132,7 @@ def register(sub: Any) -> None:
         r.add_argument("--list", action="store_true",
                        help="list the selected cases (no target needed, no report written) and "
                             "exit")
-        r.set_defaults(func=_run)
+        r.set_defaults(func=_run, stopped_before_run=_stopped_before_run)
     d = roles.add_parser("docs", help="generate docs/conformance.md from the catalogue")
     d.add_argument("--out", type=output_path, default=None, metavar="PATH",
                    help="output file (default: the checkout's docs/conformance.md, found from "
@@ -201,29 +202,45 @@ def _run(args: argparse.Namespace) -> int:
     role = str(args.role)
     runs: list[tuple[Case, int]] = []
     skipped: list[tuple[Case, str]] = []
-    try:
-        prepared = _prepare(args, role, runs, skipped)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (as Ctrl-C until _play sets its handler)
-        if not args.list and (args.junit or args.json):  # they say so, not an earlier run
-            _write_stopped_reports(args, role, [], skipped, runs)
-        raise
-    if prepared is not None:
-        return prepared
-    # written now as an interrupted run of no case: a report that cannot be written is found
-    # before any case runs, and a kit stopped from here on leaves no earlier run's report.
-    # Outside the try above: a Ctrl-C during this write stops it (each report is replaced
-    # whole or not at all) and does not start it again
-    if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, stop="interrupted"):
-        return 1
+    cut_short: list[Path] = []  # the report whose first write a stop cut short
     written: list[bool] = []  # by _play, from a stop's reports or the final ones on
     try:
+        prepared = _prepare(args, role, runs, skipped)
+        if prepared is not None:
+            return prepared
+        # written now as an interrupted run of no case: a report that cannot be written is
+        # found before any case runs, and a kit stopped from here on leaves no earlier run's
+        # report
+        if not _write_reports(args, role, [], skipped, runs, _INTERRUPTED, stop="interrupted",
+                              writing=cut_short):
+            return 1
         return _play(args, role, runs, skipped, written)
     except KeyboardInterrupt:
-        # stopped before _play wrote reports of its own (while the player and the codec load,
-        # before its handler is set): the first reports name the stop (``terminated``)
+        # Ctrl-C, or SIGTERM (as Ctrl-C until _play sets its handler), before _play wrote
+        # reports of its own: while the command line is checked, the catalogue or the reports'
+        # writer loads, a first report is written, the player and the codec load. The reports
+        # name the stop (``terminated``), not an earlier run; one whose write the stop cut
+        # short is not started again (each report is replaced whole or not at all)
         if not written:
-            _write_stopped_reports(args, role, [], skipped, runs)
+            _stopped_before_cases(args, role, skipped, runs, but=cut_short)
         raise
+
+
+def _stopped_before_cases(args: argparse.Namespace, role: str,
+                          skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]],
+                          but: Iterable[Path] = ()) -> None:
+    """Write the reports asked for (not for ``--list``, which writes none) of a kit stopped
+    before any case ended: the ``runs`` selected so far not run, for the stop's word; the
+    reports ``but`` are left as they are."""
+    if not args.list and (args.junit or args.json):
+        _write_stopped_reports(args, role, [], skipped, runs, but=but)
+
+
+def _stopped_before_run(args: argparse.Namespace) -> None:
+    """The command line's hook for a stop (Ctrl-C, SIGTERM) that arrives once the command line
+    is parsed but before :func:`_run` starts (while ``FLODL_PROTO_KERNELS`` is checked: NumPy
+    and the codec load): the reports asked for, of a run of no case, name the stop."""
+    _stopped_before_cases(args, str(args.role), [], [])
 
 
 def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
@@ -421,30 +438,36 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
 
 
 def _write_stopped_reports(args: argparse.Namespace, role: str, results: list[CaseResult],
-                           skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]]) -> bool:
+                           skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]],
+                           but: Iterable[Path] = ()) -> bool:
     """:func:`_write_reports` of a kit stopped by a signal: the stop's word
     (:func:`~flodl_proto.cli.stop_outcome`: ``interrupted`` after Ctrl-C, ``terminated`` after
     SIGTERM) in the reports' ``stop`` and in the reason of the cases not run (``not run: the
-    kit was terminated``)."""
+    kit was terminated``); the reports ``but`` are not written."""
     word = stop_outcome()[0]
     return _write_reports(args, role, results, skipped, runs, f"not run: the kit was {word}",
-                          stop=word)
+                          stop=word, but=but)
 
 
 def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult],
                    skipped: list[tuple[Case, str]], runs: list[tuple[Case, int]],
-                   not_run_reason: str, *, stop: str | None = None) -> bool:
-    """Write the ``--junit`` / ``--json`` reports asked for: the ``results``, the cases not
-    selected, and the selected ``runs`` with no result (not run, for ``not_run_reason``); a run
-    stopped by a signal names the ``stop`` (its word). False (the error line printed) when one
-    cannot be written."""
+                   not_run_reason: str, *, stop: str | None = None, but: Iterable[Path] = (),
+                   writing: list[Path] | None = None) -> bool:
+    """Write the ``--junit`` / ``--json`` reports asked for, but not those of ``but``: the
+    ``results``, the cases not selected, and the selected ``runs`` with no result (not run, for
+    ``not_run_reason``); a run stopped by a signal names the ``stop`` (its word). ``writing``,
+    when given, holds the path of the report being written while it is (a stop that cuts the
+    write short leaves it there). False (the error line printed) when one cannot be written."""
     from ..conform.report import write_json, write_junit
 
     ran = {(r.case.id, r.version) for r in results}
     not_run = [(c, v) for c, v in runs if (c.id, v) not in ran]
+    left = set(but)
     for path, write in ((args.junit, write_junit), (args.json, write_json)):
-        if path is None:
+        if path is None or path in left:
             continue
+        if writing is not None:
+            writing.append(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
             write(path, role, results, skipped, _title, not_run=not_run,
@@ -452,6 +475,8 @@ def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult
         except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)
             _report_error(path, _os_reason(e), args)
             return False
+        if writing is not None:
+            writing.remove(path)
     return True
 
 

@@ -270,9 +270,10 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
     (``failure`` with expected/observed; not-selected cases, and the selected cases that were
     not run, as ``skipped`` with the reason). A run stopped by a signal (``interrupted``, or
     ``stop`` given) has the properties ``interrupted=true`` and ``stop=WORD`` (``stop``, else
-    ``interrupted``) on each of the root's suites. The suites of results come first, by version
-    ascending, each with its cases in catalogue order; then the suite of cases not run, then
-    the suite of cases not selected.
+    ``interrupted``) on each of the root's suites; a run stopped before any case was selected,
+    with no suite, gets an empty suite of cases not run to carry them. The suites of results
+    come first, by version ascending, each with its cases in catalogue order; then the suite
+    of cases not run, then the suite of cases not selected.
 
     ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
     leaves the previous file and no temporary file.
@@ -307,6 +308,9 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
                    [(f"{role}.not_selected", c.id, why) for c, why in not_selected])
     word = _stop_word(interrupted, stop)
     if word is not None:
+        if not len(root):  # stopped before any case was selected: a suite to say so
+            ET.SubElement(root, "testsuite", name=f"{role} not run", tests="0", failures="0",
+                          errors="0", skipped="0", time="0")
         for suite in root:
             props = ET.Element("properties")
             props.append(ET.Element("property", name="interrupted", value="true"))
