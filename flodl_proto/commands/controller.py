@@ -17,7 +17,10 @@ together: at most :data:`STDOUT_BACKLOG` lines wait, later ones are dropped, and
 dropped is one warning line on stderr when the run ends. Log records (warnings such as a round
 timeout) go to stderr the same way, through a backlog of their own.
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGTERM, or SIGINT unless it was
-ignored when the controller started: it then stays ignored), 1 when the run
+ignored when the controller started: it then stays ignored; handled from just before the
+listener is bound, so a stop from then on still prints the first line), 130 for a Ctrl-C before
+that (while the command line is checked or the modules load: ``flodl-proto controller:
+interrupted``; a SIGTERM then ends the process by the signal), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (a ``--listen`` host name that does not exist,
 missing or malformed salt, world size 0, bad

@@ -20,7 +20,10 @@ dial); a controller that is not there yet is retried every 0.5 s for about 30 s 
 ``FLODL_NET_TIMEOUT_SCALE``), which stderr says once (``waiting for the controller: connect to
 HOST:PORT failed: ...; retrying every 0.5s, giving up after ~30s``). Exit codes: 0 after a
 clean end (the controller closed, the last local rank left, SIGTERM, or SIGINT unless it was
-ignored when the relay started: it then stays ignored), 1 when the relay
+ignored when the relay started: it then stays ignored; handled from just before the loopback port
+is bound, so a stop from then on still prints the first line), 130 for a Ctrl-C before that
+(while the command line is checked, the controller's host name looked up or the modules load:
+``flodl-proto relay: interrupted``; a SIGTERM then ends the process by the signal), 1 when the relay
 failed or could not start (the error on stderr, e.g. the controller declared every rank of this
 host dead, the controller could not be reached in the retry time, or the loopback port cannot be
 bound because it is in use), 2 for a bad command line (one line, ``flodl-proto relay: error:
