@@ -5,7 +5,9 @@ of CPU per process (ml_dtypes 0.7, NumPy 2.4), which a process that only moves f
 demo's controller, relays and ranks by default, most commands) never needs. The codec, the
 reduce kernels and the rank client take the dtype from here when a bf16 value is actually
 made or viewed. An array of bf16 values exists only once ml_dtypes has been imported (by this
-module or by the caller), so :func:`is_bf16` answers without importing it.
+module or by the caller), so :func:`is_bf16` answers without importing it, and
+:func:`loaded_bf16` gives the dtype only to a process that has it already (the small-run
+encoder takes ml_dtypes' one-call cast there and integer ops elsewhere, for the same bits).
 
 No upstream counterpart (upstream's bf16 is the ``half`` crate's type).
 """
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bf16", "is_bf16"]
+__all__ = ["bf16", "is_bf16", "loaded_bf16"]
 
 _dtype: np.dtype[Any] | None = None
 
@@ -31,6 +33,14 @@ def bf16() -> np.dtype[Any]:
 
         _dtype = np.dtype(ml_dtypes.bfloat16)
     return _dtype
+
+
+def loaded_bf16() -> np.dtype[Any] | None:
+    """``np.dtype(ml_dtypes.bfloat16)`` when ml_dtypes has been imported in this process (by
+    :func:`bf16` or by anyone), else None, never importing it. Raises nothing."""
+    if _dtype is None and "ml_dtypes" not in sys.modules:
+        return None
+    return bf16()
 
 
 def is_bf16(dtype: object) -> bool:

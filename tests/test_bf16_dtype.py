@@ -1,7 +1,8 @@
 """The bf16 dtype loaded on first use (flodl_proto/_bf16.py): a process that moves only f32
 values (the demo's controller, relays and ranks by default) never imports ml_dtypes, whose
-import registers its dtypes' casts with NumPy at a second of CPU per process; bf16 values are
-still made, viewed and recognised as before, also when the caller imported ml_dtypes itself."""
+import registers its dtypes' casts with NumPy at a second of CPU per process, nor does one that
+only folds bf16 bits (a relay, a controller); bf16 values are still made, viewed and
+recognised as before, also when the caller imported ml_dtypes itself."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from flodl_proto._bf16 import bf16, is_bf16
+from flodl_proto._bf16 import bf16, is_bf16, loaded_bf16
 from flodl_proto.codec import Dtype
 from flodl_proto.codec._frame_model import _NUMPY_DTYPE
 
@@ -66,3 +67,52 @@ def test_the_numpy_dtype_table_is_keyed_by_the_two_viewable_tags() -> None:
     assert dict(_NUMPY_DTYPE) == {0: np.dtype("<f4"), 1: np.dtype(ml_dtypes.bfloat16)}
     with pytest.raises(KeyError):
         _NUMPY_DTYPE[2]
+
+
+#: code run in a fresh interpreter: bf16 work of a relay and a controller, printing its result;
+#: ml_dtypes is never imported by it
+_WITHOUT_ML_DTYPES = {
+    "reduce": (
+        "from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload,"
+        " encode_round_frame_bytes\n"
+        "from flodl_proto.reduce import HostFold, bf16_from_f32, reduce_realized_work,"
+        " scale_payload\n"
+        "a = TensorPayload(1, (4,), bytes.fromhex('803f813f00807fa1'))\n"
+        "b = TensorPayload(1, (4,), bytes.fromhex('c03b803b0000c07f'))\n"
+        "fa, fb = RoundFrame(RoundKind.MODEL, 1.0, [a]), RoundFrame(RoundKind.MODEL, 2.0, [b])\n"
+        "h = HostFold([0, 1], bytes(16), version=2)\n"
+        "h.deposit(0, encode_round_frame_bytes(fa, bytes(16)))\n"
+        "print(bytes(h.deposit(1, encode_round_frame_bytes(fb, bytes(16)))).hex(),"
+        " bytes(reduce_realized_work([fa, fb]).tensors[0].data).hex(),"
+        " bytes(scale_payload(1, bytes(a.data), 1.5)).hex(),"
+        " bf16_from_f32(np.array([1.00390625, 3e38, -0.0], np.float32)).tolist())\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(_WITHOUT_ML_DTYPES))
+def test_bf16_bits_are_encoded_and_widened_without_ml_dtypes(case: str) -> None:
+    """A relay's and a controller's bf16 folds make no bf16 array, so they never import
+    ml_dtypes (about a second of CPU per process); their results are those of a process that
+    has imported it."""
+    code = ("import sys\nimport numpy as np\n" + _WITHOUT_ML_DTYPES[case]
+            + "print('ml_dtypes' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    *lines, loaded = res.stdout.splitlines()
+    assert loaded == "False"
+    here = subprocess.run([sys.executable, "-c", "import ml_dtypes\n" + code],
+                          capture_output=True, text=True, timeout=120)
+    assert here.returncode == 0, here.stderr
+    assert here.stdout.splitlines() == [*lines, "True"]
+
+
+def test_loaded_bf16_never_imports_ml_dtypes() -> None:
+    """``loaded_bf16`` is None until something imports ml_dtypes, then its bf16 dtype."""
+    code = ("import sys\nfrom flodl_proto._bf16 import loaded_bf16\n"
+            "print(loaded_bf16(), 'ml_dtypes' in sys.modules)\n"
+            "import ml_dtypes\nprint(loaded_bf16())\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "None False\nbfloat16\n", "")
+    assert loaded_bf16() == np.dtype(ml_dtypes.bfloat16)

@@ -106,7 +106,7 @@ def test_f32_to_bf16_and_scale_round(kernels: str, request: pytest.FixtureReques
     assert set(struct.unpack(f"<{len(sums)}H", scaled)) == {0x3F81}
 
 
-# -- the small-tensor kernels (ml_dtypes' cast, NaN lanes patched) ---------------------------------
+# -- the small-tensor kernels (integer rounding or ml_dtypes' cast, NaN lanes patched) -------------
 #: (f32 bits, upstream's bf16 bits): ties to even, above half, overflow to infinity, subnormals,
 #: signed zeros, infinities, and NaNs (sign and top payload bits kept, quiet bit set)
 ENCODE_CASES = [
@@ -123,7 +123,19 @@ def _f32(bits: list[int]) -> np.ndarray:
     return np.array(bits, dtype=np.uint32).view(np.float32)
 
 
-def test_encode_bf16_small_exact_values() -> None:
+@pytest.fixture(params=["integer", "cast"])
+def small_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The small-run encoder's form: its integer rounding (a process without ml_dtypes) or
+    ml_dtypes' cast (a process that has imported it), whatever this test process imported."""
+    from flodl_proto._bf16 import bf16
+    from flodl_proto.reduce import _small_kernels as S
+
+    dtype = None if request.param == "integer" else bf16()
+    monkeypatch.setattr(S, "loaded_bf16", lambda: dtype)
+    return str(request.param)
+
+
+def test_encode_bf16_small_exact_values(small_form: str) -> None:
     from flodl_proto.reduce import _kernels as K
 
     src = _f32([a for a, _ in ENCODE_CASES])
@@ -133,12 +145,18 @@ def test_encode_bf16_small_exact_values() -> None:
         with np.errstate(all="ignore"):
             K.encode_bf16_small(src, dst, may)
         assert [int(x) for x in dst] == want
-    # told there is no NaN: the NaN lanes keep the cast's default NaN (no scan, no patch)
+    # told there is no NaN: the NaN lanes are not patched (no scan): the cast's default NaN,
+    # or the integer rounding of the NaN's bits (a carry may leave no NaN); the others exact
     dst = np.zeros(len(src), np.uint16)
     with np.errstate(all="ignore"):
         K.encode_bf16_small(src, dst, False)
-    assert [int(x) for x in dst] == [0x7FC0 if b in (0x7FE0, 0x7FC0) else
-                                     0xFFC0 if b in (0xFFC1, 0xFFFF) else b for b in want]
+    if small_form == "cast":  # NaN source bits -> the default NaN of their sign
+        unpatched = {0x7FA00001: 0x7FC0, 0xFF812345: 0xFFC0, 0x7FC00000: 0x7FC0,
+                     0x7F800001: 0x7FC0, 0xFFFFFFFF: 0xFFC0}
+    else:  # (b + 0x7FFF + ((b >> 16) & 1)) >> 16 of the NaN's bits, modulo 2**32
+        unpatched = {0x7FA00001: 0x7FA0, 0xFF812345: 0xFF81, 0x7FC00000: 0x7FC0,
+                     0x7F800001: 0x7F80, 0xFFFFFFFF: 0x0000}
+    assert [int(x) for x in dst] == [unpatched.get(a, b) for a, b in ENCODE_CASES]
     finite = _f32([0x3F80C000, 0x3F818000])
     dst = np.zeros(2, np.uint16)
     K.encode_bf16_small(finite, dst, False)
@@ -149,9 +167,10 @@ def test_encode_bf16_small_exact_values() -> None:
 
 
 @pytest.mark.parametrize("n", [1, 2, 1 << 13, (1 << 14) - 1, 1 << 14, (1 << 14) + 3])
-def test_encode_bf16_small_and_large_paths_agree(n: int) -> None:
-    """encode_bf16 takes the cast below SMALL_ELEMS and the integer ops from there on; both
-    give the integer rule's bytes, NaNs included, on either side of the threshold."""
+def test_encode_bf16_small_and_large_paths_agree(n: int, small_form: str) -> None:
+    """encode_bf16 takes the small encoder below SMALL_ELEMS (either form) and the chunked
+    integer ops from there on; both give the integer rule's bytes, NaNs included, on either
+    side of the threshold."""
     from flodl_proto.reduce import _kernels as K
 
     assert K.SMALL_ELEMS == 1 << 14
@@ -173,7 +192,64 @@ def test_encode_bf16_small_and_large_paths_agree(n: int) -> None:
     assert np.array_equal(direct, ref)
 
 
-def test_round_bf16_small_exact_values() -> None:
+def _upstream_encode(bits: np.ndarray) -> np.ndarray:
+    """Upstream's f32 -> bf16 rule on u32 bit patterns, in u64 (no wrap-around): NaN ->
+    ``(b >> 16) | 0x0040``, else ``(b + 0x7FFF + ((b >> 16) & 1)) >> 16``."""
+    b = bits.astype(np.uint64)
+    nan = (b & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (b >> 16) | 0x0040, (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                    ).astype(np.uint16)
+
+
+def _small_patterns() -> np.ndarray:
+    """Every bf16 pattern as the high half of f32 patterns whose low halves are 0, 1, just
+    under, at and just over the half (0x7FFF, 0x8000, 0x8001), 0xFFFF and one random value;
+    then random f32 patterns (NaNs with any payload and sign among them), random subnormals,
+    the infinities and signed zeros."""
+    rng = np.random.default_rng(0xBF16)
+    high = np.arange(1 << 16, dtype=np.uint32) << 16
+    lows = [np.full(1 << 16, v, np.uint32) for v in (0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF)]
+    lows.append(rng.integers(0, 1 << 16, 1 << 16, dtype=np.uint32))
+    rand = rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    sub = rng.integers(0, 1 << 23, 50_000, dtype=np.uint32) | (
+        rng.integers(0, 2, 50_000, dtype=np.uint32) << 31)
+    ends = np.array([0x7F800000, 0xFF800000, 0, 0x80000000], np.uint32)
+    return np.concatenate([*(high | lo for lo in lows), rand, sub, ends])
+
+
+@pytest.mark.parametrize("n", [16, 256, 1024, 4096, (1 << 14) - 1])
+def test_small_encode_and_rounding_match_upstream_on_every_bf16_pattern(
+        n: int, small_form: str) -> None:
+    """The small-run encoder (in runs of ``n`` elements, told to scan, told exactly whether a
+    run holds a NaN, and into a strided destination) and the small rounding give upstream's
+    bits on every bf16 pattern with every kind of lower half, and on random f32 patterns:
+    NaNs (every payload, either sign), infinities, subnormals, signed zeros."""
+    from flodl_proto.reduce import _kernels as K
+
+    bits = _small_patterns()
+    want = _upstream_encode(bits)
+    src = bits.view(np.float32)
+    got = np.zeros(len(bits), np.uint16)
+    hinted = np.zeros(len(bits), np.uint16)
+    strided = np.zeros(2 * len(bits), np.uint16)
+    rounded = src.copy()
+    ws = K.Workspace(n)
+    with np.errstate(all="ignore"):
+        for s in range(0, len(bits), n):
+            e = min(s + n, len(bits))
+            run = src[s:e]
+            has_nan = bool(np.isnan(run).any())
+            K.encode_bf16_small(run, got[s:e])
+            K.encode_bf16_small(run, hinted[s:e], has_nan)
+            K.encode_bf16_small(run, strided[2 * s + 1:2 * e:2], None)
+            K.round_bf16_small(rounded[s:e], ws, has_nan)
+    assert np.array_equal(got, want)
+    assert np.array_equal(hinted, want)
+    assert np.array_equal(strided[1::2], want) and not strided[0::2].any()
+    assert np.array_equal(rounded.view(np.uint32), want.astype(np.uint32) << 16)
+
+
+def test_round_bf16_small_exact_values(small_form: str) -> None:
     from flodl_proto.reduce import _kernels as K
 
     src = _f32([a for a, _ in ENCODE_CASES])

@@ -123,7 +123,7 @@ def test_a_parallel_split_of_an_uneven_size_matches_one_thread() -> None:
 
 
 def test_scale_bf16_small_path_exact_values_and_threshold() -> None:
-    """Below K.SMALL_ELEMS the bf16 scale takes one scratch array and the cast encoder; from
+    """Below K.SMALL_ELEMS the bf16 scale takes one scratch array and the small encoder; from
     there on the chunked kernels: both give upstream's bytes (one rounding, NaN rule)."""
     import numpy as np
 

@@ -107,10 +107,11 @@ __all__ = [
 CHUNK_ELEMS: Final = 1 << 16
 #: Tensors below this many elements per worker are summed on the calling thread only.
 PARALLEL_MIN_ELEMS: Final = 1 << 20
-#: Below this many elements, bf16 encoding uses ml_dtypes' cast (one call; bit-identical to the
-#: integer rounding for every non-NaN f32, NaN lanes patched after it) and :func:`sum_small`
-#: sums a tensor in one pass with no per-tensor set-up: per-call overhead dominates there. At a
-#: full chunk the integer ops are as fast as the cast (measured), so large tensors keep them.
+#: Below this many elements, bf16 encoding takes :func:`encode_bf16_small` (no workspace; ml_dtypes'
+#: one-call cast where ml_dtypes is loaded already, bit-identical to the integer rounding for every
+#: non-NaN f32, NaN lanes patched after it) and :func:`sum_small` sums a tensor in one pass with
+#: no per-tensor set-up: per-call overhead dominates there. At a full chunk the integer ops are as
+#: fast as the cast (measured), so large tensors keep them.
 SMALL_ELEMS: Final = 1 << 14
 
 _U32: Final = np.dtype("<u4")
