@@ -1,7 +1,7 @@
 """The bf16 dtype loaded on first use (flodl_proto/_bf16.py): a process that moves only f32
 values (the demo's controller, relays and ranks by default) never imports ml_dtypes, whose
 import registers its dtypes' casts with NumPy at a second of CPU per process, nor does one that
-only folds bf16 bits (a relay, a controller); bf16 values are still made, viewed and
+only encodes or widens bf16 bits (a bf16 demo's processes); bf16 values are still made, viewed and
 recognised as before, also when the caller imported ml_dtypes itself."""
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def test_the_numpy_dtype_table_is_keyed_by_the_two_viewable_tags() -> None:
         _NUMPY_DTYPE[2]
 
 
-#: code run in a fresh interpreter: bf16 work of a relay and a controller, printing its result;
-#: ml_dtypes is never imported by it
+#: code run in a fresh interpreter: bf16 work of a relay, a controller, an f32 rank and the
+#: demo's in-process reference, each printing its result; ml_dtypes is never imported by it
 _WITHOUT_ML_DTYPES = {
     "reduce": (
         "from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload,"
@@ -86,14 +86,25 @@ _WITHOUT_ML_DTYPES = {
         " bytes(reduce_realized_work([fa, fb]).tensors[0].data).hex(),"
         " bytes(scale_payload(1, bytes(a.data), 1.5)).hex(),"
         " bf16_from_f32(np.array([1.00390625, 3e38, -0.0], np.float32)).tolist())\n"),
+    "rank reply": (
+        "from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload\n"
+        "from flodl_proto.runner._rank_payloads import decode_into\n"
+        "f = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(1, (2, 2),"
+        " bytes.fromhex('803f813f0080c1ff'))])\n"
+        "d = np.zeros((4,), np.float32)\n"
+        "decode_into(f, [d])\n"
+        "print(d.view(np.uint32).tolist())\n"),
+    "demo reference": (
+        "from flodl_proto.commands._demo_worker import reference_loss\n"
+        "print(repr(reference_loss(7, 3, 4, bf16=True, hosts=[[0, 1], [2]])))\n"),
 }
 
 
 @pytest.mark.parametrize("case", list(_WITHOUT_ML_DTYPES))
 def test_bf16_bits_are_encoded_and_widened_without_ml_dtypes(case: str) -> None:
-    """A relay's and a controller's bf16 folds make no bf16 array, so they never import
-    ml_dtypes (about a second of CPU per process); their results are those of a process that
-    has imported it."""
+    """A relay's and a controller's bf16 folds, an f32 rank's bf16 reply and the demo's bf16
+    reference make no bf16 array, so they never import ml_dtypes (about a second of CPU per
+    process); their results are those of a process that has imported it."""
     code = ("import sys\nimport numpy as np\n" + _WITHOUT_ML_DTYPES[case]
             + "print('ml_dtypes' in sys.modules)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -63,3 +63,24 @@ def test_fill_small_writes_the_payloads_of_each_tensor(
         assert [p.tobytes() for p in tpl.payloads] == want
     # bf16 staging goes through as bit patterns (a shift), anything else as values
     assert bits_seen == ([staging == "bf16"] * 6 if wire is Dtype.BF16 else [])
+
+
+def test_a_bf16_reply_is_widened_into_f32_arrays_exactly_on_every_pattern() -> None:
+    """Every bf16 pattern (NaN payloads and signalling NaNs included) of a reply lands in an
+    f32 destination as its bits in the high half, through a destination of another shape too,
+    as ml_dtypes' cast widened it; a bf16 destination takes the bits as they are."""
+    from flodl_proto.codec import RoundFrame, TensorPayload
+    from flodl_proto.runner._rank_payloads import decode_into
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype("<u2")
+    payload = TensorPayload(int(Dtype.BF16), (256, 256), bits.tobytes())
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [payload, payload, payload])
+    flat = np.full(1 << 16, 7.0, np.float32)
+    square = np.full((256, 256), 7.0, np.float32)
+    same = np.zeros((256, 256), ml_dtypes.bfloat16)
+    decode_into(frame, [flat, square, same])
+    want = bits.astype(np.uint32) << 16
+    assert np.array_equal(flat.view(np.uint32), want)
+    assert np.array_equal(square.reshape(-1).view(np.uint32), want)
+    assert np.array_equal(want, bits.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32))
+    assert np.array_equal(same.reshape(-1).view(np.uint16), bits)

@@ -30,10 +30,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._bf16 import bf16 as bf16_dtype
 from ..cli import configure_logging
 from ..errors import ProtocolError
-from ..reduce import OuterOptimizer, gamma_mass
+from ..reduce import OuterOptimizer, bf16_from_f32, bf16_to_f32, gamma_mass
 from ..runner.rank import RankClient
 
 __all__ = [
@@ -132,7 +131,8 @@ def reference_loss(seed: int, world_size: int, rounds: int, *, bf16: bool = Fals
     each relay; default one host) rounded, the hosts' sum rounded, multiplied by the f32
     reciprocal of the summed mass, rounded again (the double rounding of
     ``reduce_realized_work``): rounding each rank's parameters alone misses up to 2 % of the
-    loss (world size 5, 8 rounds).
+    loss (world size 5, 8 rounds). Each rounding is upstream's integer rule
+    (:func:`~flodl_proto.reduce.bf16_from_f32`), so the demo never loads ml_dtypes.
 
     Upstream: none (the demo's own check; the rounding points are those of ``cpu_reduce.rs``,
     the pre-scale, and of ``controller/round_frame.rs``, ``sum_frames`` and
@@ -143,7 +143,7 @@ def reference_loss(seed: int, world_size: int, rounds: int, *, bf16: bool = Fals
     prev: list[F32Array] | None = None
 
     def wire(a: F32Array) -> F32Array:
-        return a.astype(bf16_dtype()).astype(np.float32) if bf16 else a
+        return bf16_to_f32(bf16_from_f32(a)) if bf16 else a
 
     for k in range(1, rounds + 1):
         for r in range(world_size):

@@ -457,12 +457,8 @@ def run(args: argparse.Namespace) -> int:
             groups = partition(args.world_size, args.hosts)
             cluster = _Cluster(salt_hex, trace, _demo_logs.echoes(args.log_level))  # none started
             # the summary's module (the dataset, the in-process reference: the codec and the
-            # reduce with it), and for a bf16 run ml_dtypes, which loads on first use
+            # reduce with it; a bf16 run's roundings are integer ops, without ml_dtypes)
             from . import _demo_worker  # noqa: F401
-            if args.bf16:
-                from .._bf16 import bf16
-
-                bf16()
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 

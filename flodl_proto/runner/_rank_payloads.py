@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from .._bf16 import is_bf16
 from ..codec._common import wire_real
+from ..codec._frame_model import _NUMPY_MAX_NDIM
 from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
 from ..codec.template import FrameTemplate
 from ..errors import protocol_error
@@ -181,7 +182,8 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
     """Write ``frame``'s tensors into ``arrays`` in place, without intermediate copies.
 
     Each payload is viewed read-only and copied with ``np.copyto``: bf16 payloads are widened
-    exactly into f32 destinations, f32 payloads are rounded into bf16 destinations with
+    exactly into f32 destinations (from their bits, a shift: no ml_dtypes array is made, so an
+    f32 caller never loads ml_dtypes), f32 payloads are rounded into bf16 destinations with
     upstream's rule, same-dtype payloads are copied bit for bit; an elided payload zeroes the
     destination.
 
@@ -214,6 +216,7 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
     # fails at tensor k leaves every destination as it was, not the first k adopted
     srcs: list[npt.NDArray[Any] | None] = []
     same: list[bool] = []  # per tensor: the payload's bits are the destination's
+    widen: list[bool] = []  # per tensor: bf16 bits (``<u2``) for an f32 destination
     for i, (p, dst) in enumerate(zip(tensors, arrays, strict=True)):
         data = p.data
         shape = dst.shape
@@ -222,6 +225,7 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
             flat = np.frombuffer(data, dst.dtype)  # of the destination's element count
             srcs.append(flat if len(shape) == 1 else flat.reshape(shape))
             same.append(True)
+            widen.append(False)
             continue
         if p.numel != dst.size:
             raise protocol_error("client.reply_schema", index=i, reason=(
@@ -230,14 +234,22 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
         same.append(False)
         if p.elided and p.numel:
             srcs.append(None)
+            widen.append(False)
             continue
-        view = p.array()
+        # a well-formed bf16 payload of elements for an f32 destination: its bits (any other
+        # payload is viewed, and checked, by TensorPayload.array)
+        bf16_bits = (p.dtype == _BF16_TAG and dst.dtype == F32 and p.numel > 0
+                     and data.nbytes == 2 * p.numel and len(p.shape) <= _NUMPY_MAX_NDIM)
+        view = np.frombuffer(data, _U16) if bf16_bits else p.array()
         srcs.append(view if view.shape == shape else view.reshape(shape))
-    for src, dst, bits in zip(srcs, arrays, same, strict=True):
+        widen.append(bf16_bits)
+    for src, dst, bits, bf16_src in zip(srcs, arrays, same, widen, strict=True):
         if src is None:
             dst[...] = 0
         elif bits:  # np.copyto of one dtype and shape, without its argument handling
             dst[...] = src
+        elif bf16_src:  # exact: the bits in the high half of each f32
+            np.copyto(dst, bf16_to_f32(src))
         elif is_bf16(dst.dtype) and not is_bf16(src.dtype):
             np.copyto(dst.view(np.uint16), bf16_from_f32(src))
         else:
