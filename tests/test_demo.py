@@ -649,3 +649,53 @@ def test_a_columns_that_is_a_width_is_kept(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setenv("COLUMNS", "40")
     assert rich_console(file=io.StringIO()).width == 40
+
+
+def test_cluster_kernels_take_numpy_for_a_bf16_run_too_short_for_the_compiled_ones() -> None:
+    from flodl_proto.commands._demo_sizes import JIT_WORTH, cluster_kernels, payload_values
+
+    assert JIT_WORTH == 1 << 28 and payload_values(1.0) == 1 << 18
+    assert cluster_kernels(True, 1.0, 40) == "numpy"  # the default bf16 demo
+    assert cluster_kernels(True, 1.0, 1023) == "numpy"  # 2**28 - 2**18 element-rounds
+    assert cluster_kernels(True, 1.0, 1024) is None  # 2**28: worth loading
+    assert cluster_kernels(True, 64.0, 40) is None
+    assert cluster_kernels(True, 0.0, 1_000_000) == "numpy"  # the parameters alone
+    assert cluster_kernels(False, 1.0, 40) is None  # f32: no bf16 kernel runs
+    assert cluster_kernels(False, 4096.0, 1_000_000) is None
+
+
+#: a sitecustomize that records, at each process's exit, its kernel variable and whether it
+#: loaded numba or ml_dtypes
+_RECORD_AT_EXIT = """
+import atexit, os, sys
+def _record():
+    with open(os.environ["DEMO_TEST_RECORD"], "a") as f:
+        f.write(repr((sys.argv[1:3], os.environ.get("FLODL_PROTO_KERNELS"),
+                      "numba" in sys.modules, "ml_dtypes" in sys.modules)) + "\\n")
+atexit.register(_record)
+"""
+
+
+@pytest.mark.parametrize("given", [None, "auto"])
+def test_a_short_bf16_demo_runs_its_cluster_on_the_numpy_kernels(
+        given: str | None, tmp_path: Path) -> None:
+    """The default bf16 demo's controller, relay and rank run the NumPy bf16 kernels, so none
+    loads numba (nor ml_dtypes): each spent about a second of CPU more than an f32 run's for
+    them. A FLODL_PROTO_KERNELS set where the demo runs reaches its cluster as it is."""
+    import ast
+
+    (tmp_path / "sitecustomize.py").write_text(_RECORD_AT_EXIT)
+    record = tmp_path / "record.txt"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                       os.environ.get("PYTHONPATH")])),
+           "DEMO_TEST_RECORD": str(record)}
+    env["FLODL_PROTO_KERNELS"] = given or ""  # empty: not set (auto)
+    res = _demo("--bf16", "--world-size", "1", "--hosts", "1", "--rounds", "2", env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [ast.literal_eval(line) for line in record.read_text().splitlines()]
+    children = [r for r in rows if r[0][:1] != ["demo"]]
+    assert len(rows) == 4 and len(children) == 3, rows  # the demo, controller, relay, rank
+    for _, kernels, numba, ml_dtypes in children:
+        assert (kernels, ml_dtypes) == (given or "numpy", False), rows
+        if given is None:
+            assert not numba, rows

@@ -1,6 +1,7 @@
 """The demo's sizes and limits: how its ranks are split over hosts, the frame a rank sends for
-a ``--payload-mib``, the memory its cluster needs, and the bounds of its options (the
-``demo`` command, :mod:`flodl_proto.commands.demo`, checks its arguments with them).
+a ``--payload-mib``, the memory its cluster needs, the bf16 kernels its run is worth, and the
+bounds of its options (the ``demo`` command, :mod:`flodl_proto.commands.demo`, checks its
+arguments with them).
 
 No upstream counterpart: upstream flodl has no demo.
 """
@@ -25,9 +26,9 @@ from .controller import parse_outer
 if TYPE_CHECKING:
     from ..reduce import OuterOptimizer
 
-__all__ = ["DEMO_ROUNDS_MAX", "DEMO_WORLD_MAX", "SEED_MAX", "check_memory", "check_outer",
-           "check_payload_mib", "memory_need", "parse_kill", "partition", "payload_mib_max",
-           "payload_values", "rank_frame_len"]
+__all__ = ["DEMO_ROUNDS_MAX", "DEMO_WORLD_MAX", "JIT_WORTH", "SEED_MAX", "check_memory",
+           "check_outer", "check_payload_mib", "cluster_kernels", "memory_need", "parse_kill",
+           "partition", "payload_mib_max", "payload_values", "rank_frame_len"]
 
 
 def partition(world_size: int, hosts: int) -> list[list[int]]:
@@ -47,6 +48,30 @@ def payload_values(payload_mib: float) -> int:
     """Values of the f32 tensor of ``--payload-mib`` MiB that every demo rank adds to its
     parameters frame (``int(M x 2**20) // 4``; 0: no such tensor)."""
     return int(payload_mib * (1 << 20)) // 4
+
+
+#: bf16 element-rounds (the ``--payload-mib`` tensor's values times ``--rounds``) from which the
+#: compiled bf16 kernels (numba, when installed) are worth loading in the demo's processes: loading
+#: them (numba's import and the first kernel from the disk cache) costs each process about 0.6 s of
+#: CPU, and they save about 1 to 3 ns per element and call against the NumPy kernels (measured
+#: at 256 Ki and 4 Mi elements, a rank's encode, a relay's and the controller's sums), each
+#: process making one to two such calls a round
+JIT_WORTH: Final = 1 << 28
+
+
+def cluster_kernels(bf16: bool, payload_mib: float, rounds: int) -> str | None:
+    """The bf16 kernel backend the demo gives its cluster (``FLODL_PROTO_KERNELS``, when that
+    is not set where the demo runs): ``"numpy"`` for a bf16 run of fewer than :data:`JIT_WORTH`
+    element-rounds (the default demo: 256 Ki values, 40 rounds), where loading the compiled
+    kernels would cost every process more than they save; None (the usual choice: ``auto``)
+    otherwise, and for an f32 run (no bf16 kernel runs). The backends give the same bytes but
+    for which NaN's payload survives when two NaNs meet (upstream leaves it to the platform).
+    Raises nothing.
+
+    No upstream counterpart (the demo's own choice)."""
+    if bf16 and payload_values(payload_mib) * rounds < JIT_WORTH:
+        return "numpy"
+    return None
 
 
 def rank_frame_len(payload_mib: float, bf16: bool) -> int:

@@ -17,7 +17,11 @@ percentile round time, the stage breakdown of the median round (every process re
 stages, :mod:`flodl_proto.runner.stages`: rank send, relay deposits to HostFrame, controller last
 HostFrame to Broadcast, relay fan-out, rank reply parsed, and the wire and wake-up gaps between
 them), bytes moved on every leg, loss at start and end against the optimum, and the consensus
-digest of every rank.
+digest of every rank. A bf16 run too short for the compiled bf16 kernels to pay back their
+loading in each process (the default one:
+:func:`~flodl_proto.commands._demo_sizes.cluster_kernels`) runs its cluster on the NumPy kernels
+(``FLODL_PROTO_KERNELS=numpy``, the same bytes); a ``FLODL_PROTO_KERNELS`` set where the demo
+runs is passed on as it is.
 
 Exit 0 only if every round completed, every rank holds the identical final consensus, and the
 final loss is within the printed tolerance (1 %) of the target: the optimum's loss, or, when that
@@ -87,6 +91,7 @@ from ._demo_sizes import (
     check_memory,
     check_outer,
     check_payload_mib,
+    cluster_kernels,
     memory_need,
     parse_kill,
     partition,
@@ -119,6 +124,9 @@ _STALL = 60.0
 #: seconds a member may take to start and print its listening line (the interpreter and NumPy
 #: imports alone took over 30 s on a heavily loaded machine)
 _START = 60.0
+#: the bf16 kernel backend's variable, given to the cluster for a short bf16 run when unset here
+#: (:func:`~flodl_proto.commands._demo_sizes.cluster_kernels`)
+_KERNELS_ENV = "FLODL_PROTO_KERNELS"
 #: the network lab's tools for --netns: namespaces and veths (no rate cap, loss or partition)
 _LAB_TOOLS = ("ip",)
 
@@ -459,6 +467,9 @@ def run(args: argparse.Namespace) -> int:
             # the summary's module (the dataset, the in-process reference: the codec and the
             # reduce with it; a bf16 run's roundings are integer ops, without ml_dtypes)
             from . import _demo_worker  # noqa: F401
+            kernels = cluster_kernels(args.bf16, args.payload_mib, args.rounds)
+            if kernels is not None and not os.environ.get(_KERNELS_ENV):
+                cluster.env[_KERNELS_ENV] = kernels
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 
