@@ -84,3 +84,29 @@ def test_a_bf16_reply_is_widened_into_f32_arrays_exactly_on_every_pattern() -> N
     assert np.array_equal(square.reshape(-1).view(np.uint32), want)
     assert np.array_equal(want, bits.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32))
     assert np.array_equal(same.reshape(-1).view(np.uint16), bits)
+
+
+def test_a_bf16_reply_is_widened_in_place_into_a_contiguous_f32_array() -> None:
+    """A bf16 reply of 1 Mi elements widens into its contiguous f32 destination with no
+    array of the destination's size beside it (NumPy's allocations are traced: the peak stays
+    under a quarter of the destination's 4 MiB); a strided destination gets the same values."""
+    import tracemalloc
+
+    from flodl_proto.codec import RoundFrame, TensorPayload
+    from flodl_proto.runner._rank_payloads import decode_into
+
+    n = 1 << 20
+    bits = (np.arange(n, dtype=np.uint32) * 2654435761 >> 16).astype("<u2")
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(int(Dtype.BF16), (n,), bits.tobytes())])
+    dst = np.zeros(n, np.float32)
+    tracemalloc.start()
+    try:
+        decode_into(frame, [dst])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(dst.view(np.uint32), bits.astype(np.uint32) << 16)
+    assert peak < dst.nbytes // 4, peak
+    strided = np.zeros(2 * n, np.float32)[::2]
+    decode_into(frame, [strided])
+    assert np.array_equal(strided.view(np.uint32), bits.astype(np.uint32) << 16)

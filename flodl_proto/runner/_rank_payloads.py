@@ -248,8 +248,11 @@ def decode_into(frame: RoundFrame, arrays: Sequence[npt.NDArray[Any]]) -> None:
             dst[...] = 0
         elif bits:  # np.copyto of one dtype and shape, without its argument handling
             dst[...] = src
-        elif bf16_src:  # exact: the bits in the high half of each f32
-            np.copyto(dst, bf16_to_f32(src))
+        elif bf16_src:  # exact: the bits in the high half of each f32, widened in place
+            if dst.flags.c_contiguous:  # (a destination of another layout takes a copy)
+                bf16_to_f32(src, out=dst)
+            else:
+                np.copyto(dst, bf16_to_f32(src))
         elif is_bf16(dst.dtype) and not is_bf16(src.dtype):
             np.copyto(dst.view(np.uint16), bf16_from_f32(src))
         else:
