@@ -659,7 +659,9 @@ def _check_kernels(parser: argparse.ArgumentParser) -> None:
     """Check the kernel choice ``FLODL_PROTO_KERNELS`` (unset or empty: auto, nothing to check)
     and set the numba backend it names, so a bad choice is a usage error of ``parser`` now,
     not at the first bf16 reduce of every process."""
-    kernels = os.environ.get("FLODL_PROTO_KERNELS", "")
+    from .spec import KERNELS_ENV
+
+    kernels = os.environ.get(KERNELS_ENV, "")
     if not kernels.strip():  # NumPy not imported
         return
     with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
@@ -667,7 +669,7 @@ def _check_kernels(parser: argparse.ArgumentParser) -> None:
         from .reduce._kernels import check_backend_name, set_kernel_backend
 
     try:
-        if check_backend_name(kernels, origin="FLODL_PROTO_KERNELS") == "numba":
+        if check_backend_name(kernels, origin=KERNELS_ENV) == "numba":
             set_kernel_backend()
     except LocalProtocolError as exc:
         parser.error(str(exc))

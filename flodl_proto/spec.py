@@ -34,6 +34,7 @@ from ._numbers import not_plain_note, plain_number
 from ._oserr import os_reason
 
 __all__ = [
+    "KERNELS_ENV",
     "LIFECYCLE_KEYS",
     "LIFECYCLE_SCHEMA",
     "NET_TIMEOUT_SCALE_ENV",
@@ -446,6 +447,9 @@ SPEC: Final = Spec(find_spec_dir())
 
 #: the environment variable of the network timeout scale
 NET_TIMEOUT_SCALE_ENV: Final = str(SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]["env"])
+#: the environment variable choosing this package's bf16 kernel backend (``auto``, ``numpy``,
+#: ``numba``; no wire effect: the backends give the same bytes)
+KERNELS_ENV: Final = "FLODL_PROTO_KERNELS"
 
 
 def parse_f64(text: str) -> float | None:

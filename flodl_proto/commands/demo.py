@@ -79,10 +79,7 @@ from .._oserr import os_reason
 from ..cli import interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown_name
 from ..netlab import NetLab, unavailable_reason
-from ..spec import (
-    DEFAULT_VERSION,
-    SUPPORTED_VERSIONS,
-)
+from ..spec import DEFAULT_VERSION, KERNELS_ENV, SUPPORTED_VERSIONS
 from . import _demo_logs
 from ._demo_sizes import (
     DEMO_ROUNDS_MAX,
@@ -124,9 +121,6 @@ _STALL = 60.0
 #: seconds a member may take to start and print its listening line (the interpreter and NumPy
 #: imports alone took over 30 s on a heavily loaded machine)
 _START = 60.0
-#: the bf16 kernel backend's variable, given to the cluster for a short bf16 run when unset here
-#: (:func:`~flodl_proto.commands._demo_sizes.cluster_kernels`)
-_KERNELS_ENV = "FLODL_PROTO_KERNELS"
 #: the network lab's tools for --netns: namespaces and veths (no rate cap, loss or partition)
 _LAB_TOOLS = ("ip",)
 
@@ -468,8 +462,8 @@ def run(args: argparse.Namespace) -> int:
             # reduce with it; a bf16 run's roundings are integer ops, without ml_dtypes)
             from . import _demo_worker  # noqa: F401
             kernels = cluster_kernels(args.bf16, args.payload_mib, args.rounds)
-            if kernels is not None and not os.environ.get(_KERNELS_ENV):
-                cluster.env[_KERNELS_ENV] = kernels
+            if kernels is not None and not os.environ.get(KERNELS_ENV):
+                cluster.env[KERNELS_ENV] = kernels
         return _run_cluster(args, console, groups, kill, cluster, trace)
 
 

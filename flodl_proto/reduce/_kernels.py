@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import protocol_error
-from ..spec import DTYPE_BF16, DTYPE_F32
+from ..spec import DTYPE_BF16, DTYPE_F32, KERNELS_ENV
 from ._small_kernels import (
     F32,
     U16,
@@ -145,7 +145,6 @@ def default_threads() -> int:
     return max(1, min(4, n))
 
 
-_ENV: Final = "FLODL_PROTO_KERNELS"
 _backend_lock = threading.Lock()
 _backend: dict[str, Any] = {"name": None, "module": None, "min_elems": JIT_MIN_ELEMS}
 _log = logging.getLogger(__name__)
@@ -193,7 +192,7 @@ def set_kernel_backend(name: str | None = None, *, min_elems: int = JIT_MIN_ELEM
     the left operand's, NumPy's SIMD loops either one). NaN-ness and every non-NaN value agree.
     """
     if name is None:
-        name = check_backend_name(os.environ.get(_ENV, ""), origin=_ENV)
+        name = check_backend_name(os.environ.get(KERNELS_ENV, ""), origin=KERNELS_ENV)
     else:
         name = check_backend_name(name)
     if isinstance(min_elems, bool) or not isinstance(min_elems, (int, np.integer)) \
