@@ -398,6 +398,43 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
     assert block and all(line.startswith("    20") for line in block), out  # one timed line each
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+@pytest.mark.parametrize(("member", "command"), [("relay0", b"flodl_proto.cli\0relay\0"),
+                                                 ("controller", b"flodl_proto.cli\0controller\0")],
+                         ids=["relay", "controller"])
+def test_a_member_killed_before_round_1_stops_the_cluster_at_once(member: str,
+                                                                  command: bytes) -> None:
+    """A relay killed before round 1 left its rank retrying the relay's address for 30 s (x
+    FLODL_NET_TIMEOUT_SCALE), a controller killed so left both relays retrying its own, and
+    the demo printed nothing until they gave up (``rank 0 failed: ConnectionError: ... failed
+    after 60 attempts``, 32 s). The demo sees the exit and stops its cluster then: the summary
+    names the dead member first, and no rank or relay ran out its retries."""
+    # the network deadlines unscaled: the retries would take 30 s, far longer than the stop
+    with marked_demo("--world-size", "2", "--hosts", "2", "--rounds", "50", "--payload-mib", "0",
+                     env={"FLODL_NET_TIMEOUT_SCALE": "1.0", "COLUMNS": "200"}) as (proc, marker):
+        running = wait_for_members(proc, marker, 5, 180.0)  # 1 + 2 + 2: the ranks just started
+        assert len(running) == 5, proc.communicate()
+        victims = []
+        for pid in running:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if command in f.read():
+                    victims.append(pid)
+        os.kill(min(victims), signal.SIGKILL)  # relay0 started before relay1
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - killed
+    assert proc.returncode == 1, (out, err)
+    lines = out.splitlines()
+    stopped = f"{member} exited with -9 while ranks ran: stopping the cluster"
+    assert stopped in lines, (out, err)
+    title = next(i for i, line in enumerate(lines) if line.strip() == "flodl-proto demo")
+    assert lines.index(stopped) < title, out  # said as it happened, before the summary
+    failed = [line for line in lines if line.startswith("FAILED: ")]
+    assert failed[0] == f"FAILED: {member} exited with -9", (out, err)
+    assert "attempts" not in out + err, (out, err)  # no retry ran out
+    assert took < 25.0, (took, out, err)  # within the 30 s of the retries, whatever the load
+
+
 @pytest.mark.netlab
 def test_demo_in_network_namespaces_shows_every_host_address_and_leaves_nothing() -> None:
     res = _demo("--netns", "--hosts", "3", "--world-size", "6", "--payload-mib", "0",

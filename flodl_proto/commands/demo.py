@@ -34,7 +34,11 @@ outer step would meet it). ``--outer`` takes ``avg``, ``slow-momentum:LR,MU`` or
 precision) (:func:`~flodl_proto.commands._demo_sizes.check_outer`). With ``--kill-rank R@ROUND``
 rank R's process is killed at round ROUND: its relay reports RankExit and the controller ends the
 run cleanly; the demo then checks that every surviving rank holds the identical consensus of the
-last completed round, reports it, and exits 0. Exit 1 when a check fails, or before anything
+last completed round, reports it, and exits 0. When the controller or a relay exits with a
+failure while ranks run (killed before round 1, its ranks, or the relays, would retry its
+address for 30 s x ``FLODL_NET_TIMEOUT_SCALE``), one line says so and the demo stops its cluster
+at once: the summary names that member first, and the members it stopped are not counted as
+failures of their own. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
 available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C; the line says
 ``interrupted``), 143 when terminated (SIGTERM; the line says ``terminated``) and 129 when hung
@@ -382,6 +386,12 @@ class _Result:
     wall: float = 0.0
     lab: NetLab | None = None
     stages: list[stages.RoundStages] = field(default_factory=list)
+    #: set when the demo stopped its cluster after a failure (a member that exited with a
+    #: failure while ranks ran, a rank's error, no start): the exit status of every controller
+    #: and relay that had exited by then, by name; the others were stopped by the demo
+    exited_first: dict[str, int] | None = None
+    #: the ranks still running when the demo stopped its cluster after a member's failure
+    stopped_ranks: set[int] = field(default_factory=set)
 
 
 def _session_salt(path: str | None) -> tuple[str, str]:
@@ -509,6 +519,8 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         _drive(args, console, cluster, groups, kill, res, stop)
     except RuntimeError as e:  # LabError included
         res.problems.append(str(e))
+        if res.exited_first is None:  # what exits from now on is stopped by the demo
+            res.exited_first = _exited(cluster)
     finally:
         cluster.close(grace=0.0 if res.problems or stop.is_set() else 10.0)
         if res.lab is not None:
@@ -526,11 +538,28 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         print(interrupted_line(done, args.rounds, word), file=sys.stderr, flush=True)
         return code
     for c in cluster.children:
+        rc = c.proc.returncode
+        if res.exited_first is not None:  # the demo stopped the rest: their status is its stop
+            if c.name not in res.exited_first:
+                continue
+            rc = res.exited_first[c.name]
         if c.name.startswith("relay"):
-            res.relay_rc[c.name] = c.proc.returncode
+            res.relay_rc[c.name] = rc
         elif c.name == "controller":
-            res.controller_rc = c.proc.returncode
+            res.controller_rc = rc
     return _report(args, console, groups, kill, res, cluster)
+
+
+def _exited(cluster: _Cluster) -> dict[str, int]:
+    """The exit status of every controller and relay of ``cluster`` that has exited, by name
+    (the ranks are not included). Raises nothing."""
+    out = {}
+    for c in cluster.children:
+        if c.name == "controller" or c.name.startswith("relay"):
+            rc = c.proc.poll()
+            if rc is not None:
+                out[c.name] = rc
+    return out
 
 
 def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
@@ -601,9 +630,24 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
         task = progress.add_task("rounds", total=args.rounds, info="")
         done_min = 0
         last_event = time.monotonic()
+        next_watch = 0.0
         while alive:
             if stop.is_set():
                 raise RuntimeError("interrupted")
+            if res.exited_first is None and time.monotonic() >= next_watch:
+                # the controller or a relay that fails leaves ranks waiting for it (a rank
+                # retries its relay's address for 30 s x FLODL_NET_TIMEOUT_SCALE, a relay the
+                # controller's): stop the cluster now, the summary names that member first
+                next_watch = time.monotonic() + 0.2
+                exited = _exited(cluster)
+                failed = [name for name, rc in exited.items() if rc != 0]
+                if failed:
+                    res.exited_first = exited
+                    res.stopped_ranks = set(alive)
+                    cluster.stop()
+                    progress.console.print(
+                        f"{failed[0]} exited with {exited[failed[0]]} while ranks ran: "
+                        "stopping the cluster", markup=False, highlight=False, soft_wrap=True)
             try:
                 name, line = cluster.events.get(timeout=0.2)
             except queue.Empty:
@@ -688,7 +732,9 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
             problems.append(f"only {last} of {args.rounds} rounds completed")
         missing = [r for r in range(w) if res.final.get(r, {}).get("ev") != "done"]
         if missing:
-            why = {r: res.final.get(r, {}).get("error", "no report") for r in missing}
+            why = {r: res.final.get(r, {}).get(
+                "error", "stopped by the demo" if r in res.stopped_ranks else "no report")
+                for r in missing}
             problems.append(f"ranks that did not finish: {why}")
     else:
         if res.killed is None:
