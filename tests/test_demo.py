@@ -547,11 +547,15 @@ def test_demo_accepts_the_outer_optimizers_the_docs_name() -> None:
 
 def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              lab: object = None, kill: tuple[int, int] | None = None,
-             asked: int | None = None) -> tuple[int, list[str]]:
+             asked: int | None = None, final: dict[int, dict[str, str]] | None = None,
+             stopped: set[int] | frozenset[int] = frozenset(), started: int = 4,
+             relay_rc: dict[str, int | None] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
-    (what rich takes when stdout is no terminal)."""
+    (what rich takes when stdout is no terminal). ``final``: the ranks' last events (default:
+    every rank ``done``); ``stopped``: the ranks the demo stopped; ``started``: how many rank
+    processes were started (ranks 0..started-1); ``relay_rc``: the relays' exit statuses."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -567,11 +571,15 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     for k in range(1, rounds + 1):
         res.rounds[k] = {r: {"loss": loss, "digest": "ab" * 32, "t_round": 0.01,
                              "t_sync": 0.005, "steps": 1, "counts": [1] * 4} for r in range(4)}
-    res.final = {r: {"ev": "done"} for r in range(4)}
+    res.final = {r: {"ev": "done"} for r in range(4)} if final is None else final
+    res.stopped_ranks = set(stopped)
+    res.relay_rc = dict(relay_rc or {})
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
+    children = [SimpleNamespace(name=f"rank{r}", stderr=[], proc=SimpleNamespace(returncode=0))
+                for r in range(started)]
     rc = demo._report(args, console, [[0, 1], [2, 3]], kill, res,
-                      SimpleNamespace(children=[]))  # type: ignore[arg-type]
+                      SimpleNamespace(children=children))  # type: ignore[arg-type]
     return rc, [line.rstrip() for line in out.getvalue().splitlines()]
 
 
@@ -616,6 +624,49 @@ def test_a_run_that_stopped_early_is_held_to_the_in_process_loss_of_its_complete
         "         │ (in-process: the same 3 rounds without the network)",
         "         │ end within 1% of it: ok"]
     assert "FAILED: only 3 of 100000 rounds completed" in lines
+
+
+def test_a_summary_of_no_round_says_so_without_a_target_or_a_nan_verdict() -> None:
+    """A run that completed no round (a relay killed before round 1) showed a target computed
+    from 0 rounds (``max(optimum, in-process 11.261441)``: the start loss), ``(in-process: the
+    same 0 rounds ...)``, ``end within 1% of it: not met`` and ``FAILED: final loss nan is not
+    within 1% of the target``, beside ``end n/a (no round completed)``; and the ranks that did
+    not finish as a Python dict."""
+    rc, lines = _summary(rounds=0, asked=50, final={}, stopped={0, 1}, relay_rc={"relay0": -9})
+    assert rc == 1
+    table = lines[lines.index(" rounds  │ 0 of 50 completed (0 with an idle rank)"):]
+    assert table[:10] == [
+        " rounds  │ 0 of 50 completed (0 with an idle rank)",
+        " round   │ n/a",
+        " stages  │ not traced",
+        " bytes   │ n/a",
+        " loss    │ start 11.261441, end n/a (no round completed)",
+        " optimum │ 0.124941 (closed form)",
+        " target  │ n/a (no round completed)",
+        *(f" rank {r}  │ n/a" for r in range(3)),
+    ]
+    assert [line for line in lines if line.startswith("FAILED: ")] == [
+        "FAILED: relay0 exited with -9",
+        "FAILED: no round completed (0 of 50)",
+        "FAILED: ranks that did not finish: rank 0 (stopped by the demo), rank 1 (stopped by "
+        "the demo), rank 2 (no report), rank 3 (no report)",
+    ]
+    assert not any("nan" in line or "in-process" in line for line in lines), lines
+
+
+def test_the_ranks_that_did_not_finish_read_as_text_with_their_reasons() -> None:
+    """Every run that failed, not only one of no round: ``rank R (why)`` in rank order (it was
+    ``{0: 'no report', ...}``), the rank's own error when it sent one, ``not started`` for a
+    rank whose process the demo never started."""
+    final: dict[int, dict[str, str]] = {
+        0: {"ev": "done"}, 1: {"ev": "ended", "error": "RemoteTruncatedInput: relay closed"}}
+    rc, lines = _summary(rounds=2, asked=10, final=final, started=3)
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED: ")] == [
+        "FAILED: only 2 of 10 rounds completed",
+        "FAILED: ranks that did not finish: rank 1 (RemoteTruncatedInput: relay closed), rank 2 "
+        "(no report), rank 3 (not started)",
+    ]
 
 
 def test_demo_summary_fits_the_widest_label_beside_a_whole_digest_in_80_columns() -> None:

@@ -728,14 +728,23 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
                  if rc not in (0, None)] + res.problems
     if kill is None:
-        if last != args.rounds:
+        if not last:
+            problems.append(f"no round completed (0 of {args.rounds})")
+        elif last != args.rounds:
             problems.append(f"only {last} of {args.rounds} rounds completed")
         missing = [r for r in range(w) if res.final.get(r, {}).get("ev") != "done"]
         if missing:
-            why = {r: res.final.get(r, {}).get(
-                "error", "stopped by the demo" if r in res.stopped_ranks else "no report")
-                for r in missing}
-            problems.append(f"ranks that did not finish: {why}")
+            started = {c.name for c in cluster.children}
+
+            def why(r: int) -> str:
+                if "error" in res.final.get(r, {}):
+                    return str(res.final[r]["error"])
+                if r in res.stopped_ranks:
+                    return "stopped by the demo"
+                return "no report" if f"rank{r}" in started else "not started"
+
+            problems.append("ranks that did not finish: "
+                            + ", ".join(f"rank {r} ({why(r)})" for r in missing))
     else:
         if res.killed is None:
             problems.append(f"rank {kill[0]} never reached round {kill[1]}")
@@ -750,11 +759,12 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     # schedule when that is further (a short run is held to what it can reach, not to the
     # optimum); a run that stopped early is compared over the rounds it completed, where a
     # reference of every round asked for took a minute after a failure at --rounds 100000
+    # (no round completed: no target, the missing rounds are the failure)
     l_ref = worker.reference_loss(args.seed, w, last, bf16=args.bf16,
-                                  outer=parse_outer(args.outer), hosts=groups)
+                                  outer=parse_outer(args.outer), hosts=groups) if last else l_start
     target = max(l_opt, l_ref)
     loss_ok = l_end <= target * (1.0 + TOLERANCE)
-    if kill is None and not loss_ok:
+    if kill is None and last and not loss_ok:
         problems.append(f"final loss {l_end:.6f} is not within {TOLERANCE:.0%} of the target "
                         f"{target:.6f}")
     # the target comes from the same schedule: a run whose outer step diverges reaches its own
@@ -800,13 +810,13 @@ def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
               else f"start {l_start:.6f}, end n/a (no round completed)")
     verdict = f"end within {TOLERANCE:.0%} of it: {'ok' if loss_ok else 'not met'}"
     if kill is not None:
-        verdict = (f"end not checked: the run was stopped after round {last}" if last
-                   else "end not checked: the run was stopped before round 1 completed")
+        verdict = f"end not checked: the run was stopped after round {last}"
     t.add_row("optimum", f"{l_opt:.6f} (closed form); end is {(l_end / l_opt - 1) * 100:+.3f} %"
               if last else f"{l_opt:.6f} (closed form)")
     # a line per phrase: a wrap at the column's width split them anywhere
     t.add_row("target", f"{target:.6f} = max(optimum, in-process {l_ref:.6f})\n"
-              f"(in-process: the same {last} rounds without the network)\n{verdict}")
+              f"(in-process: the same {last} rounds without the network)\n{verdict}" if last
+              else "n/a (no round completed)")
     for r in range(w):
         if r == res.killed:
             t.add_row(f"rank {r}", f"killed at round {kill[1] if kill else '?'}")
