@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -433,6 +435,60 @@ def test_a_member_killed_before_round_1_stops_the_cluster_at_once(member: str,
     assert failed[0] == f"FAILED: {member} exited with -9", (out, err)
     assert "attempts" not in out + err, (out, err)  # no retry ran out
     assert took < 25.0, (took, out, err)  # within the 30 s of the retries, whatever the load
+
+
+def _member(code: str) -> Callable[[list[str]], list[str]]:
+    """A ``wrap`` for :meth:`_Cluster.spawn` that runs ``python -c CODE`` instead."""
+    return lambda argv: [sys.executable, "-c", code]
+
+
+_DIES = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def test_a_member_that_exits_before_listening_is_named_once() -> None:
+    """A relay killed before it listened read ``relay0 exited (-9): `` (an empty stderr tail),
+    below ``relay0 exited with -9``."""
+    from flodl_proto.commands.demo import _Cluster
+
+    cluster = _Cluster("00" * 16)
+    try:
+        child = cluster.spawn("relay0", [], private=True, wrap=_member(_DIES))
+        with pytest.raises(RuntimeError) as e:
+            cluster.first_line(child, 60.0)
+    finally:
+        cluster.close()
+    assert str(e.value) == "relay0 exited before listening"
+
+
+def test_the_members_the_demo_stops_after_a_failure_are_not_failures_of_their_own(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A relay that died before it listened ended the run, and the demo stopped the other relay
+    with SIGTERM: the summary listed ``relay1 exited with -15`` as a failure too."""
+    from flodl_proto import cli
+    from flodl_proto.commands import demo
+
+    seen: list[dict[str, int | None]] = []
+
+    def drive(args: object, console: object, cluster: demo._Cluster, *rest: object) -> None:
+        cluster.spawn("relay1", [], private=True, wrap=_member("import time; time.sleep(60)"))
+        dead = cluster.spawn("relay0", [], private=True, wrap=_member(_DIES))
+        dead.proc.wait()
+        raise RuntimeError("relay0 exited before listening")
+
+    def report(*args: Any) -> int:
+        seen.append(args[4].relay_rc)
+        return 1
+
+    monkeypatch.setattr(demo, "_drive", drive)
+    monkeypatch.setattr(demo, "_report", report)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        assert cli.main(["demo", "--no-progress", "--rounds", "10", "--payload-mib", "0"]) == 1
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    capsys.readouterr()
+    assert seen == [{"relay0": -9}]
 
 
 @pytest.mark.netlab

@@ -264,10 +264,11 @@ class _Cluster:
             _, line = child.lines.get(timeout=timeout)
         except queue.Empty:
             raise RuntimeError(f"{child.name} printed nothing within {timeout:g}s") from None
-        if line is None:
+        if line is None:  # its exit status is reported with the others' (:func:`_exited`)
             child.proc.wait()
             err = "\n".join(child.stderr[-5:])
-            raise RuntimeError(f"{child.name} exited ({child.proc.returncode}): {err}")
+            raise RuntimeError(f"{child.name} exited before listening" + (f": {err}" if err
+                                                                          else ""))
         return line
 
     def kill(self, child: _Child) -> None:
