@@ -635,7 +635,8 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
         while alive:
             if stop.is_set():
                 raise RuntimeError("interrupted")
-            if res.exited_first is None and time.monotonic() >= next_watch:
+            if (res.exited_first is None and not cluster.stopping
+                    and time.monotonic() >= next_watch):
                 # the controller or a relay that fails leaves ranks waiting for it (a rank
                 # retries its relay's address for 30 s x FLODL_NET_TIMEOUT_SCALE, a relay the
                 # controller's): stop the cluster now, the summary names that member first
