@@ -564,6 +564,36 @@ def test_model_rounds_number_the_reduces_as_the_demo_counts_its_rounds() -> None
     assert model_rounds({k: _ev([1, 1]) for k in range(1, 6)}) == {1: 1, 3: 2, 5: 3, 7: 4, 9: 5}
 
 
+class _ReadLog(dict[int, dict[int, object]]):
+    """The demo's rounds, noting every round looked up."""
+
+    def __init__(self, rounds: dict[int, dict[int, object]]) -> None:
+        super().__init__(rounds)
+        self.read: list[int] = []
+
+    def get(self, key: int, default: object = None) -> object:  # type: ignore[override]
+        self.read.append(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: int) -> dict[int, object]:
+        self.read.append(key)
+        return super().__getitem__(key)
+
+
+def test_rounds_through_reads_only_the_rounds_after_those_already_complete() -> None:
+    """The demo's progress scanned every round from 1 at each ``round`` event: after a thousand
+    rounds it fell 20 s behind its cluster, and a relay killed then was reported that late."""
+    from flodl_proto.commands.demo import rounds_through
+
+    both = {0: {}, 1: {}}
+    rounds = _ReadLog({k: dict(both) for k in range(1, 1001)} | {1001: {0: {}}})
+    assert rounds_through(rounds, 2, 998, 100000) == 1000
+    assert rounds.read == [999, 1000, 1001]
+    assert rounds_through(_ReadLog({}), 2, 0, 10) == 0
+    assert rounds_through(_ReadLog({1: {0: {}}, 2: {0: {}}}), 1, 0, 10) == 2  # one rank left
+    assert rounds_through(_ReadLog({k: dict(both) for k in range(1, 4)}), 2, 1, 3) == 3
+
+
 def test_stage_lines_name_the_demo_round_and_fit_80_columns() -> None:
     parts = tuple((label, (11.801 if gap else -0.201) / 1e3, gap) for label, *_, gap in SEGMENTS)
     traced = [RoundStages(r, t / 1e3, parts) for r, t in ((1, 50.0), (3, 39.363), (5, 20.0),

@@ -116,7 +116,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from ..runner import stages
 
 __all__ = ["TOLERANCE", "interrupted_line", "memory_need", "model_rounds", "partition",
-           "payload_mib_max", "payload_values", "rank_frame_len", "register", "stage_lines"]
+           "payload_mib_max", "payload_values", "rank_frame_len", "register", "rounds_through",
+           "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -551,6 +552,21 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
     return _report(args, console, groups, kill, res, cluster)
 
 
+def rounds_through(rounds: dict[int, dict[int, Any]], ranks: int, since: int,
+                   total: int) -> int:
+    """The last round ``k`` such that every round from 1 to ``k`` has at least ``ranks``
+    reports in ``rounds`` (the demo's ``round`` events, by round then rank), given that every
+    round up to ``since`` has (it stays so: reports are only added, and the count of running
+    ranks only falls); at most ``total``. Only the rounds after ``since`` are read, so a run's
+    bookkeeping costs the same at round 10 as at round 100000 (a scan from round 1 at every
+    event made the demo fall behind a fast cluster, by 20 s after a thousand rounds). Raises
+    nothing. Upstream: none (the demo is this package's)."""
+    k = since
+    while k < total and len(rounds.get(k + 1, ())) >= ranks:
+        k += 1
+    return k
+
+
 def _exited(cluster: _Cluster) -> dict[str, int]:
     """The exit status of every controller and relay of ``cluster`` that has exited, by name
     (the ranks are not included). Raises nothing."""
@@ -668,10 +684,9 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
             kind = ev.get("ev")
             if kind == "round":
                 res.rounds.setdefault(int(ev["round"]), {})[rank] = ev
-                k_min = min((k for k in range(1, args.rounds + 1)
-                             if len(res.rounds.get(k, {})) < len(alive)), default=args.rounds + 1)
-                if k_min - 1 > done_min:
-                    done_min = k_min - 1
+                through = rounds_through(res.rounds, len(alive), done_min, args.rounds)
+                if through > done_min:
+                    done_min = through
                     r0 = res.rounds[done_min]
                     loss = next(iter(r0.values()))["loss"]
                     progress.update(task, completed=done_min, info=f"loss {loss:.5f}")
