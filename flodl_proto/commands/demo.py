@@ -35,10 +35,11 @@ precision) (:func:`~flodl_proto.commands._demo_sizes.check_outer`). With ``--kil
 rank R's process is killed at round ROUND: its relay reports RankExit and the controller ends the
 run cleanly; the demo then checks that every surviving rank holds the identical consensus of the
 last completed round, reports it, and exits 0. When the controller or a relay exits with a
-failure while ranks run (killed before round 1, its ranks, or the relays, would retry its
-address for 30 s x ``FLODL_NET_TIMEOUT_SCALE``), one line says so and the demo stops its cluster
-at once: the summary names that member first, and the members it stopped are not counted as
-failures of their own. Exit 1 when a check fails, or before anything
+failure while ranks run (one killed before round 1 leaves its ranks, or the relays, retrying
+its address for 30 s x ``FLODL_NET_TIMEOUT_SCALE``), one line says so and the demo stops its
+cluster at once: the summary names that member first, and the members it stopped are not
+counted as failures of their own. A run that completed no round shows no target (``n/a``) and
+no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
 available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C; the line says
 ``interrupted``), 143 when terminated (SIGTERM; the line says ``terminated``) and 129 when hung
