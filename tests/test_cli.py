@@ -370,7 +370,7 @@ def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPa
         raise KeyboardInterrupt
 
     monkeypatch.setattr(demo, "_drive", no_cluster)
-    monkeypatch.setattr(demo, "_report", interrupted)
+    monkeypatch.setattr(demo, "report", interrupted)
     previous = signal.getsignal(signal.SIGINT)
     try:
         assert cli.main(["demo", "--no-progress", "--rounds", "10"]) == 130
@@ -381,13 +381,13 @@ def test_ctrl_c_while_the_demo_computes_its_summary(monkeypatch: pytest.MonkeyPa
 
 
 def _demo_in_process(monkeypatch: pytest.MonkeyPatch, drive: Any, report: Any) -> int:
-    """``cli.main(["demo", ...])`` with ``_drive`` and ``_report`` replaced (no cluster), the
+    """``cli.main(["demo", ...])`` with ``_drive`` and ``report`` replaced (no cluster), the
     process's SIGINT and SIGTERM handlers put back after it."""
     from flodl_proto import cli
     from flodl_proto.commands import demo
 
     monkeypatch.setattr(demo, "_drive", drive)
-    monkeypatch.setattr(demo, "_report", report)
+    monkeypatch.setattr(demo, "report", report)
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return cli.main(["demo", "--no-progress", "--rounds", "10"])

@@ -480,7 +480,7 @@ def test_the_members_the_demo_stops_after_a_failure_are_not_failures_of_their_ow
         return 1
 
     monkeypatch.setattr(demo, "_drive", drive)
-    monkeypatch.setattr(demo, "_report", report)
+    monkeypatch.setattr(demo, "report", report)
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         assert cli.main(["demo", "--no-progress", "--rounds", "10", "--payload-mib", "0"]) == 1
@@ -635,13 +635,15 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              lab: object = None, kill: tuple[int, int] | None = None,
              asked: int | None = None, final: dict[int, dict[str, str]] | None = None,
              stopped: set[int] | frozenset[int] = frozenset(), started: int = 4,
-             relay_rc: dict[str, int | None] | None = None) -> tuple[int, list[str]]:
+             relay_rc: dict[str, int | None] | None = None,
+             partial: dict[int, list[int]] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
     (what rich takes when stdout is no terminal). ``final``: the ranks' last events (default:
     every rank ``done``); ``stopped``: the ranks the demo stopped; ``started``: how many rank
-    processes were started (ranks 0..started-1); ``relay_rc``: the relays' exit statuses."""
+    processes were started (ranks 0..started-1); ``relay_rc``: the relays' exit statuses;
+    ``partial``: rounds after those completed that only the ranks listed reported."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -652,11 +654,13 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
 
     args = argparse.Namespace(world_size=4, hosts=2, rounds=rounds if asked is None else asked,
                               seed=7, bf16=False, outer=outer, protocol_version=2)
-    res = demo._Result(controller_rc=0, wall=1.25, lab=lab)  # type: ignore[arg-type]
+    res = demo.Result(controller_rc=0, wall=1.25, lab=lab)  # type: ignore[arg-type]
     res.killed = kill[0] if kill is not None else None
     for k in range(1, rounds + 1):
         res.rounds[k] = {r: {"loss": loss, "digest": "ab" * 32, "t_round": 0.01,
                              "t_sync": 0.005, "steps": 1, "counts": [1] * 4} for r in range(4)}
+    for k, ranks in (partial or {}).items():
+        res.rounds[k] = {r: dict(res.rounds[1][r]) for r in ranks}
     res.final = {r: {"ev": "done"} for r in range(4)} if final is None else final
     res.stopped_ranks = set(stopped)
     res.relay_rc = dict(relay_rc or {})
@@ -664,7 +668,7 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
     children = [SimpleNamespace(name=f"rank{r}", stderr=[], proc=SimpleNamespace(returncode=0))
                 for r in range(started)]
-    rc = demo._report(args, console, [[0, 1], [2, 3]], kill, res,
+    rc = demo.report(args, console, [[0, 1], [2, 3]], kill, res,
                       SimpleNamespace(children=children))  # type: ignore[arg-type]
     return rc, [line.rstrip() for line in out.getvalue().splitlines()]
 
@@ -873,3 +877,12 @@ def test_a_short_bf16_demo_runs_its_cluster_on_the_numpy_kernels(
         assert (kernels, ml_dtypes) == (given or "numpy", False), rows
         if given is None:
             assert not numba, rows
+
+
+def test_survivors_past_the_last_complete_round_are_named_as_text() -> None:
+    """After a kill, survivors that reported rounds past the last one every survivor completed
+    are a failure naming them as text (it printed the Python list ``[0, 2]``)."""
+    rc, lines = _summary(rounds=2, asked=5, kill=(1, 2), partial={3: [0, 2], 4: [2]})
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED")] == [
+        "FAILED: ranks 0, 2 completed rounds past 2"]

@@ -69,7 +69,6 @@ import json
 import os
 import queue
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,6 +85,7 @@ from ..errors import ProtocolError, shown_name
 from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, KERNELS_ENV, SUPPORTED_VERSIONS
 from . import _demo_logs
+from ._demo_report import TOLERANCE, Result, model_rounds, report, stage_lines
 from ._demo_sizes import (
     DEMO_ROUNDS_MAX,
     DEMO_WORLD_MAX,
@@ -102,7 +102,6 @@ from ._demo_sizes import (
     rank_frame_len,
 )
 from ._output import rich_console
-from .controller import parse_outer
 from .relay import (
     check_net_timeout_scale,
     path_text,
@@ -114,14 +113,11 @@ from .relay import (
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
 
-    from ..runner import stages
 
 __all__ = ["TOLERANCE", "interrupted_line", "memory_need", "model_rounds", "partition",
            "payload_mib_max", "payload_values", "rank_frame_len", "register", "rounds_through",
            "stage_lines"]
 
-#: the final loss must be within this relative distance of the optimum's loss
-TOLERANCE = 0.01
 #: seconds without any event from the cluster before the demo gives up
 _STALL = 60.0
 #: seconds a member may take to start and print its listening line (the interpreter and NumPy
@@ -326,77 +322,7 @@ def _addr_of(line: str, what: str) -> str:
     return line[len(prefix):].strip()
 
 
-# -- the stage breakdown -------------------------------------------------------------------------
-def model_rounds(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, int]:
-    """Map the protocol's round count (from 0, as :func:`flodl_proto.runner.stages.mark` counts)
-    of every Model reduce to the demo round (from 1) it belongs to.
-
-    ``rounds``: the demo's ``round`` events, by demo round then rank. Each demo round is one
-    Control count-gather, then one Model reduce unless the whole cohort was idle (every count
-    0). The map stops at the first demo round no rank reported.
-    """
-    out: dict[int, int] = {}
-    protocol = 0
-    for k in range(1, max(rounds, default=0) + 1):
-        events = rounds.get(k)
-        if not events:
-            break
-        protocol += 1  # the Control count-gather
-        if sum(next(iter(events.values()))["counts"]) > 0:
-            out[protocol] = k
-            protocol += 1
-    return out
-
-
-def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) -> list[str]:
-    """The summary's stage breakdown: which round is the median of the traced rounds (the Model
-    reduces; numbered as the demo counts its rounds, via ``demo_round`` from
-    :func:`model_rounds`), its total, then every part in ms with its share of the total, gaps
-    marked ``gap``; a part that ended before it began (the next stage's party was first, e.g. a
-    rank parsed its reply before its relay finished the fan-out to the others) reads
-    ``overlaps``, no time. Lines are at most 63 characters, so the summary table stays within 80
-    columns. An empty list when no round was traced."""
-    from ..runner import stages
-
-    med = stages.median_round(traced)
-    if med is None:
-        return []
-    k = demo_round.get(med.round)
-    which = f"round {k}'s Model reduce" if k is not None \
-        else f"protocol round {med.round + 1}"
-    lines = [f"{which}, the median of {len(traced)} traced: {med.total * 1e3:.3f} ms",
-             "from the last rank's send to its reply parsed"]
-    width = max(len(label) for label, *_ in stages.SEGMENTS)
-    for label, sec, gap in med.parts:
-        if sec < 0:  # the next party's stage came first (a rank parsed its reply before its
-            lines.append(f"{label:<{width}}{'overlaps':>11}")  # relay finished the fan-out)
-            continue
-        share = 100.0 * sec / med.total if med.total > 0 else 0.0
-        lines.append(f"{label:<{width}}{sec * 1e3:8.3f} ms{share:4.0f}%" + (" gap" if gap else ""))
-    return lines
-
-
 # -- the run -------------------------------------------------------------------------------------
-@dataclass
-class _Result:
-    rounds: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
-    final: dict[int, dict[str, Any]] = field(default_factory=dict)
-    killed: int | None = None
-    problems: list[str] = field(default_factory=list)
-    relay_stats: dict[str, dict[str, int]] = field(default_factory=dict)
-    controller_rc: int | None = None
-    relay_rc: dict[str, int | None] = field(default_factory=dict)
-    wall: float = 0.0
-    lab: NetLab | None = None
-    stages: list[stages.RoundStages] = field(default_factory=list)
-    #: set when the demo stopped its cluster after a failure (a member that exited with a
-    #: failure while ranks ran, a rank's error, no start): the exit status of every controller
-    #: and relay that had exited by then, by name; the others were stopped by the demo
-    exited_first: dict[str, int] | None = None
-    #: the ranks still running when the demo stopped its cluster after a member's failure
-    stopped_ranks: set[int] = field(default_factory=set)
-
-
 def _session_salt(path: str | None) -> tuple[str, str]:
     """The run's salt (hex) and the line saying where it is: read from ``path`` when that file
     exists, else random (and written to ``path``, mode 0600, when given).
@@ -499,7 +425,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
     """Run the cluster, read the stage trace its processes wrote to ``trace``, report."""
     from ..runner import stages
 
-    res = _Result()
+    res = Result()
     stop = threading.Event()
     # Ctrl-C, SIGTERM and a closed terminal, each unless ignored when the demo started (SIGINT
     # in a background job, SIGHUP under nohup): it stays so, for the demo and its cluster
@@ -550,7 +476,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
             res.relay_rc[c.name] = rc
         elif c.name == "controller":
             res.controller_rc = rc
-    return _report(args, console, groups, kill, res, cluster)
+    return report(args, console, groups, kill, res, cluster)
 
 
 def rounds_through(rounds: dict[int, dict[int, Any]], ranks: int, since: int,
@@ -581,7 +507,7 @@ def _exited(cluster: _Cluster) -> dict[str, int]:
 
 
 def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
-           groups: list[list[int]], kill: tuple[int, int] | None, res: _Result,
+           groups: list[list[int]], kill: tuple[int, int] | None, res: Result,
            stop: threading.Event) -> None:
     from rich.progress import (
         BarColumn,
@@ -716,154 +642,3 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
             if line.startswith("relay stats "):
                 res.relay_stats[f"relay{h}"] = {
                     k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
-
-
-def _pct(values: list[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
-
-
-def _report(args: argparse.Namespace, console: Console, groups: list[list[int]],
-            kill: tuple[int, int] | None, res: _Result, cluster: _Cluster) -> int:
-    import numpy as np
-    from rich.table import Table
-
-    from . import _demo_worker as worker
-
-    w = args.world_size
-    x, y = worker.make_dataset(args.seed)
-    _, l_opt = worker.optimum(x, y)
-    l_start = worker.full_loss(x, y, np.zeros(worker.FEATURES + 1, np.float32))
-    survivors = [r for r in range(w) if r != res.killed]
-    complete = [k for k in sorted(res.rounds)
-                if all(r in res.rounds[k] for r in survivors)]
-    last = complete[-1] if complete else 0
-    digests = {r: res.rounds[last][r]["digest"] for r in survivors} if last else {}
-    # a cluster process that failed first: what follows is likely to come of it
-    problems = [f"controller exited with {res.controller_rc}"] \
-        if res.controller_rc not in (0, None) else []
-    problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
-                 if rc not in (0, None)] + res.problems
-    if kill is None:
-        if not last:
-            problems.append(f"no round completed (0 of {args.rounds})")
-        elif last != args.rounds:
-            problems.append(f"only {last} of {args.rounds} rounds completed")
-        missing = [r for r in range(w) if res.final.get(r, {}).get("ev") != "done"]
-        if missing:
-            started = {c.name for c in cluster.children}
-
-            def why(r: int) -> str:
-                if "error" in res.final.get(r, {}):
-                    return str(res.final[r]["error"])
-                if r in res.stopped_ranks:
-                    return "stopped by the demo"
-                return "no report" if f"rank{r}" in started else "not started"
-
-            problems.append("ranks that did not finish: "
-                            + ", ".join(f"rank {r} ({why(r)})" for r in missing))
-    else:
-        if res.killed is None:
-            problems.append(f"rank {kill[0]} never reached round {kill[1]}")
-        beyond = [r for r in survivors
-                  if any(r in res.rounds.get(k, {}) for k in range(last + 1, args.rounds + 1))]
-        if beyond:
-            problems.append(f"ranks {beyond} completed rounds past {last}")
-    if len(set(digests.values())) > 1:
-        problems.append("ranks hold different consensus frames")
-    l_end = res.rounds[last][survivors[0]]["loss"] if last else float("nan")
-    # the target: the optimum, or what the rounds completed reach in-process with the same
-    # schedule when that is further (a short run is held to what it can reach, not to the
-    # optimum); a run that stopped early is compared over the rounds it completed, where a
-    # reference of every round asked for took a minute after a failure at --rounds 100000
-    # (no round completed: no target, the missing rounds are the failure)
-    l_ref = worker.reference_loss(args.seed, w, last, bf16=args.bf16,
-                                  outer=parse_outer(args.outer), hosts=groups) if last else l_start
-    target = max(l_opt, l_ref)
-    loss_ok = l_end <= target * (1.0 + TOLERANCE)
-    if kill is None and last and not loss_ok:
-        problems.append(f"final loss {l_end:.6f} is not within {TOLERANCE:.0%} of the target "
-                        f"{target:.6f}")
-    # the target comes from the same schedule: a run whose outer step diverges reaches its own
-    # diverging target, so a loss that grew (or is no number) is a failure of its own, also in
-    # a run with a rank killed (its survivors train on)
-    diverged = bool(last) and not l_end <= l_start
-    if diverged:
-        problems.append(f"final loss {l_end:.6f} is above the start loss {l_start:.6f}: the "
-                        "training diverged" if l_end > l_start else
-                        f"final loss {l_end} is not a number: the training diverged")
-
-    times = [max(ev["t_round"] for ev in res.rounds[k].values()) for k in complete]
-    syncs = [max(ev["t_sync"] for ev in res.rounds[k].values()) for k in complete]
-    idle_rounds = sum(1 for k in complete
-                      if any(ev["steps"] == 0 for ev in res.rounds[k].values()))
-    moved = sum(sum(v for k, v in s.items() if k not in ("host_frames", "broadcasts"))
-                for s in res.relay_stats.values())
-    # no outer border, every cell padded: a 64-digit digest beside the widest label
-    # ("controller") fits 80 columns
-    t = Table(title="flodl-proto demo", show_header=True, header_style="bold", show_edge=False)
-    t.add_column("", style="cyan", no_wrap=True)
-    t.add_column("value", overflow="fold")
-    outer = f", outer {args.outer}" if args.outer else ""
-    net = "network namespaces + bridge" if res.lab is not None else "loopback TCP"
-    t.add_row("cluster", f"controller + {args.hosts} relays {groups} + {w} ranks "
-              f"(processes, {net}, HMAC, protocol v{args.protocol_version}, "
-              f"{'bf16' if args.bf16 else 'f32'} wire{outer})")
-    if res.lab is not None:
-        t.add_row("controller", f"{res.lab.controller.address} (netns {res.lab.controller.netns})")
-        for h, node in enumerate(res.lab.hosts):
-            t.add_row(f"host {h}", f"{node.address} (netns {node.netns}): relay + ranks "
-                      f"{groups[h]} on the host's loopback")
-    t.add_row("rounds", f"{last} of {args.rounds} completed ({idle_rounds} with an idle rank)")
-    t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
-                        f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
-                        f" / {_pct(syncs, 95) * 1e3:.1f} ms)") if times else "n/a")
-    t.add_row("stages", "\n".join(stage_lines(res.stages, model_rounds(res.rounds)))
-              or "not traced")
-    t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
-              else "n/a")
-    t.add_row("loss", (f"start {l_start:.6f}, end {l_end:.6f}"
-                       + (" (above the start: diverged)" if diverged else "")) if last
-              else f"start {l_start:.6f}, end n/a (no round completed)")
-    verdict = f"end within {TOLERANCE:.0%} of it: {'ok' if loss_ok else 'not met'}"
-    if kill is not None:
-        verdict = f"end not checked: the run was stopped after round {last}"
-    t.add_row("optimum", f"{l_opt:.6f} (closed form); end is {(l_end / l_opt - 1) * 100:+.3f} %"
-              if last else f"{l_opt:.6f} (closed form)")
-    # a line per phrase: a wrap at the column's width split them anywhere
-    t.add_row("target", f"{target:.6f} = max(optimum, in-process {l_ref:.6f})\n"
-              f"(in-process: the same {last} rounds without the network)\n{verdict}" if last
-              else "n/a (no round completed)")
-    for r in range(w):
-        if r == res.killed:
-            t.add_row(f"rank {r}", f"killed at round {kill[1] if kill else '?'}")
-        else:
-            t.add_row(f"rank {r}", digests.get(r, "n/a"))
-    t.add_row("wall", f"{res.wall:.1f} s")
-    console.print(t)
-    if kill is not None and not problems:
-        held = (f"the {len(survivors)} survivors hold the identical consensus of round {last}: "
-                f"{next(iter(digests.values()), 'n/a')}" if last
-                else "no round completed, so there is no consensus to compare")
-        console.print(f"rank {kill[0]} was killed at round {kill[1]}; the run ended cleanly; "
-                      f"{held}", soft_wrap=True)
-    if problems:
-        for p in problems:
-            console.print(f"[red]FAILED[/red]: {p}", soft_wrap=True)
-        for c in cluster.children:
-            if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller"):
-                tail = "\n    ".join(c.stderr[-5:])
-                console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False,
-                              soft_wrap=True)  # log lines whole, however wide
-        return 1
-    if kill is None:
-        console.print("[green]OK[/green]: every round completed, every rank holds the identical "
-                      "consensus, final loss within tolerance of the target", soft_wrap=True)
-    elif last:
-        console.print("[green]OK[/green]: the run ended cleanly after the kill and every "
-                      "survivor holds the identical consensus", soft_wrap=True)
-    else:
-        console.print("[green]OK[/green]: the run ended cleanly after the kill, before any "
-                      "round completed", soft_wrap=True)
-    return 0
