@@ -176,3 +176,64 @@ def test_the_remembered_plans_are_bounded() -> None:
     for n in range(1, 3 * fold._SMALL_PLANS_MAX):
         reduce_realized_work(_frames([((n,), F32)], 1, seed=n))
         assert 1 <= len(fold._small_plans) <= fold._SMALL_PLANS_MAX
+
+
+def _overflowing() -> list[RoundFrame]:
+    """Two frames whose sum overflows f32 (an infinity, and inf - inf: a NaN)."""
+    big = np.float32(3e38)
+    return [RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.array([big, np.inf, 1.0], np.float32), F32)]),
+        RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload.from_array(
+            np.array([big, -np.inf, 2.0], np.float32), F32)])]
+
+
+def test_the_planned_fold_builds_no_errstate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold from a remembered plan enters NumPy's warning context without building an
+    ``np.errstate`` object (``reduce._quiet``); its bytes are the general path's."""
+    frames = _overflowing()
+    fold._small_plans.clear()
+    want = _general(monkeypatch, reduce_realized_work, frames)
+    assert _outcome(reduce_realized_work, frames) == want  # the plan is made here
+
+    def refused(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("np.errstate built on the planned path")
+
+    with monkeypatch.context() as m:
+        m.setattr(np, "errstate", refused)
+        got = _outcome(reduce_realized_work, frames)
+    assert got == want
+    out = np.frombuffer(reduce_realized_work(frames).tensors[0].data, np.float32)
+    assert np.isinf(out[0]) and np.isnan(out[1]) and out[2] == np.float32(1.0)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_planned_fold_is_quiet_and_leaves_the_callers_state(
+        monkeypatch: pytest.MonkeyPatch, fail: bool) -> None:
+    """As under ``np.errstate(all="ignore")``: no float warning inside the planned fold, and the
+    caller's own warning state back afterwards, also when the fold raises."""
+    import warnings
+
+    frames = _overflowing()
+    fold._small_plans.clear()
+    reduce_realized_work(frames)  # the plan is made here
+    if fail:
+        def boom(*args: Any, **kw: Any) -> Any:
+            np.add(np.array([3e38], np.float32), np.array([3e38], np.float32))
+            raise KeyError("kernel")
+
+        monkeypatch.setattr(K, "sum_small_batch", boom)
+    with np.errstate(all="raise"), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        before = np.geterr()
+        try:
+            reduce_realized_work(frames)
+        except KeyError:
+            assert fail
+        else:
+            assert not fail
+        after = np.geterr()
+        with pytest.raises(FloatingPointError):
+            np.add(np.array([3e38], np.float32), np.array([3e38], np.float32))
+    assert [str(w.message) for w in seen] == []
+    assert after == before == {"divide": "raise", "over": "raise", "under": "raise",
+                               "invalid": "raise"}

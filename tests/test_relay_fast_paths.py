@@ -2,7 +2,7 @@
 the loopback prefix read without re-checking its arguments (``whole_len_prefix``), the frame and
 record digests keyed once (``plans.frame_premac_for`` / ``plans.record_premac_for``), the
 upstream reader's one-read path for a small record (``UpstreamReader._read_small``) against its
-general path, the fold's float-warning context (``host_fold._quiet_enter``) against
+general path, the folds' float-warning context (``reduce._quiet.quiet_enter``) against
 ``np.errstate``, the core's kept Broadcast prefix, and the relay's upstream write counters."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from flodl_proto.codec.plans import (
 )
 from flodl_proto.errors import ProtocolError
 from flodl_proto.fsm.events import FanOut
-from flodl_proto.reduce import host_fold
+from flodl_proto.reduce import _quiet, host_fold
 from flodl_proto.runner import _netio, relay_fanout
 from flodl_proto.runner._prefixed import PrefixedReader
 from flodl_proto.runner.relay_fanout import UpstreamReader
@@ -299,14 +299,14 @@ def test_the_private_context_is_checked_before_it_is_used(monkeypatch: pytest.Mo
     """NumPy's private context names are used only when they do what ``np.errstate`` does: a
     NumPy whose ``_make_extobj`` sets another state, or takes other arguments, is found out at
     import and the fold uses ``np.errstate`` itself."""
-    assert host_fold._private_context_works()  # this NumPy: the names are used
-    real = host_fold._make_extobj
-    monkeypatch.setattr(host_fold, "_make_extobj", lambda **kw: real(all="warn"))
-    assert not host_fold._private_context_works()
+    assert _quiet._private_context_works()  # this NumPy: the names are used
+    real = _quiet._make_extobj
+    monkeypatch.setattr(_quiet, "_make_extobj", lambda **kw: real(all="warn"))
+    assert not _quiet._private_context_works()
 
     def other_signature(**kw: Any) -> Any:
         raise TypeError("_make_extobj() got an unexpected keyword argument 'all'")
 
-    monkeypatch.setattr(host_fold, "_make_extobj", other_signature)
-    assert not host_fold._private_context_works()
+    monkeypatch.setattr(_quiet, "_make_extobj", other_signature)
+    assert not _quiet._private_context_works()
     assert np.geterr()["over"] == "warn"  # the caller's state is untouched

@@ -42,6 +42,7 @@ from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
 from . import _kernels as K
 from ._batch import batch_runs
 from ._pool import OutputPool
+from ._quiet import quiet_enter, quiet_exit
 
 __all__ = [
     "OutputPool",
@@ -358,7 +359,8 @@ def _sum_small_planned(plan: _SmallPlan, frames: Sequence[RoundFrame], normalise
     out: list[TensorPayload] = []
     trusted = TensorPayload.trusted
     frombuffer = np.frombuffer
-    with np.errstate(all="ignore"):
+    quiet = quiet_enter()  # np.errstate(all="ignore"), without its object: once per fold
+    try:
         scale: np.float32 | None = None
         if normalise and frames[0].kind is RoundKind.MODEL and is_realized(weight):
             scale = np.float32(1.0 / weight)
@@ -373,6 +375,8 @@ def _sum_small_planned(plan: _SmallPlan, frames: Sequence[RoundFrame], normalise
             data = K.sum_small_batch(views, dtype, total, scale, ws).view(np.uint8).data
             for shape, a, b in spans:
                 out.append(trusted(dtype, shape, data[a:b]))
+    finally:
+        quiet_exit(quiet)
     return tuple(out)
 
 

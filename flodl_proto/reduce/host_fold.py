@@ -52,7 +52,6 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``FoldCtx``, ``HostFold::acc
 
 from __future__ import annotations
 
-import importlib
 import math
 import threading
 from collections.abc import Iterable
@@ -86,57 +85,10 @@ from . import _kernels as K
 from ._host_plan import _ArrayPool as _ArrayPool  # moved there; tests import it from here
 from ._host_plan import _LayoutPlan, _Round, _SmallPlan
 from ._host_sums import _HostSums
+from ._quiet import quiet_enter as _quiet_enter
+from ._quiet import quiet_exit as _quiet_exit
 
 __all__ = ["HostFold"]
-
-try:  # NumPy's warning context itself (what ``np.errstate`` sets), without its object
-    _make_extobj: Any = importlib.import_module("numpy._core._multiarray_umath")._make_extobj
-    _extobj_var: Any = importlib.import_module("numpy._core._ufunc_config")._extobj_contextvar
-except (ImportError, AttributeError):  # pragma: no cover - a NumPy without them: np.errstate
-    _make_extobj = None
-
-
-def _private_context_works() -> bool:
-    """Whether NumPy's private context names above do what ``np.errstate(all="ignore")``
-    does here: every float error ignored while set, the caller's state back after the reset
-    (checked once, at import, through the public ``np.geterr``; a NumPy whose private names
-    changed their meaning gets ``np.errstate`` itself)."""
-    if _make_extobj is None:  # pragma: no cover - see the import
-        return False
-    before = np.geterr()
-    try:
-        token = _extobj_var.set(_make_extobj(all="ignore"))
-        try:
-            inside = np.geterr()
-        finally:
-            _extobj_var.reset(token)
-    except Exception:  # pragma: no cover - another signature or type
-        return False
-    return set(inside.values()) == {"ignore"} and np.geterr() == before
-
-
-if not _private_context_works():  # pragma: no cover - a NumPy whose private names differ
-    _make_extobj = None
-
-
-def _quiet_enter() -> Any:
-    """Enter ``np.errstate(all="ignore")`` (every float warning off) for the calling thread
-    and context; returns what :func:`_quiet_exit` takes to leave it. What ``np.errstate``'s
-    ``__enter__`` does (the current context with every error ignored, set in NumPy's context
-    variable), without building the context manager: the fold enters it once per deposit."""
-    if _make_extobj is None:  # pragma: no cover - see the import
-        state = np.errstate(all="ignore")
-        state.__enter__()
-        return state
-    return _extobj_var.set(_make_extobj(all="ignore"))
-
-
-def _quiet_exit(token: Any) -> None:
-    """Leave the context :func:`_quiet_enter` entered (``np.errstate``'s ``__exit__``)."""
-    if _make_extobj is None:  # pragma: no cover - see the import
-        token.__exit__(None, None, None)
-    else:
-        _extobj_var.reset(token)
 
 
 #: reader errors raised while tensor ``index`` is being read: tensors before it were delivered
