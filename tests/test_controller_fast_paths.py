@@ -1,12 +1,16 @@
 """The fast forms on the controller's small-record path agree with the general ones they stand
 for: ``mux.header_or_none`` with ``parse_mux_header`` (the header, or None exactly where that
 raises), ``mux.read_headed_record`` with ``read_mux_record_or_eos`` (records and errors),
-``MuxStream.feed`` with a parsed header with the same feed without one (events and errors), and
-the per-record builders of frozen dataclasses with their constructors."""
+``MuxStream.feed`` with a parsed header with the same feed without one (events and errors), the
+relay reader's one-step read of a small record (``relay_reader._read_small``) with its planned
+read (events, errors and the stream's end), and the per-record builders of frozen dataclasses
+with their constructors."""
 
 from __future__ import annotations
 
 import dataclasses
+import socket
+import threading
 from typing import Any
 
 import numpy as np
@@ -32,9 +36,10 @@ from flodl_proto.codec.mux import (
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.stream import MuxStream, RecordReceived, StreamFailed
 from flodl_proto.codec.structs import PACKED
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import ProtocolError, RemoteProtocolError, TruncatedInput
 from flodl_proto.fsm import controller_core
 from flodl_proto.fsm.events import RoundScattered, SendKind, SendTo
+from flodl_proto.runner import relay_reader
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
@@ -244,3 +249,137 @@ def test_the_core_builders_equal_the_constructors() -> None:
     assert type(built) is SendTo and _fields(built) == _fields(made)
     assert (controller_core._scattered(9, "model", 2.5, 100, 2, 3)
             == RoundScattered(9, "model", 2.5, 100, 2, 3))
+
+
+# -- the relay reader's one-step read of a small record ------------------------------------------
+def _signed(kind: int, payload: bytes, rank: int = 0) -> bytes:
+    """A record of any ``kind`` and ``payload`` with a sound record tag."""
+    head = _HEAD.pack(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION, kind, rank, len(payload), bytes(8))
+    mac = new_mac(SALT)
+    mac.update(head[:17])
+    mac.update(payload)
+    return head[:17] + mac.digest()[:8] + payload
+
+
+def _read_events(wire: bytes, cut: int | None, planned: bool,
+                 monkeypatch: pytest.MonkeyPatch, starve: float = 5.0) -> list[Any]:
+    """The events (or the error) of the controller's reader on ``wire`` sent whole, or its
+    first ``cut`` bytes then the end of the stream; ``planned``: the general read only."""
+    a, b = socket.socketpair()
+    stop = threading.Event()
+    worker = relay_reader._LazyWorker("test-mac")
+    def send() -> None:
+        a.sendall(wire if cut is None else wire[:cut])
+        if cut is not None and starve >= 1.0:
+            a.shutdown(socket.SHUT_WR)
+
+    sender = threading.Thread(target=send)  # a large record fills the socket's buffer
+    try:
+        b.settimeout(0.02)
+        sender.start()
+        with monkeypatch.context() as m:
+            if planned:
+                m.setattr(relay_reader, "_read_small", relay_reader._read_planned)
+            stream = MuxStream(SALT, expect_magic=None)
+            try:
+                events = relay_reader._read_record(
+                    b, stream, relay_reader.BufferPool(), starve,
+                    relay_reader._Keyed(SALT, worker), stop, SALT, 1 << 30)
+            except ProtocolError as e:
+                return [("raised", type(e), e.error_id, str(e))]
+        out: list[Any] = []
+        for ev in events:
+            if isinstance(ev, StreamFailed):
+                out.append(("failed", type(ev.error), str(ev.error)))
+            elif isinstance(ev, RecordReceived):
+                f = ev.frame
+                out.append((ev.record.kind, bytes(ev.record.payload), ev.record.control,
+                            ev.nbytes, ev.header,
+                            f if not isinstance(f, ProtocolError) else str(f)))
+            else:
+                out.append(type(ev).__name__)
+        return out
+    finally:
+        sender.join()
+        worker.close()
+        a.close()
+        b.close()
+
+
+def _small_records() -> dict[str, bytes]:
+    recs = dict(_records())
+    bad_inner = bytearray(_host_frame())
+    bad_inner[-3] ^= 1  # the inner frame's tag: the record tag re-signed over it
+    recs["bad_inner_tag"] = _signed(int(RecordKind.HOST_FRAME), bytes(bad_inner[25:]))
+    for n in (0, 1, 8, 9, 30):  # HostFrames too short for a frame, or for a tag
+        recs[f"host_frame_{n}"] = _signed(int(RecordKind.HOST_FRAME), bytes(range(n)))
+    return recs
+
+
+@pytest.mark.parametrize("name", sorted(_small_records()))
+def test_the_one_step_read_gives_the_planned_reads_events(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    wire = _small_records()[name]
+    for cut in (None, 25, 26, len(wire) - 9, len(wire) - 1):
+        if cut is not None and not 25 <= cut < len(wire):
+            continue
+        fast = _read_events(wire, cut, False, monkeypatch)
+        assert fast == _read_events(wire, cut, True, monkeypatch), (name, cut)
+    whole = _read_events(wire, None, False, monkeypatch)
+    if name == "host_frame":
+        assert whole[0][5] == _frame()
+    if name == "bad_inner_tag":
+        assert "HMAC verification failed" in whole[0][5]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=0, max_size=4),
+       flip=st.one_of(st.none(), st.integers(0, 10_000)), cut=st.one_of(st.none(),
+                                                                        st.integers(25, 10_000)))
+def test_the_one_step_read_is_the_planned_read_on_any_record(
+        sizes: list[int], flip: int | None, cut: int | None) -> None:
+    frame = RoundFrame(RoundKind.CONTROL, 1.5, [TensorPayload.from_array(
+        np.arange(n, dtype=np.float32)) for n in sizes])
+    wire = bytearray(b"".join(bytes(memoryview(p)) for p in encode_frame_record(
+        RecordKind.HOST_FRAME, frame, SALT)))
+    if flip is not None:
+        wire[flip % len(wire)] ^= 0x10
+    if cut is not None:
+        cut = 25 + cut % (len(wire) - 25)
+    with pytest.MonkeyPatch.context() as mp:
+        assert (_read_events(bytes(wire), cut, False, mp)
+                == _read_events(bytes(wire), cut, True, mp))
+
+
+def test_a_starved_one_step_read_names_the_records_bytes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    wire = _host_frame()
+    fast = _read_events(wire, 40, False, monkeypatch, starve=0.1)
+    assert fast == _read_events(wire, 40, True, monkeypatch, starve=0.1)
+    assert issubclass(fast[0][1], TruncatedInput) and issubclass(fast[0][1], RemoteProtocolError)
+    assert fast == [("raised", fast[0][1], "mux.starved",
+                     "relay_mux: committed read starved mid-frame for 0.1s "
+                     f"(40 of {len(wire)} bytes)")]
+
+
+def test_a_small_record_is_read_in_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small record takes the one-step read (no plan built), a large one the planned read."""
+    calls: list[str] = []
+    for name in ("_read_small", "_read_planned"):
+        real = getattr(relay_reader, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(relay_reader, name, spy)
+    with monkeypatch.context() as m:
+        m.setattr(relay_reader, "record_macs", None)  # a plan built here fails the read
+        events = _read_events(_host_frame(), None, False, monkeypatch)
+    assert events[0][5] == _frame() and calls == ["_read_small"]
+    big = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.zeros(relay_reader.PARALLEL_MAC_MIN // 4, np.float32))])
+    wire = b"".join(bytes(memoryview(p)) for p in encode_frame_record(
+        RecordKind.HOST_FRAME, big, SALT))
+    assert _read_events(wire, None, False, monkeypatch)[0][5] == big
+    assert calls == ["_read_small", "_read_planned"]

@@ -7,6 +7,10 @@ for the first record, the largest legal Hello), then the payload into a pooled b
 (:func:`~flodl_proto.codec.plans.record_macs`; the inner frame of a HostFrame of at least
 :data:`~flodl_proto.codec.auth.PARALLEL_MAC_MIN` bytes on a worker thread, started at the first
 such record; a smaller one on the reading thread, as a hand-off costs more than it saves).
+A record read in one step (below ``PARALLEL_MAC_MIN`` bytes, every record of a small-frame
+round) takes its record and inner-frame digests from MACs keyed once per connection
+(:func:`~flodl_proto.codec.plans.record_premac_for`, :func:`~flodl_proto.codec.plans.
+frame_premac_for`) instead of a plan built per record; the same reads, errors and events.
 The connection's :class:`~flodl_proto.codec.stream.MuxStream` turns the bytes into events
 (verifying the tags against the MACs); the events go to the coordinator through ``post``.
 
@@ -23,15 +27,21 @@ from collections.abc import Callable
 from typing import Final
 
 from ..codec._common import unviewed
-from ..codec.auth import PARALLEL_MAC_MIN
-from ..codec.mux import header_or_none
-from ..codec.plans import record_macs
+from ..codec.auth import PARALLEL_MAC_MIN, Premac
+from ..codec.mux import MuxHeader, header_or_none
+from ..codec.plans import frame_premac_for, record_macs, record_premac_for
 from ..codec.stream import MuxStream, StreamEvent
 from ..errors import ProtocolError
-from ..spec import CHANNEL_MAGIC_LEN, MUX_HEADER_LEN, READ_CHUNK
+from ..spec import CHANNEL_MAGIC_LEN, MUX_HEADER_LEN, READ_CHUNK, REC_HOST_FRAME
 from ._macworker import MacWorker
 from ._netio import PeerTimedOut, Stopped, committed_read_starvation
-from ._netio_recv import read_record_into, recv_exact_into
+from ._netio_recv import (
+    HASH_STEP,
+    _starved_unit,
+    grow_zeroed,
+    read_record_into,
+    recv_exact_into,
+)
 
 __all__ = ["POOL_PER_CONN", "BufferPool", "read_relay_connection"]
 
@@ -86,6 +96,7 @@ def read_relay_connection(sock: socket.socket, stream: MuxStream,
     starve = committed_read_starvation()
     pool = BufferPool()
     worker = _LazyWorker(worker_name)
+    keyed = _Keyed(salt, worker)
 
     def emit(events: list[StreamEvent]) -> None:
         if events:
@@ -99,7 +110,7 @@ def read_relay_connection(sock: socket.socket, stream: MuxStream,
             events += stream.feed_eof()
         emit(events)
         while not stream.done:
-            emit(_read_record(sock, stream, pool, starve, worker, stop, salt, ceiling))
+            emit(_read_record(sock, stream, pool, starve, keyed, stop, salt, ceiling))
     except Stopped:
         pass
     except ProtocolError as e:  # a starved committed read
@@ -133,8 +144,22 @@ class _LazyWorker:
             self._worker.close()
 
 
+class _Keyed:
+    """A connection's per-record helpers: its MAC worker, and the record and inner-frame
+    digests of a record read in one step, keyed with the session salt once per connection
+    (:func:`~flodl_proto.codec.plans.record_premac_for`,
+    :func:`~flodl_proto.codec.plans.frame_premac_for`)."""
+
+    __slots__ = ("frame_premac", "record_premac", "worker")
+
+    def __init__(self, salt: bytes, worker: _LazyWorker) -> None:
+        self.worker = worker
+        self.record_premac = record_premac_for(salt)
+        self.frame_premac = frame_premac_for(salt)
+
+
 def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starve: float,
-                 worker: _LazyWorker, stop: threading.Event, salt: bytes,
+                 keyed: _Keyed, stop: threading.Event, salt: bytes,
                  ceiling: int) -> list[StreamEvent]:
     buf = pool.acquire()
     view = memoryview(buf)
@@ -148,14 +173,26 @@ def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starv
         return stream.feed(view[:MUX_HEADER_LEN])  # reports that error
     if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
         return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
+    view.release()  # the buffer grows as the payload arrives
+    total = MUX_HEADER_LEN + hdr.payload_len
+    # read_record_into's one-read case (a record of a small-frame round): see _read_small
+    read = _read_small if hdr.payload_len <= HASH_STEP and total < PARALLEL_MAC_MIN \
+        else _read_planned
+    return read(sock, stream, buf, hdr, total, starve, keyed, stop, salt)
+
+
+def _read_planned(sock: socket.socket, stream: MuxStream, buf: bytearray, hdr: MuxHeader,
+                  total: int, starve: float, keyed: _Keyed, stop: threading.Event,
+                  salt: bytes) -> list[StreamEvent]:
+    """The payload of the record whose checked header ``hdr`` is in ``buf`` (``total``: the
+    record's bytes), read with the codec's MAC plan (:func:`~flodl_proto.codec.plans.
+    record_macs`) fed as the bytes arrive; the stream's events for it."""
     # MACs computed as the payload arrives: the record's here, a large HostFrame's inner
     # frame (assumed to fill the payload; the decode hashes it itself otherwise) on the worker
-    plan = record_macs(view[:MUX_HEADER_LEN], hdr, salt, inner_frame=True)
-    total = plan.size
-    view.release()  # the buffer grows as the payload arrives
+    plan = record_macs(buf, hdr, salt, inner_frame=True)  # the header: its first bytes
     view, got = read_record_into(sock, buf, total, plan.ranges(), start=MUX_HEADER_LEN,
                                  stop=stop, starvation=starve, grow_step=READ_CHUNK,
-                                 worker=worker.get, parallel_min=PARALLEL_MAC_MIN)
+                                 worker=keyed.worker.get, parallel_min=PARALLEL_MAC_MIN)
     if got < total:  # EOF inside the record
         events = stream.feed(view[:got])
         del view
@@ -163,4 +200,33 @@ def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starv
     events = stream.feed(view[:total], premac=plan.premac(),
                          frame_premac=plan.frame_premac(), header=hdr)
     del view
+    return events
+
+
+def _read_small(sock: socket.socket, stream: MuxStream, buf: bytearray, hdr: MuxHeader,
+                total: int, starve: float, keyed: _Keyed, stop: threading.Event,
+                salt: bytes) -> list[StreamEvent]:
+    """:func:`_read_planned` for a record whose payload is at most ``HASH_STEP`` bytes and
+    whose ``total`` bytes are below ``PARALLEL_MAC_MIN`` (read in one step by
+    :func:`~flodl_proto.runner._netio_recv.read_record_into`): one committed read of the
+    payload, then the record digest over header bytes 0..17 and the payload, and a HostFrame's
+    inner-frame digest over the payload but its last 8 bytes, through the connection's keyed
+    MACs instead of a plan built per record; the same buffer, reads, errors and events."""
+    if len(buf) < total:
+        grow_zeroed(buf, total)
+    view = memoryview(buf)
+    try:
+        got = MUX_HEADER_LEN + recv_exact_into(sock, view[MUX_HEADER_LEN:total], stop=stop,
+                                               committed=True, starvation=starve)
+    except ProtocolError as e:
+        raise _starved_unit(e, MUX_HEADER_LEN, total) from None
+    if got < total:  # EOF inside the record
+        events = stream.feed(view[:got])
+        del view
+        return events + stream.feed_eof()
+    payload = view[MUX_HEADER_LEN:total]
+    premac: Premac = keyed.record_premac(view, payload)
+    frame = keyed.frame_premac(payload) if hdr.kind == REC_HOST_FRAME else None
+    events = stream.feed(view[:total], premac=premac, frame_premac=frame, header=hdr)
+    del view, payload
     return events
