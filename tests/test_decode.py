@@ -441,17 +441,22 @@ def test_cli_file_hex_and_stdin(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert last["error"].startswith("relay_mux: record magic")
 
 
+def _bad_type(fn: Any, arg: Any) -> str:
+    """The message of the local ``capture.bad_type`` error ``fn(arg)`` raises."""
+    with pytest.raises(InvalidValue) as ei:
+        fn(arg)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "capture.bad_type"
+    return str(ei.value)
+
+
 @pytest.mark.parametrize(("report", "got"), [("x", "str"), (None, "NoneType"),
                                              ([{"type": "end"}], "list")])
 def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: str) -> None:
     # "x" met an AttributeError ('str' object has no attribute 'records') at the first line
     for fn in (format_table, table_end):
-        with pytest.raises(InvalidValue) as ei:
-            fn(report)
-        assert isinstance(ei.value, LocalProtocolError)
-        assert ei.value.error_id == "capture.bad_type"
-        assert str(ei.value) == ("report must be a DecodeReport (what decode_stream returns), "
-                                 f"got a {got}")
+        assert _bad_type(fn, report) == ("report must be a DecodeReport (what decode_stream "
+                                         f"returns), got a {got}")
 
 
 @pytest.mark.parametrize(("rec", "message"), [
@@ -463,12 +468,8 @@ def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: 
 ])
 def test_table_line_of_no_record_is_a_local_error_naming_it(rec: Any, message: str) -> None:
     # {} met a KeyError: 'type'; "x" a TypeError
-    with pytest.raises(InvalidValue) as ei:
-        table_line(rec)
-    assert isinstance(ei.value, LocalProtocolError)
-    assert ei.value.error_id == "capture.bad_type"
-    assert str(ei.value) == ("rec must be a record decode_stream made (a dict with its type, "
-                             f"offset, length and fields), {message}")
+    assert _bad_type(table_line, rec) == ("rec must be a record decode_stream made (a dict "
+                                          f"with its type, offset, length and fields), {message}")
     # a record decode_stream made is a line
     first = decode_stream(_loop_down(3).data, "loopback", salt=SALT).records[0]
     assert table_line(first).split()[:3] == ["0", "8", "handshake_ack"]
