@@ -128,9 +128,11 @@ class Spec:
 
     Raises:
         SpecError: one line: ``wire.yaml`` cannot be read, is not YAML, is of another
-            ``schema``, has a top-level key outside :data:`WIRE_KEYS`, or a section is missing
-            or inconsistent (a constant without an integer value, a field naming a constant or
-            an enum the file lacks).
+            ``schema``, has a top-level key outside :data:`WIRE_KEYS`, or a section is missing,
+            holds another kind of value than ``_WIRE_SECTION_KINDS`` gives, or is
+            inconsistent (a constant without an integer value, a version that is no integer, an
+            enum or error entry that is no mapping, a field naming a constant or an enum the
+            file lacks).
 
     No upstream counterpart (upstream's constants are code).
     """
@@ -144,6 +146,7 @@ class Spec:
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
         _check_top_level(raw, "wire.yaml", WIRE_KEYS)
+        _check_sections(raw)
         self.raw: Mapping[str, Any] = raw
         self.constants: dict[str, int] = {}
         for name, entry in _section(raw, "constants").items():
@@ -153,6 +156,8 @@ class Spec:
             self.constants[name] = value
         self.errors: dict[str, ErrorEntry] = {}
         for eid, entry in _section(raw, "errors").items():
+            if not isinstance(entry, dict):
+                raise SpecError(f"wire.yaml: error {eid} is {_kind_name(entry)}, not a mapping")
             kind = entry.get("kind")
             side = entry.get("side")
             template = entry.get("template")
@@ -164,13 +169,25 @@ class Spec:
                 eid, kind, side == "remote", template, str(entry.get("source", ""))
             )
         versions = _section(raw, "versions")
-        self.default_version: int = int(versions["default"])
-        self.supported_versions: tuple[int, ...] = tuple(int(v) for v in versions["supported"])
+        default: Any = versions.get("default")
+        supported: Any = versions.get("supported")
+        if not _is_int(default):
+            raise SpecError(f"wire.yaml: versions.default is {_kind_name(default)}, not an "
+                            "integer")
+        if not isinstance(supported, list):
+            raise SpecError(f"wire.yaml: versions.supported is {_kind_name(supported)}, not a "
+                            "list of integers")
+        for i, v in enumerate(supported):
+            if not _is_int(v):
+                raise SpecError(f"wire.yaml: versions.supported[{i}] is {_kind_name(v)}, not an "
+                                "integer")
+        self.default_version: int = default
+        self.supported_versions: tuple[int, ...] = tuple(supported)
         if self.default_version not in self.supported_versions:
             raise SpecError("wire.yaml: default version is not supported")
         enums = _section(raw, "enums")
         for ename, enum in enums.items():
-            if not isinstance(enum.get("values"), dict):
+            if not isinstance(enum, dict) or not isinstance(enum.get("values"), dict):
                 raise SpecError(f"wire.yaml: enum {ename} has no values")
         for mname, msg in _section(raw, "messages").items():
             if "fields" not in msg and "parts" not in msg and "variants" not in msg:
@@ -403,11 +420,15 @@ def check_lifecycle(doc: Mapping[str, Any]) -> None:
                                 f"of the machine ({', '.join(sorted(known))})")
 
 
+#: the kind of value each top-level section of ``wire.yaml`` holds (every one is required)
+_WIRE_SECTION_KINDS: Final[Mapping[str, type]] = {
+    "schema": str, "title": str, "upstream": dict, "versions": dict, "types": dict,
+    "constants": dict, "timeouts": dict, "enums": dict, "messages": dict, "auth": dict,
+    "end_of_stream": list, "leniencies": list, "version_differences": list, "departures": list,
+    "topology": dict, "examples": dict, "errors": dict, "semantics": dict}
+
 #: the top-level keys of a ``wire.yaml`` of schema ``flodl-proto-spec/1``
-WIRE_KEYS: Final = frozenset({
-    "schema", "title", "upstream", "versions", "types", "constants", "timeouts", "enums",
-    "messages", "auth", "end_of_stream", "leniencies", "version_differences", "departures",
-    "topology", "examples", "errors", "semantics"})
+WIRE_KEYS: Final = frozenset(_WIRE_SECTION_KINDS)
 
 #: the top-level keys of a ``lifecycle.yaml`` of schema :data:`LIFECYCLE_SCHEMA`
 LIFECYCLE_KEYS: Final = frozenset({"schema", "x-docs-keys", "machines"})
@@ -433,6 +454,40 @@ def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     groups += [p.get("fields") for key in ("parts", "variants")
                for p in (msg.get(key) or []) if isinstance(p, dict)]
     return [f for g in groups if isinstance(g, list) for f in g if isinstance(f, dict)]
+
+
+_KIND_NAMES: Final[Mapping[type, str]] = {str: "a string", dict: "a mapping", list: "a list"}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind_name(value: object) -> str:
+    """How a spec value reads in an error line: ``null``, ``a list``, ``the string 'x'``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, bool | int | float):
+        return f"the number {value!r}" if not isinstance(value, bool) else f"{value!r}"
+    return _KIND_NAMES.get(type(value), f"a {type(value).__name__}")
+
+
+def _check_sections(raw: Mapping[str, Any]) -> None:
+    """Refuse a ``wire.yaml`` whose top-level section is missing or holds another kind of
+    value than ``_WIRE_SECTION_KINDS`` gives (the docs would leave a chapter out, or stop
+    on it with a traceback).
+
+    Raises:
+        SpecError: one line naming the first such section and what it holds.
+    """
+    for name, kind in _WIRE_SECTION_KINDS.items():
+        if name not in raw:
+            raise SpecError(f"wire.yaml: missing section {name!r}")
+        if not isinstance(raw[name], kind):
+            raise SpecError(f"wire.yaml: section {name!r} is {_kind_name(raw[name])}, not "
+                            f"{_KIND_NAMES[kind]}")
 
 
 def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:

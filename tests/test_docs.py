@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from flodl_proto.cli import main
 from flodl_proto.codec.mux import decode_mux_record
@@ -501,6 +502,40 @@ def test_a_stray_top_level_key_is_one_line_and_writes_nothing(
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"flodl-proto docs: error: {line}")
     assert err.count("\n") == 1 and err.endswith(")\n")
+
+
+def _drop(doc: dict[str, Any], key: str) -> None:
+    del doc[key]
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    (lambda d: _drop(d, "semantics"), "missing section 'semantics'"),
+    (lambda d: d.update(timeouts=5), "section 'timeouts' is the number 5, not a mapping"),
+    (lambda d: d.update(departures={}), "section 'departures' is a mapping, not a list"),
+    (lambda d: d["versions"].update(default="x"),
+     "versions.default is the string 'x', not an integer"),
+    (lambda d: d["versions"].update(supported=["2", 3]),
+     "versions.supported[0] is the string '2', not an integer"),
+    (lambda d: d["errors"].update({"handshake.read_failed": "x"}),
+     "error handshake.read_failed is the string 'x', not a mapping"),
+    (lambda d: d["enums"].update(RoundKind="x"), "enum RoundKind has no values"),
+], ids=["no-semantics", "timeouts-number", "departures-mapping", "default-text",
+        "supported-text", "error-text", "enum-text"])
+def test_a_missing_section_or_a_value_of_another_kind_is_one_line_and_writes_nothing(
+        change: Any, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wire.yaml without a section the docs render (the chapter was left out, exit 0), with
+    a section or an entry of another kind (a traceback), or with a version that is no integer
+    (``supported: ['2']`` was documented as a row ``| 2 |  |  |``)."""
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    doc = yaml.safe_load((ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8"))
+    change(doc)
+    (spec_dir / "wire.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    shutil.copy(ROOT / "spec" / "lifecycle.yaml", spec_dir / "lifecycle.yaml")
+    out = tmp_path / "protocol.md"
+    assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
 
 
 def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> None:
