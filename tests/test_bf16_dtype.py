@@ -69,8 +69,9 @@ def test_the_numpy_dtype_table_is_keyed_by_the_two_viewable_tags() -> None:
         _NUMPY_DTYPE[2]
 
 
-#: code run in a fresh interpreter: bf16 work of a relay, a controller, an f32 rank and the
-#: demo's in-process reference, each printing its result; ml_dtypes is never imported by it
+#: code run in a fresh interpreter: bf16 work of a relay, a controller, an f32 rank (a reply
+#: widened, a small frame pre-scaled into its template) and the demo's in-process reference,
+#: each printing its result; ml_dtypes is never imported by it
 _WITHOUT_ML_DTYPES = {
     "reduce": (
         "from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload,"
@@ -94,6 +95,16 @@ _WITHOUT_ML_DTYPES = {
         "d = np.zeros((4,), np.float32)\n"
         "decode_into(f, [d])\n"
         "print(d.view(np.uint32).tolist())\n"),
+    "rank small frame": (
+        "from flodl_proto.codec import Dtype, RoundKind\n"
+        "from flodl_proto.runner._rank_payloads import fill_small\n"
+        "from flodl_proto.runner.rank import RankClient\n"
+        "c = RankClient(None, 0, 1, bytes(16), version=2, wire_dtype=Dtype.BF16,"
+        " ceiling=1 << 30)\n"
+        "a = np.array([1.00390625, -2.5, np.nan], np.float32)\n"
+        "kept = c._template_for(RoundKind.MODEL, Dtype.BF16, [a])\n"
+        "fill_small(kept, [a], np.float32(0.5))\n"
+        "print(bytes(kept.template.seal(0.5, bytes(16))).hex())\n"),
     "demo reference": (
         "from flodl_proto.commands._demo_worker import reference_loss\n"
         "print(repr(reference_loss(7, 3, 4, bf16=True, hosts=[[0, 1], [2]])))\n"),
@@ -102,9 +113,9 @@ _WITHOUT_ML_DTYPES = {
 
 @pytest.mark.parametrize("case", list(_WITHOUT_ML_DTYPES))
 def test_bf16_bits_are_encoded_and_widened_without_ml_dtypes(case: str) -> None:
-    """A relay's and a controller's bf16 folds, an f32 rank's bf16 reply and the demo's bf16
-    reference make no bf16 array, so they never import ml_dtypes (about a second of CPU per
-    process); their results are those of a process that has imported it."""
+    """A relay's and a controller's bf16 folds, an f32 rank's bf16 reply and small bf16 frame,
+    and the demo's bf16 reference make no bf16 array, so they never import ml_dtypes (about a
+    second of CPU per process); their results are those of a process that has imported it."""
     code = ("import sys\nimport numpy as np\n" + _WITHOUT_ML_DTYPES[case]
             + "print('ml_dtypes' in sys.modules)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -17,11 +17,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import protocol_error
 from ..spec import (
     AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
+    DTYPE_F32,
     ELEMENT_SIZE,
     MAX_ROUND_FRAME_TENSORS,
     ROUND_FRAME_HEADER_LEN,
@@ -46,6 +48,9 @@ __all__ = ["FrameTemplate"]
 
 _INF = math.inf
 _PACK_WEIGHT = _WEIGHT.pack_into
+#: the payload views' dtypes: f32 values, bf16 bit patterns (little-endian, as on the wire)
+_F32 = np.dtype("<f4")
+_U16 = np.dtype("<u2")
 
 
 class FrameTemplate:
@@ -67,7 +72,10 @@ class FrameTemplate:
         wire_len: the frame's length in bytes, tag included (``lead`` excluded).
         payloads: per tensor a writable NumPy view of its payload bytes in the buffer, of the
             tensor's shape, ``<f4`` for f32 and ``ml_dtypes.bfloat16`` for bf16 (may be
-            unaligned). Empty tensors have zero-size views.
+            unaligned; ml_dtypes is imported when a bf16 template's views are first asked for).
+            Empty tensors have zero-size views.
+        bits: the same views with bf16 payloads as their ``<u2`` bit patterns (f32 ones as
+            ``<f4``): a bf16 template filled through them never imports ml_dtypes.
 
     Args:
         kind: the round kind.
@@ -97,8 +105,8 @@ class FrameTemplate:
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (the same bytes).
     """
 
-    __slots__ = ("_buf", "_covered", "_tag", "_weight_at", "_whole", "kind", "layout",
-                 "payloads", "wire_len")
+    __slots__ = ("_buf", "_covered", "_payloads", "_tag", "_weight_at", "_whole", "bits",
+                 "kind", "layout", "wire_len")
 
     def __init__(self, kind: RoundKind | int, layout: Sequence[tuple[int, tuple[int, ...]]],
                  lead: BytesLike = b"", *, ceiling: int = DEFAULT_FRAME_CEILING) -> None:
@@ -119,7 +127,7 @@ class FrameTemplate:
         payloads = []
         for d, dims, at, nbytes in walk.entries:
             start = len(head) + at
-            view = buf[start:start + nbytes].view(_NUMPY_DTYPE[d])
+            view = buf[start:start + nbytes].view(_F32 if d == DTYPE_F32 else _U16)
             try:
                 payloads.append(view.reshape(dims) if len(dims) != 1 else view)
             except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
@@ -136,7 +144,18 @@ class FrameTemplate:
         self.kind = frame.kind
         self.layout = specs
         self.wire_len = len(body) + AUTH_TAG_LEN
-        self.payloads = tuple(payloads)
+        self.bits = tuple(payloads)
+        self._payloads: tuple[npt.NDArray[Any], ...] | None = None
+
+    @property
+    def payloads(self) -> tuple[npt.NDArray[Any], ...]:
+        """Per tensor a writable view of its payload, ``<f4`` for f32 and
+        ``ml_dtypes.bfloat16`` for bf16 (:attr:`bits` viewed as values; the first call on a
+        bf16 template imports ml_dtypes). Raises nothing but ml_dtypes' own ImportError."""
+        if self._payloads is None:
+            self._payloads = tuple(b if d == DTYPE_F32 else b.view(_NUMPY_DTYPE[d])
+                                   for (d, _), b in zip(self.layout, self.bits, strict=True))
+        return self._payloads
 
     def seal(self, weight: float, salt: BytesLike) -> memoryview:
         """Write ``weight`` and the tag; return the whole record (lead, frame, tag).

@@ -631,7 +631,7 @@ class RankClient:
             return None
         tpl = FrameTemplate(kind, [(int(wire), a.shape) for a in arrs])
         kept = SmallLayout(key, tpl, encode_len_prefix(tpl.wire_len, ceiling=self.ceiling),
-                           Bf16Scaler(tpl.payloads) if wire is Dtype.BF16 else None)
+                           Bf16Scaler(tpl.bits) if wire is Dtype.BF16 else None)
         self._template = kept
         return kept
 
