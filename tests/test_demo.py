@@ -674,9 +674,10 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
 
 
 def test_demo_summary_rows_are_padded_and_the_target_is_a_line_per_phrase() -> None:
-    """Every cell has a blank either side (the first column had none: ``│cluster │``), and the
+    """Every cell has a blank either side (the first column had none: ``│cluster │``), the
     target row breaks between its phrases (a wrap at the column's width split ``reached│ by 10
-    rounds``)."""
+    rounds``), and each relay's ranks read as text (the Python list ``[[0, 1], [2, 3]]`` was
+    printed)."""
     rc, lines = _summary()
     digest = "ab" * 32
     assert rc == 0
@@ -684,7 +685,7 @@ def test_demo_summary_rows_are_padded_and_the_target_is_a_line_per_phrase() -> N
         " " * 32 + "flodl-proto demo",
         "         ┃ value",
         "━━━━━━━━━╇" + "━" * 70,
-        " cluster │ controller + 2 relays [[0, 1], [2, 3]] + 4 ranks (processes,",
+        " cluster │ controller + 2 relays (ranks 0,1; 2,3) + 4 ranks (processes,",
         "         │ loopback TCP, HMAC, protocol v2, f32 wire)",
         " rounds  │ 3 of 3 completed (0 with an idle rank)",
         " round   │ median 10.0 ms, p95 10.0 ms (sync 5.0 / 5.0 ms)",
@@ -769,6 +770,9 @@ def test_demo_summary_fits_the_widest_label_beside_a_whole_digest_in_80_columns(
     rc, lines = _summary(lab=lab)
     assert rc == 0
     assert " controller │ 198.18.0.1 (netns flodl-lab-1-2-c)" in lines
+    assert [line for line in lines if line.startswith(" host ")] == [
+        f" host {h}     │ 198.18.0.1{h} (netns flodl-lab-1-2-h{h}): relay + ranks {ranks} on the"
+        for h, ranks in enumerate(("0,1", "2,3"))]
     assert [line for line in lines if line.startswith(" rank ")] == [
         f" rank {r}     │ {'ab' * 32}" for r in range(4)]
     assert max(map(len, lines[:-1])) <= 80

@@ -226,14 +226,15 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_column("value", overflow="fold")
     outer = f", outer {args.outer}" if args.outer else ""
     net = "network namespaces + bridge" if res.lab is not None else "loopback TCP"
-    t.add_row("cluster", f"controller + {args.hosts} relays {groups} + {w} ranks "
+    hosts_text = "; ".join(",".join(map(str, ranks)) for ranks in groups)
+    t.add_row("cluster", f"controller + {args.hosts} relays (ranks {hosts_text}) + {w} ranks "
               f"(processes, {net}, HMAC, protocol v{args.protocol_version}, "
               f"{'bf16' if args.bf16 else 'f32'} wire{outer})")
     if res.lab is not None:
         t.add_row("controller", f"{res.lab.controller.address} (netns {res.lab.controller.netns})")
         for h, node in enumerate(res.lab.hosts):
             t.add_row(f"host {h}", f"{node.address} (netns {node.netns}): relay + ranks "
-                      f"{groups[h]} on the host's loopback")
+                      f"{','.join(map(str, groups[h]))} on the host's loopback")
     t.add_row("rounds", f"{last} of {args.rounds} completed ({idle_rounds} with an idle rank)")
     t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
                         f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
