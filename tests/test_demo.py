@@ -636,14 +636,18 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              asked: int | None = None, final: dict[int, dict[str, str]] | None = None,
              stopped: set[int] | frozenset[int] = frozenset(), started: int = 4,
              relay_rc: dict[str, int | None] | None = None,
-             partial: dict[int, list[int]] | None = None) -> tuple[int, list[str]]:
+             partial: dict[int, list[int]] | None = None,
+             finished: dict[str, str] | None = None,
+             exited_first: dict[str, int] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
     (what rich takes when stdout is no terminal). ``final``: the ranks' last events (default:
     every rank ``done``); ``stopped``: the ranks the demo stopped; ``started``: how many rank
     processes were started (ranks 0..started-1); ``relay_rc``: the relays' exit statuses;
-    ``partial``: rounds after those completed that only the ranks listed reported."""
+    ``partial``: rounds after those completed that only the ranks listed reported;
+    ``finished``: the controller's and relays' ``finished:`` lines; ``exited_first``: the
+    members that had exited when the demo stopped its cluster after a failure."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -664,6 +668,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     res.final = {r: {"ev": "done"} for r in range(4)} if final is None else final
     res.stopped_ranks = set(stopped)
     res.relay_rc = dict(relay_rc or {})
+    res.finished = dict(finished or {})
+    res.exited_first = exited_first
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
     children = [SimpleNamespace(name=f"rank{r}", stderr=[], proc=SimpleNamespace(returncode=0))
@@ -758,6 +764,31 @@ def test_the_ranks_that_did_not_finish_read_as_text_with_their_reasons() -> None
         "FAILED: ranks that did not finish: rank 1 (RemoteTruncatedInput: relay closed), rank 2 "
         "(no report), rank 3 (not started)",
     ]
+
+
+def test_a_member_stopped_by_a_signal_from_elsewhere_is_named_first() -> None:
+    """A relay or controller stopped by a SIGTERM the demo did not send exits 0, as on a Ctrl-C
+    of its own: the summary named only the rounds missing and the ranks' errors (``controller
+    closed connection``), not the member that ended the run. One the demo stopped itself after
+    another member's failure is not named."""
+    final: dict[int, dict[str, str]] = {
+        r: {"ev": "ended", "error": "RemoteTruncatedInput: controller closed connection"}
+        for r in range(4)}
+    finished = {"relay0": "clean (relay_eof)", "relay1": "clean (stop: stopped by a signal)",
+                "controller": "clean (stop: signal)"}
+    rc, lines = _summary(rounds=2, asked=10, final=final, finished=finished)
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED: ")][:3] == [
+        "FAILED: relay1 was stopped by a signal that the demo did not send (relay1 finished: "
+        "clean (stop: stopped by a signal))",
+        "FAILED: controller was stopped by a signal that the demo did not send (controller "
+        "finished: clean (stop: signal))",
+        "FAILED: only 2 of 10 rounds completed",
+    ]
+    rc, lines = _summary(rounds=2, asked=10, final=final, finished=finished,
+                         relay_rc={"relay0": 1}, exited_first={"relay0": 1})
+    assert [line for line in lines if line.startswith("FAILED: ")][:2] == [
+        "FAILED: relay0 exited with 1", "FAILED: only 2 of 10 rounds completed"]
 
 
 def test_demo_summary_fits_the_widest_label_beside_a_whole_digest_in_80_columns() -> None:

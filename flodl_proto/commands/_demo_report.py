@@ -121,6 +121,12 @@ class Result:
     exited_first: dict[str, int] | None = None
     #: the ranks still running when the demo stopped its cluster after a member's failure
     stopped_ranks: set[int] = field(default_factory=set)
+    #: how the controller and each relay that ended on its own said it ended, by name (their
+    #: ``finished:`` line: ``clean (stop: signal)``, ``clean (relay_eof)``, ...)
+    finished: dict[str, str] = field(default_factory=dict)
+
+#: how the controller and a relay say they ended on a SIGTERM or Ctrl-C of their own
+_SIGNAL_STOPS = ("(stop: signal)", "(stop: stopped by a signal)")
 
 
 
@@ -159,8 +165,14 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                 if all(r in res.rounds[k] for r in survivors)]
     last = complete[-1] if complete else 0
     digests = {r: res.rounds[last][r]["digest"] for r in survivors} if last else {}
-    # a cluster process that failed first: what follows is likely to come of it
-    problems = [f"controller exited with {res.controller_rc}"] \
+    # a cluster process that failed first, or that a signal from elsewhere stopped (it exits
+    # 0, as on a Ctrl-C of its own; the demo's own stop, after a failure, is not one): what
+    # follows is likely to come of it
+    problems = [f"{name} was stopped by a signal that the demo did not send ({name} finished: "
+                f"{how})" for name, how in res.finished.items()
+                if how.endswith(_SIGNAL_STOPS)
+                and (res.exited_first is None or name in res.exited_first)]
+    problems += [f"controller exited with {res.controller_rc}"] \
         if res.controller_rc not in (0, None) else []
     problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
                  if rc not in (0, None)] + res.problems

@@ -38,7 +38,9 @@ last completed round, reports it, and exits 0. When the controller or a relay ex
 failure while ranks run (one killed before round 1 leaves its ranks, or the relays, retrying
 its address for 30 s x ``FLODL_NET_TIMEOUT_SCALE``), one line says so and the demo stops its
 cluster at once: the summary names that member first, and the members it stopped are not
-counted as failures of their own. A run that completed no round shows no target (``n/a``) and
+counted as failures of their own. A controller or relay stopped by a signal the demo did not
+send exits 0, as on a Ctrl-C of its own: its ``finished`` line names the stop, and the summary
+names that member first. A run that completed no round shows no target (``n/a``) and
 no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
 available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C; the line says
@@ -631,14 +633,18 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
             c.proc.wait(timeout=15.0)
         except subprocess.TimeoutExpired:
             res.problems.append(f"{c.name} did not exit after the ranks left")
-    for h, r in enumerate(relays):
-        for _ in range(8):
+    # what they printed last: the relays' stats, and how each ended (the controller's round
+    # lines before its own are passed over)
+    for c in [*relays, ctrl]:
+        while True:
             try:
-                _, line = r.lines.get(timeout=2.0)
+                _, line = c.lines.get(timeout=2.0)
             except queue.Empty:
                 break
             if line is None:
                 break
             if line.startswith("relay stats "):
-                res.relay_stats[f"relay{h}"] = {
+                res.relay_stats[c.name] = {
                     k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
+            elif line.startswith(("relay finished: ", "controller finished: ")):
+                res.finished[c.name] = line.split(": ", 1)[1]
