@@ -638,7 +638,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              relay_rc: dict[str, int | None] | None = None,
              partial: dict[int, list[int]] | None = None,
              finished: dict[str, str] | None = None,
-             exited_first: dict[str, int] | None = None) -> tuple[int, list[str]]:
+             exited_first: dict[str, int] | None = None,
+             rank_rc: dict[int, int] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
@@ -647,7 +648,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     processes were started (ranks 0..started-1); ``relay_rc``: the relays' exit statuses;
     ``partial``: rounds after those completed that only the ranks listed reported;
     ``finished``: the controller's and relays' ``finished:`` lines; ``exited_first``: the
-    members that had exited when the demo stopped its cluster after a failure."""
+    members that had exited when the demo stopped its cluster after a failure; ``rank_rc``:
+    the exit status of rank processes that did not exit 0."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -672,7 +674,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     res.exited_first = exited_first
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
-    children = [SimpleNamespace(name=f"rank{r}", stderr=[], proc=SimpleNamespace(returncode=0))
+    children = [SimpleNamespace(name=f"rank{r}", stderr=[],
+                                proc=SimpleNamespace(returncode=(rank_rc or {}).get(r, 0)))
                 for r in range(started)]
     rc = demo.report(args, console, [[0, 1], [2, 3]], kill, res,
                       SimpleNamespace(children=children))  # type: ignore[arg-type]
@@ -786,6 +789,28 @@ def test_a_member_stopped_by_a_signal_from_elsewhere_is_named_first() -> None:
         "FAILED: only 2 of 10 rounds completed",
     ]
     rc, lines = _summary(rounds=2, asked=10, final=final, finished=finished,
+                         relay_rc={"relay0": 1}, exited_first={"relay0": 1})
+    assert [line for line in lines if line.startswith("FAILED: ")][:2] == [
+        "FAILED: relay0 exited with 1", "FAILED: only 2 of 10 rounds completed"]
+
+
+def test_a_rank_that_died_on_its_own_is_named_with_its_exit_status() -> None:
+    """A rank process killed from elsewhere (not ``--kill-rank``) read ``rank 1 (no report)``,
+    after the generic lines and among the other ranks' errors that came of it; its status
+    names it first. A rank the demo stopped after another failure is not named so."""
+    final: dict[int, dict[str, str]] = {
+        r: {"ev": "ended", "error": "RemoteTruncatedInput: controller closed connection"}
+        for r in (0, 2, 3)}
+    rc, lines = _summary(rounds=2, asked=10, final=final, rank_rc={1: -9})
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED: ")] == [
+        "FAILED: rank 1 exited with -9 before its last report",
+        "FAILED: only 2 of 10 rounds completed",
+        "FAILED: ranks that did not finish: rank 0 (RemoteTruncatedInput: controller closed "
+        "connection), rank 1 (exited with -9), rank 2 (RemoteTruncatedInput: controller closed "
+        "connection), rank 3 (RemoteTruncatedInput: controller closed connection)",
+    ]
+    rc, lines = _summary(rounds=2, asked=10, final=final, rank_rc={1: -15},
                          relay_rc={"relay0": 1}, exited_first={"relay0": 1})
     assert [line for line in lines if line.startswith("FAILED: ")][:2] == [
         "FAILED: relay0 exited with 1", "FAILED: only 2 of 10 rounds completed"]

@@ -176,6 +176,14 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
         if res.controller_rc not in (0, None) else []
     problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
                  if rc not in (0, None)] + res.problems
+    # a rank whose process ended with a failure before its last report, on its own (not the
+    # --kill-rank rank, nor one the demo stopped after a failure: it stops none otherwise)
+    rank_rc = {c.name: c.proc.returncode for c in cluster.children
+               if c.name.startswith("rank")}
+    died = {r: rc for r in range(w)
+            if r != res.killed and r not in res.final and res.exited_first is None
+            and (rc := rank_rc.get(f"rank{r}")) not in (0, None)}
+    problems += [f"rank {r} exited with {rc} before its last report" for r, rc in died.items()]
     if kill is None:
         if not last:
             problems.append(f"no round completed (0 of {args.rounds})")
@@ -190,6 +198,8 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                     return str(res.final[r]["error"])
                 if r in res.stopped_ranks:
                     return "stopped by the demo"
+                if r in died:
+                    return f"exited with {died[r]}"
                 return "no report" if f"rank{r}" in started else "not started"
 
             problems.append("ranks that did not finish: "
