@@ -773,7 +773,7 @@ def test_a_member_stopped_by_a_signal_from_elsewhere_is_named_first() -> None:
     """A relay or controller stopped by a SIGTERM the demo did not send exits 0, as on a Ctrl-C
     of its own: the summary named only the rounds missing and the ranks' errors (``controller
     closed connection``), not the member that ended the run. One the demo stopped itself after
-    another member's failure is not named."""
+    another member's failure is not named, and one stopped after the last round fails nothing."""
     final: dict[int, dict[str, str]] = {
         r: {"ev": "ended", "error": "RemoteTruncatedInput: controller closed connection"}
         for r in range(4)}
@@ -792,6 +792,9 @@ def test_a_member_stopped_by_a_signal_from_elsewhere_is_named_first() -> None:
                          relay_rc={"relay0": 1}, exited_first={"relay0": 1})
     assert [line for line in lines if line.startswith("FAILED: ")][:2] == [
         "FAILED: relay0 exited with 1", "FAILED: only 2 of 10 rounds completed"]
+    # stopped so after the last round, every rank done: nothing failed
+    rc, lines = _summary(rounds=2, finished=finished)
+    assert rc == 0 and not [line for line in lines if line.startswith("FAILED: ")]
 
 
 def test_a_rank_that_died_on_its_own_is_named_with_its_exit_status() -> None:

@@ -165,14 +165,15 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                 if all(r in res.rounds[k] for r in survivors)]
     last = complete[-1] if complete else 0
     digests = {r: res.rounds[last][r]["digest"] for r in survivors} if last else {}
-    # a cluster process that failed first, or that a signal from elsewhere stopped (it exits
-    # 0, as on a Ctrl-C of its own; the demo's own stop, after a failure, is not one): what
-    # follows is likely to come of it
-    problems = [f"{name} was stopped by a signal that the demo did not send ({name} finished: "
-                f"{how})" for name, how in res.finished.items()
-                if how.endswith(_SIGNAL_STOPS)
-                and (res.exited_first is None or name in res.exited_first)]
-    problems += [f"controller exited with {res.controller_rc}"] \
+    # a member that a signal from elsewhere stopped (it exits 0, as on a Ctrl-C of its own; the
+    # demo's own stop, after a failure, is not one): named first when the run failed, as what
+    # the rest likely came of (one stopped after the last round fails nothing)
+    signalled = [f"{name} was stopped by a signal that the demo did not send ({name} "
+                 f"finished: {how})" for name, how in res.finished.items()
+                 if how.endswith(_SIGNAL_STOPS)
+                 and (res.exited_first is None or name in res.exited_first)]
+    # a cluster process that failed first: what follows is likely to come of it
+    problems = [f"controller exited with {res.controller_rc}"] \
         if res.controller_rc not in (0, None) else []
     problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
                  if rc not in (0, None)] + res.problems
@@ -235,6 +236,8 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                         "training diverged" if l_end > l_start else
                         f"final loss {l_end} is not a number: the training diverged")
 
+    if problems:
+        problems[:0] = signalled
     times = [max(ev["t_round"] for ev in res.rounds[k].values()) for k in complete]
     syncs = [max(ev["t_sync"] for ev in res.rounds[k].values()) for k in complete]
     idle_rounds = sum(1 for k in complete
