@@ -949,3 +949,43 @@ def test_survivors_past_the_last_complete_round_are_named_as_text() -> None:
     assert rc == 1
     assert [line for line in lines if line.startswith("FAILED")] == [
         "FAILED: ranks 0, 2 completed rounds past 2"]
+
+
+def test_a_member_stopped_by_a_signal_stops_the_cluster_as_one_that_failed() -> None:
+    """The watch of the controller and relays took only a failure status as a failure: a
+    controller stopped by a SIGTERM from elsewhere after its listening line exits 0, and its
+    relays retried its address for 30 s before the summary came. Its ``finished:`` line, read
+    as it exits, makes it a failed member; a relay that ended cleanly otherwise is not one, and
+    its stats are kept for the summary."""
+    import queue
+    from types import SimpleNamespace
+
+    from flodl_proto.commands import demo
+
+    def member(name: str, rc: int | None, *lines: str) -> SimpleNamespace:
+        q: queue.Queue[tuple[str, str | None]] = queue.Queue()
+        for line in lines:
+            q.put((name, line))
+        if rc is not None:
+            q.put((name, None))
+        return SimpleNamespace(name=name, proc=SimpleNamespace(poll=lambda: rc), lines=q,
+                               out_ended=False)
+
+    cluster = SimpleNamespace(children=[
+        member("controller", 0, "round 1 ...", "controller finished: clean (stop: signal)"),
+        member("relay0", 0, "relay stats from_ranks=1 to_ranks=2 upstream_out=3 upstream_in=4 "
+               "host_frames=5 broadcasts=6", "relay finished: clean (relay_eof)"),
+        member("relay1", None),
+        member("relay2", 1),
+        member("rank0", 1),
+    ])
+    res = demo.Result()
+    assert demo.failed_members(cluster, res) == ["controller", "relay2"]  # type: ignore[arg-type]
+    assert res.finished == {"controller": "clean (stop: signal)", "relay0": "clean (relay_eof)"}
+    assert res.relay_stats == {"relay0": {"from_ranks": 1, "to_ranks": 2, "upstream_out": 3,
+                                          "upstream_in": 4, "host_frames": 5, "broadcasts": 6}}
+    # the summary's read after the ranks left: a member whose end was read returns at once,
+    # where it waited its 2 s for a line that would not come
+    relay0 = cluster.children[1]
+    assert relay0.out_ended
+    assert demo.read_last_lines(relay0, res, 0.0)  # type: ignore[arg-type]

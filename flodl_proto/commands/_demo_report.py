@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary i
     from ..netlab import NetLab
     from ..runner import stages
 
-__all__ = ["TOLERANCE", "Cluster", "Member", "Result", "model_rounds", "report", "stage_lines"]
+__all__ = ["SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result", "model_rounds", "report",
+           "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -126,7 +127,7 @@ class Result:
     finished: dict[str, str] = field(default_factory=dict)
 
 #: how the controller and a relay say they ended on a SIGTERM or Ctrl-C of their own
-_SIGNAL_STOPS = ("(stop: signal)", "(stop: stopped by a signal)")
+SIGNAL_STOPS = ("(stop: signal)", "(stop: stopped by a signal)")
 
 
 
@@ -170,7 +171,7 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     # the rest likely came of (one stopped after the last round fails nothing)
     signalled = [f"{name} was stopped by a signal that the demo did not send ({name} "
                  f"finished: {how})" for name, how in res.finished.items()
-                 if how.endswith(_SIGNAL_STOPS)
+                 if how.endswith(SIGNAL_STOPS)
                  and (res.exited_first is None or name in res.exited_first)]
     # a cluster process that failed first: what follows is likely to come of it
     problems = [f"controller exited with {res.controller_rc}"] \

@@ -39,7 +39,8 @@ failure while ranks run (one killed before round 1 leaves its ranks, or the rela
 its address for 30 s x ``FLODL_NET_TIMEOUT_SCALE``), one line says so and the demo stops its
 cluster at once: the summary names that member first, and the members it stopped are not
 counted as failures of their own. A controller or relay stopped by a signal the demo did not
-send exits 0, as on a Ctrl-C of its own: its ``finished`` line names the stop, and the summary
+send exits 0, as on a Ctrl-C of its own: its ``finished`` line names the stop, the demo stops
+its cluster at once for it as for a failure (:func:`failed_members`), and a run that failed
 names that member first. A run that completed no round shows no target (``n/a``) and
 no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
@@ -87,7 +88,7 @@ from ..errors import ProtocolError, shown_name
 from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, KERNELS_ENV, SUPPORTED_VERSIONS
 from . import _demo_logs
-from ._demo_report import TOLERANCE, Result, model_rounds, report, stage_lines
+from ._demo_report import SIGNAL_STOPS, TOLERANCE, Result, model_rounds, report, stage_lines
 from ._demo_sizes import (
     DEMO_ROUNDS_MAX,
     DEMO_WORLD_MAX,
@@ -116,9 +117,9 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
 
 
-__all__ = ["TOLERANCE", "interrupted_line", "memory_need", "model_rounds", "partition",
-           "payload_mib_max", "payload_values", "rank_frame_len", "register", "rounds_through",
-           "stage_lines"]
+__all__ = ["TOLERANCE", "failed_members", "interrupted_line", "memory_need", "model_rounds",
+           "partition", "payload_mib_max", "payload_values", "rank_frame_len", "read_last_lines",
+           "register", "rounds_through", "stage_lines"]
 
 #: seconds without any event from the cluster before the demo gives up
 _STALL = 60.0
@@ -186,6 +187,8 @@ class _Child:
     lines: queue.Queue[tuple[str, str | None]]
     readers: list[threading.Thread] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
+    #: its stdout ended, and every line of it was read from ``lines`` (:func:`read_last_lines`)
+    out_ended: bool = False
 
 
 class _Cluster:
@@ -508,6 +511,47 @@ def _exited(cluster: _Cluster) -> dict[str, int]:
     return out
 
 
+def read_last_lines(child: _Child, res: Result, wait: float) -> bool:
+    """Read the lines a controller or relay ``child`` printed after its ``listening on`` line
+    into ``res``: a relay's stats (``res.relay_stats``) and how it ended (its ``finished:``
+    line, ``res.finished``); other lines (the controller's round lines) are passed over. Waits
+    up to ``wait`` seconds for each line (0: only the lines already read from the process).
+    Returns whether its stdout ended (at once when an earlier call read its end). Raises
+    nothing. Upstream: none (the demo is this package's)."""
+    while not child.out_ended:
+        try:
+            _, line = child.lines.get(timeout=wait) if wait > 0 else child.lines.get_nowait()
+        except queue.Empty:
+            return False
+        if line is None:
+            child.out_ended = True
+            break
+        if line.startswith("relay stats "):
+            res.relay_stats[child.name] = {
+                k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
+        elif line.startswith(("relay finished: ", "controller finished: ")):
+            res.finished[child.name] = line.split(": ", 1)[1]
+    return True
+
+
+def failed_members(cluster: _Cluster, res: Result) -> list[str]:
+    """The controller and relays of ``cluster`` that have exited with a failure status, or
+    with 0 after a stop by a signal (their ``finished:`` line, read here into ``res`` as it
+    comes: one stopped so before the ranks connected leaves them, or the relays, retrying its
+    address for 30 s), by name in start order. Raises nothing. Upstream: none."""
+    out = []
+    for c in cluster.children:
+        if c.name != "controller" and not c.name.startswith("relay"):
+            continue
+        rc = c.proc.poll()
+        if rc is None:
+            continue
+        read_last_lines(c, res, 0.0)
+        if rc != 0 or res.finished.get(c.name, "").endswith(SIGNAL_STOPS):
+            out.append(c.name)
+    return out
+
+
 def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
            groups: list[list[int]], kill: tuple[int, int] | None, res: Result,
            stop: threading.Event) -> None:
@@ -586,15 +630,16 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
                 # retries its relay's address for 30 s x FLODL_NET_TIMEOUT_SCALE, a relay the
                 # controller's): stop the cluster now, the summary names that member first
                 next_watch = time.monotonic() + 0.2
-                exited = _exited(cluster)
-                failed = [name for name, rc in exited.items() if rc != 0]
+                failed = failed_members(cluster, res)
                 if failed:
-                    res.exited_first = exited
+                    exited = res.exited_first = _exited(cluster)
                     res.stopped_ranks = set(alive)
                     cluster.stop()
+                    rc = exited[failed[0]]
+                    how = f"exited with {rc}" if rc else "was stopped by a signal"
                     progress.console.print(
-                        f"{failed[0]} exited with {exited[failed[0]]} while ranks ran: "
-                        "stopping the cluster", markup=False, highlight=False, soft_wrap=True)
+                        f"{failed[0]} {how} while ranks ran: stopping the cluster",
+                        markup=False, highlight=False, soft_wrap=True)
             try:
                 name, line = cluster.events.get(timeout=0.2)
             except queue.Empty:
@@ -636,15 +681,4 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     # what they printed last: the relays' stats, and how each ended (the controller's round
     # lines before its own are passed over)
     for c in [*relays, ctrl]:
-        while True:
-            try:
-                _, line = c.lines.get(timeout=2.0)
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            if line.startswith("relay stats "):
-                res.relay_stats[c.name] = {
-                    k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
-            elif line.startswith(("relay finished: ", "controller finished: ")):
-                res.finished[c.name] = line.split(": ", 1)[1]
+        read_last_lines(c, res, 2.0)
