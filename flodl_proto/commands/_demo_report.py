@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .controller import SIGNAL_STOP_DETAIL as CONTROLLER_SIGNAL_STOP
 from .controller import parse_outer
+from .relay import SIGNAL_STOP_DETAIL as RELAY_SIGNAL_STOP
 
 if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary is made
     from rich.console import Console
@@ -126,10 +128,10 @@ class Result:
     #: ``finished:`` line: ``clean (stop: signal)``, ``clean (relay_eof)``, ...)
     finished: dict[str, str] = field(default_factory=dict)
 
-#: how the controller and a relay say they ended on a SIGTERM or Ctrl-C of their own
-SIGNAL_STOPS = ("(stop: signal)", "(stop: stopped by a signal)")
 
-
+#: how the controller and a relay end their ``finished:`` line after a SIGTERM or Ctrl-C of
+#: their own (a clean outcome's ``(stop: DETAIL)``)
+SIGNAL_STOPS = (f"(stop: {CONTROLLER_SIGNAL_STOP})", f"(stop: {RELAY_SIGNAL_STOP})")
 
 
 def _pct(values: list[float], q: float) -> float:

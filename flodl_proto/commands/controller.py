@@ -84,6 +84,7 @@ if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors 
 
 __all__ = [
     "LINE_COALESCE",
+    "SIGNAL_STOP_DETAIL",
     "STDOUT_BACKLOG",
     "checkpoint_dir_problem",
     "notice_line",
@@ -94,6 +95,9 @@ __all__ = [
 ]
 
 _PROG = "flodl-proto controller"
+#: the detail of the clean outcome of a run stopped by SIGTERM or Ctrl-C: its ``finished:``
+#: line ends ``(stop: signal)`` (the demo reads it)
+SIGNAL_STOP_DETAIL = "signal"
 #: seconds the stdout writer gathers round lines before one write: a line per round would
 #: otherwise wake it once per round (about a third of a small round's CPU)
 LINE_COALESCE = 0.05
@@ -262,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
             lines.start()  # after the first line, which stays first
             while ctl.wait(0.2) is None:
                 if stop.is_set():
-                    ctl.request_stop("signal")
+                    ctl.request_stop(SIGNAL_STOP_DETAIL)
         finally:
             outcome = ctl.shutdown()
     lines.close()  # outside signals_stop: Ctrl-C interrupts a wait for an unread stdout

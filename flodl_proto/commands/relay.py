@@ -89,6 +89,7 @@ __all__ = [
     "NO_SUCH_NAME",
     "SALT_ENV",
     "SALT_FILE_MAX_BYTES",
+    "SIGNAL_STOP_DETAIL",
     "TIMEOUT_MAXIMUM",
     "TIMEOUT_RULE",
     "add_frame_ceiling_option",
@@ -109,6 +110,9 @@ __all__ = [
 ]
 
 _PROG = "flodl-proto relay"
+#: the detail of the clean end of a relay stopped by SIGTERM or Ctrl-C: its ``finished:`` line
+#: ends ``(stop: stopped by a signal)`` (the demo reads it)
+SIGNAL_STOP_DETAIL = "stopped by a signal"
 
 #: environment variable holding the session salt (hex) when ``--salt`` is not given
 SALT_ENV = "FLODL_SESSION_SALT"
@@ -693,7 +697,7 @@ def run(args: argparse.Namespace) -> int:
             while not relay.done and not stop.wait(0.1):
                 pass
         finally:
-            err = relay.shutdown(reason="stopped by a signal" if stop.is_set()
+            err = relay.shutdown(reason=SIGNAL_STOP_DETAIL if stop.is_set()
                                  else "shutdown requested")
     report_dropped(_PROG, None, log_lines)
     s = relay.stats
@@ -706,7 +710,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     why = str(outcome) if outcome is not None else "clean (stop: shutdown requested)"
     if stop.is_set() and (outcome is None or outcome.reason == "stop"):
-        why = "clean (stop: stopped by a signal)"
+        why = f"clean (stop: {SIGNAL_STOP_DETAIL})"
     print(f"relay finished: {why}", flush=True)
     return 0
 
