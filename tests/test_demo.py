@@ -639,7 +639,7 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              partial: dict[int, list[int]] | None = None,
              finished: dict[str, str] | None = None,
              exited_first: dict[str, int] | None = None,
-             rank_rc: dict[int, int] | None = None) -> tuple[int, list[str]]:
+             rank_rc: dict[int, int] | None = None, hosts: int = 2) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
@@ -649,7 +649,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     ``partial``: rounds after those completed that only the ranks listed reported;
     ``finished``: the controller's and relays' ``finished:`` lines; ``exited_first``: the
     members that had exited when the demo stopped its cluster after a failure; ``rank_rc``:
-    the exit status of rank processes that did not exit 0."""
+    the exit status of rank processes that did not exit 0; ``hosts``: 2 (ranks 0,1 and 2,3)
+    or 1 (all four on one relay)."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -658,7 +659,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
 
     from flodl_proto.commands import demo
 
-    args = argparse.Namespace(world_size=4, hosts=2, rounds=rounds if asked is None else asked,
+    args = argparse.Namespace(world_size=4, hosts=hosts,
+                              rounds=rounds if asked is None else asked,
                               seed=7, bf16=False, outer=outer, protocol_version=2)
     res = demo.Result(controller_rc=0, wall=1.25, lab=lab)  # type: ignore[arg-type]
     res.killed = kill[0] if kill is not None else None
@@ -677,7 +679,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     children = [SimpleNamespace(name=f"rank{r}", stderr=[],
                                 proc=SimpleNamespace(returncode=(rank_rc or {}).get(r, 0)))
                 for r in range(started)]
-    rc = demo.report(args, console, [[0, 1], [2, 3]], kill, res,
+    groups = [[0, 1], [2, 3]] if hosts == 2 else [[0, 1, 2, 3]]
+    rc = demo.report(args, console, groups, kill, res,
                       SimpleNamespace(children=children))  # type: ignore[arg-type]
     return rc, [line.rstrip() for line in out.getvalue().splitlines()]
 
@@ -989,3 +992,35 @@ def test_a_member_stopped_by_a_signal_stops_the_cluster_as_one_that_failed() -> 
     relay0 = cluster.children[1]
     assert relay0.out_ended
     assert demo.read_last_lines(relay0, res, 0.0)  # type: ignore[arg-type]
+
+
+def test_a_private_members_stdout_keeps_only_its_first_and_last_lines() -> None:
+    """The controller's stdout (a line per round) goes to a queue the demo reads at the start
+    and the end only: the queue takes its first line and the lines read at the end (a relay's
+    stats, a ``finished:`` line), so a long run's round lines do not pile up in memory; a
+    shared queue (the ranks') takes every line."""
+    import io
+    import queue
+
+    from flodl_proto.commands.demo import _Cluster
+
+    text = ("listening on 127.0.0.1:7000\n"
+            + "".join(f"round {k} done\n" for k in range(1, 1001))
+            + "relay stats from_ranks=1\ncontroller finished: clean (stop: signal)\n")
+    for private, want in ((True, ["listening on 127.0.0.1:7000", "relay stats from_ranks=1",
+                                  "controller finished: clean (stop: signal)", None]),
+                          (False, [*text.splitlines(), None])):
+        q: queue.Queue[tuple[str, str | None]] = queue.Queue()
+        _Cluster._pump("controller", io.StringIO(text), q, private)
+        got = []
+        while not q.empty():
+            got.append(q.get_nowait()[1])
+        assert got == want, private
+
+
+def test_the_cluster_row_of_one_relay_says_relay() -> None:
+    """One relay reads ``1 relay`` (it read ``1 relays``)."""
+    rc, lines = _summary(hosts=1)
+    assert rc == 0
+    assert lines[3] == (" cluster │ controller + 1 relay (ranks 0,1,2,3) + 4 ranks (processes, "
+                        "loopback")

@@ -255,7 +255,9 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     outer = f", outer {args.outer}" if args.outer else ""
     net = "network namespaces + bridge" if res.lab is not None else "loopback TCP"
     hosts_text = "; ".join(",".join(map(str, ranks)) for ranks in groups)
-    t.add_row("cluster", f"controller + {args.hosts} relays (ranks {hosts_text}) + {w} ranks "
+    relays = f"{args.hosts} relay" + ("s" if args.hosts != 1 else "")
+    ranks = f"{w} rank" + ("s" if w != 1 else "")
+    t.add_row("cluster", f"controller + {relays} (ranks {hosts_text}) + {ranks} "
               f"(processes, {net}, HMAC, protocol v{args.protocol_version}, "
               f"{'bf16' if args.bf16 else 'f32'} wire{outer})")
     if res.lab is not None:

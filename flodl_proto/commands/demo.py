@@ -229,8 +229,8 @@ class _Cluster:
         child = _Child(name, proc, q)
         assert proc.stdout is not None and proc.stderr is not None
         child.readers = [
-            threading.Thread(target=self._pump, args=(name, proc.stdout, q), daemon=False,
-                             name=f"demo-out-{name}"),
+            threading.Thread(target=self._pump, args=(name, proc.stdout, q, private),
+                             daemon=False, name=f"demo-out-{name}"),
             threading.Thread(target=self._collect, args=(name, proc.stderr, child.stderr,
                                                          self.echo),
                              daemon=False, name=f"demo-err-{name}"),
@@ -243,9 +243,16 @@ class _Cluster:
         return child
 
     @staticmethod
-    def _pump(name: str, stream: IO[str], q: queue.Queue[tuple[str, str | None]]) -> None:
+    def _pump(name: str, stream: IO[str], q: queue.Queue[tuple[str, str | None]],
+              private: bool) -> None:
+        # a private queue (the controller's, a relay's) is read at the start and the end
+        # only: it takes the first line and the last lines the demo reads (a line per round
+        # of the controller would pile up there, a million rounds' worth in a long run)
+        first = True
         for line in stream:
-            q.put((name, line.rstrip("\n")))
+            if not private or first or line.startswith(_LAST_LINES):
+                q.put((name, line.rstrip("\n")))
+            first = False
         q.put((name, None))
 
     @staticmethod
@@ -511,6 +518,11 @@ def _exited(cluster: _Cluster) -> dict[str, int]:
     return out
 
 
+#: the lines of the controller and the relays read after their first (:func:`read_last_lines`):
+#: a relay's stats, and how each ended
+_LAST_LINES = ("relay stats ", "relay finished: ", "controller finished: ")
+
+
 def read_last_lines(child: _Child, res: Result, wait: float) -> bool:
     """Read the lines a controller or relay ``child`` printed after its ``listening on`` line
     into ``res``: a relay's stats (``res.relay_stats``) and how it ended (its ``finished:``
@@ -526,10 +538,10 @@ def read_last_lines(child: _Child, res: Result, wait: float) -> bool:
         if line is None:
             child.out_ended = True
             break
-        if line.startswith("relay stats "):
+        if line.startswith(_LAST_LINES[0]):
             res.relay_stats[child.name] = {
                 k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
-        elif line.startswith(("relay finished: ", "controller finished: ")):
+        elif line.startswith(_LAST_LINES[1:]):
             res.finished[child.name] = line.split(": ", 1)[1]
     return True
 
