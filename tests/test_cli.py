@@ -456,9 +456,10 @@ sys.exit(rc)
     ("flodl_proto.runner.controller",  # while the command's modules are imported
      ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX),
      "flodl-proto controller"),
-    # an f32 rank never imports ml_dtypes (flodl_proto._bf16): a bf16 rank does, with NumPy
-    ("ml_dtypes", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
-                   "--bf16", "--salt", SALT_HEX), "flodl-proto rank 0"),
+    # a rank, f32 or bf16, imports NumPy while Ctrl-C is held (never ml_dtypes: see below)
+    ("numpy._core.multiarray", ("rank", "--relay", "127.0.0.1:9", "--rank", "0",
+                                "--world-size", "1", "--bf16", "--salt", SALT_HEX),
+     "flodl-proto rank 0"),
     ("numpy._core.multiarray", ("rank", "--relay", "127.0.0.1:9", "--rank", "0",
                                 "--world-size", "1", "--salt", SALT_HEX), "flodl-proto rank 0"),
 ])
@@ -505,6 +506,22 @@ def test_help_and_usage_errors_do_not_import_numpy(args: tuple[str, ...], code: 
     res = subprocess.run([sys.executable, "-c", _IMPORTED_BY, *args], capture_output=True,
                          text=True, timeout=90, env=env)
     assert res.stderr.splitlines()[-1] == str(code), res.stderr
+
+
+def test_a_bf16_rank_never_imports_ml_dtypes() -> None:
+    """``rank --bf16`` ships f32 tensors on a bf16 wire: its roundings and widenings are integer
+    ops, so ml_dtypes (about a second of CPU to import) is never loaded; it loaded it at start.
+    The relay is unreachable: the rank gives up after its (scaled) retries, exit 1."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FLODL_PROTO_KERNELS", "FLODL_SESSION_SALT")}
+    env["FLODL_NET_TIMEOUT_SCALE"] = "0.1"
+    res = subprocess.run([sys.executable, "-c", _IMPORTED_BY, "rank", "--relay", "127.0.0.1:1",
+                          "--rank", "0", "--world-size", "1", "--bf16", "--salt", SALT_HEX],
+                         capture_output=True, text=True, timeout=90, env=env)
+    code, *imported = res.stderr.splitlines()[-1].split()
+    assert code == "1", res.stderr
+    assert "numpy" in imported and "flodl_proto.runner" in imported
+    assert "ml_dtypes" not in imported
 
 
 # -- item: unusable paths ----------------------------------------------------------------------

@@ -198,12 +198,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2
     with interrupts_held():  # here: the errors above skip NumPy; Ctrl-C while it loads: one line
-        from ..runner.rank import RankClient
-
-        if args.bf16:  # ml_dtypes loads on first use (flodl_proto._bf16): here, held as well
-            from .._bf16 import bf16
-
-            bf16()
+        from ..runner.rank import RankClient  # (--bf16 too: f32 tensors on a bf16 wire are
+        # rounded and widened in integer ops, so ml_dtypes is never loaded)
 
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
     if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:
