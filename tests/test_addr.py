@@ -209,7 +209,7 @@ def test_cli_bad_address_is_one_line(role: str, option: str) -> None:
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    assert f"{option} 'nowhere': not a HOST:PORT address: no port" in lines[0]
+    assert f"argument {option}: 'nowhere': not a HOST:PORT address: no port" in lines[0]
 
 
 def test_a_dialed_address_takes_no_port_0() -> None:
@@ -233,9 +233,9 @@ def test_cli_dialed_address_with_port_0_is_one_line(role: str, option: str) -> N
                          capture_output=True, text=True, timeout=30)
     assert (res.returncode, res.stdout) == (2, "")
     prog = "flodl-proto rank" if role == "rank" else "flodl-proto relay"
-    assert res.stderr == (f"{prog}: error: {option} '127.0.0.1:0': not a HOST:PORT "
-                          "address: port 0 cannot be dialed (it asks a listener for any free "
-                          "port)\n")
+    assert res.stderr == (f"{prog}: error: argument {option}: '127.0.0.1:0': not a HOST:PORT "
+                          f"address: port 0 cannot be dialed (it asks a listener for any free "
+                          f"port)\n")
 
 
 _ODD = "contains a blank, a control character or a bracket"
@@ -293,9 +293,9 @@ def test_cli_unencodable_host_is_one_line() -> None:
                         "a..b:0", "--world-size", "1", "--salt", "00" * 16],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("flodl-proto controller: error: --listen 'a..b:0': not a HOST:PORT "
-                        "address: host 'a..b' is not a valid host name (label empty or too "
-                        "long)\n")
+    assert r.stderr == ("flodl-proto controller: error: argument --listen: 'a..b:0': not a "
+                        "HOST:PORT address: host 'a..b' is not a valid host name (label empty or "
+                        "too long)\n")
 
 
 @pytest.mark.parametrize(("port", "size"), [

@@ -208,15 +208,15 @@ def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
 
 
 @pytest.mark.parametrize(("option", "value", "shown"),
-                         [("--payload-mib", "inf", "inf"), ("--payload-mib", "nan", "nan"),
-                          ("--payload-mib", "-1", "-1.0"), ("--interval", "inf", "inf"),
-                          ("--interval", "nan", "nan")])
+                         [("--payload-mib", "inf", "'inf'"), ("--payload-mib", "nan", "'nan'"),
+                          ("--payload-mib", "-1", "'-1'"), ("--interval", "inf", "'inf'"),
+                          ("--interval", "nan", "'nan'"), ("--interval", "-1.50", "'-1.50'")])
 def test_rank_payload_and_interval_must_be_finite(option: str, value: str, shown: str) -> None:
     res = _cli("rank", "--relay", f"127.0.0.1:{closed_port()}", "--rank", "0",
                "--world-size", "1", "--salt", SALT_HEX, option, value)
     assert res.returncode == 2
-    assert res.stderr == (f"flodl-proto rank: error: {option} must be a finite number >= 0, "
-                          f"got {shown}\n")
+    assert res.stderr == (f"flodl-proto rank: error: argument {option}: must be a finite number >= "
+                          f"0, got {shown}\n")
 
 
 @pytest.mark.parametrize(("args", "wire", "ceiling"), [
@@ -1390,7 +1390,7 @@ def test_demo_short_runs_pass_and_print_ports_and_salt_file(tmp_path: Path) -> N
     assert salt.stat().st_mode & 0o777 == 0o600
     res = _cli("demo", "--rounds", "0")
     assert res.returncode == 2
-    _one_error_line(res.stderr, "--rounds must be in 1..1000000 for the demo")
+    _one_error_line(res.stderr, "argument --rounds: must be in 1..1000000 for the demo")
 
 
 def test_demo_reference_loss_is_the_target_for_short_runs() -> None:
@@ -1409,22 +1409,23 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0,5",
                              "--world-size", "2", "--salt", SALT_HEX)
     assert code == 2
-    assert err == ("flodl-proto relay: error: --ranks '0,5': every rank must be < --world-size 2, "
-                   "got rank 5\n")
+    assert err == ("flodl-proto relay: error: argument --ranks: '0,5': every rank must be < "
+                   "--world-size 2, got rank 5\n")
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (("controller", "--listen", "127.0.0.1:0", "--world-size", "0", "--salt", SALT_HEX),
-     "--world-size must be in 1..4294967295 (the handshake's u32 field), got 0"),
+     "argument --world-size: must be in 1..4294967295 (the handshake's u32 field), got 0"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "x", "--world-size", "2",
-      "--salt", SALT_HEX), "--ranks expects a list of ranks like 0,1 or 0-3, got 'x'"),
+      "--salt", SALT_HEX), "argument --ranks: expected a list of ranks like 0,1 or 0-3, got 'x'"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1",
       "--salt", "abc"),
      "argument --salt: session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
-      "--rounds", "-1"), "--rounds must be in 1..1000000, got -1"),
+      "--rounds", "-1"), "argument --rounds: must be in 1..1000000, got -1"),
     (("decode", "--pcap", "-"), "--pcap needs --port N"),
-    (("demo", "--rounds", "0"), "--rounds must be in 1..1000000 for the demo (it also trains "
+    (("demo", "--rounds", "0"), "argument --rounds: must be in 1..1000000 for the demo (it also "
+                                "trains "
      "that many rounds in this process, for the reference loss), got 0"),
     (("vectors", "check", "/nonexistent-flodl-vectors"),
      "/nonexistent-flodl-vectors: does not exist"),
@@ -1528,8 +1529,8 @@ def test_relay_ranks_with_an_empty_item_is_a_usage_error(
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
                                "--world-size", "2", "--salt", SALT_HEX)
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto relay: error: --ranks expects a list of ranks like 0,1 or 0-3, "
-                   f"got {ranks!r} (an empty item)\n")
+    assert err == (f"flodl-proto relay: error: argument --ranks: expected a list of ranks like 0,1 "
+                   f"or 0-3, got {ranks!r} (an empty item)\n")
 
 
 @pytest.mark.parametrize(("command", "where", "prefix"), [
@@ -1544,13 +1545,13 @@ def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
                              "--salt-file", str(missing))
     assert code == 2
-    assert err == f"{prefix}--salt-file {missing}: No such file or directory\n"
+    assert err == f"{prefix}argument --salt-file: {missing}: No such file or directory\n"
     bad = tmp_path / "bad.hex"
     bad.write_text("not a salt\n")
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
                              "--salt-file", str(bad))
     assert code == 2
-    assert err.startswith(f"{prefix}--salt-file {bad}: ") and "32 hex digits" in err
+    assert err.startswith(f"{prefix}argument --salt-file: {bad}: ") and "32 hex digits" in err
     assert len(err.splitlines()) == 1
 
 
@@ -1569,8 +1570,8 @@ def test_a_salt_file_error_never_shows_the_file_s_digits(
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
                                "--world-size", "1", "--salt-file", str(path))
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto relay: error: --salt-file {path}: session salt must be 16 bytes "
-                   f"written as 32 hex digits, got {problem}\n")
+    assert err == (f"flodl-proto relay: error: argument --salt-file: {path}: session salt must be "
+                   f"16 bytes written as 32 hex digits, got {problem}\n")
     assert "d5c6" not in err
 
 
@@ -1959,8 +1960,8 @@ def test_world_size_out_of_the_u32_range_is_a_usage_error(command: str, where: l
                                                           world_size: str) -> None:
     res = _cli(command, *where, "--world-size", world_size, "--salt", SALT_HEX, timeout=30)
     assert res.returncode == 2, res.stderr
-    _one_error_line(res.stderr, f"--world-size must be in 1..4294967295 (the handshake's u32 "
-                                f"field), got {world_size}")
+    _one_error_line(res.stderr, f"argument --world-size: must be in 1..4294967295 (the handshake's "
+                                f"u32 field), got {world_size}")
 
 
 @pytest.mark.parametrize(("outer", "field", "number"), [("nesterov:nan,0.9", "LR", "nan"),
@@ -1971,9 +1972,9 @@ def test_outer_with_a_non_finite_number_is_a_usage_error(outer: str, field: str,
                "--outer", outer, timeout=30)
     assert (res.returncode, res.stdout) == (2, ""), res.stderr
     name = outer.partition(":")[0]
-    assert res.stderr == (f"flodl-proto controller: error: --outer {outer!r}: {field} "
-                          f"{number!r} is not a finite number; expected {name}:LR,MU (two "
-                          "finite numbers)\n")
+    assert res.stderr == (f"flodl-proto controller: error: argument --outer: {outer!r}: {field} "
+                          f"{number!r} is not a finite number; expected {name}:LR,MU (two finite "
+                          f"numbers)\n")
 
 
 @pytest.mark.parametrize(("outer", "field", "number", "why"), [
@@ -1992,7 +1993,7 @@ def test_parse_outer_reads_numbers_as_upstream_does(outer: str, field: str, numb
     with pytest.raises(ValueError) as ei:
         parse_outer(outer)
     name = outer.partition(":")[0]
-    assert str(ei.value) == (f"--outer {outer!r}: {field} {number!r} is not a finite "
+    assert str(ei.value) == (f"argument --outer: {outer!r}: {field} {number!r} is not a finite "
                              f"number{why}; expected {name}:LR,MU (two finite numbers)")
 
 
@@ -2006,7 +2007,7 @@ def test_parse_outer_accepts_plain_numbers_with_blanks_around_them() -> None:
     assert isinstance(got, SlowMomentum) and (got.lr, got.mu) == (0.5, -1.0)
     assert isinstance(parse_outer("avg"), OuterAvg) and parse_outer(None) is None
     for bad in ("nesterov:1", "nesterov:1,2,3", "avg:1", "adam:1,2"):
-        with pytest.raises(ValueError, match=r"^--outer "):
+        with pytest.raises(ValueError, match=r"^argument --outer: "):
             parse_outer(bad)
 
 
@@ -2031,8 +2032,9 @@ def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: li
     salt_file = str(path) if big == "file" else "/dev/zero"
     res = _cli(command, *where, "--salt-file", salt_file, timeout=30)
     assert res.returncode == 2, res.stderr
-    assert res.stderr == (f"{prefix}--salt-file {salt_file}: longer than {SALT_FILE_MAX_BYTES} "
-                          "bytes: not a session salt (32 hex digits, or 16 raw bytes)\n")
+    assert res.stderr == (f"{prefix}argument --salt-file: {salt_file}: longer than "
+                          f"{SALT_FILE_MAX_BYTES} bytes: not a session salt (32 hex digits, or 16 "
+                          f"raw bytes)\n")
 
 
 # -- item: FLODL_NET_TIMEOUT_SCALE (``1e308`` overflowed the controller's accept loop) -----------
@@ -2090,8 +2092,8 @@ def test_conform_timeout_scale_is_checked_as_the_variable_it_sets(
     code, out, err = _run_main(capsys, "conform", "controller", "--launch", "true {port}",
                                "--cases", "nothing.*", "--timeout-scale", value)
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto conform controller: error: --timeout-scale={value!r} {problem}; "
-                   "expected a finite scale factor from 0.1 to 1000\n")
+    assert err == (f"flodl-proto conform controller: error: argument --timeout-scale: {value!r} "
+                   f"{problem}; expected a finite scale factor from 0.1 to 1000\n")
 
 
 # -- item: ``docs --out /dev/stdout`` printed its "written" line after the document ------------
@@ -2180,8 +2182,8 @@ def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
     path.write_bytes(content)
     with pytest.raises(ValueError) as e:
         cli_salt(None, str(path))
-    assert str(e.value) == (f"--salt-file {path}: session salt must be 16 bytes written as 32 "
-                            f"hex digits, got {got}")
+    assert str(e.value) == (f"argument --salt-file: {path}: session salt must be 16 bytes written "
+                            f"as 32 hex digits, got {got}")
     raw = bytes(range(240, 256))  # 16 raw bytes, none of them ASCII: the salt itself
     path.write_bytes(raw)
     assert cli_salt(None, str(path)) == raw

@@ -97,8 +97,8 @@ def test_listen_not_an_address_reads_as_the_other_option_lines(
     code, out, err = _run_main(capsys, "controller", "--listen", "127.0.0.1:99999",
                                "--world-size", "1", "--salt", SALT_HEX)
     assert (code, out) == (2, "")
-    assert err == ("flodl-proto controller: error: --listen '127.0.0.1:99999': not a HOST:PORT "
-                   "address: port 99999 is not in 0..65535\n")
+    assert err == ("flodl-proto controller: error: argument --listen: '127.0.0.1:99999': not a "
+                   "HOST:PORT address: port 99999 is not in 0..65535\n")
 
 
 _RELAY_OF = ("relay", "--ranks", "0", "--world-size", "1", "--salt", SALT_HEX)
@@ -113,18 +113,18 @@ _RELAY_OF = ("relay", "--ranks", "0", "--world-size", "1", "--salt", SALT_HEX)
      "flodl-proto relay: error: argument --listen-port: not a port number: '7x'"),
     # not given: the controller's port + 4, named by the option it came from and the one to give
     ((*_RELAY_OF, "--controller", "127.0.0.1:65532"),
-     "flodl-proto relay: error: --controller '127.0.0.1:65532': port 65536 is not in 0..65535 "
-     "(the default --listen-port: the controller's port + 4); give --listen-port"),
+     "flodl-proto relay: error: argument --controller: '127.0.0.1:65532': port 65536 is not in "
+     "0..65535 (the default --listen-port: the controller's port + 4); give --listen-port"),
     ((*_RELAY_OF, "--controller", "127.0.0.1:70000"),
-     "flodl-proto relay: error: --controller '127.0.0.1:70000': not a HOST:PORT address: port "
-     "70000 is not in 1..65535"),
+     "flodl-proto relay: error: argument --controller: '127.0.0.1:70000': not a HOST:PORT address: "
+     "port 70000 is not in 1..65535"),
     (("rank", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX, "--relay",
       "127.0.0.1:70000"),
-     "flodl-proto rank: error: --relay '127.0.0.1:70000': not a HOST:PORT address: port 70000 "
-     "is not in 1..65535"),
+     "flodl-proto rank: error: argument --relay: '127.0.0.1:70000': not a HOST:PORT address: port "
+     "70000 is not in 1..65535"),
     (("controller", "--world-size", "1", "--salt", SALT_HEX, "--listen", "127.0.0.1:70000"),
-     "flodl-proto controller: error: --listen '127.0.0.1:70000': not a HOST:PORT address: port "
-     "70000 is not in 0..65535"),
+     "flodl-proto controller: error: argument --listen: '127.0.0.1:70000': not a HOST:PORT "
+     "address: port 70000 is not in 0..65535"),
     (("decode", "--pcap", "--port", "70000", "x.pcap"),
      "flodl-proto decode: error: argument --port: port 70000 is not in 1..65535"),
 ], ids=["listen-port-above", "listen-port-negative", "listen-port-not-a-number",
@@ -289,10 +289,10 @@ def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture
     (["demo", "--no-progress", "--salt-file", "{path}"], 2,
      "flodl-proto demo: error: --salt-file {shown}: No such file or directory"),
     (["controller", "--listen", "127.0.0.1:0", "--world-size", "2", "--salt-file", "{path}"], 2,
-     "flodl-proto controller: error: --salt-file {shown}: No such file or directory"),
+     "flodl-proto controller: error: argument --salt-file: {shown}: No such file or directory"),
     (["relay", "--controller", "127.0.0.1:9", "--ranks", "0", "--world-size", "1",
       "--salt-file", "{path}"], 2,
-     "flodl-proto relay: error: --salt-file {shown}: No such file or directory"),
+     "flodl-proto relay: error: argument --salt-file: {shown}: No such file or directory"),
     (["decode", "{path}"], 2,
      "flodl-proto decode: error: cannot read input {shown}: No such file or directory"),
     (["docs", "--check", "--out", "{path}"], 1,
@@ -312,3 +312,73 @@ def test_a_path_with_a_line_break_or_an_escape_is_quoted_in_one_line(
     assert got[2].count("\n") == 1 and "\x1b" not in got[2], got[2]
     head, _, tail = want.partition("(spec: ...)")
     assert got[2].startswith(head) and got[2].endswith(tail + "\n"), got[2]
+
+
+# -- every option value the package checks itself reads as argparse's: argument --X: ... -------
+_CTL = ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX)
+_RLY = ("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "2", "--salt",
+        SALT_HEX)
+_RNK = ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "--salt", SALT_HEX)
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("controller", "--listen", "x", "--world-size", "1", "--salt", SALT_HEX),
+     "flodl-proto controller: error: argument --listen: 'x': not a HOST:PORT address: no port"),
+    (("relay", "--controller", "x", "--ranks", "0", "--world-size", "1", "--salt", SALT_HEX),
+     "flodl-proto relay: error: argument --controller: 'x': not a HOST:PORT address: no port"),
+    (("relay", "--controller", "127.0.0.1:65532", "--ranks", "0", "--world-size", "1", "--salt",
+      SALT_HEX),
+     "flodl-proto relay: error: argument --controller: '127.0.0.1:65532': port 65536 is not in "
+     "0..65535 (the default --listen-port: the controller's port + 4); give --listen-port"),
+    (("rank", "--relay", "x", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX),
+     "flodl-proto rank: error: argument --relay: 'x': not a HOST:PORT address: no port"),
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "0", "--salt", SALT_HEX),
+     "flodl-proto controller: error: argument --world-size: must be in 1..4294967295 (the "
+     "handshake's u32 field), got 0"),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "0,2", "--world-size", "2", "--salt",
+      SALT_HEX),
+     "flodl-proto relay: error: argument --ranks: '0,2': every rank must be < --world-size 2, got "
+     "rank 2"),
+    ((*_RLY[:3], "--ranks", "x", *_RLY[5:]),
+     "flodl-proto relay: error: argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
+     "'x'"),
+    ((*_RNK[:3], "--rank", "2", *_RNK[5:]),
+     "flodl-proto rank: error: argument --rank: must be in 0..1 (below --world-size), got 2"),
+    ((*_RNK, "--rounds", "0"),
+     "flodl-proto rank: error: argument --rounds: must be in 1..1000000, got 0"),
+    ((*_RNK, "--interval", "-1"),
+     "flodl-proto rank: error: argument --interval: must be a finite number >= 0, got '-1'"),
+    ((*_RNK, "--payload-mib", "-1"),
+     "flodl-proto rank: error: argument --payload-mib: must be a finite number >= 0, got '-1'"),
+    ((*_CTL, "--outer", "foo"),
+     "flodl-proto controller: error: argument --outer: 'foo': expected avg, slow-momentum:LR,MU or "
+     "nesterov:LR,MU"),
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file", "nonexist"),
+     "flodl-proto controller: error: argument --salt-file: nonexist: No such file or directory"),
+    (("conform", "controller", "--list", "--jobs", "0"),
+     "flodl-proto conform controller: error: argument --jobs: must be in 1..1024, got 0"),
+    (("conform", "controller", "--list", "--timeout-scale", "0"),
+     "flodl-proto conform controller: error: argument --timeout-scale: '0' is out of range; "
+     "expected a finite scale factor from 0.1 to 1000"),
+    (("demo", "--no-progress", "--hosts", "5"),
+     "flodl-proto demo: error: argument --hosts: must be in 1..4 (at most --world-size), got 5"),
+    (("demo", "--no-progress", "--seed", "-1"),
+     f"flodl-proto demo: error: argument --seed: must be in 0..{2**128 - 1} (a 128-bit seed), got "
+     f"-1"),
+    (("demo", "--no-progress", "--kill-rank", "x"),
+     "flodl-proto demo: error: argument --kill-rank: expected R@ROUND (two whole numbers), got "
+     "'x'"),
+    (("demo", "--no-progress", "--kill-rank", "9@3"),
+     "flodl-proto demo: error: argument --kill-rank: '9@3': R must be in 0..3 (a rank of "
+     "--world-size 4) and ROUND in 1..40 (--rounds), got rank 9"),
+], ids=["listen", "controller", "controller-default-listen-port", "relay", "world-size",
+        "ranks-vs-world-size", "ranks", "rank", "rounds", "interval", "payload-mib", "outer",
+        "salt-file", "jobs", "timeout-scale", "hosts", "seed", "kill-rank", "kill-rank-range"])
+def test_an_option_value_refused_reads_as_argparse_words_it(
+        args: tuple[str, ...], line: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A value the command checks itself is refused in argparse's words for an option
+    (``argument --X: ...``), with exit 2, as one line: the option whose value is wrong, then the
+    value as given (quoted) and the reason."""
+    monkeypatch.chdir(tmp_path)  # salt-file: a path that is not there
+    assert _run_main(capsys, *args) == (2, "", line + "\n")

@@ -187,7 +187,7 @@ def test_a_long_address_is_not_echoed_whole(capsys: pytest.CaptureFixture[str],
     code, out, err = _run_main(capsys, *args)
     assert (code, out) == (2, "")
     assert len(err.splitlines()) == 1
-    assert f"{option} '" in err and "' (3003 characters): not a HOST:PORT address" in err
+    assert f"argument {option}: '" in err and "' (3003 characters): not a HOST:PORT address" in err
     assert "(3000 characters) is not a valid host name" in err
     assert len(err) < 400
 
@@ -198,18 +198,19 @@ _SALT = "0" * 32
 
 @pytest.mark.parametrize(("args", "message"), [
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
-      "--rounds", "-" + _BIG), "--rounds must be in 1..1000000, got <a negative integer of 16610 "
+      "--rounds", "-" + _BIG), "argument --rounds: must be in 1..1000000, got <a negative integer "
+                               "of 16610 "
      "bits>"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", _BIG, "--world-size", "1", "--salt", _SALT),
-     "--rank must be in 0..0 (below --world-size), got <an integer of 16610 bits>"),
+     "argument --rank: must be in 0..0 (below --world-size), got <an integer of 16610 bits>"),
     (("controller", "--listen", "127.0.0.1:0", "--world-size", _BIG, "--salt", _SALT),
-     "--world-size must be in 1..4294967295 (the handshake's u32 field), got <an integer of "
-     "16610 bits>"),
+     "argument --world-size: must be in 1..4294967295 (the handshake's u32 field), got <an integer "
+     "of 16610 bits>"),
     (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1", "--salt",
       _SALT, "--listen-port", _BIG), "argument --listen-port: port <an integer of 16610 bits> "
      "is not in 0..65535"),
     (("conform", "controller", "--launch", "true", "--jobs", "-" + _BIG),
-     "--jobs must be in 1..1024, got <a negative integer of 16610 bits>"),
+     "argument --jobs: must be in 1..1024, got <a negative integer of 16610 bits>"),
     (("decode", "--protocol-version", _BIG), "argument --protocol-version: invalid choice: "
      "<an integer of 16610 bits> (choose from 2, 3)"),
     (("decode", "--pcap", "--port", _BIG), "argument --port: port <an integer of 16610 bits> "
@@ -233,16 +234,19 @@ _RANK = ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ((*_RANK, "--rounds", "0"), "--rounds must be in 1..1000000, got 0"),
-    ((*_RANK, "--rounds", "1000001"), "--rounds must be in 1..1000000, got 1000001"),
-    ((*_RANK, "--rounds", _BIG), "--rounds must be in 1..1000000, got <an integer of 16610 bits>"),
+    ((*_RANK, "--rounds", "0"), "argument --rounds: must be in 1..1000000, got 0"),
+    ((*_RANK, "--rounds", "1000001"), "argument --rounds: must be in 1..1000000, got 1000001"),
+    ((*_RANK, "--rounds", _BIG), "argument --rounds: must be in 1..1000000, got <an integer of "
+                                 "16610 bits>"),
     # the largest is taken: the next check speaks
     ((*_RANK, "--rounds", "1000000", "--payload-mib", "-1"),
-     "--payload-mib must be a finite number >= 0, got -1.0"),
-    (("conform", "controller", "--list", "--jobs", "0"), "--jobs must be in 1..1024, got 0"),
-    (("conform", "controller", "--list", "--jobs", "1025"), "--jobs must be in 1..1024, got 1025"),
+     "argument --payload-mib: must be a finite number >= 0, got '-1'"),
+    (("conform", "controller", "--list", "--jobs", "0"), "argument --jobs: must be in 1..1024, got "
+                                                         "0"),
+    (("conform", "controller", "--list", "--jobs", "1025"), "argument --jobs: must be in 1..1024, "
+                                                            "got 1025"),
     (("conform", "controller", "--list", "--jobs", _BIG),
-     "--jobs must be in 1..1024, got <an integer of 16610 bits>"),
+     "argument --jobs: must be in 1..1024, got <an integer of 16610 bits>"),
 ], ids=["rounds-0", "rounds-above", "rounds-huge", "rounds-max", "jobs-0", "jobs-above",
         "jobs-huge"])
 def test_rank_rounds_and_conform_jobs_are_bounded(
@@ -286,9 +290,11 @@ _TOO_LARGE = (f"'{'9' * 40}...{'9' * 20}' (400 characters) is out of range: abov
       "--interval", "1e400"), "argument --interval: '1e400' is out of range: above the largest "
      "finite number, 1.79769e+308"),
     # written as such, an infinity is the command's range error, as before
-    (("demo", "--payload-mib", "inf"), "--payload-mib must be a finite number >= 0, got inf"),
+    (("demo", "--payload-mib", "inf"), "argument --payload-mib: must be a finite number >= 0, got "
+                                       "'inf'"),
     # far above the limit: the frame's length (hundreds of digits) is left out
-    (("demo", "--payload-mib", "1e300"), "--payload-mib must be at most 1023.99, got 1e+300: a "
+    (("demo", "--payload-mib", "1e300"), "argument --payload-mib: must be at most 1023.99, got "
+                                         "'1e300': a "
      "rank's frame would be above the frame ceiling of 1073741824 bytes"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
       "--payload-mib", "1e300"), "--payload-mib 1e+300 makes a frame above the frame ceiling "
@@ -523,8 +529,8 @@ def test_relay_ranks_take_ascii_digits_only(ranks: str, why: str,
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
                                "--world-size", "20", "--salt", _SALT, "--frame-ceiling", "4G")
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto relay: error: --ranks expects a list of ranks like 0,1 or 0-3, "
-                   f"got {shown(ranks)}{why}\n")
+    assert err == (f"flodl-proto relay: error: argument --ranks: expected a list of ranks like 0,1 "
+                   f"or 0-3, got {shown(ranks)}{why}\n")
 
 
 @pytest.mark.parametrize(("ranks", "expected"), [
@@ -549,7 +555,8 @@ def test_relay_ranks_listed_twice_name_the_option(ranks: str, rank: str,
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", ranks,
                                "--world-size", "4", "--salt", _SALT, "--frame-ceiling", "4G")
     assert (code, out) == (2, "")
-    assert err == f"flodl-proto relay: error: --ranks '{ranks}': rank {rank} is listed twice\n"
+    assert err == (f"flodl-proto relay: error: argument --ranks: '{ranks}': rank {rank} is listed "
+                   f"twice\n")
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -563,17 +570,17 @@ def test_relay_ranks_listed_twice_name_the_option(ranks: str, rank: str,
     (("decode", "--max-input", "1_000", "/nonexistent/x.bin"),
      f"argument --max-input: expected a number of bytes, got '1_000' {_NOT_PLAIN}"),
     (("demo", "--no-progress", "--kill-rank", "1@\u0662"),
-     f"--kill-rank expects R@ROUND (two whole numbers), got '1@\u0662' {_NOT_PLAIN}"),
+     f"argument --kill-rank: expected R@ROUND (two whole numbers), got '1@\u0662' {_NOT_PLAIN}"),
     (("dissector", "--port", "\uff17\uff10\uff10\uff10"),
      f"argument --port: not a port number: '\uff17\uff10\uff10\uff10' {_NOT_PLAIN}"),
     (("decode", "--pcap", "--port", "5_5", "/nonexistent/x.pcap"),
      f"argument --port: not a port number: '5_5' {_NOT_PLAIN}"),
     ((*_RANK[:2], "127.0.0.1:\uff17\uff10\uff10\uff10", *_RANK[3:]),
-     "--relay '127.0.0.1:\uff17\uff10\uff10\uff10': not a HOST:PORT address: port "
+     f"argument --relay: '127.0.0.1:\uff17\uff10\uff10\uff10': not a HOST:PORT address: port "
      f"'\uff17\uff10\uff10\uff10' is not a decimal number {_NOT_PLAIN}"),
     (("conform", "relay", "--timeout-scale", "1_0", "--launch", "x"),
-     f"--timeout-scale='1_0' is not a number {_NOT_PLAIN}; expected a finite scale factor from "
-     "0.1 to 1000"),
+     f"argument --timeout-scale: '1_0' is not a number {_NOT_PLAIN}; expected a finite scale "
+     f"factor from 0.1 to 1000"),
     ((*_RELAY[:-1], "4G", "--world-size", "4\u00a0"),
      f"argument --world-size: invalid int value: '4\\xa0' {_NON_ASCII_BLANK}"),
 ])
@@ -588,15 +595,15 @@ def test_number_options_say_why_text_int_reads_is_refused(
 
 
 @pytest.mark.parametrize(("ranks", "world", "message"), [
-    ("0,99999999999999999999", "1", "--ranks '0,99999999999999999999': every rank must be < "
-                                    "--world-size 1, got rank 99999999999999999999"),
-    ("3", "2", "--ranks '3': every rank must be < --world-size 2, got rank 3"),
-    ("0," + _BIG, "4294967295", f"--ranks '0,{'9' * 38}...{'9' * 20}' (5002 characters): every "
-                                "rank must be < --world-size 4294967295, got rank <an integer of "
-                                "16610 bits>"),
-    (",".join(["0"] * 10**6), "4", f"--ranks '{'0,' * 20}...{',0' * 10}' (1999999 characters): "
-                                   "1000000 ranks need as many loopback connections, more than "
-                                   "this process may open ("),
+    ("0,99999999999999999999", "1", "argument --ranks: '0,99999999999999999999': every rank must "
+                                    "be < --world-size 1, got rank 99999999999999999999"),
+    ("3", "2", "argument --ranks: '3': every rank must be < --world-size 2, got rank 3"),
+    ("0," + _BIG, "4294967295", f"argument --ranks: '0,{'9' * 38}...{'9' * 20}' (5002 characters): "
+                                f"every rank must be < --world-size 4294967295, got rank <an "
+                                f"integer of 16610 bits>"),
+    (",".join(["0"] * 10**6), "4", f"argument --ranks: '{'0,' * 20}...{',0' * 10}' (1999999 "
+                                   f"characters): 1000000 ranks need as many loopback connections, "
+                                   f"more than this process may open ("),
 ])
 def test_relay_ranks_out_of_range_name_the_option_and_the_value(
         ranks: str, world: str, message: str, capsys: pytest.CaptureFixture[str],

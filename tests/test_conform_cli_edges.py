@@ -204,5 +204,6 @@ def test_an_invalid_timeout_scale_is_shown_as_given(
     # --timeout-scale ' ' was shown as ''
     assert main(["conform", "controller", "--launch", "x", "--timeout-scale", value]) == 2
     assert capsys.readouterr() == (
-        "", f"{_PREFIX}--timeout-scale={value!r} {problem}; expected a finite scale factor "
+        "", f"{_PREFIX}argument --timeout-scale: {value!r} {problem}; expected a finite scale "
+            f"factor "
         "from 0.1 to 1000\n")

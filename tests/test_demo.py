@@ -129,73 +129,76 @@ _ROUNDS_MAX = ("1000000 for the demo (it also trains that many rounds in this pr
 
 @pytest.mark.parametrize(("args", "message"), [
     # the demo's own range: the handshake's u32 range said 1..4294967295 for 0
-    (["--world-size", "0"], "--world-size must be in 1..64 for the demo (a process per rank on "
-                            "this machine), got 0"),
-    (["--world-size", "-2", "--hosts", "1"], "--world-size must be in 1..64 for the demo (a "
-                                             "process per rank on this machine), got -2"),
-    (["--world-size", "4294967296"], "--world-size must be in 1..64 for the demo (a process per "
-                                     "rank on this machine), got 4294967296"),
-    (["--world-size", "65"], "--world-size must be in 1..64 for the demo (a process per rank "
-                             "on this machine), got 65"),
-    (["--hosts", "0"], "--hosts must be in 1..4 (at most --world-size), got 0"),
-    (["--hosts", "5"], "--hosts must be in 1..4 (at most --world-size), got 5"),
-    (["--rounds", "0"], f"--rounds must be in 1..{_ROUNDS_MAX}, got 0"),
+    (["--world-size", "0"], "argument --world-size: must be in 1..64 for the demo (a process per "
+                            "rank on this machine), got 0"),
+    (["--world-size", "-2", "--hosts", "1"], "argument --world-size: must be in 1..64 for the demo "
+                                             "(a process per rank on this machine), got -2"),
+    (["--world-size", "4294967296"], "argument --world-size: must be in 1..64 for the demo (a "
+                                     "process per rank on this machine), got 4294967296"),
+    (["--world-size", "65"], "argument --world-size: must be in 1..64 for the demo (a process per "
+                             "rank on this machine), got 65"),
+    (["--hosts", "0"], "argument --hosts: must be in 1..4 (at most --world-size), got 0"),
+    (["--hosts", "5"], "argument --hosts: must be in 1..4 (at most --world-size), got 5"),
+    (["--rounds", "0"], f"argument --rounds: must be in 1..{_ROUNDS_MAX}, got 0"),
     # no upper bound: a huge count started the cluster and failed in it with a traceback
-    (["--rounds", "1000001"], f"--rounds must be in 1..{_ROUNDS_MAX}, got 1000001"),
+    (["--rounds", "1000001"], f"argument --rounds: must be in 1..{_ROUNDS_MAX}, got 1000001"),
     # more digits than int() reads: argparse echoed them whole ("invalid int value: '999...")
-    (["--rounds", "9" * 5000], f"--rounds must be in 1..{_ROUNDS_MAX}, got "
-                               "<an integer of 16610 bits>"),
-    (["--seed", "9" * 5000], f"--seed must be in 0..{2**128 - 1} (a 128-bit seed), got "
-                             "<an integer of 16610 bits>"),
-    (["--world-size", "-" + "9" * 100], "--world-size must be in 1..64 for the demo (a process "
-                                        "per rank on this machine), got <a negative integer of 333 "
-                                        "bits>"),
-    (["--payload-mib", "-1"], "--payload-mib must be a finite number >= 0, got -1.0"),
-    (["--payload-mib", "nan"], "--payload-mib must be a finite number >= 0, got nan"),
-    (["--payload-mib", "inf"], "--payload-mib must be a finite number >= 0, got inf"),
-    (["--payload-mib", "1e12"], "--payload-mib must be at most 1023.99, got 1000000000000.0: a "
-                                "rank's frame would be 1048576000000000121 bytes, above the "
-                                "frame ceiling of 1073741824 bytes"),
-    (["--payload-mib", "1024"], "--payload-mib must be at most 1023.99, got 1024.0: a rank's "
-                                "frame would be 1073741945 bytes, above the frame ceiling of "
-                                "1073741824 bytes"),
-    (["--payload-mib", "2048", "--bf16"], "--payload-mib must be at most 2047.99 with --bf16, "
-                                          "got 2048.0: a rank's frame would be 1073741911 "
+    (["--rounds", "9" * 5000], f"argument --rounds: must be in 1..{_ROUNDS_MAX}, got <an integer "
+                               f"of 16610 bits>"),
+    (["--seed", "9" * 5000], f"argument --seed: must be in 0..{2**128 - 1} (a 128-bit seed), got "
+                             f"<an integer of 16610 bits>"),
+    (["--world-size", "-" + "9" * 100], "argument --world-size: must be in 1..64 for the demo (a "
+                                        "process per rank on this machine), got <a negative "
+                                        "integer of 333 bits>"),
+    (["--payload-mib", "-1"], "argument --payload-mib: must be a finite number >= 0, got '-1'"),
+    (["--payload-mib", "nan"], "argument --payload-mib: must be a finite number >= 0, got 'nan'"),
+    (["--payload-mib", "inf"], "argument --payload-mib: must be a finite number >= 0, got 'inf'"),
+    (["--payload-mib", "1e12"], "argument --payload-mib: must be at most 1023.99, got '1e12': a "
+                                "rank's frame would be 1048576000000000121 bytes, above the frame "
+                                "ceiling of 1073741824 bytes"),
+    (["--payload-mib", "1024"], "argument --payload-mib: must be at most 1023.99, got '1024': a "
+                                "rank's frame would be 1073741945 bytes, above the frame ceiling "
+                                "of 1073741824 bytes"),
+    (["--payload-mib", "2048", "--bf16"], "argument --payload-mib: must be at most 2047.99 with "
+                                          "--bf16, got '2048': a rank's frame would be 1073741911 "
                                           "bytes, above the frame ceiling of 1073741824 bytes"),
-    (["--seed", "-1"], f"--seed must be in 0..{2**128 - 1} (a 128-bit seed), got -1"),
+    (["--seed", "-1"], f"argument --seed: must be in 0..{2**128 - 1} (a 128-bit seed), got -1"),
     # a negative learning rate or a momentum of 1 or more diverges: the in-process reference
     # diverged with it, and nesterov:-1,5 passed at a loss of 3.6e14
-    (["--outer", "nesterov:-1,5"], "--outer 'nesterov:-1,5': LR must be > 0 (a learning rate), "
-                                   "got -1"),
-    (["--outer", "slow-momentum:0,0.9"], "--outer 'slow-momentum:0,0.9': LR must be > 0 (a "
-                                         "learning rate), got 0"),
-    (["--outer", "nesterov:0.7,1"], "--outer 'nesterov:0.7,1': MU must be in [0, 1) (a "
+    (["--outer", "nesterov:-1,5"], "argument --outer: 'nesterov:-1,5': LR must be > 0 (a learning "
+                                   "rate), got -1"),
+    (["--outer", "slow-momentum:0,0.9"], "argument --outer: 'slow-momentum:0,0.9': LR must be > 0 "
+                                         "(a learning rate), got 0"),
+    (["--outer", "nesterov:0.7,1"], "argument --outer: 'nesterov:0.7,1': MU must be in [0, 1) (a "
                                     "momentum), got 1"),
-    (["--outer", "slow-momentum:1,-0.5"], "--outer 'slow-momentum:1,-0.5': MU must be in [0, 1) "
-                                          "(a momentum), got -0.5"),
+    (["--outer", "slow-momentum:1,-0.5"], "argument --outer: 'slow-momentum:1,-0.5': MU must be in "
+                                          "[0, 1) (a momentum), got -0.5"),
     # the outer step runs in 32-bit floats: 1e308 overflowed (NumPy warnings, a nan loss) and
     # 1e-320 was 0 (no step at all); a momentum that rounds to 1 is 1
-    (["--outer", "nesterov:1e308,0"], "--outer 'nesterov:1e308,0': LR 1e+308 is infinite as a "
-                                      "32-bit float (the outer step's precision); a learning "
+    (["--outer", "nesterov:1e308,0"], "argument --outer: 'nesterov:1e308,0': LR 1e+308 is infinite "
+                                      "as a 32-bit float (the outer step's precision); a learning "
                                       "rate must be in 1.4013e-45..3.40282e+38"),
-    (["--outer", "slow-momentum:1e-320,0.5"], "--outer 'slow-momentum:1e-320,0.5': LR 1e-320 is "
-                                              "0 as a 32-bit float (the outer step's precision); "
-                                              "a learning rate must be in 1.4013e-45..3.40282e+38"),
-    (["--outer", "nesterov:1,0.999999999"], "--outer 'nesterov:1,0.999999999': MU 0.999999999 "
-                                            "is 1 as a 32-bit float (the outer step's "
+    (["--outer", "slow-momentum:1e-320,0.5"], "argument --outer: 'slow-momentum:1e-320,0.5': LR "
+                                              "1e-320 is 0 as a 32-bit float (the outer step's "
+                                              "precision); a learning rate must be in "
+                                              "1.4013e-45..3.40282e+38"),
+    (["--outer", "nesterov:1,0.999999999"], "argument --outer: 'nesterov:1,0.999999999': MU "
+                                            "0.999999999 is 1 as a 32-bit float (the outer step's "
                                             "precision); a momentum must be below 1"),
-    (["--outer", "nesterov:x,0.9"], "--outer 'nesterov:x,0.9': LR 'x' is not a finite number; "
-                                    "expected nesterov:LR,MU (two finite numbers)"),
-    (["--kill-rank", "x@1"], "--kill-rank expects R@ROUND (two whole numbers), got 'x@1'"),
-    (["--kill-rank", "1@"], "--kill-rank expects R@ROUND (two whole numbers), got '1@'"),
-    (["--kill-rank", "1"], "--kill-rank expects R@ROUND (two whole numbers), got '1'"),
+    (["--outer", "nesterov:x,0.9"], "argument --outer: 'nesterov:x,0.9': LR 'x' is not a finite "
+                                    "number; expected nesterov:LR,MU (two finite numbers)"),
+    (["--kill-rank", "x@1"], "argument --kill-rank: expected R@ROUND (two whole numbers), got "
+                             "'x@1'"),
+    (["--kill-rank", "1@"], "argument --kill-rank: expected R@ROUND (two whole numbers), got '1@'"),
+    (["--kill-rank", "1"], "argument --kill-rank: expected R@ROUND (two whole numbers), got '1'"),
     # more digits than int() converts: was "Exceeds the limit (4300 digits) ..."
-    (["--kill-rank", "1@" + "9" * 4301], "--kill-rank expects R@ROUND (two whole numbers), got "
-                                         f"'1@{'9' * 38}...{'9' * 20}' (4303 characters)"),
-    (["--kill-rank", "9@3"], "--kill-rank 9@3: R must be in 0..3 (a rank of --world-size 4) "
-                             "and ROUND in 1..40 (--rounds), got rank 9"),
-    (["--kill-rank", "1@41"], "--kill-rank 1@41: R must be in 0..3 (a rank of --world-size 4) "
-                              "and ROUND in 1..40 (--rounds), got round 41"),
+    (["--kill-rank", "1@" + "9" * 4301], f"argument --kill-rank: expected R@ROUND (two whole "
+                                         f"numbers), got '1@{'9' * 38}...{'9' * 20}' (4303 "
+                                         f"characters)"),
+    (["--kill-rank", "9@3"], "argument --kill-rank: '9@3': R must be in 0..3 (a rank of "
+                             "--world-size 4) and ROUND in 1..40 (--rounds), got rank 9"),
+    (["--kill-rank", "1@41"], "argument --kill-rank: '1@41': R must be in 0..3 (a rank of "
+                              "--world-size 4) and ROUND in 1..40 (--rounds), got round 41"),
 ])
 def test_demo_usage_errors_name_the_option_and_the_value(
         args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

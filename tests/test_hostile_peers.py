@@ -602,14 +602,14 @@ def test_a_huge_ranks_range_is_refused_before_it_is_expanded(
     finally:
         tracemalloc.stop()
     err = capsys.readouterr().err
-    assert (code, err) == (2, "flodl-proto relay: error: --ranks '0-4999999': every rank must "
-                              "be < --world-size 4, got rank 4999999\n")
+    assert (code, err) == (2, "flodl-proto relay: error: argument --ranks: '0-4999999': every rank "
+                              "must be < --world-size 4, got rank 4999999\n")
     assert peak < 8 << 20
     code = main(["relay", *salt, "--ranks", "0-99999999", "--world-size", "4294967295"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(
-        "flodl-proto relay: error: --ranks '0-99999999': 100000000 ranks need as many loopback "
-        "connections, more than this process may open (")
+        "flodl-proto relay: error: argument --ranks: '0-99999999': 100000000 ranks need as many "
+        "loopback connections, more than this process may open (")
     assert err.count("\n") == 1
 
 

@@ -101,5 +101,5 @@ def test_a_rank_outside_the_world_is_a_usage_error_naming_the_option(rank: str) 
     args[args.index("--rank") + 1] = rank
     res = _run(args)
     assert (res.returncode, res.stdout) == (2, "")
-    assert res.stderr == (f"flodl-proto rank: error: --rank must be in 0..0 (below "
+    assert res.stderr == (f"flodl-proto rank: error: argument --rank: must be in 0..0 (below "
                           f"--world-size), got {rank}\n")

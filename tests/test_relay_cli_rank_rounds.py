@@ -29,7 +29,8 @@ def test_fewer_than_one_round_is_a_usage_error_and_nothing_is_dialed(rounds: str
         with pytest.raises(BlockingIOError):
             relay.accept()[0].close()  # a rank that joined, even for no round
     assert (res.returncode, res.stdout) == (2, "")
-    assert res.stderr == f"flodl-proto rank: error: --rounds must be in 1..1000000, got {rounds}\n"
+    assert res.stderr == (f"flodl-proto rank: error: argument --rounds: must be in 1..1000000, got "
+                          f"{rounds}\n")
 
 
 def test_the_help_says_at_least_one_round_and_why() -> None:

@@ -19,7 +19,8 @@ from .._numbers import not_plain_note, plain_number
 from ..addr import PORT_MAX, port_not_in_range
 from ..errors import SHOWN_CHARS, _long_integer, shown
 
-__all__ = ["listen_port", "read_whole_number", "real_number", "tcp_port", "whole_number"]
+__all__ = ["RealNumber", "listen_port", "read_whole_number", "real_number", "shown_as_typed",
+           "tcp_port", "whole_number"]
 
 
 def tcp_port(text: str) -> int:
@@ -122,10 +123,38 @@ def read_whole_number(text: str) -> int | None:
 _INTEGER_TEXT = re.compile(r"\s*([-+]?)([0-9]+)\s*", re.ASCII)
 
 
+class RealNumber(float):
+    """A number option's value (a ``float``) that keeps the text it was written as, ``text``
+    (``'-1'``, ``' 1e3'``), so a range check shows the value as typed, not as ``float`` prints
+    it (``-1.0``). Arithmetic on it gives plain floats. Made by :func:`real_number`.
+
+    No upstream counterpart: upstream's binaries take no such options.
+    """
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> RealNumber:
+        number = super().__new__(cls, value)
+        number.text = text
+        return number
+
+    def __getnewargs__(self) -> tuple[float, str]:  # type: ignore[override]
+        return float(self), self.text
+
+
+def shown_as_typed(value: float) -> str:
+    """A number option's value for a message, quoted (:func:`~flodl_proto.errors.shown`): the
+    text it was written as for a :class:`RealNumber` (``'-1'``), else ``repr`` of the float
+    (``'-1.0'``, a default or a value given by a caller). Raises nothing. No upstream
+    counterpart."""
+    return shown(value.text if isinstance(value, RealNumber) else repr(value))
+
+
 def real_number(text: str) -> float:
     """argparse ``type=`` of a number option (``--payload-mib``, ``--interval``): the float
     ``float()`` reads from ``text`` written in ASCII without ``_``
-    (:func:`flodl_proto._numbers.plain_number`); its range is the command's check.
+    (:func:`flodl_proto._numbers.plain_number`), as a :class:`RealNumber` that keeps ``text``
+    for the messages; its range is the command's check.
 
     Raises:
         argparse.ArgumentTypeError: not a number (``invalid float value: 'x'``, as argparse's;
@@ -151,4 +180,4 @@ def real_number(text: str) -> float:
         bound = (f"above the largest finite number, {sys.float_info.max:g}" if value > 0
                  else f"below the smallest finite number, {-sys.float_info.max:g}")
         raise argparse.ArgumentTypeError(f"{shown(text)} is out of range: {bound}")
-    return value
+    return RealNumber(value, text)

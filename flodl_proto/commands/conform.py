@@ -259,10 +259,13 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage("--list writes no report; drop --junit/--json", args)
     try:
         check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
-    except ProtocolError as e:
-        return _usage(str(e), args)
+    except ProtocolError as e:  # as argparse words an option's value: argument --X: ...
+        f = e.fields
+        return _usage(f"argument --timeout-scale: {f.get('value')!r} {f.get('problem')}; expected "
+                      f"a finite scale factor from {f.get('minimum'):g} to "
+                      f"{f.get('maximum'):g}", args)
     if not 1 <= args.jobs <= JOBS_MAX:
-        return _usage(f"--jobs must be in 1..{JOBS_MAX}, got {args.jobs}", args)
+        return _usage(f"argument --jobs: must be in 1..{JOBS_MAX}, got {args.jobs}", args)
     if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
         return _usage(f"--junit {args.junit} and --json {args.json} are the same file (one "
                       "report would replace the other); give two paths", args)

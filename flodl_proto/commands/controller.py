@@ -129,18 +129,20 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
     if name in ("slow-momentum", "nesterov"):
         parts = params.split(",")
         if len(parts) != 2:
-            raise ValueError(f"--outer {shown(text)}: expected {name}:LR,MU (two finite numbers)")
+            raise ValueError(f"argument --outer: {shown(text)}: expected {name}:LR,MU (two finite "
+                             f"numbers)")
         values = []
         for field, part in zip(("LR", "MU"), parts, strict=True):
             value = parse_f64(part.strip())
             if value is None or not math.isfinite(value):
-                raise ValueError(f"--outer {shown(text)}: {field} {shown(part.strip())} is not "
-                                 f"a finite number{not_plain_note(part.strip())}; expected "
+                raise ValueError(f"argument --outer: {shown(text)}: {field} {shown(part.strip())} "
+                                 f"is not a finite number{not_plain_note(part.strip())}; expected "
                                  f"{name}:LR,MU (two finite numbers)")
             values.append(value)
         lr, mu = values
         return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
-    raise ValueError(f"--outer {shown(text)}: expected avg, slow-momentum:LR,MU or nesterov:LR,MU")
+    raise ValueError(f"argument --outer: {shown(text)}: expected avg, slow-momentum:LR,MU or "
+                     f"nesterov:LR,MU")
 
 
 def checkpoint_dir_problem(path: Path) -> str | None:
@@ -213,7 +215,7 @@ def _round_line(r: RoundReport) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the controller until the run ends; return the exit code (0, 1 or 2)."""
     try:
-        host, port = parse_addr(args.listen, field="--listen")
+        host, port = parse_addr(args.listen, field="argument --listen:")
     except ProtocolError as e:
         return _usage_error(str(e))
     try:

@@ -54,6 +54,7 @@ from ..addr import parse_addr
 from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
+from ._number_args import shown_as_typed
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
     add_frame_ceiling_option,
@@ -183,17 +184,18 @@ def run(args: argparse.Namespace) -> int:
         check_net_timeout_scale()
         check_world_size(args.world_size)
         if not 0 <= args.rank < args.world_size:  # the client checks it too, naming rank_id
-            raise ValueError(f"--rank must be in 0..{args.world_size - 1} (below --world-size), "
-                             f"got {args.rank}")
+            raise ValueError(f"argument --rank: must be in 0..{args.world_size - 1} (below "
+                             f"--world-size), got {args.rank}")
         salt = cli_salt(args.salt, args.salt_file)
-        addr = parse_addr(args.relay, field="--relay", dial=True)
+        addr = parse_addr(args.relay, field="argument --relay:", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
         if not 1 <= args.rounds <= ROUNDS_MAX:  # a rank that leaves ends the run: zero rounds
             # would only end the others'
-            raise ValueError(f"--rounds must be in 1..{ROUNDS_MAX}, got {args.rounds}")
+            raise ValueError(f"argument --rounds: must be in 1..{ROUNDS_MAX}, got {args.rounds}")
         for option, value in (("--payload-mib", args.payload_mib), ("--interval", args.interval)):
             if not 0 <= value < math.inf:  # nan and inf too: no frame or pause of that size
-                raise ValueError(f"{option} must be a finite number >= 0, got {value}")
+                raise ValueError(f"argument {option}: must be a finite number >= 0, got "
+                                 f"{shown_as_typed(value)}")
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2

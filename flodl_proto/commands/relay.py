@@ -207,17 +207,19 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     """:func:`resolve_salt` for a command line: a failure names the option that caused it.
 
     Raises:
-        ValueError: one line naming where the salt came from, ``--salt-file PATH`` (unreadable
-            file or not a salt), ``--salt`` or ``$FLODL_SESSION_SALT`` (malformed), or saying
-            there is none.
+        ValueError: one line naming where the salt came from, as argparse names an option
+            (``argument --salt-file: PATH: ...``: unreadable file or not a salt; ``argument
+            --salt: ...``: malformed), ``$FLODL_SESSION_SALT`` (malformed), or saying there is
+            none.
     """
     try:
         return resolve_salt(salt, salt_file)
     except OSError as e:
-        raise ValueError(f"--salt-file {shown_name(str(salt_file))}: {os_reason(e)}") from None
+        raise ValueError(f"argument --salt-file: {shown_name(str(salt_file))}: "
+                         f"{os_reason(e)}") from None
     except ProtocolError as e:
         if salt_file is not None:
-            raise ValueError(f"--salt-file {shown_name(salt_file)}: {e}") from None
+            raise ValueError(f"argument --salt-file: {shown_name(salt_file)}: {e}") from None
         if salt is not None:
             raise ValueError(f"argument --salt: {e}") from None
         if os.environ.get(SALT_ENV, "").strip():
@@ -232,8 +234,8 @@ def check_world_size(world_size: int) -> None:
         ValueError: out of that range (the message names the option and the value).
     """
     if not 1 <= world_size <= U32_MAX:
-        raise ValueError(f"--world-size must be in 1..{U32_MAX} (the handshake's u32 field), "
-                         f"got {world_size}")
+        raise ValueError(f"argument --world-size: must be in 1..{U32_MAX} (the handshake's u32 "
+                         f"field), got {world_size}")
 
 
 def path_text(text: str) -> str:
@@ -526,8 +528,8 @@ def parse_ranks(text: str, world_size: int | None = None,
     """
     parts = text.split(",")
     if any(not p.strip(_ASCII_BLANKS) for p in parts) and text.strip(_ASCII_BLANKS):
-        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)} "
-                         f"(an empty item)")  # "0,,1": a rank left out by mistake
+        raise ValueError(f"argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
+                         f"{shown(text)} (an empty item)")  # "0,,1": a rank left out by mistake
     spans: list[tuple[int, int]] = []
     for part in parts:
         lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
@@ -535,24 +537,25 @@ def parse_ranks(text: str, world_size: int | None = None,
         if ends[0] is None or ends[1] is None:
             inner = any(c in _ASCII_BLANKS for end in (lo, hi) for c in end.strip(_ASCII_BLANKS))
             why = " (a blank inside a number)" if inner else not_plain_note(text)
-            raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got "
+            raise ValueError(f"argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
                              f"{shown(text)}{why}")
         spans.append((ends[0], ends[1]))
     if any(lo < 0 or hi < lo for lo, hi in spans):
-        raise ValueError(f"--ranks expects a list of ranks like 0,1 or 0-3, got {shown(text)}")
+        raise ValueError(f"argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
+                         f"{shown(text)}")
     if world_size is not None and any(hi >= world_size for lo, hi in spans):
         top = max(hi for lo, hi in spans)
-        raise ValueError(f"--ranks {shown(text)}: every rank must be < --world-size "
+        raise ValueError(f"argument --ranks: {shown(text)}: every rank must be < --world-size "
                          f"{shown(world_size)}, got rank {shown(top)}")
     count = sum(hi - lo + 1 for lo, hi in spans)
     if max_ranks is not None and count > max_ranks:
-        raise ValueError(f"--ranks {shown(text)}: {shown(count)} ranks need as many loopback "
-                         f"connections, more than this process may open ({max_ranks})")
+        raise ValueError(f"argument --ranks: {shown(text)}: {shown(count)} ranks need as many "
+                         f"loopback connections, more than this process may open ({max_ranks})")
     ranks = [r for lo, hi in spans for r in range(lo, hi + 1)]
     seen: set[int] = set()
     for r in ranks:
         if r in seen:  # the relay's core refuses it too, in words that name no option
-            raise ValueError(f"--ranks {shown(text)}: rank {shown(r)} is listed twice")
+            raise ValueError(f"argument --ranks: {shown(text)}: rank {shown(r)} is listed twice")
         seen.add(r)
     return ranks
 
@@ -635,13 +638,13 @@ def _default_port_named(e: BaseException, controller: str) -> BaseException:
     """``e`` worded for the command line: the default loopback port out of range
     (``relay.bad_listen_port``; a ``--listen-port`` given is refused by its type,
     :func:`~._number_args.listen_port`) names the option its port came from and the option that
-    sets it (``--controller '127.0.0.1:65533': port 65537 is not in 0..65535 (the default
-    --listen-port: the controller's port + 4); give --listen-port``); any other error is ``e``
-    itself."""
+    sets it (``argument --controller: '127.0.0.1:65533': port 65537 is not in 0..65535 (the
+    default --listen-port: the controller's port + 4); give --listen-port``, as argparse words
+    an option's value); any other error is ``e`` itself."""
     if isinstance(e, ProtocolError) and e.error_id == "relay.bad_listen_port":
-        return ValueError(f"--controller {shown(controller)}: "
-                          f"{port_not_in_range(e.fields['port'])} (the default "
-                          "--listen-port: the controller's port + 4); give --listen-port")
+        return ValueError(f"argument --controller: {shown(controller)}: "
+                          f"{port_not_in_range(e.fields['port'])} (the default --listen-port: the "
+                          f"controller's port + 4); give --listen-port")
     return e
 
 
@@ -657,7 +660,7 @@ def run(args: argparse.Namespace) -> int:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
-        controller = parse_addr(args.controller, field="--controller", dial=True)
+        controller = parse_addr(args.controller, field="argument --controller:", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
         # last: every other mistake is reported without waiting for the resolver
         unresolved = check_host_resolves("--controller", args.controller, controller)
