@@ -231,9 +231,9 @@ def test_rank_payload_above_the_frame_ceiling_is_a_usage_error(
     res = _cli("rank", "--relay", f"127.0.0.1:{closed_port()}", "--rank", "0",
                "--world-size", "1", "--salt", SALT_HEX, *args)
     assert (res.returncode, res.stdout) == (2, "")
-    mib = float(args[1])
-    assert res.stderr == (f"flodl-proto rank: error: --payload-mib {mib} makes a {wire}-byte "
-                          f"frame, above the frame ceiling {ceiling} (--frame-ceiling)\n")
+    assert res.stderr == (f"flodl-proto rank: error: argument --payload-mib: {args[1]!r} makes a "
+                          f"{wire}-byte frame, above the frame ceiling {ceiling} "
+                          "(--frame-ceiling)\n")
 
 
 def test_the_synthetic_frame_length_is_the_encoded_frames() -> None:

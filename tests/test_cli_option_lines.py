@@ -350,6 +350,9 @@ _RNK = ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "-
      "flodl-proto rank: error: argument --interval: must be a finite number >= 0, got '-1'"),
     ((*_RNK, "--payload-mib", "-1"),
      "flodl-proto rank: error: argument --payload-mib: must be a finite number >= 0, got '-1'"),
+    ((*_RNK, "--payload-mib", "1", "--frame-ceiling", "1000"),
+     "flodl-proto rank: error: argument --payload-mib: '1' makes a 1049817-byte frame, above the "
+     "frame ceiling 1000 (--frame-ceiling)"),
     ((*_CTL, "--outer", "foo"),
      "flodl-proto controller: error: argument --outer: 'foo': expected avg, slow-momentum:LR,MU or "
      "nesterov:LR,MU"),
@@ -372,7 +375,8 @@ _RNK = ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "-
      "flodl-proto demo: error: argument --kill-rank: '9@3': R must be in 0..3 (a rank of "
      "--world-size 4) and ROUND in 1..40 (--rounds), got rank 9"),
 ], ids=["listen", "controller", "controller-default-listen-port", "relay", "world-size",
-        "ranks-vs-world-size", "ranks", "rank", "rounds", "interval", "payload-mib", "outer",
+        "ranks-vs-world-size", "ranks", "rank", "rounds", "interval", "payload-mib",
+        "payload-mib-over-frame-ceiling", "outer",
         "salt-file", "jobs", "timeout-scale", "hosts", "seed", "kill-rank", "kill-rank-range"])
 def test_an_option_value_refused_reads_as_argparse_words_it(
         args: tuple[str, ...], line: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -294,11 +294,10 @@ _TOO_LARGE = (f"'{'9' * 40}...{'9' * 20}' (400 characters) is out of range: abov
                                        "'inf'"),
     # far above the limit: the frame's length (hundreds of digits) is left out
     (("demo", "--payload-mib", "1e300"), "argument --payload-mib: must be at most 1023.99, got "
-                                         "'1e300': a "
-     "rank's frame would be above the frame ceiling of 1073741824 bytes"),
+     "'1e300': a rank's frame would be above the frame ceiling of 1073741824 bytes"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", _SALT,
-      "--payload-mib", "1e300"), "--payload-mib 1e+300 makes a frame above the frame ceiling "
-     "1073741824 (--frame-ceiling)"),
+      "--payload-mib", "1e300"), "argument --payload-mib: '1e300' makes a frame above the frame "
+     "ceiling 1073741824 (--frame-ceiling)"),
 ])
 def test_a_number_beyond_the_float_range_is_out_of_range(
         capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:

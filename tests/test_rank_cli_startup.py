@@ -55,7 +55,7 @@ def test_the_resolver_saying_no_such_name_is_one_line_and_exit_2() -> None:
 @pytest.mark.parametrize(("change", "error"), [
     (("--salt", "abc"), "flodl-proto rank: error: argument --salt: "),
     (("--payload-mib", "1", "--frame-ceiling", "1000"),
-     "flodl-proto rank: error: --payload-mib 1.0 makes a "),
+     "flodl-proto rank: error: argument --payload-mib: '1' makes a "),
 ], ids=["salt", "frame-over-ceiling"])
 def test_other_usage_errors_are_reported_without_a_lookup(change: tuple[str, ...],
                                                           error: str) -> None:

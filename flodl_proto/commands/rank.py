@@ -206,8 +206,9 @@ def run(args: argparse.Namespace) -> int:
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
     if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:
         frame = f"a {wire}-byte frame," if wire < 1 << 64 else "a frame"  # 1e300: 300 digits
-        print(f"flodl-proto rank: error: --payload-mib {args.payload_mib} makes {frame} above "
-              f"the frame ceiling {ceiling} (--frame-ceiling)",
+        print(f"flodl-proto rank: error: argument --payload-mib: "
+              f"{shown_as_typed(args.payload_mib)} makes {frame} above the frame ceiling "
+              f"{ceiling} (--frame-ceiling)",
               file=sys.stderr, flush=True)
         return 2
     try:  # last: every other mistake is reported without waiting for the resolver
