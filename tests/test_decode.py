@@ -1493,7 +1493,7 @@ def test_decode_salt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert _json_lines(capsys.readouterr().out)[-1]["bad_tags"] == 0
     # a salt file that cannot be read is a bad command line, as a malformed --salt is (exit 2)
     assert main(["decode", "--salt-file", str(tmp_path / "none"), str(raw)]) == 2
-    assert capsys.readouterr().err == (f"flodl-proto decode: error: --salt-file "
+    assert capsys.readouterr().err == (f"flodl-proto decode: error: argument --salt-file: "
                                        f"{tmp_path / 'none'}: "
                                        "No such file or directory\n")
 

@@ -1446,7 +1446,7 @@ def test_decode_salt_file_verifies_what_the_dissector_cannot(tmp_path: Path,
     salt_file.write_bytes(bytes(16))  # 16 raw bytes: another salt
     assert main([*args, "--salt-file", str(salt_file)]) == 3
     assert main([*args, "--salt-file", str(tmp_path / "none")]) == 2  # bad command line
-    assert "flodl-proto decode: error: --salt-file" in capsys.readouterr().err
+    assert "flodl-proto decode: error: argument --salt-file: " in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*args, "--salt", SALT.hex(), "--salt-file", str(salt_file)])
 
