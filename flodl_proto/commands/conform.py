@@ -259,11 +259,10 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage("--list writes no report; drop --junit/--json", args)
     try:
         check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
-    except ProtocolError as e:  # as argparse words an option's value: argument --X: ...
-        f = e.fields
-        return _usage(f"argument --timeout-scale: {f.get('value')!r} {f.get('problem')}; expected "
-                      f"a finite scale factor from {f.get('minimum'):g} to "
-                      f"{f.get('maximum'):g}", args)
+    except ProtocolError as e:  # the catalogue's message, in argparse's words for an
+        # option's value: argument --timeout-scale: VALUE ..., where it reads FIELD=VALUE ...
+        return _usage("argument --timeout-scale: "
+                      + str(e).removeprefix("--timeout-scale="), args)
     if not 1 <= args.jobs <= JOBS_MAX:
         return _usage(f"argument --jobs: must be in 1..{JOBS_MAX}, got {args.jobs}", args)
     if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
