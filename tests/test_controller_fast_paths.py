@@ -26,6 +26,7 @@ from flodl_proto.codec.mux import (
     MuxRecord,
     RecordKind,
     _header,
+    decode_mux_record,
     encode_frame_record,
     encode_mux_record_bytes,
     header_or_none,
@@ -36,7 +37,13 @@ from flodl_proto.codec.mux import (
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.codec.stream import MuxStream, RecordReceived, StreamFailed
 from flodl_proto.codec.structs import PACKED
-from flodl_proto.errors import ProtocolError, RemoteProtocolError, TruncatedInput
+from flodl_proto.errors import (
+    InvalidValue,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    TruncatedInput,
+)
 from flodl_proto.fsm import controller_core
 from flodl_proto.fsm.events import RoundScattered, SendKind, SendTo
 from flodl_proto.runner import relay_reader
@@ -200,9 +207,12 @@ def test_a_header_that_is_no_mux_header_is_refused_as_before() -> None:
     hdr = parse_mux_header(wire)
     fake = type("Fake", (), {"payload_len": hdr.payload_len, "kind": hdr.kind,
                              "rank": hdr.rank, "auth_tag": hdr.auth_tag})()
-    [ev] = MuxStream(SALT, expect_magic=None).feed(wire, header=fake)
-    assert isinstance(ev, StreamFailed)
-    assert ev.error.error_id == "mux.bad_field"
+    stream = MuxStream(SALT, expect_magic=None)
+    with pytest.raises(LocalProtocolError) as ei:
+        stream.feed(wire, header=fake)
+    assert ei.value.error_id == "mux.bad_field" and ei.value.fields["field"] == "header"
+    [ev] = stream.feed(wire, header=hdr)
+    assert isinstance(ev, RecordReceived) and ev.frame == _frame()
 
 
 @pytest.mark.parametrize(("record", "hint", "field", "got", "reason"), [
@@ -215,15 +225,23 @@ def test_a_header_that_is_no_mux_header_is_refused_as_before() -> None:
     ("data", {"premac": b"mac"}, "premac", "bytes",
      "not a Premac (a MAC over the bytes being decoded) or None"),
 ])
-def test_a_hint_of_another_type_fails_the_stream_naming_it(record: str, hint: dict[str, Any],
-                                                          field: str, got: str,
-                                                          reason: str) -> None:
+def test_a_hint_of_another_type_is_the_callers_error_and_the_stream_goes_on(
+        record: str, hint: dict[str, Any], field: str, got: str, reason: str) -> None:
+    """A hint of the wrong type is local misuse, raised as such: it used to end the stream with
+    a StreamFailed event, as if the peer's bytes were at fault, and the record was lost. The
+    stream is left as it was: nothing counted, nothing buffered, the same record read next."""
     stream = MuxStream(SALT, expect_magic=None)
-    [ev] = stream.feed(_records()[record], **hint)
-    assert isinstance(ev, StreamFailed)
-    assert ev.error.error_id == "mux.bad_field" and not ev.error.remote
-    assert ev.error.fields == {"field": field, "value": got, "reason": reason}
-    assert stream.done
+    wire = _records()[record]
+    with pytest.raises(LocalProtocolError) as ei:
+        stream.feed(wire[:10] if field == "header" else wire, **hint)
+    assert isinstance(ei.value, InvalidValue)
+    assert ei.value.error_id == "mux.bad_field"
+    assert ei.value.fields == {"field": field, "value": got, "reason": reason}
+    assert str(ei.value) == f"relay_mux: {field} = {got!r} is invalid: {reason}"
+    assert (stream.done, stream.buffered, stream.bytes_in) == (False, 0, 0)
+    [ev] = stream.feed(wire)
+    assert isinstance(ev, RecordReceived) and ev.record == decode_mux_record(wire, SALT)[0]
+    assert (stream.done, stream.buffered, stream.bytes_in) == (False, 0, len(wire))
 
 
 # -- builders ------------------------------------------------------------------------------------

@@ -486,22 +486,22 @@ class MuxStream:
                 :attr:`payload_limit` (the stream then reports the limit from the bytes).
 
         Raises:
-            InvalidValue (local) ``codec.not_bytes_like``: ``data`` is not a contiguous buffer.
-
-        A ``premac`` or ``frame_premac`` that is neither a
-        :class:`~flodl_proto.codec.auth.Premac` nor None, or a ``header`` that is neither a
-        :class:`~flodl_proto.codec.mux.MuxHeader` nor None, ends the stream with a
-        :class:`StreamFailed` event carrying the local InvalidValue ``mux.bad_field`` that
-        names it, as the record readers refuse such an argument.
+            InvalidValue (local) ``codec.not_bytes_like``: ``data`` is not a contiguous buffer;
+            ``mux.bad_field``: a ``premac`` or ``frame_premac`` that is neither a
+            :class:`~flodl_proto.codec.auth.Premac` nor None, or a ``header`` that is neither a
+            :class:`~flodl_proto.codec.mux.MuxHeader` nor None, named with its type (as the
+            record readers refuse such an argument). Either is the caller's mistake, not the
+            peer's: it is raised before ``data`` is taken, and the stream stays as it was (the
+            same bytes may be fed again).
         """
         if self._done:
             return []
         mv = as_view(data)
+        if premac is not None or frame_premac is not None or header is not None:
+            _check_hints(premac, frame_premac, header)
         self.bytes_in += mv.nbytes
         events: list[StreamEvent] = []
         try:
-            if premac is not None or frame_premac is not None or header is not None:
-                _check_hints(premac, frame_premac, header)
             if self._buf:
                 self._buf += mv
                 self._drain_buffer(events)
