@@ -996,6 +996,12 @@ def test_the_hello_errors_carry_the_value_given() -> None:
         (lambda: Hello("h", "01"),  # type: ignore[arg-type]
          {"field": "Hello.ranks", "value": "01",
           "reason": "not an iterable of u32 ranks (text is none)"}),
+        # bytes iterated to their byte values: b"\x00\x01" was taken as the ranks 0 and 1
+        *[(lambda given=given: Hello("h", given),  # type: ignore[misc]
+           {"field": "Hello.ranks", "value": b"\x00\x01",
+            "reason": "not an iterable of u32 ranks (bytes are none: each byte would be taken "
+                      "as a rank; pass a list of ints)"})
+          for given in (b"\x00\x01", bytearray(b"\x00\x01"), memoryview(b"\x00\x01"))],
         # the rank at fault is named by its index, as a signature is
         (lambda: Hello("h", [0, 1, -1]),
          {"field": "Hello.ranks[2]", "value": -1, "reason": "not a u32"}),

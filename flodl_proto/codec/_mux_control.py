@@ -51,10 +51,11 @@ class Hello:
         InvalidValue (local): ``mux.bad_field`` naming the field and the value: ``Hello.host``
             when the host is not text (``str``: bytes such as ``b"h0"`` are refused, not stored
             as the text ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), ``Hello.ranks``
-            when it is no iterable of ranks (text included), ``Hello.ranks[i]`` when a rank
-            does not fit u32 (or is no integer), ``Hello.model_sigs`` when it is no sequence of
-            signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when a signature
-            is not 32 bytes (a buffer, or a sequence of ints 0..255).
+            when it is no iterable of ranks (text and bytes-like objects included:
+            ``b"\\x00\\x01"`` is refused, not taken as the ranks 0 and 1), ``Hello.ranks[i]``
+            when a rank does not fit u32 (or is no integer), ``Hello.model_sigs`` when it is no
+            sequence of signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when
+            a signature is not 32 bytes (a buffer, or a sequence of ints 0..255).
     """
 
     host: str
@@ -74,6 +75,10 @@ class Hello:
         if isinstance(ranks, str):  # its characters would each be refused as the rank at fault
             raise protocol_error("mux.bad_field", field="Hello.ranks", value=ranks,
                                  reason="not an iterable of u32 ranks (text is none)")
+        if isinstance(ranks, bytes | bytearray | memoryview):  # its bytes would be the ranks
+            raise protocol_error("mux.bad_field", field="Hello.ranks", value=bytes(ranks),
+                                 reason="not an iterable of u32 ranks (bytes are none: each "
+                                        "byte would be taken as a rank; pass a list of ints)")
         try:
             checked = tuple(_check_rank(r, f"Hello.ranks[{i}]") for i, r in enumerate(ranks))
         except TypeError:  # None, a number: no sequence of ranks
