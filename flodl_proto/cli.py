@@ -12,7 +12,9 @@ itself do. ``conform`` and ``demo`` stop on SIGTERM as on Ctrl-C (they stop thei
 cluster first), with a line of their own (``flodl-proto COMMAND: terminated``) and exit 143 (128 +
 SIGTERM), from the start of :func:`main` (before the parser and the command's modules are
 imported) until the command handles it itself, and again once it has restored the previous
-handler; for the other commands SIGTERM keeps its default until they handle it, if they do.
+handler; for the other commands SIGTERM keeps its default until they handle it, if they do
+(``relay`` handles it as ``conform`` does while it looks its controller's host name up at
+start-up: :func:`sigterm_as_ctrl_c`).
 ``demo`` stops so on a closed terminal's SIGHUP too (``hung up``, exit 129, 128 + SIGHUP),
 unless it was ignored when it started (``nohup``). While NumPy and the codec load, every command
 holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as soon as they have loaded.
@@ -67,7 +69,7 @@ from ._oserr import os_reason
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "QUIET_LOGGERS", "AnyCase", "build_parser", "configure_logging", "entry",
-           "interrupts_held", "main", "note_stop", "stop_outcome"]
+           "interrupts_held", "main", "note_stop", "sigterm_as_ctrl_c", "stop_outcome"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
@@ -510,6 +512,33 @@ def interrupts_held() -> Iterator[None]:
         order = [b for b in arrived if b in held] + held  # held: those the wakeup fd missed
         for signum in dict.fromkeys(order):
             signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGTERM stops the running command as Ctrl-C does: the signal is noted
+    (:func:`note_stop`) and raised as KeyboardInterrupt, so :func:`main` ends the command with
+    one line, ``COMMAND: terminated``, and exit 143 (:data:`EXIT_TERMINATED`), where a SIGTERM
+    still at its default ended the process by the signal, with no line. For a wait of a command
+    that handles neither signal yet and may last long: ``relay``'s start-up lookup of its
+    controller's host name (up to 10 s x ``FLODL_NET_TIMEOUT_SCALE``), before it sets its own
+    handlers. A SIGTERM ignored when the block starts stays ignored; outside the main thread
+    (no signal handler runs there) the block runs unchanged. The handler in place before is put
+    back after the block. Ctrl-C is left as it is. Raises nothing itself.
+
+    No upstream counterpart (the command line is this package's own)."""
+    installed, previous = False, None
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+            installed = True
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        if installed:  # None: not set from Python, taken as the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:

@@ -614,3 +614,24 @@ def test_the_cli_helpers_say_they_have_no_upstream_counterpart(name: str) -> Non
     from flodl_proto import cli
 
     assert "No upstream counterpart" in (getattr(cli, name).__doc__ or "")
+
+
+def test_sigterm_as_ctrl_c_stops_as_terminated_within_its_block_only() -> None:
+    """In process: within the block SIGTERM is KeyboardInterrupt, noted as ``terminated``; the
+    handler before is back after it; a SIGTERM ignored before stays ignored in it."""
+    before = signal.getsignal(signal.SIGTERM)
+    restore = signal.SIG_DFL if before is None else before
+    cli._STOPS.clear()
+    try:
+        with pytest.raises(KeyboardInterrupt), cli.sigterm_as_ctrl_c():
+            signal.raise_signal(signal.SIGTERM)
+        assert cli.stop_outcome() == ("terminated", cli.EXIT_TERMINATED)
+        assert signal.getsignal(signal.SIGTERM) == before
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with cli.sigterm_as_ctrl_c():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGTERM)  # ignored: nothing happens
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, restore)
+        cli._STOPS.clear()

@@ -111,6 +111,20 @@ def test_a_resolver_that_cannot_answer_now_is_a_warning_and_the_relay_goes_on(
     assert out.splitlines()[-1] == "relay finished: clean (stop: stopped by a signal)"
 
 
+def test_sigterm_while_the_controller_name_is_looked_up_is_one_line_and_exit_143() -> None:
+    """SIGTERM arrives while the resolver is asked (the stub sends it as the lookup starts, and
+    never answers; the wait, 100 s, is not reached). The relay sets its own handlers only after
+    the lookup, so SIGTERM ended it by the signal, with no line, where Ctrl-C there was one line
+    and exit 130: now it is one line too, ``terminated``, and exit 143, as demo and conform end
+    on it."""
+    env = {**os.environ, "FLODL_NET_TIMEOUT_SCALE": "10"}  # a resolver wait of 100 s
+    proc = subprocess.Popen([sys.executable, "-c", PATCHED_CLI, "sigterm", *RELAY[3:],
+                             "nosuch.invalid:7999"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    out, err = _finish(proc)
+    assert (proc.returncode, out, err) == (143, "", "flodl-proto relay: terminated\n")
+
+
 def _resolver(monkeypatch: pytest.MonkeyPatch, answer: Callable[[str], Any]) -> list[str]:
     asked: list[str] = []
 

@@ -23,7 +23,8 @@ clean end (the controller closed, the last local rank left, SIGTERM, or SIGINT u
 ignored when the relay started: it then stays ignored; handled from just before the loopback port
 is bound, so a stop from then on still prints the first line), 130 for a Ctrl-C before that
 (while the command line is checked, the controller's host name looked up or the modules load:
-``flodl-proto relay: interrupted``; a SIGTERM then ends the process by the signal), 1 when the relay
+``flodl-proto relay: interrupted``; a SIGTERM then ends the process by the signal, except while
+the name is looked up: ``flodl-proto relay: terminated`` and 143), 1 when the relay
 failed or could not start (the error on stderr, e.g. the controller declared every rank of this
 host dead, the controller could not be reached in the retry time, or the loopback port cannot be
 bound because it is in use), 2 for a bad command line (one line, ``flodl-proto relay: error:
@@ -61,7 +62,7 @@ from typing import Any, Final
 from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
 from ..addr import parse_addr, port_not_in_range
-from ..cli import interrupts_held
+from ..cli import interrupts_held, sigterm_as_ctrl_c
 from ..errors import (
     SHOWN_CHARS,
     ProtocolError,
@@ -662,8 +663,10 @@ def run(args: argparse.Namespace) -> int:
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
         controller = parse_addr(args.controller, field="argument --controller:", dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
-        # last: every other mistake is reported without waiting for the resolver
-        unresolved = check_host_resolves("--controller", args.controller, controller)
+        # last: every other mistake is reported without waiting for the resolver; a SIGTERM
+        # while it is asked is one line and exit 143, as Ctrl-C's is one line and exit 130
+        with sigterm_as_ctrl_c():
+            unresolved = check_host_resolves("--controller", args.controller, controller)
     except (ValueError, ProtocolError, OSError) as e:
         return _usage_error(e)
     if unresolved is not None:
