@@ -13,13 +13,12 @@ consensus can be computed independently (:func:`tests.netlab_cluster.expected_ro
 
 Events on stdout, one JSON object per line: ``ready``, ``round`` (``round``, ``digest`` = SHA-256
 of the consensus frame's bytes, ``weight``), then ``done``, or ``ended`` with the error that
-ended the stream.
+ended the stream; or only ``error`` (exit 2) when the salt is missing or malformed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -47,12 +46,19 @@ def _emit(obj: dict[str, Any]) -> None:
 
 
 def main(cfg: dict[str, Any]) -> int:
-    """Run the rank; always exit 0 after reporting (``done`` or ``ended``)."""
+    """Run the rank; exit 0 after reporting (``done`` or ``ended``), or 2 after one ``error``
+    event when ``$FLODL_SESSION_SALT`` is unset, empty or not 16 bytes of hex (the line of
+    :func:`flodl_proto.commands.relay.env_salt`, naming the variable and what is wrong)."""
+    from flodl_proto.commands.relay import env_salt
     from flodl_proto.errors import ProtocolError
     from flodl_proto.runner.rank import RankClient
 
     rank, world = int(cfg["rank"]), int(cfg["world"])
-    salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
+    try:
+        salt = env_salt("a network-lab rank")
+    except ValueError as e:
+        _emit({"ev": "error", "error": str(e)})
+        return 2
     try:
         client = RankClient.connect(cfg["relay"], rank, world, salt, int(cfg["version"]),
                                     bf16=bool(cfg["bf16"]))

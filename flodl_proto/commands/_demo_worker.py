@@ -22,7 +22,6 @@ Upstream: the ``cluster_worker`` sync window (``sumcount_reduce``) and ``realize
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -34,6 +33,7 @@ from ..cli import configure_logging
 from ..errors import ProtocolError
 from ..reduce import OuterOptimizer, bf16_from_f32, bf16_to_f32, gamma_mass
 from ..runner.rank import RankClient
+from .relay import env_salt
 
 __all__ = [
     "BATCH",
@@ -174,7 +174,7 @@ def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _train(cfg: dict[str, Any]) -> int:
+def _train(cfg: dict[str, Any], salt: bytes) -> int:
     rank = int(cfg["rank"])
     world = int(cfg["world_size"])
     seed = int(cfg["seed"])
@@ -186,7 +186,6 @@ def _train(cfg: dict[str, Any]) -> int:
     w = np.zeros(FEATURES + 1, np.float32)
     n_extra = int(cfg.get("payload_values", 0))  # sized and checked by the demo
     extra = np.full(n_extra, np.float32(rank), np.float32)
-    salt = bytes.fromhex(os.environ["FLODL_SESSION_SALT"])
     client = RankClient.connect(cfg["relay"], rank, world, salt, int(cfg["version"]),
                                 bf16=bool(cfg.get("bf16")))
     _emit({"ev": "ready", "rank": rank})
@@ -228,12 +227,25 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: ``argv[0]`` is the JSON config (rank, world_size, seed, rounds, relay,
     version, bf16, payload_values: the f32 values of the --payload-mib tensor, kill_round,
     log_level: the demo's ``--log-level``, WARNING when absent); the salt comes from
-    ``$FLODL_SESSION_SALT``. Log records go to stderr as the command line writes them."""
+    ``$FLODL_SESSION_SALT`` (32 hex digits, read as the commands read ``--salt``:
+    :func:`~flodl_proto.commands.relay.env_salt`). Log records go to stderr as the command line
+    writes them.
+
+    Returns the exit code: 0 after ``done`` or ``ended``; 1 after an ``error`` event (the
+    training failed); 2 when ``$FLODL_SESSION_SALT`` is unset, empty or not 16 bytes of hex:
+    one ``error`` event whose ``error`` is the one line naming the variable and what is wrong
+    (``$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32 hex digits, got ...``),
+    before any connection."""
     args = sys.argv[1:] if argv is None else argv
     cfg = json.loads(args[0])
     configure_logging(str(cfg.get("log_level") or "WARNING"))
     try:
-        return _train(cfg)
+        salt = env_salt("the demo's rank worker")
+    except ValueError as e:
+        _emit({"ev": "error", "rank": cfg.get("rank"), "error": str(e)})
+        return 2
+    try:
+        return _train(cfg, salt)
     except Exception as e:
         _emit({"ev": "error", "rank": cfg.get("rank"), "error": f"{type(e).__name__}: {e}"})
         return 1

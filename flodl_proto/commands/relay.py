@@ -98,6 +98,7 @@ __all__ = [
     "byte_count",
     "check_host_resolves",
     "check_net_timeout_scale",
+    "env_salt",
     "frame_ceiling",
     "parse_ranks",
     "parse_salt",
@@ -226,6 +227,37 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
         if os.environ.get(SALT_ENV, "").strip():
             raise ValueError(f"${SALT_ENV}: {e}") from None
         raise ValueError(str(e)) from None
+
+
+def env_salt(who: str) -> bytes:
+    """The session salt of a process whose parent passes it in ``$FLODL_SESSION_SALT`` alone (the
+    demo's rank workers, the test suite's network-lab ranks): 32 hex digits, read by
+    :func:`parse_salt`, so it is taken and refused as the commands' ``--salt`` is (spaces
+    between bytes and around them allowed).
+
+    Args:
+        who: what reads it, named when the variable is missing (``"the demo's rank worker"``).
+
+    Returns:
+        the 16 salt bytes.
+
+    Raises:
+        ValueError: one line naming the variable and what is wrong, never the digits of a near
+            miss (a salt is a secret): unset, empty or blank (``$FLODL_SESSION_SALT is not set:
+            WHO takes the session salt from it, as 32 hex digits``; ``is empty: ...``), or not
+            16 bytes of hex (``$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32
+            hex digits, got 2 characters, character 1 ('z') not a hex digit``).
+
+    No upstream counterpart: upstream reads its salt from its configuration, not this variable.
+    """
+    text = os.environ.get(SALT_ENV)
+    if text is None or not text.strip():
+        raise ValueError(f"${SALT_ENV} is {'not set' if text is None else 'empty'}: {who} takes "
+                         f"the session salt from it, as {2 * SESSION_SALT_BYTES} hex digits")
+    try:
+        return parse_salt(text)
+    except ProtocolError as e:
+        raise ValueError(f"${SALT_ENV}: {e}") from None
 
 
 def check_world_size(world_size: int) -> None:
