@@ -4,12 +4,15 @@
   ``int.from_bytes``, ``new_mac`` or an auth-length constant (which bytes a tag covers is the
   codec's ``plans`` module's business);
 * there is no import cycle between the package's modules (function-local imports included);
-* no module is longer than 800 lines.
+* no module is longer than 800 lines;
+* ``docs/architecture.md`` names every module of the package in its ``## Modules`` section (a
+  line each), and nothing that is not one.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,3 +143,60 @@ def test_no_module_over_800_lines() -> None:
     long = {name: n for name, path in _modules()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
+#: folders of the package that hold data, listed as a whole (``_spec`` is the spec's copy in a
+#: wheel, not in a checkout)
+DATA_DIRS = ("_vectors", "_spec")
+
+
+def package_files() -> set[str]:
+    """Every file of the package, as its path under ``flodl_proto/`` (``codec/stream.py``): the
+    modules, the Lua runtime, ``py.typed``; a data folder as itself (``_vectors/``)."""
+    found = set()
+    for path in PKG.rglob("*"):
+        rel = path.relative_to(PKG)
+        if "__pycache__" in rel.parts or not path.is_file():
+            continue
+        found.add(f"{rel.parts[0]}/" if rel.parts[0] in DATA_DIRS else rel.as_posix())
+    return found
+
+
+def modules_listed(text: str) -> list[str]:
+    """The first cell of each table row of the ``## Modules`` section of ``text``, the
+    architecture document: ``| `codec/stream.py` | ... |`` gives ``codec/stream.py``."""
+    _, found, rest = text.partition("\n## Modules\n")
+    assert found, "docs/architecture.md has no '## Modules' section"
+    section = rest.split("\n## ", 1)[0]
+    return re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE)
+
+
+def unlisted(text: str) -> tuple[list[str], list[str], list[str]]:
+    """What the ``## Modules`` section of ``text`` gets wrong: the package's files it does not
+    name, the names that are no file of the package, and the names given twice."""
+    listed = modules_listed(text)
+    files = package_files()
+    twice = sorted({m for m in listed if listed.count(m) > 1})
+    return sorted(files - set(listed)), sorted(set(listed) - files), twice
+
+
+def test_the_module_list_check_sees_a_missing_and_a_stale_line() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    row = "| `runner/_netio_recv.py` |"
+    assert row in text
+    without = "\n".join(line for line in text.splitlines() if not line.startswith(row))
+    assert unlisted(without) == (["runner/_netio_recv.py"], [], [])
+    stale = text.replace(row, "| `runner/_netio_gone.py` |", 1)
+    assert unlisted(stale) == (["runner/_netio_recv.py"], ["runner/_netio_gone.py"], [])
+    twice = text.replace("| `runner/_netio_send.py` |", row, 1)
+    assert unlisted(twice) == (["runner/_netio_send.py"], [], ["runner/_netio_recv.py"])
+
+
+def test_the_architecture_document_names_every_module_once() -> None:
+    """A module added, renamed or removed without its line in ``docs/architecture.md``'s
+    ``## Modules`` section fails here (the section had no line for a dozen modules)."""
+    missing, stale, twice = unlisted(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert missing == [], f"modules with no line in docs/architecture.md '## Modules': {missing}"
+    assert stale == [], f"lines of docs/architecture.md '## Modules' for no module: {stale}"
+    assert twice == [], f"modules listed twice in docs/architecture.md '## Modules': {twice}"
