@@ -4,10 +4,10 @@ timing).
 
 ``python -c PATCHED_CLI MODE ARGS...`` runs ``flodl-proto ARGS...``; its first lookup of a
 ``.invalid`` name (the start-up check's) is answered as ``MODE`` says: ``noname`` (the name does
-not exist), ``again`` (a temporary failure), ``slow`` (no answer, ever) or ``sigterm`` (no
-answer, ever, and the process sends itself SIGTERM as the lookup starts: a stop while the
-resolver is asked, with no timing). Later lookups of it (the dial's) find 127.0.0.1; any other
-name goes to the real resolver."""
+not exist), ``again`` (a temporary failure), ``slow`` (no answer, ever), ``sigterm`` or
+``sigint`` (no answer, ever, and the process sends itself that signal as the lookup starts: a
+stop while the resolver is asked, with no timing). Later lookups of it (the dial's) find
+127.0.0.1; any other name goes to the real resolver."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def fake(host, *args, **kwargs):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     if mode == "again":
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-    if mode == "sigterm":
-        os.kill(os.getpid(), signal.SIGTERM)
-    threading.Event().wait()  # "slow", "sigterm": never answers
+    if mode in ("sigterm", "sigint"):
+        os.kill(os.getpid(), getattr(signal, mode.upper()))
+    threading.Event().wait()  # "slow", "sigterm", "sigint": never answers
 socket.getaddrinfo = fake
 from flodl_proto.cli import main
 sys.exit(main(sys.argv[2:]))
