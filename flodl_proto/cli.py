@@ -684,10 +684,11 @@ def _command_prog(args: argparse.Namespace) -> str:
     return f"flodl-proto {command}" + (f" {word}" if word is not None else "")
 
 
-def _check_kernels(parser: argparse.ArgumentParser) -> None:
+def _check_kernels(parser: argparse.ArgumentParser, prog: str) -> None:
     """Check the kernel choice ``FLODL_PROTO_KERNELS`` (unset or empty: auto, nothing to check)
-    and set the numba backend it names, so a bad choice is a usage error of ``parser`` now,
-    not at the first bf16 reduce of every process."""
+    and set the numba backend it names, so a bad choice is a usage error now, not at the first
+    bf16 reduce of every process: one line that starts with ``prog``, the command's name
+    (``flodl-proto decode: error: ...``), as the command's other error lines, exit 2."""
     from .spec import KERNELS_ENV
 
     kernels = os.environ.get(KERNELS_ENV, "")
@@ -701,7 +702,7 @@ def _check_kernels(parser: argparse.ArgumentParser) -> None:
         if check_backend_name(kernels, origin=KERNELS_ENV) == "numba":
             set_kernel_backend()
     except LocalProtocolError as exc:
-        parser.error(str(exc))
+        parser.exit(2, f"{prog}: error: {_one_line(str(exc))}\n")
 
 
 def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
@@ -709,7 +710,7 @@ def _main(argv: Sequence[str] | None, prog: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         prog[0] = _command_prog(args)
-        _check_kernels(parser)
+        _check_kernels(parser, prog[0])
         configure_logging(getattr(args, "log_level", "WARNING"))
     except KeyboardInterrupt:  # before the command runs: its hook, if it has one
         stopped = getattr(args, "stopped_before_run", None)

@@ -386,6 +386,25 @@ def test_cli_rejects_bad_kernel_env(monkeypatch: pytest.MonkeyPatch,
         capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "prog"), [
+    (["docs", "--check"], "flodl-proto docs"),
+    (["decode", "--hex", "/dev/null"], "flodl-proto decode"),
+    (["vectors", "check"], "flodl-proto vectors check"),
+    (["--log-level", "INFO", "conform", "relay", "--list"], "flodl-proto conform relay"),
+])
+def test_cli_bad_kernel_env_line_names_the_command(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], prog: str) -> None:
+    """A bad ``FLODL_PROTO_KERNELS`` is the command's usage error: its one line starts with the
+    command's name, as every other error line of the command does."""
+    monkeypatch.setenv("FLODL_PROTO_KERNELS", "jit")
+    with pytest.raises(SystemExit) as ei:
+        cli_main(argv)
+    assert ei.value.code == 2
+    assert capsys.readouterr().err == (
+        f"{prog}: error: FLODL_PROTO_KERNELS must be one of auto, numpy, numba, got 'jit'\n")
+
+
 def test_cli_rejects_unloadable_numba_at_startup(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     before = K.kernel_backend()
