@@ -3,12 +3,14 @@ ends the run cleanly; no child process outlives the demo."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -397,7 +399,7 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, (out, err)
     failed = [line for line in out.splitlines() if line.startswith("FAILED: ")]
-    assert failed and failed[0] == "FAILED: relay0 exited with -9", (out, err)
+    assert failed and failed[0] == "FAILED: relay0 was killed by SIGKILL", (out, err)
     assert "controller stderr:\n" in out, (out, err)
     block = out.split("controller stderr:\n", 1)[1].splitlines()
     assert block and all(line.startswith("    20") for line in block), out  # one timed line each
@@ -430,12 +432,12 @@ def test_a_member_killed_before_round_1_stops_the_cluster_at_once(member: str,
         took = time.monotonic() - killed
     assert proc.returncode == 1, (out, err)
     lines = out.splitlines()
-    stopped = f"{member} exited with -9 while ranks ran: stopping the cluster"
+    stopped = f"{member} was killed by SIGKILL while ranks ran: stopping the cluster"
     assert stopped in lines, (out, err)
     title = next(i for i, line in enumerate(lines) if line.strip() == "flodl-proto demo")
     assert lines.index(stopped) < title, out  # said as it happened, before the summary
     failed = [line for line in lines if line.startswith("FAILED: ")]
-    assert failed[0] == f"FAILED: {member} exited with -9", (out, err)
+    assert failed[0] == f"FAILED: {member} was killed by SIGKILL", (out, err)
     assert "attempts" not in out + err, (out, err)  # no retry ran out
     assert took < 25.0, (took, out, err)  # within the 30 s of the retries, whatever the load
 
@@ -450,7 +452,7 @@ _DIES = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
 
 def test_a_member_that_exits_before_listening_is_named_once() -> None:
     """A relay killed before it listened read ``relay0 exited (-9): `` (an empty stderr tail),
-    below ``relay0 exited with -9``."""
+    below ``relay0 was killed by SIGKILL``."""
     from flodl_proto.commands.demo import _Cluster
 
     cluster = _Cluster("00" * 16)
@@ -466,7 +468,7 @@ def test_a_member_that_exits_before_listening_is_named_once() -> None:
 def test_the_members_the_demo_stops_after_a_failure_are_not_failures_of_their_own(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A relay that died before it listened ended the run, and the demo stopped the other relay
-    with SIGTERM: the summary listed ``relay1 exited with -15`` as a failure too."""
+    with SIGTERM: the summary listed ``relay1 was killed by SIGTERM`` as a failure too."""
     from flodl_proto import cli
     from flodl_proto.commands import demo
 
@@ -752,7 +754,7 @@ def test_a_summary_of_no_round_says_so_without_a_target_or_a_nan_verdict() -> No
         *(f" rank {r}  │ n/a" for r in range(3)),
     ]
     assert [line for line in lines if line.startswith("FAILED: ")] == [
-        "FAILED: relay0 exited with -9",
+        "FAILED: relay0 was killed by SIGKILL",
         "FAILED: no round completed (0 of 50)",
         "FAILED: ranks that did not finish: rank 0 (stopped by the demo), rank 1 (stopped by "
         "the demo), rank 2 (no report), rank 3 (no report)",
@@ -797,7 +799,7 @@ def test_a_member_stopped_by_a_signal_from_elsewhere_is_named_first() -> None:
     rc, lines = _summary(rounds=2, asked=10, final=final, finished=finished,
                          relay_rc={"relay0": 1}, exited_first={"relay0": 1})
     assert [line for line in lines if line.startswith("FAILED: ")][:2] == [
-        "FAILED: relay0 exited with 1", "FAILED: only 2 of 10 rounds completed"]
+        "FAILED: relay0 exited with status 1", "FAILED: only 2 of 10 rounds completed"]
     # stopped so after the last round, every rank done: nothing failed
     rc, lines = _summary(rounds=2, finished=finished)
     assert rc == 0 and not [line for line in lines if line.startswith("FAILED: ")]
@@ -813,16 +815,16 @@ def test_a_rank_that_died_on_its_own_is_named_with_its_exit_status() -> None:
     rc, lines = _summary(rounds=2, asked=10, final=final, rank_rc={1: -9})
     assert rc == 1
     assert [line for line in lines if line.startswith("FAILED: ")] == [
-        "FAILED: rank 1 exited with -9 before its last report",
+        "FAILED: rank 1 was killed by SIGKILL before its last report",
         "FAILED: only 2 of 10 rounds completed",
         "FAILED: ranks that did not finish: rank 0 (RemoteTruncatedInput: controller closed "
-        "connection), rank 1 (exited with -9), rank 2 (RemoteTruncatedInput: controller closed "
-        "connection), rank 3 (RemoteTruncatedInput: controller closed connection)",
+        "connection), rank 1 (was killed by SIGKILL), rank 2 (RemoteTruncatedInput: controller "
+        "closed connection), rank 3 (RemoteTruncatedInput: controller closed connection)",
     ]
     rc, lines = _summary(rounds=2, asked=10, final=final, rank_rc={1: -15},
                          relay_rc={"relay0": 1}, exited_first={"relay0": 1})
     assert [line for line in lines if line.startswith("FAILED: ")][:2] == [
-        "FAILED: relay0 exited with 1", "FAILED: only 2 of 10 rounds completed"]
+        "FAILED: relay0 exited with status 1", "FAILED: only 2 of 10 rounds completed"]
 
 
 def test_demo_summary_fits_the_widest_label_beside_a_whole_digest_in_80_columns() -> None:
@@ -1027,3 +1029,141 @@ def test_the_cluster_row_of_one_relay_says_relay() -> None:
     assert rc == 0
     assert lines[3] == (" cluster │ controller + 1 relay (ranks 0,1,2,3) + 4 ranks (processes, "
                         "loopback")
+
+
+class _FakeProc:
+    """A member's process as :func:`~flodl_proto.commands.demo._drive` reads it: ``status`` is
+    what ``poll`` returns (None: running)."""
+
+    def __init__(self, status: int | None = None) -> None:
+        self.status = status
+
+    def poll(self) -> int | None:
+        return self.status
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.status
+
+
+class _FakeCluster:
+    """A cluster whose members are never started: every member listens at once, and the
+    ranks' events are the ones the test puts on :attr:`events`."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.children: list[Any] = []
+        self.stopping = False
+        self.stops = 0
+        self.events: queue.Queue[tuple[str, str | None]] = queue.Queue()
+
+    def spawn(self, name: str, args: list[str], **kw: object) -> Any:
+        import queue
+        from types import SimpleNamespace
+
+        lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
+        if not name.startswith("rank"):
+            lines.put((name, "listening on 127.0.0.1:1"))
+        child = SimpleNamespace(name=name, proc=_FakeProc(), lines=lines, out_ended=False,
+                                stderr=[])
+        self.children.append(child)
+        return child
+
+    @staticmethod
+    def first_line(child: Any, timeout: float) -> str:
+        return str(child.lines.get_nowait()[1])
+
+    def member(self, name: str) -> Any:
+        return next(c for c in self.children if c.name == name)
+
+    def exit(self, name: str, status: int) -> None:
+        """Member ``name`` exits with ``status``; its stdout ends."""
+        c = self.member(name)
+        c.proc.status = status
+        c.lines.put((name, None))
+
+    def stop(self) -> None:
+        """SIGTERM to every member still running: a rank ends by it (-15), the controller and
+        a relay stop cleanly (0)."""
+        self.stopping = True
+        self.stops += 1
+        for c in self.children:
+            if c.proc.status is not None:
+                continue
+            if c.name.startswith("rank"):
+                c.proc.status = -15
+                self.events.put((c.name, None))
+            else:
+                self.exit(c.name, 0)
+
+    def kill(self, child: Any) -> None:
+        raise AssertionError("no rank is killed here")
+
+
+def _drive_fake(cluster: _FakeCluster, stop: Any) -> tuple[Any, str]:
+    """Run the demo's :func:`_drive` (2 ranks, 2 relays) against ``cluster`` until it returns
+    or raises; the result it collected and what it printed."""
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from flodl_proto.commands import demo
+
+    args = argparse.Namespace(world_size=2, hosts=2, rounds=10, seed=7, bf16=False, outer=None,
+                              protocol_version=2, payload_mib=0.0, log_level="WARNING",
+                              no_progress=True)
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None, force_terminal=False)
+    res = demo.Result()
+    with contextlib.suppress(RuntimeError):
+        demo._drive(args, console, cluster, [[0], [1]], None, res, stop)  # type: ignore[arg-type]
+    return res, out.getvalue()
+
+
+class _OnFirstCheck(threading.Event):
+    """The demo's stop flag; ``then`` runs right after the loop's first check of it (what
+    happened to the cluster between that check and the watch)."""
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        super().__init__()
+        self.then = then
+        self.checks = 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        was = super().is_set()
+        if self.checks == 1:
+            self.then()
+        return was
+
+
+def test_a_member_killed_while_ranks_run_is_named_with_its_signal() -> None:
+    """The watch's line gave the exit status as Python reports it, ``relay0 exited with -9
+    while ranks ran``: it names the signal, and a plain failure's status as a status."""
+    for status, how in ((-9, "was killed by SIGKILL"), (3, "exited with status 3")):
+        cluster = _FakeCluster()
+        cluster.events.put(("rank0", '{"ev": "ready"}'))
+        res, out = _drive_fake(cluster, _OnFirstCheck(
+            lambda c=cluster, rc=status: c.exit("relay0", rc)))
+        assert out.splitlines() == [
+            "controller listening on 127.0.0.1:1 (relay <-> controller traffic: decode --leg mux)",
+            "relay0 listening on 127.0.0.1:1 for ranks 0 (rank <-> relay traffic: decode --leg "
+            "loopback)",
+            "relay1 listening on 127.0.0.1:1 for ranks 1 (rank <-> relay traffic: decode --leg "
+            "loopback)",
+            f"relay0 {how} while ranks ran: stopping the cluster"]
+        assert res.exited_first == {"relay0": status}
+        assert res.stopped_ranks == {0, 1} and cluster.stops == 1
+
+
+def test_exit_words_name_the_signal_or_the_status() -> None:
+    """A member's exit status read as Python gives it (``exited with -9``): a signal is named,
+    a status is called one."""
+    from flodl_proto.commands._demo_report import exit_words
+
+    assert exit_words(-9) == "was killed by SIGKILL"
+    assert exit_words(-15) == "was killed by SIGTERM"
+    assert exit_words(-signal.SIGRTMIN - 1) == f"was killed by signal {signal.SIGRTMIN + 1}"
+    assert exit_words(3) == "exited with status 3"
+    assert exit_words(0) == "exited with status 0"

@@ -8,6 +8,7 @@ No upstream counterpart: upstream flodl has no demo.
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import subprocess
 from collections.abc import Sequence
@@ -24,8 +25,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary i
     from ..netlab import NetLab
     from ..runner import stages
 
-__all__ = ["SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result", "model_rounds", "report",
-           "stage_lines"]
+__all__ = ["SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result", "exit_words", "model_rounds",
+           "report", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -50,6 +51,24 @@ class Cluster(Protocol):
 
     @property
     def children(self) -> Sequence[Member]: ...
+
+
+def exit_words(returncode: int) -> str:
+    """How a member of the cluster ended, from its :attr:`subprocess.Popen.returncode` (an
+    ``int``: negative when a signal ended it), as the demo words it after the member's name:
+    ``was killed by SIGKILL`` for -9 (the signal's name from :class:`signal.Signals`; ``signal
+    N`` for a number that has none), ``exited with status 3`` for 3 (and 0). Every line of the
+    demo that gives a controller's, relay's or rank's exit status takes its words from here.
+    Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name}"
 
 
 def model_rounds(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, int]:
@@ -176,18 +195,18 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                  if how.endswith(SIGNAL_STOPS)
                  and (res.exited_first is None or name in res.exited_first)]
     # a cluster process that failed first: what follows is likely to come of it
-    problems = [f"controller exited with {res.controller_rc}"] \
-        if res.controller_rc not in (0, None) else []
-    problems += [f"{name} exited with {rc}" for name, rc in res.relay_rc.items()
-                 if rc not in (0, None)] + res.problems
+    problems = [f"controller {exit_words(res.controller_rc)}"] \
+        if res.controller_rc is not None and res.controller_rc != 0 else []
+    problems += [f"{name} {exit_words(rc)}" for name, rc in res.relay_rc.items()
+                 if rc is not None and rc != 0] + res.problems
     # a rank whose process ended with a failure before its last report, on its own (not the
     # --kill-rank rank, nor one the demo stopped after a failure: it stops none otherwise)
     rank_rc = {c.name: c.proc.returncode for c in cluster.children
                if c.name.startswith("rank")}
     died = {r: rc for r in range(w)
             if r != res.killed and r not in res.final and res.exited_first is None
-            and (rc := rank_rc.get(f"rank{r}")) not in (0, None)}
-    problems += [f"rank {r} exited with {rc} before its last report" for r, rc in died.items()]
+            and (rc := rank_rc.get(f"rank{r}")) is not None and rc != 0}
+    problems += [f"rank {r} {exit_words(rc)} before its last report" for r, rc in died.items()]
     if kill is None:
         if not last:
             problems.append(f"no round completed (0 of {args.rounds})")
@@ -203,7 +222,7 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                 if r in res.stopped_ranks:
                     return "stopped by the demo"
                 if r in died:
-                    return f"exited with {died[r]}"
+                    return exit_words(died[r])
                 return "no report" if f"rank{r}" in started else "not started"
 
             problems.append("ranks that did not finish: "

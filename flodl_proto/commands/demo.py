@@ -88,7 +88,15 @@ from ..errors import ProtocolError, shown, shown_name
 from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, KERNELS_ENV, SUPPORTED_VERSIONS
 from . import _demo_logs
-from ._demo_report import SIGNAL_STOPS, TOLERANCE, Result, model_rounds, report, stage_lines
+from ._demo_report import (
+    SIGNAL_STOPS,
+    TOLERANCE,
+    Result,
+    exit_words,
+    model_rounds,
+    report,
+    stage_lines,
+)
 from ._demo_sizes import (
     DEMO_ROUNDS_MAX,
     DEMO_WORLD_MAX,
@@ -648,7 +656,7 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
                     res.stopped_ranks = set(alive)
                     cluster.stop()
                     rc = exited[failed[0]]
-                    how = f"exited with {rc}" if rc else "was stopped by a signal"
+                    how = exit_words(rc) if rc else "was stopped by a signal"
                     progress.console.print(
                         f"{failed[0]} {how} while ranks ran: stopping the cluster",
                         markup=False, highlight=False, soft_wrap=True)
