@@ -1157,6 +1157,26 @@ def test_a_member_killed_while_ranks_run_is_named_with_its_signal() -> None:
         assert res.stopped_ranks == {0, 1} and cluster.stops == 1
 
 
+def test_the_watch_stands_down_once_a_signal_stop_has_begun() -> None:
+    """A signal that stops the demo sets its stop flag and sends SIGTERM to every member; a
+    member that exited from it between the loop's check of the flag and its watch was taken for
+    a failure: ``relay0 ... while ranks ran: stopping the cluster`` came before the interrupted
+    line. The signal arrives here right after the loop's first check of the flag."""
+    cluster = _FakeCluster()
+
+    def handler() -> None:  # the demo's: note the stop, then stop the cluster
+        stop.set()
+        cluster.exit("relay0", -15)  # ended by the SIGTERM before it could handle it
+        cluster.stop()
+
+    stop = _OnFirstCheck(handler)
+    res, out = _drive_fake(cluster, stop)
+    assert stop.checks == 2  # the loop came round once more and saw the stop
+    assert "while ranks ran" not in out, out
+    assert res.exited_first is None and res.stopped_ranks == set()
+    assert cluster.stops == 1  # the handler's stop only
+
+
 def test_exit_words_name_the_signal_or_the_status() -> None:
     """A member's exit status read as Python gives it (``exited with -9``): a signal is named,
     a status is called one."""
