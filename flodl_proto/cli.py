@@ -687,8 +687,11 @@ def _command_prog(args: argparse.Namespace) -> str:
 def _check_kernels(parser: argparse.ArgumentParser, prog: str) -> None:
     """Check the kernel choice ``FLODL_PROTO_KERNELS`` (unset or empty: auto, nothing to check)
     and set the numba backend it names, so a bad choice is a usage error now, not at the first
-    bf16 reduce of every process: one line that starts with ``prog``, the command's name
-    (``flodl-proto decode: error: ...``), as the command's other error lines, exit 2."""
+    bf16 reduce of every process: one line on stderr prefixed with ``prog``, the command's
+    prefix (:func:`_command_prog`: ``flodl-proto demo: error: ...``, as every other error line of
+    the command), and exit 2 (``parser.exit``, which raises ``SystemExit``).
+
+    No upstream counterpart: flodl has no such environment variable."""
     from .spec import KERNELS_ENV
 
     kernels = os.environ.get(KERNELS_ENV, "")
