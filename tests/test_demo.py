@@ -644,7 +644,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              partial: dict[int, list[int]] | None = None,
              finished: dict[str, str] | None = None,
              exited_first: dict[str, int] | None = None,
-             rank_rc: dict[int, int] | None = None, hosts: int = 2) -> tuple[int, list[str]]:
+             rank_rc: dict[int, int] | None = None, hosts: int = 2,
+             rank_stderr: dict[int, list[str]] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
@@ -655,7 +656,7 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     ``finished``: the controller's and relays' ``finished:`` lines; ``exited_first``: the
     members that had exited when the demo stopped its cluster after a failure; ``rank_rc``:
     the exit status of rank processes that did not exit 0; ``hosts``: 2 (ranks 0,1 and 2,3)
-    or 1 (all four on one relay)."""
+    or 1 (all four on one relay); ``rank_stderr``: the stderr lines rank processes left."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -681,7 +682,7 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     res.exited_first = exited_first
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
-    children = [SimpleNamespace(name=f"rank{r}", stderr=[],
+    children = [SimpleNamespace(name=f"rank{r}", stderr=(rank_stderr or {}).get(r, []),
                                 proc=SimpleNamespace(returncode=(rank_rc or {}).get(r, 0)))
                 for r in range(started)]
     groups = [[0, 1], [2, 3]] if hosts == 2 else [[0, 1, 2, 3]]
@@ -1187,3 +1188,99 @@ def test_exit_words_name_the_signal_or_the_status() -> None:
     assert exit_words(-signal.SIGRTMIN - 1) == f"was killed by signal {signal.SIGRTMIN + 1}"
     assert exit_words(3) == "exited with status 3"
     assert exit_words(0) == "exited with status 0"
+
+
+def test_protocol_places_map_every_protocol_round_to_its_demo_round_and_step() -> None:
+    """Two protocol rounds a demo round (one when the whole cohort was idle), and the demo
+    round no rank reported, where a rank that failed was."""
+    from flodl_proto.commands._demo_report import GATHER, MODEL, protocol_places
+
+    assert protocol_places({1: _ev([1, 2]), 2: _ev([0, 0]), 3: _ev([0, 3]), 5: _ev([1, 1])}) == {
+        1: (1, GATHER), 2: (1, MODEL), 3: (2, GATHER), 4: (3, GATHER), 5: (3, MODEL),
+        6: (4, GATHER), 7: (4, MODEL)}
+    assert protocol_places({}) == {1: (1, GATHER), 2: (1, MODEL)}
+
+
+def test_a_ranks_error_counts_the_demo_rounds_as_the_summary_does() -> None:
+    """The ranks' errors counted protocol rounds, two a demo round, where the summary counts
+    demo rounds: ``only 2 of 10 rounds completed`` above ``no averaged frame within 60s (round
+    6)``. They name the demo round and its step; a text that names no round, or an event
+    without its protocol round, is kept as it is."""
+    from flodl_proto.commands._demo_report import protocol_places, rank_error
+
+    timeout = "TimeoutError: cpu_reduce: no averaged frame within 60s (round {})"
+    final: dict[int, dict[str, Any]] = {
+        0: {"ev": "ended", "error": timeout.format(6), "protocol_round": 6},
+        1: {"ev": "ended", "error": "ConnectionError: cpu_reduce: lost the relay while waiting "
+            "for round 5's consensus (reset)", "protocol_round": 5},
+        2: {"ev": "ended", "error": "RemoteTruncatedInput: relay closed", "protocol_round": 6},
+        3: {"ev": "ended", "error": timeout.format(6)}}
+    rc, lines = _summary(rounds=2, asked=10, final=final)  # type: ignore[arg-type]
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED: ")] == [
+        "FAILED: only 2 of 10 rounds completed",
+        "FAILED: ranks that did not finish: rank 0 (TimeoutError: cpu_reduce: no averaged frame "
+        "within 60s (round 3's Model reduce)), rank 1 (ConnectionError: cpu_reduce: lost the "
+        "relay while waiting for round 3's count-gather's consensus (reset)), rank 2 "
+        "(RemoteTruncatedInput: relay closed), rank 3 (TimeoutError: cpu_reduce: no averaged "
+        "frame within 60s (round 6))"]
+    places = protocol_places({1: _ev([1, 1])})
+    assert rank_error({"error": "round 3 failed: round 30, round 3x", "protocol_round": 3},
+                      places) == "round 2's count-gather failed: round 30, round 3x"
+    assert rank_error({"error": "(round 9)", "protocol_round": 9}, places) == "(round 9)"
+
+
+def test_the_stderr_tails_say_their_rounds_are_the_protocols() -> None:
+    """The processes' log lines number protocol rounds, below a summary that counts demo
+    rounds: a line above them says so."""
+    rc, lines = _summary(rounds=2, asked=10, rank_rc={1: 1},
+                         rank_stderr={1: ["2026-01-01 WARNING x: round 5 failed"]})
+    assert rc == 1
+    i = lines.index("rank1 stderr:")
+    assert lines[i - 1:i + 2] == [
+        "the last log lines of the processes (their round numbers count protocol rounds: two "
+        "per demo round, its count-gather then its Model reduce):",
+        "rank1 stderr:", "    2026-01-01 WARNING x: round 5 failed"]
+
+
+def test_a_rank_that_fails_reports_the_protocol_round_it_was_in(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The rank's ``ended`` event carries the protocol round its error's text names (the
+    client's rounds done, plus one), for the summary to word it as a demo round."""
+    import json
+
+    import numpy as np
+
+    from flodl_proto.commands import _demo_worker as worker
+
+    class Client:
+        """Round 1's count-gather passes; its Model reduce times out."""
+
+        rounds = 0
+        last_reply = None
+        bytes_sent = bytes_received = 0
+
+        @classmethod
+        def connect(cls, *args: object, **kw: object) -> Client:
+            return cls()
+
+        def gather_counts(self, n: float) -> Any:
+            self.rounds += 1
+            return np.array([1.0, 1.0])
+
+        def all_reduce_scaled(self, *args: object, **kw: object) -> Any:
+            raise TimeoutError(f"cpu_reduce: no averaged frame within 60s (round "
+                               f"{self.rounds + 1})")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(worker, "RankClient", Client)
+    monkeypatch.setenv("FLODL_SESSION_SALT", "00" * 16)
+    cfg = {"rank": 1, "world_size": 2, "seed": 7, "rounds": 3, "relay": "127.0.0.1:1",
+           "version": 2}
+    assert worker._train(cfg) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert events == [{"ev": "ready", "rank": 1}, {
+        "ev": "ended", "rank": 1, "protocol_round": 2,
+        "error": "TimeoutError: cpu_reduce: no averaged frame within 60s (round 2)"}]

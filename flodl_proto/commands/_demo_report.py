@@ -8,6 +8,7 @@ No upstream counterpart: upstream flodl has no demo.
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import statistics
 import subprocess
@@ -25,8 +26,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary i
     from ..netlab import NetLab
     from ..runner import stages
 
-__all__ = ["SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result", "exit_words", "model_rounds",
-           "report", "stage_lines"]
+__all__ = ["GATHER", "MODEL", "SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result",
+           "exit_words", "model_rounds", "protocol_places", "rank_error", "report", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -71,25 +72,70 @@ def exit_words(returncode: int) -> str:
     return f"was killed by {name}"
 
 
-def model_rounds(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, int]:
-    """Map the protocol's round count (from 0, as :func:`flodl_proto.runner.stages.mark` counts)
-    of every Model reduce to the demo round (from 1) it belongs to.
+#: the protocol rounds of a demo round, in order: the Control count-gather of the local steps,
+#: then the Model reduce of the parameters (none when the whole cohort was idle)
+GATHER = "count-gather"
+MODEL = "Model reduce"
+
+
+def protocol_places(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, tuple[int, str]]:
+    """Where every protocol round of a run is in the demo's rounds: protocol round ``p``
+    (numbered from 1, as the controller's, relays' and ranks' messages number it) to its demo
+    round (from 1, as the summary counts rounds) and its step, :data:`GATHER` or
+    :data:`MODEL`. The one place the demo turns protocol rounds into its own: the stage
+    breakdown (:func:`model_rounds`) and the ranks' errors (:func:`rank_error`) read it.
 
     ``rounds``: the demo's ``round`` events, by demo round then rank. Each demo round is one
-    Control count-gather, then one Model reduce unless the whole cohort was idle (every count
-    0). The map stops at the first demo round no rank reported.
-    """
-    out: dict[int, int] = {}
+    count-gather, then one Model reduce unless every count was 0. The map covers the demo
+    rounds up to the first one no rank reported, and that one too: the protocol round after
+    them is its count-gather, the next its Model reduce (where a rank that failed in it was;
+    every rank runs the same protocol rounds, so the first missing demo round is the one
+    each rank that did not report it failed in). Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo."""
+    out: dict[int, tuple[int, str]] = {}
     protocol = 0
-    for k in range(1, max(rounds, default=0) + 1):
-        events = rounds.get(k)
-        if not events:
-            break
-        protocol += 1  # the Control count-gather
-        if sum(next(iter(events.values()))["counts"]) > 0:
-            out[protocol] = k
+    k = 1
+    while rounds.get(k):
+        protocol += 1
+        out[protocol] = (k, GATHER)
+        if sum(next(iter(rounds[k].values()))["counts"]) > 0:
             protocol += 1
+            out[protocol] = (k, MODEL)
+        k += 1
+    out[protocol + 1] = (k, GATHER)
+    out[protocol + 2] = (k, MODEL)
     return out
+
+
+def model_rounds(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, int]:
+    """Map the protocol's round count (from 0, as :func:`flodl_proto.runner.stages.mark` counts)
+    of every Model reduce to the demo round (from 1) it belongs to, from
+    :func:`protocol_places`.
+
+    ``rounds``: the demo's ``round`` events, by demo round then rank. The map stops at the
+    first demo round no rank reported. Raises nothing.
+    """
+    return {p - 1: k for p, (k, step) in protocol_places(rounds).items()
+            if step == MODEL and k in rounds}
+
+
+def rank_error(final: dict[str, Any], places: dict[int, tuple[int, str]]) -> str:
+    """A rank's error as the summary shows it, its rounds counted as the demo counts them:
+    ``final`` is the rank's last event (``error``: its text; ``protocol_round``: the protocol
+    round it was in, as the text numbers it, when the rank knew one), ``places`` the map of
+    :func:`protocol_places`. Every ``round P`` of the text for that protocol round reads
+    ``round K's count-gather`` or ``round K's Model reduce`` (``no averaged frame within 60s
+    (round 1754)`` of a run that completed 876 rounds: ``(round 877's Model reduce)``); a text
+    without it, or an event without a protocol round, is shown as it is. Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo."""
+    text = str(final.get("error"))
+    protocol = final.get("protocol_round")
+    if isinstance(protocol, int) and protocol in places:
+        k, step = places[protocol]
+        text = re.sub(rf"(?<![\w-])round {protocol}(?!\w)", f"round {k}'s {step}", text)
+    return text
 
 
 def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) -> list[str]:
@@ -167,6 +213,11 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     loss, or the in-process loss of the rounds completed when higher), else 1 with a
     ``FAILED`` line per problem and the stderr tails of the processes that failed.
 
+    Rounds are the demo's (from 1; each is two protocol rounds) everywhere in the summary: a
+    rank's error that names a protocol round names the demo round and its step instead
+    (:func:`rank_error`); the processes' stderr tails are their log lines as written, and a
+    line above them says their round numbers count protocol rounds.
+
     ``args``: the demo's options (world size, hosts, rounds, seed, bf16, outer, protocol
     version); ``groups``: the ranks of each host; ``kill``: the ``--kill-rank`` rank and round;
     ``res``: what the run collected; ``cluster``: its processes. Raises nothing of its own.
@@ -203,6 +254,7 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     # --kill-rank rank, nor one the demo stopped after a failure: it stops none otherwise)
     rank_rc = {c.name: c.proc.returncode for c in cluster.children
                if c.name.startswith("rank")}
+    places = protocol_places(res.rounds)  # the ranks' errors count the demo's rounds
     died = {r: rc for r in range(w)
             if r != res.killed and r not in res.final and res.exited_first is None
             and (rc := rank_rc.get(f"rank{r}")) is not None and rc != 0}
@@ -218,7 +270,7 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
 
             def why(r: int) -> str:
                 if "error" in res.final.get(r, {}):
-                    return str(res.final[r]["error"])
+                    return rank_error(res.final[r], places)
                 if r in res.stopped_ranks:
                     return "stopped by the demo"
                 if r in died:
@@ -320,11 +372,16 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     if problems:
         for p in problems:
             console.print(f"[red]FAILED[/red]: {p}", soft_wrap=True)
-        for c in cluster.children:
-            if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller"):
-                tail = "\n    ".join(c.stderr[-5:])
-                console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False,
-                              soft_wrap=True)  # log lines whole, however wide
+        tails = [c for c in cluster.children
+                 if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller")]
+        if tails:  # the processes' own log lines: their rounds are the protocol's
+            console.print("the last log lines of the processes (their round numbers count "
+                          "protocol rounds: two per demo round, its count-gather then its Model "
+                          "reduce):", markup=False, highlight=False, soft_wrap=True)
+        for c in tails:
+            tail = "\n    ".join(c.stderr[-5:])
+            console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False,
+                          soft_wrap=True)  # log lines whole, however wide
         return 1
     if kill is None:
         console.print("[green]OK[/green]: every round completed, every rank holds the identical "

@@ -13,7 +13,10 @@ round syncs through the protocol:
 
 Events go to stdout as one JSON object per line: ``ready``, ``round`` (per completed round),
 ``kill-me`` (the rank to be killed stops there and waits to be killed), ``done`` or ``ended``
-(the stream ended: the run was stopped elsewhere). Log records (at the demo's ``--log-level``)
+(the stream ended: the run was stopped elsewhere; with the error and the protocol round it
+happened in, numbered from 1 as the error's text numbers it: each demo round is two protocol
+rounds, the summary words them as demo rounds,
+:func:`~flodl_proto.commands._demo_report.rank_error`). Log records (at the demo's ``--log-level``)
 go to stderr.
 
 Upstream: the ``cluster_worker`` sync window (``sumcount_reduce``) and ``realized_work.rs``.
@@ -214,8 +217,9 @@ def _train(cfg: dict[str, Any], salt: bytes) -> int:
                 "loss": full_loss(x, y, w), "t_round": t2 - t0, "t_sync": t2 - t1,
                 "bytes": client.bytes_sent + client.bytes_received,
             })
-    except (ProtocolError, OSError) as e:
-        _emit({"ev": "ended", "rank": rank, "error": f"{type(e).__name__}: {e}"})
+    except (ProtocolError, OSError) as e:  # the protocol round it names, for the summary's words
+        _emit({"ev": "ended", "rank": rank, "error": f"{type(e).__name__}: {e}",
+               "protocol_round": client.rounds + 1})
         client.close()
         return 0
     client.close()
