@@ -1036,8 +1036,9 @@ class _FakeProc:
     """A member's process as :func:`~flodl_proto.commands.demo._drive` reads it: ``status`` is
     what ``poll`` returns (None: running)."""
 
-    def __init__(self, status: int | None = None) -> None:
+    def __init__(self, status: int | None = None, pid: int = 0) -> None:
         self.status = status
+        self.pid = pid
 
     def poll(self) -> int | None:
         return self.status
@@ -1065,8 +1066,8 @@ class _FakeCluster:
         lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
         if not name.startswith("rank"):
             lines.put((name, "listening on 127.0.0.1:1"))
-        child = SimpleNamespace(name=name, proc=_FakeProc(), lines=lines, out_ended=False,
-                                stderr=[])
+        child = SimpleNamespace(name=name, proc=_FakeProc(pid=-1 - len(self.children)),
+                                lines=lines, out_ended=False, stderr=[])
         self.children.append(child)
         return child
 
@@ -1284,3 +1285,85 @@ def test_a_rank_that_fails_reports_the_protocol_round_it_was_in(
     assert events == [{"ev": "ready", "rank": 1}, {
         "ev": "ended", "rank": 1, "protocol_round": 2,
         "error": "TimeoutError: cpu_reduce: no averaged frame within 60s (round 2)"}]
+
+
+def test_the_watch_counts_a_member_frozen_only_while_it_stays_stopped() -> None:
+    """A member stopped by SIGSTOP held every round, and the demo gave up only after 60 s
+    without an event. One seen stopped (``T``) at every look for the limit is frozen; a
+    debugger's stop (``t``), a look that finds it running, or a pause of the demo itself
+    between two looks (a Ctrl-Z stops it with its cluster) starts the count again."""
+    from flodl_proto.commands.demo import FrozenWatch
+
+    w = FrozenWatch(limit=1.0, gap=0.5)
+    looks = [({"controller": "S", "relay0": "T", "relay1": "t"}, 0.0, None),
+             ({"controller": "S", "relay0": "T", "relay1": "t"}, 0.4, None),
+             ({"controller": "S", "relay0": "R", "relay1": "t"}, 0.8, None),  # ran: again
+             ({"controller": "T", "relay0": "T", "relay1": "t"}, 1.2, None),
+             ({"controller": "T", "relay0": "T", "relay1": "t"}, 1.6, None),
+             ({"controller": "T", "relay0": "T", "relay1": "t"}, 2.0, None),
+             ({"controller": "T", "relay0": "T", "relay1": "t"}, 2.2, "controller"),
+             ({"relay0": "T", "relay1": None}, 2.4, "relay0")]
+    for states, now, frozen in looks:
+        assert w.look(states, now) == frozen, (states, now)
+    w = FrozenWatch(limit=1.0, gap=0.5)
+    assert w.look({"relay0": "T"}, 0.0) is None
+    assert w.look({"relay0": "T"}, 0.4) is None
+    assert w.look({"relay0": "T"}, 100.0) is None  # the demo was held up: its cluster too
+    assert w.look({"relay0": "T"}, 100.4) is None
+    assert w.look({"relay0": "T"}, 100.8) is None
+    assert w.look({"relay0": "T"}, 101.0) == "relay0"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_process_state_reads_a_stopped_process_as_t() -> None:
+    from flodl_proto.commands.demo import process_state
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process_state(proc.pid) in ("R", "S", "D")
+        os.kill(proc.pid, signal.SIGSTOP)
+        os.waitpid(proc.pid, os.WUNTRACED)  # returns once it has stopped
+        assert process_state(proc.pid) == "T"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert process_state(proc.pid) is None
+
+
+def test_a_frozen_member_stops_the_cluster_before_the_no_progress_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch sees the member stopped and stops the cluster, naming it, where the demo
+    waited out its 60 s without an event; the summary names it first."""
+    from flodl_proto.commands import demo
+
+    cluster = _FakeCluster()
+    cluster.events.put(("rank0", '{"ev": "ready"}'))
+    monkeypatch.setattr(demo, "_FROZEN", 0.0)
+    relay0 = -2  # the fake pid of the second member started
+    monkeypatch.setattr(demo, "process_state", lambda pid: "T" if pid == relay0 else "S")
+    res, out = _drive_fake(cluster, threading.Event())
+    why = ("relay0 was frozen (stopped by SIGSTOP or SIGTSTP, process state T) for 0s while "
+           "ranks ran")
+    assert out.splitlines()[-1] == f"{why}: stopping the cluster"
+    assert cluster.member("relay0").proc.pid == relay0
+    assert res.problems == [why] and res.exited_first == {}
+    assert res.stopped_ranks == {0, 1} and cluster.stops == 1
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_the_demos_stop_ends_a_member_stopped_by_a_signal_with_its_sigterm() -> None:
+    """A member stopped by SIGSTOP kept the demo's SIGTERM pending: it ended only by the
+    SIGKILL of :meth:`_Cluster.close`, 2 s later (15 s more when the demo first waited for the
+    relays to leave after the ranks). The stop sends SIGCONT after the SIGTERM."""
+    from flodl_proto.commands.demo import _Cluster
+
+    cluster = _Cluster("00" * 16)
+    try:
+        child = cluster.spawn("relay0", [], private=True,
+                              wrap=_member("import time; time.sleep(60)"))
+        os.kill(child.proc.pid, signal.SIGSTOP)
+        os.waitpid(child.proc.pid, os.WUNTRACED)  # returns once it has stopped
+        cluster.stop()
+    finally:
+        cluster.close(grace=0.0)
+    assert child.proc.returncode == -signal.SIGTERM

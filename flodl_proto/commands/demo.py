@@ -41,7 +41,11 @@ cluster at once: the summary names that member first, and the members it stopped
 counted as failures of their own. A controller or relay stopped by a signal the demo did not
 send exits 0, as on a Ctrl-C of its own: its ``finished`` line names the stop, the demo stops
 its cluster at once for it as for a failure (:func:`failed_members`), and a run that failed
-names that member first. A run that completed no round shows no target (``n/a``) and
+names that member first. A member (the controller, a relay or a rank) stopped by SIGSTOP or
+SIGTSTP (state ``T`` in /proc) for 5 s while ranks ran holds every round: one line says so and
+the demo stops its cluster as for a failure (:class:`FrozenWatch`), where it waited 60 s
+without an event before giving up; its stop sends SIGCONT after SIGTERM, so a stopped member
+handles the SIGTERM too. A run that completed no round shows no target (``n/a``) and
 no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
 available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C; the line says
@@ -125,12 +129,20 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
 
 
-__all__ = ["TOLERANCE", "failed_members", "interrupted_line", "memory_need", "model_rounds",
-           "partition", "payload_mib_max", "payload_values", "rank_frame_len", "read_last_lines",
-           "register", "rounds_through", "stage_lines"]
+__all__ = ["TOLERANCE", "FrozenWatch", "failed_members", "interrupted_line", "memory_need",
+           "model_rounds", "partition", "payload_mib_max", "payload_values", "process_state",
+           "rank_frame_len", "read_last_lines", "register", "rounds_through", "stage_lines"]
 
 #: seconds without any event from the cluster before the demo gives up
 _STALL = 60.0
+#: seconds a member may stay stopped by a signal (SIGSTOP, SIGTSTP: state ``T`` in /proc) in
+#: the watch's view before the demo gives up on it: no round completes without every member
+_FROZEN = 5.0
+#: seconds between two looks at the members' states (:func:`process_state`), at most
+_FROZEN_LOOK = 1.0
+#: a longer pause between two looks (the demo itself was held up, e.g. stopped with its
+#: cluster by a Ctrl-Z) starts every frozen member's count again (:class:`FrozenWatch`)
+_WATCH_GAP = 3.0
 #: seconds a member may take to start and print its listening line (the interpreter and NumPy
 #: imports alone took over 30 s on a heavily loaded machine)
 _START = 60.0
@@ -305,8 +317,11 @@ class _Cluster:
 
     @staticmethod
     def _terminate(child: _Child) -> None:
+        """SIGTERM, then SIGCONT: a child stopped by a signal (SIGSTOP, SIGTSTP) handles the
+        SIGTERM too, where it waited for :meth:`close`'s SIGKILL."""
         with contextlib.suppress(ProcessLookupError):
             child.proc.terminate()
+            child.proc.send_signal(signal.SIGCONT)
 
     def close(self, grace: float = 5.0) -> None:
         """Wait ``grace`` seconds for children to exit, then terminate / kill the rest; join
@@ -572,6 +587,57 @@ def failed_members(cluster: _Cluster, res: Result) -> list[str]:
     return out
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` in ``/proc/PID/stat`` (``R``, ``S``, ``T`` stopped by
+    a signal, ``t`` stopped by a debugger, ``Z``, ...), or None when it cannot be read (no
+    /proc, the process is gone). Raises nothing.
+
+    No upstream counterpart: the demo's own watch."""
+    try:  # os.open: the demo reads every member's at each look of its watch
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        stat = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    rest = stat.rpartition(b")")[2].split()  # after the command name, which may hold spaces
+    return rest[0].decode("ascii", "replace") if rest else None
+
+
+class FrozenWatch:
+    """The members of the cluster that stay stopped by a signal (SIGSTOP, SIGTSTP: state ``T``)
+    while ranks run: such a member holds every round, and the demo gave it up only after
+    :data:`_STALL` seconds without an event. A member stopped by a debugger (``t``) is not one.
+
+    :meth:`look` is called at each look of the demo's watch at the members (every
+    :data:`_FROZEN_LOOK` seconds) with their states and the time (``time.monotonic`` seconds);
+    a member counts as frozen once it was ``T`` at every look for ``limit`` seconds. A pause
+    of more than ``gap`` seconds between two looks (the demo itself was held up: a Ctrl-Z
+    stops it with its cluster, and the shell's ``fg`` resumes them all at once) starts every
+    count again. Raises nothing.
+
+    No upstream counterpart: the demo's own watch."""
+
+    def __init__(self, limit: float = _FROZEN, gap: float = _WATCH_GAP) -> None:
+        self.limit = limit
+        self.gap = gap
+        self._since: dict[str, float] = {}  # a member seen ``T`` at every look since then
+        self._last: float | None = None
+
+    def look(self, states: dict[str, str | None], now: float) -> str | None:
+        """The first member of ``states`` (name to state letter, in start order) frozen for
+        ``limit`` seconds by ``now``, or None."""
+        if self._last is not None and now - self._last > self.gap:
+            self._since.clear()
+        self._last = now
+        self._since = {name: self._since.get(name, now)
+                       for name, state in states.items() if state == "T"}
+        return next((name for name, t in self._since.items() if now - t >= self.limit), None)
+
+
 def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
            groups: list[list[int]], kill: tuple[int, int] | None, res: Result,
            stop: threading.Event) -> None:
@@ -641,6 +707,8 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
         done_min = 0
         last_event = time.monotonic()
         next_watch = 0.0
+        frozen = FrozenWatch(_FROZEN)
+        next_look = 0.0
         while alive:
             if stop.is_set():
                 raise RuntimeError("interrupted")
@@ -660,6 +728,22 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
                     progress.console.print(
                         f"{failed[0]} {how} while ranks ran: stopping the cluster",
                         markup=False, highlight=False, soft_wrap=True)
+                elif time.monotonic() >= next_look:
+                    # a member stopped by a signal holds every round without exiting: stop the
+                    # cluster once it stayed so for _FROZEN s, not after _STALL s without events
+                    next_look = time.monotonic() + _FROZEN_LOOK
+                    held = frozen.look({c.name: process_state(c.proc.pid)
+                                        for c in cluster.children if c.proc.poll() is None},
+                                       time.monotonic())
+                    if held is not None:
+                        why = (f"{held} was frozen (stopped by SIGSTOP or SIGTSTP, process "
+                               f"state T) for {_FROZEN:g}s while ranks ran")
+                        res.problems.append(why)
+                        res.exited_first = _exited(cluster)
+                        res.stopped_ranks = set(alive)
+                        cluster.stop()
+                        progress.console.print(f"{why}: stopping the cluster", markup=False,
+                                               highlight=False, soft_wrap=True)
             try:
                 name, line = cluster.events.get(timeout=0.2)
             except queue.Empty:
