@@ -1367,3 +1367,29 @@ def test_the_demos_stop_ends_a_member_stopped_by_a_signal_with_its_sigterm() -> 
     finally:
         cluster.close(grace=0.0)
     assert child.proc.returncode == -signal.SIGTERM
+
+
+def test_the_no_progress_rule_does_not_count_a_pause_of_the_demo_itself() -> None:
+    """A Ctrl-Z stops the demo with its cluster while the monotonic clock runs on: after one
+    of more than 60 s, the demo's first look at its clock after ``fg`` gave up (``no progress
+    for 60s``) before any member had run again. A gap between two reads of the clock longer
+    than the loop ever takes is not counted; a cluster silent while the demo runs still is."""
+    from flodl_proto.commands.demo import StallClock
+
+    clock = StallClock(0.0, limit=10.0, gap=1.0)
+    assert not clock.stalled(0.5)
+    assert not clock.stalled(100.5)  # held up for 100 s: not counted
+    for k in range(1, 23):  # a read every 0.5 s, no event: 10 s counted at 110.0
+        now = 100.5 + k * 0.5
+        assert clock.stalled(now) == (now > 110.0), now
+    clock = StallClock(0.0, limit=10.0, gap=1.0)
+    for k in range(1, 21):
+        assert not clock.stalled(k * 0.5)
+    clock.event(10.0)
+    assert not clock.stalled(30.0)  # held up 20 s after the event
+    for k in range(1, 23):
+        now = 30.0 + k * 0.5
+        assert clock.stalled(now) == (now > 40.0), now
+    clock = StallClock(0.0, limit=10.0, gap=1.0)  # a silent cluster, the demo running
+    looks = [clock.stalled(k * 0.5) for k in range(1, 23)]  # a read every 0.5 s
+    assert looks == [False] * 20 + [True, True]  # from 10.5 s

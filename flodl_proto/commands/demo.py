@@ -129,9 +129,10 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the demo runs
     from rich.console import Console
 
 
-__all__ = ["TOLERANCE", "FrozenWatch", "failed_members", "interrupted_line", "memory_need",
-           "model_rounds", "partition", "payload_mib_max", "payload_values", "process_state",
-           "rank_frame_len", "read_last_lines", "register", "rounds_through", "stage_lines"]
+__all__ = ["TOLERANCE", "FrozenWatch", "StallClock", "failed_members", "interrupted_line",
+           "memory_need", "model_rounds", "partition", "payload_mib_max", "payload_values",
+           "process_state", "rank_frame_len", "read_last_lines", "register", "rounds_through",
+           "stage_lines"]
 
 #: seconds without any event from the cluster before the demo gives up
 _STALL = 60.0
@@ -638,6 +639,39 @@ class FrozenWatch:
         return next((name for name, t in self._since.items() if now - t >= self.limit), None)
 
 
+class StallClock:
+    """The demo's no-progress rule: more than ``limit`` seconds (:data:`_STALL`) without an
+    event from the cluster, not counting a pause of the demo itself. Its loop reads the clock
+    (``time.monotonic`` seconds) at least every few tenths of a second; a gap of more than
+    ``gap`` seconds between two reads means the demo was held up (a Ctrl-Z stops it with its
+    cluster, and the monotonic clock runs on while they are stopped), and that gap is not
+    counted: after a Ctrl-Z of more than ``limit`` seconds, the ``fg`` gave up at once (``no
+    progress for 60s``). ``now``: the time the clock starts. Raises nothing.
+
+    No upstream counterpart: the demo's own watch."""
+
+    def __init__(self, now: float, limit: float = _STALL, gap: float = _WATCH_GAP) -> None:
+        self.limit = limit
+        self.gap = gap
+        self._last_event = now
+        self._read = now
+
+    def _held_up(self, now: float) -> None:
+        if now - self._read > self.gap:  # the demo did not run: the cluster had no chance
+            self._last_event += now - self._read
+        self._read = now
+
+    def event(self, now: float) -> None:
+        """An event came from the cluster at ``now``."""
+        self._held_up(now)
+        self._last_event = now
+
+    def stalled(self, now: float) -> bool:
+        """Whether more than ``limit`` seconds passed without an event by ``now``."""
+        self._held_up(now)
+        return now - self._last_event > self.limit
+
+
 def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
            groups: list[list[int]], kill: tuple[int, int] | None, res: Result,
            stop: threading.Event) -> None:
@@ -705,7 +739,7 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
     with progress:
         task = progress.add_task("rounds", total=args.rounds, info="")
         done_min = 0
-        last_event = time.monotonic()
+        stall = StallClock(time.monotonic())
         next_watch = 0.0
         frozen = FrozenWatch(_FROZEN)
         next_look = 0.0
@@ -747,10 +781,10 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
             try:
                 name, line = cluster.events.get(timeout=0.2)
             except queue.Empty:
-                if time.monotonic() - last_event > _STALL:
+                if stall.stalled(time.monotonic()):
                     raise RuntimeError(f"no progress for {_STALL:g}s; giving up") from None
                 continue
-            last_event = time.monotonic()
+            stall.event(time.monotonic())
             rank = int(name[4:])
             if line is None:
                 alive.discard(rank)
