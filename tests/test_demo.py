@@ -1277,10 +1277,9 @@ def test_a_rank_that_fails_reports_the_protocol_round_it_was_in(
             pass
 
     monkeypatch.setattr(worker, "RankClient", Client)
-    monkeypatch.setenv("FLODL_SESSION_SALT", "00" * 16)
     cfg = {"rank": 1, "world_size": 2, "seed": 7, "rounds": 3, "relay": "127.0.0.1:1",
            "version": 2}
-    assert worker._train(cfg) == 0
+    assert worker._train(cfg, bytes(16)) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert events == [{"ev": "ready", "rank": 1}, {
         "ev": "ended", "rank": 1, "protocol_round": 2,
