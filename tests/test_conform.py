@@ -441,6 +441,28 @@ def test_reports_junit_json_and_failure_lines(tmp_path: Path) -> None:
     assert {x["id"] for x in doc["not_selected"]} == {c.id for c, _ in skipped}
 
 
+def test_junit_report_stays_well_formed_with_control_characters_in_the_output(
+        tmp_path: Path) -> None:
+    """A target's output (ANSI colours, a NUL, a bell) is quoted in the JUnit report: XML 1.0
+    holds no such character, so each is written as ``#xNN`` (tab, newline and the rest as
+    they are), and the report still parses."""
+    from flodl_proto.conform.player import CaseResult
+    from flodl_proto.conform.target import TargetExit
+
+    out = "\x1b[31mred\x1b[0m\tcol\nnul \x00 bell \x07 \ufffe end"
+    r = CaseResult(case=CATALOGUE[0], version=2, message="target did not start: \x1b[1mno",
+                   exit=TargetExit(3, True), output=out, started=False)
+    write_junit(tmp_path / "j.xml", "controller", [r], [], str)
+    tc = ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase")
+    assert tc is not None
+    failure, system_out = tc.find("failure"), tc.find("system-out")
+    assert failure is not None and system_out is not None
+    assert failure.get("message") == "target did not start: #x1B[1mno"
+    assert system_out.text == "#x1B[31mred#x1B[0m\tcol\nnul #x00 bell #x07 #xFFFE end"
+    assert failure.text is not None and failure.text.splitlines()[-2:] == [
+        "       #x1B[31mred#x1B[0m\tcol", "       nul #x00 bell #x07 #xFFFE end"]
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_run_stops_when_the_first_cases_never_start(jobs: int) -> None:
     """A target that never starts would fail every case the same way, 20 s each when it never

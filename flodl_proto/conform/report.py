@@ -241,6 +241,9 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
     versions ascending; whatever order ``--jobs`` completed them in), ``not_selected`` in
     catalogue order.
 
+    A character XML 1.0 cannot hold (a control character of a target's output: an ANSI
+    colour code's ESC, a NUL) is written as ``#xNN``, so the report stays well-formed.
+
     ``path`` is replaced atomically (:func:`flodl_proto._files.replace_file`): a failed write
     leaves the previous file and no temporary file.
 
@@ -316,8 +319,26 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
             props.append(ET.Element("property", name="interrupted", value="true"))
             props.append(ET.Element("property", name="stop", value=word))
             suite.insert(0, props)
+    for el in root.iter():  # a target's output may hold characters XML 1.0 cannot
+        if el.text:
+            el.text = _xml_text(el.text)
+        for key, value in el.attrib.items():
+            el.set(key, _xml_text(value))
     ET.indent(root)
     replace_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
+
+
+#: the characters XML 1.0 cannot hold, escaped or not: the C0 controls but tab, newline and
+#: carriage return, the surrogates, U+FFFE and U+FFFF (a target's output quoted in a report may
+#: carry ANSI colour codes, a NUL or a bell)
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` with each character XML 1.0 cannot hold written as ``#xNN`` (``#x1B`` for
+    ESC, ``#xFFFE``), as pytest's JUnit reports write them; the other characters as they
+    are."""
+    return _XML_INVALID.sub(lambda m: f"#x{ord(m.group()):02X}", text)
 
 
 def _skipped_suite(root: ET.Element, name: str, cases: Sequence[tuple[str, str, str]]) -> None:
