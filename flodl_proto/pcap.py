@@ -245,8 +245,13 @@ def _packets(data: bytes | bytearray) -> Iterator[tuple[int, bytes]]:
     try:
         reader = dpkt.pcap.UniversalReader(f)
     except (ValueError, dpkt.UnpackError) as e:
-        if f.short and any(m.startswith(data[:4]) for m in _MAGICS) and data:
+        magic = any(m.startswith(data[:4]) for m in _MAGICS) and data
+        if f.short and magic:
             raise CaptureTruncated(len(data), 0) from None
+        if not magic:  # named by its first bytes, as the decode command's probe names them
+            raise PcapError("not a libpcap or pcapng capture: " + (
+                f"it starts with {bytes(data[:4]).hex()}, no capture file's magic" if data
+                else "it is empty")) from None
         raise PcapError(f"not a libpcap or pcapng capture: {e}") from None
     linktype = int(reader.datalink())
     records = iter(reader)

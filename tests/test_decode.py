@@ -1752,6 +1752,16 @@ def test_hex_and_pcap_input_is_refused_on_its_first_chunk(
     assert capsys.readouterr() == ("", f"flodl-proto decode: error: {message}\n")
 
 
+def test_an_empty_pcap_file_is_no_capture(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # a capture file nothing was written to (tcpdump killed before its first write)
+    path = tmp_path / "empty.pcap"
+    path.write_bytes(b"")
+    assert main(["decode", "--pcap", "--port", "1", str(path)]) == EXIT_ERROR
+    assert capsys.readouterr() == (
+        "", "flodl-proto decode: error: not a libpcap or pcapng capture: it is empty\n")
+
+
 def test_hex_text_with_a_control_byte_names_its_offset(capsys: pytest.CaptureFixture[str],
                                                        tmp_path: Path) -> None:
     # past the first chunk too: the whole text is checked the same way

@@ -171,6 +171,18 @@ def test_data_that_is_no_capture_is_no_truncated_capture(data: bytes) -> None:
     assert str(ei.value).startswith("not a libpcap or pcapng capture: ")
 
 
+@pytest.mark.parametrize(("data", "why"), [
+    (b"", "it is empty"),
+    (b"\x00\x00", "it starts with 0000, no capture file's magic"),
+    (b"not a capture at all, is it?", "it starts with 6e6f7420, no capture file's magic"),
+])
+def test_data_that_is_no_capture_is_named_by_its_first_bytes(data: bytes, why: str) -> None:
+    # the capture reader's own words ("got 0, 24 needed at least") named no fault a reader knows
+    with pytest.raises(PcapError) as ei:
+        read_tcp_streams(data, PORT)
+    assert str(ei.value) == f"not a libpcap or pcapng capture: {why}"
+
+
 def test_a_truncated_capture_starts_with_no_streams() -> None:
     e = CaptureTruncated(10, 0)
     assert (e.size, e.complete, e.streams) == (10, 0, [])
