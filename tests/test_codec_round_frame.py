@@ -365,12 +365,32 @@ def test_array_zero_element_shapes() -> None:
 
 
 @pytest.mark.parametrize("dtype", [2, 9, 255])
-def test_array_unknown_dtype(dtype: int) -> None:
-    with pytest.raises(errors.InvalidValue) as ei:
-        TensorPayload(dtype, [2], bytes(8)).array(materialize_elided=True)
-    expect(ei, errors.InvalidValue, True, "tensor.unknown_dtype", {"dtype": dtype},
-           f"unsupported wire dtype tag {dtype} (0 = f32, 1 = bf16); extend "
-           "round_frame.rs::payload_element_size and the codec helpers together")
+def test_array_of_an_unknown_dtype_the_caller_built_is_local(dtype: int) -> None:
+    """A payload built here with a tag that has no view: the caller's misuse, in the caller's
+    words (it was the remote error, telling to extend the Rust source)."""
+    for made in (TensorPayload(dtype, [2], bytes(8)), TensorPayload.elide(dtype, [2])):
+        with pytest.raises(errors.InvalidValue) as ei:
+            made.array(materialize_elided=True)
+        expect(ei, errors.InvalidValue, False, "tensor.unknown_dtype_local", {"dtype": dtype},
+               f"TensorPayload.array: dtype = {dtype} has no array view: only 0 (f32) and 1 "
+               "(bf16) have one; a payload of any other dtype tag carries its bytes as given "
+               "(read them from .data)")
+
+
+@pytest.mark.parametrize("dtype", [2, 9, 255])
+def test_array_of_an_unknown_dtype_from_a_peer_is_remote(dtype: int) -> None:
+    """The same payload read from a peer's bytes keeps upstream's remote error."""
+    wire = signed(head(1) + tensor(dtype, [2], bytes(8)))
+    frame, _ = decode_round_frame(wire, SALT)
+    [received] = frame.tensors
+    assert received == TensorPayload(dtype, [2], bytes(8))  # equal, whoever built it
+    trusted = TensorPayload.trusted(dtype, (2,), memoryview(bytes(8)))
+    for got in (received, trusted):
+        with pytest.raises(errors.InvalidValue) as ei:
+            got.array(materialize_elided=True)
+        expect(ei, errors.InvalidValue, True, "tensor.unknown_dtype", {"dtype": dtype},
+               f"unsupported wire dtype tag {dtype} (0 = f32, 1 = bf16); extend "
+               "round_frame.rs::payload_element_size and the codec helpers together")
 
 
 @pytest.mark.parametrize(("dtype", "shape", "n", "expected", "materialize"), [

@@ -324,8 +324,10 @@ def test_a_reply_of_the_destinations_own_bits_is_copied_as_the_general_copy_copi
     with pytest.raises(Exception, match="does not fit"):
         decode_into(frame, bad)
     assert _bits(bad) == before
-    # a payload of an unknown dtype tag as long as its destination: refused, nothing written
-    odd = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(2, (9,), bytes(36))])
+    # a consensus payload (read from the relay's bytes) of an unknown dtype tag as long as its
+    # destination: refused as the peer's fault, nothing written
+    odd = RoundFrame(RoundKind.MODEL, 1.0,
+                     [TensorPayload.trusted(2, (9,), memoryview(bytes(36)))])
     dst = np.ones(9, np.float32)
     with pytest.raises(Exception, match="unsupported wire dtype tag 2"):
         decode_into(odd, [dst])

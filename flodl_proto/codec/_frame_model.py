@@ -14,7 +14,7 @@ import enum
 import math
 import struct as _struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -149,6 +149,10 @@ class TensorPayload:
     dtype: int
     shape: tuple[int, ...]
     data: memoryview
+    #: built by the constructor (the caller's values: a dtype :meth:`array` cannot view is the
+    #: caller's misuse), not by :meth:`trusted` (a reader's or a fold's, from a peer's bytes:
+    #: the peer's fault); not compared, not shown
+    _local: bool = field(init=False, repr=False, compare=False)
 
     def __init__(self, dtype: int, shape: Iterable[int], data: BytesLike = b"") -> None:
         d_tag = wire_int(dtype)
@@ -179,6 +183,7 @@ class TensorPayload:
         object.__setattr__(self, "dtype", d_tag)
         object.__setattr__(self, "shape", shape_t)
         object.__setattr__(self, "data", view)
+        object.__setattr__(self, "_local", True)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -195,12 +200,16 @@ class TensorPayload:
         Returns:
             The payload, equal to ``TensorPayload(dtype, shape, data)`` for such values.
             Anything else gives a payload that breaks the class's invariants: build values of
-            unknown origin with the constructor, which checks them.
+            unknown origin with the constructor, which checks them. Its values are taken as a
+            peer's: :meth:`array` refuses a dtype tag it cannot view as the peer's fault
+            (remote ``tensor.unknown_dtype``), where a payload the constructor built gets the
+            local ``tensor.unknown_dtype_local``.
         """
         p = _new(cls)
         _set_dtype(p, dtype)
         _set_shape(p, shape)
         _set_data(p, data)
+        _set_local(p, False)
         return p
 
     @classmethod
@@ -287,8 +296,11 @@ class TensorPayload:
         raise ``MemoryError`` for zeros that large).
 
         Raises:
-            InvalidValue: the dtype tag is unknown; InvalidValue (local): more than 64 dimensions
-                (NumPy's limit; the wire allows 255).
+            InvalidValue: the dtype tag is neither 0 (f32) nor 1 (bf16): local
+                ``tensor.unknown_dtype_local`` (naming the tag and the two that have a view)
+                for a payload the constructor built, remote ``tensor.unknown_dtype`` (upstream's
+                wording) for one a reader built from a peer's bytes (:meth:`trusted`).
+            InvalidValue (local): more than 64 dimensions (NumPy's limit; the wire allows 255).
             LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
                 type (legal on the wire, not representable as an array).
             SchemaMismatch: the byte count does not match ``numel * element_size`` (these
@@ -302,7 +314,8 @@ class TensorPayload:
             ceiling = frame_ceiling_int(ceiling)
         element_size = ELEMENT_SIZE.get(self.dtype)
         if element_size is None:
-            raise protocol_error("tensor.unknown_dtype", dtype=self.dtype)
+            raise protocol_error("tensor.unknown_dtype_local" if self._local
+                                 else "tensor.unknown_dtype", dtype=self.dtype)
         np_dtype = _NUMPY_DTYPE[self.dtype]
         shape = self.shape
         expected = _numel(shape) * element_size
@@ -357,6 +370,7 @@ class TensorPayload:
 _set_dtype: Final[Any] = vars(TensorPayload)["dtype"].__set__
 _set_shape: Final[Any] = vars(TensorPayload)["shape"].__set__
 _set_data: Final[Any] = vars(TensorPayload)["data"].__set__
+_set_local: Final[Any] = vars(TensorPayload)["_local"].__set__
 
 
 def _checked_weight(weight: Any) -> float:
