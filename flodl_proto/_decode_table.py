@@ -5,9 +5,9 @@ one line per record, the end of the stream. The functions are exported by
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from .errors import ProtocolError, protocol_error
+from .errors import ProtocolError, protocol_error, shown
 
 __all__ = ["format_table", "table_end", "table_head", "table_line"]
 
@@ -30,14 +30,14 @@ def _num(x: Any) -> str:
     return str(x)
 
 
-def _tensor_summary(t: Mapping[str, Any]) -> str:
+def _tensor_summary(t: Mapping[str, Any], where: str) -> str:
     s = f"{t['dtype']}{t['shape']} {t['nbytes']}B"
     if t.get("elided"):
         s += " elided"
     if "min" in t:
         s += f" min={_num(t['min'])} max={_num(t['max'])} mean={_num(t['mean'])}"
     if "values" in t:
-        s += " values=[" + ", ".join(_num(v) for v in t["values"]) + "]"
+        s += " values=[" + ", ".join(_num(v) for v in _part(t, "values", where)) + "]"
     elif "data" in t:
         s += f" data={t['data']}"
     if "note" in t:
@@ -47,6 +47,43 @@ def _tensor_summary(t: Mapping[str, Any]) -> str:
 
 def _tag(status: str) -> str:
     return {"ok": "ok", "bad": "BAD"}.get(status, "-")
+
+
+#: what a record's typed parts must be (the key as it appears in a record, at any depth): its
+#: accepted types and how a message names them; other parts are printed as they are
+_PARTS: Final[Mapping[str, tuple[type | tuple[type, ...], str]]] = {
+    "offset": (int, "a byte offset (an int)"),
+    "length": (int, "a byte count (an int)"),
+    "kind": (str, "a record kind's name (a str)"),
+    "tag_status": (str, "a tag status (a str: 'ok', 'bad' or 'unchecked')"),
+    "control": (Mapping, "a mapping of the control message's fields"),
+    "frame": (Mapping, "a mapping of the frame's fields"),
+    "tensors": ((list, tuple), "a list of the frame's tensors (mappings)"),
+    "tensor": (Mapping, "a mapping of the tensor's fields"),
+    "values": ((list, tuple), "a list of the tensor's values"),
+}
+
+
+def _part(parent: Mapping[str, Any], key: str, where: str) -> Any:
+    """``parent[key]`` (a part of record ``rec``, at the path ``where``), refused unless it has
+    the type :data:`_PARTS` gives for ``key``.
+
+    Raises:
+        KeyError: no ``key`` (the caller names the record and the key).
+        InvalidValue (local, ``capture.bad_type``): a value of another type, naming its path
+            (``rec['frame']['tensors']``), its type and the value."""
+    return _typed(parent[key], key, f"{where}[{key!r}]")
+
+
+def _typed(value: Any, part: str, field: str) -> Any:
+    """``value``, the part ``field`` of a record, when it has the type :data:`_PARTS` gives for
+    ``part`` (an int is no bool); else the local ``capture.bad_type`` naming ``field``."""
+    kinds, expected = _PARTS[part]
+    if not isinstance(value, kinds) or (kinds is int and isinstance(value, bool)):
+        raise protocol_error("capture.bad_type", field=field, expected=expected,
+                             got=type(value).__name__,
+                             hint="" if value is None else f" ({shown(value)})")
+    return value
 
 
 def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -59,10 +96,10 @@ def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
     if t == "handshake_ack":
         return "handshake_ack", "-", f"version={rec['version']}"
     if t == "mux_record":
-        name = rec["kind"]
-        tag = _tag(rec["tag_status"])
+        name = _part(rec, "kind", "rec")
+        tag = _tag(_part(rec, "tag_status", "rec"))
         if "control" in rec:
-            c = rec["control"]
+            c = _part(rec, "control", "rec")
             name = f"control {c['variant']}"
             fields = " ".join(f"{k}={v}" for k, v in c.items()
                               if k not in ("variant", "variant_index"))
@@ -72,16 +109,21 @@ def _details(rec: Mapping[str, Any]) -> tuple[str, str, str]:
                 fields += f" ({rec['note']})"
             return name, tag, fields
         if "frame" in rec:
-            return name, f"{tag}/{_tag(rec['frame']['tag_status'])}", _frame_summary(rec["frame"])
+            frame = _part(rec, "frame", "rec")
+            frame_tag = _tag(_part(frame, "tag_status", "rec['frame']"))
+            return name, f"{tag}/{frame_tag}", _frame_summary(frame)
         return name, tag, f"rank={rec['rank']} payload={rec.get('payload', '')}"
     if t in ("len_framed", "round_frame"):
-        return t, _tag(rec["frame"]["tag_status"]), _frame_summary(rec["frame"])
+        frame = _part(rec, "frame", "rec")
+        return t, _tag(_part(frame, "tag_status", "rec['frame']")), _frame_summary(frame)
     return t, "-", ""
 
 
 def _frame_summary(f: Mapping[str, Any]) -> str:
     parts = [f"{f['kind']} weight={_num(f['weight'])} tensors={f['num_tensors']}"]
-    parts += [_tensor_summary(t) for t in f["tensors"]]
+    where = "rec['frame']['tensors']"
+    parts += [_tensor_summary(_typed(t, "tensor", f"{where}[{i}]"), f"{where}[{i}]")
+              for i, t in enumerate(_part(f, "tensors", "rec['frame']"))]
     if f.get("trailing_bytes"):
         parts.append(f"+{f['trailing_bytes']} trailing bytes")
     return "; ".join(parts)
@@ -147,8 +189,10 @@ def table_line(rec: Mapping[str, Any]) -> str:
 
     Raises:
         InvalidValue (local, ``capture.bad_type``): ``rec`` is not a record
-            :func:`decode_stream` made: no mapping (naming ``rec`` and its type), or one that
-            lacks a key its type has (naming the key).
+            :func:`decode_stream` made: no mapping (naming ``rec`` and its type), one that
+            lacks a key its type has (naming the key), or one whose part has another type than
+            such a record's (naming the part's path, ``rec['frame']['tensors'][0]``, its type
+            and its value: an offset that is no int, a frame that is no mapping...).
 
     No upstream counterpart: upstream has no decoder tool.
     """
@@ -156,7 +200,8 @@ def table_line(rec: Mapping[str, Any]) -> str:
         raise _bad_record(rec)
     try:
         name, tag, details = _details(rec)
-        return f"{rec['offset']:>8}  {rec['length']:>8}  {name:<20} {tag:<9} {details}"
+        offset, length = _part(rec, "offset", "rec"), _part(rec, "length", "rec")
+        return f"{offset:>8}  {length:>8}  {name:<20} {tag:<9} {details}"
     except KeyError as e:
         raise _bad_record(rec, e.args[0] if e.args else None) from None
 

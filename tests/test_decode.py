@@ -475,6 +475,46 @@ def test_table_line_of_no_record_is_a_local_error_naming_it(rec: Any, message: s
     assert table_line(first).split()[:3] == ["0", "8", "handshake_ack"]
 
 
+def _frame_rec(**frame: Any) -> dict[str, Any]:
+    """A round_frame record whose frame holds ``frame`` over a well-formed one."""
+    whole = {"tag_status": "ok", "kind": "Model", "weight": 1.0, "num_tensors": 1,
+             "tensors": [{"dtype": "f32", "shape": [1], "nbytes": 4, "values": [1.0]}]}
+    return {"type": "round_frame", "offset": 0, "length": 41, "frame": {**whole, **frame}}
+
+
+@pytest.mark.parametrize(("rec", "message"), [
+    ({"type": "round_frame", "offset": 0, "length": 41, "frame": 5},
+     "rec['frame'] must be a mapping of the frame's fields, got a int (5)"),
+    ({"type": "mux_record", "offset": 0, "length": 26, "kind": "Control", "tag_status": "ok",
+      "control": None},
+     "rec['control'] must be a mapping of the control message's fields, got a NoneType"),
+    ({"type": "mux_record", "offset": 0, "length": 26, "kind": None, "tag_status": "ok"},
+     "rec['kind'] must be a record kind's name (a str), got a NoneType"),
+    ({"type": "mux_record", "offset": 0, "length": 26, "kind": "Data", "tag_status": ["ok"]},
+     "rec['tag_status'] must be a tag status (a str: 'ok', 'bad' or 'unchecked'), got a list "
+     "(['ok'])"),
+    (_frame_rec(tensors=7),
+     "rec['frame']['tensors'] must be a list of the frame's tensors (mappings), got a int (7)"),
+    (_frame_rec(tensors=["t"]),
+     "rec['frame']['tensors'][0] must be a mapping of the tensor's fields, got a str ('t')"),
+    (_frame_rec(tensors=[{"dtype": "f32", "shape": [1], "nbytes": 4, "values": 3}]),
+     "rec['frame']['tensors'][0]['values'] must be a list of the tensor's values, got a int "
+     "(3)"),
+    (_frame_rec(tag_status={}), "rec['frame']['tag_status'] must be a tag status (a str: 'ok', "
+                                "'bad' or 'unchecked'), got a dict ({})"),
+    ({**_frame_rec(), "offset": None}, "rec['offset'] must be a byte offset (an int), got a "
+                                       "NoneType"),
+    ({**_frame_rec(), "length": [41]}, "rec['length'] must be a byte count (an int), got a list "
+                                       "([41])"),
+])
+def test_table_line_of_a_record_part_of_another_type_names_the_part(rec: Any, message: str
+                                                                     ) -> None:
+    """A record whose part has another type than decode_stream's (a frame that is no mapping,
+    an offset that is no int) raised a bare TypeError from the formatting."""
+    assert _bad_type(table_line, rec) == message
+    assert table_line(_frame_rec()).split()[:4] == ["0", "41", "round_frame", "ok"]
+
+
 def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sent = _loop_down(3)
     raw = tmp_path / "loop.hex"
