@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Protocol
 
-from .errors import ProtocolError, protocol_error, shown
+from .errors import ProtocolError, protocol_error, shown, shown_type
 
 __all__ = ["format_table", "table_end", "table_head", "table_line"]
 
@@ -81,7 +81,7 @@ def _typed(value: Any, part: str, field: str) -> Any:
     kinds, expected = _PARTS[part]
     if not isinstance(value, kinds) or (kinds is int and isinstance(value, bool)):
         raise protocol_error("capture.bad_type", field=field, expected=expected,
-                             got=type(value).__name__,
+                             got=shown_type(value),
                              hint="" if value is None else f" ({shown(value)})")
     return value
 
@@ -136,7 +136,7 @@ def _check_report(report: object) -> None:
             getattr(report, "final_record", None)):
         raise protocol_error("capture.bad_type", field="report",
                              expected="a DecodeReport (what decode_stream returns)",
-                             got=type(report).__name__, hint="")
+                             got=shown_type(report), hint="")
 
 
 _RECORD = "a record decode_stream made (a dict with its type, offset, length and fields)"
@@ -147,7 +147,7 @@ def _bad_record(rec: object, missing: object = None) -> ProtocolError:
     one without the key ``missing``."""
     hint = "" if missing is None else f" without {missing!r}"
     return protocol_error("capture.bad_type", field="rec", expected=_RECORD,
-                          got=type(rec).__name__, hint=hint)
+                          got=shown_type(rec), hint=hint)
 
 
 def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[str]:

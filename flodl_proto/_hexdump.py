@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from typing import NamedTuple
 
-from .errors import protocol_error
+from .errors import protocol_error, shown_type
 
 __all__ = ["DEFAULT_LIMIT", "HexDump", "HexDumpTooLarge", "parse_hex_dump", "read_hex_dump"]
 
@@ -78,7 +78,7 @@ def _check_text(text: object) -> None:
     """Refuse a ``text`` that is no str (bytes read from a file, None) as a local error naming
     the argument and its type."""
     if not isinstance(text, str):
-        got = type(text).__name__
+        got = shown_type(text)
         hint = (": decode it first, e.g. data.decode('ascii')"
                 if isinstance(text, bytes | bytearray | memoryview) else "")
         raise protocol_error("capture.bad_type", field="text", expected="hex text (a str)",

@@ -46,6 +46,7 @@ __all__ = [
     "protocol_error",
     "shown",
     "shown_name",
+    "shown_type",
 ]
 
 
@@ -312,6 +313,20 @@ def shown_name(text: str) -> str:
     if not text or len(text) > SHOWN_CHARS or not text.isprintable() or text != text.strip():
         return shown(text)
     return text
+
+
+def shown_type(value: Any) -> str:
+    """How a message names the type of a value it refuses, after "got": ``None`` for None,
+    else the type's name after its article (``an int``, ``a str``, ``an OrderedDict``, ``a
+    list``), so that a template's ``got {got}`` reads as a sentence: ``got an int``, ``got
+    None``. The catalogue's type errors take it (``capture.bad_type``, ``salt.not_bytes``,
+    ``codec.not_bytes_like``, ...).
+
+    No upstream counterpart (upstream's API takes typed values)."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:

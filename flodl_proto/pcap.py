@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import protocol_error
+from .errors import protocol_error, shown_type
 
 __all__ = ["CaptureTruncated", "PcapError", "TcpStream", "capture_format", "read_tcp_streams",
            "read_tcp_streams_of_ports"]
@@ -309,7 +309,7 @@ def _checked_data(data: object) -> None:
             hint = f" {path!r}: read the file first, e.g. Path({path!r}).read_bytes()"
         raise protocol_error("capture.bad_type", field="data",
                              expected="the capture file's bytes (bytes or bytearray)",
-                             got=type(data).__name__, hint=hint)
+                             got=shown_type(data), hint=hint)
 
 
 def _checked_port(port: object) -> int:
@@ -387,7 +387,7 @@ def read_tcp_streams_of_ports(data: bytes | bytearray,
     if isinstance(ports, str | bytes | bytearray) or not isinstance(ports, Iterable):
         raise protocol_error("capture.bad_type", field="ports",
                              expected="an iterable of TCP ports (e.g. a list of ints)",
-                             got=type(ports).__name__, hint="")
+                             got=shown_type(ports), hint="")
     return _read(data, list(dict.fromkeys(_checked_port(p) for p in ports)))
 
 

@@ -166,7 +166,7 @@ def test_the_ceiling_bounds_the_image_and_lead_and_kind_are_checked() -> None:
     with pytest.raises(InvalidValue) as ei2:
         FrameTemplate(RoundKind.MODEL, [(0, (4,))], "ab")  # type: ignore[arg-type]
     assert ei2.value.error_id == "codec.not_bytes_like"
-    assert dict(ei2.value.fields) == {"field": "lead", "got": "str"}
+    assert dict(ei2.value.fields) == {"field": "lead", "got": "a str"}
     with pytest.raises(InvalidValue) as ei2:
         FrameTemplate(2, [(0, (2 ** 40,))])  # the kind first, nothing built
     assert dict(ei2.value.fields)["field"] == "kind"

@@ -59,7 +59,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "handshake: expected_world_size = 4.0 is invalid: not a u32"),
     "decode_handshake data None": (
         lambda: decode_handshake(None, 4),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "NoneType"),
+        InvalidValue, "data " + BUFFER + "None"),
     "expect_channel_magic negative": (
         lambda: expect_channel_magic(MAGIC, -1),
         InvalidValue, "channel magic: expected = -1 is invalid: not one of ['control', "
@@ -132,16 +132,16 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "record carries one"),
     "a MuxRecord of a text payload": (
         lambda: MuxRecord(RecordKind.DATA, 0, "ab"),  # type: ignore[arg-type]
-        InvalidValue, "payload " + BUFFER + "str"),
+        InvalidValue, "payload " + BUFFER + "a str"),
     "encode_mux_record_bytes None": (
         lambda: encode_mux_record_bytes(None, SALT),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: record = 'NoneType' is invalid: not a MuxRecord"),
     "decode_round_frame None": (
         lambda: decode_round_frame(None, SALT),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "NoneType"),
+        InvalidValue, "data " + BUFFER + "None"),
     "decode_round_frame strided": (
         lambda: decode_round_frame(STRIDED, SALT),
-        InvalidValue, "data " + BUFFER + "non-contiguous memoryview"),
+        InvalidValue, "data " + BUFFER + "a non-contiguous memoryview"),
     "decode_round_frame premac text": (
         lambda: decode_round_frame(FRAME, SALT, premac="x"),  # type: ignore[arg-type]
         InvalidValue, "round_frame: premac = 'str' is invalid: not a Premac (a MAC over the "
@@ -152,25 +152,25 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "bytes being decoded) or None"),
     "decode_mux_record text": (
         lambda: decode_mux_record("d017", SALT),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "str"),
+        InvalidValue, "data " + BUFFER + "a str"),
     "parse_mux_header None": (
         lambda: parse_mux_header(None),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "NoneType"),
+        InvalidValue, "data " + BUFFER + "None"),
     "decode_len_framed list": (
         lambda: decode_len_framed([1, 2]),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "list"),
+        InvalidValue, "data " + BUFFER + "a list"),
     "MuxStream.feed None": (
         lambda: MuxStream(SALT).feed(None),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "NoneType"),
+        InvalidValue, "data " + BUFFER + "None"),
     "RoundFrameDecoder.feed None": (
         lambda: RoundFrameDecoder(SALT).feed(None),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "NoneType"),
+        InvalidValue, "data " + BUFFER + "None"),
     "LenFramedDecoder.feed None": (
         lambda: LenFramedDecoder().feed(None),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "NoneType"),
+        InvalidValue, "data " + BUFFER + "None"),
     "encode_len_framed None": (
         lambda: encode_len_framed(None),  # type: ignore[arg-type]
-        InvalidValue, "blob " + BUFFER + "NoneType"),
+        InvalidValue, "blob " + BUFFER + "None"),
     "RoundFrame tensors None": (
         lambda: RoundFrame(RoundKind.MODEL, 1.0, None),  # type: ignore[arg-type]
         InvalidValue, "round_frame: tensors = 'NoneType' is invalid: not an iterable of "
@@ -188,7 +188,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "signatures"),
     "MuxRecord.host_frame of a RoundFrame": (
         lambda: MuxRecord.host_frame(RoundFrame(RoundKind.MODEL, 1.0, [])),  # type: ignore[arg-type]
-        InvalidValue, "payload " + BUFFER + "RoundFrame"),
+        InvalidValue, "payload " + BUFFER + "a RoundFrame"),
 }
 
 

@@ -1024,7 +1024,7 @@ def test_the_hello_errors_carry_the_value_given() -> None:
 @pytest.mark.parametrize("make", [
     lambda p: MuxRecord.data(0, p), MuxRecord.host_frame, MuxRecord.broadcast,
 ])
-@pytest.mark.parametrize(("payload", "got"), [("ab", "str"), (None, "NoneType")])
+@pytest.mark.parametrize(("payload", "got"), [("ab", "a str"), (None, "None")])
 def test_a_payload_that_is_no_buffer_is_named(make: Any, payload: object, got: str) -> None:
     with pytest.raises(errors.LocalProtocolError) as ei:
         make(payload)
@@ -1102,16 +1102,16 @@ def test_a_header_that_is_no_mux_header_is_refused(header: Any) -> None:
 
 
 @pytest.mark.parametrize(("payload", "error_id", "field", "got"), [
-    (b"ab", "codec.not_pieces", "payload", "bytes"),
-    (bytearray(b"ab"), "codec.not_pieces", "payload", "bytearray"),
-    ("ab", "codec.not_pieces", "payload", "str"),
-    (None, "codec.not_pieces", "payload", "NoneType"),
-    (3, "codec.not_pieces", "payload", "int"),
-    (["ab"], "codec.not_bytes_like", "payload[0]", "str"),
-    ([b"a", None], "codec.not_bytes_like", "payload[1]", "NoneType"),
+    (b"ab", "codec.not_pieces", "payload", "a bytes"),
+    (bytearray(b"ab"), "codec.not_pieces", "payload", "a bytearray"),
+    ("ab", "codec.not_pieces", "payload", "a str"),
+    (None, "codec.not_pieces", "payload", "None"),
+    (3, "codec.not_pieces", "payload", "an int"),
+    (["ab"], "codec.not_bytes_like", "payload[0]", "a str"),
+    ([b"a", None], "codec.not_bytes_like", "payload[1]", "None"),
     # a strided view: the MAC raised BufferError
     ([memoryview(b"abcd")[::2]], "codec.not_bytes_like", "payload[0]",
-     "non-contiguous memoryview"),
+     "a non-contiguous memoryview"),
 ])
 def test_encode_mux_record_parts_says_what_is_wrong_with_the_payload(
         payload: Any, error_id: str, field: str, got: str) -> None:

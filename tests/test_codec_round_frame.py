@@ -594,10 +594,10 @@ def test_round_frame_pieces_alternate_metadata_and_payload_views() -> None:
 
 @pytest.mark.parametrize(("data", "got"), [
     # an array is taken when it is C-contiguous: the line says what is wrong with this one
-    (np.zeros(4, np.float32)[::2], "non-contiguous ndarray"),  # strided
-    (np.asfortranarray(np.zeros((2, 2), np.float32)), "non-contiguous ndarray"),
-    ("abcd", "str"),
-    (7, "int"),
+    (np.zeros(4, np.float32)[::2], "a non-contiguous ndarray"),  # strided
+    (np.asfortranarray(np.zeros((2, 2), np.float32)), "a non-contiguous ndarray"),
+    ("abcd", "a str"),
+    (7, "an int"),
 ])
 def test_payload_data_that_is_no_contiguous_buffer_is_refused_by_field(data: Any,
                                                                        got: str) -> None:

@@ -114,13 +114,13 @@ def test_as_view_casts_other_formats_to_flat_unsigned_bytes(make: object) -> Non
 def test_as_view_refuses_a_strided_buffer() -> None:
     arr = np.arange(8, dtype=np.float32)[::2]
     with pytest.raises(LocalProtocolError, match=r"^data must be a contiguous bytes-like object "
-                       r"\(bytes, bytearray or memoryview\), got non-contiguous memoryview$"):
+                       r"\(bytes, bytearray or memoryview\), got a non-contiguous memoryview$"):
         as_view(memoryview(arr))
     with pytest.raises(LocalProtocolError,
-                       match=r"^payload must be .*, got non-contiguous ndarray$"):
+                       match=r"^payload must be .*, got a non-contiguous ndarray$"):
         as_view(arr, "payload")
     flat = memoryview(np.arange(8, dtype=np.uint8))[::2]  # 1-D, format B, strided
-    with pytest.raises(LocalProtocolError, match=r"got non-contiguous memoryview$"):
+    with pytest.raises(LocalProtocolError, match=r"got a non-contiguous memoryview$"):
         as_view(flat)
 
 

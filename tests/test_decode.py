@@ -450,13 +450,13 @@ def _bad_type(fn: Any, arg: Any) -> str:
     return str(ei.value)
 
 
-@pytest.mark.parametrize(("report", "got"), [("x", "str"), (None, "NoneType"),
-                                             ([{"type": "end"}], "list")])
+@pytest.mark.parametrize(("report", "got"), [("x", "a str"), (None, "None"),
+                                             ([{"type": "end"}], "a list")])
 def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: str) -> None:
     # "x" met an AttributeError ('str' object has no attribute 'records') at the first line
     for fn in (format_table, table_end):
         assert _bad_type(fn, report) == ("report must be a DecodeReport (what decode_stream "
-                                         f"returns), got a {got}")
+                                         f"returns), got {got}")
 
 
 @pytest.mark.parametrize(("rec", "message"), [
@@ -464,7 +464,8 @@ def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: 
     ({"type": "handshake", "offset": 0, "length": 12, "rank": 0, "world_size": 2},
      "got a dict without 'version'"),
     ("x", "got a str"),
-    (None, "got a NoneType"),
+    (None, "got None"),
+    (5, "got an int"),
 ])
 def test_table_line_of_no_record_is_a_local_error_naming_it(rec: Any, message: str) -> None:
     # {} met a KeyError: 'type'; "x" a TypeError
@@ -484,26 +485,26 @@ def _frame_rec(**frame: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("rec", "message"), [
     ({"type": "round_frame", "offset": 0, "length": 41, "frame": 5},
-     "rec['frame'] must be a mapping of the frame's fields, got a int (5)"),
+     "rec['frame'] must be a mapping of the frame's fields, got an int (5)"),
     ({"type": "mux_record", "offset": 0, "length": 26, "kind": "Control", "tag_status": "ok",
       "control": None},
-     "rec['control'] must be a mapping of the control message's fields, got a NoneType"),
+     "rec['control'] must be a mapping of the control message's fields, got None"),
     ({"type": "mux_record", "offset": 0, "length": 26, "kind": None, "tag_status": "ok"},
-     "rec['kind'] must be a record kind's name (a str), got a NoneType"),
+     "rec['kind'] must be a record kind's name (a str), got None"),
     ({"type": "mux_record", "offset": 0, "length": 26, "kind": "Data", "tag_status": ["ok"]},
      "rec['tag_status'] must be a tag status (a str: 'ok', 'bad' or 'unchecked'), got a list "
      "(['ok'])"),
     (_frame_rec(tensors=7),
-     "rec['frame']['tensors'] must be a list of the frame's tensors (mappings), got a int (7)"),
+     "rec['frame']['tensors'] must be a list of the frame's tensors (mappings), got an int (7)"),
     (_frame_rec(tensors=["t"]),
      "rec['frame']['tensors'][0] must be a mapping of the tensor's fields, got a str ('t')"),
     (_frame_rec(tensors=[{"dtype": "f32", "shape": [1], "nbytes": 4, "values": 3}]),
-     "rec['frame']['tensors'][0]['values'] must be a list of the tensor's values, got a int "
+     "rec['frame']['tensors'][0]['values'] must be a list of the tensor's values, got an int "
      "(3)"),
     (_frame_rec(tag_status={}), "rec['frame']['tag_status'] must be a tag status (a str: 'ok', "
                                 "'bad' or 'unchecked'), got a dict ({})"),
-    ({**_frame_rec(), "offset": None}, "rec['offset'] must be a byte offset (an int), got a "
-                                       "NoneType"),
+    ({**_frame_rec(), "offset": None}, "rec['offset'] must be a byte offset (an int), got "
+                                       "None"),
     ({**_frame_rec(), "length": [41]}, "rec['length'] must be a byte count (an int), got a list "
                                        "([41])"),
 ])
@@ -1289,9 +1290,9 @@ def test_hex_text_that_is_not_text_is_a_local_error_naming_it(fn: Any) -> None:
     assert str(ei.value) == ("text must be hex text (a str), got a bytes: decode it first, e.g. "
                              "data.decode('ascii')")
     assert ei.value.error_id == "capture.bad_type"
-    assert ei.value.fields == {"field": "text", "expected": "hex text (a str)", "got": "bytes",
+    assert ei.value.fields == {"field": "text", "expected": "hex text (a str)", "got": "a bytes",
                                "hint": ": decode it first, e.g. data.decode('ascii')"}
-    with pytest.raises(InvalidValue, match=r"^text must be hex text \(a str\), got a NoneType$"):
+    with pytest.raises(InvalidValue, match=r"^text must be hex text \(a str\), got None$"):
         fn(None)
 
 

@@ -283,8 +283,8 @@ def test_data_that_is_not_the_capture_s_bytes_is_a_local_error_naming_it(
         assert (ei.value.error_id, ei.value.fields["field"]) == ("capture.bad_type", "data")
     with pytest.raises(InvalidValue) as ei:
         read_tcp_streams(None, PORT)  # type: ignore[arg-type]
-    assert str(ei.value) == ("data must be the capture file's bytes (bytes or bytearray), got a "
-                             "NoneType")
+    assert str(ei.value) == ("data must be the capture file's bytes (bytes or bytearray), got "
+                             "None")
     assert read_tcp_streams(bytearray(path.read_bytes()), PORT)[0].data == b"abc"
 
 
@@ -441,16 +441,17 @@ def test_ports_that_are_no_tcp_ports_are_a_local_error_naming_the_value(
                              "1..65535)")
 
 
-@pytest.mark.parametrize("ports", ["1337", b"\x05", 1337, None])
+@pytest.mark.parametrize(("ports", "got"), [("1337", "a str"), (b"\x05", "a bytes"),
+                                           (1337, "an int"), (None, "None")])
 def test_ports_that_are_no_collection_of_ports_are_a_local_error_naming_the_type(
-        ports: object) -> None:
+        ports: object, got: str) -> None:
     # text would be read a character a port, and a bare port is no iterable: both name the type
     with pytest.raises(InvalidValue) as ei:
         read_tcp_streams_of_ports(_pcap(101, _SEVERAL), ports)  # type: ignore[arg-type]
     assert isinstance(ei.value, LocalProtocolError)
     assert ei.value.error_id == "capture.bad_type"
     assert str(ei.value) == ("ports must be an iterable of TCP ports (e.g. a list of ints), got "
-                             f"a {type(ports).__name__}")
+                             f"{got}")
     with pytest.raises(InvalidValue) as ei:
         read_tcp_streams_of_ports("cap.pcap", [PORT])  # type: ignore[arg-type]
     assert ei.value.error_id == "capture.bad_type"

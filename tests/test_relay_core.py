@@ -1056,7 +1056,7 @@ def test_a_blob_that_is_no_buffer_is_named() -> None:
     with pytest.raises(InvalidValue) as ei:
         core.rank_frame(0, "abc")  # type: ignore[arg-type]
     assert str(ei.value) == ("blob must be a contiguous bytes-like object (bytes, bytearray or "
-                             "memoryview), got str")
+                             "memoryview), got a str")
 
 
 def test_a_deposit_is_checked_against_the_premac_it_comes_with() -> None:

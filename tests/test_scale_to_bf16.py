@@ -201,6 +201,8 @@ def test_bits_are_bit_patterns_and_factor_is_a_number() -> None:
         assert d.tolist() == [0, 0, 0]
     with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got a list"):
         scale_to_bf16([[1.0]], 1.0, [d[:1]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got None$"):
+        scale_to_bf16([None], 1.0, [d[:1]])  # type: ignore[list-item]
 
 
 def test_scale_to_bf16_names_a_shaped_destination_and_a_strided_source() -> None:

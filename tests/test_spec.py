@@ -307,3 +307,17 @@ def test_a_long_text_is_quoted_by_its_ends() -> None:
     assert errors.shown("x" * 81) == f"'{'x' * 40}...{'x' * 20}' (81 characters)"
     assert errors.shown(10**5000) == "<an integer of 16610 bits>"
     assert errors.shown(5) == "5"
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    (None, "None"), (5, "an int"), (True, "a bool"), ("x", "a str"), (b"", "a bytes"),
+    ([], "a list"), ({}, "a dict"), (2.5, "a float"), (object(), "an object"),
+    (memoryview(b""), "a memoryview"),
+])
+def test_a_refused_value_s_type_is_named_with_its_article(value: Any, named: str) -> None:
+    """Type errors read ``got an int`` and ``got None`` (the catalogue's ``got {got}``), never
+    ``got a int`` or ``got a NoneType``."""
+    assert errors.shown_type(value) == named
+    err = errors.protocol_error("capture.bad_type", field="rec", expected="a record",
+                                got=errors.shown_type(value), hint="")
+    assert str(err) == f"rec must be a record, got {named}"

@@ -14,7 +14,7 @@ from typing import Any, Final, TypeAlias
 
 import numpy as np
 
-from ..errors import ProtocolError, protocol_error
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import SPEC
 
 __all__ = [
@@ -120,9 +120,10 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
 
     With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
     as the encoders for ``socket.sendmsg`` return, gets the hint to join it."""
-    got = type(value).__name__
+    got = shown_type(value)
     if isinstance(value, memoryview) or _is_buffer(value):
-        got = f"non-contiguous {got}"  # a buffer, but a strided or Fortran-ordered one
+        # a buffer, but a strided or Fortran-ordered one
+        got = f"a non-contiguous {type(value).__name__}"
     elif one_buffer and isinstance(value, list | tuple) and value and all(
             _is_buffer(p) for p in value):
         got += ' (join a buffer list, as the encoders for sendmsg return, with b"".join)'
@@ -137,11 +138,11 @@ def not_pieces(field: str, value: Any) -> ProtocolError:
 
     Meant for an encoder's error path: it is called once the pieces failed to measure."""
     if isinstance(value, bytes | bytearray | memoryview | str) or _is_buffer(value):
-        return protocol_error("codec.not_pieces", field=field, got=type(value).__name__)
+        return protocol_error("codec.not_pieces", field=field, got=shown_type(value))
     try:
         items = list(value)
     except TypeError:
-        return protocol_error("codec.not_pieces", field=field, got=type(value).__name__)
+        return protocol_error("codec.not_pieces", field=field, got=shown_type(value))
     for i, p in enumerate(items):
         try:
             as_view(p)

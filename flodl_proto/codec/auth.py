@@ -18,7 +18,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
 from ._common import BytesLike, not_bytes_like
 
@@ -108,11 +108,11 @@ def check_salt(salt: BytesLike) -> bytes:
     if type(salt) is bytes and len(salt) == SESSION_SALT_BYTES:
         return salt  # what the conversion below gives (every round's call: a client's own salt)
     if isinstance(salt, str):
-        raise protocol_error("salt.not_bytes", got=type(salt).__name__)
+        raise protocol_error("salt.not_bytes", got=shown_type(salt))
     try:  # not bytes(salt): bytes(16) is 16 zero bytes, an int is no salt
         b = memoryview(salt).tobytes()
     except TypeError:
-        raise protocol_error("salt.not_bytes_like", got=type(salt).__name__) from None
+        raise protocol_error("salt.not_bytes_like", got=shown_type(salt)) from None
     if len(b) != SESSION_SALT_BYTES:
         raise protocol_error("salt.bad_length", expected=SESSION_SALT_BYTES, got=len(b))
     return b
@@ -166,11 +166,11 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
     """
     mac = new_mac(check_salt(salt))
     if isinstance(pieces, bytes | bytearray | memoryview | str):  # its items would be ints
-        raise protocol_error("codec.not_pieces", field="pieces", got=type(pieces).__name__)
+        raise protocol_error("codec.not_pieces", field="pieces", got=shown_type(pieces))
     try:
         items = iter(pieces)
     except TypeError:
-        raise protocol_error("codec.not_pieces", field="pieces", got=type(pieces).__name__
+        raise protocol_error("codec.not_pieces", field="pieces", got=shown_type(pieces)
                              ) from None
     for i, p in enumerate(items):
         try:

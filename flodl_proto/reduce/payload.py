@@ -25,7 +25,7 @@ import numpy.typing as npt
 from .._bf16 import is_bf16
 from ..codec._arrays import as_array, real_array
 from ..codec._common import BytesLike, as_view, wire_int, wire_real
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE, U32_MAX
 from . import _kernels as K
 
@@ -66,7 +66,7 @@ def _check_bits_buffer(arg: str, buf: Any, count: int) -> None:
         ValueError: naming ``arg``, what it is and what it should be.
     """
     if not isinstance(buf, np.ndarray):
-        raise ValueError(f"{arg} must be a NumPy array, got a {type(buf).__name__}")
+        raise ValueError(f"{arg} must be a NumPy array, got {shown_type(buf)}")
     # uint16 or bf16: their elements are the bits, read back as such (a float16, int16 or
     # big-endian array would show other values)
     if buf.dtype != K.U16 and not is_bf16(buf.dtype):
@@ -155,7 +155,7 @@ def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[
         raise ValueError(f"factor must be a real number, got {factor!r}")
     for i, s in enumerate(srcs):
         if not isinstance(s, np.ndarray):
-            raise ValueError(f"srcs[{i}] must be a NumPy array, got a {type(s).__name__}")
+            raise ValueError(f"srcs[{i}] must be a NumPy array, got {shown_type(s)}")
     dtypes = {s.dtype for s in srcs}
     if len(dtypes) > 1 or not dtypes <= {K.F32, K.U16}:
         raise ValueError(f"sources must be all <f4 or all <u2, got {sorted(map(str, dtypes))}")
