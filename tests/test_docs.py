@@ -30,7 +30,7 @@ from flodl_proto.docs import (
     render_protocol_doc,
 )
 from flodl_proto.errors import shown_name
-from flodl_proto.spec import SPEC
+from flodl_proto.spec import SPEC, Spec, SpecError
 
 from .conftest import run_with_file_size_limit
 
@@ -517,8 +517,9 @@ def _drop(doc: dict[str, Any], key: str) -> None:
     (lambda d: d["versions"].update(supported=["2", 3]),
      "versions.supported[0] is the string '2', not an integer"),
     (lambda d: d["errors"].update({"handshake.read_failed": "x"}),
-     "error handshake.read_failed is the string 'x', not a mapping"),
-    (lambda d: d["enums"].update(RoundKind="x"), "enum RoundKind has no values"),
+     "errors.handshake.read_failed is the string 'x', not a mapping"),
+    (lambda d: d["enums"].update(RoundKind="x"),
+     "enums.RoundKind is the string 'x', not a mapping"),
 ], ids=["no-semantics", "timeouts-number", "departures-mapping", "default-text",
         "supported-text", "error-text", "enum-text"])
 def test_a_missing_section_or_a_value_of_another_kind_is_one_line_and_writes_nothing(
@@ -536,6 +537,100 @@ def test_a_missing_section_or_a_value_of_another_kind_is_one_line_and_writes_not
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+
+
+def _set(doc: Any, path: list[Any], value: Any) -> None:
+    """Set the value at ``path`` (keys and list indices) of ``doc``."""
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+def _spec_copy(tmp_path: Path, name: str, change: Any) -> Path:
+    """A spec folder: the checkout's two files, ``name`` parsed, changed by ``change`` and
+    written back."""
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    for f in ("wire.yaml", "lifecycle.yaml"):
+        shutil.copy(ROOT / "spec" / f, spec_dir / f)
+    doc = yaml.safe_load((ROOT / "spec" / name).read_text(encoding="utf-8"))
+    change(doc)
+    (spec_dir / name).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return spec_dir
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    (lambda d: _set(d, ["types", "u8", "size"], "one"),
+     "types.u8.size is the string 'one', not an integer or null"),
+    (lambda d: _set(d, ["messages", "handshake", "bogus"], 1),
+     "messages.handshake: unknown key 'bogus' (known: auth, direction, doc, encoding, fields, "
+     "kinds, leg, parts, size, source, struct, title, variants)"),
+    (lambda d: _set(d, ["messages", "handshake", "fields", 0, "sise"], 4),
+     "messages.handshake.fields[0]: unknown key 'sise' (known: condition, const, doc, enum, "
+     "name, offset, size, type)"),
+    (lambda d: d["constants"]["AUTH_TAG_LEN"].pop("value"),
+     "constants.AUTH_TAG_LEN: missing key 'value'"),
+    (lambda d: _set(d, ["constants", "AUTH_TAG_LEN", "value"], True),
+     "constants.AUTH_TAG_LEN.value is True, not an integer"),
+    (lambda d: _set(d, ["timeouts", "HANDSHAKE_READ", "scaled"], "yes"),
+     "timeouts.HANDSHAKE_READ.scaled is the string 'yes', not true or false"),
+    (lambda d: _set(d, ["enums", "Dtype", "values", "F32", "code"], "0"),
+     "enums.Dtype.values.F32.code is the string '0', not an integer"),
+    (lambda d: _set(d, ["messages", "relay_control_msg", "variants", 0, "fields", 0, "versions"],
+                    [2, "3"]),
+     "messages.relay_control_msg.variants[0].fields[0].versions[1] is the string '3', not an "
+     "integer"),
+    (lambda d: _set(d, ["examples", "handshake_v2", "tags"], {}),
+     "examples.handshake_v2.tags is a mapping, not a list"),
+    (lambda d: _set(d, ["semantics", "divide_once", "example", "frames", 0, "values", 1], None),
+     "semantics.divide_once.example.frames[0].values[1] is null, not a number"),
+    (lambda d: _set(d, ["errors", "frame.bad_magic", "templat"], "x"),
+     "errors.frame.bad_magic: unknown key 'templat' (known: kind, side, source, template)"),
+], ids=["type-size-text", "message-key", "field-key", "constant-no-value", "constant-bool",
+        "scaled-text", "enum-code-text", "versions-text", "tags-mapping", "values-null",
+        "error-key"])
+def test_a_value_below_the_top_level_of_another_shape_is_one_line_naming_its_path(
+        change: Any, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wire.yaml whose value below the top level has another shape than the spec's (a
+    size that is no integer, a stray key in a message or a field) was loaded, and documented
+    with exit 0."""
+    spec_dir = _spec_copy(tmp_path, "wire.yaml", change)
+    with pytest.raises(SpecError) as ei:
+        Spec(spec_dir)
+    assert str(ei.value) == f"wire.yaml: {line}"
+    out = tmp_path / "protocol.md"
+    assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    (lambda d: _set(d, ["machines", "controller", "states", "idle", "initial"], "yes"),
+     "machines.controller.states.idle.initial is the string 'yes', not true or false"),
+    (lambda d: _set(d, ["machines", "controller", "states", "idle", "entr"], "log"),
+     "machines.controller.states.idle: unknown key 'entr' (known: enter, exit, final, "
+     "initial, name, on, parallel, states, transitions)"),
+    (lambda d: _set(d, ["machines", "relay", "states", "accepting_ranks", "on", "rank_connected",
+                        0, "taget"], "x"),
+     "machines.relay.states.accepting_ranks.on.rank_connected[0]: unknown key 'taget' (known: "
+     "after, before, cond, event, initial, internal, on, target, unless, validators)"),
+    (lambda d: _set(d, ["machines", "controller", "guards"], ["every_rank_covered"]),
+     "machines.controller.guards is a list, not a mapping"),
+    (lambda d: _set(d, ["machines", "relay", "catch_errors_as_events"], "no"),
+     "machines.relay.catch_errors_as_events is the string 'no', not true or false"),
+], ids=["initial-text", "state-key", "transition-key", "guards-list", "option-text"])
+def test_a_lifecycle_value_of_another_shape_is_one_line_naming_its_path(
+        change: Any, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A lifecycle.yaml whose state, transition or machine holds a stray key or a value of
+    another type was documented with exit 0 (the stray key drawn as nothing)."""
+    spec_dir = _spec_copy(tmp_path, "lifecycle.yaml", change)
+    with pytest.raises(SpecError) as ei:
+        Spec(spec_dir).lifecycle()
+    assert str(ei.value) == f"lifecycle.yaml: {line}"
+    out = tmp_path / "protocol.md"
+    assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: lifecycle.yaml: {line}\n")
 
 
 def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> None:
@@ -561,7 +656,9 @@ def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> No
      "state of the machine (accepting, idle, reducing, shutdown)"),
     ("schema: flodl-proto-lifecycle/2\n", "schema: flodl-proto-lifecycle/9\n",
      "missing or unknown 'schema' (not flodl-proto-lifecycle/2)"),
-    ("    states:\n", "    statez:\n", "no machine with 'states'"),  # both machines
+    ("    states:\n", "    statez:\n",  # both machines: the first is named
+     "machines.controller: unknown key 'statez' (known: allow_event_without_transition, "
+     "catch_errors_as_events, departures, doc, events, guards, machine, outcomes, states)"),
 ])
 def test_a_lifecycle_the_docs_cannot_draw_is_one_line_and_writes_nothing(
         old: str, new: str, line: str, tmp_path: Path,
