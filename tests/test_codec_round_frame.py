@@ -9,6 +9,7 @@ templates, never taken from the code under test.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import math
@@ -368,7 +369,9 @@ def test_array_zero_element_shapes() -> None:
 def test_array_of_an_unknown_dtype_the_caller_built_is_local(dtype: int) -> None:
     """A payload built here with a tag that has no view: the caller's misuse, in the caller's
     words (it was the remote error, telling to extend the Rust source)."""
-    for made in (TensorPayload(dtype, [2], bytes(8)), TensorPayload.elide(dtype, [2])):
+    received = TensorPayload.trusted(dtype, (2,), memoryview(bytes(8)))
+    for made in (TensorPayload(dtype, [2], bytes(8)), TensorPayload.elide(dtype, [2]),
+                 copy.copy(received)):  # a copy is built by the constructor
         with pytest.raises(errors.InvalidValue) as ei:
             made.array(materialize_elided=True)
         expect(ei, errors.InvalidValue, False, "tensor.unknown_dtype_local", {"dtype": dtype},

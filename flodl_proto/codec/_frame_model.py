@@ -361,7 +361,9 @@ class TensorPayload:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied with its bytes (a memoryview does not pickle): the constructor's
-        arguments, ``data`` as ``bytes``."""
+        arguments, ``data`` as ``bytes``. A copy is built by the constructor, so it is the
+        caller's payload: :meth:`array` refuses its unknown dtype tag as the local
+        ``tensor.unknown_dtype_local``, whoever built the original."""
         return (type(self), (self.dtype, self.shape, bytes(self.data)))
 
 
