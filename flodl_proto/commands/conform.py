@@ -57,6 +57,7 @@ from .._oserr import os_reason
 from ..cli import AnyCase, interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
+from ._option_error import option_message
 from ._output import rich_console
 from .docs import output_path
 from .relay import check_net_timeout_scale, whole_number
@@ -261,10 +262,10 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     except ProtocolError as e:  # the catalogue's message, in argparse's words for an
         # option's value: argument --timeout-scale: VALUE ..., where it reads FIELD=VALUE ...
-        return _usage("argument --timeout-scale: "
-                      + str(e).removeprefix("--timeout-scale="), args)
+        return _usage(option_message("--timeout-scale", str(e).removeprefix("--timeout-scale=")),
+                      args)
     if not 1 <= args.jobs <= JOBS_MAX:
-        return _usage(f"argument --jobs: must be in 1..{JOBS_MAX}, got {args.jobs}", args)
+        return _usage(option_message("--jobs", f"must be in 1..{JOBS_MAX}, got {args.jobs}"), args)
     if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
         return _usage(f"--junit {args.junit} and --json {args.json} are the same file (one "
                       "report would replace the other); give two paths", args)
@@ -285,12 +286,12 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         return _usage("--launch CMD is required (or --list)", args)
     if not args.launch:  # given, but ``--launch "$CMD"`` with the variable unset; a blank
         # value is fill_placeholders's "(the value is blank)"
-        return _usage("argument --launch: no command (the value is empty)", args)
+        return _usage(option_message("--launch", "no command (the value is empty)"), args)
     probe = {k.strip("{}"): "x" for k in _PLACEHOLDERS[role].split()}
     try:
         fill_placeholders(args.launch, probe)
     except ValueError as e:
-        return _usage(str(e), args)
+        return _usage(option_message("--launch", str(e)), args)
     if not runs:
         return _usage(_no_case(left_out, args), args)
     return None
@@ -406,7 +407,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         written.append(True)
         _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
                        "started")
-        return _usage(f"argument --launch: {e}", args)
+        return _usage(option_message("--launch", str(e)), args)
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130 or 143

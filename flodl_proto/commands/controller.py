@@ -60,6 +60,7 @@ from ..addr import format_addr, parse_addr
 from ..cli import interrupts_held
 from ..errors import ProtocolError, shown
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
+from ._option_error import OptionError, option_field
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
     NO_SUCH_NAME,
@@ -111,9 +112,9 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
     them allowed.
 
     Raises:
-        ValueError: anything else; the message names the option, its value and, for a number
-            that is not one, that number's field (LR or MU), and for text ``float()`` would
-            read (``1_0``) why (:func:`flodl_proto._numbers.not_plain_note`).
+        OptionError: anything else (a ``ValueError``); the message names the option, its value
+            and, for a number that is not one, that number's field (LR or MU), and for text
+            ``float()`` would read (``1_0``) why (:func:`flodl_proto._numbers.not_plain_note`).
 
     Upstream: ``outer_optimizer.rs`` (``SlowMomentum::new``, ``NesterovMomentum::new``: no
     validation of the values).
@@ -129,20 +130,20 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
     if name in ("slow-momentum", "nesterov"):
         parts = params.split(",")
         if len(parts) != 2:
-            raise ValueError(f"argument --outer: {shown(text)}: expected {name}:LR,MU (two finite "
-                             f"numbers)")
+            raise OptionError("--outer", f"{shown(text)}: expected {name}:LR,MU (two finite "
+                                         "numbers)")
         values = []
         for field, part in zip(("LR", "MU"), parts, strict=True):
             value = parse_f64(part.strip())
             if value is None or not math.isfinite(value):
-                raise ValueError(f"argument --outer: {shown(text)}: {field} {shown(part.strip())} "
-                                 f"is not a finite number{not_plain_note(part.strip())}; expected "
-                                 f"{name}:LR,MU (two finite numbers)")
+                raise OptionError("--outer", f"{shown(text)}: {field} {shown(part.strip())} is "
+                                             f"not a finite number{not_plain_note(part.strip())}; "
+                                             f"expected {name}:LR,MU (two finite numbers)")
             values.append(value)
         lr, mu = values
         return SlowMomentum(lr, mu) if name == "slow-momentum" else NesterovMomentum(lr, mu)
-    raise ValueError(f"argument --outer: {shown(text)}: expected avg, slow-momentum:LR,MU or "
-                     f"nesterov:LR,MU")
+    raise OptionError("--outer", f"{shown(text)}: expected avg, slow-momentum:LR,MU or "
+                                 "nesterov:LR,MU")
 
 
 def checkpoint_dir_problem(path: Path) -> str | None:
@@ -215,7 +216,7 @@ def _round_line(r: RoundReport) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the controller until the run ends; return the exit code (0, 1 or 2)."""
     try:
-        host, port = parse_addr(args.listen, field="argument --listen:")
+        host, port = parse_addr(args.listen, field=option_field("--listen"))
     except ProtocolError as e:
         return _usage_error(str(e))
     try:

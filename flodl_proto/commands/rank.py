@@ -55,6 +55,7 @@ from ..cli import interrupts_held
 from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from ._number_args import shown_as_typed
+from ._option_error import OptionError, option_field, option_message
 from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
 from .relay import (
     add_frame_ceiling_option,
@@ -184,18 +185,18 @@ def run(args: argparse.Namespace) -> int:
         check_net_timeout_scale()
         check_world_size(args.world_size)
         if not 0 <= args.rank < args.world_size:  # the client checks it too, naming rank_id
-            raise ValueError(f"argument --rank: must be in 0..{args.world_size - 1} (below "
-                             f"--world-size), got {args.rank}")
+            raise OptionError("--rank", f"must be in 0..{args.world_size - 1} (below "
+                                         f"--world-size), got {args.rank}")
         salt = cli_salt(args.salt, args.salt_file)
-        addr = parse_addr(args.relay, field="argument --relay:", dial=True)
+        addr = parse_addr(args.relay, field=option_field("--relay"), dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
         if not 1 <= args.rounds <= ROUNDS_MAX:  # a rank that leaves ends the run: zero rounds
             # would only end the others'
-            raise ValueError(f"argument --rounds: must be in 1..{ROUNDS_MAX}, got {args.rounds}")
+            raise OptionError("--rounds", f"must be in 1..{ROUNDS_MAX}, got {args.rounds}")
         for option, value in (("--payload-mib", args.payload_mib), ("--interval", args.interval)):
             if not 0 <= value < math.inf:  # nan and inf too: no frame or pause of that size
-                raise ValueError(f"argument {option}: must be a finite number >= 0, got "
-                                 f"{shown_as_typed(value)}")
+                raise OptionError(option, f"must be a finite number >= 0, got "
+                                          f"{shown_as_typed(value)}")
     except (ValueError, ProtocolError, OSError) as e:
         print(f"flodl-proto rank: error: {e}", file=sys.stderr, flush=True)
         return 2
@@ -206,9 +207,9 @@ def run(args: argparse.Namespace) -> int:
     # the frame must fit the ceiling: checked before the tensor is built or the relay dialled
     if (wire := synthetic_frame_len(args.payload_mib, args.bf16)) > ceiling:
         frame = f"a {wire}-byte frame," if wire < 1 << 64 else "a frame"  # 1e300: 300 digits
-        print(f"flodl-proto rank: error: argument --payload-mib: "
-              f"{shown_as_typed(args.payload_mib)} makes {frame} above the frame ceiling "
-              f"{ceiling} (--frame-ceiling)",
+        too_big = (f"{shown_as_typed(args.payload_mib)} makes {frame} above the frame ceiling "
+                   f"{ceiling} (--frame-ceiling)")
+        print(f"flodl-proto rank: error: {option_message('--payload-mib', too_big)}",
               file=sys.stderr, flush=True)
         return 2
     try:  # last: every other mistake is reported without waiting for the resolver

@@ -84,6 +84,7 @@ from ..spec import (
 )
 from ._host_name import host_name
 from ._number_args import listen_port, read_whole_number, real_number, tcp_port, whole_number
+from ._option_error import OptionError, option_field
 from ._output import queued_stderr_logging, report_dropped
 
 __all__ = [
@@ -210,6 +211,7 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
 
     Raises:
         ValueError: one line naming where the salt came from, as argparse names an option
+            (an :class:`~._option_error.OptionError` for an option)
             (``argument --salt-file: PATH: ...``: unreadable file or not a salt; ``argument
             --salt: ...``: malformed), ``$FLODL_SESSION_SALT`` (malformed), or saying there is
             none.
@@ -217,13 +219,13 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     try:
         return resolve_salt(salt, salt_file)
     except OSError as e:
-        raise ValueError(f"argument --salt-file: {shown_name(str(salt_file))}: "
-                         f"{os_reason(e)}") from None
+        raise OptionError("--salt-file",
+                          f"{shown_name(str(salt_file))}: {os_reason(e)}") from None
     except ProtocolError as e:
         if salt_file is not None:
-            raise ValueError(f"argument --salt-file: {shown_name(salt_file)}: {e}") from None
+            raise OptionError("--salt-file", f"{shown_name(salt_file)}: {e}") from None
         if salt is not None:
-            raise ValueError(f"argument --salt: {e}") from None
+            raise OptionError("--salt", str(e)) from None
         if os.environ.get(SALT_ENV, "").strip():
             raise ValueError(f"${SALT_ENV}: {e}") from None
         raise ValueError(str(e)) from None
@@ -264,11 +266,12 @@ def check_world_size(world_size: int) -> None:
     """Check ``--world-size``: 1 up to the largest value of the handshake's u32 field.
 
     Raises:
-        ValueError: out of that range (the message names the option and the value).
+        OptionError: out of that range (a ``ValueError``; the message names the option and
+            the value, ``argument --world-size: ...``).
     """
     if not 1 <= world_size <= U32_MAX:
-        raise ValueError(f"argument --world-size: must be in 1..{U32_MAX} (the handshake's u32 "
-                         f"field), got {world_size}")
+        raise OptionError("--world-size", f"must be in 1..{U32_MAX} (the handshake's u32 field), "
+                                          f"got {world_size}")
 
 
 def path_text(text: str) -> str:
@@ -335,10 +338,9 @@ def for_option(e: BaseException, param: str, option: str) -> BaseException:
             and e.fields.get("name") == param):
         value = e.fields.get("value")
         if e.error_id == "deadline.too_long":
-            return ValueError(f"argument {option}: must be {TIMEOUT_RULE} "
-                              f"({e.fields.get('scale'):g}), got {value!r} "
-                              f"({e.fields.get('scaled'):g} s scaled)")
-        return ValueError(f"argument {option}: must be {TIMEOUT_RULE}, got {value!r}")
+            return OptionError(option, f"must be {TIMEOUT_RULE} ({e.fields.get('scale'):g}), "
+                                       f"got {value!r} ({e.fields.get('scaled'):g} s scaled)")
+        return OptionError(option, f"must be {TIMEOUT_RULE}, got {value!r}")
     return e
 
 
@@ -481,7 +483,7 @@ def frame_ceiling(text: str | None) -> int:
     ``DEFAULT_FRAME_CEILING`` (1 GiB), as upstream before a model-derived ceiling (``wire.rs``).
 
     Raises:
-        ValueError: one line naming the option as argparse does, then the value once
+        OptionError: a ``ValueError`` naming the option as argparse does, then the value once
             (``argument --frame-ceiling: must be at least 25 bytes (...), got 10``): not a
             whole number of bytes in ASCII digits (:func:`byte_count`), below the smallest
             RoundFrame (25 bytes, the message names it:
@@ -496,10 +498,10 @@ def frame_ceiling(text: str | None) -> int:
     try:
         n = byte_count(text, *frame_ceiling_floor())
     except ValueError as e:  # the message ends with the value (``got '4G'``): not shown twice
-        raise ValueError(f"argument --frame-ceiling: {e}") from None
+        raise OptionError("--frame-ceiling", str(e)) from None
     if n > U32_MAX:
-        raise ValueError(f"argument --frame-ceiling: must be at most {U32_MAX} bytes (the u32 "
-                         f"length prefix and mux payload_len), got {shown(text)}")
+        raise OptionError("--frame-ceiling", f"must be at most {U32_MAX} bytes (the u32 length "
+                                             f"prefix and mux payload_len), got {shown(text)}")
     return n
 
 
@@ -549,8 +551,8 @@ def parse_ranks(text: str, world_size: int | None = None,
         The rank ids (ints), in the order given, ranges expanded.
 
     Raises:
-        ValueError: not a comma-separated list of non-negative integers / ranges so written
-            (``١`` and ``1_0`` are refused with the reason of
+        OptionError: (a ``ValueError``) not a comma-separated list of non-negative integers /
+            ranges so written (``١`` and ``1_0`` are refused with the reason of
             :func:`flodl_proto._numbers.not_plain_note`, ``0 1`` as a blank inside a number),
             an empty item (``0,,1``, a leading or trailing comma), a rank not below
             ``world_size``, more than ``max_ranks`` ranks, or a rank listed twice (``0,1,1``,
@@ -561,8 +563,9 @@ def parse_ranks(text: str, world_size: int | None = None,
     """
     parts = text.split(",")
     if any(not p.strip(_ASCII_BLANKS) for p in parts) and text.strip(_ASCII_BLANKS):
-        raise ValueError(f"argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
-                         f"{shown(text)} (an empty item)")  # "0,,1": a rank left out by mistake
+        # "0,,1": a rank left out by mistake
+        raise OptionError("--ranks", f"expected a list of ranks like 0,1 or 0-3, got "
+                                     f"{shown(text)} (an empty item)")
     spans: list[tuple[int, int]] = []
     for part in parts:
         lo, _, hi = part.partition("-") if "-" in part else (part, "", part)
@@ -570,25 +573,26 @@ def parse_ranks(text: str, world_size: int | None = None,
         if ends[0] is None or ends[1] is None:
             inner = any(c in _ASCII_BLANKS for end in (lo, hi) for c in end.strip(_ASCII_BLANKS))
             why = " (a blank inside a number)" if inner else not_plain_note(text)
-            raise ValueError(f"argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
-                             f"{shown(text)}{why}")
+            raise OptionError("--ranks", f"expected a list of ranks like 0,1 or 0-3, got "
+                                         f"{shown(text)}{why}")
         spans.append((ends[0], ends[1]))
     if any(lo < 0 or hi < lo for lo, hi in spans):
-        raise ValueError(f"argument --ranks: expected a list of ranks like 0,1 or 0-3, got "
-                         f"{shown(text)}")
+        raise OptionError("--ranks", f"expected a list of ranks like 0,1 or 0-3, got "
+                                     f"{shown(text)}")
     if world_size is not None and any(hi >= world_size for lo, hi in spans):
         top = max(hi for lo, hi in spans)
-        raise ValueError(f"argument --ranks: {shown(text)}: every rank must be < --world-size "
-                         f"{shown(world_size)}, got rank {shown(top)}")
+        raise OptionError("--ranks", f"{shown(text)}: every rank must be < --world-size "
+                                     f"{shown(world_size)}, got rank {shown(top)}")
     count = sum(hi - lo + 1 for lo, hi in spans)
     if max_ranks is not None and count > max_ranks:
-        raise ValueError(f"argument --ranks: {shown(text)}: {shown(count)} ranks need as many "
-                         f"loopback connections, more than this process may open ({max_ranks})")
+        raise OptionError("--ranks", f"{shown(text)}: {shown(count)} ranks need as many loopback "
+                                     f"connections, more than this process may open "
+                                     f"({max_ranks})")
     ranks = [r for lo, hi in spans for r in range(lo, hi + 1)]
     seen: set[int] = set()
     for r in ranks:
         if r in seen:  # the relay's core refuses it too, in words that name no option
-            raise ValueError(f"argument --ranks: {shown(text)}: rank {shown(r)} is listed twice")
+            raise OptionError("--ranks", f"{shown(text)}: rank {shown(r)} is listed twice")
         seen.add(r)
     return ranks
 
@@ -675,9 +679,9 @@ def _default_port_named(e: BaseException, controller: str) -> BaseException:
     default --listen-port: the controller's port + 4); give --listen-port``, as argparse words
     an option's value); any other error is ``e`` itself."""
     if isinstance(e, ProtocolError) and e.error_id == "relay.bad_listen_port":
-        return ValueError(f"argument --controller: {shown(controller)}: "
-                          f"{port_not_in_range(e.fields['port'])} (the default --listen-port: the "
-                          f"controller's port + 4); give --listen-port")
+        return OptionError("--controller", f"{shown(controller)}: "
+                           f"{port_not_in_range(e.fields['port'])} (the default --listen-port: "
+                           f"the controller's port + 4); give --listen-port")
     return e
 
 
@@ -693,7 +697,7 @@ def run(args: argparse.Namespace) -> int:
         check_world_size(args.world_size)
         salt = cli_salt(args.salt, args.salt_file)
         ranks = parse_ranks(args.ranks, args.world_size, _max_open_files())
-        controller = parse_addr(args.controller, field="argument --controller:", dial=True)
+        controller = parse_addr(args.controller, field=option_field("--controller"), dial=True)
         ceiling = frame_ceiling(args.frame_ceiling)
         # last: every other mistake is reported without waiting for the resolver; a SIGTERM
         # while it is asked is one line and exit 143, as Ctrl-C's is one line and exit 130

@@ -191,20 +191,22 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
         ValueError: an unknown placeholder, a malformed template, a placeholder that is not
             ``{name}`` alone, a blank template (no word: no program to run), one whose first
             word is blank (``'' {port}``), or one holding a NUL character (no program's
-            argument can) (the message names it).
+            argument can) (the message names it; it names no option: the command line puts
+            ``argument --launch:`` before it,
+            :func:`flodl_proto.commands._option_error.option_message`).
     """
     if "\0" in template:
-        raise ValueError("argument --launch: the command holds a NUL character (\\x00), which no "
-                         "program's argument can")
+        raise ValueError("the command holds a NUL character (\\x00), which no program's "
+                         "argument can")
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
     except ValueError as e:
-        raise ValueError(f"argument --launch: {e}") from None
+        raise ValueError(str(e)) from None
     if not words:
-        raise ValueError("argument --launch: no command (the value is blank)")
+        raise ValueError("no command (the value is blank)")
     out = [_fill_word(w, values) for w in words]
     if not out[0].strip():
-        raise ValueError(f"argument --launch: no program to run (the first word is {words[0]!r})")
+        raise ValueError(f"no program to run (the first word is {words[0]!r})")
     return out
 
 
@@ -219,7 +221,7 @@ def _fill_word(word: str, values: Mapping[str, str]) -> str:
     try:
         parts = list(string.Formatter().parse(word))
     except ValueError as e:
-        raise ValueError(f"argument --launch: bad placeholder in {word!r}: {e}") from None
+        raise ValueError(f"bad placeholder in {word!r}: {e}") from None
     filled = []
     for literal, name, spec, conversion in parts:
         filled.append(literal)
@@ -229,10 +231,10 @@ def _fill_word(word: str, values: Mapping[str, str]) -> str:
             filled.append(values[name])
             continue
         if name.isidentifier() and not spec and conversion is None:
-            raise ValueError(f"argument --launch: unknown placeholder {{{name}}} (this role has "
+            raise ValueError(f"unknown placeholder {{{name}}} (this role has "
                              f"{', '.join('{' + k + '}' for k in sorted(values))})")
-        raise ValueError(f"argument --launch: bad placeholder in {word!r}: a placeholder is "
-                         f"{{name}} alone (no !conversion, :format, .attribute or [index])")
+        raise ValueError(f"bad placeholder in {word!r}: a placeholder is {{name}} alone (no "
+                         f"!conversion, :format, .attribute or [index])")
     return "".join(filled)
 
 

@@ -1,0 +1,189 @@
+"""Every option value a command refuses reads as argparse words it, ``argument --X: MESSAGE``,
+built in one place (:mod:`flodl_proto.commands._option_error`): the exact line of each refused
+value across the commands, the helper's words against argparse's own, and no other module
+spelling the prefix itself."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+import pytest
+
+from .cli_util import run_main
+
+S = "00112233445566778899aabbccddeeff"
+CTL = ["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", S]
+RELAY = ["relay", "--controller", "127.0.0.1:7000"]
+RANK = ["rank", "--relay", "127.0.0.1:7004", "--rank", "0", "--world-size", "1", "--salt", S]
+KIT = ["conform", "controller", "--version", "2", "--jobs", "1", "--timeout-scale", "0.1"]
+E_CTL = "flodl-proto controller: error: argument "
+E_RELAY = "flodl-proto relay: error: argument "
+E_RANK = "flodl-proto rank: error: argument "
+E_KIT = "flodl-proto conform controller: error: argument "
+E_DECODE = "flodl-proto decode: error: argument "
+SALT_RULE = "session salt must be 16 bytes written as 32 hex digits, got 2 characters"
+RANKS_RULE = "expected a list of ranks like 0,1 or 0-3, got"
+
+#: (command line, its one stderr line); ``{tmp}`` is the test's folder (holding ``bad.salt``)
+REFUSED: list[tuple[list[str], str]] = [
+    (["controller", "--listen", "nohostport", "--world-size", "1", "--salt", S],
+     E_CTL + "--listen: 'nohostport': not a HOST:PORT address: no port"),
+    (["controller", "--listen", "127.0.0.1:0", "--world-size", "0", "--salt", S],
+     E_CTL + "--world-size: must be in 1..4294967295 (the handshake's u32 field), got 0"),
+    ([*CTL, "--outer", "bogus"],
+     E_CTL + "--outer: 'bogus': expected avg, slow-momentum:LR,MU or nesterov:LR,MU"),
+    ([*CTL, "--outer", "slow-momentum:1"],
+     E_CTL + "--outer: 'slow-momentum:1': expected slow-momentum:LR,MU (two finite numbers)"),
+    ([*CTL, "--outer", "nesterov:x,0.9"],
+     E_CTL + "--outer: 'nesterov:x,0.9': LR 'x' is not a finite number; expected "
+     "nesterov:LR,MU (two finite numbers)"),
+    (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", "12"],
+     E_CTL + "--salt: " + SALT_RULE),
+    (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file",
+      "/nonexistent/salt"],
+     E_CTL + "--salt-file: /nonexistent/salt: No such file or directory"),
+    (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file",
+      "{tmp}/bad.salt"],
+     E_CTL + "--salt-file: {tmp}/bad.salt: " + SALT_RULE + ", character 1 ('z') not a hex "
+     "digit"),
+    ([*CTL, "--frame-ceiling", "4G"],
+     E_CTL + "--frame-ceiling: expected a number of bytes, got '4G'"),
+    ([*CTL, "--frame-ceiling", "10"],
+     E_CTL + "--frame-ceiling: must be at least 25 bytes (the smallest RoundFrame: no tensor), "
+     "got 10"),
+    ([*CTL, "--frame-ceiling", "5000000000"],
+     E_CTL + "--frame-ceiling: must be at most 4294967295 bytes (the u32 length prefix and mux "
+     "payload_len), got '5000000000'"),
+    ([*CTL, "--round-timeout", "0"],
+     E_CTL + "--round-timeout: must be a finite number of seconds above 0, at most 864000 s "
+     "once scaled by FLODL_NET_TIMEOUT_SCALE, got '0'"),
+    ([*RELAY, "--ranks", "0,,1", "--world-size", "1", "--salt", S],
+     E_RELAY + f"--ranks: {RANKS_RULE} '0,,1' (an empty item)"),
+    ([*RELAY, "--ranks", "x", "--world-size", "1", "--salt", S],
+     E_RELAY + f"--ranks: {RANKS_RULE} 'x'"),
+    ([*RELAY, "--ranks", "3-1", "--world-size", "1", "--salt", S],
+     E_RELAY + f"--ranks: {RANKS_RULE} '3-1'"),
+    ([*RELAY, "--ranks", "0,5", "--world-size", "2", "--salt", S],
+     E_RELAY + "--ranks: '0,5': every rank must be < --world-size 2, got rank 5"),
+    ([*RELAY, "--ranks", "0-4000000000", "--world-size", "4294967295", "--salt", S],
+     E_RELAY + "--ranks: '0-4000000000': 4000000001 ranks need as many loopback connections, "
+     "more than this process may open (1024)"),
+    ([*RELAY, "--ranks", "0,1,1", "--world-size", "2", "--salt", S],
+     E_RELAY + "--ranks: '0,1,1': rank 1 is listed twice"),
+    (["relay", "--controller", "nohostport", "--ranks", "0", "--world-size", "1", "--salt", S],
+     E_RELAY + "--controller: 'nohostport': not a HOST:PORT address: no port"),
+    (["relay", "--controller", "127.0.0.1:65533", "--ranks", "0", "--world-size", "1",
+      "--salt", S],
+     E_RELAY + "--controller: '127.0.0.1:65533': port 65537 is not in 0..65535 (the default "
+     "--listen-port: the controller's port + 4); give --listen-port"),
+    ([*RELAY, "--ranks", "0", "--world-size", "0", "--salt", S],
+     E_RELAY + "--world-size: must be in 1..4294967295 (the handshake's u32 field), got 0"),
+    ([*RELAY, "--ranks", "0", "--world-size", "1", "--salt", S, "--host", ""],
+     E_RELAY + "--host: '' is empty; give a host name, or leave the option out to announce "
+     "this machine's host name"),
+    ([*RELAY, "--ranks", "0", "--world-size", "1", "--salt", S, "--listen-port", "70000"],
+     E_RELAY + "--listen-port: port 70000 is not in 0..65535"),
+    (["rank", "--relay", "127.0.0.1:7004", "--rank", "5", "--world-size", "2", "--salt", S],
+     E_RANK + "--rank: must be in 0..1 (below --world-size), got 5"),
+    (["rank", "--relay", "nohostport", "--rank", "0", "--world-size", "1", "--salt", S],
+     E_RANK + "--relay: 'nohostport': not a HOST:PORT address: no port"),
+    ([*RANK, "--rounds", "0"], E_RANK + "--rounds: must be in 1..1000000, got 0"),
+    ([*RANK, "--payload-mib", "-1"],
+     E_RANK + "--payload-mib: must be a finite number >= 0, got '-1'"),
+    ([*RANK, "--interval", "nan"],
+     E_RANK + "--interval: must be a finite number >= 0, got 'nan'"),
+    ([*RANK, "--payload-mib", "2", "--frame-ceiling", "1000"],
+     E_RANK + "--payload-mib: '2' makes a 2098393-byte frame, above the frame ceiling 1000 "
+     "(--frame-ceiling)"),
+    ([*KIT, "--timeout-scale", "0", "--launch", "x"],
+     E_KIT + "--timeout-scale: '0' is out of range; expected a finite scale factor from 0.1 to "
+     "1000"),
+    ([*KIT, "--jobs", "0", "--launch", "x"], E_KIT + "--jobs: must be in 1..1024, got 0"),
+    ([*KIT, "--launch", ""], E_KIT + "--launch: no command (the value is empty)"),
+    ([*KIT, "--launch", " "], E_KIT + "--launch: no command (the value is blank)"),
+    ([*KIT, "--launch", "a\x00b"],
+     E_KIT + "--launch: the command holds a NUL character (\\x00), which no program's argument "
+     "can"),
+    ([*KIT, "--launch", 'a "b'], E_KIT + "--launch: No closing quotation"),
+    ([*KIT, "--launch", "'' {port}"],
+     E_KIT + "--launch: no program to run (the first word is '')"),
+    ([*KIT, "--launch", "x {port!r}"],
+     E_KIT + "--launch: bad placeholder in '{port!r}': a placeholder is {name} alone (no "
+     "!conversion, :format, .attribute or [index])"),
+    ([*KIT, "--launch", "x {nope}"],
+     E_KIT + "--launch: unknown placeholder {nope} (this role has {host}, {port}, {salt}, "
+     "{salt_file}, {version}, {world_size})"),
+    ([*KIT, "--launch", "x {"],
+     E_KIT + "--launch: bad placeholder in '{': Single '{' encountered in format string"),
+    ([*KIT, "--launch", "{tmp}/nonexistent {port}"],
+     E_KIT + "--launch: cannot start the target '{tmp}/nonexistent': No such file or directory"),
+    (["decode", "--salt-file", "/nonexistent/salt", "/dev/null"],
+     E_DECODE + "--salt-file: /nonexistent/salt: No such file or directory"),
+    (["decode", "--salt", "12", "/dev/null"], E_DECODE + "--salt: " + SALT_RULE),
+    (["decode", "--frame-ceiling", "10", "/dev/null"],
+     E_DECODE + "--frame-ceiling: must be at least 25 bytes (the smallest RoundFrame: no "
+     "tensor), got 10"),
+    (["decode", "--max-input", "0", "/dev/null"],
+     E_DECODE + "--max-input: must be at least 1 byte, got 0"),
+    (["dissector", "--port", "0"],
+     "flodl-proto dissector: error: argument --port: port 0 is not in 1..65535"),
+    (["dissector", "--out", "x/"],
+     "flodl-proto dissector: error: argument --out: 'x/' names a folder (it ends with /); give "
+     "a file path in it"),
+]
+
+
+@pytest.mark.parametrize(("argv", "line"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_every_refused_value_is_one_line_in_argparse_words(
+        argv: list[str], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The lines as they read before their prefix had one home, byte for byte: exit 2, nothing
+    on stdout, one stderr line."""
+    monkeypatch.delenv("FLODL_SESSION_SALT", raising=False)
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")
+    monkeypatch.setattr("flodl_proto.commands.relay._max_open_files", lambda: 1024)
+    (tmp_path / "bad.salt").write_text("zz\n")
+    tmp = str(tmp_path)
+    code, out, err = run_main(capsys, *(a.replace("{tmp}", tmp) for a in argv))
+    assert (code, out, err) == (2, "", line.replace("{tmp}", tmp) + "\n")
+
+
+def test_the_prefix_is_argparse_s_own() -> None:
+    """argparse's ArgumentError of the option's action words it the same."""
+    from flodl_proto.commands._option_error import OptionError, option_field, option_message
+
+    parser = argparse.ArgumentParser()
+    action = parser.add_argument("--jobs")
+    assert option_field("--jobs") == "argument --jobs:"
+    assert option_message("--jobs", "must be in 1..1024, got 0") == str(
+        argparse.ArgumentError(action, "must be in 1..1024, got 0"))
+    e = OptionError("--ranks", "'0,1,1': rank 1 is listed twice")
+    assert isinstance(e, ValueError)
+    assert (str(e), e.option, e.reason) == (
+        "argument --ranks: '0,1,1': rank 1 is listed twice", "--ranks",
+        "'0,1,1': rank 1 is listed twice")
+
+
+#: the modules whose option errors take their prefix from the helper
+_CONVERTED = ("commands/controller.py", "commands/relay.py", "commands/rank.py",
+              "commands/conform.py", "commands/decode.py", "commands/docs.py",
+              "commands/dissector.py", "commands/vectors.py", "commands/_number_args.py",
+              "commands/_host_name.py", "conform/target.py")
+
+
+@pytest.mark.parametrize("module", _CONVERTED)
+def test_no_module_spells_the_prefix_itself(module: str) -> None:
+    """No string of code (docstrings aside) holds ``argument --``: the prefix is the helper's."""
+    import flodl_proto
+
+    tree = ast.parse((Path(flodl_proto.__file__).parent / module).read_text(encoding="utf-8"))
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and (body := node.body) and isinstance(body[0], ast.Expr)}
+    spelled = [node.lineno for node in ast.walk(tree)
+               if isinstance(node, ast.Constant) and isinstance(node.value, str)
+               and "argument --" in node.value and id(node) not in docstrings]
+    assert spelled == []
+
