@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import errno
+import subprocess
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +191,22 @@ def test_no_module_spells_the_prefix_itself(module: str) -> None:
                and "argument --" in node.value and id(node) not in docstrings]
     assert spelled == []
 
+
+def test_a_launch_the_machine_cannot_start_now_is_a_failed_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No process to be had (EAGAIN, out of memory or file descriptors) is the machine's state,
+    not the command line's: exit 1, the line without ``argument --launch:``; a program that
+    does not exist stays a usage error (the table above)."""
+    from flodl_proto.conform import target
+
+    def no_process(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(target, "subprocess", types.SimpleNamespace(
+        Popen=no_process, DEVNULL=subprocess.DEVNULL, PIPE=subprocess.PIPE))
+    report = tmp_path / "r.json"
+    code, out, err = run_main(capsys, *KIT, "--launch", "prog {port}", "--json", str(report))
+    assert (code, out, err) == (1, "", "flodl-proto conform controller: error: cannot start the "
+                                       "target 'prog': Resource temporarily unavailable\n")
+    assert "not run: the --launch command cannot be started" in report.read_text()

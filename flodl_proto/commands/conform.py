@@ -23,7 +23,9 @@ during a write stops it, the file left whole, old or new, the other report still
 FIFO that no process reads is a report that cannot be written, not a wait for a reader), 2 for
 a bad command line (as ``--list`` with ``--junit`` or ``--json``: a listing writes no report), a
 ``--launch`` command that cannot be started included (no such program, not executable: one line
-naming it and the OS error, and no case runs). A target that does not
+naming it and the OS error, ``argument --launch: cannot start the target ...``, and no case runs;
+one the machine cannot start now, with no process, memory or file descriptor to be had, is a
+failed run, exit 1, the same line without ``argument --launch:``). A target that does not
 start (it exits, does not listen within 20 s, or refuses the case's first connection on the
 address it printed) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
@@ -76,8 +78,9 @@ _PROG = "flodl-proto conform"
 _INTERRUPTED = "not run: the kit was interrupted"
 _EXIT_CODES = ("exit codes: 0 every selected MUST case passed; 1 a MUST case failed, the "
                "target did not start in the first cases (the others are not run), or a "
-               "--junit/--json report cannot be written; 2 a bad command line, or a --launch "
-               "command that cannot be started (no such program, not executable); 130 "
+               "--junit/--json report cannot be written, or no process could be created for "
+               "the target; 2 a bad command line, or a --launch command that cannot be "
+               "started (no such program, not executable); 130 "
                "interrupted (Ctrl-C), 143 terminated (SIGTERM): the targets are stopped")
 _PLACEHOLDERS = {
     "controller": "{host} {port} {salt} {salt_file} {world_size} {version}",
@@ -403,11 +406,15 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             task = progress.add_task("cases", total=len(runs), role=role, failed=0)
             results = run_cases(runs, make_target, settings, jobs=args.jobs,
                                 on_result=on_result, stop=stop)
-    except TargetLaunchError as e:  # the command named on the command line: every case would fail
+    except TargetLaunchError as e:  # every case would fail the same way
         written.append(True)
         _write_reports(args, role, [], skipped, runs, "not run: the --launch command cannot be "
                        "started")
-        return _usage(option_message("--launch", str(e)), args)
+        if e.no_process:  # the machine's state (no process to be had now), not the command
+            # line's: a failed run, not a usage error
+            print(f"{_prog(args)}: error: {e}", file=sys.stderr, flush=True)
+            return 1
+        return _usage(option_message("--launch", str(e)), args)  # no such program, ...
     except TargetNeverStarted as e:  # the others would most likely fail the same way
         results, gave_up = e.results, e
     except RunInterrupted as e:  # the reports hold the cases that ended; then exit 130 or 143

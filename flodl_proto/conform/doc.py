@@ -38,7 +38,8 @@ choices (the departures from upstream listed in protocol.md); upstream itself fa
 them. The kit exits 0 when every selected MUST case passed, 1 when one failed (or a `--junit` /
 `--json` report cannot be written), and 2 for a bad command line, a `--launch` command that
 cannot be started included (no such program, not executable): then it prints one line naming the
-program and the OS error, and runs no case.
+program and the OS error, and runs no case (when the machine cannot create a process for it now,
+out of processes, memory or file descriptors, the same line is a failed run: exit 1).
 
 ## Running the kit
 

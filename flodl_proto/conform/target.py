@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 import re
 import select
@@ -51,6 +52,9 @@ class TargetError(RuntimeError):
 
 #: characters of a program word shown in full in a message; a longer one is cut there
 _WORD_SHOWN: Final = 80
+#: the operating system's reasons for not starting a program that are the machine's state, not
+#: the program named: no process, memory or file descriptor (the output pipes) to be had now
+_NO_PROCESS: Final = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
 
 
 class TargetLaunchError(TargetError):
@@ -64,14 +68,20 @@ class TargetLaunchError(TargetError):
     Attributes:
         command: the program named by ``--launch`` (its first word, placeholders filled), whole.
         reason: the operating system's error text (``No such file or directory``).
+        errno: the operating system's error number (``errno.ENOENT``), None when unknown.
+        no_process: True when the reason is the machine's state rather than the program named
+            (no process, memory or file descriptor to be had now: ``EAGAIN``, ``ENOMEM``,
+            ``EMFILE``, ``ENFILE``), so the same command may start later.
     """
 
-    def __init__(self, command: str, reason: str) -> None:
+    def __init__(self, command: str, reason: str, errno: int | None = None) -> None:
         shown = repr(command) if len(command) <= _WORD_SHOWN else \
             f"{command[:_WORD_SHOWN]!r}…({len(command)} characters)"
         super().__init__(f"cannot start the target {shown}: {reason}")
         self.command = command
         self.reason = reason
+        self.errno = errno
+        self.no_process = errno in _NO_PROCESS
 
 
 def _launch_reason(program: str, e: OSError) -> str:
@@ -358,7 +368,7 @@ class LaunchedTarget:
                                           stderr=subprocess.PIPE, env=env,
                                           start_new_session=True)
         except OSError as e:
-            raise TargetLaunchError(argv[0], _launch_reason(argv[0], e)) from None
+            raise TargetLaunchError(argv[0], _launch_reason(argv[0], e), e.errno) from None
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
