@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["replace_file", "replacing"]
+__all__ = ["make_folders", "replace_file", "replacing"]
 
 _NAME_TRIES = 100  # temporary names tried before giving up (as tempfile.TMP_MAX, far fewer)
 
@@ -126,6 +126,53 @@ def replace_file(out: Path, data: bytes) -> None:
     """
     with replacing(out) as f:
         _write_all(f.fileno(), data)  # straight to the file: nothing is in f's buffer
+
+
+def make_folders(folder: Path) -> None:
+    """Create ``folder`` and the folders above it that are missing (``mkdir -p``), for a file
+    to be written in it; a folder that exists is left as it is.
+
+    Args:
+        folder: the folder of the file to write (``out.parent``).
+
+    Raises:
+        OSError: a folder of the path cannot be created. Its ``strerror`` names the step and
+            the folder that failed before the reason, as :func:`replacing` names its steps
+            (``creating the folder /sys/kernel/x: Operation not permitted``); for a file
+            where a folder of the path should be, the reason is ``Not a directory``
+            (``NotADirectoryError``, also where ``mkdir`` reports ``File exists``) and the file
+            is named after it (``creating the folder a-file/sub: Not a directory (a-file is not
+            a folder)``; ``creating the folder a-file: Not a directory (it exists and is not a
+            folder)``); ``filename`` is the folder that failed.
+
+    No upstream counterpart: upstream ships no generated files.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        # the folder mkdir failed at (a Path: mkdir passes one), maybe one above ``folder``
+        failed = Path(os.fsdecode(e.filename)) if e.filename else folder
+        if isinstance(e, FileExistsError):  # the folder's own name is taken by a file
+            e = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(failed))
+        hint = ""
+        if e.errno == errno.ENOTDIR:
+            blocker = next((f for f in (failed, *failed.parents) if f.exists() or f.is_symlink()),
+                           None)
+            if blocker == failed:
+                hint = " (it exists and is not a folder)"
+            elif blocker is not None and not blocker.is_dir():
+                hint = f" ({_shown_path(blocker)} is not a folder)"
+        elif e.errno == errno.ENOENT and failed.parent.is_dir():
+            hint = f" ({_shown_path(failed.parent)} takes no new folder)"
+        raise _at_step(e, f"creating the folder {_shown_path(failed)}", hint) from None
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` as an error line shows it (:func:`flodl_proto.errors.shown_name`: as it is,
+    unless it holds a character that is not printable)."""
+    from .errors import shown_name
+
+    return shown_name(str(path))
 
 
 def _open_in_place(out: Path, st_mode: int) -> int:

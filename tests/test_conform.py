@@ -840,8 +840,8 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
     # found before the run: no case runs (nothing on stdout)
     assert main([*run, "--junit", str(junit)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto conform controller: error: cannot write the report {junit}: Not a "
-        "directory\n")
+        "", f"flodl-proto conform controller: error: cannot write the report {junit}: creating "
+        f"the folder {blocker}: Not a directory (it exists and is not a folder)\n")
     assert main([*run, "--json", str(tmp_path)]) == 1
     assert capsys.readouterr() == (
         "", f"flodl-proto conform controller: error: cannot write the report {tmp_path}: Is a "
@@ -1082,7 +1082,8 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     cap = capsys.readouterr()
     assert cap.out == ""
     assert cap.err == (f"flodl-proto conform docs: error: cannot write {shown_name(str(out))}: "
-                       "Not a directory\n")
+                       f"creating the folder {blocker / 'docs'}: Not a directory ({blocker} is "
+                       "not a folder)\n")
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()

@@ -99,14 +99,41 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     # the generators' one write and wording: `flodl-proto dissector: error: ...`, one line, exit 1
-    for under in (blocker / "f.lua", blocker / "sub" / "f.lua"):
+    for under, step in (
+            (blocker / "f.lua", f"creating the folder {blocker}: Not a directory (it exists and "
+                                "is not a folder)"),
+            (blocker / "sub" / "f.lua", f"creating the folder {blocker / 'sub'}: Not a directory "
+                                        f"({blocker} is not a folder)")):
         assert main(["dissector", "--out", str(under)]) == 1
         assert capsys.readouterr() == (
-            "", f"flodl-proto dissector: error: cannot write {under}: Not a directory\n")
+            "", f"flodl-proto dissector: error: cannot write {under}: {step}\n")
     assert main(["dissector", "--out", str(tmp_path)]) == 1
     assert capsys.readouterr() == (
         "", f"flodl-proto dissector: error: --out {tmp_path} is a directory; give a file path\n")
     assert blocker.read_text() == "not a folder"
+
+
+def test_out_whose_folder_cannot_be_created_names_that_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out /sys/kernel/x/y.lua`` said ``Operation not permitted`` as if of the file; the
+    folder the system refused is named, as the temporary-file and rename steps are."""
+    import errno
+    import os
+
+    real_mkdir = os.mkdir
+
+    def not_permitted(path: Any, mode: int = 0o777) -> None:
+        if Path(path) == tmp_path / "kernel" / "x":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(os, "mkdir", not_permitted)
+    out = tmp_path / "kernel" / "x" / "y.lua"
+    assert main(["dissector", "--out", str(out)]) == 1
+    assert capsys.readouterr() == (
+        "", f"flodl-proto dissector: error: cannot write {out}: creating the folder "
+        f"{tmp_path / 'kernel' / 'x'}: Operation not permitted\n")
 
 
 def test_tables_come_from_the_spec(tmp_path: Path) -> None:

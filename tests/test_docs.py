@@ -233,7 +233,8 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
         cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``docs`` and ``conform docs`` write through one helper: a file that is not UTF-8 text is
     out of date (rewritten, not a traceback or 'cannot read'), a file where a folder of the path
-    should be is 'Not a directory' whichever level it is at; ``--check --out -`` is a bad
+    should be is 'Not a directory' whichever level it is at, at the step that creates the
+    folder, with the file in the way named; ``--check --out -`` is a bad
     command line (exit 2, one line), never a check that passes by printing the text."""
     prog = "flodl-proto " + " ".join(cmd)  # the error lines' program name
     out = tmp_path / "gen.md"
@@ -244,11 +245,15 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     assert capsys.readouterr().out.startswith(f"{out}: written (")
     assert main([*cmd, "--out", str(out), "--check"]) == 0
     capsys.readouterr()
-    for under in (out / "x.md", out / "sub" / "x.md"):
+    for under, step in (
+            (out / "x.md", f"creating the folder {out}: Not a directory (it exists and is not a "
+                           "folder)"),
+            (out / "sub" / "x.md", f"creating the folder {out / 'sub'}: Not a directory ({out} "
+                                   "is not a folder)")):
         assert main([*cmd, "--out", str(under)]) == 1
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err == (
-            f"{prog}: error: cannot write {shown_name(str(under))}: Not a directory\n")
+            f"{prog}: error: cannot write {shown_name(str(under))}: {step}\n")
     assert main([*cmd, "--out", "-", "--check"]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err == (

@@ -237,3 +237,37 @@ def test_a_link_to_a_device_is_written_in_place(tmp_path: Path) -> None:
     link.symlink_to("/dev/null")
     replace_file(link, b"data")
     assert _names(tmp_path) == ["null"] and link.is_symlink()
+
+
+def test_make_folders_names_the_folder_it_failed_at(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of the output's path that cannot be created was reported by the reason alone
+    (``Not a directory``, ``Operation not permitted``), as if of the file: the step names the
+    folder that failed, and a file in the way is named."""
+    from flodl_proto._files import make_folders
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(NotADirectoryError) as e:
+        make_folders(blocker)
+    assert (e.value.strerror, e.value.filename) == (
+        f"creating the folder {blocker}: Not a directory (it exists and is not a folder)",
+        str(blocker))
+    with pytest.raises(NotADirectoryError) as e:
+        make_folders(blocker / "a" / "b")
+    assert e.value.strerror == (f"creating the folder {blocker / 'a' / 'b'}: Not a directory "
+                                f"({blocker} is not a folder)")
+    real_mkdir = os.mkdir
+
+    def not_permitted(path: Any, mode: int = 0o777) -> None:
+        if Path(path) == tmp_path / "x":  # as /sys/kernel/x (mkdir of /sys/kernel/x/y: ENOENT)
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(os, "mkdir", not_permitted)
+    with pytest.raises(PermissionError) as e:
+        make_folders(tmp_path / "x" / "y")
+    assert e.value.strerror == f"creating the folder {tmp_path / 'x'}: Operation not permitted"
+    make_folders(tmp_path)  # a folder that exists: nothing to do
+    make_folders(tmp_path / "new" / "sub")
+    assert (tmp_path / "new" / "sub").is_dir()

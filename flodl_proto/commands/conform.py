@@ -55,6 +55,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._files import make_folders
 from .._oserr import os_reason
 from ..cli import AnyCase, interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown
@@ -479,7 +480,7 @@ def _write_reports(args: argparse.Namespace, role: str, results: list[CaseResult
         if writing is not None:
             writing.append(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)  # as the generators' outputs
+            make_folders(path.parent)  # as the generators' outputs
             write(path, role, results, skipped, _title, not_run=not_run,
                   not_run_reason=not_run_reason, stop=stop)
         except OSError as e:  # an output file, as `docs --out`: exit 1 (2: a bad command line)

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._files import replace_file
+from .._files import make_folders, replace_file
 from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..errors import shown, shown_name
@@ -220,7 +220,10 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         with ``--out -``; 1 when it
         cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder, a
         file where a folder of the path should be: ``Not a directory`` at whichever level, no
-        permission). No traceback.
+        permission), with the step that failed for a reason of a folder
+        (:func:`flodl_proto._files.make_folders`: ``creating the folder a-file/sub: Not a
+        directory (a-file is not a folder)``; :func:`flodl_proto._files.replacing`). No
+        traceback.
 
     No upstream counterpart: upstream ships no generator commands (its protocol is documented
     by its source, not generated from a spec).
@@ -230,12 +233,8 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
             print(f"{prog}: error: --out {out} is a directory; give a file path",
                   file=sys.stderr)
             return 1
-        out.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(out.parent)
         replace_file(out, data)
-    except FileExistsError:  # a file where a folder of the path should be
-        print(f"{prog}: error: cannot write {shown_name(str(out))}: Not a directory",
-              file=sys.stderr)
-        return 1
     except OSError as e:
         print(f"{prog}: error: cannot write {shown_name(str(out))}: {os_reason(e)}",
               file=sys.stderr)
