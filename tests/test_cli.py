@@ -527,8 +527,8 @@ def test_a_bf16_rank_never_imports_ml_dtypes() -> None:
 # -- item: unusable paths ----------------------------------------------------------------------
 def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     res = _cli("docs", "--out", str(tmp_path))
-    assert res.returncode == 1
-    _one_error_line(res.stderr, f"--out {tmp_path} is a directory")
+    assert res.returncode == 2
+    _one_error_line(res.stderr, f"argument --out: '{tmp_path}' names a folder (an existing one)")
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     res = _cli("docs", "--out", str(blocker / "protocol.md"))
@@ -548,10 +548,13 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
     loop = tmp_path / "loop"
     loop.symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(loop)
-    for out, why in ((tmp_path, "Is a directory"), (blocker / "protocol.md", "Not a directory"),
+    for out, why in ((blocker / "protocol.md", "Not a directory"),
                      (loop, "Too many levels of symbolic links")):
         assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
             2, "", f"{prog}: error: cannot read {shown_name(str(out))}: {why}\n")
+    assert _run_main(capsys, *cmd, "--check", "--out", str(tmp_path)) == (  # with the command line
+        2, "", f"{prog}: error: argument --out: '{tmp_path}' names a folder (an existing one); "
+        "give a file path in it\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
     assert (code, out_text) == (1, "")
     assert err.startswith(f"{prog}: error: {tmp_path / 'none.md'}: missing")

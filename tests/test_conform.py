@@ -842,10 +842,13 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
     assert capsys.readouterr() == (
         "", f"flodl-proto conform controller: error: cannot write the report {junit}: creating "
         f"the folder {blocker}: Not a directory (it exists and is not a folder)\n")
-    assert main([*run, "--json", str(tmp_path)]) == 1
+    # a folder that exists is refused with the command line, as one ending with /
+    with pytest.raises(SystemExit) as stop:
+        main([*run, "--json", str(tmp_path)])
+    assert stop.value.code == 2
     assert capsys.readouterr() == (
-        "", f"flodl-proto conform controller: error: cannot write the report {tmp_path}: Is a "
-        "directory\n")
+        "", f"flodl-proto conform controller: error: argument --json: '{tmp_path}' names a "
+        "folder (an existing one); give a file path in it\n")
 
 
 @pytest.mark.parametrize("jobs", ["1", "3"])

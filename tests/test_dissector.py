@@ -107,10 +107,21 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert main(["dissector", "--out", str(under)]) == 1
         assert capsys.readouterr() == (
             "", f"flodl-proto dissector: error: cannot write {under}: {step}\n")
-    assert main(["dissector", "--out", str(tmp_path)]) == 1
-    assert capsys.readouterr() == (
-        "", f"flodl-proto dissector: error: --out {tmp_path} is a directory; give a file path\n")
     assert blocker.read_text() == "not a folder"
+
+
+def test_out_naming_a_folder_is_a_usage_error_with_or_without_its_slash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out DIR/`` was refused with the command line (exit 2) but ``--out DIR``, a folder
+    that exists, only as the file was written (exit 1, other words): both are the command
+    line's, in the same words, and nothing is written."""
+    from .cli_util import run_main
+
+    for out, why in ((str(tmp_path), "an existing one"), (f"{tmp_path}/", "it ends with /")):
+        assert run_main(capsys, "dissector", "--out", out) == (
+            2, "", f"flodl-proto dissector: error: argument --out: '{out}' names a folder "
+            f"({why}); give a file path in it\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_out_whose_folder_cannot_be_created_names_that_step(

@@ -65,8 +65,12 @@ def output_path(text: str) -> Path:
     path of a file, or ``-`` for stdout.
 
     Raises:
-        argparse.ArgumentTypeError: ``text`` is empty, or ends with ``/`` (a folder, which the
-            command would otherwise have written as a file of that name).
+        argparse.ArgumentTypeError: ``text`` is empty, ends with ``/`` (a folder, which the
+            command would otherwise have written as a file of that name), or names a folder
+            that exists (through links too; ``'out' names a folder (an existing one); give a
+            file path in it``): a usage error either way, where the existing folder was found
+            only as the file was written (exit 1). A folder made after the command line is
+            read is refused as the file is written (:func:`write_output`).
 
     No upstream counterpart: upstream ships no generator commands.
     """
@@ -75,7 +79,15 @@ def output_path(text: str) -> Path:
     if text.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"{shown(text)} names a folder (it ends with /); give "
                                          "a file path in it")
-    return Path(text)
+    path = Path(text)
+    try:
+        folder = text != "-" and path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL: writing it will say why
+        folder = False
+    if folder:
+        raise argparse.ArgumentTypeError(f"{shown(text)} names a folder (an existing one); give "
+                                         "a file path in it")
+    return path
 
 
 def checkout_file(relative: Path) -> Path:
