@@ -734,7 +734,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             role, values = role_call(args.role)
         except ValueError as e:
-            ap.error(f"argument --role: {e}")
+            from flodl_proto.commands._option_error import option_message
+
+            ap.error(option_message("--role", str(e)))
         try:  # a connection or an accept that fails (a peer gone, a socket timeout): one line
             role(*values)
         except OSError as e:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+import flodl_proto
+
 from .cli_util import run_main
 
 S = "00112233445566778899aabbccddeeff"
@@ -171,18 +173,17 @@ def test_the_prefix_is_argparse_s_own() -> None:
 
 
 #: the modules whose option errors take their prefix from the helper
-_CONVERTED = ("commands/controller.py", "commands/relay.py", "commands/rank.py",
-              "commands/conform.py", "commands/decode.py", "commands/docs.py",
-              "commands/dissector.py", "commands/vectors.py", "commands/_number_args.py",
-              "commands/_host_name.py", "conform/target.py")
+_PACKAGE = Path(flodl_proto.__file__).parent
+#: every module of the package but the helper itself, and the bench scripts
+_MODULES = sorted([str(p.relative_to(_PACKAGE)) for p in _PACKAGE.rglob("*.py")
+                   if p.name != "_option_error.py"]
+                  + [f"../bench/{p.name}" for p in (_PACKAGE.parent / "bench").glob("*.py")])
 
 
-@pytest.mark.parametrize("module", _CONVERTED)
+@pytest.mark.parametrize("module", _MODULES)
 def test_no_module_spells_the_prefix_itself(module: str) -> None:
     """No string of code (docstrings aside) holds ``argument --``: the prefix is the helper's."""
-    import flodl_proto
-
-    tree = ast.parse((Path(flodl_proto.__file__).parent / module).read_text(encoding="utf-8"))
+    tree = ast.parse((_PACKAGE / module).read_text(encoding="utf-8"))
     docstrings = {id(body[0].value) for node in ast.walk(tree)
                   if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
                   and (body := node.body) and isinstance(body[0], ast.Expr)}

@@ -22,6 +22,7 @@ from ..spec import (
     ROUND_FRAME_FIXED_OVERHEAD,
 )
 from ._number_args import shown_as_typed
+from ._option_error import OptionError
 from .controller import parse_outer
 
 if TYPE_CHECKING:
@@ -100,15 +101,16 @@ def check_payload_mib(payload_mib: float, bf16: bool) -> None:
     (:func:`rank_frame_len`, bytes) is above the frame ceiling (``DEFAULT_FRAME_CEILING``).
 
     Raises:
-        ValueError: naming the option, the value and the bound (a usage error, exit 2).
+        OptionError (a ValueError): naming the option, the value and the bound (a usage
+            error, exit 2).
     """
     if not 0 <= payload_mib < math.inf:  # nan too: no tensor of that size
-        raise ValueError(f"argument --payload-mib: must be a finite number >= 0, got "
+        raise OptionError("--payload-mib", f"must be a finite number >= 0, got "
                          f"{shown_as_typed(payload_mib)}")
     if (frame := rank_frame_len(payload_mib, bf16)) > DEFAULT_FRAME_CEILING:
         length = f" {frame} bytes," if frame < 1 << 64 else ""  # 1e300: not 300 digits
-        raise ValueError(
-            f"argument --payload-mib: must be at most "
+        raise OptionError(
+            "--payload-mib", f"must be at most "
             f"{payload_mib_max(bf16):.2f}{' with --bf16' if bf16 else ''}, got "
             f"{shown_as_typed(payload_mib)}: a rank's frame would be{length} above the frame "
             f"ceiling of {DEFAULT_FRAME_CEILING} bytes")
@@ -157,15 +159,16 @@ def parse_kill(text: str | None) -> tuple[int, int] | None:
     """``--kill-rank R@ROUND`` as ``(rank, round)``, or None when not given.
 
     Raises:
-        ValueError: the text is not two whole numbers joined by ``@`` (a usage error); for
-            ``1@٢`` or ``1_0@2`` with the reason of :func:`flodl_proto._numbers.not_plain_note`.
+        OptionError (a ValueError): the text is not two whole numbers joined by ``@`` (a usage
+            error); for ``1@٢`` or ``1_0@2`` with the reason of
+            :func:`flodl_proto._numbers.not_plain_note`.
     """
     if text is None:
         return None
     r, sep, k = text.partition("@")
     if len(text) > 40 or not (sep and r.isascii() and r.isdigit() and k.isascii()
                               and k.lstrip("-").isdigit()):  # 40: int() of 4301 digits raises
-        raise ValueError(f"argument --kill-rank: expected R@ROUND (two whole numbers), got "
+        raise OptionError("--kill-rank", f"expected R@ROUND (two whole numbers), got "
                          f"{shown(text)}{not_plain_note(text)}")
     return int(r), int(k)
 
@@ -180,25 +183,25 @@ parse_outer`), or None when not given; for ``slow-momentum:LR,MU`` and ``nestero
     finite values, as upstream's does.
 
     Raises:
-        ValueError: the text does not parse, or a value is out of its bounds; one line naming
-            the option, its value and the bound (a usage error).
+        OptionError (a ValueError): the text does not parse, or a value is out of its bounds;
+            one line naming the option, its value and the bound (a usage error).
     """
     outer = parse_outer(text)
     lr, mu = getattr(outer, "lr", None), getattr(outer, "mu", None)
     if lr is not None and not lr > 0:
-        raise ValueError(f"argument --outer: {shown(text)}: LR must be > 0 (a learning rate), got "
+        raise OptionError("--outer", f"{shown(text)}: LR must be > 0 (a learning rate), got "
                          f"{lr:g}")
     if mu is not None and not 0 <= mu < 1:
-        raise ValueError(f"argument --outer: {shown(text)}: MU must be in [0, 1) (a momentum), got "
+        raise OptionError("--outer", f"{shown(text)}: MU must be in [0, 1) (a momentum), got "
                          f"{mu:g}")
     # the outer step runs in 32-bit floats: a learning rate beyond their range overflowed to
     # infinity (NumPy warnings, a loss of nan), one below it became 0 (no outer step at all)
     if lr is not None and not 0 < _as_f32(lr) < math.inf:
-        raise ValueError(f"argument --outer: {shown(text)}: LR {lr!r} is "
+        raise OptionError("--outer", f"{shown(text)}: LR {lr!r} is "
                          f"{'0' if lr < 1 else 'infinite'} as a 32-bit float (the outer step's "
                          f"precision); a learning rate must be in {F32_LEAST:g}..{F32_MOST:g}")
     if mu is not None and not _as_f32(mu) < 1:
-        raise ValueError(f"argument --outer: {shown(text)}: MU {mu!r} is 1 as a 32-bit float (the "
+        raise OptionError("--outer", f"{shown(text)}: MU {mu!r} is 1 as a 32-bit float (the "
                          f"outer step's precision); a momentum must be below 1")
     return outer
 

@@ -124,6 +124,7 @@ from ._demo_watch import (
     StallClock,
     process_state,
 )
+from ._option_error import OptionError
 from ._output import rich_console
 from .relay import (
     check_net_timeout_scale,
@@ -383,25 +384,25 @@ def run(args: argparse.Namespace) -> int:
         check_net_timeout_scale()  # the cluster's processes inherit it
         kill = parse_kill(args.kill_rank)
         if not 1 <= args.world_size <= DEMO_WORLD_MAX:
-            raise ValueError(f"argument --world-size: must be in 1..{DEMO_WORLD_MAX} for the demo "
+            raise OptionError("--world-size", f"must be in 1..{DEMO_WORLD_MAX} for the demo "
                              f"(a process per rank on this machine), got {args.world_size}")
         if not 1 <= args.hosts <= args.world_size:
-            raise ValueError(f"argument --hosts: must be in 1..{args.world_size} (at most "
+            raise OptionError("--hosts", f"must be in 1..{args.world_size} (at most "
                              f"--world-size), got {args.hosts}")
         if not 1 <= args.rounds <= DEMO_ROUNDS_MAX:
-            raise ValueError(f"argument --rounds: must be in 1..{DEMO_ROUNDS_MAX} for the demo (it "
+            raise OptionError("--rounds", f"must be in 1..{DEMO_ROUNDS_MAX} for the demo (it "
                              f"also trains that many rounds in this process, for the reference "
                              f"loss), got {args.rounds}")
         check_payload_mib(args.payload_mib, args.bf16)
         if not 0 <= args.seed <= SEED_MAX:  # NumPy's generators take no negative seed
-            raise ValueError(f"argument --seed: must be in 0..{SEED_MAX} (a 128-bit seed), got "
+            raise OptionError("--seed", f"must be in 0..{SEED_MAX} (a 128-bit seed), got "
                              f"{args.seed}")
         check_outer(args.outer)
         if kill is not None and not (0 <= kill[0] < args.world_size
                                      and 1 <= kill[1] <= args.rounds):
             bad = (f"rank {kill[0]}" if not 0 <= kill[0] < args.world_size
                    else f"round {kill[1]}")
-            raise ValueError(f"argument --kill-rank: {shown(args.kill_rank)}: R must be in "
+            raise OptionError("--kill-rank", f"{shown(args.kill_rank)}: R must be in "
                              f"0..{args.world_size - 1} (a rank of --world-size {args.world_size}) "
                              f"and ROUND in 1..{args.rounds} (--rounds), got {bad}")
     except (ValueError, ProtocolError) as e:
