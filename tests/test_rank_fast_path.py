@@ -374,3 +374,37 @@ def test_the_reply_object_is_the_dataclass_built_by_its_constructor() -> None:
     assert repr(fast) == repr(want) and fast.weight == want.weight == 2.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.adopted = False  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["f32", "bf16"])
+def test_a_small_round_silences_float_warnings_without_building_errstate(
+        bf16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small round pre-scales into its template with every float warning off (an overflow
+    to an infinity, a NaN) and the caller's warning state back afterwards, as
+    ``np.errstate(all="ignore")`` gives, without building that object: the first round (the
+    checked one, which keeps the template) and the next (the kept template's shortcut)."""
+    peer = EchoPeer()
+    client = _client(peer, 2, bf16)
+    big = np.array([3e38, -3e38, 1.0, np.nan], dtype=np.float32)
+    arrays = [big.astype(ml_dtypes.bfloat16) if bf16 else big.copy()]
+
+    def no_errstate(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("np.errstate built on a small round")
+
+    old = np.seterr(all="raise")
+    try:
+        monkeypatch.setattr(np, "errstate", no_errstate)
+        first = client.all_reduce_scaled(arrays, 4.0, adopt=False)
+        second = client.all_reduce_scaled(arrays, 4.0, adopt=False)
+        monkeypatch.undo()
+        assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise",
+                               "invalid": "raise"}
+    finally:
+        np.seterr(**old)
+    for reply in (first, second):
+        got = reply.frame.tensors[0].array()
+        assert got.dtype == (ml_dtypes.bfloat16 if bf16 else np.float32)
+        vals = got.astype(np.float32)
+        assert vals[0] == np.inf and vals[1] == -np.inf and vals[2] == 4.0
+        assert math.isnan(float(vals[3]))
+    assert peer.sent[0] == peer.sent[1]

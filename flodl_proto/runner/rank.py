@@ -58,6 +58,7 @@ from ..codec.round_frame import (
 )
 from ..codec.template import FrameTemplate
 from ..errors import ProtocolError, protocol_error
+from ..reduce._quiet import quiet_enter, quiet_exit
 from ..reduce.payload import Bf16Scaler
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -543,8 +544,11 @@ class RankClient:
                 and self._fits(kept.key, arrays, kind, adopt)):
             # the arguments are those of the last small round (see _fits): every check below
             # passes and the template branch is taken with these very values
-            with np.errstate(all="ignore"):
+            quiet = quiet_enter()  # np.errstate(all="ignore") without its object
+            try:
                 fill_small(kept, arrays, np.float32(scale))
+            finally:
+                quiet_exit(quiet)
             reply, raw = self._exchange(kept.template, scale, kept.prefix)
             arrs: Sequence[npt.NDArray[Any]] = arrays
         else:
@@ -605,8 +609,11 @@ class RankClient:
             tensors = [TensorPayload.elide(int(wire), a.shape) for a in arrs]
             reply, raw = self._exchange(RoundFrame(kind_e, w, tensors))
         elif (kept := self._template_for(kind_e, wire, arrs)) is not None:
-            with np.errstate(all="ignore"):
+            quiet = quiet_enter()  # np.errstate(all="ignore") without its object
+            try:
                 fill_small(kept, arrs, np.float32(scale))
+            finally:
+                quiet_exit(quiet)
             reply, raw = self._exchange(kept.template, w, kept.prefix)
         else:
             f = float(scale)
