@@ -3,10 +3,12 @@ the loopback prefix read without re-checking its arguments (``whole_len_prefix``
 record digests keyed once (``plans.frame_premac_for`` / ``plans.record_premac_for``), the
 upstream reader's one-read path for a small record (``UpstreamReader._read_small``) against its
 general path, the folds' float-warning context (``reduce._quiet.quiet_enter``) against
-``np.errstate``, the core's kept Broadcast prefix, and the relay's upstream write counters."""
+``np.errstate``, the core's kept Broadcast prefix, the relay's upstream write counters, and the
+core's per-round action builders against the constructors."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import warnings
@@ -34,7 +36,8 @@ from flodl_proto.codec.plans import (
     record_premac_for,
 )
 from flodl_proto.errors import ProtocolError
-from flodl_proto.fsm.events import FanOut
+from flodl_proto.fsm import relay_core
+from flodl_proto.fsm.events import FanOut, SendUpstream, UpstreamKind
 from flodl_proto.reduce import _quiet, host_fold
 from flodl_proto.runner import _netio, relay_fanout
 from flodl_proto.runner._prefixed import PrefixedReader
@@ -310,3 +313,56 @@ def test_the_private_context_is_checked_before_it_is_used(monkeypatch: pytest.Mo
     monkeypatch.setattr(_quiet, "_make_extobj", other_signature)
     assert not _quiet._private_context_works()
     assert np.geterr()["over"] == "warn"  # the caller's state is untouched
+
+
+def _fields(obj: Any) -> tuple[Any, ...]:
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+def test_the_relay_cores_round_builders_equal_the_constructors() -> None:
+    """The two actions of every relay round (the HostFrame going upstream, a Broadcast's
+    fan-out) are built without their frozen dataclasses' ``__init__``: the same type, fields and
+    frozenness as the constructors give."""
+    bufs = (b"head", memoryview(b"frame"))
+    up = relay_core._host_frame_up(bufs)
+    assert type(up) is SendUpstream
+    assert _fields(up) == _fields(SendUpstream(bufs, UpstreamKind.HOST_FRAME))
+    payload = memoryview(b"payload")
+    fan = relay_core._fan_out(b"\x07\x00\x00\x00", payload, (0, 1))
+    assert type(fan) is FanOut
+    assert _fields(fan) == _fields(FanOut(b"\x07\x00\x00\x00", payload, (0, 1)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        up.kind = UpstreamKind.RANK_EXIT  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fan.prefix = b""  # type: ignore[misc]
+
+
+def test_a_relay_round_gives_the_constructed_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round of the core (both ranks' frames, then the controller's Broadcast) builds its
+    HostFrame record and its fan-out through the builders, and they are what the constructors
+    would build, field for field."""
+    used: list[str] = []
+
+    def spying(name: str) -> Any:
+        real = getattr(relay_core, name)
+
+        def spy(*args: Any) -> Any:
+            used.append(name)
+            return real(*args)
+        return spy
+
+    for name in ("_host_frame_up", "_fan_out"):
+        monkeypatch.setattr(relay_core, name, spying(name))
+    core = connected_core((0, 1), 2, 2, SALT)
+    blobs = [encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0 + r, [
+        TensorPayload.from_array(np.arange(8, dtype=np.float32) + r)]), SALT) for r in (0, 1)]
+    assert core.rank_frame(0, blobs[0]) == []
+    (up,) = core.rank_frame(1, blobs[1])
+    assert type(up) is SendUpstream and up.kind is UpstreamKind.HOST_FRAME
+    assert _fields(up) == _fields(SendUpstream(up.buffers, UpstreamKind.HOST_FRAME))
+    rec = signed_record(MuxRecord.broadcast(_frame(8)), 2, SALT)
+    (fan,) = core.upstream_record(rec)
+    assert type(fan) is FanOut
+    assert _fields(fan) == (encode_len_prefix(rec.payload.nbytes, ceiling=core.ceiling),
+                            rec.payload, (0, 1))
+    assert used == ["_host_frame_up", "_fan_out"]

@@ -59,10 +59,11 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``RelayChannel``, ``run_data
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, cast
 
+from .._slots import slot_builder
 from ..codec._common import BytesLike, as_view, check_version, wire_int
 from ..codec.auth import Premac, check_salt
 from ..codec.ceiling import frame_ceiling_int
@@ -108,6 +109,14 @@ from .lifecycle import Lifecycle, Outcome, RelayEvent, RelayState
 __all__ = ["RelayCore"]
 
 log = logging.getLogger(__name__)
+
+# the two actions of every round, built without their frozen dataclasses' per-field
+# ``object.__setattr__`` (see :mod:`flodl_proto._slots`):
+#: ``_host_frame_up(buffers)``: ``SendUpstream(buffers, UpstreamKind.HOST_FRAME)``
+_host_frame_up: Callable[..., SendUpstream] = slot_builder(
+    SendUpstream, fixed={"kind": UpstreamKind.HOST_FRAME})
+#: ``_fan_out(prefix, payload, ranks)``: ``FanOut(prefix, payload, ranks)``
+_fan_out: Callable[..., FanOut] = slot_builder(FanOut)
 
 
 class _Guards:
@@ -530,8 +539,8 @@ class RelayCore:
                                           ceiling=self.ceiling, kind=int(rec.kind),
                                           rank=rec.rank))
                 return
-            self._actions.append(FanOut(self._broadcast_prefix(payload.nbytes), payload,
-                                        self.fold.alive_ranks))
+            self._actions.append(_fan_out(self._broadcast_prefix(payload.nbytes), payload,
+                                          self.fold.alive_ranks))
         elif rec.kind is RecordKind.CONTROL and isinstance(rec.control, DeclareDead):
             rank = rec.control.rank
             if rank not in self.ranks:
@@ -573,7 +582,7 @@ class RelayCore:
             f = dict(e.fields)
             raise protocol_error("relay.host_frame_too_large", length=f["length"],
                                  ceiling=f["ceiling"]) from e
-        self._actions.append(SendUpstream(tuple(parts), UpstreamKind.HOST_FRAME))
+        self._actions.append(_host_frame_up(tuple(parts)))
         self._deadline.reset()  # the host's round is complete
 
     def _controller_gone(self, detail: str, *, note: bool = False) -> None:
