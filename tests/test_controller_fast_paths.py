@@ -3,8 +3,8 @@ for: ``mux.header_or_none`` with ``parse_mux_header`` (the header, or None exact
 raises), ``mux.read_headed_record`` with ``read_mux_record_or_eos`` (records and errors),
 ``MuxStream.feed`` with a parsed header with the same feed without one (events and errors), the
 relay reader's one-step read of a small record (``relay_reader._read_small``) with its planned
-read (events, errors and the stream's end), and the per-record builders of frozen dataclasses
-with their constructors."""
+read (events, errors and the stream's end), and the per-record and per-round builders of frozen
+dataclasses with their constructors."""
 
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ from flodl_proto.errors import (
 )
 from flodl_proto.fsm import controller_core
 from flodl_proto.fsm.events import RoundScattered, SendKind, SendTo
+from flodl_proto.runner import controller as runner_controller
 from flodl_proto.runner import relay_reader
+from flodl_proto.runner.reports import RoundReport
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
@@ -258,6 +260,18 @@ def test_the_codec_builders_equal_the_constructors() -> None:
     assert _fields(ev) == _fields(RecordReceived(rec, None, 26, hdr))
     with pytest.raises(dataclasses.FrozenInstanceError):
         ev.nbytes = 1  # type: ignore[misc]
+
+
+def test_the_round_report_builder_equals_the_constructor() -> None:
+    """The runner's report of every round is built without the frozen dataclass's
+    ``__init__``: the same type, fields and frozenness as ``RoundReport(...)``."""
+    args = (9, "model", 2.5, 4169, 2, 0.125, 1.7e9)
+    built = runner_controller._round_report(*args)
+    assert type(built) is RoundReport
+    assert _fields(built) == _fields(RoundReport(*args)) == args
+    assert built == RoundReport(*args)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.round = 1  # type: ignore[misc]
 
 
 def test_the_core_builders_equal_the_constructors() -> None:

@@ -56,6 +56,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
+from .._slots import slot_builder
 from ..codec._common import BytesLike
 from ..codec.ceiling import check_frame_ceiling
 from ..codec.mux import RecordKind, max_hello_payload
@@ -117,6 +118,9 @@ _WAITING_NOTE_PERIOD = 10.0
 _WAITING_SHOWN = 16  # uncovered ranks the waiting note lists (the lowest; up to 2**32 - 1 exist)
 _STATUS_CORE_WAIT = 0.5  # seconds status() waits for a busy core (then: the last snapshot)
 ControllerNotice: TypeAlias = RelayJoined | RoundReport
+#: ``_round_report(round, kind, weight, nbytes, relays, ms, at)``: ``RoundReport(...)`` of those
+#: values without the frozen dataclass's per-field ``object.__setattr__`` (one a round)
+_round_report: Callable[..., RoundReport] = slot_builder(RoundReport)
 
 
 class ReferenceController:
@@ -519,8 +523,8 @@ class ReferenceController:
 
     def _report(self, r: RoundScattered, t0: float, now: float | None = None) -> None:
         end = time.monotonic() if now is None else now
-        rep = RoundReport(r.round, r.kind, r.weight, r.nbytes, r.relays, (end - t0) * 1000.0,
-                          time.time())
+        rep = _round_report(r.round, r.kind, r.weight, r.nbytes, r.relays,
+                            (end - t0) * 1000.0, time.time())
         with self._lock:
             self._last_report = rep
         log.info("controller: round %d %s weight %g, %d bytes to %d relay(s) in %.2f ms",
