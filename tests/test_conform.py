@@ -481,9 +481,7 @@ def test_run_stops_when_the_first_cases_never_start(jobs: int) -> None:
         run_cases(runs, lambda: InProcessTarget(broken), SETTINGS, jobs=jobs,
                   on_result=lambda r: seen.append(r.case.id))
     n = len(info.value.results)
-    assert n == len(seen)
-    # with jobs > 1, a case already taken by another worker when the run gave up still runs
-    assert n == 1 if jobs == 1 else jobs <= n <= 2 * jobs
+    assert n == len(seen) == jobs  # the cases after the first ``jobs`` wait, then never start
     assert info.value.not_run == len(runs) - n > 0
     assert not any(r.started or r.passed for r in info.value.results)
     assert str(info.value) == (f"the target did not start in the first {n} case(s); "
@@ -491,6 +489,27 @@ def test_run_stops_when_the_first_cases_never_start(jobs: int) -> None:
     # a target that started once is judged case by case: every case runs
     ok = run_cases(runs[:2], controller_target(), SETTINGS, jobs=jobs)
     assert [r.started for r in ok] == [True, True]
+
+
+@pytest.mark.parametrize("jobs", ["1", "4"])
+def test_cli_target_that_never_starts_runs_only_the_first_cases(
+        jobs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Five cases, a target that exits at once: the kit runs as many cases as ``--jobs`` runs at
+    once, then stops with its closing line. With ``--jobs 4`` the pool took the fifth case as
+    soon as the first one ended, before the others had shown the target never starts: all five
+    ran, and the closing line was not printed."""
+    run = ["conform", "controller", "--version", "3", "--jobs", jobs, "--timeout-scale", "0.1",
+           "--cases", "controller.schema.*", "--cases", "controller.round.zero-mass",
+           "--launch", "false {port}"]
+    assert main(run) == 1
+    out, err = capsys.readouterr()
+    n = int(jobs)
+    assert err == ("flodl-proto conform controller: error: the target did not start in the "
+                   f"first {n} case(s); {5 - n} other case(s) not run\n")
+    fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
+    assert len(fails) == n
+    assert out.count("     target did not start: the target exited (1) before listening") == n
+    assert f"controller: 0 passed, {n} MUST failed, 0 SHOULD failed, 0 not selected" in out
 
 
 def test_stop_runs_no_further_case() -> None:

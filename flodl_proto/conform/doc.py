@@ -94,7 +94,8 @@ The kit reads the target's first stdout line `listening on HOST:PORT` when it pr
 otherwise it waits until the port is listening (read from `/proc/net/tcp` on Linux, so no probe
 connection reaches the target). A target whose first connection in a case is refused, at the
 address it announced, did not start either: when the first cases (as many as `--jobs` runs at
-once) all fail so, the kit runs no other case, as for a target that never listens.
+once) all fail so, the kit runs no other case, as for a target that never listens (a further
+case starts once one of the first has started the target: no wait when the first to end has).
 
 A target that misbehaves fails its cases, not the kit. Of what a target sends on a connection,
 the kit keeps what the step reads (a Hello record at most its largest legal size for the world

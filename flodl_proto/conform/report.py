@@ -71,6 +71,11 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
     Once ``stop`` is set, no further case starts, and a case that ends after it is taken as cut
     short by the interruption: it gets no result.
 
+    The first ``jobs`` cases (as many as run at once) tell whether the target starts at all:
+    a further case starts only once one of them has ended with the target started (in a run
+    whose target starts, the first to end has: no wait), or once all of them have ended, none
+    with the target started (then the run gives up: no further case starts).
+
     Returns:
         The results in the order of ``runs``; ``on_result`` is called as each one completes
         (not for a case cut short).
@@ -78,8 +83,9 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
     Raises:
         TargetLaunchError: the target's command could not be executed; the runs not started yet
             are cancelled.
-        TargetNeverStarted: the first ``jobs`` cases to complete (or every case, when fewer) all
-            failed with "target did not start" and cases remained: the others were not run.
+        TargetNeverStarted: the first ``jobs`` cases (or every case, when fewer) all failed with
+            "target did not start" and cases remained: the others were not run, whatever
+            ``jobs``.
         RunInterrupted: ``stop`` was set, or a ``KeyboardInterrupt`` reached the calling thread;
             it holds the results of the cases that ended before.
     """
@@ -91,16 +97,30 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
     kept: dict[int, CaseResult] = {}  # by run index: the cases that ended before any stop
     first = max(1, min(jobs, len(runs)))
     gave_up = threading.Event()
+    #: set once the first cases have shown whether the target starts (one of them started it,
+    #: or all of them ended: ``gave_up`` when none did), or the run is ending (``halted``, a
+    #: stop): the cases held behind them go on, or return at once
+    known = threading.Event()
+    halted = threading.Event()  # a case raised, or the caller's thread is leaving the run
 
-    def one(i: int) -> CaseResult | None:
-        if stop.is_set() or gave_up.is_set():
+    def one(i: int, held: bool = False) -> CaseResult | None:
+        if held:
+            known.wait()
+        if stop.is_set() or gave_up.is_set() or halted.is_set():
             return None
-        res = play_case(runs[i][0], runs[i][1], make_target, settings)
+        try:
+            res = play_case(runs[i][0], runs[i][1], make_target, settings)
+        except BaseException:
+            halted.set()
+            known.set()
+            raise
         with lock:
             done.append(res)
             if len(done) == first and not any(r.started for r in done):
                 gave_up.set()
             cut = stop.is_set()
+            if res.started or len(done) >= first or cut:
+                known.set()
             if not cut:
                 kept[i] = res
         if on_result is not None and not cut:
@@ -114,10 +134,14 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
             # the cases that wait longest start first, so their waits overlap the quick ones
             order = sorted(range(len(runs)), key=lambda i: -_expected_wait(*runs[i]))
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="conform") as pool:
-                futures = {i: pool.submit(one, i) for i in order}
+                # the pool takes them in this order: the first ``first`` are the first batch,
+                # the others held until it shows whether the target starts
+                futures = {i: pool.submit(one, i, k >= first) for k, i in enumerate(order)}
                 try:
                     results = [futures[i].result() for i in range(len(runs))]
                 except BaseException:
+                    halted.set()
+                    known.set()
                     for f in futures.values():
                         f.cancel()
                     raise
