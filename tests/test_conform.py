@@ -1032,6 +1032,30 @@ def test_summary_by_section_sorts_the_sections_by_number() -> None:
     assert section_order("4. A") < section_order("4.1 B") < section_order("13. C")
 
 
+def test_summary_line_names_the_level_of_its_failures() -> None:
+    """A section whose only failures were SHOULD cases read ``ok ...: 0 passed, 1 failed``; its
+    failures are counted by level, so a SHOULD failure does not read as a MUST one."""
+    from flodl_proto.conform.report import section_line
+
+    assert section_line("15.9 T", 3, 0, 0) == "  ok   15.9 T: 3 passed, 0 failed"
+    assert section_line("12. T", 0, 1, 0) == "  ok   12. T: 0 passed, 1 SHOULD failed"
+    assert section_line("15.2 T", 1, 2, 2) == "  FAIL 15.2 T: 1 passed, 2 MUST failed"
+    assert section_line("15.2 T", 1, 3, 2) == \
+        "  FAIL 15.2 T: 1 passed, 2 MUST failed, 1 SHOULD failed"
+
+
+def test_cli_summary_of_a_should_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary of a run whose only failure is a SHOULD case: the section is ok and its line
+    says the failure is a SHOULD one."""
+    run = ["conform", "controller", "--version", "3", "--jobs", "1", "--level", "should",
+           "--cases", "controller.lifecycle.foreign-rank-exit", "--launch", "false {port}"]
+    assert main(run) == 0
+    out = capsys.readouterr().out
+    assert out.split("summary by section:\n", 1)[1].splitlines() == [
+        "  ok   12. Departures from upstream: 0 passed, 1 SHOULD failed",
+        "controller: 0 passed, 0 MUST failed, 1 SHOULD failed, 0 not selected"]
+
+
 _CLI = f"{shlex.quote(sys.executable)} -m flodl_proto.cli"
 _LAUNCH = {
     "controller": f"{_CLI} controller --listen {{host}}:{{port}} --world-size {{world_size}} "

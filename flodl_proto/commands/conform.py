@@ -357,6 +357,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             case_line,
             exit_code,
             run_cases,
+            section_line,
             summary_by_section,
         )
         from ..conform.target import LaunchedTarget, TargetLaunchError
@@ -427,10 +428,8 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             signal.signal(sig, handler)
     console.print("")
     console.print("summary by section:", markup=False)
-    for title, ok, bad, must_bad in summary_by_section(results, _title):
-        mark = "FAIL" if must_bad else "ok  "
-        console.print(f"  {mark} {title}: {ok} passed, {bad} failed"
-                      + (f" ({must_bad} MUST)" if must_bad else ""), markup=False)
+    for row in summary_by_section(results, _title):
+        console.print(section_line(*row), markup=False)
     for c, why in skipped:
         console.print(f"  not selected: {c.id} ({why})", markup=False)
     n_pass = sum(r.passed for r in results)

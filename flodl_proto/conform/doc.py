@@ -80,7 +80,10 @@ properties `interrupted=true` and `stop` on every suite), `--list`
 with its mux on; cases that need a direct listener run only without it. Cases left out are
 listed as not selected, never as passed.
 
-The summary lists the sections by number (3.3, 3.6, 3.7, 4., 13., 15.2, ...). The reports keep
+The summary lists the sections by number (3.3, 3.6, 3.7, 4., 13., 15.2, ...), each `FAIL` when
+a MUST case of it failed, else `ok`, with its failures by level: a section whose only failures
+are SHOULD cases reads `ok   12. Departures from upstream: 0 passed, 1 SHOULD failed`, and one
+with a MUST failure `FAIL 15.2 ...: 1 passed, 2 MUST failed, 1 SHOULD failed`. The reports keep
 catalogue order, whatever order `--jobs` completed the cases in: JSON `results` and `not_run` in
 the order of the runs (each case at its versions, ascending), `not_selected` in catalogue order;
 JUnit one suite per version (ascending) with its cases in catalogue order, then the suites of the

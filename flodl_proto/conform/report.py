@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the player (and the codec) is imported when cases run: the 
     from .player import CaseResult, KitSettings
 
 __all__ = ["RunInterrupted", "TargetNeverStarted", "case_line", "exit_code", "run_cases",
-           "section_order", "summary_by_section", "write_json", "write_junit"]
+           "section_line", "section_order", "summary_by_section", "write_json", "write_junit"]
 
 #: lines of a target's output a "did not start" failure shows
 _OUTPUT_TAIL = 5
@@ -230,6 +230,24 @@ def summary_by_section(results: Iterable[CaseResult],
             row[2] += r.case.level == "MUST"
     ordered = sorted(acc.items(), key=lambda kv: section_order(kv[0]))
     return [(k, v[0], v[1], v[2]) for k, v in ordered]
+
+
+def section_line(title: str, passed: int, failed: int, must_failed: int) -> str:
+    """The summary's line of one doc section (a row of :func:`summary_by_section`): ``FAIL``
+    when a MUST case of it failed, else ``ok``, then its counts, the failures by level, so a
+    section whose only failures are SHOULD cases does not read as failed::
+
+          ok   15.9 Clean-exit rules: 3 passed, 0 failed
+          ok   12. Departures from upstream: 0 passed, 1 SHOULD failed
+          FAIL 15.2 Fold order: 1 passed, 2 MUST failed, 1 SHOULD failed
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    mark = "FAIL" if must_failed else "ok  "
+    should_failed = failed - must_failed
+    parts = [f"{must_failed} MUST failed"] if must_failed else []
+    parts += [f"{should_failed} SHOULD failed"] if should_failed else []
+    return f"  {mark} {title}: {passed} passed, " + (", ".join(parts) or "0 failed")
 
 
 def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
