@@ -463,6 +463,30 @@ def test_junit_report_stays_well_formed_with_control_characters_in_the_output(
         "       #x1B[31mred#x1B[0m\tcol", "       nul #x00 bell #x07 #xFFFE end"]
 
 
+def test_cli_shows_a_targets_control_characters_escaped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A target's output on the console: its colour codes, a window-title sequence, a bell and
+    a C1 CSI reached the user's terminal as they were. They are shown as ``#xNN``, as in the
+    JUnit report (a line's closing CR dropped, as before); the JSON report escapes them as JSON
+    does."""
+    from flodl_proto.conform.report import terminal_text
+
+    script = r"printf '\033]0;title\007\033[31mred\033[0m z \302\233x\r\n' >&2; exit 3"
+    run = ["conform", "controller", "--version", "3", "--jobs", "1", "--timeout-scale", "0.1",
+           "--cases", "controller.round.zero-mass", "--json", str(tmp_path / "r.json"),
+           "--launch", f"sh -c {shlex.quote(script)}"]
+    assert main(run) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x9b" not in out and "\x07" not in out
+    tail = out.split("     target's last output:\n", 1)[1].splitlines()[0]
+    assert tail == "       stderr: #x1B]0;title#x07#x1B[31mred#x1B[0m z #x9Bx"
+    assert terminal_text("a\x00\x1b\tb\x7f\x9f\xa0\u00e9\r\n") == \
+        "a#x00#x1B\tb#x7F#x9F\xa0\u00e9#x0D#x0A"
+    # the JSON report holds no raw control character either
+    doc = (tmp_path / "r.json").read_bytes()
+    assert not any(b < 0x20 and b not in b"\n" for b in doc)
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_run_stops_when_the_first_cases_never_start(jobs: int) -> None:
     """A target that never starts would fail every case the same way, 20 s each when it never

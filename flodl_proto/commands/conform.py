@@ -359,6 +359,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             run_cases,
             section_line,
             summary_by_section,
+            terminal_text,
         )
         from ..conform.target import LaunchedTarget, TargetLaunchError
 
@@ -397,7 +398,9 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             failed += not r.passed
             for line in case_line(r, _title(r.case.section)):
                 style = "green" if r.passed else "red" if line.startswith("FAIL") else None
-                console.print(line, style=style, markup=False)
+                # a target's output and what it sent, its control characters shown, not
+                # played on the user's terminal
+                console.print(terminal_text(line), style=style, markup=False)
             progress.update(task, advance=1, failed=failed)
 
     gave_up: TargetNeverStarted | None = None

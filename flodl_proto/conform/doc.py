@@ -110,7 +110,10 @@ signals, which go to the target's process group) that holds its stdout or stderr
 keep the kit waiting. Of the target's output, the kit keeps the last 200 lines, each cut at
 240 characters (a cut line ends `... (N more characters cut)`): the JUnit report holds them
 for a failing case (`system-out`), and a case whose target did not start shows the last 5 on
-the console.
+the console. Neither plays the target's control characters (an ANSI colour's ESC, a bell, a
+window-title sequence): the JUnit report writes those XML cannot hold as `#xNN` (`#x1B`), and
+the console shows every control character but tab so; the JSON report's messages escape them
+as JSON does (`\\u001b`).
 
 ### Against a build of flodl itself
 
