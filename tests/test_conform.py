@@ -771,7 +771,25 @@ def test_cli_cases_left_out_by_the_level_are_counted(
         f"--port-mux: {must}; needs --version 2: 1)\n"))
     assert main(["conform", "controller", "--level", "should", "--port-mux", "--cases",
                  "controller.portmux.*", "--list"]) == 0  # as the reason said
-    assert f"{should} cases, " in capsys.readouterr().out
+    assert f"{should} case{'' if should == 1 else 's'}, " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("cases", "versions", "line"), [
+    (["controller.round.zero-mass"], ["--version", "2"], "1 case, 1 run selected; "),
+    (["controller.round.zero-mass"], [], "1 case, 2 runs selected; "),
+    (["controller.round.zero-mass", "controller.round.all-elided"], [],
+     "2 cases, 3 runs selected; "),
+])
+def test_cli_list_counts_one_case_in_the_singular(
+        cases: list[str], versions: list[str], line: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--list`` of a single case said "1 cases, 1 runs selected"."""
+    argv = ["conform", "controller", "--list", *versions]
+    for c in cases:
+        argv += ["--cases", c]
+    assert main(argv) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(line), last
 
 
 def _case(case_id: str, level: str, versions: tuple[int, ...], needs: tuple[str, ...]) -> Case:

@@ -199,8 +199,14 @@ def _list(runs: list[tuple[Case, int]], skipped: list[tuple[Case, str]]) -> int:
               f"- {c.title}")
     for c, why in skipped:
         print(f"{c.id}  {c.level}  not selected ({why})  - {c.title}")
-    print(f"{len(seen)} cases, {len(runs)} runs selected; {len(skipped)} not selected")
+    print(f"{_counted(len(seen), 'case')}, {_counted(len(runs), 'run')} selected; "
+          f"{len(skipped)} not selected")
     return 0
+
+
+def _counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural but for one: ``1 case``, ``3 cases``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _run(args: argparse.Namespace) -> int:
