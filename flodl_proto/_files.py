@@ -1,6 +1,6 @@
 """Atomic replacement of an output file, shared by every command that writes one: ``docs``,
-``conform docs``, ``dissector --out``, ``conform --junit`` / ``--json`` and ``vectors export``,
-and by the controller's checkpoints.
+``conform docs``, ``dissector --out``, ``conform --junit`` / ``--json``, ``vectors export`` and
+the salt file ``demo --salt-file`` writes, and by the controller's checkpoints.
 
 A reader of the file sees the old contents or the new ones, never part of them; a write that
 fails midway (a full disk, a crash) leaves the old file and no temporary file behind.
@@ -26,7 +26,7 @@ _NAME_TRIES = 100  # temporary names tried before giving up (as tempfile.TMP_MAX
 
 
 @contextlib.contextmanager
-def replacing(out: Path) -> Iterator[BinaryIO]:
+def replacing(out: Path, new_mode: int = 0o666) -> Iterator[BinaryIO]:
     """Replace the file ``out`` atomically with what the ``with`` body writes to the binary
     file object it is given (e.g. ``np.savez(f, ...)``).
 
@@ -38,18 +38,20 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
     When the body (or any of these steps) raises, the temporary file is removed, ``out`` is
     left as it was, and the exception propagates.
 
-    The new file gets the permission bits of the file it replaces, or those a plain ``open``
-    would give (``0o666`` less the umask, applied by the system as the file is created, so no
-    other thread sees a changed umask). A file this process may not write (read-only to it)
-    is refused as ``open`` refuses it (``PermissionError``), not replaced by the rename.
-    A symbolic link is followed: its target is replaced and the link stays. A path that exists
-    but is not a regular file (``/dev/null``, a FIFO, ``/dev/stdout`` on a pipe or a terminal),
-    through links or not, is written in place, as ``open`` would, since it cannot be replaced
-    by a file; but a FIFO that no process has open for reading is refused (``OSError``
-    ``ENXIO``), where ``open`` would wait for a reader, maybe for ever.
+    The new file gets the permission bits of the file it replaces, or ``new_mode`` less the umask
+    (by default ``0o666``, those a plain ``open`` would give; applied by the system as the file is
+    created, so no other thread sees a changed umask). A file this process may not write (read-only
+    to it) is refused as ``open`` refuses it (``PermissionError``), not replaced by the rename. A
+    symbolic link is followed: its target is replaced and the link stays. A path that exists but is
+    not a regular file (``/dev/null``, a FIFO, ``/dev/stdout`` on a pipe or a terminal), through
+    links or not, is written in place, as ``open`` would, since it cannot be replaced by a file; but
+    a FIFO that no process has open for reading is refused (``OSError`` ``ENXIO``), where ``open``
+    would wait for a reader, maybe for ever.
 
     Args:
         out: the file to replace; its folder must exist.
+        new_mode: the permission bits of a file that does not exist yet, before the umask
+            (``0o600`` for a secret); a file replaced keeps its own.
 
     Yields:
         A buffered binary file object, open for writing; closed when the body ends.
@@ -82,9 +84,9 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
         # it: the rename alone, in a writable folder, would replace it
         os.close(os.open(target, os.O_WRONLY))
     try:
-        # created private when it replaces a file (then given that file's bits), else as
-        # open() creates a file: the system applies the umask
-        fd, tmp = _create_temporary(target, 0o600 if st_mode is not None else 0o666)
+        # created private when it replaces a file (then given that file's bits), else with
+        # new_mode as open() creates a file: the system applies the umask
+        fd, tmp = _create_temporary(target, 0o600 if st_mode is not None else new_mode)
     except OSError as e:
         hint = (" (the folder takes no new file)"
                 if e.errno == errno.ENOENT and target.parent.is_dir() else "")
@@ -110,7 +112,7 @@ def replacing(out: Path) -> Iterator[BinaryIO]:
     _sync_folder(target.parent)
 
 
-def replace_file(out: Path, data: bytes) -> None:
+def replace_file(out: Path, data: bytes, new_mode: int = 0o666) -> None:
     """Replace the file ``out`` with ``data`` atomically: :func:`replacing` with a body that
     writes ``data``; every rule of :func:`replacing` holds (permission bits, links, devices,
     the cleanup on failure).
@@ -118,13 +120,15 @@ def replace_file(out: Path, data: bytes) -> None:
     Args:
         out: the file to replace; its folder must exist.
         data: the new contents, bytes.
+        new_mode: the permission bits of a file that does not exist yet, before the umask, as
+            :func:`replacing` takes them.
 
     Raises:
         OSError: as :func:`replacing` (``filename`` is ``out``).
 
     No upstream counterpart: upstream ships no generated files.
     """
-    with replacing(out) as f:
+    with replacing(out, new_mode) as f:
         _write_all(f.fileno(), data)  # straight to the file: nothing is in f's buffer
 
 

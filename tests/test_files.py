@@ -45,6 +45,24 @@ def test_replacing_streams_into_a_temporary_beside_the_target_then_renames(
     assert _names(tmp_path) == ["out.bin"]
 
 
+def test_a_new_file_takes_new_mode_and_a_replaced_one_keeps_its_bits(tmp_path: Path) -> None:
+    """``new_mode`` (less the umask) is the mode of a file created; a file replaced keeps its
+    own bits whatever ``new_mode`` says."""
+    old_umask = os.umask(0o022)
+    try:
+        fresh, kept = tmp_path / "secret", tmp_path / "kept"
+        replace_file(fresh, b"s\n", new_mode=0o600)
+        kept.write_bytes(b"old")
+        kept.chmod(0o640)
+        replace_file(kept, b"new", new_mode=0o600)
+        plain = tmp_path / "plain"
+        replace_file(plain, b"p")
+    finally:
+        os.umask(old_umask)
+    assert [(p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in (fresh, kept, plain)] == [
+        (b"s\n", 0o600), (b"new", 0o640), (b"p", 0o644)]
+
+
 @pytest.mark.parametrize("existing", [True, False])
 def test_a_body_that_raises_midway_leaves_the_target_and_no_temporary(
         tmp_path: Path, existing: bool) -> None:
