@@ -287,7 +287,8 @@ def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize("odd", ["\n", "\x1b[31m"])
 @pytest.mark.parametrize(("args", "code", "line"), [
     (["demo", "--no-progress", "--salt-file", "{path}"], 2,
-     "flodl-proto demo: error: --salt-file {shown}: No such file or directory"),
+     "flodl-proto demo: error: argument --salt-file: {shown}: creating the folder gone: Not a "
+     "directory (it exists and is not a folder)"),
     (["controller", "--listen", "127.0.0.1:0", "--world-size", "2", "--salt-file", "{path}"], 2,
      "flodl-proto controller: error: argument --salt-file: {shown}: No such file or directory"),
     (["relay", "--controller", "127.0.0.1:9", "--ranks", "0", "--world-size", "1",
@@ -306,6 +307,8 @@ def test_a_path_with_a_line_break_or_an_escape_is_quoted_in_one_line(
     it names)."""
     monkeypatch.chdir(tmp_path)
     path = f"gone/no{odd}pe"  # in no folder: the demo writes a salt file where none is
+    if args[0] == "demo":  # and makes its missing folders: a file where one should be
+        Path("gone").write_text("")
     got = _run_main(capsys, *[a.replace("{path}", path) for a in args])
     want = line.format(shown=repr(path), command=repr(f"flodl-proto docs --out '{path}'"))
     assert got[0] == code

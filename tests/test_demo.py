@@ -274,17 +274,40 @@ def test_rank_frame_len_is_the_length_of_the_frame_a_demo_rank_sends(
     assert rank_frame_len(top, bf16) <= DEFAULT_FRAME_CEILING < rank_frame_len(top + 0.01, bf16)
 
 
-@pytest.mark.parametrize(("where", "why"), [("missing/salt.hex", "No such file or directory"),
-                                            (".", "Is a directory")])
+@pytest.mark.parametrize(("where", "why"), [
+    ("a-file/salt.hex", "creating the folder a-file: Not a directory (it exists and is not a "
+                        "folder)"),
+    ("a-file/sub/salt.hex", "creating the folder a-file/sub: Not a directory (a-file is not a "
+                            "folder)"),
+    (".", "Is a directory")])
 def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
-        where: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """As the cluster commands' ``--salt-file``: ``PATH: why`` (it said ``[Errno 2] No such
-    file or directory: 'PATH'``, the path twice)."""
+        where: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As the cluster commands' ``--salt-file``: ``argument --salt-file: PATH: why`` (it said
+    ``[Errno 2] No such file or directory: 'PATH'``, the path twice), exit 2; a folder of the
+    path that cannot be created is named, with why."""
     from flodl_proto.cli import main
 
-    path = tmp_path / where
-    assert main(["demo", "--no-progress", "--salt-file", str(path)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto demo: error: --salt-file {path}: {why}\n")
+    monkeypatch.chdir(tmp_path)  # short paths: a long one is shown cut
+    Path("a-file").write_text("not a folder\n")
+    assert main(["demo", "--no-progress", "--salt-file", where]) == 2
+    assert capsys.readouterr() == (
+        "", f"flodl-proto demo: error: argument --salt-file: {where}: {why}\n")
+
+
+def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> None:
+    """A salt file whose folders do not exist yet: the folders are made and the salt written
+    (32 hex digits and a line end, mode 0600), then read back as it was by the next run."""
+    from flodl_proto.commands.demo import _session_salt
+
+    path = tmp_path / "new" / "dir" / "s.hex"
+    salt, note = _session_salt(str(path))
+    assert (len(salt), int(salt, 16) >= 0) == (32, True)
+    assert note == f"session salt: written to {path}"
+    assert path.read_text(encoding="ascii") == salt + "\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["s.hex"]  # no temporary left
+    assert _session_salt(str(path)) == (salt, f"session salt: read from {path}")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")

@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .._files import make_folders, replace_file
 from .._oserr import os_reason
 from ..cli import interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown, shown_name
@@ -124,7 +125,7 @@ from ._demo_watch import (
     StallClock,
     process_state,
 )
-from ._option_error import OptionError
+from ._option_error import OptionError, option_message
 from ._output import rich_console
 from .relay import (
     check_net_timeout_scale,
@@ -177,7 +178,8 @@ def register(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--salt-file", default=None, metavar="PATH", type=path_text,
                    help="session salt file: read it when it exists, else write a random salt "
-                   "there (mode 0600) and keep it, to decode captured traffic with tags checked")
+                   "there (mode 0600; missing folders created) and keep it, to decode captured "
+                   "traffic with tags checked")
     p.add_argument("--netns", action="store_true",
                    help="run the controller and every host in network namespaces of their own "
                    "joined by a bridge (198.18.0.0/15 addresses; needs root and ip)")
@@ -359,11 +361,18 @@ def _addr_of(line: str, what: str) -> str:
 
 # -- the run -------------------------------------------------------------------------------------
 def _session_salt(path: str | None) -> tuple[str, str]:
-    """The run's salt (hex) and the line saying where it is: read from ``path`` when that file
-    exists, else random (and written to ``path``, mode 0600, when given).
+    """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
+    when that file exists, else random (and written to ``path`` when given: its missing folders
+    created, the file replaced atomically, mode 0600 less the umask, 32 hex digits and a line
+    end).
 
     Raises:
-        OSError: the file cannot be read or written; InvalidValue (local): it holds no salt.
+        OSError: the file cannot be read, or it or a folder of its path cannot be written
+            (:func:`flodl_proto._files.make_folders` names the folder that failed);
+            InvalidValue (local): it holds no salt.
+
+    No upstream counterpart: upstream has no demo (its processes read the salt from
+    ``FLODL_SESSION_SALT``).
     """
     if path is None:
         return os.urandom(16).hex(), ("session salt: random, not kept (--salt-file PATH keeps it "
@@ -372,9 +381,8 @@ def _session_salt(path: str | None) -> tuple[str, str]:
     if target.exists():
         return resolve_salt(None, path).hex(), f"session salt: read from {path}"
     salt = os.urandom(16).hex()
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(salt + "\n")
+    make_folders(target.parent)
+    replace_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
     return salt, f"session salt: written to {path}"
 
 
@@ -421,8 +429,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         salt_hex, salt_note = _session_salt(args.salt_file)
     except (OSError, ProtocolError) as e:  # an OSError names the path already given
-        why = os_reason(e)
-        print(f"flodl-proto demo: error: --salt-file {shown_name(args.salt_file)}: {why}",
+        why = f"{shown_name(args.salt_file)}: {os_reason(e)}"
+        print(f"flodl-proto demo: error: {option_message('--salt-file', why)}",
               file=sys.stderr)
         return 2
     console = rich_console()  # here: usage errors skip rich
