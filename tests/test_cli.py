@@ -2176,6 +2176,11 @@ def test_an_empty_input_path_is_a_usage_error(args: tuple[str, ...], option: str
     (b"00" * 7 + b"\xff" * 3, "17 bytes, byte 15 (0xff) not ASCII (a raw salt file holds "
                               "exactly 16 bytes)"),
     (b"zz" * 16, "32 characters, character 1 ('z') not a hex digit"),  # text: as before
+    # whitespace alone (16 raw line ends and one more; it said "got 0 characters"): its bytes
+    (b"\n" * 17, "17 bytes, all whitespace (a raw salt file holds exactly 16 bytes)"),
+    (b" \t\x1c\n", "4 bytes, all whitespace (a raw salt file holds exactly 16 bytes)"),
+    (b"\n", "1 byte, all whitespace (a raw salt file holds exactly 16 bytes)"),
+    (b"", "0 bytes (an empty file)"),
 ])
 def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
         content: bytes, got: str, tmp_path: Path) -> None:

@@ -181,7 +181,10 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
     raw bytes) or ``$FLODL_SESSION_SALT``.
 
     Raises:
-        InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``).
+        InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``; for a
+            file of whitespace alone or an empty one, its count of bytes: ``got 17 bytes, all
+            whitespace (a raw salt file holds exactly 16 bytes)``, ``got 0 bytes (an empty
+            file)``).
         OSError: the salt file cannot be read, or is longer than :data:`SALT_FILE_MAX_BYTES`
             (``/dev/zero``: read no further, so memory stays bounded).
     """
@@ -197,7 +200,14 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
             if len(raw) == SESSION_SALT_BYTES:
                 return raw
             if not isinstance(e, UnicodeDecodeError):
-                raise
+                if raw.decode("ascii").strip():
+                    raise
+                # nothing left once stripped ("got 0 characters"): say what the file holds
+                held = ("0 bytes (an empty file)" if not raw else
+                        f"{len(raw)} byte{'s' * (len(raw) != 1)}, all whitespace (a raw salt "
+                        f"file holds exactly {SESSION_SALT_BYTES} bytes)")
+                raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
+                                     digits=2 * SESSION_SALT_BYTES, got=held) from None
             # neither hex text nor a raw salt: counted in bytes, the first one text cannot hold
             raise protocol_error(
                 "salt.bad_hex", expected=SESSION_SALT_BYTES, digits=2 * SESSION_SALT_BYTES,
