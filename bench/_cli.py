@@ -51,6 +51,7 @@ if _ROOT not in sys.path:  # the checkout's package when none is installed (appe
     sys.path.append(_ROOT)  # installed one comes first)
 
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
+from flodl_proto.commands._demo_report import exit_words  # noqa: E402
 from flodl_proto.commands.relay import SALT_ENV, parse_salt, whole_number  # noqa: E402
 from flodl_proto.errors import ProtocolError, shown  # noqa: E402
 from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
@@ -238,15 +239,19 @@ EXITED_LINE_CHARS = 300
 
 
 def exited(what: str, code: int | None, stderr: str) -> BenchFailed:
-    """The failure of a process that ended: ``WHAT exited with CODE``, then the last line it
-    wrote on stderr (its own error line, when it wrote one): as it is up to
-    :data:`EXITED_LINE_CHARS` characters, quoted as the package quotes a long value
-    (``flodl_proto.errors.shown``: by its ends and its length) when longer or when it holds a
-    character that is not printable (an escape sequence)."""
+    """The failure of a process that ended: ``WHAT`` and how it ended in the demo's words
+    (``flodl_proto.commands._demo_report.exit_words`` of ``code``, its
+    ``subprocess.Popen.returncode``: ``exited with status 1``, ``was killed by SIGKILL`` for
+    -9; ``ended`` alone for None, a status not read), then the last line it wrote on stderr
+    (its own error line, when it wrote one): as it is up to :data:`EXITED_LINE_CHARS`
+    characters, quoted as the package quotes a long value (``flodl_proto.errors.shown``: by its
+    ends and its length) when longer or when it holds a character that is not printable (an
+    escape sequence)."""
     last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
     if len(last) > EXITED_LINE_CHARS or not last.isprintable():
         last = shown(last)
-    return BenchFailed(f"{what} exited with {code}" + (f": {last}" if last else ""))
+    how = exit_words(code) if code is not None else "ended"
+    return BenchFailed(f"{what} {how}" + (f": {last}" if last else ""))
 
 
 @contextlib.contextmanager

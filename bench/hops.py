@@ -84,6 +84,9 @@ from _cli import (
     world_max,
 )
 
+# after _cli, which puts the checkout's package on the path when none is installed
+from flodl_proto.commands._demo_report import exit_words
+
 # Ctrl-C while the bench (not a bare-chain process: SIGTERM ends it without a line) imports
 # NumPy and the codec: one line, not a traceback
 with loading("bench/hops.py", __name__ == "__main__" and "--role" not in sys.argv[1:]):
@@ -612,7 +615,7 @@ def bare_chain(hosts: list[list[int]], lengths: dict[str, int], warmup: int,
                 raise BenchFailed(f"a {_chain_of(p)} process did not end: {_role_of(p)}"
                                   ) from None
             if code != 0:
-                raise BenchFailed(f"a {_chain_of(p)} process failed (exit {p.returncode}): "
+                raise BenchFailed(f"a {_chain_of(p)} process failed (it {exit_words(code)}): "
                                   f"{_role_of(p)}")
     finally:
         for p in procs:
@@ -633,8 +636,7 @@ def _line(p: subprocess.Popen[str]) -> str:
         except subprocess.TimeoutExpired:
             how = "its output closed"
         else:  # a signal (SIGTERM, SIGKILL) ends a chain process without a line of its own
-            how = (f"{signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
-                   else f"exit {code}, its line above")
+            how = f"it {exit_words(code)}" + (", its line above" if code >= 0 else "")
         raise BenchFailed(f"a {_chain_of(p)} process ended early ({how}): {_role_of(p)}")
     return line
 

@@ -294,14 +294,14 @@ def _children(pid: int) -> list[tuple[int, bytes]]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("kill", "line", "after"), [
-    (b"--worker", r"rank [01] exited with -?\d+(: .+)?", 2.0),
+    (b"--worker", r"rank [01] (exited with status \d+|was killed by SIG[A-Z]+)(: .+)?", 2.0),
     # killed before the warm-up ended: the script waited for the other rank's warm-up line,
-    # which failed 12 s later (no averaged frame), and named it ("rank exited with 1: ...")
-    (b"--worker", r"rank [01] exited with -9", 0.0),
+    # which failed 12 s later (no averaged frame), and named it ("rank exited with status 1: ...")
+    (b"--worker", r"rank [01] was killed by SIGKILL", 0.0),
     # the ranks fail after it: the relay is named, not the rank that noticed first (killed once
     # the ranks run: the script starts them after the relay's listening line, so a slow start
     # cannot end the run at that line instead)
-    (b"relay\0--controller", r"relay 0 exited with -9", 2.0),
+    (b"relay\0--controller", r"relay 0 was killed by SIGKILL", 2.0),
 ])
 def test_round_a_process_that_dies_is_one_error_line_and_exit_1(kill: bytes, line: str,
                                                                 after: float) -> None:
@@ -351,17 +351,27 @@ def test_wan_ctrl_c_is_one_line_and_130_and_the_lab_is_gone(sig: signal.Signals)
 
 
 @pytest.mark.parametrize(("stderr", "line"), [
-    ("x\nflodl-proto rank: error: boom\n\n", "rank 1 exited with 1: flodl-proto rank: error: boom"),
-    ("e" * 300, f"rank 1 exited with 1: {'e' * 300}"),
+    ("x\nflodl-proto rank: error: boom\n\n",
+     "rank 1 exited with status 1: flodl-proto rank: error: boom"),
+    ("e" * 300, f"rank 1 exited with status 1: {'e' * 300}"),
     # cut at 297 characters and "...", without its length, where every other long value of a
     # line is quoted by its ends and its length
-    ("e" * 5000, f"rank 1 exited with 1: '{'e' * 40}...{'e' * 20}' (5000 characters)"),
+    ("e" * 5000, f"rank 1 exited with status 1: '{'e' * 40}...{'e' * 20}' (5000 characters)"),
     # an escape sequence was repeated raw (colouring the terminal)
-    ("\x1b[31mred\x1b[0m", "rank 1 exited with 1: '\\x1b[31mred\\x1b[0m'"),
-    ("", "rank 1 exited with 1"),
+    ("\x1b[31mred\x1b[0m", "rank 1 exited with status 1: '\\x1b[31mred\\x1b[0m'"),
+    ("", "rank 1 exited with status 1"),
 ], ids=["error-line", "300-characters", "5000-characters", "escape", "nothing"])
 def test_exited_repeats_the_last_line_as_a_long_value_is_shown(stderr: str, line: str) -> None:
     assert str(_bench_cli().exited("rank 1", 1, stderr)) == line
+
+
+@pytest.mark.parametrize(("code", "line"), [
+    (-9, "rank 1 was killed by SIGKILL: boom"), (-15, "rank 1 was killed by SIGTERM: boom"),
+    (3, "rank 1 exited with status 3: boom"), (None, "rank 1 ended: boom")])
+def test_exited_words_the_end_as_the_demo_does(code: int | None, line: str) -> None:
+    """A signal by its name and a status as a status, as the demo's summary words a member's
+    end (it said ``rank 1 exited with -9``)."""
+    assert str(_bench_cli().exited("rank 1", code, "boom\n")) == line
 
 
 _RANK = {"rank": 0, "world": 2, "relay": "127.0.0.1:1", "nbytes": 4096, "dtype": "f32",

@@ -274,11 +274,14 @@ def test_a_bare_chain_process_ignores_ctrl_c_while_it_imports_numpy() -> None:
 
 @pytest.mark.parametrize(("role", "killed", "ending"), [
     (["lean-relay", "{port}", "2", "4096", "f32"], False,
-     "a lean-chain process ended early (exit 1, its line above): lean-relay {port} 2 4096 f32"),
+     "a lean-chain process ended early (it exited with status 1, its line above): lean-relay "
+     "{port} 2 4096 f32"),
     (["relay", "{port}", "1", "100", "100", "100"], False,
-     "a bare-chain process ended early (exit 1, its line above): relay {port} 1 100 100 100"),
+     "a bare-chain process ended early (it exited with status 1, its line above): relay "
+     "{port} 1 100 100 100"),
     (["lean-controller", "1", "4096", "f32"], True,
-     "a lean-chain process ended early (SIGTERM): lean-controller 1 4096 f32"),
+     "a lean-chain process ended early (it was killed by SIGTERM): lean-controller 1 4096 "
+     "f32"),
 ], ids=["lean-exit", "bare-exit", "lean-sigterm"])
 def test_a_process_that_ends_early_is_named_with_its_chain_and_end(
         role: list[str], killed: bool, ending: str) -> None:
