@@ -1,9 +1,11 @@
-"""The README's library tour runs as written and passes ``mypy --strict``."""
+"""The README's library tour runs as written and passes ``mypy --strict``; its cluster by hand
+waits for its controller as long as the demo waits for one."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +185,21 @@ def test_vector_spellings_are_those_the_check_accepts() -> None:
             assert kind_problem({"f": value}, "f", kind) is None, (lead, value)
         for value in wrong:
             assert kind_problem({"f": value}, "f", kind) is not None, (lead, value)
+
+
+def test_hand_run_cluster_waits_for_its_controller_as_long_as_the_demo() -> None:
+    """The hand-run cluster's ``curl`` retries a refused connection for as long as the demo
+    gives a member to start (60 s; a loaded machine took over 30 s to import the interpreter
+    and NumPy): ten retries a second apart gave up first."""
+    from flodl_proto.commands.demo import _START
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"^(curl .*?(?:\\\n.*?)*)$", text, re.M)
+    assert m is not None, "README.md has no curl line"
+    words = shlex.split(m.group(1).replace("\\\n", " "))
+    opts = dict(zip(words, [*words[1:], ""], strict=True))
+    assert "--retry-connrefused" in words or "--retry-all-errors" in words, words
+    budget = int(opts["--retry"]) * float(opts.get("--retry-delay", "1"))
+    budget = min(budget, float(opts.get("--retry-max-time", "inf")))
+    assert budget >= _START, words
+    assert words[-1] == "http://127.0.0.1:7000/status"
