@@ -310,6 +310,21 @@ def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> N
     assert _session_salt(str(path)) == (salt, f"session salt: read from {path}")
 
 
+def test_demo_salt_file_that_is_a_link_to_no_file_is_not_written_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A link whose target does not exist is refused as a salt file that cannot be read (exit
+    2), as the exclusive create refused it; no file appears where it points."""
+    from flodl_proto.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("s.hex").symlink_to(tmp_path / "elsewhere.hex")
+    assert main(["demo", "--no-progress", "--salt-file", "s.hex"]) == 2
+    assert capsys.readouterr() == (
+        "", "flodl-proto demo: error: argument --salt-file: s.hex: No such file or directory\n")
+    assert not (tmp_path / "elsewhere.hex").exists()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 @pytest.mark.timeout(330)
 @pytest.mark.parametrize("how", ["sigterm-to-demo", "ctrl-c-to-process-group"])

@@ -362,9 +362,9 @@ def _addr_of(line: str, what: str) -> str:
 # -- the run -------------------------------------------------------------------------------------
 def _session_salt(path: str | None) -> tuple[str, str]:
     """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
-    when that file exists, else random (and written to ``path`` when given: its missing folders
-    created, the file replaced atomically, mode 0600 less the umask, 32 hex digits and a line
-    end).
+    when that file exists (or a link of that name, even to no file), else random (and written
+    to ``path`` when given: its missing folders created, the file written atomically, mode 0600
+    less the umask, 32 hex digits and a line end).
 
     Raises:
         OSError: the file cannot be read, or it or a folder of its path cannot be written
@@ -378,7 +378,7 @@ def _session_salt(path: str | None) -> tuple[str, str]:
         return os.urandom(16).hex(), ("session salt: random, not kept (--salt-file PATH keeps it "
                                       "for decode --salt-file PATH)")
     target = Path(path)
-    if target.exists():
+    if os.path.lexists(target):  # a link to no file is read (and refused), not written through
         return resolve_salt(None, path).hex(), f"session salt: read from {path}"
     salt = os.urandom(16).hex()
     make_folders(target.parent)
