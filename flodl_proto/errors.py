@@ -58,6 +58,9 @@ class ProtocolError(Exception):
         remote: True when the peer's bytes are at fault, False for local API misuse.
         error_id: the catalogue id (``spec/wire.yaml`` ``errors``) or ``None`` for ad-hoc errors.
         fields: the values the message was formatted from (field name, value, limit, offset).
+
+    No upstream counterpart: upstream raises every error as an untyped ``TensorError`` string; the
+    class hierarchy (base, local/remote) is this package's.
     """
 
     kind: ClassVar[str] = "protocol"
@@ -110,60 +113,105 @@ def _rebuild(
 
 
 class RemoteProtocolError(ProtocolError):
-    """The peer sent bytes that violate the protocol (bad MAC, truncated frame, wrong magic...)."""
+    """The peer sent bytes that violate the protocol (bad MAC, truncated frame, wrong magic...).
+
+    No upstream counterpart: upstream raises every error as an untyped ``TensorError`` string; the
+    class hierarchy (base, local/remote) is this package's.
+    """
 
 
 class LocalProtocolError(ProtocolError):
-    """The caller misused the API (bad argument, event not allowed in the current state...)."""
+    """The caller misused the API (bad argument, event not allowed in the current state...).
+
+    No upstream counterpart: upstream raises every error as an untyped ``TensorError`` string; the
+    class hierarchy (base, local/remote) is this package's.
+    """
 
 
 class AuthenticationError(ProtocolError):
-    """An auth tag (HMAC-SHA256 truncated to 8 bytes) did not verify. Kind ``auth``."""
+    """An auth tag (HMAC-SHA256 truncated to 8 bytes) did not verify. Kind ``auth``.
+
+    Upstream: the "HMAC verification failed" errors of ``controller/round_frame.rs`` (RoundFrame)
+    and ``relay/mux.rs`` (MuxRecord); the class is this package's.
+    """
 
     kind = "auth"
 
 
 class LimitExceeded(ProtocolError):
-    """A count or length is over its limit (frame ceiling, tensor-count cap). Kind ``limit``."""
+    """A count or length is over its limit (frame ceiling, tensor-count cap). Kind ``limit``.
+
+    Upstream: the tensor-count cap and frame-ceiling errors of ``controller/round_frame.rs`` and
+    ``relay/mux.rs`` (ceiling from ``wire.rs``); the class is this package's.
+    """
 
     kind = "limit"
 
 
 class TruncatedInput(ProtocolError):
-    """Input ended early, or a length prefix and body disagree. Kind ``truncated``."""
+    """Input ended early, or a length prefix and body disagree. Kind ``truncated``.
+
+    Upstream: the "read failed" and "peer closed mid-frame" errors of ``controller/mod.rs``,
+    ``controller/round_frame.rs``, ``relay/mux.rs`` and ``cpu_reduce.rs``; the class is this
+    package's.
+    """
 
     kind = "truncated"
 
 
 class VersionMismatch(ProtocolError):
-    """A protocol version field differs from the one this side speaks. Kind ``version``."""
+    """A protocol version field differs from the one this side speaks. Kind ``version``.
+
+    Upstream: "handshake protocol_version X != Y" (``controller/mod.rs``), "controller
+    protocol_version X != our version Y" (``cpu_reduce.rs``), "record version V != 1"
+    (``relay/mux.rs``); the class is this package's.
+    """
 
     kind = "version"
 
 
 class BadMagic(ProtocolError):
-    """A magic number (handshake, frame, record, channel) is wrong. Kind ``magic``."""
+    """A magic number (handshake, frame, record, channel) is wrong. Kind ``magic``.
+
+    Upstream: the "magic 0x... != 0x..." errors of ``controller/mod.rs`` (handshake),
+    ``cpu_reduce.rs`` (ack), ``controller/round_frame.rs`` (frame), ``relay/mux.rs`` (record) and
+    ``wire.rs`` (``expect_channel_magic``); the class is this package's.
+    """
 
     kind = "magic"
 
 
 class SequenceError(ProtocolError):
     """A valid message where another was required, or a call with nothing to do. Kind
-    ``sequence``."""
+    ``sequence``.
+
+    Upstream: errors such as "expected relay Hello, got ..." (``controller/mod.rs``) and
+    "sum_frames called with no frames" (``controller/round_frame.rs``); the class is this
+    package's.
+    """
 
     kind = "sequence"
 
 
 class SchemaMismatch(ProtocolError):
     """Frames of one round disagree, or a payload's byte count disagrees with its shape. Kind
-    ``schema``."""
+    ``schema``.
+
+    Upstream: the schema errors of ``sum_frames`` and the reduce in ``controller/round_frame.rs``
+    and of the relay fold in ``relay/agent.rs``; the class is this package's.
+    """
 
     kind = "schema"
 
 
 class InvalidValue(ProtocolError):
     """A field outside its domain (unknown kind/dtype/variant, bad weight, rank out of range...).
-    Kind ``value``."""
+    Kind ``value``.
+
+    Upstream: errors such as "unknown RoundKind wire byte" (``controller/round_frame.rs``),
+    "unknown record kind" (``relay/mux.rs``) and "relay announced rank R >= world_size W"
+    (``controller/mod.rs``); the class is this package's.
+    """
 
     kind = "value"
 
@@ -345,6 +393,10 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
 
     Raises:
         KeyError: ``error_id`` is not in the catalogue (a programming error).
+
+    No upstream counterpart: it builds an error from this package's catalogue (``spec/wire.yaml``
+    ``errors``); upstream formats each message where it fails, and the catalogue's texts start with
+    that wording.
     """
     entry = SPEC.errors[error_id]
     side = entry.remote if remote is None else remote

@@ -56,6 +56,8 @@ class Hello:
             when a rank does not fit u32 (or is no integer), ``Hello.model_sigs`` when it is no
             sequence of signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when
             a signature is not 32 bytes (a buffer, or a sequence of ints 0..255).
+
+    Upstream: ``flodl/src/distributed/relay/mux.rs`` ``RelayControlMsg::Hello``.
     """
 
     host: str
@@ -265,5 +267,8 @@ def max_hello_payload(world_size: int) -> int:
 
 
 def ranks_str(ranks: Iterable[int]) -> str:
-    """A rank list as upstream's ``{:?}`` prints a ``Vec<u32>``: ``[0, 1, 2]``."""
+    """A rank list as upstream's ``{:?}`` prints a ``Vec<u32>``: ``[0, 1, 2]``.
+
+    Upstream: the ``{:?}`` of a ``Vec<u32>`` in the messages of ``controller/mod.rs``.
+    """
     return "[" + ", ".join(str(r) for r in ranks) + "]"

@@ -194,7 +194,11 @@ _layouts: tuple[_Layout, ...] = ()
 
 def _known_layout(mv: memoryview, ceiling: int) -> _Layout | None:
     """The remembered layout whose metadata bytes ``mv`` carries, with ``ceiling`` and room for
-    the tag, or None."""
+    the tag, or None.
+
+    No upstream counterpart: a fast path of this package (a remembered layout); the checks it keeps
+    are those of ``controller/round_frame.rs`` ``read_round_frame_streamed``.
+    """
     global _layouts
     layouts = _layouts
     n = len(mv)
@@ -221,6 +225,9 @@ def read_known_frame(mv: memoryview, salt: bytes, ceiling: int, premac: Premac |
     bytes decide every other check of the walk, see :class:`_Layout`), so that decode would
     return the frame of the layout's kind, this weight and the layout's tensors (payloads
     ``mv[start:stop]`` per entry), and ``consumed`` bytes.
+
+    No upstream counterpart: a fast path of this package (a remembered layout); the checks it keeps
+    are those of ``controller/round_frame.rs`` ``read_round_frame_streamed``.
     """
     lay = _known_layout(mv, ceiling)
     if lay is None:

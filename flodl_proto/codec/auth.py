@@ -53,6 +53,10 @@ class Premac:
         covered: how many covered bytes ``digest`` was computed over (a RoundFrame: the frame's
             length minus its 8-byte tag; a mux record: header bytes 0..17 plus the payload).
         digest: the HMAC-SHA256 digest (at least its first 8 bytes).
+
+    Upstream: the streaming ``HMAC::new`` / ``update`` / ``finalize`` (crate ``hmac-sha256``) of
+    ``controller/round_frame.rs`` and ``relay/mux.rs``; handing in a MAC computed ahead of the
+    check is this package's.
     """
 
     covered: int
@@ -72,6 +76,9 @@ def update_in_parallel(jobs: Sequence[tuple[Any, Sequence[BytesLike]]],
 
     Raises:
         whatever a job's ``update`` raises (re-raised on the caller's thread).
+
+    No upstream counterpart: a scheduling helper of this package; each MAC is that of ``wire.rs``
+    ``hmac_sha256_64``.
     """
     def run(mac: Any, pieces: Sequence[BytesLike]) -> None:
         for p in pieces:
@@ -135,6 +142,9 @@ def new_mac(salt: bytes) -> Any:
     take ``digest()[:8]`` as the tag. The object is a copy of one keyed MAC kept for the last
     salt asked for: OpenSSL's HMAC object (the one ``hmac.new`` wraps), or ``hmac.HMAC`` where
     Python has no OpenSSL hashlib.
+
+    Upstream: ``HMAC::new(salt)`` (crate ``hmac-sha256``) as ``controller/round_frame.rs`` and
+    ``relay/mux.rs`` stream it.
     """
     global _keyed
     key, base = _keyed
@@ -186,6 +196,8 @@ def tags_equal(computed: BytesLike, carried: BytesLike) -> bool:
     Returns:
         True only when both are exactly 8 bytes (``AUTH_TAG_LEN``) and equal; a tag of any other
         length (empty included) never matches.
+
+    Upstream: the tag comparison of ``controller/round_frame.rs`` and ``relay/mux.rs``.
     """
     a, b = bytes(computed), bytes(carried)
     if len(a) != AUTH_TAG_LEN or len(b) != AUTH_TAG_LEN:
@@ -194,5 +206,9 @@ def tags_equal(computed: BytesLike, carried: BytesLike) -> bool:
 
 
 def tag_as_u64(tag: BytesLike) -> int:
-    """Return the tag read as a little-endian u64, the way upstream prints it (``0x%016x``)."""
+    """Return the tag read as a little-endian u64, the way upstream prints it (``0x%016x``).
+
+    Upstream: the ``0x{:016x}`` of ``u64::from_le_bytes(tag)`` in the HMAC errors of
+    ``controller/round_frame.rs`` and ``relay/mux.rs``.
+    """
     return int.from_bytes(bytes(tag), "little")

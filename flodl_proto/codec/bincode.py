@@ -39,6 +39,9 @@ def encode_varint(value: int, bits: int = 64, *, field: str = "value") -> bytes:
 
     Raises:
         InvalidValue (local): ``value`` does not fit the type.
+
+    Upstream: ``bincode::serde::encode_to_vec`` with ``bincode::config::standard()`` (crate
+    ``bincode`` 2), as ``relay/mux.rs`` calls it.
     """
     if not 0 <= value < (1 << bits):
         raise protocol_error("bincode.value_out_of_range", field=field, value=value,
@@ -55,7 +58,11 @@ def encode_varint(value: int, bits: int = 64, *, field: str = "value") -> bytes:
 
 
 def encode_string(text: str) -> bytes:
-    """Encode a ``String``: u64-varint byte length, then the UTF-8 bytes."""
+    """Encode a ``String``: u64-varint byte length, then the UTF-8 bytes.
+
+    Upstream: ``bincode::serde::encode_to_vec`` with ``bincode::config::standard()`` (crate
+    ``bincode`` 2), as ``relay/mux.rs`` calls it.
+    """
     raw = text.encode("utf-8")
     return encode_varint(len(raw), 64, field="string length") + raw
 
@@ -65,6 +72,9 @@ def encode_bytes_fixed(data: bytes, size: int, *, field: str = "array") -> bytes
 
     Raises:
         InvalidValue (local): ``data`` is not exactly ``size`` bytes.
+
+    Upstream: ``bincode::serde::encode_to_vec`` with ``bincode::config::standard()`` (crate
+    ``bincode`` 2), as ``relay/mux.rs`` calls it.
     """
     if len(data) != size:
         raise protocol_error("bincode.value_out_of_range", field=field, value=len(data),
@@ -78,6 +88,9 @@ class BincodeReader:
     Every read names the field it reads so errors say what was being decoded and where.
     Errors (all remote): ``bincode.unexpected_end`` (TruncatedInput),
     ``bincode.invalid_integer_type`` and ``bincode.invalid_utf8`` (InvalidValue).
+
+    Upstream: ``bincode::serde::decode_from_slice`` with ``bincode::config::standard()`` (crate
+    ``bincode`` 2), as ``relay/mux.rs`` calls it.
     """
 
     __slots__ = ("_mv", "pos")

@@ -221,6 +221,9 @@ def channel_of(data: BytesLike) -> tuple[int, str | None]:
 
     Raises:
         TruncatedInput (remote): fewer than 4 bytes (``channel.read_failed``).
+
+    Upstream: the 4-byte peek of ``port_mux.rs`` (``PortMux`` routes a connection by its magic
+    without consuming it).
     """
     mv = as_view(data)
     if len(mv) < CHANNEL_MAGIC_LEN:

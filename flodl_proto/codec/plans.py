@@ -58,6 +58,8 @@ class FrameMacs:
         mac: a streaming MAC to feed ``buffer[start:stop]``; None when the buffer is too short
             to carry a tag (the decoder then reports the truncation).
         start, stop: the covered byte range of the buffer (bytes).
+
+    Upstream: the frame HMAC of ``controller/round_frame.rs`` (over every byte before the tag).
     """
 
     mac: Any
@@ -80,7 +82,10 @@ class FrameMacs:
 
 def frame_macs(n: int, salt: bytes) -> FrameMacs:
     """The plan for a RoundFrame expected to fill an ``n``-byte buffer (``n`` from its length
-    prefix): one MAC over ``buffer[0:n-8]``."""
+    prefix): one MAC over ``buffer[0:n-8]``.
+
+    Upstream: the frame HMAC of ``controller/round_frame.rs`` (over every byte before the tag).
+    """
     if n <= AUTH_TAG_LEN:
         return FrameMacs(None, 0, 0)
     return FrameMacs(new_mac(salt), 0, n - AUTH_TAG_LEN)
@@ -90,7 +95,10 @@ def frame_premac(buffer: BytesLike, salt: bytes) -> Premac | None:
     """The :class:`~flodl_proto.codec.auth.Premac` of a RoundFrame that fills ``buffer``, all
     of whose bytes have arrived: what :func:`frame_macs` for ``len(buffer)`` gives once fed its
     whole covered range (every byte before the last 8), in one call. None when the buffer is
-    too short to carry a tag (the decoder then reports the truncation)."""
+    too short to carry a tag (the decoder then reports the truncation).
+
+    Upstream: the frame HMAC of ``controller/round_frame.rs`` (over every byte before the tag).
+    """
     return _frame_digest(new_mac(salt), as_view(buffer))
 
 
@@ -166,6 +174,9 @@ class RecordMacs:
         frame: a HostFrame's inner-frame MAC (None for other kinds, or when not asked for);
             feed it ``buffer[frame_start:frame_stop]``.
         frame_start, frame_stop: the inner frame's covered range.
+
+    Upstream: the record HMAC of ``relay/mux.rs`` (over ``header[0..17] || payload``) and, for a
+    frame payload, the frame HMAC of ``controller/round_frame.rs``.
     """
 
     size: int
@@ -207,6 +218,9 @@ def record_macs(header: BytesLike, parsed: MuxHeader, salt: bytes, *,
         parsed: the parsed header (kind, payload length).
         salt: the session salt.
         inner_frame: also plan the inner frame's MAC when the record is a HostFrame.
+
+    Upstream: the record HMAC of ``relay/mux.rs`` (over ``header[0..17] || payload``) and, for a
+    frame payload, the frame HMAC of ``controller/round_frame.rs``.
     """
     rec = new_mac(salt)
     rec.update(as_view(header)[:MUX_AUTH_COVERED_HEADER_LEN])
@@ -227,6 +241,9 @@ def signed_frame_batches(prefix: BytesLike, pieces: Sequence[BytesLike], salt: b
     are hashed as the batch is built; a batch is yielded once it holds ``step`` bytes, so a
     writer sends batch ``k`` while the next one is hashed. The last batch ends with the 8-byte
     tag. Nothing is copied.
+
+    Upstream: the frame writer of ``controller/round_frame.rs`` (the tag after the bytes it covers)
+    behind the length prefix of ``relay/mux.rs``.
     """
     mac = new_mac(salt)
     batch: list[BytesLike] = [prefix]

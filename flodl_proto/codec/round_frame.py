@@ -212,6 +212,9 @@ def round_frame_extent(data: BytesLike, *, ceiling: int = DEFAULT_FRAME_CEILING)
 
     Raises:
         BadMagic, LimitExceeded, InvalidValue (remote).
+
+    Upstream: the checks ``controller/round_frame.rs`` ``read_round_frame_streamed`` makes before
+    the tag.
     """
     mv = as_view(data)
     walk = _FrameWalk(ceiling)
@@ -230,6 +233,9 @@ def parse_round_frame_or_eos(
 
     Raises:
         BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote).
+
+    Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed`` (its ``None`` for a clean
+    end), without its tag check.
     """
     mv = as_view(data)
     if type(ceiling) is int and (lay := _known_layout(mv, ceiling)) is not None:
@@ -251,7 +257,11 @@ def parse_round_frame_or_eos(
 
 def known_round_frame(lay: Any, weight: float, mv: memoryview) -> RoundFrame:
     """The frame ``mv`` starts with, of the remembered layout ``lay`` and weight ``weight``, as
-    :func:`~flodl_proto.codec._walk.read_known_frame` found them (payloads are views of ``mv``)."""
+    :func:`~flodl_proto.codec._walk.read_known_frame` found them (payloads are views of ``mv``).
+
+    No upstream counterpart: a fast path of this package (a remembered layout); the checks it keeps
+    are those of ``controller/round_frame.rs`` ``read_round_frame_streamed``.
+    """
     trusted = TensorPayload.trusted
     return RoundFrame.trusted(_KINDS[lay.kind], weight,
                               tuple([trusted(d, s, mv[a:b]) for d, s, a, b in lay.entries]))
@@ -270,6 +280,8 @@ def parse_round_frame(
         BadMagic, LimitExceeded, InvalidValue, TruncatedInput (remote); ``data`` ending inside the
         8-byte header is TruncatedInput ``frame.header_read_failed`` (see
         :func:`parse_round_frame_or_eos` for the stream form).
+
+    Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed``, without its tag check.
     """
     res = parse_round_frame_or_eos(data, ceiling=ceiling)
     if res is END_OF_STREAM:
@@ -373,6 +385,9 @@ def delivered_tensors(data: BytesLike, count: int) -> list[TensorPayload]:
     tensors the reader had already delivered. The structure up to them was checked by the reader
     that failed; nothing is checked again and nothing is copied (payloads are views of
     ``data``).
+
+    No upstream counterpart: a helper of this package's streamed fold; the reader it follows is
+    ``controller/round_frame.rs`` ``read_round_frame_streamed``.
     """
     mv = as_view(data)
     out: list[TensorPayload] = []
@@ -390,5 +405,9 @@ def delivered_tensors(data: BytesLike, count: int) -> list[TensorPayload]:
 
 
 def declared_tensor_count(data: BytesLike) -> int:
-    """The tensor count a frame's header declares (the header was checked by its reader)."""
+    """The tensor count a frame's header declares (the header was checked by its reader).
+
+    Upstream: the ``num_tensors`` field that ``controller/round_frame.rs``
+    ``read_round_frame_streamed`` reads.
+    """
     return int(_HEADER.unpack_from(as_view(data)[:ROUND_FRAME_HEADER_LEN], 0)[1])

@@ -285,6 +285,8 @@ class MagicReceived:
 
     Attributes:
         nbytes: bytes consumed (4).
+
+    Upstream: ``wire.rs`` ``expect_channel_magic``.
     """
 
     nbytes: int = CHANNEL_MAGIC_LEN
@@ -303,6 +305,8 @@ class RecordReceived:
         nbytes: bytes consumed (25 + payload length).
         header: the record's parsed 25-byte header (its ``rank`` is the wire's rank field and
             its ``auth_tag`` the carried tag, for tools that show them).
+
+    Upstream: a record returned by ``relay/mux.rs`` ``read_record``.
     """
 
     record: MuxRecord
@@ -319,7 +323,10 @@ _received: Callable[..., RecordReceived] = slot_builder(RecordReceived)
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
     """The peer closed the connection at a record boundary or inside a 25-byte record header
-    (a clean end of stream)."""
+    (a clean end of stream).
+
+    Upstream: the clean end (``None``) of ``relay/mux.rs`` ``read_record``.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +338,8 @@ class StreamFailed:
         error: the error.
         hint: a likely cause in words, when one is known (e.g. the relay's first record is a
             Hello of the other protocol version: "the protocol versions differ"), else "".
+
+    Upstream: an error of ``relay/mux.rs`` ``read_record`` or of the socket under it.
     """
 
     error: ProtocolError

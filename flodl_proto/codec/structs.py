@@ -144,7 +144,11 @@ def _field_format(sub: Any) -> str:
 def packed(st: Any) -> _struct.Struct:
     """The precompiled :class:`struct.Struct` of a fixed-size construct ``Struct`` above: the
     same fields in the same order (``unpack`` returns them as a tuple, ``pack`` takes them
-    positionally; ``Bytes`` fields are ``bytes``)."""
+    positionally; ``Bytes`` fields are ``bytes``).
+
+    No upstream counterpart: a precompiled form of this module's declarations; the layouts are
+    those of ``controller/mod.rs``, ``controller/round_frame.rs`` and ``relay/mux.rs``.
+    """
     return _struct.Struct("<" + "".join(_field_format(sc.subcon) for sc in st.subcons))
 
 
