@@ -1,6 +1,6 @@
 """The controller's consensus checkpoints: one ``.npz`` per sync window, written off the hot path.
 
-Upstream: ``flodl/src/distributed/controller/checkpoint_forge.rs``.
+Upstream: ``flodl/src/distributed/checkpoint_forge.rs``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def write_checkpoint(directory: Path, w: CheckpointWindow) -> None:
         OSError: the file cannot be written (``filename`` is the ``.npz``). ValueError /
             ProtocolError: a tensor cannot be viewed (unknown dtype, byte count not matching
             the shape).
+
+    Upstream: ``flodl/src/distributed/checkpoint_forge.rs`` (keys ``p{i}`` / ``b{j}``, f32, temp
+    file and rename); upstream writes ``.fdl`` files, this package ``.npz``.
     """
     arrays: dict[str, npt.NDArray[Any]] = {}
     for prefix, frame in (("p", w.params), ("b", w.buffers)):
