@@ -33,6 +33,8 @@ def mermaid_state_diagram(machine: Mapping[str, Any]) -> list[str]:
     ``unless`` as ``not ...``), eventless transitions are unlabelled but for their guard; nested
     ``states`` become composite states. The rendering uses only the definition mapping, so the
     output is stable across library versions.
+
+    No upstream counterpart: a drawing helper of the generated docs.
     """
     acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
     states = machine.get("states", {})

@@ -53,6 +53,8 @@ def parse_hex_dump(text: str, limit: int = DEFAULT_LIMIT) -> bytes:
         ValueError, HexDumpTooLarge: as :func:`read_hex_dump`.
         InvalidValue (local): as :func:`read_hex_dump` (``text`` is no str, ``limit`` is no
             byte count).
+
+    No upstream counterpart: upstream flodl reads no hex text.
     """
     return read_hex_dump(text, limit).data
 

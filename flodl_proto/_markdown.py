@@ -72,6 +72,8 @@ class DiagramItem:
         name: the label drawn in the field's box.
         size: size in bytes, or ``None`` for a variable-length field (drawn open-ended with ``/``
             edges; the next field then starts on a fresh row).
+
+    No upstream counterpart: a drawing helper of the generated docs.
     """
 
     name: str
@@ -192,6 +194,9 @@ def byte_diagram(items: Sequence[DiagramItem]) -> list[str]:
 
     Returns:
         The diagram's lines (two ruler lines, then boxes), without a trailing newline.
+
+    No upstream counterpart: a drawing helper of the generated docs (upstream's layouts are
+    comments in ``controller/mod.rs`` and ``relay/mux.rs``).
     """
     rows = _layout(items)
     out = [

@@ -267,7 +267,10 @@ def _long_arguments_shown(message: str, given: Sequence[str]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the top-level parser with every subcommand of :mod:`flodl_proto.commands`."""
+    """Build the top-level parser with every subcommand of :mod:`flodl_proto.commands`.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     from . import commands
     from .spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 

@@ -143,6 +143,9 @@ class ParsedFrame:
         length: bytes consumed, tag included.
         tag: the 8 tag bytes the frame carries.
         covered: the number of leading bytes the tag covers (``length - 8``).
+
+    No upstream counterpart: upstream has no decoder tool; the frame is parsed as
+    ``controller/round_frame.rs`` ``read_round_frame_streamed`` reads it, without the tag check.
     """
 
     frame: RoundFrame
@@ -208,6 +211,8 @@ class DecodeFailure:
         error_id: the catalogue id, when the error has one.
         capture_ended: True when the input simply ended inside the record, its header included
             (the bytes present are consistent; a capture stopped there), not a protocol error.
+
+    No upstream counterpart: upstream has no decoder tool.
     """
 
     offset: int
@@ -231,6 +236,8 @@ class DecodeReport:
         bad_tags: how many tags did not verify.
         version: the protocol version the stream was decoded as.
         count: how many records were decoded (kept or handed on).
+
+    No upstream counterpart: upstream has no decoder tool.
     """
 
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -298,6 +305,8 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
 
     Raises:
         ValueError: the first bytes are none of these (the caller should name the leg).
+
+    No upstream counterpart: upstream has no decoder tool (it knows each socket's leg).
     """
     mv = as_view(data)
     if len(mv) < 4:

@@ -83,6 +83,9 @@ class FilterField:
         enum: the spec enum whose names label the values, or None.
         label: the name shown in the packet tree.
         doc: what the field holds (from the spec, or the runtime's derived fields).
+
+    No upstream counterpart: upstream ships no Wireshark dissector; the fields are the layouts of
+    ``relay/mux.rs``, ``controller/round_frame.rs``, ``controller/mod.rs`` and ``wire.rs``.
     """
 
     abbrev: str
@@ -268,6 +271,9 @@ def filter_fields(spec: Spec = SPEC) -> list[FilterField]:
 
     Raises:
         ValueError: the spec uses a field type the dissector cannot map.
+
+    No upstream counterpart: upstream ships no Wireshark dissector; the fields are the layouts of
+    ``relay/mux.rs``, ``controller/round_frame.rs``, ``controller/mod.rs`` and ``wire.rs``.
     """
     seen: dict[str, FilterField] = {}
 
@@ -312,7 +318,11 @@ def _doc(text: str) -> str:
 
 
 def default_ports(spec: Spec = SPEC) -> list[int]:
-    """The TCP ports registered by default: the controller port and its relay loopback port."""
+    """The TCP ports registered by default: the controller port and its relay loopback port.
+
+    No upstream counterpart: upstream ships no Wireshark dissector; the ports are upstream's
+    defaults (controller port 1337, ``CHANGELOG.md``; relay loopback port + 4, ``relay/mod.rs``).
+    """
     port = spec.const("DEFAULT_CONTROLLER_PORT")
     return [port, port + spec.const("RELAY_DATA_LOOPBACK_OFFSET")]
 
@@ -493,6 +503,10 @@ def render_dissector(ports: Sequence[int] | None = None, spec: Spec = SPEC) -> s
 
     Raises:
         ValueError: a port outside 1..65535, or a spec construct the dissector cannot map.
+
+    No upstream counterpart: upstream ships no Wireshark dissector; the layouts it decodes are
+    those of ``relay/mux.rs``, ``controller/round_frame.rs``, ``controller/mod.rs`` and
+    ``wire.rs``.
     """
     chosen = list(ports) if ports else default_ports(spec)
     for p in chosen:
@@ -517,7 +531,10 @@ def _raw_title(spec: Spec = SPEC) -> str:
 
 
 def filter_fields_markdown(spec: Spec = SPEC) -> str:
-    """The filter fields as a Markdown table (field, type, description), for docs/wireshark.md."""
+    """The filter fields as a Markdown table (field, type, description), for docs/wireshark.md.
+
+    No upstream counterpart: upstream ships no Wireshark dissector or its docs.
+    """
     lines = ["| Field | Type | Description |", "| --- | --- | --- |"]
     for f in filter_fields(spec):
         kind = f.ftype.lower() + (f" ({f.enum})" if f.enum else "")

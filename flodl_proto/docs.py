@@ -625,6 +625,10 @@ def render_semantics(raw: Mapping[str, Any], number: int) -> list[str]:
     Returns:
         The section's body lines (no section heading). Subsection headings end with the entry's
         id in backticks, which the conformance catalogue's ``semantics:<id>`` keys name.
+
+    No upstream counterpart: upstream ships no generated protocol document; the semantics are those
+    of ``controller/mod.rs``, ``controller/round_frame.rs``, ``relay/agent.rs`` and
+    ``cpu_reduce.rs``, as the spec records them.
     """
     body = ["The computation and the rules behind a round, as the conformance kit checks them "
             "(see [conformance.md](conformance.md)). With these and the layouts above, a "
@@ -735,6 +739,8 @@ def write_protocol_doc(path: Path | str = DEFAULT_OUT, spec: Spec = SPEC) -> boo
 
     Raises:
         OSError: the file cannot be written.
+
+    No upstream counterpart: upstream ships no generated protocol document.
     """
     p = Path(path)
     text = render_protocol_doc(spec)

@@ -46,7 +46,10 @@ _TH_SYN = 0x02
 
 
 class PcapError(ValueError):
-    """The capture cannot be read (unknown format, unsupported link type, dpkt missing)."""
+    """The capture cannot be read (unknown format, unsupported link type, dpkt missing).
+
+    No upstream counterpart: upstream reads no packet captures.
+    """
 
 
 class CaptureTruncated(PcapError):
@@ -59,6 +62,8 @@ class CaptureTruncated(PcapError):
             file header itself is cut.
         streams: what :func:`read_tcp_streams` (or :func:`read_tcp_streams_of_ports`)
             reassembled from the whole packets before the cut (empty from the reader itself).
+
+    No upstream counterpart: upstream reads no packet captures.
     """
 
     def __init__(self, size: int, complete: int) -> None:
@@ -125,6 +130,8 @@ class TcpStream:
         syn_seen: True when the connection's SYN for this direction was captured (so ``data``
             starts at the connection's first byte).
         packets: TCP segments captured for this direction (payload-less ones included).
+
+    No upstream counterpart: upstream reads no packet captures.
     """
 
     src: str

@@ -82,7 +82,12 @@ _KINDS: Final = frozenset(
 
 
 class SpecError(RuntimeError):
-    """The packaged spec is missing or malformed (a packaging defect, not a protocol error)."""
+    """The packaged spec is missing or malformed (a packaging defect, not a protocol error).
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,10 @@ class ErrorEntry:
         remote: default side: True when the peer's bytes are at fault.
         template: ``str.format`` template of the message.
         source: upstream file the wording comes from.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
     """
 
     id: str
@@ -112,6 +121,10 @@ def find_spec_dir() -> Path:
 
     Raises:
         SpecError: no candidate directory holds ``wire.yaml``.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
     """
     here = Path(__file__).resolve().parent
     candidates = []
@@ -271,6 +284,10 @@ def lifecycle_machines(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, A
 
     Returns:
         ``[(machine name, definition mapping), ...]`` in file order; empty if none is found.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
     """
     if isinstance(doc.get("states"), Mapping):
         name = doc.get("machine") or doc.get("name") or "lifecycle"
@@ -301,6 +318,10 @@ class LifecycleTransition:
         actions: ``before``/``on``/``after`` callbacks as text.
         cond: the ``cond`` guard names.
         unless: the ``unless`` guard names.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
     """
 
     source: str
@@ -314,7 +335,12 @@ class LifecycleTransition:
 
 
 def as_name_list(value: Any) -> list[str]:
-    """A definition value that may be one name or a list of names, as a list of strings."""
+    """A definition value that may be one name or a list of names, as a list of strings.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
+    """
     if value is None:
         return []
     if isinstance(value, str):
@@ -333,7 +359,12 @@ def _guard_text(t: Mapping[str, Any]) -> str:
 def walk_lifecycle_states(states: Mapping[Any, Any], parent: str | None,
                           acc: list[tuple[str, str | None, Mapping[Any, Any]]]) -> None:
     """Append ``(state id, parent id, definition)`` for ``states`` and their nested states to
-    ``acc``, depth first in document order."""
+    ``acc``, depth first in document order.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
+    """
     for sid, sdef in states.items():
         sdef = sdef if isinstance(sdef, Mapping) else {}
         acc.append((str(sid), parent, sdef))
@@ -347,7 +378,12 @@ def lifecycle_transitions(
 ) -> list[LifecycleTransition]:
     """Every transition of the walked ``states`` (:func:`walk_lifecycle_states`), in document
     order: one row per target of each ``on`` entry (and each eventless ``transitions`` entry).
-    YAML 1.1 reads an unquoted ``on`` key as True; both spellings are read."""
+    YAML 1.1 reads an unquoted ``on`` key as True; both spellings are read.
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
+    """
     out: list[LifecycleTransition] = []
     for sid, _parent, sdef in states:
         on = sdef.get("on")
@@ -379,7 +415,12 @@ def lifecycle_transitions(
 
 
 def machine_transitions(machine: Mapping[str, Any]) -> list[LifecycleTransition]:
-    """The transition rows of one machine definition (see :func:`lifecycle_transitions`)."""
+    """The transition rows of one machine definition (see :func:`lifecycle_transitions`).
+
+    No upstream counterpart: upstream writes its constants and lifecycle in code
+    (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
+    package's.
+    """
     acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
     states = machine.get("states", {})
     walk_lifecycle_states(states if isinstance(states, Mapping) else {}, None, acc)

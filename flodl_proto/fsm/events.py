@@ -43,7 +43,11 @@ __all__ = [
 
 
 class SendKind(enum.Enum):
-    """What a :class:`SendTo` carries (decides what a failed write means)."""
+    """What a :class:`SendTo` carries (decides what a failed write means).
+
+    Upstream: ``controller/mod.rs`` (``run_reduce_thread``, ``average_and_scatter``), where this is
+    a socket write, close or log line; as a value it is this package's.
+    """
 
     HELLO_ACK = "HelloAck"
     DECLARE_DEAD = "DeclareDead"
@@ -61,6 +65,9 @@ class SendTo:
         kind: what the record is (:class:`SendKind`).
         nbytes: total length in bytes.
         round: the round number for a Broadcast, else None.
+
+    Upstream: ``controller/mod.rs`` (``run_reduce_thread``, ``average_and_scatter``), where this is
+    a socket write, close or log line; as a value it is this package's.
     """
 
     conn: int
@@ -81,6 +88,9 @@ class CloseConnection:
             whatever arrives, until the peer closes (a relay given up by the round deadline gets
             its DeclareDead records and the end of stream even if its late HostFrame is still
             on the way; closing the reading side would answer that HostFrame with a reset).
+
+    Upstream: ``controller/mod.rs`` (``run_reduce_thread``, ``average_and_scatter``), where this is
+    a socket write, close or log line; as a value it is this package's.
     """
 
     conn: int
@@ -91,7 +101,10 @@ class CloseConnection:
 @dataclass(frozen=True, slots=True)
 class StopAccepting:
     """Every rank is covered: no further data-channel connection will be accepted (a listener
-    serving only the data channel may close)."""
+    serving only the data channel may close).
+
+    Upstream: the end of the accept phase of ``controller/mod.rs`` (every rank announced).
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,9 @@ class RelayJoined:
         relay: connection number in acceptance order (0-based; the reduce order).
         host: the host name the relay announced.
         ranks: the ranks it carries, as announced.
+
+    Upstream: the accepted Hello of ``controller/mod.rs`` (accept phase); as a notice it is this
+    package's.
     """
 
     conn: int
@@ -122,6 +138,9 @@ class RoundScattered:
         nbytes: the Broadcast record's length in bytes.
         relays: number of relays the Broadcast was sent to.
         contributors: number of relays whose frame entered the reduce.
+
+    Upstream: the scatter of ``controller/mod.rs`` ``average_and_scatter``; as a notice it is this
+    package's.
     """
 
     round: int
@@ -142,6 +161,9 @@ class CheckpointWindow:
         window: window number (0-based, counting written windows).
         params: the window's first realized Model consensus (the parameters).
         buffers: its second realized Model consensus (the buffers), if any.
+
+    Upstream: the checkpoint forge tap of ``checkpoint_forge.rs`` (after the scatter); the ``.npz``
+    file is this package's.
     """
 
     window: int
@@ -155,6 +177,9 @@ class Finished:
 
     Attributes:
         outcome: clean, or the error (:class:`~flodl_proto.fsm.lifecycle.Outcome`).
+
+    Upstream: the end of ``controller/mod.rs`` ``run_reduce_thread`` (its result, as ``shutdown()``
+    returns it) and of ``relay/agent.rs`` ``RelayChannel``.
     """
 
     outcome: Outcome
@@ -178,6 +203,9 @@ class RelayInfo:
         alive_ranks: the ranks not dead.
         deposited: whether its slot holds a frame for the current round.
         open: whether the connection is still open.
+
+    No upstream counterpart: a status snapshot of this package's controller (upstream's
+    ``controller/mod.rs`` keeps the same facts per connection).
     """
 
     relay: int
@@ -198,6 +226,9 @@ class AckRank:
     Attributes:
         rank: the rank the handshake named.
         ack: the ack bytes.
+
+    Upstream: ``relay/agent.rs`` (``RelayChannel`` terminating a rank's handshake with
+    ``controller/mod.rs`` ``write_handshake_ack``).
     """
 
     rank: int
@@ -211,13 +242,19 @@ class RankConnected:
 
     Attributes:
         rank: the local rank.
+
+    Upstream: ``relay/agent.rs`` filing an accepted loopback connection under its rank id.
     """
 
     rank: int
 
 
 class UpstreamKind(enum.Enum):
-    """What a :class:`SendUpstream` carries."""
+    """What a :class:`SendUpstream` carries.
+
+    Upstream: ``relay/agent.rs`` (``RelayChannel``), where this is a socket write, close or log
+    line; as a value it is this package's.
+    """
 
     HELLO = "Hello"
     HOST_FRAME = "HostFrame"
@@ -234,6 +271,9 @@ class SendUpstream:
         buffers: the record's buffers (a HostFrame's are the fold's pooled arrays: drop every
             reference once written so a later round may reuse them).
         kind: what the record is (:class:`UpstreamKind`).
+
+    Upstream: ``relay/agent.rs`` (``RelayChannel``), where this is a socket write, close or log
+    line; as a value it is this package's.
     """
 
     buffers: tuple[BytesLike, ...]
@@ -249,6 +289,8 @@ class FanOut:
         prefix: the 4-byte loopback length prefix.
         payload: the Broadcast payload (a view of the record the runner read).
         ranks: the alive local ranks, ascending.
+
+    Upstream: ``relay/agent.rs`` writing a Broadcast's payload verbatim to each local alive rank.
     """
 
     prefix: bytes
@@ -284,7 +326,11 @@ class BroadcastRoute:
 class DrainUpstream:
     """The last local rank left: write every queued record, then close the controller
     connection's write side, then tell the core
-    (:meth:`~flodl_proto.fsm.relay_core.RelayCore.drained`)."""
+    (:meth:`~flodl_proto.fsm.relay_core.RelayCore.drained`).
+
+    Upstream: ``relay/agent.rs`` (``RelayChannel``), where this is a socket write, close or log
+    line; as a value it is this package's.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +341,9 @@ class CloseRank:
     Attributes:
         rank: the local rank.
         reason: why (for logs).
+
+    No upstream counterpart: upstream has no rank deadline; the loopback close it leads to is that
+    of ``relay/agent.rs``.
     """
 
     rank: int

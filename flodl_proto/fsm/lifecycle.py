@@ -74,7 +74,11 @@ MACHINES: Final = ("controller", "relay")
 
 
 class LifecycleState(enum.StrEnum):
-    """The controller lifecycle's state ids (``spec/lifecycle.yaml`` ``machines.controller``)."""
+    """The controller lifecycle's state ids (``spec/lifecycle.yaml`` ``machines.controller``).
+
+    Upstream: the controller lifecycle of ``controller/mod.rs`` (the module doc's state machine,
+    ``run_reduce_thread``); the machine built from ``spec/lifecycle.yaml`` is this package's.
+    """
 
     IDLE = "idle"
     ACCEPTING = "accepting"
@@ -83,7 +87,11 @@ class LifecycleState(enum.StrEnum):
 
 
 class LifecycleEvent(enum.StrEnum):
-    """The controller lifecycle's events (``spec/lifecycle.yaml`` ``machines.controller``)."""
+    """The controller lifecycle's events (``spec/lifecycle.yaml`` ``machines.controller``).
+
+    Upstream: the controller lifecycle of ``controller/mod.rs`` (the module doc's state machine,
+    ``run_reduce_thread``); the machine built from ``spec/lifecycle.yaml`` is this package's.
+    """
 
     START = "start"
     STOP = "stop"
@@ -97,7 +105,11 @@ class LifecycleEvent(enum.StrEnum):
 
 
 class RelayState(enum.StrEnum):
-    """The relay lifecycle's state ids (``spec/lifecycle.yaml`` ``machines.relay``)."""
+    """The relay lifecycle's state ids (``spec/lifecycle.yaml`` ``machines.relay``).
+
+    Upstream: the relay lifecycle of ``relay/agent.rs`` (``RelayChannel``); the machine built from
+    ``spec/lifecycle.yaml`` is this package's.
+    """
 
     ACCEPTING_RANKS = "accepting_ranks"
     DIALING = "dialing"
@@ -108,7 +120,11 @@ class RelayState(enum.StrEnum):
 
 
 class RelayEvent(enum.StrEnum):
-    """The relay lifecycle's events (``spec/lifecycle.yaml`` ``machines.relay``)."""
+    """The relay lifecycle's events (``spec/lifecycle.yaml`` ``machines.relay``).
+
+    Upstream: the relay lifecycle of ``relay/agent.rs`` (``RelayChannel``); the machine built from
+    ``spec/lifecycle.yaml`` is this package's.
+    """
 
     RANK_CONNECTED = "rank_connected"
     ALL_CONNECTED = "all_connected"
@@ -152,6 +168,9 @@ class Outcome:
             the unexpected exception a runner hit (a bug or an environment failure outside the
             protocol, e.g. inside the controller's scatter), carried as is.
         detail: a human-readable note (which relay, which rank), may be empty.
+
+    Upstream: the result ``controller/mod.rs`` ``shutdown()`` returns (``Ok`` or the loop's first
+    error) and the end of ``relay/agent.rs`` ``RelayChannel``.
     """
 
     clean: bool
@@ -173,6 +192,9 @@ class LifecycleModel(Protocol):
         every_rank_covered: every rank ``0..world_size-1`` was announced by an accepted relay.
         round_complete: at least one relay is expected and every expected relay deposited.
         no_relay_alive: no accepted relay carries a rank that is not dead.
+
+    Upstream: the controller lifecycle of ``controller/mod.rs`` (the module doc's state machine,
+    ``run_reduce_thread``); the machine built from ``spec/lifecycle.yaml`` is this package's.
     """
 
     @property
@@ -191,6 +213,9 @@ class RelayLifecycleModel(Protocol):
     Attributes:
         every_local_rank_connected: every rank of the host's set completed its handshake.
         every_local_rank_gone: every local rank has left.
+
+    Upstream: the relay lifecycle of ``relay/agent.rs`` (``RelayChannel``); the machine built from
+    ``spec/lifecycle.yaml`` is this package's.
     """
 
     @property
@@ -208,6 +233,9 @@ def lifecycle_spec(machine: str = "controller") -> dict[str, Any]:
 
     Raises:
         SpecError: the file is missing or malformed, or has no such machine.
+
+    No upstream counterpart: upstream writes its lifecycle in code (``controller/mod.rs``,
+    ``relay/agent.rs``); reading it from ``spec/lifecycle.yaml`` is this package's.
     """
     doc = SPEC.lifecycle()
     machines = doc.get("machines")
@@ -222,7 +250,11 @@ def lifecycle_spec(machine: str = "controller") -> dict[str, Any]:
 
 def lifecycle_definition(machine: str = "controller") -> dict[str, Any]:
     """Return one machine's python-statemachine definition: a deep copy of its spec without the
-    keys listed in ``x-docs-keys`` (``states`` and the class options remain)."""
+    keys listed in ``x-docs-keys`` (``states`` and the class options remain).
+
+    No upstream counterpart: upstream writes its lifecycle in code (``controller/mod.rs``,
+    ``relay/agent.rs``); reading it from ``spec/lifecycle.yaml`` is this package's.
+    """
     spec = lifecycle_spec(machine)
     for key in [*spec.pop("x-docs-keys"), "x-docs-keys"]:
         spec.pop(key, None)
@@ -232,7 +264,11 @@ def lifecycle_definition(machine: str = "controller") -> dict[str, Any]:
 def transitions(machine: str = "controller") -> list[tuple[str, str, str, str | None, str | None]]:
     """Every transition of one machine as ``(source, event, target, cond, unless)`` state ids,
     in document order (the oracle the tests compare the generated class with), from the
-    transition rows :func:`flodl_proto.spec.machine_transitions` reads for the docs too."""
+    transition rows :func:`flodl_proto.spec.machine_transitions` reads for the docs too.
+
+    No upstream counterpart: upstream writes its lifecycle in code (``controller/mod.rs``,
+    ``relay/agent.rs``); reading it from ``spec/lifecycle.yaml`` is this package's.
+    """
     return [(t.source, t.event, t.target or t.source, t.cond[0] if t.cond else None,
              t.unless[0] if t.unless else None)
             for t in machine_transitions(lifecycle_definition(machine))]
@@ -378,6 +414,10 @@ class Lifecycle:
     Raises:
         statemachine.exceptions.InvalidDefinition: ``model`` lacks a guard attribute.
         KeyError: unknown ``machine``.
+
+    Upstream: the lifecycles of ``controller/mod.rs`` (the module doc's state machine,
+    ``run_reduce_thread``) and ``relay/agent.rs`` (``RelayChannel``); the machine built from
+    ``spec/lifecycle.yaml`` is this package's.
     """
 
     __slots__ = ("_final", "_is_final", "_model", "_shortcuts", "_state", "kind", "machine")

@@ -190,6 +190,9 @@ def set_kernel_backend(name: str | None = None, *, min_elems: int = JIT_MIN_ELEM
     The backends give identical bytes except in one place upstream leaves to the platform: when
     two NaNs meet in an add or multiply, which NaN's payload survives (the compiled kernels keep
     the left operand's, NumPy's SIMD loops either one). NaN-ness and every non-NaN value agree.
+
+    No upstream counterpart: a choice among this package's bf16 kernels; the arithmetic they must
+    match is that of ``controller/round_frame.rs``.
     """
     if name is None:
         name = check_backend_name(os.environ.get(KERNELS_ENV, ""), origin=KERNELS_ENV)

@@ -96,6 +96,8 @@ class RelayStats:
             been read or its read failed (a record being read is not in it yet).
         host_frames: HostFrame records queued.
         broadcasts: Broadcast records received.
+
+    No upstream counterpart: byte and round counters of this package's relay.
     """
 
     from_ranks: int = 0

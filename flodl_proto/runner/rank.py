@@ -149,6 +149,9 @@ class ReduceReply:
         frame: the decoded consensus RoundFrame; its payloads are read-only views into ``raw``.
         raw: the frame's wire bytes (tag included, length prefix excluded).
         adopted: True when the consensus was written into the caller's arrays.
+
+    Upstream: the reply ``cpu_reduce.rs`` ``CpuReduceClient`` reads after a reduce (the consensus
+    RoundFrame).
     """
 
     frame: RoundFrame

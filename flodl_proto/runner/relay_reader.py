@@ -55,7 +55,11 @@ class BufferPool:
     """Record buffers of one connection, reused across rounds.
 
     A buffer is free when nothing holds a view of it (frames decoded from a record are views of
-    its buffer; :func:`~flodl_proto.codec._common.unviewed` tells whether one is alive)."""
+    its buffer; :func:`~flodl_proto.codec._common.unviewed` tells whether one is alive).
+
+    No upstream counterpart: buffer reuse of this package's reader (upstream grows a buffer for an
+    untrusted length in 64 MiB steps, ``wire.rs`` ``READ_CHUNK``).
+    """
 
     __slots__ = ("_bufs",)
 
@@ -92,6 +96,8 @@ def read_relay_connection(sock: socket.socket, stream: MuxStream,
 
     A starved committed read fails the stream; a dead connection (keepalive), EOF or a read
     error ends it (EOF); a stop returns quietly.
+
+    Upstream: ``controller/mod.rs`` ``reduce_reader`` and ``relay/mux.rs`` ``read_record``.
     """
     starve = committed_read_starvation()
     pool = BufferPool()

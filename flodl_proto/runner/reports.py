@@ -19,6 +19,9 @@ class RoundReport:
         relays: relays the Broadcast was written to.
         ms: milliseconds from the event that completed the round to the end of its scatter.
         at: wall-clock time of the end of the scatter (seconds since the epoch).
+
+    No upstream counterpart: what this package's controller runner tells its caller; the round it
+    describes is that of ``controller/mod.rs`` ``average_and_scatter``.
     """
 
     round: int
