@@ -90,7 +90,10 @@ T = TypeVar("T")
 
 
 class LabError(RuntimeError):
-    """A lab command failed (the message names the command and its stderr)."""
+    """A lab command failed (the message names the command and its stderr).
+
+    No upstream counterpart: a network-namespace test lab of this package.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,8 @@ class Node:
         netns: the namespace's name (``<tag>-<name>``).
         address: its IPv4 address in 198.18.0.0/15.
         port: the bridge-side veth's name (in the bridge namespace).
+
+    No upstream counterpart: a network-namespace test lab of this package.
     """
 
     name: str
@@ -178,6 +183,8 @@ def unavailable_reason(tools: Sequence[str] = LAB_TOOLS) -> str | None:
 
     Raises:
         ValueError: ``tools`` lacks ``ip`` or names a tool not in :data:`LAB_TOOLS`.
+
+    No upstream counterpart: a network-namespace test lab of this package.
     """
     key = _tool_set(tools)
     if key not in _REASON:
@@ -220,7 +227,10 @@ def _probe(tools: tuple[str, ...]) -> str | None:
 
 def leftovers(tag: str) -> list[str]:
     """What remains of the lab ``tag`` on this machine: its namespaces (``netns:<name>``) and
-    the processes still inside them (``pid:<pid>``). Empty once the lab is closed."""
+    the processes still inside them (``pid:<pid>``). Empty once the lab is closed.
+
+    No upstream counterpart: a network-namespace test lab of this package.
+    """
     out: list[str] = []
     for ns in _netns_list():
         if ns.startswith(tag + "-"):
@@ -231,7 +241,10 @@ def leftovers(tag: str) -> list[str]:
 
 def sweep_stale() -> list[str]:
     """Delete the namespaces of labs whose owning process is gone (a lab SIGKILLed before its
-    clean-up); return their names."""
+    clean-up); return their names.
+
+    No upstream counterpart: a network-namespace test lab of this package.
+    """
     swept = []
     for ns in _netns_list():
         m = _NAME_RE.match(ns)
@@ -316,6 +329,8 @@ class NetLab:
     Raises:
         ValueError: ``hosts`` out of range, or ``tools`` lacks ``ip`` or names another tool.
         LabError: a command failed while building the lab (what was built is removed).
+
+    No upstream counterpart: a network-namespace test lab of this package.
     """
 
     def __init__(self, hosts: int, tools: Sequence[str] = LAB_TOOLS) -> None:

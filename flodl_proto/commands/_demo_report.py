@@ -115,6 +115,8 @@ def model_rounds(rounds: dict[int, dict[int, dict[str, Any]]]) -> dict[int, int]
 
     ``rounds``: the demo's ``round`` events, by demo round then rank. The map stops at the
     first demo round no rank reported. Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo.
     """
     return {p - 1: k for p, (k, step) in protocol_places(rounds).items()
             if step == MODEL and k in rounds}
@@ -145,7 +147,10 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
     marked ``gap``; a part that ended before it began (the next stage's party was first, e.g. a
     rank parsed its reply before its relay finished the fan-out to the others) reads
     ``overlaps``, no time. Lines are at most 63 characters, so the summary table stays within 80
-    columns. An empty list when no round was traced."""
+    columns. An empty list when no round was traced.
+
+    No upstream counterpart: upstream flodl has no demo.
+    """
     from ..runner import stages
 
     med = stages.median_round(traced)

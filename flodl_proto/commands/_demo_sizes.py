@@ -34,7 +34,10 @@ __all__ = ["DEMO_ROUNDS_MAX", "DEMO_WORLD_MAX", "JIT_WORTH", "SEED_MAX", "check_
 
 
 def partition(world_size: int, hosts: int) -> list[list[int]]:
-    """Split ranks ``0..world_size-1`` into ``hosts`` contiguous, as-even-as-possible groups."""
+    """Split ranks ``0..world_size-1`` into ``hosts`` contiguous, as-even-as-possible groups.
+
+    No upstream counterpart: upstream flodl has no demo.
+    """
     import numpy as np
 
     return [list(map(int, g)) for g in np.array_split(np.arange(world_size), hosts)]
@@ -48,7 +51,10 @@ _TENSOR_HEADER = 2 + 4 + 8
 
 def payload_values(payload_mib: float) -> int:
     """Values of the f32 tensor of ``--payload-mib`` MiB that every demo rank adds to its
-    parameters frame (``int(M x 2**20) // 4``; 0: no such tensor)."""
+    parameters frame (``int(M x 2**20) // 4``; 0: no such tensor).
+
+    No upstream counterpart: upstream flodl has no demo.
+    """
     return int(payload_mib * (1 << 20)) // 4
 
 
@@ -80,7 +86,10 @@ def rank_frame_len(payload_mib: float, bf16: bool) -> int:
     """Wire length (bytes) of the largest frame a demo rank sends: the Model frame of its
     parameters (17 values) and of the ``--payload-mib`` tensor (``int(M x 2**20) // 4`` values,
     no tensor when that is 0), f32, or bf16 with ``--bf16`` (``round_frame_wire_len``: 25 + per
-    tensor 14 + its bytes). The relay's HostFrame and the controller's Broadcast are as long."""
+    tensor 14 + its bytes). The relay's HostFrame and the controller's Broadcast are as long.
+
+    No upstream counterpart: upstream flodl has no demo.
+    """
     size = ELEMENT_SIZE[DTYPE_BF16 if bf16 else DTYPE_F32]
     n = payload_values(payload_mib)
     return (ROUND_FRAME_FIXED_OVERHEAD + _TENSOR_HEADER + _PARAMETERS * size
@@ -90,7 +99,10 @@ def rank_frame_len(payload_mib: float, bf16: bool) -> int:
 def payload_mib_max(bf16: bool) -> float:
     """The largest ``--payload-mib``, to two decimals (rounded down), whose
     :func:`rank_frame_len` is within the frame ceiling every member of the demo's cluster reads
-    with (``DEFAULT_FRAME_CEILING``, 1 GiB)."""
+    with (``DEFAULT_FRAME_CEILING``, 1 GiB).
+
+    No upstream counterpart: upstream flodl has no demo.
+    """
     size = ELEMENT_SIZE[DTYPE_BF16 if bf16 else DTYPE_F32]
     values = (DEFAULT_FRAME_CEILING - rank_frame_len(0.0, bf16) - _TENSOR_HEADER) // size
     return math.floor(values * 4 / (1 << 20) * 100) / 100

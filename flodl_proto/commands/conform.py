@@ -99,7 +99,10 @@ def _default_jobs() -> int:
 
 
 def register(sub: Any) -> None:
-    """Add the ``conform`` subcommand."""
+    """Add the ``conform`` subcommand.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     p = sub.add_parser(
         "conform", help="conformance kit: check a controller or relay against the spec",
         description="Run the conformance case catalogue against a controller or relay started "

@@ -168,7 +168,10 @@ def _salt(text: str) -> bytes:
 
 
 def register(sub: Any) -> None:
-    """Add the ``decode`` subcommand to the CLI's subparsers."""
+    """Add the ``decode`` subcommand to the CLI's subparsers.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     p = sub.add_parser(
         "decode", help="decode a captured data-channel byte stream",
         description="Decode a captured byte stream of the data channel and print its records. "
@@ -403,7 +406,10 @@ def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Names
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``decode`` with parsed ``args``; print to ``out`` (default stdout); return the exit
     code. An input larger than this machine can hold (read, decoded or reassembled) stops the
-    command with one line, exit 1."""
+    command with one line, exit 1.
+
+    No upstream counterpart: upstream has no decoder tool.
+    """
     try:
         return _run(args, out)
     except MemoryError:

@@ -23,7 +23,10 @@ _PROG = "flodl-proto dissector"
 
 
 def register(sub: Any) -> None:
-    """Add the ``dissector`` subcommand to the CLI's subparsers."""
+    """Add the ``dissector`` subcommand to the CLI's subparsers.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     ports = ", ".join(map(str, default_ports()))
     p = sub.add_parser(
         "dissector", help="write a Wireshark Lua dissector generated from the spec",

@@ -87,6 +87,8 @@ def synthetic_tensors(rank: int, round_: int, payload_mib: float = 0.0
     Returns shapes ``[4, 8]``, ``[257]`` and ``[]`` (a scalar) drawn from a generator seeded by
     ``(rank, round_)``, plus, when ``payload_mib > 0``, one flat tensor of ``payload_mib`` MiB
     (``(i mod 1021) / 64 + rank + round_``).
+
+    No upstream counterpart: upstream has no synthetic rank.
     """
     import numpy as np
 
@@ -127,12 +129,18 @@ def synthetic_frame_len(payload_mib: float, bf16: bool = False) -> int:
 
 
 def mass_of(rank: int, round_: int) -> float:
-    """Realized-work mass of ``rank`` in round ``round_``: ``(rank + round_) % 4`` (0 = idle)."""
+    """Realized-work mass of ``rank`` in round ``round_``: ``(rank + round_) % 4`` (0 = idle).
+
+    No upstream counterpart: upstream has no synthetic rank.
+    """
     return float((rank + round_) % 4)
 
 
 def register(sub: Any) -> None:
-    """Add the ``rank`` subcommand."""
+    """Add the ``rank`` subcommand.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     p = sub.add_parser(
         "rank", help="run a synthetic rank against a relay and print each consensus digest",
         description="Connect to a relay's loopback data port and reduce deterministic "

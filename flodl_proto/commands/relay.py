@@ -127,6 +127,9 @@ def parse_salt(text: str | None) -> bytes:
 
     Raises:
         InvalidValue (local): missing (``salt.missing``) or not 16 bytes of hex (``salt.bad_hex``).
+
+    No upstream counterpart: the command line is this package's own; the salt is the 16-byte
+    ``SessionSalt`` of ``wire.rs``.
     """
     if text is None:
         text = os.environ.get(SALT_ENV)
@@ -187,6 +190,9 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
             file)``).
         OSError: the salt file cannot be read, or is longer than :data:`SALT_FILE_MAX_BYTES`
             (``/dev/zero``: read no further, so memory stays bounded).
+
+    No upstream counterpart: the command line is this package's own; the salt is the 16-byte
+    ``SessionSalt`` of ``wire.rs``.
     """
     if salt_file is not None:
         with Path(salt_file).open("rb") as f:
@@ -532,7 +538,11 @@ def add_frame_ceiling_option(p: argparse.ArgumentParser, what: str) -> None:
 
 def add_salt_options(p: argparse.ArgumentParser) -> None:
     """Add ``--salt HEX`` / ``--salt-file PATH`` (mutually exclusive; default
-    ``$FLODL_SESSION_SALT``) to a cluster command's parser."""
+    ``$FLODL_SESSION_SALT``) to a cluster command's parser.
+
+    No upstream counterpart: the command line is this package's own; the salt is the 16-byte
+    ``SessionSalt`` of ``wire.rs``.
+    """
     g = p.add_mutually_exclusive_group()
     g.add_argument("--salt", metavar="HEX",
                    help=f"16-byte session salt as 32 hex digits (default ${SALT_ENV}); visible "
@@ -627,7 +637,10 @@ def signals_stop(stop: threading.Event) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM set ``stop`` instead of killing the process
     (main thread only; elsewhere a no-op). A signal ignored when the block starts stays ignored:
     a program started with SIGINT ignored (a shell's background job, the demo's cluster members)
-    keeps it so, as shells and Python itself do, and only SIGTERM stops it."""
+    keeps it so, as shells and Python itself do, and only SIGTERM stops it.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -645,7 +658,10 @@ def signals_stop(stop: threading.Event) -> Iterator[None]:
 
 
 def register(sub: Any) -> None:
-    """Add the ``relay`` subcommand."""
+    """Add the ``relay`` subcommand.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     p = sub.add_parser(
         "relay", help="run a host's data-channel relay (local ranks <-> controller)",
         description="Accept this host's ranks on loopback, fold their frames and exchange one "

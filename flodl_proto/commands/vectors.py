@@ -25,7 +25,10 @@ BUNDLED_VECTORS = Path(__file__).resolve().parent.parent / "_vectors"
 
 
 def register(sub: Any) -> None:
-    """Add the ``vectors`` subcommand."""
+    """Add the ``vectors`` subcommand.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     p = sub.add_parser("vectors",
                        help="check, compare and export golden vector folders (interop self-check)")
     vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
@@ -104,7 +107,10 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     failed``, how many are of an op not implemented, and what count differs from its
     manifests); 2 (one line on stderr, nothing run)
     when a folder does not exist, is no folder, holds no vectors or holds a case file that
-    cannot be read or is not a vector file."""
+    cannot be read or is not a vector file.
+
+    No upstream counterpart: upstream ships no golden vectors or tools to check them.
+    """
     with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
         from ..interop.registry import NotImplementedOp
         from ..interop.vectors import run_case, shown_id, vector_folders
@@ -176,7 +182,10 @@ def compare_folders(a: Path, b: Path) -> list[tuple[str, str]]:
     """The files that differ between folders ``a`` and ``b``, recursively: ``(how, relative
     path)`` with ``how`` one of ``only in A`` / ``only in B`` (``A``, ``B``: the folders as given),
     ``differs`` (different bytes, or not comparable: unreadable, or a file beside a folder); in
-    path order, empty when the trees are identical."""
+    path order, empty when the trees are identical.
+
+    No upstream counterpart: upstream ships no golden vectors or tools to check them.
+    """
     diffs: list[tuple[str, str]] = []
 
     def walk(rel: Path) -> None:

@@ -71,6 +71,8 @@ class BuildContext:
         salt: the case's 16-byte session salt.
         version: the protocol version the case runs at (2 or 3).
         world_size: the world size the target was launched with.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     salt: bytes
@@ -79,7 +81,10 @@ class BuildContext:
 
 
 def other_salt(salt: bytes) -> bytes:
-    """A salt that differs from ``salt`` in every byte (``wrong`` in a step)."""
+    """A salt that differs from ``salt`` in every byte (``wrong`` in a step).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     return bytes(b ^ 0xFF for b in salt)
 
 
@@ -131,7 +136,15 @@ def _tensor(t: Mapping[str, Any], where: str) -> TensorPayload:
 
 
 def frame_bytes(p: Mapping[str, Any], ctx: BuildContext, where: str) -> bytes:
-    """A RoundFrame's bytes from frame parameters (signed, then ``cut_tag`` applied)."""
+    """A RoundFrame's bytes from frame parameters (signed, then ``cut_tag`` applied).
+
+    Raises:
+        CatalogueError: ``p`` is not a mapping, its ``kind`` is unknown, a tensor's dtype is
+            unknown, its ``salt`` is not ``wrong``, ``zero`` or 32 hex digits, or ``cut_tag`` is
+            outside 0..8 (the message starts with ``where``).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     if not isinstance(p, Mapping):
         raise CatalogueError(f"{where}: a frame must be a mapping")
     kind_s = p.get("kind", "model")
@@ -183,6 +196,8 @@ def build(step: Mapping[str, Any], ctx: BuildContext, where: str) -> bytes:
 
     Raises:
         CatalogueError: no builder, two builders, or a malformed parameter.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     names = [k for k in BUILDERS if k in step]
     if len(names) != 1:

@@ -50,7 +50,10 @@ class CatalogueError(ValueError):
     """A case of the catalogue is malformed (the message names the case, step and field).
 
     Defined here, not with the builders that raise it too, so that loading the catalogue does
-    not import the codec (NumPy, ml_dtypes)."""
+    not import the codec (NumPy, ml_dtypes).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,8 @@ class Case:
         salt: a fixed session salt (vector cases), else None (a fresh one per run).
         steps: version -> the steps (read-only mappings) played at that version.
         source: ``conformance.yaml`` or the vector ids the steps come from.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     id: str
@@ -89,7 +94,10 @@ class Case:
 
 
 def vectors_dir() -> Path:
-    """The bundled golden vector folder (``flodl_proto/_vectors``)."""
+    """The bundled golden vector folder (``flodl_proto/_vectors``).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     return Path(__file__).resolve().parent.parent / "_vectors"
 
 
@@ -249,6 +257,8 @@ def load_catalogue(path: Path | None = None, vectors: Path | None = None) -> tup
         CatalogueError: a malformed file, an unknown error id, a duplicate id, a vector case
             left without an entry.
         OSError: the file cannot be read.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     if path is None and vectors is None:
         return _default_catalogue()
@@ -283,7 +293,10 @@ def _load(path: Path, vdir: Path) -> tuple[Case, ...]:
 def matching_cases(cases: Iterable[Case], *, role: str,
                    patterns: Sequence[str] = ()) -> list[Case]:
     """The cases of ``role`` whose id matches one of the shell globs ``patterns`` (empty: every
-    case of the role), in catalogue order: what :func:`select_cases` picks from."""
+    case of the role), in catalogue order: what :func:`select_cases` picks from.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     return [c for c in cases if c.role == role
             and (not patterns or any(fnmatch.fnmatchcase(c.id, p) for p in patterns))]
 
@@ -316,6 +329,8 @@ def left_out_by(case: Case, *, versions: Iterable[int], level: str | None = None
         ``("needs", "a target without the port mux")``, ``("version", "--version 2 or 3")``
         (every version of the case). Empty when the case runs at one version at least. Every
         need together brings the case back; any one alone does not when there are several.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     out: list[tuple[str, str]] = []
     if level is not None and case.level != level.upper():
@@ -345,6 +360,8 @@ def select_cases(cases: Iterable[Case], *, role: str, versions: Iterable[int],
         ``(runs, not_selected)``: the runs in catalogue order (each case at each of its versions
         that was asked for), and the cases of the role left out with the reason (a need the
         target lacks), so a report can list them as not selected.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     runs: list[tuple[Case, int]] = []
     skipped: list[tuple[Case, str]] = []

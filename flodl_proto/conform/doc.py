@@ -154,6 +154,8 @@ def render_conformance_doc(cases: tuple[Case, ...] | None = None) -> str:
 
     Raises:
         CatalogueError: the catalogue is malformed.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     cases = load_catalogue() if cases is None else cases
     out = [_INTRO]

@@ -25,7 +25,10 @@ __all__ = ["ControllerHandle", "RelayHandle", "controller_target", "relay_target
 
 
 class ControllerHandle:
-    """A started :class:`ReferenceController` seen as a target."""
+    """A started :class:`ReferenceController` seen as a target.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     def __init__(self, ctl: ReferenceController) -> None:
         self.ctl = ctl
@@ -48,7 +51,10 @@ class ControllerHandle:
 
 
 class RelayHandle:
-    """A started :class:`Relay` seen as a target."""
+    """A started :class:`Relay` seen as a target.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
@@ -74,7 +80,10 @@ class RelayHandle:
 def controller_target(*, port_mux: bool = False,
                       cls: Callable[..., ReferenceController] = ReferenceController,
                       **kwargs: Any) -> Callable[[], InProcessTarget]:
-    """A target factory running ``cls`` (default :class:`ReferenceController`) in process."""
+    """A target factory running ``cls`` (default :class:`ReferenceController`) in process.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     def start(ctx: CaseContext) -> ControllerHandle:
         ctl = cls(ctx.world_size, ctx.salt, host=ctx.host, port=0, version=ctx.version,
@@ -87,7 +96,10 @@ def controller_target(*, port_mux: bool = False,
 
 def relay_target(*, cls: Callable[..., Relay] = Relay,
                  **kwargs: Any) -> Callable[[], InProcessTarget]:
-    """A target factory running ``cls`` (default :class:`Relay`) in process."""
+    """A target factory running ``cls`` (default :class:`Relay`) in process.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     def start(ctx: CaseContext) -> RelayHandle:
         relay = cls((ctx.host, ctx.port), ctx.ranks, ctx.world_size, ctx.salt,

@@ -75,6 +75,8 @@ class KitSettings:
         ready_timeout: seconds a target may take to listen.
         stop_bound: seconds between SIGTERM and SIGKILL.
         host: address the controller target binds.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     timeout_scale: float = 1.0
@@ -104,6 +106,8 @@ class CaseResult:
         started: the target started and listened (False: the case failed before its first
             step, or the case's first connection to the target was refused: "target did not
             start").
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     case: Case
@@ -167,6 +171,8 @@ def free_port(host: str) -> int:
 
     Raises:
         OSError: ``host`` cannot be bound at all.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     span = _ephemeral_range()
@@ -492,6 +498,8 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     Raises:
         TargetLaunchError: the target's command could not be executed (every case would fail the
             same way; the caller stops the run).
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     t0 = time.monotonic()
     result = CaseResult(case, version)

@@ -22,7 +22,10 @@ _HEADING: Final = re.compile(r"^(#{2,3}) (\d+(?:\.\d+)?\.?) (.+)$")
 
 
 class DocSection:
-    """A resolved heading of ``docs/protocol.md``: its text and its anchor."""
+    """A resolved heading of ``docs/protocol.md``: its text and its anchor.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     __slots__ = ("anchor", "heading")
 

@@ -47,7 +47,10 @@ _POLL: Final = 0.1
 
 
 class TargetError(RuntimeError):
-    """The target could not be started, or never became ready (the message says why)."""
+    """The target could not be started, or never became ready (the message says why).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
 
 #: characters of a program word shown in full in a message; a longer one is cut there
@@ -72,6 +75,8 @@ class TargetLaunchError(TargetError):
         no_process: True when the reason is the machine's state rather than the program named
             (no process, memory or file descriptor to be had now: ``EAGAIN``, ``ENOMEM``,
             ``EMFILE``, ``ENFILE``), so the same command may start later.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     def __init__(self, command: str, reason: str, errno: int | None = None) -> None:
@@ -110,6 +115,8 @@ class CaseContext:
             (An in-process target binds a port of the kernel's choosing instead.)
         ranks: relay role: the relay's ranks.
         timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     role: str
@@ -142,6 +149,8 @@ class TargetExit:
         status: the exit code (negative: killed by that signal), or None (could not be reaped).
         by_itself: True when it exited before the kit stopped it.
         killed: True when SIGTERM did not stop it within the bound and SIGKILL was sent.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     status: int | None
@@ -162,7 +171,10 @@ class TargetExit:
 
 
 class Target(Protocol):
-    """The implementation under test, for one case."""
+    """The implementation under test, for one case.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     def start(self, ctx: CaseContext, ready_timeout: float) -> tuple[str, int]:
         """Start it and wait until it listens; return the address it listens on."""
@@ -204,6 +216,8 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
             argument can) (the message names it; it names no option: the command line puts
             ``argument --launch:`` before it,
             :func:`flodl_proto.commands._option_error.option_message`).
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     if "\0" in template:
         raise ValueError("the command holds a NUL character (\\x00), which no program's "
@@ -250,7 +264,10 @@ def _fill_word(word: str, values: Mapping[str, str]) -> str:
 
 def port_listening(port: int) -> bool | None:
     """Whether some socket on this machine listens on TCP ``port`` (Linux ``/proc/net``), or
-    None when that cannot be told without connecting."""
+    None when that cannot be told without connecting.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     found = False
     for name in ("tcp", "tcp6"):
         try:
@@ -284,6 +301,8 @@ class LaunchedTarget:
     expected port is listening, read from ``/proc/net/tcp`` so that no probe connection reaches
     the target; where there is no ``/proc/net`` it polls the port by connecting (a target that
     takes that probe for a peer should print the line).
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     def __init__(self, template: str, env: Mapping[str, str] | None = None) -> None:
@@ -445,7 +464,10 @@ class LaunchedTarget:
 
 
 class InProcessHandle(Protocol):
-    """A controller or relay running in the kit's process (see :mod:`.inprocess`)."""
+    """A controller or relay running in the kit's process (see :mod:`.inprocess`).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
 
     address: tuple[str, int]
 
@@ -461,6 +483,8 @@ class InProcessTarget:
 
     Used by the test suite and by the deliberately broken targets; exit statuses are those the
     command line would return (0 clean, 1 failed).
+
+    No upstream counterpart: upstream has no conformance kit.
     """
 
     def __init__(self, starter: Callable[[CaseContext], InProcessHandle]) -> None:

@@ -97,6 +97,9 @@ def portable_prefix(error: ProtocolError) -> str:
     """The leading part of ``error``'s message another implementation should reproduce.
 
     See the module docstring for the rule. Errors without a catalogue id give their whole message.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
     """
     message = str(error)
     entry = SPEC.errors.get(error.error_id or "")

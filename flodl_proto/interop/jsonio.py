@@ -49,7 +49,11 @@ _RECORD_NAMES = {
 
 
 def f64_bits(x: float) -> str:
-    """``0x``-prefixed 16-digit hex of an f64's bit pattern."""
+    """``0x``-prefixed 16-digit hex of an f64's bit pattern.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     return "0x{:016x}".format(struct.unpack("<Q", struct.pack("<d", x))[0])
 
 
@@ -62,7 +66,11 @@ def frame_from_json(obj: dict[str, Any]) -> RoundFrame:
 
     Payloads are taken as given, whatever their byte count (``check_nbytes=False``): vectors
     pin what upstream's writer writes and its readers accept, a count that disagrees with the
-    shape included (``round_frame/roundtrip/nbytes-shape-mismatch-accepted``)."""
+    shape included (``round_frame/roundtrip/nbytes-shape-mismatch-accepted``).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     tensors = [
         TensorPayload(t["dtype"], t["shape"], bytes.fromhex(t["data"])) for t in obj["tensors"]
     ]
@@ -80,7 +88,11 @@ def _values(t: TensorPayload) -> list[float] | None:
 
 
 def frame_to_json(frame: RoundFrame) -> dict[str, Any]:
-    """Render a :class:`RoundFrame` as a vector *Frame* object."""
+    """Render a :class:`RoundFrame` as a vector *Frame* object.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     tensors = []
     for t in frame.tensors:
         obj: dict[str, Any] = {
@@ -117,7 +129,11 @@ def compare_frame(got: RoundFrame, want: dict[str, Any], what: str = "frame") ->
 
 
 def control_to_json(msg: ControlMessage, version: int) -> dict[str, Any]:
-    """Render a control message as the vector schema's ``control`` object."""
+    """Render a control message as the vector schema's ``control`` object.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     name = type(msg).__name__
     obj: dict[str, Any] = {"variant": name, "variant_index": CONTROL_VARIANTS[name]}
     if isinstance(msg, Hello):
@@ -131,7 +147,15 @@ def control_to_json(msg: ControlMessage, version: int) -> dict[str, Any]:
 
 
 def control_from_json(obj: dict[str, Any]) -> ControlMessage:
-    """Build a control message from the vector schema's ``control`` object."""
+    """Build a control message from the vector schema's ``control`` object.
+
+    Raises:
+        VectorMismatch: the object names no known variant (``Hello``, ``HelloAck``, ``RankExit``,
+            ``DeclareDead``).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     v = obj["variant"]
     if v == "Hello":
         sigs = [bytes.fromhex(s) for s in obj.get("model_sigs", [])]
@@ -146,7 +170,11 @@ def control_from_json(obj: dict[str, Any]) -> ControlMessage:
 
 
 def record_from_json(obj: dict[str, Any], version: int) -> MuxRecord:
-    """Build a :class:`MuxRecord` from a vector *Record* object."""
+    """Build a :class:`MuxRecord` from a vector *Record* object.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     kind = RecordKind(obj["kind_byte"])
     if kind is RecordKind.CONTROL:
         return MuxRecord.control_msg(control_from_json(obj["control"]), version)
@@ -157,7 +185,11 @@ def record_from_json(obj: dict[str, Any], version: int) -> MuxRecord:
 
 
 def record_to_json(rec: MuxRecord, version: int) -> dict[str, Any]:
-    """Render a :class:`MuxRecord` as a vector *Record* object."""
+    """Render a :class:`MuxRecord` as a vector *Record* object.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     obj: dict[str, Any] = {"kind": _RECORD_NAMES[rec.kind], "kind_byte": int(rec.kind),
                            "rank": rec.rank}
     if rec.control is not None:
@@ -168,13 +200,25 @@ def record_to_json(rec: MuxRecord, version: int) -> dict[str, Any]:
 
 
 def require(cond: bool, message: str) -> None:
-    """Raise :class:`VectorMismatch` with ``message`` unless ``cond``."""
+    """Raise :class:`VectorMismatch` with ``message`` unless ``cond``.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     if not cond:
         raise VectorMismatch(message)
 
 
 def expect_error(case: dict[str, Any], fn: Callable[[], object]) -> None:
-    """Run ``fn`` and require the ProtocolError the error case describes (kind and prefix)."""
+    """Run ``fn`` and require the ProtocolError the error case describes (kind and prefix).
+
+    Raises:
+        VectorMismatch: ``fn`` returned instead of raising, or raised a ProtocolError of another
+            kind or whose message does not start with the case's ``error_prefix``.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     try:
         result = fn()
     except ProtocolError as e:

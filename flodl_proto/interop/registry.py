@@ -271,7 +271,11 @@ def field_problem(case: Mapping[str, Any]) -> str | None:
     the string 'jump', not one of 'connect', ...``), or fails its op's further check
     (:data:`CHECKS`: ``field 'steps' holds 100000 steps, more than the 1000 a case may hold``),
     or None (also for an op no handler is registered for: that case is reported as not
-    implemented)."""
+    implemented).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     need = FIELDS.get(case["op"], {}).get(case["expect"], {})
     problem = _fields_problem(case, need, "")
     if problem is None and case["op"] in CHECKS:
@@ -282,7 +286,11 @@ def field_problem(case: Mapping[str, Any]) -> str | None:
 def kind_problem(case: Mapping[str, Any], name: str, kind: str) -> str | None:
     """Why ``case`` lacks the field ``name`` or holds one of another JSON kind than ``kind`` (a
     kind of :func:`op`'s ``fields``), in the words of :func:`field_problem` (``field 'op' is
-    missing``, ``field 'op' is the number 3, not a string``), or None."""
+    missing``, ``field 'op' is the number 3, not a string``), or None.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     if name not in case:
         return f"field {name!r} is missing"
     return _value_problem(case[name], name, kind)
@@ -361,7 +369,11 @@ def _known_kind(kind: str) -> bool:
 def shown_value(value: Any) -> str:
     """A JSON value in a problem's words: ``the string '12zz'``, ``the number 3``, ``an
     array``, ``an object``, ``true``, ``null``; a long string or a number of many digits as
-    :func:`~flodl_proto.errors.shown` shows it (by its ends and length, by its size)."""
+    :func:`~flodl_proto.errors.shown` shows it (by its ends and length, by its size).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     if isinstance(value, str):
         return f"the string {shown(value)}"
     if isinstance(value, bool):
@@ -379,16 +391,28 @@ _JSON_NAMES: dict[type, str] = {list: "array", dict: "object", str: "string", in
 
 def json_name(value: Any) -> str:
     """The JSON name of ``value``'s kind (``array``, ``object``, ``string``, ``number``,
-    ``boolean``, ``null``; ``value`` for anything :func:`json.loads` does not return)."""
+    ``boolean``, ``null``; ``value`` for anything :func:`json.loads` does not return).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     return _JSON_NAMES.get(type(value), "value")
 
 
 class VectorMismatch(AssertionError):
-    """This implementation's result differs from the vector's (the message says how)."""
+    """This implementation's result differs from the vector's (the message says how).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
 
 
 class NotImplementedOp(Exception):
-    """No handler is registered for the case's ``op``."""
+    """No handler is registered for the case's ``op``.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
 
 
 def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str] | None = None,
@@ -413,6 +437,9 @@ def op(*names: str, expects: tuple[str, ...] = ("ok",), fields: Mapping[str, str
     Raises:
         ValueError: an ``expect`` value or a field kind outside the schema (a programming error
             of a handler module).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
     """
     unknown = set(expects) - set(EXPECT_VALUES)
     if unknown:

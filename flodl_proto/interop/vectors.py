@@ -44,7 +44,11 @@ class VectorFileError(ValueError):
     """A ``*.json`` file of a vector folder that is not a vector file of the shared schema (not
     a regular file, over :data:`MAX_VECTOR_FILE_BYTES`, not JSON, without ``protocol_version``
     / ``cases``, with a case outside the schema or two cases of one id); the message names the
-    file."""
+    file.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
 
 
 #: the largest vector file read (the shared files are tens of KiB); a larger one, or a link to
@@ -89,7 +93,11 @@ def _read_json(path: Path) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One vector case: its file stem, protocol version and JSON object."""
+    """One vector case: its file stem, protocol version and JSON object.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
 
     file: str
     version: int
@@ -102,7 +110,11 @@ class Case:
 
 
 def vector_folders(root: Path) -> list[Path]:
-    """``root`` and its ``v2/`` subfolder (when present)."""
+    """``root`` and its ``v2/`` subfolder (when present).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
     out = [root]
     if (root / "v2").is_dir():
         out.append(root / "v2")
@@ -115,6 +127,9 @@ def iter_cases(root: Path) -> Iterator[Case]:
     Raises:
         OSError: a file cannot be read. VectorFileError: a file is not a vector file (a case id
             that an earlier case has, of the same file or another of ``root``).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
     """
     first: dict[str, tuple[Path, int]] = {}  # id -> the file and index of the case that has it
     for folder in vector_folders(root):
@@ -191,6 +206,9 @@ def manifest_total(root: Path) -> int:
     Raises:
         OSError: a manifest cannot be read. VectorFileError: a manifest without a whole
             ``total_cases`` (the message names it).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
     """
     total = 0
     for folder in vector_folders(root):
@@ -212,6 +230,9 @@ def run_case(case: Case) -> None:
         VectorMismatch: this implementation's result differs from the case, or the case expects
             an outcome its op does not have (a write or a round trip expecting an error).
         NotImplementedOp: no handler is registered for the case's ``op``.
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
     """
     op_name, expect = case.data["op"], case.data["expect"]
     handler = OPS.get(op_name)

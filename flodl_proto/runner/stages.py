@@ -85,7 +85,10 @@ SEGMENTS: tuple[tuple[str, str, str, bool], ...] = (
 
 class Record(NamedTuple):
     """One mark: ``role`` (rank, relay, controller), process id, round, stage, and
-    ``time.monotonic_ns()`` (integer nanoseconds, system-wide clock)."""
+    ``time.monotonic_ns()`` (integer nanoseconds, system-wide clock).
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
 
     role: str
     pid: int
@@ -107,20 +110,28 @@ def mark(role: str, round: int, stage: str) -> None:
     0), i.e. one less than the round number the controller core reports and logs
     (``RoundScattered.round``, which counts from 1).
     Never raises; costs one global check while tracing is off.
+
+    No upstream counterpart: upstream flodl has no stage trace.
     """
     if _on:
         _buffer.append(Record(role, os.getpid(), round, stage, time.monotonic_ns()))
 
 
 def is_enabled() -> bool:
-    """Whether :func:`mark` records."""
+    """Whether :func:`mark` records.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     return _on
 
 
 def enable(path: str | os.PathLike[str] | None = None) -> None:
     """Start recording. ``path``: the trace file the records go to at :func:`flush` / exit
     (None: keep them in memory only, for :func:`records`, e.g. a process that runs every party
-    on threads). Records already held are kept."""
+    on threads). Records already held are kept.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     global _on, _path
     _path = None if path is None else os.fspath(path)
     _on = True
@@ -128,7 +139,10 @@ def enable(path: str | os.PathLike[str] | None = None) -> None:
 
 def disable() -> list[Record]:
     """Stop recording; write the held records to the trace file (if one is set) and return
-    them. The in-memory buffer is empty afterwards."""
+    them. The in-memory buffer is empty afterwards.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     global _on, _path
     _on = False
     out = list(_buffer)
@@ -139,13 +153,19 @@ def disable() -> list[Record]:
 
 
 def records() -> list[Record]:
-    """A copy of the records this process holds (not yet flushed)."""
+    """A copy of the records this process holds (not yet flushed).
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     return list(_buffer)
 
 
 def flush() -> None:
     """Append the held records to the trace file and empty the buffer (no file set: nothing is
-    written and the records stay held). Raises ``OSError`` when the file cannot be written."""
+    written and the records stay held). Raises ``OSError`` when the file cannot be written.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     if _path is None or not _buffer:
         return
     held = list(_buffer)
@@ -174,7 +194,10 @@ def _forget_in_child() -> None:
 def read_trace(path: str | os.PathLike[str]) -> list[Record]:
     """Parse a trace file (format in the module docstring). Raises ``ValueError`` naming the
     line number and the line when a line does not have five fields with integer pid, round
-    and ns; ``OSError`` when the file cannot be read."""
+    and ns; ``OSError`` when the file cannot be read.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     out = []
     for no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line:
@@ -192,7 +215,10 @@ def read_trace(path: str | os.PathLike[str]) -> list[Record]:
 class RoundStages(NamedTuple):
     """One round's path: ``total`` seconds from the last rank's ``send_start`` to the last rank's
     ``reply_parsed``, and ``parts``: (label, seconds, is a gap) for every :data:`SEGMENTS` entry
-    whose two stages were both recorded in this round."""
+    whose two stages were both recorded in this round.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
 
     round: int
     total: float
@@ -206,6 +232,8 @@ def breakdown(recs: Iterable[Record], skip: int = 0) -> list[RoundStages]:
     critical path: the round waits for its last rank, relay, Broadcast). Rounds without both
     ``send_start`` and ``reply_parsed`` are left out. A part may be negative when a rank parses
     its reply before its relay has finished the fan-out to the other ranks.
+
+    No upstream counterpart: upstream flodl has no stage trace.
     """
     latest: dict[int, dict[str, int]] = {}
     for r in recs:
@@ -224,7 +252,10 @@ def breakdown(recs: Iterable[Record], skip: int = 0) -> list[RoundStages]:
 
 
 def median_round(rounds: list[RoundStages]) -> RoundStages | None:
-    """The round whose total is the (lower) median of ``rounds``; None when there is none."""
+    """The round whose total is the (lower) median of ``rounds``; None when there is none.
+
+    No upstream counterpart: upstream flodl has no stage trace.
+    """
     if not rounds:
         return None
     med = statistics.median_low(r.total for r in rounds)
