@@ -269,6 +269,7 @@ def max_hello_payload(world_size: int) -> int:
 def ranks_str(ranks: Iterable[int]) -> str:
     """A rank list as upstream's ``{:?}`` prints a ``Vec<u32>``: ``[0, 1, 2]``.
 
-    Upstream: the ``{:?}`` of a ``Vec<u32>`` in the messages of ``controller/mod.rs``.
+    Upstream: Rust's ``{:?}`` of a ``Vec<u32>``, as the messages of ``controller/mod.rs`` print it
+    (alone, and inside a record's ``{:?}``).
     """
     return "[" + ", ".join(str(r) for r in ranks) + "]"

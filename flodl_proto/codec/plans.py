@@ -242,8 +242,8 @@ def signed_frame_batches(prefix: BytesLike, pieces: Sequence[BytesLike], salt: b
     writer sends batch ``k`` while the next one is hashed. The last batch ends with the 8-byte
     tag. Nothing is copied.
 
-    Upstream: the frame writer of ``controller/round_frame.rs`` (the tag after the bytes it covers)
-    behind the length prefix of ``relay/mux.rs``.
+    Upstream: the streamed frame writer of ``controller/round_frame.rs`` (the tag after the bytes
+    it covers) behind the loopback leg's u32 length prefix, as ``cpu_reduce.rs`` sends a frame.
     """
     mac = new_mac(salt)
     batch: list[BytesLike] = [prefix]

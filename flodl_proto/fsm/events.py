@@ -204,8 +204,7 @@ class RelayInfo:
         deposited: whether its slot holds a frame for the current round.
         open: whether the connection is still open.
 
-    No upstream counterpart: a status snapshot of this package's controller (upstream's
-    ``controller/mod.rs`` keeps the same facts per connection).
+    No upstream counterpart: a status snapshot of this package's controller.
     """
 
     relay: int
@@ -227,8 +226,8 @@ class AckRank:
         rank: the rank the handshake named.
         ack: the ack bytes.
 
-    Upstream: ``relay/agent.rs`` (``RelayChannel`` terminating a rank's handshake with
-    ``controller/mod.rs`` ``write_handshake_ack``).
+    Upstream: ``relay/agent.rs`` (``RelayChannel``) terminating a rank's handshake with the 8-byte
+    ack of ``controller/mod.rs`` ``write_handshake_ack``.
     """
 
     rank: int
