@@ -148,7 +148,10 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
 
 def checkpoint_dir_problem(path: Path) -> str | None:
     """Create ``path`` (with its parents) if needed; return why checkpoints cannot be written
-    there, or None when they can."""
+    there, or None when they can.
+
+    No upstream counterpart: upstream's binaries take no checkpoint folder option.
+    """
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -163,7 +166,10 @@ def checkpoint_dir_problem(path: Path) -> str | None:
 
 
 def register(sub: Any) -> None:
-    """Add the ``controller`` subcommand."""
+    """Add the ``controller`` subcommand.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     p = sub.add_parser(
         "controller", help="run the reference cluster controller (data channel)",
         description="Accept relay connections until every rank is covered, then reduce and "
@@ -197,7 +203,10 @@ def _usage_error(message: str) -> int:
 
 def notice_line(notice: ControllerNotice) -> str | None:
     """The stdout line of a controller notice: ``relay R joined: host 'H' ranks [0, 1]`` or
-    ``round K: kind KIND weight W bytes B ms T``; None for any other notice."""
+    ``round K: kind KIND weight W bytes B ms T``; None for any other notice.
+
+    No upstream counterpart (the command line is this package's own).
+    """
     from ..fsm.events import RelayJoined
     from ..runner.controller import RoundReport
 
@@ -214,7 +223,10 @@ def _round_line(r: RoundReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the controller until the run ends; return the exit code (0, 1 or 2)."""
+    """Run the controller until the run ends; return the exit code (0, 1 or 2).
+
+    No upstream counterpart (the command line is this package's own).
+    """
     try:
         host, port = parse_addr(args.listen, field=option_field("--listen"))
     except ProtocolError as e:

@@ -152,7 +152,10 @@ _LAB_TOOLS = ("ip",)
 
 
 def register(sub: Any) -> None:
-    """Add the ``demo`` subcommand."""
+    """Add the ``demo`` subcommand.
+
+    No upstream counterpart: upstream flodl has no demo.
+    """
     p = sub.add_parser(
         "demo", help="train a model on a real local cluster (controller, relays, ranks)",
         description="Start a controller, H relays and W ranks as separate processes on "

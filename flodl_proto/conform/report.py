@@ -89,6 +89,8 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
             ``jobs``.
         RunInterrupted: ``stop`` was set, or a ``KeyboardInterrupt`` reached the calling thread;
             it holds the results of the cases that ended before.
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     from .player import play_case
 
@@ -173,12 +175,18 @@ def _expected_wait(case: Case, version: int) -> float:
 
 
 def exit_code(results: Iterable[CaseResult]) -> int:
-    """0 when every MUST case passed, else 1."""
+    """0 when every MUST case passed, else 1.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     return 0 if all(r.passed for r in results if r.case.level == "MUST") else 1
 
 
 def case_line(r: CaseResult, section_title: str) -> list[str]:
-    """One ``PASS``/``FAIL`` line for a result, and for a failure the detail lines."""
+    """One ``PASS``/``FAIL`` line for a result, and for a failure the detail lines.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     tag = "PASS" if r.passed else "FAIL"
     head = f"{tag} {r.case.id} v{r.version} [{r.case.level}] ({section_title})"
     if r.passed:
@@ -209,7 +217,10 @@ _SECTION_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?\.?(?:\s|$)")
 def section_order(title: str) -> tuple[int, int, int]:
     """The sort key of a section title by its number, compared as numbers: ``3.3`` < ``3.6`` <
     ``3.7`` < ``4.`` < ``4.1`` < ``13.`` < ``15.2``; a title without a number (a doc key no
-    heading matched) after every numbered one (``(1, 0, 0)``)."""
+    heading matched) after every numbered one (``(1, 0, 0)``).
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     m = _SECTION_NUMBER.match(title)
     if m is None:
         return (1, 0, 0)
@@ -220,7 +231,10 @@ def summary_by_section(results: Iterable[CaseResult],
                        title_of: Callable[[str], str]) -> list[tuple[str, int, int, int]]:
     """``(section title, passed, failed, of which MUST failed)`` per doc section, sorted by
     section number (:func:`section_order`); titles of equal rank (those without a number) in
-    the order they first appear."""
+    the order they first appear.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
     acc: dict[str, list[int]] = {}
     for r in results:
         row = acc.setdefault(title_of(r.case.section), [0, 0, 0])
@@ -292,6 +306,8 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
 
     Raises:
         OSError: ``path`` cannot be written (its folder must exist).
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     word = _stop_word(interrupted, stop)
     doc = {
@@ -326,6 +342,8 @@ def write_junit(path: Path, role: str, results: Sequence[CaseResult],
 
     Raises:
         OSError: ``path`` cannot be written (its folder must exist).
+
+    No upstream counterpart: upstream has no conformance kit.
     """
     root = ET.Element("testsuites", name=f"flodl-proto conform {role}")
     versions = sorted({r.version for r in results})
