@@ -61,6 +61,9 @@ _PARTS: Final[Mapping[str, tuple[type | tuple[type, ...], str]]] = {
     "tensors": ((list, tuple), "a list of the frame's tensors (mappings)"),
     "tensor": (Mapping, "a mapping of the tensor's fields"),
     "values": ((list, tuple), "a list of the tensor's values"),
+    "type": (str, "a record type's name (a str)"),
+    "error": (str, "an error message (a str)"),
+    "bad_tags": (int, "a count of bad tags (an int)"),
 }
 
 
@@ -212,14 +215,38 @@ def table_end(report: DecodeReport) -> str:
 
     Raises:
         InvalidValue (local, ``capture.bad_type``): ``report`` is no :class:`DecodeReport`, as
-            :func:`format_table`.
+            :func:`format_table`, or its ``final_record()`` is no closing record: no mapping
+            (naming ``report.final_record()`` and its type), one that lacks a key its type has
+            (naming the key), or one whose ``type``, ``offset``, ``error`` or ``bad_tags`` has
+            another type than such a record's (naming the part's path, its type and its
+            value).
 
     No upstream counterpart: upstream has no decoder tool."""
     _check_report(report)
     fin = report.final_record()
-    if fin["type"] == "error":
-        return f"{fin['offset']:>8}  {'':>8}  {'ERROR':<20} {'':<9} {fin['error']}"
-    if fin["type"] == "capture_ended":
-        return f"{fin['offset']:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} {fin['error']}"
-    tags = f"; {fin['bad_tags']} bad tags" if "bad_tags" in fin else ""
-    return f"{fin['offset']:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{tags}"
+    if not isinstance(fin, Mapping):
+        raise _bad_final(fin)
+    try:
+        kind, offset = _part(fin, "type", _FIN), _part(fin, "offset", _FIN)
+        if kind == "error":
+            return f"{offset:>8}  {'':>8}  {'ERROR':<20} {'':<9} {_part(fin, 'error', _FIN)}"
+        if kind == "capture_ended":
+            return (f"{offset:>8}  {'':>8}  {'CAPTURE ENDED':<20} {'':<9} "
+                    f"{_part(fin, 'error', _FIN)}")
+        tags = f"; {_part(fin, 'bad_tags', _FIN)} bad tags" if "bad_tags" in fin else ""
+    except KeyError as e:
+        raise _bad_final(fin, e.args[0] if e.args else None) from None
+    return f"{offset:>8}  {'':>8}  {'END':<20} {'':<9} clean end of stream{tags}"
+
+
+#: how a message names the report's closing record
+_FIN = "report.final_record()"
+
+
+def _bad_final(fin: object, missing: object = None) -> ProtocolError:
+    """The local error for a report whose closing record ``fin`` is no mapping, or one without
+    the key ``missing``."""
+    hint = "" if missing is None else f" without {missing!r}"
+    return protocol_error("capture.bad_type", field=_FIN,
+                          expected="a closing record (a dict with its type, offset and fields)",
+                          got=shown_type(fin), hint=hint)

@@ -516,6 +516,51 @@ def test_table_line_of_a_record_part_of_another_type_names_the_part(rec: Any, me
     assert table_line(_frame_rec()).split()[:4] == ["0", "41", "round_frame", "ok"]
 
 
+class _Ended:
+    """A report of no records whose closing record is ``fin``."""
+
+    def __init__(self, fin: Any) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.fin = fin
+
+    def final_record(self) -> Any:
+        return self.fin
+
+
+_FIN = "report.final_record()"
+
+
+@pytest.mark.parametrize(("fin", "message"), [
+    ("x", f"{_FIN} must be a closing record (a dict with its type, offset and fields), got a "
+          "str"),
+    (None, f"{_FIN} must be a closing record (a dict with its type, offset and fields), got "
+           "None"),
+    ({"type": "end"}, f"{_FIN} must be a closing record (a dict with its type, offset and "
+                      "fields), got a dict without 'offset'"),
+    ({"type": "error", "offset": 3}, f"{_FIN} must be a closing record (a dict with its type, "
+                                     "offset and fields), got a dict without 'error'"),
+    ({"type": "end", "offset": None},
+     f"{_FIN}['offset'] must be a byte offset (an int), got None"),
+    ({"type": "error", "offset": [1], "error": "e"},
+     f"{_FIN}['offset'] must be a byte offset (an int), got a list ([1])"),
+    ({"type": 5, "offset": 0}, f"{_FIN}['type'] must be a record type's name (a str), got an "
+                               "int (5)"),
+    ({"type": "capture_ended", "offset": 0, "error": None},
+     f"{_FIN}['error'] must be an error message (a str), got None"),
+    ({"type": "end", "offset": 0, "bad_tags": [1]},
+     f"{_FIN}['bad_tags'] must be a count of bad tags (an int), got a list ([1])"),
+])
+def test_table_end_of_a_closing_record_of_another_type_names_it(fin: Any, message: str
+                                                                ) -> None:
+    """A closing record that is no mapping, or whose part has another type than
+    decode_stream's, raised a bare TypeError (or KeyError) from the formatting."""
+    assert _bad_type(table_end, _Ended(fin)) == message
+    assert table_end(_Ended({"type": "end", "offset": 7, "bad_tags": 2})).split() == [
+        "7", "END", "clean", "end", "of", "stream;", "2", "bad", "tags"]
+    assert table_end(_Ended({"type": "error", "offset": 7, "error": "e"})).split() == [
+        "7", "ERROR", "e"]
+
+
 def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sent = _loop_down(3)
     raw = tmp_path / "loop.hex"
