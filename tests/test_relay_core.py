@@ -700,6 +700,35 @@ def test_a_bad_rank_set_names_its_reason(ranks: list[int], world: int, reason: s
     assert str(ei.value) == f"relay: rank set {ranks} is invalid for world_size {world}: {reason}"
 
 
+@pytest.mark.parametrize(("ranks", "shown", "got"), [
+    (b"\x00\x01", "b'\\x00\\x01'", "a bytes"),
+    (bytearray(b"\x00\x01"), "bytearray(b'\\x00\\x01')", "a bytearray"),
+    (memoryview(b"\x00\x01"), "b'\\x00\\x01'", "a memoryview"),
+    ("01", "'01'", "a str")])
+def test_a_rank_set_of_bytes_or_text_is_refused(ranks: Any, shown: str, got: str) -> None:
+    """Bytes were iterated to their byte values (b"\\x00\\x01" was the ranks 0 and 1); text
+    was refused by its characters (rank set ['0', '1'])."""
+    reason = (f"ranks must be an iterable of whole numbers, got {got} (each of its items would "
+              "be taken as a rank; pass a list of ints)")
+    with pytest.raises(InvalidValue) as ei:
+        RelayCore(ranks, 2, SALT)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "relay.bad_rank_set"
+    assert ei.value.fields["reason"] == reason
+    assert str(ei.value) == f"relay: rank set {shown} is invalid for world_size 2: {reason}"
+    assert RelayCore([0, 1], 2, SALT).ranks == (0, 1)
+
+
+@pytest.mark.parametrize(("ranks", "got"), [(None, "None"), (5, "an int")])
+def test_a_rank_set_that_is_no_iterable_is_refused(ranks: Any, got: str) -> None:
+    """None or a number raised a bare TypeError ('NoneType' object is not iterable)."""
+    with pytest.raises(InvalidValue) as ei:
+        RelayCore(ranks, 2, SALT)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert str(ei.value) == (f"relay: rank set {ranks} is invalid for world_size 2: ranks must "
+                             f"be an iterable of whole numbers, got {got}")
+
+
 def test_out_of_phase_inputs_name_the_event_and_state() -> None:
     core = _connected_core((0,), 1, 2)
     with pytest.raises(SequenceError) as ei:

@@ -82,7 +82,7 @@ from ..codec.mux import (
 )
 from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import FRAME_TAG_TAIL, RoundFrame
-from ..errors import LimitExceeded, ProtocolError, protocol_error
+from ..errors import LimitExceeded, ProtocolError, protocol_error, shown_type
 from ..reduce import HostFold
 from ..spec import (
     DEFAULT_FRAME_CEILING,
@@ -159,10 +159,12 @@ class RelayCore:
             the calling thread); the core itself starts no thread.
 
     Raises:
-        InvalidValue (local): a bad rank set (``relay.bad_rank_set``) or salt, a host name
-            that is not text (``mux.bad_field``, as a Hello's) or longer than a Hello may carry
-            (``relay.host_too_long``), or a ``rank_timeout`` that is not a positive number
-            (``deadline.bad_timeout``).
+        InvalidValue (local): a bad rank set (``relay.bad_rank_set``: ``ranks`` no iterable
+            of whole numbers, text and bytes-like objects included, whose characters or bytes
+            would be taken as the ranks; empty, a rank twice or not below ``world_size``) or
+            salt, a host name that is not text (``mux.bad_field``, as a Hello's) or longer
+            than a Hello may carry (``relay.host_too_long``), or a ``rank_timeout`` that is not
+            a positive number (``deadline.bad_timeout``).
         VersionMismatch (local): unsupported version.
 
     Upstream: ``relay/agent.rs`` ``RelayChannel`` (``ChannelKind::Data``).
@@ -173,7 +175,20 @@ class RelayCore:
                  ceiling: int = DEFAULT_FRAME_CEILING,
                  rank_timeout: float | None = None,
                  mac_executor: Executor | None = None) -> None:
-        given = list(ranks)
+        if isinstance(ranks, str | bytes | bytearray | memoryview):
+            # each character or byte would be taken as a rank: b"\x00\x01" as the ranks 0, 1
+            raise protocol_error(
+                "relay.bad_rank_set", ranks=bytes(ranks) if isinstance(ranks, memoryview)
+                else ranks, world_size=world_size,
+                reason=f"ranks must be an iterable of whole numbers, got {shown_type(ranks)} "
+                       "(each of its items would be taken as a rank; pass a list of ints)")
+        try:
+            given = list(ranks)
+        except TypeError:  # None, a number: no rank set
+            raise protocol_error(
+                "relay.bad_rank_set", ranks=ranks, world_size=world_size,
+                reason=f"ranks must be an iterable of whole numbers, got {shown_type(ranks)}"
+            ) from None
         rank_list = [wire_int(r) for r in given]  # None: no whole number (a bool, a float...)
         world = wire_int(world_size)
         reason = None
