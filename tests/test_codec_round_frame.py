@@ -179,6 +179,20 @@ def test_tensor_payload_shape_must_be_a_sequence() -> None:
                "round_frame: shape = 'str' is invalid: not a sequence of ints (text is none)")
 
 
+@pytest.mark.parametrize("given", [b"\x02", bytearray(b"\x02"), memoryview(b"\x02")])
+def test_tensor_payload_shape_of_bytes_is_refused(given: Any) -> None:
+    """A bytes-like shape was iterated to its byte values: b"\\x02" was taken as (2,)."""
+    reason = ("not a sequence of ints (bytes are none: each byte would be taken as a dim; pass "
+              "a tuple of ints)")
+    for build in (lambda: TensorPayload(0, given, bytes(8)), lambda: TensorPayload.elide(0, given)):
+        with pytest.raises(errors.InvalidValue) as ei:
+            build()
+        expect(ei, errors.InvalidValue, False, "frame.bad_field",
+               {"field": "shape", "value": b"\x02", "reason": reason},
+               f"round_frame: shape = b'\\x02' is invalid: {reason}")
+    assert TensorPayload(0, [2], bytes(8)).shape == (2,)  # a list of ints is a shape
+
+
 def test_tensor_payload_too_many_dims() -> None:
     """A tensor does not know its place in a frame: the error names no tensor index (it said
     tensor[0] whatever the tensor)."""

@@ -110,6 +110,11 @@ _VIEWABLE_TAGS: Final = (DTYPE_F32, DTYPE_BF16)
 _NUMPY_DTYPE: Final = _NumpyDtypes()
 
 
+#: iterables a constructor refuses as a shape or a rank set: text, and bytes-like objects
+#: (whose items are characters, or bytes that would be taken as the dims)
+_NO_SHAPE: Final = (str, bytes, bytearray, memoryview)
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -132,7 +137,9 @@ class TensorPayload:
     Raises:
         InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
             ``tensor.too_many_dims``, ``tensor.dim_too_large``), ``shape`` is no sequence (a
-            number, or text: ``frame.bad_field`` naming ``shape`` and its type), or ``dtype``
+            number, or text: ``frame.bad_field`` naming ``shape`` and its type; a bytes-like
+            object, whose bytes would be taken as the dims, naming ``shape`` and its bytes:
+            ``b"\\x02"`` is refused, not taken as the shape ``(2,)``), or ``dtype``
             or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]``
             and the value): a bool, a float (``2.5`` and ``2.0`` alike) or text is refused,
             never truncated
@@ -158,9 +165,14 @@ class TensorPayload:
         d_tag = wire_int(dtype)
         if d_tag is None or not 0 <= d_tag <= 0xFF:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
-        if isinstance(shape, str):  # its characters would each be refused as a dim
-            raise protocol_error("frame.bad_field", field="shape", value="str",
-                                 reason="not a sequence of ints (text is none)")
+        if isinstance(shape, _NO_SHAPE):
+            if isinstance(shape, str):  # its characters would each be refused as a dim
+                raise protocol_error("frame.bad_field", field="shape", value="str",
+                                     reason="not a sequence of ints (text is none)")
+            # its bytes would be taken as the dims: b"\x02" as the shape (2,)
+            raise protocol_error("frame.bad_field", field="shape", value=bytes(shape),
+                                 reason="not a sequence of ints (bytes are none: each byte "
+                                        "would be taken as a dim; pass a tuple of ints)")
         try:
             given = tuple(shape)
         except TypeError:
