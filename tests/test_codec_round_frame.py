@@ -13,6 +13,7 @@ import copy
 import hashlib
 import hmac
 import math
+import pickle
 import struct
 from typing import Any
 
@@ -415,11 +416,36 @@ def test_array_of_an_unknown_dtype_from_a_peer_is_remote(dtype: int) -> None:
 ])
 def test_array_byte_count_must_match_the_shape(dtype: int, shape: list[int], n: int,
                                                expected: int, materialize: bool) -> None:
-    with pytest.raises(errors.SchemaMismatch) as ei:
-        TensorPayload(dtype, shape, bytes(n)).array(materialize_elided=materialize)
-    expect(ei, errors.SchemaMismatch, True, "tensor.nbytes_vs_shape",
-           {"shape": shape, "expected": expected, "got": n},
-           f"tensor shape {shape} numel*element_size {expected} != nbytes {n}")
+    """A payload the caller built with a byte count its shape does not take: the caller's
+    misuse, in the caller's words (it was the remote error, the peer's fault)."""
+    es = 4 if dtype == 0 else 2
+    made = TensorPayload(dtype, shape, bytes(n))
+    for payload in (made, copy.copy(made), pickle.loads(pickle.dumps(made))):
+        with pytest.raises(errors.SchemaMismatch) as ei:
+            payload.array(materialize_elided=materialize)
+        expect(ei, errors.SchemaMismatch, False, "tensor.nbytes_vs_shape_local",
+               {"shape": shape, "dtype": dtype, "element_size": es, "expected": expected,
+                "got": n},
+               f"TensorPayload.array: shape {shape} dtype {dtype} ({es} bytes per element) "
+               f"needs numel*element_size {expected} payload bytes, got {n}; a payload built "
+               "with another byte count carries its bytes as given (read them from .data)")
+
+
+@pytest.mark.parametrize(("dtype", "shape", "n", "expected", "materialize"), [
+    (0, [3], 8, 12, False), (0, [3], 8, 12, True), (1, [2, 2], 16, 8, True),
+])
+def test_array_byte_count_from_a_peer_is_remote(dtype: int, shape: list[int], n: int,
+                                                expected: int, materialize: bool) -> None:
+    """The same payload read from a peer's bytes keeps upstream's remote error."""
+    frame, _ = decode_round_frame(signed(head(1) + tensor(dtype, shape, bytes(n))), SALT)
+    [received] = frame.tensors
+    trusted = TensorPayload.trusted(dtype, tuple(shape), memoryview(bytes(n)))
+    for got in (received, trusted):
+        with pytest.raises(errors.SchemaMismatch) as ei:
+            got.array(materialize_elided=materialize)
+        expect(ei, errors.SchemaMismatch, True, "tensor.nbytes_vs_shape",
+               {"shape": shape, "expected": expected, "got": n},
+               f"tensor shape {shape} numel*element_size {expected} != nbytes {n}")
 
 
 @pytest.mark.parametrize(("dtype", "shape", "expected"), [

@@ -213,9 +213,10 @@ class TensorPayload:
             The payload, equal to ``TensorPayload(dtype, shape, data)`` for such values.
             Anything else gives a payload that breaks the class's invariants: build values of
             unknown origin with the constructor, which checks them. Its values are taken as a
-            peer's: :meth:`array` refuses a dtype tag it cannot view as the peer's fault
-            (remote ``tensor.unknown_dtype``), where a payload the constructor built gets the
-            local ``tensor.unknown_dtype_local``.
+            peer's: :meth:`array` refuses a dtype tag it cannot view, or a byte count that does
+            not match the shape, as the peer's fault (remote ``tensor.unknown_dtype``,
+            ``tensor.nbytes_vs_shape``), where a payload the constructor built gets the local
+            ``tensor.unknown_dtype_local``, ``tensor.nbytes_vs_shape_local``.
         """
         p = _new(cls)
         _set_dtype(p, dtype)
@@ -314,10 +315,15 @@ class TensorPayload:
                 wording) for one a reader built from a peer's bytes (:meth:`trusted`).
             InvalidValue (local): more than 64 dimensions (NumPy's limit; the wire allows 255).
             LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
-                type (legal on the wire, not representable as an array).
-            SchemaMismatch: the byte count does not match ``numel * element_size`` (these
-                three are remote, for a payload built here too: it does not know where its
-                bytes came from); local ``tensor.elided``: elided, and no ``materialize_elided``.
+                type (legal on the wire, not representable as an array; remote, for a payload
+                built here too).
+            SchemaMismatch: the byte count does not match ``numel * element_size``: local
+                ``tensor.nbytes_vs_shape_local`` (naming the shape, dtype, element size, the
+                expected and the given byte count) for a payload the constructor built (the
+                constructor takes any byte count, so frames a fold must reject can be built),
+                remote ``tensor.nbytes_vs_shape`` (upstream's wording) for one a reader built
+                from a peer's bytes (:meth:`trusted`); local ``tensor.elided``: elided, and no
+                ``materialize_elided``.
             LimitExceeded (local): materialising the zeros would exceed ``ceiling``.
             InvalidValue (local) ``ceiling.invalid``: ``ceiling`` is not a non-negative integer
                 (a bool, a float or text is refused; NumPy integers are taken).
@@ -347,6 +353,10 @@ class TensorPayload:
                                          shape=list(shape)) from None
             if nbytes == 0:
                 raise protocol_error("tensor.elided", shape=list(shape), expected=expected)
+            if self._local:  # the caller's bytes, not a peer's
+                raise protocol_error("tensor.nbytes_vs_shape_local", shape=list(shape),
+                                     dtype=self.dtype, element_size=element_size,
+                                     expected=expected, got=nbytes)
             raise protocol_error("tensor.nbytes_vs_shape", shape=list(shape), expected=expected,
                                  got=nbytes)
         if len(shape) > _NUMPY_MAX_NDIM:
@@ -375,7 +385,8 @@ class TensorPayload:
         """Pickled and copied with its bytes (a memoryview does not pickle): the constructor's
         arguments, ``data`` as ``bytes``. A copy is built by the constructor, so it is the
         caller's payload: :meth:`array` refuses its unknown dtype tag as the local
-        ``tensor.unknown_dtype_local``, whoever built the original."""
+        ``tensor.unknown_dtype_local`` and a byte count that does not match its shape as the
+        local ``tensor.nbytes_vs_shape_local``, whoever built the original."""
         return (type(self), (self.dtype, self.shape, bytes(self.data)))
 
 
