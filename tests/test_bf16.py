@@ -199,10 +199,11 @@ def test_encode_payload_refuses_ragged_rows() -> None:
         with pytest.raises(InvalidValue) as ei:
             encode_payload(dtype, [[1.0], [2.0, 3.0]])
         assert isinstance(ei.value, LocalProtocolError)
-        assert ei.value.error_id == "frame.bad_field"
-        assert ei.value.fields["field"] == "array" and ei.value.fields["value"] == "list"
-        assert str(ei.value).startswith("round_frame: array = 'list' is invalid: not an array "
-                                        "of numbers: setting an array element with a sequence.")
+        assert ei.value.error_id == "frame.bad_type"
+        assert ei.value.fields["field"] == "array"
+        assert str(ei.value).startswith("round_frame: array must be an array of numbers, got a "
+                                        "list (NumPy makes no array of it: setting an array "
+                                        "element with a sequence.")
 
 
 def test_encode_payload_still_takes_python_ints_beyond_int64() -> None:

@@ -135,7 +135,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "payload " + BUFFER + "a str"),
     "encode_mux_record_bytes None": (
         lambda: encode_mux_record_bytes(None, SALT),  # type: ignore[arg-type]
-        InvalidValue, "relay_mux: record = 'NoneType' is invalid: not a MuxRecord"),
+        InvalidValue, "relay_mux: record must be a MuxRecord, got None"),
     "decode_round_frame None": (
         lambda: decode_round_frame(None, SALT),  # type: ignore[arg-type]
         InvalidValue, "data " + BUFFER + "None"),
@@ -144,12 +144,12 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "data " + BUFFER + "a non-contiguous memoryview"),
     "decode_round_frame premac text": (
         lambda: decode_round_frame(FRAME, SALT, premac="x"),  # type: ignore[arg-type]
-        InvalidValue, "round_frame: premac = 'str' is invalid: not a Premac (a MAC over the "
-        "bytes being decoded) or None"),
+        InvalidValue, "round_frame: premac must be a Premac (a MAC over the bytes being "
+        "decoded) or None, got a str"),
     "decode_mux_record premac number": (
         lambda: decode_mux_record(RECORD, SALT, premac=5),  # type: ignore[arg-type]
-        InvalidValue, "relay_mux: premac = 'int' is invalid: not a Premac (a MAC over the "
-        "bytes being decoded) or None"),
+        InvalidValue, "relay_mux: premac must be a Premac (a MAC over the bytes being "
+        "decoded) or None, got an int"),
     "decode_mux_record text": (
         lambda: decode_mux_record("d017", SALT),  # type: ignore[arg-type]
         InvalidValue, "data " + BUFFER + "a str"),
@@ -173,12 +173,10 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "blob " + BUFFER + "None"),
     "RoundFrame tensors None": (
         lambda: RoundFrame(RoundKind.MODEL, 1.0, None),  # type: ignore[arg-type]
-        InvalidValue, "round_frame: tensors = 'NoneType' is invalid: not an iterable of "
-        "TensorPayload"),
+        InvalidValue, "round_frame: tensors must be an iterable of TensorPayload, got None"),
     "RoundFrame tensors number": (
         lambda: RoundFrame(RoundKind.MODEL, 1.0, 5),  # type: ignore[arg-type]
-        InvalidValue, "round_frame: tensors = 'int' is invalid: not an iterable of "
-        "TensorPayload"),
+        InvalidValue, "round_frame: tensors must be an iterable of TensorPayload, got an int"),
     "Hello ranks None": (
         lambda: Hello("h", None),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: Hello.ranks = None is invalid: not an iterable of u32 ranks"),

@@ -956,14 +956,16 @@ def test_a_hello_host_without_utf8_form_is_refused_where_it_is_given() -> None:
     assert Hello("h\u00f6st", [0]).host == "h\u00f6st"
 
 
-@pytest.mark.parametrize("msg", [None, b"\x00", 3, "Hello"])
-def test_encode_control_of_something_else_than_a_control_message_names_it(msg: object) -> None:
-    # None raised KeyError: <class 'NoneType'>
+@pytest.mark.parametrize(("msg", "got"), [(None, "None"), (b"\x00", "a bytes"), (3, "an int"),
+                                         ("Hello", "a str")])
+def test_encode_control_of_something_else_than_a_control_message_names_it(msg: object,
+                                                                          got: str) -> None:
+    # None raised KeyError: <class 'NoneType'>; then the message read "msg = 'NoneType'"
     with pytest.raises(errors.LocalProtocolError) as ei:
         encode_control(msg, version=2)  # type: ignore[arg-type]
-    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
-    assert str(ei.value) == (f"relay_mux: msg = {type(msg).__name__!r} is invalid: not a control "
-                             "message (Hello, HelloAck, RankExit or DeclareDead)")
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_type"
+    assert str(ei.value) == ("relay_mux: msg must be a control message (Hello, HelloAck, "
+                             f"RankExit or DeclareDead), got {got}")
 
 
 def test_a_record_the_decoder_built_under_a_leniency_can_be_rebuilt() -> None:
@@ -1035,14 +1037,16 @@ def test_a_payload_that_is_no_buffer_is_named(make: Any, payload: object, got: s
                              f"memoryview), got {got}")
 
 
-@pytest.mark.parametrize("record", [None, 5, b"\x01", object()])
-def test_encode_mux_record_of_something_else_than_a_record_names_its_type(record: object) -> None:
+@pytest.mark.parametrize(("record", "got"), [(None, "None"), (5, "an int"), (b"\x01", "a bytes"),
+                                            (object(), "an object")])
+def test_encode_mux_record_of_something_else_than_a_record_names_its_type(record: object,
+                                                                          got: str) -> None:
+    """The type is named after "got", with its article (it read "record = 'NoneType'")."""
     with pytest.raises(errors.LocalProtocolError) as ei:
         encode_mux_record(record, SALT_B)  # type: ignore[arg-type]
-    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_field"
-    name = type(record).__name__
-    assert ei.value.fields == {"field": "record", "value": name, "reason": "not a MuxRecord"}
-    assert str(ei.value) == f"relay_mux: record = {name!r} is invalid: not a MuxRecord"
+    assert isinstance(ei.value, errors.InvalidValue) and ei.value.error_id == "mux.bad_type"
+    assert ei.value.fields == {"field": "record", "expected": "a MuxRecord", "got": got}
+    assert str(ei.value) == f"relay_mux: record must be a MuxRecord, got {got}"
 
 
 @pytest.mark.parametrize("kind", [0, 5, 7, True, 2.0, "x"])
@@ -1081,9 +1085,10 @@ def test_encode_frame_record_refuses_what_is_no_round_frame() -> None:
         with pytest.raises(errors.InvalidValue) as ei:
             encode_frame_record(RecordKind.HOST_FRAME, frame, SALT_ZERO)  # type: ignore[arg-type]
         assert isinstance(ei.value, errors.LocalProtocolError)
-        assert ei.value.error_id == "frame.bad_field"
-        assert ei.value.fields == {"field": "frame", "value": type(frame).__name__,
-                                   "reason": "not a RoundFrame"}
+        assert ei.value.error_id == "frame.bad_type"
+        got = {None: "None", "x": "a str", b"": "a bytes"}[frame]
+        assert ei.value.fields == {"field": "frame", "expected": "a RoundFrame", "got": got}
+        assert str(ei.value) == f"round_frame: frame must be a RoundFrame, got {got}"
 
 
 @pytest.mark.parametrize("header", ["x", b"\x00" * 25, 0])
@@ -1093,10 +1098,12 @@ def test_a_header_that_is_no_mux_header_is_refused(header: Any) -> None:
         with pytest.raises(errors.InvalidValue) as ei:
             decode(wire, SALT_ZERO, header=header)
         assert isinstance(ei.value, errors.LocalProtocolError)
-        assert ei.value.error_id == "mux.bad_field"
+        assert ei.value.error_id == "mux.bad_type"
         assert ei.value.fields["field"] == "header"
-        assert ei.value.fields["value"] == type(header).__name__
-        assert str(ei.value).startswith(f"relay_mux: header = {type(header).__name__!r} is invalid")
+        got = {"x": "a str", 0: "an int"}.get(header, "a bytes")
+        assert ei.value.fields["got"] == got
+        assert str(ei.value) == ("relay_mux: header must be a MuxHeader (parse_mux_header's "
+                                 f"result) or None, got {got}")
     hdr = parse_mux_header(wire)
     assert decode_mux_record(wire, SALT_ZERO, header=hdr)[0].payload == b"abc"
 

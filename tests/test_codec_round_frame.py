@@ -166,18 +166,17 @@ def test_tensor_payload_dim_must_be_an_integer(shape: list[Any], dim: int) -> No
 def test_tensor_payload_shape_must_be_a_sequence() -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload(0, 3, b"")  # type: ignore[arg-type]
-    expect(ei, errors.InvalidValue, False, "frame.bad_field",
-           {"field": "shape", "value": "int", "reason": "not a sequence of ints"},
-           "round_frame: shape = 'int' is invalid: not a sequence of ints")
+    expect(ei, errors.InvalidValue, False, "frame.bad_type",
+           {"field": "shape", "expected": "a sequence of ints", "got": "an int"},
+           "round_frame: shape must be a sequence of ints, got an int")
     # text: its first character was named as the dim at fault, and 256 characters as too
     # many dimensions
     for text in ("12", "1" * 256):
         with pytest.raises(errors.InvalidValue) as ei:
             TensorPayload(0, text, b"")  # type: ignore[arg-type]
-        expect(ei, errors.InvalidValue, False, "frame.bad_field",
-               {"field": "shape", "value": "str",
-                "reason": "not a sequence of ints (text is none)"},
-               "round_frame: shape = 'str' is invalid: not a sequence of ints (text is none)")
+        expect(ei, errors.InvalidValue, False, "frame.bad_type",
+               {"field": "shape", "expected": "a sequence of ints (text is none)", "got": "a str"},
+               "round_frame: shape must be a sequence of ints (text is none), got a str")
 
 
 @pytest.mark.parametrize("given", [b"\x02", bytearray(b"\x02"), memoryview(b"\x02")])
@@ -298,17 +297,17 @@ def test_from_array_refuses_non_real(array: Any, name: str) -> None:
 
 
 @pytest.mark.parametrize(("array", "name"), [
-    ([[1.0, 2.0], [3.0]], "list"), (([1], [2, 3]), "tuple"),
+    ([[1.0, 2.0], [3.0]], "a list"), (([1], [2, 3]), "a tuple"),
 ])
 def test_from_array_refuses_ragged_rows(array: Any, name: str) -> None:
     # NumPy makes no array of ragged rows: a typed error naming the argument, not NumPy's own
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload.from_array(array)
     assert isinstance(ei.value, errors.LocalProtocolError)
-    assert ei.value.error_id == "frame.bad_field"
+    assert ei.value.error_id == "frame.bad_type"
     assert str(ei.value).startswith(
-        f"round_frame: array = {name!r} is invalid: not an array of numbers: setting an array "
-        "element with a sequence.")
+        f"round_frame: array must be an array of numbers, got {name} (NumPy makes no array of "
+        "it: setting an array element with a sequence.")
 
 
 @pytest.mark.parametrize("dtype", [True, 1.0, "1", "bf16"])  # True and 1.0 were bf16
@@ -599,9 +598,9 @@ def test_round_frame_tensor_cap() -> None:
 def test_round_frame_tensors_must_be_payloads() -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         RoundFrame(0, 1.0, [TensorPayload(0, []), b"x"])  # type: ignore[list-item]
-    expect(ei, errors.InvalidValue, False, "frame.bad_field",
-           {"field": "tensors", "value": "bytes", "reason": "every tensor must be a TensorPayload"},
-           "round_frame: tensors = 'bytes' is invalid: every tensor must be a TensorPayload")
+    expect(ei, errors.InvalidValue, False, "frame.bad_type",
+           {"field": "tensors[1]", "expected": "a TensorPayload", "got": "a bytes"},
+           "round_frame: tensors[1] must be a TensorPayload, got a bytes")
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -1047,36 +1046,36 @@ def _local_value(exc: pytest.ExceptionInfo[errors.ProtocolError], error_id: str,
 
 
 @pytest.mark.parametrize(("frame", "got"), [
-    (None, "NoneType"), ("x", "str"), ([TensorPayload(0, [1], bytes(4))], "list"),
-    (b"frame", "bytes"),
+    (None, "None"), ("x", "a str"), ([TensorPayload(0, [1], bytes(4))], "a list"),
+    (b"frame", "a bytes"),
 ])
 def test_encoding_something_that_is_no_round_frame_is_refused(frame: Any, got: str) -> None:
     for encode in (encode_round_frame, encode_round_frame_bytes):
         with pytest.raises(errors.ProtocolError) as ei:
             encode(frame, SALT)
-        msg = _local_value(ei, "frame.bad_field", field="frame", value=got,
-                           reason="not a RoundFrame")
-        assert msg == f"round_frame: frame = {got!r} is invalid: not a RoundFrame"
+        msg = _local_value(ei, "frame.bad_type", field="frame", expected="a RoundFrame",
+                           got=got)
+        assert msg == f"round_frame: frame must be a RoundFrame, got {got}"
     with pytest.raises(errors.ProtocolError) as ei:
         round_frame_pieces(frame)
-    _local_value(ei, "frame.bad_field", field="frame", value=got, reason="not a RoundFrame")
+    _local_value(ei, "frame.bad_type", field="frame", expected="a RoundFrame", got=got)
 
 
 def test_round_frame_wire_len_refuses_what_is_no_tensor_list() -> None:
     with pytest.raises(errors.ProtocolError) as ei:
         round_frame_wire_len(None)  # type: ignore[arg-type]
-    _local_value(ei, "frame.bad_field", field="tensors", value="NoneType",
-                 reason="not an iterable of TensorPayload")
+    _local_value(ei, "frame.bad_type", field="tensors", expected="an iterable of TensorPayload",
+                 got="None")
     frame = RoundFrame(RoundKind.MODEL, 1.0, [])
     with pytest.raises(errors.ProtocolError) as ei:
         round_frame_wire_len(frame)  # type: ignore[arg-type]
-    _local_value(ei, "frame.bad_field", field="tensors", value="RoundFrame",
-                 reason="not an iterable of TensorPayload")
+    _local_value(ei, "frame.bad_type", field="tensors", expected="an iterable of TensorPayload",
+                 got="a RoundFrame")
     with pytest.raises(errors.ProtocolError) as ei:
         round_frame_wire_len([TensorPayload(0, [1], bytes(4)), None])  # type: ignore[list-item]
-    msg = _local_value(ei, "frame.bad_field", field="tensors[1]", value="NoneType",
-                       reason="not a TensorPayload")
-    assert msg == "round_frame: tensors[1] = 'NoneType' is invalid: not a TensorPayload"
+    msg = _local_value(ei, "frame.bad_type", field="tensors[1]", expected="a TensorPayload",
+                       got="None")
+    assert msg == "round_frame: tensors[1] must be a TensorPayload, got None"
     assert round_frame_wire_len(t for t in [TensorPayload(0, [1], bytes(4))]) == 25 + 2 + 4 + 8 + 4
 
 

@@ -212,23 +212,23 @@ def test_a_header_that_is_no_mux_header_is_refused_as_before() -> None:
     stream = MuxStream(SALT, expect_magic=None)
     with pytest.raises(LocalProtocolError) as ei:
         stream.feed(wire, header=fake)
-    assert ei.value.error_id == "mux.bad_field" and ei.value.fields["field"] == "header"
+    assert ei.value.error_id == "mux.bad_type" and ei.value.fields["field"] == "header"
     [ev] = stream.feed(wire, header=hdr)
     assert isinstance(ev, RecordReceived) and ev.frame == _frame()
 
 
-@pytest.mark.parametrize(("record", "hint", "field", "got", "reason"), [
+@pytest.mark.parametrize(("record", "hint", "field", "got", "expected"), [
     # a header of no payload_len raised AttributeError; a frame_premac reached the HostFrame's
     # frame as its error, the record itself delivered
-    ("data", {"header": "h"}, "header", "str",
-     "not a MuxHeader (parse_mux_header's result) or None"),
-    ("host_frame", {"frame_premac": 3}, "frame_premac", "int",
-     "not a Premac (a MAC over the bytes being decoded) or None"),
-    ("data", {"premac": b"mac"}, "premac", "bytes",
-     "not a Premac (a MAC over the bytes being decoded) or None"),
+    ("data", {"header": "h"}, "header", "a str",
+     "a MuxHeader (parse_mux_header's result) or None"),
+    ("host_frame", {"frame_premac": 3}, "frame_premac", "an int",
+     "a Premac (a MAC over the bytes being decoded) or None"),
+    ("data", {"premac": b"mac"}, "premac", "a bytes",
+     "a Premac (a MAC over the bytes being decoded) or None"),
 ])
 def test_a_hint_of_another_type_is_the_callers_error_and_the_stream_goes_on(
-        record: str, hint: dict[str, Any], field: str, got: str, reason: str) -> None:
+        record: str, hint: dict[str, Any], field: str, got: str, expected: str) -> None:
     """A hint of the wrong type is local misuse, raised as such: it used to end the stream with
     a StreamFailed event, as if the peer's bytes were at fault, and the record was lost. The
     stream is left as it was: nothing counted, nothing buffered, the same record read next."""
@@ -237,9 +237,9 @@ def test_a_hint_of_another_type_is_the_callers_error_and_the_stream_goes_on(
     with pytest.raises(LocalProtocolError) as ei:
         stream.feed(wire[:10] if field == "header" else wire, **hint)
     assert isinstance(ei.value, InvalidValue)
-    assert ei.value.error_id == "mux.bad_field"
-    assert ei.value.fields == {"field": field, "value": got, "reason": reason}
-    assert str(ei.value) == f"relay_mux: {field} = {got!r} is invalid: {reason}"
+    assert ei.value.error_id == "mux.bad_type"
+    assert ei.value.fields == {"field": field, "expected": expected, "got": got}
+    assert str(ei.value) == f"relay_mux: {field} must be {expected}, got {got}"
     assert (stream.done, stream.buffered, stream.bytes_in) == (False, 0, 0)
     [ev] = stream.feed(wire)
     assert isinstance(ev, RecordReceived) and ev.record == decode_mux_record(wire, SALT)[0]

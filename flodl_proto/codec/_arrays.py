@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._bf16 import is_bf16
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
 from ._common import wire_int
 
@@ -28,15 +28,15 @@ def as_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
     codec's local error.
 
     Raises:
-        InvalidValue (local) ``frame.bad_field``: nested sequences NumPy makes no array of
+        InvalidValue (local) ``frame.bad_type``: nested sequences NumPy makes no array of
             (ragged rows: ``[[1, 2], [3]]``), naming ``array``, the argument's type and NumPy's
             reason.
     """
     try:
         return np.asarray(array)
     except (ValueError, TypeError) as e:
-        raise protocol_error("frame.bad_field", field="array", value=type(array).__name__,
-                             reason=f"not an array of numbers: {e}") from None
+        raise protocol_error("frame.bad_type", field="array", expected="an array of numbers",
+                             got=f"{shown_type(array)} (NumPy makes no array of it: {e})") from None
 
 
 def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:

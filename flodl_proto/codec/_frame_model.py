@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._bf16 import bf16
-from ..errors import ProtocolError, protocol_error
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DTYPE_BF16,
@@ -137,8 +137,9 @@ class TensorPayload:
     Raises:
         InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
             ``tensor.too_many_dims``, ``tensor.dim_too_large``), ``shape`` is no sequence (a
-            number, or text: ``frame.bad_field`` naming ``shape`` and its type; a bytes-like
-            object, whose bytes would be taken as the dims, naming ``shape`` and its bytes:
+            number, or text: ``frame.bad_type`` naming ``shape`` and its type; a bytes-like
+            object, whose bytes would be taken as the dims: ``frame.bad_field`` naming
+            ``shape`` and its bytes:
             ``b"\\x02"`` is refused, not taken as the shape ``(2,)``), or ``dtype``
             or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]``
             and the value): a bool, a float (``2.5`` and ``2.0`` alike) or text is refused,
@@ -167,8 +168,8 @@ class TensorPayload:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
         if isinstance(shape, _NO_SHAPE):
             if isinstance(shape, str):  # its characters would each be refused as a dim
-                raise protocol_error("frame.bad_field", field="shape", value="str",
-                                     reason="not a sequence of ints (text is none)")
+                raise protocol_error("frame.bad_type", field="shape",
+                                     expected="a sequence of ints (text is none)", got="a str")
             # its bytes would be taken as the dims: b"\x02" as the shape (2,)
             raise protocol_error("frame.bad_field", field="shape", value=bytes(shape),
                                  reason="not a sequence of ints (bytes are none: each byte "
@@ -176,8 +177,8 @@ class TensorPayload:
         try:
             given = tuple(shape)
         except TypeError:
-            raise protocol_error("frame.bad_field", field="shape", value=type(shape).__name__,
-                                 reason="not a sequence of ints") from None
+            raise protocol_error("frame.bad_type", field="shape", expected="a sequence of ints",
+                                 got=shown_type(shape)) from None
         if len(given) > MAX_NDIM:
             raise protocol_error("tensor.too_many_dims", ndim=len(given), max=MAX_NDIM)
         dims = []
@@ -246,7 +247,7 @@ class TensorPayload:
             InvalidValue (local): a ``dtype`` that is no integer (``frame.bad_field``) or an
                 unknown one (``payload.unknown_dtype``), a complex /
                 non-numeric array, nested sequences of ragged rows (``[[1, 2], [3]]``:
-                ``frame.bad_field`` naming ``array``, its type and NumPy's reason), or a
+                ``frame.bad_type`` naming ``array``, its type and NumPy's reason), or a
                 finite value that the cast would make infinite (``frame.bad_field`` naming
                 its flat index and the value).
         """
@@ -457,6 +458,8 @@ class RoundFrame:
     Raises:
         InvalidValue (local): bad kind (``frame.bad_field``; only the integers 0 and 1 or a
             :class:`RoundKind`: ``True`` is not Control, ``1.0`` is refused) or weight;
+            ``frame.bad_type`` naming ``tensors`` (no iterable: ``got None``) or
+            ``tensors[i]`` (no :class:`TensorPayload`) and its type;
             LimitExceeded (local): too many tensors.
         SchemaMismatch (local): ``frame.payload_nbytes_local`` naming the tensor's index, shape,
             dtype, the expected and the given byte count (``check_nbytes``).
@@ -488,16 +491,18 @@ class RoundFrame:
         try:
             ts = tuple(tensors)
         except TypeError:  # None, a number: no sequence of tensors
-            raise protocol_error("frame.bad_field", field="tensors", value=type(tensors).__name__,
-                                 reason="not an iterable of TensorPayload") from None
+            raise protocol_error("frame.bad_type", field="tensors",
+                                 expected="an iterable of TensorPayload",
+                                 got=shown_type(tensors)) from None
         if len(ts) > MAX_ROUND_FRAME_TENSORS:
             raise protocol_error("frame.too_many_tensors_local", count=len(ts),
                                  cap=MAX_ROUND_FRAME_TENSORS)
         size_of = _ELEMENT_SIZE_OF if check_nbytes else _no_size
         for t in ts:
             if not isinstance(t, TensorPayload):
-                raise protocol_error("frame.bad_field", field="tensors", value=type(t).__name__,
-                                     reason="every tensor must be a TensorPayload")
+                index = next(i for i, u in enumerate(ts) if u is t)
+                raise protocol_error("frame.bad_type", field=f"tensors[{index}]",
+                                     expected="a TensorPayload", got=shown_type(t))
             # a length comparison: nbytes 0 (elided, or no elements) and an unknown dtype
             # (no element size) pass
             if (got := t.data.nbytes) and (es := size_of(t.dtype)) and got != _prod(t.shape) * es:
@@ -553,26 +558,26 @@ def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
     """Exact wire length of a frame carrying ``tensors``: 25 + sum(2 + 4*ndim + 8 + nbytes).
 
     Raises:
-        InvalidValue (local) ``frame.bad_field``: ``tensors`` is not an iterable (``None``, a
+        InvalidValue (local) ``frame.bad_type``: ``tensors`` is not an iterable (``None``, a
             frame: use :attr:`RoundFrame.wire_len`), or ``tensors[i]`` is not a
             :class:`TensorPayload` (named with its type).
 
     Upstream: ``controller/round_frame.rs`` ``round_frame_wire_len``.
     """
     if isinstance(tensors, RoundFrame) or not isinstance(tensors, Iterable):
-        raise protocol_error("frame.bad_field", field="tensors", value=type(tensors).__name__,
-                             reason="not an iterable of TensorPayload")
+        raise protocol_error("frame.bad_type", field="tensors",
+                             expected="an iterable of TensorPayload", got=shown_type(tensors))
     n = ROUND_FRAME_FIXED_OVERHEAD
     for i, t in enumerate(tensors):
         if not isinstance(t, TensorPayload):
-            raise protocol_error("frame.bad_field", field=f"tensors[{i}]",
-                                 value=type(t).__name__, reason="not a TensorPayload")
+            raise protocol_error("frame.bad_type", field=f"tensors[{i}]",
+                                 expected="a TensorPayload", got=shown_type(t))
         n += 2 + 4 * t.ndim + 8 + t.nbytes
     return n
 
 
 def not_a_frame(field: str, value: Any) -> ProtocolError:
     """The local error for a caller's ``field`` that should be a :class:`RoundFrame` and is
-    ``value`` (``frame.bad_field``, naming its type)."""
-    return protocol_error("frame.bad_field", field=field, value=type(value).__name__,
-                          reason="not a RoundFrame")
+    ``value`` (``frame.bad_type``, naming its type: ``got None``, ``got a dict``)."""
+    return protocol_error("frame.bad_type", field=field, expected="a RoundFrame",
+                          got=shown_type(value))

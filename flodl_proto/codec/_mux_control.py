@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..spec import (
     CONTROL_VARIANTS,
     DEFAULT_VERSION,
@@ -183,7 +183,7 @@ def encode_control(msg: ControlMessage, version: int = DEFAULT_VERSION) -> bytes
 
     Raises:
         VersionMismatch (local): unsupported version, or model signatures at version 2.
-        InvalidValue (local): ``msg`` is not a control message (``mux.bad_field``), or a field
+        InvalidValue (local): ``msg`` is not a control message (``mux.bad_type``), or a field
             does not fit its wire type.
 
     Upstream: ``relay/mux.rs`` ``encode`` (``RelayControlMsg``).
@@ -192,8 +192,9 @@ def encode_control(msg: ControlMessage, version: int = DEFAULT_VERSION) -> bytes
     variant = _VARIANT_OF.get(type(msg))
     if variant is None:
         raise protocol_error(
-            "mux.bad_field", field="msg", value=type(msg).__name__,
-            reason="not a control message (Hello, HelloAck, RankExit or DeclareDead)")
+            "mux.bad_type", field="msg",
+            expected="a control message (Hello, HelloAck, RankExit or DeclareDead)",
+            got=shown_type(msg))
     out = bytearray(encode_varint(variant, 32, field="variant"))
     if isinstance(msg, Hello):
         out += encode_string(msg.host)

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from .._names import adopt
 from .._slots import slot_builder
-from ..errors import ProtocolError, protocol_error
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import (
     AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
@@ -188,7 +188,7 @@ class MuxRecord:
         """A Control record carrying ``msg`` encoded for protocol ``version``.
 
         Raises:
-            InvalidValue (local) ``mux.bad_field``: ``msg`` is not a control message;
+            InvalidValue (local) ``mux.bad_type``: ``msg`` is not a control message;
             VersionMismatch (local): ``version`` is not 2 or 3 (``version.unsupported``), or
                 a Hello with model signatures at version 2 (``control.model_sigs_v2``).
         """
@@ -366,8 +366,8 @@ def encode_mux_record(record: MuxRecord, salt: BytesLike,
     try:
         kind, rank, payload = record.kind, record.rank, record.payload
     except AttributeError:
-        raise protocol_error("mux.bad_field", field="record", value=type(record).__name__,
-                             reason="not a MuxRecord") from None
+        raise protocol_error("mux.bad_type", field="record", expected="a MuxRecord",
+                             got=shown_type(record)) from None
     if wire_int(kind) not in _RECORD_KINDS:
         raise protocol_error("mux.bad_field", field="kind", value=kind,
                              reason=f"not a record kind ({', '.join(_KIND_NAMES)})")
@@ -399,7 +399,7 @@ def encode_frame_record(kind: RecordKind, frame: RoundFrame, salt: BytesLike,
     Raises:
         InvalidValue (local): ``kind`` is not HOST_FRAME or BROADCAST (as an integer: ``3.0``
             is refused), or the salt is not 16 bytes, or ``ceiling`` is not a non-negative
-            integer, or ``frame`` is not a :class:`RoundFrame` (``frame.bad_field``);
+            integer, or ``frame`` is not a :class:`RoundFrame` (``frame.bad_type``);
             LimitExceeded (local): the frame is above ``ceiling`` (default 1 GiB).
 
     Upstream: ``relay/mux.rs`` ``write_record`` around ``round_frame.rs``
@@ -535,7 +535,7 @@ def decode_mux_record_or_eos(
         InvalidValue (remote), in upstream's order (magic, version, ceiling, payload, tag, kind,
         bincode).
         InvalidValue (local): bad salt, ``header`` or ``premac`` is neither a
-            :class:`MuxHeader` / :class:`Premac` nor None (``mux.bad_field``), ``data`` is not
+            :class:`MuxHeader` / :class:`Premac` nor None (``mux.bad_type``), ``data`` is not
             a contiguous buffer (``codec.not_bytes_like``), or ``ceiling`` is not a
             non-negative integer (``ceiling.invalid``);
             VersionMismatch (local) ``version.unsupported``: ``version`` is not 2 or 3.
@@ -574,15 +574,16 @@ def read_mux_record_or_eos(
 
     Raises:
         every error of :func:`decode_mux_record_or_eos` (without ``salt``, no AuthenticationError).
-        InvalidValue (local) ``mux.bad_field``: ``header`` is neither a :class:`MuxHeader` nor
+        InvalidValue (local) ``mux.bad_type``: ``header`` is neither a :class:`MuxHeader` nor
             None, or ``premac`` neither a :class:`Premac` nor None.
 
     Upstream: ``relay/mux.rs`` ``read_record``.
     """
     check_version(version)
     if premac is not None and not isinstance(premac, Premac):
-        raise protocol_error("mux.bad_field", field="premac", value=type(premac).__name__,
-                             reason="not a Premac (a MAC over the bytes being decoded) or None")
+        raise protocol_error("mux.bad_type", field="premac",
+                             expected="a Premac (a MAC over the bytes being decoded) or None",
+                             got=shown_type(premac))
     mv = as_view(data)
     if header is None:
         parsed = parse_mux_header_or_eos(mv, ceiling=ceiling)
@@ -592,8 +593,9 @@ def read_mux_record_or_eos(
     elif isinstance(header, MuxHeader):
         hdr = header
     else:
-        raise protocol_error("mux.bad_field", field="header", value=type(header).__name__,
-                             reason="not a MuxHeader (parse_mux_header's result) or None")
+        raise protocol_error("mux.bad_type", field="header",
+                             expected="a MuxHeader (parse_mux_header's result) or None",
+                             got=shown_type(header))
     return read_headed_record(mv, salt, version, premac, hdr)
 
 

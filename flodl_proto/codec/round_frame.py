@@ -31,7 +31,7 @@ import struct as _struct
 from typing import Any, Final
 
 from .._names import adopt
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..spec import (
     AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
@@ -128,7 +128,7 @@ def round_frame_pieces(frame: RoundFrame) -> list[BytesLike]:
     they are sent; :func:`encode_round_frame` is the one-call form.
 
     Raises:
-        InvalidValue (local) ``frame.bad_field``: ``frame`` is not a :class:`RoundFrame` (the
+        InvalidValue (local) ``frame.bad_type``: ``frame`` is not a :class:`RoundFrame` (the
             message names its type).
 
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (before the footer).
@@ -174,7 +174,7 @@ def encode_round_frame(frame: RoundFrame, salt: BytesLike) -> list[BytesLike]:
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes, or ``frame`` is not a
-            :class:`RoundFrame` (``frame.bad_field``).
+            :class:`RoundFrame` (``frame.bad_type``).
 
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed``.
     """
@@ -351,14 +351,15 @@ def decode_round_frame_or_eos(
         InvalidValue (local): the salt is not 16 bytes (``salt.*``), ``data`` is not a contiguous
         buffer (``codec.not_bytes_like``), ``ceiling`` is not a non-negative integer
         (``ceiling.invalid``), or ``premac`` is neither a :class:`Premac` nor None
-        (``frame.bad_field``).
+        (``frame.bad_type``).
 
     Upstream: ``controller/round_frame.rs`` ``read_round_frame_streamed``.
     """
     key = check_salt(salt)
     if premac is not None and not isinstance(premac, Premac):
-        raise protocol_error("frame.bad_field", field="premac", value=type(premac).__name__,
-                             reason="not a Premac (a MAC over the bytes being decoded) or None")
+        raise protocol_error("frame.bad_type", field="premac",
+                             expected="a Premac (a MAC over the bytes being decoded) or None",
+                             got=shown_type(premac))
     mv = as_view(data)
     res = parse_round_frame_or_eos(mv, ceiling=ceiling)
     if res is END_OF_STREAM:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
 from .._slots import slot_builder
-from ..errors import ProtocolError, protocol_error
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import (
     AUTH_TAG_LEN,
     CHANNEL_MAGIC_DATA,
@@ -385,15 +385,16 @@ def _optional_count(field: str, value: int | None, top: int | None) -> int | Non
 
 def _check_hints(premac: object, frame_premac: object, header: object) -> None:
     """Refuse :meth:`MuxStream.feed`'s optional ``premac``, ``frame_premac`` and ``header``
-    when one is of another type than its own or None (``mux.bad_field``, local)."""
+    when one is of another type than its own or None (``mux.bad_type``, local)."""
     for name, value in (("premac", premac), ("frame_premac", frame_premac)):
         if value is not None and not isinstance(value, Premac):
-            raise protocol_error("mux.bad_field", field=name, value=type(value).__name__,
-                                 reason="not a Premac (a MAC over the bytes being decoded) or "
-                                        "None")
+            raise protocol_error("mux.bad_type", field=name,
+                                 expected="a Premac (a MAC over the bytes being decoded) or None",
+                                 got=shown_type(value))
     if header is not None and not isinstance(header, MuxHeader):
-        raise protocol_error("mux.bad_field", field="header", value=type(header).__name__,
-                             reason="not a MuxHeader (parse_mux_header's result) or None")
+        raise protocol_error("mux.bad_type", field="header",
+                             expected="a MuxHeader (parse_mux_header's result) or None",
+                             got=shown_type(header))
 
 
 class MuxStream:
@@ -496,7 +497,7 @@ class MuxStream:
 
         Raises:
             InvalidValue (local) ``codec.not_bytes_like``: ``data`` is not a contiguous buffer;
-            ``mux.bad_field``: a ``premac`` or ``frame_premac`` that is neither a
+            ``mux.bad_type``: a ``premac`` or ``frame_premac`` that is neither a
             :class:`~flodl_proto.codec.auth.Premac` nor None, or a ``header`` that is neither a
             :class:`~flodl_proto.codec.mux.MuxHeader` nor None, named with its type (as the
             record readers refuse such an argument). Either is the caller's mistake, not the

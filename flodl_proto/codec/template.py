@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..spec import (
     AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
@@ -91,7 +91,8 @@ class FrameTemplate:
     Raises:
         InvalidValue (local): a bad kind (``frame.bad_field``; as a RoundFrame's: a bool is
             none), a bad ``ceiling``
-            (``ceiling.invalid``), a layout entry that is not a ``(dtype tag, shape of ints)``
+            (``ceiling.invalid``), a ``layout`` that is no sequence (``frame.bad_type`` naming
+            its type), a layout entry that is not a ``(dtype tag, shape of ints)``
             pair (``frame.bad_field``; a bool, float or text dtype or dim is refused, never
             truncated), a dtype
             other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
@@ -199,8 +200,9 @@ def _template_layout(layout: Iterable[Any], ceiling: int
     try:
         entries = list(layout)
     except TypeError:
-        raise protocol_error("frame.bad_field", field="layout", value=type(layout).__name__,
-                             reason="not a sequence of (dtype tag, shape) pairs") from None
+        raise protocol_error("frame.bad_type", field="layout",
+                             expected="a sequence of (dtype tag, shape) pairs",
+                             got=shown_type(layout)) from None
     if len(entries) > MAX_ROUND_FRAME_TENSORS:
         raise protocol_error("frame.too_many_tensors_local", count=len(entries),
                              cap=MAX_ROUND_FRAME_TENSORS)
