@@ -110,7 +110,7 @@ _VIEWABLE_TAGS: Final = (DTYPE_F32, DTYPE_BF16)
 _NUMPY_DTYPE: Final = _NumpyDtypes()
 
 
-#: iterables a constructor refuses as a shape or a rank set: text, and bytes-like objects
+#: iterables the payload's constructor refuses as a shape: text, and bytes-like objects
 #: (whose items are characters, or bytes that would be taken as the dims)
 _NO_SHAPE: Final = (str, bytes, bytearray, memoryview)
 
@@ -166,7 +166,7 @@ class TensorPayload:
         d_tag = wire_int(dtype)
         if d_tag is None or not 0 <= d_tag <= 0xFF:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
-        if isinstance(shape, _NO_SHAPE):
+        if type(shape) is not tuple and isinstance(shape, _NO_SHAPE):  # a tuple: one test
             if isinstance(shape, str):  # its characters would each be refused as a dim
                 raise protocol_error("frame.bad_type", field="shape",
                                      expected="a sequence of ints (text is none)", got="a str")
