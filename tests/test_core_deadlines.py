@@ -92,6 +92,20 @@ def test_a_bad_timeout_names_its_value(value: float) -> None:
                              f"{value!r}")
 
 
+@pytest.mark.parametrize(("value", "shown"), [("1", "'1'"), ("abc", "'abc'"), ([1], "[1]"),
+                                              (True, "True"),
+                                              (10**400, "<an integer of 1329 bits>")])
+def test_a_timeout_of_another_type_is_the_local_bad_timeout(value: object, shown: str) -> None:
+    """Text, a list, a bool or an int beyond any float is refused with the local
+    deadline.bad_timeout naming the option and the value, as a negative one is (no bare
+    ValueError, TypeError or OverflowError; "1" and True are not taken as 1 s)."""
+    with pytest.raises(InvalidValue) as ei:
+        RoundDeadline(value, "rank_timeout")  # type: ignore[arg-type]
+    assert not ei.value.remote and ei.value.error_id == "deadline.bad_timeout"
+    assert str(ei.value) == ("rank_timeout must be a finite number of seconds above 0, got "
+                             f"{shown}")
+
+
 def test_a_timeout_too_long_once_scaled_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bound is TIMEOUT_OPTION_MAXIMUM (864000 s) on the scaled value: a huge option times
     the scale overflowed the waits' arithmetic later (1e308 x 10 is inf)."""

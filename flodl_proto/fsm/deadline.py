@@ -11,6 +11,7 @@ timeouts are off unless configured (upstream leaves failure detection to its coo
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..errors import protocol_error
 from ..spec import SPEC, net_timeout_scale
@@ -37,7 +38,8 @@ def check_timeout(name: str, seconds: float | None, *,
         ``seconds`` as a float (not scaled), or None.
 
     Raises:
-        InvalidValue (local): zero, negative, NaN or infinite (``deadline.bad_timeout``); above
+        InvalidValue (local): zero, negative, NaN, infinite, or no real number (text, a
+            bool, a list: ``deadline.bad_timeout``, naming ``name`` and the value); above
             the maximum once scaled (``deadline.too_long``, naming ``name``, the value, the scale
             and the maximum).
 
@@ -45,7 +47,12 @@ def check_timeout(name: str, seconds: float | None, *,
     """
     if seconds is None:
         return None
-    value = float(seconds)
+    if not isinstance(seconds, numbers.Real) or isinstance(seconds, bool):
+        raise protocol_error("deadline.bad_timeout", name=name, value=seconds)
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int beyond any float: not finite either
+        value = math.inf
     if not (math.isfinite(value) and value > 0):
         raise protocol_error("deadline.bad_timeout", name=name, value=seconds)
     factor = net_timeout_scale() if scale is None else scale
