@@ -279,13 +279,16 @@ def test_rank_frame_len_is_the_length_of_the_frame_a_demo_rank_sends(
                         "folder)"),
     ("a-file/sub/salt.hex", "creating the folder a-file/sub: Not a directory (a-file is not a "
                             "folder)"),
-    (".", "Is a directory")])
+    (".", "Is a directory"),
+    ("new/", "names a folder (it ends with /); give a file path in it"),
+    ("a-file/", "names a folder (it ends with /); give a file path in it")])
 def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
         where: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """As the cluster commands' ``--salt-file``: ``argument --salt-file: PATH: why`` (it said
     ``[Errno 2] No such file or directory: 'PATH'``, the path twice), exit 2; a folder of the
-    path that cannot be created is named, with why."""
+    path that cannot be created is named, with why; a path ending with / names a folder (a
+    new salt was written as a file of the folder's name) and nothing is written."""
     from flodl_proto.cli import main
 
     monkeypatch.chdir(tmp_path)  # short paths: a long one is shown cut
@@ -293,6 +296,8 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
     assert main(["demo", "--no-progress", "--salt-file", where]) == 2
     assert capsys.readouterr() == (
         "", f"flodl-proto demo: error: argument --salt-file: {where}: {why}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert Path("a-file").read_text() == "not a folder\n"
 
 
 def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import queue
@@ -370,7 +371,9 @@ def _session_salt(path: str | None) -> tuple[str, str]:
     less the umask, 32 hex digits and a line end).
 
     Raises:
-        OSError: the file cannot be read, or it or a folder of its path cannot be written
+        OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
+            with /); give a file path in it``, as an output option is refused), the file
+            cannot be read, or it or a folder of its path cannot be written
             (:func:`flodl_proto._files.make_folders` names the folder that failed);
             InvalidValue (local): it holds no salt.
 
@@ -380,6 +383,9 @@ def _session_salt(path: str | None) -> tuple[str, str]:
     if path is None:
         return os.urandom(16).hex(), ("session salt: random, not kept (--salt-file PATH keeps it "
                                       "for decode --salt-file PATH)")
+    if path.endswith(("/", os.sep)):  # else a new salt went to the folder's name, as a file
+        raise IsADirectoryError(errno.EISDIR, "names a folder (it ends with /); give a file "
+                                "path in it")
     target = Path(path)
     if os.path.lexists(target):  # a link to no file is read (and refused), not written through
         return resolve_salt(None, path).hex(), f"session salt: read from {path}"
