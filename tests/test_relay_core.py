@@ -692,12 +692,15 @@ def test_clean_ends_carry_their_detail() -> None:
     ([0, 1.0], 2, "every rank must be a whole number (not a bool, a float or text)"),
     ([0], 2.0, "world_size must be a whole number in 1..4294967295"),
     ([0], True, "world_size must be a whole number in 1..4294967295"),
-    ([0], 2**33, "world_size must be a whole number in 1..4294967295")])
+    ([0], 2**33, "world_size must be a whole number in 1..4294967295"),
+    # text is quoted: world_size '2', not world_size 2 beside "must be a whole number"
+    ([0], "2", "world_size must be a whole number in 1..4294967295")])
 def test_a_bad_rank_set_names_its_reason(ranks: list[int], world: int, reason: str) -> None:
     with pytest.raises(InvalidValue) as ei:
         RelayCore(ranks, world, SALT)
     assert dict(ei.value.fields) == {"ranks": ranks, "world_size": world, "reason": reason}
-    assert str(ei.value) == f"relay: rank set {ranks} is invalid for world_size {world}: {reason}"
+    assert str(ei.value) == (f"relay: rank set {ranks} is invalid for world_size {world!r}: "
+                             f"{reason}")
 
 
 @pytest.mark.parametrize(("ranks", "shown", "got"), [
