@@ -134,9 +134,14 @@ def _frame_summary(f: Mapping[str, Any]) -> str:
 
 def _check_report(report: object) -> None:
     """Refuse a ``report`` that is no :class:`DecodeReport` (text, None, its list of records) as
-    a local error naming the argument and its type."""
-    if not isinstance(getattr(report, "records", None), list) or not callable(
-            getattr(report, "final_record", None)):
+    a local error naming the argument and its type; a report whose ``records`` is no list as
+    one naming ``report.records``."""
+    records = getattr(report, "records", None)
+    if not isinstance(records, list) or not callable(getattr(report, "final_record", None)):
+        if hasattr(report, "records") and callable(getattr(report, "final_record", None)):
+            raise protocol_error("capture.bad_type", field="report.records",
+                                 expected="a list of records (decode_stream's)",
+                                 got=shown_type(records), hint="")
         raise protocol_error("capture.bad_type", field="report",
                              expected="a DecodeReport (what decode_stream returns)",
                              got=shown_type(report), hint="")
@@ -163,7 +168,8 @@ def format_table(report: DecodeReport, stream: str | None = None) -> Iterator[st
 
     Raises:
         InvalidValue (local, ``capture.bad_type``): ``report`` is no :class:`DecodeReport`
-            (text, None, a list of records), naming ``report`` and its type.
+            (text, None, a list of records), naming ``report`` and its type, or one whose
+            ``records`` is no list (naming ``report.records`` and its type).
 
     No upstream counterpart: upstream has no decoder tool.
     """

@@ -52,6 +52,7 @@ from flodl_proto.decode import (
     EXIT_CAPTURE_ENDED,
     EXIT_ERROR,
     EXIT_OK,
+    DecodeReport,
     Leg,
     decode_stream,
     detect_leg,
@@ -457,6 +458,16 @@ def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: 
     for fn in (format_table, table_end):
         assert _bad_type(fn, report) == ("report must be a DecodeReport (what decode_stream "
                                          f"returns), got {got}")
+
+
+@pytest.mark.parametrize(("records", "got"), [("ab", "a str"), (None, "None"), ((), "a tuple")])
+def test_format_table_of_a_report_whose_records_are_no_list_names_them(records: Any,
+                                                                       got: str) -> None:
+    """A DecodeReport whose records is no list is named by that part; it read 'report must be
+    a DecodeReport ..., got a DecodeReport'."""
+    report = DecodeReport(records=records)
+    assert _bad_type(format_table, report) == (
+        f"report.records must be a list of records (decode_stream's), got {got}")
 
 
 @pytest.mark.parametrize(("rec", "message"), [
