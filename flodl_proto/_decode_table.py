@@ -225,11 +225,17 @@ def table_end(report: DecodeReport) -> str:
             (naming ``report.final_record()`` and its type), one that lacks a key its type has
             (naming the key), or one whose ``type``, ``offset``, ``error`` or ``bad_tags`` has
             another type than such a record's (naming the part's path, its type and its
-            value).
+            value); a ``report.failure`` that is neither None nor a :class:`DecodeFailure`
+            (naming ``report.failure`` and its type).
 
     No upstream counterpart: upstream has no decoder tool."""
     _check_report(report)
-    fin = report.final_record()
+    try:
+        fin = report.final_record()
+    except AttributeError:  # its failure is no DecodeFailure (text, a number)
+        raise protocol_error("capture.bad_type", field="report.failure",
+                             expected="None or a DecodeFailure (decode_stream's)",
+                             got=shown_type(getattr(report, "failure", None)), hint="") from None
     if not isinstance(fin, Mapping):
         raise _bad_final(fin)
     try:

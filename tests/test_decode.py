@@ -572,6 +572,15 @@ def test_table_end_of_a_closing_record_of_another_type_names_it(fin: Any, messag
         "7", "ERROR", "e"]
 
 
+@pytest.mark.parametrize(("failure", "got"), [("x", "a str"), (3, "an int")])
+def test_table_end_of_a_report_whose_failure_is_no_decode_failure_names_it(failure: Any,
+                                                                           got: str) -> None:
+    """A DecodeReport whose failure is neither None nor a DecodeFailure raised a bare
+    AttributeError from final_record()."""
+    assert _bad_type(table_end, DecodeReport(failure=failure)) == (
+        f"report.failure must be None or a DecodeFailure (decode_stream's), got {got}")
+
+
 def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sent = _loop_down(3)
     raw = tmp_path / "loop.hex"
