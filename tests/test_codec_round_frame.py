@@ -193,6 +193,19 @@ def test_tensor_payload_shape_of_bytes_is_refused(given: Any) -> None:
     assert TensorPayload(0, [2], bytes(8)).shape == (2,)  # a list of ints is a shape
 
 
+@pytest.mark.parametrize(("given", "got"), [({3, 2}, "a set"), (frozenset({2}), "a frozenset"),
+                                            ({2: 1}, "a dict")])
+def test_tensor_payload_shape_of_a_set_or_dict_is_refused(given: Any, got: str) -> None:
+    """A set or dict has no order of dims: {3, 2} was taken as the shape (2, 3), {2: 1} as
+    (2,)."""
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload(0, given, bytes(24))
+    expect(ei, errors.InvalidValue, False, "frame.bad_type",
+           {"field": "shape", "expected": "a sequence of ints (a set or dict has no order)",
+            "got": got},
+           f"round_frame: shape must be a sequence of ints (a set or dict has no order), got {got}")
+
+
 def test_tensor_payload_too_many_dims() -> None:
     """A tensor does not know its place in a frame: the error names no tensor index (it said
     tensor[0] whatever the tensor)."""

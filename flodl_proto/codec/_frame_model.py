@@ -110,9 +110,12 @@ _VIEWABLE_TAGS: Final = (DTYPE_F32, DTYPE_BF16)
 _NUMPY_DTYPE: Final = _NumpyDtypes()
 
 
-#: iterables the payload's constructor refuses as a shape: text, and bytes-like objects
-#: (whose items are characters, or bytes that would be taken as the dims)
-_NO_SHAPE: Final = (str, bytes, bytearray, memoryview)
+#: iterables the payload's constructor refuses as a shape: text, bytes-like objects (whose
+#: items are characters, or bytes that would be taken as the dims), and sets and dicts (no
+#: order: {3, 2} would be the shape (2, 3), a dict's keys its dims)
+_NO_SHAPE: Final = (str, bytes, bytearray, memoryview, set, frozenset, dict)
+#: of those, the ones with no order of items
+_UNORDERED: Final = (set, frozenset, dict)
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -140,7 +143,8 @@ class TensorPayload:
             number, or text: ``frame.bad_type`` naming ``shape`` and its type; a bytes-like
             object, whose bytes would be taken as the dims: ``frame.bad_field`` naming
             ``shape`` and its bytes:
-            ``b"\\x02"`` is refused, not taken as the shape ``(2,)``), or ``dtype``
+            ``b"\\x02"`` is refused, not taken as the shape ``(2,)``; a set or a dict, whose
+            order is not the dims': ``frame.bad_type``), or ``dtype``
             or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]``
             and the value): a bool, a float (``2.5`` and ``2.0`` alike) or text is refused,
             never truncated
@@ -170,6 +174,10 @@ class TensorPayload:
             if isinstance(shape, str):  # its characters would each be refused as a dim
                 raise protocol_error("frame.bad_type", field="shape",
                                      expected="a sequence of ints (text is none)", got="a str")
+            if isinstance(shape, _UNORDERED):
+                raise protocol_error("frame.bad_type", field="shape",
+                                     expected="a sequence of ints (a set or dict has no order)",
+                                     got=shown_type(shape))
             # its bytes would be taken as the dims: b"\x02" as the shape (2,)
             raise protocol_error("frame.bad_field", field="shape", value=bytes(shape),
                                  reason="not a sequence of ints (bytes are none: each byte "
