@@ -130,3 +130,87 @@ def test_a_line_is_counted_as_dropped_under_the_writers_lock() -> None:
         assert not counted.wait(0.05)
     t.join()
     assert counted.is_set() and w.dropped == 1
+
+
+def test_a_line_put_while_the_writer_is_busy_wakes_no_thread() -> None:
+    # the writer not waiting for a line (busy, gathering, or not started): put() appends the
+    # line under the writer's lock and calls nothing of threading (no notify, no Event.set)
+    w = LineWriter("stdout", 8, coalesce=0.05)
+    called: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event in ("call", "c_call"):
+            code = getattr(frame, "f_code", None)
+            name = getattr(arg, "__qualname__", None) if event == "c_call" else \
+                getattr(code, "co_qualname", None)
+            called.append(str(name))
+
+    sys.setprofile(profile)
+    try:
+        for i in range(10):
+            w.put(f"line {i}")
+    finally:
+        sys.setprofile(None)
+    assert [n for n in called if n.startswith(("Condition", "Event", "Queue"))] == []
+    assert (list(w._lines), w.dropped) == ([f"line {i}" for i in range(8)], 2)
+
+
+@pytest.mark.timeout(60)
+def test_lines_put_while_the_writer_is_blocked_on_a_stalled_stdout_count_exactly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 4 KiB pipe nobody reads: the writer blocks on a line longer than the pipe, which it
+    # holds (it counts in the backlog of 8): of 20 lines put then, exactly 7 wait and 13 are
+    # dropped; once the pipe is read everything that waited is written, in order
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    out = os.fdopen(write_end, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    w = LineWriter("stdout", 8, coalesce=0.01)
+    long = "L" * 70000
+    w.put(long)
+    w.start()
+    while not (w._held == 1 and w._lines.qsize() == 0):  # the writer took the long line
+        threading.Event().wait(0.005)
+    for i in range(20):
+        w.put(f"line {i}")
+    assert w.dropped == 13
+    got = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(read_end, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    w.close()
+    out.close()
+    reader.join()
+    os.close(read_end)
+    assert got.decode().splitlines() == [long] + [f"line {i}" for i in range(7)]
+    assert (w.dropped, w.broken) == (13, False)
+
+
+@pytest.mark.timeout(60)
+def test_lines_written_leave_the_backlog_before_the_next_gathering(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the lines of a finished write no longer count while the writer gathers the next ones:
+    # a full backlog written, then as many lines again are all kept
+    import io
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    w = LineWriter("stdout", 4, coalesce=0.2)
+    for i in range(4):
+        w.put(f"a{i}")
+    w.start()
+    while buf.getvalue().count("\n") < 4:
+        threading.Event().wait(0.005)
+    for i in range(4):
+        w.put(f"b{i}")
+    dropped = w.dropped
+    w.close()
+    assert dropped == 0
+    assert buf.getvalue() == "".join(f"a{i}\n" for i in range(4)) + "".join(
+        f"b{i}\n" for i in range(4))

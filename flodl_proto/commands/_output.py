@@ -11,15 +11,15 @@ upstream binaries print directly).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
 import os
-import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,6 +30,15 @@ __all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", 
 
 #: lines that may wait for their stream; more are dropped and counted
 STDOUT_BACKLOG = 256
+
+
+class _Lines(collections.deque[str]):
+    """The lines waiting for the writer, oldest first (a ``deque``; :meth:`qsize` is their
+    number, as a queue's)."""
+
+    def qsize(self) -> int:
+        """Lines waiting."""
+        return len(self)
 
 
 class LineWriter:
@@ -48,19 +57,27 @@ class LineWriter:
             ``coalesce`` instead of once per line; every line is still written, in order, at most
             ``coalesce`` seconds late (later while the stream is slow). The lines the writer
             holds for its write count in the backlog.
+
+    A line put while the writer is busy (writing, or gathering lines for ``coalesce``) is
+    appended to the waiting lines under one short lock and wakes no thread; only a line put
+    while the writer waits for work with no line left wakes it (one ``threading.Event``).
     """
 
     def __init__(self, stream: str = "stdout", backlog: int = STDOUT_BACKLOG,
                  name: str = "flodl-stdout", *, coalesce: float = 0.0) -> None:
         self._stream = stream
         self._coalesce = float(coalesce)
-        self._lines: queue.Queue[str | None] = queue.Queue(backlog)
         self._backlog = backlog
-        self._held = 0  # lines the writer took for its current write (with coalesce)
-        self._writer = threading.Thread(target=self._write, name=name, daemon=True)
-        #: guards the drop count: put() runs on every producing thread (log records of any
-        #: thread, the coordinator's lines)
+        #: guards the waiting lines, ``_held``, ``_idle``, ``_closing`` and the drop count:
+        #: put() runs on every producing thread (log records of any thread, the coordinator's
+        #: lines); the writer holds it only to take lines, never while it writes
         self._lock = threading.Lock()
+        self._lines = _Lines()
+        self._held = 0  # lines the writer took for its current write (with coalesce)
+        self._idle = False  # the writer waits on _wake for a line (set by the writer)
+        self._closing = False  # close(): write what waits, then stop
+        self._wake = threading.Event()  # set for an idle writer: a line, or close()
+        self._writer = threading.Thread(target=self._write, name=name, daemon=True)
         self._dropped = 0
         #: set once a write failed (the stream's reader went away): later lines are discarded
         self.broken = False
@@ -77,17 +94,16 @@ class LineWriter:
         Safe to call from several threads at once."""
         if line is None:
             return
-        if self._held and self._held + self._lines.qsize() >= self._backlog:
-            self._count_dropped()  # the lines being written and the queued ones fill the backlog
-            return
-        try:
-            self._lines.put_nowait(line)
-        except queue.Full:
-            self._count_dropped()
-
-    def _count_dropped(self) -> None:
         with self._lock:
-            self._dropped += 1
+            lines = self._lines
+            if len(lines) + self._held >= self._backlog:  # waiting and being written: full
+                self._dropped += 1
+                return
+            lines.append(line)
+            if not self._idle:  # the writer is busy: it takes this line when it next looks
+                return
+            self._idle = False
+        self._wake.set()
 
     def start(self) -> None:
         """Start writing (lines queued before wait until now)."""
@@ -97,8 +113,35 @@ class LineWriter:
         """Write the lines still waiting, then stop: waits for the stream to take them (Ctrl-C
         interrupts the wait). A writer never started is left as is."""
         if self._writer.is_alive():
-            self._lines.put(None)
+            with self._lock:
+                self._closing = True
+            self._wake.set()
             self._writer.join()
+
+    def _take(self) -> list[str] | _Lines | None:
+        """The writer's next lines to write, in order: one line, or with ``coalesce`` every line
+        put during the ``coalesce`` seconds it waits first (counted in ``_held`` until its next
+        call); with no line after that wait, it waits for one (a put() wakes it). None once
+        close() asked and no line is left."""
+        coalesce = self._coalesce
+        with self._lock:
+            self._held = 0  # the previous write is done
+        while True:
+            if coalesce > 0.0 and not self._closing:
+                time.sleep(coalesce)  # the lines put meanwhile wake no one; taken below
+            with self._lock:
+                lines = self._lines
+                if lines:
+                    if coalesce > 0.0:
+                        self._lines = _Lines()
+                        self._held = len(lines)
+                        return lines
+                    return [lines.popleft()]
+                if self._closing:
+                    return None
+                self._idle = True  # no line: the next put() wakes the writer
+                self._wake.clear()  # under the lock: before that put() can set it
+            self._wake.wait()
 
     def _write(self) -> None:
         # straight to the file descriptor: a write blocked on a full pipe then holds no lock of
@@ -113,34 +156,18 @@ class LineWriter:
         # the stream failed (its reader went away): take the lines, write none; a stream that is
         # None (started with ``>&-``) takes them too, as print() does, and is not broken
         broken = out is None
-        more = True
-        while more and (line := self._lines.get()) is not None:
-            batch = [line]
-            if self._coalesce > 0.0:  # the lines put meanwhile wake no one; taken below
-                self._held = 1
-                time.sleep(self._coalesce)
-                while True:
-                    try:
-                        later = self._lines.get_nowait()
-                    except queue.Empty:
-                        break
-                    if later is None:  # close(): write what came before, then stop
-                        more = False
-                        break
-                    self._held += 1
-                    batch.append(later)
+        while (batch := self._take()) is not None:
             try:
                 self._write_batch(batch, out, fd, encoding, broken)
             except (AttributeError, OSError, ValueError):  # AttributeError: no write() method
                 broken = self.broken = True
-            self._held = 0
 
     @staticmethod
-    def _write_batch(batch: list[str], out: Any, fd: int | None, encoding: str,
+    def _write_batch(batch: Iterable[str], out: Any, fd: int | None, encoding: str,
                      broken: bool) -> None:
         if broken:
             return
-        text = "".join(f"{ln}\n" for ln in batch)
+        text = "\n".join(batch) + "\n"
         if fd is None:
             out.write(text)
             out.flush()
