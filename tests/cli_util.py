@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import threading
+from typing import IO, Any
+
 import pytest
 
 
@@ -16,3 +20,22 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
         code = int(e.code or 0)
     got = capsys.readouterr()
     return code, got.out, got.err
+
+
+def close_and_drain(writer: Any, read_end: int, out: IO[str]) -> str:
+    """Close the LineWriter ``writer`` whose stream ``out`` writes into a pipe while a thread
+    reads the pipe's ``read_end`` (so a writer blocked on a full pipe can finish), close both
+    ends, and return everything the pipe carried."""
+    got = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(read_end, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    writer.close()
+    out.close()
+    reader.join()
+    os.close(read_end)
+    return got.decode()

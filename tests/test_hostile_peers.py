@@ -35,6 +35,7 @@ from flodl_proto.reduce import HostFold
 from flodl_proto.runner import _netio, _netio_send
 from flodl_proto.runner.relay import Relay
 
+from .cli_util import close_and_drain
 from .cluster_util import (
     SALT,
     ControllerConn,
@@ -392,19 +393,7 @@ def test_stdout_lines_to_a_slow_reader_are_never_reordered_or_doubled(
     lines = [f"round {i}: kind model weight 2 bytes 4202 ms 0.5 " + "x" * 60 for i in range(2000)]
     for ln in lines:
         w.put(ln)
-    got = bytearray()
-
-    def drain() -> None:
-        while chunk := os.read(read_end, 1 << 16):
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    w.close()
-    out.close()
-    reader.join()
-    os.close(read_end)
-    text = got.decode()
+    text = close_and_drain(w, read_end, out)
     assert text.endswith("\n")
     received = text.splitlines()
     index = {ln: i for i, ln in enumerate(lines)}

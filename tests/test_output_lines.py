@@ -13,6 +13,8 @@ import pytest
 from flodl_proto.commands import _output
 from flodl_proto.commands._output import LineWriter
 
+from .cli_util import close_and_drain
+
 
 def _run(monkeypatch: pytest.MonkeyPatch, lines: list[str], coalesce: float,
          backlog: int = 256) -> tuple[list[bytes], int]:
@@ -176,19 +178,8 @@ def test_lines_put_while_the_writer_is_blocked_on_a_stalled_stdout_count_exactly
     for i in range(20):
         w.put(f"line {i}")
     assert w.dropped == 13
-    got = bytearray()
-
-    def drain() -> None:
-        while chunk := os.read(read_end, 1 << 16):
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    w.close()
-    out.close()
-    reader.join()
-    os.close(read_end)
-    assert got.decode().splitlines() == [long] + [f"line {i}" for i in range(7)]
+    text = close_and_drain(w, read_end, out)
+    assert text.splitlines() == [long] + [f"line {i}" for i in range(7)]
     assert (w.dropped, w.broken) == (13, False)
 
 
