@@ -515,6 +515,29 @@ def test_run_stops_when_the_first_cases_never_start(jobs: int) -> None:
     assert [r.started for r in ok] == [True, True]
 
 
+@pytest.mark.timeout(60)
+def test_a_stop_set_before_the_run_leaves_no_case_held() -> None:
+    """A stop set (by another thread) before any case played: the first cases return at once
+    without telling whether the target starts, and the cases held behind them return too, so
+    the run ends interrupted rather than waiting for ever."""
+    import threading
+
+    from flodl_proto.conform.report import RunInterrupted
+    from flodl_proto.conform.target import InProcessTarget
+
+    def never(ctx: Any) -> Any:
+        raise AssertionError("no case may play after the stop")
+
+    runs, _ = select_cases(CATALOGUE, role="controller", versions=[3],
+                           patterns=["controller.round.*"])
+    assert len(runs) > 2
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(RunInterrupted) as info:
+        run_cases(runs, lambda: InProcessTarget(never), SETTINGS, jobs=2, stop=stop)
+    assert info.value.results == []
+
+
 @pytest.mark.parametrize("jobs", ["1", "4"])
 def test_cli_target_that_never_starts_runs_only_the_first_cases(
         jobs: str, capsys: pytest.CaptureFixture[str]) -> None:

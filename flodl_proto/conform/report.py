@@ -110,6 +110,7 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
         if held:
             known.wait()
         if stop.is_set() or gave_up.is_set() or halted.is_set():
+            known.set()  # a stop before the first cases played: the held ones return too
             return None
         try:
             res = play_case(runs[i][0], runs[i][1], make_target, settings)
