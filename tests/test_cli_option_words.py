@@ -108,6 +108,8 @@ REFUSED: list[tuple[list[str], str]] = [
      E_KIT + "--timeout-scale: '0' is out of range; expected a finite scale factor from 0.1 to "
      "1000"),
     ([*KIT, "--jobs", "0", "--launch", "x"], E_KIT + "--jobs: must be in 1..1024, got 0"),
+    ([*KIT, "--cases", "", "--launch", "x"], E_KIT + "--cases: no pattern (the value is empty)"),
+    ([*KIT, "--cases", " ", "--list"], E_KIT + "--cases: no pattern (the value is blank)"),
     ([*KIT, "--launch", ""], E_KIT + "--launch: no command (the value is empty)"),
     ([*KIT, "--launch", " "], E_KIT + "--launch: no command (the value is blank)"),
     ([*KIT, "--launch", "a\x00b"],

@@ -279,6 +279,10 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
                       args)
     if not 1 <= args.jobs <= JOBS_MAX:
         return _usage(option_message("--jobs", f"must be in 1..{JOBS_MAX}, got {args.jobs}"), args)
+    for pattern in args.cases:  # ``--cases "$IDS"`` with the variable unset matches no id
+        if not pattern.strip():
+            blank = "empty" if not pattern else "blank"
+            return _usage(option_message("--cases", f"no pattern (the value is {blank})"), args)
     if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
         return _usage(f"--junit {args.junit} and --json {args.json} are the same file (one "
                       "report would replace the other); give two paths", args)
