@@ -62,6 +62,8 @@ def replacing(out: Path, new_mode: int = 0o666) -> Iterator[BinaryIO]:
             (``strerror`` says why, e.g. ``No space left on device``, after the step for the
             two steps that fail for a reason of the folder: ``creating a temporary file in
             /proc to replace it: No such file or directory (the folder takes no new file)``,
+            ``creating a temporary file in ro to write it: Permission denied`` for a file that
+            does not exist yet,
             ``renaming the temporary file onto it: Device or resource busy``; ``filename`` is
             ``out``,
             never the temporary file: an ``OSError`` the body raises naming no file or the
@@ -90,8 +92,9 @@ def replacing(out: Path, new_mode: int = 0o666) -> Iterator[BinaryIO]:
     except OSError as e:
         hint = (" (the folder takes no new file)"
                 if e.errno == errno.ENOENT and target.parent.is_dir() else "")
-        raise _naming(_at_step(e, f"creating a temporary file in {target.parent} to replace "
-                               "it", hint), out) from None
+        purpose = "to replace it" if st_mode is not None else "to write it"  # or a new file
+        raise _naming(_at_step(e, f"creating a temporary file in {target.parent} {purpose}",
+                               hint), out) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

@@ -129,6 +129,27 @@ def test_a_failed_creation_or_rename_names_its_step(tmp_path: Path,
     assert out.read_bytes() == b"old" and _names(tmp_path) == ["out.bin"]
 
 
+def test_a_failed_creation_for_a_new_file_names_its_step_as_writing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new file in a folder that takes none (read-only) was said to be replaced: ``creating a
+    temporary file in FOLDER to replace it``, of a file that did not exist."""
+    from flodl_proto import _files
+
+    out = tmp_path / "s.hex"
+
+    def no_create(target: Path, mode: int) -> tuple[int, str]:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                              str(target.parent / ".s.hex.0.tmp"))
+
+    monkeypatch.setattr(_files, "_create_temporary", no_create)
+    with pytest.raises(PermissionError) as e:
+        replace_file(out, b"new")
+    assert (e.value.errno, e.value.filename) == (errno.EACCES, str(out))
+    assert e.value.strerror == (f"creating a temporary file in {tmp_path} to write it: "
+                                "Permission denied")
+    assert _names(tmp_path) == []
+
+
 def test_the_file_and_its_folder_are_synced_before_and_after_the_rename(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flodl_proto import _files
