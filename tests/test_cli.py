@@ -2197,6 +2197,17 @@ def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
     assert cli_salt(None, str(path)) == raw
 
 
+@pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs /dev/null")
+def test_a_salt_file_that_is_a_device_of_no_bytes_says_what_it_is() -> None:
+    """``--salt-file /dev/null`` was called an empty file: it is a character device."""
+    from flodl_proto.commands.relay import cli_salt
+
+    with pytest.raises(ValueError) as e:
+        cli_salt(None, "/dev/null")
+    assert str(e.value) == ("argument --salt-file: /dev/null: session salt must be 16 bytes "
+                            "written as 32 hex digits, got 0 bytes (a character device)")
+
+
 def _ctrl_c_python(tmp_path: Path, step: str, signame: str = "INT") -> str:
     """An interpreter for ``fuzz/run.sh`` (``PYTHON``) that, when it runs the script's ``step``
     (``atheris``: the check that atheris is there; ``targets``: the listing of the targets),

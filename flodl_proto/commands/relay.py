@@ -52,6 +52,7 @@ import math
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -187,7 +188,8 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
         InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``; for a
             file of whitespace alone or an empty one, its count of bytes: ``got 17 bytes, all
             whitespace (a raw salt file holds exactly 16 bytes)``, ``got 0 bytes (an empty
-            file)``).
+            file)``, or what a path that is not a regular file is: ``got 0 bytes (a character
+            device)`` for ``/dev/null``).
         OSError: the salt file cannot be read, or is longer than :data:`SALT_FILE_MAX_BYTES`
             (``/dev/zero``: read no further, so memory stays bounded).
 
@@ -197,6 +199,7 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
     if salt_file is not None:
         with Path(salt_file).open("rb") as f:
             raw = f.read(SALT_FILE_MAX_BYTES + 1)
+            mode = os.fstat(f.fileno()).st_mode
         if len(raw) > SALT_FILE_MAX_BYTES:
             raise OSError(errno.EFBIG, f"longer than {SALT_FILE_MAX_BYTES} bytes: not a session "
                           "salt (32 hex digits, or 16 raw bytes)", salt_file)
@@ -209,7 +212,7 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
                 if raw.decode("ascii").strip():
                     raise
                 # nothing left once stripped ("got 0 characters"): say what the file holds
-                held = ("0 bytes (an empty file)" if not raw else
+                held = (f"0 bytes ({_file_kind(mode)})" if not raw else
                         f"{len(raw)} byte{'s' * (len(raw) != 1)}, all whitespace (a raw salt "
                         f"file holds exactly {SESSION_SALT_BYTES} bytes)")
                 raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
@@ -220,6 +223,15 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
                 got=f"{len(raw)} bytes, byte {e.start + 1} (0x{raw[e.start]:02x}) not ASCII "
                     f"(a raw salt file holds exactly {SESSION_SALT_BYTES} bytes)") from None
     return parse_salt(salt)
+
+
+def _file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for a salt file that held nothing: ``an empty
+    file`` (a regular one), ``a character device`` (``/dev/null``), ``a FIFO``, ``a block
+    device``, else ``not a regular file``. Raises nothing."""
+    kinds = ((stat.S_ISREG, "an empty file"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
