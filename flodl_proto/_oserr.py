@@ -1,12 +1,14 @@
 """The reason an operation failed, in words, for one-line error messages that name the path or
-the peer already.
+the peer already, and what kind of file a path is (:func:`file_kind`).
 
 No upstream counterpart: upstream's messages carry Rust's ``io::Error`` display.
 """
 
 from __future__ import annotations
 
-__all__ = ["os_reason"]
+import stat
+
+__all__ = ["file_kind", "os_reason"]
 
 
 def os_reason(e: BaseException) -> str:
@@ -28,3 +30,15 @@ def os_reason(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
     return str(e) or type(e).__name__
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for a message about a file that held nothing:
+    ``an empty file`` (a regular one), ``a character device`` (``/dev/null``), ``a FIFO``, ``a
+    block device``, else ``not a regular file``. Raises nothing.
+
+    No upstream counterpart: upstream reads no salt file.
+    """
+    kinds = ((stat.S_ISREG, "an empty file"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")

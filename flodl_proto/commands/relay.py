@@ -52,7 +52,6 @@ import math
 import os
 import signal
 import socket
-import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -61,7 +60,7 @@ from types import FrameType
 from typing import Any, Final
 
 from .._numbers import not_plain_note, plain_number
-from .._oserr import os_reason
+from .._oserr import file_kind, os_reason
 from ..addr import parse_addr, port_not_in_range
 from ..cli import interrupts_held, sigterm_as_ctrl_c
 from ..errors import (
@@ -212,7 +211,7 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
                 if raw.decode("ascii").strip():
                     raise
                 # nothing left once stripped ("got 0 characters"): say what the file holds
-                held = (f"0 bytes ({_file_kind(mode)})" if not raw else
+                held = (f"0 bytes ({file_kind(mode)})" if not raw else
                         f"{len(raw)} byte{'s' * (len(raw) != 1)}, all whitespace (a raw salt "
                         f"file holds exactly {SESSION_SALT_BYTES} bytes)")
                 raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
@@ -223,15 +222,6 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
                 got=f"{len(raw)} bytes, byte {e.start + 1} (0x{raw[e.start]:02x}) not ASCII "
                     f"(a raw salt file holds exactly {SESSION_SALT_BYTES} bytes)") from None
     return parse_salt(salt)
-
-
-def _file_kind(mode: int) -> str:
-    """What a file of ``st_mode`` ``mode`` is, for a salt file that held nothing: ``an empty
-    file`` (a regular one), ``a character device`` (``/dev/null``), ``a FIFO``, ``a block
-    device``, else ``not a regular file``. Raises nothing."""
-    kinds = ((stat.S_ISREG, "an empty file"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISBLK, "a block device"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
