@@ -488,6 +488,11 @@ def test_stop_and_inputs_after_finish() -> None:
 def test_local_misuse() -> None:
     with pytest.raises(InvalidValue, match="world_size must be > 0"):
         ControllerCore(0, SALT)
+    with pytest.raises(LocalProtocolError) as ei:  # a negative world size named with its value
+        ControllerCore(-1, SALT)
+    assert ei.value.error_id == "controller.bad_argument"
+    assert str(ei.value) == ("cluster_controller: world_size = -1 is invalid: not a whole number "
+                             "in 1..4294967295 (ranks are u32)")
     with pytest.raises(InvalidValue, match=r"dead_ranks world_size \(3\) must match"):
         ControllerCore(2, SALT, dead_ranks=DeadRanks(3))
     core = ControllerCore(1, SALT)

@@ -30,13 +30,14 @@ def check_core_args(world_size: object, reduce_threads: object) -> tuple[int, in
     never truncated (the codec's integer rule, :func:`~flodl_proto.codec._common.wire_int`).
 
     Raises:
-        InvalidValue (local): ``controller.world_size_zero`` for a world size <= 0 (upstream's
-            words), else ``controller.bad_argument`` naming the argument and the value.
+        InvalidValue (local): ``controller.world_size_zero`` for a world size of 0 (upstream's
+            words), else ``controller.bad_argument`` naming the argument and the value (a
+            negative world size included).
     """
     n = wire_int(world_size)
-    if n is not None and n <= 0:
+    if n == 0:
         raise protocol_error("controller.world_size_zero")
-    if n is None or n > U32_MAX:
+    if n is None or not 0 < n <= U32_MAX:
         raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
                              reason=f"not a whole number in 1..{U32_MAX} (ranks are u32)")
     threads = wire_int(reduce_threads)

@@ -177,7 +177,8 @@ class ControllerCore(_ControllerRelays):
             None, the default: both on the calling thread).
 
     Raises:
-        InvalidValue (local): ``world_size`` 0 (``controller.world_size_zero``) or no u32 or
+        InvalidValue (local): ``world_size`` 0 (``controller.world_size_zero``) or no u32 (a
+            negative one included, named with its value) or
             ``reduce_threads`` < 1 (``controller.bad_argument``), a ledger of another world size
             (``controller.ledger_mismatch``), a salt not of 16 bytes, a ``ceiling`` that is no
             byte count (``ceiling.invalid``), or a ``round_timeout`` that is not a positive
