@@ -686,7 +686,10 @@ def test_clean_ends_carry_their_detail() -> None:
 
 @pytest.mark.parametrize(("ranks", "world", "reason"), [
     ([], 1, "no ranks"), ([0, 0], 2, "a rank is listed twice"),
-    ([0], 0, "world_size must be > 0"), ([3], 2, "every rank must be < world_size"),
+    ([0], 0, "world_size must be > 0"),
+    # the rank out of range is named, and why
+    ([3], 2, "rank 3 is not below world_size 2 (the ranks of a world of 2 are 0..1)"),
+    ([0, -1], 4, "rank -1 is negative (the ranks of a world of 4 are 0..3)"),
     # a bool, a float or text was truncated or taken as 0 / 1; a world size beyond u32 taken
     ([True], 2, "every rank must be a whole number (not a bool, a float or text)"),
     ([0, 1.0], 2, "every rank must be a whole number (not a bool, a float or text)"),

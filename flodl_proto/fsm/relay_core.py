@@ -161,7 +161,8 @@ class RelayCore:
     Raises:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``: ``ranks`` no iterable
             of whole numbers, text and bytes-like objects included, whose characters or bytes
-            would be taken as the ranks; empty, a rank twice or not below ``world_size``) or
+            would be taken as the ranks; empty, a rank twice, or a rank negative or not below
+            ``world_size``, named with its value) or
             salt, a host name that is not text (``mux.bad_field``, as a Hello's) or longer
             than a Hello may carry (``relay.host_too_long``), or a ``rank_timeout`` that is not
             a positive number (``deadline.bad_timeout``).
@@ -202,8 +203,11 @@ class RelayCore:
             reason = "world_size must be > 0"
         elif world is None or world > U32_MAX:
             reason = f"world_size must be a whole number in 1..{U32_MAX}"
-        elif any(not 0 <= r < world for r in rank_list if r is not None):
-            reason = "every rank must be < world_size"
+        elif (bad := next((r for r in rank_list if r is not None and not 0 <= r < world),
+                          None)) is not None:
+            reason = (f"rank {bad} is negative" if bad < 0 else
+                      f"rank {bad} is not below world_size {world}") + \
+                f" (the ranks of a world of {world} are 0..{world - 1})"
         if reason is not None:
             raise protocol_error("relay.bad_rank_set", ranks=given, world_size=world_size,
                                  reason=reason)
