@@ -725,6 +725,18 @@ def test_a_rank_set_of_bytes_or_text_is_refused(ranks: Any, shown: str, got: str
     assert RelayCore([0, 1], 2, SALT).ranks == (0, 1)
 
 
+def test_a_rank_set_given_as_a_mapping_is_refused() -> None:
+    """A dict's keys were taken as the ranks (its values silently dropped); a set is a rank
+    set."""
+    reason = ("ranks must be an iterable of whole numbers, got a dict (its keys would be taken "
+              "as the ranks; pass a list of ints)")
+    with pytest.raises(LocalProtocolError) as ei:
+        RelayCore({0: 1}, 4, SALT)
+    assert ei.value.error_id == "relay.bad_rank_set"
+    assert str(ei.value) == f"relay: rank set {{0: 1}} is invalid for world_size 4: {reason}"
+    assert RelayCore({1, 0}, 4, SALT).ranks == (0, 1)
+
+
 @pytest.mark.parametrize(("ranks", "got"), [(None, "None"), (5, "an int")])
 def test_a_rank_set_that_is_no_iterable_is_refused(ranks: Any, got: str) -> None:
     """None or a number raised a bare TypeError ('NoneType' object is not iterable)."""

@@ -59,7 +59,7 @@ Upstream: ``flodl/src/distributed/relay/agent.rs`` (``RelayChannel``, ``run_data
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from typing import Any, cast
 
@@ -161,8 +161,8 @@ class RelayCore:
     Raises:
         InvalidValue (local): a bad rank set (``relay.bad_rank_set``: ``ranks`` no iterable
             of whole numbers, text and bytes-like objects included, whose characters or bytes
-            would be taken as the ranks; empty, a rank twice, or a rank negative or not below
-            ``world_size``, named with its value) or
+            would be taken as the ranks, and a mapping, whose keys would be; empty, a rank
+            twice, or a rank negative or not below ``world_size``, named with its value) or
             salt, a host name that is not text (``mux.bad_field``, as a Hello's) or longer
             than a Hello may carry (``relay.host_too_long``), or a ``rank_timeout`` that is not
             a positive number (``deadline.bad_timeout``).
@@ -183,6 +183,11 @@ class RelayCore:
                 else ranks, world_size=world_size,
                 reason=f"ranks must be an iterable of whole numbers, got {shown_type(ranks)} "
                        "(each of its items would be taken as a rank; pass a list of ints)")
+        if isinstance(ranks, Mapping):  # its keys would be taken as the ranks, its values lost
+            raise protocol_error(
+                "relay.bad_rank_set", ranks=ranks, world_size=world_size,
+                reason=f"ranks must be an iterable of whole numbers, got {shown_type(ranks)} "
+                       "(its keys would be taken as the ranks; pass a list of ints)")
         try:
             given = list(ranks)
         except TypeError:  # None, a number: no rank set
