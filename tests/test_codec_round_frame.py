@@ -1092,6 +1092,17 @@ def test_round_frame_wire_len_refuses_what_is_no_tensor_list() -> None:
     assert round_frame_wire_len(t for t in [TensorPayload(0, [1], bytes(4))]) == 25 + 2 + 4 + 8 + 4
 
 
+@pytest.mark.parametrize(("flag", "got"), [("no", "a str"), (0, "an int"), (None, "None")])
+def test_round_frame_check_nbytes_must_be_a_bool(flag: Any, got: str) -> None:
+    """A truthy non-bool ("no") was taken as true, a falsy one (0, None) as false."""
+    with pytest.raises(errors.ProtocolError) as ei:
+        RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(0, [1], bytes(4))], check_nbytes=flag)
+    msg = _local_value(ei, "frame.bad_type", field="check_nbytes", expected="a bool", got=got)
+    assert msg == f"round_frame: check_nbytes must be a bool, got {got}"
+    short = TensorPayload(0, [2], bytes(4))
+    assert RoundFrame(RoundKind.MODEL, 1.0, [short], check_nbytes=False).tensors == (short,)
+
+
 @pytest.mark.parametrize("ceiling", [None, -1, 8.0, True, "64"])
 def test_array_refuses_a_bad_ceiling(ceiling: Any) -> None:
     elided = TensorPayload(0, [2], b"")

@@ -466,8 +466,9 @@ class RoundFrame:
     Raises:
         InvalidValue (local): bad kind (``frame.bad_field``; only the integers 0 and 1 or a
             :class:`RoundKind`: ``True`` is not Control, ``1.0`` is refused) or weight;
-            ``frame.bad_type`` naming ``tensors`` (no iterable: ``got None``) or
-            ``tensors[i]`` (no :class:`TensorPayload`) and its type;
+            ``frame.bad_type`` naming ``tensors`` (no iterable: ``got None``),
+            ``tensors[i]`` (no :class:`TensorPayload`) or ``check_nbytes`` (no bool) and its
+            type;
             LimitExceeded (local): too many tensors.
         SchemaMismatch (local): ``frame.payload_nbytes_local`` naming the tensor's index, shape,
             dtype, the expected and the given byte count (``check_nbytes``).
@@ -505,6 +506,9 @@ class RoundFrame:
         if len(ts) > MAX_ROUND_FRAME_TENSORS:
             raise protocol_error("frame.too_many_tensors_local", count=len(ts),
                                  cap=MAX_ROUND_FRAME_TENSORS)
+        if check_nbytes is not True and check_nbytes is not False:  # "no" was taken as true
+            raise protocol_error("frame.bad_type", field="check_nbytes", expected="a bool",
+                                 got=shown_type(check_nbytes))
         size_of = _ELEMENT_SIZE_OF if check_nbytes else _no_size
         for t in ts:
             if not isinstance(t, TensorPayload):
