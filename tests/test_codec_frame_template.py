@@ -138,7 +138,8 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
      {"field": "layout", "expected": "a sequence of (dtype tag, shape) pairs", "got": "None"}),
     (5, "frame.bad_type",
      {"field": "layout", "expected": "a sequence of (dtype tag, shape) pairs", "got": "an int"}),
-    ([(0, (1,) * 65)], "tensor.ndim_unsupported", {"ndim": 65, "max": 64}),
+    ([(0, (1,) * 65)], "tensor.ndim_unsupported",
+     {"where": "FrameTemplate", "ndim": 65, "max": 64}),
     ([(0, (2 ** 28,)), (1, (1,))], "template.too_large",  # 1 GiB + 2 bytes
      {"index": 1, "total": 2 ** 30 + 2, "ceiling": 2 ** 30}),
     ([(1, (0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1))], "tensor.shape_unrepresentable",

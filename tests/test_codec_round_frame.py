@@ -499,9 +499,10 @@ def test_array_too_many_dims_for_numpy() -> None:
     for t in (TensorPayload(0, [1] * 65, bytes(4)), TensorPayload.elide(0, [1] * 65)):
         with pytest.raises(errors.InvalidValue) as ei:
             t.array(materialize_elided=True)
-        expect(ei, errors.InvalidValue, False, "tensor.ndim_unsupported", {"ndim": 65, "max": 64},
-               "tensor has 65 dimensions; NumPy arrays carry at most 64 (use the raw payload "
-               "bytes)")
+        expect(ei, errors.InvalidValue, False, "tensor.ndim_unsupported",
+               {"where": "TensorPayload.array", "ndim": 65, "max": 64},
+               "TensorPayload.array: tensor has 65 dimensions; NumPy arrays carry at most 64 "
+               "(use the raw payload bytes)")
     assert TensorPayload(0, [1] * 64, bytes(4)).array().shape == (1,) * 64
 
 

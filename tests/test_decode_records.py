@@ -74,8 +74,8 @@ def _tensors(version: int, values: bool) -> list[dict[str, Any]]:
         {**f32([3], 12), "min": -2.0, "max": 0.25, "mean": (0.25 - 2.0) / 3},
         f32([0], 0),
         f32([1], 0, elided=True),
-        {**f32([1] * 65, 4), "note": "tensor has 65 dimensions; NumPy arrays carry at most 64 "
-                                     "(use the raw payload bytes)"},
+        {**f32([1] * 65, 4), "note": "TensorPayload.array: tensor has 65 dimensions; NumPy "
+                                     "arrays carry at most 64 (use the raw payload bytes)"},
     ]
     if version == 2:
         out[5]["note"] = "elided payload: not legal at protocol version 2 (the fold rejects it)"

@@ -350,8 +350,8 @@ class TensorPayload:
         if nbytes != expected:
             if nbytes == 0 and materialize_elided:
                 if len(shape) > _NUMPY_MAX_NDIM:
-                    raise protocol_error("tensor.ndim_unsupported", ndim=len(shape),
-                                         max=_NUMPY_MAX_NDIM)
+                    raise protocol_error("tensor.ndim_unsupported", where="TensorPayload.array",
+                                         ndim=len(shape), max=_NUMPY_MAX_NDIM)
                 if expected > ceiling:
                     raise protocol_error("tensor.elided_too_large", shape=list(shape),
                                          nbytes=expected, ceiling=ceiling)
@@ -369,7 +369,8 @@ class TensorPayload:
             raise protocol_error("tensor.nbytes_vs_shape", shape=list(shape), expected=expected,
                                  got=nbytes)
         if len(shape) > _NUMPY_MAX_NDIM:
-            raise protocol_error("tensor.ndim_unsupported", ndim=len(shape), max=_NUMPY_MAX_NDIM)
+            raise protocol_error("tensor.ndim_unsupported", where="TensorPayload.array",
+                                 ndim=len(shape), max=_NUMPY_MAX_NDIM)
         arr = np.frombuffer(self.data, dtype=np_dtype)  # flat, of exactly numel elements
         if len(shape) != 1:
             try:

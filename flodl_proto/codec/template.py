@@ -220,7 +220,8 @@ def _template_layout(layout: Iterable[Any], ceiling: int
             raise protocol_error("frame.bad_field", field="dtype", value=dtype,
                                  reason="a template carries f32 (0) or bf16 (1) payloads")
         if len(dims) > _NUMPY_MAX_NDIM:
-            raise protocol_error("tensor.ndim_unsupported", ndim=len(dims), max=_NUMPY_MAX_NDIM)
+            raise protocol_error("tensor.ndim_unsupported", where="FrameTemplate",
+                                 ndim=len(dims), max=_NUMPY_MAX_NDIM)
         for k, n in enumerate(dims):
             if not 0 <= n <= U32_MAX:
                 raise protocol_error("frame.dim_too_large", index=i, dim=k, value=n)
