@@ -5,7 +5,9 @@ are never kept, and the reduce gives the same bytes with the pool as without it.
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -121,6 +123,56 @@ def test_the_unheld_count_is_measured_untraced_so_a_kept_array_is_never_handed_o
     assert again is not kept and pool.reused == 0
     again[:] = 2.0
     assert float(kept.min()) == float(kept.max()) == 1.0
+
+
+def test_hooks_threading_gives_new_threads_do_not_change_the_unheld_count() -> None:
+    """The count is taken on a thread of its own: a trace or profile function that
+    ``threading.settrace`` / ``threading.setprofile`` installs in every new thread (reading
+    frame locals) is switched off there, so the count is still the untraced one."""
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_locals  # noqa: B018 - the read that adds the references
+        return tracer
+
+    untraced = _pool._refs_when_unheld()
+    old_trace, old_profile = threading.gettrace(), threading.getprofile()
+    threading.settrace(tracer)
+    try:
+        traced = _pool._refs_when_unheld()
+    finally:
+        threading.settrace(old_trace)
+    threading.setprofile(tracer)
+    try:
+        profiled = _pool._refs_when_unheld()
+    finally:
+        threading.setprofile(old_profile)
+    assert traced == profiled == untraced == _UNHELD_REFS
+
+
+#: imports the pool under cProfile; prints whether the profiler is still the thread's and
+#: still counts the calls made after the import
+_PROFILED_IMPORT = """
+import cProfile, pstats, sys
+profiler = cProfile.Profile()
+profiler.enable()
+import flodl_proto.reduce._pool
+still_set = sys.getprofile() is profiler
+def called_after_the_import():
+    return 1
+called_after_the_import()
+profiler.disable()
+names = {func for (_, _, func) in pstats.Stats(profiler).stats}
+print(still_set, "called_after_the_import" in names, sys.getprofile())
+"""
+
+
+def test_a_profiler_set_before_the_import_is_still_set_after_it() -> None:
+    """``python -m cProfile`` (or ``cProfile.Profile().enable()``) before the package is
+    imported: the import measures its reference count without touching the thread's profile
+    function, which goes on profiling (it was replaced by a Python-level call of the
+    ``Profile`` object, and the import failed with ``TypeError``)."""
+    res = subprocess.run([sys.executable, "-c", _PROFILED_IMPORT], capture_output=True,
+                         text=True, timeout=120)
+    assert (res.returncode, res.stderr, res.stdout) == (0, "", "True True None\n")
 
 
 def _frame(values: np.ndarray, weight: float, dtype: Dtype = Dtype.F32) -> RoundFrame:

@@ -19,6 +19,7 @@ No upstream counterpart (``controller/round_frame.rs`` allocates its accumulator
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -38,20 +39,44 @@ def _measure_unheld() -> int:
 
 def _refs_when_unheld() -> int:
     """What ``sys.getrefcount`` reports, in :meth:`OutputPool.take`, for a kept array nobody
-    else holds: the pool's dict, the local name and the call's argument.
+    else holds: the pool's dict, the local name and the call's argument (an ``int``, 3 on
+    CPython 3.11).
 
     Measured with no trace or profile function: one that reads a frame's locals (a debugger,
     some profilers) adds a reference to each local while it is active, and a count taken then
     would let :meth:`OutputPool.take` hand out an array someone still holds. While ``take``
-    itself is traced the count can only be higher, and the array is not reused."""
-    trace, profile = sys.gettrace(), sys.getprofile()
-    sys.settrace(None)
-    sys.setprofile(None)
-    try:
-        return _measure_unheld()
-    finally:
-        sys.settrace(trace)
-        sys.setprofile(profile)
+    itself is traced the count can only be higher, and the array is not reused.
+
+    The count is taken on a short-lived thread of its own, which switches off its own trace and
+    profile functions (those ``threading.settrace`` / ``threading.setprofile`` give every new
+    thread): both are per thread, so the calling thread's are left untouched. A profiler
+    installed in C (``cProfile``, ``yappi``) cannot be switched off and put back from Python:
+    ``sys.setprofile`` would install a Python-level call of the object ``sys.getprofile``
+    returned (for ``cProfile`` a ``Profile``, which is not callable: importing the package
+    under ``cProfile`` raised ``TypeError``), or nothing where it returned None.
+
+    Raises:
+        RuntimeError: the thread cannot be started.
+        MemoryError: the probe array cannot be allocated (raised again here, from the thread).
+
+    Upstream: none (``controller/round_frame.rs`` allocates its accumulators per round).
+    """
+    outcome: list[int | BaseException] = []
+
+    def measure() -> None:
+        sys.settrace(None)  # this thread's only: the hooks threading gave it
+        sys.setprofile(None)
+        try:
+            outcome.append(_measure_unheld())
+        except BaseException as e:  # handed to the importing thread, raised there
+            outcome.append(e)
+
+    t = threading.Thread(target=measure, name="flodl-pool-refcount")
+    t.start()
+    t.join()
+    if isinstance(result := outcome[0], BaseException):
+        raise result
+    return result
 
 
 _UNHELD_REFS = _refs_when_unheld()
