@@ -205,3 +205,26 @@ def test_lines_written_leave_the_backlog_before_the_next_gathering(
     assert dropped == 0
     assert buf.getvalue() == "".join(f"a{i}\n" for i in range(4)) + "".join(
         f"b{i}\n" for i in range(4))
+
+
+@pytest.mark.timeout(120)
+def test_a_gathering_ends_once_half_the_backlog_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # lines put faster than the gathering lasts (a rank's or controller's rounds of a fraction
+    # of a millisecond) while the stream keeps up: the line that fills half the backlog wakes
+    # the writer, so no line is dropped for a gathering that held the backlog full
+    import io
+
+    from .cluster_util import wait_until
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    w = LineWriter("stdout", 8, coalesce=3600.0)  # a gathering that outlasts any test
+    w.start()
+    for batch in range(5):
+        for i in range(4):
+            w.put(f"line {4 * batch + i}")
+        wait_until(lambda: buf.getvalue().count("\n") == 4 * (batch + 1), timeout=30)  # noqa: B023
+    assert w.dropped == 0
+    w.close()  # ends the gathering under way too
+    assert (buf.getvalue(), w.dropped, w._writer.is_alive()) == (
+        "".join(f"line {i}\n" for i in range(20)), 0, False)

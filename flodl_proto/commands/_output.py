@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -53,14 +52,18 @@ class LineWriter:
         name: the writer thread's name.
         coalesce: seconds the writer waits after a line wakes it, so the lines put meanwhile
             are written with it in one ``write`` (default 0: every line at once). A producer
-            that puts a line per round (the controller) then wakes the writer at most once per
-            ``coalesce`` instead of once per line; every line is still written, in order, at most
-            ``coalesce`` seconds late (later while the stream is slow). The lines the writer
-            holds for its write count in the backlog.
+            that puts a line per round (the controller) then wakes the writer once per
+            ``coalesce``, or per half backlog of lines when they come faster, instead of once
+            per line; every line is still written, in order, at most ``coalesce`` seconds late
+            (later while the stream is slow). The lines the writer holds for its write count
+            in the backlog. A gathering ends early when half the backlog waits (lines put
+            faster than the gathering lasts are not dropped while their stream keeps up) or on
+            :meth:`close`.
 
     A line put while the writer is busy (writing, or gathering lines for ``coalesce``) is
     appended to the waiting lines under one short lock and wakes no thread; only a line put
-    while the writer waits for work with no line left wakes it (one ``threading.Event``).
+    while the writer waits for work with no line left, or the line that fills half the backlog
+    while the writer gathers, wakes it (one ``threading.Event``).
     """
 
     def __init__(self, stream: str = "stdout", backlog: int = STDOUT_BACKLOG,
@@ -75,6 +78,9 @@ class LineWriter:
         self._lines = _Lines()
         self._held = 0  # lines the writer took for its current write (with coalesce)
         self._idle = False  # the writer waits on _wake for a line (set by the writer)
+        self._gathering = False  # the writer waits on _wake for coalesce seconds (idem)
+        #: waiting lines that end a gathering early: half the backlog (at least one)
+        self._flush_at = max(1, backlog // 2)
         self._closing = False  # close(): write what waits, then stop
         self._wake = threading.Event()  # set for an idle writer: a line, or close()
         self._writer = threading.Thread(target=self._write, name=name, daemon=True)
@@ -100,9 +106,12 @@ class LineWriter:
                 self._dropped += 1
                 return
             lines.append(line)
-            if not self._idle:  # the writer is busy: it takes this line when it next looks
+            if self._idle:
+                self._idle = False
+            elif self._gathering and len(lines) >= self._flush_at:  # half the backlog
+                self._gathering = False
+            else:  # the writer is busy: it takes this line when it next looks
                 return
-            self._idle = False
         self._wake.set()
 
     def start(self) -> None:
@@ -120,16 +129,23 @@ class LineWriter:
 
     def _take(self) -> list[str] | _Lines | None:
         """The writer's next lines to write, in order: one line, or with ``coalesce`` every line
-        put during the ``coalesce`` seconds it waits first (counted in ``_held`` until its next
-        call); with no line after that wait, it waits for one (a put() wakes it). None once
-        close() asked and no line is left."""
+        put during the ``coalesce`` seconds it waits first (:meth:`_gather`; counted in
+        ``_held`` until its next call); with no line after that wait, it waits for one (a put()
+        wakes it). None once close() asked and no line is left."""
         coalesce = self._coalesce
         with self._lock:
             self._held = 0  # the previous write is done
         while True:
-            if coalesce > 0.0 and not self._closing:
-                time.sleep(coalesce)  # the lines put meanwhile wake no one; taken below
+            if coalesce > 0.0:
+                with self._lock:
+                    gather = not self._closing and len(self._lines) < self._flush_at
+                    if gather:
+                        self._gathering = True
+                        self._wake.clear()  # under the lock: before a put() can set it
+                if gather:
+                    self._gather(coalesce)  # the lines put meanwhile wake no one (most)
             with self._lock:
+                self._gathering = False
                 lines = self._lines
                 if lines:
                     if coalesce > 0.0:
@@ -142,6 +158,11 @@ class LineWriter:
                 self._idle = True  # no line: the next put() wakes the writer
                 self._wake.clear()  # under the lock: before that put() can set it
             self._wake.wait()
+
+    def _gather(self, seconds: float) -> None:
+        """Wait ``seconds`` for lines to gather; woken early by the put() that fills half the
+        backlog, or by close()."""
+        self._wake.wait(seconds)
 
     def _write(self) -> None:
         # straight to the file descriptor: a write blocked on a full pipe then holds no lock of
