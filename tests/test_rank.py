@@ -722,6 +722,75 @@ def test_rank_cli_rounds_go_on_while_nobody_reads_stdout() -> None:
     assert len(lines) <= STDOUT_BACKLOG + 1 + 4096 // min(len(ln) + 1 for ln in lines)
 
 
+def test_rank_cli_digest_lines_of_rounds_gathered_leave_in_one_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rank's stdout writer gathers its digest lines for ``LINE_COALESCE`` seconds after a
+    line, as the controller's does: the lines of the rounds that end meanwhile are written in one
+    ``write``, in order, byte for byte as before (``round K digest <sha256 of the consensus
+    frame's bytes>``), and the rank waits at exit for them. Here the gathering ends only once
+    the relay has seen the rank leave (every line put), so all of them are one write; a writer
+    that wrote each line as it came made one write per round."""
+    import hashlib
+    import os
+    import sys
+
+    from flodl_proto.cli import main
+    from flodl_proto.commands import _output
+    from flodl_proto.commands.controller import LINE_COALESCE as CONTROLLER_COALESCE
+
+    rounds = 3
+    echoed: list[bytes] = []
+    rank_left = threading.Event()
+
+    def serve(relay: FakeRelay, conn: socket.socket) -> None:
+        try:
+            for _ in range(rounds):  # each contribution is its own consensus
+                n = int.from_bytes(recv_exact(conn, 4), "little")
+                body = recv_exact(conn, n)
+                echoed.append(body)
+                conn.sendall(n.to_bytes(4, "little") + body)
+            assert conn.recv(1) == b""  # the rank leaves after its last round
+        finally:
+            rank_left.set()
+
+    gathered: list[float] = []
+
+    def gather(writer: object, seconds: float) -> None:  # the writer's wait for more lines
+        gathered.append(seconds)
+        assert rank_left.wait(30)
+
+    read_end, write_end = os.pipe()
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if fd == write_end:
+            writes.append(bytes(data))
+        return real_write(fd, data)
+
+    fake = FakeRelay(acking(2, serve))
+    out = os.fdopen(write_end, "w", encoding="utf-8")
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(sys, "stdout", out)
+            m.setattr(_output.LineWriter, "_gather", gather)
+            m.setattr(_output.os, "write", write)
+            code = main(["rank", "--relay", fake.addr, "--rank", "0", "--world-size", "1",
+                         "--salt", SALT.hex(), "--rounds", str(rounds)])
+    finally:
+        out.close()
+        fake.close()
+    got = b""
+    while chunk := os.read(read_end, 1 << 16):
+        got += chunk
+    os.close(read_end)
+    want = "".join(f"round {k} digest {hashlib.sha256(body).hexdigest()}\n"
+                   for k, body in enumerate(echoed, 1)).encode()
+    assert (code, len(echoed)) == (0, rounds)
+    assert writes == [want] and got == want
+    assert gathered and set(gathered) == {CONTROLLER_COALESCE} == {_output.LINE_COALESCE}
+
+
 def _echo(request: RoundFrame) -> bytes:
     body = encode_round_frame_bytes(request, SALT)
     return len(body).to_bytes(4, "little") + body

@@ -24,11 +24,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging", "report_dropped",
-           "rich_console"]
+__all__ = ["LINE_COALESCE", "STDOUT_BACKLOG", "LineWriter", "LogLines", "queued_stderr_logging",
+           "report_dropped", "rich_console"]
 
 #: lines that may wait for their stream; more are dropped and counted
 STDOUT_BACKLOG = 256
+#: seconds a stdout writer of a line per round (the controller's round lines, a rank's digest
+#: lines) gathers lines before one write: a line per round would otherwise wake it once per
+#: round (about a third of a small round's CPU in the controller)
+LINE_COALESCE = 0.05
 
 
 class _Lines(collections.deque[str]):
@@ -52,13 +56,13 @@ class LineWriter:
         name: the writer thread's name.
         coalesce: seconds the writer waits after a line wakes it, so the lines put meanwhile
             are written with it in one ``write`` (default 0: every line at once). A producer
-            that puts a line per round (the controller) then wakes the writer once per
-            ``coalesce``, or per half backlog of lines when they come faster, instead of once
-            per line; every line is still written, in order, at most ``coalesce`` seconds late
-            (later while the stream is slow). The lines the writer holds for its write count
-            in the backlog. A gathering ends early when half the backlog waits (lines put
-            faster than the gathering lasts are not dropped while their stream keeps up) or on
-            :meth:`close`.
+            that puts a line per round (the controller, a rank: :data:`LINE_COALESCE`) then
+            wakes the writer once per ``coalesce``, or per half backlog of lines when they come
+            faster, instead of once per line; every line is still written, in order, at most
+            ``coalesce`` seconds late (later while the stream is slow). The lines the writer
+            holds for its write count in the backlog. A gathering ends early when half the
+            backlog waits (lines put faster than the gathering lasts are not dropped while
+            their stream keeps up) or on :meth:`close`.
 
     A line put while the writer is busy (writing, or gathering lines for ``coalesce``) is
     appended to the waiting lines under one short lock and wakes no thread; only a line put

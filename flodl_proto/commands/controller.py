@@ -61,7 +61,13 @@ from ..cli import interrupts_held
 from ..errors import ProtocolError, shown
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._option_error import OptionError, option_field
-from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
+from ._output import (
+    LINE_COALESCE,
+    STDOUT_BACKLOG,
+    LineWriter,
+    queued_stderr_logging,
+    report_dropped,
+)
 from .relay import (
     NO_SUCH_NAME,
     TIMEOUT_RULE,
@@ -99,9 +105,6 @@ _PROG = "flodl-proto controller"
 #: the detail of the clean outcome of a run stopped by SIGTERM or Ctrl-C: its ``finished:``
 #: line ends ``(stop: signal)`` (the demo reads it)
 SIGNAL_STOP_DETAIL = "signal"
-#: seconds the stdout writer gathers round lines before one write: a line per round would
-#: otherwise wake it once per round (about a third of a small round's CPU)
-LINE_COALESCE = 0.05
 
 
 def parse_outer(text: str | None) -> OuterOptimizer | None:

@@ -35,7 +35,9 @@ resolver that cannot answer now (a temporary failure, or no answer within 10 s x
 again.
 
 The digest lines are written by a thread of their own, so a stdout that is read slowly, or not at
-all (a full pipe), never holds up a round (and with it the whole cluster): at most
+all (a full pipe), never holds up a round (and with it the whole cluster); it writes the lines of
+up to :data:`~flodl_proto.commands._output.LINE_COALESCE` seconds together, as the controller
+does (a line per round would otherwise wake it every round): at most
 :data:`~flodl_proto.commands._output.STDOUT_BACKLOG` lines wait, later ones are dropped, and the
 number dropped is one warning line on stderr when the rank ends (before the error line, if any).
 Log records go to stderr the same way. At the end the rank waits for stdout to take the lines
@@ -56,7 +58,13 @@ from ..errors import ProtocolError
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from ._number_args import shown_as_typed
 from ._option_error import OptionError, option_field, option_message
-from ._output import STDOUT_BACKLOG, LineWriter, queued_stderr_logging, report_dropped
+from ._output import (
+    LINE_COALESCE,
+    STDOUT_BACKLOG,
+    LineWriter,
+    queued_stderr_logging,
+    report_dropped,
+)
 from .relay import (
     add_frame_ceiling_option,
     add_salt_options,
@@ -229,7 +237,8 @@ def run(args: argparse.Namespace) -> int:
     prog = f"flodl-proto rank {args.rank}"
     if unresolved is not None:
         print(f"{prog}: warning: {unresolved}", file=sys.stderr, flush=True)
-    lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-rank-stdout")
+    lines = LineWriter("stdout", STDOUT_BACKLOG, name="flodl-rank-stdout",
+                       coalesce=LINE_COALESCE)
     lines.start()
     failure: tuple[int, str] | None = None
     stdout_gone = False
