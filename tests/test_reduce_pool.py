@@ -148,6 +148,16 @@ def test_hooks_threading_gives_new_threads_do_not_change_the_unheld_count() -> N
     assert traced == profiled == untraced == _UNHELD_REFS
 
 
+def test_an_error_of_the_measuring_thread_is_raised_in_the_caller(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_memory() -> int:
+        raise MemoryError("probe")
+
+    monkeypatch.setattr(_pool, "_measure_unheld", no_memory)
+    with pytest.raises(MemoryError, match=r"^probe$"):
+        _pool._refs_when_unheld()
+
+
 #: imports the pool under cProfile; prints whether the profiler is still the thread's and
 #: still counts the calls made after the import
 _PROFILED_IMPORT = """
