@@ -61,6 +61,19 @@ def test_the_rest_of_the_codec_is_not_at_the_top_level() -> None:
         assert not hasattr(flodl_proto, name), name
 
 
+def test_the_mux_streams_events_come_from_the_codec() -> None:
+    """``MuxStream.feed`` returns these events: a tool that tells them apart imports them
+    where it imports the stream."""
+    from flodl_proto.codec import stream
+
+    for name in ("MagicReceived", "RecordReceived", "StreamEnded", "StreamFailed",
+                 "StreamEvent"):
+        assert name in codec.__all__, name
+        assert getattr(codec, name) is getattr(stream, name), name
+    events = codec.MuxStream(bytes(16)).feed(codec.encode_channel_magic("data"))
+    assert isinstance(events[0], codec.MagicReceived)
+
+
 def test_every_public_callable_has_a_docstring() -> None:
     for name in flodl_proto.__all__:
         obj = getattr(flodl_proto, name)

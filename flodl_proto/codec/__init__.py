@@ -72,7 +72,16 @@ from .round_frame import (
     round_frame_extent,
     round_frame_wire_len,
 )
-from .stream import LenFramedDecoder, MuxStream, RoundFrameDecoder
+from .stream import (
+    LenFramedDecoder,
+    MagicReceived,
+    MuxStream,
+    RecordReceived,
+    RoundFrameDecoder,
+    StreamEnded,
+    StreamEvent,
+    StreamFailed,
+)
 from .template import FrameTemplate
 
 __all__ = [
@@ -87,15 +96,20 @@ __all__ = [
     "Hello",
     "HelloAck",
     "LenFramedDecoder",
+    "MagicReceived",
     "MuxHeader",
     "MuxRecord",
     "MuxStream",
     "NeedData",
     "RankExit",
     "RecordKind",
+    "RecordReceived",
     "RoundFrame",
     "RoundFrameDecoder",
     "RoundKind",
+    "StreamEnded",
+    "StreamEvent",
+    "StreamFailed",
     "TensorPayload",
     "check_salt",
     "compute_tag",
