@@ -35,7 +35,7 @@ from flodl_proto.codec import (
     expect_channel_magic,
     parse_mux_header,
 )
-from flodl_proto.codec.stream import MagicReceived
+from flodl_proto.codec.stream import MagicReceived, StreamFailed
 from flodl_proto.errors import InvalidValue, LocalProtocolError, VersionMismatch
 
 SALT = bytes(range(16))
@@ -83,9 +83,10 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "MuxStream expect_magic above u32": (
         lambda: MuxStream(SALT, expect_magic=2**32),
         InvalidValue, "relay_mux: expect_magic = 4294967296 is invalid: not None or a u32"),
-    "MuxStream expect_magic text": (
-        lambda: MuxStream(SALT, expect_magic="data"),  # type: ignore[arg-type]
-        InvalidValue, "relay_mux: expect_magic = 'data' is invalid: not None or a u32"),
+    "MuxStream expect_magic unknown name": (
+        lambda: MuxStream(SALT, expect_magic="Data"),
+        InvalidValue, "relay_mux: expect_magic = 'Data' is invalid: not None, a channel name "
+        "(control, data, join, rendezvous) or a u32"),
     "encode_ack float version": (
         lambda: encode_ack(2.0),  # type: ignore[arg-type]
         VersionMismatch, "protocol version 2.0 is not supported (supported: [2, 3])"),
@@ -213,6 +214,12 @@ def test_the_right_arguments_still_work() -> None:
     assert MuxStream(SALT, hello_limit=0, expect_magic=0).payload_limit == 0
     assert MuxStream(SALT, expect_magic=2**32 - 1).feed(b"\xff\xff\xff\xff") == [
         MagicReceived(4)]
+    # a channel name, as encode_channel_magic and expect_channel_magic take it
+    assert MuxStream(SALT, expect_magic="data").feed(MAGIC) == [MagicReceived(4)]
+    [failed] = MuxStream(SALT, expect_magic="control").feed(MAGIC)
+    assert isinstance(failed, StreamFailed)
+    assert str(failed.error) == ("cluster_controller: channel magic 0xf10d17e1 != 0xf10d17e2 "
+                                 "(connection routed to the wrong channel?)")
     big = 287 + 37 * (2**32 - 1)  # the Hello bound of the largest world: above u32
     assert MuxStream(SALT, hello_limit=big, ceiling=2**40).payload_limit == big
     assert decode_len_framed(memoryview(encode_len_framed(b"abc")[0] + b"abc"))[0] == b"abc"

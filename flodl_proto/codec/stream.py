@@ -52,6 +52,7 @@ from ..spec import (
     AUTH_TAG_LEN,
     CHANNEL_MAGIC_DATA,
     CHANNEL_MAGIC_LEN,
+    CHANNELS,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     LEN_PREFIX_LEN,
@@ -383,6 +384,19 @@ def _optional_count(field: str, value: int | None, top: int | None) -> int | Non
     return n
 
 
+def _expected_magic(value: int | str | None) -> int | None:
+    """``MuxStream``'s ``expect_magic``: None, a channel name of the spec's ``Channel`` enum (its
+    magic), or a u32 by the codec's integer rule; else the local error naming it."""
+    if not isinstance(value, str):
+        return _optional_count("expect_magic", value, U32_MAX)
+    magic = CHANNELS.get(value)
+    if magic is None:
+        raise protocol_error("mux.bad_field", field="expect_magic", value=value,
+                             reason=f"not None, a channel name ({', '.join(sorted(CHANNELS))}) "
+                                    "or a u32")
+    return magic
+
+
 def _check_hints(premac: object, frame_premac: object, header: object) -> None:
     """Refuse :meth:`MuxStream.feed`'s optional ``premac``, ``frame_premac`` and ``header``
     when one is of another type than its own or None (``mux.bad_type``, local)."""
@@ -417,7 +431,9 @@ class MuxStream:
         version: data-channel protocol version (the ``Hello`` shape).
         ceiling: frame ceiling in bytes.
         expect_magic: the channel magic the stream starts with (the relay -> controller
-            direction); ``None``: no magic (the controller -> relay direction).
+            direction): a u32, or a channel name of the spec's ``Channel`` enum (``"data"``,
+            ``"control"``, ``"rendezvous"``, ``"join"``), as :func:`expect_channel_magic`
+            takes it; ``None``: no magic (the controller -> relay direction).
         hello_limit: the largest payload, in bytes, the first record (which may only be a
             ``Hello``) may claim, checked from its header (``LimitExceeded``,
             ``controller.hello_too_long``); ``None``: only the frame ceiling. The controller
@@ -428,8 +444,8 @@ class MuxStream:
             default decodes records that arrive whole in place).
 
     Raises:
-        InvalidValue (local): bad salt or ceiling, an ``expect_magic`` that is neither None nor
-            a u32 (a channel name such as ``"data"`` included: pass ``CHANNELS["data"]``), or a
+        InvalidValue (local): bad salt or ceiling, an ``expect_magic`` that is neither None, a
+            channel name (names are lower case) nor a u32 (``mux.bad_field`` naming it), or a
             ``hello_limit`` that is neither None nor an integer >= 0; VersionMismatch (local):
             unsupported version.
 
@@ -443,12 +459,12 @@ class MuxStream:
 
     def __init__(self, salt: BytesLike | None, *, version: int = DEFAULT_VERSION,
                  ceiling: int = DEFAULT_FRAME_CEILING,
-                 expect_magic: int | None = CHANNEL_MAGIC_DATA,
+                 expect_magic: int | str | None = CHANNEL_MAGIC_DATA,
                  hello_limit: int | None = None, copy: bool = False) -> None:
         self._salt = check_salt(salt) if salt is not None else None
         self._version = check_version(version)
         self._ceiling = check_ceiling(ceiling)
-        self._magic = _optional_count("expect_magic", expect_magic, U32_MAX)
+        self._magic = _expected_magic(expect_magic)
         # the Hello bound of the largest world (2**32 - 1 ranks) is above u32: no upper bound
         self._hello_limit = _optional_count("hello_limit", hello_limit, None)
         self._copy = copy
