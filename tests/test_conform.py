@@ -643,6 +643,24 @@ def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
            "after the header: 62)" in lines
 
 
+def test_a_record_differing_in_its_tag_alone_is_named_so() -> None:
+    """A target that signs a right record with another salt (or another MAC) differs from the
+    expected record in its 8-byte tag only: the line says so, not just an offset inside it."""
+    from flodl_proto.conform.player import play_case
+
+    case = next(c for c in CATALOGUE if c.id == "controller.round.two-rounds")
+    steps = list(case.steps[3])
+    steps[5] = {"expect": {"conn": 0, "record_salt": "wrong", "broadcast": {
+        "weight": 2, "tensors": [{"shape": [2], "values": [1, 3]}]}}}
+    bad = dataclasses.replace(case, steps={3: tuple(steps)})
+    r = play_case(bad, 3, controller_target(), SETTINGS)
+    assert not r.passed and r.step == 5
+    assert (r.offset, r.payload_offset, r.tag_only) == (17, None, True)
+    assert "     first differing byte offset: 17 (the record's auth tag, and only it: the bytes " \
+           "it covers are the same, so it was computed with another salt or another MAC)" \
+           in case_line(r, "15.3 Divide once")
+
+
 @pytest.mark.parametrize("role,case_id", [("controller", "controller.round.zero-mass"),
                                           ("relay", "relay.fold.two-ranks")])
 def test_in_process_target_binds_its_own_port(role: str, case_id: str,

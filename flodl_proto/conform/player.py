@@ -100,6 +100,8 @@ class CaseResult:
         offset: first differing byte offset of a failing byte expectation, else None.
         payload_offset: for a mux record whose tag differs, the first differing byte after the
             25-byte header (the bytes that made the tags differ), else None.
+        tag_only: the records differ in their auth tag alone: the bytes it covers are the same,
+            so the tags were computed with another salt or another MAC.
         seconds: wall time of the case.
         exit: how the target ended.
         output: the target's last output lines (failing cases only).
@@ -119,6 +121,7 @@ class CaseResult:
     observed: str = ""
     offset: int | None = None
     payload_offset: int | None = None
+    tag_only: bool = False
     seconds: float = 0.0
     exit: TargetExit | None = None
     output: str = field(default="", repr=False)
@@ -279,6 +282,14 @@ def _payload_difference(expected: bytes, observed: bytes, offset: int | None) ->
         return None
     rest = first_difference(expected[MUX_HEADER_LEN:], observed[MUX_HEADER_LEN:])
     return None if rest is None else MUX_HEADER_LEN + rest
+
+
+def _tag_only(expected: bytes, observed: bytes, offset: int | None) -> bool:
+    """Two mux records of one length that differ in their 8-byte auth tag and nowhere else."""
+    return (offset is not None and expected.startswith(_MUX_MAGIC_LE)
+            and MUX_AUTH_COVERED_HEADER_LEN <= offset < MUX_HEADER_LEN
+            and len(expected) == len(observed)
+            and expected[MUX_HEADER_LEN:] == observed[MUX_HEADER_LEN:])
 
 
 def _hex(b: bytes, around: int | None = None, total: int | None = None) -> str:
@@ -546,6 +557,7 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
                     exp, obs = e.expected or b"", e.observed or b""
                     result.offset = first_difference(exp, obs) if e.expected is not None else None
                     result.payload_offset = _payload_difference(exp, obs, result.offset)
+                    result.tag_only = _tag_only(exp, obs, result.offset)
                     at = result.payload_offset if result.payload_offset is not None \
                         else result.offset
                     result.expected = _hex(exp, at)

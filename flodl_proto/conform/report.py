@@ -199,9 +199,14 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
         lines.append(f"     expected: {r.expected or '(nothing)'}")
         lines.append(f"     observed: {r.observed or '(nothing)'}")
     if r.offset is not None:
-        lines.append(f"     first differing byte offset: {r.offset}"
-                     + (" (the record's auth tag; first differing byte after the header: "
-                        f"{r.payload_offset})" if r.payload_offset is not None else ""))
+        note = ""
+        if r.payload_offset is not None:
+            note = (" (the record's auth tag; first differing byte after the header: "
+                    f"{r.payload_offset})")
+        elif r.tag_only:
+            note = (" (the record's auth tag, and only it: the bytes it covers are the same, "
+                    "so it was computed with another salt or another MAC)")
+        lines.append(f"     first differing byte offset: {r.offset}{note}")
     if r.exit is not None:
         lines.append(f"     target: {r.exit.describe()}")
     if not r.started and r.output:  # why it did not start is most likely in its last lines
