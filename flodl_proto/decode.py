@@ -54,7 +54,7 @@ from ._hexdump import parse_hex_dump
 from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
 from .codec.auth import check_salt, compute_tag, tags_equal
 from .codec.ceiling import frame_ceiling_int
-from .codec.handshake import decode_ack, decode_handshake
+from .codec.handshake import decode_ack, decode_handshake, http_stream
 from .codec.loopback import decode_len_framed_or_eos
 from .codec.mux import (
     Hello,
@@ -304,7 +304,9 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
         (under 8 bytes) is ``mux``.
 
     Raises:
-        ValueError: the first bytes are none of these (the caller should name the leg).
+        ValueError: the first bytes are none of these (the caller should name the leg), or they
+            are HTTP (the requests to the controller's status responder, and its replies,
+            share its port with the data channel: skip such a stream).
 
     No upstream counterpart: upstream has no decoder tool (it knows each socket's leg).
     """
@@ -327,6 +329,10 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
     if len(mv) < 8:
         return "mux", "too short to tell"
     head = bytes(mv[:8])
+    if http_stream(mv):
+        raise ValueError(f"cannot tell the leg from the first bytes ({head.hex()}): they are "
+                         "HTTP (a GET /status to the controller's port mux, or its reply), not "
+                         "a flodl leg")
     hint = ("; they read as hex text: decode it with --hex" if all(
         chr(b) in _HEX_TEXT for b in head) else "")
     raise ValueError(f"cannot tell the leg from the first bytes ({head.hex()}): not a "

@@ -771,11 +771,12 @@ def _segments(data: bytes, sizes: list[int]) -> list[tuple[int, bytes]]:
 SYN, ACK, PSH = 0x02, 0x10, 0x08
 
 
-def _capture(up: bytes, down: bytes, port: int, *, gap: bool = False) -> bytes:
+def _capture(up: bytes, down: bytes, port: int, *, gap: bool = False,
+             noise: bytes = b"noise") -> bytes:
     relay, ctrl = ("10.0.0.2", 40001), ("10.0.0.1", port)
     isn_up, isn_down = 0xFFFFFF00, 1000  # the relay's sequence numbers wrap around 2^32
     pk = [_tcp_packet(relay, ctrl, isn_up, SYN), _tcp_packet(ctrl, relay, isn_down, SYN | ACK),
-          _tcp_packet(("10.0.0.9", 5555), ("10.0.0.1", 80), 7, PSH | ACK, b"noise")]
+          _tcp_packet(("10.0.0.9", 5555), ("10.0.0.1", 80), 7, PSH | ACK, noise)]
     ups = _segments(up, [7, 40, 3])
     downs = _segments(down, [50, 1])
     order = list(range(len(ups)))
@@ -1269,6 +1270,13 @@ def test_leg_detection_names_what_it_saw_or_refuses() -> None:
         detect_leg(b"c0 17 0d f1 02 00 00 00\n")
     with pytest.raises(ValueError, match=r"name it with --leg$"):
         detect_leg(b"c0 1g 0d f1 02 00 00 00\n")  # a 'g': not hex text
+    # the controller's port mux serves GET /status on the data channel's port: said so
+    for http in (b"GET /status HTTP/1.1\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n{}"):
+        with pytest.raises(ValueError) as ei:
+            detect_leg(http)
+        assert str(ei.value) == (
+            f"cannot tell the leg from the first bytes ({http[:8].hex()}): they are HTTP (a GET "
+            "/status to the controller's port mux, or its reply), not a flodl leg")
 
 
 def test_bare_round_frames_decode_with_tags(capsys: pytest.CaptureFixture[str],
