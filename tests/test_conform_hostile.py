@@ -282,6 +282,34 @@ def test_literal_braces_and_plain_placeholders_are_filled() -> None:
         "p", "a{b}7", "7", "ab"]
 
 
+# -- a target that crashes ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_target_that_ended_on_its_own_shows_its_last_output(tmp_path: Path) -> None:
+    """A target that started, then crashed: its last lines (a traceback, most often) say why,
+    as they do for a target that did not start."""
+    from flodl_proto.conform.report import case_line
+
+    body = ("c.recv(4)\n"
+            "sys.stderr.write('Traceback (most recent call last):\\n')\n"
+            "sys.stderr.write('RuntimeError: broken on purpose\\n'); sys.stderr.flush()\n"
+            "os._exit(3)\n")
+    r = _play([{"connect": 0}, {"send": {"conn": 0, "magic": "data"}},
+               {"expect_exit": "success"}], body, tmp_path)
+    assert (r.passed, r.started, r.step) == (False, True, 2)
+    assert r.exit is not None and (r.exit.status, r.exit.by_itself) == (3, True)
+    lines = case_line(r, "S")
+    assert lines[:4] == [
+        "FAIL controller.test.hostile v3 [MUST] (S)",
+        "     step 2: expected the target to exit with status 0, observed 3",
+        "     target: exit 3",
+        "     target's last output:"]
+    assert lines[4].startswith("       listening on 127.0.0.1:")
+    assert lines[5:] == ["       stderr: Traceback (most recent call last):",
+                         "       stderr: RuntimeError: broken on purpose"]
+
+
 # -- long output lines --------------------------------------------------------------------------
 
 

@@ -209,7 +209,10 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
         lines.append(f"     first differing byte offset: {r.offset}{note}")
     if r.exit is not None:
         lines.append(f"     target: {r.exit.describe()}")
-    if not r.started and r.output:  # why it did not start is most likely in its last lines
+    # why it did not start, or why it ended on its own (a crash), is most likely in its last
+    # lines; a target the kit stopped said what it had to in the steps
+    ended_itself = r.exit is not None and r.exit.by_itself and r.exit.status != 0
+    if (not r.started or ended_itself) and r.output:
         tail = r.output.splitlines()[-_OUTPUT_TAIL:]
         lines.append("     target's last output:")
         lines.extend(f"       {line}" for line in tail)
