@@ -440,3 +440,32 @@ def test_a_step_on_a_connection_not_open_fails_in_words(
     assert str(e.value) == (f"step 0 ({step['action']} on connection {step['conn']}): connection "
                             f"{step['conn']} is not open (no connect step before, or closed)")
     assert step["conn"] == conn
+
+
+def _flip(hex_text: str, at: int) -> str:
+    b = bytearray.fromhex(hex_text)
+    b[at] ^= 0x01
+    return b.hex()
+
+
+def test_an_encoding_that_differs_names_where_and_the_auth_tag() -> None:
+    """A case whose bytes another implementation wrote: the mismatch says at which byte the
+    encodings part, and when that is an auth tag over the same bytes (another salt or MAC)."""
+    rf = _first("round_frame.roundtrip", "ok")
+    n = len(rf.data["bytes"]) // 2
+    with pytest.raises(VectorMismatch) as e:
+        run_case(_edited(rf, bytes=_flip(rf.data["bytes"], n - 1)))
+    assert str(e.value).splitlines()[0] == (
+        f"encoded bytes differ (first at byte {n - 1}: the frame's auth tag, the bytes before "
+        "it are the same):")
+    with pytest.raises(VectorMismatch) as e:
+        run_case(_edited(rf, bytes=rf.data["bytes"][:-2]))
+    assert str(e.value).splitlines()[0] == (
+        f"encoded bytes differ (first at byte {n - 1}; {n} bytes, want {n - 1}):")
+    mux = _first("mux_record.roundtrip", "ok")
+    wire = _flip(mux.data["bytes"], 24)
+    with pytest.raises(VectorMismatch) as e:
+        run_case(_edited(mux, bytes=wire, header=wire[:50], auth_tag=wire[34:50]))
+    assert str(e.value).splitlines()[0] == (
+        "encoded bytes differ (first at byte 24: the header's auth tag, the bytes after the "
+        "header are the same):")

@@ -13,7 +13,7 @@ from ..codec._common import END_OF_STREAM
 from ..codec.mux import decode_mux_record_or_eos, encode_mux_record_bytes, parse_mux_header
 from ..codec.round_frame import decode_round_frame_or_eos, encode_round_frame_bytes
 from ..errors import ProtocolError, shown
-from ..spec import AUTH_TAG_LEN, MUX_HEADER_LEN
+from ..spec import AUTH_TAG_LEN, MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN
 from .jsonio import (
     compare_frame,
     expect_error,
@@ -85,13 +85,39 @@ def _channel_magic_expect(case: dict[str, Any], version: int) -> None:
     require(hs.expect_channel_magic(data, expected, what) == 4, "magic not accepted")
 
 
+def _first_difference(a: bytes, b: bytes) -> int:
+    """The first offset where ``a`` and ``b`` differ (the shorter's length when one is the
+    other's start)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def _bytes_differ(got: bytes, want: bytes, record: bool) -> str:
+    """The message of an encoding that is not the case's ``bytes``: where the two first differ,
+    named when that is an auth tag (a frame's last 8 bytes; a mux record's header bytes
+    17..24, then where the bytes after the header differ), and both in hex."""
+    at = _first_difference(got, want)
+    where = f"first at byte {at}"
+    if len(got) != len(want):
+        where += f"; {len(got)} bytes, want {len(want)}"
+    if record and MUX_AUTH_COVERED_HEADER_LEN <= at < MUX_HEADER_LEN:
+        rest = got[MUX_HEADER_LEN:], want[MUX_HEADER_LEN:]
+        where += (": the header's auth tag, the bytes after the header are the same"
+                  if rest[0] == rest[1] else
+                  f": the header's auth tag; after the header, first at byte "
+                  f"{MUX_HEADER_LEN + _first_difference(*rest)}")
+    elif not record and len(got) == len(want) and at >= len(want) - AUTH_TAG_LEN:
+        where += ": the frame's auth tag, the bytes before it are the same"
+    return f"encoded bytes differ ({where}):\n got {got.hex()}\nwant {want.hex()}"
+
+
 @op("round_frame.roundtrip", fields={"salt": "hex", "bytes": "hex", "frame": "frame",
                                      "wire_len": "int", "mac": "hex"})
 def _round_frame_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
     frame = frame_from_json(case["frame"])
     got = encode_round_frame_bytes(frame, salt)
-    require(got == want, f"encoded bytes differ:\n got {got.hex()}\nwant {want.hex()}")
+    require(got == want, _bytes_differ(got, want, record=False))
     require(frame.wire_len == case["wire_len"] == len(got), f"wire_len {frame.wire_len}")
     require(got[-8:].hex() == case["mac"], "mac differs")
     res = decode_round_frame_or_eos(want, salt)
@@ -175,7 +201,7 @@ def _mux_roundtrip(case: dict[str, Any], version: int) -> None:
     salt, want = _hex(case, "salt"), _hex(case)
     rec = record_from_json(case["record"], version)
     got = encode_mux_record_bytes(rec, salt)
-    require(got == want, f"encoded bytes differ:\n got {got.hex()}\nwant {want.hex()}")
+    require(got == want, _bytes_differ(got, want, record=True))
     for name, part in (("header", got[:MUX_HEADER_LEN]), ("payload", got[MUX_HEADER_LEN:])):
         require(part == bytes.fromhex(case[name]),
                 f"field {name!r} is {shown_value(case[name])}, the record's {name} is "
