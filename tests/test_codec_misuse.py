@@ -225,3 +225,22 @@ def test_the_right_arguments_still_work() -> None:
     assert decode_len_framed(memoryview(encode_len_framed(b"abc")[0] + b"abc"))[0] == b"abc"
     as_2d = memoryview(bytearray(HANDSHAKE)).cast("B", (4, 4))  # contiguous, any shape
     assert decode_handshake(as_2d, 4)[0].world_size == 4
+
+
+def test_a_bf16_array_is_a_buffer_as_an_f32_array_is() -> None:
+    """NumPy exports no buffer for an ``ml_dtypes.bfloat16`` array: its memory is taken as
+    any other array's (it was refused as "not bytes-like", where an f32 array was taken)."""
+    import ml_dtypes
+    import numpy as np
+
+    from flodl_proto.codec import TensorPayload
+
+    a = np.array([[1.0, -2.5], [3.0, 0.5]], ml_dtypes.bfloat16)
+    t = TensorPayload(1, a.shape, a)
+    assert bytes(t.data) == a.tobytes() == bytes(TensorPayload.from_array(a).data)
+    assert t.array().tolist() == a.tolist()
+    assert bytes(encode_len_framed(np.array(2.0, ml_dtypes.bfloat16))[1]) == b"\x00\x40"
+    with pytest.raises(InvalidValue) as e:  # a strided view stays refused, named so
+        TensorPayload(1, [2], a[:, 0])
+    assert str(e.value) == ("data must be a contiguous bytes-like object (bytes, bytearray or "
+                            "memoryview), got a non-contiguous ndarray")

@@ -73,7 +73,9 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
     """Return a flat unsigned-byte memoryview of ``data`` without copying.
 
     Args:
-        data: any C-contiguous buffer (bytes, bytearray, memoryview, a NumPy array's memory).
+        data: any C-contiguous buffer (bytes, bytearray, memoryview, a NumPy array's memory,
+            that of an array whose dtype exports no buffer format, ``ml_dtypes.bfloat16``,
+            included).
         field: the argument's name, for the error.
         elements: ``data`` holds a RoundFrame tensor's elements, which the wire stores
             little-endian: a typed buffer of big-endian elements (a NumPy ``>f4`` array) is
@@ -98,8 +100,23 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
                                      size=mv.itemsize)
             mv = mv.cast("B")  # refuses a strided view (TypeError)
     except (TypeError, BufferError, ValueError):
-        raise not_bytes_like(field, data, one_buffer=True) from None
+        raw = _array_bytes(data)
+        if raw is None:
+            raise not_bytes_like(field, data, one_buffer=True) from None
+        return raw
     return mv
+
+
+def _array_bytes(data: Any) -> memoryview | None:
+    """The memory of a C-contiguous NumPy array whose dtype exports no buffer format (NumPy
+    refuses ``memoryview`` of an ``ml_dtypes.bfloat16`` array), as flat unsigned bytes; None for
+    anything else. Such dtypes are native-endian."""
+    if not isinstance(data, np.ndarray) or not data.flags.c_contiguous or data.dtype.hasobject:
+        return None
+    try:
+        return data.reshape(-1).view(np.uint8).data
+    except (TypeError, BufferError, ValueError):
+        return None
 
 
 # the NumPy kind of a struct-module format character, for the hint of codec.big_endian
@@ -121,7 +138,8 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
     With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
     as the encoders for ``socket.sendmsg`` return, gets the hint to join it."""
     got = shown_type(value)
-    if isinstance(value, memoryview) or _is_buffer(value):
+    if isinstance(value, memoryview) or _is_buffer(value) or (
+            isinstance(value, np.ndarray) and not value.flags.c_contiguous):
         # a buffer, but a strided or Fortran-ordered one
         got = f"a non-contiguous {type(value).__name__}"
     elif one_buffer and isinstance(value, list | tuple) and value and all(

@@ -20,6 +20,7 @@ from ._common import (
     END_OF_STREAM,
     BytesLike,
     EndOfStream,
+    _array_bytes,
     _is_buffer,
     as_view,
     check_ceiling,
@@ -113,6 +114,9 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
     pieces: list[BytesLike]
     if isinstance(blob, bytes | bytearray | memoryview):
         pieces = [blob]
+    elif not isinstance(blob, list | tuple) and not _is_buffer(blob) \
+            and (raw := _array_bytes(blob)) is not None:
+        pieces = [raw]  # an array whose dtype exports no buffer (bfloat16): its memory
     elif isinstance(blob, list | tuple) or not _is_buffer(blob):
         if blob is None or isinstance(blob, str) or not isinstance(blob, Iterable):
             raise not_bytes_like("blob", blob)
