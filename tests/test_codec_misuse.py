@@ -244,3 +244,24 @@ def test_a_bf16_array_is_a_buffer_as_an_f32_array_is() -> None:
         TensorPayload(1, [2], a[:, 0])
     assert str(e.value) == ("data must be a contiguous bytes-like object (bytes, bytearray or "
                             "memoryview), got a non-contiguous ndarray")
+
+
+def test_an_object_array_is_no_buffer_of_bytes() -> None:
+    """A NumPy object array exports a buffer of its objects' addresses: it was taken as a
+    payload, and those addresses went out as the payload's bytes."""
+    import numpy as np
+
+    from flodl_proto.codec import MuxRecord, TensorPayload, encode_mux_record_parts
+
+    objects = np.array([None, None], dtype=object)
+    why = ("must be a contiguous bytes-like object (bytes, bytearray or memoryview), got a "
+           "ndarray of Python objects (its buffer holds their addresses, not bytes to send)")
+    for field, call in (("data", lambda: TensorPayload(0, [4], objects)),
+                        ("payload", lambda: MuxRecord.data(0, objects)),
+                        ("blob", lambda: encode_len_framed(objects)),
+                        ("blob[1]", lambda: encode_len_framed([b"a", objects])),
+                        ("payload[0]", lambda: encode_mux_record_parts(3, 0, [objects], SALT))):
+        with pytest.raises(InvalidValue) as e:
+            call()
+        assert not e.value.remote
+        assert str(e.value) == f"{field} {why}"

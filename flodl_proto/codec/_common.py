@@ -84,7 +84,8 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
 
     Raises:
         InvalidValue (local, ``codec.not_bytes_like``): ``data`` is not a buffer (``None``, text,
-            a list, a message object) or not a C-contiguous one (a strided view);
+            a list, a message object), not a C-contiguous one (a strided view), or a buffer of
+            Python object pointers (a NumPy object array: its bytes are addresses);
         InvalidValue (local, ``codec.big_endian``): with ``elements``, ``data`` is a typed
             buffer of big-endian elements of more than one byte (named as the RoundFrame's
             other checks name theirs: ``round_frame: data = ndarray of big-endian elements
@@ -98,6 +99,8 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
                                      format=mv.format,
                                      kind=_ELEMENT_KIND.get(mv.format[1:], "f"),
                                      size=mv.itemsize)
+            if "O" in mv.format:  # Python object pointers (a NumPy object array): no bytes
+                raise TypeError
             mv = mv.cast("B")  # refuses a strided view (TypeError)
     except (TypeError, BufferError, ValueError):
         raw = _array_bytes(data)
@@ -132,13 +135,25 @@ def _is_buffer(value: Any) -> bool:
     return True
 
 
+def _holds_pointers(value: Any) -> bool:
+    """Whether ``value`` is a buffer of Python object pointers (a NumPy object array's)."""
+    try:
+        with memoryview(value) as mv:
+            return "O" in mv.format
+    except (TypeError, BufferError, ValueError):
+        return False
+
+
 def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> ProtocolError:
     """The local error for a caller's ``field`` that is not a contiguous buffer (``value``).
 
     With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
     as the encoders for ``socket.sendmsg`` return, gets the hint to join it."""
     got = shown_type(value)
-    if isinstance(value, memoryview) or _is_buffer(value) or (
+    if _holds_pointers(value):
+        got = (f"a {type(value).__name__} of Python objects (its buffer holds their addresses, "
+               "not bytes to send)")
+    elif isinstance(value, memoryview) or _is_buffer(value) or (
             isinstance(value, np.ndarray) and not value.flags.c_contiguous):
         # a buffer, but a strided or Fortran-ordered one
         got = f"a non-contiguous {type(value).__name__}"

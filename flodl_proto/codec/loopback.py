@@ -127,11 +127,13 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
     try:
         for p in pieces:
             view = memoryview(p)
-            if not view.c_contiguous:  # sendmsg takes C-contiguous buffers only
+            # sendmsg takes C-contiguous buffers only; object pointers are no bytes to send
+            if not view.c_contiguous or "O" in view.format:
                 raise BufferError
             length += view.nbytes
     except (TypeError, BufferError):  # a piece that is None, text, a number, a strided view
-        raise not_pieces("blob", pieces) from None
+        raise (not_bytes_like("blob", blob) if len(pieces) == 1 and pieces[0] is blob
+               else not_pieces("blob", pieces)) from None
     return [encode_len_prefix(length, ceiling=ceiling), *pieces]
 
 

@@ -329,7 +329,12 @@ def encode_mux_record_parts(
         except TypeError:
             raise not_pieces("payload", payload) from None
     try:
-        length = sum(memoryview(p).nbytes for p in payload)
+        length = 0
+        for p in payload:
+            view = memoryview(p)
+            if "O" in view.format:  # Python object pointers (a NumPy object array): no bytes
+                raise BufferError
+            length += view.nbytes
     except (TypeError, BufferError):  # None, text, a message object: no buffers
         raise not_pieces("payload", payload) from None
     if length > min(ceiling, U32_MAX):
