@@ -181,6 +181,15 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "Hello ranks None": (
         lambda: Hello("h", None),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: Hello.ranks = None is invalid: not an iterable of u32 ranks"),
+    "Hello ranks mapping": (
+        lambda: Hello("h", {0: 1, 2: 3}),
+        InvalidValue, "relay_mux: Hello.ranks = {0: 1, 2: 3} is invalid: not an iterable of u32 "
+        "ranks (a mapping is none: its keys would be taken as the ranks; pass a list of ints)"),
+    "Hello model_sigs mapping": (
+        lambda: Hello("h", [0], {b"sig": "model"}),
+        InvalidValue, "relay_mux: Hello.model_sigs = {b'sig': 'model'} is invalid: not an "
+        "iterable of 32-byte signatures (a mapping is none: its keys would be taken as the "
+        "signatures; pass a list)"),
     "Hello model_sigs number": (
         lambda: Hello("h", [0], 5),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: Hello.model_sigs = 5 is invalid: not an iterable of 32-byte "

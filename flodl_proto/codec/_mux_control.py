@@ -9,7 +9,7 @@ Upstream: ``flodl/src/distributed/relay/mux.rs`` (``RelayControlMsg``, ``encode`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -52,9 +52,11 @@ class Hello:
             when the host is not text (``str``: bytes such as ``b"h0"`` are refused, not stored
             as the text ``"b'h0'"``) or has no UTF-8 form (a lone surrogate), ``Hello.ranks``
             when it is no iterable of ranks (text and bytes-like objects included:
-            ``b"\\x00\\x01"`` is refused, not taken as the ranks 0 and 1), ``Hello.ranks[i]``
+            ``b"\\x00\\x01"`` is refused, not taken as the ranks 0 and 1; a mapping too, whose
+            keys would be), ``Hello.ranks[i]``
             when a rank does not fit u32 (or is no integer), ``Hello.model_sigs`` when it is no
-            sequence of signatures (one ``bytes`` object included), ``Hello.model_sigs[i]`` when
+            sequence of signatures (one ``bytes`` object or a mapping included),
+            ``Hello.model_sigs[i]`` when
             a signature is not 32 bytes (a buffer, or a sequence of ints 0..255).
 
     Upstream: ``flodl/src/distributed/relay/mux.rs`` ``RelayControlMsg::Hello``.
@@ -81,6 +83,10 @@ class Hello:
             raise protocol_error("mux.bad_field", field="Hello.ranks", value=bytes(ranks),
                                  reason="not an iterable of u32 ranks (bytes are none: each "
                                         "byte would be taken as a rank; pass a list of ints)")
+        if isinstance(ranks, Mapping):  # its keys would be taken as the ranks, its values lost
+            raise protocol_error("mux.bad_field", field="Hello.ranks", value=ranks,
+                                 reason="not an iterable of u32 ranks (a mapping is none: its "
+                                        "keys would be taken as the ranks; pass a list of ints)")
         try:
             checked = tuple(_check_rank(r, f"Hello.ranks[{i}]") for i, r in enumerate(ranks))
         except TypeError:  # None, a number: no sequence of ranks
@@ -97,6 +103,10 @@ def _model_sigs(model_sigs: Iterable[bytes]) -> tuple[bytes, ...]:
     if isinstance(model_sigs, bytes | bytearray | memoryview | str):
         raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
                              reason=f"{reason} (one signature? pass it in a list)")
+    if isinstance(model_sigs, Mapping):  # its keys would be taken as the signatures
+        raise protocol_error("mux.bad_field", field="Hello.model_sigs", value=model_sigs,
+                             reason=f"{reason} (a mapping is none: its keys would be taken as "
+                                    "the signatures; pass a list)")
     try:
         given = list(model_sigs)
     except TypeError:
