@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from flodl_proto.codec import (
+    Handshake,
     Hello,
     HelloAck,
     LenFramedDecoder,
@@ -181,6 +182,20 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "Hello ranks None": (
         lambda: Hello("h", None),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: Hello.ranks = None is invalid: not an iterable of u32 ranks"),
+    "Handshake rank text": (
+        lambda: Handshake("a", 4, 2),  # type: ignore[arg-type]
+        InvalidValue, "handshake: Handshake.rank = 'a' is invalid: not a u32"),
+    "Handshake world size above u32": (
+        lambda: Handshake(0, 2**32, 2),
+        InvalidValue, "handshake: Handshake.world_size = 4294967296 is invalid: not a u32"),
+    "Handshake version": (
+        lambda: Handshake(0, 4, 7),
+        VersionMismatch, "protocol version 7 is not supported (supported: [2, 3])"),
+    "encode_handshake of a Handshake": (
+        lambda: encode_handshake(Handshake(0, 4, 2), 4),  # type: ignore[arg-type]
+        InvalidValue, "handshake: rank = Handshake(rank=0, world_size=4, version=2) is invalid: "
+        "not a u32 (a Handshake: pass its fields, encode_handshake(h.rank, h.world_size, "
+        "h.version))"),
     "Hello ranks mapping": (
         lambda: Hello("h", {0: 1, 2: 3}),
         InvalidValue, "relay_mux: Hello.ranks = {0: 1, 2: 3} is invalid: not an iterable of u32 "

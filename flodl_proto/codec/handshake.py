@@ -53,12 +53,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Handshake:
-    """A decoded rank handshake.
+    """A decoded rank handshake (:func:`encode_handshake` takes its fields).
 
     Attributes:
         rank: the rank id as sent (u32; may be >= world_size, see the spec's leniencies).
         world_size: the rank's view of the world size (u32).
-        version: the protocol version it carried.
+        version: the protocol version it carried (2 or 3).
+
+    Raises:
+        InvalidValue (local) ``handshake.bad_field``: ``rank`` or ``world_size`` is no u32 by
+            the codec's integer rule (a bool, a float or text is refused), named
+            ``Handshake.rank`` / ``Handshake.world_size`` with the value; VersionMismatch
+            (local) ``version.unsupported``: ``version`` is not 2 or 3.
 
     Upstream: ``controller/mod.rs`` ``read_handshake``.
     """
@@ -66,6 +72,12 @@ class Handshake:
     rank: int
     world_size: int
     version: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rank", _check_u32("Handshake.rank", self.rank))
+        object.__setattr__(self, "world_size",
+                           _check_u32("Handshake.world_size", self.world_size))
+        object.__setattr__(self, "version", check_version(self.version))
 
 
 def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION) -> bytes:
@@ -177,7 +189,11 @@ def _check_u32(field: str, value: object) -> int:
     """``value`` as a u32, or the local error naming ``field`` (the codec's integer rule)."""
     n = wire_int(value)
     if n is None or not 0 <= n <= U32_MAX:
-        raise protocol_error("handshake.bad_field", field=field, value=value, reason="not a u32")
+        raise protocol_error("handshake.bad_field", field=field, value=value,
+                             reason="not a u32" + (
+                                 " (a Handshake: pass its fields, encode_handshake(h.rank, "
+                                 "h.world_size, h.version))" if isinstance(value, Handshake)
+                                 else ""))
     return n
 
 
