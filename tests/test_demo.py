@@ -688,7 +688,9 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              finished: dict[str, str] | None = None,
              exited_first: dict[str, int] | None = None,
              rank_rc: dict[int, int] | None = None, hosts: int = 2,
-             rank_stderr: dict[int, list[str]] | None = None) -> tuple[int, list[str]]:
+             rank_stderr: dict[int, list[str]] | None = None,
+             frozen: str | None = None, problems: list[str] | None = None
+             ) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
@@ -699,7 +701,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     ``finished``: the controller's and relays' ``finished:`` lines; ``exited_first``: the
     members that had exited when the demo stopped its cluster after a failure; ``rank_rc``:
     the exit status of rank processes that did not exit 0; ``hosts``: 2 (ranks 0,1 and 2,3)
-    or 1 (all four on one relay); ``rank_stderr``: the stderr lines rank processes left."""
+    or 1 (all four on one relay); ``rank_stderr``: the stderr lines rank processes left;
+    ``frozen``: the member the demo found frozen; ``problems``: the problems the run found."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -723,6 +726,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     res.relay_rc = dict(relay_rc or {})
     res.finished = dict(finished or {})
     res.exited_first = exited_first
+    res.frozen = frozen
+    res.problems = list(problems or [])
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
     children = [SimpleNamespace(name=f"rank{r}", stderr=(rank_stderr or {}).get(r, []),
@@ -862,7 +867,7 @@ def test_a_rank_that_died_on_its_own_is_named_with_its_exit_status() -> None:
         "FAILED: rank 1 was killed by SIGKILL before its last report",
         "FAILED: only 2 of 10 rounds completed",
         "FAILED: ranks that did not finish: rank 0 (RemoteTruncatedInput: controller closed "
-        "connection), rank 1 (was killed by SIGKILL), rank 2 (RemoteTruncatedInput: controller "
+        "connection), rank 1 (killed by SIGKILL), rank 2 (RemoteTruncatedInput: controller "
         "closed connection), rank 3 (RemoteTruncatedInput: controller closed connection)",
     ]
     rc, lines = _summary(rounds=2, asked=10, final=final, rank_rc={1: -15},
@@ -1234,6 +1239,17 @@ def test_exit_words_name_the_signal_or_the_status() -> None:
     assert exit_words(0) == "exited with status 0"
 
 
+def test_exit_reason_and_member_name_word_a_member_as_the_summary_does() -> None:
+    """In parentheses after a rank the words read ``(was killed by SIGKILL)``; a rank's
+    process name read ``rank2`` where the summary says ``rank 2``."""
+    from flodl_proto.commands._demo_report import exit_reason, member_name
+
+    assert exit_reason(-9) == "killed by SIGKILL"
+    assert exit_reason(3) == "exited with status 3"
+    assert [member_name(n) for n in ("rank2", "rank10", "relay0", "controller", "ranks")] == [
+        "rank 2", "rank 10", "relay0", "controller", "ranks"]
+
+
 def test_protocol_places_map_every_protocol_round_to_its_demo_round_and_step() -> None:
     """Two protocol rounds a demo round (one when the whole cohort was idle), and the demo
     round no rank reported, where a rank that failed was."""
@@ -1280,11 +1296,11 @@ def test_the_stderr_tails_say_their_rounds_are_the_protocols() -> None:
     rc, lines = _summary(rounds=2, asked=10, rank_rc={1: 1},
                          rank_stderr={1: ["2026-01-01 WARNING x: round 5 failed"]})
     assert rc == 1
-    i = lines.index("rank1 stderr:")
+    i = lines.index("rank 1 stderr:")
     assert lines[i - 1:i + 2] == [
         "the last log lines of the processes (their round numbers count protocol rounds: two "
         "per demo round, its count-gather then its Model reduce):",
-        "rank1 stderr:", "    2026-01-01 WARNING x: round 5 failed"]
+        "rank 1 stderr:", "    2026-01-01 WARNING x: round 5 failed"]
 
 
 def test_a_rank_that_fails_reports_the_protocol_round_it_was_in(
@@ -1327,6 +1343,48 @@ def test_a_rank_that_fails_reports_the_protocol_round_it_was_in(
     assert events == [{"ev": "ready", "rank": 1}, {
         "ev": "ended", "rank": 1, "protocol_round": 2,
         "error": "TimeoutError: cpu_reduce: no averaged frame within 60s (round 2)"}]
+
+
+def test_a_frozen_rank_is_named_as_every_other_line_names_a_rank(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's line named a frozen rank by its process name, ``rank1 was frozen``, where
+    every other line says ``rank 1``; the result keeps which member it was."""
+    from flodl_proto.commands import demo
+
+    cluster = _FakeCluster()
+    cluster.events.put(("rank0", '{"ev": "ready"}'))
+    monkeypatch.setattr(demo, "_FROZEN", 0.0)
+    rank1 = -5  # the fake pid of the fifth member started (controller, 2 relays, 2 ranks)
+    monkeypatch.setattr(demo, "process_state", lambda pid: "T" if pid == rank1 else "S")
+    res, out = _drive_fake(cluster, threading.Event())
+    why = ("rank 1 was frozen (stopped by SIGSTOP or SIGTSTP, process state T) for 0s while "
+           "ranks ran")
+    assert cluster.member("rank1").proc.pid == rank1
+    assert out.splitlines()[-1] == f"{why}: stopping the cluster"
+    assert res.problems == [why] and res.frozen == "rank1"
+
+
+def test_a_frozen_rank_is_named_among_the_ranks_that_did_not_finish() -> None:
+    """A rank frozen while the others waited for it read ``stopped by the demo`` like them,
+    and a run with ``--kill-rank`` had no line for the ranks the demo stopped at all; the
+    frozen rank's reason says it was frozen."""
+    why = ("rank 2 was frozen (stopped by SIGSTOP or SIGTSTP, process state T) for 5s while "
+           "ranks ran")
+    rc, lines = _summary(rounds=2, asked=10, final={}, stopped={0, 1, 2, 3}, frozen="rank2",
+                         problems=[why], exited_first={})
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED: ")] == [
+        f"FAILED: {why}",
+        "FAILED: only 2 of 10 rounds completed",
+        "FAILED: ranks that did not finish: rank 0 (stopped by the demo), rank 1 (stopped by "
+        "the demo), rank 2 (frozen, then stopped by the demo), rank 3 (stopped by the demo)"]
+    rc, lines = _summary(rounds=2, asked=10, final={}, stopped={0, 2, 3}, frozen="rank2",
+                         problems=[why], exited_first={}, kill=(1, 2))
+    assert rc == 1
+    assert [line for line in lines if line.startswith("FAILED: ")] == [
+        f"FAILED: {why}",
+        "FAILED: ranks that did not finish: rank 0 (stopped by the demo), rank 2 (frozen, then "
+        "stopped by the demo), rank 3 (stopped by the demo)"]
 
 
 def test_the_watch_counts_a_member_frozen_only_while_it_stays_stopped() -> None:

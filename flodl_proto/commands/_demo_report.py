@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary i
     from ..runner import stages
 
 __all__ = ["GATHER", "MODEL", "SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result",
-           "exit_words", "model_rounds", "protocol_places", "rank_error", "report", "stage_lines"]
+           "exit_reason", "exit_words", "member_name", "model_rounds", "protocol_places",
+           "rank_error", "report", "stage_lines"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -59,8 +60,19 @@ def exit_words(returncode: int) -> str:
     ``int``: negative when a signal ended it), as the demo words it after the member's name:
     ``was killed by SIGKILL`` for -9 (the signal's name from :class:`signal.Signals`; ``signal
     N`` for a number that has none), ``exited with status 3`` for 3 (and 0). Every line of the
-    demo that gives a controller's, relay's or rank's exit status takes its words from here.
+    demo that gives a controller's, relay's or rank's exit status takes its words from here,
+    or from :func:`exit_reason` where the words stand in parentheses after the name.
     Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo."""
+    reason = exit_reason(returncode)
+    return reason if returncode >= 0 else f"was {reason}"
+
+
+def exit_reason(returncode: int) -> str:
+    """:func:`exit_words` without its verb ``was``, for a reason in parentheses after a
+    member's name (``rank 1 (killed by SIGKILL)``, ``rank 1 (exited with status 3)``):
+    ``killed by SIGKILL`` for -9, ``exited with status 3`` for 3. Raises nothing.
 
     No upstream counterpart: upstream flodl has no demo."""
     if returncode >= 0:
@@ -69,7 +81,17 @@ def exit_words(returncode: int) -> str:
         name = signal.Signals(-returncode).name
     except ValueError:
         name = f"signal {-returncode}"
-    return f"was killed by {name}"
+    return f"killed by {name}"
+
+
+def member_name(name: str) -> str:
+    """A member of the cluster as the demo's lines name it: a rank's process name ``rank2`` as
+    ``rank 2`` (as the summary's rows and its other lines name ranks), the controller's and a
+    relay's (``controller``, ``relay0``) as they are. Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo."""
+    number = name[4:]
+    return f"rank {number}" if name.startswith("rank") and number.isdigit() else name
 
 
 #: the protocol rounds of a demo round, in order: the Control count-gather of the local steps,
@@ -194,6 +216,9 @@ class Result:
     exited_first: dict[str, int] | None = None
     #: the ranks still running when the demo stopped its cluster after a member's failure
     stopped_ranks: set[int] = field(default_factory=set)
+    #: the member (its process name: ``rank2``, ``relay0``, ``controller``) the demo found
+    #: stopped by SIGSTOP or SIGTSTP while ranks ran, for which it stopped its cluster
+    frozen: str | None = None
     #: how the controller and each relay that ended on its own said it ended, by name (their
     #: ``finished:`` line: ``clean (stop: signal)``, ``clean (relay_eof)``, ...)
     finished: dict[str, str] = field(default_factory=dict)
@@ -264,6 +289,22 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
             if r != res.killed and r not in res.final and res.exited_first is None
             and (rc := rank_rc.get(f"rank{r}")) is not None and rc != 0}
     problems += [f"rank {r} {exit_words(rc)} before its last report" for r, rc in died.items()]
+    started = {c.name for c in cluster.children}
+
+    def why(r: int) -> str:
+        if f"rank{r}" == res.frozen:
+            return "frozen, then stopped by the demo"
+        if "error" in res.final.get(r, {}):
+            return rank_error(res.final[r], places)
+        if r in res.stopped_ranks:
+            return "stopped by the demo"
+        if r in died:
+            return exit_reason(died[r])
+        return "no report" if f"rank{r}" in started else "not started"
+
+    def unfinished(ranks: list[int]) -> str:
+        return "ranks that did not finish: " + ", ".join(f"rank {r} ({why(r)})" for r in ranks)
+
     if kill is None:
         if not last:
             problems.append(f"no round completed (0 of {args.rounds})")
@@ -271,22 +312,15 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
             problems.append(f"only {last} of {args.rounds} rounds completed")
         missing = [r for r in range(w) if res.final.get(r, {}).get("ev") != "done"]
         if missing:
-            started = {c.name for c in cluster.children}
-
-            def why(r: int) -> str:
-                if "error" in res.final.get(r, {}):
-                    return rank_error(res.final[r], places)
-                if r in res.stopped_ranks:
-                    return "stopped by the demo"
-                if r in died:
-                    return exit_words(died[r])
-                return "no report" if f"rank{r}" in started else "not started"
-
-            problems.append("ranks that did not finish: "
-                            + ", ".join(f"rank {r} ({why(r)})" for r in missing))
+            problems.append(unfinished(missing))
     else:
         if res.killed is None:
             problems.append(f"rank {kill[0]} never reached round {kill[1]}")
+        # the survivors of a kill end without a ``done`` of their own (the run ends at the
+        # kill): those the demo stopped after a failure, or found frozen, are named
+        stopped = [r for r in survivors if r in res.stopped_ranks or f"rank{r}" == res.frozen]
+        if stopped:
+            problems.append(unfinished(stopped))
         beyond = [r for r in survivors
                   if any(r in res.rounds.get(k, {}) for k in range(last + 1, args.rounds + 1))]
         if beyond:
@@ -385,8 +419,8 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                           "reduce):", markup=False, highlight=False, soft_wrap=True)
         for c in tails:
             tail = "\n    ".join(c.stderr[-5:])
-            console.print(f"{c.name} stderr:\n    {tail}", markup=False, highlight=False,
-                          soft_wrap=True)  # log lines whole, however wide
+            console.print(f"{member_name(c.name)} stderr:\n    {tail}", markup=False,
+                          highlight=False, soft_wrap=True)  # log lines whole, however wide
         return 1
     if kill is None:
         console.print("[green]OK[/green]: every round completed, every rank holds the identical "

@@ -99,6 +99,7 @@ from ._demo_report import (
     TOLERANCE,
     Result,
     exit_words,
+    member_name,
     model_rounds,
     report,
     stage_lines,
@@ -702,9 +703,10 @@ def _drive(args: argparse.Namespace, console: Console, cluster: _Cluster,
                                         for c in cluster.children if c.proc.poll() is None},
                                        time.monotonic())
                     if held is not None:
-                        why = (f"{held} was frozen (stopped by SIGSTOP or SIGTSTP, process "
-                               f"state T) for {_FROZEN:g}s while ranks ran")
+                        why = (f"{member_name(held)} was frozen (stopped by SIGSTOP or SIGTSTP, "
+                               f"process state T) for {_FROZEN:g}s while ranks ran")
                         res.problems.append(why)
+                        res.frozen = held
                         res.exited_first = _exited(cluster)
                         res.stopped_ranks = set(alive)
                         cluster.stop()
