@@ -1,7 +1,9 @@
 """Characters that do not show as themselves in a line of text, and how messages show them: one
 list for the command line's refusal of a host name (``relay --host``,
 :mod:`flodl_proto.commands._host_name`) and for the lines that quote a host name a peer
-announced (the controller's relay labels and ``relay R joined`` lines).
+announced (the controller's relay labels and ``relay R joined`` lines); and the one escape of
+the characters a terminal acts on (:func:`terminal_text`) for another process's output shown on
+the console (``conform``'s target output, the ``demo`` members' log lines).
 
 A leaf module: it imports nothing of this package. No upstream counterpart: upstream prints
 host names as they are.
@@ -9,10 +11,11 @@ host names as they are.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Final
 
-__all__ = ["escape_hidden", "hidden", "invisible", "noncharacter", "quoted"]
+__all__ = ["escape_hidden", "hidden", "invisible", "noncharacter", "quoted", "terminal_text"]
 
 #: Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt; these ranges from
 #: Unicode 14.0, where U+180F joined them, on), as (first, last) code points: characters a text
@@ -69,3 +72,31 @@ def quoted(text: str) -> str:
     name) quoted in a log line, where it can neither break nor colour the line, nor hide or
     fake a character. E.g. ``quoted('h\\u034f1') == "'h\\\\u034f1'"``."""
     return escape_hidden(repr(text))
+
+
+#: the characters a terminal acts on rather than shows: the C0 controls but tab (ESC starts a
+#: colour, a cursor move or a window-title sequence; CR returns to the start of the line), DEL,
+#: the C1 controls (U+009B is a CSI on its own), and Unicode's Bidi_Control characters (U+061C,
+#: U+200E, U+200F, U+202A..U+202E, U+2066..U+2069), which reorder the text shown after them
+#: (U+202E RIGHT-TO-LEFT OVERRIDE shows ``txt.exe`` for ``exe.txt``)
+_TERMINAL_CONTROL = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _hex_code(m: re.Match[str]) -> str:
+    return f"#x{ord(m.group()):02X}"
+
+
+def terminal_text(text: str) -> str:
+    """``text`` as the console shows it: each character a terminal would act on (the C0
+    controls but tab, DEL, the C1 controls) or that reorders the text after it (a
+    Bidi_Control character: U+202E RIGHT-TO-LEFT OVERRIDE, U+2066..U+2069, U+200E, U+200F,
+    ...) written as ``#xNN`` with its code point in upper-case hex, as ``conform``'s JUnit
+    report writes the characters XML cannot hold (``\\x1b[31mred`` is shown ``#x1B[31mred``,
+    U+202E ``#x202E``); the other characters as they are. For another process's output
+    printed to a terminal: ``conform``'s lines of a target's output and what it sent, the
+    ``demo``'s log lines of its members. Raises nothing.
+
+    No upstream counterpart: upstream prints its peers' text as it is.
+    """
+    return _TERMINAL_CONTROL.sub(_hex_code, text)

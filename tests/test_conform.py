@@ -469,7 +469,7 @@ def test_cli_shows_a_targets_control_characters_escaped(
     a C1 CSI reached the user's terminal as they were. They are shown as ``#xNN``, as in the
     JUnit report (a line's closing CR dropped, as before); the JSON report escapes them as JSON
     does."""
-    from flodl_proto.conform.report import terminal_text
+    from flodl_proto._unseen import terminal_text
 
     script = r"printf '\033]0;title\007\033[31mred\033[0m z \302\233x\r\n' >&2; exit 3"
     run = ["conform", "controller", "--version", "3", "--jobs", "1", "--timeout-scale", "0.1",
@@ -485,6 +485,18 @@ def test_cli_shows_a_targets_control_characters_escaped(
     # the JSON report holds no raw control character either
     doc = (tmp_path / "r.json").read_bytes()
     assert not any(b < 0x20 and b not in b"\n" for b in doc)
+
+
+def test_the_console_escape_takes_the_direction_controls_too() -> None:
+    """A target's output holding U+202E RIGHT-TO-LEFT OVERRIDE (or an isolate, a mark)
+    reordered the rest of the console's line (``txt.exe`` shown for ``exe.txt``): every
+    Bidi_Control character is shown as ``#xNNNN``; other text beyond ASCII is kept."""
+    from flodl_proto._unseen import terminal_text
+
+    bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    assert terminal_text(f"a{bidi}b \u00e9\u200d\u2065\u206a") == (
+        "a#x61C#x200E#x200F#x202A#x202B#x202C#x202D#x202E#x2066#x2067#x2068#x2069b "
+        "\u00e9\u200d\u2065\u206a")
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

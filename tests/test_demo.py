@@ -1303,6 +1303,25 @@ def test_the_stderr_tails_say_their_rounds_are_the_protocols() -> None:
         "rank 1 stderr:", "    2026-01-01 WARNING x: round 5 failed"]
 
 
+def test_a_members_output_in_the_summary_is_shown_not_played_on_the_terminal() -> None:
+    """The stderr tails and the problems quoting a member's text were printed as they were:
+    a colour code, a bell or a direction override played on the terminal, and a ``[...]`` in
+    a rank's error was read as markup (``[/red]`` failed the summary). They are shown as
+    ``#xNN``, as ``conform`` shows a target's output, and the brackets as they are."""
+    final: dict[int, dict[str, str]] = {
+        r: {"ev": "ended", "error": "OSError: [/red] \x1b[2J\u202eboom"} for r in range(4)}
+    rc, lines = _summary(rounds=2, asked=10, rank_rc={1: 1}, final=final,
+                         rank_stderr={1: ["\x1b[31mred\x07 \u2066x\u2069 \u200f[bold]"]})
+    assert rc == 1
+    assert not any(c in line for line in lines for c in "\x1b\x07\u202e\u2066\u2069\u200f")
+    i = lines.index("rank 1 stderr:")
+    assert lines[i + 1] == "    #x1B[31mred#x07 #x2066x#x2069 #x200F[bold]"
+    assert lines[lines.index("FAILED: only 2 of 10 rounds completed") + 1] == (
+        "FAILED: ranks that did not finish: rank 0 (OSError: [/red] #x1B[2J#x202Eboom), rank 1 "
+        "(OSError: [/red] #x1B[2J#x202Eboom), rank 2 (OSError: [/red] #x1B[2J#x202Eboom), rank 3 "
+        "(OSError: [/red] #x1B[2J#x202Eboom)")
+
+
 def test_a_rank_that_fails_reports_the_protocol_round_it_was_in(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The rank's ``ended`` event carries the protocol round its error's text names (the

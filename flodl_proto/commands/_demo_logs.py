@@ -16,6 +16,8 @@ import logging
 import sys
 import threading
 
+from .._unseen import terminal_text
+
 __all__ = ["echoes", "level_name", "show"]
 
 _lock = threading.Lock()
@@ -37,9 +39,12 @@ def echoes(level: object) -> bool:
 def show(name: str, line: str) -> None:
     """Write ``[NAME] LINE`` to the current ``sys.stderr`` (read at each call, so a progress bar
     that redirects stderr while it runs shows the line above it), one whole line at a time
-    whatever the thread. No upstream counterpart."""
+    whatever the thread; the characters of ``line`` a terminal acts on (an ESC, a bell, a
+    direction override) are shown escaped (:func:`~flodl_proto._unseen.terminal_text`). No
+    upstream counterpart."""
+    text = terminal_text(line)
     with _lock, contextlib.suppress(OSError, ValueError):  # stderr gone: the line is lost
         stream = sys.stderr
         if stream is not None:  # None: started with stderr closed
-            stream.write(f"[{name}] {line}\n")
+            stream.write(f"[{name}] {text}\n")
             stream.flush()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._unseen import terminal_text
 from .controller import SIGNAL_STOP_DETAIL as CONTROLLER_SIGNAL_STOP
 from .controller import parse_outer
 from .relay import SIGNAL_STOP_DETAIL as RELAY_SIGNAL_STOP
@@ -250,11 +251,14 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
 
     ``args``: the demo's options (world size, hosts, rounds, seed, bf16, outer, protocol
     version); ``groups``: the ranks of each host; ``kill``: the ``--kill-rank`` rank and round;
-    ``res``: what the run collected; ``cluster``: its processes. Raises nothing of its own.
+    ``res``: what the run collected; ``cluster``: its processes. A member's text in the
+    summary (its stderr lines, an error it sent) is shown with the characters a terminal acts
+    on escaped (:func:`~flodl_proto._unseen.terminal_text`). Raises nothing of its own.
 
     No upstream counterpart: upstream flodl has no demo.
     """
     import numpy as np
+    from rich.markup import escape
     from rich.table import Table
 
     from . import _demo_worker as worker
@@ -410,7 +414,10 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                       f"{held}", soft_wrap=True)
     if problems:
         for p in problems:
-            console.print(f"[red]FAILED[/red]: {p}", soft_wrap=True)
+            # a problem may quote a member's output (its error, its last lines): shown, not
+            # played on the terminal, nor read as markup
+            shown = "\n".join(terminal_text(line) for line in p.split("\n"))
+            console.print(f"[red]FAILED[/red]: {escape(shown)}", soft_wrap=True)
         tails = [c for c in cluster.children
                  if c.stderr and (c.proc.returncode not in (0, None, -9) or c.name == "controller")]
         if tails:  # the processes' own log lines: their rounds are the protocol's
@@ -418,7 +425,7 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                           "protocol rounds: two per demo round, its count-gather then its Model "
                           "reduce):", markup=False, highlight=False, soft_wrap=True)
         for c in tails:
-            tail = "\n    ".join(c.stderr[-5:])
+            tail = "\n    ".join(terminal_text(line) for line in c.stderr[-5:])
             console.print(f"{member_name(c.name)} stderr:\n    {tail}", markup=False,
                           highlight=False, soft_wrap=True)  # log lines whole, however wide
         return 1

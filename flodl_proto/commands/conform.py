@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._files import make_folders
 from .._oserr import os_reason
+from .._unseen import terminal_text
 from ..cli import AnyCase, interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
@@ -372,7 +373,6 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             run_cases,
             section_line,
             summary_by_section,
-            terminal_text,
         )
         from ..conform.target import LaunchedTarget, TargetLaunchError
 

@@ -112,8 +112,9 @@ keep the kit waiting. Of the target's output, the kit keeps the last 200 lines, 
 for a failing case (`system-out`), and a case whose target did not start shows the last 5 on
 the console. Neither plays the target's control characters (an ANSI colour's ESC, a bell, a
 window-title sequence): the JUnit report writes those XML cannot hold as `#xNN` (`#x1B`), and
-the console shows every control character but tab so; the JSON report's messages escape them
-as JSON does (`\\u001b`).
+the console shows every control character but tab so, and the Unicode direction controls that
+would reorder the line (U+202E RIGHT-TO-LEFT OVERRIDE, U+2066 to U+2069, U+200E, U+200F) too
+(`#x202E`); the JSON report's messages escape the control characters as JSON does (`\\u001b`).
 
 ### Against a build of flodl itself
 

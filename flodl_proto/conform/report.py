@@ -21,8 +21,7 @@ if TYPE_CHECKING:  # the player (and the codec) is imported when cases run: the 
     from .player import CaseResult, KitSettings
 
 __all__ = ["RunInterrupted", "TargetNeverStarted", "case_line", "exit_code", "run_cases",
-           "section_line", "section_order", "summary_by_section", "terminal_text", "write_json",
-           "write_junit"]
+           "section_line", "section_order", "summary_by_section", "write_json", "write_junit"]
 
 #: lines of a target's output a "did not start" failure shows
 _OUTPUT_TAIL = 5
@@ -413,24 +412,6 @@ def _xml_text(text: str) -> str:
     ESC, ``#xFFFE``), as pytest's JUnit reports write them; the other characters as they
     are."""
     return _XML_INVALID.sub(_hex_escaped, text)
-
-
-#: the characters a terminal acts on rather than shows: the C0 controls but tab (ESC starts a
-#: colour, a cursor move or a window-title sequence; CR returns to the start of the line), DEL
-#: and the C1 controls (U+009B is a CSI on its own)
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def terminal_text(text: str) -> str:
-    """``text`` as the console shows it: each control character a terminal would act on (the
-    C0 controls but tab, DEL, the C1 controls) written as ``#xNN``, as the JUnit report
-    writes the characters XML cannot hold (``\\x1b[31mred`` is shown ``#x1B[31mred``); the
-    other characters as they are. For a line of :func:`case_line` (a target's output, a
-    message quoting what it sent) printed to a terminal.
-
-    No upstream counterpart: upstream has no conformance kit.
-    """
-    return _TERMINAL_CONTROL.sub(_hex_escaped, text)
 
 
 def _skipped_suite(root: ET.Element, name: str, cases: Sequence[tuple[str, str, str]]) -> None:

@@ -1,0 +1,19 @@
+"""The demo's copy of its members' log lines to its stderr (``--log-level INFO``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flodl_proto.commands import _demo_logs
+
+
+def test_a_members_line_reaches_the_terminal_with_its_controls_escaped(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A member's log line was written to the terminal as it was: its colour codes, a bell, a
+    window-title sequence and a direction override played there. They are shown as ``#xNN``,
+    as ``conform`` shows a target's output."""
+    _demo_logs.show("rank1", "\x1b]0;title\x07\x1b[31mred\x1b[0m \u202eexe.txt\u2066x\u2069"
+                    "\u200e\u200f\x9bend\r")
+    err = capsys.readouterr().err
+    assert err == ("[rank1] #x1B]0;title#x07#x1B[31mred#x1B[0m #x202Eexe.txt#x2066x#x2069"
+                   "#x200E#x200F#x9Bend#x0D\n")
