@@ -689,8 +689,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              exited_first: dict[str, int] | None = None,
              rank_rc: dict[int, int] | None = None, hosts: int = 2,
              rank_stderr: dict[int, list[str]] | None = None,
-             frozen: str | None = None, problems: list[str] | None = None
-             ) -> tuple[int, list[str]]:
+             frozen: str | None = None, problems: list[str] | None = None,
+             traced: set[str] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
@@ -702,7 +702,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     members that had exited when the demo stopped its cluster after a failure; ``rank_rc``:
     the exit status of rank processes that did not exit 0; ``hosts``: 2 (ranks 0,1 and 2,3)
     or 1 (all four on one relay); ``rank_stderr``: the stderr lines rank processes left;
-    ``frozen``: the member the demo found frozen; ``problems``: the problems the run found."""
+    ``frozen``: the member the demo found frozen; ``problems``: the problems the run found;
+    ``traced``: the roles that wrote stage records (None: no trace read), no round traced."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -727,6 +728,7 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     res.finished = dict(finished or {})
     res.exited_first = exited_first
     res.frozen = frozen
+    res.traced_roles = traced
     res.problems = list(problems or [])
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)
@@ -1404,6 +1406,83 @@ def test_a_frozen_rank_is_named_among_the_ranks_that_did_not_finish() -> None:
         f"FAILED: {why}",
         "FAILED: ranks that did not finish: rank 0 (stopped by the demo), rank 2 (frozen, then "
         "stopped by the demo), rank 3 (stopped by the demo)"]
+
+
+def test_a_summary_without_a_stage_breakdown_says_why() -> None:
+    """A run the demo stopped for a failure read ``stages  not traced``, though every process
+    traced its rounds: it says the run stopped before a measured round, or that the ranks'
+    records were lost, whichever is true."""
+    def stages_row(lines: list[str]) -> list[str]:
+        i = next(i for i, line in enumerate(lines) if line.startswith(" stages  │"))
+        return [lines[i], *(line for line in lines[i + 1:i + 3] if line.startswith("    "))]
+
+    _, lines = _summary(rounds=0, asked=50, final={}, stopped={0, 1, 2, 3},
+                         traced={"relay", "controller"})
+    assert stages_row(lines) == [" stages  │ none: the run stopped before a measured round"]
+    _, lines = _summary(rounds=3, asked=50, final={}, stopped={0, 1, 2, 3},
+                         traced={"relay", "controller"})
+    assert stages_row(lines) == [" stages  │ none: the ranks' stage records were lost",
+                                 "         │ (a rank writes them as it ends; a SIGKILL skips "
+                                 "that)"]
+    _, lines = _summary(rounds=3, traced={"rank", "relay", "controller"})
+    assert stages_row(lines) == [
+        " stages  │ none: no round was traced from a rank's send to its reply"]
+    _, lines = _summary(rounds=3)  # no trace read (it was unreadable: a problem says so)
+    assert stages_row(lines) == [" stages  │ not traced"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_rank_stopped_by_sigterm_writes_its_stage_records_first(tmp_path: Path) -> None:
+    """The demo stops its ranks with SIGTERM after a failure; a rank's stage records, written
+    at its exit, were lost with it. They are written, and the rank still ends by SIGTERM."""
+    trace = tmp_path / "stages.tsv"
+    code = ("import time\n"
+            "from flodl_proto.commands import _demo_worker as w\n"
+            "from flodl_proto.runner import stages\n"
+            "w.keep_stages_on_sigterm()\n"
+            "stages.mark('rank', 0, 'send_start')\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "FLODL_STAGE_TRACE": str(trace)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.terminate()
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    from flodl_proto.runner.stages import read_trace
+
+    assert [(r.role, r.pid, r.round, r.stage) for r in read_trace(trace)] == [
+        ("rank", proc.pid, 0, "send_start")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_run_stopped_for_a_failure_shows_the_stages_it_traced() -> None:
+    """The controller frozen mid-run: the demo stops its cluster with SIGTERM, and its summary
+    read ``stages  not traced`` after hundreds of rounds, the ranks' records lost with them
+    (every rank waited for the controller). It shows the breakdown of the rounds traced until
+    the stop."""
+    with marked_demo("--rounds", "100000", "--payload-mib", "0", "--log-level", "INFO",
+                     env={"COLUMNS": "200"}) as (proc, marker):
+        assert proc.stderr is not None
+        for line in proc.stderr:  # protocol round 3 scattered: every rank sent its part,
+            # so every rank completed demo round 1 (its rounds 1 and 2, or 1 alone if idle)
+            if line.startswith("[controller] ") and " controller: round 3 " in line:
+                break
+        running = wait_for_members(proc, marker, 7, 180.0)
+        assert len(running) == 7, proc.communicate()
+        for pid in running:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"flodl_proto.cli\0controller\0" in f.read():
+                    os.kill(pid, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, (out, err)
+    assert "FAILED: controller was frozen" in out, (out, err)
+    row = next(line for line in out.splitlines() if line.startswith(" stages "))
+    assert re.fullmatch(r" stages +│ round \d+'s Model reduce, the median of \d+ traced: "
+                        r"[0-9.]+ ms *", row), (out, err)
 
 
 def test_the_watch_counts_a_member_frozen_only_while_it_stays_stopped() -> None:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary i
 
 __all__ = ["GATHER", "MODEL", "SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result",
            "exit_reason", "exit_words", "member_name", "model_rounds", "protocol_places",
-           "rank_error", "report", "stage_lines"]
+           "rank_error", "report", "stage_lines", "untraced_words"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
@@ -194,6 +194,25 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
     return lines
 
 
+def untraced_words(res: Result) -> str:
+    """Why the summary of ``res`` has no stage breakdown (its ``stages`` are empty), in lines
+    of at most 63 characters as :func:`stage_lines`'s: ``not traced`` when no trace was read
+    (its reading failed: a problem says why); the run stopped before a measured round, when
+    no rank reported a round; the ranks' records were lost, when ranks reported rounds but no
+    rank wrote its records (each writes them as it ends, which a SIGKILL skips); else that no
+    round was traced from a rank's send to its reply. Raises nothing.
+
+    No upstream counterpart: upstream flodl has no demo."""
+    if res.traced_roles is None:
+        return "not traced"
+    if not any(res.rounds.values()):
+        return "none: the run stopped before a measured round"
+    if "rank" not in res.traced_roles:
+        return ("none: the ranks' stage records were lost\n(a rank writes them as it ends; "
+                "a SIGKILL skips that)")
+    return "none: no round was traced from a rank's send to its reply"
+
+
 @dataclass
 class Result:
     """What the demo collected from its cluster: the rounds' events by demo round then rank,
@@ -217,6 +236,9 @@ class Result:
     exited_first: dict[str, int] | None = None
     #: the ranks still running when the demo stopped its cluster after a member's failure
     stopped_ranks: set[int] = field(default_factory=set)
+    #: the roles (``rank``, ``relay``, ``controller``) whose processes wrote stage records to
+    #: the run's trace; None when no trace was read
+    traced_roles: set[str] | None = None
     #: the member (its process name: ``rank2``, ``relay0``, ``controller``) the demo found
     #: stopped by SIGSTOP or SIGTSTP while ranks ran, for which it stopped its cluster
     frozen: str | None = None
@@ -384,7 +406,7 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
                         f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
                         f" / {_pct(syncs, 95) * 1e3:.1f} ms)") if times else "n/a")
     t.add_row("stages", "\n".join(stage_lines(res.stages, model_rounds(res.rounds)))
-              or "not traced")
+              or untraced_words(res))
     t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
               else "n/a")
     t.add_row("loss", (f"start {l_start:.6f}, end {l_end:.6f}"

@@ -24,7 +24,10 @@ Upstream: the ``cluster_worker`` sync window (``sumcount_reduce``) and ``realize
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from typing import Any
@@ -35,6 +38,7 @@ import numpy.typing as npt
 from ..cli import configure_logging
 from ..errors import ProtocolError
 from ..reduce import OuterOptimizer, bf16_from_f32, bf16_to_f32, gamma_mass
+from ..runner import stages
 from ..runner.rank import RankClient
 from .relay import env_salt
 
@@ -43,6 +47,7 @@ __all__ = [
     "FEATURES",
     "SAMPLES",
     "full_loss",
+    "keep_stages_on_sigterm",
     "local_steps",
     "lr_at",
     "main",
@@ -227,6 +232,28 @@ def _train(cfg: dict[str, Any], salt: bytes) -> int:
     return 0
 
 
+def _end_by_signal(signum: int, frame: object) -> None:  # pragma: no cover - in the child
+    """Write the stage records held (:func:`flodl_proto.runner.stages.flush`), then end by
+    the signal itself, as without this handler (the demo reads the exit status)."""
+    with contextlib.suppress(OSError):
+        stages.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def keep_stages_on_sigterm() -> None:
+    """Have a SIGTERM write this process's stage records before it ends the process: the
+    demo stops its ranks with SIGTERM after a member's failure, and the records, written at
+    exit (``atexit``, which a signal's end skips), were lost with them, so its summary had
+    no stage breakdown of the rounds the run completed. The process still ends by SIGTERM
+    (exit status -15). Nothing is done while tracing is off or when SIGTERM is not at its
+    default (ignored since the process started). Raises nothing.
+
+    No upstream counterpart: upstream has no demo or stage trace."""
+    if stages.is_enabled() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _end_by_signal)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``argv[0]`` is the JSON config (rank, world_size, seed, rounds, relay,
     version, bf16, payload_values: the f32 values of the --payload-mib tensor, kill_round,
@@ -243,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     cfg = json.loads(args[0])
     configure_logging(str(cfg.get("log_level") or "WARNING"))
+    keep_stages_on_sigterm()  # a stop by the demo keeps the rounds traced until then
     try:
         salt = env_salt("the demo's rank worker")
     except ValueError as e:

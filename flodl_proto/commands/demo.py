@@ -16,9 +16,10 @@ controller). A progress bar runs while it trains; then a summary table: rounds, 
 percentile round time, the stage breakdown of the median round (every process records its
 stages, :mod:`flodl_proto.runner.stages`: rank send, relay deposits to HostFrame, controller last
 HostFrame to Broadcast, relay fan-out, rank reply parsed, and the wire and wake-up gaps between
-them), bytes moved on every leg, loss at start and end against the optimum, and the consensus
-digest of every rank. A bf16 run too short for the compiled bf16 kernels to pay back their
-loading in each process (the default one:
+them; a rank the demo stops after a failure writes its records first, and a summary without
+a breakdown says why), bytes moved on every leg, loss at start and end against the optimum,
+and the consensus digest of every rank. A bf16 run too short for the compiled bf16 kernels to
+pay back their loading in each process (the default one:
 :func:`~flodl_proto.commands._demo_sizes.cluster_kernels`) runs its cluster on the NumPy kernels
 (``FLODL_PROTO_KERNELS=numpy``, the same bytes); a ``FLODL_PROTO_KERNELS`` set where the demo
 runs is passed on as it is.
@@ -510,8 +511,10 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         for s, h in old.items():
             signal.signal(s, h)
         res.wall = time.perf_counter() - t_start
-    try:  # written by every child at its exit
-        res.stages = stages.breakdown(stages.read_trace(trace)) if trace.exists() else []
+    try:  # written by every child at its exit (a rank also when the demo stops it)
+        records = stages.read_trace(trace) if trace.exists() else []
+        res.traced_roles = {r.role for r in records}
+        res.stages = stages.breakdown(records)
     except (OSError, ValueError) as e:
         res.problems.append(f"stage trace unreadable: {e}")
     if stop.is_set():
