@@ -4,6 +4,7 @@ ends the run cleanly; no child process outlives the demo."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -275,10 +276,6 @@ def test_rank_frame_len_is_the_length_of_the_frame_a_demo_rank_sends(
 
 
 @pytest.mark.parametrize(("where", "why"), [
-    ("a-file/salt.hex", "creating the folder a-file: Not a directory (it exists and is not a "
-                        "folder)"),
-    ("a-file/sub/salt.hex", "creating the folder a-file/sub: Not a directory (a-file is not a "
-                            "folder)"),
     (".", "Is a directory"),
     ("new/", "names a folder (it ends with /); give a file path in it"),
     ("a-file/", "names a folder (it ends with /); give a file path in it")])
@@ -298,6 +295,45 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
         "", f"flodl-proto demo: error: argument --salt-file: {where}: {why}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     assert Path("a-file").read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize(("where", "why"), [
+    ("a-file/salt.hex", "creating the folder a-file: Not a directory (it exists and is not a "
+                        "folder)"),
+    ("a-file/sub/salt.hex", "creating the folder a-file/sub: Not a directory (a-file is not a "
+                            "folder)"),
+    ("/proc/salt.hex", "creating a temporary file in /proc to write it: No such file or "
+                       "directory (the folder takes no new file)"),
+    ("ro/salt.hex", "creating a temporary file in ro to write it: Permission denied")])
+def test_demo_salt_file_that_cannot_be_written_is_exit_1_as_the_other_output_files(
+        where: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new salt file that cannot be written was a usage error, ``argument --salt-file: ...``
+    and exit 2, where ``docs --out`` and the other commands' output files that cannot be
+    written are exit 1: ``cannot write the salt file PATH: WHY``, exit 1, nothing written. A
+    read-only folder is one the creation of the temporary file is refused in (as root, whom
+    no mode stops, it is refused here by a stand-in for ``os.open``)."""
+    from flodl_proto import _files
+    from flodl_proto.cli import main
+
+    if where == "/proc/salt.hex" and not os.path.isdir("/proc"):
+        pytest.skip("needs /proc")
+    monkeypatch.chdir(tmp_path)
+    Path("a-file").write_text("not a folder\n")
+    Path("ro").mkdir()
+    real_open = os.open
+
+    def refused_in_ro(path: Any, flags: int, mode: int = 0o777) -> int:
+        if Path(path).parent.name == "ro" and flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(_files.os, "open", refused_in_ro)
+    assert main(["demo", "--no-progress", "--salt-file", where]) == 1
+    assert capsys.readouterr() == (
+        "", f"flodl-proto demo: error: cannot write the salt file {where}: {why}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "ro"]
+    assert list(Path("ro").iterdir()) == []
 
 
 def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> None:

@@ -49,12 +49,14 @@ without an event before giving up; its stop sends SIGCONT after SIGTERM, so a st
 handles the SIGTERM too. A run that completed no round shows no target (``n/a``) and
 no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
-available memory; 2 for a bad command line, 130 when interrupted (Ctrl-C; the line says
-``interrupted``), 143 when terminated (SIGTERM; the line says ``terminated``) and 129 when hung
-up (a closed terminal's SIGHUP; the line says ``hung up``): either way the demo sends SIGTERM
-to every process of its cluster at once and waits for them first. A signal
-ignored when the demo started stays ignored, by the demo and its cluster: SIGINT in a background
-job (``flodl-proto demo &`` in a script), SIGHUP under ``nohup``. The cluster's processes ignore
+available memory or a new ``--salt-file`` cannot be written (``cannot write the salt file
+PATH: WHY``, as the other commands' output files); 2 for a bad command line, 130 when
+interrupted (Ctrl-C; the line says ``interrupted``), 143 when terminated (SIGTERM; the line
+says ``terminated``) and 129 when hung up (a closed terminal's SIGHUP; the line says ``hung
+up``): either way the demo sends SIGTERM to every process of its cluster at once and waits for
+them first. A signal ignored when the demo started stays ignored, by the demo and its
+cluster: SIGINT in a background job (``flodl-proto demo &`` in a script), SIGHUP under
+``nohup``. The cluster's processes ignore
 the terminal's Ctrl-C and hangup whatever the demo's start (the demo stops them itself). No child
 process outlives the demo. Every process runs at the demo's ``--log-level``; at INFO or DEBUG
 their log lines are copied to stderr as they come, each prefixed ``[NAME]``
@@ -184,8 +186,8 @@ def register(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--salt-file", default=None, metavar="PATH", type=path_text,
                    help="session salt file: read it when it exists, else write a random salt "
-                   "there (mode 0600; missing folders created) and keep it, to decode captured "
-                   "traffic with tags checked")
+                   "there (mode 0600; missing folders created; exit 1 when it cannot be "
+                   "written) and keep it, to decode captured traffic with tags checked")
     p.add_argument("--netns", action="store_true",
                    help="run the controller and every host in network namespaces of their own "
                    "joined by a bridge (198.18.0.0/15 addresses; needs root and ip)")
@@ -366,6 +368,17 @@ def _addr_of(line: str, what: str) -> str:
 
 
 # -- the run -------------------------------------------------------------------------------------
+class _SaltNotWritten(Exception):
+    """The demo's new salt file could not be written (``error``: the ``OSError``, naming the
+    step that failed): exit 1, as an output file of the other commands that cannot be written.
+
+    No upstream counterpart: upstream has no demo."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _session_salt(path: str | None) -> tuple[str, str]:
     """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
     when that file exists (or a link of that name, even to no file), else random (and written
@@ -374,10 +387,10 @@ def _session_salt(path: str | None) -> tuple[str, str]:
 
     Raises:
         OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
-            with /); give a file path in it``, as an output option is refused), the file
-            cannot be read, or it or a folder of its path cannot be written
-            (:func:`flodl_proto._files.make_folders` names the folder that failed);
-            InvalidValue (local): it holds no salt.
+            with /); give a file path in it``, as an output option is refused), or the file
+            cannot be read; InvalidValue (local): it holds no salt.
+        _SaltNotWritten: the new file, or a folder of its path, cannot be written
+            (:func:`flodl_proto._files.make_folders` names the folder that failed).
 
     No upstream counterpart: upstream has no demo (its processes read the salt from
     ``FLODL_SESSION_SALT``).
@@ -389,12 +402,15 @@ def _session_salt(path: str | None) -> tuple[str, str]:
         raise IsADirectoryError(errno.EISDIR, "names a folder (it ends with /); give a file "
                                 "path in it")
     target = Path(path)
-    if os.path.lexists(target):  # a link to no file is read (and refused), not written through
-        return resolve_salt(None, path).hex(), f"session salt: read from {path}"
-    salt = os.urandom(16).hex()
-    make_folders(target.parent)
-    replace_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
-    return salt, f"session salt: written to {path}"
+    if not os.path.lexists(target):  # a link to no file is read (and refused), not written
+        salt = os.urandom(16).hex()
+        try:
+            make_folders(target.parent)
+            replace_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
+        except OSError as e:
+            raise _SaltNotWritten(e) from None
+        return salt, f"session salt: written to {path}"
+    return resolve_salt(None, path).hex(), f"session salt: read from {path}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -439,6 +455,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         salt_hex, salt_note = _session_salt(args.salt_file)
+    except _SaltNotWritten as e:  # as the other commands' output files: exit 1
+        print(f"flodl-proto demo: error: cannot write the salt file "
+              f"{shown_name(args.salt_file)}: {os_reason(e.error)}", file=sys.stderr)
+        return 1
     except (OSError, ProtocolError) as e:  # an OSError names the path already given
         why = f"{shown_name(args.salt_file)}: {os_reason(e)}"
         print(f"flodl-proto demo: error: {option_message('--salt-file', why)}",
