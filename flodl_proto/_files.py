@@ -1,6 +1,7 @@
 """Atomic replacement of an output file, shared by every command that writes one: ``docs``,
-``conform docs``, ``dissector --out``, ``conform --junit`` / ``--json``, ``vectors export`` and
-the salt file ``demo --salt-file`` writes, and by the controller's checkpoints.
+``conform docs``, ``dissector --out``, ``conform --junit`` / ``--json``, ``vectors export``, and
+by the controller's checkpoints; and the atomic creation of a new file that never replaces one
+(:func:`create_file`: the salt file ``demo --salt-file`` writes).
 
 A reader of the file sees the old contents or the new ones, never part of them; a write that
 fails midway (a full disk, a crash) leaves the old file and no temporary file behind.
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["make_folders", "replace_file", "replacing"]
+__all__ = ["create_file", "make_folders", "replace_file", "replacing"]
 
 _NAME_TRIES = 100  # temporary names tried before giving up (as tempfile.TMP_MAX, far fewer)
 
@@ -133,6 +134,82 @@ def replace_file(out: Path, data: bytes, new_mode: int = 0o666) -> None:
     """
     with replacing(out, new_mode) as f:
         _write_all(f.fileno(), data)  # straight to the file: nothing is in f's buffer
+
+
+def create_file(out: Path, data: bytes, new_mode: int = 0o666) -> None:
+    """Create the file ``out`` holding ``data``, atomically, and only if no file of that name
+    exists when it appears: the data goes to a temporary file in the same folder
+    (``.NAME.XXXXXXXX.tmp``, created with ``new_mode`` less the umask), is synced to disk, then
+    the temporary file is hard-linked to ``out`` (``os.link``, which refuses a name that
+    exists, a link to no file included, where a rename would replace it) and removed; the
+    folder is synced (best effort). A reader never sees part of the data, and a file another
+    process creates between a caller's check and this creation is never replaced. On a file
+    system without hard links (``os.link`` refused with ``EPERM`` or ``EOPNOTSUPP``) ``out`` is
+    created with ``O_CREAT | O_EXCL`` and written in place (still never over a file; a crash
+    may leave part of the data there). A failure leaves no temporary file, and no ``out``.
+
+    Args:
+        out: the file to create; its folder must exist.
+        data: its contents, bytes.
+        new_mode: its permission bits before the umask (``0o600`` for a secret).
+
+    Raises:
+        FileExistsError: ``out`` exists (any kind of file, a link to no file included); it is
+            left as it is. ``filename`` is ``out``. (Also, with ``strerror`` naming the
+            temporary file's step, when 100 random temporary names in a row were taken.)
+        OSError: the folder takes no new file, or a write or the sync failed (``strerror``
+            names the step as :func:`replacing` does: ``creating a temporary file in /proc to
+            write it: No such file or directory (the folder takes no new file)``); ``filename``
+            is ``out``.
+
+    No upstream counterpart: upstream's processes read the salt from the environment.
+    """
+    try:
+        fd, tmp = _create_temporary(out, new_mode)
+    except OSError as e:
+        hint = (" (the folder takes no new file)"
+                if e.errno == errno.ENOENT and out.parent.is_dir() else "")
+        raise _naming(_at_step(e, f"creating a temporary file in {out.parent} to write it",
+                               hint), out) from None
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, out)
+        except FileExistsError:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(out)) from None
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                raise _at_step(e, "linking the new file to its name") from None
+            _create_in_place(out, data, new_mode)  # a file system without hard links
+    except OSError as e:
+        if e.filename in (None, tmp):
+            raise _naming(e, out) from None
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _sync_folder(out.parent)
+
+
+def _create_in_place(out: Path, data: bytes, mode: int) -> None:
+    """Create ``out`` exclusively (``O_CREAT | O_EXCL``: ``FileExistsError`` when it exists)
+    with ``mode`` less the umask, write ``data`` and sync it; a failure after the creation
+    removes it."""
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(out)
+        raise
 
 
 def make_folders(folder: Path) -> None:

@@ -336,6 +336,30 @@ def test_demo_salt_file_that_cannot_be_written_is_exit_1_as_the_other_output_fil
     assert list(Path("ro").iterdir()) == []
 
 
+def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process creates the salt file between the demo's check that it does not exist
+    and its write (simulated: right after the temporary file is made): the demo replaced it
+    with a salt of its own, so the two used different salts. The file is left as it is and
+    its salt is read."""
+    from flodl_proto import _files
+    from flodl_proto.commands.demo import _session_salt
+
+    path = tmp_path / "s.hex"
+    theirs = "0123456789abcdef" * 2
+    real = _files._create_temporary
+
+    def racing(target: Path, mode: int) -> tuple[int, str]:
+        made = real(target, mode)
+        path.write_text(theirs + "\n", encoding="ascii")  # the other process, meanwhile
+        return made
+
+    monkeypatch.setattr(_files, "_create_temporary", racing)
+    assert _session_salt(str(path)) == (theirs, f"session salt: read from {path}")
+    assert path.read_text(encoding="ascii") == theirs + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hex"]  # no temporary left
+
+
 def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> None:
     """A salt file whose folders do not exist yet: the folders are made and the salt written
     (32 hex digits and a line end, mode 0600), then read back as it was by the next run."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flodl_proto._files import replace_file, replacing
+from flodl_proto._files import create_file, replace_file, replacing
 from flodl_proto.fsm.events import CheckpointWindow
 from flodl_proto.runner import checkpoint
 
@@ -310,3 +310,53 @@ def test_make_folders_names_the_folder_it_failed_at(tmp_path: Path,
     make_folders(tmp_path)  # a folder that exists: nothing to do
     make_folders(tmp_path / "new" / "sub")
     assert (tmp_path / "new" / "sub").is_dir()
+
+
+def test_create_file_makes_a_new_file_whole_and_never_replaces_one(tmp_path: Path) -> None:
+    """A new file appears whole with ``new_mode`` less the umask and no temporary beside it; a
+    name that exists (a file, a link to no file) is refused with ``FileExistsError`` naming it,
+    and left as it was, nothing written where a link points."""
+    out = tmp_path / "s.hex"
+    create_file(out, b"new\n", new_mode=0o600)
+    assert out.read_bytes() == b"new\n" and stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert os.listdir(tmp_path) == ["s.hex"]
+    with pytest.raises(FileExistsError) as e:
+        create_file(out, b"other\n")
+    assert (e.value.filename, out.read_bytes()) == (str(out), b"new\n")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        create_file(link, b"other\n")
+    assert sorted(os.listdir(tmp_path)) == ["link", "s.hex"]
+
+
+def test_create_file_without_hard_links_still_refuses_an_existing_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a file system that refuses hard links, the file is created exclusively in place;
+    one that exists by then is still refused, and no temporary is left."""
+    def no_links(src: Any, dst: Any) -> None:
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "link", no_links)
+    out = tmp_path / "s.hex"
+    create_file(out, b"new\n", new_mode=0o600)
+    assert out.read_bytes() == b"new\n" and stat.S_IMODE(out.stat().st_mode) == 0o600
+    with pytest.raises(FileExistsError):
+        create_file(out, b"other\n")
+    assert (out.read_bytes(), os.listdir(tmp_path)) == (b"new\n", ["s.hex"])
+
+
+def test_create_file_that_fails_names_its_step_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link refused for another reason names the step and the file, and leaves neither the
+    file nor the temporary."""
+    def full(src: Any, dst: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "link", full)
+    out = tmp_path / "s.hex"
+    with pytest.raises(OSError) as e:
+        create_file(out, b"new\n")
+    assert (e.value.strerror, e.value.filename) == (
+        "linking the new file to its name: No space left on device", str(out))
+    assert os.listdir(tmp_path) == []

@@ -90,7 +90,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .._files import make_folders, replace_file
+from .._files import create_file, make_folders
 from .._oserr import os_reason
 from ..cli import interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown, shown_name
@@ -382,8 +382,10 @@ class _SaltNotWritten(Exception):
 def _session_salt(path: str | None) -> tuple[str, str]:
     """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
     when that file exists (or a link of that name, even to no file), else random (and written
-    to ``path`` when given: its missing folders created, the file written atomically, mode 0600
-    less the umask, 32 hex digits and a line end).
+    to ``path`` when given: its missing folders created, the file created atomically and only
+    if no file of that name exists by then (:func:`flodl_proto._files.create_file`): one that
+    another process created after the check is read, never replaced; mode 0600 less the
+    umask, 32 hex digits and a line end).
 
     Raises:
         OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
@@ -406,10 +408,11 @@ def _session_salt(path: str | None) -> tuple[str, str]:
         salt = os.urandom(16).hex()
         try:
             make_folders(target.parent)
-            replace_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
-        except OSError as e:
-            raise _SaltNotWritten(e) from None
-        return salt, f"session salt: written to {path}"
+            create_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
+            return salt, f"session salt: written to {path}"
+        except OSError as e:  # one created meanwhile (FileExistsError) is read as it is
+            if not (isinstance(e, FileExistsError) and os.path.lexists(target)):
+                raise _SaltNotWritten(e) from None
     return resolve_salt(None, path).hex(), f"session salt: read from {path}"
 
 
