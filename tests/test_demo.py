@@ -488,7 +488,7 @@ def test_a_killed_relay_is_named_first_and_the_logs_are_shown_unwrapped() -> Non
                      env={"COLUMNS": "40", "FLODL_NET_TIMEOUT_SCALE": "0.25"}) as (proc, marker):
         assert proc.stderr is not None
         for line in proc.stderr:  # every member runs: the run is under way
-            if line.startswith("[controller] ") and " controller: round " in line:
+            if line.startswith("[controller] ") and " controller: protocol round " in line:
                 break
         relays: list[int] = []
         running = wait_for_members(proc, marker, 7, 180.0)
@@ -1529,7 +1529,7 @@ def test_a_run_stopped_for_a_failure_shows_the_stages_it_traced() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:  # protocol round 3 scattered: every rank sent its part,
             # so every rank completed demo round 1 (its rounds 1 and 2, or 1 alone if idle)
-            if line.startswith("[controller] ") and " controller: round 3 " in line:
+            if line.startswith("[controller] ") and " controller: protocol round 3 " in line:
                 break
         running = wait_for_members(proc, marker, 7, 180.0)
         assert len(running) == 7, proc.communicate()
