@@ -364,17 +364,17 @@ def shown_name(text: str) -> str:
 
 
 def shown_type(value: Any) -> str:
-    """How a message names the type of a value it refuses, after "got": ``None`` for None,
-    else the type's name after its article (``an int``, ``a str``, ``an OrderedDict``, ``a
-    list``), so that a template's ``got {got}`` reads as a sentence: ``got an int``, ``got
-    None``. The catalogue's type errors take it (``capture.bad_type``, ``salt.not_bytes``,
-    ``codec.not_bytes_like``, ...).
+    """How a message names the type of a value it refuses, after "got": ``None`` for None, else
+    the type's name as it is, with no article (``int``, ``str``, ``bytes``, ``object``,
+    ``OrderedDict``, ``ndarray``, ``uint8``), as Python's own messages name a type (``must be
+    str, not int``), so that ``got {got}`` reads right whatever the name sounds like: ``got
+    int``, ``got bytes``, ``got None``. The catalogue's type errors take it
+    (``capture.bad_type``, ``salt.not_bytes``, ``codec.not_bytes_like``, ...).
 
     No upstream counterpart (upstream's API takes typed values)."""
     if value is None:
         return "None"
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    return type(value).__name__
 
 
 def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:

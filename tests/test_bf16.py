@@ -201,7 +201,7 @@ def test_encode_payload_refuses_ragged_rows() -> None:
         assert isinstance(ei.value, LocalProtocolError)
         assert ei.value.error_id == "frame.bad_type"
         assert ei.value.fields["field"] == "array"
-        assert str(ei.value).startswith("round_frame: array must be an array of numbers, got a "
+        assert str(ei.value).startswith("round_frame: array must be an array of numbers, got "
                                         "list (NumPy makes no array of it: setting an array "
                                         "element with a sequence.")
 

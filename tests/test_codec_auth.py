@@ -256,13 +256,13 @@ _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or mem
 
 @pytest.mark.parametrize(("pieces", "error_id", "text"), [
     # a single buffer was iterated as ints: a bare TypeError
-    (b"abc", "codec.not_pieces", "pieces " + _NOT_PIECES + "a bytes"),
-    (bytearray(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "a bytearray"),
-    (memoryview(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "a memoryview"),
-    ("abc", "codec.not_pieces", "pieces " + _NOT_PIECES + "a str"),
-    (5, "codec.not_pieces", "pieces " + _NOT_PIECES + "an int"),
-    ([b"a", "b"], "codec.not_bytes_like", "pieces[1] " + _NOT_A_BUFFER + "a str"),  # TypeError
-    ([b"a", b"b", 7], "codec.not_bytes_like", "pieces[2] " + _NOT_A_BUFFER + "an int"),
+    (b"abc", "codec.not_pieces", "pieces " + _NOT_PIECES + "bytes"),
+    (bytearray(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "bytearray"),
+    (memoryview(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "memoryview"),
+    ("abc", "codec.not_pieces", "pieces " + _NOT_PIECES + "str"),
+    (5, "codec.not_pieces", "pieces " + _NOT_PIECES + "int"),
+    ([b"a", "b"], "codec.not_bytes_like", "pieces[1] " + _NOT_A_BUFFER + "str"),  # TypeError
+    ([b"a", b"b", 7], "codec.not_bytes_like", "pieces[2] " + _NOT_A_BUFFER + "int"),
     ([memoryview(b"abcdef")[::2]], "codec.not_bytes_like",  # a bare BufferError
      "pieces[0] " + _NOT_A_BUFFER + "a non-contiguous memoryview"),
     ([b"x", np.zeros(8, np.uint8)[::2]], "codec.not_bytes_like",  # a bare ValueError

@@ -53,9 +53,9 @@ def test_check_salt_rejects_text() -> None:
     e = exc.value
     assert isinstance(e, errors.LocalProtocolError) and not e.remote
     assert e.error_id == "salt.not_bytes"
-    assert str(e) == ("session salt must be 16 bytes, got a str (convert hex text with "
+    assert str(e) == ("session salt must be 16 bytes, got str (convert hex text with "
                       "bytes.fromhex)")
-    assert dict(e.fields) == {"got": "a str"}
+    assert dict(e.fields) == {"got": "str"}
 
 
 # -- new_mac / compute_tag / tag_as_u64 / tags_equal --------------------------------------------
@@ -174,7 +174,7 @@ def test_update_in_parallel_reraises_a_jobs_error() -> None:
     assert a.digest() == sha(SALT, data)  # the caller's own job ran to the end
 
 
-@pytest.mark.parametrize(("salt", "got"), [(16, "an int"), (None, "None"), (3.0, "a float")])
+@pytest.mark.parametrize(("salt", "got"), [(16, "int"), (None, "None"), (3.0, "float")])
 def test_check_salt_rejects_what_is_not_bytes_like(salt: object, got: str) -> None:
     """``bytes(16)`` is sixteen zero bytes: an int must never become an all-zero salt."""
     with pytest.raises(errors.InvalidValue) as exc:

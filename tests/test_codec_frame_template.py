@@ -137,7 +137,7 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
     (None, "frame.bad_type",
      {"field": "layout", "expected": "a sequence of (dtype tag, shape) pairs", "got": "None"}),
     (5, "frame.bad_type",
-     {"field": "layout", "expected": "a sequence of (dtype tag, shape) pairs", "got": "an int"}),
+     {"field": "layout", "expected": "a sequence of (dtype tag, shape) pairs", "got": "int"}),
     ([(0, (1,) * 65)], "tensor.ndim_unsupported",
      {"where": "FrameTemplate", "ndim": 65, "max": 64}),
     ([(0, (2 ** 28,)), (1, (1,))], "template.too_large",  # 1 GiB + 2 bytes
@@ -166,7 +166,7 @@ def test_the_ceiling_bounds_the_image_and_lead_and_kind_are_checked() -> None:
     with pytest.raises(InvalidValue) as ei2:
         FrameTemplate(RoundKind.MODEL, [(0, (4,))], "ab")  # type: ignore[arg-type]
     assert ei2.value.error_id == "codec.not_bytes_like"
-    assert dict(ei2.value.fields) == {"field": "lead", "got": "a str"}
+    assert dict(ei2.value.fields) == {"field": "lead", "got": "str"}
     with pytest.raises(InvalidValue) as ei2:
         FrameTemplate(2, [(0, (2 ** 40,))])  # the kind first, nothing built
     assert dict(ei2.value.fields)["field"] == "kind"

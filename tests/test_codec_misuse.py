@@ -134,7 +134,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "record carries one"),
     "a MuxRecord of a text payload": (
         lambda: MuxRecord(RecordKind.DATA, 0, "ab"),  # type: ignore[arg-type]
-        InvalidValue, "payload " + BUFFER + "a str"),
+        InvalidValue, "payload " + BUFFER + "str"),
     "encode_mux_record_bytes None": (
         lambda: encode_mux_record_bytes(None, SALT),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: record must be a MuxRecord, got None"),
@@ -147,20 +147,20 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "decode_round_frame premac text": (
         lambda: decode_round_frame(FRAME, SALT, premac="x"),  # type: ignore[arg-type]
         InvalidValue, "round_frame: premac must be a Premac (a MAC over the bytes being "
-        "decoded) or None, got a str"),
+        "decoded) or None, got str"),
     "decode_mux_record premac number": (
         lambda: decode_mux_record(RECORD, SALT, premac=5),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: premac must be a Premac (a MAC over the bytes being "
-        "decoded) or None, got an int"),
+        "decoded) or None, got int"),
     "decode_mux_record text": (
         lambda: decode_mux_record("d017", SALT),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "a str"),
+        InvalidValue, "data " + BUFFER + "str"),
     "parse_mux_header None": (
         lambda: parse_mux_header(None),  # type: ignore[arg-type]
         InvalidValue, "data " + BUFFER + "None"),
     "decode_len_framed list": (
         lambda: decode_len_framed([1, 2]),  # type: ignore[arg-type]
-        InvalidValue, "data " + BUFFER + "a list"),
+        InvalidValue, "data " + BUFFER + "list"),
     "MuxStream.feed None": (
         lambda: MuxStream(SALT).feed(None),  # type: ignore[arg-type]
         InvalidValue, "data " + BUFFER + "None"),
@@ -178,7 +178,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         InvalidValue, "round_frame: tensors must be an iterable of TensorPayload, got None"),
     "RoundFrame tensors number": (
         lambda: RoundFrame(RoundKind.MODEL, 1.0, 5),  # type: ignore[arg-type]
-        InvalidValue, "round_frame: tensors must be an iterable of TensorPayload, got an int"),
+        InvalidValue, "round_frame: tensors must be an iterable of TensorPayload, got int"),
     "Hello ranks None": (
         lambda: Hello("h", None),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: Hello.ranks = None is invalid: not an iterable of u32 ranks"),
@@ -211,7 +211,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "signatures"),
     "MuxRecord.host_frame of a RoundFrame": (
         lambda: MuxRecord.host_frame(RoundFrame(RoundKind.MODEL, 1.0, [])),  # type: ignore[arg-type]
-        InvalidValue, "payload " + BUFFER + "a RoundFrame"),
+        InvalidValue, "payload " + BUFFER + "RoundFrame"),
 }
 
 

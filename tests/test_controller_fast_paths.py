@@ -220,11 +220,11 @@ def test_a_header_that_is_no_mux_header_is_refused_as_before() -> None:
 @pytest.mark.parametrize(("record", "hint", "field", "got", "expected"), [
     # a header of no payload_len raised AttributeError; a frame_premac reached the HostFrame's
     # frame as its error, the record itself delivered
-    ("data", {"header": "h"}, "header", "a str",
+    ("data", {"header": "h"}, "header", "str",
      "a MuxHeader (parse_mux_header's result) or None"),
-    ("host_frame", {"frame_premac": 3}, "frame_premac", "an int",
+    ("host_frame", {"frame_premac": 3}, "frame_premac", "int",
      "a Premac (a MAC over the bytes being decoded) or None"),
-    ("data", {"premac": b"mac"}, "premac", "a bytes",
+    ("data", {"premac": b"mac"}, "premac", "bytes",
      "a Premac (a MAC over the bytes being decoded) or None"),
 ])
 def test_a_hint_of_another_type_is_the_callers_error_and_the_stream_goes_on(

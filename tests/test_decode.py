@@ -451,8 +451,8 @@ def _bad_type(fn: Any, arg: Any) -> str:
     return str(ei.value)
 
 
-@pytest.mark.parametrize(("report", "got"), [("x", "a str"), (None, "None"),
-                                             ([{"type": "end"}], "a list")])
+@pytest.mark.parametrize(("report", "got"), [("x", "str"), (None, "None"),
+                                             ([{"type": "end"}], "list")])
 def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: str) -> None:
     # "x" met an AttributeError ('str' object has no attribute 'records') at the first line
     for fn in (format_table, table_end):
@@ -460,23 +460,23 @@ def test_format_table_of_no_report_is_a_local_error_naming_it(report: Any, got: 
                                          f"returns), got {got}")
 
 
-@pytest.mark.parametrize(("records", "got"), [("ab", "a str"), (None, "None"), ((), "a tuple")])
+@pytest.mark.parametrize(("records", "got"), [("ab", "str"), (None, "None"), ((), "tuple")])
 def test_format_table_of_a_report_whose_records_are_no_list_names_them(records: Any,
                                                                        got: str) -> None:
     """A DecodeReport whose records is no list is named by that part; it read 'report must be
-    a DecodeReport ..., got a DecodeReport'."""
+    a DecodeReport ..., got DecodeReport'."""
     report = DecodeReport(records=records)
     assert _bad_type(format_table, report) == (
         f"report.records must be a list of records (decode_stream's), got {got}")
 
 
 @pytest.mark.parametrize(("rec", "message"), [
-    ({}, "got a dict without 'type'"),
+    ({}, "got dict without 'type'"),
     ({"type": "handshake", "offset": 0, "length": 12, "rank": 0, "world_size": 2},
-     "got a dict without 'version'"),
-    ("x", "got a str"),
+     "got dict without 'version'"),
+    ("x", "got str"),
     (None, "got None"),
-    (5, "got an int"),
+    (5, "got int"),
 ])
 def test_table_line_of_no_record_is_a_local_error_naming_it(rec: Any, message: str) -> None:
     # {} met a KeyError: 'type'; "x" a TypeError
@@ -496,27 +496,27 @@ def _frame_rec(**frame: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("rec", "message"), [
     ({"type": "round_frame", "offset": 0, "length": 41, "frame": 5},
-     "rec['frame'] must be a mapping of the frame's fields, got an int (5)"),
+     "rec['frame'] must be a mapping of the frame's fields, got int (5)"),
     ({"type": "mux_record", "offset": 0, "length": 26, "kind": "Control", "tag_status": "ok",
       "control": None},
      "rec['control'] must be a mapping of the control message's fields, got None"),
     ({"type": "mux_record", "offset": 0, "length": 26, "kind": None, "tag_status": "ok"},
      "rec['kind'] must be a record kind's name (a str), got None"),
     ({"type": "mux_record", "offset": 0, "length": 26, "kind": "Data", "tag_status": ["ok"]},
-     "rec['tag_status'] must be a tag status (a str: 'ok', 'bad' or 'unchecked'), got a list "
+     "rec['tag_status'] must be a tag status (a str: 'ok', 'bad' or 'unchecked'), got list "
      "(['ok'])"),
     (_frame_rec(tensors=7),
-     "rec['frame']['tensors'] must be a list of the frame's tensors (mappings), got an int (7)"),
+     "rec['frame']['tensors'] must be a list of the frame's tensors (mappings), got int (7)"),
     (_frame_rec(tensors=["t"]),
-     "rec['frame']['tensors'][0] must be a mapping of the tensor's fields, got a str ('t')"),
+     "rec['frame']['tensors'][0] must be a mapping of the tensor's fields, got str ('t')"),
     (_frame_rec(tensors=[{"dtype": "f32", "shape": [1], "nbytes": 4, "values": 3}]),
-     "rec['frame']['tensors'][0]['values'] must be a list of the tensor's values, got an int "
+     "rec['frame']['tensors'][0]['values'] must be a list of the tensor's values, got int "
      "(3)"),
     (_frame_rec(tag_status={}), "rec['frame']['tag_status'] must be a tag status (a str: 'ok', "
-                                "'bad' or 'unchecked'), got a dict ({})"),
+                                "'bad' or 'unchecked'), got dict ({})"),
     ({**_frame_rec(), "offset": None}, "rec['offset'] must be a byte offset (an int), got "
                                        "None"),
-    ({**_frame_rec(), "length": [41]}, "rec['length'] must be a byte count (an int), got a list "
+    ({**_frame_rec(), "length": [41]}, "rec['length'] must be a byte count (an int), got list "
                                        "([41])"),
 ])
 def test_table_line_of_a_record_part_of_another_type_names_the_part(rec: Any, message: str
@@ -542,24 +542,24 @@ _FIN = "report.final_record()"
 
 
 @pytest.mark.parametrize(("fin", "message"), [
-    ("x", f"{_FIN} must be a closing record (a dict with its type, offset and fields), got a "
+    ("x", f"{_FIN} must be a closing record (a dict with its type, offset and fields), got "
           "str"),
     (None, f"{_FIN} must be a closing record (a dict with its type, offset and fields), got "
            "None"),
     ({"type": "end"}, f"{_FIN} must be a closing record (a dict with its type, offset and "
-                      "fields), got a dict without 'offset'"),
+                      "fields), got dict without 'offset'"),
     ({"type": "error", "offset": 3}, f"{_FIN} must be a closing record (a dict with its type, "
-                                     "offset and fields), got a dict without 'error'"),
+                                     "offset and fields), got dict without 'error'"),
     ({"type": "end", "offset": None},
      f"{_FIN}['offset'] must be a byte offset (an int), got None"),
     ({"type": "error", "offset": [1], "error": "e"},
-     f"{_FIN}['offset'] must be a byte offset (an int), got a list ([1])"),
-    ({"type": 5, "offset": 0}, f"{_FIN}['type'] must be a record type's name (a str), got an "
+     f"{_FIN}['offset'] must be a byte offset (an int), got list ([1])"),
+    ({"type": 5, "offset": 0}, f"{_FIN}['type'] must be a record type's name (a str), got "
                                "int (5)"),
     ({"type": "capture_ended", "offset": 0, "error": None},
      f"{_FIN}['error'] must be an error message (a str), got None"),
     ({"type": "end", "offset": 0, "bad_tags": [1]},
-     f"{_FIN}['bad_tags'] must be a count of bad tags (an int), got a list ([1])"),
+     f"{_FIN}['bad_tags'] must be a count of bad tags (an int), got list ([1])"),
 ])
 def test_table_end_of_a_closing_record_of_another_type_names_it(fin: Any, message: str
                                                                 ) -> None:
@@ -572,7 +572,7 @@ def test_table_end_of_a_closing_record_of_another_type_names_it(fin: Any, messag
         "7", "ERROR", "e"]
 
 
-@pytest.mark.parametrize(("failure", "got"), [("x", "a str"), (3, "an int")])
+@pytest.mark.parametrize(("failure", "got"), [("x", "str"), (3, "int")])
 def test_table_end_of_a_report_whose_failure_is_no_decode_failure_names_it(failure: Any,
                                                                            got: str) -> None:
     """A DecodeReport whose failure is neither None nor a DecodeFailure raised a bare
@@ -1360,10 +1360,10 @@ def test_hex_text_that_is_not_text_is_a_local_error_naming_it(fn: Any) -> None:
     with pytest.raises(InvalidValue) as ei:
         fn(b"00 01")
     assert isinstance(ei.value, LocalProtocolError)
-    assert str(ei.value) == ("text must be hex text (a str), got a bytes: decode it first, e.g. "
+    assert str(ei.value) == ("text must be hex text (a str), got bytes: decode it first, e.g. "
                              "data.decode('ascii')")
     assert ei.value.error_id == "capture.bad_type"
-    assert ei.value.fields == {"field": "text", "expected": "hex text (a str)", "got": "a bytes",
+    assert ei.value.fields == {"field": "text", "expected": "hex text (a str)", "got": "bytes",
                                "hint": ": decode it first, e.g. data.decode('ascii')"}
     with pytest.raises(InvalidValue, match=r"^text must be hex text \(a str\), got None$"):
         fn(None)

@@ -277,7 +277,7 @@ def test_data_that_is_not_the_capture_s_bytes_is_a_local_error_naming_it(
             read_tcp_streams(given, PORT)  # type: ignore[arg-type]
         assert isinstance(ei.value, LocalProtocolError)
         assert str(ei.value) == (
-            f"data must be the capture file's bytes (bytes or bytearray), got a "
+            f"data must be the capture file's bytes (bytes or bytearray), got "
             f"{type(given).__name__} {str(given)!r}: read the file first, e.g. "
             f"Path({str(given)!r}).read_bytes()")
         assert (ei.value.error_id, ei.value.fields["field"]) == ("capture.bad_type", "data")
@@ -441,8 +441,8 @@ def test_ports_that_are_no_tcp_ports_are_a_local_error_naming_the_value(
                              "1..65535)")
 
 
-@pytest.mark.parametrize(("ports", "got"), [("1337", "a str"), (b"\x05", "a bytes"),
-                                           (1337, "an int"), (None, "None")])
+@pytest.mark.parametrize(("ports", "got"), [("1337", "str"), (b"\x05", "bytes"),
+                                           (1337, "int"), (None, "None")])
 def test_ports_that_are_no_collection_of_ports_are_a_local_error_naming_the_type(
         ports: object, got: str) -> None:
     # text would be read a character a port, and a bare port is no iterable: both name the type

@@ -189,7 +189,7 @@ def test_the_len_framed_pair_round_trips_as_the_readme_says() -> None:
     with pytest.raises(flodl_proto.LocalProtocolError) as ei:
         flodl_proto.decode_len_framed(pieces)  # type: ignore[arg-type]
     assert str(ei.value) == ("data must be a contiguous bytes-like object (bytes, bytearray or "
-                             "memoryview), got a list (join a buffer list, as the encoders for "
+                             "memoryview), got list (join a buffer list, as the encoders for "
                              'sendmsg return, with b"".join)')
     assert ei.value.error_id == "codec.not_bytes_like"
     # where pieces are taken, a bad piece is named, with no such hint

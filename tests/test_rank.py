@@ -994,7 +994,7 @@ def test_arguments_that_cannot_make_a_round_are_refused_before_anything_is_writt
                 (lambda: c.broadcast_from_root([ro]), "client.not_writable",
                  {"index": 0, "reason": "the array is read-only; pass a writable array"}),
                 (lambda: c.all_reduce_scaled([np.float32(1.0)], 0.5), "client.not_writable",
-                 {"index": 0, "reason": "a float32 is not a NumPy array, so the consensus "
+                 {"index": 0, "reason": "got float32, not a NumPy array, so the consensus "
                                         "would go into a copy; pass an array"}),
                 (lambda: c.all_reduce_scaled([x], 0.5, kind=5), "client.bad_argument",
                  {"field": "kind", "value": 5, "reason": "not 0 (Model) or 1 (Control)"}),

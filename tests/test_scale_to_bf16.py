@@ -199,7 +199,7 @@ def test_bits_are_bit_patterns_and_factor_is_a_number() -> None:
         with pytest.raises(ValueError, match="factor must be a real number"):
             scale_to_bf16([x], factor, [d])  # type: ignore[arg-type]
         assert d.tolist() == [0, 0, 0]
-    with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got a list"):
+    with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got list"):
         scale_to_bf16([[1.0]], 1.0, [d[:1]])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"srcs\[0\] must be a NumPy array, got None$"):
         scale_to_bf16([None], 1.0, [d[:1]])  # type: ignore[list-item]
@@ -287,7 +287,7 @@ def test_a_scaler_of_nothing_writes_nothing() -> None:
 
 
 def test_a_scaler_checks_its_destinations_once() -> None:
-    with pytest.raises(ValueError, match=r"dsts\[1\] must be a NumPy array, got a list"):
+    with pytest.raises(ValueError, match=r"dsts\[1\] must be a NumPy array, got list"):
         Bf16Scaler([np.zeros(2, np.uint16), [0, 0]])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"dsts\[0\] must hold bf16 bits as uint16"):
         Bf16Scaler([np.zeros(2, np.float16)])

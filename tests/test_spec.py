@@ -3,11 +3,14 @@ catalogue, and constants are not written anywhere else."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from construct import Array, Bytes, FormatField
 
@@ -310,13 +313,16 @@ def test_a_long_text_is_quoted_by_its_ends() -> None:
 
 
 @pytest.mark.parametrize(("value", "named"), [
-    (None, "None"), (5, "an int"), (True, "a bool"), ("x", "a str"), (b"", "a bytes"),
-    ([], "a list"), ({}, "a dict"), (2.5, "a float"), (object(), "an object"),
-    (memoryview(b""), "a memoryview"),
+    (None, "None"), (5, "int"), (True, "bool"), ("x", "str"), (b"", "bytes"),
+    (bytearray(), "bytearray"), ([], "list"), ({}, "dict"), (2.5, "float"),
+    (object(), "object"), (memoryview(b""), "memoryview"),
+    (collections.OrderedDict(), "OrderedDict"), (np.zeros(1), "ndarray"),
+    (np.uint8(1), "uint8"), (np.int64(1), "int64"), (uuid.UUID(int=0), "UUID"),
 ])
-def test_a_refused_value_s_type_is_named_with_its_article(value: Any, named: str) -> None:
-    """Type errors read ``got an int`` and ``got None`` (the catalogue's ``got {got}``), never
-    ``got a int`` or ``got a NoneType``."""
+def test_a_refused_value_s_type_is_named_by_its_name_alone(value: Any, named: str) -> None:
+    """Type errors read ``got int``, ``got bytes`` and ``got None`` (the catalogue's ``got
+    {got}``), as Python's own messages name a type: no article to get wrong (``got a int``,
+    ``got a bytes``, ``got an uint8``, ``got a NoneType`` were written)."""
     assert errors.shown_type(value) == named
     err = errors.protocol_error("capture.bad_type", field="rec", expected="a record",
                                 got=errors.shown_type(value), hint="")

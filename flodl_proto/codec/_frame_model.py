@@ -173,7 +173,7 @@ class TensorPayload:
         if type(shape) is not tuple and isinstance(shape, _NO_SHAPE):  # a tuple: one test
             if isinstance(shape, str):  # its characters would each be refused as a dim
                 raise protocol_error("frame.bad_type", field="shape",
-                                     expected="a sequence of ints (text is none)", got="a str")
+                                     expected="a sequence of ints (text is none)", got="str")
             if isinstance(shape, _UNORDERED):
                 raise protocol_error("frame.bad_type", field="shape",
                                      expected="a sequence of ints (a set or dict has no order)",
@@ -591,6 +591,6 @@ def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
 
 def not_a_frame(field: str, value: Any) -> ProtocolError:
     """The local error for a caller's ``field`` that should be a :class:`RoundFrame` and is
-    ``value`` (``frame.bad_type``, naming its type: ``got None``, ``got a dict``)."""
+    ``value`` (``frame.bad_type``, naming its type: ``got None``, ``got dict``)."""
     return protocol_error("frame.bad_type", field=field, expected="a RoundFrame",
                           got=shown_type(value))

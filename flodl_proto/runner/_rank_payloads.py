@@ -24,7 +24,7 @@ from ..codec._common import wire_real
 from ..codec._frame_model import _NUMPY_MAX_NDIM
 from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
 from ..codec.template import FrameTemplate
-from ..errors import protocol_error
+from ..errors import protocol_error, shown_type
 from ..reduce import bf16_from_f32, bf16_to_f32, scale_payload
 from ..reduce.payload import Bf16Scaler
 from ..spec import U32_MAX
@@ -67,7 +67,7 @@ def check_array(index: int, a: Any, receives: bool = False) -> npt.NDArray[Any]:
     if receives:
         if not isinstance(a, np.ndarray):  # a subclass's base view shares its memory
             raise protocol_error("client.not_writable", index=index, reason=(
-                f"a {type(a).__name__} is not a NumPy array, so the consensus would go into a "
+                f"got {shown_type(a)}, not a NumPy array, so the consensus would go into a "
                 f"copy; pass an array"))
         if not arr.flags.writeable:
             raise protocol_error("client.not_writable", index=index, reason=(
