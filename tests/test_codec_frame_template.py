@@ -142,8 +142,8 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
      {"where": "FrameTemplate", "ndim": 65, "max": 64}),
     ([(0, (2 ** 28,)), (1, (1,))], "template.too_large",  # 1 GiB + 2 bytes
      {"index": 1, "total": 2 ** 30 + 2, "ceiling": 2 ** 30}),
-    ([(1, (0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1))], "tensor.shape_unrepresentable",
-     {"shape": [0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1]}),
+    ([(1, (0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1))], "tensor.shape_unrepresentable_local",
+     {"where": "FrameTemplate", "shape": [0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1]}),
 ], ids=lambda v: str(v)[:40])
 def test_a_bad_layout_is_a_typed_local_error_before_the_image_is_built(
         layout: object, error_id: str, fields: dict[str, object]) -> None:

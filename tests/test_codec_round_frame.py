@@ -511,11 +511,23 @@ def test_array_too_many_dims_for_numpy() -> None:
     ([2**32 - 1] * 4, b"", {"materialize_elided": True, "ceiling": 1 << 200}),
 ], ids=["zero-numel", "elided"])
 def test_array_shape_unrepresentable(shape: list[int], data: bytes, kwargs: dict[str, Any]) -> None:
+    """The caller's payload is the caller's error (it was the remote one, as if a peer had
+    sent it); a payload a reader built keeps the remote error."""
     with pytest.raises(errors.LimitExceeded) as ei:
         TensorPayload(0, shape, data).array(**kwargs)
-    expect(ei, errors.LimitExceeded, True, "tensor.shape_unrepresentable", {"shape": shape},
-           f"tensor shape {shape} cannot be represented as a NumPy array (dimensions overflow "
-           "its index type)")
+    expect(ei, errors.LimitExceeded, False, "tensor.shape_unrepresentable_local",
+           {"where": "TensorPayload.array", "shape": shape},
+           f"TensorPayload.array: tensor shape {shape} cannot be represented as a NumPy array "
+           "(dimensions overflow its index type)")
+    wire = encode_round_frame_bytes(
+        RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(0, shape, data)]), SALT)
+    [read] = decode_round_frame(wire, SALT)[0].tensors
+    for peers in (read, TensorPayload.trusted(0, tuple(shape), memoryview(data))):
+        with pytest.raises(errors.LimitExceeded) as ei:
+            peers.array(**kwargs)
+        expect(ei, errors.LimitExceeded, True, "tensor.shape_unrepresentable", {"shape": shape},
+               f"tensor shape {shape} cannot be represented as a NumPy array (dimensions "
+               "overflow its index type)")
 
 
 # -- equality ------------------------------------------------------------------------------------

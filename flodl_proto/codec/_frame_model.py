@@ -222,10 +222,12 @@ class TensorPayload:
             The payload, equal to ``TensorPayload(dtype, shape, data)`` for such values.
             Anything else gives a payload that breaks the class's invariants: build values of
             unknown origin with the constructor, which checks them. Its values are taken as a
-            peer's: :meth:`array` refuses a dtype tag it cannot view, or a byte count that does
-            not match the shape, as the peer's fault (remote ``tensor.unknown_dtype``,
-            ``tensor.nbytes_vs_shape``), where a payload the constructor built gets the local
-            ``tensor.unknown_dtype_local``, ``tensor.nbytes_vs_shape_local``.
+            peer's: :meth:`array` refuses a dtype tag it cannot view, a byte count that does
+            not match the shape, or a shape NumPy cannot represent, as the peer's fault (remote
+            ``tensor.unknown_dtype``, ``tensor.nbytes_vs_shape``,
+            ``tensor.shape_unrepresentable``), where a payload the constructor built gets the
+            local ``tensor.unknown_dtype_local``, ``tensor.nbytes_vs_shape_local``,
+            ``tensor.shape_unrepresentable_local``.
         """
         p = _new(cls)
         _set_dtype(p, dtype)
@@ -324,8 +326,11 @@ class TensorPayload:
                 wording) for one a reader built from a peer's bytes (:meth:`trusted`).
             InvalidValue (local): more than 64 dimensions (NumPy's limit; the wire allows 255).
             LimitExceeded: a zero-element shape whose other dimensions overflow NumPy's index
-                type (legal on the wire, not representable as an array; remote, for a payload
-                built here too).
+                type (legal on the wire, not representable as an array): local
+                ``tensor.shape_unrepresentable_local`` (naming ``TensorPayload.array`` and the
+                shape) for a payload the constructor built, remote
+                ``tensor.shape_unrepresentable`` for one a reader built from a peer's bytes
+                (:meth:`trusted`).
             SchemaMismatch: the byte count does not match ``numel * element_size``: local
                 ``tensor.nbytes_vs_shape_local`` (naming the shape, dtype, element size, the
                 expected and the given byte count) for a payload the constructor built (the
@@ -358,8 +363,7 @@ class TensorPayload:
                 try:
                     return np.zeros(shape, dtype=np_dtype)
                 except ValueError:
-                    raise protocol_error("tensor.shape_unrepresentable",
-                                         shape=list(shape)) from None
+                    raise self._unrepresentable() from None
             if nbytes == 0:
                 raise protocol_error("tensor.elided", shape=list(shape), expected=expected)
             if self._local:  # the caller's bytes, not a peer's
@@ -376,10 +380,18 @@ class TensorPayload:
             try:
                 arr = arr.reshape(shape)
             except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
-                raise protocol_error("tensor.shape_unrepresentable",
-                                     shape=list(shape)) from None
+                raise self._unrepresentable() from None
         arr.flags.writeable = False
         return arr
+
+    def _unrepresentable(self) -> ProtocolError:
+        """The error of :meth:`array` for a shape NumPy cannot represent: local
+        ``tensor.shape_unrepresentable_local`` for a payload the constructor built, remote
+        ``tensor.shape_unrepresentable`` for one a reader built from a peer's bytes."""
+        if self._local:
+            return protocol_error("tensor.shape_unrepresentable_local",
+                                  where="TensorPayload.array", shape=list(self.shape))
+        return protocol_error("tensor.shape_unrepresentable", shape=list(self.shape))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorPayload):

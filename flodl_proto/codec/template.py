@@ -100,7 +100,7 @@ class FrameTemplate:
             (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``codec.not_bytes_like``).
         LimitExceeded (local): more than 65,536 tensors (``frame.too_many_tensors_local``),
             payloads over ``ceiling`` (``template.too_large``), a zero-element shape whose other
-            dims overflow NumPy's index (``tensor.shape_unrepresentable``).
+            dims overflow NumPy's index (``tensor.shape_unrepresentable_local``).
         All but the last are found before the image is allocated.
 
     Upstream: ``controller/round_frame.rs`` ``write_round_frame_streamed`` (the same bytes).
@@ -132,7 +132,7 @@ class FrameTemplate:
             try:
                 payloads.append(view.reshape(dims) if len(dims) != 1 else view)
             except ValueError:  # a zero-element shape whose other dims overflow NumPy's index
-                raise protocol_error("tensor.shape_unrepresentable", remote=False,
+                raise protocol_error("tensor.shape_unrepresentable_local", where="FrameTemplate",
                                      shape=list(dims)) from None
         self._buf = buf
         # the views :meth:`seal` writes and hashes, taken once: the whole record, the bytes the
