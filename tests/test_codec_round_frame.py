@@ -138,14 +138,29 @@ def test_tensor_payload_bad_dtype(dtype: int) -> None:
            f"round_frame: dtype = {dtype} is invalid: not a u8")
 
 
-@pytest.mark.parametrize("dtype", [True, False, np.True_, 1.0, 2.5, "1"])
+@pytest.mark.parametrize("dtype", [True, False, np.True_, 1.0, 2.5, np.float32(1)])
 def test_tensor_payload_dtype_must_be_an_integer(dtype: Any) -> None:
-    """A bool, float or text dtype tag is refused, never taken as 1 / 0 or truncated."""
+    """A bool or float dtype tag is refused, never taken as 1 / 0 or truncated."""
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload(dtype, [1], b"")
     expect(ei, errors.InvalidValue, False, "frame.bad_field",
            {"field": "dtype", "value": dtype, "reason": "not a u8"},
            f"round_frame: dtype = {dtype!r} is invalid: not a u8")
+
+
+@pytest.mark.parametrize(("dtype", "got"), [
+    ("f32", "str"), ("1", "str"), (None, "None"), (b"\x00", "bytes"), ([0], "list")])
+def test_tensor_payload_dtype_that_is_no_number_is_a_type_error(dtype: Any, got: str) -> None:
+    """A dtype tag given as text ("f32") or another non-number is the wrong type of argument,
+    as a shape given as text is: it read ``dtype = 'f32' is invalid: not a u8``."""
+    expected = "a wire dtype tag (an integer 0..255: 0 f32, 1 bf16)"
+    for build in (lambda: TensorPayload(dtype, [1], bytes(4)),
+                  lambda: TensorPayload.elide(dtype, [1])):
+        with pytest.raises(errors.InvalidValue) as ei:
+            build()
+        expect(ei, errors.InvalidValue, False, "frame.bad_type",
+               {"field": "dtype", "expected": expected, "got": got},
+               f"round_frame: dtype must be {expected}, got {got}")
 
 
 @pytest.mark.parametrize(("shape", "dim"), [
@@ -323,7 +338,7 @@ def test_from_array_refuses_ragged_rows(array: Any, name: str) -> None:
         "it: setting an array element with a sequence.")
 
 
-@pytest.mark.parametrize("dtype", [True, 1.0, "1", "bf16"])  # True and 1.0 were bf16
+@pytest.mark.parametrize("dtype", [True, 1.0])  # True and 1.0 were bf16
 def test_from_array_dtype_that_is_no_integer(dtype: Any) -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         TensorPayload.from_array(np.zeros(2, np.float32), dtype)
@@ -331,6 +346,16 @@ def test_from_array_dtype_that_is_no_integer(dtype: Any) -> None:
     expect(ei, errors.InvalidValue, False, "frame.bad_field",
            {"field": "dtype", "value": dtype, "reason": reason},
            f"round_frame: dtype = {dtype!r} is invalid: {reason}")
+
+
+@pytest.mark.parametrize("dtype", ["1", "bf16"])
+def test_from_array_dtype_given_as_text_is_a_type_error(dtype: str) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        TensorPayload.from_array(np.zeros(2, np.float32), dtype)  # type: ignore[arg-type]
+    expected = "an integer wire dtype tag (Dtype.F32, Dtype.BF16)"
+    expect(ei, errors.InvalidValue, False, "frame.bad_type",
+           {"field": "dtype", "expected": expected, "got": "str"},
+           f"round_frame: dtype must be {expected}, got str")
 
 
 @pytest.mark.parametrize("dtype", [2, 7, 255, np.int64(9)])

@@ -13,11 +13,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .._bf16 import is_bf16
-from ..errors import protocol_error, shown_type
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
-from ._common import wire_int
+from ._common import wire_int, wire_real
 
-__all__ = ["as_array", "real_array", "wire_dtype_tag", "wire_elements"]
+__all__ = ["as_array", "dtype_tag_error", "real_array", "wire_dtype_tag", "wire_elements"]
 
 #: the NumPy dtype kinds of real numbers: bool, signed and unsigned integer, float
 _REAL_KINDS = frozenset(("b", "i", "u", "f"))
@@ -54,20 +54,36 @@ def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
     return arr
 
 
+def dtype_tag_error(dtype: object, expected: str, reason: str) -> ProtocolError:
+    """The local error for a caller's wire dtype tag ``dtype`` that is no integer (or, for
+    ``reason``, an integer out of range): ``frame.bad_type`` naming ``dtype`` and its type when
+    it is no number at all (text such as ``"f32"``, bytes, None, a list: ``expected`` says what
+    a tag is), else ``frame.bad_field`` naming the value and ``reason`` (a bool, ``2.0``, ``2.5``,
+    an integer out of range).
+
+    No upstream counterpart: upstream's dtype tag is a typed ``u8``.
+    """
+    if not isinstance(dtype, bool | np.bool_) and wire_real(dtype) is None:
+        return protocol_error("frame.bad_type", field="dtype", expected=expected,
+                              got=shown_type(dtype))
+    return protocol_error("frame.bad_field", field="dtype", value=dtype, reason=reason)
+
+
 def wire_dtype_tag(dtype: object, arr: npt.NDArray[Any]) -> int:
     """The wire dtype tag ``arr`` rides as: ``dtype``, or by default bf16 for a bfloat16 array
     and f32 for any other.
 
     Raises:
-        InvalidValue (local): ``dtype`` is no integer (``frame.bad_field``: ``True`` and ``1.0``
-            are no tag) or no known tag (``payload.unknown_dtype``).
+        InvalidValue (local): ``dtype`` is no number (``frame.bad_type`` naming its type: text
+            such as ``"f32"``), a number that is no integer (``frame.bad_field``: ``True`` and
+            ``1.0`` are no tag) or no known tag (``payload.unknown_dtype``).
     """
     if dtype is None:
         return DTYPE_BF16 if is_bf16(arr.dtype) else DTYPE_F32
     tag = wire_int(dtype)
     if tag is None:
-        raise protocol_error("frame.bad_field", field="dtype", value=dtype,
-                             reason="not an integer wire dtype tag (Dtype.F32, Dtype.BF16)")
+        raise dtype_tag_error(dtype, "an integer wire dtype tag (Dtype.F32, Dtype.BF16)",
+                              "not an integer wire dtype tag (Dtype.F32, Dtype.BF16)")
     if tag not in ELEMENT_SIZE:
         raise protocol_error("payload.unknown_dtype", dtype=dtype)
     return tag

@@ -34,7 +34,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._arrays import real_array, wire_dtype_tag, wire_elements
+from ._arrays import dtype_tag_error, real_array, wire_dtype_tag, wire_elements
 from ._common import BytesLike, as_view, wire_int, wire_real
 from .ceiling import frame_ceiling_int
 
@@ -144,10 +144,11 @@ class TensorPayload:
             object, whose bytes would be taken as the dims: ``frame.bad_field`` naming
             ``shape`` and its bytes:
             ``b"\\x02"`` is refused, not taken as the shape ``(2,)``; a set or a dict, whose
-            order is not the dims': ``frame.bad_type``), or ``dtype``
-            or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]``
-            and the value): a bool, a float (``2.5`` and ``2.0`` alike) or text is refused,
-            never truncated
+            order is not the dims': ``frame.bad_type``), ``dtype`` is no number (text such
+            as ``"f32"``, None, bytes: ``frame.bad_type`` naming ``dtype`` and its type), or
+            ``dtype`` or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or
+            ``shape[i]`` and the value): a bool, a float (``2.5`` and ``2.0`` alike) or, for a
+            dim, text is refused, never truncated
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
             round kind share), or ``data`` is not a C-contiguous bytes-like buffer
             (``codec.not_bytes_like`` naming ``data`` and its type: text, a number, a strided
@@ -168,8 +169,9 @@ class TensorPayload:
 
     def __init__(self, dtype: int, shape: Iterable[int], data: BytesLike = b"") -> None:
         d_tag = wire_int(dtype)
-        if d_tag is None or not 0 <= d_tag <= 0xFF:
-            raise protocol_error("frame.bad_field", field="dtype", value=dtype, reason="not a u8")
+        if d_tag is None or not 0 <= d_tag <= 0xFF:  # text ("f32") is no number: a type error
+            raise dtype_tag_error(dtype, "a wire dtype tag (an integer 0..255: 0 f32, 1 bf16)",
+                                  "not a u8")
         if type(shape) is not tuple and isinstance(shape, _NO_SHAPE):  # a tuple: one test
             if isinstance(shape, str):  # its characters would each be refused as a dim
                 raise protocol_error("frame.bad_type", field="shape",
@@ -254,7 +256,8 @@ class TensorPayload:
             A payload of ``array.size * element_size`` bytes with ``array.shape``.
 
         Raises:
-            InvalidValue (local): a ``dtype`` that is no integer (``frame.bad_field``) or an
+            InvalidValue (local): a ``dtype`` that is no number (``frame.bad_type``: text
+                such as ``"f32"``), a number that is no integer (``frame.bad_field``) or an
                 unknown one (``payload.unknown_dtype``), a complex /
                 non-numeric array, nested sequences of ragged rows (``[[1, 2], [3]]``:
                 ``frame.bad_type`` naming ``array``, its type and NumPy's reason), or a
@@ -273,7 +276,8 @@ class TensorPayload:
 
         Raises:
             InvalidValue (local): ``dtype`` or ``shape`` as the constructor refuses them
-                (``frame.bad_field``, ``tensor.too_many_dims``, ``tensor.dim_too_large``).
+                (``frame.bad_type``, ``frame.bad_field``, ``tensor.too_many_dims``,
+                ``tensor.dim_too_large``).
         """
         return cls(dtype, shape, b"")
 
