@@ -608,13 +608,26 @@ def test_max_hello_payload_holds_the_widest_hello() -> None:
     assert decode_control(wire, 3) == Hello("h" * 255, range(world), [SIG_A] * world)
 
 
-@pytest.mark.parametrize("world", [0, -1, True, False, 1.0, "3", None])
-def test_max_hello_payload_rejects_bad_world_size(world: object) -> None:
+def test_max_hello_payload_rejects_a_world_size_of_zero_in_upstreams_words() -> None:
     with pytest.raises(errors.LocalProtocolError) as ei:
-        max_hello_payload(world)  # type: ignore[arg-type]
+        max_hello_payload(0)
     assert isinstance(ei.value, errors.InvalidValue)
     assert ei.value.error_id == "controller.world_size_zero"
     assert str(ei.value) == "cluster_controller: world_size must be > 0"
+
+
+@pytest.mark.parametrize("world", [-1, -(2**40), True, False, 1.0, 0.0, "3", None])
+def test_max_hello_payload_names_any_other_bad_world_size(world: object) -> None:
+    """Every bad value read ``world_size must be > 0``, never naming it (a negative one, text,
+    None, a bool), where ControllerCore names it."""
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        max_hello_payload(world)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.error_id == "controller.bad_argument"
+    assert ei.value.fields == {"field": "world_size", "value": world,
+                               "reason": "not a whole number >= 1"}
+    assert str(ei.value) == (f"cluster_controller: world_size = {world!r} is invalid: not a "
+                             "whole number >= 1")
 
 
 # -- parse_mux_header ----------------------------------------------------------------------------

@@ -266,12 +266,20 @@ def max_hello_payload(world_size: int) -> int:
     ``287 + 37 x world_size``.
 
     Raises:
-        InvalidValue (local): ``world_size`` is not a positive integer.
+        InvalidValue (local): ``world_size`` is not a positive integer: 0 is
+            ``controller.world_size_zero`` (upstream's words), any other such value (a negative
+            one, a bool, a float, text, None) ``controller.bad_argument`` naming
+            ``world_size`` and the value, as :class:`~flodl_proto.fsm.ControllerCore` refuses
+            it.
 
     Upstream: ``relay/mux.rs`` ``RelayControlMsg::Hello`` (the layout); the bound is ours.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
-        raise protocol_error("controller.world_size_zero")
+    an_int = isinstance(world_size, int) and not isinstance(world_size, bool)
+    if not an_int or world_size <= 0:
+        if an_int and world_size == 0:
+            raise protocol_error("controller.world_size_zero")
+        raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
+                             reason="not a whole number >= 1")
     u32, u64 = 1 + 4, 1 + 8  # marker byte + the widest value the field's type allows
     return (u32 + (u64 + MAX_HELLO_HOST_LEN) + (u64 + u32 * world_size)
             + (u64 + MODEL_SIG_LEN * world_size))
