@@ -537,3 +537,23 @@ def test_internal_shortcuts_refuse_an_unless_list() -> None:
     spec = {"states": {"s": {"on": {"e": [{"target": "s", "internal": True,
                                            "unless": ["a", "b"]}]}}}}
     assert L._internal_shortcuts(spec) == {}
+
+
+@pytest.mark.parametrize(("machine", "model"), [("controller", L.LifecycleModel),
+                                                ("relay", L.RelayLifecycleModel)])
+def test_every_guard_of_the_model_has_a_docstring_of_its_own(machine: str, model: type) -> None:
+    """Each guard the spec lists is a property of the machine's model protocol, documented on
+    its own (what makes it true, the transitions that read it, its upstream), not only in the
+    class's summary."""
+    guards = L.lifecycle_spec(machine)["guards"]
+    assert guards
+    for name in guards:
+        prop = vars(model)[name]
+        assert isinstance(prop, property), name
+        doc = prop.__doc__ or ""
+        assert doc.startswith("True "), name
+        assert "spec/lifecycle.yaml" in doc and "Upstream:" in doc, name
+        # the transitions it guards are named
+        for _source, event, _target, cond, unless in L.transitions(machine):
+            if name in (cond, unless):
+                assert f"``{event}``" in doc, (name, event)

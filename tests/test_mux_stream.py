@@ -88,3 +88,18 @@ def test_bad_arguments_are_local_errors(ceiling: object) -> None:
         MuxStream(SALT, ceiling=ceiling)  # type: ignore[arg-type]
     with pytest.raises(InvalidValue):
         MuxStream(b"short")
+
+
+def test_every_assertion_a_public_method_raises_is_in_its_docstring() -> None:
+    """feed_eof's internal-invariant AssertionError was not in its docstring."""
+    import inspect
+
+    checked = []
+    for name, fn in vars(MuxStream).items():
+        if name.startswith("_") or not callable(fn):
+            continue
+        if "raise AssertionError" in inspect.getsource(fn):
+            checked.append(name)
+            raises = (fn.__doc__ or "").split("Raises:", 1)
+            assert len(raises) == 2 and "AssertionError" in raises[1], name
+    assert "feed_eof" in checked

@@ -547,7 +547,22 @@ class MuxStream:
         return events
 
     def feed_eof(self) -> list[StreamEvent]:
-        """The peer closed: return :class:`StreamEnded` (clean) or :class:`StreamFailed`."""
+        """The peer closed: return :class:`StreamEnded` (clean) or :class:`StreamFailed`.
+
+        Returns:
+            ``[]`` when the stream is already done; ``[StreamEnded()]`` when the input ended at
+            a record boundary or inside a record's 25-byte header (a clean end, as upstream's
+            reader takes it); else ``[StreamFailed(error)]`` with the reader's remote error for
+            what was cut short: the channel magic (none of it included) or a record past its
+            header (TruncatedInput).
+
+        Raises:
+            AssertionError: only if the stream's own invariant broke, never for any input or
+                call order: :meth:`feed` decodes every record as soon as its last byte arrives,
+                so what is held at the end is always less than one record, whose reader then
+                fails. An internal error (a bug of this class), neither the peer's
+                (``RemoteProtocolError``) nor the caller's (``LocalProtocolError``).
+        """
         if self._done:
             return []
         self._done = True

@@ -198,13 +198,40 @@ class LifecycleModel(Protocol):
     """
 
     @property
-    def every_rank_covered(self) -> bool: ...
+    def every_rank_covered(self) -> bool:
+        """True once every rank ``0..world_size-1`` was announced by an accepted relay's Hello
+        (each exactly once: a Hello naming a rank ``>= world_size`` or one already announced
+        fails the run instead). Read on ``hello_accepted`` and ``all_covered`` in ``accepting``:
+        ``all_covered`` moves to ``reducing`` only when it is True, ``hello_accepted`` stays in
+        ``accepting`` only while it is False (``spec/lifecycle.yaml`` ``guards``).
+
+        Upstream: ``controller/mod.rs`` ``ClusterController::start_from_source`` (the accept
+        loop ends when the announced ranks cover the world).
+        """
+        ...
 
     @property
-    def round_complete(self) -> bool: ...
+    def round_complete(self) -> bool:
+        """True when at least one relay is expected this round (one carrying a rank that is not
+        dead) and every expected relay deposited its HostFrame. Read on ``round_scattered`` in
+        ``reducing``, which is allowed only when it is True (``spec/lifecycle.yaml``
+        ``guards``).
+
+        Upstream: ``controller/mod.rs`` ``run_reduce_thread`` (a round is reduced once every
+        live relay's frame is in).
+        """
+        ...
 
     @property
-    def no_relay_alive(self) -> bool: ...
+    def no_relay_alive(self) -> bool:
+        """True when every accepted relay's ranks are all dead, so nothing is left to reduce.
+        Read on ``all_dead`` in ``reducing``, which ends the run (``shutdown``) only when it is
+        True (``spec/lifecycle.yaml`` ``guards``).
+
+        Upstream: ``controller/mod.rs`` ``run_reduce_thread`` (the reduce loop ends when no
+        relay is left to wait for).
+        """
+        ...
 
 
 class RelayLifecycleModel(Protocol):
@@ -219,10 +246,29 @@ class RelayLifecycleModel(Protocol):
     """
 
     @property
-    def every_local_rank_connected(self) -> bool: ...
+    def every_local_rank_connected(self) -> bool:
+        """True once every rank of the host's set completed its loopback handshake (each
+        exactly once). Read on ``rank_connected`` and ``all_connected`` in
+        ``accepting_ranks``: ``all_connected`` moves to ``dialing`` only when it is True,
+        ``rank_connected`` stays in ``accepting_ranks`` only while it is False
+        (``spec/lifecycle.yaml`` ``guards``).
+
+        Upstream: ``relay/agent.rs`` (the relay dials its controller once every local rank has
+        connected).
+        """
+        ...
 
     @property
-    def every_local_rank_gone(self) -> bool: ...
+    def every_local_rank_gone(self) -> bool:
+        """True once every local rank has left (its loopback stream ended or broke). Read on
+        ``rank_left`` and ``last_rank_left`` in ``folding``: ``last_rank_left`` moves to
+        ``draining`` only when it is True, ``rank_left`` stays in ``folding`` only while it is
+        False (``spec/lifecycle.yaml`` ``guards``).
+
+        Upstream: ``relay/agent.rs`` ``RelayChannel`` (the relay ends once its last rank is
+        gone).
+        """
+        ...
 
 
 def lifecycle_spec(machine: str = "controller") -> dict[str, Any]:
