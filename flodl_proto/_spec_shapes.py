@@ -1,20 +1,24 @@
-"""The shapes of the spec files: one table per file (``wire.yaml``, ``lifecycle.yaml``) giving
-every key a section, an entry, a field, a state or a transition may hold, which of them are
-required and each value's type, and the one walker that checks a parsed file against its table.
+"""The shapes of the spec files: one table per file (``wire.yaml``, ``lifecycle.yaml``,
+``conformance.yaml``) giving every key a section, an entry, a field, a state, a transition or a
+conformance case may hold, which of them are required and each value's type, and the one walker
+that checks a parsed file against its table.
 
 Split from :mod:`flodl_proto.spec` along the seam between what a spec file may hold (these
 tables, checked once per load) and what the package reads from it (the catalogue, the constants,
 the lifecycles). Its errors are :class:`ShapeError`; :mod:`flodl_proto.spec` raises them as its
-``SpecError``. No upstream counterpart (upstream's protocol constants and layouts are code).
+``SpecError``, the conformance catalogue's loader (:mod:`flodl_proto.conform.catalogue`) as its
+``CatalogueError``. No upstream counterpart (upstream's protocol constants and layouts are code).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-__all__ = ["LIFECYCLE_KEYS", "LIFECYCLE_SHAPE", "WIRE_KEYS", "WIRE_SHAPE", "ShapeError",
-           "check_sections", "check_shape", "check_top_level", "kind_name"]
+__all__ = ["CONFORMANCE_ACTIONS", "LIFECYCLE_KEYS", "LIFECYCLE_SHAPE", "WIRE_KEYS", "WIRE_SHAPE",
+           "ShapeError", "check_sections", "check_shape", "check_top_level", "conformance_shape",
+           "kind_name"]
 
 
 class ShapeError(ValueError):
@@ -24,8 +28,9 @@ class ShapeError(ValueError):
 
 # -- the shapes of the spec files, one table per file ------------------------------------------
 # A shape is a leaf type (``int``: an integer, not a bool; ``float``: a number, integer or not;
-# ``str``; ``bool``; ``None``: null), a tuple of shapes (any one of them), or one of the three
-# containers below; :func:`check_shape` walks a document against it.
+# ``str``; ``bool``; ``None``: null; ``object``: any value, whose shape its reader checks), a
+# tuple of shapes (any one of them), or one of the three containers below; :func:`check_shape`
+# walks a document against it.
 
 
 class _Rec(NamedTuple):
@@ -142,6 +147,38 @@ LIFECYCLE_SHAPE: Final = _Rec({}, {
         "allow_event_without_transition": bool, "catch_errors_as_events": bool})),
 })
 
+#: the actions of a conformance case's step (a step is a mapping of exactly one of them to its
+#: argument, whose shape the kit's player and builders check, naming the case and the step)
+CONFORMANCE_ACTIONS: Final = (
+    "connect", "accept", "send", "expect", "expect_hello", "expect_close", "expect_silence",
+    "expect_no_reply", "close", "stop_reading", "sleep", "signal", "expect_exit")
+_STEPS: Final = _List(_Rec({}, dict.fromkeys(CONFORMANCE_ACTIONS, object)))
+
+
+@functools.cache
+def conformance_shape(versions: tuple[int, ...]) -> _Rec:
+    """The shape of ``conformance.yaml`` (schema ``flodl-proto-conformance/1``) for a package
+    that speaks the protocol ``versions``: its ``vector_cases`` groups (a vector file, an id
+    prefix, and a catalogue entry per vector case), its ``cases`` (their keys and types, a step
+    per list item, ``steps_vN`` for each version N) and nothing else. The values (a level, a
+    need, a version, an error id) are the loader's to check.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    return _Rec({"schema": str}, {
+        "vector_cases": _List(_Rec(
+            {"file": str, "id_prefix": str, "cases": _Map(_Rec(
+                {"section": str},
+                {"title": str, "error": (str, None), "level": str, "needs": _List(str)}))},
+            {"role": str, "level": str})),
+        "cases": _List(_Rec(
+            {"id": str, "title": str, "section": str, "level": str, "steps": _STEPS},
+            {"error": (str, None), "versions": _List(int), "needs": _List(str),
+             "world_size": int, "ranks": _List(int),
+             **{f"steps_v{v}": _STEPS for v in versions}})),
+    })
+
+
 #: the top-level keys of a ``wire.yaml`` of schema ``flodl-proto-spec/1``
 WIRE_KEYS: Final = frozenset(WIRE_SHAPE.required)
 
@@ -151,7 +188,7 @@ LIFECYCLE_KEYS: Final = frozenset(LIFECYCLE_SHAPE.optional)
 #: how an error line names what a shape expects
 _LEAF_NAMES: Final[Mapping[Any, str]] = {
     int: "an integer", float: "a number", str: "a string", bool: "true or false",
-    None: "null"}
+    None: "null", object: "any value"}
 
 
 def _expected(shape: Any) -> str:
@@ -180,6 +217,8 @@ def _fits(value: Any, shape: Any) -> bool:
         return isinstance(value, list)
     if shape is None:
         return value is None
+    if shape is object:
+        return True
     if shape is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
     return isinstance(value, shape) and (shape is bool or not isinstance(value, bool))
@@ -191,8 +230,8 @@ def _inner(path: str, key: Any) -> str:
 
 def check_shape(value: Any, shape: Any, name: str, path: str) -> None:
     """Refuse ``value``, found at ``path`` of the spec file ``name``, unless it has ``shape``
-    (one of the shape tables' entries, ``WIRE_SHAPE`` or ``LIFECYCLE_SHAPE``), all the way
-    down.
+    (one of the shape tables' entries, ``WIRE_SHAPE``, ``LIFECYCLE_SHAPE`` or
+    :func:`conformance_shape`'s), all the way down.
 
     Raises:
         ShapeError: one line naming the file and the path of the first value that does not fit:

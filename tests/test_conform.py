@@ -151,6 +151,48 @@ def test_catalogue_rejects_malformed_entries(tmp_path: Path) -> None:
         load_catalogue(bad)
 
 
+_CASE = ("schema: flodl-proto-conformance/1\n%scases:\n  - {id: controller.x.y, title: t, "
+         "section: 'section:Lifecycle', level: MUST, steps: [{connect: 0}]%s}\n")
+
+
+@pytest.mark.parametrize(("top", "extra", "message"), [
+    # a misspelt key was read as nothing (the case ran at world size 1, without its error)
+    ("", ", wrold_size: 2", "cases[0]: unknown key 'wrold_size' (known: error, id, level, "
+     "needs, ranks, section, steps, steps_v2, steps_v3, title, versions, world_size)"),
+    # int('two') raised a bare ValueError
+    ("", ", world_size: two", "cases[0].world_size is the string 'two', not an integer"),
+    ("", ", ranks: 0", "cases[0].ranks is the number 0, not a list"),
+    ("", ", versions: [two]", "cases[0].versions[0] is the string 'two', not an integer"),
+    ("", ", steps_v4: []", "cases[0]: unknown key 'steps_v4' (known: error, id, level, needs, "
+     "ranks, section, steps, steps_v2, steps_v3, title, versions, world_size)"),
+    ("", ", title: [t]", "cases[0].title is a list, not a string"),
+    ("case: []\n", "", "unknown top-level key 'case' (known: cases, schema, vector_cases)"),
+    ("vector_cases:\n  - {file: controller_session, id_prefix: controller.session., cases: "
+     "{one-relay-one-round: {section: 'semantics:clean_exit', titel: x}}}\n", "",
+     "vector_cases[0].cases.one-relay-one-round: unknown key 'titel' (known: error, level, "
+     "needs, section, title)"),
+    ("vector_cases: {file: x}\n", "", "vector_cases is a mapping, not a list"),
+], ids=lambda v: str(v)[:30])
+def test_catalogue_refuses_a_key_or_type_outside_its_shape_naming_its_path(
+        tmp_path: Path, top: str, extra: str, message: str) -> None:
+    bad = tmp_path / "conformance.yaml"
+    bad.write_text(_CASE % (top, extra))
+    with pytest.raises(CatalogueError) as e:
+        load_catalogue(bad)
+    assert str(e.value) == f"conformance.yaml: {message}"
+
+
+def test_a_steps_misspelt_action_is_named_with_its_path(tmp_path: Path) -> None:
+    bad = tmp_path / "conformance.yaml"
+    bad.write_text((_CASE % ("", "")).replace("{connect: 0}", "{connect: 0}, {conect: 0}"))
+    with pytest.raises(CatalogueError) as e:
+        load_catalogue(bad)
+    assert str(e.value).startswith("conformance.yaml: cases[0].steps[1]: unknown key 'conect' "
+                                   "(known: accept, close, connect, ")
+    bad.write_text(_CASE % ("", ""))
+    assert [c.id for c in load_catalogue(bad)] == ["controller.x.y"]
+
+
 def _frame(params: Mapping[str, Any], version: int) -> RoundFrame:
     raw = frame_bytes(params, BuildContext(SALT, version, 1), "test")
     return decode_round_frame(raw, SALT)[0]

@@ -27,6 +27,13 @@ from typing import Any, Final
 
 import yaml
 
+from .._spec_shapes import (
+    CONFORMANCE_ACTIONS,
+    ShapeError,
+    check_shape,
+    check_top_level,
+    conformance_shape,
+)
 from ..spec import SPEC, SUPPORTED_VERSIONS, YAML_LOADER, find_spec_dir
 
 __all__ = ["ACTIONS", "FILTERS", "LEVELS", "NEEDS", "ROLES", "Case", "CatalogueError",
@@ -39,9 +46,7 @@ LEVELS: Final = ("MUST", "SHOULD")
 #: what a case needs from the target: its port mux on (``port_mux``) or off (``direct``)
 NEEDS: Final = ("port_mux", "direct")
 #: step actions (each step is a mapping with exactly one of these keys)
-ACTIONS: Final = ("connect", "accept", "send", "expect", "expect_hello", "expect_close",
-                  "expect_silence", "expect_no_reply", "close", "stop_reading", "sleep",
-                  "signal", "expect_exit")
+ACTIONS: Final = CONFORMANCE_ACTIONS
 
 _ID_RE: Final = re.compile(r"^(controller|relay)\.[a-z0-9-]+\.[a-z0-9-]+$")
 
@@ -254,8 +259,11 @@ def load_catalogue(path: Path | None = None, vectors: Path | None = None) -> tup
         Every case, vector cases first, in catalogue order.
 
     Raises:
-        CatalogueError: a malformed file, an unknown error id, a duplicate id, a vector case
-            left without an entry.
+        CatalogueError: a malformed file: not YAML, another schema, a key the file's shape
+            (:func:`~flodl_proto._spec_shapes.conformance_shape`) does not know or a value of
+            another type than it gives (one line naming the file and the value's path:
+            ``conformance.yaml: cases[3].world_size is the string 'two', not an integer``), an
+            unknown error id, a duplicate id, a vector case left without an entry.
         OSError: the file cannot be read.
 
     No upstream counterpart: upstream has no conformance kit.
@@ -277,6 +285,14 @@ def _load(path: Path, vdir: Path) -> tuple[Case, ...]:
         raise CatalogueError(f"{path.name}: {e}") from None
     if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
         raise CatalogueError(f"{path.name}: missing or unknown schema (want {SCHEMA})")
+    shape = conformance_shape(tuple(SUPPORTED_VERSIONS))
+    try:  # every key known and of its type, before any is read
+        check_top_level(doc, path.name, frozenset(shape.required) | frozenset(shape.optional))
+        for key, value in doc.items():
+            check_shape(value, shape.required.get(key, shape.optional.get(key)), path.name,
+                        str(key))
+    except ShapeError as e:
+        raise CatalogueError(str(e)) from None
     cases: list[Case] = []
     for group in doc.get("vector_cases", []):
         cases += _vector_cases(group, vdir)
