@@ -800,6 +800,18 @@ def test_broadcast_fans_out_with_its_length_prefix_to_alive_ranks() -> None:
     assert bytes(fan.payload) == payload and fan.ranks == (0, 2)
 
 
+def test_every_broadcast_gets_its_own_length_prefix_the_first_one_too() -> None:
+    """The prefix kept for the last Broadcast length starts as no length at all: a first
+    Broadcast of 1 byte, or of none, gets its own prefix, not the kept one (the relay forwards
+    a Broadcast's payload as it came; the ranks check it)."""
+    core = _connected_core((0, 1), 2, 2)
+    for payload in (b"\x07", b"", b"\x07", bytes(3), bytes(3)):
+        (fan,) = core.upstream_record(_record(MuxRecord.broadcast(payload), 2))
+        assert isinstance(fan, FanOut)
+        assert bytes(fan.prefix) == len(payload).to_bytes(4, "little")
+        assert bytes(fan.payload) == payload
+
+
 def test_a_shipped_host_frame_is_a_rank_0_record() -> None:
     core = _connected_core((0,), 1, 2)
     (rec,) = _upstream(core.rank_frame(0, _blob(1.0)), UpstreamKind.HOST_FRAME)
