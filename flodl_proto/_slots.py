@@ -42,7 +42,7 @@ def _slot(cls: type, name: str) -> Any:
             if isinstance(found, MemberDescriptorType):
                 return found
             raise TypeError(f"slot_builder: {cls.__name__}.{name} is not a slot: "
-                            f"{klass.__name__}.{name} is a {type(found).__name__}")
+                            f"{klass.__name__}.{name} is of type {type(found).__name__}")
     raise TypeError(f"slot_builder: {cls.__name__}.{name} has no slot")
 
 

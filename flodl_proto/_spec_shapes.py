@@ -284,14 +284,16 @@ _KIND_NAMES: Final[Mapping[type, str]] = {str: "a string", dict: "a mapping", li
 
 
 def kind_name(value: object) -> str:
-    """How a spec value reads in an error line: ``null``, ``a list``, ``the string 'x'``..."""
+    """How a spec value reads in an error line: ``null``, ``a list``, ``the string 'x'``...; a
+    value of another Python type (YAML's ``!!binary``, ``!!set``, a date) by its type's name,
+    ``a value of type bytes``, which reads right whatever the name sounds like."""
     if value is None:
         return "null"
     if isinstance(value, str):
         return f"the string {value!r}"
     if isinstance(value, bool | int | float):
         return f"the number {value!r}" if not isinstance(value, bool) else f"{value!r}"
-    return _KIND_NAMES.get(type(value), f"a {type(value).__name__}")
+    return _KIND_NAMES.get(type(value), f"a value of type {type(value).__name__}")
 
 
 def check_sections(raw: Mapping[str, Any]) -> None:

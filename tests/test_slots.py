@@ -229,5 +229,16 @@ def test_a_field_whose_name_is_no_longer_a_slot_is_refused() -> None:
             return 0
 
     with pytest.raises(TypeError, match=r"^slot_builder: Shadowed\.a is not a slot: "
-                                        r"Shadowed\.a is a property$"):
+                                        r"Shadowed\.a is of type property$"):
         slot_builder(Shadowed)
+
+
+def test_a_field_shadowed_by_a_value_names_the_value_s_type() -> None:
+    """The type is named after "of type", right for any name (it read ``is a int``)."""
+    class ShadowedByInt(_Base):
+        __slots__ = ()
+        a = 5
+
+    with pytest.raises(TypeError, match=r"^slot_builder: ShadowedByInt\.a is not a slot: "
+                                        r"ShadowedByInt\.a is of type int$"):
+        slot_builder(ShadowedByInt)

@@ -4,6 +4,7 @@ catalogue, and constants are not written anywhere else."""
 from __future__ import annotations
 
 import collections
+import datetime
 import logging
 import re
 import uuid
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from construct import Array, Bytes, FormatField
 
-from flodl_proto import errors, spec
+from flodl_proto import _spec_shapes, errors, spec
 from flodl_proto.codec import structs
 from flodl_proto.codec._common import check_version
 from flodl_proto.codec.handshake import encode_handshake
@@ -310,6 +311,16 @@ def test_a_long_text_is_quoted_by_its_ends() -> None:
     assert errors.shown("x" * 81) == f"'{'x' * 40}...{'x' * 20}' (81 characters)"
     assert errors.shown(10**5000) == "<an integer of 16610 bits>"
     assert errors.shown(5) == "5"
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    (b"x", "bytes"), ({1}, "set"), (datetime.date(2026, 1, 1), "date"), (object(), "object")])
+def test_a_spec_value_of_another_python_type_is_named_by_its_type(value: Any, named: str) -> None:
+    """YAML's ``!!binary``, ``!!set`` and dates load as bytes, a set, a date: a spec line read
+    ``is a bytes``; it names the type after "a value of type", right for any name."""
+    with pytest.raises(_spec_shapes.ShapeError) as ei:
+        _spec_shapes.check_shape(value, str, "wire.yaml", "title")
+    assert str(ei.value) == f"wire.yaml: title is a value of type {named}, not a string"
 
 
 @pytest.mark.parametrize(("value", "named"), [
