@@ -52,8 +52,8 @@ if _ROOT not in sys.path:  # the checkout's package when none is installed (appe
 
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands._demo_report import exit_words  # noqa: E402
-from flodl_proto.commands.relay import SALT_ENV, parse_salt, whole_number  # noqa: E402
-from flodl_proto.errors import ProtocolError, shown  # noqa: E402
+from flodl_proto.commands.relay import env_salt, whole_number  # noqa: E402
+from flodl_proto.errors import shown  # noqa: E402
 from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
 
 T = TypeVar("T")
@@ -210,18 +210,15 @@ def worker_salt(parser: argparse.ArgumentParser) -> bytes:
     and what is wrong, exit 2, where the worker ended in a KeyError's or a ValueError's
     traceback. A salt is a secret: the message says what is wrong with it (its length, the
     first character that is not a hex digit) without its digits, in the words of the package's
-    ``flodl_proto.commands.relay.parse_salt``.
+    ``flodl_proto.commands.relay.env_salt``.
 
     No upstream counterpart (a benchmark's own worker)."""
-    text = os.environ.get(SALT_ENV)
-    if text is None or not text.strip():
-        parser.error(f"${SALT_ENV} is {'not set' if text is None else 'empty'}: --worker needs "
-                     f"the session salt as {2 * SESSION_SALT_BYTES} hex digits (the benchmark sets "
-                     "it for the processes it starts)")
     try:
-        return parse_salt(text)
-    except ProtocolError as e:  # not 16 bytes of hex: the package's words, without the digits
-        parser.error(f"${SALT_ENV}: {e}")
+        return env_salt("--worker", missing=f"--worker needs the session salt as "
+                        f"{2 * SESSION_SALT_BYTES} hex digits (the benchmark sets it for the "
+                        "processes it starts)")
+    except ValueError as e:  # the package's words, without the digits
+        parser.error(str(e))
 
 
 #: how :func:`config`'s errors name a type

@@ -80,3 +80,32 @@ def test_the_netlab_worker_refuses_a_bad_salt_in_one_line(
 def test_env_salt_takes_what_salt_takes(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLODL_SESSION_SALT", value)
     assert env_salt("x") == bytes.fromhex(SALT_HEX)
+
+
+@pytest.mark.parametrize(("value", "line"), REFUSED[2:])
+def test_a_command_and_a_worker_refuse_a_malformed_variable_in_one_wording(
+        value: str, line: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The salt's parsing has one home (:mod:`flodl_proto.commands._salt`): a command given the
+    variable alone (:func:`~flodl_proto.commands.relay.cli_salt`) and a worker
+    (:func:`env_salt`) read it with the same functions, and refuse it in the same line."""
+    from flodl_proto.commands import _salt, relay
+
+    assert (relay.env_salt, relay.cli_salt, relay.parse_salt, relay.resolve_salt) == (
+        _salt.env_salt, _salt.cli_salt, _salt.parse_salt, _salt.resolve_salt)
+    _set(monkeypatch, value)
+    for read in (lambda: relay.cli_salt(None, None), lambda: env_salt("x")):
+        with pytest.raises(ValueError) as e:
+            read()
+        assert str(e.value) == line
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_worker_may_say_in_its_own_words_how_the_variable_is_given(
+        value: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``missing`` replaces the words after ``is not set:`` (the benchmarks' workers say the
+    benchmark sets it); a malformed value keeps the one wording."""
+    _set(monkeypatch, value)
+    with pytest.raises(ValueError) as e:
+        env_salt("x", missing="--worker needs it")
+    state = "not set" if value is None else "empty"
+    assert str(e.value) == f"$FLODL_SESSION_SALT is {state}: --worker needs it"

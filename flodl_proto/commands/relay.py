@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import math
 import os
 import signal
@@ -55,12 +54,11 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
 from .._numbers import not_plain_note, plain_number
-from .._oserr import file_kind, os_reason
+from .._oserr import os_reason
 from ..addr import parse_addr, port_not_in_range
 from ..cli import interrupts_held, sigterm_as_ctrl_c
 from ..errors import (
@@ -69,13 +67,11 @@ from ..errors import (
     _long_integer,
     protocol_error,
     shown,
-    shown_name,
 )
 from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     NET_TIMEOUT_SCALE_ENV,
-    SESSION_SALT_BYTES,
     SPEC,
     SUPPORTED_VERSIONS,
     U32_MAX,
@@ -86,6 +82,14 @@ from ._host_name import host_name
 from ._number_args import listen_port, read_whole_number, real_number, tcp_port, whole_number
 from ._option_error import OptionError, option_field
 from ._output import queued_stderr_logging, report_dropped
+from ._salt import (
+    SALT_ENV,
+    SALT_FILE_MAX_BYTES,
+    cli_salt,
+    env_salt,
+    parse_salt,
+    resolve_salt,
+)
 
 __all__ = [
     "NO_SUCH_NAME",
@@ -99,6 +103,7 @@ __all__ = [
     "byte_count",
     "check_host_resolves",
     "check_net_timeout_scale",
+    "cli_salt",
     "env_salt",
     "frame_ceiling",
     "parse_ranks",
@@ -116,168 +121,6 @@ _PROG = "flodl-proto relay"
 #: the detail of the clean end of a relay stopped by SIGTERM or Ctrl-C: its ``finished:`` line
 #: ends ``(stop: stopped by a signal)`` (the demo reads it)
 SIGNAL_STOP_DETAIL = "stopped by a signal"
-
-#: environment variable holding the session salt (hex) when ``--salt`` is not given
-SALT_ENV = "FLODL_SESSION_SALT"
-
-
-def parse_salt(text: str | None) -> bytes:
-    """Parse a session salt written as 32 hex digits (``--salt``, else ``$FLODL_SESSION_SALT``;
-    that variable empty or blank is no salt, as unset).
-
-    Raises:
-        InvalidValue (local): missing (``salt.missing``) or not 16 bytes of hex (``salt.bad_hex``).
-
-    No upstream counterpart: the command line is this package's own; the salt is the 16-byte
-    ``SessionSalt`` of ``wire.rs``.
-    """
-    if text is None:
-        text = os.environ.get(SALT_ENV)
-        if text is not None and not text.strip():
-            text = None
-    if text is None:
-        raise protocol_error("salt.missing", env=SALT_ENV)
-    clean = text.strip()
-    try:
-        raw = bytes.fromhex(clean)
-    except ValueError:
-        raw = b""
-    if len(raw) != SESSION_SALT_BYTES:
-        raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
-                             digits=2 * SESSION_SALT_BYTES, got=salt_text_problem(clean))
-    return raw
-
-
-def salt_text_problem(text: str) -> str:
-    """What is wrong with ``text`` as a salt, without its digits (a near-miss salt is a secret
-    that must not reach a log): its count of characters and the first one that is neither a hex
-    digit nor a space between bytes (shown by its code point when it is not printable ASCII);
-    for a text of hex digits and spaces, also its count of hex digits when the two counts
-    differ (``32 characters, 31 hex digits``), and ``a space inside a byte`` when it has the
-    digits of a whole salt (:data:`~flodl_proto.spec.SESSION_SALT_BYTES` bytes) but a space
-    splits one of them (``bytes.fromhex`` takes spaces between bytes only).
-
-    No upstream counterpart: upstream reads the salt from its environment and reports no text.
-    """
-    count = f"{len(text)} character{'s' * (len(text) != 1)}"
-    for i, ch in enumerate(text):
-        if ch not in _HEX_OR_SPACE:
-            shown = repr(ch) if " " < ch <= "~" else f"U+{ord(ch):04X}"
-            return f"{count}, character {i + 1} ({shown}) not a hex digit"
-    digits = sum(1 for ch in text if ch in _HEX)
-    if digits == len(text):
-        return count
-    told = f"{count}, {digits} hex digit{'s' * (digits != 1)}"
-    return told + (", a space inside a byte" if digits == 2 * SESSION_SALT_BYTES else "")
-
-
-_HEX_OR_SPACE: Final = frozenset("0123456789abcdefABCDEF \t\n\r\v\f")
-_HEX: Final = frozenset("0123456789abcdefABCDEF")
-
-
-#: the most a salt file is read (32 hex digits and a line end, or 16 raw bytes, fit many times)
-SALT_FILE_MAX_BYTES = 4096
-
-
-def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
-    """The session salt from ``--salt HEX``, ``--salt-file PATH`` (32 hex digits, or exactly 16
-    raw bytes) or ``$FLODL_SESSION_SALT``.
-
-    Raises:
-        InvalidValue (local): missing or malformed (``salt.missing``, ``salt.bad_hex``; for a
-            file of whitespace alone or an empty one, its count of bytes: ``got 17 bytes, all
-            whitespace (a raw salt file holds exactly 16 bytes)``, ``got 0 bytes (an empty
-            file)``, or what a path that is not a regular file is: ``got 0 bytes (a character
-            device)`` for ``/dev/null``).
-        OSError: the salt file cannot be read, or is longer than :data:`SALT_FILE_MAX_BYTES`
-            (``/dev/zero``: read no further, so memory stays bounded).
-
-    No upstream counterpart: the command line is this package's own; the salt is the 16-byte
-    ``SessionSalt`` of ``wire.rs``.
-    """
-    if salt_file is not None:
-        with Path(salt_file).open("rb") as f:
-            raw = f.read(SALT_FILE_MAX_BYTES + 1)
-            mode = os.fstat(f.fileno()).st_mode
-        if len(raw) > SALT_FILE_MAX_BYTES:
-            raise OSError(errno.EFBIG, f"longer than {SALT_FILE_MAX_BYTES} bytes: not a session "
-                          "salt (32 hex digits, or 16 raw bytes)", salt_file)
-        try:
-            return parse_salt(raw.decode("ascii"))
-        except (UnicodeDecodeError, ProtocolError) as e:
-            if len(raw) == SESSION_SALT_BYTES:
-                return raw
-            if not isinstance(e, UnicodeDecodeError):
-                if raw.decode("ascii").strip():
-                    raise
-                # nothing left once stripped ("got 0 characters"): say what the file holds
-                held = (f"0 bytes ({file_kind(mode)})" if not raw else
-                        f"{len(raw)} byte{'s' * (len(raw) != 1)}, all whitespace (a raw salt "
-                        f"file holds exactly {SESSION_SALT_BYTES} bytes)")
-                raise protocol_error("salt.bad_hex", expected=SESSION_SALT_BYTES,
-                                     digits=2 * SESSION_SALT_BYTES, got=held) from None
-            # neither hex text nor a raw salt: counted in bytes, the first one text cannot hold
-            raise protocol_error(
-                "salt.bad_hex", expected=SESSION_SALT_BYTES, digits=2 * SESSION_SALT_BYTES,
-                got=f"{len(raw)} bytes, byte {e.start + 1} (0x{raw[e.start]:02x}) not ASCII "
-                    f"(a raw salt file holds exactly {SESSION_SALT_BYTES} bytes)") from None
-    return parse_salt(salt)
-
-
-def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
-    """:func:`resolve_salt` for a command line: a failure names the option that caused it.
-
-    Raises:
-        ValueError: one line naming where the salt came from, as argparse names an option
-            (an :class:`~._option_error.OptionError` for an option)
-            (``argument --salt-file: PATH: ...``: unreadable file or not a salt; ``argument
-            --salt: ...``: malformed), ``$FLODL_SESSION_SALT`` (malformed), or saying there is
-            none.
-    """
-    try:
-        return resolve_salt(salt, salt_file)
-    except OSError as e:
-        raise OptionError("--salt-file",
-                          f"{shown_name(str(salt_file))}: {os_reason(e)}") from None
-    except ProtocolError as e:
-        if salt_file is not None:
-            raise OptionError("--salt-file", f"{shown_name(salt_file)}: {e}") from None
-        if salt is not None:
-            raise OptionError("--salt", str(e)) from None
-        if os.environ.get(SALT_ENV, "").strip():
-            raise ValueError(f"${SALT_ENV}: {e}") from None
-        raise ValueError(str(e)) from None
-
-
-def env_salt(who: str) -> bytes:
-    """The session salt of a process whose parent passes it in ``$FLODL_SESSION_SALT`` alone (the
-    demo's rank workers, the test suite's network-lab ranks): 32 hex digits, read by
-    :func:`parse_salt`, so it is taken and refused as the commands' ``--salt`` is (spaces
-    between bytes and around them allowed).
-
-    Args:
-        who: what reads it, named when the variable is missing (``"the demo's rank worker"``).
-
-    Returns:
-        the 16 salt bytes.
-
-    Raises:
-        ValueError: one line naming the variable and what is wrong, never the digits of a near
-            miss (a salt is a secret): unset, empty or blank (``$FLODL_SESSION_SALT is not set:
-            WHO takes the session salt from it, as 32 hex digits``; ``is empty: ...``), or not
-            16 bytes of hex (``$FLODL_SESSION_SALT: session salt must be 16 bytes written as 32
-            hex digits, got 2 characters, character 1 ('z') not a hex digit``).
-
-    No upstream counterpart: upstream reads its salt from its configuration, not this variable.
-    """
-    text = os.environ.get(SALT_ENV)
-    if text is None or not text.strip():
-        raise ValueError(f"${SALT_ENV} is {'not set' if text is None else 'empty'}: {who} takes "
-                         f"the session salt from it, as {2 * SESSION_SALT_BYTES} hex digits")
-    try:
-        return parse_salt(text)
-    except ProtocolError as e:
-        raise ValueError(f"${SALT_ENV}: {e}") from None
 
 
 def check_world_size(world_size: int) -> None:
