@@ -32,7 +32,8 @@ E_DECODE = "flodl-proto decode: error: argument "
 SALT_RULE = "session salt must be 16 bytes written as 32 hex digits, got 2 characters"
 RANKS_RULE = "expected a list of ranks like 0,1 or 0-3, got"
 
-#: (command line, its one stderr line); ``{tmp}`` is the test's folder (holding ``bad.salt``)
+#: (command line, its one stderr line); ``{tmp}`` is the test's folder (holding ``bad.salt``,
+#: ``good.salt`` and the regular file ``a-file``)
 REFUSED: list[tuple[list[str], str]] = [
     (["controller", "--listen", "nohostport", "--world-size", "1", "--salt", S],
      E_CTL + "--listen: 'nohostport': not a HOST:PORT address: no port"),
@@ -127,6 +128,14 @@ REFUSED: list[tuple[list[str], str]] = [
      E_KIT + "--launch: bad placeholder in '{': Single '{' encountered in format string"),
     ([*KIT, "--launch", "{tmp}/nonexistent {port}"],
      E_KIT + "--launch: cannot start the target '{tmp}/nonexistent': No such file or directory"),
+    # a salt file named with a trailing slash: refused as the OS refuses it, not read
+    (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file",
+      "{tmp}/good.salt/"],
+     E_CTL + "--salt-file: {tmp}/good.salt/: Not a directory"),
+    ([*RELAY, "--ranks", "0", "--world-size", "1", "--salt-file", "{tmp}/good.salt/"],
+     E_RELAY + "--salt-file: {tmp}/good.salt/: Not a directory"),
+    (["decode", "--salt-file", "{tmp}/good.salt/", "/dev/null"],
+     E_DECODE + "--salt-file: {tmp}/good.salt/: Not a directory"),
     (["decode", "--salt-file", "/nonexistent/salt", "/dev/null"],
      E_DECODE + "--salt-file: /nonexistent/salt: No such file or directory"),
     (["decode", "--salt", "12", "/dev/null"], E_DECODE + "--salt: " + SALT_RULE),
@@ -156,6 +165,8 @@ def test_every_refused_value_is_one_line_in_argparse_words(
     monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")
     monkeypatch.setattr("flodl_proto.commands.relay._max_open_files", lambda: 1024)
     (tmp_path / "bad.salt").write_text("zz\n")
+    (tmp_path / "good.salt").write_text(S + "\n")
+    (tmp_path / "a-file").write_text("not a folder\n")
     tmp = str(tmp_path)
     code, out, err = run_main(capsys, *(a.replace("{tmp}", tmp) for a in argv))
     assert (code, out, err) == (2, "", line.replace("{tmp}", tmp) + "\n")

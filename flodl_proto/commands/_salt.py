@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
 from typing import Final
 
 from .._oserr import file_kind, os_reason
@@ -102,14 +101,18 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
             whitespace (a raw salt file holds exactly 16 bytes)``, ``got 0 bytes (an empty
             file)``, or what a path that is not a regular file is: ``got 0 bytes (a character
             device)`` for ``/dev/null``).
-        OSError: the salt file cannot be read, or is longer than :data:`SALT_FILE_MAX_BYTES`
-            (``/dev/zero``: read no further, so memory stays bounded).
+        OSError: the salt file cannot be read (a path ending with ``/`` that names a file is
+            ``Not a directory``, as the OS has it), or is longer than
+            :data:`SALT_FILE_MAX_BYTES` (``/dev/zero``: read no further, so memory stays
+            bounded).
 
     No upstream counterpart: the command line is this package's own; the salt is the 16-byte
     ``SessionSalt`` of ``wire.rs``.
     """
     if salt_file is not None:
-        with Path(salt_file).open("rb") as f:
+        # the text as given, not a Path: ``key/`` names a folder, refused as the OS refuses it
+        # (``Not a directory``), where a Path drops the slash and reads the file ``key``
+        with open(salt_file, "rb") as f:
             raw = f.read(SALT_FILE_MAX_BYTES + 1)
             mode = os.fstat(f.fileno()).st_mode
         if len(raw) > SALT_FILE_MAX_BYTES:
