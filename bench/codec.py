@@ -16,7 +16,7 @@ import hmac
 import time
 from collections.abc import Callable
 
-from _cli import MIB_WHY, Parser, loading, mib_max, run, whole
+from _cli import MIB_WHY, Parser, loading, mib_max, option_message, run, whole
 
 with loading("bench/codec.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
     import numpy as np
@@ -93,8 +93,8 @@ def main() -> int:
                     help="exit 0 even when a target is missed (exploration)")
     args = ap.parse_args()
     if args.tensors > args.mib * MiB // 4:
-        ap.error(f"--tensors {args.tensors}: more tensors than the {args.mib * MiB // 4} f32 "
-                 f"elements of --mib {args.mib}")
+        ap.error(option_message("--tensors", f"{args.tensors}: more tensors than the "
+                                f"{args.mib * MiB // 4} f32 elements of --mib {args.mib}"))
     salt = bytes(range(16))
     per = args.mib * MiB // args.tensors // 4
     rng = np.random.default_rng(0)

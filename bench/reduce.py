@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-from _cli import MIB_WHY, Parser, loading, mib_max, run, whole
+from _cli import MIB_WHY, Parser, loading, mib_max, option_message, run, whole
 
 with loading("bench/reduce.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
     import numpy as np
@@ -192,8 +192,9 @@ def main() -> int:
     args = ap.parse_args()
     memory = mib_max()
     if memory is not None and (args.frames + 2) * args.mib > memory:
-        ap.error(f"--frames {args.frames} --mib {args.mib}: the reduce holds (frames + 2) x "
-                 f"{args.mib} MiB, more than this machine's physical memory ({memory} MiB)")
+        ap.error(option_message("--frames", f"{args.frames} with --mib {args.mib}: the reduce "
+                                f"holds (frames + 2) x {args.mib} MiB, more than this machine's "
+                                f"physical memory ({memory} MiB)"))
     if args.one:
         print(json.dumps(_run_one(args.one, args.frames, args.mib, args.repeat, args.threads)))
         return 0

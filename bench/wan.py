@@ -64,6 +64,7 @@ from _cli import (
     mib_max,
     number,
     one_of,
+    option_message,
     run,
     whole,
     worker_salt,
@@ -309,13 +310,14 @@ def main() -> int:
         return 0
     odd = [w for w in args.worlds if w % 2]
     if odd:
-        ap.error(f"--worlds: world size {odd[0]} is odd (two ranks per host)")
+        ap.error(option_message("--worlds", f"world size {odd[0]} is odd (two ranks per host)"))
     small = [w for w in args.worlds if w < 4]
     if small:
-        ap.error(f"--worlds: world size {small[0]} has one host, idle every round: nothing "
-                 "to measure (at least 4: two hosts)")
+        ap.error(option_message("--worlds", f"world size {small[0]} has one host, idle every "
+                                "round: nothing to measure (at least 4: two hosts)"))
     if int(args.mib * MiB) // TENSORS // 4 < 1:
-        ap.error(f"--mib {args.mib:g}: less than one f32 element per tensor ({TENSORS} tensors)")
+        ap.error(option_message("--mib", f"{args.mib:g}: less than one f32 element per tensor "
+                                f"({TENSORS} tensors)"))
     sys.path.insert(0, str(ROOT))
     from flodl_proto.netlab import unavailable_reason
 

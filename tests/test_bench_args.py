@@ -28,8 +28,8 @@ BAD = [
     ("codec", ["--mib", "x"],
      "bench/codec.py: error: argument --mib: expected a whole number >= 1, got 'x'"),
     ("codec", ["--mib", "1", "--tensors", "300000"],
-     "bench/codec.py: error: --tensors 300000: more tensors than the 262144 f32 elements of "
-     "--mib 1"),
+     "bench/codec.py: error: argument --tensors: 300000: more tensors than the 262144 f32 "
+     "elements of --mib 1"),
     ("reduce", ["--frames", "0", "--mib", "1"],
      "bench/reduce.py: error: argument --frames: must be >= 1, got 0"),
     ("reduce", ["--mib", "0"], "bench/reduce.py: error: argument --mib: must be >= 1, got 0"),
@@ -77,16 +77,17 @@ BAD = [
      "bench/wan.py: error: argument --worlds: expected a whole number >= 2, got 'x'"),
     ("wan", ["--worlds", "0"], "bench/wan.py: error: argument --worlds: must be >= 2, got 0"),
     ("wan", ["--worlds", "4,5"],
-     "bench/wan.py: error: --worlds: world size 5 is odd (two ranks per host)"),
+     "bench/wan.py: error: argument --worlds: world size 5 is odd (two ranks per host)"),
     ("wan", ["--worlds", "2"],
-     "bench/wan.py: error: --worlds: world size 2 has one host, idle every round: nothing to "
-     "measure (at least 4: two hosts)"),
+     "bench/wan.py: error: argument --worlds: world size 2 has one host, idle every round: "
+     "nothing to measure (at least 4: two hosts)"),
     ("wan", ["--dtypes", "f16"],
      "bench/wan.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
     ("wan", ["--mib", "0"],
      "bench/wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
     ("wan", ["--mib", "1e-9"],
-     "bench/wan.py: error: --mib 1e-09: less than one f32 element per tensor (4 tensors)"),
+     "bench/wan.py: error: argument --mib: 1e-09: less than one f32 element per tensor (4 "
+     "tensors)"),
     ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got 0"),
     ("wan", ["--quiet-cores", "0"],
      "bench/wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
@@ -139,8 +140,8 @@ def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
          f"bench/reduce.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
          "99999999999"),
         ("reduce", ["--frames", str(mib), "--mib", "1"],
-         f"bench/reduce.py: error: --frames {mib} --mib 1: the reduce holds (frames + 2) x 1 MiB, "
-         f"more than this machine's physical memory ({mib} MiB)"),
+         f"bench/reduce.py: error: argument --frames: {mib} with --mib 1: the reduce holds "
+         f"(frames + 2) x 1 MiB, more than this machine's physical memory ({mib} MiB)"),
         ("wan", ["--mib", "99999999999"],
          f"bench/wan.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
          "'99999999999'"),

@@ -571,7 +571,7 @@ def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
         res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt",
                    SALT_HEX, "--checkpoint-dir", str(where))
         assert res.returncode == 2 and res.stdout == ""
-        _one_error_line(res.stderr, f"--checkpoint-dir {where}: {why}")
+        _one_error_line(res.stderr, f"argument --checkpoint-dir: {where}: {why}")
         assert "listen" not in res.stderr
 
 
@@ -1426,7 +1426,8 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
      "argument --salt: session salt must be 16 bytes written as 32 hex digits, got 3 characters"),
     (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1", "--salt", SALT_HEX,
       "--rounds", "-1"), "argument --rounds: must be in 1..1000000, got -1"),
-    (("decode", "--pcap", "-"), "--pcap needs --port N"),
+    (("decode", "--pcap", "-"), "argument --pcap: needs --port N"),
+    (("decode", "--port", "5", "-"), "argument --port: only meaningful with --pcap"),
     (("demo", "--rounds", "0"), "argument --rounds: must be in 1..1000000 for the demo (it also "
                                 "trains "
      "that many rounds in this process, for the reference loss), got 0"),

@@ -280,7 +280,8 @@ def test_conform_launch_given_empty_says_it_is_empty(launch: str, what: str,
 def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run_main(capsys, "conform", "controller")
     assert code == 2
-    assert err == "flodl-proto conform controller: error: --launch CMD is required (or --list)\n"
+    assert err == ("flodl-proto conform controller: error: argument --launch: is required, "
+                   "unless --list is given\n")
 
 
 # -- a path with a line break or an escape: still one line ---------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import ast
 import errno
+import re
 import subprocess
 import types
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 import flodl_proto
+from flodl_proto.errors import shown
 
 from .cli_util import run_main
 
@@ -207,6 +209,72 @@ def test_no_module_spells_the_prefix_itself(module: str) -> None:
                if isinstance(node, ast.Constant) and isinstance(node.value, str)
                and "argument --" in node.value and id(node) not in docstrings]
     assert spelled == []
+
+
+#: the calls that print or raise an error line (``_usage``, ``print``, ``parser.error``, ...)
+_ERROR_CALLS = frozenset({"_usage", "_usage_error", "error", "print", "ValueError",
+                          "ArgumentTypeError", "OSError", "MemoryError"})
+
+
+def _text_of(node: ast.expr) -> str | None:
+    """The text of a string constant or f-string, each replacement field as ``{}``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+@pytest.mark.parametrize("module", _MODULES)
+def test_no_error_line_starts_with_a_bare_option(module: str) -> None:
+    """No error line names an option in words of its own (``--pcap needs --port N``,
+    ``error: --listen 'x': ...``): an option the command refuses reads ``argument --X: ...``,
+    built by the helper."""
+    tree = ast.parse((_PACKAGE / module).read_text(encoding="utf-8"))
+    bare = re.compile(r"(^|error: )--[a-z]")
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        text = _text_of(node.args[0])
+        if name in _ERROR_CALLS and text is not None and bare.search(text):
+            found.append((node.lineno, text))
+    assert found == []
+
+
+def test_two_options_that_cannot_go_together_read_as_argparse_s_exclusive_group(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """:func:`option_conflict` words the refusal as argparse words the second option of a
+    mutually exclusive group."""
+    from flodl_proto.commands._option_error import option_conflict
+
+    parser = argparse.ArgumentParser(prog="p")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--list", action="store_true")
+    group.add_argument("--junit")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--list", "--junit", "r.xml"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "p: error: " + option_conflict("--junit", "--list"))
+    assert option_conflict("--junit", "--list", "a listing writes no report") == (
+        "argument --junit: not allowed with argument --list (a listing writes no report)")
+
+
+def test_an_output_folder_made_after_the_command_line_is_read_is_named_as_the_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The generators' write refuses a folder made since ``--out`` was checked in the words
+    the option's check uses; the run has begun, so exit 1, nothing written."""
+    from flodl_proto.commands.docs import write_output
+
+    folder = tmp_path / "out.md"
+    folder.mkdir()
+    assert write_output(folder, b"text", "flodl-proto docs") == 1
+    assert capsys.readouterr() == ("", "flodl-proto docs: error: argument --out: "
+                                       f"{shown(str(folder))} names a folder (an existing one); "
+                                       "give a file path in it\n")
+    assert list(folder.iterdir()) == []
 
 
 def test_a_launch_the_machine_cannot_start_now_is_a_failed_run(

@@ -43,7 +43,7 @@ from flodl_proto.conform.report import (
 )
 from flodl_proto.conform.sections import resolve_section
 from flodl_proto.conform.target import fill_placeholders
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown, shown_name
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.spec import SPEC
 
@@ -944,7 +944,7 @@ def test_left_out_by_names_every_filter_in_the_order_select_cases_applies_them()
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conform", "controller"]) == 2
-    assert "--launch CMD is required" in capsys.readouterr().err
+    assert "argument --launch: is required, unless --list is given" in capsys.readouterr().err
     assert main(["conform", "relay", "--launch", "x {port}"]) == 2
     assert "unknown placeholder {port}" in capsys.readouterr().err
     assert main(["conform", "controller", "--launch", "x", "--cases", "nothing.*"]) == 2
@@ -972,9 +972,9 @@ def test_cli_junit_and_json_to_one_file_is_a_usage_error(
                              ("r.xml", "link.json")):
         assert main([*run, "--junit", junit, "--json", json_path]) == 2
         assert capsys.readouterr() == (
-            "", f"flodl-proto conform controller: error: --junit {junit} and --json "
-            f"{json_path} are the same file (one report would replace the other); give two "
-            "paths\n")
+            "", f"flodl-proto conform controller: error: argument --json: {shown(json_path)}: "
+            f"the same file as --junit {shown(junit)} (one report would replace the other); "
+            "give two paths\n")
     assert not (tmp_path / "r.xml").exists()
     assert main([*run, "--junit", os.devnull, "--json", os.devnull]) == 1  # the run: FAIL
     assert capsys.readouterr().err == ""

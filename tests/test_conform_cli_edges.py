@@ -190,7 +190,8 @@ def test_list_with_a_report_option_is_a_usage_error(
     monkeypatch.chdir(tmp_path)
     assert main(["conform", "controller", "--list", *options]) == 2
     assert capsys.readouterr() == (
-        "", f"{_PREFIX}--list writes no report; drop --junit/--json\n")
+        "", f"{_PREFIX}argument {options[0]}: not allowed with argument --list (a listing "
+            "writes no report)\n")
     assert list(tmp_path.iterdir()) == []
 
 

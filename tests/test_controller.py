@@ -902,7 +902,8 @@ def test_cli_port_in_use_exits_1() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("mode", "code", "error"), [
-    ("noname", 2, "--listen 'nosuch.invalid:7000': cannot resolve host 'nosuch.invalid': "
+    ("noname", 2, "argument --listen: 'nosuch.invalid:7000': cannot resolve host "
+                  "'nosuch.invalid': "
                   "Name or service not known"),
     ("again", 1, "cannot listen on nosuch.invalid:7000: [Errno -3] Temporary failure in name "
                  "resolution"),

@@ -230,7 +230,8 @@ def test_demo_refuses_a_payload_this_machine_cannot_hold(
     monkeypatch.setattr(_demo_sizes, "_available_memory", lambda: need - 1)
     assert main(["demo", "--no-progress", "--payload-mib", "1023.99"]) == 1
     assert capsys.readouterr() == ("", (
-        "flodl-proto demo: error: --payload-mib 1023.99 needs about 32.9 GiB of memory for 4 "
+        "flodl-proto demo: error: argument --payload-mib: 1023.99: needs about 32.9 GiB of "
+        "memory for 4 "
         "rank(s), 2 relay(s) and the controller (each holds a few frames of the payload's "
         f"size), and this machine has {(need - 1) / (1 << 30):.1f} GiB available (its memory "
         "cgroup's limit included); give a "
@@ -654,8 +655,8 @@ def test_demo_netns_without_the_lab_says_why_in_one_line_and_exits_2(
     assert cli.main(["demo", "--netns", "--no-progress"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == ("flodl-proto demo: error: --netns: the network lab needs root (network "
-                   "namespaces, veth)\n")
+    assert err == ("flodl-proto demo: error: argument --netns: the network lab needs root "
+                   "(network namespaces, veth)\n")
     assert asked == [("ip",)]  # the demo sets no tc or nftables rule
 
 

@@ -257,8 +257,8 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     assert main([*cmd, "--out", "-", "--check"]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err == (
-        f"{prog}: error: --check compares a file; --out - (stdout) is not "
-        "one\n")
+        f"{prog}: error: argument --out: '-': stdout is no file to compare (--check compares "
+        "a file)\n")
     long = tmp_path / ("n" * 300)  # above NAME_MAX: is_dir() raised, the CLI's catch-all said it
     assert main([*cmd, "--out", str(long)]) == 1
     cap = capsys.readouterr()

@@ -39,8 +39,8 @@ def test_a_relay_name_that_does_not_exist_is_a_usage_error_before_dialling() -> 
     if first.startswith("flodl-proto rank 0: warning: "):
         pytest.skip(f"this machine's resolver cannot answer: {first.strip()}")
     assert (res.returncode, res.stdout) == (2, "")
-    prefix = ("flodl-proto rank: error: --relay 'nosuch.invalid:7004': cannot resolve host "
-              "'nosuch.invalid': ")
+    prefix = ("flodl-proto rank: error: argument --relay: 'nosuch.invalid:7004': cannot "
+              "resolve host 'nosuch.invalid': ")
     assert res.stderr.startswith(prefix) and res.stderr.count("\n") == 1
     assert len(res.stderr.strip()) > len(prefix)  # the resolver's reason follows
 
@@ -48,8 +48,8 @@ def test_a_relay_name_that_does_not_exist_is_a_usage_error_before_dialling() -> 
 def test_the_resolver_saying_no_such_name_is_one_line_and_exit_2() -> None:
     res = _run([sys.executable, "-c", PATCHED_CLI, "noname", *RANK[3:], "nosuch.invalid:7004"])
     assert (res.returncode, res.stdout) == (2, "")
-    assert res.stderr == ("flodl-proto rank: error: --relay 'nosuch.invalid:7004': cannot "
-                          "resolve host 'nosuch.invalid': Name or service not known\n")
+    assert res.stderr == ("flodl-proto rank: error: argument --relay: 'nosuch.invalid:7004': "
+                          "cannot resolve host 'nosuch.invalid': Name or service not known\n")
 
 
 @pytest.mark.parametrize(("change", "error"), [

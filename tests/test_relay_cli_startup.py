@@ -58,19 +58,19 @@ def test_a_controller_name_that_does_not_exist_is_a_usage_error_before_listening
         pytest.skip(f"this machine's resolver cannot answer: {first.strip()}")
     out, rest = _finish(proc)
     assert (proc.returncode, out, rest) == (2, "", "")
-    assert first.startswith("flodl-proto relay: error: --controller 'nosuch.invalid:7999': "
-                            "cannot resolve host 'nosuch.invalid': ")
+    assert first.startswith("flodl-proto relay: error: argument --controller: "
+                            "'nosuch.invalid:7999': cannot resolve host 'nosuch.invalid': ")
     assert first.endswith("\n") and len(first.strip()) > len(
-        "flodl-proto relay: error: --controller 'nosuch.invalid:7999': cannot resolve host "
-        "'nosuch.invalid': ")  # the resolver's reason follows
+        "flodl-proto relay: error: argument --controller: 'nosuch.invalid:7999': cannot "
+        "resolve host 'nosuch.invalid': ")  # the resolver's reason follows
 
 
 def test_the_resolver_saying_no_such_name_is_one_line_and_exit_2() -> None:
     proc = _patched_relay("noname", "nosuch.invalid:7999")
     out, err = _finish(proc)
     assert (proc.returncode, out) == (2, "")
-    assert err == ("flodl-proto relay: error: --controller 'nosuch.invalid:7999': cannot resolve "
-                   "host 'nosuch.invalid': Name or service not known\n")
+    assert err == ("flodl-proto relay: error: argument --controller: 'nosuch.invalid:7999': "
+                   "cannot resolve host 'nosuch.invalid': Name or service not known\n")
 
 
 def test_other_usage_errors_are_reported_without_a_lookup() -> None:
@@ -149,8 +149,8 @@ def test_check_host_resolves_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     _resolver(monkeypatch, nodata)
     with pytest.raises(ValueError) as e:
         check_host_resolves("--controller", " ctl:1 ", ("ctl", 1), 5)
-    assert str(e.value) == ("--controller ' ctl:1 ': cannot resolve host 'ctl': No address "
-                            "associated with hostname")
+    assert str(e.value) == ("argument --controller: ' ctl:1 ': cannot resolve host 'ctl': No "
+                            "address associated with hostname")
 
     def fail(host: str) -> Any:
         raise socket.gaierror(socket.EAI_FAIL, "Non-recoverable failure in name resolution")

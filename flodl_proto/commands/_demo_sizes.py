@@ -22,7 +22,7 @@ from ..spec import (
     ROUND_FRAME_FIXED_OVERHEAD,
 )
 from ._number_args import shown_as_typed
-from ._option_error import OptionError
+from ._option_error import OptionError, option_message
 from .controller import parse_outer
 
 if TYPE_CHECKING:
@@ -154,17 +154,20 @@ def check_memory(payload_mib: float, world_size: int, hosts: int) -> None:
     still take (it would swap, or be killed, long after it started).
 
     Raises:
-        MemoryError: naming the need and what is available, in GiB (exit 1).
+        MemoryError: naming the option as argparse does, its value, the need and what is
+            available, in GiB (``argument --payload-mib: 1024: needs about 32.9 GiB ...``;
+            exit 1: the value is fine, this machine's memory is short).
     """
     need, have = memory_need(payload_mib, world_size, hosts), _available_memory()
     if have is not None and need > have:
         gib = 1 << 30
-        raise MemoryError(
-            f"--payload-mib {payload_mib:g} needs about {need / gib:.1f} GiB of memory for "
+        raise MemoryError(option_message(
+            "--payload-mib",
+            f"{payload_mib:g}: needs about {need / gib:.1f} GiB of memory for "
             f"{world_size} rank(s), {hosts} relay(s) and the controller (each holds a few "
             f"frames of the payload's size), and this machine has {have / gib:.1f} GiB "
             f"available (its memory cgroup's limit included); give a smaller --payload-mib, "
-            f"--world-size or --hosts")
+            f"--world-size or --hosts"))
 
 
 def parse_kill(text: str | None) -> tuple[int, int] | None:

@@ -6,14 +6,16 @@ error:`` (exit 2).
 
 Every command builds that prefix here: :class:`OptionError` for a check that raises,
 :func:`option_message` for a line built in place, :func:`option_field` for a library message
-that starts with the name of what it checks (:func:`flodl_proto.addr.parse_addr`'s ``field``).
+that starts with the name of what it checks (:func:`flodl_proto.addr.parse_addr`'s ``field``),
+and :func:`option_conflict` for two options that cannot be given together (argparse's words
+for a mutually exclusive group).
 
 No upstream counterpart: upstream's binaries take no such options.
 """
 
 from __future__ import annotations
 
-__all__ = ["OptionError", "option_field", "option_message"]
+__all__ = ["OptionError", "option_conflict", "option_field", "option_message"]
 
 
 def option_field(option: str) -> str:
@@ -33,6 +35,17 @@ def option_message(option: str, message: str) -> str:
     No upstream counterpart: upstream's binaries take no such options.
     """
     return f"{option_field(option)} {message}"
+
+
+def option_conflict(option: str, other: str, why: str = "") -> str:
+    """``option`` refused because ``other`` is given too, as argparse words the second option
+    of a mutually exclusive group: ``argument --junit: not allowed with argument --list``,
+    then `` (WHY)`` when ``why`` is given. Raises nothing.
+
+    No upstream counterpart: upstream's binaries take no such options.
+    """
+    return (option_message(option, f"not allowed with {option_field(other).removesuffix(':')}")
+            + (f" ({why})" if why else ""))
 
 
 class OptionError(ValueError):

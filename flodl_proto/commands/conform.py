@@ -21,7 +21,8 @@ once its command line is parsed leaves no earlier run's report; one stopped befo
 parser is built, writes none; a report is never written twice for one stop, and a Ctrl-C
 during a write stops it, the file left whole, old or new, the other report still written; a
 FIFO that no process reads is a report that cannot be written, not a wait for a reader), 2 for
-a bad command line (as ``--list`` with ``--junit`` or ``--json``: a listing writes no report), a
+a bad command line (as ``--list`` with ``--junit`` or ``--json``: a listing writes no report;
+``argument --junit: not allowed with argument --list``), a
 ``--launch`` command that cannot be started included (no such program, not executable: one line
 naming it and the OS error, ``argument --launch: cannot start the target ...``, and no case runs;
 one the machine cannot start now, with no process, memory or file descriptor to be had, is a
@@ -61,7 +62,7 @@ from .._unseen import terminal_text
 from ..cli import AnyCase, interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
-from ._option_error import option_message
+from ._option_error import option_conflict, option_message
 from ._output import rich_console
 from .docs import output_path
 from .relay import check_net_timeout_scale, whole_number
@@ -271,7 +272,8 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     from ..conform.target import fill_placeholders
 
     if args.list and (args.junit is not None or args.json is not None):
-        return _usage("--list writes no report; drop --junit/--json", args)
+        report = "--junit" if args.junit is not None else "--json"
+        return _usage(option_conflict(report, "--list", "a listing writes no report"), args)
     try:
         check_net_timeout_scale(args.timeout_scale, field="--timeout-scale")
     except ProtocolError as e:  # the catalogue's message, in argparse's words for an
@@ -285,8 +287,9 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             blank = "empty" if not pattern else "blank"
             return _usage(option_message("--cases", f"no pattern (the value is {blank})"), args)
     if args.junit is not None and args.json is not None and _same_report(args.junit, args.json):
-        return _usage(f"--junit {args.junit} and --json {args.json} are the same file (one "
-                      "report would replace the other); give two paths", args)
+        return _usage(option_message("--json", f"{shown(str(args.json))}: the same file as "
+                                     f"--junit {shown(str(args.junit))} (one report would "
+                                     "replace the other); give two paths"), args)
     try:
         catalogue = load_catalogue()
     except (CatalogueError, OSError) as e:
@@ -301,7 +304,7 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     if args.list:  # a selection of no case is the same usage error as for a run
         return _list(runs, skipped) if runs else _usage(_no_case(left_out, args), args)
     if args.launch is None:
-        return _usage("--launch CMD is required (or --list)", args)
+        return _usage(option_message("--launch", "is required, unless --list is given"), args)
     if not args.launch:  # given, but ``--launch "$CMD"`` with the variable unset; a blank
         # value is fill_placeholders's "(the value is blank)"
         return _usage(option_message("--launch", "no command (the value is empty)"), args)

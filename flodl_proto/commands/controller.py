@@ -58,9 +58,9 @@ from .._oserr import os_reason
 from .._unseen import quoted
 from ..addr import format_addr, parse_addr
 from ..cli import interrupts_held
-from ..errors import ProtocolError, shown
+from ..errors import ProtocolError, shown, shown_name
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
-from ._option_error import OptionError, option_field
+from ._option_error import OptionError, option_field, option_message
 from ._output import (
     LINE_COALESCE,
     STDOUT_BACKLOG,
@@ -245,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint_dir is not None:
         problem = checkpoint_dir_problem(Path(args.checkpoint_dir))
         if problem is not None:
-            return _usage_error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}")
+            return _usage_error(option_message("--checkpoint-dir",
+                                               f"{shown_name(args.checkpoint_dir)}: {problem}"))
     with interrupts_held():  # here: usage errors skip NumPy; Ctrl-C while it loads is one line
         from ..runner.controller import ReferenceController, RoundReport
 
@@ -273,8 +274,8 @@ def run(args: argparse.Namespace) -> int:
                       flush=True)
                 return 1
             # a name that does not exist is the command line's, as relay --controller's
-            return _usage_error(f"--listen {shown(args.listen)}: cannot resolve host "
-                                f"{shown(host)}: {os_reason(e)}")
+            return _usage_error(option_message("--listen", f"{shown(args.listen)}: cannot "
+                                               f"resolve host {shown(host)}: {os_reason(e)}"))
         except OSError as e:  # e.g. the address is in use: the environment, not the command line
             print(f"{_PROG}: error: cannot listen on {args.listen}: {e}", file=sys.stderr,
                   flush=True)

@@ -61,6 +61,7 @@ from .._oserr import os_reason
 from ..cli import interrupts_held
 from ..errors import ProtocolError, shown_name
 from ..spec import SUPPORTED_VERSIONS
+from ._option_error import option_message
 from .relay import (
     add_frame_ceiling_option,
     byte_count,
@@ -435,10 +436,11 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
     if args.pcap and args.port is None:
-        print(f"{_PROG}: error: --pcap needs --port N", file=sys.stderr)
+        print(f"{_PROG}: error: {option_message('--pcap', 'needs --port N')}", file=sys.stderr)
         return 2
     if args.port is not None and not args.pcap:
-        print(f"{_PROG}: error: --port is only meaningful with --pcap", file=sys.stderr)
+        print(f"{_PROG}: error: {option_message('--port', 'only meaningful with --pcap')}",
+              file=sys.stderr)
         return 2
     salt: bytes | None = args.salt
     if args.salt_file is not None:

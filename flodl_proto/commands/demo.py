@@ -454,7 +454,8 @@ def run(args: argparse.Namespace) -> int:
     if args.netns:
         reason = unavailable_reason(_LAB_TOOLS)
         if reason is not None:
-            print(f"flodl-proto demo: error: --netns: {reason}", file=sys.stderr)
+            print(f"flodl-proto demo: error: {option_message('--netns', reason)}",
+                  file=sys.stderr)
             return 2
     try:
         salt_hex, salt_note = _session_salt(args.salt_file)

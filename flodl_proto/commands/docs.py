@@ -32,6 +32,7 @@ from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..errors import shown, shown_name
 from ..spec import SPEC, Spec, SpecError, check_lifecycle
+from ._option_error import option_message
 
 __all__ = [
     "check_generated",
@@ -77,17 +78,22 @@ def output_path(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("is empty; give a file path, or - for stdout")
     if text.endswith(("/", os.sep)):
-        raise argparse.ArgumentTypeError(f"{shown(text)} names a folder (it ends with /); give "
-                                         "a file path in it")
+        raise argparse.ArgumentTypeError(_names_a_folder(text, "it ends with /"))
     path = Path(text)
     try:
         folder = text != "-" and path.is_dir()
     except (OSError, ValueError):  # a name too long, a NUL: writing it will say why
         folder = False
     if folder:
-        raise argparse.ArgumentTypeError(f"{shown(text)} names a folder (an existing one); give "
-                                         "a file path in it")
+        raise argparse.ArgumentTypeError(_names_a_folder(text, "an existing one"))
     return path
+
+
+def _names_a_folder(text: str, how: str) -> str:
+    """Why the output path ``text`` is refused when it names a folder, ``how`` it does (``it
+    ends with /``, ``an existing one``): ``'out' names a folder (an existing one); give a file
+    path in it``."""
+    return f"{shown(text)} names a folder ({how}); give a file path in it"
 
 
 def checkout_file(relative: Path) -> Path:
@@ -230,7 +236,9 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         0 when ``out`` was written: ``PATH: written (N bytes)`` on stdout (N in bytes), unless
         ``out`` is stdout itself (``/dev/stdout``), which then holds the document alone, as
         with ``--out -``; 1 when it
-        cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder, a
+        cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder
+        made since the command line was read, in the words :func:`output_path` refuses one
+        with: ``argument --out: 'out' names a folder (an existing one); ...``; a
         file where a folder of the path should be: ``Not a directory`` at whichever level, no
         permission), with the step that failed for a reason of a folder
         (:func:`flodl_proto._files.make_folders`: ``creating the folder a-file/sub: Not a
@@ -242,8 +250,9 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
     """
     try:
         if out.is_dir():  # inside the try: a name too long raises here, not False
-            print(f"{prog}: error: --out {out} is a directory; give a file path",
-                  file=sys.stderr)
+            # a folder made after the command line was read (output_path refuses one before)
+            why = _names_a_folder(str(out), "an existing one")
+            print(f"{prog}: error: {option_message('--out', why)}", file=sys.stderr)
             return 1
         make_folders(out.parent)
         replace_file(out, data)
@@ -303,7 +312,8 @@ def stdout_check(prog: str) -> int:
 
     No upstream counterpart: upstream ships no generated files to check.
     """
-    print(f"{prog}: error: --check compares a file; --out - (stdout) is not one", file=sys.stderr)
+    why = option_message("--out", "'-': stdout is no file to compare (--check compares a file)")
+    print(f"{prog}: error: {why}", file=sys.stderr)
     return 2
 
 

@@ -27,8 +27,9 @@ killed rank would).
 The relay's host name is looked up at start-up, after the other checks of the command line and
 before the relay is dialled (a name that does not exist would otherwise be retried as a relay
 not there yet, for about 30 s, then exit 1): a name the resolver says does not exist (a typo,
-any ``.invalid`` name) is a bad command line, exit 2 (``flodl-proto rank: error: --relay
-'nosuch.invalid:7004': cannot resolve host 'nosuch.invalid': Name or service not known``). A
+any ``.invalid`` name) is a bad command line, exit 2 (``flodl-proto rank: error: argument
+--relay: 'nosuch.invalid:7004': cannot resolve host 'nosuch.invalid': Name or service not
+known``). A
 resolver that cannot answer now (a temporary failure, or no answer within 10 s x
 ``FLODL_NET_TIMEOUT_SCALE``) is one warning line on stderr (``flodl-proto rank R: warning:
 ...``) and the rank goes on. The address found is not kept: each dial attempt looks the name up

@@ -35,12 +35,12 @@ as gone, as upstream) and a controller record's ``payload_len`` (above it the re
 The controller's host name is looked up at start-up, before the loopback port is bound (upstream
 looks it up only when it dials, once every local rank has connected, so a typo showed only then):
 a name the resolver says does not exist (a typo, any ``.invalid`` name) is a bad command line,
-exit 2 (``flodl-proto relay: error: --controller 'nosuch.invalid:7999': cannot resolve host
-'nosuch.invalid': Name or service not known``). A resolver that cannot answer now (a temporary
-failure, or no answer within 10 s x ``FLODL_NET_TIMEOUT_SCALE``) is one warning line on stderr
-and the relay goes on. The address found is not kept: the dial looks the name up again on each
-attempt, so a controller whose address changes between start-up and the dial (a node
-rescheduled, a DNS record updated) is still found.
+exit 2 (``flodl-proto relay: error: argument --controller: 'nosuch.invalid:7999': cannot
+resolve host 'nosuch.invalid': Name or service not known``). A resolver that cannot answer now
+(a temporary failure, or no answer within 10 s x ``FLODL_NET_TIMEOUT_SCALE``) is one warning
+line on stderr and the relay goes on. The address found is not kept: the dial looks the name
+up again on each attempt, so a controller whose address changes between start-up and the dial
+(a node rescheduled, a DNS record updated) is still found.
 """
 
 from __future__ import annotations
@@ -304,8 +304,11 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
         warning before it goes on.
 
     Raises:
-        ValueError: the resolver says the name does not exist (``EAI_NONAME``, ``EAI_NODATA``);
-            one line naming ``option``, ``text``, the host and the resolver's reason.
+        OptionError: the resolver says the name does not exist (``EAI_NONAME``,
+            ``EAI_NODATA``); a ``ValueError`` of one line naming ``option`` as argparse does,
+            then ``text``, the host and the resolver's reason (``argument --controller:
+            'nosuch.invalid:7999': cannot resolve host 'nosuch.invalid': Name or service not
+            known``).
 
     No upstream counterpart: upstream looks the name up only when it dials.
     """
@@ -332,8 +335,8 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
     if e is None:
         return None
     if isinstance(e, socket.gaierror) and e.errno in NO_SUCH_NAME:
-        raise ValueError(f"{option} {shown(text)}: cannot resolve host {shown(host)}: "
-                         f"{os_reason(e)}")
+        raise OptionError(option, f"{shown(text)}: cannot resolve host {shown(host)}: "
+                                  f"{os_reason(e)}")
     return (f"{option} {shown(text)}: cannot resolve host {shown(host)} now ({os_reason(e)}); "
             "going on (the dial looks it up again)")
 
