@@ -27,7 +27,7 @@ import ml_dtypes
 import pytest
 
 from flodl_proto.codec import encode_ack, encode_handshake
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown, shown_name
 
 from .cli_util import run_main as _run_main
 from .cluster_util import recv_exact
@@ -531,10 +531,11 @@ def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     _one_error_line(res.stderr, f"argument --out: '{tmp_path}' names a folder (an existing one)")
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
+    # a file where a folder of the path should be: the command line's, found before any work
     res = _cli("docs", "--out", str(blocker / "protocol.md"))
-    assert res.returncode == 1
-    _one_error_line(res.stderr, f"cannot write {shown_name(str(blocker / 'protocol.md'))}",
-                    "Not a directory")
+    assert res.returncode == 2
+    _one_error_line(res.stderr, f"error: argument --out: {shown(str(blocker / 'protocol.md'))}: "
+                                f"Not a directory ({blocker} is a file, not a folder)")
 
 
 @pytest.mark.parametrize("cmd", [("docs",), ("conform", "docs")], ids=" ".join)
@@ -548,10 +549,13 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
     loop = tmp_path / "loop"
     loop.symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(loop)
-    for out, why in ((blocker / "protocol.md", "Not a directory"),
-                     (loop, "Too many levels of symbolic links")):
-        assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
-            2, "", f"{prog}: error: cannot read {shown_name(str(out))}: {why}\n")
+    out = blocker / "protocol.md"  # refused with the command line, as for a write
+    assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
+        2, "", f"{prog}: error: argument --out: {shown(str(out))}: Not a directory ({blocker} is "
+        "a file, not a folder)\n")
+    assert _run_main(capsys, *cmd, "--check", "--out", str(loop)) == (
+        2, "", f"{prog}: error: cannot read {shown_name(str(loop))}: Too many levels of "
+        "symbolic links\n")
     assert _run_main(capsys, *cmd, "--check", "--out", str(tmp_path)) == (  # with the command line
         2, "", f"{prog}: error: argument --out: '{tmp_path}' names a folder (an existing one); "
         "give a file path in it\n")

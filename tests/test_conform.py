@@ -43,7 +43,7 @@ from flodl_proto.conform.report import (
 )
 from flodl_proto.conform.sections import resolve_section
 from flodl_proto.conform.target import fill_placeholders
-from flodl_proto.errors import shown, shown_name
+from flodl_proto.errors import shown
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.spec import SPEC
 
@@ -982,8 +982,9 @@ def test_cli_junit_and_json_to_one_file_is_a_usage_error(
 
 def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    # an output file written after the run, as `docs --out`: exit 1 (2 is a bad command line);
-    # missing parent folders are created, as a generator's
+    # an output file written after the run, as `docs --out`: exit 1 (2 is a bad command line:
+    # a path that names a folder or runs through a file); missing parent folders are created,
+    # as a generator's
     run = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
            "--cases", "controller.session.one-relay-one-round", "--version", "2"]
     nested = tmp_path / "reports" / "ci" / "r.json"
@@ -992,12 +993,18 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
     assert capsys.readouterr().err == ""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    junit = blocker / "j.xml"
-    # found before the run: no case runs (nothing on stdout)
-    assert main([*run, "--junit", str(junit)]) == 1
-    assert capsys.readouterr() == (
-        "", f"flodl-proto conform controller: error: cannot write the report {junit}: creating "
-        f"the folder {blocker}: Not a directory (it exists and is not a folder)\n")
+    # a file where a folder of the path should be, at any level: refused with the command
+    # line, before any case runs or any report is written (it was found as the first reports
+    # were written, exit 1)
+    for junit in (blocker / "j.xml", blocker / "ci" / "j.xml"):
+        json_path = tmp_path / "kept.json"
+        with pytest.raises(SystemExit) as stop:
+            main([*run, "--json", str(json_path), "--junit", str(junit)])
+        assert stop.value.code == 2
+        assert capsys.readouterr() == (
+            "", f"flodl-proto conform controller: error: argument --junit: {shown(str(junit))}: "
+            f"Not a directory ({blocker} is a file, not a folder)\n")
+        assert not json_path.exists()
     # a folder that exists is refused with the command line, as one ending with /
     with pytest.raises(SystemExit) as stop:
         main([*run, "--json", str(tmp_path)])
@@ -1261,12 +1268,13 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     out = blocker / "docs" / "conformance.md"
-    assert main(["conform", "docs", "--out", str(out)]) == 1
+    with pytest.raises(SystemExit) as stop:
+        main(["conform", "docs", "--out", str(out)])
+    assert stop.value.code == 2
     cap = capsys.readouterr()
     assert cap.out == ""
-    assert cap.err == (f"flodl-proto conform docs: error: cannot write {shown_name(str(out))}: "
-                       f"creating the folder {blocker / 'docs'}: Not a directory ({blocker} is "
-                       "not a folder)\n")
+    assert cap.err == (f"flodl-proto conform docs: error: argument --out: {shown(str(out))}: Not "
+                       f"a directory ({blocker} is a file, not a folder)\n")
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()

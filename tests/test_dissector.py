@@ -98,15 +98,17 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert capsys.readouterr() == (f"{nested}: written ({size} bytes)\n", "")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    # the generators' one write and wording: `flodl-proto dissector: error: ...`, one line, exit 1
-    for under, step in (
-            (blocker / "f.lua", f"creating the folder {blocker}: Not a directory (it exists and "
-                                "is not a folder)"),
-            (blocker / "sub" / "f.lua", f"creating the folder {blocker / 'sub'}: Not a directory "
-                                        f"({blocker} is not a folder)")):
-        assert main(["dissector", "--out", str(under)]) == 1
-        assert capsys.readouterr() == (
-            "", f"flodl-proto dissector: error: cannot write {under}: {step}\n")
+    # a file where a folder of the path should be, at any level: the command line's (exit 2,
+    # one line), found before the dissector is generated, where it was found as it was written
+    # (exit 1)
+    from flodl_proto.errors import shown
+
+    from .cli_util import run_main
+
+    for under in (blocker / "f.lua", blocker / "sub" / "f.lua"):
+        assert run_main(capsys, "dissector", "--out", str(under)) == (
+            2, "", f"flodl-proto dissector: error: argument --out: {shown(str(under))}: Not a "
+            f"directory ({blocker} is a file, not a folder)\n")
     assert blocker.read_text() == "not a folder"
 
 

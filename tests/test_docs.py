@@ -29,7 +29,7 @@ from flodl_proto.docs import (
     mermaid_state_diagram,
     render_protocol_doc,
 )
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown, shown_name
 from flodl_proto.spec import SPEC, Spec, SpecError
 
 from .conftest import run_with_file_size_limit
@@ -233,8 +233,9 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
         cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``docs`` and ``conform docs`` write through one helper: a file that is not UTF-8 text is
     out of date (rewritten, not a traceback or 'cannot read'), a file where a folder of the path
-    should be is 'Not a directory' whichever level it is at, at the step that creates the
-    folder, with the file in the way named; ``--check --out -`` is a bad
+    should be is 'Not a directory' whichever level it is at, with the file in the way named
+    (with the command line, exit 2; at the step that creates the folder for one put there
+    after the command line was read, exit 1); ``--check --out -`` is a bad
     command line (exit 2, one line), never a check that passes by printing the text."""
     prog = "flodl-proto " + " ".join(cmd)  # the error lines' program name
     out = tmp_path / "gen.md"
@@ -245,12 +246,23 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     assert capsys.readouterr().out.startswith(f"{out}: written (")
     assert main([*cmd, "--out", str(out), "--check"]) == 0
     capsys.readouterr()
+    for under in (out / "x.md", out / "sub" / "x.md"):  # refused with the command line
+        with pytest.raises(SystemExit) as stop:
+            main([*cmd, "--out", str(under)])
+        assert stop.value.code == 2
+        cap = capsys.readouterr()
+        assert cap.out == "" and cap.err == (
+            f"{prog}: error: argument --out: {shown(str(under))}: Not a directory ({out} is a "
+            "file, not a folder)\n")
+    # a file put there after the command line was read: the write's own words, exit 1
+    from flodl_proto.commands.docs import write_output
+
     for under, step in (
             (out / "x.md", f"creating the folder {out}: Not a directory (it exists and is not a "
                            "folder)"),
             (out / "sub" / "x.md", f"creating the folder {out / 'sub'}: Not a directory ({out} "
                                    "is not a folder)")):
-        assert main([*cmd, "--out", str(under)]) == 1
+        assert write_output(under, b"text", prog) == 1
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err == (
             f"{prog}: error: cannot write {shown_name(str(under))}: {step}\n")

@@ -10,7 +10,8 @@ found walking up from the output's folder (so an installed package run inside a 
 documents that checkout's spec, not the copy installed with it); else ``--spec DIR``'s; else the one
 the package loads. The spec file read is named on every result line.
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
-2 for a bad command line (``--check`` with ``--out -``), an unreadable spec, or (``--check``) a
+2 for a bad command line (``--check`` with ``--out -``; a PATH that names a folder or has a
+file where a folder of it should be), an unreadable spec, or (``--check``) a
 PATH that cannot be read (one line naming it and the OS error; a PATH that does not exist is
 ``missing``, exit 1). A PATH that is not UTF-8 text is out of date (rewritten without
 ``--check``).
@@ -67,11 +68,15 @@ def output_path(text: str) -> Path:
 
     Raises:
         argparse.ArgumentTypeError: ``text`` is empty, ends with ``/`` (a folder, which the
-            command would otherwise have written as a file of that name), or names a folder
+            command would otherwise have written as a file of that name), names a folder
             that exists (through links too; ``'out' names a folder (an existing one); give a
-            file path in it``): a usage error either way, where the existing folder was found
-            only as the file was written (exit 1). A folder made after the command line is
-            read is refused as the file is written (:func:`write_output`).
+            file path in it``), or has a file where a folder of its path should be, at any
+            level (``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``):
+            a usage error each time, found before the command does any work, where the
+            existing folder and the file in the path were found only as the file was written
+            (exit 1; for ``conform --junit``/``--json``, once the catalogue was loaded). A
+            folder or file made after the command line is read is refused as the file is
+            written (:func:`write_output`).
 
     No upstream counterpart: upstream ships no generator commands.
     """
@@ -86,7 +91,25 @@ def output_path(text: str) -> Path:
         folder = False
     if folder:
         raise argparse.ArgumentTypeError(_names_a_folder(text, "an existing one"))
+    if text != "-" and (blocker := _file_above(path)) is not None:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {os.strerror(errno.ENOTDIR)} "
+                                         f"({shown_name(str(blocker))} is a file, not a folder)")
     return path
+
+
+def _file_above(path: Path) -> Path | None:
+    """The file (not a folder) that stands where a folder of ``path`` should be (``out.json``
+    of ``out.json/r.xml``, at whichever level), or None when there is none or it cannot be
+    told (a folder that may not be looked into: writing the file will say why)."""
+    for folder in path.parents:
+        try:
+            mode = folder.stat().st_mode  # through links, as the write goes
+        except (FileNotFoundError, NotADirectoryError):  # missing, or a file higher up
+            continue
+        except (OSError, ValueError):  # no permission, a name too long, a NUL
+            return None
+        return None if stat.S_ISDIR(mode) else folder
+    return None
 
 
 def _names_a_folder(text: str, how: str) -> str:
