@@ -108,6 +108,8 @@ with loading("bench/round.py", __name__ == "__main__"):  # Ctrl-C: one line, not
     import numpy.typing as npt
 
 if TYPE_CHECKING:  # imported where used: the runner package loads its runners and ml_dtypes
+    from collections.abc import Callable
+
     from flodl_proto.runner import stages
 
 KiB = 1 << 10
@@ -126,6 +128,8 @@ FLOOR_4M = 1.35
 FLOOR_LARGE = 1.25
 #: p95 <= this x median at the small frames
 P95_SPREAD = 2.0
+#: seconds between two looks for a rank killed while another rank's line is awaited
+WATCH_PERIOD = 0.25
 #: the stage breakdown's columns (short names of stages.SEGMENTS, in order)
 STAGE_COLUMNS = ("rank send", "->relay", "relay fold", "->ctl", "ctl", "->relay", "fan-out",
                  "->rank")
@@ -651,13 +655,24 @@ class _Proc:
         if announce:
             self.lines.put("")  # end of output
 
-    def next_line(self, what: str, timeout: float = 3600.0) -> str:
+    def next_line(self, what: str, timeout: float = 3600.0,
+                  watch: Callable[[], BenchFailed | None] | None = None) -> str:
         """The child's next stdout line; ``BenchFailed`` when it ends its output first (or
-        says nothing for ``timeout`` seconds)."""
-        try:
-            line = queue_get(self.lines, timeout)
-        except queue.Empty:
-            raise BenchFailed(f"{what}: no output for {timeout:g} s") from None
+        says nothing for ``timeout`` seconds), or the failure ``watch`` returns (asked every
+        ``WATCH_PERIOD`` seconds while no line has come: a peer that died, whose end this child
+        would only notice at its read deadline, 120 s x ``FLODL_NET_TIMEOUT_SCALE``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = queue_get(self.lines, max(0.0, min(WATCH_PERIOD if watch else timeout,
+                                                          deadline - time.monotonic())))
+                break
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise BenchFailed(f"{what}: no output for {timeout:g} s") from None
+                failed = watch() if watch is not None else None
+                if failed is not None:
+                    raise failed from None
         if not line:
             raise exited(what, self.p.wait(timeout=60), "".join(self.err[-20:]))
         return line
@@ -778,12 +793,16 @@ def run_cluster(world: int, hosts: list[list[int]], nbytes: int, dtype: str, ver
             # after its warm-up and again after its last measured round (nothing else runs)
             servers = procs[:1 + len(hosts)]
             try:
+                def killed() -> BenchFailed | None:
+                    return _rank_killed(ranks)
+
                 for i, p in enumerate(ranks):
-                    p.next_line(f"rank {i}")  # "warm"
+                    p.next_line(f"rank {i}", watch=killed)  # "warm"
                 before = [process_cpu_ns(q.p.pid) for _, q in servers]
                 for p in ranks:
                     p.tell()
-                reports = [json.loads(p.next_line(f"rank {i}")) for i, p in enumerate(ranks)]
+                reports = [json.loads(p.next_line(f"rank {i}", watch=killed))
+                           for i, p in enumerate(ranks)]
                 after = [process_cpu_ns(q.p.pid) for _, q in servers]
                 for p in ranks:
                     p.tell()

@@ -294,18 +294,22 @@ def _children(pid: int) -> list[tuple[int, bytes]]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("kill", "line", "after"), [
-    (b"--worker", r"rank [01] (exited with status \d+|was killed by SIG[A-Z]+)(: .+)?", 2.0),
+@pytest.mark.parametrize(("kill", "line", "after", "scale"), [
+    (b"--worker", r"rank [01] (exited with status \d+|was killed by SIG[A-Z]+)(: .+)?", 2.0,
+     None),
     # killed before the warm-up ended: the script waited for the other rank's warm-up line,
-    # which failed 12 s later (no averaged frame), and named it ("rank exited with status 1: ...")
-    (b"--worker", r"rank [01] was killed by SIGKILL", 0.0),
+    # which failed 12 s later (no averaged frame), and named it ("rank exited with status 1: ...");
+    # then it named the killed rank only once that line failed, at the other rank's read
+    # deadline (120 s x FLODL_NET_TIMEOUT_SCALE, which is 1000 here: past the test's wait)
+    (b"--worker", r"rank [01] was killed by SIGKILL", 0.0, "1000"),
     # the ranks fail after it: the relay is named, not the rank that noticed first (killed once
     # the ranks run: the script starts them after the relay's listening line, so a slow start
     # cannot end the run at that line instead)
-    (b"relay\0--controller", r"relay 0 was killed by SIGKILL", 2.0),
+    (b"relay\0--controller", r"relay 0 was killed by SIGKILL", 2.0, None),
 ])
 def test_round_a_process_that_dies_is_one_error_line_and_exit_1(kill: bytes, line: str,
-                                                                after: float) -> None:
+                                                                after: float,
+                                                                scale: str | None) -> None:
     """A rank process killed mid-run ended the script in a RuntimeError traceback quoting up to
     2000 characters of its stderr."""
     import re
@@ -314,7 +318,8 @@ def test_round_a_process_that_dies_is_one_error_line_and_exit_1(kill: bytes, lin
                           "--dtypes", "f32", "--max-wait", "0", "--reruns", "0", "--rounds",
                           "100000", "--no-verdict"], cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                         env={**os.environ, "PYTHONUNBUFFERED": "1",
+                              **({"FLODL_NET_TIMEOUT_SCALE": scale} if scale else {})})
     try:
         deadline = time.monotonic() + 120
         while not any(b"--worker" in cmd for _, cmd in _children(p.pid)):  # the ranks run
