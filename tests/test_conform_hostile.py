@@ -310,6 +310,32 @@ def test_a_target_that_ended_on_its_own_shows_its_last_output(tmp_path: Path) ->
                          "       stderr: RuntimeError: broken on purpose"]
 
 
+@pytest.mark.timeout(60)
+def test_a_target_still_ending_after_its_close_is_given_time_to_exit(tmp_path: Path) -> None:
+    """A target that closes the connection, then takes 0.2 s to end (a traceback printed as it
+    shuts down): the case reports its own exit status and that output, not a SIGTERM the kit
+    sent while it was ending."""
+    from flodl_proto.conform.report import case_line
+
+    body = ("c.recv(4)\n"
+            "c.close()\n"
+            "time.sleep(0.2)\n"
+            "sys.stderr.write('RuntimeError: crashed on purpose\\n'); sys.stderr.flush()\n"
+            "os._exit(1)\n")
+    r = _play([{"connect": 0}, {"send": {"conn": 0, "magic": "data"}},
+               {"send": {"conn": 0, "hello": {"ranks": [0]}}},
+               {"expect": {"conn": 0, "hello_ack": {}}}], body, tmp_path)
+    assert (r.passed, r.started, r.step) == (False, True, 3)
+    assert r.message == "connection 0: expected 26 bytes, observed 0 (end of stream)"
+    assert r.exit is not None and (r.exit.status, r.exit.by_itself, r.exit.killed) == \
+        (1, True, False)
+    lines = case_line(r, "S")
+    assert "     target: exit 1" in lines
+    assert lines[-3:] == ["     target's last output:", lines[-2],
+                          "       stderr: RuntimeError: crashed on purpose"]
+    assert lines[-2].startswith("       listening on 127.0.0.1:")
+
+
 # -- long output lines --------------------------------------------------------------------------
 
 

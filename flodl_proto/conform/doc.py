@@ -30,7 +30,9 @@ described in [protocol.md](protocol.md), case by case, the way h2spec checks an 
 Each case starts a fresh target from your command line, plays the other side of the protocol
 over real sockets (the relays for a controller; the controller and the local ranks for a
 relay), checks the bytes, the closes and the exit status, and stops the target (SIGTERM, then
-SIGKILL after 5 s).
+SIGKILL after 5 s). A target that closed a connection of a failing case (a crash, most often)
+first gets up to a second to exit by itself: its case then shows its own exit status and its
+last lines of output, not a SIGTERM the kit sent while it was shutting down.
 
 Levels: **MUST** cases check flodl's behaviour as the golden vectors and upstream pin it; a
 conforming implementation passes every one. **SHOULD** cases check this package's stricter

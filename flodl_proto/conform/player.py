@@ -74,6 +74,12 @@ class KitSettings:
             ``within_scaled`` waits too.
         ready_timeout: seconds a target may take to listen.
         stop_bound: seconds between SIGTERM and SIGKILL.
+        exit_grace: seconds a target of a failing case that closed a connection (the kit saw
+            its end of stream) may take to exit by itself before the kit sends SIGTERM, so that
+            a target ending on its own (a crash: a traceback printed as it shuts down) is
+            reported with its own exit status and its output. Not scaled by
+            ``timeout_scale``: it waits for a process to end, not for one of the target's
+            protocol timeouts.
         host: address the controller target binds.
 
     No upstream counterpart: upstream has no conformance kit.
@@ -82,6 +88,7 @@ class KitSettings:
     timeout_scale: float = 1.0
     ready_timeout: float = 20.0
     stop_bound: float = 5.0
+    exit_grace: float = 1.0
     host: str = "127.0.0.1"
 
 
@@ -224,6 +231,8 @@ class _Conn:
         self.sock = sock
         self.buf = bytearray()
         self.eof = sock is None
+        #: the target closed (or reset) its end; the kit's own close does not set it
+        self.peer_closed = False
 
     def fill(self, deadline: float) -> bool:
         """Receive once (at most ``_CHUNK`` bytes) before ``deadline``; False on timeout."""
@@ -238,10 +247,10 @@ class _Conn:
         except (TimeoutError, BlockingIOError):
             return False
         except OSError:  # reset / aborted: the peer is gone
-            self.eof = True
+            self.eof = self.peer_closed = True
             return True
         if not chunk:
-            self.eof = True
+            self.eof = self.peer_closed = True
         self.buf += chunk
         return True
 
@@ -379,8 +388,12 @@ class _Player:
             return
         c.sock.settimeout(self.within(p, 30.0))
         # the target may already have closed the connection (a failing case): not our failure
-        with contextlib.suppress(OSError):
+        try:
             c.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            c.peer_closed = True
+        except OSError:
+            pass
 
     def do_expect(self, p: Mapping[str, Any], where: str) -> None:
         name, c = self.conn(p)
@@ -491,6 +504,10 @@ class _Player:
         for c in self.conns.values():
             c.close()
 
+    def peer_closed(self) -> bool:
+        """The target closed (or reset) one of the case's connections."""
+        return any(c.peer_closed for c in self.conns.values())
+
 
 def play_case(case: Case, version: int, make_target: Callable[[], Target],
               settings: KitSettings) -> CaseResult:
@@ -498,7 +515,11 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
 
     Picks free ports and a fresh salt (a vector case keeps its own), writes the salt file, opens
     the kit's controller listener (relay role), starts the target, plays the steps and stops the
-    target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status.
+    target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status. A
+    target of a failing case that closed one of the case's connections first gets
+    ``settings.exit_grace`` seconds to exit by itself (a crashing target is still shutting
+    down when the kit sees its end of stream): then its own exit status is recorded and its
+    output shown, not a SIGTERM the kit sent while it was ending.
 
     Returns:
         The result; a failing step, a target that exits or never listens (or refuses the case's
@@ -579,6 +600,8 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     finally:
         if player is not None:
             player.close_all()
+            if target is not None and not result.passed and player.peer_closed():
+                target.wait_exit(settings.exit_grace)
         if target is not None:
             result.exit = target.stop(settings.stop_bound)
             if not result.passed:
