@@ -102,6 +102,7 @@ __all__ = [
     "Leg",
     "ParsedFrame",
     "TagStatus",
+    "UnknownLeg",
     "decode_stream",
     "detect_leg",
     "format_table",
@@ -294,6 +295,59 @@ _RAN_OUT = frozenset({"channel.read_failed", "handshake.read_failed", "ack.read_
                       "len.body_read_failed"})
 
 
+#: how the library names the leg to decode (:class:`UnknownLeg`'s words)
+_LEG_ARGUMENT = "decode_stream's leg= (mux, loopback or frame)"
+#: how the library reads hex text into bytes (:class:`UnknownLeg`'s words)
+_HEX_READER = "parse_hex_dump"
+
+
+class UnknownLeg(ValueError):
+    """The first bytes of a stream are no leg's (:func:`detect_leg`), or they are HTTP.
+
+    The message is ``cannot tell the leg from the first bytes (HEX): ...``, ``HEX`` the first
+    8 bytes; for bytes no leg starts it ends ``name it with decode_stream's leg= (mux,
+    loopback or frame)``, and, when they read as hex text, ``; they read as hex text: decode
+    it with parse_hex_dump``. A command line names its own options instead
+    (:meth:`describe`), so the wording has one home.
+
+    Attributes:
+        head: the first 8 bytes of the stream (bytes).
+        http: True when they are HTTP (the controller's status requests and replies share its
+            port with the data channel: skip such a stream, no leg applies).
+        hex_text: True when they read as hex text (digits, blanks, an offset's colon).
+
+    No upstream counterpart: upstream has no decoder tool (it knows each socket's leg).
+    """
+
+    def __init__(self, head: bytes, *, http: bool, hex_text: bool) -> None:
+        self.head = bytes(head)
+        self.http = http
+        self.hex_text = hex_text
+        super().__init__(self.describe())
+
+    def describe(self, leg: str = _LEG_ARGUMENT, hex_reader: str | None = _HEX_READER) -> str:
+        """The message, naming ``leg`` as the way to give the leg and ``hex_reader`` as the way
+        to read hex text (None: no hint about hex text, where none applies).
+
+        Args:
+            leg: what names the leg (the library: ``decode_stream's leg= (mux, loopback or
+                frame)``; ``flodl-proto decode``: ``--leg``).
+            hex_reader: what reads hex text into bytes (the library: ``parse_hex_dump``;
+                ``flodl-proto decode``: ``--hex``), or None.
+
+        Returns:
+            One line of text (str).
+        """
+        start = f"cannot tell the leg from the first bytes ({self.head.hex()}): "
+        if self.http:
+            return (start + "they are HTTP (a GET /status to the controller's port mux, or "
+                    "its reply), not a flodl leg")
+        hint = (f"; they read as hex text: decode it with {hex_reader}"
+                if self.hex_text and hex_reader is not None else "")
+        return (start + "not a channel magic, handshake, ack, RoundFrame, mux record or "
+                f"length-prefixed frame; name it with {leg}{hint}")
+
+
 def detect_leg(data: BytesLike) -> tuple[Leg, str]:
     """Tell the leg of a captured stream from its first bytes.
 
@@ -304,9 +358,10 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
         (under 8 bytes) is ``mux``.
 
     Raises:
-        ValueError: the first bytes are none of these (the caller should name the leg), or they
-            are HTTP (the requests to the controller's status responder, and its replies,
-            share its port with the data channel: skip such a stream).
+        UnknownLeg (a ValueError): the first bytes are none of these (the caller should name
+            the leg: ``decode_stream(data, leg)``), or they are HTTP (the requests to the
+            controller's status responder, and its replies, share its port with the data
+            channel: skip such a stream); its ``http`` and ``hex_text`` say which.
 
     No upstream counterpart: upstream has no decoder tool (it knows each socket's leg).
     """
@@ -329,15 +384,7 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
     if len(mv) < 8:
         return "mux", "too short to tell"
     head = bytes(mv[:8])
-    if http_stream(mv):
-        raise ValueError(f"cannot tell the leg from the first bytes ({head.hex()}): they are "
-                         "HTTP (a GET /status to the controller's port mux, or its reply), not "
-                         "a flodl leg")
-    hint = ("; they read as hex text: decode it with --hex" if all(
-        chr(b) in _HEX_TEXT for b in head) else "")
-    raise ValueError(f"cannot tell the leg from the first bytes ({head.hex()}): not a "
-                     "channel magic, handshake, ack, RoundFrame, mux record or length-prefixed "
-                     f"frame; name it with --leg{hint}")
+    raise UnknownLeg(head, http=http_stream(mv), hex_text=all(chr(b) in _HEX_TEXT for b in head))
 
 
 #: the characters hex text starts with (digits, an offset's colon, blanks, a code fence)

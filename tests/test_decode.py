@@ -54,6 +54,7 @@ from flodl_proto.decode import (
     EXIT_OK,
     DecodeReport,
     Leg,
+    UnknownLeg,
     decode_stream,
     detect_leg,
     format_table,
@@ -1261,14 +1262,25 @@ def test_leg_detection_names_what_it_saw_or_refuses() -> None:
     assert detect_leg(encode_handshake(1, 4, 2)) == ("loopback", "the rank handshake")
     assert detect_leg(encode_ack(3)) == ("loopback", "the relay's handshake ack")
     assert detect_leg(encode_channel_magic("data")) == ("mux", "channel magic 0xf10d17e1")
-    with pytest.raises(ValueError, match=r"cannot tell the leg from the first bytes "
-                                         r"\(0011223344556677\).*--leg"):
+    # the library's words name the library's argument and reader, not the command's options
+    with pytest.raises(UnknownLeg) as no_leg:
         detect_leg(bytes.fromhex("0011223344556677"))
-    # hex text given without --hex: said so (the line named only --leg)
-    with pytest.raises(ValueError, match=r"\(6330203137203064\): .*; name it with --leg; they "
-                                         r"read as hex text: decode it with --hex$"):
+    assert isinstance(no_leg.value, ValueError)
+    assert (no_leg.value.head, no_leg.value.http, no_leg.value.hex_text) == \
+        (bytes.fromhex("0011223344556677"), False, False)
+    assert str(no_leg.value) == (
+        "cannot tell the leg from the first bytes (0011223344556677): not a channel magic, "
+        "handshake, ack, RoundFrame, mux record or length-prefixed frame; name it with "
+        "decode_stream's leg= (mux, loopback or frame)")
+    # hex text: said so, with the function that reads it
+    with pytest.raises(UnknownLeg, match=r"\(6330203137203064\): .*; name it with "
+                                         r"decode_stream's leg= \(mux, loopback or frame\); "
+                                         r"they read as hex text: decode it with "
+                                         r"parse_hex_dump$") as hex_text:
         detect_leg(b"c0 17 0d f1 02 00 00 00\n")
-    with pytest.raises(ValueError, match=r"name it with --leg$"):
+    assert hex_text.value.hex_text
+    with pytest.raises(UnknownLeg, match=r"name it with decode_stream's leg= \(mux, loopback "
+                                         r"or frame\)$"):
         detect_leg(b"c0 1g 0d f1 02 00 00 00\n")  # a 'g': not hex text
     # the controller's port mux serves GET /status on the data channel's port: said so
     for http in (b"GET /status HTTP/1.1\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\n{}"):
@@ -1668,6 +1680,32 @@ def test_an_input_no_leg_starts_is_refused_after_its_first_chunk(
         "flodl-proto decode: error: cannot tell the leg from the first bytes (0000000000000000): "
         "not a channel magic, handshake, ack, RoundFrame, mux record or length-prefixed frame; "
         "name it with --leg\n"))
+
+
+_NO_LEG = ("flodl-proto decode: error: {label}cannot tell the leg from the first bytes "
+           "(6330203137203064): not a channel magic, handshake, ack, RoundFrame, mux record or "
+           "length-prefixed frame; name it with --leg")
+
+
+def test_the_command_names_its_options_where_the_library_names_its_arguments(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # detect_leg's refusal says decode_stream's leg= and parse_hex_dump; the command says --leg
+    # and --hex, and --hex only where it applies (not to --hex input, nor to a capture's stream)
+    text = b"c0 17 0d f1 02 00 00 00\n"
+    raw = tmp_path / "hex.txt"
+    raw.write_bytes(text)
+    assert main(["decode", str(raw)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", _NO_LEG.format(label="")
+                                   + "; they read as hex text: decode it with --hex\n")
+    twice = tmp_path / "hex-of-hex.txt"
+    twice.write_text(text.hex())
+    assert main(["decode", "--hex", str(twice)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", _NO_LEG.format(label="") + "\n")
+    cap = tmp_path / "cap.pcap"
+    cap.write_bytes(_pcap(_connection(("10.0.0.2", 40001), ("10.0.0.1", 1337), text, b"")))
+    assert main(["decode", "--pcap", str(cap), "--port", "1337"]) == EXIT_ERROR
+    err = capsys.readouterr().err.splitlines()
+    assert _NO_LEG.format(label="10.0.0.2:40001 -> 10.0.0.1:1337: ") in err
 
 
 @pytest.mark.parametrize(("leg", "error_id"), [("mux", "mux.bad_magic"),

@@ -72,7 +72,7 @@ from .relay import (
 )
 
 if TYPE_CHECKING:  # the decoder (and NumPy) is imported when the command runs
-    from ..decode import DecodeReport, Leg
+    from ..decode import DecodeReport, Leg, UnknownLeg
 
 __all__ = ["DEFAULT_MAX_INPUT", "register", "run"]
 
@@ -102,19 +102,26 @@ class _Decided(Exception):
         self.first = first
 
 
+def _no_leg_line(e: UnknownLeg, hex_hint: bool) -> str:
+    """:func:`~flodl_proto.decode.detect_leg`'s refusal in this command's words: the leg is
+    named with ``--leg``, hex text read with ``--hex`` (``hex_hint`` False: no hint about hex
+    text, for input that ``--hex`` or ``--pcap`` already says is not raw bytes)."""
+    return e.describe("--leg", "--hex" if hex_hint else None)
+
+
 def _detect_or_refuse(first: bytes) -> Leg:
     """The leg ``first`` (the input's first chunk) starts; :class:`_NoLeg` when it starts
     none."""
-    from ..decode import detect_leg
+    from ..decode import UnknownLeg, detect_leg
     from ..pcap import capture_format
 
     try:
         return detect_leg(first)[0]
-    except ValueError as e:
+    except UnknownLeg as e:
         if (fmt := capture_format(first)) is not None:
             raise _NoLeg(f"the input is a {fmt} capture file, not the bytes of a leg: read it "
                          "with --pcap --port N (N: the flodl connections' TCP port)") from None
-        raise _NoLeg(str(e)) from None
+        raise _NoLeg(_no_leg_line(e, hex_hint=True)) from None
 
 
 def _first_chunk_probe(args: argparse.Namespace, salt: bytes | None,
@@ -426,6 +433,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             EXIT_CAPTURE_ENDED,
             EXIT_ERROR,
             EXIT_OK,
+            UnknownLeg,
             detect_leg,
         )
 
@@ -530,8 +538,9 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         if args.leg == "auto":
             try:
                 leg, why = detect_leg(payload)
-            except ValueError as e:
-                print(f"{_PROG}: error: {label + ': ' if label else ''}{e}", file=sys.stderr)
+            except UnknownLeg as e:
+                line = _no_leg_line(e, hex_hint=not (args.hex or args.pcap))
+                print(f"{_PROG}: error: {label + ': ' if label else ''}{line}", file=sys.stderr)
                 code = EXIT_ERROR
                 continue
             print(f"{_PROG}: {label + ': ' if label else ''}{leg} leg ({why}; --leg to choose)",
