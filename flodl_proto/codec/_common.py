@@ -148,9 +148,14 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
     """The local error for a caller's ``field`` that is not a contiguous buffer (``value``).
 
     With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
-    as the encoders for ``socket.sendmsg`` return, gets the hint to join it."""
+    as the encoders for ``socket.sendmsg`` return, gets the hint to join it. NumPy text (a
+    ``str_`` or an array of dtype kind ``U``) is named as text with its dtype, not as a
+    buffer's layout."""
     got = shown_type(value)
-    if _holds_pointers(value):
+    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind == "U":
+        got = (f"NumPy text ({shown_type(value)} of dtype {value.dtype.str}): encode it "
+               "to bytes")
+    elif _holds_pointers(value):
         got = (f"a {type(value).__name__} of Python objects (its buffer holds their addresses, "
                "not bytes to send)")
     elif isinstance(value, memoryview) or _is_buffer(value) or (
