@@ -2134,9 +2134,13 @@ def test_an_empty_vector_folder_is_a_usage_error(args: tuple[str, ...], tmp_path
     monkeypatch.chdir(tmp_path)
     code, out, err = _run_main(capsys, *args)
     assert (code, out) == (2, "")
-    assert err.splitlines()[-1] == (f"flodl-proto vectors {args[1]}: error: argument "
-                                    f"{'--bundled' if '--bundled' in args else 'DIR'}: is empty; "
-                                    "give a folder path (. for this one)")
+    if args[1] == "check":  # a folder or a file
+        assert err.splitlines()[-1] == ("flodl-proto vectors check: error: argument PATH: is "
+                                        "empty; give a vector folder or file (. for this folder)")
+    else:
+        assert err.splitlines()[-1] == (f"flodl-proto vectors {args[1]}: error: argument "
+                                        f"{'--bundled' if '--bundled' in args else 'DIR'}: is "
+                                        "empty; give a folder path (. for this one)")
     assert list(tmp_path.iterdir()) == []
 
 

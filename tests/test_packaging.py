@@ -60,8 +60,8 @@ def test_vectors_compare(tmp_path: Path) -> None:
 
 def test_vectors_check_unusable_folder_is_one_line_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``vectors check`` on a folder it cannot use: one line naming it, exit 2 (as the other
-    input paths), nothing run and nothing on stdout, even after a good folder."""
+    """``vectors check`` on a folder or file it cannot use: one line naming it, exit 2 (as the
+    other input paths), nothing run and nothing on stdout, even after a good folder."""
     from flodl_proto.cli import main
 
     empty = tmp_path / "empty"
@@ -74,7 +74,8 @@ def test_vectors_check_unusable_folder_is_one_line_exit_2(
     for path, why in ((empty, f"no vectors found under {shown_name(str(empty))}"),
                       (tmp_path / "absent",
                        f"{shown_name(str(tmp_path / 'absent'))}: does not exist"),
-                      (a_file, f"{shown_name(str(a_file))}: not a directory"),
+                      (a_file, f"{shown_name(str(a_file))}: not a vector file (Expecting "
+                               "value: line 1 column 1 (char 0))"),
                       (bad, f"{shown_name(str(bad / 'x.json'))}: not a vector file (no key "
                             "'protocol_version')")):
         (bad / "x.json").write_text("{}", encoding="utf-8")

@@ -172,3 +172,64 @@ def test_a_long_folder_path_is_named_by_its_ends_in_every_line(
     file_named = f"'{text[:40]}...{'v' * 10}/bf16.json' ({len(text) + 10} characters)"
     assert (code, out, err) == (2, "", f"{_PROG}: error: {file_named}: not a vector file (a JSON "
                                        "array, not an object)\n")
+
+
+# -- a single vector file -------------------------------------------------------------------------
+
+
+def _declared(manifest: Path, stem: str) -> int:
+    return int(json.loads(manifest.read_text())["files"][stem]["cases"])
+
+
+def test_a_single_vector_file_is_checked_against_its_manifest_entry(
+        capsys: pytest.CaptureFixture[str], folder: Path) -> None:
+    """``vectors check FILE.json`` refused the file ("not a directory"); it runs that file's
+    cases, its count checked against the entry the manifest beside it has for it."""
+    path = folder / "v2" / "handshake.json"
+    n = sum(1 for _ in json.loads(path.read_text())["cases"])
+    assert n == _declared(folder / "v2" / "manifest.json", "handshake")
+    code, out, err = run_main(capsys, "vectors", "check", str(path))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [shown_name(str(path)),
+                                f"  {'file':<28} {'pass':>5} {'fail':>5} {'n/i':>5}",
+                                f"  {'handshake':<28} {n:>5} {0:>5} {0:>5}",
+                                f"  total: {n}/{n} passed; manifest declares {n}"]
+    _break(folder / "channel_magic.json", "channel_magic/write/data")
+    m = _declared(folder / "manifest.json", "channel_magic")
+    code, _, err = run_main(capsys, "vectors", "check", str(path),
+                            str(folder / "channel_magic.json"))
+    assert (code, err) == (1, f"{_PROG}: error: 1 of {n + m} vectors failed\n")
+
+
+def test_a_single_file_whose_count_cannot_be_checked_is_named(
+        capsys: pytest.CaptureFixture[str], folder: Path) -> None:
+    path = folder / "bf16.json"
+    n = _declared(folder / "manifest.json", "bf16")
+    manifest = folder / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["files"]["bf16"]["cases"] = n + 1
+    manifest.write_text(json.dumps(doc))
+    code, _, err = run_main(capsys, "vectors", "check", str(path))
+    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(path))}: {n} vectors found "
+                              f"where its manifest declares {n + 1}\n")
+    del doc["files"]["bf16"]
+    manifest.write_text(json.dumps(doc))
+    code, out, err = run_main(capsys, "vectors", "check", str(path))
+    why = f"no entry for bf16 in {shown_name(str(manifest))}"
+    assert f"  {why}: the count of its cases cannot be checked" in out.splitlines()
+    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(path))}: {n} vectors found "
+                              f"where its manifest declares 0 ({why})\n")
+    manifest.unlink()
+    code, _, err = run_main(capsys, "vectors", "check", str(path))
+    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(path))}: {n} vectors found "
+                              f"where its manifest declares 0 (no {shown_name(str(manifest))})\n")
+
+
+def test_a_manifest_given_alone_names_its_folder(capsys: pytest.CaptureFixture[str],
+                                                 folder: Path) -> None:
+    manifest = folder / "v2" / "manifest.json"
+    code, out, err = run_main(capsys, "vectors", "check", str(manifest))
+    assert (code, out, err) == (2, "", f"{_PROG}: error: {shown_name(str(manifest))}: a manifest, "
+                                       "not a vector file: give its folder "
+                                       f"({shown_name(str(folder / 'v2'))}) or one of the "
+                                       "vector files beside it\n")

@@ -1,5 +1,5 @@
-"""``flodl-proto vectors check [DIR ...]``: run golden vector folders against this package;
-``flodl-proto vectors compare DIR``: is DIR byte for byte the bundled copy?
+"""``flodl-proto vectors check [PATH ...]``: run golden vector folders (or single vector files)
+against this package; ``flodl-proto vectors compare DIR``: is DIR byte for byte the bundled copy?
 
 With no DIR, ``check`` checks the copy of the shared vectors bundled in the package
 (``flodl_proto/_vectors``), so any installation can run the interop self-check.
@@ -32,13 +32,17 @@ def register(sub: Any) -> None:
     p = sub.add_parser("vectors",
                        help="check, compare and export golden vector folders (interop self-check)")
     vsub = p.add_subparsers(dest="vectors_command", metavar="ACTION", required=True)
-    c = vsub.add_parser("check", help="run every case of the given folders and their v2/",
-                        description="Run every case of the given vector folders and their v2/. "
-                        "Exit 0 when every case passed and the counts match the manifests, 1 "
-                        "when not, 2 when a folder does not exist, is no folder, holds no "
-                        "vectors or holds a file that is not one (one line naming it).")
-    c.add_argument("dirs", nargs="*", type=_folder, metavar="DIR",
-                   help="vector folders (default: the bundled copy of the shared vectors)")
+    c = vsub.add_parser("check", help="run every case of the given folders and their v2/, or "
+                        "of the given vector files",
+                        description="Run every case of the given vector folders and their v2/, "
+                        "or of a single vector file (its count is the one the manifest.json "
+                        "beside it declares for it). Exit 0 when every case passed and the "
+                        "counts match the manifests, 1 when not, 2 when a path does not exist, "
+                        "a folder holds no vectors, or a file is not a vector file (one line "
+                        "naming it).")
+    c.add_argument("dirs", nargs="*", type=_vector_path, metavar="PATH",
+                   help="vector folders or vector files (default: the bundled copy of the "
+                   "shared vectors)")
     c.add_argument("-v", "--verbose", action="store_true", help="print every failing case")
     c.set_defaults(func=_check)
     m = vsub.add_parser("compare", help="compare a vector folder with the bundled copy, file by "
@@ -67,6 +71,19 @@ def _folder(text: str) -> Path:
     return Path(text)
 
 
+def _vector_path(text: str) -> Path:
+    """argparse ``type=`` of ``vectors check``'s paths: a vector folder or a vector file, not
+    empty (``Path("")`` is the current folder).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give a vector folder or file (. for this "
+                                         "folder)")
+    return Path(text)
+
+
 def _not_a_folder(path: Path) -> str | None:
     """Why ``path`` cannot be read as a vector folder (``... does not exist``, ``... not a
     directory``), or None when it is a folder."""
@@ -82,38 +99,63 @@ def _named(path: Path | str) -> str:
     return shown_name(str(path))
 
 
-def _load_cases(root: Path) -> tuple[list[Any], int] | str:
-    """Every case of the folder ``root`` and its ``v2/`` and the count its manifests declare,
-    or the one-line reason it holds no usable vectors (missing, not a folder, no case, an
-    unreadable or malformed case file or manifest)."""
-    from ..interop.vectors import VectorFileError, iter_cases, manifest_total
+def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
+    """Every case of the folder ``root`` and its ``v2/`` (or of the vector file ``root``), the
+    count its manifests declare and what is missing to check that count (``DIR/manifest.json``,
+    or for a file the manifest's entry for it), or the one-line reason it holds no usable
+    vectors (missing, no case, an unreadable or malformed case file or manifest)."""
+    from ..interop.vectors import (
+        VectorFileError,
+        file_manifest_count,
+        iter_cases,
+        iter_file_cases,
+        manifest_total,
+        vector_folders,
+    )
 
-    if (why := _not_a_folder(root)) is not None:
-        return why
+    if not root.exists():
+        return f"{_named(root)}: does not exist"
+    folder = root.is_dir()
+    if not folder and root.name == "manifest.json":
+        return (f"{_named(root)}: a manifest, not a vector file: give its folder "
+                f"({_named(root.parent)}) or one of the vector files beside it")
     try:
-        cases = list(iter_cases(root))
-        expected = manifest_total(root)
+        if folder:
+            cases = list(iter_cases(root))
+            expected = manifest_total(root)
+            missing = [_named(f / "manifest.json") for f in vector_folders(root)
+                       if not (f / "manifest.json").is_file()]
+        else:
+            cases = list(iter_file_cases(root))
+            count = file_manifest_count(root)
+            expected = count or 0
+            manifest = root.parent / "manifest.json"
+            missing = [] if count is not None else [
+                f"entry for {_named(root.stem)} in {_named(manifest)}" if manifest.is_file()
+                else _named(manifest)]
     except OSError as e:
         return f"{_named(e.filename or root)}: {os_reason(e)}"
     except VectorFileError as e:
         return str(e)
-    return (cases, expected) if cases else f"no vectors found under {_named(root)}"
+    if not cases:
+        return f"no vectors found {'under' if folder else 'in'} {_named(root)}"
+    return cases, expected, missing
 
 
 def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
-    """Run every case of ``dirs`` (and their ``v2/``), print a table per file; return the exit
-    code: 0 only if every case ran and passed and the counts match the manifests, else 1 with one
-    line on stderr after the tables (``flodl-proto vectors check: error: 3 of 512 vectors
-    failed``, how many are of an op not implemented, and what count differs from its
-    manifests); 2 (one line on stderr, nothing run)
-    when a folder does not exist, is no folder, holds no vectors or holds a case file that
-    cannot be read or is not a vector file.
+    """Run every case of ``dirs`` (folders, and their ``v2/``, or single vector files), print a
+    table per file; return the exit code: 0 only if every case ran and passed and the counts
+    match the manifests (for a single file, the count the ``manifest.json`` beside it declares
+    for it), else 1 with one line on stderr after the tables (``flodl-proto vectors check:
+    error: 3 of 512 vectors failed``, how many are of an op not implemented, and what count
+    differs from its manifests); 2 (one line on stderr, nothing run) when a path does not
+    exist, a folder holds no vectors, or a case file cannot be read or is not a vector file.
 
     No upstream counterpart: upstream ships no golden vectors or tools to check them.
     """
     with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
         from ..interop.registry import NotImplementedOp
-        from ..interop.vectors import run_case, shown_id, vector_folders
+        from ..interop.vectors import run_case, shown_id
 
     out = out or sys.stdout
     failed = unimplemented = ran = 0
@@ -125,13 +167,15 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
             print(f"flodl-proto vectors check: error: {got}", file=sys.stderr)
             return 2
         loaded.append((root, *got))
-    for root, cases, expected in loaded:
+    for root, cases, expected, unlisted in loaded:
         stats: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        folder = root.is_dir()
+        declare = "manifests declare" if folder else "manifest declares"
         failures: list[str] = []
         total = 0
         for case in cases:
             total += 1
-            key = ("v2/" if case.version == 2 else "") + case.file
+            key = ("v2/" if case.version == 2 and folder else "") + case.file
             try:
                 run_case(case)
                 stats[key]["pass"] += 1
@@ -148,17 +192,15 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
             print(f"  {key:<28} {s['pass']:>5} {s['fail']:>5} {s['not implemented']:>5}",
                   file=out)
         passed = sum(s["pass"] for s in stats.values())
-        print(f"  total: {passed}/{total} passed; manifests declare {expected}", file=out)
-        unlisted = [f / "manifest.json" for f in vector_folders(root)
-                    if not (f / "manifest.json").is_file()]
+        print(f"  total: {passed}/{total} passed; {declare} {expected}", file=out)
         for manifest in unlisted:
-            print(f"  no {_named(manifest)}: the count of its cases cannot be checked", file=out)
+            print(f"  no {manifest}: the count of its cases cannot be checked", file=out)
         if total != expected and not unlisted:
-            print(f"  {total} cases found where the manifests declare {expected}", file=out)
+            print(f"  {total} cases found where the {declare} {expected}", file=out)
         if total != expected or total == 0:
-            counts.append(f"{_named(root)}: {total} vectors found where its manifests declare "
+            counts.append(f"{_named(root)}: {total} vectors found where its {declare} "
                           f"{expected}"
-                          + (f" (no {', no '.join(map(_named, unlisted))})" if unlisted else ""))
+                          + (f" (no {', no '.join(unlisted)})" if unlisted else ""))
         if failures and verbose:
             for f in failures:
                 print(f"  FAIL {f}", file=out)

@@ -36,8 +36,8 @@ for _info in pkgutil.iter_modules([str(Path(__file__).parent)]):
     if _info.name.startswith("ops_"):
         importlib.import_module(f"{__package__}.{_info.name}")
 
-__all__ = ["Case", "VectorFileError", "iter_cases", "manifest_total", "run_case",
-           "shown_id", "vector_folders"]
+__all__ = ["Case", "VectorFileError", "file_manifest_count", "iter_cases", "iter_file_cases",
+           "manifest_total", "run_case", "shown_id", "vector_folders"]
 
 
 class VectorFileError(ValueError):
@@ -136,33 +136,56 @@ def iter_cases(root: Path) -> Iterator[Case]:
         for path in sorted(folder.glob("*.json")):
             if path.name == "manifest.json":
                 continue
-            doc = _read_json(path)
-            named = shown_name(str(path))
-            if not isinstance(doc, dict):
-                raise VectorFileError(f"{named}: not a vector file (a JSON {json_name(doc)}, "
-                                      "not an object)")
-            for key in ("protocol_version", "cases"):
-                if key not in doc:
-                    raise VectorFileError(f"{named}: not a vector file (no key {key!r})")
-            version, cases = doc["protocol_version"], doc["cases"]
-            if version not in SUPPORTED_VERSIONS or isinstance(version, bool | float):
-                raise VectorFileError(
-                    f"{named}: not a vector file (protocol_version {shown(version)} is not one "
-                    f"this implementation speaks: {', '.join(map(str, SUPPORTED_VERSIONS))})")
-            if not isinstance(cases, list):
-                raise VectorFileError(f"{named}: not a vector file (cases is a JSON "
-                                      f"{json_name(cases)}, not an array)")
-            for i, case in enumerate(cases):
-                problem = _case_problem(case)
-                if problem is None and case["id"] in first:
-                    # reports name a case by its id: two of one id could not be told apart
-                    where, at = first[case["id"]]
-                    problem = (f"{shown_id(case['id'])}: duplicate id, first at case {at}"
-                               + ("" if where == path else f" of {shown_name(str(where))}"))
-                if problem is not None:
-                    raise VectorFileError(f"{named}: not a vector file (case {i}: {problem})")
-                first[case["id"]] = (path, i)
-                yield Case(path.stem, version, case)
+            yield from _file_cases(path, first)
+
+
+def iter_file_cases(path: Path) -> Iterator[Case]:
+    """Yield every case of the one vector file ``path`` (a ``*.json`` of a vector folder).
+
+    Raises:
+        OSError: the file cannot be read. VectorFileError: it is not a vector file (as
+            :func:`iter_cases` says of a folder's files; two cases of one id within it).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
+    yield from _file_cases(path, {})
+
+
+def _file_cases(path: Path, first: dict[str, tuple[Path, int]]) -> Iterator[Case]:
+    """The cases of the vector file ``path``; ``first`` maps the ids of the cases seen before
+    (of this file or others) to their file and index, and takes this file's.
+
+    Raises:
+        OSError, VectorFileError: as :func:`iter_file_cases`.
+    """
+    doc = _read_json(path)
+    named = shown_name(str(path))
+    if not isinstance(doc, dict):
+        raise VectorFileError(f"{named}: not a vector file (a JSON {json_name(doc)}, "
+                              "not an object)")
+    for key in ("protocol_version", "cases"):
+        if key not in doc:
+            raise VectorFileError(f"{named}: not a vector file (no key {key!r})")
+    version, cases = doc["protocol_version"], doc["cases"]
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool | float):
+        raise VectorFileError(
+            f"{named}: not a vector file (protocol_version {shown(version)} is not one "
+            f"this implementation speaks: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+    if not isinstance(cases, list):
+        raise VectorFileError(f"{named}: not a vector file (cases is a JSON "
+                              f"{json_name(cases)}, not an array)")
+    for i, case in enumerate(cases):
+        problem = _case_problem(case)
+        if problem is None and case["id"] in first:
+            # reports name a case by its id: two of one id could not be told apart
+            where, at = first[case["id"]]
+            problem = (f"{shown_id(case['id'])}: duplicate id, first at case {at}"
+                       + ("" if where == path else f" of {shown_name(str(where))}"))
+        if problem is not None:
+            raise VectorFileError(f"{named}: not a vector file (case {i}: {problem})")
+        first[case["id"]] = (path, i)
+        yield Case(path.stem, version, case)
 
 
 def _case_problem(case: Any) -> str | None:
@@ -221,6 +244,34 @@ def manifest_total(root: Path) -> int:
                                       f"{shown(count)} is not a whole number >= 0)")
             total += count
     return total
+
+
+def file_manifest_count(path: Path) -> int | None:
+    """The number of cases the ``manifest.json`` beside the vector file ``path`` declares for
+    it (its ``files`` entry named by the file's stem: ``{"files": {"bf16": {"cases": 32}}}``),
+    or None when there is no such manifest or it lists no such file.
+
+    Raises:
+        OSError: the manifest cannot be read. VectorFileError: the manifest is not JSON, or
+            the file's entry holds no whole ``cases`` (the message names the manifest).
+
+    No upstream counterpart: upstream ships no golden vectors; this runs the shared set against
+    this package.
+    """
+    m = path.parent / "manifest.json"
+    if not m.is_file():
+        return None
+    doc = _read_json(m)
+    files = doc.get("files") if isinstance(doc, dict) else None
+    entry = files.get(path.stem) if isinstance(files, dict) else None
+    if entry is None:
+        return None
+    count = entry.get("cases") if isinstance(entry, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise VectorFileError(f"{shown_name(str(m))}: not a manifest (the cases of its file "
+                              f"{shown(path.stem)}, {shown(count)}, is not a whole number "
+                              ">= 0)")
+    return count
 
 
 def run_case(case: Case) -> None:
