@@ -716,9 +716,29 @@ def test_stage_lines_name_the_demo_round_and_fit_80_columns() -> None:
     ]
     assert len(lines) == 2 + len(SEGMENTS)
     assert max(len(ln) for ln in lines) == 63  # + the table's frame and first column: <= 80
-    assert stage_lines(traced, {})[0] == ("protocol round 4, the median of 5 traced: "
-                                          "39.363 ms")
+    assert stage_lines(traced, {}) == []  # no round completed: none is measured
     assert stage_lines([], {}) == []
+
+
+def test_stage_lines_count_only_the_model_reduces_of_the_rounds_completed() -> None:
+    """A run that failed in its demo round 4 after some ranks had parsed that round's Model
+    reduce: the trace holds it, and the line read "the median of 4 traced" beside "3 of ...
+    completed", its median picked among a round whose times stop at the ranks that got that
+    far. The traced rounds of rounds not completed are left out of the median and the count."""
+    parts = (("rank send", 0.001, False),)
+    traced = [RoundStages(r, t / 1e3, parts) for r, t in ((1, 10.0), (3, 30.0), (5, 20.0),
+                                                          (7, 15.0))]
+    lines = stage_lines(traced, {1: 1, 3: 2, 5: 3})
+    assert lines[0] == "round 3's Model reduce, the median of 3 traced: 20.000 ms"
+    rc, lines = _summary(rounds=3, asked=10, partial={4: [0, 2]}, stages=traced,
+                         traced={"rank", "relay", "controller"})
+    assert rc == 1
+    assert " rounds  │ 3 of 10 completed (0 with an idle rank)" in lines
+    assert " stages  │ round 3's Model reduce, the median of 3 traced: 20.000 ms" in lines
+    # only the Model reduce of the round not completed was traced: said so
+    rc, lines = _summary(rounds=3, asked=10, partial={4: [0, 2]}, stages=traced[3:],
+                         traced={"rank", "relay", "controller"})
+    assert " stages  │ none: no completed round's Model reduce was traced" in lines
 
 
 def test_demo_accepts_the_outer_optimizers_the_docs_name() -> None:
@@ -751,7 +771,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
              rank_rc: dict[int, int] | None = None, hosts: int = 2,
              rank_stderr: dict[int, list[str]] | None = None,
              frozen: str | None = None, problems: list[str] | None = None,
-             traced: set[str] | None = None) -> tuple[int, list[str]]:
+             traced: set[str] | None = None,
+             stages: list[RoundStages] | None = None) -> tuple[int, list[str]]:
     """The demo's summary (exit code, lines without trailing blanks) for a healthy run of 4
     ranks on 2 hosts, seed 7, ``rounds`` rounds completed of ``asked`` (default: of
     ``rounds``), every round at ``loss``, every rank the same digest, rendered at 80 columns
@@ -764,7 +785,8 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     the exit status of rank processes that did not exit 0; ``hosts``: 2 (ranks 0,1 and 2,3)
     or 1 (all four on one relay); ``rank_stderr``: the stderr lines rank processes left;
     ``frozen``: the member the demo found frozen; ``problems``: the problems the run found;
-    ``traced``: the roles that wrote stage records (None: no trace read), no round traced."""
+    ``traced``: the roles that wrote stage records (None: no trace read); ``stages``: the
+    rounds traced (default: none)."""
     import argparse
     import io
     from types import SimpleNamespace
@@ -790,6 +812,7 @@ def _summary(*, rounds: int = 3, outer: str | None = None, loss: float = 0.5,
     res.exited_first = exited_first
     res.frozen = frozen
     res.traced_roles = traced
+    res.stages = list(stages or [])
     res.problems = list(problems or [])
     out = io.StringIO()
     console = Console(file=out, width=80, color_system=None, force_terminal=False)

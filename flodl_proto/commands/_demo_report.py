@@ -164,25 +164,31 @@ def rank_error(final: dict[str, Any], places: dict[int, tuple[int, str]]) -> str
 
 
 def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) -> list[str]:
-    """The summary's stage breakdown: which round is the median of the traced rounds (the Model
-    reduces; numbered as the demo counts its rounds, via ``demo_round`` from
-    :func:`model_rounds`), its total, then every part in ms with its share of the total, gaps
-    marked ``gap``; a part that ended before it began (the next stage's party was first, e.g. a
-    rank parsed its reply before its relay finished the fan-out to the others) reads
-    ``overlaps``, no time. Lines are at most 63 characters, so the summary table stays within 80
-    columns. An empty list when no round was traced.
+    """The summary's stage breakdown: which round is the median of the Model reduces traced in
+    the demo rounds completed, numbered as the demo counts its rounds, its total, then every
+    part in ms with its share of the total, gaps marked ``gap``; a part that ended before it
+    began (the next stage's party was first, e.g. a rank parsed its reply before its relay
+    finished the fan-out to the others) reads ``overlaps``, no time. Lines are at most 63
+    characters, so the summary table stays within 80 columns.
+
+    ``traced``: the rounds :func:`flodl_proto.runner.stages.breakdown` found (only a Model
+    reduce is traced to a rank's reply parsed; a count-gather is not); ``demo_round``: the
+    protocol round (from 0) of the Model reduce of every demo round completed, to that demo
+    round (:func:`model_rounds` of the completed rounds). A traced round ``demo_round`` does
+    not hold is left out, of the median and of the count the line gives: the Model reduce of a
+    round the run did not complete (a failure, a stop) that some ranks parsed, whose times
+    stop at the ranks that got that far. An empty list when no round is left.
 
     No upstream counterpart: upstream flodl has no demo.
     """
     from ..runner import stages
 
-    med = stages.median_round(traced)
+    measured = [r for r in traced if r.round in demo_round]
+    med = stages.median_round(measured)
     if med is None:
         return []
-    k = demo_round.get(med.round)
-    which = f"round {k}'s Model reduce" if k is not None \
-        else f"protocol round {med.round + 1}"
-    lines = [f"{which}, the median of {len(traced)} traced: {med.total * 1e3:.3f} ms",
+    which = f"round {demo_round[med.round]}'s Model reduce"
+    lines = [f"{which}, the median of {len(measured)} traced: {med.total * 1e3:.3f} ms",
              "from the last rank's send to its reply parsed"]
     width = max(len(label) for label, *_ in stages.SEGMENTS)
     for label, sec, gap in med.parts:
@@ -199,8 +205,10 @@ def untraced_words(res: Result) -> str:
     of at most 63 characters as :func:`stage_lines`'s: ``not traced`` when no trace was read
     (its reading failed: a problem says why); the run stopped before a measured round, when
     no rank reported a round; the ranks' records were lost, when ranks reported rounds but no
-    rank wrote its records (each writes them as it ends, which a SIGKILL skips); else that no
-    round was traced from a rank's send to its reply. Raises nothing.
+    rank wrote its records (each writes them as it ends, which a SIGKILL skips); that no
+    completed round's Model reduce was traced, when the rounds traced are all of rounds the
+    run did not complete; else that no round was traced from a rank's send to its reply.
+    Raises nothing.
 
     No upstream counterpart: upstream flodl has no demo."""
     if res.traced_roles is None:
@@ -210,6 +218,8 @@ def untraced_words(res: Result) -> str:
     if "rank" not in res.traced_roles:
         return ("none: the ranks' stage records were lost\n(a rank writes them as it ends; "
                 "a SIGKILL skips that)")
+    if res.stages:  # the Model reduces of rounds not completed only (stage_lines)
+        return "none: no completed round's Model reduce was traced"
     return "none: no round was traced from a rank's send to its reply"
 
 
@@ -405,8 +415,8 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_row("round", (f"median {statistics.median(times) * 1e3:.1f} ms, p95 "
                         f"{_pct(times, 95) * 1e3:.1f} ms (sync {statistics.median(syncs) * 1e3:.1f}"
                         f" / {_pct(syncs, 95) * 1e3:.1f} ms)") if times else "n/a")
-    t.add_row("stages", "\n".join(stage_lines(res.stages, model_rounds(res.rounds)))
-              or untraced_words(res))
+    measured = model_rounds({k: res.rounds[k] for k in complete})  # completed rounds only
+    t.add_row("stages", "\n".join(stage_lines(res.stages, measured)) or untraced_words(res))
     t.add_row("bytes", f"{moved:,} moved ({moved / 2**20:.1f} MiB on all legs)" if moved
               else "n/a")
     t.add_row("loss", (f"start {l_start:.6f}, end {l_end:.6f}"

@@ -6,23 +6,22 @@
                      [--protocol-version 2|3] [--outer SPEC] [--kill-rank R@ROUND] [--seed S]
                      [--netns]
 
-It starts the reference controller (port mux, port 0), one relay per host (port 0) and one
-process per rank, all separate OS processes talking real TCP on loopback with real HMACs under a
-random session salt, and trains a linear least-squares model whose optimum is known in closed
-form. Every rank runs local SGD on its own shard; ranks take different numbers of local steps per
-round (so realized-work weights differ, and some rounds have an idle rank), and each round the
-parameters are averaged through the protocol (optionally through an outer optimizer at the
-controller). A progress bar runs while it trains; then a summary table: rounds, median and 95th
-percentile round time, the stage breakdown of the median round (every process records its
+It starts the reference controller (port mux, port 0), one relay per host (port 0) and one process
+per rank, all separate OS processes talking real TCP on loopback with real HMACs under a random
+session salt, and trains a linear least-squares model whose optimum is known in closed form. Every
+rank runs local SGD on its own shard; ranks take different numbers of local steps per round (so
+realized-work weights differ, and some rounds have an idle rank), and each round the parameters are
+averaged through the protocol (optionally through an outer optimizer at the controller). A progress
+bar runs while it trains; then a summary table: rounds, median and 95th percentile round time, the
+stage breakdown of the median Model reduce of the rounds completed (every process records its
 stages, :mod:`flodl_proto.runner.stages`: rank send, relay deposits to HostFrame, controller last
 HostFrame to Broadcast, relay fan-out, rank reply parsed, and the wire and wake-up gaps between
-them; a rank the demo stops after a failure writes its records first, and a summary without
-a breakdown says why), bytes moved on every leg, loss at start and end against the optimum,
-and the consensus digest of every rank. A bf16 run too short for the compiled bf16 kernels to
-pay back their loading in each process (the default one:
-:func:`~flodl_proto.commands._demo_sizes.cluster_kernels`) runs its cluster on the NumPy kernels
-(``FLODL_PROTO_KERNELS=numpy``, the same bytes); a ``FLODL_PROTO_KERNELS`` set where the demo
-runs is passed on as it is.
+them; a rank the demo stops after a failure writes its records first, and a summary without a
+breakdown says why), bytes moved on every leg, loss at start and end against the optimum, and the
+consensus digest of every rank. A bf16 run too short for the compiled bf16 kernels to pay back their
+loading in each process (the default one: :func:`~flodl_proto.commands._demo_sizes.cluster_kernels`)
+runs its cluster on the NumPy kernels (``FLODL_PROTO_KERNELS=numpy``, the same bytes); a
+``FLODL_PROTO_KERNELS`` set where the demo runs is passed on as it is.
 
 Exit 0 only if every round completed, every rank holds the identical final consensus, and the
 final loss is within the printed tolerance (1 %) of the target: the optimum's loss, or, when that
