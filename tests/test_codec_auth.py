@@ -269,9 +269,9 @@ _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or mem
      "pieces[1] " + _NOT_A_BUFFER + "a non-contiguous ndarray"),
     # NumPy text: its items are str_ (refused by hashlib as text), not strided buffers
     (np.array(["ab"]), "codec.not_bytes_like",
-     "pieces[0] " + _NOT_A_BUFFER + "NumPy text (a str_ of dtype <U2): encode it to bytes"),
+     "pieces[0] " + _NOT_A_BUFFER + "NumPy text (str_ of dtype <U2): encode it to bytes"),
     ([b"x", np.array(["ab", "cde"])[::-1]], "codec.not_bytes_like",
-     "pieces[1] " + _NOT_A_BUFFER + "NumPy text (a ndarray of dtype <U3): encode it to bytes"),
+     "pieces[1] " + _NOT_A_BUFFER + "NumPy text (ndarray of dtype <U3): encode it to bytes"),
 ])
 def test_compute_tag_names_pieces_that_are_no_buffers(pieces: Any, error_id: str,
                                                       text: str) -> None:
