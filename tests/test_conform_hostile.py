@@ -381,3 +381,44 @@ def test_a_target_refusing_its_first_connection_did_not_start(tmp_path: Path) ->
     assert r.message.startswith("target did not start: the connection to 127.0.0.1:")
     assert r.message.endswith(", where it said it listens, was refused (Connection refused)")
     assert case_line(r, "S")[-1].startswith("       listening on 127.0.0.1:")
+
+
+# -- a target that answers wrong, or not at all: how long the kit waits ---------------------------
+
+#: four bytes on every connection, then the connection stays open
+_FOUR_BYTES_THEN_SILENCE = """\
+c.sendall(bytes.fromhex("d0170df1"))
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_an_expectation_ends_once_the_bytes_that_arrived_differ(tmp_path: Path) -> None:
+    # 8 bytes expected, the first 4 arrive and differ: no later byte can make them equal, so
+    # the step ends there rather than waiting out its 30 s
+    r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "f10d17e100000000", "within": 30}}],
+              _FOUR_BYTES_THEN_SILENCE, tmp_path)
+    assert not r.passed and r.step == 1
+    assert r.message == "connection 0: expected 8 bytes, observed 4 (they already differ)"
+    assert (r.expected, r.observed, r.offset) == ("f10d17e100000000", "d0170df1", 0)
+    # while the bytes that arrived match the start of those expected, it waits for the rest
+    r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "d0170df100000000", "within": 0.3}}],
+              _FOUR_BYTES_THEN_SILENCE, tmp_path)
+    assert not r.passed and r.step == 1
+    assert r.message == "connection 0: expected 8 bytes, observed 4 (timed out)"
+    assert (r.observed, r.offset) == ("d0170df1", 4)
+
+
+@pytest.mark.timeout(60)
+def test_the_default_wait_of_a_step_follows_the_timeout_scale(tmp_path: Path) -> None:
+    # no within: 5 s x the kit's timeout scale (0.1 here), at least 1 s
+    r = _play([{"connect": 0}, {"expect_close": 0}], _FOUR_BYTES_THEN_SILENCE, tmp_path)
+    assert not r.passed and r.step == 1
+    assert r.message == ("connection 0: expected the target to close it; still open after 1s "
+                         "(4 bytes received)")
+
+
+def test_the_default_wait_is_five_seconds_times_the_scale_and_at_least_one() -> None:
+    from flodl_proto.conform.player import default_within
+
+    assert [default_within(x) for x in (0.1, 0.2, 0.5, 1.0, 3.0)] == [1.0, 1.0, 2.5, 5.0, 15.0]

@@ -68,7 +68,8 @@ format spec, attribute or index is a bad command line).
 
 Options: `--version 2|3` (repeatable; default both), `--cases GLOB` (repeatable),
 `--level must|should`, `--timeout-scale X` (exported to the target as
-`FLODL_NET_TIMEOUT_SCALE`, and applied to the kit's waits that follow a target timeout),
+`FLODL_NET_TIMEOUT_SCALE`, and applied to the kit's waits that follow a target timeout and to
+its default wait for an expectation, below),
 `--jobs N` (cases in parallel, 1 to 1024, each with its own target and ports), `--junit PATH`,
 `--json PATH` (the JSON report: `role`, `interrupted`, `stop`, the counts, `results`,
 `not_selected` and `not_run`; the reports of a run stopped early, by Ctrl-C, SIGTERM or a target
@@ -101,6 +102,12 @@ connection reaches the target). A target whose first connection in a case is ref
 address it announced, did not start either: when the first cases (as many as `--jobs` runs at
 once) all fail so, the kit runs no other case, as for a target that never listens (a further
 case starts once one of the first has started the target: no wait when the first to end has).
+
+A step waits for what it expects (bytes, a close, the target's exit) for as long as the case
+says, or by default 5 s x `--timeout-scale`, at least 1 s (5 s at scale 1, 1 s at 0.1): a
+conforming target answers at once, so the wait ends with its answer, and only a failing target
+waits it out. An expectation of bytes ends as soon as the bytes that arrived differ from those
+expected.
 
 A target that misbehaves fails its cases, not the kit. Of what a target sends on a connection,
 the kit keeps what the step reads (a Hello record at most its largest legal size for the world

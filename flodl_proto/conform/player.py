@@ -22,7 +22,10 @@ Steps (each a mapping with one action key):
   target exits by itself with status 0 (success) or non-zero (failure).
 
 ``within`` is in seconds; ``within_scaled`` is multiplied by the kit's timeout scale (the same
-scale the target runs with), for waits that follow one of the target's own timeouts.
+scale the target runs with), for waits that follow one of the target's own timeouts. A step
+that gives neither waits ``DEFAULT_WITHIN`` x the timeout scale, at least
+``DEFAULT_WITHIN_FLOOR`` (:func:`default_within`). An ``expect`` ends as soon as the bytes that
+arrived differ from the expected ones (no later byte can make them equal).
 """
 
 from __future__ import annotations
@@ -49,10 +52,15 @@ from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
-__all__ = ["CaseResult", "KitSettings", "free_port", "play_case"]
+__all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_case"]
 
-#: default wait of an expectation (seconds; only a failing target waits this long)
+#: default wait of an expectation at timeout scale 1 (seconds; a conforming target answers at
+#: once, so only a failing one waits this long): room for a slow target, multiplied by the
+#: timeout scale as the target's own timeouts are
 DEFAULT_WITHIN: Final = 5.0
+#: the least default wait of an expectation (seconds), whatever the scale: ten periods of the
+#: unscaled 100 ms polls a target answers on (upstream's REDUCE_POLL and relay POLL_TIMEOUT)
+DEFAULT_WITHIN_FLOOR: Final = 1.0
 #: default duration of an expected silence (seconds)
 DEFAULT_SILENCE: Final = 0.3
 _EXCERPT: Final = 16
@@ -71,7 +79,7 @@ class KitSettings:
 
     Attributes:
         timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``; scales the kit's
-            ``within_scaled`` waits too.
+            ``within_scaled`` waits and its default wait (:func:`default_within`) too.
         ready_timeout: seconds a target may take to listen.
         stop_bound: seconds between SIGTERM and SIGKILL.
         exit_grace: seconds a target of a failing case that closed a connection (the kit saw
@@ -210,6 +218,19 @@ def free_port(host: str) -> int:
         return port
 
 
+def default_within(timeout_scale: float) -> float:
+    """The wait of a step that gives no ``within`` nor ``within_scaled``, in seconds:
+    ``DEFAULT_WITHIN`` (5 s) x ``timeout_scale``, at least ``DEFAULT_WITHIN_FLOOR`` (1 s); 5 s
+    at scale 1, 1 s at 0.1.
+
+    A conforming target meets an expectation at once (the wait ends with its bytes, its close
+    or its exit); the wait is how long a failing one takes to fail.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    return max(DEFAULT_WITHIN * timeout_scale, DEFAULT_WITHIN_FLOOR)
+
+
 def first_difference(expected: bytes, observed: bytes) -> int | None:
     """Offset of the first byte where ``observed`` differs from ``expected`` (a shorter or
     longer ``observed`` differs at the shorter length), or None when equal."""
@@ -254,9 +275,12 @@ class _Conn:
         self.buf += chunk
         return True
 
-    def read(self, n: int, deadline: float) -> bytes:
-        """Up to ``n`` bytes: fewer only at end of stream or the deadline."""
-        while len(self.buf) < n and not self.eof and self.fill(deadline):
+    def read(self, n: int, deadline: float, want: bytes | None = None) -> bytes:
+        """Up to ``n`` bytes: fewer only at end of stream, the deadline, or (given ``want``,
+        the expected bytes) as soon as those that arrived differ from the start of ``want``."""
+        while (len(self.buf) < n and not self.eof
+               and (want is None or self.buf == want[:len(self.buf)])
+               and self.fill(deadline)):
             pass
         out = bytes(self.buf[:n])
         del self.buf[:n]
@@ -332,7 +356,9 @@ class _Player:
         self.connected = False
 
     # -- helpers ---------------------------------------------------------------------------------
-    def within(self, p: Any, default: float = DEFAULT_WITHIN) -> float:
+    def within(self, p: Any, default: float | None = None) -> float:
+        if default is None:
+            default = default_within(self.settings.timeout_scale)
         if not isinstance(p, Mapping):
             return default
         base = float(p.get("within", default if "within_scaled" not in p else 0.0))
@@ -372,7 +398,7 @@ class _Player:
         opts = p if isinstance(p, Mapping) else {"conn": p}
         if self.listener is None:
             raise CatalogueError(f"{self.case.id}: accept is for relay cases")
-        self.listener.settimeout(self.within(opts, DEFAULT_WITHIN
+        self.listener.settimeout(self.within(opts, default_within(self.settings.timeout_scale)
                                              + 1.0 * self.settings.timeout_scale))
         try:
             s, _ = self.listener.accept()
@@ -398,9 +424,11 @@ class _Player:
     def do_expect(self, p: Mapping[str, Any], where: str) -> None:
         name, c = self.conn(p)
         want = build(p, self.build_ctx, where)
-        got = c.read(len(want), time.monotonic() + self.within(p))
+        got = c.read(len(want), time.monotonic() + self.within(p), want)
         if got != want:
-            why = ("end of stream" if c.eof else "timed out") if len(got) < len(want) else ""
+            why = "" if len(got) == len(want) else (
+                "they already differ" if got != want[:len(got)]
+                else "end of stream" if c.eof else "timed out")
             raise StepFailed(f"connection {name}: expected {len(want)} bytes, observed "
                              f"{len(got)}{' (' + why + ')' if why else ''}", want, got)
 
@@ -459,7 +487,7 @@ class _Player:
 
     def do_expect_exit(self, p: Any) -> None:
         want = p if isinstance(p, str) else str(p.get("status", "any"))
-        wait = self.within(p, DEFAULT_WITHIN)
+        wait = self.within(p)
         status = self.target.wait_exit(wait)
         if status is None:
             raise StepFailed(f"expected the target to exit ({want}); still running after "
