@@ -33,7 +33,8 @@
 # `all`, default 1); FLODL_FUZZ_WORK (work folder for grown corpora, logs and findings, default
 # fuzz/.work; a relative one is taken from the checkout; the messages name it by absolute path);
 # FLODL_FUZZ_CI_RUNS (override the per-target run counts of `ci`); FLODL_FUZZ_ARGS
-# (extra libFuzzer flags).
+# (extra libFuzzer flags); FLODL_FUZZ_KILL_AFTER (seconds a stopped driver is given to end after
+# its SIGTERM before it is killed, a whole number >= 1, default 10).
 #
 # New inputs a campaign finds go to $FLODL_FUZZ_WORK/corpus/TARGET (the committed seed corpus in
 # fuzz/corpus/TARGET is only read); findings go to $FLODL_FUZZ_WORK/findings/TARGET.
@@ -49,6 +50,7 @@ WORK=${FLODL_FUZZ_WORK:-fuzz/.work}
 case "$WORK" in /*) ;; *) WORK="$PWD/${WORK#./}" ;; esac
 COMMON=(-dict=fuzz/flodl.dict -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1)
 read -r -a EXTRA <<< "${FLODL_FUZZ_ARGS:-}"
+KILL_AFTER=${FLODL_FUZZ_KILL_AFTER:-10}
 PREFIX=()
 
 # Runs per target in `ci` mode: a few seconds each on one core (the stateful targets are slower
@@ -174,11 +176,12 @@ waited() {
   [ "$INTERRUPTED" -eq 1 ] || wait "$pid" || rc=$?
   while kill -0 "$pid" 2>/dev/null; do
     kill -TERM "$pid" 2>/dev/null || true
-    # a driver still there 10 s after the first SIGTERM is killed: a driver has been seen to
-    # run on for hours after a SIGTERM during its start (cause not established; libFuzzer's
-    # SIGTERM handler prints, which a signal handler cannot do safely, is one candidate)
+    # a driver still there KILL_AFTER s (FLODL_FUZZ_KILL_AFTER, default 10) after the first
+    # SIGTERM is killed: a driver has been seen to run on for hours after a SIGTERM during its
+    # start (cause not established; libFuzzer's SIGTERM handler prints, which a signal handler
+    # cannot do safely, is one candidate)
     if [ -z "$watchdog" ]; then
-      (sleep 10; kill -KILL "$pid" 2>/dev/null) > /dev/null 2>&1 < /dev/null &
+      (sleep "$KILL_AFTER"; kill -KILL "$pid" 2>/dev/null) > /dev/null 2>&1 < /dev/null &
       watchdog=$!
     fi
     rc=0; wait "$pid" || rc=$?
@@ -380,6 +383,16 @@ run_all() {
   }
 }
 
+# check_kill_after: FLODL_FUZZ_KILL_AFTER, when set, is a whole number of seconds >= 1 (at most
+# 9 digits, as SECONDS); checked before any driver runs, by every mode that runs one
+check_kill_after() {
+  case "$KILL_AFTER" in
+    *[!0-9]*|''|0|00*|??????????*)
+      echo "fuzz/run.sh: FLODL_FUZZ_KILL_AFTER must be a whole number of seconds from 1 to" \
+        "999999999, got $(quoted "$KILL_AFTER")" >&2; exit 2 ;;
+  esac
+}
+
 # check_ci_runs: FLODL_FUZZ_CI_RUNS, when set, is a whole number >= 1 (libFuzzer reads anything
 # else as no limit or no run, and `ci` then passed having fuzzed nothing)
 check_ci_runs() {
@@ -431,10 +444,11 @@ case "$1" in
     [ "$INTERRUPTED" -eq 0 ] || interrupted
     exit "$rc"
     ;;
-  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; need_atheris; check_work; run_ci ;;
-  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; need_atheris; check_work; run_all "$2" ;;
+  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; check_kill_after; need_atheris; check_work; run_ci ;;
+  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; check_kill_after; need_atheris; check_work; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || arity minimize "TARGET FILE" $(($# - 1))
+    check_kill_after
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
     why=$(read_error "$file") || true
@@ -497,6 +511,7 @@ case "$1" in
     ;;
   replay)
     [ $# -ge 3 ] || arity replay "TARGET FILE..." $(($# - 1))
+    check_kill_after
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     target=$2
     shift 2
@@ -552,6 +567,7 @@ EOF
     fi
     is_target "$1" || { echo "fuzz/run.sh: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
     seconds "$2"
+    check_kill_after
     need_atheris
     check_work
     rc=0; timed "$1" "$2" || rc=$?

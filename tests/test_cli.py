@@ -1170,6 +1170,18 @@ def test_fuzz_jobs_must_be_a_whole_number(jobs: str) -> None:
                                 f"'{jobs}'")
 
 
+@pytest.mark.parametrize("args", [("replay", "handshake", "x.bin"), ("handshake", "1"),
+                                  ("all", "1"), ("ci",), ("minimize", "handshake", "x.bin")])
+@pytest.mark.parametrize("grace", ["x", "0", "1.5", "1234567890"])
+def test_fuzz_kill_after_must_be_a_whole_number_of_seconds(args: tuple[str, ...],
+                                                           grace: str) -> None:
+    # checked before anything runs, by every mode that runs a driver
+    res = _fuzz(*args, env={"FLODL_FUZZ_KILL_AFTER": grace})
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, "fuzz/run.sh: FLODL_FUZZ_KILL_AFTER must be a whole number of "
+                                f"seconds from 1 to 999999999, got '{grace}'")
+
+
 @pytest.mark.atheris
 def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
     """A single target's finding passed libFuzzer's code through (77 for a crash, 71 for an
@@ -1299,8 +1311,9 @@ def test_fuzz_ctrl_c_stops_the_whole_run(jobs: str, how: str, tmp_path: Path) ->
 def test_fuzz_a_driver_that_does_not_end_on_sigterm_is_killed(tmp_path: Path) -> None:
     """A stopped run waited for its driver to end after SIGTERM, and one that never ended (a
     driver stopped inside the allocator can hang in libFuzzer's handler, which prints) held the
-    script for good; 10 s after the first SIGTERM the driver is killed. The driver here is a
-    stand-in that ignores SIGTERM (atheris is not needed: the stand-in says it is there)."""
+    script for good; FLODL_FUZZ_KILL_AFTER s (default 10) after the first SIGTERM the driver is
+    killed. The driver here is a stand-in that ignores SIGTERM (atheris is not needed: the
+    stand-in says it is there), given 1 s."""
     python = tmp_path / "python"
     python.write_text(f"""#!/bin/sh
 if [ "$1" = fuzz/driver.py ]; then trap '' TERM; exec sleep 300; fi
@@ -1309,13 +1322,15 @@ exec {sys.executable} "$@"
 """)
     python.chmod(0o755)
     session, out, _, took = _stopped_fuzz_run(
-        ["handshake", "60"], {"PYTHON": str(python), "FLODL_FUZZ_WORK": str(tmp_path / "work")},
+        ["handshake", "60"], {"PYTHON": str(python), "FLODL_FUZZ_WORK": str(tmp_path / "work"),
+                              "FLODL_FUZZ_KILL_AFTER": "1"},
         started=lambda proc: subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"],
                                             capture_output=True).returncode == 0,
         stop=lambda proc: os.kill(proc.pid, signal.SIGTERM),
         not_started="the stand-in driver did not start", timeout=40, word="terminated")
     assert out.split()[0] == "handshake" and out.rstrip().endswith(" terminated")
-    assert 9 < took < 30, took  # the 10 s grace, not the stand-in's 300 s
+    # the 1 s grace, neither the default 10 s nor the stand-in's 300 s
+    assert 1 < took < 9, took
     left = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True)
     assert left.stdout == ""
 
