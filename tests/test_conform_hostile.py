@@ -391,6 +391,14 @@ c.sendall(bytes.fromhex("d0170df1"))
 time.sleep(60)
 """
 
+#: four bytes, a pause, four more, then the connection stays open
+_FOUR_BYTES_THEN_FOUR_MORE = """\
+c.sendall(bytes.fromhex("d0170df1"))
+time.sleep(0.3)
+c.sendall(bytes(4))
+time.sleep(60)
+"""
+
 
 @pytest.mark.timeout(60)
 def test_an_expectation_ends_once_the_bytes_that_arrived_differ(tmp_path: Path) -> None:
@@ -401,12 +409,16 @@ def test_an_expectation_ends_once_the_bytes_that_arrived_differ(tmp_path: Path) 
     assert not r.passed and r.step == 1
     assert r.message == "connection 0: expected 8 bytes, observed 4 (they already differ)"
     assert (r.expected, r.observed, r.offset) == ("f10d17e100000000", "d0170df1", 0)
-    # while the bytes that arrived match the start of those expected, it waits for the rest
+    # while the bytes that arrived match the start of those expected, it waits for the rest:
+    # until they come, or its time is out
     r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "d0170df100000000", "within": 0.3}}],
               _FOUR_BYTES_THEN_SILENCE, tmp_path)
     assert not r.passed and r.step == 1
     assert r.message == "connection 0: expected 8 bytes, observed 4 (timed out)"
     assert (r.observed, r.offset) == ("d0170df1", 4)
+    r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "d0170df100000000", "within": 30}}],
+              _FOUR_BYTES_THEN_FOUR_MORE, tmp_path)
+    assert r.passed, r.message
 
 
 @pytest.mark.timeout(60)
