@@ -423,14 +423,14 @@ def test_an_expectation_ends_once_the_bytes_that_arrived_differ(tmp_path: Path) 
 
 @pytest.mark.timeout(60)
 def test_the_default_wait_of_a_step_follows_the_timeout_scale(tmp_path: Path) -> None:
-    # no within: 5 s x the kit's timeout scale (0.1 here), at least 1 s
+    # no within: 5 s x the kit's timeout scale (0.1 here), at least 2 s
     r = _play([{"connect": 0}, {"expect_close": 0}], _FOUR_BYTES_THEN_SILENCE, tmp_path)
     assert not r.passed and r.step == 1
-    assert r.message == ("connection 0: expected the target to close it; still open after 1s "
+    assert r.message == ("connection 0: expected the target to close it; still open after 2s "
                          "(4 bytes received)")
 
 
-def test_the_default_wait_is_five_seconds_times_the_scale_and_at_least_one() -> None:
+def test_the_default_wait_is_five_seconds_times_the_scale_and_at_least_two() -> None:
     from flodl_proto.conform.player import default_within
 
-    assert [default_within(x) for x in (0.1, 0.2, 0.5, 1.0, 3.0)] == [1.0, 1.0, 2.5, 5.0, 15.0]
+    assert [default_within(x) for x in (0.1, 0.2, 0.5, 1.0, 3.0)] == [2.0, 2.0, 2.5, 5.0, 15.0]

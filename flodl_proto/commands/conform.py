@@ -129,7 +129,7 @@ def register(sub: Any) -> None:
         r.add_argument("--timeout-scale", default="1.0", metavar="X",
                        help="exported to the target as FLODL_NET_TIMEOUT_SCALE; scales the "
                             "kit's waits that follow the target's timeouts, and its default "
-                            "wait for an expectation (5 s x X, at least 1 s) (0.1 to 1000; "
+                            "wait for an expectation (5 s x X, at least 2 s) (0.1 to 1000; "
                             "default 1)")
         r.add_argument("--port-mux", action="store_true",
                        help="the target serves the port mux: run the cases that need it")

@@ -104,7 +104,7 @@ once) all fail so, the kit runs no other case, as for a target that never listen
 case starts once one of the first has started the target: no wait when the first to end has).
 
 A step waits for what it expects (bytes, a close, the target's exit) for as long as the case
-says, or by default 5 s x `--timeout-scale`, at least 1 s (5 s at scale 1, 1 s at 0.1): a
+says, or by default 5 s x `--timeout-scale`, at least 2 s (5 s at scale 1, 2 s at 0.1): a
 conforming target answers at once, so the wait ends with its answer, and only a failing target
 waits it out. An expectation of bytes ends as soon as the bytes that arrived differ from those
 expected.

@@ -58,9 +58,10 @@ __all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_cas
 #: once, so only a failing one waits this long): room for a slow target, multiplied by the
 #: timeout scale as the target's own timeouts are
 DEFAULT_WITHIN: Final = 5.0
-#: the least default wait of an expectation (seconds), whatever the scale: ten periods of the
-#: unscaled 100 ms polls a target answers on (upstream's REDUCE_POLL and relay POLL_TIMEOUT)
-DEFAULT_WITHIN_FLOOR: Final = 1.0
+#: the least default wait of an expectation (seconds), whatever the scale: twenty periods of the
+#: unscaled 100 ms polls a target answers on (upstream's REDUCE_POLL and relay POLL_TIMEOUT),
+#: room for a target on a loaded machine
+DEFAULT_WITHIN_FLOOR: Final = 2.0
 #: default duration of an expected silence (seconds)
 DEFAULT_SILENCE: Final = 0.3
 _EXCERPT: Final = 16
@@ -220,8 +221,8 @@ def free_port(host: str) -> int:
 
 def default_within(timeout_scale: float) -> float:
     """The wait of a step that gives no ``within`` nor ``within_scaled``, in seconds:
-    ``DEFAULT_WITHIN`` (5 s) x ``timeout_scale``, at least ``DEFAULT_WITHIN_FLOOR`` (1 s); 5 s
-    at scale 1, 1 s at 0.1.
+    ``DEFAULT_WITHIN`` (5 s) x ``timeout_scale``, at least ``DEFAULT_WITHIN_FLOOR`` (2 s); 5 s
+    at scale 1, 2 s at 0.1.
 
     A conforming target meets an expectation at once (the wait ends with its bytes, its close
     or its exit); the wait is how long a failing one takes to fail.
