@@ -169,7 +169,8 @@ class Spec:
         try:
             raw = yaml.load((path / "wire.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
         except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:  # packaging, docs --spec DIR
-            raise SpecError(f"cannot load {path / 'wire.yaml'}: {_load_reason(e)}") from e
+            raise SpecError(f"cannot load {_path_text(path / 'wire.yaml')}: "
+                           f"{_load_reason(e)}") from e
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
         try:
@@ -248,6 +249,15 @@ class Spec:
         return copy.deepcopy(_load_lifecycle(self.path))
 
 
+def _path_text(path: Path) -> str:
+    """``path`` as a load error names it: as it is, or quoted as ``repr`` quotes a text when it
+    holds a character that is not printable (an escape a terminal would act on, a line break)
+    or starts or ends with white space, so the error stays one line that plays nothing on the
+    terminal (``--spec`` is a command-line value). Raises nothing."""
+    text = str(path)
+    return text if text.isprintable() and text == text.strip() else repr(text)
+
+
 def _load_reason(e: OSError | yaml.YAMLError | UnicodeDecodeError) -> str:
     """Why a spec file could not be loaded, in one line without its path (the caller names it):
     the OS's reason, the byte that is not UTF-8, or the YAML problem and where it was found
@@ -267,7 +277,8 @@ def _load_lifecycle(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load((path / "lifecycle.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot load {path / 'lifecycle.yaml'}: {_load_reason(e)}") from e
+        raise SpecError(f"cannot load {_path_text(path / 'lifecycle.yaml')}: "
+                       f"{_load_reason(e)}") from e
     if not isinstance(data, dict):
         raise SpecError("lifecycle.yaml: not a mapping")
     check_lifecycle(data)

@@ -338,3 +338,21 @@ def test_a_refused_value_s_type_is_named_by_its_name_alone(value: Any, named: st
     err = errors.protocol_error("capture.bad_type", field="rec", expected="a record",
                                 got=errors.shown_type(value), hint="")
     assert str(err) == f"rec must be a record, got {named}"
+
+
+@pytest.mark.parametrize("name", ["a\x1b[31mb", "x\u202eq", "line\nbreak"])
+def test_spec_load_error_quotes_a_path_with_controls(tmp_path: Path, name: str) -> None:
+    """A spec folder (``docs --spec``) whose path holds an escape, a bidi control or a line
+    break is named quoted in the load error, one line that plays nothing on a terminal."""
+    folder = tmp_path / name
+    with pytest.raises(spec.SpecError) as info:
+        spec.Spec(folder)
+    assert str(info.value) == (f"cannot load {str(folder / 'wire.yaml')!r}: "
+                               "No such file or directory")
+    folder.mkdir()
+    (folder / "wire.yaml").write_bytes((spec.SPEC.path / "wire.yaml").read_bytes())
+    with pytest.raises(spec.SpecError) as info:
+        spec.Spec(folder).lifecycle()
+    assert str(info.value) == (f"cannot load {str(folder / 'lifecycle.yaml')!r}: "
+                               "No such file or directory")
+
