@@ -434,3 +434,24 @@ def test_the_default_wait_is_five_seconds_times_the_scale_and_at_least_two() -> 
     from flodl_proto.conform.player import default_within
 
     assert [default_within(x) for x in (0.1, 0.2, 0.5, 1.0, 3.0)] == [2.0, 2.0, 2.5, 5.0, 15.0]
+
+
+def test_a_target_that_failed_as_the_kit_stopped_it_shows_its_last_output() -> None:
+    """A target that closed its connection as it failed and had not exited yet when the kit
+    stopped it gives a failure status to the SIGTERM: its last lines say why, as a crash's do;
+    one that exits 0 after SIGTERM, or dies of the signal, shows none."""
+    from flodl_proto.conform.report import case_line
+    from flodl_proto.conform.target import TargetExit
+
+    case = load_catalogue()[0]
+    output = "listening on 127.0.0.1:9\nstderr: error: HMAC verification failed"
+    r = CaseResult(case, 2, step=3, message="connection 0: end of stream", started=True,
+                   exit=TargetExit(1, by_itself=False), output=output)
+    lines = case_line(r, "S")
+    assert lines[2:] == ["     target: exit 1 after SIGTERM",
+                         "     target's last output:",
+                         "       listening on 127.0.0.1:9",
+                         "       stderr: error: HMAC verification failed"]
+    for stopped in (TargetExit(0, by_itself=False), TargetExit(-15, by_itself=False)):
+        lines = case_line(dataclasses.replace(r, exit=stopped), "S")
+        assert "     target's last output:" not in lines

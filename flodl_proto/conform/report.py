@@ -208,10 +208,13 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
         lines.append(f"     first differing byte offset: {r.offset}{note}")
     if r.exit is not None:
         lines.append(f"     target: {r.exit.describe()}")
-    # why it did not start, or why it ended on its own (a crash), is most likely in its last
-    # lines; a target the kit stopped said what it had to in the steps
-    ended_itself = r.exit is not None and r.exit.by_itself and r.exit.status != 0
-    if (not r.started or ended_itself) and r.output:
+    # why it did not start, or why it failed (a crash), is most likely in its last lines: a
+    # target that ended on its own with a failure, or that gave a failure status to the kit's
+    # SIGTERM (one that failed as the kit stopped it: the kit sees the connection close before
+    # the process has exited); a target the kit stopped cleanly said what it had to in the steps
+    failed = r.exit is not None and r.exit.status is not None and r.exit.status != 0 and (
+        r.exit.by_itself or r.exit.status > 0)
+    if (not r.started or failed) and r.output:
         tail = r.output.splitlines()[-_OUTPUT_TAIL:]
         lines.append("     target's last output:")
         lines.extend(f"       {line}" for line in tail)
