@@ -536,6 +536,15 @@ def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     assert res.returncode == 2
     _one_error_line(res.stderr, f"error: argument --out: {shown(str(blocker / 'protocol.md'))}: "
                                 f"Not a directory ({blocker} is a file, not a folder)")
+    # one that is no regular file is named for what it is
+    fifo = tmp_path / "a-fifo"
+    os.mkfifo(fifo)
+    for stand_in, kind in ((fifo, "a FIFO"), (Path("/dev/null"), "a character device")):
+        res = _cli("docs", "--out", str(stand_in / "protocol.md"))
+        assert res.returncode == 2
+        _one_error_line(res.stderr, f"error: argument --out: "
+                                    f"{shown(str(stand_in / 'protocol.md'))}: "
+                                    f"Not a directory ({stand_in} is {kind}, not a folder)")
 
 
 @pytest.mark.parametrize("cmd", [("docs",), ("conform", "docs")], ids=" ".join)

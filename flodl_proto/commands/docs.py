@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import make_folders, replace_file
-from .._oserr import os_reason
+from .._oserr import file_kind, os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..errors import shown, shown_name
 from ..spec import SPEC, Spec, SpecError, check_lifecycle
@@ -91,16 +91,28 @@ def output_path(text: str) -> Path:
         folder = False
     if folder:
         raise argparse.ArgumentTypeError(_names_a_folder(text, "an existing one"))
-    if text != "-" and (blocker := _file_above(path)) is not None:
+    if text != "-" and (found := _file_above(path)) is not None:
+        blocker, mode = found
         raise argparse.ArgumentTypeError(f"{shown(text)}: {os.strerror(errno.ENOTDIR)} "
-                                         f"({shown_name(str(blocker))} is a file, not a folder)")
+                                         f"({shown_name(str(blocker))} is {_kind(mode)}, "
+                                         "not a folder)")
     return path
 
 
-def _file_above(path: Path) -> Path | None:
+def _kind(mode: int) -> str:
+    """What the file standing in an output path is: ``a file`` (a regular one), else
+    :func:`~flodl_proto._oserr.file_kind`'s words (``a FIFO``, ``a character device``, ...)."""
+    if stat.S_ISREG(mode):
+        return "a file"
+    kind = file_kind(mode)
+    return kind if kind.startswith("a ") else "a file of another kind"
+
+
+def _file_above(path: Path) -> tuple[Path, int] | None:
     """The file (not a folder) that stands where a folder of ``path`` should be (``out.json``
-    of ``out.json/r.xml``, at whichever level), or None when there is none or it cannot be
-    told (a folder that may not be looked into: writing the file will say why)."""
+    of ``out.json/r.xml``, at whichever level) and its ``st_mode``, or None when there is none
+    or it cannot be told (a folder that may not be looked into: writing the file will say
+    why)."""
     for folder in path.parents:
         try:
             mode = folder.stat().st_mode  # through links, as the write goes
@@ -108,7 +120,7 @@ def _file_above(path: Path) -> Path | None:
             continue
         except (OSError, ValueError):  # no permission, a name too long, a NUL
             return None
-        return None if stat.S_ISDIR(mode) else folder
+        return None if stat.S_ISDIR(mode) else (folder, mode)
     return None
 
 
