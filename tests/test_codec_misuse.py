@@ -83,7 +83,12 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "bytes >= 0"),
     "MuxStream expect_magic above u32": (
         lambda: MuxStream(SALT, expect_magic=2**32),
-        InvalidValue, "relay_mux: expect_magic = 4294967296 is invalid: not None or a u32"),
+        InvalidValue, "relay_mux: expect_magic = 4294967296 is invalid: not None, a channel name "
+        "(control, data, join, rendezvous) or a u32"),
+    "MuxStream expect_magic bytes": (
+        lambda: MuxStream(SALT, expect_magic=b"data"),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: expect_magic = b'data' is invalid: not None, a channel name "
+        "(control, data, join, rendezvous) or a u32"),
     "MuxStream expect_magic unknown name": (
         lambda: MuxStream(SALT, expect_magic="Data"),
         InvalidValue, "relay_mux: expect_magic = 'Data' is invalid: not None, a channel name "

@@ -387,14 +387,15 @@ def _optional_count(field: str, value: int | None, top: int | None) -> int | Non
 def _expected_magic(value: int | str | None) -> int | None:
     """``MuxStream``'s ``expect_magic``: None, a channel name of the spec's ``Channel`` enum (its
     magic), or a u32 by the codec's integer rule; else the local error naming it."""
-    if not isinstance(value, str):
-        return _optional_count("expect_magic", value, U32_MAX)
-    magic = CHANNELS.get(value)
-    if magic is None:
-        raise protocol_error("mux.bad_field", field="expect_magic", value=value,
-                             reason=f"not None, a channel name ({', '.join(sorted(CHANNELS))}) "
-                                    "or a u32")
-    return magic
+    magic = CHANNELS.get(value) if isinstance(value, str) else None
+    if magic is not None:
+        return magic
+    n = None if isinstance(value, str) or value is None else wire_int(value)
+    if value is None or (n is not None and 0 <= n <= U32_MAX):
+        return n
+    raise protocol_error("mux.bad_field", field="expect_magic", value=value,
+                         reason=f"not None, a channel name ({', '.join(sorted(CHANNELS))}) "
+                                "or a u32")
 
 
 def _check_hints(premac: object, frame_premac: object, header: object) -> None:
