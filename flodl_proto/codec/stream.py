@@ -370,17 +370,15 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
             "sides)")
 
 
-def _optional_count(field: str, value: int | None, top: int | None) -> int | None:
-    """``value`` (None, or an integer 0..``top`` by the codec's integer rule; ``top`` None: no
-    upper bound), or the local error naming ``field``: checked when a stream is built, not
-    when its first bytes meet it."""
+def _optional_count(field: str, value: int | None) -> int | None:
+    """``value`` (None, or an integer >= 0 by the codec's integer rule), or the local error
+    naming ``field``: checked when a stream is built, not when its first bytes meet it."""
     if value is None:
         return None
     n = wire_int(value)
-    if n is None or n < 0 or (top is not None and n > top):
+    if n is None or n < 0:
         raise protocol_error("mux.bad_field", field=field, value=value,
-                             reason="not None or a u32" if top is not None
-                             else "not None or a number of bytes >= 0")
+                             reason="not None or a number of bytes >= 0")
     return n
 
 
@@ -467,7 +465,7 @@ class MuxStream:
         self._ceiling = check_ceiling(ceiling)
         self._magic = _expected_magic(expect_magic)
         # the Hello bound of the largest world (2**32 - 1 ranks) is above u32: no upper bound
-        self._hello_limit = _optional_count("hello_limit", hello_limit, None)
+        self._hello_limit = _optional_count("hello_limit", hello_limit)
         self._copy = copy
         self._first = True  # the next record is the first (a Hello on the data channel)
         self._hint = ""
