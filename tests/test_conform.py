@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import struct
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -1456,3 +1457,55 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
     skipped = root.findall("testsuite[@name='controller not run']/testcase/skipped")
     assert len(skipped) == len(doc["not_run"])
     assert {e.get("message") for e in skipped} == {f"not run: the kit was {word}"}
+
+
+#: run in a fresh interpreter: cases of a target that never listens, four at a time; the
+#: first target's factory, on a worker thread, has the kernel give SIGUSR1 to that thread (the
+#: caller's thread blocks it), as the kernel may give a process's SIGTERM to any of its threads
+_SIGNAL_TO_A_WORKER = """
+import signal, sys, threading, time
+from flodl_proto.conform import KitSettings, load_catalogue, run_cases, select_cases
+from flodl_proto.conform.report import RunInterrupted
+from flodl_proto.conform.target import LaunchedTarget
+
+stop = threading.Event()
+launched = []
+def handler(signum, frame):  # as the kit's: stop, end the targets, raise
+    stop.set()
+    for t in list(launched):
+        t.send_signal(signal.SIGTERM)
+    raise KeyboardInterrupt
+signal.signal(signal.SIGUSR1, handler)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # the pool's threads inherit it
+sent = threading.Event()
+def make_target():
+    t = LaunchedTarget(sys.executable + " -c 'import time; time.sleep(60)'")
+    launched.append(t)
+    if not sent.is_set():
+        sent.set()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # this thread only
+        signal.raise_signal(signal.SIGUSR1)
+    return t
+runs, _ = select_cases(load_catalogue(), role="controller", versions=[2], port_mux=False,
+                       patterns=["controller.round.*"])
+began = time.monotonic()
+try:
+    run_cases(runs[:4], make_target, KitSettings(ready_timeout=30.0), jobs=4, stop=stop)
+except RunInterrupted:
+    print(f"interrupted after {time.monotonic() - began:.1f}s")
+for t in launched:
+    t.send_signal(signal.SIGKILL)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_signal_another_thread_received_stops_the_run_at_once() -> None:
+    """The caller's thread waits on the cases in short steps: a signal the kernel gave a case's
+    thread ran its handler only once a case ended (here a target's whole start timeout, 30 s),
+    so a SIGTERM could leave the kit playing its cases for that long."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_TO_A_WORKER], capture_output=True,
+                         text=True, timeout=100)
+    assert res.returncode == 0, res.stderr
+    words, seconds = res.stdout.rsplit(" ", 1)
+    assert words == "interrupted after", res.stdout
+    assert float(seconds.rstrip("s\n")) < 10.0, res.stdout

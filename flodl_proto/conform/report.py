@@ -8,7 +8,8 @@ import re
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,7 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
                 # the others held until it shows whether the target starts
                 futures = {i: pool.submit(one, i, k >= first) for k, i in enumerate(order)}
                 try:
-                    results = [futures[i].result() for i in range(len(runs))]
+                    results = [_result(futures[i]) for i in range(len(runs))]
                 except BaseException:
                     halted.set()
                     known.set()
@@ -158,6 +159,21 @@ def run_cases(runs: Sequence[tuple[Case, int]], make_target: Callable[[], Target
     if gave_up.is_set() and not stop.is_set():
         raise TargetNeverStarted(ran, len(results) - len(ran))
     raise RunInterrupted(ran)
+
+
+#: seconds between the caller's looks at a case it waits for: a signal (Ctrl-C, SIGTERM) the
+#: kernel gave another thread of the process runs its Python handler only once the caller's
+#: thread runs again, which an untimed wait would leave for the case to end (a target's whole
+#: start timeout)
+_RESULT_POLL = 0.1
+
+
+def _result(future: Future[CaseResult | None]) -> CaseResult | None:
+    """``future``'s result, waited for in steps of :data:`_RESULT_POLL` seconds so the
+    caller's thread runs the handler of a signal another thread received within that time."""
+    while not wait_futures([future], timeout=_RESULT_POLL).done:
+        pass
+    return future.result()
 
 
 def _expected_wait(case: Case, version: int) -> float:
