@@ -1459,9 +1459,9 @@ def test_interrupted_kit_stops_its_targets_and_removes_their_salt_files(
     assert {e.get("message") for e in skipped} == {f"not run: the kit was {word}"}
 
 
-#: run in a fresh interpreter: cases of a target that never listens, four at a time; the
-#: first target's factory, on a worker thread, has the kernel give SIGUSR1 to that thread (the
-#: caller's thread blocks it), as the kernel may give a process's SIGTERM to any of its threads
+#: run in a fresh interpreter: cases of a target that never listens, four at a time; once the
+#: four targets started, SIGUSR1 is given to a thread of its own (the caller's thread blocks
+#: it), as the kernel may give a process's SIGTERM to any of its threads
 _SIGNAL_TO_A_WORKER = """
 import signal, sys, threading, time
 from flodl_proto.conform import KitSettings, load_catalogue, run_cases, select_cases
@@ -1477,15 +1477,17 @@ def handler(signum, frame):  # as the kit's: stop, end the targets, raise
     raise KeyboardInterrupt
 signal.signal(signal.SIGUSR1, handler)
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # the pool's threads inherit it
-sent = threading.Event()
+def send_once_started():  # on a thread of its own: the signal is given to this thread
+    while len(launched) < 4 or any(t._proc is None for t in launched):
+        time.sleep(0.01)
+    time.sleep(0.2)  # the cases wait for their targets to listen
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    signal.raise_signal(signal.SIGUSR1)
 def make_target():
     t = LaunchedTarget(sys.executable + " -c 'import time; time.sleep(60)'")
     launched.append(t)
-    if not sent.is_set():
-        sent.set()
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # this thread only
-        signal.raise_signal(signal.SIGUSR1)
     return t
+threading.Thread(target=send_once_started, daemon=True).start()  # SIGUSR1 blocked: inherited
 runs, _ = select_cases(load_catalogue(), role="controller", versions=[2], port_mux=False,
                        patterns=["controller.round.*"])
 began = time.monotonic()
