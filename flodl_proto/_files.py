@@ -91,11 +91,8 @@ def replacing(out: Path, new_mode: int = 0o666) -> Iterator[BinaryIO]:
         # new_mode as open() creates a file: the system applies the umask
         fd, tmp = _create_temporary(target, 0o600 if st_mode is not None else new_mode)
     except OSError as e:
-        hint = (" (the folder takes no new file)"
-                if e.errno == errno.ENOENT and target.parent.is_dir() else "")
         purpose = "to replace it" if st_mode is not None else "to write it"  # or a new file
-        raise _naming(_at_step(e, f"creating a temporary file in {target.parent} {purpose}",
-                               hint), out) from None
+        raise _temporary_refused(e, target, out, purpose) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -167,16 +164,9 @@ def create_file(out: Path, data: bytes, new_mode: int = 0o666) -> None:
     try:
         fd, tmp = _create_temporary(out, new_mode)
     except OSError as e:
-        hint = (" (the folder takes no new file)"
-                if e.errno == errno.ENOENT and out.parent.is_dir() else "")
-        raise _naming(_at_step(e, f"creating a temporary file in {out.parent} to write it",
-                               hint), out) from None
+        raise _temporary_refused(e, out, out, "to write it") from None
     try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(fd, data)
         try:
             os.link(tmp, out)
         except FileExistsError:
@@ -201,11 +191,7 @@ def _create_in_place(out: Path, data: bytes, mode: int) -> None:
     removes it."""
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(fd, data)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(out)
@@ -317,6 +303,26 @@ def _naming(e: OSError, out: Path) -> OSError:
     asked for is the one to report."""
     e.filename, e.filename2 = str(out), None
     return e
+
+
+def _temporary_refused(e: OSError, target: Path, out: Path, purpose: str) -> OSError:
+    """``e``, the failed creation of a temporary file beside ``target``, naming ``out`` and the
+    step (``creating a temporary file in FOLDER to write it``), with a hint when the folder
+    exists but takes no new file (``/proc``: ENOENT for a file that exists)."""
+    hint = (" (the folder takes no new file)"
+            if e.errno == errno.ENOENT and target.parent.is_dir() else "")
+    return _naming(_at_step(e, f"creating a temporary file in {target.parent} {purpose}", hint),
+                   out)
+
+
+def _write_synced(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``, sync it to disk and close ``fd`` (closed also
+    when the write or the sync fails)."""
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
