@@ -32,15 +32,15 @@ failed run, exit 1, the same line without ``argument --launch:``). A target that
 start (it exits, does not listen within 20 s, or refuses the case's first connection on the
 address it printed) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
-one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running, removes their salt
-files and ends the kit with one line, also while its modules load: ``interrupted`` and exit 130
-after Ctrl-C, ``terminated`` and exit 143 after SIGTERM. The reports
-of a run that stopped early hold the cases that ended and list the others as not run, with the
-reason (JUnit: skipped; JSON: ``not_run``). A kit stopped by a signal says so in them, with
-the stop's word: JSON ``interrupted`` true and ``stop`` ``"interrupted"`` (Ctrl-C) or
-``"terminated"`` (SIGTERM), null for a run not stopped; JUnit the properties
-``interrupted=true`` and ``stop=WORD`` on every suite; and the reason of the cases not run,
-``not run: the kit was terminated``. CMD may span lines: a backslash at the end of a line joins
+one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running (a case's target not
+started yet is not started), removes their salt files and ends the kit with one line, also
+while its modules load: ``interrupted`` and exit 130 after Ctrl-C, ``terminated`` and exit
+143 after SIGTERM. The reports of a run that stopped early hold the cases that ended and list
+the others as not run, with the reason (JUnit: skipped; JSON: ``not_run``). A kit stopped by
+a signal says so in them, with the stop's word: JSON ``interrupted`` true and ``stop``
+``"interrupted"`` (Ctrl-C) or ``"terminated"`` (SIGTERM), null for a run not stopped; JUnit the
+properties ``interrupted=true`` and ``stop=WORD`` on every suite; and the reason of the cases not
+run, ``not run: the kit was terminated``. CMD may span lines: a backslash at the end of a line joins
 it to the next, as in a shell script. ``docs --check``: 0 up to date, 1 missing
 or out of date, 2 when PATH cannot be read.
 """
@@ -398,11 +398,15 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         t = LaunchedTarget(args.launch)
         with live_lock:
             live.append(t)
+            if stop.is_set():  # the handler ran before this case made its target (it set the
+                # stop before taking the lock): the target is not started
+                t.send_signal(signal.SIGTERM)
         return t
 
     def interrupted(signum: int, frame: object) -> None:
         # the targets run in sessions of their own (a terminal's Ctrl-C does not reach them):
-        # stop them, so the cases in flight end now and remove their salt files
+        # stop them, so the cases in flight end now and remove their salt files; a target
+        # made but not started yet is not started (LaunchedTarget.send_signal)
         note_stop(signum)  # SIGTERM: the kit says "terminated" and exits 143
         stop.set()
         with live_lock:

@@ -44,6 +44,8 @@ _LINE_WIDTH: Final = 240
 _DRAIN: Final = 0.5
 #: seconds between two looks of an output reader at whether the target has ended
 _POLL: Final = 0.1
+#: why a target given a signal before its start was not started
+_STOPPED_EARLY: Final = "the kit stopped the target before it started"
 
 
 class TargetError(RuntimeError):
@@ -183,7 +185,8 @@ class Target(Protocol):
         """Wait up to ``timeout`` s for it to exit by itself; its exit status, or None."""
 
     def send_signal(self, sig: int) -> None:
-        """Deliver ``sig`` (SIGTERM: the stop request)."""
+        """Deliver ``sig`` (SIGTERM: the stop request); before :meth:`start`, a stop: the
+        start is refused (the kit stopped while the case was making its target)."""
 
     def stop(self, bound: float) -> TargetExit | None:
         """Stop it (SIGTERM, then SIGKILL after ``bound`` s) and return how it ended; None when
@@ -315,6 +318,12 @@ class LaunchedTarget:
         self._readers: list[threading.Thread] = []
         #: monotonic time the output readers stop at (set once the target has ended)
         self._drain_until: float | None = None
+        #: held while the process starts and while a signal is sent: a signal that comes as
+        #: it starts reaches it once started (reentrant: the kit's signal handler runs in the
+        #: thread that may be starting it)
+        self._start_lock = threading.RLock()
+        #: a signal came before the start: the start is refused
+        self._stopped_early = False
 
     def _line(self, line: str, cut: int, tag: str) -> None:
         """Keep one line of output (``tag``: "" for stdout; ``cut``: characters cut off its
@@ -378,16 +387,21 @@ class LaunchedTarget:
 
         Raises:
             ValueError: a bad template. TargetLaunchError: the command could not be executed.
-                TargetError: it exited, or did not listen within ``ready_timeout`` s.
+                TargetError: it exited, or did not listen within ``ready_timeout`` s, or a
+                signal came before the start (:meth:`send_signal`: the kit is stopping; no
+                process is started).
         """
         argv = fill_placeholders(self.template, ctx.placeholders())
         env = {**os.environ, **self.env, "FLODL_NET_TIMEOUT_SCALE": f"{ctx.timeout_scale:g}"}
-        try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, env=env,
-                                          start_new_session=True)
-        except OSError as e:
-            raise TargetLaunchError(argv[0], _launch_reason(argv[0], e), e.errno) from None
+        with self._start_lock:
+            if self._stopped_early:
+                raise TargetError(_STOPPED_EARLY)
+            try:
+                self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              env=env, start_new_session=True)
+            except OSError as e:
+                raise TargetLaunchError(argv[0], _launch_reason(argv[0], e), e.errno) from None
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
@@ -429,8 +443,14 @@ class LaunchedTarget:
             os.killpg(self._proc.pid, sig)
 
     def send_signal(self, sig: int) -> None:
-        """Send ``sig`` to the target's process group (nothing when it was not started)."""
-        self._signal_group(sig)
+        """Send ``sig`` to the target's process group. Before :meth:`start`, it is a stop: no
+        signal, and the start is refused (a signal that comes while the process starts waits
+        for it and reaches it)."""
+        with self._start_lock:
+            if self._proc is None:
+                self._stopped_early = True
+                return
+            self._signal_group(sig)
 
     def stop(self, bound: float) -> TargetExit | None:
         """SIGTERM to its process group, SIGKILL after ``bound`` s; then read what is left of
@@ -492,13 +512,22 @@ class InProcessTarget:
         self._handle: InProcessHandle | None = None
         self._exit: int | None = None
         self._by_itself = False
+        self._start_lock = threading.RLock()
+        self._stopped_early = False
 
     def start(self, ctx: CaseContext, ready_timeout: float) -> tuple[str, int]:
         """Start it (listening once ``starter`` returns).
 
         Raises:
-            TargetError: the starter failed.
+            TargetError: the starter failed, or a signal came before the start
+                (:meth:`send_signal`; the starter is not called).
         """
+        with self._start_lock:
+            if self._stopped_early:
+                raise TargetError(_STOPPED_EARLY)
+            return self._start(ctx)
+
+    def _start(self, ctx: CaseContext) -> tuple[str, int]:
         try:
             self._handle = self._starter(ctx)
         except (OSError, ValueError) as e:
@@ -514,8 +543,12 @@ class InProcessTarget:
         return status
 
     def send_signal(self, sig: int) -> None:
-        """SIGTERM / SIGINT: stop it as the command line's signal handler would."""
-        assert self._handle is not None
+        """SIGTERM / SIGINT: stop it as the command line's signal handler would. Before
+        :meth:`start`, any signal is a stop: the start is refused."""
+        with self._start_lock:
+            if self._handle is None:
+                self._stopped_early = True
+                return
         if sig in (signal.SIGTERM, signal.SIGINT):
             status = self._handle.terminate(10.0)
             if self._exit is None:

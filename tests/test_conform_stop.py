@@ -1,0 +1,111 @@
+"""The conformance kit stopped (Ctrl-C, SIGTERM) while a case makes its target and before the
+target's process starts: the target is not started, and the kit ends at once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flodl_proto.conform.target import (
+    CaseContext,
+    InProcessHandle,
+    InProcessTarget,
+    LaunchedTarget,
+    Target,
+    TargetError,
+)
+
+SALT = bytes(range(16))
+
+#: run in a fresh interpreter: the kit's command line, one case against a target that never
+#: listens (a started one makes its case wait the whole 20 s start timeout), with SIGTERM given
+#: to the kit by the case's own thread at the hook named by argv[1], once the kit's handler has
+#: begun: ``made`` (between make_target() and the target's start) or ``before`` (before the
+#: case calls make_target(): the handler's list of targets does not hold it)
+_STOP_IN_THE_WINDOW = """
+import os, signal, sys, threading, time
+import flodl_proto.commands.conform as command
+from flodl_proto.cli import main
+from flodl_proto.conform import player
+from flodl_proto.conform import target as tm
+
+hook, argv = sys.argv[1], sys.argv[2:]
+made, stopped_at = [], []
+noted = threading.Event()
+note_stop = command.note_stop
+
+def noting(signum):  # the kit's handler has begun
+    note_stop(signum)
+    noted.set()
+
+def stop_now():
+    stopped_at.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert noted.wait(10)
+
+command.note_stop = noting
+start = tm.LaunchedTarget.start
+def start_after_a_stop(self, ctx, ready_timeout):
+    made.append(self)
+    if hook == "made":
+        stop_now()
+    return start(self, ctx, ready_timeout)
+tm.LaunchedTarget.start = start_after_a_stop
+free_port = player.free_port
+def port_after_a_stop(host):
+    if hook == "before":
+        stop_now()
+    return free_port(host)
+player.free_port = port_after_a_stop
+code = main(argv)
+print(code, [t._proc is not None for t in made], f"{time.monotonic() - stopped_at[0]:.1f}")
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("hook", ["made", "before"])
+def test_a_stop_before_a_target_starts_ends_the_kit_at_once(hook: str, tmp_path: Path) -> None:
+    """The kit's handler signals the targets it knows: one made but not started yet got nothing
+    (it had no process), then started and its case waited for it to listen, the whole 20 s start
+    timeout, before the kit ended; one made after the handler ran was not even in its list. Now
+    such a target is not started, and the kit ends at once: ``terminated``, exit 143."""
+    code = f"{sys.executable} -c 'import time; time.sleep(60)' {{port}}"
+    res = subprocess.run(
+        [sys.executable, "-c", _STOP_IN_THE_WINDOW, hook, "conform", "controller", "--version",
+         "3", "--jobs", "2", "--cases", "controller.round.zero-mass", "--launch", code,
+         "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=100)
+    assert res.stderr == "flodl-proto conform controller: terminated\n"
+    status, started, seconds = res.stdout.rsplit("\n", 2)[-2].split(" ", 2)
+    assert (status, started) == ("143", "[False]"), res.stdout
+    assert float(seconds) < 5.0, res.stdout
+    doc = (tmp_path / "r.json").read_text()
+    assert '"stop": "terminated"' in doc and '"results": []' in doc
+
+
+def _ctx(tmp_path: Path) -> CaseContext:
+    return CaseContext("controller", 3, 1, SALT, tmp_path / "salt", "127.0.0.1", 9, 0, (), 0.1)
+
+
+@pytest.mark.parametrize("kind", ["launched", "in-process"])
+def test_a_target_signalled_before_its_start_is_not_started(kind: str, tmp_path: Path) -> None:
+    """A signal before the start was lost (launched: no process to send it to) or failed
+    (in-process: an AssertionError); it is a stop now: the start is refused, nothing runs."""
+    calls: list[CaseContext] = []
+
+    def starter(ctx: CaseContext) -> InProcessHandle:
+        calls.append(ctx)
+        raise AssertionError("not to be started")
+
+    t: Target = LaunchedTarget(f"{sys.executable} -c 'import sys; sys.exit(3)'") \
+        if kind == "launched" else InProcessTarget(starter)
+    t.send_signal(signal.SIGTERM)
+    with pytest.raises(TargetError) as e:
+        t.start(_ctx(tmp_path), 20.0)
+    assert str(e.value) == "the kit stopped the target before it started"
+    assert t.stop(1.0) is None  # never started
+    assert calls == []
