@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shlex
+import socket
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -88,12 +89,52 @@ time.sleep(60)
 @pytest.mark.timeout(60)
 def test_a_flood_before_an_expected_close_is_counted_not_kept(peak_buffer: list[int],
                                                             tmp_path: Path) -> None:
-    r = _play([{"connect": 0}, {"expect_close": {"conn": 0, "within": 3}}], _FLOOD, tmp_path)
+    # the step ends once more bytes than it allows arrived (it waited out its 30 s, counting
+    # the whole 16 MiB): the count is what had arrived then, at most 1 MiB past the allowance
+    # (what arrived without a wait) and one receive
+    r = _play([{"connect": 0}, {"expect_close": {"conn": 0, "within": 30}}], _FLOOD, tmp_path)
     assert not r.passed and r.step == 1
-    assert r.message == ("connection 0: expected the target to close it; still open after 3s "
-                         "(16777216 bytes received)")
-    assert r.observed.startswith("d0170df1ffff") and r.observed.endswith("(16777216 B)")
-    assert 0 < peak_buffer[0] <= 1 << 17  # a bounded prefix, not the 16 MiB
+    n = int(r.observed.rsplit("(", 1)[1].removesuffix(" B)"))
+    assert 0 < n <= (1 << 20) + (1 << 16)
+    assert r.message == (f"connection 0: expected a close with at most 0 bytes before it, "
+                         f"observed {n} bytes so far, still open")
+    assert r.observed.startswith("d0170df1ffff")
+    assert r.seconds < 10.0
+    assert 0 < peak_buffer[0] <= 1 << 17  # a bounded prefix, not what was counted
+
+
+@pytest.mark.timeout(60)
+def test_an_expected_close_fails_once_more_than_it_allows_arrived(tmp_path: Path) -> None:
+    # four bytes allowed: the step goes on waiting for the close after the first four, and
+    # ends when the next four come, not at the end of its 30 s
+    r = _play([{"connect": 0}, {"expect_close": {"conn": 0, "allow": 4, "within": 30}}],
+              _FOUR_BYTES_THEN_FOUR_MORE, tmp_path)
+    assert not r.passed and r.step == 1
+    assert r.message == ("connection 0: expected a close with at most 4 bytes before it, "
+                         "observed 8 bytes so far, still open")
+    assert (r.expected, r.observed) == ("", "d0170df100000000")
+    assert 0.3 <= r.seconds < 10.0
+
+
+#: eight bytes and the close in one segment (TCP_CORK holds the bytes until the close)
+_EIGHT_BYTES_AND_CLOSE = """\
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+c.sendall(bytes.fromhex("d0170df1") + bytes(4))
+c.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="needs TCP_CORK (Linux)")
+@pytest.mark.timeout(60)
+def test_a_close_that_came_with_too_many_bytes_is_reported_as_a_close(tmp_path: Path) -> None:
+    # once more than it allows arrived, the step still reads what is there without a wait:
+    # the close that came with them, so the count is the whole and the failure a close's
+    r = _play([{"connect": 0}, {"expect_close": {"conn": 0, "allow": 4, "within": 30}}],
+              _EIGHT_BYTES_AND_CLOSE, tmp_path)
+    assert not r.passed and r.step == 1
+    assert r.message == ("connection 0: expected a close with at most 4 bytes before it, "
+                         "observed 8 bytes")
+    assert r.observed == "d0170df100000000"
 
 
 @pytest.mark.timeout(60)
@@ -423,8 +464,10 @@ def test_an_expectation_ends_once_the_bytes_that_arrived_differ(tmp_path: Path) 
 
 @pytest.mark.timeout(60)
 def test_the_default_wait_of_a_step_follows_the_timeout_scale(tmp_path: Path) -> None:
-    # no within: 5 s x the kit's timeout scale (0.1 here), at least 2 s
-    r = _play([{"connect": 0}, {"expect_close": 0}], _FOUR_BYTES_THEN_SILENCE, tmp_path)
+    # no within: 5 s x the kit's timeout scale (0.1 here), at least 2 s (the four bytes are
+    # allowed: more would end the step at once)
+    r = _play([{"connect": 0}, {"expect_close": {"conn": 0, "allow": 4}}],
+              _FOUR_BYTES_THEN_SILENCE, tmp_path)
     assert not r.passed and r.step == 1
     assert r.message == ("connection 0: expected the target to close it; still open after 2s "
                          "(4 bytes received)")

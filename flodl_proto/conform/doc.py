@@ -111,19 +111,22 @@ expected.
 
 A target that misbehaves fails its cases, not the kit. Of what a target sends on a connection,
 the kit keeps what the step reads (a Hello record at most its largest legal size for the world
-size) and the first 4 KiB of what comes before an expected close; it counts the rest: a target
-that floods a connection fails the case with the number of bytes it sent, and the kit's memory
-stays bounded. Once a target has ended, the kit reads what is left of its output for at most
-half a second: a process it left behind in a session of its own (out of reach of the stop
-signals, which go to the target's process group) that holds its stdout or stderr open does not
-keep the kit waiting. Of the target's output, the kit keeps the last 200 lines, each cut at
-240 characters (a cut line ends `... (N more characters cut)`): the JUnit report holds them
-for a failing case (`system-out`), and a case whose target did not start shows the last 5 on
-the console. Neither plays the target's control characters (an ANSI colour's ESC, a bell, a
-window-title sequence): the JUnit report writes those XML cannot hold as `#xNN` (`#x1B`), and
-the console shows every control character but tab so, and the Unicode direction controls that
-would reorder the line (U+202E RIGHT-TO-LEFT OVERRIDE, U+2066 to U+2069, U+200E, U+200F) too
-(`#x202E`); the JSON report's messages escape the control characters as JSON does (`\\u001b`).
+size) and the first 4 KiB of what comes before an expected close; it counts the rest, and its
+memory stays bounded. An expected close fails as soon as more bytes than the case allows have
+arrived, with the number received by then (the kit reads what has already arrived, at most 1 MiB
+more, and the close when it came with them, without a wait): a target that floods a connection
+fails at once, `observed N bytes so far, still open`. Once a target has ended, the kit reads
+what is left of its output for at most half a second: a process it left behind in a session of
+its own (out of reach of the stop signals, which go to the target's process group) that holds
+its stdout or stderr open does not keep the kit waiting. Of the target's output, the kit keeps
+the last 200 lines, each cut at 240 characters (a cut line ends `... (N more characters cut)`):
+the JUnit report holds them for a failing case (`system-out`), and a case whose target did not
+start shows the last 5 on the console. Neither plays the target's control characters (an ANSI
+colour's ESC, a bell, a window-title sequence): the JUnit report writes those XML cannot hold as
+`#xNN` (`#x1B`), and the console shows every control character but tab so, and the Unicode
+direction controls that would reorder the line (U+202E RIGHT-TO-LEFT OVERRIDE, U+2066 to U+2069,
+U+200E, U+200F) too (`#x202E`); the JSON report's messages escape the control characters as JSON
+does (`\\u001b`).
 
 ### Against a build of flodl itself
 

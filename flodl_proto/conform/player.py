@@ -12,7 +12,7 @@ Steps (each a mapping with one action key):
 * ``expect_hello: {conn: C, ranks: [..]}`` — read a relay's ``Control(Hello)`` record (any host
   name), check its tag and its ranks;
 * ``expect_close: {conn: C, allow: N}`` — the target closes the connection (at most ``N`` bytes
-  before the end of stream; default none);
+  before the end of stream; default none); the step fails as soon as more than ``N`` arrived;
 * ``expect_silence: {conn: C, for: s}`` — nothing arrives and the connection stays open;
 * ``expect_no_reply: {conn: C, for: s}`` — nothing arrives (a close is fine);
 * ``close: C`` — close connection ``C``;
@@ -71,6 +71,9 @@ _CHUNK: Final = 1 << 16
 #: arrived before the end of stream, for the failure's ``observed``); the rest is counted, not
 #: kept, so a target that floods a connection cannot exhaust the kit's memory
 _KEEP: Final = 4096
+#: bytes ``expect_close`` still reads, without waiting, once more than it allows arrived (what
+#: the target sent before its close, and the close, are most often there already)
+_OVER_READ: Final = 1 << 20
 _MUX_MAGIC_LE: Final = MUX_RECORD_MAGIC.to_bytes(4, "little")
 
 
@@ -256,12 +259,13 @@ class _Conn:
         #: the target closed (or reset) its end; the kit's own close does not set it
         self.peer_closed = False
 
-    def fill(self, deadline: float) -> bool:
-        """Receive once (at most ``_CHUNK`` bytes) before ``deadline``; False on timeout."""
+    def fill(self, deadline: float | None) -> bool:
+        """Receive once (at most ``_CHUNK`` bytes) before ``deadline`` (None: only what has
+        arrived, no wait); False on timeout."""
         if self.eof or self.sock is None:
             return False
-        left = deadline - time.monotonic()
-        if left <= 0:
+        left = 0.0 if deadline is None else deadline - time.monotonic()
+        if left <= 0 and deadline is not None:
             return False
         self.sock.settimeout(left)
         try:
@@ -287,14 +291,22 @@ class _Conn:
         del self.buf[:n]
         return out
 
-    def read_to_end(self, deadline: float, keep: int) -> tuple[bytes, int, bool]:
+    def read_to_end(self, deadline: float, keep: int,
+                    limit: int | None = None) -> tuple[bytes, int, bool]:
         """Read until end of stream or the deadline: ``(the first keep bytes, the number of
-        bytes read, True at end of stream)``; the bytes past ``keep`` are counted, not kept."""
+        bytes read, True at end of stream)``; the bytes past ``keep`` are counted, not kept.
+        Once more than ``limit`` bytes were read, it no longer waits: it reads what has
+        arrived (at most ``_OVER_READ`` bytes more) and returns."""
         total = len(self.buf)
         del self.buf[keep:]
         while not self.eof:
             before = len(self.buf)
-            if not self.fill(deadline):
+            until: float | None = deadline
+            if limit is not None and total > limit:  # no wait: what has arrived
+                if total > limit + _OVER_READ:
+                    break
+                until = None
+            if not self.fill(until):
                 break
             total += len(self.buf) - before
             del self.buf[keep:]
@@ -464,7 +476,11 @@ class _Player:
     def do_expect_close(self, p: Any) -> None:
         name, c = self.conn(p)
         allow = int(p.get("allow", 0)) if isinstance(p, Mapping) else 0
-        got, n, eof = c.read_to_end(time.monotonic() + self.within(p), max(allow + 1, _KEEP))
+        got, n, eof = c.read_to_end(time.monotonic() + self.within(p), max(allow + 1, _KEEP),
+                                    allow)
+        if not eof and n > allow:  # ended as soon as more than it allows arrived
+            raise StepFailed(f"connection {name}: expected a close with at most {allow} bytes "
+                             f"before it, observed {n} bytes so far, still open", b"", got, n)
         if not eof:
             raise StepFailed(f"connection {name}: expected the target to close it; still open "
                              f"after {self.within(p):g}s" + (f" ({n} bytes received)"
