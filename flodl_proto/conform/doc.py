@@ -32,7 +32,10 @@ over real sockets (the relays for a controller; the controller and the local ran
 relay), checks the bytes, the closes and the exit status, and stops the target (SIGTERM, then
 SIGKILL after 5 s). A target that closed a connection of a failing case (a crash, most often)
 first gets up to a second to exit by itself: its case then shows its own exit status and its
-last lines of output, not a SIGTERM the kit sent while it was shutting down.
+last lines of output, not a SIGTERM the kit sent while it was shutting down. Neither wait is
+scaled by `--timeout-scale`: each waits for a process to end (the kit has closed the case's
+connections by then), not for one of the target's protocol timeouts, and a target takes as
+long to exit at any scale.
 
 Levels: **MUST** cases check flodl's behaviour as the golden vectors and upstream pin it; a
 conforming implementation passes every one. **SHOULD** cases check this package's stricter

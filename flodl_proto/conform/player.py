@@ -85,7 +85,12 @@ class KitSettings:
         timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``; scales the kit's
             ``within_scaled`` waits and its default wait (:func:`default_within`) too.
         ready_timeout: seconds a target may take to listen.
-        stop_bound: seconds between SIGTERM and SIGKILL.
+        stop_bound: seconds between SIGTERM and SIGKILL. Not scaled by ``timeout_scale``, as
+            ``exit_grace``: it waits for a process to end (the kit has closed the case's
+            connections before it sends SIGTERM), not for one of the target's protocol
+            timeouts; this package's controller takes up to about half a second to exit on
+            SIGTERM at any scale, so a bound scaled to 0.5 s at scale 0.1 would kill a target
+            still exiting.
         exit_grace: seconds a target of a failing case that closed a connection (the kit saw
             its end of stream) may take to exit by itself before the kit sends SIGTERM, so that
             a target ending on its own (a crash: a traceback printed as it shuts down) is
