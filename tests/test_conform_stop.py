@@ -1,15 +1,21 @@
-"""The conformance kit stopped (Ctrl-C, SIGTERM) while a case makes its target and before the
-target's process starts: the target is not started, and the kit ends at once."""
+"""The conformance kit's stops: the kit stopped (Ctrl-C, SIGTERM) while a case makes its target
+and before the target's process starts (the target is not started, and the kit ends at once),
+and the kit's own stop of a passing case's target in the reports."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from flodl_proto.conform import load_catalogue
+from flodl_proto.conform.player import CaseResult
+from flodl_proto.conform.report import case_line, write_json, write_junit
 from flodl_proto.conform.target import (
     CaseContext,
     InProcessHandle,
@@ -17,6 +23,7 @@ from flodl_proto.conform.target import (
     LaunchedTarget,
     Target,
     TargetError,
+    TargetExit,
 )
 
 SALT = bytes(range(16))
@@ -109,3 +116,23 @@ def test_a_target_signalled_before_its_start_is_not_started(kind: str, tmp_path:
     assert str(e.value) == "the kit stopped the target before it started"
     assert t.stop(1.0) is None  # never started
     assert calls == []
+
+
+@pytest.mark.parametrize("stopped", [TargetExit(0, by_itself=False),
+                                     TargetExit(-15, by_itself=False),
+                                     TargetExit(-9, by_itself=False, killed=True)])
+def test_a_passing_case_shows_no_line_of_the_kits_stop_of_its_target(
+        stopped: TargetExit, tmp_path: Path) -> None:
+    """The kit stops a passing case's target too (SIGTERM, SIGKILL after the bound): the
+    console shows the case's PASS line alone and the JUnit report no failure nor output, however
+    the target ended; the JSON report keeps how (``exit_status``, ``exited_by_itself``)."""
+    case = next(c for c in load_catalogue() if c.id == "controller.round.zero-mass")
+    r = CaseResult(case, 3, passed=True, started=True, exit=stopped)
+    assert case_line(r, "S") == ["PASS controller.round.zero-mass v3 [MUST] (S)"]
+    write_junit(tmp_path / "r.xml", "controller", [r], [], lambda key: key)
+    tc = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase")
+    assert tc is not None and [e.tag for e in tc] == ["properties"]
+    write_json(tmp_path / "r.json", "controller", [r], [], lambda key: key)
+    got = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    assert (got["result"], got["exit_status"], got["exited_by_itself"]) == (
+        "pass", stopped.status, False)
