@@ -118,6 +118,30 @@ def test_a_target_signalled_before_its_start_is_not_started(kind: str, tmp_path:
     assert calls == []
 
 
+def test_a_stop_while_the_process_starts_on_the_same_thread_reaches_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kit's handler may run on the thread that is starting the target (``--jobs 1``: the
+    main thread), inside ``Popen`` before the process is the target's: the stop is kept, and the
+    process gets SIGTERM as soon as it exists, so its start fails at once (it would listen,
+    and the case would run on)."""
+    import flodl_proto.conform.target as tm
+
+    real = subprocess.Popen
+    t = LaunchedTarget(f"{sys.executable} -c 'import time; time.sleep(30)'")
+
+    def popen_then_stop(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc: subprocess.Popen[bytes] = real(*args, **kwargs)  # type: ignore[call-overload]
+        t.send_signal(signal.SIGTERM)  # the handler, on this thread, before the assignment
+        return proc
+
+    monkeypatch.setattr(tm.subprocess, "Popen", popen_then_stop)
+    with pytest.raises(TargetError) as e:
+        t.start(_ctx(tmp_path), 20.0)
+    assert str(e.value) == "the target exited (-15) before listening"
+    ended = t.stop(1.0)
+    assert ended is not None and ended.status == -signal.SIGTERM
+
+
 @pytest.mark.parametrize("stopped", [TargetExit(0, by_itself=False),
                                      TargetExit(-15, by_itself=False),
                                      TargetExit(-9, by_itself=False, killed=True)])

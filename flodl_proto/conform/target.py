@@ -402,6 +402,8 @@ class LaunchedTarget:
                                               env=env, start_new_session=True)
             except OSError as e:
                 raise TargetLaunchError(argv[0], _launch_reason(argv[0], e), e.errno) from None
+            if self._stopped_early:  # the kit's handler ran on this thread, inside Popen
+                self._signal_group(signal.SIGTERM)
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
