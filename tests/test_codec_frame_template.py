@@ -127,9 +127,29 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
     ([(True, (2,))], "frame.bad_field",  # a bool dtype is not bf16
      {"field": "layout[0]", "value": (True, (2,)),
       "reason": "not a (dtype tag, shape of ints) pair"}),
-    ([(0, ("3",))], "frame.bad_field",
-     {"field": "layout[0]", "value": (0, ("3",)),
+    ([(0, (2, 1.0))], "frame.bad_field",  # a float dim, 1.0 too
+     {"field": "layout[0]", "value": (0, (2, 1.0)),
       "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0, "3")], "frame.bad_field",  # a shape given as text: its characters are no dims
+     {"field": "layout[0]", "value": (0, "3"),
+      "reason": "not a (dtype tag, shape of ints) pair"}),
+    # a dtype or dim that is no number is the wrong type of argument (it read
+    # "layout[0] = ('f32', (2,)) is invalid: not a (dtype tag, shape of ints) pair")
+    ([(0, (2,)), ("f32", (2,))], "frame.bad_type",
+     {"field": "layout[1] dtype", "expected": "a wire dtype tag (0 f32 or 1 bf16)",
+      "got": "str"}),
+    ([(None, (2,))], "frame.bad_type",
+     {"field": "layout[0] dtype", "expected": "a wire dtype tag (0 f32 or 1 bf16)",
+      "got": "None"}),
+    ([(b"\x00", (2,))], "frame.bad_type",
+     {"field": "layout[0] dtype", "expected": "a wire dtype tag (0 f32 or 1 bf16)",
+      "got": "bytes"}),
+    ([(0, ("3",))], "frame.bad_type",
+     {"field": "layout[0] shape[0]", "expected": "a dim (an integer 0..2**32-1)",
+      "got": "str"}),
+    ([(1, (2, None))], "frame.bad_type",
+     {"field": "layout[0] shape[1]", "expected": "a dim (an integer 0..2**32-1)",
+      "got": "None"}),
     ([(0, 3)], "frame.bad_field",
      {"field": "layout[0]", "value": (0, 3), "reason": "not a (dtype tag, shape of ints) pair"}),
     ([(0,)], "frame.bad_field",
@@ -151,6 +171,22 @@ def test_a_bad_layout_is_a_typed_local_error_before_the_image_is_built(
         FrameTemplate(RoundKind.MODEL, layout)  # type: ignore[arg-type]
     assert isinstance(ei.value, LocalProtocolError)
     assert ei.value.error_id == error_id and dict(ei.value.fields) == fields
+
+
+@pytest.mark.parametrize(("layout", "text"), [
+    ([("bf16", (2,))], "round_frame: layout[0] dtype must be a wire dtype tag (0 f32 or 1 bf16), "
+                       "got str"),
+    ([(0, (2,)), (1, (3, "4"))], "round_frame: layout[1] shape[1] must be a dim (an integer "
+                                 "0..2**32-1), got str"),
+    ([(True, (2,))], "round_frame: layout[0] = (True, (2,)) is invalid: not a (dtype tag, "
+                     "shape of ints) pair"),
+])
+def test_a_layout_dtype_or_dim_is_named_with_what_is_wrong(layout: object, text: str) -> None:
+    """Text where a dtype tag or a dim goes is named with its type, a bool or a float with
+    the entry."""
+    with pytest.raises(InvalidValue) as ei:
+        FrameTemplate(RoundKind.MODEL, layout)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError) and str(ei.value) == text
 
 
 def test_the_ceiling_bounds_the_image_and_lead_and_kind_are_checked() -> None:

@@ -165,7 +165,7 @@ def test_tensor_payload_dtype_that_is_no_number_is_a_type_error(dtype: Any, got:
 
 @pytest.mark.parametrize(("shape", "dim"), [
     ([2.5], 0), ([3, 2.0], 1), ([True], 0), ([2, np.False_], 1), ([np.float32(4)], 0),
-    (["3"], 0), ([None], 0)])
+    ([np.array(2.0)], 0)])
 def test_tensor_payload_dim_must_be_an_integer(shape: list[Any], dim: int) -> None:
     """A float dim is refused, never truncated (2.5 is not a 2-element tensor), and a bool dim
     is not 1 / 0; NumPy integer dims are integers."""
@@ -176,6 +176,23 @@ def test_tensor_payload_dim_must_be_an_integer(shape: list[Any], dim: int) -> No
            {"field": f"shape[{dim}]", "value": value, "reason": "not an integer"},
            f"round_frame: shape[{dim}] = {value!r} is invalid: not an integer")
     assert TensorPayload(0, [np.int32(2)], bytes(8)).shape == (2,)
+
+
+@pytest.mark.parametrize(("shape", "dim", "got"), [
+    (["3"], 0, "str"), ([2, None], 1, "None"), ([b"\x02"], 0, "bytes"),
+    ([np.str_("3")], 0, "str_"), ([2, [3]], 1, "list")])
+def test_tensor_payload_dim_that_is_no_number_is_a_type_error(shape: list[Any], dim: int,
+                                                              got: str) -> None:
+    """A dim given as text ("3"), bytes or None is the wrong type of argument, as a dtype tag
+    given as text is: it read ``shape[0] = '3' is invalid: not an integer``."""
+    expected = "a dim (an integer 0..2**32-1)"
+    for build in (lambda: TensorPayload(0, shape, bytes(8)),
+                  lambda: TensorPayload.elide(0, shape)):
+        with pytest.raises(errors.InvalidValue) as ei:
+            build()
+        expect(ei, errors.InvalidValue, False, "frame.bad_type",
+               {"field": f"shape[{dim}]", "expected": expected, "got": got},
+               f"round_frame: shape[{dim}] must be {expected}, got {got}")
 
 
 def test_tensor_payload_shape_must_be_a_sequence() -> None:

@@ -17,7 +17,8 @@ from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE
 from ._common import wire_int, wire_real
 
-__all__ = ["as_array", "dtype_tag_error", "real_array", "wire_dtype_tag", "wire_elements"]
+__all__ = ["as_array", "integer_error", "no_number", "real_array", "wire_dtype_tag",
+           "wire_elements"]
 
 #: the NumPy dtype kinds of real numbers: bool, signed and unsigned integer, float
 _REAL_KINDS = frozenset(("b", "i", "u", "f"))
@@ -54,19 +55,31 @@ def real_array(array: npt.ArrayLike) -> npt.NDArray[Any]:
     return arr
 
 
-def dtype_tag_error(dtype: object, expected: str, reason: str) -> ProtocolError:
-    """The local error for a caller's wire dtype tag ``dtype`` that is no integer (or, for
-    ``reason``, an integer out of range): ``frame.bad_type`` naming ``dtype`` and its type when
-    it is no number at all (text such as ``"f32"``, bytes, None, a list: ``expected`` says what
-    a tag is), else ``frame.bad_field`` naming the value and ``reason`` (a bool, ``2.0``, ``2.5``,
-    an integer out of range).
+def no_number(value: object) -> bool:
+    """Whether ``value`` is no number at all (text such as ``"f32"`` or ``"3"``, bytes, None, a
+    list), as opposed to a number of the wrong kind (a bool, a float, an integer out of range):
+    the first is an argument of the wrong type (``frame.bad_type``), the second a wrong value
+    (``frame.bad_field``). Raises nothing.
 
-    No upstream counterpart: upstream's dtype tag is a typed ``u8``.
+    No upstream counterpart: upstream's API takes typed values.
     """
-    if not isinstance(dtype, bool | np.bool_) and wire_real(dtype) is None:
-        return protocol_error("frame.bad_type", field="dtype", expected=expected,
-                              got=shown_type(dtype))
-    return protocol_error("frame.bad_field", field="dtype", value=dtype, reason=reason)
+    return not isinstance(value, bool | np.bool_) and wire_real(value) is None
+
+
+def integer_error(field: str, value: object, expected: str, reason: str) -> ProtocolError:
+    """The local error for a caller's integer argument ``field`` that is ``value``, no integer
+    (or, for ``reason``, an integer out of range): ``frame.bad_type`` naming ``field`` and the
+    type of ``value`` when it is no number at all (:func:`no_number`: text such as ``"f32"``,
+    bytes, None, a list; ``expected`` says what the argument is), else ``frame.bad_field``
+    naming ``field``, the value and ``reason`` (a bool, ``2.0``, ``2.5``, an integer out of
+    range).
+
+    No upstream counterpart: upstream's dtype tags and dims are typed ``u8`` / ``u32``.
+    """
+    if no_number(value):
+        return protocol_error("frame.bad_type", field=field, expected=expected,
+                              got=shown_type(value))
+    return protocol_error("frame.bad_field", field=field, value=value, reason=reason)
 
 
 def wire_dtype_tag(dtype: object, arr: npt.NDArray[Any]) -> int:
@@ -82,8 +95,8 @@ def wire_dtype_tag(dtype: object, arr: npt.NDArray[Any]) -> int:
         return DTYPE_BF16 if is_bf16(arr.dtype) else DTYPE_F32
     tag = wire_int(dtype)
     if tag is None:
-        raise dtype_tag_error(dtype, "an integer wire dtype tag (Dtype.F32, Dtype.BF16)",
-                              "not an integer wire dtype tag (Dtype.F32, Dtype.BF16)")
+        raise integer_error("dtype", dtype, "an integer wire dtype tag (Dtype.F32, Dtype.BF16)",
+                            "not an integer wire dtype tag (Dtype.F32, Dtype.BF16)")
     if tag not in ELEMENT_SIZE:
         raise protocol_error("payload.unknown_dtype", dtype=dtype)
     return tag

@@ -34,7 +34,7 @@ from ..spec import (
     ROUND_KIND_MODEL,
     U32_MAX,
 )
-from ._arrays import dtype_tag_error, real_array, wire_dtype_tag, wire_elements
+from ._arrays import integer_error, real_array, wire_dtype_tag, wire_elements
 from ._common import BytesLike, as_view, wire_int, wire_real
 from .ceiling import frame_ceiling_int
 
@@ -118,6 +118,10 @@ _NO_SHAPE: Final = (str, bytes, bytearray, memoryview, set, frozenset, dict)
 _UNORDERED: Final = (set, frozenset, dict)
 
 
+#: what a dim is, for the error naming a dim that is no number
+_DIM_EXPECTED: Final = "a dim (an integer 0..2**32-1)"
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -144,11 +148,11 @@ class TensorPayload:
             object, whose bytes would be taken as the dims: ``frame.bad_field`` naming
             ``shape`` and its bytes:
             ``b"\\x02"`` is refused, not taken as the shape ``(2,)``; a set or a dict, whose
-            order is not the dims': ``frame.bad_type``), ``dtype`` is no number (text such
-            as ``"f32"``, None, bytes: ``frame.bad_type`` naming ``dtype`` and its type), or
-            ``dtype`` or a dim is not an integer (``frame.bad_field`` naming ``dtype`` or
-            ``shape[i]`` and the value): a bool, a float (``2.5`` and ``2.0`` alike) or, for a
-            dim, text is refused, never truncated
+            order is not the dims': ``frame.bad_type``), ``dtype`` or a dim is no number
+            (text such as ``"f32"`` or ``"3"``, None, bytes: ``frame.bad_type`` naming
+            ``dtype`` or ``shape[i]`` and its type), or ``dtype`` or a dim is a number that
+            is not an integer (``frame.bad_field`` naming ``dtype`` or ``shape[i]`` and the
+            value): a bool or a float (``2.5`` and ``2.0`` alike) is refused, never truncated
             (:func:`~flodl_proto.codec._common.wire_int`, the rule :class:`FrameTemplate` and the
             round kind share), or ``data`` is not a C-contiguous bytes-like buffer
             (``codec.not_bytes_like`` naming ``data`` and its type: text, a number, a strided
@@ -170,8 +174,8 @@ class TensorPayload:
     def __init__(self, dtype: int, shape: Iterable[int], data: BytesLike = b"") -> None:
         d_tag = wire_int(dtype)
         if d_tag is None or not 0 <= d_tag <= 0xFF:  # text ("f32") is no number: a type error
-            raise dtype_tag_error(dtype, "a wire dtype tag (an integer 0..255: 0 f32, 1 bf16)",
-                                  "not a u8")
+            raise integer_error("dtype", dtype,
+                                "a wire dtype tag (an integer 0..255: 0 f32, 1 bf16)", "not a u8")
         if type(shape) is not tuple and isinstance(shape, _NO_SHAPE):  # a tuple: one test
             if isinstance(shape, str):  # its characters would each be refused as a dim
                 raise protocol_error("frame.bad_type", field="shape",
@@ -194,9 +198,9 @@ class TensorPayload:
         dims = []
         for i, g in enumerate(given):
             d = wire_int(g)
-            if d is None:  # a bool or float dim: refused, never truncated (2.5 is not 2)
-                raise protocol_error("frame.bad_field", field=f"shape[{i}]", value=g,
-                                     reason="not an integer")
+            if d is None:  # a bool or float dim: refused, never truncated (2.5 is not 2);
+                # text ("3"), bytes or None is no number: a type error
+                raise integer_error(f"shape[{i}]", g, _DIM_EXPECTED, "not an integer")
             if not 0 <= d <= U32_MAX:
                 raise protocol_error("tensor.dim_too_large", dim=i, value=d)
             dims.append(d)

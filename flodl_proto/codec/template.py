@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import protocol_error, shown_type
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import (
     AUTH_TAG_LEN,
     DEFAULT_FRAME_CEILING,
@@ -29,6 +29,7 @@ from ..spec import (
     ROUND_FRAME_HEADER_LEN,
     U32_MAX,
 )
+from ._arrays import no_number
 from ._common import BytesLike, as_view, check_ceiling, wire_int
 from ._walk import _FrameWalk
 from .auth import check_salt, new_mac
@@ -93,8 +94,10 @@ class FrameTemplate:
             none), a bad ``ceiling``
             (``ceiling.invalid``), a ``layout`` that is no sequence (``frame.bad_type`` naming
             its type), a layout entry that is not a ``(dtype tag, shape of ints)``
-            pair (``frame.bad_field``; a bool, float or text dtype or dim is refused, never
-            truncated), a dtype
+            pair (``frame.bad_field`` naming ``layout[i]``; a bool or float dtype or dim is
+            refused, never truncated; a shape given as text is none), a dtype or dim that is no
+            number (text, bytes, None: ``frame.bad_type`` naming ``layout[i] dtype`` or
+            ``layout[i] shape[k]`` and its type), a dtype
             other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
             ``tensor.ndim_unsupported``), a dim outside ``0..2**32-1``
             (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``codec.not_bytes_like``).
@@ -183,15 +186,6 @@ class FrameTemplate:
         return mv
 
 
-def _index(value: Any) -> int:
-    """``value`` as an int by the codec's one integer rule (:func:`wire_int`: no bool, no
-    float); TypeError otherwise."""
-    n = wire_int(value)
-    if n is None:
-        raise TypeError
-    return n
-
-
 def _template_layout(layout: Iterable[Any], ceiling: int
                      ) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """A :class:`FrameTemplate`'s layout checked before its image is allocated: per tensor an
@@ -211,11 +205,31 @@ def _template_layout(layout: Iterable[Any], ceiling: int
     for i, entry in enumerate(entries):
         try:
             d, shape = entry
-            dtype = _index(d)
-            dims = tuple(_index(n) for n in shape)
+            if isinstance(shape, str):  # its characters are no dims
+                raise TypeError
+            given = tuple(shape)
         except (TypeError, ValueError):
-            raise protocol_error("frame.bad_field", field=f"layout[{i}]", value=entry,
-                                 reason="not a (dtype tag, shape of ints) pair") from None
+            raise _not_a_pair(i, entry) from None
+        # the codec's one integer rule (wire_int: no bool, no float); a dtype or dim that is
+        # no number at all (text, bytes, None) is the wrong type of argument
+        dtype = wire_int(d)
+        if dtype is None:
+            if no_number(d):
+                raise protocol_error("frame.bad_type", field=f"layout[{i}] dtype",
+                                     expected="a wire dtype tag (0 f32 or 1 bf16)",
+                                     got=shown_type(d))
+            raise _not_a_pair(i, entry)
+        dims_list = []
+        for k, g in enumerate(given):
+            n = wire_int(g)
+            if n is None:
+                if no_number(g):
+                    raise protocol_error("frame.bad_type", field=f"layout[{i}] shape[{k}]",
+                                         expected="a dim (an integer 0..2**32-1)",
+                                         got=shown_type(g))
+                raise _not_a_pair(i, entry)
+            dims_list.append(n)
+        dims = tuple(dims_list)
         if dtype not in _NUMPY_DTYPE:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype,
                                  reason="a template carries f32 (0) or bf16 (1) payloads")
@@ -230,3 +244,10 @@ def _template_layout(layout: Iterable[Any], ceiling: int
             raise protocol_error("template.too_large", index=i, total=total, ceiling=ceiling)
         specs.append((dtype, dims))
     return tuple(specs)
+
+
+def _not_a_pair(i: int, entry: Any) -> ProtocolError:
+    """The error for layout entry ``i`` that is no ``(dtype tag, shape of ints)`` pair (or holds
+    a bool or a float where an integer goes): ``frame.bad_field`` naming ``layout[i]`` and it."""
+    return protocol_error("frame.bad_field", field=f"layout[{i}]", value=entry,
+                          reason="not a (dtype tag, shape of ints) pair")
