@@ -14,7 +14,7 @@ from flodl_proto.codec import (
     encode_mux_record_bytes,
     encode_round_frame_bytes,
 )
-from flodl_proto.codec.mux import parse_mux_header
+from flodl_proto.codec.mux import MuxHeader, parse_mux_header
 from flodl_proto.codec.stream import (
     MagicReceived,
     MuxStream,
@@ -22,7 +22,7 @@ from flodl_proto.codec.stream import (
     StreamEnded,
     StreamFailed,
 )
-from flodl_proto.errors import AuthenticationError, InvalidValue
+from flodl_proto.errors import AuthenticationError, InvalidValue, LocalProtocolError
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 OTHER = bytes(16)
@@ -91,15 +91,48 @@ def test_bad_arguments_are_local_errors(ceiling: object) -> None:
 
 
 def test_every_assertion_a_public_method_raises_is_in_its_docstring() -> None:
-    """feed_eof's internal-invariant AssertionError was not in its docstring."""
+    """feed_eof's internal-invariant AssertionError was not in its docstring, nor feed's, which
+    reaches the one of ``_decode_one`` (through ``_parse_in_place`` and ``_drain_buffer``)."""
     import inspect
+    import re
+
+    methods = {name: fn for name, fn in vars(MuxStream).items() if callable(fn)}
+    sources = {name: inspect.getsource(fn) for name, fn in methods.items()}
+
+    def asserts(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether ``name`` raises AssertionError itself or through a method it calls."""
+        if "raise AssertionError" in sources[name]:
+            return True
+        called = set(re.findall(r"self\.(_\w+)\(", sources[name])) & methods.keys()
+        return any(asserts(c, seen | {name}) for c in called - seen - {name})
 
     checked = []
-    for name, fn in vars(MuxStream).items():
-        if name.startswith("_") or not callable(fn):
+    for name, fn in methods.items():
+        if name.startswith("_") or not asserts(name):
             continue
-        if "raise AssertionError" in inspect.getsource(fn):
-            checked.append(name)
-            raises = (fn.__doc__ or "").split("Raises:", 1)
-            assert len(raises) == 2 and "AssertionError" in raises[1], name
-    assert "feed_eof" in checked
+        checked.append(name)
+        raises = (fn.__doc__ or "").split("Raises:", 1)
+        assert len(raises) == 2 and "AssertionError" in raises[1], name
+    assert sorted(checked) == ["feed", "feed_eof"]
+
+
+@pytest.mark.parametrize(("length", "chunk"), [
+    (-5, 40),  # cut a 20-byte "record", read as a clean end of stream: an AssertionError
+    (2.0, 27), ("2", 27), (None, 27),  # TypeErrors of the slicing or of 25 + length
+])
+def test_a_header_whose_length_is_no_u32_is_the_callers_error(length: object, chunk: int
+                                                               ) -> None:
+    """The ``header`` hint describes the record at the start of the chunk; one whose
+    ``payload_len`` is no u32 comes from no reader and is refused before the bytes are taken."""
+    wire = encode_mux_record_bytes(MuxRecord.data(7, b"xy"), SALT)
+    good = parse_mux_header(wire)
+    stream = MuxStream(SALT, expect_magic=None)
+    bad = MuxHeader(good.kind, good.rank, length, good.auth_tag)  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError) as ei:
+        stream.feed(bytes(chunk), header=bad)
+    assert isinstance(ei.value, InvalidValue) and ei.value.error_id == "mux.bad_field"
+    assert str(ei.value) == (f"relay_mux: header.payload_len = {length!r} is invalid: not a "
+                             "u32 (parse_mux_header's result holds the record's length)")
+    assert (stream.done, stream.buffered, stream.bytes_in) == (False, 0, 0)
+    [ev] = stream.feed(wire, header=good)  # the stream goes on
+    assert isinstance(ev, RecordReceived) and bytes(ev.record.payload) == b"xy"

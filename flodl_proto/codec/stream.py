@@ -398,16 +398,24 @@ def _expected_magic(value: int | str | None) -> int | None:
 
 def _check_hints(premac: object, frame_premac: object, header: object) -> None:
     """Refuse :meth:`MuxStream.feed`'s optional ``premac``, ``frame_premac`` and ``header``
-    when one is of another type than its own or None (``mux.bad_type``, local)."""
+    when one is of another type than its own or None (``mux.bad_type``, local), and a
+    ``header`` whose ``payload_len`` is no u32 (``mux.bad_field``, local: no header the
+    readers parse holds one, and the stream would cut the chunk at its length)."""
     for name, value in (("premac", premac), ("frame_premac", frame_premac)):
         if value is not None and not isinstance(value, Premac):
             raise protocol_error("mux.bad_type", field=name,
                                  expected="a Premac (a MAC over the bytes being decoded) or None",
                                  got=shown_type(value))
-    if header is not None and not isinstance(header, MuxHeader):
-        raise protocol_error("mux.bad_type", field="header",
-                             expected="a MuxHeader (parse_mux_header's result) or None",
-                             got=shown_type(header))
+    if header is not None:
+        if not isinstance(header, MuxHeader):
+            raise protocol_error("mux.bad_type", field="header",
+                                 expected="a MuxHeader (parse_mux_header's result) or None",
+                                 got=shown_type(header))
+        length = header.payload_len
+        if length.__class__ is not int or not 0 <= length <= U32_MAX:
+            raise protocol_error("mux.bad_field", field="header.payload_len", value=length,
+                                 reason="not a u32 (parse_mux_header's result holds the "
+                                        "record's length)")
 
 
 class MuxStream:
@@ -515,9 +523,17 @@ class MuxStream:
             ``mux.bad_type``: a ``premac`` or ``frame_premac`` that is neither a
             :class:`~flodl_proto.codec.auth.Premac` nor None, or a ``header`` that is neither a
             :class:`~flodl_proto.codec.mux.MuxHeader` nor None, named with its type (as the
-            record readers refuse such an argument). Either is the caller's mistake, not the
-            peer's: it is raised before ``data`` is taken, and the stream stays as it was (the
-            same bytes may be fed again).
+            record readers refuse such an argument); ``mux.bad_field``: a ``header`` whose
+            ``payload_len`` is no u32 (a negative one would cut a record shorter than its
+            own 25-byte header). Each is the caller's mistake, not the peer's: it is raised
+            before ``data`` is taken, and the stream stays as it was (the same bytes may be
+            fed again).
+            AssertionError: only if the stream's own invariant broke, never for any input or
+                call order: a record is handed to its reader only once all of it is there (at
+                least its 25-byte header, a length checked above), so the reader never finds
+                the clean end of stream of a header cut short. An internal error (a bug of
+                this class), neither the peer's (``RemoteProtocolError``: the stream reports
+                those as :class:`StreamFailed`) nor the caller's (``LocalProtocolError``).
         """
         if self._done:
             return []
