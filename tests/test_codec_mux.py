@@ -616,7 +616,27 @@ def test_max_hello_payload_rejects_a_world_size_of_zero_in_upstreams_words() -> 
     assert str(ei.value) == "cluster_controller: world_size must be > 0"
 
 
-@pytest.mark.parametrize("world", [-1, -(2**40), True, False, 1.0, 0.0, "3", None])
+@pytest.mark.parametrize("world", [np.int64(4), np.uint32(4), np.array(4), 4])
+def test_max_hello_payload_takes_a_numpy_integer_as_controller_core_does(world: object) -> None:
+    """``np.int64(4)`` was refused (``world_size = np.int64(4) is invalid``), where
+    ControllerCore, whose Hello bound it is, takes it."""
+    assert max_hello_payload(world) == 287 + 37 * 4 == 435  # type: ignore[arg-type]
+    assert type(max_hello_payload(world)) is int  # type: ignore[arg-type]
+    from flodl_proto.fsm import ControllerCore
+    assert ControllerCore(world, SALT_B).world_size == 4  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("world", [np.int64(0), np.uint8(0)])
+def test_max_hello_payload_of_a_numpy_zero_is_upstreams_words(world: object) -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        max_hello_payload(world)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert (ei.value.error_id, str(ei.value)) == ("controller.world_size_zero",
+                                                  "cluster_controller: world_size must be > 0")
+
+
+@pytest.mark.parametrize("world", [-1, -(2**40), True, False, 1.0, 0.0, "3", None,
+                                   np.True_, np.int64(-2), np.float64(4.0)])
 def test_max_hello_payload_names_any_other_bad_world_size(world: object) -> None:
     """Every bad value read ``world_size must be > 0``, never naming it (a negative one, text,
     None, a bool), where ControllerCore names it."""

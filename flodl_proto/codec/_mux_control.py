@@ -265,24 +265,28 @@ def max_hello_payload(world_size: int) -> int:
     32-byte signature per rank; a version-2 reader ignores them but accepts them), so
     ``287 + 37 x world_size``.
 
+    ``world_size`` is an integer by the codec's rule
+    (:func:`~flodl_proto.codec._common.wire_int`: ``int``, a NumPy integer, whatever
+    ``operator.index`` takes but a bool), as :class:`~flodl_proto.fsm.ControllerCore` takes it.
+
     Raises:
-        InvalidValue (local): ``world_size`` is not a positive integer: 0 is
-            ``controller.world_size_zero`` (upstream's words), any other such value (a negative
-            one, a bool, a float, text, None) ``controller.bad_argument`` naming
+        InvalidValue (local): ``world_size`` is not a positive integer: 0 (``np.int64(0)``
+            too) is ``controller.world_size_zero`` (upstream's words), any other such value (a
+            negative one, a bool, a float, text, None) ``controller.bad_argument`` naming
             ``world_size`` and the value, as :class:`~flodl_proto.fsm.ControllerCore` refuses
             it.
 
     Upstream: ``relay/mux.rs`` ``RelayControlMsg::Hello`` (the layout); the bound is ours.
     """
-    an_int = isinstance(world_size, int) and not isinstance(world_size, bool)
-    if not an_int or world_size <= 0:
-        if an_int and world_size == 0:
+    n = wire_int(world_size)  # a NumPy integer is one (ControllerCore takes it); a bool is not
+    if n is None or n <= 0:
+        if n == 0:
             raise protocol_error("controller.world_size_zero")
         raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
                              reason="not a whole number >= 1")
     u32, u64 = 1 + 4, 1 + 8  # marker byte + the widest value the field's type allows
-    return (u32 + (u64 + MAX_HELLO_HOST_LEN) + (u64 + u32 * world_size)
-            + (u64 + MODEL_SIG_LEN * world_size))
+    return (u32 + (u64 + MAX_HELLO_HOST_LEN) + (u64 + u32 * n)
+            + (u64 + MODEL_SIG_LEN * n))
 
 
 def ranks_str(ranks: Iterable[int]) -> str:
