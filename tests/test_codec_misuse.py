@@ -294,3 +294,35 @@ def test_an_object_array_is_no_buffer_of_bytes() -> None:
             call()
         assert not e.value.remote
         assert str(e.value) == f"{field} {why}"
+
+
+def test_numpy_text_is_no_buffer_of_bytes() -> None:
+    """NumPy text exports its characters as UCS-4: ``np.array(["ab"])`` was taken as the 8
+    bytes ``a\\0\\0\\0b\\0\\0\\0`` by encode_len_framed, as a MAC piece, as a payload and as
+    bytes to decode, where a strided one or a ``str_`` piece was named as NumPy text."""
+    import numpy as np
+
+    from flodl_proto.codec import TensorPayload, compute_tag, encode_mux_record_parts
+
+    text = np.array(["ab"])
+    one = np.str_("ab")
+    why = ("must be a contiguous bytes-like object (bytes, bytearray or memoryview), got NumPy "
+           "text ({} of dtype <U2): encode it to bytes")
+    for field, value, call in (
+            ("blob", text, lambda: encode_len_framed(text)),
+            ("blob", one, lambda: encode_len_framed(one)),
+            ("blob[1]", text, lambda: encode_len_framed([b"a", text])),
+            ("pieces[1]", text, lambda: compute_tag(SALT, [b"a", text])),
+            ("payload[0]", text, lambda: encode_mux_record_parts(3, 0, [text], SALT)),
+            ("payload", text, lambda: MuxRecord.data(0, text)),
+            ("data", text, lambda: TensorPayload(0, [2], text)),
+            ("data", one, lambda: TensorPayload(0, [2], one)),
+            ("data", text, lambda: decode_len_framed(text))):
+        with pytest.raises(InvalidValue) as e:
+            call()
+        assert isinstance(e.value, LocalProtocolError) and e.value.__cause__ is None
+        assert (e.value.error_id, str(e.value)) == (
+            "codec.not_bytes_like", f"{field} {why.format(type(value).__name__)}")
+    # a memoryview is taken as the bytes it asks for; a numeric array stays one buffer
+    assert b"".join(encode_len_framed(memoryview(text))) == b"\x08\0\0\0a\0\0\0b\0\0\0"
+    assert bytes(TensorPayload(0, [2], np.zeros(2, np.float32)).data) == bytes(8)

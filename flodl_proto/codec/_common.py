@@ -27,6 +27,7 @@ __all__ = [
     "check_version",
     "not_bytes_like",
     "not_pieces",
+    "numpy_text",
     "unviewed",
     "wire_int",
     "wire_real",
@@ -84,8 +85,10 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
 
     Raises:
         InvalidValue (local, ``codec.not_bytes_like``): ``data`` is not a buffer (``None``, text,
-            a list, a message object), not a C-contiguous one (a strided view), or a buffer of
-            Python object pointers (a NumPy object array: its bytes are addresses);
+            a list, a message object), not a C-contiguous one (a strided view), a buffer of
+            Python object pointers (a NumPy object array: its bytes are addresses), or NumPy
+            text (a ``str_`` or an array of dtype ``<U2``: its buffer holds UCS-4 characters,
+            :func:`numpy_text`; a ``memoryview`` of it is taken as the bytes it asks for);
         InvalidValue (local, ``codec.big_endian``): with ``elements``, ``data`` is a typed
             buffer of big-endian elements of more than one byte (named as the RoundFrame's
             other checks name theirs: ``round_frame: data = ndarray of big-endian elements
@@ -101,6 +104,8 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
                                      size=mv.itemsize)
             if "O" in mv.format:  # Python object pointers (a NumPy object array): no bytes
                 raise TypeError
+            if mv.format[-1:] == "w" and numpy_text(data):  # UCS-4 characters: no bytes
+                raise TypeError
             mv = mv.cast("B")  # refuses a strided view (TypeError)
     except (TypeError, BufferError, ValueError):
         raw = _array_bytes(data)
@@ -110,11 +115,22 @@ def as_view(data: BytesLike, field: str = "data", *, elements: bool = False) -> 
     return mv
 
 
+def numpy_text(value: Any) -> bool:
+    """Whether ``value`` is NumPy text: a ``str_`` or an array of dtype kind ``U``, whose buffer
+    holds its characters as UCS-4 (``np.array(["ab"])`` exports the 8 bytes
+    ``b"a\\0\\0\\0b\\0\\0\\0"``), no bytes to send: the codec refuses it where it takes
+    bytes (:func:`not_bytes_like` names it). Raises nothing.
+
+    No upstream counterpart (upstream's API takes byte slices)."""
+    return isinstance(value, np.ndarray | np.generic) and value.dtype.kind == "U"
+
+
 def _array_bytes(data: Any) -> memoryview | None:
     """The memory of a C-contiguous NumPy array whose dtype exports no buffer format (NumPy
     refuses ``memoryview`` of an ``ml_dtypes.bfloat16`` array), as flat unsigned bytes; None for
-    anything else. Such dtypes are native-endian."""
-    if not isinstance(data, np.ndarray) or not data.flags.c_contiguous or data.dtype.hasobject:
+    anything else (NumPy text included). Such dtypes are native-endian."""
+    if not isinstance(data, np.ndarray) or not data.flags.c_contiguous or data.dtype.hasobject \
+            or data.dtype.kind == "U":
         return None
     try:
         return data.reshape(-1).view(np.uint8).data
@@ -152,7 +168,7 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
     ``str_`` or an array of dtype kind ``U``) is named as text with its dtype, not as a
     buffer's layout."""
     got = shown_type(value)
-    if isinstance(value, np.ndarray | np.generic) and value.dtype.kind == "U":
+    if numpy_text(value):
         got = (f"NumPy text ({shown_type(value)} of dtype {value.dtype.str}): encode it "
                "to bytes")
     elif _holds_pointers(value):

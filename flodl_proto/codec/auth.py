@@ -18,6 +18,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import protocol_error, shown_type
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
 from ._common import BytesLike, not_bytes_like
@@ -169,8 +171,9 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes; ``pieces`` is a single buffer (pass
-            ``[data]``) or no iterable (``codec.not_pieces``), or one of them is no buffer
-            (``codec.not_bytes_like`` naming ``pieces[i]``).
+            ``[data]``) or no iterable (``codec.not_pieces``), or one of them is no buffer or
+            is NumPy text, whose buffer holds UCS-4 characters (``codec.not_bytes_like`` naming
+            ``pieces[i]``).
 
     Upstream: ``wire.rs`` ``hmac_sha256_64``.
     """
@@ -182,9 +185,12 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
     except TypeError:
         raise protocol_error("codec.not_pieces", field="pieces", got=shown_type(pieces)
                              ) from None
+    update = mac.update
     for i, p in enumerate(items):
         try:
-            mac.update(p)
+            if isinstance(p, np.ndarray) and p.dtype.kind == "U":  # UCS-4 characters: no bytes
+                raise TypeError
+            update(p)
         except (TypeError, BufferError, ValueError):  # an int, text, None, a strided view
             raise not_bytes_like(f"pieces[{i}]", p) from None
     return bytes(mac.digest()[:AUTH_TAG_LEN])

@@ -26,6 +26,7 @@ from ._common import (
     check_ceiling,
     not_bytes_like,
     not_pieces,
+    numpy_text,
     wire_int,
 )
 from .auth import Premac
@@ -107,7 +108,9 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
     Raises:
         LimitExceeded (local): the blob is longer than the frame ceiling (bytes) or than u32.
         InvalidValue (local): ``blob`` is not a buffer nor an iterable of buffers
-            (``codec.not_bytes_like`` naming ``blob``, or ``blob[i]`` and the piece's type).
+            (``codec.not_bytes_like`` naming ``blob``, or ``blob[i]`` and the piece's type),
+            or is NumPy text (``np.array(["ab"])``, a ``str_``: its buffer holds UCS-4
+            characters, named as NumPy text with its dtype).
 
     Upstream: ``flodl/src/distributed/relay/mux.rs`` ``write_len_framed``.
     """
@@ -127,8 +130,10 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
     try:
         for p in pieces:
             view = memoryview(p)
-            # sendmsg takes C-contiguous buffers only; object pointers are no bytes to send
-            if not view.c_contiguous or "O" in view.format:
+            # sendmsg takes C-contiguous buffers only; object pointers are no bytes to send,
+            # nor NumPy text's UCS-4 characters
+            if not view.c_contiguous or "O" in view.format or (
+                    view.format[-1:] == "w" and numpy_text(p)):
                 raise BufferError
             length += view.nbytes
     except (TypeError, BufferError):  # a piece that is None, text, a number, a strided view

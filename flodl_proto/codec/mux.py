@@ -56,6 +56,7 @@ from ._common import (
     check_ceiling,
     check_version,
     not_pieces,
+    numpy_text,
     wire_int,
 )
 from ._mux_control import (
@@ -308,9 +309,9 @@ def encode_mux_record_parts(
         InvalidValue (local): bad salt or rank, or a ``kind`` that is not an integer 0..255
             (``mux.bad_field``: a bool, a float or text is refused, never truncated; an unknown
             kind byte is written); ``payload`` is one buffer (pass ``[data]``), text or no
-            iterable (``codec.not_pieces``), or one of its pieces is no contiguous buffer
-            (``codec.not_bytes_like`` naming ``payload[i]``); LimitExceeded (local): payload
-            above ``ceiling``.
+            iterable (``codec.not_pieces``), or one of its pieces is no contiguous buffer or
+            is NumPy text (``codec.not_bytes_like`` naming ``payload[i]``); LimitExceeded
+            (local): payload above ``ceiling``.
 
     Upstream: ``relay/mux.rs`` ``write_record``.
     """
@@ -332,7 +333,9 @@ def encode_mux_record_parts(
         length = 0
         for p in payload:
             view = memoryview(p)
-            if "O" in view.format:  # Python object pointers (a NumPy object array): no bytes
+            # Python object pointers (a NumPy object array), NumPy text's UCS-4 characters:
+            # no bytes
+            if "O" in view.format or (view.format[-1:] == "w" and numpy_text(p)):
                 raise BufferError
             length += view.nbytes
     except (TypeError, BufferError):  # None, text, a message object: no buffers
