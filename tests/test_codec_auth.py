@@ -267,9 +267,17 @@ _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or mem
      "pieces[0] " + _NOT_A_BUFFER + "a non-contiguous memoryview"),
     ([b"x", np.zeros(8, np.uint8)[::2]], "codec.not_bytes_like",  # a bare ValueError
      "pieces[1] " + _NOT_A_BUFFER + "a non-contiguous ndarray"),
-    # NumPy text: its items are str_ (refused by hashlib as text), not strided buffers
-    (np.array(["ab"]), "codec.not_bytes_like",
+    # a NumPy array is one buffer: each element was hashed as a piece (np.arange(3): the
+    # 24 bytes of three int64), where bytes are refused so; NumPy text too
+    (np.arange(3), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
+    (np.zeros((2, 3), np.uint8), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
+    (np.array(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
+    (np.array(["ab"]), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
+    # a str_ piece is refused by hashlib as text, named as NumPy text
+    ([np.str_("ab")], "codec.not_bytes_like",
      "pieces[0] " + _NOT_A_BUFFER + "NumPy text (str_ of dtype <U2): encode it to bytes"),
+    ([b"x", np.array(["ab"])], "codec.not_bytes_like",  # its UCS-4 characters were hashed
+     "pieces[1] " + _NOT_A_BUFFER + "NumPy text (ndarray of dtype <U2): encode it to bytes"),
     ([b"x", np.array(["ab", "cde"])[::-1]], "codec.not_bytes_like",
      "pieces[1] " + _NOT_A_BUFFER + "NumPy text (ndarray of dtype <U3): encode it to bytes"),
 ])

@@ -171,14 +171,17 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes; ``pieces`` is a single buffer (pass
-            ``[data]``) or no iterable (``codec.not_pieces``), or one of them is no buffer or
+            ``[data]``; a NumPy array too, whose elements are no pieces) or no iterable
+            (``codec.not_pieces``), or one of them is no buffer or
             is NumPy text, whose buffer holds UCS-4 characters (``codec.not_bytes_like`` naming
             ``pieces[i]``).
 
     Upstream: ``wire.rs`` ``hmac_sha256_64``.
     """
     mac = new_mac(check_salt(salt))
-    if isinstance(pieces, bytes | bytearray | memoryview | str):  # its items would be ints
+    # one buffer or text: its items would be ints, a NumPy array's its elements' scalars (each
+    # hashed as its bytes)
+    if isinstance(pieces, bytes | bytearray | memoryview | str | np.ndarray):
         raise protocol_error("codec.not_pieces", field="pieces", got=shown_type(pieces))
     try:
         items = iter(pieces)
