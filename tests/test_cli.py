@@ -528,14 +528,16 @@ def test_a_bf16_rank_never_imports_ml_dtypes() -> None:
 def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
     res = _cli("docs", "--out", str(tmp_path))
     assert res.returncode == 2
-    _one_error_line(res.stderr, f"argument --out: '{tmp_path}' names a folder (an existing one)")
+    _one_error_line(res.stderr, f"argument --out: {shown(str(tmp_path))} names a folder (an "
+                                "existing one)")
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     # a file where a folder of the path should be: the command line's, found before any work
     res = _cli("docs", "--out", str(blocker / "protocol.md"))
     assert res.returncode == 2
     _one_error_line(res.stderr, f"error: argument --out: {shown(str(blocker / 'protocol.md'))}: "
-                                f"Not a directory ({blocker} is a file, not a folder)")
+                                f"Not a directory ({shown_name(str(blocker))} is a file, "
+                                "not a folder)")
     # one that is no regular file is named for what it is
     fifo = tmp_path / "a-fifo"
     os.mkfifo(fifo)
@@ -544,7 +546,8 @@ def test_docs_out_a_directory_or_an_unwritable_path(tmp_path: Path) -> None:
         assert res.returncode == 2
         _one_error_line(res.stderr, f"error: argument --out: "
                                     f"{shown(str(stand_in / 'protocol.md'))}: "
-                                    f"Not a directory ({stand_in} is {kind}, not a folder)")
+                                    f"Not a directory ({shown_name(str(stand_in))} is {kind}, "
+                                    "not a folder)")
 
 
 @pytest.mark.parametrize("cmd", [("docs",), ("conform", "docs")], ids=" ".join)
@@ -560,20 +563,21 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
     (tmp_path / "loop2").symlink_to(loop)
     out = blocker / "protocol.md"  # refused with the command line, as for a write
     assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
-        2, "", f"{prog}: error: argument --out: {shown(str(out))}: Not a directory ({blocker} is "
-        "a file, not a folder)\n")
+        2, "", f"{prog}: error: argument --out: {shown(str(out))}: Not a directory "
+        f"({shown_name(str(blocker))} is a file, not a folder)\n")
     assert _run_main(capsys, *cmd, "--check", "--out", str(loop)) == (
         2, "", f"{prog}: error: cannot read {shown_name(str(loop))}: Too many levels of "
         "symbolic links\n")
     assert _run_main(capsys, *cmd, "--check", "--out", str(tmp_path)) == (  # with the command line
-        2, "", f"{prog}: error: argument --out: '{tmp_path}' names a folder (an existing one); "
-        "give a file path in it\n")
+        2, "", f"{prog}: error: argument --out: {shown(str(tmp_path))} names a folder (an existing "
+        "one); give a file path in it\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
     assert (code, out_text) == (1, "")
-    assert err.startswith(f"{prog}: error: {tmp_path / 'none.md'}: missing")
+    assert err.startswith(f"{prog}: error: {shown_name(str(tmp_path / 'none.md'))}: missing")
     assert err.endswith(f"; run `flodl-proto {' '.join(cmd)} --out {tmp_path / 'none.md'}`\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(blocker))
-    assert (code, out_text) == (1, "") and err.startswith(f"{prog}: error: {blocker}: out of date")
+    assert (code, out_text) == (1, "") and err.startswith(
+        f"{prog}: error: {shown_name(str(blocker))}: out of date")
 
 
 def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
@@ -584,7 +588,7 @@ def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
         res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt",
                    SALT_HEX, "--checkpoint-dir", str(where))
         assert res.returncode == 2 and res.stdout == ""
-        _one_error_line(res.stderr, f"argument --checkpoint-dir: {where}: {why}")
+        _one_error_line(res.stderr, f"argument --checkpoint-dir: {shown_name(str(where))}: {why}")
         assert "listen" not in res.stderr
 
 
@@ -628,6 +632,15 @@ def _pasted(path: Path | str) -> str:
     quote, as the tests' paths are)."""
     text = str(path)
     return text if re.fullmatch(r"[A-Za-z0-9_./:@%+,=-]+", text) else f"'{text}'"
+
+
+def _script_shown(path: Path) -> str:
+    """``path`` (printable ASCII, as the tests' paths are) as ``fuzz/run.sh`` names a value in a
+    message (its ``shown``): as is, but a path of more than 80 characters by its first 40 and
+    last 20 characters and its length, as :func:`flodl_proto.errors.shown_name` shows it, without
+    the quotes."""
+    text = str(path)
+    return text if len(text) <= 80 else f"{text[:40]}...{text[-20:]} ({len(text)} characters)"
 
 
 def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
@@ -823,8 +836,8 @@ def test_fuzz_replay_reads_files_from_the_callers_folder(tmp_path: Path) -> None
     assert (res.returncode, res.stdout, res.stderr) == (0, "seed.bin: ok\n", "")
     res = _fuzz("replay", "control", str(tmp_path / "seed.bin"), str(tmp_path / "missing.bin"))
     assert (res.returncode, res.stdout) == (2, "")  # nothing is run before every file is read
-    _one_error_line(res.stderr, f"fuzz/run.sh: replay: cannot read {tmp_path / 'missing.bin'}: "
-                    "No such file or directory")
+    _one_error_line(res.stderr, f"fuzz/run.sh: replay: cannot read "
+                    f"{_script_shown(tmp_path / 'missing.bin')}: No such file or directory")
 
 
 def test_fuzz_usage_and_minimize_name_files_from_the_callers_folder(tmp_path: Path) -> None:
@@ -1167,7 +1180,8 @@ def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> N
                                 "'abc'")
     res = _fuzz("minimize", "handshake", str(tmp_path))
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {tmp_path}: Is a directory")
+    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {_script_shown(tmp_path)}: "
+                                "Is a directory")
 
 
 @pytest.mark.parametrize("jobs", ["x", "0", "-1", "1.5"])
@@ -1577,13 +1591,15 @@ def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
                              "--salt-file", str(missing))
     assert code == 2
-    assert err == f"{prefix}argument --salt-file: {missing}: No such file or directory\n"
+    assert err == (f"{prefix}argument --salt-file: {shown_name(str(missing))}: No such file or "
+                   "directory\n")
     bad = tmp_path / "bad.hex"
     bad.write_text("not a salt\n")
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
                              "--salt-file", str(bad))
     assert code == 2
-    assert err.startswith(f"{prefix}argument --salt-file: {bad}: ") and "32 hex digits" in err
+    assert err.startswith(f"{prefix}argument --salt-file: {shown_name(str(bad))}: ")
+    assert "32 hex digits" in err
     assert len(err.splitlines()) == 1
 
 
@@ -1602,8 +1618,8 @@ def test_a_salt_file_error_never_shows_the_file_s_digits(
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
                                "--world-size", "1", "--salt-file", str(path))
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto relay: error: argument --salt-file: {path}: session salt must be "
-                   f"16 bytes written as 32 hex digits, got {problem}\n")
+    assert err == (f"flodl-proto relay: error: argument --salt-file: {shown_name(str(path))}: "
+                   f"session salt must be 16 bytes written as 32 hex digits, got {problem}\n")
     assert "d5c6" not in err
 
 
@@ -2064,7 +2080,7 @@ def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: li
     salt_file = str(path) if big == "file" else "/dev/zero"
     res = _cli(command, *where, "--salt-file", salt_file, timeout=30)
     assert res.returncode == 2, res.stderr
-    assert res.stderr == (f"{prefix}argument --salt-file: {salt_file}: longer than "
+    assert res.stderr == (f"{prefix}argument --salt-file: {shown_name(salt_file)}: longer than "
                           f"{SALT_FILE_MAX_BYTES} bytes: not a session salt (32 hex digits, or 16 "
                           f"raw bytes)\n")
 
@@ -2223,8 +2239,8 @@ def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
     path.write_bytes(content)
     with pytest.raises(ValueError) as e:
         cli_salt(None, str(path))
-    assert str(e.value) == (f"argument --salt-file: {path}: session salt must be 16 bytes written "
-                            f"as 32 hex digits, got {got}")
+    assert str(e.value) == (f"argument --salt-file: {shown_name(str(path))}: session salt must be "
+                            f"16 bytes written as 32 hex digits, got {got}")
     raw = bytes(range(240, 256))  # 16 raw bytes, none of them ASCII: the salt itself
     path.write_bytes(raw)
     assert cli_salt(None, str(path)) == raw

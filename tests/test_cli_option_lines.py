@@ -257,15 +257,18 @@ def test_conform_cases_matching_no_id_names_the_patterns(
                    "controller --list' without --cases lists the ids\n")
 
 
-def test_conform_launch_of_a_directory_says_so(tmp_path: Path,
+def test_conform_launch_of_a_directory_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run_main(capsys, "conform", "controller", "--launch", str(tmp_path),
+    # named from its parent as the working directory: a path short enough to be shown whole
+    (tmp_path / "a-dir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run_main(capsys, "conform", "controller", "--launch", "./a-dir",
                                "--cases", "controller.session.one-relay-one-round",
                                "--version", "2", "--jobs", "1")
     assert code == 2
-    assert err.splitlines()[-1] == (f"flodl-proto conform controller: error: argument --launch: "
-                                    f"cannot start the target {str(tmp_path)!r}: it is a "
-                                    "directory, not a program")
+    assert err.splitlines()[-1] == ("flodl-proto conform controller: error: argument --launch: "
+                                    "cannot start the target './a-dir': it is a directory, not "
+                                    "a program")
 
 
 @pytest.mark.parametrize(("launch", "what"), [("", "empty"), ("   ", "blank")])

@@ -35,7 +35,7 @@ SALT_RULE = "session salt must be 16 bytes written as 32 hex digits, got 2 chara
 RANKS_RULE = "expected a list of ranks like 0,1 or 0-3, got"
 
 #: (command line, its one stderr line); ``{tmp}`` is the test's folder (holding ``bad.salt``,
-#: ``good.salt`` and the regular file ``a-file``)
+#: ``good.salt`` and the regular file ``a-file``), named ``.``: the test runs in it
 REFUSED: list[tuple[list[str], str]] = [
     (["controller", "--listen", "nohostport", "--world-size", "1", "--salt", S],
      E_CTL + "--listen: 'nohostport': not a HOST:PORT address: no port"),
@@ -162,14 +162,17 @@ def test_every_refused_value_is_one_line_in_argparse_words(
         argv: list[str], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """The lines as they read before their prefix had one home, byte for byte: exit 2, nothing
-    on stdout, one stderr line."""
+    on stdout, one stderr line. The test's files are named from its folder as the working
+    directory (``./bad.salt``), so that no line holds a path long enough to be shown by its
+    ends, whatever the temporary folder's length."""
     monkeypatch.delenv("FLODL_SESSION_SALT", raising=False)
     monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")
     monkeypatch.setattr("flodl_proto.commands.relay._max_open_files", lambda: 1024)
     (tmp_path / "bad.salt").write_text("zz\n")
     (tmp_path / "good.salt").write_text(S + "\n")
     (tmp_path / "a-file").write_text("not a folder\n")
-    tmp = str(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    tmp = "."
     code, out, err = run_main(capsys, *(a.replace("{tmp}", tmp) for a in argv))
     assert (code, out, err) == (2, "", line.replace("{tmp}", tmp) + "\n")
 

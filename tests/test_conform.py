@@ -44,7 +44,7 @@ from flodl_proto.conform.report import (
 )
 from flodl_proto.conform.sections import resolve_section
 from flodl_proto.conform.target import fill_placeholders
-from flodl_proto.errors import shown
+from flodl_proto.errors import shown, shown_name
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.spec import SPEC
 
@@ -1004,34 +1004,37 @@ def test_cli_report_that_cannot_be_written_is_exit_1(tmp_path: Path,
         assert stop.value.code == 2
         assert capsys.readouterr() == (
             "", f"flodl-proto conform controller: error: argument --junit: {shown(str(junit))}: "
-            f"Not a directory ({blocker} is a file, not a folder)\n")
+            f"Not a directory ({shown_name(str(blocker))} is a file, not a folder)\n")
         assert not json_path.exists()
     # a folder that exists is refused with the command line, as one ending with /
     with pytest.raises(SystemExit) as stop:
         main([*run, "--json", str(tmp_path)])
     assert stop.value.code == 2
     assert capsys.readouterr() == (
-        "", f"flodl-proto conform controller: error: argument --json: '{tmp_path}' names a "
-        "folder (an existing one); give a file path in it\n")
+        "", f"flodl-proto conform controller: error: argument --json: {shown(str(tmp_path))} "
+        "names a folder (an existing one); give a file path in it\n")
 
 
 @pytest.mark.parametrize("jobs", ["1", "3"])
 def test_cli_launch_that_cannot_start_is_one_line_exit_2(
-        jobs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        jobs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     # the program named by --launch cannot be executed: one usage line naming it and the OS
-    # error, exit 2, no case runs (nothing on stdout; no "target: not reaped")
+    # error, exit 2, no case runs (nothing on stdout; no "target: not reaped"); the programs
+    # are named from the test's folder as the working directory, short enough to be shown whole
+    monkeypatch.chdir(tmp_path)
     run = ["conform", "controller", "--timeout-scale", "0.1", "--version", "2", "--jobs", jobs]
-    missing = tmp_path / "nonexistent"
+    missing = "./nonexistent"
     assert main([*run, "--launch", f"{missing} --port {{port}}"]) == 2
     assert capsys.readouterr() == ("", "flodl-proto conform controller: error: argument --launch: "
-                                       f"cannot start the target '{missing}': No such file or "
+                                       "cannot start the target './nonexistent': No such file or "
                                        "directory\n")
-    not_executable = tmp_path / "target.sh"
-    not_executable.write_text("#!/bin/sh\n")
-    not_executable.chmod(0o644)
+    not_executable = "./target.sh"
+    (tmp_path / "target.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "target.sh").chmod(0o644)
     assert main([*run, "--launch", f"{not_executable} {{port}}"]) == 2
     assert capsys.readouterr() == ("", "flodl-proto conform controller: error: argument --launch: "
-                                       f"cannot start the target '{not_executable}': Permission "
+                                       "cannot start the target './target.sh': Permission "
                                        "denied\n")
     # a report asked for says why no case ran (and is no earlier run's)
     report = tmp_path / "r.json"
@@ -1275,11 +1278,11 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     cap = capsys.readouterr()
     assert cap.out == ""
     assert cap.err == (f"flodl-proto conform docs: error: argument --out: {shown(str(out))}: Not "
-                       f"a directory ({blocker} is a file, not a folder)\n")
+                       f"a directory ({shown_name(str(blocker))} is a file, not a folder)\n")
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()
-    assert cap.err == (f"flodl-proto conform docs: error: {missing}: missing; run "
+    assert cap.err == (f"flodl-proto conform docs: error: {shown_name(str(missing))}: missing; run "
                        f"`flodl-proto conform docs --out {missing}`\n")
     assert not missing.exists()
 

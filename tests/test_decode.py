@@ -69,6 +69,7 @@ from flodl_proto.errors import (
     InvalidValue,
     LocalProtocolError,
     ProtocolError,
+    shown_name,
 )
 from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.pcap import CaptureTruncated, read_tcp_streams
@@ -621,11 +622,11 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     # an input that cannot be opened or read is a bad command line, as a --salt-file is
     missing = tmp_path / "missing"
     assert main(["decode", str(missing)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input {missing}: "
-                                       "No such file or directory\n")
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input "
+                                       f"{shown_name(str(missing))}: No such file or directory\n")
     assert main(["decode", str(tmp_path)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input {tmp_path}: "
-                                       "Is a directory\n")
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input "
+                                       f"{shown_name(str(tmp_path))}: Is a directory\n")
 
 
 def test_cli_closed_stdin_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -1620,7 +1621,7 @@ def test_decode_salt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     # a salt file that cannot be read is a bad command line, as a malformed --salt is (exit 2)
     assert main(["decode", "--salt-file", str(tmp_path / "none"), str(raw)]) == 2
     assert capsys.readouterr().err == (f"flodl-proto decode: error: argument --salt-file: "
-                                       f"{tmp_path / 'none'}: "
+                                       f"{shown_name(str(tmp_path / 'none'))}: "
                                        "No such file or directory\n")
 
 

@@ -101,14 +101,14 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
     # a file where a folder of the path should be, at any level: the command line's (exit 2,
     # one line), found before the dissector is generated, where it was found as it was written
     # (exit 1)
-    from flodl_proto.errors import shown
+    from flodl_proto.errors import shown, shown_name
 
     from .cli_util import run_main
 
     for under in (blocker / "f.lua", blocker / "sub" / "f.lua"):
         assert run_main(capsys, "dissector", "--out", str(under)) == (
             2, "", f"flodl-proto dissector: error: argument --out: {shown(str(under))}: Not a "
-            f"directory ({blocker} is a file, not a folder)\n")
+            f"directory ({shown_name(str(blocker))} is a file, not a folder)\n")
     assert blocker.read_text() == "not a folder"
 
 
@@ -117,11 +117,13 @@ def test_out_naming_a_folder_is_a_usage_error_with_or_without_its_slash(
     """``--out DIR/`` was refused with the command line (exit 2) but ``--out DIR``, a folder
     that exists, only as the file was written (exit 1, other words): both are the command
     line's, in the same words, and nothing is written."""
+    from flodl_proto.errors import shown
+
     from .cli_util import run_main
 
     for out, why in ((str(tmp_path), "an existing one"), (f"{tmp_path}/", "it ends with /")):
         assert run_main(capsys, "dissector", "--out", out) == (
-            2, "", f"flodl-proto dissector: error: argument --out: '{out}' names a folder "
+            2, "", f"flodl-proto dissector: error: argument --out: {shown(out)} names a folder "
             f"({why}); give a file path in it\n")
     assert list(tmp_path.iterdir()) == []
 
@@ -134,6 +136,8 @@ def test_out_whose_folder_cannot_be_created_names_that_step(
     import errno
     import os
 
+    from flodl_proto.errors import shown_name
+
     real_mkdir = os.mkdir
 
     def not_permitted(path: Any, mode: int = 0o777) -> None:
@@ -145,8 +149,8 @@ def test_out_whose_folder_cannot_be_created_names_that_step(
     out = tmp_path / "kernel" / "x" / "y.lua"
     assert main(["dissector", "--out", str(out)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto dissector: error: cannot write {out}: creating the folder "
-        f"{tmp_path / 'kernel' / 'x'}: Operation not permitted\n")
+        "", f"flodl-proto dissector: error: cannot write {shown_name(str(out))}: creating the "
+        f"folder {shown_name(str(tmp_path / 'kernel' / 'x'))}: Operation not permitted\n")
 
 
 def test_tables_come_from_the_spec(tmp_path: Path) -> None:

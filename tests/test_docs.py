@@ -252,16 +252,16 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
         assert stop.value.code == 2
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err == (
-            f"{prog}: error: argument --out: {shown(str(under))}: Not a directory ({out} is a "
-            "file, not a folder)\n")
+            f"{prog}: error: argument --out: {shown(str(under))}: Not a directory "
+            f"({shown_name(str(out))} is a file, not a folder)\n")
     # a file put there after the command line was read: the write's own words, exit 1
     from flodl_proto.commands.docs import write_output
 
     for under, step in (
-            (out / "x.md", f"creating the folder {out}: Not a directory (it exists and is not a "
-                           "folder)"),
-            (out / "sub" / "x.md", f"creating the folder {out / 'sub'}: Not a directory ({out} "
-                                   "is not a folder)")):
+            (out / "x.md", f"creating the folder {shown_name(str(out))}: Not a directory (it "
+                           "exists and is not a folder)"),
+            (out / "sub" / "x.md", f"creating the folder {shown_name(str(out / 'sub'))}: Not a "
+                                   f"directory ({shown_name(str(out))} is not a folder)")):
         assert write_output(under, b"text", prog) == 1
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err == (
@@ -290,7 +290,8 @@ def test_a_failed_check_is_an_error_line_of_the_command(
         assert main([*cmd, "--out", str(out), "--check"]) == 1
         cap = capsys.readouterr()
         assert cap.out == "" and len(cap.err.splitlines()) == 1
-        assert cap.err.startswith(f"{prog}: error: {out}: {state}")  # docs adds (spec: ...)
+        # docs adds (spec: ...)
+        assert cap.err.startswith(f"{prog}: error: {shown_name(str(out))}: {state}")
         assert cap.err.endswith(f"; run `{prog} --out {out}`\n")
         out.write_text("stale\n", encoding="utf-8")
 

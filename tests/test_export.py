@@ -114,7 +114,7 @@ def test_cli_export_creates_missing_parents(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "out" / "vectors"
     assert main(["vectors", "export", str(target)]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith(f"{target}: ")
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"{shown_name(str(target))}: ")
     assert (target / "v2").is_dir()
 
 

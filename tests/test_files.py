@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from flodl_proto._files import create_file, replace_file, replacing
+from flodl_proto.errors import shown_name
 from flodl_proto.fsm.events import CheckpointWindow
 from flodl_proto.runner import checkpoint
 
@@ -290,12 +291,12 @@ def test_make_folders_names_the_folder_it_failed_at(tmp_path: Path,
     with pytest.raises(NotADirectoryError) as e:
         make_folders(blocker)
     assert (e.value.strerror, e.value.filename) == (
-        f"creating the folder {blocker}: Not a directory (it exists and is not a folder)",
-        str(blocker))
+        f"creating the folder {shown_name(str(blocker))}: Not a directory (it exists and is not "
+        "a folder)", str(blocker))
     with pytest.raises(NotADirectoryError) as e:
         make_folders(blocker / "a" / "b")
-    assert e.value.strerror == (f"creating the folder {blocker / 'a' / 'b'}: Not a directory "
-                                f"({blocker} is not a folder)")
+    assert e.value.strerror == (f"creating the folder {shown_name(str(blocker / 'a' / 'b'))}: Not "
+                                f"a directory ({shown_name(str(blocker))} is not a folder)")
     real_mkdir = os.mkdir
 
     def not_permitted(path: Any, mode: int = 0o777) -> None:
@@ -306,7 +307,8 @@ def test_make_folders_names_the_folder_it_failed_at(tmp_path: Path,
     monkeypatch.setattr(os, "mkdir", not_permitted)
     with pytest.raises(PermissionError) as e:
         make_folders(tmp_path / "x" / "y")
-    assert e.value.strerror == f"creating the folder {tmp_path / 'x'}: Operation not permitted"
+    assert e.value.strerror == (f"creating the folder {shown_name(str(tmp_path / 'x'))}: "
+                                "Operation not permitted")
     make_folders(tmp_path)  # a folder that exists: nothing to do
     make_folders(tmp_path / "new" / "sub")
     assert (tmp_path / "new" / "sub").is_dir()
