@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 import pytest
@@ -39,3 +43,45 @@ def close_and_drain(writer: Any, read_end: int, out: IO[str]) -> str:
     reader.join()
     os.close(read_end)
     return got.decode()
+
+
+@dataclass
+class PipeWrites:
+    """What a pipe standing in for stdout carried (:func:`stdout_pipe_writes`): ``writes``,
+    the bytes of each ``os.write`` to its write end, in order; ``got``, every byte read from it
+    once its stream was closed (set as the ``with`` block ends)."""
+
+    writes: list[bytes] = field(default_factory=list)
+    got: bytes = b""
+
+
+@contextmanager
+def stdout_pipe_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[PipeWrites]:
+    """Within the ``with`` block, ``sys.stdout`` is a text stream into a new pipe and every
+    ``os.write`` to the pipe is recorded (a LineWriter writes its lines so); as the block ends
+    the stream is closed and the pipe read to its end into ``got``. Nothing reads the pipe
+    before then: the block writes no more than a pipe holds (64 KiB)."""
+    read_end, write_end = os.pipe()
+    recorded = PipeWrites()
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if fd == write_end:
+            recorded.writes.append(bytes(data))
+        return real_write(fd, data)
+
+    try:
+        out = os.fdopen(write_end, "w", encoding="utf-8")
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(sys, "stdout", out)
+                m.setattr(os, "write", write)
+                yield recorded
+        finally:
+            out.close()
+        got = bytearray()
+        while chunk := os.read(read_end, 1 << 16):
+            got.extend(chunk)
+        recorded.got = bytes(got)
+    finally:
+        os.close(read_end)

@@ -10,42 +10,22 @@ import threading
 
 import pytest
 
-from flodl_proto.commands import _output
 from flodl_proto.commands._output import LineWriter
 
-from .cli_util import close_and_drain
+from .cli_util import close_and_drain, stdout_pipe_writes
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, lines: list[str], coalesce: float,
          backlog: int = 256) -> tuple[list[bytes], int]:
     """Put ``lines`` before the writer starts, close it; the writes it made to a pipe."""
-    read_end, write_end = os.pipe()
-    writes: list[bytes] = []
-    real_write = os.write
-
-    def write(fd: int, data: bytes) -> int:
-        if fd == write_end:
-            writes.append(bytes(data))
-        return real_write(fd, data)
-
-    out = os.fdopen(write_end, "w", encoding="utf-8")
-    try:
-        with monkeypatch.context() as m:
-            m.setattr(sys, "stdout", out)
-            m.setattr(_output.os, "write", write)
-            w = LineWriter("stdout", backlog, coalesce=coalesce)
-            for ln in lines:
-                w.put(ln)
-            w.start()
-            w.close()
-    finally:
-        out.close()
-    got = b""
-    while chunk := os.read(read_end, 1 << 16):
-        got += chunk
-    os.close(read_end)
-    assert got == b"".join(writes)
-    return writes, w.dropped
+    with stdout_pipe_writes(monkeypatch) as pipe:
+        w = LineWriter("stdout", backlog, coalesce=coalesce)
+        for ln in lines:
+            w.put(ln)
+        w.start()
+        w.close()
+    assert pipe.got == b"".join(pipe.writes)
+    return pipe.writes, w.dropped
 
 
 def test_coalesced_lines_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,20 +48,13 @@ def test_coalesced_lines_keep_the_backlog(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_lines_put_while_the_writer_waits_are_written(monkeypatch: pytest.MonkeyPatch) -> None:
     # lines put after start(), and close() while some may still wait: all written, in order
-    read_end, write_end = os.pipe()
-    out = os.fdopen(write_end, "w", encoding="utf-8")
-    monkeypatch.setattr(sys, "stdout", out)
-    w = LineWriter("stdout", 1000, coalesce=0.005)
-    w.start()
-    for i in range(300):
-        w.put(f"line {i}")
-    w.close()
-    out.close()
-    got = b""
-    while chunk := os.read(read_end, 1 << 16):
-        got += chunk
-    os.close(read_end)
-    assert got.decode().splitlines() == [f"line {i}" for i in range(300)]
+    with stdout_pipe_writes(monkeypatch) as pipe:
+        w = LineWriter("stdout", 1000, coalesce=0.005)
+        w.start()
+        for i in range(300):
+            w.put(f"line {i}")
+        w.close()
+    assert pipe.got.decode().splitlines() == [f"line {i}" for i in range(300)]
     assert w.dropped == 0
 
 

@@ -41,6 +41,7 @@ from flodl_proto.runner.controller import ReferenceController
 from flodl_proto.runner.rank import RankClient
 from flodl_proto.runner.relay import Relay
 
+from .cli_util import stdout_pipe_writes
 from .cluster_util import SALT, frame, in_thread, leak_guard, recv_exact, tensor, values
 from .conftest import closed_port
 
@@ -731,8 +732,6 @@ def test_rank_cli_digest_lines_of_rounds_gathered_leave_in_one_write(
     the relay has seen the rank leave (every line put), so all of them are one write; a writer
     that wrote each line as it came made one write per round."""
     import hashlib
-    import os
-    import sys
 
     from flodl_proto.cli import main
     from flodl_proto.commands import _output
@@ -759,35 +758,18 @@ def test_rank_cli_digest_lines_of_rounds_gathered_leave_in_one_write(
         gathered.append(seconds)
         assert rank_left.wait(30)
 
-    read_end, write_end = os.pipe()
-    writes: list[bytes] = []
-    real_write = os.write
-
-    def write(fd: int, data: bytes) -> int:
-        if fd == write_end:
-            writes.append(bytes(data))
-        return real_write(fd, data)
-
     fake = FakeRelay(acking(2, serve))
-    out = os.fdopen(write_end, "w", encoding="utf-8")
     try:
-        with monkeypatch.context() as m:
-            m.setattr(sys, "stdout", out)
+        with stdout_pipe_writes(monkeypatch) as pipe, monkeypatch.context() as m:
             m.setattr(_output.LineWriter, "_gather", gather)
-            m.setattr(_output.os, "write", write)
             code = main(["rank", "--relay", fake.addr, "--rank", "0", "--world-size", "1",
                          "--salt", SALT.hex(), "--rounds", str(rounds)])
     finally:
-        out.close()
         fake.close()
-    got = b""
-    while chunk := os.read(read_end, 1 << 16):
-        got += chunk
-    os.close(read_end)
     want = "".join(f"round {k} digest {hashlib.sha256(body).hexdigest()}\n"
                    for k, body in enumerate(echoed, 1)).encode()
     assert (code, len(echoed)) == (0, rounds)
-    assert writes == [want] and got == want
+    assert pipe.writes == [want] and pipe.got == want
     assert gathered and set(gathered) == {CONTROLLER_COALESCE} == {_output.LINE_COALESCE}
 
 
