@@ -21,6 +21,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ._waits import join_thread
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -123,13 +125,14 @@ class LineWriter:
         self._writer.start()
 
     def close(self) -> None:
-        """Write the lines still waiting, then stop: waits for the stream to take them (Ctrl-C
-        interrupts the wait). A writer never started is left as is."""
+        """Write the lines still waiting, then stop: waits for the stream to take them, in
+        steps of :data:`~._waits.WAIT_STEP` seconds (a Ctrl-C or SIGTERM interrupts the wait,
+        whichever thread the kernel gave it to). A writer never started is left as is."""
         if self._writer.is_alive():
             with self._lock:
                 self._closing = True
             self._wake.set()
-            self._writer.join()
+            join_thread(self._writer)  # in steps: a signal another thread got runs its handler
 
     def _take(self) -> list[str] | _Lines | None:
         """The writer's next lines to write, in order: one line, or with ``coalesce`` every line

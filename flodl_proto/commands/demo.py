@@ -131,6 +131,7 @@ from ._demo_watch import (
 )
 from ._option_error import OptionError, option_message
 from ._output import rich_console
+from ._waits import get_item, join_thread, wait_process
 from .relay import (
     check_net_timeout_scale,
     path_text,
@@ -294,17 +295,19 @@ class _Cluster:
 
     @staticmethod
     def first_line(child: _Child, timeout: float) -> str:
-        """The child's first stdout line (its ``listening on ...``).
+        """The child's first stdout line (its ``listening on ...``), waited for in steps of
+        :data:`._waits.WAIT_STEP` seconds (as its exit when it ends before it: a signal's
+        handler runs at once, whichever thread the kernel gave the signal to).
 
         Raises:
             RuntimeError: it exited or stayed silent for ``timeout`` seconds.
         """
         try:
-            _, line = child.lines.get(timeout=timeout)
+            _, line = get_item(child.lines, timeout)
         except queue.Empty:
             raise RuntimeError(f"{child.name} printed nothing within {timeout:g}s") from None
         if line is None:  # its exit status is reported with the others' (:func:`_exited`)
-            child.proc.wait()
+            wait_process(child.proc)
             err = "\n".join(child.stderr[-5:])
             raise RuntimeError(f"{child.name} exited before listening" + (f": {err}" if err
                                                                           else ""))
@@ -334,7 +337,9 @@ class _Cluster:
 
     def close(self, grace: float = 5.0) -> None:
         """Wait ``grace`` seconds for children to exit, then terminate / kill the rest; join
-        the reader threads."""
+        the reader threads. Every wait is timed or in steps of :data:`._waits.WAIT_STEP`
+        seconds, so the demo's handler of a signal the kernel gave another thread runs at
+        once."""
         deadline = time.monotonic() + grace
         for c in self.children:
             left = max(0.0, deadline - time.monotonic())
@@ -347,13 +352,13 @@ class _Cluster:
                 c.proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
                 c.proc.kill()
-                c.proc.wait()
+                wait_process(c.proc)
             if c.proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     c.proc.stdin.close()
         for c in self.children:
             for t in c.readers:
-                t.join()
+                join_thread(t)
             for s in (c.proc.stdout, c.proc.stderr):
                 if s is not None:
                     s.close()
@@ -599,7 +604,7 @@ def read_last_lines(child: _Child, res: Result, wait: float) -> bool:
     nothing. Upstream: none (the demo is this package's)."""
     while not child.out_ended:
         try:
-            _, line = child.lines.get(timeout=wait) if wait > 0 else child.lines.get_nowait()
+            _, line = get_item(child.lines, wait) if wait > 0 else child.lines.get_nowait()
         except queue.Empty:
             return False
         if line is None:

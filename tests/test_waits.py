@@ -1,0 +1,232 @@
+"""``commands._waits`` and the waits of a command's main thread that use it: a signal the kernel
+gives another thread (as it may give a process's Ctrl-C or SIGTERM to any of its threads) runs
+its Python handler on the main thread within a step of the wait, where an untimed
+``Thread.join()``, ``Popen.wait()`` or a long ``Queue.get`` held it until the wait ended.
+
+Each site's test waits on this (the main) thread for something only the test ends; another
+thread, once the wait has begun, has the kernel give SIGUSR1 to a third thread. The handler
+notes whether the wait was still held (nothing released yet); the test releases it once the
+handler ran, or after :data:`_HOLD` seconds when it did not."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from flodl_proto.commands import _waits
+from flodl_proto.commands._output import LineWriter
+
+from .cluster_util import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+#: seconds a wait is held after the signal when its handler has not run (the failure's cost)
+_HOLD = 10.0
+
+
+class _Stopped(Exception):
+    """Raised by the test's handler out of the wait it interrupts."""
+
+
+def _handler_ran_in_the_wait(wait: Callable[[], object], waiting: Callable[[], bool],
+                             release: Callable[[], None]) -> list[bool]:
+    """Call ``wait()`` here while SIGUSR1 goes to another thread once ``waiting()`` holds (and
+    0.3 s more); ``release()`` then ends what ``wait`` waits for, once the handler ran or after
+    :data:`_HOLD` seconds. Returns, per run of the handler, whether it ran before the release
+    (it raises :class:`_Stopped` out of the wait then)."""
+    released, handled, idle = threading.Event(), threading.Event(), threading.Event()
+    ran: list[bool] = []
+
+    def handler(signum: int, frame: object) -> None:
+        ran.append(released.is_set())
+        handled.set()
+        if not released.is_set():
+            raise _Stopped
+
+    victim = threading.Thread(target=idle.wait, name="victim")  # the kernel's choice
+
+    def send() -> None:
+        try:
+            wait_until(waiting, timeout=30)
+            time.sleep(0.3)  # the main thread is in its wait by then
+            signal.pthread_kill(victim.ident or 0, signal.SIGUSR1)
+            handled.wait(_HOLD)
+        finally:
+            released.set()
+            release()
+
+    sender = threading.Thread(target=send, name="sender")
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        victim.start()
+        sender.start()
+        try:
+            wait()
+        except _Stopped:
+            pass
+        sender.join()
+        time.sleep(0.05)  # a handler left pending by the wait runs here
+    finally:
+        idle.set()
+        victim.join()
+        signal.signal(signal.SIGUSR1, old)
+    return ran
+
+
+def test_join_thread_and_wait_process_return_as_the_untimed_waits() -> None:
+    t = threading.Thread(target=time.sleep, args=(0.3,))
+    _waits.join_thread(t)  # never started: at once
+    t.start()
+    _waits.join_thread(t)
+    assert not t.is_alive()
+    proc = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(0.3); "
+                             "sys.exit(3)"])
+    assert _waits.wait_process(proc) == 3
+    assert _waits.wait_process(proc) == 3  # reaped already: its status again
+
+
+def test_get_item_returns_an_item_or_raises_empty_after_its_timeout() -> None:
+    q: queue.Queue[int] = queue.Queue()
+    threading.Timer(0.3, q.put, args=(7,)).start()
+    assert _waits.get_item(q, 30.0) == 7
+    began = time.monotonic()
+    with pytest.raises(queue.Empty):
+        _waits.get_item(q, 0.35)
+    assert time.monotonic() - began >= 0.35
+    with pytest.raises(queue.Empty):
+        _waits.get_item(q, 0.0)
+    q.put(8)
+    assert _waits.get_item(q, 0.0) == 8
+
+
+def test_join_thread_runs_a_handler_another_thread_got() -> None:
+    go = threading.Event()
+    t = threading.Thread(target=go.wait)
+    t.start()
+    ran = _handler_ran_in_the_wait(lambda: _waits.join_thread(t), lambda: True, go.set)
+    t.join()
+    assert ran == [False]
+
+
+def test_wait_process_runs_a_handler_another_thread_got() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    ran = _handler_ran_in_the_wait(lambda: _waits.wait_process(proc), lambda: True,
+                                   proc.stdin.close)
+    assert (ran, proc.wait(timeout=60)) == ([False], 0)
+
+
+def test_a_line_writers_close_runs_a_handler_another_thread_got(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # close() waits for a pipe nobody reads to take a line longer than the pipe
+    read_end, write_end = os.pipe()
+    out = os.fdopen(write_end, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    w = LineWriter("stdout", 8)
+    w.put("L" * 70000)
+    w.start()
+    wait_until(lambda: w._held == 1, timeout=30)  # the writer took the line
+    got = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(read_end, 1 << 16):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    ran = _handler_ran_in_the_wait(w.close, lambda: w._closing, reader.start)
+    w.close()  # the rest of the wait, after the handler's exception
+    out.close()
+    reader.join()
+    os.close(read_end)
+    assert ran == [False]
+    assert (bytes(got), w.dropped, w._writer.is_alive()) == (b"L" * 70000 + b"\n", 0, False)
+
+
+def _flag_wait(flag: Path) -> str:
+    return f"import os, time\nwhile not os.path.exists({str(flag)!r}):\n    time.sleep(0.02)\n"
+
+
+def test_the_demos_wait_for_a_member_that_closed_its_stdout_runs_a_handler(
+        tmp_path: Path) -> None:
+    # a member that closed its stdout before listening and has not exited: first_line reaps it
+    from flodl_proto.commands.demo import _Cluster
+
+    flag = tmp_path / "go"
+    cluster = _Cluster("00" * 16)
+    try:
+        child = cluster.spawn("relay0", [], private=True, wrap=lambda argv: [
+            sys.executable, "-c", "import os\nos.close(1)\n" + _flag_wait(flag)])
+        ran = _handler_ran_in_the_wait(lambda: cluster.first_line(child, 60.0),
+                                       lambda: not child.readers[0].is_alive(), flag.touch)
+    finally:
+        flag.touch()
+        cluster.close()
+    assert ran == [False]
+    assert child.proc.returncode == 0
+
+
+def test_the_demos_wait_for_a_members_first_line_runs_a_handler(tmp_path: Path) -> None:
+    # a member silent for up to the demo's start timeout (60 s here)
+    from flodl_proto.commands.demo import _Cluster
+
+    flag = tmp_path / "go"
+    cluster = _Cluster("00" * 16)
+    try:
+        child = cluster.spawn("relay0", [], private=True, wrap=lambda argv: [
+            sys.executable, "-c", _flag_wait(flag) + "print('listening on 127.0.0.1:1')"])
+        ran = _handler_ran_in_the_wait(lambda: cluster.first_line(child, 60.0),
+                                       lambda: True, flag.touch)
+    finally:
+        flag.touch()
+        cluster.close()
+    assert ran == [False]
+
+
+def test_the_demos_close_waiting_for_a_members_output_runs_a_handler(tmp_path: Path) -> None:
+    # the member exited, but a process it started holds its stdout and stderr open: close()
+    # joins the threads that read them
+    from flodl_proto.commands.demo import _Cluster
+
+    flag = tmp_path / "go"
+    grandchild = _flag_wait(flag)
+    cluster = _Cluster("00" * 16)
+    child = cluster.spawn("relay0", [], private=True, wrap=lambda argv: [
+        sys.executable, "-c", f"import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])"])
+    try:
+        wait_until(lambda: child.proc.poll() is not None, timeout=30)
+        ran = _handler_ran_in_the_wait(lambda: cluster.close(grace=0.0),
+                                       lambda: child.proc.returncode is not None, flag.touch)
+    finally:
+        flag.touch()
+        cluster.close(grace=0.0)
+    assert ran == [False]
+    assert not any(t.is_alive() for t in child.readers)
+
+
+def test_the_demos_wait_for_a_members_last_lines_runs_a_handler(tmp_path: Path) -> None:
+    # read_last_lines waits up to its ``wait`` seconds for each line (30 s here)
+    from flodl_proto.commands.demo import Result, _Cluster, read_last_lines
+
+    flag = tmp_path / "go"
+    cluster = _Cluster("00" * 16)
+    res = Result()
+    try:
+        child = cluster.spawn("relay0", [], private=True, wrap=lambda argv: [
+            sys.executable, "-c", _flag_wait(flag) + "print('relay finished: ok')"])
+        ran = _handler_ran_in_the_wait(lambda: read_last_lines(child, res, 30.0),
+                                       lambda: True, flag.touch)
+    finally:
+        flag.touch()
+        cluster.close()
+    assert ran == [False]
