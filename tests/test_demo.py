@@ -720,6 +720,25 @@ def test_stage_lines_name_the_demo_round_and_fit_80_columns() -> None:
     assert stage_lines([], {}) == []
 
 
+@pytest.mark.parametrize(("rounds", "first", "lines"), [
+    (99_999, 1, ["round 1's Model reduce, the median of 99999 traced: 39.363 ms"]),
+    (123_456, 876_544, ["round 876544's Model reduce,",  # 6 digits: 67 characters in one line
+                        "the median of 123456 traced: 39.363 ms"]),
+    (1_000_000, 8_999_999, ["round 8999999's Model reduce,",
+                            "the median of 1000000 traced: 39.363 ms"]),
+])
+def test_stage_lines_of_round_numbers_of_6_and_7_digits_fit_80_columns(
+        rounds: int, first: int, lines: list[str]) -> None:
+    """The first line grew past 63 characters with round numbers and counts of 6 digits: it is
+    cut after ``Model reduce,`` when it does not fit."""
+    parts = (("rank send", 0.010, False),)
+    traced = [RoundStages(r, 0.039363, parts) for r in range(rounds)]  # the median: the first
+    got = stage_lines(traced, {r: first + r for r in range(rounds)})
+    assert got == [*lines, "from the last rank's send to its reply parsed",
+                   "rank send" + " " * 34 + "  10.000 ms  25%"]
+    assert max(len(ln) for ln in got) <= 63
+
+
 def test_stage_lines_count_only_the_model_reduces_of_the_rounds_completed() -> None:
     """A run that failed in its demo round 4 after some ranks had parsed that round's Model
     reduce: the trace holds it, and the line read "the median of 4 traced" beside "3 of ...

@@ -27,12 +27,16 @@ if TYPE_CHECKING:  # NumPy, rich and the runners are imported when the summary i
     from ..netlab import NetLab
     from ..runner import stages
 
-__all__ = ["GATHER", "MODEL", "SIGNAL_STOPS", "TOLERANCE", "Cluster", "Member", "Result",
-           "exit_reason", "exit_words", "member_name", "model_rounds", "protocol_places",
-           "rank_error", "report", "stage_lines", "untraced_words"]
+__all__ = ["GATHER", "MODEL", "SIGNAL_STOPS", "STAGE_WIDTH", "TOLERANCE", "Cluster", "Member",
+           "Result", "exit_reason", "exit_words", "member_name", "model_rounds",
+           "protocol_places", "rank_error", "report", "stage_lines", "untraced_words"]
 
 #: the final loss must be within this relative distance of the optimum's loss
 TOLERANCE = 0.01
+
+#: the most characters of a line of the summary's stage breakdown (:func:`stage_lines`): with
+#: the table's frame and first column, 80 columns
+STAGE_WIDTH = 63
 
 
 class Member(Protocol):
@@ -168,8 +172,11 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
     the demo rounds completed, numbered as the demo counts its rounds, its total, then every
     part in ms with its share of the total, gaps marked ``gap``; a part that ended before it
     began (the next stage's party was first, e.g. a rank parsed its reply before its relay
-    finished the fan-out to the others) reads ``overlaps``, no time. Lines are at most 63
-    characters, so the summary table stays within 80 columns.
+    finished the fan-out to the others) reads ``overlaps``, no time. Lines are at most
+    :data:`STAGE_WIDTH` (63) characters, so the summary table stays within 80 columns: a first
+    line longer than that (round numbers and counts of 5 digits and more) is cut after
+    ``Model reduce,`` (``round 1000000's Model reduce,`` then ``the median of 1000000 traced:
+    39.363 ms``).
 
     ``traced``: the rounds :func:`flodl_proto.runner.stages.breakdown` found (only a Model
     reduce is traced to a rank's reply parsed; a count-gather is not); ``demo_round``: the
@@ -188,8 +195,9 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
     if med is None:
         return []
     which = f"round {demo_round[med.round]}'s Model reduce"
-    lines = [f"{which}, the median of {len(measured)} traced: {med.total * 1e3:.3f} ms",
-             "from the last rank's send to its reply parsed"]
+    head = f"{which}, the median of {len(measured)} traced: {med.total * 1e3:.3f} ms"
+    lines = [head] if len(head) <= STAGE_WIDTH else [f"{which},", head[len(which) + 2:]]
+    lines.append("from the last rank's send to its reply parsed")
     width = max(len(label) for label, *_ in stages.SEGMENTS)
     for label, sec, gap in med.parts:
         if sec < 0:  # the next party's stage came first (a rank parsed its reply before its
