@@ -361,6 +361,73 @@ def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replace
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hex"]  # no temporary left
 
 
+def _race_salt_file(monkeypatch: pytest.MonkeyPatch, path: Path, first: bytes,
+                    rest: bytes | None) -> list[float]:
+    """Another process creates ``path`` while the demo creates it, and has written ``first``
+    of it when the demo reads it; it writes ``rest`` during the demo's first wait (None:
+    never). A clock of the waits alone stands for time. The seconds of each wait."""
+    from flodl_proto import _files
+    from flodl_proto.commands import _salt
+
+    real = _files._create_temporary
+    waits: list[float] = []
+
+    def racing(target: Path, mode: int) -> tuple[int, str]:
+        made = real(target, mode)
+        path.write_bytes(first)  # the other process, meanwhile
+        return made
+
+    def wait(seconds: float) -> None:
+        if rest is not None and not waits:
+            with path.open("ab") as f:
+                f.write(rest)
+        waits.append(seconds)
+
+    monkeypatch.setattr(_files, "_create_temporary", racing)
+    monkeypatch.setattr(_salt, "sleep", wait)
+    monkeypatch.setattr(_salt, "monotonic", lambda: sum(waits))
+    return waits
+
+
+_HEX_SALT = b"0123456789abcdef" * 2 + b"\n"
+_RAW_SALT = bytes(range(0xe0, 0xf0))
+
+
+@pytest.mark.parametrize(("theirs", "written", "salt"), [
+    (_HEX_SALT, 0, _HEX_SALT[:32].decode()), (_HEX_SALT, 16, _HEX_SALT[:32].decode()),
+    (_HEX_SALT, 31, _HEX_SALT[:32].decode()), (_HEX_SALT, 32, _HEX_SALT[:32].decode()),
+    (_RAW_SALT, 8, _RAW_SALT.hex())])
+def test_demo_salt_file_another_process_is_still_writing_is_read_once_whole(
+        theirs: bytes, written: int, salt: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other process created the file but had not written it whole when the demo read it:
+    an empty file, part of its hex digits or of a raw salt, was refused (exit 2), and 16 hex
+    digits were read as a raw salt (a salt of neither). The demo reads it again until it is
+    whole; 32 digits without a line end are a salt already."""
+    from flodl_proto.commands.demo import _session_salt
+
+    path = tmp_path / "s.hex"
+    waits = _race_salt_file(monkeypatch, path, theirs[:written], theirs[written:])
+    assert _session_salt(str(path)) == (salt, f"session salt: read from {path}")
+    assert waits == ([] if written == 32 else [0.02])
+    assert path.read_bytes() == (theirs[:32] if written == 32 else theirs)
+
+
+def test_demo_salt_file_another_process_left_partial_is_refused_after_a_second(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A file the other process leaves empty is refused as before, once the wait is over."""
+    from flodl_proto.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    waits = _race_salt_file(monkeypatch, tmp_path / "s.hex", b"", None)
+    assert main(["demo", "--no-progress", "--salt-file", "s.hex"]) == 2
+    assert capsys.readouterr() == (
+        "", "flodl-proto demo: error: argument --salt-file: s.hex: session salt must be 16 "
+            "bytes written as 32 hex digits, got 0 bytes (an empty file)\n")
+    assert waits == [0.02] * 50
+
+
 def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> None:
     """A salt file whose folders do not exist yet: the folders are made and the salt written
     (32 hex digits and a line end, mode 0600), then read back as it was by the next run."""

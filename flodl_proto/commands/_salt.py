@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import errno
 import os
+import string
+from time import monotonic, sleep
 from typing import Final
 
 from .._oserr import file_kind, os_reason
@@ -22,11 +24,15 @@ from ..spec import SESSION_SALT_BYTES
 from ._option_error import OptionError
 
 __all__ = [
+    "RACED_SALT_STEP",
+    "RACED_SALT_WAIT",
     "SALT_ENV",
+    "SALT_FILE_BYTES",
     "SALT_FILE_MAX_BYTES",
     "cli_salt",
     "env_salt",
     "parse_salt",
+    "resolve_raced_salt",
     "resolve_salt",
     "salt_text_problem",
 ]
@@ -138,6 +144,55 @@ def resolve_salt(salt: str | None, salt_file: str | None) -> bytes:
                 got=f"{len(raw)} bytes, byte {e.start + 1} (0x{raw[e.start]:02x}) not ASCII "
                     f"(a raw salt file holds exactly {SESSION_SALT_BYTES} bytes)") from None
     return parse_salt(salt)
+
+
+#: the bytes of a salt file as the demo writes it: 32 hex digits and a line end
+SALT_FILE_BYTES: Final = 2 * SESSION_SALT_BYTES + 1
+#: seconds :func:`resolve_raced_salt` waits at most for a salt file to be whole, and the
+#: seconds between two of its reads
+RACED_SALT_WAIT: Final = 1.0
+RACED_SALT_STEP: Final = 0.02
+_HEX_DIGITS: Final = frozenset(string.hexdigits.encode("ascii"))
+
+
+def resolve_raced_salt(path: str) -> bytes:
+    """:func:`resolve_salt` of the salt file ``path`` that another process created while this
+    one tried to create it (the demo's ``--salt-file``: its exclusive creation lost the race),
+    and may not have written whole yet. While the file is shorter than :data:`SALT_FILE_BYTES`
+    and holds either no salt (an empty file, a part of a raw salt) or hex digits alone short
+    of 32 (the first 16 would read as a raw salt), it is read again every
+    :data:`RACED_SALT_STEP` seconds, for up to :data:`RACED_SALT_WAIT` seconds; then it is
+    read as it is.
+
+    Raises:
+        what :func:`resolve_salt` raises, in its words (a file still short of a salt after
+        the wait: ``got 0 bytes (an empty file)``, ...).
+
+    No upstream counterpart: upstream's processes read the salt from the environment.
+    """
+    deadline = monotonic() + RACED_SALT_WAIT
+    while _partial_salt(path) and monotonic() < deadline:
+        sleep(RACED_SALT_STEP)
+    return resolve_salt(None, path)
+
+
+def _partial_salt(path: str) -> bool:
+    """Whether the salt file ``path`` may still be being written (:func:`resolve_raced_salt`);
+    False when it cannot be read (:func:`resolve_salt` then says why)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(SALT_FILE_BYTES)
+    except OSError:
+        return False
+    if len(raw) >= SALT_FILE_BYTES:
+        return False
+    if len(raw) < 2 * SESSION_SALT_BYTES and _HEX_DIGITS.issuperset(raw):
+        return True  # the beginning of a hex salt (none at all included)
+    try:
+        parse_salt(raw.decode("ascii"))
+    except (UnicodeDecodeError, ProtocolError):
+        return len(raw) != SESSION_SALT_BYTES  # not a raw salt either
+    return False
 
 
 def cli_salt(salt: str | None, salt_file: str | None) -> bytes:

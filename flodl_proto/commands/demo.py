@@ -131,6 +131,7 @@ from ._demo_watch import (
 )
 from ._option_error import OptionError, option_message
 from ._output import rich_console
+from ._salt import resolve_raced_salt
 from ._waits import get_item, join_thread, wait_process
 from .relay import (
     check_net_timeout_scale,
@@ -388,7 +389,8 @@ def _session_salt(path: str | None) -> tuple[str, str]:
     when that file exists (or a link of that name, even to no file), else random (and written
     to ``path`` when given: its missing folders created, the file created atomically and only
     if no file of that name exists by then (:func:`flodl_proto._files.create_file`): one that
-    another process created after the check is read, never replaced; mode 0600 less the
+    another process created after the check is read, never replaced, once whole (its creator
+    gets up to a second to write it: :func:`._salt.resolve_raced_salt`); mode 0600 less the
     umask, 32 hex digits and a line end).
 
     Raises:
@@ -417,6 +419,8 @@ def _session_salt(path: str | None) -> tuple[str, str]:
         except OSError as e:  # one created meanwhile (FileExistsError) is read as it is
             if not (isinstance(e, FileExistsError) and os.path.lexists(target)):
                 raise _SaltNotWritten(e) from None
+            # once whole: its creator may still be writing it
+            return resolve_raced_salt(path).hex(), f"session salt: read from {path}"
     return resolve_salt(None, path).hex(), f"session salt: read from {path}"
 
 
