@@ -135,7 +135,7 @@ def test_a_line_writers_close_runs_a_handler_another_thread_got(
     w = LineWriter("stdout", 8)
     w.put("L" * 70000)
     w.start()
-    wait_until(lambda: w._held == 1, timeout=30)  # the writer took the line
+    wait_until(lambda: not w._lines, timeout=30)  # the writer took the line
     got = bytearray()
 
     def drain() -> None:
