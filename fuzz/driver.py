@@ -38,7 +38,7 @@ def _vm_size() -> int:
 
 def limit_address_space() -> None:
     """Cap the address space at the current size plus ``FLODL_FUZZ_AS_SLACK_MB`` MiB."""
-    slack_mb = int(os.environ.get("FLODL_FUZZ_AS_SLACK_MB", "512"))
+    slack_mb = int(os.environ.get("FLODL_FUZZ_AS_SLACK_MB") or "512")  # run.sh checks it
     vm = _vm_size()
     if slack_mb <= 0 or vm == 0:
         return

@@ -13,9 +13,10 @@
 #                                   $FLODL_FUZZ_WORK/findings/TARGET/minimized-SHA1; exit 1 when
 #                                   FILE does not crash the harness; the driver's output goes to
 #                                   $FLODL_FUZZ_WORK/logs/TARGET.minimize.log)
-#   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris (exit 1 on
-#                                   the first finding: a line naming the FILE, then its traceback;
-#                                   2 when the package's dependencies are not installed)
+#   fuzz/run.sh replay TARGET FILE...  run inputs through the harness without atheris, under the
+#                                   drivers' address-space cap (exit 1 on the first finding: a line
+#                                   naming the FILE, then its traceback; 2 when the package's
+#                                   dependencies are not installed)
 #   fuzz/run.sh list                the targets
 #   fuzz/run.sh -h | --help         this text (exit 0)
 #
@@ -34,7 +35,10 @@
 # fuzz/.work; a relative one is taken from the checkout; the messages name it by absolute path);
 # FLODL_FUZZ_CI_RUNS (override the per-target run counts of `ci`); FLODL_FUZZ_ARGS
 # (extra libFuzzer flags); FLODL_FUZZ_KILL_AFTER (seconds a stopped driver is given to end after
-# its SIGTERM before it is killed, a whole number >= 1, default 10).
+# its SIGTERM before it is killed, a whole number >= 1, default 10); FLODL_FUZZ_AS_SLACK_MB (MiB
+# of address space a driver, or replay, may use beyond its size after start-up, so that an
+# allocation sized from a hostile length is a MemoryError finding; a whole number, default 512,
+# 0 for no cap).
 #
 # New inputs a campaign finds go to $FLODL_FUZZ_WORK/corpus/TARGET (the committed seed corpus in
 # fuzz/corpus/TARGET is only read); findings go to $FLODL_FUZZ_WORK/findings/TARGET.
@@ -51,6 +55,7 @@ case "$WORK" in /*) ;; *) WORK="$PWD/${WORK#./}" ;; esac
 COMMON=(-dict=fuzz/flodl.dict -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1)
 read -r -a EXTRA <<< "${FLODL_FUZZ_ARGS:-}"
 KILL_AFTER=${FLODL_FUZZ_KILL_AFTER:-10}
+AS_SLACK=${FLODL_FUZZ_AS_SLACK_MB:-512}
 PREFIX=()
 
 # Runs per target in `ci` mode: a few seconds each on one core (the stateful targets are slower
@@ -393,6 +398,17 @@ check_kill_after() {
   esac
 }
 
+# check_as_slack: FLODL_FUZZ_AS_SLACK_MB, when set, is a whole number of MiB >= 0 (0 lifts the
+# address-space cap; at most 9 digits); the drivers and replay read it, so every mode that runs
+# one checks it first (a driver that failed to read it was reported as a finding)
+check_as_slack() {
+  case "$AS_SLACK" in
+    *[!0-9]*|''|??????????*)
+      echo "fuzz/run.sh: FLODL_FUZZ_AS_SLACK_MB must be a whole number of MiB from 0 to" \
+        "999999999, got $(quoted "$AS_SLACK")" >&2; exit 2 ;;
+  esac
+}
+
 # check_ci_runs: FLODL_FUZZ_CI_RUNS, when set, is a whole number >= 1 (libFuzzer reads anything
 # else as no limit or no run, and `ci` then passed having fuzzed nothing)
 check_ci_runs() {
@@ -444,11 +460,12 @@ case "$1" in
     [ "$INTERRUPTED" -eq 0 ] || interrupted
     exit "$rc"
     ;;
-  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; check_kill_after; need_atheris; check_work; run_ci ;;
-  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; check_kill_after; need_atheris; check_work; run_all "$2" ;;
+  ci) [ $# -eq 1 ] || arity ci "no arguments" $(($# - 1)); check_ci_runs; check_kill_after; check_as_slack; need_atheris; check_work; run_ci ;;
+  all) [ $# -eq 2 ] || arity all SECONDS $(($# - 1)); seconds "$2"; check_jobs; check_kill_after; check_as_slack; need_atheris; check_work; run_all "$2" ;;
   minimize)
     [ $# -eq 3 ] || arity minimize "TARGET FILE" $(($# - 1))
     check_kill_after
+    check_as_slack
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     file=$(caller_path "$3")
     why=$(read_error "$file") || true
@@ -512,6 +529,7 @@ case "$1" in
   replay)
     [ $# -ge 3 ] || arity replay "TARGET FILE..." $(($# - 1))
     check_kill_after
+    check_as_slack
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     target=$2
     shift 2
@@ -542,6 +560,8 @@ for f, name in zip(files, names):  # every FILE is read before any runs: one tha
     except OSError as e:  # the system's words, as read_error gives them to minimize
         print(f"fuzz/run.sh: replay: cannot read {name}: {e.strerror}", file=sys.stderr)
         sys.exit(2)
+from fuzz.driver import limit_address_space  # the drivers' cap: a memory finding reproduces
+limit_address_space()
 for name, data in inputs:
     try:
         mod.test_one_input(data)
@@ -568,6 +588,7 @@ EOF
     is_target "$1" || { echo "fuzz/run.sh: unknown target $(shown "$1"); targets: $(targets)" >&2; exit 2; }
     seconds "$2"
     check_kill_after
+    check_as_slack
     need_atheris
     check_work
     rc=0; timed "$1" "$2" || rc=$?

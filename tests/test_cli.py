@@ -1205,6 +1205,62 @@ def test_fuzz_kill_after_must_be_a_whole_number_of_seconds(args: tuple[str, ...]
                                 f"seconds from 1 to 999999999, got '{grace}'")
 
 
+@pytest.mark.parametrize("args", [("replay", "handshake", "x.bin"), ("handshake", "1"),
+                                  ("all", "1"), ("ci",), ("minimize", "handshake", "x.bin")])
+@pytest.mark.parametrize("slack", ["x", "-1", "1.5", " 1", "1234567890"])
+def test_fuzz_as_slack_must_be_a_whole_number_of_mib(args: tuple[str, ...], slack: str) -> None:
+    # a driver read it with int() and failed with a traceback, which the script reported as a
+    # FINDING of the target (exit 1); checked before anything runs, by every mode that runs one
+    res = _fuzz(*args, env={"FLODL_FUZZ_AS_SLACK_MB": slack})
+    assert (res.returncode, res.stdout) == (2, "")
+    _one_error_line(res.stderr, "fuzz/run.sh: FLODL_FUZZ_AS_SLACK_MB must be a whole number of "
+                                f"MiB from 0 to 999999999, got '{slack}'")
+
+
+_STAND_IN_MEMORY_FINDING = """\
+import importlib
+
+_import_module = importlib.import_module
+
+
+def _import_with_a_memory_finding(name, package=None):
+    module = _import_module(name, package)
+    if name == "fuzz.harnesses.handshake" and not hasattr(module, "real_test_one_input"):
+        module.real_test_one_input = module.test_one_input
+
+        def test_one_input(data):
+            if b"HOG" in data:
+                bytes(1 << 30)  # 1 GiB sized from the input, beyond the driver's 512 MiB slack
+            module.real_test_one_input(data)
+
+        module.test_one_input = test_one_input
+    return module
+
+
+importlib.import_module = _import_with_a_memory_finding
+"""
+
+
+def test_fuzz_replay_reproduces_a_memory_finding_under_the_driver_s_cap(tmp_path: Path) -> None:
+    """The driver caps the address space (start-up size + FLODL_FUZZ_AS_SLACK_MB), so an
+    allocation sized from a hostile claim is a MemoryError finding; replay ran without the cap
+    and said ``ok``, exit 0, for the finding it was to reproduce. 0 lifts the cap, as for the
+    driver."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_STAND_IN_MEMORY_FINDING)
+    seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir()).read_bytes()
+    (tmp_path / "hog.bin").write_bytes(seed + b"HOG")
+    res = _fuzz("replay", "handshake", "hog.bin", cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    assert (res.returncode, res.stdout) == (1, ""), res.stdout
+    lines = res.stderr.splitlines()
+    assert lines[0] == "fuzz/run.sh: replay: hog.bin: finding: the handshake harness raised"
+    assert lines[-1] == "MemoryError"
+    res = _fuzz("replay", "handshake", "hog.bin", cwd=tmp_path,
+                env={"PYTHONPATH": str(site), "FLODL_FUZZ_AS_SLACK_MB": "0"})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "hog.bin: ok\n", "")
+
+
 @pytest.mark.atheris
 def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
     """A single target's finding passed libFuzzer's code through (77 for a crash, 71 for an
