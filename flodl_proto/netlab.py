@@ -46,6 +46,7 @@ import contextlib
 import ctypes
 import ipaddress
 import itertools
+import math
 import os
 import re
 import shutil
@@ -519,7 +520,8 @@ class NetLab:
         remove the cap (None).
 
         Raises:
-            ValueError: ``mbit`` is not positive.
+            ValueError: ``mbit`` is not a finite number of at least 0.001 (1 kbit/s, the unit
+                the cap is given to tc in).
             LabError: ``tc`` failed, or is not one of the lab's tools.
         """
         self._needs("tc")
@@ -528,8 +530,9 @@ class NetLab:
             for ns, dev in ends:
                 _run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
             return
-        if not mbit > 0:
-            raise ValueError(f"rate must be > 0 Mbit/s, got {mbit}")
+        if not (math.isfinite(mbit) and mbit >= 0.001):
+            raise ValueError(
+                f"rate must be a finite number from 0.001 Mbit/s (1 kbit/s), got {mbit}")
         rate_bytes = mbit * 1e6 / 8
         burst = max(64 * 1024, int(rate_bytes * 0.002))  # >= 2 ms of traffic, >= 64 KiB
         for ns, dev in ends:

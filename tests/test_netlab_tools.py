@@ -98,3 +98,18 @@ def test_a_lab_without_tc_or_nft_refuses_the_controls_that_use_them() -> None:
             control()
         assert str(e.value) == f"this lab was built without {tool} (its tools: ip)"
     assert NetLab(1).tools == LAB_TOOLS
+
+
+@pytest.mark.parametrize(("mbit", "shown"), [
+    (float("inf"), "inf"), (float("nan"), "nan"), (0.0, "0.0"), (-1.0, "-1.0"),
+    (0.0005, "0.0005"),
+])
+def test_a_rate_cap_must_be_finite_and_at_least_one_kbit(mbit: float, shown: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # inf passed the "> 0" check and failed with OverflowError (int(inf)) before tc ran; below
+    # 1 kbit/s the cap was written as "0kbit", which tc refused as a LabError
+    _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
+    lab = NetLab(1)
+    with pytest.raises(ValueError) as e:
+        lab.set_rate(lab.hosts[0], mbit)
+    assert str(e.value) == f"rate must be a finite number from 0.001 Mbit/s (1 kbit/s), got {shown}"
