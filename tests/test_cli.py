@@ -1274,6 +1274,28 @@ def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.atheris
+def test_fuzz_readme_s_log_command_shows_what_its_comment_names(tmp_path: Path) -> None:
+    """fuzz/README.md's deep-campaign block reads each target's log with a command whose comment
+    names runs, exec/s, cov, ft and peak RSS; `tail -n 3` showed the last three final stats only
+    (new units, slowest unit, peak RSS): libFuzzer's DONE line and its runs and rate come
+    before them."""
+    block = (ROOT / "fuzz" / "README.md").read_text().split("## Deep campaigns", 1)[1]
+    command = next(line for line in block.splitlines() if "fuzz/.work/logs/" in line
+                   and not line.startswith("#"))
+    res = _fuzz("handshake", "1", env={"FLODL_FUZZ_WORK": str(tmp_path / "fuzz" / ".work")})
+    assert res.returncode == 0, res.stderr
+    shown = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30,
+                           cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    done = [line for line in lines if re.search(r"\sDONE\s", line)]
+    assert len(done) == 1 and re.search(r"^#\d+\s+DONE\s+cov: \d+ ft: \d+ .*exec/s: \d+ "
+                                        r"rss: \d+Mb$", done[0]), lines
+    for stat in ("number_of_executed_units", "average_exec_per_sec", "peak_rss_mb"):
+        assert any(re.fullmatch(rf"stat::{stat}: *\d+", line) for line in lines), (stat, lines)
+
+
+@pytest.mark.atheris
 def test_fuzz_a_run_of_under_a_second_shows_its_rate_as_above_its_runs(tmp_path: Path) -> None:
     """libFuzzer's exec/s divides by whole seconds: a run of under a second printed 0."""
     import re
