@@ -17,7 +17,7 @@ if not registered then
 end
 
 -- Filter fields ---------------------------------------------------------------------------------
-local F, field_list = {}, {}
+local F, LABEL, field_list = {}, {}, {}
 for _, d in ipairs(SPEC.fields) do
     local vs = nil
     if d.enum then vs = ENUMS[d.enum].names end
@@ -25,6 +25,7 @@ for _, d in ipairs(SPEC.fields) do
     if d.base then b = base[d.base] end
     local f = ProtoField.new(d.label, d.abbrev, ftypes[d.ftype], vs, b, nil, d.doc)
     F[d.abbrev] = f
+    LABEL[d.abbrev] = d.label
     field_list[#field_list + 1] = f
 end
 proto.fields = field_list
@@ -733,6 +734,10 @@ local function bc_value(tvb, p, limit, ty, fd, tree, base_off)
         return tvb(p, ty.len):bytes():tohex(), p + ty.len
     elseif ty.kind == "vec" then
         local n, q = varint(tvb, p, limit, "u64", fd.name, base_off)
+        -- an empty sequence is its count alone: an item over it, as an empty payload has one
+        if tree and n == 0 then
+            tree:add(tvb(p, q - p), LABEL[fd.abbrev] .. ": none (0 entries)")
+        end
         local out = {}
         for k = 1, n do
             local v

@@ -1567,6 +1567,22 @@ def test_an_empty_payload_reads_as_none_not_missing(lua: Path, tmp_path: Path) -
 
 
 @pytest.mark.tshark
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_empty_model_sigs_is_shown_over_its_count_byte(version: int, lua: Path,
+                                                         tmp_path: Path) -> None:
+    """A version 3 Hello's model_sigs (empty on the data channel: one count byte, 0) had no item
+    in the tree: the payload's last byte belonged to no field, though the Info column said
+    ``model_sigs 0``. At version 2 the field is absent from the wire and from the tree."""
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload(Dtype.F32, [1], b"\0\0\x80?")])
+    pcap = _one_host_frame(frame, version, tmp_path / "hello.pcap")
+    res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}", "-V"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    shown = [line.strip() for line in res.stdout.splitlines() if "Model sigs" in line]
+    assert shown == (["Model sigs: none (0 entries)"] if version == 3 else []), res.stdout
+    assert "Lua Error" not in res.stdout
+
+
+@pytest.mark.tshark
 @pytest.mark.parametrize("passes", [(), ("-2",)])
 def test_a_mux_record_above_the_ceiling_is_named_as_its_kind_names_it(
         passes: tuple[str, ...], lua: Path, tmp_path: Path) -> None:
