@@ -566,8 +566,8 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
         2, "", f"{prog}: error: argument --out: {shown(str(out))}: Not a directory "
         f"({shown_name(str(blocker))} is a file, not a folder)\n")
     assert _run_main(capsys, *cmd, "--check", "--out", str(loop)) == (
-        2, "", f"{prog}: error: cannot read {shown_name(str(loop))}: Too many levels of "
-        "symbolic links\n")
+        2, "", f"{prog}: error: argument --out: cannot read {shown(str(loop))}: Too many levels "
+        "of symbolic links\n")
     assert _run_main(capsys, *cmd, "--check", "--out", str(tmp_path)) == (  # with the command line
         2, "", f"{prog}: error: argument --out: {shown(str(tmp_path))} names a folder (an existing "
         "one); give a file path in it\n")

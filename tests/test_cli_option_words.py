@@ -154,6 +154,26 @@ REFUSED: list[tuple[list[str], str]] = [
     (["dissector", "--out", "x/"],
      "flodl-proto dissector: error: argument --out: 'x/' names a folder (it ends with /); give "
      "a file path in it"),
+    # docs --spec: a file where the folder, or a folder above it, should be; a folder without
+    # the spec; docs --check --out of a device (it read "cannot read ...", "cannot load ...")
+    (["docs", "--spec", "{tmp}/a-file/", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: '{tmp}/a-file/': Not a directory ({tmp}/a-file "
+     "is a file, not a folder)"),
+    (["docs", "--spec", "{tmp}/a-file/sub", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: '{tmp}/a-file/sub': Not a directory "
+     "({tmp}/a-file is a file, not a folder)"),
+    (["docs", "--spec", "/dev/null", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: '/dev/null': Not a directory (/dev/null is a "
+     "character device, not a folder)"),
+    (["docs", "--spec", "{tmp}/none", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: cannot load {tmp}/none/wire.yaml: No such file "
+     "or directory"),
+    (["docs", "--check", "--out", "/dev/null"],
+     "flodl-proto docs: error: argument --out: '/dev/null' is a character device, not a file "
+     "(never read: a check compares a file)"),
+    (["conform", "docs", "--check", "--out", "/dev/null"],
+     "flodl-proto conform docs: error: argument --out: '/dev/null' is a character device, not a "
+     "file (never read: a check compares a file)"),
 ]
 
 

@@ -302,7 +302,8 @@ def test_a_check_of_a_fifo_or_a_device_is_an_unreadable_input_not_a_missing_file
         cmd: list[str], make: str, what: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """``--check --out FIFO`` said ``FIFO: missing`` (exit 1) though the path exists; it is an
-    input path that is no file, as the README's exit table puts one that cannot be read (2)."""
+    input path that is no file, as the README's exit table puts one that cannot be read (2),
+    refused in argparse's words for the option (it read ``cannot read FIFO: ...``)."""
     import os
 
     if make == "fifo":
@@ -312,7 +313,7 @@ def test_a_check_of_a_fifo_or_a_device_is_an_unreadable_input_not_a_missing_file
         out = Path(os.devnull)
     prog = "flodl-proto " + " ".join(cmd)
     assert main([*cmd, "--out", str(out), "--check"]) == 2
-    assert capsys.readouterr() == ("", f"{prog}: error: cannot read {shown_name(str(out))}: "
+    assert capsys.readouterr() == ("", f"{prog}: error: argument --out: {shown(str(out))} is "
                                        f"{what}, not a file (never read: a check compares a "
                                        "file)\n")
 
@@ -446,13 +447,14 @@ def test_a_read_only_file_is_not_replaced(tmp_path: Path,
 def test_a_spec_folder_without_the_spec_is_one_line_without_errno(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``docs --spec DIR`` whose DIR holds no wire.yaml: the path once and why (it said
-    ``[Errno 2] No such file or directory: 'DIR/wire.yaml'`` after it again)."""
+    ``[Errno 2] No such file or directory: 'DIR/wire.yaml'`` after it again), named as the
+    option's value."""
     spec_dir = tmp_path / "nothing-here"
     code = main(["docs", "--spec", str(spec_dir), "--out", str(tmp_path / "protocol.md")])
     assert code == 2
     assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: cannot load {spec_dir / 'wire.yaml'}: No such file or "
-            "directory\n")
+        "", f"flodl-proto docs: error: argument --spec: cannot load {spec_dir / 'wire.yaml'}: No "
+            "such file or directory\n")
 
 
 @pytest.mark.parametrize(("wire", "lifecycle", "bad", "why"), [
@@ -484,7 +486,7 @@ def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing
     code = main(["docs", "--spec", str(spec_dir), "--out", str(out)])
     assert (code, out.exists()) == (2, False)
     assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: cannot load {spec_dir / bad}: {why}\n")
+        "", f"flodl-proto docs: error: argument --spec: cannot load {spec_dir / bad}: {why}\n")
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
@@ -500,7 +502,8 @@ def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
     """A spec whose field names a constant or an enum it does not define (a constant renamed,
     a typo) was documented with exit 0: ``(None)`` for the constant, no values for the enum."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: argument --spec: wire.yaml: {line}\n")
 
 
 @pytest.mark.parametrize(("name", "old", "new", "line"), [
@@ -518,7 +521,7 @@ def test_a_stray_top_level_key_is_one_line_and_writes_nothing(
     ignored, and the document written with exit 0."""
     _docs_of_a_changed_spec(name, old, new, tmp_path)
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith(f"flodl-proto docs: error: {line}")
+    assert out == "" and err.startswith(f"flodl-proto docs: error: argument --spec: {line}")
     assert err.count("\n") == 1 and err.endswith(")\n")
 
 
@@ -554,7 +557,8 @@ def test_a_missing_section_or_a_value_of_another_kind_is_one_line_and_writes_not
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: argument --spec: wire.yaml: {line}\n")
 
 
 def _set(doc: Any, path: list[Any], value: Any) -> None:
@@ -619,7 +623,8 @@ def test_a_value_below_the_top_level_of_another_shape_is_one_line_naming_its_pat
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: wire.yaml: {line}\n")
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: argument --spec: wire.yaml: {line}\n")
 
 
 @pytest.mark.parametrize(("change", "line"), [
@@ -648,7 +653,8 @@ def test_a_lifecycle_value_of_another_shape_is_one_line_naming_its_path(
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: lifecycle.yaml: {line}\n")
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: argument --spec: lifecycle.yaml: {line}\n")
 
 
 def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> None:
@@ -684,7 +690,8 @@ def test_a_lifecycle_the_docs_cannot_draw_is_one_line_and_writes_nothing(
     """A transition to a state its machine lacks was drawn in the diagram and the table, and a
     lifecycle of another schema documented, with exit 0."""
     _docs_of_a_changed_spec("lifecycle.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: lifecycle.yaml: {line}\n")
+    assert capsys.readouterr() == (
+        "", f"flodl-proto docs: error: argument --spec: lifecycle.yaml: {line}\n")
 
 
 def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:

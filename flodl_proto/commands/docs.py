@@ -11,10 +11,12 @@ documents that checkout's spec, not the copy installed with it); else ``--spec D
 the package loads. The spec file read is named on every result line.
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
 2 for a bad command line (``--check`` with ``--out -``; a PATH that names a folder or has a
-file where a folder of it should be), an unreadable spec, or (``--check``) a
+file where a folder of it should be; a ``--spec`` DIR that is a file or has one where a folder
+of it should be), an unreadable spec, or (``--check``) a
 PATH that cannot be read (one line naming it and the OS error; a PATH that does not exist is
 ``missing``, exit 1). A PATH that is not UTF-8 text is out of date (rewritten without
-``--check``).
+``--check``). A refused ``--out`` or ``--spec`` reads as argparse words a refused value,
+``argument --spec: ...``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ._option_error import option_message
 __all__ = [
     "check_generated",
     "checkout_file",
+    "file_in_the_way",
     "output_path",
     "read_for_check",
     "register",
@@ -55,11 +58,17 @@ def _spec_folder(text: str) -> Path:
     folder: ``--spec ''`` read "cannot load wire.yaml").
 
     Raises:
-        argparse.ArgumentTypeError: ``text`` is empty.
+        argparse.ArgumentTypeError: ``text`` is empty, or is a file (a FIFO, a device) or has
+            one where a folder of it should be (:func:`file_in_the_way`: ``'a-file/': Not a
+            directory (a-file is a file, not a folder)``; it read ``cannot load
+            a-file/wire.yaml: Not a directory``).
     """
     if not text:
         raise argparse.ArgumentTypeError("is empty; give the folder holding wire.yaml")
-    return Path(text)
+    path = Path(text)
+    if (why := file_in_the_way(text, path)) is not None:
+        raise argparse.ArgumentTypeError(why)
+    return path
 
 
 def output_path(text: str) -> Path:
@@ -91,12 +100,29 @@ def output_path(text: str) -> Path:
         folder = False
     if folder:
         raise argparse.ArgumentTypeError(_names_a_folder(text, "an existing one"))
-    if text != "-" and (found := _file_above(path)) is not None:
-        blocker, mode = found
-        raise argparse.ArgumentTypeError(f"{shown(text)}: {os.strerror(errno.ENOTDIR)} "
-                                         f"({shown_name(str(blocker))} is {_kind(mode)}, "
-                                         "not a folder)")
+    if text != "-" and (why := file_in_the_way(text, path.parent)) is not None:
+        raise argparse.ArgumentTypeError(why)
     return path
+
+
+def file_in_the_way(text: str, folder: Path) -> str | None:
+    """Why the path ``text`` cannot be used when a file (not a folder) stands where ``folder``
+    (its folder, or the path itself when it names a folder) or a folder above it should be:
+    ``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``, the file named
+    for what it is (``a FIFO``, ``a character device``, ...); None when there is none, or it
+    cannot be told (a folder that may not be looked into: the command's own step will say
+    why). The words of every path option refused so (the generators' output files, ``docs
+    --spec``, ``vectors export DIR``), for argparse to put after ``argument --X:``. Raises
+    nothing.
+
+    No upstream counterpart: upstream ships no generator commands.
+    """
+    found = _file_at_or_above(folder)
+    if found is None:
+        return None
+    blocker, mode = found
+    return (f"{shown(text)}: {os.strerror(errno.ENOTDIR)} ({shown_name(str(blocker))} is "
+            f"{_kind(mode)}, not a folder)")
 
 
 def _kind(mode: int) -> str:
@@ -108,12 +134,12 @@ def _kind(mode: int) -> str:
     return kind if kind.startswith("a ") else "a file of another kind"
 
 
-def _file_above(path: Path) -> tuple[Path, int] | None:
-    """The file (not a folder) that stands where a folder of ``path`` should be (``out.json``
-    of ``out.json/r.xml``, at whichever level) and its ``st_mode``, or None when there is none
-    or it cannot be told (a folder that may not be looked into: writing the file will say
-    why)."""
-    for folder in path.parents:
+def _file_at_or_above(path: Path) -> tuple[Path, int] | None:
+    """The file (not a folder) that stands where the folder ``path`` or a folder above it
+    should be (``out.json`` of ``out.json/sub``, at whichever level) and its ``st_mode``, or
+    None when there is none or it cannot be told (a folder that may not be looked into: the
+    command's own step will say why)."""
+    for folder in (path, *path.parents):
         try:
             mode = folder.stat().st_mode  # through links, as the write goes
         except (FileNotFoundError, NotADirectoryError):  # missing, or a file higher up
@@ -229,7 +255,9 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         missing or differs: one line on stderr, ``PROG: error: PATH: missing`` (or ``out of
         date``), then ``source`` and the ``regenerate`` command to run, in the form of every
         other failure line of the command; 2 when it cannot be read, as any input path
-        (:func:`read_for_check`), or is a FIFO, a device or a socket (never read).
+        (:func:`read_for_check`), or is a FIFO, a device or a socket (never read): one line in
+        argparse's words for the option, ``PROG: error: argument --out: cannot read 'PATH':
+        REASON`` or ``argument --out: 'PATH' is a FIFO, not a file (never read: ...)``.
 
     No upstream counterpart: upstream ships no generated files to check.
     """
@@ -237,11 +265,13 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         found = read_for_check(out)
         special = None if found is not None else _special_file(out)
     except OSError as e:
-        print(f"{prog}: error: cannot read {shown_name(str(out))}: {os_reason(e)}", file=sys.stderr)
+        why = option_message("--out", f"cannot read {shown(str(out))}: {os_reason(e)}")
+        print(f"{prog}: error: {why}", file=sys.stderr)
         return 2
     if special is not None:  # it exists: an input path that is no file, not a missing one
-        print(f"{prog}: error: cannot read {shown_name(str(out))}: {special}, not a file (never "
-              "read: a check compares a file)", file=sys.stderr)
+        why = option_message("--out", f"{shown(str(out))} is {special}, not a file (never read: "
+                                      "a check compares a file)")
+        print(f"{prog}: error: {why}", file=sys.stderr)
         return 2
     tail = f" {source}" if source else ""
     if found == text.encode("utf-8"):
@@ -383,8 +413,9 @@ def _run(args: argparse.Namespace) -> int:
         spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
         lifecycle = spec.lifecycle()  # the document's lifecycle section: required
         check_lifecycle(lifecycle)
-    except SpecError as e:
-        print(f"{_PROG}: error: {e}", file=sys.stderr)
+    except SpecError as e:  # a folder given with --spec is the option's value: named so
+        why = str(e) if args.spec is None else option_message("--spec", str(e))
+        print(f"{_PROG}: error: {why}", file=sys.stderr)
         return 2
     text = render_protocol_doc(spec, lifecycle)
     source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
