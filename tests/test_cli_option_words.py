@@ -174,6 +174,17 @@ REFUSED: list[tuple[list[str], str]] = [
     (["conform", "docs", "--check", "--out", "/dev/null"],
      "flodl-proto conform docs: error: argument --out: '/dev/null' is a character device, not a "
      "file (never read: a check compares a file)"),
+    # vectors export DIR: a file where DIR, or a folder above it, should be (it was found as
+    # the first file was written: exit 1)
+    (["vectors", "export", "{tmp}/a-file"],
+     "flodl-proto vectors export: error: argument DIR: '{tmp}/a-file': Not a directory "
+     "({tmp}/a-file is a file, not a folder)"),
+    (["vectors", "export", "{tmp}/a-file/sub"],
+     "flodl-proto vectors export: error: argument DIR: '{tmp}/a-file/sub': Not a directory "
+     "({tmp}/a-file is a file, not a folder)"),
+    (["vectors", "export", "/dev/null/v"],
+     "flodl-proto vectors export: error: argument DIR: '/dev/null/v': Not a directory "
+     "(/dev/null is a character device, not a folder)"),
 ]
 
 

@@ -17,10 +17,11 @@ from flodl_proto.codec import loopback
 from flodl_proto.codec.mux import decode_mux_record_or_eos
 from flodl_proto.codec.round_frame import decode_round_frame_or_eos
 from flodl_proto.commands.vectors import check_folders
-from flodl_proto.errors import ProtocolError, shown_name
+from flodl_proto.errors import ProtocolError, shown, shown_name
 from flodl_proto.interop.export import EXPORTED_FILES, SCHEMA, export_vectors, portable_prefix
 from flodl_proto.interop.vectors import iter_cases, manifest_total
 
+from .cli_util import run_main
 from .conftest import vectors_root
 
 
@@ -118,16 +119,18 @@ def test_cli_export_creates_missing_parents(tmp_path: Path,
     assert (target / "v2").is_dir()
 
 
-def test_cli_export_to_an_unwritable_folder_is_one_line_and_exit_1(
+def test_cli_export_under_a_file_is_a_usage_error_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file where a folder of ``DIR`` should be is refused with the command line, as every
+    other output path is (exit 2, ``argument DIR: ...``); it was found as the first file was
+    written (exit 1, ``cannot write DIR: Not a directory``)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     target = blocker / "vectors"
-    assert main(["vectors", "export", str(target)]) == 1
-    cap = capsys.readouterr()
-    assert cap.out == ""
-    assert cap.err == ("flodl-proto vectors export: error: cannot write "
-                       f"{shown_name(str(target))}: Not a directory\n")
+    assert run_main(capsys, "vectors", "export", str(target)) == (
+        2, "", f"flodl-proto vectors export: error: argument DIR: {shown(str(target))}: Not a "
+               f"directory ({blocker} is a file, not a folder)\n")
+    assert blocker.read_text() == "not a folder"
 
 
 def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:
@@ -226,13 +229,12 @@ def test_export_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> N
 def test_export_into_a_file_is_not_a_directory(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """DIR that is a file: ``Not a directory`` (it said ``File exists``), as a file in the
-    path's folders."""
+    path's folders, refused with the command line (exit 2)."""
     target = tmp_path / "a-file"
     target.write_text("not a folder")
-    assert main(["vectors", "export", str(target)]) == 1
-    assert capsys.readouterr() == (
-        "", "flodl-proto vectors export: error: cannot write "
-            f"{shown_name(str(target))}: Not a directory\n")
+    assert run_main(capsys, "vectors", "export", str(target)) == (
+        2, "", f"flodl-proto vectors export: error: argument DIR: {shown(str(target))}: Not a "
+               f"directory ({target} is a file, not a folder)\n")
 
 
 def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:

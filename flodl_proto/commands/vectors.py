@@ -17,6 +17,7 @@ from typing import Any
 from .._oserr import os_reason
 from ..cli import interrupts_held
 from ..errors import shown_name
+from .docs import file_in_the_way
 
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
@@ -54,7 +55,7 @@ def register(sub: Any) -> None:
     e = vsub.add_parser("export", help="write this implementation's codec vectors (handshake, "
                         "channel_magic, round_frame, mux_record, len_framed; v3 in DIR, v2 in "
                         "DIR/v2) in the shared schema")
-    e.add_argument("dir", type=_folder, metavar="DIR",
+    e.add_argument("dir", type=_output_folder, metavar="DIR",
                    help="output folder, created with its missing parents if need be")
     e.set_defaults(func=_export)
 
@@ -69,6 +70,22 @@ def _folder(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("is empty; give a folder path (. for this one)")
     return Path(text)
+
+
+def _output_folder(text: str) -> Path:
+    """argparse ``type=`` of ``vectors export DIR``: :func:`_folder`'s path, refused with the
+    command line, before any work, when it is a file (a FIFO, a device) or has one where a
+    folder of it should be, as every output path of the command line is
+    (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file/sub': Not a directory
+    (a-file is a file, not a folder)``); it was found as the first file was written (exit 1).
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty, or such a path.
+    """
+    path = _folder(text)
+    if (why := file_in_the_way(text, path)) is not None:
+        raise argparse.ArgumentTypeError(why)
+    return path
 
 
 def _vector_path(text: str) -> Path:
