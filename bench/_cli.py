@@ -6,10 +6,10 @@ error: MESSAGE``, exit 2, without argparse's usage text (``--help`` shows it), a
 command line reports one. The ``type=`` functions raise ``argparse.ArgumentTypeError``, so a bad
 value is one ``bench/X.py: error: argument --X: ...`` line, before anything is measured. While a
 script imports NumPy and the codec (:func:`loading`), Ctrl-C is one ``bench/X.py: interrupted``
-line and exit 130, not a traceback. A value is quoted as the package's error lines quote it
-(``flodl_proto.errors.shown``: a long one by its ends and length, an integer of more than 80
-digits by its size). Sizes have upper bounds of this machine: :func:`mib_max` (its physical
-memory) and :func:`world_max` (a process per rank).
+line and exit 130, not a traceback. A value is quoted as it was typed, as the package's error
+lines quote it (``flodl_proto.errors.shown``: a long one by its ends and length). Sizes have upper
+bounds of this machine: :func:`mib_max` (its physical memory) and :func:`world_max` (a process
+per rank).
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ WORLD_WHY = (f" (a process of about {RANK_PROCESS_BYTES // MiB} MiB per rank in 
 
 def whole(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[str], int]:
     """``type=`` of a whole number >= ``minimum`` and, when given, <= ``maximum`` (``why``
-    says what the bound is, in the message). A number of thousands of digits is out of range,
-    shown by its size, not echoed."""
+    says what the bound is, in the message). A value out of range is named as typed, quoted
+    (``got '00'``, as :func:`number` names one), not as the integer it was read as (``got 0``);
+    a number of thousands of digits by its ends and its length, not echoed."""
 
     def parse(text: str) -> int:
         try:
@@ -120,9 +121,10 @@ def whole(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[
             raise argparse.ArgumentTypeError(
                 f"expected a whole number >= {minimum}, got {shown(text)}") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {shown(text)}")
         if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}{why}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}{why}, got "
+                                             f"{shown(text)}")
         return value
 
     return parse

@@ -66,6 +66,7 @@ from _cli import (
     one_of,
     option_message,
     run,
+    shown,
     whole,
     worker_salt,
     world_max,
@@ -279,6 +280,19 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> R
                   int(per_round_out), others, 0.0)
 
 
+def _world(text: str) -> int:
+    """``type=`` of one world size of ``--worlds``: a whole number in 2..:func:`world_max`, even
+    (two ranks per host) and at least 4 (two hosts: one is idle every round), named as typed
+    (``world size '05' is odd``), where the check after parsing named the integer read."""
+    value = whole(2, world_max(), WORLD_WHY)(text)
+    if value % 2:
+        raise argparse.ArgumentTypeError(f"world size {shown(text)} is odd (two ranks per host)")
+    if value < 4:
+        raise argparse.ArgumentTypeError(f"world size {shown(text)} has one host, idle every "
+                                         "round: nothing to measure (at least 4: two hosts)")
+    return value
+
+
 def _unit(cap: float) -> str:
     return f"{cap / 1000:g} Gbit/s" if cap >= 1000 else f"{cap:g} Mbit/s"
 
@@ -287,7 +301,7 @@ def main() -> int:
     """Run the configurations, print the table and the verdict; return the exit code."""
     ap = Parser(prog="bench/wan.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", type=config(WORKER_FIELDS), help=argparse.SUPPRESS)
-    ap.add_argument("--worlds", type=listed(whole(2, world_max(), WORLD_WHY)), default="4,8",
+    ap.add_argument("--worlds", type=listed(_world), default="4,8",
                     help="comma-separated world sizes (even, >= 4: two ranks per host, one "
                     "host idle per round; default 4,8)")
     ap.add_argument("--dtypes", type=listed(one_of(("f32", "bf16"))), default="f32,bf16",
@@ -308,13 +322,6 @@ def main() -> int:
     if args.worker:
         worker(args.worker, worker_salt(ap))
         return 0
-    odd = [w for w in args.worlds if w % 2]
-    if odd:
-        ap.error(option_message("--worlds", f"world size {odd[0]} is odd (two ranks per host)"))
-    small = [w for w in args.worlds if w < 4]
-    if small:
-        ap.error(option_message("--worlds", f"world size {small[0]} has one host, idle every "
-                                "round: nothing to measure (at least 4: two hosts)"))
     if int(args.mib * MiB) // TENSORS // 4 < 1:
         ap.error(option_message("--mib", f"{args.mib:g}: less than one f32 element per tensor "
                                 f"({TENSORS} tensors)"))

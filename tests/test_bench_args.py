@@ -21,25 +21,26 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 BAD = [
-    ("codec", ["--tensors", "0"], "bench/codec.py: error: argument --tensors: must be >= 1, got 0"),
-    ("codec", ["--mib", "-1"], "bench/codec.py: error: argument --mib: must be >= 1, got -1"),
-    ("codec", ["--mib", "0"], "bench/codec.py: error: argument --mib: must be >= 1, got 0"),
-    ("codec", ["--repeat", "0"], "bench/codec.py: error: argument --repeat: must be >= 1, got 0"),
+    ("codec", ["--tensors", "0"],
+     "bench/codec.py: error: argument --tensors: must be >= 1, got '0'"),
+    ("codec", ["--mib", "-1"], "bench/codec.py: error: argument --mib: must be >= 1, got '-1'"),
+    ("codec", ["--mib", "0"], "bench/codec.py: error: argument --mib: must be >= 1, got '0'"),
+    ("codec", ["--repeat", "0"], "bench/codec.py: error: argument --repeat: must be >= 1, got '0'"),
     ("codec", ["--mib", "x"],
      "bench/codec.py: error: argument --mib: expected a whole number >= 1, got 'x'"),
     ("codec", ["--mib", "1", "--tensors", "300000"],
      "bench/codec.py: error: argument --tensors: 300000: more tensors than the 262144 f32 "
      "elements of --mib 1"),
     ("reduce", ["--frames", "0", "--mib", "1"],
-     "bench/reduce.py: error: argument --frames: must be >= 1, got 0"),
-    ("reduce", ["--mib", "0"], "bench/reduce.py: error: argument --mib: must be >= 1, got 0"),
+     "bench/reduce.py: error: argument --frames: must be >= 1, got '0'"),
+    ("reduce", ["--mib", "0"], "bench/reduce.py: error: argument --mib: must be >= 1, got '0'"),
     ("reduce", ["--repeat", "0"],
-     "bench/reduce.py: error: argument --repeat: must be >= 1, got 0"),
+     "bench/reduce.py: error: argument --repeat: must be >= 1, got '0'"),
     ("reduce", ["--threads", "0"],
-     "bench/reduce.py: error: argument --threads: must be >= 1, got 0"),
+     "bench/reduce.py: error: argument --threads: must be >= 1, got '0'"),
     ("round", ["--worlds", "x"],
      "bench/round.py: error: argument --worlds: expected a whole number >= 1, got 'x'"),
-    ("round", ["--worlds", "0"], "bench/round.py: error: argument --worlds: must be >= 1, got 0"),
+    ("round", ["--worlds", "0"], "bench/round.py: error: argument --worlds: must be >= 1, got '0'"),
     ("round", ["--worlds", "2,"],
      "bench/round.py: error: argument --worlds: expected a whole number >= 1, got ''"),
     ("round", ["--dtypes", "f16"],
@@ -48,9 +49,11 @@ BAD = [
      "bench/round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
     ("round", ["--sizes", "nan"],  # int(nan) raised Python's 'cannot convert float NaN'
      "bench/round.py: error: frame size 'nan': expected e.g. 4k, 64k, 1m, 256m"),
-    ("round", ["--rounds", "0"], "bench/round.py: error: argument --rounds: must be >= 1, got 0"),
-    ("round", ["--warmup", "-1"], "bench/round.py: error: argument --warmup: must be >= 0, got -1"),
-    ("round", ["--reruns", "-1"], "bench/round.py: error: argument --reruns: must be >= 0, got -1"),
+    ("round", ["--rounds", "0"], "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--warmup", "-1"],
+     "bench/round.py: error: argument --warmup: must be >= 0, got '-1'"),
+    ("round", ["--reruns", "-1"],
+     "bench/round.py: error: argument --reruns: must be >= 0, got '-1'"),
     ("round", ["--max-wait", "-1"],
      "bench/round.py: error: argument --max-wait: must be a finite number >= 0, got '-1'"),
     ("round", ["--max-wait", "nan"],
@@ -59,12 +62,12 @@ BAD = [
      "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
     ("round", ["--time-budget", "0"],
      "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '0'"),
-    ("hops", ["--worlds", "0"], "bench/hops.py: error: argument --worlds: must be >= 1, got 0"),
+    ("hops", ["--worlds", "0"], "bench/hops.py: error: argument --worlds: must be >= 1, got '0'"),
     ("hops", ["--sizes", "nan"],
      "bench/hops.py: error: argument --sizes: frame size 'nan': expected e.g. 4k, 64k, 1m, 256m"),
     ("hops", ["--dtype", "f16"],
      "bench/hops.py: error: argument --dtype: expected one of f32, bf16, got 'f16'"),
-    ("hops", ["--pairs", "0"], "bench/hops.py: error: argument --pairs: must be >= 1, got 0"),
+    ("hops", ["--pairs", "0"], "bench/hops.py: error: argument --pairs: must be >= 1, got '0'"),
     ("hops", ["--rounds", "x"],
      "bench/hops.py: error: argument --rounds: expected a whole number >= 1, got 'x'"),
     ("hops", ["--max-wait", "-1"],
@@ -75,12 +78,26 @@ BAD = [
      "bench/wan.py: error: argument --caps: must be a finite number > 0, got 'inf'"),
     ("wan", ["--worlds", "x"],
      "bench/wan.py: error: argument --worlds: expected a whole number >= 2, got 'x'"),
-    ("wan", ["--worlds", "0"], "bench/wan.py: error: argument --worlds: must be >= 2, got 0"),
+    ("wan", ["--worlds", "0"], "bench/wan.py: error: argument --worlds: must be >= 2, got '0'"),
     ("wan", ["--worlds", "4,5"],
-     "bench/wan.py: error: argument --worlds: world size 5 is odd (two ranks per host)"),
+     "bench/wan.py: error: argument --worlds: world size '5' is odd (two ranks per host)"),
     ("wan", ["--worlds", "2"],
-     "bench/wan.py: error: argument --worlds: world size 2 has one host, idle every round: "
+     "bench/wan.py: error: argument --worlds: world size '2' has one host, idle every round: "
      "nothing to measure (at least 4: two hosts)"),
+    # a world size is named as typed, not as the integer it was read as (it said got 0, world
+    # size 5)
+    ("round", ["--worlds", "2,00"],
+     "bench/round.py: error: argument --worlds: must be >= 1, got '00'"),
+    ("round", ["--worlds", "-0"],
+     "bench/round.py: error: argument --worlds: must be >= 1, got '-0'"),
+    ("hops", ["--worlds", "+0"], "bench/hops.py: error: argument --worlds: must be >= 1, got '+0'"),
+    ("wan", ["--worlds", "4, 05"],
+     "bench/wan.py: error: argument --worlds: world size '05' is odd (two ranks per host)"),
+    ("wan", ["--worlds", "+2"],
+     "bench/wan.py: error: argument --worlds: world size '+2' has one host, idle every round: "
+     "nothing to measure (at least 4: two hosts)"),
+    ("round", ["--rounds", "00"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '00'"),
     ("wan", ["--dtypes", "f16"],
      "bench/wan.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
     ("wan", ["--mib", "0"],
@@ -88,7 +105,7 @@ BAD = [
     ("wan", ["--mib", "1e-9"],
      "bench/wan.py: error: argument --mib: 1e-09: less than one f32 element per tensor (4 "
      "tensors)"),
-    ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got 0"),
+    ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got '0'"),
     ("wan", ["--quiet-cores", "0"],
      "bench/wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
     ("wan", ["--quiet-wait", "-1"],
@@ -123,22 +140,22 @@ def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
     return [
         ("round", ["--worlds", "99999999999999999999"],
          f"bench/round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
-         "99999999999999999999"),
+         "'99999999999999999999'"),
         ("round", ["--worlds", f"2,{big}"],
          f"bench/round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
-         "<an integer of 16610 bits>"),
+         f"'{'9' * 40}...{'9' * 20}' (5000 characters)"),
         ("round", ["--sizes", "99999999999999999999"],
          f"bench/round.py: error: frame size '99999999999999999999': must be at most {mib} MiB "
          "(this machine's physical memory)"),
         ("codec", ["--mib", "99999999999"],
          f"bench/codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
-         "99999999999"),
+         "'99999999999'"),
         ("codec", ["--mib", "x" + big],
          f"bench/codec.py: error: argument --mib: expected a whole number >= 1, got "
          f"'x{'9' * 39}...{'9' * 20}' (5001 characters)"),
         ("reduce", ["--mib", "99999999999"],
          f"bench/reduce.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
-         "99999999999"),
+         "'99999999999'"),
         ("reduce", ["--frames", str(mib), "--mib", "1"],
          f"bench/reduce.py: error: argument --frames: {mib} with --mib 1: the reduce holds "
          f"(frames + 2) x 1 MiB, more than this machine's physical memory ({mib} MiB)"),
@@ -147,7 +164,7 @@ def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
          "'99999999999'"),
         ("wan", ["--worlds", f"4,{world + 2}"],
          f"bench/wan.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
-         f"{world + 2}"),
+         f"'{world + 2}'"),
     ]
 
 
@@ -156,7 +173,8 @@ def test_a_size_beyond_the_machine_is_a_usage_error(case: int) -> None:
     """Sizes had no upper bound: ``round.py --worlds 99999999999999999999`` and ``codec.py --mib
     99999999`` ended in NumPy's size or memory error with a traceback. A world size beyond the
     rank processes this machine's memory holds, and a payload beyond its physical memory, are
-    usage errors before anything runs; a number of thousands of digits is shown by its size."""
+    usage errors before anything runs; a number of thousands of digits is shown as typed, by
+    its ends and its length."""
     script, args, error = _beyond_the_machine()[case]
     res = subprocess.run([sys.executable, f"bench/{script}.py", *args], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
