@@ -182,6 +182,14 @@ REFUSED: list[tuple[list[str], str]] = [
     (["vectors", "export", "{tmp}/a-file/sub"],
      "flodl-proto vectors export: error: argument DIR: '{tmp}/a-file/sub': Not a directory "
      "({tmp}/a-file is a file, not a folder)"),
+    # vectors compare: a folder that is none names the argument it was given as (it read
+    # 'PATH: not a directory' for DIR and --bundled alike)
+    (["vectors", "compare", "{tmp}", "--bundled", "{tmp}/a-file"],
+     "flodl-proto vectors compare: error: argument --bundled: {tmp}/a-file: not a directory"),
+    (["vectors", "compare", "{tmp}", "--bundled", "{tmp}/none"],
+     "flodl-proto vectors compare: error: argument --bundled: {tmp}/none: does not exist"),
+    (["vectors", "compare", "{tmp}/none"],
+     "flodl-proto vectors compare: error: argument DIR: {tmp}/none: does not exist"),
     (["vectors", "export", "/dev/null/v"],
      "flodl-proto vectors export: error: argument DIR: '/dev/null/v': Not a directory "
      "(/dev/null is a character device, not a folder)"),

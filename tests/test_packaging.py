@@ -54,8 +54,8 @@ def test_vectors_compare(tmp_path: Path) -> None:
         f"{shown_name(str(copy))} differs from {shown_name(str(BUNDLED_VECTORS))} (2 files)"]
     res = _vectors_cli("compare", str(tmp_path / "absent"))
     assert (res.returncode, res.stdout, res.stderr) == (
-        2, "", f"flodl-proto vectors compare: error: {shown_name(str(tmp_path / 'absent'))}: "
-              "does not exist\n")
+        2, "", "flodl-proto vectors compare: error: argument DIR: "
+              f"{shown_name(str(tmp_path / 'absent'))}: does not exist\n")
 
 
 def test_vectors_check_unusable_folder_is_one_line_exit_2(

@@ -149,8 +149,8 @@ def test_a_folder_path_is_named_in_one_bounded_line(
     code, out, err = run_main(capsys, "vectors", "check", name)
     assert (code, out, err) == (2, "", f"{_PROG}: error: {shown}: does not exist\n")
     code, out, err = run_main(capsys, "vectors", "compare", name)
-    assert (code, out, err) == (2, "", f"flodl-proto vectors compare: error: {shown}: does not "
-                                       "exist\n")
+    assert (code, out, err) == (2, "", f"flodl-proto vectors compare: error: argument DIR: "
+                                       f"{shown}: does not exist\n")
 
 
 def test_a_long_folder_path_is_named_by_its_ends_in_every_line(

@@ -17,6 +17,7 @@ from typing import Any
 from .._oserr import os_reason
 from ..cli import interrupts_held
 from ..errors import shown_name
+from ._option_error import option_message
 from .docs import file_in_the_way
 
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
@@ -262,9 +263,10 @@ def compare_folders(a: Path, b: Path) -> list[tuple[str, str]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    for d in (args.dir, args.bundled):
-        if (why := _not_a_folder(d)) is not None:
-            print(f"flodl-proto vectors compare: error: {why}", file=sys.stderr)
+    for d, given_as in ((args.dir, "DIR"), (args.bundled, "--bundled")):
+        if (why := _not_a_folder(d)) is not None:  # named as argparse names a refused value
+            print(f"flodl-proto vectors compare: error: {option_message(given_as, why)}",
+                  file=sys.stderr)
             return 2
     diffs = compare_folders(args.dir, args.bundled)
     named = {f"only in {d}": f"only in {_named(d)}" for d in (args.dir, args.bundled)}
