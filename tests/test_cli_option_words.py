@@ -337,3 +337,121 @@ def test_a_launch_the_machine_cannot_start_now_is_a_failed_run(
     assert (code, out, err) == (1, "", "flodl-proto conform controller: error: cannot start the "
                                        "target 'prog': Resource temporarily unavailable\n")
     assert "not run: the --launch command cannot be started" in report.read_text()
+
+
+# -- a sweep: every option of every command given a value of every kind --------------------------
+#: the values tried for every option: ``{tmp}`` is the test's folder, the current one
+_SWEEP_VALUES = {"empty": "", "negative": "-1", "zero": "0", "huge": "9" * 20, "word": "x",
+                 "file": "{tmp}/a-file", "folder": "{tmp}/a-folder", "fifo": "{tmp}/a-fifo",
+                 "device": "/dev/null", "no-parent": "{tmp}/none/x",
+                 "under-a-file": "{tmp}/a-file/x"}
+#: each command's other arguments: taken, so that the option swept is what may be refused (a
+#: value taken would then end at once: a port in use, ``{busy}``; a salt file under a file)
+_SWEEP_BASE = {
+    "controller": ["--listen", "127.0.0.1:{busy}", "--world-size", "1", "--salt", S],
+    "relay": ["--controller", "127.0.0.1:{busy}", "--ranks", "0", "--world-size", "1", "--salt",
+              S, "--listen-port", "{busy}"],
+    "rank": ["--relay", "127.0.0.1:{busy}", "--rank", "0", "--world-size", "1", "--salt", S],
+    "demo": ["--no-progress", "--salt-file", "{tmp}/a-file/salt"],
+    "conform controller": ["--list"], "conform relay": ["--list"],
+    "conform docs": ["--out", "{tmp}/c.md"], "decode": ["/dev/null"],
+    "dissector": ["--out", "{tmp}/d.lua"], "docs": ["--out", "{tmp}/p.md"],
+    "vectors compare": ["{tmp}/a-folder"],
+}
+_ALL_KINDS = frozenset(_SWEEP_VALUES) - {"empty"}
+#: the values each option takes (not swept: the command would run), by kind
+_SWEEP_TAKEN: dict[tuple[str, str], frozenset[str]] = {
+    ("conform controller", "--launch"): _ALL_KINDS, ("conform relay", "--launch"): _ALL_KINDS,
+    ("conform controller", "--cases"): _ALL_KINDS, ("conform relay", "--cases"): _ALL_KINDS,
+    ("relay", "--host"): _ALL_KINDS,
+    ("conform docs", "--out"): _ALL_KINDS - {"folder", "under-a-file"},
+    ("dissector", "--out"): _ALL_KINDS - {"folder", "under-a-file"},
+    ("docs", "--out"): _ALL_KINDS - {"folder", "under-a-file"},
+    # a FIFO's reader waits for its writer, as ``cat`` does (``--salt-file <(...)``)
+    ("controller", "--salt-file"): frozenset({"fifo"}),
+    ("relay", "--salt-file"): frozenset({"fifo"}),
+    ("rank", "--salt-file"): frozenset({"fifo"}),
+    ("decode", "--salt-file"): frozenset({"fifo"}),
+    # a new salt file is written and the demo runs (a FIFO: read)
+    ("demo", "--salt-file"): frozenset({"negative", "zero", "huge", "word", "no-parent",
+                                        "under-a-file", "fifo"}),
+    # a folder, made where there is none
+    ("controller", "--checkpoint-dir"): frozenset({"negative", "zero", "huge", "word", "folder",
+                                                   "no-parent"}),
+    ("decode", "--max-input"): frozenset({"huge"}),
+    ("demo", "--payload-mib"): frozenset({"zero"}), ("demo", "--seed"): frozenset({"zero", "huge"}),
+    ("rank", "--rank"): frozenset({"zero"}), ("rank", "--payload-mib"): frozenset({"zero"}),
+    ("rank", "--interval"): frozenset({"zero", "huge"}), ("relay", "--ranks"): frozenset({"zero"}),
+    ("relay", "--listen-port"): frozenset({"zero"}),
+    ("vectors compare", "--bundled"): frozenset({"folder"}),
+}
+
+
+def _swept_options() -> list[tuple[str, str]]:
+    """Every option of every command that takes a value of its own (no flag, no ``choices``:
+    argparse words those), as (command, option)."""
+    from flodl_proto.cli import build_parser
+
+    found: list[tuple[str, str]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif (path and action.option_strings and action.nargs != 0
+                  and action.choices is None):
+                found.append((" ".join(path), action.option_strings[-1]))
+
+    walk(build_parser(), [])
+    return found
+
+
+_SWEPT = [(command, option, kind) for command, option in _swept_options()
+          for kind in _SWEEP_VALUES
+          if kind not in _SWEEP_TAKEN.get((command, option), frozenset())]
+
+
+def test_the_sweep_covers_every_command() -> None:
+    assert {c for c, _, _ in _SWEPT} == {
+        "conform controller", "conform relay", "conform docs", "controller", "decode", "demo",
+        "dissector", "docs", "rank", "relay", "vectors compare"}
+    assert len(_SWEPT) > 450
+
+
+@pytest.mark.parametrize(("command", "option", "kind"), _SWEPT,
+                         ids=[f"{c} {o} {k}" for c, o, k in _SWEPT])
+def test_every_refused_option_value_reads_as_argparse_words_it(
+        command: str, option: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each option given an empty value, a negative, a huge number, a word, a file, a folder, a
+    FIFO, a device, a path with no parent or under a file (the values it takes left out) is
+    refused with the command line: exit 2, nothing on stdout, one line ``argument --X: ...``
+    naming that option (or argparse's own lines), no traceback."""
+    import os
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLODL_SESSION_SALT", raising=False)
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "0.1")
+    (tmp_path / "a-file").write_text("x\n")
+    (tmp_path / "a-folder").mkdir()
+    os.mkfifo(tmp_path / "a-fifo")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        fill = {"tmp": str(tmp_path), "busy": str(busy.getsockname()[1])}
+        base = [a.format(**fill) for a in _SWEEP_BASE.get(command, [])]
+        if option in base:  # the base's own value of the option swept goes
+            at = base.index(option)
+            del base[at:at + 2]
+        if option == "--salt-file" and "--salt" in base:
+            at = base.index("--salt")
+            del base[at:at + 2]
+        if command.startswith("conform ") and option == "--launch":
+            base = []
+        value = _SWEEP_VALUES[kind].format(**fill)
+        code, out, err = run_main(capsys, *command.split(), *base, option, value)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"flodl-proto {command}: error: argument {option}: "), err
