@@ -156,17 +156,17 @@ REFUSED: list[tuple[list[str], str]] = [
      "a file path in it"),
     # docs --spec: a file where the folder, or a folder above it, should be; a folder without
     # the spec; docs --check --out of a device (it read "cannot read ...", "cannot load ...")
-    (["docs", "--spec", "{tmp}/a-file/", "--out", "{tmp}/p.md"],
-     "flodl-proto docs: error: argument --spec: '{tmp}/a-file/': Not a directory ({tmp}/a-file "
+    (["docs", "--spec", "a-file/", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: 'a-file/': Not a directory (a-file "
      "is a file, not a folder)"),
-    (["docs", "--spec", "{tmp}/a-file/sub", "--out", "{tmp}/p.md"],
-     "flodl-proto docs: error: argument --spec: '{tmp}/a-file/sub': Not a directory "
-     "({tmp}/a-file is a file, not a folder)"),
+    (["docs", "--spec", "a-file/sub", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: 'a-file/sub': Not a directory "
+     "(a-file is a file, not a folder)"),
     (["docs", "--spec", "/dev/null", "--out", "{tmp}/p.md"],
      "flodl-proto docs: error: argument --spec: '/dev/null': Not a directory (/dev/null is a "
      "character device, not a folder)"),
-    (["docs", "--spec", "{tmp}/none", "--out", "{tmp}/p.md"],
-     "flodl-proto docs: error: argument --spec: cannot load {tmp}/none/wire.yaml: No such file "
+    (["docs", "--spec", "none", "--out", "{tmp}/p.md"],
+     "flodl-proto docs: error: argument --spec: cannot load none/wire.yaml: No such file "
      "or directory"),
     (["docs", "--check", "--out", "/dev/null"],
      "flodl-proto docs: error: argument --out: '/dev/null' is a character device, not a file "
@@ -176,20 +176,20 @@ REFUSED: list[tuple[list[str], str]] = [
      "file (never read: a check compares a file)"),
     # vectors export DIR: a file where DIR, or a folder above it, should be (it was found as
     # the first file was written: exit 1)
-    (["vectors", "export", "{tmp}/a-file"],
-     "flodl-proto vectors export: error: argument DIR: '{tmp}/a-file': Not a directory "
-     "({tmp}/a-file is a file, not a folder)"),
-    (["vectors", "export", "{tmp}/a-file/sub"],
-     "flodl-proto vectors export: error: argument DIR: '{tmp}/a-file/sub': Not a directory "
-     "({tmp}/a-file is a file, not a folder)"),
+    (["vectors", "export", "a-file"],
+     "flodl-proto vectors export: error: argument DIR: 'a-file': Not a directory "
+     "(a-file is a file, not a folder)"),
+    (["vectors", "export", "a-file/sub"],
+     "flodl-proto vectors export: error: argument DIR: 'a-file/sub': Not a directory "
+     "(a-file is a file, not a folder)"),
     # vectors compare: a folder that is none names the argument it was given as (it read
     # 'PATH: not a directory' for DIR and --bundled alike)
-    (["vectors", "compare", "{tmp}", "--bundled", "{tmp}/a-file"],
-     "flodl-proto vectors compare: error: argument --bundled: {tmp}/a-file: not a directory"),
-    (["vectors", "compare", "{tmp}", "--bundled", "{tmp}/none"],
-     "flodl-proto vectors compare: error: argument --bundled: {tmp}/none: does not exist"),
-    (["vectors", "compare", "{tmp}/none"],
-     "flodl-proto vectors compare: error: argument DIR: {tmp}/none: does not exist"),
+    (["vectors", "compare", "{tmp}", "--bundled", "a-file"],
+     "flodl-proto vectors compare: error: argument --bundled: a-file: not a directory"),
+    (["vectors", "compare", "{tmp}", "--bundled", "none"],
+     "flodl-proto vectors compare: error: argument --bundled: none: does not exist"),
+    (["vectors", "compare", "none"],
+     "flodl-proto vectors compare: error: argument DIR: none: does not exist"),
     (["vectors", "export", "/dev/null/v"],
      "flodl-proto vectors export: error: argument DIR: '/dev/null/v': Not a directory "
      "(/dev/null is a character device, not a folder)"),
