@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
+import numpy as np
 import pytest
 
 from flodl_proto import errors
@@ -56,6 +57,27 @@ def test_check_salt_rejects_text() -> None:
     assert str(e) == ("session salt must be 16 bytes, got str (convert hex text with "
                       "bytes.fromhex)")
     assert dict(e.fields) == {"got": "str"}
+
+
+@pytest.mark.parametrize(("salt", "got"), [
+    # UCS-4 characters: np.array(["abcd"]) exports 16 bytes, which were taken as the salt
+    (np.array(["abcd"]), "NumPy text (ndarray of dtype <U4)"),
+    (np.array("abcd"), "NumPy text (ndarray of dtype <U4)"),
+    (np.array(["ab", "cd"]), "NumPy text (ndarray of dtype <U2)"),
+    (np.array(["00" * 16]), "NumPy text (ndarray of dtype <U32)"),  # 128 bytes: bad_length
+    (np.str_("00" * 16), "NumPy text (str_ of dtype <U32)"),  # was named 'str_'
+])
+def test_check_salt_rejects_numpy_text(salt: Any, got: str) -> None:
+    with pytest.raises(errors.InvalidValue) as exc:
+        auth.check_salt(salt)
+    e = exc.value
+    assert isinstance(e, errors.LocalProtocolError) and not e.remote
+    assert e.error_id == "salt.not_bytes" and e.__cause__ is None
+    assert str(e) == (f"session salt must be 16 bytes, got {got} (convert hex text with "
+                      "bytes.fromhex)")
+    assert dict(e.fields) == {"got": got}
+    # a memoryview of it is taken as the bytes it asks for, as the codec takes one
+    assert auth.check_salt(memoryview(np.array(["abcd"]))) == "abcd".encode("utf-32-le")
 
 
 # -- new_mac / compute_tag / tag_as_u64 / tags_equal --------------------------------------------

@@ -326,3 +326,43 @@ def test_numpy_text_is_no_buffer_of_bytes() -> None:
     # a memoryview is taken as the bytes it asks for; a numeric array stays one buffer
     assert b"".join(encode_len_framed(memoryview(text))) == b"\x08\0\0\0a\0\0\0b\0\0\0"
     assert bytes(TensorPayload(0, [2], np.zeros(2, np.float32)).data) == bytes(8)
+
+
+def test_numpy_text_is_no_salt_wherever_a_salt_is_taken() -> None:
+    """``np.array(["abcd"])`` exports 16 bytes of UCS-4 characters, which every salt entry point
+    took as the session salt: it is refused as NumPy text, as the codec names it where it takes
+    bytes."""
+    import numpy as np
+
+    from flodl_proto.codec import (
+        FrameTemplate,
+        compute_tag,
+        decode_framed_round,
+        encode_frame_record,
+        encode_framed_round,
+    )
+    from flodl_proto.reduce import HostFold
+
+    text = np.array(["abcd"])
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [])
+    calls: list[Callable[[], Any]] = [
+        lambda: compute_tag(text, [b"x"]),
+        lambda: encode_round_frame_bytes(frame, text),
+        lambda: decode_round_frame(FRAME, text),
+        lambda: encode_mux_record_bytes(MuxRecord.data(0, b"ab"), text),
+        lambda: decode_mux_record(RECORD, text),
+        lambda: encode_frame_record(RecordKind.HOST_FRAME, frame, text),
+        lambda: encode_framed_round(frame, text),
+        lambda: decode_framed_round(b"".join(encode_framed_round(frame, SALT)), text),
+        lambda: RoundFrameDecoder(text),
+        lambda: MuxStream(text),
+        lambda: HostFold([0], text),
+        lambda: FrameTemplate(RoundKind.MODEL, [(0, (2,))]).seal(1.0, text),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidValue) as e:
+            call()
+        assert isinstance(e.value, LocalProtocolError) and e.value.__cause__ is None
+        assert (e.value.error_id, str(e.value)) == (
+            "salt.not_bytes", "session salt must be 16 bytes, got NumPy text (ndarray of dtype "
+            "<U4) (convert hex text with bytes.fromhex)")

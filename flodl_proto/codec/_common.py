@@ -28,6 +28,7 @@ __all__ = [
     "not_bytes_like",
     "not_pieces",
     "numpy_text",
+    "numpy_text_named",
     "unviewed",
     "wire_int",
     "wire_real",
@@ -125,6 +126,14 @@ def numpy_text(value: Any) -> bool:
     return isinstance(value, np.ndarray | np.generic) and value.dtype.kind == "U"
 
 
+def numpy_text_named(value: Any) -> str:
+    """How a message names NumPy text ``value`` (:func:`numpy_text` is true of it) after "got":
+    ``NumPy text (ndarray of dtype <U2)``, its type and its dtype. Raises nothing.
+
+    No upstream counterpart (upstream's API takes byte slices)."""
+    return f"NumPy text ({shown_type(value)} of dtype {value.dtype.str})"
+
+
 def _array_bytes(data: Any) -> memoryview | None:
     """The memory of a C-contiguous NumPy array whose dtype exports no buffer format (NumPy
     refuses ``memoryview`` of an ``ml_dtypes.bfloat16`` array), as flat unsigned bytes; None for
@@ -169,8 +178,7 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
     buffer's layout."""
     got = shown_type(value)
     if numpy_text(value):
-        got = (f"NumPy text ({shown_type(value)} of dtype {value.dtype.str}): encode it "
-               "to bytes")
+        got = f"{numpy_text_named(value)}: encode it to bytes"
     elif _holds_pointers(value):
         got = (f"a {type(value).__name__} of Python objects (its buffer holds their addresses, "
                "not bytes to send)")

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import protocol_error, shown_type
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
-from ._common import BytesLike, not_bytes_like
+from ._common import BytesLike, not_bytes_like, numpy_text, numpy_text_named
 
 __all__ = [
     "Premac",
@@ -109,15 +109,20 @@ def check_salt(salt: BytesLike) -> bytes:
         salt: the session salt, 16 bytes (any bytes-like object).
 
     Raises:
-        InvalidValue (local): the salt is not exactly 16 bytes, or is text (hex strings must be
-            converted with ``bytes.fromhex``), or is not bytes-like at all (an int, None).
+        InvalidValue (local): the salt is not exactly 16 bytes (``salt.bad_length``), or is
+            text (``salt.not_bytes``: hex strings must be converted with ``bytes.fromhex``;
+            NumPy text too, a ``str_`` or an array of dtype kind ``U``, named with its dtype:
+            its buffer holds UCS-4 characters, ``np.array(["abcd"])`` 16 bytes of them; a
+            ``memoryview`` of it is taken as the bytes it asks for), or is not bytes-like at
+            all (``salt.not_bytes_like``: an int, None).
 
     Upstream: ``wire.rs`` (``SessionSalt = [u8; 16]``).
     """
     if type(salt) is bytes and len(salt) == SESSION_SALT_BYTES:
         return salt  # what the conversion below gives (every round's call: a client's own salt)
-    if isinstance(salt, str):
-        raise protocol_error("salt.not_bytes", got=shown_type(salt))
+    if isinstance(salt, str) or numpy_text(salt):  # NumPy text exports UCS-4 characters
+        got = numpy_text_named(salt) if numpy_text(salt) else shown_type(salt)
+        raise protocol_error("salt.not_bytes", got=got)
     try:  # not bytes(salt): bytes(16) is 16 zero bytes, an int is no salt
         b = memoryview(salt).tobytes()
     except TypeError:
