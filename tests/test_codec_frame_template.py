@@ -130,9 +130,9 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
     ([(0, (2, 1.0))], "frame.bad_field",  # a float dim, 1.0 too
      {"field": "layout[0]", "value": (0, (2, 1.0)),
       "reason": "not a (dtype tag, shape of ints) pair"}),
-    ([(0, "3")], "frame.bad_field",  # a shape given as text: its characters are no dims
-     {"field": "layout[0]", "value": (0, "3"),
-      "reason": "not a (dtype tag, shape of ints) pair"}),
+    ([(0, "3")], "frame.bad_type",  # a shape given as text: its characters are no dims
+     {"field": "layout[0] shape", "expected": "a sequence of ints (text is none)",
+      "got": "str"}),
     # a dtype or dim that is no number is the wrong type of argument (it read
     # "layout[0] = ('f32', (2,)) is invalid: not a (dtype tag, shape of ints) pair")
     ([(0, (2,)), ("f32", (2,))], "frame.bad_type",
@@ -232,3 +232,45 @@ def test_seal_checks_salt_and_weight_before_writing() -> None:
             RoundFrame(RoundKind.MODEL, weight, [])  # type: ignore[arg-type]
         assert ei.value.fields["field"] == "weight" and ei.value.fields["reason"] == reason
     assert bytes(tpl.seal(0.5, SALT)) == before
+
+
+_BYTES_ARE_NONE = ("not a sequence of ints (bytes are none: each byte would be taken as a dim; "
+                   "pass a tuple of ints)")
+
+
+@pytest.mark.parametrize(("shape", "error_id", "text"), [
+    # its bytes were taken as the dims: b"\x02" as the shape (2,), b"" as ()
+    (b"\x02", "frame.bad_field", "shape = b'\\x02' is invalid: " + _BYTES_ARE_NONE),
+    (bytearray(b"\x02\x03"), "frame.bad_field",
+     "shape = b'\\x02\\x03' is invalid: " + _BYTES_ARE_NONE),
+    (memoryview(b"\x02"), "frame.bad_field", "shape = b'\\x02' is invalid: " + _BYTES_ARE_NONE),
+    (b"", "frame.bad_field", "shape = b'' is invalid: " + _BYTES_ARE_NONE),
+    # text: was 'layout[0] = (0, '3') is invalid: not a (dtype tag, shape of ints) pair'
+    ("3", "frame.bad_type", "shape must be a sequence of ints (text is none), got str"),
+    (np.str_("3"), "frame.bad_type", "shape must be a sequence of ints (text is none), got "
+                                     "NumPy text (str_ of dtype <U1)"),
+    # NumPy text: its characters were named as dims, an empty one taken as the shape ()
+    (np.array(["ab"]), "frame.bad_type", "shape must be a sequence of ints (text is none), got "
+                                         "NumPy text (ndarray of dtype <U2)"),
+    (np.array([], "U1"), "frame.bad_type", "shape must be a sequence of ints (text is none), "
+                                           "got NumPy text (ndarray of dtype <U1)"),
+    # no order of dims: {3, 2} was taken as (2, 3), {2: 1} as (2,)
+    ({3, 2}, "frame.bad_type",
+     "shape must be a sequence of ints (a set or dict has no order), got set"),
+    ({2: 1}, "frame.bad_type",
+     "shape must be a sequence of ints (a set or dict has no order), got dict"),
+])
+def test_a_layout_shape_is_refused_as_a_payload_refuses_it(shape: object, error_id: str,
+                                                             text: str) -> None:
+    """A template's shape is refused with the error of a TensorPayload given that shape, naming
+    ``layout[i] shape``, before anything is built."""
+    with pytest.raises(InvalidValue) as ei:
+        FrameTemplate(RoundKind.MODEL, [(0, (2,)), (0, shape)])  # type: ignore[list-item]
+    assert isinstance(ei.value, LocalProtocolError) and ei.value.__cause__ is None
+    assert (ei.value.error_id, str(ei.value)) == (error_id, f"round_frame: layout[1] {text}")
+    with pytest.raises(InvalidValue) as ep:
+        TensorPayload(0, shape, b"")  # type: ignore[arg-type]
+    assert (ep.value.error_id, str(ep.value)) == (error_id, f"round_frame: {text}")
+    # a NumPy array of integers is a shape to both
+    assert FrameTemplate(RoundKind.MODEL, [(0, np.array([2, 3]))]).layout == ((0, (2, 3)),)
+    assert TensorPayload(0, np.array([2, 3]), bytes(24)).shape == (2, 3)

@@ -35,7 +35,7 @@ from ..spec import (
     U32_MAX,
 )
 from ._arrays import integer_error, real_array, wire_dtype_tag, wire_elements
-from ._common import BytesLike, as_view, wire_int, wire_real
+from ._common import BytesLike, as_view, numpy_text, numpy_text_named, wire_int, wire_real
 from .ceiling import frame_ceiling_int
 
 __all__: list[str] = []
@@ -116,6 +116,38 @@ _NUMPY_DTYPE: Final = _NumpyDtypes()
 _NO_SHAPE: Final = (str, bytes, bytearray, memoryview, set, frozenset, dict)
 #: of those, the ones with no order of items
 _UNORDERED: Final = (set, frozenset, dict)
+#: what a shape is looked at as before it is iterated (:func:`_no_shape`): those, and NumPy
+#: arrays and scalars (NumPy text is refused, a numeric array is a shape)
+_SHAPE_LOOKED_AT: Final = (*_NO_SHAPE, np.ndarray, np.generic)
+
+
+def _no_shape(shape: Any, field: str) -> ProtocolError | None:
+    """The local error for a ``shape`` that iterates but is no sequence of dims, named as
+    ``field``, or None when it may be one (``shape`` is an instance of
+    :data:`_SHAPE_LOOKED_AT`, looked at once per call before it is iterated).
+
+    Text (NumPy text too, a ``str_`` or an array of dtype kind ``U``, named with its dtype:
+    its characters are no dims, an empty one would be the shape ``()``) and a set or a dict
+    (no order of dims: ``{3, 2}`` would be ``(2, 3)``) are ``frame.bad_type``; a bytes-like
+    object, whose bytes would be taken as the dims (``b"\\x02"`` as ``(2,)``), is
+    ``frame.bad_field`` naming its bytes. Raises nothing. Shared by :class:`TensorPayload`
+    and :class:`~flodl_proto.codec.template.FrameTemplate`'s layout.
+
+    No upstream counterpart (upstream's shapes are typed ``Vec<u32>``)."""
+    if isinstance(shape, str) or numpy_text(shape):  # its characters would be taken as dims
+        got = numpy_text_named(shape) if numpy_text(shape) else "str"
+        return protocol_error("frame.bad_type", field=field,
+                              expected="a sequence of ints (text is none)", got=got)
+    if isinstance(shape, _UNORDERED):
+        return protocol_error("frame.bad_type", field=field,
+                              expected="a sequence of ints (a set or dict has no order)",
+                              got=shown_type(shape))
+    if isinstance(shape, bytes | bytearray | memoryview):
+        # its bytes would be taken as the dims: b"\x02" as the shape (2,)
+        return protocol_error("frame.bad_field", field=field, value=bytes(shape),
+                              reason="not a sequence of ints (bytes are none: each byte "
+                                     "would be taken as a dim; pass a tuple of ints)")
+    return None  # a NumPy array of numbers or a NumPy scalar: iterated as any shape
 
 
 #: what a dim is, for the error naming a dim that is no number
@@ -144,7 +176,8 @@ class TensorPayload:
     Raises:
         InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
             ``tensor.too_many_dims``, ``tensor.dim_too_large``), ``shape`` is no sequence (a
-            number, or text: ``frame.bad_type`` naming ``shape`` and its type; a bytes-like
+            number, or text, NumPy text too, named with its dtype: ``frame.bad_type`` naming
+            ``shape`` and its type; a bytes-like
             object, whose bytes would be taken as the dims: ``frame.bad_field`` naming
             ``shape`` and its bytes:
             ``b"\\x02"`` is refused, not taken as the shape ``(2,)``; a set or a dict, whose
@@ -176,18 +209,10 @@ class TensorPayload:
         if d_tag is None or not 0 <= d_tag <= 0xFF:  # text ("f32") is no number: a type error
             raise integer_error("dtype", dtype,
                                 "a wire dtype tag (an integer 0..255: 0 f32, 1 bf16)", "not a u8")
-        if type(shape) is not tuple and isinstance(shape, _NO_SHAPE):  # a tuple: one test
-            if isinstance(shape, str):  # its characters would each be refused as a dim
-                raise protocol_error("frame.bad_type", field="shape",
-                                     expected="a sequence of ints (text is none)", got="str")
-            if isinstance(shape, _UNORDERED):
-                raise protocol_error("frame.bad_type", field="shape",
-                                     expected="a sequence of ints (a set or dict has no order)",
-                                     got=shown_type(shape))
-            # its bytes would be taken as the dims: b"\x02" as the shape (2,)
-            raise protocol_error("frame.bad_field", field="shape", value=bytes(shape),
-                                 reason="not a sequence of ints (bytes are none: each byte "
-                                        "would be taken as a dim; pass a tuple of ints)")
+        if type(shape) is not tuple and isinstance(shape, _SHAPE_LOOKED_AT):  # a tuple: one test
+            refused = _no_shape(shape, "shape")
+            if refused is not None:
+                raise refused
         try:
             given = tuple(shape)
         except TypeError:

@@ -31,6 +31,7 @@ from ..spec import (
 )
 from ._arrays import no_number
 from ._common import BytesLike, as_view, check_ceiling, wire_int
+from ._frame_model import _SHAPE_LOOKED_AT, _no_shape
 from ._walk import _FrameWalk
 from .auth import check_salt, new_mac
 from .round_frame import (
@@ -95,7 +96,10 @@ class FrameTemplate:
             (``ceiling.invalid``), a ``layout`` that is no sequence (``frame.bad_type`` naming
             its type), a layout entry that is not a ``(dtype tag, shape of ints)``
             pair (``frame.bad_field`` naming ``layout[i]``; a bool or float dtype or dim is
-            refused, never truncated; a shape given as text is none), a dtype or dim that is no
+            refused, never truncated), a shape that is text (NumPy text too), bytes-like (whose
+            bytes would be the dims: ``b"\\x02"`` is no ``(2,)``), a set or a dict (refused
+            as :class:`TensorPayload` refuses it, ``frame.bad_type`` or ``frame.bad_field``
+            naming ``layout[i] shape``), a dtype or dim that is no
             number (text, bytes, None: ``frame.bad_type`` naming ``layout[i] dtype`` or
             ``layout[i] shape[k]`` and its type), a dtype
             other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
@@ -205,8 +209,13 @@ def _template_layout(layout: Iterable[Any], ceiling: int
     for i, entry in enumerate(entries):
         try:
             d, shape = entry
-            if isinstance(shape, str):  # its characters are no dims
-                raise TypeError
+        except (TypeError, ValueError):
+            raise _not_a_pair(i, entry) from None
+        if type(shape) is not tuple and isinstance(shape, _SHAPE_LOOKED_AT):
+            refused = _no_shape(shape, f"layout[{i}] shape")  # as a TensorPayload refuses it
+            if refused is not None:
+                raise refused
+        try:
             given = tuple(shape)
         except (TypeError, ValueError):
             raise _not_a_pair(i, entry) from None
