@@ -10,6 +10,7 @@ coverage bug shared by the encoder and the decoder; these tests can.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import hmac
 import struct
@@ -273,6 +274,12 @@ _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or mem
     (np.zeros((2, 3), np.uint8), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
     (np.array(b"abc"), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
     (np.array(["ab"]), "codec.not_pieces", "pieces " + _NOT_PIECES + "ndarray"),
+    # any other single buffer too: its items were taken as the pieces, and the first named
+    # ('pieces[0] ... got int')
+    (array.array("B", b"ab"), "codec.not_pieces", "pieces " + _NOT_PIECES + "array"),
+    (array.array("d", [1.5]), "codec.not_pieces", "pieces " + _NOT_PIECES + "array"),
+    # a list is no buffer: its first item that is none is named
+    ([array.array("B", b"ab"), 5], "codec.not_bytes_like", "pieces[1] " + _NOT_A_BUFFER + "int"),
     # a str_ piece is refused by hashlib as text, named as NumPy text
     ([np.str_("ab")], "codec.not_bytes_like",
      "pieces[0] " + _NOT_A_BUFFER + "NumPy text (str_ of dtype <U2): encode it to bytes"),

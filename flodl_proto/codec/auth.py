@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import protocol_error, shown_type
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
-from ._common import BytesLike, not_bytes_like, numpy_text, numpy_text_named
+from ._common import BytesLike, _is_buffer, not_bytes_like, numpy_text, numpy_text_named
 
 __all__ = [
     "Premac",
@@ -176,8 +176,10 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
 
     Raises:
         InvalidValue (local): the salt is not 16 bytes; ``pieces`` is a single buffer (pass
-            ``[data]``; a NumPy array too, whose elements are no pieces) or no iterable
-            (``codec.not_pieces``), or one of them is no buffer or
+            ``[data]``; a NumPy array too, whose elements are no pieces, and any other object
+            that exports the buffer protocol and whose items are no buffers, an
+            ``array.array``: told from its first item, so the normal path pays no check) or
+            no iterable (``codec.not_pieces``), or one of them is no buffer or
             is NumPy text, whose buffer holds UCS-4 characters (``codec.not_bytes_like`` naming
             ``pieces[i]``).
 
@@ -200,6 +202,9 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
                 raise TypeError
             update(p)
         except (TypeError, BufferError, ValueError):  # an int, text, None, a strided view
+            if _is_buffer(pieces):  # one buffer (an array.array): its items were no pieces
+                raise protocol_error("codec.not_pieces", field="pieces", got=shown_type(pieces)
+                                     ) from None
             raise not_bytes_like(f"pieces[{i}]", p) from None
     return bytes(mac.digest()[:AUTH_TAG_LEN])
 
