@@ -942,10 +942,21 @@ function REC.len_framed(tvb, pinfo, tree, conv)
     return info
 end
 
+-- An unknown mux record kind is named by its byte, "0xff": its record's flodl.kind and the
+-- flodl.continuation of its bytes in later segments.
+local UNKNOWN_KIND = "0x%02x"
+
+-- How the Info column and the tree name a record type: an unknown mux record kind as
+-- "0xff (unknown kind)", in its record's first segment and in the segments that continue it.
+local function kind_label(kname)
+    if kname:match("^0x%x%x$") then return kname .. " (unknown kind)" end
+    return kname
+end
+
 function REC.mux_record(tvb, pinfo, tree, conv)
     local vals, items = {}, {}
     local kind = tvb(8, 1):uint()
-    local kname = ENUMS.RecordKind.names[kind] or string.format("0x%02x", kind)
+    local kname = ENUMS.RecordKind.names[kind] or string.format(UNKNOWN_KIND, kind)
     local direction = ENUMS.RecordKind.direction[kind] or ""
     local rtree = new_record(tvb, tree, kname, nil)
     if not pinfo.visited then conv.leg = "mux" end
@@ -958,7 +969,7 @@ function REC.mux_record(tvb, pinfo, tree, conv)
         -- truncated) names the ranks it concerns as a whole one does: a Data record its rank
         -- (its header is whole: the record was framed from it), a HostFrame or Broadcast the
         -- connection's
-        local info = kname .. " " .. direction
+        local info = m and (kname .. " " .. direction) or kind_label(kname)
         if m == "DATA" and vals.rank ~= nil then
             add_ranks(rtree, tvb, { vals.rank })
             info = info .. " rank " .. vals.rank
@@ -1018,7 +1029,7 @@ function REC.mux_record(tvb, pinfo, tree, conv)
         local st = dissect_frame(body, 0, items.payload, version)
         info = info .. " " .. frame_info(st)
     else
-        info = kname .. " (unknown kind)"
+        info = kind_label(kname)
     end
     rtree:add(field("direction"), at(tvb, 0), direction):set_generated()
     add_version(rtree, tvb, conv)
@@ -1106,11 +1117,12 @@ local function frame_pdu(tvb, off, conv, sync)
     return false, nil, errtext(expected, { got = m, expected = exp_val }), E.bad_magic
 end
 
--- The record type of the record starting at off (framed as name).
+-- The record type of the record starting at off (framed as name): an unknown mux record kind
+-- is its byte ("0xff", the flodl.kind of its record).
 local function record_kind(tvb, off, name)
     if name == "mux_record" then
         local k = tvb(off + 8, 1):uint()
-        return ENUMS.RecordKind.names[k] or string.format("0x%02x", k)
+        return ENUMS.RecordKind.names[k] or string.format(UNKNOWN_KIND, k)
     end
     return SPEC.records[name].kind
 end
@@ -1124,12 +1136,12 @@ local function add_continuation(tvb, tree, s, infos, wire)
     local n = math.min(w, tvb:len())
     local rtree = tree:add(proto, tvb(0, n))
     rtree:add(field("continuation"), tvb(0, n), p.kind):set_generated()
-    rtree:append_text(string.format(", continuation of %s (bytes %d to %d of %d)", p.kind,
-        p.done + 1, p.done + w, p.total))
+    rtree:append_text(string.format(", continuation of %s (bytes %d to %d of %d)",
+        kind_label(p.kind), p.done + 1, p.done + w, p.total))
     if n < w then
         rtree:append_text(string.format(", %d of them captured", n))
     end
-    infos[#infos + 1] = "[continuation of " .. p.kind .. "]"
+    infos[#infos + 1] = "[continuation of " .. kind_label(p.kind) .. "]"
     s.pend = nil
     if p.done + w < p.total then
         s.pend = { kind = p.kind, total = p.total, done = p.done + w, guess = p.guess }
