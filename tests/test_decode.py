@@ -1162,12 +1162,37 @@ def test_cli_truncated_capture_exits_4(tmp_path: Path, capsys: pytest.CaptureFix
         "offset": second[-2]["offset"] + second[-2]["length"], "error_id": None,
         "error": f"the capture file is cut short (at byte {cut}); the stream may go on after "
                  f"offset {second[-2]['offset'] + second[-2]['length']}"}
-    cap.write_bytes(full[:10])
-    assert main(args) == EXIT_CAPTURE_ENDED
-    got = capsys.readouterr()
-    assert (got.out, got.err) == ("", "flodl-proto decode: error: the capture is truncated: it "
-                                      "ends at byte 10, "
-                                  "inside its file header\n")
+
+
+def test_cli_a_capture_cut_before_its_first_whole_packet_holds_no_tcp_stream(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture cut inside its first packet record gave only the truncation warning, exit 4
+    (one cut inside its file header an error line, exit 4), where one holding just its file
+    header gave 'no TCP stream' and exit 1: a cut capture with no whole packet holds no TCP
+    stream either, and 1 comes before 4; its one line names the cut."""
+    full = _capture(_mux_up(3).data, _mux_down(3).data, 1337)
+    starts = _record_starts(full)
+    cap = tmp_path / "cap.pcap"
+    args = ["decode", "--pcap", str(cap), "--port", "1337"]
+    no_stream = "flodl-proto decode: error: no TCP stream to or from port {} in the capture"
+    cap.write_bytes(full[:24])  # the file header alone: a whole capture of no packet
+    assert main(args) == EXIT_ERROR
+    assert capsys.readouterr() == ("", no_stream.format(1337) + "\n")
+    for cut, where in ((10, "inside its file header"),
+                       (30, "inside the packet record that starts at byte 24"),
+                       (starts[1] - 1, "inside the packet record that starts at byte 24")):
+        cap.write_bytes(full[:cut])
+        assert main(args) == EXIT_ERROR
+        assert capsys.readouterr() == ("", no_stream.format(1337) + "; the capture is "
+                                       f"truncated: it ends at byte {cut}, {where}\n")
+    # whole packets of other ports' streams before the cut, none of the port asked for: the
+    # same (it was the truncation warning alone, exit 4)
+    cut = starts[-1] + 20
+    cap.write_bytes(full[:cut])
+    assert main([*args[:-1], "4242"]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", no_stream.format(4242) + "; the capture is truncated: "
+                                   f"it ends at byte {cut}, inside the packet record that "
+                                   f"starts at byte {starts[-1]}\n")
 
 
 # -------------------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ every TCP stream to or from ``--port`` is decoded, each direction on its own (``
 repeated: the streams of each port in the order given, a connection between two of them once, under
 the first; a port with no stream is warned about on stderr, none at all is exit 1); a capture that
 ends inside its file header or a packet record is reported on stderr with the byte it ends at, the
-streams of the whole packets before the cut are decoded, and the exit code is 4. A stream with
+streams of the whole packets before the cut are decoded, and the exit code is 4 (when the whole
+packets before the cut hold no stream of the ports, none at all when the file header or the first
+packet is cut, that is no TCP stream, exit 1, on one line naming the cut). A stream with
 bytes missing from the capture (a hole between its segments, or a packet cut short by the snaplen:
 its IP header claims more bytes than were captured) is warned about on stderr with the stream
 offset, decoded up to there and ends ``capture_ended`` there (``CAPTURE ENDED`` in the table, not a
@@ -37,7 +39,8 @@ magic.
 
 Exit codes: 0 every stream ended at a record boundary, each record decoded; 1 decoding stopped
 at a protocol error, or the input is not what was asked for (``--hex`` text that is not hex, a
-``--pcap`` file that is not a capture, longer than ``--max-input``); 3 ``--salt`` was given and
+``--pcap`` file that is not a capture, longer than ``--max-input``, or a capture with no TCP
+stream to or from the ports, cut short or not); 3 ``--salt`` was given and
 some auth tag did not verify; 4 the input ended inside a record, its header included (a capture
 stopped mid-record, or a ``--pcap`` capture file cut short or with bytes missing from a stream:
 normal for a capture, so it is not 1); 2 usage errors (FILE, or a ``--salt-file``, that cannot
@@ -491,12 +494,14 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             # a connection between two of the ports once, under the first port given
             tcp = read_tcp_streams_of_ports(data, ports)
         except CaptureTruncated as e:  # the file's end
-            # a warning when the streams before the cut are decoded, else the one error line
-            level = "warning" if e.complete else "error"
-            print(f"{_PROG}: {level}: {e}" + ("; the streams stop before it"
-                                              if e.complete else ""), file=sys.stderr)
-            if not e.complete:
-                return EXIT_CAPTURE_ENDED
+            if not e.streams:  # no whole packet of the ports' streams before the cut (none at
+                # all when the file header or the first packet is cut): no stream, as in a
+                # capture that ends there whole (1 before 4), the cut named on the same line
+                print(f"{_PROG}: error: no TCP stream to or from {_ports_text(ports)} in the "
+                      f"capture; {e}", file=sys.stderr)
+                return EXIT_ERROR
+            # the streams before the cut are decoded
+            print(f"{_PROG}: warning: {e}; the streams stop before it", file=sys.stderr)
             code, tcp = EXIT_CAPTURE_ENDED, e.streams
             cut = (f"the capture file is cut short (at byte {e.size}); the stream may go on "
                    "after offset {offset}")
@@ -504,8 +509,6 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
         if not tcp:
-            if code == EXIT_CAPTURE_ENDED:  # the line above says why there is nothing more
-                return code
             print(f"{_PROG}: error: no TCP stream to or from {_ports_text(ports)} in the "
                   "capture", file=sys.stderr)
             return EXIT_ERROR
