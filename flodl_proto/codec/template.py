@@ -221,23 +221,9 @@ def _template_layout(layout: Iterable[Any], ceiling: int
             raise _not_a_pair(i, entry) from None
         # the codec's one integer rule (wire_int: no bool, no float); a dtype or dim that is
         # no number at all (text, bytes, None) is the wrong type of argument
-        dtype = wire_int(d)
-        if dtype is None:
-            if no_number(d):
-                raise protocol_error("frame.bad_type", field=f"layout[{i}] dtype",
-                                     expected="a wire dtype tag (0 f32 or 1 bf16)",
-                                     got=shown_type(d))
-            raise _not_a_pair(i, entry)
-        dims_list = []
-        for k, g in enumerate(given):
-            n = wire_int(g)
-            if n is None:
-                if no_number(g):
-                    raise protocol_error("frame.bad_type", field=f"layout[{i}] shape[{k}]",
-                                         expected="a dim (an integer 0..2**32-1)",
-                                         got=shown_type(g))
-                raise _not_a_pair(i, entry)
-            dims_list.append(n)
+        dtype = _layout_int(d, i, entry, "dtype", "a wire dtype tag (0 f32 or 1 bf16)")
+        dims_list = [_layout_int(g, i, entry, f"shape[{k}]", "a dim (an integer 0..2**32-1)")
+                     for k, g in enumerate(given)]
         dims = tuple(dims_list)
         if dtype not in _NUMPY_DTYPE:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype,
@@ -253,6 +239,20 @@ def _template_layout(layout: Iterable[Any], ceiling: int
             raise protocol_error("template.too_large", index=i, total=total, ceiling=ceiling)
         specs.append((dtype, dims))
     return tuple(specs)
+
+
+def _layout_int(value: Any, i: int, entry: Any, part: str, expected: str) -> int:
+    """The integer ``value`` of layout entry ``i`` (its dtype tag or a dim, ``part``) by the
+    codec's one integer rule (``wire_int``: no bool, no float). Raises ``frame.bad_type``
+    naming ``layout[i] part`` for a value that is no number at all (text, bytes, None), else
+    :func:`_not_a_pair`'s error."""
+    n = wire_int(value)
+    if n is None:
+        if no_number(value):
+            raise protocol_error("frame.bad_type", field=f"layout[{i}] {part}",
+                                 expected=expected, got=shown_type(value))
+        raise _not_a_pair(i, entry)
+    return n
 
 
 def _not_a_pair(i: int, entry: Any) -> ProtocolError:
