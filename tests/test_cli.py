@@ -1623,27 +1623,36 @@ def test_rank_interval_longer_than_one_sleep_takes_is_slept_in_slices(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``time.sleep`` refuses a wait whose end the clock cannot represent (``OverflowError``
     above ``threading.TIMEOUT_MAX``, ``OSError`` EINVAL below it): ``rank --interval 1e308``
-    ran its first round, then ended with a traceback. The pause is slept a day at a time."""
-    from flodl_proto.commands import rank
+    ran its first round, then ended with a traceback. The pause is slept in steps of 0.1 s
+    (``commands._waits.sleep``), to its end on the monotonic clock."""
+    from flodl_proto.commands import _waits, rank
 
     slept: list[float] = []
+    clock = [1000.0]
 
     class _Enough(Exception):
         pass
 
     def fake_sleep(seconds: float) -> None:
         slept.append(seconds)
+        clock[0] += seconds
         if len(slept) == 3:
             raise _Enough
 
-    monkeypatch.setattr(rank.time, "sleep", fake_sleep)
+    monkeypatch.setattr(_waits.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_waits.time, "sleep", fake_sleep)
     with pytest.raises(_Enough):
         rank.pause(1e308)
-    assert slept == [86400.0, 86400.0, 86400.0]
-    monkeypatch.setattr(rank.time, "sleep", slept.append)
+    assert slept == [0.1, 0.1, 0.1]
+    monkeypatch.setattr(_waits.time, "sleep", lambda s: (slept.append(s), clock.__setitem__(
+        0, clock[0] + s)))
     slept.clear()
-    rank.pause(86400 * 2 + 1.5)
-    assert slept == [86400.0, 86400.0, 1.5]
+    clock[0] = 1000.0
+    rank.pause(0.25)
+    assert slept == [0.1, 0.1, 1000.25 - 1000.2]
+    slept.clear()
+    rank.pause(0.0)
+    assert slept == []
 
 
 @pytest.mark.parametrize("ranks", ["0,,1", "0,1,", ",0", "0, ,1"])

@@ -93,6 +93,18 @@ def test_a_resolver_that_cannot_answer_now_is_a_warning_and_the_rank_goes_on(
     assert lines[-1].startswith("flodl-proto rank 0: error: ") and len(lines) == 3
 
 
+def test_a_ctrl_c_the_lookups_thread_got_stops_the_rank_at_once() -> None:
+    """The kernel may give a process's Ctrl-C to any of its threads: the stub sends it to the
+    lookup's thread alone. The main thread waited for that thread in one untimed step of up to
+    10 s x scale (100 s here), and the handler ran only once the wait ended (the rank was still
+    running after 30 s); the wait goes in 0.1 s steps, so the stop is as the one the main
+    thread gets: one line, exit 130."""
+    res = _run([sys.executable, "-c", PATCHED_CLI, "sigint-thread", *RANK[3:],
+                "nosuch.invalid:7004"], scale="10")
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", "flodl-proto rank 0: "
+                                                                 "interrupted\n")
+
+
 @pytest.mark.parametrize("rank", ["-1", "1"])
 def test_a_rank_outside_the_world_is_a_usage_error_naming_the_option(rank: str) -> None:
     """It was the client's error under the prefix of the rank it names (``flodl-proto rank -1:

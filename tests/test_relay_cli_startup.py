@@ -126,6 +126,23 @@ def test_sigterm_while_the_controller_name_is_looked_up_is_one_line_and_exit_143
         assert (proc.returncode, out, err) == (code, "", f"flodl-proto relay: {word}\n"), mode
 
 
+@pytest.mark.parametrize(("mode", "code", "word"), [
+    ("sigterm-thread", 143, "terminated"), ("sigint-thread", 130, "interrupted")])
+def test_a_signal_the_lookups_thread_got_stops_the_relay_at_once(mode: str, code: int,
+                                                                 word: str) -> None:
+    """The kernel may give a process's SIGTERM or Ctrl-C to any of its threads: the stub sends
+    it to the lookup's thread alone. The main thread waited for that thread in one untimed
+    step of up to 10 s x scale (100 s here), and the handler ran only once the wait ended (the
+    relay was still running after 20 s); the wait goes in 0.1 s steps, so the stop is as the
+    one the main thread gets."""
+    env = {**os.environ, "FLODL_NET_TIMEOUT_SCALE": "10"}  # a resolver wait of 100 s
+    proc = subprocess.Popen([sys.executable, "-c", PATCHED_CLI, mode, *RELAY[3:],
+                             "nosuch.invalid:7999"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    out, err = _finish(proc)
+    assert (proc.returncode, out, err) == (code, "", f"flodl-proto relay: {word}\n")
+
+
 def _resolver(monkeypatch: pytest.MonkeyPatch, answer: Callable[[str], Any]) -> list[str]:
     asked: list[str] = []
 

@@ -108,6 +108,32 @@ def test_get_item_returns_an_item_or_raises_empty_after_its_timeout() -> None:
     assert _waits.get_item(q, 0.0) == 8
 
 
+def test_the_timed_waits_end_at_their_timeout() -> None:
+    go = threading.Event()
+    t = threading.Thread(target=go.wait)
+    t.start()
+    began = time.monotonic()
+    _waits.join_thread(t, 0.35)
+    assert (t.is_alive(), time.monotonic() - began >= 0.35) == (True, True)
+    _waits.join_thread(t, 0.0)
+    assert t.is_alive()
+    go.set()
+    _waits.join_thread(t, 30.0)
+    assert not t.is_alive()
+    began = time.monotonic()
+    _waits.sleep(0.35)
+    assert time.monotonic() - began >= 0.35
+    _waits.sleep(0.0)
+
+
+def test_sleep_runs_a_handler_another_thread_got() -> None:
+    # the rank's --interval pause; nothing ends a sleep early but the handler
+    from flodl_proto.commands.rank import pause
+
+    ran = _handler_ran_in_the_wait(lambda: pause(_HOLD * 3), lambda: True, lambda: None)
+    assert ran == [False]
+
+
 def test_join_thread_runs_a_handler_another_thread_got() -> None:
     go = threading.Event()
     t = threading.Thread(target=go.wait)

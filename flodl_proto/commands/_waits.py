@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Final, TypeVar
 
-__all__ = ["WAIT_STEP", "get_item", "join_thread", "wait_process"]
+__all__ = ["WAIT_STEP", "get_item", "join_thread", "sleep", "wait_process"]
 
 _T = TypeVar("_T")
 
@@ -24,17 +24,27 @@ _T = TypeVar("_T")
 WAIT_STEP: Final = 0.1
 
 
-def join_thread(thread: threading.Thread) -> None:
-    """``thread.join()``, in steps of :data:`WAIT_STEP` seconds (a thread never started or
-    already ended: returns at once). Raises what a signal handler raises meanwhile.
-    Upstream: none."""
+def join_thread(thread: threading.Thread, timeout: float | None = None) -> None:
+    """``thread.join(timeout)`` (``timeout`` in seconds, >= 0; None: until it ends), in steps
+    of :data:`WAIT_STEP` seconds (a thread never started or already ended: returns at once).
+    As ``join``, returns None either way: ``thread.is_alive()`` tells whether it ended. Raises
+    what a signal handler raises meanwhile. Upstream: none."""
+    if timeout is None:
+        while thread.is_alive():
+            thread.join(WAIT_STEP)
+        return
+    deadline = time.monotonic() + timeout
     while thread.is_alive():
-        thread.join(WAIT_STEP)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        thread.join(min(WAIT_STEP, left))
 
 
 def wait_process(proc: subprocess.Popen[Any]) -> int:
     """``proc.wait()``, in steps of :data:`WAIT_STEP` seconds; returns its exit status
-    (``-N``: ended by signal N). Raises what a signal handler raises meanwhile.
+    (``-N``: ended by signal N). Raises what a signal handler raises meanwhile. (A timed
+    ``proc.wait(timeout)`` needs no steps: on POSIX it polls in sleeps of at most 50 ms.)
     Upstream: none."""
     while True:
         try:
@@ -60,3 +70,12 @@ def get_item(q: queue.Queue[_T], timeout: float) -> _T:
         except queue.Empty:
             if left <= WAIT_STEP:
                 raise
+
+
+def sleep(seconds: float) -> None:
+    """``time.sleep(seconds)`` (finite, >= 0), in steps of :data:`WAIT_STEP` seconds: a sleep
+    of the main thread is not cut short by a signal the kernel gave another thread either.
+    Raises what a signal handler raises meanwhile. Upstream: none."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(WAIT_STEP, left))

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 from ..addr import parse_addr
@@ -66,6 +65,7 @@ from ._output import (
     queued_stderr_logging,
     report_dropped,
 )
+from ._waits import sleep
 from .relay import (
     add_frame_ceiling_option,
     add_salt_options,
@@ -178,22 +178,17 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-#: the longest single ``time.sleep`` of :func:`pause` (one day)
-_SLEEP_SLICE = 86400.0
-
-
 def pause(seconds: float) -> None:
-    """Sleep ``seconds`` (finite, >= 0), a day at a time: ``time.sleep`` refuses a wait whose
-    end the clock cannot represent (``OverflowError`` above ``threading.TIMEOUT_MAX``,
-    ``OSError`` EINVAL near it), so ``--interval 1e308`` waits instead of failing.
+    """Sleep ``seconds`` (finite, >= 0) in steps of :data:`._waits.WAIT_STEP` seconds
+    (:func:`._waits.sleep`): a Ctrl-C the kernel gave another thread (the stdout writer's, the
+    log writer's) ends the pause at once, where one ``time.sleep`` held the handler until the
+    pause ended; and no step reaches the end the clock cannot represent (``time.sleep``
+    refuses it: ``OverflowError`` above ``threading.TIMEOUT_MAX``, ``OSError`` EINVAL near it),
+    so ``--interval 1e308`` waits instead of failing.
 
     No upstream counterpart: upstream has no synthetic rank.
     """
-    remaining = float(seconds)
-    while remaining > 0:
-        step = min(remaining, _SLEEP_SLICE)
-        time.sleep(step)
-        remaining -= step
+    sleep(seconds)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -90,6 +90,7 @@ from ._salt import (
     parse_salt,
     resolve_salt,
 )
+from ._waits import join_thread
 
 __all__ = [
     "NO_SUCH_NAME",
@@ -287,8 +288,9 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
 
     The lookup runs in a thread of its own (a daemon: ``getaddrinfo`` cannot be interrupted, and
     a resolver that never answers must not hold the process at exit); the caller waits at most
-    ``wait`` seconds for it. The addresses found are not kept: the dial looks the name up again
-    (its address may change before then).
+    ``wait`` seconds for it, in steps of :data:`._waits.WAIT_STEP` seconds (a Ctrl-C or SIGTERM
+    the kernel gave the lookup's thread runs its handler at once). The addresses found are not
+    kept: the dial looks the name up again (its address may change before then).
 
     Args:
         option: the option that gave the address, named in the messages (``"--controller"``,
@@ -327,7 +329,7 @@ def check_host_resolves(option: str, text: str, addr: tuple[str, int],
 
     worker = threading.Thread(target=lookup, name="flodl-resolve", daemon=True)
     worker.start()
-    worker.join(wait)
+    join_thread(worker, wait)  # in steps: a signal another thread got runs its handler at once
     if not outcome:
         return (f"{option} {shown(text)}: host {shown(host)} did not resolve within {wait:g}s; "
                 "going on (the dial looks it up again)")
