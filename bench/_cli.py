@@ -53,6 +53,7 @@ if _ROOT not in sys.path:  # the checkout's package when none is installed (appe
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands._demo_report import exit_words  # noqa: E402
 from flodl_proto.commands._option_error import option_message  # noqa: E402,F401  (the scripts')
+from flodl_proto.commands._waits import get_item  # noqa: E402
 from flodl_proto.commands.relay import env_salt, whole_number  # noqa: E402
 from flodl_proto.errors import shown  # noqa: E402
 from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
@@ -304,11 +305,14 @@ def interrupted_lock(exc: BaseException) -> bool:
 
 
 def queue_get(q: queue.Queue[T], timeout: float) -> T:
-    """``q.get(timeout=timeout)`` (``queue.Empty`` after ``timeout`` seconds), where a Ctrl-C
-    is always a KeyboardInterrupt, also when it interrupts the queue's wait as it takes its lock
-    back (:func:`interrupted_lock`)."""
+    """``q.get(timeout=timeout)`` (``queue.Empty`` after ``timeout`` seconds), waited for in
+    steps of 0.1 s (``flodl_proto.commands._waits.get_item``: a Ctrl-C or SIGTERM the kernel
+    gave another thread, such as the reader of a child's output, runs its handler within a
+    step, where it waited for the line, up to an hour), where a Ctrl-C is always a
+    KeyboardInterrupt, also when it interrupts the queue's wait as it takes its lock back
+    (:func:`interrupted_lock`)."""
     try:
-        return q.get(timeout=timeout)
+        return get_item(q, timeout)
     except RuntimeError as e:
         if interrupted_lock(e):
             raise KeyboardInterrupt from None

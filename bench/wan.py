@@ -65,6 +65,7 @@ from _cli import (
     number,
     one_of,
     option_message,
+    queue_get,
     run,
     shown,
     whole,
@@ -200,7 +201,7 @@ def _readline(p: subprocess.Popen[str], what: str, timeout: float = 120.0) -> st
     t = threading.Thread(target=lambda: q.put(p.stdout.readline() if p.stdout else ""))
     t.start()
     try:
-        line = q.get(timeout=timeout)
+        line = queue_get(q, timeout)  # in steps: the reader may be the thread a signal went to
     except queue.Empty:
         raise BenchFailed(f"{what}: no output within {timeout:g}s") from None
     finally:

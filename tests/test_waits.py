@@ -256,3 +256,39 @@ def test_the_demos_wait_for_a_members_last_lines_runs_a_handler(tmp_path: Path) 
         flag.touch()
         cluster.close()
     assert ran == [False]
+
+
+def test_the_round_benchs_wait_for_a_childs_first_line_runs_a_handler(tmp_path: Path) -> None:
+    # bench/round.py waits up to 60 s for a member's listening line (and up to an hour for a
+    # rank's next line) while threads of its own read the children's output
+    from .test_bench import _load
+
+    rb = _load("round")
+    flag = tmp_path / "go"
+    p = rb._Proc(["-c", _flag_wait(flag) + "print('listening on 127.0.0.1:1')"],
+                 dict(os.environ))
+    try:
+        ran = _handler_ran_in_the_wait(lambda: p.address("controller", 60.0), lambda: True,
+                                       flag.touch)
+        assert p.address("controller", 60.0) == "127.0.0.1:1"
+    finally:
+        flag.touch()
+        assert p.reap(60.0) == 0
+    assert ran == [False]
+
+
+def test_the_wan_benchs_wait_for_a_childs_line_runs_a_handler(tmp_path: Path) -> None:
+    # bench/wan.py waits up to 120 s for a lab member's line, read by a thread of its own
+    from .test_bench import _load
+
+    wan = _load("wan")
+    flag = tmp_path / "go"
+    p = subprocess.Popen([sys.executable, "-c", _flag_wait(flag) + "print('listening')"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ran = _handler_ran_in_the_wait(lambda: wan._readline(p, "controller", 120.0),
+                                       lambda: True, flag.touch)
+    finally:
+        flag.touch()
+        p.communicate(timeout=60)
+    assert (ran, p.returncode) == ([False], 0)
