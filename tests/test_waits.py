@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -292,3 +293,58 @@ def test_the_wan_benchs_wait_for_a_childs_line_runs_a_handler(tmp_path: Path) ->
         flag.touch()
         p.communicate(timeout=60)
     assert (ran, p.returncode) == ([False], 0)
+
+
+def _held(lock: Any) -> tuple[threading.Thread, threading.Event]:
+    """A thread that holds ``lock`` until the event returned is set (as a fold in progress, or
+    a core busy with a round, holds a runner's core lock)."""
+    holding, go = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            go.wait()
+
+    t = threading.Thread(target=hold, name="holder")
+    t.start()
+    holding.wait()
+    return t, go
+
+
+def test_the_controller_commands_shutdown_runs_a_handler() -> None:
+    # the controller's teardown waits for its coordinator, held here by the core's lock (as
+    # by a relay's writes, each up to the write-stall deadline)
+    from flodl_proto.commands.controller import shut_down
+    from flodl_proto.runner.controller import ReferenceController
+
+    ctl = ReferenceController(1, bytes(16)).start()
+    holder, go = _held(ctl._core_lock)
+    try:
+        ran = _handler_ran_in_the_wait(lambda: shut_down(ctl), lambda: True, go.set)
+    finally:
+        go.set()
+        holder.join()
+    outcome = shut_down(ctl)
+    assert ran == [False]
+    assert (outcome.clean, outcome.reason, outcome.detail) == (True, "stop", "shutdown()")
+
+
+def test_the_relay_commands_shutdown_runs_a_handler() -> None:
+    # the relay's shutdown takes the core's lock (held by a fold in progress), then joins its
+    # threads
+    from flodl_proto.commands.relay import shut_down
+    from flodl_proto.runner.relay import Relay
+
+    relay = Relay(("127.0.0.1", 1), [0], 1, bytes(16), listen_port=0).start()
+    holder, go = _held(relay._core_lock)
+    try:
+        ran = _handler_ran_in_the_wait(lambda: shut_down(relay, "stopped by a signal"),
+                                       lambda: True, go.set)
+    finally:
+        go.set()
+        holder.join()
+    assert shut_down(relay, "stopped by a signal") is None
+    assert ran == [False]
+    outcome = relay.core.outcome  # the handler's exception left the wait before the reason
+    # was given: the relay ended by itself once its stop was set
+    assert outcome is not None and (outcome.clean, outcome.detail) == (True, "relay shut down")

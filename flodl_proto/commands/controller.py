@@ -68,6 +68,7 @@ from ._output import (
     queued_stderr_logging,
     report_dropped,
 )
+from ._waits import WAIT_STEP
 from .relay import (
     NO_SUCH_NAME,
     TIMEOUT_RULE,
@@ -86,8 +87,9 @@ from .relay import (
 )
 
 if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
+    from ..fsm.lifecycle import Outcome
     from ..reduce import OuterOptimizer
-    from ..runner.controller import ControllerNotice, RoundReport
+    from ..runner.controller import ControllerNotice, ReferenceController, RoundReport
 
 __all__ = [
     "LINE_COALESCE",
@@ -99,6 +101,7 @@ __all__ = [
     "register",
     "resolve_salt",
     "run",
+    "shut_down",
 ]
 
 _PROG = "flodl-proto controller"
@@ -287,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
                 if stop.is_set():
                     ctl.request_stop(SIGNAL_STOP_DETAIL)
         finally:
-            outcome = ctl.shutdown()
+            outcome = shut_down(ctl)
     lines.close()  # outside signals_stop: Ctrl-C interrupts a wait for an unread stdout
     report_dropped(_PROG, lines, log_lines)
     if outcome.clean:
@@ -296,6 +299,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"{_PROG}: error: {failure_line(outcome.error, outcome.detail)}", file=sys.stderr,
           flush=True)
     return 1
+
+
+def shut_down(ctl: ReferenceController) -> Outcome:
+    """``ctl.shutdown()`` (a run still going stops cleanly, ``shutdown()`` its detail), waited
+    for in steps of :data:`._waits.WAIT_STEP` seconds: the teardown may wait for a relay's
+    writes (each within its write-stall deadline, 30 s x ``FLODL_NET_TIMEOUT_SCALE``), and a
+    signal's handler then runs at once, whichever thread the kernel gave the signal to. Returns
+    the run's outcome. Upstream: ``controller/mod.rs`` ``ClusterController::shutdown``."""
+    if ctl.wait(0) is None:
+        ctl.request_stop("shutdown()")
+    while ctl.wait(WAIT_STEP) is None:
+        pass
+    return ctl.shutdown()
 
 
 def failure_line(error: BaseException | None, detail: str = "") -> str:

@@ -55,7 +55,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
@@ -90,7 +90,10 @@ from ._salt import (
     parse_salt,
     resolve_salt,
 )
-from ._waits import join_thread
+from ._waits import WAIT_STEP, join_thread
+
+if TYPE_CHECKING:  # imported when the command runs, so --help and usage errors skip NumPy
+    from ..runner.relay import Relay
 
 __all__ = [
     "NO_SUCH_NAME",
@@ -113,6 +116,7 @@ __all__ = [
     "real_number",
     "register",
     "resolve_salt",
+    "shut_down",
     "signals_stop",
     "tcp_port",
     "whole_number",
@@ -615,8 +619,7 @@ def run(args: argparse.Namespace) -> int:
             while not relay.done and not stop.wait(0.1):
                 pass
         finally:
-            err = relay.shutdown(reason=SIGNAL_STOP_DETAIL if stop.is_set()
-                                 else "shutdown requested")
+            err = shut_down(relay, SIGNAL_STOP_DETAIL if stop.is_set() else "shutdown requested")
     report_dropped(_PROG, None, log_lines)
     s = relay.stats
     print(f"relay stats from_ranks={s.from_ranks} to_ranks={s.to_ranks} "
@@ -631,6 +634,23 @@ def run(args: argparse.Namespace) -> int:
         why = f"clean (stop: {SIGNAL_STOP_DETAIL})"
     print(f"relay finished: {why}", flush=True)
     return 0
+
+
+def shut_down(relay: Relay, reason: str) -> BaseException | None:
+    """``relay.shutdown(reason=reason)`` (a relay still running ends cleanly with ``reason``),
+    waited for in steps of :data:`._waits.WAIT_STEP` seconds: joining its threads may take a
+    write's stall deadline, and a signal's handler then runs at once, whichever thread the
+    kernel gave the signal to. Returns the error that ended the relay (None: clean).
+    Upstream: none (the relay's binary is Rust)."""
+    try:
+        return relay.shutdown(0.0, reason)
+    except TimeoutError:  # still joining its threads
+        pass
+    while True:
+        try:
+            return relay.wait(WAIT_STEP)
+        except TimeoutError:
+            continue
 
 
 def _why_failed(err: BaseException) -> str:

@@ -96,6 +96,9 @@ log = logging.getLogger(__name__)
 #: period of the note naming the local ranks not connected yet (seconds)
 _WAITING_NOTE_PERIOD = 10.0
 _WAITING_SHOWN = 16  # missing ranks the waiting note lists (the lowest)
+#: seconds of one step of :meth:`Relay.shutdown`'s wait for the core's lock: an untimed wait
+#: of the main thread holds the handler of a signal the kernel gave another thread
+_LOCK_STEP = 0.1
 
 
 def default_relay_port(controller_port: int) -> int:
@@ -315,12 +318,21 @@ class Relay(_RelayBarrier):
 
         A relay still running ends cleanly with ``reason`` (e.g. ``"stopped by a signal"``) as
         its outcome's detail, not with what closing its connections then shows (the controller
-        connection closed). Idempotent.
+        connection closed). Idempotent. The core's lock, which a fold in progress holds, is
+        waited for in steps of :data:`_LOCK_STEP` seconds (a signal's handler runs meanwhile on
+        the main thread, whichever thread the kernel gave the signal to).
+
+        Raises:
+            TimeoutError: still running after ``timeout`` seconds (as :meth:`wait`).
         """
         self._stop.set()
         if self._main is not None:
-            with self._core_lock:  # before the sockets go down: the request is the reason
+            while not self._core_lock.acquire(timeout=_LOCK_STEP):
+                pass
+            try:  # before the sockets go down: the request is the reason
                 self._core.stop(reason)
+            finally:
+                self._core_lock.release()
         self._wake_all()
         if self._main is None:
             self._release()
