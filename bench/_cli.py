@@ -53,7 +53,7 @@ if _ROOT not in sys.path:  # the checkout's package when none is installed (appe
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands._demo_report import exit_words  # noqa: E402
 from flodl_proto.commands._option_error import option_message  # noqa: E402,F401  (the scripts')
-from flodl_proto.commands._waits import get_item  # noqa: E402
+from flodl_proto.commands._waits import get_item, join_thread  # noqa: E402,F401  (the scripts')
 from flodl_proto.commands.relay import env_salt, whole_number  # noqa: E402
 from flodl_proto.errors import shown  # noqa: E402
 from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402

@@ -90,6 +90,7 @@ from _cli import (
     Parser,
     config,
     exited,
+    join_thread,
     listed,
     loading,
     mib_max,
@@ -719,8 +720,8 @@ class _Proc:
                 deadline = float("inf")
             time.sleep(0.01)
         self.p.returncode = os.waitstatus_to_exitcode(status)
-        for t in self._threads:
-            t.join(timeout=5.0)
+        for t in self._threads:  # in steps: a signal either reader got runs its handler
+            join_thread(t, 5.0)
         return self.p.returncode
 
     def kill(self) -> None:

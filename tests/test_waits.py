@@ -30,7 +30,8 @@ from .cluster_util import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-#: seconds a wait is held after the signal when its handler has not run (the failure's cost)
+#: seconds a wait is held after the signal when its handler has not run (the failure's cost),
+#: unless a test says otherwise
 _HOLD = 10.0
 
 
@@ -39,11 +40,12 @@ class _Stopped(Exception):
 
 
 def _handler_ran_in_the_wait(wait: Callable[[], object], waiting: Callable[[], bool],
-                             release: Callable[[], None]) -> list[bool]:
+                             release: Callable[[], None], hold: float = _HOLD) -> list[bool]:
     """Call ``wait()`` here while SIGUSR1 goes to another thread once ``waiting()`` holds (and
     0.3 s more); ``release()`` then ends what ``wait`` waits for, once the handler ran or after
-    :data:`_HOLD` seconds. Returns, per run of the handler, whether it ran before the release
-    (it raises :class:`_Stopped` out of the wait then)."""
+    ``hold`` seconds (below the wait's own bound, for a timed one). Returns, per run of the
+    handler, whether it ran before the release (it raises :class:`_Stopped` out of the wait
+    then)."""
     released, handled, idle = threading.Event(), threading.Event(), threading.Event()
     ran: list[bool] = []
 
@@ -60,7 +62,7 @@ def _handler_ran_in_the_wait(wait: Callable[[], object], waiting: Callable[[], b
             wait_until(waiting, timeout=30)
             time.sleep(0.3)  # the main thread is in its wait by then
             signal.pthread_kill(victim.ident or 0, signal.SIGUSR1)
-            handled.wait(_HOLD)
+            handled.wait(hold)
         finally:
             released.set()
             release()
@@ -348,3 +350,26 @@ def test_the_relay_commands_shutdown_runs_a_handler() -> None:
     outcome = relay.core.outcome  # the handler's exception left the wait before the reason
     # was given: the relay ended by itself once its stop was set
     assert outcome is not None and (outcome.clean, outcome.detail) == (True, "relay shut down")
+
+
+def test_the_round_benchs_reap_waiting_for_a_childs_output_runs_a_handler(
+        tmp_path: Path) -> None:
+    # the child exited, but a process it started holds its stdout and stderr open: reap waits
+    # up to 5 s for each thread that reads them (held 2 s here)
+    from .test_bench import _load
+
+    rb = _load("round")
+    flag = tmp_path / "go"
+    grandchild = _flag_wait(flag)
+    p = rb._Proc(["-c", f"import subprocess, sys\n"
+                        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])"],
+                 dict(os.environ))
+    try:
+        wait_until(lambda: os.waitid(os.P_PID, p.p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                   is not None, timeout=30)
+        ran = _handler_ran_in_the_wait(lambda: p.reap(60.0), lambda: True, flag.touch,
+                                       hold=2.0)
+    finally:
+        flag.touch()
+    assert ran == [False]
+    assert p.reap(60.0) == 0
