@@ -373,3 +373,53 @@ def test_the_round_benchs_reap_waiting_for_a_childs_output_runs_a_handler(
         flag.touch()
     assert ran == [False]
     assert p.reap(60.0) == 0
+
+
+def test_the_vector_replays_wait_for_the_controllers_end_runs_a_handler() -> None:
+    # vectors check replays a controller case on the main thread and waits up to 5 s for the
+    # controller's end (held 2 s here by its core's lock)
+    from flodl_proto.interop.ops_controller import _ended
+    from flodl_proto.runner.controller import ReferenceController
+
+    ctl = ReferenceController(1, bytes(16)).start()
+    holder, go = _held(ctl._core_lock)
+    ctl.request_stop("test")
+    try:
+        ran = _handler_ran_in_the_wait(lambda: _ended(ctl, 5.0), lambda: True, go.set,
+                                       hold=2.0)
+    finally:
+        go.set()
+        holder.join()
+    outcome = _ended(ctl, 30.0)
+    assert ran == [False]
+    assert outcome is not None and (outcome.clean, outcome.detail) == (True, "test")
+    assert ctl.shutdown() is outcome
+
+
+def test_the_vector_replays_ended_gives_none_at_its_deadline() -> None:
+    from flodl_proto.interop.ops_controller import _ended
+    from flodl_proto.runner.controller import ReferenceController
+
+    ctl = ReferenceController(1, bytes(16)).start()
+    try:
+        assert (_ended(ctl, 0.3), _ended(ctl, 0.0)) == (None, None)
+    finally:
+        ctl.shutdown()
+
+
+def test_the_vector_replays_read_runs_a_handler() -> None:
+    # a recv step waits up to 5 s for its bytes (2 s here)
+    import socket
+
+    from flodl_proto.interop.ops_controller import _read
+
+    a, b = socket.socketpair()
+    with a, b:
+        ran = _handler_ran_in_the_wait(lambda: _read(a, 4, time.monotonic() + 5.0),
+                                       lambda: True, lambda: b.sendall(b"ab"), hold=2.0)
+        b.sendall(b"cd")
+        assert _read(a, 4, time.monotonic() + 30.0) == (b"abcd", False)
+        assert _read(a, 4, time.monotonic() + 0.3) == (b"", False)
+        b.close()
+        assert _read(a, 4, time.monotonic() + 30.0) == (b"", True)
+    assert ran == [False]

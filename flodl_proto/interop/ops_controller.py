@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..commands._waits import WAIT_STEP
 from ..errors import shown
 from ..fsm.lifecycle import Outcome
 from ..runner.controller import ReferenceController
@@ -39,17 +40,19 @@ MAX_CONNECTIONS: Final = 256
 
 
 def _read(sock: socket.socket, n: int | None, deadline: float) -> tuple[bytes, bool]:
-    """Read ``n`` bytes (None: until end of stream) before ``deadline``; return (bytes, eof)."""
+    """Read ``n`` bytes (None: until end of stream) before ``deadline``; return (bytes, eof).
+    Waited for in steps of :data:`~flodl_proto.commands._waits.WAIT_STEP` seconds, as
+    :func:`_ended` waits."""
     out = bytearray()
     while n is None or len(out) < n:
         left = deadline - time.monotonic()
         if left <= 0:
             return bytes(out), False
-        sock.settimeout(left)
+        sock.settimeout(min(left, WAIT_STEP))  # in steps: see :func:`_ended`
         try:
             chunk = sock.recv(65536 if n is None else n - len(out))
         except TimeoutError:
-            return bytes(out), False
+            continue  # the deadline is checked above
         except (ConnectionResetError, ConnectionAbortedError):
             return bytes(out), True
         if not chunk:
@@ -102,6 +105,19 @@ def _session_problem(case: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _ended(ctl: ReferenceController, timeout: float) -> Outcome | None:
+    """``ctl.wait(timeout)`` (seconds): the run's outcome once it is over, None while it still
+    runs after ``timeout``; waited for in steps of :data:`~flodl_proto.commands._waits.WAIT_STEP`
+    seconds, so the handler of a Ctrl-C the kernel gave one of the controller's threads runs at
+    once on the replaying (main) thread of ``flodl-proto vectors check``, where it waited for
+    the whole deadline of a case that fails."""
+    deadline = time.monotonic() + timeout
+    while (outcome := ctl.wait(min(WAIT_STEP, max(0.0, deadline - time.monotonic())))) is None:
+        if time.monotonic() >= deadline:
+            return None
+    return outcome
+
+
 @op("controller_session", expects=("ok", "error"),
     fields={"world_size": "u32", "salt": "hex", "steps": "array of step",
             "controller": "controller", "after": "array of after"},
@@ -110,8 +126,10 @@ def _controller_session(case: dict[str, Any], version: int) -> None:
     ctl = ReferenceController(case["world_size"], bytes.fromhex(case["salt"]), host=_HOST,
                               port=0, version=version, port_mux=False)
     socks: dict[int, socket.socket] = {}
+    started = False
     try:
         ctl.start()
+        started = True
         for n, step in enumerate(case["steps"]):
             i, action = step["conn"], step["action"]
             where = f"step {n} ({action} on connection {shown(i)})"
@@ -138,7 +156,7 @@ def _controller_session(case: dict[str, Any], version: int) -> None:
             for s in socks.values():
                 s.close()
             socks.clear()
-        outcome = ctl.wait(_END_DEADLINE)
+        outcome = _ended(ctl, _END_DEADLINE)
         require(outcome is not None,
                 f"controller still running {_END_DEADLINE:g}s after the last step")
         assert outcome is not None
@@ -156,4 +174,7 @@ def _controller_session(case: dict[str, Any], version: int) -> None:
     finally:
         for s in socks.values():
             s.close()
-        ctl.shutdown(timeout=_END_DEADLINE * 2)
+        if started and _ended(ctl, 0.0) is None:
+            ctl.request_stop("shutdown()")
+            _ended(ctl, _END_DEADLINE * 2)
+        ctl.shutdown(timeout=0.0)  # TimeoutError: still running after the deadline
