@@ -160,3 +160,50 @@ def test_a_passing_case_shows_no_line_of_the_kits_stop_of_its_target(
     got = json.loads((tmp_path / "r.json").read_text())["results"][0]
     assert (got["result"], got["exit_status"], got["exited_by_itself"]) == (
         "pass", stopped.status, False)
+
+
+#: run in a fresh interpreter: the kit's command line, ``--jobs 1`` (the main thread starts the
+#: targets), SIGTERM given to the kit inside ``Popen`` once the target's process exists (as the
+#: kernel may give it while Popen waits for the exec); prints the exit code and whether that
+#: process was still running once the kit had ended (then kills it)
+_STOP_INSIDE_POPEN = """
+import os, signal, subprocess, sys
+import flodl_proto.conform.target as tm
+from flodl_proto.cli import main
+
+real, pids = subprocess.Popen, []
+def popen(*args, **kwargs):
+    proc = real(*args, **kwargs)
+    pids.append(proc.pid)
+    os.kill(os.getpid(), signal.SIGTERM)  # the kit's handler runs here, inside Popen
+    return proc
+tm.subprocess.Popen = popen
+code = main(sys.argv[1:])
+try:
+    os.kill(pids[0], 0)
+    left = True
+    os.killpg(pids[0], signal.SIGKILL)
+except ProcessLookupError:
+    left = False
+print(code, len(pids), "left running" if left else "ended")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_inside_popen_on_the_main_thread_stops_the_process_started(
+        tmp_path: Path) -> None:
+    """The kit's handler raised KeyboardInterrupt inside ``Popen`` on the thread starting the
+    target (``--jobs 1``): Popen was left with its process started, the target had no process
+    to stop, and the process (in a session of its own) was left running after the kit ended.
+    Now the handler does not raise there: the process gets SIGTERM as soon as it exists, the
+    case ends and the kit with it (``terminated``, exit 143), the process stopped."""
+    code = f"{sys.executable} -c 'import time; time.sleep(60)' {{port}}"
+    res = subprocess.run(
+        [sys.executable, "-c", _STOP_INSIDE_POPEN, "conform", "controller", "--version", "3",
+         "--jobs", "1", "--cases", "controller.round.zero-mass", "--launch", code,
+         "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=100)
+    assert res.stderr == "flodl-proto conform controller: terminated\n"
+    assert res.stdout.splitlines()[-1] == "143 1 ended", res.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert (doc["stop"], doc["results"], len(doc["not_run"])) == ("terminated", [], 1)

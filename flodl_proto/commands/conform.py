@@ -411,8 +411,14 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         stop.set()
         with live_lock:
             targets = list(live)
+        starting = False
         for t in targets:
             t.send_signal(signal.SIGTERM)
+            starting = starting or t.starting_here()
+        if starting:  # this thread is inside a target's Popen (--jobs 1): raising there would
+            # leave its process running, unknown to the target; the start gives it SIGTERM, its
+            # case ends, and the run with it (the stop is set)
+            return
         raise KeyboardInterrupt
 
     def on_result(r: CaseResult) -> None:  # not called for a case cut short by a stop

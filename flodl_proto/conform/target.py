@@ -324,6 +324,8 @@ class LaunchedTarget:
         self._start_lock = threading.RLock()
         #: a signal came before the start: the start is refused
         self._stopped_early = False
+        #: the thread starting the process, from before Popen until the process is ``_proc``
+        self._starting: int | None = None
 
     def _line(self, line: str, cut: int, tag: str) -> None:
         """Keep one line of output (``tag``: "" for stdout; ``cut``: characters cut off its
@@ -396,12 +398,15 @@ class LaunchedTarget:
         with self._start_lock:
             if self._stopped_early:
                 raise TargetError(_STOPPED_EARLY)
+            self._starting = threading.get_ident()
             try:
                 self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                               env=env, start_new_session=True)
             except OSError as e:
                 raise TargetLaunchError(argv[0], _launch_reason(argv[0], e), e.errno) from None
+            finally:
+                self._starting = None
             if self._stopped_early:  # the kit's handler ran on this thread, inside Popen
                 self._signal_group(signal.SIGTERM)
         assert self._proc.stdout is not None and self._proc.stderr is not None
@@ -443,6 +448,14 @@ class LaunchedTarget:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, sig)
+
+    def starting_here(self) -> bool:
+        """Whether the calling thread is starting the target's process (inside ``Popen``, until
+        the process is the target's). A signal handler running there must not raise: an
+        exception out of ``Popen`` once it has forked leaves the process running with no one to
+        stop it; :meth:`send_signal` keeps the stop, and the start gives the process SIGTERM as
+        soon as it exists."""
+        return self._starting == threading.get_ident()
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the target's process group. Before :meth:`start`, it is a stop: no
