@@ -253,6 +253,7 @@ def test_new_mac_follows_the_salt_asked_for(monkeypatch: pytest.MonkeyPatch,
 _SALT = bytes(range(16))
 _NOT_PIECES = "must be an iterable of bytes-like pieces (one buffer: pass [data]), got "
 _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or memoryview), got "
+_POINTERS = "a {} of Python objects (its buffer holds their addresses, not bytes to send)"
 
 
 @pytest.mark.parametrize(("pieces", "error_id", "text"), [
@@ -287,6 +288,14 @@ _NOT_A_BUFFER = "must be a contiguous bytes-like object (bytes, bytearray or mem
      "pieces[1] " + _NOT_A_BUFFER + "NumPy text (ndarray of dtype <U2): encode it to bytes"),
     ([b"x", np.array(["ab", "cde"])[::-1]], "codec.not_bytes_like",
      "pieces[1] " + _NOT_A_BUFFER + "NumPy text (ndarray of dtype <U3): encode it to bytes"),
+    # a buffer of Python object pointers: their addresses were hashed, a tag that changed with
+    # the objects' places in memory, where the encoders refuse it
+    ([b"x", np.array([b"ab"], dtype=object)], "codec.not_bytes_like",
+     "pieces[1] " + _NOT_A_BUFFER + _POINTERS.format("ndarray")),
+    ([np.zeros(2, dtype=[("n", np.uint8), ("o", object)])], "codec.not_bytes_like",
+     "pieces[0] " + _NOT_A_BUFFER + _POINTERS.format("ndarray")),
+    ([memoryview(np.array([b"ab"], dtype=object))], "codec.not_bytes_like",
+     "pieces[0] " + _NOT_A_BUFFER + _POINTERS.format("memoryview")),
 ])
 def test_compute_tag_names_pieces_that_are_no_buffers(pieces: Any, error_id: str,
                                                       text: str) -> None:

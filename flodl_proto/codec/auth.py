@@ -179,9 +179,10 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
             ``[data]``; a NumPy array too, whose elements are no pieces, and any other object
             that exports the buffer protocol and whose items are no buffers, an
             ``array.array``: told from its first item, so the normal path pays no check) or
-            no iterable (``codec.not_pieces``), or one of them is no buffer or
-            is NumPy text, whose buffer holds UCS-4 characters (``codec.not_bytes_like`` naming
-            ``pieces[i]``).
+            no iterable (``codec.not_pieces``), or one of them is no buffer, is NumPy text,
+            whose buffer holds UCS-4 characters, or holds Python objects (a NumPy object array
+            or a ``memoryview`` of one: its buffer holds their addresses)
+            (``codec.not_bytes_like`` naming ``pieces[i]``).
 
     Upstream: ``wire.rs`` ``hmac_sha256_64``.
     """
@@ -198,7 +199,9 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
     update = mac.update
     for i, p in enumerate(items):
         try:
-            if isinstance(p, np.ndarray) and p.dtype.kind == "U":  # UCS-4 characters: no bytes
+            # UCS-4 characters, Python object pointers (their addresses): no bytes
+            if (isinstance(p, np.ndarray) and (p.dtype.kind == "U" or p.dtype.hasobject)) or (
+                    isinstance(p, memoryview) and "O" in p.format):
                 raise TypeError
             update(p)
         except (TypeError, BufferError, ValueError):  # an int, text, None, a strided view
