@@ -391,26 +391,36 @@ def _race_salt_file(monkeypatch: pytest.MonkeyPatch, path: Path, first: bytes,
 
 _HEX_SALT = b"0123456789abcdef" * 2 + b"\n"
 _RAW_SALT = bytes(range(0xe0, 0xf0))
+#: a salt written with a space between its bytes (47 bytes, a salt file's words take it)
+_SPACED_SALT = b" ".join(b"%02x" % b for b in range(0x10, 0x20)) + b"\n"
 
 
 @pytest.mark.parametrize(("theirs", "written", "salt"), [
     (_HEX_SALT, 0, _HEX_SALT[:32].decode()), (_HEX_SALT, 16, _HEX_SALT[:32].decode()),
     (_HEX_SALT, 31, _HEX_SALT[:32].decode()), (_HEX_SALT, 32, _HEX_SALT[:32].decode()),
-    (_RAW_SALT, 8, _RAW_SALT.hex())])
+    (_RAW_SALT, 8, _RAW_SALT.hex()),
+    # spaced hex digits: 16 bytes of them ('10 11 12 13 14 1') were taken for a raw salt, 33
+    # bytes and more short of the 32 digits refused at once
+    (_SPACED_SALT, 16, bytes(range(0x10, 0x20)).hex()),
+    (_SPACED_SALT, 33, bytes(range(0x10, 0x20)).hex()),
+    (_SPACED_SALT, 46, bytes(range(0x10, 0x20)).hex()),
+    (_SPACED_SALT, 47, bytes(range(0x10, 0x20)).hex())])
 def test_demo_salt_file_another_process_is_still_writing_is_read_once_whole(
         theirs: bytes, written: int, salt: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The other process created the file but had not written it whole when the demo read it:
     an empty file, part of its hex digits or of a raw salt, was refused (exit 2), and 16 hex
-    digits were read as a raw salt (a salt of neither). The demo reads it again until it is
-    whole; 32 digits without a line end are a salt already."""
+    digits (or 16 bytes of digits with spaces between bytes) were read as a raw salt (a salt
+    of neither). The demo reads it again until it is whole; 32 digits without a line end are
+    a salt already."""
     from flodl_proto.commands.demo import _session_salt
 
     path = tmp_path / "s.hex"
     waits = _race_salt_file(monkeypatch, path, theirs[:written], theirs[written:])
     assert _session_salt(str(path)) == (salt, f"session salt: read from {path}")
-    assert waits == ([] if written == 32 else [0.02])
-    assert path.read_bytes() == (theirs[:32] if written == 32 else theirs)
+    whole = sum(c in b"0123456789abcdef" for c in theirs[:written]) == 32  # its 32 digits
+    assert waits == ([] if whole else [0.02])
+    assert path.read_bytes() == (theirs[:written] if whole else theirs)
 
 
 def test_demo_salt_file_another_process_left_partial_is_refused_after_a_second(

@@ -153,16 +153,18 @@ SALT_FILE_BYTES: Final = 2 * SESSION_SALT_BYTES + 1
 RACED_SALT_WAIT: Final = 1.0
 RACED_SALT_STEP: Final = 0.02
 _HEX_DIGITS: Final = frozenset(string.hexdigits.encode("ascii"))
+_HEX_OR_SPACE_BYTES: Final = frozenset(string.hexdigits.encode("ascii") + b" \t\n\r\v\f")
 
 
 def resolve_raced_salt(path: str) -> bytes:
     """:func:`resolve_salt` of the salt file ``path`` that another process created while this
     one tried to create it (the demo's ``--salt-file``: its exclusive creation lost the race),
-    and may not have written whole yet. While the file is shorter than :data:`SALT_FILE_BYTES`
-    and holds either no salt (an empty file, a part of a raw salt) or hex digits alone short
-    of 32 (the first 16 would read as a raw salt), it is read again every
-    :data:`RACED_SALT_STEP` seconds, for up to :data:`RACED_SALT_WAIT` seconds; then it is
-    read as it is.
+    and may not have written whole yet. While the file holds hex digits short of 32, alone or
+    with spaces between them (none at all included: the first 16 bytes would read as a raw
+    salt, and a salt written with spaces is longer than :data:`SALT_FILE_BYTES`), or is
+    shorter than :data:`SALT_FILE_BYTES` and holds no salt (a part of a raw salt), it is read
+    again every :data:`RACED_SALT_STEP` seconds, for up to :data:`RACED_SALT_WAIT` seconds;
+    then it is read as it is.
 
     Raises:
         what :func:`resolve_salt` raises, in its words (a file still short of a salt after
@@ -181,13 +183,13 @@ def _partial_salt(path: str) -> bool:
     False when it cannot be read (:func:`resolve_salt` then says why)."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(SALT_FILE_BYTES)
+            raw = f.read(SALT_FILE_MAX_BYTES + 1)
     except OSError:
         return False
+    if _HEX_OR_SPACE_BYTES.issuperset(raw):  # the beginning of a hex salt (none at all included)
+        return sum(b in _HEX_DIGITS for b in raw) < 2 * SESSION_SALT_BYTES
     if len(raw) >= SALT_FILE_BYTES:
         return False
-    if len(raw) < 2 * SESSION_SALT_BYTES and _HEX_DIGITS.issuperset(raw):
-        return True  # the beginning of a hex salt (none at all included)
     try:
         parse_salt(raw.decode("ascii"))
     except (UnicodeDecodeError, ProtocolError):
