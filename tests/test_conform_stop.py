@@ -207,3 +207,43 @@ def test_a_stop_inside_popen_on_the_main_thread_stops_the_process_started(
     assert res.stdout.splitlines()[-1] == "143 1 ended", res.stdout
     doc = json.loads((tmp_path / "r.json").read_text())
     assert (doc["stop"], doc["results"], len(doc["not_run"])) == ("terminated", [], 1)
+
+
+#: run in a fresh interpreter: the kit's command line in a process started with SIGINT ignored
+#: (a shell's background job), given SIGINT as it starts its first target; prints the exit code
+#: and whether SIGINT was still ignored then
+_SIGINT_IGNORED = """
+import os, signal, sys
+import flodl_proto.conform.target as tm
+from flodl_proto.cli import main
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+start, seen = tm.LaunchedTarget.start, []
+def start_after_a_ctrl_c(self, ctx, ready_timeout):
+    seen.append(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    os.kill(os.getpid(), signal.SIGINT)
+    return start(self, ctx, ready_timeout)
+tm.LaunchedTarget.start = start_after_a_ctrl_c
+code = main(sys.argv[1:])
+print(code, seen)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_kit_started_with_sigint_ignored_keeps_it_ignored(tmp_path: Path) -> None:
+    """A command started with SIGINT ignored keeps it ignored from start to exit (a shell's
+    background job; the demo and the relay do): the kit set its handler over it, so a SIGINT in
+    its first moments was ignored and one once it ran its cases stopped it (exit 130). Now the
+    run goes on, and its case passes."""
+    launch = (f"{sys.executable} -m flodl_proto controller --listen {{host}}:{{port}} "
+              "--world-size {world_size} --salt-file {salt_file} --protocol-version {version} "
+              "--no-port-mux")
+    res = subprocess.run(
+        [sys.executable, "-c", _SIGINT_IGNORED, "conform", "controller", "--version", "3",
+         "--jobs", "1", "--timeout-scale", "0.1", "--cases", "controller.round.zero-mass",
+         "--launch", launch],
+        capture_output=True, text=True, timeout=100)
+    assert res.stderr == ""
+    assert res.stdout.splitlines()[0] == "PASS controller.round.zero-mass v3 [MUST] (15.5 Zero " \
+        "mass and elision (`zero_mass`))", res.stdout
+    assert res.stdout.splitlines()[-1] == "0 [True]", res.stdout

@@ -433,7 +433,10 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
             progress.update(task, advance=1, failed=failed)
 
     gave_up: TargetNeverStarted | None = None
-    old = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGINT, signal.SIGTERM)} \
+    # Ctrl-C and SIGTERM, each unless ignored when the kit started (SIGINT in a shell's
+    # background job): it stays so, as for every command
+    old = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
+           if signal.getsignal(sig) is not signal.SIG_IGN} \
         if threading.current_thread() is threading.main_thread() else {}
     try:
         with progress:
