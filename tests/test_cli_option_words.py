@@ -182,10 +182,21 @@ REFUSED: list[tuple[list[str], str]] = [
     (["vectors", "export", "a-file/sub"],
      "flodl-proto vectors export: error: argument DIR: 'a-file/sub': Not a directory "
      "(a-file is a file, not a folder)"),
-    # vectors compare: a folder that is none names the argument it was given as (it read
-    # 'PATH: not a directory' for DIR and --bundled alike)
+    # vectors compare: a folder that is none names the argument it was given as, a file (or
+    # one where a folder of its path should be) in the words of docs --spec and vectors
+    # export (it read 'a-file: not a directory', and 'a-file/sub: does not exist')
     (["vectors", "compare", "{tmp}", "--bundled", "a-file"],
-     "flodl-proto vectors compare: error: argument --bundled: a-file: not a directory"),
+     "flodl-proto vectors compare: error: argument --bundled: 'a-file': Not a directory "
+     "(a-file is a file, not a folder)"),
+    (["vectors", "compare", "{tmp}", "--bundled", "a-file/sub"],
+     "flodl-proto vectors compare: error: argument --bundled: 'a-file/sub': Not a directory "
+     "(a-file is a file, not a folder)"),
+    (["vectors", "compare", "a-file"],
+     "flodl-proto vectors compare: error: argument DIR: 'a-file': Not a directory "
+     "(a-file is a file, not a folder)"),
+    (["vectors", "compare", "/dev/null"],
+     "flodl-proto vectors compare: error: argument DIR: '/dev/null': Not a directory "
+     "(/dev/null is a character device, not a folder)"),
     (["vectors", "compare", "{tmp}", "--bundled", "none"],
      "flodl-proto vectors compare: error: argument --bundled: none: does not exist"),
     (["vectors", "compare", "none"],

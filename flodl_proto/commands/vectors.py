@@ -103,10 +103,15 @@ def _vector_path(text: str) -> Path:
 
 
 def _not_a_folder(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a vector folder (``... does not exist``, ``... not a
-    directory``), or None when it is a folder."""
+    """Why ``path`` cannot be read as a vector folder, or None when it is a folder: a file (a
+    FIFO, a device) at or above it in the words of every path option refused so
+    (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file': Not a directory (a-file
+    is a file, not a folder)``), else ``... does not exist`` (``... not a directory`` when it
+    exists but cannot be told apart)."""
     if path.is_dir():
         return None
+    if (why := file_in_the_way(str(path), path)) is not None:
+        return why
     return f"{_named(path)}: {'not a directory' if path.exists() else 'does not exist'}"
 
 
