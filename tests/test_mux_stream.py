@@ -4,6 +4,7 @@ chunks, and ``salt=None`` (every check but the tag, as the decode CLI reads)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from flodl_proto.codec import (
@@ -119,6 +120,8 @@ def test_every_assertion_a_public_method_raises_is_in_its_docstring() -> None:
 @pytest.mark.parametrize(("length", "chunk"), [
     (-5, 40),  # cut a 20-byte "record", read as a clean end of stream: an AssertionError
     (2.0, 27), ("2", 27), (None, 27),  # TypeErrors of the slicing or of 25 + length
+    (True, 27), (np.bool_(True), 27), (np.array([2]), 27),  # no integer to the codec
+    (np.int64(-5), 40), (np.uint64(2**32), 27),
 ])
 def test_a_header_whose_length_is_no_u32_is_the_callers_error(length: object, chunk: int
                                                                ) -> None:
@@ -136,3 +139,20 @@ def test_a_header_whose_length_is_no_u32_is_the_callers_error(length: object, ch
     assert (stream.done, stream.buffered, stream.bytes_in) == (False, 0, 0)
     [ev] = stream.feed(wire, header=good)  # the stream goes on
     assert isinstance(ev, RecordReceived) and bytes(ev.record.payload) == b"xy"
+
+
+@pytest.mark.parametrize("length", [np.uint32(2), np.int64(2), np.array(2)],
+                         ids=["uint32", "int64", "0-d"])
+def test_a_header_whose_length_is_a_numpy_integer_is_taken(length: object) -> None:
+    """The ``header`` hint's ``payload_len`` is an integer by the codec's rule (``wire_int``),
+    as a rank or a dim is: a NumPy integer (a 0-d array of one too) is taken as its value,
+    where it was refused as 'not a u32'."""
+    wire = encode_mux_record_bytes(MuxRecord.data(7, b"xy"), SALT)
+    good = parse_mux_header(wire)
+    hint = MuxHeader(good.kind, good.rank, length, good.auth_tag)  # type: ignore[arg-type]
+    stream = MuxStream(SALT, expect_magic=None)
+    [ev] = stream.feed(wire, header=hint)
+    assert isinstance(ev, RecordReceived) and bytes(ev.record.payload) == b"xy"
+    assert ev.record.rank == 7 and (stream.buffered, stream.bytes_in) == (0, len(wire))
+    empty = MuxHeader(0, 0, length, bytes(8))  # type: ignore[arg-type]
+    assert MuxStream(bytes(16)).feed(b"", header=empty) == []

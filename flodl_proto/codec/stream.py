@@ -43,7 +43,7 @@ Upstream: the streamed readers of ``flodl/src/distributed/controller/round_frame
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeAlias, TypeVar
 
 from .._slots import slot_builder
@@ -396,11 +396,14 @@ def _expected_magic(value: int | str | None) -> int | None:
                                 "or a u32")
 
 
-def _check_hints(premac: object, frame_premac: object, header: object) -> None:
+def _check_hints(premac: object, frame_premac: object, header: object) -> MuxHeader | None:
     """Refuse :meth:`MuxStream.feed`'s optional ``premac``, ``frame_premac`` and ``header``
     when one is of another type than its own or None (``mux.bad_type``, local), and a
-    ``header`` whose ``payload_len`` is no u32 (``mux.bad_field``, local: no header the
-    readers parse holds one, and the stream would cut the chunk at its length)."""
+    ``header`` whose ``payload_len`` is no u32 by the codec's integer rule (:func:`wire_int`:
+    a bool, a float, text or an array of one or more dimensions is none; ``mux.bad_field``,
+    local: no header the readers parse holds one, and the stream would cut the chunk at its
+    length). Return ``header``, one whose ``payload_len`` is a NumPy integer with it as an
+    ``int``."""
     for name, value in (("premac", premac), ("frame_premac", frame_premac)):
         if value is not None and not isinstance(value, Premac):
             raise protocol_error("mux.bad_type", field=name,
@@ -412,10 +415,15 @@ def _check_hints(premac: object, frame_premac: object, header: object) -> None:
                                  expected="a MuxHeader (parse_mux_header's result) or None",
                                  got=shown_type(header))
         length = header.payload_len
-        if length.__class__ is not int or not 0 <= length <= U32_MAX:
+        if length.__class__ is int and 0 <= length <= U32_MAX:
+            return header
+        n = wire_int(length)
+        if n is None or not 0 <= n <= U32_MAX:
             raise protocol_error("mux.bad_field", field="header.payload_len", value=length,
                                  reason="not a u32 (parse_mux_header's result holds the "
                                         "record's length)")
+        return replace(header, payload_len=n)
+    return None
 
 
 class MuxStream:
@@ -524,8 +532,9 @@ class MuxStream:
             :class:`~flodl_proto.codec.auth.Premac` nor None, or a ``header`` that is neither a
             :class:`~flodl_proto.codec.mux.MuxHeader` nor None, named with its type (as the
             record readers refuse such an argument); ``mux.bad_field``: a ``header`` whose
-            ``payload_len`` is no u32 (a negative one would cut a record shorter than its
-            own 25-byte header). Each is the caller's mistake, not the peer's: it is raised
+            ``payload_len`` is no u32 by the codec's integer rule (a NumPy integer is taken as
+            its value; a bool or a float is none; a negative one would cut a record shorter
+            than its own 25-byte header). Each is the caller's mistake, not the peer's: it is raised
             before ``data`` is taken, and the stream stays as it was (the same bytes may be
             fed again).
             AssertionError: only if the stream's own invariant broke, never for any input or
@@ -539,7 +548,7 @@ class MuxStream:
             return []
         mv = as_view(data)
         if premac is not None or frame_premac is not None or header is not None:
-            _check_hints(premac, frame_premac, header)
+            header = _check_hints(premac, frame_premac, header)
         self.bytes_in += mv.nbytes
         events: list[StreamEvent] = []
         try:
