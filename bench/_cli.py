@@ -109,9 +109,11 @@ WORLD_WHY = (f" (a process of about {RANK_PROCESS_BYTES // MiB} MiB per rank in 
              "physical memory)")
 
 
-def whole(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[str], int]:
-    """``type=`` of a whole number >= ``minimum`` and, when given, <= ``maximum`` (``why``
-    says what the bound is, in the message). A value out of range is named as typed, quoted
+def whole(minimum: int, maximum: int | None = None, why: str = "", *,
+          minimum_why: str = "") -> Callable[[str], int]:
+    """``type=`` of a whole number >= ``minimum`` and, when given, <= ``maximum`` (``why`` and
+    ``minimum_why`` say what each bound is, in the message: ``must be >= 4 (...), got '2'``).
+    A value out of range is named as typed, quoted
     (``got '00'``, as :func:`number` names one), not as the integer it was read as (``got 0``);
     a number of thousands of digits by its ends and its length, not echoed."""
 
@@ -122,7 +124,8 @@ def whole(minimum: int, maximum: int | None = None, why: str = "") -> Callable[[
             raise argparse.ArgumentTypeError(
                 f"expected a whole number >= {minimum}, got {shown(text)}") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {shown(text)}")
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}{minimum_why}, got "
+                                             f"{shown(text)}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"must be at most {maximum}{why}, got "
                                              f"{shown(text)}")

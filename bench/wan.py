@@ -281,16 +281,18 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> R
                   int(per_round_out), others, 0.0)
 
 
+#: why a world size is at least 4, for the message of one below
+WORLD_MIN_WHY = " (two ranks per host, two hosts: one is idle every round)"
+
+
 def _world(text: str) -> int:
-    """``type=`` of one world size of ``--worlds``: a whole number in 2..:func:`world_max`, even
-    (two ranks per host) and at least 4 (two hosts: one is idle every round), named as typed
+    """``type=`` of one world size of ``--worlds``: a whole number in 4..:func:`world_max` (two
+    ranks per host, two hosts: one is idle every round; ``must be >= 4 (...), got '2'``, where
+    0 read ``must be >= 2`` and 2 was then refused as one host) and even, named as typed
     (``world size '05' is odd``), where the check after parsing named the integer read."""
-    value = whole(2, world_max(), WORLD_WHY)(text)
+    value = whole(4, world_max(), WORLD_WHY, minimum_why=WORLD_MIN_WHY)(text)
     if value % 2:
         raise argparse.ArgumentTypeError(f"world size {shown(text)} is odd (two ranks per host)")
-    if value < 4:
-        raise argparse.ArgumentTypeError(f"world size {shown(text)} has one host, idle every "
-                                         "round: nothing to measure (at least 4: two hosts)")
     return value
 
 

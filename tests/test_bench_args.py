@@ -76,14 +76,21 @@ BAD = [
      "bench/wan.py: error: argument --caps: must be a finite number > 0, got '0'"),
     ("wan", ["--caps", "100,inf"],
      "bench/wan.py: error: argument --caps: must be a finite number > 0, got 'inf'"),
+    # the least world size is 4, named as the first bound (it read '>= 2', and 2 was then
+    # refused as one host)
     ("wan", ["--worlds", "x"],
-     "bench/wan.py: error: argument --worlds: expected a whole number >= 2, got 'x'"),
-    ("wan", ["--worlds", "0"], "bench/wan.py: error: argument --worlds: must be >= 2, got '0'"),
+     "bench/wan.py: error: argument --worlds: expected a whole number >= 4, got 'x'"),
+    ("wan", ["--worlds", "0"],
+     "bench/wan.py: error: argument --worlds: must be >= 4 (two ranks per host, two hosts: "
+     "one is idle every round), got '0'"),
+    ("wan", ["--worlds", "3"],
+     "bench/wan.py: error: argument --worlds: must be >= 4 (two ranks per host, two hosts: "
+     "one is idle every round), got '3'"),
     ("wan", ["--worlds", "4,5"],
      "bench/wan.py: error: argument --worlds: world size '5' is odd (two ranks per host)"),
     ("wan", ["--worlds", "2"],
-     "bench/wan.py: error: argument --worlds: world size '2' has one host, idle every round: "
-     "nothing to measure (at least 4: two hosts)"),
+     "bench/wan.py: error: argument --worlds: must be >= 4 (two ranks per host, two hosts: "
+     "one is idle every round), got '2'"),
     # a world size is named as typed, not as the integer it was read as (it said got 0, world
     # size 5)
     ("round", ["--worlds", "2,00"],
@@ -94,8 +101,8 @@ BAD = [
     ("wan", ["--worlds", "4, 05"],
      "bench/wan.py: error: argument --worlds: world size '05' is odd (two ranks per host)"),
     ("wan", ["--worlds", "+2"],
-     "bench/wan.py: error: argument --worlds: world size '+2' has one host, idle every round: "
-     "nothing to measure (at least 4: two hosts)"),
+     "bench/wan.py: error: argument --worlds: must be >= 4 (two ranks per host, two hosts: "
+     "one is idle every round), got '+2'"),
     ("round", ["--rounds", "00"],
      "bench/round.py: error: argument --rounds: must be >= 1, got '00'"),
     ("wan", ["--dtypes", "f16"],
