@@ -47,6 +47,7 @@ import ctypes
 import ipaddress
 import itertools
 import math
+import numbers
 import os
 import re
 import shutil
@@ -520,10 +521,16 @@ class NetLab:
         remove the cap (None).
 
         Raises:
+            TypeError: ``mbit`` is neither None nor a real number (text, a bool: ``True`` is no
+                1 Mbit/s), named with its type and value (``mbit must be a number of Mbit/s or
+                None, got str '5'``).
             ValueError: ``mbit`` is not a finite number of at least 0.001 (1 kbit/s, the unit
                 the cap is given to tc in).
             LabError: ``tc`` failed, or is not one of the lab's tools.
         """
+        if mbit is not None and (isinstance(mbit, bool) or not isinstance(mbit, numbers.Real)):
+            raise TypeError(f"mbit must be a number of Mbit/s or None, got "
+                            f"{type(mbit).__name__} {mbit!r}")
         self._needs("tc")
         ends = [(node.netns, "eth0"), (self.bridge_netns, node.port)]
         if mbit is None:
@@ -532,7 +539,7 @@ class NetLab:
             return
         if not (math.isfinite(mbit) and mbit >= 0.001):
             raise ValueError(
-                f"rate must be a finite number from 0.001 Mbit/s (1 kbit/s), got {mbit}")
+                f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {mbit}")
         rate_bytes = mbit * 1e6 / 8
         burst = max(64 * 1024, int(rate_bytes * 0.002))  # >= 2 ms of traffic, >= 64 KiB
         for ns, dev in ends:

@@ -5,6 +5,7 @@ loss and partitions), so ``demo --netns``, which sets no ``tc`` or nftables rule
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from flodl_proto import netlab
@@ -112,4 +113,35 @@ def test_a_rate_cap_must_be_finite_and_at_least_one_kbit(mbit: float, shown: str
     lab = NetLab(1)
     with pytest.raises(ValueError) as e:
         lab.set_rate(lab.hosts[0], mbit)
-    assert str(e.value) == f"rate must be a finite number from 0.001 Mbit/s (1 kbit/s), got {shown}"
+    assert str(e.value) == f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {shown}"
+
+
+@pytest.mark.parametrize(("mbit", "shown"), [
+    ("5", "str '5'"), (True, "bool True"), (False, "bool False"), (b"5", "bytes b'5'"),
+    (1 + 0j, "complex (1+0j)"), (np.bool_(True), "bool np.True_"),
+])
+def test_a_rate_cap_that_is_no_number_is_refused_naming_mbit(
+        mbit: object, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text was refused by math.isfinite's TypeError ('must be real number, not str'), naming
+    neither the argument nor the value, and True was taken as a cap of 1 Mbit/s (tc ran); both
+    are refused naming ``mbit`` and the value, before tc runs."""
+    ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
+    lab = NetLab(1)
+    before = len(ran)
+    with pytest.raises(TypeError) as e:
+        lab.set_rate(lab.hosts[0], mbit)  # type: ignore[arg-type]
+    assert str(e.value) == f"mbit must be a number of Mbit/s or None, got {shown}"
+    assert len(ran) == before  # no tc command
+
+
+@pytest.mark.parametrize("mbit", [2.5, np.float64(2.5), np.float32(2.5)])
+def test_a_rate_cap_of_a_real_number_is_given_to_tc_in_kbit(
+        mbit: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float or a NumPy floating scalar is a cap (the check of a number's type refuses text
+    and bools only): 2.5 Mbit/s is ``2500kbit`` on both ends of the host's link."""
+    ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
+    lab = NetLab(1)
+    before = len(ran)
+    lab.set_rate(lab.hosts[0], mbit)
+    rates = [argv[argv.index("rate") + 1] for argv in ran[before:] if "tbf" in argv]
+    assert rates == ["2500kbit", "2500kbit"]
