@@ -37,8 +37,15 @@ def _vm_size() -> int:
 
 
 def limit_address_space() -> None:
-    """Cap the address space at the current size plus ``FLODL_FUZZ_AS_SLACK_MB`` MiB."""
-    slack_mb = int(os.environ.get("FLODL_FUZZ_AS_SLACK_MB") or "512")  # run.sh checks it
+    """Cap the address space at the current size plus ``FLODL_FUZZ_AS_SLACK_MB`` MiB (a whole
+    number from 0 to 999999999, default 512; 0: no cap). A value that is none is one line on
+    stderr and exit 2, as ``fuzz/run.sh`` refuses it (the driver may be run by hand)."""
+    raw = os.environ.get("FLODL_FUZZ_AS_SLACK_MB") or "512"
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
+        print("fuzz/driver.py: FLODL_FUZZ_AS_SLACK_MB must be a whole number of MiB from 0 to "
+              f"999999999, got {raw!r}", file=sys.stderr)
+        raise SystemExit(2)
+    slack_mb = int(raw)
     vm = _vm_size()
     if slack_mb <= 0 or vm == 0:
         return

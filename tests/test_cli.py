@@ -1217,6 +1217,24 @@ def test_fuzz_as_slack_must_be_a_whole_number_of_mib(args: tuple[str, ...], slac
                                 f"MiB from 0 to 999999999, got '{slack}'")
 
 
+@pytest.mark.parametrize("slack", ["x", "-1", "1.5", " 1", "1234567890", "\u00b2"])
+def test_the_fuzz_driver_run_directly_refuses_a_bad_as_slack_in_one_line(
+        slack: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # fuzz/driver.py run by hand (the README's merge recipe does) read the value with int():
+    # a ValueError traceback; the refusal comes before any limit is set
+    sys.path.insert(0, str(ROOT))
+    try:
+        from fuzz.driver import limit_address_space
+    finally:
+        sys.path.remove(str(ROOT))
+    monkeypatch.setenv("FLODL_FUZZ_AS_SLACK_MB", slack)
+    with pytest.raises(SystemExit) as e:
+        limit_address_space()
+    assert e.value.code == 2
+    assert capsys.readouterr() == ("", "fuzz/driver.py: FLODL_FUZZ_AS_SLACK_MB must be a whole "
+                                   f"number of MiB from 0 to 999999999, got {slack!r}\n")
+
+
 _STAND_IN_MEMORY_FINDING = """\
 import importlib
 
