@@ -934,10 +934,11 @@ def test_fuzz_replay_without_a_dependency_quotes_the_interpreter(tmp_path: Path)
         "with its extras (pip install -e '.[test,fuzz]')\n"))
 
 
-#: a ``sitecustomize`` that makes the handshake harness raise on an input holding ``FINDING``,
-#: as a harness does on a finding (the committed corpus holds none that still fails), wherever
-#: the harness is imported: replay's ``importlib.import_module`` and the driver's
-_STAND_IN_FINDING = """import importlib
+#: a ``sitecustomize`` that makes the handshake harness run ``{action}`` on an input holding
+#: ``{trigger}``, as a harness does on a finding (the committed corpus holds none that still
+#: fails), wherever the harness is imported: replay's ``importlib.import_module`` and the
+#: driver's
+_STAND_IN = """import importlib
 
 _import_module = importlib.import_module
 
@@ -948,8 +949,8 @@ def _import_with_a_finding(name, package=None):
         module.real_test_one_input = module.test_one_input
 
         def test_one_input(data):
-            if b"FINDING" in data:
-                raise RuntimeError("stand-in finding")
+            if {trigger!r} in data:
+                {action}
             module.real_test_one_input(data)
 
         module.test_one_input = test_one_input
@@ -958,15 +959,23 @@ def _import_with_a_finding(name, package=None):
 
 importlib.import_module = _import_with_a_finding
 """
+#: an input holding ``FINDING`` raises
+_STAND_IN_FINDING = _STAND_IN.format(trigger=b"FINDING",
+                                     action='raise RuntimeError("stand-in finding")')
+
+
+def _stand_in_site(tmp_path: Path, text: str) -> dict[str, str]:
+    """The environment for ``fuzz/run.sh`` whose ``sitecustomize`` is ``text``."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(text)
+    return {"PYTHONPATH": str(site)}
 
 
 def _stand_in_finding(tmp_path: Path) -> dict[str, str]:
     """The environment for ``fuzz/run.sh`` under which an input holding ``FINDING`` is a
     finding of the handshake harness (:data:`_STAND_IN_FINDING`)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(_STAND_IN_FINDING)
-    return {"PYTHONPATH": str(site)}
+    return _stand_in_site(tmp_path, _STAND_IN_FINDING)
 
 
 def test_fuzz_replay_names_the_file_of_a_finding(tmp_path: Path) -> None:
@@ -1235,28 +1244,9 @@ def test_the_fuzz_driver_run_directly_refuses_a_bad_as_slack_in_one_line(
                                    f"number of MiB from 0 to 999999999, got {slack!r}\n")
 
 
-_STAND_IN_MEMORY_FINDING = """\
-import importlib
-
-_import_module = importlib.import_module
-
-
-def _import_with_a_memory_finding(name, package=None):
-    module = _import_module(name, package)
-    if name == "fuzz.harnesses.handshake" and not hasattr(module, "real_test_one_input"):
-        module.real_test_one_input = module.test_one_input
-
-        def test_one_input(data):
-            if b"HOG" in data:
-                bytes(1 << 30)  # 1 GiB sized from the input, beyond the driver's 512 MiB slack
-            module.real_test_one_input(data)
-
-        module.test_one_input = test_one_input
-    return module
-
-
-importlib.import_module = _import_with_a_memory_finding
-"""
+#: an input holding ``HOG`` allocates 1 GiB, sized from the input, beyond the driver's 512 MiB
+#: slack
+_STAND_IN_MEMORY_FINDING = _STAND_IN.format(trigger=b"HOG", action="bytes(1 << 30)")
 
 
 def test_fuzz_replay_reproduces_a_memory_finding_under_the_driver_s_cap(tmp_path: Path) -> None:
@@ -1264,18 +1254,16 @@ def test_fuzz_replay_reproduces_a_memory_finding_under_the_driver_s_cap(tmp_path
     allocation sized from a hostile claim is a MemoryError finding; replay ran without the cap
     and said ``ok``, exit 0, for the finding it was to reproduce. 0 lifts the cap, as for the
     driver."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(_STAND_IN_MEMORY_FINDING)
+    env = _stand_in_site(tmp_path, _STAND_IN_MEMORY_FINDING)
     seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir()).read_bytes()
     (tmp_path / "hog.bin").write_bytes(seed + b"HOG")
-    res = _fuzz("replay", "handshake", "hog.bin", cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    res = _fuzz("replay", "handshake", "hog.bin", cwd=tmp_path, env=env)
     assert (res.returncode, res.stdout) == (1, ""), res.stdout
     lines = res.stderr.splitlines()
     assert lines[0] == "fuzz/run.sh: replay: hog.bin: finding: the handshake harness raised"
     assert lines[-1] == "MemoryError"
     res = _fuzz("replay", "handshake", "hog.bin", cwd=tmp_path,
-                env={"PYTHONPATH": str(site), "FLODL_FUZZ_AS_SLACK_MB": "0"})
+                env={**env, "FLODL_FUZZ_AS_SLACK_MB": "0"})
     assert (res.returncode, res.stdout, res.stderr) == (0, "hog.bin: ok\n", "")
 
 
