@@ -525,7 +525,8 @@ class NetLab:
                 1 Mbit/s), named with its type and value (``mbit must be a number of Mbit/s or
                 None, got str '5'``).
             ValueError: ``mbit`` is not a finite number of at least 0.001 (1 kbit/s, the unit
-                the cap is given to tc in).
+                the cap is given to tc in), or an integer too large for a float (named by its
+                digit count).
             LabError: ``tc`` failed, or is not one of the lab's tools.
         """
         if mbit is not None and (isinstance(mbit, bool) or not isinstance(mbit, numbers.Real)):
@@ -537,7 +538,12 @@ class NetLab:
             for ns, dev in ends:
                 _run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
             return
-        if not (math.isfinite(mbit) and mbit >= 0.001):
+        try:
+            finite = math.isfinite(mbit)
+        except OverflowError:  # an int past a float's range: no cap tc can take
+            raise ValueError("mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got "
+                             f"an integer of {len(str(abs(int(mbit))))} digits") from None
+        if not (finite and mbit >= 0.001):
             raise ValueError(
                 f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {mbit}")
         rate_bytes = mbit * 1e6 / 8

@@ -116,6 +116,22 @@ def test_a_rate_cap_must_be_finite_and_at_least_one_kbit(mbit: float, shown: str
     assert str(e.value) == f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {shown}"
 
 
+def test_a_rate_cap_past_a_floats_range_is_a_value_error_naming_its_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An int too large for a float (10**400, -10**400) raised math.isfinite's OverflowError,
+    which the docstring does not list; it is the ValueError of any rate out of range, the value
+    named by its digit count (not 401 digits), before tc runs."""
+    ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
+    lab = NetLab(1)
+    before = len(ran)
+    for mbit in (10**400, -10**400):
+        with pytest.raises(ValueError) as e:
+            lab.set_rate(lab.hosts[0], mbit)
+        assert str(e.value) == ("mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), "
+                                "got an integer of 401 digits")
+    assert len(ran) == before  # no tc command
+
+
 @pytest.mark.parametrize(("mbit", "shown"), [
     ("5", "str '5'"), (True, "bool True"), (False, "bool False"), (b"5", "bytes b'5'"),
     (1 + 0j, "complex (1+0j)"), (np.bool_(True), "bool np.True_"),
