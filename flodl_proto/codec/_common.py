@@ -152,7 +152,7 @@ _ELEMENT_KIND = {"f": "f", "d": "f", "e": "f", "h": "i", "i": "i", "l": "i", "q"
                  "H": "u", "I": "u", "L": "u", "Q": "u"}
 
 
-def _is_buffer(value: Any) -> bool:
+def is_buffer(value: Any) -> bool:
     try:
         memoryview(value).release()
     except (TypeError, BufferError, ValueError):
@@ -182,12 +182,12 @@ def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> Proto
     elif _holds_pointers(value):
         got = (f"a {type(value).__name__} of Python objects (its buffer holds their addresses, "
                "not bytes to send)")
-    elif isinstance(value, memoryview) or _is_buffer(value) or (
+    elif isinstance(value, memoryview) or is_buffer(value) or (
             isinstance(value, np.ndarray) and not value.flags.c_contiguous):
         # a buffer, but a strided or Fortran-ordered one
         got = f"a non-contiguous {type(value).__name__}"
     elif one_buffer and isinstance(value, list | tuple) and value and all(
-            _is_buffer(p) for p in value):
+            is_buffer(p) for p in value):
         got += ' (join a buffer list, as the encoders for sendmsg return, with b"".join)'
     return protocol_error("codec.not_bytes_like", field=field, got=got)
 
@@ -199,7 +199,7 @@ def not_pieces(field: str, value: Any) -> ProtocolError:
     is no contiguous buffer (``field[i]``, with its type).
 
     Meant for an encoder's error path: it is called once the pieces failed to measure."""
-    if isinstance(value, bytes | bytearray | memoryview | str) or _is_buffer(value):
+    if isinstance(value, bytes | bytearray | memoryview | str) or is_buffer(value):
         return protocol_error("codec.not_pieces", field=field, got=shown_type(value))
     try:
         items = list(value)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import protocol_error, shown_type
 from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES
-from ._common import BytesLike, _is_buffer, not_bytes_like, numpy_text, numpy_text_named
+from ._common import BytesLike, is_buffer, not_bytes_like, numpy_text, numpy_text_named
 
 __all__ = [
     "Premac",
@@ -205,7 +205,7 @@ def compute_tag(salt: bytes, pieces: Iterable[BytesLike]) -> bytes:
                 raise TypeError
             update(p)
         except (TypeError, BufferError, ValueError):  # an int, text, None, a strided view
-            if _is_buffer(pieces):  # one buffer (an array.array): its items were no pieces
+            if is_buffer(pieces):  # one buffer (an array.array): its items were no pieces
                 raise protocol_error("codec.not_pieces", field="pieces", got=shown_type(pieces)
                                      ) from None
             raise not_bytes_like(f"pieces[{i}]", p) from None

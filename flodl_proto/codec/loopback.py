@@ -21,9 +21,9 @@ from ._common import (
     BytesLike,
     EndOfStream,
     _array_bytes,
-    _is_buffer,
     as_view,
     check_ceiling,
+    is_buffer,
     not_bytes_like,
     not_pieces,
     numpy_text,
@@ -117,10 +117,10 @@ def encode_len_framed(blob: Sequence[BytesLike] | BytesLike, *,
     pieces: list[BytesLike]
     if isinstance(blob, bytes | bytearray | memoryview):
         pieces = [blob]
-    elif not isinstance(blob, list | tuple) and not _is_buffer(blob) \
+    elif not isinstance(blob, list | tuple) and not is_buffer(blob) \
             and (raw := _array_bytes(blob)) is not None:
         pieces = [raw]  # an array whose dtype exports no buffer (bfloat16): its memory
-    elif isinstance(blob, list | tuple) or not _is_buffer(blob):
+    elif isinstance(blob, list | tuple) or not is_buffer(blob):
         if blob is None or isinstance(blob, str) or not isinstance(blob, Iterable):
             raise not_bytes_like("blob", blob)
         pieces = list(blob)

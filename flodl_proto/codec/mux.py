@@ -51,10 +51,10 @@ from ._common import (
     END_OF_STREAM,
     BytesLike,
     EndOfStream,
-    _is_buffer,
     as_view,
     check_ceiling,
     check_version,
+    is_buffer,
     not_pieces,
     numpy_text,
     wire_int,
@@ -323,7 +323,7 @@ def encode_mux_record_parts(
         raise protocol_error("mux.bad_field", field="kind", value=kind, reason="not a u8")
     if type(payload) is not list and type(payload) is not tuple:
         # an iterator is read once, here: measuring it first left no piece to write
-        if isinstance(payload, str) or _is_buffer(payload):
+        if isinstance(payload, str) or is_buffer(payload):
             raise not_pieces("payload", payload)
         try:
             payload = list(payload)
