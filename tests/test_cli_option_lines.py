@@ -290,9 +290,9 @@ def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture
 # -- a path with a line break or an escape: still one line ---------------------------------------
 @pytest.mark.parametrize("odd", ["\n", "\x1b[31m"])
 @pytest.mark.parametrize(("args", "code", "line"), [
-    (["demo", "--no-progress", "--salt-file", "{path}"], 1,
-     "flodl-proto demo: error: cannot write the salt file {shown}: creating the folder gone: Not "
-     "a directory (it exists and is not a folder)"),
+    (["demo", "--no-progress", "--salt-file", "{path}"], 2,
+     "flodl-proto demo: error: argument --salt-file: {shown}: Not a directory (gone is a file, "
+     "not a folder)"),
     (["controller", "--listen", "127.0.0.1:0", "--world-size", "2", "--salt-file", "{path}"], 2,
      "flodl-proto controller: error: argument --salt-file: {shown}: No such file or directory"),
     (["relay", "--controller", "127.0.0.1:9", "--ranks", "0", "--world-size", "1",

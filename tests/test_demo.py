@@ -298,11 +298,28 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
     assert Path("a-file").read_text() == "not a folder\n"
 
 
+@pytest.mark.parametrize("where", ["a-file/salt.hex", "a-file/sub/salt.hex",
+                                   "./a-file/salt.hex"])
+def test_demo_salt_file_with_a_file_in_its_path_is_a_usage_error_as_the_other_output_paths(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new salt file whose path has a file where a folder should be was exit 1 (``cannot
+    write the salt file a-file/salt.hex: creating the folder a-file: Not a directory``), where
+    ``docs --out`` and ``vectors export`` name the option and exit 2 for the same path: it is
+    ``argument --salt-file:`` with their words, exit 2, nothing written."""
+    from flodl_proto.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("a-file").write_text("not a folder\n")
+    assert main(["demo", "--no-progress", "--salt-file", where]) == 2
+    assert capsys.readouterr() == (
+        "", f"flodl-proto demo: error: argument --salt-file: '{where}': Not a directory (a-file "
+            "is a file, not a folder)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert Path("a-file").read_text() == "not a folder\n"
+
+
 @pytest.mark.parametrize(("where", "why"), [
-    ("a-file/salt.hex", "creating the folder a-file: Not a directory (it exists and is not a "
-                        "folder)"),
-    ("a-file/sub/salt.hex", "creating the folder a-file/sub: Not a directory (a-file is not a "
-                            "folder)"),
     ("/proc/salt.hex", "creating a temporary file in /proc to write it: No such file or "
                        "directory (the folder takes no new file)"),
     ("ro/salt.hex", "creating a temporary file in ro to write it: Permission denied")])
@@ -344,7 +361,7 @@ def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replace
     with a salt of its own, so the two used different salts. The file is left as it is and
     its salt is read."""
     from flodl_proto import _files
-    from flodl_proto.commands.demo import _session_salt
+    from flodl_proto.commands._salt import demo_salt
 
     path = tmp_path / "s.hex"
     theirs = "0123456789abcdef" * 2
@@ -356,7 +373,7 @@ def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replace
         return made
 
     monkeypatch.setattr(_files, "_create_temporary", racing)
-    assert _session_salt(str(path)) == (theirs, f"session salt: read from {path}")
+    assert demo_salt(str(path)) == (theirs, f"session salt: read from {path}")
     assert path.read_text(encoding="ascii") == theirs + "\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hex"]  # no temporary left
 
@@ -413,11 +430,11 @@ def test_demo_salt_file_another_process_is_still_writing_is_read_once_whole(
     digits (or 16 bytes of digits with spaces between bytes) were read as a raw salt (a salt
     of neither). The demo reads it again until it is whole; 32 digits without a line end are
     a salt already."""
-    from flodl_proto.commands.demo import _session_salt
+    from flodl_proto.commands._salt import demo_salt
 
     path = tmp_path / "s.hex"
     waits = _race_salt_file(monkeypatch, path, theirs[:written], theirs[written:])
-    assert _session_salt(str(path)) == (salt, f"session salt: read from {path}")
+    assert demo_salt(str(path)) == (salt, f"session salt: read from {path}")
     whole = sum(c in b"0123456789abcdef" for c in theirs[:written]) == 32  # its 32 digits
     assert waits == ([] if whole else [0.02])
     assert path.read_bytes() == (theirs[:written] if whole else theirs)
@@ -441,16 +458,16 @@ def test_demo_salt_file_another_process_left_partial_is_refused_after_a_second(
 def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> None:
     """A salt file whose folders do not exist yet: the folders are made and the salt written
     (32 hex digits and a line end, mode 0600), then read back as it was by the next run."""
-    from flodl_proto.commands.demo import _session_salt
+    from flodl_proto.commands._salt import demo_salt
 
     path = tmp_path / "new" / "dir" / "s.hex"
-    salt, note = _session_salt(str(path))
+    salt, note = demo_salt(str(path))
     assert (len(salt), int(salt, 16) >= 0) == (32, True)
     assert note == f"session salt: written to {path}"
     assert path.read_text(encoding="ascii") == salt + "\n"
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in path.parent.iterdir()) == ["s.hex"]  # no temporary left
-    assert _session_salt(str(path)) == (salt, f"session salt: read from {path}")
+    assert demo_salt(str(path)) == (salt, f"session salt: read from {path}")
 
 
 def test_demo_salt_file_that_is_a_link_to_no_file_is_not_written_through(

@@ -15,9 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import string
+from pathlib import Path
 from time import monotonic, sleep
 from typing import Final
 
+from .._files import create_file, make_folders
 from .._oserr import file_kind, os_reason
 from ..errors import ProtocolError, protocol_error, shown_name
 from ..spec import SESSION_SALT_BYTES
@@ -29,7 +31,10 @@ __all__ = [
     "SALT_ENV",
     "SALT_FILE_BYTES",
     "SALT_FILE_MAX_BYTES",
+    "SaltNotWritten",
+    "SaltPathInTheWay",
     "cli_salt",
+    "demo_salt",
     "env_salt",
     "parse_salt",
     "resolve_raced_salt",
@@ -270,3 +275,73 @@ def _env_error(e: ProtocolError) -> ValueError:
     """The one line of a ``$FLODL_SESSION_SALT`` that is not 16 bytes of hex: the variable's
     name, then the salt's error (``$FLODL_SESSION_SALT: session salt must be ...``)."""
     return ValueError(f"${SALT_ENV}: {e}")
+
+
+class SaltNotWritten(Exception):
+    """The demo's new salt file could not be written (``error``: the ``OSError``, naming the
+    step that failed): exit 1, as an output file of the other commands that cannot be written.
+
+    No upstream counterpart: upstream has no demo."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class SaltPathInTheWay(Exception):
+    """A file (not a folder) stands where a folder of the new salt file's path should be
+    (``why``: :func:`~flodl_proto.commands.docs.file_in_the_way`'s words, ``'a-file/salt.hex':
+    Not a directory (a-file is a file, not a folder)``): exit 2, ``argument --salt-file:``, as
+    the other output paths with a file in their way.
+
+    No upstream counterpart: upstream has no demo."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def demo_salt(path: str | None) -> tuple[str, str]:
+    """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
+    when that file exists (or a link of that name, even to no file), else random (and written
+    to ``path`` when given: its missing folders created, the file created atomically and only
+    if no file of that name exists by then (:func:`flodl_proto._files.create_file`): one that
+    another process created after the check is read, never replaced, once whole (its creator
+    gets up to a second to write it: :func:`resolve_raced_salt`); mode 0600 less the
+    umask, 32 hex digits and a line end).
+
+    Raises:
+        OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
+            with /); give a file path in it``, as an output option is refused), or the file
+            cannot be read; InvalidValue (local): it holds no salt.
+        SaltPathInTheWay: a file stands where a folder of the new file's path should be.
+        SaltNotWritten: the new file, or a folder of its path, cannot be written
+            (:func:`flodl_proto._files.make_folders` names the folder that failed).
+
+    No upstream counterpart: upstream has no demo (its processes read the salt from
+    ``FLODL_SESSION_SALT``).
+    """
+    if path is None:
+        return os.urandom(16).hex(), ("session salt: random, not kept (--salt-file PATH keeps it "
+                                      "for decode --salt-file PATH)")
+    if path.endswith(("/", os.sep)):  # else a new salt went to the folder's name, as a file
+        raise IsADirectoryError(errno.EISDIR, "names a folder (it ends with /); give a file "
+                                "path in it")
+    target = Path(path)
+    if not os.path.lexists(target):  # a link to no file is read (and refused), not written
+        salt = os.urandom(16).hex()
+        try:
+            make_folders(target.parent)
+            create_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
+            return salt, f"session salt: written to {path}"
+        except OSError as e:  # one created meanwhile (FileExistsError) is read as it is
+            if e.errno == errno.ENOTDIR:  # a file where a folder of the path should be: as
+                from .docs import file_in_the_way  # the other output paths, a usage error
+
+                if (why := file_in_the_way(path, target.parent)) is not None:
+                    raise SaltPathInTheWay(why) from None
+            if not (isinstance(e, FileExistsError) and os.path.lexists(target)):
+                raise SaltNotWritten(e) from None
+            # once whole: its creator may still be writing it
+            return resolve_raced_salt(path).hex(), f"session salt: read from {path}"
+    return resolve_salt(None, path).hex(), f"session salt: read from {path}"

@@ -49,7 +49,8 @@ handles the SIGTERM too. A run that completed no round shows no target (``n/a``)
 no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
 available memory or a new ``--salt-file`` cannot be written (``cannot write the salt file
-PATH: WHY``, as the other commands' output files); 2 for a bad command line, 130 when
+PATH: WHY``, as the other commands' output files); 2 for a bad command line (a file where a
+folder of a new ``--salt-file``'s path should be included, as the other output paths), 130 when
 interrupted (Ctrl-C; the line says ``interrupted``), 143 when terminated (SIGTERM; the line
 says ``terminated``) and 129 when hung up (a closed terminal's SIGHUP; the line says ``hung
 up``): either way the demo sends SIGTERM to every process of its cluster at once and waits for
@@ -74,7 +75,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import os
 import queue
@@ -89,7 +89,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .._files import create_file, make_folders
 from .._oserr import os_reason
 from ..cli import interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown, shown_name
@@ -131,13 +130,12 @@ from ._demo_watch import (
 )
 from ._option_error import OptionError, option_message
 from ._output import rich_console
-from ._salt import resolve_raced_salt
+from ._salt import SaltNotWritten, SaltPathInTheWay, demo_salt
 from ._waits import get_item, join_thread, wait_process
 from .relay import (
     check_net_timeout_scale,
     path_text,
     real_number,
-    resolve_salt,
     whole_number,
 )
 
@@ -373,57 +371,6 @@ def _addr_of(line: str, what: str) -> str:
 
 
 # -- the run -------------------------------------------------------------------------------------
-class _SaltNotWritten(Exception):
-    """The demo's new salt file could not be written (``error``: the ``OSError``, naming the
-    step that failed): exit 1, as an output file of the other commands that cannot be written.
-
-    No upstream counterpart: upstream has no demo."""
-
-    def __init__(self, error: OSError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _session_salt(path: str | None) -> tuple[str, str]:
-    """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
-    when that file exists (or a link of that name, even to no file), else random (and written
-    to ``path`` when given: its missing folders created, the file created atomically and only
-    if no file of that name exists by then (:func:`flodl_proto._files.create_file`): one that
-    another process created after the check is read, never replaced, once whole (its creator
-    gets up to a second to write it: :func:`._salt.resolve_raced_salt`); mode 0600 less the
-    umask, 32 hex digits and a line end).
-
-    Raises:
-        OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
-            with /); give a file path in it``, as an output option is refused), or the file
-            cannot be read; InvalidValue (local): it holds no salt.
-        _SaltNotWritten: the new file, or a folder of its path, cannot be written
-            (:func:`flodl_proto._files.make_folders` names the folder that failed).
-
-    No upstream counterpart: upstream has no demo (its processes read the salt from
-    ``FLODL_SESSION_SALT``).
-    """
-    if path is None:
-        return os.urandom(16).hex(), ("session salt: random, not kept (--salt-file PATH keeps it "
-                                      "for decode --salt-file PATH)")
-    if path.endswith(("/", os.sep)):  # else a new salt went to the folder's name, as a file
-        raise IsADirectoryError(errno.EISDIR, "names a folder (it ends with /); give a file "
-                                "path in it")
-    target = Path(path)
-    if not os.path.lexists(target):  # a link to no file is read (and refused), not written
-        salt = os.urandom(16).hex()
-        try:
-            make_folders(target.parent)
-            create_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
-            return salt, f"session salt: written to {path}"
-        except OSError as e:  # one created meanwhile (FileExistsError) is read as it is
-            if not (isinstance(e, FileExistsError) and os.path.lexists(target)):
-                raise _SaltNotWritten(e) from None
-            # once whole: its creator may still be writing it
-            return resolve_raced_salt(path).hex(), f"session salt: read from {path}"
-    return resolve_salt(None, path).hex(), f"session salt: read from {path}"
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
     try:
@@ -466,8 +413,12 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     try:
-        salt_hex, salt_note = _session_salt(args.salt_file)
-    except _SaltNotWritten as e:  # as the other commands' output files: exit 1
+        salt_hex, salt_note = demo_salt(args.salt_file)
+    except SaltPathInTheWay as e:
+        print(f"flodl-proto demo: error: {option_message('--salt-file', e.why)}",
+              file=sys.stderr)
+        return 2
+    except SaltNotWritten as e:  # as the other commands' output files: exit 1
         print(f"flodl-proto demo: error: cannot write the salt file "
               f"{shown_name(args.salt_file)}: {os_reason(e.error)}", file=sys.stderr)
         return 1
