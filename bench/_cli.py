@@ -135,9 +135,11 @@ def whole(minimum: int, maximum: int | None = None, why: str = "", *,
 
 
 def number(minimum: float, *, inclusive: bool, maximum: float | None = None,
-           why: str = "") -> Callable[[str], float]:
+           why: str = "", problem: Callable[[float], str | None] | None = None
+           ) -> Callable[[str], float]:
     """``type=`` of a finite number >= ``minimum`` (``inclusive``) or > ``minimum`` and, when
-    given, <= ``maximum`` (``why`` says what that bound is)."""
+    given, <= ``maximum`` (``why`` says what that bound is); ``problem``, when given, says what
+    else is wrong with a number in those bounds (None: nothing), after the number as typed."""
     bound = f"{'>=' if inclusive else '>'} {minimum:g}"
 
     def parse(text: str) -> float:
@@ -152,6 +154,8 @@ def number(minimum: float, *, inclusive: bool, maximum: float | None = None,
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{why}, got "
                                              f"{shown(text)}")
+        if problem is not None and (wrong := problem(value)) is not None:
+            raise argparse.ArgumentTypeError(f"{shown(text)}: {wrong}")
         return value
 
     return parse

@@ -64,7 +64,6 @@ from _cli import (
     mib_max,
     number,
     one_of,
-    option_message,
     queue_get,
     run,
     shown,
@@ -296,6 +295,13 @@ def _world(text: str) -> int:
     return value
 
 
+def _under_one_element(mib: float) -> str | None:
+    """Why a ``--mib`` in its bounds still makes no frame: under one f32 element per tensor."""
+    if int(mib * MiB) // TENSORS // 4 < 1:
+        return f"less than one f32 element per tensor ({TENSORS} tensors)"
+    return None
+
+
 def _unit(cap: float) -> str:
     return f"{cap / 1000:g} Gbit/s" if cap >= 1000 else f"{cap:g} Mbit/s"
 
@@ -311,7 +317,8 @@ def main() -> int:
                     help="comma-separated wire dtypes, f32 and/or bf16 (default f32,bf16)")
     ap.add_argument("--caps", type=listed(number(0, inclusive=False)), default="100,1000",
                     help="link caps in Mbit/s (default 100,1000)")
-    ap.add_argument("--mib", type=number(0, inclusive=False, maximum=mib_max(), why=MIB_WHY),
+    ap.add_argument("--mib", type=number(0, inclusive=False, maximum=mib_max(), why=MIB_WHY,
+                                         problem=_under_one_element),
                     default=64.0,
                     help="frame size in MiB (default 64)")
     ap.add_argument("--rounds", type=whole(1), default=3, help="measured rounds (default 3)")
@@ -325,9 +332,6 @@ def main() -> int:
     if args.worker:
         worker(args.worker, worker_salt(ap))
         return 0
-    if int(args.mib * MiB) // TENSORS // 4 < 1:
-        ap.error(option_message("--mib", f"{args.mib:g}: less than one f32 element per tensor "
-                                f"({TENSORS} tensors)"))
     sys.path.insert(0, str(ROOT))
     from flodl_proto.netlab import unavailable_reason
 

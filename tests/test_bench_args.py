@@ -110,7 +110,7 @@ BAD = [
     ("wan", ["--mib", "0"],
      "bench/wan.py: error: argument --mib: must be a finite number > 0, got '0'"),
     ("wan", ["--mib", "1e-9"],
-     "bench/wan.py: error: argument --mib: 1e-09: less than one f32 element per tensor (4 "
+     "bench/wan.py: error: argument --mib: '1e-9': less than one f32 element per tensor (4 "
      "tensors)"),
     ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got '0'"),
     ("wan", ["--quiet-cores", "0"],
