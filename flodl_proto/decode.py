@@ -228,8 +228,8 @@ class DecodeReport:
     """The result of :func:`decode_stream`.
 
     Attributes:
-        records: the decoded records, in stream order (JSON-ready dicts); empty when
-            :func:`decode_stream` handed them to ``on_record`` instead.
+        records: the decoded records, in stream order (JSON-ready dicts, each field listed in
+            ``docs/decode.md``); empty when :func:`decode_stream` handed them to ``on_record``.
         end: the offset where decoding ended (the end of the last complete record).
         size: the stream's total length in bytes.
         failure: why decoding stopped early, or None for a clean end of stream.
