@@ -31,6 +31,18 @@ def test_tour_shows_codec_decode_and_pcap() -> None:
         assert needle in tour
 
 
+def test_tour_shows_the_bundled_vectors_and_a_stream_fed_in_pieces() -> None:
+    """A library user finds the golden vectors inside the installed package (the README named
+    only the repository's folder) and an incremental decoder fed bytes in pieces (the README
+    only named them)."""
+    tour = _tour()
+    assert 'files("flodl_proto") / "_vectors" / "v2"' in tour
+    assert "mux = MuxStream(" in tour and "mux.feed(" in tour and "mux.feed_eof()" in tour
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert ('in an installed package, `importlib.resources.files("flodl_proto") / "_vectors"`'
+            in text)
+
+
 def test_tour_pairs_the_len_framed_encoder_and_decoder_through_a_join() -> None:
     """``encode_len_framed`` returns a buffer list (for ``socket.sendmsg``), not bytes: the tour
     shows the ``b"".join`` that makes its output what ``decode_len_framed`` takes (a reader
@@ -56,6 +68,8 @@ def test_tour_runs(tmp_path: Path) -> None:
     assert lines[0] == "[ 1.   -2.5   0.    3.25] 55"
     assert lines[1] == "frame.header_read_failed"
     assert lines[2].startswith("CONTROL Hello(host='h0', ranks=(0, 1)")
+    assert lines[3] == "True"  # the frame is the bundled vector's bytes
+    assert lines[4] == "Hello(host='h0', ranks=(0, 1), model_sigs=())"  # fed 3 bytes at a time
     assert lines[-4] == "0"
     assert lines[-3:] == ["10.0.0.2:40001 -> 10.0.0.1:5555 mux 3",  # tags of another salt
                           "10.0.0.1:5555 -> 10.0.0.2:40001 loopback 3",
