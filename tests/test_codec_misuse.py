@@ -46,6 +46,8 @@ STRIDED = memoryview(bytes(64))[::2]
 FRAME = encode_round_frame_bytes(RoundFrame(RoundKind.MODEL, 1.0, []), SALT)
 RECORD = encode_mux_record_bytes(MuxRecord.data(0, b"ab"), SALT)
 BUFFER = ("must be a contiguous bytes-like object (bytes, bytearray or memoryview), got ")
+#: what a RoundFrame given for bytes is told (MuxRecord.host_frame's docstring says so too)
+ENCODE_IT = " (encode it first: encode_round_frame_bytes(frame, salt))"
 
 # (call, error class, the message: exact)
 CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
@@ -216,7 +218,16 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "signatures"),
     "MuxRecord.host_frame of a RoundFrame": (
         lambda: MuxRecord.host_frame(RoundFrame(RoundKind.MODEL, 1.0, [])),  # type: ignore[arg-type]
-        InvalidValue, "payload " + BUFFER + "RoundFrame"),
+        InvalidValue, "payload " + BUFFER + "RoundFrame" + ENCODE_IT),
+    "MuxRecord.broadcast of a RoundFrame": (
+        lambda: MuxRecord.broadcast(RoundFrame(RoundKind.MODEL, 1.0, [])),  # type: ignore[arg-type]
+        InvalidValue, "payload " + BUFFER + "RoundFrame" + ENCODE_IT),
+    "encode_len_framed of a RoundFrame": (
+        lambda: encode_len_framed(RoundFrame(RoundKind.MODEL, 1.0, [])),  # type: ignore[arg-type]
+        InvalidValue, "blob " + BUFFER + "RoundFrame" + ENCODE_IT),
+    "decode_round_frame of a RoundFrame": (
+        lambda: decode_round_frame(RoundFrame(RoundKind.MODEL, 1.0, []), SALT),  # type: ignore[arg-type]
+        InvalidValue, "data " + BUFFER + "RoundFrame" + ENCODE_IT),
 }
 
 

@@ -169,15 +169,23 @@ def _holds_pointers(value: Any) -> bool:
         return False
 
 
+#: the codec's message types that are given where their bytes belong, with the call that makes
+#: the bytes (the modules that define them fill it in: this module imports none of them)
+ENCODE_FIRST: Final[dict[type, str]] = {}
+
+
 def not_bytes_like(field: str, value: Any, *, one_buffer: bool = False) -> ProtocolError:
     """The local error for a caller's ``field`` that is not a contiguous buffer (``value``).
 
     With ``one_buffer`` (the field takes one buffer, not pieces), a list or tuple of buffers,
     as the encoders for ``socket.sendmsg`` return, gets the hint to join it. NumPy text (a
     ``str_`` or an array of dtype kind ``U``) is named as text with its dtype, not as a
-    buffer's layout."""
+    buffer's layout. A message of :data:`ENCODE_FIRST` (a ``RoundFrame``) gets the hint to
+    encode it first."""
     got = shown_type(value)
-    if numpy_text(value):
+    if (encoder := ENCODE_FIRST.get(type(value))) is not None:
+        got += f" (encode it first: {encoder})"
+    elif numpy_text(value):
         got = f"{numpy_text_named(value)}: encode it to bytes"
     elif _holds_pointers(value):
         got = (f"a {type(value).__name__} of Python objects (its buffer holds their addresses, "

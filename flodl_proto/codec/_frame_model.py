@@ -35,7 +35,15 @@ from ..spec import (
     U32_MAX,
 )
 from ._arrays import integer_error, real_array, wire_dtype_tag, wire_elements
-from ._common import BytesLike, as_view, numpy_text, numpy_text_named, wire_int, wire_real
+from ._common import (
+    ENCODE_FIRST,
+    BytesLike,
+    as_view,
+    numpy_text,
+    numpy_text_named,
+    wire_int,
+    wire_real,
+)
 from .ceiling import frame_ceiling_int
 
 __all__: list[str] = []
@@ -610,6 +618,11 @@ _set_tensors: Final[Any] = vars(RoundFrame)["tensors"].__set__
 #: kind byte -> RoundKind (the walk accepts only these two bytes; the key None, what
 #: :func:`wire_int` gives for a value that is no integer, is absent)
 _KINDS: Final[dict[int | None, RoundKind]] = {int(k): k for k in RoundKind}
+
+
+#: a frame given where its bytes belong (MuxRecord.host_frame, encode_len_framed, a decoder) is
+#: told to encode it first
+ENCODE_FIRST[RoundFrame] = "encode_round_frame_bytes(frame, salt)"
 
 
 def round_frame_wire_len(tensors: Iterable[TensorPayload]) -> int:
