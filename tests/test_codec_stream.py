@@ -495,6 +495,36 @@ def test_mux_stream_wrong_channel_magic(magic: bytes, error: type[ProtocolError]
     assert stream.fail(e) == []
 
 
+#: the hints of a stream of the other direction: no channel magic, or one where none belongs
+NO_MAGIC_HINT = ("the stream starts with a mux record, not a channel magic (the controller -> "
+                 "relay direction carries none)")
+
+
+def test_mux_stream_of_the_other_direction_says_so_in_its_hint() -> None:
+    # a stream without the channel magic (the controller's records) read as a relay's
+    record = mux(SALT, 2, V3_HELLO)
+    for chunks in ([record], [record[:3], record[3:]]):
+        stream = MuxStream(SALT)
+        f = failed([ev for c in chunks for ev in stream.feed(c)])
+        e = remote(f.error, BadMagic, "channel.bad_magic")
+        assert str(e) == ("cluster_controller: channel magic 0xf10d17d0 != 0xf10d17e1 "
+                          "(connection routed to the wrong channel?)")
+        assert f.hint == NO_MAGIC_HINT
+    # a relay's stream, the channel magic first, read as the controller's; any channel's magic
+    for name, magic in (("data", 0xF10D17E1), ("control", CONTROL_MAGIC)):
+        f = failed(MuxStream(None, expect_magic=None).feed(struct.pack("<I", magic) + record))
+        e = remote(f.error, BadMagic, "mux.bad_magic")
+        assert str(e) == f"relay_mux: record magic 0x{magic:08x} != 0xf10d17d0"
+        assert f.hint == (f"the stream starts with the {name} channel magic, not a mux record "
+                          "(the relay -> controller direction starts with it)")
+    # a magic after the first record is no direction's: no hint
+    stream = MuxStream(SALT, expect_magic=None)
+    events = stream.feed(record + struct.pack("<I", 0xF10D17E1) + record)
+    assert isinstance(events[0], RecordReceived)
+    f = failed(events[1:])
+    assert f.error.error_id == "mux.bad_magic" and f.hint == ""
+
+
 def test_mux_stream_other_channel_magic() -> None:
     stream = MuxStream(SALT, expect_magic=CONTROL_MAGIC)
     events = stream.feed(struct.pack("<I", CONTROL_MAGIC)[:3])

@@ -57,6 +57,7 @@ from ..spec import (
     DEFAULT_VERSION,
     LEN_PREFIX_LEN,
     MUX_HEADER_LEN,
+    MUX_RECORD_MAGIC,
     ROUND_FRAME_HEADER_LEN,
     U32_MAX,
 )
@@ -338,7 +339,9 @@ class StreamFailed:
     Attributes:
         error: the error.
         hint: a likely cause in words, when one is known (e.g. the relay's first record is a
-            Hello of the other protocol version: "the protocol versions differ"), else "".
+            Hello of the other protocol version: "the protocol versions differ"; the stream is
+            the other direction's, with or without its channel magic: "the stream starts with
+            a mux record, not a channel magic ..."), else "".
 
     Upstream: an error of ``relay/mux.rs`` ``read_record`` or of the socket under it.
     """
@@ -368,6 +371,22 @@ def other_version_hello(record: BytesLike, salt: BytesLike, version: int) -> str
     return (f"the relay sent a protocol-version-{other} Hello to this version-{version} "
             "controller: the protocol versions differ (set the same --protocol-version on both "
             "sides)")
+
+
+def _direction_hint(error: ProtocolError, first: bool) -> str:
+    """A hint when the stream's first bytes are the other direction's: a mux record where the
+    channel magic was expected, or a channel magic where the first record was (the relay ->
+    controller direction starts with the magic, the controller -> relay one does not); else "".
+    """
+    got = error.fields.get("got")
+    if error.error_id == "channel.bad_magic" and got == MUX_RECORD_MAGIC:
+        return ("the stream starts with a mux record, not a channel magic (the controller -> "
+                "relay direction carries none)")
+    names = [n for n, m in CHANNELS.items() if m == got]
+    if error.error_id == "mux.bad_magic" and first and names:
+        return (f"the stream starts with the {names[0]} channel magic, not a mux record (the "
+                "relay -> controller direction starts with it)")
+    return ""
 
 
 def _optional_count(field: str, value: int | None) -> int | None:
@@ -614,7 +633,7 @@ class MuxStream:
     def _fail(self, error: ProtocolError, events: list[StreamEvent]) -> None:
         self._done = True
         self._buf = bytearray()
-        events.append(StreamFailed(error, self._hint))
+        events.append(StreamFailed(error, self._hint or _direction_hint(error, self._first)))
 
     def _next_length(self, mv: memoryview) -> int | None:
         """Bytes the next item needs from the start of ``mv``, or None while that is unknown."""
