@@ -78,6 +78,32 @@ def test_tour_runs(tmp_path: Path) -> None:
                           "to the controller's port mux, or its reply), not a flodl leg"]
 
 
+def test_tour_takes_a_hole_in_the_capture_for_no_clean_end(tmp_path: Path) -> None:
+    """A stream the capture lost bytes of (``TcpStream.gap``) that decodes to a record boundary
+    where the hole starts is no clean end: the tour says 4, as ``decode --pcap`` does, where it
+    printed 0."""
+    from flodl_proto.codec import Hello, MuxRecord, RankExit, encode_channel_magic
+    from flodl_proto.codec import encode_mux_record_bytes as rec
+
+    from .test_decode import _capture, _loop_down
+
+    salt = bytes(16)  # the tour's
+    # the capture drops the relay's segment at byte 50, where its Hello ends (4 + 25 + 21)
+    up = (encode_channel_magic("data") + rec(MuxRecord.control_msg(Hello("a" * 17, [0])), salt)
+          + rec(MuxRecord.control_msg(RankExit(0)), salt) * 4)
+    assert len(up) > 57 and up[4:8] == b"\xd0\x17\x0d\xf1" and up[50:54] == up[4:8]
+    script = tmp_path / "tour.py"
+    script.write_text(_tour(), encoding="utf-8")
+    # (the capture loses the segment of the other direction sent with it too: mid-record, 4)
+    (tmp_path / "run.pcap").write_bytes(_capture(up, _loop_down(2, salt).data, 5555, gap=True,
+                                                 noise=b"GET /status HTTP/1.1\r\n\r\n"))
+    res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-3:-1] == ["10.0.0.2:40001 -> 10.0.0.1:5555 mux 4",
+                                              "10.0.0.1:5555 -> 10.0.0.2:40001 loopback 4"]
+
+
 @pytest.mark.timeout(300)
 def test_tour_passes_mypy_strict(tmp_path: Path) -> None:
     script = tmp_path / "tour.py"
