@@ -83,6 +83,14 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         lambda: MuxStream(SALT, hello_limit=300.0),  # type: ignore[arg-type]
         InvalidValue, "relay_mux: hello_limit = 300.0 is invalid: not None or a number of "
         "bytes >= 0"),
+    "MuxStream control_limit negative": (
+        lambda: MuxStream(SALT, control_limit=-1),
+        InvalidValue, "relay_mux: control_limit = -1 is invalid: not None or a number of bytes "
+        ">= 0"),
+    "MuxStream control_limit text": (
+        lambda: MuxStream(SALT, control_limit="300"),  # type: ignore[arg-type]
+        InvalidValue, "relay_mux: control_limit = '300' is invalid: not None or a number of "
+        "bytes >= 0"),
     "MuxStream expect_magic above u32": (
         lambda: MuxStream(SALT, expect_magic=2**32),
         InvalidValue, "relay_mux: expect_magic = 4294967296 is invalid: not None, a channel name "

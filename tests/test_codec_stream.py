@@ -19,9 +19,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from flodl_proto.codec import END_OF_STREAM, Hello, NeedData, RecordKind, RoundFrame
+from flodl_proto.codec import END_OF_STREAM, Hello, NeedData, RankExit, RecordKind, RoundFrame
 from flodl_proto.codec import stream as stream_module
 from flodl_proto.codec.auth import Premac
+from flodl_proto.codec.mux import parse_mux_header
 from flodl_proto.codec.stream import (
     LenFramedDecoder,
     MagicReceived,
@@ -618,6 +619,60 @@ def test_mux_stream_hello_limit_in_the_buffered_path() -> None:
     f = failed(stream.feed(mux(SALT, 2, V3_HELLO)[20:]))
     assert remote(f.error, LimitExceeded, "controller.hello_too_long").fields == {
         "length": 8, "limit": 7, "kind": 2}
+
+
+# a RankExit(3) padded to 10 bytes (bincode ignores the bytes after the message)
+RANK_EXIT_10 = b"\x02\x03" + bytes(8)
+
+
+def test_mux_stream_control_limit_bounds_every_control_record_after_the_first() -> None:
+    """Departure control_bound: a Control record after the first claiming more than
+    ``control_limit`` fails from its header alone (a rank list of up to one entry per byte was
+    read and decoded up to the frame ceiling); one at the limit is decoded, and another kind's
+    record is bounded by the ceiling only."""
+    stream = MuxStream(SALT, expect_magic=None, ceiling=100, hello_limit=8, control_limit=10)
+    assert (stream.limit_for(2), stream.limit_for(1)) == (8, 8)  # the first record: the Hello's
+    [first] = stream.feed(mux(SALT, 2, V3_HELLO))
+    assert isinstance(first, RecordReceived)
+    assert (stream.limit_for(2), stream.limit_for(1), stream.limit_for(3)) == (10, 100, 100)
+    [at] = stream.feed(mux(SALT, 2, RANK_EXIT_10))
+    assert isinstance(at, RecordReceived) and at.record.control == RankExit(3)
+    [data] = stream.feed(mux(SALT, 1, bytes(50)))
+    assert isinstance(data, RecordReceived) and data.nbytes == 75
+    f = failed(stream.feed(mux(SALT, 2, RANK_EXIT_10 + b"\x00")[:25]))  # the header alone
+    e = remote(f.error, LimitExceeded, "controller.control_too_long")
+    assert e.fields == {"length": 11, "limit": 10}
+    assert str(e) == ("cluster_controller: a Control record after the Hello claims payload_len "
+                      "11 (> 10 bytes, the longest legal control message for the world size); "
+                      "corrupt or hostile peer")
+    assert (stream.done, stream.buffered) == (True, 0)
+
+
+@pytest.mark.parametrize("path", ["whole", "header hint", "bytes one by one"])
+def test_mux_stream_control_limit_in_every_feed_path(path: str) -> None:
+    """The bound holds whichever way the record arrives: whole in one chunk, whole with the
+    runner's header hint (the fast path), or a byte at a time (the buffered path, which fails
+    at the 25th byte, before any payload byte)."""
+    stream = MuxStream(SALT, expect_magic=None, hello_limit=8, control_limit=10)
+    stream.feed(mux(SALT, 2, V3_HELLO))
+    wire = mux(SALT, 2, RANK_EXIT_10 + bytes(20))
+    if path == "whole":
+        events = stream.feed(wire)
+    elif path == "header hint":
+        events = stream.feed(wire, header=parse_mux_header(wire[:25]))
+    else:
+        events = []
+        for i in range(25):
+            events += stream.feed(wire[i:i + 1])
+    assert remote(failed(events).error, LimitExceeded, "controller.control_too_long").fields == {
+        "length": 30, "limit": 10}
+
+
+def test_mux_stream_control_limit_above_the_ceiling_is_the_ceiling() -> None:
+    stream = MuxStream(SALT, expect_magic=None, ceiling=20, control_limit=1000)
+    assert (stream.limit_for(2), stream.limit_for(1)) == (20, 20)
+    f = failed(stream.feed(mux(SALT, 2, bytes(21))[:25]))
+    assert remote(f.error, LimitExceeded, "mux.payload_too_large").fields["ceiling"] == 20
 
 
 def test_mux_stream_bad_tag_fails_with_no_hint() -> None:

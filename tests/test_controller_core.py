@@ -32,6 +32,7 @@ from flodl_proto.codec.mux import (
     decode_mux_record_or_eos,
     encode_frame_record,
     encode_mux_record_bytes,
+    max_control_payload,
     max_hello_payload,
 )
 from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
@@ -603,6 +604,41 @@ def test_hello_bound_applies_to_the_first_record_only() -> None:
     assert isinstance(ev, RecordReceived) and isinstance(ev.frame, RoundFrame)
     with pytest.raises(InvalidValue):
         max_hello_payload(0)
+
+
+@pytest.mark.parametrize("claim", [max_control_payload(2) + 1, 1 << 30])
+def test_a_later_control_record_longer_than_any_control_message_fails_from_its_header(
+        claim: int) -> None:
+    """Departure control_bound: after its Hello, a relay's Control record claiming more than
+    the longest legal control message for the world size ends the run from its header, no
+    payload byte read (it was read up to the frame ceiling and decoded whole: a Hello of a
+    rank per byte is a list of a billion entries at 1 GiB)."""
+    core = started(2)
+    join(core, 0, [0, 1])
+    header = MUX_HEADER.build({"magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION,
+                               "kind": RecordKind.CONTROL.value, "rank": 0,
+                               "payload_len": claim, "auth_tag": bytes(8)})
+    fin = finished(core.receive_data(0, header))
+    assert fin is not None and not fin.outcome.clean
+    err = fin.outcome.error
+    assert isinstance(err, LimitExceeded) and err.error_id == "controller.control_too_long"
+    assert str(err) == (f"cluster_controller: a Control record after the Hello claims "
+                        f"payload_len {claim} (> {max_control_payload(2)} bytes, the longest "
+                        "legal control message for the world size); corrupt or hostile peer")
+    assert core.stream(0).buffered == 0
+    assert max_control_payload(2) == max_hello_payload(2) == 287 + 37 * 2
+
+
+def test_a_later_control_record_at_the_bound_is_read_as_before() -> None:
+    """A RankExit padded to the bound (bincode ignores bytes after the message) is still the
+    relay's RankExit: the bound refuses only what no legal message needs."""
+    core = started(2)
+    join(core, 0, [0, 1])
+    payload = b"\x02\x01" + bytes(max_control_payload(2) - 2)
+    acts = core.receive_data(0, encode_mux_record_bytes(
+        MuxRecord(RecordKind.CONTROL, 0, payload), SALT))
+    fin = finished(acts)
+    assert fin is not None and fin.outcome.clean  # rank 1 left: the run ends cleanly
 
 
 def test_runner_failure_fails_the_core_with_the_exception() -> None:

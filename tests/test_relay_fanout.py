@@ -26,10 +26,18 @@ from flodl_proto.codec import (
     TensorPayload,
     encode_frame_record,
 )
-from flodl_proto.errors import AuthenticationError
+from flodl_proto.codec.mux import (
+    DeclareDead,
+    MuxRecord,
+    encode_mux_record_bytes,
+    max_control_payload,
+)
+from flodl_proto.codec.structs import PACKED
+from flodl_proto.errors import AuthenticationError, LimitExceeded, RemoteProtocolError
 from flodl_proto.runner import _netio, _netio_send
 from flodl_proto.runner.relay import Relay
 from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream, UpstreamReader
+from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
 
 from .cluster_util import (
     SALT,
@@ -298,6 +306,52 @@ def test_the_upstream_reader_counts_the_header_when_building_a_route_fails() -> 
         with pytest.raises(RuntimeError, match="no route"):
             reader.read(b, None)
     assert counted == [25]
+
+
+def _control_header(claim: int) -> bytes:
+    return PACKED["MUX_HEADER"].pack(MUX_RECORD_MAGIC, MUX_PROTOCOL_VERSION, RecordKind.CONTROL,
+                                     0, claim, bytes(8))
+
+
+def test_the_upstream_reader_refuses_a_control_record_past_its_bound_from_the_header() -> None:
+    """Departure control_bound: a Control record claiming more than ``control_limit`` is the
+    remote relay.control_too_long, its payload not read (the 25 header bytes counted); one at
+    the bound is read and decoded as before."""
+    counted: list[int] = []
+    at = encode_mux_record_bytes(MuxRecord(RecordKind.CONTROL, 0, b"\x03\x01" + bytes(8)), SALT)
+    a, b = socket.socketpair()
+    with a, b:
+        b.settimeout(20.0)
+        reader = UpstreamReader(SALT, 2, 1 << 30, threading.Event(), lambda *_: None,
+                                counted.append, control_limit=10)
+        a.sendall(at + _control_header(11) + bytes(11))
+        rec = reader.read(b, None)
+        assert rec is not None and rec.control == DeclareDead(1)
+        with pytest.raises(LimitExceeded) as e:
+            reader.read(b, None)
+    assert isinstance(e.value, RemoteProtocolError)
+    assert e.value.error_id == "relay.control_too_long"
+    assert str(e.value) == ("relay: a Control record from the controller claims payload_len 11 "
+                            "(> 10 bytes, the longest legal control message for the world "
+                            "size); corrupt or hostile peer")
+    assert counted == [35, 25]
+
+
+def test_a_relay_ends_on_a_control_record_past_the_bound_for_its_world_size() -> None:
+    """Through the runner: the relay bounds the controller's Control records by
+    max_control_payload of its world size (2: 361 bytes); a claim of 1 GiB ends it with
+    relay.control_too_long at once, where it waited for the gigabyte to decode it."""
+    with FakeController() as ctrl:
+        relay, ranks, conn = _relay_with_two_ranks(ctrl)
+        try:
+            conn.sock.sendall(_control_header(1 << 30))
+            err = relay.wait(20)
+            assert isinstance(err, LimitExceeded) and err.error_id == "relay.control_too_long"
+            assert err.fields == {"length": 1 << 30, "limit": max_control_payload(2)}
+        finally:
+            relay.shutdown()
+            for rr in ranks:
+                rr.close()
 
 
 # -- through the relay runner ---------------------------------------------------------------------

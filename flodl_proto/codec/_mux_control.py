@@ -289,6 +289,22 @@ def max_hello_payload(world_size: int) -> int:
             + (u64 + MODEL_SIG_LEN * n))
 
 
+def max_control_payload(world_size: int) -> int:
+    """The largest payload, in bytes, of any legal Control record for ``world_size`` ranks:
+    :func:`max_hello_payload` (a ``Hello`` is the longest control message; ``HelloAck``,
+    ``RankExit`` and ``DeclareDead`` take at most 10 bytes). The bound on a Control record
+    after the first, checked from its header before its payload is read (``spec/wire.yaml``
+    departure ``control_bound``: upstream reads and decodes any Control record up to the frame
+    ceiling, a Hello's rank list at up to one entry per payload byte).
+
+    Raises:
+        InvalidValue (local): as :func:`max_hello_payload`.
+
+    Upstream: ``relay/mux.rs`` ``RelayControlMsg`` (the layouts); the bound is ours.
+    """
+    return max_hello_payload(world_size)
+
+
 def ranks_str(ranks: Iterable[int]) -> str:
     """A rank list as upstream's ``{:?}`` prints a ``Vec<u32>``: ``[0, 1, 2]``.
 

@@ -68,6 +68,7 @@ from ._mux_control import (
     _check_rank,
     decode_control,
     encode_control,
+    max_control_payload,
     max_hello_payload,
     ranks_str,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "encode_mux_record",
     "encode_mux_record_bytes",
     "encode_mux_record_parts",
+    "max_control_payload",
     "max_hello_payload",
     "parse_mux_header",
     "parse_mux_header_or_eos",
@@ -113,7 +115,7 @@ __all__ = [
 # the control messages' code lives in codec/_mux_control.py; they are this module's names, so
 # help(), pydoc, Sphinx and pickle name this module (set once, at import; nothing per call)
 adopt(__name__, Hello, HelloAck, RankExit, DeclareDead, encode_control, decode_control,
-      max_hello_payload, ranks_str)
+      max_control_payload, max_hello_payload, ranks_str)
 
 
 

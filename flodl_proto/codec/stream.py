@@ -58,6 +58,7 @@ from ..spec import (
     LEN_PREFIX_LEN,
     MUX_HEADER_LEN,
     MUX_RECORD_MAGIC,
+    REC_CONTROL,
     ROUND_FRAME_HEADER_LEN,
     U32_MAX,
 )
@@ -473,6 +474,12 @@ class MuxStream:
             ``controller.hello_too_long``); ``None``: only the frame ceiling. The controller
             passes :func:`~flodl_proto.codec.mux.max_hello_payload` of its world size (spec
             departure ``hello_bound``).
+        control_limit: the largest payload, in bytes, a Control record after the first may
+            claim, checked from its header (``LimitExceeded``, ``controller.control_too_long``);
+            ``None``: only the frame ceiling. The controller passes
+            :func:`~flodl_proto.codec.mux.max_control_payload` of its world size (spec departure
+            ``control_bound``: no legal control message is longer than the largest Hello, and a
+            longer one would be decoded whole, a rank list of up to one entry per byte).
         copy: decode every record from the stream's own copy of its bytes, so records stay
             valid whatever the caller does with the chunks it fed (one copy per record; the
             default decodes records that arrive whole in place).
@@ -480,27 +487,32 @@ class MuxStream:
     Raises:
         InvalidValue (local): bad salt or ceiling, an ``expect_magic`` that is neither None, a
             channel name (names are lower case) nor a u32 (``mux.bad_field`` naming it), or a
-            ``hello_limit`` that is neither None nor an integer >= 0; VersionMismatch (local):
+            ``hello_limit`` or ``control_limit`` that is neither None nor an integer >= 0;
+            VersionMismatch (local):
             unsupported version.
 
     Upstream: ``wire.rs`` ``expect_channel_magic`` then ``relay/mux.rs`` ``read_record`` /
     ``try_read_from`` (committed reads; EOF inside a header is a clean end of stream).
     """
 
-    __slots__ = ("_buf", "_ceiling", "_copy", "_done", "_first", "_hello_limit", "_hint",
-                 "_magic", "_salt", "_version",
+    __slots__ = ("_buf", "_ceiling", "_control_limit", "_copy", "_done", "_first",
+                 "_hello_limit", "_hint", "_magic", "_salt", "_version",
                  "bytes_in")
 
     def __init__(self, salt: BytesLike | None, *, version: int = DEFAULT_VERSION,
                  ceiling: int = DEFAULT_FRAME_CEILING,
                  expect_magic: int | str | None = CHANNEL_MAGIC_DATA,
-                 hello_limit: int | None = None, copy: bool = False) -> None:
+                 hello_limit: int | None = None, control_limit: int | None = None,
+                 copy: bool = False) -> None:
         self._salt = check_salt(salt) if salt is not None else None
         self._version = check_version(version)
         self._ceiling = check_ceiling(ceiling)
         self._magic = _expected_magic(expect_magic)
         # the Hello bound of the largest world (2**32 - 1 ranks) is above u32: no upper bound
         self._hello_limit = _optional_count("hello_limit", hello_limit)
+        control = _optional_count("control_limit", control_limit)
+        #: the largest Control payload after the first record (the ceiling when not given)
+        self._control_limit = self._ceiling if control is None else min(control, self._ceiling)
         self._copy = copy
         self._first = True  # the next record is the first (a Hello on the data channel)
         self._hint = ""
@@ -521,6 +533,16 @@ class MuxStream:
         in a header feeds the header alone; the stream then fails with the limit's error."""
         return self._ceiling if self._hello_limit is None else min(self._ceiling,
                                                                    self._hello_limit)
+
+    def limit_for(self, kind: int) -> int:
+        """The largest payload, in bytes, the next record may claim when its header's kind
+        byte is ``kind``: :attr:`payload_limit`, or for a Control record after the first the
+        stream's ``control_limit`` (at most the ceiling). A reader that sees a larger
+        ``payload_len`` feeds the header alone; the stream then fails with the limit's error.
+        Raises nothing."""
+        if kind == REC_CONTROL and self._hello_limit is None:
+            return self._control_limit
+        return self.payload_limit
 
     @property
     def buffered(self) -> int:
@@ -577,7 +599,8 @@ class MuxStream:
             elif (header is not None and self._magic is None and not self._copy
                   and mv.nbytes == MUX_HEADER_LEN + header.payload_len
                   and (header.payload_len <= self._ceiling if self._hello_limit is None
-                       else header.payload_len <= self.payload_limit)):
+                       else header.payload_len <= self.payload_limit)
+                  and (header.kind != REC_CONTROL or header.payload_len <= self._control_limit)):
                 # exactly the one whole record the runner read (its header in hand): decoded
                 # as _parse_in_place would decode it, without walking the chunk
                 self._decode_one(mv, events, premac, frame_premac, header)
@@ -645,11 +668,15 @@ class MuxStream:
         return self._record_length(hdr)
 
     def _record_length(self, hdr: MuxHeader) -> int:
-        """The bytes of the record ``hdr`` heads, checking the first record's Hello bound."""
+        """The bytes of the record ``hdr`` heads, checking the first record's Hello bound and
+        a later Control record's bound."""
         limit = self._hello_limit
         if limit is not None and hdr.payload_len > limit:
             raise protocol_error("controller.hello_too_long", length=hdr.payload_len,
                                  limit=limit, kind=hdr.kind)
+        if limit is None and hdr.kind == REC_CONTROL and hdr.payload_len > self._control_limit:
+            raise protocol_error("controller.control_too_long", length=hdr.payload_len,
+                                 limit=self._control_limit)
         return MUX_HEADER_LEN + hdr.payload_len
 
     def _decode_one(self, mv: memoryview, events: list[StreamEvent],

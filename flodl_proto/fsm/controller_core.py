@@ -85,6 +85,7 @@ from ..codec.mux import (
     DeclareDead,
     MuxRecord,
     encode_mux_record,
+    max_control_payload,
     max_hello_payload,
     ranks_str,
 )
@@ -322,14 +323,25 @@ class ControllerCore(_ControllerRelays):
             raise protocol_error("controller.unknown_connection", conn=conn,
                                  problem="already open")
         if stream is None:
-            stream = MuxStream(self.salt, version=self.version, ceiling=self.ceiling,
-                               hello_limit=max_hello_payload(self.world_size))
+            stream = self.new_stream()
         c = _Conn(conn, stream, now + HANDSHAKE_TIMEOUT)
         self._conns[conn] = c
         if self.state == LifecycleState.REDUCING:
             log.info("controller: connection %s after the accept phase; closing it", conn)
             self._close(c, "every rank is already covered")
         return self._flush()
+
+    def new_stream(self) -> MuxStream:
+        """The parser of a new relay connection: the channel magic, then records of this
+        core's salt, version and frame ceiling, the first bounded by the largest legal Hello
+        for the world size and every later Control record by the longest legal control message
+        (spec departures ``hello_bound`` and ``control_bound``). Raises nothing.
+
+        Upstream: ``controller/mod.rs`` (the accept phase's reader; the bounds are ours).
+        """
+        return MuxStream(self.salt, version=self.version, ceiling=self.ceiling,
+                         hello_limit=max_hello_payload(self.world_size),
+                         control_limit=max_control_payload(self.world_size))
 
     def stream(self, conn: int) -> MuxStream:
         """The parser of connection ``conn`` (for a runner that parses on its reader thread and

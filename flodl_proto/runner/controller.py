@@ -59,9 +59,8 @@ from typing import Any, Final, TypeAlias
 from .._slots import slot_builder
 from ..codec._common import BytesLike
 from ..codec.ceiling import check_frame_ceiling
-from ..codec.mux import RecordKind, max_hello_payload
+from ..codec.mux import RecordKind
 from ..codec.stream import (
-    MuxStream,
     RecordReceived,
     StreamEvent,
 )
@@ -631,8 +630,7 @@ class ReferenceController:
             return
         conn_id = self._next_id
         self._next_id += 1
-        stream = MuxStream(self._core.salt, version=self._core.version, ceiling=self._ceiling,
-                           hello_limit=max_hello_payload(self._core.world_size))
+        stream = self._core.new_stream()
         conn = Conn(conn_id, sock, addr, stream)
         with self._core_lock:
             self._conns[conn_id] = conn

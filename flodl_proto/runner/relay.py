@@ -48,6 +48,7 @@ from .._names import adopt
 from ..addr import PORT_MAX
 from ..codec._common import BytesLike
 from ..codec.ceiling import check_frame_ceiling
+from ..codec.mux import max_control_payload
 from ..errors import ProtocolError, protocol_error
 from ..fsm.deadline import check_timeout
 from ..fsm.events import (
@@ -226,7 +227,8 @@ class Relay(_RelayBarrier):
         self._starve = committed_read_starvation()  # seconds, read once
         # the controller's records, read by one thread at a time (the dial, then the reader)
         self._up_reader = UpstreamReader(self._salt, self.version, self.ceiling, self._stop,
-                                         self._forward, self._count_upstream_in)
+                                         self._forward, self._count_upstream_in,
+                                         control_limit=max_control_payload(self.world_size))
         self._timed = timeout is not None  # a rank deadline: deposits carry their time
 
     # -- public surface --------------------------------------------------------------------------

@@ -41,8 +41,8 @@ from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import PARALLEL_MAC_MIN
 from ..codec.mux import MuxHeader, MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
 from ..codec.plans import record_macs, record_premac_for
-from ..errors import ProtocolError
-from ..spec import MUX_HEADER_LEN
+from ..errors import ProtocolError, protocol_error
+from ..spec import MUX_HEADER_LEN, REC_CONTROL
 from ._netio import Stopped, shutdown_quietly, write_stall_timeout
 from ._netio_recv import HASH_STEP, _starved_unit, read_record_into, recv_exact_into
 from ._netio_send import send_all
@@ -221,14 +221,18 @@ class UpstreamReader:
         stop: the relay's stop flag.
         route: see above; returns None to read the whole record first.
         count: called with the bytes read (header and payload) of each record.
+        control_limit: the largest payload, in bytes, of a Control record (None: the ceiling);
+            the relay passes :func:`~flodl_proto.codec.mux.max_control_payload` of its world
+            size (spec departure ``control_bound``).
 
     Upstream: ``flodl/src/distributed/relay/mux.rs`` (``read_record``), ``relay/agent.rs``.
     """
 
     def __init__(self, salt: bytes, version: int, ceiling: int, stop: threading.Event,
                  route: Callable[[int, int, memoryview], BroadcastStream | None],
-                 count: Callable[[int], None]) -> None:
+                 count: Callable[[int], None], *, control_limit: int | None = None) -> None:
         self._salt, self._version, self._ceiling, self._stop = salt, version, ceiling, stop
+        self._control_limit = ceiling if control_limit is None else control_limit
         self._route, self._count = route, count
         self._header = memoryview(bytearray(MUX_HEADER_LEN))
         self._record_premac = record_premac_for(salt)  # a small record's MAC, keyed once
@@ -244,6 +248,8 @@ class UpstreamReader:
         Raises:
             Stopped: the stream ended inside the record after the stop flag was set (the
                 relay's own shutdown cut it, not the peer).
+            LimitExceeded (remote) ``relay.control_too_long``: a Control record's header claims
+                more than ``control_limit`` bytes (its payload is not read).
             every error of :func:`~flodl_proto.runner._netio_recv.read_record_into` and of the
             codec's ``read_mux_record_or_eos`` (a bad tag: AuthenticationError).
         """
@@ -254,6 +260,10 @@ class UpstreamReader:
             return None  # end of stream inside the header is a clean end
         hdr = parse_mux_header_or_eos(hv, ceiling=self._ceiling)
         assert hdr is not END_OF_STREAM  # the view holds the whole header (for the type)
+        if hdr.kind == REC_CONTROL and hdr.payload_len > self._control_limit:
+            self._count(MUX_HEADER_LEN)
+            raise protocol_error("relay.control_too_long", length=hdr.payload_len,
+                                 limit=self._control_limit)
         size = MUX_HEADER_LEN + hdr.payload_len
         if self._buf is None or self._buf.shape[0] != size:
             self._buf = np.empty(size, dtype=np.uint8)

@@ -177,8 +177,8 @@ def _read_record(sock: socket.socket, stream: MuxStream, pool: BufferPool, starv
     hdr = header_or_none(view, ceiling)  # None: parse_mux_header would raise
     if hdr is None:
         return stream.feed(view[:MUX_HEADER_LEN])  # reports that error
-    if hdr.payload_len > stream.payload_limit:  # e.g. a first record larger than any Hello
-        return stream.feed(view[:MUX_HEADER_LEN])  # the stream reports the limit
+    if hdr.payload_len > stream.limit_for(hdr.kind):  # a first record larger than any Hello,
+        return stream.feed(view[:MUX_HEADER_LEN])  # a later Control longer: the stream says so
     view.release()  # the buffer grows as the payload arrives
     total = MUX_HEADER_LEN + hdr.payload_len
     # read_record_into's one-read case (a record of a small-frame round): see _read_small
