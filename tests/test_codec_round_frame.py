@@ -10,6 +10,8 @@ templates, never taken from the code under test.
 from __future__ import annotations
 
 import copy
+import decimal
+import fractions
 import hashlib
 import hmac
 import math
@@ -631,6 +633,22 @@ def test_round_frame_weight_not_a_number(weight: Any) -> None:
     expect(ei, errors.InvalidValue, False, "frame.bad_field",
            {"field": "weight", "value": weight, "reason": "not a real number"},
            f"round_frame: weight = {weight!r} is invalid: not a real number")
+
+
+def test_round_frame_weight_of_another_real_type_is_its_nearest_float() -> None:
+    """A ``fractions.Fraction`` is a real number (``numbers.Real``): it was refused as 'not a
+    real number'; it is taken as the nearest float, as a NumPy scalar is (one beyond the f64
+    range as an infinity, so refused as out of range). A ``decimal.Decimal``, which Python's
+    numeric tower does not count as real, is still refused."""
+    assert RoundFrame(0, fractions.Fraction(1, 3)).weight == 1 / 3
+    assert type(RoundFrame(0, fractions.Fraction(6, 2)).weight) is float
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(0, fractions.Fraction(10**400))
+    assert str(ei.value) == ("round_frame: weight = inf is invalid: not a finite non-negative "
+                             "realized-work mass")  # as the int 10**400 is named
+    with pytest.raises(errors.InvalidValue) as ei:
+        RoundFrame(0, decimal.Decimal("0.5"))
+    assert str(ei.value) == "round_frame: weight = Decimal('0.5') is invalid: not a real number"
 
 
 @pytest.mark.parametrize("weight", [-1.0, -5e-324, float("inf"), float("-inf"), -3])

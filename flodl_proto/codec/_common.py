@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -265,10 +266,12 @@ def wire_real(value: Any) -> float | None:
     """``value`` as a Python ``float`` when it is a real number, else ``None``: the rule for the
     real-valued arguments a caller hands the package (weights, masses, scale factors).
 
-    Real numbers are ``int``, ``float``, the NumPy integer and floating scalars and 0-d NumPy
+    Real numbers are ``int``, ``float``, the NumPy integer and floating scalars, 0-d NumPy
     arrays of an integer or floating dtype (``np.array(0.5)``, taken as its scalar, as
-    :func:`wire_int` takes ``np.array(5)``); an integer beyond the f64 range is taken as an
-    infinity of its sign (as Rust's ``as f64`` saturates). A ``bool`` (Python or NumPy: ``True``
+    :func:`wire_int` takes ``np.array(5)``) and any other :class:`numbers.Real`
+    (``fractions.Fraction(1, 3)``, taken as the nearest float; a ``decimal.Decimal`` is none,
+    as Python's numeric tower has it); a number beyond the f64 range is taken as an infinity of
+    its sign (as Rust's ``as f64`` saturates). A ``bool`` (Python or NumPy: ``True``
     is no 1.0; a 0-d bool array neither), text (``"2"`` is not parsed), ``None``, an array of one
     or more dimensions or anything else is not one. The 0-d array is looked for only once the
     value is none of the scalar types, so the scalars cost what they did. NaN and the
@@ -276,9 +279,11 @@ def wire_real(value: Any) -> float | None:
     """
     if isinstance(value, bool | np.bool_) or not isinstance(
             value, int | float | np.integer | np.floating):
-        value = zero_d_scalar(value)
-        if value is None:
+        scalar = zero_d_scalar(value)
+        if scalar is None and (isinstance(value, bool | np.bool_)
+                               or not isinstance(value, numbers.Real)):
             return None
+        value = value if scalar is None else scalar
     try:
         return float(value)
     except OverflowError:  # an int beyond the f64 range
