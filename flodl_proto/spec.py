@@ -62,6 +62,7 @@ __all__ = [
     "frame_ceiling_floor",
     "lifecycle_machines",
     "lifecycle_transitions",
+    "load_reason",
     "machine_transitions",
     "net_timeout_scale",
     "read_net_timeout_scale",
@@ -73,8 +74,38 @@ log = logging.getLogger(__name__)
 #: A data-channel protocol version this package speaks.
 Version = Literal[2, 3]
 
-#: the fastest safe YAML loader available (libyaml's when PyYAML was built with it; same result)
-YAML_LOADER: Final[type[yaml.SafeLoader]] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+def _unique_keys(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    """``construct_mapping`` of :data:`YAML_LOADER`: the safe loader's, after refusing a mapping
+    that holds one key twice (YAML keeps the last silently: a constant or a field's ``type``
+    written again in an edited spec replaced the first), with a ``ConstructorError`` naming the
+    key and its first line, marked where the second one starts. Merge keys (``<<``) may repeat
+    what they merge, as YAML allows."""
+    first_lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = first_lines.get(key)
+        except TypeError:  # an unhashable key: the safe loader's own error names it
+            break
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
+        first_lines[key] = key_node.start_mark.line + 1
+    return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
+
+
+#: the fastest safe YAML loader available (libyaml's when PyYAML was built with it; same result),
+#: refusing a mapping that holds one key twice (:func:`_unique_keys`)
+YAML_LOADER: Final[type[yaml.SafeLoader]] = type(
+    "UniqueKeySafeLoader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),),
+    {"construct_mapping": _unique_keys,
+     "__doc__": "PyYAML's safe loader (libyaml's when built with it) refusing a mapping that "
+                "holds one key twice (a ConstructorError naming the key and both lines). No "
+                "upstream counterpart: upstream's spec is its code; the spec files are this "
+                "package's."})
 
 _KINDS: Final = frozenset(
     {"auth", "limit", "truncated", "version", "magic", "sequence", "schema", "value"}
@@ -170,7 +201,7 @@ class Spec:
             raw = yaml.load((path / "wire.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
         except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:  # packaging, docs --spec DIR
             raise SpecError(f"cannot load {_path_text(path / 'wire.yaml')}: "
-                           f"{_load_reason(e)}") from e
+                           f"{load_reason(e)}") from e
         if not isinstance(raw, dict) or raw.get("schema") != "flodl-proto-spec/1":
             raise SpecError("wire.yaml: missing or unknown 'schema'")
         try:
@@ -258,10 +289,13 @@ def _path_text(path: Path) -> str:
     return text if text.isprintable() and text == text.strip() else repr(text)
 
 
-def _load_reason(e: OSError | yaml.YAMLError | UnicodeDecodeError) -> str:
+def load_reason(e: OSError | yaml.YAMLError | UnicodeDecodeError) -> str:
     """Why a spec file could not be loaded, in one line without its path (the caller names it):
     the OS's reason, the byte that is not UTF-8, or the YAML problem and where it was found
-    (PyYAML's own text spans lines and quotes ``<unicode string>``)."""
+    (PyYAML's own text spans lines and quotes ``<unicode string>``), e.g. ``not YAML: duplicate
+    key 'title' (first at line 3) at line 3, column 90``.
+
+    No upstream counterpart: upstream's spec is its code; the spec files are this package's."""
     if isinstance(e, OSError):
         return os_reason(e)
     if isinstance(e, UnicodeDecodeError):
@@ -278,7 +312,7 @@ def _load_lifecycle(path: Path) -> dict[str, Any]:
         data = yaml.load((path / "lifecycle.yaml").read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot load {_path_text(path / 'lifecycle.yaml')}: "
-                       f"{_load_reason(e)}") from e
+                       f"{load_reason(e)}") from e
     if not isinstance(data, dict):
         raise SpecError("lifecycle.yaml: not a mapping")
     check_lifecycle(data)

@@ -166,7 +166,9 @@ _CASE = ("schema: flodl-proto-conformance/1\n%scases:\n  - {id: controller.x.y, 
     ("", ", versions: [two]", "cases[0].versions[0] is the string 'two', not an integer"),
     ("", ", steps_v4: []", "cases[0]: unknown key 'steps_v4' (known: error, id, level, needs, "
      "ranks, section, steps, steps_v2, steps_v3, title, versions, world_size)"),
-    ("", ", title: [t]", "cases[0].title is a list, not a string"),
+    ("", ", error: [t]", "cases[0].error is a list, not a string or null"),
+    # a key written twice: YAML kept the last one silently (this one), in three lines
+    ("", ", title: u", "not YAML: duplicate key 'title' (first at line 3) at line 3, column 102"),
     ("case: []\n", "", "unknown top-level key 'case' (known: cases, schema, vector_cases)"),
     ("vector_cases:\n  - {file: controller_session, id_prefix: controller.session., cases: "
      "{one-relay-one-round: {section: 'semantics:clean_exit', titel: x}}}\n", "",

@@ -356,3 +356,41 @@ def test_spec_load_error_quotes_a_path_with_controls(tmp_path: Path, name: str) 
     assert str(info.value) == (f"cannot load {str(folder / 'lifecycle.yaml')!r}: "
                                "No such file or directory")
 
+
+
+
+@pytest.mark.parametrize(("file", "old", "new", "key", "both_in_edit"), [
+    ("wire.yaml", "  DEFAULT_CONTROLLER_PORT:\n",
+     "  AUTH_TAG_LEN: {value: 9, type: size, doc: a second entry, source: wire.rs}\n"
+     "  DEFAULT_CONTROLLER_PORT:\n", "AUTH_TAG_LEN", False),
+    ("wire.yaml", "{name: rank, type: u32, size: 4, offset: 8, doc:",
+     "{name: rank, type: u32, size: 4, offset: 8, type: u64, doc:", "type", True),
+    ("lifecycle.yaml", "          relay_eof:\n            - target: shutdown\n",
+     "          relay_eof:\n            - target: shutdown\n          relay_eof:\n"
+     "            - target: accepting\n", "relay_eof", False),
+])
+def test_a_key_written_twice_in_a_spec_file_is_refused_naming_the_key_and_both_lines(
+        file: str, old: str, new: str, key: str, both_in_edit: bool, tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys of a mapping: an edited spec holding a second
+    ``AUTH_TAG_LEN`` (value 9) was loaded as if the first did not exist, and the package then
+    read 9-byte tags; a field's second ``type`` replaced its first. The loader refuses it, in
+    one line naming the file, the key, the line of each and the column of the second."""
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    for name in ("wire.yaml", "lifecycle.yaml"):
+        (folder / name).write_bytes((PKG.parent / "spec" / name).read_bytes())
+    text = (folder / file).read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    start = text.index(old)
+    edited = text[:start] + new + text[start + len(old):]
+    (folder / file).write_text(edited, encoding="utf-8")
+    first = edited.index(f"{key}:", start if both_in_edit else 0)
+    second = edited.index(f"{key}:", max(first + 1, start))
+    assert edited.count(f"{key}:", first, second + len(key) + 1) == 2  # none between them
+    first_line, second_line = (edited[:at].count("\n") + 1 for at in (first, second))
+    column = second - edited.rfind("\n", 0, second)
+    with pytest.raises(spec.SpecError) as info:
+        spec.Spec(folder).lifecycle()
+    assert str(info.value) == (f"cannot load {folder / file}: not YAML: duplicate key {key!r} "
+                               f"(first at line {first_line}) at line {second_line}, "
+                               f"column {column}")

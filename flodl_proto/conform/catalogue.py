@@ -34,7 +34,7 @@ from .._spec_shapes import (
     check_top_level,
     conformance_shape,
 )
-from ..spec import SPEC, SUPPORTED_VERSIONS, YAML_LOADER, find_spec_dir
+from ..spec import SPEC, SUPPORTED_VERSIONS, YAML_LOADER, find_spec_dir, load_reason
 
 __all__ = ["ACTIONS", "FILTERS", "LEVELS", "NEEDS", "ROLES", "Case", "CatalogueError",
            "left_out_by", "load_catalogue", "matching_cases", "select_cases", "vectors_dir"]
@@ -282,7 +282,7 @@ def _load(path: Path, vdir: Path) -> tuple[Case, ...]:
     try:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except yaml.YAMLError as e:
-        raise CatalogueError(f"{path.name}: {e}") from None
+        raise CatalogueError(f"{path.name}: {load_reason(e)}") from None
     if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
         raise CatalogueError(f"{path.name}: missing or unknown schema (want {SCHEMA})")
     shape = conformance_shape(tuple(SUPPORTED_VERSIONS))
