@@ -5,10 +5,11 @@ Writes the checkout's ``docs/protocol.md`` (or ``--out``) from ``wire.yaml`` and
 (the checkout the current folder is in, found from it up, so a run from a subfolder writes no second
 file there; outside a checkout, ``docs/protocol.md`` from the current folder); with ``--check``
 writes nothing and exits 1 when the file is missing or differs from what the spec generates (for
-CI). The spec read is the one of the checkout the output belongs to: the nearest ``spec/wire.yaml``
-found walking up from the output's folder (so an installed package run inside a source checkout
-documents that checkout's spec, not the copy installed with it); else ``--spec DIR``'s; else the one
-the package loads. The spec file read is named on every result line.
+CI). The spec read is ``--spec DIR``'s; without it, the one of the checkout the output belongs to:
+the nearest ``spec/wire.yaml`` found walking up from the output's folder (so an installed package
+run inside a source checkout documents that checkout's spec, not the copy installed with it); else
+the one the package loads. The spec file read is named on every result line, and a failed
+``--check`` names the command that regenerates the file (with the ``--spec DIR`` it was given).
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
 2 for a bad command line (``--check`` with ``--out -``; a PATH that names a folder or has a
 file where a folder of it should be; a ``--spec`` DIR that is a file or has one where a folder
@@ -425,6 +426,8 @@ def _run(args: argparse.Namespace) -> int:
         print(text, end="")  # a closed stdout (None) takes nothing
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as any input path
+        # the spec given is named too: without it the command regenerates from the checkout's
+        again = f" --spec {shlex.quote(str(args.spec))}" if args.spec is not None else ""
         return check_generated(out, text, _PROG,
-                               f"flodl-proto docs --out {shlex.quote(str(out))}", source)
+                               f"flodl-proto docs --out {shlex.quote(str(out))}{again}", source)
     return write_generated(out, text, _PROG, source)
