@@ -416,10 +416,30 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         what = f"{exc.filename}: " if exc.filename else "cannot write output: "
         print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1
+    except RuntimeError as exc:  # the spec failed to load, when the parser first imported it
+        if type(exc).__name__ != "SpecError" or type(exc).__module__ != "flodl_proto.spec":
+            raise
+        return _spec_failure(exc, prog[0] if prog[0] != "flodl-proto" else _argv_prog(
+            sys.argv[1:] if argv is None else argv))
     except MemoryError:  # where a command has no more precise line of its own: one line
         _flush_or_quiet_stdout()
         print(f"{prog[0]}: error: out of memory", file=sys.stderr, flush=True)
         return 1
+
+
+def _spec_failure(exc: RuntimeError, prog: str) -> int:
+    """One line for a spec that fails to load (``SpecError``, which the failed import of
+    :mod:`flodl_proto.spec` leaves unimportable by name): named by ``$FLODL_PROTO_SPEC_DIR``
+    and its folder when that is set (exit 2, an environment value refused as a bad
+    ``FLODL_NET_TIMEOUT_SCALE`` is), else as the package's own spec (exit 1, a packaging
+    defect)."""
+    folder = os.environ.get("FLODL_PROTO_SPEC_DIR")
+    text = str(exc)
+    if folder and not text.startswith("FLODL_PROTO_SPEC_DIR="):
+        shown = folder if folder.isprintable() and folder == folder.strip() else repr(folder)
+        text = f"FLODL_PROTO_SPEC_DIR={shown}: {text}"
+    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+    return 2 if folder else 1
 
 
 def _late_signals_end_with(code: object, also: tuple[int, ...],

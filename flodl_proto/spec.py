@@ -49,6 +49,7 @@ __all__ = [
     "LIFECYCLE_SCHEMA",
     "NET_TIMEOUT_SCALE_ENV",
     "SPEC",
+    "SPEC_DIR_ENV",
     "WIRE_KEYS",
     "YAML_LOADER",
     "ErrorEntry",
@@ -112,6 +113,10 @@ _KINDS: Final = frozenset(
 )
 
 
+#: the environment variable naming a spec folder to load instead of the package's own
+SPEC_DIR_ENV: Final = "FLODL_PROTO_SPEC_DIR"
+
+
 class SpecError(RuntimeError):
     """The packaged spec is missing or malformed (a packaging defect, not a protocol error).
 
@@ -147,11 +152,14 @@ class ErrorEntry:
 def find_spec_dir() -> Path:
     """Return the directory holding ``wire.yaml`` and ``lifecycle.yaml``.
 
-    Looks, in order, at ``$FLODL_PROTO_SPEC_DIR``, ``flodl_proto/_spec`` (installed wheel) and
-    ``spec/`` beside the package (source checkout, editable install).
+    Looks, in order, at ``$FLODL_PROTO_SPEC_DIR`` (when set, the only place: an edited spec
+    elsewhere), ``flodl_proto/_spec`` (installed wheel) and ``spec/`` beside the package (source
+    checkout, editable install).
 
     Raises:
-        SpecError: no candidate directory holds ``wire.yaml``.
+        SpecError: ``$FLODL_PROTO_SPEC_DIR`` is set and its folder holds no ``wire.yaml`` (one
+            line, ``FLODL_PROTO_SPEC_DIR=DIR: no wire.yaml in that folder (DIR/wire.yaml:
+            REASON)``), or no candidate directory holds ``wire.yaml``.
 
     No upstream counterpart: upstream writes its constants and lifecycle in code
     (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
@@ -159,9 +167,18 @@ def find_spec_dir() -> Path:
     """
     here = Path(__file__).resolve().parent
     candidates = []
-    env = os.environ.get("FLODL_PROTO_SPEC_DIR")
-    if env:
-        candidates.append(Path(env))
+    env = os.environ.get(SPEC_DIR_ENV)
+    if env:  # a folder named on purpose: never passed over for the package's own spec
+        wire = Path(env) / "wire.yaml"
+        if wire.is_file():
+            return Path(env)
+        try:
+            wire.stat()
+            why = "not a file"
+        except OSError as e:  # no such file, no permission to look inside, ...
+            why = os_reason(e)
+        raise SpecError(f"{SPEC_DIR_ENV}={_path_text(Path(env))}: no wire.yaml in that folder "
+                        f"({_path_text(wire)}: {why})")
     candidates += [here / "_spec", here.parent / "spec"]
     for c in candidates:
         if (c / "wire.yaml").is_file():

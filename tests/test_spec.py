@@ -6,7 +6,11 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
+import os
 import re
+import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -394,3 +398,61 @@ def test_a_key_written_twice_in_a_spec_file_is_refused_naming_the_key_and_both_l
     assert str(info.value) == (f"cannot load {folder / file}: not YAML: duplicate key {key!r} "
                                f"(first at line {first_line}) at line {second_line}, "
                                f"column {column}")
+
+
+def _cli_with_spec_dir(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLODL_PROTO_SPEC_DIR": str(folder)}
+    return subprocess.run([sys.executable, "-m", "flodl_proto", *args], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_spec_folder_from_the_environment_that_fails_to_load_is_one_line(
+        tmp_path: Path) -> None:
+    """A spec folder named by ``$FLODL_PROTO_SPEC_DIR`` whose spec is refused made every command
+    (``--help`` included) a ``SpecError`` traceback, exit 1; now one line naming the variable,
+    its folder and what is wrong there, exit 2 (an environment value the command refuses, as a
+    bad ``FLODL_NET_TIMEOUT_SCALE``)."""
+    folder = tmp_path / "spec"
+    shutil.copytree(PKG.parent / "spec", folder)
+    wire = folder / "wire.yaml"
+    wire.write_text(wire.read_text(encoding="utf-8").replace(
+        "    value: 65536\n", "    value: lots\n", 1), encoding="utf-8")
+    for args, prog in ((["--help"], "flodl-proto"),
+                       (["decode", "--hex", "-"], "flodl-proto decode")):
+        done = _cli_with_spec_dir(folder, *args)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (
+            f"{prog}: error: FLODL_PROTO_SPEC_DIR={folder}: wire.yaml: "
+            "constants.MAX_ROUND_FRAME_TENSORS.value is the string 'lots', not an integer\n")
+
+
+def test_a_spec_folder_from_the_environment_without_a_spec_is_refused(tmp_path: Path) -> None:
+    """``$FLODL_PROTO_SPEC_DIR`` naming a folder with no ``wire.yaml`` (a typo) was passed over
+    without a word for the package's own spec, so an edited spec was never the one in use."""
+    done = _cli_with_spec_dir(tmp_path / "nowhere", "--help")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"flodl-proto: error: FLODL_PROTO_SPEC_DIR={tmp_path / 'nowhere'}: "
+                           f"no wire.yaml in that folder ({tmp_path / 'nowhere' / 'wire.yaml'}: "
+                           "No such file or directory)\n")
+
+
+def test_a_lifecycle_event_the_package_does_not_know_is_named(tmp_path: Path) -> None:
+    """A lifecycle.yaml with an event the package's code has no member for was refused as
+    ``controller events [...] != LifecycleEvent``, naming neither the package's events nor the
+    one that differs."""
+    folder = tmp_path / "spec"
+    shutil.copytree(PKG.parent / "spec", folder)
+    lifecycle = folder / "lifecycle.yaml"
+    lifecycle.write_text(lifecycle.read_text(encoding="utf-8").replace(
+        "          relay_eof:\n            - target: shutdown\n",
+        "          relay_eof:\n            - target: shutdown\n          pause:\n"
+        "            - target: accepting\n", 1), encoding="utf-8")
+    done = _cli_with_spec_dir(folder, "controller", "--world-size", "1", "--listen",
+                              "127.0.0.1:0", "--salt", "00" * 16)
+    known = ["all_covered", "all_dead", "fail", "hello_accepted", "rank_exit", "relay_eof",
+             "round_scattered", "start", "stop"]
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"flodl-proto controller: error: FLODL_PROTO_SPEC_DIR={folder}: lifecycle.yaml: "
+        f"controller events {sorted([*known, 'pause'])} != LifecycleEvent {known} (not in the "
+        "package: ['pause']; missing: [])\n")

@@ -332,9 +332,11 @@ def _check_spec(machine: str, spec: Mapping[str, Any]) -> None:
         raise SpecError(f"lifecycle.yaml: {machine} states {list(states)} != "
                         f"{state_enum.__name__} {[s.value for s in state_enum]}")
     events = {e for _, e, _, _, _ in rows}
-    if events != {e.value for e in event_enum}:
+    known = {e.value for e in event_enum}
+    if events != known:  # the one that differs named: the lists are long
         raise SpecError(f"lifecycle.yaml: {machine} events {sorted(events)} != "
-                        f"{event_enum.__name__}")
+                        f"{event_enum.__name__} {sorted(known)} (not in the package: "
+                        f"{sorted(events - known)}; missing: {sorted(known - events)})")
     used = {g for _, _, _, c, u in rows for g in (c, u) if g}
     declared = set(spec.get("guards", {}))
     if used != declared:
