@@ -207,7 +207,8 @@ class Spec:
             ``types.u8.size``), or the file is inconsistent (an error of an unknown kind or
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
-            lacks).
+            lacks; a byte-layout field whose type is not in ``types``, whose size is not its
+            type's, or whose name an earlier field of its message has).
 
     No upstream counterpart (upstream's constants are code).
     """
@@ -252,6 +253,7 @@ class Spec:
         for mname, msg in _section(raw, "messages").items():
             if "fields" not in msg and "parts" not in msg and "variants" not in msg:
                 raise SpecError(f"wire.yaml: message {mname} has no fields, parts or variants")
+            _check_layout(mname, msg, _section(raw, "types"))
             for f in _message_fields(msg):
                 for key, known, section in (("const", self.constants, "constants"),
                                             ("enum", enums, "enums")):
@@ -538,6 +540,28 @@ def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     groups += [p.get("fields") for key in ("parts", "variants")
                for p in (msg.get(key) or []) if isinstance(p, dict)]
     return [f for g in groups if isinstance(g, list) for f in g if isinstance(f, dict)]
+
+
+def _check_layout(mname: str, msg: Mapping[str, Any], types: Mapping[str, Any]) -> None:
+    """Refuse a byte-layout field of message ``mname`` (its ``fields`` and its ``parts``'; not
+    the bincode ``variants``) whose ``type`` is not in ``types``, whose integer ``size`` is not
+    its type's, or whose name an earlier field of the message has, in one line naming the
+    message, the field and the value (the docs drew such a table as written)."""
+    names: set[Any] = set()
+    groups = [msg.get("fields")] + [p.get("fields") for p in (msg.get("parts") or [])
+                                    if isinstance(p, dict)]
+    for f in (f for g in groups if isinstance(g, list) for f in g if isinstance(f, dict)):
+        where = f"wire.yaml: message {mname} field {f.get('name')}"
+        kind = types.get(str(f.get("type")))
+        if not isinstance(kind, Mapping):
+            raise SpecError(f"{where}: type {f.get('type')!r} is not in the 'types' section")
+        size = f.get("size")
+        if isinstance(size, int) and kind.get("size") is not None and size != kind["size"]:
+            raise SpecError(f"{where}: size {size} is not the size of type {f['type']!r} "
+                            f"({kind['size']})")
+        if f.get("name") in names:
+            raise SpecError(f"{where}: a second field of that name")
+        names.add(f.get("name"))
 
 
 def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -495,6 +495,14 @@ def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing
      "section"),
     ("enum: RecordKind,", "enum: RecordKnd,",
      "message mux_record field kind: enum 'RecordKnd' is not in the 'enums' section"),
+    ("{name: version, type: u32, size: 4, offset: 4, condition: \"== the data",
+     "{name: version, type: u33, size: 4, offset: 4, condition: \"== the data",
+     "message handshake field version: type 'u33' is not in the 'types' section"),
+    ("{name: rank, type: u32, size: 4, offset: 8,", "{name: rank, type: u32, size: 5, offset: 8,",
+     "message handshake field rank: size 5 is not the size of type 'u32' (4)"),
+    ("{name: rank, type: u32, size: 4, offset: 8,",
+     "{name: version, type: u32, size: 4, offset: 8,",
+     "message handshake field version: a second field of that name"),
 ])
 def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
         old: str, new: str, line: str, tmp_path: Path,
