@@ -500,9 +500,9 @@ def check_lifecycle(doc: Mapping[str, Any]) -> None:
     top-level keys (``schema``, ``x-docs-keys``, ``machines``: :data:`LIFECYCLE_KEYS`), the
     shape of everything below them (``_spec_shapes.LIFECYCLE_SHAPE``: a machine's keys and their
     types, a state's, a transition's, as python-statemachine's definition format and the docs read
-    them), at least one machine with ``states``, and every transition's target among its
-    machine's states (the library that builds the classes refuses the others; the docs would
-    draw them).
+    them), at least one machine with ``states``, every transition's target among its
+    machine's states and every state reached from the initial one (the library that builds the
+    classes refuses the others; the docs would draw them).
 
     Raises:
         SpecError: one line naming what is wrong (an unknown top-level key; the path of a value
@@ -526,11 +526,33 @@ def check_lifecycle(doc: Mapping[str, Any]) -> None:
         acc: list[tuple[str, str | None, Mapping[Any, Any]]] = []
         walk_lifecycle_states(machine["states"], None, acc)
         known = {sid for sid, _parent, _sdef in acc}
-        for t in lifecycle_transitions(acc):
+        rows = lifecycle_transitions(acc)
+        for t in rows:
             if t.target is not None and t.target not in known:
                 raise SpecError(f"lifecycle.yaml: {name}: the transition {t.source} "
                                 f"--{t.event or '(eventless)'}--> {t.target!r} targets no state "
                                 f"of the machine ({', '.join(sorted(known))})")
+        _check_reachable(name, acc, rows)
+
+
+def _check_reachable(name: str, acc: Sequence[tuple[str, str | None, Mapping[Any, Any]]],
+                     rows: Sequence[LifecycleTransition]) -> None:
+    """Refuse a state of machine ``name`` that no transition reaches from its initial state (a
+    state entered enters its children and is inside its parent), as python-statemachine refuses
+    a disconnected state when it builds the class; the docs drew it."""
+    initial = [sid for sid, parent, sdef in acc if parent is None and sdef.get("initial")]
+    reached, grown = set(initial), True
+    while grown:
+        size = len(reached)
+        reached |= {t.target for t in rows if t.source in reached and t.target is not None}
+        reached |= {s for s, parent, _ in acc if parent in reached}
+        reached |= {parent for s, parent, _ in acc if s in reached and parent is not None}
+        grown = len(reached) > size
+    for sid, _parent, _sdef in acc:
+        if initial and sid not in reached:
+            raise SpecError(f"lifecycle.yaml: {name}: state {sid!r} is reached by no transition "
+                            f"from the initial state {initial[0]} (the library refuses a "
+                            "disconnected state)")
 
 
 def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -686,6 +686,9 @@ def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> No
      "          all_covered:\n            - target: reducingX\n",
      "ControllerLifecycle: the transition accepting --all_covered--> 'reducingX' targets no "
      "state of the machine (accepting, idle, reducing, shutdown)"),
+    ("      shutdown:\n        name: Shutdown", "      orphan:\n        name: Orphan\n"
+     "      shutdown:\n        name: Shutdown", "ControllerLifecycle: state 'orphan' is reached "
+     "by no transition from the initial state idle (the library refuses a disconnected state)"),
     ("schema: flodl-proto-lifecycle/2\n", "schema: flodl-proto-lifecycle/9\n",
      "missing or unknown 'schema' (not flodl-proto-lifecycle/2)"),
     ("    states:\n", "    statez:\n",  # both machines: the first is named
