@@ -20,13 +20,15 @@ _ROW_CHARS = _ROW_BYTES * _CELL + 1
 # Markdown helpers
 # -------------------------------------------------------------------------------------------------
 def _text(value: Any) -> str:
-    """Render a spec scalar as one line of Markdown text (table-safe)."""
+    """Render a spec scalar as one line of Markdown text (table-safe): a ``|`` escaped, and a
+    ``<`` that would open an HTML tag (``Vec<T>``: GitHub drops the unknown tag ``<T>``) written
+    ``&lt;`` (``v < 251`` and ``<=`` are left as they are)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     s = " ".join(str(value).split())
-    return s.replace("|", "\\|")
+    return re.sub(r"<(?=[A-Za-z/?!])", "&lt;", s.replace("|", "\\|"))
 
 
 def _code(value: Any) -> str:

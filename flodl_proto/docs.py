@@ -268,10 +268,14 @@ def _render_message(spec: Spec, name: str, msg: Mapping[str, Any], number: str) 
         for rule in enc.get("rules", []):
             out.append(f"- {_text(rule)}")
         out.append("")
-        if "markers" in enc:
-            out += _table(["varint marker", "value"],
-                          [(f"`{k}`", _enum_code(v) if k != "single_byte_max" else str(v))
-                           for k, v in enc["markers"].items()])
+        if "markers" in enc:  # marker byte, then the width it announces
+            markers = dict(enc["markers"])
+            single = markers.pop("single_byte_max", None)
+            marker_rows: list[tuple[str, str]] = [] if single is None else [
+                (f"none: a value up to {single} is its own single byte", "nothing")]
+            marker_rows += [(f"`{_enum_code(v)}`", f"the value as a `{k}`, little-endian")
+                            for k, v in markers.items()]
+            out += _table(["marker byte", "followed by"], marker_rows)
             out.append("")
     if "variants" in msg:
         vrows = []

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from flodl_proto._markdown import _text as md_text
 from flodl_proto.cli import main
 from flodl_proto.docs import render_protocol_doc
 
@@ -56,6 +57,10 @@ def markdown_problems(text: str, folder: Path) -> list[str]:
             if slug in anchors:
                 problems.append(f"{number}: heading anchor #{slug} also at line {anchors[slug]}")
             anchors.setdefault(slug, number)
+        prose = re.sub(r"(`+).+?\1", "", line)  # code spans show < as it is
+        for tag in re.findall(r"<[A-Za-z/?!][^<>]*>", prose):
+            if not tag.startswith("<!--"):  # a comment is meant to be hidden
+                problems.append(f"{number}: {tag} is an HTML tag to GitHub (shown as nothing)")
         if not line.startswith("|"):
             header = None
         elif header is None:
@@ -78,15 +83,25 @@ def markdown_problems(text: str, folder: Path) -> list[str]:
 
 def test_the_checker_finds_each_kind_of_problem(tmp_path: Path) -> None:
     text = ("# A\n\n## A\n\n| a | b |\n|---|---|\n| 1 | 2 | 3 |\n| x \\| y | z |\n\n"
-            "| c |\n| d |\n\n[to b](#b) [to a](#a) [other](gone.md) [here](here.md)\n")
+            "| c |\n| d |\n\n[to b](#b) [to a](#a) [other](gone.md) [here](here.md)\n"
+            "<!-- hidden --> `Vec<T>` Vec&lt;T> v < 3 and Vec<T>\n")
     (tmp_path / "here.md").write_text("")
     assert markdown_problems(text, tmp_path) == [
         "3: heading anchor #a also at line 1",
         "7: 3 cells in a table whose header (line 5) has 2",
         "10: a table header with no delimiter row below it",
+        "14: <T> is an HTML tag to GitHub (shown as nothing)",
         "13: link to #b, which no heading has",
         "13: link to gone.md, which does not exist",
     ]
+
+
+def test_spec_text_that_reads_as_an_html_tag_is_escaped() -> None:
+    """The bincode rule ``Vec<T>: length (u64 varint) + elements`` reached the reference as is,
+    and GitHub shows ``<T>`` as an (unknown, dropped) HTML tag: ``Vec: length ...``."""
+    assert md_text("Vec<T>: length; v < 251; <= 3; a<b>") == (
+        "Vec&lt;T>: length; v < 251; <= 3; a&lt;b>")
+    assert "Vec&lt;T>: length (u64 varint) + elements" in render_protocol_doc()
 
 
 @pytest.mark.parametrize("name", ["protocol.md", "conformance.md"])
@@ -119,3 +134,21 @@ def test_a_failed_check_names_the_spec_folder_it_was_given(
     assert main(command[1:]) == 0  # the command named does regenerate it
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out), "--check"]) == 0
     capsys.readouterr()
+
+
+def test_the_varint_marker_table_names_its_columns() -> None:
+    """The bincode marker table read ``| varint marker | value |`` over rows ``| `u16` | 0xFB |``
+    and ``| `single_byte_max` | 250 |``: the column named "varint marker" held the width that
+    follows the marker, and the marker sat under "value"."""
+    text = render_protocol_doc()
+    start = text.index("| marker byte |")
+    assert text[start:text.index("\n\n", start)].split("\n") == [
+        "| marker byte | followed by |",
+        "|---|---|",
+        "| none: a value up to 250 is its own single byte | nothing |",
+        "| `0xFB` | the value as a `u16`, little-endian |",
+        "| `0xFC` | the value as a `u32`, little-endian |",
+        "| `0xFD` | the value as a `u64`, little-endian |",
+        "| `0xFE` | the value as a `u128`, little-endian |",
+    ]
+    assert "| varint marker |" not in text
