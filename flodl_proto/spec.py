@@ -501,8 +501,10 @@ def check_lifecycle(doc: Mapping[str, Any]) -> None:
     shape of everything below them (``_spec_shapes.LIFECYCLE_SHAPE``: a machine's keys and their
     types, a state's, a transition's, as python-statemachine's definition format and the docs read
     them), at least one machine with ``states``, every transition's target among its
-    machine's states and every state reached from the initial one (the library that builds the
-    classes refuses the others; the docs would draw them).
+    machine's states, every state reached from the initial one (the library that builds the
+    classes refuses the others; the docs would draw them), and every event and guard of a
+    transition in the machine's ``events`` and ``guards`` tables when it has them (the docs
+    show its meaning from there).
 
     Raises:
         SpecError: one line naming what is wrong (an unknown top-level key; the path of a value
@@ -533,6 +535,12 @@ def check_lifecycle(doc: Mapping[str, Any]) -> None:
                                 f"--{t.event or '(eventless)'}--> {t.target!r} targets no state "
                                 f"of the machine ({', '.join(sorted(known))})")
         _check_reachable(name, acc, rows)
+        for key, used in (("events", [t.event for t in rows if t.event]),
+                          ("guards", [g for t in rows for g in (*t.cond, *t.unless)])):
+            told = machine.get(key)  # a table of meanings the docs show beside each row
+            for word in (w for w in used if isinstance(told, Mapping) and w not in told):
+                raise SpecError(f"lifecycle.yaml: {name}: {key[:-1]} {word!r} of a transition "
+                                f"has no entry in {key!r} (its meaning)")
 
 
 def _check_reachable(name: str, acc: Sequence[tuple[str, str | None, Mapping[Any, Any]]],

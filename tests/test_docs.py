@@ -689,6 +689,13 @@ def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> No
     ("      shutdown:\n        name: Shutdown", "      orphan:\n        name: Orphan\n"
      "      shutdown:\n        name: Shutdown", "ControllerLifecycle: state 'orphan' is reached "
      "by no transition from the initial state idle (the library refuses a disconnected state)"),
+    ("          relay_eof:\n            - target: shutdown\n", "          relay_eof:\n"
+     "            - target: shutdown\n          pause:\n            - target: accepting\n",
+     "ControllerLifecycle: event 'pause' of a transition has no entry in 'events' (its meaning)"),
+    ("            - target: shutdown\n              cond: no_relay_alive\n",
+     "            - target: shutdown\n              cond: no_relay_alivee\n",
+     "ControllerLifecycle: guard 'no_relay_alivee' of a transition has no entry in 'guards' (its "
+     "meaning)"),
     ("schema: flodl-proto-lifecycle/2\n", "schema: flodl-proto-lifecycle/9\n",
      "missing or unknown 'schema' (not flodl-proto-lifecycle/2)"),
     ("    states:\n", "    statez:\n",  # both machines: the first is named

@@ -446,7 +446,10 @@ def test_a_lifecycle_event_the_package_does_not_know_is_named(tmp_path: Path) ->
     lifecycle.write_text(lifecycle.read_text(encoding="utf-8").replace(
         "          relay_eof:\n            - target: shutdown\n",
         "          relay_eof:\n            - target: shutdown\n          pause:\n"
-        "            - target: accepting\n", 1), encoding="utf-8")
+        "            - target: accepting\n", 1).replace(
+        "      stop: the controller was told to stop (clean end)\n",
+        "      stop: the controller was told to stop (clean end)\n      pause: a pause\n", 1),
+        encoding="utf-8")
     done = _cli_with_spec_dir(folder, "controller", "--world-size", "1", "--listen",
                               "127.0.0.1:0", "--salt", "00" * 16)
     known = ["all_covered", "all_dead", "fail", "hello_accepted", "rank_exit", "relay_eof",
