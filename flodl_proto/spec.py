@@ -575,23 +575,30 @@ def _message_fields(msg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _check_layout(mname: str, msg: Mapping[str, Any], types: Mapping[str, Any]) -> None:
     """Refuse a byte-layout field of message ``mname`` (its ``fields`` and its ``parts``'; not
     the bincode ``variants``) whose ``type`` is not in ``types``, whose integer ``size`` is not
-    its type's, or whose name an earlier field of the message has, in one line naming the
-    message, the field and the value (the docs drew such a table as written)."""
+    its type's, whose name an earlier field of the message has, or whose integer ``offset`` is
+    not where the field before it ends, in one line naming the message, the field and the value
+    (the docs drew such a table as written)."""
     names: set[Any] = set()
     groups = [msg.get("fields")] + [p.get("fields") for p in (msg.get("parts") or [])
                                     if isinstance(p, dict)]
-    for f in (f for g in groups if isinstance(g, list) for f in g if isinstance(f, dict)):
-        where = f"wire.yaml: message {mname} field {f.get('name')}"
-        kind = types.get(str(f.get("type")))
-        if not isinstance(kind, Mapping):
-            raise SpecError(f"{where}: type {f.get('type')!r} is not in the 'types' section")
-        size = f.get("size")
-        if isinstance(size, int) and kind.get("size") is not None and size != kind["size"]:
-            raise SpecError(f"{where}: size {size} is not the size of type {f['type']!r} "
-                            f"({kind['size']})")
-        if f.get("name") in names:
-            raise SpecError(f"{where}: a second field of that name")
-        names.add(f.get("name"))
+    for group in (g for g in groups if isinstance(g, list)):
+        end: int | None = None  # where the field before ends (its offset and size known)
+        for f in (f for f in group if isinstance(f, dict)):
+            where = f"wire.yaml: message {mname} field {f.get('name')}"
+            kind = types.get(str(f.get("type")))
+            if not isinstance(kind, Mapping):
+                raise SpecError(f"{where}: type {f.get('type')!r} is not in the 'types' section")
+            size, offset = f.get("size"), f.get("offset")
+            if isinstance(size, int) and kind.get("size") is not None and size != kind["size"]:
+                raise SpecError(f"{where}: size {size} is not the size of type {f['type']!r} "
+                                f"({kind['size']})")
+            if f.get("name") in names:
+                raise SpecError(f"{where}: a second field of that name")
+            names.add(f.get("name"))
+            if isinstance(offset, int) and isinstance(end, int) and offset != end:
+                raise SpecError(f"{where}: offset {offset} is not where the field before it "
+                                f"ends ({end})")
+            end = offset + size if isinstance(offset, int) and isinstance(size, int) else None
 
 
 def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -503,6 +503,8 @@ def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing
     ("{name: rank, type: u32, size: 4, offset: 8,",
      "{name: version, type: u32, size: 4, offset: 8,",
      "message handshake field version: a second field of that name"),
+    ("{name: rank, type: u32, size: 4, offset: 8,", "{name: rank, type: u32, size: 4, offset: 9,",
+     "message handshake field rank: offset 9 is not where the field before it ends (8)"),
 ])
 def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
         old: str, new: str, line: str, tmp_path: Path,
