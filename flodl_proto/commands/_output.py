@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._threads import start_thread
 from ._waits import join_thread
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class LineWriter:
 
     def start(self) -> None:
         """Start writing (lines queued before wait until now)."""
-        self._writer.start()
+        start_thread(self._writer)
 
     def close(self) -> None:
         """Write the lines still waiting, then stop: waits for the stream to take them, in

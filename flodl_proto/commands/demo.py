@@ -90,6 +90,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .._oserr import os_reason
+from .._threads import start_thread
 from ..cli import interrupts_held, note_stop, stop_outcome
 from ..errors import ProtocolError, shown, shown_name
 from ..netlab import NetLab, unavailable_reason
@@ -265,7 +266,7 @@ class _Cluster:
                              daemon=False, name=f"demo-err-{name}"),
         ]
         for t in child.readers:
-            t.start()
+            start_thread(t)
         self.children.append(child)
         if self.stopping:  # stop() ran while it started, before it was listed
             self._terminate(child)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Final, Protocol
 
 from .._oserr import os_reason
+from .._threads import start_thread
 
 __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget", "Target",
            "TargetError", "TargetExit", "TargetLaunchError", "fill_placeholders",
@@ -412,7 +413,7 @@ class LaunchedTarget:
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for stream, tag in ((self._proc.stdout, ""), (self._proc.stderr, "stderr: ")):
             t = threading.Thread(target=self._pump, args=(stream, tag), name="conform-target-io")
-            t.start()
+            start_thread(t)
             self._readers.append(t)
         expect = ctx.port if ctx.role == "controller" else ctx.listen_port
         deadline = time.monotonic() + ready_timeout

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._threads import start_thread
 from ..codec.round_frame import RoundFrame, TensorPayload, known_round_frame
 from ..errors import protocol_error
 from ..spec import DTYPE_F32, ELEMENT_SIZE
@@ -308,7 +309,7 @@ class _HostSums:
                 errors.append(e)
 
         t = threading.Thread(target=second, name="flodl-fold")
-        t.start()
+        start_thread(t)
         try:
             body(0, half, self._workspace())
         finally:

@@ -56,6 +56,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .._threads import start_thread
 from ..errors import protocol_error
 from ..spec import DTYPE_BF16, DTYPE_F32, KERNELS_ENV
 from ._small_kernels import (
@@ -369,7 +370,7 @@ def _run_split(numel: int, threads: int, body: Callable[[int, int, Workspace], N
 
     pool = [threading.Thread(target=run, args=b, name="flodl-reduce") for b in bounds[1:]]
     for t in pool:
-        t.start()
+        start_thread(t)
     try:
         body(bounds[0][0], bounds[0][1], ws)
     finally:

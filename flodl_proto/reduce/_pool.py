@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._threads import start_thread
+
 __all__ = ["POOLED_MIN_BYTES", "OutputPool"]
 
 #: tensors of at least this many bytes have their consensus array pooled
@@ -72,7 +74,7 @@ def _refs_when_unheld() -> int:
             outcome.append(e)
 
     t = threading.Thread(target=measure, name="flodl-pool-refcount")
-    t.start()
+    start_thread(t)
     t.join()
     if isinstance(result := outcome[0], BaseException):
         raise result

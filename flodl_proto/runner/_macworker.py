@@ -12,6 +12,8 @@ import queue
 import threading
 from typing import Any
 
+from .._threads import start_thread
+
 __all__ = ["MacWorker"]
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ class MacWorker:
     def __init__(self, name: str = "flodl-mac") -> None:
         self._queue: queue.Queue[tuple[Any, memoryview] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=name)
-        self._thread.start()
+        start_thread(self._thread)
 
     def _run(self) -> None:
         while True:

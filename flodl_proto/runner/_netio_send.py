@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from .._threads import start_thread
 from ..codec._common import BytesLike, as_view
 from ._netio import _timed_out, _timeval, write_stall_timeout
 
@@ -280,7 +281,7 @@ def _finish_each(items: Sequence[tuple[int, socket.socket, Sequence[BytesLike]]]
     threads = [threading.Thread(target=one, args=item, name=f"flodl-relay-fan-r{item[0]}")
                for item in items[1:]]
     for t in threads:
-        t.start()
+        start_thread(t)
     try:
         one(*items[0])
     finally:

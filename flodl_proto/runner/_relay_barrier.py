@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from .._threads import start_thread
 from ..codec._common import BytesLike
 from ..codec.auth import Premac
 from ..codec.mux import MuxRecord, RecordKind
@@ -202,7 +203,7 @@ class _RelayBarrier:
         def spawn(target: Callable[..., None], name: str, *args: Any) -> None:
             t = threading.Thread(target=self._guard, args=(target, *args), name=name)
             self._workers.append(t)
-            t.start()
+            start_thread(t)
 
         spawn(self._outbound_writer, "flodl-relay-out")
         spawn(self._upstream_reader, "flodl-relay-up")

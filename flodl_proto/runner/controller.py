@@ -57,6 +57,7 @@ from types import TracebackType
 from typing import Any, Final, TypeAlias
 
 from .._slots import slot_builder
+from .._threads import start_thread
 from ..codec._common import BytesLike
 from ..codec.ceiling import check_frame_ceiling
 from ..codec.mux import RecordKind
@@ -267,17 +268,17 @@ class ReferenceController:
             self._ckpt_thread = threading.Thread(
                 target=self._guarded, args=(self._checkpoint_loop, "the checkpoint writer"),
                 name="flodl-controller-checkpoint")
-            self._ckpt_thread.start()
+            start_thread(self._ckpt_thread)
         with self._core_lock:
             self._run_actions(self._core.start(), time.monotonic())
         accept = threading.Thread(target=self._guarded,
                                   args=(self._accept_loop, "the accept loop"),
                                   name=f"flodl-controller-accept:{self._port}")
         self._threads.append(accept)
-        accept.start()
+        start_thread(accept)
         self._coordinator = threading.Thread(target=self._coordinate,
                                              name=f"flodl-controller:{self._port}")
-        self._coordinator.start()
+        start_thread(self._coordinator)
         log.info("controller: listening on %s (world size %d, protocol version %d, %s)",
                  format_addr(self.address), self.world_size, self._core.version,
                  "port mux" if self._port_mux else "direct")
@@ -618,7 +619,7 @@ class ReferenceController:
                              name="flodl-controller-status")
         with self._lock:
             self._threads.append(t)
-            t.start()
+            start_thread(t)
 
     def _open_data(self, sock: socket.socket, addr: str) -> None:
         try:
@@ -644,11 +645,11 @@ class ReferenceController:
                                   args=(self._write_loop, f"the writer of connection {conn_id}",
                                         conn))
         # _teardown (joining) sees a thread only once started: the accept loop runs meanwhile
-        writer.start()
+        start_thread(writer)
         conn.writer = writer
         with self._lock:
             self._threads.append(t)
-            t.start()
+            start_thread(t)
 
     # -- readers -----------------------------------------------------------------------------------
     def _post(self, conn: Conn, events: list[StreamEvent]) -> None:

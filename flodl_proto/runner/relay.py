@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from .._names import adopt
+from .._threads import start_thread
 from ..addr import PORT_MAX
 from ..codec._common import BytesLike
 from ..codec.ceiling import check_frame_ceiling
@@ -299,7 +300,7 @@ class Relay(_RelayBarrier):
         log.info("relay %s: ranks %s listening on %s", self.host, list(self.ranks),
                  format_addr((self._listen_host, self._port)))
         self._main = threading.Thread(target=self._supervise, name=f"flodl-relay-{self._port}")
-        self._main.start()
+        start_thread(self._main)
         return self
 
     def wait(self, timeout: float | None = None) -> BaseException | None:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from .._threads import start_thread
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import PARALLEL_MAC_MIN
 from ..codec.mux import MuxHeader, MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
@@ -106,7 +107,7 @@ class BroadcastStream:
         started: list[threading.Thread] = []
         try:
             for t in self._threads:
-                t.start()
+                start_thread(t)
                 started.append(t)
         except BaseException:  # e.g. no thread left: the writers started must not wait forever
             with self._cond:

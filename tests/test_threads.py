@@ -1,0 +1,208 @@
+"""``flodl_proto._threads``: the threads the package starts block the stop signals (SIGINT,
+SIGTERM, SIGHUP), so the kernel gives a process-directed stop signal to the main thread, where
+CPython runs the Python handler; a main thread blocked in a system call is then interrupted at
+once. Checked on the function itself and on the threads of running ``rank``, ``relay`` and
+``controller`` processes (``SigBlk`` of ``/proc/PID/task/TID/status``), which still stop on
+the signals as the README says."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flodl_proto._threads import STOP_SIGNALS, start_thread
+from flodl_proto.codec import encode_ack
+
+from .cluster_util import recv_exact, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
+_STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+#: the processes' environment: no read deadline ends a wait within the test (1200 s at scale
+#: 10), and no BLAS worker thread: OpenBLAS starts its own (one per further core) when NumPy
+#: loads, which the package does not start (they keep the main thread's mask)
+_ENV = {"FLODL_NET_TIMEOUT_SCALE": "10", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def _blocked(pid: int, tid: int) -> set[int]:
+    """The stop signals thread ``tid`` of process ``pid`` blocks (its ``SigBlk`` mask)."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    (mask,) = (int(line.split()[1], 16) for line in status.splitlines()
+               if line.startswith("SigBlk:"))
+    return {s for s in _STOPS if mask >> (s - 1) & 1}
+
+
+def _threads(pid: int) -> dict[int, set[int]]:
+    """Every thread of ``pid`` but its main one, with the stop signals it blocks."""
+    return {int(t): _blocked(pid, int(t)) for t in os.listdir(f"/proc/{pid}/task")
+            if int(t) != pid}
+
+
+def _asleep(pid: int) -> bool:
+    """The main thread of ``pid`` waits in a system call (state S)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0] == "S"
+
+
+def _sigint_default() -> None:
+    """In the child: SIGINT at its default, as in a terminal (a test run in the background of
+    a shell without job control inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_start_thread_blocks_the_stop_signals_in_the_thread_only() -> None:
+    assert STOP_SIGNALS == _STOPS
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    seen: dict[str, set[int]] = {}
+
+    def inner() -> None:
+        seen["inner"] = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & _STOPS
+
+    def outer() -> None:
+        seen["outer"] = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & _STOPS
+        t = threading.Thread(target=inner)
+        start_thread(t)  # from a thread that blocks them already: the same mask
+        t.join()
+        seen["outer after"] = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & _STOPS
+
+    t = threading.Thread(target=outer)
+    start_thread(t)
+    t.join()
+    assert seen == {"outer": _STOPS, "inner": _STOPS, "outer after": _STOPS}
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+    with pytest.raises(RuntimeError, match="threads can only be started once"):
+        start_thread(t)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+
+
+def test_a_signal_that_arrives_while_a_thread_starts_runs_its_handler_after() -> None:
+    """The mask is set on the starting thread for the start: a SIGINT of that moment waits,
+    pending, and its handler runs on this thread once the mask is put back."""
+    ran: list[str] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: ran.append(
+        threading.current_thread().name))
+    try:
+        t = threading.Thread(target=lambda: os.kill(os.getpid(), signal.SIGINT))
+        start_thread(t)
+        t.join()
+        wait_until(lambda: ran, timeout=10)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert ran == ["MainThread"]
+
+
+@contextlib.contextmanager
+def _waiting_rank(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """A ``flodl-proto rank`` (rank 0 of 1) whose relay is this test: it acks the handshake,
+    reads the rank's first frame and never answers, so the rank waits for its consensus (the
+    read deadline is 1200 s at scale 10). Yields the process once its main thread waits."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(60)
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
+                          "1", "--salt", SALT_HEX, *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_sigint_default,
+                         env={**os.environ, **_ENV})
+    try:
+        conn, _ = lst.accept()
+        with conn:
+            conn.settimeout(60)
+            recv_exact(conn, 16)  # handshake
+            conn.sendall(encode_ack(2))
+            n = int.from_bytes(recv_exact(conn, 4), "little")
+            recv_exact(conn, n)  # round 1's frame: no consensus will come
+            wait_until(lambda: _asleep(p.pid), timeout=30)
+            yield p
+    finally:
+        lst.close()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+@pytest.mark.parametrize(("signum", "code", "stderr"), [
+    (signal.SIGINT, 130, "flodl-proto rank 0: interrupted\n"), (signal.SIGTERM, -15, "")])
+def test_a_rank_waiting_for_its_consensus_takes_a_stop_on_its_main_thread(
+        signum: int, code: int, stderr: str) -> None:
+    """The rank's stdout and log writers let the kernel give them a process's Ctrl-C, which
+    then waited for the consensus read to end (up to 120 s x scale: 12 s at scale 0.1, as an
+    operator saw, SIGINT sent to the writer thread); they block it, so it interrupts the read
+    on the main thread."""
+    with _waiting_rank("--rounds", "3") as p:
+        threads = _threads(p.pid)
+        assert threads, "the rank has its writer threads"
+        assert threads == dict.fromkeys(threads, _STOPS)
+        p.send_signal(signum)
+        out, err = p.communicate(timeout=30)
+    assert (p.returncode, out, err) == (code, "", stderr)
+
+
+def _listening(proc: subprocess.Popen[str]) -> str:
+    line = proc.stdout.readline() if proc.stdout else ""
+    assert line.startswith("listening on "), line
+    return line.split()[-1]
+
+
+def test_a_cluster_s_threads_block_the_stop_signals_and_each_role_stops_as_documented(
+        tmp_path: Path) -> None:
+    """A controller, a relay and two ranks run rounds; every thread but the main one of each
+    process blocks the stop signals. Then SIGTERM stops the controller cleanly (exit 0, its
+    line), and Ctrl-C a second relay's run the same way."""
+    salt = tmp_path / "salt.hex"
+    salt.write_text(SALT_HEX + "\n")
+    env = {**os.environ, **_ENV}
+    cmd = [sys.executable, "-m", "flodl_proto"]
+    common = ["--world-size", "2", "--salt-file", str(salt)]
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        p = subprocess.Popen([*cmd, *args, *common], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env,
+                             preexec_fn=_sigint_default)
+        procs.append(p)
+        return p
+
+    try:
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            procs.clear()
+            ctl = start("controller", "--listen", "127.0.0.1:0")
+            relay = start("relay", "--controller", _listening(ctl), "--ranks", "0,1",
+                          "--host", "h0")
+            port = _listening(relay)
+            ranks = [start("rank", "--relay", port, "--rank", str(r), "--rounds", "100000",
+                           "--interval", "0.05") for r in (0, 1)]
+            for r in ranks:
+                assert r.stdout is not None
+                assert r.stdout.readline().startswith("round 1 digest ")
+            for p in procs:
+                threads = _threads(p.pid)
+                assert threads and threads == dict.fromkeys(threads, _STOPS), p.args
+            target = ctl if stop == signal.SIGTERM else relay
+            target.send_signal(stop)
+            out, err = target.communicate(timeout=60)
+            assert target.returncode == 0, err
+            if target is ctl:
+                assert out.splitlines()[-1] == "controller finished: clean (stop: signal)"
+            else:
+                assert out.splitlines()[-1] == "relay finished: clean (stop: stopped by a " \
+                                               "signal)"
+            for p in procs:
+                p.communicate(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
