@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, closed_port
 
 
 def _tour() -> str:
@@ -255,3 +255,54 @@ def test_hand_run_cluster_waits_for_its_controller_as_long_as_the_demo() -> None
     budget = min(budget, float(opts.get("--retry-max-time", "inf")))
     assert budget >= _START, words
     assert words[-1] == "http://127.0.0.1:7000/status"
+
+
+def _shown_line(templates: list[str], line: str) -> str:
+    """The one template of ``templates`` (code spans of a README row) that ``line`` fits: its
+    upper-case words (``K``, ``WHY``) stand for any text, the rest is as written."""
+    def fits(template: str) -> bool:
+        parts = re.split(r"\b[A-Z]+\b", template)
+        return re.fullmatch(r".+?".join(re.escape(p) for p in parts), line) is not None
+    (shown,) = [t for t in templates if fits(t)] or [f"no template for {line!r}"]
+    return shown
+
+
+def test_command_table_shows_the_lines_the_cluster_commands_print() -> None:
+    """The controller's row shows the lines it prints as relays join and rounds end and its
+    last line, the relay's its two last lines, as the commands print them (the table named only
+    their first line, ``listening on ...``)."""
+    from flodl_proto.commands.controller import notice_line
+    from flodl_proto.fsm.events import RelayJoined
+    from flodl_proto.runner.reports import RoundReport
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = _rows_by_command([line for line in text.splitlines()
+                             if line.startswith("| `flodl-proto ")])
+    shown = {c: re.findall(r"`([^`]*)`", rows[f"flodl-proto {c}"]) for c in ("controller",
+                                                                           "relay")}
+    joined = notice_line(RelayJoined(conn=0, relay=0, host="h0", ranks=(0, 1)))
+    rounds = [notice_line(RoundReport(round=k, kind=kind, weight=w, nbytes=1252, relays=1,
+                                      ms=0.335, at=0.0))
+              for k, kind, w in ((1, "model", 3.0), (2, "control", 2.5))]
+    lines = [joined, *rounds, "controller finished: clean (stop: signal)"]
+    assert [_shown_line(shown["controller"], str(line)) for line in lines] == [
+        "relay R joined: host 'H' ranks [0, 1]", "round K: kind KIND weight W bytes B ms T",
+        "round K: kind KIND weight W bytes B ms T", "controller finished: clean (WHY)"]
+
+    relay = subprocess.Popen([sys.executable, "-m", "flodl_proto", "relay", "--controller",
+                              f"127.0.0.1:{closed_port()}", "--ranks", "0", "--world-size", "1",
+                              "--salt", "00" * 16, "--listen-port", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert relay.stdout is not None
+        assert relay.stdout.readline().startswith("listening on 127.0.0.1:")
+        relay.terminate()
+        out, err = relay.communicate(timeout=60)
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.communicate()
+    assert (relay.returncode, err) == (0, "")
+    assert [_shown_line(shown["relay"], line) for line in out.splitlines()] == [
+        "relay stats from_ranks=B to_ranks=B upstream_out=B upstream_in=B host_frames=N "
+        "broadcasts=N", "relay finished: clean (WHY)"]
