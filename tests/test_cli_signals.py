@@ -207,6 +207,32 @@ def test_other_commands_keep_sigterm_s_default_until_they_handle_it(
     assert (res.returncode, res.stdout, res.stderr) == (-signal.SIGTERM, "", "")
 
 
+
+@pytest.mark.parametrize("command", ["controller", "relay"])
+def test_sighup_ends_the_controller_and_the_relay_by_the_signal(command: str) -> None:
+    """The README's exit-code table: a closed terminal's SIGHUP ends ``controller`` and
+    ``relay`` by the signal itself, once they run as well (they stop cleanly on SIGTERM and
+    Ctrl-C only): no ``finished`` line, no error line."""
+    args = {"controller": ("controller", "--listen", "127.0.0.1:0"),
+            "relay": ("relay", "--controller", "127.0.0.1:9", "--ranks", "0", "--listen-port",
+                      "0")}[command]
+    proc = subprocess.Popen([sys.executable, "-m", "flodl_proto", *args, "--world-size", "1",
+                             "--salt", SALT_HEX], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            # at its default, as under a terminal (a run under nohup ignores it)
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("listening on 127.0.0.1:")
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, out, err) == (-signal.SIGHUP, "", "")
+
 #: every command that imports NumPy and the codec when it runs, with arguments that get it there
 #: (the relay and the rank dial nothing before the signal is delivered), and its prefix
 _LOADING_NUMPY = {
