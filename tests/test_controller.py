@@ -154,12 +154,43 @@ def test_relay_leaving_during_accept_ends_the_run_after_coverage(  # type: ignor
     while seen not in caplog.messages and time.monotonic() < deadline:
         time.sleep(0.01)
     assert seen in caplog.messages, caplog.messages
+    # a warning, as the command line shows by default: the run is over, though the wait goes on
+    assert [r.levelname for r in caplog.records if r.getMessage() == seen] == ["WARNING"]
     assert ctl.wait(0) is None
     with FakeRelay(ctl.port, [1]) as b:
         b.expect_hello_ack()
         assert b.at_eof()
     out = ctl.wait(END)
     assert out is not None and out.clean and out.reason == "relay_eof"
+
+
+@pytest.mark.timeout(30)
+def test_a_relay_failing_during_accept_is_a_warning_and_fails_the_run_after_coverage(  # type: ignore[no-untyped-def]
+        controller_factory, caplog: pytest.LogCaptureFixture) -> None:
+    """A relay's stream that fails during the accept phase fails the run once every rank is
+    covered, as upstream; the controller says so at once, at WARNING (it was an INFO record, so
+    the command line, at its default level, showed nothing while it waited)."""
+    caplog.set_level(logging.INFO, logger="flodl_proto.fsm.controller_core")
+    ctl = controller_factory(2)
+    with FakeRelay(ctl.port, [0]) as a:
+        a.expect_hello_ack()
+        a.send_host_frame(frame([1.0]), frame_salt=bytes(16))
+        deadline = time.monotonic() + 20
+        while not any("during the accept phase" in m for m in caplog.messages) \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held = [(r.levelname, r.getMessage()) for r in caplog.records
+                if "during the accept phase" in r.getMessage()]
+        assert len(held) == 1 and held[0][0] == "WARNING", caplog.messages
+        assert held[0][1].startswith("controller: reading relay fake (ranks 0): "), held
+        assert held[0][1].endswith(" (during the accept phase; reported once every rank is "
+                                   "covered)"), held
+        assert "HMAC verification failed" in held[0][1], held
+        assert ctl.wait(0) is None
+        with FakeRelay(ctl.port, [1]) as b:
+            b.expect_hello_ack()
+            assert b.at_eof()
+    assert "HMAC verification failed" in _error(ctl)
 
 
 @pytest.mark.timeout(30)

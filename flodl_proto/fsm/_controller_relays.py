@@ -180,9 +180,9 @@ class _ControllerRelays(_ControllerEnd):
         phase it is remembered (the first one) and acted on when every rank is covered."""
         if self.state == LifecycleState.REDUCING:
             self._finish(event, detail=detail)
-        elif self._pending_exit is None:
-            log.info("controller: %s during the accept phase; the run ends once every rank is "
-                     "covered", detail)
+        elif self._pending_exit is None:  # a warning: the run is over, the wait goes on
+            log.warning("controller: %s during the accept phase; the run ends once every rank "
+                        "is covered", detail)
             self._pending_exit = (event, detail)
 
     def _reader_error(self, error: ProtocolError, relay: _Relay) -> None:
@@ -192,7 +192,7 @@ class _ControllerRelays(_ControllerEnd):
         where = f"reading {relay.name}" + (f"; {relay.hint}" if relay.hint else "")
         if self.state == LifecycleState.REDUCING:
             self._fail(error, where)
-        elif self._pending_error is None:
-            log.info("controller: %s: %s (during the accept phase; reported once every rank is "
-                     "covered)", where, error)
+        elif self._pending_error is None:  # a warning: the run has failed, the wait goes on
+            log.warning("controller: %s: %s (during the accept phase; reported once every rank "
+                        "is covered)", where, error)
             self._pending_error = (error, where)
