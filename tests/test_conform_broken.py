@@ -20,7 +20,7 @@ from flodl_proto.codec import mux as mux_codec
 from flodl_proto.codec import round_frame as frame_codec
 from flodl_proto.codec.handshake import decode_handshake, encode_handshake
 from flodl_proto.codec.mux import DeclareDead, Hello
-from flodl_proto.codec.round_frame import RoundFrame, RoundKind
+from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from flodl_proto.conform import KitSettings, load_catalogue, run_cases, select_cases
 from flodl_proto.conform.inprocess import controller_target, relay_target
 from flodl_proto.conform.report import case_line
@@ -58,6 +58,58 @@ def divide_by_world_size(mp: pytest.MonkeyPatch) -> None:
         return RoundFrame(summed.kind, summed.weight, scaled.tensors)
 
     mp.setattr(controller_core, "reduce_realized_work", reduce)
+
+
+def _bf16_reduce(bits: Callable[[Any], Any], twice: bool) -> Callable[..., RoundFrame]:
+    """reduce_realized_work whose bf16 tensors (full in every frame) are summed in f32 and
+    encoded by ``bits`` (f32 array -> bf16 bits), the sum rounded before the scale when
+    ``twice``."""
+    def reduce(frames: Any, *, version: int, threads: int = 1, pool: Any = None) -> RoundFrame:
+        accepted = [f for f in frames if f is not None]
+        real = reduce_realized_work(accepted, version=version)
+        scale = real.kind is RoundKind.MODEL and real.weight > 0
+        inv = np.float32(1.0 / real.weight) if scale else np.float32(1.0)
+        tensors = list(real.tensors)
+        for k, t in enumerate(tensors):
+            parts = [f.tensors[k] for f in accepted]
+            if t.dtype != 1 or any(len(p.data) != 2 * t.numel for p in parts):
+                continue
+            acc = np.zeros(t.numel, np.float32)
+            for p in parts:
+                wide = np.frombuffer(p.data, "<u2").astype(np.uint32) << np.uint32(16)
+                acc = acc + wide.view(np.float32)
+            if scale:
+                if twice:
+                    acc = (bits(acc).astype(np.uint32) << np.uint32(16)).view(np.float32)
+                acc = (acc * inv).astype(np.float32)
+            tensors[k] = TensorPayload(1, t.shape, bits(acc).astype("<u2").tobytes())
+        return RoundFrame(real.kind, real.weight, tuple(tensors))
+
+    return reduce
+
+
+def _bf16_nearest_even(a: Any) -> Any:
+    b = a.view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def truncate_bf16(mp: pytest.MonkeyPatch) -> None:
+    """Round f32 to bf16 by dropping the low 16 bits (toward zero) instead of to nearest even,
+    both in the fold and after the scale."""
+    mp.setattr(controller_core, "reduce_realized_work",
+               _bf16_reduce(lambda a: (a.view(np.uint32) >> 16).astype(np.uint16), True))
+
+
+def round_bf16_ties_away(mp: pytest.MonkeyPatch) -> None:
+    """Round f32 to the nearest bf16 with ties away from zero instead of to even."""
+    mp.setattr(controller_core, "reduce_realized_work", _bf16_reduce(
+        lambda a: ((a.view(np.uint32).astype(np.uint64) + 0x8000) >> 16).astype(np.uint16),
+        True))
+
+
+def round_bf16_once(mp: pytest.MonkeyPatch) -> None:
+    """Scale the f32 sum of a bf16 tensor without first rounding it to bf16 (one rounding)."""
+    mp.setattr(controller_core, "reduce_realized_work", _bf16_reduce(_bf16_nearest_even, False))
 
 
 def broadcast_before_all_deposited(mp: pytest.MonkeyPatch) -> None:
@@ -163,7 +215,7 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
         "controller.session.bf16-round",  # mass 3, world 2
         "controller.session.two-relays-bf16",  # mass 4, world 2
         "controller.round.f32-weighted",  # mass 3, world 2
-        "controller.round.bf16-weighted",  # mass 4, world 2
+        "controller.round.bf16-weighted",  # mass 3, world 2
         "controller.round.several-tensors",  # mass 4, world 1
         "controller.round.two-rounds",  # masses 2 and 0.5, world 1
         "controller.lifecycle.elastic-scatter",  # round 2: mass 1, world 2
@@ -186,6 +238,18 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
         "controller.schema.kind-mismatch",
         "controller.lifecycle.eof-with-alive-ranks",
         "controller.lifecycle.elastic-scatter",
+    }),
+    "controller-truncates-bf16": ("controller", 3, truncate_bf16, controller_target(), False, {
+        "controller.round.bf16-weighted",
+        "controller.session.two-relays-bf16",
+    }),
+    "controller-rounds-bf16-ties-away": ("controller", 3, round_bf16_ties_away,
+                                         controller_target(), False, {
+        "controller.round.bf16-weighted",
+    }),
+    "controller-rounds-bf16-once": ("controller", 2, round_bf16_once, controller_target(),
+                                    False, {
+        "controller.round.bf16-weighted",
     }),
     "controller-accepts-duplicate-rank": ("controller", 3, accept_duplicate_rank,
                                           controller_target(), False, {
