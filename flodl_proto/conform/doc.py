@@ -65,6 +65,23 @@ flodl-proto conform relay --timeout-scale 0.1 --junit conform-relay.xml \\
   --launch '{_RELAY_CMD}'
 ```
 
+Each case starts its target with its own values, so a target takes them all from its command
+line (the world size and the version change from case to case):
+
+| placeholder | role | value |
+| --- | --- | --- |
+| `{{host}}` | controller | the address to listen on: `127.0.0.1` |
+| `{{port}}` | controller | the port to listen on, free, picked for the case (below) |
+| `{{controller}}` | relay | the kit's controller to dial: `127.0.0.1:PORT` |
+| `{{ranks}}` | relay | the relay's ranks, ascending, comma-separated, no spaces: `0,1` |
+| `{{listen_port}}` | relay | the loopback port for the ranks to listen on, picked as `{{port}}` |
+| `{{world_size}}` | both | the world size, a whole number, 1 or more |
+| `{{version}}` | both | the protocol version, `2` or `3` |
+| `{{salt}}` | both | the 16-byte session salt as 32 lowercase hex digits |
+| `{{salt_file}}` | both | the path of a file holding those 32 digits and a newline |
+
+The target's environment holds `FLODL_NET_TIMEOUT_SCALE` (`--timeout-scale`).
+
 `--launch` is split like a shell command line (a backslash ending a line joins it to the
 next); each placeholder is a `{{name}}` alone (`{{{{` and `}}}}` are literal braces; a conversion,
 format spec, attribute or index is a bad command line).
@@ -101,7 +118,9 @@ them before the target binds), and never a port it handed out for the last 256 c
 
 The kit reads the target's first stdout line `listening on HOST:PORT` when it prints one;
 otherwise it waits until the port is listening (read from `/proc/net/tcp` on Linux, so no probe
-connection reaches the target). A target whose first connection in a case is refused, at the
+connection reaches the target). A target has 20 s to listen, whatever `--timeout-scale`; one
+that has not by then fails its case (`target did not start: the target did not listen on port
+N within 20s`). A target whose first connection in a case is refused, at the
 address it announced, did not start either: when the first cases (as many as `--jobs` runs at
 once) all fail so, the kit runs no other case, as for a target that never listens (a further
 case starts once one of the first has started the target: no wait when the first to end has).
@@ -152,6 +171,16 @@ A flodl release speaks version 2 (0.7.0) or 3 (newer); pass the version it speak
 """
 
 
+_COLUMNS: Final = """\
+## Reading the case tables
+
+`checks` is the section of protocol.md the case checks. `error`, for a case in which the target
+must fail, is the id of the error this package's own target raises there (protocol.md, Error
+catalogue), for orientation: the kit sees only the target's bytes, its closes and its exit
+status, so a target passes such a case by what it does (closing the connection, exiting with a
+failure status), whatever its message."""
+
+
 def _case_row(c: Case) -> str:
     try:
         section = resolve_section(c.section).link()
@@ -174,7 +203,7 @@ def render_conformance_doc(cases: tuple[Case, ...] | None = None) -> str:
     No upstream counterpart: upstream has no conformance kit.
     """
     cases = load_catalogue() if cases is None else cases
-    out = [_INTRO]
+    out = [_INTRO, _COLUMNS, ""]
     for role in ROLES:
         rc = [c for c in cases if c.role == role]
         must = sum(c.level == "MUST" for c in rc)

@@ -1,0 +1,92 @@
+"""docs/conformance.md tells a target's author what the kit gives it and what the case tables
+mean: every ``--launch`` placeholder of each role with the form of its value (as a launched
+target receives it), the time a target has to listen, and what the ``error`` column is."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from flodl_proto.conform import KitSettings, load_catalogue, select_cases
+from flodl_proto.conform.doc import render_conformance_doc
+from flodl_proto.conform.player import play_case
+from flodl_proto.conform.target import LaunchedTarget
+
+CATALOGUE = load_catalogue()
+DOC = render_conformance_doc(CATALOGUE)
+#: what a placeholder's value looks like, by the doc's own words
+FORMS = {
+    "host": r"127\.0\.0\.1",
+    "port": r"[1-9][0-9]*",
+    "controller": r"127\.0\.0\.1:[1-9][0-9]*",
+    "ranks": r"[0-9]+(,[0-9]+)*",
+    "listen_port": r"[1-9][0-9]*",
+    "world_size": r"[1-9][0-9]*",
+    "version": r"[23]",
+    "salt": r"[0-9a-f]{32}",
+}
+
+
+def _placeholder_rows() -> dict[str, tuple[str, str]]:
+    rows = re.findall(r"^\| `\{(\w+)\}` \| (controller|relay|both) \| (.+) \|$", DOC, re.M)
+    return {name: (role, value) for name, role, value in rows}
+
+
+# the values a launched target receives: it writes them, and the salt file, then says it
+# listens on a port nothing listens on (the case then ends at once: the target did not start)
+_RECORDER = """\
+import json, sys
+args = dict(a.split("=", 1) for a in sys.argv[2:])
+args["salt_file_text"] = open(args["salt_file"]).read()
+open(sys.argv[1], "w").write(json.dumps(args))
+print("listening on 127.0.0.1:1", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("role,case_id", [("controller", "controller.round.f32-weighted"),
+                                          ("relay", "relay.fold.two-ranks")])
+def test_every_placeholder_is_documented_with_the_form_of_its_value(
+        role: str, case_id: str, tmp_path: Path) -> None:
+    documented = {n for n, (r, _) in _placeholder_rows().items() if r in (role, "both")}
+    case = select_cases(CATALOGUE, role=role, versions=[3], patterns=[case_id])[0][0][0]
+    out = tmp_path / "args.json"
+    script = tmp_path / "recorder.py"
+    script.write_text(_RECORDER)
+    args = " ".join(f"{n}={{{n}}}" for n in sorted(documented))
+    target = LaunchedTarget(f"{shlex.quote(sys.executable)} {script} {out} {args}")
+    result = play_case(case, 3, lambda: target, KitSettings(timeout_scale=0.1))
+    assert result.started is False  # it only recorded its arguments
+    got = json.loads(out.read_text())
+    for name in documented - {"salt_file"}:
+        assert re.fullmatch(FORMS[name], got[name]), (name, got[name])
+    assert got["salt_file_text"] == got["salt"] + "\n"
+    assert got["world_size"] == str(case.world_size)
+    if role == "relay":
+        assert got["ranks"] == ",".join(str(r) for r in case.ranks) == "0,1"
+
+
+def test_the_placeholder_table_names_exactly_the_placeholders_of_each_role() -> None:
+    rows = _placeholder_rows()
+    assert {n for n, (r, _) in rows.items() if r in ("controller", "both")} == {
+        "host", "port", "salt", "salt_file", "world_size", "version"}
+    assert {n for n, (r, _) in rows.items() if r in ("relay", "both")} == {
+        "controller", "ranks", "listen_port", "salt", "salt_file", "world_size", "version"}
+    assert rows["salt_file"][1] == "the path of a file holding those 32 digits and a newline"
+    assert rows["ranks"][1] == "the relay's ranks, ascending, comma-separated, no spaces: `0,1`"
+
+
+def test_the_doc_says_how_long_a_target_has_to_listen() -> None:
+    assert KitSettings().ready_timeout == 20.0
+    assert "A target has 20 s to listen, whatever `--timeout-scale`" in DOC
+
+
+def test_the_doc_says_the_error_column_is_not_checked_against_the_targets_message() -> None:
+    assert "## Reading the case tables" in DOC
+    assert ("the kit sees only the target's bytes, its closes and its exit\nstatus, so a target "
+            "passes such a case by what it does") in DOC
