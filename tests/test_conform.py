@@ -697,7 +697,8 @@ def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
     lines = case_line(r, "15.3 Divide once")
     assert lines[0] == "FAIL controller.round.two-rounds v3 [MUST] (15.3 Divide once)"
     assert "     first differing byte offset: 17 (the record's auth tag; first differing byte " \
-           "after the header: 62)" in lines
+           "after the header: 62, payload.tensor[0].data, element 1)" in lines
+    assert r.differing_field == "payload.tensor[0].data, element 1"
 
 
 def test_a_record_differing_in_its_tag_alone_is_named_so() -> None:
@@ -713,6 +714,7 @@ def test_a_record_differing_in_its_tag_alone_is_named_so() -> None:
     r = play_case(bad, 3, controller_target(), SETTINGS)
     assert not r.passed and r.step == 5
     assert (r.offset, r.payload_offset, r.tag_only) == (17, None, True)
+    assert r.differing_field == "auth_tag"
     assert "     first differing byte offset: 17 (the record's auth tag, and only it: the bytes " \
            "it covers are the same, so it was computed with another salt or another MAC)" \
            in case_line(r, "15.3 Divide once")

@@ -50,6 +50,7 @@ from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
+from .fields import expected_message, field_at
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
 __all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_case"]
@@ -126,6 +127,10 @@ class CaseResult:
             25-byte header (the bytes that made the tags differ), else None.
         tag_only: the records differ in their auth tag alone: the bytes it covers are the same,
             so the tags were computed with another salt or another MAC.
+        differing_field: the field of the expected bytes holding the first differing byte
+            reported (``payload_offset`` when set, else ``offset``), in docs/protocol.md's
+            names (``payload.tensor[0].data, element 1``), when the target sent a byte there;
+            else "".
         seconds: wall time of the case.
         exit: how the target ended.
         output: the target's last output lines (failing cases only).
@@ -146,6 +151,7 @@ class CaseResult:
     offset: int | None = None
     payload_offset: int | None = None
     tag_only: bool = False
+    differing_field: str = ""
     seconds: float = 0.0
     exit: TargetExit | None = None
     output: str = field(default="", repr=False)
@@ -442,12 +448,15 @@ class _Player:
     def do_expect(self, p: Mapping[str, Any], where: str) -> None:
         name, c = self.conn(p)
         want = build(p, self.build_ctx, where)
-        got = c.read(len(want), time.monotonic() + self.within(p), want)
+        wait = self.within(p)
+        got = c.read(len(want), time.monotonic() + wait, want)
         if got != want:
             why = "" if len(got) == len(want) else (
                 "they already differ" if got != want[:len(got)]
-                else "end of stream" if c.eof else "timed out")
-            raise StepFailed(f"connection {name}: expected {len(want)} bytes, observed "
+                else "end of stream" if c.eof else f"timed out after {wait:g}s")
+            what = expected_message(p)
+            size = f"{what} ({len(want)} bytes)" if what else f"{len(want)} bytes"
+            raise StepFailed(f"connection {name}: expected {size}, observed "
                              f"{len(got)}{' (' + why + ')' if why else ''}", want, got)
 
     def do_expect_hello(self, p: Mapping[str, Any]) -> None:
@@ -631,6 +640,8 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
                     result.tag_only = _tag_only(exp, obs, result.offset)
                     at = result.payload_offset if result.payload_offset is not None \
                         else result.offset
+                    if at is not None and at < len(obs):
+                        result.differing_field = field_at(exp, at) or ""
                     result.expected = _hex(exp, at)
                     result.observed = _hex(obs, at, e.observed_total)
                 return result

@@ -214,10 +214,10 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
         lines.append(f"     expected: {r.expected or '(nothing)'}")
         lines.append(f"     observed: {r.observed or '(nothing)'}")
     if r.offset is not None:
-        note = ""
+        note = f" ({r.differing_field})" if r.differing_field else ""
         if r.payload_offset is not None:
             note = (" (the record's auth tag; first differing byte after the header: "
-                    f"{r.payload_offset})")
+                    f"{r.payload_offset}{', ' + r.differing_field if r.differing_field else ''})")
         elif r.tag_only:
             note = (" (the record's auth tag, and only it: the bytes it covers are the same, "
                     "so it was computed with another salt or another MAC)")
@@ -299,6 +299,7 @@ def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
         "title": r.case.title, "result": "pass" if r.passed else "fail",
         "step": r.step, "message": r.message, "expected": r.expected, "observed": r.observed,
         "first_difference": r.offset, "first_payload_difference": r.payload_offset,
+        "first_difference_field": r.differing_field or None,
         "seconds": round(r.seconds, 3),
         "exit_status": r.exit.status if r.exit is not None else None,
         "exited_by_itself": r.exit.by_itself if r.exit is not None else None,

@@ -1,0 +1,74 @@
+"""The kit names what a failing step expected: the message its builder builds and the field of
+the expected bytes where the target's bytes first differ, in docs/protocol.md's names."""
+
+from __future__ import annotations
+
+import pytest
+
+from flodl_proto.conform import load_catalogue
+from flodl_proto.conform.builders import BUILDERS, BuildContext, build
+from flodl_proto.conform.fields import expected_message, field_at
+from flodl_proto.conform.player import CaseResult
+from flodl_proto.conform.report import case_line
+
+CTX = BuildContext(bytes(16), 3, 2)
+#: a Broadcast of an f32 [2] and a bf16 [2, 1] tensor: header 25, frame header 17, tensor 0 at
+#: 42 (meta 14, data 8), tensor 1 at 64 (meta 18, data 4), frame tag at 86
+BROADCAST = build({"broadcast": {"weight": 2, "tensors": [
+    {"shape": [2], "values": [1, 3]}, {"dtype": "bf16", "shape": [2, 1], "values": [1, 2]}]}},
+    CTX, "test")
+
+
+@pytest.mark.parametrize("offset,name", [
+    (0, "magic"), (7, "version"), (8, "kind"), (9, "rank"), (16, "payload_len"),
+    (17, "auth_tag"), (24, "auth_tag"), (25, "payload.magic"), (29, "payload.num_tensors"),
+    (33, "payload.kind"), (34, "payload.weight"), (41, "payload.weight"),
+    (42, "payload.tensor[0].dtype"), (43, "payload.tensor[0].ndim"),
+    (44, "payload.tensor[0].dim[0]"), (48, "payload.tensor[0].nbytes"),
+    (56, "payload.tensor[0].data, element 0"), (63, "payload.tensor[0].data, element 1"),
+    (64, "payload.tensor[1].dtype"), (70, "payload.tensor[1].dim[1]"),
+    (74, "payload.tensor[1].nbytes"), (82, "payload.tensor[1].data, element 0"),
+    (85, "payload.tensor[1].data, element 1"), (86, "payload.auth_tag"),
+    (93, "payload.auth_tag"), (94, None), (-1, None)])
+def test_field_at_names_a_broadcasts_fields(offset: int, name: str | None) -> None:
+    assert len(BROADCAST) == 94
+    assert field_at(BROADCAST, offset) == name
+
+
+def test_field_at_names_the_other_messages_fields() -> None:
+    framed = build({"framed": {"weight": 1, "tensors": [{"shape": [1], "values": [1]}]}}, CTX,
+                   "test")
+    assert [field_at(framed, o) for o in (0, 4, 12, 21, 31, 35, 42, len(framed))] == [
+        "length", "body.magic", "body.kind", "body.tensor[0].dtype", "body.tensor[0].nbytes",
+        "body.tensor[0].data, element 0", "body.auth_tag", None]
+    frame = build({"frame": {"weight": 1, "tensors": [{"dtype": 7, "hex": "0102"}]}}, CTX, "t")
+    # no shape: the tensor's meta is dtype, ndim 0 and nbytes (10 bytes from 17)
+    assert field_at(frame, 27) == "tensor[0].data"  # an unknown dtype has no element size
+    hs = build({"handshake": {"rank": 1}}, CTX, "test")
+    assert [field_at(hs, o) for o in (0, 4, 8, 12)] == ["magic", "version", "rank", "world_size"]
+    ack = build({"ack": {}}, CTX, "test")
+    assert [field_at(ack, o) for o in (0, 4)] == ["magic", "version"]
+    hello_ack = build({"hello_ack": {}}, CTX, "test")
+    assert [field_at(hello_ack, o) for o in (13, 25)] == ["payload_len", "payload"]
+    assert field_at(bytes.fromhex("deadbeef"), 0) is None
+    assert field_at(b"", 0) is None
+
+
+def test_expected_message_names_every_builder_but_raw_bytes() -> None:
+    assert expected_message({"conn": 0, "broadcast": {}}) == "a Broadcast record"
+    assert expected_message({"conn": 0, "hello_ack": {}}) == "a Control(HelloAck) record"
+    assert expected_message({"conn": 0, "hex": "00"}) is None
+    assert all(expected_message({b: {}}) for b in BUILDERS if b != "hex")
+    used = {k for c in load_catalogue() for steps in c.steps.values() for s in steps
+            if "expect" in s for k in s["expect"] if k in BUILDERS}
+    assert used and all(expected_message({k: {}}) for k in used - {"hex"})
+
+
+def test_a_failure_line_names_the_field_of_a_plain_offset() -> None:
+    case = next(c for c in load_catalogue() if c.id == "controller.round.two-rounds")
+    r = CaseResult(case, 3, step=5, message="connection 0: expected a Broadcast record (94 "
+                   "bytes), observed 94", expected="..", observed="..", offset=13,
+                   differing_field="payload_len")
+    assert "     first differing byte offset: 13 (payload_len)" in case_line(r, "15.3")
+    r.differing_field = ""
+    assert "     first differing byte offset: 13" in case_line(r, "15.3")
