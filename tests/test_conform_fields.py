@@ -3,12 +3,15 @@ the expected bytes where the target's bytes first differ, in docs/protocol.md's 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from flodl_proto.conform import load_catalogue
+from flodl_proto.conform import KitSettings, load_catalogue
 from flodl_proto.conform.builders import BUILDERS, BuildContext, build
-from flodl_proto.conform.fields import expected_message, field_at
-from flodl_proto.conform.player import CaseResult
+from flodl_proto.conform.fields import expected_message, field_at, observed_message
+from flodl_proto.conform.inprocess import controller_target
+from flodl_proto.conform.player import CaseResult, play_case
 from flodl_proto.conform.report import case_line
 
 CTX = BuildContext(bytes(16), 3, 2)
@@ -72,3 +75,32 @@ def test_a_failure_line_names_the_field_of_a_plain_offset() -> None:
     assert "     first differing byte offset: 13 (payload_len)" in case_line(r, "15.3")
     r.differing_field = ""
     assert "     first differing byte offset: 13" in case_line(r, "15.3")
+
+
+def test_observed_message_names_a_records_kind_and_control_variant() -> None:
+    assert observed_message(BROADCAST) == "a Broadcast record"
+    assert observed_message(build({"hello_ack": {}}, CTX, "t")) == "a Control(HelloAck) record"
+    assert observed_message(build({"declare_dead": {"rank": 1}}, CTX, "t")) \
+        == "a Control(DeclareDead) record"
+    host_frame = build({"host_frame": {"weight": 1, "tensors": []}}, CTX, "t")
+    assert observed_message(host_frame[:9]) == "a HostFrame record"  # the kind is enough
+    assert observed_message(host_frame[:8]) is None
+    assert observed_message(bytes.fromhex("d0170df1ffffffffff")) is None  # no such kind
+    assert observed_message(build({"handshake": {"rank": 0}}, CTX, "t")) is None
+
+
+@pytest.mark.timeout(60)
+def test_an_expected_close_names_the_record_the_target_sent_instead() -> None:
+    """A controller that answers a round it should have failed: the line says it sent a
+    Broadcast, not only a byte count."""
+    case = next(c for c in load_catalogue() if c.id == "controller.round.two-rounds")
+    steps = list(case.steps[3])
+    assert "broadcast" in steps[5]["expect"]
+    steps[5] = {"expect_close": {"conn": 0}}
+    bad = dataclasses.replace(case, steps={3: tuple(steps)})
+    r = play_case(bad, 3, controller_target(), KitSettings(timeout_scale=0.1))
+    assert not r.passed and r.step == 5
+    n = int(r.observed.rsplit("(", 1)[1].removesuffix(" B)"))
+    assert r.message == ("connection 0: expected a close with at most 0 bytes before it, "
+                         f"observed {n} bytes so far (starting with a Broadcast record), "
+                         "still open")

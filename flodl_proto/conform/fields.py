@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from ..spec import SPEC
 
-__all__ = ["expected_message", "field_at"]
+__all__ = ["expected_message", "field_at", "observed_message"]
 
 _U32: Final = struct.Struct("<I")
 _MUX_MAGIC: Final = SPEC.const("MUX_RECORD_MAGIC")
@@ -26,6 +26,9 @@ _ACK: Final = (("magic", 4), ("version", 4))
 _ELEMENT_SIZE: Final = {0: 4, 1: 2}
 #: record kinds whose payload is one RoundFrame (HostFrame, Broadcast)
 _FRAME_RECORDS: Final = (3, 4)
+
+_RECORD_KINDS: Final = {1: "Data", 2: "Control", 3: "HostFrame", 4: "Broadcast"}
+_CONTROL_VARIANTS: Final = {0: "Hello", 1: "HelloAck", 2: "RankExit", 3: "DeclareDead"}
 
 #: builder key of a step -> the message it builds
 _MESSAGES: Final = {
@@ -46,6 +49,21 @@ def expected_message(step: Mapping[str, Any]) -> str | None:
     No upstream counterpart: upstream has no conformance kit.
     """
     return next((m for k, m in _MESSAGES.items() if k in step), None)
+
+
+def observed_message(data: bytes) -> str | None:
+    """What the bytes a target sent start with, when they start with a mux record of a known
+    kind (``a Broadcast record``, ``a Control(HelloAck) record``); else None.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    if len(data) < 9 or _U32.unpack_from(data, 0)[0] != _MUX_MAGIC:
+        return None
+    kind = _RECORD_KINDS.get(data[8])
+    if kind is None:
+        return None
+    variant = _CONTROL_VARIANTS.get(data[25]) if kind == "Control" and len(data) > 25 else None
+    return f"a {kind}({variant}) record" if variant else f"a {kind} record"
 
 
 def _fixed(fields: tuple[tuple[str, int], ...], offset: int) -> tuple[str, int] | None:

@@ -50,7 +50,7 @@ from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
-from .fields import expected_message, field_at
+from .fields import expected_message, field_at, observed_message
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
 __all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_case"]
@@ -492,16 +492,19 @@ class _Player:
         allow = int(p.get("allow", 0)) if isinstance(p, Mapping) else 0
         got, n, eof = c.read_to_end(time.monotonic() + self.within(p), max(allow + 1, _KEEP),
                                     allow)
+        what = observed_message(got)
+        start = f" (starting with {what})" if what else ""
         if not eof and n > allow:  # ended as soon as more than it allows arrived
             raise StepFailed(f"connection {name}: expected a close with at most {allow} bytes "
-                             f"before it, observed {n} bytes so far, still open", b"", got, n)
+                             f"before it, observed {n} bytes so far{start}, still open", b"",
+                             got, n)
         if not eof:
             raise StepFailed(f"connection {name}: expected the target to close it; still open "
-                             f"after {self.within(p):g}s" + (f" ({n} bytes received)"
+                             f"after {self.within(p):g}s" + (f" ({n} bytes received{start})"
                                                               if n else ""), b"", got, n)
         if n > allow:
             raise StepFailed(f"connection {name}: expected a close with at most {allow} bytes "
-                             f"before it, observed {n} bytes", b"", got, n)
+                             f"before it, observed {n} bytes{start}", b"", got, n)
 
     def do_silence(self, p: Any, close_ok: bool) -> None:
         name, c = self.conn(p)
@@ -510,8 +513,10 @@ class _Player:
         while time.monotonic() < deadline and not c.buf and not c.eof:
             c.fill(deadline)
         if c.buf:
+            what = observed_message(bytes(c.buf))
             raise StepFailed(f"connection {name}: expected nothing for {dur:g}s, observed "
-                             f"{len(c.buf)} bytes", b"", bytes(c.buf))
+                             f"{len(c.buf)} bytes" + (f" (starting with {what})" if what else ""),
+                             b"", bytes(c.buf))
         if c.eof and not close_ok:
             raise StepFailed(f"connection {name}: expected it to stay open for {dur:g}s; the "
                              f"target closed it")
