@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -75,13 +76,14 @@ def _bf16_reduce(bits: Callable[[Any], Any], twice: bool) -> Callable[..., Round
             if t.dtype != 1 or any(len(p.data) != 2 * t.numel for p in parts):
                 continue
             acc = np.zeros(t.numel, np.float32)
-            for p in parts:
-                wide = np.frombuffer(p.data, "<u2").astype(np.uint32) << np.uint32(16)
-                acc = acc + wide.view(np.float32)
-            if scale:
-                if twice:
-                    acc = (bits(acc).astype(np.uint32) << np.uint32(16)).view(np.float32)
-                acc = (acc * inv).astype(np.float32)
+            with np.errstate(invalid="ignore"):  # a NaN lane (controller.round.bf16-nan)
+                for p in parts:
+                    wide = np.frombuffer(p.data, "<u2").astype(np.uint32) << np.uint32(16)
+                    acc = acc + wide.view(np.float32)
+                if scale:
+                    if twice:
+                        acc = (bits(acc).astype(np.uint32) << np.uint32(16)).view(np.float32)
+                    acc = (acc * inv).astype(np.float32)
             tensors[k] = TensorPayload(1, t.shape, bits(acc).astype("<u2").tobytes())
         return RoundFrame(real.kind, real.weight, tuple(tensors))
 
@@ -110,6 +112,49 @@ def round_bf16_ties_away(mp: pytest.MonkeyPatch) -> None:
 def round_bf16_once(mp: pytest.MonkeyPatch) -> None:
     """Scale the f32 sum of a bf16 tensor without first rounding it to bf16 (one rounding)."""
     mp.setattr(controller_core, "reduce_realized_work", _bf16_reduce(_bf16_nearest_even, False))
+
+
+def cast_bf16_with_ml_dtypes(mp: pytest.MonkeyPatch) -> None:
+    """Encode bf16 with ml_dtypes' cast, which rounds to nearest even but makes every NaN the
+    default NaN (0x7fc0 / 0xffc0), where upstream keeps its payload."""
+    mp.setattr(controller_core, "reduce_realized_work", _bf16_reduce(
+        lambda a: a.astype(ml_dtypes.bfloat16).view(np.uint16), True))
+
+
+def sum_weights_from_plus_zero(mp: pytest.MonkeyPatch) -> None:
+    """Sum the weights from +0.0 instead of -0.0 (weights -0.0 and -0.0 give +0.0)."""
+    def reduce(frames: Any, *, version: int, threads: int = 1, pool: Any = None) -> RoundFrame:
+        real = reduce_realized_work([f for f in frames if f is not None], version=version)
+        weight = 0.0
+        for f in frames:
+            if f is not None:
+                weight += f.weight
+        return RoundFrame(real.kind, weight, real.tensors)
+
+    mp.setattr(controller_core, "reduce_realized_work", reduce)
+
+
+def sum_f32_from_first_frame(mp: pytest.MonkeyPatch) -> None:
+    """Start each f32 sum from the first frame's tensor instead of +0.0 (a lone -0.0, or -0.0
+    and -0.0, stays -0.0)."""
+    def reduce(frames: Any, *, version: int, threads: int = 1, pool: Any = None) -> RoundFrame:
+        accepted = [f for f in frames if f is not None]
+        real = reduce_realized_work(accepted, version=version)
+        scale = real.kind is RoundKind.MODEL and real.weight > 0
+        tensors = list(real.tensors)
+        for k, t in enumerate(tensors):
+            parts = [f.tensors[k] for f in accepted]
+            if t.dtype != 0 or any(len(p.data) != 4 * t.numel for p in parts):
+                continue
+            acc = np.frombuffer(parts[0].data, "<f4").copy()
+            for p in parts[1:]:
+                acc = acc + np.frombuffer(p.data, "<f4")
+            if scale:
+                acc = acc * np.float32(1.0 / real.weight)
+            tensors[k] = TensorPayload(0, t.shape, acc.astype("<f4").tobytes())
+        return RoundFrame(real.kind, real.weight, tuple(tensors))
+
+    mp.setattr(controller_core, "reduce_realized_work", reduce)
 
 
 def broadcast_before_all_deposited(mp: pytest.MonkeyPatch) -> None:
@@ -216,6 +261,7 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
         "controller.session.two-relays-bf16",  # mass 4, world 2
         "controller.round.f32-weighted",  # mass 3, world 2
         "controller.round.bf16-weighted",  # mass 3, world 2
+        "controller.round.bf16-nan",  # mass 3, world 2
         "controller.round.several-tensors",  # mass 4, world 1
         "controller.round.two-rounds",  # masses 2 and 0.5, world 1
         "controller.lifecycle.elastic-scatter",  # round 2: mass 1, world 2
@@ -229,6 +275,8 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
         "controller.round.f32-weighted",
         "controller.round.bf16-weighted",
         "controller.round.fold-order",
+        "controller.round.signed-zeros",
+        "controller.round.bf16-nan",
         "controller.round.zero-mass",
         "controller.round.control-pure-sum",
         "controller.round.elided-idle-relay",
@@ -241,6 +289,7 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
     }),
     "controller-truncates-bf16": ("controller", 3, truncate_bf16, controller_target(), False, {
         "controller.round.bf16-weighted",
+        "controller.round.bf16-nan",  # its finite lanes 5/3 and -0.5/3
         "controller.session.two-relays-bf16",
     }),
     "controller-rounds-bf16-ties-away": ("controller", 3, round_bf16_ties_away,
@@ -250,6 +299,18 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
     "controller-rounds-bf16-once": ("controller", 2, round_bf16_once, controller_target(),
                                     False, {
         "controller.round.bf16-weighted",
+    }),
+    "controller-casts-bf16-nan-to-default": ("controller", 3, cast_bf16_with_ml_dtypes,
+                                             controller_target(), False, {
+        "controller.round.bf16-nan",
+    }),
+    "controller-sums-weights-from-plus-zero": ("controller", 2, sum_weights_from_plus_zero,
+                                               controller_target(), False, {
+        "controller.round.signed-zeros",
+    }),
+    "controller-sums-f32-from-first-frame": ("controller", 3, sum_f32_from_first_frame,
+                                             controller_target(), False, {
+        "controller.round.signed-zeros",
     }),
     "controller-accepts-duplicate-rank": ("controller", 3, accept_duplicate_rank,
                                           controller_target(), False, {
