@@ -337,6 +337,29 @@ def test_builders_tamper_and_refuse() -> None:
         build({"frame": {"tensors": [{"shape": [3], "values": [1, 2]}]}}, ctx, "t")
 
 
+def test_builders_write_a_records_rank_field_and_trailing_payload_bytes_signed() -> None:
+    from flodl_proto.codec.mux import decode_mux_record
+
+    ctx = BuildContext(SALT, 3, 2)
+    params = {"tensors": [{"shape": [2], "values": [1, 2]}]}
+    good = build({"host_frame": params}, ctx, "t")
+    ranked = build({"record_rank": 7, "host_frame": params}, ctx, "t")
+    assert ranked[9:13] == (7).to_bytes(4, "little") and ranked[25:] == good[25:]
+    assert decode_mux_record(ranked, SALT)[0].payload == good[25:]  # its tag covers the rank
+    hello = build({"record_rank": 7, "hello": {"ranks": [0]}}, ctx, "t")
+    assert hello[9:13] == (7).to_bytes(4, "little")
+    longer = build({"trailing": "00ff", "host_frame": params}, ctx, "t")
+    assert longer[25:] == good[25:] + b"\x00\xff"
+    assert longer[13:17] == (len(good) - 25 + 2).to_bytes(4, "little")
+    assert bytes(decode_mux_record(longer, SALT)[0].payload) == good[25:] + b"\x00\xff"
+    with pytest.raises(CatalogueError, match="trailing applies to host_frame and broadcast"):
+        build({"trailing": "00", "hello": {"ranks": [0]}}, ctx, "t")
+    with pytest.raises(CatalogueError, match="record_rank must be a u32, got -1"):
+        build({"record_rank": -1, "host_frame": params}, ctx, "t")
+    with pytest.raises(CatalogueError, match="bad record_rank or trailing"):
+        build({"trailing": "0", "host_frame": params}, ctx, "t")
+
+
 def test_first_difference() -> None:
     assert first_difference(b"abc", b"abc") is None
     assert first_difference(b"abc", b"abd") == 2

@@ -20,12 +20,18 @@ import pytest
 from flodl_proto.codec import mux as mux_codec
 from flodl_proto.codec import round_frame as frame_codec
 from flodl_proto.codec.handshake import decode_handshake, encode_handshake
-from flodl_proto.codec.mux import DeclareDead, Hello
-from flodl_proto.codec.round_frame import RoundFrame, RoundKind, TensorPayload
+from flodl_proto.codec.mux import DeclareDead, Hello, RecordKind, encode_control
+from flodl_proto.codec.round_frame import (
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    round_frame_wire_len,
+)
+from flodl_proto.codec.stream import RecordReceived, StreamFailed
 from flodl_proto.conform import KitSettings, load_catalogue, run_cases, select_cases
 from flodl_proto.conform.inprocess import controller_target, relay_target
 from flodl_proto.conform.report import case_line
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import ProtocolError, protocol_error
 from flodl_proto.fsm import controller_core, relay_core
 from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.runner import _port_mux as port_mux
@@ -155,6 +161,50 @@ def sum_f32_from_first_frame(mp: pytest.MonkeyPatch) -> None:
         return RoundFrame(real.kind, real.weight, tuple(tensors))
 
     mp.setattr(controller_core, "reduce_realized_work", reduce)
+
+
+def _refuse_records(mp: pytest.MonkeyPatch,
+                    bad: Callable[[RecordReceived, int], str | None]) -> None:
+    """Fail the run on a record ``bad`` names a reason for (``bad(event, version)``), as a
+    reader stricter than upstream's would, in the accept phase and the reduce loop alike."""
+    for name in ("_handshake_event", "_relay_event"):
+        orig = getattr(controller_core.ControllerCore, name)
+
+        def event(self: Any, *args: Any, _orig: Any = orig) -> None:
+            ev = args[-1]
+            why = bad(ev, self.version) if isinstance(ev, RecordReceived) else None
+            if why is not None:
+                ev = StreamFailed(protocol_error("mux.bad_field", field="record", value=why,
+                                                 reason="refused by a strict reader"))
+            _orig(self, *args[:-1], ev)
+
+        mp.setattr(controller_core.ControllerCore, name, event)
+
+
+def check_record_rank(mp: pytest.MonkeyPatch) -> None:
+    """Refuse a Control, HostFrame or Broadcast record whose rank field is not 0."""
+    _refuse_records(mp, lambda ev, v: f"rank {ev.header.rank}" if ev.header.rank != 0
+                    and ev.record.kind is not RecordKind.DATA else None)
+
+
+def refuse_hostframe_trailing_bytes(mp: pytest.MonkeyPatch) -> None:
+    """Refuse a HostFrame whose payload goes on after its RoundFrame."""
+    _refuse_records(mp, lambda ev, v: "trailing bytes" if isinstance(ev.frame, RoundFrame)
+                    and len(ev.record.payload) != round_frame_wire_len(ev.frame.tensors)
+                    else None)
+
+
+def refuse_noncanonical_varints(mp: pytest.MonkeyPatch) -> None:
+    """Refuse a Control message whose bincode is not its shortest encoding (bytes after it, a
+    version-3 Hello's model_sigs at version 2, still pass)."""
+    def bad(ev: RecordReceived, version: int) -> str | None:
+        msg = ev.record.control
+        if msg is None:
+            return None
+        shortest = encode_control(msg, version)
+        return None if bytes(ev.record.payload[:len(shortest)]) == shortest else "varints"
+
+    _refuse_records(mp, bad)
 
 
 def broadcast_before_all_deposited(mp: pytest.MonkeyPatch) -> None:
@@ -312,6 +362,15 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
                                              controller_target(), False, {
         "controller.round.signed-zeros",
     }),
+    "controller-checks-record-rank": ("controller", 3, check_record_rank, controller_target(),
+                                      False, {"controller.leniency.record-rank-ignored"}),
+    "controller-refuses-hostframe-trailing-bytes": ("controller", 2,
+                                                    refuse_hostframe_trailing_bytes,
+                                                    controller_target(), False,
+                                                    {"controller.leniency.hostframe-trailing-bytes"}),
+    "controller-refuses-noncanonical-varints": ("controller", 3, refuse_noncanonical_varints,
+                                                controller_target(), False,
+                                                {"controller.leniency.noncanonical-varint"}),
     "controller-accepts-duplicate-rank": ("controller", 3, accept_duplicate_rank,
                                           controller_target(), False, {
         "controller.hello.duplicate-across-relays",

@@ -4,8 +4,11 @@ A step names one *builder* (``magic``, ``handshake``, ``ack``, ``hello``, ``hell
 ``rank_exit``, ``declare_dead``, ``data``, ``record`` (any kind, a raw payload, signed),
 ``host_frame``, ``broadcast``, ``frame``, ``framed``, ``len_prefix``, ``mux_header`` (a raw
 header, for hostile length claims) or raw ``hex``) with its parameters, and optionally tampers with
-the result (``record_salt: wrong`` signs the mux record with another salt; ``flip: N`` flips the
-low bit of byte ``N``, negative from the end; ``cut: N`` drops the last ``N`` bytes). Records and
+the result (``record_salt: wrong`` signs the mux record with another salt; ``record_rank: N``
+writes ``N`` in a Control, HostFrame or Broadcast record's rank field, signed;
+``trailing: "<hex>"`` appends those bytes to a HostFrame's or Broadcast's payload after its
+frame, signed; ``flip: N`` flips the low bit of byte ``N``, negative from the end; ``cut: N``
+drops the last ``N`` bytes). Records and
 frames are signed with the case's session salt unless told otherwise; the kit's own codec
 (:mod:`flodl_proto.codec`, checked against the golden vectors) does the encoding.
 
@@ -53,7 +56,7 @@ BUILDERS: Final = ("hex", "magic", "handshake", "ack", "hello", "hello_ack", "ra
                    "declare_dead", "data", "record", "host_frame", "broadcast", "frame", "framed",
                    "len_prefix", "mux_header")
 #: tamper options applied after building
-TAMPERS: Final = ("record_salt", "flip", "cut")
+TAMPERS: Final = ("record_salt", "record_rank", "trailing", "flip", "cut")
 
 _MUX_MAGIC: Final = SPEC.const("MUX_RECORD_MAGIC")
 _MUX_VERSION: Final = SPEC.const("MUX_PROTOCOL_VERSION")
@@ -206,6 +209,15 @@ def build(step: Mapping[str, Any], ctx: BuildContext, where: str) -> bytes:
     name = names[0]
     p = step[name]
     rec_salt = _salt(step.get("record_salt"), ctx, where)
+    try:
+        rec_rank = int(step.get("record_rank", 0))
+        trailing = bytes.fromhex(str(step.get("trailing", "")))
+    except (TypeError, ValueError) as e:
+        raise CatalogueError(f"{where}: bad record_rank or trailing: {e}") from None
+    if not 0 <= rec_rank <= 0xFFFFFFFF:
+        raise CatalogueError(f"{where}: record_rank must be a u32, got {rec_rank}")
+    if trailing and name not in ("host_frame", "broadcast"):
+        raise CatalogueError(f"{where}: trailing applies to host_frame and broadcast only")
     version = int(p.get("version", ctx.version)) if isinstance(p, Mapping) else ctx.version
     out: bytes
     try:
@@ -235,7 +247,7 @@ def build(step: Mapping[str, Any], ctx: BuildContext, where: str) -> bytes:
             else:
                 msg = DeclareDead(int(p["rank"]))
             payload = encode_control(msg, version)
-            out = _record(int(RecordKind.CONTROL), payload, rec_salt)
+            out = _record(int(RecordKind.CONTROL), payload, rec_salt, rank=rec_rank)
         elif name == "data":
             out = _record(int(RecordKind.DATA), bytes.fromhex(str(p.get("payload", ""))),
                           rec_salt, rank=int(p.get("rank", 0)))
@@ -244,7 +256,8 @@ def build(step: Mapping[str, Any], ctx: BuildContext, where: str) -> bytes:
                           rec_salt, rank=int(p.get("rank", 0)))
         elif name in ("host_frame", "broadcast"):
             kind = RecordKind.HOST_FRAME if name == "host_frame" else RecordKind.BROADCAST
-            out = _record(int(kind), frame_bytes(p, ctx, where), rec_salt)
+            out = _record(int(kind), frame_bytes(p, ctx, where) + trailing, rec_salt,
+                          rank=rec_rank)
         elif name == "frame":
             out = frame_bytes(p, ctx, where)
         elif name == "framed":
