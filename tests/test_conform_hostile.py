@@ -425,6 +425,25 @@ def test_a_target_refusing_its_first_connection_did_not_start(tmp_path: Path) ->
     assert case_line(r, "S")[-1].startswith("       listening on 127.0.0.1:")
 
 
+@pytest.mark.timeout(60)
+def test_a_target_that_announced_its_address_then_failed_to_listen_shows_its_own_exit(
+        tmp_path: Path) -> None:
+    # it prints its line before it binds, fails to bind and exits 1 a moment later: the kit's
+    # first connection is refused while it is ending, and it gets the exit grace, so the case
+    # shows its exit status and its error rather than the SIGTERM the kit would have sent
+    script = tmp_path / "early.py"
+    script.write_text("import sys, time\n"
+                      "print('listening on %s:%s' % (sys.argv[1], sys.argv[2]), flush=True)\n"
+                      "time.sleep(0.3)\n"
+                      "sys.stderr.write('error: bind failed: address in use\\n')\n"
+                      "sys.exit(1)\n")
+    launch = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {{host}} {{port}}"
+    r = play_case(_case([{"connect": 0}]), 3, lambda: LaunchedTarget(launch), SETTINGS)
+    assert (r.passed, r.started) == (False, False)
+    assert r.exit is not None and (r.exit.status, r.exit.by_itself) == (1, True)
+    assert r.output.splitlines()[-1] == "stderr: error: bind failed: address in use"
+
+
 # -- a target that answers wrong, or not at all: how long the kit waits ---------------------------
 
 #: four bytes on every connection, then the connection stays open

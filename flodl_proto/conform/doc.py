@@ -30,9 +30,11 @@ described in [protocol.md](protocol.md), case by case, the way h2spec checks an 
 Each case starts a fresh target from your command line, plays the other side of the protocol
 over real sockets (the relays for a controller; the controller and the local ranks for a
 relay), checks the bytes, the closes and the exit status, and stops the target (SIGTERM, then
-SIGKILL after 5 s). A target that closed a connection of a failing case (a crash, most often)
-first gets up to a second to exit by itself: its case then shows its own exit status and its
-last lines of output, not a SIGTERM the kit sent while it was shutting down. Neither wait is
+SIGKILL after 5 s). A target that closed a connection of a failing case (a crash, most often),
+or refused the case's first connection at the address it announced (one that printed its
+`listening on` line before it failed to listen), first gets up to a second to exit by itself:
+its case then shows its own exit status and its last lines of output, not a SIGTERM the kit
+sent while it was shutting down. Neither wait is
 scaled by `--timeout-scale`: each waits for a process to end (the kit has closed the case's
 connections by then), not for one of the target's protocol timeouts, and a target takes as
 long to exit at any scale.

@@ -378,6 +378,8 @@ class _Player:
         self.exit_status: int | None = None
         #: a connection to the target succeeded in this case
         self.connected = False
+        #: the case's first connection was refused at the address the target announced
+        self.refused = False
 
     # -- helpers ---------------------------------------------------------------------------------
     def within(self, p: Any, default: float | None = None) -> float:
@@ -409,6 +411,7 @@ class _Player:
             s.close()
             if not opts.get("may_fail"):
                 if isinstance(e, ConnectionRefusedError) and not self.connected:
+                    self.refused = True
                     raise _NotListening(f"the connection to {host}:{port}, where it said it "
                                         f"listens, was refused ({os_reason(e)})") from None
                 raise StepFailed(f"connect to {host}:{port} failed: {e}") from None
@@ -580,10 +583,12 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     Picks free ports and a fresh salt (a vector case keeps its own), writes the salt file, opens
     the kit's controller listener (relay role), starts the target, plays the steps and stops the
     target (SIGTERM, then SIGKILL after ``settings.stop_bound``), recording its exit status. A
-    target of a failing case that closed one of the case's connections first gets
-    ``settings.exit_grace`` seconds to exit by itself (a crashing target is still shutting
-    down when the kit sees its end of stream): then its own exit status is recorded and its
-    output shown, not a SIGTERM the kit sent while it was ending.
+    target of a failing case that closed one of the case's connections, or refused the case's
+    first connection at the address it announced, first gets ``settings.exit_grace`` seconds to
+    exit by itself (a crashing target is still shutting down when the kit sees its end of
+    stream; one that announced its address before it failed to listen there is exiting): then
+    its own exit status is recorded and its output shown, not a SIGTERM the kit sent while it
+    was ending.
 
     Returns:
         The result; a failing step, a target that exits or never listens (or refuses the case's
@@ -666,7 +671,8 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     finally:
         if player is not None:
             player.close_all()
-            if target is not None and not result.passed and player.peer_closed():
+            if target is not None and not result.passed and (player.peer_closed()
+                                                             or player.refused):
                 target.wait_exit(settings.exit_grace)
         if target is not None:
             result.exit = target.stop(settings.stop_bound)
