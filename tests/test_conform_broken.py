@@ -207,6 +207,20 @@ def refuse_noncanonical_varints(mp: pytest.MonkeyPatch) -> None:
     _refuse_records(mp, bad)
 
 
+def keep_first_host_frame(mp: pytest.MonkeyPatch) -> None:
+    """Keep a relay's first HostFrame of a round and drop a second one, which upstream takes
+    in its place."""
+    orig = controller_core.ControllerCore._relay_event
+
+    def event(self: Any, c: Any, relay: Any, ev: Any) -> None:
+        if isinstance(ev, RecordReceived) and ev.record.kind is RecordKind.HOST_FRAME \
+                and relay.frame is not None:
+            return
+        orig(self, c, relay, ev)
+
+    mp.setattr(controller_core.ControllerCore, "_relay_event", event)
+
+
 def broadcast_before_all_deposited(mp: pytest.MonkeyPatch) -> None:
     """Reduce and scatter as soon as one relay has deposited."""
     orig = controller_core.ControllerCore._expected
@@ -325,6 +339,7 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
         "controller.round.f32-weighted",
         "controller.round.bf16-weighted",
         "controller.round.fold-order",
+        "controller.round.second-hostframe-overwrites",
         "controller.round.signed-zeros",
         "controller.round.bf16-nan",
         "controller.round.zero-mass",
@@ -371,6 +386,9 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
     "controller-refuses-noncanonical-varints": ("controller", 3, refuse_noncanonical_varints,
                                                 controller_target(), False,
                                                 {"controller.leniency.noncanonical-varint"}),
+    "controller-keeps-first-host-frame": ("controller", 2, keep_first_host_frame,
+                                          controller_target(), False,
+                                          {"controller.round.second-hostframe-overwrites"}),
     "controller-accepts-duplicate-rank": ("controller", 3, accept_duplicate_rank,
                                           controller_target(), False, {
         "controller.hello.duplicate-across-relays",
