@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import pytest
+
+from flodl_proto.codec import encode_ack
+
+from .cluster_util import recv_exact
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -85,3 +91,39 @@ def stdout_pipe_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[PipeWrites]:
         recorded.got = bytes(got)
     finally:
         os.close(read_end)
+
+
+#: the session salt of :func:`acked_rank`'s rank (hex)
+RANK_SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
+
+
+@contextmanager
+def acked_rank(*rank_args: str, preexec: Callable[[], None] | None = None,
+               env: dict[str, str] | None = None
+               ) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
+    """A ``flodl-proto rank`` subprocess (rank 0 of 1, ``rank_args`` added; ``preexec`` run in
+    the child before it starts; ``env``: its environment, else the test's) whose relay is this
+    test: its listener accepts the rank, reads the handshake and acks it (version 2). Yields
+    the process (stdout and stderr piped, text) and the accepted connection; on exit the
+    connection and the listener are closed and a process still running is killed."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(60)
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
+                          "1", "--salt", RANK_SALT_HEX, *rank_args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=preexec, env=env)
+    try:
+        conn, _ = lst.accept()
+        with conn:
+            conn.settimeout(60)
+            recv_exact(conn, 16)  # handshake
+            conn.sendall(encode_ack(2))
+            yield p, conn
+    finally:
+        lst.close()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()

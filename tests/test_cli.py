@@ -5,7 +5,6 @@ hand-run cluster as the README describes it."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import os
@@ -29,6 +28,7 @@ import pytest
 from flodl_proto.codec import encode_ack, encode_handshake
 from flodl_proto.errors import shown, shown_name
 
+from .cli_util import acked_rank
 from .cli_util import run_main as _run_main
 from .cluster_util import recv_exact
 from .conftest import ROOT, closed_port
@@ -149,37 +149,6 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(args: tuple[str, ...
     assert (rc, err) == (141, "")
 
 
-@contextlib.contextmanager
-def _acked_rank(*rank_args: str, preexec: Callable[[], None] | None = None
-                ) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
-    """A ``flodl-proto rank`` subprocess (rank 0 of 1, ``rank_args`` added; ``preexec`` run in
-    the child before it starts) whose relay is this test: its listener accepts the rank, reads
-    the handshake and acks it (version 2). Yields the process (stdout and stderr piped, text)
-    and the accepted connection; on exit the connection and the listener are closed and a
-    process still running is killed."""
-    lst = socket.socket()
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(1)
-    lst.settimeout(60)
-    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
-                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
-                          "1", "--salt", SALT_HEX, *rank_args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=preexec)
-    try:
-        conn, _ = lst.accept()
-        with conn:
-            conn.settimeout(60)
-            recv_exact(conn, 16)  # handshake
-            conn.sendall(encode_ack(2))
-            yield p, conn
-    finally:
-        lst.close()
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-
-
 def _echo_rounds(conn: socket.socket, rounds: int) -> int:
     """Play a relay of one rank for up to ``rounds`` rounds: its own frame is the consensus.
     Stops early when the rank closes its connection (it left the run); returns the number of
@@ -196,7 +165,7 @@ def _echo_rounds(conn: socket.socket, rounds: int) -> int:
 def test_a_rank_whose_stdout_reader_stops_early_ends_quietly() -> None:
     """``flodl-proto rank ... | head -0``: the first digest line meets a closed pipe; the rank
     ends with 141 and nothing on stderr, as every command does (not a connection failure)."""
-    with _acked_rank("--rounds", "3") as (p, conn):
+    with acked_rank("--rounds", "3") as (p, conn):
         assert p.stdout is not None and p.stderr is not None
         p.stdout.close()  # the reader is gone before the first line (it needs a reply)
         # a relay that answers every round the rank plays: the rank leaves once its first line
@@ -256,7 +225,7 @@ def test_rank_payload_too_large_to_allocate_is_one_line() -> None:
 
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    with _acked_rank("--payload-mib", "2000", "--frame-ceiling", "4294967295",
+    with acked_rank("--payload-mib", "2000", "--frame-ceiling", "4294967295",
                      preexec=held) as (p, _):
         out, err = p.communicate(timeout=60)
     assert (p.returncode, out) == (1, "")
@@ -2037,7 +2006,7 @@ def test_controller_progress_lines_with_no_stdout(monkeypatch: pytest.MonkeyPatc
 def test_a_rank_started_with_a_closed_stdout_runs_its_rounds() -> None:
     """``flodl-proto rank ... >&-``: the digest lines are taken, as print() takes them; the
     closed stdout was taken for a reader gone away and ended in a BrokenPipeError traceback."""
-    with _acked_rank("--rounds", "2", preexec=_close_stdout) as (p, conn):
+    with acked_rank("--rounds", "2", preexec=_close_stdout) as (p, conn):
         assert p.stderr is not None
         assert _echo_rounds(conn, 2) == 2
         err = p.stderr.read()

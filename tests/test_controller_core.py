@@ -575,14 +575,20 @@ def test_widest_hello_fits_the_first_record_bound(version: int) -> None:
     assert core.state == "reducing" and finished(acts) is None
 
 
+def _control_header(claim: int) -> bytes:
+    """A Control record's 25-byte header claiming ``claim`` payload bytes (its tag not
+    computed: a bound is checked before the tag)."""
+    return bytes(MUX_HEADER.build({"magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION,
+                                   "kind": RecordKind.CONTROL.value, "rank": 0,
+                                   "payload_len": claim, "auth_tag": bytes(8)}))
+
+
 @pytest.mark.parametrize("claim", [max_hello_payload(2) + 1, 1 << 30])
 def test_first_record_larger_than_any_hello_fails_from_its_header(claim: int) -> None:
     core = started(2)
     core.connection_opened(0, 0.0)
-    header = MUX_HEADER.build({"magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION,
-                               "kind": RecordKind.CONTROL.value, "rank": 0,
-                               "payload_len": claim, "auth_tag": bytes(8)})
-    acts = core.receive_data(0, encode_channel_magic("data") + header)  # no payload byte sent
+    acts = core.receive_data(0, encode_channel_magic("data") + _control_header(claim))  # no
+    # payload byte sent
     fin = finished(acts)
     assert fin is not None and not fin.outcome.clean
     err = fin.outcome.error
@@ -615,10 +621,7 @@ def test_a_later_control_record_longer_than_any_control_message_fails_from_its_h
     rank per byte is a list of a billion entries at 1 GiB)."""
     core = started(2)
     join(core, 0, [0, 1])
-    header = MUX_HEADER.build({"magic": MUX_RECORD_MAGIC, "version": MUX_PROTOCOL_VERSION,
-                               "kind": RecordKind.CONTROL.value, "rank": 0,
-                               "payload_len": claim, "auth_tag": bytes(8)})
-    fin = finished(core.receive_data(0, header))
+    fin = finished(core.receive_data(0, _control_header(claim)))
     assert fin is not None and not fin.outcome.clean
     err = fin.outcome.error
     assert isinstance(err, LimitExceeded) and err.error_id == "controller.control_too_long"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from flodl_proto._threads import STOP_SIGNALS, start_thread
-from flodl_proto.codec import encode_ack
 
+from .cli_util import acked_rank
 from .cluster_util import recv_exact, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,31 +105,11 @@ def _waiting_rank(*args: str) -> Iterator[subprocess.Popen[str]]:
     """A ``flodl-proto rank`` (rank 0 of 1) whose relay is this test: it acks the handshake,
     reads the rank's first frame and never answers, so the rank waits for its consensus (the
     read deadline is 1200 s at scale 10). Yields the process once its main thread waits."""
-    lst = socket.socket()
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(1)
-    lst.settimeout(60)
-    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
-                          f"127.0.0.1:{lst.getsockname()[1]}", "--rank", "0", "--world-size",
-                          "1", "--salt", SALT_HEX, *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=_sigint_default,
-                         env={**os.environ, **_ENV})
-    try:
-        conn, _ = lst.accept()
-        with conn:
-            conn.settimeout(60)
-            recv_exact(conn, 16)  # handshake
-            conn.sendall(encode_ack(2))
-            n = int.from_bytes(recv_exact(conn, 4), "little")
-            recv_exact(conn, n)  # round 1's frame: no consensus will come
-            wait_until(lambda: _asleep(p.pid), timeout=30)
-            yield p
-    finally:
-        lst.close()
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    with acked_rank(*args, preexec=_sigint_default, env={**os.environ, **_ENV}) as (p, conn):
+        n = int.from_bytes(recv_exact(conn, 4), "little")
+        recv_exact(conn, n)  # round 1's frame: no consensus will come
+        wait_until(lambda: _asleep(p.pid), timeout=30)
+        yield p
 
 
 @pytest.mark.parametrize(("signum", "code", "stderr"), [
