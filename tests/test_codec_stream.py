@@ -668,6 +668,32 @@ def test_mux_stream_control_limit_in_every_feed_path(path: str) -> None:
         "length": 30, "limit": 10}
 
 
+@pytest.mark.parametrize("path", ["whole", "header hint", "bytes one by one"])
+def test_mux_stream_control_limit_alone_leaves_the_first_record_to_the_ceiling(
+        path: str) -> None:
+    """Without a ``hello_limit``, ``control_limit`` still bounds only the Control records after
+    the first, as its doc says: a first Control record longer than it is decoded (it was refused
+    as 'a Control record after the Hello', naming a Hello the stream had not seen), and
+    :meth:`MuxStream.limit_for` gives the ceiling for it."""
+    stream = MuxStream(SALT, expect_magic=None, ceiling=100, control_limit=10)
+    assert (stream.limit_for(2), stream.limit_for(1)) == (100, 100)
+    wire = mux(SALT, 2, RANK_EXIT_10 + bytes(20))
+    if path == "whole":
+        events = stream.feed(wire)
+    elif path == "header hint":
+        events = stream.feed(wire, header=parse_mux_header(wire[:25]))
+    else:
+        events = []
+        for i in range(len(wire)):
+            events += stream.feed(wire[i:i + 1])
+    [first] = events
+    assert isinstance(first, RecordReceived) and first.record.control == RankExit(3)
+    assert (stream.limit_for(2), stream.limit_for(1)) == (10, 100)
+    f = failed(stream.feed(wire[:25]))
+    assert remote(f.error, LimitExceeded, "controller.control_too_long").fields == {
+        "length": 30, "limit": 10}
+
+
 def test_mux_stream_control_limit_above_the_ceiling_is_the_ceiling() -> None:
     stream = MuxStream(SALT, expect_magic=None, ceiling=20, control_limit=1000)
     assert (stream.limit_for(2), stream.limit_for(1)) == (20, 20)

@@ -540,7 +540,7 @@ class MuxStream:
         stream's ``control_limit`` (at most the ceiling). A reader that sees a larger
         ``payload_len`` feeds the header alone; the stream then fails with the limit's error.
         Raises nothing."""
-        if kind == REC_CONTROL and self._hello_limit is None:
+        if kind == REC_CONTROL and not self._first:
             return self._control_limit
         return self.payload_limit
 
@@ -600,7 +600,8 @@ class MuxStream:
                   and mv.nbytes == MUX_HEADER_LEN + header.payload_len
                   and (header.payload_len <= self._ceiling if self._hello_limit is None
                        else header.payload_len <= self.payload_limit)
-                  and (header.kind != REC_CONTROL or header.payload_len <= self._control_limit)):
+                  and (header.kind != REC_CONTROL or self._first
+                       or header.payload_len <= self._control_limit)):
                 # exactly the one whole record the runner read (its header in hand): decoded
                 # as _parse_in_place would decode it, without walking the chunk
                 self._decode_one(mv, events, premac, frame_premac, header)
@@ -674,7 +675,8 @@ class MuxStream:
         if limit is not None and hdr.payload_len > limit:
             raise protocol_error("controller.hello_too_long", length=hdr.payload_len,
                                  limit=limit, kind=hdr.kind)
-        if limit is None and hdr.kind == REC_CONTROL and hdr.payload_len > self._control_limit:
+        if (not self._first and hdr.kind == REC_CONTROL
+                and hdr.payload_len > self._control_limit):
             raise protocol_error("controller.control_too_long", length=hdr.payload_len,
                                  limit=self._control_limit)
         return MUX_HEADER_LEN + hdr.payload_len
