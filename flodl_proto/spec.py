@@ -42,6 +42,7 @@ from ._spec_shapes import (
     check_shape,
     check_top_level,
 )
+from ._yaml_loader import YAML_LOADER
 
 __all__ = [
     "KERNELS_ENV",
@@ -75,38 +76,6 @@ log = logging.getLogger(__name__)
 #: A data-channel protocol version this package speaks.
 Version = Literal[2, 3]
 
-
-def _unique_keys(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    """``construct_mapping`` of :data:`YAML_LOADER`: the safe loader's, after refusing a mapping
-    that holds one key twice (YAML keeps the last silently: a constant or a field's ``type``
-    written again in an edited spec replaced the first), with a ``ConstructorError`` naming the
-    key and its first line, marked where the second one starts. Merge keys (``<<``) may repeat
-    what they merge, as YAML allows."""
-    first_lines: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            first = first_lines.get(key)
-        except TypeError:  # an unhashable key: the safe loader's own error names it
-            break
-        if first is not None:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
-        first_lines[key] = key_node.start_mark.line + 1
-    return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
-
-
-#: the fastest safe YAML loader available (libyaml's when PyYAML was built with it; same result),
-#: refusing a mapping that holds one key twice (:func:`_unique_keys`)
-YAML_LOADER: Final[type[yaml.SafeLoader]] = type(
-    "UniqueKeySafeLoader", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),),
-    {"construct_mapping": _unique_keys,
-     "__doc__": "PyYAML's safe loader (libyaml's when built with it) refusing a mapping that "
-                "holds one key twice (a ConstructorError naming the key and both lines). No "
-                "upstream counterpart: upstream's spec is its code; the spec files are this "
-                "package's."})
 
 _KINDS: Final = frozenset(
     {"auth", "limit", "truncated", "version", "magic", "sequence", "schema", "value"}

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from construct import Array, Bytes, FormatField
 
 from flodl_proto import _spec_shapes, errors, spec
@@ -398,6 +399,43 @@ def test_a_key_written_twice_in_a_spec_file_is_refused_naming_the_key_and_both_l
     assert str(info.value) == (f"cannot load {folder / file}: not YAML: duplicate key {key!r} "
                                f"(first at line {first_line}) at line {second_line}, "
                                f"column {column}")
+
+
+# an anchor defined inside a merge and used again; a mapping merging one that overrides a key
+_NESTED_MERGES = """\
+base: &base {a: 1, b: 2, long_key: 3}
+top:
+  <<: &mid
+    <<: *base
+    b: 20
+    long_key: 30
+  c: 4
+again: *mid
+both:
+  <<: [*base, {a: 9, d: 5}]
+  d: 6
+"""
+
+
+@pytest.mark.parametrize("loader", ["YAML_LOADER", "its pure-Python base"])
+def test_the_spec_loader_takes_yaml_merge_keys_as_yaml_says(loader: str) -> None:
+    """YAML merge keys (``<<``): a mapping's own key wins over a merged one, an earlier merged
+    mapping over a later one. An anchor defined inside a merge and used again was refused as a
+    duplicate key (its own ``b`` beside the ``b`` merged into it), and PyYAML's own flattening
+    kept the first value of a key Python interns (``b``, not ``long_key``), so ``top`` read
+    ``b: 2`` beside ``long_key: 30``."""
+    cls = spec.YAML_LOADER if loader == "YAML_LOADER" else type(
+        "PurePythonUniqueKeys", (yaml.SafeLoader,), {
+            "construct_mapping": spec.YAML_LOADER.construct_mapping,
+            "flatten_mapping": spec.YAML_LOADER.flatten_mapping})
+    mid = {"a": 1, "b": 20, "long_key": 30}
+    assert yaml.load(_NESTED_MERGES, Loader=cls) == {
+        "base": {"a": 1, "b": 2, "long_key": 3}, "top": {**mid, "c": 4}, "again": mid,
+        "both": {"a": 1, "b": 2, "long_key": 3, "d": 6}}
+    with pytest.raises(yaml.constructor.ConstructorError) as info:
+        yaml.load("a: &a {k: 1}\nc: {<<: *a, k: 2, k: 3}\n", Loader=cls)
+    assert spec.load_reason(info.value) == (
+        "not YAML: duplicate key 'k' (first at line 2) at line 2, column 19")
 
 
 def _cli_with_spec_dir(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
