@@ -69,7 +69,8 @@ from ._oserr import os_reason
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "QUIET_LOGGERS", "AnyCase", "build_parser", "configure_logging", "entry",
-           "interrupts_held", "main", "note_stop", "sigterm_as_ctrl_c", "stop_outcome"]
+           "interrupts_held", "main", "named_by_spec_dir", "note_stop", "sigterm_as_ctrl_c",
+           "stop_outcome"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
@@ -433,13 +434,22 @@ def _spec_failure(exc: RuntimeError, prog: str) -> int:
     and its folder when that is set (exit 2, an environment value refused as a bad
     ``FLODL_NET_TIMEOUT_SCALE`` is), else as the package's own spec (exit 1, a packaging
     defect)."""
+    print(f"{prog}: error: {named_by_spec_dir(str(exc))}", file=sys.stderr, flush=True)
+    return 2 if os.environ.get("FLODL_PROTO_SPEC_DIR") else 1
+
+
+def named_by_spec_dir(text: str) -> str:
+    """``text``, a problem of the spec folder in use, after ``FLODL_PROTO_SPEC_DIR=FOLDER: ``
+    when that variable names the folder (the folder shown as typed, quoted when it holds blanks
+    at either end or a character that does not print) and ``text`` does not start so already;
+    else ``text`` as it is. Raises nothing.
+
+    Upstream: none (upstream's spec is its code)."""
     folder = os.environ.get("FLODL_PROTO_SPEC_DIR")
-    text = str(exc)
-    if folder and not text.startswith("FLODL_PROTO_SPEC_DIR="):
-        shown = folder if folder.isprintable() and folder == folder.strip() else repr(folder)
-        text = f"FLODL_PROTO_SPEC_DIR={shown}: {text}"
-    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
-    return 2 if folder else 1
+    if not folder or text.startswith("FLODL_PROTO_SPEC_DIR="):
+        return text
+    shown = folder if folder.isprintable() and folder == folder.strip() else repr(folder)
+    return f"FLODL_PROTO_SPEC_DIR={shown}: {text}"
 
 
 def _late_signals_end_with(code: object, also: tuple[int, ...],

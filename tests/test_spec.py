@@ -444,6 +444,41 @@ def _cli_with_spec_dir(folder: Path, *args: str) -> subprocess.CompletedProcess[
                           capture_output=True, text=True, timeout=60, check=False)
 
 
+def test_a_spec_folder_from_the_environment_missing_a_later_file_is_named_by_it(
+        tmp_path: Path) -> None:
+    """A ``$FLODL_PROTO_SPEC_DIR`` folder holding ``wire.yaml`` alone: the commands that read its
+    ``lifecycle.yaml`` or ``conformance.yaml`` later name the variable as every other command
+    does, where ``docs`` said only 'cannot load .../lifecycle.yaml' and ``conform`` printed
+    Python's '[Errno 2] No such file or directory: '.../conformance.yaml''."""
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    (folder / "wire.yaml").write_bytes((PKG.parent / "spec" / "wire.yaml").read_bytes())
+    out = tmp_path / "out.md"
+    for args, line in (
+            (["docs", "--out", str(out)],
+             f"flodl-proto docs: error: FLODL_PROTO_SPEC_DIR={folder}: cannot load "
+             f"{folder / 'lifecycle.yaml'}: No such file or directory"),
+            (["conform", "controller", "--list"],
+             f"flodl-proto conform controller: error: FLODL_PROTO_SPEC_DIR={folder}: catalogue: "
+             f"cannot load {folder / 'conformance.yaml'}: No such file or directory"),
+            (["conform", "docs", "--out", str(out)],
+             f"flodl-proto conform docs: error: FLODL_PROTO_SPEC_DIR={folder}: catalogue: "
+             f"cannot load {folder / 'conformance.yaml'}: No such file or directory")):
+        res = _cli_with_spec_dir(folder, *args)
+        assert (res.returncode, res.stdout, res.stderr) == (2, "", line + "\n"), args
+    assert not out.exists()
+    # a catalogue that is not UTF-8 was a UnicodeDecodeError traceback
+    shutil.rmtree(folder)
+    shutil.copytree(PKG.parent / "spec", folder)
+    catalogue = folder / "conformance.yaml"
+    size = catalogue.stat().st_size
+    catalogue.write_bytes(catalogue.read_bytes() + b"\xff")
+    res = _cli_with_spec_dir(folder, "conform", "controller", "--list")
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", (
+        f"flodl-proto conform controller: error: FLODL_PROTO_SPEC_DIR={folder}: catalogue: "
+        f"cannot load {catalogue}: not UTF-8 (byte 0xff at offset {size})\n"))
+
+
 def test_a_spec_folder_from_the_environment_that_fails_to_load_is_one_line(
         tmp_path: Path) -> None:
     """A spec folder named by ``$FLODL_PROTO_SPEC_DIR`` whose spec is refused made every command

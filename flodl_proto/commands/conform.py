@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import make_folders
 from .._oserr import os_reason
 from .._unseen import terminal_text
-from ..cli import AnyCase, interrupts_held, note_stop, stop_outcome
+from ..cli import AnyCase, interrupts_held, named_by_spec_dir, note_stop, stop_outcome
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._option_error import option_conflict, option_message
@@ -296,7 +296,7 @@ def _prepare(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
     try:
         catalogue = load_catalogue()
     except (CatalogueError, OSError) as e:
-        return _usage(f"catalogue: {e}", args)
+        return _usage(named_by_spec_dir(f"catalogue: {e}"), args)
     versions = sorted(set(args.versions or SUPPORTED_VERSIONS))
     level = args.level.upper() if args.level else None
     selected, not_selected = select_cases(catalogue, role=role, versions=versions,
@@ -552,7 +552,7 @@ def _run_docs(args: argparse.Namespace) -> int:
     try:
         text = render_conformance_doc()
     except CatalogueError as e:
-        return _usage(f"catalogue: {e}", args)
+        return _usage(named_by_spec_dir(f"catalogue: {e}"), args)
     from .docs import check_generated, checkout_file, stdout_check, write_generated
 
     out: Path = args.out if args.out is not None else checkout_file(Path("docs/conformance.md"))

@@ -415,7 +415,14 @@ def _run(args: argparse.Namespace) -> int:
         lifecycle = spec.lifecycle()  # the document's lifecycle section: required
         check_lifecycle(lifecycle)
     except SpecError as e:  # a folder given with --spec is the option's value: named so
-        why = str(e) if args.spec is None else option_message("--spec", str(e))
+        if args.spec is not None:
+            why = option_message("--spec", str(e))
+        elif spec_dir.resolve() == SPEC.path.resolve():  # the loaded one: $FLODL_PROTO_SPEC_DIR's?
+            from ..cli import named_by_spec_dir
+
+            why = named_by_spec_dir(str(e))
+        else:
+            why = str(e)
         print(f"{_PROG}: error: {why}", file=sys.stderr)
         return 2
     text = render_protocol_doc(spec, lifecycle)

@@ -283,6 +283,8 @@ def _load(path: Path, vdir: Path) -> tuple[Case, ...]:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)
     except yaml.YAMLError as e:
         raise CatalogueError(f"{path.name}: {load_reason(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CatalogueError(f"cannot load {path}: {load_reason(e)}") from None
     if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
         raise CatalogueError(f"{path.name}: missing or unknown schema (want {SCHEMA})")
     shape = conformance_shape(tuple(SUPPORTED_VERSIONS))
