@@ -546,12 +546,13 @@ def _check_layout(mname: str, msg: Mapping[str, Any], types: Mapping[str, Any]) 
     the bincode ``variants``) whose ``type`` is not in ``types``, whose integer ``size`` is not
     its type's, whose name an earlier field of the message has, or whose integer ``offset`` is
     not where the field before it ends, in one line naming the message, the field and the value
-    (the docs drew such a table as written)."""
+    (the docs drew such a table as written). The offsets run on across the ``parts`` (a
+    RoundFrame's kind at 8, after its header's 8 bytes), from 0 at the message's first field."""
     names: set[Any] = set()
     groups = [msg.get("fields")] + [p.get("fields") for p in (msg.get("parts") or [])
                                     if isinstance(p, dict)]
+    end: int | None = 0  # where the field before ends (its offset and size known)
     for group in (g for g in groups if isinstance(g, list)):
-        end: int | None = None  # where the field before ends (its offset and size known)
         for f in (f for f in group if isinstance(f, dict)):
             where = f"wire.yaml: message {mname} field {f.get('name')}"
             kind = types.get(str(f.get("type")))
@@ -566,7 +567,8 @@ def _check_layout(mname: str, msg: Mapping[str, Any], types: Mapping[str, Any]) 
             names.add(f.get("name"))
             if isinstance(offset, int) and isinstance(end, int) and offset != end:
                 raise SpecError(f"{where}: offset {offset} is not where the field before it "
-                                f"ends ({end})")
+                                f"ends ({end})" if len(names) > 1 else
+                                f"{where}: offset {offset} is not 0 (the message's first field)")
             end = offset + size if isinstance(offset, int) and isinstance(size, int) else None
 
 

@@ -505,6 +505,16 @@ def test_a_spec_folder_with_a_bad_or_missing_file_is_one_line_and_writes_nothing
      "message handshake field version: a second field of that name"),
     ("{name: rank, type: u32, size: 4, offset: 8,", "{name: rank, type: u32, size: 4, offset: 9,",
      "message handshake field rank: offset 9 is not where the field before it ends (8)"),
+    # the offsets run on across a message's parts (a RoundFrame's kind after its 8-byte header;
+    # bytes 8 and 9 were left out of the table with exit 0), from 0 at its first field
+    ("{name: kind, type: u8, size: 1, offset: 8,", "{name: kind, type: u8, size: 1, offset: 10,",
+     "message round_frame field kind: offset 10 is not where the field before it ends (8)"),
+    ("{name: weight, type: f64, size: 8, offset: 9,",
+     "{name: weight, type: f64, size: 8, offset: 12,",
+     "message round_frame field weight: offset 12 is not where the field before it ends (9)"),
+    ("{name: magic, type: u32, size: 4, offset: 0, enum: Channel,",
+     "{name: magic, type: u32, size: 4, offset: 2, enum: Channel,",
+     "message channel_magic field magic: offset 2 is not 0 (the message's first field)"),
 ])
 def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
         old: str, new: str, line: str, tmp_path: Path,
