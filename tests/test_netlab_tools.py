@@ -5,6 +5,8 @@ loss and partitions), so ``demo --netns``, which sets no ``tc`` or nftables rule
 
 from __future__ import annotations
 
+import fractions
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,25 @@ def test_a_rate_cap_past_a_floats_range_is_a_value_error_naming_its_size(
             lab.set_rate(lab.hosts[0], mbit)
         assert str(e.value) == ("mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), "
                                 "got an integer of 401 digits")
+    assert len(ran) == before  # no tc command
+
+
+@pytest.mark.parametrize(("mbit", "shown"), [
+    (10**5000, "an integer of 5001 digits"),  # was Python's 'Exceeds the limit (4300 digits) ...'
+    (-(10**5000), "an integer of 5001 digits"),
+    (fractions.Fraction(10**400, 3), "a Fraction whose integer part has 400 digits"),
+], ids=["10**5000", "-10**5000", "Fraction(10**400, 3)"])
+def test_a_rate_cap_past_a_floats_range_is_named_by_its_size_whatever_its_size_or_type(
+        mbit: object, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An int of more than 4300 digits, which Python refuses to write as text, is named by its
+    digit count as a smaller one is, where the ValueError was Python's own about integer string
+    conversion; a Fraction past a float's range is no integer: its integer part is counted."""
+    ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
+    lab = NetLab(1)
+    before = len(ran)
+    with pytest.raises(ValueError) as e:
+        lab.set_rate(lab.hosts[0], mbit)  # type: ignore[arg-type]
+    assert str(e.value) == f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {shown}"
     assert len(ran) == before  # no tc command
 
 
