@@ -50,6 +50,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # the checkout's package when none is installed (appended: an
     sys.path.append(_ROOT)  # installed one comes first)
 
+from flodl_proto._numbers import plain_number  # noqa: E402
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands._demo_report import exit_words  # noqa: E402
 from flodl_proto.commands._option_error import option_message  # noqa: E402,F401  (the scripts')
@@ -139,11 +140,15 @@ def number(minimum: float, *, inclusive: bool, maximum: float | None = None,
            ) -> Callable[[str], float]:
     """``type=`` of a finite number >= ``minimum`` (``inclusive``) or > ``minimum`` and, when
     given, <= ``maximum`` (``why`` says what that bound is); ``problem``, when given, says what
-    else is wrong with a number in those bounds (None: nothing), after the number as typed."""
+    else is wrong with a number in those bounds (None: nothing), after the number as typed.
+    The number is written as the package's options write one (ASCII, no ``_``: ``1_0`` and
+    a digit of another script are none, as :func:`whole` has them)."""
     bound = f"{'>=' if inclusive else '>'} {minimum:g}"
 
     def parse(text: str) -> float:
         try:
+            if not plain_number(text):
+                raise ValueError(text)
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(

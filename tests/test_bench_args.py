@@ -112,6 +112,11 @@ BAD = [
     ("wan", ["--mib", "1e-9"],
      "bench/wan.py: error: argument --mib: '1e-9': less than one f32 element per tensor (4 "
      "tensors)"),
+    # a real number is written as a whole one is (ASCII, no '_'): float() took both
+    ("wan", ["--mib", "1_0"], "bench/wan.py: error: argument --mib: expected a number > 0, got "
+     "'1_0'"),
+    ("wan", ["--quiet-wait", "\u0661"],
+     "bench/wan.py: error: argument --quiet-wait: expected a number >= 0, got '\u0661'"),
     ("wan", ["--rounds", "0"], "bench/wan.py: error: argument --rounds: must be >= 1, got '0'"),
     ("wan", ["--quiet-cores", "0"],
      "bench/wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
