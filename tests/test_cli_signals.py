@@ -233,6 +233,37 @@ def test_sighup_ends_the_controller_and_the_relay_by_the_signal(command: str) ->
             proc.communicate()
     assert (proc.returncode, out, err) == (-signal.SIGHUP, "", "")
 
+def test_a_running_rank_is_ended_by_sigterm_itself_as_the_readme_says() -> None:
+    """The exit-code table's 129 row said ``controller``, ``relay`` and ``rank`` all stop
+    cleanly on SIGTERM and Ctrl-C; a rank waiting for its relay's handshake reply is ended by
+    SIGTERM itself (no line, as the 143 row has it): the row names the controller and the relay
+    for SIGTERM, the rank for Ctrl-C only."""
+    import socket
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    [row] = [line for line in readme.splitlines() if line.startswith("| 129 |")]
+    assert ("`controller` and `relay` stop cleanly on SIGTERM and Ctrl-C only, `rank` ends with "
+            "a line on Ctrl-C only (SIGTERM ends it by the signal itself: see 143)") in row
+    with socket.create_server(("127.0.0.1", 0)) as relay:  # accepts, never replies
+        port = relay.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "flodl_proto", "rank", "--relay",
+                                 f"127.0.0.1:{port}", "--rank", "0", "--world-size", "1",
+                                 "--salt", SALT_HEX], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            conn, _ = relay.accept()  # the rank runs: it has dialed and sent its handshake
+            with conn:
+                conn.settimeout(60)
+                assert len(conn.recv(64)) > 0
+                proc.send_signal(signal.SIGTERM)
+                out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert (proc.returncode, out, err) == (-signal.SIGTERM, "", "")
+
+
 #: every command that imports NumPy and the codec when it runs, with arguments that get it there
 #: (the relay and the rank dial nothing before the signal is delivered), and its prefix
 _LOADING_NUMPY = {
