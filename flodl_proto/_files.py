@@ -213,7 +213,10 @@ def make_folders(folder: Path) -> None:
             (``NotADirectoryError``, also where ``mkdir`` reports ``File exists``) and the file
             is named after it (``creating the folder a-file/sub: Not a directory (a-file is not
             a folder)``; ``creating the folder a-file: Not a directory (it exists and is not a
-            folder)``); ``filename`` is the folder that failed.
+            folder)``); a symbolic link there that leads to no folder is named for what it is
+            (``creating the folder link: No such file or directory (a symbolic link to
+            nothing)``; a loop of links: ``Too many levels of symbolic links``), where a link
+            to a file is a file; ``filename`` is the folder that failed.
 
     No upstream counterpart: upstream ships no generated files.
     """
@@ -222,9 +225,15 @@ def make_folders(folder: Path) -> None:
     except OSError as e:
         # the folder mkdir failed at (a Path: mkdir passes one), maybe one above ``folder``
         failed = Path(os.fsdecode(e.filename)) if e.filename else folder
+        hint = ""
+        if isinstance(e, FileExistsError) and failed.is_symlink():  # a link to no folder
+            try:
+                failed.stat()
+            except OSError as gone:  # to nothing (ENOENT) or a loop of links (ELOOP)
+                e = OSError(gone.errno, gone.strerror, str(failed))
+                hint = " (a symbolic link to nothing)" if gone.errno == errno.ENOENT else ""
         if isinstance(e, FileExistsError):  # the folder's own name is taken by a file
             e = NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(failed))
-        hint = ""
         if e.errno == errno.ENOTDIR:
             blocker = next((f for f in (failed, *failed.parents) if f.exists() or f.is_symlink()),
                            None)
@@ -232,7 +241,7 @@ def make_folders(folder: Path) -> None:
                 hint = " (it exists and is not a folder)"
             elif blocker is not None and not blocker.is_dir():
                 hint = f" ({_shown_path(blocker)} is not a folder)"
-        elif e.errno == errno.ENOENT and failed.parent.is_dir():
+        elif e.errno == errno.ENOENT and not hint and failed.parent.is_dir():
             hint = f" ({_shown_path(failed.parent)} takes no new folder)"
         raise _at_step(e, f"creating the folder {_shown_path(failed)}", hint) from None
 

@@ -314,6 +314,29 @@ def test_make_folders_names_the_folder_it_failed_at(tmp_path: Path,
     assert (tmp_path / "new" / "sub").is_dir()
 
 
+def test_make_folders_names_a_link_to_no_folder_for_what_it_is(tmp_path: Path) -> None:
+    """A symbolic link where a folder of the path should be, leading to nothing or to a loop
+    of links, was 'Not a directory (it exists and is not a folder)' (mkdir's EEXIST): it is
+    named for what it is (the demo's new --salt-file, docs --out, every output path)."""
+    from flodl_proto._files import make_folders
+
+    dangling, loop = tmp_path / "dangling", tmp_path / "loop1"
+    dangling.symlink_to(tmp_path / "gone" / "dir")
+    loop.symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(loop)
+    with pytest.raises(FileNotFoundError) as e:
+        make_folders(dangling / "sub")
+    assert (e.value.strerror, e.value.filename) == (
+        f"creating the folder {shown_name(str(dangling))}: No such file or directory (a "
+        "symbolic link to nothing)", str(dangling))
+    with pytest.raises(OSError) as e:
+        make_folders(loop)
+    assert (e.value.errno, e.value.strerror, e.value.filename) == (
+        errno.ELOOP, f"creating the folder {shown_name(str(loop))}: Too many levels of symbolic "
+        "links", str(loop))
+    assert not (tmp_path / "gone").exists()
+
+
 def test_create_file_makes_a_new_file_whole_and_never_replaces_one(tmp_path: Path) -> None:
     """A new file appears whole with ``new_mode`` less the umask and no temporary beside it; a
     name that exists (a file, a link to no file) is refused with ``FileExistsError`` naming it,
