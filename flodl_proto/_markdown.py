@@ -19,16 +19,27 @@ _ROW_CHARS = _ROW_BYTES * _CELL + 1
 # -------------------------------------------------------------------------------------------------
 # Markdown helpers
 # -------------------------------------------------------------------------------------------------
+#: a ``<`` that would open an HTML tag, a comment or a declaration
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/?!])")
+#: an inline code span: a run of backticks, its text, the same run (CommonMark's rule)
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+
+
 def _text(value: Any) -> str:
     """Render a spec scalar as one line of Markdown text (table-safe): a ``|`` escaped, and a
     ``<`` that would open an HTML tag (``Vec<T>``: GitHub drops the unknown tag ``<T>``) written
-    ``&lt;`` (``v < 251`` and ``<=`` are left as they are)."""
+    ``&lt;`` (``v < 251`` and ``<=`` are left as they are), outside code spans only: inside
+    one (```Vec<T>```) the text shows as written, an entity as its letters."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    s = " ".join(str(value).split())
-    return re.sub(r"<(?=[A-Za-z/?!])", "&lt;", s.replace("|", "\\|"))
+    s = " ".join(str(value).split()).replace("|", "\\|")
+    out, pos = [], 0
+    for span in _CODE_SPAN.finditer(s):
+        out += [_TAG_OPEN.sub("&lt;", s[pos:span.start()]), span.group(0)]
+        pos = span.end()
+    return "".join(out) + _TAG_OPEN.sub("&lt;", s[pos:])
 
 
 def _code(value: Any) -> str:

@@ -104,6 +104,13 @@ def test_spec_text_that_reads_as_an_html_tag_is_escaped() -> None:
     assert "Vec&lt;T>: length (u64 varint) + elements" in render_protocol_doc()
 
 
+def test_a_tag_inside_a_code_span_of_spec_text_is_left_as_written() -> None:
+    """Inside a code span GitHub shows an entity as its letters: ```Vec<T>``` in spec text
+    was written ```Vec&lt;T>```, shown as that; only the ``<`` outside code spans is escaped."""
+    assert md_text("`Vec<T>` and Vec<T>; ``a`<b>`` <i>; an unclosed ` Vec<T>") == (
+        "`Vec<T>` and Vec&lt;T>; ``a`<b>`` &lt;i>; an unclosed ` Vec&lt;T>")
+
+
 @pytest.mark.parametrize("name", ["protocol.md", "conformance.md"])
 def test_the_generated_references_render(name: str) -> None:
     text = (ROOT / "docs" / name).read_text(encoding="utf-8")
