@@ -42,9 +42,11 @@ class _Rec(NamedTuple):
 
 
 class _Map(NamedTuple):
-    """A mapping of names of the file's choosing (constants, errors, states...) to ``values``."""
+    """A mapping of names of the file's choosing (constants, errors, states...) to ``values``;
+    each name of type ``keys`` (a string, unless the names are numbers: versions)."""
 
     values: Any
+    keys: Any = str
 
 
 class _List(NamedTuple):
@@ -70,7 +72,7 @@ WIRE_SHAPE: Final = _Rec({
     "schema": str,
     "title": str,
     "upstream": _Rec({"repository": str, "mirror": str, "base_path": str}),
-    "versions": _Rec({"default": int, "supported": _List(int)}, {"notes": _Map(str)}),
+    "versions": _Rec({"default": int, "supported": _List(int)}, {"notes": _Map(str, int)}),
     "types": _Map(_Rec({"doc": str, "size": (int, None)})),
     "constants": _Map(_Rec({"value": int, "type": str, "doc": str, "source": str})),
     "timeouts": _Map(_Rec({"doc": str, "source": str}, {
@@ -90,7 +92,7 @@ WIRE_SHAPE: Final = _Rec({
              "name": str, "index": int,
              "fields": _List(_Rec({"name": str, "type": str, "doc": str,
                                    "versions": _List(int)})),
-             "example": _Map(_Rec({"value": str, "bytes": str}))}))})),
+             "example": _Map(_Rec({"value": str, "bytes": str}), (int, str))}))})),
     "auth": _Rec({"algorithm": str, "printed_as": str, "coverage": _Map(str),
                   "notes": _TEXTS}),
     "end_of_stream": _List(_Rec({"where": str, "rule": str}, {"source": str})),
@@ -261,6 +263,9 @@ def check_shape(value: Any, shape: Any, name: str, path: str) -> None:
             check_shape(item, inner, name, _inner(path, key))
     elif isinstance(shape, _Map):
         for key, item in value.items():
+            if not _fits(key, shape.keys):  # 1 and '1' are two keys the docs both show as 1
+                raise ShapeError(f"{name}: {path}: a key is {kind_name(key)}, not "
+                                 f"{_expected(shape.keys)}")
             check_shape(item, shape.values, name, _inner(path, key))
     elif isinstance(shape, _List):
         for i, item in enumerate(value):

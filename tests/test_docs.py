@@ -545,6 +545,25 @@ def test_a_stray_top_level_key_is_one_line_and_writes_nothing(
     assert err.count("\n") == 1 and err.endswith(")\n")
 
 
+@pytest.mark.parametrize(("name", "old", "new", "line"), [
+    ("wire.yaml", "\nconstants:\n",
+     "\nconstants:\n  '1': {value: 5, type: u32, doc: d, source: s}\n"
+     "  1: {value: 6, type: u32, doc: d, source: s}\n",
+     "wire.yaml: constants: a key is the number 1, not a string"),
+    ("wire.yaml", "\nerrors:\n", "\nerrors:\n  true: {kind: value, side: local, template: t}\n",
+     "wire.yaml: errors: a key is True, not a string"),
+    ("lifecycle.yaml", "\n    guards:\n", "\n    guards:\n      7: the seventh\n",
+     "lifecycle.yaml: machines.controller.guards: a key is the number 7, not a string"),
+])
+def test_a_name_that_is_no_string_is_one_line_and_writes_nothing(
+        name: str, old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A name of a table of the spec's own names written as a number (or ``true``) was taken:
+    ``1`` beside ``'1'`` (two keys to YAML) gave two constants the reference showed as ``1``."""
+    _docs_of_a_changed_spec(name, old, new, tmp_path)
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: {line}\n")
+
+
 def _drop(doc: dict[str, Any], key: str) -> None:
     del doc[key]
 
