@@ -30,6 +30,7 @@ from flodl_proto.codec.stream import (
     RecordReceived,
     RoundFrameDecoder,
     StreamEnded,
+    StreamEvent,
     StreamFailed,
     other_version_hello,
 )
@@ -648,6 +649,21 @@ def test_mux_stream_control_limit_bounds_every_control_record_after_the_first() 
     assert (stream.done, stream.buffered) == (True, 0)
 
 
+def _fed_by(path: str, stream: MuxStream, wire: bytes, upto: int | None = None
+            ) -> list[StreamEvent]:
+    """The events of ``stream`` fed ``wire``: whole in one chunk (``"whole"``), whole with the
+    runner's header hint (``"header hint"``), or a byte at a time (``"bytes one by one"``, its
+    first ``upto`` bytes when given)."""
+    if path == "whole":
+        return stream.feed(wire)
+    if path == "header hint":
+        return stream.feed(wire, header=parse_mux_header(wire[:25]))
+    events: list[StreamEvent] = []
+    for i in range(len(wire) if upto is None else upto):
+        events += stream.feed(wire[i:i + 1])
+    return events
+
+
 @pytest.mark.parametrize("path", ["whole", "header hint", "bytes one by one"])
 def test_mux_stream_control_limit_in_every_feed_path(path: str) -> None:
     """The bound holds whichever way the record arrives: whole in one chunk, whole with the
@@ -655,15 +671,7 @@ def test_mux_stream_control_limit_in_every_feed_path(path: str) -> None:
     at the 25th byte, before any payload byte)."""
     stream = MuxStream(SALT, expect_magic=None, hello_limit=8, control_limit=10)
     stream.feed(mux(SALT, 2, V3_HELLO))
-    wire = mux(SALT, 2, RANK_EXIT_10 + bytes(20))
-    if path == "whole":
-        events = stream.feed(wire)
-    elif path == "header hint":
-        events = stream.feed(wire, header=parse_mux_header(wire[:25]))
-    else:
-        events = []
-        for i in range(25):
-            events += stream.feed(wire[i:i + 1])
+    events = _fed_by(path, stream, mux(SALT, 2, RANK_EXIT_10 + bytes(20)), upto=25)
     assert remote(failed(events).error, LimitExceeded, "controller.control_too_long").fields == {
         "length": 30, "limit": 10}
 
@@ -678,15 +686,7 @@ def test_mux_stream_control_limit_alone_leaves_the_first_record_to_the_ceiling(
     stream = MuxStream(SALT, expect_magic=None, ceiling=100, control_limit=10)
     assert (stream.limit_for(2), stream.limit_for(1)) == (100, 100)
     wire = mux(SALT, 2, RANK_EXIT_10 + bytes(20))
-    if path == "whole":
-        events = stream.feed(wire)
-    elif path == "header hint":
-        events = stream.feed(wire, header=parse_mux_header(wire[:25]))
-    else:
-        events = []
-        for i in range(len(wire)):
-            events += stream.feed(wire[i:i + 1])
-    [first] = events
+    [first] = _fed_by(path, stream, wire)
     assert isinstance(first, RecordReceived) and first.record.control == RankExit(3)
     assert (stream.limit_for(2), stream.limit_for(1)) == (10, 100)
     f = failed(stream.feed(wire[:25]))

@@ -118,32 +118,20 @@ def test_a_rate_cap_must_be_finite_and_at_least_one_kbit(mbit: float, shown: str
     assert str(e.value) == f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {shown}"
 
 
-def test_a_rate_cap_past_a_floats_range_is_a_value_error_naming_its_size(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """An int too large for a float (10**400, -10**400) raised math.isfinite's OverflowError,
-    which the docstring does not list; it is the ValueError of any rate out of range, the value
-    named by its digit count (not 401 digits), before tc runs."""
-    ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
-    lab = NetLab(1)
-    before = len(ran)
-    for mbit in (10**400, -10**400):
-        with pytest.raises(ValueError) as e:
-            lab.set_rate(lab.hosts[0], mbit)
-        assert str(e.value) == ("mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), "
-                                "got an integer of 401 digits")
-    assert len(ran) == before  # no tc command
-
-
 @pytest.mark.parametrize(("mbit", "shown"), [
+    (10**400, "an integer of 401 digits"),  # was math.isfinite's OverflowError
+    (-(10**400), "an integer of 401 digits"),
     (10**5000, "an integer of 5001 digits"),  # was Python's 'Exceeds the limit (4300 digits) ...'
     (-(10**5000), "an integer of 5001 digits"),
     (fractions.Fraction(10**400, 3), "a Fraction whose integer part has 400 digits"),
-], ids=["10**5000", "-10**5000", "Fraction(10**400, 3)"])
+], ids=["10**400", "-10**400", "10**5000", "-10**5000", "Fraction(10**400, 3)"])
 def test_a_rate_cap_past_a_floats_range_is_named_by_its_size_whatever_its_size_or_type(
         mbit: object, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An int of more than 4300 digits, which Python refuses to write as text, is named by its
-    digit count as a smaller one is, where the ValueError was Python's own about integer string
-    conversion; a Fraction past a float's range is no integer: its integer part is counted."""
+    """An int too large for a float is the ValueError of any rate out of range, named by its
+    digit count, before tc runs: 10**400 raised math.isfinite's OverflowError, which the
+    docstring does not list, and an int of more than 4300 digits, which Python refuses to write
+    as text, Python's own ValueError about integer string conversion; a Fraction past a float's
+    range is no integer: its integer part is counted."""
     ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
     lab = NetLab(1)
     before = len(ran)
