@@ -1252,8 +1252,9 @@ def test_fuzz_a_finding_exits_1(tmp_path: Path) -> None:
 def test_fuzz_readme_s_log_command_shows_what_its_comment_names(tmp_path: Path) -> None:
     """fuzz/README.md's deep-campaign block reads each target's log with a command whose comment
     names runs, exec/s, cov, ft and peak RSS; `tail -n 3` showed the last three final stats only
-    (new units, slowest unit, peak RSS): libFuzzer's DONE line and its runs and rate come
-    before them."""
+    (new units, slowest unit, peak RSS), and `tail -n 7` lost the DONE line whenever libFuzzer
+    printed a recommended dictionary after it (a block of a few lines, in some runs only): the
+    command picks the lines by what they are."""
     block = (ROOT / "fuzz" / "README.md").read_text().split("## Deep campaigns", 1)[1]
     command = next(line for line in block.splitlines() if "fuzz/.work/logs/" in line
                    and not line.startswith("#"))
@@ -1268,6 +1269,32 @@ def test_fuzz_readme_s_log_command_shows_what_its_comment_names(tmp_path: Path) 
                                         r"rss: \d+Mb$", done[0]), lines
     for stat in ("number_of_executed_units", "average_exec_per_sec", "peak_rss_mb"):
         assert any(re.fullmatch(rf"stat::{stat}: *\d+", line) for line in lines), (stat, lines)
+
+
+def test_fuzz_readme_s_log_command_keeps_the_done_line_before_a_recommended_dictionary(
+        tmp_path: Path) -> None:
+    """libFuzzer prints a recommended dictionary after its DONE line in some runs (the run of
+    this test's atheris sibling did so in one CI run of many): the README's command still shows
+    the DONE line and the final stats, where `tail -n 7` showed the dictionary's end and the
+    stats only. A log in libFuzzer's words, without atheris."""
+    block = (ROOT / "fuzz" / "README.md").read_text().split("## Deep campaigns", 1)[1]
+    command = next(line for line in block.splitlines() if "fuzz/.work/logs/" in line
+                   and not line.startswith("#"))
+    logs = tmp_path / "fuzz" / ".work" / "logs"
+    logs.mkdir(parents=True)
+    done = "#50264\tDONE   cov: 412 ft: 1290 corp: 61/2417b lim: 4096 exec/s: 25132 rss: 61Mb"
+    stats = ["stat::number_of_executed_units: 50264", "stat::average_exec_per_sec:     25132",
+             "stat::new_units_added:          11", "stat::slowest_unit_time_sec:    0",
+             "stat::peak_rss_mb:              61"]
+    (logs / "handshake.log").write_text("\n".join([
+        "#49152\tpulse  cov: 412 ft: 1290 corp: 61/2417b lim: 4096 exec/s: 24576 rss: 61Mb",
+        done, "###### Recommended dictionary. ######", '"\\x01\\x00" # Uses: 7',
+        '"\\xd0\\x17\\x0d\\xf1" # Uses: 3', "###### End of recommended dictionary. ######",
+        "Done 50264 runs in 2 second(s)", *stats]) + "\n")
+    shown = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30,
+                           cwd=tmp_path)
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert shown.stdout.splitlines() == [done, *stats]
 
 
 @pytest.mark.atheris
