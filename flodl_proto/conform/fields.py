@@ -1,7 +1,8 @@
 """What a failing step expected, in the protocol's words: the message a step's builder names
 (``a Broadcast record``) and the field of the expected bytes a differing byte falls in
 (``payload.tensor[0].data, element 1``), so a failure line points at the rule rather than at a
-bare offset."""
+bare offset. The layouts, record kinds, control variants and element sizes are the codec's
+structs (:mod:`flodl_proto.codec.structs`) and the spec's, read here, never written again."""
 
 from __future__ import annotations
 
@@ -9,26 +10,53 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..spec import SPEC
+from ..codec.mux import RecordKind
+from ..codec.structs import (
+    HANDSHAKE,
+    HANDSHAKE_ACK,
+    MUX_HEADER,
+    ROUND_FRAME_HEADER,
+    ROUND_FRAME_KIND,
+    ROUND_FRAME_WEIGHT,
+    TENSOR_DIM,
+    TENSOR_META,
+    TENSOR_NBYTES,
+)
+from ..spec import (
+    AUTH_TAG_LEN,
+    CONTROL_VARIANTS,
+    ELEMENT_SIZE,
+    HANDSHAKE_MAGIC_CONTROLLER_ACK,
+    HANDSHAKE_MAGIC_RANK,
+    MUX_HEADER_LEN,
+    MUX_RECORD_MAGIC,
+    ROUND_FRAME_MAGIC,
+)
 
 __all__ = ["expected_message", "field_at", "observed_message"]
 
-_U32: Final = struct.Struct("<I")
-_MUX_MAGIC: Final = SPEC.const("MUX_RECORD_MAGIC")
-_FRAME_MAGIC: Final = SPEC.const("ROUND_FRAME_MAGIC")
-_HANDSHAKE_MAGIC: Final = SPEC.const("HANDSHAKE_MAGIC_RANK")
-_ACK_MAGIC: Final = SPEC.const("HANDSHAKE_MAGIC_CONTROLLER_ACK")
-_MUX_HEADER: Final = (("magic", 4), ("version", 4), ("kind", 1), ("rank", 4),
-                      ("payload_len", 4), ("auth_tag", 8))
-_FRAME_HEADER: Final = (("magic", 4), ("num_tensors", 4), ("kind", 1), ("weight", 8))
-_HANDSHAKE: Final = (("magic", 4), ("version", 4), ("rank", 4), ("world_size", 4))
-_ACK: Final = (("magic", 4), ("version", 4))
-_ELEMENT_SIZE: Final = {0: 4, 1: 2}
-#: record kinds whose payload is one RoundFrame (HostFrame, Broadcast)
-_FRAME_RECORDS: Final = (3, 4)
 
-_RECORD_KINDS: Final = {1: "Data", 2: "Control", 3: "HostFrame", 4: "Broadcast"}
-_CONTROL_VARIANTS: Final = {0: "Hello", 1: "HelloAck", 2: "RankExit", 3: "DeclareDead"}
+def _layout(*structs: Any) -> tuple[tuple[str, int], ...]:
+    """The (name, size) of each field of the codec's fixed-layout ``structs``, in wire order."""
+    return tuple((sub.name, sub.sizeof()) for st in structs for sub in st.subcons)
+
+
+_U32: Final = struct.Struct("<I")
+_MUX_HEADER: Final = _layout(MUX_HEADER)
+_FRAME_HEADER: Final = _layout(ROUND_FRAME_HEADER, ROUND_FRAME_KIND, ROUND_FRAME_WEIGHT)
+_FRAME_HEADER_LEN: Final = sum(size for _, size in _FRAME_HEADER)
+_TENSOR_META: Final = _layout(TENSOR_META)
+_DIM_LEN: Final = TENSOR_DIM.sizeof()
+_NBYTES: Final = _layout(TENSOR_NBYTES)
+_HANDSHAKE: Final = _layout(HANDSHAKE)
+_ACK: Final = _layout(HANDSHAKE_ACK)
+#: record kinds whose payload is one RoundFrame (HostFrame, Broadcast)
+_FRAME_RECORDS: Final = (RecordKind.HOST_FRAME, RecordKind.BROADCAST)
+
+#: record kind byte -> the kind as the docs write it (HOST_FRAME: HostFrame)
+_RECORD_KINDS: Final = {int(k): "".join(p.capitalize() for p in k.name.split("_"))
+                        for k in RecordKind}
+_CONTROL_VARIANTS: Final = {code: name for name, code in CONTROL_VARIANTS.items()}
 
 #: builder key of a step -> the message it builds
 _MESSAGES: Final = {
@@ -57,12 +85,13 @@ def observed_message(data: bytes) -> str | None:
 
     No upstream counterpart: upstream has no conformance kit.
     """
-    if len(data) < 9 or _U32.unpack_from(data, 0)[0] != _MUX_MAGIC:
+    if len(data) < 9 or _U32.unpack_from(data, 0)[0] != MUX_RECORD_MAGIC:
         return None
     kind = _RECORD_KINDS.get(data[8])
     if kind is None:
         return None
-    variant = _CONTROL_VARIANTS.get(data[25]) if kind == "Control" and len(data) > 25 else None
+    variant = (_CONTROL_VARIANTS.get(data[MUX_HEADER_LEN])
+               if kind == "Control" and len(data) > MUX_HEADER_LEN else None)
     return f"a {kind}({variant}) record" if variant else f"a {kind} record"
 
 
@@ -81,28 +110,27 @@ def _frame_field(f: bytes, offset: int) -> str | None:
     head = _fixed(_FRAME_HEADER, offset)
     if head is not None:
         return head[0]
-    if len(f) < 17:
+    if len(f) < _FRAME_HEADER_LEN:
         return None
-    at = 17
+    at = _FRAME_HEADER_LEN
     for i in range(_U32.unpack_from(f, 4)[0]):
-        if at + 2 > len(f) - 8:
+        if at + 2 > len(f) - AUTH_TAG_LEN:
             return None
         dtype, ndim = f[at], f[at + 1]
-        meta = (("dtype", 1), ("ndim", 1), *((f"dim[{j}]", 4) for j in range(ndim)),
-                ("nbytes", 8))
+        meta = (*_TENSOR_META, *((f"dim[{j}]", _DIM_LEN) for j in range(ndim)), *_NBYTES)
         name = _fixed(meta, offset - at)
         if name is not None:
             return f"tensor[{i}].{name[0]}"
-        at += 10 + 4 * ndim
+        at += sum(size for _, size in meta)
         if at > len(f):
             return None
-        nbytes = int.from_bytes(f[at - 8:at], "little")
+        nbytes = int.from_bytes(f[at - _NBYTES[0][1]:at], "little")
         if offset < at + nbytes:
-            size = _ELEMENT_SIZE.get(dtype)
+            size = ELEMENT_SIZE.get(dtype)
             return f"tensor[{i}].data" + (
                 f", element {(offset - at) // size}" if size is not None else "")
         at += nbytes
-    return "auth_tag" if at <= offset < at + 8 else None
+    return "auth_tag" if at <= offset < at + AUTH_TAG_LEN else None
 
 
 def field_at(data: bytes, offset: int) -> str | None:
@@ -117,25 +145,25 @@ def field_at(data: bytes, offset: int) -> str | None:
     if not 0 <= offset < len(data) or len(data) < 4:
         return None
     magic = _U32.unpack_from(data, 0)[0]
-    if magic == _MUX_MAGIC and len(data) >= 25:
+    if magic == MUX_RECORD_MAGIC and len(data) >= MUX_HEADER_LEN:
         head = _fixed(_MUX_HEADER, offset)
         if head is not None:
             return head[0]
-        if data[8] in _FRAME_RECORDS and len(data) >= 25 + 4 \
-                and _U32.unpack_from(data, 25)[0] == _FRAME_MAGIC:
-            inner = _frame_field(data[25:], offset - 25)
+        if data[8] in _FRAME_RECORDS and len(data) >= MUX_HEADER_LEN + 4 \
+                and _U32.unpack_from(data, MUX_HEADER_LEN)[0] == ROUND_FRAME_MAGIC:
+            inner = _frame_field(data[MUX_HEADER_LEN:], offset - MUX_HEADER_LEN)
             return None if inner is None else f"payload.{inner}"
         return "payload"
-    if magic == _FRAME_MAGIC:
+    if magic == ROUND_FRAME_MAGIC:
         return _frame_field(data, offset)
-    if len(data) >= 8 and _U32.unpack_from(data, 4)[0] == _FRAME_MAGIC \
+    if len(data) >= 8 and _U32.unpack_from(data, 4)[0] == ROUND_FRAME_MAGIC \
             and magic == len(data) - 4:
         if offset < 4:
             return "length"
         inner = _frame_field(data[4:], offset - 4)
         return None if inner is None else f"body.{inner}"
-    if magic == _HANDSHAKE_MAGIC and len(data) == 16:
+    if magic == HANDSHAKE_MAGIC_RANK and len(data) == HANDSHAKE.sizeof():
         return _fixed(_HANDSHAKE, offset)[0]  # type: ignore[index]
-    if magic == _ACK_MAGIC and len(data) == 8:
+    if magic == HANDSHAKE_MAGIC_CONTROLLER_ACK and len(data) == HANDSHAKE_ACK.sizeof():
         return _fixed(_ACK, offset)[0]  # type: ignore[index]
     return None
