@@ -154,6 +154,10 @@ _ELEMENT_KIND = {"f": "f", "d": "f", "e": "f", "h": "i", "i": "i", "l": "i", "q"
 
 
 def is_buffer(value: Any) -> bool:
+    """Whether ``value`` exports a buffer (``memoryview(value)`` works: bytes, bytearray, an
+    ``array.array``, a NumPy array of a buffer dtype...), contiguous or not. Raises nothing.
+
+    No upstream counterpart (upstream's API takes byte slices)."""
     try:
         memoryview(value).release()
     except (TypeError, BufferError, ValueError):
