@@ -48,6 +48,7 @@ from flodl_proto.codec import (
 )
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN, Premac
 from flodl_proto.codec.mux import (
+    max_control_payload,
     max_hello_payload,
     ranks_str,
     read_mux_record_or_eos,
@@ -635,19 +636,32 @@ def test_max_hello_payload_of_a_numpy_zero_is_upstreams_words(world: object) -> 
                                                   "cluster_controller: world_size must be > 0")
 
 
+@pytest.mark.parametrize("bound", [max_hello_payload, max_control_payload])
 @pytest.mark.parametrize("world", [-1, -(2**40), True, False, 1.0, 0.0, "3", None,
-                                   np.True_, np.int64(-2), np.float64(4.0)])
-def test_max_hello_payload_names_any_other_bad_world_size(world: object) -> None:
+                                   np.True_, np.int64(-2), np.float64(4.0),
+                                   2**32, 2**64, np.uint64(2**32)])
+def test_max_hello_payload_names_any_other_bad_world_size(world: object, bound: Any) -> None:
     """Every bad value read ``world_size must be > 0``, never naming it (a negative one, text,
-    None, a bool), where ControllerCore names it."""
+    None, a bool), where ControllerCore names it; a world size past u32 (2**32: ranks are u32
+    on the wire) gave a bound (158_913_790_239 bytes for 2**32), where ControllerCore refuses
+    it. Both bounds refuse it by ControllerCore's rule, in its words."""
     with pytest.raises(errors.LocalProtocolError) as ei:
-        max_hello_payload(world)  # type: ignore[arg-type]
+        bound(world)
     assert isinstance(ei.value, errors.InvalidValue)
     assert ei.value.error_id == "controller.bad_argument"
     assert ei.value.fields == {"field": "world_size", "value": world,
-                               "reason": "not a whole number >= 1"}
+                               "reason": "not a whole number in 1..4294967295 (ranks are u32)"}
     assert str(ei.value) == (f"cluster_controller: world_size = {world!r} is invalid: not a "
-                             "whole number >= 1")
+                             "whole number in 1..4294967295 (ranks are u32)")
+    from flodl_proto.fsm import ControllerCore
+    with pytest.raises(errors.LocalProtocolError) as core:
+        ControllerCore(world, SALT_B)  # type: ignore[arg-type]
+    assert str(core.value) == str(ei.value)
+
+
+def test_max_hello_payload_takes_the_largest_u32_world_size() -> None:
+    assert max_hello_payload(2**32 - 1) == max_control_payload(2**32 - 1) \
+        == 287 + 37 * (2**32 - 1) == 158_913_790_202
 
 
 # -- parse_mux_header ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 
 from ..errors import ProtocolError, protocol_error, shown_type
-from ..spec import SPEC
+from ..spec import SPEC, U32_MAX
 
 __all__ = [
     "END_OF_STREAM",
@@ -26,6 +26,7 @@ __all__ = [
     "as_view",
     "check_ceiling",
     "check_version",
+    "check_world_size",
     "not_bytes_like",
     "not_pieces",
     "numpy_text",
@@ -336,3 +337,26 @@ def check_version(version: int) -> int:
             )
         return n
     return version
+
+
+def check_world_size(world_size: object) -> int:
+    """A controller's world size (ranks, a whole number in 1..U32_MAX: ranks are u32 on the
+    wire) as a plain ``int``, by the codec's integer rule (:func:`wire_int`: an ``int`` or a
+    NumPy integer; a bool, a float or text is refused, never truncated). The one rule of
+    :class:`~flodl_proto.fsm.ControllerCore` and of the codec's Hello and control bounds.
+
+    Raises:
+        InvalidValue (local): ``controller.world_size_zero`` for 0 (upstream's words), else
+            ``controller.bad_argument`` naming ``world_size`` and the value (a negative one, one
+            past U32_MAX, a bool, a float, text, None).
+
+    Upstream: ``controller/mod.rs`` (``world_size must be > 0``); the u32 bound is the
+    handshake's ``world_size`` field.
+    """
+    n = wire_int(world_size)
+    if n == 0:
+        raise protocol_error("controller.world_size_zero")
+    if n is None or not 0 < n <= U32_MAX:
+        raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
+                             reason=f"not a whole number in 1..{U32_MAX} (ranks are u32)")
+    return n

@@ -21,7 +21,7 @@ from ..spec import (
     MODEL_SIG_LEN,
     U32_MAX,
 )
-from ._common import BytesLike, as_view, check_version, wire_int
+from ._common import BytesLike, as_view, check_version, check_world_size, wire_int
 from .bincode import BincodeReader, encode_string, encode_varint
 
 __all__: list[str] = []
@@ -270,20 +270,16 @@ def max_hello_payload(world_size: int) -> int:
     ``operator.index`` takes but a bool), as :class:`~flodl_proto.fsm.ControllerCore` takes it.
 
     Raises:
-        InvalidValue (local): ``world_size`` is not a positive integer: 0 (``np.int64(0)``
-            too) is ``controller.world_size_zero`` (upstream's words), any other such value (a
-            negative one, a bool, a float, text, None) ``controller.bad_argument`` naming
-            ``world_size`` and the value, as :class:`~flodl_proto.fsm.ControllerCore` refuses
-            it.
+        InvalidValue (local): ``world_size`` is not a whole number in 1..U32_MAX (ranks are u32
+            on the wire; :func:`~flodl_proto.codec._common.check_world_size`, the rule by which
+            :class:`~flodl_proto.fsm.ControllerCore` refuses it): 0 (``np.int64(0)`` too) is
+            ``controller.world_size_zero`` (upstream's words), any other such value (a negative
+            one, 2**32 or more, a bool, a float, text, None) ``controller.bad_argument`` naming
+            ``world_size`` and the value.
 
     Upstream: ``relay/mux.rs`` ``RelayControlMsg::Hello`` (the layout); the bound is ours.
     """
-    n = wire_int(world_size)  # a NumPy integer is one (ControllerCore takes it); a bool is not
-    if n is None or n <= 0:
-        if n == 0:
-            raise protocol_error("controller.world_size_zero")
-        raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
-                             reason="not a whole number >= 1")
+    n = check_world_size(world_size)  # ControllerCore's rule: a NumPy integer, not a bool
     u32, u64 = 1 + 4, 1 + 8  # marker byte + the widest value the field's type allows
     return (u32 + (u64 + MAX_HELLO_HOST_LEN) + (u64 + u32 * n)
             + (u64 + MODEL_SIG_LEN * n))

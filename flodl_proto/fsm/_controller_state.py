@@ -10,7 +10,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from .._unseen import hidden, quoted
-from ..codec._common import BytesLike, wire_int
+from ..codec._common import BytesLike, check_world_size, wire_int
 from ..codec.mux import RecordKind
 from ..codec.record_image import FrameRecordImages
 from ..codec.round_frame import RoundFrame, RoundKind
@@ -18,7 +18,6 @@ from ..codec.stream import MuxStream
 from ..errors import LimitExceeded, protocol_error
 from ..membership import DeadRanks
 from ..reduce import is_realized
-from ..spec import U32_MAX
 from .events import CheckpointWindow
 
 __all__: list[str] = []
@@ -34,12 +33,7 @@ def check_core_args(world_size: object, reduce_threads: object) -> tuple[int, in
             words), else ``controller.bad_argument`` naming the argument and the value (a
             negative world size included).
     """
-    n = wire_int(world_size)
-    if n == 0:
-        raise protocol_error("controller.world_size_zero")
-    if n is None or not 0 < n <= U32_MAX:
-        raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
-                             reason=f"not a whole number in 1..{U32_MAX} (ranks are u32)")
+    n = check_world_size(world_size)  # the codec's Hello bound reads the same rule
     threads = wire_int(reduce_threads)
     if threads is None or threads < 1:
         raise protocol_error("controller.bad_argument", field="reduce_threads",
