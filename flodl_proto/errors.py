@@ -25,6 +25,7 @@ Upstream: errors are ``TensorError::new(format!(..))`` strings throughout
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -257,6 +258,33 @@ class _WideInt(int):
         return repr(self)
 
 
+class _WideFraction:
+    """A fraction (:class:`fractions.Fraction`, any non-integer :class:`numbers.Rational`) whose
+    numerator or denominator has more decimal digits than :data:`SHOWN_CHARS`, as a message
+    shows it (with or without ``!r``): by the sizes of the two, as :class:`_WideInt` shows an
+    integer, ``<a Fraction of 1329 bits over 1 bit>`` for ``Fraction(10**400)``."""
+
+    def __init__(self, value: numbers.Rational) -> None:
+        num, den = int(value.numerator), int(value.denominator)
+        name = type(value).__name__
+        article = "a negative" if num < 0 else "an" if name[:1] in "AEIOUaeiou" else "a"
+        self._text = f"<{article} {name} of {_bits(num)} over {_bits(den)}>"
+
+    def __repr__(self) -> str:
+        return self._text
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return self._text
+
+
+def _bits(n: int) -> str:
+    """``n``'s size as :class:`_WideFraction` names it: ``1329 bits``, ``1 bit``."""
+    size = abs(n).bit_length()
+    return f"{size} bit{'' if size == 1 else 's'}"
+
+
 #: the most characters of a text value a message quotes whole, and the most decimal digits of an
 #: integer it prints whole; a longer text is shown by its start, its end and its length, a wider
 #: integer by its size (:func:`shown`)
@@ -320,12 +348,16 @@ def _long_integer(sign: str, digits: str) -> int:
 def _printable(value: Any) -> Any:
     """``value`` as a message shows it: every text longer than :data:`SHOWN_CHARS` (also
     inside a tuple or list) quoted by its ends (a :class:`_LongText`), every integer of more
-    than :data:`SHOWN_CHARS` digits replaced by a :class:`_WideInt` of it, and a container
+    than :data:`SHOWN_CHARS` digits replaced by a :class:`_WideInt` of it, every fraction
+    with a numerator or denominator that wide by a :class:`_WideFraction`, and a container
     (:data:`_CONTAINERS`) whose ``repr`` is still longer than :data:`SHOWN_CHARS` by the ends
     of it (a :class:`_LongRepr`), but a pair (``(host, port)``), whose items are shown so
     already; anything else is ``value`` itself."""
     if isinstance(value, int) and not isinstance(value, bool) and _too_wide(value):
         return _WideInt(value)
+    if (isinstance(value, numbers.Rational) and not isinstance(value, numbers.Integral)
+            and (_too_wide(int(value.numerator)) or _too_wide(int(value.denominator)))):
+        return _WideFraction(value)
     if isinstance(value, str) and len(value) > SHOWN_CHARS:
         return _LongText(value)
     if type(value) in (tuple, list):
@@ -341,7 +373,9 @@ def shown(value: Any) -> str:
     """How an error message quotes a bad value: its ``repr``, but a text of more than
     :data:`SHOWN_CHARS` characters by its first 40 and last 20 characters and its length
     (``'999...999' (5000 characters)``), an integer of more than :data:`SHOWN_CHARS` digits by
-    its size (``<an integer of 16610 bits>``), and a list, tuple, dict, set or bytes value whose
+    its size (``<an integer of 16610 bits>``), a fraction (``fractions.Fraction``) whose
+    numerator or denominator has more by their sizes (``<a Fraction of 1329 bits over 1
+    bit>`` for ``Fraction(10**400)``), and a list, tuple, dict, set or bytes value whose
     ``repr`` is longer than :data:`SHOWN_CHARS` by the ends of it (``[0, 1, ...99999] (588890
     characters)``), so that a huge value (from a command line, a file) is never echoed whole.
     :func:`protocol_error` quotes its fields so; the command line's own messages use this.
@@ -385,8 +419,9 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
         remote: override the catalogue's default side (True: the peer's fault).
         **fields: values for the message template (field names, values, limits, offsets); a
             text of more than :data:`SHOWN_CHARS` characters is quoted (``!r``) by its ends and
-            length, an integer of more than :data:`SHOWN_CHARS` digits by its size, a long
-            list or bytes value by the ends of its ``repr`` (:func:`shown`).
+            length, an integer of more than :data:`SHOWN_CHARS` digits by its size (a
+            fraction of such a numerator or denominator by their sizes), a long list or bytes
+            value by the ends of its ``repr`` (:func:`shown`).
 
     Returns:
         The exception (of the catalogue entry's kind class), ready to ``raise``.

@@ -61,6 +61,8 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
+from .errors import shown
+
 __all__ = [
     "LAB_NETWORK",
     "LAB_TOOLS",
@@ -315,19 +317,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
-def _digits(n: int) -> int:
-    """The decimal digits of ``n`` >= 0, without writing it out (Python refuses to write an
-    int of more than 4300 digits as text). Raises nothing."""
-    if n == 0:
-        return 1
-    d = int(n.bit_length() * math.log10(2))  # the digits of 2**(bits - 1), give or take one
-    while 10 ** d <= n:
-        d += 1
-    while d > 1 and 10 ** (d - 1) > n:
-        d -= 1
-    return d
-
-
 class NetLab:
     """A controller namespace and ``hosts`` host namespaces joined by a bridge.
 
@@ -538,8 +527,9 @@ class NetLab:
                 1 Mbit/s), named with its type and value (``mbit must be a number of Mbit/s or
                 None, got str '5'``).
             ValueError: ``mbit`` is not a finite number of at least 0.001 (1 kbit/s, the unit
-                the cap is given to tc in), or a number too large for a float (an integer named
-                by its digit count, another real number, a ``Fraction``, by its integer part's).
+                the cap is given to tc in), or a number too large for a float (an integer, a
+                ``Fraction``, named by its size as :func:`~flodl_proto.errors.shown` names it:
+                ``<an integer of 1329 bits>``).
             LabError: ``tc`` failed, or is not one of the lab's tools.
         """
         if mbit is not None and (isinstance(mbit, bool) or not isinstance(mbit, numbers.Real)):
@@ -554,11 +544,8 @@ class NetLab:
         try:
             finite = math.isfinite(mbit)
         except OverflowError:  # a number past a float's range: no cap tc can take
-            whole = abs(int(mbit))
-            what = ("an integer of" if isinstance(mbit, int)
-                    else f"a {type(mbit).__name__} whose integer part has")
             raise ValueError("mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got "
-                             f"{what} {_digits(whole)} digits") from None
+                             f"{shown(mbit)}") from None  # by its size, as any message shows it
         if not (finite and mbit >= 0.001):
             raise ValueError(
                 f"mbit must be a finite number from 0.001 Mbit/s (1 kbit/s), got {mbit}")

@@ -642,10 +642,15 @@ def test_round_frame_weight_of_another_real_type_is_its_nearest_float() -> None:
     numeric tower does not count as real, is still refused."""
     assert RoundFrame(0, fractions.Fraction(1, 3)).weight == 1 / 3
     assert type(RoundFrame(0, fractions.Fraction(6, 2)).weight) is float
-    with pytest.raises(errors.InvalidValue) as ei:
-        RoundFrame(0, fractions.Fraction(10**400))
-    assert str(ei.value) == ("round_frame: weight = inf is invalid: not a finite non-negative "
-                             "realized-work mass")  # as the int 10**400 is named
+    for big, shown in ((fractions.Fraction(10**400), "<a Fraction of 1329 bits over 1 bit>"),
+                       (-fractions.Fraction(10**400, 3),
+                        "<a negative Fraction of 1329 bits over 2 bits>")):
+        with pytest.raises(errors.InvalidValue) as ei:
+            RoundFrame(0, big)
+        # named as given, as the int 10**400 is (it was named 'inf' / '-inf')
+        assert str(ei.value) == (f"round_frame: weight = {shown} is invalid: not a finite "
+                                 "non-negative realized-work mass")
+        assert ei.value.fields["value"] == big
     with pytest.raises(errors.InvalidValue) as ei:
         RoundFrame(0, decimal.Decimal("0.5"))
     assert str(ei.value) == "round_frame: weight = Decimal('0.5') is invalid: not a real number"

@@ -119,19 +119,20 @@ def test_a_rate_cap_must_be_finite_and_at_least_one_kbit(mbit: float, shown: str
 
 
 @pytest.mark.parametrize(("mbit", "shown"), [
-    (10**400, "an integer of 401 digits"),  # was math.isfinite's OverflowError
-    (-(10**400), "an integer of 401 digits"),
-    (10**5000, "an integer of 5001 digits"),  # was Python's 'Exceeds the limit (4300 digits) ...'
-    (-(10**5000), "an integer of 5001 digits"),
-    (fractions.Fraction(10**400, 3), "a Fraction whose integer part has 400 digits"),
+    (10**400, "<an integer of 1329 bits>"),  # was math.isfinite's OverflowError
+    (-(10**400), "<a negative integer of 1329 bits>"),
+    (10**5000, "<an integer of 16610 bits>"),  # was Python's 'Exceeds the limit (4300 digits)'
+    (-(10**5000), "<a negative integer of 16610 bits>"),
+    (fractions.Fraction(10**400, 3), "<a Fraction of 1329 bits over 2 bits>"),
 ], ids=["10**400", "-10**400", "10**5000", "-10**5000", "Fraction(10**400, 3)"])
 def test_a_rate_cap_past_a_floats_range_is_named_by_its_size_whatever_its_size_or_type(
         mbit: object, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An int too large for a float is the ValueError of any rate out of range, named by its
-    digit count, before tc runs: 10**400 raised math.isfinite's OverflowError, which the
-    docstring does not list, and an int of more than 4300 digits, which Python refuses to write
-    as text, Python's own ValueError about integer string conversion; a Fraction past a float's
-    range is no integer: its integer part is counted."""
+    size as every message names a wide number (errors.shown), before tc runs: 10**400 raised
+    math.isfinite's OverflowError, which the docstring does not list, and an int of more than
+    4300 digits, which Python refuses to write as text, Python's own ValueError about integer
+    string conversion; a Fraction past a float's range by its numerator's and denominator's
+    sizes (the lab had its own rule, 'an integer of 401 digits', without the sign)."""
     ran = _machine(monkeypatch, euid=0, installed=LAB_TOOLS)
     lab = NetLab(1)
     before = len(ran)

@@ -4,6 +4,7 @@ either wire dtype, NaN payloads and shaped, strided and empty arrays included.""
 
 from __future__ import annotations
 
+import fractions
 from typing import Any
 
 import ml_dtypes
@@ -12,9 +13,15 @@ import pytest
 
 from flodl_proto.codec import Dtype, RoundKind
 from flodl_proto.codec.template import FrameTemplate
+from flodl_proto.errors import InvalidValue, LocalProtocolError
 from flodl_proto.reduce import bf16_from_f32
 from flodl_proto.reduce.payload import Bf16Scaler
-from flodl_proto.runner._rank_payloads import SmallLayout, fill_small, scaled_payload
+from flodl_proto.runner._rank_payloads import (
+    SmallLayout,
+    fill_small,
+    real_argument,
+    scaled_payload,
+)
 
 
 def _bf16(a: np.ndarray) -> np.ndarray:
@@ -110,3 +117,23 @@ def test_a_bf16_reply_is_widened_in_place_into_a_contiguous_f32_array() -> None:
     strided = np.zeros(2 * n, np.float32)[::2]
     decode_into(frame, [strided])
     assert np.array_equal(strided.view(np.uint32), bits.astype(np.uint32) << 16)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (10**400, "<an integer of 1329 bits>"),
+    (fractions.Fraction(10**400), "<a Fraction of 1329 bits over 1 bit>"),
+    (-fractions.Fraction(10**400, 3), "<a negative Fraction of 1329 bits over 2 bits>"),
+], ids=["int", "Fraction", "-Fraction/3"])
+def test_a_real_argument_past_the_f64_range_is_refused_as_given(value: object,
+                                                                text: str) -> None:
+    """A Fraction past the f64 range was taken as an infinity (a scale of Fraction(10**400)
+    became the frame's weight and was refused as 'weight = inf'), where an int was refused
+    as itself: both are refused, named as given."""
+    with pytest.raises(LocalProtocolError) as ei:
+        real_argument("scale", value)
+    assert isinstance(ei.value, InvalidValue) and ei.value.error_id == "client.bad_argument"
+    assert dict(ei.value.fields) == {"field": "scale", "value": value,
+                                     "reason": "beyond the f64 range"}
+    assert str(ei.value) == f"cpu_reduce: scale = {text} is invalid: beyond the f64 range"
+    assert real_argument("scale", fractions.Fraction(1, 4)) == 0.25
+    assert real_argument("scale", float("inf")) == float("inf")  # a float infinity is a float

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import struct as _struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -467,15 +468,16 @@ def _checked_weight(weight: Any) -> float:
     a finite realized-work mass not below zero (``-0.0`` allowed).
 
     Raises:
-        InvalidValue (local): ``frame.bad_field`` naming the weight (as a float; an ``int``
-            beyond the f64 range as itself, not as the ``inf`` it converts to).
+        InvalidValue (local): ``frame.bad_field`` naming the weight (as a float; an ``int`` or
+            a ``Fraction`` beyond the f64 range as itself, not as the ``inf`` it converts to).
     """
     w = wire_real(weight)
     if w is None:
         raise protocol_error("frame.bad_field", field="weight", value=weight,
                              reason="not a real number")
     if not math.isfinite(w) or w < 0.0:
-        shown = weight if math.isinf(w) and isinstance(weight, int | np.integer) else w
+        # a number past the f64 range (an int, a Fraction) as itself, not as its infinity
+        shown = weight if math.isinf(w) and isinstance(weight, numbers.Rational) else w
         raise protocol_error("frame.bad_field", field="weight", value=shown,
                              reason="not a finite non-negative realized-work mass")
     return w

@@ -13,6 +13,7 @@ decode into the request's tensors).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -79,7 +80,8 @@ def real_argument(field: str, value: Any) -> float:
     """``value`` as a float when it is a real number by the codec's rule
     (:func:`~flodl_proto.codec._common.wire_real`: an int, a float, a NumPy number or a 0-d
     NumPy array of one; not text, not a bool), for the scale, weight and count arguments; an
-    int beyond the f64 range, which that rule takes as an infinity, is refused here.
+    int or a ``Fraction`` beyond the f64 range, which that rule takes as an infinity, is
+    refused here, named as given.
 
     Raises:
         InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
@@ -90,7 +92,7 @@ def real_argument(field: str, value: Any) -> float:
     if x is None:
         raise protocol_error("client.bad_argument", field=field, value=value,
                              reason="not a real number")
-    if isinstance(value, int) and math.isinf(x):  # an int beyond the f64 range
+    if math.isinf(x) and isinstance(value, numbers.Rational):  # an int, a Fraction past f64
         raise protocol_error("client.bad_argument", field=field, value=value,
                              reason="beyond the f64 range")
     return x
