@@ -282,9 +282,19 @@ def test_elide() -> None:
     assert t.nbytes == 0 and bytes(t.data) == b"" and t.elided
 
 
-def test_repr() -> None:
-    assert repr(TensorPayload(1, (2, 3), bytes(12))) == (
-        "TensorPayload(dtype=1, shape=[2, 3], nbytes=12)")
+@pytest.mark.parametrize(("payload", "text"), [
+    (TensorPayload(1, (2, 3), bytes(12)), "TensorPayload(dtype=bf16, shape=(2, 3), nbytes=12)"),
+    (TensorPayload(0, [4], bytes(16)), "TensorPayload(dtype=f32, shape=(4,), nbytes=16)"),
+    (TensorPayload.elide(0, [5]), "TensorPayload(dtype=f32, shape=(5,), nbytes=0)"),
+    (TensorPayload(0, [], b"\x01\x02\x03\x04"), "TensorPayload(dtype=f32, shape=(), nbytes=4)"),
+    (TensorPayload(7, [2], b"ab"), "TensorPayload(dtype=7, shape=(2,), nbytes=2)"),
+], ids=["bf16", "f32", "elided", "0-d", "unknown-tag"])
+def test_repr(payload: TensorPayload, text: str) -> None:
+    """The shape was shown as a list ('shape=[2, 3]') and the dtype as its tag ('dtype=1'):
+    the shape is a tuple, as the attribute is, and a known dtype is named as the spec names
+    it; an unknown tag is shown as its number; the data bytes never are."""
+    assert repr(payload) == str(payload) == text
+    assert repr(RoundFrame(0, 1.0, [payload])).endswith(f"tensors=({text},))")
 
 
 # -- from_array ----------------------------------------------------------------------------------

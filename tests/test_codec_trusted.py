@@ -29,7 +29,7 @@ def test_trusted_payload_equals_the_checked_one() -> None:
     assert t.array().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     odd = TensorPayload.trusted(255, (), memoryview(b""))
     assert (odd.dtype, odd.shape, odd.numel, odd.elided) == (255, (), 1, True)
-    assert repr(odd) == "TensorPayload(dtype=255, shape=[], nbytes=0)"
+    assert repr(odd) == "TensorPayload(dtype=255, shape=(), nbytes=0)"
     assert type(t) is TensorPayload
 
 

@@ -87,6 +87,9 @@ class Dtype(enum.IntEnum):
         return _F32_LE if self is Dtype.F32 else bf16()
 
 
+#: a known wire dtype tag -> its name in a payload's repr (``f32``, ``bf16``)
+_DTYPE_NAME: Final = {int(d): d.name.lower() for d in Dtype}
+
 #: the trusted constructors' building block, bound once (a frozen dataclass's fields are set
 #: through its slots' descriptors, ``_set_dtype`` .. ``_set_tensors`` below)
 _new = object.__new__
@@ -443,7 +446,11 @@ class TensorPayload:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"TensorPayload(dtype={self.dtype}, shape={list(self.shape)}, nbytes={self.nbytes})"
+        """``TensorPayload(dtype=bf16, shape=(2, 3), nbytes=12)``: a known dtype by its name
+        (``f32``, ``bf16``, the spec's ``Dtype`` names), any other by its tag; never the data
+        bytes."""
+        dtype = _DTYPE_NAME.get(self.dtype, self.dtype)
+        return f"TensorPayload(dtype={dtype}, shape={self.shape!r}, nbytes={self.nbytes})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied with its bytes (a memoryview does not pickle): the constructor's
