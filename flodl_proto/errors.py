@@ -26,6 +26,8 @@ Upstream: errors are ``TensorError::new(format!(..))`` strings throughout
 from __future__ import annotations
 
 import numbers
+import re
+import string
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -411,6 +413,28 @@ def shown_type(value: Any) -> str:
     return type(value).__name__
 
 
+#: a noun of a template marked to agree with the number before it: ``byte(s)``
+_PLURAL_NOUN = re.compile(r"(\w+)\(s\)")
+_FORMATTER = string.Formatter()
+
+
+def _agreed(template: str, values: Mapping[str, Any]) -> str:
+    """``template`` filled from ``values`` as ``str.format`` fills it, each noun marked
+    ``word(s)`` written ``word`` when the field before it is 1 and ``words`` otherwise (``{need}
+    more byte(s) needed``: ``1 more byte needed``, ``2 more bytes needed``): the catalogue's
+    one plural rule."""
+    out = []
+    number: Any = None
+    for literal, name, spec, conversion in _FORMATTER.parse(template):
+        one = number == 1 and not isinstance(number, bool)
+        out.append(_PLURAL_NOUN.sub(r"\1" if one else r"\1s", literal))
+        if name is not None:
+            number, _ = _FORMATTER.get_field(name, (), values)
+            value = _FORMATTER.convert_field(number, conversion)
+            out.append(_FORMATTER.format_field(value, _FORMATTER.vformat(spec or "", (), values)))
+    return "".join(out)
+
+
 def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) -> ProtocolError:
     """Build the catalogued error ``error_id`` (``spec/wire.yaml`` ``errors``).
 
@@ -421,7 +445,8 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
             text of more than :data:`SHOWN_CHARS` characters is quoted (``!r``) by its ends and
             length, an integer of more than :data:`SHOWN_CHARS` digits by its size (a
             fraction of such a numerator or denominator by their sizes), a long list or bytes
-            value by the ends of its ``repr`` (:func:`shown`).
+            value by the ends of its ``repr`` (:func:`shown`). A noun the template marks
+            ``word(s)`` agrees with the field before it (``1 more byte needed``).
 
     Returns:
         The exception (of the catalogue entry's kind class), ready to ``raise``.
@@ -436,5 +461,7 @@ def protocol_error(error_id: str, *, remote: bool | None = None, **fields: Any) 
     entry = SPEC.errors[error_id]
     side = entry.remote if remote is None else remote
     # a long value is shown by its ends or its size (:func:`shown`); ``fields`` keeps it whole
-    message = entry.template.format(**{k: _printable(v) for k, v in fields.items()})
+    values = {k: _printable(v) for k, v in fields.items()}
+    template = entry.template
+    message = template.format(**values) if "(s)" not in template else _agreed(template, values)
     return KIND_CLASSES[entry.kind](message, remote=side, error_id=error_id, fields=fields)

@@ -159,6 +159,10 @@ def test_reader_raw_exact_end_then_past_it() -> None:
                       "(reading Hello.model_sigs at offset 1, 3 more bytes needed)")
     assert rd.pos == 1  # nothing consumed
     assert bytes(rd.raw(2, "rest")) == b"bc"
+    with pytest.raises(errors.TruncatedInput) as ei:
+        reader(b"ab").raw(3, "Hello.model_sigs")
+    assert str(ei.value) == ("relay_mux: bincode decode failed: io error: unexpected end of file "
+                             "(reading Hello.model_sigs at offset 0, 1 more byte needed)")
 
 
 def test_reader_u8_at_end() -> None:

@@ -425,19 +425,20 @@ def test_decode_framed_round_short_prefix(n: int) -> None:
           got=n, need=4)
 
 
-@pytest.mark.parametrize(("data", "length", "got"), [
-    (b"\x00\x00\x00\x00" + SPEC_FRAMED_ROUND[4:], 0, 0),  # a zero prefix
-    (b"\x05\x00\x00\x00" + SPEC_FRAMED_ROUND[4:], 5, 5),  # a prefix inside the frame header
-    (SPEC_FRAMED_ROUND[:10], 47, 6),  # the stream ends inside the frame header
-    (SPEC_FRAMED_ROUND[:4], 47, 0),
+@pytest.mark.parametrize(("data", "length", "got", "body"), [
+    (b"\x00\x00\x00\x00" + SPEC_FRAMED_ROUND[4:], 0, 0, "0 body bytes"),  # a zero prefix
+    (b"\x05\x00\x00\x00" + SPEC_FRAMED_ROUND[4:], 5, 5, "5 body bytes"),  # inside the header
+    (SPEC_FRAMED_ROUND[:10], 47, 6, "6 body bytes"),  # the stream ends inside the frame header
+    (SPEC_FRAMED_ROUND[:4], 47, 0, "0 body bytes"),
+    (SPEC_FRAMED_ROUND[:5], 47, 1, "1 body byte"),  # was '1 body bytes'
 ])
-def test_decode_framed_round_body_ended(data: bytes, length: int, got: int) -> None:
+def test_decode_framed_round_body_ended(data: bytes, length: int, got: int, body: str) -> None:
     for decode in (lb.decode_framed_round, lb.decode_framed_round_or_eos):
         with pytest.raises(errors.TruncatedInput) as exc:
             decode(data, ZERO_SALT)
         check(exc, errors.TruncatedInput, True, "framed_round.body_ended",
               "cpu_reduce: stream ended inside a len-framed RoundFrame body (peer died "
-              f"mid-frame, or a zero-length prefix) (prefix {length}, {got} body bytes)",
+              f"mid-frame, or a zero-length prefix) (prefix {length}, {body})",
               length=length, got=got)
 
 

@@ -222,6 +222,10 @@ def test_encode_control_model_sigs_at_version_2_is_local() -> None:
     assert e.fields == {"count": 2}
     assert str(e) == ("relay_mux: Hello.model_sigs does not exist at protocol version 2 (got 2 "
                       "signatures)")
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        encode_control(Hello("h0", [0], [SIG_A]), 2)
+    assert str(ei.value) == ("relay_mux: Hello.model_sigs does not exist at protocol version 2 "
+                             "(got 1 signature)")  # was 'got 1 signatures'
 
 
 @pytest.mark.parametrize(("msg", "field"), [

@@ -210,6 +210,9 @@ def test_feed_after_eof_is_a_local_sequence_error() -> None:
     assert ei.value.fields == {"nbytes": 3}
     assert str(ei.value) == "stream decoder: 3 bytes fed after the end of stream was signalled"
     assert dec.buffered == 0
+    with pytest.raises(SequenceError) as ei:
+        dec.feed(b"a")
+    assert str(ei.value) == "stream decoder: 1 byte fed after the end of stream was signalled"
 
 
 def test_feed_while_a_view_of_the_buffer_is_held() -> None:

@@ -36,3 +36,15 @@ def test_a_fraction_of_many_digits_is_shown_by_its_size(value: F, text: str) -> 
 ])
 def test_a_value_of_80_digits_or_fewer_is_shown_whole(value: object, text: str) -> None:
     assert shown(value) == text
+
+
+@pytest.mark.parametrize(("need", "text"), [(0, "0 more bytes"), (1, "1 more byte"),
+                                            (2, "2 more bytes"), (10**80, "<an integer of 266 "
+                                                                          "bits> more bytes")])
+def test_a_noun_marked_plural_agrees_with_the_number_before_it(need: int, text: str) -> None:
+    """A template's 'byte(s)' is 'byte' after a field of 1, 'bytes' after any other value
+    ('1 more bytes needed' was the message for one missing byte)."""
+    err = protocol_error("bincode.unexpected_end", field="f", offset=3, need=need)
+    assert str(err) == ("relay_mux: bincode decode failed: io error: unexpected end of file "
+                        f"(reading f at offset 3, {text} needed)")
+    assert err.fields == {"field": "f", "offset": 3, "need": need}
