@@ -48,6 +48,7 @@ from flodl_proto.codec import (
 )
 from flodl_proto.codec.auth import PARALLEL_MAC_MIN, Premac
 from flodl_proto.codec.mux import (
+    control_too_long,
     max_control_payload,
     max_hello_payload,
     ranks_str,
@@ -666,6 +667,38 @@ def test_max_hello_payload_names_any_other_bad_world_size(world: object, bound: 
 def test_max_hello_payload_takes_the_largest_u32_world_size() -> None:
     assert max_hello_payload(2**32 - 1) == max_control_payload(2**32 - 1) \
         == 287 + 37 * (2**32 - 1) == 158_913_790_202
+
+
+# -- control_too_long ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("reader", "text"), [
+    ("controller", "cluster_controller: a Control record after the Hello claims payload_len 362 "
+                   "(> 361 bytes, the longest legal control message for the world size); "
+                   "corrupt or hostile peer"),
+    ("relay", "relay: a Control record from the controller claims payload_len 362 (> 361 bytes, "
+              "the longest legal control message for the world size); corrupt or hostile peer"),
+])
+def test_control_too_long_is_the_one_control_bound(reader: str, text: str) -> None:
+    """The control bound's rule, which the controller's stream and the relay's reader each
+    wrote out: a Control record claiming more than the limit is the reader's remote
+    LimitExceeded; one at the limit, or a record of another kind of any length, is none."""
+    limit = max_control_payload(2)
+    err = control_too_long(RecordKind.CONTROL, limit + 1, limit, reader)
+    assert isinstance(err, errors.LimitExceeded) and isinstance(err, errors.RemoteProtocolError)
+    assert err.error_id == f"{reader}.control_too_long"
+    assert err.fields == {"length": limit + 1, "limit": limit}
+    assert str(err) == text
+    assert control_too_long(RecordKind.CONTROL, limit, limit, reader) is None
+    for kind in (RecordKind.DATA, RecordKind.HOST_FRAME, RecordKind.BROADCAST, 0x07):
+        assert control_too_long(kind, 1 << 30, limit, reader) is None
+
+
+def test_control_too_long_refuses_an_unknown_reader() -> None:
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        control_too_long(RecordKind.CONTROL, 5, 4, "rank")
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.error_id == "mux.bad_field"
+    assert str(ei.value) == ("relay_mux: reader = 'rank' is invalid: not 'controller' or "
+                             "'relay'")
 
 
 # -- parse_mux_header ----------------------------------------------------------------------------

@@ -29,12 +29,18 @@ from flodl_proto.codec import (
 from flodl_proto.codec.mux import (
     DeclareDead,
     MuxRecord,
+    control_too_long,
     encode_mux_record_bytes,
     max_control_payload,
 )
 from flodl_proto.codec.structs import PACKED
-from flodl_proto.errors import AuthenticationError, LimitExceeded, RemoteProtocolError
-from flodl_proto.runner import _netio, _netio_send
+from flodl_proto.errors import (
+    AuthenticationError,
+    LimitExceeded,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from flodl_proto.runner import _netio, _netio_send, relay_fanout
 from flodl_proto.runner.relay import Relay
 from flodl_proto.runner.relay_fanout import CUT_THROUGH_MIN, BroadcastStream, UpstreamReader
 from flodl_proto.spec import MUX_PROTOCOL_VERSION, MUX_RECORD_MAGIC
@@ -335,6 +341,34 @@ def test_the_upstream_reader_refuses_a_control_record_past_its_bound_from_the_he
                             "(> 10 bytes, the longest legal control message for the world "
                             "size); corrupt or hostile peer")
     assert counted == [35, 25]
+
+
+def test_the_upstream_reader_asks_the_codec_for_the_bound_of_control_records_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control bound is the codec's rule (codec.mux.control_too_long, which the
+    controller's stream uses too), where the reader compared the length itself; it is asked
+    for Control records only, so a Broadcast's read costs no call more."""
+    asked: list[tuple[int, int, int, str]] = []
+
+    def spy(kind: int, payload_len: int, limit: int, reader: str) -> ProtocolError | None:
+        asked.append((kind, payload_len, limit, reader))
+        return control_too_long(kind, payload_len, limit, reader)
+
+    monkeypatch.setattr(relay_fanout, "control_too_long", spy)
+    record, _ = _big_broadcast_of(64)
+    at = encode_mux_record_bytes(MuxRecord(RecordKind.CONTROL, 0, b"\x03\x01" + bytes(8)), SALT)
+    a, b = socket.socketpair()
+    with a, b:
+        b.settimeout(20.0)
+        reader = UpstreamReader(SALT, 2, 1 << 30, threading.Event(), lambda *_: None,
+                                lambda n: None, control_limit=10)
+        a.sendall(at + record + _control_header(11))
+        assert reader.read(b, None) is not None
+        assert reader.read(b, None) is not None
+        with pytest.raises(LimitExceeded) as e:
+            reader.read(b, None)
+    assert e.value.error_id == "relay.control_too_long"
+    assert asked == [(RecordKind.CONTROL, 10, 10, "relay"), (RecordKind.CONTROL, 11, 10, "relay")]
 
 
 def test_a_relay_ends_on_a_control_record_past_the_bound_for_its_world_size() -> None:

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from ..errors import protocol_error, shown_type
+from ..errors import ProtocolError, protocol_error, shown_type
 from ..spec import (
     CONTROL_VARIANTS,
     DEFAULT_VERSION,
     MAX_HELLO_HOST_LEN,
     MODEL_SIG_LEN,
+    REC_CONTROL,
     U32_MAX,
 )
 from ._common import BytesLike, as_view, check_version, check_world_size, wire_int
@@ -299,6 +300,47 @@ def max_control_payload(world_size: int) -> int:
     Upstream: ``relay/mux.rs`` ``RelayControlMsg`` (the layouts); the bound is ours.
     """
     return max_hello_payload(world_size)
+
+
+#: the reader of a mux stream -> its error for a Control record past the control bound
+_CONTROL_TOO_LONG = {"controller": "controller.control_too_long",
+                     "relay": "relay.control_too_long"}
+
+
+def control_too_long(kind: int, payload_len: int, limit: int,
+                     reader: str = "controller") -> ProtocolError | None:
+    """The control bound (``spec/wire.yaml`` departure ``control_bound``), the one rule both
+    readers of a mux stream apply from a record's header, before its payload is read: a
+    Control record (kind byte ``kind``) whose ``payload_len`` (bytes) is above ``limit``
+    (bytes: :func:`max_control_payload` of the world size) is refused.
+
+    Args:
+        kind: the header's kind byte. payload_len: the header's payload length (bytes).
+        limit: the largest Control payload the reader takes (bytes).
+        reader: whose stream it is: ``"controller"`` (a relay's records; the
+            :class:`~flodl_proto.codec.stream.MuxStream` applies it to the Control records
+            after the Hello) or ``"relay"`` (the controller's records, read by the relay's
+            runner).
+
+    Returns:
+        The error to raise, remote LimitExceeded ``controller.control_too_long`` or
+        ``relay.control_too_long`` naming the length and the limit; None for a record within
+        the bound or of another kind.
+
+    Raises:
+        InvalidValue (local) ``mux.bad_field``: ``reader`` is neither ``"controller"`` nor
+            ``"relay"``.
+
+    Upstream: none; upstream's ``relay/mux.rs`` ``read_record`` reads and decodes a Control
+    record up to the frame ceiling (the bound is ours).
+    """
+    error_id = _CONTROL_TOO_LONG.get(reader) if isinstance(reader, str) else None
+    if error_id is None:
+        raise protocol_error("mux.bad_field", field="reader", value=reader,
+                             reason="not 'controller' or 'relay'")
+    if kind == REC_CONTROL and payload_len > limit:
+        return protocol_error(error_id, length=payload_len, limit=limit)
+    return None
 
 
 def ranks_str(ranks: Iterable[int]) -> str:

@@ -66,6 +66,7 @@ from ._mux_control import (
     HelloAck,
     RankExit,
     _check_rank,
+    control_too_long,
     decode_control,
     encode_control,
     max_control_payload,
@@ -96,6 +97,7 @@ __all__ = [
     "MuxRecord",
     "RankExit",
     "RecordKind",
+    "control_too_long",
     "decode_control",
     "decode_mux_record",
     "decode_mux_record_or_eos",
@@ -115,7 +117,7 @@ __all__ = [
 # the control messages' code lives in codec/_mux_control.py; they are this module's names, so
 # help(), pydoc, Sphinx and pickle name this module (set once, at import; nothing per call)
 adopt(__name__, Hello, HelloAck, RankExit, DeclareDead, encode_control, decode_control,
-      max_control_payload, max_hello_payload, ranks_str)
+      control_too_long, max_control_payload, max_hello_payload, ranks_str)
 
 
 

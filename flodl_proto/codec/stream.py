@@ -83,6 +83,7 @@ from .mux import (
     MuxHeader,
     MuxRecord,
     RecordKind,
+    control_too_long,
     decode_mux_record,
     parse_mux_header_or_eos,
     read_headed_record,
@@ -475,7 +476,8 @@ class MuxStream:
             passes :func:`~flodl_proto.codec.mux.max_hello_payload` of its world size (spec
             departure ``hello_bound``).
         control_limit: the largest payload, in bytes, a Control record after the first may
-            claim, checked from its header (``LimitExceeded``, ``controller.control_too_long``);
+            claim, checked from its header (``LimitExceeded``, ``controller.control_too_long``:
+            :func:`~flodl_proto.codec.mux.control_too_long`, the relay's rule too);
             ``None``: only the frame ceiling. The controller passes
             :func:`~flodl_proto.codec.mux.max_control_payload` of its world size (spec departure
             ``control_bound``: no legal control message is longer than the largest Hello, and a
@@ -600,6 +602,7 @@ class MuxStream:
                   and mv.nbytes == MUX_HEADER_LEN + header.payload_len
                   and (header.payload_len <= self._ceiling if self._hello_limit is None
                        else header.payload_len <= self.payload_limit)
+                  # limit_for and control_too_long's rule, inlined (no call per record)
                   and (header.kind != REC_CONTROL or self._first
                        or header.payload_len <= self._control_limit)):
                 # exactly the one whole record the runner read (its header in hand): decoded
@@ -675,10 +678,10 @@ class MuxStream:
         if limit is not None and hdr.payload_len > limit:
             raise protocol_error("controller.hello_too_long", length=hdr.payload_len,
                                  limit=limit, kind=hdr.kind)
-        if (not self._first and hdr.kind == REC_CONTROL
-                and hdr.payload_len > self._control_limit):
-            raise protocol_error("controller.control_too_long", length=hdr.payload_len,
-                                 limit=self._control_limit)
+        if not self._first and hdr.kind == REC_CONTROL:
+            too_long = control_too_long(hdr.kind, hdr.payload_len, self._control_limit)
+            if too_long is not None:
+                raise too_long
         return MUX_HEADER_LEN + hdr.payload_len
 
     def _decode_one(self, mv: memoryview, events: list[StreamEvent],

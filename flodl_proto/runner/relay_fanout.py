@@ -40,9 +40,15 @@ import numpy.typing as npt
 from .._threads import start_thread
 from ..codec._common import END_OF_STREAM, BytesLike
 from ..codec.auth import PARALLEL_MAC_MIN
-from ..codec.mux import MuxHeader, MuxRecord, parse_mux_header_or_eos, read_mux_record_or_eos
+from ..codec.mux import (
+    MuxHeader,
+    MuxRecord,
+    control_too_long,
+    parse_mux_header_or_eos,
+    read_mux_record_or_eos,
+)
 from ..codec.plans import record_macs, record_premac_for
-from ..errors import ProtocolError, protocol_error
+from ..errors import ProtocolError
 from ..spec import MUX_HEADER_LEN, REC_CONTROL
 from ._netio import Stopped, shutdown_quietly, write_stall_timeout
 from ._netio_recv import HASH_STEP, _starved_unit, read_record_into, recv_exact_into
@@ -250,7 +256,8 @@ class UpstreamReader:
             Stopped: the stream ended inside the record after the stop flag was set (the
                 relay's own shutdown cut it, not the peer).
             LimitExceeded (remote) ``relay.control_too_long``: a Control record's header claims
-                more than ``control_limit`` bytes (its payload is not read).
+                more than ``control_limit`` bytes (its payload is not read; the codec's rule,
+                :func:`~flodl_proto.codec.mux.control_too_long`).
             every error of :func:`~flodl_proto.runner._netio_recv.read_record_into` and of the
             codec's ``read_mux_record_or_eos`` (a bad tag: AuthenticationError).
         """
@@ -261,10 +268,11 @@ class UpstreamReader:
             return None  # end of stream inside the header is a clean end
         hdr = parse_mux_header_or_eos(hv, ceiling=self._ceiling)
         assert hdr is not END_OF_STREAM  # the view holds the whole header (for the type)
-        if hdr.kind == REC_CONTROL and hdr.payload_len > self._control_limit:
-            self._count(MUX_HEADER_LEN)
-            raise protocol_error("relay.control_too_long", length=hdr.payload_len,
-                                 limit=self._control_limit)
+        if hdr.kind == REC_CONTROL:  # the codec's control bound, asked of Control records only
+            too_long = control_too_long(hdr.kind, hdr.payload_len, self._control_limit, "relay")
+            if too_long is not None:
+                self._count(MUX_HEADER_LEN)
+                raise too_long
         size = MUX_HEADER_LEN + hdr.payload_len
         if self._buf is None or self._buf.shape[0] != size:
             self._buf = np.empty(size, dtype=np.uint8)
