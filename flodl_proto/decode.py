@@ -68,7 +68,6 @@ from .codec.round_frame import Dtype, RoundFrame, TensorPayload, round_frame_ext
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
 from .codec.stream import MagicReceived, MuxStream, RecordReceived, StreamFailed
-from .codec.structs import HANDSHAKE
 from .errors import ProtocolError, protocol_error
 from .interop.jsonio import control_to_json, f64_bits
 from .spec import (
@@ -664,14 +663,10 @@ class _Decoder:
         mv = self.mv
         rank: int | None = None
         try:
-            if len(mv) >= HANDSHAKE_LEN:
-                h = HANDSHAKE.parse(mv[:HANDSHAKE_LEN])
-                if h.magic == HANDSHAKE_MAGIC_RANK:
-                    self._auto_version(int(h.version))
-                expected_ws = int(h.world_size)
-            else:
-                expected_ws = 0
-            hs, n = decode_handshake(mv, expected_ws, check_version(self.version))
+            if len(mv) >= HANDSHAKE_LEN and _U32.unpack_from(mv, 0)[0] == HANDSHAKE_MAGIC_RANK:
+                self._auto_version(_U32.unpack_from(mv, 4)[0])
+            # the world size is not known here: the codec checks all else and returns it
+            hs, n = decode_handshake(mv, None, check_version(self.version))
         except ProtocolError as e:
             raise _Stop(0, e) from None
         rank = hs.rank

@@ -151,6 +151,28 @@ def test_decode_handshake_world_size_mismatch(got: int, want: int) -> None:
           got=got, expected=want)
 
 
+@pytest.mark.parametrize("world", [1, 4, U32_MAX, 0])
+def test_decode_handshake_without_an_expected_world_size_takes_any(world: int) -> None:
+    """``expected_world_size=None`` (a capture tool that does not know W) was refused as
+    'not a u32'; it skips the world-size check alone and the decoded world size is the
+    handshake's."""
+    assert hs.decode_handshake(handshake(MAGIC_RANK, 3, 7, world), None, 3) == (
+        hs.Handshake(7, world, 3), 16)
+
+
+def test_decode_handshake_without_an_expected_world_size_checks_the_rest() -> None:
+    with pytest.raises(errors.TruncatedInput) as trunc:
+        hs.decode_handshake(handshake(MAGIC_RANK, 2, 0, 1)[:15], None)
+    assert trunc.value.error_id == "handshake.read_failed"
+    with pytest.raises(errors.BadMagic) as magic:
+        hs.decode_handshake(handshake(MAGIC_ACK, 2, 0, 1), None)
+    assert magic.value.error_id == "handshake.bad_magic"
+    with pytest.raises(errors.VersionMismatch) as version:
+        hs.decode_handshake(handshake(MAGIC_RANK, 3, 0, 1), None, 2)
+    check(version, errors.VersionMismatch, True, "handshake.bad_version",
+          "cluster_controller: handshake protocol_version 3 != 2", got=3, expected=2)
+
+
 def test_decode_handshake_does_not_check_rank_against_world_size() -> None:
     assert hs.decode_handshake(handshake(MAGIC_RANK, 2, 4, 4), 4, 2) == (hs.Handshake(4, 4, 2), 16)
 

@@ -51,9 +51,12 @@ ENCODE_IT = " (encode it first: encode_round_frame_bytes(frame, salt))"
 
 # (call, error class, the message: exact)
 CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
-    "decode_handshake expected None": (
-        lambda: decode_handshake(HANDSHAKE, None),  # type: ignore[arg-type]
-        InvalidValue, "handshake: expected_world_size = None is invalid: not a u32"),
+    "decode_handshake expected bool": (
+        lambda: decode_handshake(HANDSHAKE, True),
+        InvalidValue, "handshake: expected_world_size = True is invalid: not a u32"),
+    "decode_handshake expected negative": (
+        lambda: decode_handshake(HANDSHAKE, -1),
+        InvalidValue, "handshake: expected_world_size = -1 is invalid: not a u32"),
     "decode_handshake expected text": (
         lambda: decode_handshake(HANDSHAKE, "4"),  # type: ignore[arg-type]
         InvalidValue, "handshake: expected_world_size = '4' is invalid: not a u32"),

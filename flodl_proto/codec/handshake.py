@@ -95,29 +95,32 @@ def encode_handshake(rank: int, world_size: int, version: int = DEFAULT_VERSION)
     return bytes(HANDSHAKE.build({"magic": HANDSHAKE_MAGIC_RANK, "version": version, **fields}))
 
 
-def decode_handshake(data: BytesLike, expected_world_size: int,
+def decode_handshake(data: BytesLike, expected_world_size: int | None,
                      version: int = DEFAULT_VERSION) -> tuple[Handshake, int]:
     """Read and check a rank handshake at the start of ``data``.
 
     Args:
         data: the received bytes (any contiguous buffer).
         expected_world_size: the world size this relay serves (u32); a handshake carrying
-            another is refused.
+            another is refused. None: the world size is not checked (a capture tool that does
+            not know it); the handshake's is in the result, every other check is made.
         version: the protocol version this relay speaks.
 
     Returns:
         ``(handshake, 16)``.
 
     Raises:
-        TruncatedInput, BadMagic, VersionMismatch, InvalidValue (world size) — remote, in that
-        order; upstream's "cluster_controller: handshake ..." wording.
-        InvalidValue (local): ``data`` is not a buffer, or ``expected_world_size`` is not a u32;
-        VersionMismatch (local): bad ``version``.
+        TruncatedInput, BadMagic, VersionMismatch, InvalidValue (world size, unless
+        ``expected_world_size`` is None) — remote, in that order; upstream's
+        "cluster_controller: handshake ..." wording.
+        InvalidValue (local): ``data`` is not a buffer, or ``expected_world_size`` is neither
+        None nor a u32; VersionMismatch (local): bad ``version``.
 
     Upstream: ``flodl/src/distributed/controller/mod.rs`` ``read_handshake``.
     """
     version = check_version(version)
-    _check_u32("expected_world_size", expected_world_size)
+    if expected_world_size is not None:
+        _check_u32("expected_world_size", expected_world_size)
     mv = as_view(data)
     if len(mv) < HANDSHAKE_LEN:
         raise protocol_error("handshake.read_failed", got=len(mv), need=HANDSHAKE_LEN)
@@ -126,7 +129,7 @@ def decode_handshake(data: BytesLike, expected_world_size: int,
         raise protocol_error("handshake.bad_magic", got=h.magic, expected=HANDSHAKE_MAGIC_RANK)
     if h.version != version:
         raise protocol_error("handshake.bad_version", got=h.version, expected=version)
-    if h.world_size != expected_world_size:
+    if expected_world_size is not None and h.world_size != expected_world_size:
         raise protocol_error("handshake.world_size_mismatch", got=h.world_size,
                              expected=expected_world_size)
     return Handshake(h.rank, h.world_size, h.version), HANDSHAKE_LEN
