@@ -59,14 +59,31 @@ proto.prefs.ceiling = Pref.uint("Frame ceiling (bytes)", C.DEFAULT_FRAME_CEILING
     "A length above this is reported as malformed (the readers' default ceiling is 1 GiB)")
 
 -- Helpers ---------------------------------------------------------------------------------------
+-- A catalogue text filled from args; a noun written word(s) is word after a field of 1 and words
+-- otherwise, as the package's own messages read (errors._agreed: the catalogue's plural rule).
 local function errtext(id, args)
     local t = SPEC.errors[id] or id
-    return (t:gsub("{([%w_]+):?([^}]*)}", function(name, spec)
+    local out, pos, one = {}, 1, false
+    local function agreed(literal)
+        return (literal:gsub("(%w+)%(s%)", one and "%1" or "%1s"))
+    end
+    while true do
+        local s, e, name, spec = t:find("{([%w_]+):?([^}]*)}", pos)
+        if s == nil then break end
+        out[#out + 1] = agreed(t:sub(pos, s - 1))
         local v = args[name]
-        if v == nil then return "{" .. name .. "}" end
-        if spec ~= "" then return string.format("%" .. spec, v) end
-        return tostring(v)
-    end))
+        if v == nil then
+            out[#out + 1] = "{" .. name .. "}"
+        elseif spec ~= "" then
+            out[#out + 1] = string.format("%" .. spec, v)
+        else
+            out[#out + 1] = tostring(v)
+        end
+        one = v == 1
+        pos = e + 1
+    end
+    out[#out + 1] = agreed(t:sub(pos))
+    return table.concat(out)
 end
 
 -- The readers' texts begin with the module that raised them: "relay_mux:" for a len-framed blob
@@ -703,22 +720,23 @@ local function varint(tvb, p, limit, ty, fname, base_off)
     return v, p + 1 + w
 end
 
--- decode one value of type descriptor ty; adds items under tree when given
-local function bc_value(tvb, p, limit, ty, fd, tree, base_off)
+-- decode one value of type descriptor ty; adds items under tree when given. name: the field as
+-- errors name it ("Hello.ranks"; its length prefix "Hello.ranks length"), as the codec does
+local function bc_value(tvb, p, limit, ty, fd, tree, base_off, name)
     if ty.kind == "uint" then
-        local v, np = varint(tvb, p, limit, ty.type, fd.name, base_off)
+        local v, np = varint(tvb, p, limit, ty.type, name, base_off)
         if tree then tree:add(F[fd.abbrev], tvb(p, np - p), v) end
         return v, np
     elseif ty.kind == "string" then
-        local n, q = varint(tvb, p, limit, "u64", fd.name, base_off)
+        local n, q = varint(tvb, p, limit, "u64", name .. " length", base_off)
         if q + n > limit then
-            bc_fail("bincode.unexpected_end", { field = fd.name, offset = q - base_off,
+            bc_fail("bincode.unexpected_end", { field = name, offset = q - base_off,
                 need = q + n - limit })
         end
         local s = n > 0 and tvb(q, n):raw() or ""
         local bad = utf8_error(s)
         if bad then
-            bc_fail("bincode.invalid_utf8", { reason = bad, field = fd.name, offset = q - base_off })
+            bc_fail("bincode.invalid_utf8", { reason = bad, field = name, offset = q - base_off })
         end
         if tree then
             if n > 0 then tree:add_packet_field(F[fd.abbrev], tvb(q, n), ENC_UTF_8)
@@ -727,13 +745,13 @@ local function bc_value(tvb, p, limit, ty, fd, tree, base_off)
         return s, q + n
     elseif ty.kind == "array" then
         if p + ty.len > limit then
-            bc_fail("bincode.unexpected_end", { field = fd.name, offset = p - base_off,
+            bc_fail("bincode.unexpected_end", { field = name, offset = p - base_off,
                 need = p + ty.len - limit })
         end
         if tree then tree:add(F[fd.abbrev], tvb(p, ty.len)) end
         return tvb(p, ty.len):bytes():tohex(), p + ty.len
     elseif ty.kind == "vec" then
-        local n, q = varint(tvb, p, limit, "u64", fd.name, base_off)
+        local n, q = varint(tvb, p, limit, "u64", name .. " length", base_off)
         -- an empty sequence is its count alone: an item over it, as an empty payload has one
         if tree and n == 0 then
             tree:add(tvb(p, q - p), LABEL[fd.abbrev] .. ": none (0 entries)")
@@ -741,7 +759,7 @@ local function bc_value(tvb, p, limit, ty, fd, tree, base_off)
         local out = {}
         for k = 1, n do
             local v
-            v, q = bc_value(tvb, q, limit, ty.elem, fd, tree, base_off)
+            v, q = bc_value(tvb, q, limit, ty.elem, fd, tree, base_off, name)
             out[k] = v
         end
         return out, q
@@ -762,7 +780,8 @@ local function bc_message(tvb, p0, limit, tree, version)
     for _, fd in ipairs(var.fields) do
         local present = false
         for _, v in ipairs(fd.versions) do if v == version then present = true end end
-        if present then values[fd.name], p = bc_value(tvb, p, limit, fd.type, fd, tree, p0) end
+        if present then values[fd.name], p = bc_value(tvb, p, limit, fd.type, fd, tree, p0,
+            var.name .. "." .. fd.name) end
     end
     return { index = idx, var = var, values = values, endp = p }
 end

@@ -44,6 +44,7 @@ from flodl_proto.codec import (
     RoundFrame,
     RoundKind,
     TensorPayload,
+    decode_control,
     encode_ack,
     encode_channel_magic,
     encode_control,
@@ -60,6 +61,7 @@ from flodl_proto.dissector import (
     filter_fields_markdown,
     render_dissector,
 )
+from flodl_proto.errors import ProtocolError
 from flodl_proto.spec import SPEC, Spec
 
 from .conftest import ROOT, vectors_root
@@ -1111,6 +1113,34 @@ def test_a_record_above_the_ceiling_is_one_error_and_its_bytes_a_continuation(
     # each text names the leg its record is on: the rank's loopback blobs are not the relay's mux
     assert msgs[2] == msgs[3] == ("loopback leg: len-framed blob length 4039 exceeds the frame "
                                   "ceiling 4000; corrupt or hostile peer"), msgs
+
+
+@pytest.mark.tshark
+def test_a_truncated_hello_reads_as_the_package_words_it_in_the_singular(lua: Path,
+                                                                         tmp_path: Path) -> None:
+    # the catalogue's plural rule (a noun written word(s)) is applied by the dissector too: it
+    # said '1 more byte(s) needed' where decode says '1 more byte needed'
+    payload = MuxRecord.control_msg(Hello("h", [0, 1]), 2).payload
+    want = []
+    cap = Capture()
+    for cut in (1, 3):
+        mux = cap.connect(("10.0.0.2", 40001 + cut), ("10.0.0.1", 23456))
+        cap.send(mux, True, encode_channel_magic("data") + b"".join(
+            encode_mux_record_parts(RecordKind.CONTROL, 0, [payload[:-cut]], SALT)))
+        cap.close(mux)
+        with pytest.raises(ProtocolError) as err:
+            decode_control(payload[:-cut], 2)
+        want.append(str(err.value))
+    pcap = tmp_path / "cut-hello.pcap"
+    pcap.write_bytes(pcap_file(cap.packets))
+    msgs = _tshark(pcap, lua, {f"{PROTO_NAME}.ports": "23456"}, "-Y",
+                   f"_ws.expert && {PROTO_NAME}", "-T", "fields", "-e",
+                   "_ws.expert.message").splitlines()
+    assert msgs == want == [
+        "relay_mux: bincode decode failed: io error: unexpected end of file (reading "
+        "Hello.ranks at offset 5, 1 more byte needed)",
+        "relay_mux: bincode decode failed: io error: unexpected end of file (reading "
+        "Hello.ranks length at offset 3, 1 more byte needed)"], msgs
 
 
 @pytest.mark.tshark
