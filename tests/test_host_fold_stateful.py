@@ -5,9 +5,9 @@ rarely drawn rule, deposits broken in one way (a malformed frame, a raw blob, a 
 from the same rank), which are fatal.
 
 The model is the fuzz target's (``fuzz/harnesses/host_fold.py``): completion exactly when every
-local rank deposited or is dead, an unpromoted round shipped verbatim, otherwise the f32 sums in
-deposit order (computed there element by element, not by the fold's kernels) with the weights
-summed, errors fatal and sticky.
+local rank deposited or is dead, an unpromoted round shipped its seed's tensors verbatim under
+the summed weight, otherwise the f32 sums in deposit order (computed there element by element,
+not by the fold's kernels) with the weights summed, errors fatal and sticky.
 
 The machine runs once, in :func:`test_host_fold_state_machine`, which then checks that the run
 reached what it claims to test: most completed rounds summed several deposits (and had their

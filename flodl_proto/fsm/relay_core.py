@@ -32,8 +32,9 @@ Rules (upstream's, facts §d.7, and ``spec/lifecycle.yaml``):
   version 3); the first record back must be ``Control(HelloAck)`` (``relay.expected_helloack``;
   end of stream: ``relay.closed_before_helloack``);
 * fold: each blob is deposited into the fold; a deposit or death that completes a round sends one
-  HostFrame (the merged frame signed here, or the seed's bytes verbatim, copied since the runner
-  reuses the blob's buffer); a fold error (MAC, schema, double deposit...) ends the relay. A
+  HostFrame (a frame signed here: the merged sums, or the seed's tensors under a weight later
+  deposits changed; or the seed's bytes verbatim, copied since the runner reuses the blob's
+  buffer); a fold error (MAC, schema, double deposit...) ends the relay. A
   Broadcast is fanned out to the alive local ranks (one above the frame ceiling ends the relay
   with ``mux.payload_too_large``, as the runner's reader would); ``DeclareDead`` for a local
   rank takes it out of the barrier (for another rank it is logged and ignored); any other

@@ -217,7 +217,7 @@ class _HostSums:
         nothing, when the per-tensor path must run."""
         if not tensors or len(tensors) != len(rnd.schema) or (
                 rnd.sums is not None and any(a is not None for a in rnd.sums)):
-            return False  # a round without tensors never promotes: its seed ships verbatim
+            return False  # a round without tensors never promotes: its seed's (none) ship
         seed = rnd.seed.tensors
         numels = [t.numel for t in seed]
         v3 = self._version >= 3

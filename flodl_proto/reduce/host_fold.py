@@ -9,10 +9,11 @@ deposit order. The round completes when every local rank has deposited or is dea
 one deposit exists; the completing call returns the HostFrame payload:
 
 * a round that never promoted (a single deposit, or version 3 later deposits that were all
-  elided) ships the seed frame's bytes verbatim (so a lone ``-0.0`` survives and an all-elided
-  round ships elided);
-* otherwise the f32 sums re-encoded in each tensor's dtype, signed with the salt, weight = the
-  summed weights, kind = the seed's.
+  elided) ships the seed's tensors verbatim (so a lone ``-0.0`` or a bf16 signalling NaN
+  survives and an all-elided round ships elided) under the summed weight: the seed frame's
+  bytes when that weight is the seed's, bit for bit, else the seed's tensors re-signed with it;
+* otherwise the f32 sums of every tensor re-encoded in its dtype (a tensor every deposit elided
+  ships as zero bytes), signed with the salt, weight = the summed weights, kind = the seed's.
 
 Any protocol error (parse, MAC, schema, double deposit) is fatal for the fold: it is raised, and
 raised again by every later call (the relay tears its data channel down). A frame from a rank that
@@ -259,10 +260,12 @@ class HostFold(_HostSums):
             None while the round is incomplete (or ``rank`` is dead); when this deposit completes
             it, either the merged frame (f32 sums re-encoded in each tensor's dtype, summed
             weight, the seed's kind; its payloads are the fold's buffers, reused by a later
-            round only once nothing references them any more) to be signed by the caller,
-            e.g. with :func:`~flodl_proto.codec.mux.encode_frame_record`, or a memoryview of the
-            seed frame's bytes (tag included; a view into the seed's blob, which the caller must
-            not modify while using it) to ship verbatim.
+            round only once nothing references them any more; or, for a round that never
+            promoted whose later deposits changed the weight, copies of the seed's tensors) to
+            be signed by the caller, e.g. with
+            :func:`~flodl_proto.codec.mux.encode_frame_record`, or a memoryview of the seed
+            frame's bytes (tag included; a view into the seed's blob, which the caller must not
+            modify while using it) to ship verbatim.
 
         Raises:
             as :meth:`deposit`.
@@ -479,7 +482,13 @@ class HostFold(_HostSums):
             self._merge_held(rnd)
         if rnd.sums is None:
             self._pool.end_round()
-            return rnd.seed_bytes
+            if _same_bits(rnd.weight, rnd.seed_weight):
+                return rnd.seed_bytes
+            # later deposits, all elided, changed the weight: the seed's tensors (copied, as
+            # the caller reuses the blob) under the summed weight
+            return RoundFrame.trusted(rnd.kind, rnd.weight, tuple(
+                TensorPayload.trusted(t.dtype, t.shape, memoryview(bytes(t.data)))
+                for t in rnd.seed.tensors))
         tensors = []
         for ti, ((dtype, shape), acc) in enumerate(zip(rnd.schema, rnd.sums, strict=True)):
             out = rnd.outs.get(ti)
@@ -488,6 +497,11 @@ class HostFold(_HostSums):
             tensors.append(TensorPayload.trusted(dtype, shape, out.view(np.uint8).data))
         self._pool.end_round()
         return RoundFrame.trusted(rnd.kind, rnd.weight, tuple(tensors))
+
+
+def _same_bits(a: float, b: float) -> bool:
+    """Whether the f64 weights ``a`` and ``b`` have the same bits (``-0.0`` is not ``0.0``)."""
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
 def _rank_arg(value: Any, field: str) -> int:

@@ -17,7 +17,8 @@ low 2 bits the op, the rest its argument ``a``:
 Oracle: every call returns what the model says or raises a RemoteProtocolError the model
 expects (including a weight sum past the f64 range); after one, every call raises that same
 error object. A round completes exactly when each local rank has deposited or is dead and one
-deposit exists. A round that never promoted ships the first deposit's frame verbatim; otherwise
+deposit exists. A round that never promoted ships the first deposit's tensors verbatim under the
+summed weight (its frame verbatim when that weight is the seed's, bit for bit); otherwise
 the HostFrame decodes under the salt with the seed's kind and schema, the weights summed in
 deposit order, and per element the f32 sum of the merged contributions in deposit order
 (re-encoded in the tensor's dtype; NaN payloads and the sign of zero not compared; at version 3
@@ -128,7 +129,13 @@ class Model:
         """Check a completed round's HostFrame payload, then start the next round."""
         seed = self.deposits[0][1]
         if not self.promoted:
-            check(out == self.seed_bytes, "an unpromoted round did not ship its seed verbatim")
+            weight = self.weight()
+            if struct.pack("<d", weight) == struct.pack("<d", seed.weight):
+                check(out == self.seed_bytes, "an unpromoted round did not ship its seed verbatim")
+            else:  # later deposits (nothing to merge) changed the weight: it is the sum's
+                want = encode_frame(RoundFrame(seed.kind, weight, list(seed.tensors)), self.salt)
+                check(out == want, "an unpromoted round did not ship its seed's tensors under "
+                      f"the summed weight {weight!r}")
         else:
             res = decode_round_frame_or_eos(out, self.salt, ceiling=1 << 62)
             check(res is not END_OF_STREAM, "empty HostFrame")
