@@ -16,9 +16,9 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-__all__ = ["CONFORMANCE_ACTIONS", "LIFECYCLE_KEYS", "LIFECYCLE_SHAPE", "WIRE_KEYS", "WIRE_SHAPE",
-           "ShapeError", "check_sections", "check_shape", "check_top_level", "conformance_shape",
-           "kind_name"]
+__all__ = ["CONFORMANCE_ACTIONS", "CONSTANT_TYPES", "LIFECYCLE_KEYS", "LIFECYCLE_SHAPE",
+           "WIRE_KEYS", "WIRE_SHAPE", "ShapeError", "check_constant_types", "check_sections",
+           "check_shape", "check_top_level", "conformance_shape", "kind_name"]
 
 
 class ShapeError(ValueError):
@@ -119,6 +119,13 @@ WIRE_SHAPE: Final = _Rec({
             "sum": _List(float), "sum_hex": str, "weight": float, "inv_hex": str,
             "consensus_hex": str})})),
 })
+
+#: the words a constant's ``type`` (``constants.*.type`` of ``wire.yaml``) may be: ``u32`` the
+#: value of a u32 field (a magic, a version), ``size`` a fixed length in bytes, ``count`` a bound
+#: on a number of things, ``bytes`` a bound or step in bytes, ``port`` a TCP port or an offset
+#: added to one. The reference writes a ``u32`` above 0xFFFF in hex with its bytes, a ``bytes``
+#: one with its size in KiB/MiB/GiB, and lists the ``count`` and ``bytes`` ones among the limits
+CONSTANT_TYPES: Final = frozenset({"u32", "size", "count", "bytes", "port"})
 
 #: one or several callback or guard names (python-statemachine takes either)
 _NAMES: Final = (str, _List(str))
@@ -315,3 +322,19 @@ def check_sections(raw: Mapping[str, Any]) -> None:
         if not _fits(raw[name], shape):
             raise ShapeError(f"wire.yaml: section {name!r} is {kind_name(raw[name])}, not "
                             f"{_expected(shape)}")
+
+
+def check_constant_types(constants: Mapping[str, Any]) -> None:
+    """Refuse a constant of ``wire.yaml`` (``constants``, already of its shape) whose ``type``
+    is none of :data:`CONSTANT_TYPES` (a misspelt ``bytes`` or ``count`` would drop it from the
+    reference's limits, a ``u32`` lose its hex form).
+
+    Raises:
+        ShapeError: one line naming the first such constant, its word and the known ones:
+            ``wire.yaml: constant MUX_HEADER_LEN: type 'sise' is not a constant's type (bytes,
+            count, port, size, u32)``.
+    """
+    for name, entry in constants.items():
+        if entry["type"] not in CONSTANT_TYPES:
+            raise ShapeError(f"wire.yaml: constant {name}: type {entry['type']!r} is not a "
+                             f"constant's type ({', '.join(sorted(CONSTANT_TYPES))})")

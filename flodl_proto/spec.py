@@ -38,6 +38,7 @@ from ._spec_shapes import (
     WIRE_KEYS,
     WIRE_SHAPE,
     ShapeError,
+    check_constant_types,
     check_sections,
     check_shape,
     check_top_level,
@@ -173,7 +174,8 @@ class Spec:
             below the top level has another shape than the table gives (a key the table does not
             know, a key it requires missing, a value of another type:
             :func:`~flodl_proto._spec_shapes.check_shape`, naming the value's path,
-            ``types.u8.size``), or the file is inconsistent (an error of an unknown kind or
+            ``types.u8.size``), or the file is inconsistent (a constant's type none of
+            :data:`~flodl_proto._spec_shapes.CONSTANT_TYPES`; an error of an unknown kind or
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
             lacks; a byte-layout field whose type is not in ``types``, whose size is not its
@@ -196,6 +198,7 @@ class Spec:
             check_sections(raw)
             for name, section in WIRE_SHAPE.required.items():
                 check_shape(raw[name], section, "wire.yaml", name)
+            check_constant_types(raw["constants"])
         except ShapeError as e:
             raise SpecError(str(e)) from None
         self.raw: Mapping[str, Any] = raw

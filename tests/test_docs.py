@@ -564,6 +564,25 @@ def test_a_name_that_is_no_string_is_one_line_and_writes_nothing(
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: {line}\n")
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("  MUX_HEADER_LEN:\n    value: 25\n    type: size\n",
+     "  MUX_HEADER_LEN:\n    value: 25\n    type: sise\n",
+     "constant MUX_HEADER_LEN: type 'sise' is not a constant's type (bytes, count, port, size, "
+     "u32)"),
+    ("    value: 65536\n    type: count\n", "    value: 65536\n    type: u64\n",
+     "constant MAX_ROUND_FRAME_TENSORS: type 'u64' is not a constant's type (bytes, count, port, "
+     "size, u32)"),
+], ids=["misspelt", "a-wire-type"])
+def test_a_constant_of_an_unknown_type_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A constant's ``type`` word was not checked: a misspelt ``bytes`` or ``count`` dropped the
+    constant from the reference's limits with exit 0, and a ``u32`` one lost its hex form."""
+    _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
+                                       f"{line}\n")
+
+
 def _drop(doc: dict[str, Any], key: str) -> None:
     del doc[key]
 
