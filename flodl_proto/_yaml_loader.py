@@ -39,7 +39,7 @@ def _flatten_merges(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
     done: set[int] = loader.__dict__.setdefault("_flodl_flattened", set())
     if id(node) in done:
         return
-    first_lines: dict[Any, int] = {}
+    firsts: dict[Any, yaml.Node] = {}
     for key_node, _ in node.value:
         if key_node.tag == _MERGE_TAG:
             continue
@@ -47,13 +47,13 @@ def _flatten_merges(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
             key_node.tag = "tag:yaml.org,2002:str"
         key = loader.construct_object(key_node, deep=False)
         try:
-            first = first_lines.get(key)
+            first = firsts.get(key)
         except TypeError:  # an unhashable key: the safe loader's own error names it
             break
         if first is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
-        first_lines[key] = key_node.start_mark.line + 1
+                None, None, _duplicate(key, first, key_node), key_node.start_mark)
+        firsts[key] = key_node
     done.add(id(node))
     merged: list[tuple[Any, Any]] = []
     own: list[tuple[Any, Any]] = []
@@ -79,6 +79,19 @@ def _flatten_merges(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
         # the mapping is built pair by pair, the last of a key winning: the first source last
         merged = [pair for source in reversed(sources) for pair in source.value] + merged
     node.value = merged + own
+
+
+def _duplicate(key: Any, first: yaml.Node, second: yaml.Node) -> str:
+    """The problem of a mapping whose key node ``second`` is the key ``key`` its earlier key
+    node ``first`` is: ``duplicate key 'title' (first at line 3)`` for one key written twice;
+    both keys as written when their texts differ (``1`` beside ``true``, ``1.0`` beside ``1``:
+    one key to Python, ``1 == True``), ``duplicate key 'true' (the same key as '1' at line
+    1)``."""
+    line = first.start_mark.line + 1
+    texts = [n.value if isinstance(n, yaml.ScalarNode) else None for n in (first, second)]
+    if texts[0] is None or texts[1] is None or texts[0] == texts[1]:
+        return f"duplicate key {key!r} (first at line {line})"
+    return f"duplicate key {texts[1]!r} (the same key as {texts[0]!r} at line {line})"
 
 
 #: the fastest safe YAML loader available (libyaml's when PyYAML was built with it; same result),

@@ -401,6 +401,46 @@ def test_a_key_written_twice_in_a_spec_file_is_refused_naming_the_key_and_both_l
                                f"column {column}")
 
 
+@pytest.mark.parametrize(("text", "reason"), [
+    ("a: {1: x, true: y}\n",
+     "duplicate key 'true' (the same key as '1' at line 1) at line 1, column 11"),
+    ("a: {true: x, 1: y}\n",
+     "duplicate key '1' (the same key as 'true' at line 1) at line 1, column 14"),
+    ("a:\n  1.0: x\n  1: y\n",
+     "duplicate key '1' (the same key as '1.0' at line 2) at line 3, column 3"),
+    ("a: {0x1: x, 1: y}\n",
+     "duplicate key '1' (the same key as '0x1' at line 1) at line 1, column 13"),
+    ("a: {yes: x, true: y}\n",
+     "duplicate key 'true' (the same key as 'yes' at line 1) at line 1, column 13"),
+    ("a: {k: 1, k: 2}\n", "duplicate key 'k' (first at line 1) at line 1, column 11"),
+    ("a: {1: x, 1: y}\n", "duplicate key 1 (first at line 1) at line 1, column 11"),
+], ids=["one-then-true", "true-then-one", "float-then-int", "hex-then-decimal", "yes-then-true",
+        "same-text", "same-number"])
+def test_two_keys_written_apart_that_are_one_key_are_named_as_written(text: str,
+                                                                        reason: str) -> None:
+    """``1`` beside ``true`` in one mapping (one key to Python: ``1 == True``) is refused, as a
+    key written twice is, but was named ``duplicate key True``, a word in neither place."""
+    with pytest.raises(yaml.constructor.ConstructorError) as info:
+        yaml.load(text, Loader=spec.YAML_LOADER)
+    assert spec.load_reason(info.value) == f"not YAML: {reason}"
+
+
+def test_a_spec_file_with_two_keys_that_are_one_names_both(tmp_path: Path) -> None:
+    folder = tmp_path / "spec"
+    shutil.copytree(PKG.parent / "spec", folder)
+    lifecycle = folder / "lifecycle.yaml"
+    text = lifecycle.read_text(encoding="utf-8")
+    at = text.index("\n    guards:\n") + 1
+    line = text[:at].count("\n") + 2
+    lifecycle.write_text(text[:at] + "    guards:\n      1: one\n      true: yes\n"
+                         + text[at + len("    guards:\n"):], encoding="utf-8")
+    with pytest.raises(spec.SpecError) as info:
+        spec.Spec(folder).lifecycle()
+    assert str(info.value) == (
+        f"cannot load {lifecycle}: not YAML: duplicate key 'true' (the same key as '1' at line "
+        f"{line}) at line {line + 1}, column 7")
+
+
 # an anchor defined inside a merge and used again; a mapping merging one that overrides a key
 _NESTED_MERGES = """\
 base: &base {a: 1, b: 2, long_key: 3}
