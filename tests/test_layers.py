@@ -129,12 +129,14 @@ def test_no_import_cycle_in_the_package() -> None:
     known = set(mods)
     graph = {name: _imports(name, path, known) for name, path in mods.items()}
     assert graph["flodl_proto.errors"] == {"flodl_proto.spec"}
-    # spec.py imports nothing of ours but four leaves: the reason-in-words helper, the rule
-    # of how a number is written, the shapes of the spec files and their YAML loader
+    # spec.py imports nothing of ours but four leaves (the reason-in-words helper, the rule
+    # of how a number is written, the shapes of the spec files and their YAML loader) and the
+    # checks across the spec's tables, which import only the shapes
     assert graph["flodl_proto.spec"] == {"flodl_proto._oserr", "flodl_proto._numbers",
-                                         "flodl_proto._spec_shapes",
+                                         "flodl_proto._spec_shapes", "flodl_proto._spec_checks",
                                          "flodl_proto._yaml_loader"}, (
-        "spec.py imports only leaves")
+        "spec.py imports only leaves and _spec_checks")
+    assert graph["flodl_proto._spec_checks"] == {"flodl_proto._spec_shapes"}
     assert graph["flodl_proto._oserr"] == set(), "_oserr.py must be a leaf"
     assert graph["flodl_proto._numbers"] == set(), "_numbers.py must be a leaf"
     assert graph["flodl_proto._unseen"] == set(), "_unseen.py must be a leaf"
