@@ -295,6 +295,14 @@ def relay_accepts_duplicate_rank(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(relay_core.RelayCore, "rank_handshake", handshake)
 
 
+def ship_seed_bytes(mp: pytest.MonkeyPatch) -> None:
+    """The relay ships its first deposit's frame as it came for a round no later payload
+    promoted, under that deposit's weight whatever the later (elided) deposits added."""
+    from flodl_proto.reduce import host_fold
+
+    mp.setattr(host_fold, "_same_bits", lambda a, b: True)
+
+
 def _run(role: str, version: int, factory: Callable[[], Any], port_mux: bool = False,
          patterns: tuple[str, ...] = ()) -> tuple[set[str], str]:
     runs, _ = select_cases(CATALOGUE, role=role, versions=[version], port_mux=port_mux,
@@ -402,6 +410,8 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
                                    {"relay.fold.declare-dead"}),
     "relay-accepts-duplicate-rank": ("relay", 2, relay_accepts_duplicate_rank, relay_target(),
                                      False, {"relay.handshake.duplicate-rank"}),
+    "relay-ships-the-seed-under-its-own-weight": ("relay", 3, ship_seed_bytes, relay_target(),
+                                                  False, {"relay.fold.elided-after-seed"}),
     "relay-skips-tag-check": ("relay", 3, skip_tag_check, relay_target(), False, {
         "relay.auth.bad-tag-from-rank",
         "relay.auth.flipped-byte-from-rank",
