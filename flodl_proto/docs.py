@@ -542,7 +542,9 @@ def _errors(d: _DocInput, number: int) -> list[str]:
     """The error catalogue, one table per id prefix."""
     body = ["Every error has a kind (the coarse category of the golden vectors) and a side: "
             "`remote` when the peer's bytes are at fault, `local` when the caller misused the "
-            "API. Messages are Python `str.format` templates; the text before the first field "
+            "API. Messages are Python `str.format` templates, with one addition: a noun written "
+            "`word(s)` reads `word` after a field of 1 and `words` after any other value "
+            "(`1 more byte needed`, `2 more bytes needed`); the text before the first field "
             "is upstream's wording.", ""]
     groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for eid, e in d.raw.get("errors", {}).items():
