@@ -96,12 +96,59 @@ local function loopback_errtext(id, args)
     return t
 end
 
-local function fmt_num(x)
+-- x rounded to a binary format of `bits` significant bits whose smallest normal exponent is emin
+-- (below it, the subnormals' fixed step), ties to even: how an f32 (24, -126) or a bf16 (8, -126)
+-- takes a decimal number
+local function round_to(x, bits, emin)
+    if x == 0 or x ~= x or x == math.huge or x == -math.huge then return x end
+    local _, e = math.frexp(x)  -- |x| in [2^(e-1), 2^e)
+    local step = 2 ^ (math.max(e, emin + 1) - bits)
+    local q = x / step
+    local r = math.floor(q + 0.5)
+    if r - q == 0.5 and r % 2 ~= 0 then r = r - 1 end
+    return r * step
+end
+
+-- the significant digits that always give a value back: f64 17, f32 9, bf16 4
+local DIGITS = { [53] = 17, [24] = 9, [8] = 4 }
+local FMT = {}
+for p = 1, 17 do FMT[p] = "%." .. p .. "g" end
+
+local function reads_back(s, x, bits)
+    local back = tonumber(s)
+    if bits then back = round_to(back, bits, -126) end
+    return back == x
+end
+
+-- A number as its shortest decimal form that reads back as the same value (Python's repr of a
+-- float; numpy's of an f32): in the f64 the Lua number is (bits nil), or in the f32 or bf16 it
+-- came from (bits 24 or 8). A whole number below 1e15 is written as one, with ".0".
+local function fmt_num(x, bits)
     if x ~= x then return "NaN" end
     if x == math.huge then return "inf" end
     if x == -math.huge then return "-inf" end
     if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%.1f", x) end
-    return string.format("%.6g", x)
+    local most = DIGITS[bits or 53]
+    local best = string.format(FMT[most], x)
+    local m = math.frexp(x)
+    if m == 0.5 or m == -0.5 then
+        -- a power of two: its lower neighbour is nearer than its upper one, so a count of
+        -- digits can fail where a smaller one reads back; count up
+        for p = 1, most - 1 do
+            local s = string.format(FMT[p], x)
+            if reads_back(s, x, bits) then return s end
+        end
+        return best
+    end
+    -- the neighbours are as far on either side: once a count of digits fails, every smaller
+    -- one does (the nearest p-digit number is at least as near as any shorter one), so count
+    -- down from the most (most values need 8 or 9 of an f32's 9)
+    for p = most - 1, 1, -1 do
+        local s = string.format(FMT[p], x)
+        if not reads_back(s, x, bits) then break end
+        best = s
+    end
+    return best
 end
 
 local function fmt_bytes(n)
@@ -129,11 +176,12 @@ local function f32_from_bits(b)
     return sign * (1 + m / 0x800000) * 2 ^ (e - 127)
 end
 
--- element decoders by Dtype member name
+-- element decoders by Dtype member name, and the significant bits of each (for fmt_num)
 local ELEMENT = {
     F32 = function(r) return r:le_float() end,
     BF16 = function(r) return f32_from_bits(r:le_uint() * 65536) end,
 }
+local ELEMENT_BITS = { F32 = 24, BF16 = 8 }
 
 local function u32(tvb, off) return tvb(off, 4):le_uint() end
 
@@ -464,6 +512,9 @@ local function walk(tvb, off, tree, fields, vals, items, ctx)
             item = tree:add_le(F[fd.abbrev], r)
         end
         local v = read_value(fd.type, r)
+        -- Wireshark shows a double to 15 significant digits (0.30000000000000004 as 0.3); the
+        -- field's value is exact, and so is its text
+        if fd.type == "f64" then item:set_text(fd.label .. ": " .. fmt_num(v)) end
         vals[fd.name] = v
         items[fd.name] = item
         if fd.const and v ~= C[fd.const] then
@@ -500,7 +551,9 @@ HOOK[SPEC.round_frame_count] = function(v, item, st)
 end
 HOOK.weight = function(v, item, st)
     if v ~= v or v == math.huge or v < 0 then
-        item:add_proto_expert_info(E.bad_value, errtext("frame.bad_weight", { weight = fmt_num(v) }))
+        -- the reader's text writes a whole number without ".0", as Rust does
+        local text = fmt_num(v):gsub("%.0$", "")
+        item:add_proto_expert_info(E.bad_value, errtext("frame.bad_weight", { weight = text }))
     end
     return true
 end
@@ -513,6 +566,12 @@ HOOK.nbytes = function(v, item, st, tv)
     end
     return true
 end
+
+-- The tree shows at most TREE_TENSORS tensors of a frame and TREE_DIMS dims of a tensor (Wireshark
+-- stops a packet at a million tree items: 4000 tensors of 255 dims would pass it). The rest are
+-- read and checked all the same, into NULL_TREE, which takes every call and shows nothing.
+local TREE_TENSORS, TREE_DIMS = 1000, 16
+local NULL_TREE = setmetatable({}, { __index = function(t) return function() return t end end })
 
 -- after a tensor's parts: shape, element count, nbytes vs shape, first values
 local function tensor_done(tvb, ttree, tv, items, st)
@@ -548,11 +607,12 @@ local function tensor_done(tvb, ttree, tv, items, st)
     elseif nb ~= numel * es then
         items.nbytes:add_proto_expert_info(E.nbytes_shape, errtext("tensor.nbytes_vs_shape",
             { shape = shape, expected = numel * es, got = nb }))
-    elseif numel > 0 then
+    elseif numel > 0 and ttree ~= NULL_TREE then  -- (values of a tensor the tree shows)
         local n = math.min(numel, SPEC.preview_values)
         local vals = {}
-        local dec = ELEMENT[ENUMS.Dtype.members[tv.dtype]]
-        for i = 0, n - 1 do vals[#vals + 1] = fmt_num(dec(tvb(tv.data_off + i * es, es))) end
+        local member = ENUMS.Dtype.members[tv.dtype]
+        local dec, bits = ELEMENT[member], ELEMENT_BITS[member]
+        for i = 0, n - 1 do vals[#vals + 1] = fmt_num(dec(tvb(tv.data_off + i * es, es)), bits) end
         local text = "[" .. table.concat(vals, ", ") .. (numel > n and ", …]" or "]")
         ttree:add(field("round_frame.values"), at(tvb, tv.data_off, nb), text):set_generated()
     end
@@ -561,11 +621,6 @@ local function tensor_done(tvb, ttree, tv, items, st)
     st.tensors[#st.tensors + 1] = { dtype = dname, shape = dims, nbytes = nb }
 end
 
--- The tree shows at most TREE_TENSORS tensors of a frame and TREE_DIMS dims of a tensor (Wireshark
--- stops a packet at a million tree items: 4000 tensors of 255 dims would pass it). The rest are
--- read and checked all the same, into NULL_TREE, which takes every call and shows nothing.
-local TREE_TENSORS, TREE_DIMS = 1000, 16
-local NULL_TREE = setmetatable({}, { __index = function(t) return function() return t end end })
 
 -- Dissect the RoundFrame occupying tvb[off, tvb:len()). Returns a summary table; summary.bad is
 -- set when the frame is malformed.

@@ -133,7 +133,7 @@ _DERIVED: tuple[tuple[str, str, str | None, str, str], ...] = (
      "element count: the product of the dims (1 for ndim 0)"),
     ("round_frame.values", "STRING", None, "First values",
      f"the first {_PREVIEW_VALUES} elements of a payload whose dtype is known and whose nbytes "
-     "matches the shape"),
+     "matches the shape, each in the fewest digits that read back as the same f32 or bf16"),
     ("round_frame.elided", "UINT8", "DEC", "Elided",
      "1 when nbytes is 0 while the shape has elements (zero-elision, legal at version 3)"),
     ("round_frame.total_nbytes", "UINT64", "DEC", "Payload bytes", "sum of the tensors' nbytes"),

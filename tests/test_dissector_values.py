@@ -1,0 +1,231 @@
+"""The numbers the Wireshark dissector writes: a RoundFrame's weight (its tree item, the Info
+column, the expert info of a weight the reader refuses) and a tensor's first values, each in the
+shortest decimal form that reads back as the value in its own format (f64, f32, bf16), checked
+against an exact reference for every bf16 bit pattern, every power of two of an f32 and its
+neighbours, and random f32 and f64 bit patterns (``tshark`` marker)."""
+
+from __future__ import annotations
+
+import math
+import struct
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flodl_proto.codec import (
+    Dtype,
+    Hello,
+    MuxRecord,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
+    decode_round_frame,
+    encode_channel_magic,
+    encode_frame_record,
+    encode_mux_record_bytes,
+    encode_round_frame_bytes,
+)
+from flodl_proto.dissector import PROTO_NAME, render_dissector
+from flodl_proto.errors import RemoteProtocolError
+
+from .pcap_writer import Capture
+
+SALT = bytes(16)
+PORT = 23456
+PER_TENSOR = 8  # the values the tree shows of a tensor (the spec's preview_values)
+PER_FRAME = 1000  # the tensors the tree lists of a frame
+
+
+def _round(q: Fraction, bits: int) -> Fraction:
+    """``q`` rounded to ``bits`` significant bits, ties to even, with the subnormal step of a
+    format whose smallest normal exponent is -126 (f32, bf16) or -1022 (f64)."""
+    if q == 0:
+        return q
+    a = abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # 2^e <= a < 2^(e+1)
+    if Fraction(2) ** e > a:
+        e -= 1
+    e = max(e, -1022 if bits == 53 else -126)
+    step = Fraction(2) ** (e - bits + 1)
+    return round(a / step) * step * (1 if q > 0 else -1)  # round(): ties to even
+
+
+def shortest(x: float, bits: int) -> str:
+    """The reference: ``x`` (a value of a format of ``bits`` significant bits) as its fewest
+    significant digits (``%g``) that round back to it exactly; a whole number below 1e15 as
+    one, with ``.0``."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == int(x) and abs(x) < 1e15:
+        return f"{x:.1f}"
+    for p in range(1, 18):
+        s = f"{x:.{p}g}"
+        if _round(Fraction(s), bits) == Fraction(x):
+            return s
+    raise AssertionError(x)
+
+
+def _capture(frames: list[RoundFrame], path: Path) -> Path:
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", PORT))
+    hello = MuxRecord.control_msg(Hello("host-a", [0]), version=2)
+    cap.send(mux, True, encode_channel_magic("data") + encode_mux_record_bytes(hello, SALT))
+    for f in frames:
+        cap.send(mux, True, b"".join(encode_frame_record(RecordKind.HOST_FRAME, f, SALT)))
+    cap.close(mux)
+    path.write_bytes(cap.pcap())
+    return path
+
+
+def _tshark(pcap: Path, lua: Path, *args: str) -> str:
+    res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}", "-o",
+                          f"{PROTO_NAME}.ports:{PORT}", *args],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0 and "Lua" not in res.stderr, res.stderr
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def lua(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("lua") / "flodl_proto.lua"
+    path.write_text(render_dissector(), encoding="utf-8")
+    return path
+
+
+def _f32_bits() -> np.ndarray:
+    """Every power of two of an f32 (subnormal ones included) with its two neighbours, the
+    largest and smallest values, and 4000 random finite bit patterns of either sign."""
+    powers = np.array([struct.unpack("<I", struct.pack("<f", 2.0 ** e))[0]
+                       for e in range(-149, 128)], np.int64)
+    edges = np.array([0x7F7FFFFF, 0x00000001, 0x00800000, 0x007FFFFF, 0x80000000], np.int64)
+    rng = np.random.default_rng(44)
+    rand = rng.integers(0, 0xFF000000, 4000, dtype=np.int64)
+    rand = rand[(rand & 0x7F800000) != 0x7F800000]
+    bits = np.concatenate([powers, powers + 1, powers - 1, edges, rand]) & 0xFFFFFFFF
+    bits = np.concatenate([bits, bits | 0x80000000])
+    bits = bits[(bits & 0x7F800000) != 0x7F800000]  # no NaN or infinity from powers + 1
+    return bits.astype(np.uint32)
+
+
+def _frames_of(dtype: int, payload: bytes, size: int) -> list[RoundFrame]:
+    per = PER_TENSOR * size
+    tensors = [TensorPayload(dtype, [PER_TENSOR], payload[i:i + per])
+               for i in range(0, len(payload), per)]
+    return [RoundFrame(RoundKind.MODEL, 1.0, tensors[i:i + PER_FRAME])
+            for i in range(0, len(tensors), PER_FRAME)]
+
+
+def _shown_values(pcap: Path, lua: Path) -> list[str]:
+    out = _tshark(pcap, lua, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-T", "fields",
+                  "-E", "aggregator=|", "-e", f"{PROTO_NAME}.round_frame.values")
+    vals: list[str] = []
+    for line in out.splitlines():
+        for text in line.split("|"):
+            assert text.startswith("[") and text.endswith("]"), text
+            vals += text[1:-1].split(", ")
+    return vals
+
+
+@pytest.mark.tshark
+@pytest.mark.timeout(600)
+def test_every_bf16_value_is_shown_in_its_shortest_form(lua: Path, tmp_path: Path) -> None:
+    """A bf16 element was written to 6 significant digits (0.1 as 0.100098, 1/3 as 0.333984),
+    as its f32 widening: now as the fewest digits that give the same bf16 back (0.1, 0.334),
+    for all 65536 bit patterns (NaN as NaN, the infinities as inf and -inf)."""
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    payload = bits.astype("<u2").tobytes()
+    pcap = _capture(_frames_of(Dtype.BF16, payload, 2), tmp_path / "bf16.pcap")
+    with np.errstate(invalid="ignore"):  # the signalling NaNs
+        widened = (bits << 16).astype("<u4").view("<f4").astype(np.float64)
+    want = [shortest(float(v), 8) for v in widened]
+    got = _shown_values(pcap, lua)
+    assert len(got) == len(want) == 65536
+    wrong = [(hex(int(b)), g, w) for b, g, w in zip(bits, got, want, strict=True) if g != w]
+    assert not wrong, (len(wrong), wrong[:10])
+    assert got[0x3DCD] == "0.1" and got[0x3EAB] == "0.334" and got[0x8000] == "-0.0"
+
+
+@pytest.mark.tshark
+@pytest.mark.timeout(600)
+def test_f32_values_are_shown_in_their_shortest_form(lua: Path, tmp_path: Path) -> None:
+    """An f32 element was written to 6 significant digits (-0.42945603 as -0.429456, which
+    reads back as another f32): now as the fewest digits that give the same f32 back, as numpy
+    writes it, for every power of two and its neighbours and 8000 random values."""
+    bits = _f32_bits()
+    bits = bits[: len(bits) // PER_TENSOR * PER_TENSOR]
+    payload = bits.astype("<u4").tobytes()
+    pcap = _capture(_frames_of(Dtype.F32, payload, 4), tmp_path / "f32.pcap")
+    values = bits.view("<f4").astype(np.float64)
+    want = [shortest(float(v), 24) for v in values]
+    got = _shown_values(pcap, lua)
+    assert len(got) == len(want) > 8000
+    wrong = [(hex(int(b)), g, w) for b, g, w in zip(bits, got, want, strict=True) if g != w]
+    assert not wrong, (len(wrong), wrong[:10])
+    # the same digits as numpy's shortest form of the f32
+    for v, g in zip(values[:40], got[:40], strict=True):
+        assert float(g) == float(np.format_float_scientific(np.float32(v), unique=True))
+    assert shortest(float(np.float32(-0.42945603)), 24) == "-0.42945603"
+
+
+WEIGHTS = [0.1 + 0.2, 1 / 3, 5e-324, 1.7976931348623157e308, 2.0 ** -1022, 1e21, 1.5, 2.5e-8,
+           123456789.123, 4.0, 0.0, -0.0, 9007199254740993.0]
+
+
+@pytest.mark.tshark
+def test_the_weight_is_shown_exactly_in_the_tree_and_the_info_column(lua: Path,
+                                                                     tmp_path: Path) -> None:
+    """The weight was written to 6 significant digits in the Info column (w=0.3 for
+    0.30000000000000004) and to Wireshark's 15 in the tree (Weight: 0.3): both now show the
+    shortest form that reads back as the f64, as Python's repr does; the field's value was and
+    is the f64 itself."""
+    rng = np.random.default_rng(7)
+    weights = WEIGHTS + [float(w) for w in rng.random(40) * 10.0 ** rng.integers(-12, 12, 40)]
+    frames = [RoundFrame(RoundKind.MODEL, w, [TensorPayload.from_array(
+        np.array([1.0], np.float32))]) for w in weights]
+    pcap = _capture(frames, tmp_path / "weights.pcap")
+    out = _tshark(pcap, lua, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-T", "fields",
+                  "-e", "_ws.col.Info")
+    want = [shortest(w, 53) for w in weights]
+    assert [float(x) for x in want] == weights  # they read back
+    assert out.splitlines() == [f"HostFrame relay→ctl ranks [0] Model w={w} 1 tensor 4 B"
+                                for w in want]
+    assert want[:3] == ["0.30000000000000004", "0.3333333333333333", "5e-324"]
+    tree = _tshark(pcap, lua, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-V")
+    shown = [line.strip() for line in tree.splitlines() if line.strip().startswith("Weight: ")]
+    assert shown == [f"Weight: {w}" for w in want]
+    # the filter field holds the f64 itself
+    hits = _tshark(pcap, lua, "-Y", f"{PROTO_NAME}.round_frame.weight == 0.30000000000000004",
+                   "-T", "fields", "-e", "frame.number")
+    assert len(hits.split()) == 1
+
+
+@pytest.mark.parametrize(("weight", "text"), [(-1.0, "-1"), (-0.123456789, "-0.123456789"),
+                                              (-1e-300, "-1e-300"), (float("nan"), "NaN"),
+                                              (float("inf"), "inf")])
+@pytest.mark.tshark
+def test_a_refused_weight_is_named_as_the_reader_names_it(weight: float, text: str, lua: Path,
+                                                         tmp_path: Path) -> None:
+    """The expert info of a weight the reader refuses quoted it to 6 significant digits and a
+    whole one with ".0" (-1.0, -0.123457), where the reader's error says -1 and -0.123456789:
+    the two texts are now the same."""
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.array([1.0], np.float32))])
+    wire = bytearray(encode_round_frame_bytes(frame, SALT))
+    wire[9:17] = struct.pack("<d", weight)  # after the magic, the count and the kind byte
+    with pytest.raises(RemoteProtocolError) as e:
+        decode_round_frame(bytes(wire), SALT)
+    assert f"frame weight {text} is not" in str(e.value)
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", PORT))
+    cap.send(mux, True, struct.pack("<I", len(wire)) + bytes(wire))
+    cap.close(mux)
+    pcap = tmp_path / "bad.pcap"
+    pcap.write_bytes(cap.pcap())
+    out = _tshark(pcap, lua, "-T", "fields", "-e", "_ws.expert.message")
+    assert str(e.value) in out.splitlines(), (str(e.value), out)
