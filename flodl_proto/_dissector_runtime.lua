@@ -253,7 +253,8 @@ end
 -- follows it, is read from the state at its sequence number without moving the direction's; a
 -- segment after bytes not captured continues the record going on if it ends past them, and
 -- otherwise may begin inside an unseen record (out of sync, without an expert info: TCP reports
--- the gap). tcp.seq has no value on a pass without a tree (tshark -2's first): there the bytes
+-- the gap); one captured late inside such bytes (sent again after the segments that follow it)
+-- is placed from the state at its end, where that is known. tcp.seq has no value on a pass without a tree (tshark -2's first): there the bytes
 -- are counted, and the second pass, in capture order, runs the state again over every segment of
 -- the direction that pass had (those TCP hands over for reassembly too, whose sequence numbers
 -- place what TCP keeps back), with as many calls each, and places the segments by their sequence
@@ -352,12 +353,22 @@ local function remember(d, seq, st, overwrite)
     d.at[seq] = st
 end
 
--- The state at sequence number seq of a direction whose running state d ends at d.next.
-local function state_at(d, seq)
+-- The state at sequence number seq of a direction whose running state d ends at d.next, for a
+-- segment of wire bytes.
+local function state_at(d, seq, wire)
     if seq == nil or d.next == nil or seq == d.next then return copy_state(d) end
     local known = state_known(d, seq)
     if known then return copy_state(known) end
     local gap = seq_diff(seq, d.next)
+    -- a segment captured late inside bytes not captured (sent again after the ones that follow
+    -- it): where the state at its end is known, and is a record going on since before it, the
+    -- segment is that record's
+    local after = gap < 0 and state_known(d, (seq + wire) % SEQ_MOD)
+    if after and after.pend and not after.pend.guess and after.pend.done > wire then
+        local a = after.pend
+        return { sync = after.sync, quiet = after.quiet,
+            pend = { kind = a.kind, total = a.total, done = a.done - wire } }
+    end
     local p = d.pend
     if gap > 0 and p then  -- bytes not captured inside the record going on
         local done = p.done + gap
@@ -378,7 +389,7 @@ end
 -- going on; out of sync, of a possible one); dir (while the state runs) is the direction's
 -- running state, seq the segment's sequence number (nil: bytes counted), start a copy of the
 -- state it starts from.
-local function segment_start(pinfo, conv, len)
+local function segment_start(pinfo, conv, len, wire)
     local seq = segment_seq(pinfo)
     local key = direction_key(pinfo)
     local n = pinfo.number
@@ -438,7 +449,7 @@ local function segment_start(pinfo, conv, len)
         frame_calls[n] = (frame_calls[n] or 0) + 1
     end
     d.last = n
-    local st = asked or state_at(d, seq)
+    local st = asked or state_at(d, seq, wire)
     local e = copy_state(st)
     e.len = len
     if pinfo.visited then
@@ -1446,10 +1457,10 @@ local function dissect(tvb, pinfo, tree)
     end
     if conv.http then return dissect_http(tvb, pinfo, tree) end
     if not pinfo.visited then conv.flodl = true end
-    local s = segment_start(pinfo, conv, len)
     -- the segment's length on the wire: above len when the capture cut the packet (its snaplen);
     -- the bytes past len are not in the capture, and the records they hold cannot be shown
     local wire = math.max(tvb:reported_len(), len)
+    local s = segment_start(pinfo, conv, len, wire)
     local infos = {}
     local off = 0
     if s.pend then off = add_continuation(tvb, tree, s, infos, wire) end
