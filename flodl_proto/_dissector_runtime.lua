@@ -130,7 +130,7 @@ local function fmt_num(x, bits)
     if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%.1f", x) end
     local most = DIGITS[bits or 53]
     local best = string.format(FMT[most], x)
-    local m = math.frexp(x)
+    local m, e = math.frexp(x)
     if m == 0.5 or m == -0.5 then
         -- a power of two: its lower neighbour is nearer than its upper one, so a count of
         -- digits can fail where a smaller one reads back; count up
@@ -143,9 +143,22 @@ local function fmt_num(x, bits)
     -- the neighbours are as far on either side: once a count of digits fails, every smaller
     -- one does (the nearest p-digit number is at least as near as any shorter one), so count
     -- down from the most (most values need 8 or 9 of an f32's 9)
+    if bits then
+        -- a number reads back as x when it is nearer x than half the step between x and its
+        -- neighbours (at half, when x is even), the test round_to makes, taken once for x
+        local step = 2 ^ (math.max(e, -125) - bits)
+        local half, even = step / 2, (x / step) % 2 == 0
+        for p = most - 1, 1, -1 do
+            local s = string.format(FMT[p], x)
+            local off = math.abs(tonumber(s) - x)
+            if off > half or (off == half and not even) then break end
+            best = s
+        end
+        return best
+    end
     for p = most - 1, 1, -1 do
         local s = string.format(FMT[p], x)
-        if not reads_back(s, x, bits) then break end
+        if tonumber(s) ~= x then break end
         best = s
     end
     return best

@@ -110,7 +110,8 @@ def _f32_bits() -> np.ndarray:
     bits = np.concatenate([powers, powers + 1, powers - 1, edges, rand]) & 0xFFFFFFFF
     bits = np.concatenate([bits, bits | 0x80000000])
     bits = bits[(bits & 0x7F800000) != 0x7F800000]  # no NaN or infinity from powers + 1
-    return bits.astype(np.uint32)
+    out: np.ndarray = bits.astype(np.uint32)
+    return out
 
 
 def _frames_of(dtype: int, payload: bytes, size: int) -> list[RoundFrame]:
