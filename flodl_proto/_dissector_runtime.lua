@@ -164,6 +164,11 @@ local function fmt_num(x, bits)
     return best
 end
 
+-- "1 byte", "2 bytes"
+local function count_bytes(n)
+    return n .. (n == 1 and " byte" or " bytes")
+end
+
 local function fmt_bytes(n)
     if n >= 1048576 then return string.format("%.1f MiB", n / 1048576) end
     if n >= 1024 then return string.format("%.1f KiB", n / 1024) end
@@ -730,7 +735,8 @@ local function dissect_frame(tvb, off, tree, version)
     st.length = p - off
     if p < tvb:len() then
         tree:add(field("round_frame.trailing"), tvb(p), tvb:len() - p):add_proto_expert_info(
-            E.trailing, (tvb:len() - p) .. " bytes after the RoundFrame (ignored by the reader)")
+            E.trailing, count_bytes(tvb:len() - p)
+            .. " after the RoundFrame (ignored by the reader)")
     end
     tree:add(field("round_frame.total_nbytes"), at(tvb, off), UInt64(st.total)):set_generated()
     st.kind = ENUMS.RoundKind.names[vals.kind]
@@ -1115,8 +1121,8 @@ function REC.mux_record(tvb, pinfo, tree, conv)
             end
             if v.model_sigs then info = info .. " model_sigs " .. #v.model_sigs end
             if res.endp < limit then
-                items.payload:add_proto_expert_info(E.trailing, (limit - res.endp)
-                    .. " bytes after the message (ignored by the reader)")
+                items.payload:add_proto_expert_info(E.trailing, count_bytes(limit - res.endp)
+                    .. " after the message (ignored by the reader)")
             end
         end
     elseif m == "HOST_FRAME" or m == "BROADCAST" then

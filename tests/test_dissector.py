@@ -1930,3 +1930,32 @@ def test_out_in_a_folder_that_takes_no_new_file_names_the_step(
            "folder takes no new file)" if os.geteuid() == 0 else "Permission denied")
     assert capsys.readouterr() == (
         "", f"flodl-proto dissector: error: cannot write /proc/version: {why}\n")
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("extra", [1, 3])
+def test_bytes_after_a_message_or_a_frame_are_counted_in_words(extra: int, lua: Path,
+                                                               tmp_path: Path) -> None:
+    """The expert info of bytes a reader ignores (after a HostFrame's RoundFrame; after a
+    Hello read at version 2, such as a version 3 Hello's model_sigs) said "1 bytes": one byte
+    is "1 byte"."""
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.array([1.0], np.float32))])
+    wire = b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT))
+    padded = MuxRecord(RecordKind.HOST_FRAME, 0, memoryview(wire[25:] + bytes(extra)))
+    hello = encode_mux_record_bytes(MuxRecord.control_msg(Hello("h", [0]), version=3), SALT)
+    cap = Capture()
+    mux = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 23456))
+    cap.send(mux, True, encode_channel_magic("data") + hello
+             + encode_mux_record_bytes(padded, SALT))
+    cap.close(mux)
+    pcap = tmp_path / "trailing.pcap"
+    pcap.write_bytes(cap.pcap())
+    res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-X", f"lua_script:{lua}",
+                          "-o", f"{PROTO_NAME}.ports:{23456}", "-o", f"{PROTO_NAME}.version:2",
+                          "-T", "fields", "-e", "_ws.expert.message"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    shown = [m for line in res.stdout.splitlines() for m in line.split(",") if "after" in m]
+    noun = "byte" if extra == 1 else "bytes"
+    assert shown == ["1 byte after the message (ignored by the reader)",
+                     f"{extra} {noun} after the RoundFrame (ignored by the reader)"], res.stdout

@@ -98,3 +98,4 @@ def test_a_segment_captured_late_inside_a_gap_continues_its_record(
         *[cont] * 13,  # 8 to 20, the record's end
         "Control RankExit relay→ctl rank 1"]
 
+
