@@ -96,12 +96,25 @@ local function loopback_errtext(id, args)
     return t
 end
 
+-- the e with |x| in [2^(e-1), 2^e), for a finite x other than 0 (math.frexp's, which Lua 5.4,
+-- the Lua of newer Wireshark releases, does not have)
+local function exponent(x)
+    local a = math.abs(x)
+    local e = math.floor(math.log(a, 2)) + 1
+    if 2 ^ (e - 1) > a then  -- the logarithm rounded up or down across a power of two
+        e = e - 1
+    elseif 2 ^ e <= a then
+        e = e + 1
+    end
+    return e
+end
+
 -- x rounded to a binary format of `bits` significant bits whose smallest normal exponent is emin
 -- (below it, the subnormals' fixed step), ties to even: how an f32 (24, -126) or a bf16 (8, -126)
 -- takes a decimal number
 local function round_to(x, bits, emin)
     if x == 0 or x ~= x or x == math.huge or x == -math.huge then return x end
-    local _, e = math.frexp(x)  -- |x| in [2^(e-1), 2^e)
+    local e = exponent(x)
     local step = 2 ^ (math.max(e, emin + 1) - bits)
     local q = x / step
     local r = math.floor(q + 0.5)
@@ -130,8 +143,8 @@ local function fmt_num(x, bits)
     if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%.1f", x) end
     local most = DIGITS[bits or 53]
     local best = string.format(FMT[most], x)
-    local m, e = math.frexp(x)
-    if m == 0.5 or m == -0.5 then
+    local e = exponent(x)
+    if math.abs(x) == 2 ^ (e - 1) then
         -- a power of two: its lower neighbour is nearer than its upper one, so a count of
         -- digits can fail where a smaller one reads back; count up
         for p = 1, most - 1 do

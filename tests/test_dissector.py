@@ -190,6 +190,22 @@ def test_every_wire_field_is_a_filter_field_and_the_runtime_names_none() -> None
         assert abbrev not in runtime and abbrev.split(".", 1)[1] not in runtime, abbrev
 
 
+#: functions of Lua 5.2 (Wireshark 4.0's Lua) that Lua 5.4 (newer Wireshark releases') no longer
+#: has: a dissector calling one fails there with "attempt to call a nil value"
+LUA_54_REMOVED = ("math.frexp", "math.ldexp", "math.pow", "math.cosh", "math.sinh", "math.tanh",
+                  "math.log10", "table.getn", "table.maxn", "loadstring", "setfenv", "getfenv",
+                  "string.gfind", "math.mod", "unpack(")
+
+
+def test_the_runtime_calls_nothing_lua_5_4_lacks() -> None:
+    """The runtime found a number's exponent with math.frexp, which Lua 5.4 does not have."""
+    code = "\n".join(line.split("--", 1)[0] for line in
+                     RUNTIME.read_text(encoding="utf-8").splitlines())
+    used = [name for name in LUA_54_REMOVED
+            if re.search(r"(?<![\w.:])" + re.escape(name), code)]
+    assert used == []
+
+
 def test_docs_field_table_is_current() -> None:
     text = DOC.read_text(encoding="utf-8")
     begin, end = "<!-- fields: begin -->\n", "<!-- fields: end -->"
