@@ -296,6 +296,8 @@ def hand_seeds() -> dict[str, dict[str, bytes]]:
             + weight + b"\0\2" + b"\xff\xff\xff\xff" * 2 + struct.pack("<Q", 0) + bytes(8),
             "seed-negative-zero-weight": bytes((SIGN,)) + rf_magic + struct.pack("<I", 0) + b"\0"
             + struct.pack("<d", -0.0) + bytes(8),
+            "seed-negative-weight": bytes((SIGN,)) + rf_magic + struct.pack("<I", 0) + b"\0"
+            + struct.pack("<d", -0.5) + bytes(8),
         },
         "mux_record": {
             "seed-payload-len-4gib": bytes((SIGN,)) + mux + b"\3" + bytes(4)

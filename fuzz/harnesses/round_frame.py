@@ -6,13 +6,20 @@ carries no version, it only decides how the tensors are used afterwards), bit 1 
 tag before reading (so the fuzzer gets past the HMAC), bit 2 salt (``zero`` / ``b``), bits 3-4 the
 frame ceiling (1 GiB, 64 MiB, 1 KiB, 0).
 
-Oracle: fewer than 8 bytes is END_OF_STREAM; the structural walker and the decoder agree (same
+Oracle: fewer than 8 bytes is END_OF_STREAM; the header's value checks, read here from the bytes
+(the walker and the decoder share theirs), fail first and in the spec's order: the magic, the
+tensor count against ``MAX_ROUND_FRAME_TENSORS``, the kind byte (0 or 1), the weight (finite and
+not below zero; -0.0 passes), and a header that passes them raises none of their errors; the
+structural walker and the decoder agree (same
 pre-tag error, or a truncation error exactly when the walker needs data, or an auth error exactly
 when the walk completes); an accepted frame is exactly what the walker measured, re-encodes to the
 same bytes, fails with the other salt, fails one byte short, and its tensors can be viewed.
 """
 
 from __future__ import annotations
+
+import math
+import struct
 
 from flodl_proto.codec import (
     END_OF_STREAM,
@@ -21,7 +28,13 @@ from flodl_proto.codec import (
     round_frame_extent,
 )
 from flodl_proto.errors import AuthenticationError, TruncatedInput
-from flodl_proto.spec import MAX_ROUND_FRAME_TENSORS, ROUND_FRAME_HEADER_LEN
+from flodl_proto.spec import (
+    MAX_ROUND_FRAME_TENSORS,
+    ROUND_FRAME_HEADER_LEN,
+    ROUND_FRAME_MAGIC,
+    ROUND_KIND_CONTROL,
+    ROUND_KIND_MODEL,
+)
 
 from .common import (
     CEILINGS,
@@ -34,6 +47,34 @@ from .common import (
     remote,
     resign_round_frames,
 )
+
+#: magic and tensor count, the frame's first 8 bytes, then the kind byte and the f64 weight
+#: (read here, not by the codec's walker, which the decoder shares)
+_HEADER = struct.Struct("<II")
+_KIND_WEIGHT = struct.Struct("<Bd")
+#: what the header checks raise (the value checks; truncations are checked by the walk below)
+_HEADER_ERRORS = ("frame.bad_magic", "frame.too_many_tensors", "frame.unknown_kind",
+                  "frame.bad_weight")
+
+
+def _header_error(wire: bytes) -> str | None:
+    """The error id of the first failing header check, in the spec's order (magic, tensor cap,
+    kind, weight), for at least 8 bytes; None when they pass or the bytes end first."""
+    magic, count = _HEADER.unpack_from(wire)
+    if magic != ROUND_FRAME_MAGIC:
+        return "frame.bad_magic"
+    if count > MAX_ROUND_FRAME_TENSORS:
+        return "frame.too_many_tensors"
+    if len(wire) < 9:
+        return None
+    if wire[8] not in (ROUND_KIND_MODEL, ROUND_KIND_CONTROL):
+        return "frame.unknown_kind"
+    if len(wire) < 17:
+        return None
+    weight = _KIND_WEIGHT.unpack_from(wire, 8)[1]
+    if not math.isfinite(weight) or weight < 0.0:  # -0.0 is a weight
+        return "frame.bad_weight"
+    return None
 
 
 def test_one_input(data: bytes) -> None:
@@ -56,6 +97,11 @@ def test_one_input(data: bytes) -> None:
         check(isinstance(ext, NeedData), f"walker on {len(wire)} bytes gave {ext!r}")
         return
     check(res is not END_OF_STREAM, f"END_OF_STREAM after {len(wire)} bytes")
+    want = _header_error(wire)
+    got = None if err is None else err.error_id
+    if want is not None or got in _HEADER_ERRORS:
+        check(got == want, f"header {wire[:17].hex()} gave {res!r} / {err!r}; the spec's "
+              f"header checks say {want or 'no header error'}")
     if ext_err is not None:
         check(outcome_of(err) == outcome_of(ext_err),
               f"walker raised {ext_err!r} but decoder gave {res!r} / {err!r}")
