@@ -52,6 +52,17 @@ def _vbit(version: int) -> int:
     return 1 if version >= 3 else 0
 
 
+#: ``decode_stream``'s leg values (flags bits 0-1; 0 lets ``detect_leg`` tell)
+DECODE_LEG = {"auto": 0, "mux": 1, "loopback": 2, "frame": 3}
+
+
+def _decode_input(leg: str, sbit: int, version: int, wire: bytes, sign: bool = False) -> bytes:
+    """A ``decode_stream`` input: ``leg``'s stream with tags checked under the salt of ``sbit``
+    (a ``SALT_BIT`` value), the version given, re-signed when ``sign``."""
+    flags = DECODE_LEG[leg] | 4 | sbit << 1 | (0x80 if sign else 0)
+    return bytes((flags, 2 if version >= 3 else 1)) + wire
+
+
 def _host_fold_input(c: dict[str, Any], version: int) -> bytes | None:
     """A ``host_fold`` input replaying a relay_fold vector (raw deposits and deaths)."""
     ranks = sorted(c["local_ranks"])
@@ -112,16 +123,20 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             ws = c.get("expected_world_size", c.get("world_size", 0))
             put("handshake", _name(cid),
                 bytes((_vbit(version) | (2 if ack else 0),)) + struct.pack("<I", ws) + raw)
+            put("decode_stream", _name(cid), _decode_input("loopback", 0, version, raw))
         elif op.startswith("channel_magic."):
             assert raw is not None
             want = int(c.get("expected", c.get("magic")), 16)
             sel = CHANNEL_ORDER.index(want) | (0x80 if c.get("what") == "relay" else 0)
             put("channel_magic", _name(cid), bytes((sel,)) + raw)
+            if "what" not in c:
+                put("decode_stream", _name(cid), _decode_input("auto", 0, version, raw))
         elif op.startswith("round_frame."):
             assert raw is not None
             flags = _vbit(version) | sbit | (SIGN if ok else 0)
             put("round_frame", _name(cid), bytes((flags,)) + raw)
             put("stream_round_frame", _name(cid), _stream(flags, b"", raw))
+            put("decode_stream", _name(cid), _decode_input("frame", sbit, version, raw, ok))
             if ok:
                 frame_streams.setdefault((sbit, version), []).append(raw)
         elif op.startswith("mux_record."):
@@ -129,6 +144,7 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             flags = _vbit(version) | sbit | (SIGN if ok else 0)
             put("mux_record", _name(cid), bytes((flags,)) + raw)
             put("mux_stream", _name(cid), _stream(flags | 0x20, b"", raw))
+            put("decode_stream", _name(cid), _decode_input("mux", sbit, version, raw, ok))
             if not ok:  # the same bytes with the tag checks off (as the decode CLI reads)
                 put("mux_stream", _name(cid, "-untagged"), _stream(flags | 0xA0, b"", raw))
             if "bincode" in c:
@@ -137,6 +153,7 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             assert raw is not None
             put("len_framed", _name(cid), bytes((0x20 * _vbit(version),)) + raw)
             put("stream_len_framed", _name(cid), _stream(0, b"", raw))
+            put("decode_stream", _name(cid), _decode_input("loopback", 0, version, raw))
         elif op.startswith("framed_round."):
             assert raw is not None
             flags = 1 | sbit | 0x20 * _vbit(version)
@@ -148,6 +165,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             blobs = [bytes.fromhex(s["blob"]) for s in c["steps"] if s["step"] == "deposit"]
             framed = b"".join(struct.pack("<I", len(b)) + b for b in blobs)
             put("stream_len_framed", _name(cid), _stream(0, b"\x01\x05", framed))
+            put("decode_stream", _name(cid), _decode_input("loopback", SALT_BIT.get(c["salt"], 0),
+                                                           version, framed))
             for i, blob in enumerate(blobs[:2]):
                 put("round_frame", _name(cid, f"-deposit{i}"),
                     bytes((_vbit(version) | sbit | SIGN,)) + blob)
@@ -171,9 +190,13 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
                 put("mux_stream", _name(cid, f"-send{conn}"), _stream(flags, b"\x05\x1d", stream))
                 put("mux_stream", _name(cid, f"-send{conn}-copy"),
                     _stream(flags | 0x40, b"\x0b\x03", stream))
+                put("decode_stream", _name(cid, f"-send{conn}"),
+                    _decode_input("auto", sbit, version, stream))
             for conn, stream in sorted(recv.items())[:1]:  # controller -> relay: no magic
                 flags = _vbit(version) | sbit | SIGN | 0x20
                 put("mux_stream", _name(cid, f"-recv{conn}"), _stream(flags, b"\x19\x01", stream))
+                put("decode_stream", _name(cid, f"-recv{conn}"),
+                    _decode_input("mux", sbit, version, stream))
     for (sbit, version), frames in sorted(frame_streams.items()):
         flags = _vbit(version) | sbit | SIGN
         tag = f"v{version}-salt{sbit >> 2}"
@@ -181,6 +204,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             _stream(flags, b"\x01", b"".join(frames[:3])))
         put("stream_round_frame", f"seed-frames-odd-chunks-{tag}",
             _stream(flags, b"\x07\x00\x03\x11", b"".join(frames[:5])))
+        put("decode_stream", f"seed-three-frames-{tag}",
+            _decode_input("auto", sbit, version, b"".join(frames[:3])))
     return out
 
 
@@ -280,7 +305,30 @@ def hand_seeds() -> dict[str, dict[str, bytes]]:
     rf_magic = struct.pack("<I", 0xF10D17F1)
     mux = struct.pack("<II", 0xF10D17D0, 1)
     weight = struct.pack("<d", 1.0)
+
+    def frame_of(size: int) -> bytes:
+        """A bare frame of ``size`` bytes (at least 39): one tensor of an unknown dtype whose
+        ``nbytes`` fills it (a reader's leniency), tag zero (``decode_stream`` re-signs it)."""
+        n = size - 39
+        return rf_magic + struct.pack("<I", 1) + b"\0" + weight + b"\x07\x01" \
+            + struct.pack("<IQ", n, n) + bytes(n) + bytes(8)
+
+    # decode_stream flags: the leg, tags checked (4), the 1 KiB ceiling (0x20), re-signed (0x80)
+    at_kib = 4 | 0x20 | 0x80
     return {
+        "decode_stream": {  # a record at the ceiling and one byte past it, for each bound
+            "seed-frame-at-ceiling": bytes((DECODE_LEG["frame"] | at_kib, 1)) + frame_of(1024),
+            "seed-frame-past-ceiling": bytes((DECODE_LEG["frame"] | at_kib, 1))
+            + frame_of(1025),
+            "seed-data-record-at-ceiling": bytes((DECODE_LEG["mux"] | at_kib, 1)) + mux + b"\1"
+            + bytes(4) + struct.pack("<I", 1024) + bytes(8) + bytes(1024),
+            "seed-data-record-past-ceiling": bytes((DECODE_LEG["mux"] | at_kib, 1)) + mux
+            + b"\1" + bytes(4) + struct.pack("<I", 1025) + bytes(8) + bytes(1025),
+            "seed-len-framed-at-ceiling": bytes((DECODE_LEG["loopback"] | at_kib, 1))
+            + struct.pack("<I", 1024) + frame_of(1024),
+            "seed-len-framed-past-ceiling": bytes((DECODE_LEG["loopback"] | at_kib, 1))
+            + struct.pack("<I", 1025) + frame_of(1025),
+        },
         "round_frame": {
             "seed-tensor-cap-plus-one": bytes((SIGN,)) + rf_magic + struct.pack("<I", 65537),
             "seed-tensor-cap-no-tensors": bytes((SIGN,)) + rf_magic
