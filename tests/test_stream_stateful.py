@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -41,13 +41,20 @@ from flodl_proto.codec import (
     encode_mux_record_bytes,
     encode_round_frame_bytes,
 )
-from flodl_proto.codec.stream import MagicReceived, RecordReceived, StreamEnded
-from flodl_proto.errors import LocalProtocolError
+from flodl_proto.codec.stream import MagicReceived, RecordReceived, StreamEnded, StreamFailed
+from flodl_proto.errors import (
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    TruncatedInput,
+)
 
 pytestmark = pytest.mark.stateful
 
 SALTS = (bytes(16), bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493"))
 LEGS = ("round_frame", "mux", "mux_magic", "mux_copy", "len_framed")
+#: the bytes of a record's start an input may end inside and still end cleanly, per leg
+CLEAN_PREFIX = {"round_frame": 8, "mux": 25, "mux_magic": 25, "mux_copy": 25, "len_framed": 4}
 
 weights = st.floats(min_value=0.0, allow_nan=False, allow_infinity=False) | st.just(-0.0)
 shapes = st.lists(st.integers(0, 4), max_size=3).map(tuple)
@@ -106,6 +113,7 @@ class Leg:
         self.leg = leg
         self.consumed = 0
         self.ended = False
+        self.error: ProtocolError | None = None  # a pull decoder's, once it failed
         self.pull: Any = None
         self.push: MuxStream | None = None
         self.magic = leg == "mux_magic"
@@ -146,9 +154,34 @@ class Leg:
         assert self.push.done
         return []
 
-    def after_the_end(self) -> None:
-        """Nothing happens after the end; a pull decoder refuses more bytes."""
+    def cut(self) -> ProtocolError | None:
+        """End of input where the feeding stopped (the records fed whole are out already):
+        None for a clean end of stream, else the error the stream failed with."""
+        self.ended = True
         if self.push is None:
+            self.pull.feed_eof()
+            try:
+                ev = self.pull.next_event()
+            except ProtocolError as e:
+                self.error = e
+                return e
+            assert ev is END_OF_STREAM, ev
+            return None
+        events = self.push.feed_eof()
+        assert len(events) == 1 and self.push.done, events
+        if isinstance(events[0], StreamFailed):
+            return events[0].error
+        assert isinstance(events[0], StreamEnded), events
+        return None
+
+    def after_the_end(self) -> None:
+        """Nothing happens after the end; a pull decoder refuses more bytes, and one that
+        failed raises its error again."""
+        if self.push is None and self.error is not None:
+            with pytest.raises(type(self.error)) as e:
+                self.pull.next_event()
+            assert str(e.value) == str(self.error)
+        elif self.push is None:
             assert self.pull.next_event() is END_OF_STREAM
             with pytest.raises(LocalProtocolError):
                 self.pull.feed(b"\0")
@@ -195,9 +228,11 @@ class StreamSplitStateful(RuleBasedStateMachine):
     """Records are appended to a stream and the stream is fed in arbitrary chunks."""
 
     @initialize(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS),
-                version=st.sampled_from([2, 3]))
-    def setup(self, leg: str, salt: bytes, version: int) -> None:
-        self.leg, self.salt, self.version = leg, salt, version
+                version=st.sampled_from([2, 3]), cut=st.booleans())
+    def setup(self, leg: str, salt: bytes, version: int, cut: bool) -> None:
+        """A decoder of ``leg``; ``cut``: the example's input ends where the feeding stopped
+        (:meth:`end_where_fed`), else after every record (:meth:`finish`)."""
+        self.leg, self.salt, self.version, self.cut = leg, salt, version, cut
         self.dec = Leg(leg, salt, version)
         self.wire = bytearray(encode_channel_magic("data") if leg == "mux_magic" else b"")
         self.ends: list[int] = []  # end offset of each record in the stream
@@ -221,7 +256,18 @@ class StreamSplitStateful(RuleBasedStateMachine):
         self.got += self.dec.feed(chunk)
         self.fed += len(chunk)
 
-    @precondition(lambda self: not self.eof)
+    @precondition(lambda self: not self.eof and self.cut and bool(self.ends)
+                  and self.ends[-1] > self.fed)
+    @rule(k=st.integers(0, 30))
+    def end_inside_the_next_record(self, k: int) -> None:
+        """Feed up to ``k`` bytes into the next record (the one after the record being fed, or
+        the one that starts where the feeding stopped), then end there (:meth:`end_where_fed`):
+        ends in and just past a clean-end prefix, where chunks of random sizes rarely stop."""
+        start = min(b for b in [4 if self.leg == "mux_magic" else 0, *self.ends] if b >= self.fed)
+        self.feed(min(start + k, len(self.wire)) - self.fed)
+        self.end_where_fed()
+
+    @precondition(lambda self: not self.eof and not self.cut)
     @rule()
     def finish(self) -> None:
         self.got += self.dec.feed(bytes(self.wire[self.fed:]))
@@ -229,6 +275,28 @@ class StreamSplitStateful(RuleBasedStateMachine):
         self.eof = True
         self.got += self.dec.end()
         assert self.dec.consumed == len(self.wire)
+
+    @precondition(lambda self: not self.eof and self.cut)
+    @rule()
+    def end_where_fed(self) -> None:
+        """The peer closes after the bytes fed so far, whole records or not: a clean end exactly
+        at a record boundary or inside the next record's clean-end prefix (a RoundFrame's first
+        8 bytes, a mux record's 25-byte header, a 4-byte length prefix), a remote TruncatedInput
+        anywhere else, the channel magic included (a stream that ends before it was whole)."""
+        self.eof = True
+        error = self.dec.cut()
+        magic = 4 if self.leg == "mux_magic" else 0
+        start = max([b for b in [magic, *self.ends] if b <= self.fed], default=0)
+        clean = self.fed >= magic and self.fed - start < CLEAN_PREFIX[self.leg]
+        where = (f"{self.leg}: the input ended {self.fed - start} bytes into the record at "
+                 f"{start}: {error!r}")
+        if clean:
+            assert error is None, where
+        else:
+            assert isinstance(error, TruncatedInput) and isinstance(error, RemoteProtocolError), \
+                where
+        event("stream: ended clean inside a header" if clean and self.fed > start else
+              "stream: ended clean at a boundary" if clean else "stream: ended inside a record")
 
     @precondition(lambda self: self.eof)
     @rule()
@@ -245,10 +313,14 @@ class StreamSplitStateful(RuleBasedStateMachine):
             assert same(self.leg, got, want)
 
 
-StreamSplitStateful.TestCase.settings = settings(stateful_step_count=30)
+#: every phase but ``explain``, which on Python < 3.12 runs a failing example again under a line
+#: tracer: a planted bug's report came minutes late (see test_host_fold_stateful.NO_EXPLAIN)
+NO_EXPLAIN = tuple(phase for phase in Phase if phase is not Phase.explain)
+StreamSplitStateful.TestCase.settings = settings(stateful_step_count=30, phases=NO_EXPLAIN)
 TestStreamSplitStateful = StreamSplitStateful.TestCase
 
 
+@settings(phases=NO_EXPLAIN)
 @given(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS), version=st.sampled_from([2, 3]),
        data=st.data())
 def test_stream_split_stateful_same_records_whatever_the_split(
@@ -287,3 +359,46 @@ def test_stream_stateful_trailing_partial_header_is_a_clean_end() -> None:
     assert isinstance(dec.next_event(), NeedData)
     dec.feed_eof()
     assert dec.next_event() is END_OF_STREAM
+
+
+@settings(phases=NO_EXPLAIN)
+@given(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS), version=st.sampled_from([2, 3]),
+       data=st.data())
+def test_stream_stateful_an_end_inside_a_record_fails_past_its_clean_prefix(
+        leg: str, salt: bytes, version: int, data: st.DataObject) -> None:
+    """A stream that ends anywhere, fed in drawn splits, ends cleanly exactly at a record
+    boundary or inside the next record's clean-end prefix, and fails with a remote
+    TruncatedInput anywhere else; the end is drawn next to a prefix's last byte, where an
+    off-by-one shows (a whole 25-byte mux header, or 8-byte frame header, taken for a clean end),
+    or anywhere."""
+    magic = 4 if leg == "mux_magic" else 0
+    wire = bytearray(encode_channel_magic("data") if magic else b"")
+    bounds = [magic]  # where each record starts, then where the last one ends
+    for _ in range(data.draw(st.integers(1, 3))):
+        wire += record_wire(leg, salt, version, data)[1]
+        bounds.append(len(wire))
+    prefix_end = data.draw(st.sampled_from(bounds[:-1])) + CLEAN_PREFIX[leg]
+    cut = min(len(wire), data.draw(st.sampled_from([prefix_end - 1, prefix_end, prefix_end + 1])
+                                   | st.integers(0, len(wire))))
+    dec = Leg(leg, salt, version)
+    prev = 0
+    for at in [*sorted(data.draw(st.lists(st.integers(0, cut), max_size=4))), cut]:
+        dec.feed(bytes(wire[prev:at]))
+        prev = at
+    error = dec.cut()
+    start = max([b for b in bounds if b <= cut], default=0)
+    where = f"{leg}: the input ended {cut - start} bytes into the record at {start}: {error!r}"
+    if cut >= magic and cut - start < CLEAN_PREFIX[leg]:
+        assert error is None, where
+    else:
+        assert isinstance(error, TruncatedInput) and isinstance(error, RemoteProtocolError), where
+
+
+def test_stream_stateful_machines_skip_the_explain_phase() -> None:
+    """A failing example is reported once shrunk, without the explain phase's slow rerun."""
+    assert Phase.explain not in StreamSplitStateful.TestCase.settings.phases
+    for test in (test_stream_split_stateful_same_records_whatever_the_split,
+                 test_stream_stateful_an_end_inside_a_record_fails_past_its_clean_prefix):
+        used = test._hypothesis_internal_use_settings  # type: ignore[attr-defined]
+        assert Phase.explain not in used.phases
+    assert Phase.shrink in StreamSplitStateful.TestCase.settings.phases
