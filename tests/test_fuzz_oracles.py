@@ -36,8 +36,8 @@ _NO_FINITENESS_CHECK = SimpleNamespace(isfinite=lambda x: True)
     ("flodl_proto.codec._walk", "math", _NO_FINITENESS_CHECK, "round_frame",
      "vec-round_frame__read__weight-pos-inf",
      "header f1170df10200000000000000000000f07f gave (RoundFrame(kind=<RoundKind.MODEL: 0>, "
-     "weight=inf, tensors=(TensorPayload(dtype=0, shape=[2, 2], nbytes=16), TensorPayload("
-     "dtype=1, shape=[3], nbytes=6))), 79) / None; the spec's header checks say "
+     "weight=inf, tensors=(TensorPayload(dtype=f32, shape=(2, 2), nbytes=16), TensorPayload("
+     "dtype=bf16, shape=(3,), nbytes=6))), 79) / None; the spec's header checks say "
      "frame.bad_weight"),
 ], ids=["tensor-cap-plus-one", "tensor-cap-minus-one", "weight-not-checked-finite"])
 def test_a_planted_bug_is_a_finding(monkeypatch: pytest.MonkeyPatch, module: str, name: str,
