@@ -22,7 +22,8 @@ summed weight (its frame verbatim when that weight is the seed's, bit for bit); 
 the HostFrame decodes under the salt with the seed's kind and schema, the weights summed in
 deposit order, and per element the f32 sum of the merged contributions in deposit order
 (re-encoded in the tensor's dtype; NaN payloads and the sign of zero not compared; at version 3
-a tensor elided in every deposit may ship elided or as zeros).
+a tensor elided in every deposit ships as zeros, as upstream's promoted fold re-encodes every
+tensor's sums).
 """
 
 from __future__ import annotations
@@ -150,9 +151,7 @@ class Model:
             for i, (t, s) in enumerate(zip(frame.tensors, seed.tensors, strict=True)):
                 check((t.dtype, t.shape) == (s.dtype, s.shape), f"tensor {i} schema")
                 n_el = _numel(s.shape)
-                if self.version >= 3 and t.nbytes == 0 and all(
-                        f.tensors[i].nbytes == 0 for _, f in self.deposits):
-                    continue  # elided in every deposit: shipping it elided is fine too
+                # a promoted round ships every tensor whole: one elided in every deposit as zeros
                 check(t.nbytes == n_el * ELEMENT_SIZE[s.dtype], f"tensor {i} has {t.nbytes} B")
                 acc = np.zeros(n_el, np.float32)
                 with np.errstate(all="ignore"):
