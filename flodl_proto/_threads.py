@@ -11,6 +11,11 @@ thread that starts it, so the mask is set around :meth:`threading.Thread.start` 
 thread and put back after: the new thread never runs a moment without it, and threads it starts
 inherit it. A signal that arrives meanwhile waits, pending, until the mask is put back.
 
+A library's own threads are the exception: OpenBLAS starts its worker threads (one per further
+core) on the thread that loads NumPy, with that thread's mask. The command line loads NumPy with
+:func:`import_on_a_blocking_thread`, so they block the stop signals too; a program that imports
+the package loads NumPy as it chooses.
+
 Not for a thread that starts processes: a child inherits the mask of the thread that forks it,
 and would start with the stop signals blocked. Upstream: none (its binaries are Rust, with no
 such interpreter rule).
@@ -18,11 +23,14 @@ such interpreter rule).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import signal
+import sys
 import threading
 from typing import Final
 
-__all__ = ["STOP_SIGNALS", "start_thread"]
+__all__ = ["STOP_SIGNALS", "import_on_a_blocking_thread", "start_thread"]
 
 #: the signals that stop a command, blocked in every thread :func:`start_thread` starts
 STOP_SIGNALS: Final = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
@@ -44,3 +52,27 @@ def start_thread(thread: threading.Thread) -> None:
         thread.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def import_on_a_blocking_thread(name: str) -> None:
+    """Import the module ``name`` (``"numpy"``), when it is not imported yet, on a thread
+    :func:`start_thread` starts, and wait for it: the threads its import starts (OpenBLAS's
+    workers, as NumPy loads) inherit :data:`STOP_SIGNALS` blocked, where they kept the main
+    thread's mask, and the kernel could give them a process-directed stop signal that the main
+    thread then waited for. The calling thread's mask is as before; a signal that arrives
+    meanwhile runs its handler on the main thread, which waits (a Python handler there runs at
+    once). Raises nothing: an import that fails here is undone, and fails again, with its
+    error, where the caller imports the module itself.
+
+    Upstream: none (see the module doc).
+    """
+    if name in sys.modules:
+        return
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name=f"import {name}")
+    start_thread(thread)
+    thread.join()

@@ -66,6 +66,7 @@ from typing import Any, NoReturn
 from . import __version__
 from ._numbers import plain_number
 from ._oserr import os_reason
+from ._threads import import_on_a_blocking_thread
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "QUIET_LOGGERS", "AnyCase", "build_parser", "configure_logging", "entry",
@@ -492,7 +493,10 @@ def interrupts_held() -> Iterator[None]:
     imports of NumPy and the codec, by every command that runs them: an extension module whose
     import is interrupted prints the traceback itself and raises an ImportError (ml_dtypes:
     ``numpy._core.multiarray failed to import``), where Ctrl-C should be one line. Nothing is
-    held outside the main thread (no signal handler runs there).
+    held outside the main thread (no signal handler runs there). NumPy, when not loaded yet,
+    loads first, on a thread that blocks the stop signals
+    (:func:`~flodl_proto._threads.import_on_a_blocking_thread`), so the worker threads OpenBLAS
+    starts then block them as the package's own threads do.
 
     The held signals are delivered in the order they arrived, so the first decides the stop
     (:func:`stop_outcome`: a SIGTERM then a Ctrl-C is ``terminated``): CPython runs the
@@ -527,6 +531,7 @@ def interrupts_held() -> Iterator[None]:
                     os.close(fd)
             wakeup = None
     try:
+        import_on_a_blocking_thread("numpy")  # OpenBLAS's threads block the stop signals
         yield
     finally:
         arrived = b""

@@ -27,10 +27,13 @@ pytestmark = pytest.mark.timeout(120)
 
 SALT_HEX = "5a17c0de429901fe3c88b70d6e21f493"
 _STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+#: the variables that set how many worker threads NumPy's OpenBLAS starts as it loads (one per
+#: further core when none is set): left out of the processes' environment, so they start theirs
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS")
 #: the processes' environment: no read deadline ends a wait within the test (1200 s at scale
-#: 10), and no BLAS worker thread: OpenBLAS starts its own (one per further core) when NumPy
-#: loads, which the package does not start (they keep the main thread's mask)
-_ENV = {"FLODL_NET_TIMEOUT_SCALE": "10", "OPENBLAS_NUM_THREADS": "1"}
+#: 10), OpenBLAS's worker threads as it starts them by default
+_ENV = {**{k: v for k, v in os.environ.items() if k not in _BLAS_THREADS},
+        "FLODL_NET_TIMEOUT_SCALE": "10"}
 
 
 def _blocked(pid: int, tid: int) -> set[int]:
@@ -100,12 +103,64 @@ def test_a_signal_that_arrives_while_a_thread_starts_runs_its_handler_after() ->
     assert ran == ["MainThread"]
 
 
+#: run in a fresh interpreter: NumPy loaded by the statements ``sys.argv[1]``, noting the stop
+#: signals blocked in the thread that loads its extension module (OpenBLAS's threads start there
+#: and inherit its mask); prints those, the main thread's after, and those of every other thread
+#: of the process
+_NUMPY_AS_A_COMMAND_LOADS_IT = """
+import importlib.abc, os, signal, sys
+from pathlib import Path
+
+STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+seen = []
+
+
+def blocked():
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []) if s in STOPS)
+
+
+class Note(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy._core.multiarray":
+            seen.append(blocked())
+        return None
+
+
+sys.meta_path.insert(0, Note())
+exec(sys.argv[1])
+others = set()
+for tid in os.listdir("/proc/self/task"):
+    if int(tid) != os.getpid():
+        status = Path(f"/proc/self/task/{tid}/status").read_text()
+        (mask,) = (int(x.split()[1], 16) for x in status.splitlines() if x.startswith("SigBlk:"))
+        others.add(tuple(sorted(s for s in (1, 2, 15) if mask >> (s - 1) & 1)))
+print(seen, blocked(), sorted(others))
+"""
+
+
+@pytest.mark.parametrize("load", [
+    "from flodl_proto.cli import interrupts_held\nwith interrupts_held():\n    import numpy",
+    "import flodl_proto.commands._demo_worker"], ids=["command", "demo-rank"])
+def test_numpy_loads_for_a_command_with_the_stop_signals_blocked_on_its_thread(
+        load: str) -> None:
+    """OpenBLAS starts its worker threads (one per further core) as NumPy loads, on the thread
+    that loads it: a command (in :func:`flodl_proto.cli.interrupts_held`) and a rank process
+    of the demo load it on a thread that blocks the stop signals, so those threads block them
+    too, and the main thread's mask is as before (none blocked)."""
+    res = subprocess.run([sys.executable, "-c", _NUMPY_AS_A_COMMAND_LOADS_IT, load],
+                         capture_output=True, text=True, env=_ENV, timeout=60,
+                         preexec_fn=_sigint_default)
+    others = "[]" if (os.cpu_count() or 1) == 1 else "[(1, 2, 15)]"
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, f"[[1, 2, 15]] [] {others}\n", "")
+
+
 @contextlib.contextmanager
 def _waiting_rank(*args: str) -> Iterator[subprocess.Popen[str]]:
     """A ``flodl-proto rank`` (rank 0 of 1) whose relay is this test: it acks the handshake,
     reads the rank's first frame and never answers, so the rank waits for its consensus (the
     read deadline is 1200 s at scale 10). Yields the process once its main thread waits."""
-    with acked_rank(*args, preexec=_sigint_default, env={**os.environ, **_ENV}) as (p, conn):
+    with acked_rank(*args, preexec=_sigint_default, env=_ENV) as (p, conn):
         n = int.from_bytes(recv_exact(conn, 4), "little")
         recv_exact(conn, n)  # round 1's frame: no consensus will come
         wait_until(lambda: _asleep(p.pid), timeout=30)
@@ -142,7 +197,7 @@ def test_a_cluster_s_threads_block_the_stop_signals_and_each_role_stops_as_docum
     line), and Ctrl-C a second relay's run the same way."""
     salt = tmp_path / "salt.hex"
     salt.write_text(SALT_HEX + "\n")
-    env = {**os.environ, **_ENV}
+    env = _ENV
     cmd = [sys.executable, "-m", "flodl_proto"]
     common = ["--world-size", "2", "--salt-file", str(salt)]
     procs: list[subprocess.Popen[str]] = []

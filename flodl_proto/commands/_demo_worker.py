@@ -32,15 +32,21 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+from .._threads import import_on_a_blocking_thread
 
-from ..cli import configure_logging
-from ..errors import ProtocolError
-from ..reduce import OuterOptimizer, bf16_from_f32, bf16_to_f32, gamma_mass
-from ..runner import stages
-from ..runner.rank import RankClient
-from .relay import env_salt
+# a rank process of the demo loads NumPy as the commands do: OpenBLAS's threads block the stop
+# signals (the demo stops its ranks with SIGTERM; a no-op where NumPy is loaded already)
+import_on_a_blocking_thread("numpy")
+
+import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
+
+from ..cli import configure_logging  # noqa: E402
+from ..errors import ProtocolError  # noqa: E402
+from ..reduce import OuterOptimizer, bf16_from_f32, bf16_to_f32, gamma_mass  # noqa: E402
+from ..runner import stages  # noqa: E402
+from ..runner.rank import RankClient  # noqa: E402
+from .relay import env_salt  # noqa: E402
 
 __all__ = [
     "BATCH",
