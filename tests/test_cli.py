@@ -262,7 +262,7 @@ def test_rank_says_once_it_waits_for_the_relay_then_gives_up(
         f"flodl-proto rank 0: waiting for the relay: connect to 127.0.0.1:{port} failed: "
         "Connection refused; retrying every 0.5s, giving up after ~1.5s (3 attempts)",
         f"flodl-proto rank 0: error: cpu_reduce: connect to 127.0.0.1:{port} failed after 3 "
-        "attempts (~1.5s): [Errno 111] Connection refused"]
+        "attempts (~1.5s): Connection refused"]
 
 
 def test_relay_says_once_it_waits_for_the_controller_then_gives_up(
@@ -297,7 +297,7 @@ def test_relay_says_once_it_waits_for_the_controller_then_gives_up(
         f"flodl-proto relay: waiting for the controller: connect to 127.0.0.1:{port} failed: "
         "Connection refused; retrying every 0.5s, giving up after ~1.5s (3 attempts)",
         f"flodl-proto relay: error: relay upstream: connect to 127.0.0.1:{port} failed after "
-        "3 attempts (~1.5s): [Errno 111] Connection refused"]
+        "3 attempts (~1.5s): Connection refused"]
 
 
 def test_ctrl_c_of_a_rank_mid_run(procs: list[_Proc]) -> None:

@@ -610,7 +610,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 port = default_relay_port(controller[1])
                 whose = "the default --listen-port: the controller's port + 4"
-            print(f"{_PROG}: error: cannot listen on 127.0.0.1:{port} ({whose}): {e}",
+            print(f"{_PROG}: error: cannot listen on 127.0.0.1:{port} ({whose}): "
+                  f"{os_reason(e)}",
                   file=sys.stderr, flush=True)
             return 1  # the environment (e.g. the port is in use), not the command line
         host, port = relay.address

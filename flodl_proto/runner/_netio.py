@@ -228,7 +228,7 @@ def connect_with_retry(addr: tuple[str, int], what: str, *,
                     time.sleep(backoff)
     raise ConnectionError(
         f"{what}: connect to {format_addr(addr)} failed after {attempts} attempts "
-        f"(~{attempts * backoff:g}s): {last}"
+        f"(~{attempts * backoff:g}s): {os_reason(last) if last is not None else 'no attempt'}"
     )
 
 
