@@ -561,6 +561,45 @@ def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
         assert "listen" not in res.stderr
 
 
+def _controller_stderr(checkpoint_dir: Path) -> str:
+    """The stderr of a controller started with ``--checkpoint-dir checkpoint_dir`` and stopped
+    by SIGTERM once it listens (a clean stop: exit 0)."""
+    p = subprocess.Popen([sys.executable, "-m", "flodl_proto", "controller", "--listen",
+                          "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX,
+                          "--checkpoint-dir", str(checkpoint_dir)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline().startswith("listening on 127.0.0.1:")
+        p.terminate()
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err
+    return err
+
+
+def test_checkpoint_dir_with_an_earlier_run_s_checkpoints_is_a_warning(tmp_path: Path) -> None:
+    """A controller started again with the folder of an earlier run overwrote its checkpoints
+    without a word: it says at start how many the folder holds (files of another name, and a
+    new or empty folder, are not counted)."""
+    folder = tmp_path / "ckpt"
+    assert _controller_stderr(folder) == ""  # created
+    (folder / "notes.txt").write_text("x")
+    (folder / "consensus-00001.npz").write_text("x")  # not a name the controller writes
+    assert _controller_stderr(folder) == ""
+    (folder / "consensus-000000.npz").write_bytes(b"")
+    warning = ("flodl-proto controller: warning: --checkpoint-dir {}: already holds {} "
+               "(consensus-<window>.npz), which this run overwrites as it writes the same "
+               "windows\n")
+    assert _controller_stderr(folder) == warning.format(folder, "1 checkpoint file")
+    (folder / "consensus-000001.npz").write_bytes(b"")
+    (folder / "consensus-1000000.npz").write_bytes(b"")
+    assert _controller_stderr(folder) == warning.format(folder, "3 checkpoint files")
+
+
 # -- item: docs reads the spec of the checkout it writes into ----------------------------------
 def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
     """As after ``pip install .``: the package's own spec is not the checkout's; editing the

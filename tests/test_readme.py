@@ -267,11 +267,12 @@ def _shown_line(templates: list[str], line: str) -> str:
     return shown
 
 
-def test_command_table_shows_the_lines_the_cluster_commands_print() -> None:
+def test_command_table_shows_the_lines_the_cluster_commands_print(tmp_path: Path) -> None:
     """The controller's row shows the lines it prints as relays join and rounds end and its
-    last line, the relay's its two last lines, as the commands print them (the table named only
-    their first line, ``listening on ...``)."""
-    from flodl_proto.commands.controller import notice_line
+    last line, and its warning for a ``--checkpoint-dir`` of an earlier run, the relay's its two
+    last lines, as the commands print them (the table named only their first line,
+    ``listening on ...``)."""
+    from flodl_proto.commands.controller import checkpoints_overwritten, notice_line
     from flodl_proto.fsm.events import RelayJoined
     from flodl_proto.runner.reports import RoundReport
 
@@ -284,10 +285,16 @@ def test_command_table_shows_the_lines_the_cluster_commands_print() -> None:
     rounds = [notice_line(RoundReport(round=k, kind=kind, weight=w, nbytes=1252, relays=1,
                                       ms=0.335, at=0.0))
               for k, kind, w in ((1, "model", 3.0), (2, "control", 2.5))]
-    lines = [joined, *rounds, "controller finished: clean (stop: signal)"]
+    for window in (0, 1):
+        (tmp_path / f"consensus-{window:06d}.npz").write_bytes(b"")
+    warning = f"flodl-proto controller: warning: {checkpoints_overwritten(tmp_path, 'ckpt')}"
+    lines = [joined, *rounds, "controller finished: clean (stop: signal)", warning]
     assert [_shown_line(shown["controller"], str(line)) for line in lines] == [
         "relay R joined: host 'H' ranks [0, 1]", "round K: kind KIND weight W bytes B ms T",
-        "round K: kind KIND weight W bytes B ms T", "controller finished: clean (WHY)"]
+        "round K: kind KIND weight W bytes B ms T", "controller finished: clean (WHY)",
+        "flodl-proto controller: warning: --checkpoint-dir DIR: already holds N checkpoint "
+        "files (consensus-<window>.npz), which this run overwrites as it writes the same "
+        "windows"]
 
     relay = subprocess.Popen([sys.executable, "-m", "flodl_proto", "relay", "--controller",
                               f"127.0.0.1:{closed_port()}", "--ranks", "0", "--world-size", "1",

@@ -33,6 +33,11 @@ is not a whole number of bytes from 25, the smallest RoundFrame (spec departure
 ``payload_len`` is above it fails the run (one line naming the length and the ceiling), and so
 does a consensus Broadcast above it (spec departure ``broadcast_over_ceiling``).
 
+``--checkpoint-dir DIR``: each window's consensus is written there as
+``consensus-<window>.npz``, replacing a file of that name; a folder that already holds such files
+(an earlier run's) is one warning line on stderr at start (``flodl-proto controller: warning:
+--checkpoint-dir DIR: already holds N checkpoint files ...``).
+
 ``--round-timeout SECONDS`` (an addition to upstream, off by default; a finite number of seconds
 above 0, at most 864000 s once scaled by ``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has
 not arrived that long after the round's first one has its ranks declared dead, and the round
@@ -47,6 +52,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import socket
 import sys
 import threading
@@ -96,6 +102,7 @@ __all__ = [
     "SIGNAL_STOP_DETAIL",
     "STDOUT_BACKLOG",
     "checkpoint_dir_problem",
+    "checkpoints_overwritten",
     "notice_line",
     "parse_outer",
     "register",
@@ -169,6 +176,33 @@ def checkpoint_dir_problem(path: Path) -> str | None:
     if not os.access(path, os.W_OK | os.X_OK):
         return "not writable"
     return None
+
+
+#: the name of a checkpoint file the controller writes (``consensus-<window, 6 digits>.npz``:
+#: :func:`flodl_proto.runner.checkpoint.write_checkpoint`)
+_CHECKPOINT_NAME = re.compile(r"consensus-[0-9]{6,}\.npz")
+
+
+def checkpoints_overwritten(path: Path, shown_as: str) -> str | None:
+    """The warning (one line, without the program prefix) for a ``--checkpoint-dir`` folder
+    ``path`` (named ``shown_as``, as typed) that already holds checkpoint files
+    (``consensus-<window>.npz``, of an earlier run with that folder): how many, and that this
+    run overwrites each one of a window it writes
+    (:func:`~flodl_proto.runner.checkpoint.write_checkpoint` replaces a file of the same
+    name); None when it holds none (or cannot be listed: a failure
+    to write is reported when a checkpoint is written). Raises nothing.
+
+    No upstream counterpart: upstream's binaries take no checkpoint folder option.
+    """
+    try:
+        n = sum(1 for name in os.listdir(path) if _CHECKPOINT_NAME.fullmatch(name))
+    except OSError:
+        return None
+    if n == 0:
+        return None
+    files = "file" if n == 1 else "files"
+    return (f"--checkpoint-dir {shown_name(shown_as)}: already holds {n} checkpoint {files} "
+            f"(consensus-<window>.npz), which this run overwrites as it writes the same windows")
 
 
 def register(sub: Any) -> None:
@@ -250,6 +284,9 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             return _usage_error(option_message("--checkpoint-dir",
                                                f"{shown_name(args.checkpoint_dir)}: {problem}"))
+        overwritten = checkpoints_overwritten(Path(args.checkpoint_dir), args.checkpoint_dir)
+        if overwritten is not None:
+            print(f"{_PROG}: warning: {overwritten}", file=sys.stderr, flush=True)
     with interrupts_held():  # here: usage errors skip NumPy; Ctrl-C while it loads is one line
         from ..runner.controller import ReferenceController, RoundReport
 
