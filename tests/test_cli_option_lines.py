@@ -252,8 +252,8 @@ def test_conform_cases_matching_no_id_names_the_patterns(
     code, out, err = _run_main(capsys, "conform", "controller", "--cases",
                                "controller.handshake*", "--cases", "x", *extra)
     assert (code, out) == (2, "")
-    assert err == ("flodl-proto conform controller: error: no case selected: no controller case "
-                   "id matches --cases 'controller.handshake*' --cases 'x'; 'flodl-proto conform "
+    assert err == ("flodl-proto conform controller: error: argument --cases: no controller case "
+                   "id matches 'controller.handshake*' or 'x'; 'flodl-proto conform "
                    "controller --list' without --cases lists the ids\n")
 
 

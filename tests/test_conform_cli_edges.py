@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,62 @@ from pathlib import Path
 import pytest
 
 from flodl_proto._files import replace_file
-from flodl_proto.cli import main
+from flodl_proto.cli import build_parser, main
+from flodl_proto.conform.player import KitSettings
 from flodl_proto.conform.target import TargetLaunchError
 
 _PREFIX = "flodl-proto conform controller: error: "
 _RUN = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
         "--cases", "controller.session.one-relay-one-round", "--version", "2"]
+
+
+# -- --start-timeout, --launch given twice ---------------------------------------------------------
+def test_start_timeout_bounds_the_wait_for_a_target_to_listen(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The 20 s a target had to listen could not be set: --start-timeout sets it (a target that
+    never listens fails its case after it, whatever --timeout-scale)."""
+    run = [*_RUN, "--jobs", "1"]
+    run[run.index("--launch") + 1] = "sleep 30 {port}"
+    assert main([*run, "--start-timeout", "0.5"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [re.sub(r"port [0-9]+ ", "port N ", line) for line in out[:2]] == [
+        "FAIL controller.session.one-relay-one-round v2 [MUST] (15.9 Clean-exit rules "
+        "(`clean_exit`))",
+        "     target did not start: the target did not listen on port N within 0.5s"]
+    args = build_parser().parse_args(["conform", "controller", "--list"])
+    assert args.start_timeout == KitSettings().ready_timeout == 20.0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "x", "", "864000.5", "1e999"])
+def test_start_timeout_is_a_finite_number_of_seconds_above_0(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*_RUN, f"--start-timeout={value}"])
+    assert (e.value.code, capsys.readouterr()) == (2, (
+        "", f"{_PREFIX}argument --start-timeout: must be a finite number of seconds above 0, "
+            f"at most 864000, got '{value}'\n"))
+
+
+def test_start_timeout_written_as_the_other_number_options(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*_RUN, "--start-timeout", "1_0"])
+    assert (e.value.code, capsys.readouterr()) == (2, (
+        "", f"{_PREFIX}argument --start-timeout: must be a finite number of seconds above 0, "
+            "at most 864000, got '1_0' (a number is written in ASCII digits, without '_')\n"))
+    assert build_parser().parse_args([*_RUN, "--start-timeout", "864000"]).start_timeout == 864000
+
+
+@pytest.mark.parametrize("second", [["--launch", "true {port}"], ["--launch=false"],
+                                    ["--launch", ""]])
+def test_launch_given_twice_is_refused(second: list[str],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--launch`` given twice ran the last command alone, silently."""
+    with pytest.raises(SystemExit) as e:
+        main([*_RUN, *second])
+    assert (e.value.code, capsys.readouterr()) == (2, (
+        "", f"{_PREFIX}argument --launch: given twice; the kit starts one command (quote a "
+            "command of several words as one value)\n"))
 
 
 # -- an empty --junit / --json --------------------------------------------------------------------

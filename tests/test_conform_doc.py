@@ -83,7 +83,8 @@ def test_the_placeholder_table_names_exactly_the_placeholders_of_each_role() -> 
 
 def test_the_doc_says_how_long_a_target_has_to_listen() -> None:
     assert KitSettings().ready_timeout == 20.0
-    assert "A target has 20 s to listen, whatever `--timeout-scale`" in DOC
+    assert ("A target has 20 s to listen, whatever `--timeout-scale`\n(`--start-timeout SECONDS` "
+            "sets it: a finite number above 0, at most 864000)") in DOC
 
 
 def test_the_doc_says_the_error_column_is_not_checked_against_the_targets_message() -> None:

@@ -28,8 +28,10 @@ a bad command line (as ``--list`` with ``--junit`` or ``--json``: a listing writ
 ``--launch`` command that cannot be started included (no such program, not executable: one line
 naming it and the OS error, ``argument --launch: cannot start the target ...``, and no case runs;
 one the machine cannot start now, with no process, memory or file descriptor to be had, is a
-failed run, exit 1, the same line without ``argument --launch:``). A target that does not
-start (it exits, does not listen within 20 s, or refuses the case's first connection on the
+failed run, exit 1, the same line without ``argument --launch:``; ``--launch`` given twice is a
+bad command line, ``argument --launch: given twice ...``). A target that does not start (it
+exits, does not listen within ``--start-timeout`` seconds, 20 by default and not scaled by
+``--timeout-scale``, or refuses the case's first connection on the
 address it printed) fails its case, with its last lines of output;
 when the first cases (as many as ``--jobs`` runs at once) all fail so, the others are not run:
 one line says so, exit 1. Ctrl-C or SIGTERM stops the targets running (a case's target not
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import shlex
 import signal
@@ -59,6 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import make_folders
+from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
 from .._unseen import terminal_text
 from ..cli import AnyCase, interrupts_held, named_by_spec_dir, note_stop, stop_outcome
@@ -67,7 +71,7 @@ from ..spec import SUPPORTED_VERSIONS
 from ._option_error import option_conflict, option_message
 from ._output import rich_console
 from .docs import output_path
-from .relay import check_net_timeout_scale, whole_number
+from .relay import TIMEOUT_MAXIMUM, check_net_timeout_scale, whole_number
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -117,8 +121,9 @@ def register(sub: Any) -> None:
         r = roles.add_parser(role, help=f"check a {role}",
                              description=f"Check a {role}. Placeholders of CMD: "
                              f"{_PLACEHOLDERS[role]}.", epilog=_EXIT_CODES)
-        r.add_argument("--launch", metavar="CMD",
-                       help=f"command starting the target; placeholders {_PLACEHOLDERS[role]}")
+        r.add_argument("--launch", metavar="CMD", action=_GivenOnce,
+                       help=f"command starting the target; placeholders {_PLACEHOLDERS[role]} "
+                            "(given once)")
         r.add_argument("--version", dest="versions", type=whole_number, action="append",
                        choices=SUPPORTED_VERSIONS, metavar="2|3",
                        help="protocol version to check (repeatable; default: both)")
@@ -131,6 +136,10 @@ def register(sub: Any) -> None:
                             "kit's waits that follow the target's timeouts, and its default "
                             "wait for an expectation (5 s x X, at least 2 s) (0.1 to 1000; "
                             "default 1)")
+        r.add_argument("--start-timeout", type=_start_timeout, default=_START_TIMEOUT,
+                       metavar="SECONDS",
+                       help="how long a target may take to listen, not scaled by "
+                            f"--timeout-scale ({_START_RULE}; default {_START_TIMEOUT:g})")
         r.add_argument("--port-mux", action="store_true",
                        help="the target serves the port mux: run the cases that need it")
         r.add_argument("--jobs", type=whole_number, default=_default_jobs(), metavar="N",
@@ -155,6 +164,44 @@ def register(sub: Any) -> None:
                    help="write nothing; exit 1 if PATH is missing or out of date, 2 if it "
                    "cannot be read")
     d.set_defaults(func=_run_docs)
+
+
+class _GivenOnce(argparse.Action):
+    """argparse action of ``--launch``: stores its value, and refuses the option given a second
+    time (``argument --launch: given twice ...``, exit 2), where argparse kept the last value
+    and the kit ran a command the user may not have meant."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            raise argparse.ArgumentError(self, "given twice; the kit starts one command (quote "
+                                               "a command of several words as one value)")
+        setattr(namespace, self.dest, values)
+
+
+#: seconds a target may take to listen (``--start-timeout``; :class:`KitSettings`'s default)
+_START_TIMEOUT = 20.0
+#: the rule of ``--start-timeout``, as its help and its error state it
+_START_RULE = f"a finite number of seconds above 0, at most {TIMEOUT_MAXIMUM:g}"
+
+
+def _start_timeout(text: str) -> float:
+    """argparse ``type=`` of ``--start-timeout``: a finite number of seconds above 0, at most
+    ``TIMEOUT_OPTION_MAXIMUM`` (864000), written as the other number options
+    (:func:`flodl_proto._numbers.plain_number`); not scaled by ``--timeout-scale``.
+
+    Raises:
+        argparse.ArgumentTypeError: any other text (``argument --start-timeout: must be ...,
+            got '0'``).
+    """
+    try:
+        value = float(text) if plain_number(text) else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= TIMEOUT_MAXIMUM:
+        raise argparse.ArgumentTypeError(f"must be {_START_RULE}, got {shown(text)}"
+                                         f"{not_plain_note(text)}")
+    return value
 
 
 def _report_path(text: str) -> Path:
@@ -340,13 +387,15 @@ def _left_out(catalogue: Iterable[Case], role: str, args: argparse.Namespace,
 def _no_case(left_out: list[tuple[Case, str]], args: argparse.Namespace) -> str:
     """The usage error of a selection that runs no case, with what left out the cases it
     matched (``needs --level must: 2; needs --port-mux: 6; needs --port-mux and --version 3:
-    1``), or, when ``--cases`` matched none, the patterns given and how to see the ids."""
+    1``), or, when ``--cases`` matched none, the patterns given and how to see the ids, as an
+    error of ``--cases`` (``argument --cases: no relay case id matches 'x' or 'y'; ...``)."""
     if not left_out:
         if not args.cases:
             return "no case selected"
-        given = " ".join(f"--cases {shown(p)}" for p in args.cases)
-        return (f"no case selected: no {args.role} case id matches {given}; "
-                f"'flodl-proto conform {args.role} --list' without --cases lists the ids")
+        given = " or ".join(shown(p) for p in args.cases)
+        return option_message("--cases", f"no {args.role} case id matches {given}; "
+                              f"'flodl-proto conform {args.role} --list' without --cases "
+                              "lists the ids")
     reasons = collections.Counter(why for _, why in left_out)
     n = len(left_out)
     return (f"no case selected: {n} {'case matches' if n == 1 else 'cases match'} but "
@@ -382,7 +431,7 @@ def _play(args: argparse.Namespace, role: str, runs: list[tuple[Case, int]],
         )
         from ..conform.target import LaunchedTarget, TargetLaunchError
 
-    settings = KitSettings(timeout_scale=timeout_scale)
+    settings = KitSettings(timeout_scale=timeout_scale, ready_timeout=args.start_timeout)
     console = rich_console(stderr=False, highlight=False, soft_wrap=True)
     lock = threading.Lock()
     progress = Progress(TextColumn("[bold]conform {task.fields[role]}"), BarColumn(),

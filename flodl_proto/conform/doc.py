@@ -84,15 +84,16 @@ line (the world size and the version change from case to case):
 
 The target's environment holds `FLODL_NET_TIMEOUT_SCALE` (`--timeout-scale`).
 
-`--launch` is split like a shell command line (a backslash ending a line joins it to the
-next); each placeholder is a `{{name}}` alone (`{{{{` and `}}}}` are literal braces; a conversion,
-format spec, attribute or index is a bad command line).
+`--launch` (given once) is split like a shell command line (a backslash ending a line joins it
+to the next); each placeholder is a `{{name}}` alone (`{{{{` and `}}}}` are literal braces; a
+conversion, format spec, attribute or index is a bad command line).
 
 Options: `--version 2|3` (repeatable; default both), `--cases GLOB` (repeatable),
 `--level must|should`, `--timeout-scale X` (exported to the target as
 `FLODL_NET_TIMEOUT_SCALE`, and applied to the kit's waits that follow a target timeout and to
-its default wait for an expectation, below),
-`--jobs N` (cases in parallel, 1 to 1024, each with its own target and ports), `--junit PATH`,
+its default wait for an expectation, below), `--start-timeout SECONDS` (how long a target
+may take to listen, below), `--jobs N` (cases in parallel, 1 to 1024, each with its own target
+and ports), `--junit PATH`,
 `--json PATH` (the JSON report: `role`, `interrupted`, `stop`, the counts, `results`,
 `not_selected` and `not_run`; the reports of a run stopped early, by Ctrl-C, SIGTERM or a target
 that never started, hold the cases that ended and list the others as not run, JUnit `skipped`;
@@ -120,7 +121,8 @@ them before the target binds), and never a port it handed out for the last 256 c
 
 The kit reads the target's first stdout line `listening on HOST:PORT` when it prints one;
 otherwise it waits until the port is listening (read from `/proc/net/tcp` on Linux, so no probe
-connection reaches the target). A target has 20 s to listen, whatever `--timeout-scale`; one
+connection reaches the target). A target has 20 s to listen, whatever `--timeout-scale`
+(`--start-timeout SECONDS` sets it: a finite number above 0, at most 864000); one
 that has not by then fails its case (`target did not start: the target did not listen on port
 N within 20s`). A target whose first connection in a case is refused, at the
 address it announced, did not start either: when the first cases (as many as `--jobs` runs at
