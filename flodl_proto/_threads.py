@@ -61,8 +61,9 @@ def import_on_a_blocking_thread(name: str) -> None:
     thread's mask, and the kernel could give them a process-directed stop signal that the main
     thread then waited for. The calling thread's mask is as before; a signal that arrives
     meanwhile runs its handler on the main thread, which waits (a Python handler there runs at
-    once). Raises nothing: an import that fails here is undone, and fails again, with its
-    error, where the caller imports the module itself.
+    once). Raises nothing, and the thread prints nothing: an import that fails here (whatever
+    it raises, a ``KeyboardInterrupt`` of an import hook included) is undone, and fails again,
+    with its error, where the caller imports the module itself.
 
     Upstream: none (see the module doc).
     """
@@ -70,7 +71,7 @@ def import_on_a_blocking_thread(name: str) -> None:
         return
 
     def load() -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BaseException):  # not a traceback of this thread
             importlib.import_module(name)
 
     thread = threading.Thread(target=load, name=f"import {name}")
