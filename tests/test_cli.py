@@ -561,6 +561,23 @@ def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
         assert "listen" not in res.stderr
 
 
+@pytest.mark.parametrize(("cmd", "option"), [(("docs",), "--out"),
+                                             (("conform", "controller", "--list"), "--junit")])
+def test_an_output_path_through_a_folder_to_be_made_and_back_checks_before_making_it(
+        cmd: tuple[str, ...], option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``x/../a-file/p.md``: the file in the way was found only once ``x`` was made (exit 1,
+    ``x`` left behind); it is found first, with the command line (exit 2), and nothing is
+    made."""
+    monkeypatch.chdir(tmp_path)
+    Path("a-file").write_text("x")
+    prog = "flodl-proto " + " ".join(cmd[:2])
+    assert _run_main(capsys, *cmd, option, "x/../a-file/p.md") == (
+        2, "", f"{prog}: error: argument {option}: 'x/../a-file/p.md': Not a directory (a-file "
+               "is a file, not a folder)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def _controller_stderr(checkpoint_dir: Path) -> str:
     """The stderr of a controller started with ``--checkpoint-dir checkpoint_dir`` and stopped
     by SIGTERM once it listens (a clean stop: exit 0)."""

@@ -299,14 +299,16 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
 
 
 @pytest.mark.parametrize("where", ["a-file/salt.hex", "a-file/sub/salt.hex",
-                                   "./a-file/salt.hex"])
+                                   "./a-file/salt.hex", "x/../a-file/salt.hex",
+                                   "x/y/../../a-file/sub/salt.hex"])
 def test_demo_salt_file_with_a_file_in_its_path_is_a_usage_error_as_the_other_output_paths(
         where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A new salt file whose path has a file where a folder should be was exit 1 (``cannot
     write the salt file a-file/salt.hex: creating the folder a-file: Not a directory``), where
     ``docs --out`` and ``vectors export`` name the option and exit 2 for the same path: it is
-    ``argument --salt-file:`` with their words, exit 2, nothing written."""
+    ``argument --salt-file:`` with their words, exit 2, nothing written: no folder made
+    either, where ``x/../a-file/salt.hex`` made ``x`` before it was refused."""
     from flodl_proto.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -468,6 +470,28 @@ def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> N
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in path.parent.iterdir()) == ["s.hex"]  # no temporary left
     assert demo_salt(str(path)) == (salt, f"session salt: read from {path}")
+
+
+@pytest.mark.parametrize(("where", "why"), [
+    ("loop1", "loop1: Too many levels of symbolic links"),
+    ("loop1/salt.hex", "'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of "
+                       "symbolic links)"),
+    ("x/../loop2/sub/salt.hex", "'x/../loop2/sub/salt.hex': Too many levels of symbolic links "
+                                "(loop2 is a loop of symbolic links)")])
+def test_demo_salt_file_through_a_loop_of_links_is_a_usage_error_whatever_its_place(
+        where: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A loop of links as the salt file was exit 2 (a --salt-file that cannot be read) but
+    exit 1 as a folder of a new one (``cannot write the salt file loop1/salt.hex: creating the
+    folder loop1: ...``): exit 2 both, with the same words; nothing is made."""
+    from flodl_proto.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("loop1").symlink_to("loop2")
+    Path("loop2").symlink_to("loop1")
+    assert main(["demo", "--no-progress", "--salt-file", where]) == 2
+    assert capsys.readouterr() == ("", f"flodl-proto demo: error: argument --salt-file: {why}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop1", "loop2"]
 
 
 def test_demo_salt_file_that_is_a_link_to_no_file_is_not_written_through(

@@ -549,6 +549,21 @@ def test_a_spec_folder_from_the_environment_without_a_spec_is_refused(tmp_path: 
                            "No such file or directory)\n")
 
 
+@pytest.mark.parametrize(("make", "kind"), [
+    (lambda p: p.write_text("x"), "a file"),
+    (lambda p: p.symlink_to("/dev/null"), "a character device"),
+    (lambda p: os.mkfifo(p), "a FIFO")], ids=["file", "device", "fifo"])
+def test_a_spec_folder_from_the_environment_that_is_no_folder_is_said_so(
+        tmp_path: Path, make: Any, kind: str) -> None:
+    """``$FLODL_PROTO_SPEC_DIR`` naming a file read 'no wire.yaml in that folder (F/wire.yaml:
+    Not a directory)', of a folder there is not."""
+    make(tmp_path / "spec")
+    done = _cli_with_spec_dir(tmp_path / "spec", "docs", "--out", "-")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"flodl-proto docs: error: FLODL_PROTO_SPEC_DIR={tmp_path / 'spec'}: "
+                           f"{kind}, not a folder (give the folder that holds wire.yaml)\n")
+
+
 def test_a_lifecycle_event_the_package_does_not_know_is_named(tmp_path: Path) -> None:
     """A lifecycle.yaml with an event the package's code has no member for was refused as
     ``controller events [...] != LifecycleEvent``, naming neither the package's events nor the

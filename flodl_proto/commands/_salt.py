@@ -291,8 +291,11 @@ class SaltNotWritten(Exception):
 class SaltPathInTheWay(Exception):
     """A file (not a folder) stands where a folder of the new salt file's path should be
     (``why``: :func:`~flodl_proto.commands.docs.file_in_the_way`'s words, ``'a-file/salt.hex':
-    Not a directory (a-file is a file, not a folder)``): exit 2, ``argument --salt-file:``, as
-    the other output paths with a file in their way.
+    Not a directory (a-file is a file, not a folder)``), or a loop of symbolic links
+    (``'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of symbolic
+    links)``, as an existing ``--salt-file`` that is one: ``loop1: Too many levels of symbolic
+    links``): exit 2, ``argument --salt-file:``, as the other output paths with a file in
+    their way; found before any folder of the path is made.
 
     No upstream counterpart: upstream has no demo."""
 
@@ -314,7 +317,8 @@ def demo_salt(path: str | None) -> tuple[str, str]:
         OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
             with /); give a file path in it``, as an output option is refused), or the file
             cannot be read; InvalidValue (local): it holds no salt.
-        SaltPathInTheWay: a file stands where a folder of the new file's path should be.
+        SaltPathInTheWay: a file, or a loop of symbolic links, stands where a folder of the
+            new file's path should be (found before any folder is made).
         SaltNotWritten: the new file, or a folder of its path, cannot be written
             (:func:`flodl_proto._files.make_folders` names the folder that failed).
 
@@ -329,15 +333,19 @@ def demo_salt(path: str | None) -> tuple[str, str]:
                                 "path in it")
     target = Path(path)
     if not os.path.lexists(target):  # a link to no file is read (and refused), not written
+        from .docs import file_in_the_way
+
+        # a file, or a loop of links (as for an existing --salt-file), where a folder of the
+        # path should be: a usage error, found before any folder is made
+        if (why := file_in_the_way(path, target.parent, loops=True)) is not None:
+            raise SaltPathInTheWay(why)
         salt = os.urandom(16).hex()
         try:
             make_folders(target.parent)
             create_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
             return salt, f"session salt: written to {path}"
         except OSError as e:  # one created meanwhile (FileExistsError) is read as it is
-            if e.errno == errno.ENOTDIR:  # a file where a folder of the path should be: as
-                from .docs import file_in_the_way  # the other output paths, a usage error
-
+            if e.errno == errno.ENOTDIR:  # a file made meanwhile where a folder should be
                 if (why := file_in_the_way(path, target.parent)) is not None:
                     raise SaltPathInTheWay(why) from None
             if not (isinstance(e, FileExistsError) and os.path.lexists(target)):

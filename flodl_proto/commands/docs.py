@@ -106,15 +106,19 @@ def output_path(text: str) -> Path:
     return path
 
 
-def file_in_the_way(text: str, folder: Path) -> str | None:
+def file_in_the_way(text: str, folder: Path, *, loops: bool = False) -> str | None:
     """Why the path ``text`` cannot be used when a file (not a folder) stands where ``folder``
     (its folder, or the path itself when it names a folder) or a folder above it should be:
     ``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``, the file named
     for what it is (``a FIFO``, ``a character device``, ...); None when there is none, or it
     cannot be told (a folder that may not be looked into: the command's own step will say
-    why). The words of every path option refused so (the generators' output files, ``docs
-    --spec``, ``vectors export DIR``), for argparse to put after ``argument --X:``. Raises
-    nothing.
+    why). A ``..`` after a folder that does not exist yet goes back up as it will once the
+    folders are made (``x/../a-file/s``: ``a-file`` stands in the way, found before ``x`` is
+    made). With ``loops``, a loop of symbolic links where a folder should be is named too
+    (``'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of symbolic
+    links)``). The words of every path option refused so (the generators' output files,
+    ``docs --spec``, ``vectors export DIR``, the demo's new ``--salt-file``), for argparse to
+    put after ``argument --X:``. Raises nothing.
 
     No upstream counterpart: upstream ships no generator commands.
     """
@@ -122,6 +126,9 @@ def file_in_the_way(text: str, folder: Path) -> str | None:
     if found is None:
         return None
     blocker, mode = found
+    if mode is None:
+        return (f"{shown(text)}: {os.strerror(errno.ELOOP)} ({shown_name(str(blocker))} is a "
+                "loop of symbolic links)") if loops else None
     return (f"{shown(text)}: {os.strerror(errno.ENOTDIR)} ({shown_name(str(blocker))} is "
             f"{_kind(mode)}, not a folder)")
 
@@ -135,19 +142,34 @@ def _kind(mode: int) -> str:
     return kind if kind.startswith("a ") else "a file of another kind"
 
 
-def _file_at_or_above(path: Path) -> tuple[Path, int] | None:
+def _file_at_or_above(path: Path) -> tuple[Path, int | None] | None:
     """The file (not a folder) that stands where the folder ``path`` or a folder above it
-    should be (``out.json`` of ``out.json/sub``, at whichever level) and its ``st_mode``, or
-    None when there is none or it cannot be told (a folder that may not be looked into: the
-    command's own step will say why)."""
-    for folder in (path, *path.parents):
+    should be (``out.json`` of ``out.json/sub``, at whichever level) and its ``st_mode``, or a
+    loop of symbolic links there (``st_mode`` None), or None when there is none or it cannot be
+    told (a folder that may not be looked into, a link to nothing: the command's own step will
+    say why). The path is walked from its start as the folders will be made: a ``..`` after a
+    folder that does not exist yet leaves that folder, not one of the file system."""
+    found = Path(path.anchor)  # the folders that exist, as the path reaches them
+    missing = 0  # the folders after them, to be made
+    for part in path.parts[1 if path.anchor else 0:]:
+        if missing:
+            missing += -1 if part == ".." else 0 if part == "." else 1
+            continue
+        folder = found / part
         try:
             mode = folder.stat().st_mode  # through links, as the write goes
-        except (FileNotFoundError, NotADirectoryError):  # missing, or a file higher up
+        except FileNotFoundError:  # made by the write, unless a link to nothing stands there
+            if folder.is_symlink():
+                return None
+            missing = 1
             continue
-        except (OSError, ValueError):  # no permission, a name too long, a NUL
+        except OSError as e:  # a loop of links; no permission, a name too long
+            return (folder, None) if e.errno == errno.ELOOP else None
+        except ValueError:  # a NUL
             return None
-        return None if stat.S_ISDIR(mode) else (folder, mode)
+        if not stat.S_ISDIR(mode):
+            return folder, mode
+        found = folder
     return None
 
 
