@@ -299,7 +299,7 @@ def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture
       "--salt-file", "{path}"], 2,
      "flodl-proto relay: error: argument --salt-file: {shown}: No such file or directory"),
     (["decode", "{path}"], 2,
-     "flodl-proto decode: error: cannot read input {shown}: No such file or directory"),
+     "flodl-proto decode: error: argument FILE: {shown}: No such file or directory"),
     (["docs", "--check", "--out", "{path}"], 1,
      "flodl-proto docs: error: {shown}: missing (spec: ...); run {command}"),
 ])

@@ -622,10 +622,10 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     # an input that cannot be opened or read is a bad command line, as a --salt-file is
     missing = tmp_path / "missing"
     assert main(["decode", str(missing)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input "
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: argument FILE: "
                                        f"{shown_name(str(missing))}: No such file or directory\n")
     assert main(["decode", str(tmp_path)]) == 2
-    assert capsys.readouterr() == ("", f"flodl-proto decode: error: cannot read input "
+    assert capsys.readouterr() == ("", f"flodl-proto decode: error: argument FILE: "
                                        f"{shown_name(str(tmp_path))}: Is a directory\n")
 
 

@@ -71,9 +71,10 @@ def test_vectors_check_unusable_folder_is_one_line_exit_2(
     a_file.write_text("", encoding="utf-8")
     bad = tmp_path / "bad"
     bad.mkdir()
-    for path, why in ((empty, f"no vectors found under {shown_name(str(empty))}"),
+    for path, why in ((empty, f"argument PATH: {shown_name(str(empty))}: no vectors found under "
+                              "it"),
                       (tmp_path / "absent",
-                       f"{shown_name(str(tmp_path / 'absent'))}: does not exist"),
+                       f"argument PATH: {shown_name(str(tmp_path / 'absent'))}: does not exist"),
                       (a_file, f"{shown_name(str(a_file))}: not a vector file (Expecting "
                                "value: line 1 column 1 (char 0))"),
                       (bad, f"{shown_name(str(bad / 'x.json'))}: not a vector file (no key "

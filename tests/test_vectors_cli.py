@@ -147,10 +147,23 @@ def test_a_folder_path_is_named_in_one_bounded_line(
     (raw) in ``vectors check``'s error line; it is quoted as a long value is, by its ends and
     its length (a line break escaped)."""
     code, out, err = run_main(capsys, "vectors", "check", name)
-    assert (code, out, err) == (2, "", f"{_PROG}: error: {shown}: does not exist\n")
+    assert (code, out, err) == (2, "", f"{_PROG}: error: argument PATH: {shown}: does not exist\n")
     code, out, err = run_main(capsys, "vectors", "compare", name)
     assert (code, out, err) == (2, "", f"flodl-proto vectors compare: error: argument DIR: "
                                        f"{shown}: does not exist\n")
+
+
+def test_the_bundled_folder_unusable_is_not_named_as_a_path_of_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With no PATH, the bundled copy is checked: a copy that is missing (a broken install) is
+    not an ``argument PATH:`` error, no PATH having been given."""
+    from flodl_proto.commands import vectors
+
+    monkeypatch.setattr(vectors, "BUNDLED_VECTORS", tmp_path / "gone")
+    code, out, err = run_main(capsys, "vectors", "check")
+    assert (code, out, err) == (
+        2, "", f"{_PROG}: error: {shown_name(str(tmp_path / 'gone'))}: does not exist\n")
 
 
 def test_a_long_folder_path_is_named_by_its_ends_in_every_line(
@@ -229,7 +242,8 @@ def test_a_manifest_given_alone_names_its_folder(capsys: pytest.CaptureFixture[s
                                                  folder: Path) -> None:
     manifest = folder / "v2" / "manifest.json"
     code, out, err = run_main(capsys, "vectors", "check", str(manifest))
-    assert (code, out, err) == (2, "", f"{_PROG}: error: {shown_name(str(manifest))}: a manifest, "
+    assert (code, out, err) == (2, "", f"{_PROG}: error: argument PATH: "
+                                       f"{shown_name(str(manifest))}: a manifest, "
                                        "not a vector file: give its folder "
                                        f"({shown_name(str(folder / 'v2'))}) or one of the "
                                        "vector files beside it\n")

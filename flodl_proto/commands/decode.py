@@ -279,7 +279,13 @@ def _read_limited(f: BinaryIO, limit: int,
 
 
 class _Unreadable(Exception):
-    """The input named on the command line cannot be opened or read (a usage error, exit 2)."""
+    """The input named on the command line cannot be opened or read (a usage error, exit 2):
+    ``path`` True for a FILE (its line is ``argument FILE: PATH: REASON``, as an option's
+    path), False for stdin (``cannot read input stdin: REASON``)."""
+
+    def __init__(self, text: str, *, path: bool) -> None:
+        super().__init__(text)
+        self.path = path
 
 
 class _NotHex(Exception):
@@ -330,13 +336,14 @@ def _read_input(name: str, hex_text: bool, limit: int,
     try:
         if name == "-":
             if sys.stdin is None:  # started with stdin closed (``<&-``)
-                raise _Unreadable("stdin: it is closed")
+                raise _Unreadable("stdin: it is closed", path=False)
             raw = _read_limited(sys.stdin.buffer, limit, probe)
         else:
             with open(name, "rb") as f:
                 raw = _read_limited(f, limit, probe)
     except OSError as e:
-        raise _Unreadable(f"{shown_name(str(e.filename or name))}: {os_reason(e)}") from None
+        raise _Unreadable(f"{shown_name(str(e.filename or name))}: {os_reason(e)}",
+                          path=name != "-") from None
     if not hex_text:
         return raw
     from .._hexdump import HexDumpTooLarge, read_hex_dump
@@ -477,7 +484,8 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
               "a larger --max-input to decode it", file=sys.stderr)
         return EXIT_ERROR
     except _Unreadable as e:  # a path of the command line, as --salt-file: a usage error
-        print(f"{_PROG}: error: cannot read input {e}", file=sys.stderr)
+        why = option_message("FILE", str(e)) if e.path else f"cannot read input {e}"
+        print(f"{_PROG}: error: {why}", file=sys.stderr)
         return 2
     except (_NotHex, _NotCapture) as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)

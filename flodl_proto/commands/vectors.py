@@ -122,11 +122,20 @@ def _named(path: Path | str) -> str:
     return shown_name(str(path))
 
 
+class _PathProblem(str):
+    """A reason of :func:`_load_cases` that is about the path given itself (it does not exist,
+    cannot be read, holds no vectors, is a manifest), not about a file's contents: the command
+    line words it as an option's value (``argument PATH: ...``)."""
+
+    __slots__ = ()
+
+
 def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
     """Every case of the folder ``root`` and its ``v2/`` (or of the vector file ``root``), the
     count its manifests declare and what is missing to check that count (``DIR/manifest.json``,
     or for a file the manifest's entry for it), or the one-line reason it holds no usable
-    vectors (missing, no case, an unreadable or malformed case file or manifest)."""
+    vectors (missing, no case, an unreadable or malformed case file or manifest; a
+    :class:`_PathProblem` when it is about ``root`` itself)."""
     from ..interop.vectors import (
         VectorFileError,
         file_manifest_count,
@@ -137,11 +146,11 @@ def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
     )
 
     if not root.exists():
-        return f"{_named(root)}: does not exist"
+        return _PathProblem(f"{_named(root)}: does not exist")
     folder = root.is_dir()
     if not folder and root.name == "manifest.json":
-        return (f"{_named(root)}: a manifest, not a vector file: give its folder "
-                f"({_named(root.parent)}) or one of the vector files beside it")
+        return _PathProblem(f"{_named(root)}: a manifest, not a vector file: give its folder "
+                            f"({_named(root.parent)}) or one of the vector files beside it")
     try:
         if folder:
             cases = list(iter_cases(root))
@@ -157,22 +166,27 @@ def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
                 f"entry for {_named(root.stem)} in {_named(manifest)}" if manifest.is_file()
                 else _named(manifest)]
     except OSError as e:
-        return f"{_named(e.filename or root)}: {os_reason(e)}"
+        text = f"{_named(e.filename or root)}: {os_reason(e)}"
+        return _PathProblem(text) if e.filename in (None, str(root)) else text
     except VectorFileError as e:
         return str(e)
     if not cases:
-        return f"no vectors found {'under' if folder else 'in'} {_named(root)}"
+        return _PathProblem(f"{_named(root)}: no vectors found {'under' if folder else 'in'} it")
     return cases, expected, missing
 
 
-def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> int:
+def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None, *,
+                  given: bool = False) -> int:
     """Run every case of ``dirs`` (folders, and their ``v2/``, or single vector files), print a
     table per file; return the exit code: 0 only if every case ran and passed and the counts
     match the manifests (for a single file, the count the ``manifest.json`` beside it declares
     for it), else 1 with one line on stderr after the tables (``flodl-proto vectors check:
     error: 3 of 512 vectors failed``, how many are of an op not implemented, and what count
     differs from its manifests); 2 (one line on stderr, nothing run) when a path does not
-    exist, a folder holds no vectors, or a case file cannot be read or is not a vector file.
+    exist, a folder holds no vectors, or a case file cannot be read or is not a vector file;
+    with ``given`` (``dirs`` are the command line's PATHs) a line about a PATH itself (it does
+    not exist, cannot be read, holds no vectors) is in the options' form, ``argument PATH:
+    ...`` (``argument PATH: x: does not exist``); one about a file's contents is as it is.
 
     No upstream counterpart: upstream ships no golden vectors or tools to check them.
     """
@@ -187,7 +201,8 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None) -> i
     for root in dirs:  # every folder is checked before any case runs
         got = _load_cases(root)
         if isinstance(got, str):
-            print(f"flodl-proto vectors check: error: {got}", file=sys.stderr)
+            line = option_message("PATH", got) if given and isinstance(got, _PathProblem) else got
+            print(f"flodl-proto vectors check: error: {line}", file=sys.stderr)
             return 2
         loaded.append((root, *got))
     for root, cases, expected, unlisted in loaded:
@@ -285,7 +300,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     dirs = list(args.dirs) or [BUNDLED_VECTORS]
-    return check_folders(dirs, verbose=args.verbose)
+    return check_folders(dirs, verbose=args.verbose, given=bool(args.dirs))
 
 
 def _export(args: argparse.Namespace) -> int:
