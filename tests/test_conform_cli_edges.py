@@ -210,8 +210,8 @@ def test_a_stop_during_the_first_report_still_writes_the_other(
 def test_a_long_program_word_is_cut_in_the_launch_error() -> None:
     word = "/no/such/" + "x" * 200_000
     e = TargetLaunchError(word, "File name too long")
-    assert str(e) == (f"cannot start the target {word[:80]!r}…({len(word)} characters): File "
-                      "name too long")
+    assert str(e) == (f"cannot start the target '{word[:40]}...{'x' * 20}' ({len(word)} "
+                      "characters): File name too long")
     assert e.command == word  # whole, for a caller that wants it
     short = "/no/such/program"
     assert str(TargetLaunchError(short, "No such file or directory")) == (
@@ -226,8 +226,8 @@ def test_a_long_program_word_is_not_repeated_whole_on_the_command_line(
     assert main(run) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith(f"{_PREFIX}argument --launch: cannot start the target {word[:80]!r}…"
-                          f"({len(word)} characters): ")
+    assert err.startswith(f"{_PREFIX}argument --launch: cannot start the target "
+                          f"'{word[:40]}...{'x' * 20}' ({len(word)} characters): ")
     assert err.count("\n") == 1 and len(err) < 300
 
 

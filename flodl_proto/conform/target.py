@@ -29,6 +29,7 @@ from typing import IO, Final, Protocol
 
 from .._oserr import os_reason
 from .._threads import start_thread
+from ..errors import shown
 
 __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget", "Target",
            "TargetError", "TargetExit", "TargetLaunchError", "fill_placeholders",
@@ -56,8 +57,6 @@ class TargetError(RuntimeError):
     """
 
 
-#: characters of a program word shown in full in a message; a longer one is cut there
-_WORD_SHOWN: Final = 80
 #: the operating system's reasons for not starting a program that are the machine's state, not
 #: the program named: no process, memory or file descriptor (the output pipes) to be had now
 _NO_PROCESS: Final = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
@@ -67,9 +66,10 @@ class TargetLaunchError(TargetError):
     """The target's command could not be executed at all (no such program, not executable, no
     process could be created): every case would fail the same way, so the kit stops.
 
-    The message is ``cannot start the target 'PROGRAM': REASON``; a program word longer than
-    80 characters shows its first 80 and its length (``'...'…(204800 characters)``), not
-    all of it.
+    The message is ``cannot start the target 'PROGRAM': REASON``, the program word quoted as
+    every message quotes a value (:func:`~flodl_proto.errors.shown`): one longer than 80
+    characters by its first 40 and last 20 and its length (``'/tmp/xxx...xxx' (204800
+    characters)``), not all of it.
 
     Attributes:
         command: the program named by ``--launch`` (its first word, placeholders filled), whole.
@@ -83,9 +83,7 @@ class TargetLaunchError(TargetError):
     """
 
     def __init__(self, command: str, reason: str, errno: int | None = None) -> None:
-        shown = repr(command) if len(command) <= _WORD_SHOWN else \
-            f"{command[:_WORD_SHOWN]!r}…({len(command)} characters)"
-        super().__init__(f"cannot start the target {shown}: {reason}")
+        super().__init__(f"cannot start the target {shown(command)}: {reason}")
         self.command = command
         self.reason = reason
         self.errno = errno
