@@ -838,6 +838,26 @@ def test_stage_lines_name_the_demo_round_and_fit_80_columns() -> None:
     assert stage_lines([], {}) == []
 
 
+def test_stage_lines_of_a_stage_of_10_s_and_more_keep_their_columns() -> None:
+    """A stage of 12.3 s was ``12300.000 ms``, a character wider than the column: its line
+    grew past 63 characters and its ``ms``, share and ``gap`` stood one column right of the
+    others'. Its milliseconds keep the column's 8 characters, with fewer decimals."""
+    parts = (("rank send", 12.3, False), ("rank -> relay (wire, wake-up)", 0.0125, True),
+             ("relay deposits -> HostFrame sent", -0.001, False),
+             ("relay -> controller (wire, wake-up)", 1234.5678, True))
+    lines = stage_lines([RoundStages(1, 1246.8803, parts)], {1: 1})
+    pad = " " * 43
+    assert lines == [
+        "round 1's Model reduce, the median of 1 traced: 1246880.300 ms",
+        "from the last rank's send to its reply parsed",
+        ("rank send" + pad)[:43] + "12300.00 ms   1%",
+        ("rank -> relay (wire, wake-up)" + pad)[:43] + "  12.500 ms   0% gap",
+        ("relay deposits -> HostFrame sent" + pad)[:43] + "   overlaps",
+        ("relay -> controller (wire, wake-up)" + pad)[:43] + " 1234568 ms  99% gap"]
+    assert {line.index(" ms") for line in lines[2:] if " ms" in line} == {51}
+    assert max(len(ln) for ln in lines) <= 63
+
+
 @pytest.mark.parametrize(("rounds", "first", "lines"), [
     (99_999, 1, ["round 1's Model reduce, the median of 99999 traced: 39.363 ms"]),
     (123_456, 876_544, ["round 876544's Model reduce,",  # 6 digits: 67 characters in one line

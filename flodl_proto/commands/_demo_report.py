@@ -204,8 +204,25 @@ def stage_lines(traced: list[stages.RoundStages], demo_round: dict[int, int]) ->
             lines.append(f"{label:<{width}}{'overlaps':>11}")  # relay finished the fan-out)
             continue
         share = 100.0 * sec / med.total if med.total > 0 else 0.0
-        lines.append(f"{label:<{width}}{sec * 1e3:8.3f} ms{share:4.0f}%" + (" gap" if gap else ""))
+        lines.append(f"{label:<{width}}{_ms(sec)} ms{share:4.0f}%" + (" gap" if gap else ""))
     return lines
+
+
+#: the characters of the milliseconds column of :func:`stage_lines`
+_MS_WIDTH = 8
+
+
+def _ms(sec: float) -> str:
+    """``sec`` seconds in milliseconds, :data:`_MS_WIDTH` characters wide whatever its size, so
+    the columns of :func:`stage_lines` stay aligned and its lines within :data:`STAGE_WIDTH`:
+    3 decimals below 10 s (``39.363``), fewer above (``12300.00`` for 12.3 s, ``1234568`` for
+    20.6 minutes), and ``1.23e+08`` from 27.7 hours."""
+    ms = sec * 1e3
+    for decimals in (3, 2, 1, 0):
+        text = f"{ms:{_MS_WIDTH}.{decimals}f}"
+        if len(text) <= _MS_WIDTH:
+            return text
+    return f"{ms:{_MS_WIDTH}.2e}"
 
 
 def untraced_words(res: Result) -> str:
