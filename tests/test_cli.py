@@ -1610,7 +1610,7 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
                                 "trains "
      "that many rounds in this process, for the reference loss), got 0"),
     (("vectors", "check", "/nonexistent-flodl-vectors"),
-     "/nonexistent-flodl-vectors: does not exist"),
+     "argument PATH: /nonexistent-flodl-vectors: does not exist"),
 ])
 def test_every_command_s_usage_error_is_one_line_with_the_error_prefix(
         args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
