@@ -177,6 +177,24 @@ local function fmt_num(x, bits)
     return best
 end
 
+-- an f64 as Rust's Display ({}) writes it, as the reader's error quotes a weight: the shortest
+-- digits that read back, written out without an exponent (-1, -0.5, -25000000000000000,
+-- -0.0000001), NaN, inf, -inf
+local function rust_display(x)
+    local s = fmt_num(x)
+    local sign, int, frac, exp = s:match("^(-?)(%d+)%.?(%d*)[eE]([-+]?%d+)$")
+    if sign == nil then return (s:gsub("%.0$", "")) end
+    local digits, point = int .. frac, #int + tonumber(exp)
+    while #digits > 1 and digits:sub(1, 1) == "0" do
+        digits, point = digits:sub(2), point - 1
+    end
+    digits = digits:gsub("0+$", "")
+    if digits == "" then return sign .. "0" end
+    if point <= 0 then return sign .. "0." .. string.rep("0", -point) .. digits end
+    if point >= #digits then return sign .. digits .. string.rep("0", point - #digits) end
+    return sign .. digits:sub(1, point) .. "." .. digits:sub(point + 1)
+end
+
 -- "1 byte", "2 bytes"
 local function count_bytes(n)
     return n .. (n == 1 and " byte" or " bytes")
@@ -593,8 +611,7 @@ HOOK[SPEC.round_frame_count] = function(v, item, st)
 end
 HOOK.weight = function(v, item, st)
     if v ~= v or v == math.huge or v < 0 then
-        -- the reader's text writes a whole number without ".0", as Rust does
-        local text = fmt_num(v):gsub("%.0$", "")
+        local text = rust_display(v)
         item:add_proto_expert_info(E.bad_value, errtext("frame.bad_weight", { weight = text }))
     end
     return true

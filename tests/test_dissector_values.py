@@ -207,14 +207,18 @@ def test_the_weight_is_shown_exactly_in_the_tree_and_the_info_column(lua: Path,
 
 
 @pytest.mark.parametrize(("weight", "text"), [(-1.0, "-1"), (-0.123456789, "-0.123456789"),
-                                              (-1e-300, "-1e-300"), (float("nan"), "NaN"),
+                                              (-1.5e-30, "-0." + "0" * 29 + "15"),
+                                              (-2.5e16, "-25000000000000000"),
+                                              (-1.5e-5, "-0.000015"), (float("nan"), "NaN"),
                                               (float("inf"), "inf")])
 @pytest.mark.tshark
 def test_a_refused_weight_is_named_as_the_reader_names_it(weight: float, text: str, lua: Path,
                                                          tmp_path: Path) -> None:
     """The expert info of a weight the reader refuses quoted it to 6 significant digits and a
     whole one with ".0" (-1.0, -0.123457), where the reader's error says -1 and -0.123456789:
-    the two texts are now the same."""
+    the two texts are now the same. Both write the weight as Rust's Display does, with no
+    exponent (-25000000000000000, where Python writes -2.5e+16). (A weight of -1e-300 is 303
+    characters so: Wireshark cuts an expert text at 240.)"""
     frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
         np.array([1.0], np.float32))])
     wire = bytearray(encode_round_frame_bytes(frame, SALT))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct as _struct
+from decimal import Decimal
 from hmac import compare_digest as _compare_digest
 from typing import Any, Final
 
@@ -38,12 +39,14 @@ _NBYTES = PACKED["TENSOR_NBYTES"]
 
 
 def _rust_f64(x: float) -> str:
-    """Format an f64 the way Rust's Display does for the values the reader rejects."""
+    """Format an f64 the way Rust's Display (``{}``) does for the values the reader rejects:
+    the shortest digits that read back as ``x``, written out without an exponent (``-1``,
+    ``-0.5``, ``-25000000000000000``, ``-0.0000001``), ``NaN``, ``inf``, ``-inf``."""
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    r = repr(x)
+    r = format(Decimal(repr(x)), "f")
     return r[:-2] if r.endswith(".0") else r
 
 
