@@ -8,6 +8,7 @@ catalogue at one version; the set of failing cases must equal the expected set.
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -25,6 +26,8 @@ from flodl_proto.codec.round_frame import (
     RoundFrame,
     RoundKind,
     TensorPayload,
+    decode_round_frame,
+    encode_round_frame_bytes,
     round_frame_wire_len,
 )
 from flodl_proto.codec.stream import RecordReceived, StreamFailed
@@ -33,7 +36,7 @@ from flodl_proto.conform.inprocess import controller_target, relay_target
 from flodl_proto.conform.report import case_line
 from flodl_proto.errors import ProtocolError, protocol_error
 from flodl_proto.fsm import controller_core, relay_core
-from flodl_proto.reduce import reduce_realized_work, sum_frames
+from flodl_proto.reduce import HostFold, reduce_realized_work, sum_frames
 from flodl_proto.runner import _port_mux as port_mux
 from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST
 
@@ -303,6 +306,139 @@ def ship_seed_bytes(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(host_fold, "_same_bits", lambda a, b: True)
 
 
+def relay_hello_in_connection_order(mp: pytest.MonkeyPatch) -> None:
+    """The relay's Hello lists its ranks in the order they connected, not ascending."""
+    orig = relay_core.RelayCore.rank_handshake
+
+    def handshake(self: Any, data: Any) -> Any:
+        before = set(self._connected)
+        out = orig(self, data)
+        self.__dict__.setdefault("_joined", []).extend(sorted(self._connected - before))
+        return out
+
+    mp.setattr(relay_core.RelayCore, "rank_handshake", handshake)
+    mp.setattr(relay_core.RelayCore, "_hello", lambda self: mux_codec.MuxRecord.control_msg(
+        Hello(self.host, tuple(self.__dict__.get("_joined", self.ranks))), self.version))
+
+
+def _valid_frame(fold: Any, mv: memoryview) -> RoundFrame | None:
+    """``mv``'s RoundFrame when it decodes with the fold's salt, else None (the fold's own
+    deposit then raises its error)."""
+    try:
+        return decode_round_frame(bytes(mv), fold._salt)[0]
+    except ProtocolError:
+        return None
+
+
+def relay_folds_in_rank_order(mp: pytest.MonkeyPatch) -> None:
+    """The relay holds each valid deposit until the round can complete, then folds them in
+    ascending rank order instead of arrival order."""
+    deposit, dead = HostFold.deposit_view, HostFold.declare_dead_frame
+
+    def flush(self: Any) -> Any:
+        held, res = self.__dict__.pop("_held", {}), None
+        for r in sorted(held):
+            res = deposit(self, r, memoryview(held[r]), None)
+        return res
+
+    def complete(self: Any) -> bool:
+        return set(self.__dict__.get("_held", {})) >= set(self.alive_ranks)
+
+    def deposit_view(self: Any, rank: int, mv: memoryview, premac: Any) -> Any:
+        held = self.__dict__.setdefault("_held", {})
+        if rank in held or rank not in self.alive_ranks or _valid_frame(self, mv) is None:
+            flush(self)  # a double deposit or a bad frame meets the fold's own checks
+            return deposit(self, rank, mv, premac)
+        held[rank] = bytes(mv)
+        return flush(self) if complete(self) else None
+
+    def declare_dead_frame(self: Any, rank: int) -> Any:
+        res = dead(self, rank)
+        return flush(self) if res is None and self.__dict__.get("_held") and complete(self) \
+            else res
+
+    mp.setattr(HostFold, "deposit_view", deposit_view)
+    mp.setattr(HostFold, "declare_dead_frame", declare_dead_frame)
+
+
+def _rework_merged(mp: pytest.MonkeyPatch,
+                   rework: Callable[[RoundFrame, list[RoundFrame]], RoundFrame]) -> None:
+    """Patch the relay's fold so that a merged HostFrame (two or more deposits) becomes
+    ``rework(merged, the round's deposits in arrival order)``."""
+    deposit, dead = HostFold.deposit_view, HostFold.declare_dead_frame
+
+    def done(self: Any, res: Any) -> Any:
+        frames = self.__dict__.pop("_frames", [])
+        return rework(res, frames) if isinstance(res, RoundFrame) else res
+
+    def deposit_view(self: Any, rank: int, mv: memoryview, premac: Any) -> Any:
+        frame = _valid_frame(self, mv)
+        res = deposit(self, rank, mv, premac)
+        if frame is not None:
+            self.__dict__.setdefault("_frames", []).append(frame)
+        return None if res is None else done(self, res)
+
+    def declare_dead_frame(self: Any, rank: int) -> Any:
+        res = dead(self, rank)
+        return None if res is None else done(self, res)
+
+    mp.setattr(HostFold, "deposit_view", deposit_view)
+    mp.setattr(HostFold, "declare_dead_frame", declare_dead_frame)
+
+
+def relay_sums_bf16_in_bf16(mp: pytest.MonkeyPatch) -> None:
+    """The relay sums bf16 deposits in bf16, rounding after every addition (256 + 1 = 256),
+    instead of in f32 with one rounding."""
+    def rework(merged: RoundFrame, frames: list[RoundFrame]) -> RoundFrame:
+        tensors = list(merged.tensors)
+        for k, t in enumerate(tensors):
+            parts = [f.tensors[k].data for f in frames]
+            if t.dtype != 1 or any(len(p) != 2 * t.numel for p in parts):
+                continue
+            acc = np.zeros(t.numel, ml_dtypes.bfloat16)
+            for p in parts:
+                acc = acc + np.frombuffer(p, "<u2").view(ml_dtypes.bfloat16)
+            tensors[k] = TensorPayload(1, t.shape, acc.view(np.uint16).astype("<u2").tobytes())
+        return RoundFrame(merged.kind, merged.weight, tuple(tensors))
+
+    _rework_merged(mp, rework)
+
+
+def relay_sums_weights_from_plus_zero(mp: pytest.MonkeyPatch) -> None:
+    """The relay sums its deposits' weights from +0.0 instead of from the first deposit's
+    weight (weights -0.0 and -0.0 give +0.0)."""
+    def rework(merged: RoundFrame, frames: list[RoundFrame]) -> RoundFrame:
+        weight = 0.0
+        for f in frames:
+            weight += f.weight
+        return RoundFrame(merged.kind, weight, merged.tensors)
+
+    _rework_merged(mp, rework)
+
+
+def relay_checks_byte_count_not_shape(mp: pytest.MonkeyPatch) -> None:
+    """The relay compares a deposit's tensors with the round's first by element count, not
+    shape: a [3, 2] tensor folds into a [2, 3] one."""
+    deposit = HostFold.deposit_view
+
+    def deposit_view(self: Any, rank: int, mv: memoryview, premac: Any) -> Any:
+        frame, first = _valid_frame(self, mv), self.__dict__.get("_first")
+        if frame is not None and first is not None and len(first) == len(frame.tensors):
+            tensors = tuple(TensorPayload(t.dtype, s, t.data) if t.numel == math.prod(s) else t
+                            for t, s in zip(frame.tensors, first, strict=True))
+            mv = memoryview(encode_round_frame_bytes(
+                RoundFrame(frame.kind, frame.weight, tensors), self._salt))
+            premac = None
+        elif frame is not None:
+            self.__dict__["_first"] = [t.shape for t in frame.tensors]
+        res = deposit(self, rank, mv, premac)
+        if res is not None:
+            self.__dict__.pop("_first", None)
+        return res
+
+    mp.setattr(HostFold, "deposit_view", deposit_view)
+
+
 def _run(role: str, version: int, factory: Callable[[], Any], port_mux: bool = False,
          patterns: tuple[str, ...] = ()) -> tuple[set[str], str]:
     runs, _ = select_cases(CATALOGUE, role=role, versions=[version], port_mux=port_mux,
@@ -412,6 +548,18 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
                                      False, {"relay.handshake.duplicate-rank"}),
     "relay-ships-the-seed-under-its-own-weight": ("relay", 3, ship_seed_bytes, relay_target(),
                                                   False, {"relay.fold.elided-after-seed"}),
+    "relay-hello-in-connection-order": ("relay", 2, relay_hello_in_connection_order,
+                                        relay_target(), False,
+                                        {"relay.handshake.hello-ranks-ascending"}),
+    "relay-folds-in-rank-order": ("relay", 3, relay_folds_in_rank_order, relay_target(), False,
+                                  {"relay.fold.arrival-order"}),
+    "relay-sums-bf16-in-bf16": ("relay", 2, relay_sums_bf16_in_bf16, relay_target(), False,
+                                {"relay.fold.bf16-three-deposits"}),
+    "relay-sums-weights-from-plus-zero": ("relay", 3, relay_sums_weights_from_plus_zero,
+                                          relay_target(), False, {"relay.fold.signed-zeros"}),
+    "relay-checks-byte-count-not-shape": ("relay", 2, relay_checks_byte_count_not_shape,
+                                          relay_target(), False,
+                                          {"relay.schema.transposed-shape"}),
     "relay-skips-tag-check": ("relay", 3, skip_tag_check, relay_target(), False, {
         "relay.auth.bad-tag-from-rank",
         "relay.auth.flipped-byte-from-rank",
