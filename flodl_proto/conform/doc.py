@@ -76,7 +76,7 @@ line (the world size and the version change from case to case):
 | `{{port}}` | controller | the port to listen on, free, picked for the case (below) |
 | `{{controller}}` | relay | the kit's controller to dial: `127.0.0.1:PORT` |
 | `{{ranks}}` | relay | the relay's ranks, ascending, comma-separated, no spaces: `0,1` |
-| `{{listen_port}}` | relay | the loopback port for the ranks to listen on, picked as `{{port}}` |
+| `{{listen_port}}` | relay | the port the relay listens on for its ranks, picked as `{{port}}` |
 | `{{world_size}}` | both | the world size, a whole number, 1 or more |
 | `{{version}}` | both | the protocol version, `2` or `3` |
 | `{{salt}}` | both | the 16-byte session salt as 32 lowercase hex digits |
