@@ -733,6 +733,9 @@ def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
     bad = dataclasses.replace(case, steps={3: tuple(steps)})
     r = play_case(bad, 3, controller_target(), SETTINGS)
     assert not r.passed and r.step == 5
+    # every byte arrived and they differ: the line says so, in bytes
+    assert r.message == ("connection 0: expected a Broadcast record (72 bytes), observed 72 "
+                         "bytes (they differ)")
     assert r.offset == 17  # the record's tag covers the payload: it differs first
     # header 25 + frame header 17 + tensor meta 14 + first element 4 = the second element;
     # 3.0 is 00 00 40 40 and 4.0 is 00 00 80 40: its third byte

@@ -368,7 +368,7 @@ def test_a_target_still_ending_after_its_close_is_given_time_to_exit(tmp_path: P
                {"expect": {"conn": 0, "hello_ack": {}}}], body, tmp_path)
     assert (r.passed, r.started, r.step) == (False, True, 3)
     assert r.message == ("connection 0: expected a Control(HelloAck) record (26 bytes), "
-                         "observed 0 (end of stream)")
+                         "observed 0 bytes (end of stream)")
     assert r.exit is not None and (r.exit.status, r.exit.by_itself, r.exit.killed) == \
         (1, True, False)
     lines = case_line(r, "S")
@@ -468,14 +468,14 @@ def test_an_expectation_ends_once_the_bytes_that_arrived_differ(tmp_path: Path) 
     r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "f10d17e100000000", "within": 30}}],
               _FOUR_BYTES_THEN_SILENCE, tmp_path)
     assert not r.passed and r.step == 1
-    assert r.message == "connection 0: expected 8 bytes, observed 4 (they already differ)"
+    assert r.message == "connection 0: expected 8 bytes, observed 4 bytes (they already differ)"
     assert (r.expected, r.observed, r.offset) == ("f10d17e100000000", "d0170df1", 0)
     # while the bytes that arrived match the start of those expected, it waits for the rest:
     # until they come, or its time is out
     r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "d0170df100000000", "within": 0.3}}],
               _FOUR_BYTES_THEN_SILENCE, tmp_path)
     assert not r.passed and r.step == 1
-    assert r.message == "connection 0: expected 8 bytes, observed 4 (timed out after 0.3s)"
+    assert r.message == "connection 0: expected 8 bytes, observed 4 bytes (timed out after 0.3s)"
     assert (r.observed, r.offset) == ("d0170df1", 4)
     r = _play([{"connect": 0}, {"expect": {"conn": 0, "hex": "d0170df100000000", "within": 30}}],
               _FOUR_BYTES_THEN_FOUR_MORE, tmp_path)

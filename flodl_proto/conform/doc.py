@@ -182,7 +182,13 @@ _COLUMNS: Final = """\
 must fail, is the id of the error this package's own target raises there (protocol.md, Error
 catalogue), for orientation: the kit sees only the target's bytes, its closes and its exit
 status, so a target passes such a case by what it does (closing the connection, exiting with a
-failure status), whatever its message."""
+failure status), whatever its message.
+
+A failing case's report names the step that failed by its index in the case's `steps` in
+spec/conformance.yaml (`flodl_proto/_spec/conformance.yaml` in an installed package;
+`steps_v2` or `steps_v3` where the case has them), counted from 0 (`step 2` is the third), the
+index the JSON report's `step` holds; then what the step expected and what it observed (for
+bytes, both in hex around the first byte that differs, its offset and the field there)."""
 
 
 def _case_row(c: Case) -> str:

@@ -454,13 +454,14 @@ class _Player:
         wait = self.within(p)
         got = c.read(len(want), time.monotonic() + wait, want)
         if got != want:
-            why = "" if len(got) == len(want) else (
+            why = "they differ" if len(got) == len(want) else (
                 "they already differ" if got != want[:len(got)]
                 else "end of stream" if c.eof else f"timed out after {wait:g}s")
             what = expected_message(p)
             size = f"{what} ({len(want)} bytes)" if what else f"{len(want)} bytes"
-            raise StepFailed(f"connection {name}: expected {size}, observed "
-                             f"{len(got)}{' (' + why + ')' if why else ''}", want, got)
+            got_n = f"{len(got)} byte{'' if len(got) == 1 else 's'}"
+            raise StepFailed(f"connection {name}: expected {size}, observed {got_n} ({why})",
+                             want, got)
 
     def do_expect_hello(self, p: Mapping[str, Any]) -> None:
         name, c = self.conn(p)
