@@ -113,7 +113,10 @@ with a MUST failure `FAIL 15.2 ...: 1 passed, 2 MUST failed, 1 SHOULD failed`. T
 catalogue order, whatever order `--jobs` completed the cases in: JSON `results` and `not_run` in
 the order of the runs (each case at its versions, ascending), `not_selected` in catalogue order;
 JUnit one suite per version (ascending) with its cases in catalogue order, then the suites of the
-cases not run and not selected.
+cases not run and not selected. With `--jobs` above 1 the cases whose steps wait longest (their
+sleeps, silences and explicit waits) start first, so that their waits overlap the quick ones,
+and each case's console lines are printed as it ends: the console follows the order the cases
+ended in, and "the first cases" below are the first to start, not the catalogue's first.
 
 The kit picks `{{port}}` and `{{listen_port}}` free just before it launches the target,
 below the system's ephemeral port range where there is room (so no outgoing connection takes
