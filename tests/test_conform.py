@@ -744,8 +744,10 @@ def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
     lines = case_line(r, "15.3 Divide once")
     assert lines[0] == "FAIL controller.round.two-rounds v3 [MUST] (15.3 Divide once)"
     assert "     first differing byte offset: 17 (the record's auth tag; first differing byte " \
-           "after the header: 62, payload.tensor[0].data, element 1)" in lines
+           "after the header: 62, payload.tensor[0].data, element 1: expected 4.0, observed " \
+           "3.0)" in lines
     assert r.differing_field == "payload.tensor[0].data, element 1"
+    assert r.differing_values == "expected 4.0, observed 3.0"
 
 
 def test_a_record_differing_in_its_tag_alone_is_named_so() -> None:

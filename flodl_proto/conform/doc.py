@@ -191,7 +191,8 @@ A failing case's report names the step that failed by its index in the case's `s
 spec/conformance.yaml (`flodl_proto/_spec/conformance.yaml` in an installed package;
 `steps_v2` or `steps_v3` where the case has them), counted from 0 (`step 2` is the third), the
 index the JSON report's `step` holds; then what the step expected and what it observed (for
-bytes, both in hex around the first byte that differs, its offset and the field there)."""
+bytes, both in hex around the first byte that differs, its offset, the field there and its
+two values when it has one: `payload.weight: expected -0.0, observed 0.0`)."""
 
 
 def _case_row(c: Case) -> str:

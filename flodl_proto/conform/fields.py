@@ -10,6 +10,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
+import numpy as np
+
 from ..codec.mux import RecordKind
 from ..codec.structs import (
     HANDSHAKE,
@@ -33,7 +35,7 @@ from ..spec import (
     ROUND_FRAME_MAGIC,
 )
 
-__all__ = ["expected_message", "field_at", "observed_message"]
+__all__ = ["expected_message", "field_at", "field_values", "observed_message"]
 
 
 def _layout(*structs: Any) -> tuple[tuple[str, int], ...]:
@@ -95,21 +97,34 @@ def observed_message(data: bytes) -> str | None:
     return f"a {kind}({variant}) record" if variant else f"a {kind} record"
 
 
-def _fixed(fields: tuple[tuple[str, int], ...], offset: int) -> tuple[str, int] | None:
-    """The field of a fixed layout holding byte ``offset``, and where that field ends."""
+def _fixed(fields: tuple[tuple[str, int], ...], offset: int) -> tuple[str, int, int] | None:
+    """The field of a fixed layout holding byte ``offset``: its name, start and size."""
     at = 0
     for name, size in fields:
         if offset < at + size:
-            return name, at + size
+            return name, at, size
         at += size
     return None
 
 
-def _frame_field(f: bytes, offset: int) -> str | None:
+#: a field's span in the expected bytes: name, start, size and how its value reads (a struct
+#: format, ``f32`` / ``bf16`` for a tensor element, None for bytes shown only as hex)
+_Span = tuple[str, int, int, str | None]
+
+
+def _typed(name: str, start: int, size: int) -> _Span:
+    """A fixed field's span, its value read as the wire types of docs/protocol.md."""
+    if name.endswith("auth_tag"):
+        return name, start, size, None
+    fmt = {1: "<B", 4: "<I", 8: "<d" if name.endswith("weight") else "<Q"}.get(size)
+    return name, start, size, fmt
+
+
+def _frame_span(f: bytes, offset: int) -> _Span | None:
     """The RoundFrame field holding byte ``offset`` of the well-formed frame ``f``."""
     head = _fixed(_FRAME_HEADER, offset)
     if head is not None:
-        return head[0]
+        return _typed(*head)
     if len(f) < _FRAME_HEADER_LEN:
         return None
     at = _FRAME_HEADER_LEN
@@ -120,17 +135,55 @@ def _frame_field(f: bytes, offset: int) -> str | None:
         meta = (*_TENSOR_META, *((f"dim[{j}]", _DIM_LEN) for j in range(ndim)), *_NBYTES)
         name = _fixed(meta, offset - at)
         if name is not None:
-            return f"tensor[{i}].{name[0]}"
+            return _typed(f"tensor[{i}].{name[0]}", at + name[1], name[2])
         at += sum(size for _, size in meta)
         if at > len(f):
             return None
         nbytes = int.from_bytes(f[at - _NBYTES[0][1]:at], "little")
         if offset < at + nbytes:
             size = ELEMENT_SIZE.get(dtype)
-            return f"tensor[{i}].data" + (
-                f", element {(offset - at) // size}" if size is not None else "")
+            if size is None:
+                return f"tensor[{i}].data", at, nbytes, None
+            k = (offset - at) // size
+            return (f"tensor[{i}].data, element {k}", at + k * size, size,
+                    "f32" if size == 4 else "bf16")
         at += nbytes
-    return "auth_tag" if at <= offset < at + AUTH_TAG_LEN else None
+    return ("auth_tag", at, AUTH_TAG_LEN, None) if at <= offset < at + AUTH_TAG_LEN else None
+
+
+def _inner(prefix: str, base: int, span: _Span | None) -> _Span | None:
+    """``span`` of a frame carried at ``base``, named ``prefix.<field>``."""
+    if span is None:
+        return None
+    return f"{prefix}.{span[0]}", base + span[1], span[2], span[3]
+
+
+def _span(data: bytes, offset: int) -> _Span | None:
+    """The span of the field of the expected bytes ``data`` holding byte ``offset``."""
+    if not 0 <= offset < len(data) or len(data) < 4:
+        return None
+    magic = _U32.unpack_from(data, 0)[0]
+    if magic == MUX_RECORD_MAGIC and len(data) >= MUX_HEADER_LEN:
+        head = _fixed(_MUX_HEADER, offset)
+        if head is not None:
+            return _typed(*head)
+        if data[8] in _FRAME_RECORDS and len(data) >= MUX_HEADER_LEN + 4 \
+                and _U32.unpack_from(data, MUX_HEADER_LEN)[0] == ROUND_FRAME_MAGIC:
+            return _inner("payload", MUX_HEADER_LEN,
+                          _frame_span(data[MUX_HEADER_LEN:], offset - MUX_HEADER_LEN))
+        return "payload", MUX_HEADER_LEN, len(data) - MUX_HEADER_LEN, None
+    if magic == ROUND_FRAME_MAGIC:
+        return _frame_span(data, offset)
+    if len(data) >= 8 and _U32.unpack_from(data, 4)[0] == ROUND_FRAME_MAGIC \
+            and magic == len(data) - 4:
+        if offset < 4:
+            return "length", 0, 4, "<I"
+        return _inner("body", 4, _frame_span(data[4:], offset - 4))
+    if magic == HANDSHAKE_MAGIC_RANK and len(data) == HANDSHAKE.sizeof():
+        return _typed(*_fixed(_HANDSHAKE, offset))  # type: ignore[misc]
+    if magic == HANDSHAKE_MAGIC_CONTROLLER_ACK and len(data) == HANDSHAKE_ACK.sizeof():
+        return _typed(*_fixed(_ACK, offset))  # type: ignore[misc]
+    return None
 
 
 def field_at(data: bytes, offset: int) -> str | None:
@@ -142,28 +195,35 @@ def field_at(data: bytes, offset: int) -> str | None:
 
     No upstream counterpart: upstream has no conformance kit.
     """
-    if not 0 <= offset < len(data) or len(data) < 4:
+    span = _span(data, offset)
+    return None if span is None else span[0]
+
+
+def _value(raw: bytes, fmt: str, name: str) -> str:
+    """The value of a field's ``raw`` bytes: an f32 or bf16 element, an f64, or an integer
+    (a magic in hex)."""
+    if fmt in ("f32", "bf16"):
+        wide = raw if fmt == "f32" else b"\0\0" + raw
+        return repr(float(np.frombuffer(wide, "<f4")[0]))
+    v = struct.unpack(fmt, raw)[0]
+    if fmt == "<d":
+        return repr(v)
+    return f"0x{v:08x}" if name.endswith("magic") else str(v)
+
+
+def field_values(expected: bytes, observed: bytes, offset: int) -> str | None:
+    """``expected X, observed Y``: the values of the field of ``expected`` holding byte
+    ``offset`` (the first that differs) and of the same bytes of ``observed``, when that field
+    has a value (an integer, a weight, a tensor element) and ``observed`` holds all its bytes;
+    else None.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    span = _span(expected, offset)
+    if span is None:
         return None
-    magic = _U32.unpack_from(data, 0)[0]
-    if magic == MUX_RECORD_MAGIC and len(data) >= MUX_HEADER_LEN:
-        head = _fixed(_MUX_HEADER, offset)
-        if head is not None:
-            return head[0]
-        if data[8] in _FRAME_RECORDS and len(data) >= MUX_HEADER_LEN + 4 \
-                and _U32.unpack_from(data, MUX_HEADER_LEN)[0] == ROUND_FRAME_MAGIC:
-            inner = _frame_field(data[MUX_HEADER_LEN:], offset - MUX_HEADER_LEN)
-            return None if inner is None else f"payload.{inner}"
-        return "payload"
-    if magic == ROUND_FRAME_MAGIC:
-        return _frame_field(data, offset)
-    if len(data) >= 8 and _U32.unpack_from(data, 4)[0] == ROUND_FRAME_MAGIC \
-            and magic == len(data) - 4:
-        if offset < 4:
-            return "length"
-        inner = _frame_field(data[4:], offset - 4)
-        return None if inner is None else f"body.{inner}"
-    if magic == HANDSHAKE_MAGIC_RANK and len(data) == HANDSHAKE.sizeof():
-        return _fixed(_HANDSHAKE, offset)[0]  # type: ignore[index]
-    if magic == HANDSHAKE_MAGIC_CONTROLLER_ACK and len(data) == HANDSHAKE_ACK.sizeof():
-        return _fixed(_ACK, offset)[0]  # type: ignore[index]
-    return None
+    name, start, size, fmt = span
+    if fmt is None or start + size > len(observed):
+        return None
+    return (f"expected {_value(expected[start:start + size], fmt, name)}, "
+            f"observed {_value(observed[start:start + size], fmt, name)}")

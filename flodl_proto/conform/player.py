@@ -50,7 +50,7 @@ from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
-from .fields import expected_message, field_at, observed_message
+from .fields import expected_message, field_at, field_values, observed_message
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
 __all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_case"]
@@ -131,6 +131,9 @@ class CaseResult:
             reported (``payload_offset`` when set, else ``offset``), in docs/protocol.md's
             names (``payload.tensor[0].data, element 1``), when the target sent a byte there;
             else "".
+        differing_values: that field's two values (``expected 4.0, observed 3.0``) when it has
+            one (an integer, a weight, a tensor element) and the target sent all its bytes;
+            else "".
         seconds: wall time of the case.
         exit: how the target ended.
         output: the target's last output lines (failing cases only).
@@ -152,6 +155,7 @@ class CaseResult:
     payload_offset: int | None = None
     tag_only: bool = False
     differing_field: str = ""
+    differing_values: str = ""
     seconds: float = 0.0
     exit: TargetExit | None = None
     output: str = field(default="", repr=False)
@@ -653,6 +657,7 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
                         else result.offset
                     if at is not None and at < len(obs):
                         result.differing_field = field_at(exp, at) or ""
+                        result.differing_values = field_values(exp, obs, at) or ""
                     result.expected = _hex(exp, at)
                     result.observed = _hex(obs, at, e.observed_total)
                 return result

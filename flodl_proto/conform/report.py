@@ -214,10 +214,12 @@ def case_line(r: CaseResult, section_title: str) -> list[str]:
         lines.append(f"     expected: {r.expected or '(nothing)'}")
         lines.append(f"     observed: {r.observed or '(nothing)'}")
     if r.offset is not None:
-        note = f" ({r.differing_field})" if r.differing_field else ""
+        field = r.differing_field + (f": {r.differing_values}" if r.differing_field
+                                     and r.differing_values else "")
+        note = f" ({field})" if field else ""
         if r.payload_offset is not None:
             note = (" (the record's auth tag; first differing byte after the header: "
-                    f"{r.payload_offset}{', ' + r.differing_field if r.differing_field else ''})")
+                    f"{r.payload_offset}{', ' + field if field else ''})")
         elif r.tag_only:
             note = (" (the record's auth tag, and only it: the bytes it covers are the same, "
                     "so it was computed with another salt or another MAC)")
