@@ -89,23 +89,35 @@ def test_encode_len_prefix_default_ceiling_is_1_gib() -> None:
     with pytest.raises(errors.LimitExceeded) as exc:
         lb.encode_len_prefix(GIB + 1)
     check(exc, errors.LimitExceeded, False, "len.write_too_large",
-          f"len-framed blob length {GIB + 1} exceeds the frame ceiling {GIB}",
+          f"relay_mux: len-framed blob length {GIB + 1} exceeds the frame ceiling {GIB}; model "
+          "has outgrown the frame ceiling (see wire::frame_ceiling)",
           length=GIB + 1, ceiling=GIB)
 
 
-@pytest.mark.parametrize(("length", "ceiling", "shown"), [
-    (48, 47, 47),
-    (1, 0, 0),
-    (11, 10, 10),
-    (U32_MAX + 1, 1 << 40, U32_MAX),  # above u32 with a larger ceiling: the u32 bound is shown
-    (U32_MAX + 1, U32_MAX, U32_MAX),
+@pytest.mark.parametrize(("length", "ceiling"), [
+    (48, 47),
+    (1, 0),
+    (11, 10),
+    (U32_MAX + 1, U32_MAX),
+    (1 << 41, 1 << 40),  # past both: the ceiling is checked first, as upstream's writer does
 ])
-def test_encode_len_prefix_rejects(length: int, ceiling: int, shown: int) -> None:
+def test_encode_len_prefix_rejects(length: int, ceiling: int) -> None:
     with pytest.raises(errors.LimitExceeded) as exc:
         lb.encode_len_prefix(length, ceiling=ceiling)
     check(exc, errors.LimitExceeded, False, "len.write_too_large",
-          f"len-framed blob length {length} exceeds the frame ceiling {shown}",
-          length=length, ceiling=shown)
+          f"relay_mux: len-framed blob length {length} exceeds the frame ceiling {ceiling}; "
+          "model has outgrown the frame ceiling (see wire::frame_ceiling)",
+          length=length, ceiling=ceiling)
+
+
+@pytest.mark.parametrize("length", [U32_MAX + 1, 1 << 40])
+def test_encode_len_prefix_past_u32_within_the_ceiling(length: int) -> None:
+    # a ceiling above u32 lets the length past the prefix's width: upstream's second check
+    with pytest.raises(errors.LimitExceeded) as exc:
+        lb.encode_len_prefix(length, ceiling=1 << 40)
+    check(exc, errors.LimitExceeded, False, "len.write_past_u32",
+          f"relay_mux: len-framed blob too large: {length} bytes (max 4294967295)",
+          length=length, max=U32_MAX)
 
 
 @pytest.mark.parametrize("length", [True, False, 1.0, 2.5, "1", None])
@@ -176,7 +188,8 @@ def test_encode_len_framed_ceiling() -> None:
     with pytest.raises(errors.LimitExceeded) as exc:
         lb.encode_len_framed([b"ab", b"cde"], ceiling=4)
     check(exc, errors.LimitExceeded, False, "len.write_too_large",
-          "len-framed blob length 5 exceeds the frame ceiling 4", length=5, ceiling=4)
+          "relay_mux: len-framed blob length 5 exceeds the frame ceiling 4; model has outgrown "
+          "the frame ceiling (see wire::frame_ceiling)", length=5, ceiling=4)
 
 
 # -- encode_framed_round ------------------------------------------------------------------------
@@ -199,7 +212,8 @@ def test_encode_framed_round_ceiling() -> None:
     with pytest.raises(errors.LimitExceeded) as exc:
         lb.encode_framed_round(spec_frame(), ZERO_SALT, ceiling=46)
     check(exc, errors.LimitExceeded, False, "len.write_too_large",
-          "len-framed blob length 47 exceeds the frame ceiling 46", length=47, ceiling=46)
+          "relay_mux: len-framed blob length 47 exceeds the frame ceiling 46; model has "
+          "outgrown the frame ceiling (see wire::frame_ceiling)", length=47, ceiling=46)
 
 
 def test_encode_framed_round_bad_salt() -> None:

@@ -518,8 +518,9 @@ def test_gather_counts_of_a_world_beyond_the_ceiling_is_refused_before_allocatin
         finally:
             tracemalloc.stop()
         assert isinstance(ei.value, LocalProtocolError)
-        assert str(ei.value) == (f"len-framed blob length {4 * world} exceeds the frame "
-                                 f"ceiling {c.ceiling}")
+        assert str(ei.value) == (f"relay_mux: len-framed blob length {4 * world} exceeds the "
+                                 f"frame ceiling {c.ceiling}; model has outgrown the frame "
+                                 "ceiling (see wire::frame_ceiling)")
         assert peak < 1 << 20
         assert not c.closed
         assert values(c.all_reduce(frame([4.0]))) == [[4.0]]

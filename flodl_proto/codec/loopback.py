@@ -62,10 +62,12 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
         InvalidValue (local): ``len.bad_field`` naming ``length`` and the value when it is not an
             integer by the codec's rule (:func:`~flodl_proto.codec._common.wire_int`: a bool, a
             float or text is refused, never written as 1 or truncated), or when it is negative.
-        LimitExceeded (local): ``len.write_too_large``: ``length`` above the frame ceiling or
-            above u32.
+        LimitExceeded (local): ``len.write_too_large``: ``length`` above the frame ceiling
+            (checked first); ``len.write_past_u32``: ``length`` within a ceiling set above u32
+            but past the prefix's u32.
 
-    Upstream: ``cpu_reduce.rs`` ``write_len_prefix``.
+    Upstream: ``flodl/src/distributed/relay/mux.rs`` ``write_len_prefix`` (called by
+    ``cpu_reduce.rs``).
     """
     check_ceiling(ceiling)
     n = wire_int(length)
@@ -75,8 +77,10 @@ def encode_len_prefix(length: int, *, ceiling: int = DEFAULT_FRAME_CEILING) -> b
     if n < 0:
         raise protocol_error("len.bad_field", field="length", value=n, reason="negative")
     length = n
-    if length > ceiling or length > U32_MAX:
-        raise protocol_error("len.write_too_large", length=length, ceiling=min(ceiling, U32_MAX))
+    if length > ceiling:
+        raise protocol_error("len.write_too_large", length=length, ceiling=ceiling)
+    if length > U32_MAX:
+        raise protocol_error("len.write_past_u32", length=length, max=U32_MAX)
     return _LEN_PREFIX.pack(length)
 
 

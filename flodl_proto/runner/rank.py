@@ -66,7 +66,6 @@ from ..spec import (
     HANDSHAKE_ACK_LEN,
     LEN_PREFIX_LEN,
     SPEC,
-    U32_MAX,
 )
 from . import stages
 from ._netio import (
@@ -735,8 +734,7 @@ class RankClient:
         v = real_argument("value", value)
         nbytes = 4 * self.world_size
         if nbytes > self.ceiling:
-            raise protocol_error("len.write_too_large", length=nbytes,
-                                 ceiling=min(self.ceiling, U32_MAX))
+            raise protocol_error("len.write_too_large", length=nbytes, ceiling=self.ceiling)
         slots = np.zeros(self.world_size, dtype=F32)
         with np.errstate(over="ignore"):  # beyond the f32 range: an infinity, as upstream's cast
             slots[self.rank] = np.float32(v)
