@@ -701,6 +701,36 @@ def test_control_too_long_refuses_an_unknown_reader() -> None:
                              "'relay'")
 
 
+@pytest.mark.parametrize(("args", "text"), [
+    ((RecordKind.CONTROL, 10, None), "limit = None is invalid: not a whole number >= 0 (bytes)"),
+    ((RecordKind.CONTROL, 10, -1), "limit = -1 is invalid: not a whole number >= 0 (bytes)"),
+    ((RecordKind.CONTROL, 10, 5.0), "limit = 5.0 is invalid: not a whole number >= 0 (bytes)"),
+    ((RecordKind.CONTROL, "10", 5), "payload_len = '10' is invalid: not a u32"),
+    ((RecordKind.CONTROL, -1, 5), "payload_len = -1 is invalid: not a u32"),
+    ((RecordKind.DATA, 2**32, 5), "payload_len = 4294967296 is invalid: not a u32"),
+    ((True, 10, 5), "kind = True is invalid: not a u8"),
+    ((2.0, 10, 5), "kind = 2.0 is invalid: not a u8"),
+    ((256, 10, 5), "kind = 256 is invalid: not a u8"),
+])
+def test_control_too_long_refuses_numbers_out_of_their_range(args: tuple[object, ...],
+                                                             text: str) -> None:
+    """A kind that is no u8, a payload length that is no u32 or a limit that is no count of
+    bytes is the caller's mistake, named with its value, where a None limit or a text length
+    was a TypeError and a limit of -1 refused every Control record ('> -1 bytes')."""
+    with pytest.raises(errors.LocalProtocolError) as ei:
+        control_too_long(*args)  # type: ignore[arg-type]
+    assert isinstance(ei.value, errors.InvalidValue)
+    assert ei.value.error_id == "mux.bad_field"
+    assert str(ei.value) == f"relay_mux: {text}"
+
+
+def test_control_too_long_takes_numpy_integers() -> None:
+    err = control_too_long(np.uint8(2), np.uint32(10), np.int64(5), "relay")
+    assert err is not None and err.fields == {"length": 10, "limit": 5}
+    assert type(err.fields["length"]) is int and type(err.fields["limit"]) is int
+    assert control_too_long(np.uint8(2), np.uint32(5), np.int64(5)) is None
+
+
 # -- parse_mux_header ----------------------------------------------------------------------------
 def test_parse_mux_header_fields() -> None:
     t = bytes(range(8))

@@ -329,7 +329,8 @@ def control_too_long(kind: int, payload_len: int, limit: int,
 
     Raises:
         InvalidValue (local) ``mux.bad_field``: ``reader`` is neither ``"controller"`` nor
-            ``"relay"``.
+            ``"relay"``; ``kind`` is not a u8, ``payload_len`` not a u32, or ``limit`` not a
+            whole number >= 0 (integers by the codec's rule: a bool, a float or text is none).
 
     Upstream: none; upstream's ``relay/mux.rs`` ``read_record`` reads and decodes a Control
     record up to the frame ceiling (the bound is ours).
@@ -338,9 +339,27 @@ def control_too_long(kind: int, payload_len: int, limit: int,
     if error_id is None:
         raise protocol_error("mux.bad_field", field="reader", value=reader,
                              reason="not 'controller' or 'relay'")
+    if type(kind) is not int or type(payload_len) is not int or type(limit) is not int \
+            or not 0 <= kind <= 0xFF or not 0 <= payload_len <= U32_MAX or limit < 0:
+        kind, payload_len, limit = _bound_args(kind, payload_len, limit)
     if kind == REC_CONTROL and payload_len > limit:
         return protocol_error(error_id, length=payload_len, limit=limit)
     return None
+
+
+def _bound_args(kind: object, payload_len: object, limit: object) -> tuple[int, int, int]:
+    """:func:`control_too_long`'s numbers as ``int`` (an IntEnum kind, a NumPy integer), each
+    refused (``mux.bad_field``) when it is not an integer in its range."""
+    k, n, lim = wire_int(kind), wire_int(payload_len), wire_int(limit)
+    if k is None or not 0 <= k <= 0xFF:
+        raise protocol_error("mux.bad_field", field="kind", value=kind, reason="not a u8")
+    if n is None or not 0 <= n <= U32_MAX:
+        raise protocol_error("mux.bad_field", field="payload_len", value=payload_len,
+                             reason="not a u32")
+    if lim is None or lim < 0:
+        raise protocol_error("mux.bad_field", field="limit", value=limit,
+                             reason="not a whole number >= 0 (bytes)")
+    return k, n, lim
 
 
 def ranks_str(ranks: Iterable[int]) -> str:
