@@ -543,9 +543,9 @@ def _errors(d: _DocInput, number: int) -> list[str]:
     body = ["Every error has a kind (the coarse category of the golden vectors) and a side: "
             "`remote` when the peer's bytes are at fault, `local` when the caller misused the "
             "API. Messages are Python `str.format` templates, with one addition: a noun written "
-            "`word(s)` reads `word` after a field of 1 and `words` after any other value "
-            "(`1 more byte needed`, `2 more bytes needed`); the text before the first field "
-            "is upstream's wording.", ""]
+            "`word(s)` reads `word` after a field written `1` and `words` after any other "
+            "value (`1 more byte needed`, `2 more bytes needed`, `1.0 bytes`); the text before "
+            "the first field is upstream's wording.", ""]
     groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for eid, e in d.raw.get("errors", {}).items():
         groups.setdefault(eid.split(".", 1)[0], []).append((eid, e))

@@ -420,18 +420,19 @@ _FORMATTER = string.Formatter()
 
 def _agreed(template: str, values: Mapping[str, Any]) -> str:
     """``template`` filled from ``values`` as ``str.format`` fills it, each noun marked
-    ``word(s)`` written ``word`` when the field before it is 1 and ``words`` otherwise (``{need}
-    more byte(s) needed``: ``1 more byte needed``, ``2 more bytes needed``): the catalogue's
-    one plural rule."""
+    ``word(s)`` written ``word`` when the field before it reads ``1`` in the message and
+    ``words`` otherwise (``{need} more byte(s) needed``: ``1 more byte needed``, ``2 more bytes
+    needed``; ``1.0``, ``True`` or ``'1'`` take ``words``): the catalogue's one plural rule."""
     out = []
-    number: Any = None
+    one = False
     for literal, name, spec, conversion in _FORMATTER.parse(template):
-        one = number == 1 and not isinstance(number, bool)
         out.append(_PLURAL_NOUN.sub(r"\1" if one else r"\1s", literal))
         if name is not None:
             number, _ = _FORMATTER.get_field(name, (), values)
             value = _FORMATTER.convert_field(number, conversion)
-            out.append(_FORMATTER.format_field(value, _FORMATTER.vformat(spec or "", (), values)))
+            text = _FORMATTER.format_field(value, _FORMATTER.vformat(spec or "", (), values))
+            one = text == "1"
+            out.append(text)
     return "".join(out)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fractions
+from decimal import Decimal
 
+import numpy as np
 import pytest
 
 from flodl_proto.errors import protocol_error, shown
@@ -36,6 +38,18 @@ def test_a_fraction_of_many_digits_is_shown_by_its_size(value: F, text: str) -> 
 ])
 def test_a_value_of_80_digits_or_fewer_is_shown_whole(value: object, text: str) -> None:
     assert shown(value) == text
+
+
+@pytest.mark.parametrize(("nbytes", "text"), [
+    (1, "1 byte"), (np.int64(1), "1 byte"), (F(1), "1 byte"), (Decimal(1), "1 byte"),
+    ("1", "1 byte"), (True, "True bytes"), (np.bool_(True), "True bytes"),
+    (1.0, "1.0 bytes"), (np.float64(1.0), "1.0 bytes"), (Decimal("1.0"), "1.0 bytes"),
+])
+def test_a_noun_is_singular_only_after_a_field_that_reads_1(nbytes: object, text: str) -> None:
+    """The noun agrees with the number as the message writes it: a NumPy bool read 'True byte'
+    (a Python bool was excluded, NumPy's was not), a float '1.0 byte' and a text '1 bytes'."""
+    err = protocol_error("stream.fed_after_eof", nbytes=nbytes)
+    assert str(err) == f"stream decoder: {text} fed after the end of stream was signalled"
 
 
 @pytest.mark.parametrize(("need", "text"), [(0, "0 more bytes"), (1, "1 more byte"),
