@@ -428,6 +428,16 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         _flush_or_quiet_stdout()
         print(f"{prog[0]}: error: out of memory", file=sys.stderr, flush=True)
         return 1
+    except ImportError as exc:  # a dependency that fails to load (a broken NumPy): one line
+        _flush_or_quiet_stdout()
+        name, tb = exc.name, exc.__traceback__  # else the last module whose top level ran
+        while tb is not None and not exc.name:
+            name = tb.tb_frame.f_globals.get("__name__") if tb.tb_frame.f_code.co_name == \
+                "<module>" else name
+            tb = tb.tb_next
+        print(f"{_argv_prog(sys.argv[1:] if argv is None else argv)}: error: cannot import "
+              f"{name or 'a module'}: {_one_line(str(exc))}", file=sys.stderr, flush=True)
+        return 1
 
 
 def _spec_failure(exc: RuntimeError, prog: str) -> int:

@@ -2618,3 +2618,26 @@ def test_salt_of_hex_digits_and_spaces_says_how_many_digits(
                                "--world-size", "1", "--salt", salt)
     assert (code, out, err) == (2, "", "flodl-proto relay: error: argument --salt: session salt "
                                 f"must be 16 bytes written as 32 hex digits, {got}\n")
+
+
+@pytest.mark.parametrize("args", [
+    ("controller", "--world-size", "1", "--listen", "127.0.0.1:0", "--salt", "00" * 16),
+    ("vectors", "check"),
+    ("decode", "--hex", os.devnull),
+])
+@pytest.mark.parametrize(("init", "reason"), [
+    ("raise ImportError('numpy is broken here')\n", "cannot import numpy: numpy is broken here"),
+    ("import numpy_part_that_is_missing\n",
+     "cannot import numpy_part_that_is_missing: No module named 'numpy_part_that_is_missing'"),
+])
+def test_a_numpy_that_fails_to_import_is_one_line(tmp_path: Path, args: tuple[str, ...],
+                                                  init: str, reason: str) -> None:
+    """A NumPy that fails to import (a broken package shadowing it on PYTHONPATH) ends the
+    command with one line naming the module and the reason, exit 1, where it was Python's
+    traceback."""
+    shadow = tmp_path / "shadow" / "numpy"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(init)
+    res = _cli(*args, env={"PYTHONPATH": str(tmp_path / "shadow")})
+    prog = "flodl-proto " + " ".join(args[:2] if args[0] == "vectors" else args[:1])
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"{prog}: error: {reason}\n")
