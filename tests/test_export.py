@@ -133,6 +133,21 @@ def test_cli_export_under_a_file_is_a_usage_error_before_any_work(
     assert blocker.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("below", ["", "vectors"])
+def test_cli_export_through_a_link_to_nothing_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], below: str) -> None:
+    """A symbolic link to nothing where a folder of ``DIR`` should be is named for what it
+    is, as docs --out names it; the line read 'cannot write LINK: Not a directory' (mkdir's
+    'File exists' taken for a file in the way). The link is left as it was."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    target = link / below if below else link
+    assert run_main(capsys, "vectors", "export", str(target)) == (
+        1, "", f"flodl-proto vectors export: error: cannot write {target}: creating the folder "
+               f"{link}: No such file or directory (a symbolic link to nothing)\n")
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
 def test_export_is_deterministic(exported: Path, tmp_path: Path) -> None:
     export_vectors(tmp_path)
     for rel in sorted(p.relative_to(exported) for p in exported.rglob("*.json")):

@@ -33,7 +33,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .._files import replace_file
+from .._files import make_folders, replace_file
 from ..codec import handshake as hs
 from ..codec import loopback
 from ..codec.auth import compute_tag
@@ -598,7 +598,11 @@ def export_vectors(root: Path | str) -> dict[int, int]:
         for version, folder in ((3, base), (2, base / "v2")):
             missing = [p for p in (folder, *folder.parents) if not p.exists()]
             created.extend(reversed(missing))  # before: a mkdir that fails midway made some
-            folder.mkdir(parents=True, exist_ok=True)
+            try:  # the folder that failed and why ('... (a symbolic link to nothing)')
+                make_folders(folder)
+            except OSError as e:
+                e.filename, e.filename2 = str(base), None  # the DIR asked for, as docs --out
+                raise
             files: dict[str, dict[str, int]] = {}
             for name, build in _BUILDERS.items():
                 doc = build(version).document()
