@@ -227,6 +227,39 @@ def test_every_refused_value_is_one_line_in_argparse_words(
     assert (code, out, err) == (2, "", line.replace("{tmp}", tmp) + "\n")
 
 
+LONG = "a" * 300
+SHOWN_LONG = f"'{'a' * 40}...{'a' * 20}' (300 characters)"
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["vectors", "check", "loop1"],
+     "flodl-proto vectors check: error: argument PATH: loop1: Too many levels of symbolic links"),
+    (["vectors", "check", "loop1/v"],
+     "flodl-proto vectors check: error: argument PATH: loop1/v: Too many levels of symbolic "
+     "links"),
+    (["vectors", "check", LONG],
+     f"flodl-proto vectors check: error: argument PATH: {SHOWN_LONG}: File name too long"),
+    (["vectors", "compare", "loop1"],
+     "flodl-proto vectors compare: error: argument DIR: loop1: Too many levels of symbolic "
+     "links"),
+    (["vectors", "compare", ".", "--bundled", "loop1"],
+     "flodl-proto vectors compare: error: argument --bundled: loop1: Too many levels of "
+     "symbolic links"),
+    (["vectors", "compare", LONG],
+     f"flodl-proto vectors compare: error: argument DIR: {SHOWN_LONG}: File name too long"),
+])
+def test_a_path_that_cannot_be_looked_up_is_refused_for_its_reason(
+        argv: list[str], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A loop of symbolic links read 'does not exist', and a name too long for the file
+    system was exit 1 with the name whole ('flodl-proto vectors check: error: aaa...aaa: File
+    name too long'): both are the PATH's problem, said as the OS says it, exit 2."""
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    monkeypatch.chdir(tmp_path)
+    assert run_main(capsys, *argv) == (2, "", line + "\n")
+
+
 def test_the_prefix_is_argparse_s_own() -> None:
     """argparse's ArgumentError of the option's action words it the same."""
     from flodl_proto.commands._option_error import OptionError, option_field, option_message

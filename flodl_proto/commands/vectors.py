@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import filecmp
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,12 +108,19 @@ def _not_a_folder(path: Path) -> str | None:
     FIFO, a device) at or above it in the words of every path option refused so
     (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file': Not a directory (a-file
     is a file, not a folder)``), else ``... does not exist`` (``... not a directory`` when it
-    exists but cannot be told apart)."""
-    if path.is_dir():
+    exists but cannot be told apart; the reason when it cannot be looked up: a loop of symbolic
+    links, a name too long)."""
+    try:
+        mode: int | None = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # or a file above it, a NUL
+        mode = None
+    except OSError as e:
+        return f"{_named(path)}: {os_reason(e)}"
+    if mode is not None and stat.S_ISDIR(mode):
         return None
     if (why := file_in_the_way(str(path), path)) is not None:
         return why
-    return f"{_named(path)}: {'not a directory' if path.exists() else 'does not exist'}"
+    return f"{_named(path)}: {'not a directory' if mode is not None else 'does not exist'}"
 
 
 def _named(path: Path | str) -> str:
@@ -145,8 +153,12 @@ def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
         vector_folders,
     )
 
-    if not root.exists():
+    try:
+        root.stat()
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # or a file above it, a NUL
         return _PathProblem(f"{_named(root)}: does not exist")
+    except OSError as e:  # a loop of symbolic links, a name too long: the reason, not 'missing'
+        return _PathProblem(f"{_named(root)}: {os_reason(e)}")
     folder = root.is_dir()
     if not folder and root.name == "manifest.json":
         return _PathProblem(f"{_named(root)}: a manifest, not a vector file: give its folder "
