@@ -260,6 +260,15 @@ def test_a_path_that_cannot_be_looked_up_is_refused_for_its_reason(
     assert run_main(capsys, *argv) == (2, "", line + "\n")
 
 
+def test_a_cases_pattern_given_twice_is_named_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """The patterns that matched no case id are each named once, in the order given ('x' or
+    'x' or 'y' read so)."""
+    assert run_main(capsys, "conform", "relay", "--launch", "true", "--cases", "x", "--cases",
+                    "x", "--cases", "y") == (
+        2, "", "flodl-proto conform relay: error: argument --cases: no relay case id matches "
+               "'x' or 'y'; 'flodl-proto conform relay --list' without --cases lists the ids\n")
+
+
 def test_the_prefix_is_argparse_s_own() -> None:
     """argparse's ArgumentError of the option's action words it the same."""
     from flodl_proto.commands._option_error import OptionError, option_field, option_message

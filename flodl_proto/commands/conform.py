@@ -392,7 +392,7 @@ def _no_case(left_out: list[tuple[Case, str]], args: argparse.Namespace) -> str:
     if not left_out:
         if not args.cases:
             return "no case selected"
-        given = " or ".join(shown(p) for p in args.cases)
+        given = " or ".join(shown(p) for p in dict.fromkeys(args.cases))  # each once
         return option_message("--cases", f"no {args.role} case id matches {given}; "
                               f"'flodl-proto conform {args.role} --list' without --cases "
                               "lists the ids")
