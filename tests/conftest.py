@@ -11,21 +11,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
+
+#: every phase but ``explain``, in every profile: on Python < 3.12 that phase runs a failing
+#: example again under a line tracer, which held a failing run of the HostFold machine past the
+#: 300 s test timeout and one of the controller's for 176 s, then printed Hypothesis's
+#: "Inconsistent data generation" in place of the shrunk steps (11 s and 87 s without it)
+NO_EXPLAIN = tuple(phase for phase in Phase if phase is not Phase.explain)
 
 # "ci": derandomized and bounded, used by default and by .ci/run; "deep": many examples.
 settings.register_profile(
-    "ci", derandomize=True, max_examples=60, deadline=None,
+    "ci", derandomize=True, max_examples=60, deadline=None, phases=NO_EXPLAIN,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
     # tools/mutate.sh: the same derandomized examples for every mutant, fewer of them, so a
     # surviving mutant's property tests stay short; exact-value unit tests do most of the killing
-    "mutation", derandomize=True, max_examples=20, deadline=None,
+    "mutation", derandomize=True, max_examples=20, deadline=None, phases=NO_EXPLAIN,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
-    "deep", max_examples=2000, deadline=None,
+    "deep", max_examples=2000, deadline=None, phases=NO_EXPLAIN,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

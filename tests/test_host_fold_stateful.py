@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import Phase, event, settings, target
+from hypothesis import event, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -226,13 +226,6 @@ class HostFoldStateful(RuleBasedStateMachine):
             target(float(self.example["deposits"]), label="valid deposits")
 
 
-#: every phase but ``explain``: on Python < 3.12 it runs a failing example again under a line
-#: tracer, which took a failing run of this machine past the 300 s test timeout (more than 5 min,
-#: then a teardown error and Hypothesis's "Inconsistent data generation" in place of the steps);
-#: without it the shrunk steps were printed after 11 s and 87 s (two runs)
-NO_EXPLAIN = tuple(phase for phase in Phase if phase is not Phase.explain)
-
-
 def test_host_fold_state_machine() -> None:
     """Run the machine under the loaded profile, then check what it reached.
 
@@ -244,7 +237,7 @@ def test_host_fold_state_machine() -> None:
     """
     STATS.clear()
     run_state_machine_as_test(HostFoldStateful,
-                              settings=settings(stateful_step_count=25, phases=NO_EXPLAIN))
+                              settings=settings(stateful_step_count=25))
     print(dict(STATS))
     examples = STATS["examples"]
     assert examples >= settings().max_examples, STATS
@@ -254,8 +247,3 @@ def test_host_fold_state_machine() -> None:
     assert STATS["deaths mid-round"] >= 1, STATS
     assert STATS["elided deposits"] >= 1, STATS
     assert STATS["fatal errors"] >= 1, STATS
-
-
-def test_host_fold_machine_skips_the_explain_phase() -> None:
-    """A failing example is reported once shrunk, without the explain phase's slow rerun."""
-    assert Phase.explain not in NO_EXPLAIN and Phase.shrink in NO_EXPLAIN

@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import Phase, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -313,14 +313,10 @@ class StreamSplitStateful(RuleBasedStateMachine):
             assert same(self.leg, got, want)
 
 
-#: every phase but ``explain``, which on Python < 3.12 runs a failing example again under a line
-#: tracer: a planted bug's report came minutes late (see test_host_fold_stateful.NO_EXPLAIN)
-NO_EXPLAIN = tuple(phase for phase in Phase if phase is not Phase.explain)
-StreamSplitStateful.TestCase.settings = settings(stateful_step_count=30, phases=NO_EXPLAIN)
+StreamSplitStateful.TestCase.settings = settings(stateful_step_count=30)
 TestStreamSplitStateful = StreamSplitStateful.TestCase
 
 
-@settings(phases=NO_EXPLAIN)
 @given(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS), version=st.sampled_from([2, 3]),
        data=st.data())
 def test_stream_split_stateful_same_records_whatever_the_split(
@@ -361,7 +357,6 @@ def test_stream_stateful_trailing_partial_header_is_a_clean_end() -> None:
     assert dec.next_event() is END_OF_STREAM
 
 
-@settings(phases=NO_EXPLAIN)
 @given(leg=st.sampled_from(LEGS), salt=st.sampled_from(SALTS), version=st.sampled_from([2, 3]),
        data=st.data())
 def test_stream_stateful_an_end_inside_a_record_fails_past_its_clean_prefix(
@@ -392,13 +387,3 @@ def test_stream_stateful_an_end_inside_a_record_fails_past_its_clean_prefix(
         assert error is None, where
     else:
         assert isinstance(error, TruncatedInput) and isinstance(error, RemoteProtocolError), where
-
-
-def test_stream_stateful_machines_skip_the_explain_phase() -> None:
-    """A failing example is reported once shrunk, without the explain phase's slow rerun."""
-    assert Phase.explain not in StreamSplitStateful.TestCase.settings.phases
-    for test in (test_stream_split_stateful_same_records_whatever_the_split,
-                 test_stream_stateful_an_end_inside_a_record_fails_past_its_clean_prefix):
-        used = test._hypothesis_internal_use_settings  # type: ignore[attr-defined]
-        assert Phase.explain not in used.phases
-    assert Phase.shrink in StreamSplitStateful.TestCase.settings.phases
