@@ -1,8 +1,11 @@
-"""The Hypothesis settings the state machines run under: every profile of ``tests/conftest.py``
-leaves out the explain phase, and each machine takes its settings from the loaded profile."""
+"""The Hypothesis state machines: the settings they run under (every profile of
+``tests/conftest.py`` leaves out the explain phase, and each machine takes its settings from the
+loaded profile) and the docs that list them and the command that runs them."""
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from . import (
     test_relay_core,
     test_stream_stateful,
 )
+from .conftest import ROOT
 
 
 @pytest.mark.parametrize("profile", ["ci", "mutation", "deep"])
@@ -58,3 +62,44 @@ def test_each_machine_test_case_has_the_profile_phases(case: Any) -> None:
     profile's phases."""
     assert case.settings.phases == settings().phases
     assert Phase.explain not in case.settings.phases
+
+
+# -- where the machines are listed -----------------------------------------------------------------
+
+
+def machine_files() -> list[str]:
+    """The test files that define a ``RuleBasedStateMachine`` subclass (``tests/test_x.py``)."""
+    return sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py")
+                  if re.search(r"^class \w+\(RuleBasedStateMachine\):", p.read_text(), re.M))
+
+
+def test_there_are_five_machines() -> None:
+    assert machine_files() == ["tests/test_controller_core.py", "tests/test_host_fold_stateful.py",
+                               "tests/test_lifecycle.py", "tests/test_relay_core.py",
+                               "tests/test_stream_stateful.py"]
+
+
+@pytest.mark.parametrize("doc", ["docs/testing.md", "fuzz/README.md"])
+def test_the_docs_list_every_machine(doc: str) -> None:
+    """docs/testing.md's table of what each run reached and fuzz/README.md's table of the
+    machines each have a row naming every file that defines one."""
+    rows = [line for line in (ROOT / doc).read_text().splitlines() if line.startswith("| ")]
+    for path in machine_files():
+        assert any(f"`{path}`" in row for row in rows), (doc, path)
+
+
+def test_the_stateful_command_runs_every_machine() -> None:
+    """fuzz/README.md's two ``-m stateful`` commands (``ci`` and ``deep``) name every file that
+    defines a machine, and docs/testing.md links there rather than giving a command of its own."""
+    text = (ROOT / "fuzz" / "README.md").read_text()
+    block = text[text.index("```bash\npython -m pytest -q -m stateful"):]
+    block = block[:block.index("\n```\n")]
+    commands = [c for c in block.replace("\\\n", " ").splitlines()[1:] if "pytest" in c]
+    assert len(commands) == 2 and "HYPOTHESIS_PROFILE=deep" in commands[1]
+    for command in commands:
+        args = command.split("#")[0].split()
+        for path in machine_files():
+            assert any(fnmatch.fnmatch(path, a) for a in args), (command, path)
+    testing = (ROOT / "docs" / "testing.md").read_text()
+    assert "HYPOTHESIS_PROFILE=deep python" not in testing
+    assert "(../fuzz/README.md#hypothesis-state-machines)" in testing
