@@ -688,11 +688,13 @@ class ControllerCoreStateful(RuleBasedStateMachine):
     is final."""
 
     @initialize(data=st.data(), ws=st.integers(1, 4), version=st.sampled_from([2, 3]),
-                focus=st.sampled_from(["rounds", "eof", "fail", "deaths", "accept", "duplicate"]))
+                focus=st.sampled_from(["rounds", "eof", "fail", "deaths", "accept", "duplicate",
+                                       "range"]))
     def setup(self, data: Any, ws: int, version: int, focus: str) -> None:
         """A started core and the example's focus. ``accept``: the accept phase is driven by the
         rules (Hellos, bad Hellos, silent connections); ``duplicate``: a relay announces some
-        ranks, then another relay announces one of them again (the run fails); otherwise every
+        ranks, then another relay announces one of them again (the run fails); ``range``: a
+        Hello names a rank not below the world size (the run fails); otherwise every
         rank is announced at once (a random partition into relays) and the run reduces rounds,
         with one run-ending input drawn more often (``eof``: a relay EOF, ``fail``: a bad
         record, ``deaths``: DeclareDead) or none (``rounds``)."""
@@ -722,6 +724,8 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         self.focus = focus
         if focus == "duplicate":
             self.announce_a_rank_twice(data)
+        elif focus == "range":
+            self.announce_a_rank_beyond_the_world(data)
         elif focus != "accept":
             self.cover_the_rest(data)
 
@@ -886,6 +890,17 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         STATS["Hello: a rank of another relay"] += 1
         dup = data.draw(st.integers(0, k - 1), label="the rank announced again")
         self._hello_with_ranks([k, dup], "controller.rank_twice")  # k < ws: a new rank first
+
+    def announce_a_rank_beyond_the_world(self, data: Any) -> None:
+        """A relay may announce some ranks; another relay's Hello then names some of the rest and
+        the world size, the first rank the spec refuses (each must be below it; a larger one
+        meets the same check), where an off-by-one shows: the run fails with
+        ``controller.rank_out_of_range``."""
+        k = data.draw(st.integers(0, self.ws - 1), label="ranks of a first relay")
+        if k:
+            self._hello_with_ranks(list(range(k)), None)
+        n = data.draw(st.integers(0, self.ws - k), label="valid ranks before the world size")
+        self._hello_with_ranks([*range(k, k + n), self.ws], "controller.rank_out_of_range")
 
     def _hello_with_ranks(self, ranks: list[int], error: str | None) -> None:
         conn = self.next_conn
@@ -1131,7 +1146,7 @@ STATS: Counter[str] = Counter()
 def test_controller_core_state_machine() -> None:
     """Run the machine under the loaded profile, then check what it reached: rounds reduced in
     most examples, a run ended by a relay EOF, runs ended by a failure (a rank another relay
-    announced among them), live ranks declared dead.
+    announced and a rank not below the world size among them), live ranks declared dead.
 
     The ``ci`` profile is derandomized: the run, and so these figures, change only when the
     machine's rules or strategies change. The machine steers toward them (each example has a
@@ -1146,6 +1161,7 @@ def test_controller_core_state_machine() -> None:
     assert STATS["ended by fail"] >= 1, STATS
     assert STATS["Hello: a rank of another relay"] >= 1, STATS
     assert STATS["failed with controller.rank_twice"] >= 1, STATS
+    assert STATS["failed with controller.rank_out_of_range"] >= 1, STATS
     assert STATS["examples with deaths"] >= 1, STATS
 
 
