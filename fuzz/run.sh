@@ -21,8 +21,9 @@
 #   fuzz/run.sh -h | --help         this text (exit 0)
 #
 # SECONDS is a whole number of seconds (> 0). Needs atheris: pip install -e '.[fuzz]'. FILEs are
-# named from the caller's folder. Every message starts with `fuzz/run.sh: `, whatever path the
-# script was run by; a usage error's hint names the script as it was run (`see ./run.sh --help`).
+# named from the caller's folder, and each line names one whole, as a shell reads it back. Every
+# message starts with `fuzz/run.sh: `, whatever path the script was run by; a usage error's hint
+# names the script as it was run (`see ./run.sh --help`).
 # Exit codes: 0 no finding, 1 a finding, 2 a usage error, atheris missing (replay: a dependency of
 # the package missing), a work folder that cannot be created or written to, 130 interrupted
 # (Ctrl-C: `fuzz/run.sh: interrupted`), 143 terminated (SIGTERM: `fuzz/run.sh: terminated`);
@@ -100,8 +101,8 @@ arity() {
 # is plain printable ASCII, else shell-quoted ($'a\nb', $'\342\200\256' for U+202E); over 80
 # characters, by its ends and its length. The test and the quoting run in the C locale: in a
 # UTF-8 one, [:print:] passes a bidi override or another invisible format character, and %q
-# leaves it raw. Every message of this script names a value so, the lines its Python part
-# (replay) prints included: they get the names shown here
+# leaves it raw. Every message of this script names a value so, but a path, which `pasted`
+# gives whole
 shown() {
   local t=$1 n=${#1}  # (characters: counted before the switch to the C locale)
   [ "$n" -le 80 ] || t="${t:0:40}...${t: -20}"
@@ -117,11 +118,11 @@ quoted() {
   [ "$n" -le 80 ] || printf ' (%d characters)' "$n"
 }
 
-# pasted PATH: a path this script makes (a log, a findings folder) as a shell reads it back, so
-# that a printed one can be pasted into a shell: as is when a shell takes every character of it
-# literally, in single quotes when it is otherwise printable ASCII without a quote (a space,
-# `;`, `$`), else as `shown` quotes a name that is not plain (`printf %q` in the C locale:
-# $'a\nb', it\'s); never shortened
+# pasted PATH: a path (a log or a findings folder this script makes, a FILE given to minimize or
+# replay) as a shell reads it back, so that a printed one can be copied into a shell: as is when
+# a shell takes every character of it literally, in single quotes when it is otherwise printable
+# ASCII without a quote (a space, `;`, `$`), else as `shown` quotes a name that is not plain
+# (`printf %q` in the C locale: $'a\nb', it\'s); never shortened
 pasted() {
   local LC_ALL=C
   case "$1" in
@@ -470,20 +471,20 @@ case "$1" in
     file=$(caller_path "$3")
     why=$(read_error "$file") || true
     [ "$INTERRUPTED" -eq 0 ] || interrupted
-    [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(shown "$3"): $why" >&2; exit 2; }
+    [ -z "$why" ] || { echo "fuzz/run.sh: minimize: cannot read $(pasted "$3"): $why" >&2; exit 2; }
     need_atheris
     check_work
     # the result goes next to FILE, as FILE.min; a FILE that is no regular file in a folder one
     # can write to (a pipe such as <(...), a device, a file under /dev or /proc) has no such
     # place: the result goes to the work folder's findings, named by its SHA-1 (as libFuzzer
     # names its artifacts), printed in full
-    out= elsewhere="$(shown "$3") is not a regular file"
+    out= elsewhere="$(pasted "$3") is not a regular file"
     case "$file" in
       /dev/*|/proc/*) ;;
       *)
         if [ ! -f "$file" ]; then :
         elif [ -w "$(dirname "$file")" ]; then out=$file.min; rm -f "$out"
-        else elsewhere="the folder of $(shown "$3") cannot be written to"
+        else elsewhere="the folder of $(pasted "$3") cannot be written to"
         fi ;;
     esac
     # the driver's output (atheris' INFO lines, libFuzzer's CRASH_MIN passes) goes to a log,
@@ -516,11 +517,11 @@ case "$1" in
       echo "fuzz/run.sh: minimize: wrote $where ($(wc -c < "$out") bytes$elsewhere; driver" \
         "log $(pasted "$log"))"
     elif grep -q '^ERROR: the input .* did not crash$' "$log"; then
-      echo "fuzz/run.sh: minimize: $(shown "$3") does not crash the $2 harness: nothing to minimize" \
+      echo "fuzz/run.sh: minimize: $(pasted "$3") does not crash the $2 harness: nothing to minimize" \
         "(driver log $(pasted "$log"))" >&2
       exit 1
     else
-      echo "fuzz/run.sh: minimize: $(shown "$3"): no minimized input written (driver exit $rc); last" \
+      echo "fuzz/run.sh: minimize: $(pasted "$3"): no minimized input written (driver exit $rc); last" \
         "lines of $(pasted "$log"):" >&2
       grep -v '^INFO: Instrumenting' "$log" | tail -25 >&2
       exit 1
@@ -533,9 +534,10 @@ case "$1" in
     is_target "$2" || { echo "fuzz/run.sh: unknown target $(shown "$2"); targets: $(targets)" >&2; exit 2; }
     target=$2
     shift 2
-    # each FILE, then each FILE as `shown` shows it: the Python part prints the names it is given
+    # each FILE, then each FILE as `pasted` gives it (whole, quoted for a shell where it needs
+    # to be): the Python part prints the names it is given, so a finding's path can be copied
     names=()
-    for f in "$@"; do names+=("$(shown "$f")"); done
+    for f in "$@"; do names+=("$(pasted "$f")"); done
     # run by `waited` (in the background, with SIGINT ignored, as a fuzzing driver): a Ctrl-C or
     # SIGTERM ends it by the SIGTERM passed on, without a KeyboardInterrupt traceback or the
     # shell's "Terminated", and the script says which stop it was

@@ -10,6 +10,7 @@ import io
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -659,15 +660,6 @@ def _pasted(path: Path | str) -> str:
     return text if re.fullmatch(r"[A-Za-z0-9_./:@%+,=-]+", text) else f"'{text}'"
 
 
-def _script_shown(path: Path) -> str:
-    """``path`` (printable ASCII, as the tests' paths are) as ``fuzz/run.sh`` names a value in a
-    message (its ``shown``): as is, but a path of more than 80 characters by its first 40 and
-    last 20 characters and its length, as :func:`flodl_proto.errors.shown_name` shows it, without
-    the quotes."""
-    text = str(path)
-    return text if len(text) <= 80 else f"{text[:40]}...{text[-20:]} ({len(text)} characters)"
-
-
 def _stopped_fuzz_run(args: list[str], env: dict[str, str], *,
                       started: Callable[[subprocess.Popen[str]], bool],
                       stop: Callable[[subprocess.Popen[str]], None], not_started: str,
@@ -862,7 +854,7 @@ def test_fuzz_replay_reads_files_from_the_callers_folder(tmp_path: Path) -> None
     res = _fuzz("replay", "control", str(tmp_path / "seed.bin"), str(tmp_path / "missing.bin"))
     assert (res.returncode, res.stdout) == (2, "")  # nothing is run before every file is read
     _one_error_line(res.stderr, f"fuzz/run.sh: replay: cannot read "
-                    f"{_script_shown(tmp_path / 'missing.bin')}: No such file or directory")
+                    f"{_pasted(tmp_path / 'missing.bin')}: No such file or directory")
 
 
 def test_fuzz_usage_and_minimize_name_files_from_the_callers_folder(tmp_path: Path) -> None:
@@ -888,16 +880,18 @@ _LONG_NAME = "n" * 60 + "-" * 39 + ".bin"  # 103 characters
 @pytest.mark.parametrize("mode", ["replay", "minimize"])
 @pytest.mark.parametrize(("name", "shown"), [
     ("missing.bin", "missing.bin"),
-    (_LONG_NAME, f"{'n' * 40}...{'-' * 16}.bin (103 characters)"),
+    (_LONG_NAME, _LONG_NAME),
+    ("a b.bin", "'a b.bin'"),
     ("a\nb", "$'a\\nb'"),
     ("it's\\\t\x1b\x7f\x01\u202e", "$'it\\'s\\\\\\t\\E\\177\\001\\342\\200\\256'"),
-], ids=["plain", "long", "line-break", "escapes"])
+], ids=["plain", "long", "space", "line-break", "escapes"])
 def test_fuzz_replay_and_minimize_say_a_missing_file_alike(mode: str, name: str, shown: str,
                                                           tmp_path: Path) -> None:
-    """Both modes name a file as the script names any value (bash's ``printf %q`` in the C
-    locale, a long one by its ends and length) and say why it cannot be read in the system's
-    words. replay (its Python part) showed a long name whole and a line break, a tab or an
-    escape as octal (``$'a\\012b'``); minimize said ``no such file``."""
+    """Both modes name a file whole, as a shell reads it back (in single quotes, or bash's
+    ``printf %q`` in the C locale for a name that is not printable ASCII), and say why it cannot
+    be read in the system's words. replay (its Python part) showed a line break, a tab or an
+    escape as octal (``$'a\\012b'``); minimize said ``no such file``; both showed a name of more
+    than 80 characters by its ends and length, which could not be copied back."""
     res = _fuzz(mode, "control", name, env={"LC_ALL": "C.UTF-8"}, cwd=tmp_path)
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"fuzz/run.sh: {mode}: cannot read {shown}: No such file or directory\n")
@@ -913,13 +907,14 @@ def test_fuzz_replay_and_minimize_say_a_folder_alike(mode: str, tmp_path: Path) 
 
 
 def test_fuzz_replay_names_each_file_as_the_script_does(tmp_path: Path) -> None:
-    """The ``ok`` line of a long name showed it whole, and a line break as ``\\012``."""
+    """Each ``ok`` line names its file whole (a long name too), a line break as ``$'a\\nb'``
+    (it showed it as ``\\012``)."""
     seed = next((ROOT / "fuzz" / "corpus" / "control").iterdir()).read_bytes()
     for name in (_LONG_NAME, "a\nb", "plain.bin"):
         (tmp_path / name).write_bytes(seed)
     res = _fuzz("replay", "control", _LONG_NAME, "a\nb", "plain.bin", cwd=tmp_path)
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == (f"{'n' * 40}...{'-' * 16}.bin (103 characters): ok\n"
+    assert res.stdout == (f"{_LONG_NAME}: ok\n"
                           "$'a\\nb': ok\n"
                           "plain.bin: ok\n")
 
@@ -1017,6 +1012,27 @@ def test_fuzz_replay_names_the_file_of_a_finding(tmp_path: Path) -> None:
     assert lines[0] == "fuzz/run.sh: replay: $'a b\\n.bin': finding: the handshake harness raised"
     assert lines[1] == "Traceback (most recent call last):"
     assert lines[-1] == "RuntimeError: stand-in finding"
+
+
+def test_fuzz_replay_names_a_long_finding_path_whole(tmp_path: Path) -> None:
+    """A finding's path of more than 80 characters (a libFuzzer crash file under a findings
+    folder) is named whole in the finding line and the ``ok`` lines, as a shell reads it back:
+    it was shortened (``.../findings/round_f...1b8fafba26c4b191913a (91 characters)``), so
+    the line could not be copied into the replay command again."""
+    seed = next((ROOT / "fuzz" / "corpus" / "handshake").iterdir()).read_bytes()
+    folder = tmp_path / "work dir" / "findings" / "handshake"
+    folder.mkdir(parents=True)
+    good, crash = folder / ("seed-" + "0" * 40), folder / ("crash-" + "1b8fafba26c4b191913a" * 2)
+    good.write_bytes(seed)
+    crash.write_bytes(seed + b"FINDING")
+    assert len(str(crash)) > 80
+    res = _fuzz("replay", "handshake", str(good), str(crash), env=_stand_in_finding(tmp_path))
+    assert (res.returncode, res.stdout) == (1, f"'{good}': ok\n")
+    line = res.stderr.splitlines()[0]
+    assert line == f"fuzz/run.sh: replay: '{crash}': finding: the handshake harness raised"
+    printed = line.removeprefix("fuzz/run.sh: replay: ").removesuffix(": finding: the handshake "
+                                                                         "harness raised")
+    assert shlex.split(printed) == [str(crash)]
 
 
 def _stand_in_python(tmp_path: Path) -> str:
@@ -1214,7 +1230,7 @@ def test_fuzz_huge_seconds_and_bad_ci_runs_are_usage_errors(tmp_path: Path) -> N
                                 "'abc'")
     res = _fuzz("minimize", "handshake", str(tmp_path))
     assert (res.returncode, res.stdout) == (2, "")
-    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {_script_shown(tmp_path)}: "
+    _one_error_line(res.stderr, f"fuzz/run.sh: minimize: cannot read {_pasted(tmp_path)}: "
                                 "Is a directory")
 
 
@@ -1424,8 +1440,8 @@ def test_fuzz_minimize_takes_any_file_name(name: str, tmp_path: Path) -> None:
                               "FLODL_FUZZ_WORK": str(work)})
     log = work / "logs" / "handshake.minimize.log"
     assert (res.returncode, res.stdout, res.stderr) == (1, "", (
-        f"fuzz/run.sh: minimize: {name} does not crash the handshake harness: nothing to "
-        f"minimize (driver log {log})\n"))
+        f"fuzz/run.sh: minimize: {_pasted(name)} does not crash the handshake harness: nothing "
+        f"to minimize (driver log {log})\n"))
     assert not (ROOT / "PWNED").exists() and not (tmp_path / "PWNED").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "work"])
 
