@@ -4,7 +4,10 @@ one line per record, the end of the stream. The functions are exported by
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import math
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from typing import Any, Final, Protocol
 
 from .errors import ProtocolError, protocol_error, shown, shown_type
@@ -24,20 +27,83 @@ class DecodeReport(Protocol):
         """The closing record: ``end``, ``capture_ended`` or ``error``."""
 
 
-def _num(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return str(x)
+#: the spacing of an element format's values in the bits of the f32 that holds it: an f32 steps by
+#: one, a bf16 (an f32's upper 16 bits) by 2**16
+_ELEMENT_UNIT: Final[Mapping[str, int]] = {"f32": 1, "bf16": 1 << 16}
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+
+
+def _num(x: Any, element: str | None = None) -> str:
+    """``x`` as the table writes a number: a float in the fewest significant digits (``%g``)
+    that read back as the same f64, or, with ``element`` (``f32``, ``bf16``), as the same value
+    of that format (0.1 for the bf16 0.10009765625); a whole number below 1e15 as one with
+    ``.0`` (``-0.0`` for -0.0), a NaN as ``NaN`` and an infinity as ``inf``/``-inf``, the forms
+    the dissector writes; anything else (an int, the strings JSON gives a NaN or an infinity)
+    as ``str`` gives it."""
+    if not isinstance(x, float):
+        return str(x)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == int(x) and abs(x) < 1e15:
+        return f"{x:.1f}"
+    unit = _ELEMENT_UNIT.get(element or "")
+    if unit is not None and not _is_element(abs(x), unit):
+        unit = None  # not a value of the format (a report built by hand): the f64's digits
+    reads_back = (lambda s: float(s) == x) if unit is None else _element_reader(abs(x), unit)
+    for p in range(1, 18):
+        s = f"{x:.{p}g}"
+        if reads_back(s.lstrip("-")):
+            return s
+    return repr(x)  # not reached: 17 digits read back as any f64
+
+
+def _is_element(a: float, unit: int) -> bool:
+    """Whether ``a`` (positive, finite) is a value of the element format whose values are
+    ``unit`` apart in f32 bits."""
+    if a > 3.4028234663852886e38:
+        return False
+    f: float = _F32.unpack(_F32.pack(a))[0]
+    n: int = _U32.unpack(_F32.pack(a))[0]
+    return f == a and n % unit == 0
+
+
+def _element_reader(a: float, unit: int) -> Callable[[str], bool]:
+    """Whether a decimal (a string, positive) reads back as ``a`` (a positive, finite value of
+    the element format whose values are ``unit`` apart in f32 bits), rounded to nearest, ties to
+    the value whose last bit is 0: it lies strictly between the midpoints to ``a``'s neighbours,
+    or on one when ``a``'s last bit is 0. The midpoints are exact f64 values; a decimal whose
+    f64 falls on one is compared exactly."""
+    n = _U32.unpack(_F32.pack(a))[0]
+    lo = _F32.unpack(_U32.pack(n - unit))[0]
+    hi = _F32.unpack(_U32.pack(n + unit))[0] if n + unit < 0x7F800000 else a + (a - lo)
+    lo_mid, hi_mid, even = (a + lo) / 2, (a + hi) / 2, (n // unit) % 2 == 0
+
+    def reads_back(s: str) -> bool:
+        v = float(s)
+        if lo_mid < v < hi_mid:
+            return True
+        if v not in (lo_mid, hi_mid):
+            return False
+        q = Fraction(s)
+        return (lo_mid < q < hi_mid) or (even and q in (lo_mid, hi_mid))
+
+    return reads_back
 
 
 def _tensor_summary(t: Mapping[str, Any], where: str) -> str:
     s = f"{t['dtype']}{t['shape']} {t['nbytes']}B"
     if t.get("elided"):
         s += " elided"
+    element = t["dtype"]
     if "min" in t:
-        s += f" min={_num(t['min'])} max={_num(t['max'])} mean={_num(t['mean'])}"
+        s += (f" min={_num(t['min'], element)} max={_num(t['max'], element)}"
+              f" mean={_num(t['mean'])}")
     if "values" in t:
-        s += " values=[" + ", ".join(_num(v) for v in _part(t, "values", where)) + "]"
+        s += " values=[" + ", ".join(_num(v, element)
+                                     for v in _part(t, "values", where)) + "]"
     elif "data" in t:
         s += f" data={t['data']}"
     if "note" in t:

@@ -592,10 +592,62 @@ def test_cli_table_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:4] == ["offset", "length", "record", "tag"]
     assert "handshake_ack" in out[1] and "version=3" in out[1]
-    assert "values=[3, 6, -1.5]" in out[2] and " ok " in out[2]
+    assert "values=[3.0, 6.0, -1.5]" in out[2] and " ok " in out[2]
     assert out[-1].split()[1] == "END"
     rep = decode_stream(sent.data, "loopback", salt=SALT, values=True)
     assert list(format_table(rep)) == out
+
+
+def test_the_table_writes_numbers_that_read_back_exactly() -> None:
+    """The table wrote a weight and an element to 6 significant digits (weight=0.333333, the bf16
+    0.1 as 0.100098, the f32 1/3 as 0.333333, which reads back as another f32) and -0.0 as -0;
+    it now writes the fewest digits that read back as the same f64 (the weight, the mean) or
+    the same element of the tensor's dtype (its values, min and max), -0.0 as -0.0, as the
+    dissector writes them."""
+    f32 = np.array([0.1, -0.0, 1 / 3, 3.4028235e38, 1e-45, -2.5], np.float32)
+    bf16 = np.array([0.1, 1 / 3, -0.0, 256.0], ml_dtypes.bfloat16)
+    frame = RoundFrame(RoundKind.MODEL, 1 / 3, [TensorPayload.from_array(f32),
+                                                TensorPayload.from_array(bf16)])
+    rep = decode_stream(encode_round_frame_bytes(frame, SALT), "frame", values=True)
+    row = list(format_table(rep))[1]
+    assert row.split(None, 4)[4] == (
+        "model weight=0.3333333333333333 tensors=2; f32[6] 24B min=-2.5 max=3.4028235e+38 "
+        "mean=5.671372443975481e+37 values=[0.1, -0.0, 0.33333334, 3.4028235e+38, 1e-45, -2.5]; "
+        "bf16[4] 8B min=-0.0 max=256.0 mean=64.1085205078125 values=[0.1, 0.334, -0.0, 256.0]")
+    shown = re.findall(r"values=\[([^]]*)\]", row)
+    back = np.array(shown[0].split(", "), np.float32)  # the same bits, -0.0's sign included
+    assert back.tobytes() == f32.tobytes()
+    assert np.array([float(v) for v in shown[1].split(", ")]).astype(ml_dtypes.bfloat16
+                                                                     ).tobytes() == bf16.tobytes()
+    assert float(row.split("weight=")[1].split()[0]) == 1 / 3
+
+
+def test_the_table_writes_each_value_as_the_dissector_does() -> None:
+    """Every bf16 bit pattern, f32 powers of two with their neighbours and random f32 and f64
+    values: the table's digits are the dissector's reference (the fewest that read back)."""
+    from flodl_proto._decode_table import _num
+
+    from .test_dissector_values import shortest
+
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    with np.errstate(invalid="ignore"):  # the signalling NaNs
+        bf16 = (bits << 16).astype("<u4").view("<f4").astype(np.float64)
+    wrong = [(hex(b), _num(float(v), "bf16")) for b, v in zip(bits, bf16, strict=True)
+             if _num(float(v), "bf16") != shortest(float(v), 8)]
+    assert not wrong, wrong[:10]
+    rng = np.random.default_rng(5)
+    p2 = np.array([2.0 ** e for e in range(-149, 128)], np.float32)
+    f32 = np.concatenate([p2, np.nextafter(p2, np.float32(np.inf)), np.nextafter(p2, np.float32(0)),
+                          rng.integers(0, 2 ** 32, 3000, dtype=np.uint64).astype(np.uint32)
+                          .view(np.float32)])
+    with np.errstate(invalid="ignore"):
+        f32_wide = f32.astype(np.float64)
+    wrong = [(float(v), _num(float(v), "f32")) for v in f32_wide
+             if _num(float(v), "f32") != shortest(float(v), 24)]
+    assert not wrong, wrong[:10]
+    f64 = rng.integers(0, 2 ** 63, 3000, dtype=np.uint64).view(np.float64)
+    wrong = [(float(v), _num(float(v))) for v in f64 if _num(float(v)) != shortest(float(v), 53)]
+    assert not wrong, wrong[:10]
 
 
 def test_values_help_says_the_summary_stays(tmp_path: Path,
@@ -605,7 +657,7 @@ def test_values_help_says_the_summary_stays(tmp_path: Path,
     raw.write_bytes(FRAME_55)
     assert main(["decode", "--leg", "frame", "--format", "table", "--values", str(raw)]) == 0
     row = capsys.readouterr().out.splitlines()[1]
-    assert "min=-2.5 max=3.25 mean=0.4375 values=[1, -2.5, 0, 3.25]" in row
+    assert "min=-2.5 max=3.25 mean=0.4375 values=[1.0, -2.5, 0.0, 3.25]" in row
     with pytest.raises(SystemExit):
         main(["decode", "--help"])
     text = " ".join(capsys.readouterr().out.split())
