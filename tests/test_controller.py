@@ -1181,3 +1181,57 @@ def test_status_responder_names_what_it_does_not_serve(
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.split(b"\r\n")[0].decode() == f"HTTP/1.1 {code}"
     assert json.loads(body) == ({"state": "Reducing"} if error is None else {"error": error})
+
+
+# -- error lines in words -------------------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_a_failed_broadcast_write_is_logged_in_words(
+        controller_factory, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A connection writer's failed write gave Python's text ('[Errno 32] Broken pipe') to its
+    log line and to the core's, which declares the relay's ranks dead: now the reason only."""
+    # the socket takes nothing without waiting: the Broadcast goes to the connection's writer
+    monkeypatch.setattr(conn_mod, "_write_direct",
+                        lambda sock, buffers, nbytes: [memoryview(b) for b in buffers])
+    real_send_all = conn_mod.send_all
+
+    def send_all(sock: socket.socket, buffers: Any, **kw: Any) -> int:
+        if bytes(memoryview(buffers[0])[8:9]) == bytes([RecordKind.BROADCAST.value]):
+            raise OSError(errno.EPIPE, os.strerror(errno.EPIPE))
+        return real_send_all(sock, buffers, **kw)
+
+    monkeypatch.setattr(conn_mod, "send_all", send_all)
+    caplog.set_level(logging.WARNING, logger="flodl_proto")
+    ctl = controller_factory(1)
+    with FakeRelay(ctl.port, [0]) as relay:
+        relay.expect_hello_ack()
+        relay.send_host_frame(frame([1.0], weight=1.0))
+        out = ctl.wait(END)
+        assert out is not None and out.reason == "all_dead"
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["controller: Broadcast write to connection 0 failed: Broken pipe",
+                     "controller: consensus broadcast to relay fake (ranks 0) failed (Broken "
+                     "pipe); declaring its ranks dead and continuing with survivors"]
+
+
+def test_a_failed_checkpoint_is_logged_in_words(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The checkpoint writer's error line gave Python's text ('[Errno 28] No space left on
+    device: '/ckpt/consensus-000003.npz.tmp''): now the folder and the reason in words."""
+    from types import SimpleNamespace
+
+    from flodl_proto.runner import controller as controller_mod
+
+    def full(directory: Path, w: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                      str(directory / "consensus-000003.npz.tmp"))
+
+    monkeypatch.setattr(controller_mod, "write_checkpoint", full)
+    ctl = ReferenceController(1, SALT, checkpoint_dir=tmp_path)
+    ctl._ckpt_queue.put(SimpleNamespace(window=3))  # type: ignore[arg-type]
+    ctl._ckpt_queue.put(None)
+    with caplog.at_level(logging.ERROR, logger="flodl_proto"):
+        ctl._checkpoint_loop()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"controller: checkpoint of window 3 in {tmp_path} failed: No space left on device"]

@@ -718,6 +718,40 @@ def test_the_members_the_demo_stops_after_a_failure_are_not_failures_of_their_ow
     assert seen == [{"relay0": -9}]
 
 
+def test_an_unreadable_stage_trace_is_a_problem_said_in_words(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary's problem gave Python's text of the error ('[Errno 5] Input/output error:
+    '/tmp/flodl-demo-.../stages.tsv'', a path that is gone once the demo ends): now the reason
+    in words."""
+    from flodl_proto import cli
+    from flodl_proto.commands import demo
+    from flodl_proto.runner import stages
+
+    seen: list[list[str]] = []
+
+    def drive(args: object, console: object, cluster: demo._Cluster, *rest: object) -> None:
+        Path(cluster.env[stages.ENV]).write_text("")  # the trace exists: it is read
+
+    def unreadable(path: object) -> list[stages.Record]:
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+
+    def report(*args: Any) -> int:
+        seen.append(list(args[4].problems))
+        return 1
+
+    monkeypatch.setattr(demo, "_drive", drive)
+    monkeypatch.setattr(demo, "report", report)
+    monkeypatch.setattr(stages, "read_trace", unreadable)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        assert cli.main(["demo", "--no-progress", "--rounds", "10", "--payload-mib", "0"]) == 1
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    capsys.readouterr()
+    assert seen == [["stage trace unreadable: Input/output error"]]
+
+
 @pytest.mark.netlab
 def test_demo_in_network_namespaces_shows_every_host_address_and_leaves_nothing() -> None:
     res = _demo("--netns", "--hosts", "3", "--world-size", "6", "--payload-mib", "0",

@@ -4,6 +4,8 @@ controller."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import socket
 import struct
@@ -336,6 +338,25 @@ def test_a_write_stalled_part_way_closes_the_client() -> None:
     _, received = fake.result["value"]
     # what arrived after the handshake is a part of the first frame and nothing after it
     assert 0 < received < 4 + big.wire_len
+
+
+def test_a_send_that_timed_out_is_said_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout with an errno (ETIMEDOUT) gave Python's text ('[Errno 110] Connection timed
+    out') in the line; now the reason only."""
+    from flodl_proto.runner import rank as rank_mod
+
+    def timed_out(sock: socket.socket, batches: Any) -> int:
+        raise TimeoutError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT))
+
+    fake = FakeRelay(acking(2))
+    c = RankClient.connect(fake.addr, 0, 1, SALT)
+    monkeypatch.setattr(rank_mod, "_send_batches", timed_out)
+    with pytest.raises(TimeoutError) as ei:
+        c.all_reduce(frame([1.0]))
+    assert str(ei.value) == ("cpu_reduce: the relay stopped reading while round 1 was being "
+                             f"sent ({os.strerror(errno.ETIMEDOUT)})")
+    _closed_for_good(c, "round 1 failed: cpu_reduce: the relay stopped reading")
+    fake.close()
 
 
 def test_a_lost_relay_is_named_and_closes_the_client() -> None:

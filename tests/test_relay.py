@@ -954,3 +954,35 @@ def test_the_waiting_note_counts_the_missing_ranks_and_lists_the_lowest() -> Non
     assert waiting_note("h", list(range(2, 5000)), 5000, ("::1", 7005)) == (
         "relay h: still waiting for 4998 of 5000 local rank(s) to connect to [::1]:7005: "
         + ", ".join(map(str, range(2, 18))) + " ...")
+
+
+def test_a_controller_connection_closed_while_writing_is_said_in_words(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The outbound writer's broken pipe gave Python's text ('[Errno 32] Broken pipe') to its
+    log line and to the relay's outcome: now the reason only."""
+    from flodl_proto.runner import _relay_barrier
+
+    def broken(sock: socket.socket, buffers: object, **kw: object) -> int:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    caplog.set_level(logging.INFO, logger="flodl_proto")
+    with FakeController() as ctrl, _relay_with_clients(ctrl, [0], 1) as (relay, (c0,), _conn):
+        # nothing leaves at once: the HostFrame goes to the outbound writer, whose write fails
+        monkeypatch.setattr(_relay_barrier, "send_at_once", lambda sock, bufs, n: 0)
+        monkeypatch.setattr(_relay_barrier, "send_now",
+                            lambda sock, bufs: [memoryview(b) for b in bufs])
+        monkeypatch.setattr(_relay_barrier, "send_all", broken)
+        details: list[str] = []
+        real_closed = relay.core.controller_closed
+
+        def controller_closed(detail: str = "") -> list[object]:
+            details.append(detail)
+            return real_closed(detail)
+
+        monkeypatch.setattr(relay.core, "controller_closed", controller_closed)
+        t, _ = in_thread(c0.all_reduce, frame([1.0], weight=1.0))
+        assert relay.wait(10) is None  # a clean end, as the end of the controller's stream
+        t.join(10)
+    assert details == ["connection closed while writing: Broken pipe"]
+    assert "relay h0: controller connection closed while writing: Broken pipe" in [
+        r.getMessage() for r in caplog.records]

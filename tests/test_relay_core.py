@@ -620,7 +620,7 @@ def test_every_rank_declared_dead_then_closed_fails_the_relay_with_a_clear_messa
     def close(core: RelayCore) -> list[Any]:
         # the runner meets the closed connection by its reader or by a write, whichever first
         return (core.upstream_record(None) if end == "end of stream"
-                else core.controller_closed("connection closed while writing: [Errno 32]"))
+                else core.controller_closed("connection closed while writing: Broken pipe"))
 
     core = _connected_core((2, 3), 4, 3)
     for r in (2, 3):

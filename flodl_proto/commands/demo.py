@@ -500,7 +500,7 @@ def _run_cluster(args: argparse.Namespace, console: Console, groups: list[list[i
         res.traced_roles = {r.role for r in records}
         res.stages = stages.breakdown(records)
     except (OSError, ValueError) as e:
-        res.problems.append(f"stage trace unreadable: {e}")
+        res.problems.append(f"stage trace unreadable: {os_reason(e)}")
     if stop.is_set():
         done = sum(1 for k in res.rounds if len(res.rounds[k]) == args.world_size)
         word, code = stop_outcome()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
+from .._oserr import os_reason
 from ..codec._common import BytesLike
 from ..codec.stream import MuxStream
 from ..fsm.events import RoundScattered, SendKind, SendTo
@@ -160,7 +161,7 @@ class Conn:
                 try:
                     send_all(self.sock, item.buffers)
                 except OSError as e:
-                    error = failed = str(e) or type(e).__name__
+                    error = failed = os_reason(e)
                     log.warning("controller: %s write to connection %d failed: %s",
                                 item.kind.value, self.id, error)
             with self.out_lock:

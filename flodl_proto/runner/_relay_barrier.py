@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from .._oserr import os_reason
 from .._threads import start_thread
 from ..codec._common import BytesLike
 from ..codec.auth import Premac
@@ -464,10 +465,10 @@ class _RelayBarrier:
                     stages.mark("relay", host_frame_round, "hostframe_sent")
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as e:
                 log.info("relay %s: controller connection closed while writing: %s",
-                         self.host, e)
+                         self.host, os_reason(e))
                 self._stop.set()  # first: a thread blocked queueing under the core lock lets go
                 self._wake_all()
                 self._core_call(self._core.controller_closed,
-                                f"connection closed while writing: {e}")
+                                f"connection closed while writing: {os_reason(e)}")
                 return
             self._count("upstream_out", n)

@@ -56,6 +56,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
+from .._oserr import os_reason
 from .._slots import slot_builder
 from .._threads import start_thread
 from ..codec._common import BytesLike
@@ -65,7 +66,7 @@ from ..codec.stream import (
     RecordReceived,
     StreamEvent,
 )
-from ..errors import ProtocolError
+from ..errors import ProtocolError, shown_name
 from ..fsm.controller_core import ControllerCore
 from ..fsm.deadline import check_timeout
 from ..fsm.events import (
@@ -680,7 +681,8 @@ class ReferenceController:
             try:
                 self._write_checkpoint(item)
             except (OSError, ValueError, ProtocolError) as e:
-                log.error("controller: checkpoint of window %d failed: %s", item.window, e)
+                log.error("controller: checkpoint of window %d in %s failed: %s", item.window,
+                          shown_name(str(self._ckpt_dir)), os_reason(e))
 
     def _write_checkpoint(self, w: CheckpointWindow) -> None:
         assert self._ckpt_dir is not None

@@ -393,7 +393,7 @@ class RankClient:
             self.bytes_sent += _send_batches(sock, batches)
         except TimeoutError as e:
             raise TimeoutError(f"cpu_reduce: the relay stopped reading while round "
-                               f"{self.rounds + 1} was being sent ({e})") from None
+                               f"{self.rounds + 1} was being sent ({os_reason(e)})") from None
         except OSError as e:
             raise ConnectionError(f"cpu_reduce: lost the relay while sending round "
                                   f"{self.rounds + 1}: it closed the connection "
