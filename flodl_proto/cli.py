@@ -59,14 +59,13 @@ import pkgutil
 import re
 import select
 import signal
-import stat
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
 from ._numbers import plain_number
-from ._oserr import file_kind, os_reason
+from ._oserr import os_reason
 from ._threads import import_on_a_blocking_thread
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
@@ -445,15 +444,9 @@ def _spec_failure(exc: RuntimeError, prog: str) -> int:
     :mod:`flodl_proto.spec` leaves unimportable by name): named by ``$FLODL_PROTO_SPEC_DIR``
     and its folder when that is set (exit 2, an environment value refused as a bad
     ``FLODL_NET_TIMEOUT_SCALE`` is), else as the package's own spec (exit 1, a packaging
-    defect). A ``$FLODL_PROTO_SPEC_DIR`` that is not a folder is said to be one (``a file, not a
-    folder``), where the loader's line said ``no wire.yaml in that folder``."""
-    text, folder = str(exc), os.environ.get("FLODL_PROTO_SPEC_DIR")
-    with contextlib.suppress(OSError, ValueError):  # missing, unreadable: the loader's words
-        mode = os.stat(folder).st_mode if folder else stat.S_IFDIR
-        if not stat.S_ISDIR(mode):
-            kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
-            text = f"{kind}, not a folder (give the folder that holds wire.yaml)"
-    print(f"{prog}: error: {named_by_spec_dir(text)}", file=sys.stderr, flush=True)
+    defect)."""
+    folder = os.environ.get("FLODL_PROTO_SPEC_DIR")
+    print(f"{prog}: error: {named_by_spec_dir(str(exc))}", file=sys.stderr, flush=True)
     return 2 if folder else 1
 
 

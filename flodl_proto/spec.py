@@ -18,10 +18,12 @@ Upstream: the constants live in ``flodl/src/distributed/controller/mod.rs``, ``r
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -31,7 +33,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from ._numbers import not_plain_note, plain_number
-from ._oserr import os_reason
+from ._oserr import file_kind, os_reason
 from ._spec_checks import (
     LIFECYCLE_SCHEMA,
     LifecycleTransition,
@@ -138,9 +140,12 @@ def find_spec_dir() -> Path:
     checkout, editable install).
 
     Raises:
-        SpecError: ``$FLODL_PROTO_SPEC_DIR`` is set and its folder holds no ``wire.yaml`` (one
-            line, ``FLODL_PROTO_SPEC_DIR=DIR: no wire.yaml in that folder (DIR/wire.yaml:
-            REASON)``), or no candidate directory holds ``wire.yaml``.
+        SpecError: ``$FLODL_PROTO_SPEC_DIR`` is set and names no folder (one line,
+            ``FLODL_PROTO_SPEC_DIR=F: a file, not a folder (give the folder that holds
+            wire.yaml)``; ``a FIFO``, ``a character device``... for another kind of file) or a
+            folder that holds no ``wire.yaml`` (``FLODL_PROTO_SPEC_DIR=DIR: no wire.yaml in
+            that folder (DIR/wire.yaml: REASON)``), or no candidate directory holds
+            ``wire.yaml``.
 
     No upstream counterpart: upstream writes its constants and lifecycle in code
     (``controller/mod.rs``, ``relay/mux.rs``, ``wire.rs``); loading them from ``spec/`` is this
@@ -150,6 +155,12 @@ def find_spec_dir() -> Path:
     candidates = []
     env = os.environ.get(SPEC_DIR_ENV)
     if env:  # a folder named on purpose: never passed over for the package's own spec
+        with contextlib.suppress(OSError, ValueError):  # missing, unreadable: the check below
+            mode = os.stat(env).st_mode
+            if not stat.S_ISDIR(mode):  # a symbolic link is followed
+                kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+                raise SpecError(f"{SPEC_DIR_ENV}={_path_text(Path(env))}: {kind}, not a folder "
+                                "(give the folder that holds wire.yaml)")
         wire = Path(env) / "wire.yaml"
         if wire.is_file():
             return Path(env)

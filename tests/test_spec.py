@@ -564,6 +564,28 @@ def test_a_spec_folder_from_the_environment_that_is_no_folder_is_said_so(
                            f"{kind}, not a folder (give the folder that holds wire.yaml)\n")
 
 
+@pytest.mark.parametrize(("make", "kind"), [
+    (lambda p: p.write_text("x"), "a file"),
+    (lambda p: p.symlink_to("/dev/null"), "a character device"),
+    (lambda p: os.mkfifo(p), "a FIFO")], ids=["file", "device", "fifo"])
+def test_find_spec_dir_says_a_spec_folder_that_is_no_folder_is_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any, kind: str) -> None:
+    """find_spec_dir said 'no wire.yaml in that folder (F/wire.yaml: Not a directory)' of a
+    file, which only the command line reworded: the loader says what it is itself."""
+    make(tmp_path / "spec")
+    monkeypatch.setenv("FLODL_PROTO_SPEC_DIR", str(tmp_path / "spec"))
+    with pytest.raises(spec.SpecError) as info:
+        spec.find_spec_dir()
+    assert str(info.value) == (f"FLODL_PROTO_SPEC_DIR={tmp_path / 'spec'}: {kind}, not a folder "
+                               "(give the folder that holds wire.yaml)")
+    monkeypatch.setenv("FLODL_PROTO_SPEC_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(spec.SpecError) as info:
+        spec.find_spec_dir()
+    assert str(info.value) == (f"FLODL_PROTO_SPEC_DIR={tmp_path / 'nowhere'}: no wire.yaml in "
+                               f"that folder ({tmp_path / 'nowhere' / 'wire.yaml'}: No such file "
+                               "or directory)")
+
+
 def test_a_lifecycle_event_the_package_does_not_know_is_named(tmp_path: Path) -> None:
     """A lifecycle.yaml with an event the package's code has no member for was refused as
     ``controller events [...] != LifecycleEvent``, naming neither the package's events nor the
