@@ -57,10 +57,12 @@ from .codec.ceiling import frame_ceiling_int
 from .codec.handshake import decode_ack, decode_handshake, http_stream
 from .codec.loopback import decode_len_framed_or_eos
 from .codec.mux import (
+    ControlMessage,
     Hello,
     MuxHeader,
     MuxRecord,
     RecordKind,
+    decode_control,
     encode_control,
     parse_mux_header_or_eos,
 )
@@ -532,6 +534,7 @@ class _Decoder:
         elif len(mv) and _U32.pack(CHANNEL_MAGIC_DATA).startswith(bytes(mv)):
             magic = CHANNEL_MAGIC_DATA  # cut inside the magic: the stream reports it
         # tags are compared here (reported, not enforced), so the stream checks none
+        self.read_version, self.detected = self.version, False  # until a Hello tells it
         stream = MuxStream(None, version=self.version, ceiling=self.ceiling,
                            expect_magic=magic)
         pos = 0
@@ -547,6 +550,28 @@ class _Decoder:
                 if magic is None or pos > 0:  # a record failed, not the magic
                     self._failed_record_tag(pos)
                 raise _Stop(pos, ev.error, ended=ev.error.error_id == "mux.truncated")
+
+    def _control(self, pos: int, payload: memoryview, read: ControlMessage) -> ControlMessage:
+        """The message of the Control record at ``pos`` (``read``: as the stream read it).
+        Without an explicit version, the first Hello tells it, as the dissector detects it: the
+        highest version that decodes the whole payload (version 3 added ``model_sigs``); a
+        later Hello that does not decode at that version stops the decode there."""
+        undecided = self.explicit_version is None and not self.detected
+        for v in sorted(SUPPORTED_VERSIONS, reverse=True) if undecided else ():
+            try:
+                msg = decode_control(payload, v)
+            except ProtocolError:
+                continue
+            if len(encode_control(msg, v)) == len(payload):
+                if isinstance(msg, Hello):  # the one message whose fields differ by version
+                    self.version, self.detected = v, True
+                break
+        if self.version == self.read_version:
+            return read
+        try:
+            return decode_control(payload, self.version)
+        except ProtocolError as e:  # a Hello of the other version, once the version is known
+            raise _Stop(pos, e) from None
 
     def _mux_tag(self, pos: int, hdr: MuxHeader, payload: memoryview) -> TagStatus:
         covered = self.mv[pos:pos + MUX_AUTH_COVERED_HEADER_LEN]
@@ -575,8 +600,9 @@ class _Decoder:
         if kind is not RecordKind.DATA and hdr.rank:
             rec["wire_rank"] = hdr.rank  # ignored by the reader (leniency mux_rank_ignored)
         if record.control is not None:
-            rec["control"] = control_to_json(record.control, self.version)
-            extra = len(payload) - len(encode_control(record.control, self.version))
+            control = self._control(pos, payload, record.control)
+            rec["control"] = control_to_json(control, self.version)
+            extra = len(payload) - len(encode_control(control, self.version))
             if extra > 0:  # upstream's reader ignores them (consumed count discarded)
                 rec["trailing_bytes"] = extra
                 if self.version == 2 and isinstance(record.control, Hello):
@@ -736,8 +762,11 @@ def decode_stream(
             (bare RoundFrames); :func:`detect_leg` tells it from the first bytes.
         salt: the 16-byte session salt; with it every tag is verified (``ok``/``bad``), without it
             tags are reported ``unchecked``.
-        version: the data-channel protocol version (2 or 3). ``None``: the version the loopback
-            handshake or ack carries when it is a supported one, else the default (2).
+        version: the data-channel protocol version (2 or 3). ``None``: detected as the
+            dissector detects it, from the version the loopback handshake or ack carries (a
+            supported one) or, on the mux leg, from a Control message whose layout differs
+            between versions (a Hello: the highest version that decodes its payload whole);
+            the default (2) until then.
         values: include every tensor element (``values``; raw ``data`` hex where the elements
             cannot be decoded) beside the summary (``min``, ``max``, ``mean``), which a record
             always has.

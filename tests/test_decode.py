@@ -370,13 +370,13 @@ def test_leniencies_are_reported() -> None:
 
 
 def test_a_version_3_hello_read_as_version_2_says_so() -> None:
-    # a v3 mux capture (no handshake tells its version) decoded as v2 without a word: the Hello's
-    # model_sigs count is a byte the v2 reader ignores, as upstream's does
+    # a v3 Hello read as v2 (given so) was decoded without a word: the Hello's model_sigs count
+    # is a byte the v2 reader ignores, as upstream's does
     hello = Hello("host-a", [0, 1, 2])
     data = encode_channel_magic("data") + encode_mux_record_bytes(
         MuxRecord.control_msg(hello, 3), SALT) + encode_mux_record_bytes(
         MuxRecord.control_msg(RankExit(2), 3), SALT)
-    rep = decode_stream(data, "mux", salt=SALT)
+    rep = decode_stream(data, "mux", salt=SALT, version=2)
     assert rep.exit_code == EXIT_OK and rep.version == 2
     rec = rep.records[1]
     assert rec["control"] == {"variant": "Hello", "variant_index": 0, "host": "host-a",
@@ -392,6 +392,51 @@ def test_a_version_3_hello_read_as_version_2_says_so() -> None:
     rep = decode_stream(data, "mux", salt=SALT, version=3)
     assert "trailing_bytes" not in rep.records[1] and "note" not in rep.records[1]
     assert rep.records[1]["control"]["model_sigs"] == []
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_mux_stream_s_version_is_detected_from_its_hello(version: int) -> None:
+    """Without a version, a mux stream (no handshake carries one) was read at 2: a version 3
+    Hello as a version 2 one with a trailing byte. The version is now detected as the
+    dissector detects it, from the Hello (the highest version that decodes it whole), and the
+    records after it are read at that version; a given version is used as given."""
+    sigs = [bytes(range(32))] if version == 3 else []
+    up = _mux_up(version)
+    rep = decode_stream(up.data, "mux", salt=SALT)
+    assert rep.exit_code == EXIT_OK and rep.version == version
+    _check_records(rep.records, up, version, False)
+    assert all("trailing_bytes" not in r and "note" not in r for r in rep.records)
+    data = encode_channel_magic("data") + encode_mux_record_bytes(
+        MuxRecord.control_msg(Hello("h", [0], sigs), version), SALT)
+    rep = decode_stream(data, "mux", salt=SALT)
+    assert rep.version == version
+    assert rep.records[1]["control"] == control_to_json(Hello("h", [0], sigs), version)
+    before = encode_mux_record_bytes(MuxRecord.control_msg(RankExit(0), version), SALT)
+    rep = decode_stream(before, "mux", salt=SALT)  # a RankExit reads alike at 2 and 3
+    assert rep.version == 2
+    # the first Hello tells the version: a later Hello of the other version is read at it
+    other = encode_mux_record_bytes(MuxRecord.control_msg(Hello("g", [1]), 5 - version), SALT)
+    rep = decode_stream(data + other, "mux", salt=SALT)
+    assert rep.version == version
+    if version == 3:  # a version 2 Hello lacks the model_sigs a version 3 reader wants
+        assert rep.failure is not None and rep.failure.offset == len(data)
+        assert rep.failure.message.startswith("relay_mux: bincode decode failed: ")
+    else:
+        assert rep.failure is None and rep.records[2]["trailing_bytes"] == 1
+
+
+def test_cli_pcap_detects_the_version_of_a_mux_stream(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``decode --pcap`` without --protocol-version read a version 3 Hello as version 2 with one
+    trailing byte; the relay -> controller stream's Hello now tells its version."""
+    up, down = _mux_up(3), _mux_down(3)
+    cap = tmp_path / "cap.pcap"
+    cap.write_bytes(_capture(up.data, down.data, 1337))
+    assert main(["decode", "--pcap", str(cap), "--port", "1337", "--salt", SALT.hex()]) == EXIT_OK
+    lines = _json_lines(capsys.readouterr().out)
+    first = [r for r in lines if r["stream"] == "10.0.0.2:40001 -> 10.0.0.1:1337"]
+    _check_records(first[:-1], up, 3, False)
+    assert all("trailing_bytes" not in r for r in first)
 
 
 def test_bad_channel_magic_and_handshake() -> None:

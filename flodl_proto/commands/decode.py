@@ -211,8 +211,8 @@ def register(sub: Any) -> None:
                    "the one `demo --salt-file` wrote")
     p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=None,
-                   help="data-channel protocol version (default: the loopback handshake's, "
-                   "else 2)")
+                   help="data-channel protocol version (default: detected from the loopback "
+                   "handshake or ack, or from a mux Hello's model_sigs, else 2)")
     p.add_argument("--format", choices=("json", "table"), default="json",
                    help="one JSON object per line (default) or a table")
     p.add_argument("--values", action="store_true",
