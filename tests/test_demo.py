@@ -664,6 +664,18 @@ def test_a_member_killed_before_round_1_stops_the_cluster_at_once(member: str,
     assert took < 25.0, (took, out, err)  # within the 30 s of the retries, whatever the load
 
 
+def _main_keeping_signals(argv: list[str]) -> int:
+    """``cli.main(argv)`` in this process, its stop-signal handlers put back after it."""
+    from flodl_proto import cli
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return cli.main(argv)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 def _member(code: str) -> Callable[[list[str]], list[str]]:
     """A ``wrap`` for :meth:`_Cluster.spawn` that runs ``python -c CODE`` instead."""
     return lambda argv: [sys.executable, "-c", code]
@@ -691,7 +703,6 @@ def test_the_members_the_demo_stops_after_a_failure_are_not_failures_of_their_ow
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A relay that died before it listened ended the run, and the demo stopped the other relay
     with SIGTERM: the summary listed ``relay1 was killed by SIGTERM`` as a failure too."""
-    from flodl_proto import cli
     from flodl_proto.commands import demo
 
     seen: list[dict[str, int | None]] = []
@@ -708,12 +719,8 @@ def test_the_members_the_demo_stops_after_a_failure_are_not_failures_of_their_ow
 
     monkeypatch.setattr(demo, "_drive", drive)
     monkeypatch.setattr(demo, "report", report)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        assert cli.main(["demo", "--no-progress", "--rounds", "10", "--payload-mib", "0"]) == 1
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    assert _main_keeping_signals(["demo", "--no-progress", "--rounds", "10",
+                                  "--payload-mib", "0"]) == 1
     capsys.readouterr()
     assert seen == [{"relay0": -9}]
 
@@ -723,7 +730,6 @@ def test_an_unreadable_stage_trace_is_a_problem_said_in_words(
     """The summary's problem gave Python's text of the error ('[Errno 5] Input/output error:
     '/tmp/flodl-demo-.../stages.tsv'', a path that is gone once the demo ends): now the reason
     in words."""
-    from flodl_proto import cli
     from flodl_proto.commands import demo
     from flodl_proto.runner import stages
 
@@ -742,12 +748,8 @@ def test_an_unreadable_stage_trace_is_a_problem_said_in_words(
     monkeypatch.setattr(demo, "_drive", drive)
     monkeypatch.setattr(demo, "report", report)
     monkeypatch.setattr(stages, "read_trace", unreadable)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        assert cli.main(["demo", "--no-progress", "--rounds", "10", "--payload-mib", "0"]) == 1
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    assert _main_keeping_signals(["demo", "--no-progress", "--rounds", "10",
+                                  "--payload-mib", "0"]) == 1
     capsys.readouterr()
     assert seen == [["stage trace unreadable: Input/output error"]]
 
