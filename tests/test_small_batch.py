@@ -358,11 +358,17 @@ def test_a_dtype_mismatch_in_a_small_completing_deposit_is_the_per_tensor_error(
 
 
 @pytest.mark.parametrize("version", [2, 3])
-def test_a_round_without_tensors_ships_its_seed_verbatim(version: int) -> None:
+def test_a_round_without_tensors_ships_the_summed_weight(version: int) -> None:
+    # nothing to promote: the seed's (no) tensors under the summed weight, as upstream's fold
+    # re-serializes its seed with the round's weight; the seed's bytes only when the sum is its
     seed = _blob(_frame([], weight=1.0))
     fold = HostFold([0, 1], SALT, version=version)
     fold.deposit_frame(0, seed)
     out = fold.deposit_frame(1, _blob(_frame([], weight=2.0)))
+    assert isinstance(out, RoundFrame)
+    assert (out.kind, out.weight, out.tensors) == (RoundKind.MODEL, 3.0, ())
+    fold.deposit_frame(0, seed)
+    out = fold.deposit_frame(1, _blob(_frame([], weight=0.0)))
     assert isinstance(out, memoryview) and bytes(out) == seed
 
 
