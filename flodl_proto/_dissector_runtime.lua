@@ -59,8 +59,9 @@ proto.prefs.ceiling = Pref.uint("Frame ceiling (bytes)", C.DEFAULT_FRAME_CEILING
     "A length above this is reported as malformed (the readers' default ceiling is 1 GiB)")
 
 -- Helpers ---------------------------------------------------------------------------------------
--- A catalogue text filled from args; a noun written word(s) is word after a field of 1 and words
--- otherwise, as the package's own messages read (errors._agreed: the catalogue's plural rule).
+-- A catalogue text filled from args; a noun written word(s) is word after a field the text
+-- writes as 1 and words otherwise, as the package's own messages read (errors._agreed: the
+-- catalogue's plural rule).
 local function errtext(id, args)
     local t = SPEC.errors[id] or id
     local out, pos, one = {}, 1, false
@@ -79,7 +80,7 @@ local function errtext(id, args)
         else
             out[#out + 1] = tostring(v)
         end
-        one = v == 1
+        one = out[#out] == "1"
         pos = e + 1
     end
     out[#out + 1] = agreed(t:sub(pos))
