@@ -27,7 +27,14 @@ from flodl_proto.codec.round_frame import round_frame_pieces
 from flodl_proto.errors import AuthenticationError, LimitExceeded
 from flodl_proto.reduce import HostFold
 from flodl_proto.runner._macworker import MacWorker
-from flodl_proto.runner._netio_recv import HASH_STEP, MacRange, recv_hashing_into
+from flodl_proto.runner._netio_recv import (
+    HASH_STEP,
+    HASH_STEP_MIN,
+    MacRange,
+    hash_step,
+    read_record_into,
+    recv_hashing_into,
+)
 
 SALT = bytes(range(16))
 
@@ -145,6 +152,45 @@ def test_recv_hashing_into_short_at_end_of_stream() -> None:
     assert recv_hashing_into(b, memoryview(buf), [MacRange(mac, 0, 10)]) == 3
     b.close()
     assert mac.digest() == _mac(b"abc")
+
+
+def test_hash_step_is_a_quarter_of_the_unit_within_its_bounds() -> None:
+    assert (HASH_STEP_MIN, HASH_STEP) == (1 << 20, 4 << 20)
+    assert [hash_step(n) for n in (0, 1, 1 << 20, 4 << 20, (4 << 20) + 3)] == [1 << 20] * 5
+    assert hash_step((4 << 20) + 4) == (1 << 20) + 1
+    assert hash_step((8 << 20) + 4) == (2 << 20) + 1
+    assert [hash_step(n) for n in (16 << 20, (16 << 20) - 4, 64 << 20, 1 << 40)] == \
+        [4 << 20, (4 << 20) - 1, 4 << 20, 4 << 20]
+
+
+class _Updates:
+    """A MAC that records the size of each update (and hashes nothing)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def update(self, data: memoryview) -> None:
+        self.sizes.append(len(data))
+
+
+@pytest.mark.parametrize(("size", "want"), [
+    (4 << 20, [1 << 20] * 4),  # a frame of a few MiB: four steps, each overlapping a transfer
+    ((8 << 20) + 4, [(2 << 20) + 1] * 4),
+    (64 << 20, [4 << 20] * 16),  # a large one: steps of HASH_STEP
+    ((1 << 20) - 1, [(1 << 20) - 1]),  # under PARALLEL_MAC_MIN: one read, one update
+])
+def test_read_record_into_hashes_in_steps_of_hash_step(size: int, want: list[int]) -> None:
+    a, b = socket.socketpair()
+    t = threading.Thread(target=lambda: (a.sendall(bytes(size)), a.close()))
+    t.start()
+    mac = _Updates()
+    try:
+        view, got = read_record_into(b, bytearray(size), size, [(mac, 0, size)])
+    finally:
+        t.join()
+        b.close()
+    assert got == size and view.nbytes == size
+    assert mac.sizes == want
 
 
 def test_host_fold_frame_results_match_bytes_results() -> None:

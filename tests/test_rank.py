@@ -359,6 +359,35 @@ def test_a_send_that_timed_out_is_said_in_words(monkeypatch: pytest.MonkeyPatch)
     fake.close()
 
 
+@pytest.mark.parametrize(("n", "want"), [
+    (1 << 20, 4),  # a 4 MiB frame: four batches, each hashed while the one before is sent
+    (4 << 20, 5),  # a 16 MiB frame: steps of 4 MiB, and the tag's batch
+    (1000, 1),  # a small frame: one batch
+])
+def test_a_frame_is_written_in_steps_of_hash_step(monkeypatch: pytest.MonkeyPatch, n: int,
+                                                  want: int) -> None:
+    from flodl_proto.runner import rank as rank_mod
+
+    seen: list[list[int]] = []
+
+    def recording(sock: socket.socket, batches: Any) -> int:
+        seen.extend([memoryview(p).nbytes for p in batch] for batch in batches)
+        raise TimeoutError("stop here")
+
+    fake = FakeRelay(acking(2))
+    c = RankClient.connect(fake.addr, 0, 1, SALT)
+    monkeypatch.setattr(rank_mod, "_send_batches", recording)
+    big = frame(np.zeros(n, np.float32))
+    with pytest.raises(TimeoutError):
+        c.all_reduce(big)
+    fake.close()
+    assert len(seen) == want
+    assert sum(map(sum, seen)) == 4 + big.wire_len
+    if want > 1:  # each batch but the last holds a step's bytes (the last: the rest and tag)
+        step = min(4 << 20, max(1 << 20, big.wire_len >> 2))
+        assert [sum(s) >= step for s in seen] == [True] * (want - 1) + [False]
+
+
 def test_a_lost_relay_is_named_and_closes_the_client() -> None:
     fake = FakeRelay(acking(2))  # acks, then closes the connection
     c = RankClient.connect(fake.addr, 0, 1, SALT)

@@ -26,6 +26,7 @@ from ._netio import ReadDeadlinePassed, Stopped, _timed_out
 
 __all__ = [
     "HASH_STEP",
+    "HASH_STEP_MIN",
     "MacRange",
     "grow_zeroed",
     "read_frame_into",
@@ -34,8 +35,23 @@ __all__ = [
     "recv_hashing_into",
 ]
 
-#: bytes received between two MAC updates by :func:`recv_hashing_into` (4 MiB)
+#: the most bytes received between two MAC updates by :func:`recv_hashing_into` (4 MiB)
 HASH_STEP = 4 << 20
+#: the fewest bytes between two MAC updates of a unit read or written in steps (1 MiB)
+HASH_STEP_MIN = 1 << 20
+
+
+def hash_step(size: int) -> int:
+    """The bytes read, or written, between two MAC updates of a unit of ``size`` bytes: a
+    quarter of the unit, at least :data:`HASH_STEP_MIN` and at most :data:`HASH_STEP`.
+
+    A frame of a few MiB is so hashed in four steps, each overlapping the transfer of the next
+    (the reader verifies step ``k`` while the writer hashes step ``k + 1``), where one step of
+    the whole frame would leave each side idle while the other hashes; a large frame keeps
+    steps of 4 MiB, whose per-step cost (a wake-up of the MAC worker, a write) is small
+    beside them. Measured with ``bench/round.py`` (``bench/RESULTS.md``).
+    """
+    return min(HASH_STEP, max(HASH_STEP_MIN, size >> 2))
 
 
 def recv_exact_into(
@@ -193,7 +209,7 @@ def read_record_into(
     grow_step: int | None = None,
     worker: Callable[[], MacWorker] | None = None,
     parallel_min: int = PARALLEL_MAC_MIN,
-    step: int = HASH_STEP,
+    step: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[memoryview, int]:
     """Read the rest of one record, frame or blob into ``buf``: bytes ``start..size`` (the bytes
@@ -213,8 +229,9 @@ def read_record_into(
         stop, starvation: as :func:`recv_exact_into` (the read is committed: a unit has begun).
         worker: gives the MAC worker for a range after the first of at least ``parallel_min``
             bytes (hashed beside the reading thread); None, or a smaller range: on this thread.
-        step, progress: as :func:`recv_hashing_into` (``progress`` gets the bytes of ``buf``
-            in place, counted from its start; not called for a unit read in one step).
+        step: bytes read between two MAC updates (default: :func:`hash_step` of ``size``).
+        progress: as :func:`recv_hashing_into` (gets the bytes of ``buf`` in place, counted
+            from its start; not called for a unit read in one step).
 
     Returns:
         ``(view, got)``: a view of ``buf`` (release it, or drop it, before growing ``buf``
@@ -224,6 +241,8 @@ def read_record_into(
     Raises:
         everything :func:`recv_exact_into` raises.
     """
+    if step is None:
+        step = hash_step(size)
     if size - start <= step and size < parallel_min:
         # a small unit (the common case: every record of a small-frame round): one read, then
         # each MAC fed its range on this thread, as the stepped read below would do in one step

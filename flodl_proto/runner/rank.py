@@ -77,7 +77,7 @@ from ._netio import (
     set_timeouts,
     write_stall_timeout,
 )
-from ._netio_recv import HASH_STEP, recv_exact_into
+from ._netio_recv import hash_step, recv_exact_into
 from ._netio_send import send_all
 from ._prefixed import PrefixedReader
 from ._rank_payloads import (
@@ -376,7 +376,7 @@ class RankClient:
         else:  # local errors: nothing written, the client stays
             prefix_out = encode_len_prefix(frame.wire_len, ceiling=self.ceiling)
             batches = signed_frame_batches(prefix_out, round_frame_pieces(frame), self._salt,
-                                           HASH_STEP)
+                                           hash_step(frame.wire_len))
         rnd = self.rounds + 1  # rounds are numbered from 1 in every role's messages
         try:
             return self._round_trip(sock, batches, frame.wire_len)
@@ -757,8 +757,8 @@ def _os_reason(e: OSError) -> str:
 def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> int:
     """Write a record given as batches of buffers: a template's one batch, or
     :func:`~flodl_proto.codec.plans.signed_frame_batches` of a frame's pieces, which hashes each
-    step of :data:`HASH_STEP` bytes just before it is written, so the reader verifies step
-    ``k`` while this side hashes step ``k + 1``.
+    step (:func:`~flodl_proto.runner._netio_recv.hash_step` bytes) just before it is written,
+    so the reader verifies step ``k`` while this side hashes step ``k + 1``.
 
     Returns:
         Bytes written. Raises: as :func:`send_all` (the write-stall deadline covers the whole
@@ -767,7 +767,7 @@ def _send_batches(sock: socket.socket, batches: Iterable[list[BytesLike]]) -> in
     if type(batches) is list and len(batches) == 1:  # a template's record: send_all's deadline
         return send_all(sock, batches[0])
     started = time.monotonic()
-    deadline: float | None = None  # one batch (a frame under HASH_STEP): send_all's own
+    deadline: float | None = None  # one batch (a frame of one step): send_all's own
     total = 0
     for i, batch in enumerate(batches):
         if i == 1:

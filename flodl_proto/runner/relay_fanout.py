@@ -51,7 +51,7 @@ from ..codec.plans import record_macs, record_premac_for
 from ..errors import ProtocolError
 from ..spec import MUX_HEADER_LEN, REC_CONTROL
 from ._netio import Stopped, shutdown_quietly, write_stall_timeout
-from ._netio_recv import HASH_STEP, _starved_unit, read_record_into, recv_exact_into
+from ._netio_recv import HASH_STEP, _starved_unit, hash_step, read_record_into, recv_exact_into
 from ._netio_send import send_all
 
 __all__ = ["CUT_THROUGH_MIN", "FORWARD_STEP", "BroadcastStream", "UpstreamReader"]
@@ -296,7 +296,7 @@ class UpstreamReader:
         try:
             _, got = read_record_into(
                 sock, view, size, plan.ranges(), start=MUX_HEADER_LEN, stop=self._stop,
-                starvation=starvation, step=FORWARD_STEP if fwd else HASH_STEP,
+                starvation=starvation, step=FORWARD_STEP if fwd else hash_step(size),
                 progress=progress)
         except BaseException:
             self._count(MUX_HEADER_LEN)
