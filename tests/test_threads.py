@@ -155,6 +155,37 @@ def test_numpy_loads_for_a_command_with_the_stop_signals_blocked_on_its_thread(
         0, f"[[1, 2, 15]] [] {others}\n", "")
 
 
+#: a process that loads NumPy (OpenBLAS kept to one thread, so it starts none), then the
+#: compiled bf16 kernels, and runs each: prints its thread count before and after
+_NUMBA_KERNELS_RUN = """
+import os
+import numpy as np
+before = len(os.listdir("/proc/self/task"))
+from flodl_proto.reduce import _kernels as K
+assert K.set_kernel_backend("numba", min_elems=0) == "numba"
+from flodl_proto.reduce import _jit as J
+acc = np.zeros(1 << 16, np.float32)
+bits = np.full(1 << 16, 0x3F80, np.uint16)
+out = np.empty(1 << 16, np.uint16)
+J.bf16_widen_first(acc, bits)
+J.bf16_accumulate(acc, bits)
+J.bf16_encode(acc, out)
+J.bf16_finish(acc, out, np.float32(0.5), True)
+J.bf16_scale(bits, out, np.float32(2.0))
+print(before, len(os.listdir("/proc/self/task")), int(out[0]))
+"""
+
+
+def test_the_compiled_kernels_start_no_thread() -> None:
+    """The numba kernels are compiled without ``parallel`` (no threading layer): loading and
+    running them starts no thread, so there is no thread whose stop-signal mask the package
+    would have to set (those it starts block them, :func:`start_thread`)."""
+    env = {**_ENV, "OPENBLAS_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", _NUMBA_KERNELS_RUN], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "1 1 16384\n", "")
+
+
 @contextlib.contextmanager
 def _waiting_rank(*args: str) -> Iterator[subprocess.Popen[str]]:
     """A ``flodl-proto rank`` (rank 0 of 1) whose relay is this test: it acks the handshake,
