@@ -429,14 +429,29 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         return 1
     except ImportError as exc:  # a dependency that fails to load (a broken NumPy): one line
         _flush_or_quiet_stdout()
-        name, tb = exc.name, exc.__traceback__  # else the last module whose top level ran
-        while tb is not None and not exc.name:
-            name = tb.tb_frame.f_globals.get("__name__") if tb.tb_frame.f_code.co_name == \
-                "<module>" else name
-            tb = tb.tb_next
         print(f"{_argv_prog(sys.argv[1:] if argv is None else argv)}: error: cannot import "
-              f"{name or 'a module'}: {_one_line(str(exc))}", file=sys.stderr, flush=True)
+              f"{_failed_import(exc)}: {_one_line(str(exc))}", file=sys.stderr, flush=True)
         return 1
+
+
+def _failed_import(exc: ImportError) -> str:
+    """The module to name for the failed import ``exc``: the dependency the package imported
+    (the top-level package of the first module outside ``flodl_proto`` whose top level was
+    running, e.g. ``numpy`` when a module NumPy imports is missing), else the module that
+    failed (``exc.name``), else the last module whose top level ran, else ``a module``."""
+    last: str | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "<module>":
+            name = tb.tb_frame.f_globals.get("__name__")
+            if isinstance(name, str) and name != "__main__":
+                if name.partition(".")[0] != __package__:
+                    return name.partition(".")[0]
+                last = name
+        tb = tb.tb_next
+    if exc.name:
+        return exc.name
+    return last or "a module"
 
 
 def _spec_failure(exc: RuntimeError, prog: str) -> int:

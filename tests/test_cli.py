@@ -2643,8 +2643,10 @@ def test_salt_of_hex_digits_and_spaces_says_how_many_digits(
 ])
 @pytest.mark.parametrize(("init", "reason"), [
     ("raise ImportError('numpy is broken here')\n", "cannot import numpy: numpy is broken here"),
+    # a module NumPy imports is missing: NumPy, the dependency, is named, and the reason names
+    # the missing module (it was named alone, a module the user never asked for)
     ("import numpy_part_that_is_missing\n",
-     "cannot import numpy_part_that_is_missing: No module named 'numpy_part_that_is_missing'"),
+     "cannot import numpy: No module named 'numpy_part_that_is_missing'"),
 ])
 def test_a_numpy_that_fails_to_import_is_one_line(tmp_path: Path, args: tuple[str, ...],
                                                   init: str, reason: str) -> None:
