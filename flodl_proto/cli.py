@@ -65,7 +65,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from ._numbers import plain_number
-from ._oserr import os_reason
+from ._oserr import failed_import, os_reason
 from ._threads import import_on_a_blocking_thread
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
@@ -430,28 +430,8 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
     except ImportError as exc:  # a dependency that fails to load (a broken NumPy): one line
         _flush_or_quiet_stdout()
         print(f"{_argv_prog(sys.argv[1:] if argv is None else argv)}: error: cannot import "
-              f"{_failed_import(exc)}: {_one_line(str(exc))}", file=sys.stderr, flush=True)
+              f"{failed_import(exc)}: {_one_line(str(exc))}", file=sys.stderr, flush=True)
         return 1
-
-
-def _failed_import(exc: ImportError) -> str:
-    """The module to name for the failed import ``exc``: the dependency the package imported
-    (the top-level package of the first module outside ``flodl_proto`` whose top level was
-    running, e.g. ``numpy`` when a module NumPy imports is missing), else the module that
-    failed (``exc.name``), else the last module whose top level ran, else ``a module``."""
-    last: str | None = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name == "<module>":
-            name = tb.tb_frame.f_globals.get("__name__")
-            if isinstance(name, str) and name != "__main__":
-                if name.partition(".")[0] != __package__:
-                    return name.partition(".")[0]
-                last = name
-        tb = tb.tb_next
-    if exc.name:
-        return exc.name
-    return last or "a module"
 
 
 def _spec_failure(exc: RuntimeError, prog: str) -> int:
