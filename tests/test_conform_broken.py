@@ -416,6 +416,20 @@ def relay_sums_weights_from_plus_zero(mp: pytest.MonkeyPatch) -> None:
     _rework_merged(mp, rework)
 
 
+def relay_promotes_tensor_by_tensor(mp: pytest.MonkeyPatch) -> None:
+    """The relay promotes only the tensors a later deposit carries bytes for: a merged round
+    ships the first deposit's tensor verbatim where every later deposit elided it (its -0.0
+    kept, a tensor every deposit elided still elided), where the whole first deposit is
+    promoted to sums from +0.0."""
+    def rework(merged: RoundFrame, frames: list[RoundFrame]) -> RoundFrame:
+        seed, later = frames[0], frames[1:]
+        return RoundFrame(merged.kind, merged.weight, tuple(
+            seed.tensors[k] if all(f.tensors[k].elided for f in later) else t
+            for k, t in enumerate(merged.tensors)))
+
+    _rework_merged(mp, rework)
+
+
 def relay_checks_byte_count_not_shape(mp: pytest.MonkeyPatch) -> None:
     """The relay compares a deposit's tensors with the round's first by element count, not
     shape: a [3, 2] tensor folds into a [2, 3] one."""
@@ -557,6 +571,9 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
                                 {"relay.fold.bf16-three-deposits"}),
     "relay-sums-weights-from-plus-zero": ("relay", 3, relay_sums_weights_from_plus_zero,
                                           relay_target(), False, {"relay.fold.signed-zeros"}),
+    "relay-promotes-tensor-by-tensor": ("relay", 3, relay_promotes_tensor_by_tensor,
+                                        relay_target(), False,
+                                        {"relay.fold.promotion-is-whole"}),
     "relay-checks-byte-count-not-shape": ("relay", 2, relay_checks_byte_count_not_shape,
                                           relay_target(), False,
                                           {"relay.schema.transposed-shape"}),
@@ -582,3 +599,23 @@ def test_broken_target_fails_exactly_its_cases(name: str, monkeypatch: pytest.Mo
     brk(monkeypatch)
     failed, text = _run(role, version, factory, port_mux=port_mux)
     assert failed == expected, f"{name}: failed {sorted(failed)}\n{text}"
+
+
+@pytest.mark.timeout(60)
+def test_promotion_is_whole_fails_a_relay_promoting_tensor_by_tensor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """relay.fold.promotion-is-whole passes against this package's relay and fails against
+    one that keeps the first deposit's tensors no later deposit carried bytes for."""
+    case_id = "relay.fold.promotion-is-whole"
+    assert _run("relay", 3, relay_target(), patterns=(case_id,)) == (set(), "")
+    relay_promotes_tensor_by_tensor(monkeypatch)
+    failed, text = _run("relay", 3, relay_target(), patterns=(case_id,))
+    assert failed == {case_id}
+    lines = text.splitlines()
+    assert [ln for ln in lines if not ln.lstrip().startswith(("expected:", "observed:"))] == [
+        f"FAIL {case_id} v3 [MUST] (semantics:relay_barrier)",
+        "     step 12: connection up: expected a HostFrame record (120 bytes), observed 108 "
+        "bytes (they already differ)",
+        # tensor 2, elided by both deposits, ships elided (0 bytes) where 12 zero bytes belong
+        "     first differing byte offset: 13 (payload_len: expected 95, observed 83)",
+        "     target: exit 0 after SIGTERM"]
