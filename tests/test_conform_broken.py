@@ -38,6 +38,7 @@ from flodl_proto.errors import ProtocolError, protocol_error
 from flodl_proto.fsm import controller_core, relay_core
 from flodl_proto.reduce import HostFold, reduce_realized_work, sum_frames
 from flodl_proto.runner import _port_mux as port_mux
+from flodl_proto.runner import relay_fanout
 from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST
 
 CATALOGUE = load_catalogue()
@@ -430,6 +431,13 @@ def relay_promotes_tensor_by_tensor(mp: pytest.MonkeyPatch) -> None:
     _rework_merged(mp, rework)
 
 
+def relay_lacks_the_control_bound(mp: pytest.MonkeyPatch) -> None:
+    """The relay reads a Control record from the controller whatever its length (up to the
+    frame ceiling), as upstream does, where it refuses one past the control bound from its
+    header."""
+    mp.setattr(relay_fanout, "control_too_long", lambda *args: None)
+
+
 def relay_checks_byte_count_not_shape(mp: pytest.MonkeyPatch) -> None:
     """The relay compares a deposit's tensors with the round's first by element count, not
     shape: a [3, 2] tensor folds into a [2, 3] one."""
@@ -574,6 +582,8 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
     "relay-promotes-tensor-by-tensor": ("relay", 3, relay_promotes_tensor_by_tensor,
                                         relay_target(), False,
                                         {"relay.fold.promotion-is-whole"}),
+    "relay-lacks-the-control-bound": ("relay", 2, relay_lacks_the_control_bound,
+                                      relay_target(), False, {"relay.limits.control-over-bound"}),
     "relay-checks-byte-count-not-shape": ("relay", 2, relay_checks_byte_count_not_shape,
                                           relay_target(), False,
                                           {"relay.schema.transposed-shape"}),
@@ -618,4 +628,21 @@ def test_promotion_is_whole_fails_a_relay_promoting_tensor_by_tensor(
         "bytes (they already differ)",
         # tensor 2, elided by both deposits, ships elided (0 bytes) where 12 zero bytes belong
         "     first differing byte offset: 13 (payload_len: expected 95, observed 83)",
+        "     target: exit 0 after SIGTERM"]
+
+
+@pytest.mark.timeout(60)
+def test_control_over_bound_fails_a_relay_without_the_control_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """relay.limits.control-over-bound passes against this package's relay and fails against
+    one that reads the over-long Control record (a DeclareDead it then acts on) and goes on."""
+    case_id = "relay.limits.control-over-bound"
+    for version in (2, 3):
+        assert _run("relay", version, relay_target(), patterns=(case_id,)) == (set(), "")
+    relay_lacks_the_control_bound(monkeypatch)
+    failed, text = _run("relay", 3, relay_target(), patterns=(case_id,))
+    assert failed == {case_id}
+    assert text.splitlines() == [
+        f"FAIL {case_id} v3 [SHOULD] (section:Departures from upstream)",
+        "     step 11: connection r0: expected the target to close it; still open after 2s",
         "     target: exit 0 after SIGTERM"]
