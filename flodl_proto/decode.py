@@ -41,14 +41,12 @@ reply frame).
 
 from __future__ import annotations
 
-import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
+from ._decode_render import control_fields, frame_json
 from ._decode_table import format_table, table_end, table_head, table_line
 from ._hexdump import parse_hex_dump
 from .codec._common import END_OF_STREAM, BytesLike, as_view, check_version
@@ -66,12 +64,11 @@ from .codec.mux import (
     encode_control,
     parse_mux_header_or_eos,
 )
-from .codec.round_frame import Dtype, RoundFrame, TensorPayload, round_frame_extent
+from .codec.round_frame import RoundFrame, round_frame_extent
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
 from .codec.stream import MagicReceived, MuxStream, RecordReceived, StreamFailed
 from .errors import ProtocolError, protocol_error
-from .interop.jsonio import control_to_json, f64_bits
 from .spec import (
     AUTH_TAG_LEN,
     CHANNEL_MAGIC_DATA,
@@ -79,7 +76,6 @@ from .spec import (
     CHANNELS,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
-    ELEMENT_SIZE,
     HANDSHAKE_ACK_LEN,
     HANDSHAKE_LEN,
     HANDSHAKE_MAGIC_CONTROLLER_ACK,
@@ -393,68 +389,6 @@ _HEX_TEXT = frozenset("0123456789abcdefABCDEF: \t\r\n`~")
 
 
 # -------------------------------------------------------------------------------------------------
-# Rendering helpers
-# -------------------------------------------------------------------------------------------------
-def _jfloat(x: float) -> float | str:
-    """A JSON-safe float: non-finite values become the strings ``NaN``, ``inf``, ``-inf``."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return float(x)
-
-
-def _dtype_name(code: int) -> str:
-    try:
-        return Dtype(code).name.lower()
-    except ValueError:
-        return f"unknown({code})"
-
-
-def _tensor_json(t: TensorPayload, version: int, values: bool) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "dtype": _dtype_name(t.dtype), "dtype_byte": t.dtype, "shape": list(t.shape),
-        "nbytes": t.nbytes, "elided": t.nbytes == 0 and t.numel > 0,
-    }
-    es = ELEMENT_SIZE.get(t.dtype)
-    if es is None:
-        obj["note"] = "unknown dtype tag (accepted by the reader, rejected by the fold)"
-    elif obj["elided"]:
-        if version < 3:
-            obj["note"] = "elided payload: not legal at protocol version 2 (the fold rejects it)"
-    elif t.nbytes != t.numel * es:
-        obj["note"] = (f"nbytes does not match the shape (expected {t.numel * es}); accepted by "
-                       "the reader, rejected by the fold")
-    elif t.numel > 0:
-        try:
-            arr = t.array()
-        except ProtocolError as e:  # e.g. more dimensions than NumPy supports
-            obj["note"] = str(e)
-        else:
-            with np.errstate(invalid="ignore", over="ignore"):  # NaNs, signalling ones too
-                wide = arr.astype(np.float64).reshape(-1)
-                obj["min"] = _jfloat(float(np.min(wide)))
-                obj["max"] = _jfloat(float(np.max(wide)))
-                obj["mean"] = _jfloat(float(np.mean(wide)))
-            if values:
-                obj["values"] = [_jfloat(float(v)) for v in wide]
-    if values and "values" not in obj and t.nbytes:
-        obj["data"] = bytes(t.data).hex()
-    return obj
-
-
-def _frame_json(pf: ParsedFrame, status: TagStatus, version: int, values: bool
-                ) -> dict[str, Any]:
-    f = pf.frame
-    return {
-        "kind": f.kind.name.lower(), "kind_byte": int(f.kind), "weight": _jfloat(f.weight),
-        "weight_bits": f64_bits(f.weight), "num_tensors": len(f.tensors), "wire_len": pf.length,
-        "tag": pf.tag.hex(), "tag_status": status,
-        "tensors": [_tensor_json(t, version, values) for t in f.tensors],
-    }
-
-
-# -------------------------------------------------------------------------------------------------
 # Decoding
 # -------------------------------------------------------------------------------------------------
 class _Decoder:
@@ -487,8 +421,10 @@ class _Decoder:
         except ProtocolError as e:
             raise _Stop(at, e) from None
 
-    def _frame_status(self, pf: ParsedFrame, body: memoryview) -> TagStatus:
-        return self._count(tag_status(self.salt, [body[:pf.covered]], pf.tag))
+    def _frame_json(self, pf: ParsedFrame, body: memoryview) -> dict[str, Any]:
+        """The frame's fields, its tag checked over ``body`` (the bytes it was parsed from)."""
+        status = self._count(tag_status(self.salt, [body[:pf.covered]], pf.tag))
+        return frame_json(pf.frame, pf.length, pf.tag, status, self.version, self.values)
 
     def run(self, leg: Leg) -> DecodeReport:
         try:
@@ -601,13 +537,7 @@ class _Decoder:
             rec["wire_rank"] = hdr.rank  # ignored by the reader (leniency mux_rank_ignored)
         if record.control is not None:
             control = self._control(pos, payload, record.control)
-            rec["control"] = control_to_json(control, self.version)
-            extra = len(payload) - len(encode_control(control, self.version))
-            if extra > 0:  # upstream's reader ignores them (consumed count discarded)
-                rec["trailing_bytes"] = extra
-                if self.version == 2 and isinstance(record.control, Hello):
-                    rec["note"] = ("ignored by a version 2 reader; a version 3 Hello? "
-                                   "--protocol-version 3")
+            rec.update(control_fields(control, self.version, len(payload)))
         elif kind is RecordKind.DATA:
             shown = payload if self.values else payload[:_DATA_PREVIEW]
             rec["payload"] = bytes(shown).hex()
@@ -618,7 +548,7 @@ class _Decoder:
             if pf is None:  # the payload ends inside the frame header
                 raise _Stop(pos, protocol_error("frame.header_read_failed", got=payload.nbytes,
                                                 need=ROUND_FRAME_HEADER_LEN))
-            fj = _frame_json(pf, self._frame_status(pf, payload), self.version, self.values)
+            fj = self._frame_json(pf, payload)
             if pf.length < payload.nbytes:  # leniency hostframe_trailing
                 fj["trailing_bytes"] = payload.nbytes - pf.length
             rec["frame"] = fj
@@ -651,7 +581,7 @@ class _Decoder:
             pf = self._frame(mv, pos)
             if pf is None:
                 return
-            fj = _frame_json(pf, self._frame_status(pf, mv), self.version, self.values)
+            fj = self._frame_json(pf, mv)
             self._emit({"offset": pos, "length": pf.length, "type": "round_frame", "frame": fj})
             pos += pf.length
 
@@ -734,7 +664,7 @@ class _Decoder:
             raise _Stop(pos, err)
         rec: dict[str, Any] = {"offset": pos, "length": n, "type": "len_framed",
                                "body_len": length}
-        fj = _frame_json(pf, self._frame_status(pf, body), self.version, self.values)
+        fj = self._frame_json(pf, body)
         if pf.length < length:
             if direction == "relay_to_rank":
                 raise _Stop(pos, protocol_error("framed_round.underrun", short=length - pf.length,
