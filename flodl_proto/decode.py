@@ -68,6 +68,7 @@ from .codec.round_frame import RoundFrame, round_frame_extent
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
 from .codec.stream import MagicReceived, MuxStream, RecordReceived, StreamFailed
+from .codec.structs import HANDSHAKE, HANDSHAKE_ACK
 from .errors import ProtocolError, protocol_error
 from .spec import (
     AUTH_TAG_LEN,
@@ -619,8 +620,10 @@ class _Decoder:
         mv = self.mv
         rank: int | None = None
         try:
-            if len(mv) >= HANDSHAKE_LEN and _U32.unpack_from(mv, 0)[0] == HANDSHAKE_MAGIC_RANK:
-                self._auto_version(_U32.unpack_from(mv, 4)[0])
+            # the version field as the codec's layout reads it, the checks left to the codec
+            head = HANDSHAKE.parse(mv[:HANDSHAKE_LEN]) if len(mv) >= HANDSHAKE_LEN else None
+            if head is not None and head.magic == HANDSHAKE_MAGIC_RANK:
+                self._auto_version(head.version)
             # the world size is not known here: the codec checks all else and returns it
             hs, n = decode_handshake(mv, None, check_version(self.version))
         except ProtocolError as e:
@@ -638,7 +641,7 @@ class _Decoder:
         mv = self.mv
         try:
             if len(mv) >= HANDSHAKE_ACK_LEN:
-                self._auto_version(_U32.unpack_from(mv, 4)[0])
+                self._auto_version(HANDSHAKE_ACK.parse(mv[:HANDSHAKE_ACK_LEN]).version)
             n = decode_ack(mv, check_version(self.version))
         except ProtocolError as e:
             raise _Stop(0, e) from None
