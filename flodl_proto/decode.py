@@ -42,9 +42,9 @@ reply frame).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ._decode_render import control_fields, frame_json
 from ._decode_table import format_table, table_end, table_head, table_line
@@ -56,7 +56,6 @@ from .codec.handshake import decode_ack, decode_handshake, http_stream
 from .codec.loopback import decode_len_framed_or_eos
 from .codec.mux import (
     ControlMessage,
-    Hello,
     MuxHeader,
     MuxRecord,
     RecordKind,
@@ -87,6 +86,7 @@ from .spec import (
     MUX_RECORD_MAGIC,
     ROUND_FRAME_HEADER_LEN,
     ROUND_FRAME_MAGIC,
+    SPEC,
     SUPPORTED_VERSIONS,
 )
 
@@ -385,6 +385,24 @@ def detect_leg(data: BytesLike) -> tuple[Leg, str]:
     raise UnknownLeg(head, http=http_stream(mv), hex_text=all(chr(b) in _HEX_TEXT for b in head))
 
 
+def _version_telling(variants: Iterable[Mapping[str, Any]],
+                     supported: Iterable[int]) -> frozenset[str]:
+    """The names of the control messages (``variants``: ``relay_control_msg``'s in
+    ``spec/wire.yaml``) whose layout differs between the ``supported`` versions: one of their
+    fields is missing from some supported version (its ``versions``; a field without them is in
+    every one). Decoded whole at one version only, such a message tells a stream's version."""
+    every = frozenset(supported)
+    return frozenset(str(var["name"]) for var in variants
+                     if any(frozenset(f.get("versions", every)) & every != every
+                            for f in var["fields"]))
+
+
+#: the control messages whose layout differs between versions, from the spec (a Hello: version
+#: 3 added ``model_sigs``); the first of them in a mux stream tells its version
+_VERSION_TELLING: Final[frozenset[str]] = _version_telling(
+    SPEC.message("relay_control_msg")["variants"], SUPPORTED_VERSIONS)
+
+
 #: the characters hex text starts with (digits, an offset's colon, blanks, a code fence)
 _HEX_TEXT = frozenset("0123456789abcdefABCDEF: \t\r\n`~")
 
@@ -490,9 +508,10 @@ class _Decoder:
 
     def _control(self, pos: int, payload: memoryview, read: ControlMessage) -> ControlMessage:
         """The message of the Control record at ``pos`` (``read``: as the stream read it).
-        Without an explicit version, the first Hello tells it, as the dissector detects it: the
-        highest version that decodes the whole payload (version 3 added ``model_sigs``); a
-        later Hello that does not decode at that version stops the decode there."""
+        Without an explicit version, the first message of ``_VERSION_TELLING`` tells it, as
+        the dissector detects it: the highest version that decodes the whole payload (a Hello:
+        version 3 added ``model_sigs``); a later one that does not decode at that version stops
+        the decode there."""
         undecided = self.explicit_version is None and not self.detected
         for v in sorted(SUPPORTED_VERSIONS, reverse=True) if undecided else ():
             try:
@@ -500,7 +519,7 @@ class _Decoder:
             except ProtocolError:
                 continue
             if len(encode_control(msg, v)) == len(payload):
-                if isinstance(msg, Hello):  # the one message whose fields differ by version
+                if type(msg).__name__ in _VERSION_TELLING:  # its layout differs by version
                     self.version, self.detected = v, True
                 break
         if self.version == self.read_version:
