@@ -66,7 +66,13 @@ from .codec.mux import (
 from .codec.round_frame import RoundFrame, round_frame_extent
 from .codec.round_frame import parse_round_frame as _parse_unverified
 from .codec.round_frame import parse_round_frame_or_eos as _parse_unverified_or_eos
-from .codec.stream import MagicReceived, MuxStream, RecordReceived, StreamFailed
+from .codec.stream import (
+    MagicReceived,
+    MuxStream,
+    RecordReceived,
+    StreamEvent,
+    StreamFailed,
+)
 from .codec.structs import HANDSHAKE, HANDSHAKE_ACK
 from .errors import ProtocolError, protocol_error
 from .spec import (
@@ -492,8 +498,32 @@ class _Decoder:
         self.read_version, self.detected = self.version, False  # until a Hello tells it
         stream = MuxStream(None, version=self.version, ceiling=self.ceiling,
                            expect_magic=magic)
-        pos = 0
-        for ev in [*stream.feed(mv), *stream.feed_eof()]:
+        # without a version, the magic and the first record (a Hello that may tell it) go first,
+        # and the rest to a stream of the version told: each Control record is decoded once
+        first = self._first_record_end(magic) if self.explicit_version is None else len(mv)
+        pos = self._mux_events(stream.feed(mv[:first]), 0, magic)
+        if self.version != self.read_version:
+            self.read_version = self.version
+            stream = MuxStream(None, version=self.version, ceiling=self.ceiling,
+                               expect_magic=None)
+        self._mux_events([*stream.feed(mv[first:]), *stream.feed_eof()], pos, magic)
+
+    def _first_record_end(self, magic: int | None) -> int:
+        """Where the channel magic (when ``magic``) and the first record end, when both are in
+        the input whole; else the input's end (the stream reports what is wrong or cut)."""
+        start = CHANNEL_MAGIC_LEN if magic is not None else 0
+        try:
+            hdr = parse_mux_header_or_eos(self.mv[start:], ceiling=self.ceiling)
+        except ProtocolError:
+            return len(self.mv)
+        if hdr is END_OF_STREAM:
+            return len(self.mv)
+        return min(start + MUX_HEADER_LEN + hdr.payload_len, len(self.mv))
+
+    def _mux_events(self, events: list[StreamEvent], pos: int, magic: int | None) -> int:
+        """Emit the records of ``events`` (the first at offset ``pos``); return the offset
+        after them."""
+        for ev in events:
             if isinstance(ev, MagicReceived):
                 self._emit({"offset": 0, "length": ev.nbytes, "type": "channel_magic",
                             "channel": "data", "magic": f"0x{magic:08x}"})
@@ -505,6 +535,7 @@ class _Decoder:
                 if magic is None or pos > 0:  # a record failed, not the magic
                     self._failed_record_tag(pos)
                 raise _Stop(pos, ev.error, ended=ev.error.error_id == "mux.truncated")
+        return pos
 
     def _control(self, pos: int, payload: memoryview, read: ControlMessage) -> ControlMessage:
         """The message of the Control record at ``pos`` (``read``: as the stream read it).
@@ -514,13 +545,14 @@ class _Decoder:
         the decode there."""
         undecided = self.explicit_version is None and not self.detected
         for v in sorted(SUPPORTED_VERSIONS, reverse=True) if undecided else ():
-            try:
-                msg = decode_control(payload, v)
+            try:  # each version decoded once: the stream's read is reused
+                msg = read if v == self.read_version else decode_control(payload, v)
             except ProtocolError:
                 continue
             if len(encode_control(msg, v)) == len(payload):
                 if type(msg).__name__ in _VERSION_TELLING:  # its layout differs by version
                     self.version, self.detected = v, True
+                    return msg  # the records after it are read at v (the first record's)
                 break
         if self.version == self.read_version:
             return read

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import pytest
 
 import flodl_proto.decode as decode_mod
@@ -15,12 +16,19 @@ from flodl_proto.codec import (
     Hello,
     MuxRecord,
     RankExit,
+    RecordKind,
+    RoundFrame,
+    RoundKind,
+    TensorPayload,
     encode_ack,
     encode_channel_magic,
+    encode_frame_record,
     encode_handshake,
     encode_mux_record_bytes,
 )
 from flodl_proto.decode import EXIT_OK, decode_stream
+from flodl_proto.errors import ProtocolError
+from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.spec import SPEC, SUPPORTED_VERSIONS
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
@@ -97,3 +105,58 @@ def test_the_version_is_told_by_the_messages_the_spec_names(
     rep = decode_stream(exit_rec, "mux")
     assert rep.version == 3 and rep.records[0]["control"] == {
         "variant": "RankExit", "variant_index": 2, "rank": 5}
+
+
+def _count_control_decodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every Control payload the codec decodes, as (message, version), whoever calls it (the
+    stream's record reader or the decoder)."""
+    import flodl_proto.codec.mux as mux_mod
+
+    real = mux_mod.decode_control
+    calls: list[tuple[str, int]] = []
+
+    def counted(data: Any, version: int = 2) -> Any:
+        try:
+            msg = real(data, version)
+        except ProtocolError:
+            calls.append(("failed", version))
+            raise
+        calls.append((type(msg).__name__, version))
+        return msg
+
+    monkeypatch.setattr(mux_mod, "decode_control", counted)
+    monkeypatch.setattr(decode_mod, "decode_control", counted)
+    return calls
+
+
+def _v_stream(version: int) -> bytes:
+    """relay -> controller at ``version``: the magic, a Hello, a HostFrame, a RankExit."""
+    frame = RoundFrame(RoundKind.MODEL, 1.0, [TensorPayload.from_array(
+        np.array([1.0, 2.0], np.float32))])
+    return (encode_channel_magic("data")
+            + encode_mux_record_bytes(MuxRecord.control_msg(Hello("h", [0, 1]), version), SALT)
+            + b"".join(encode_frame_record(RecordKind.HOST_FRAME, frame, SALT))
+            + encode_mux_record_bytes(MuxRecord.control_msg(RankExit(1), version), SALT))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_each_control_record_is_decoded_once_at_each_version_tried(
+        version: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version 3 stream's Hello was decoded three times (by the stream at 2, to tell the
+    version at 3, again at 3 to show it) and each later Control record twice (at 2, then at 3);
+    a version 2 Hello twice at 2. The Hello is now decoded once at each version tried and the
+    records after it once, at the version it told."""
+    calls = _count_control_decodes(monkeypatch)
+    rep = decode_stream(_v_stream(version), "mux", salt=SALT)
+    assert rep.exit_code == EXIT_OK and rep.version == version and rep.bad_tags == 0
+    assert [r["type"] for r in rep.records] == ["channel_magic", "mux_record", "mux_record",
+                                                "mux_record"]
+    assert rep.records[1]["control"] == control_to_json(Hello("h", [0, 1]), version)
+    assert rep.records[3]["control"] == {"variant": "RankExit", "variant_index": 2, "rank": 1}
+    if version == 3:  # the stream reads the Hello at 2 (with a trailing byte), then 3 tells it
+        assert calls == [("Hello", 2), ("Hello", 3), ("RankExit", 3)]
+    else:  # at 3 the Hello lacks model_sigs, at 2 it is the one the stream read
+        assert calls == [("Hello", 2), ("failed", 3), ("RankExit", 2)]
+    calls.clear()
+    rep = decode_stream(_v_stream(version), "mux", salt=SALT, version=version)
+    assert rep.version == version and calls == [("Hello", version), ("RankExit", version)]
