@@ -241,6 +241,8 @@ class DecodeReport:
         bad_tags: how many tags did not verify.
         version: the protocol version the stream was decoded as.
         count: how many records were decoded (kept or handed on).
+        version_told: True when the stream's own bytes told the version (no version given): a
+            loopback handshake or ack of a supported version, or a mux Hello.
 
     No upstream counterpart: upstream has no decoder tool.
     """
@@ -252,7 +254,8 @@ class DecodeReport:
     salted: bool = False
     bad_tags: int = 0
     version: int = DEFAULT_VERSION
-    count: int = 0  # last: the fields before keep their positions
+    count: int = 0  # after the fields before, which keep their positions
+    version_told: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -423,6 +426,7 @@ class _Decoder:
         self.mv = data
         self.salt = salt
         self.explicit_version = version
+        self.detected = False  # the stream's own bytes told the version
         self.version = version if version is not None else DEFAULT_VERSION
         self.values = values
         self.ceiling = ceiling
@@ -465,7 +469,7 @@ class _Decoder:
             e = s.error
             ended = s.ended or e.error_id in _RAN_OUT
             self.report.failure = DecodeFailure(s.offset, str(e), e.kind, e.error_id, ended)
-        self.report.version = self.version
+        self.report.version, self.report.version_told = self.version, self.detected
         return self.report
 
     def _cut_in_header(self, leg: Leg) -> None:
@@ -665,7 +669,7 @@ class _Decoder:
 
     def _auto_version(self, carried: int) -> None:
         if self.explicit_version is None and carried in SUPPORTED_VERSIONS:
-            self.version = carried
+            self.version, self.detected = carried, True
 
     def _handshake(self) -> tuple[int, int | None]:
         mv = self.mv

@@ -6,14 +6,20 @@ directions of a ``--pcap`` connection read at the version of its Hello."""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import flodl_proto.decode as decode_mod
+from flodl_proto.cli import main
 from flodl_proto.codec import (
+    DeclareDead,
+    Dtype,
     Hello,
+    HelloAck,
     MuxRecord,
     RankExit,
     RecordKind,
@@ -30,6 +36,8 @@ from flodl_proto.decode import EXIT_OK, decode_stream
 from flodl_proto.errors import ProtocolError
 from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.spec import SPEC, SUPPORTED_VERSIONS
+
+from .pcap_writer import Capture
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 
@@ -160,3 +168,86 @@ def test_each_control_record_is_decoded_once_at_each_version_tried(
     calls.clear()
     rep = decode_stream(_v_stream(version), "mux", salt=SALT, version=version)
     assert rep.version == version and calls == [("Hello", version), ("RankExit", version)]
+
+
+def _elided_broadcast() -> bytes:
+    """A Broadcast whose one tensor is elided (legal at version 3 only)."""
+    frame = RoundFrame(RoundKind.MODEL, 0.0, [TensorPayload(Dtype.F32, [8, 8], b"")])
+    return b"".join(encode_frame_record(RecordKind.BROADCAST, frame, SALT))
+
+
+def _down(version: int) -> bytes:
+    """controller -> relay: HelloAck, an elided Broadcast, DeclareDead (no Hello)."""
+    return (encode_mux_record_bytes(MuxRecord.control_msg(HelloAck(), version), SALT)
+            + _elided_broadcast()
+            + encode_mux_record_bytes(MuxRecord.control_msg(DeclareDead(3), version), SALT))
+
+
+#: the elided tensor read at 3, and at 2 (where the note says the fold rejects it)
+ELIDED_3 = {"dtype": "f32", "dtype_byte": 0, "shape": [8, 8], "nbytes": 0, "elided": True}
+ELIDED_2 = {**ELIDED_3,
+            "note": "elided payload: not legal at protocol version 2 (the fold rejects it)"}
+
+
+def _pcap_lines(tmp_path: Path, cap: Capture, capsys: pytest.CaptureFixture[str],
+                *extra: str) -> tuple[int, dict[str, list[dict[str, Any]]]]:
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(cap.pcap())
+    rc = main(["decode", "--pcap", str(path), "--port", "1337", "--salt", SALT.hex(), *extra])
+    by: dict[str, list[dict[str, Any]]] = {}
+    for line in capsys.readouterr().out.splitlines():
+        rec = json.loads(line)
+        by.setdefault(rec.pop("stream"), []).append(rec)
+    return rc, by
+
+
+def test_pcap_reads_the_controller_s_direction_at_the_version_of_the_relay_s_hello(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``decode --pcap`` read the controller -> relay direction, which carries no Hello, at
+    version 2 whatever the relay's Hello said; it is now read at the version the Hello of the
+    connection's other direction told: a version 3 connection's elided Broadcast is legal, a
+    version 2 connection's is not, each connection read at its own."""
+    cap = Capture()
+    relay_a, relay_b, ctrl = ("10.0.0.2", 40001), ("10.0.0.3", 40002), ("10.0.0.1", 1337)
+    a, b = cap.connect(relay_a, ctrl), cap.connect(relay_b, ctrl)
+    for conn, version in ((a, 3), (b, 2)):
+        cap.send(conn, True, encode_channel_magic("data") + encode_mux_record_bytes(
+            MuxRecord.control_msg(Hello("h", [0, 1]), version), SALT), (20, 9))
+    cap.send(a, False, _down(3), (30,))
+    cap.send(b, False, _down(2), (30,))
+    rc, by = _pcap_lines(tmp_path, cap, capsys)
+    assert rc == EXIT_OK
+    assert list(by) == [a.label(True), a.label(False), b.label(True), b.label(False)]
+    assert by[a.label(True)][1]["control"] == control_to_json(Hello("h", [0, 1]), 3)
+    assert by[b.label(True)][1]["control"] == control_to_json(Hello("h", [0, 1]), 2)
+    down_a, down_b = by[a.label(False)], by[b.label(False)]
+    assert [r["type"] for r in down_a] == ["mux_record"] * 3 + ["end"]
+    assert down_a[0]["control"] == {"variant": "HelloAck", "variant_index": 1}
+    assert down_a[1]["frame"]["tensors"] == [ELIDED_3]
+    assert down_a[2]["control"] == {"variant": "DeclareDead", "variant_index": 3, "rank": 3}
+    assert down_a[3] == {"type": "end", "offset": len(_down(3)), "records": 3, "bad_tags": 0}
+    assert down_b[1]["frame"]["tensors"] == [ELIDED_2]
+    # a version given is used for both directions, as before
+    rc, by = _pcap_lines(tmp_path, cap, capsys, "--protocol-version", "2")
+    assert by[a.label(False)][1]["frame"]["tensors"] == [ELIDED_2]
+
+
+def test_pcap_of_one_direction_reads_it_as_before(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the relay's direction (no Hello captured) the controller's is read at 2, and
+    the relay's alone at the version of its Hello, as before."""
+    cap = Capture()
+    conn = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 1337))
+    cap.send(conn, False, _down(3), (30,))
+    rc, by = _pcap_lines(tmp_path, cap, capsys)
+    assert rc == EXIT_OK and list(by) == [conn.label(False)]
+    assert by[conn.label(False)][1]["frame"]["tensors"] == [ELIDED_2]
+    cap = Capture()
+    conn = cap.connect(("10.0.0.2", 40001), ("10.0.0.1", 1337))
+    cap.send(conn, True, encode_channel_magic("data") + encode_mux_record_bytes(
+        MuxRecord.control_msg(Hello("h", [0], [bytes(32)]), 3), SALT) + _elided_broadcast())
+    rc, by = _pcap_lines(tmp_path, cap, capsys)
+    assert rc == EXIT_OK and list(by) == [conn.label(True)]
+    up = by[conn.label(True)]
+    assert up[1]["control"] == control_to_json(Hello("h", [0], [bytes(32)]), 3)
+    assert up[2]["frame"]["tensors"] == [ELIDED_3]

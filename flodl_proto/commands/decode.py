@@ -10,21 +10,22 @@
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd``,
 ``hexdump -C`` or ``od -Ax -tx1`` output (from any offset; ``*`` lines expanded), or the
 offset-prefixed dumps of ``docs/protocol.md``; with ``--pcap`` it is a libpcap/pcapng capture and
-every TCP stream to or from ``--port`` is decoded, each direction on its own (``--port`` may be
-repeated: the streams of each port in the order given, a connection between two of them once, under
-the first; a port with no stream is warned about on stderr, none at all is exit 1); a capture that
-ends inside its file header or a packet record is reported on stderr with the byte it ends at, the
-streams of the whole packets before the cut are decoded, and the exit code is 4 (when the whole
-packets before the cut hold no stream of the ports, none at all when the file header or the first
-packet is cut, that is no TCP stream, exit 1, on one line naming the cut). A stream with
-bytes missing from the capture (a hole between its segments, or a packet cut short by the snaplen:
-its IP header claims more bytes than were captured) is warned about on stderr with the stream
-offset, decoded up to there and ends ``capture_ended`` there (``CAPTURE ENDED`` in the table, not a
-clean end), exit 4. The leg is told from the first bytes (data channel magic or mux record:
-``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame: ``frame``)
-unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per line per
-record (or a table), and last the end of the stream, the point where the input ended inside a
-record, or the error that stopped decoding, with its byte offset.
+every TCP stream to or from ``--port`` is decoded, each direction on its own, the controller ->
+relay direction (no Hello) at the version its connection's relay -> controller Hello told
+(``--port`` may be repeated: the streams of each port in the order given, a connection between two
+of them once, under the first; a port with no stream is warned about on stderr, none at all is exit
+1); a capture that ends inside its file header or a packet record is reported on stderr with the
+byte it ends at, the streams of the whole packets before the cut are decoded, and the exit code is
+4 (when the whole packets before the cut hold no stream of the ports, none at all when the file
+header or the first packet is cut, that is no TCP stream, exit 1, on one line naming the cut). A
+stream with bytes missing from the capture (a hole between its segments, or a packet cut short by
+the snaplen: its IP header claims more bytes than were captured) is warned about on stderr with the
+stream offset, decoded up to there and ends ``capture_ended`` there (``CAPTURE ENDED`` in the
+table, not a clean end), exit 4. The leg is told from the first bytes (data channel magic or mux
+record: ``mux``; rank handshake, ack or length-prefixed frame: ``loopback``; a bare RoundFrame:
+``frame``) unless ``--leg`` names it; stderr says which was detected. Prints one JSON object per
+line per record (or a table), and last the end of the stream, the point where the input ended
+inside a record, or the error that stopped decoding, with its byte offset.
 
 The input is read whole before decoding, into one buffer (a file's allocated at its size, so it
 is held once); each record is printed as it is decoded and not kept, so memory is the input's
@@ -212,7 +213,8 @@ def register(sub: Any) -> None:
     p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=None,
                    help="data-channel protocol version (default: detected from the loopback "
-                   "handshake or ack, or from a mux Hello's model_sigs, else 2)")
+                   "handshake or ack, or from a mux Hello's model_sigs, else 2; with --pcap the "
+                   "controller -> relay direction takes its connection's Hello's)")
     p.add_argument("--format", choices=("json", "table"), default="json",
                    help="one JSON object per line (default) or a table")
     p.add_argument("--values", action="store_true",
@@ -382,10 +384,12 @@ class _Ended:
 
 def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Namespace,
                       salt: bytes | None, ceiling: int, out: TextIO,
-                      stream: str | None = None, gap: str | None = None) -> DecodeReport:
+                      stream: str | None = None, gap: str | None = None,
+                      version: int | None = None) -> DecodeReport:
     """Decode ``payload`` as ``leg`` and print each record as it is decoded (a table line, or a
     JSON line with the stream's label), then the end: a long stream's records are neither held
-    nor waited for. ``gap``: why the capture may lack bytes after ``payload`` (a hole, a packet
+    nor waited for. ``version``: the protocol version (None: told by the stream, else 2).
+    ``gap``: why the capture may lack bytes after ``payload`` (a hole, a packet
     cut short, the capture file cut short), with ``{offset}`` where the decoding stopped; a
     stream that decodes cleanly to its end then ends as a capture that ended there
     (``capture_ended``, exit 4), not as a clean end of stream.
@@ -407,7 +411,7 @@ def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Names
         def on_record(rec: dict[str, Any]) -> None:
             print(json.dumps({**extra, **rec}, allow_nan=False), file=out)
 
-    report = decode_stream(payload, leg, salt=salt, version=args.protocol_version,
+    report = decode_stream(payload, leg, salt=salt, version=version,
                            values=args.values, ceiling=ceiling, on_record=on_record)
     final = report.final_record()
     if gap is not None and report.failure is None:  # a clean end only as far as the capture goes
@@ -490,7 +494,8 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     except (_NotHex, _NotCapture) as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    streams: list[tuple[str | None, bytes | bytearray, str | None]]
+    #: each stream: its label, bytes, why it may lack bytes after them, its (src, dst) ends
+    streams: list[tuple[str | None, bytes | bytearray, str | None, tuple[str, str] | None]]
     code = EXIT_OK
     cut: str | None = None  # the capture file ends inside a packet record: no stream is whole
     if args.pcap:
@@ -534,10 +539,14 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
                 print(f"{_PROG}: warning: {st.label}: the connection's start was not captured; "
                       "offsets count from the first captured byte", file=sys.stderr)
             streams.append((st.label, st.data, "bytes missing from the capture after offset "
-                            "{offset}; decoding stops there" if st.gap else cut))
+                            "{offset}; decoding stops there" if st.gap else cut,
+                            (st.src, st.dst)))
     else:
-        streams = [(None, data, None)]
-    for label, payload, gap in streams:
+        streams = [(None, data, None, None)]
+    #: the version a direction's own bytes told (its Hello), by its (src, dst): the other
+    #: direction of the connection, which carries no Hello, is read at it
+    told: dict[tuple[str, str], int] = {}
+    for label, payload, gap, ends in streams:
         leg: Leg
         if label is not None and http_stream(payload):  # the port's status requests and replies
             print(f"{_PROG}: {label}: HTTP (the controller's status responder), not a flodl leg; "
@@ -558,11 +567,17 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
                   file=sys.stderr)
         else:
             leg = args.leg
+        version = args.protocol_version
+        if version is None and ends is not None:
+            version = told.get((ends[1], ends[0]))
         try:
-            report = _decode_and_print(payload, leg, args, salt, ceiling, out, label, gap)
+            report = _decode_and_print(payload, leg, args, salt, ceiling, out, label, gap,
+                                       version)
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
+        if ends is not None and report.version_told:
+            told[ends] = report.version
         code = _worse(code, report.exit_code)
     return code
 
