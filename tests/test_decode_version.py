@@ -251,3 +251,23 @@ def test_pcap_of_one_direction_reads_it_as_before(
     up = by[conn.label(True)]
     assert up[1]["control"] == control_to_json(Hello("h", [0], [bytes(32)]), 3)
     assert up[2]["frame"]["tensors"] == [ELIDED_3]
+
+
+def test_pcap_of_a_loopback_connection_reads_each_direction_at_its_own_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The rank's handshake and the relay's ack each carry a version, which each direction is
+    read at (a version 3 handshake beside a version 2 ack: two streams that decode cleanly);
+    only the mux leg's controller -> relay direction takes its connection's version."""
+    cap = Capture()
+    conn = cap.connect(("127.0.0.1", 50001), ("127.0.0.1", 1337))
+    cap.send(conn, True, encode_handshake(0, 2, 3))
+    cap.send(conn, False, encode_ack(2))
+    rc, by = _pcap_lines(tmp_path, cap, capsys)
+    assert rc == EXIT_OK
+    assert by[conn.label(True)] == [
+        {"offset": 0, "length": 16, "type": "handshake", "rank": 0, "world_size": 2,
+         "version": 3},
+        {"type": "end", "offset": 16, "records": 1, "bad_tags": 0}]
+    assert by[conn.label(False)] == [
+        {"offset": 0, "length": 8, "type": "handshake_ack", "version": 2},
+        {"type": "end", "offset": 8, "records": 1, "bad_tags": 0}]

@@ -543,7 +543,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
                             (st.src, st.dst)))
     else:
         streams = [(None, data, None, None)]
-    #: the version a direction's own bytes told (its Hello), by its (src, dst): the other
+    #: the version a mux direction's own bytes told (its Hello), by its (src, dst): the other
     #: direction of the connection, which carries no Hello, is read at it
     told: dict[tuple[str, str], int] = {}
     for label, payload, gap, ends in streams:
@@ -568,7 +568,7 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         else:
             leg = args.leg
         version = args.protocol_version
-        if version is None and ends is not None:
+        if version is None and ends is not None and leg == "mux":
             version = told.get((ends[1], ends[0]))
         try:
             report = _decode_and_print(payload, leg, args, salt, ceiling, out, label, gap,
@@ -576,7 +576,8 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
         except ProtocolError as e:  # local misuse (cannot happen with validated arguments)
             print(f"{_PROG}: error: {e}", file=sys.stderr)
             return EXIT_ERROR
-        if ends is not None and report.version_told:
+        if ends is not None and leg == "mux" and report.version_told:  # a loopback
+            # direction tells its own version (the handshake's, the ack's)
             told[ends] = report.version
         code = _worse(code, report.exit_code)
     return code
