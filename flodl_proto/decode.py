@@ -61,8 +61,10 @@ from .codec.mux import (
     MuxHeader,
     MuxRecord,
     RecordKind,
+    control_too_long,
     decode_control,
     encode_control,
+    max_control_payload,
     parse_mux_header_or_eos,
 )
 from .codec.round_frame import RoundFrame, round_frame_extent
@@ -330,7 +332,8 @@ _VERSION_TELLING: Final[frozenset[str]] = _version_telling(
 class _Decoder:
     def __init__(self, data: memoryview, salt: bytes | None, version: int | None,
                  values: bool, ceiling: int,
-                 on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_record: Callable[[dict[str, Any]], None] | None = None,
+                 control_limit: int | None = None) -> None:
         self.mv = data
         self.salt = salt
         self.explicit_version = version
@@ -338,6 +341,7 @@ class _Decoder:
         self.version = version if version is not None else DEFAULT_VERSION
         self.values = values
         self.ceiling = ceiling
+        self.control_limit = control_limit  # the control bound, with the world size given
         self.report = DecodeReport(size=len(data), salted=salt is not None)
         self.on_record = on_record if on_record is not None else self.report.records.append
 
@@ -408,6 +412,7 @@ class _Decoder:
             magic = CHANNEL_MAGIC_DATA  # cut inside the magic: the stream reports it
         # tags are compared here (reported, not enforced), so the stream checks none
         self.read_version, self.detected = self.version, False  # until a Hello tells it
+        self.mux_seen = 0  # mux records read
         stream = MuxStream(None, version=self.version, ceiling=self.ceiling,
                            expect_magic=magic)
         # without a version, the magic and the first record (a Hello that may tell it) go first,
@@ -441,13 +446,43 @@ class _Decoder:
                             "channel": "data", "magic": f"0x{magic:08x}"})
                 pos += ev.nbytes
             elif isinstance(ev, RecordReceived):
+                self._bound(pos, ev.header, magic)
                 self._emit(self._mux_record(pos, ev.record, ev.header, ev.nbytes))
                 pos += ev.nbytes
             elif isinstance(ev, StreamFailed):
                 if magic is None or pos > 0:  # a record failed, not the magic
+                    self._bound_of_failed(pos, magic)
                     self._failed_record_tag(pos)
                 raise _Stop(pos, ev.error, ended=ev.error.error_id == "mux.truncated")
         return pos
+
+    def _bound(self, pos: int, hdr: MuxHeader, magic: int | None) -> None:
+        """With the world size given, the control bound (spec departure ``control_bound``) as
+        the reader of the direction applies it from the record's header, before its payload:
+        the controller (the direction that starts with the channel magic) to a Control record
+        after the relay's first (its Hello), the relay to every Control record of the
+        controller; raise its error (``controller.control_too_long``,
+        ``relay.control_too_long``) as the record's."""
+        first = self.mux_seen == 0
+        self.mux_seen += 1
+        if self.control_limit is None or (magic is not None and first):
+            return
+        err = control_too_long(hdr.kind, hdr.payload_len, self.control_limit,
+                               "relay" if magic is None else "controller")
+        if err is not None:
+            raise _Stop(pos, err)
+
+    def _bound_of_failed(self, pos: int, magic: int | None) -> None:
+        """:meth:`_bound` of a record the stream could not read whole or decode: the bound
+        comes first when its header is whole and sound (the reader reads no payload past it)."""
+        if self.control_limit is None:
+            return
+        try:
+            hdr = parse_mux_header_or_eos(self.mv[pos:], ceiling=self.ceiling)
+        except ProtocolError:
+            return  # the header's own error is the stream's
+        if hdr is not END_OF_STREAM:
+            self._bound(pos, hdr, magic)
 
     def _control(self, pos: int, payload: memoryview, read: ControlMessage) -> ControlMessage:
         """The message of the Control record at ``pos`` (``read``: as the stream read it).
@@ -649,6 +684,7 @@ def decode_stream(
     values: bool = False,
     ceiling: int = DEFAULT_FRAME_CEILING,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    world_size: int | None = None,
 ) -> DecodeReport:
     """Decode one direction of one connection, from its first byte.
 
@@ -672,6 +708,15 @@ def decode_stream(
         on_record: called with each record as it is decoded, which the report then does not
             keep (its ``count`` counts them): memory stays flat over a long stream, and a
             reader sees the first records before the last is decoded.
+        world_size: the run's world size (ranks), which no mux record carries. With it the mux
+            leg applies the control bound (spec departure ``control_bound``,
+            :func:`~flodl_proto.codec.mux.control_too_long` at
+            :func:`~flodl_proto.codec.mux.max_control_payload` of it) as each direction's reader
+            does, from the record's header: in the direction that starts with the channel
+            magic (relay -> controller) a Control record after the first (the Hello) that
+            claims more stops the decode with ``controller.control_too_long``; in the other
+            (controller -> relay) every such Control record, ``relay.control_too_long``.
+            ``None``: Control records are bound by ``ceiling`` only.
 
     Returns:
         A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
@@ -680,7 +725,9 @@ def decode_stream(
         InvalidValue (local): unknown ``leg`` (``stream.unknown_leg``), the salt is not 16
             bytes, or ``ceiling`` is not a non-negative integer (``ceiling.invalid``: a bool, a
             float or text included; checked before any byte is read, as the codec's readers
-            check theirs); VersionMismatch (local): bad version.
+            check theirs); a ``world_size`` that is no whole number in 1..2**32 - 1
+            (``controller.world_size_zero``, ``controller.bad_argument``); VersionMismatch
+            (local): bad version.
 
     Upstream: the readers the receiving peer runs, in its order: ``controller/mod.rs``
     (channel magic), ``relay/mux.rs`` (``read_record``, ``read_len_framed``),
@@ -693,4 +740,5 @@ def decode_stream(
     if version is not None:
         check_version(version)
     ceiling = frame_ceiling_int(ceiling)
-    return _Decoder(as_view(data), key, version, values, ceiling, on_record).run(leg)
+    limit = max_control_payload(world_size) if world_size is not None else None
+    return _Decoder(as_view(data), key, version, values, ceiling, on_record, limit).run(leg)

@@ -5,7 +5,7 @@
     flodl-proto decode [--leg auto|mux|loopback|frame] [--salt HEX | --salt-file PATH]
                        [--protocol-version 2|3] [--format json|table] [--values]
                        [--hex | --pcap --port N [--port N ...]] [--frame-ceiling BYTES]
-                       [--max-input BYTES] [FILE|-]
+                       [--max-input BYTES] [--world-size N] [FILE|-]
 
 Reads FILE (``-`` or nothing: stdin); with ``--hex`` the input is hex text: plain hex, ``xxd``,
 ``hexdump -C`` or ``od -Ax -tx1`` output (from any offset; ``*`` lines expanded), or the
@@ -69,6 +69,7 @@ from ._option_error import option_message
 from .relay import (
     add_frame_ceiling_option,
     byte_count,
+    check_world_size,
     frame_ceiling,
     path_text,
     tcp_port,
@@ -145,7 +146,7 @@ def _first_chunk_probe(args: argparse.Namespace, salt: bytes | None,
         try:
             report = decode_stream(head, leg, salt=salt, version=args.protocol_version,
                                    values=args.values, ceiling=ceiling,
-                                   on_record=lambda rec: None)
+                                   on_record=lambda rec: None, world_size=args.world_size)
         except ProtocolError:  # local misuse: the whole input's decode says so
             return
         if report.failure is not None and not report.failure.capture_ended:
@@ -229,6 +230,10 @@ def register(sub: Any) -> None:
                    "prints its controller's and relays' ports)")
     add_frame_ceiling_option(p, "length prefix, mux payload_len or bare RoundFrame (its whole "
                              "length, tag included) of any one record")
+    p.add_argument("--world-size", type=whole_number, default=None, metavar="N",
+                   help="the run's world size (no mux record carries it): a mux Control record "
+                   "longer than the longest legal one for N ranks stops the decode, as the "
+                   "controller (after the relay's Hello) or the relay refuses it")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")
@@ -412,7 +417,8 @@ def _decode_and_print(payload: bytes | bytearray, leg: Leg, args: argparse.Names
             print(json.dumps({**extra, **rec}, allow_nan=False), file=out)
 
     report = decode_stream(payload, leg, salt=salt, version=version,
-                           values=args.values, ceiling=ceiling, on_record=on_record)
+                           values=args.values, ceiling=ceiling, on_record=on_record,
+                           world_size=args.world_size)
     final = report.final_record()
     if gap is not None and report.failure is None:  # a clean end only as far as the capture goes
         why = gap.format(offset=report.end)
@@ -454,6 +460,8 @@ def _run(args: argparse.Namespace, out: TextIO | None) -> int:
     out = out or sys.stdout
     try:
         ceiling = frame_ceiling(args.frame_ceiling)
+        if args.world_size is not None:
+            check_world_size(args.world_size)
     except ValueError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
