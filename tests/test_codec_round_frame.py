@@ -297,6 +297,29 @@ def test_repr(payload: TensorPayload, text: str) -> None:
     assert repr(RoundFrame(0, 1.0, [payload])).endswith(f"tensors=({text},))")
 
 
+@pytest.mark.parametrize(("shape", "text"), [
+    ((2, 3, 4, 5, 6, 7, 8, 9), "(2, 3, 4, 5, 6, 7, 8, 9)"),
+    ((2, 3, 4, 5, 6, 7, 8, 9, 10), "(2, 3, 4, ..., 9, 10) (9 dims)"),
+    ((2, 3, 4) + (1,) * 252, "(2, 3, 4, ..., 1, 1) (255 dims)"),
+], ids=["8-dims", "9-dims", "255-dims"])
+def test_repr_of_many_dims(shape: tuple[int, ...], text: str) -> None:
+    """A payload of 255 dims was shown with every dim (a repr of 789 characters): a shape of
+    more than 8 dims is shown by its first 3 and last 2 and its count of dims."""
+    payload = TensorPayload.elide(1, shape)
+    assert repr(payload) == f"TensorPayload(dtype=bf16, shape={text}, nbytes=0)"
+
+
+def test_round_frame_repr_names_its_kind() -> None:
+    """The kind was shown as Python's enum repr ('kind=<RoundKind.MODEL: 0>'): it is named as
+    the class and the member are ('kind=RoundKind.MODEL')."""
+    t = TensorPayload(1, (2, 3), bytes(12))
+    assert repr(RoundFrame(0, 1.0, [t])) == (
+        "RoundFrame(kind=RoundKind.MODEL, weight=1.0, "
+        "tensors=(TensorPayload(dtype=bf16, shape=(2, 3), nbytes=12),))")
+    assert repr(RoundFrame(1, 0.5)) == str(RoundFrame(1, 0.5)) == (
+        "RoundFrame(kind=RoundKind.CONTROL, weight=0.5, tensors=())")
+
+
 # -- from_array ----------------------------------------------------------------------------------
 def test_from_array_f32_is_a_view() -> None:
     arr = np.array([[1.0, -2.5], [3.0, 0.5]], dtype="<f4")

@@ -35,7 +35,7 @@ _NO_FINITENESS_CHECK = SimpleNamespace(isfinite=lambda x: True)
     # no finiteness check: an infinite weight read on, up to the tag
     ("flodl_proto.codec._walk", "math", _NO_FINITENESS_CHECK, "round_frame",
      "vec-round_frame__read__weight-pos-inf",
-     "header f1170df10200000000000000000000f07f gave (RoundFrame(kind=<RoundKind.MODEL: 0>, "
+     "header f1170df10200000000000000000000f07f gave (RoundFrame(kind=RoundKind.MODEL, "
      "weight=inf, tensors=(TensorPayload(dtype=f32, shape=(2, 2), nbytes=16), TensorPayload("
      "dtype=bf16, shape=(3,), nbytes=6))), 79) / None; the spec's header checks say "
      "frame.bad_weight"),

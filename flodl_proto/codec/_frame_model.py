@@ -447,10 +447,16 @@ class TensorPayload:
 
     def __repr__(self) -> str:
         """``TensorPayload(dtype=bf16, shape=(2, 3), nbytes=12)``: a known dtype by its name
-        (``f32``, ``bf16``, the spec's ``Dtype`` names), any other by its tag; never the data
-        bytes."""
+        (``f32``, ``bf16``, the spec's ``Dtype`` names), any other by its tag; a shape of more
+        than 8 dims by its first 3 and last 2 and its count (``shape=(2, 3, 4, ..., 1, 1)
+        (255 dims)``), so that the repr stays short; never the data bytes."""
         dtype = _DTYPE_NAME.get(self.dtype, self.dtype)
-        return f"TensorPayload(dtype={dtype}, shape={self.shape!r}, nbytes={self.nbytes})"
+        shape = self.shape
+        if len(shape) > 8:
+            dims = ", ".join(map(str, (*shape[:3], "...", *shape[-2:])))
+            return (f"TensorPayload(dtype={dtype}, shape=({dims}) ({len(shape)} dims), "
+                    f"nbytes={self.nbytes})")
+        return f"TensorPayload(dtype={dtype}, shape={shape!r}, nbytes={self.nbytes})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied with its bytes (a memoryview does not pickle): the constructor's
@@ -616,6 +622,14 @@ class RoundFrame:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        """``RoundFrame(kind=RoundKind.MODEL, weight=1.0, tensors=(TensorPayload(...),))``: the
+        kind by its class and member name (not Python's enum repr ``<RoundKind.MODEL: 0>``),
+        the weight as Python writes a float, each tensor as :class:`TensorPayload` shows it."""
+        kind = self.kind
+        return (f"RoundFrame(kind={type(kind).__name__}.{kind.name}, weight={self.weight!r}, "
+                f"tensors={self.tensors!r})")
 
 
 #: a frame's slot setters (as the payload's above)
