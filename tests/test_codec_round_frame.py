@@ -27,6 +27,7 @@ from flodl_proto import errors
 from flodl_proto.codec import (
     END_OF_STREAM,
     Dtype,
+    FrameTemplate,
     RoundFrame,
     RoundKind,
     TensorPayload,
@@ -687,6 +688,35 @@ def test_round_frame_weight_of_another_real_type_is_its_nearest_float() -> None:
     with pytest.raises(errors.InvalidValue) as ei:
         RoundFrame(0, decimal.Decimal("0.5"))
     assert str(ei.value) == "round_frame: weight = Decimal('0.5') is invalid: not a real number"
+
+
+TINY_WEIGHTS = [
+    (fractions.Fraction(1, 10**400), "<a Fraction of 1 bit over 1329 bits>", "0.0"),
+    (fractions.Fraction(-1, 10**400), "<a negative Fraction of 1 bit over 1329 bits>", "-0.0"),
+    (fractions.Fraction(1, 2**1075), "<a Fraction of 1 bit over 1076 bits>", "0.0"),
+]
+
+
+@pytest.mark.parametrize(("weight", "shown", "rounded"), TINY_WEIGHTS,
+                         ids=["1/10**400", "-1/10**400", "half-5e-324"])
+def test_a_nonzero_exact_weight_that_rounds_to_zero_is_refused(weight: fractions.Fraction,
+                                                               shown: str, rounded: str) -> None:
+    """Fraction(1, 10**400) was taken as the weight 0.0 and Fraction(-1, 10**400) as -0.0: a
+    weight that is not zero became a round that realized nothing. A nonzero int or Fraction
+    whose nearest f64 is a zero is refused, named as given, by the constructor and by
+    FrameTemplate.seal; floats are taken as before."""
+    reason = f"nonzero, but rounds to {rounded} in f64"
+    for build in (lambda: RoundFrame(0, weight),
+                  lambda: FrameTemplate(RoundKind.MODEL, [(0, (1,))]).seal(weight, bytes(16))):
+        with pytest.raises(errors.InvalidValue) as ei:
+            build()
+        expect(ei, errors.InvalidValue, False, "frame.bad_field",
+               {"field": "weight", "value": weight, "reason": reason},
+               f"round_frame: weight = {shown} is invalid: {reason}")
+    assert RoundFrame(0, fractions.Fraction(3, 2**1076)).weight == 5e-324  # not a zero
+    assert RoundFrame(0, fractions.Fraction(0)).weight == 0.0
+    assert math.copysign(1.0, RoundFrame(0, -0.0).weight) == -1.0
+    assert RoundFrame(0, 1e-400).weight == 0.0  # a float is the float it is
 
 
 @pytest.mark.parametrize("weight", [-1.0, -5e-324, float("inf"), float("-inf"), -3])

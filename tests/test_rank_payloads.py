@@ -137,3 +137,24 @@ def test_a_real_argument_past_the_f64_range_is_refused_as_given(value: object,
     assert str(ei.value) == f"cpu_reduce: scale = {text} is invalid: beyond the f64 range"
     assert real_argument("scale", fractions.Fraction(1, 4)) == 0.25
     assert real_argument("scale", float("inf")) == float("inf")  # a float infinity is a float
+
+
+@pytest.mark.parametrize(("value", "text", "rounded"), [
+    (fractions.Fraction(1, 10**400), "<a Fraction of 1 bit over 1329 bits>", "0.0"),
+    (fractions.Fraction(-1, 10**400), "<a negative Fraction of 1 bit over 1329 bits>", "-0.0"),
+], ids=["1/10**400", "-1/10**400"])
+@pytest.mark.parametrize("field", ["scale", "weight", "value"])
+def test_a_nonzero_exact_argument_that_rounds_to_zero_is_refused(field: str, value: object,
+                                                                 text: str, rounded: str) -> None:
+    """A scale or weight of Fraction(1, 10**400) was taken as 0.0 (a scale of 0.0 sends an
+    elided round of weight 0.0, which realized nothing) and Fraction(-1, 10**400) as -0.0:
+    refused, named as given, as a Fraction past the f64 range is; a float is taken as it is."""
+    reason = f"nonzero, but rounds to {rounded} in f64"
+    with pytest.raises(LocalProtocolError) as ei:
+        real_argument(field, value)
+    assert isinstance(ei.value, InvalidValue) and ei.value.error_id == "client.bad_argument"
+    assert dict(ei.value.fields) == {"field": field, "value": value, "reason": reason}
+    assert str(ei.value) == f"cpu_reduce: {field} = {text} is invalid: {reason}"
+    assert real_argument(field, fractions.Fraction(0)) == 0.0
+    assert real_argument(field, fractions.Fraction(3, 2**1076)) == 5e-324
+    assert real_argument(field, 1e-400) == 0.0  # the float 0.0

@@ -5,6 +5,7 @@ count or id would pass a class check), plus the mass policies' edge values."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction as F
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,41 @@ def test_mass_policies_refuse_what_is_no_real_number(fn: Any, args: tuple[Any, .
     assert ei.value.error_id == "controller.bad_argument"
     assert ei.value.fields == {"field": field, "value": value, "reason": "not a real number"}
     assert str(ei.value) == f"cluster_controller: {field} = {value!r} is invalid: not a real number"
+
+
+@pytest.mark.parametrize(("fn", "args", "field", "value", "text", "rounded"), [
+    (is_realized, (F(1, 10**400),), "mass", F(1, 10**400),
+     "<a Fraction of 1 bit over 1329 bits>", "0.0"),
+    (mover_mass, (F(1, 2**1075),), "n", F(1, 2**1075), "<a Fraction of 1 bit over 1076 bits>",
+     "0.0"),
+    (gamma_mass, (F(1, 10**400), 1.0), "n", F(1, 10**400),
+     "<a Fraction of 1 bit over 1329 bits>", "0.0"),
+    (gamma_mass, (2.0, F(-1, 10**400)), "gamma", F(-1, 10**400),
+     "<a negative Fraction of 1 bit over 1329 bits>", "-0.0"),
+], ids=["is_realized", "mover_mass", "gamma_mass-n", "gamma_mass-gamma"])
+def test_mass_policies_refuse_a_nonzero_exact_value_that_rounds_to_zero(
+        fn: Any, args: tuple[Any, ...], field: str, value: F, text: str, rounded: str) -> None:
+    """is_realized(Fraction(1, 10**400)) was False and mover_mass of it 0.0: a mass that is
+    above zero was taken as no realized work. A nonzero int or Fraction whose f64 is a zero is
+    refused, named as given; a float is taken as it is."""
+    reason = f"nonzero, but rounds to {rounded} in f64"
+    with pytest.raises(InvalidValue) as ei:
+        fn(*args)
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "controller.bad_argument"
+    assert ei.value.fields == {"field": field, "value": value, "reason": reason}
+    assert str(ei.value) == f"cluster_controller: {field} = {text} is invalid: {reason}"
+    assert is_realized(F(3, 2**1076)) and not is_realized(F(0)) and not is_realized(1e-400)
+    assert mover_mass(F(3, 2**1076)) == 1.0 and gamma_mass(2.0, F(0)) == 1.0
+
+
+def test_a_fraction_past_the_f64_range_is_taken_as_the_int_of_its_size() -> None:
+    """The real-number rule takes an int past the f64 range as an infinity of its sign (as
+    Rust's ``as f64`` saturates), and a Fraction the same."""
+    for big in (10**400, -(10**400)):
+        assert is_realized(F(big)) is is_realized(big) is (big > 0)
+        assert mover_mass(F(big)) == mover_mass(big)
+        assert gamma_mass(F(big), 1.0) == gamma_mass(big, 1.0) == (math.inf if big > 0 else 0.0)
 
 
 def test_mass_policies_follow_f64_arithmetic() -> None:

@@ -3,6 +3,7 @@ without a floating-point warning; an overflow gives inf, as libtorch's mul_scala
 
 from __future__ import annotations
 
+import fractions
 import warnings
 
 import ml_dtypes
@@ -177,6 +178,28 @@ def test_a_factor_beyond_the_f64_range_is_an_infinity_of_its_sign() -> None:
     assert got.tolist() == [np.inf, -np.inf]
     got = np.frombuffer(scale_payload(0, data, -(10**400)), np.float32)
     assert got.tolist() == [-np.inf, np.inf]
+
+
+@pytest.mark.parametrize(("factor", "text", "rounded"), [
+    (fractions.Fraction(1, 10**400), "<a Fraction of 1 bit over 1329 bits>", "0.0"),
+    (fractions.Fraction(-1, 10**400), "<a negative Fraction of 1 bit over 1329 bits>", "-0.0"),
+], ids=["1/10**400", "-1/10**400"])
+def test_a_nonzero_exact_factor_that_rounds_to_zero_is_refused(factor: fractions.Fraction,
+                                                               text: str, rounded: str) -> None:
+    """A factor of Fraction(1, 10**400) scaled every element to 0.0 (-0.0 for the negative
+    one): refused, named as given; a Fraction past the f64 range is an infinity of its sign,
+    as the int of its size is; a float factor is taken as it is."""
+    data = np.array([1.0, -2.0], np.float32).tobytes()
+    reason = f"nonzero, but rounds to {rounded} in f64"
+    with pytest.raises(InvalidValue) as ei:
+        scale_payload(0, data, factor)  # type: ignore[arg-type]
+    assert isinstance(ei.value, LocalProtocolError)
+    assert ei.value.error_id == "frame.bad_field"
+    assert ei.value.fields == {"field": "factor", "value": factor, "reason": reason}
+    assert str(ei.value) == f"round_frame: factor = {text} is invalid: {reason}"
+    got = np.frombuffer(scale_payload(0, data, fractions.Fraction(-(10**400))), np.float32)
+    assert got.tolist() == [-np.inf, np.inf]
+    assert np.frombuffer(scale_payload(0, data, 1e-400), np.float32).tolist() == [0.0, -0.0]
 
 
 @pytest.mark.parametrize("dtype", [True, 1.0, np.True_, 0.0])

@@ -31,6 +31,7 @@ __all__ = [
     "not_pieces",
     "numpy_text",
     "numpy_text_named",
+    "underflow_reason",
     "unviewed",
     "wire_int",
     "wire_real",
@@ -293,6 +294,21 @@ def wire_real(value: Any) -> float | None:
         return float(value)
     except OverflowError:  # an int beyond the f64 range
         return math.inf if value > 0 else -math.inf
+
+
+def underflow_reason(value: Any, x: float) -> str | None:
+    """Why ``value``, taken by :func:`wire_real` as ``x``, is refused where a weight, a mass or
+    a scale is given: an exact number (an ``int``, a ``fractions.Fraction``: any
+    :class:`numbers.Rational`) that is not zero but whose nearest f64 ``x`` is a zero
+    (``Fraction(1, 10**400)``: ``'nonzero, but rounds to 0.0 in f64'``; its negative: ``-0.0``),
+    which would pass for no realized work. None for anything else: a float, or a NumPy
+    floating scalar, is the number it is (``1e-400`` is the float 0.0), and an int is never
+    taken as a zero.
+
+    No upstream counterpart: upstream's arguments are f64 values already."""
+    if x == 0.0 and isinstance(value, numbers.Rational) and value != 0:
+        return f"nonzero, but rounds to {x!r} in f64"
+    return None
 
 
 def zero_d_scalar(value: Any) -> int | float | None:

@@ -42,6 +42,7 @@ from ._common import (
     as_view,
     numpy_text,
     numpy_text_named,
+    underflow_reason,
     wire_int,
     wire_real,
 )
@@ -482,12 +483,16 @@ def _checked_weight(weight: Any) -> float:
 
     Raises:
         InvalidValue (local): ``frame.bad_field`` naming the weight (as a float; an ``int`` or
-            a ``Fraction`` beyond the f64 range as itself, not as the ``inf`` it converts to).
+            a ``Fraction`` beyond the f64 range as itself, not as the ``inf`` it converts to);
+            a nonzero ``Fraction`` whose f64 is a zero (``Fraction(1, 10**400)``), named as
+            itself (:func:`~flodl_proto.codec._common.underflow_reason`).
     """
     w = wire_real(weight)
     if w is None:
         raise protocol_error("frame.bad_field", field="weight", value=weight,
                              reason="not a real number")
+    if w == 0.0 and (tiny := underflow_reason(weight, w)) is not None:
+        raise protocol_error("frame.bad_field", field="weight", value=weight, reason=tiny)
     if not math.isfinite(w) or w < 0.0:
         # a number past the f64 range (an int, a Fraction) as itself, not as its infinity
         shown = weight if math.isinf(w) and isinstance(weight, numbers.Rational) else w

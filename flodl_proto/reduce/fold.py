@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._names import adopt
-from ..codec._common import check_version, wire_int, wire_real
+from ..codec._common import check_version, underflow_reason, wire_int, wire_real
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import ProtocolError, protocol_error
 from ..spec import DEFAULT_VERSION, DTYPE_F32, ELEMENT_SIZE
@@ -124,12 +124,16 @@ def _real(field: str, value: Any) -> float:
     """``value`` as a float by the real-number rule (:func:`~flodl_proto.codec._common.wire_real`).
 
     Raises:
-        InvalidValue (local): ``controller.bad_argument`` naming ``field`` and the value.
+        InvalidValue (local): ``controller.bad_argument`` naming ``field`` and the value: no
+            real number, or a nonzero ``Fraction`` whose f64 is a zero
+            (:func:`~flodl_proto.codec._common.underflow_reason`).
     """
     x = wire_real(value)
     if x is None:
         raise protocol_error("controller.bad_argument", field=field, value=value,
                              reason="not a real number")
+    if x == 0.0 and (tiny := underflow_reason(value, x)) is not None:
+        raise protocol_error("controller.bad_argument", field=field, value=value, reason=tiny)
     return x
 
 

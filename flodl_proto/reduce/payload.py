@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from .._bf16 import is_bf16
 from ..codec._arrays import as_array, real_array
-from ..codec._common import BytesLike, as_view, wire_int, wire_real
+from ..codec._common import BytesLike, as_view, underflow_reason, wire_int, wire_real
 from ..errors import protocol_error, shown_type
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE, U32_MAX
 from . import _kernels as K
@@ -422,7 +422,8 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
 
     Raises:
         InvalidValue (local): unknown ``dtype`` (``scale.unknown_dtype``); ``factor`` is not a
-            real number (``frame.bad_field`` naming ``factor`` and the value).
+            real number, or is a nonzero ``Fraction`` whose f64 is a zero (``Fraction(1,
+            10**400)``: ``frame.bad_field`` naming ``factor`` and the value).
         ValueError: ``out`` is not a flat ``uint8`` array of at least ``len(data)`` bytes.
 
     Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (also the rank-side
@@ -437,6 +438,8 @@ def scale_payload(dtype: int, data: BytesLike, factor: float | np.floating[Any],
                                  reason="not a real number")
         if math.isinf(real):  # an int beyond the f64 range (np.float32() of it raised)
             factor = real
+        elif real == 0.0 and (tiny := underflow_reason(factor, real)) is not None:
+            raise protocol_error("frame.bad_field", field="factor", value=factor, reason=tiny)
     es = ELEMENT_SIZE[dtype]
     mv = as_view(data)
     n = mv.nbytes // es

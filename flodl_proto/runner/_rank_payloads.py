@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._bf16 import is_bf16
-from ..codec._common import wire_real
+from ..codec._common import underflow_reason, wire_real
 from ..codec._frame_model import _NUMPY_MAX_NDIM
 from ..codec.round_frame import Dtype, RoundFrame, TensorPayload
 from ..codec.template import FrameTemplate
@@ -81,7 +81,8 @@ def real_argument(field: str, value: Any) -> float:
     (:func:`~flodl_proto.codec._common.wire_real`: an int, a float, a NumPy number or a 0-d
     NumPy array of one; not text, not a bool), for the scale, weight and count arguments; an
     int or a ``Fraction`` beyond the f64 range, which that rule takes as an infinity, is
-    refused here, named as given.
+    refused here, named as given, and so is a nonzero ``Fraction`` whose f64 is a zero
+    (``Fraction(1, 10**400)``: a scale or weight of 0.0 is a round that realized nothing).
 
     Raises:
         InvalidValue (local): ``client.bad_argument`` naming ``field`` and the value.
@@ -95,6 +96,8 @@ def real_argument(field: str, value: Any) -> float:
     if math.isinf(x) and isinstance(value, numbers.Rational):  # an int, a Fraction past f64
         raise protocol_error("client.bad_argument", field=field, value=value,
                              reason="beyond the f64 range")
+    if x == 0.0 and (tiny := underflow_reason(value, x)) is not None:
+        raise protocol_error("client.bad_argument", field=field, value=value, reason=tiny)
     return x
 
 
