@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any, Final, Protocol
 
@@ -35,29 +36,53 @@ _U32 = struct.Struct("<I")
 
 
 def _num(x: Any, element: str | None = None) -> str:
-    """``x`` as the table writes a number: a float in the fewest significant digits (``%g``)
-    that read back as the same f64, or, with ``element`` (``f32``, ``bf16``), as the same value
-    of that format (0.1 for the bf16 0.10009765625); a whole number below 1e15 as one with
-    ``.0`` (``-0.0`` for -0.0), a NaN as ``NaN`` and an infinity as ``inf``/``-inf``, the forms
-    the dissector writes; anything else (an int, the strings JSON gives a NaN or an infinity)
-    as ``str`` gives it."""
+    """``x`` as the table writes a number: a float as Python's repr writes it (the fewest
+    significant digits that read back as the same f64, written out for a decimal exponent from
+    -4 to 15, ``1000000000000000.0``, and as ``1e+16``, ``9.99e-05`` outside), or, with
+    ``element`` (``f32``, ``bf16``), in the fewest digits that read back as the same value of
+    that format (0.1 for the bf16 0.10009765625), laid out so; a whole number below 1e16 as one
+    with ``.0`` (``-0.0`` for -0.0), a NaN as ``NaN`` and an infinity as ``inf``/``-inf``, the
+    forms the dissector writes; anything else (an int, the strings JSON gives a NaN or an
+    infinity) as ``str`` gives it."""
     if not isinstance(x, float):
         return str(x)
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    if x == int(x) and abs(x) < 1e15:
+    if x == int(x) and abs(x) < 1e16:
         return f"{x:.1f}"
     unit = _ELEMENT_UNIT.get(element or "")
-    if unit is not None and not _is_element(abs(x), unit):
-        unit = None  # not a value of the format (a report built by hand): the f64's digits
-    reads_back = (lambda s: float(s) == x) if unit is None else _element_reader(abs(x), unit)
-    for p in range(1, 18):
-        s = f"{x:.{p}g}"
-        if reads_back(s.lstrip("-")):
-            return s
-    return repr(x)  # not reached: 17 digits read back as any f64
+    if unit is None or not _is_element(abs(x), unit):
+        return repr(x)  # an f64, or not a value of the format (a report built by hand)
+    exact = Decimal(abs(x))
+    reads_back = _element_reader(abs(x), unit)
+    for p in range(1, 10):
+        step = Decimal(1).scaleb(exact.adjusted() - p + 1)
+        near = exact.quantize(step, ROUND_HALF_EVEN)  # the nearest of p digits, as %.{p-1}e
+        if reads_back(str(near)):
+            return _repr_layout(near, x < 0)
+        if near < exact and reads_back(str(near + step)):  # at a power of two, the one above
+            return _repr_layout(near + step, x < 0)
+    return repr(x)  # not reached: 9 digits read back as any f32
+
+
+def _repr_layout(d: Decimal, negative: bool) -> str:
+    """The digits of ``d`` laid out as Python's repr lays out a float's: written out for a
+    decimal exponent from -4 to 15 (``0.0001``, ``1000000000000000.0``), in exponent form
+    outside it (``9.99e-05``, ``1e+16``)."""
+    digits = "".join(map(str, d.as_tuple().digits)).rstrip("0") or "0"
+    e = d.adjusted()
+    if -4 <= e < 16:
+        if e >= len(digits) - 1:
+            text = digits + "0" * (e - len(digits) + 1) + ".0"
+        elif e >= 0:
+            text = digits[:e + 1] + "." + digits[e + 1:]
+        else:
+            text = "0." + "0" * (-e - 1) + digits
+    else:
+        text = digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + f"e{e:+03d}"
+    return ("-" if negative else "") + text
 
 
 def _is_element(a: float, unit: int) -> bool:

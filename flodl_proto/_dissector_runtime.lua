@@ -125,8 +125,9 @@ end
 
 -- the significant digits that always give a value back: f64 17, f32 9, bf16 4
 local DIGITS = { [53] = 17, [24] = 9, [8] = 4 }
+-- p significant digits in exponent form ("d.ddde+XX"), the nearest decimal of p digits
 local FMT = {}
-for p = 1, 17 do FMT[p] = "%." .. p .. "g" end
+for p = 1, 17 do FMT[p] = "%." .. (p - 1) .. "e" end
 
 local function reads_back(s, x, bits)
     local back = tonumber(s)
@@ -134,48 +135,96 @@ local function reads_back(s, x, bits)
     return back == x
 end
 
--- A number as its shortest decimal form that reads back as the same value (Python's repr of a
--- float; numpy's of an f32): in the f64 the Lua number is (bits nil), or in the f32 or bf16 it
--- came from (bits 24 or 8). A whole number below 1e15 is written as one, with ".0".
+-- s (in FMT's form) with its last digit one up: the next decimal of as many digits above it
+local function digit_up(s)
+    local m, e = s:match("^([%d%.]+)e([-+]%d+)$")
+    local digits, exp = m:gsub("%.", ""), tonumber(e)
+    local i = #digits
+    while i > 0 and digits:sub(i, i) == "9" do i = i - 1 end
+    if i == 0 then
+        digits, exp = "1" .. string.rep("0", #digits - 1), exp + 1
+    else
+        digits = digits:sub(1, i - 1) .. string.char(digits:byte(i) + 1)
+            .. string.rep("0", #digits - i)
+    end
+    if #digits > 1 then digits = digits:sub(1, 1) .. "." .. digits:sub(2) end
+    return digits .. string.format("e%s%02d", exp < 0 and "-" or "+", math.abs(exp))
+end
+
+-- the digits of s (in FMT's form) laid out as Python's repr lays out a float's: written out for
+-- a decimal exponent from -4 to 15 (0.0001, 1000000000000000.0, with ".0" when whole), in
+-- exponent form outside it (9.99e-05, 1e+16, 1.2345678901234568e+16)
+local function repr_layout(s, negative)
+    local m, e = s:match("^([%d%.]+)e([-+]%d+)$")
+    local digits, exp = m:gsub("%.", ""):gsub("0+$", ""), tonumber(e)
+    if digits == "" then digits = "0" end
+    local out
+    if exp >= -4 and exp < 16 then
+        if exp >= #digits - 1 then
+            out = digits .. string.rep("0", exp - #digits + 1) .. ".0"
+        elseif exp >= 0 then
+            out = digits:sub(1, exp + 1) .. "." .. digits:sub(exp + 2)
+        else
+            out = "0." .. string.rep("0", -exp - 1) .. digits
+        end
+    else
+        out = digits:sub(1, 1)
+        if #digits > 1 then out = out .. "." .. digits:sub(2) end
+        out = out .. string.format("e%s%02d", exp < 0 and "-" or "+", math.abs(exp))
+    end
+    return (negative and "-" or "") .. out
+end
+
+-- A number in the fewest significant digits that read back as the same value, in the f64 the
+-- Lua number is (bits nil), or in the f32 or bf16 it came from (bits 24 or 8), laid out as
+-- Python's repr lays out a float: for an f64 the text of Python's repr, digits and form; for an
+-- f32 the digits numpy's shortest form gives. A whole number below 1e16 is written as one,
+-- with ".0" (an f64's repr; an element's exact value, as its f64 repr).
 local function fmt_num(x, bits)
     if x ~= x then return "NaN" end
     if x == math.huge then return "inf" end
     if x == -math.huge then return "-inf" end
-    if x == math.floor(x) and math.abs(x) < 1e15 then return string.format("%.1f", x) end
+    if x == math.floor(x) and math.abs(x) < 1e16 then return string.format("%.1f", x) end
+    local negative, a = x < 0, math.abs(x)
     local most = DIGITS[bits or 53]
-    local best = string.format(FMT[most], x)
-    local e = exponent(x)
-    if math.abs(x) == 2 ^ (e - 1) then
+    local best = string.format(FMT[most], a)
+    local e = exponent(a)
+    if a == 2 ^ (e - 1) then
         -- a power of two: its lower neighbour is nearer than its upper one, so a count of
-        -- digits can fail where a smaller one reads back; count up
+        -- digits can fail where a smaller one reads back, and the nearest decimal of a count
+        -- (below a) can fail where the one above a reads back; count up, trying both
         for p = 1, most - 1 do
-            local s = string.format(FMT[p], x)
-            if reads_back(s, x, bits) then return s end
+            local s = string.format(FMT[p], a)
+            if reads_back(s, a, bits) then return repr_layout(s, negative) end
+            if tonumber(s) < a then
+                s = digit_up(s)
+                if reads_back(s, a, bits) then return repr_layout(s, negative) end
+            end
         end
-        return best
+        return repr_layout(best, negative)
     end
     -- the neighbours are as far on either side: once a count of digits fails, every smaller
     -- one does (the nearest p-digit number is at least as near as any shorter one), so count
     -- down from the most (most values need 8 or 9 of an f32's 9)
     if bits then
-        -- a number reads back as x when it is nearer x than half the step between x and its
-        -- neighbours (at half, when x is even), the test round_to makes, taken once for x
+        -- a number reads back as a when it is nearer a than half the step between a and its
+        -- neighbours (at half, when a is even), the test round_to makes, taken once for a
         local step = 2 ^ (math.max(e, -125) - bits)
-        local half, even = step / 2, (x / step) % 2 == 0
+        local half, even = step / 2, (a / step) % 2 == 0
         for p = most - 1, 1, -1 do
-            local s = string.format(FMT[p], x)
-            local off = math.abs(tonumber(s) - x)
+            local s = string.format(FMT[p], a)
+            local off = math.abs(tonumber(s) - a)
             if off > half or (off == half and not even) then break end
             best = s
         end
-        return best
+        return repr_layout(best, negative)
     end
     for p = most - 1, 1, -1 do
-        local s = string.format(FMT[p], x)
-        if tonumber(s) ~= x then break end
+        local s = string.format(FMT[p], a)
+        if tonumber(s) ~= a then break end
         best = s
     end
-    return best
+    return repr_layout(best, negative)
 end
 
 -- an f64 as Rust's Display ({}) writes it, as the reader's error quotes a weight: the shortest

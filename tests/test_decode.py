@@ -695,6 +695,29 @@ def test_the_table_writes_each_value_as_the_dissector_does() -> None:
     assert not wrong, wrong[:10]
 
 
+def test_the_table_writes_a_weight_as_python_repr_and_the_json() -> None:
+    """A whole weight from 1e15 up to 1e16 was written 1e+15 where the JSON (Python's repr) has
+    1000000000000000.0, a 17-digit one from 1e16 without its exponent and 2**-1017 in 17 digits
+    where repr needs 16: the table writes an f64 as repr does; an element at a power of two in
+    its fewest digits (the f32 2**-96 as 1.2621775e-29, not 1.26217745e-29)."""
+    from flodl_proto._decode_table import _num
+
+    from .test_dissector_values import REPR_EDGES
+
+    assert [_num(v) for v in REPR_EDGES] == [repr(v) for v in REPR_EDGES]
+    assert _num(1e15) == "1000000000000000.0" and _num(9.99e-5) == "9.99e-05"
+    assert _num(1.2345678901234568e16) == "1.2345678901234568e+16"
+    assert _num(float(np.float32(2.0 ** -96)), "f32") == "1.2621775e-29"
+    assert _num(float(np.float32(-(2.0 ** -96))), "f32") == "-1.2621775e-29"
+    assert _num(float(np.float32(2.0 ** 50)), "f32") == "1125899906842624.0"
+    assert _num(2.0 ** -119, "bf16") == "1.51e-36"  # bf16 0x0400
+    frame = RoundFrame(RoundKind.MODEL, 1e15, [TensorPayload.from_array(
+        np.array([1.0], np.float32))])
+    rep = decode_stream(encode_round_frame_bytes(frame, SALT), "frame")
+    assert "weight=1000000000000000.0 " in list(format_table(rep))[1]
+    assert json.dumps(rep.records[0]["frame"]["weight"]) == "1000000000000000.0"
+
+
 def test_values_help_says_the_summary_stays(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     # the help said "instead of a summary", but a record keeps its summary beside the values

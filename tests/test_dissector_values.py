@@ -6,6 +6,7 @@ neighbours, and random f32 and f64 bit patterns (``tshark`` marker)."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import struct
 import subprocess
@@ -55,20 +56,70 @@ def _round(q: Fraction, bits: int) -> Fraction:
 
 
 def shortest(x: float, bits: int) -> str:
-    """The reference: ``x`` (a value of a format of ``bits`` significant bits) as its fewest
-    significant digits (``%g``) that round back to it exactly; a whole number below 1e15 as
-    one, with ``.0``."""
+    """The reference: ``x`` (a value of a format of ``bits`` significant bits) as Python's repr
+    writes a float: a whole number below 1e16 as one, with ``.0``; else its fewest significant
+    digits that round back to it exactly (of the two decimals of that many digits on either side
+    of it, the nearer one that does, the one of even last digit at equal distances: at a power
+    of two the lower neighbour is nearer, and the decimal above may read back where the nearest
+    below does not), written out for a decimal
+    exponent from -4 to 15 (``0.0001``, ``0.30000000000000004``) and as ``d.ddde+XX`` outside
+    (``9.99e-05``, ``1e+16``)."""
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    if x == int(x) and abs(x) < 1e15:
+    if x == int(x) and abs(x) < 1e16:
         return f"{x:.1f}"
-    for p in range(1, 18):
-        s = f"{x:.{p}g}"
-        if _round(Fraction(s), bits) == Fraction(x):
-            return s
-    raise AssertionError(x)
+    a = Fraction(abs(x))
+    exact = decimal.Decimal(abs(x))
+    with decimal.localcontext() as ctx:
+        ctx.prec = 2000
+        for p in range(1, 18):
+            step = decimal.Decimal(1).scaleb(exact.adjusted() - p + 1)
+            near = [d for d in (exact.quantize(step, decimal.ROUND_FLOOR),
+                                exact.quantize(step, decimal.ROUND_CEILING))
+                    if _round(Fraction(d), bits) == a]
+            if near:
+                # the nearer; at equal distances the even last digit, as printf rounds
+                d = min(near, key=lambda d: (abs(Fraction(d) - a), d.as_tuple().digits[-1] % 2))
+                break
+        else:
+            raise AssertionError(x)
+    digits = "".join(map(str, d.as_tuple().digits)).rstrip("0")
+    e = d.adjusted()
+    if -4 <= e < 16:
+        if e >= len(digits) - 1:
+            text = digits + "0" * (e - len(digits) + 1) + ".0"
+        elif e >= 0:
+            text = digits[:e + 1] + "." + digits[e + 1:]
+        else:
+            text = "0." + "0" * (-e - 1) + digits
+    else:
+        text = digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + f"e{e:+03d}"
+    return ("-" if x < 0 else "") + text
+
+
+#: f64 values at the edges of repr's forms: whole numbers from 1e15 up to 1e16 (written out),
+#: 1e16 and a 17-digit number above it (exponent form), 1e-4 and below it, -0.0, subnormals, a
+#: power of two whose fewest digits are the decimal above it (7.120236347223045e-307)
+REPR_EDGES = [1e15, 9.999e15, 1e16, 9007199254740994.0, 1.2345678901234568e16, -1e15, 1e-4,
+              9.99e-5, -0.0, 0.0, 5e-324, 2.2250738585072009e-308, 1e-310, 2.0 ** -1017,
+              2.0 ** -1022, 1e22, 0.1, 123456.789]
+
+
+def test_the_reference_is_python_repr_for_an_f64() -> None:
+    """The reference wrote a whole number from 1e15 up to 1e16 as 1e+15 (repr: 1000000000000000.0),
+    a 17-digit number from 1e16 without its exponent (12345678901234568, repr:
+    1.2345678901234568e+16) and 2**-1017 in 17 digits (repr's 16 read back): it is repr."""
+    rng = np.random.default_rng(8)
+    rand = rng.integers(0, 2 ** 63, 2000, dtype=np.uint64).view(np.float64)
+    values = REPR_EDGES + [float(v) for v in rand[np.isfinite(rand)]] + [
+        2.0 ** e for e in range(-1074, 1024)]
+    wrong = [(v, shortest(v, 53)) for v in values if shortest(v, 53) != repr(v)]
+    assert not wrong, wrong[:10]
+    assert [shortest(v, 53) for v in REPR_EDGES[:4]] == [
+        "1000000000000000.0", "9999000000000000.0", "1e+16", "9007199254740994.0"]
+    assert shortest(float(np.float32(2.0 ** -96)), 24) == "1.2621775e-29"  # not 1.26217745e-29
 
 
 def _capture(frames: list[RoundFrame], path: Path) -> Path:
@@ -175,7 +226,8 @@ def test_f32_values_are_shown_in_their_shortest_form(lua: Path, tmp_path: Path) 
 
 
 WEIGHTS = [0.1 + 0.2, 1 / 3, 5e-324, 1.7976931348623157e308, 2.0 ** -1022, 1e21, 1.5, 2.5e-8,
-           123456789.123, 4.0, 0.0, -0.0, 9007199254740993.0]
+           123456789.123, 4.0, 0.0, -0.0, 9007199254740993.0,
+           *[w for w in REPR_EDGES if w >= 0.0]]
 
 
 @pytest.mark.tshark
@@ -193,7 +245,7 @@ def test_the_weight_is_shown_exactly_in_the_tree_and_the_info_column(lua: Path,
     out = _tshark(pcap, lua, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-T", "fields",
                   "-e", "_ws.col.Info")
     want = [shortest(w, 53) for w in weights]
-    assert [float(x) for x in want] == weights  # they read back
+    assert want == [repr(w) for w in weights]  # Python's repr, as decode's JSON writes them
     assert out.splitlines() == [f"HostFrame relay→ctl ranks [0] Model w={w} 1 tensor 4 B"
                                 for w in want]
     assert want[:3] == ["0.30000000000000004", "0.3333333333333333", "5e-324"]
