@@ -4,6 +4,7 @@ class, with unaligned destinations."""
 
 from __future__ import annotations
 
+import fractions
 import itertools
 import warnings
 
@@ -298,3 +299,23 @@ def test_a_scaler_checks_its_destinations_once() -> None:
     ro.flags.writeable = False
     with pytest.raises(ValueError, match=r"dsts\[0\] is read-only"):
         Bf16Scaler([ro])
+
+
+def test_a_factor_takes_the_real_number_rule_of_scale_payload() -> None:
+    """A factor of 10**400 raised a bare OverflowError and Fraction(10**400) was refused as no
+    real number: each is an infinity of its sign, the bytes scale_payload gives; a Fraction is
+    a real number (Fraction(1, 4) as 0.25), and a nonzero one whose f64 is a zero is refused,
+    named as given, before anything is written."""
+    x = np.array([1.5, -2.0, 3.25], np.float32)
+    for factor in (10**400, fractions.Fraction(10**400), -(10**400),
+                   fractions.Fraction(-(10**400), 3), fractions.Fraction(1, 4)):
+        d = np.zeros(3, np.uint16)
+        scale_to_bf16([x], factor, [d])  # type: ignore[arg-type]
+        assert d.tobytes() == bytes(scale_payload(1, bf16_from_f32(x).tobytes(), factor))
+    assert d.tolist() == bf16_from_f32(x * np.float32(0.25)).tolist()
+    d = np.zeros(3, np.uint16)
+    with pytest.raises(ValueError) as ei:
+        scale_to_bf16([x], fractions.Fraction(-1, 10**400), [d])  # type: ignore[arg-type]
+    assert str(ei.value) == ("factor = <a negative Fraction of 1 bit over 1329 bits> is invalid: "
+                             "nonzero, but rounds to -0.0 in f64")
+    assert d.tolist() == [0, 0, 0]

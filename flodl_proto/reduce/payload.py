@@ -25,7 +25,7 @@ import numpy.typing as npt
 from .._bf16 import is_bf16
 from ..codec._arrays import as_array, real_array
 from ..codec._common import BytesLike, as_view, underflow_reason, wire_int, wire_real
-from ..errors import protocol_error, shown_type
+from ..errors import protocol_error, shown, shown_type
 from ..spec import DTYPE_BF16, DTYPE_F32, ELEMENT_SIZE, U32_MAX
 from . import _kernels as K
 
@@ -135,24 +135,32 @@ def scale_to_bf16(srcs: Sequence[npt.NDArray[Any]], factor: float | np.floating[
 
     Args:
         srcs: flat contiguous arrays, all ``<f4`` (f32 values) or all ``<u2`` (bf16 bits).
-        factor: the scale, a real number (converted to f32 first).
+        factor: the scale, a real number by :func:`scale_payload`'s rule (an int or a
+            ``Fraction`` beyond the f64 range is an infinity of its sign); converted to f32
+            first.
         dsts: per source a flat, contiguous, writable ``uint16`` or ``ml_dtypes.bfloat16``
             array (it may be unaligned) of the same length, written in full.
 
     Raises:
         ValueError: the sources mix dtypes or are neither ``<f4`` nor ``<u2``, a source or
             destination is not a NumPy array, a destination does not match its source or is
-            read-only, or ``factor`` is not a real number (None is not NaN); all checked before
-            anything is written.
+            read-only, or ``factor`` is not a real number (None is not NaN) or is a nonzero
+            ``Fraction`` whose f64 is a zero; all checked before anything is written.
 
     Upstream: ``controller/round_frame.rs`` ``scale_payload_bytes`` (bf16 arm) and
     ``f32_to_bf16_bits``: the rank-side realized-work pre-scale.
     """
     if len(srcs) != len(dsts):
         raise ValueError(f"{len(srcs)} sources for {len(dsts)} destinations")
-    if isinstance(factor, str | bytes) or not isinstance(
-            factor, int | float | np.integer | np.floating):
-        raise ValueError(f"factor must be a real number, got {factor!r}")
+    if type(factor) is not float:
+        # a bool is taken as 0 or 1, as it was; anything else by the real-number rule
+        real = float(factor) if isinstance(factor, bool) else wire_real(factor)
+        if real is None:
+            raise ValueError(f"factor must be a real number, got {shown(factor)}")
+        if math.isinf(real):  # an int or a Fraction beyond the f64 range: np.float32() raised
+            factor = real
+        elif real == 0.0 and (tiny := underflow_reason(factor, real)) is not None:
+            raise ValueError(f"factor = {shown(factor)} is invalid: {tiny}")
     for i, s in enumerate(srcs):
         if not isinstance(s, np.ndarray):
             raise ValueError(f"srcs[{i}] must be a NumPy array, got {shown_type(s)}")
