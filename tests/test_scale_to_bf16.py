@@ -319,3 +319,8 @@ def test_a_factor_takes_the_real_number_rule_of_scale_payload() -> None:
     assert str(ei.value) == ("factor = <a negative Fraction of 1 bit over 1329 bits> is invalid: "
                              "nonzero, but rounds to -0.0 in f64")
     assert d.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError) as ei:
+        scale_to_bf16([x], "2.0", [d])  # type: ignore[arg-type]
+    assert str(ei.value) == "factor must be a real number, got '2.0'"
+    scale_to_bf16([x], True, [d])  # a bool is taken as 0 or 1, as it was
+    assert d.tolist() == bf16_from_f32(x).tolist()
