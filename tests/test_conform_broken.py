@@ -438,6 +438,13 @@ def relay_lacks_the_control_bound(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(relay_fanout, "control_too_long", lambda *args: None)
 
 
+def controller_lacks_the_control_bound(mp: pytest.MonkeyPatch) -> None:
+    """The controller reads a relay's Control record after its Hello whatever its length (up
+    to the frame ceiling), as upstream does, where it refuses one past the control bound from
+    its header."""
+    mp.setattr(controller_core, "max_control_payload", lambda w: None)
+
+
 def relay_checks_byte_count_not_shape(mp: pytest.MonkeyPatch) -> None:
     """The relay compares a deposit's tensors with the round's first by element count, not
     shape: a [3, 2] tensor folds into a [2, 3] one."""
@@ -560,6 +567,9 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
         "controller.hello.duplicate-across-relays",
         "controller.hello.duplicate-within-hello",
     }),
+    "controller-lacks-the-control-bound": ("controller", 2, controller_lacks_the_control_bound,
+                                           controller_target(), False,
+                                           {"controller.limits.control-over-bound"}),
     "controller-mux-keeps-bad-magic-open": ("controller", 3, keep_bad_magic_open,
                                             controller_target(port_mux=True), True, {
         "controller.portmux.unknown-magic-dropped",
@@ -646,3 +656,24 @@ def test_control_over_bound_fails_a_relay_without_the_control_bound(
         f"FAIL {case_id} v3 [SHOULD] (section:Departures from upstream)",
         "     step 11: connection r0: expected the target to close it; still open after 2s",
         "     target: exit 0 after SIGTERM"]
+
+
+@pytest.mark.timeout(60)
+def test_control_over_bound_fails_a_controller_without_the_control_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """controller.limits.control-over-bound passes against this package's controller and fails
+    against one that reads the over-long Control record (a RankExit it then ends the run on)."""
+    case_id = "controller.limits.control-over-bound"
+    assert [c.versions for c in CATALOGUE if c.id == case_id] == [(2, 3)]
+    for version in (2, 3):
+        assert _run("controller", version, controller_target(), patterns=(case_id,)) \
+            == (set(), "")
+    controller_lacks_the_control_bound(monkeypatch)
+    failed, text = _run("controller", 3, controller_target(), patterns=(case_id,))
+    assert failed == {case_id}
+    assert text.splitlines() == [
+        f"FAIL {case_id} v3 [SHOULD] (section:Departures from upstream)",
+        # the record read and decoded: its RankExit ends the run cleanly
+        "     step 6: expected the target to exit with a failure status, observed 0",
+        "     target: exit 0"]
+
