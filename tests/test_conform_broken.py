@@ -21,7 +21,13 @@ import pytest
 from flodl_proto.codec import mux as mux_codec
 from flodl_proto.codec import round_frame as frame_codec
 from flodl_proto.codec.handshake import decode_handshake, encode_handshake
-from flodl_proto.codec.mux import DeclareDead, Hello, RecordKind, encode_control
+from flodl_proto.codec.mux import (
+    DeclareDead,
+    Hello,
+    RecordKind,
+    encode_control,
+    max_control_payload,
+)
 from flodl_proto.codec.round_frame import (
     RoundFrame,
     RoundKind,
@@ -38,6 +44,7 @@ from flodl_proto.errors import ProtocolError, protocol_error
 from flodl_proto.fsm import controller_core, relay_core
 from flodl_proto.reduce import HostFold, reduce_realized_work, sum_frames
 from flodl_proto.runner import _port_mux as port_mux
+from flodl_proto.runner import relay as relay_runner
 from flodl_proto.runner import relay_fanout
 from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, CHANNEL_MAGIC_HTTP_POST
 
@@ -438,11 +445,25 @@ def relay_lacks_the_control_bound(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(relay_fanout, "control_too_long", lambda *args: None)
 
 
+def relay_control_bound_one_byte_short(mp: pytest.MonkeyPatch) -> None:
+    """The relay bounds a Control record from the controller at one byte less than the
+    longest legal control message for its world size (287 + 37 x W - 1 bytes), refusing a
+    record of exactly the bound."""
+    mp.setattr(relay_runner, "max_control_payload", lambda w: max_control_payload(w) - 1)
+
+
 def controller_lacks_the_control_bound(mp: pytest.MonkeyPatch) -> None:
     """The controller reads a relay's Control record after its Hello whatever its length (up
     to the frame ceiling), as upstream does, where it refuses one past the control bound from
     its header."""
     mp.setattr(controller_core, "max_control_payload", lambda w: None)
+
+
+def controller_control_bound_one_byte_short(mp: pytest.MonkeyPatch) -> None:
+    """The controller bounds a relay's Control record after its Hello at one byte less than
+    the longest legal control message for the world size (287 + 37 x W - 1 bytes), refusing
+    a record of exactly the bound."""
+    mp.setattr(controller_core, "max_control_payload", lambda w: max_control_payload(w) - 1)
 
 
 def relay_checks_byte_count_not_shape(mp: pytest.MonkeyPatch) -> None:
@@ -570,12 +591,17 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
     "controller-lacks-the-control-bound": ("controller", 2, controller_lacks_the_control_bound,
                                            controller_target(), False,
                                            {"controller.limits.control-over-bound"}),
+    "controller-control-bound-one-byte-short": ("controller", 3,
+                                                controller_control_bound_one_byte_short,
+                                                controller_target(), False,
+                                                {"controller.limits.control-at-bound"}),
     "controller-mux-keeps-bad-magic-open": ("controller", 3, keep_bad_magic_open,
                                             controller_target(port_mux=True), True, {
         "controller.portmux.unknown-magic-dropped",
     }),
+    # relay.limits.control-at-bound's record is a DeclareDead the round waits for
     "relay-forgets-declare-dead": ("relay", 3, forget_declare_dead, relay_target(), False,
-                                   {"relay.fold.declare-dead"}),
+                                   {"relay.fold.declare-dead", "relay.limits.control-at-bound"}),
     "relay-accepts-duplicate-rank": ("relay", 2, relay_accepts_duplicate_rank, relay_target(),
                                      False, {"relay.handshake.duplicate-rank"}),
     "relay-ships-the-seed-under-its-own-weight": ("relay", 3, ship_seed_bytes, relay_target(),
@@ -594,6 +620,9 @@ BROKEN: dict[str, tuple[str, int, Callable[[pytest.MonkeyPatch], None],
                                         {"relay.fold.promotion-is-whole"}),
     "relay-lacks-the-control-bound": ("relay", 2, relay_lacks_the_control_bound,
                                       relay_target(), False, {"relay.limits.control-over-bound"}),
+    "relay-control-bound-one-byte-short": ("relay", 3, relay_control_bound_one_byte_short,
+                                           relay_target(), False,
+                                           {"relay.limits.control-at-bound"}),
     "relay-checks-byte-count-not-shape": ("relay", 2, relay_checks_byte_count_not_shape,
                                           relay_target(), False,
                                           {"relay.schema.transposed-shape"}),
@@ -677,3 +706,34 @@ def test_control_over_bound_fails_a_controller_without_the_control_bound(
         "     step 6: expected the target to exit with a failure status, observed 0",
         "     target: exit 0"]
 
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("role", "factory", "short", "lines"), [
+    # the record refused from its header: the run fails where the RankExit ends it cleanly
+    ("controller", controller_target, controller_control_bound_one_byte_short, [
+        "     step 6: expected the target to exit with status 0, observed 1",
+        "     target: exit 1"]),
+    # the relay fails and closes its connection where DeclareDead ships rank 0's round
+    ("relay", relay_target, relay_control_bound_one_byte_short, [
+        "     step 13: connection up: expected a HostFrame record (68 bytes), observed 0 bytes "
+        "(end of stream)",
+        "     expected: d0170df10100000003000000002b0000... (68 B)",
+        "     observed: (nothing)",
+        "     first differing byte offset: 0",
+        "     target: exit 1"]),
+])
+def test_control_at_bound_fails_a_target_whose_bound_is_one_byte_short(
+        role: str, factory: Callable[[], Any], short: Callable[[pytest.MonkeyPatch], None],
+        lines: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """<role>.limits.control-at-bound (a Control record of exactly 287 + 37 x 2 = 361 bytes at
+    world size 2) passes against this package's controller and relay, and fails against one
+    whose bound is a byte short (360), which refuses the record from its header."""
+    case_id = f"{role}.limits.control-at-bound"
+    assert [c.versions for c in CATALOGUE if c.id == case_id] == [(2, 3)]
+    for version in (2, 3):
+        assert _run(role, version, factory(), patterns=(case_id,)) == (set(), "")
+    short(monkeypatch)
+    failed, text = _run(role, 3, factory(), patterns=(case_id,))
+    assert failed == {case_id}
+    assert text.splitlines() == [
+        f"FAIL {case_id} v3 [MUST] (section:Departures from upstream)", *lines]
