@@ -494,6 +494,8 @@ def _run(role: str, version: int, factory: Callable[[], Any], port_mux: bool = F
     runs, _ = select_cases(CATALOGUE, role=role, versions=[version], port_mux=port_mux,
                            patterns=list(patterns))
     runs = [(c, v) for c, v in runs if c.id not in SLOW]
+    # no case run would read as a target that passed them all
+    assert runs, f"no {role} case at version {version} matches {patterns}"
     # a failing case waits out its expectation (5 s x the scale, at least 2 s): with 8 cases
     # side by side a target's failing cases wait together rather than in two turns
     results = run_cases(runs, factory, SETTINGS, jobs=8)
