@@ -553,13 +553,47 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
 def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    for where, why in ((blocker, "exists and is not a directory"),
-                       (blocker / "sub", "cannot create it: Not a directory")):
+    # a file where a folder of DIR should be, or DIR itself: in the words of every path option
+    for where in (blocker, blocker / "sub"):
         res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt",
                    SALT_HEX, "--checkpoint-dir", str(where))
         assert res.returncode == 2 and res.stdout == ""
-        _one_error_line(res.stderr, f"argument --checkpoint-dir: {shown_name(str(where))}: {why}")
+        _one_error_line(res.stderr, f"argument --checkpoint-dir: {shown(str(where))}: Not a "
+                                    f"directory ({shown_name(str(blocker))} is a file, not a "
+                                    "folder)")
         assert "listen" not in res.stderr
+
+
+@pytest.mark.parametrize(("cmd", "option"), [
+    (("docs",), "--out"), (("dissector",), "--out"), (("conform", "docs"), "--out"),
+    (("conform", "controller", "--list"), "--junit"), (("conform", "relay", "--list"), "--json"),
+    (("vectors", "export"), "DIR"), (("docs",), "--spec"),
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX),
+     "--checkpoint-dir")], ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
+def test_a_path_option_through_a_loop_of_symbolic_links_is_a_usage_error(
+        cmd: tuple[str, ...], option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A loop of symbolic links where a folder of the path should be is refused with the
+    command line (exit 2), in the words of the demo's ``--salt-file``, before anything is made:
+    an output path was a write failure (exit 1: ``cannot write loop1/x: creating the folder
+    loop1: Too many levels of symbolic links``), ``docs --spec`` a traceback, and
+    ``--checkpoint-dir`` said ``cannot create it``."""
+    monkeypatch.chdir(tmp_path)
+    Path("loop1").symlink_to("loop2")
+    Path("loop2").symlink_to("loop1")
+    prog = "flodl-proto " + " ".join(w for w in cmd[:2] if not w.startswith("-"))
+    words = "'{0}': Too many levels of symbolic links ({1} is a loop of symbolic links)"
+    for path, loop in (("loop1/x", "loop1"), ("x/../loop2/sub/r", "loop2"), ("loop1", "loop1")):
+        if path == "loop1" and option not in ("DIR", "--spec", "--checkpoint-dir"):
+            continue  # a loop as the file itself is the write's (or --check's read) to refuse
+        argv = (*cmd, path) if option == "DIR" else (*cmd, option, path)
+        line = f"{prog}: error: argument {option}: {words.format(path, loop)}\n"
+        if cmd[0] == "controller":  # it installs signal handlers: in a process of its own
+            res = _cli(*argv)
+            assert (res.returncode, res.stdout, res.stderr) == (2, "", line)
+        else:
+            assert _run_main(capsys, *argv) == (2, "", line)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["loop1", "loop2"]
 
 
 @pytest.mark.parametrize(("cmd", "option"), [(("docs",), "--out"),

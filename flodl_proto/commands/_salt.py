@@ -337,7 +337,7 @@ def demo_salt(path: str | None) -> tuple[str, str]:
 
         # a file, or a loop of links (as for an existing --salt-file), where a folder of the
         # path should be: a usage error, found before any folder is made
-        if (why := file_in_the_way(path, target.parent, loops=True)) is not None:
+        if (why := file_in_the_way(path, target.parent)) is not None:
             raise SaltPathInTheWay(why)
         salt = os.urandom(16).hex()
         try:

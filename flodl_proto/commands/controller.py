@@ -24,7 +24,8 @@ interrupted``; a SIGTERM then ends the process by the signal), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (a ``--listen`` host name that does not exist,
 missing or malformed salt, world size 0, bad
-``--outer``, a ``--checkpoint-dir`` that cannot be created or written, a ``--frame-ceiling`` that
+``--outer``, a ``--checkpoint-dir`` that cannot be created or written, or has a file or a loop
+of symbolic links where a folder of it should be, a ``--frame-ceiling`` that
 is not a whole number of bytes from 25, the smallest RoundFrame (spec departure
 ``ceiling_floor``), to U32_MAX), with a one-line error
 ``flodl-proto controller: error: ...``.
@@ -280,10 +281,15 @@ def run(args: argparse.Namespace) -> int:
     except (ProtocolError, ValueError, OSError) as e:
         return _usage_error(str(e))
     if args.checkpoint_dir is not None:
-        problem = checkpoint_dir_problem(Path(args.checkpoint_dir))
+        from .docs import file_in_the_way
+
+        # a file, or a loop of links, where a folder of DIR should be: in the words of every
+        # path option (``'a-file/sub': Not a directory (a-file is a file, not a folder)``)
+        problem = file_in_the_way(args.checkpoint_dir, Path(args.checkpoint_dir))
+        if problem is None and (why := checkpoint_dir_problem(Path(args.checkpoint_dir))):
+            problem = f"{shown_name(args.checkpoint_dir)}: {why}"
         if problem is not None:
-            return _usage_error(option_message("--checkpoint-dir",
-                                               f"{shown_name(args.checkpoint_dir)}: {problem}"))
+            return _usage_error(option_message("--checkpoint-dir", problem))
         overwritten = checkpoints_overwritten(Path(args.checkpoint_dir), args.checkpoint_dir)
         if overwritten is not None:
             print(f"{_PROG}: warning: {overwritten}", file=sys.stderr, flush=True)

@@ -12,12 +12,12 @@ the one the package loads. The spec file read is named on every result line, and
 ``--check`` names the command that regenerates the file (with the ``--spec DIR`` it was given).
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
 2 for a bad command line (``--check`` with ``--out -``; a PATH that names a folder or has a
-file where a folder of it should be; a ``--spec`` DIR that is a file or has one where a folder
-of it should be), an unreadable spec, or (``--check``) a
-PATH that cannot be read (one line naming it and the OS error; a PATH that does not exist is
-``missing``, exit 1). A PATH that is not UTF-8 text is out of date (rewritten without
-``--check``). A refused ``--out`` or ``--spec`` reads as argparse words a refused value,
-``argument --spec: ...``.
+file, or a loop of symbolic links, where a folder of it should be; a ``--spec`` DIR that is a
+file or a loop of symbolic links, or has one where a folder of it should be), an unreadable
+spec, or (``--check``) a PATH that cannot be read (one line naming it and the OS error; a PATH
+that does not exist is ``missing``, exit 1). A PATH that is not UTF-8 text is out of date
+(rewritten without ``--check``). A refused ``--out`` or ``--spec`` reads as argparse words a
+refused value, ``argument --spec: ...``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ def _spec_folder(text: str) -> Path:
         argparse.ArgumentTypeError: ``text`` is empty, or is a file (a FIFO, a device) or has
             one where a folder of it should be (:func:`file_in_the_way`: ``'a-file/': Not a
             directory (a-file is a file, not a folder)``; it read ``cannot load
-            a-file/wire.yaml: Not a directory``).
+            a-file/wire.yaml: Not a directory``), or is a loop of symbolic links or has one
+            there (``'loop1': Too many levels of symbolic links (loop1 is a loop of symbolic
+            links)``; it ended the command with a traceback).
     """
     if not text:
         raise argparse.ArgumentTypeError("is empty; give the folder holding wire.yaml")
@@ -81,7 +83,9 @@ def output_path(text: str) -> Path:
             command would otherwise have written as a file of that name), names a folder
             that exists (through links too; ``'out' names a folder (an existing one); give a
             file path in it``), or has a file where a folder of its path should be, at any
-            level (``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``):
+            level (``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``),
+            or a loop of symbolic links (``'loop1/x': Too many levels of symbolic links (loop1
+            is a loop of symbolic links)``, which the write refused with exit 1):
             a usage error each time, found before the command does any work, where the
             existing folder and the file in the path were found only as the file was written
             (exit 1; for ``conform --junit``/``--json``, once the catalogue was loaded). A
@@ -106,7 +110,7 @@ def output_path(text: str) -> Path:
     return path
 
 
-def file_in_the_way(text: str, folder: Path, *, loops: bool = False) -> str | None:
+def file_in_the_way(text: str, folder: Path) -> str | None:
     """Why the path ``text`` cannot be used when a file (not a folder) stands where ``folder``
     (its folder, or the path itself when it names a folder) or a folder above it should be:
     ``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``, the file named
@@ -114,11 +118,11 @@ def file_in_the_way(text: str, folder: Path, *, loops: bool = False) -> str | No
     cannot be told (a folder that may not be looked into: the command's own step will say
     why). A ``..`` after a folder that does not exist yet goes back up as it will once the
     folders are made (``x/../a-file/s``: ``a-file`` stands in the way, found before ``x`` is
-    made). With ``loops``, a loop of symbolic links where a folder should be is named too
-    (``'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of symbolic
-    links)``). The words of every path option refused so (the generators' output files,
-    ``docs --spec``, ``vectors export DIR``, the demo's new ``--salt-file``), for argparse to
-    put after ``argument --X:``. Raises nothing.
+    made). A loop of symbolic links where a folder should be is named too (``'loop1/x':
+    Too many levels of symbolic links (loop1 is a loop of symbolic links)``). The words of
+    every path option refused so (the generators' output files, ``docs --spec``, ``vectors
+    export DIR``, ``controller --checkpoint-dir``, the demo's new ``--salt-file``), for
+    argparse to put after ``argument --X:``. Raises nothing.
 
     No upstream counterpart: upstream ships no generator commands.
     """
@@ -128,7 +132,7 @@ def file_in_the_way(text: str, folder: Path, *, loops: bool = False) -> str | No
     blocker, mode = found
     if mode is None:
         return (f"{shown(text)}: {os.strerror(errno.ELOOP)} ({shown_name(str(blocker))} is a "
-                "loop of symbolic links)") if loops else None
+                "loop of symbolic links)")
     return (f"{shown(text)}: {os.strerror(errno.ENOTDIR)} ({shown_name(str(blocker))} is "
             f"{_kind(mode)}, not a folder)")
 

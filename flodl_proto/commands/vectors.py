@@ -76,9 +76,9 @@ def _folder(text: str) -> Path:
 
 def _output_folder(text: str) -> Path:
     """argparse ``type=`` of ``vectors export DIR``: :func:`_folder`'s path, refused with the
-    command line, before any work, when it is a file (a FIFO, a device) or has one where a
-    folder of it should be, as every output path of the command line is
-    (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file/sub': Not a directory
+    command line, before any work, when it is a file (a FIFO, a device) or a loop of symbolic
+    links, or has one where a folder of it should be, as every output path of the command line
+    is (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file/sub': Not a directory
     (a-file is a file, not a folder)``); it was found as the first file was written (exit 1).
 
     Raises:
