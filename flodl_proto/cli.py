@@ -12,9 +12,9 @@ itself do. ``conform`` and ``demo`` stop on SIGTERM as on Ctrl-C (they stop thei
 cluster first), with a line of their own (``flodl-proto COMMAND: terminated``) and exit 143 (128 +
 SIGTERM), from the start of :func:`main` (before the parser and the command's modules are
 imported) until the command handles it itself, and again once it has restored the previous
-handler; for the other commands SIGTERM keeps its default until they handle it, if they do
-(``relay`` handles it as ``conform`` does while it looks its controller's host name up at
-start-up: :func:`sigterm_as_ctrl_c`).
+handler; ``controller`` stops cleanly on it from the start too (:func:`stopped_early`). For the
+other commands SIGTERM keeps its default until they handle it, if they do (``relay`` handles it
+as ``conform`` does while it looks its controller's host name up: :func:`sigterm_as_ctrl_c`).
 ``demo`` stops so on a closed terminal's SIGHUP too (``hung up``, exit 129, 128 + SIGHUP),
 unless it was ignored when it started (``nohup``). While NumPy and the codec load, every command
 holds Ctrl-C and SIGTERM (:func:`interrupts_held`) and acts on them as soon as they have loaded.
@@ -71,7 +71,7 @@ from ._threads import import_on_a_blocking_thread
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_HUNG_UP", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "QUIET_LOGGERS", "AnyCase", "build_parser", "configure_logging", "entry",
            "interrupts_held", "main", "named_by_spec_dir", "note_stop", "sigterm_as_ctrl_c",
-           "stop_outcome"]
+           "stop_outcome", "stopped_early"]
 
 #: exit code after Ctrl-C (128 + SIGINT)
 EXIT_INTERRUPTED = 130
@@ -374,6 +374,9 @@ def _run(argv: Sequence[str] | None, *, exits: bool) -> int:
     try:
         for signum in signums:
             previous[signum] = signal.signal(signum, _sigterm_as_ctrl_c)
+        if command == "controller" and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            # it stops cleanly on SIGTERM once it runs: one before is noted (stopped_early)
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, note_stop)
     except ValueError:  # not the main thread: no signal handlers there
         pass
     code: object = 1
@@ -592,11 +595,19 @@ def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def note_stop(signum: int) -> None:
+def stopped_early() -> bool:
+    """Whether a SIGTERM was noted (:func:`note_stop`) before the running command set its own
+    handler: ``controller`` then stops as once it runs, before it binds its port. Raises
+    nothing. No upstream counterpart (the command line is this package's own)."""
+    return signal.SIGTERM in _STOPS
+
+
+def note_stop(signum: int, frame: object = None) -> None:
     """Note that the signal ``signum`` (SIGINT, SIGTERM, SIGHUP) stops the running command:
     called by the signal handlers that stop a command (:func:`main`'s for ``conform`` and
-    ``demo``, and those commands' own). The first signal noted in a run decides the line and
-    the exit code of the stop (:func:`stop_outcome`). Raises nothing; safe in a signal handler.
+    ``demo``, and those commands' own); :func:`main`'s SIGTERM handler for ``controller``. The
+    first signal noted in a run decides the line and the exit code of the stop
+    (:func:`stop_outcome`). Raises nothing; safe in a signal handler.
 
     No upstream counterpart (the command line is this package's own)."""
     _STOPS.append(signum)

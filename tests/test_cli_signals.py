@@ -177,31 +177,71 @@ def test_sigterm_while_the_demo_loads_is_one_line_and_143(module: str, prog: str
                               "decode --salt-file PATH)\n")  # printed before NumPy loads
 
 
+_CONTROLLER = ("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt", SALT_HEX)
+
+
+@pytest.mark.parametrize("module", [
+    "flodl_proto.spec",  # while the parser is built
+    "flodl_proto.runner.controller",  # while the controller's modules load
+    "numpy._core.multiarray",  # while NumPy loads, signals held: delivered once it has
+])
+def test_sigterm_before_the_controller_listens_is_its_clean_stop(module: str,
+                                                                 tmp_path: Path) -> None:
+    """The controller stops cleanly on SIGTERM once it runs (``controller finished: clean
+    (stop: signal)``, exit 0); one that arrived earlier, from the start of the command line,
+    ended the process by the signal with no line (exit -15). It now stops the same way, before
+    any port is bound (no ``listening on`` line)."""
+    res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module,
+                          *_CONTROLLER, "--checkpoint-dir", str(tmp_path / "ck")],
+                         capture_output=True, text=True, timeout=90, input="")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "controller finished: clean (stop: signal)\n", "")
+
+
+def _sigterm_ignored() -> None:
+    """In the child before it runs: SIGTERM ignored, SIGINT at its default (the test's own
+    process may ignore it, as a background job)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_an_ignored_sigterm_before_the_controller_listens_stays_ignored() -> None:
+    """A controller started with SIGTERM ignored keeps it so, also before it runs: the signal
+    sent while its modules load is no stop, and the run goes on to listen."""
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM",
+                             "flodl_proto.runner.controller", *_CONTROLLER],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigterm_ignored)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("listening on 127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, out, err) == (0, "controller finished: clean (stop: signal)\n", "")
+
+
 @pytest.mark.parametrize(("module", "args"), [
-    ("flodl_proto.spec", ("controller", "--listen", "127.0.0.1:0", "--world-size", "1",
-                          "--salt", SALT_HEX)),
-    ("flodl_proto.runner.controller", ("controller", "--listen", "127.0.0.1:0",
-                                       "--world-size", "1", "--salt", SALT_HEX)),
     ("flodl_proto.spec", ("relay", "--controller", "127.0.0.1:9", "--ranks", "0",
                           "--world-size", "1", "--salt", SALT_HEX)),
     ("flodl_proto.spec", ("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
                           "--salt", SALT_HEX)),
     ("flodl_proto.spec", ("--log-level", "conform", "decode", "-")),  # conform: a level there
     # while NumPy loads, signals held: delivered once it has, to SIGTERM's default
-    ("numpy._core.multiarray", ("controller", "--listen", "127.0.0.1:0", "--world-size", "1",
-                                "--salt", SALT_HEX)),
     ("numpy._core.multiarray", ("relay", "--controller", "127.0.0.1:9", "--ranks", "0",
                                 "--world-size", "1", "--salt", SALT_HEX)),
     ("numpy._core.multiarray", ("rank", "--relay", "127.0.0.1:9", "--rank", "0",
                                 "--world-size", "1", "--salt", SALT_HEX)),
     ("numpy._core.multiarray", ("decode", "-")),
-], ids=["controller-parsing", "controller-loading", "relay", "rank", "decode",
-        "controller-numpy", "relay-numpy", "rank-numpy", "decode-numpy"])
+], ids=["relay", "rank", "decode", "relay-numpy", "rank-numpy", "decode-numpy"])
 def test_other_commands_keep_sigterm_s_default_until_they_handle_it(
         module: str, args: tuple[str, ...]) -> None:
-    """controller and relay stop cleanly on SIGTERM once running, with their own handler; before
-    it, and for the other commands, SIGTERM ends the process as it did (once NumPy and the codec
-    have loaded, when it arrives while they load)."""
+    """relay stops cleanly on SIGTERM once running, with its own handler; before it, and for
+    the other commands but the controller, SIGTERM ends the process as it did (once NumPy and
+    the codec have loaded, when it arrives while they load)."""
     res = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, "SIGTERM", module, *args],
                          capture_output=True, text=True, timeout=90, input="")
     assert (res.returncode, res.stdout, res.stderr) == (-signal.SIGTERM, "", "")

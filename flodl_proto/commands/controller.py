@@ -18,9 +18,11 @@ dropped is one warning line on stderr when the run ends. Log records (warnings s
 timeout) go to stderr the same way, through a backlog of their own.
 Exit codes: 0 after a clean end (ranks left, every rank dead, SIGTERM, or SIGINT unless it was
 ignored when the controller started: it then stays ignored; handled from just before the
-listener is bound, so a stop from then on still prints the first line), 130 for a Ctrl-C before
-that (while the command line is checked or the modules load: ``flodl-proto controller:
-interrupted``; a SIGTERM then ends the process by the signal), 1 when the run
+listener is bound, so a stop from then on still prints the first line; a SIGTERM that arrives
+earlier, from the start of the command line, stops it the same way before the listener is
+bound: ``controller finished: clean (stop: signal)`` alone), 130 for a Ctrl-C before that
+(while the command line is checked or the modules load: ``flodl-proto controller:
+interrupted``), 1 when the run
 failed or could not start (the error on stderr; e.g. the ``--listen`` address cannot be bound
 because it is in use), 2 for a bad command line (a ``--listen`` host name that does not exist,
 missing or malformed salt, world size 0, bad
@@ -64,7 +66,7 @@ from .._numbers import not_plain_note
 from .._oserr import os_reason
 from .._unseen import quoted
 from ..addr import format_addr, parse_addr
-from ..cli import interrupts_held
+from ..cli import interrupts_held, stopped_early
 from ..errors import ProtocolError, shown, shown_name
 from ..spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, parse_f64
 from ._option_error import OptionError, option_field, option_message
@@ -304,6 +306,12 @@ def run(args: argparse.Namespace) -> int:
                        coalesce=LINE_COALESCE)
     # signal handlers first: a SIGINT/SIGTERM right after the first line is a clean stop
     with queued_stderr_logging() as log_lines, signals_stop(stop):
+        if stopped_early():  # a SIGTERM before signals_stop's handler: the same clean stop
+            from ..fsm.lifecycle import Outcome
+
+            print(f"controller finished: {Outcome(True, 'stop', detail=SIGNAL_STOP_DETAIL)}",
+                  flush=True)
+            return 0
         try:
             ctl = ReferenceController(
                 args.world_size, salt, host=host, port=port, version=args.protocol_version,
