@@ -38,6 +38,32 @@ def test_start_timeout_bounds_the_wait_for_a_target_to_listen(
     assert args.start_timeout == KitSettings().ready_timeout == 20.0
 
 
+#: run in a fresh interpreter: parse a conform command line, then whether its --start-timeout
+#: default is the kit's one constant, and the heavy modules the parse imported
+_PARSED = """
+import sys
+from flodl_proto.cli import build_parser
+args = build_parser().parse_args(["conform", "controller", "--list"])
+from flodl_proto.conform import _defaults
+print(args.start_timeout is _defaults.READY_TIMEOUT,
+      [m for m in ("numpy", "ml_dtypes", "flodl_proto.codec", "flodl_proto.conform.player")
+       if m in sys.modules])
+"""
+
+
+def test_the_start_timeout_default_has_one_home_that_loads_no_numpy() -> None:
+    """``--start-timeout``'s default and ``KitSettings.ready_timeout`` were two literals of
+    20.0 (the parser's own, so that parsing loads no NumPy), pinned equal by a test; both are
+    now ``conform._defaults.READY_TIMEOUT``, which the parser reads without the kit's player,
+    the codec or NumPy."""
+    from flodl_proto.conform import _defaults
+
+    assert KitSettings.__dataclass_fields__["ready_timeout"].default is _defaults.READY_TIMEOUT
+    res = subprocess.run([sys.executable, "-c", _PARSED], capture_output=True, text=True,
+                         timeout=60)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "True []\n", "")
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "x", "", "864000.5", "1e999"])
 def test_start_timeout_is_a_finite_number_of_seconds_above_0(
         value: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,6 +66,7 @@ from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
 from .._unseen import terminal_text
 from ..cli import AnyCase, interrupts_held, named_by_spec_dir, note_stop, stop_outcome
+from ..conform._defaults import READY_TIMEOUT
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._option_error import option_conflict, option_message
@@ -136,10 +137,10 @@ def register(sub: Any) -> None:
                             "kit's waits that follow the target's timeouts, and its default "
                             "wait for an expectation (5 s x X, at least 2 s) (0.1 to 1000; "
                             "default 1)")
-        r.add_argument("--start-timeout", type=_start_timeout, default=_START_TIMEOUT,
+        r.add_argument("--start-timeout", type=_start_timeout, default=READY_TIMEOUT,
                        metavar="SECONDS",
                        help="how long a target may take to listen, not scaled by "
-                            f"--timeout-scale ({_START_RULE}; default {_START_TIMEOUT:g})")
+                            f"--timeout-scale ({_START_RULE}; default {READY_TIMEOUT:g})")
         r.add_argument("--port-mux", action="store_true",
                        help="the target serves the port mux: run the cases that need it")
         r.add_argument("--jobs", type=whole_number, default=_default_jobs(), metavar="N",
@@ -179,8 +180,6 @@ class _GivenOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-#: seconds a target may take to listen (``--start-timeout``; :class:`KitSettings`'s default)
-_START_TIMEOUT = 20.0
 #: the rule of ``--start-timeout``, as its help and its error state it
 _START_RULE = f"a finite number of seconds above 0, at most {TIMEOUT_MAXIMUM:g}"
 

@@ -48,6 +48,7 @@ from .._oserr import os_reason
 from ..codec.mux import Hello, decode_mux_record, max_hello_payload, parse_mux_header
 from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
+from ._defaults import READY_TIMEOUT
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
 from .fields import expected_message, field_at, field_values, observed_message
@@ -85,7 +86,8 @@ class KitSettings:
     Attributes:
         timeout_scale: exported to the target as ``FLODL_NET_TIMEOUT_SCALE``; scales the kit's
             ``within_scaled`` waits and its default wait (:func:`default_within`) too.
-        ready_timeout: seconds a target may take to listen.
+        ready_timeout: seconds a target may take to listen (:data:`._defaults.READY_TIMEOUT`,
+            ``--start-timeout``'s default too).
         stop_bound: seconds between SIGTERM and SIGKILL. Not scaled by ``timeout_scale``, as
             ``exit_grace``: it waits for a process to end (the kit has closed the case's
             connections before it sends SIGTERM), not for one of the target's protocol
@@ -104,7 +106,7 @@ class KitSettings:
     """
 
     timeout_scale: float = 1.0
-    ready_timeout: float = 20.0
+    ready_timeout: float = READY_TIMEOUT
     stop_bound: float = 5.0
     exit_grace: float = 1.0
     host: str = "127.0.0.1"
