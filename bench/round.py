@@ -100,9 +100,12 @@ from _cli import (
     run,
     shown,
     whole,
+    whole_number,
     worker_salt,
     world_max,
 )
+
+from flodl_proto.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 with loading("bench/round.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
     import numpy as np
@@ -1132,7 +1135,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated frame sizes, e.g. 4k,64k,1m,4m,64m (bare: MiB)")
     ap.add_argument("--dtypes", type=listed(one_of(("f32", "bf16"))), default="f32,bf16",
                     help="comma-separated wire dtypes, f32 and/or bf16 (default f32,bf16)")
-    ap.add_argument("--protocol-version", type=int, default=2, choices=(2, 3))
+    # as the controller's and the relay's own option (ASCII digits: int() took '３' and '0_3')
+    ap.add_argument("--protocol-version", type=whole_number, default=DEFAULT_VERSION,
+                    choices=SUPPORTED_VERSIONS)
     ap.add_argument("--rounds", type=whole(1), default=None,
                     help="measured rounds (default 50 below 1 MiB, 20 below 64 MiB, 5, 3 at "
                     "256 MiB)")

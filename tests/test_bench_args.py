@@ -58,6 +58,16 @@ BAD = [
      "bench/round.py: error: argument --max-wait: must be a finite number >= 0, got '-1'"),
     ("round", ["--max-wait", "nan"],
      "bench/round.py: error: argument --max-wait: must be a finite number >= 0, got 'nan'"),
+    # as the controller's and the relay's --protocol-version (int() took '３' and '0_3': the
+    # --rounds 0 after them was the error)
+    ("round", ["--protocol-version", "\uff13", "--rounds", "0"],
+     "bench/round.py: error: argument --protocol-version: invalid int value: '\uff13' (a number "
+     "is written in ASCII digits, without '_')"),
+    ("round", ["--protocol-version", "0_3", "--rounds", "0"],
+     "bench/round.py: error: argument --protocol-version: invalid int value: '0_3' (a number is "
+     "written in ASCII digits, without '_')"),
+    ("round", ["--protocol-version", "4"],
+     "bench/round.py: error: argument --protocol-version: invalid choice: 4 (choose from 2, 3)"),
     ("round", ["--time-budget", "-1"],
      "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
     ("round", ["--time-budget", "0"],
