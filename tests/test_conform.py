@@ -755,6 +755,35 @@ def test_failing_byte_expectation_reports_offset_and_both_sides() -> None:
     assert r.differing_values == "expected 4.0, observed 3.0"
 
 
+def test_the_json_report_holds_a_failing_case_s_two_values(tmp_path: Path) -> None:
+    """The text line shows the differing field's values (``expected 4.0, observed 3.0``); the
+    JSON report had the field and the bytes but not those values: now its own keys."""
+    from flodl_proto.conform.player import play_case
+
+    case = next(c for c in CATALOGUE if c.id == "controller.round.two-rounds")
+    steps = list(case.steps[3])
+    steps[5] = {"expect": {"conn": 0, "broadcast": {"weight": 2, "tensors": [
+        {"shape": [2], "values": [1, 4]}]}}}
+    bad = dataclasses.replace(case, steps={3: tuple(steps)})
+    r = play_case(bad, 3, controller_target(), SETTINGS)
+    write_json(tmp_path / "r.json", "controller", [r], [], lambda s: "15.3 Divide once")
+    [got] = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert got.pop("seconds") >= 0
+    assert got == {
+        "id": "controller.round.two-rounds", "version": 3, "level": "MUST",
+        "section": "semantics:divide_once", "section_title": "15.3 Divide once", "error": None,
+        "title": "consecutive rounds each get their own consensus", "result": "fail", "step": 5,
+        "message": "connection 0: expected a Broadcast record (72 bytes), observed 72 bytes "
+                   "(they differ)",
+        "expected": "...000008000000000000000000803f00008040" + r.expected[-23:],
+        "observed": "...000008000000000000000000803f00004040" + r.observed[-23:],
+        "first_difference": 17, "first_payload_difference": 62,
+        "first_difference_field": "payload.tensor[0].data, element 1",
+        "first_difference_expected": "4.0", "first_difference_observed": "3.0",
+        "exit_status": 0, "exited_by_itself": False}
+    assert got["expected"].endswith(" (72 B)") and got["observed"].endswith(" (72 B)")
+
+
 def test_a_record_differing_in_its_tag_alone_is_named_so() -> None:
     """A target that signs a right record with another salt (or another MAC) differs from the
     expected record in its 8-byte tag only: the line says so, not just an offset inside it."""

@@ -9,7 +9,13 @@ import pytest
 
 from flodl_proto.conform import KitSettings, load_catalogue
 from flodl_proto.conform.builders import BUILDERS, BuildContext, build
-from flodl_proto.conform.fields import expected_message, field_at, field_values, observed_message
+from flodl_proto.conform.fields import (
+    expected_message,
+    field_at,
+    field_value_pair,
+    field_values,
+    observed_message,
+)
 from flodl_proto.conform.inprocess import controller_target
 from flodl_proto.conform.player import CaseResult, play_case
 from flodl_proto.conform.report import case_line
@@ -120,6 +126,10 @@ def test_field_values_read_the_differing_field_as_its_wire_type() -> None:
         "payload.weight", "expected -0.0, observed 0.0")
     other = bytes.fromhex("d1170df1") + want[4:]
     assert field_values(want, other, 0) == "expected 0xf10d17d0, observed 0xf10d17d1"
+    # the two values alone, as the line writes them (the JSON report's keys)
+    assert field_value_pair(want, other, 0) == ("0xf10d17d0", "0xf10d17d1")
+    assert field_value_pair(want, got, 41) == ("-0.0", "0.0")
+    assert field_value_pair(want, got, 17) is None
     assert field_values(want, got, 17) is None  # a tag has no value but its bytes
     assert field_values(want, got[:40], 41) is None  # the observed bytes end inside the field
     hs = build({"handshake": {"rank": 0}}, CTX, "t")

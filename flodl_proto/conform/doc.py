@@ -95,7 +95,12 @@ its default wait for an expectation, below), `--start-timeout SECONDS` (how long
 may take to listen, below), `--jobs N` (cases in parallel, 1 to 1024, each with its own target
 and ports), `--junit PATH`,
 `--json PATH` (the JSON report: `role`, `interrupted`, `stop`, the counts, `results`,
-`not_selected` and `not_run`; the reports of a run stopped early, by Ctrl-C, SIGTERM or a target
+`not_selected` and `not_run`; a failing result holds what its text lines show: `message`,
+`expected` and `observed` (the bytes, hex), `first_difference` and `first_payload_difference`
+(byte offsets), `first_difference_field` (`payload.tensor[0].data, element 1`) and that
+field's two values, `first_difference_expected` and `first_difference_observed` (strings as
+the line writes them, `"4.0"` and `"3.0"`; null when the field has no value or the target did
+not send all its bytes); the reports of a run stopped early, by Ctrl-C, SIGTERM or a target
 that never started, hold the cases that ended and list the others as not run, JUnit `skipped`;
 a run stopped by a signal has `interrupted` true and `stop` the word of the stop,
 `"interrupted"` after Ctrl-C, `"terminated"` after SIGTERM (null for a run not stopped), its

@@ -35,7 +35,7 @@ from ..spec import (
     ROUND_FRAME_MAGIC,
 )
 
-__all__ = ["expected_message", "field_at", "field_values", "observed_message"]
+__all__ = ["expected_message", "field_at", "field_value_pair", "field_values", "observed_message"]
 
 
 def _layout(*structs: Any) -> tuple[tuple[str, int], ...]:
@@ -211,11 +211,12 @@ def _value(raw: bytes, fmt: str, name: str) -> str:
     return f"0x{v:08x}" if name.endswith("magic") else str(v)
 
 
-def field_values(expected: bytes, observed: bytes, offset: int) -> str | None:
-    """``expected X, observed Y``: the values of the field of ``expected`` holding byte
-    ``offset`` (the first that differs) and of the same bytes of ``observed``, when that field
-    has a value (an integer, a weight, a tensor element) and ``observed`` holds all its bytes;
-    else None.
+def field_value_pair(expected: bytes, observed: bytes, offset: int) -> tuple[str, str] | None:
+    """The values, as text, of the field of ``expected`` holding byte ``offset`` (the first that
+    differs) and of the same bytes of ``observed`` (``('258.0', '256.0')``: an f32 or bf16
+    element or an f64 as Python's ``repr`` of the float, an integer in decimal, a magic in hex,
+    ``'0xf10d17d0'``), when that field has a value (an integer, a weight, a tensor element) and
+    ``observed`` holds all its bytes; else None.
 
     No upstream counterpart: upstream has no conformance kit.
     """
@@ -225,5 +226,15 @@ def field_values(expected: bytes, observed: bytes, offset: int) -> str | None:
     name, start, size, fmt = span
     if fmt is None or start + size > len(observed):
         return None
-    return (f"expected {_value(expected[start:start + size], fmt, name)}, "
-            f"observed {_value(observed[start:start + size], fmt, name)}")
+    return (_value(expected[start:start + size], fmt, name),
+            _value(observed[start:start + size], fmt, name))
+
+
+def field_values(expected: bytes, observed: bytes, offset: int) -> str | None:
+    """``expected X, observed Y``: :func:`field_value_pair`'s two values in a line's words;
+    None when it has none.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    pair = field_value_pair(expected, observed, offset)
+    return None if pair is None else f"expected {pair[0]}, observed {pair[1]}"

@@ -51,7 +51,7 @@ from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
 from ._defaults import READY_TIMEOUT
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
-from .fields import expected_message, field_at, field_values, observed_message
+from .fields import expected_message, field_at, field_value_pair, observed_message
 from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchError
 
 __all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_case"]
@@ -136,6 +136,8 @@ class CaseResult:
         differing_values: that field's two values (``expected 4.0, observed 3.0``) when it has
             one (an integer, a weight, a tensor element) and the target sent all its bytes;
             else "".
+        expected_value: the expected one of those two values alone (``4.0``), else "".
+        observed_value: the observed one (``3.0``), else "".
         seconds: wall time of the case.
         exit: how the target ended.
         output: the target's last output lines (failing cases only).
@@ -162,6 +164,8 @@ class CaseResult:
     exit: TargetExit | None = None
     output: str = field(default="", repr=False)
     started: bool = False
+    expected_value: str = ""
+    observed_value: str = ""
 
 
 class _NotListening(Exception):
@@ -659,7 +663,9 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
                         else result.offset
                     if at is not None and at < len(obs):
                         result.differing_field = field_at(exp, at) or ""
-                        result.differing_values = field_values(exp, obs, at) or ""
+                        if (pair := field_value_pair(exp, obs, at)) is not None:
+                            result.expected_value, result.observed_value = pair
+                            result.differing_values = f"expected {pair[0]}, observed {pair[1]}"
                     result.expected = _hex(exp, at)
                     result.observed = _hex(obs, at, e.observed_total)
                 return result

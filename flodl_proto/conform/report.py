@@ -302,6 +302,8 @@ def _result_json(r: CaseResult, section_title: str) -> dict[str, Any]:
         "step": r.step, "message": r.message, "expected": r.expected, "observed": r.observed,
         "first_difference": r.offset, "first_payload_difference": r.payload_offset,
         "first_difference_field": r.differing_field or None,
+        "first_difference_expected": r.expected_value or None,
+        "first_difference_observed": r.observed_value or None,
         "seconds": round(r.seconds, 3),
         "exit_status": r.exit.status if r.exit is not None else None,
         "exited_by_itself": r.exit.by_itself if r.exit is not None else None,
@@ -324,6 +326,9 @@ def write_json(path: Path, role: str, results: Sequence[CaseResult],
     (``interrupted``, true for any stop, as the key has always said) and the word of the stop
     (``stop``: ``stop`` when given, such as ``"terminated"`` after SIGTERM, else
     ``"interrupted"`` for a run ``interrupted``; null for a run that was not stopped).
+    A failing result's ``first_difference_expected`` and ``first_difference_observed`` are the
+    two values of its ``first_difference_field`` the text line shows (``"4.0"``, ``"3.0"``:
+    strings, as written there), null when that field has none.
     ``results`` and ``not_run`` are in the order of the runs (catalogue order, each case's
     versions ascending; whatever order ``--jobs`` completed them in), ``not_selected`` in
     catalogue order.
