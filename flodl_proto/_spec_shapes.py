@@ -327,14 +327,29 @@ def check_sections(raw: Mapping[str, Any]) -> None:
 def check_constant_types(constants: Mapping[str, Any]) -> None:
     """Refuse a constant of ``wire.yaml`` (``constants``, already of its shape) whose ``type``
     is none of :data:`CONSTANT_TYPES` (a misspelt ``bytes`` or ``count`` would drop it from the
-    reference's limits, a ``u32`` lose its hex form).
+    reference's limits, a ``u32`` lose its hex form), or whose ``value`` is out of its type's
+    range: a ``u32`` in 0..4294967295, a ``port`` in 0..65535, the others a whole number >= 0
+    (a u32 above the range stopped the reference's byte rendering with a traceback, and a
+    negative one was documented as is).
 
     Raises:
         ShapeError: one line naming the first such constant, its word and the known ones:
             ``wire.yaml: constant MUX_HEADER_LEN: type 'sise' is not a constant's type (bytes,
-            count, port, size, u32)``.
+            count, port, size, u32)``; or its value and its type's range: ``wire.yaml:
+            constant MUX_RECORD_MAGIC: value -1 is not a u32 (0..4294967295)``.
     """
     for name, entry in constants.items():
-        if entry["type"] not in CONSTANT_TYPES:
-            raise ShapeError(f"wire.yaml: constant {name}: type {entry['type']!r} is not a "
+        kind = entry["type"]
+        if kind not in CONSTANT_TYPES:
+            raise ShapeError(f"wire.yaml: constant {name}: type {kind!r} is not a "
                              f"constant's type ({', '.join(sorted(CONSTANT_TYPES))})")
+        top, bound = _CONSTANT_RANGES.get(kind, (None, "a whole number >= 0"))
+        value = entry["value"]
+        if value < 0 or (top is not None and value > top):
+            raise ShapeError(f"wire.yaml: constant {name}: value {value} is not a {kind} "
+                             f"({bound})")
+
+
+#: the largest value of a constant's type and how its range reads, where it has a largest value
+_CONSTANT_RANGES: Final[Mapping[str, tuple[int, str]]] = {
+    "u32": (0xFFFF_FFFF, "0..4294967295"), "port": (0xFFFF, "0..65535")}

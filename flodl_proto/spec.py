@@ -197,7 +197,8 @@ class Spec:
             know, a key it requires missing, a value of another type:
             :func:`~flodl_proto._spec_shapes.check_shape`, naming the value's path,
             ``types.u8.size``), or the file is inconsistent (a constant's type none of
-            :data:`~flodl_proto._spec_shapes.CONSTANT_TYPES`; an error of an unknown kind or
+            :data:`~flodl_proto._spec_shapes.CONSTANT_TYPES` or a value out of its type's
+            range, a negative size or a u32 above 0xFFFFFFFF; an error of an unknown kind or
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
             lacks; a byte-layout field whose type is not in ``types``, whose size is not its

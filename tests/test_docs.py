@@ -583,6 +583,29 @@ def test_a_constant_of_an_unknown_type_is_one_line_and_writes_nothing(
                                        f"{line}\n")
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("    value: 0xF10D17D0\n    type: u32\n", "    value: 0x1F10D17D0\n    type: u32\n",
+     "constant MUX_RECORD_MAGIC: value 8339134416 is not a u32 (0..4294967295)"),
+    ("    value: 0xF10D17D0\n    type: u32\n", "    value: -1\n    type: u32\n",
+     "constant MUX_RECORD_MAGIC: value -1 is not a u32 (0..4294967295)"),
+    ("    value: 1337\n    type: port\n", "    value: 70000\n    type: port\n",
+     "constant DEFAULT_CONTROLLER_PORT: value 70000 is not a port (0..65535)"),
+    ("    value: 65536\n    type: count\n", "    value: -5\n    type: count\n",
+     "constant MAX_ROUND_FRAME_TENSORS: value -5 is not a count (a whole number >= 0)"),
+    ("  MUX_HEADER_LEN:\n    value: 25\n", "  MUX_HEADER_LEN:\n    value: -25\n",
+     "constant MUX_HEADER_LEN: value -25 is not a size (a whole number >= 0)"),
+], ids=["u32-above", "u32-negative", "port-above", "count-negative", "size-negative"])
+def test_a_constant_out_of_its_types_range_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A constant's value was not checked against its ``type``: a u32 magic above 0xFFFFFFFF
+    ended ``docs`` with a traceback (``OverflowError: int too big to convert``), and a
+    negative magic, port or limit was documented with exit 0 (``= `MUX_RECORD_MAGIC` (-1)``)."""
+    _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
+                                       f"{line}\n")
+
+
 def _drop(doc: dict[str, Any], key: str) -> None:
     del doc[key]
 
