@@ -28,6 +28,7 @@ __all__ = [
     "LIFECYCLE_SCHEMA",
     "LifecycleTransition",
     "as_name_list",
+    "check_enum_codes",
     "check_layout",
     "check_lifecycle_doc",
     "lifecycle_machines",
@@ -300,3 +301,41 @@ def check_layout(mname: str, msg: Mapping[str, Any], types: Mapping[str, Any]) -
                                 f"ends ({end})" if len(names) > 1 else
                                 f"{where}: offset {offset} is not 0 (the message's first field)")
             end = offset + size if isinstance(offset, int) and isinstance(size, int) else None
+
+
+def check_enum_codes(enums: Mapping[str, Any], messages: Mapping[str, Any],
+                     types: Mapping[str, Any]) -> None:
+    """Refuse (:class:`ShapeError`) an enum of ``wire.yaml`` (its ``enums``, already of their
+    shape, and the ``messages`` whose fields name them) with a code that is negative, above a
+    u32 (an enum's code is a u8 or u32 field, or a bincode u32 varint), that an earlier value of
+    the enum has, or that a fixed-size field naming the enum cannot carry (a u8 ``dtype`` of
+    256); the reference documented each as written.
+
+    Raises:
+        ShapeError: one line naming the enum, the value and its code, and what is wrong:
+            ``wire.yaml: enum RoundKind: CONTROL has code 0, which MODEL has``.
+    """
+    for ename, enum in enums.items():
+        seen: dict[int, str] = {}
+        for vname, value in enum["values"].items():
+            code = value["code"]
+            why = ("not a whole number >= 0" if code < 0 else
+                   "above a u32 (0..4294967295)" if code > 0xFFFF_FFFF else
+                   f"which {seen[code]} has" if code in seen else None)
+            if why is not None:
+                raise ShapeError(f"wire.yaml: enum {ename}: {vname} has code {code}, {why}")
+            seen[code] = vname
+    for mname, msg in messages.items():
+        for f in message_fields(msg):
+            named, ftype = f.get("enum"), f.get("type")
+            entry = types.get(ftype) if isinstance(ftype, str) else None
+            size = entry.get("size") if isinstance(entry, dict) else None
+            if not isinstance(named, str) or named not in enums or not isinstance(size, int):
+                continue
+            top = (1 << 8 * size) - 1
+            for vname, value in enums[named]["values"].items():
+                if value["code"] > top:
+                    raise ShapeError(
+                        f"wire.yaml: enum {named}: {vname} has code {value['code']}, which "
+                        f"field {f.get('name')} of message {mname} cannot carry "
+                        f"({f['type']}: 0..{top})")

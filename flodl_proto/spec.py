@@ -38,6 +38,7 @@ from ._spec_checks import (
     LIFECYCLE_SCHEMA,
     LifecycleTransition,
     as_name_list,
+    check_enum_codes,
     check_layout,
     check_lifecycle_doc,
     lifecycle_machines,
@@ -201,8 +202,10 @@ class Spec:
             range, a negative size or a u32 above 0xFFFFFFFF; an error of an unknown kind or
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
-            lacks; a byte-layout field whose type is not in ``types``, whose size is not its
-            type's, or whose name an earlier field of its message has).
+            lacks; an enum code that is negative, above a u32, shared by two of the enum's
+            values or past a fixed-size field naming the enum; a byte-layout field whose type
+            is not in ``types``, whose size is not its type's, or whose name an earlier field
+            of its message has).
 
     No upstream counterpart (upstream's constants are code).
     """
@@ -258,6 +261,10 @@ class Spec:
                     if key in f and f[key] not in known:
                         raise SpecError(f"wire.yaml: message {mname} field {f.get('name')}: "
                                         f"{key} {f[key]!r} is not in the {section!r} section")
+        try:
+            check_enum_codes(enums, _section(raw, "messages"), _section(raw, "types"))
+        except ShapeError as e:
+            raise SpecError(str(e)) from None
 
     def const(self, name: str) -> int:
         """Return the integer value of constant ``name``.

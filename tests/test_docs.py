@@ -606,6 +606,27 @@ def test_a_constant_out_of_its_types_range_is_one_line_and_writes_nothing(
                                        f"{line}\n")
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ('CONTROL: {code: 1, doc: "bookkeeping', 'CONTROL: {code: 0, doc: "bookkeeping',
+     "enum RoundKind: CONTROL has code 0, which MODEL has"),
+    ("F32: {code: 0, element_size: 4", "F32: {code: 256, element_size: 4",
+     "enum Dtype: F32 has code 256, which field dtype of message round_frame cannot carry "
+     "(u8: 0..255)"),
+    ("F32: {code: 0, element_size: 4", "F32: {code: -3, element_size: 4",
+     "enum Dtype: F32 has code -3, not a whole number >= 0"),
+    ("Hello: {code: 0, direction:", "Hello: {code: 0x100000000, direction:",
+     "enum ControlVariant: Hello has code 4294967296, above a u32 (0..4294967295)"),
+], ids=["shared", "past-its-field", "negative", "past-u32"])
+def test_an_enum_code_shared_or_out_of_range_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An enum's codes were not checked: two values of one code, a code its u8 field cannot
+    carry and a negative code were documented with exit 0."""
+    _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
+    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
+                                       f"{line}\n")
+
+
 def _drop(doc: dict[str, Any], key: str) -> None:
     del doc[key]
 
