@@ -313,3 +313,30 @@ def test_command_table_shows_the_lines_the_cluster_commands_print(tmp_path: Path
     assert [_shown_line(shown["relay"], line) for line in out.splitlines()] == [
         "relay stats from_ranks=B to_ranks=B upstream_out=B upstream_in=B host_frames=N "
         "broadcasts=N", "relay finished: clean (WHY)"]
+
+
+def test_controller_row_says_it_waits_for_its_relays_and_logs_what_it_waits_for(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A controller whose relay never dials (one that failed on a rank's handshake) waits for it
+    without a deadline, as upstream does, and logs the ranks still unannounced every 10 s: the
+    README said so of the relay's wait for its ranks only, and a user took the controller for
+    hung. Its row shows the warning as the controller logs it."""
+    import logging
+    from types import SimpleNamespace
+
+    from flodl_proto.runner import controller
+
+    core = SimpleNamespace(uncovered_count=lambda: 2, world_size=2,
+                           uncovered_ranks=lambda n: [0, 1][:n])
+    with caplog.at_level(logging.WARNING, logger="flodl_proto.runner.controller"):
+        controller.ReferenceController._note_waiting(SimpleNamespace(_core=core))  # type: ignore[arg-type]
+    (record,) = caplog.records
+    logged = f"{record.levelname} {record.name}: {record.getMessage()}"
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = _rows_by_command([line for line in text.splitlines()
+                            if line.startswith("| `flodl-proto ")])["flodl-proto controller"]
+    assert logged == ("WARNING flodl_proto.runner.controller: controller: still waiting for "
+                      "relays to announce 2 of 2 rank(s): 0, 1")
+    assert f"`... {logged}`" in row
+    assert (controller._WAITING_NOTE_PERIOD, controller._WAITING_SHOWN) == (10.0, 16)
+    assert "without a deadline" in row and "every 10 s" in row and "the lowest 16" in row
