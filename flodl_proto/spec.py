@@ -77,6 +77,7 @@ __all__ = [
     "check_lifecycle",
     "find_spec_dir",
     "frame_ceiling_floor",
+    "in_spec_folder",
     "lifecycle_machines",
     "lifecycle_transitions",
     "load_reason",
@@ -371,7 +372,35 @@ def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
     return sec
 
 
-SPEC: Final = Spec(find_spec_dir())
+def in_spec_folder(folder: Path, text: str) -> str:
+    """``text``, a load error of the spec in ``folder``, after ``spec folder FOLDER: `` unless
+    it names the folder already (``cannot load FOLDER/wire.yaml: ...``, a line that starts
+    with ``FLODL_PROTO_SPEC_DIR=``): an edited checkout's spec that fails to load is named
+    by its folder, as one from ``$FLODL_PROTO_SPEC_DIR`` is by the variable. Raises nothing.
+
+    Upstream: none (upstream's spec is its code)."""
+    shown = _path_text(folder)
+    if shown in text or text.startswith((f"{SPEC_DIR_ENV}=", "spec folder ")):
+        return text
+    return f"spec folder {shown}: {text}"
+
+
+def _load_own_spec() -> Spec:
+    """The spec this package runs on: ``$FLODL_PROTO_SPEC_DIR``'s (whose errors the command line
+    names by the variable), else its own, whose errors name its folder (:func:`in_spec_folder`).
+
+    Raises:
+        SpecError: the folder holds no spec, or one that cannot be loaded."""
+    folder = find_spec_dir()
+    try:
+        return Spec(folder)
+    except SpecError as e:
+        if os.environ.get(SPEC_DIR_ENV):
+            raise
+        raise SpecError(in_spec_folder(folder, str(e))) from None
+
+
+SPEC: Final = _load_own_spec()
 
 
 #: the environment variable of the network timeout scale

@@ -609,3 +609,41 @@ def test_a_lifecycle_event_the_package_does_not_know_is_named(tmp_path: Path) ->
         f"flodl-proto controller: error: FLODL_PROTO_SPEC_DIR={folder}: lifecycle.yaml: "
         f"controller events {sorted([*known, 'pause'])} != LifecycleEvent {known} (not in the "
         "package: ['pause']; missing: [])\n")
+
+
+def _checkout_copy(tmp_path: Path) -> Path:
+    """A copy of this checkout's package and spec/ in ``tmp_path/co``, which ``python -m
+    flodl_proto`` run there imports (its folder is first on ``sys.path``)."""
+    root = tmp_path / "co"
+    shutil.copytree(PKG, root / "flodl_proto", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PKG.parent / "spec", root / "spec")
+    return root
+
+
+@pytest.mark.parametrize(("name", "old", "new", "why", "docs_code"), [
+    ("wire.yaml", "    value: 65536\n", "    value: lots\n",
+     "wire.yaml: constants.MAX_ROUND_FRAME_TENSORS.value is the string 'lots', not an integer",
+     1),
+    ("lifecycle.yaml", "\nmachines:\n", "\nmachinez: {}\nmachines:\n",
+     "lifecycle.yaml: unknown top-level key 'machinez' (known: machines, schema, x-docs-keys)",
+     2),
+], ids=["wire", "lifecycle"])
+def test_an_edited_checkout_spec_that_fails_to_load_is_named_by_its_folder(
+        tmp_path: Path, name: str, old: str, new: str, why: str, docs_code: int) -> None:
+    """The README's first way to try an edited spec is to edit spec/ of an editable checkout;
+    one with a mistake ended every command with 'wire.yaml: ...' and no word of which spec
+    folder was loaded (a user with an installed package and a checkout could not tell which
+    one was read). The line names the folder, as ``FLODL_PROTO_SPEC_DIR=F: ...`` does."""
+    root = _checkout_copy(tmp_path)
+    path = root / "spec" / name
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_PROTO_SPEC_DIR"}
+    for args, prog, code in ((["docs", "--out", "-"], "flodl-proto docs", docs_code),
+                             (["controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                               "--salt", "00" * 16], "flodl-proto controller", 1)):
+        done = subprocess.run([sys.executable, "-m", "flodl_proto", *args], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert (done.returncode, done.stdout) == (code, "")
+        assert done.stderr == f"{prog}: error: spec folder {root / 'spec'}: {why}\n"

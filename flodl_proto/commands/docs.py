@@ -35,7 +35,7 @@ from .._files import make_folders, replace_file
 from .._oserr import file_kind, os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..errors import shown, shown_name
-from ..spec import SPEC, Spec, SpecError, check_lifecycle
+from ..spec import SPEC, Spec, SpecError, check_lifecycle, in_spec_folder
 from ._option_error import option_message
 
 __all__ = [
@@ -446,9 +446,9 @@ def _run(args: argparse.Namespace) -> int:
         elif spec_dir.resolve() == SPEC.path.resolve():  # the loaded one: $FLODL_PROTO_SPEC_DIR's?
             from ..cli import named_by_spec_dir
 
-            why = named_by_spec_dir(str(e))
+            why = in_spec_folder(spec_dir, named_by_spec_dir(str(e)))
         else:
-            why = str(e)
+            why = in_spec_folder(spec_dir, str(e))
         print(f"{_PROG}: error: {why}", file=sys.stderr)
         return 2
     text = render_protocol_doc(spec, lifecycle)
