@@ -340,3 +340,47 @@ def test_controller_row_says_it_waits_for_its_relays_and_logs_what_it_waits_for(
     assert f"`... {logged}`" in row
     assert (controller._WAITING_NOTE_PERIOD, controller._WAITING_SHOWN) == (10.0, 16)
     assert "without a deadline" in row and "every 10 s" in row and "the lowest 16" in row
+
+
+def _parsers(parser: object, name: str) -> dict[str, object]:
+    """Every command's parser, by command name (``flodl-proto decode``)."""
+    import argparse
+
+    assert isinstance(parser, argparse.ArgumentParser)
+    found: dict[str, object] = {name: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                found.update(_parsers(subparser, f"{name} {sub}"))
+    return found
+
+
+def test_command_table_writes_an_options_default_choice_first() -> None:
+    """Where the command table writes an option's choices (``--leg auto\\|mux\\|...``,
+    ``--protocol-version 2\\|3``) the first is the default, as a reader takes it: ``decode
+    [--format table\\|json]`` wrote the table first, and ``decode`` printed JSON lines."""
+    import argparse
+
+    from flodl_proto.cli import build_parser
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = _rows_by_command([line for line in text.splitlines()
+                             if line.startswith("| `flodl-proto ")])
+    checked, wrong = 0, {}
+    for command, parser in _parsers(build_parser(), "flodl-proto").items():
+        assert isinstance(parser, argparse.ArgumentParser)
+        if command not in rows:
+            continue
+        usage = rows[command].split("`")[1]
+        for action in parser._actions:
+            if not action.choices or action.default is None or not action.option_strings:
+                continue
+            for opt in action.option_strings:
+                m = re.search(rf"(?<![\w-]){re.escape(opt)} ([\w.-]+(?:\\\|[\w.-]+)+)", usage)
+                if m is None:
+                    continue
+                checked += 1
+                first = m[1].split("\\|")[0]
+                if first != str(action.default):
+                    wrong[f"{command} {opt}"] = (first, str(action.default))
+    assert checked >= 6 and wrong == {}
