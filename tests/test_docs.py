@@ -863,3 +863,9 @@ def test_a_generator_run_from_a_subfolder_writes_the_checkouts_file(
     assert main(command) == 0
     assert capsys.readouterr().out.startswith(f"{relative}: written (")
     assert (elsewhere / relative).is_file()
+    # the README said where they write in a checkout only: an installed package's user running
+    # them in a folder of their own found a docs/ folder made there
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert ("and outside a checkout (an installed package) `docs/protocol.md` or "
+            "`docs/conformance.md` under the current folder, `docs` from the package's spec"
+            ) in readme
