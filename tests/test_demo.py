@@ -30,6 +30,7 @@ from flodl_proto.commands.demo import (
 from flodl_proto.runner.stages import SEGMENTS, RoundStages
 
 from .cluster_util import skip_deep_unless_selected
+from .conftest import ROOT
 from .demo_procs import marked, marked_demo, members, wait_for_members
 
 pytestmark = pytest.mark.timeout(180)
@@ -470,6 +471,10 @@ def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> N
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in path.parent.iterdir()) == ["s.hex"]  # no temporary left
     assert demo_salt(str(path)) == (salt, f"session salt: read from {path}")
+    # the README's demo row said "else creates it", not that the folders are made too
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert ("(reads the file when it exists, else creates it, and the missing folders of its "
+            "path, atomically") in readme
 
 
 @pytest.mark.parametrize(("where", "why"), [
