@@ -14,7 +14,9 @@ from contextlib import contextmanager
 import pytest
 
 from flodl_proto.runner._port_mux import PortMux, peek_timeout
-from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET
+from flodl_proto.spec import CHANNEL_MAGIC_DATA, CHANNEL_MAGIC_HTTP_GET, HANDSHAKE_MAGIC_RANK
+
+from .conftest import ROOT
 
 DATA = struct.pack("<I", CHANNEL_MAGIC_DATA)
 GET = struct.pack("<I", CHANNEL_MAGIC_HTTP_GET)
@@ -106,6 +108,41 @@ def test_http_goes_to_the_status_responder_and_an_unknown_magic_is_dropped(
         assert m.data.empty()
         c.close()
         d.close()
+
+
+def test_a_rank_dialing_the_controller_is_dropped_with_a_warning_that_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A rank pointed at the controller's port (``rank --relay`` given the controller's
+    address, a first cluster by hand's likely slip) sends its 16-byte handshake where a channel
+    magic goes: it was dropped with an INFO line ('unknown channel magic 0xf10d17c0'), nothing
+    at the default level, while the rank read only 'controller may have rejected our
+    handshake'. The controller now warns, naming the address and where ranks dial."""
+    import logging
+
+    monkeypatch.setenv("FLODL_NET_TIMEOUT_SCALE", "1")
+    with caplog.at_level(logging.INFO, logger="flodl_proto.runner.controller"), \
+            _running() as m:
+        c = m.connect(struct.pack("<IIII", HANDSHAKE_MAGIC_RANK, 0, 1, 2))
+        assert _dropped(c)
+        host, port = c.getsockname()[:2]
+        c.close()
+        d = m.connect(b"\x00\x01\x02\x03")  # any other magic: dropped as before, at INFO
+        assert _dropped(d)
+        other = d.getsockname()[1]
+        d.close()
+        assert m.data.empty()
+    notes = [(r.levelname, r.getMessage()) for r in caplog.records
+             if "channel magic" in r.getMessage() or "handshake" in r.getMessage()]
+    assert notes == [
+        ("WARNING", f"controller: {host}:{port} sent a rank's handshake (magic 0xf10d17c0), not "
+                    "a channel magic: a rank dials its relay's loopback port (relay "
+                    "--listen-port, by default the controller's port + 4), not the controller; "
+                    "dropping"),
+        ("INFO", f"controller: unknown channel magic 0x03020100 from {host}:{other}; "
+                 "dropping")]
+    # the README's controller row shows the warning as logged
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"`{notes[0][1].replace(f'{host}:{port}', '127.0.0.1:PORT')}`" in readme
 
 
 def test_a_data_connection_after_the_accept_phase_is_dropped(

@@ -5,7 +5,9 @@ With the **port mux** (the default, as flodl runs in production) it peeks each c
 first 4 bytes (the channel magic, left in place for the reader) within :func:`peek_timeout`
 seconds: the data channel goes to the controller, ``GET ``/``POST`` to the status responder, and
 an unknown or unserved magic, an EOF, an error or a timeout before 4 bytes drops only that
-connection. A connection that sent part of its magic is peeked again every 5 ms. **Direct**
+connection (logged at INFO, except a rank's handshake magic: a rank given the controller's
+address, which is logged as a warning naming where ranks dial). A connection that sent part of
+its magic is peeked again every 5 ms. **Direct**
 (``port_mux=False``) hands every connection to the data channel, which consumes the magic
 itself; the listener is closed once the controller stops accepting data connections.
 
@@ -30,6 +32,7 @@ from ..spec import (
     CHANNEL_MAGIC_HTTP_GET,
     CHANNEL_MAGIC_HTTP_POST,
     CHANNEL_MAGIC_LEN,
+    HANDSHAKE_MAGIC_RANK,
     SPEC,
     net_timeout_scale,
 )
@@ -182,6 +185,11 @@ class PortMux:
             if channel is not None:
                 log.info("controller: %s channel from %s is not served here; dropping", channel,
                          addr)
+            elif magic == HANDSHAKE_MAGIC_RANK:  # a rank given the controller's address
+                log.warning("controller: %s sent a rank's handshake (magic 0x%08x), not a "
+                            "channel magic: a rank dials its relay's loopback port (relay "
+                            "--listen-port, by default the controller's port + 4), not the "
+                            "controller; dropping", addr, magic)
             else:
                 log.info("controller: unknown channel magic 0x%08x from %s; dropping", magic,
                          addr)
