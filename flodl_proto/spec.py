@@ -204,9 +204,10 @@ class Spec:
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
             lacks; an enum code that is negative, above a u32, shared by two of the enum's
-            values or past a fixed-size field naming the enum; a byte-layout field whose type
-            is not in ``types``, whose size is not its type's, or whose name an earlier field
-            of its message has).
+            values or past a fixed-size field naming the enum; a worked example of a message
+            the file lacks, or of a version neither ``any`` nor supported; a byte-layout field
+            whose type is not in ``types``, whose size is not its type's, or whose name an
+            earlier field of its message has).
 
     No upstream counterpart (upstream's constants are code).
     """
@@ -266,6 +267,15 @@ class Spec:
             check_enum_codes(enums, _section(raw, "messages"), _section(raw, "types"))
         except ShapeError as e:
             raise SpecError(str(e)) from None
+        messages = _section(raw, "messages")
+        for xname, ex in _section(raw, "examples").items():
+            if ex["message"] not in messages:
+                raise SpecError(f"wire.yaml: example {xname}: message {ex['message']!r} is not "
+                                "in the 'messages' section")
+            if ex["version"] != "any" and ex["version"] not in self.supported_versions:
+                raise SpecError(f"wire.yaml: example {xname}: version {ex['version']!r} is "
+                                "neither 'any' nor a supported version ("
+                                f"{', '.join(map(str, self.supported_versions))})")
 
     def const(self, name: str) -> int:
         """Return the integer value of constant ``name``.
