@@ -204,8 +204,9 @@ class Spec:
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
             lacks; an enum code that is negative, above a u32, shared by two of the enum's
-            values or past a fixed-size field naming the enum; a worked example of a message
-            the file lacks, or of a version neither ``any`` nor supported; a byte-layout field
+            values or past a fixed-size field naming the enum; a topology leg or a worked
+            example naming a message the file lacks, an example of a version neither ``any``
+            nor supported; a byte-layout field
             whose type is not in ``types``, whose size is not its type's, or whose name an
             earlier field of its message has).
 
@@ -268,6 +269,11 @@ class Spec:
         except ShapeError as e:
             raise SpecError(str(e)) from None
         messages = _section(raw, "messages")
+        for i, leg in enumerate(raw["topology"]["legs"]):
+            for m in leg["messages"]:
+                if m not in messages:
+                    raise SpecError(f"wire.yaml: topology.legs[{i}]: message {m!r} is not in "
+                                    "the 'messages' section")
         for xname, ex in _section(raw, "examples").items():
             if ex["message"] not in messages:
                 raise SpecError(f"wire.yaml: example {xname}: message {ex['message']!r} is not "

@@ -634,13 +634,17 @@ def test_an_enum_code_shared_or_out_of_range_is_one_line_and_writes_nothing(
      "example handshake_v2: version 'seven' is neither 'any' nor a supported version (2, 3)"),
     ("    message: handshake\n    version: 2\n", "    message: handshake\n    version: 4\n",
      "example handshake_v2: version 4 is neither 'any' nor a supported version (2, 3)"),
-], ids=["unknown-message", "version-text", "version-unsupported"])
-def test_an_example_of_no_message_or_version_is_one_line_and_writes_nothing(
+    ("      messages: [handshake, handshake_ack, len_framed, round_frame]\n",
+     "      messages: [handshake, handshake_akc, len_framed, round_frame]\n",
+     "topology.legs[0]: message 'handshake_akc' is not in the 'messages' section"),
+], ids=["unknown-message", "version-text", "version-unsupported", "leg-unknown-message"])
+def test_an_example_or_a_leg_of_no_message_is_one_line_and_writes_nothing(
         old: str, new: str, line: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A worked example naming a message the spec lacks was documented with exit 0 and a link
     to a section 3.0 that does not exist (``#30-handshak-handshak``); one of a version that is
-    neither ``any`` nor supported read 'protocol version seven'."""
+    neither ``any`` nor supported read 'protocol version seven'. A topology leg naming a message
+    the spec lacks linked to that section 3.0 as well."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
                                        f"{line}\n")
