@@ -204,9 +204,10 @@ class Spec:
             side, or without a template; a default version that is not supported; a message
             without fields, parts or variants; a field naming a constant or an enum the file
             lacks; an enum code that is negative, above a u32, shared by two of the enum's
-            values or past a fixed-size field naming the enum; a topology leg or a worked
-            example naming a message the file lacks, an example of a version neither ``any``
-            nor supported; a byte-layout field
+            values or past a fixed-size field naming the enum, or naming a constant the file
+            lacks or of another value; a topology leg, a leniency or a worked example naming a
+            message the file lacks, an example of a version neither ``any`` nor supported; a
+            byte-layout field
             whose type is not in ``types``, whose size is not its type's, or whose name an
             earlier field of its message has).
 
@@ -269,11 +270,26 @@ class Spec:
         except ShapeError as e:
             raise SpecError(str(e)) from None
         messages = _section(raw, "messages")
-        for i, leg in enumerate(raw["topology"]["legs"]):
-            for m in leg["messages"]:
-                if m not in messages:
-                    raise SpecError(f"wire.yaml: topology.legs[{i}]: message {m!r} is not in "
-                                    "the 'messages' section")
+        named = [(f"topology.legs[{i}]", m) for i, leg in enumerate(raw["topology"]["legs"])
+                 for m in leg["messages"]]
+        named += [(f"leniencies[{i}]", entry["message"])
+                  for i, entry in enumerate(raw["leniencies"]) if "message" in entry]
+        for where, m in named:
+            if m not in messages:
+                raise SpecError(f"wire.yaml: {where}: message {m!r} is not in the 'messages' "
+                                "section")
+        for ename, enum in enums.items():
+            for vname, value in enum["values"].items():
+                cname = value.get("constant")
+                if cname is None:
+                    continue
+                if cname not in self.constants:
+                    raise SpecError(f"wire.yaml: enum {ename}: {vname} names constant "
+                                    f"{cname!r}, which is not in the 'constants' section")
+                if self.constants[cname] != value["code"]:
+                    raise SpecError(f"wire.yaml: enum {ename}: {vname} has code "
+                                    f"0x{value['code']:08X}, but its constant {cname} is "
+                                    f"0x{self.constants[cname]:08X}")
         for xname, ex in _section(raw, "examples").items():
             if ex["message"] not in messages:
                 raise SpecError(f"wire.yaml: example {xname}: message {ex['message']!r} is not "

@@ -637,14 +637,26 @@ def test_an_enum_code_shared_or_out_of_range_is_one_line_and_writes_nothing(
     ("      messages: [handshake, handshake_ack, len_framed, round_frame]\n",
      "      messages: [handshake, handshake_akc, len_framed, round_frame]\n",
      "topology.legs[0]: message 'handshake_akc' is not in the 'messages' section"),
-], ids=["unknown-message", "version-text", "version-unsupported", "leg-unknown-message"])
+    ("  - {id: dtype_any, message: round_frame,", "  - {id: dtype_any, message: round_fram,",
+     "leniencies[0]: message 'round_fram' is not in the 'messages' section"),
+    ("{code: 0xF10D17E1, constant: CHANNEL_MAGIC_DATA}",
+     "{code: 0xF10D17E1, constant: CHANNEL_MAGIC_DAT}",
+     "enum Channel: data names constant 'CHANNEL_MAGIC_DAT', which is not in the 'constants' "
+     "section"),
+    ("{code: 0xF10D17E1, constant: CHANNEL_MAGIC_DATA}",
+     "{code: 0xF10D17E5, constant: CHANNEL_MAGIC_DATA}",
+     "enum Channel: data has code 0xF10D17E5, but its constant CHANNEL_MAGIC_DATA is "
+     "0xF10D17E1"),
+], ids=["unknown-message", "version-text", "version-unsupported", "leg-unknown-message",
+        "leniency-unknown-message", "enum-unknown-constant", "enum-other-constant"])
 def test_an_example_or_a_leg_of_no_message_is_one_line_and_writes_nothing(
         old: str, new: str, line: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A worked example naming a message the spec lacks was documented with exit 0 and a link
     to a section 3.0 that does not exist (``#30-handshak-handshak``); one of a version that is
     neither ``any`` nor supported read 'protocol version seven'. A topology leg naming a message
-    the spec lacks linked to that section 3.0 as well."""
+    the spec lacks linked to that section 3.0 as well; a leniency's message and an enum value's
+    constant were not looked up either (an enum code other than its constant's was drawn so)."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
     assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
                                        f"{line}\n")
