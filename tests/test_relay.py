@@ -26,11 +26,13 @@ from flodl_proto.codec import (
     RecordKind,
     RoundFrame,
     TensorPayload,
+    encode_channel_magic,
     encode_round_frame_bytes,
 )
 from flodl_proto.commands.relay import _why_failed
 from flodl_proto.errors import (
     AuthenticationError,
+    BadMagic,
     InvalidValue,
     SchemaMismatch,
     SequenceError,
@@ -986,3 +988,28 @@ def test_a_controller_connection_closed_while_writing_is_said_in_words(
     assert details == ["connection closed while writing: Broken pipe"]
     assert "relay h0: controller connection closed while writing: Broken pipe" in [
         r.getMessage() for r in caplog.records]
+
+
+def test_a_relay_dialing_this_relays_rank_port_is_named_as_such() -> None:
+    """A relay given another relay's rank port as ``--controller`` (the rank port is the
+    controller's + 4 by default, an easy slip) sends the data-channel magic where a rank's
+    handshake goes: the relay read only 'handshake magic 0xf10d17e1 != 0xf10d17c0 (the rank
+    connecting from ...)', of a rank that was a relay. The note says what the magic is."""
+    with FakeController() as ctrl:
+        relay = _start(ctrl, [0, 1], 2)
+        stray = socket.create_connection(relay.address)
+        try:
+            local = "{}:{}".format(*stray.getsockname())
+            stray.sendall(encode_channel_magic("data") + bytes(12))
+            err = relay.wait(10)
+            assert isinstance(err, BadMagic)
+            assert err.__notes__ == [
+                f"the rank connecting from {local}, which sent the data-channel magic a relay "
+                "sends its controller: a relay was given this rank port as its --controller"]
+            assert _why_failed(err) == (
+                "cluster_controller: handshake magic 0xf10d17e1 != 0xf10d17c0 (the rank "
+                f"connecting from {local}, which sent the data-channel magic a relay sends its "
+                "controller: a relay was given this rank port as its --controller)")
+        finally:
+            stray.close()
+            relay.shutdown()

@@ -62,6 +62,7 @@ from ..fsm.events import (
 from ..fsm.relay_core import RelayCore
 from ..reduce import HostFold
 from ..spec import (
+    CHANNEL_MAGIC_DATA,
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     HANDSHAKE_LEN,
@@ -438,7 +439,12 @@ class Relay(_RelayBarrier):
                     try:
                         self._raise_if_finished(a)
                     except ProtocolError as e:  # say whose handshake it was
-                        e.add_note(f"the rank connecting from {format_addr(peer)}")
+                        relay = (e.kind == "magic" and bytes(hs[:4])
+                                 == CHANNEL_MAGIC_DATA.to_bytes(4, "little"))
+                        e.add_note(f"the rank connecting from {format_addr(peer)}" + (
+                            ", which sent the data-channel magic a relay sends its controller:"
+                            " a relay was given this rank port as its --controller"
+                            if relay else ""))
                         raise
         with self._lock:
             lsock, self._listener = self._listener, None
