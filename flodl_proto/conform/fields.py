@@ -215,7 +215,7 @@ def field_value_pair(expected: bytes, observed: bytes, offset: int) -> tuple[str
     """The values, as text, of the field of ``expected`` holding byte ``offset`` (the first that
     differs) and of the same bytes of ``observed`` (``('258.0', '256.0')``: an f32 or bf16
     element or an f64 as Python's ``repr`` of the float, an integer in decimal, a magic in hex,
-    ``'0xf10d17d0'``), when that field has a value (an integer, a weight, a tensor element) and
+    ``'0x1234abcd'``), when that field has a value (an integer, a weight, a tensor element) and
     ``observed`` holds all its bytes; else None.
 
     No upstream counterpart: upstream has no conformance kit.
