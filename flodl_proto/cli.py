@@ -438,18 +438,15 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
 
 
 def _spec_failure(exc: RuntimeError, prog: str) -> int:
-    """One line for a spec that fails to load (``SpecError``, which the failed import of
-    :mod:`flodl_proto.spec` leaves unimportable by name): named by ``$FLODL_PROTO_SPEC_DIR``
-    and its folder when that is set (exit 2, an environment value refused as a bad
-    ``FLODL_NET_TIMEOUT_SCALE`` is), else as the package's own spec, named by its folder
-    (``spec folder DIR: lifecycle.yaml: ...``; exit 1, a packaging defect or an edited
-    checkout's mistake)."""
+    """One line for a spec that fails to load (``SpecError``; the failed import leaves it
+    unimportable by name): named by ``$FLODL_PROTO_SPEC_DIR`` and its folder when that is set
+    (exit 2, as a bad ``FLODL_NET_TIMEOUT_SCALE``), else by the package's own spec folder
+    (``spec folder DIR: lifecycle.yaml: ...``; exit 1: a packaging defect, or an edit)."""
     folder = os.environ.get("FLODL_PROTO_SPEC_DIR")
     text = named_by_spec_dir(str(exc))
     if not folder:  # the package's own spec (an edited checkout's): named by its folder
         with contextlib.suppress(Exception):  # its wire.yaml failed: the text names it already
             from .spec import SPEC, in_spec_folder
-
             text = in_spec_folder(SPEC.path, text)
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
     return 2 if folder else 1
