@@ -136,11 +136,12 @@ def whole(minimum: int, maximum: int | None = None, why: str = "", *,
 
 
 def number(minimum: float, *, inclusive: bool, maximum: float | None = None,
-           why: str = "", problem: Callable[[float], str | None] | None = None
-           ) -> Callable[[str], float]:
+           why: str = "", problem: Callable[[float], str | None] | None = None,
+           below: bool = False) -> Callable[[str], float]:
     """``type=`` of a finite number >= ``minimum`` (``inclusive``) or > ``minimum`` and, when
-    given, <= ``maximum`` (``why`` says what that bound is); ``problem``, when given, says what
-    else is wrong with a number in those bounds (None: nothing), after the number as typed.
+    given, <= ``maximum`` (< ``maximum`` with ``below``: ``must be below 100 (...), got
+    '100'``; ``why`` says what that bound is); ``problem``, when given, says what else is wrong
+    with a number in those bounds (None: nothing), after the number as typed.
     The number is written as the package's options write one (ASCII, no ``_``: ``1_0`` and
     a digit of another script are none, as :func:`whole` has them)."""
     bound = f"{'>=' if inclusive else '>'} {minimum:g}"
@@ -155,6 +156,9 @@ def number(minimum: float, *, inclusive: bool, maximum: float | None = None,
                 f"expected a number {bound}, got {shown(text)}") from None
         if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
             raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got "
+                                             f"{shown(text)}")
+        if maximum is not None and below and value >= maximum:
+            raise argparse.ArgumentTypeError(f"must be below {maximum:g}{why}, got "
                                              f"{shown(text)}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{why}, got "

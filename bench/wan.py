@@ -24,6 +24,15 @@ Target: round time <= 1.2 x floor at 100 Mbit/s (the network, not the CPU, is th
 there); the 1 Gbit/s rows are printed for information (on a 2-core machine the CPU is the
 bottleneck there). Exit 1 when a target is missed (``--no-verdict``: always 0).
 
+``--loss PERCENT`` (0 <= PERCENT < 100, in the lab's steps of 0.01 %; default 0) adds random
+packet loss on every link in each direction, through the lab's loss rule
+(:meth:`flodl_proto.netlab.NetLab.set_loss`): a packet between a host and the controller crosses
+two links (the host's and the controller's), so it is lost with probability
+1 - (1 - PERCENT / 100)^2, about twice PERCENT; TCP retransmits. While a loss rule is on, the
+lab's nodes send MTU-sized packets (no GSO bundles), which costs CPU. The intro line names the
+loss, and the table's ``dropped`` column counts the packets the rules dropped over the
+configuration's run (warm-up included). The floor counts no retransmission.
+
 Before each configuration the script waits (up to ``--quiet-wait`` seconds) for the machine to be
 quiet (other processes using less than ``--quiet-cores`` cores) and records the CPU time other
 processes used during the run, in cores, beside the figures.
@@ -31,6 +40,7 @@ processes used during the run, in cores, beside the figures.
     sudo python bench/wan.py                  # W = 4, 8; f32, bf16; 100 Mbit/s and 1 Gbit/s
     sudo python bench/wan.py --write          # also replace the WAN section of bench/RESULTS.md
     sudo python bench/wan.py --caps 100 --worlds 4 --no-verdict
+    sudo python bench/wan.py --caps 100 --worlds 4 --dtypes f32 --mib 4 --loss 1
 
 Needs root, iproute2 and nftables (the network lab); says why in one line and exits 2 otherwise.
 """
@@ -178,6 +188,7 @@ class Result:
     bytes_out: int
     others: float  # cores other processes used during the run
     waited: float
+    dropped: int = 0  # packets the lab's loss rules dropped over the run (warm-up included)
 
     @property
     def floor(self) -> float:
@@ -211,16 +222,27 @@ def _readline(p: subprocess.Popen[str], what: str, timeout: float = 120.0) -> st
     return line.strip()
 
 
-def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> Result:
-    """Build a lab of ``world / 2`` hosts capped at ``cap`` Mbit/s and run one configuration."""
+def shape_links(lab: Any, cap: float, loss: float) -> None:
+    """Cap every link of ``lab`` (the controller's and each host's) at ``cap`` Mbit/s and, when
+    ``loss`` (percent) is above 0, drop that share of its packets at random in each direction
+    (:meth:`~flodl_proto.netlab.NetLab.set_rate`, :meth:`~flodl_proto.netlab.NetLab.set_loss`)."""
+    for node in lab.nodes:
+        lab.set_rate(node, cap)
+        if loss:
+            lab.set_loss(node, loss)
+
+
+def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int,
+               loss: float = 0.0) -> Result:
+    """Build a lab of ``world / 2`` hosts capped at ``cap`` Mbit/s, with ``loss`` % packet loss
+    on every link (:func:`shape_links`), and run one configuration."""
     from flodl_proto.netlab import NetLab
 
     hosts = [[2 * h, 2 * h + 1] for h in range(world // 2)]
     env = dict(os.environ, FLODL_SESSION_SALT=os.urandom(16).hex(), PYTHONUNBUFFERED="1",
                FLODL_NET_TIMEOUT_SCALE="1.0", PYTHONPATH=str(ROOT))
     with NetLab(len(hosts)) as lab:
-        for node in lab.nodes:
-            lab.set_rate(node, cap)
+        shape_links(lab, cap, loss)
         procs: list[subprocess.Popen[str]] = []
         try:
             ctrl = _spawn(lab, lab.controller, [
@@ -260,6 +282,7 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> R
             others = max(0.0, ((b1 - b0) / _tick() - (_own_cpu() - own0)) / wall)
             ctl_out = ctrl.communicate()[0]
             relay_out = [r.communicate()[0] for r in relays]
+            dropped = sum(lab.dropped(node) for node in lab.nodes)
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -277,7 +300,7 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int) -> R
     total = len(hosts) + rounds
     per_round_in, per_round_out = up / total, down / total
     return Result(world, len(hosts), dtype, cap, statistics.median(times), int(per_round_in),
-                  int(per_round_out), others, 0.0)
+                  int(per_round_out), others, 0.0, dropped)
 
 
 #: why a world size is at least 4, for the message of one below
@@ -302,12 +325,33 @@ def _under_one_element(mib: float) -> str | None:
     return None
 
 
+#: the lab's loss rule draws in steps of 0.01 % (:meth:`flodl_proto.netlab.NetLab.set_loss`)
+LOSS_STEPS = 10000
+#: why a loss is below 100 %, for the message of one that is not
+LOSS_WHY = " (100 % drops every packet)"
+
+
+def _loss_step(percent: float) -> str | None:
+    """Why a ``--loss`` in 0..100 still cannot be set: finer than the lab's 0.01 % steps (the
+    rule would round it, and a loss of 0.004 % would drop nothing)."""
+    steps = percent * LOSS_STEPS / 100
+    if abs(steps - round(steps)) > 1e-6:
+        return "finer than the network lab's loss steps of 0.01 %"
+    return None
+
+
+def _loss_words(loss: float) -> str:
+    """The intro line's words for ``--loss``."""
+    return f"{loss:g} % packet loss on every link, each direction" if loss else "no packet loss"
+
+
 def _unit(cap: float) -> str:
     return f"{cap / 1000:g} Gbit/s" if cap >= 1000 else f"{cap:g} Mbit/s"
 
 
-def main() -> int:
-    """Run the configurations, print the table and the verdict; return the exit code."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the configurations, print the table and the verdict; return the exit code.
+    ``argv``: the options (default: the command line's)."""
     ap = Parser(prog="bench/wan.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", type=config(WORKER_FIELDS), help=argparse.SUPPRESS)
     ap.add_argument("--worlds", type=listed(_world), default="4,8",
@@ -322,13 +366,18 @@ def main() -> int:
                     default=64.0,
                     help="frame size in MiB (default 64)")
     ap.add_argument("--rounds", type=whole(1), default=3, help="measured rounds (default 3)")
+    ap.add_argument("--loss", type=number(0, inclusive=True, maximum=100, below=True,
+                                          why=LOSS_WHY, problem=_loss_step),
+                    default=0.0, metavar="PERCENT",
+                    help="random packet loss on every link, each direction, in %% (0 <= "
+                    "PERCENT < 100, steps of 0.01; default 0)")
     ap.add_argument("--quiet-cores", type=number(0, inclusive=False), default=0.5,
                     help="wait until other processes use fewer cores than this (default 0.5)")
     ap.add_argument("--quiet-wait", type=number(0, inclusive=True), default=120.0,
                     help="longest wait for a quiet machine, seconds (default 120)")
     ap.add_argument("--no-verdict", action="store_true", help="exploration: always exit 0")
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker, worker_salt(ap))
         return 0
@@ -342,11 +391,12 @@ def main() -> int:
     worlds, dtypes, caps = args.worlds, args.dtypes, args.caps
     cores = _cores()
     header = ("| W | hosts | dtype | link cap | median round | network floor | ratio | "
-              "in / out per round | other processes |\n"
-              "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+              "in / out per round | dropped | other processes |\n"
+              "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     intro = (f"{cores} cores; {args.mib:g} MiB frames (4 tensors), protocol v3, one host idle "
-             f"per round (elided), H warm-up + {args.rounds} measured rounds; other processes ="
-             " cores other processes kept busy during the run")
+             f"per round (elided), H warm-up + {args.rounds} measured rounds; "
+             f"{_loss_words(args.loss)}; dropped = packets the loss rules dropped; other "
+             "processes = cores other processes kept busy during the run")
     print(intro, flush=True)
     print(header, flush=True)
     results: list[Result] = []
@@ -355,13 +405,13 @@ def main() -> int:
         for world in worlds:
             for dtype in dtypes:
                 waited, _ = wait_quiet(args.quiet_cores, args.quiet_wait)
-                res = run_config(world, dtype, cap, args.mib, args.rounds)
+                res = run_config(world, dtype, cap, args.mib, args.rounds, args.loss)
                 res.waited = waited
                 results.append(res)
                 row = (f"| {res.world} | {res.hosts} | {dtype} | {_unit(cap)} | "
                        f"{res.median:.2f} s | {res.floor:.2f} s | {res.ratio:.2f} | "
                        f"{res.bytes_in / MiB:.1f} / {res.bytes_out / MiB:.1f} MiB | "
-                       f"{res.others:.2f} cores |")
+                       f"{res.dropped} | {res.others:.2f} cores |")
                 lines.append(row)
                 print(row, flush=True)
     judged = [r for r in results if r.cap == TARGET_CAP]
@@ -388,7 +438,9 @@ def _write_results(body: str) -> None:
                "(controller and each host in network namespaces behind a bridge; every link "
                "capped with a token bucket in both directions), median round (max over ranks) "
                "against the network floor, (bytes into + out of the controller per round) / "
-               "cap; see the script's docstring.\n\n```\n" + body + "\n```\n")
+               "cap; `--loss PERCENT` adds random packet loss on every link in each direction "
+               "(the lab's loss rule; dropped: packets it dropped); see the script's "
+               "docstring.\n\n```\n" + body + "\n```\n")
     start = text.find(SECTION)
     if start >= 0:
         nxt = text.find("\n## ", start + len(SECTION))

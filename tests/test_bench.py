@@ -510,3 +510,69 @@ def test_a_process_wait_interrupted_in_the_queue_s_lock_is_a_keyboard_interrupt(
     proc.lines = proc.first = _LockLeftUnheld()
     with pytest.raises(KeyboardInterrupt):
         getattr(proc, call)("rank 0")
+
+
+class _Lab:
+    """The link controls of a :class:`flodl_proto.netlab.NetLab`, recorded."""
+
+    def __init__(self) -> None:
+        self.nodes = ["ctl", "h0", "h1"]
+        self.calls: list[tuple[str, str, float]] = []
+
+    def set_rate(self, node: str, mbit: float) -> None:
+        self.calls.append(("rate", node, mbit))
+
+    def set_loss(self, node: str, percent: float) -> None:
+        self.calls.append(("loss", node, percent))
+
+
+@pytest.mark.parametrize(("loss", "calls"), [
+    (0.0, [("rate", "ctl", 100.0), ("rate", "h0", 100.0), ("rate", "h1", 100.0)]),
+    (1.5, [("rate", "ctl", 100.0), ("loss", "ctl", 1.5), ("rate", "h0", 100.0),
+           ("loss", "h0", 1.5), ("rate", "h1", 100.0), ("loss", "h1", 1.5)]),
+])
+def test_wan_bench_caps_and_loses_on_every_link(loss: float,
+                                                calls: list[tuple[str, str, float]]) -> None:
+    wb = _load("wan")
+    lab = _Lab()
+    wb.shape_links(lab, 100.0, loss)
+    assert lab.calls == calls
+
+
+@pytest.mark.parametrize(("argv", "loss", "words"), [
+    ([], 0.0, "no packet loss"),
+    (["--loss", "1"], 1.0, "1 % packet loss on every link, each direction"),
+    (["--loss", "0.25"], 0.25, "0.25 % packet loss on every link, each direction"),
+    (["--loss", "99.99"], 99.99, "99.99 % packet loss on every link, each direction"),
+])
+def test_wan_bench_loss_reaches_the_lab_and_the_printed_configuration(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], loss: float, words: str) -> None:
+    """``--loss`` goes to each configuration's run, the intro line names it, and each row
+    counts the packets the loss rules dropped."""
+    import flodl_proto.netlab
+
+    wb = _load("wan")
+    runs: list[tuple[Any, ...]] = []
+
+    def run_config(*args: Any) -> Any:
+        runs.append(args)
+        return wb.Result(4, 2, "f32", 100.0, 1.5, 1 << 20, 2 << 20, 0.25, 0.0, 157)
+
+    monkeypatch.setattr(flodl_proto.netlab, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(wb, "wait_quiet", lambda *a: (0.0, 0.0))
+    monkeypatch.setattr(wb, "_cores", lambda: 2)
+    monkeypatch.setattr(wb, "run_config", run_config)
+    assert wb.main(["--worlds", "4", "--dtypes", "f32", "--caps", "100", "--mib", "2",
+                    *argv]) == 1
+    assert runs == [(4, "f32", 100.0, 2.0, 3, loss)]
+    assert capsys.readouterr().out.splitlines() == [
+        "2 cores; 2 MiB frames (4 tensors), protocol v3, one host idle per round (elided), H "
+        f"warm-up + 3 measured rounds; {words}; dropped = packets the loss rules dropped; other "
+        "processes = cores other processes kept busy during the run",
+        "| W | hosts | dtype | link cap | median round | network floor | ratio | in / out per "
+        "round | dropped | other processes |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| 4 | 2 | f32 | 100 Mbit/s | 1.50 s | 0.25 s | 5.96 | 1.0 / 2.0 MiB | 157 | "
+        "0.25 cores |",
+        "target round <= 1.2 x network floor at 100 Mbit/s: NOT met (worst 5.96)"]

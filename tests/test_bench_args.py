@@ -132,6 +132,24 @@ BAD = [
      "bench/wan.py: error: argument --quiet-cores: must be a finite number > 0, got '0'"),
     ("wan", ["--quiet-wait", "-1"],
      "bench/wan.py: error: argument --quiet-wait: must be a finite number >= 0, got '-1'"),
+    ("wan", ["--loss", "100"],
+     "bench/wan.py: error: argument --loss: must be below 100 (100 % drops every packet), got "
+     "'100'"),
+    ("wan", ["--loss", "1e3"],
+     "bench/wan.py: error: argument --loss: must be below 100 (100 % drops every packet), got "
+     "'1e3'"),
+    ("wan", ["--loss", "-0.5"],
+     "bench/wan.py: error: argument --loss: must be a finite number >= 0, got '-0.5'"),
+    ("wan", ["--loss", "nan"],
+     "bench/wan.py: error: argument --loss: must be a finite number >= 0, got 'nan'"),
+    ("wan", ["--loss", "1%"],
+     "bench/wan.py: error: argument --loss: expected a number >= 0, got '1%'"),
+    ("wan", ["--loss", "0.005"],
+     "bench/wan.py: error: argument --loss: '0.005': finer than the network lab's loss steps "
+     "of 0.01 %"),
+    ("wan", ["--loss", "99.999"],
+     "bench/wan.py: error: argument --loss: '99.999': finer than the network lab's loss steps "
+     "of 0.01 %"),
 ]
 
 
