@@ -670,6 +670,8 @@ SOMETIMES = st.integers(0, 4).map(lambda x: x == 2)
 OFTEN = st.integers(0, 99).map(lambda x: 40 <= x < 65)
 #: a flag that is True about one time in twenty
 ONE_IN_TWENTY = st.integers(0, 99).map(lambda x: 40 <= x < 45)
+#: the ways the controller machine's Hellos are refused (``ControllerCoreStateful._hello``)
+HELLO_FAULTS = ("range", "another relay", "twice")
 
 
 def _splits(data: Any, payload: bytes) -> list[bytes]:
@@ -689,18 +691,41 @@ class ControllerCoreStateful(RuleBasedStateMachine):
 
     @initialize(data=st.data(), ws=st.integers(1, 4), version=st.sampled_from([2, 3]),
                 focus=st.sampled_from(["rounds", "eof", "fail", "deaths", "accept", "duplicate",
-                                       "range"]))
-    def setup(self, data: Any, ws: int, version: int, focus: str) -> None:
-        """A started core and the example's focus. ``accept``: the accept phase is driven by the
-        rules (Hellos, bad Hellos, silent connections); ``duplicate``: a relay announces some
-        ranks, then another relay announces one of them again (the run fails); ``range``: a
-        Hello names a rank not below the world size (the run fails); otherwise every
-        rank is announced at once (a random partition into relays) and the run reduces rounds,
-        with one run-ending input drawn more often (``eof``: a relay EOF, ``fail``: a bad
-        record, ``deaths``: DeclareDead) or none (``rounds``)."""
+                                       "range"]),
+                refused=st.sampled_from([(), HELLO_FAULTS]))
+    def setup(self, data: Any, ws: int, version: int, focus: str,
+              refused: tuple[str, ...]) -> None:
+        """A started core and the example's focus, after (about one example in two) three cores
+        whose runs a Hello of the :meth:`hello` rule's path ends, refused in each of the ways of
+        :data:`HELLO_FAULTS` in turn (``refused``): the rule itself is drawn too rarely to reach
+        each of them: it runs in ``accept`` examples only, and each ends at its first refused Hello.
+        ``accept``: the accept phase is driven by the rules (Hellos, bad Hellos, silent
+        connections); ``duplicate``: a relay announces some ranks, then another relay announces one
+        of them again (the run fails); ``range``: a Hello names a rank not below the world size (the
+        run fails); otherwise every rank is announced at once (a random partition into relays) and
+        the run reduces rounds, with one run-ending input drawn more often (``eof``: a relay EOF,
+        ``fail``: a bad record, ``deaths``: DeclareDead) or none (``rounds``)."""
         STATS["examples"] += 1
         self.ws, self.version = ws, version
-        self.core = ControllerCore(ws, SALT, version=version)
+        self.focus = focus
+        STATS[f"focus {focus}"] += 1
+        self.first_run = True  # a core ended by a refused Hello, before the focus's
+        self._fresh_core()
+        for fault in refused:
+            self._hello(data, fault)
+            assert self.state == "shutdown"
+            self._fresh_core()
+        self.first_run = False
+        if focus == "duplicate":
+            self.announce_a_rank_twice(data)
+        elif focus == "range":
+            self.announce_a_rank_beyond_the_world(data)
+        elif focus != "accept":
+            self.cover_the_rest(data)
+
+    def _fresh_core(self) -> None:
+        """A started core of the example's world size and version, and the model of it."""
+        self.core = ControllerCore(self.ws, SALT, version=self.version)
         assert self.core.start() == []
         self.now = 0.0
         self.next_conn = 0
@@ -721,13 +746,6 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         self.pending_exit: str | None = None  # held during the accept phase
         self.pending_error = False
         self.live_deaths = 0  # live ranks declared dead (DeclareDead or a failed write)
-        self.focus = focus
-        if focus == "duplicate":
-            self.announce_a_rank_twice(data)
-        elif focus == "range":
-            self.announce_a_rank_beyond_the_world(data)
-        elif focus != "accept":
-            self.cover_the_rest(data)
 
     # -- model -----------------------------------------------------------------------------------
     def _alive(self, i: int) -> bool:
@@ -735,7 +753,8 @@ class ControllerCoreStateful(RuleBasedStateMachine):
 
     def _finish(self, clean: bool, reason: str) -> None:
         event(f"finished: {reason}")
-        STATS[f"ended by {reason}"] += 1
+        if not self.first_run:  # how the focus's run ended (a refused Hello ends the first ones)
+            STATS[f"ended by {reason}"] += 1
         self.state = "shutdown"
         self.expect_end = (clean, reason)
 
@@ -833,40 +852,66 @@ class ControllerCoreStateful(RuleBasedStateMachine):
 
     @precondition(lambda self: self.state == "accepting")
     @rule(data=st.data(), bad_hello=st.integers(0, 99).map(lambda x: 30 <= x < 70),
-          how=st.sampled_from(["twice", "range", "twice"]))
+          how=st.sampled_from(HELLO_FAULTS))
     def hello(self, data: Any, bad_hello: bool, how: str) -> None:
-        bad = how if bad_hello else "none"
-        STATS[f"Hello: {bad}"] += 1
-        free = sorted(set(range(self.ws)) - self.covered)
+        """A relay's Hello, cut into chunks: free ranks, or (``bad_hello``) a Hello the core
+        refuses in the way ``how`` names (:meth:`_hello`)."""
+        self._hello(data, how if bad_hello else "valid")
+
+    def _hello(self, data: Any, bad: str) -> None:
+        """A Hello of free ranks (``valid``), or one the core refuses: with the world size
+        (``range``), with a rank an earlier relay announced (``another relay``: when none has,
+        a relay first announces some ranks, not every one; in a world of one rank, one Hello
+        names rank 0 twice) or with one rank twice (``twice``)."""
+        free = sorted(set(range(self.ws)) - self.covered)  # never empty while accepting
+        if bad == "another relay" and not self.covered:
+            if len(free) == 1:
+                bad = "twice"
+            else:
+                first = data.draw(st.lists(st.sampled_from(free), unique=True, min_size=1,
+                                           max_size=len(free) - 1), label="a first relay")
+                self._send_hello(data, first)
+                free = sorted(set(free) - set(first))
+        least = (data.draw(st.sampled_from([0, 1, 1, 1])) if bad == "valid"
+                 else int(bad == "twice"))
         ranks = data.draw(st.lists(st.sampled_from(free), unique=True, max_size=len(free),
-                                   min_size=data.draw(st.sampled_from([0, 1, 1, 1])))
-                          if free else st.just([]))
+                                   min_size=least))
         if bad == "range":
             ranks = [*ranks, self.ws]
-        elif bad == "twice" and self.covered:  # a rank an earlier relay announced
+        elif bad == "another relay":
             ranks = [*ranks, sorted(self.covered)[0]]
-            STATS["Hello: a rank of another relay"] += 1
-        elif bad == "twice" and ranks:  # the same rank twice in one Hello
+        elif bad == "twice":
             ranks = [*ranks, ranks[0]]
+        self._send_hello(data, ranks)
+
+    def _send_hello(self, data: Any, ranks: list[int]) -> str | None:
+        """A new relay's Hello of ``ranks``, in chunks; the model says whether the core accepts
+        it (HelloAck; the accept phase ends with the last rank) or ends the run, and why (the
+        error id, returned; None: accepted). Counted by path: ``valid``, or refused for the
+        world size (``range``), a rank an earlier relay announced (``another relay``) or one
+        rank twice in this Hello (``twice``)."""
         conn = self.next_conn
         self.next_conn += 1
         acts = self.core.connection_opened(conn, self.now)
         for chunk in _splits(data, hello_bytes(ranks, self.version)):
             acts += self.core.receive_data(conn, chunk)
-        seen, error = set(self.covered), None
+        seen, error, path = set(self.covered), None, "valid"
         for r in ranks:
             if r >= self.ws:
-                error = "controller.rank_out_of_range"
+                error, path = "controller.rank_out_of_range", "range"
                 break
             if r in seen:  # announced by an earlier relay, or twice in this Hello
                 error = "controller.rank_twice"
+                path = "another relay" if r in self.covered else "twice"
                 break
             seen.add(r)
+        STATS[f"Hello: {path}"] += 1
+        event(f"Hello: {path}")
         if error is not None:
             self._finish(False, "fail")
             self.expect_error = error
             self._check(acts)
-            return
+            return error
         self.expect_sends.append((conn, SendKind.HELLO_ACK, None))
         self.relays.append((conn, tuple(ranks)))
         self.open.add(conn)
@@ -878,18 +923,19 @@ class ControllerCoreStateful(RuleBasedStateMachine):
             self.silent.clear()
             self._evaluate()
         self._check(acts)
+        return None
 
     def announce_a_rank_twice(self, data: Any) -> None:
         """A relay announces ranks; another relay then announces one of them (``rank_twice``).
         With a world of one rank, one Hello carries rank 0 twice."""
         if self.ws == 1:
-            self._hello_with_ranks([0, 0], "controller.rank_twice")
+            assert self._send_hello(data, [0, 0]) == "controller.rank_twice"
             return
         k = data.draw(st.integers(1, self.ws - 1), label="ranks of the first relay")
-        self._hello_with_ranks(list(range(k)), None)
-        STATS["Hello: a rank of another relay"] += 1
+        assert self._send_hello(data, list(range(k))) is None
         dup = data.draw(st.integers(0, k - 1), label="the rank announced again")
-        self._hello_with_ranks([k, dup], "controller.rank_twice")  # k < ws: a new rank first
+        # k < ws: a new rank first
+        assert self._send_hello(data, [k, dup]) == "controller.rank_twice"
 
     def announce_a_rank_beyond_the_world(self, data: Any) -> None:
         """A relay may announce some ranks; another relay's Hello then names some of the rest and
@@ -898,24 +944,10 @@ class ControllerCoreStateful(RuleBasedStateMachine):
         ``controller.rank_out_of_range``."""
         k = data.draw(st.integers(0, self.ws - 1), label="ranks of a first relay")
         if k:
-            self._hello_with_ranks(list(range(k)), None)
+            assert self._send_hello(data, list(range(k))) is None
         n = data.draw(st.integers(0, self.ws - k), label="valid ranks before the world size")
-        self._hello_with_ranks([*range(k, k + n), self.ws], "controller.rank_out_of_range")
-
-    def _hello_with_ranks(self, ranks: list[int], error: str | None) -> None:
-        conn = self.next_conn
-        self.next_conn += 1
-        acts = self.core.connection_opened(conn, self.now)
-        acts += self.core.receive_data(conn, hello_bytes(ranks, self.version))
-        if error is not None:
-            self._finish(False, "fail")
-            self.expect_error = error
-        else:
-            self.expect_sends.append((conn, SendKind.HELLO_ACK, None))
-            self.relays.append((conn, tuple(ranks)))
-            self.open.add(conn)
-            self.covered |= set(ranks)
-        self._check(acts)
+        assert (self._send_hello(data, [*range(k, k + n), self.ws])
+                == "controller.rank_out_of_range")
 
     @precondition(lambda self: self.state == "accepting")
     @rule(data=st.data())
@@ -1159,7 +1191,8 @@ def test_controller_core_state_machine() -> None:
     assert STATS["examples with reduced rounds"] > examples / 2, STATS
     assert STATS["ended by relay_eof"] >= 1, STATS
     assert STATS["ended by fail"] >= 1, STATS
-    assert STATS["Hello: a rank of another relay"] >= 1, STATS
+    for path in HELLO_FAULTS:  # every way a Hello is refused, a few times
+        assert STATS[f"Hello: {path}"] >= 3, (path, STATS)
     assert STATS["failed with controller.rank_twice"] >= 1, STATS
     assert STATS["failed with controller.rank_out_of_range"] >= 1, STATS
     assert STATS["examples with deaths"] >= 1, STATS
