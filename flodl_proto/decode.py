@@ -65,6 +65,7 @@ from .codec.mux import (
     decode_control,
     encode_control,
     max_control_payload,
+    max_hello_payload,
     parse_mux_header_or_eos,
 )
 from .codec.round_frame import RoundFrame, round_frame_extent
@@ -333,7 +334,7 @@ class _Decoder:
     def __init__(self, data: memoryview, salt: bytes | None, version: int | None,
                  values: bool, ceiling: int,
                  on_record: Callable[[dict[str, Any]], None] | None = None,
-                 control_limit: int | None = None) -> None:
+                 control_limit: int | None = None, hello_limit: int | None = None) -> None:
         self.mv = data
         self.salt = salt
         self.explicit_version = version
@@ -342,6 +343,7 @@ class _Decoder:
         self.values = values
         self.ceiling = ceiling
         self.control_limit = control_limit  # the control bound, with the world size given
+        self.hello_limit = hello_limit  # the bound on a relay's first record, likewise
         self.report = DecodeReport(size=len(data), salted=salt is not None)
         self.on_record = on_record if on_record is not None else self.report.records.append
 
@@ -457,15 +459,22 @@ class _Decoder:
         return pos
 
     def _bound(self, pos: int, hdr: MuxHeader, magic: int | None) -> None:
-        """With the world size given, the control bound (spec departure ``control_bound``) as
-        the reader of the direction applies it from the record's header, before its payload:
-        the controller (the direction that starts with the channel magic) to a Control record
-        after the relay's first (its Hello), the relay to every Control record of the
-        controller; raise its error (``controller.control_too_long``,
-        ``relay.control_too_long``) as the record's."""
+        """With the world size given, the bounds the reader of the direction applies from the
+        record's header, before its payload: the controller (the direction that starts with
+        the channel magic) bounds the relay's first record, of any kind, by the longest legal
+        Hello (spec departure ``hello_bound``, ``controller.hello_too_long``) and a Control
+        record after it by the control bound (departure ``control_bound``,
+        ``controller.control_too_long``); the relay bounds every Control record of the
+        controller so (``relay.control_too_long``); raise the error as the record's."""
         first = self.mux_seen == 0
         self.mux_seen += 1
-        if self.control_limit is None or (magic is not None and first):
+        if self.control_limit is None or self.hello_limit is None:
+            return
+        if magic is not None and first:
+            if hdr.payload_len > self.hello_limit:
+                raise _Stop(pos, protocol_error("controller.hello_too_long",
+                                                length=hdr.payload_len, limit=self.hello_limit,
+                                                kind=hdr.kind))
             return
         err = control_too_long(hdr.kind, hdr.payload_len, self.control_limit,
                                "relay" if magic is None else "controller")
@@ -714,9 +723,12 @@ def decode_stream(
             :func:`~flodl_proto.codec.mux.max_control_payload` of it) as each direction's reader
             does, from the record's header: in the direction that starts with the channel
             magic (relay -> controller) a Control record after the first (the Hello) that
-            claims more stops the decode with ``controller.control_too_long``; in the other
-            (controller -> relay) every such Control record, ``relay.control_too_long``.
-            ``None``: Control records are bound by ``ceiling`` only.
+            claims more stops the decode with ``controller.control_too_long``, and the first
+            record, of any kind, is bound by the longest legal Hello (departure
+            ``hello_bound``, :func:`~flodl_proto.codec.mux.max_hello_payload` of it:
+            ``controller.hello_too_long``); in the other (controller -> relay) every such
+            Control record, ``relay.control_too_long``. ``None``: records are bound by
+            ``ceiling`` only.
 
     Returns:
         A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
@@ -741,4 +753,6 @@ def decode_stream(
         check_version(version)
     ceiling = frame_ceiling_int(ceiling)
     limit = max_control_payload(world_size) if world_size is not None else None
-    return _Decoder(as_view(data), key, version, values, ceiling, on_record, limit).run(leg)
+    hello = max_hello_payload(world_size) if world_size is not None else None
+    return _Decoder(as_view(data), key, version, values, ceiling, on_record, limit,
+                    hello).run(leg)

@@ -21,13 +21,16 @@ from flodl_proto.codec import (
     encode_mux_record_bytes,
     encode_mux_record_parts,
 )
-from flodl_proto.codec.mux import max_control_payload
+from flodl_proto.codec.mux import max_control_payload, max_hello_payload
+from flodl_proto.codec.stream import MuxStream, StreamFailed
 from flodl_proto.decode import EXIT_ERROR, EXIT_OK, decode_stream
 from flodl_proto.errors import LocalProtocolError
 
 SALT = bytes.fromhex("5a17c0de429901fe3c88b70d6e21f493")
 #: the longest legal Control payload for one rank
 LIMIT_1 = max_control_payload(1)
+#: the longest legal first record's payload (a Hello) for one rank
+HELLO_LIMIT_1 = max_hello_payload(1)
 
 
 def _control(payload: bytes) -> bytes:
@@ -41,6 +44,8 @@ UP = encode_channel_magic("data") + HELLO
 CTL_MSG = ("cluster_controller: a Control record after the Hello claims payload_len "
            f"{LIMIT_1 + 2} (> {LIMIT_1} bytes, the longest legal control message for the world "
            "size); corrupt or hostile peer")
+HELLO_MSG = ("cluster_controller: first record claims payload_len 325 (> 324 bytes, the largest "
+             "legal Hello for the world size; kind=0x02); corrupt or hostile peer")
 RELAY_MSG = ("relay: a Control record from the controller claims payload_len "
              f"{LIMIT_1 + 2} (> {LIMIT_1} bytes, the longest legal control message for the world "
              "size); corrupt or hostile peer")
@@ -67,10 +72,29 @@ def test_a_control_record_past_the_bound_is_the_controller_s_error() -> None:
     assert decode_stream(UP + LONG_EXIT[:-10], "mux").failure.capture_ended  # type: ignore[union-attr]
 
 
-def test_the_relay_s_first_record_is_bound_by_the_hello_not_the_control_bound() -> None:
-    long_hello = _control(encode_control(HelloMsg("h", [0])) + bytes(LIMIT_1))
-    rep = decode_stream(encode_channel_magic("data") + long_hello, "mux", world_size=1)
-    assert rep.exit_code == EXIT_OK and rep.records[1]["trailing_bytes"] == LIMIT_1
+def test_the_relay_s_first_record_is_bound_by_the_hello_bound_as_the_controller_s() -> None:
+    """The relay -> controller direction's first record is bound as the controller bounds it
+    (departure ``hello_bound``, ``controller.hello_too_long``, whatever its kind), where decode
+    passed a first record the controller refuses (a Hello padded one byte past the bound
+    decoded with exit 0)."""
+    hello = encode_control(HelloMsg("h", [0]))
+    pad = HELLO_LIMIT_1 - len(hello)  # a Hello of exactly the bound: read
+    rep = decode_stream(encode_channel_magic("data") + _control(hello + bytes(pad)), "mux",
+                        world_size=1)
+    assert rep.exit_code == EXIT_OK and rep.records[1]["trailing_bytes"] == pad
+    up = encode_channel_magic("data") + _control(hello + bytes(pad + 1))
+    assert decode_stream(up, "mux").exit_code == EXIT_OK  # no world size: the ceiling only
+    want = {"type": "error", "offset": 4, "error_kind": "limit",
+            "error_id": "controller.hello_too_long", "error": HELLO_MSG}
+    assert decode_stream(up, "mux", world_size=1).final_record() == want
+    # the controller's reader refuses it with the same line
+    events = MuxStream(None, expect_magic="data", hello_limit=HELLO_LIMIT_1).feed(up)
+    assert isinstance(events[-1], StreamFailed) and str(events[-1].error) == HELLO_MSG
+    # cut short inside its payload: the header decides, as the controller's reader does
+    assert decode_stream(up[:-10], "mux", world_size=1).final_record() == want
+    # the controller -> relay direction has no first-record bound but the control bound
+    rep = decode_stream(_control(hello + bytes(pad + 1)), "mux", world_size=1)
+    assert rep.final_record()["error_id"] == "relay.control_too_long"  # type: ignore[index]
 
 
 def test_every_control_record_of_the_controller_is_the_relay_s_to_bound() -> None:

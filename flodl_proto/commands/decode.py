@@ -233,7 +233,8 @@ def register(sub: Any) -> None:
     p.add_argument("--world-size", type=whole_number, default=None, metavar="N",
                    help="the run's world size (no mux record carries it): a mux Control record "
                    "longer than the longest legal one for N ranks stops the decode, as the "
-                   "controller (after the relay's Hello) or the relay refuses it")
+                   "controller (after the relay's Hello) or the relay refuses it; a relay's "
+                   "first record longer than the longest legal Hello, as the controller does")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")
