@@ -631,10 +631,17 @@ class RoundFrame:
     def __repr__(self) -> str:
         """``RoundFrame(kind=RoundKind.MODEL, weight=1.0, tensors=(TensorPayload(...),))``: the
         kind by its class and member name (not Python's enum repr ``<RoundKind.MODEL: 0>``),
-        the weight as Python writes a float, each tensor as :class:`TensorPayload` shows it."""
-        kind = self.kind
+        the weight as Python writes a float, each tensor as :class:`TensorPayload` shows it; a
+        frame of more than 8 tensors by its first 3 and last 2 and its count (``tensors=(T0,
+        T1, T2, ..., T998, T999) (1000 tensors)``), so that the repr stays short."""
+        kind, ts = self.kind, self.tensors
+        if len(ts) <= 8:
+            tensors = repr(ts)
+        else:
+            shown = ", ".join([*map(repr, ts[:3]), "...", *map(repr, ts[-2:])])
+            tensors = f"({shown}) ({len(ts)} tensors)"
         return (f"RoundFrame(kind={type(kind).__name__}.{kind.name}, weight={self.weight!r}, "
-                f"tensors={self.tensors!r})")
+                f"tensors={tensors})")
 
 
 #: a frame's slot setters (as the payload's above)
