@@ -334,7 +334,8 @@ class _Decoder:
     def __init__(self, data: memoryview, salt: bytes | None, version: int | None,
                  values: bool, ceiling: int,
                  on_record: Callable[[dict[str, Any]], None] | None = None,
-                 control_limit: int | None = None, hello_limit: int | None = None) -> None:
+                 control_limit: int | None = None, hello_limit: int | None = None,
+                 world_size: int | None = None) -> None:
         self.mv = data
         self.salt = salt
         self.explicit_version = version
@@ -344,6 +345,7 @@ class _Decoder:
         self.ceiling = ceiling
         self.control_limit = control_limit  # the control bound, with the world size given
         self.hello_limit = hello_limit  # the bound on a relay's first record, likewise
+        self.world_size = world_size  # a rank's handshake must carry it, when given
         self.report = DecodeReport(size=len(data), salted=salt is not None)
         self.on_record = on_record if on_record is not None else self.report.records.append
 
@@ -631,8 +633,8 @@ class _Decoder:
             head = HANDSHAKE.parse(mv[:HANDSHAKE_LEN]) if len(mv) >= HANDSHAKE_LEN else None
             if head is not None and head.magic == HANDSHAKE_MAGIC_RANK:
                 self._auto_version(head.version)
-            # the world size is not known here: the codec checks all else and returns it
-            hs, n = decode_handshake(mv, None, check_version(self.version))
+            # without a world size given, the codec checks all else and returns the carried one
+            hs, n = decode_handshake(mv, self.world_size, check_version(self.version))
         except ProtocolError as e:
             raise _Stop(0, e) from None
         rank = hs.rank
@@ -727,8 +729,10 @@ def decode_stream(
             record, of any kind, is bound by the longest legal Hello (departure
             ``hello_bound``, :func:`~flodl_proto.codec.mux.max_hello_payload` of it:
             ``controller.hello_too_long``); in the other (controller -> relay) every such
-            Control record, ``relay.control_too_long``. ``None``: records are bound by
-            ``ceiling`` only.
+            Control record, ``relay.control_too_long``. On the loopback leg a rank's
+            handshake carrying another world size stops the decode as the relay refuses it
+            (``handshake.world_size_mismatch``). ``None``: records are bound by ``ceiling``
+            only, and any handshake world size is read.
 
     Returns:
         A :class:`DecodeReport`: the records, and the failure that stopped decoding (if any).
@@ -755,4 +759,4 @@ def decode_stream(
     limit = max_control_payload(world_size) if world_size is not None else None
     hello = max_hello_payload(world_size) if world_size is not None else None
     return _Decoder(as_view(data), key, version, values, ceiling, on_record, limit,
-                    hello).run(leg)
+                    hello, world_size).run(leg)

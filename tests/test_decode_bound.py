@@ -18,6 +18,7 @@ from flodl_proto.codec import (
     RecordKind,
     encode_channel_magic,
     encode_control,
+    encode_handshake,
     encode_mux_record_bytes,
     encode_mux_record_parts,
 )
@@ -106,6 +107,22 @@ def test_every_control_record_of_the_controller_is_the_relay_s_to_bound() -> Non
         assert rep.final_record() == {"type": "error", "offset": at, "error_kind": "limit",
                                       "error_id": "relay.control_too_long",
                                       "error": RELAY_MSG}
+
+
+def test_a_rank_handshake_of_another_world_size_is_the_relay_s_error() -> None:
+    """On the loopback leg the world size given checks a rank's handshake as the relay's
+    accept does; it was ignored there (every handshake world size was read)."""
+    hs = encode_handshake(1, 4, 3)
+    rep = decode_stream(hs, "loopback", world_size=2)
+    assert rep.final_record() == {
+        "type": "error", "offset": 0, "error_kind": "value",
+        "error_id": "handshake.world_size_mismatch",
+        "error": "cluster_controller: handshake world_size 4 != expected 2"}
+    for given in (4, None):  # the world size it carries, or none given: read as it is
+        rep = decode_stream(hs, "loopback", world_size=given)
+        assert rep.records[0] == {"offset": 0, "length": 16, "type": "handshake", "rank": 1,
+                                  "world_size": 4, "version": 3}
+        assert rep.final_record() == {"type": "end", "offset": 16, "records": 1}
 
 
 def test_a_world_size_that_is_no_count_of_ranks_is_refused() -> None:

@@ -234,7 +234,8 @@ def register(sub: Any) -> None:
                    help="the run's world size (no mux record carries it): a mux Control record "
                    "longer than the longest legal one for N ranks stops the decode, as the "
                    "controller (after the relay's Hello) or the relay refuses it; a relay's "
-                   "first record longer than the longest legal Hello, as the controller does")
+                   "first record longer than the longest legal Hello, as the controller does; "
+                   "a rank's handshake carrying another world size, as the relay does")
     p.add_argument("--max-input", type=_byte_count, default=DEFAULT_MAX_INPUT, metavar="BYTES",
                    help="read at most this many input bytes; a longer input stops the command "
                    f"with exit 1 (default {DEFAULT_MAX_INPUT}, 4 GiB)")
