@@ -50,6 +50,24 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # the checkout's package when none is installed (appended: an
     sys.path.append(_ROOT)  # installed one comes first)
 
+
+
+def _spec_failed(exc: RuntimeError) -> NoReturn:
+    """A spec that fails to load as a script starts: one line on stderr and exit 2 when
+    ``FLODL_PROTO_SPEC_DIR`` names it (a bad environment value), else 1, as the commands end;
+    imported by a program (a test), the error is raised as it is."""
+    if type(exc).__name__ != "SpecError" or not _started_as_script():
+        raise exc
+    name = Path(getattr(sys.modules["__main__"], "__file__", "bench")).name
+    print(f"bench/{name}: error: {exc}", file=sys.stderr, flush=True)
+    sys.exit(2 if os.environ.get("FLODL_PROTO_SPEC_DIR") else 1)
+
+
+try:  # the first import of the package loads its spec
+    import flodl_proto.spec  # noqa: F401
+except RuntimeError as _exc:
+    _spec_failed(_exc)
+
 from flodl_proto._numbers import plain_number  # noqa: E402
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands._demo_report import exit_words  # noqa: E402

@@ -243,6 +243,22 @@ def test_help_still_shows_the_usage(script: str) -> None:
     assert res.stdout.startswith(f"usage: bench/{script}.py [-h]")
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_spec_that_fails_to_load_is_one_line(script: str, tmp_path: Path) -> None:
+    """A broken spec named by ``FLODL_PROTO_SPEC_DIR`` ends a script with one line and exit 2,
+    as it ends a command, where the script printed the SpecError's traceback."""
+    for name in ("wire.yaml", "lifecycle.yaml"):
+        (tmp_path / name).write_bytes((ROOT / "spec" / name).read_bytes())
+    (tmp_path / "wire.yaml").write_text("constants: [\n")
+    res = subprocess.run([sys.executable, f"bench/{script}.py", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FLODL_PROTO_SPEC_DIR": str(tmp_path)})
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr.startswith(f"bench/{script}.py: error: cannot load {tmp_path}/wire.yaml: "
+                                 "not YAML: ")
+    assert res.stderr.count("\n") == 1 and res.stderr.endswith("\n")
+
+
 #: run in a fresh interpreter: the script ``sys.argv[3]`` as ``python bench/X.py`` runs it, with
 #: its arguments, after an import hook that sends this process the signal ``sys.argv[1]`` (its
 #: name) when the module ``sys.argv[2]`` is first imported, as a Ctrl-C in the script's first
