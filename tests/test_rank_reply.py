@@ -39,7 +39,7 @@ Chunk = bytes | BaseException
 class Peer:
     """The relay's side of the loopback, played from a script, as the client's socket.
 
-    ``sendmsg`` takes every record whole (and keeps it); ``recv_into`` hands out the scripted
+    ``sendmsg`` takes every write whole (and keeps it); ``recv_into`` hands out the scripted
     chunks as a stream would: a chunk is what has arrived when the client reads, one call takes
     at most one chunk and at most the bytes it asks for (the rest stays for the next call);
     ``b""`` is the end of the stream; an exception is raised where it stands. ``asked`` keeps
@@ -56,6 +56,14 @@ class Peer:
         data = b"".join(bytes(b) for b in buffers)
         self.sent.append(data)
         return len(data)
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        """A socket option's value (the write-stall deadline of a frame written in several
+        steps saves SO_SNDTIMEO, then sets it): zeros, none set."""
+        return bytes(size)
+
+    def setsockopt(self, level: int, option: int, value: bytes) -> None:
+        pass
 
     def recv_into(self, view: memoryview, n: int) -> int:
         self.asked.append(n)
@@ -269,7 +277,10 @@ def test_a_large_reply_reads_its_prefix_first() -> None:
     peer = Peer([record])
     c = _client(peer)
     got = c.all_reduce(frame(_values((PARALLEL_MAC_MIN // 4) + 8, 0.0)))
-    assert peer.asked[0] == 4 and len(record) == len(peer.sent[0])
+    # the request, as long as the reply, was written in two steps (hash_step: 1 MiB, then the
+    # rest and the tag)
+    assert peer.asked[0] == 4 and len(record) == len(b"".join(peer.sent))
+    assert [len(w) for w in peer.sent] == [(1 << 20) + 4 + 31, len(record) - (1 << 20) - 35]
     assert bytes(c.last_reply.raw) == record[4:]  # type: ignore[union-attr]
     assert got.tensors[0].array().tolist() == big.tensors[0].array().tolist()
     c.close()
