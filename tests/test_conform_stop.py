@@ -88,7 +88,12 @@ def test_a_stop_before_a_target_starts_ends_the_kit_at_once(hook: str, tmp_path:
         capture_output=True, text=True, timeout=100)
     assert res.stderr == "flodl-proto conform controller: terminated\n"
     status, started, seconds = res.stdout.rsplit("\n", 2)[-2].split(" ", 2)
-    assert (status, started) == ("143", "[False]"), res.stdout
+    # made and not started; or, the stop coming before the case's thread made its target, the
+    # kit's run returned before that thread reached the start (with --jobs 2 the handler's
+    # KeyboardInterrupt ends the main thread's run, which does not wait for it): no target
+    # started either way
+    assert (status, started) in (("143", "[False]"),
+                                 *((("143", "[]"),) if hook == "before" else ())), res.stdout
     assert float(seconds) < 5.0, res.stdout
     doc = (tmp_path / "r.json").read_text()
     assert '"stop": "terminated"' in doc and '"results": []' in doc
