@@ -33,6 +33,7 @@ from ..spec import (
     CHANNEL_MAGIC_HTTP_POST,
     CHANNEL_MAGIC_LEN,
     HANDSHAKE_MAGIC_RANK,
+    RELAY_DATA_LOOPBACK_OFFSET,
     SPEC,
     net_timeout_scale,
 )
@@ -188,8 +189,8 @@ class PortMux:
             elif magic == HANDSHAKE_MAGIC_RANK:  # a rank given the controller's address
                 log.warning("controller: %s sent a rank's handshake (magic 0x%08x), not a "
                             "channel magic: a rank dials its relay's loopback port (relay "
-                            "--listen-port, by default the controller's port + 4), not the "
-                            "controller; dropping", addr, magic)
+                            "--listen-port, by default the controller's port + %d), not the "
+                            "controller; dropping", addr, magic, RELAY_DATA_LOOPBACK_OFFSET)
             else:
                 log.info("controller: unknown channel magic 0x%08x from %s; dropping", magic,
                          addr)
