@@ -535,9 +535,9 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
     assert _run_main(capsys, *cmd, "--check", "--out", str(out)) == (
         2, "", f"{prog}: error: argument --out: {shown(str(out))}: Not a directory "
         f"({shown_name(str(blocker))} is a file, not a folder)\n")
-    assert _run_main(capsys, *cmd, "--check", "--out", str(loop)) == (
-        2, "", f"{prog}: error: argument --out: cannot read {shown(str(loop))}: Too many levels "
-        "of symbolic links\n")
+    assert _run_main(capsys, *cmd, "--check", "--out", str(loop)) == (  # with the command line
+        2, "", f"{prog}: error: argument --out: {shown(str(loop))}: Too many levels of symbolic "
+        f"links ({shown_name(str(loop))} is a loop of symbolic links)\n")
     assert _run_main(capsys, *cmd, "--check", "--out", str(tmp_path)) == (  # with the command line
         2, "", f"{prog}: error: argument --out: {shown(str(tmp_path))} names a folder (an existing "
         "one); give a file path in it\n")
@@ -573,19 +573,18 @@ def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
 def test_a_path_option_through_a_loop_of_symbolic_links_is_a_usage_error(
         cmd: tuple[str, ...], option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """A loop of symbolic links where a folder of the path should be is refused with the
-    command line (exit 2), in the words of the demo's ``--salt-file``, before anything is made:
-    an output path was a write failure (exit 1: ``cannot write loop1/x: creating the folder
-    loop1: Too many levels of symbolic links``), ``docs --spec`` a traceback, and
-    ``--checkpoint-dir`` said ``cannot create it``."""
+    """A loop of symbolic links where a folder of the path should be, or as the path itself,
+    is refused with the command line (exit 2), in the words of the demo's ``--salt-file``,
+    before anything is made: an output path was a write failure (exit 1: ``cannot write
+    loop1/x: creating the folder loop1: Too many levels of symbolic links``; ``cannot write
+    loop1: ...`` for the file itself, after ``conform``'s cases had run), ``docs --spec`` a
+    traceback, and ``--checkpoint-dir`` said ``cannot create it``."""
     monkeypatch.chdir(tmp_path)
     Path("loop1").symlink_to("loop2")
     Path("loop2").symlink_to("loop1")
     prog = "flodl-proto " + " ".join(w for w in cmd[:2] if not w.startswith("-"))
     words = "'{0}': Too many levels of symbolic links ({1} is a loop of symbolic links)"
     for path, loop in (("loop1/x", "loop1"), ("x/../loop2/sub/r", "loop2"), ("loop1", "loop1")):
-        if path == "loop1" and option not in ("DIR", "--spec", "--checkpoint-dir"):
-            continue  # a loop as the file itself is the write's (or --check's read) to refuse
         argv = (*cmd, path) if option == "DIR" else (*cmd, option, path)
         line = f"{prog}: error: argument {option}: {words.format(path, loop)}\n"
         if cmd[0] == "controller":  # it installs signal handlers: in a process of its own

@@ -15,8 +15,8 @@ size, fills the placeholders of CMD (controller: ``{host} {port} {salt} {salt_fi
 after a bound) and records its exit status. One line per case, a summary by doc section.
 Exit codes: 0 when every selected MUST case passed, 1 when one failed or a ``--junit`` /
 ``--json`` report cannot be written (a path that names a folder or has a file, or a loop of
-symbolic links, where a folder of it should be is a bad command line, found before anything
-runs; first written once the command line is checked and the
+symbolic links, where a folder of it should be, or is such a loop, is a bad command line, found
+before anything runs; first written once the command line is checked and the
 catalogue loaded, before the codec is imported and the first case runs, as an interrupted run
 of no case, or as the kit stops when Ctrl-C or SIGTERM arrives before that, so a kit stopped
 once its command line is parsed leaves no earlier run's report; one stopped before, while the

@@ -12,8 +12,9 @@ the one the package loads. The spec file read is named on every result line, and
 ``--check`` names the command that regenerates the file (with the ``--spec DIR`` it was given).
 Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
 2 for a bad command line (``--check`` with ``--out -``; a PATH that names a folder or has a
-file, or a loop of symbolic links, where a folder of it should be; a ``--spec`` DIR that is a
-file or a loop of symbolic links, or has one where a folder of it should be), an unreadable
+file, or a loop of symbolic links, where a folder of it should be, or is such a loop; a
+``--spec`` DIR that is a file or a loop of symbolic links, or has one where a folder of it
+should be), an unreadable
 spec, or (``--check``) a PATH that cannot be read (one line naming it and the OS error; a PATH
 that does not exist is ``missing``, exit 1). A PATH that is not UTF-8 text is out of date
 (rewritten without ``--check``). A refused ``--out`` or ``--spec`` reads as argparse words a
@@ -84,8 +85,10 @@ def output_path(text: str) -> Path:
             that exists (through links too; ``'out' names a folder (an existing one); give a
             file path in it``), or has a file where a folder of its path should be, at any
             level (``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``),
-            or a loop of symbolic links (``'loop1/x': Too many levels of symbolic links (loop1
-            is a loop of symbolic links)``, which the write refused with exit 1):
+            or a loop of symbolic links there or as the file itself (``'loop1/x': Too many
+            levels of symbolic links (loop1 is a loop of symbolic links)``, ``'loop1': ...``,
+            which the write refused with exit 1, ``cannot write loop1: ...``, and ``docs
+            --check`` as a file it cannot read, ``cannot read 'loop1': ...``):
             a usage error each time, found before the command does any work, where the
             existing folder and the file in the path were found only as the file was written
             (exit 1; for ``conform --junit``/``--json``, once the catalogue was loaded). A
@@ -105,7 +108,8 @@ def output_path(text: str) -> Path:
         folder = False
     if folder:
         raise argparse.ArgumentTypeError(_names_a_folder(text, "an existing one"))
-    if text != "-" and (why := file_in_the_way(text, path.parent)) is not None:
+    if text != "-" and ((why := file_in_the_way(text, path.parent)) is not None
+                        or (why := _loop_itself(text, path)) is not None):
         raise argparse.ArgumentTypeError(why)
     return path
 
@@ -131,10 +135,31 @@ def file_in_the_way(text: str, folder: Path) -> str | None:
         return None
     blocker, mode = found
     if mode is None:
-        return (f"{shown(text)}: {os.strerror(errno.ELOOP)} ({shown_name(str(blocker))} is a "
-                "loop of symbolic links)")
+        return _loop_words(text, blocker)
     return (f"{shown(text)}: {os.strerror(errno.ENOTDIR)} ({shown_name(str(blocker))} is "
             f"{_kind(mode)}, not a folder)")
+
+
+def _loop_words(text: str, loop: Path) -> str:
+    """Why the path ``text`` cannot be used when ``loop`` (the path itself, or a folder of it)
+    is a loop of symbolic links: ``'loop1/x': Too many levels of symbolic links (loop1 is a
+    loop of symbolic links)``."""
+    return (f"{shown(text)}: {os.strerror(errno.ELOOP)} ({shown_name(str(loop))} is a loop of "
+            "symbolic links)")
+
+
+def _loop_itself(text: str, path: Path) -> str | None:
+    """Why the output path ``text`` cannot be used when the file ``path`` itself is a loop of
+    symbolic links (``'loop1': Too many levels of symbolic links (loop1 is a loop of symbolic
+    links)``, as :func:`file_in_the_way` words one where a folder of it should be), else None
+    (a path that cannot be looked up for another reason: the write will say why)."""
+    try:
+        path.stat()
+    except OSError as e:
+        return _loop_words(text, path) if e.errno == errno.ELOOP else None
+    except ValueError:  # a NUL
+        return None
+    return None
 
 
 def _kind(mode: int) -> str:
