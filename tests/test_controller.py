@@ -926,8 +926,9 @@ def test_cli_port_in_use_exits_1() -> None:
         p = _cli("--listen", f"127.0.0.1:{port}", "--world-size", "1", "--salt", SALT_HEX)
         out, err = p.communicate(timeout=20)
     assert p.returncode == 1 and out == ""
-    assert err == (f"flodl-proto controller: error: cannot listen on 127.0.0.1:{port}: "
-                   f"{os.strerror(errno.EADDRINUSE)}\n")
+    # the option named, as the relay's line names --listen-port
+    assert err == (f"flodl-proto controller: error: cannot listen on 127.0.0.1:{port} "
+                   f"(--listen): {os.strerror(errno.EADDRINUSE)}\n")
 
 
 @pytest.mark.timeout(60)
@@ -935,7 +936,8 @@ def test_cli_port_in_use_exits_1() -> None:
     ("noname", 2, "argument --listen: 'nosuch.invalid:7000': cannot resolve host "
                   "'nosuch.invalid': "
                   "Name or service not known"),
-    ("again", 1, "cannot listen on nosuch.invalid:7000: Temporary failure in name resolution"),
+    ("again", 1, "cannot listen on nosuch.invalid:7000 (--listen): Temporary failure in name "
+                 "resolution"),
 ])
 def test_cli_listen_host_lookup_failure_is_usage_or_environment(mode: str, code: int,
                                                                 error: str) -> None:

@@ -324,15 +324,15 @@ def run(args: argparse.Namespace) -> int:
             return _usage_error(str(for_option(e, "round_timeout", "--round-timeout")))
         except socket.gaierror as e:
             if e.errno not in NO_SUCH_NAME:  # the resolver cannot answer now: the environment
-                print(f"{_PROG}: error: cannot listen on {args.listen}: {os_reason(e)}",
-                      file=sys.stderr, flush=True)
+                print(f"{_PROG}: error: cannot listen on {args.listen} (--listen): "
+                      f"{os_reason(e)}", file=sys.stderr, flush=True)
                 return 1
             # a name that does not exist is the command line's, as relay --controller's
             return _usage_error(option_message("--listen", f"{shown(args.listen)}: cannot "
                                                f"resolve host {shown(host)}: {os_reason(e)}"))
         except OSError as e:  # e.g. the address is in use: the environment, not the command line
-            print(f"{_PROG}: error: cannot listen on {args.listen}: {os_reason(e)}",
-                  file=sys.stderr, flush=True)
+            print(f"{_PROG}: error: cannot listen on {args.listen} (--listen): "
+                  f"{os_reason(e)}", file=sys.stderr, flush=True)
             return 1
         try:
             print(f"listening on {format_addr((host, ctl.port))}", flush=True)
