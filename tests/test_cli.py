@@ -564,6 +564,22 @@ def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
         assert "listen" not in res.stderr
 
 
+def test_checkpoint_dir_that_cannot_be_created_is_quoted_as_the_other_path_errors(
+        tmp_path: Path) -> None:
+    """A folder that cannot be created, or a link to nothing in its place, is named as a file in
+    its way is (``'a-file/sub': Not a directory ...``), quoted: it was named as typed
+    (``/proc/ck: cannot create it: ...``)."""
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nothing")
+    for where, why in (("/proc/ck", "cannot create it: No such file or directory"),
+                       (str(dangling), "exists and is not a directory")):
+        res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt",
+                   SALT_HEX, "--checkpoint-dir", where)
+        assert (res.returncode, res.stdout, res.stderr) == (
+            2, "", f"flodl-proto controller: error: argument --checkpoint-dir: {shown(where)}: "
+                   f"{why}\n")
+
+
 @pytest.mark.parametrize(("cmd", "option"), [
     (("docs",), "--out"), (("dissector",), "--out"), (("conform", "docs"), "--out"),
     (("conform", "controller", "--list"), "--junit"), (("conform", "relay", "--list"), "--json"),

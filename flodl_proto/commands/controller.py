@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         # path option (``'a-file/sub': Not a directory (a-file is a file, not a folder)``)
         problem = file_in_the_way(args.checkpoint_dir, Path(args.checkpoint_dir))
         if problem is None and (why := checkpoint_dir_problem(Path(args.checkpoint_dir))):
-            problem = f"{shown_name(args.checkpoint_dir)}: {why}"
+            problem = f"{shown(args.checkpoint_dir)}: {why}"
         if problem is not None:
             return _usage_error(option_message("--checkpoint-dir", problem))
         overwritten = checkpoints_overwritten(Path(args.checkpoint_dir), args.checkpoint_dir)
