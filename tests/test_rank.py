@@ -260,9 +260,10 @@ _HMAC = (r"cluster_controller: RoundFrame HMAC verification failed \(computed 0x
 def test_a_message_in_words_naming_the_controller_names_the_relay(
         script: Script, round_trip: bool, error_id: str, text: str) -> None:
     """A rank's one peer is its relay: a catalogued message in upstream's words naming the
-    controller (kept whole, so a match of its prefix holds) ends with the relay's address, on
-    the handshake and on the reply of a round alike (a reply the RoundFrame reader refused,
-    ``cluster_controller: frame magic ...``, ended without it but for its HMAC check)."""
+    controller (kept whole, so a match of its prefix holds) ends with the peer's address, named
+    as the relay the rank expects there, on the handshake and on the reply of a round alike (a
+    reply the RoundFrame reader refused, ``cluster_controller: frame magic ...``, ended
+    without it but for its HMAC check)."""
     fake = FakeRelay(script)
     try:
         with pytest.raises(ProtocolError) as e:
@@ -273,8 +274,26 @@ def test_a_message_in_words_naming_the_controller_names_the_relay(
     finally:
         fake.close()
     assert e.value.error_id == error_id and e.value.remote
-    assert re.fullmatch(rf"{text}; this rank's peer is its relay at {fake.addr}",
+    assert re.fullmatch(rf"{text}; this rank's peer at {fake.addr} \(expected its relay\)",
                         str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize("port_mux", [True, False], ids=["port-mux", "direct"])
+def test_a_rank_given_the_controller_s_port_does_not_name_it_its_relay(port_mux: bool) -> None:
+    """A rank dialing a real controller's port (not its relay's loopback port) gets no ack: the
+    port mux drops its connection with a warning, the direct listener fails its run, and
+    neither sends the rank a byte, as a relay that refused the handshake sends none. The rank
+    cannot tell it reached a controller, so its line names the peer it expected there, where
+    it said ``this rank's peer is its relay at ...`` of the controller's address."""
+    with ReferenceController(1, SALT, port_mux=port_mux) as ctrl:
+        addr = f"127.0.0.1:{ctrl.address[1]}"
+        with pytest.raises(TruncatedInput) as e:
+            RankClient.connect(addr, 0, 1, SALT)
+    assert e.value.error_id == "ack.read_failed" and e.value.remote
+    assert str(e.value) == (
+        "cpu_reduce: handshake ack read failed: failed to fill whole buffer (0 of 8 bytes) "
+        f"(controller may have rejected our handshake); this rank's peer at {addr} (expected "
+        "its relay)")
 
 
 # -- the framed reply --------------------------------------------------------------------------
@@ -399,7 +418,8 @@ def test_a_lost_relay_is_named_and_closes_the_client() -> None:
     assert re.fullmatch(r"cpu_reduce: lost the relay while sending round 1: it closed the "
                         r"connection \((broken pipe|connection reset by peer)\)|cpu_reduce: "
                         r"controller closed connection before sending averaged frame back "
-                        rf"\(round 1\); this rank's peer is its relay at {fake.addr}", msg), msg
+                        rf"\(round 1\); this rank's peer at {fake.addr} \(expected its "
+                        r"relay\)", msg), msg
     _closed_for_good(c, "round 1 failed: cpu_reduce: ")
 
 

@@ -108,14 +108,19 @@ _NAMING_THE_CONTROLLER = frozenset(eid for eid, entry in SPEC.errors.items()
 
 def _name_the_relay(err: ProtocolError, relay: str | None) -> None:
     """Append to ``err``'s message, when it is one of :data:`_NAMING_THE_CONTROLLER`, which
-    peer the rank has: ``; this rank's peer is its relay at HOST:PORT`` (``relay``: the
-    relay's address; None: unknown, the address left out). The catalogued text stays whole
-    before it, so a match of its prefix still holds.
+    peer the rank has: ``; this rank's peer at HOST:PORT (expected its relay)`` (``relay``: the
+    address the rank is connected to; None: unknown, the address left out). The catalogued
+    text stays whole before it, so a match of its prefix still holds.
+
+    The peer is named as the one the rank expects, not asserted to be its relay: a rank given
+    the controller's address instead reads the same missing ack as one whose relay refused
+    its handshake (the controller sends a rank nothing: its port mux drops the connection with
+    a warning, its direct listener fails the run), so the rank cannot tell the two apart.
 
     No upstream counterpart (upstream's rank client reports the texts as they are)."""
     if err.error_id in _NAMING_THE_CONTROLLER:
         at = "" if relay is None else f" at {relay}"
-        err.args = (f"{err.message}; this rank's peer is its relay{at}", *err.args[1:])
+        err.args = (f"{err.message}; this rank's peer{at} (expected its relay)", *err.args[1:])
 
 
 def _peer_of(sock: socket.socket, dialed: tuple[str, int]) -> str:
@@ -216,8 +221,8 @@ class RankClient:
             when not known (a client built on a socket-like object); a catalogued error in
             upstream's words naming the controller (the relay closed before the reply, a reply
             the RoundFrame reader refuses, ``cluster_controller: frame magic ...`` to its HMAC
-            check, a missing or other-version ack) ends with it: ``; this rank's peer is its
-            relay at 127.0.0.1:5559``.
+            check, a missing or other-version ack) ends with it: ``; this rank's peer at
+            127.0.0.1:5559 (expected its relay)``.
 
     Upstream: ``cpu_reduce.rs`` ``CpuReduceClient``.
     """
