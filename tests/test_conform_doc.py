@@ -87,6 +87,24 @@ def test_the_doc_says_how_long_a_target_has_to_listen() -> None:
             "sets it: a finite number above 0, at most 864000)") in DOC
 
 
+def test_the_doc_s_start_up_wait_is_generated_from_the_kit_s_default_and_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up wait's default (``READY_TIMEOUT``) and its bound (the spec's
+    ``TIMEOUT_OPTION_MAXIMUM``) are read as the doc is rendered, where the doc wrote 20 and
+    864000 by hand: a default changed in ``conform/_defaults.py`` alone left the doc stale."""
+    from flodl_proto.conform import _defaults
+    from flodl_proto.spec import SPEC
+
+    monkeypatch.setattr(_defaults, "READY_TIMEOUT", 7.5)
+    monkeypatch.setitem(SPEC.raw["timeouts"]["TIMEOUT_OPTION_MAXIMUM"], "seconds", 1234.0)
+    doc = render_conformance_doc(CATALOGUE)
+    assert ("A target has 7.5 s to listen, whatever `--timeout-scale`\n(`--start-timeout SECONDS` "
+            "sets it: a finite number above 0, at most 1234); one\nthat has not by then fails "
+            "its case (`target did not start: the target did not listen on port\nN within "
+            "7.5s`).") in doc
+    assert "20" not in doc.split("A target has", 1)[1].split("\n\n", 1)[0]
+
+
 def test_the_doc_says_the_error_column_is_not_checked_against_the_targets_message() -> None:
     assert "## Reading the case tables" in DOC
     assert ("the kit sees only the target's bytes, its closes and its exit\nstatus, so a target "

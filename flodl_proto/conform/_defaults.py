@@ -12,5 +12,6 @@ from typing import Final
 __all__ = ["READY_TIMEOUT"]
 
 #: seconds a target may take to listen, whatever ``--timeout-scale``: ``--start-timeout``'s
-#: default and :class:`~flodl_proto.conform.player.KitSettings`' ``ready_timeout``
+#: default and :class:`~flodl_proto.conform.player.KitSettings`' ``ready_timeout``, and the
+#: figure ``docs/conformance.md`` states (:mod:`flodl_proto.conform.doc` reads it as it renders)
 READY_TIMEOUT: Final = 20.0
