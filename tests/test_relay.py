@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,7 @@ from .cluster_util import (
     values,
     wait_until,
 )
+from .conftest import ROOT
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -897,6 +899,56 @@ def test_relay_cli_default_port_in_use_names_where_the_port_came_from() -> None:
     assert res.stderr == (
         f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port} (the default "
         f"--listen-port: the controller's port + 4): {os.strerror(errno.EADDRINUSE)}\n")
+
+
+def test_the_relay_s_texts_take_the_loopback_offset_from_the_spec(tmp_path: Path) -> None:
+    """The relay's help, its default port out of range and in use, and the runner's refusal of
+    that port write the controller's port + ``RELAY_DATA_LOOPBACK_OFFSET`` from the spec, where
+    they wrote + 4 by hand: with a spec whose offset is 7 (``FLODL_PROTO_SPEC_DIR``) each
+    says + 7."""
+    import shutil
+
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(ROOT / "spec", spec_dir)
+    wire = (spec_dir / "wire.yaml").read_text(encoding="utf-8")
+    offset = "  RELAY_DATA_LOOPBACK_OFFSET:\n    value: 4\n"
+    assert wire.count(offset) == 1
+    (spec_dir / "wire.yaml").write_text(wire.replace(offset, offset.replace("4", "7")),
+                                        encoding="utf-8")
+    env = {**os.environ, "FLODL_PROTO_SPEC_DIR": str(spec_dir)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    res = run("-m", "flodl_proto", "relay", "--help")
+    assert res.returncode == 0, res.stderr
+    assert ("--listen-port P loopback port for the ranks (default: controller port + 7; 0 = "
+            "any)") in " ".join(res.stdout.split())
+    relay_args = ("--ranks", "0", "--world-size", "1", "--salt", SALT.hex())
+    res = run("-m", "flodl_proto", "relay", "--controller", "127.0.0.1:65530", *relay_args)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "flodl-proto relay: error: argument --controller: '127.0.0.1:65530': port 65537 "
+               "is not in 0..65535 (the default --listen-port: the controller's port + 7); give "
+               "--listen-port\n")
+    res = run("-c", "from flodl_proto.errors import InvalidValue\n"
+                    "from flodl_proto.runner.relay import Relay\n"
+                    "try:\n    Relay('127.0.0.1:65530', [0], 1, bytes(16))\n"
+                    "except InvalidValue as e:\n    print(e)")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "relay: listen port 65537 is out of range 0..65535 (the controller's port + 7)\n", "")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        if port < 8:
+            pytest.fail(f"the kernel gave port {port}")
+        res = run("-m", "flodl_proto", "relay", "--controller", f"127.0.0.1:{port - 7}",
+                  *relay_args)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == (
+        f"flodl-proto relay: error: cannot listen on 127.0.0.1:{port} (the default "
+        f"--listen-port: the controller's port + 7): {os.strerror(errno.EADDRINUSE)}\n")
 
 
 @pytest.mark.parametrize("sent", [0, 7])

@@ -72,6 +72,7 @@ from ..spec import (
     DEFAULT_FRAME_CEILING,
     DEFAULT_VERSION,
     NET_TIMEOUT_SCALE_ENV,
+    RELAY_DATA_LOOPBACK_OFFSET,
     SPEC,
     SUPPORTED_VERSIONS,
     U32_MAX,
@@ -529,7 +530,8 @@ def register(sub: Any) -> None:
                    help="number of ranks in the whole run (every host)")
     add_salt_options(p)
     p.add_argument("--listen-port", type=listen_port, default=None, metavar="P",
-                   help="loopback port for the ranks (default: controller port + 4; 0 = any)")
+                   help="loopback port for the ranks (default: controller port + "
+                   f"{RELAY_DATA_LOOPBACK_OFFSET}; 0 = any)")
     p.add_argument("--protocol-version", type=whole_number, choices=SUPPORTED_VERSIONS,
                    default=DEFAULT_VERSION, help="data-channel protocol version (default 2)")
     p.add_argument("--host", type=host_name, default=None, metavar="NAME",
@@ -561,7 +563,8 @@ def _default_port_named(e: BaseException, controller: str) -> BaseException:
     if isinstance(e, ProtocolError) and e.error_id == "relay.bad_listen_port":
         return OptionError("--controller", f"{shown(controller)}: "
                            f"{port_not_in_range(e.fields['port'])} (the default --listen-port: "
-                           f"the controller's port + 4); give --listen-port")
+                           f"the controller's port + {RELAY_DATA_LOOPBACK_OFFSET}); give "
+                           "--listen-port")
     return e
 
 
@@ -609,7 +612,8 @@ def run(args: argparse.Namespace) -> int:
                 port, whose = args.listen_port, "--listen-port"
             else:
                 port = default_relay_port(controller[1])
-                whose = "the default --listen-port: the controller's port + 4"
+                whose = ("the default --listen-port: the controller's port + "
+                         f"{RELAY_DATA_LOOPBACK_OFFSET}")
             print(f"{_PROG}: error: cannot listen on 127.0.0.1:{port} ({whose}): "
                   f"{os_reason(e)}",
                   file=sys.stderr, flush=True)

@@ -200,7 +200,8 @@ class Relay(_RelayBarrier):
                 else int(listen_port))
         if not 0 <= port <= PORT_MAX:
             raise protocol_error("relay.bad_listen_port", port=port, max=PORT_MAX,
-                                 why=" (the controller's port + 4)" if listen_port is None
+                                 why=(" (the controller's port + "
+                                      f"{RELAY_DATA_LOOPBACK_OFFSET})") if listen_port is None
                                  else "")
         self._listen_port = port
         self.ceiling = self._core.ceiling
