@@ -434,6 +434,46 @@ def test_record_frame_of_a_record_with_no_frame_is_local_misuse(rec: MuxRecord) 
                              "HostFrame and Broadcast records carry a RoundFrame")
 
 
+@pytest.mark.parametrize(("rec", "text"), [
+    (MuxRecord.data(3, b"abc"),
+     "MuxRecord(kind=RecordKind.DATA, rank=3, payload=<3 bytes: 616263>, control=None)"),
+    (MuxRecord.data(0, b""),
+     "MuxRecord(kind=RecordKind.DATA, rank=0, payload=<0 bytes>, control=None)"),
+    (MuxRecord.host_frame(b"\xff"),
+     "MuxRecord(kind=RecordKind.HOST_FRAME, rank=0, payload=<1 byte: ff>, control=None)"),
+    (MuxRecord.broadcast(bytes(range(16))),
+     "MuxRecord(kind=RecordKind.BROADCAST, rank=0, payload=<16 bytes: "
+     "000102030405060708090a0b0c0d0e0f>, control=None)"),
+    (MuxRecord.data(4294967295, bytes(range(17))),
+     "MuxRecord(kind=RecordKind.DATA, rank=4294967295, payload=<17 bytes: "
+     "000102030405060708090a0b0c0d0e0f...>, control=None)"),
+    (MuxRecord.control_msg(Hello("h0", [0, 1])),
+     "MuxRecord(kind=RecordKind.CONTROL, rank=0, payload=<7 bytes: 00026830020001>, "
+     "control=Hello(host='h0', ranks=(0, 1), model_sigs=()))"),
+    (MuxRecord.control_msg(RankExit(4)),
+     "MuxRecord(kind=RecordKind.CONTROL, rank=0, payload=<2 bytes: 0204>, "
+     "control=RankExit(rank=4))"),
+], ids=["data", "empty", "one-byte", "16-bytes", "17-bytes", "hello", "rank-exit"])
+def test_record_repr(rec: MuxRecord, text: str) -> None:
+    """The kind was shown as Python's enum repr ('kind=<RecordKind.DATA: 1>') and the payload
+    as the memoryview's ('payload=<memory at 0x7f...>'), which says nothing of the bytes: the
+    kind is named as the class and the member are, as a RoundFrame's kind is, and the payload
+    by its length and its first 16 bytes in hex, '...' after them when there are more."""
+    assert repr(rec) == str(rec) == text
+
+
+def test_record_repr_of_a_64_mib_payload_is_short() -> None:
+    """The payload is shown by its first 16 bytes whatever its size: a 64 MiB record's repr
+    is 122 characters, 6 more than a 17-byte one's (the length's digits)."""
+    payload = bytearray(64 << 20)
+    payload[:3] = b"\x01\x02\x03"
+    text = repr(MuxRecord.host_frame(payload))
+    assert text == ("MuxRecord(kind=RecordKind.HOST_FRAME, rank=0, payload=<67108864 bytes: "
+                    "01020300000000000000000000000000...>, control=None)")
+    assert len(text) == 122
+    assert len(repr(MuxRecord.host_frame(bytes(17)))) == 116
+
+
 # -- encoding records ----------------------------------------------------------------------------
 def test_reference_record_examples() -> None:
     helloack = encode_mux_record_bytes(MuxRecord.control_msg(HelloAck()), SALT_ZERO)

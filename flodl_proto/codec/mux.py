@@ -247,11 +247,33 @@ class MuxRecord:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __repr__(self) -> str:
+        """``MuxRecord(kind=RecordKind.DATA, rank=3, payload=<3 bytes: 616263>,
+        control=None)``: the kind by its class and member name (not Python's enum repr
+        ``<RecordKind.DATA: 1>``), the payload by its length and its first
+        :data:`_REPR_PAYLOAD_BYTES` (16) bytes in hex, ``...`` after them when there are more
+        (``<67108864 bytes: 0102...>``), so that the repr stays short whatever the payload's
+        size; the control message as it shows itself."""
+        mv = self.payload
+        n = mv.nbytes
+        if n == 0:
+            payload = "<0 bytes>"
+        else:
+            head = mv[:_REPR_PAYLOAD_BYTES].hex()
+            more = "..." if n > _REPR_PAYLOAD_BYTES else ""
+            payload = f"<{n} byte{'' if n == 1 else 's'}: {head}{more}>"
+        kind = self.kind
+        return (f"MuxRecord(kind={type(kind).__name__}.{kind.name}, rank={self.rank}, "
+                f"payload={payload}, control={self.control!r})")
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied with its payload's bytes (a memoryview does not pickle): the
         constructor's arguments, ``payload`` as ``bytes``."""
         return (type(self), (self.kind, self.rank, bytes(self.payload), self.control))
 
+
+#: the payload bytes a record's repr shows in hex (its length is shown whatever it is)
+_REPR_PAYLOAD_BYTES: Final = 16
 
 #: the slots' descriptors' setters ``__post_init__`` stores its normalised fields with
 _set_kind, _set_rank, _set_payload = (
