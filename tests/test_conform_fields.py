@@ -7,13 +7,12 @@ import dataclasses
 
 import pytest
 
-from flodl_proto.conform import KitSettings, load_catalogue
+from flodl_proto.conform import KitSettings, fields, load_catalogue
 from flodl_proto.conform.builders import BUILDERS, BuildContext, build
 from flodl_proto.conform.fields import (
     expected_message,
     field_at,
     field_value_pair,
-    field_values,
     observed_message,
 )
 from flodl_proto.conform.inprocess import controller_target
@@ -112,26 +111,30 @@ def test_an_expected_close_names_the_record_the_target_sent_instead() -> None:
                          "still open")
 
 
-def test_field_values_read_the_differing_field_as_its_wire_type() -> None:
-    """A failure line gives the two values of the field that differs, not only its bytes."""
+def test_field_value_pair_reads_the_differing_field_as_its_wire_type() -> None:
+    """A failure line gives the two values of the field that differs, not only its bytes (the
+    player words them ``expected 258.0, observed 256.0``)."""
     def hf(weight: float, dtype: str, values: list[float]) -> bytes:
         return build({"host_frame": {"weight": weight, "tensors": [
             {"dtype": dtype, "shape": [2], "values": values}]}}, CTX, "t")
 
     want, got = hf(3, "bf16", [258, -258]), hf(3, "bf16", [256, -256])
-    assert (field_at(want, 56), field_values(want, got, 56)) == (
-        "payload.tensor[0].data, element 0", "expected 258.0, observed 256.0")
+    assert (field_at(want, 56), field_value_pair(want, got, 56)) == (
+        "payload.tensor[0].data, element 0", ("258.0", "256.0"))
     want, got = hf(-0.0, "f32", [1, 2]), hf(0.0, "f32", [1, 2])
-    assert (field_at(want, 41), field_values(want, got, 41)) == (
-        "payload.weight", "expected -0.0, observed 0.0")
+    assert (field_at(want, 41), field_value_pair(want, got, 41)) == (
+        "payload.weight", ("-0.0", "0.0"))
     other = bytes.fromhex("d1170df1") + want[4:]
-    assert field_values(want, other, 0) == "expected 0xf10d17d0, observed 0xf10d17d1"
-    # the two values alone, as the line writes them (the JSON report's keys)
     assert field_value_pair(want, other, 0) == ("0xf10d17d0", "0xf10d17d1")
-    assert field_value_pair(want, got, 41) == ("-0.0", "0.0")
-    assert field_value_pair(want, got, 17) is None
-    assert field_values(want, got, 17) is None  # a tag has no value but its bytes
-    assert field_values(want, got[:40], 41) is None  # the observed bytes end inside the field
+    assert field_value_pair(want, got, 17) is None  # a tag has no value but its bytes
+    assert field_value_pair(want, got[:40], 41) is None  # the observed bytes end inside the field
     hs = build({"handshake": {"rank": 0}}, CTX, "t")
-    assert field_values(hs, build({"handshake": {"rank": 0, "world_size": 3}}, CTX, "t"), 12) \
-        == "expected 2, observed 3"
+    assert field_value_pair(hs, build({"handshake": {"rank": 0, "world_size": 3}}, CTX, "t"),
+                            12) == ("2", "3")
+
+
+def test_the_module_exports_what_the_kit_uses() -> None:
+    """``field_values`` (the pair worded ``expected X, observed Y``) was exported though
+    nothing called it: the player words the pair ``field_value_pair`` gives itself."""
+    assert fields.__all__ == ["expected_message", "field_at", "field_value_pair",
+                              "observed_message"]

@@ -35,7 +35,7 @@ from ..spec import (
     ROUND_FRAME_MAGIC,
 )
 
-__all__ = ["expected_message", "field_at", "field_value_pair", "field_values", "observed_message"]
+__all__ = ["expected_message", "field_at", "field_value_pair", "observed_message"]
 
 
 def _layout(*structs: Any) -> tuple[tuple[str, int], ...]:
@@ -229,12 +229,3 @@ def field_value_pair(expected: bytes, observed: bytes, offset: int) -> tuple[str
     return (_value(expected[start:start + size], fmt, name),
             _value(observed[start:start + size], fmt, name))
 
-
-def field_values(expected: bytes, observed: bytes, offset: int) -> str | None:
-    """``expected X, observed Y``: :func:`field_value_pair`'s two values in a line's words;
-    None when it has none.
-
-    No upstream counterpart: upstream has no conformance kit.
-    """
-    pair = field_value_pair(expected, observed, offset)
-    return None if pair is None else f"expected {pair[0]}, observed {pair[1]}"
