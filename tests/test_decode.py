@@ -672,13 +672,13 @@ def test_the_table_writes_each_value_as_the_dissector_does() -> None:
     values: the table's digits are the dissector's reference (the fewest that read back)."""
     from flodl_proto._decode_table import _num
 
-    from .test_dissector_values import shortest
+    from .test_dissector_values import element_text, shortest
 
     bits = np.arange(1 << 16, dtype=np.uint32)
     with np.errstate(invalid="ignore"):  # the signalling NaNs
         bf16 = (bits << 16).astype("<u4").view("<f4").astype(np.float64)
     wrong = [(hex(b), _num(float(v), "bf16")) for b, v in zip(bits, bf16, strict=True)
-             if _num(float(v), "bf16") != shortest(float(v), 8)]
+             if _num(float(v), "bf16") != element_text(float(v), "bf16")]
     assert not wrong, wrong[:10]
     rng = np.random.default_rng(5)
     p2 = np.array([2.0 ** e for e in range(-149, 128)], np.float32)
@@ -688,10 +688,10 @@ def test_the_table_writes_each_value_as_the_dissector_does() -> None:
     with np.errstate(invalid="ignore"):
         f32_wide = f32.astype(np.float64)
     wrong = [(float(v), _num(float(v), "f32")) for v in f32_wide
-             if _num(float(v), "f32") != shortest(float(v), 24)]
+             if _num(float(v), "f32") != element_text(float(v), "f32")]
     assert not wrong, wrong[:10]
     f64 = rng.integers(0, 2 ** 63, 3000, dtype=np.uint64).view(np.float64)
-    wrong = [(float(v), _num(float(v))) for v in f64 if _num(float(v)) != shortest(float(v), 53)]
+    wrong = [(float(v), _num(float(v))) for v in f64 if _num(float(v)) != shortest(float(v))]
     assert not wrong, wrong[:10]
 
 

@@ -2,7 +2,10 @@
 column, the expert info of a weight the reader refuses) and a tensor's first values, each in the
 shortest decimal form that reads back as the value in its own format (f64, f32, bf16), checked
 against an exact reference for every bf16 bit pattern, every power of two of an f32 and its
-neighbours, and random f32 and f64 bit patterns (``tshark`` marker)."""
+neighbours, and random f32 and f64 bit patterns (``tshark`` marker). The f64 reference is
+checked against Python's repr; the f32 and bf16 one takes its digits from NumPy (and ml_dtypes'
+rounding for bf16) and lays them out with NumPy's formatters, apart from the package's layout
+code, so that a fault there is not in the reference too."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import subprocess
 from fractions import Fraction
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -41,29 +45,30 @@ PER_TENSOR = 8  # the values the tree shows of a tensor (the spec's preview_valu
 PER_FRAME = 1000  # the tensors the tree lists of a frame
 
 
-def _round(q: Fraction, bits: int) -> Fraction:
-    """``q`` rounded to ``bits`` significant bits, ties to even, with the subnormal step of a
-    format whose smallest normal exponent is -126 (f32, bf16) or -1022 (f64)."""
+def _round(q: Fraction) -> Fraction:
+    """``q`` rounded to an f64's 53 significant bits, ties to even, with its subnormal step
+    (smallest normal exponent -1022)."""
     if q == 0:
         return q
     a = abs(q)
     e = a.numerator.bit_length() - a.denominator.bit_length()  # 2^e <= a < 2^(e+1)
     if Fraction(2) ** e > a:
         e -= 1
-    e = max(e, -1022 if bits == 53 else -126)
-    step = Fraction(2) ** (e - bits + 1)
+    e = max(e, -1022)
+    step = Fraction(2) ** (e - 53 + 1)
     return round(a / step) * step * (1 if q > 0 else -1)  # round(): ties to even
 
 
-def shortest(x: float, bits: int) -> str:
-    """The reference: ``x`` (a value of a format of ``bits`` significant bits) as Python's repr
-    writes a float: a whole number below 1e16 as one, with ``.0``; else its fewest significant
-    digits that round back to it exactly (of the two decimals of that many digits on either side
-    of it, the nearer one that does, the one of even last digit at equal distances: at a power
-    of two the lower neighbour is nearer, and the decimal above may read back where the nearest
-    below does not), written out for a decimal
-    exponent from -4 to 15 (``0.0001``, ``0.30000000000000004``) and as ``d.ddde+XX`` outside
-    (``9.99e-05``, ``1e+16``)."""
+def shortest(x: float) -> str:
+    """The reference for an f64 (a weight): ``x`` as Python's repr writes a float: a whole
+    number below 1e16 as one, with ``.0``; else its fewest significant digits that round back
+    to it exactly (of the two decimals of that many digits on either side of it, the nearer one
+    that does, the one of even last digit at equal distances: at a power of two the lower
+    neighbour is nearer, and the decimal above may read back where the nearest below does
+    not), written out for a decimal exponent from -4 to 15 (``0.0001``,
+    ``0.30000000000000004``) and as ``d.ddde+XX`` outside (``9.99e-05``, ``1e+16``). Checked
+    against repr itself; the elements' reference, :func:`element_text`, shares none of this
+    code."""
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
@@ -78,7 +83,7 @@ def shortest(x: float, bits: int) -> str:
             step = decimal.Decimal(1).scaleb(exact.adjusted() - p + 1)
             near = [d for d in (exact.quantize(step, decimal.ROUND_FLOOR),
                                 exact.quantize(step, decimal.ROUND_CEILING))
-                    if _round(Fraction(d), bits) == a]
+                    if _round(Fraction(d)) == a]
             if near:
                 # the nearer; at equal distances the even last digit, as printf rounds
                 d = min(near, key=lambda d: (abs(Fraction(d) - a), d.as_tuple().digits[-1] % 2))
@@ -99,6 +104,73 @@ def shortest(x: float, bits: int) -> str:
     return ("-" if x < 0 else "") + text
 
 
+def _digits(scientific: str) -> tuple[str, int]:
+    """NumPy's ``d.ddde+XX`` (no sign) as its significant digits and its decimal exponent."""
+    mantissa, exponent = scientific.split("e")
+    return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
+
+
+def _bf16_shortest(a: float) -> float:
+    """The fewest significant digits that read back as the bf16 ``a`` (positive, finite) through
+    ml_dtypes' rounding, as an f64: of ``p`` digits, NumPy's nearest (``precision=p - 1``), or
+    else the nearer of the two beside it that reads back (at a power of two the decimal above
+    may, where the nearest below does not), the even last digit at equal distances. The f64 of
+    a decimal of at most 9 digits writes back as those digits."""
+    want = ml_dtypes.bfloat16(a)
+    for p in range(1, 10):
+        digits, e = _digits(np.format_float_scientific(a, precision=p - 1, unique=False,
+                                                       trim="k"))
+        nearest = int(digits.ljust(p, "0"))
+        scale = Fraction(10) ** (e - p + 1)
+        back = [n for n in (nearest, nearest - 1, nearest + 1)
+                if n > 0 and ml_dtypes.bfloat16(float(n * scale)) == want]
+        if nearest in back:
+            return float(nearest * scale)
+        if back:
+            n = min(back, key=lambda n: (abs(n * scale - Fraction(a)), n % 2))
+            return float(n * scale)
+    raise AssertionError(a)
+
+
+def element_text(x: float, dtype: str) -> str:
+    """The reference for an f32 or bf16 element, built apart from the package's layout code
+    (``_decode_table._repr_layout`` and the dissector's ``repr_layout``): a whole number below
+    1e16 as one with ``.0``; else the fewest digits that read back as the value (an f32's from
+    NumPy's shortest form, ``unique=True``; a bf16's from :func:`_bf16_shortest`), laid out by
+    NumPy, positional (``format_float_positional``) for a decimal exponent from -4 to 15 and
+    scientific (``format_float_scientific``) outside, where Python's repr changes form."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == int(x) and abs(x) < 1e16:
+        return f"{x:.1f}"
+    value: np.floating = (np.float32(abs(x)) if dtype == "f32"
+                          else np.float64(_bf16_shortest(abs(x))))
+    _, e = _digits(np.format_float_scientific(value, unique=True, trim="-"))
+    if e < -4 or e >= 16:
+        text = np.format_float_scientific(value, unique=True, trim="-", exp_digits=2)
+    else:
+        text = np.format_float_positional(value, unique=True, trim="0")
+    return ("-" if x < 0 else "") + text
+
+
+def test_the_element_reference_lays_out_digits_as_repr_does() -> None:
+    """The reference of an f32 or bf16 element writes its fewest digits out for a decimal
+    exponent from -4 to 15 and in exponent form outside, as repr writes a float."""
+    f32 = [float(np.float32(v)) for v in (1e-4, 9.99e-5, -0.42945603, 2.0 ** -96, 1.5e16,
+                                          0.1, 123.456, 3.4028235e38, 1e-45)]
+    assert [element_text(v, "f32") for v in f32] == [
+        "0.0001", "9.99e-05", "-0.42945603", "1.2621775e-29", "1.5e+16", "0.1", "123.456",
+        "3.4028235e+38", "1e-45"]
+    bf16 = [float(np.float32(ml_dtypes.bfloat16(v))) for v in (0.1, 1 / 3, -1e-4, 9.9e-5,
+                                                                 2.0 ** -119, 1.5e16, 1e16)]
+    assert [element_text(v, "bf16") for v in bf16] == [
+        "0.1", "0.334", "-0.0001", "9.9e-05", "1.51e-36", "1.5e+16", "9992361673228288.0"]
+    assert [element_text(v, d) for v in (-0.0, float("nan"), float("-inf"))
+            for d in ("f32", "bf16")] == ["-0.0", "-0.0", "NaN", "NaN", "-inf", "-inf"]
+
+
 #: f64 values at the edges of repr's forms: whole numbers from 1e15 up to 1e16 (written out),
 #: 1e16 and a 17-digit number above it (exponent form), 1e-4 and below it, -0.0, subnormals, a
 #: power of two whose fewest digits are the decimal above it (7.120236347223045e-307)
@@ -115,11 +187,10 @@ def test_the_reference_is_python_repr_for_an_f64() -> None:
     rand = rng.integers(0, 2 ** 63, 2000, dtype=np.uint64).view(np.float64)
     values = REPR_EDGES + [float(v) for v in rand[np.isfinite(rand)]] + [
         2.0 ** e for e in range(-1074, 1024)]
-    wrong = [(v, shortest(v, 53)) for v in values if shortest(v, 53) != repr(v)]
+    wrong = [(v, shortest(v)) for v in values if shortest(v) != repr(v)]
     assert not wrong, wrong[:10]
-    assert [shortest(v, 53) for v in REPR_EDGES[:4]] == [
+    assert [shortest(v) for v in REPR_EDGES[:4]] == [
         "1000000000000000.0", "9999000000000000.0", "1e+16", "9007199254740994.0"]
-    assert shortest(float(np.float32(2.0 ** -96)), 24) == "1.2621775e-29"  # not 1.26217745e-29
 
 
 def _capture(frames: list[RoundFrame], path: Path) -> Path:
@@ -195,7 +266,7 @@ def test_every_bf16_value_is_shown_in_its_shortest_form(lua: Path, tmp_path: Pat
     pcap = _capture(_frames_of(Dtype.BF16, payload, 2), tmp_path / "bf16.pcap")
     with np.errstate(invalid="ignore"):  # the signalling NaNs
         widened = (bits << 16).astype("<u4").view("<f4").astype(np.float64)
-    want = [shortest(float(v), 8) for v in widened]
+    want = [element_text(float(v), "bf16") for v in widened]
     got = _shown_values(pcap, lua)
     assert len(got) == len(want) == 65536
     wrong = [(hex(int(b)), g, w) for b, g, w in zip(bits, got, want, strict=True) if g != w]
@@ -214,7 +285,7 @@ def test_f32_values_are_shown_in_their_shortest_form(lua: Path, tmp_path: Path) 
     payload = bits.astype("<u4").tobytes()
     pcap = _capture(_frames_of(Dtype.F32, payload, 4), tmp_path / "f32.pcap")
     values = bits.view("<f4").astype(np.float64)
-    want = [shortest(float(v), 24) for v in values]
+    want = [element_text(float(v), "f32") for v in values]
     got = _shown_values(pcap, lua)
     assert len(got) == len(want) > 8000
     wrong = [(hex(int(b)), g, w) for b, g, w in zip(bits, got, want, strict=True) if g != w]
@@ -222,7 +293,7 @@ def test_f32_values_are_shown_in_their_shortest_form(lua: Path, tmp_path: Path) 
     # the same digits as numpy's shortest form of the f32
     for v, g in zip(values[:40], got[:40], strict=True):
         assert float(g) == float(np.format_float_scientific(np.float32(v), unique=True))
-    assert shortest(float(np.float32(-0.42945603)), 24) == "-0.42945603"
+    assert element_text(float(np.float32(-0.42945603)), "f32") == "-0.42945603"
 
 
 WEIGHTS = [0.1 + 0.2, 1 / 3, 5e-324, 1.7976931348623157e308, 2.0 ** -1022, 1e21, 1.5, 2.5e-8,
@@ -244,7 +315,7 @@ def test_the_weight_is_shown_exactly_in_the_tree_and_the_info_column(lua: Path,
     pcap = _capture(frames, tmp_path / "weights.pcap")
     out = _tshark(pcap, lua, "-Y", f'{PROTO_NAME}.kind == "HostFrame"', "-T", "fields",
                   "-e", "_ws.col.Info")
-    want = [shortest(w, 53) for w in weights]
+    want = [shortest(w) for w in weights]
     assert want == [repr(w) for w in weights]  # Python's repr, as decode's JSON writes them
     assert out.splitlines() == [f"HostFrame relay→ctl ranks [0] Model w={w} 1 tensor 4 B"
                                 for w in want]
