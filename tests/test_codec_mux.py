@@ -187,6 +187,42 @@ def test_hello_refuses_a_host_that_is_not_text(host: object) -> None:
     assert str(e) == f"relay_mux: Hello.host = {host!r} is invalid: not text (str)"
 
 
+def test_hello_repr_of_a_few_ranks_and_signatures() -> None:
+    """A Hello of up to 8 ranks, up to 8 signatures and a host of up to 80 characters is shown
+    whole, as the dataclass wrote it."""
+    assert repr(Hello("h0", [0, 1])) == str(Hello("h0", [0, 1])) == (
+        "Hello(host='h0', ranks=(0, 1), model_sigs=())")
+    assert repr(Hello("h" * 80, range(8), [SIG_A])) == (
+        f"Hello(host='{'h' * 80}', ranks=(0, 1, 2, 3, 4, 5, 6, 7), model_sigs=({SIG_A!r},))")
+    sigs = [bytes([i]) * 32 for i in range(8)]
+    assert repr(Hello("h", [], sigs)) == (
+        f"Hello(host='h', ranks=(), model_sigs=({', '.join(map(repr, sigs))}))")
+
+
+def test_hello_repr_of_many_ranks_a_long_host_and_many_signatures_is_short() -> None:
+    """A Hello was shown with every rank, every signature and its whole host (688,928
+    characters for 100,000 ranks; a decoded Hello holds as many as the world size the
+    controller's bound allows): more than 8 ranks or signatures are shown by their first 3 and
+    last 2 and their count, as a RoundFrame's tensors are, and a host of more than 80
+    characters by its first 40 and last 20 characters and its length, as an error message
+    quotes a long text."""
+    sigs = [i.to_bytes(2, "little") * 16 for i in range(1000)]
+    shown = [repr(sig) for sig in sigs]
+    text = repr(Hello("a" * 40 + "b" * 99_940 + "c" * 20, range(100_000), sigs))
+    assert text == (
+        f"Hello(host='{'a' * 40}...{'c' * 20}' (100000 characters), "
+        "ranks=(0, 1, 2, ..., 99998, 99999) (100000 ranks), "
+        f"model_sigs=({', '.join(shown[:3])}, ..., {shown[998]}, {shown[999]}) "
+        "(1000 signatures))")
+    assert len(text) == 849
+    assert repr(Hello("h", range(9))) == (
+        "Hello(host='h', ranks=(0, 1, 2, ..., 7, 8) (9 ranks), model_sigs=())")
+    assert repr(Hello("h" * 81, [])) == (
+        f"Hello(host='{'h' * 40}...{'h' * 20}' (81 characters), ranks=(), model_sigs=())")
+    assert repr(MuxRecord.control_msg(Hello("h", range(9)))).endswith(
+        "control=Hello(host='h', ranks=(0, 1, 2, ..., 7, 8) (9 ranks), model_sigs=()))")
+
+
 # -- control messages: encode --------------------------------------------------------------------
 @pytest.mark.parametrize(("msg", "version", "wire"), [
     (Hello("h0", [0, 1]), 2, bytes.fromhex("00026830020001")),

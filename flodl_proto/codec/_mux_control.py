@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
-from ..errors import ProtocolError, protocol_error, shown_type
+from ..errors import ProtocolError, protocol_error, shown, shown_type
 from ..spec import (
     CONTROL_VARIANTS,
     DEFAULT_VERSION,
@@ -95,6 +95,25 @@ class Hello:
                                  reason="not an iterable of u32 ranks") from None
         object.__setattr__(self, "ranks", checked)
         object.__setattr__(self, "model_sigs", _model_sigs(model_sigs))
+
+    def __repr__(self) -> str:
+        """``Hello(host='h0', ranks=(0, 1), model_sigs=())``: more than 8 ranks or signatures by
+        their first 3 and last 2 and their count (``ranks=(0, 1, 2, ..., 99998, 99999) (100000
+        ranks)``, ``(1000 signatures)``), as a RoundFrame shows its tensors, and a host of more
+        than 80 characters by its first 40 and last 20 and its length (``'aaa...ccc' (100000
+        characters)``), as an error message quotes a long text, so that the repr stays short
+        whatever the Hello holds."""
+        return (f"Hello(host={shown(self.host)}, ranks={_few(self.ranks, 'ranks')}, "
+                f"model_sigs={_few(self.model_sigs, 'signatures')})")
+
+
+def _few(items: tuple[Any, ...], noun: str) -> str:
+    """``items`` as a tuple's repr, or, past 8 of them, by the first 3 and last 2 and their
+    count (``(0, 1, 2, ..., 8, 9) (10 ranks)``)."""
+    if len(items) <= 8:
+        return repr(items)
+    shown_items = ", ".join([*map(repr, items[:3]), "...", *map(repr, items[-2:])])
+    return f"({shown_items}) ({len(items)} {noun})"
 
 
 def _model_sigs(model_sigs: Iterable[bytes]) -> tuple[bytes, ...]:
