@@ -68,13 +68,17 @@ try:  # the first import of the package loads its spec
 except RuntimeError as _exc:
     _spec_failed(_exc)
 
+# a name of the package the scripts import from here (``from _cli import shown``) is imported
+# ``as`` itself: a re-export, as mypy --strict reads one
 from flodl_proto._numbers import plain_number  # noqa: E402
 from flodl_proto.cli import _Parser  # noqa: E402  (standard library and the spec only)
 from flodl_proto.commands._demo_report import exit_words  # noqa: E402
-from flodl_proto.commands._option_error import option_message  # noqa: E402,F401  (the scripts')
-from flodl_proto.commands._waits import get_item, join_thread  # noqa: E402,F401  (the scripts')
-from flodl_proto.commands.relay import env_salt, whole_number  # noqa: E402
-from flodl_proto.errors import shown  # noqa: E402
+from flodl_proto.commands._option_error import option_message as option_message  # noqa: E402
+from flodl_proto.commands._waits import get_item  # noqa: E402
+from flodl_proto.commands._waits import join_thread as join_thread  # noqa: E402
+from flodl_proto.commands.relay import env_salt  # noqa: E402
+from flodl_proto.commands.relay import whole_number as whole_number  # noqa: E402
+from flodl_proto.errors import shown as shown  # noqa: E402
 from flodl_proto.spec import SESSION_SALT_BYTES  # noqa: E402
 
 T = TypeVar("T")

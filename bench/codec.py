@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from _cli import MIB_WHY, Parser, loading, mib_max, option_message, run, whole
 
@@ -72,7 +72,7 @@ def best(fn: Callable[[], object], repeat: int) -> float:
     return min(times)
 
 
-def plain_hmac(salt: bytes, pieces: list[memoryview | bytes], passes: int) -> None:
+def plain_hmac(salt: bytes, pieces: Sequence[memoryview | bytes], passes: int) -> None:
     """HMAC-SHA256 over ``pieces``, ``passes`` times (the physical cost of the MACs)."""
     for _ in range(passes):
         m = hmac.new(salt, digestmod="sha256")

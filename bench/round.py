@@ -261,7 +261,7 @@ def measure_rates(mib: int = 64) -> Rates:
     n = mib * MiB
     buf = np.frombuffer(os.urandom(n), dtype=np.uint8)
     key = os.urandom(16)
-    t_hash = _best(lambda: hmac.new(key, buf, "sha256").digest())
+    t_hash = _best(lambda: hmac.new(key, buf.data, "sha256").digest())
     x32 = np.arange(n // 4, dtype=np.float32)
     acc = np.zeros(n // 4, np.float32)
     ws = K.Workspace()
@@ -339,7 +339,7 @@ def loopback_tcp_rate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8],
 
 
 def floor_seconds(world: int, hosts: list[list[int]], nbytes: int, dtype: str, rates: Rates,
-                  cores: int) -> tuple[float, dict[str, float]]:
+                  cores: int) -> tuple[float, dict[str, int]]:
     """The CPU floor of one round (seconds) and its parts in bytes.
 
     hash: ranks sign + verify (2W); relays verify deposits (W), sign the HostFrame record (H)
@@ -883,10 +883,10 @@ def gloo_round(world: int, nbytes: int, dtype: str, rounds: int) -> float | None
           for r in range(world)]
     for p in ps:
         p.start()
-    res = [q.get(timeout=3600) for _ in ps]
+    res: list[tuple[int, list[float]]] = [q.get(timeout=3600) for _ in ps]
     for p in ps:
         p.join()
-    per_round = [max(ts) for ts in zip(*(r[1] for r in res), strict=True)]
+    per_round: list[float] = [max(ts) for ts in zip(*(r[1] for r in res), strict=True)]
     return statistics.median(per_round)
 
 

@@ -291,16 +291,30 @@ def run_config(world: int, dtype: str, cap: float, mib: float, rounds: int,
     times = [max(ts) for ts in zip(*per_rank, strict=True)]
     # the relays' counters: every byte each relay wrote to / read from the controller over the
     # warm-up and the measured rounds (Hello, HelloAck, RankExits: a few hundred bytes in all)
-    up = sum(int(re.search(r"upstream_out=(\d+)", o).group(1))  # type: ignore[union-attr]
-             for o in relay_out)
-    down = sum(int(re.search(r"upstream_in=(\d+)", o).group(1))  # type: ignore[union-attr]
-               for o in relay_out)
+    up = sum(relay_counter(o, "upstream_out", h) for h, o in enumerate(relay_out))
+    down = sum(relay_counter(o, "upstream_in", h) for h, o in enumerate(relay_out))
     if "round" not in ctl_out:
         raise BenchFailed("the controller reported no round")
     total = len(hosts) + rounds
     per_round_in, per_round_out = up / total, down / total
     return Result(world, len(hosts), dtype, cap, statistics.median(times), int(per_round_in),
                   int(per_round_out), others, 0.0, dropped)
+
+
+def relay_counter(out: str, name: str, host: int) -> int:
+    """The counter ``name`` (``upstream_out``, ``upstream_in``: bytes) of the ``relay stats
+    ...`` line in the output ``out`` of host ``host``'s relay.
+
+    Raises:
+        BenchFailed: ``out`` holds no such counter (``relay1 printed no upstream_out count``),
+            where the script ended in an AttributeError's traceback.
+
+    No upstream counterpart: a measurement of this bench.
+    """
+    found = re.search(rf"\b{re.escape(name)}=(\d+)", out)
+    if found is None:
+        raise BenchFailed(f"relay{host} printed no {name} count")
+    return int(found.group(1))
 
 
 #: why a world size is at least 4, for the message of one below

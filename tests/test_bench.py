@@ -576,3 +576,24 @@ def test_wan_bench_loss_reaches_the_lab_and_the_printed_configuration(
         "| 4 | 2 | f32 | 100 Mbit/s | 1.50 s | 0.25 s | 5.96 | 1.0 / 2.0 MiB | 157 | "
         "0.25 cores |",
         "target round <= 1.2 x network floor at 100 Mbit/s: NOT met (worst 5.96)"]
+
+
+@pytest.mark.parametrize(("host", "name", "value"), [
+    (0, "upstream_out", 201326852),
+    (1, "upstream_in", 402653400),
+])
+def test_wan_bench_reads_a_relays_byte_counters(host: int, name: str, value: int) -> None:
+    wb = _load("wan")
+    out = ("listening on 198.18.0.3:41234\nrelay stats from_ranks=1 to_ranks=2 "
+           "upstream_out=201326852 upstream_in=402653400 host_frames=5 broadcasts=5\n")
+    assert wb.relay_counter(out, name, host) == value
+
+
+def test_wan_bench_a_relay_without_its_counters_fails_in_one_line() -> None:
+    """A relay whose output holds no ``relay stats`` line (it died before printing it) ended
+    the script in an AttributeError's traceback: it is a :class:`BenchFailed`, which
+    :func:`_cli.run` prints as one line, exit 1."""
+    wb = _load("wan")
+    with pytest.raises(wb.BenchFailed) as caught:
+        wb.relay_counter("listening on 198.18.0.3:41234\n", "upstream_in", 1)
+    assert str(caught.value) == "relay1 printed no upstream_in count"
