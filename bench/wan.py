@@ -22,7 +22,8 @@ mux records' bytes (record header, frame, tags; not TCP/IP headers, about 5 % mo
 
 Target: round time <= 1.2 x floor at 100 Mbit/s (the network, not the CPU, is the bottleneck
 there); the 1 Gbit/s rows are printed for information (on a 2-core machine the CPU is the
-bottleneck there). Exit 1 when a target is missed (``--no-verdict``: always 0).
+bottleneck there). Exit 1 when the target is missed (``--no-verdict``: always 0; under
+``--loss``, below, the target is not applied: 0).
 
 ``--loss PERCENT`` (0 <= PERCENT < 100, in the lab's steps of 0.01 %; default 0) adds random
 packet loss on every link in each direction, through the lab's loss rule
@@ -31,7 +32,10 @@ two links (the host's and the controller's), so it is lost with probability
 1 - (1 - PERCENT / 100)^2, about twice PERCENT; TCP retransmits. While a loss rule is on, the
 lab's nodes send MTU-sized packets (no GSO bundles), which costs CPU. The intro line names the
 loss, and the table's ``dropped`` column counts the packets the rules dropped over the
-configuration's run (warm-up included). The floor counts no retransmission.
+configuration's run (warm-up included). The floor counts no retransmission, so under loss the
+target is not applied: the verdict line gives the worst ratio at 100 Mbit/s and says the target is
+not applied (``target ...: not applied under 1 % packet loss (the floor counts no retransmission;
+worst 1.27)``), and the exit code is 0.
 
 Before each configuration the script waits (up to ``--quiet-wait`` seconds) for the machine to be
 quiet (other processes using less than ``--quiet-cores`` cores) and records the CPU time other
@@ -58,6 +62,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -359,6 +364,28 @@ def _loss_words(loss: float) -> str:
     return f"{loss:g} % packet loss on every link, each direction" if loss else "no packet loss"
 
 
+def verdict_line(results: Sequence[Result], loss: float) -> tuple[str, bool]:
+    """The verdict line of ``results`` and whether the script exits 0 on it: the target
+    (:data:`TARGET` x the floor at :data:`TARGET_CAP` Mbit/s) against the worst ratio of the
+    rows at that cap (``... met (worst 1.17)``, ``... NOT met (worst 1.36)``: exit 1); none at
+    that cap, no verdict. With ``loss`` (``--loss``, percent) above 0 the target is not applied
+    (exit 0): the floor counts no retransmission, so a lossy run is not held to the lossless
+    bound, and the line gives the worst ratio without a verdict (``... not applied under 1 %
+    packet loss (the floor counts no retransmission; worst 1.27)``).
+
+    No upstream counterpart: a measurement of this bench.
+    """
+    worst = max((r.ratio for r in results if r.cap == TARGET_CAP), default=None)
+    if worst is None:
+        return f"no {TARGET_CAP} Mbit/s configuration run: no verdict", True
+    target = f"target round <= {TARGET} x network floor at {TARGET_CAP} Mbit/s"
+    if loss:
+        return (f"{target}: not applied under {loss:g} % packet loss (the floor counts no "
+                f"retransmission; worst {worst:.2f})", True)
+    ok = worst <= TARGET
+    return f"{target}: {'met' if ok else 'NOT met'} (worst {worst:.2f})", ok
+
+
 def _unit(cap: float) -> str:
     return f"{cap / 1000:g} Gbit/s" if cap >= 1000 else f"{cap:g} Mbit/s"
 
@@ -384,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
                                           why=LOSS_WHY, problem=_loss_step),
                     default=0.0, metavar="PERCENT",
                     help="random packet loss on every link, each direction, in %% (0 <= "
-                    "PERCENT < 100, steps of 0.01; default 0)")
+                    "PERCENT < 100, steps of 0.01; default 0); above 0, the round target "
+                    "against the lossless floor is not applied (the worst ratio is printed, "
+                    "exit 0)")
     ap.add_argument("--quiet-cores", type=number(0, inclusive=False), default=0.5,
                     help="wait until other processes use fewer cores than this (default 0.5)")
     ap.add_argument("--quiet-wait", type=number(0, inclusive=True), default=120.0,
@@ -428,15 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"{res.dropped} | {res.others:.2f} cores |")
                 lines.append(row)
                 print(row, flush=True)
-    judged = [r for r in results if r.cap == TARGET_CAP]
-    worst = max((r.ratio for r in judged), default=None)
-    if worst is None:
-        verdict = f"no {TARGET_CAP} Mbit/s configuration run: no verdict"
-        ok = True
-    else:
-        ok = worst <= TARGET
-        verdict = (f"target round <= {TARGET} x network floor at {TARGET_CAP} Mbit/s: "
-                   f"{'met' if ok else 'NOT met'} (worst {worst:.2f})")
+    verdict, ok = verdict_line(results, args.loss)
     print(verdict, flush=True)
     if args.write:
         _write_results("\n".join([intro, "", header, *lines, verdict]))
@@ -453,8 +474,9 @@ def _write_results(body: str) -> None:
                "capped with a token bucket in both directions), median round (max over ranks) "
                "against the network floor, (bytes into + out of the controller per round) / "
                "cap; `--loss PERCENT` adds random packet loss on every link in each direction "
-               "(the lab's loss rule; dropped: packets it dropped); see the script's "
-               "docstring.\n\n```\n" + body + "\n```\n")
+               "(the lab's loss rule; dropped: packets it dropped), and under loss the "
+               "1.2 x target is not applied (the floor counts no retransmission); see the "
+               "script's docstring.\n\n```\n" + body + "\n```\n")
     start = text.find(SECTION)
     if start >= 0:
         nxt = text.find("\n## ", start + len(SECTION))

@@ -539,17 +539,27 @@ def test_wan_bench_caps_and_loses_on_every_link(loss: float,
     assert lab.calls == calls
 
 
-@pytest.mark.parametrize(("argv", "loss", "words"), [
-    ([], 0.0, "no packet loss"),
-    (["--loss", "1"], 1.0, "1 % packet loss on every link, each direction"),
-    (["--loss", "0.25"], 0.25, "0.25 % packet loss on every link, each direction"),
-    (["--loss", "99.99"], 99.99, "99.99 % packet loss on every link, each direction"),
-])
+_WAN_TARGET = "target round <= 1.2 x network floor at 100 Mbit/s"
+_NOT_APPLIED = "not applied under {} % packet loss (the floor counts no retransmission; worst {})"
+
+
+@pytest.mark.parametrize(("argv", "loss", "words", "code", "verdict"), [
+    ([], 0.0, "no packet loss", 1, f"{_WAN_TARGET}: NOT met (worst 5.96)"),
+    (["--loss", "1"], 1.0, "1 % packet loss on every link, each direction", 0,
+     f"{_WAN_TARGET}: {_NOT_APPLIED.format(1, 5.96)}"),
+    (["--loss", "0.25"], 0.25, "0.25 % packet loss on every link, each direction", 0,
+     f"{_WAN_TARGET}: {_NOT_APPLIED.format(0.25, 5.96)}"),
+    (["--loss", "99.99"], 99.99, "99.99 % packet loss on every link, each direction", 0,
+     f"{_WAN_TARGET}: {_NOT_APPLIED.format(99.99, 5.96)}"),
+    (["--loss", "0"], 0.0, "no packet loss", 1, f"{_WAN_TARGET}: NOT met (worst 5.96)"),
+], ids=["default", "loss-1", "loss-0.25", "loss-99.99", "loss-0"])
 def test_wan_bench_loss_reaches_the_lab_and_the_printed_configuration(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        argv: list[str], loss: float, words: str) -> None:
+        argv: list[str], loss: float, words: str, code: int, verdict: str) -> None:
     """``--loss`` goes to each configuration's run, the intro line names it, and each row
-    counts the packets the loss rules dropped."""
+    counts the packets the loss rules dropped. Under loss the 1.2 x target is not applied
+    (the floor counts no retransmission): the verdict line gives the worst ratio and says so,
+    exit 0, where a lossy run was judged against the lossless floor and exited 1."""
     import flodl_proto.netlab
 
     wb = _load("wan")
@@ -564,7 +574,7 @@ def test_wan_bench_loss_reaches_the_lab_and_the_printed_configuration(
     monkeypatch.setattr(wb, "_cores", lambda: 2)
     monkeypatch.setattr(wb, "run_config", run_config)
     assert wb.main(["--worlds", "4", "--dtypes", "f32", "--caps", "100", "--mib", "2",
-                    *argv]) == 1
+                    *argv]) == code
     assert runs == [(4, "f32", 100.0, 2.0, 3, loss)]
     assert capsys.readouterr().out.splitlines() == [
         "2 cores; 2 MiB frames (4 tensors), protocol v3, one host idle per round (elided), H "
@@ -575,7 +585,34 @@ def test_wan_bench_loss_reaches_the_lab_and_the_printed_configuration(
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         "| 4 | 2 | f32 | 100 Mbit/s | 1.50 s | 0.25 s | 5.96 | 1.0 / 2.0 MiB | 157 | "
         "0.25 cores |",
-        "target round <= 1.2 x network floor at 100 Mbit/s: NOT met (worst 5.96)"]
+        verdict]
+
+
+def _wan_row(wb: ModuleType, cap: float, median: float) -> Any:
+    """A row of ``bench/wan.py`` at ``cap`` Mbit/s whose floor is 1.0 s (``median`` is its
+    ratio)."""
+    half = int(cap * 1e6 / 8 / 2)
+    return wb.Result(4, 2, "f32", cap, median, half, half, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(("rows", "loss", "line", "ok"), [
+    ([(100.0, 1.2)], 0.0, f"{_WAN_TARGET}: met (worst 1.20)", True),
+    ([(100.0, 1.1), (100.0, 1.25), (1000.0, 4.0)], 0.0, f"{_WAN_TARGET}: NOT met (worst 1.25)",
+     False),
+    ([(1000.0, 4.0)], 0.0, "no 100 Mbit/s configuration run: no verdict", True),
+    ([], 0.0, "no 100 Mbit/s configuration run: no verdict", True),
+    # under loss the worst ratio is printed and the target not applied, above it or below
+    ([(100.0, 1.1), (100.0, 1.27), (1000.0, 4.0)], 1.0,
+     f"{_WAN_TARGET}: {_NOT_APPLIED.format(1, 1.27)}", True),
+    ([(100.0, 1.1)], 0.01, f"{_WAN_TARGET}: {_NOT_APPLIED.format(0.01, '1.10')}", True),
+    ([(1000.0, 4.0)], 1.0, "no 100 Mbit/s configuration run: no verdict", True),
+], ids=["met", "not-met", "no-100-mbit", "no-rows", "loss-1", "loss-0.01", "loss-no-100-mbit"])
+def test_wan_bench_verdict_is_not_applied_under_loss(
+        rows: list[tuple[float, float]], loss: float, line: str, ok: bool) -> None:
+    wb = _load("wan")
+    results = [_wan_row(wb, cap, median) for cap, median in rows]
+    assert [round(r.floor, 9) for r in results] == [1.0] * len(rows)
+    assert wb.verdict_line(results, loss) == (line, ok)
 
 
 @pytest.mark.parametrize(("host", "name", "value"), [
