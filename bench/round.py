@@ -96,6 +96,7 @@ from _cli import (
     mib_max,
     number,
     one_of,
+    option_message,
     queue_get,
     run,
     shown,
@@ -1163,8 +1164,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes = [parse_size(s) for s in (args.sizes or (
             "4k,64k,1m,4m,64m,256m" if args.full else "4k,64k,4m,64m")).split(",")]
-    except ValueError as e:
-        ap.error(str(e))
+    except ValueError as e:  # checked here: the default follows --full
+        ap.error(option_message("--sizes", str(e)))
     dtypes = args.dtypes
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1

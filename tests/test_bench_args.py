@@ -48,7 +48,8 @@ BAD = [
     ("round", ["--dtypes", "f32,f16"],
      "bench/round.py: error: argument --dtypes: expected one of f32, bf16, got 'f16'"),
     ("round", ["--sizes", "nan"],  # int(nan) raised Python's 'cannot convert float NaN'
-     "bench/round.py: error: frame size 'nan': expected e.g. 4k, 64k, 1m, 256m"),
+     "bench/round.py: error: argument --sizes: frame size 'nan': expected e.g. 4k, 64k, 1m, "
+     "256m"),
     ("round", ["--rounds", "0"], "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
     ("round", ["--warmup", "-1"],
      "bench/round.py: error: argument --warmup: must be >= 0, got '-1'"),
@@ -185,8 +186,8 @@ def _beyond_the_machine() -> list[tuple[str, list[str], str]]:
          f"bench/round.py: error: argument --worlds: must be at most {world}{cli.WORLD_WHY}, got "
          f"'{'9' * 40}...{'9' * 20}' (5000 characters)"),
         ("round", ["--sizes", "99999999999999999999"],
-         f"bench/round.py: error: frame size '99999999999999999999': must be at most {mib} MiB "
-         "(this machine's physical memory)"),
+         "bench/round.py: error: argument --sizes: frame size '99999999999999999999': must be "
+         f"at most {mib} MiB (this machine's physical memory)"),
         ("codec", ["--mib", "99999999999"],
          f"bench/codec.py: error: argument --mib: must be at most {mib}{cli.MIB_WHY}, got "
          "'99999999999'"),
