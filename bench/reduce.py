@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-from _cli import MIB_WHY, Parser, loading, mib_max, option_message, run, whole
+from _cli import MIB_WHY, Parser, loading, mib_max, one_of, option_message, run, whole
 
 with loading("bench/reduce.py", __name__ == "__main__"):  # Ctrl-C: one line, not a traceback
     import numpy as np
@@ -188,7 +188,7 @@ def main() -> int:
                     help="worker threads of the reduce (default 1)")
     ap.add_argument("--no-verdict", action="store_true",
                     help="exit 0 even when a target is missed (exploration)")
-    ap.add_argument("--one", choices=["f32", "bf16"], help=argparse.SUPPRESS)
+    ap.add_argument("--one", type=one_of(("f32", "bf16")), help=argparse.SUPPRESS)
     args = ap.parse_args()
     memory = mib_max()
     if memory is not None and (args.frames + 2) * args.mib > memory:

@@ -1,13 +1,15 @@
 """The benchmark scripts' command lines: a usage error (a bad option value, an unknown option) is
 one error line on stderr, without argparse's usage text, exit 2, nothing on stdout, before
 anything is measured (no quiet-machine wait, no network lab); Ctrl-C is one ``interrupted`` line
-and exit 130, not a traceback, also while a script imports NumPy."""
+and exit 130, not a traceback, also while a script imports NumPy; ``--help`` runs in a bare copy
+of the checkout (nothing beside it, no package installed)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +40,23 @@ BAD = [
      "bench/reduce.py: error: argument --repeat: must be >= 1, got '0'"),
     ("reduce", ["--threads", "0"],
      "bench/reduce.py: error: argument --threads: must be >= 1, got '0'"),
+    # the internal option of the child process that measures one dtype, in the words of every
+    # script's choices (it read argparse's "invalid choice: 'f16' (choose from 'f32', 'bf16')")
+    ("reduce", ["--one", "f16"],
+     "bench/reduce.py: error: argument --one: expected one of f32, bf16, got 'f16'"),
+    # a flag given a value, an option without its value
+    ("codec", ["--no-verdict=1"],
+     "bench/codec.py: error: argument --no-verdict: ignored explicit argument '1'"),
+    ("reduce", ["--no-verdict=x"],
+     "bench/reduce.py: error: argument --no-verdict: ignored explicit argument 'x'"),
+    ("round", ["--full=1"],
+     "bench/round.py: error: argument --full: ignored explicit argument '1'"),
+    ("wan", ["--write=1"], "bench/wan.py: error: argument --write: ignored explicit argument '1'"),
+    ("codec", ["--mib"], "bench/codec.py: error: argument --mib: expected one argument"),
+    ("reduce", ["--frames"], "bench/reduce.py: error: argument --frames: expected one argument"),
+    ("round", ["--note"], "bench/round.py: error: argument --note: expected one argument"),
+    ("hops", ["--worlds"], "bench/hops.py: error: argument --worlds: expected one argument"),
+    ("wan", ["--loss"], "bench/wan.py: error: argument --loss: expected one argument"),
     ("round", ["--worlds", "x"],
      "bench/round.py: error: argument --worlds: expected a whole number >= 1, got 'x'"),
     ("round", ["--worlds", "0"], "bench/round.py: error: argument --worlds: must be >= 1, got '0'"),
@@ -83,6 +102,10 @@ BAD = [
      "bench/hops.py: error: argument --rounds: expected a whole number >= 1, got 'x'"),
     ("hops", ["--max-wait", "-1"],
      "bench/hops.py: error: argument --max-wait: must be a finite number >= 0, got '-1'"),
+    # the internal option of a bare-chain process
+    ("hops", ["--role", "bogus"],
+     "bench/hops.py: error: argument --role: expected one of controller, relay, rank, "
+     "lean-controller, lean-relay, lean-rank, got 'bogus'"),
     ("wan", ["--worlds", "4", "--caps", "0"],
      "bench/wan.py: error: argument --caps: must be a finite number > 0, got '0'"),
     ("wan", ["--caps", "100,inf"],
@@ -242,6 +265,55 @@ def test_help_still_shows_the_usage(script: str) -> None:
                          capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout.startswith(f"usage: bench/{script}.py [-h]")
+
+
+#: run in a fresh interpreter, in a copy of the checkout (the current folder): the script
+#: ``sys.argv[1]`` with ``--help`` as ``python bench/X.py --help`` runs it there, with no
+#: installed package on the path (each folder of ``sys.path`` that holds a ``flodl_proto``
+#: package is left out: the editable install's, the current folder); then the file the package
+#: was imported from, on stderr
+_BARE_HELP = """
+import runpy, sys
+from pathlib import Path
+sys.path[:] = [p for p in sys.path
+               if not (Path(p or ".") / "flodl_proto" / "__init__.py").is_file()]
+sys.argv = [sys.argv[1], "--help"]
+sys.path.insert(0, "bench")
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("package:", sys.modules["flodl_proto"].__file__, file=sys.stderr)
+"""
+
+
+def _bare_copy(where: Path) -> Path:
+    """A copy of the checkout's bench scripts, package and spec in ``where / "x"``: nothing
+    beside it (no ``../shared``), no package installed from it."""
+    copy = where / "x"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("bench", "flodl_proto", "spec"):
+        shutil.copytree(ROOT / name, copy / name, ignore=skip)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def bare_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _bare_copy(tmp_path_factory.mktemp("bare"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_runs_in_a_bare_copy_without_an_installed_package(script: str,
+                                                               bare_copy: Path) -> None:
+    """``--help`` runs in a bare copy of the checkout, with no ``../shared`` beside it and no
+    installed package: ``bench/_cli.py`` puts the copy's package on the path."""
+    assert sorted(p.name for p in bare_copy.parent.iterdir()) == ["x"]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "FLODL_PROTO_SPEC_DIR")}
+    res = subprocess.run([sys.executable, "-c", _BARE_HELP, f"bench/{script}.py"],
+                         cwd=bare_copy, capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"usage: bench/{script}.py [-h]")
+    assert res.stderr == f"package: {bare_copy / 'flodl_proto' / '__init__.py'}\n"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
