@@ -77,6 +77,7 @@ __all__ = [
     "check_lifecycle",
     "find_spec_dir",
     "frame_ceiling_floor",
+    "in_given_folder",
     "in_spec_folder",
     "lifecycle_machines",
     "lifecycle_transitions",
@@ -415,6 +416,21 @@ def in_spec_folder(folder: Path, text: str) -> str:
     if shown in text or text.startswith((f"{SPEC_DIR_ENV}=", "spec folder ")):
         return text
     return f"spec folder {shown}: {text}"
+
+
+def in_given_folder(folder: Path, text: str) -> str:
+    """``text``, a load error of the spec in ``folder``, a folder the user named (``docs
+    --spec DIR``), after ``FOLDER: `` (quoted as a load error quotes a path that holds a
+    character that does not print or white space at either end), as ``FLODL_PROTO_SPEC_DIR=
+    FOLDER: `` names the variable's folder: ``/tmp/spec: wire.yaml: constants...``; ``text``
+    as it is when it names the folder already (``cannot load FOLDER/wire.yaml: ...``,
+    ``cannot load FOLDER/lifecycle.yaml: ...``). Raises nothing.
+
+    Upstream: none (upstream's spec is its code)."""
+    if text.startswith(tuple(f"cannot load {_path_text(folder / name)}: "
+                             for name in ("wire.yaml", "lifecycle.yaml"))):
+        return text
+    return f"{_path_text(folder)}: {text}"
 
 
 def _load_own_spec() -> Spec:

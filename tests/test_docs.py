@@ -457,6 +457,39 @@ def test_a_spec_folder_without_the_spec_is_one_line_without_errno(
             "such file or directory\n")
 
 
+@pytest.mark.parametrize(("given", "named"), [
+    ("s", "s"), ("./s/", "s"), ("/ABS/s", "/ABS/s"), ("my spec ", "'my spec '"),
+    ("s\x1b[31m", "'s\\x1b[31m'"),
+], ids=["relative", "dotted", "absolute", "blank-at-end", "escape"])
+def test_a_spec_folder_that_fails_to_load_is_named_after_the_option(
+        given: str, named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``docs --spec DIR`` whose wire.yaml or lifecycle.yaml is refused named the file and not
+    the folder (``argument --spec: wire.yaml: ...``), where ``FLODL_PROTO_SPEC_DIR=DIR:
+    wire.yaml: ...`` names its own: the folder comes first, as given (as a path reads it, quoted
+    when it holds a character that does not print or a blank at either end)."""
+    monkeypatch.chdir(tmp_path)
+    given = given.replace("/ABS", str(tmp_path))
+    named = named.replace("/ABS", str(tmp_path))
+    folder = Path(given)
+    folder.mkdir()
+    shutil.copy(ROOT / "spec" / "lifecycle.yaml", folder / "lifecycle.yaml")
+    wire = (ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8")
+    (folder / "wire.yaml").write_text(wire.replace("    value: 65536\n", "    value: lots\n", 1),
+                                      encoding="utf-8")
+    assert main(["docs", "--spec", given, "--out", "p.md"]) == 2
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto docs: error: argument --spec: {named}: wire.yaml: "
+        "constants.MAX_ROUND_FRAME_TENSORS.value is the string 'lots', not an integer\n"))
+    (folder / "wire.yaml").write_text(wire, encoding="utf-8")
+    (folder / "lifecycle.yaml").write_text("schema: flodl-proto-lifecycle/9\n", encoding="utf-8")
+    assert main(["docs", "--spec", given, "--out", "p.md"]) == 2
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto docs: error: argument --spec: {named}: lifecycle.yaml: missing or unknown "
+        "'schema' (not flodl-proto-lifecycle/2)\n"))
+    assert not Path("p.md").exists()
+
+
 @pytest.mark.parametrize(("wire", "lifecycle", "bad", "why"), [
     (None, "x: [\n", "lifecycle.yaml", "not YAML: did not find expected node content at line 2, "
                                         "column 1"),
@@ -522,8 +555,7 @@ def test_a_field_naming_no_constant_or_enum_is_one_line_and_writes_nothing(
     """A spec whose field names a constant or an enum it does not define (a constant renamed,
     a typo) was documented with exit 0: ``(None)`` for the constant, no values for the enum."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: argument --spec: wire.yaml: {line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 @pytest.mark.parametrize(("name", "old", "new", "line"), [
@@ -541,7 +573,7 @@ def test_a_stray_top_level_key_is_one_line_and_writes_nothing(
     ignored, and the document written with exit 0."""
     _docs_of_a_changed_spec(name, old, new, tmp_path)
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith(f"flodl-proto docs: error: argument --spec: {line}")
+    assert out == "" and err.startswith(_refused(tmp_path, line)[1].removesuffix("\n"))
     assert err.count("\n") == 1 and err.endswith(")\n")
 
 
@@ -561,7 +593,7 @@ def test_a_name_that_is_no_string_is_one_line_and_writes_nothing(
     """A name of a table of the spec's own names written as a number (or ``true``) was taken:
     ``1`` beside ``'1'`` (two keys to YAML) gave two constants the reference showed as ``1``."""
     _docs_of_a_changed_spec(name, old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: {line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, line)
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
@@ -579,8 +611,7 @@ def test_a_constant_of_an_unknown_type_is_one_line_and_writes_nothing(
     """A constant's ``type`` word was not checked: a misspelt ``bytes`` or ``count`` dropped the
     constant from the reference's limits with exit 0, and a ``u32`` one lost its hex form."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
-                                       f"{line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
@@ -602,8 +633,7 @@ def test_a_constant_out_of_its_types_range_is_one_line_and_writes_nothing(
     ended ``docs`` with a traceback (``OverflowError: int too big to convert``), and a
     negative magic, port or limit was documented with exit 0 (``= `MUX_RECORD_MAGIC` (-1)``)."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
-                                       f"{line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
@@ -623,8 +653,7 @@ def test_an_enum_code_shared_or_out_of_range_is_one_line_and_writes_nothing(
     """An enum's codes were not checked: two values of one code, a code its u8 field cannot
     carry and a negative code were documented with exit 0."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
-                                       f"{line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
@@ -658,8 +687,7 @@ def test_an_example_or_a_leg_of_no_message_is_one_line_and_writes_nothing(
     the spec lacks linked to that section 3.0 as well; a leniency's message and an enum value's
     constant were not looked up either (an enum code other than its constant's was drawn so)."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == ("", f"flodl-proto docs: error: argument --spec: wire.yaml: "
-                                       f"{line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 def _drop(doc: dict[str, Any], key: str) -> None:
@@ -694,8 +722,7 @@ def test_a_missing_section_or_a_value_of_another_kind_is_one_line_and_writes_not
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: argument --spec: wire.yaml: {line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 def _set(doc: Any, path: list[Any], value: Any) -> None:
@@ -760,8 +787,7 @@ def test_a_value_below_the_top_level_of_another_shape_is_one_line_naming_its_pat
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: argument --spec: wire.yaml: {line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
 @pytest.mark.parametrize(("change", "line"), [
@@ -790,8 +816,15 @@ def test_a_lifecycle_value_of_another_shape_is_one_line_naming_its_path(
     out = tmp_path / "protocol.md"
     assert main(["docs", "--spec", str(spec_dir), "--out", str(out)]) == 2
     assert not out.exists()
-    assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: argument --spec: lifecycle.yaml: {line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"lifecycle.yaml: {line}")
+
+
+def _refused(tmp_path: Path, line: str) -> tuple[str, str]:
+    """What ``docs --spec DIR`` prints (stdout, stderr) for the spec folder ``DIR`` =
+    ``tmp_path/spec`` refused with ``line``: the option's value named, then its folder, as
+    ``FLODL_PROTO_SPEC_DIR=DIR: ...`` names its own (the line read ``argument --spec: wire.yaml:
+    ...``, naming no folder)."""
+    return "", f"flodl-proto docs: error: argument --spec: {tmp_path / 'spec'}: {line}\n"
 
 
 def _docs_of_a_changed_spec(name: str, old: str, new: str, tmp_path: Path) -> None:
@@ -837,8 +870,7 @@ def test_a_lifecycle_the_docs_cannot_draw_is_one_line_and_writes_nothing(
     """A transition to a state its machine lacks was drawn in the diagram and the table, and a
     lifecycle of another schema documented, with exit 0."""
     _docs_of_a_changed_spec("lifecycle.yaml", old, new, tmp_path)
-    assert capsys.readouterr() == (
-        "", f"flodl-proto docs: error: argument --spec: lifecycle.yaml: {line}\n")
+    assert capsys.readouterr() == _refused(tmp_path, f"lifecycle.yaml: {line}")
 
 
 def test_the_timeout_scale_row_shows_its_bounds(rendered: str) -> None:

@@ -620,30 +620,75 @@ def _checkout_copy(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("name", "old", "new", "why", "docs_code"), [
+#: (file, text in it, its replacement, the load error): a broken wire.yaml (which every
+#: command loads) and lifecycle.yaml (which ``docs`` reads itself)
+BROKEN_SPEC_FILES: list[tuple[str, str, str, str]] = [
     ("wire.yaml", "    value: 65536\n", "    value: lots\n",
-     "wire.yaml: constants.MAX_ROUND_FRAME_TENSORS.value is the string 'lots', not an integer",
-     1),
+     "wire.yaml: constants.MAX_ROUND_FRAME_TENSORS.value is the string 'lots', not an integer"),
     ("lifecycle.yaml", "\nmachines:\n", "\nmachinez: {}\nmachines:\n",
-     "lifecycle.yaml: unknown top-level key 'machinez' (known: machines, schema, x-docs-keys)",
-     2),
-], ids=["wire", "lifecycle"])
-def test_an_edited_checkout_spec_that_fails_to_load_is_named_by_its_folder(
-        tmp_path: Path, name: str, old: str, new: str, why: str, docs_code: int) -> None:
-    """The README's first way to try an edited spec is to edit spec/ of an editable checkout;
-    one with a mistake ended every command with 'wire.yaml: ...' and no word of which spec
-    folder was loaded (a user with an installed package and a checkout could not tell which
-    one was read). The line names the folder, as ``FLODL_PROTO_SPEC_DIR=F: ...`` does."""
-    root = _checkout_copy(tmp_path)
-    path = root / "spec" / name
+     "lifecycle.yaml: unknown top-level key 'machinez' (known: machines, schema, x-docs-keys)"),
+]
+
+
+def _break(folder: Path, name: str, old: str, new: str) -> None:
+    path = folder / name
     text = path.read_text(encoding="utf-8")
     assert old in text
     path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("name", "old", "new", "why"), BROKEN_SPEC_FILES,
+                         ids=["wire", "lifecycle"])
+def test_an_edited_checkout_spec_that_fails_to_load_is_named_by_its_folder(
+        tmp_path: Path, name: str, old: str, new: str, why: str) -> None:
+    """The README's first way to try an edited spec is to edit spec/ of an editable checkout;
+    one with a mistake ended every command with 'wire.yaml: ...' and no word of which spec
+    folder was loaded (a user with an installed package and a checkout could not tell which
+    one was read). The line names the folder, as ``FLODL_PROTO_SPEC_DIR=F: ...`` does. The
+    package's own spec that fails to load is a runtime failure, exit 1, whichever file fails:
+    ``docs`` ended with exit 2 on its lifecycle.yaml (which it reads itself) and 1 on its
+    wire.yaml."""
+    root = _checkout_copy(tmp_path)
+    _break(root / "spec", name, old, new)
     env = {k: v for k, v in os.environ.items() if k != "FLODL_PROTO_SPEC_DIR"}
-    for args, prog, code in ((["docs", "--out", "-"], "flodl-proto docs", docs_code),
-                             (["controller", "--listen", "127.0.0.1:0", "--world-size", "1",
-                               "--salt", "00" * 16], "flodl-proto controller", 1)):
+    for args, prog in ((["docs", "--out", "-"], "flodl-proto docs"),
+                       (["docs", "--out", "-", "--check"], "flodl-proto docs"),
+                       (["controller", "--listen", "127.0.0.1:0", "--world-size", "1",
+                         "--salt", "00" * 16], "flodl-proto controller")):
         done = subprocess.run([sys.executable, "-m", "flodl_proto", *args], env=env, cwd=root,
                               capture_output=True, text=True, timeout=60, check=False)
-        assert (done.returncode, done.stdout) == (code, "")
+        assert (done.returncode, done.stdout) == (1, ""), args
         assert done.stderr == f"{prog}: error: spec folder {root / 'spec'}: {why}\n"
+
+
+@pytest.mark.parametrize("way", ["checkout", "option", "variable"])
+@pytest.mark.parametrize(("name", "old", "new", "why"), BROKEN_SPEC_FILES,
+                         ids=["wire", "lifecycle"])
+def test_docs_of_a_spec_that_fails_to_load_ends_alike_for_both_files(
+        tmp_path: Path, name: str, old: str, new: str, why: str, way: str) -> None:
+    """``docs`` ends on a spec that fails to load with the same exit code whichever of its two
+    files fails: 1 for a source checkout's spec it documents unasked (the checkout it runs in,
+    the package imported from elsewhere: it was 2, as for a spec the user named), as for the
+    package's own; 2 for a spec the user named (``--spec DIR``, ``FLODL_PROTO_SPEC_DIR``: a
+    bad command line, as the README's exit codes say)."""
+    checkout = tmp_path / "co"
+    folder = checkout / "spec"
+    shutil.copytree(PKG.parent / "spec", folder)
+    _break(folder, name, old, new)
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_PROTO_SPEC_DIR"}
+    args = ["docs", "--out", "-"]
+    if way == "option":
+        args += ["--spec", str(folder)]
+        code, line = 2, f"argument --spec: {folder}: {why}"
+    elif way == "variable":
+        env["FLODL_PROTO_SPEC_DIR"] = str(folder)
+        code, line = 2, f"FLODL_PROTO_SPEC_DIR={folder}: {why}"
+    else:
+        code, line = 1, f"spec folder {folder}: {why}"
+    # the package is this checkout's, imported from it (not from the copy's folder)
+    env["PYTHONPATH"] = str(PKG.parent)
+    done = subprocess.run([sys.executable, "-m", "flodl_proto", *args], env=env,
+                          cwd=checkout if way == "checkout" else tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        code, "", f"flodl-proto docs: error: {line}\n")

@@ -10,15 +10,18 @@ the nearest ``spec/wire.yaml`` found walking up from the output's folder (so an 
 run inside a source checkout documents that checkout's spec, not the copy installed with it); else
 the one the package loads. The spec file read is named on every result line, and a failed
 ``--check`` names the command that regenerates the file (with the ``--spec DIR`` it was given).
-Exit codes: 0 written or up to date, 1 out of date (``--check``) or the output cannot be written,
-2 for a bad command line (``--check`` with ``--out -``; a PATH that names a folder or has a
-file, or a loop of symbolic links, where a folder of it should be, or is such a loop; a
+Exit codes: 0 written or up to date, 1 out of date (``--check``), the output cannot be written,
+or the checkout's or the package's own spec cannot be loaded (either file: ``spec folder DIR:
+lifecycle.yaml: ...``), 2 for a bad command line (``--check`` with ``--out -``; a PATH that
+names a folder or has a file, or a loop of symbolic links, where a folder of it should be, or is such a loop; a
 ``--spec`` DIR that is a file or a loop of symbolic links, or has one where a folder of it
-should be), an unreadable
-spec, or (``--check``) a PATH that cannot be read (one line naming it and the OS error; a PATH
-that does not exist is ``missing``, exit 1). A PATH that is not UTF-8 text is out of date
-(rewritten without ``--check``). A refused ``--out`` or ``--spec`` reads as argparse words a
-refused value, ``argument --spec: ...``.
+should be), a spec the user named that cannot be loaded (``--spec`` DIR's, or
+``$FLODL_PROTO_SPEC_DIR``'s), or (``--check``) a PATH that cannot be read (one line naming it
+and the OS error; a PATH that does not exist is ``missing``, exit 1). A PATH that is not UTF-8
+text is out of date (rewritten without ``--check``). A refused ``--out`` or ``--spec`` reads as
+argparse words a refused value, ``argument --spec: ...``, a spec DIR holds that cannot be
+loaded with DIR first, ``argument --spec: DIR: wire.yaml: ...``, as
+``FLODL_PROTO_SPEC_DIR=DIR: wire.yaml: ...`` names its folder.
 """
 
 from __future__ import annotations
@@ -36,7 +39,15 @@ from .._files import make_folders, replace_file
 from .._oserr import file_kind, os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
 from ..errors import shown, shown_name
-from ..spec import SPEC, Spec, SpecError, check_lifecycle, in_spec_folder
+from ..spec import (
+    SPEC,
+    SPEC_DIR_ENV,
+    Spec,
+    SpecError,
+    check_lifecycle,
+    in_given_folder,
+    in_spec_folder,
+)
 from ._option_error import option_message
 
 __all__ = [
@@ -458,6 +469,23 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _spec_problem(given: Path | None, spec_dir: Path, text: str) -> tuple[str, int]:
+    """The line and the exit code of the spec in ``spec_dir`` that fails to load (``text``):
+    a spec the user named is a bad command line, exit 2, the ``--spec`` DIR ``given`` (the
+    option's value, named so with its folder: ``argument --spec: DIR: wire.yaml: ...``) or
+    ``$FLODL_PROTO_SPEC_DIR``'s (``FLODL_PROTO_SPEC_DIR=DIR: lifecycle.yaml: ...``); the
+    package's own or the checkout's (``spec folder DIR: lifecycle.yaml: ...``) is a runtime
+    failure, exit 1, whichever of its files fails, as every other command ends on it."""
+    if given is not None:
+        return option_message("--spec", in_given_folder(given, text)), 2
+    if spec_dir.resolve() != SPEC.path.resolve():  # a checkout's, not the one loaded
+        return in_spec_folder(spec_dir, text), 1
+    from ..cli import named_by_spec_dir
+
+    return (in_spec_folder(spec_dir, named_by_spec_dir(text)),
+            2 if os.environ.get(SPEC_DIR_ENV) else 1)
+
+
 def _run(args: argparse.Namespace) -> int:
     out: Path = args.out if args.out is not None else checkout_file(DEFAULT_OUT)
     spec_dir = args.spec if args.spec is not None else spec_dir_for(out)
@@ -465,17 +493,10 @@ def _run(args: argparse.Namespace) -> int:
         spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
         lifecycle = spec.lifecycle()  # the document's lifecycle section: required
         check_lifecycle(lifecycle)
-    except SpecError as e:  # a folder given with --spec is the option's value: named so
-        if args.spec is not None:
-            why = option_message("--spec", str(e))
-        elif spec_dir.resolve() == SPEC.path.resolve():  # the loaded one: $FLODL_PROTO_SPEC_DIR's?
-            from ..cli import named_by_spec_dir
-
-            why = in_spec_folder(spec_dir, named_by_spec_dir(str(e)))
-        else:
-            why = in_spec_folder(spec_dir, str(e))
+    except SpecError as e:
+        why, code = _spec_problem(args.spec, spec_dir, str(e))
         print(f"{_PROG}: error: {why}", file=sys.stderr)
-        return 2
+        return code
     text = render_protocol_doc(spec, lifecycle)
     source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
     if str(out) == "-":
