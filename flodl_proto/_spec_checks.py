@@ -2,7 +2,7 @@
 machines and their transition rows (read by the state machines and the docs), the checks of a
 parsed ``lifecycle.yaml`` (its shape, every transition's target, every state reached, every
 event and guard given a meaning) and of a ``wire.yaml`` message's byte layout (field types,
-sizes, names, offsets).
+sizes, names, offsets, the length constants of its structs).
 
 Split from :mod:`flodl_proto.spec`, which re-exports the public names and raises these checks'
 :class:`~flodl_proto._spec_shapes.ShapeError` as its ``SpecError``; it imports nothing of the
@@ -30,11 +30,13 @@ __all__ = [
     "as_name_list",
     "check_enum_codes",
     "check_layout",
+    "check_layout_lengths",
     "check_lifecycle_doc",
     "lifecycle_machines",
     "lifecycle_transitions",
     "machine_transitions",
     "message_fields",
+    "struct_layouts",
     "walk_lifecycle_states",
 ]
 
@@ -339,3 +341,55 @@ def check_enum_codes(enums: Mapping[str, Any], messages: Mapping[str, Any],
                         f"wire.yaml: enum {named}: {vname} has code {value['code']}, which "
                         f"field {f.get('name')} of message {mname} cannot carry "
                         f"({f['type']}: 0..{top})")
+
+
+def struct_layouts(messages: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """The construct structs the messages of ``wire.yaml`` name (a message's ``struct`` and
+    its parts'), each as ``(struct, what it lays out, its size in bytes)``: ``("HANDSHAKE",
+    "message handshake", 16)``, ``("ROUND_FRAME_HEADER", "part header of message round_frame",
+    8)``. A struct's size is the sum of the fixed sizes of its fields (a message's fields of a
+    size another field gives, a mux record's ``payload``, follow its struct)."""
+    found: list[tuple[str, str, int]] = []
+    for mname, msg in messages.items():
+        owners = [(msg, f"message {mname}")]
+        owners += [(p, f"part {p.get('name')} of message {mname}")
+                   for p in (msg.get("parts") or []) if isinstance(p, dict)]
+        for owner, what in owners:
+            fields = owner.get("fields")
+            if isinstance(owner.get("struct"), str) and isinstance(fields, list):
+                size = sum(f["size"] for f in fields
+                           if isinstance(f, dict) and isinstance(f.get("size"), int))
+                found.append((owner["struct"], what, size))
+    return found
+
+
+def check_layout_lengths(constants: Mapping[str, int], messages: Mapping[str, Any]) -> None:
+    """Refuse (:class:`ShapeError`) a length constant that is not the size of the layout it
+    names, and a message's ``size`` that is not the size of its fields. A constant
+    ``STRUCT_LEN`` (``HANDSHAKE_LEN``, ``HANDSHAKE_ACK_LEN``, ``CHANNEL_MAGIC_LEN``,
+    ``LEN_PREFIX_LEN``, ``MUX_HEADER_LEN``, ``ROUND_FRAME_HEADER_LEN``, ``AUTH_TAG_LEN``) is
+    the length of the struct ``STRUCT`` a message or a part names (:func:`struct_layouts`):
+    the codec reads and writes that many bytes for it, and the docs give both, so
+    ``HANDSHAKE_LEN: 0`` beside a 16-byte handshake table was loaded and documented.
+
+    Raises:
+        ShapeError: one line naming the constant, its value and the layout's size:
+            ``wire.yaml: constant HANDSHAKE_LEN is 0, but its layout, message handshake
+            (struct HANDSHAKE), is 16 bytes``; ``wire.yaml: message handshake: size 15 is not
+            the size of its fields (16)``.
+    """
+    for struct, what, size in struct_layouts(messages):
+        value = constants.get(f"{struct}_LEN")
+        if value is not None and value != size:
+            raise ShapeError(f"wire.yaml: constant {struct}_LEN is {value}, but its layout, "
+                             f"{what} (struct {struct}), is {size} bytes")
+    for mname, msg in messages.items():
+        fields = msg.get("fields")
+        if not isinstance(msg.get("size"), int) or not isinstance(fields, list):
+            continue
+        sizes = [f.get("size") for f in fields if isinstance(f, dict)]
+        total = sum(s for s in sizes if isinstance(s, int))
+        if len(sizes) == len(fields) and all(isinstance(s, int) for s in sizes) \
+                and total != msg["size"]:
+            raise ShapeError(f"wire.yaml: message {mname}: size {msg['size']} is not the size "
+                             f"of its fields ({total})")

@@ -40,6 +40,7 @@ from ._spec_checks import (
     as_name_list,
     check_enum_codes,
     check_layout,
+    check_layout_lengths,
     check_lifecycle_doc,
     lifecycle_machines,
     lifecycle_transitions,
@@ -210,7 +211,10 @@ class Spec:
             message the file lacks, an example of a version neither ``any`` nor supported; a
             byte-layout field
             whose type is not in ``types``, whose size is not its type's, or whose name an
-            earlier field of its message has).
+            earlier field of its message has; a length constant ``STRUCT_LEN`` other than the
+            size of the struct ``STRUCT`` a message or a part names, ``HANDSHAKE_LEN`` of the
+            handshake's fields, or a message's ``size`` other than its fields':
+            :func:`~flodl_proto._spec_checks.check_layout_lengths`).
 
     No upstream counterpart (upstream's constants are code).
     """
@@ -268,6 +272,7 @@ class Spec:
                                         f"{key} {f[key]!r} is not in the {section!r} section")
         try:
             check_enum_codes(enums, _section(raw, "messages"), _section(raw, "types"))
+            check_layout_lengths(self.constants, _section(raw, "messages"))
         except ShapeError as e:
             raise SpecError(str(e)) from None
         messages = _section(raw, "messages")

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from flodl_proto._spec_checks import struct_layouts
 from flodl_proto.cli import main
 from flodl_proto.codec.mux import decode_mux_record
 from flodl_proto.docs import (
@@ -632,6 +633,59 @@ def test_a_constant_out_of_its_types_range_is_one_line_and_writes_nothing(
     """A constant's value was not checked against its ``type``: a u32 magic above 0xFFFFFFFF
     ended ``docs`` with a traceback (``OverflowError: int too big to convert``), and a
     negative magic, port or limit was documented with exit 0 (``= `MUX_RECORD_MAGIC` (-1)``)."""
+    _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
+
+
+#: (constant, its value in the spec, what its layout is, that layout's struct): every length
+#: constant named after a struct of the spec's field tables (STRUCT_LEN)
+LAYOUT_LENGTHS = [
+    ("HANDSHAKE_LEN", 16, "message handshake", "HANDSHAKE"),
+    ("HANDSHAKE_ACK_LEN", 8, "message handshake_ack", "HANDSHAKE_ACK"),
+    ("CHANNEL_MAGIC_LEN", 4, "message channel_magic", "CHANNEL_MAGIC"),
+    ("LEN_PREFIX_LEN", 4, "message len_framed", "LEN_PREFIX"),
+    ("MUX_HEADER_LEN", 25, "message mux_record", "MUX_HEADER"),
+    ("ROUND_FRAME_HEADER_LEN", 8, "part header of message round_frame", "ROUND_FRAME_HEADER"),
+    ("AUTH_TAG_LEN", 8, "part footer of message round_frame", "AUTH_TAG"),
+]
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+@pytest.mark.parametrize(("name", "value", "layout", "struct_name"), LAYOUT_LENGTHS,
+                         ids=[c[0] for c in LAYOUT_LENGTHS])
+def test_a_length_constant_other_than_its_layouts_size_is_one_line_and_writes_nothing(
+        name: str, value: int, layout: str, struct_name: str, bad: int, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A length constant was not compared with the field table it is the length of:
+    ``HANDSHAKE_LEN: 0`` beside the 16-byte handshake table was loaded and documented with
+    exit 0 (and the codec would read a handshake of 0 bytes)."""
+    _docs_of_a_changed_spec("wire.yaml", f"  {name}:\n    value: {value}\n",
+                            f"  {name}:\n    value: {bad}\n", tmp_path)
+    assert capsys.readouterr() == _refused(tmp_path, (
+        f"wire.yaml: constant {name} is {bad}, but its layout, {layout} (struct {struct_name}), "
+        f"is {value} bytes"))
+
+
+def test_the_length_constants_are_those_of_the_spec_layouts() -> None:
+    """Every struct of the spec's field tables with a ``STRUCT_LEN`` constant is one of
+    :data:`LAYOUT_LENGTHS`, of the size the spec gives, so the test above covers each."""
+    linked = [(f"{s}_LEN", SPEC.constants[f"{s}_LEN"], what, s)
+              for s, what, _size in struct_layouts(SPEC.raw["messages"])
+              if f"{s}_LEN" in SPEC.constants]
+    assert sorted(linked) == sorted(LAYOUT_LENGTHS)
+
+
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("    struct: HANDSHAKE\n    size: 16\n", "    struct: HANDSHAKE\n    size: 15\n",
+     "message handshake: size 15 is not the size of its fields (16)"),
+    ("    struct: CHANNEL_MAGIC\n    size: 4\n", "    struct: CHANNEL_MAGIC\n    size: 0\n",
+     "message channel_magic: size 0 is not the size of its fields (4)"),
+], ids=["handshake", "channel_magic"])
+def test_a_message_size_other_than_its_fields_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A message's ``size`` was documented as written (``size: 15 bytes`` above a table of 16
+    bytes), with exit 0."""
     _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
     assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
