@@ -25,12 +25,14 @@ from ._spec_shapes import (
 )
 
 __all__ = [
+    "LENIENCY_WORDS",
     "LIFECYCLE_SCHEMA",
     "LifecycleTransition",
     "as_name_list",
     "check_enum_codes",
     "check_layout",
     "check_layout_lengths",
+    "check_leniency_fields",
     "check_lifecycle_doc",
     "lifecycle_machines",
     "lifecycle_transitions",
@@ -393,3 +395,37 @@ def check_layout_lengths(constants: Mapping[str, int], messages: Mapping[str, An
                 and total != msg["size"]:
             raise ShapeError(f"wire.yaml: message {mname}: size {msg['size']} is not the size "
                              f"of its fields ({total})")
+
+
+#: the words a leniency's ``field`` (``wire.yaml`` ``leniencies``) may give beside its
+#: message's field names, for a leniency of no one field: ``varint``, any varint of a bincode
+#: message (``noncanonical_varint``), and ``payload``, the message's bytes as a whole (bytes
+#: after a complete one: ``bincode_trailing``). Declared here only: the loader refuses any other
+#: word (:func:`check_leniency_fields`).
+LENIENCY_WORDS: Final = ("payload", "varint")
+
+
+def check_leniency_fields(leniencies: Sequence[Mapping[str, Any]],
+                          messages: Mapping[str, Any]) -> None:
+    """Refuse (:class:`ShapeError`) a leniency whose ``field`` is neither a field of its
+    message (:func:`message_fields`: its fields, its parts' and its variants') nor one of
+    :data:`LENIENCY_WORDS`: the docs documented ``dtyp`` as written, and the dissector's
+    "lenient" mark of the field it meant was lost. Leniencies naming a message the file lacks
+    are left to the caller.
+
+    Raises:
+        ShapeError: one line naming the leniency, the field and the known names:
+            ``wire.yaml: leniencies[0] (dtype_any): field 'dtyp' is not a field of message
+            round_frame (known: magic, num_tensors, ...; or, for no one field, payload,
+            varint)``.
+    """
+    for i, entry in enumerate(leniencies):
+        msg = messages.get(entry["message"])
+        if not isinstance(msg, Mapping):
+            continue
+        names = list(dict.fromkeys(str(f.get("name")) for f in message_fields(msg)))
+        if entry["field"] not in names and entry["field"] not in LENIENCY_WORDS:
+            raise ShapeError(
+                f"wire.yaml: leniencies[{i}] ({entry['id']}): field {entry['field']!r} is not a "
+                f"field of message {entry['message']} (known: {', '.join(names)}; or, for no "
+                f"one field, {', '.join(LENIENCY_WORDS)})")

@@ -41,6 +41,7 @@ from ._spec_checks import (
     check_enum_codes,
     check_layout,
     check_layout_lengths,
+    check_leniency_fields,
     check_lifecycle_doc,
     lifecycle_machines,
     lifecycle_transitions,
@@ -208,7 +209,9 @@ class Spec:
             lacks; an enum code that is negative, above a u32, shared by two of the enum's
             values or past a fixed-size field naming the enum, or naming a constant the file
             lacks or of another value; a topology leg, a leniency or a worked example naming a
-            message the file lacks, an example of a version neither ``any`` nor supported; a
+            message the file lacks, a leniency naming a field its message lacks, other than
+            the words :data:`~flodl_proto._spec_checks.LENIENCY_WORDS` (``payload``,
+            ``varint``), an example of a version neither ``any`` nor supported; a
             byte-layout field
             whose type is not in ``types``, whose size is not its type's, or whose name an
             earlier field of its message has; a length constant ``STRUCT_LEN`` other than the
@@ -284,6 +287,10 @@ class Spec:
             if m not in messages:
                 raise SpecError(f"wire.yaml: {where}: message {m!r} is not in the 'messages' "
                                 "section")
+        try:
+            check_leniency_fields(raw["leniencies"], messages)
+        except ShapeError as e:
+            raise SpecError(str(e)) from None
         for ename, enum in enums.items():
             for vname, value in enum["values"].items():
                 cname = value.get("constant")

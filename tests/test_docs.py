@@ -744,6 +744,42 @@ def test_an_example_or_a_leg_of_no_message_is_one_line_and_writes_nothing(
     assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("{id: dtype_any, message: round_frame, field: dtype,",
+     "{id: dtype_any, message: round_frame, field: dtyp,",
+     "leniencies[0] (dtype_any): field 'dtyp' is not a field of message round_frame (known: "
+     "magic, num_tensors, kind, weight, dtype, ndim, dim, nbytes, data, auth_tag; or, for no "
+     "one field, payload, varint)"),
+    ("{id: rank_beyond_world, message: handshake, field: rank,",
+     "{id: rank_beyond_world, message: handshake, field: rank_id,",
+     "leniencies[3] (rank_beyond_world): field 'rank_id' is not a field of message handshake "
+     "(known: magic, version, rank, world_size; or, for no one field, payload, varint)"),
+    ("{id: noncanonical_varint, message: relay_control_msg, field: varint,",
+     "{id: noncanonical_varint, message: relay_control_msg, field: varints,",
+     "leniencies[4] (noncanonical_varint): field 'varints' is not a field of message "
+     "relay_control_msg (known: host, ranks, model_sigs, rank; or, for no one field, payload, "
+     "varint)"),
+], ids=["frame-field", "handshake-field", "word"])
+def test_a_leniency_of_no_field_of_its_message_is_one_line_and_writes_nothing(
+        old: str, new: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A leniency's ``field`` was not looked up: ``dtyp`` was documented as written with exit
+    0 (and the dissector lost its "lenient" mark of ``dtype``). A field of the message, of one
+    of its parts or variants, or a word of ``LENIENCY_WORDS`` is taken."""
+    _docs_of_a_changed_spec("wire.yaml", old, new, tmp_path)
+    assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
+
+
+@pytest.mark.parametrize("field", ["ranks", "model_sigs", "payload"])
+def test_a_leniency_of_a_variant_field_or_a_word_is_taken(field: str, tmp_path: Path) -> None:
+    """The names a leniency's ``field`` may give beside its message's byte-layout fields: a
+    bincode variant's field (``ranks`` of Hello, ``model_sigs`` of version 3 alone) and the
+    words for no one field (``payload``, as the shipped spec's ``bincode_trailing``)."""
+    spec_dir = _spec_copy(tmp_path, "wire.yaml",
+                          lambda d: _set(d, ["leniencies", 4, "field"], field))
+    assert Spec(spec_dir).raw["leniencies"][4]["field"] == field
+
+
 def _drop(doc: dict[str, Any], key: str) -> None:
     del doc[key]
 
