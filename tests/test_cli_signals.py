@@ -314,6 +314,8 @@ _LOADING_NUMPY = {
     "rank": (("rank", "--relay", "127.0.0.1:9", "--rank", "0", "--world-size", "1",
               "--salt", SALT_HEX), "flodl-proto rank 0"),
     "decode": (("decode", "-"), "flodl-proto decode"),
+    # the worked examples of the package's spec checked against the codec
+    "docs-check": (("docs", "--check", "--out", "{tmp}/p.md"), "flodl-proto docs"),
     "vectors-check": (("vectors", "check"), "flodl-proto vectors check"),
     "vectors-export": (("vectors", "export", "{tmp}/out"), "flodl-proto vectors export"),
     "conform": ((*_CONFORM, "--launch", "true {port}"), "flodl-proto conform controller"),

@@ -8,7 +8,11 @@ writes nothing and exits 1 when the file is missing or differs from what the spe
 CI). The spec read is ``--spec DIR``'s; without it, the one of the checkout the output belongs to:
 the nearest ``spec/wire.yaml`` found walking up from the output's folder (so an installed package
 run inside a source checkout documents that checkout's spec, not the copy installed with it); else
-the one the package loads. The spec file read is named on every result line, and a failed
+the one the package loads. ``--check`` of the spec the codec runs on (the package's, or
+``$FLODL_PROTO_SPEC_DIR``'s) checks its worked examples against the codec first
+(:mod:`flodl_proto.commands._docs_examples`: an example the codec refuses or writes otherwise
+is a spec that cannot be loaded); without ``--check`` the command loads neither NumPy nor the
+codec. The spec file read is named on every result line, and a failed
 ``--check`` names the command that regenerates the file (with the ``--spec DIR`` it was given).
 Exit codes: 0 written or up to date, 1 out of date (``--check``), the output cannot be written,
 or the checkout's or the package's own spec cannot be loaded (either file: ``spec folder DIR:
@@ -493,6 +497,12 @@ def _run(args: argparse.Namespace) -> int:
         spec = SPEC if spec_dir.resolve() == SPEC.path.resolve() else Spec(spec_dir)
         lifecycle = spec.lifecycle()  # the document's lifecycle section: required
         check_lifecycle(lifecycle)
+        if args.check and str(out) != "-" and spec is SPEC:  # the spec the codec runs on
+            from ..cli import interrupts_held
+
+            with interrupts_held():  # NumPy and the codec load: Ctrl-C after, as one line
+                from ._docs_examples import check_examples
+            check_examples(spec.raw["examples"], spec.default_version)
     except SpecError as e:
         why, code = _spec_problem(args.spec, spec_dir, str(e))
         print(f"{_PROG}: error: {why}", file=sys.stderr)
