@@ -17,9 +17,9 @@ codec. The spec file read is named on every result line, and a failed
 Exit codes: 0 written or up to date, 1 out of date (``--check``), the output cannot be written,
 or the checkout's or the package's own spec cannot be loaded (either file: ``spec folder DIR:
 lifecycle.yaml: ...``), 2 for a bad command line (``--check`` with ``--out -``; a PATH that
-names a folder or has a file, or a loop of symbolic links, where a folder of it should be, or is such a loop; a
-``--spec`` DIR that is a file or a loop of symbolic links, or has one where a folder of it
-should be), a spec the user named that cannot be loaded (``--spec`` DIR's, or
+names a folder or has a file, or a loop of symbolic links, where a folder of it should be, or
+is such a loop; a ``--spec`` DIR that is a file or a loop of symbolic links, or has one where a
+folder of it should be), a spec the user named that cannot be loaded (``--spec`` DIR's, or
 ``$FLODL_PROTO_SPEC_DIR``'s), or (``--check``) a PATH that cannot be read (one line naming it
 and the OS error; a PATH that does not exist is ``missing``, exit 1). A PATH that is not UTF-8
 text is out of date (rewritten without ``--check``). A refused ``--out`` or ``--spec`` reads as
