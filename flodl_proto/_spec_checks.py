@@ -25,6 +25,7 @@ from ._spec_shapes import (
 )
 
 __all__ = [
+    "DERIVED_SIZES",
     "LENIENCY_WORDS",
     "LIFECYCLE_SCHEMA",
     "LifecycleTransition",
@@ -365,6 +366,48 @@ def struct_layouts(messages: Mapping[str, Any]) -> list[tuple[str, str, int]]:
     return found
 
 
+def _before_tag(msg: Mapping[str, Any]) -> tuple[int, list[str]] | None:
+    """The size of ``msg``'s own fields before its first auth tag (a field of type ``tag8``)
+    and their names; None when it has no such tag or a field before it has no fixed size."""
+    size, names = 0, list[str]()
+    for f in msg.get("fields") or []:
+        if not isinstance(f, dict):
+            continue
+        if f.get("type") == "tag8":
+            return size, names
+        if not isinstance(f.get("size"), int):
+            return None
+        size, names = size + f["size"], [*names, str(f.get("name"))]
+    return None
+
+
+def _once_parts(msg: Mapping[str, Any]) -> tuple[int, list[str]] | None:
+    """The size of the fields of ``msg``'s parts sent once (``repeat: once``) and those parts'
+    names; None when it has no such part or a field of one has no fixed size."""
+    size, names = 0, list[str]()
+    for part in msg.get("parts") or []:
+        if not isinstance(part, dict) or part.get("repeat") != "once":
+            continue
+        for f in part.get("fields") or []:
+            if not isinstance(f, dict) or not isinstance(f.get("size"), int):
+                return None
+            size += f["size"]
+        names.append(str(part.get("name")))
+    return (size, names) if names else None
+
+
+#: the size constants of ``wire.yaml`` derived from a message's field table other than a
+#: struct's length (``STRUCT_LEN``, :func:`check_layout_lengths`): constant -> (message, the
+#: layout in words, how its size and the names of what it sums are found). Declared here
+#: only; :func:`check_layout_lengths` refuses a constant of another value.
+DERIVED_SIZES: Final = {
+    "MUX_AUTH_COVERED_HEADER_LEN": ("mux_record", "the fields of message mux_record before "
+                                    "its auth tag", _before_tag),
+    "ROUND_FRAME_FIXED_OVERHEAD": ("round_frame", "the parts of message round_frame sent "
+                                   "once", _once_parts),
+}
+
+
 def check_layout_lengths(constants: Mapping[str, int], messages: Mapping[str, Any]) -> None:
     """Refuse (:class:`ShapeError`) a length constant that is not the size of the layout it
     names, and a message's ``size`` that is not the size of its fields. A constant
@@ -372,19 +415,31 @@ def check_layout_lengths(constants: Mapping[str, int], messages: Mapping[str, An
     ``LEN_PREFIX_LEN``, ``MUX_HEADER_LEN``, ``ROUND_FRAME_HEADER_LEN``, ``AUTH_TAG_LEN``) is
     the length of the struct ``STRUCT`` a message or a part names (:func:`struct_layouts`):
     the codec reads and writes that many bytes for it, and the docs give both, so
-    ``HANDSHAKE_LEN: 0`` beside a 16-byte handshake table was loaded and documented.
+    ``HANDSHAKE_LEN: 0`` beside a 16-byte handshake table was loaded and documented. A
+    constant of :data:`DERIVED_SIZES` is the size it derives from its message's table:
+    ``MUX_AUTH_COVERED_HEADER_LEN``, the mux record's fields before its tag (17), and
+    ``ROUND_FRAME_FIXED_OVERHEAD``, the RoundFrame's parts sent once (25), which the codec
+    reads and writes by and the docs gave beside tables of other sums.
 
     Raises:
         ShapeError: one line naming the constant, its value and the layout's size:
             ``wire.yaml: constant HANDSHAKE_LEN is 0, but its layout, message handshake
-            (struct HANDSHAKE), is 16 bytes``; ``wire.yaml: message handshake: size 15 is not
-            the size of its fields (16)``.
+            (struct HANDSHAKE), is 16 bytes``; ``wire.yaml: constant
+            ROUND_FRAME_FIXED_OVERHEAD is 26, but its layout, the parts of message round_frame
+            sent once (header, kind, weight, footer), is 25 bytes``; ``wire.yaml: message
+            handshake: size 15 is not the size of its fields (16)``.
     """
     for struct, what, size in struct_layouts(messages):
         value = constants.get(f"{struct}_LEN")
         if value is not None and value != size:
             raise ShapeError(f"wire.yaml: constant {struct}_LEN is {value}, but its layout, "
                              f"{what} (struct {struct}), is {size} bytes")
+    for name, (mname, what, derive) in DERIVED_SIZES.items():
+        msg, value = messages.get(mname), constants.get(name)
+        found = derive(msg) if isinstance(msg, Mapping) and value is not None else None
+        if found is not None and value != found[0]:
+            raise ShapeError(f"wire.yaml: constant {name} is {value}, but its layout, {what} "
+                             f"({', '.join(found[1])}), is {found[0]} bytes")
     for mname, msg in messages.items():
         fields = msg.get("fields")
         if not isinstance(msg.get("size"), int) or not isinstance(fields, list):

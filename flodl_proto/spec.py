@@ -216,7 +216,10 @@ class Spec:
             whose type is not in ``types``, whose size is not its type's, or whose name an
             earlier field of its message has; a length constant ``STRUCT_LEN`` other than the
             size of the struct ``STRUCT`` a message or a part names, ``HANDSHAKE_LEN`` of the
-            handshake's fields, or a message's ``size`` other than its fields':
+            handshake's fields, a size constant of
+            :data:`~flodl_proto._spec_checks.DERIVED_SIZES` other than the size it derives
+            from its message's table (``MUX_AUTH_COVERED_HEADER_LEN``,
+            ``ROUND_FRAME_FIXED_OVERHEAD``), or a message's ``size`` other than its fields':
             :func:`~flodl_proto._spec_checks.check_layout_lengths`).
 
     No upstream counterpart (upstream's constants are code).

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flodl_proto._spec_checks import struct_layouts
+from flodl_proto._spec_checks import DERIVED_SIZES, struct_layouts
 from flodl_proto.cli import main
 from flodl_proto.codec.mux import decode_mux_record
 from flodl_proto.docs import (
@@ -673,6 +673,44 @@ def test_the_length_constants_are_those_of_the_spec_layouts() -> None:
               for s, what, _size in struct_layouts(SPEC.raw["messages"])
               if f"{s}_LEN" in SPEC.constants]
     assert sorted(linked) == sorted(LAYOUT_LENGTHS)
+
+
+#: (constant, its value in the spec, the layout it derives from, what it sums): every size
+#: constant of _spec_checks.DERIVED_SIZES
+DERIVED = [
+    ("MUX_AUTH_COVERED_HEADER_LEN", 17, "the fields of message mux_record before its auth tag",
+     "magic, version, kind, rank, payload_len"),
+    ("ROUND_FRAME_FIXED_OVERHEAD", 25, "the parts of message round_frame sent once",
+     "header, kind, weight, footer"),
+]
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+@pytest.mark.parametrize(("name", "value", "layout", "parts"), DERIVED,
+                         ids=[c[0] for c in DERIVED])
+def test_a_derived_size_constant_other_than_its_layouts_is_one_line_and_writes_nothing(
+        name: str, value: int, layout: str, parts: str, delta: int, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A size constant summed from a field table but named after no struct was not compared
+    with it: ``MUX_AUTH_COVERED_HEADER_LEN: 18`` (the bytes the mux tag covers) and
+    ``ROUND_FRAME_FIXED_OVERHEAD: 24`` (the smallest frame) were loaded and documented with
+    exit 0."""
+    bad = value + delta
+    _docs_of_a_changed_spec("wire.yaml", f"  {name}:\n    value: {value}\n",
+                            f"  {name}:\n    value: {bad}\n", tmp_path)
+    assert capsys.readouterr() == _refused(tmp_path, (
+        f"wire.yaml: constant {name} is {bad}, but its layout, {layout} ({parts}), is {value} "
+        "bytes"))
+
+
+def test_the_derived_size_constants_are_those_of_the_checks_table() -> None:
+    """:data:`DERIVED` covers every constant of ``DERIVED_SIZES``, of the value the spec gives
+    and the size its layout derives, so the test above covers each."""
+    found = [(name, SPEC.constants[name], what, ", ".join(derive(SPEC.raw["messages"][m])[1]))
+             for name, (m, what, derive) in DERIVED_SIZES.items()]
+    assert found == DERIVED
+    assert [derive(SPEC.raw["messages"][m])[0] for m, _w, derive in DERIVED_SIZES.values()] \
+        == [17, 25]
 
 
 @pytest.mark.parametrize(("old", "new", "line"), [
