@@ -420,17 +420,29 @@ def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
     return sec
 
 
+def _names_folder(folder: Path, text: str) -> bool:
+    """Whether ``text``, a load error of the spec in ``folder``, starts with the words the
+    loader gives a file of it it cannot load (``cannot load FOLDER/wire.yaml: ``, ``cannot
+    load FOLDER/lifecycle.yaml: ``, the path written as the loader writes it): the folder
+    exactly, not a text that holds its name elsewhere (a folder ``s`` and any line with an
+    ``s`` in it)."""
+    return text.startswith(tuple(f"cannot load {_path_text(folder / name)}: "
+                                 for name in ("wire.yaml", "lifecycle.yaml")))
+
+
 def in_spec_folder(folder: Path, text: str) -> str:
     """``text``, a load error of the spec in ``folder``, after ``spec folder FOLDER: `` unless
-    it names the folder already (``cannot load FOLDER/wire.yaml: ...``, a line that starts
-    with ``FLODL_PROTO_SPEC_DIR=``): an edited checkout's spec that fails to load is named
-    by its folder, as one from ``$FLODL_PROTO_SPEC_DIR`` is by the variable. Raises nothing.
+    it names the folder already: it starts with the loader's ``cannot load FOLDER/wire.yaml:
+    `` or ``cannot load FOLDER/lifecycle.yaml: `` (that folder exactly, as the loader writes
+    it), ``FLODL_PROTO_SPEC_DIR=`` or ``spec folder ``; a text that holds the folder's name
+    elsewhere is named too (a folder ``s`` and a line with an ``s`` in it). An edited
+    checkout's spec that fails to load is named by its folder, as one from
+    ``$FLODL_PROTO_SPEC_DIR`` is by the variable. Raises nothing.
 
     Upstream: none (upstream's spec is its code)."""
-    shown = _path_text(folder)
-    if shown in text or text.startswith((f"{SPEC_DIR_ENV}=", "spec folder ")):
+    if _names_folder(folder, text) or text.startswith((f"{SPEC_DIR_ENV}=", "spec folder ")):
         return text
-    return f"spec folder {shown}: {text}"
+    return f"spec folder {_path_text(folder)}: {text}"
 
 
 def in_given_folder(folder: Path, text: str) -> str:
@@ -442,8 +454,7 @@ def in_given_folder(folder: Path, text: str) -> str:
     ``cannot load FOLDER/lifecycle.yaml: ...``). Raises nothing.
 
     Upstream: none (upstream's spec is its code)."""
-    if text.startswith(tuple(f"cannot load {_path_text(folder / name)}: "
-                             for name in ("wire.yaml", "lifecycle.yaml"))):
+    if _names_folder(folder, text):
         return text
     return f"{_path_text(folder)}: {text}"
 

@@ -362,6 +362,55 @@ def test_spec_load_error_quotes_a_path_with_controls(tmp_path: Path, name: str) 
                                "No such file or directory")
 
 
+#: (folder as given, the folder as a load error writes it, a load error of that folder's spec
+#: that holds the folder's name elsewhere than as the folder)
+FOLDER_NAMES = [
+    ("s", "s", "wire.yaml: constants.MAX_NDIM.value is the string 'lots', not an integer"),
+    ("spec", "spec", "wire.yaml: topology.legs[0]: message 'spec' is not in the 'messages' "
+     "section"),
+    ("./s/", "s", "lifecycle.yaml: relay: state 'tests' is reached by no transition"),
+    ("my spec", "my spec", "wire.yaml: constants.MAX_NDIM.value is the string 'my spec', not "
+     "an integer"),
+]
+
+
+@pytest.mark.parametrize(("given", "written", "text"), FOLDER_NAMES,
+                         ids=[c[0] for c in FOLDER_NAMES])
+def test_a_spec_load_error_names_its_folder_unless_it_starts_with_the_loaders_words(
+        given: str, written: str, text: str) -> None:
+    """Whether a load error names its folder already was a plain substring test: for a folder
+    ``s`` (or ``spec``, or ``my spec``) a line holding those letters anywhere was left without
+    its folder. Only the loader's own words, ``cannot load FOLDER/wire.yaml: `` or ``cannot
+    load FOLDER/lifecycle.yaml: `` (that folder as it writes it), count."""
+    folder = Path(given)
+    assert spec.in_spec_folder(folder, text) == f"spec folder {written}: {text}"
+    assert spec.in_given_folder(folder, text) == f"{written}: {text}"
+    for name in ("wire.yaml", "lifecycle.yaml"):
+        loaded = f"cannot load {written}/{name}: No such file or directory"
+        assert spec.in_spec_folder(folder, loaded) == loaded
+        assert spec.in_given_folder(folder, loaded) == loaded
+        other = f"cannot load other/{written}/{name}: No such file or directory"
+        assert spec.in_spec_folder(folder, other) == f"spec folder {written}: {other}"
+        assert spec.in_given_folder(folder, other) == f"{written}: {other}"
+    for named in (f"FLODL_PROTO_SPEC_DIR={written}: {text}", f"spec folder {written}: {text}"):
+        assert spec.in_spec_folder(folder, named) == named
+
+
+def test_a_spec_load_error_of_a_folder_with_a_blank_at_its_start_quotes_it() -> None:
+    """A folder whose name starts with a blank is written quoted, by the loader and by the line
+    that names it; the loader's words with the quoted path name it already."""
+    folder = Path(" s")
+    text = "wire.yaml: constants.MAX_NDIM.value is the string ' s', not an integer"
+    assert spec.in_spec_folder(folder, text) == f"spec folder ' s': {text}"
+    assert spec.in_given_folder(folder, text) == f"' s': {text}"
+    loaded = "cannot load ' s/wire.yaml': No such file or directory"
+    with pytest.raises(spec.SpecError) as info:
+        spec.Spec(folder)
+    assert str(info.value) == loaded
+    assert spec.in_spec_folder(folder, loaded) == loaded
+    assert spec.in_given_folder(folder, loaded) == loaded
+
+
 
 
 @pytest.mark.parametrize(("file", "old", "new", "key", "both_in_edit"), [
