@@ -452,35 +452,65 @@ def check_layout_lengths(constants: Mapping[str, int], messages: Mapping[str, An
                              f"of its fields ({total})")
 
 
+def _variable_size(msg: Mapping[str, Any]) -> bool:
+    """Whether message ``msg`` has a field of no fixed size (:func:`message_fields`: a size
+    another field gives, a bincode variant's field): a payload of a variable length."""
+    return any(not isinstance(f.get("size"), int) for f in message_fields(msg))
+
+
+def _bincode(msg: Mapping[str, Any]) -> bool:
+    """Whether message ``msg`` has bincode ``variants``, whose index, integers and lengths are
+    varints."""
+    return any(isinstance(v, dict) for v in msg.get("variants") or [])
+
+
 #: the words a leniency's ``field`` (``wire.yaml`` ``leniencies``) may give beside its
-#: message's field names, for a leniency of no one field: ``varint``, any varint of a bincode
-#: message (``noncanonical_varint``), and ``payload``, the message's bytes as a whole (bytes
-#: after a complete one: ``bincode_trailing``). Declared here only: the loader refuses any other
-#: word (:func:`check_leniency_fields`).
-LENIENCY_WORDS: Final = ("payload", "varint")
+#: message's field names, for a leniency of no one field, each with what its message must
+#: have for it to mean something, read from the message's field tables: ``payload``, the
+#: message's bytes as a whole (bytes after a complete one: ``bincode_trailing``), for a
+#: message with a field of a variable size; ``varint``, any varint of a bincode message
+#: (``noncanonical_varint``), for a message with bincode variants. Declared here only: the
+#: loader refuses any other word, and a word for a message without what it needs
+#: (:func:`check_leniency_fields`).
+LENIENCY_WORDS: Final = {
+    "payload": (_variable_size, "field of a variable size"),
+    "varint": (_bincode, "bincode variants"),
+}
 
 
 def check_leniency_fields(leniencies: Sequence[Mapping[str, Any]],
                           messages: Mapping[str, Any]) -> None:
     """Refuse (:class:`ShapeError`) a leniency whose ``field`` is neither a field of its
     message (:func:`message_fields`: its fields, its parts' and its variants') nor one of
-    :data:`LENIENCY_WORDS`: the docs documented ``dtyp`` as written, and the dissector's
-    "lenient" mark of the field it meant was lost. Leniencies naming a message the file lacks
-    are left to the caller.
+    :data:`LENIENCY_WORDS` that means something for that message (``payload`` for a message
+    with a field of a variable size, ``varint`` for one with bincode variants): the docs
+    documented ``dtyp`` as written, and the dissector's "lenient" mark of the field it meant
+    was lost; ``payload`` of a handshake (16 bytes, all fixed) was documented as well.
+    Leniencies naming a message the file lacks are left to the caller.
 
     Raises:
         ShapeError: one line naming the leniency, the field and the known names:
             ``wire.yaml: leniencies[0] (dtype_any): field 'dtyp' is not a field of message
-            round_frame (known: magic, num_tensors, ...; or, for no one field, payload,
-            varint)``.
+            round_frame (known: magic, num_tensors, ...; or, for no one field, payload)``;
+            ``wire.yaml: leniencies[3] (rank_beyond_world): field 'payload' means nothing for
+            message handshake, which has no field of a variable size (known: magic, version,
+            rank, world_size)``.
     """
     for i, entry in enumerate(leniencies):
         msg = messages.get(entry["message"])
         if not isinstance(msg, Mapping):
             continue
         names = list(dict.fromkeys(str(f.get("name")) for f in message_fields(msg)))
-        if entry["field"] not in names and entry["field"] not in LENIENCY_WORDS:
-            raise ShapeError(
-                f"wire.yaml: leniencies[{i}] ({entry['id']}): field {entry['field']!r} is not a "
-                f"field of message {entry['message']} (known: {', '.join(names)}; or, for no "
-                f"one field, {', '.join(LENIENCY_WORDS)})")
+        field = entry["field"]
+        if field in names:
+            continue
+        words = [w for w, (means, _needs) in LENIENCY_WORDS.items() if means(msg)]
+        if field in words:
+            continue
+        known = f"known: {', '.join(names)}" + (
+            f"; or, for no one field, {', '.join(words)}" if words else "")
+        where = f"wire.yaml: leniencies[{i}] ({entry['id']}): field {field!r}"
+        if field in LENIENCY_WORDS:
+            raise ShapeError(f"{where} means nothing for message {entry['message']}, which has "
+                             f"no {LENIENCY_WORDS[field][1]} ({known})")
+        raise ShapeError(f"{where} is not a field of message {entry['message']} ({known})")

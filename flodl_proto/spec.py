@@ -210,8 +210,10 @@ class Spec:
             values or past a fixed-size field naming the enum, or naming a constant the file
             lacks or of another value; a topology leg, a leniency or a worked example naming a
             message the file lacks, a leniency naming a field its message lacks, other than
-            the words :data:`~flodl_proto._spec_checks.LENIENCY_WORDS` (``payload``,
-            ``varint``), an example of a version neither ``any`` nor supported; a
+            the words :data:`~flodl_proto._spec_checks.LENIENCY_WORDS` for a message they
+            mean something for (``payload``: one with a field of a variable size;
+            ``varint``: one with bincode variants), an example of a version neither ``any``
+            nor supported; a
             byte-layout field
             whose type is not in ``types``, whose size is not its type's, or whose name an
             earlier field of its message has; a length constant ``STRUCT_LEN`` other than the

@@ -787,11 +787,11 @@ def test_an_example_or_a_leg_of_no_message_is_one_line_and_writes_nothing(
      "{id: dtype_any, message: round_frame, field: dtyp,",
      "leniencies[0] (dtype_any): field 'dtyp' is not a field of message round_frame (known: "
      "magic, num_tensors, kind, weight, dtype, ndim, dim, nbytes, data, auth_tag; or, for no "
-     "one field, payload, varint)"),
+     "one field, payload)"),
     ("{id: rank_beyond_world, message: handshake, field: rank,",
      "{id: rank_beyond_world, message: handshake, field: rank_id,",
      "leniencies[3] (rank_beyond_world): field 'rank_id' is not a field of message handshake "
-     "(known: magic, version, rank, world_size; or, for no one field, payload, varint)"),
+     "(known: magic, version, rank, world_size)"),
     ("{id: noncanonical_varint, message: relay_control_msg, field: varint,",
      "{id: noncanonical_varint, message: relay_control_msg, field: varints,",
      "leniencies[4] (noncanonical_varint): field 'varints' is not a field of message "
@@ -816,6 +816,56 @@ def test_a_leniency_of_a_variant_field_or_a_word_is_taken(field: str, tmp_path: 
     spec_dir = _spec_copy(tmp_path, "wire.yaml",
                           lambda d: _set(d, ["leniencies", 4, "field"], field))
     assert Spec(spec_dir).raw["leniencies"][4]["field"] == field
+
+
+#: (index of a leniency of the shipped spec, its id, its message): one per message kind
+LENIENCY_OF = {
+    "handshake": (3, "rank_beyond_world"), "round_frame": (0, "dtype_any"),
+    "len_framed": (7, "loopback_trailing"), "mux_record": (6, "hostframe_trailing"),
+    "relay_control_msg": (4, "noncanonical_varint"),
+}
+
+
+@pytest.mark.parametrize(("message", "word"), [
+    ("round_frame", "payload"), ("len_framed", "payload"), ("relay_control_msg", "payload"),
+    ("relay_control_msg", "varint")])
+def test_a_leniency_word_is_taken_for_a_message_it_means_something_for(
+        message: str, word: str, tmp_path: Path) -> None:
+    """``payload`` is taken for a message with a field of a variable size (a frame's data, a
+    loopback blob's body, a bincode message), ``varint`` for one with bincode variants."""
+    index, _lid = LENIENCY_OF[message]
+    spec_dir = _spec_copy(tmp_path, "wire.yaml",
+                          lambda d: _set(d, ["leniencies", index, "field"], word))
+    assert Spec(spec_dir).raw["leniencies"][index]["field"] == word
+
+
+@pytest.mark.parametrize(("message", "word", "line"), [
+    ("handshake", "payload", "has no field of a variable size (known: magic, version, rank, "
+     "world_size)"),
+    ("handshake", "varint", "has no bincode variants (known: magic, version, rank, "
+     "world_size)"),
+    ("round_frame", "varint", "has no bincode variants (known: magic, num_tensors, kind, "
+     "weight, dtype, ndim, dim, nbytes, data, auth_tag; or, for no one field, payload)"),
+    ("len_framed", "varint", "has no bincode variants (known: length, body; or, for no one "
+     "field, payload)"),
+    ("mux_record", "varint", "has no bincode variants (known: magic, version, kind, rank, "
+     "payload_len, auth_tag, payload; or, for no one field, payload)"),
+], ids=["handshake-payload", "handshake-varint", "round_frame-varint", "len_framed-varint",
+        "mux_record-varint"])
+def test_a_leniency_word_for_a_message_it_means_nothing_for_is_one_line_and_writes_nothing(
+        message: str, word: str, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The words for no one field were taken for any message: ``field: payload`` of a
+    handshake (16 bytes of fixed fields) and ``field: varint`` of a RoundFrame (no bincode in
+    it) were documented with exit 0."""
+    index, lid = LENIENCY_OF[message]
+    old = f"{{id: {lid}, message: {message}, field: "
+    text = (ROOT / "spec" / "wire.yaml").read_text(encoding="utf-8")
+    field = text.split(old, 1)[1].split(",", 1)[0]
+    _docs_of_a_changed_spec("wire.yaml", f"{old}{field},", f"{old}{word},", tmp_path)
+    assert capsys.readouterr() == _refused(tmp_path, (
+        f"wire.yaml: leniencies[{index}] ({lid}): field {word!r} means nothing for message "
+        f"{message}, which {line}"))
 
 
 def _drop(doc: dict[str, Any], key: str) -> None:
