@@ -693,6 +693,45 @@ def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
     assert res.returncode == 1
 
 
+def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variables(
+        tmp_path: Path) -> None:
+    """Inside a checkout ``docs`` documents the checkout's spec, as its docstring and the
+    README say (``--spec DIR``, then the output's checkout, then the spec the package loads):
+    with ``FLODL_PROTO_SPEC_DIR`` naming another spec, the result line read ``(spec:
+    spec/wire.yaml)`` alone, as if the variable had been read; it now says whose spec it is
+    and how to document the variable's."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "spec", checkout / "spec")
+    shutil.copytree(ROOT / "docs", checkout / "docs")
+    variable = tmp_path / "variable"
+    shutil.copytree(ROOT / "spec", variable)
+    wire = variable / "wire.yaml"
+    wire.write_text(wire.read_text(encoding="utf-8").replace("\ntitle: ", "\ntitle: other ", 1),
+                    encoding="utf-8")
+    env = {"FLODL_PROTO_SPEC_DIR": str(variable)}
+    note = (f", the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec {variable} to document "
+            "that one")
+    res = _cli("docs", "--check", cwd=checkout, env=env)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == f"docs/protocol.md: up to date (spec: spec/wire.yaml{note})\n"
+    doc = checkout / "docs" / "protocol.md"
+    doc.write_text("stale\n", encoding="utf-8")
+    res = _cli("docs", cwd=checkout, env=env)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (f"docs/protocol.md: written ({doc.stat().st_size} bytes) (spec: "
+                          f"spec/wire.yaml{note})\n")
+    assert doc.read_bytes() == (ROOT / "docs" / "protocol.md").read_bytes()
+    res = _cli("docs", "--check", "--spec", str(variable), cwd=checkout, env=env)
+    assert res.returncode == 1 and res.stdout == ""
+    _one_error_line(res.stderr, f"flodl-proto docs: error: docs/protocol.md: out of date (spec: "
+                    f"{variable / 'wire.yaml'}); run `flodl-proto docs --out docs/protocol.md "
+                    f"--spec {variable}`")
+    res = _cli("docs", "--check", cwd=checkout,
+               env={"FLODL_PROTO_SPEC_DIR": str(checkout / "spec")})
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == "docs/protocol.md: up to date (spec: spec/wire.yaml)\n"
+
+
 # -- item: fuzz/run.sh -------------------------------------------------------------------------
 def _fuzz(*args: str, env: dict[str, str] | None = None,
           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,11 @@ writes nothing and exits 1 when the file is missing or differs from what the spe
 CI). The spec read is ``--spec DIR``'s; without it, the one of the checkout the output belongs to:
 the nearest ``spec/wire.yaml`` found walking up from the output's folder (so an installed package
 run inside a source checkout documents that checkout's spec, not the copy installed with it); else
-the one the package loads. ``--check`` of the spec the codec runs on (the package's, or
+the one the package loads (``$FLODL_PROTO_SPEC_DIR``'s when it is set). Inside a checkout the
+checkout's spec is documented with the variable set too (the file written is the checkout's, which
+its ``--check`` compares with its spec), and the result line says so: ``docs/protocol.md: written
+(N bytes) (spec: spec/wire.yaml, the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec DIR to
+document that one)``. ``--check`` of the spec the codec runs on (the package's, or
 ``$FLODL_PROTO_SPEC_DIR``'s) checks its worked examples against the codec first
 (:mod:`flodl_proto.commands._docs_examples`: an example the codec refuses or writes otherwise
 is a spec that cannot be loaded); without ``--check`` the command loads neither NumPy nor the
@@ -264,7 +268,8 @@ def register(sub: Any) -> None:
                    "parent folders are created")
     p.add_argument("--spec", type=_spec_folder, default=None, metavar="DIR",
                    help="folder holding wire.yaml and lifecycle.yaml (default: the spec/ of the "
-                   "checkout PATH is in, else the package's)")
+                   "checkout PATH is in, even with FLODL_PROTO_SPEC_DIR set, else the one the "
+                   "package loads, FLODL_PROTO_SPEC_DIR's when set)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if PATH is missing or out of date, 2 if it "
                    "cannot be read")
@@ -473,6 +478,25 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _variable_passed_over(spec_dir: Path) -> str:
+    """What the result line adds after the spec file when ``docs`` documented ``spec_dir``,
+    the spec of the checkout its output is in, while ``$FLODL_PROTO_SPEC_DIR`` names another,
+    as its precedence has it (``--spec DIR``, then the output's checkout, then the spec the
+    package loads, the variable's): ``, the checkout's, not FLODL_PROTO_SPEC_DIR's: give
+    --spec DIR to document that one`` (DIR the variable's folder, quoted for a shell); nothing
+    without the variable, or when its folder is ``spec_dir``."""
+    folder = os.environ.get(SPEC_DIR_ENV)
+    if not folder:
+        return ""
+    try:
+        if Path(folder).resolve() == spec_dir.resolve():
+            return ""
+    except (OSError, RuntimeError):  # a link loop (RuntimeError before Python 3.13)
+        pass
+    named = shlex.quote(folder) if folder.isprintable() else "DIR"
+    return f", the checkout's, not {SPEC_DIR_ENV}'s: give --spec {named} to document that one"
+
+
 def _spec_problem(given: Path | None, spec_dir: Path, text: str) -> tuple[str, int]:
     """The line and the exit code of the spec in ``spec_dir`` that fails to load (``text``):
     a spec the user named is a bad command line, exit 2, the ``--spec`` DIR ``given`` (the
@@ -508,7 +532,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{_PROG}: error: {why}", file=sys.stderr)
         return code
     text = render_protocol_doc(spec, lifecycle)
-    source = f"(spec: {_shown(spec_dir / 'wire.yaml')})"
+    passed_over = _variable_passed_over(spec_dir) if args.spec is None and spec is not SPEC else ""
+    source = f"(spec: {_shown(spec_dir / 'wire.yaml')}{passed_over})"
     if str(out) == "-":
         if args.check:
             return stdout_check(_PROG)
