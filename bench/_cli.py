@@ -214,6 +214,18 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def one_line(text: str) -> str:
+    """``type=`` of a free text a script writes into ``bench/RESULTS.md`` (round.py's
+    ``--note``): text that ``str.isprintable`` accepts, so no line break, tab or other control
+    character (one would end the paragraph, or start a table row or a section, in the Markdown
+    file), refused with the first such character named and the text quoted."""
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(
+            f"expected one line of printable text, got {shown(text)} (holds {bad!r})")
+    return text
+
+
 def config(fields: dict[str, type | tuple[type, ...]]) -> Callable[[str], dict[str, object]]:
     """``type=`` of a script's internal option that passes a child process its configuration as
     a JSON object (``--worker``): an object with at least the keys of ``fields``, each of the

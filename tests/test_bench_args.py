@@ -88,6 +88,17 @@ BAD = [
      "written in ASCII digits, without '_')"),
     ("round", ["--protocol-version", "4"],
      "bench/round.py: error: argument --protocol-version: invalid choice: 4 (choose from 2, 3)"),
+    # a note is written into bench/RESULTS.md: a line break or a tab broke its paragraph (a
+    # table row or a section could start there); --rounds 0 after it was the error
+    ("round", ["--note", "fast\n| 1 | 2 |", "--rounds", "0"],
+     "bench/round.py: error: argument --note: expected one line of printable text, got "
+     "'fast\\n| 1 | 2 |' (holds '\\n')"),
+    ("round", ["--note", "a\tb", "--rounds", "0"],
+     "bench/round.py: error: argument --note: expected one line of printable text, got "
+     "'a\\tb' (holds '\\t')"),
+    ("round", ["--note", "x\x1b[2J", "--rounds", "0"],
+     "bench/round.py: error: argument --note: expected one line of printable text, got "
+     "'x\\x1b[2J' (holds '\\x1b')"),
     ("round", ["--time-budget", "-1"],
      "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
     ("round", ["--time-budget", "0"],
