@@ -46,7 +46,9 @@ processes used during the run, in cores, beside the figures.
     sudo python bench/wan.py --caps 100 --worlds 4 --no-verdict
     sudo python bench/wan.py --caps 100 --worlds 4 --dtypes f32 --mib 4 --loss 1
 
-Needs root, iproute2 and nftables (the network lab); says why in one line and exits 2 otherwise.
+Needs root, iproute2 and nftables (the network lab); without them it says what is missing in one
+line (``bench/wan.py: error: the network lab needs root (...)``, ``... needs iproute2 and nftables:
+nft not found (...)``) and exits 1, as a run that fails (2 is for a bad command line).
 """
 
 from __future__ import annotations
@@ -428,9 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     from flodl_proto.netlab import unavailable_reason
 
     reason = unavailable_reason()
-    if reason is not None:
-        print(f"bench/wan.py: {reason}", file=sys.stderr)
-        return 2
+    if reason is not None:  # this machine, not the command line: a failed run's line and code
+        print(f"bench/wan.py: error: {reason}", file=sys.stderr)
+        return 1
     worlds, dtypes, caps = args.worlds, args.dtypes, args.caps
     cores = _cores()
     header = ("| W | hosts | dtype | link cap | median round | network floor | ratio | "

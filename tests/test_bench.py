@@ -589,6 +589,31 @@ def test_wan_bench_loss_reaches_the_lab_and_the_printed_configuration(
         verdict]
 
 
+def test_wan_bench_without_the_lab_is_a_failed_run_naming_what_is_missing(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without root, or without a tool of the network lab, wan.py says what is missing in one
+    ``bench/wan.py: error: ...`` line and exits 1, as a run that fails: it exited 2, the code
+    of a bad command line, with no ``error:``."""
+    import shutil
+
+    import flodl_proto.netlab
+
+    wb = _load("wan")
+    which = shutil.which
+    for uid, gone, why in (
+            (1000, "", "the network lab needs root (network namespaces, veth, tc, nftables)"),
+            (0, "nft", "the network lab needs iproute2 and nftables: nft not found (apt-get "
+                       "install iproute2 nftables)"),
+            (0, "tc", "the network lab needs iproute2 and nftables: tc not found (apt-get "
+                      "install iproute2 nftables)")):
+        monkeypatch.setattr(flodl_proto.netlab, "_REASON", {})  # probed once per process
+        monkeypatch.setattr(flodl_proto.netlab.os, "geteuid", lambda uid=uid: uid)
+        monkeypatch.setattr(flodl_proto.netlab.shutil, "which",
+                            lambda t, gone=gone: None if t == gone else which(t) or f"/bin/{t}")
+        assert wb.main(["--worlds", "4"]) == 1
+        assert capsys.readouterr() == ("", f"bench/wan.py: error: {why}\n")
+
+
 def _wan_row(wb: ModuleType, cap: float, median: float) -> Any:
     """A row of ``bench/wan.py`` at ``cap`` Mbit/s whose floor is 1.0 s (``median`` is its
     ratio)."""
