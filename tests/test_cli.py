@@ -568,11 +568,17 @@ def test_checkpoint_dir_that_cannot_be_created_is_quoted_as_the_other_path_error
         tmp_path: Path) -> None:
     """A folder that cannot be created, or a link to nothing in its place, is named as a file in
     its way is (``'a-file/sub': Not a directory ...``), quoted: it was named as typed
-    (``/proc/ck: cannot create it: ...``)."""
+    (``/proc/ck: cannot create it: ...``). A link to nothing, as the folder or a folder above
+    it, is named as such with its target, where it read ``exists and is not a directory``."""
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "nothing")
+    (tmp_path / "rel").symlink_to("gone/ck")
+    link = f"a symbolic link to {shown(str(tmp_path / 'nothing'))}, which does not exist"
     for where, why in (("/proc/ck", "cannot create it: No such file or directory"),
-                       (str(dangling), "exists and is not a directory")):
+                       (str(dangling), f"is {link}"),
+                       (str(dangling / "sub"), f"cannot create it: {dangling} is {link}"),
+                       (str(tmp_path / "rel"), "is a symbolic link to 'gone/ck', which does not "
+                                               "exist")):
         res = _cli("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt",
                    SALT_HEX, "--checkpoint-dir", where)
         assert (res.returncode, res.stdout, res.stderr) == (
@@ -658,13 +664,13 @@ def test_checkpoint_dir_with_an_earlier_run_s_checkpoints_is_a_warning(tmp_path:
     (folder / "consensus-00001.npz").write_text("x")  # not a name the controller writes
     assert _controller_stderr(folder) == ""
     (folder / "consensus-000000.npz").write_bytes(b"")
-    warning = ("flodl-proto controller: warning: --checkpoint-dir {}: already holds {} "
+    warning = ("flodl-proto controller: warning: --checkpoint-dir {!r}: already holds {} "
                "(consensus-<window>.npz), which this run overwrites as it writes the same "
                "windows\n")
-    assert _controller_stderr(folder) == warning.format(folder, "1 checkpoint file")
+    assert _controller_stderr(folder) == warning.format(str(folder), "1 checkpoint file")
     (folder / "consensus-000001.npz").write_bytes(b"")
     (folder / "consensus-1000000.npz").write_bytes(b"")
-    assert _controller_stderr(folder) == warning.format(folder, "3 checkpoint files")
+    assert _controller_stderr(folder) == warning.format(str(folder), "3 checkpoint files")
 
 
 # -- item: docs reads the spec of the checkout it writes into ----------------------------------

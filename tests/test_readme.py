@@ -292,7 +292,7 @@ def test_command_table_shows_the_lines_the_cluster_commands_print(tmp_path: Path
     assert [_shown_line(shown["controller"], str(line)) for line in lines] == [
         "relay R joined: host 'H' ranks [0, 1]", "round K: kind KIND weight W bytes B ms T",
         "round K: kind KIND weight W bytes B ms T", "controller finished: clean (WHY)",
-        "flodl-proto controller: warning: --checkpoint-dir DIR: already holds N checkpoint "
+        "flodl-proto controller: warning: --checkpoint-dir 'DIR': already holds N checkpoint "
         "files (consensus-<window>.npz), which this run overwrites as it writes the same "
         "windows"]
 

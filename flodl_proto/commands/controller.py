@@ -39,7 +39,8 @@ does a consensus Broadcast above it (spec departure ``broadcast_over_ceiling``).
 ``--checkpoint-dir DIR``: each window's consensus is written there as
 ``consensus-<window>.npz``, replacing a file of that name; a folder that already holds such files
 (an earlier run's) is one warning line on stderr at start (``flodl-proto controller: warning:
---checkpoint-dir DIR: already holds N checkpoint files ...``).
+--checkpoint-dir 'DIR': already holds N checkpoint files ...``, the folder quoted as the
+option's errors quote it).
 
 ``--round-timeout SECONDS`` (an addition to upstream, off by default; a finite number of seconds
 above 0, at most 864000 s once scaled by ``FLODL_NET_TIMEOUT_SCALE``): a relay whose HostFrame has
@@ -164,20 +165,39 @@ def parse_outer(text: str | None) -> OuterOptimizer | None:
 
 def checkpoint_dir_problem(path: Path) -> str | None:
     """Create ``path`` (with its parents) if needed; return why checkpoints cannot be written
-    there, or None when they can.
+    there, or None when they can: ``exists and is not a directory``, ``is a symbolic link to
+    'gone', which does not exist`` (``path`` itself, or a folder of it: ``cannot create it:
+    ck is a symbolic link to ...``; the target as the link holds it), ``cannot create it:
+    REASON``, ``not writable``.
 
     No upstream counterpart: upstream's binaries take no checkpoint folder option.
     """
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        return "exists and is not a directory"
+        return _dangling_link(path) or "exists and is not a directory"
     except OSError as e:
         return f"cannot create it: {os_reason(e)}"
     if not path.is_dir():
         return "exists and is not a directory"
     if not os.access(path, os.W_OK | os.X_OK):
         return "not writable"
+    return None
+
+
+def _dangling_link(path: Path) -> str | None:
+    """Why ``path`` cannot be made a folder when it, or a folder of it, is a symbolic link to
+    nothing (which ``mkdir`` refuses as a file that exists): ``is a symbolic link to 'gone',
+    which does not exist`` for ``path``, ``cannot create it: ck is a symbolic link to 'gone',
+    which does not exist`` for a folder of it; None when there is no such link."""
+    for link in (path, *path.parents):
+        try:
+            if link.is_symlink() and not link.exists():
+                words = f"a symbolic link to {shown(os.readlink(link))}, which does not exist"
+                return (f"is {words}" if link == path
+                        else f"cannot create it: {shown_name(str(link))} is {words}")
+        except (OSError, ValueError):  # cannot be looked up: mkdir's own reason stands
+            return None
     return None
 
 
@@ -204,7 +224,7 @@ def checkpoints_overwritten(path: Path, shown_as: str) -> str | None:
     if n == 0:
         return None
     files = "file" if n == 1 else "files"
-    return (f"--checkpoint-dir {shown_name(shown_as)}: already holds {n} checkpoint {files} "
+    return (f"--checkpoint-dir {shown(shown_as)}: already holds {n} checkpoint {files} "
             f"(consensus-<window>.npz), which this run overwrites as it writes the same windows")
 
 
