@@ -105,6 +105,36 @@ def test_the_doc_s_start_up_wait_is_generated_from_the_kit_s_default_and_the_spe
     assert "20" not in doc.split("A target has", 1)[1].split("\n\n", 1)[0]
 
 
+def test_the_doc_s_stop_and_expectation_waits_are_generated_from_the_kit_s_defaults(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waits of the kit the doc states (SIGTERM to SIGKILL, a closing target's grace, the
+    output read after an exit, an expectation's default wait and its floor, with the two
+    examples of it) are read from ``conform/_defaults.py`` as the doc is rendered, where the
+    doc wrote 5 s, a second, half a second and 5 s x scale, at least 2 s by hand; the kit's
+    settings take the same constants."""
+    from flodl_proto.conform import _defaults
+
+    for name, value in (("STOP_BOUND", 9.0), ("EXIT_GRACE", 1.5), ("OUTPUT_DRAIN", 0.25),
+                        ("DEFAULT_WITHIN", 6.0), ("DEFAULT_WITHIN_FLOOR", 3.0)):
+        monkeypatch.setattr(_defaults, name, value)
+    doc = render_conformance_doc(CATALOGUE)
+    for words in ("stops the target (SIGTERM, then\nSIGKILL after 9 s).",
+                  "first gets up to 1.5 s to exit by itself:",
+                  "says, or by default 6 s x `--timeout-scale`, at least 3 s (6 s at scale 1, 3 s "
+                  "at 0.1): a\n",
+                  "what is left of its output for at most 0.25 s: a process"):
+        assert words in doc
+    assert [DOC.count(w) for w in ("SIGKILL after 5 s).", "up to a second to exit",
+                                   "5 s x `--timeout-scale`, at least 2 s (5 s at scale 1, 2 s "
+                                   "at 0.1)", "for at most half a second:")] == [1, 1, 1, 1]
+    from flodl_proto.conform.player import default_within
+
+    assert (default_within(1.0), default_within(0.1)) == (6.0, 3.0)  # the kit's own wait
+    monkeypatch.undo()
+    assert (KitSettings().stop_bound, KitSettings().exit_grace) == (
+        _defaults.STOP_BOUND, _defaults.EXIT_GRACE) == (5.0, 1.0)
+
+
 def test_the_doc_says_the_error_column_is_not_checked_against_the_targets_message() -> None:
     assert "## Reading the case tables" in DOC
     assert ("the kit sees only the target's bytes, its closes and its exit\nstatus, so a target "

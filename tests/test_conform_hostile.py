@@ -228,9 +228,9 @@ def test_an_orphan_holding_the_output_pipes_does_not_keep_the_kit_waiting(
         t0 = time.monotonic()
         ex = t.stop(5.0)
         assert ex is not None and ex.status == -15
-        # the stop is a SIGTERM, then at most _DRAIN + 1 s of reading; waiting for the orphan to
-        # close the pipes would take its 30 s, so 10 s still tells the two apart on a loaded
-        # machine
+        # the stop is a SIGTERM, then at most OUTPUT_DRAIN + 1 s of reading; waiting for the
+        # orphan to close the pipes would take its 30 s, so 10 s still tells the two apart on a
+        # loaded machine
         assert time.monotonic() - t0 < 10.0
         assert not any(r.is_alive() for r in t._readers)  # nothing left reading the pipes
         assert "listening on" in t.output()

@@ -66,7 +66,7 @@ from .._numbers import not_plain_note, plain_number
 from .._oserr import os_reason
 from .._unseen import terminal_text
 from ..cli import AnyCase, interrupts_held, named_by_spec_dir, note_stop, stop_outcome
-from ..conform._defaults import READY_TIMEOUT
+from ..conform._defaults import DEFAULT_WITHIN, DEFAULT_WITHIN_FLOOR, READY_TIMEOUT
 from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._option_error import option_conflict, option_message
@@ -135,7 +135,8 @@ def register(sub: Any) -> None:
         r.add_argument("--timeout-scale", default="1.0", metavar="X",
                        help="exported to the target as FLODL_NET_TIMEOUT_SCALE; scales the "
                             "kit's waits that follow the target's timeouts, and its default "
-                            "wait for an expectation (5 s x X, at least 2 s) (0.1 to 1000; "
+                            f"wait for an expectation ({DEFAULT_WITHIN:g} s x X, at least "
+                            f"{DEFAULT_WITHIN_FLOOR:g} s) (0.1 to 1000; "
                             "default 1)")
         r.add_argument("--start-timeout", type=_start_timeout, default=READY_TIMEOUT,
                        metavar="SECONDS",

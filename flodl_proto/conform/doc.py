@@ -21,13 +21,31 @@ _RELAY_CMD: Final = ("flodl-proto relay --controller {controller} --ranks {ranks
                      "--world-size {world_size} --salt-file {salt_file} "
                      "--protocol-version {version} --listen-port {listen_port}")
 
+#: the ``--timeout-scale`` of the document's example command lines, and of its example of the
+#: default wait of an expectation
+_EXAMPLE_SCALE: Final = 0.1
+
+
+def _seconds(value: float) -> str:
+    """A wait in the document's words: ``a second``, ``half a second``, else ``N s``."""
+    return {1.0: "a second", 0.5: "half a second"}.get(value, f"{value:g} s")
+
+
 def _intro() -> str:
-    """The document's text before the case tables: the start-up wait's default and bound are
-    read as the document is rendered, from :data:`~flodl_proto.conform._defaults.READY_TIMEOUT`
-    (``--start-timeout``'s default) and the spec's ``TIMEOUT_OPTION_MAXIMUM``, as the
-    command's help and its refusal state them."""
+    """The document's text before the case tables: every wait it states is read as the
+    document is rendered, from :mod:`~flodl_proto.conform._defaults` (``READY_TIMEOUT``,
+    ``--start-timeout``'s default; ``STOP_BOUND``, ``EXIT_GRACE``, ``OUTPUT_DRAIN``; an
+    expectation's default wait, ``DEFAULT_WITHIN`` x the scale, at least
+    ``DEFAULT_WITHIN_FLOOR``) and the spec's ``TIMEOUT_OPTION_MAXIMUM``, as the command's help
+    and its refusal state them."""
     ready = _defaults.READY_TIMEOUT
     start_max = SPEC.timeout("TIMEOUT_OPTION_MAXIMUM")
+    stop, grace = _seconds(_defaults.STOP_BOUND), _seconds(_defaults.EXIT_GRACE)
+    within = (f"{_seconds(_defaults.DEFAULT_WITHIN)} x `--timeout-scale`, at least "
+              f"{_seconds(_defaults.DEFAULT_WITHIN_FLOOR)} "
+              f"({_seconds(_defaults.default_within(1.0))} at scale 1, "
+              f"{_seconds(_defaults.default_within(_EXAMPLE_SCALE))} at {_EXAMPLE_SCALE:g})")
+    drain = _seconds(_defaults.OUTPUT_DRAIN)
     return f"""\
 # flodl data channel: conformance kit
 
@@ -39,9 +57,9 @@ described in [protocol.md](protocol.md), case by case, the way h2spec checks an 
 Each case starts a fresh target from your command line, plays the other side of the protocol
 over real sockets (the relays for a controller; the controller and the local ranks for a
 relay), checks the bytes, the closes and the exit status, and stops the target (SIGTERM, then
-SIGKILL after 5 s). A target that closed a connection of a failing case (a crash, most often),
+SIGKILL after {stop}). A target that closed a connection of a failing case (a crash, most often),
 or refused the case's first connection at the address it announced (one that printed its
-`listening on` line before it failed to listen), first gets up to a second to exit by itself:
+`listening on` line before it failed to listen), first gets up to {grace} to exit by itself:
 its case then shows its own exit status and its last lines of output, not a SIGTERM the kit
 sent while it was shutting down. Neither wait is
 scaled by `--timeout-scale`: each waits for a process to end (the kit has closed the case's
@@ -63,7 +81,7 @@ A controller (placeholders `{{host}} {{port}} {{salt}} {{salt_file}} {{world_siz
 {{version}}`):
 
 ```sh
-flodl-proto conform controller --timeout-scale 0.1 --junit conform-controller.xml \\
+flodl-proto conform controller --timeout-scale {_EXAMPLE_SCALE:g} --junit conform-controller.xml \\
   --launch '{_CONTROLLER_CMD}'
 ```
 
@@ -72,7 +90,7 @@ A relay (placeholders `{{controller}} {{ranks}} {{world_size}} {{salt}} {{salt_f
 local ranks:
 
 ```sh
-flodl-proto conform relay --timeout-scale 0.1 --junit conform-relay.xml \\
+flodl-proto conform relay --timeout-scale {_EXAMPLE_SCALE:g} --junit conform-relay.xml \\
   --launch '{_RELAY_CMD}'
 ```
 
@@ -147,7 +165,7 @@ once) all fail so, the kit runs no other case, as for a target that never listen
 case starts once one of the first has started the target: no wait when the first to end has).
 
 A step waits for what it expects (bytes, a close, the target's exit) for as long as the case
-says, or by default 5 s x `--timeout-scale`, at least 2 s (5 s at scale 1, 2 s at 0.1): a
+says, or by default {within}: a
 conforming target answers at once, so the wait ends with its answer, and only a failing target
 waits it out. An expectation of bytes ends as soon as the bytes that arrived differ from those
 expected.
@@ -159,7 +177,7 @@ memory stays bounded. An expected close fails as soon as more bytes than the cas
 arrived, with the number received by then (the kit reads what has already arrived, at most 1 MiB
 more, and the close when it came with them, without a wait): a target that floods a connection
 fails at once, `observed N bytes so far, still open`. Once a target has ended, the kit reads
-what is left of its output for at most half a second: a process it left behind in a session of
+what is left of its output for at most {drain}: a process it left behind in a session of
 its own (out of reach of the stop signals, which go to the target's process group) that holds
 its stdout or stderr open does not keep the kit waiting. Of the target's output, the kit keeps
 the last 200 lines, each cut at 240 characters (a cut line ends `... (N more characters cut)`):
@@ -184,7 +202,7 @@ loopback listener on port `{{listen_port}}`. Then:
 ```sh
 flodl-proto conform controller --launch './target/release/conform-controller \\
   --listen {{host}}:{{port}} --world-size {{world_size}} --salt-file {{salt_file}}' \\
-  --version 3 --timeout-scale 0.1
+  --version 3 --timeout-scale {_EXAMPLE_SCALE:g}
 ```
 
 A flodl release speaks version 2 (0.7.0) or 3 (newer); pass the version it speaks with

@@ -48,7 +48,7 @@ from .._oserr import os_reason
 from ..codec.mux import Hello, decode_mux_record, max_hello_payload, parse_mux_header
 from ..errors import ProtocolError
 from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
-from ._defaults import READY_TIMEOUT
+from ._defaults import EXIT_GRACE, READY_TIMEOUT, STOP_BOUND, default_within
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
 from .fields import expected_message, field_at, field_value_pair, observed_message
@@ -56,14 +56,6 @@ from .target import CaseContext, Target, TargetError, TargetExit, TargetLaunchEr
 
 __all__ = ["CaseResult", "KitSettings", "default_within", "free_port", "play_case"]
 
-#: default wait of an expectation at timeout scale 1 (seconds; a conforming target answers at
-#: once, so only a failing one waits this long): room for a slow target, multiplied by the
-#: timeout scale as the target's own timeouts are
-DEFAULT_WITHIN: Final = 5.0
-#: the least default wait of an expectation (seconds), whatever the scale: twenty periods of the
-#: unscaled 100 ms polls a target answers on (upstream's REDUCE_POLL and relay POLL_TIMEOUT),
-#: room for a target on a loaded machine
-DEFAULT_WITHIN_FLOOR: Final = 2.0
 #: default duration of an expected silence (seconds)
 DEFAULT_SILENCE: Final = 0.3
 _EXCERPT: Final = 16
@@ -107,8 +99,8 @@ class KitSettings:
 
     timeout_scale: float = 1.0
     ready_timeout: float = READY_TIMEOUT
-    stop_bound: float = 5.0
-    exit_grace: float = 1.0
+    stop_bound: float = STOP_BOUND
+    exit_grace: float = EXIT_GRACE
     host: str = "127.0.0.1"
 
 
@@ -241,19 +233,6 @@ def free_port(host: str) -> int:
                     break
         _RECENT_PORTS.append(port)
         return port
-
-
-def default_within(timeout_scale: float) -> float:
-    """The wait of a step that gives no ``within`` nor ``within_scaled``, in seconds:
-    ``DEFAULT_WITHIN`` (5 s) x ``timeout_scale``, at least ``DEFAULT_WITHIN_FLOOR`` (2 s); 5 s
-    at scale 1, 2 s at 0.1.
-
-    A conforming target meets an expectation at once (the wait ends with its bytes, its close
-    or its exit); the wait is how long a failing one takes to fail.
-
-    No upstream counterpart: upstream has no conformance kit.
-    """
-    return max(DEFAULT_WITHIN * timeout_scale, DEFAULT_WITHIN_FLOOR)
 
 
 def first_difference(expected: bytes, observed: bytes) -> int | None:

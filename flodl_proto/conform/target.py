@@ -30,6 +30,7 @@ from typing import IO, Final, Protocol
 from .._oserr import os_reason
 from .._threads import start_thread
 from ..errors import shown
+from ._defaults import OUTPUT_DRAIN
 
 __all__ = ["CaseContext", "InProcessHandle", "InProcessTarget", "LaunchedTarget", "Target",
            "TargetError", "TargetExit", "TargetLaunchError", "fill_placeholders",
@@ -40,10 +41,6 @@ _LISTENING: Final = re.compile(r"listening on \[?([0-9A-Za-z.:-]*?)\]?:(\d+)\s*$
 _OUTPUT_LINES: Final = 200
 #: characters of an output line kept (the rest is cut, and the line says how many)
 _LINE_WIDTH: Final = 240
-#: seconds the kit goes on reading a target's output once the target has ended: a process it
-#: left behind (one of another session, out of reach of the stop signals) that holds its stdout
-#: or stderr open is not waited for longer
-_DRAIN: Final = 0.5
 #: seconds between two looks of an output reader at whether the target has ended
 _POLL: Final = 0.1
 #: why a target given a signal before its start was not started
@@ -468,8 +465,8 @@ class LaunchedTarget:
 
     def stop(self, bound: float) -> TargetExit | None:
         """SIGTERM to its process group, SIGKILL after ``bound`` s; then read what is left of
-        its output for at most ``_DRAIN`` s (a process it left behind may hold the pipes open)
-        and close the pipes. None when it never started."""
+        its output for at most ``OUTPUT_DRAIN`` s (a process it left behind may hold the pipes
+        open) and close the pipes. None when it never started."""
         if self._proc is None:
             return None
         by_itself = self._proc.poll() is not None
@@ -485,9 +482,9 @@ class LaunchedTarget:
                     self._proc.wait(bound)
         # a process left behind (a SIGKILLed group's grandchild, another session's process) may
         # hold the pipes open: read what is there for a short while, then close them
-        self._drain_until = time.monotonic() + _DRAIN
+        self._drain_until = time.monotonic() + OUTPUT_DRAIN
         for t in self._readers:
-            t.join(_DRAIN + 1.0)
+            t.join(OUTPUT_DRAIN + 1.0)
         return TargetExit(self._proc.returncode, by_itself, killed)
 
     def output(self) -> str:
