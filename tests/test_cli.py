@@ -617,6 +617,41 @@ def test_a_path_option_through_a_loop_of_symbolic_links_is_a_usage_error(
         assert sorted(p.name for p in tmp_path.iterdir()) == ["loop1", "loop2"]
 
 
+@pytest.mark.parametrize(("cmd", "option"), [
+    (("decode",), "FILE"), (("decode", "--salt-file"), "--salt-file"),
+    (("vectors", "check"), "PATH"), (("vectors", "compare"), "DIR"),
+    (("vectors", "compare", "."), "--bundled"), (("demo", "--no-progress"), "--salt-file"),
+    (("controller", "--listen", "127.0.0.1:0", "--world-size", "1"), "--salt-file"),
+    (("relay", "--controller", "127.0.0.1:1", "--ranks", "0", "--world-size", "1"),
+     "--salt-file"),
+    (("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "1"), "--salt-file")],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
+def test_an_input_path_through_a_loop_of_symbolic_links_is_quoted_as_an_output_path_is(
+        cmd: tuple[str, ...], option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A path a command reads that is a loop of symbolic links, or has one where a folder of
+    it should be, is refused (exit 2) in the words of an output path refused so, the path
+    quoted and the loop named, where it read ``argument FILE: loop1: Too many levels of
+    symbolic links`` (the path as typed, the loop not named)."""
+    monkeypatch.chdir(tmp_path)
+    Path("loop1").symlink_to("loop2")
+    Path("loop2").symlink_to("loop1")
+    monkeypatch.delenv("FLODL_SESSION_SALT", raising=False)
+    prog = "flodl-proto " + " ".join(w for w in cmd[:2] if not w.startswith("-"))
+    for path in ("loop1", "loop1/x"):
+        argv = (*cmd, path) if option.isupper() else (*cmd, option, path)
+        if cmd == ("decode", "--salt-file"):
+            argv = ("decode", "--salt-file", path, "/dev/null")
+        line = (f"{prog}: error: argument {option}: '{path}': Too many levels of symbolic links "
+                "(loop1 is a loop of symbolic links)\n")
+        if cmd[0] in ("controller", "relay", "rank"):  # signal handlers: a process of its own
+            res = _cli(*argv, cwd=tmp_path)
+            assert (res.returncode, res.stdout, res.stderr) == (2, "", line)
+        else:
+            assert _run_main(capsys, *argv) == (2, "", line)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["loop1", "loop2"]
+
+
 @pytest.mark.parametrize(("cmd", "option"), [(("docs",), "--out"),
                                              (("conform", "controller", "--list"), "--junit")])
 def test_an_output_path_through_a_folder_to_be_made_and_back_checks_before_making_it(
@@ -1720,7 +1755,7 @@ def test_relay_error_has_one_prefix(capsys: pytest.CaptureFixture[str]) -> None:
                                 "trains "
      "that many rounds in this process, for the reference loss), got 0"),
     (("vectors", "check", "/nonexistent-flodl-vectors"),
-     "argument PATH: /nonexistent-flodl-vectors: does not exist"),
+     "argument PATH: '/nonexistent-flodl-vectors': does not exist"),
 ])
 def test_every_command_s_usage_error_is_one_line_with_the_error_prefix(
         args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1846,14 +1881,14 @@ def test_salt_file_errors_name_the_option(command: str, where: list[str], prefix
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
                              "--salt-file", str(missing))
     assert code == 2
-    assert err == (f"{prefix}argument --salt-file: {shown_name(str(missing))}: No such file or "
+    assert err == (f"{prefix}argument --salt-file: {shown(str(missing))}: No such file or "
                    "directory\n")
     bad = tmp_path / "bad.hex"
     bad.write_text("not a salt\n")
     code, _, err = _run_main(capsys, command, *where, "--world-size", "1",
                              "--salt-file", str(bad))
     assert code == 2
-    assert err.startswith(f"{prefix}argument --salt-file: {shown_name(str(bad))}: ")
+    assert err.startswith(f"{prefix}argument --salt-file: {shown(str(bad))}: ")
     assert "32 hex digits" in err
     assert len(err.splitlines()) == 1
 
@@ -1873,7 +1908,7 @@ def test_a_salt_file_error_never_shows_the_file_s_digits(
     code, out, err = _run_main(capsys, "relay", "--controller", "127.0.0.1:1", "--ranks", "0",
                                "--world-size", "1", "--salt-file", str(path))
     assert (code, out) == (2, "")
-    assert err == (f"flodl-proto relay: error: argument --salt-file: {shown_name(str(path))}: "
+    assert err == (f"flodl-proto relay: error: argument --salt-file: {shown(str(path))}: "
                    f"session salt must be 16 bytes written as 32 hex digits, got {problem}\n")
     assert "d5c6" not in err
 
@@ -2335,7 +2370,7 @@ def test_a_salt_file_longer_than_a_salt_is_a_usage_error(command: str, where: li
     salt_file = str(path) if big == "file" else "/dev/zero"
     res = _cli(command, *where, "--salt-file", salt_file, timeout=30)
     assert res.returncode == 2, res.stderr
-    assert res.stderr == (f"{prefix}argument --salt-file: {shown_name(salt_file)}: longer than "
+    assert res.stderr == (f"{prefix}argument --salt-file: {shown(salt_file)}: longer than "
                           f"{SALT_FILE_MAX_BYTES} bytes: not a session salt (32 hex digits, or 16 "
                           f"raw bytes)\n")
 
@@ -2494,7 +2529,7 @@ def test_a_salt_file_that_is_neither_hex_nor_16_raw_bytes_says_which_byte(
     path.write_bytes(content)
     with pytest.raises(ValueError) as e:
         cli_salt(None, str(path))
-    assert str(e.value) == (f"argument --salt-file: {shown_name(str(path))}: session salt must be "
+    assert str(e.value) == (f"argument --salt-file: {shown(str(path))}: session salt must be "
                             f"16 bytes written as 32 hex digits, got {got}")
     raw = bytes(range(240, 256))  # 16 raw bytes, none of them ASCII: the salt itself
     path.write_bytes(raw)
@@ -2508,7 +2543,7 @@ def test_a_salt_file_that_is_a_device_of_no_bytes_says_what_it_is() -> None:
 
     with pytest.raises(ValueError) as e:
         cli_salt(None, "/dev/null")
-    assert str(e.value) == ("argument --salt-file: /dev/null: session salt must be 16 bytes "
+    assert str(e.value) == ("argument --salt-file: '/dev/null': session salt must be 16 bytes "
                             "written as 32 hex digits, got 0 bytes (a character device)")
 
 

@@ -364,7 +364,7 @@ _RNK = ("rank", "--relay", "127.0.0.1:1", "--rank", "0", "--world-size", "2", "-
      "flodl-proto controller: error: argument --outer: 'foo': expected avg, slow-momentum:LR,MU or "
      "nesterov:LR,MU"),
     (("controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file", "nonexist"),
-     "flodl-proto controller: error: argument --salt-file: nonexist: No such file or directory"),
+     "flodl-proto controller: error: argument --salt-file: 'nonexist': No such file or directory"),
     (("conform", "controller", "--list", "--jobs", "0"),
      "flodl-proto conform controller: error: argument --jobs: must be in 1..1024, got 0"),
     (("conform", "controller", "--list", "--timeout-scale", "0"),

@@ -52,10 +52,10 @@ REFUSED: list[tuple[list[str], str]] = [
      E_CTL + "--salt: " + SALT_RULE),
     (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file",
       "/nonexistent/salt"],
-     E_CTL + "--salt-file: /nonexistent/salt: No such file or directory"),
+     E_CTL + "--salt-file: '/nonexistent/salt': No such file or directory"),
     (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file",
       "{tmp}/bad.salt"],
-     E_CTL + "--salt-file: {tmp}/bad.salt: " + SALT_RULE + ", character 1 ('z') not a hex "
+     E_CTL + "--salt-file: '{tmp}/bad.salt': " + SALT_RULE + ", character 1 ('z') not a hex "
      "digit"),
     ([*CTL, "--frame-ceiling", "4G"],
      E_CTL + "--frame-ceiling: expected a number of bytes, got '4G'"),
@@ -133,13 +133,13 @@ REFUSED: list[tuple[list[str], str]] = [
     # a salt file named with a trailing slash: refused as the OS refuses it, not read
     (["controller", "--listen", "127.0.0.1:0", "--world-size", "1", "--salt-file",
       "{tmp}/good.salt/"],
-     E_CTL + "--salt-file: {tmp}/good.salt/: Not a directory"),
+     E_CTL + "--salt-file: '{tmp}/good.salt/': Not a directory"),
     ([*RELAY, "--ranks", "0", "--world-size", "1", "--salt-file", "{tmp}/good.salt/"],
-     E_RELAY + "--salt-file: {tmp}/good.salt/: Not a directory"),
+     E_RELAY + "--salt-file: '{tmp}/good.salt/': Not a directory"),
     (["decode", "--salt-file", "{tmp}/good.salt/", "/dev/null"],
-     E_DECODE + "--salt-file: {tmp}/good.salt/: Not a directory"),
+     E_DECODE + "--salt-file: '{tmp}/good.salt/': Not a directory"),
     (["decode", "--salt-file", "/nonexistent/salt", "/dev/null"],
-     E_DECODE + "--salt-file: /nonexistent/salt: No such file or directory"),
+     E_DECODE + "--salt-file: '/nonexistent/salt': No such file or directory"),
     (["decode", "--salt", "12", "/dev/null"], E_DECODE + "--salt: " + SALT_RULE),
     (["decode", "--frame-ceiling", "10", "/dev/null"],
      E_DECODE + "--frame-ceiling: must be at least 25 bytes (the smallest RoundFrame: no "
@@ -147,7 +147,7 @@ REFUSED: list[tuple[list[str], str]] = [
     (["decode", "--max-input", "0", "/dev/null"],
      E_DECODE + "--max-input: must be at least 1 byte, got 0"),
     (["demo", "--salt-file", "{tmp}/bad.salt"],
-     "flodl-proto demo: error: argument --salt-file: {tmp}/bad.salt: " + SALT_RULE
+     "flodl-proto demo: error: argument --salt-file: '{tmp}/bad.salt': " + SALT_RULE
      + ", character 1 ('z') not a hex digit"),
     (["dissector", "--port", "0"],
      "flodl-proto dissector: error: argument --port: port 0 is not in 1..65535"),
@@ -198,9 +198,9 @@ REFUSED: list[tuple[list[str], str]] = [
      "flodl-proto vectors compare: error: argument DIR: '/dev/null': Not a directory "
      "(/dev/null is a character device, not a folder)"),
     (["vectors", "compare", "{tmp}", "--bundled", "none"],
-     "flodl-proto vectors compare: error: argument --bundled: none: does not exist"),
+     "flodl-proto vectors compare: error: argument --bundled: 'none': does not exist"),
     (["vectors", "compare", "none"],
-     "flodl-proto vectors compare: error: argument DIR: none: does not exist"),
+     "flodl-proto vectors compare: error: argument DIR: 'none': does not exist"),
     (["vectors", "export", "/dev/null/v"],
      "flodl-proto vectors export: error: argument DIR: '/dev/null/v': Not a directory "
      "(/dev/null is a character device, not a folder)"),
@@ -233,18 +233,19 @@ SHOWN_LONG = f"'{'a' * 40}...{'a' * 20}' (300 characters)"
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["vectors", "check", "loop1"],
-     "flodl-proto vectors check: error: argument PATH: loop1: Too many levels of symbolic links"),
+     "flodl-proto vectors check: error: argument PATH: 'loop1': Too many levels of symbolic "
+     "links (loop1 is a loop of symbolic links)"),
     (["vectors", "check", "loop1/v"],
-     "flodl-proto vectors check: error: argument PATH: loop1/v: Too many levels of symbolic "
-     "links"),
+     "flodl-proto vectors check: error: argument PATH: 'loop1/v': Too many levels of symbolic "
+     "links (loop1 is a loop of symbolic links)"),
     (["vectors", "check", LONG],
      f"flodl-proto vectors check: error: argument PATH: {SHOWN_LONG}: File name too long"),
     (["vectors", "compare", "loop1"],
-     "flodl-proto vectors compare: error: argument DIR: loop1: Too many levels of symbolic "
-     "links"),
+     "flodl-proto vectors compare: error: argument DIR: 'loop1': Too many levels of symbolic "
+     "links (loop1 is a loop of symbolic links)"),
     (["vectors", "compare", ".", "--bundled", "loop1"],
-     "flodl-proto vectors compare: error: argument --bundled: loop1: Too many levels of "
-     "symbolic links"),
+     "flodl-proto vectors compare: error: argument --bundled: 'loop1': Too many levels of "
+     "symbolic links (loop1 is a loop of symbolic links)"),
     (["vectors", "compare", LONG],
      f"flodl-proto vectors compare: error: argument DIR: {SHOWN_LONG}: File name too long"),
 ])
@@ -253,7 +254,9 @@ def test_a_path_that_cannot_be_looked_up_is_refused_for_its_reason(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A loop of symbolic links read 'does not exist', and a name too long for the file
     system was exit 1 with the name whole ('flodl-proto vectors check: error: aaa...aaa: File
-    name too long'): both are the PATH's problem, said as the OS says it, exit 2."""
+    name too long'): both are the PATH's problem, said as the OS says it, exit 2; the path is
+    quoted and the loop named as an output path's are (it read 'loop1: Too many levels of
+    symbolic links')."""
     (tmp_path / "loop1").symlink_to("loop2")
     (tmp_path / "loop2").symlink_to("loop1")
     monkeypatch.chdir(tmp_path)

@@ -69,7 +69,7 @@ from flodl_proto.errors import (
     InvalidValue,
     LocalProtocolError,
     ProtocolError,
-    shown_name,
+    shown,
 )
 from flodl_proto.interop.jsonio import control_to_json
 from flodl_proto.pcap import CaptureTruncated, read_tcp_streams
@@ -743,10 +743,10 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     missing = tmp_path / "missing"
     assert main(["decode", str(missing)]) == 2
     assert capsys.readouterr() == ("", f"flodl-proto decode: error: argument FILE: "
-                                       f"{shown_name(str(missing))}: No such file or directory\n")
+                                       f"{shown(str(missing))}: No such file or directory\n")
     assert main(["decode", str(tmp_path)]) == 2
     assert capsys.readouterr() == ("", f"flodl-proto decode: error: argument FILE: "
-                                       f"{shown_name(str(tmp_path))}: Is a directory\n")
+                                       f"{shown(str(tmp_path))}: Is a directory\n")
 
 
 def test_cli_closed_stdin_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -1766,7 +1766,7 @@ def test_decode_salt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     # a salt file that cannot be read is a bad command line, as a malformed --salt is (exit 2)
     assert main(["decode", "--salt-file", str(tmp_path / "none"), str(raw)]) == 2
     assert capsys.readouterr().err == (f"flodl-proto decode: error: argument --salt-file: "
-                                       f"{shown_name(str(tmp_path / 'none'))}: "
+                                       f"{shown(str(tmp_path / 'none'))}: "
                                        "No such file or directory\n")
 
 

@@ -284,7 +284,7 @@ def test_rank_frame_len_is_the_length_of_the_frame_a_demo_rank_sends(
 def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
         where: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """As the cluster commands' ``--salt-file``: ``argument --salt-file: PATH: why`` (it said
+    """As the cluster commands' ``--salt-file``: ``argument --salt-file: 'PATH': why`` (it said
     ``[Errno 2] No such file or directory: 'PATH'``, the path twice), exit 2; a folder of the
     path that cannot be created is named, with why; a path ending with / names a folder (a
     new salt was written as a file of the folder's name) and nothing is written."""
@@ -294,7 +294,7 @@ def test_demo_salt_file_that_cannot_be_used_is_one_line_without_errno(
     Path("a-file").write_text("not a folder\n")
     assert main(["demo", "--no-progress", "--salt-file", where]) == 2
     assert capsys.readouterr() == (
-        "", f"flodl-proto demo: error: argument --salt-file: {where}: {why}\n")
+        "", f"flodl-proto demo: error: argument --salt-file: {where!r}: {why}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     assert Path("a-file").read_text() == "not a folder\n"
 
@@ -453,7 +453,7 @@ def test_demo_salt_file_another_process_left_partial_is_refused_after_a_second(
     waits = _race_salt_file(monkeypatch, tmp_path / "s.hex", b"", None)
     assert main(["demo", "--no-progress", "--salt-file", "s.hex"]) == 2
     assert capsys.readouterr() == (
-        "", "flodl-proto demo: error: argument --salt-file: s.hex: session salt must be 16 "
+        "", "flodl-proto demo: error: argument --salt-file: 's.hex': session salt must be 16 "
             "bytes written as 32 hex digits, got 0 bytes (an empty file)\n")
     assert waits == [0.02] * 50
 
@@ -478,7 +478,7 @@ def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(("where", "why"), [
-    ("loop1", "loop1: Too many levels of symbolic links"),
+    ("loop1", "'loop1': Too many levels of symbolic links (loop1 is a loop of symbolic links)"),
     ("loop1/salt.hex", "'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of "
                        "symbolic links)"),
     ("x/../loop2/sub/salt.hex", "'x/../loop2/sub/salt.hex': Too many levels of symbolic links "
@@ -510,7 +510,7 @@ def test_demo_salt_file_that_is_a_link_to_no_file_is_not_written_through(
     Path("s.hex").symlink_to(tmp_path / "elsewhere.hex")
     assert main(["demo", "--no-progress", "--salt-file", "s.hex"]) == 2
     assert capsys.readouterr() == (
-        "", "flodl-proto demo: error: argument --salt-file: s.hex: No such file or directory\n")
+        "", "flodl-proto demo: error: argument --salt-file: 's.hex': No such file or directory\n")
     assert not (tmp_path / "elsewhere.hex").exists()
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from flodl_proto._oserr import file_kind, os_reason
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown
 
 
 def test_an_os_error_gives_its_strerror_without_the_path_or_errno(tmp_path: Path) -> None:
@@ -102,5 +102,5 @@ def test_a_salt_file_that_is_a_fifo_of_no_bytes_says_what_it_is(tmp_path: Path) 
             cli_salt(None, str(fifo))
     finally:
         writer.join()
-    assert str(e.value) == (f"argument --salt-file: {shown_name(str(fifo))}: session salt must "
+    assert str(e.value) == (f"argument --salt-file: {shown(str(fifo))}: session salt must "
                             "be 16 bytes written as 32 hex digits, got 0 bytes (a FIFO)")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flodl_proto.commands.vectors import BUNDLED_VECTORS
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown, shown_name
 
 from .conftest import ROOT, vectors_root
 
@@ -55,7 +55,7 @@ def test_vectors_compare(tmp_path: Path) -> None:
     res = _vectors_cli("compare", str(tmp_path / "absent"))
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", "flodl-proto vectors compare: error: argument DIR: "
-              f"{shown_name(str(tmp_path / 'absent'))}: does not exist\n")
+              f"{shown(str(tmp_path / 'absent'))}: does not exist\n")
 
 
 def test_vectors_check_unusable_folder_is_one_line_exit_2(
@@ -71,10 +71,10 @@ def test_vectors_check_unusable_folder_is_one_line_exit_2(
     a_file.write_text("", encoding="utf-8")
     bad = tmp_path / "bad"
     bad.mkdir()
-    for path, why in ((empty, f"argument PATH: {shown_name(str(empty))}: no vectors found under "
+    for path, why in ((empty, f"argument PATH: {shown(str(empty))}: no vectors found under "
                               "it"),
                       (tmp_path / "absent",
-                       f"argument PATH: {shown_name(str(tmp_path / 'absent'))}: does not exist"),
+                       f"argument PATH: {shown(str(tmp_path / 'absent'))}: does not exist"),
                       (a_file, f"{shown_name(str(a_file))}: not a vector file (Expecting "
                                "value: line 1 column 1 (char 0))"),
                       (bad, f"{shown_name(str(bad / 'x.json'))}: not a vector file (no key "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flodl_proto.commands.vectors import BUNDLED_VECTORS
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown, shown_name
 from flodl_proto.interop.vectors import iter_cases
 
 from .cli_util import run_main
@@ -163,7 +163,7 @@ def test_the_bundled_folder_unusable_is_not_named_as_a_path_of_the_command_line(
     monkeypatch.setattr(vectors, "BUNDLED_VECTORS", tmp_path / "gone")
     code, out, err = run_main(capsys, "vectors", "check")
     assert (code, out, err) == (
-        2, "", f"{_PROG}: error: {shown_name(str(tmp_path / 'gone'))}: does not exist\n")
+        2, "", f"{_PROG}: error: {shown(str(tmp_path / 'gone'))}: does not exist\n")
 
 
 def test_a_long_folder_path_is_named_by_its_ends_in_every_line(
@@ -243,7 +243,7 @@ def test_a_manifest_given_alone_names_its_folder(capsys: pytest.CaptureFixture[s
     manifest = folder / "v2" / "manifest.json"
     code, out, err = run_main(capsys, "vectors", "check", str(manifest))
     assert (code, out, err) == (2, "", f"{_PROG}: error: argument PATH: "
-                                       f"{shown_name(str(manifest))}: a manifest, "
+                                       f"{shown(str(manifest))}: a manifest, "
                                        "not a vector file: give its folder "
                                        f"({shown_name(str(folder / 'v2'))}) or one of the "
                                        "vector files beside it\n")

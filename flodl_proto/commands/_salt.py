@@ -20,8 +20,8 @@ from time import monotonic, sleep
 from typing import Final
 
 from .._files import create_file, make_folders
-from .._oserr import file_kind, os_reason
-from ..errors import ProtocolError, protocol_error, shown_name
+from .._oserr import file_kind
+from ..errors import ProtocolError, protocol_error, shown
 from ..spec import SESSION_SALT_BYTES
 from ._option_error import OptionError
 
@@ -208,7 +208,8 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     Raises:
         ValueError: one line naming where the salt came from, as argparse names an option
             (an :class:`~._option_error.OptionError` for an option)
-            (``argument --salt-file: PATH: ...``: unreadable file or not a salt; ``argument
+            (``argument --salt-file: 'PATH': ...``, the path quoted as an output path's
+            error quotes it: unreadable file, a loop of symbolic links, or not a salt; ``argument
             --salt: ...``: malformed), ``$FLODL_SESSION_SALT`` (malformed, in the words of
             :func:`env_salt`), or saying there is none.
 
@@ -217,11 +218,12 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     try:
         return resolve_salt(salt, salt_file)
     except OSError as e:
-        raise OptionError("--salt-file",
-                          f"{shown_name(str(salt_file))}: {os_reason(e)}") from None
+        from .docs import input_path_problem
+
+        raise OptionError("--salt-file", input_path_problem(str(salt_file), e)) from None
     except ProtocolError as e:
         if salt_file is not None:
-            raise OptionError("--salt-file", f"{shown_name(salt_file)}: {e}") from None
+            raise OptionError("--salt-file", f"{shown(salt_file)}: {e}") from None
         if salt is not None:
             raise OptionError("--salt", str(e)) from None
         if _env_text() is not None:
@@ -293,9 +295,10 @@ class SaltPathInTheWay(Exception):
     (``why``: :func:`~flodl_proto.commands.docs.file_in_the_way`'s words, ``'a-file/salt.hex':
     Not a directory (a-file is a file, not a folder)``), or a loop of symbolic links
     (``'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of symbolic
-    links)``, as an existing ``--salt-file`` that is one: ``loop1: Too many levels of symbolic
-    links``): exit 2, ``argument --salt-file:``, as the other output paths with a file in
-    their way; found before any folder of the path is made.
+    links)``, as an existing ``--salt-file`` that is one: ``'loop1': Too many levels of
+    symbolic links (loop1 is a loop of symbolic links)``): exit 2, ``argument --salt-file:``,
+    as the other output paths with a file in their way; found before any folder of the path is
+    made.
 
     No upstream counterpart: upstream has no demo."""
 

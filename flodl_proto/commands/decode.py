@@ -289,7 +289,7 @@ def _read_limited(f: BinaryIO, limit: int,
 
 class _Unreadable(Exception):
     """The input named on the command line cannot be opened or read (a usage error, exit 2):
-    ``path`` True for a FILE (its line is ``argument FILE: PATH: REASON``, as an option's
+    ``path`` True for a FILE (its line is ``argument FILE: 'PATH': REASON``, as an option's
     path), False for stdin (``cannot read input stdin: REASON``)."""
 
     def __init__(self, text: str, *, path: bool) -> None:
@@ -351,8 +351,12 @@ def _read_input(name: str, hex_text: bool, limit: int,
             with open(name, "rb") as f:
                 raw = _read_limited(f, limit, probe)
     except OSError as e:
-        raise _Unreadable(f"{shown_name(str(e.filename or name))}: {os_reason(e)}",
-                          path=name != "-") from None
+        if name == "-":
+            raise _Unreadable(f"{shown_name(str(e.filename or name))}: {os_reason(e)}",
+                              path=False) from None
+        from .docs import input_path_problem
+
+        raise _Unreadable(input_path_problem(str(e.filename or name), e), path=True) from None
     if not hex_text:
         return raw
     from .._hexdump import HexDumpTooLarge, read_hex_dump

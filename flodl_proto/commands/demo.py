@@ -423,8 +423,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"flodl-proto demo: error: cannot write the salt file "
               f"{shown_name(args.salt_file)}: {os_reason(e.error)}", file=sys.stderr)
         return 1
-    except (OSError, ProtocolError) as e:  # an OSError names the path already given
-        why = f"{shown_name(args.salt_file)}: {os_reason(e)}"
+    except (OSError, ProtocolError) as e:  # the path quoted, as every input path's line
+        from .docs import input_path_problem
+
+        why = (input_path_problem(args.salt_file, e) if isinstance(e, OSError)
+               else f"{shown(args.salt_file)}: {e}")
         print(f"flodl-proto demo: error: {option_message('--salt-file', why)}",
               file=sys.stderr)
         return 2

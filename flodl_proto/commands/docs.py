@@ -159,6 +159,23 @@ def file_in_the_way(text: str, folder: Path) -> str | None:
             f"{_kind(mode)}, not a folder)")
 
 
+def input_path_problem(text: str, e: OSError) -> str:
+    """Why the input path ``text`` (a file or folder a command reads: ``decode FILE``,
+    ``--salt-file``, ``vectors check PATH``, ``vectors compare DIR``) cannot be opened or
+    looked up, for argparse to put after ``argument --X:``, in the words of an output path
+    refused so: the path quoted (``'salt.hex': No such file or directory``), and a loop of
+    symbolic links, as the path itself or where a folder of it should be, named as
+    :func:`file_in_the_way` names one (``'loop1/x': Too many levels of symbolic links (loop1
+    is a loop of symbolic links)``). Raises nothing.
+
+    No upstream counterpart: upstream's binaries read no such path.
+    """
+    if e.errno == errno.ELOOP:
+        path = Path(text)
+        return file_in_the_way(text, path.parent) or _loop_words(text, path)
+    return f"{shown(text)}: {os_reason(e)}"
+
+
 def _loop_words(text: str, loop: Path) -> str:
     """Why the path ``text`` cannot be used when ``loop`` (the path itself, or a folder of it)
     is a loop of symbolic links: ``'loop1/x': Too many levels of symbolic links (loop1 is a

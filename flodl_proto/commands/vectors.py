@@ -17,9 +17,9 @@ from typing import Any
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
-from ..errors import shown_name
+from ..errors import shown, shown_name
 from ._option_error import option_message
-from .docs import file_in_the_way
+from .docs import file_in_the_way, input_path_problem
 
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
@@ -115,12 +115,12 @@ def _not_a_folder(path: Path) -> str | None:
     except (FileNotFoundError, NotADirectoryError, ValueError):  # or a file above it, a NUL
         mode = None
     except OSError as e:
-        return f"{_named(path)}: {os_reason(e)}"
+        return input_path_problem(str(path), e)
     if mode is not None and stat.S_ISDIR(mode):
         return None
     if (why := file_in_the_way(str(path), path)) is not None:
         return why
-    return f"{_named(path)}: {'not a directory' if mode is not None else 'does not exist'}"
+    return f"{_given(path)}: {'not a directory' if mode is not None else 'does not exist'}"
 
 
 def _named(path: Path | str) -> str:
@@ -128,6 +128,12 @@ def _named(path: Path | str) -> str:
     longer than :data:`~flodl_proto.errors.SHOWN_CHARS` characters, quoted when it holds a line
     break (:func:`~flodl_proto.errors.shown_name`)."""
     return shown_name(str(path))
+
+
+def _given(path: Path | str) -> str:
+    """A path of the command line as a line about the path itself quotes it (``'x': does not
+    exist``), as an output path's line and :func:`~.docs.input_path_problem` do."""
+    return shown(str(path))
 
 
 class _PathProblem(str):
@@ -156,12 +162,12 @@ def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
     try:
         root.stat()
     except (FileNotFoundError, NotADirectoryError, ValueError):  # or a file above it, a NUL
-        return _PathProblem(f"{_named(root)}: does not exist")
+        return _PathProblem(f"{_given(root)}: does not exist")
     except OSError as e:  # a loop of symbolic links, a name too long: the reason, not 'missing'
-        return _PathProblem(f"{_named(root)}: {os_reason(e)}")
+        return _PathProblem(input_path_problem(str(root), e))
     folder = root.is_dir()
     if not folder and root.name == "manifest.json":
-        return _PathProblem(f"{_named(root)}: a manifest, not a vector file: give its folder "
+        return _PathProblem(f"{_given(root)}: a manifest, not a vector file: give its folder "
                             f"({_named(root.parent)}) or one of the vector files beside it")
     try:
         if folder:
@@ -178,12 +184,13 @@ def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
                 f"entry for {_named(root.stem)} in {_named(manifest)}" if manifest.is_file()
                 else _named(manifest)]
     except OSError as e:
-        text = f"{_named(e.filename or root)}: {os_reason(e)}"
-        return _PathProblem(text) if e.filename in (None, str(root)) else text
+        if e.filename in (None, str(root)):
+            return _PathProblem(input_path_problem(str(root), e))
+        return f"{_named(e.filename)}: {os_reason(e)}"
     except VectorFileError as e:
         return str(e)
     if not cases:
-        return _PathProblem(f"{_named(root)}: no vectors found {'under' if folder else 'in'} it")
+        return _PathProblem(f"{_given(root)}: no vectors found {'under' if folder else 'in'} it")
     return cases, expected, missing
 
 
@@ -198,7 +205,8 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None, *,
     exist, a folder holds no vectors, or a case file cannot be read or is not a vector file;
     with ``given`` (``dirs`` are the command line's PATHs) a line about a PATH itself (it does
     not exist, cannot be read, holds no vectors) is in the options' form, ``argument PATH:
-    ...`` (``argument PATH: x: does not exist``); one about a file's contents is as it is.
+    ...`` (``argument PATH: 'x': does not exist``, the path quoted as an output path's line
+    quotes it); one about a file's contents is as it is.
 
     No upstream counterpart: upstream ships no golden vectors or tools to check them.
     """
