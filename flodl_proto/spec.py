@@ -213,7 +213,8 @@ class Spec:
             the words :data:`~flodl_proto._spec_checks.LENIENCY_WORDS` for a message they
             mean something for (``payload``: one with a field of a variable size;
             ``varint``: one with bincode variants), an example of a version neither ``any``
-            nor supported; a
+            nor supported, or with a tag's ``covers`` entry other than a byte range ``[start,
+            end]``, ``0 <= start <= end``; a
             byte-layout field
             whose type is not in ``types``, whose size is not its type's, or whose name an
             earlier field of its message has; a length constant ``STRUCT_LEN`` other than the
@@ -316,6 +317,12 @@ class Spec:
                 raise SpecError(f"wire.yaml: example {xname}: version {ex['version']!r} is "
                                 "neither 'any' nor a supported version ("
                                 f"{', '.join(map(str, self.supported_versions))})")
+            for tag in ex["tags"]:
+                for span in tag["covers"]:
+                    if len(span) != 2 or not 0 <= span[0] <= span[1]:
+                        raise SpecError(f"wire.yaml: example {xname}: tag {tag['field']}: "
+                                        f"covers {span}, not a byte range [start, end] with "
+                                        "0 <= start <= end")
 
     def const(self, name: str) -> int:
         """Return the integer value of constant ``name``.

@@ -782,6 +782,22 @@ def test_an_example_or_a_leg_of_no_message_is_one_line_and_writes_nothing(
     assert capsys.readouterr() == _refused(tmp_path, f"wire.yaml: {line}")
 
 
+@pytest.mark.parametrize(("covers", "shown"), [
+    ("[[0]]", "[0]"), ("[[0, 47, 50]]", "[0, 47, 50]"), ("[[47, 0]]", "[47, 0]"),
+    ("[[-1, 47]]", "[-1, 47]"), ("[[0, 17], []]", "[]"),
+], ids=["one-offset", "three-offsets", "reversed", "negative", "empty"])
+def test_an_example_tag_covering_no_byte_range_is_one_line_and_writes_nothing(
+        covers: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tag's ``covers`` entry is a byte range ``[start, end]``: ``[[0]]`` ended ``docs``
+    (and ``docs --check``'s example check) with a traceback (``ValueError: not enough values
+    to unpack``), and ``[[47, 0]]`` was documented as 'bytes 47 to -1 (-47 bytes)'."""
+    old = "{field: auth_tag, covers: [[0, 47]],"
+    _docs_of_a_changed_spec("wire.yaml", old, f"{{field: auth_tag, covers: {covers},", tmp_path)
+    assert capsys.readouterr() == _refused(tmp_path, (
+        f"wire.yaml: example round_frame_f32: tag auth_tag: covers {shown}, not a byte range "
+        "[start, end] with 0 <= start <= end"))
+
+
 @pytest.mark.parametrize(("old", "new", "line"), [
     ("{id: dtype_any, message: round_frame, field: dtype,",
      "{id: dtype_any, message: round_frame, field: dtyp,",
