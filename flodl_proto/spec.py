@@ -577,6 +577,15 @@ def net_timeout_scale() -> float:
 
 
 def _c(name: str) -> int:
+    """The constant ``name`` of the spec loaded, which the package reads as it is imported.
+
+    Raises:
+        SpecError: the spec has no such constant (one of ``$FLODL_PROTO_SPEC_DIR`` or an edited
+            checkout): ``wire.yaml: missing constant 'HANDSHAKE_LEN' (the package reads
+            it)``, where a ``KeyError`` traceback ended every command.
+    """
+    if name not in SPEC.constants:
+        raise SpecError(f"wire.yaml: missing constant {name!r} (the package reads it)")
     return SPEC.const(name)
 
 

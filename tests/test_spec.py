@@ -588,6 +588,27 @@ def test_a_spec_folder_from_the_environment_that_fails_to_load_is_one_line(
             "constants.MAX_ROUND_FRAME_TENSORS.value is the string 'lots', not an integer\n")
 
 
+@pytest.mark.parametrize("name", ["HANDSHAKE_LEN", "READ_CHUNK"])
+def test_a_spec_folder_from_the_environment_without_a_constant_the_package_reads_is_one_line(
+        name: str, tmp_path: Path) -> None:
+    """A ``$FLODL_PROTO_SPEC_DIR`` spec without a constant the package reads (a struct's length,
+    a read step) loads, and every command (``--help`` included) then ended with a ``KeyError``
+    traceback, exit 1, as the package read its constants; now one line naming the variable and
+    the constant, exit 2, as any other refused spec of the variable."""
+    folder = tmp_path / "spec"
+    shutil.copytree(PKG.parent / "spec", folder)
+    wire = folder / "wire.yaml"
+    doc = yaml.safe_load(wire.read_text(encoding="utf-8"))
+    del doc["constants"][name]
+    wire.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    for args, prog in ((["--help"], "flodl-proto"),
+                       (["decode", "--hex", "-"], "flodl-proto decode")):
+        done = _cli_with_spec_dir(folder, *args)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", (
+            f"{prog}: error: FLODL_PROTO_SPEC_DIR={folder}: wire.yaml: missing constant "
+            f"{name!r} (the package reads it)\n")), args
+
+
 def test_a_spec_folder_from_the_environment_without_a_spec_is_refused(tmp_path: Path) -> None:
     """``$FLODL_PROTO_SPEC_DIR`` naming a folder with no ``wire.yaml`` (a typo) was passed over
     without a word for the package's own spec, so an edited spec was never the one in use."""
