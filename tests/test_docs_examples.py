@@ -159,3 +159,21 @@ def test_docs_refuses_an_example_the_codec_refuses(way: str, tmp_path: Path) -> 
     assert (done.returncode, done.stderr) == (
         code, f"flodl-proto docs: error: {line}\n" if line else ""), done.stderr
     assert (root / "p.md").exists() == (code == 0)
+
+
+def test_a_tag_is_the_hmacs_first_auth_tag_len_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check reads a tag's length from the spec (``AUTH_TAG_LEN``), as the codec does,
+    where it wrote 8 by hand: under a spec of 4-byte tags the field holding the HMAC's first 4
+    bytes is the tag, and a refused one is named by its first 4."""
+    from flodl_proto.commands import _docs_examples
+
+    monkeypatch.setattr(_docs_examples, "AUTH_TAG_LEN", 4)
+    body = bytes(range(16))
+    mac = hmac.new(ZERO, body, hashlib.sha256).digest()
+    tag = {"field": "auth_tag", "covers": [[4, 20]], "hmac": mac.hex()}
+    spans = {"auth_tag": range(0, 4)}
+    _docs_examples._check_tag(tag, mac[:4] + body, spans, ZERO, "t")
+    with pytest.raises(SpecError) as info:
+        _docs_examples._check_tag(tag, bytes(4) + body, spans, ZERO, "t")
+    assert str(info.value) == (f"t: the field's bytes are 00 00 00 00, not the HMAC's first 4 "
+                               f"({mac[:4].hex(' ')})")

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import codec
 from ..errors import ProtocolError
-from ..spec import CHANNELS, SESSION_SALT_BYTES, SpecError
+from ..spec import AUTH_TAG_LEN, CHANNELS, SESSION_SALT_BYTES, SpecError
 
 __all__ = ["check_examples"]
 
@@ -33,8 +33,8 @@ def check_examples(examples: Mapping[str, Mapping[str, Any]], default_version: i
     at its ``version`` (``any``: ``default_version``) with its ``salt``, as one whole message,
     and encode again to the same bytes (a form the readers take but the writers never give, a
     non-minimal varint, is refused so); each of its ``tags`` is the HMAC-SHA256 (key = the
-    salt) over the bytes it ``covers``, stated whole as its ``hmac`` and first 8 bytes as its
-    field's bytes.
+    salt) over the bytes it ``covers``, stated whole as its ``hmac`` and first ``AUTH_TAG_LEN``
+    (8) bytes as its field's bytes.
 
     Raises:
         SpecError: one line naming the example and what differs: ``wire.yaml: example
@@ -107,7 +107,7 @@ def _salt(ex: Mapping[str, Any], where: str) -> bytes | None:
 def _check_tag(tag: Mapping[str, Any], data: bytes, spans: Mapping[str, range], salt: bytes,
                where: str) -> None:
     """A tag of an example: the HMAC over the bytes it covers is its ``hmac``, and its field's
-    bytes are that HMAC's first 8."""
+    bytes are that HMAC's first ``AUTH_TAG_LEN`` (8)."""
     covered = b""
     for a, b in tag["covers"]:
         if not 0 <= a <= b <= len(data):
@@ -121,9 +121,9 @@ def _check_tag(tag: Mapping[str, Any], data: bytes, spans: Mapping[str, range], 
     span = spans.get(str(tag["field"]))
     if span is None:
         raise SpecError(f"{where}: the example has no field {tag['field']!r}")
-    if data[span.start:span.stop] != mac[:8]:
+    if data[span.start:span.stop] != mac[:AUTH_TAG_LEN]:
         raise SpecError(f"{where}: the field's bytes are {data[span.start:span.stop].hex(' ')}, "
-                        f"not the HMAC's first 8 ({mac[:8].hex(' ')})")
+                        f"not the HMAC's first {AUTH_TAG_LEN} ({mac[:AUTH_TAG_LEN].hex(' ')})")
 
 
 def _encoded_again(message: str, data: bytes, salt: bytes | None,
