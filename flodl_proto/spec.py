@@ -580,12 +580,17 @@ def _c(name: str) -> int:
     """The constant ``name`` of the spec loaded, which the package reads as it is imported.
 
     Raises:
-        SpecError: the spec has no such constant (one of ``$FLODL_PROTO_SPEC_DIR`` or an edited
-            checkout): ``wire.yaml: missing constant 'HANDSHAKE_LEN' (the package reads
-            it)``, where a ``KeyError`` traceback ended every command.
+        SpecError: the spec has no such constant (one of ``$FLODL_PROTO_SPEC_DIR``, which the
+            command line names by the variable, or an edited checkout's, named by its folder
+            as :func:`_load_own_spec` names it): ``wire.yaml: missing constant
+            'HANDSHAKE_LEN' (the package reads it)``, where a ``KeyError`` traceback ended
+            every command.
     """
     if name not in SPEC.constants:
-        raise SpecError(f"wire.yaml: missing constant {name!r} (the package reads it)")
+        text = f"wire.yaml: missing constant {name!r} (the package reads it)"
+        if not os.environ.get(SPEC_DIR_ENV):  # the package's own: named by its folder
+            text = in_spec_folder(SPEC.path, text)
+        raise SpecError(text)
     return SPEC.const(name)
 
 

@@ -609,6 +609,23 @@ def test_a_spec_folder_from_the_environment_without_a_constant_the_package_reads
             f"{name!r} (the package reads it)\n")), args
 
 
+def test_an_edited_checkout_spec_without_a_constant_the_package_reads_is_named_by_its_folder(
+        tmp_path: Path) -> None:
+    """The checkout's own spec without a constant the package reads is named by its folder, as
+    any other load error of it is, exit 1."""
+    root = _checkout_copy(tmp_path)
+    wire = root / "spec" / "wire.yaml"
+    doc = yaml.safe_load(wire.read_text(encoding="utf-8"))
+    del doc["constants"]["READ_CHUNK"]
+    wire.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "FLODL_PROTO_SPEC_DIR"}
+    done = subprocess.run([sys.executable, "-m", "flodl_proto", "--help"], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", (
+        f"flodl-proto: error: spec folder {root / 'spec'}: wire.yaml: missing constant "
+        "'READ_CHUNK' (the package reads it)\n"))
+
+
 def test_a_spec_folder_from_the_environment_without_a_spec_is_refused(tmp_path: Path) -> None:
     """``$FLODL_PROTO_SPEC_DIR`` naming a folder with no ``wire.yaml`` (a typo) was passed over
     without a word for the package's own spec, so an edited spec was never the one in use."""
