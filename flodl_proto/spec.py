@@ -486,6 +486,30 @@ def _load_own_spec() -> Spec:
 SPEC: Final = _load_own_spec()
 
 
+def _missing(what: str) -> SpecError:
+    """The error of a spec that lacks ``what`` (``constant 'HANDSHAKE_LEN'``, ``member 'MODEL'
+    of enum 'RoundKind'``, ``timeout 'WRITE_STALL'``), which the package reads: one line
+    ``wire.yaml: missing constant 'HANDSHAKE_LEN' (the package reads it)``, named by the
+    command line through ``$FLODL_PROTO_SPEC_DIR`` when that gave the spec, else (an edited
+    checkout's) by its folder, as :func:`_load_own_spec` names it; a ``KeyError`` traceback
+    ended every command."""
+    text = f"wire.yaml: missing {what} (the package reads it)"
+    if not os.environ.get(SPEC_DIR_ENV):  # the package's own: named by its folder
+        text = in_spec_folder(SPEC.path, text)
+    return SpecError(text)
+
+
+#: every timeout of ``wire.yaml`` the package reads (``SPEC.timeout(name)``, some only when a
+#: run needs them): checked as the package is imported, so that a spec without one is refused
+#: before any command runs, not in the middle of a run (a test compares it with the source)
+PACKAGE_TIMEOUTS: Final = (
+    "ACCEPT_POLL", "COMMITTED_READ_STARVATION", "CONNECT_BACKOFF", "HANDSHAKE_READ",
+    "PORT_MUX_PEEK", "REDUCE_POLL", "REDUCE_READ_DEADLINE", "RELAY_POLL", "TCP_KEEPALIVE_IDLE",
+    "TCP_KEEPALIVE_INTERVAL", "TIMEOUT_OPTION_MAXIMUM", "WRITE_STALL",
+)
+for _name in (*PACKAGE_TIMEOUTS, "ENV_NET_TIMEOUT_SCALE"):
+    if _name not in SPEC.raw["timeouts"]:
+        raise _missing(f"timeout {_name!r}")
 #: the environment variable of the network timeout scale
 NET_TIMEOUT_SCALE_ENV: Final = str(SPEC.raw["timeouts"]["ENV_NET_TIMEOUT_SCALE"]["env"])
 #: the environment variable choosing this package's bf16 kernel backend (``auto``, ``numpy``,
@@ -587,11 +611,25 @@ def _c(name: str) -> int:
             every command.
     """
     if name not in SPEC.constants:
-        text = f"wire.yaml: missing constant {name!r} (the package reads it)"
-        if not os.environ.get(SPEC_DIR_ENV):  # the package's own: named by its folder
-            text = in_spec_folder(SPEC.path, text)
-        raise SpecError(text)
+        raise _missing(f"constant {name!r}")
     return SPEC.const(name)
+
+
+def _members(enum: str, *names: str) -> dict[str, Any]:
+    """The raw member mapping of enum ``enum`` (:meth:`Spec.enum_entry`), holding at least
+    ``names``, which the package reads as it is imported.
+
+    Raises:
+        SpecError: the spec lacks the enum or one of ``names`` (:func:`_missing`:
+            ``wire.yaml: missing member 'MODEL' of enum 'RoundKind' (the package reads it)``).
+    """
+    if enum not in SPEC.raw["enums"]:
+        raise _missing(f"enum {enum!r}")
+    members = SPEC.enum_entry(enum)
+    for n in names:
+        if n not in members:
+            raise _missing(f"member {n!r} of enum {enum!r}")
+    return members
 
 
 HANDSHAKE_MAGIC_RANK: Final = _c("HANDSHAKE_MAGIC_RANK")
@@ -629,13 +667,17 @@ CONTROLLER_BROADCAST_BACKLOG: Final = _c("CONTROLLER_BROADCAST_BACKLOG")
 DEFAULT_VERSION: Final = SPEC.default_version
 SUPPORTED_VERSIONS: Final = SPEC.supported_versions
 
-_dtypes = SPEC.enum_entry("Dtype")
+_dtypes = _members("Dtype", "F32", "BF16")
 DTYPE_F32: Final = int(_dtypes["F32"]["code"])
 DTYPE_BF16: Final = int(_dtypes["BF16"]["code"])
 #: wire dtype tag -> element size in bytes
 ELEMENT_SIZE: Final[Mapping[int, int]] = {
     int(v["code"]): int(v["element_size"]) for v in _dtypes.values()
 }
+_members("RoundKind", "MODEL", "CONTROL")
+_members("RecordKind", "DATA", "CONTROL", "HOST_FRAME", "BROADCAST")
+_members("ControlVariant", "Hello", "HelloAck", "RankExit", "DeclareDead")
+_members("Channel", "data")
 _kinds = SPEC.enum("RoundKind")
 ROUND_KIND_MODEL: Final = _kinds["MODEL"]
 ROUND_KIND_CONTROL: Final = _kinds["CONTROL"]

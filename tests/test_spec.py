@@ -779,3 +779,44 @@ def test_docs_of_a_spec_that_fails_to_load_ends_alike_for_both_files(
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (
         code, "", f"flodl-proto docs: error: {line}\n")
+
+
+@pytest.mark.parametrize(("path", "what"), [
+    (("enums", "RoundKind", "values", "MODEL"), "member 'MODEL' of enum 'RoundKind'"),
+    (("enums", "Dtype", "values", "BF16"), "member 'BF16' of enum 'Dtype'"),
+    (("enums", "ControlVariant", "values", "DeclareDead"),
+     "member 'DeclareDead' of enum 'ControlVariant'"),
+    (("timeouts", "ENV_NET_TIMEOUT_SCALE"), "timeout 'ENV_NET_TIMEOUT_SCALE'"),
+    (("timeouts", "WRITE_STALL"), "timeout 'WRITE_STALL'"),
+], ids=["kind", "dtype", "variant", "env-timeout", "run-timeout"])
+def test_a_spec_folder_from_the_environment_without_an_enum_member_or_timeout_is_one_line(
+        path: tuple[str, ...], what: str, tmp_path: Path) -> None:
+    """A ``$FLODL_PROTO_SPEC_DIR`` spec without an enum member or a timeout the package reads
+    ended every command in a ``KeyError`` traceback as the package was imported (a timeout read
+    only by a run's runners, such as ``WRITE_STALL``, would have ended that run in one); now
+    one line naming the variable and what is missing, exit 2."""
+    folder = tmp_path / "spec"
+    shutil.copytree(PKG.parent / "spec", folder)
+    wire = folder / "wire.yaml"
+    doc = yaml.safe_load(wire.read_text(encoding="utf-8"))
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    wire.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    done = _cli_with_spec_dir(folder, "--help")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", (
+        f"flodl-proto: error: FLODL_PROTO_SPEC_DIR={folder}: wire.yaml: missing {what} "
+        "(the package reads it)\n"))
+
+
+def test_the_timeouts_checked_at_import_are_those_the_package_reads() -> None:
+    """:data:`~flodl_proto.spec.PACKAGE_TIMEOUTS` names every timeout the package's source reads
+    by ``SPEC.timeout(...)``, no more: a timeout added to the code and not to the list would be
+    missed by the import check and found only by the run that reads it."""
+    from flodl_proto.spec import PACKAGE_TIMEOUTS
+    read = set()
+    for src in PKG.rglob("*.py"):
+        read |= set(re.findall(r'SPEC\.timeout(?:_scaled)?\("([A-Z_]+)"\)',
+                               src.read_text(encoding="utf-8")))
+    assert sorted(PACKAGE_TIMEOUTS) == sorted(read)
