@@ -74,6 +74,10 @@ def _not_hex(exs: dict[str, Any]) -> None:
     _field(exs["handshake_ack_v2"], "version")["bytes"] = "02 00 00 0g"
 
 
+def _no_decoder(exs: dict[str, Any]) -> None:  # a message of a spec the codec does not know
+    exs["handshake_v2"]["message"] = "handshake_v9"
+
+
 def _inner_frame(exs: dict[str, Any]) -> None:  # the HostFrame's frame of no kind, retagged
     _field(exs["hostframe"], "payload.kind")["bytes"] = "07"
     _retag(exs["hostframe"])
@@ -100,6 +104,7 @@ CASES: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_inner_frame, "example hostframe: the codec refuses its bytes: cluster_controller: unknown "
      "RoundKind wire byte 7"),
     (_salt_text, "example handshake_v2: salt '00' is not 16 bytes written as 32 hex digits"),
+    (_no_decoder, "example handshake_v2: message 'handshake_v9' has no decoder in the codec"),
 ]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import codec
 from ..errors import ProtocolError
-from ..spec import AUTH_TAG_LEN, CHANNELS, SESSION_SALT_BYTES, SpecError
+from ..spec import AUTH_TAG_LEN, CHANNEL_MAGIC_LEN, CHANNELS, SESSION_SALT_BYTES, SpecError
 
 __all__ = ["check_examples"]
 
@@ -61,6 +61,8 @@ def check_examples(examples: Mapping[str, Mapping[str, Any]], default_version: i
             again, used = _encoded_again(str(ex["message"]), data, salt, version)
         except ProtocolError as e:
             raise SpecError(f"{where}: the codec refuses its bytes: {e}") from None
+        except SpecError as e:  # a message the codec has no decoder for
+            raise SpecError(f"{where}: {e}") from None
         if used != len(data):
             raise SpecError(f"{where}: the codec reads one message of {used} bytes, not its "
                             f"{len(data)} bytes")
@@ -134,7 +136,8 @@ def _encoded_again(message: str, data: bytes, salt: bytes | None,
 
     Raises:
         ProtocolError: the codec refuses the bytes.
-        SpecError: the codec has no decoder for ``message``.
+        SpecError: the codec has no decoder for ``message`` (``message 'x' has no decoder in
+            the codec``, which :func:`check_examples` prefixes with the example's name).
     """
     key = bytes(SESSION_SALT_BYTES) if salt is None else salt
     if message == "handshake":
@@ -144,7 +147,8 @@ def _encoded_again(message: str, data: bytes, salt: bytes | None,
         used = codec.decode_ack(data, version)
         return codec.encode_ack(version), used
     if message == "channel_magic":  # the channel whose magic it is (else refused as data's)
-        name = next((n for n in CHANNELS if codec.encode_channel_magic(n) == data[:4]), "data")
+        magic = data[:CHANNEL_MAGIC_LEN]
+        name = next((n for n in CHANNELS if codec.encode_channel_magic(n) == magic), "data")
         used = codec.expect_channel_magic(data, name)
         return codec.encode_channel_magic(name), used
     if message == "round_frame":
@@ -168,4 +172,4 @@ def _encoded_again(message: str, data: bytes, salt: bytes | None,
             rec = (codec.MuxRecord.host_frame(inner) if rec.kind == codec.RecordKind.HOST_FRAME
                    else codec.MuxRecord.broadcast(inner))
         return codec.encode_mux_record_bytes(rec, key), used
-    raise SpecError(f"wire.yaml: message {message!r} has no decoder in the codec")
+    raise SpecError(f"message {message!r} has no decoder in the codec")
