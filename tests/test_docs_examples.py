@@ -74,6 +74,10 @@ def _not_hex(exs: dict[str, Any]) -> None:
     _field(exs["handshake_ack_v2"], "version")["bytes"] = "02 00 00 0g"
 
 
+def _tags_without_salt(exs: dict[str, Any]) -> None:  # its tag then checked with zero bytes
+    exs["framed_round"]["salt"] = None
+
+
 def _no_decoder(exs: dict[str, Any]) -> None:  # a message of a spec the codec does not know
     exs["handshake_v2"]["message"] = "handshake_v9"
 
@@ -105,6 +109,8 @@ CASES: list[tuple[Callable[[dict[str, Any]], None], str]] = [
      "RoundKind wire byte 7"),
     (_salt_text, "example handshake_v2: salt '00' is not 16 bytes written as 32 hex digits"),
     (_no_decoder, "example handshake_v2: message 'handshake_v9' has no decoder in the codec"),
+    (_tags_without_salt, "example framed_round: salt is null, which means a message without a "
+     "tag, but it has tags (body.auth_tag)"),
 ]
 
 

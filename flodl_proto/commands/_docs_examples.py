@@ -53,6 +53,9 @@ def check_examples(examples: Mapping[str, Mapping[str, Any]], default_version: i
         where = f"wire.yaml: example {name}"
         data, spans = _example_bytes(ex, where)
         salt = _salt(ex, where)
+        if salt is None and ex["tags"]:  # wire.yaml: salt null where no tag exists
+            raise SpecError(f"{where}: salt is null, which means a message without a tag, but "
+                            f"it has tags ({', '.join(str(t['field']) for t in ex['tags'])})")
         version = default_version if ex["version"] == "any" else int(ex["version"])
         for tag in ex["tags"]:
             _check_tag(tag, data, spans, bytes(SESSION_SALT_BYTES) if salt is None else salt,
