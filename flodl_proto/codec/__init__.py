@@ -6,7 +6,8 @@ decoded object with the number of bytes consumed, or raise (input ending inside 
 ``TruncatedInput``). Their ``*_or_eos`` forms are for readers at a record boundary of a stream:
 input ending inside the header (including empty input) returns :data:`END_OF_STREAM`, a clean end
 of stream, as upstream's readers return ``Ok(None)``. The incremental decoders
-(:mod:`~flodl_proto.codec.stream`) do the same for bytes that arrive piece by piece. The encoders
+(:mod:`~flodl_proto.codec.stream`, :mod:`~flodl_proto.codec.loopback_stream`) do the same for
+bytes that arrive piece by piece. The encoders
 of records that carry tensor payloads (``encode_round_frame``, ``encode_mux_record``,
 ``encode_framed_round``, ``encode_len_framed``, ...) return a list of buffers for
 ``socket.sendmsg`` (the payloads as views, not copies; ``*_bytes`` joins them where that form
@@ -39,6 +40,13 @@ from .loopback import (
     encode_framed_round,
     encode_len_framed,
     encode_len_prefix,
+)
+from .loopback_stream import (
+    AckReceived,
+    FrameReceived,
+    HandshakeReceived,
+    LoopbackEvent,
+    LoopbackStream,
 )
 from .mux import (
     ControlMessage,
@@ -86,16 +94,21 @@ from .template import FrameTemplate
 
 __all__ = [
     "END_OF_STREAM",
+    "AckReceived",
     "BytesLike",
     "ControlMessage",
     "DeclareDead",
     "Dtype",
     "EndOfStream",
+    "FrameReceived",
     "FrameTemplate",
     "Handshake",
+    "HandshakeReceived",
     "Hello",
     "HelloAck",
     "LenFramedDecoder",
+    "LoopbackEvent",
+    "LoopbackStream",
     "MagicReceived",
     "MuxHeader",
     "MuxRecord",
