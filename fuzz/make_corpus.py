@@ -28,6 +28,7 @@ CORPUS = HERE / "corpus"
 SALT_BIT = {"00" * 16: 0, "5a17c0de429901fe3c88b70d6e21f493": 4}
 CHANNEL_ORDER = [0xF10D17E0, 0xF10D17E1, 0xF10D17E2, 0xF10D17E3]  # the Channel enum by value
 SIGN = 2
+HANDSHAKE_MAGIC_RANK, HANDSHAKE_MAGIC_ACK = 0xF10D17C0, 0xF10D17C1
 
 
 def _cases(root: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -50,6 +51,15 @@ def _stream(flags: int, sizes: bytes, payload: bytes) -> bytes:
 
 def _vbit(version: int) -> int:
     return 1 if version >= 3 else 0
+
+
+def _loopback(head: bytes, version: int, sbit: int, sizes: bytes, payload: bytes,
+              world_size: int | None = None) -> bytes:
+    """A ``loopback_stream`` input: the direction that ``head`` (a handshake or an ack) opens,
+    its world size checked when it is the target's 4."""
+    to_rank = len(head) == 8
+    flags = _vbit(version) | sbit | (0x20 if to_rank else 0) | (0x40 if world_size == 4 else 0)
+    return _stream(flags, sizes, head + payload)
 
 
 #: ``decode_stream``'s leg values (flags bits 0-1; 0 lets ``detect_leg`` tell)
@@ -124,6 +134,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             put("handshake", _name(cid),
                 bytes((_vbit(version) | (2 if ack else 0),)) + struct.pack("<I", ws) + raw)
             put("decode_stream", _name(cid), _decode_input("loopback", 0, version, raw))
+            put("loopback_stream", _name(cid), _stream(
+                _vbit(version) | (0x20 if ack else 0) | (0x40 if ws == 4 else 0), b"\x03", raw))
         elif op.startswith("channel_magic."):
             assert raw is not None
             want = int(c.get("expected", c.get("magic")), 16)
@@ -158,6 +170,8 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             assert raw is not None
             flags = 1 | sbit | 0x20 * _vbit(version)
             put("len_framed", _name(cid), bytes((flags,)) + raw)
+            ack = struct.pack("<II", HANDSHAKE_MAGIC_ACK, version)
+            put("loopback_stream", _name(cid), _loopback(ack, version, sbit, b"\x07", raw))
         elif op == "relay_fold":
             fold_input = _host_fold_input(c, version)
             if fold_input is not None:
@@ -165,6 +179,10 @@ def seeds_from_vectors(root: Path) -> dict[str, dict[str, bytes]]:
             blobs = [bytes.fromhex(s["blob"]) for s in c["steps"] if s["step"] == "deposit"]
             framed = b"".join(struct.pack("<I", len(b)) + b for b in blobs)
             put("stream_len_framed", _name(cid), _stream(0, b"\x01\x05", framed))
+            ws = len(c["local_ranks"])
+            hs = struct.pack("<IIII", HANDSHAKE_MAGIC_RANK, version, 0, ws)
+            put("loopback_stream", _name(cid), _loopback(
+                hs, version, SALT_BIT.get(c["salt"], 0), b"\x05\x1d", framed, ws))
             put("decode_stream", _name(cid), _decode_input("loopback", SALT_BIT.get(c["salt"], 0),
                                                            version, framed))
             for i, blob in enumerate(blobs[:2]):
@@ -384,6 +402,22 @@ def hand_seeds() -> dict[str, dict[str, bytes]]:
         "host_fold": _host_fold_seeds(),
         "controller_core": _controller_seeds(),
         "relay_core": _relay_seeds(),
+        "loopback_stream": {
+            # flags 0x10: the 1 KiB ceiling; a prefix at it, and one past it with its body, fed
+            # byte by byte
+            "seed-prefix-at-1kib-byte-by-byte": _stream(
+                0x10, b"\1", struct.pack("<IIII", HANDSHAKE_MAGIC_RANK, 2, 0, 1)
+                + struct.pack("<I", 1024)),
+            "seed-prefix-over-1kib-byte-by-byte": _stream(
+                0x10, b"\1", struct.pack("<IIII", HANDSHAKE_MAGIC_RANK, 2, 0, 1)
+                + struct.pack("<I", 1025) + bytes(1025)),
+            "seed-zero-prefix-to-rank": _stream(
+                0x20, b"", struct.pack("<II", HANDSHAKE_MAGIC_ACK, 2) + bytes(4)),
+            "seed-zero-prefix-to-relay": _stream(
+                0, b"", struct.pack("<IIII", HANDSHAKE_MAGIC_RANK, 2, 7, 4) + bytes(4)),
+            "seed-ack-where-the-handshake-is": _stream(
+                0, b"", struct.pack("<II", HANDSHAKE_MAGIC_ACK, 2)),
+        },
         "stream_len_framed": {
             "seed-prefix-at-ceiling-then-eof": _stream(0, b"\1", struct.pack("<I", 1 << 30)),
             "seed-prefix-u32-max": _stream(0, b"", b"\xff\xff\xff\xff"),

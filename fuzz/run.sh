@@ -64,6 +64,7 @@ PREFIX=()
 declare -A CI_RUNS=(
   [handshake]=4000 [channel_magic]=4000 [round_frame]=2000 [control]=4000 [mux_record]=2000
   [len_framed]=2000 [stream_round_frame]=2000 [stream_len_framed]=2000 [mux_stream]=2000
+  [loopback_stream]=2000
   [decode_stream]=2000 [host_fold]=1200 [controller_core]=900 [relay_core]=900
 )
 

@@ -898,7 +898,8 @@ def test_fuzz_ci_and_list_take_no_argument(args: tuple[str, ...], line: str) -> 
 
 
 _TARGETS = ("handshake channel_magic round_frame control mux_record len_framed stream_round_frame "
-            "stream_len_framed mux_stream decode_stream host_fold controller_core relay_core")
+            "stream_len_framed mux_stream loopback_stream decode_stream host_fold controller_core "
+            "relay_core")
 
 
 @pytest.mark.parametrize(("args", "line"), [

@@ -39,7 +39,17 @@ _NO_FINITENESS_CHECK = SimpleNamespace(isfinite=lambda x: True)
      "weight=inf, tensors=(TensorPayload(dtype=f32, shape=(2, 2), nbytes=16), TensorPayload("
      "dtype=bf16, shape=(3,), nbytes=6))), 79) / None; the spec's header checks say "
      "frame.bad_weight"),
-], ids=["tensor-cap-plus-one", "tensor-cap-minus-one", "weight-not-checked-finite"])
+    # the loopback stream's prefix read without its ceiling: a prefix of 1,025 under a 1 KiB
+    # ceiling waits for its body, which is then read as a frame
+    ("flodl_proto.codec.loopback_stream", "whole_len_prefix",
+     lambda mv, ceiling: int.from_bytes(mv[:4], "little"), "loopback_stream",
+     "seed-prefix-over-1kib-byte-by-byte",
+     "LoopbackStream ended with ('failed', ('RemoteBadMagic', 'cluster_controller: frame magic "
+     "0x00000000 != 0xf10d17f1')), one-shot readers with ('failed', ('RemoteLimitExceeded', "
+     "'relay_mux: len-framed blob length 1025 exceeds the frame ceiling 1024; corrupt or "
+     "hostile peer'))"),
+], ids=["tensor-cap-plus-one", "tensor-cap-minus-one", "weight-not-checked-finite",
+        "loopback-prefix-ceiling-not-checked"])
 def test_a_planted_bug_is_a_finding(monkeypatch: pytest.MonkeyPatch, module: str, name: str,
                                     value: object, target: str, seed: str,
                                     finding: str) -> None:

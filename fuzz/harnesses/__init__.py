@@ -19,6 +19,7 @@ TARGETS: tuple[str, ...] = (
     "stream_round_frame",
     "stream_len_framed",
     "mux_stream",
+    "loopback_stream",
     "decode_stream",
     "host_fold",
     "controller_core",
