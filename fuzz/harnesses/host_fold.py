@@ -28,6 +28,8 @@ tensor's sums).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import struct
 from dataclasses import dataclass, field
@@ -40,7 +42,7 @@ from flodl_proto.codec import END_OF_STREAM, RoundFrame, decode_round_frame_or_e
 from flodl_proto.codec import encode_round_frame_bytes as encode_frame
 from flodl_proto.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from flodl_proto.reduce import HostFold
-from flodl_proto.spec import FRAME_CEILING_FLOOR
+from flodl_proto.spec import AUTH_TAG_LEN, FRAME_CEILING_FLOOR, ROUND_FRAME_HEADER_LEN
 
 from .builders import ELEMENT_SIZE, build_frame, read_schema
 from .common import SALTS, Finding, Params, check, resign_round_frames
@@ -134,7 +136,15 @@ class Model:
             if struct.pack("<d", weight) == struct.pack("<d", seed.weight):
                 check(out == self.seed_bytes, "an unpromoted round did not ship its seed verbatim")
             else:  # later deposits (nothing to merge) changed the weight: it is the sum's
-                want = encode_frame(RoundFrame(seed.kind, weight, list(seed.tensors)), self.salt)
+                # the seed's bytes as they came (a payload of another byte count than its
+                # shape's included: never promoted, never checked), under the summed weight and
+                # signed again: its weight field after the header and the kind byte, its tag
+                # the HMAC of everything before it
+                body = bytearray(self.seed_bytes[:-AUTH_TAG_LEN])
+                at = ROUND_FRAME_HEADER_LEN + 1
+                body[at:at + 8] = struct.pack("<d", weight)
+                want = bytes(body) + hmac.new(self.salt, body, hashlib.sha256).digest()[
+                    :AUTH_TAG_LEN]
                 check(out == want, "an unpromoted round did not ship its seed's tensors under "
                       f"the summed weight {weight!r}")
         else:
