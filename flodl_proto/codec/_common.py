@@ -31,6 +31,7 @@ __all__ = [
     "not_pieces",
     "numpy_text",
     "numpy_text_named",
+    "short_items",
     "underflow_reason",
     "unviewed",
     "wire_int",
@@ -376,3 +377,16 @@ def check_world_size(world_size: object) -> int:
         raise protocol_error("controller.bad_argument", field="world_size", value=world_size,
                              reason=f"not a whole number in 1..{U32_MAX} (ranks are u32)")
     return n
+
+
+def short_items(items: tuple[Any, ...], noun: str) -> str:
+    """``items`` as a tuple's repr, or, past 8 of them, by the first 3 and last 2 and their
+    count (``(0, 1, 2, ..., 8, 9) (10 ranks)``, ``noun`` the count's word): how a repr shows
+    a tuple that a peer's bytes size (a shape's dims, a frame's tensors, a Hello's ranks and
+    signatures), so that the repr stays short. Raises nothing.
+
+    No upstream counterpart (Rust's ``{:?}`` writes every item)."""
+    if len(items) <= 8:
+        return repr(items)
+    shown = ", ".join([*map(repr, items[:3]), "...", *map(repr, items[-2:])])
+    return f"({shown}) ({len(items)} {noun})"

@@ -42,6 +42,7 @@ from ._common import (
     as_view,
     numpy_text,
     numpy_text_named,
+    short_items,
     underflow_reason,
     wire_int,
     wire_real,
@@ -452,12 +453,8 @@ class TensorPayload:
         than 8 dims by its first 3 and last 2 and its count (``shape=(2, 3, 4, ..., 1, 1)
         (255 dims)``), so that the repr stays short; never the data bytes."""
         dtype = _DTYPE_NAME.get(self.dtype, self.dtype)
-        shape = self.shape
-        if len(shape) > 8:
-            dims = ", ".join(map(str, (*shape[:3], "...", *shape[-2:])))
-            return (f"TensorPayload(dtype={dtype}, shape=({dims}) ({len(shape)} dims), "
-                    f"nbytes={self.nbytes})")
-        return f"TensorPayload(dtype={dtype}, shape={shape!r}, nbytes={self.nbytes})"
+        return (f"TensorPayload(dtype={dtype}, shape={short_items(self.shape, 'dims')}, "
+                f"nbytes={self.nbytes})")
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied with its bytes (a memoryview does not pickle): the constructor's
@@ -634,14 +631,9 @@ class RoundFrame:
         the weight as Python writes a float, each tensor as :class:`TensorPayload` shows it; a
         frame of more than 8 tensors by its first 3 and last 2 and its count (``tensors=(T0,
         T1, T2, ..., T998, T999) (1000 tensors)``), so that the repr stays short."""
-        kind, ts = self.kind, self.tensors
-        if len(ts) <= 8:
-            tensors = repr(ts)
-        else:
-            shown = ", ".join([*map(repr, ts[:3]), "...", *map(repr, ts[-2:])])
-            tensors = f"({shown}) ({len(ts)} tensors)"
+        kind = self.kind
         return (f"RoundFrame(kind={type(kind).__name__}.{kind.name}, weight={self.weight!r}, "
-                f"tensors={tensors})")
+                f"tensors={short_items(self.tensors, 'tensors')})")
 
 
 #: a frame's slot setters (as the payload's above)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from ..errors import ProtocolError, protocol_error, shown, shown_type
 from ..spec import (
@@ -22,7 +22,14 @@ from ..spec import (
     REC_CONTROL,
     U32_MAX,
 )
-from ._common import BytesLike, as_view, check_version, check_world_size, wire_int
+from ._common import (
+    BytesLike,
+    as_view,
+    check_version,
+    check_world_size,
+    short_items,
+    wire_int,
+)
 from .bincode import BincodeReader, encode_string, encode_varint
 
 __all__: list[str] = []
@@ -103,17 +110,8 @@ class Hello:
         than 80 characters by its first 40 and last 20 and its length (``'aaa...ccc' (100000
         characters)``), as an error message quotes a long text, so that the repr stays short
         whatever the Hello holds."""
-        return (f"Hello(host={shown(self.host)}, ranks={_few(self.ranks, 'ranks')}, "
-                f"model_sigs={_few(self.model_sigs, 'signatures')})")
-
-
-def _few(items: tuple[Any, ...], noun: str) -> str:
-    """``items`` as a tuple's repr, or, past 8 of them, by the first 3 and last 2 and their
-    count (``(0, 1, 2, ..., 8, 9) (10 ranks)``)."""
-    if len(items) <= 8:
-        return repr(items)
-    shown_items = ", ".join([*map(repr, items[:3]), "...", *map(repr, items[-2:])])
-    return f"({shown_items}) ({len(items)} {noun})"
+        return (f"Hello(host={shown(self.host)}, ranks={short_items(self.ranks, 'ranks')}, "
+                f"model_sigs={short_items(self.model_sigs, 'signatures')})")
 
 
 def _model_sigs(model_sigs: Iterable[bytes]) -> tuple[bytes, ...]:
