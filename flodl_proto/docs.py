@@ -426,8 +426,9 @@ def _auth(d: _DocInput, number: int) -> list[str]:
 def _examples(d: _DocInput, number: int) -> list[str]:
     """The worked examples, byte by byte."""
     body: list[str] = []
+    tag_len = d.spec.constants.get("AUTH_TAG_LEN")
     for i, (ename, ex) in enumerate(d.raw.get("examples", {}).items(), 1):
-        body += _render_example(d.raw, ename, ex, f"{number}.{i}")
+        body += _render_example(d.raw, ename, ex, f"{number}.{i}", tag_len)
     return body
 
 
@@ -693,7 +694,11 @@ def _const_value(v: Mapping[str, Any]) -> str:
 
 
 def _render_example(raw: Mapping[str, Any], name: str, ex: Mapping[str, Any],
-                    number: str) -> list[str]:
+                    number: str, tag_len: int | None) -> list[str]:
+    """One worked example: its heading and meta line, its steps, its bytes field by field and
+    in wire order, then each auth tag as the first ``tag_len`` bytes of the HMAC it shows
+    (``tag_len`` is the spec's ``AUTH_TAG_LEN``; without one, the byte count of the tag's own
+    field in the example)."""
     out = [f"### {number} {_text(ex.get('title', name))}", ""]
     msg = str(ex.get("message", ""))
     ver = ex.get("version")
@@ -726,12 +731,15 @@ def _render_example(raw: Mapping[str, Any], name: str, ex: Mapping[str, Any],
     for i in range(0, len(all_bytes), 16):
         out.append(f"{i:04x}  " + " ".join(all_bytes[i:i + 16]))
     out += ["```", ""]
+    sizes = {str(f.get("field")): len(str(f.get("bytes", "")).split())
+             for f in ex.get("fields", [])}
     for tag in ex.get("tags", []):
         covers = " followed by ".join(
             f"bytes {a} to {int(b) - 1} ({int(b) - int(a)} bytes)" for a, b in tag.get("covers", [])
         )
-        out.append(f"- `{tag.get('field')}` = the first 8 bytes of HMAC-SHA256(key = the salt, "
-                   f"message = {covers}); the full HMAC is `{tag.get('hmac')}`.")
+        first = tag_len if tag_len is not None else sizes.get(str(tag.get("field")), 0)
+        out.append(f"- `{tag.get('field')}` = the first {first} bytes of HMAC-SHA256(key = the "
+                   f"salt, message = {covers}); the full HMAC is `{tag.get('hmac')}`.")
     if ex.get("tags"):
         out.append("")
     return out

@@ -105,6 +105,26 @@ def test_the_doc_s_start_up_wait_is_generated_from_the_kit_s_default_and_the_spe
     assert "20" not in doc.split("A target has", 1)[1].split("\n\n", 1)[0]
 
 
+def test_the_doc_s_salt_length_is_generated_from_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The salt's length the doc states, in bytes and in hex digits (the placeholder table and
+    the salt file of a flodl build's target), is the spec's ``SESSION_SALT_BYTES`` read as the
+    doc is rendered, where the doc wrote 16 and 32 by hand."""
+    from flodl_proto.spec import SPEC
+
+    assert SPEC.const("SESSION_SALT_BYTES") == 16
+    words = ("| `{salt}` | both | the {n}-byte session salt as {hex} lowercase hex digits |\n"
+             "| `{salt_file}` | both | the path of a file holding those {hex} digits and a "
+             "newline |\n", "read the salt from\n`{salt_file}` ({hex} hex digits), run")
+    for w in words:
+        assert DOC.count(w.format(n=16, hex=32, salt="{salt}", salt_file="{salt_file}")) == 1
+    monkeypatch.setitem(SPEC.constants, "SESSION_SALT_BYTES", 24)
+    doc = render_conformance_doc(CATALOGUE)
+    for w in words:
+        assert doc.count(w.format(n=24, hex=48, salt="{salt}", salt_file="{salt_file}")) == 1
+    intro = doc.split("## Reading the case tables", 1)[0]
+    assert "16-byte" not in intro and "32 " not in intro
+
+
 def test_the_doc_s_stop_and_expectation_waits_are_generated_from_the_kit_s_defaults(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The waits of the kit the doc states (SIGTERM to SIGKILL, a closing target's grace, the

@@ -202,6 +202,24 @@ def test_spec_examples_are_byte_exact(name: str) -> None:
         assert res[1] == len(data)
 
 
+def test_the_worked_examples_tag_length_is_the_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worked example's tag line states the tag's length from the spec's ``AUTH_TAG_LEN`` as
+    the document is rendered, where the generator wrote "the first 8 bytes" by hand; a spec
+    without the constant (a ``--spec`` folder's) states the byte count of the tag's own field
+    in the example."""
+    tagged = [n for n, ex in SPEC.raw["examples"].items() if ex["tags"]]
+    lines = sum(len(SPEC.raw["examples"][n]["tags"]) for n in tagged)
+    assert len(tagged) >= 3 and lines >= 4
+    written = render_protocol_doc()
+    assert written.count("= the first 8 bytes of HMAC-SHA256(key = the salt, message = ") == lines
+    monkeypatch.setitem(SPEC.constants, "AUTH_TAG_LEN", 12)
+    doc = render_protocol_doc()
+    assert doc.count("= the first 12 bytes of HMAC-SHA256(key = the salt, message = ") == lines
+    assert "the first 8 bytes of HMAC-SHA256(key" not in doc
+    monkeypatch.delitem(SPEC.constants, "AUTH_TAG_LEN")
+    assert render_protocol_doc() == written  # each tag field of the examples holds 8 bytes
+
+
 def _doc_constant(text: str, name: str) -> int:
     m = re.search(rf"^\| `{name}` \| `0x([0-9A-F]{{8}})`", text, re.M)
     if m:

@@ -37,7 +37,10 @@ def _intro() -> str:
     ``--start-timeout``'s default; ``STOP_BOUND``, ``EXIT_GRACE``, ``OUTPUT_DRAIN``; an
     expectation's default wait, ``DEFAULT_WITHIN`` x the scale, at least
     ``DEFAULT_WITHIN_FLOOR``) and the spec's ``TIMEOUT_OPTION_MAXIMUM``, as the command's help
-    and its refusal state them."""
+    and its refusal state them; the salt's length (bytes, and hex digits) is the spec's
+    ``SESSION_SALT_BYTES``."""
+    salt_bytes = SPEC.const("SESSION_SALT_BYTES")
+    salt_hex = 2 * salt_bytes  # two hex digits a byte
     ready = _defaults.READY_TIMEOUT
     start_max = SPEC.timeout("TIMEOUT_OPTION_MAXIMUM")
     stop, grace = _seconds(_defaults.STOP_BOUND), _seconds(_defaults.EXIT_GRACE)
@@ -106,8 +109,8 @@ line (the world size and the version change from case to case):
 | `{{listen_port}}` | relay | the port the relay listens on for its ranks, picked as `{{port}}` |
 | `{{world_size}}` | both | the world size, a whole number, 1 or more |
 | `{{version}}` | both | the protocol version, `2` or `3` |
-| `{{salt}}` | both | the 16-byte session salt as 32 lowercase hex digits |
-| `{{salt_file}}` | both | the path of a file holding those 32 digits and a newline |
+| `{{salt}}` | both | the {salt_bytes}-byte session salt as {salt_hex} lowercase hex digits |
+| `{{salt_file}}` | both | the path of a file holding those {salt_hex} digits and a newline |
 
 The target's environment holds `FLODL_NET_TIMEOUT_SCALE` (`--timeout-scale`).
 
@@ -194,7 +197,7 @@ does (`\\u001b`).
 flodl's controller and relay are library types (`ClusterController`, `RelayChannel`), so point
 the kit at a small binary of your build that starts one from the placeholders and prints
 `listening on HOST:PORT` once bound. For a controller: bind the port, read the salt from
-`{{salt_file}}` (32 hex digits), run a `ClusterController` with `{{world_size}}` ranks on a
+`{{salt_file}}` ({salt_hex} hex digits), run a `ClusterController` with `{{world_size}}` ranks on a
 direct listener, and exit 0 after a clean end, non-zero after an error, 0 on SIGTERM. For a
 relay: a `RelayChannel` of kind data for ranks `{{ranks}}`, dialing `{{controller}}`, with its
 loopback listener on port `{{listen_port}}`. Then:
