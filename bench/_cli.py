@@ -20,6 +20,7 @@ import json
 import math
 import os
 import queue
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -216,13 +217,39 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
 
 def one_line(text: str) -> str:
     """``type=`` of a free text a script writes into ``bench/RESULTS.md`` (round.py's
-    ``--note``): text that ``str.isprintable`` accepts, so no line break, tab or other control
-    character (one would end the paragraph, or start a table row or a section, in the Markdown
-    file), refused with the first such character named and the text quoted."""
+    ``--note``, through :func:`results_note`): text that ``str.isprintable`` accepts, so no line
+    break, tab or other control character (one would end the paragraph, or start a table row or
+    a section, in the Markdown file), refused with the first such character named and the text
+    quoted."""
     bad = next((c for c in text if not c.isprintable()), None)
     if bad is not None:
         raise argparse.ArgumentTypeError(
             f"expected one line of printable text, got {shown(text)} (holds {bad!r})")
+    return text
+
+
+#: a line Markdown reads as a heading (up to 3 spaces, 1 to 6 ``#``, then a space or the end)
+_HEADING = re.compile(r" {0,3}#{1,6}(?= |$)")
+#: a line that opens a fenced code block (up to 3 spaces, 3 or more backticks with no backtick
+#: after them, or 3 or more tildes)
+_FENCE = re.compile(r" {0,3}(?:`{3,}(?!.*`)|~{3,})")
+
+
+def results_note(text: str) -> str:
+    """``type=`` of round.py's ``--note``, the sentence ``--write`` puts on a line of its own in
+    its ``bench/RESULTS.md`` section: one line of printable text (:func:`one_line`) that Markdown
+    reads as a paragraph. A note that would be a heading (``## x``: it split the section, and
+    the next ``--write`` took it for the start of the following one) or would open a code block
+    (a fence that held the rest of the file) is refused, naming what it starts with: ``'## x'
+    would be a heading in bench/RESULTS.md, not a note (it starts with '##')``. ``#1 fastest``
+    (no space after the ``#``) is a paragraph, and taken."""
+    one_line(text)
+    for pattern, what in ((_HEADING, "be a heading"), (_FENCE, "open a code block")):
+        m = pattern.match(text)
+        if m is not None:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} would {what} in bench/RESULTS.md, not a note (it starts with "
+                f"{m.group(0)!r})")
     return text
 
 

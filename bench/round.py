@@ -95,10 +95,10 @@ from _cli import (
     loading,
     mib_max,
     number,
-    one_line,
     one_of,
     option_message,
     queue_get,
+    results_note,
     run,
     shown,
     whole,
@@ -1153,9 +1153,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=number(0, inclusive=False), default=None,
                     help="seconds; start no configuration after this (the rest is listed)")
     ap.add_argument("--no-trace", action="store_true", help="run without the stage trace")
-    ap.add_argument("--note", default=None, type=one_line,
+    ap.add_argument("--note", default=None, type=results_note,
                     help="a sentence written above the table (one line: no line break, tab "
-                         "or other character that is not printable)")
+                         "or other character that is not printable; not a Markdown heading "
+                         "or code fence)")
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     ap.add_argument("--no-verdict", action="store_true",
                     help="exit 0 even when a target is missed (exploration)")

@@ -99,6 +99,30 @@ BAD = [
     ("round", ["--note", "x\x1b[2J", "--rounds", "0"],
      "bench/round.py: error: argument --note: expected one line of printable text, got "
      "'x\\x1b[2J' (holds '\\x1b')"),
+    # a note starts a line of bench/RESULTS.md: one read as a heading split the section (and
+    # the next --write took '## x' for the start of the following section), a fence held the
+    # rest of the file as code; '#1' (no space after it) and seven '#' are paragraphs, taken
+    ("round", ["--note", "## x", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '## x' would be a heading in bench/RESULTS.md, "
+     "not a note (it starts with '##')"),
+    ("round", ["--note", "   # x", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '   # x' would be a heading in "
+     "bench/RESULTS.md, not a note (it starts with '   #')"),
+    ("round", ["--note", "#", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '#' would be a heading in bench/RESULTS.md, not "
+     "a note (it starts with '#')"),
+    ("round", ["--note", "```text", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '```text' would open a code block in "
+     "bench/RESULTS.md, not a note (it starts with '```')"),
+    ("round", ["--note", "~~~ x", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '~~~ x' would open a code block in "
+     "bench/RESULTS.md, not a note (it starts with '~~~')"),
+    ("round", ["--note", "#1 fastest", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--note", "####### seven", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--note", "```a`b", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
     ("round", ["--time-budget", "-1"],
      "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
     ("round", ["--time-budget", "0"],
