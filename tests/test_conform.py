@@ -1603,3 +1603,35 @@ def test_a_signal_another_thread_received_stops_the_run_at_once() -> None:
     words, seconds = res.stdout.rsplit(" ", 1)
     assert words == "interrupted after", res.stdout
     assert float(seconds.rstrip("s\n")) < 10.0, res.stdout
+
+
+def test_the_kit_s_salts_take_their_length_from_the_spec(tmp_path: Path) -> None:
+    """The kit's salts are ``SESSION_SALT_BYTES`` long, where it wrote 16 by hand: under a spec
+    whose salt is 24 bytes (``FLODL_PROTO_SPEC_DIR``) a case's fresh salt and a step's ``zero``
+    salt are 24 bytes, a step's salt of 24 bytes in hex is taken and one of 16 is refused
+    naming 48 hex digits."""
+    import shutil
+
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(ROOT / "spec", spec_dir)
+    wire = (spec_dir / "wire.yaml").read_text(encoding="utf-8")
+    salt_len = "  SESSION_SALT_BYTES:\n    value: 16\n"
+    assert wire.count(salt_len) == 1
+    (spec_dir / "wire.yaml").write_text(wire.replace(salt_len, salt_len.replace("16", "24")),
+                                        encoding="utf-8")
+    code = (
+        "from types import SimpleNamespace\n"
+        "from flodl_proto.conform import builders, player\n"
+        "from flodl_proto.conform.catalogue import CatalogueError\n"
+        "ctx = builders.BuildContext(salt=bytes(24), version=2, world_size=1)\n"
+        "print(len(player.case_salt(SimpleNamespace(salt=None))),\n"
+        "      player.case_salt(SimpleNamespace(salt=b'k')),\n"
+        "      builders._salt('zero', ctx, 'step 1'), len(builders._salt('ab' * 24, ctx, 's')))\n"
+        "try:\n    builders._salt('ab' * 16, ctx, 'step 2')\n"
+        "except CatalogueError as e:\n    print(e)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FLODL_PROTO_SPEC_DIR": str(spec_dir)})
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (
+        f"24 b'k' {bytes(24)!r} 24\n"
+        f"step 2: salt must be wrong, zero or 48 hex digits, got '{'ab' * 16}'\n")

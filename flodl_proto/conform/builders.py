@@ -45,7 +45,7 @@ from ..codec.mux import (
     encode_mux_record_parts,
 )
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload, encode_round_frame_bytes
-from ..spec import AUTH_TAG_LEN, SPEC
+from ..spec import AUTH_TAG_LEN, SESSION_SALT_BYTES, SPEC
 from .catalogue import CatalogueError
 
 __all__ = ["BUILDERS", "TAMPERS", "BuildContext", "CatalogueError", "build", "frame_bytes",
@@ -97,13 +97,14 @@ def _salt(spec: Any, ctx: BuildContext, where: str) -> bytes:
     if spec == "wrong":
         return other_salt(ctx.salt)
     if spec == "zero":
-        return bytes(16)
+        return bytes(SESSION_SALT_BYTES)
     try:
         raw = bytes.fromhex(str(spec))
     except ValueError:
         raw = b""
-    if len(raw) != 16:
-        raise CatalogueError(f"{where}: salt must be wrong, zero or 32 hex digits, got {spec!r}")
+    if len(raw) != SESSION_SALT_BYTES:
+        raise CatalogueError(f"{where}: salt must be wrong, zero or {2 * SESSION_SALT_BYTES} hex "
+                             f"digits, got {spec!r}")
     return raw
 
 

@@ -47,7 +47,12 @@ from typing import Any, Final
 from .._oserr import os_reason
 from ..codec.mux import Hello, decode_mux_record, max_hello_payload, parse_mux_header
 from ..errors import ProtocolError
-from ..spec import MUX_AUTH_COVERED_HEADER_LEN, MUX_HEADER_LEN, MUX_RECORD_MAGIC
+from ..spec import (
+    MUX_AUTH_COVERED_HEADER_LEN,
+    MUX_HEADER_LEN,
+    MUX_RECORD_MAGIC,
+    SESSION_SALT_BYTES,
+)
 from ._defaults import EXIT_GRACE, READY_TIMEOUT, STOP_BOUND, default_within
 from .builders import BuildContext, build
 from .catalogue import Case, CatalogueError
@@ -566,6 +571,15 @@ class _Player:
         return any(c.peer_closed for c in self.conns.values())
 
 
+def case_salt(case: Case) -> bytes:
+    """The session salt a run of ``case`` uses: the case's own (a vector case's fixed salt),
+    else a fresh random one of ``SESSION_SALT_BYTES`` (16) bytes.
+
+    No upstream counterpart: upstream has no conformance kit.
+    """
+    return case.salt if case.salt is not None else secrets.token_bytes(SESSION_SALT_BYTES)
+
+
 def play_case(case: Case, version: int, make_target: Callable[[], Target],
               settings: KitSettings) -> CaseResult:
     """Run ``case`` at ``version`` against a fresh target.
@@ -594,7 +608,7 @@ def play_case(case: Case, version: int, make_target: Callable[[], Target],
     """
     t0 = time.monotonic()
     result = CaseResult(case, version)
-    salt = case.salt if case.salt is not None else secrets.token_bytes(16)
+    salt = case_salt(case)
     fd, salt_path = tempfile.mkstemp(prefix="flodl-conform-", suffix=".salt")
     with os.fdopen(fd, "w") as f:
         f.write(salt.hex() + "\n")
