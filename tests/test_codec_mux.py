@@ -1075,6 +1075,38 @@ def test_rust_debug_caps_payload_lists() -> None:
     assert rust_debug(exact) == "HostFrame { payload: [" + ", ".join(["0"] * 256) + "] }"
 
 
+def test_rust_debug_bounds_a_large_hello() -> None:
+    # a Hello of 100,000 ranks shows its first 256 ranks, one of 100,000 signatures the 8
+    # whole signatures 256 bytes hold; each list ends ', ...' as a capped payload does
+    many_ranks = MuxRecord.control_msg(Hello("h", range(100_000)), 3)
+    ranks = ", ".join(str(r) for r in range(256))
+    text = f'Control(Hello {{ host: "h", ranks: [{ranks}, ...], model_sigs: [] }})'
+    assert rust_debug(many_ranks) == text
+    assert len(text) == 1228
+    sig = "[" + ", ".join(["7"] * 32) + "]"
+    many_sigs = MuxRecord.control_msg(Hello("h", [0], [bytes([7] * 32)] * 100_000), 3)
+    text = f'Control(Hello {{ host: "h", ranks: [0], model_sigs: [{", ".join([sig] * 8)}, ...] }})'
+    assert rust_debug(many_sigs) == text
+    assert len(text) == 843
+    # the bounds follow `limit`: 3 ranks, and no whole signature in 3 bytes
+    both = MuxRecord.control_msg(Hello("h", range(5), [bytes(32)] * 2), 3)
+    assert rust_debug(both, limit=3) == ('Control(Hello { host: "h", ranks: [0, 1, 2, ...], '
+                                         "model_sigs: [...] })")
+    # at the bounds every item is shown, as upstream shows it
+    full = MuxRecord.control_msg(Hello("h", range(256), [bytes(32)] * 8), 3)
+    zeros = "[" + ", ".join(["0"] * 32) + "]"
+    assert rust_debug(full) == (f'Control(Hello {{ host: "h", ranks: [{ranks}], '
+                                f'model_sigs: [{", ".join([zeros] * 8)}] }})')
+
+
+def test_rust_debug_of_an_empty_cap() -> None:
+    # a limit of 0 (or below) shows no byte: '[...]', not '[, ...]'
+    rec = MuxRecord.data(1, b"abc")
+    assert rust_debug(rec, limit=0) == "Data { rank: 1, payload: [...] }"
+    assert rust_debug(rec, limit=-5) == "Data { rank: 1, payload: [...] }"
+    assert rust_debug(MuxRecord.data(1, b""), limit=0) == "Data { rank: 1, payload: [] }"
+
+
 def test_rust_debug_of_a_decoded_record() -> None:
     rec, _ = decode_mux_record(record(SALT_B, 2, 0, bytes.fromhex("00026830020001")), SALT_B)
     assert rust_debug(rec) == 'Control(Hello { host: "h0", ranks: [0, 1], model_sigs: [] })'

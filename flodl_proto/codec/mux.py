@@ -697,13 +697,24 @@ def read_headed_record(mv: memoryview, salt: bytes | None, version: int,
 
 def rust_debug(record: MuxRecord, limit: int = 256) -> str:
     """Upstream's ``{:?}`` rendering of a mux record, for messages that quote a record as
-    upstream's do (payload byte lists capped at ``limit`` bytes).
+    upstream's do, bounded: a payload byte list shows its first ``limit`` bytes, a Hello's rank
+    list its first ``limit`` ranks, and its signature list as many whole signatures as
+    ``limit`` bytes hold (8 of 32 bytes at the default 256), each list followed by ``, ...``
+    when it has more (``ranks: [0, 1, 2, ...]``, ``model_sigs: [...]``), so that a record of
+    any size (a Hello of 100,000 ranks) renders in a few kilobytes. A record within the
+    bounds renders exactly as upstream's does. Raises nothing.
 
-    Upstream: Rust's derived ``Debug`` for ``relay/mux.rs`` ``MuxRecord`` / ``RelayControlMsg``.
+    Upstream: Rust's derived ``Debug`` for ``relay/mux.rs`` ``MuxRecord`` / ``RelayControlMsg``
+    (which writes every item; the bound is this package's).
     """
-    def blist(mv: memoryview) -> str:
-        items = ", ".join(str(b) for b in bytes(mv[:limit]))
-        return f"[{items}{', ...' if mv.nbytes > limit else ''}]"
+    def capped(items: Sequence[Any], cap: int, item: Callable[[Any], str] = str) -> str:
+        cap = max(cap, 0)
+        text = ", ".join(item(x) for x in items[:cap])
+        more = len(items) > cap
+        return f"[{text}{', ' if text and more else ''}{'...' if more else ''}]"
+
+    def blist(data: Sequence[int]) -> str:
+        return capped(data, limit)
 
     if record.kind is RecordKind.DATA:
         return f"Data {{ rank: {record.rank}, payload: {blist(record.payload)} }}"
@@ -717,7 +728,7 @@ def rust_debug(record: MuxRecord, limit: int = 256) -> str:
     if isinstance(msg, RankExit | DeclareDead):
         return f"Control({type(msg).__name__} {{ rank: {msg.rank} }})"
     if isinstance(msg, Hello):
-        sigs = ", ".join("[" + ", ".join(str(b) for b in s) + "]" for s in msg.model_sigs)
-        return (f"Control(Hello {{ host: {json.dumps(msg.host)}, ranks: {ranks_str(msg.ranks)}, "
-                f"model_sigs: [{sigs}] }})")
+        sigs = capped(msg.model_sigs, limit // MODEL_SIG_LEN, blist)
+        return (f"Control(Hello {{ host: {json.dumps(msg.host)}, ranks: "
+                f"{capped(msg.ranks, limit)}, model_sigs: {sigs} }})")
     return f"Control({msg!r})"  # pragma: no cover - every variant is handled above
