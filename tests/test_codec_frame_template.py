@@ -160,6 +160,16 @@ def test_a_template_takes_what_a_frame_takes_at_its_limits(
      {"field": "layout", "expected": "a sequence of (dtype tag, shape) pairs", "got": "int"}),
     ([(0, (1,) * 65)], "tensor.ndim_unsupported",
      {"where": "FrameTemplate", "ndim": 65, "max": 64}),
+    # the dim count is refused before a dim is converted or held: a bad 66th dim, a range
+    # of 10**12 dims, a generator (its count is not known ahead: "more than 64")
+    ([(0, (1,) * 65 + ("x",))], "tensor.ndim_unsupported",
+     {"where": "FrameTemplate", "ndim": 66, "max": 64}),
+    ([(1, range(10**12))], "tensor.ndim_unsupported",
+     {"where": "FrameTemplate", "ndim": 10**12, "max": 64}),
+    ([(0, (1 for _ in range(65)))], "tensor.ndim_unsupported",
+     {"where": "FrameTemplate", "ndim": "more than 64", "max": 64}),
+    ([(0, iter(int, 1))], "tensor.ndim_unsupported",  # a shape that never ends
+     {"where": "FrameTemplate", "ndim": "more than 64", "max": 64}),
     ([(0, (2 ** 28,)), (1, (1,))], "template.too_large",  # 1 GiB + 2 bytes
      {"index": 1, "total": 2 ** 30 + 2, "ceiling": 2 ** 30}),
     ([(1, (0, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 32 - 1))], "tensor.shape_unrepresentable_local",

@@ -251,6 +251,60 @@ def test_tensor_payload_too_many_dims() -> None:
            "round_frame: tensor has 256 dimensions; the u8 ndim field carries at most 255")
 
 
+def _gen(n: int) -> Any:
+    return (1 for _ in range(n))
+
+
+# every way a caller gives a payload's shape: MAX_NDIM (255) dims are taken, one more is
+# refused with tensor.too_many_dims naming the count, before the dims are held (a range of
+# 10**12 dims or a generator that never ends included); a shape whose length is not known
+# ahead is named "more than 255" once its 256th dim is drawn
+@pytest.mark.parametrize(("build", "ndim"), [
+    (lambda: TensorPayload(0, [1] * 256, bytes(4)), 256),
+    (lambda: TensorPayload(0, (1,) * 256, bytes(4)), 256),
+    (lambda: TensorPayload(0, np.ones(256, np.int64), bytes(4)), 256),
+    (lambda: TensorPayload(0, range(10**12), b""), 10**12),
+    (lambda: TensorPayload(0, range(2**64), b""), "more than 255"),  # len() overflows
+    (lambda: TensorPayload(0, _gen(256), bytes(4)), "more than 255"),
+    (lambda: TensorPayload(0, iter(int, 1), b""), "more than 255"),  # never ends
+    (lambda: TensorPayload.elide(1, [1] * 300), 300),
+    # a copy or an unpickled payload is built by the constructor: refused as the caller's
+    (lambda: copy.copy(TensorPayload.trusted(0, (1,) * 256, memoryview(b""))), 256),
+    (lambda: pickle.loads(pickle.dumps(TensorPayload.trusted(0, (1,) * 256, memoryview(b"")))),
+     256),
+], ids=["list", "tuple", "ndarray", "range", "range-past-ssize", "generator", "endless",
+        "elide", "copy", "pickle"])
+def test_every_caller_shape_over_max_ndim_is_refused(build: Any, ndim: int | str) -> None:
+    with pytest.raises(errors.InvalidValue) as ei:
+        build()
+    expect(ei, errors.InvalidValue, False, "tensor.too_many_dims", {"ndim": ndim, "max": 255},
+           f"round_frame: tensor has {ndim} dimensions; the u8 ndim field carries at most 255")
+
+
+@pytest.mark.parametrize("shape", [[1] * 255, (1,) * 255, range(1, 256), _gen(255),
+                                   np.ones(255, np.int64)],
+                         ids=["list", "tuple", "range", "generator", "ndarray"])
+def test_a_caller_shape_of_max_ndim_is_taken(shape: Any) -> None:
+    p = TensorPayload(0, shape, b"")
+    assert p.ndim == 255 and p.shape[:2] in ((1, 1), (1, 2)) and len(p.shape) == 255
+
+
+def test_a_peer_shape_cannot_pass_max_ndim() -> None:
+    """The wire's ndim field is one byte: its largest value, 255, is MAX_NDIM, and a frame of
+    255 dims decodes as a frame, a HostFrame or a Broadcast (upstream reads any u8), so a shape
+    from a peer never has more dims than a caller's may."""
+    from flodl_proto.codec.mux import MuxRecord, decode_mux_record, encode_mux_record_bytes
+    from flodl_proto.spec import MAX_NDIM
+    assert MAX_NDIM == 0xFF
+    wire = signed(head(1) + tensor(0, [1] * 255, bytes(4)))
+    assert wire[18] == 0xFF  # the tensor's ndim byte
+    frame, _ = decode_round_frame(wire, SALT)
+    assert frame.tensors[0].shape == (1,) * 255
+    for rec in (MuxRecord.host_frame(wire), MuxRecord.broadcast(wire)):
+        got, _ = decode_mux_record(encode_mux_record_bytes(rec, SALT), SALT)
+        assert got.frame(SALT).tensors[0].shape == (1,) * 255
+
+
 @pytest.mark.parametrize(("shape", "dim", "value"), [
     ([2, -1], 1, -1), ([2**32], 0, 2**32), ([1, 1, 2**40], 2, 2**40), ([3, 2**32, 5], 1, 2**32)])
 def test_tensor_payload_dim_out_of_u32(shape: list[int], dim: int, value: int) -> None:

@@ -11,6 +11,7 @@ Upstream: ``flodl/src/distributed/controller/round_frame.rs`` (``RoundFrame``, `
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import numbers
 import struct as _struct
@@ -164,6 +165,35 @@ def _no_shape(shape: Any, field: str) -> ProtocolError | None:
     return None  # a NumPy array of numbers or a NumPy scalar: iterated as any shape
 
 
+def _dims_at_most(shape: Any, most: int) -> tuple[tuple[Any, ...] | None, int | str]:
+    """``shape``'s items and their count when it has at most ``most`` of them, else None and
+    its count: a sized shape's ``len`` (a ``range``, a list, a NumPy array), found without
+    iterating it, or, for one whose length is not known (a generator, a ``range`` too long
+    for ``len``), the text ``"more than {most}"``, after iterating ``most + 1`` items. A
+    shape of too many dims is so refused before they are held (a tuple of every dim of
+    ``range(3 * 10**7)`` took 1.2 GB before its count was compared). Shared by
+    :class:`TensorPayload` (``most`` 255, :data:`MAX_NDIM`) and
+    :class:`~flodl_proto.codec.template.FrameTemplate`'s layout (64).
+
+    Raises:
+        TypeError: ``shape`` does not iterate (as ``tuple(shape)`` raises it), and whatever
+            its iteration raises.
+
+    No upstream counterpart (upstream's shapes are typed ``Vec<u32>``)."""
+    if type(shape) is tuple or type(shape) is list:
+        return (tuple(shape), len(shape)) if len(shape) <= most else (None, len(shape))
+    try:
+        count: int | None = len(shape)
+    except (TypeError, OverflowError):  # no length, or one past sys.maxsize
+        count = None
+    if count is not None and count > most:
+        return None, count
+    items = tuple(itertools.islice(shape, most + 1))
+    if len(items) > most:
+        return None, f"more than {most}"
+    return items, len(items)
+
+
 #: what a dim is, for the error naming a dim that is no number
 _DIM_EXPECTED: Final = "a dim (an integer 0..2**32-1)"
 
@@ -189,7 +219,9 @@ class TensorPayload:
 
     Raises:
         InvalidValue (local): a field is out of its wire range (``frame.bad_field``,
-            ``tensor.too_many_dims``, ``tensor.dim_too_large``), ``shape`` is no sequence (a
+            ``tensor.too_many_dims``, ``tensor.dim_too_large``; a shape of more than 255 dims
+            is refused before its dims are held, named by its ``len``, or ``more than 255``
+            for one of no known length, a generator), ``shape`` is no sequence (a
             number, or text, NumPy text too, named with its dtype: ``frame.bad_type`` naming
             ``shape`` and its type; a bytes-like
             object, whose bytes would be taken as the dims: ``frame.bad_field`` naming
@@ -228,12 +260,12 @@ class TensorPayload:
             if refused is not None:
                 raise refused
         try:
-            given = tuple(shape)
+            given, ndim = _dims_at_most(shape, MAX_NDIM)
         except TypeError:
             raise protocol_error("frame.bad_type", field="shape", expected="a sequence of ints",
                                  got=shown_type(shape)) from None
-        if len(given) > MAX_NDIM:
-            raise protocol_error("tensor.too_many_dims", ndim=len(given), max=MAX_NDIM)
+        if given is None:  # more than MAX_NDIM, refused before the dims are held
+            raise protocol_error("tensor.too_many_dims", ndim=ndim, max=MAX_NDIM)
         dims = []
         for i, g in enumerate(given):
             d = wire_int(g)

@@ -31,7 +31,7 @@ from ..spec import (
 )
 from ._arrays import no_number
 from ._common import BytesLike, as_view, check_ceiling, wire_int
-from ._frame_model import _SHAPE_LOOKED_AT, _no_shape
+from ._frame_model import _SHAPE_LOOKED_AT, _dims_at_most, _no_shape
 from ._walk import _FrameWalk
 from .auth import check_salt, new_mac
 from .round_frame import (
@@ -103,7 +103,8 @@ class FrameTemplate:
             number (text, bytes, None: ``frame.bad_type`` naming ``layout[i] dtype`` or
             ``layout[i] shape[k]`` and its type), a dtype
             other than f32 / bf16 (``frame.bad_field``), more than 64 dims (NumPy's limit,
-            ``tensor.ndim_unsupported``), a dim outside ``0..2**32-1``
+            ``tensor.ndim_unsupported``, found before a dim is converted, as
+            :class:`TensorPayload` finds more than 255), a dim outside ``0..2**32-1``
             (``frame.dim_too_large``), a ``lead`` that is not bytes-like (``codec.not_bytes_like``).
         LimitExceeded (local): more than 65,536 tensors (``frame.too_many_tensors_local``),
             payloads over ``ceiling`` (``template.too_large``), a zero-element shape whose other
@@ -216,21 +217,21 @@ def _template_layout(layout: Iterable[Any], ceiling: int
             if refused is not None:
                 raise refused
         try:
-            given = tuple(shape)
+            given, ndim = _dims_at_most(shape, _NUMPY_MAX_NDIM)
         except (TypeError, ValueError):
             raise _not_a_pair(i, entry) from None
         # the codec's one integer rule (wire_int: no bool, no float); a dtype or dim that is
         # no number at all (text, bytes, None) is the wrong type of argument
         dtype = _layout_int(d, i, entry, "dtype", "a wire dtype tag (0 f32 or 1 bf16)")
+        if given is None:  # refused before its dims are held or converted
+            raise protocol_error("tensor.ndim_unsupported", where="FrameTemplate",
+                                 ndim=ndim, max=_NUMPY_MAX_NDIM)
         dims_list = [_layout_int(g, i, entry, f"shape[{k}]", "a dim (an integer 0..2**32-1)")
                      for k, g in enumerate(given)]
         dims = tuple(dims_list)
         if dtype not in _NUMPY_DTYPE:
             raise protocol_error("frame.bad_field", field="dtype", value=dtype,
                                  reason="a template carries f32 (0) or bf16 (1) payloads")
-        if len(dims) > _NUMPY_MAX_NDIM:
-            raise protocol_error("tensor.ndim_unsupported", where="FrameTemplate",
-                                 ndim=len(dims), max=_NUMPY_MAX_NDIM)
         for k, n in enumerate(dims):
             if not 0 <= n <= U32_MAX:
                 raise protocol_error("frame.dim_too_large", index=i, dim=k, value=n)
