@@ -632,6 +632,19 @@ def _members(enum: str, *names: str) -> dict[str, Any]:
     return members
 
 
+def _codes(enum: str, *names: str) -> dict[str, int]:
+    """``{member name: code}`` of enum ``enum`` (:meth:`Spec.enum`), holding at least
+    ``names``, which the package reads as it is imported: the enum and the members checked
+    by :func:`_members`, so that a spec without one is refused in one place, in one line.
+
+    Raises:
+        SpecError: as :func:`_members` (``wire.yaml: missing member 'DATA' of enum
+            'RecordKind' (the package reads it)``).
+    """
+    _members(enum, *names)
+    return SPEC.enum(enum)
+
+
 HANDSHAKE_MAGIC_RANK: Final = _c("HANDSHAKE_MAGIC_RANK")
 HANDSHAKE_MAGIC_CONTROLLER_ACK: Final = _c("HANDSHAKE_MAGIC_CONTROLLER_ACK")
 ROUND_FRAME_MAGIC: Final = _c("ROUND_FRAME_MAGIC")
@@ -674,20 +687,17 @@ DTYPE_BF16: Final = int(_dtypes["BF16"]["code"])
 ELEMENT_SIZE: Final[Mapping[int, int]] = {
     int(v["code"]): int(v["element_size"]) for v in _dtypes.values()
 }
-_members("RoundKind", "MODEL", "CONTROL")
-_members("RecordKind", "DATA", "CONTROL", "HOST_FRAME", "BROADCAST")
-_members("ControlVariant", "Hello", "HelloAck", "RankExit", "DeclareDead")
-_members("Channel", "data")
-_kinds = SPEC.enum("RoundKind")
+_kinds = _codes("RoundKind", "MODEL", "CONTROL")
 ROUND_KIND_MODEL: Final = _kinds["MODEL"]
 ROUND_KIND_CONTROL: Final = _kinds["CONTROL"]
-_rk = SPEC.enum("RecordKind")
+_rk = _codes("RecordKind", "DATA", "CONTROL", "HOST_FRAME", "BROADCAST")
 REC_DATA: Final = _rk["DATA"]
 REC_CONTROL: Final = _rk["CONTROL"]
 REC_HOST_FRAME: Final = _rk["HOST_FRAME"]
 REC_BROADCAST: Final = _rk["BROADCAST"]
-CONTROL_VARIANTS: Final[Mapping[str, int]] = SPEC.enum("ControlVariant")
-CHANNELS: Final[Mapping[str, int]] = SPEC.enum("Channel")
+CONTROL_VARIANTS: Final[Mapping[str, int]] = _codes("ControlVariant", "Hello", "HelloAck",
+                                                    "RankExit", "DeclareDead")
+CHANNELS: Final[Mapping[str, int]] = _codes("Channel", "data")
 #: the largest u32 (``types.u32``: 4 bytes)
 U32_MAX: Final = (1 << (8 * int(SPEC.raw["types"]["u32"]["size"]))) - 1
 _hello_fields = {f["name"]: f for f in next(

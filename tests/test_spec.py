@@ -786,9 +786,11 @@ def test_docs_of_a_spec_that_fails_to_load_ends_alike_for_both_files(
     (("enums", "Dtype", "values", "BF16"), "member 'BF16' of enum 'Dtype'"),
     (("enums", "ControlVariant", "values", "DeclareDead"),
      "member 'DeclareDead' of enum 'ControlVariant'"),
+    (("enums", "RecordKind", "values", "BROADCAST"), "member 'BROADCAST' of enum 'RecordKind'"),
+    (("enums", "Channel", "values", "data"), "member 'data' of enum 'Channel'"),
     (("timeouts", "ENV_NET_TIMEOUT_SCALE"), "timeout 'ENV_NET_TIMEOUT_SCALE'"),
     (("timeouts", "WRITE_STALL"), "timeout 'WRITE_STALL'"),
-], ids=["kind", "dtype", "variant", "env-timeout", "run-timeout"])
+], ids=["kind", "dtype", "variant", "record", "channel", "env-timeout", "run-timeout"])
 def test_a_spec_folder_from_the_environment_without_an_enum_member_or_timeout_is_one_line(
         path: tuple[str, ...], what: str, tmp_path: Path) -> None:
     """A ``$FLODL_PROTO_SPEC_DIR`` spec without an enum member or a timeout the package reads
