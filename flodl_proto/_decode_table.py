@@ -113,6 +113,8 @@ def _element_reader(a: float, unit: int) -> Callable[[str], bool]:
         if v not in (lo_mid, hi_mid):
             return False
         q = Fraction(s)
+        # on a midpoint: reached by four f32 from 1.5e16 up (15728640536870912, whose fewest
+        # digits 1.572864e+16 are its midpoint to the value below), never by a bf16
         return (lo_mid < q < hi_mid) or (even and q in (lo_mid, hi_mid))
 
     return reads_back

@@ -13,8 +13,9 @@ import json
 import re
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -693,6 +694,81 @@ def test_the_table_writes_each_value_as_the_dissector_does() -> None:
     f64 = rng.integers(0, 2 ** 63, 3000, dtype=np.uint64).view(np.float64)
     wrong = [(float(v), _num(float(v))) for v in f64 if _num(float(v)) != shortest(float(v))]
     assert not wrong, wrong[:10]
+
+
+# the f32 values (bits) whose shortest decimal lies exactly on the midpoint to the neighbour
+# below, and reads back as them only by the tie rule (ties to the even bits, as a parser rounds):
+# 0x5a5f8476 is 15728640536870912, 0x5a5f8475 below it 15728639463129088, the decimal
+# 1.572864e+16 their midpoint (test_the_only_elements_written_on_a_midpoint_are_four_f32 finds
+# them)
+_ON_A_MIDPOINT = [
+    (0x5A5F8476, "1.572864e+16", "1.5728639e+16"),
+    (0x5ADF8476, "3.145728e+16", "3.1457279e+16"),
+    (0x5B5F8476, "6.291456e+16", "6.2914558e+16"),
+    (0x5BDF8476, "1.2582912e+17", "1.25829116e+17"),
+]
+
+
+@pytest.mark.parametrize(("bits", "even", "odd"), _ON_A_MIDPOINT,
+                         ids=[hex(b) for b, _, _ in _ON_A_MIDPOINT])
+def test_an_f32_on_a_midpoint_tie_is_written_in_its_fewest_digits(bits: int, even: str,
+                                                                   odd: str) -> None:
+    from flodl_proto._decode_table import _num
+
+    a = struct.unpack("<f", struct.pack("<I", bits))[0]
+    below = struct.unpack("<f", struct.pack("<I", bits - 1))[0]
+    assert Fraction(even) == (Fraction(a) + Fraction(below)) / 2  # exactly on the midpoint
+    assert (_num(a, "f32"), _num(-a, "f32"), _num(below, "f32")) == (even, "-" + even, odd)
+    # each reads back as its own bits (a parser rounds the tie to the even bits)
+    assert np.array([even, odd], "<f4").view("<u4").tolist() == [bits, bits - 1]
+
+
+def _short_midpoints(frac_bits: int) -> Iterator[tuple[int, int]]:
+    """Every midpoint between adjacent finite values of a binary format of ``frac_bits``
+    fraction bits (f32 23, bf16 7) from 2**53 up that has at most 9 significant digits, with
+    the half step to its neighbours: an odd multiple of 2**(E - frac_bits - 1) in the binade
+    [2**E, 2**(E + 1)), and a multiple of 10**j, j its digits less 9. Below 2**53 a midpoint
+    has more fraction digits than both its neighbours, or is a whole number below 1e16, which
+    the table writes with .0 and never searches."""
+    for e in range(53, 128):
+        t = e - frac_bits - 1
+        j = len(str(2 ** e)) - 9
+        if t - j < 0:
+            continue
+        step = 2 ** (t - j)  # k * 10**j has exactly t factors of 2: k / step is odd
+        k = -(-(2 ** e) // 10 ** j // step) * step
+        while k * 10 ** j < 2 ** (e + 1):
+            if (k // step) % 2 and len(str(k * 10 ** j).rstrip("0")) <= 9:
+                yield k * 10 ** j, 2 ** t
+            k += step
+
+
+def test_the_only_elements_written_on_a_midpoint_are_four_f32() -> None:
+    """The table's search for an element's fewest digits tries only decimals of at most 9
+    digits: every one that lies exactly on a midpoint between two f32 values (104) is tried
+    with both its neighbours, whose texts are the dissector's reference; the four f32 of
+    _ON_A_MIDPOINT are the only values written on a midpoint, which reads back as them by the
+    tie rule. A bf16 midpoint from 2**53 up is an odd number below 512 times a power of two,
+    never a multiple of 10**8 as a decimal of 9 digits that large is: there is none."""
+    from flodl_proto._decode_table import _num
+
+    from .test_dissector_values import element_text
+
+    on_midpoint = []
+    counts = []
+    for dtype, frac_bits in (("f32", 23), ("bf16", 7)):
+        mids = list(_short_midpoints(frac_bits))
+        counts.append(len(mids))
+        for mid, half in mids:
+            for a in (float(mid - half), float(mid + half)):
+                if a > 3.4028234663852886e38:
+                    continue
+                text = _num(a, dtype)
+                assert text == element_text(a, dtype), (dtype, a)
+                if Fraction(text) == mid:
+                    on_midpoint.append((dtype, text))
+    assert counts == [104, 0]
+    assert on_midpoint == [("f32", even) for _, even, _ in _ON_A_MIDPOINT]
 
 
 def test_the_table_writes_a_weight_as_python_repr_and_the_json() -> None:
