@@ -24,6 +24,7 @@ from .._oserr import file_kind
 from ..errors import ProtocolError, protocol_error, shown
 from ..spec import SESSION_SALT_BYTES
 from ._option_error import OptionError
+from ._paths import file_in_the_way, input_path_problem
 
 __all__ = [
     "RACED_SALT_STEP",
@@ -218,8 +219,6 @@ def cli_salt(salt: str | None, salt_file: str | None) -> bytes:
     try:
         return resolve_salt(salt, salt_file)
     except OSError as e:
-        from .docs import input_path_problem
-
         raise OptionError("--salt-file", input_path_problem(str(salt_file), e)) from None
     except ProtocolError as e:
         if salt_file is not None:
@@ -292,7 +291,7 @@ class SaltNotWritten(Exception):
 
 class SaltPathInTheWay(Exception):
     """A file (not a folder) stands where a folder of the new salt file's path should be
-    (``why``: :func:`~flodl_proto.commands.docs.file_in_the_way`'s words, ``'a-file/salt.hex':
+    (``why``: :func:`~flodl_proto.commands._paths.file_in_the_way`'s words, ``'a-file/salt.hex':
     Not a directory (a-file is a file, not a folder)``), or a loop of symbolic links
     (``'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of symbolic
     links)``, as an existing ``--salt-file`` that is one: ``'loop1': Too many levels of
@@ -336,8 +335,6 @@ def demo_salt(path: str | None) -> tuple[str, str]:
                                 "path in it")
     target = Path(path)
     if not os.path.lexists(target):  # a link to no file is read (and refused), not written
-        from .docs import file_in_the_way
-
         # a file, or a loop of links (as for an existing --salt-file), where a folder of the
         # path should be: a usage error, found before any folder is made
         if (why := file_in_the_way(path, target.parent)) is not None:

@@ -71,7 +71,7 @@ from ..errors import ProtocolError, shown
 from ..spec import SUPPORTED_VERSIONS
 from ._option_error import option_conflict, option_message
 from ._output import rich_console
-from .docs import output_path
+from ._paths import output_path
 from .relay import TIMEOUT_MAXIMUM, check_net_timeout_scale, whole_number
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def _start_timeout(text: str) -> float:
 
 
 def _report_path(text: str) -> Path:
-    """argparse ``type=`` of ``--junit`` and ``--json``: :func:`output_path`, but not ``-``
+    """argparse ``type=`` of ``--junit`` and ``--json``: :func:`~._paths.output_path`, but not ``-``
     (stdout carries the case lines, which a report there would be mixed with).
 
     Raises:

@@ -78,6 +78,7 @@ from ._output import (
     queued_stderr_logging,
     report_dropped,
 )
+from ._paths import file_in_the_way, path_text
 from ._waits import WAIT_STEP
 from .relay import (
     NO_SUCH_NAME,
@@ -89,7 +90,6 @@ from .relay import (
     cli_salt,
     for_option,
     frame_ceiling,
-    path_text,
     positive_seconds,
     resolve_salt,
     signals_stop,
@@ -303,8 +303,6 @@ def run(args: argparse.Namespace) -> int:
     except (ProtocolError, ValueError, OSError) as e:
         return _usage_error(str(e))
     if args.checkpoint_dir is not None:
-        from .docs import file_in_the_way
-
         # a file, or a loop of links, where a folder of DIR should be: in the words of every
         # path option (``'a-file/sub': Not a directory (a-file is a file, not a folder)``)
         problem = file_in_the_way(args.checkpoint_dir, Path(args.checkpoint_dir))

@@ -66,12 +66,12 @@ from ..cli import interrupts_held
 from ..errors import ProtocolError, shown_name
 from ..spec import SUPPORTED_VERSIONS
 from ._option_error import option_message
+from ._paths import input_path_problem, path_text
 from .relay import (
     add_frame_ceiling_option,
     byte_count,
     check_world_size,
     frame_ceiling,
-    path_text,
     tcp_port,
     whole_number,
 )
@@ -354,8 +354,6 @@ def _read_input(name: str, hex_text: bool, limit: int,
         if name == "-":
             raise _Unreadable(f"{shown_name(str(e.filename or name))}: {os_reason(e)}",
                               path=False) from None
-        from .docs import input_path_problem
-
         raise _Unreadable(input_path_problem(str(e.filename or name), e), path=True) from None
     if not hex_text:
         return raw

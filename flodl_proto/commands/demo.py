@@ -131,11 +131,11 @@ from ._demo_watch import (
 )
 from ._option_error import OptionError, option_message
 from ._output import rich_console
+from ._paths import input_path_problem, path_text
 from ._salt import SaltNotWritten, SaltPathInTheWay, demo_salt
 from ._waits import get_item, join_thread, wait_process
 from .relay import (
     check_net_timeout_scale,
-    path_text,
     real_number,
     whole_number,
 )
@@ -424,8 +424,6 @@ def run(args: argparse.Namespace) -> int:
               f"{shown_name(args.salt_file)}: {os_reason(e.error)}", file=sys.stderr)
         return 1
     except (OSError, ProtocolError) as e:  # the path quoted, as every input path's line
-        from .docs import input_path_problem
-
         why = (input_path_problem(args.salt_file, e) if isinstance(e, OSError)
                else f"{shown(args.salt_file)}: {e}")
         print(f"flodl-proto demo: error: {option_message('--salt-file', why)}",

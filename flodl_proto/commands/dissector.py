@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..dissector import default_ports, render_dissector
-from .docs import output_path, write_output
+from ._paths import output_path
+from .docs import write_output
 from .relay import tcp_port
 
 __all__ = ["register"]
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the dissector; return 0, or 1 when the file cannot be written (one stderr line,
     ``flodl-proto dissector: error: cannot write PATH: WHY``, as the other generators). A
     ``--out`` that names a folder or runs through a file is refused before, with the command
-    line (exit 2: :func:`~.docs.output_path`)."""
+    line (exit 2: :func:`~._paths.output_path`)."""
     text = render_dissector(args.port)
     if str(args.out) == "-":
         print(text, end="")  # a closed stdout (None) takes nothing

@@ -83,6 +83,7 @@ from ._host_name import host_name
 from ._number_args import listen_port, read_whole_number, real_number, tcp_port, whole_number
 from ._option_error import OptionError, option_field
 from ._output import queued_stderr_logging, report_dropped
+from ._paths import path_text
 from ._salt import (
     SALT_ENV,
     SALT_FILE_MAX_BYTES,
@@ -113,7 +114,6 @@ __all__ = [
     "frame_ceiling",
     "parse_ranks",
     "parse_salt",
-    "path_text",
     "real_number",
     "register",
     "resolve_salt",
@@ -139,21 +139,6 @@ def check_world_size(world_size: int) -> None:
     if not 1 <= world_size <= U32_MAX:
         raise OptionError("--world-size", f"must be in 1..{U32_MAX} (the handshake's u32 field), "
                                           f"got {world_size}")
-
-
-def path_text(text: str) -> str:
-    """argparse ``type=`` of an input path option (``--salt-file``, ``--checkpoint-dir``,
-    ``decode FILE``, ``docs --spec``): the text, unless it is empty (an empty path is the current
-    folder to the operating system, so ``--salt-file ''`` read "Is a directory").
-
-    Raises:
-        argparse.ArgumentTypeError: ``text`` is empty (argparse names the option).
-
-    No upstream counterpart: upstream's binaries take no path options.
-    """
-    if not text:
-        raise argparse.ArgumentTypeError("is empty; give a path")
-    return text
 
 
 #: the largest round or rank timeout once scaled by ``FLODL_NET_TIMEOUT_SCALE``, seconds

@@ -19,7 +19,7 @@ from .._oserr import os_reason
 from ..cli import interrupts_held
 from ..errors import shown, shown_name
 from ._option_error import option_message
-from .docs import file_in_the_way, input_path_problem
+from ._paths import file_in_the_way, input_path_problem
 
 __all__ = ["BUNDLED_VECTORS", "check_folders", "compare_folders", "register"]
 
@@ -78,7 +78,7 @@ def _output_folder(text: str) -> Path:
     """argparse ``type=`` of ``vectors export DIR``: :func:`_folder`'s path, refused with the
     command line, before any work, when it is a file (a FIFO, a device) or a loop of symbolic
     links, or has one where a folder of it should be, as every output path of the command line
-    is (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file/sub': Not a directory
+    is (:func:`~flodl_proto.commands._paths.file_in_the_way`: ``'a-file/sub': Not a directory
     (a-file is a file, not a folder)``); it was found as the first file was written (exit 1).
 
     Raises:
@@ -106,7 +106,7 @@ def _vector_path(text: str) -> Path:
 def _not_a_folder(path: Path) -> str | None:
     """Why ``path`` cannot be read as a vector folder, or None when it is a folder: a file (a
     FIFO, a device) at or above it in the words of every path option refused so
-    (:func:`~flodl_proto.commands.docs.file_in_the_way`: ``'a-file': Not a directory (a-file
+    (:func:`~flodl_proto.commands._paths.file_in_the_way`: ``'a-file': Not a directory (a-file
     is a file, not a folder)``), else ``... does not exist`` (``... not a directory`` when it
     exists but cannot be told apart; the reason when it cannot be looked up: a loop of symbolic
     links, a name too long)."""
@@ -132,7 +132,7 @@ def _named(path: Path | str) -> str:
 
 def _given(path: Path | str) -> str:
     """A path of the command line as a line about the path itself quotes it (``'x': does not
-    exist``), as an output path's line and :func:`~.docs.input_path_problem` do."""
+    exist``), as an output path's line and :func:`~._paths.input_path_problem` do."""
     return shown(str(path))
 
 
