@@ -418,7 +418,8 @@ def _main_one_line(argv: Sequence[str] | None, as_ctrl_c: tuple[int, ...]) -> in
         _flush_or_quiet_stdout()
         if prog[0] == "flodl-proto":  # not parsed yet (``--help`` writes while parsing)
             prog[0] = _argv_prog(sys.argv[1:] if argv is None else argv)
-        what = f"{exc.filename}: " if exc.filename else "cannot write output: "
+        from .errors import shown_file  # loaded with the commands, before any of them ran
+        what = f"{shown_file(exc.filename)}: " if exc.filename else "cannot write output: "
         print(f"{prog[0]}: error: {what}{os_reason(exc)}", file=sys.stderr, flush=True)
         return 1
     except RuntimeError as exc:  # the spec failed to load, when the parser first imported it

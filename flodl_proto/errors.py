@@ -26,6 +26,7 @@ Upstream: errors are ``TensorError::new(format!(..))`` strings throughout
 from __future__ import annotations
 
 import numbers
+import os
 import re
 import string
 from collections.abc import Mapping
@@ -48,6 +49,7 @@ __all__ = [
     "VersionMismatch",
     "protocol_error",
     "shown",
+    "shown_file",
     "shown_name",
     "shown_type",
 ]
@@ -397,6 +399,18 @@ def shown_name(text: str) -> str:
     if not text or len(text) > SHOWN_CHARS or not text.isprintable() or text != text.strip():
         return shown(text)
     return text
+
+
+def shown_file(filename: object) -> str:
+    """How a line names the file an ``OSError`` gives (its ``filename``), as every line about
+    a path quotes one (:func:`shown`: ``'my vectors/x.json': Permission denied``, as ``argument
+    FILE: 'x.bin': No such file or directory``): a name in bytes decoded as the file system
+    encodes names, a path object by its text, any other value (a descriptor) by its ``str``.
+
+    No upstream counterpart."""
+    if isinstance(filename, str | bytes | os.PathLike):
+        return shown(os.fsdecode(filename))
+    return shown(str(filename))
 
 
 def shown_type(value: Any) -> str:

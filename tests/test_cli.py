@@ -2201,6 +2201,25 @@ def test_help_and_version_on_a_full_stdout_are_one_line_and_exit_1(
     assert (code, err) == (1, f"{prog}: error: cannot write output: No space left on device\n")
 
 
+@pytest.mark.parametrize("filename", ["my vectors/x.json", b"my vectors/x.json",
+                                      Path("my vectors/x.json")], ids=["str", "bytes", "path"])
+def test_an_os_error_no_command_words_names_its_file_quoted(
+        filename: str | bytes | Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``OSError`` naming a file that no command turned into a line of its own read
+    ``my vectors/x.json: Permission denied``, the path bare where every other line about a path
+    quotes it (``argument FILE: 'x.bin': No such file or directory``); a name in bytes read
+    ``b'my vectors/x.json': ...``, a path object as its text."""
+    from flodl_proto.commands import vectors
+
+    def refused(args: Any) -> int:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), filename)
+
+    monkeypatch.setattr(vectors, "_compare", refused)  # registered as each run builds its parser
+    assert _run_main(capsys, "vectors", "compare", ".") == (
+        1, "", "flodl-proto vectors compare: error: 'my vectors/x.json': Permission denied\n")
+
+
 def _close_stdout() -> None:
     os.close(1)
 

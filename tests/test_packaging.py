@@ -75,9 +75,9 @@ def test_vectors_check_unusable_folder_is_one_line_exit_2(
                               "it"),
                       (tmp_path / "absent",
                        f"argument PATH: {shown(str(tmp_path / 'absent'))}: does not exist"),
-                      (a_file, f"{shown_name(str(a_file))}: not a vector file (Expecting "
+                      (a_file, f"{shown(str(a_file))}: not a vector file (Expecting "
                                "value: line 1 column 1 (char 0))"),
-                      (bad, f"{shown_name(str(bad / 'x.json'))}: not a vector file (no key "
+                      (bad, f"{shown(str(bad / 'x.json'))}: not a vector file (no key "
                             "'protocol_version')")):
         (bad / "x.json").write_text("{}", encoding="utf-8")
         assert main(["vectors", "check", str(BUNDLED_VECTORS), str(path)]) == 2

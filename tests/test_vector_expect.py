@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from flodl_proto.cli import main
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown, shown_name
 from flodl_proto.interop.registry import EXPECTS, FIELDS, VectorMismatch
 from flodl_proto.interop.vectors import Case, VectorFileError, iter_cases, run_case
 
@@ -63,14 +63,14 @@ def test_every_op_judges_the_outcomes_its_bundled_cases_expect() -> None:
 
 
 def _refused(root: Path, path: Path, why: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """``root`` is refused: loading it raises ``PATH: not a vector file (WHY)`` and ``vectors
+    """``root`` is refused: loading it raises ``'PATH': not a vector file (WHY)`` and ``vectors
     check`` prints that one line (no output, nothing run) and exits 2."""
     with pytest.raises(VectorFileError) as e:
         list(iter_cases(root))
-    assert str(e.value) == f"{shown_name(str(path))}: not a vector file ({why})"
+    assert str(e.value) == f"{shown(str(path))}: not a vector file ({why})"
     assert main(["vectors", "check", str(root)]) == 2
     assert capsys.readouterr() == ("", f"flodl-proto vectors check: error: "
-                                       f"{shown_name(str(path))}: not a vector file ({why})\n")
+                                       f"{shown(str(path))}: not a vector file ({why})\n")
 
 
 def _copy_edited(tmp_path: Path, edit: Callable[[dict[str, Any]], T],
@@ -328,18 +328,18 @@ def test_a_file_that_cannot_be_a_vector_file_is_refused_before_it_is_read_whole(
     _refused(root, path, why[kind], capsys)
 
 
-@pytest.mark.parametrize(("manifest", "shown"), [("[]", "None"), ('{"total_cases": "9"}', "'9'"),
+@pytest.mark.parametrize(("manifest", "count"), [("[]", "None"), ('{"total_cases": "9"}', "'9'"),
                                                ("{}", "None"), ('{"total_cases": -1}', "-1")])
 def test_a_malformed_manifest_is_one_line_not_a_traceback(
-        manifest: str, shown: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        manifest: str, count: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "vec"
     shutil.copytree(BUNDLED, root)
     (root / "v2" / "manifest.json").write_text(manifest)
     assert main(["vectors", "check", str(root)]) == 2
     assert capsys.readouterr() == ("", (
-        f"flodl-proto vectors check: error: {shown_name(str(root / 'v2' / 'manifest.json'))}: "
+        f"flodl-proto vectors check: error: {shown(str(root / 'v2' / 'manifest.json'))}: "
         "not a manifest "
-        f"(total_cases {shown} is not a whole number >= 0)\n"))
+        f"(total_cases {count} is not a whole number >= 0)\n"))
 
 
 def test_vectors_check_fails_a_write_case_edited_to_expect_an_error(

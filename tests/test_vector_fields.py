@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from flodl_proto.cli import main
-from flodl_proto.errors import shown_name
+from flodl_proto.errors import shown
 from flodl_proto.interop.registry import VectorMismatch
 from flodl_proto.interop.vectors import VectorFileError, iter_cases, run_case
 
@@ -28,7 +28,7 @@ def _refused_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str,
                   pick: Callable[[dict[str, Any]], bool] = lambda c: True) -> None:
     """Set the field at ``where`` (``_GONE``: remove it; a callable: what it returns of the
     case) of the first ``op`` case of the bundled ``file`` expecting ``expect`` (and ``pick``
-    holds of); the copied folder is refused in one line, ``PATH: not a vector file (case I:
+    holds of); the copied folder is refused in one line, ``'PATH': not a vector file (case I:
     ID: PROBLEM)``, by loading and by ``vectors check`` (exit 2, nothing run)."""
     root = tmp_path / "vec"
     shutil.copytree(BUNDLED, root)
@@ -46,7 +46,7 @@ def _refused_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str,
     else:
         parent[where[-1]] = value
     path.write_text(json.dumps(doc), encoding="utf-8")
-    line = f"{shown_name(str(path))}: not a vector file (case {i}: {case['id']}: {problem})"
+    line = f"{shown(str(path))}: not a vector file (case {i}: {case['id']}: {problem})"
     with pytest.raises(VectorFileError) as e:
         list(iter_cases(root))
     assert str(e.value) == line

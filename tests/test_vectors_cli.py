@@ -247,3 +247,40 @@ def test_a_manifest_given_alone_names_its_folder(capsys: pytest.CaptureFixture[s
                                        "not a vector file: give its folder "
                                        f"({shown_name(str(folder / 'v2'))}) or one of the "
                                        "vector files beside it\n")
+
+
+# -- a line about a file itself quotes it, as every line about a path of the command line ---------
+def test_a_file_that_is_not_a_vector_file_is_named_quoted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``vectors check`` of a file that is no vector file named it bare (``bad.json: not a
+    vector file (...)``) where ``argument PATH: 'x': does not exist`` and ``decode FILE`` quote
+    the path; a file of a folder given, and a manifest, are named quoted too."""
+    monkeypatch.chdir(tmp_path)
+    Path("bad.json").write_text("{}", encoding="utf-8")
+    assert run_main(capsys, "vectors", "check", "bad.json") == (
+        2, "", f"{_PROG}: error: 'bad.json': not a vector file (no key 'protocol_version')\n")
+    Path("my vectors").mkdir()
+    Path("my vectors/x.json").write_text("[]", encoding="utf-8")
+    assert run_main(capsys, "vectors", "check", "my vectors") == (
+        2, "", f"{_PROG}: error: 'my vectors/x.json': not a vector file (a JSON array, not an "
+               "object)\n")
+    shutil.copytree(BUNDLED_VECTORS, "v")
+    Path("v/v2/manifest.json").write_text('{"total_cases": "9"}', encoding="utf-8")
+    assert run_main(capsys, "vectors", "check", "v") == (
+        2, "", f"{_PROG}: error: 'v/v2/manifest.json': not a manifest (total_cases '9' is not a "
+               "whole number >= 0)\n")
+
+
+def test_a_file_of_a_folder_that_cannot_be_read_is_named_quoted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A vector file of a folder given that cannot be opened (here a loop of symbolic links)
+    read ``vl/x.json: Too many levels of symbolic links``, bare; it reads as ``decode FILE``'s
+    line for such a path, quoted and the loop named."""
+    monkeypatch.chdir(tmp_path)
+    Path("vl").mkdir()
+    Path("vl/x.json").symlink_to("x.json")
+    assert run_main(capsys, "vectors", "check", "vl") == (
+        2, "", f"{_PROG}: error: 'vl/x.json': Too many levels of symbolic links (vl/x.json is a "
+               "loop of symbolic links)\n")

@@ -186,7 +186,7 @@ def _load_cases(root: Path) -> tuple[list[Any], int, list[str]] | str:
     except OSError as e:
         if e.filename in (None, str(root)):
             return _PathProblem(input_path_problem(str(root), e))
-        return f"{_named(e.filename)}: {os_reason(e)}"
+        return input_path_problem(str(e.filename), e)  # a file of the folder: quoted too
     except VectorFileError as e:
         return str(e)
     if not cases:
