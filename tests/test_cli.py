@@ -773,6 +773,34 @@ def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variabl
     assert res.stdout == "docs/protocol.md: up to date (spec: spec/wire.yaml)\n"
 
 
+def test_docs_to_stdout_in_a_checkout_notes_whose_spec_it_is_on_stderr(tmp_path: Path) -> None:
+    """``docs --out -`` in a checkout with ``FLODL_PROTO_SPEC_DIR`` naming another spec printed
+    the checkout's document and said nothing of the spec it passed over (the note is on the
+    result line, which stdout has none of); the note now goes to stderr, stdout holding the
+    document alone. Without the variable stderr stays empty; a file's result line keeps it."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "spec", checkout / "spec")
+    variable = tmp_path / "variable"
+    shutil.copytree(ROOT / "spec", variable)
+    wire = variable / "wire.yaml"
+    wire.write_text(wire.read_text(encoding="utf-8").replace("\ntitle: ", "\ntitle: other ", 1),
+                    encoding="utf-8")
+    env = {"FLODL_PROTO_SPEC_DIR": str(variable)}
+    document = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    res = _cli("docs", "--out", "-", cwd=checkout, env=env)
+    assert (res.returncode, res.stdout) == (0, document)
+    assert res.stderr == ("flodl-proto docs: note: written to stdout (spec: spec/wire.yaml, the "
+                          f"checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec {variable} to "
+                          "document that one)\n")
+    res = _cli("docs", "--out", "-", cwd=checkout)
+    assert (res.returncode, res.stdout, res.stderr) == (0, document, "")
+    res = _cli("docs", "--out", "p.md", cwd=checkout, env=env)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (f"p.md: written ({len(document.encode())} bytes) (spec: spec/wire.yaml, "
+                          f"the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec {variable} to "
+                          "document that one)\n")
+
+
 # -- item: fuzz/run.sh -------------------------------------------------------------------------
 def _fuzz(*args: str, env: dict[str, str] | None = None,
           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

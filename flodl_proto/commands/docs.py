@@ -12,11 +12,13 @@ the one the package loads (``$FLODL_PROTO_SPEC_DIR``'s when it is set). Inside a
 checkout's spec is documented with the variable set too (the file written is the checkout's, which
 its ``--check`` compares with its spec), and the result line says so: ``docs/protocol.md: written
 (N bytes) (spec: spec/wire.yaml, the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec DIR to
-document that one)``. ``--check`` of the spec the codec runs on (the package's, or
-``$FLODL_PROTO_SPEC_DIR``'s) checks its worked examples against the codec first
-(:mod:`flodl_proto.commands._docs_examples`: an example the codec refuses or writes otherwise
-is a spec that cannot be loaded); without ``--check`` the command loads neither NumPy nor the
-codec. The spec file read is named on every result line, and a failed
+document that one)``; with ``--out -`` (the current folder's checkout) stdout holds the document
+alone and a note on stderr says so: ``flodl-proto docs: note: written to stdout (spec:
+spec/wire.yaml, the checkout's, not FLODL_PROTO_SPEC_DIR's: ...)``. ``--check`` of the spec the
+codec runs on (the package's, or ``$FLODL_PROTO_SPEC_DIR``'s) checks its worked examples against
+the codec first (:mod:`flodl_proto.commands._docs_examples`: an example the codec refuses or
+writes otherwise is a spec that cannot be loaded); without ``--check`` the command loads neither
+NumPy nor the codec. The spec file read is named on every result line, and a failed
 ``--check`` names the command that regenerates the file (with the ``--spec DIR`` it was given).
 Exit codes: 0 written or up to date, 1 out of date (``--check``), the output cannot be written,
 or the checkout's or the package's own spec cannot be loaded (either file: ``spec folder DIR:
@@ -403,6 +405,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.check:
             return stdout_check(_PROG)
         print(text, end="")  # a closed stdout (None) takes nothing
+        if passed_over:  # stdout holds the document alone: whose spec it is goes to stderr
+            print(f"{_PROG}: note: written to stdout {source}", file=sys.stderr)
         return 0
     if args.check:  # PATH is the input: one that cannot be read is exit 2, as any input path
         # the spec given is named too: without it the command regenerates from the checkout's
