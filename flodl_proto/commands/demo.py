@@ -68,7 +68,9 @@ a network namespace of its own at 198.18.0.1, each host's relay and ranks in one
 reach their relay on the host's loopback. A line says when the lab starts (a few seconds before the
 first member); the summary shows every host's address. This needs root and ``ip`` (iproute2: the
 demo sets no ``tc`` or nftables rule); when the lab cannot run here the demo says why in one line
-and exits 2. The namespaces are removed on every exit path.
+and how to run without it, and exits 1 (``flodl-proto demo: error: the network lab needs root
+(network namespaces, veth); run without --netns to train the same cluster on loopback``): the
+machine lacks it, the command line is not at fault. The namespaces are removed on every exit path.
 """
 
 from __future__ import annotations
@@ -409,10 +411,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.netns:
         reason = unavailable_reason(_LAB_TOOLS)
-        if reason is not None:
-            print(f"flodl-proto demo: error: {option_message('--netns', reason)}",
-                  file=sys.stderr)
-            return 2
+        if reason is not None:  # this machine, not the command line: exit 1, as the README says
+            print(f"flodl-proto demo: error: {reason}; run without --netns to train the same "
+                  "cluster on loopback", file=sys.stderr)
+            return 1
     try:
         salt_hex, salt_note = demo_salt(args.salt_file)
     except SaltPathInTheWay as e:
