@@ -120,6 +120,20 @@ def test_demo_bf16_target_rounds_where_the_protocol_rounds() -> None:
     assert "end within 1% of it: ok" in res.stdout
 
 
+def test_demo_bf16_target_steps_the_outer_optimizer_on_the_rounded_consensus() -> None:
+    # the in-process target stepped the outer optimizer on the consensus before its second
+    # bf16 rounding, where the controller steps the reduce's bf16 output: this run ended at
+    # 0.545662 against a target of 0.535622 and failed (40 rounds: 0.129684 against 0.127531)
+    res = _demo("--bf16", "--outer", "nesterov:0.5,0.9", "--rounds", "6", "--payload-mib", "0",
+                env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = re.search(r"loss +│ start [0-9.]+, end ([0-9.]+)", res.stdout)
+    t = re.search(r"target +│ ([0-9.]+) = max\(optimum, in-process ([0-9.]+)\)", res.stdout)
+    assert m and t, res.stdout
+    assert m[1] == t[1] == t[2] == "0.545662", res.stdout
+    assert "end within 1% of it: ok" in res.stdout
+
+
 def test_demo_rejects_bad_arguments() -> None:
     for args in (["--kill-rank", "9@3"], ["--hosts", "5"], ["--outer", "bogus"]):
         res = _demo(*args, timeout=60)
