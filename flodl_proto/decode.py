@@ -199,7 +199,20 @@ def _parse_frame_or_none(data: BytesLike, ceiling: int) -> ParsedFrame | None:
 def tag_status(salt: bytes | None, covered: list[BytesLike], carried: BytesLike) -> TagStatus:
     """Recompute an auth tag over ``covered`` (in order) and compare it with ``carried``.
 
-    Returns ``"unchecked"`` without a salt, else ``"ok"`` or ``"bad"`` (constant-time compare).
+    Args:
+        salt: the 16-byte session salt, or None (no check).
+        covered: the bytes the tag covers, as a list of buffers (a frame's first
+            :attr:`ParsedFrame.covered` bytes: ``[data[:pf.covered]]``; a mux record's 17
+            header bytes, then its payload).
+        carried: the 8-byte tag the message carries (:attr:`ParsedFrame.tag`).
+
+    Returns:
+        ``"unchecked"`` without a salt, else ``"ok"`` or ``"bad"`` (constant-time compare).
+
+    Raises:
+        InvalidValue (local): a salt that is not 16 bytes (``salt.*``), or ``covered`` that is
+            not an iterable of buffers (``codec.not_pieces``: an ``int`` such as
+            :attr:`ParsedFrame.covered` itself, or one buffer not in a list).
 
     Upstream: ``flodl/src/distributed/wire.rs`` (``hmac_sha256_64``), the MAC steps of
     ``controller/round_frame.rs`` and ``relay/mux.rs``.

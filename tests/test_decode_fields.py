@@ -164,3 +164,26 @@ def test_the_doc_s_script_runs() -> None:
     assert printed[-1] == ({"type": "end", "offset": len(glob["data"]), "records": 6,
                             "bad_tags": 0}, 0)
     assert len(printed) == 7
+
+
+def test_the_doc_s_tag_check_by_hand_runs() -> None:
+    """The doc named ``ParsedFrame.covered`` as what ``tag_status`` takes (``tag_status(salt,
+    covered, carried)``, "a list of buffers"), but it is the number of bytes the tag covers: a
+    script that passed it got ``pieces must be an iterable of bytes-like pieces (one buffer:
+    pass [data]), got int``; the doc's second block checks each HostFrame's tag by hand."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## From a script\n", 1)[1]
+    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+    assert len(blocks) == 2, blocks
+    assert "[frame[:pf.covered]]" in blocks[1]
+
+    def run(salt: bytes) -> list[tuple[Any, ...]]:
+        printed: list[tuple[Any, ...]] = []
+        glob = {"data": _mux_up(2).data, "salt": salt, "print": lambda *a: printed.append(a)}
+        exec(compile(blocks[1], str(DOC), "exec"), glob)
+        return printed
+
+    weights = [f.weight for f in _frames(2)]
+    assert len(weights) >= 2
+    assert run(SALT) == [(w, "ok") for w in weights]
+    assert run(bytes(16)) == [(w, "bad") for w in weights]
