@@ -280,6 +280,21 @@ def test_conform_launch_given_empty_says_it_is_empty(launch: str, what: str,
                    f"value is {what})\n")
 
 
+@pytest.mark.parametrize(("launch", "line"), [
+    ('ctl --listen {host}:{port} "--world-size', "'ctl --listen {host}:{port} \"--world-size': No "
+     "closing quotation"),
+    ("ctl --salt-file {salt_file} \\", "'ctl --salt-file {salt_file} \\\\': No escaped character"),
+])
+def test_conform_launch_that_is_no_shell_command_line_is_quoted(
+        launch: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """shlex's error named no value (``argument --launch: No closing quotation``): the line now
+    quotes the command it could not split."""
+    code, out, err = _run_main(capsys, "conform", "controller", "--launch", launch)
+    assert (code, out) == (2, "")
+    assert err == ("flodl-proto conform controller: error: argument --launch: " + line
+                   + " (it is split as a shell splits a command line)\n")
+
+
 def test_conform_launch_left_out_is_still_required(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run_main(capsys, "conform", "controller")
     assert code == 2

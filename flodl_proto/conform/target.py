@@ -209,7 +209,9 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
     index (``{port.x}``, ``{port[0]}``) is refused.
 
     Raises:
-        ValueError: an unknown placeholder, a malformed template, a placeholder that is not
+        ValueError: an unknown placeholder, a malformed template (a quote left open, a
+            backslash ending it: the message quotes the template, then shlex's words), a
+            placeholder that is not
             ``{name}`` alone, a blank template (no word: no program to run), one whose first
             word is blank (``'' {port}``), or one holding a NUL character (no program's
             argument can) (the message names it; it names no option: the command line puts
@@ -223,8 +225,10 @@ def fill_placeholders(template: str, values: Mapping[str, str]) -> list[str]:
                          "argument can")
     try:
         words = shlex.split(_LINE_JOIN.sub("", template))
-    except ValueError as e:
-        raise ValueError(str(e)) from None
+    except ValueError as e:  # shlex names no text: "No closing quotation", "No escaped
+        # character" (a backslash ending the command)
+        raise ValueError(f"{shown(template)}: {e} (it is split as a shell splits a command "
+                         "line)") from None
     if not words:
         raise ValueError("no command (the value is blank)")
     out = [_fill_word(w, values) for w in words]
