@@ -384,3 +384,14 @@ def test_command_table_writes_an_options_default_choice_first() -> None:
                 if first != str(action.default):
                     wrong[f"{command} {opt}"] = (first, str(action.default))
     assert checked >= 6 and wrong == {}
+
+
+def test_readme_gives_the_demo_s_world_size_and_hosts_ranges() -> None:
+    """The demo refuses a ``--world-size`` above 64 (``must be in 1..64 for the demo``) and
+    more ``--hosts`` than ranks, which its ``--help`` said and the README's row, which gave the
+    ranges of ``--rounds`` and ``--seed``, did not."""
+    from flodl_proto.commands.demo import DEMO_WORLD_MAX
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert (f"`--world-size` is 1 to {DEMO_WORLD_MAX} (a process per rank on this machine), "
+            "`--hosts` 1 to `--world-size`, `--rounds` 1 to 1000000") in text
