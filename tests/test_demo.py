@@ -217,6 +217,10 @@ _ROUNDS_MAX = ("1000000 for the demo (it also trains that many rounds in this pr
                              "--world-size 4) and ROUND in 1..40 (--rounds), got rank 9"),
     (["--kill-rank", "1@41"], "argument --kill-rank: '1@41': R must be in 0..3 (a rank of "
                               "--world-size 4) and ROUND in 1..40 (--rounds), got round 41"),
+    # the only rank killed: the summary took the first survivor's loss, an IndexError traceback
+    (["--world-size", "1", "--hosts", "1", "--kill-rank", "0@2"],
+     "argument --kill-rank: '0@2': --world-size 1 leaves no rank to survive the kill (the demo "
+     "checks that the survivors hold one consensus); give --world-size 2 or more"),
 ])
 def test_demo_usage_errors_name_the_option_and_the_value(
         args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

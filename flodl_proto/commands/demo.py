@@ -182,7 +182,8 @@ def register(sub: Any) -> None:
                    help="outer optimizer at the controller: avg, slow-momentum:LR,MU or "
                    "nesterov:LR,MU (LR > 0, MU in [0, 1))")
     p.add_argument("--kill-rank", default=None, metavar="R@ROUND",
-                   help="kill rank R's process at round ROUND (the run then ends cleanly)")
+                   help="kill rank R's process at round ROUND (the run then ends cleanly; "
+                   "needs --world-size 2 or more)")
     p.add_argument("--seed", type=whole_number, default=7,
                    help=f"dataset seed (default 7, at most {SEED_MAX})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -401,6 +402,11 @@ def run(args: argparse.Namespace) -> int:
             raise OptionError("--kill-rank", f"{shown(args.kill_rank)}: R must be in "
                              f"0..{args.world_size - 1} (a rank of --world-size {args.world_size}) "
                              f"and ROUND in 1..{args.rounds} (--rounds), got {bad}")
+        if kill is not None and args.world_size == 1:  # the summary compares the survivors'
+            # consensus: with none, it ended in an IndexError traceback
+            raise OptionError("--kill-rank", f"{shown(args.kill_rank)}: --world-size 1 leaves "
+                             "no rank to survive the kill (the demo checks that the survivors "
+                             "hold one consensus); give --world-size 2 or more")
     except (ValueError, ProtocolError) as e:
         print(f"flodl-proto demo: error: {e}", file=sys.stderr)
         return 2
