@@ -86,6 +86,18 @@ def test_demo_kill_rank_ends_cleanly_with_identical_survivors() -> None:
                          "the identical consensus")
 
 
+def test_demo_kill_of_one_of_two_ranks_names_one_survivor() -> None:
+    # the line read "the 1 survivors hold the identical consensus of round 2"
+    res = _demo("--world-size", "2", "--hosts", "2", "--kill-rank", "1@3", "--rounds", "3",
+                "--payload-mib", "0", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    digests = dict(_DIGEST.findall(res.stdout))
+    assert sorted(digests) == ["0"]
+    assert res.stdout.splitlines()[-2] == ("rank 1 was killed at round 3; the run ended cleanly; "
+                                           "the survivor holds the consensus of round 2: "
+                                           + digests["0"])
+
+
 def test_demo_kill_in_the_first_round_claims_no_consensus() -> None:
     # the summary said "the 3 survivors hold the identical consensus of round 0: n/a", "end nan"
     # and "+nan %" when no round completed

@@ -464,8 +464,9 @@ def report(args: argparse.Namespace, console: Console, groups: list[list[int]],
     t.add_row("wall", f"{res.wall:.1f} s")
     console.print(t)
     if kill is not None and not problems:
-        held = (f"the {len(survivors)} survivors hold the identical consensus of round {last}: "
-                f"{next(iter(digests.values()), 'n/a')}" if last
+        holders = (f"the {len(survivors)} survivors hold the identical consensus"
+                   if len(survivors) > 1 else "the survivor holds the consensus")
+        held = (f"{holders} of round {last}: {next(iter(digests.values()), 'n/a')}" if last
                 else "no round completed, so there is no consensus to compare")
         console.print(f"rank {kill[0]} was killed at round {kill[1]}; the run ended cleanly; "
                       f"{held}", soft_wrap=True)
