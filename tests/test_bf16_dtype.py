@@ -105,6 +105,15 @@ _WITHOUT_ML_DTYPES = {
         "kept = c._template_for(RoundKind.MODEL, Dtype.BF16, [a])\n"
         "fill_small(kept, [a], np.float32(0.5))\n"
         "print(bytes(kept.template.seal(0.5, bytes(16))).hex())\n"),
+    "controller outer step": (
+        "from flodl_proto.codec import RoundFrame, RoundKind, TensorPayload\n"
+        "from flodl_proto.reduce.outer import NesterovMomentum, OuterStepper\n"
+        "s = OuterStepper(NesterovMomentum(0.5, 0.9))\n"
+        "for data in ('803f0040c1ff7f800100ffff', '4040c03f0000ff7f0180fe7f'):\n"
+        "    s.process_frame(RoundFrame(RoundKind.CONTROL, 0.0, []))  # a new window\n"
+        "    f = RoundFrame(RoundKind.MODEL, 2.0, [TensorPayload(1, (2, 3),"
+        " bytes.fromhex(data))])\n"
+        "    print(bytes(s.process_frame(f).tensors[0].data).hex())\n"),
     "demo reference": (
         "from flodl_proto.commands._demo_worker import reference_loss\n"
         "print(repr(reference_loss(7, 3, 4, bf16=True, hosts=[[0, 1], [2]])))\n"),
@@ -113,9 +122,11 @@ _WITHOUT_ML_DTYPES = {
 
 @pytest.mark.parametrize("case", list(_WITHOUT_ML_DTYPES))
 def test_bf16_bits_are_encoded_and_widened_without_ml_dtypes(case: str) -> None:
-    """A relay's and a controller's bf16 folds, an f32 rank's bf16 reply and small bf16 frame,
-    and the demo's bf16 reference make no bf16 array, so they never import ml_dtypes (about a
-    second of CPU per process); their results are those of a process that has imported it."""
+    """A relay's and a controller's bf16 folds, a controller's outer step on a bf16 consensus
+    (it imported ml_dtypes in round 1's scatter), an f32 rank's bf16 reply and small bf16
+    frame, and the demo's bf16 reference make no bf16 array, so they never import ml_dtypes
+    (about a second of CPU per process); their results are those of a process that has
+    imported it."""
     code = ("import sys\nimport numpy as np\n" + _WITHOUT_ML_DTYPES[case]
             + "print('ml_dtypes' in sys.modules)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

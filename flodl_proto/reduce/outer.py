@@ -19,6 +19,7 @@ Upstream: ``flodl/src/distributed/outer_optimizer.rs`` (``OuterOptimizer``, ``Ou
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,9 +27,9 @@ import numpy.typing as npt
 
 from ..codec.round_frame import RoundFrame, RoundKind, TensorPayload
 from ..errors import protocol_error
-from ..spec import DTYPE_F32
+from ..spec import DTYPE_BF16, DTYPE_F32
 from .fold import is_realized
-from .payload import encode_payload
+from .payload import bf16_to_f32, encode_payload
 
 __all__ = ["NesterovMomentum", "OuterAvg", "OuterOptimizer", "OuterStepper", "SlowMomentum"]
 
@@ -37,6 +38,19 @@ F32Array = npt.NDArray[np.float32]
 
 def _f32_list(tensors: Sequence[npt.ArrayLike]) -> list[F32Array]:
     return [np.array(t, dtype=np.float32, copy=True) for t in tensors]
+
+
+def _consensus_f32(t: TensorPayload) -> F32Array:
+    """The f32 values of a consensus tensor. A bf16 payload of its shape's byte count is widened
+    from its bit patterns (exact, the values ``t.array()`` gives), so the controller's first
+    outer step on a bf16 consensus does not import ml_dtypes (half a second or more on the
+    coordinating thread, inside round 1's scatter); any other payload, and one of more
+    dimensions than NumPy carries, goes through ``t.array`` and its errors."""
+    if t.dtype == DTYPE_BF16 and t.numel and t.nbytes == 2 * t.numel:
+        wide = bf16_to_f32(np.frombuffer(t.data, dtype="<u2"))
+        with contextlib.suppress(ValueError):  # more dimensions than NumPy carries
+            return wide.reshape(t.shape)
+    return np.asarray(t.array(materialize_elided=True), dtype=np.float32)
 
 
 class OuterOptimizer(abc.ABC):
@@ -212,9 +226,7 @@ class OuterStepper:
         if self._seen_params or not is_realized(frame.weight):
             return frame
         wire_dtype = frame.tensors[0].dtype if frame.tensors else DTYPE_F32
-        consensus = [
-            np.asarray(t.array(materialize_elided=True), dtype=np.float32) for t in frame.tensors
-        ]
+        consensus = [_consensus_f32(t) for t in frame.tensors]
         prev = self._prev_global
         if prev is None:
             prev = _f32_list(consensus)
