@@ -1237,3 +1237,46 @@ def test_a_failed_checkpoint_is_logged_in_words(tmp_path: Path,
         ctl._checkpoint_loop()
     assert [r.getMessage() for r in caplog.records] == [
         f"controller: checkpoint of window 3 in {tmp_path} failed: No space left on device"]
+
+
+def test_a_start_that_fails_leaves_the_controller_as_never_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that raises (a port in use, a host that does not resolve, a checkpoint folder
+    that cannot be made) leaves nothing open and the controller as if never started:
+    ``shutdown`` returns the "never started" outcome at once, where it raised AssertionError
+    after a failed bind and waited out its whole timeout (for ever without one) after a failed
+    look-up, and ``start`` may be called again (it then runs)."""
+    def resolve_nothing(*_a: Any, **_k: Any) -> Any:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        in_use = busy.getsockname()[1]
+        blocker = tmp_path / "f"
+        blocker.write_text("x")
+        cases = [(ReferenceController(2, SALT, port=in_use), None, OSError),
+                 (ReferenceController(2, SALT), resolve_nothing, socket.gaierror),
+                 (ReferenceController(2, SALT, checkpoint_dir=blocker / "ck"), None,
+                  NotADirectoryError)]
+        for ctl, getaddrinfo, error in cases:
+            with monkeypatch.context() as m:
+                if getaddrinfo is not None:
+                    m.setattr(socket, "getaddrinfo", getaddrinfo)
+                with pytest.raises(error):
+                    ctl.start()
+            assert ctl.wait(0.0) is None
+            t0 = time.monotonic()
+            out = ctl.shutdown(5.0)
+            assert time.monotonic() - t0 < 1.0
+            assert (out.clean, out.reason, out.error, out.detail) == (True, "stop", None,
+                                                                       "never started")
+        # a start that failed can be made again once the cause is gone
+        again = ReferenceController(2, SALT, port=in_use)
+        with pytest.raises(OSError):
+            again.start()
+    again.start()  # the port is free now
+    try:
+        assert again.port == in_use and again.wait(0.0) is None
+    finally:
+        assert again.shutdown(5.0).clean

@@ -242,13 +242,20 @@ class ReferenceController:
     def start(self) -> ReferenceController:
         """Bind, listen and start the threads. Returns ``self``.
 
+        A start that raises leaves the controller as if never started: :meth:`shutdown`
+        returns at once (a clean ``stop`` outcome, "never started") and :meth:`start` may be
+        called again.
+
         Raises:
-            OSError: the address cannot be bound (e.g. the port is in use).
+            OSError: the checkpoint folder cannot be made, the host does not resolve
+                (:class:`socket.gaierror`), or the address cannot be bound (e.g. the port is in
+                use).
             RuntimeError: already started.
         """
         if self._started:
             raise RuntimeError("ReferenceController already started")
-        self._started = True
+        if self._ckpt_dir is not None:  # before the bind: a failure here leaves nothing open
+            self._ckpt_dir.mkdir(parents=True, exist_ok=True)
         infos = socket.getaddrinfo(self._host, self._req_port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
         family, _, _, _, sockaddr = infos[0]
@@ -260,12 +267,11 @@ class ReferenceController:
             lst.setblocking(False)
         except OSError:
             lst.close()
-            self._done.set()
             raise
+        self._started = True
         self._listener = lst
         self._port = int(lst.getsockname()[1])
         if self._ckpt_dir is not None:
-            self._ckpt_dir.mkdir(parents=True, exist_ok=True)
             self._ckpt_thread = threading.Thread(
                 target=self._guarded, args=(self._checkpoint_loop, "the checkpoint writer"),
                 name="flodl-controller-checkpoint")
