@@ -233,6 +233,18 @@ _HEADING = re.compile(r" {0,3}#{1,6}(?= |$)")
 #: a line that opens a fenced code block (up to 3 spaces, 3 or more backticks with no backtick
 #: after them, or 3 or more tildes)
 _FENCE = re.compile(r" {0,3}(?:`{3,}(?!.*`)|~{3,})")
+#: the lines that open an HTML block a blank line does not end (CommonMark's kinds 1 to 5: a
+#: ``<script``/``<pre``/``<style``/``<textarea`` tag, a comment, a processing instruction, a
+#: declaration, a CDATA section), each with what ends it: a note that opens one and does not
+#: end it on its own line would hold the rest of the file
+_HTML_BLOCK = (
+    (re.compile(r" {0,3}<(?:script|pre|style|textarea)(?=[ >]|$)", re.IGNORECASE),
+     re.compile(r"</(?:script|pre|style|textarea)>", re.IGNORECASE)),
+    (re.compile(r" {0,3}<!--"), re.compile(r"-->")),
+    (re.compile(r" {0,3}<\?"), re.compile(r"\?>")),
+    (re.compile(r" {0,3}<![A-Za-z]"), re.compile(r">")),
+    (re.compile(r" {0,3}<!\[CDATA\["), re.compile(r"\]\]>")),
+)
 
 
 def results_note(text: str) -> str:
@@ -240,9 +252,11 @@ def results_note(text: str) -> str:
     its ``bench/RESULTS.md`` section: one line of printable text (:func:`one_line`) that Markdown
     reads as a paragraph. A note that would be a heading (``## x``: it split the section, and
     the next ``--write`` took it for the start of the following one) or would open a code block
-    (a fence that held the rest of the file) is refused, naming what it starts with: ``'## x'
-    would be a heading in bench/RESULTS.md, not a note (it starts with '##')``. ``#1 fastest``
-    (no space after the ``#``) is a paragraph, and taken."""
+    (a fence that held the rest of the file), or an HTML block that it does not end itself
+    (``<!-- x``, ``<pre>``: hidden or shown as it is up to the ``-->`` or ``</pre>`` of a later
+    section, or to the end of the file) is refused, naming what it starts with: ``'## x' would
+    be a heading in bench/RESULTS.md, not a note (it starts with '##')``. ``#1 fastest`` (no
+    space after the ``#``) is a paragraph, and taken."""
     one_line(text)
     for pattern, what in ((_HEADING, "be a heading"), (_FENCE, "open a code block")):
         m = pattern.match(text)
@@ -250,6 +264,12 @@ def results_note(text: str) -> str:
             raise argparse.ArgumentTypeError(
                 f"{shown(text)} would {what} in bench/RESULTS.md, not a note (it starts with "
                 f"{m.group(0)!r})")
+    for start, end in _HTML_BLOCK:
+        m = start.match(text)
+        if m is not None and end.search(text) is None:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} would open an HTML block in bench/RESULTS.md, not a note (it "
+                f"starts with {m.group(0)!r})")
     return text
 
 

@@ -1155,8 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-trace", action="store_true", help="run without the stage trace")
     ap.add_argument("--note", default=None, type=results_note,
                     help="a sentence written above the table (one line: no line break, tab "
-                         "or other character that is not printable; not a Markdown heading "
-                         "or code fence)")
+                         "or other character that is not printable; not a Markdown heading, "
+                         "code fence or HTML block left open)")
     ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     ap.add_argument("--no-verdict", action="store_true",
                     help="exit 0 even when a target is missed (exploration)")

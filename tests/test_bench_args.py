@@ -123,6 +123,34 @@ BAD = [
      "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
     ("round", ["--note", "```a`b", "--rounds", "0"],
      "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    # an HTML block of a kind a blank line does not end, left open on the note's line, held
+    # the rest of the file (a comment hid it); one the note ends itself, or a tag a blank line
+    # ends ('<div>'), is taken
+    ("round", ["--note", "<!-- draft", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '<!-- draft' would open an HTML block in "
+     "bench/RESULTS.md, not a note (it starts with '<!--')"),
+    ("round", ["--note", "  <PRE>", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '  <PRE>' would open an HTML block in "
+     "bench/RESULTS.md, not a note (it starts with '  <PRE')"),
+    ("round", ["--note", "<?php", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '<?php' would open an HTML block in "
+     "bench/RESULTS.md, not a note (it starts with '<?')"),
+    ("round", ["--note", "<!DOCTYPE", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '<!DOCTYPE' would open an HTML block in "
+     "bench/RESULTS.md, not a note (it starts with '<!D')"),
+    ("round", ["--note", "<![CDATA[x", "--rounds", "0"],
+     "bench/round.py: error: argument --note: '<![CDATA[x' would open an HTML block in "
+     "bench/RESULTS.md, not a note (it starts with '<![CDATA[')"),
+    ("round", ["--note", "<!-- done --> and a note", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--note", "<pre>x</pre>", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--note", "<present> 2 < 3", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--note", "<div>", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
+    ("round", ["--note", "    <!-- indented four: code", "--rounds", "0"],
+     "bench/round.py: error: argument --rounds: must be >= 1, got '0'"),
     ("round", ["--time-budget", "-1"],
      "bench/round.py: error: argument --time-budget: must be a finite number > 0, got '-1'"),
     ("round", ["--time-budget", "0"],
