@@ -48,6 +48,7 @@ def path_text(text: str) -> str:
         raise argparse.ArgumentTypeError("is empty; give a path")
     return text
 
+
 def output_path(text: str) -> Path:
     """argparse ``type=`` of every generator's output option (``--out``, ``--junit``, ...): the
     path of a file, or ``-`` for stdout.

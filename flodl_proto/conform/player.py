@@ -573,7 +573,7 @@ class _Player:
 
 def case_salt(case: Case) -> bytes:
     """The session salt a run of ``case`` uses: the case's own (a vector case's fixed salt),
-    else a fresh random one of ``SESSION_SALT_BYTES`` (16) bytes.
+    else a fresh random one of the spec's ``SESSION_SALT_BYTES`` bytes.
 
     No upstream counterpart: upstream has no conformance kit.
     """
