@@ -507,6 +507,40 @@ def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> N
             "path, atomically") in readme
 
 
+def test_demo_salts_take_their_length_from_the_spec(tmp_path: Path) -> None:
+    """The demo's salts are ``SESSION_SALT_BYTES`` long, where it drew 16 bytes by hand: under
+    a spec whose salt is 24 bytes (``FLODL_PROTO_SPEC_DIR``) the random salt of a run without
+    ``--salt-file`` and the one a new ``--salt-file`` is written with are 48 hex digits, and
+    the file is read back as the same salt."""
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(ROOT / "spec", spec_dir)
+    wire = (spec_dir / "wire.yaml").read_text(encoding="utf-8")
+    salt_len = "  SESSION_SALT_BYTES:\n    value: 16\n"
+    assert wire.count(salt_len) == 1
+    (spec_dir / "wire.yaml").write_text(wire.replace(salt_len, salt_len.replace("16", "24")),
+                                        encoding="utf-8")
+    path = tmp_path / "s.hex"
+    code = (
+        "import sys\n"
+        "from flodl_proto.commands._salt import demo_salt\n"
+        "salt, note = demo_salt(None)\n"
+        "print(len(salt), int(salt, 16) >= 0, note)\n"
+        "salt, note = demo_salt(sys.argv[1])\n"
+        "print(len(salt), note)\n"
+        "print(demo_salt(sys.argv[1]) == (salt, note.replace('written to', 'read from')))\n"
+        "print(open(sys.argv[1]).read() == salt + '\\n')\n")
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=60,
+                         env={**os.environ, "FLODL_PROTO_SPEC_DIR": str(spec_dir)})
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (
+        "48 True session salt: random, not kept (--salt-file PATH keeps it for decode "
+        "--salt-file PATH)\n"
+        f"48 session salt: written to {path}\n"
+        "True\n"
+        "True\n")
+
+
 @pytest.mark.parametrize(("where", "why"), [
     ("loop1", "'loop1': Too many levels of symbolic links (loop1 is a loop of symbolic links)"),
     ("loop1/salt.hex", "'loop1/salt.hex': Too many levels of symbolic links (loop1 is a loop of "

@@ -307,13 +307,14 @@ class SaltPathInTheWay(Exception):
 
 
 def demo_salt(path: str | None) -> tuple[str, str]:
-    """The run's salt (32 hex digits, str) and the line saying where it is: read from ``path``
+    """The run's salt (str: ``SESSION_SALT_BYTES`` random bytes, 16 by the spec, in hex, 32
+    digits) and the line saying where it is: read from ``path``
     when that file exists (or a link of that name, even to no file), else random (and written
     to ``path`` when given: its missing folders created, the file created atomically and only
     if no file of that name exists by then (:func:`flodl_proto._files.create_file`): one that
     another process created after the check is read, never replaced, once whole (its creator
     gets up to a second to write it: :func:`resolve_raced_salt`); mode 0600 less the
-    umask, 32 hex digits and a line end).
+    umask, the salt's hex digits and a line end).
 
     Raises:
         OSError: ``path`` ends with ``/`` (``IsADirectoryError``: ``names a folder (it ends
@@ -328,8 +329,9 @@ def demo_salt(path: str | None) -> tuple[str, str]:
     ``FLODL_SESSION_SALT``).
     """
     if path is None:
-        return os.urandom(16).hex(), ("session salt: random, not kept (--salt-file PATH keeps it "
-                                      "for decode --salt-file PATH)")
+        return os.urandom(SESSION_SALT_BYTES).hex(), ("session salt: random, not kept "
+                                                      "(--salt-file PATH keeps it for decode "
+                                                      "--salt-file PATH)")
     if path.endswith(("/", os.sep)):  # else a new salt went to the folder's name, as a file
         raise IsADirectoryError(errno.EISDIR, "names a folder (it ends with /); give a file "
                                 "path in it")
@@ -339,7 +341,7 @@ def demo_salt(path: str | None) -> tuple[str, str]:
         # path should be: a usage error, found before any folder is made
         if (why := file_in_the_way(path, target.parent)) is not None:
             raise SaltPathInTheWay(why)
-        salt = os.urandom(16).hex()
+        salt = os.urandom(SESSION_SALT_BYTES).hex()
         try:
             make_folders(target.parent)
             create_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
