@@ -543,11 +543,11 @@ def test_docs_check_an_unreadable_out_is_exit_2(cmd: tuple[str, ...], tmp_path: 
         "one); give a file path in it\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(tmp_path / "none.md"))
     assert (code, out_text) == (1, "")
-    assert err.startswith(f"{prog}: error: {shown_name(str(tmp_path / 'none.md'))}: missing")
+    assert err.startswith(f"{prog}: error: {shown(str(tmp_path / 'none.md'))}: missing")
     assert err.endswith(f"; run `flodl-proto {' '.join(cmd)} --out {tmp_path / 'none.md'}`\n")
     code, out_text, err = _run_main(capsys, *cmd, "--check", "--out", str(blocker))
     assert (code, out_text) == (1, "") and err.startswith(
-        f"{prog}: error: {shown_name(str(blocker))}: out of date")
+        f"{prog}: error: {shown(str(blocker))}: out of date")
 
 
 def test_checkpoint_dir_that_cannot_be_used(tmp_path: Path) -> None:
@@ -724,7 +724,7 @@ def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
     wire.write_text(text.replace("\ntitle: ", "\ntitle: edited ", 1), encoding="utf-8")
     res = _cli("docs", "--check", cwd=checkout)
     assert res.returncode == 1 and res.stdout == ""
-    _one_error_line(res.stderr, "flodl-proto docs: error: docs/protocol.md: out of date (spec: "
+    _one_error_line(res.stderr, "flodl-proto docs: error: 'docs/protocol.md': out of date (spec: "
                     "spec/wire.yaml)")
     res = _cli("docs", cwd=checkout)
     assert res.returncode == 0 and "written" in res.stdout
@@ -764,7 +764,7 @@ def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variabl
     assert doc.read_bytes() == (ROOT / "docs" / "protocol.md").read_bytes()
     res = _cli("docs", "--check", "--spec", str(variable), cwd=checkout, env=env)
     assert res.returncode == 1 and res.stdout == ""
-    _one_error_line(res.stderr, f"flodl-proto docs: error: docs/protocol.md: out of date (spec: "
+    _one_error_line(res.stderr, f"flodl-proto docs: error: 'docs/protocol.md': out of date (spec: "
                     f"{variable / 'wire.yaml'}); run `flodl-proto docs --out docs/protocol.md "
                     f"--spec {variable}`")
     res = _cli("docs", "--check", cwd=checkout,

@@ -1371,7 +1371,7 @@ def test_conform_docs_unwritable_or_missing_output_is_one_line(
     missing = tmp_path / "conformance.md"
     assert main(["conform", "docs", "--check", "--out", str(missing)]) == 1
     cap = capsys.readouterr()
-    assert cap.err == (f"flodl-proto conform docs: error: {shown_name(str(missing))}: missing; run "
+    assert cap.err == (f"flodl-proto conform docs: error: {shown(str(missing))}: missing; run "
                        f"`flodl-proto conform docs --out {missing}`\n")
     assert not missing.exists()
 
@@ -1449,8 +1449,8 @@ def test_cli_report_write_that_fails_midway_leaves_the_old_file(option: str,
          "--cases", "controller.session.one-relay-one-round", "--version", "2", option,
          str(out)], 256)
     assert res.returncode == 1
-    assert res.stderr == f"flodl-proto conform controller: error: cannot write the report {out}: " \
-                         "File too large\n"
+    assert res.stderr == ("flodl-proto conform controller: error: cannot write the report "
+                          f"{str(out)!r}: File too large\n")
     assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
 

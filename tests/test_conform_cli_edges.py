@@ -153,7 +153,24 @@ def test_a_report_fifo_no_process_reads_is_exit_1_not_a_wait(option: str,
                          capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert (res.returncode, res.stdout) == (1, ""), res.stderr
-    assert res.stderr == f"{_PREFIX}cannot write the report {fifo}: {_NO_READER}\n"
+    assert res.stderr == f"{_PREFIX}cannot write the report {str(fifo)!r}: {_NO_READER}\n"
+
+
+@pytest.mark.parametrize(("option", "writer"), [("--junit", "write_junit"),
+                                                ("--json", "write_json")])
+def test_a_report_that_cannot_be_written_is_named_quoted(
+        option: str, writer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # the line showed the path bare: cannot write the report it's here/r: ...; it is quoted
+    # as on every line naming a path of the command line (argument --json: 'PATH': ...)
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(f"flodl_proto.conform.report.{writer}", no_space)
+    assert main([*_RUN, option, "it's here/r"]) == 1
+    assert capsys.readouterr() == (
+        "", f"{_PREFIX}cannot write the report \"it's here/r\": No space left on device\n")
 
 
 # -- Ctrl-C during the first report: written once -------------------------------------------------

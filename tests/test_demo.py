@@ -361,7 +361,7 @@ def test_demo_salt_file_that_cannot_be_written_is_exit_1_as_the_other_output_fil
         capsys: pytest.CaptureFixture[str]) -> None:
     """A new salt file that cannot be written was a usage error, ``argument --salt-file: ...``
     and exit 2, where ``docs --out`` and the other commands' output files that cannot be
-    written are exit 1: ``cannot write the salt file PATH: WHY``, exit 1, nothing written. A
+    written are exit 1: ``cannot write the salt file 'PATH': WHY``, exit 1, nothing written. A
     read-only folder is one the creation of the temporary file is refused in (as root, whom
     no mode stops, it is refused here by a stand-in for ``os.open``)."""
     from flodl_proto import _files
@@ -382,9 +382,29 @@ def test_demo_salt_file_that_cannot_be_written_is_exit_1_as_the_other_output_fil
     monkeypatch.setattr(_files.os, "open", refused_in_ro)
     assert main(["demo", "--no-progress", "--salt-file", where]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto demo: error: cannot write the salt file {where}: {why}\n")
+        "", f"flodl-proto demo: error: cannot write the salt file {where!r}: {why}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "ro"]
     assert list(Path("ro").iterdir()) == []
+
+
+def test_demo_salt_file_that_cannot_be_written_is_named_quoted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``cannot write the salt file PATH: WHY`` showed the path bare unless it held a line
+    break or an escape (``cannot write the salt file it's here/s.hex: ...``); it is quoted as
+    on every line naming a path of the command line (``argument --salt-file: 'PATH': ...``)."""
+    from flodl_proto.cli import main
+    from flodl_proto.commands import _salt
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_salt, "create_file", no_space)
+    assert main(["demo", "--no-progress", "--salt-file", "it's here/s.hex"]) == 1
+    assert capsys.readouterr() == (
+        "", "flodl-proto demo: error: cannot write the salt file \"it's here/s.hex\": No space "
+            "left on device\n")
 
 
 def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replaced(

@@ -139,7 +139,7 @@ def test_out_whose_folder_cannot_be_created_names_that_step(
     import errno
     import os
 
-    from flodl_proto.errors import shown_name
+    from flodl_proto.errors import shown, shown_name
 
     real_mkdir = os.mkdir
 
@@ -152,7 +152,7 @@ def test_out_whose_folder_cannot_be_created_names_that_step(
     out = tmp_path / "kernel" / "x" / "y.lua"
     assert main(["dissector", "--out", str(out)]) == 1
     assert capsys.readouterr() == (
-        "", f"flodl-proto dissector: error: cannot write {shown_name(str(out))}: creating the "
+        "", f"flodl-proto dissector: error: cannot write {shown(str(out))}: creating the "
         f"folder {shown_name(str(tmp_path / 'kernel' / 'x'))}: Operation not permitted\n")
 
 
@@ -1945,7 +1945,7 @@ def test_out_in_a_folder_that_takes_no_new_file_names_the_step(
     why = ("creating a temporary file in /proc to replace it: No such file or directory (the "
            "folder takes no new file)" if os.geteuid() == 0 else "Permission denied")
     assert capsys.readouterr() == (
-        "", f"flodl-proto dissector: error: cannot write /proc/version: {why}\n")
+        "", f"flodl-proto dissector: error: cannot write '/proc/version': {why}\n")
 
 
 @pytest.mark.tshark

@@ -8,9 +8,11 @@ docs describe is enough to encode the worked example from scratch.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
+import os
 import re
 import shutil
 import struct
@@ -23,6 +25,7 @@ import yaml
 from flodl_proto._spec_checks import DERIVED_SIZES, struct_layouts
 from flodl_proto.cli import main
 from flodl_proto.codec.mux import decode_mux_record
+from flodl_proto.commands.docs import spec_dir_for
 from flodl_proto.docs import (
     DiagramItem,
     byte_diagram,
@@ -284,7 +287,7 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
         assert write_output(under, b"text", prog) == 1
         cap = capsys.readouterr()
         assert cap.out == "" and cap.err == (
-            f"{prog}: error: cannot write {shown_name(str(under))}: {step}\n")
+            f"{prog}: error: cannot write {shown(str(under))}: {step}\n")
     assert main([*cmd, "--out", "-", "--check"]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err == (
@@ -293,7 +296,7 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     long = tmp_path / ("n" * 300)  # above NAME_MAX: is_dir() raised, the CLI's catch-all said it
     assert main([*cmd, "--out", str(long)]) == 1
     cap = capsys.readouterr()
-    assert cap.out == "" and cap.err == (f"{prog}: error: cannot write {shown_name(str(long))}: "
+    assert cap.out == "" and cap.err == (f"{prog}: error: cannot write {shown(str(long))}: "
                                          "File name too long\n")
 
 
@@ -310,9 +313,48 @@ def test_a_failed_check_is_an_error_line_of_the_command(
         cap = capsys.readouterr()
         assert cap.out == "" and len(cap.err.splitlines()) == 1
         # docs adds (spec: ...)
-        assert cap.err.startswith(f"{prog}: error: {shown_name(str(out))}: {state}")
+        assert cap.err.startswith(f"{prog}: error: {shown(str(out))}: {state}")
         assert cap.err.endswith(f"; run `{prog} --out {out}`\n")
         out.write_text("stale\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"], ["dissector"]])
+def test_an_output_that_cannot_be_written_is_named_quoted(
+        cmd: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``cannot write PATH: WHY`` showed the path bare unless it held a line break or an escape:
+    a path with a space and a quote read ``cannot write it's here/x.md: ...``; it is quoted as
+    on every line naming a path of the command line (``argument --out: 'PATH': ...``)."""
+    from flodl_proto.commands import docs as docs_command
+
+    def no_space(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(docs_command, "replace_file", no_space)
+    assert main([*cmd, "--out", "it's here/x.md"]) == 1
+    assert capsys.readouterr() == (
+        "", f"flodl-proto {' '.join(cmd)}: error: cannot write \"it's here/x.md\": No space "
+            "left on device\n")
+
+
+@pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
+def test_a_failed_check_names_the_file_quoted(
+        cmd: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--check``'s ``PATH: missing`` and ``PATH: out of date`` showed the path bare unless it
+    held a line break or an escape (``it's here/x.md: missing``); it is quoted as on every line
+    naming a path of the command line, the command to run quoted for a shell as before."""
+    monkeypatch.chdir(tmp_path)
+    prog = "flodl-proto " + " ".join(cmd)
+    spec = f" (spec: {spec_dir_for(None) / 'wire.yaml'})" if cmd == ["docs"] else ""
+    run = f"`{prog} --out 'it'\"'\"'s here/x.md'`"
+    for state in ("missing", "out of date"):
+        assert main([*cmd, "--check", "--out", "it's here/x.md"]) == 1
+        assert capsys.readouterr() == (
+            "", f"{prog}: error: \"it's here/x.md\": {state}{spec}; run {run}\n")
+        Path("it's here").mkdir(exist_ok=True)
+        Path("it's here/x.md").write_text("stale\n", encoding="utf-8")
 
 
 @pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
@@ -348,7 +390,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path
     out.write_bytes(old)
     res = run_with_file_size_limit(["docs", "--out", str(out)], 4096)
     assert (res.returncode, res.stdout, res.stderr) == (
-        1, "", f"flodl-proto docs: error: cannot write {shown_name(str(out))}: File too large\n")
+        1, "", f"flodl-proto docs: error: cannot write {shown(str(out))}: File too large\n")
     assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["protocol.md"]
 
@@ -459,7 +501,7 @@ def test_a_read_only_file_is_not_replaced(tmp_path: Path,
             code = write_output(out, b"new", "flodl-proto docs")
         assert (code, out.read_bytes()) == (1, b"kept")
         assert capsys.readouterr().err == ("flodl-proto docs: error: cannot write "
-                                           f"{shown_name(str(out))}: Permission denied\n")
+                                           f"{shown(str(out))}: Permission denied\n")
         assert [p.name for p in folder.iterdir()] == ["protocol.md"]
 
 

@@ -143,8 +143,8 @@ def test_cli_export_through_a_link_to_nothing_says_so(
     link.symlink_to(tmp_path / "nowhere")
     target = link / below if below else link
     assert run_main(capsys, "vectors", "export", str(target)) == (
-        1, "", f"flodl-proto vectors export: error: cannot write {target}: creating the folder "
-               f"{link}: No such file or directory (a symbolic link to nothing)\n")
+        1, "", f"flodl-proto vectors export: error: cannot write {shown(str(target))}: creating "
+               f"the folder {link}: No such file or directory (a symbolic link to nothing)\n")
     assert link.is_symlink() and not (tmp_path / "nowhere").exists()
 
 
@@ -236,7 +236,7 @@ def test_export_write_that_fails_midway_leaves_the_old_file(tmp_path: Path) -> N
     res = run_with_file_size_limit(["vectors", "export", str(tmp_path)], 4096)
     assert (res.returncode, res.stdout) == (1, "")
     assert res.stderr == f"flodl-proto vectors export: error: cannot write " \
-                         f"{shown_name(str(tmp_path / 'handshake.json'))}: File too large\n"
+                         f"{shown(str(tmp_path / 'handshake.json'))}: File too large\n"
     assert (tmp_path / "handshake.json").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["handshake.json"]
 
@@ -261,8 +261,34 @@ def test_a_failed_export_removes_the_folders_it_created(tmp_path: Path) -> None:
     res = run_with_file_size_limit(["vectors", "export", str(target)], 4096)
     assert (res.returncode, res.stdout) == (1, "")
     assert res.stderr == f"flodl-proto vectors export: error: cannot write " \
-                         f"{shown_name(str(target / 'handshake.json'))}: File too large\n"
+                         f"{shown(str(target / 'handshake.json'))}: File too large\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("named", "shown_as"), [
+    (True, "\"it's here/handshake.json\""),  # the file the error names
+    (False, "\"it's here\""),  # none named: DIR
+])
+def test_export_that_cannot_be_written_names_the_path_quoted(
+        named: bool, shown_as: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``cannot write PATH: WHY`` showed the path bare unless it held a line break or an escape
+    (``cannot write it's here/handshake.json: ...``); it is quoted as on every line naming a
+    path of the command line (``argument DIR: 'PATH': ...``), the file the error names (a path
+    object or bytes, as the file system names it) or else DIR."""
+    import errno
+    import os
+
+    from flodl_proto.interop import export
+
+    def no_space(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), *([path] if named else []))
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(export, "replace_file", no_space)
+    assert run_main(capsys, "vectors", "export", "it's here") == (
+        1, "", f"flodl-proto vectors export: error: cannot write {shown_as}: No space left on "
+               "device\n")
 
 
 @pytest.mark.parametrize("existing", [False, True])

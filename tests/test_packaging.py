@@ -126,7 +126,7 @@ def test_wheel_carries_spec_and_loads_it(tmp_path: Path) -> None:
     )
     assert res.returncode == 1 and "up to date" not in res.stdout + res.stderr
     assert res.stderr.startswith(
-        "flodl-proto docs: error: docs/protocol.md: out of date (spec: spec/wire.yaml)")
+        "flodl-proto docs: error: 'docs/protocol.md': out of date (spec: spec/wire.yaml)")
 
 
 #: what the tools and the usual set-ups leave in a checkout: virtual environments under their

@@ -117,12 +117,30 @@ def test_a_count_that_differs_from_the_manifests_is_named(capsys: pytest.Capture
     n = _count(folder)
     _declare(folder, 1)
     code, _, err = run_main(capsys, "vectors", "check", str(folder))
-    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(folder))}: {n} vectors found "
+    assert (code, err) == (1, f"{_PROG}: error: {shown(str(folder))}: {n} vectors found "
                               f"where its manifests declare {n + 1}\n")
     _break(folder / "channel_magic.json", "channel_magic/write/data")
     code, _, err = run_main(capsys, "vectors", "check", str(folder))
     assert (code, err) == (1, f"{_PROG}: error: 1 of {n} vectors failed; "
-                              f"{shown_name(str(folder))}: {n} vectors found where its "
+                              f"{shown(str(folder))}: {n} vectors found where its "
+                              f"manifests declare {n + 1}\n")
+
+
+def test_a_count_that_differs_names_the_folder_quoted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``PATH: N vectors found where its manifests declare M`` showed the folder bare unless
+    it held a line break or an escape (``it's here: 370 vectors found ...``); it is quoted as
+    on every line naming a path of the command line (``argument PATH: 'x': does not exist``),
+    while the table's heading on stdout keeps the name as it is."""
+    shutil.copytree(BUNDLED_VECTORS, tmp_path / "it's here")
+    monkeypatch.chdir(tmp_path)
+    folder = Path("it's here")
+    n = _count(folder)
+    _declare(folder, 1)
+    code, out, err = run_main(capsys, "vectors", "check", "it's here")
+    assert out.splitlines()[0] == "it's here"
+    assert (code, err) == (1, f"{_PROG}: error: \"it's here\": {n} vectors found where its "
                               f"manifests declare {n + 1}\n")
 
 
@@ -132,7 +150,7 @@ def test_a_missing_manifest_is_named_in_the_line(capsys: pytest.CaptureFixture[s
     declared = json.loads((folder / "manifest.json").read_text())["total_cases"]
     (folder / "v2" / "manifest.json").unlink()
     code, _, err = run_main(capsys, "vectors", "check", str(folder))
-    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(folder))}: {n} vectors found "
+    assert (code, err) == (1, f"{_PROG}: error: {shown(str(folder))}: {n} vectors found "
                               f"where its manifests declare {declared} (no "
                               f"{shown_name(str(folder / 'v2' / 'manifest.json'))})\n")
 
@@ -223,18 +241,18 @@ def test_a_single_file_whose_count_cannot_be_checked_is_named(
     doc["files"]["bf16"]["cases"] = n + 1
     manifest.write_text(json.dumps(doc))
     code, _, err = run_main(capsys, "vectors", "check", str(path))
-    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(path))}: {n} vectors found "
+    assert (code, err) == (1, f"{_PROG}: error: {shown(str(path))}: {n} vectors found "
                               f"where its manifest declares {n + 1}\n")
     del doc["files"]["bf16"]
     manifest.write_text(json.dumps(doc))
     code, out, err = run_main(capsys, "vectors", "check", str(path))
     why = f"no entry for bf16 in {shown_name(str(manifest))}"
     assert f"  {why}: the count of its cases cannot be checked" in out.splitlines()
-    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(path))}: {n} vectors found "
+    assert (code, err) == (1, f"{_PROG}: error: {shown(str(path))}: {n} vectors found "
                               f"where its manifest declares 0 ({why})\n")
     manifest.unlink()
     code, _, err = run_main(capsys, "vectors", "check", str(path))
-    assert (code, err) == (1, f"{_PROG}: error: {shown_name(str(path))}: {n} vectors found "
+    assert (code, err) == (1, f"{_PROG}: error: {shown(str(path))}: {n} vectors found "
                               f"where its manifest declares 0 (no {shown_name(str(manifest))})\n")
 
 

@@ -61,7 +61,7 @@ def output_path(text: str) -> Path:
             level (``'out.json/r.xml': Not a directory (out.json is a file, not a folder)``),
             or a loop of symbolic links there or as the file itself (``'loop1/x': Too many
             levels of symbolic links (loop1 is a loop of symbolic links)``, ``'loop1': ...``,
-            which the write refused with exit 1, ``cannot write loop1: ...``, and ``docs
+            which the write refused with exit 1, ``cannot write 'loop1': ...``, and ``docs
             --check`` as a file it cannot read, ``cannot read 'loop1': ...``):
             a usage error each time, found before the command does any work, where the
             existing folder and the file in the path were found only as the file was written

@@ -591,7 +591,11 @@ def _os_reason(e: OSError) -> str:
 
 
 def _report_error(path: Path, why: str, args: argparse.Namespace) -> None:
-    print(f"{_prog(args)}: error: cannot write the report {path}: {why}", file=sys.stderr)
+    """One line on stderr: the report ``path`` (``--junit``/``--json``) cannot be written,
+    the path quoted as every line naming a path of the command line quotes it (``cannot
+    write the report 'out/r.xml': Permission denied``)."""
+    print(f"{_prog(args)}: error: cannot write the report {shown(str(path))}: {why}",
+          file=sys.stderr)
 
 
 def _run_docs(args: argparse.Namespace) -> int:

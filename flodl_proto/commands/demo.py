@@ -49,7 +49,7 @@ handles the SIGTERM too. A run that completed no round shows no target (``n/a``)
 no loss verdict. Exit 1 when a check fails, or before anything
 starts when the cluster's expected peak memory (:func:`memory_need`) is above the machine's
 available memory or a new ``--salt-file`` cannot be written (``cannot write the salt file
-PATH: WHY``, as the other commands' output files); 2 for a bad command line (a file where a
+'PATH': WHY``, as the other commands' output files); 2 for a bad command line (a file where a
 folder of a new ``--salt-file``'s path should be included, as the other output paths), 130 when
 interrupted (Ctrl-C; the line says ``interrupted``), 143 when terminated (SIGTERM; the line
 says ``terminated``) and 129 when hung up (a closed terminal's SIGHUP; the line says ``hung
@@ -94,7 +94,7 @@ from typing import IO, TYPE_CHECKING, Any
 from .._oserr import os_reason
 from .._threads import start_thread
 from ..cli import interrupts_held, note_stop, stop_outcome
-from ..errors import ProtocolError, shown, shown_name
+from ..errors import ProtocolError, shown
 from ..netlab import NetLab, unavailable_reason
 from ..spec import DEFAULT_VERSION, KERNELS_ENV, SUPPORTED_VERSIONS
 from . import _demo_logs
@@ -429,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except SaltNotWritten as e:  # as the other commands' output files: exit 1
         print(f"flodl-proto demo: error: cannot write the salt file "
-              f"{shown_name(args.salt_file)}: {os_reason(e.error)}", file=sys.stderr)
+              f"{shown(args.salt_file)}: {os_reason(e.error)}", file=sys.stderr)
         return 1
     except (OSError, ProtocolError) as e:  # the path quoted, as every input path's line
         why = (input_path_problem(args.salt_file, e) if isinstance(e, OSError)

@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the dissector; return 0, or 1 when the file cannot be written (one stderr line,
-    ``flodl-proto dissector: error: cannot write PATH: WHY``, as the other generators). A
+    ``flodl-proto dissector: error: cannot write 'PATH': WHY``, as the other generators). A
     ``--out`` that names a folder or runs through a file is refused before, with the command
     line (exit 2: :func:`~._paths.output_path`)."""
     text = render_dissector(args.port)

@@ -48,7 +48,7 @@ from typing import Any
 from .._files import make_folders, replace_file
 from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
-from ..errors import shown, shown_name
+from ..errors import shown
 from ..spec import (
     SPEC,
     SPEC_DIR_ENV,
@@ -190,9 +190,10 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         source: words added after the path (e.g. the spec it was generated from).
 
     Returns:
-        0 when ``out`` holds exactly ``text`` (``PATH: up to date`` on stdout); 1 when it is
-        missing or differs: one line on stderr, ``PROG: error: PATH: missing`` (or ``out of
-        date``), then ``source`` and the ``regenerate`` command to run, in the form of every
+        0 when ``out`` holds exactly ``text`` (``PATH: up to date`` on stdout); 1 when it is missing
+        or differs: one line on stderr, ``PROG: error: 'PATH': missing`` (or ``out of date``, the
+        path quoted as every line naming a path of the command line quotes it), then ``source`` and
+        the ``regenerate`` command to run, in the form of every
         other failure line of the command; 2 when it cannot be read, as any input path
         (:func:`read_for_check`), or is a FIFO, a device or a socket (never read): one line in
         argparse's words for the option, ``PROG: error: argument --out: cannot read 'PATH':
@@ -218,7 +219,7 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         return 0
     state = "missing" if found is None else "out of date"
     run = f"`{regenerate}`" if regenerate.isprintable() else shown(regenerate)  # one line
-    print(f"{prog}: error: {shown_name(str(out))}: {state}{tail}; run {run}", file=sys.stderr)
+    print(f"{prog}: error: {shown(str(out))}: {state}{tail}; run {run}", file=sys.stderr)
     return 1
 
 
@@ -238,12 +239,12 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
 
     Returns:
         0 when ``out`` was written: ``PATH: written (N bytes)`` on stdout (N in bytes), unless
-        ``out`` is stdout itself (``/dev/stdout``), which then holds the document alone, as
-        with ``--out -``; 1 when it
-        cannot be written, one line on stderr ``PROG: error: ...`` naming it and why (a folder
-        made since the command line was read, in the words :func:`~._paths.output_path`
-        refuses one with: ``argument --out: 'out' names a folder (an existing one); ...``; a
-        file where a folder of the path should be: ``Not a directory`` at whichever level, no
+        ``out`` is stdout itself (``/dev/stdout``), which then holds the document alone, as with
+        ``--out -``; 1 when it cannot be written, one line on stderr ``PROG: error: cannot write
+        'PATH': WHY``, the path quoted as on every line naming a path of the command line (a folder
+        made since the command line was read, in the words :func:`~._paths.output_path` refuses one
+        with: ``argument --out: 'out' names a folder (an existing one); ...``; a file where a folder
+        of the path should be: ``Not a directory`` at whichever level, no
         permission), with the step that failed for a reason of a folder
         (:func:`flodl_proto._files.make_folders`: ``creating the folder a-file/sub: Not a
         directory (a-file is not a folder)``; :func:`flodl_proto._files.replacing`). No
@@ -261,7 +262,7 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         make_folders(out.parent)
         replace_file(out, data)
     except OSError as e:
-        print(f"{prog}: error: cannot write {shown_name(str(out))}: {os_reason(e)}",
+        print(f"{prog}: error: cannot write {shown(str(out))}: {os_reason(e)}",
               file=sys.stderr)
         return 1
     if _is_stdout(out):  # e.g. /dev/stdout: the document is stdout, as with --out -

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._oserr import os_reason
 from ..cli import interrupts_held
-from ..errors import shown, shown_name
+from ..errors import shown, shown_file, shown_name
 from ._option_error import option_message
 from ._paths import file_in_the_way, input_path_problem
 
@@ -256,7 +256,7 @@ def check_folders(dirs: list[Path], verbose: bool = False, out: Any = None, *,
         if total != expected and not unlisted:
             print(f"  {total} cases found where the {declare} {expected}", file=out)
         if total != expected or total == 0:
-            counts.append(f"{_named(root)}: {total} vectors found where its {declare} "
+            counts.append(f"{_given(root)}: {total} vectors found where its {declare} "
                           f"{expected}"
                           + (f" (no {', no '.join(unlisted)})" if unlisted else ""))
         if failures and verbose:
@@ -332,7 +332,7 @@ def _export(args: argparse.Namespace) -> int:
     except OSError as e:  # FileExistsError: a file where a folder of the path should be
         why = "Not a directory" if isinstance(e, FileExistsError) else os_reason(e)
         print(f"flodl-proto vectors export: error: cannot write "
-              f"{_named(e.filename or args.dir)}: {why}", file=sys.stderr)
+              f"{shown_file(e.filename or args.dir)}: {why}", file=sys.stderr)
         return 1
     for version, n in sorted(counts.items(), reverse=True):
         where = args.dir if version == 3 else args.dir / "v2"
