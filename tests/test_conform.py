@@ -1450,7 +1450,7 @@ def test_cli_report_write_that_fails_midway_leaves_the_old_file(option: str,
          str(out)], 256)
     assert res.returncode == 1
     assert res.stderr == ("flodl-proto conform controller: error: cannot write the report "
-                          f"{str(out)!r}: File too large\n")
+                          f"{shown(str(out))}: File too large\n")
     assert out.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
 

@@ -15,6 +15,7 @@ from flodl_proto._files import replace_file
 from flodl_proto.cli import build_parser, main
 from flodl_proto.conform.player import KitSettings
 from flodl_proto.conform.target import TargetLaunchError
+from flodl_proto.errors import shown
 
 _PREFIX = "flodl-proto conform controller: error: "
 _RUN = ["conform", "controller", "--launch", "true {port}", "--timeout-scale", "0.1",
@@ -153,7 +154,7 @@ def test_a_report_fifo_no_process_reads_is_exit_1_not_a_wait(option: str,
                          capture_output=True, text=True, timeout=60,
                          stdin=subprocess.DEVNULL)
     assert (res.returncode, res.stdout) == (1, ""), res.stderr
-    assert res.stderr == f"{_PREFIX}cannot write the report {str(fifo)!r}: {_NO_READER}\n"
+    assert res.stderr == f"{_PREFIX}cannot write the report {shown(str(fifo))}: {_NO_READER}\n"
 
 
 @pytest.mark.parametrize(("option", "writer"), [("--junit", "write_junit"),
