@@ -717,7 +717,7 @@ def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "docs", checkout / "docs")
     res = _cli("docs", "--check", cwd=checkout)
     assert res.returncode == 0
-    assert res.stdout.strip() == "docs/protocol.md: up to date (spec: spec/wire.yaml)"
+    assert res.stdout.strip() == "'docs/protocol.md': up to date (spec: spec/wire.yaml)"
     wire = checkout / "spec" / "wire.yaml"
     text = wire.read_text(encoding="utf-8")
     assert "\ntitle: " in text
@@ -754,12 +754,12 @@ def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variabl
             "that one")
     res = _cli("docs", "--check", cwd=checkout, env=env)
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == f"docs/protocol.md: up to date (spec: spec/wire.yaml{note})\n"
+    assert res.stdout == f"'docs/protocol.md': up to date (spec: spec/wire.yaml{note})\n"
     doc = checkout / "docs" / "protocol.md"
     doc.write_text("stale\n", encoding="utf-8")
     res = _cli("docs", cwd=checkout, env=env)
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == (f"docs/protocol.md: written ({doc.stat().st_size} bytes) (spec: "
+    assert res.stdout == (f"'docs/protocol.md': written ({doc.stat().st_size} bytes) (spec: "
                           f"spec/wire.yaml{note})\n")
     assert doc.read_bytes() == (ROOT / "docs" / "protocol.md").read_bytes()
     res = _cli("docs", "--check", "--spec", str(variable), cwd=checkout, env=env)
@@ -770,7 +770,7 @@ def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variabl
     res = _cli("docs", "--check", cwd=checkout,
                env={"FLODL_PROTO_SPEC_DIR": str(checkout / "spec")})
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == "docs/protocol.md: up to date (spec: spec/wire.yaml)\n"
+    assert res.stdout == "'docs/protocol.md': up to date (spec: spec/wire.yaml)\n"
 
 
 def test_docs_to_stdout_in_a_checkout_notes_whose_spec_it_is_on_stderr(tmp_path: Path) -> None:
@@ -796,9 +796,9 @@ def test_docs_to_stdout_in_a_checkout_notes_whose_spec_it_is_on_stderr(tmp_path:
     assert (res.returncode, res.stdout, res.stderr) == (0, document, "")
     res = _cli("docs", "--out", "p.md", cwd=checkout, env=env)
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == (f"p.md: written ({len(document.encode())} bytes) (spec: spec/wire.yaml, "
-                          f"the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec {variable} to "
-                          "document that one)\n")
+    assert res.stdout == (f"'p.md': written ({len(document.encode())} bytes) (spec: "
+                          f"spec/wire.yaml, the checkout's, not FLODL_PROTO_SPEC_DIR's: give "
+                          f"--spec {variable} to document that one)\n")
 
 
 # -- item: fuzz/run.sh -------------------------------------------------------------------------
@@ -1728,8 +1728,8 @@ def test_demo_short_runs_pass_and_print_ports_and_salt_file(tmp_path: Path) -> N
     relay lines, two rank processes fewer to start."""
     salt = tmp_path / "demo-salt.hex"
     env = {"COLUMNS": "200"}
-    for rounds, note in (("1", f"session salt: written to {salt}"),
-                         ("2", f"session salt: read from {salt}")):
+    for rounds, note in (("1", f"session salt: written to {shown(str(salt))}"),
+                         ("2", f"session salt: read from {shown(str(salt))}")):
         res = _cli("demo", "--no-progress", "--payload-mib", "0", "--rounds", rounds,
                    "--world-size", "2", "--salt-file", str(salt), env=env, timeout=150)
         assert res.returncode == 0, res.stdout + res.stderr
@@ -2498,7 +2498,7 @@ def test_a_file_out_still_says_written(tmp_path: Path) -> None:
     res = _cli("docs", "--out", str(tmp_path / "p.md"), cwd=tmp_path)
     size = (tmp_path / "p.md").stat().st_size
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout.startswith(f"{tmp_path / 'p.md'}: written ({size} bytes)")
+    assert res.stdout.startswith(f"{shown(str(tmp_path / 'p.md'))}: written ({size} bytes)")
 
 
 @pytest.mark.parametrize("args", [("vectors", "export", ""), ("vectors", "check", ""),

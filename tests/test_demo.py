@@ -27,6 +27,7 @@ from flodl_proto.commands.demo import (
     rank_frame_len,
     stage_lines,
 )
+from flodl_proto.errors import shown
 from flodl_proto.runner.stages import SEGMENTS, RoundStages
 
 from .cluster_util import skip_deep_unless_selected
@@ -407,6 +408,18 @@ def test_demo_salt_file_that_cannot_be_written_is_named_quoted(
             "left on device\n")
 
 
+def test_demo_salt_file_note_names_it_quoted(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``session salt: written to PATH`` and ``read from PATH`` showed the path as given (a line
+    break split the line); it is quoted as on every line naming a path of the command line."""
+    from flodl_proto.commands._salt import demo_salt
+
+    monkeypatch.chdir(tmp_path)
+    salt, note = demo_salt("it's here/s.hex")
+    assert note == "session salt: written to \"it's here/s.hex\""
+    assert demo_salt("it's here/s.hex") == (salt, "session salt: read from \"it's here/s.hex\"")
+
+
 def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replaced(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process creates the salt file between the demo's check that it does not exist
@@ -426,7 +439,7 @@ def test_demo_salt_file_created_by_another_process_meanwhile_is_read_not_replace
         return made
 
     monkeypatch.setattr(_files, "_create_temporary", racing)
-    assert demo_salt(str(path)) == (theirs, f"session salt: read from {path}")
+    assert demo_salt(str(path)) == (theirs, f"session salt: read from {shown(str(path))}")
     assert path.read_text(encoding="ascii") == theirs + "\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hex"]  # no temporary left
 
@@ -487,7 +500,7 @@ def test_demo_salt_file_another_process_is_still_writing_is_read_once_whole(
 
     path = tmp_path / "s.hex"
     waits = _race_salt_file(monkeypatch, path, theirs[:written], theirs[written:])
-    assert demo_salt(str(path)) == (salt, f"session salt: read from {path}")
+    assert demo_salt(str(path)) == (salt, f"session salt: read from {shown(str(path))}")
     whole = sum(c in b"0123456789abcdef" for c in theirs[:written]) == 32  # its 32 digits
     assert waits == ([] if whole else [0.02])
     assert path.read_bytes() == (theirs[:written] if whole else theirs)
@@ -516,11 +529,11 @@ def test_demo_salt_file_in_missing_folders_is_written_there(tmp_path: Path) -> N
     path = tmp_path / "new" / "dir" / "s.hex"
     salt, note = demo_salt(str(path))
     assert (len(salt), int(salt, 16) >= 0) == (32, True)
-    assert note == f"session salt: written to {path}"
+    assert note == f"session salt: written to {shown(str(path))}"
     assert path.read_text(encoding="ascii") == salt + "\n"
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in path.parent.iterdir()) == ["s.hex"]  # no temporary left
-    assert demo_salt(str(path)) == (salt, f"session salt: read from {path}")
+    assert demo_salt(str(path)) == (salt, f"session salt: read from {shown(str(path))}")
     # the README's demo row said "else creates it", not that the folders are made too
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert ("(reads the file when it exists, else creates it, and the missing folders of its "
@@ -556,7 +569,7 @@ def test_demo_salts_take_their_length_from_the_spec(tmp_path: Path) -> None:
     assert res.stdout == (
         "48 True session salt: random, not kept (--salt-file PATH keeps it for decode "
         "--salt-file PATH)\n"
-        f"48 session salt: written to {path}\n"
+        f"48 session salt: written to {shown(str(path))}\n"
         "True\n"
         "True\n")
 

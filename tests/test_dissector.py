@@ -61,7 +61,7 @@ from flodl_proto.dissector import (
     filter_fields_markdown,
     render_dissector,
 )
-from flodl_proto.errors import ProtocolError
+from flodl_proto.errors import ProtocolError, shown
 from flodl_proto.spec import SPEC, Spec
 
 from .conftest import ROOT, vectors_root
@@ -98,13 +98,13 @@ def test_cli_writes_the_dissector(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["dissector", "--out", str(nested)]) == 0
     assert nested.read_text(encoding="utf-8") == render_dissector()
     size = len(render_dissector().encode("utf-8"))
-    assert capsys.readouterr() == (f"{nested}: written ({size} bytes)\n", "")
+    assert capsys.readouterr() == (f"{shown(str(nested))}: written ({size} bytes)\n", "")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     # a file where a folder of the path should be, at any level: the command line's (exit 2,
     # one line), found before the dissector is generated, where it was found as it was written
     # (exit 1)
-    from flodl_proto.errors import shown, shown_name
+    from flodl_proto.errors import shown_name
 
     from .cli_util import run_main
 

@@ -71,7 +71,7 @@ def test_cli_creates_missing_parents(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = tmp_path / "site" / "ref" / "protocol.md"
     assert main(["docs", "--out", str(out), "--spec", str(SPEC.path)]) == 0
     assert out.read_text(encoding="utf-8") == rendered
-    assert capsys.readouterr().out.startswith(f"{out}: written (")
+    assert capsys.readouterr().out.startswith(f"{shown(str(out))}: written (")
 
 
 def test_rendering_is_deterministic_and_path_free(rendered: str) -> None:
@@ -265,7 +265,7 @@ def test_generated_file_commands_share_their_writes_and_refuse_a_check_of_stdout
     assert main([*cmd, "--out", str(out), "--check"]) == 1
     capsys.readouterr()
     assert main([*cmd, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith(f"{out}: written (")
+    assert capsys.readouterr().out.startswith(f"{shown(str(out))}: written (")
     assert main([*cmd, "--out", str(out), "--check"]) == 0
     capsys.readouterr()
     for under in (out / "x.md", out / "sub" / "x.md"):  # refused with the command line
@@ -355,6 +355,26 @@ def test_a_failed_check_names_the_file_quoted(
             "", f"{prog}: error: \"it's here/x.md\": {state}{spec}; run {run}\n")
         Path("it's here").mkdir(exist_ok=True)
         Path("it's here/x.md").write_text("stale\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"], ["dissector"]])
+def test_a_result_line_names_the_file_quoted(
+        cmd: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``PATH: written (N bytes)`` and ``PATH: up to date`` showed the path as given, a line
+    break splitting the line (``it's here/x.md: written (...)``); it is quoted as on every line
+    naming a path of the command line, and ``docs``'s spec file after ``spec:`` quoted when it
+    holds a line break (``--spec`` DIR ``s\\np``: ``(spec: 's\\np/wire.yaml')``)."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(spec_dir_for(None), "s\np")
+    spec = ["--spec", "s\np"] if cmd == ["docs"] else []
+    tail = " (spec: 's\\np/wire.yaml')" if spec else ""
+    assert main([*cmd, *spec, "--out", "it's here/x.md"]) == 0
+    size = Path("it's here/x.md").stat().st_size
+    assert capsys.readouterr() == (f"\"it's here/x.md\": written ({size} bytes){tail}\n", "")
+    if cmd != ["dissector"]:  # it writes the file each time
+        assert main([*cmd, *spec, "--out", "it's here/x.md"]) == 0
+        assert capsys.readouterr() == (f"\"it's here/x.md\": up to date{tail}\n", "")
 
 
 @pytest.mark.parametrize("cmd", [["docs"], ["conform", "docs"]])
@@ -1174,7 +1194,7 @@ def test_a_generator_run_from_a_subfolder_writes_the_checkouts_file(
     (checkout / "tests").mkdir()
     monkeypatch.chdir(checkout / "tests")
     assert main(command) == 0
-    assert capsys.readouterr().out.startswith(f"../{relative}: written (")
+    assert capsys.readouterr().out.startswith(f"'../{relative}': written (")
     assert (checkout / relative).is_file()
     assert list((checkout / "tests").iterdir()) == []
     # outside a checkout, the path is taken from the current folder
@@ -1182,7 +1202,7 @@ def test_a_generator_run_from_a_subfolder_writes_the_checkouts_file(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert main(command) == 0
-    assert capsys.readouterr().out.startswith(f"{relative}: written (")
+    assert capsys.readouterr().out.startswith(f"'{relative}': written (")
     assert (elsewhere / relative).is_file()
     # the README said where they write in a checkout only: an installed package's user running
     # them in a folder of their own found a docs/ folder made there

@@ -115,7 +115,7 @@ def test_cli_export_creates_missing_parents(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "out" / "vectors"
     assert main(["vectors", "export", str(target)]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith(f"{shown_name(str(target))}: ")
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"{shown(str(target))}: ")
     assert (target / "v2").is_dir()
 
 
@@ -289,6 +289,26 @@ def test_export_that_cannot_be_written_names_the_path_quoted(
     assert run_main(capsys, "vectors", "export", "it's here") == (
         1, "", f"flodl-proto vectors export: error: cannot write {shown_as}: No space left on "
                "device\n")
+
+
+def test_export_and_compare_result_lines_name_the_folder_quoted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``vectors export``'s ``DIR: N cases (protocol version V)`` and ``vectors compare``'s
+    ``DIR differs from BUNDLED`` showed a path with a space and a quote as it is (``it's here:
+    ...``); they quote it as on every line naming a path of the command line."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(capsys, "vectors", "export", "it's here")
+    v2 = sum(1 for _ in iter_cases(Path("it's here/v2")))
+    v3 = sum(1 for _ in iter_cases(Path("it's here"))) - v2  # the folder's cases and its v2/'s
+    assert (code, err) == (0, "")
+    assert out == (f"\"it's here\": {v3} cases (protocol version 3)\n"
+                   f"\"it's here/v2\": {v2} cases (protocol version 2)\n")
+    Path("bundled copy").mkdir()
+    code, out, err = run_main(capsys, "vectors", "compare", "--bundled", "bundled copy",
+                              "it's here")
+    assert (code, out.splitlines()[-1], err) == (
+        1, f"\"it's here\" differs from 'bundled copy' ({len(out.splitlines()) - 1} files)", "")
 
 
 @pytest.mark.parametrize("existing", [False, True])

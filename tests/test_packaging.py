@@ -37,21 +37,21 @@ def test_vectors_compare(tmp_path: Path) -> None:
     shutil.copytree(BUNDLED_VECTORS, copy)
     res = _vectors_cli("compare", str(copy))
     assert (res.returncode, res.stdout.splitlines()[-1]) == (
-        0, f"{shown_name(str(copy))} is identical to {shown_name(str(BUNDLED_VECTORS))}")
+        0, f"{shown(str(copy))} is identical to {shown(str(BUNDLED_VECTORS))}")
     (copy / "v2" / "handshake.json").write_text("{}", encoding="utf-8")
     (copy / "extra.json").write_text("{}", encoding="utf-8")
     res = _vectors_cli("compare", str(copy))
     assert res.returncode == 1
     assert res.stdout.splitlines() == [
         f"only in {shown_name(str(copy))}: extra.json", "differs: v2/handshake.json",
-        f"{shown_name(str(copy))} differs from {shown_name(str(BUNDLED_VECTORS))} (2 files)"]
+        f"{shown(str(copy))} differs from {shown(str(BUNDLED_VECTORS))} (2 files)"]
     (copy / "extra.json").unlink()
     (copy / "bf16.json").unlink()  # a file missing from DIR was listed as "differs" too
     res = _vectors_cli("compare", str(copy))
     assert res.returncode == 1
     assert res.stdout.splitlines() == [
         f"only in {shown_name(str(BUNDLED_VECTORS))}: bf16.json", "differs: v2/handshake.json",
-        f"{shown_name(str(copy))} differs from {shown_name(str(BUNDLED_VECTORS))} (2 files)"]
+        f"{shown(str(copy))} differs from {shown(str(BUNDLED_VECTORS))} (2 files)"]
     res = _vectors_cli("compare", str(tmp_path / "absent"))
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", "flodl-proto vectors compare: error: argument DIR: "

@@ -345,7 +345,7 @@ def demo_salt(path: str | None) -> tuple[str, str]:
         try:
             make_folders(target.parent)
             create_file(target, (salt + "\n").encode("ascii"), new_mode=0o600)
-            return salt, f"session salt: written to {path}"
+            return salt, f"session salt: written to {shown(path)}"
         except OSError as e:  # one created meanwhile (FileExistsError) is read as it is
             if e.errno == errno.ENOTDIR:  # a file made meanwhile where a folder should be
                 if (why := file_in_the_way(path, target.parent)) is not None:
@@ -353,5 +353,5 @@ def demo_salt(path: str | None) -> tuple[str, str]:
             if not (isinstance(e, FileExistsError) and os.path.lexists(target)):
                 raise SaltNotWritten(e) from None
             # once whole: its creator may still be writing it
-            return resolve_raced_salt(path).hex(), f"session salt: read from {path}"
-    return resolve_salt(None, path).hex(), f"session salt: read from {path}"
+            return resolve_raced_salt(path).hex(), f"session salt: read from {shown(path)}"
+    return resolve_salt(None, path).hex(), f"session salt: read from {shown(path)}"

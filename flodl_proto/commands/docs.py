@@ -10,7 +10,7 @@ the nearest ``spec/wire.yaml`` found walking up from the output's folder (so an 
 run inside a source checkout documents that checkout's spec, not the copy installed with it); else
 the one the package loads (``$FLODL_PROTO_SPEC_DIR``'s when it is set). Inside a checkout the
 checkout's spec is documented with the variable set too (the file written is the checkout's, which
-its ``--check`` compares with its spec), and the result line says so: ``docs/protocol.md: written
+its ``--check`` compares with its spec), and the result line says so: ``'docs/protocol.md': written
 (N bytes) (spec: spec/wire.yaml, the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec DIR to
 document that one)``; with ``--out -`` (the current folder's checkout) stdout holds the document
 alone and a note on stderr says so: ``flodl-proto docs: note: written to stdout (spec:
@@ -48,7 +48,7 @@ from typing import Any
 from .._files import make_folders, replace_file
 from .._oserr import os_reason
 from ..docs import DEFAULT_OUT, render_protocol_doc
-from ..errors import shown
+from ..errors import shown, shown_name
 from ..spec import (
     SPEC,
     SPEC_DIR_ENV,
@@ -190,14 +190,14 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         source: words added after the path (e.g. the spec it was generated from).
 
     Returns:
-        0 when ``out`` holds exactly ``text`` (``PATH: up to date`` on stdout); 1 when it is missing
-        or differs: one line on stderr, ``PROG: error: 'PATH': missing`` (or ``out of date``, the
-        path quoted as every line naming a path of the command line quotes it), then ``source`` and
-        the ``regenerate`` command to run, in the form of every
-        other failure line of the command; 2 when it cannot be read, as any input path
-        (:func:`read_for_check`), or is a FIFO, a device or a socket (never read): one line in
-        argparse's words for the option, ``PROG: error: argument --out: cannot read 'PATH':
-        REASON`` or ``argument --out: 'PATH' is a FIFO, not a file (never read: ...)``.
+        0 when ``out`` holds exactly ``text`` (``'PATH': up to date`` on stdout); 1 when it is
+        missing or differs: one line on stderr, ``PROG: error: 'PATH': missing`` (or ``out of
+        date``, the path quoted as every line naming a path of the command line quotes it), then
+        ``source`` and the ``regenerate`` command to run, in the form of every other failure line of
+        the command; 2 when it cannot be read, as any input path (:func:`read_for_check`), or is a
+        FIFO, a device or a socket (never read): one line in argparse's words for the option,
+        ``PROG: error: argument --out: cannot read 'PATH': REASON`` or ``argument --out: 'PATH' is a
+        FIFO, not a file (never read: ...)``.
 
     No upstream counterpart: upstream ships no generated files to check.
     """
@@ -215,7 +215,7 @@ def check_generated(out: Path, text: str, prog: str, regenerate: str, source: st
         return 2
     tail = f" {source}" if source else ""
     if found == text.encode("utf-8"):
-        print(f"{out}: up to date{tail}")
+        print(f"{shown(str(out))}: up to date{tail}")
         return 0
     state = "missing" if found is None else "out of date"
     run = f"`{regenerate}`" if regenerate.isprintable() else shown(regenerate)  # one line
@@ -238,7 +238,7 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
         source: words added after the path on the success line (e.g. the spec it came from).
 
     Returns:
-        0 when ``out`` was written: ``PATH: written (N bytes)`` on stdout (N in bytes), unless
+        0 when ``out`` was written: ``'PATH': written (N bytes)`` on stdout (N in bytes), unless
         ``out`` is stdout itself (``/dev/stdout``), which then holds the document alone, as with
         ``--out -``; 1 when it cannot be written, one line on stderr ``PROG: error: cannot write
         'PATH': WHY``, the path quoted as on every line naming a path of the command line (a folder
@@ -268,7 +268,7 @@ def write_output(out: Path, data: bytes, prog: str, source: str = "") -> int:
     if _is_stdout(out):  # e.g. /dev/stdout: the document is stdout, as with --out -
         return 0
     tail = f" {source}" if source else ""
-    print(f"{out}: written ({len(data)} bytes){tail}")
+    print(f"{shown(str(out))}: written ({len(data)} bytes){tail}")
     return 0
 
 
@@ -293,7 +293,7 @@ def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
         source: words added after the path (e.g. the spec it was generated from).
 
     Returns:
-        0 when ``out`` already held ``text`` (``PATH: up to date`` on stdout; a file that is not
+        0 when ``out`` already held ``text`` (``'PATH': up to date`` on stdout; a file that is not
         UTF-8 text is out of date and rewritten), else what :func:`write_output` returns.
 
     No upstream counterpart: upstream ships no generator commands (its protocol is documented
@@ -306,7 +306,7 @@ def write_generated(out: Path, text: str, prog: str, source: str = "") -> int:
         current = None
     if current == data:
         tail = f" {source}" if source else ""
-        print(f"{out}: up to date{tail}")
+        print(f"{shown(str(out))}: up to date{tail}")
         return 0
     return write_output(out, data, prog, source)
 
@@ -340,10 +340,15 @@ def spec_dir_for(out: Path | None) -> Path:
 
 
 def _shown(path: Path) -> str:
+    """How a result line names the spec file ``path`` it read, after ``spec:``: relative to
+    the current folder when it is under it, as it is otherwise, and quoted only when it must
+    be (:func:`~flodl_proto.errors.shown_name`: a line break, an escape), as a line names a
+    path in parentheses."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        text = str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(path)
+        text = str(path)
+    return shown_name(text)
 
 
 def _variable_passed_over(spec_dir: Path) -> str:

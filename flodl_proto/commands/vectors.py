@@ -312,8 +312,8 @@ def _compare(args: argparse.Namespace) -> int:
     named = {f"only in {d}": f"only in {_named(d)}" for d in (args.dir, args.bundled)}
     for how, rel in diffs:
         print(f"{named.get(how, how)}: {_named(rel)}")
-    print(f"{_named(args.dir)} {'differs from' if diffs else 'is identical to'} "
-          f"{_named(args.bundled)}"
+    print(f"{_given(args.dir)} {'differs from' if diffs else 'is identical to'} "
+          f"{_given(args.bundled)}"
           + (f" ({len(diffs)} files)" if diffs else ""))
     return 1 if diffs else 0
 
@@ -336,5 +336,5 @@ def _export(args: argparse.Namespace) -> int:
         return 1
     for version, n in sorted(counts.items(), reverse=True):
         where = args.dir if version == 3 else args.dir / "v2"
-        print(f"{_named(where)}: {n} cases (protocol version {version})")
+        print(f"{_given(where)}: {n} cases (protocol version {version})")
     return 0
