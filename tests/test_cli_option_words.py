@@ -117,7 +117,9 @@ REFUSED: list[tuple[list[str], str]] = [
     ([*KIT, "--launch", "a\x00b"],
      E_KIT + "--launch: the command holds a NUL character (\\x00), which no program's argument "
      "can"),
-    ([*KIT, "--launch", 'a "b'], E_KIT + "--launch: No closing quotation"),
+    ([*KIT, "--launch", 'a "b'],
+     E_KIT + "--launch: 'a \"b': No closing quotation (it is split as a shell splits a command "
+     "line)"),
     ([*KIT, "--launch", "'' {port}"],
      E_KIT + "--launch: no program to run (the first word is '')"),
     ([*KIT, "--launch", "x {port!r}"],
