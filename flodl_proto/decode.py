@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ._decode_leg import Leg, UnknownLeg, detect_leg
+from ._decode_leg import Leg, UnknownLeg, detect_leg, other_leg_hint
 from ._decode_render import control_fields, frame_json
 from ._decode_table import format_table, table_end, table_head, table_line
 from ._hexdump import parse_hex_dump
@@ -231,7 +231,10 @@ class DecodeFailure:
 
     Attributes:
         offset: byte offset (in the stream) of the record that could not be decoded.
-        message: the protocol error's message (upstream's wording).
+        message: the protocol error's message (upstream's wording); when the stream's first
+            magic is refused and its first bytes start another leg, followed by
+            ``; the first bytes look like the mux leg (a mux record header), not the frame
+            leg`` (the leg they start, what was seen, the leg asked for).
         kind: the error kind (``truncated``, ``magic``, ...).
         error_id: the catalogue id, when the error has one.
         capture_ended: True when the input simply ended inside the record, its header included
@@ -397,7 +400,11 @@ class _Decoder:
         except _Stop as s:
             e = s.error
             ended = s.ended or e.error_id in _RAN_OUT
-            self.report.failure = DecodeFailure(s.offset, str(e), e.kind, e.error_id, ended)
+            message = str(e)
+            # a stream read as a leg its first bytes do not start stops at its first byte
+            if (hint := other_leg_hint(self.mv, leg, e.error_id)):
+                message = f"{message}; {hint}"
+            self.report.failure = DecodeFailure(s.offset, message, e.kind, e.error_id, ended)
         self.report.version, self.report.version_told = self.version, self.detected
         return self.report
 

@@ -2282,3 +2282,112 @@ def test_a_long_stream_is_decoded_in_flat_memory(tmp_path: Path) -> None:
     code, _err, peak = _decode_child(["--leg", "frame", str(big)], tmp_path)
     assert code == EXIT_OK
     assert peak - base < 4 * grown, (peak - base, grown)  # the input held once, records not
+
+
+_NOT_A_LEG = ("cannot tell the leg from the first bytes ({head}): not a channel magic, handshake, "
+              "ack, RoundFrame, mux record or length-prefixed frame; name it with {leg}")
+
+
+@pytest.mark.parametrize("text", [b"{}\n" + bytes(8), b"  \n\t[1, 2, 3]\n",
+                                  b"\xef\xbb\xbf{\"cases\": []}", b"        {\"a\": 1}"])
+def test_a_json_stream_is_said_to_look_like_json(text: bytes) -> None:
+    # a vector file given to decode read only "cannot tell the leg from the first bytes
+    # (7b0a...)": JSON (an object or an array, after blanks) is named, with what reads vectors
+    with pytest.raises(UnknownLeg) as ei:
+        detect_leg(text)
+    assert (ei.value.json, ei.value.hex_text, ei.value.http) == (True, False, False)
+    assert str(ei.value) == _NOT_A_LEG.format(
+        head=text[:8].hex(), leg="decode_stream's leg= (mux, loopback or frame)") + (
+        "; they look like JSON (a vector file? flodl_proto.interop.vectors.iter_file_cases "
+        "reads those)")
+    # bytes that are no JSON's start get no such words
+    with pytest.raises(UnknownLeg) as not_json:
+        detect_leg(b"  x{\"a\": 1}")
+    assert not not_json.value.json and "JSON" not in str(not_json.value)
+
+
+def test_decode_of_a_vector_file_names_the_vectors_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = BUNDLED / "v2" / "round_frame.json"
+    head = path.read_bytes()[:8].hex()
+    assert head.startswith("7b")  # '{'
+    assert main(["decode", str(path)]) == EXIT_ERROR
+    line = _NOT_A_LEG.format(head=head, leg="--leg")
+    assert capsys.readouterr() == ("", (
+        f"flodl-proto decode: error: {line}; they look like JSON (a vector file? "
+        "'flodl-proto vectors check FILE' reads those)\n"))
+    # the command it names reads the file
+    assert main(["vectors", "check", str(path)]) == EXIT_OK
+    capsys.readouterr()
+    # --hex input is text already: its bytes get neither the hex nor the JSON words
+    text = tmp_path / "json.hex"
+    text.write_text(b"[1, 2, 3, 4]".hex())
+    assert main(["decode", "--hex", str(text)]) == EXIT_ERROR
+    assert capsys.readouterr() == ("", "flodl-proto decode: error: " + _NOT_A_LEG.format(
+        head=b"[1, 2, 3, 4]"[:8].hex(), leg="--leg") + "\n")
+
+
+#: (the stream, the leg it is, what detect_leg says of its first bytes)
+_LEG_STARTS: dict[str, tuple[Callable[[], bytes], Leg, str]] = {
+    "mux up": (lambda: _mux_up(2).data, "mux", "channel magic 0xf10d17e1"),
+    "mux down": (lambda: _mux_down(2).data, "mux", "a mux record header"),
+    "loopback up": (lambda: _loop_up(2).data, "loopback", "the rank handshake"),
+    "loopback down": (lambda: _loop_down(2).data, "loopback", "the relay's handshake ack"),
+    "loopback blobs": (lambda: b"".join(encode_framed_round(_frames(2)[0], SALT)), "loopback",
+                       "a length prefix and a RoundFrame"),
+    "frames": (lambda: encode_round_frame_bytes(_frames(2)[0], SALT), "frame",
+               "a bare RoundFrame"),
+}
+
+
+@pytest.mark.parametrize("name", list(_LEG_STARTS))
+@pytest.mark.parametrize("leg", ["mux", "loopback", "frame"])
+def test_a_wrong_leg_names_the_leg_the_first_bytes_start(name: str, leg: Leg) -> None:
+    # decode --leg frame on a mux capture stopped at a bare "frame magic 0xf10d17d0 !=
+    # 0xf10d17f1": the leg the first bytes start is said after the reader's words
+    make, real, why = _LEG_STARTS[name]
+    data = make()
+    report = decode_stream(data, leg)
+    if leg == real:
+        assert report.failure is None
+        return
+    assert report.failure is not None
+    fin = report.final_record()
+    first = struct.unpack_from("<I", data)[0]
+    reader = {"mux": f"relay_mux: record magic 0x{first:08x} != 0x{MUX_RECORD_MAGIC:08x}",
+              "frame": f"cluster_controller: frame magic 0x{first:08x} != "
+                       f"0x{ROUND_FRAME_MAGIC:08x}",
+              "loopback": f"cluster_controller: handshake magic 0x{first:08x} != 0xf10d17c0"}
+    assert (fin["type"], fin["offset"], fin["error_kind"]) == ("error", 0, "magic")
+    assert fin["error"] == f"{reader[leg]}; the first bytes look like the {real} leg ({why}), " \
+                           f"not the {leg} leg"
+
+
+def test_a_wrong_leg_on_the_command_line(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mux.bin"
+    path.write_bytes(_mux_down(2).data)
+    assert main(["decode", "--leg", "frame", str(path)]) == EXIT_ERROR
+    assert _json_lines(capsys.readouterr().out) == [{
+        "type": "error", "offset": 0, "error_kind": "magic", "error_id": "frame.bad_magic",
+        "error": f"cluster_controller: frame magic 0x{MUX_RECORD_MAGIC:08x} != "
+                 f"0x{ROUND_FRAME_MAGIC:08x}; the first bytes look like the mux leg (a mux "
+                 "record header), not the frame leg"}]
+    assert main(["decode", "--leg", "mux", "--format", "table", str(path)]) == EXIT_OK
+    capsys.readouterr()
+    # bytes no leg starts, and a failure past the first record, keep the reader's words alone
+    assert decode_stream(b"garbage!", "frame").final_record()["error"] == (
+        f"cluster_controller: frame magic 0x62726167 != 0x{ROUND_FRAME_MAGIC:08x}")
+    # the handshake reader reads 16 bytes before it checks their magic: 6 bytes of a mux
+    # record's are a capture that ended there, which names no leg
+    short = decode_stream(struct.pack("<I", MUX_RECORD_MAGIC) + b"ab", "loopback")
+    fin = short.final_record()
+    assert (fin["type"], fin["error_id"]) == ("capture_ended", "handshake.read_failed")
+    assert fin["error"] == ("capture ended inside a record at offset 0 (a reader would report: "
+                            "cluster_controller: handshake read failed: failed to fill whole "
+                            "buffer (6 of 16 bytes))")
+    frame = encode_round_frame_bytes(_frames(2)[0], SALT)
+    later = decode_stream(frame + _mux_down(2).data, "frame").final_record()
+    assert (later["offset"], later["error"]) == (len(frame), (
+        f"cluster_controller: frame magic 0x{MUX_RECORD_MAGIC:08x} != "
+        f"0x{ROUND_FRAME_MAGIC:08x}"))

@@ -109,9 +109,11 @@ class _Decided(Exception):
 
 def _no_leg_line(e: UnknownLeg, hex_hint: bool) -> str:
     """:func:`~flodl_proto.decode.detect_leg`'s refusal in this command's words: the leg is
-    named with ``--leg``, hex text read with ``--hex`` (``hex_hint`` False: no hint about hex
-    text, for input that ``--hex`` or ``--pcap`` already says is not raw bytes)."""
-    return e.describe("--leg", "--hex" if hex_hint else None)
+    named with ``--leg``, hex text read with ``--hex``, a vector file (JSON) with
+    ``flodl-proto vectors check FILE`` (``hex_hint`` False: no hint about hex text or JSON,
+    for input that ``--hex`` or ``--pcap`` already says is not a file's raw bytes)."""
+    return e.describe("--leg", "--hex" if hex_hint else None,
+                      "'flodl-proto vectors check FILE'" if hex_hint else None)
 
 
 def _detect_or_refuse(first: bytes) -> Leg:
