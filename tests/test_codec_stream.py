@@ -19,7 +19,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from flodl_proto.codec import END_OF_STREAM, Hello, NeedData, RankExit, RecordKind, RoundFrame
+from flodl_proto.codec import (
+    END_OF_STREAM,
+    Hello,
+    NeedData,
+    RankExit,
+    RecordKind,
+    RoundFrame,
+    decode_round_frame,
+)
 from flodl_proto.codec import stream as stream_module
 from flodl_proto.codec.auth import Premac
 from flodl_proto.codec.mux import parse_mux_header
@@ -337,6 +345,54 @@ def test_round_frame_eof_mid_frame(kept: int, error_id: str, fields: dict[str, i
         dec.next_event()
     assert again.value is ei.value
     assert dec.consumed == 0
+
+
+def _flipped(wire: bytes, at: int) -> bytes:
+    out = bytearray(wire)
+    out[at] ^= 1
+    return bytes(out)
+
+
+@pytest.mark.parametrize("chunk", [None, 1], ids=["one chunk", "byte by byte"])
+@pytest.mark.parametrize("third, message", [
+    (frame_bytes(SALT)[:12],
+     "cluster_controller: frame weight read failed: failed to fill whole buffer (offset 9)"),
+    (_flipped(frame_bytes(SALT), 0), "cluster_controller: frame magic 0xf10d17f0 != 0xf10d17f1"),
+    (_flipped(frame_bytes(SALT), 54),
+     "cluster_controller: RoundFrame HMAC verification failed (computed 0x6a70b60a6cc95b3f, wire "
+     "carried 0x6b70b60a6cc95b3f); session salt disagreement, tampered frame, or payload "
+     "corruption"),
+], ids=["cut", "magic", "tag"])
+def test_round_frame_error_in_the_third_frame(chunk: int | None, third: bytes,
+                                              message: str) -> None:
+    # the error is the one-shot reader's, word for word, whatever the split: its offsets count
+    # from the frame's first byte (as MuxStream's and LoopbackStream's count from the record's),
+    # and the frame starts where ``consumed`` stood before the call that raised
+    one = frame_bytes(SALT)
+    wire = one + one + third
+    with pytest.raises(ProtocolError) as alone:
+        decode_round_frame(third, SALT)
+    assert str(alone.value) == message
+    dec = RoundFrameDecoder(SALT)
+    frames: list[RoundFrame] = []
+    before = 0
+    pieces = [wire] if chunk is None else [wire[i:i + chunk] for i in range(len(wire))]
+    with pytest.raises(RemoteProtocolError) as ei:
+        for piece in [*pieces, None]:
+            if piece is None:
+                dec.feed_eof()
+            else:
+                dec.feed(piece)
+            while True:
+                before = dec.consumed
+                ev = dec.next_event()
+                if isinstance(ev, NeedData):
+                    break
+                assert isinstance(ev, RoundFrame)
+                frames.append(ev)
+    assert str(ei.value) == message
+    assert type(ei.value) is type(alone.value)
+    assert (len(frames), before) == (2, 2 * len(one))
 
 
 def test_round_frame_truncation_is_judged_with_the_decoders_ceiling() -> None:

@@ -203,6 +203,15 @@ class _StreamDecoder(Generic[T]):
 class RoundFrameDecoder(_StreamDecoder[RoundFrame]):
     """Back-to-back RoundFrames (e.g. a capture of one direction of a legacy stream).
 
+    Errors are the one-shot reader's (:func:`~flodl_proto.codec.round_frame.decode_round_frame`
+    of the frame's bytes), word for word whatever the split, so the offsets they name count
+    from the first byte of the frame they are in, as the errors :class:`MuxStream` and
+    :class:`~flodl_proto.codec.loopback_stream.LoopbackStream` report count from their
+    record's: the third frame of a stream, cut inside its weight, is ``frame weight read
+    failed ... (offset 9)``. The frame starts at the stream offset :attr:`consumed` held
+    before the :meth:`next_event` call that raised (after it, ``consumed`` also counts a frame
+    that was framed completely and then rejected).
+
     Args:
         salt: the 16-byte session salt.
         ceiling: frame ceiling in bytes.
