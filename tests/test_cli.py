@@ -764,9 +764,10 @@ def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variabl
     assert doc.read_bytes() == (ROOT / "docs" / "protocol.md").read_bytes()
     res = _cli("docs", "--check", "--spec", str(variable), cwd=checkout, env=env)
     assert res.returncode == 1 and res.stdout == ""
+    # the spec's path as a line gives a name (quoted when long: by its ends and length)
     _one_error_line(res.stderr, f"flodl-proto docs: error: 'docs/protocol.md': out of date (spec: "
-                    f"{variable / 'wire.yaml'}); run `flodl-proto docs --out docs/protocol.md "
-                    f"--spec {variable}`")
+                    f"{shown_name(str(variable / 'wire.yaml'))}); run `flodl-proto docs --out "
+                    f"docs/protocol.md --spec {variable}`")
     res = _cli("docs", "--check", cwd=checkout,
                env={"FLODL_PROTO_SPEC_DIR": str(checkout / "spec")})
     assert (res.returncode, res.stderr) == (0, "")
