@@ -734,6 +734,19 @@ def test_docs_check_reads_the_spec_of_the_checkout(tmp_path: Path) -> None:
     assert res.returncode == 1
 
 
+def _checkout_and_another_spec(tmp_path: Path) -> tuple[Path, Path]:
+    """``tmp_path/checkout`` (a checkout's ``spec/``) and ``tmp_path/variable``, a spec whose
+    title differs (so its document differs), for ``FLODL_PROTO_SPEC_DIR`` to name."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "spec", checkout / "spec")
+    variable = tmp_path / "variable"
+    shutil.copytree(ROOT / "spec", variable)
+    wire = variable / "wire.yaml"
+    wire.write_text(wire.read_text(encoding="utf-8").replace("\ntitle: ", "\ntitle: other ", 1),
+                    encoding="utf-8")
+    return checkout, variable
+
+
 def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variables(
         tmp_path: Path) -> None:
     """Inside a checkout ``docs`` documents the checkout's spec, as its docstring and the
@@ -741,14 +754,8 @@ def test_docs_in_a_checkout_says_it_documents_the_checkouts_spec_not_the_variabl
     with ``FLODL_PROTO_SPEC_DIR`` naming another spec, the result line read ``(spec:
     spec/wire.yaml)`` alone, as if the variable had been read; it now says whose spec it is
     and how to document the variable's."""
-    checkout = tmp_path / "checkout"
-    shutil.copytree(ROOT / "spec", checkout / "spec")
+    checkout, variable = _checkout_and_another_spec(tmp_path)
     shutil.copytree(ROOT / "docs", checkout / "docs")
-    variable = tmp_path / "variable"
-    shutil.copytree(ROOT / "spec", variable)
-    wire = variable / "wire.yaml"
-    wire.write_text(wire.read_text(encoding="utf-8").replace("\ntitle: ", "\ntitle: other ", 1),
-                    encoding="utf-8")
     env = {"FLODL_PROTO_SPEC_DIR": str(variable)}
     note = (f", the checkout's, not FLODL_PROTO_SPEC_DIR's: give --spec {variable} to document "
             "that one")
@@ -779,13 +786,7 @@ def test_docs_to_stdout_in_a_checkout_notes_whose_spec_it_is_on_stderr(tmp_path:
     the checkout's document and said nothing of the spec it passed over (the note is on the
     result line, which stdout has none of); the note now goes to stderr, stdout holding the
     document alone. Without the variable stderr stays empty; a file's result line keeps it."""
-    checkout = tmp_path / "checkout"
-    shutil.copytree(ROOT / "spec", checkout / "spec")
-    variable = tmp_path / "variable"
-    shutil.copytree(ROOT / "spec", variable)
-    wire = variable / "wire.yaml"
-    wire.write_text(wire.read_text(encoding="utf-8").replace("\ntitle: ", "\ntitle: other ", 1),
-                    encoding="utf-8")
+    checkout, variable = _checkout_and_another_spec(tmp_path)
     env = {"FLODL_PROTO_SPEC_DIR": str(variable)}
     document = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
     res = _cli("docs", "--out", "-", cwd=checkout, env=env)

@@ -54,6 +54,7 @@ from flodl_proto.reduce import reduce_realized_work, sum_frames
 from flodl_proto.spec import SPEC
 
 from .conftest import run_with_file_size_limit
+from .spec_util import spec_with_constant
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = load_catalogue()
@@ -1610,15 +1611,7 @@ def test_the_kit_s_salts_take_their_length_from_the_spec(tmp_path: Path) -> None
     whose salt is 24 bytes (``FLODL_PROTO_SPEC_DIR``) a case's fresh salt and a step's ``zero``
     salt are 24 bytes, a step's salt of 24 bytes in hex is taken and one of 16 is refused
     naming 48 hex digits."""
-    import shutil
-
-    spec_dir = tmp_path / "spec"
-    shutil.copytree(ROOT / "spec", spec_dir)
-    wire = (spec_dir / "wire.yaml").read_text(encoding="utf-8")
-    salt_len = "  SESSION_SALT_BYTES:\n    value: 16\n"
-    assert wire.count(salt_len) == 1
-    (spec_dir / "wire.yaml").write_text(wire.replace(salt_len, salt_len.replace("16", "24")),
-                                        encoding="utf-8")
+    spec_dir = spec_with_constant(tmp_path, "SESSION_SALT_BYTES", 16, 24)
     code = (
         "from types import SimpleNamespace\n"
         "from flodl_proto.conform import builders, player\n"

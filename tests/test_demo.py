@@ -33,6 +33,7 @@ from flodl_proto.runner.stages import SEGMENTS, RoundStages
 from .cluster_util import skip_deep_unless_selected
 from .conftest import ROOT
 from .demo_procs import marked, marked_demo, members, wait_for_members
+from .spec_util import spec_with_constant
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -545,13 +546,7 @@ def test_demo_salts_take_their_length_from_the_spec(tmp_path: Path) -> None:
     a spec whose salt is 24 bytes (``FLODL_PROTO_SPEC_DIR``) the random salt of a run without
     ``--salt-file`` and the one a new ``--salt-file`` is written with are 48 hex digits, and
     the file is read back as the same salt."""
-    spec_dir = tmp_path / "spec"
-    shutil.copytree(ROOT / "spec", spec_dir)
-    wire = (spec_dir / "wire.yaml").read_text(encoding="utf-8")
-    salt_len = "  SESSION_SALT_BYTES:\n    value: 16\n"
-    assert wire.count(salt_len) == 1
-    (spec_dir / "wire.yaml").write_text(wire.replace(salt_len, salt_len.replace("16", "24")),
-                                        encoding="utf-8")
+    spec_dir = spec_with_constant(tmp_path, "SESSION_SALT_BYTES", 16, 24)
     path = tmp_path / "s.hex"
     code = (
         "import sys\n"

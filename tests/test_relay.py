@@ -58,7 +58,7 @@ from .cluster_util import (
     values,
     wait_until,
 )
-from .conftest import ROOT
+from .spec_util import spec_with_constant
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -906,15 +906,7 @@ def test_the_relay_s_texts_take_the_loopback_offset_from_the_spec(tmp_path: Path
     that port write the controller's port + ``RELAY_DATA_LOOPBACK_OFFSET`` from the spec, where
     they wrote + 4 by hand: with a spec whose offset is 7 (``FLODL_PROTO_SPEC_DIR``) each
     says + 7."""
-    import shutil
-
-    spec_dir = tmp_path / "spec"
-    shutil.copytree(ROOT / "spec", spec_dir)
-    wire = (spec_dir / "wire.yaml").read_text(encoding="utf-8")
-    offset = "  RELAY_DATA_LOOPBACK_OFFSET:\n    value: 4\n"
-    assert wire.count(offset) == 1
-    (spec_dir / "wire.yaml").write_text(wire.replace(offset, offset.replace("4", "7")),
-                                        encoding="utf-8")
+    spec_dir = spec_with_constant(tmp_path, "RELAY_DATA_LOOPBACK_OFFSET", 4, 7)
     env = {**os.environ, "FLODL_PROTO_SPEC_DIR": str(spec_dir)}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
