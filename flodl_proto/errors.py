@@ -402,10 +402,11 @@ def shown_name(text: str) -> str:
 
 
 def shown_file(filename: object) -> str:
-    """How a line names the file an ``OSError`` gives (its ``filename``), as every line about
-    a path quotes one (:func:`shown`: ``'my vectors/x.json': Permission denied``, as ``argument
-    FILE: 'x.bin': No such file or directory``): a name in bytes decoded as the file system
-    encodes names, a path object by its text, any other value (a descriptor) by its ``str``.
+    """How a line names a file it is about (a path, or the ``filename`` an ``OSError`` gives),
+    as every line about a path quotes one (:func:`shown`: ``'my vectors/x.json': Permission
+    denied``, as ``argument FILE: 'x.bin': No such file or directory``): a name in bytes
+    decoded as the file system encodes names, a path object by its text, any other value (a
+    descriptor) by its ``str``. Raises nothing.
 
     No upstream counterpart."""
     if isinstance(filename, str | bytes | os.PathLike):

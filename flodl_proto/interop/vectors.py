@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import shown, shown_name
+from ..errors import shown, shown_file, shown_name
 from ..spec import SUPPORTED_VERSIONS
 from .registry import (
     EXPECT_VALUES,
@@ -56,14 +56,6 @@ class VectorFileError(ValueError):
 MAX_VECTOR_FILE_BYTES = 64 << 20
 
 
-def _quoted(path: Path) -> str:
-    """How a line about the vector file or manifest ``path`` itself names it: quoted
-    (:func:`~flodl_proto.errors.shown`: ``'v/x.json': not a vector file (no key 'cases')``), as
-    every line about a path the command line names does (``argument PATH: 'v': does not
-    exist``), so a name with a blank or a colon in it still shows where it ends."""
-    return shown(str(path))
-
-
 def _read_json(path: Path) -> Any:
     """The JSON document of ``path``, read only when it is a regular file of at most
     :data:`MAX_VECTOR_FILE_BYTES` (a FIFO would block, a device would never end).
@@ -78,14 +70,14 @@ def _read_json(path: Path) -> Any:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-            raise VectorFileError(f"{_quoted(path)}: not a vector file ({what})")
+            raise VectorFileError(f"{shown_file(path)}: not a vector file ({what})")
     except BaseException:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_VECTOR_FILE_BYTES + 1)
     if len(raw) > MAX_VECTOR_FILE_BYTES:
-        raise VectorFileError(f"{_quoted(path)}: not a vector file (larger than "
+        raise VectorFileError(f"{shown_file(path)}: not a vector file (larger than "
                               f"{MAX_VECTOR_FILE_BYTES} bytes)")
     try:
         return json.loads(raw.decode("utf-8"))
@@ -93,9 +85,9 @@ def _read_json(path: Path) -> Any:
         why = str(e)
         if why.startswith("Exceeds the limit"):  # Python's int conversion limit, not JSON's
             why = f"a number of more than {sys.get_int_max_str_digits()} digits"
-        raise VectorFileError(f"{_quoted(path)}: not a vector file ({why})") from None
+        raise VectorFileError(f"{shown_file(path)}: not a vector file ({why})") from None
     except RecursionError:  # arrays or objects nested deeper than the decoder recurses
-        raise VectorFileError(f"{_quoted(path)}: not a vector file (JSON nested too "
+        raise VectorFileError(f"{shown_file(path)}: not a vector file (JSON nested too "
                               "deeply to read)") from None
 
 
@@ -168,7 +160,7 @@ def _file_cases(path: Path, first: dict[str, tuple[Path, int]]) -> Iterator[Case
         OSError, VectorFileError: as :func:`iter_file_cases`.
     """
     doc = _read_json(path)
-    named = _quoted(path)
+    named = shown_file(path)
     if not isinstance(doc, dict):
         raise VectorFileError(f"{named}: not a vector file (a JSON {json_name(doc)}, "
                               "not an object)")
@@ -248,7 +240,7 @@ def manifest_total(root: Path) -> int:
             doc = _read_json(m)
             count = doc.get("total_cases") if isinstance(doc, dict) else None
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise VectorFileError(f"{_quoted(m)}: not a manifest (total_cases "
+                raise VectorFileError(f"{shown_file(m)}: not a manifest (total_cases "
                                       f"{shown(count)} is not a whole number >= 0)")
             total += count
     return total
@@ -276,7 +268,7 @@ def file_manifest_count(path: Path) -> int | None:
         return None
     count = entry.get("cases") if isinstance(entry, dict) else None
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise VectorFileError(f"{_quoted(m)}: not a manifest (the cases of its file "
+        raise VectorFileError(f"{shown_file(m)}: not a manifest (the cases of its file "
                               f"{shown(path.stem)}, {shown(count)}, is not a whole number "
                               ">= 0)")
     return count
